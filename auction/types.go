@@ -1,0 +1,228 @@
+// Package auction is the market: job specs with SLAs, provider capability
+// records and policies, the eligibility and pricing rules a provider applies
+// to a call for bids, the reliability-weighted scoring a renter applies to
+// bids, and the lease calendar that keeps a provider from double booking.
+//
+// The rules here are pure functions of their inputs and an explicit clock, so
+// the daemon (over libp2p) and the market replay (over a virtual clock) run
+// exactly the same code.
+package auction
+
+import (
+	"time"
+)
+
+// Tier is a job's service level.
+type Tier string
+
+// Service tiers, from most to least protected.
+const (
+	Gold   Tier = "gold"   // reserved, low latency, may preempt bronze
+	Silver Tier = "silver" // on demand
+	Bronze Tier = "bronze" // interruptible / spot
+)
+
+// Signature domains for the market's signed messages.
+const (
+	DomainCapability = "capability/v1"
+	DomainJob        = "job/v1"
+	DomainBid        = "bid/v1"
+	DomainAward      = "award/v1"
+	DomainConfirm    = "confirm/v1"
+	DomainLeaseEvent = "lease-event/v1"
+)
+
+// GPU is one device a provider offers.
+type GPU struct {
+	Model  string `json:"model" yaml:"model"`
+	VRAMGB int    `json:"vram_gb" yaml:"vram_gb"`
+	UUID   string `json:"uuid,omitempty" yaml:"uuid,omitempty"`
+	// Detected is true when the device was read from the driver (NVML) and
+	// false when it was declared in the provider's config.
+	Detected bool `json:"detected" yaml:"-"`
+}
+
+// Window is a recurring weekly time window, e.g. nights or weekends.
+// From and To are "HH:MM" in the policy's time zone; a window whose To is not
+// after its From wraps past midnight. Days lists the weekdays on which the
+// window opens ("mon".."sun"); empty means every day.
+type Window struct {
+	Days []string `json:"days,omitempty" yaml:"days,omitempty"`
+	From string   `json:"from" yaml:"from"`
+	To   string   `json:"to" yaml:"to"`
+}
+
+// Interval is a half-open span of absolute time [Start, End).
+type Interval struct {
+	Start time.Time `json:"start" yaml:"start"`
+	End   time.Time `json:"end" yaml:"end"`
+}
+
+// Policy is what a provider is willing to sell, and on what terms.
+type Policy struct {
+	// PriceFloor is the minimum price per GPU-hour, in USD.
+	PriceFloor float64 `json:"price_floor" yaml:"price_floor"`
+	// PeakWindows cost PeakMultiplier times the floor (default 1.5).
+	PeakWindows    []Window `json:"peak_windows,omitempty" yaml:"peak_windows,omitempty"`
+	PeakMultiplier float64  `json:"peak_multiplier,omitempty" yaml:"peak_multiplier,omitempty"`
+	// OccupancySurcharge raises the price linearly with occupancy: at full
+	// occupancy the price is (1+OccupancySurcharge) times the base.
+	OccupancySurcharge float64 `json:"occupancy_surcharge,omitempty" yaml:"occupancy_surcharge,omitempty"`
+	// Availability lists when the machine is for sale; empty means always.
+	Availability []Window `json:"availability,omitempty" yaml:"availability,omitempty"`
+	// Reserved lists absolute spans the owner keeps for itself (gaps between
+	// them are sold as backfill).
+	Reserved []Interval `json:"reserved,omitempty" yaml:"reserved,omitempty"`
+	// Timezone is an IANA zone name for the windows; empty means UTC.
+	Timezone string `json:"timezone,omitempty" yaml:"timezone,omitempty"`
+	// AllowedWorkloads lists accepted workload kinds (inference, training,
+	// batch, eval, sweep...); empty means any.
+	AllowedWorkloads []string `json:"allowed_workloads,omitempty" yaml:"allowed_workloads,omitempty"`
+	// AcceptPreemptible: whether interruptible (bronze) work is accepted.
+	AcceptPreemptible bool `json:"accept_preemptible" yaml:"accept_preemptible"`
+	// AllowPreemption: whether gold work may preempt running bronze work here.
+	AllowPreemption bool `json:"allow_preemption" yaml:"allow_preemption"`
+	// MaxTempC and MaxPowerW: above these the provider does not bid (0 = no limit).
+	MaxTempC  int `json:"max_temp_c,omitempty" yaml:"max_temp_c,omitempty"`
+	MaxPowerW int `json:"max_power_w,omitempty" yaml:"max_power_w,omitempty"`
+	// MaxLease caps a single lease's length (0 = no cap).
+	MaxLease time.Duration `json:"max_lease,omitempty" yaml:"max_lease,omitempty"`
+}
+
+// Capability is a provider's signed advertisement, stored in the DHT.
+type Capability struct {
+	Peer        string    `json:"peer"`
+	Addrs       []string  `json:"addrs,omitempty"`
+	Region      string    `json:"region"`
+	GPUs        []GPU     `json:"gpus"`
+	Policy      Policy    `json:"policy"`
+	Datasets    []string  `json:"datasets,omitempty"`
+	Fingerprint string    `json:"fingerprint,omitempty"` // hash of the signed hardware fingerprint
+	Driver      string    `json:"driver,omitempty"`
+	CUDA        string    `json:"cuda,omitempty"`
+	Seq         uint64    `json:"seq"`
+	IssuedAt    time.Time `json:"issued_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+}
+
+// RunSpec is what a job runs: a container image and command, or a command.
+type RunSpec struct {
+	Image   string            `json:"image,omitempty" yaml:"image,omitempty"`
+	Command []string          `json:"command" yaml:"command"`
+	Env     map[string]string `json:"env,omitempty" yaml:"env,omitempty"`
+	// Outputs is a directory, relative to the job's work dir, whose files are
+	// returned to the renter.
+	Outputs string `json:"outputs,omitempty" yaml:"outputs,omitempty"`
+	// MemoryMB caps the job's memory where the runtime can enforce it.
+	MemoryMB int `json:"memory_mb,omitempty" yaml:"memory_mb,omitempty"`
+}
+
+// Job is a renter's request with its SLA.
+type Job struct {
+	ID         string   `json:"id" yaml:"id,omitempty"`
+	Owner      string   `json:"owner" yaml:"-"`
+	OwnerAddrs []string `json:"owner_addrs,omitempty" yaml:"-"`
+	Tier       Tier     `json:"tier" yaml:"tier"`
+	// MaxPrice is the most the renter pays per GPU-hour, in USD.
+	MaxPrice  float64  `json:"max_price" yaml:"max_price"`
+	GPUCount  int      `json:"gpu_count" yaml:"gpu_count"`
+	MinVRAMGB int      `json:"min_vram_gb,omitempty" yaml:"min_vram_gb,omitempty"`
+	GPUModels []string `json:"gpu_models,omitempty" yaml:"gpu_models,omitempty"`
+	// Region is a residency constraint: a region ("eu-west") or a prefix of
+	// regions ("eu"). Empty means anywhere. It is hard: only compliant
+	// providers may bid.
+	Region         string        `json:"region,omitempty" yaml:"region,omitempty"`
+	MinReliability float64       `json:"min_reliability,omitempty" yaml:"min_reliability,omitempty"`
+	Preemptible    bool          `json:"preemptible" yaml:"preemptible"`
+	Duration       time.Duration `json:"duration" yaml:"duration"`
+	// Deadline is the latest time the job may start; zero means no deadline.
+	Deadline  time.Time     `json:"deadline,omitempty" yaml:"deadline,omitempty"`
+	Datasets  []string      `json:"datasets,omitempty" yaml:"datasets,omitempty"`
+	Workload  string        `json:"workload,omitempty" yaml:"workload,omitempty"`
+	Run       RunSpec       `json:"run" yaml:"run"`
+	BidWindow time.Duration `json:"bid_window,omitempty" yaml:"bid_window,omitempty"`
+	Attempt   int           `json:"attempt" yaml:"-"`
+	CreatedAt time.Time     `json:"created_at" yaml:"-"`
+}
+
+// Bid is a provider's signed offer for a job, sent directly to the renter.
+type Bid struct {
+	JobID    string `json:"job_id"`
+	Attempt  int    `json:"attempt"`
+	Provider string `json:"provider"`
+	Region   string `json:"region"`
+	// Price per GPU-hour, in USD.
+	Price float64   `json:"price"`
+	Start time.Time `json:"start"`
+	// End is when the lease would end; for bronze backfill it may be earlier
+	// than Start+Duration (the job is preempted at the gap's end).
+	End       time.Time `json:"end"`
+	GPUModel  string    `json:"gpu_model"`
+	VRAMGB    int       `json:"vram_gb"`
+	Datasets  []string  `json:"datasets,omitempty"` // the job's datasets this provider holds cached
+	Nonce     string    `json:"nonce"`
+	IssuedAt  time.Time `json:"issued_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Award is the renter's signed acceptance of a bid.
+type Award struct {
+	LeaseID  string    `json:"lease_id"`
+	JobID    string    `json:"job_id"`
+	Attempt  int       `json:"attempt"`
+	Renter   string    `json:"renter"`
+	Provider string    `json:"provider"`
+	BidNonce string    `json:"bid_nonce"`
+	Price    float64   `json:"price"`
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	GPUCount int       `json:"gpu_count"`
+	Job      Job       `json:"job"`
+	IssuedAt time.Time `json:"issued_at"`
+}
+
+// Confirm is the provider's signed answer to an award.
+type Confirm struct {
+	LeaseID  string `json:"lease_id"`
+	Accepted bool   `json:"accepted"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// LeaseState is where a lease is in its life.
+type LeaseState string
+
+// Lease states.
+const (
+	LeaseReserved  LeaseState = "reserved"
+	LeaseRunning   LeaseState = "running"
+	LeaseSucceeded LeaseState = "succeeded"
+	LeaseFailed    LeaseState = "failed"
+	LeasePreempted LeaseState = "preempted"
+	LeaseExpired   LeaseState = "expired"
+	LeaseCancelled LeaseState = "cancelled"
+)
+
+// Terminal reports whether no further transition is possible.
+func (s LeaseState) Terminal() bool {
+	switch s {
+	case LeaseSucceeded, LeaseFailed, LeasePreempted, LeaseExpired, LeaseCancelled:
+		return true
+	}
+	return false
+}
+
+// Lease is a confirmed reservation of a provider's GPUs for a job.
+type Lease struct {
+	ID          string     `json:"id"`
+	JobID       string     `json:"job_id"`
+	Attempt     int        `json:"attempt"`
+	Renter      string     `json:"renter"`
+	Provider    string     `json:"provider"`
+	Price       float64    `json:"price"`
+	Start       time.Time  `json:"start"`
+	End         time.Time  `json:"end"`
+	GPUCount    int        `json:"gpu_count"`
+	Tier        Tier       `json:"tier"`
+	Preemptible bool       `json:"preemptible"`
+	State       LeaseState `json:"state"`
+}
