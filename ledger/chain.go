@@ -1,0 +1,270 @@
+package ledger
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Key layout. Ledger and state keys have disjoint prefixes.
+var (
+	entryPrefix = []byte("ledger/e/") // + 8-byte big-endian seq
+	headKey     = []byte("ledger/head")
+)
+
+// ErrNotFound is returned (wrapped) by Get for a sequence number that is not
+// in the ledger.
+var ErrNotFound = errors.New("ledger: entry not found")
+
+func entryKey(seq uint64) []byte {
+	k := make([]byte, len(entryPrefix)+8)
+	copy(k, entryPrefix)
+	binary.BigEndian.PutUint64(k[len(entryPrefix):], seq)
+	return k
+}
+
+func seqOfKey(k []byte) (uint64, bool) {
+	if len(k) != len(entryPrefix)+8 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(k[len(entryPrefix):]), true
+}
+
+type chainHead struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+func genesis() chainHead { return chainHead{Seq: 0, Hash: ZeroHash} }
+
+// loadHead reads the stored chain head (genesis if there is none).
+func (db *DB) loadHead() (chainHead, error) {
+	h := genesis()
+	err := db.bdb.View(func(txn *badger.Txn) error {
+		var err error
+		h, err = readHead(txn)
+		return err
+	})
+	return h, err
+}
+
+func readHead(txn *badger.Txn) (chainHead, error) {
+	item, err := txn.Get(headKey)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return genesis(), nil
+	}
+	if err != nil {
+		return chainHead{}, fmt.Errorf("ledger: read chain head: %w", err)
+	}
+	var h chainHead
+	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &h) }); err != nil {
+		return chainHead{}, fmt.Errorf("ledger: chain head is corrupt: %w", err)
+	}
+	return h, nil
+}
+
+// Append validates e, links it to the chain and stores it together with the
+// new head in one synchronous transaction. Seq, PrevHash and Hash must be
+// unset; Time defaults to now. It returns the stored entry.
+func (db *DB) Append(e Entry) (Entry, error) {
+	out, err := db.AppendAll([]Entry{e})
+	if err != nil {
+		return Entry{}, err
+	}
+	return out[0], nil
+}
+
+// AppendAll appends entries atomically, in order, in one transaction: either
+// all of them are stored or none is. A batch too large for one Badger
+// transaction fails as a whole.
+func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	done, err := db.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+
+	now := time.Now()
+	out := make([]Entry, len(entries))
+	for i, e := range entries {
+		p, err := prepare(e, now)
+		if err != nil {
+			if len(entries) > 1 {
+				return nil, fmt.Errorf("entry %d: %w", i, err)
+			}
+			return nil, err
+		}
+		out[i] = p
+	}
+
+	db.appendMu.Lock()
+	defer db.appendMu.Unlock()
+	if db.headErr != nil {
+		return nil, fmt.Errorf("ledger: refusing to append: %w", db.headErr)
+	}
+	head := db.head
+	err = db.bdb.Update(func(txn *badger.Txn) error {
+		for i := range out {
+			e := &out[i]
+			e.Seq = head.Seq + 1
+			e.PrevHash = head.Hash
+			e.Hash = e.ComputeHash()
+			v, err := encodeEntry(e)
+			if err != nil {
+				return err
+			}
+			if err := txn.Set(entryKey(e.Seq), v); err != nil {
+				return err
+			}
+			head = chainHead{Seq: e.Seq, Hash: e.Hash}
+		}
+		hv, err := json.Marshal(head)
+		if err != nil {
+			return err
+		}
+		return txn.Set(headKey, hv)
+	})
+	if err != nil {
+		// A failed commit may still have reached the disk: resync the
+		// cached head from the store rather than guess.
+		db.head, db.headErr = db.loadHead()
+		return nil, fmt.Errorf("ledger: append: %w", err)
+	}
+	db.head = head
+	return out, nil
+}
+
+// Head returns the sequence number and hash of the last entry; for an empty
+// ledger, 0 and ZeroHash.
+func (db *DB) Head() (seq uint64, hash string, err error) {
+	done, err := db.acquire()
+	if err != nil {
+		return 0, "", err
+	}
+	defer done()
+	db.appendMu.Lock()
+	defer db.appendMu.Unlock()
+	if db.headErr != nil {
+		return 0, "", db.headErr
+	}
+	return db.head.Seq, db.head.Hash, nil
+}
+
+// Get returns the entry with sequence number seq.
+func (db *DB) Get(seq uint64) (Entry, error) {
+	done, err := db.acquire()
+	if err != nil {
+		return Entry{}, err
+	}
+	defer done()
+	var e Entry
+	err = db.bdb.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(entryKey(seq))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return fmt.Errorf("%w: seq %d", ErrNotFound, seq)
+		}
+		if err != nil {
+			return fmt.Errorf("ledger: get seq %d: %w", seq, err)
+		}
+		return item.Value(func(v []byte) error {
+			e, err = decodeEntry(v)
+			if err != nil {
+				return fmt.Errorf("ledger: entry %d is corrupt: %w", seq, err)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return Entry{}, err
+	}
+	return e, nil
+}
+
+// Filter selects entries for List and the exports. Zero fields match
+// everything.
+type Filter struct {
+	Kind         Kind
+	Counterparty string
+	LeaseID      string
+	// Since keeps entries whose Time is at or after it.
+	Since time.Time
+	// Limit caps the number of entries returned (the first ones in seq
+	// order); 0 means no limit.
+	Limit int
+}
+
+func (f *Filter) match(e *Entry) bool {
+	return (f.Kind == "" || e.Kind == f.Kind) &&
+		(f.Counterparty == "" || e.Counterparty == f.Counterparty) &&
+		(f.LeaseID == "" || e.LeaseID == f.LeaseID) &&
+		(f.Since.IsZero() || !e.Time.Before(f.Since))
+}
+
+// List returns the entries matching f, in seq order.
+func (db *DB) List(f Filter) ([]Entry, error) {
+	var out []Entry
+	err := db.scan(f, func(e *Entry) error {
+		out = append(out, *e)
+		return nil
+	})
+	return out, err
+}
+
+// scan calls fn for each entry matching f, in seq order, from one
+// consistent snapshot.
+func (db *DB) scan(f Filter, fn func(*Entry) error) error {
+	if f.Limit < 0 {
+		return fmt.Errorf("ledger: negative limit %d", f.Limit)
+	}
+	if f.Kind != "" && !knownKind(f.Kind) {
+		return fmt.Errorf("ledger: unknown entry kind %q in filter", f.Kind)
+	}
+	done, err := db.acquire()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return db.bdb.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: entryPrefix, PrefetchValues: true, PrefetchSize: 64})
+		defer it.Close()
+		n := 0
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			seq, _ := seqOfKey(item.Key())
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return fmt.Errorf("ledger: read entry %d: %w", seq, err)
+			}
+			e, err := decodeEntry(v)
+			if err != nil {
+				return fmt.Errorf("ledger: entry %d is corrupt: %w", seq, err)
+			}
+			if !f.match(&e) {
+				continue
+			}
+			if err := fn(&e); err != nil {
+				return err
+			}
+			n++
+			if f.Limit > 0 && n >= f.Limit {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+func knownKind(k Kind) bool {
+	switch k {
+	case KindReceipt, KindPaymentOwed, KindPaymentEarned, KindPreemptionCredit:
+		return true
+	}
+	return false
+}

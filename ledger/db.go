@@ -1,0 +1,142 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// ErrInUse matches (with errors.Is) the error Open returns when the data
+// directory is already open, in this process or another one.
+var ErrInUse = errors.New("ledger: data dir is in use by another gpumesh daemon")
+
+// ErrClosed is returned by operations on a closed DB.
+var ErrClosed = errors.New("ledger: database is closed")
+
+type inUseError struct{ dir string }
+
+func (e *inUseError) Error() string {
+	return fmt.Sprintf("ledger: data dir %s is in use by another gpumesh daemon", e.dir)
+}
+
+func (e *inUseError) Is(target error) bool { return target == ErrInUse }
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	logger *slog.Logger
+	sync   bool
+}
+
+// WithLogger sets the logger Badger's warnings and errors are bridged to.
+// The default is slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.logger = l
+		}
+	}
+}
+
+// DB is a node's database: the ledger chain plus the daemon's state store.
+// All methods are safe for concurrent use.
+type DB struct {
+	bdb  *badger.DB
+	lock *dirLock
+	dir  string
+
+	// closeMu guards closed and the Badger handle against Close racing
+	// with in-flight operations: operations hold it shared.
+	closeMu sync.RWMutex
+	closed  bool
+
+	// appendMu serializes appends and guards the cached head.
+	appendMu sync.Mutex
+	head     chainHead
+	headErr  error // non-nil when the stored head could not be read
+}
+
+// Open opens (creating it if needed) the database in dir. Writes are
+// synchronous: once a write returns, it survives a crash of the process or
+// the machine.
+func Open(dir string, opts ...Option) (*DB, error) {
+	if dir == "" {
+		return nil, errors.New("ledger: empty data dir")
+	}
+	o := options{logger: slog.Default(), sync: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("ledger: create data dir: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	bo := badger.DefaultOptions(dir).
+		WithLogger(slogBridge{o.logger.With("component", "ledger/badger")}).
+		WithLoggingLevel(badger.WARNING).
+		WithSyncWrites(o.sync).
+		// A ledger is small: keep Badger's memory and disk footprint modest.
+		WithMemTableSize(16 << 20).
+		WithNumMemtables(2).
+		WithBlockCacheSize(16 << 20).
+		WithValueLogFileSize(64 << 20).
+		WithNumCompactors(2).
+		WithMetricsEnabled(false)
+	bdb, err := badger.Open(bo)
+	if err != nil {
+		lock.release()
+		if strings.Contains(err.Error(), "Cannot acquire directory lock") {
+			return nil, &inUseError{dir: dir}
+		}
+		return nil, fmt.Errorf("ledger: open badger in %s: %w", dir, err)
+	}
+	db := &DB{bdb: bdb, lock: lock, dir: dir}
+	db.head, db.headErr = db.loadHead()
+	return db, nil
+}
+
+// Close flushes and closes the database and releases the data directory.
+// Closing a closed DB is a no-op.
+func (db *DB) Close() error {
+	db.closeMu.Lock()
+	defer db.closeMu.Unlock()
+	if db.closed {
+		return nil
+	}
+	db.closed = true
+	err := db.bdb.Close()
+	db.lock.release()
+	if err != nil {
+		return fmt.Errorf("ledger: close: %w", err)
+	}
+	return nil
+}
+
+// acquire marks the start of an operation; the returned func ends it.
+func (db *DB) acquire() (func(), error) {
+	db.closeMu.RLock()
+	if db.closed {
+		db.closeMu.RUnlock()
+		return nil, ErrClosed
+	}
+	return db.closeMu.RUnlock, nil
+}
+
+// slogBridge adapts a slog.Logger to badger.Logger.
+type slogBridge struct{ l *slog.Logger }
+
+func (b slogBridge) Errorf(f string, a ...any)   { b.l.Error(msg(f, a)) }
+func (b slogBridge) Warningf(f string, a ...any) { b.l.Warn(msg(f, a)) }
+func (b slogBridge) Infof(f string, a ...any)    { b.l.Info(msg(f, a)) }
+func (b slogBridge) Debugf(f string, a ...any)   { b.l.Debug(msg(f, a)) }
+
+func msg(f string, a []any) string { return strings.TrimSpace(fmt.Sprintf(f, a...)) }

@@ -1,0 +1,235 @@
+package ledger
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Kind is what an entry records.
+type Kind string
+
+// Entry kinds.
+const (
+	// KindReceipt records a completion receipt (Data holds the signed
+	// receipt). It is informational: it does not move any balance.
+	KindReceipt Kind = "receipt"
+	// KindPaymentOwed is, on the renter side, an amount we owe Counterparty.
+	KindPaymentOwed Kind = "payment_owed"
+	// KindPaymentEarned is, on the provider side, an amount Counterparty
+	// owes us.
+	KindPaymentEarned Kind = "payment_earned"
+	// KindPreemptionCredit is a credit for a preempted lease, either
+	// received from Counterparty (DirCreditReceived, in our favour) or
+	// granted to it (DirCreditGranted).
+	KindPreemptionCredit Kind = "preemption_credit"
+)
+
+// Direction is which way an entry moves money between us and Counterparty.
+type Direction string
+
+// Directions.
+const (
+	DirNone           Direction = ""                // no money moves
+	DirOwed           Direction = "owed"            // we owe the counterparty
+	DirEarned         Direction = "earned"          // the counterparty owes us
+	DirCreditReceived Direction = "credit_received" // a credit in our favour
+	DirCreditGranted  Direction = "credit_granted"  // a credit we gave
+)
+
+// ZeroHash is the PrevHash of the first (genesis) entry.
+var ZeroHash = strings.Repeat("0", 2*sha256.Size)
+
+// Limits on entry fields.
+const (
+	MaxFieldLen = 1 << 10 // LeaseID, JobID, Counterparty
+	MaxDataLen  = 1 << 20 // Data
+	hashDomain  = "gpumesh-ledger-entry/v1"
+)
+
+// Entry is one record of the ledger.
+type Entry struct {
+	// Seq is the entry's position in the chain, from 1; assigned by Append.
+	Seq uint64 `json:"seq"`
+	// Time is when the entry was recorded; Append sets it to now if zero
+	// and stores it in UTC.
+	Time time.Time `json:"time"`
+	Kind Kind      `json:"kind"`
+	// LeaseID and JobID identify what the entry is about.
+	LeaseID string `json:"lease_id,omitempty"`
+	JobID   string `json:"job_id,omitempty"`
+	// Counterparty is the other party's peer ID.
+	Counterparty string `json:"counterparty,omitempty"`
+	// Amount is in USD, never negative.
+	Amount    float64   `json:"amount"`
+	Direction Direction `json:"direction,omitempty"`
+	// Data is free-form JSON evidence, e.g. the full signed receipt. It is
+	// stored compacted.
+	Data json.RawMessage `json:"data,omitempty"`
+	// PrevHash is the previous entry's Hash (ZeroHash for the first entry)
+	// and Hash this entry's ComputeHash; both are set by Append.
+	PrevHash string `json:"prev_hash"`
+	Hash     string `json:"hash"`
+}
+
+// ComputeHash returns the hex SHA-256 of e's canonical encoding, which
+// covers every field except Hash itself (Seq and PrevHash included). An
+// auditor can recheck an exported chain with it.
+func (e *Entry) ComputeHash() string {
+	h := sha256.New()
+	writeStr(h, hashDomain)
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], e.Seq)
+	h.Write(b[:])
+	binary.BigEndian.PutUint64(b[:], uint64(e.Time.Unix()))
+	h.Write(b[:])
+	binary.BigEndian.PutUint64(b[:], uint64(e.Time.Nanosecond()))
+	h.Write(b[:])
+	writeStr(h, string(e.Kind))
+	writeStr(h, e.LeaseID)
+	writeStr(h, e.JobID)
+	writeStr(h, e.Counterparty)
+	binary.BigEndian.PutUint64(b[:], math.Float64bits(e.Amount))
+	h.Write(b[:])
+	writeStr(h, string(e.Direction))
+	writeStr(h, string(e.Data))
+	writeStr(h, e.PrevHash)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// writeStr writes a length-prefixed string, so that field boundaries are
+// unambiguous.
+func writeStr(h hash.Hash, s string) {
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(s)))
+	h.Write(n[:])
+	h.Write([]byte(s))
+}
+
+// prepare validates a caller's entry and normalizes it for storage. It does
+// not touch Seq, PrevHash or Hash beyond checking they are unset.
+func prepare(e Entry, now time.Time) (Entry, error) {
+	if e.Seq != 0 || e.PrevHash != "" || e.Hash != "" {
+		return e, fmt.Errorf("ledger: Seq, PrevHash and Hash are assigned by Append and must be unset")
+	}
+	switch e.Kind {
+	case KindReceipt:
+		switch e.Direction {
+		case DirNone, DirOwed, DirEarned, DirCreditReceived, DirCreditGranted:
+		default:
+			return e, fmt.Errorf("ledger: unknown direction %q", e.Direction)
+		}
+	case KindPaymentOwed:
+		if err := wantDir(&e, DirOwed); err != nil {
+			return e, err
+		}
+	case KindPaymentEarned:
+		if err := wantDir(&e, DirEarned); err != nil {
+			return e, err
+		}
+	case KindPreemptionCredit:
+		if e.Direction != DirCreditReceived && e.Direction != DirCreditGranted {
+			return e, fmt.Errorf("ledger: %s needs direction %q or %q, got %q",
+				e.Kind, DirCreditReceived, DirCreditGranted, e.Direction)
+		}
+	case "":
+		return e, fmt.Errorf("ledger: entry has no kind")
+	default:
+		return e, fmt.Errorf("ledger: unknown entry kind %q", e.Kind)
+	}
+	if math.IsNaN(e.Amount) || math.IsInf(e.Amount, 0) {
+		return e, fmt.Errorf("ledger: amount %v is not a finite number", e.Amount)
+	}
+	if e.Amount < 0 {
+		return e, fmt.Errorf("ledger: amount %v is negative (use the entry's kind and direction for sign)", e.Amount)
+	}
+	if e.Amount == 0 {
+		e.Amount = 0 // normalize -0
+		if e.Kind != KindReceipt {
+			return e, fmt.Errorf("ledger: %s needs a positive amount", e.Kind)
+		}
+	}
+	if e.Kind != KindReceipt && e.Counterparty == "" {
+		return e, fmt.Errorf("ledger: %s needs a counterparty", e.Kind)
+	}
+	for _, f := range []struct{ name, v string }{
+		{"lease id", e.LeaseID}, {"job id", e.JobID}, {"counterparty", e.Counterparty},
+	} {
+		if len(f.v) > MaxFieldLen {
+			return e, fmt.Errorf("ledger: %s is %d bytes, limit %d", f.name, len(f.v), MaxFieldLen)
+		}
+		if !utf8.ValidString(f.v) {
+			return e, fmt.Errorf("ledger: %s is not valid UTF-8", f.name)
+		}
+	}
+	if e.Time.IsZero() {
+		e.Time = now
+	}
+	e.Time = e.Time.UTC().Round(0)
+	if y := e.Time.Year(); y < 1 || y > 9999 {
+		return e, fmt.Errorf("ledger: time %v out of range", e.Time)
+	}
+	if len(e.Data) > 0 {
+		if len(e.Data) > MaxDataLen {
+			return e, fmt.Errorf("ledger: data is %d bytes, limit %d", len(e.Data), MaxDataLen)
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, e.Data); err != nil {
+			return e, fmt.Errorf("ledger: data is not valid JSON: %w", err)
+		}
+		if buf.String() == "null" {
+			e.Data = nil
+		} else {
+			e.Data = json.RawMessage(buf.Bytes())
+		}
+	} else {
+		e.Data = nil
+	}
+	return e, nil
+}
+
+func wantDir(e *Entry, d Direction) error {
+	if e.Direction == DirNone {
+		e.Direction = d
+		return nil
+	}
+	if e.Direction != d {
+		return fmt.Errorf("ledger: %s has direction %q, want %q", e.Kind, e.Direction, d)
+	}
+	return nil
+}
+
+// encodeEntry is the stored form of an entry: JSON, compact, HTML not
+// escaped. The encoding is deterministic, which Verify relies on to detect
+// any change of the stored bytes.
+func encodeEntry(e *Entry) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		return nil, fmt.Errorf("ledger: encode entry: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
+// decodeEntry strictly decodes a stored entry.
+func decodeEntry(b []byte) (Entry, error) {
+	var e Entry
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return Entry{}, err
+	}
+	if dec.More() {
+		return Entry{}, fmt.Errorf("trailing data after entry")
+	}
+	return e, nil
+}
