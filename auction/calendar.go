@@ -1,0 +1,247 @@
+package auction
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Calendar errors.
+var (
+	ErrOverbooked     = errors.New("auction: calendar overbooked")
+	ErrDuplicateLease = errors.New("auction: duplicate lease id")
+	ErrUnknownLease   = errors.New("auction: unknown lease id")
+	ErrBadBooking     = errors.New("auction: invalid booking")
+)
+
+// Booking is one lease's hold on a provider's GPUs over [Start, End).
+type Booking struct {
+	LeaseID     string    `json:"lease_id"`
+	Start       time.Time `json:"start"`
+	End         time.Time `json:"end"`
+	GPUs        int       `json:"gpus"`
+	Tier        Tier      `json:"tier"`
+	Preemptible bool      `json:"preemptible"`
+}
+
+// Calendar is a provider's lease book: the only authority on capacity. At no
+// instant may the GPUs of overlapping bookings exceed its capacity. It is
+// safe for concurrent use.
+type Calendar struct {
+	mu       sync.Mutex
+	capacity int
+	books    map[string]Booking
+}
+
+// NewCalendar returns an empty calendar for capacity GPUs (negative counts
+// as zero).
+func NewCalendar(capacity int) *Calendar {
+	if capacity < 0 {
+		capacity = 0
+	}
+	return &Calendar{capacity: capacity, books: make(map[string]Booking)}
+}
+
+// Capacity is the number of GPUs the calendar books.
+func (c *Calendar) Capacity() int { return c.capacity }
+
+func (c *Calendar) check(b Booking) error {
+	switch {
+	case b.LeaseID == "":
+		return fmt.Errorf("%w: empty lease id", ErrBadBooking)
+	case !b.End.After(b.Start):
+		return fmt.Errorf("%w: lease %s: end %s is not after start %s", ErrBadBooking, b.LeaseID, b.End.Format(time.RFC3339), b.Start.Format(time.RFC3339))
+	case b.GPUs < 1:
+		return fmt.Errorf("%w: lease %s: gpus %d < 1", ErrBadBooking, b.LeaseID, b.GPUs)
+	}
+	if _, dup := c.books[b.LeaseID]; dup {
+		return fmt.Errorf("%w: %s", ErrDuplicateLease, b.LeaseID)
+	}
+	return nil
+}
+
+// Reserve books b. It fails with ErrOverbooked if at any instant of
+// [b.Start, b.End) the overlapping bookings' GPUs plus b.GPUs exceed the
+// capacity, with ErrDuplicateLease if b.LeaseID is already booked, and with
+// ErrBadBooking for an empty lease id, an empty span or fewer than one GPU.
+func (c *Calendar) Reserve(b Booking) error {
+	_, err := c.ReserveEvicting(b, nil)
+	return err
+}
+
+// ReserveEvicting atomically releases the preemptible bookings named in
+// evict (unknown ids and non-preemptible bookings are ignored) and books b;
+// if b does not fit even after the evictions, nothing changes. It returns the
+// bookings that were evicted.
+func (c *Calendar) ReserveEvicting(b Booking, evict []string) ([]Booking, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.check(b); err != nil {
+		return nil, err
+	}
+	skip := make(map[string]bool, len(evict))
+	var evicted []Booking
+	for _, id := range evict {
+		if old, ok := c.books[id]; ok && old.Preemptible && !skip[id] {
+			skip[id] = true
+			evicted = append(evicted, old)
+		}
+	}
+	used := peakUse(c.list(), b.Start, b.End, func(o *Booking) bool { return skip[o.LeaseID] })
+	if used+b.GPUs > c.capacity {
+		return nil, fmt.Errorf("%w: lease %s needs %d gpus over [%s, %s), %d of %d booked", ErrOverbooked,
+			b.LeaseID, b.GPUs, b.Start.Format(time.RFC3339), b.End.Format(time.RFC3339), used, c.capacity)
+	}
+	for _, e := range evicted {
+		delete(c.books, e.LeaseID)
+	}
+	c.books[b.LeaseID] = b
+	return evicted, nil
+}
+
+// Release drops a booking and reports whether it existed.
+func (c *Calendar) Release(leaseID string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.books[leaseID]
+	delete(c.books, leaseID)
+	return ok
+}
+
+// Truncate ends a booking early at end (the job finished early or was
+// preempted), freeing the rest of its span; a booking truncated at or before
+// its start is dropped. It reports whether the booking existed and was
+// shortened; a booking is never extended.
+func (c *Calendar) Truncate(leaseID string, end time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.books[leaseID]
+	if !ok || !end.Before(b.End) {
+		return false
+	}
+	if !end.After(b.Start) {
+		delete(c.books, leaseID)
+		return true
+	}
+	b.End = end
+	c.books[leaseID] = b
+	return true
+}
+
+// FreeGPUs is the minimum number of free GPUs over [from, to) (at the
+// instant from if the span is empty).
+func (c *Calendar) FreeGPUs(from, to time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	free := c.capacity - peakUse(c.list(), from, to, nil)
+	if free < 0 {
+		return 0
+	}
+	return free
+}
+
+// Occupancy is the fraction of the capacity booked at the instant at (1 for
+// a calendar without capacity).
+func (c *Calendar) Occupancy(at time.Time) float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.capacity == 0 {
+		return 1
+	}
+	return float64(useAt(c.list(), at, nil)) / float64(c.capacity)
+}
+
+// Bookings returns a copy of the bookings, sorted by start then lease id.
+func (c *Calendar) Bookings() []Booking {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.list()
+}
+
+// Booking returns the booking for a lease id.
+func (c *Calendar) Booking(leaseID string) (Booking, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.books[leaseID]
+	return b, ok
+}
+
+// Prune drops bookings that ended at or before the instant before.
+func (c *Calendar) Prune(before time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, b := range c.books {
+		if !b.End.After(before) {
+			delete(c.books, id)
+		}
+	}
+}
+
+func (c *Calendar) list() []Booking {
+	out := make([]Booking, 0, len(c.books))
+	for _, b := range c.books {
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Start.Equal(out[j].Start) {
+			return out[i].Start.Before(out[j].Start)
+		}
+		return out[i].LeaseID < out[j].LeaseID
+	})
+	return out
+}
+
+// useAt is the GPUs booked at the instant at, ignoring bookings for which
+// skip returns true.
+func useAt(bs []Booking, at time.Time, skip func(*Booking) bool) int {
+	n := 0
+	for i := range bs {
+		b := &bs[i]
+		if (skip == nil || !skip(b)) && !at.Before(b.Start) && at.Before(b.End) {
+			n += b.GPUs
+		}
+	}
+	return n
+}
+
+// peakUse is the maximum number of GPUs booked at any instant of [from, to)
+// (at the instant from if the span is empty), ignoring bookings for which
+// skip returns true.
+func peakUse(bs []Booking, from, to time.Time, skip func(*Booking) bool) int {
+	if !to.After(from) {
+		return useAt(bs, from, skip)
+	}
+	type event struct {
+		at    time.Time
+		delta int
+	}
+	var ev []event
+	for i := range bs {
+		b := &bs[i]
+		if (skip != nil && skip(b)) || !b.Start.Before(to) || !b.End.After(from) {
+			continue
+		}
+		s := b.Start
+		if s.Before(from) {
+			s = from
+		}
+		ev = append(ev, event{s, b.GPUs}, event{b.End, -b.GPUs})
+	}
+	// Half-open spans: at equal instants, releases come before holds.
+	sort.Slice(ev, func(i, j int) bool {
+		if !ev[i].at.Equal(ev[j].at) {
+			return ev[i].at.Before(ev[j].at)
+		}
+		return ev[i].delta < ev[j].delta
+	})
+	cur, peak := 0, 0
+	for _, e := range ev {
+		cur += e.delta
+		if cur > peak {
+			peak = cur
+		}
+	}
+	return peak
+}

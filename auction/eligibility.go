@@ -1,0 +1,381 @@
+package auction
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// DefaultPatience is how far ahead a provider offers a start for a job
+// without a deadline.
+const DefaultPatience = 24 * time.Hour
+
+// MinBackfill is the shortest slice a bronze job is offered when it takes a
+// gap shorter than its duration (or the job's duration, if shorter).
+const MinBackfill = 5 * time.Minute
+
+// ProviderState is what a provider knows about itself when a call arrives.
+type ProviderState struct {
+	Cap         *Capability
+	Cal         *Calendar
+	TempC       int
+	PowerW      int
+	Reliability float64 // the provider's own verified reliability in [0,1]
+}
+
+// Offer is what a provider would bid for a job.
+type Offer struct {
+	Price    float64   // per GPU-hour, USD
+	Start    time.Time // lease start
+	End      time.Time // lease end; before Start+Duration only for bronze backfill
+	GPUModel string
+	VRAMGB   int
+	Datasets []string // the job's datasets this provider holds
+	Preempts []string // bronze lease ids to evict (gold only)
+}
+
+// Ineligible is the error Evaluate returns when a provider must not bid; its
+// Reason is short and meant for humans and counters.
+type Ineligible struct {
+	Reason string
+}
+
+func (e *Ineligible) Error() string { return "ineligible: " + e.Reason }
+
+// IneligibleReason returns the reason if err is (or wraps) an *Ineligible.
+func IneligibleReason(err error) (string, bool) {
+	var in *Ineligible
+	if errors.As(err, &in) {
+		return in.Reason, true
+	}
+	return "", false
+}
+
+func inelig(format string, args ...any) error {
+	return &Ineligible{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Evaluate decides whether the provider in state ps may bid for job j at
+// time now, and on what terms. It returns an *Ineligible error naming the
+// first hard constraint that fails, checked in this order:
+//
+//   - residency: the provider's region equals Job.Region or starts with it
+//     followed by a dash ("eu" matches "eu-west", not "europe-x");
+//   - workload kind, when the policy restricts it;
+//   - preemptible jobs only go to providers that accept preemptible work;
+//   - thermal and power limits (TempC > MaxTempC, PowerW > MaxPowerW);
+//   - the provider's own reliability must reach Job.MinReliability;
+//   - hardware: GPUCount devices of one model in Job.GPUModels (any model if
+//     empty, case-insensitive), each with at least MinVRAMGB;
+//   - price floor above the job's MaxPrice;
+//   - time: the earliest start >= now, and <= the job's deadline (or
+//     now+DefaultPatience), such that [start, start+Duration) lies within one
+//     free span of the policy (availability windows minus reserved spans) and
+//     the calendar has GPUCount free GPUs throughout. A lease never exceeds
+//     MaxLease: a longer non-preemptible job is ineligible, a longer
+//     preemptible one gets a capped slice;
+//   - price: the Quote for the offered span at the calendar's occupancy at
+//     its start must not exceed MaxPrice.
+//
+// A preemptible job may take a gap shorter than its Duration (at least
+// MinBackfill): its Offer ends at the gap's end, where it will be preempted
+// and requeued. A gold job on a provider whose policy allows preemption
+// counts preemptible bookings as evictable: when they are in the way, the
+// Offer lists in Preempts the fewest (then latest-started) to evict.
+//
+// Offer.Datasets is the intersection of Job.Datasets and the provider's.
+// Errors other than *Ineligible report bad input (nil state, invalid job or
+// policy).
+func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
+	if ps.Cap == nil || ps.Cal == nil {
+		return Offer{}, errors.New("auction: evaluate: provider state needs a capability and a calendar")
+	}
+	if j == nil {
+		return Offer{}, errors.New("auction: evaluate: nil job")
+	}
+	jc := *j
+	if err := jc.Validate(); err != nil {
+		return Offer{}, fmt.Errorf("auction: evaluate: %w", err)
+	}
+	p := ps.Cap.Policy
+	if err := p.Validate(); err != nil {
+		return Offer{}, fmt.Errorf("auction: evaluate: provider %s: %w", ps.Cap.Peer, err)
+	}
+
+	if !regionSatisfies(jc.Region, ps.Cap.Region) {
+		return Offer{}, inelig("region %s does not satisfy %s", orNone(ps.Cap.Region), jc.Region)
+	}
+	if len(p.AllowedWorkloads) > 0 && !containsFold(p.AllowedWorkloads, jc.Workload) {
+		return Offer{}, inelig("workload %s not accepted (accepts %s)", orNone(jc.Workload), strings.Join(p.AllowedWorkloads, ","))
+	}
+	if jc.Preemptible && !p.AcceptPreemptible {
+		return Offer{}, inelig("preemptible work not accepted")
+	}
+	if p.MaxTempC > 0 && ps.TempC > p.MaxTempC {
+		return Offer{}, inelig("gpu temperature %dC above limit %dC", ps.TempC, p.MaxTempC)
+	}
+	if p.MaxPowerW > 0 && ps.PowerW > p.MaxPowerW {
+		return Offer{}, inelig("power draw %dW above limit %dW", ps.PowerW, p.MaxPowerW)
+	}
+	if math.IsNaN(ps.Reliability) || ps.Reliability < jc.MinReliability {
+		return Offer{}, inelig("reliability %.2f below required %.2f", ps.Reliability, jc.MinReliability)
+	}
+	model, vram, err := pickModel(ps.Cap.GPUs, &jc)
+	if err != nil {
+		return Offer{}, err
+	}
+	if p.PriceFloor > jc.MaxPrice {
+		return Offer{}, inelig("price floor %.2f > max %.2f", p.PriceFloor, jc.MaxPrice)
+	}
+	if jc.GPUCount > ps.Cal.Capacity() {
+		return Offer{}, inelig("calendar capacity %d gpus < %d required", ps.Cal.Capacity(), jc.GPUCount)
+	}
+
+	start, end, preempts, err := placeLease(p, ps.Cal, &jc, now)
+	if err != nil {
+		return Offer{}, err
+	}
+	occ := float64(useAt(ps.Cal.Bookings(), start, nil)) / float64(ps.Cal.Capacity())
+	price := Quote(p, start, end.Sub(start), occ)
+	if price > jc.MaxPrice {
+		return Offer{}, inelig("quote %.2f > max %.2f", price, jc.MaxPrice)
+	}
+	return Offer{
+		Price:    price,
+		Start:    start,
+		End:      end,
+		GPUModel: model,
+		VRAMGB:   vram,
+		Datasets: intersect(jc.Datasets, ps.Cap.Datasets),
+		Preempts: preempts,
+	}, nil
+}
+
+// pickModel chooses the GPU model to offer: among models the job accepts
+// with at least GPUCount devices of MinVRAMGB, the one with the most VRAM
+// (then by name). It returns the model and its smallest device's VRAM.
+func pickModel(gpus []GPU, j *Job) (string, int, error) {
+	type group struct {
+		name    string
+		n, vram int
+	}
+	groups := map[string]*group{}
+	var models, tooSmall int
+	for _, g := range gpus {
+		if len(j.GPUModels) > 0 && !containsFold(j.GPUModels, g.Model) {
+			continue
+		}
+		models++
+		if g.VRAMGB < j.MinVRAMGB {
+			tooSmall++
+			continue
+		}
+		key := strings.ToLower(g.Model)
+		gr := groups[key]
+		if gr == nil {
+			gr = &group{name: g.Model, vram: g.VRAMGB}
+			groups[key] = gr
+		}
+		gr.n++
+		if g.VRAMGB < gr.vram {
+			gr.vram = g.VRAMGB
+		}
+	}
+	switch {
+	case len(gpus) == 0:
+		return "", 0, inelig("no gpus")
+	case models == 0:
+		return "", 0, inelig("gpu model %s not in %s", gpus[0].Model, strings.Join(j.GPUModels, ","))
+	case tooSmall == models:
+		return "", 0, inelig("vram below required %dGB", j.MinVRAMGB)
+	}
+	var best *group
+	most := 0
+	for _, gr := range groups {
+		if gr.n > most {
+			most = gr.n
+		}
+		if gr.n < j.GPUCount {
+			continue
+		}
+		if best == nil || gr.vram > best.vram || (gr.vram == best.vram && gr.name < best.name) {
+			best = gr
+		}
+	}
+	if best == nil {
+		return "", 0, inelig("%d qualifying gpus < %d required", most, j.GPUCount)
+	}
+	return best.name, best.vram, nil
+}
+
+// placeLease finds the earliest lease span for j; see Evaluate.
+func placeLease(p Policy, cal *Calendar, j *Job, now time.Time) (start, end time.Time, preempts []string, err error) {
+	d := j.Duration
+	if p.MaxLease > 0 && d > p.MaxLease {
+		if !j.Preemptible {
+			return start, end, nil, inelig("duration %v exceeds max lease %v", j.Duration, p.MaxLease)
+		}
+		d = p.MaxLease
+	}
+	latest := now.Add(DefaultPatience)
+	if !j.Deadline.IsZero() {
+		if j.Deadline.Before(now) {
+			return start, end, nil, inelig("deadline %s passed", j.Deadline.UTC().Format(time.RFC3339))
+		}
+		latest = j.Deadline
+	}
+	minSlice := d
+	if j.Preemptible && minSlice > MinBackfill {
+		minSlice = MinBackfill
+	}
+	bs := cal.Bookings()
+	capacity := cal.Capacity()
+	var skip func(*Booking) bool
+	if j.Tier == Gold && p.AllowPreemption {
+		skip = func(b *Booking) bool { return b.Preemptible }
+	}
+	spans := p.FreeSpans(now, latest.Add(d))
+	longEnough := false
+	found := false
+	for _, sp := range spans {
+		if sp.Start.After(latest) {
+			break
+		}
+		if sp.End.Sub(sp.Start) >= minSlice {
+			longEnough = true
+		}
+		cands := []time.Time{sp.Start}
+		for _, b := range bs {
+			if b.End.After(sp.Start) && b.End.Before(sp.End) {
+				cands = append(cands, b.End)
+			}
+		}
+		sort.Slice(cands, func(a, b int) bool { return cands[a].Before(cands[b]) })
+		for _, s := range cands {
+			if s.After(latest) {
+				break
+			}
+			if e := s.Add(d); !e.After(sp.End) && peakUse(bs, s, e, skip)+j.GPUCount <= capacity {
+				start, end, found = s, e, true
+				break
+			}
+			if !j.Preemptible {
+				continue
+			}
+			e := s.Add(d)
+			if e.After(sp.End) {
+				e = sp.End
+			}
+			// Stop at the first booking start that leaves too few GPUs.
+			for _, b := range bs {
+				if b.Start.After(s) && b.Start.Before(e) && useAt(bs, b.Start, skip)+j.GPUCount > capacity {
+					e = b.Start
+				}
+			}
+			if e.Sub(s) >= minSlice && peakUse(bs, s, e, skip)+j.GPUCount <= capacity {
+				start, end, found = s, e, true
+				break
+			}
+		}
+		if found {
+			break
+		}
+	}
+	switch {
+	case found:
+	case len(spans) == 0 || spans[0].Start.After(latest):
+		return start, end, nil, inelig("not available before %s", latest.UTC().Format(time.RFC3339))
+	case !longEnough:
+		return start, end, nil, inelig("no free window of %v before %s", minSlice, latest.UTC().Format(time.RFC3339))
+	default:
+		return start, end, nil, inelig("no %d free gpus for %v before %s", j.GPUCount, minSlice, latest.UTC().Format(time.RFC3339))
+	}
+	if skip != nil && peakUse(bs, start, end, nil)+j.GPUCount > capacity {
+		preempts = pickEvictions(bs, start, end, j.GPUCount, capacity)
+	}
+	return start, end, preempts, nil
+}
+
+// pickEvictions chooses preemptible bookings overlapping [start, end) to
+// evict so that gpus more fit: greedily the largest (then latest-started),
+// then drops any that turn out unnecessary, latest-added first.
+func pickEvictions(bs []Booking, start, end time.Time, gpus, capacity int) []string {
+	var cands []Booking
+	for _, b := range bs {
+		if b.Preemptible && b.Start.Before(end) && b.End.After(start) {
+			cands = append(cands, b)
+		}
+	}
+	sort.Slice(cands, func(a, b int) bool {
+		if cands[a].GPUs != cands[b].GPUs {
+			return cands[a].GPUs > cands[b].GPUs
+		}
+		if !cands[a].Start.Equal(cands[b].Start) {
+			return cands[a].Start.After(cands[b].Start)
+		}
+		return cands[a].LeaseID < cands[b].LeaseID
+	})
+	evict := map[string]bool{}
+	skip := func(b *Booking) bool { return evict[b.LeaseID] }
+	var chosen []string
+	for _, c := range cands {
+		if peakUse(bs, start, end, skip)+gpus <= capacity {
+			break
+		}
+		evict[c.LeaseID] = true
+		chosen = append(chosen, c.LeaseID)
+	}
+	for i := len(chosen) - 1; i >= 0; i-- {
+		delete(evict, chosen[i])
+		if peakUse(bs, start, end, skip)+gpus > capacity {
+			evict[chosen[i]] = true
+		}
+	}
+	out := chosen[:0]
+	for _, id := range chosen {
+		if evict[id] {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func containsFold(list []string, s string) bool {
+	for _, x := range list {
+		if strings.EqualFold(strings.TrimSpace(x), strings.TrimSpace(s)) {
+			return true
+		}
+	}
+	return false
+}
+
+// intersect returns the elements of want that are in have, in want's order,
+// without duplicates.
+func intersect(want, have []string) []string {
+	if len(want) == 0 || len(have) == 0 {
+		return nil
+	}
+	set := make(map[string]bool, len(have))
+	for _, h := range have {
+		set[h] = true
+	}
+	var out []string
+	for _, w := range want {
+		if set[w] {
+			out = append(out, w)
+			delete(set, w)
+		}
+	}
+	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}

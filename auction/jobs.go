@@ -1,0 +1,119 @@
+package auction
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Bid window bounds. A job that does not set BidWindow gets DefaultBidWindow.
+const (
+	DefaultBidWindow = 2 * time.Second
+	MinBidWindow     = 100 * time.Millisecond
+	MaxBidWindow     = 60 * time.Second
+)
+
+// MaxGPUCount bounds how many GPUs one job may ask for.
+const MaxGPUCount = 1024
+
+// NewID returns a random, URL-safe identifier: prefix, a dash and 24 hex
+// digits (96 random bits), e.g. "job-3f9c0a...". An empty prefix yields the
+// hex digits alone.
+func NewID(prefix string) string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		// crypto/rand.Read never fails on supported platforms (Go >= 1.24).
+		panic(fmt.Sprintf("auction: crypto/rand: %v", err))
+	}
+	if prefix == "" {
+		return hex.EncodeToString(b[:])
+	}
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// ParseTier parses a tier name, case-insensitively.
+func ParseTier(s string) (Tier, error) {
+	switch t := Tier(strings.ToLower(strings.TrimSpace(s))); t {
+	case Gold, Silver, Bronze:
+		return t, nil
+	}
+	return "", fmt.Errorf("auction: unknown tier %q (want gold, silver or bronze)", s)
+}
+
+// Validate checks a job spec and fills defaults: a zero BidWindow becomes
+// DefaultBidWindow. It rejects an unknown tier, a MaxPrice that is not a
+// positive finite number, GPUCount outside [1, MaxGPUCount], a non-positive
+// Duration, a negative MinVRAMGB, MinReliability outside [0,1], an empty
+// command, a preemptible gold job (gold is the protected tier), a negative
+// attempt, a BidWindow outside [MinBidWindow, MaxBidWindow] and a Deadline
+// before CreatedAt. ID, Owner and CreatedAt may be empty (the renter fills
+// them when it posts the job).
+func (j *Job) Validate() error {
+	if j == nil {
+		return errors.New("auction: nil job")
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf(format, args...))
+	}
+	if _, err := ParseTier(string(j.Tier)); err != nil {
+		bad("tier: unknown tier %q (want gold, silver or bronze)", j.Tier)
+	}
+	if math.IsNaN(j.MaxPrice) || math.IsInf(j.MaxPrice, 0) || j.MaxPrice <= 0 {
+		bad("max_price must be a positive number, got %v", j.MaxPrice)
+	}
+	if j.GPUCount < 1 || j.GPUCount > MaxGPUCount {
+		bad("gpu_count must be in [1, %d], got %d", MaxGPUCount, j.GPUCount)
+	}
+	if j.Duration <= 0 {
+		bad("duration must be positive, got %v", j.Duration)
+	}
+	if j.MinVRAMGB < 0 {
+		bad("min_vram_gb must not be negative, got %d", j.MinVRAMGB)
+	}
+	if math.IsNaN(j.MinReliability) || j.MinReliability < 0 || j.MinReliability > 1 {
+		bad("min_reliability must be in [0, 1], got %v", j.MinReliability)
+	}
+	if len(j.Run.Command) == 0 || strings.TrimSpace(j.Run.Command[0]) == "" {
+		bad("run.command must not be empty")
+	}
+	if j.Tier == Gold && j.Preemptible {
+		bad("a gold job cannot be preemptible")
+	}
+	if j.Attempt < 0 {
+		bad("attempt must not be negative, got %d", j.Attempt)
+	}
+	for i, m := range j.GPUModels {
+		if strings.TrimSpace(m) == "" {
+			bad("gpu_models[%d] is empty", i)
+		}
+	}
+	if j.BidWindow == 0 {
+		j.BidWindow = DefaultBidWindow
+	} else if j.BidWindow < MinBidWindow || j.BidWindow > MaxBidWindow {
+		bad("bid_window must be in [%v, %v], got %v", MinBidWindow, MaxBidWindow, j.BidWindow)
+	}
+	if !j.Deadline.IsZero() && !j.CreatedAt.IsZero() && j.Deadline.Before(j.CreatedAt) {
+		bad("deadline %s is before created_at %s", j.Deadline.Format(time.RFC3339), j.CreatedAt.Format(time.RFC3339))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("auction: invalid job %q: %w", j.ID, errors.Join(errs...))
+}
+
+// regionSatisfies reports whether a provider in region have satisfies the
+// residency constraint want: want is empty (anywhere), equal to have, or a
+// dash-delimited prefix of it ("eu" matches "eu-west" but not "europe-x").
+func regionSatisfies(want, have string) bool {
+	want = strings.ToLower(strings.TrimSpace(want))
+	if want == "" {
+		return true
+	}
+	have = strings.ToLower(strings.TrimSpace(have))
+	return have == want || strings.HasPrefix(have, want+"-")
+}

@@ -1,0 +1,63 @@
+package auction
+
+import (
+	"math"
+	"time"
+)
+
+// DefaultPeakMultiplier applies when a policy declares peak windows but no
+// multiplier.
+const DefaultPeakMultiplier = 1.5
+
+// peakMultiplier is the policy's effective peak multiplier.
+func (p Policy) peakMultiplier() float64 {
+	if p.PeakMultiplier >= 1 {
+		return p.PeakMultiplier
+	}
+	return DefaultPeakMultiplier
+}
+
+// peakFraction is the fraction of [start, start+d) inside peak windows; for
+// d <= 0 it is 1 if start is peak and 0 otherwise.
+func (p Policy) peakFraction(start time.Time, d time.Duration) float64 {
+	if len(p.PeakWindows) == 0 {
+		return 0
+	}
+	if d <= 0 {
+		if p.IsPeak(start) {
+			return 1
+		}
+		return 0
+	}
+	var peak time.Duration
+	for _, iv := range windowSpans(p.PeakWindows, p.location(), start, start.Add(d)) {
+		peak += iv.End.Sub(iv.Start)
+	}
+	return float64(peak) / float64(d)
+}
+
+// Quote is the provider's price per GPU-hour, in USD, for a lease of d
+// starting at start while occupancy (in [0,1], clamped) of its GPUs is
+// booked:
+//
+//	PriceFloor × (1 + (PeakMultiplier−1) × peakFraction) × (1 + OccupancySurcharge × occupancy)
+//
+// where peakFraction is the time-weighted share of [start, start+d) inside
+// peak windows, so a lease that is half peak pays half the peak premium.
+func Quote(p Policy, start time.Time, d time.Duration, occupancy float64) float64 {
+	if math.IsNaN(occupancy) || occupancy < 0 {
+		occupancy = 0
+	} else if occupancy > 1 {
+		occupancy = 1
+	}
+	floor := p.PriceFloor
+	if math.IsNaN(floor) || floor < 0 {
+		floor = 0
+	}
+	surcharge := p.OccupancySurcharge
+	if math.IsNaN(surcharge) || surcharge < 0 {
+		surcharge = 0
+	}
+	peak := 1 + (p.peakMultiplier()-1)*p.peakFraction(start, d)
+	return floor * peak * (1 + surcharge*occupancy)
+}

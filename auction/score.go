@@ -1,0 +1,204 @@
+package auction
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Scoring constants.
+const (
+	// MinScoreReliability floors reliability in the score so that a provider
+	// with no track record cannot divide by zero.
+	MinScoreReliability = 0.05
+	// NeutralReliability is the prior for a provider without verified
+	// receipts (applied by the renter's reputation source, not by Rank).
+	NeutralReliability = 0.5
+	// TieTolerance: scores within this fraction of each other are tied.
+	TieTolerance = 0.01
+)
+
+// Candidate is a bid as the renter sees it: with the provider's reliability
+// as the renter verified it (from attested receipts, never the provider's
+// own claim) and the measured latency to the provider.
+type Candidate struct {
+	Bid         Bid
+	Reliability float64
+	Latency     time.Duration
+}
+
+// Ranked is a scored candidate. Rejected is non-empty when the bid was
+// excluded, and says why.
+type Ranked struct {
+	Candidate
+	Score    float64
+	Rejected string
+}
+
+// Score is a bid's score: Price / max(reliability, MinScoreReliability).
+// Lower is better: cheaper and more reliable first.
+func Score(price, reliability float64) float64 {
+	if math.IsNaN(reliability) || reliability < MinScoreReliability {
+		reliability = MinScoreReliability
+	}
+	return price / reliability
+}
+
+// Rank orders the bids for j at the current time; see RankAt.
+func Rank(j *Job, cands []Candidate) []Ranked {
+	return RankAt(j, cands, time.Now())
+}
+
+// RankAt orders the bids for j as of now: eligible bids first, best first,
+// then the rejected ones in input order, each with its reason. A bid is
+// rejected when it is for another job or attempt, is a later duplicate from
+// a provider that already bid (the first is kept), has expired, has a
+// price that is not a positive number or above MaxPrice, comes from a
+// provider whose verified reliability is below MinReliability, is for a
+// region that does not satisfy the job's, has an empty span, starts after
+// the job's deadline, or (for a non-preemptible job) is shorter than the
+// job's duration.
+//
+// Eligible bids are ordered by Score. Scores within TieTolerance (1%) of
+// the best score of their group are tied, and ties are broken by more of
+// the job's datasets cached (data-aware placement), then earlier start,
+// then lower latency, then provider id, so the order is deterministic.
+func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
+	if j == nil {
+		return nil
+	}
+	seen := make(map[string]bool, len(cands))
+	ok := make([]Ranked, 0, len(cands))
+	var rejected []Ranked
+	for _, c := range cands {
+		r := Ranked{Candidate: c, Score: Score(c.Bid.Price, c.Reliability)}
+		r.Rejected = rejectReason(j, c, now, seen)
+		seen[c.Bid.Provider] = true
+		if r.Rejected != "" {
+			rejected = append(rejected, r)
+			continue
+		}
+		ok = append(ok, r)
+	}
+	sort.SliceStable(ok, func(a, b int) bool { return ok[a].Score < ok[b].Score })
+	for lo := 0; lo < len(ok); {
+		hi := lo + 1
+		for hi < len(ok) && ok[hi].Score <= ok[lo].Score*(1+TieTolerance) {
+			hi++
+		}
+		group := ok[lo:hi]
+		sort.SliceStable(group, func(a, b int) bool { return tieLess(j, &group[a], &group[b]) })
+		lo = hi
+	}
+	return append(ok, rejected...)
+}
+
+func rejectReason(j *Job, c Candidate, now time.Time, seen map[string]bool) string {
+	b := &c.Bid
+	switch {
+	case b.JobID != j.ID || b.Attempt != j.Attempt:
+		return fmt.Sprintf("bid for job %s attempt %d, not %s attempt %d", b.JobID, b.Attempt, j.ID, j.Attempt)
+	case b.Provider == "":
+		return "bid without provider"
+	case seen[b.Provider]:
+		return "duplicate bid from provider"
+	case !b.ExpiresAt.IsZero() && !now.Before(b.ExpiresAt):
+		return fmt.Sprintf("bid expired at %s", b.ExpiresAt.UTC().Format(time.RFC3339))
+	case math.IsNaN(b.Price) || math.IsInf(b.Price, 0) || b.Price <= 0:
+		return fmt.Sprintf("invalid price %v", b.Price)
+	case b.Price > j.MaxPrice:
+		return fmt.Sprintf("price %.2f > max %.2f", b.Price, j.MaxPrice)
+	case math.IsNaN(c.Reliability) || c.Reliability < j.MinReliability:
+		return fmt.Sprintf("reliability %.2f < min %.2f", c.Reliability, j.MinReliability)
+	case !regionSatisfies(j.Region, b.Region):
+		return fmt.Sprintf("region %s does not satisfy %s", orNone(b.Region), j.Region)
+	case !b.End.After(b.Start):
+		return "empty lease span"
+	case !j.Deadline.IsZero() && b.Start.After(j.Deadline):
+		return fmt.Sprintf("start %s after deadline", b.Start.UTC().Format(time.RFC3339))
+	case !j.Preemptible && b.End.Sub(b.Start) < j.Duration:
+		return fmt.Sprintf("lease %v shorter than job %v", b.End.Sub(b.Start), j.Duration)
+	}
+	return ""
+}
+
+func cachedCount(j *Job, b *Bid) int { return len(intersect(j.Datasets, b.Datasets)) }
+
+func tieLess(j *Job, x, y *Ranked) bool {
+	if cx, cy := cachedCount(j, &x.Bid), cachedCount(j, &y.Bid); cx != cy {
+		return cx > cy
+	}
+	if !x.Bid.Start.Equal(y.Bid.Start) {
+		return x.Bid.Start.Before(y.Bid.Start)
+	}
+	if x.Latency != y.Latency {
+		return x.Latency < y.Latency
+	}
+	return x.Bid.Provider < y.Bid.Provider
+}
+
+// tieBreak names the rule that put x ahead of a tied y.
+func tieBreak(j *Job, x, y *Ranked) string {
+	if cx, cy := cachedCount(j, &x.Bid), cachedCount(j, &y.Bid); cx != cy {
+		return fmt.Sprintf("more of the job's datasets cached (%d vs %d)", cx, cy)
+	}
+	if !x.Bid.Start.Equal(y.Bid.Start) {
+		return fmt.Sprintf("earlier start (%s vs %s)", x.Bid.Start.UTC().Format(time.RFC3339), y.Bid.Start.UTC().Format(time.RFC3339))
+	}
+	if x.Latency != y.Latency {
+		return fmt.Sprintf("lower latency (%v vs %v)", x.Latency, y.Latency)
+	}
+	return "provider id order"
+}
+
+// shortID abbreviates a peer id for tables.
+func shortID(id string) string {
+	if len(id) <= 12 {
+		return id
+	}
+	return "…" + id[len(id)-10:]
+}
+
+// Explain renders a ranking as a table followed by why the winner won (or
+// why nothing could be awarded).
+func Explain(r []Ranked) string {
+	var sb strings.Builder
+	tw := tabwriter.NewWriter(&sb, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tPROVIDER\tREGION\tPRICE\tRELIAB\tSCORE\tSTART\tCACHED\tLATENCY\tSTATUS")
+	for i, x := range r {
+		status := "ok"
+		if x.Rejected != "" {
+			status = "rejected: " + x.Rejected
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.4f\t%.2f\t%.4f\t%s\t%d\t%v\t%s\n", i+1, shortID(x.Bid.Provider), orNone(x.Bid.Region),
+			x.Bid.Price, x.Reliability, x.Score, x.Bid.Start.UTC().Format("01-02 15:04"), len(x.Bid.Datasets), x.Latency, status)
+	}
+	tw.Flush()
+	if len(r) == 0 {
+		sb.WriteString("no bids\n")
+		return sb.String()
+	}
+	w := &r[0]
+	if w.Rejected != "" {
+		fmt.Fprintf(&sb, "no eligible bid: all %d rejected\n", len(r))
+		return sb.String()
+	}
+	fmt.Fprintf(&sb, "winner %s: score %.4f = price %.4f / reliability %.2f", shortID(w.Bid.Provider), w.Score, w.Bid.Price, math.Max(w.Reliability, MinScoreReliability))
+	if len(r) < 2 || r[1].Rejected != "" {
+		sb.WriteString("; the only eligible bid\n")
+		return sb.String()
+	}
+	ru := &r[1]
+	if ru.Score > w.Score*(1+TieTolerance) {
+		fmt.Fprintf(&sb, "; best score, %.1f%% below runner-up %s (%.4f)\n", 100*(ru.Score-w.Score)/ru.Score, shortID(ru.Bid.Provider), ru.Score)
+		return sb.String()
+	}
+	// Tied with the runner-up: the bids' dataset lists are already
+	// restricted to the job's datasets.
+	j := &Job{Datasets: append(append([]string(nil), w.Bid.Datasets...), ru.Bid.Datasets...)}
+	fmt.Fprintf(&sb, "; tied within %.0f%% with %s (%.4f), won on %s\n", 100*TieTolerance, shortID(ru.Bid.Provider), ru.Score, tieBreak(j, w, ru))
+	return sb.String()
+}
