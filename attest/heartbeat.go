@@ -1,0 +1,343 @@
+package attest
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Heartbeat timing bounds used by HeartbeatMonitor.
+const (
+	// HeartbeatSkew is how far a heartbeat's timestamp may lie in the future
+	// of the receiver's clock, or before the lease start.
+	HeartbeatSkew = 30 * time.Second
+	// DefaultHeartbeatInterval is used when a monitor is created with a
+	// non-positive interval.
+	DefaultHeartbeatInterval = 10 * time.Second
+	// heartbeatLagIntervals: a heartbeat older than this many intervals (plus
+	// HeartbeatSkew) when it arrives is stale.
+	heartbeatLagIntervals = 5
+	// maxHeartbeatGPUs bounds the devices a heartbeat may report.
+	maxHeartbeatGPUs = MaxFingerprintGPUs
+)
+
+// Errors returned by HeartbeatMonitor.Accept and CheckHeartbeatAgainstFingerprint.
+var (
+	ErrReplay           = errors.New("attest: replayed or out-of-order heartbeat")
+	ErrWrongLease       = errors.New("attest: heartbeat for another lease")
+	ErrWrongSigner      = errors.New("attest: heartbeat not signed by the lease's provider")
+	ErrClock            = errors.New("attest: heartbeat timestamp out of bounds")
+	ErrInvalidHeartbeat = errors.New("attest: invalid heartbeat")
+	ErrContradiction    = errors.New("attest: heartbeat contradicts fingerprint")
+)
+
+// Heartbeat is a provider's signed telemetry sample for a running lease.
+// GPU figures are zero when Source is SourceProcess.
+type Heartbeat struct {
+	LeaseID  string    `json:"lease_id"`
+	Provider string    `json:"provider"`
+	Seq      uint64    `json:"seq"`
+	Time     time.Time `json:"time"`
+	// GPUUtil is the mean utilisation of the lease's GPUs, in percent (0..100).
+	GPUUtil    float64 `json:"gpu_util"`
+	MemUsedMB  int     `json:"mem_used_mb"`
+	TempC      int     `json:"temp_c"`
+	PowerW     int     `json:"power_w"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	RSSMB      int     `json:"rss_mb"`
+	// Source is SourceNVML or SourceProcess.
+	Source string `json:"source"`
+	// GPUUUIDs lists the devices sampled, when known (NVML reports them).
+	// It lets a renter check the telemetry against the signed fingerprint.
+	GPUUUIDs []string `json:"gpu_uuids,omitempty"`
+}
+
+func (hb Heartbeat) validate() error {
+	switch {
+	case hb.LeaseID == "":
+		return fmt.Errorf("%w: empty lease id", ErrInvalidHeartbeat)
+	case hb.Source != SourceNVML && hb.Source != SourceProcess:
+		return fmt.Errorf("%w: source %q", ErrInvalidHeartbeat, hb.Source)
+	case math.IsNaN(hb.GPUUtil) || hb.GPUUtil < 0 || hb.GPUUtil > 100:
+		return fmt.Errorf("%w: gpu utilisation %v outside 0..100", ErrInvalidHeartbeat, hb.GPUUtil)
+	case math.IsNaN(hb.CPUSeconds) || math.IsInf(hb.CPUSeconds, 0) || hb.CPUSeconds < 0:
+		return fmt.Errorf("%w: cpu seconds %v", ErrInvalidHeartbeat, hb.CPUSeconds)
+	case hb.MemUsedMB < 0 || hb.PowerW < 0 || hb.RSSMB < 0:
+		return fmt.Errorf("%w: negative counter", ErrInvalidHeartbeat)
+	case len(hb.GPUUUIDs) > maxHeartbeatGPUs:
+		return fmt.Errorf("%w: %d gpus", ErrInvalidHeartbeat, len(hb.GPUUUIDs))
+	case hb.Time.IsZero():
+		return fmt.Errorf("%w: zero timestamp", ErrInvalidHeartbeat)
+	}
+	return nil
+}
+
+// SignHeartbeat signs hb with the provider's key. An empty hb.Provider is
+// filled with the signer's ID; any other provider is an error.
+func SignHeartbeat(s *Signer, hb Heartbeat) (*Envelope, error) {
+	if s == nil {
+		return nil, errors.New("attest: nil signer")
+	}
+	if hb.Provider == "" {
+		hb.Provider = s.ID().String()
+	}
+	if hb.Provider != s.ID().String() {
+		return nil, fmt.Errorf("%w: provider %s is not the signer %s", ErrWrongSigner, hb.Provider, s.ID())
+	}
+	if err := hb.validate(); err != nil {
+		return nil, err
+	}
+	return Seal(s, DomainHeartbeat, hb)
+}
+
+// OpenHeartbeat verifies a heartbeat envelope's signature, checks that the
+// signer is the heartbeat's provider and returns the heartbeat. It does not
+// check sequencing or timing; HeartbeatMonitor does.
+func OpenHeartbeat(env *Envelope) (Heartbeat, error) {
+	var hb Heartbeat
+	id, err := Open(env, DomainHeartbeat, &hb)
+	if err != nil {
+		return Heartbeat{}, fmt.Errorf("attest: open heartbeat: %w", err)
+	}
+	if hb.Provider != id.String() {
+		return Heartbeat{}, fmt.Errorf("%w: signed by %s, claims %q", ErrWrongSigner, id, hb.Provider)
+	}
+	if err := hb.validate(); err != nil {
+		return Heartbeat{}, err
+	}
+	return hb, nil
+}
+
+// CheckHeartbeatAgainstFingerprint reports (as ErrContradiction) telemetry
+// that the provider's own signed fingerprint makes impossible: NVML
+// telemetry from a machine whose hardware was only declared, a device UUID
+// the fingerprint does not list, more devices than the fingerprint has, or
+// more GPU memory in use than the listed devices hold. Both values must
+// already be verified (OpenHeartbeat, OpenFingerprint).
+func CheckHeartbeatAgainstFingerprint(hb Heartbeat, fp Fingerprint) error {
+	if hb.Provider != fp.Peer {
+		return fmt.Errorf("%w: heartbeat from %q, fingerprint of %q", ErrContradiction, hb.Provider, fp.Peer)
+	}
+	if hb.Source == SourceNVML {
+		detected := 0
+		for _, g := range fp.GPUs {
+			if g.Detected {
+				detected++
+			}
+		}
+		if fp.Source != SourceNVML || detected == 0 {
+			return fmt.Errorf("%w: nvml telemetry but the fingerprint's hardware is %s only", ErrContradiction, fp.Source)
+		}
+	}
+	if len(hb.GPUUUIDs) > len(fp.GPUs) {
+		return fmt.Errorf("%w: %d gpus reported, fingerprint lists %d", ErrContradiction, len(hb.GPUUUIDs), len(fp.GPUs))
+	}
+	known := make(map[string]bool, len(fp.GPUs))
+	vramMB := 0
+	for _, g := range fp.GPUs {
+		if g.UUID != "" {
+			known[g.UUID] = true
+		}
+		vramMB += g.VRAMGB * 1024
+	}
+	seen := make(map[string]bool, len(hb.GPUUUIDs))
+	for _, u := range hb.GPUUUIDs {
+		if !known[u] {
+			return fmt.Errorf("%w: gpu %q not in fingerprint", ErrContradiction, u)
+		}
+		if seen[u] {
+			return fmt.Errorf("%w: gpu %q reported twice", ErrContradiction, u)
+		}
+		seen[u] = true
+	}
+	if hb.Source == SourceNVML && vramMB > 0 && hb.MemUsedMB > vramMB {
+		return fmt.Errorf("%w: %d MB gpu memory in use, fingerprint holds %d MB", ErrContradiction, hb.MemUsedMB, vramMB)
+	}
+	return nil
+}
+
+// HeartbeatSummary is the renter's account of a lease's telemetry. It is
+// carried inside the completion receipt.
+type HeartbeatSummary struct {
+	// Count is the number of accepted heartbeats within the lease span.
+	Count int `json:"count"`
+	// Expected is the number of whole heartbeat intervals in the span.
+	Expected int `json:"expected"`
+	// Coverage is the fraction (0..1) of the lease span lying within half an
+	// interval of an accepted heartbeat: one heartbeat per interval gives
+	// (close to) 1, every other one dropped gives 0.5.
+	Coverage float64 `json:"coverage"`
+	// Gaps are the spans longer than two intervals with no heartbeat.
+	Gaps []Interval `json:"gaps,omitempty"`
+	// Rejected counts heartbeats that failed verification.
+	Rejected    int     `json:"rejected"`
+	MaxTempC    int     `json:"max_temp_c"`
+	MeanGPUUtil float64 `json:"mean_gpu_util"`
+}
+
+// HeartbeatMonitor is a renter's per-lease verifier and accumulator of the
+// provider's heartbeats. It is safe for concurrent use.
+type HeartbeatMonitor struct {
+	leaseID  string
+	provider peer.ID
+	start    time.Time
+	interval time.Duration
+
+	mu       sync.Mutex
+	haveSeq  bool
+	lastSeq  uint64
+	lastTime time.Time
+	beats    []beat
+	rejected int
+}
+
+type beat struct {
+	t    time.Time
+	util float64
+	temp int
+}
+
+// NewHeartbeatMonitor returns a monitor for one lease. interval is the
+// heartbeat period the provider promised; a non-positive interval means
+// DefaultHeartbeatInterval.
+func NewHeartbeatMonitor(leaseID string, provider peer.ID, start time.Time, interval time.Duration) *HeartbeatMonitor {
+	if interval <= 0 {
+		interval = DefaultHeartbeatInterval
+	}
+	return &HeartbeatMonitor{leaseID: leaseID, provider: provider, start: start, interval: interval}
+}
+
+// Accept verifies a heartbeat envelope received at now and records it. It
+// checks the signature, that the signer is the lease's provider and the
+// heartbeat's Provider, the lease id, that Seq is strictly greater than any
+// accepted before (ErrReplay otherwise), and that the timestamp is not
+// before the previous heartbeat's, not more than HeartbeatSkew before the
+// lease start or after now, and not older than five intervals plus
+// HeartbeatSkew (ErrClock). Every rejection is counted in the summary.
+func (m *HeartbeatMonitor) Accept(env *Envelope, now time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.accept(env, now); err != nil {
+		m.rejected++
+		return err
+	}
+	return nil
+}
+
+func (m *HeartbeatMonitor) accept(env *Envelope, now time.Time) error {
+	if env == nil {
+		return ErrMalformed
+	}
+	if env.Signer != m.provider.String() {
+		return fmt.Errorf("%w: signer %q, provider %s", ErrWrongSigner, env.Signer, m.provider)
+	}
+	hb, err := OpenHeartbeat(env)
+	if err != nil {
+		return err
+	}
+	if hb.LeaseID != m.leaseID {
+		return fmt.Errorf("%w: %q, want %q", ErrWrongLease, hb.LeaseID, m.leaseID)
+	}
+	if m.haveSeq && hb.Seq <= m.lastSeq {
+		return fmt.Errorf("%w: seq %d after %d", ErrReplay, hb.Seq, m.lastSeq)
+	}
+	switch {
+	case hb.Time.After(now.Add(HeartbeatSkew)):
+		return fmt.Errorf("%w: %s is in the future of %s", ErrClock, hb.Time.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+	case hb.Time.Before(m.start.Add(-HeartbeatSkew)):
+		return fmt.Errorf("%w: %s is before the lease start %s", ErrClock, hb.Time.Format(time.RFC3339Nano), m.start.Format(time.RFC3339Nano))
+	case hb.Time.Before(now.Add(-(heartbeatLagIntervals*m.interval + HeartbeatSkew))):
+		return fmt.Errorf("%w: %s is stale at %s", ErrClock, hb.Time.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+	case m.haveSeq && hb.Time.Before(m.lastTime):
+		return fmt.Errorf("%w: %s goes back from %s", ErrClock, hb.Time.Format(time.RFC3339Nano), m.lastTime.Format(time.RFC3339Nano))
+	}
+	m.haveSeq, m.lastSeq, m.lastTime = true, hb.Seq, hb.Time
+	m.beats = append(m.beats, beat{t: hb.Time, util: hb.GPUUtil, temp: hb.TempC})
+	return nil
+}
+
+// Summary accounts for the lease span [start, end) given the heartbeats
+// accepted so far. Heartbeats after end are ignored.
+func (m *HeartbeatMonitor) Summary(end time.Time) HeartbeatSummary {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := HeartbeatSummary{Rejected: m.rejected}
+	span := end.Sub(m.start)
+	if span > 0 {
+		s.Expected = int(span / m.interval)
+	}
+	var in []time.Time
+	var utilSum float64
+	for _, b := range m.beats {
+		if b.t.After(end) {
+			continue
+		}
+		in = append(in, b.t)
+		utilSum += b.util
+		if s.Count == 0 || b.temp > s.MaxTempC {
+			s.MaxTempC = b.temp
+		}
+		s.Count++
+	}
+	if s.Count > 0 {
+		s.MeanGPUUtil = utilSum / float64(s.Count)
+	}
+	if span <= 0 {
+		return s
+	}
+	// Accepted timestamps are non-decreasing, but sort anyway: cheap, and
+	// keeps Summary correct whatever Accept's ordering rule becomes.
+	sort.Slice(in, func(i, j int) bool { return in[i].Before(in[j]) })
+
+	// Coverage: union of [t-interval/2, t+interval/2) clipped to the span.
+	half := m.interval / 2
+	var covered time.Duration
+	curStart, curEnd := time.Time{}, time.Time{}
+	flush := func() {
+		if !curEnd.After(curStart) {
+			return
+		}
+		covered += curEnd.Sub(curStart)
+	}
+	for i, t := range in {
+		a, b := t.Add(-half), t.Add(m.interval-half)
+		if a.Before(m.start) {
+			a = m.start
+		}
+		if b.After(end) {
+			b = end
+		}
+		if !b.After(a) {
+			continue
+		}
+		if i > 0 && !a.After(curEnd) {
+			if b.After(curEnd) {
+				curEnd = b
+			}
+			continue
+		}
+		flush()
+		curStart, curEnd = a, b
+	}
+	flush()
+	s.Coverage = math.Min(1, float64(covered)/float64(span))
+
+	// Gaps: consecutive points of start, heartbeats, end further apart than
+	// two intervals.
+	prev := m.start
+	for _, t := range append(in, end) {
+		if t.Before(prev) {
+			continue
+		}
+		if t.Sub(prev) > 2*m.interval {
+			s.Gaps = append(s.Gaps, Interval{Start: prev, End: t})
+		}
+		prev = t
+	}
+	return s
+}

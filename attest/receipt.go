@@ -1,0 +1,343 @@
+package attest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Lease outcomes a receipt may record.
+const (
+	OutcomeSucceeded = "succeeded"
+	OutcomeFailed    = "failed"
+	OutcomePreempted = "preempted"
+	OutcomeExpired   = "expired"
+	OutcomeCancelled = "cancelled"
+)
+
+// MaxReceiptSize bounds a receipt's wire encoding.
+const MaxReceiptSize = 64 << 10
+
+// Errors returned when a receipt does not verify.
+var (
+	// ErrIncomplete: a receipt lacks one of its two signatures.
+	ErrIncomplete = errors.New("attest: receipt is not signed by both parties")
+	// ErrTampered: the receipt's fields differ from the signed payload.
+	ErrTampered = errors.New("attest: receipt fields do not match the signed payload")
+	// ErrSelfDealing: renter and provider are the same identity.
+	ErrSelfDealing = errors.New("attest: renter and provider are the same identity")
+	// ErrInvalidReceipt: the receipt is not internally consistent.
+	ErrInvalidReceipt = errors.New("attest: invalid receipt")
+	// ErrMismatch: the receipt disagrees with the checker's view of the lease.
+	ErrMismatch = errors.New("attest: receipt disagrees with the lease")
+)
+
+// Receipt is the two-party record of a finished lease. Amount is
+// GPUSeconds/3600*Price, in USD.
+type Receipt struct {
+	LeaseID    string           `json:"lease_id"`
+	JobID      string           `json:"job_id"`
+	Renter     string           `json:"renter"`
+	Provider   string           `json:"provider"`
+	Start      time.Time        `json:"start"`
+	End        time.Time        `json:"end"`
+	GPUCount   int              `json:"gpu_count"`
+	GPUSeconds float64          `json:"gpu_seconds"`
+	Price      float64          `json:"price"` // per GPU-hour
+	Amount     float64          `json:"amount"`
+	Outcome    string           `json:"outcome"`
+	ResultHash string           `json:"result_hash,omitempty"`
+	Heartbeats HeartbeatSummary `json:"heartbeats"`
+	IssuedAt   time.Time        `json:"issued_at"`
+}
+
+// AmountFor is the amount due for gpuSeconds at price per GPU-hour.
+func AmountFor(gpuSeconds, price float64) float64 { return gpuSeconds / 3600 * price }
+
+// Overclaimed reports whether the receipt claims more GPU-seconds than its
+// span times its GPU count (with a one-second allowance for rounding).
+func (r Receipt) Overclaimed() bool {
+	limit := r.End.Sub(r.Start).Seconds()*float64(r.GPUCount) + 1
+	return r.GPUSeconds > limit
+}
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// validate checks what every receipt must satisfy, signed or not.
+func (r Receipt) validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidReceipt, fmt.Sprintf(format, a...))
+	}
+	if r.LeaseID == "" {
+		return bad("empty lease id")
+	}
+	if _, err := peer.Decode(r.Renter); err != nil {
+		return bad("renter: %v", err)
+	}
+	if _, err := peer.Decode(r.Provider); err != nil {
+		return bad("provider: %v", err)
+	}
+	if r.Renter == r.Provider {
+		return fmt.Errorf("%w: %s", ErrSelfDealing, r.Provider)
+	}
+	if !r.End.After(r.Start) {
+		return bad("end %s not after start %s", r.End.Format(time.RFC3339), r.Start.Format(time.RFC3339))
+	}
+	if r.GPUCount < 1 {
+		return bad("gpu count %d", r.GPUCount)
+	}
+	if !finite(r.GPUSeconds) || r.GPUSeconds < 0 {
+		return bad("gpu seconds %v", r.GPUSeconds)
+	}
+	if !finite(r.Price) || r.Price < 0 {
+		return bad("price %v", r.Price)
+	}
+	if !finite(r.Amount) {
+		return bad("amount %v", r.Amount)
+	}
+	want := AmountFor(r.GPUSeconds, r.Price)
+	if math.Abs(r.Amount-want) > 1e-9*math.Max(1, math.Abs(want)) {
+		return bad("amount %v, gpu seconds and price give %v", r.Amount, want)
+	}
+	switch r.Outcome {
+	case OutcomeSucceeded, OutcomeFailed, OutcomePreempted, OutcomeExpired, OutcomeCancelled:
+	default:
+		return bad("outcome %q", r.Outcome)
+	}
+	hs := r.Heartbeats
+	if hs.Count < 0 || hs.Expected < 0 || hs.Rejected < 0 || !finite(hs.Coverage) || hs.Coverage < 0 || hs.Coverage > 1 || !finite(hs.MeanGPUUtil) {
+		return bad("heartbeat summary out of range")
+	}
+	return nil
+}
+
+// SignedReceipt is a receipt with the exact bytes both parties signed: the
+// provider under DomainReceiptProvider, the renter under DomainReceiptRenter.
+// Receipt is the decoded payload, kept for convenience; Verify checks that
+// it has not drifted from Payload.
+type SignedReceipt struct {
+	Receipt     Receipt
+	Payload     []byte
+	ProviderSig []byte
+	RenterSig   []byte
+}
+
+// NewReceipt encodes r and signs it as its provider. r.Provider may be left
+// empty (it is filled with the signer's ID) and a zero r.Amount is computed
+// from GPUSeconds and Price. The result still needs the renter's
+// Countersign before it is a receipt.
+func NewReceipt(s *Signer, r Receipt) (*SignedReceipt, error) {
+	if s == nil {
+		return nil, errors.New("attest: nil signer")
+	}
+	if r.Provider == "" {
+		r.Provider = s.ID().String()
+	}
+	if r.Provider != s.ID().String() {
+		return nil, fmt.Errorf("%w: provider %s is not the signer %s", ErrInvalidReceipt, r.Provider, s.ID())
+	}
+	if r.Amount == 0 {
+		r.Amount = AmountFor(r.GPUSeconds, r.Price)
+	}
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	if r.Overclaimed() {
+		return nil, fmt.Errorf("%w: %.0f gpu seconds exceed the lease span", ErrInvalidReceipt, r.GPUSeconds)
+	}
+	payload, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("attest: encode receipt: %w", err)
+	}
+	sig, err := s.Sign(DomainReceiptProvider, payload)
+	if err != nil {
+		return nil, fmt.Errorf("attest: sign receipt: %w", err)
+	}
+	var decoded Receipt
+	if err := json.Unmarshal(payload, &decoded); err != nil {
+		return nil, fmt.Errorf("attest: decode receipt: %w", err)
+	}
+	return &SignedReceipt{Receipt: decoded, Payload: payload, ProviderSig: sig}, nil
+}
+
+// Countersign verifies the provider's signature and signs the same payload
+// as the receipt's renter. The renter should first compare the receipt with
+// its own view of the lease (CheckReceipt). Countersign refuses a receipt
+// that claims more GPU-seconds than the lease span allows.
+func (sr *SignedReceipt) Countersign(s *Signer) error {
+	if s == nil {
+		return errors.New("attest: nil signer")
+	}
+	if sr == nil {
+		return ErrMalformed
+	}
+	r, err := sr.decode()
+	if err != nil {
+		return err
+	}
+	if r.Renter != s.ID().String() {
+		return fmt.Errorf("%w: renter %s is not the signer %s", ErrInvalidReceipt, r.Renter, s.ID())
+	}
+	if err := verifyRole(r.Provider, DomainReceiptProvider, sr.Payload, sr.ProviderSig, "provider"); err != nil {
+		return err
+	}
+	if r.Overclaimed() {
+		return fmt.Errorf("%w: %.0f gpu seconds exceed the lease span", ErrInvalidReceipt, r.GPUSeconds)
+	}
+	sig, err := s.Sign(DomainReceiptRenter, sr.Payload)
+	if err != nil {
+		return fmt.Errorf("attest: countersign receipt: %w", err)
+	}
+	sr.RenterSig = sig
+	return nil
+}
+
+// decode checks the payload and that Receipt matches it, and returns the
+// receipt as signed.
+func (sr *SignedReceipt) decode() (Receipt, error) {
+	if len(sr.Payload) == 0 {
+		return Receipt{}, fmt.Errorf("%w: empty payload", ErrMalformed)
+	}
+	if len(sr.Payload) > MaxReceiptSize {
+		return Receipt{}, ErrOversized
+	}
+	var r Receipt
+	if err := json.Unmarshal(sr.Payload, &r); err != nil {
+		return Receipt{}, fmt.Errorf("%w: receipt payload: %v", ErrMalformed, err)
+	}
+	a, err1 := json.Marshal(r)
+	b, err2 := json.Marshal(sr.Receipt)
+	if err1 != nil || err2 != nil || !bytes.Equal(a, b) {
+		return Receipt{}, ErrTampered
+	}
+	if err := r.validate(); err != nil {
+		return Receipt{}, err
+	}
+	return r, nil
+}
+
+func verifyRole(who, domain string, payload, sig []byte, role string) error {
+	id, err := peer.Decode(who)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrInvalidReceipt, role, err)
+	}
+	if err := Verify(id, domain, payload, sig); err != nil {
+		return fmt.Errorf("%s signature: %w", role, err)
+	}
+	return nil
+}
+
+// Verify checks a complete receipt: both signatures present (ErrIncomplete)
+// and valid, each against the peer ID in its role (ErrBadSignature); the
+// payload decodes to Receipt (ErrTampered); renter and provider differ
+// (ErrSelfDealing); End after Start, a known outcome and Amount equal to
+// GPUSeconds/3600*Price (ErrInvalidReceipt). An overclaim is not a
+// verification failure: it is the provider's signed statement, and a Book
+// scores it as fraud.
+func (sr *SignedReceipt) Verify() error {
+	if sr == nil {
+		return ErrMalformed
+	}
+	if len(sr.ProviderSig) == 0 || len(sr.RenterSig) == 0 {
+		return ErrIncomplete
+	}
+	r, err := sr.decode()
+	if err != nil {
+		return err
+	}
+	if err := verifyRole(r.Provider, DomainReceiptProvider, sr.Payload, sr.ProviderSig, "provider"); err != nil {
+		return err
+	}
+	return verifyRole(r.Renter, DomainReceiptRenter, sr.Payload, sr.RenterSig, "renter")
+}
+
+// CheckReceipt compares a receipt with the checker's own record of the
+// lease: same lease, job, parties, price and GPU count, and a span within
+// the lease's (a lease may end early, not late).
+func CheckReceipt(r Receipt, l LeaseTerms) error {
+	mismatch := func(field string, got, want any) error {
+		return fmt.Errorf("%w: %s %v, lease has %v", ErrMismatch, field, got, want)
+	}
+	switch {
+	case r.LeaseID != l.ID:
+		return mismatch("lease id", r.LeaseID, l.ID)
+	case r.JobID != l.JobID:
+		return mismatch("job id", r.JobID, l.JobID)
+	case r.Renter != l.Renter:
+		return mismatch("renter", r.Renter, l.Renter)
+	case r.Provider != l.Provider:
+		return mismatch("provider", r.Provider, l.Provider)
+	case r.Price != l.Price:
+		return mismatch("price", r.Price, l.Price)
+	case r.GPUCount != l.GPUCount:
+		return mismatch("gpu count", r.GPUCount, l.GPUCount)
+	case r.Start.Before(l.Start):
+		return mismatch("start", r.Start, l.Start)
+	case r.End.After(l.End):
+		return mismatch("end", r.End, l.End)
+	case r.Overclaimed():
+		return fmt.Errorf("%w: %.0f gpu seconds exceed the span", ErrMismatch, r.GPUSeconds)
+	}
+	return nil
+}
+
+// wireReceipt is the wire form: the signed bytes and the signatures. The
+// decoded receipt is not sent; it is rebuilt from the payload.
+type wireReceipt struct {
+	Payload     []byte `json:"payload"`
+	ProviderSig []byte `json:"provider_sig"`
+	RenterSig   []byte `json:"renter_sig,omitempty"`
+}
+
+// Marshal encodes the receipt for the wire.
+func (sr *SignedReceipt) Marshal() ([]byte, error) {
+	if sr == nil {
+		return nil, ErrMalformed
+	}
+	b, err := json.Marshal(wireReceipt{Payload: sr.Payload, ProviderSig: sr.ProviderSig, RenterSig: sr.RenterSig})
+	if err != nil {
+		return nil, fmt.Errorf("attest: encode receipt: %w", err)
+	}
+	if len(b) > MaxReceiptSize {
+		return nil, ErrOversized
+	}
+	return b, nil
+}
+
+// UnmarshalReceipt decodes wire bytes into a SignedReceipt, bounding their
+// size and decoding the payload. It does not check signatures: call Verify,
+// or use OpenReceipt.
+func UnmarshalReceipt(b []byte) (*SignedReceipt, error) {
+	if len(b) > MaxReceiptSize {
+		return nil, ErrOversized
+	}
+	var w wireReceipt
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, fmt.Errorf("%w: receipt: %v", ErrMalformed, err)
+	}
+	if len(w.Payload) == 0 || len(w.ProviderSig) == 0 {
+		return nil, fmt.Errorf("%w: receipt without payload or provider signature", ErrMalformed)
+	}
+	sr := &SignedReceipt{Payload: w.Payload, ProviderSig: w.ProviderSig, RenterSig: w.RenterSig}
+	if err := json.Unmarshal(w.Payload, &sr.Receipt); err != nil {
+		return nil, fmt.Errorf("%w: receipt payload: %v", ErrMalformed, err)
+	}
+	return sr, nil
+}
+
+// OpenReceipt decodes wire bytes and verifies the receipt (Verify).
+func OpenReceipt(b []byte) (*SignedReceipt, error) {
+	sr, err := UnmarshalReceipt(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := sr.Verify(); err != nil {
+		return nil, err
+	}
+	return sr, nil
+}

@@ -1,0 +1,441 @@
+package attest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Slash evidence kinds, and the penalty each applies (see Book.Slash).
+const (
+	SlashHeartbeatContradictsFingerprint = "heartbeat_contradicts_fingerprint"
+	SlashAbandonedLease                  = "abandoned_lease"
+	SlashOverclaim                       = "overclaim"
+)
+
+// slashPenalty is the fraction of the score a fresh slash removes.
+var slashPenalty = map[string]float64{
+	SlashHeartbeatContradictsFingerprint: 0.5,
+	SlashAbandonedLease:                  0.2,
+	SlashOverclaim:                       0.5,
+}
+
+// Score blend: weights of the three components.
+const (
+	weightCompletion = 0.5
+	weightUptime     = 0.3
+	weightHonesty    = 0.2
+	// Prior is the score of an identity the book knows nothing about.
+	Prior = 0.5
+)
+
+// Book defaults.
+const (
+	DefaultHalfLife     = 30 * 24 * time.Hour
+	DefaultPriorWeight  = 4
+	DefaultRenterCap    = 3
+	DefaultRenterWindow = 24 * time.Hour
+)
+
+// Errors returned by Book.
+var (
+	// ErrConflict: a different receipt for a lease the book already counted.
+	ErrConflict = errors.New("attest: conflicting receipt for an already counted lease")
+	// ErrBadEvidence: slash evidence that is malformed or does not prove
+	// its claim.
+	ErrBadEvidence = errors.New("attest: bad slash evidence")
+)
+
+// BookOptions configures a Book. The zero value is usable.
+type BookOptions struct {
+	// Now is the book's clock (default time.Now); the market replay passes a
+	// virtual clock.
+	Now func() time.Time
+	// HalfLife is the age at which a receipt's (or slash's) weight halves
+	// (default DefaultHalfLife).
+	HalfLife time.Duration
+	// PriorWeight is the number of pseudo-receipts at the Prior that every
+	// score component starts with: the Bayesian shrinkage that keeps new
+	// identities near the prior (default DefaultPriorWeight).
+	PriorWeight float64
+	// RenterCap and RenterWindow are the tight-cluster rule: the receipts
+	// one renter gives one provider whose End falls in the same RenterWindow
+	// (aligned to the Unix epoch) count as at most RenterCap receipts in
+	// total: if there are n > RenterCap of them, each weighs RenterCap/n.
+	// Defaults DefaultRenterCap and DefaultRenterWindow.
+	RenterCap    int
+	RenterWindow time.Duration
+}
+
+// Evidence is a report of provider misbehaviour.
+type Evidence struct {
+	// Kind is one of the Slash* constants.
+	Kind    string `json:"kind"`
+	LeaseID string `json:"lease_id"`
+	Detail  string `json:"detail,omitempty"`
+	// Reporter is the peer reporting the evidence, if any.
+	Reporter string `json:"reporter,omitempty"`
+	// Time is when the misbehaviour was observed; zero means now.
+	Time time.Time `json:"time,omitempty"`
+	// Heartbeat and Fingerprint optionally prove a
+	// SlashHeartbeatContradictsFingerprint: when given, both must be the
+	// provider's signed envelopes and must contradict each other.
+	Heartbeat   *Envelope `json:"heartbeat,omitempty"`
+	Fingerprint *Envelope `json:"fingerprint,omitempty"`
+}
+
+// ProviderRep is a provider's reputation as the book sees it.
+type ProviderRep struct {
+	Score      float64 `json:"score"`
+	Receipts   int     `json:"receipts"`
+	Completed  int     `json:"completed"`
+	Failed     int     `json:"failed"` // failed or expired
+	Preempted  int     `json:"preempted"`
+	Cancelled  int     `json:"cancelled"`
+	Overclaims int     `json:"overclaims"`
+	Renters    int     `json:"renters"` // distinct
+	Slashes    int     `json:"slashes"`
+	// Completion, Coverage and Honesty are the shrunk, recency-weighted
+	// components the score blends.
+	Completion float64 `json:"completion"`
+	Coverage   float64 `json:"coverage"`
+	Honesty    float64 `json:"honesty"`
+	// Weight is the effective number of receipts after decay and the
+	// per-renter cap.
+	Weight float64 `json:"weight"`
+}
+
+type record struct {
+	renter   string
+	end      time.Time
+	bucket   int64
+	outcome  string
+	coverage float64
+	hasCov   bool
+	honest   bool
+}
+
+type slash struct {
+	kind string
+	at   time.Time
+}
+
+type provState struct {
+	records []record
+	groups  map[groupKey]int
+	renters map[string]int
+	slashes []slash
+	payload map[string][]byte // lease id -> signed payload counted
+}
+
+type groupKey struct {
+	renter string
+	bucket int64
+}
+
+// Book is a node's reputation ledger, computed from verified receipts and
+// slash evidence only. It is safe for concurrent use.
+//
+// Score blends three recency-weighted components: completion (succeeded vs
+// failed or expired; preempted and cancelled leases are not the provider's
+// fault and do not count), uptime (the receipt's heartbeat coverage) and
+// throughput honesty (1, or 0 for a receipt claiming more GPU-seconds than
+// its span times its GPU count), weighted 0.5, 0.3 and 0.2. Each receipt
+// weighs 2^(-age/HalfLife), age measured from its End, times the
+// tight-cluster factor (BookOptions.RenterCap). Each component is shrunk
+// toward Prior by PriorWeight pseudo-receipts. The blend is then multiplied
+// by (1 - p·2^(-age/HalfLife)) for each slash, with p = 0.5 for
+// heartbeat_contradicts_fingerprint and overclaim and 0.2 for
+// abandoned_lease.
+type Book struct {
+	now          func() time.Time
+	halfLife     time.Duration
+	priorWeight  float64
+	renterCap    int
+	renterWindow time.Duration
+
+	mu       sync.RWMutex
+	provs    map[string]*provState
+	slashed  map[string]bool // provider \x00 lease \x00 kind
+	counters map[string]int
+}
+
+// NewBook returns an empty book.
+func NewBook(opts BookOptions) *Book {
+	b := &Book{
+		now:          opts.Now,
+		halfLife:     opts.HalfLife,
+		priorWeight:  opts.PriorWeight,
+		renterCap:    opts.RenterCap,
+		renterWindow: opts.RenterWindow,
+		provs:        make(map[string]*provState),
+		slashed:      make(map[string]bool),
+		counters:     make(map[string]int),
+	}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	if b.halfLife <= 0 {
+		b.halfLife = DefaultHalfLife
+	}
+	if b.priorWeight <= 0 || !finite(b.priorWeight) {
+		b.priorWeight = DefaultPriorWeight
+	}
+	if b.renterCap <= 0 {
+		b.renterCap = DefaultRenterCap
+	}
+	if b.renterWindow <= 0 {
+		b.renterWindow = DefaultRenterWindow
+	}
+	return b
+}
+
+// Counter keys reported by Book.Counters.
+const (
+	CountAccepted       = "accepted"
+	CountDuplicate      = "duplicate"
+	CountConflict       = "conflict"
+	CountIncomplete     = "incomplete"
+	CountBadSignature   = "bad_signature"
+	CountTampered       = "tampered"
+	CountSelfDealing    = "self_dealing"
+	CountInvalid        = "invalid"
+	CountMalformed      = "malformed"
+	CountOverclaim      = "overclaim"
+	CountSlash          = "slash"
+	CountSlashDuplicate = "slash_duplicate"
+	CountBadEvidence    = "bad_evidence"
+)
+
+func rejectReason(err error) string {
+	switch {
+	case errors.Is(err, ErrIncomplete):
+		return CountIncomplete
+	case errors.Is(err, ErrBadSignature):
+		return CountBadSignature
+	case errors.Is(err, ErrTampered):
+		return CountTampered
+	case errors.Is(err, ErrSelfDealing):
+		return CountSelfDealing
+	case errors.Is(err, ErrInvalidReceipt):
+		return CountInvalid
+	}
+	return CountMalformed
+}
+
+// AddReceipt verifies sr and, if it is valid, counts it for its provider.
+// Forged, incomplete, tampered and self-dealing receipts are rejected with
+// an error and counted by reason; they do not change any score. Adding a
+// receipt the book already counted is a no-op (counted as "duplicate",
+// nil error); a different receipt for the same provider and lease is
+// rejected with ErrConflict. A receipt that overclaims GPU-seconds is
+// counted (with zero honesty) and slashes the provider for overclaim.
+func (b *Book) AddReceipt(sr *SignedReceipt) error {
+	if err := sr.Verify(); err != nil {
+		b.mu.Lock()
+		b.counters[rejectReason(err)]++
+		b.mu.Unlock()
+		return fmt.Errorf("attest: receipt rejected: %w", err)
+	}
+	r := sr.Receipt
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ps := b.provs[r.Provider]
+	if ps == nil {
+		ps = &provState{groups: make(map[groupKey]int), renters: make(map[string]int), payload: make(map[string][]byte)}
+		b.provs[r.Provider] = ps
+	}
+	if prev, ok := ps.payload[r.LeaseID]; ok {
+		if bytes.Equal(prev, sr.Payload) {
+			b.counters[CountDuplicate]++
+			return nil
+		}
+		b.counters[CountConflict]++
+		return fmt.Errorf("%w: lease %s of %s", ErrConflict, r.LeaseID, r.Provider)
+	}
+	ps.payload[r.LeaseID] = append([]byte(nil), sr.Payload...)
+	rec := record{
+		renter:   r.Renter,
+		end:      r.End,
+		bucket:   floorDiv(r.End.UnixNano(), int64(b.renterWindow)),
+		outcome:  r.Outcome,
+		coverage: r.Heartbeats.Coverage,
+		hasCov:   r.Heartbeats.Expected > 0,
+		honest:   !r.Overclaimed(),
+	}
+	ps.records = append(ps.records, rec)
+	ps.groups[groupKey{rec.renter, rec.bucket}]++
+	ps.renters[rec.renter]++
+	b.counters[CountAccepted]++
+	if !rec.honest {
+		b.counters[CountOverclaim]++
+		b.slashLocked(r.Provider, ps, Evidence{Kind: SlashOverclaim, LeaseID: r.LeaseID, Time: r.End})
+	}
+	return nil
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+// Slash records evidence of misbehaviour against provider, lowering its
+// score by the kind's penalty (see Book). Evidence is deduplicated per
+// (provider, lease, kind): repeating it is a no-op with a nil error, counted
+// as "slash_duplicate". Malformed or unproven evidence is rejected with
+// ErrBadEvidence.
+func (b *Book) Slash(provider string, ev Evidence) error {
+	err := checkEvidence(provider, ev)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		b.counters[CountBadEvidence]++
+		return err
+	}
+	ps := b.provs[provider]
+	if ps == nil {
+		ps = &provState{groups: make(map[groupKey]int), renters: make(map[string]int), payload: make(map[string][]byte)}
+		b.provs[provider] = ps
+	}
+	b.slashLocked(provider, ps, ev)
+	return nil
+}
+
+func checkEvidence(provider string, ev Evidence) error {
+	if provider == "" {
+		return fmt.Errorf("%w: empty provider", ErrBadEvidence)
+	}
+	if _, ok := slashPenalty[ev.Kind]; !ok {
+		return fmt.Errorf("%w: unknown kind %q", ErrBadEvidence, ev.Kind)
+	}
+	if ev.LeaseID == "" {
+		return fmt.Errorf("%w: empty lease id", ErrBadEvidence)
+	}
+	if ev.Heartbeat == nil && ev.Fingerprint == nil {
+		return nil
+	}
+	if ev.Kind != SlashHeartbeatContradictsFingerprint || ev.Heartbeat == nil || ev.Fingerprint == nil {
+		return fmt.Errorf("%w: proof needs both a heartbeat and a fingerprint", ErrBadEvidence)
+	}
+	hb, err := OpenHeartbeat(ev.Heartbeat)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadEvidence, err)
+	}
+	fp, err := OpenFingerprint(ev.Fingerprint)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadEvidence, err)
+	}
+	if hb.Provider != provider || fp.Peer != provider {
+		return fmt.Errorf("%w: proof is not signed by %s", ErrBadEvidence, provider)
+	}
+	if hb.LeaseID != ev.LeaseID {
+		return fmt.Errorf("%w: heartbeat is for lease %q", ErrBadEvidence, hb.LeaseID)
+	}
+	if CheckHeartbeatAgainstFingerprint(hb, fp) == nil {
+		return fmt.Errorf("%w: heartbeat is consistent with the fingerprint", ErrBadEvidence)
+	}
+	return nil
+}
+
+func (b *Book) slashLocked(provider string, ps *provState, ev Evidence) {
+	key := provider + "\x00" + ev.LeaseID + "\x00" + ev.Kind
+	if b.slashed[key] {
+		b.counters[CountSlashDuplicate]++
+		return
+	}
+	b.slashed[key] = true
+	at := ev.Time
+	if at.IsZero() {
+		at = b.now()
+	}
+	ps.slashes = append(ps.slashes, slash{kind: ev.Kind, at: at})
+	b.counters[CountSlash]++
+}
+
+func (b *Book) decay(at, now time.Time) float64 {
+	age := now.Sub(at)
+	if age <= 0 {
+		return 1
+	}
+	return math.Exp2(-float64(age) / float64(b.halfLife))
+}
+
+// Score is provider's reputation in [0,1]; Prior for an unknown identity.
+func (b *Book) Score(provider string) float64 {
+	return b.Stats(provider).Score
+}
+
+// ReputationFunc adapts the book to the auction's func(provider) float64.
+func (b *Book) ReputationFunc() func(provider string) float64 { return b.Score }
+
+// Stats is provider's reputation with its components and counts.
+func (b *Book) Stats(provider string) ProviderRep {
+	now := b.now()
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	ps := b.provs[provider]
+	if ps == nil {
+		return ProviderRep{Score: Prior, Completion: Prior, Coverage: Prior, Honesty: Prior}
+	}
+	rep := ProviderRep{Receipts: len(ps.records), Renters: len(ps.renters), Slashes: len(ps.slashes)}
+	var compW, compX, covW, covX, honW, honX float64
+	for _, rec := range ps.records {
+		w := b.decay(rec.end, now)
+		if n := ps.groups[groupKey{rec.renter, rec.bucket}]; n > b.renterCap {
+			w *= float64(b.renterCap) / float64(n)
+		}
+		rep.Weight += w
+		switch rec.outcome {
+		case OutcomeSucceeded:
+			rep.Completed++
+			compW += w
+			compX += w
+		case OutcomeFailed, OutcomeExpired:
+			rep.Failed++
+			compW += w
+		case OutcomePreempted:
+			rep.Preempted++
+		case OutcomeCancelled:
+			rep.Cancelled++
+		}
+		if rec.hasCov {
+			covW += w
+			covX += w * rec.coverage
+		}
+		honW += w
+		if rec.honest {
+			honX += w
+		} else {
+			rep.Overclaims++
+		}
+	}
+	p := b.priorWeight
+	shrink := func(x, w float64) float64 { return (x + p*Prior) / (w + p) }
+	rep.Completion = shrink(compX, compW)
+	rep.Coverage = shrink(covX, covW)
+	rep.Honesty = shrink(honX, honW)
+	score := weightCompletion*rep.Completion + weightUptime*rep.Coverage + weightHonesty*rep.Honesty
+	for _, s := range ps.slashes {
+		score *= 1 - slashPenalty[s.kind]*b.decay(s.at, now)
+	}
+	rep.Score = math.Max(0, math.Min(1, score))
+	return rep
+}
+
+// Counters returns how many receipts and slashes the book accepted and
+// rejected, by reason (the Count* keys).
+func (b *Book) Counters() map[string]int {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make(map[string]int, len(b.counters))
+	for k, v := range b.counters {
+		out[k] = v
+	}
+	return out
+}
