@@ -1,0 +1,209 @@
+package attest_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+)
+
+const iv = 10 * time.Second
+
+func hbEnv(t *testing.T, s *attest.Signer, lease string, seq uint64, at time.Time) *attest.Envelope {
+	t.Helper()
+	env, err := attest.SignHeartbeat(s, attest.Heartbeat{
+		LeaseID: lease, Seq: seq, Time: at, GPUUtil: 80, MemUsedMB: 1000,
+		TempC: 60 + int(seq%10), PowerW: 300, Source: attest.SourceNVML,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func TestHeartbeatRoundTrip(t *testing.T) {
+	s := newSigner(t)
+	env := hbEnv(t, s, "L1", 1, t0)
+	b, err := env.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env2, err := attest.UnmarshalEnvelope(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, err := attest.OpenHeartbeat(env2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hb.Provider != s.ID().String() || hb.Seq != 1 || !hb.Time.Equal(t0) || hb.GPUUtil != 80 {
+		t.Fatalf("round trip changed the heartbeat: %+v", hb)
+	}
+	if _, err := attest.SignHeartbeat(s, attest.Heartbeat{LeaseID: "L1", Provider: newSigner(t).ID().String(), Time: t0, Source: attest.SourceNVML}); !errors.Is(err, attest.ErrWrongSigner) {
+		t.Fatalf("heartbeat for another provider signed: %v", err)
+	}
+	if _, err := attest.SignHeartbeat(s, attest.Heartbeat{LeaseID: "L1", Time: t0, Source: attest.SourceNVML, GPUUtil: 140}); !errors.Is(err, attest.ErrInvalidHeartbeat) {
+		t.Fatalf("utilisation 140%% accepted: %v", err)
+	}
+}
+
+func TestHeartbeatMonitorRejects(t *testing.T) {
+	prov, other := newSigner(t), newSigner(t)
+	m := attest.NewHeartbeatMonitor("L1", prov.ID(), t0, iv)
+	now := t0.Add(time.Minute)
+	if err := m.Accept(hbEnv(t, prov, "L1", 5, now), now); err != nil {
+		t.Fatal(err)
+	}
+	replay := hbEnv(t, prov, "L1", 5, now.Add(time.Second))
+	older := hbEnv(t, prov, "L1", 4, now.Add(time.Second))
+	wrongLease := hbEnv(t, prov, "L2", 6, now)
+	otherSigner := hbEnv(t, other, "L1", 7, now)
+	// Signed by other but naming prov: Seal bypasses SignHeartbeat's check.
+	impostor, err := attest.Seal(other, attest.DomainHeartbeat, attest.Heartbeat{
+		LeaseID: "L1", Provider: prov.ID().String(), Seq: 8, Time: now, Source: attest.SourceNVML})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := hbEnv(t, prov, "L1", 9, now)
+	forged.Sig[0] ^= 0xff
+	wrongDomain, err := attest.Seal(prov, attest.DomainFingerprint, attest.Heartbeat{
+		LeaseID: "L1", Provider: prov.ID().String(), Seq: 10, Time: now, Source: attest.SourceNVML})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		env  *attest.Envelope
+		at   time.Time
+		want error
+	}{
+		{"same seq", replay, now.Add(time.Second), attest.ErrReplay},
+		{"old seq", older, now.Add(time.Second), attest.ErrReplay},
+		{"exact replay", hbEnv(t, prov, "L1", 5, now), now.Add(2 * time.Second), attest.ErrReplay},
+		{"wrong lease", wrongLease, now, attest.ErrWrongLease},
+		{"other signer", otherSigner, now, attest.ErrWrongSigner},
+		{"impostor", impostor, now, attest.ErrWrongSigner},
+		{"bad sig", forged, now, attest.ErrBadSignature},
+		{"wrong domain", wrongDomain, now, attest.ErrWrongDomain},
+		{"future", hbEnv(t, prov, "L1", 11, now.Add(time.Hour)), now, attest.ErrClock},
+		{"before start", hbEnv(t, prov, "L1", 12, t0.Add(-time.Hour)), now, attest.ErrClock},
+		{"stale", hbEnv(t, prov, "L1", 13, now), now.Add(time.Hour), attest.ErrClock},
+		{"time goes back", hbEnv(t, prov, "L1", 14, now.Add(-5*time.Second)), now, attest.ErrClock},
+		{"nil", nil, now, attest.ErrMalformed},
+	}
+	for _, c := range cases {
+		if err := m.Accept(c.env, c.at); !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+	}
+	s := m.Summary(now.Add(time.Second))
+	if s.Rejected != len(cases) || s.Count != 1 {
+		t.Fatalf("summary counted %d rejected / %d accepted, want %d / 1", s.Rejected, s.Count, len(cases))
+	}
+	// Still accepts the next genuine heartbeat.
+	if err := m.Accept(hbEnv(t, prov, "L1", 6, now.Add(iv)), now.Add(iv)); err != nil {
+		t.Fatalf("genuine heartbeat after rejections: %v", err)
+	}
+}
+
+func TestHeartbeatSummary(t *testing.T) {
+	prov := newSigner(t)
+	end := t0.Add(100 * iv)
+
+	full := attest.NewHeartbeatMonitor("L", prov.ID(), t0, iv)
+	half := attest.NewHeartbeatMonitor("L", prov.ID(), t0, iv)
+	down := attest.NewHeartbeatMonitor("L", prov.ID(), t0, iv)
+	for k := 0; k <= 100; k++ {
+		at := t0.Add(time.Duration(k) * iv)
+		env := hbEnv(t, prov, "L", uint64(k+1), at)
+		if err := full.Accept(env, at); err != nil {
+			t.Fatal(err)
+		}
+		if k%2 == 0 {
+			if err := half.Accept(env, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if k < 30 || k >= 60 { // down for 30 intervals
+			if err := down.Accept(env, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fs := full.Summary(end)
+	if fs.Expected != 100 || fs.Count != 101 || math.Abs(fs.Coverage-1) > 1e-9 || len(fs.Gaps) != 0 {
+		t.Fatalf("full: %+v", fs)
+	}
+	if fs.MaxTempC != 69 || math.Abs(fs.MeanGPUUtil-80) > 1e-9 {
+		t.Fatalf("full telemetry: max temp %d, mean util %v", fs.MaxTempC, fs.MeanGPUUtil)
+	}
+	hs := half.Summary(end)
+	if math.Abs(hs.Coverage-0.5) > 0.01 || len(hs.Gaps) != 0 {
+		t.Fatalf("every other heartbeat: coverage %v, gaps %v", hs.Coverage, hs.Gaps)
+	}
+	ds := down.Summary(end)
+	if len(ds.Gaps) != 1 || !ds.Gaps[0].Start.Equal(t0.Add(29*iv)) || !ds.Gaps[0].End.Equal(t0.Add(60*iv)) {
+		t.Fatalf("downtime gaps: %+v", ds.Gaps)
+	}
+	if math.Abs(ds.Coverage-0.7) > 0.01 {
+		t.Fatalf("downtime coverage %v, want ~0.7", ds.Coverage)
+	}
+	// Only heartbeats up to end count; a silent tail is a gap.
+	early := full.Summary(t0.Add(50 * iv))
+	if early.Count != 51 {
+		t.Fatalf("summary to half time counted %d", early.Count)
+	}
+	silent := attest.NewHeartbeatMonitor("L", prov.ID(), t0, iv).Summary(end)
+	if silent.Coverage != 0 || len(silent.Gaps) != 1 || silent.Expected != 100 {
+		t.Fatalf("silent lease: %+v", silent)
+	}
+}
+
+func TestCheckHeartbeatAgainstFingerprint(t *testing.T) {
+	s := newSigner(t)
+	fp := nvmlFingerprint(s)
+	declared := fp
+	declared.Source = attest.SourceDeclared
+	declared.GPUs = []attest.GPU{{Model: "RTX 4090", VRAMGB: 24}}
+	ok := attest.Heartbeat{LeaseID: "L", Provider: s.ID().String(), Seq: 1, Time: t0,
+		Source: attest.SourceNVML, GPUUUIDs: []string{"GPU-bbbb"}, MemUsedMB: 20000}
+	if err := attest.CheckHeartbeatAgainstFingerprint(ok, fp); err != nil {
+		t.Fatalf("consistent heartbeat: %v", err)
+	}
+	proc := attest.Heartbeat{LeaseID: "L", Provider: s.ID().String(), Seq: 1, Time: t0, Source: attest.SourceProcess}
+	if err := attest.CheckHeartbeatAgainstFingerprint(proc, declared); err != nil {
+		t.Fatalf("process telemetry on declared hardware: %v", err)
+	}
+	bad := map[string]func() (attest.Heartbeat, attest.Fingerprint){
+		"nvml on declared": func() (attest.Heartbeat, attest.Fingerprint) { return ok, declared },
+		"unknown uuid": func() (attest.Heartbeat, attest.Fingerprint) {
+			h := ok
+			h.GPUUUIDs = []string{"GPU-zzzz"}
+			return h, fp
+		},
+		"too many gpus": func() (attest.Heartbeat, attest.Fingerprint) {
+			h := ok
+			h.GPUUUIDs = []string{"GPU-aaaa", "GPU-bbbb", "GPU-aaaa"}
+			return h, fp
+		},
+		"same gpu twice": func() (attest.Heartbeat, attest.Fingerprint) {
+			h := ok
+			h.GPUUUIDs = []string{"GPU-aaaa", "GPU-aaaa"}
+			return h, fp
+		},
+		"more memory than vram": func() (attest.Heartbeat, attest.Fingerprint) {
+			h := ok
+			h.MemUsedMB = 49*1024 + 1
+			return h, fp
+		},
+		"other provider": func() (attest.Heartbeat, attest.Fingerprint) { return ok, nvmlFingerprint(newSigner(t)) },
+	}
+	for name, mk := range bad {
+		hb, f := mk()
+		if err := attest.CheckHeartbeatAgainstFingerprint(hb, f); !errors.Is(err, attest.ErrContradiction) {
+			t.Errorf("%s: got %v", name, err)
+		}
+	}
+}
