@@ -1,9 +1,10 @@
 package auction
 
 import (
+	"cmp"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -71,7 +72,11 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 		return nil
 	}
 	seen := make(map[string]bool, len(cands))
-	ok := make([]Ranked, 0, len(cands))
+	jobDS := make(map[string]bool, len(j.Datasets))
+	for _, d := range j.Datasets {
+		jobDS[d] = true
+	}
+	items := make([]rankItem, 0, len(cands))
 	var rejected []Ranked
 	for _, c := range cands {
 		r := Ranked{Candidate: c, Score: Score(c.Bid.Price, c.Reliability)}
@@ -81,19 +86,74 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 			rejected = append(rejected, r)
 			continue
 		}
-		ok = append(ok, r)
+		items = append(items, rankItem{Ranked: r, cached: countIn(jobDS, c.Bid.Datasets), idx: len(items)})
 	}
-	sort.SliceStable(ok, func(a, b int) bool { return ok[a].Score < ok[b].Score })
+	// Sort pointers: the items are large.
+	ok := make([]*rankItem, len(items))
+	for i := range items {
+		ok[i] = &items[i]
+	}
+	slices.SortFunc(ok, func(x, y *rankItem) int {
+		if c := cmp.Compare(x.Score, y.Score); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.idx, y.idx)
+	})
 	for lo := 0; lo < len(ok); {
 		hi := lo + 1
 		for hi < len(ok) && ok[hi].Score <= ok[lo].Score*(1+TieTolerance) {
 			hi++
 		}
 		group := ok[lo:hi]
-		sort.SliceStable(group, func(a, b int) bool { return tieLess(j, &group[a], &group[b]) })
+		if len(group) > 1 {
+			slices.SortFunc(group, func(x, y *rankItem) int {
+				if x.less(y) {
+					return -1
+				}
+				if y.less(x) {
+					return 1
+				}
+				return cmp.Compare(x.idx, y.idx)
+			})
+		}
 		lo = hi
 	}
-	return append(ok, rejected...)
+	out := make([]Ranked, 0, len(cands))
+	for i := range ok {
+		out = append(out, ok[i].Ranked)
+	}
+	return append(out, rejected...)
+}
+
+// rankItem caches a candidate's count of the job's datasets.
+type rankItem struct {
+	Ranked
+	cached int
+	idx    int // input order, for a stable sort
+}
+
+// countIn counts the distinct elements of list that are in set.
+func countIn(set map[string]bool, list []string) int {
+	n := 0
+	for i, d := range list {
+		if set[d] && !slices.Contains(list[:i], d) {
+			n++
+		}
+	}
+	return n
+}
+
+func (x *rankItem) less(y *rankItem) bool {
+	if x.cached != y.cached {
+		return x.cached > y.cached
+	}
+	if !x.Bid.Start.Equal(y.Bid.Start) {
+		return x.Bid.Start.Before(y.Bid.Start)
+	}
+	if x.Latency != y.Latency {
+		return x.Latency < y.Latency
+	}
+	return x.Bid.Provider < y.Bid.Provider
 }
 
 func rejectReason(j *Job, c Candidate, now time.Time, seen map[string]bool) string {
@@ -126,19 +186,6 @@ func rejectReason(j *Job, c Candidate, now time.Time, seen map[string]bool) stri
 }
 
 func cachedCount(j *Job, b *Bid) int { return len(intersect(j.Datasets, b.Datasets)) }
-
-func tieLess(j *Job, x, y *Ranked) bool {
-	if cx, cy := cachedCount(j, &x.Bid), cachedCount(j, &y.Bid); cx != cy {
-		return cx > cy
-	}
-	if !x.Bid.Start.Equal(y.Bid.Start) {
-		return x.Bid.Start.Before(y.Bid.Start)
-	}
-	if x.Latency != y.Latency {
-		return x.Latency < y.Latency
-	}
-	return x.Bid.Provider < y.Bid.Provider
-}
 
 // tieBreak names the rule that put x ahead of a tied y.
 func tieBreak(j *Job, x, y *Ranked) string {

@@ -1,0 +1,158 @@
+package auction
+
+import (
+	"errors"
+	"fmt"
+	"math/rand"
+	"sync"
+	"testing"
+	"time"
+)
+
+// maxBooked is a brute-force check: GPUs booked at every minute boundary.
+func maxBooked(bs []Booking, from, to time.Time) int {
+	peak := 0
+	for t := from; t.Before(to); t = t.Add(time.Minute) {
+		n := 0
+		for _, b := range bs {
+			if !t.Before(b.Start) && t.Before(b.End) {
+				n += b.GPUs
+			}
+		}
+		if n > peak {
+			peak = n
+		}
+	}
+	return peak
+}
+
+func TestCalendarOverbookingProperty(t *testing.T) {
+	rng := rand.New(rand.NewSource(42))
+	for round := 0; round < 30; round++ {
+		capacity := 1 + rng.Intn(8)
+		c := NewCalendar(capacity)
+		accepted, refused := 0, 0
+		for i := 0; i < 60; i++ {
+			start := monday.Add(time.Duration(rng.Intn(600)) * time.Minute)
+			b := Booking{LeaseID: fmt.Sprintf("l%d", i), Start: start,
+				End: start.Add(time.Duration(1+rng.Intn(120)) * time.Minute), GPUs: 1 + rng.Intn(capacity+1)}
+			before := c.Bookings()
+			// Brute-force expectation: the booking fits iff capacity holds at every minute.
+			fits := maxBooked(append(before, b), b.Start, b.End) <= capacity
+			err := c.Reserve(b)
+			if fits != (err == nil) {
+				t.Fatalf("round %d: Reserve(%+v) = %v, brute force fits=%v", round, b, err, fits)
+			}
+			if err != nil {
+				if !errors.Is(err, ErrOverbooked) {
+					t.Fatalf("unexpected error %v", err)
+				}
+				refused++
+			} else {
+				accepted++
+			}
+			if rng.Intn(10) == 0 {
+				bs := c.Bookings()
+				if len(bs) > 0 {
+					v := bs[rng.Intn(len(bs))]
+					c.Truncate(v.LeaseID, v.Start.Add(v.End.Sub(v.Start)/2))
+				}
+			}
+		}
+		if got := maxBooked(c.Bookings(), monday, monday.Add(13*time.Hour)); got > capacity {
+			t.Fatalf("round %d: %d gpus booked > capacity %d", round, got, capacity)
+		}
+		if accepted == 0 || refused == 0 {
+			t.Logf("round %d: accepted %d refused %d", round, accepted, refused)
+		}
+	}
+}
+
+func TestCalendarOperations(t *testing.T) {
+	c := NewCalendar(4)
+	t0 := monday
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.Reserve(Booking{LeaseID: "a", Start: t0, End: t0.Add(2 * time.Hour), GPUs: 3}))
+	must(c.Reserve(Booking{LeaseID: "b", Start: t0.Add(2 * time.Hour), End: t0.Add(3 * time.Hour), GPUs: 4})) // back to back
+	if err := c.Reserve(Booking{LeaseID: "a", Start: t0.Add(5 * time.Hour), End: t0.Add(6 * time.Hour), GPUs: 1}); !errors.Is(err, ErrDuplicateLease) {
+		t.Fatalf("duplicate: %v", err)
+	}
+	if err := c.Reserve(Booking{LeaseID: "c", Start: t0.Add(time.Hour), End: t0.Add(90 * time.Minute), GPUs: 2}); !errors.Is(err, ErrOverbooked) {
+		t.Fatalf("overbook: %v", err)
+	}
+	for _, bad := range []Booking{{Start: t0, End: t0.Add(time.Hour), GPUs: 1}, {LeaseID: "x", Start: t0, End: t0, GPUs: 1}, {LeaseID: "x", Start: t0, End: t0.Add(time.Hour)}} {
+		if err := c.Reserve(bad); !errors.Is(err, ErrBadBooking) {
+			t.Fatalf("Reserve(%+v) = %v, want ErrBadBooking", bad, err)
+		}
+	}
+	if got := c.FreeGPUs(t0, t0.Add(3*time.Hour)); got != 0 {
+		t.Fatalf("FreeGPUs = %d", got)
+	}
+	if got := c.FreeGPUs(t0, t0.Add(2*time.Hour)); got != 1 {
+		t.Fatalf("FreeGPUs first two hours = %d", got)
+	}
+	if got := c.Occupancy(t0.Add(time.Hour)); got != 0.75 {
+		t.Fatalf("Occupancy = %v", got)
+	}
+	if !c.Truncate("a", t0.Add(time.Hour)) || c.Truncate("a", t0.Add(4*time.Hour)) {
+		t.Fatal("Truncate shortens only")
+	}
+	must(c.Reserve(Booking{LeaseID: "c", Start: t0.Add(time.Hour), End: t0.Add(90 * time.Minute), GPUs: 2}))
+	if !c.Release("c") || c.Release("c") {
+		t.Fatal("Release reports existence")
+	}
+	c.Prune(t0.Add(time.Hour)) // drops a (ended at t0+1h)
+	if bs := c.Bookings(); len(bs) != 1 || bs[0].LeaseID != "b" {
+		t.Fatalf("after prune: %+v", bs)
+	}
+}
+
+func TestReserveEvicting(t *testing.T) {
+	c := NewCalendar(2)
+	t0 := monday
+	_ = c.Reserve(Booking{LeaseID: "bronze", Start: t0, End: t0.Add(4 * time.Hour), GPUs: 2, Tier: Bronze, Preemptible: true})
+	_ = c.Reserve(Booking{LeaseID: "silver", Start: t0.Add(5 * time.Hour), End: t0.Add(6 * time.Hour), GPUs: 1, Tier: Silver})
+	gold := Booking{LeaseID: "gold", Start: t0.Add(time.Hour), End: t0.Add(6 * time.Hour), GPUs: 2, Tier: Gold}
+	// Even evicting bronze, the silver booking is in the way: nothing changes.
+	if _, err := c.ReserveEvicting(gold, []string{"bronze", "silver"}); !errors.Is(err, ErrOverbooked) {
+		t.Fatalf("want overbooked, got %v", err)
+	}
+	if len(c.Bookings()) != 2 {
+		t.Fatal("failed ReserveEvicting changed the calendar")
+	}
+	gold.End = t0.Add(5 * time.Hour)
+	ev, err := c.ReserveEvicting(gold, []string{"bronze"})
+	if err != nil || len(ev) != 1 || ev[0].LeaseID != "bronze" {
+		t.Fatalf("ReserveEvicting = %v, %v", ev, err)
+	}
+	if _, ok := c.Booking("bronze"); ok {
+		t.Fatal("bronze still booked")
+	}
+}
+
+func TestCalendarConcurrent(t *testing.T) {
+	c := NewCalendar(3)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if c.Reserve(Booking{LeaseID: fmt.Sprint(i), Start: monday, End: monday.Add(time.Hour), GPUs: 1}) == nil {
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	if ok != 3 {
+		t.Fatalf("%d concurrent reservations succeeded on 3 gpus", ok)
+	}
+}

@@ -1,0 +1,330 @@
+package auction
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func gpus(model string, vram, n int) []GPU {
+	out := make([]GPU, n)
+	for i := range out {
+		out[i] = GPU{Model: model, VRAMGB: vram}
+	}
+	return out
+}
+
+func baseState() ProviderState {
+	return ProviderState{
+		Cap: &Capability{Peer: "prov", Region: "eu-west", GPUs: gpus("A100", 80, 4), Datasets: []string{"imagenet", "c4"},
+			Policy: Policy{PriceFloor: 1, AcceptPreemptible: true}},
+		Cal:         NewCalendar(4),
+		TempC:       60,
+		PowerW:      300,
+		Reliability: 0.9,
+	}
+}
+
+func evalJob() *Job {
+	return &Job{ID: "j1", Tier: Silver, MaxPrice: 2, GPUCount: 2, Duration: time.Hour, Region: "eu",
+		Datasets: []string{"c4", "laion"}, Run: RunSpec{Command: []string{"run"}}}
+}
+
+func TestEvaluateIneligible(t *testing.T) {
+	now := at(0, "10:00")
+	cases := []struct {
+		want string
+		mut  func(*ProviderState, *Job)
+	}{
+		{"region us-east does not satisfy eu", func(ps *ProviderState, j *Job) { ps.Cap.Region = "us-east" }},
+		{"region europe-x does not satisfy eu", func(ps *ProviderState, j *Job) { ps.Cap.Region = "europe-x" }},
+		{"gpu model A100 not in h100", func(ps *ProviderState, j *Job) { j.GPUModels = []string{"h100"} }},
+		{"vram below required 96GB", func(ps *ProviderState, j *Job) { j.MinVRAMGB = 96 }},
+		{"4 qualifying gpus < 8 required", func(ps *ProviderState, j *Job) { j.GPUCount = 8 }},
+		{"workload training not accepted", func(ps *ProviderState, j *Job) {
+			ps.Cap.Policy.AllowedWorkloads = []string{"inference"}
+			j.Workload = "training"
+		}},
+		{"preemptible work not accepted", func(ps *ProviderState, j *Job) {
+			ps.Cap.Policy.AcceptPreemptible = false
+			j.Tier, j.Preemptible = Bronze, true
+		}},
+		{"gpu temperature 90C above limit 85C", func(ps *ProviderState, j *Job) { ps.Cap.Policy.MaxTempC = 85; ps.TempC = 90 }},
+		{"power draw 300W above limit 250W", func(ps *ProviderState, j *Job) { ps.Cap.Policy.MaxPowerW = 250 }},
+		{"reliability 0.90 below required 0.95", func(ps *ProviderState, j *Job) { j.MinReliability = 0.95 }},
+		{"price floor 2.10 > max 2.00", func(ps *ProviderState, j *Job) { ps.Cap.Policy.PriceFloor = 2.1 }},
+		{"quote 3.00 > max 2.00", func(ps *ProviderState, j *Job) {
+			ps.Cap.Policy.PeakWindows = []Window{{From: "08:00", To: "18:00"}}
+			ps.Cap.Policy.PriceFloor = 1.5
+			ps.Cap.Policy.PeakMultiplier = 2
+		}},
+		{"duration 1h0m0s exceeds max lease 30m0s", func(ps *ProviderState, j *Job) { ps.Cap.Policy.MaxLease = 30 * time.Minute }},
+		{"not available before", func(ps *ProviderState, j *Job) {
+			ps.Cap.Policy.Availability = []Window{{From: "22:00", To: "06:00"}}
+			j.Deadline = now.Add(2 * time.Hour)
+		}},
+		{"no free window of 1h0m0s", func(ps *ProviderState, j *Job) {
+			// 40-minute gaps only.
+			ps.Cap.Policy.Reserved = []Interval{{now.Add(40 * time.Minute), now.Add(3 * time.Hour)}}
+			j.Deadline = now.Add(2 * time.Hour)
+		}},
+		{"no 2 free gpus", func(ps *ProviderState, j *Job) {
+			_ = ps.Cal.Reserve(Booking{LeaseID: "x", Start: now, End: now.Add(5 * time.Hour), GPUs: 3})
+			j.Deadline = now.Add(4 * time.Hour)
+		}},
+	}
+	for _, c := range cases {
+		ps, j := baseState(), evalJob()
+		c.mut(&ps, j)
+		_, err := Evaluate(ps, j, now)
+		reason, ok := IneligibleReason(err)
+		if !ok || !strings.Contains(reason, c.want) {
+			t.Errorf("want ineligible %q, got %v", c.want, err)
+		}
+	}
+}
+
+func TestEvaluateOffer(t *testing.T) {
+	now := at(0, "10:00")
+	ps, j := baseState(), evalJob()
+	ps.Cap.GPUs = append(gpus("rtx4090", 24, 4), gpus("a100", 40, 2)...)
+	j.GPUModels = []string{"RTX4090", "A100"}
+	o, err := Evaluate(ps, j, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The A100s have more VRAM; datasets are the intersection in job order.
+	if o.GPUModel != "a100" || o.VRAMGB != 40 || !o.Start.Equal(now) || !o.End.Equal(now.Add(time.Hour)) ||
+		o.Price != 1 || !reflect.DeepEqual(o.Datasets, []string{"c4"}) || len(o.Preempts) != 0 {
+		t.Fatalf("offer = %+v", o)
+	}
+	// Occupancy surcharge applies at the start.
+	ps.Cap.Policy.OccupancySurcharge = 1
+	_ = ps.Cal.Reserve(Booking{LeaseID: "x", Start: now, End: now.Add(3 * time.Hour), GPUs: 2})
+	if o, err = Evaluate(ps, j, now); err != nil || math.Abs(o.Price-1.5) > 1e-9 {
+		t.Fatalf("surcharged offer %+v, %v", o, err)
+	}
+	// Bad input is an error, not an ineligibility.
+	if _, err := Evaluate(ProviderState{}, j, now); err == nil {
+		t.Fatal("nil capability accepted")
+	}
+	bad := *j
+	bad.GPUCount = 0
+	if _, err := Evaluate(ps, &bad, now); err == nil || errors.As(err, new(*Ineligible)) {
+		t.Fatalf("invalid job: %v", err)
+	}
+}
+
+func TestEvaluateBackfill(t *testing.T) {
+	now := at(0, "10:00")
+	reserved := []Interval{{now.Add(40 * time.Minute), now.Add(2 * time.Hour)}}
+
+	// A 30-minute job fits the 40-minute gap before the reservation.
+	ps, j := baseState(), evalJob()
+	ps.Cap.Policy.Reserved = reserved
+	j.Duration = 30 * time.Minute
+	o, err := Evaluate(ps, j, now)
+	if err != nil || !o.Start.Equal(now) {
+		t.Fatalf("short job: %+v %v", o, err)
+	}
+	// A 1-hour silver job waits until the reservation is over.
+	j.Duration = time.Hour
+	o, err = Evaluate(ps, j, now)
+	if err != nil || !o.Start.Equal(now.Add(2*time.Hour)) || !o.End.Equal(now.Add(3*time.Hour)) {
+		t.Fatalf("long job: %+v %v", o, err)
+	}
+	// A bronze job takes the gap and is preempted at its end.
+	j.Tier, j.Preemptible = Bronze, true
+	o, err = Evaluate(ps, j, now)
+	if err != nil || !o.Start.Equal(now) || !o.End.Equal(now.Add(40*time.Minute)) {
+		t.Fatalf("bronze backfill: %+v %v", o, err)
+	}
+	// Bronze also stops where the calendar fills up.
+	ps.Cap.Policy.Reserved = nil
+	_ = ps.Cal.Reserve(Booking{LeaseID: "g", Start: now.Add(20 * time.Minute), End: now.Add(3 * time.Hour), GPUs: 3})
+	o, err = Evaluate(ps, j, now)
+	if err != nil || !o.End.Equal(now.Add(20*time.Minute)) {
+		t.Fatalf("bronze calendar gap: %+v %v", o, err)
+	}
+	// And the max lease caps a bronze slice.
+	ps.Cal = NewCalendar(4)
+	ps.Cap.Policy.MaxLease = 15 * time.Minute
+	o, err = Evaluate(ps, j, now)
+	if err != nil || o.End.Sub(o.Start) != 15*time.Minute {
+		t.Fatalf("bronze max lease: %+v %v", o, err)
+	}
+	// A silver job starts when capacity frees up.
+	ps, j = baseState(), evalJob()
+	_ = ps.Cal.Reserve(Booking{LeaseID: "a", Start: now.Add(-time.Hour), End: now.Add(25 * time.Minute), GPUs: 3})
+	o, err = Evaluate(ps, j, now)
+	if err != nil || !o.Start.Equal(now.Add(25*time.Minute)) {
+		t.Fatalf("waits for capacity: %+v %v", o, err)
+	}
+	// Outside its nightly window, a provider offers tonight's start, and
+	// none if the deadline comes first.
+	ps, j = baseState(), evalJob()
+	ps.Cap.Policy.Availability = []Window{{From: "22:00", To: "06:00"}}
+	if o, err = Evaluate(ps, j, now); err != nil || !o.Start.Equal(at(0, "22:00")) {
+		t.Fatalf("night window: %+v %v", o, err)
+	}
+	j.Deadline = at(0, "21:59")
+	if _, err = Evaluate(ps, j, now); err == nil {
+		t.Fatal("offered a start after the deadline")
+	}
+}
+
+func TestEvaluateGoldPreempts(t *testing.T) {
+	now := at(0, "10:00")
+	ps, j := baseState(), evalJob()
+	ps.Cap.Policy.AllowPreemption = true
+	j.Tier = Gold
+	cal := ps.Cal
+	_ = cal.Reserve(Booking{LeaseID: "silver", Start: now.Add(-time.Hour), End: now.Add(5 * time.Hour), GPUs: 1, Tier: Silver})
+	_ = cal.Reserve(Booking{LeaseID: "b-old", Start: now.Add(-2 * time.Hour), End: now.Add(5 * time.Hour), GPUs: 1, Tier: Bronze, Preemptible: true})
+	_ = cal.Reserve(Booking{LeaseID: "b-new", Start: now.Add(-time.Minute), End: now.Add(5 * time.Hour), GPUs: 1, Tier: Bronze, Preemptible: true})
+	_ = cal.Reserve(Booking{LeaseID: "b-big", Start: now.Add(-time.Hour), End: now.Add(5 * time.Hour), GPUs: 1, Tier: Bronze, Preemptible: true})
+	// 2 of 4 GPUs needed, 1 held by silver: two of the three bronze must go;
+	// all are one GPU, so the two latest-started.
+	o, err := Evaluate(ps, j, now)
+	if err != nil || !o.Start.Equal(now) || !reflect.DeepEqual(o.Preempts, []string{"b-big", "b-new"}) {
+		t.Fatalf("gold preempt: %+v %v", o, err)
+	}
+	// The preemption plan actually makes room.
+	if _, err := cal.ReserveEvicting(Booking{LeaseID: "gold", Start: o.Start, End: o.End, GPUs: 2, Tier: Gold}, o.Preempts); err != nil {
+		t.Fatal(err)
+	}
+	// Without AllowPreemption the gold job waits.
+	ps2, j2 := baseState(), evalJob()
+	j2.Tier, j2.GPUCount = Gold, 3
+	_ = ps2.Cal.Reserve(Booking{LeaseID: "b", Start: now, End: now.Add(2 * time.Hour), GPUs: 2, Preemptible: true})
+	if o, err = Evaluate(ps2, j2, now); err != nil || !o.Start.Equal(now.Add(2*time.Hour)) || len(o.Preempts) != 0 {
+		t.Fatalf("gold without preemption: %+v %v", o, err)
+	}
+}
+
+func TestRank(t *testing.T) {
+	now := at(0, "10:00")
+	j := &Job{ID: "j", Attempt: 1, Tier: Silver, MaxPrice: 3, GPUCount: 1, Duration: time.Hour, Region: "eu",
+		MinReliability: 0.3, Datasets: []string{"d1", "d2"}, Run: RunSpec{Command: []string{"x"}}}
+	bid := func(p string, price float64) Bid {
+		return Bid{JobID: "j", Attempt: 1, Provider: p, Region: "eu-west", Price: price, Start: now, End: now.Add(time.Hour), ExpiresAt: now.Add(time.Minute)}
+	}
+	c := func(b Bid, rel float64) Candidate { return Candidate{Bid: b, Reliability: rel} }
+	withDS := bid("cached", 1.005)
+	withDS.Datasets = []string{"d1"}
+	later := bid("later", 1.0)
+	later.Start, later.End = now.Add(time.Minute), now.Add(61*time.Minute)
+	expired := bid("expired", 0.1)
+	expired.ExpiresAt = now
+	other := bid("other", 0.1)
+	other.Attempt = 0
+	us := bid("us", 0.1)
+	us.Region = "us-east"
+	short := bid("short", 0.1)
+	short.End = now.Add(30 * time.Minute)
+	cands := []Candidate{
+		c(bid("reliable", 1.8), 0.9), // score 2.0
+		c(bid("cheap", 1.0), 0.5),    // score 2.0, tied
+		c(withDS, 0.5),               // 2.01, tied, caches a dataset
+		c(later, 0.5),                // 2.0, tied, starts later
+		c(bid("pricey", 3.5), 1),     // over max
+		c(bid("flaky", 0.2), 0.2),    // below min reliability
+		c(bid("cheap", 0.5), 0.9),    // duplicate: first kept
+		c(expired, 1), c(other, 1), c(us, 1), c(short, 1),
+		c(bid("bad", math.NaN()), 1),
+		c(bid("best", 1.0), 0.8), // 1.25
+	}
+	r := RankAt(j, cands, now)
+	var order []string
+	for _, x := range r {
+		if x.Rejected == "" {
+			order = append(order, x.Bid.Provider)
+		}
+	}
+	want := []string{"best", "cached", "cheap", "reliable", "later"}
+	if !reflect.DeepEqual(order, want) {
+		t.Fatalf("order = %v, want %v", order, want)
+	}
+	reasons := map[string]string{}
+	for _, x := range r[len(want):] {
+		reasons[x.Bid.Provider] = x.Rejected
+	}
+	for p, w := range map[string]string{"pricey": "price 3.50 > max 3.00", "flaky": "reliability 0.20 < min 0.30",
+		"cheap": "duplicate", "expired": "expired", "other": "attempt 0", "us": "region us-east",
+		"short": "shorter than job", "bad": "invalid price"} {
+		if !strings.Contains(reasons[p], w) {
+			t.Errorf("%s rejected for %q, want %q", p, reasons[p], w)
+		}
+	}
+	if len(r) != len(cands) {
+		t.Fatalf("Rank dropped candidates: %d of %d", len(r), len(cands))
+	}
+	ex := Explain(r)
+	if !strings.Contains(ex, "winner best") || !strings.Contains(ex, "below runner-up cached") {
+		t.Fatalf("Explain:\n%s", ex)
+	}
+	// Tied winner: the explanation names the tiebreak.
+	ex = Explain(RankAt(j, cands[:4], now))
+	if !strings.Contains(ex, "winner cached") || !strings.Contains(ex, "datasets cached (1 vs 0)") {
+		t.Fatalf("Explain tie:\n%s", ex)
+	}
+	// Unknown reliability floors at MinScoreReliability rather than dividing by zero.
+	if s := Score(1, 0); s != 1/MinScoreReliability {
+		t.Fatalf("Score(1, 0) = %v", s)
+	}
+	if !strings.Contains(Explain(nil), "no bids") {
+		t.Fatal("Explain(nil)")
+	}
+}
+
+func benchCands(n int) (*Job, []Candidate) {
+	now := at(0, "10:00")
+	j := &Job{ID: "j", Tier: Silver, MaxPrice: 5, GPUCount: 1, Duration: time.Hour, Datasets: []string{"a", "b"}, Run: RunSpec{Command: []string{"x"}}}
+	cands := make([]Candidate, n)
+	for i := range cands {
+		b := Bid{JobID: "j", Provider: fmt.Sprintf("p%06d", i), Price: 0.5 + float64(i%97)/20, Start: now.Add(time.Duration(i%13) * time.Minute),
+			ExpiresAt: now.Add(time.Hour)}
+		b.End = b.Start.Add(time.Hour)
+		if i%3 == 0 {
+			b.Datasets = []string{"a"}
+		}
+		cands[i] = Candidate{Bid: b, Reliability: float64(i%10+1) / 10, Latency: time.Duration(i%50) * time.Millisecond}
+	}
+	return j, cands
+}
+
+func benchRank(b *testing.B, n int) {
+	j, cands := benchCands(n)
+	now := at(0, "10:00")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		RankAt(j, cands, now)
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "bids/s")
+}
+
+func BenchmarkRank1000(b *testing.B)  { benchRank(b, 1000) }
+func BenchmarkRank10000(b *testing.B) { benchRank(b, 10000) }
+
+func BenchmarkEvaluate(b *testing.B) {
+	now := at(0, "10:00")
+	ps, j := baseState(), evalJob()
+	ps.Cap.Policy.PeakWindows = []Window{{From: "09:00", To: "17:00"}}
+	ps.Cap.Policy.Availability = []Window{{From: "06:00", To: "23:00"}}
+	ps.Cap.Policy.Reserved = []Interval{{now.Add(30 * time.Minute), now.Add(time.Hour)}}
+	for i := 0; i < 20; i++ {
+		s := now.Add(time.Duration(i) * 20 * time.Minute)
+		_ = ps.Cal.Reserve(Booking{LeaseID: fmt.Sprint(i), Start: s, End: s.Add(30 * time.Minute), GPUs: 1})
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := Evaluate(ps, j, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
