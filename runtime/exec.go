@@ -1,0 +1,351 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Spec is one leased job, as the executor runs it.
+type Spec struct {
+	// ID names the job's work dir; letters, digits, '.', '_' and '-' only.
+	ID      string
+	Command []string
+	// Image is a container image; only the Docker backend runs images.
+	Image string
+	Env   map[string]string
+	// GPUs are the leased device indices, exported as CUDA_VISIBLE_DEVICES.
+	GPUs []int
+	// Deadline is the wall-clock limit (the lease end); zero means none. At
+	// the deadline the job gets SIGTERM, then SIGKILL after the grace period.
+	Deadline time.Time
+	// MemoryMB caps the job's memory where the backend can enforce it.
+	MemoryMB int
+	// Outputs is the directory, relative to the work dir, whose files are
+	// returned to the renter; empty means "outputs". It is created before
+	// the job starts and exported as GPUMESH_OUTPUTS.
+	Outputs string
+}
+
+// Executor runs jobs.
+type Executor interface {
+	// Name identifies the backend ("process", "docker", "auto").
+	Name() string
+	// Start launches the job and returns once it is running. ctx bounds
+	// the start only; end a running job with Handle.Stop or Spec.Deadline.
+	// stdout and stderr may be nil.
+	Start(ctx context.Context, spec Spec, stdout, stderr io.Writer) (Handle, error)
+}
+
+// Handle is a started job.
+type Handle interface {
+	// Wait blocks until the job and every process it started are gone and
+	// its output is drained, and returns the result. It may be called any
+	// number of times.
+	Wait() Result
+	// Stop sends SIGTERM to the whole job, waits up to grace, then SIGKILLs
+	// whatever is left, and returns once the job is gone. Stopping a
+	// finished job is a no-op.
+	Stop(grace time.Duration) error
+	// WorkDir is the job's private work dir on the host.
+	WorkDir() string
+	// Cleanup wipes the work dir and releases the job's resources (uid,
+	// container). Call it after Wait and after collecting outputs.
+	Cleanup() error
+}
+
+// Reasons a job ended, in Result.Reason.
+const (
+	ReasonExited   = "exited"   // the job exited on its own
+	ReasonSignaled = "signaled" // killed by a signal the executor did not send
+	ReasonDeadline = "deadline" // stopped at Spec.Deadline
+	ReasonStopped  = "stopped"  // stopped by Handle.Stop
+	ReasonOOM      = "oom"      // killed for exceeding its memory limit
+	ReasonFailed   = "failed"   // the executor lost track of the job (Err set)
+)
+
+// Result is how a job ended.
+type Result struct {
+	// ExitCode is the job's exit status, or 128+signal if a signal
+	// killed it, or -1 if unknown.
+	ExitCode int
+	// Err is set when the executor failed, not when the job exited non-zero.
+	Err            error
+	Started, Ended time.Time
+	// Killed is true when the job had to be SIGKILLed (grace expired, or
+	// the kernel's OOM killer).
+	Killed bool
+	Reason string
+}
+
+// DefaultGrace is the SIGTERM→SIGKILL grace period at a job's deadline.
+const DefaultGrace = 10 * time.Second
+
+// Environment variables the executor sets for every job.
+const (
+	EnvJobID   = "GPUMESH_JOB_ID"
+	EnvOutputs = "GPUMESH_OUTPUTS"
+	EnvCUDA    = "CUDA_VISIBLE_DEVICES"
+)
+
+var (
+	idRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// reservedEnv may not be set by the spec.
+	reservedEnv = map[string]bool{"HOME": true, "TMPDIR": true, EnvJobID: true, EnvOutputs: true, EnvCUDA: true, "NVIDIA_VISIBLE_DEVICES": true}
+)
+
+// ErrInvalidSpec wraps every spec validation error.
+var ErrInvalidSpec = errors.New("runtime: invalid job spec")
+
+func (s *Spec) validate(now time.Time) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSpec, fmt.Sprintf(format, a...))
+	}
+	if !idRE.MatchString(s.ID) {
+		return bad("id %q must be 1-128 letters, digits, '.', '_' or '-', not starting with a symbol", s.ID)
+	}
+	if len(s.Command) == 0 || s.Command[0] == "" {
+		return bad("job %s: empty command", s.ID)
+	}
+	for _, a := range s.Command {
+		if strings.IndexByte(a, 0) >= 0 {
+			return bad("job %s: command contains a NUL byte", s.ID)
+		}
+	}
+	for k, v := range s.Env {
+		if !envKeyRE.MatchString(k) {
+			return bad("job %s: env name %q is not a valid identifier", s.ID, k)
+		}
+		if reservedEnv[k] {
+			return bad("job %s: env %s is set by the runtime", s.ID, k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return bad("job %s: env %s contains a NUL byte", s.ID, k)
+		}
+	}
+	for _, g := range s.GPUs {
+		if g < 0 {
+			return bad("job %s: negative gpu index %d", s.ID, g)
+		}
+	}
+	if s.MemoryMB < 0 {
+		return bad("job %s: negative memory limit %d", s.ID, s.MemoryMB)
+	}
+	if !s.Deadline.IsZero() && !s.Deadline.After(now) {
+		return bad("job %s: deadline %s already passed", s.ID, s.Deadline.Format(time.RFC3339))
+	}
+	if _, err := s.outputsRel(); err != nil {
+		return bad("job %s: %v", s.ID, err)
+	}
+	return nil
+}
+
+// outputsRel is the cleaned, relative outputs dir.
+func (s *Spec) outputsRel() (string, error) {
+	o := s.Outputs
+	if o == "" {
+		o = "outputs"
+	}
+	c := filepath.Clean(o)
+	if filepath.IsAbs(c) || c == "." || c == ".." || strings.HasPrefix(c, "../") || c == "tmp" {
+		return "", fmt.Errorf("outputs %q must be a sub-directory of the work dir", s.Outputs)
+	}
+	return c, nil
+}
+
+func (s *Spec) cudaDevices() string {
+	parts := make([]string, len(s.GPUs))
+	for i, g := range s.GPUs {
+		parts[i] = strconv.Itoa(g)
+	}
+	return strings.Join(parts, ",")
+}
+
+// jobEnv is the scrubbed environment: base variables, then the spec's, then
+// the runtime's own, sorted for determinism.
+func jobEnv(s *Spec, path, home, outputs string) []string {
+	env := map[string]string{"PATH": path, "LANG": "C.UTF-8"}
+	if l := os.Getenv("LANG"); l != "" {
+		env["LANG"] = l
+	}
+	for k, v := range s.Env {
+		env[k] = v
+	}
+	env["HOME"] = home
+	env["TMPDIR"] = filepath.Join(home, "tmp")
+	env[EnvJobID] = s.ID
+	env[EnvOutputs] = outputs
+	env[EnvCUDA] = s.cudaDevices()
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// uidPool hands out one unprivileged uid per job, so that jobs cannot read
+// each other's files. A uid is held with an flock on a lock file, so that
+// executors in the same or other processes on the host never share one (and
+// never kill each other's processes by uid); the lock dies with the process.
+// A nil pool means "run as the daemon's own user".
+type uidPool struct {
+	base, count int
+	dir         string
+	mu          sync.Mutex
+	held        map[int]*os.File
+}
+
+func newUIDPool(base, count int) (*uidPool, error) {
+	dir := "/run/gpumesh/uid-locks"
+	if fi, err := os.Stat("/run"); err != nil || !fi.IsDir() {
+		dir = filepath.Join(os.TempDir(), "gpumesh-uid-locks")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("runtime: uid lock dir: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: uid lock dir: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("runtime: uid lock dir %s must be a directory owned by uid %d and not group/world writable", dir, os.Geteuid())
+	}
+	return &uidPool{base: base, count: count, dir: dir, held: make(map[int]*os.File)}, nil
+}
+
+func (p *uidPool) get() (int, error) {
+	if p == nil {
+		return os.Getuid(), nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := 0; i < p.count; i++ {
+		uid := p.base + i
+		if p.held[uid] != nil {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(p.dir, strconv.Itoa(uid)), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return -1, fmt.Errorf("runtime: uid lock: %w", err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			continue
+		}
+		p.held[uid] = f
+		return uid, nil
+	}
+	return -1, fmt.Errorf("runtime: all %d job uids from %d are in use", p.count, p.base)
+}
+
+func (p *uidPool) put(uid int) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f := p.held[uid]; f != nil {
+		f.Close() // releases the flock
+		delete(p.held, uid)
+	}
+}
+
+// prepareRoot creates root (0711: traversable, not listable) and checks that
+// a job running as another uid can reach its work dir under it.
+func prepareRoot(root string, otherUID bool) (string, error) {
+	if root == "" {
+		return "", errors.New("runtime: empty work root")
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return "", fmt.Errorf("runtime: work root: %w", err)
+	}
+	if err := os.MkdirAll(abs, 0o711); err != nil {
+		return "", fmt.Errorf("runtime: create work root: %w", err)
+	}
+	if !otherUID {
+		return abs, nil
+	}
+	if err := os.Chmod(abs, 0o711); err != nil {
+		return "", fmt.Errorf("runtime: chmod work root: %w", err)
+	}
+	for d := filepath.Dir(abs); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return "", fmt.Errorf("runtime: work root parent: %w", err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return "", fmt.Errorf("runtime: work root %s: parent %s is not traversable by job uids (mode %v); put the work root outside private dirs or chmod o+x the parent", abs, d, fi.Mode().Perm())
+		}
+		if d == "/" || d == filepath.Dir(d) {
+			return abs, nil
+		}
+	}
+}
+
+// makeWorkDir creates root/<id> (0700) with tmp and outputs sub-dirs, all
+// owned by uid, and returns the work dir and the outputs dir.
+func makeWorkDir(root string, s *Spec, uid int) (string, string, error) {
+	wd := filepath.Join(root, s.ID)
+	if err := os.Mkdir(wd, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return "", "", fmt.Errorf("runtime: job %s: work dir %s already exists", s.ID, wd)
+		}
+		return "", "", fmt.Errorf("runtime: job %s: create work dir: %w", s.ID, err)
+	}
+	rel, _ := s.outputsRel()
+	out := filepath.Join(wd, rel)
+	fail := func(err error) (string, string, error) {
+		_ = os.RemoveAll(wd)
+		return "", "", fmt.Errorf("runtime: job %s: prepare work dir: %w", s.ID, err)
+	}
+	if err := os.MkdirAll(filepath.Join(wd, "tmp"), 0o700); err != nil {
+		return fail(err)
+	}
+	if err := os.MkdirAll(out, 0o700); err != nil {
+		return fail(err)
+	}
+	if uid != os.Getuid() {
+		err := filepath.WalkDir(wd, func(p string, _ os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, uid, uid)
+		})
+		if err != nil {
+			return fail(err)
+		}
+	}
+	return wd, out, nil
+}
+
+// removeWorkDir removes a work dir even if the job made parts of it
+// read-only.
+func removeWorkDir(wd string) error {
+	if err := os.RemoveAll(wd); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(wd, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	if err := os.RemoveAll(wd); err != nil {
+		return fmt.Errorf("runtime: wipe work dir: %w", err)
+	}
+	return nil
+}

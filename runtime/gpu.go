@@ -1,0 +1,260 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpumesh/gpumesh/auction"
+)
+
+// Inventory sources.
+const (
+	SourceNVML     = "nvml"
+	SourceDeclared = "declared"
+)
+
+// Inventory is the set of GPUs a node offers.
+type Inventory struct {
+	GPUs []auction.GPU
+	// Driver and CUDA are the NVIDIA driver and CUDA driver API versions
+	// (empty for declared GPUs).
+	Driver, CUDA string
+	// Source is SourceNVML when the devices were read from the driver and
+	// SourceDeclared otherwise.
+	Source string
+}
+
+// Telemetry is one heartbeat sample. With NVML it describes the GPUs
+// (utilization averaged over devices, memory and power summed, hottest
+// temperature); without it, the job's processes (CPUSeconds and MemUsedMB).
+type Telemetry struct {
+	GPUUtil    float64 // percent, 0..100
+	MemUsedMB  int
+	TempC      int
+	PowerW     int
+	CPUSeconds float64
+	// Source is SourceNVML, "proc" (process sampling) or "none".
+	Source string
+}
+
+// deviceInfo and deviceSample are what the inventory and telemetry need from
+// one NVML device.
+type deviceInfo struct {
+	Name     string
+	UUID     string
+	MemTotal uint64 // bytes
+}
+
+type deviceSample struct {
+	Util    uint32 // percent
+	MemUsed uint64 // bytes
+	TempC   uint32
+	PowerMW uint32
+}
+
+// nvmlLib is the part of NVML the runtime uses, so that the mapping to an
+// Inventory can be tested without a driver.
+type nvmlLib interface {
+	Init() nvml.Return
+	Shutdown() nvml.Return
+	SystemGetDriverVersion() (string, nvml.Return)
+	SystemGetCudaDriverVersion() (int, nvml.Return)
+	DeviceGetCount() (int, nvml.Return)
+	DeviceInfo(i int) (deviceInfo, nvml.Return)
+	DeviceSample(i int) (deviceSample, nvml.Return)
+}
+
+// realNVML is the thin adapter over github.com/NVIDIA/go-nvml.
+type realNVML struct{}
+
+func (realNVML) Init() nvml.Return     { return nvml.Init() }
+func (realNVML) Shutdown() nvml.Return { return nvml.Shutdown() }
+func (realNVML) SystemGetDriverVersion() (string, nvml.Return) {
+	return nvml.SystemGetDriverVersion()
+}
+func (realNVML) SystemGetCudaDriverVersion() (int, nvml.Return) {
+	return nvml.SystemGetCudaDriverVersion()
+}
+func (realNVML) DeviceGetCount() (int, nvml.Return) { return nvml.DeviceGetCount() }
+
+func (realNVML) DeviceInfo(i int) (deviceInfo, nvml.Return) {
+	d, ret := nvml.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return deviceInfo{}, ret
+	}
+	var info deviceInfo
+	if info.Name, ret = d.GetName(); ret != nvml.SUCCESS {
+		return deviceInfo{}, ret
+	}
+	if info.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
+		return deviceInfo{}, ret
+	}
+	mem, ret := d.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return deviceInfo{}, ret
+	}
+	info.MemTotal = mem.Total
+	return info, nvml.SUCCESS
+}
+
+func (realNVML) DeviceSample(i int) (deviceSample, nvml.Return) {
+	d, ret := nvml.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return deviceSample{}, ret
+	}
+	var s deviceSample
+	// Individual readings are optional on some boards: keep what works.
+	if u, r := d.GetUtilizationRates(); r == nvml.SUCCESS {
+		s.Util = u.Gpu
+	}
+	if m, r := d.GetMemoryInfo(); r == nvml.SUCCESS {
+		s.MemUsed = m.Used
+	}
+	if t, r := d.GetTemperature(nvml.TEMPERATURE_GPU); r == nvml.SUCCESS {
+		s.TempC = t
+	}
+	if p, r := d.GetPowerUsage(); r == nvml.SUCCESS {
+		s.PowerMW = p
+	}
+	return s, nvml.SUCCESS
+}
+
+// errNoNVML means the NVML library or driver is not usable on this host.
+var errNoNVML = errors.New("runtime: NVML not available")
+
+// DetectGPUs returns the node's GPUs. It reads them through NVML when the
+// driver is present (Detected=true, Source "nvml"); otherwise it validates and
+// returns the declared list (Detected=false, Source "declared"). An empty
+// inventory is valid: the node can still rent. When NVML works, declared
+// entries are ignored (and a mismatch is logged).
+func DetectGPUs(declared []auction.GPU, log *slog.Logger) (Inventory, error) {
+	return detectGPUs(realNVML{}, declared, log)
+}
+
+func detectGPUs(lib nvmlLib, declared []auction.GPU, log *slog.Logger) (Inventory, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	inv, err := nvmlInventory(lib)
+	if err == nil {
+		if len(declared) > 0 && len(declared) != len(inv.GPUs) {
+			log.Warn("declared GPUs differ from the driver's; using the driver's",
+				"declared", len(declared), "detected", len(inv.GPUs))
+		}
+		log.Info("GPUs detected through NVML", "count", len(inv.GPUs), "driver", inv.Driver, "cuda", inv.CUDA)
+		return inv, nil
+	}
+	if !errors.Is(err, errNoNVML) {
+		return Inventory{}, err
+	}
+	log.Debug("NVML unavailable, using declared GPUs", "err", err, "declared", len(declared))
+	gpus := make([]auction.GPU, 0, len(declared))
+	for i, g := range declared {
+		g.Model = strings.TrimSpace(g.Model)
+		if g.Model == "" {
+			return Inventory{}, fmt.Errorf("runtime: declared gpu %d: model is empty", i)
+		}
+		if g.VRAMGB <= 0 {
+			return Inventory{}, fmt.Errorf("runtime: declared gpu %d (%s): vram_gb must be > 0, got %d", i, g.Model, g.VRAMGB)
+		}
+		g.Detected = false
+		gpus = append(gpus, g)
+	}
+	return Inventory{GPUs: gpus, Source: SourceDeclared}, nil
+}
+
+// nvmlInventory reads the devices. It returns an error wrapping errNoNVML when
+// the library or driver is absent, and another error when NVML is present but
+// misbehaves.
+func nvmlInventory(lib nvmlLib) (Inventory, error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return Inventory{}, fmt.Errorf("%w: init: %v", errNoNVML, ret)
+	}
+	defer lib.Shutdown()
+	inv := Inventory{Source: SourceNVML}
+	if v, ret := lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
+		inv.Driver = v
+	}
+	if v, ret := lib.SystemGetCudaDriverVersion(); ret == nvml.SUCCESS && v > 0 {
+		// NVML encodes CUDA versions as 1000*major + 10*minor.
+		inv.CUDA = fmt.Sprintf("%d.%d", v/1000, (v%1000)/10)
+	}
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return Inventory{}, fmt.Errorf("runtime: nvml device count: %v", ret)
+	}
+	for i := 0; i < n; i++ {
+		d, ret := lib.DeviceInfo(i)
+		if ret != nvml.SUCCESS {
+			return Inventory{}, fmt.Errorf("runtime: nvml device %d: %v", i, ret)
+		}
+		inv.GPUs = append(inv.GPUs, auction.GPU{
+			Model: d.Name,
+			// Round to the nearest GiB: boards report slightly less than
+			// their nominal size.
+			VRAMGB:   int((d.MemTotal + (1<<30)/2) >> 30),
+			UUID:     d.UUID,
+			Detected: true,
+		})
+	}
+	return inv, nil
+}
+
+// Sample takes one telemetry reading. For an NVML inventory it reads the GPUs;
+// otherwise it sums the CPU time and resident memory of the given process
+// groups (a job's process group id is its Handle's Pid), read from /proc.
+func Sample(inv Inventory, pgids ...int) Telemetry {
+	return sample(realNVML{}, inv, pgids...)
+}
+
+func sample(lib nvmlLib, inv Inventory, pgids ...int) Telemetry {
+	if inv.Source == SourceNVML {
+		if t, err := nvmlSample(lib); err == nil {
+			return t
+		}
+	}
+	if len(pgids) == 0 {
+		return Telemetry{Source: "none"}
+	}
+	t := Telemetry{Source: "proc"}
+	for _, g := range pgids {
+		cpu, rss, err := SampleGroup(g)
+		if err != nil {
+			continue
+		}
+		t.CPUSeconds += cpu
+		t.MemUsedMB += rss
+	}
+	return t
+}
+
+func nvmlSample(lib nvmlLib) (Telemetry, error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return Telemetry{}, fmt.Errorf("%w: init: %v", errNoNVML, ret)
+	}
+	defer lib.Shutdown()
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return Telemetry{}, fmt.Errorf("runtime: nvml device count: %v", ret)
+	}
+	t := Telemetry{Source: SourceNVML}
+	var util float64
+	for i := 0; i < n; i++ {
+		s, ret := lib.DeviceSample(i)
+		if ret != nvml.SUCCESS {
+			return Telemetry{}, fmt.Errorf("runtime: nvml device %d: %v", i, ret)
+		}
+		util += float64(s.Util)
+		t.MemUsedMB += int(s.MemUsed >> 20)
+		t.TempC = max(t.TempC, int(s.TempC))
+		t.PowerW += int(s.PowerMW / 1000)
+	}
+	if n > 0 {
+		t.GPUUtil = util / float64(n)
+	}
+	return t, nil
+}

@@ -1,0 +1,170 @@
+package runtime
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// OutputFile is one collected output.
+type OutputFile struct {
+	Path   string `json:"path"` // slash-separated, relative to the outputs dir
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"` // hex
+}
+
+// ErrOutputsTooLarge is returned when a job's outputs exceed the cap.
+var ErrOutputsTooLarge = errors.New("runtime: outputs exceed size cap")
+
+// CollectOutputs copies the regular files under workDir/outputsRel into
+// destDir, keeping the tree, and returns them with their sizes and SHA-256
+// checksums, in lexical order. It must run after the job has ended. A
+// symlink is followed only if its target stays inside the outputs dir;
+// one pointing outside is an error. Other special files (fifos, sockets,
+// devices) are skipped. maxBytes caps the total size (<= 0: no cap); past
+// it CollectOutputs stops with ErrOutputsTooLarge and returns what it had
+// copied. A missing outputs dir yields no files.
+func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]OutputFile, error) {
+	s := Spec{Outputs: outputsRel}
+	rel, err := s.outputsRel()
+	if err != nil {
+		return nil, fmt.Errorf("runtime: collect outputs: %w", err)
+	}
+	wd, err := filepath.EvalSymlinks(workDir)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: collect outputs: work dir: %w", err)
+	}
+	src, err := filepath.EvalSymlinks(filepath.Join(wd, rel))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runtime: collect outputs: %w", err)
+	}
+	if !within(wd, src) || src == wd {
+		return nil, fmt.Errorf("runtime: collect outputs: %s resolves outside the work dir", outputsRel)
+	}
+	if err := os.MkdirAll(destDir, 0o755); err != nil {
+		return nil, fmt.Errorf("runtime: collect outputs: %w", err)
+	}
+	var out []OutputFile
+	var total int64
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		r, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(destDir, r)
+		real := p
+		mode := d.Type()
+		if mode&fs.ModeSymlink != 0 {
+			real, err = filepath.EvalSymlinks(p)
+			if err != nil {
+				return fmt.Errorf("%s: dangling symlink: %w", r, err)
+			}
+			if !within(src, real) {
+				return fmt.Errorf("%s: symlink escapes the outputs dir", r)
+			}
+			fi, err := os.Stat(real)
+			if err != nil {
+				return err
+			}
+			if fi.IsDir() {
+				return nil // the target is collected on its own
+			}
+			mode = fi.Mode().Type()
+		}
+		switch {
+		case mode.IsDir():
+			return os.MkdirAll(dst, 0o755)
+		case !mode.IsRegular():
+			return nil
+		}
+		f, err := copyCapped(real, dst, maxBytes, &total)
+		if err != nil {
+			return fmt.Errorf("%s: %w", r, err)
+		}
+		f.Path = filepath.ToSlash(r)
+		out = append(out, f)
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("runtime: collect outputs: %w", err)
+	}
+	return out, nil
+}
+
+// within reports whether p is dir or below it (both cleaned, absolute).
+func within(dir, p string) bool {
+	return p == dir || strings.HasPrefix(p, dir+string(filepath.Separator))
+}
+
+func copyCapped(src, dst string, maxBytes int64, total *int64) (OutputFile, error) {
+	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return OutputFile{}, err
+	}
+	defer in.Close()
+	o, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return OutputFile{}, err
+	}
+	h := sha256.New()
+	var r io.Reader = in
+	if maxBytes > 0 {
+		r = io.LimitReader(in, maxBytes-*total+1)
+	}
+	n, err := io.Copy(io.MultiWriter(o, h), r)
+	*total += n
+	if cerr := o.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && maxBytes > 0 && *total > maxBytes {
+		err = fmt.Errorf("%w (%d bytes)", ErrOutputsTooLarge, maxBytes)
+	}
+	if err != nil {
+		_ = os.Remove(dst)
+		return OutputFile{}, err
+	}
+	return OutputFile{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// WipeOrphans removes the job work dirs under root for which keep returns
+// false (keep may be nil: wipe all), e.g. at daemon start for jobs whose
+// lease is no longer running. Entries that are not job dirs are left alone.
+// It returns how many dirs it removed.
+func WipeOrphans(root string, keep func(id string) bool) (int, error) {
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("runtime: wipe orphans: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, e := range ents {
+		if !e.IsDir() || !idRE.MatchString(e.Name()) || (keep != nil && keep(e.Name())) {
+			continue
+		}
+		if err := removeWorkDir(filepath.Join(root, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", e.Name(), err))
+			continue
+		}
+		n++
+	}
+	if len(errs) > 0 {
+		return n, fmt.Errorf("runtime: wipe orphans: %w", errors.Join(errs...))
+	}
+	return n, nil
+}

@@ -1,0 +1,106 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times; it is 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100
+
+// procStat is the part of /proc/<pid>/stat the runtime reads.
+type procStat struct {
+	state      byte
+	pgrp       int
+	cpuSeconds float64
+	rssPages   int64
+}
+
+func readProcStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	// The command name is parenthesized and may contain spaces or ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 > len(s) {
+		return procStat{}, fmt.Errorf("runtime: malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+2:]) // f[0] is field 3 (state)
+	if len(f) < 22 {
+		return procStat{}, fmt.Errorf("runtime: short /proc/%d/stat", pid)
+	}
+	var st procStat
+	st.state = f[0][0]
+	var e1, e2, e3, e4 error
+	st.pgrp, e1 = strconv.Atoi(f[2])
+	ut, e2 := strconv.ParseUint(f[11], 10, 64)
+	stime, e3 := strconv.ParseUint(f[12], 10, 64)
+	st.rssPages, e4 = strconv.ParseInt(f[21], 10, 64)
+	for _, e := range []error{e1, e2, e3, e4} {
+		if e != nil {
+			return procStat{}, fmt.Errorf("runtime: parse /proc/%d/stat: %w", pid, e)
+		}
+	}
+	st.cpuSeconds = float64(ut+stime) / clockTicks
+	return st, nil
+}
+
+// SampleProcess returns the CPU time (user+system, in seconds) and resident
+// memory (MiB) of one process, read from /proc.
+func SampleProcess(pid int) (cpuSeconds float64, rssMB int, err error) {
+	if pid <= 0 {
+		return 0, 0, fmt.Errorf("runtime: invalid pid %d", pid)
+	}
+	st, err := readProcStat(pid)
+	if err != nil {
+		return 0, 0, fmt.Errorf("runtime: sample process %d: %w", pid, err)
+	}
+	return st.cpuSeconds, int(st.rssPages * int64(os.Getpagesize()) >> 20), nil
+}
+
+// SampleGroup sums SampleProcess over every live process of a process group.
+// It fails only if the group has no live process.
+func SampleGroup(pgid int) (cpuSeconds float64, rssMB int, err error) {
+	if pgid <= 0 {
+		return 0, 0, fmt.Errorf("runtime: invalid process group %d", pgid)
+	}
+	pids, err := listPids()
+	if err != nil {
+		return 0, 0, err
+	}
+	var rss int64
+	found := false
+	for _, pid := range pids {
+		st, err := readProcStat(pid)
+		if err != nil || st.pgrp != pgid {
+			continue
+		}
+		found = true
+		cpuSeconds += st.cpuSeconds
+		rss += st.rssPages
+	}
+	if !found {
+		return 0, 0, fmt.Errorf("runtime: process group %d has no live process", pgid)
+	}
+	return cpuSeconds, int(rss * int64(os.Getpagesize()) >> 20), nil
+}
+
+// listPids lists the numeric entries of /proc.
+func listPids() ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("runtime: list /proc: %w", err)
+	}
+	pids := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}

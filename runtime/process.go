@@ -1,0 +1,516 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// ProcessOptions configures NewProcessExecutor. The zero value is usable.
+type ProcessOptions struct {
+	// UIDBase and UIDCount define the pool of unprivileged uids (each
+	// with the equal gid) that jobs run as when the daemon runs as root:
+	// each concurrent job gets its own, so jobs can read neither the
+	// daemon's files nor each other's. Defaults: 200000 and 1000.
+	UIDBase, UIDCount int
+	// Grace is the SIGTERM→SIGKILL period at a job's deadline
+	// (default DefaultGrace).
+	Grace time.Duration
+	// Path is the jobs' PATH (default "/usr/local/bin:/usr/bin:/bin").
+	Path string
+	// NoCgroups disables cgroups: no memory limits, kill by process group
+	// and uid only.
+	NoCgroups bool
+	// Log receives lifecycle events (default: discarded).
+	Log *slog.Logger
+}
+
+// cgroupSeq makes job cgroup names unique across executors and processes.
+var cgroupSeq atomic.Uint64
+
+// ProcessExecutor runs jobs as host processes. See NewProcessExecutor.
+type ProcessExecutor struct {
+	root      string
+	grace     time.Duration
+	path      string
+	uids      *uidPool // nil: jobs run as the daemon's user
+	cg        *cgroups // nil: no cgroups
+	cgWhy     string
+	log       *slog.Logger
+	mu        sync.Mutex
+	jobs      map[string]bool
+}
+
+// NewProcessExecutor returns an executor that runs each job in root/<id>
+// (mode 0700) in its own process group with a scrubbed environment (PATH,
+// HOME and TMPDIR in the work dir, LANG, the spec's Env, CUDA_VISIBLE_DEVICES,
+// GPUMESH_JOB_ID and GPUMESH_OUTPUTS). When the daemon runs as root each job
+// runs under its own unprivileged uid; where a cgroup hierarchy is writable
+// each job gets a cgroup with its memory limit. Limits reports what is
+// enforced on this host.
+func NewProcessExecutor(root string, opts ProcessOptions) (*ProcessExecutor, error) {
+	e := &ProcessExecutor{
+		grace: opts.Grace,
+		path:  opts.Path,
+		log:   opts.Log,
+		jobs:  make(map[string]bool),
+	}
+	if e.grace <= 0 {
+		e.grace = DefaultGrace
+	}
+	if e.path == "" {
+		e.path = "/usr/local/bin:/usr/bin:/bin"
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if os.Geteuid() == 0 {
+		base, count := opts.UIDBase, opts.UIDCount
+		if base == 0 {
+			base = 200000
+		}
+		if count <= 0 {
+			count = 1000
+		}
+		if base < 1000 || base+count > 1<<31 {
+			return nil, fmt.Errorf("runtime: job uid range %d+%d must be within [1000, 2^31)", base, count)
+		}
+		pool, err := newUIDPool(base, count)
+		if err != nil {
+			return nil, err
+		}
+		e.uids = pool
+	}
+	abs, err := prepareRoot(root, e.uids != nil)
+	if err != nil {
+		return nil, err
+	}
+	e.root = abs
+	if opts.NoCgroups {
+		e.cgWhy = "cgroups disabled"
+	} else {
+		e.cg, e.cgWhy = detectCgroups("gpumesh")
+	}
+	e.log.Info("process executor ready", "root", e.root, "limits", e.Limits())
+	return e, nil
+}
+
+// Name returns "process".
+func (e *ProcessExecutor) Name() string { return "process" }
+
+// Root is the directory holding the jobs' work dirs.
+func (e *ProcessExecutor) Root() string { return e.root }
+
+// Limits describes what the executor enforces on this host.
+func (e *ProcessExecutor) Limits() string {
+	var b strings.Builder
+	if e.cg != nil && e.cg.limitsMemory() {
+		b.WriteString("memory limit: " + e.cg.describe())
+	} else {
+		why := e.cgWhy
+		if e.cg != nil {
+			why = e.cg.describe()
+		}
+		b.WriteString("memory limit: not enforced (" + why + ")")
+	}
+	b.WriteString("; kill: process group")
+	if e.cg != nil {
+		b.WriteString(", cgroup")
+	}
+	if e.uids != nil {
+		fmt.Fprintf(&b, ", job uid; isolation: one uid per job from %d-%d", e.uids.base, e.uids.base+e.uids.count-1)
+	} else {
+		b.WriteString("; isolation: jobs run as the daemon's user (not root)")
+	}
+	return b.String()
+}
+
+// MemoryLimited reports whether Spec.MemoryMB is enforced.
+func (e *ProcessExecutor) MemoryLimited() bool { return e.cg != nil && e.cg.limitsMemory() }
+
+// Start starts the job. It fails if the spec is invalid, a job with the
+// same ID still has a work dir, or a memory limit is asked for and cannot be
+// set up.
+func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io.Writer) (Handle, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("runtime: start job %s: %w", spec.ID, err)
+	}
+	if err := spec.validate(time.Now()); err != nil {
+		return nil, err
+	}
+	spec.Env = cloneEnv(spec.Env)
+	spec.Command = append([]string(nil), spec.Command...)
+	e.mu.Lock()
+	if e.jobs[spec.ID] {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("runtime: job %s is already running", spec.ID)
+	}
+	e.jobs[spec.ID] = true
+	e.mu.Unlock()
+
+	var undo []func()
+	fail := func(err error) (Handle, error) {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		return nil, err
+	}
+	undo = append(undo, func() { e.mu.Lock(); delete(e.jobs, spec.ID); e.mu.Unlock() })
+
+	uid, err := e.uids.get()
+	if err != nil {
+		return fail(err)
+	}
+	undo = append(undo, func() { e.uids.put(uid) })
+	wd, outDir, err := makeWorkDir(e.root, &spec, uid)
+	if err != nil {
+		return fail(err)
+	}
+	undo = append(undo, func() { _ = removeWorkDir(wd) })
+	argv0, err := lookPath(spec.Command[0], e.path)
+	if err != nil {
+		return fail(fmt.Errorf("runtime: job %s: %w", spec.ID, err))
+	}
+	var cg *jobCgroup
+	if e.cg != nil {
+		cg, err = e.cg.create(fmt.Sprintf("%s-%d-%d", spec.ID, os.Getpid(), cgroupSeq.Add(1)), spec.MemoryMB)
+		if err != nil {
+			if spec.MemoryMB > 0 {
+				return fail(fmt.Errorf("runtime: job %s: %w", spec.ID, err))
+			}
+			e.log.Warn("job runs without a cgroup", "job", spec.ID, "err", err)
+			cg = nil
+		} else {
+			undo = append(undo, func() { _ = cg.destroy() })
+		}
+	}
+	if spec.MemoryMB > 0 && (cg == nil || !e.cg.limitsMemory()) {
+		e.log.Warn("memory limit not enforced", "job", spec.ID, "memory_mb", spec.MemoryMB, "limits", e.Limits())
+	}
+
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return fail(fmt.Errorf("runtime: open %s: %w", os.DevNull, err))
+	}
+	defer devNull.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return fail(fmt.Errorf("runtime: pipe: %w", err))
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return fail(fmt.Errorf("runtime: pipe: %w", err))
+	}
+	cmd := &exec.Cmd{
+		Path:        argv0,
+		Args:        spec.Command,
+		Env:         jobEnv(&spec, e.path, wd, outDir),
+		Dir:         wd,
+		Stdin:       devNull,
+		Stdout:      outW,
+		Stderr:      errW,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if e.uids != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
+	}
+	if cg != nil {
+		err = cg.start(cmd)
+	} else {
+		err = cmd.Start()
+	}
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return fail(fmt.Errorf("runtime: job %s: start %s: %w", spec.ID, spec.Command[0], err))
+	}
+	h := &processHandle{
+		e:       e,
+		spec:    spec,
+		wd:      wd,
+		uid:     uid,
+		cg:      cg,
+		proc:    cmd.Process,
+		pgid:    cmd.Process.Pid,
+		started: time.Now(),
+		pipes:   []*os.File{outR, errR},
+		done:    make(chan struct{}),
+	}
+	for i, w := range []io.Writer{stdout, stderr} {
+		if w == nil {
+			w = io.Discard
+		}
+		h.copying.Add(1)
+		go func(r *os.File, w io.Writer) {
+			defer h.copying.Done()
+			_, _ = io.Copy(w, r)
+		}(h.pipes[i], w)
+	}
+	if !spec.Deadline.IsZero() {
+		h.timer = time.AfterFunc(time.Until(spec.Deadline), func() { _ = h.stop(ReasonDeadline, e.grace) })
+	}
+	e.log.Info("job started", "job", spec.ID, "pid", h.pgid, "uid", uid, "workdir", wd)
+	go h.wait()
+	return h, nil
+}
+
+func cloneEnv(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// lookPath resolves a command name against the job's PATH (not the
+// daemon's).
+func lookPath(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("command %q not found in PATH %s", name, path)
+}
+
+// processHandle is a running process job.
+type processHandle struct {
+	e       *ProcessExecutor
+	spec    Spec
+	wd      string
+	uid     int
+	cg      *jobCgroup
+	proc    *os.Process
+	pgid    int
+	started time.Time
+	timer   *time.Timer
+	pipes   []*os.File
+	copying sync.WaitGroup
+
+	mu     sync.Mutex
+	reason string // set by the first stop
+	killed bool
+
+	done chan struct{}
+	res  Result
+
+	cleanOnce sync.Once
+	cleanErr  error
+}
+
+func (h *processHandle) WorkDir() string { return h.wd }
+
+// Pid is the job's main process id, which is also its process group id.
+func (h *processHandle) Pid() int { return h.pgid }
+
+func (h *processHandle) Wait() Result {
+	<-h.done
+	return h.res
+}
+
+func (h *processHandle) Stop(grace time.Duration) error { return h.stop(ReasonStopped, grace) }
+
+func (h *processHandle) stop(reason string, grace time.Duration) error {
+	select {
+	case <-h.done:
+		return nil
+	default:
+	}
+	h.mu.Lock()
+	if h.reason == "" {
+		h.reason = reason
+	}
+	h.mu.Unlock()
+	h.e.log.Info("stopping job", "job", h.spec.ID, "reason", reason, "grace", grace)
+	h.signalAll(syscall.SIGTERM)
+	if grace > 0 {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-h.done:
+			return nil
+		case <-t.C:
+		}
+	}
+	h.mu.Lock()
+	h.killed = true
+	h.mu.Unlock()
+	h.killAll()
+	<-h.done
+	return nil
+}
+
+// members lists the job's live (non-zombie) processes: its process group,
+// and everything running under its dedicated uid.
+func (h *processHandle) members() []int {
+	pids, err := listPids()
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, pid := range pids {
+		st, err := readProcStat(pid)
+		if err != nil || st.state == 'Z' || st.state == 'X' {
+			continue
+		}
+		if st.pgrp == h.pgid || (h.e.uids != nil && procUID(pid) == h.uid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func procUID(pid int) int {
+	fi, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	if err != nil {
+		return -1
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int(st.Uid)
+	}
+	return -1
+}
+
+func (h *processHandle) signalAll(sig syscall.Signal) {
+	_ = syscall.Kill(-h.pgid, sig)
+	if h.cg != nil {
+		for _, p := range h.cg.pids() {
+			_ = syscall.Kill(p, sig)
+		}
+	}
+	if h.e.uids != nil {
+		for _, p := range h.members() {
+			_ = syscall.Kill(p, sig)
+		}
+	}
+}
+
+// killAll SIGKILLs the job's processes until none is left (bounded).
+func (h *processHandle) killAll() {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_ = syscall.Kill(-h.pgid, syscall.SIGKILL)
+		if h.cg != nil {
+			h.cg.kill()
+		}
+		left := h.members()
+		for _, p := range left {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			if len(left) > 0 {
+				h.e.log.Error("job processes survived SIGKILL", "job", h.spec.ID, "pids", left)
+			}
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (h *processHandle) wait() {
+	state, werr := h.proc.Wait()
+	ended := time.Now()
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	// The main process is gone: nothing of the job may outlive it.
+	h.killAll()
+	drained := make(chan struct{})
+	go func() { h.copying.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(2 * time.Second):
+		// A writer escaped the kill (only possible without cgroups and
+		// uids): stop reading rather than hang.
+		for _, p := range h.pipes {
+			p.Close()
+		}
+		<-drained
+	}
+	for _, p := range h.pipes {
+		p.Close()
+	}
+	oom := false
+	if h.cg != nil {
+		oom = h.cg.oomKilled()
+		if err := h.cg.destroy(); err != nil {
+			h.e.log.Warn("cgroup cleanup", "job", h.spec.ID, "err", err)
+		}
+	}
+
+	h.mu.Lock()
+	res := Result{ExitCode: -1, Started: h.started, Ended: ended, Killed: h.killed || oom, Reason: h.reason}
+	h.mu.Unlock()
+	signaled := false
+	if werr != nil {
+		res.Err = fmt.Errorf("runtime: job %s: wait: %w", h.spec.ID, werr)
+		if res.Reason == "" {
+			res.Reason = ReasonFailed
+		}
+	} else if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		signaled = true
+		res.ExitCode = 128 + int(ws.Signal())
+	} else {
+		res.ExitCode = state.ExitCode()
+	}
+	switch {
+	case res.Reason != "":
+	case oom:
+		res.Reason = ReasonOOM
+	case signaled:
+		res.Reason = ReasonSignaled
+	default:
+		res.Reason = ReasonExited
+	}
+	h.res = res
+	h.e.log.Info("job ended", "job", h.spec.ID, "reason", res.Reason, "exit", res.ExitCode, "killed", res.Killed)
+	close(h.done)
+}
+
+// errStillRunning is returned by Cleanup before the job has ended.
+var errStillRunning = errors.New("runtime: job still running")
+
+func (h *processHandle) Cleanup() error {
+	select {
+	case <-h.done:
+	default:
+		return fmt.Errorf("%w: %s", errStillRunning, h.spec.ID)
+	}
+	h.cleanOnce.Do(func() {
+		h.cleanErr = removeWorkDir(h.wd)
+		if h.cleanErr != nil {
+			// Keep the uid reserved: its files are still on disk.
+			return
+		}
+		h.e.uids.put(h.uid)
+		h.e.mu.Lock()
+		delete(h.e.jobs, h.spec.ID)
+		h.e.mu.Unlock()
+	})
+	return h.cleanErr
+}

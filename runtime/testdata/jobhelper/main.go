@@ -1,0 +1,124 @@
+// Command jobhelper is a test job for the runtime package: a static binary
+// that runs in the process backend and in a FROM-scratch container image.
+//
+//	jobhelper echo ARGS...      print ARGS to stdout
+//	jobhelper stderr ARGS...    print ARGS to stderr
+//	jobhelper exit N            exit with status N
+//	jobhelper env               print the environment, one per line
+//	jobhelper cat FILE          print FILE or exit 3
+//	jobhelper write FILE TEXT   write TEXT to FILE (parents created)
+//	jobhelper alloc MB          allocate and touch MB MiB, then sleep
+//	jobhelper trap FILE         on SIGTERM write FILE and exit 0
+//	jobhelper ignore            ignore SIGTERM forever
+//	jobhelper sleep DUR [MARK]  sleep (MARK only tags the process)
+//	jobhelper daemonize MARK    double-fork a sleeper (no setsid), sleep
+//	jobhelper escape MARK       start a setsid'd sleeper, sleep
+//	jobhelper spawn MARK        start a sleeper and exit (no setsid)
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: jobhelper MODE ...")
+		os.Exit(2)
+	}
+	args := os.Args[2:]
+	switch os.Args[1] {
+	case "echo":
+		fmt.Println(strings.Join(args, " "))
+	case "stderr":
+		fmt.Fprintln(os.Stderr, strings.Join(args, " "))
+	case "exit":
+		n, _ := strconv.Atoi(args[0])
+		os.Exit(n)
+	case "env":
+		for _, kv := range os.Environ() {
+			fmt.Println(kv)
+		}
+	case "cat":
+		b, err := os.ReadFile(args[0])
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(3)
+		}
+		os.Stdout.Write(b)
+	case "write":
+		if err := os.MkdirAll(filepath.Dir(args[0]), 0o755); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(3)
+		}
+		if err := os.WriteFile(args[0], []byte(args[1]), 0o644); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(3)
+		}
+	case "alloc":
+		mb, _ := strconv.Atoi(args[0])
+		var keep [][]byte
+		for i := 0; i < mb; i++ {
+			b := make([]byte, 1<<20)
+			for j := range b {
+				if j%4096 == 0 {
+					b[j] = 1
+				}
+			}
+			keep = append(keep, b)
+		}
+		fmt.Println("allocated", len(keep))
+		time.Sleep(time.Hour)
+	case "trap":
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGTERM)
+		fmt.Println("ready")
+		<-c
+		if err := os.WriteFile(args[0], []byte("checkpoint"), 0o644); err != nil {
+			os.Exit(4)
+		}
+		os.Exit(0)
+	case "ignore":
+		signal.Ignore(syscall.SIGTERM)
+		fmt.Println("ready")
+		time.Sleep(time.Hour)
+	case "sleep":
+		d, _ := time.ParseDuration(args[0])
+		time.Sleep(d)
+	case "daemonize":
+		// The child starts the grandchild and exits, so the grandchild
+		// is reparented: a classic daemon, minus setsid.
+		run(false, "spawn", args[0])
+		fmt.Println("ready")
+		time.Sleep(time.Hour)
+	case "spawn":
+		run(false, "sleep", "1h", args[0])
+	case "escape":
+		run(true, "sleep", "1h", args[0])
+		fmt.Println("ready")
+		time.Sleep(time.Hour)
+	default:
+		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
+		os.Exit(2)
+	}
+}
+
+// run starts this binary with args and waits for it if it is a spawner.
+func run(setsid bool, args ...string) {
+	cmd := exec.Command("/proc/self/exe", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: setsid}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "start:", err)
+		os.Exit(5)
+	}
+	if args[0] == "spawn" {
+		_ = cmd.Wait()
+	}
+}
