@@ -1,0 +1,694 @@
+package replay
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+)
+
+// Policy names accepted in Config.Policies.
+const (
+	PolicyAuction = "auction" // reliability-weighted reverse auction + backfill + lanes
+	PolicyFIFO    = "fifo"    // FIFO first-fit baseline
+)
+
+// SLA start-wait targets per tier: a job that starts later than this after
+// its submission, or does not finish within the replay, violates its SLA.
+var slaWait = map[auction.Tier]time.Duration{
+	auction.Gold:   15 * time.Minute,
+	auction.Silver: 2 * time.Hour,
+	auction.Bronze: 24 * time.Hour,
+}
+
+// retryEvery is the virtual period at which waiting jobs are offered to the
+// market again even when no lease ended, so that windows opening and the
+// providers' 24 h look-ahead sliding are seen.
+const retryEvery = 15 * time.Minute
+
+// maxRetriesPerPass bounds how many waiting jobs one retry pass solicits
+// bids for (in lane order), keeping a pass's cost bounded on long queues.
+const maxRetriesPerPass = 256
+
+const sec = int64(time.Second)
+
+// vt converts virtual seconds since Epoch to a time.
+func vt(s int64) time.Time { return Epoch.Add(time.Duration(s * sec)) }
+
+// span is a free span in virtual seconds.
+type span struct{ start, end int64 }
+
+type provState struct {
+	p     *Provider
+	idx   int
+	ps    auction.ProviderState
+	spans []span // sellable spans over the whole replay, merged
+	gpus  int
+	vram  int // largest device VRAM
+	lat   time.Duration
+	// Observed outcomes, the renter's only view of reliability.
+	ok, failed int
+	earned     float64
+}
+
+// observed is the renter's reliability estimate: (ok+1)/(ok+failed+2), so
+// every provider starts at auction.NeutralReliability (0.5).
+func (p *provState) observed() float64 {
+	return float64(p.ok+1) / float64(p.ok+p.failed+2)
+}
+
+// spanAt returns the index of the span containing t, or -1.
+func (p *provState) spanAt(t int64) int {
+	i := sort.Search(len(p.spans), func(i int) bool { return p.spans[i].end > t })
+	if i < len(p.spans) && p.spans[i].start <= t {
+		return i
+	}
+	return -1
+}
+
+// couldOffer is a conservative, cheap filter: it is false only when
+// auction.Evaluate is certain to find no span, because no free span of
+// length minSlice begins before now+patience.
+func (p *provState) couldOffer(now, minSlice int64) bool {
+	latest := now + int64(auction.DefaultPatience/time.Second)
+	i := sort.Search(len(p.spans), func(i int) bool { return p.spans[i].end > now })
+	for ; i < len(p.spans) && p.spans[i].start <= latest; i++ {
+		s := max(p.spans[i].start, now)
+		if p.spans[i].end-s >= minSlice {
+			return true
+		}
+	}
+	return false
+}
+
+type jobState struct {
+	spec       auction.Job
+	submit     int64
+	remaining  int64 // seconds of work left
+	firstStart int64 // -1 until started
+	doneAt     int64 // -1 until done
+	attempt    int
+	queued     bool
+	leased     bool // holds a live lease
+	cands      []int32
+	paid       float64
+	paidGPUSec float64
+}
+
+type leaseState struct {
+	id         string
+	job, prov  int
+	start, end int64 // booked span
+	runEnd     int64 // when it actually ends (failure or booked end)
+	fails      bool
+	gpus       int
+	price      float64
+	alive      bool
+}
+
+type evKind uint8
+
+// Event kinds, in processing order at equal times: leases end before new
+// work arrives, so freed capacity is visible to it.
+const (
+	evLeaseEnd evKind = iota
+	evArrival
+	evTick
+)
+
+type event struct {
+	at   int64
+	kind evKind
+	seq  uint64
+	ref  int
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(a, b int) bool {
+	if h[a].at != h[b].at {
+		return h[a].at < h[b].at
+	}
+	if h[a].kind != h[b].kind {
+		return h[a].kind < h[b].kind
+	}
+	return h[a].seq < h[b].seq
+}
+func (h eventHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// world is the shared, read-only input of every policy's replay.
+type world struct {
+	seed      uint64
+	jobs      []auction.Job
+	provs     []Provider
+	spans     [][]span
+	horizon   int64 // virtual end of the replay, seconds
+	bucket    int64 // chart bucket, seconds
+	placeable []bool
+}
+
+// sim is one policy's replay over a world.
+type sim struct {
+	w       *world
+	policy  string
+	now     int64
+	events  eventHeap
+	seq     uint64
+	jobs    []jobState
+	provs   []provState
+	leases  []leaseState
+	byID    map[string]int
+	lanes   [3][]int // waiting jobs per lane (gold, silver, bronze), FIFO order by job index
+	fifo    []int    // waiting jobs in arrival order (FIFO policy)
+	nEvents int
+
+	filled, lost []float64 // GPU-seconds per chart bucket
+	preemptGold  int
+	preemptGap   int
+	failures     int
+	progress     io.Writer
+	lastPct      int
+}
+
+func laneOf(t auction.Tier) int {
+	switch t {
+	case auction.Gold:
+		return 0
+	case auction.Silver:
+		return 1
+	}
+	return 2
+}
+
+// draw is a deterministic uniform [0,1) value for a key, so failures depend
+// on (seed, job, attempt, provider) and not on the order a policy runs in.
+func draw(seed uint64, parts ...string) float64 {
+	h := fnv.New64a()
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(seed >> (8 * i))
+	}
+	h.Write(b[:])
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	x := h.Sum64()
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	return float64(x>>11) / (1 << 53)
+}
+
+func newSim(w *world, policy string, progress io.Writer) (*sim, error) {
+	s := &sim{w: w, policy: policy, byID: make(map[string]int), progress: progress}
+	s.provs = make([]provState, len(w.provs))
+	for i := range w.provs {
+		p := &w.provs[i]
+		ps := &s.provs[i]
+		ps.p, ps.idx = p, i
+		ps.gpus = len(p.Capability.GPUs)
+		for _, g := range p.Capability.GPUs {
+			ps.vram = max(ps.vram, g.VRAMGB)
+		}
+		ps.spans = w.spans[i]
+		ps.ps = auction.ProviderState{Cap: &p.Capability, Cal: auction.NewCalendar(ps.gpus), Reliability: auction.NeutralReliability}
+		ps.lat = time.Duration(5+int(draw(w.seed, "latency", p.Capability.Peer)*145)) * time.Millisecond
+	}
+	s.jobs = make([]jobState, len(w.jobs))
+	for i := range w.jobs {
+		j := &s.jobs[i]
+		j.spec = w.jobs[i]
+		j.submit = int64(j.spec.CreatedAt.Sub(Epoch) / time.Second)
+		j.remaining = int64(j.spec.Duration / time.Second)
+		j.firstStart, j.doneAt = -1, -1
+		if w.placeable[i] {
+			s.push(j.submit, evArrival, i)
+		}
+	}
+	for t := int64(0); t < w.horizon; t += int64(retryEvery / time.Second) {
+		s.push(t, evTick, 0)
+	}
+	nb := (w.horizon + w.bucket - 1) / w.bucket
+	s.filled = make([]float64, nb)
+	s.lost = make([]float64, nb)
+	return s, nil
+}
+
+func (s *sim) push(at int64, k evKind, ref int) {
+	s.seq++
+	heap.Push(&s.events, event{at: at, kind: k, seq: s.seq, ref: ref})
+}
+
+// run replays events until the horizon.
+func (s *sim) run() error {
+	for s.events.Len() > 0 {
+		at := s.events[0].at
+		if at >= s.w.horizon {
+			break
+		}
+		s.now = at
+		retry := false
+		var arrivals []int
+		for s.events.Len() > 0 && s.events[0].at == at {
+			e := heap.Pop(&s.events).(event)
+			s.nEvents++
+			switch e.kind {
+			case evLeaseEnd:
+				if err := s.endLease(e.ref); err != nil {
+					return err
+				}
+				retry = true
+			case evArrival:
+				arrivals = append(arrivals, e.ref)
+			case evTick:
+				retry = true
+			}
+		}
+		if retry {
+			if err := s.retry(); err != nil {
+				return err
+			}
+		}
+		for _, j := range arrivals {
+			if err := s.arrive(j); err != nil {
+				return err
+			}
+		}
+		s.report()
+	}
+	s.now = s.w.horizon
+	// Account for leases still running at the horizon.
+	for i := range s.leases {
+		l := &s.leases[i]
+		if l.alive {
+			s.account(l, min(l.runEnd, s.w.horizon), l.fails && l.runEnd <= s.w.horizon)
+		}
+	}
+	if s.progress != nil {
+		fmt.Fprintf(s.progress, "\r%-8s 100%% %d events\n", s.policy, s.nEvents)
+	}
+	return nil
+}
+
+func (s *sim) report() {
+	if s.progress == nil {
+		return
+	}
+	pct := int(100 * s.now / s.w.horizon)
+	if pct != s.lastPct {
+		s.lastPct = pct
+		fmt.Fprintf(s.progress, "\r%-8s %3d%% %d events", s.policy, pct, s.nEvents)
+	}
+}
+
+// enqueue puts a waiting job in its lane (auction) or the FIFO queue, in
+// order of job index (which is arrival order).
+func (s *sim) enqueue(j int) {
+	js := &s.jobs[j]
+	if js.queued || js.doneAt >= 0 {
+		return
+	}
+	js.queued = true
+	q := &s.fifo
+	if s.policy == PolicyAuction {
+		q = &s.lanes[laneOf(js.spec.Tier)]
+	}
+	i := sort.SearchInts(*q, j)
+	*q = append(*q, 0)
+	copy((*q)[i+1:], (*q)[i:])
+	(*q)[i] = j
+}
+
+func (s *sim) arrive(j int) error {
+	ok, err := s.place(j)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		s.enqueue(j)
+	}
+	return nil
+}
+
+// retry offers waiting jobs to the market again.
+func (s *sim) retry() error {
+	if s.policy == PolicyFIFO {
+		budget := maxRetriesPerPass
+		keep := s.fifo[:0]
+		for _, j := range s.fifo {
+			if budget == 0 {
+				keep = append(keep, j)
+				continue
+			}
+			budget--
+			ok, err := s.place(j)
+			if err != nil {
+				return err
+			}
+			if ok {
+				s.jobs[j].queued = false
+				continue
+			}
+			keep = append(keep, j)
+		}
+		s.fifo = keep
+		return nil
+	}
+	budget := maxRetriesPerPass
+	for lane := range s.lanes {
+		q := s.lanes[lane]
+		keep := q[:0]
+		for _, j := range q {
+			if budget == 0 {
+				keep = append(keep, j)
+				continue
+			}
+			budget--
+			ok, err := s.place(j)
+			if err != nil {
+				return err
+			}
+			if ok {
+				s.jobs[j].queued = false
+				continue
+			}
+			keep = append(keep, j)
+		}
+		s.lanes[lane] = keep
+	}
+	return nil
+}
+
+// request is the job spec as posted for the current attempt: the remaining
+// work, the attempt number.
+func (s *sim) request(j int) auction.Job {
+	js := &s.jobs[j]
+	spec := js.spec
+	spec.Duration = time.Duration(js.remaining * sec)
+	spec.Attempt = js.attempt
+	// Gold and silver renters post a start deadline of their SLA's wait
+	// target, counted from now when a retry is already late.
+	if t, ok := slaWait[spec.Tier]; ok && spec.Tier != auction.Bronze {
+		dl := max(js.submit, s.now) + int64(t/time.Second)
+		spec.Deadline = vt(dl)
+	}
+	return spec
+}
+
+// place runs one call for bids for job j and awards it if any provider
+// wins. It reports whether the job got a lease.
+func (s *sim) place(j int) (bool, error) {
+	js := &s.jobs[j]
+	if js.leased || js.doneAt >= 0 || js.remaining <= 0 {
+		return true, nil
+	}
+	req := s.request(j)
+	if js.cands == nil {
+		js.cands = s.staticCandidates(&req)
+	}
+	if s.policy == PolicyFIFO {
+		return s.firstFit(j, &req)
+	}
+	return s.auction(j, &req)
+}
+
+// staticCandidates lists providers that can ever host the job: enough GPUs
+// of enough VRAM, residency, preemptibility and price floor. It is a
+// superset of the providers auction.Evaluate may accept, used as an index.
+func (s *sim) staticCandidates(j *auction.Job) []int32 {
+	out := []int32{}
+	for i := range s.provs {
+		if staticFit(&s.w.provs[i], j) {
+			out = append(out, int32(i))
+		}
+	}
+	return out
+}
+
+func staticFit(p *Provider, j *auction.Job) bool {
+	c := &p.Capability
+	if j.Preemptible && !c.Policy.AcceptPreemptible {
+		return false
+	}
+	if c.Policy.PriceFloor > j.MaxPrice {
+		return false
+	}
+	if j.Region != "" && c.Region != j.Region && !hasPrefix(c.Region, j.Region+"-") {
+		return false
+	}
+	n := 0
+	for _, g := range c.GPUs {
+		if g.VRAMGB >= j.MinVRAMGB {
+			n++
+		}
+	}
+	return n >= j.GPUCount
+}
+
+func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+func (s *sim) minSlice(j *auction.Job) int64 {
+	d := int64(j.Duration / time.Second)
+	if j.Preemptible {
+		d = min(d, int64(auction.MinBackfill/time.Second))
+	}
+	return d
+}
+
+// firstFit is the FIFO baseline's placement: the first provider, in fixed
+// provider order, whose auction.Evaluate offer starts now, covers the whole
+// remaining duration and evicts nobody.
+func (s *sim) firstFit(j int, req *auction.Job) (bool, error) {
+	js := &s.jobs[j]
+	now := vt(s.now)
+	end := s.now + js.remaining
+	for _, pi := range js.cands {
+		p := &s.provs[pi]
+		si := p.spanAt(s.now)
+		if si < 0 || p.spans[si].end < end {
+			continue
+		}
+		if p.ps.Cal.FreeGPUs(now, vt(end)) < req.GPUCount {
+			continue
+		}
+		off, err := auction.Evaluate(p.ps, req, now)
+		if err != nil {
+			if _, ok := auction.IneligibleReason(err); ok {
+				continue
+			}
+			return false, fmt.Errorf("replay: fifo: job %s on %s: %w", req.ID, p.p.Capability.Peer, err)
+		}
+		if !off.Start.Equal(now) || !off.End.Equal(vt(end)) || len(off.Preempts) > 0 {
+			continue
+		}
+		return true, s.award(j, int(pi), off)
+	}
+	return false, nil
+}
+
+type lbCand struct {
+	prov int32
+	lb   float64
+}
+
+// auction is the market's placement: solicit bids (auction.Evaluate at each
+// provider that could offer), rank them with auction.RankAt, award the
+// winner. Providers are asked in order of a lower bound on their score
+// (price floor / observed reliability); asking stops once no remaining
+// provider can reach the tie band of the best bid, which yields exactly the
+// winner that asking everyone would.
+func (s *sim) auction(j int, req *auction.Job) (bool, error) {
+	js := &s.jobs[j]
+	now := vt(s.now)
+	ms := s.minSlice(req)
+	order := make([]lbCand, 0, len(js.cands))
+	for _, pi := range js.cands {
+		p := &s.provs[pi]
+		if !p.couldOffer(s.now, ms) {
+			continue
+		}
+		order = append(order, lbCand{pi, auction.Score(p.p.Capability.Policy.PriceFloor, p.observed())})
+	}
+	sort.Slice(order, func(a, b int) bool {
+		if order[a].lb != order[b].lb {
+			return order[a].lb < order[b].lb
+		}
+		return order[a].prov < order[b].prov
+	})
+	var cands []auction.Candidate
+	offers := map[string]auction.Offer{}
+	best := math.Inf(1)
+	for k := 0; k <= len(order); k++ {
+		if k == len(order) || order[k].lb > best*(1+auction.TieTolerance) {
+			if len(cands) == 0 {
+				return false, nil
+			}
+			ranked := auction.RankAt(req, cands, now)
+			if ranked[0].Rejected == "" {
+				w := ranked[0].Bid.Provider
+				return true, s.award(j, s.provIndex(w), offers[w])
+			}
+			if k == len(order) {
+				return false, nil
+			}
+			// Every bid so far was rejected: keep asking.
+			best = math.Inf(1)
+		}
+		p := &s.provs[order[k].prov]
+		p.ps.Reliability = p.observed()
+		off, err := auction.Evaluate(p.ps, req, now)
+		if err != nil {
+			if _, ok := auction.IneligibleReason(err); ok {
+				continue
+			}
+			return false, fmt.Errorf("replay: auction: job %s on %s: %w", req.ID, p.p.Capability.Peer, err)
+		}
+		peer := p.p.Capability.Peer
+		offers[peer] = off
+		cands = append(cands, auction.Candidate{
+			Bid: auction.Bid{
+				JobID: req.ID, Attempt: req.Attempt, Provider: peer, Region: p.p.Capability.Region,
+				Price: off.Price, Start: off.Start, End: off.End, GPUModel: off.GPUModel, VRAMGB: off.VRAMGB,
+				Datasets: off.Datasets, IssuedAt: now,
+			},
+			Reliability: p.observed(),
+			Latency:     p.lat,
+		})
+		if sc := auction.Score(off.Price, p.observed()); sc < best {
+			best = sc
+		}
+	}
+	return false, nil
+}
+
+func (s *sim) provIndex(peer string) int {
+	var n int
+	fmt.Sscanf(peer, "p%d", &n)
+	if n >= 0 && n < len(s.provs) && s.provs[n].p.Capability.Peer == peer {
+		return n
+	}
+	for i := range s.provs {
+		if s.provs[i].p.Capability.Peer == peer {
+			return i
+		}
+	}
+	return -1
+}
+
+// award books the winning offer, evicting the bronze leases it preempts.
+func (s *sim) award(j, pi int, off auction.Offer) error {
+	if pi < 0 {
+		return errors.New("replay: award to unknown provider")
+	}
+	js := &s.jobs[j]
+	p := &s.provs[pi]
+	id := fmt.Sprintf("%s#%d", js.spec.ID, js.attempt)
+	b := auction.Booking{LeaseID: id, Start: off.Start, End: off.End, GPUs: js.spec.GPUCount, Tier: js.spec.Tier, Preemptible: js.spec.Preemptible}
+	evicted, err := p.ps.Cal.ReserveEvicting(b, off.Preempts)
+	if err != nil {
+		return fmt.Errorf("replay: %s: book lease %s: %w", s.policy, id, err)
+	}
+	for _, e := range evicted {
+		if li, ok := s.byID[e.LeaseID]; ok {
+			s.preemptGold++
+			s.stopLease(li, s.now, false)
+		}
+	}
+	start := int64(off.Start.Sub(Epoch) / time.Second)
+	end := int64(off.End.Sub(Epoch) / time.Second)
+	l := leaseState{id: id, job: j, prov: pi, start: start, end: end, runEnd: end, gpus: b.GPUs, price: off.Price, alive: true}
+	if u := draw(s.w.seed, "fail", js.spec.ID, fmt.Sprint(js.attempt), p.p.Capability.Peer); u < p.p.FailRate {
+		l.fails = true
+		l.runEnd = start + max(1, int64(draw(s.w.seed, "failat", id, p.p.Capability.Peer)*float64(end-start)))
+	}
+	s.leases = append(s.leases, l)
+	li := len(s.leases) - 1
+	s.byID[id] = li
+	js.leased = true
+	js.attempt++
+	if js.firstStart < 0 {
+		js.firstStart = start
+	}
+	s.push(l.runEnd, evLeaseEnd, li)
+	return nil
+}
+
+// stopLease ends a lease at t: a preemption (work done so far is kept, the
+// job checkpoints) or a failure (the lease's work is lost).
+func (s *sim) stopLease(li int, t int64, failed bool) {
+	l := &s.leases[li]
+	if !l.alive {
+		return
+	}
+	l.alive = false
+	p := &s.provs[l.prov]
+	p.ps.Cal.Release(l.id)
+	delete(s.byID, l.id)
+	js := &s.jobs[l.job]
+	js.leased = false
+	ran := max(0, t-l.start)
+	s.account(l, t, failed)
+	if failed {
+		s.failures++
+		p.failed++
+	} else {
+		p.ok++
+		js.remaining -= ran
+	}
+	if js.remaining <= 0 {
+		js.remaining = 0
+		js.doneAt = t
+		return
+	}
+	s.enqueue(l.job)
+}
+
+// account books the GPU-seconds of [l.start, t) into the chart buckets and
+// money into the renter's and the provider's accounts.
+func (s *sim) account(l *leaseState, t int64, failed bool) {
+	from, to := l.start, min(t, s.w.horizon)
+	if to <= from {
+		return
+	}
+	gsec := float64(l.gpus) * float64(to-from)
+	series := s.filled
+	if failed {
+		series = s.lost
+	} else {
+		pay := gsec / 3600 * l.price
+		s.jobs[l.job].paid += pay
+		s.jobs[l.job].paidGPUSec += gsec
+		s.provs[l.prov].earned += pay
+	}
+	for b := from / s.w.bucket; b*s.w.bucket < to && int(b) < len(series); b++ {
+		lo, hi := max(from, b*s.w.bucket), min(to, (b+1)*s.w.bucket)
+		series[b] += float64(l.gpus) * float64(hi-lo)
+	}
+}
+
+func (s *sim) endLease(li int) error {
+	l := &s.leases[li]
+	if !l.alive || l.runEnd != s.now {
+		return nil // evicted earlier
+	}
+	if !l.fails && l.end < l.start+s.jobs[l.job].remaining {
+		s.preemptGap++
+	}
+	s.stopLease(li, s.now, l.fails)
+	return nil
+}

@@ -1,0 +1,464 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+)
+
+// Config is one replay.
+type Config struct {
+	// TracePath is a trace CSV (see LoadTrace). Trace, when set, is used
+	// instead; Jobs, when set, replaces both with ready-made job specs
+	// (CreatedAt is the submission time, Epoch is trace time zero).
+	TracePath string
+	Trace     []TraceJob
+	Jobs      []auction.Job
+	// Seed drives every random draw: job specs, providers, failures.
+	Seed uint64
+	// Demand and Supply are the seeded distributions; zero values mean
+	// DefaultDemand and DefaultSupply. Providers, when set, replaces the
+	// generated population.
+	Demand    Demand
+	Supply    Supply
+	Providers []Provider
+	// Drain is how long the replay runs past the last submission (default
+	// 7 days). Nothing is counted after it.
+	Drain time.Duration
+	// Policies to compare (default auction and fifo).
+	Policies []string
+	// Bucket is the chart's time resolution (default 6 h).
+	Bucket time.Duration
+	// Progress, when set, receives a progress line per policy.
+	Progress io.Writer
+}
+
+// Report is a replay's result.
+type Report struct {
+	Trace     string    `json:"trace"`
+	Seed      uint64    `json:"seed"`
+	Start     time.Time `json:"start"`
+	End       time.Time `json:"end"`
+	Jobs      int       `json:"jobs"`
+	Providers int       `json:"providers"`
+	GPUs      int       `json:"gpus"`
+	// Unplaceable jobs fit no provider at all (too many GPUs, too much
+	// VRAM, residency, price cap below every floor): every policy misses
+	// them, and the bound excludes them.
+	Unplaceable         int            `json:"unplaceable_jobs"`
+	UnplaceableGPUHours float64        `json:"unplaceable_gpu_hours"`
+	DemandGPUHours      float64        `json:"demand_gpu_hours"`
+	OfferedGPUHours     float64        `json:"offered_idle_gpu_hours"`
+	Bound               Bound          `json:"bound"`
+	Policies            []PolicyReport `json:"policies"`
+
+	// Perf is wall-clock data, left out of the JSON so that a seed's JSON
+	// report is byte-identical from run to run.
+	Perf Perf `json:"-"`
+
+	bucket  time.Duration
+	offered []float64
+	bound   []float64
+}
+
+// Bound is the upper bound on fillable idle GPU-hours.
+type Bound struct {
+	// Simple is min(offered idle GPU-hours, placeable demand GPU-hours).
+	Simple float64 `json:"simple_gpu_hours"`
+	// Fluid is the fluid relaxation (see the report footer): never above
+	// Simple.
+	Fluid    float64 `json:"fluid_gpu_hours"`
+	FillRate float64 `json:"fill_rate"`
+}
+
+// PolicyReport is one policy's outcome.
+type PolicyReport struct {
+	Policy string `json:"policy"`
+	// FilledGPUHours are delivered lease GPU-hours (failed leases excluded)
+	// within the replay; FillRate divides them by the offered idle hours.
+	FilledGPUHours float64      `json:"filled_gpu_hours"`
+	FillRate       float64      `json:"fill_rate"`
+	LostGPUHours   float64      `json:"lost_gpu_hours"`
+	CostPerGPUHour float64      `json:"cost_per_gpu_hour"`
+	Completed      int          `json:"completed"`
+	NeverStarted   int          `json:"never_started"`
+	SLAViolations  int          `json:"sla_violations"`
+	PreemptGold    int          `json:"preemptions_by_gold"`
+	PreemptGap     int          `json:"preemptions_at_gap_end"`
+	Failures       int          `json:"lease_failures"`
+	Tiers          []TierReport `json:"tiers"`
+	Earnings       Earnings     `json:"provider_earnings"`
+	Events         int          `json:"events"`
+
+	util []float64
+}
+
+// TierReport is one tier's outcome under a policy. Waits are from
+// submission to first start, in hours; jobs that never start count with
+// their wait censored at the end of the replay.
+type TierReport struct {
+	Tier           auction.Tier `json:"tier"`
+	Jobs           int          `json:"jobs"`
+	Completed      int          `json:"completed"`
+	CostPerGPUHour float64      `json:"cost_per_gpu_hour"`
+	WaitP50        float64      `json:"wait_p50_h"`
+	WaitP95        float64      `json:"wait_p95_h"`
+	WaitP99        float64      `json:"wait_p99_h"`
+	SLAViolations  int          `json:"sla_violations"`
+}
+
+// Earnings summarises what providers earned over the replay, in USD.
+type Earnings struct {
+	Total     float64 `json:"total"`
+	P50       float64 `json:"p50"`
+	P90       float64 `json:"p90"`
+	P99       float64 `json:"p99"`
+	Max       float64 `json:"max"`
+	ZeroShare float64 `json:"zero_share"`
+	Gini      float64 `json:"gini"`
+}
+
+// Perf is the replay's cost.
+type Perf struct {
+	Wall         time.Duration
+	Events       int
+	EventsPerSec float64
+	PeakRSSMB    float64
+}
+
+// Run replays the trace against the supply under every policy.
+func Run(cfg Config) (*Report, error) {
+	t0 := time.Now()
+	if cfg.Seed == 0 {
+		cfg.Seed = 1
+	}
+	if cfg.Drain <= 0 {
+		cfg.Drain = 7 * 24 * time.Hour
+	}
+	if cfg.Bucket <= 0 {
+		cfg.Bucket = 6 * time.Hour
+	}
+	if cfg.Bucket < time.Minute {
+		return nil, fmt.Errorf("replay: bucket %v shorter than a minute", cfg.Bucket)
+	}
+	if len(cfg.Policies) == 0 {
+		cfg.Policies = []string{PolicyAuction, PolicyFIFO}
+	}
+	for _, p := range cfg.Policies {
+		if p != PolicyAuction && p != PolicyFIFO {
+			return nil, fmt.Errorf("replay: unknown policy %q (want %s or %s)", p, PolicyAuction, PolicyFIFO)
+		}
+	}
+	if cfg.Demand.Tiers == nil {
+		cfg.Demand = DefaultDemand()
+	}
+	if cfg.Demand.Regions == nil {
+		cfg.Demand.Regions = DefaultDemand().Regions
+	}
+	if cfg.Demand.PriceScale <= 0 {
+		cfg.Demand.PriceScale = 1
+	}
+	if cfg.Supply.Count == 0 {
+		cfg.Supply.Count = DefaultSupply().Count
+	}
+	if cfg.Supply.Kinds == nil {
+		cfg.Supply.Kinds = DefaultSupply().Kinds
+	}
+
+	rep := &Report{Trace: cfg.TracePath, Seed: cfg.Seed, bucket: cfg.Bucket}
+	jobs := cfg.Jobs
+	if jobs == nil {
+		trace := cfg.Trace
+		if trace == nil {
+			if cfg.TracePath == "" {
+				return nil, errors.New("replay: no trace (set a trace file)")
+			}
+			var err error
+			if trace, err = LoadTraceFile(cfg.TracePath); err != nil {
+				return nil, err
+			}
+		}
+		jobs = buildJobs(trace, cfg.Demand, cfg.Seed)
+	} else {
+		jobs = append([]auction.Job(nil), jobs...)
+		sort.SliceStable(jobs, func(a, b int) bool { return jobs[a].CreatedAt.Before(jobs[b].CreatedAt) })
+	}
+	if len(jobs) == 0 {
+		return nil, errors.New("replay: no jobs")
+	}
+	var last time.Time
+	var longest time.Duration
+	for i := range jobs {
+		j := jobs[i]
+		if err := j.Validate(); err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		if j.CreatedAt.Before(Epoch) {
+			return nil, fmt.Errorf("replay: job %s submitted before the epoch %s", j.ID, Epoch.Format(time.RFC3339))
+		}
+		if j.CreatedAt.After(last) {
+			last = j.CreatedAt
+		}
+		longest = max(longest, j.Duration)
+	}
+	end := last.Add(cfg.Drain)
+	// Spans are needed past the horizon for the providers' look-ahead.
+	spanEnd := end.Add(auction.DefaultPatience + longest)
+	if spanEnd.Sub(Epoch) > 399*24*time.Hour {
+		return nil, fmt.Errorf("replay: trace plus drain and longest job spans %v, over the 399 days a provider calendar expands", spanEnd.Sub(Epoch).Round(time.Hour))
+	}
+	provs := cfg.Providers
+	if provs == nil {
+		var err error
+		if provs, err = buildSupply(cfg.Supply, cfg.Seed, spanEnd); err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+	}
+	if len(provs) == 0 {
+		return nil, errors.New("replay: no providers")
+	}
+	w := &world{seed: cfg.Seed, jobs: jobs, provs: provs, horizon: int64(end.Sub(Epoch) / time.Second), bucket: int64(cfg.Bucket / time.Second)}
+	seen := map[string]bool{}
+	for i := range provs {
+		c := &provs[i].Capability
+		if c.Peer == "" || seen[c.Peer] {
+			return nil, fmt.Errorf("replay: provider %d: empty or duplicate peer id %q", i, c.Peer)
+		}
+		seen[c.Peer] = true
+		if err := c.Policy.Validate(); err != nil {
+			return nil, fmt.Errorf("replay: provider %s: %w", c.Peer, err)
+		}
+		if len(c.GPUs) == 0 {
+			return nil, fmt.Errorf("replay: provider %s has no gpus", c.Peer)
+		}
+		var sp []span
+		for _, iv := range c.Policy.FreeSpans(Epoch, spanEnd) {
+			sp = append(sp, span{int64(iv.Start.Sub(Epoch) / time.Second), int64(iv.End.Sub(Epoch) / time.Second)})
+		}
+		w.spans = append(w.spans, sp)
+		rep.GPUs += len(c.GPUs)
+	}
+	w.placeable = make([]bool, len(jobs))
+	for i := range jobs {
+		for k := range provs {
+			if staticFit(&provs[k], &jobs[i]) {
+				w.placeable[i] = true
+				break
+			}
+		}
+		gh := float64(jobs[i].GPUCount) * jobs[i].Duration.Hours()
+		rep.DemandGPUHours += gh
+		if !w.placeable[i] {
+			rep.Unplaceable++
+			rep.UnplaceableGPUHours += gh
+		}
+	}
+	rep.Start, rep.End = Epoch, end
+	rep.Jobs, rep.Providers = len(jobs), len(provs)
+
+	curve := capacityCurve(w)
+	nb := (w.horizon + w.bucket - 1) / w.bucket
+	rep.offered = make([]float64, nb)
+	for k, st := range curve {
+		e := w.horizon
+		if k+1 < len(curve) {
+			e = curve[k+1].at
+		}
+		addSpan(rep.offered, w.bucket, st.at, e, float64(st.gpus))
+	}
+	for _, v := range rep.offered {
+		rep.OfferedGPUHours += v / 3600
+	}
+	fluid, fb := fluidBound(w, curve)
+	rep.bound = fb
+	rep.Bound.Fluid = fluid / 3600
+	placeableDemand := 0.0
+	for i := range jobs {
+		if w.placeable[i] {
+			placeableDemand += float64(jobs[i].GPUCount) * jobs[i].Duration.Hours()
+		}
+	}
+	rep.Bound.Simple = math.Min(rep.OfferedGPUHours, placeableDemand)
+	rep.Bound.FillRate = ratio(rep.Bound.Fluid, rep.OfferedGPUHours)
+
+	for _, pol := range cfg.Policies {
+		s, err := newSim(w, pol, cfg.Progress)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.run(); err != nil {
+			return nil, err
+		}
+		rep.Policies = append(rep.Policies, s.summarise())
+		rep.Perf.Events += s.nEvents
+	}
+	rep.Perf.Wall = time.Since(t0)
+	rep.Perf.EventsPerSec = float64(rep.Perf.Events) / rep.Perf.Wall.Seconds()
+	rep.Perf.PeakRSSMB = peakRSSMB()
+	round(rep)
+	return rep, nil
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+func (s *sim) summarise() PolicyReport {
+	w := s.w
+	pr := PolicyReport{Policy: s.policy, PreemptGold: s.preemptGold, PreemptGap: s.preemptGap, Failures: s.failures, Events: s.nEvents}
+	for _, v := range s.filled {
+		pr.FilledGPUHours += v / 3600
+	}
+	for _, v := range s.lost {
+		pr.LostGPUHours += v / 3600
+	}
+	pr.util = s.filled
+	var paid, paidSec float64
+	type tierAcc struct {
+		waits         []float64
+		jobs, done    int
+		paid, paidSec float64
+		viol          int
+	}
+	acc := map[auction.Tier]*tierAcc{}
+	for i := range s.jobs {
+		js := &s.jobs[i]
+		a := acc[js.spec.Tier]
+		if a == nil {
+			a = &tierAcc{}
+			acc[js.spec.Tier] = a
+		}
+		a.jobs++
+		paid += js.paid
+		paidSec += js.paidGPUSec
+		a.paid += js.paid
+		a.paidSec += js.paidGPUSec
+		wait := w.horizon - js.submit
+		if js.firstStart >= 0 {
+			wait = js.firstStart - js.submit
+		} else {
+			pr.NeverStarted++
+		}
+		a.waits = append(a.waits, float64(wait)/3600)
+		done := js.doneAt >= 0 && js.doneAt <= w.horizon
+		if done {
+			pr.Completed++
+			a.done++
+		}
+		if !done || time.Duration(wait)*time.Second > slaWait[js.spec.Tier] {
+			a.viol++
+			pr.SLAViolations++
+		}
+	}
+	pr.CostPerGPUHour = ratio(paid, paidSec/3600)
+	pr.FillRate = ratio(pr.FilledGPUHours, 0) // set by caller below
+	for _, t := range []auction.Tier{auction.Gold, auction.Silver, auction.Bronze} {
+		a := acc[t]
+		if a == nil {
+			continue
+		}
+		sort.Float64s(a.waits)
+		pr.Tiers = append(pr.Tiers, TierReport{
+			Tier: t, Jobs: a.jobs, Completed: a.done, CostPerGPUHour: ratio(a.paid, a.paidSec/3600),
+			WaitP50: quantile(a.waits, 0.5), WaitP95: quantile(a.waits, 0.95), WaitP99: quantile(a.waits, 0.99),
+			SLAViolations: a.viol,
+		})
+	}
+	earn := make([]float64, len(s.provs))
+	for i := range s.provs {
+		earn[i] = s.provs[i].earned
+	}
+	pr.Earnings = earnings(earn)
+	offered := 0.0
+	for i, sp := range w.spans {
+		g := float64(len(w.provs[i].Capability.GPUs))
+		for _, x := range sp {
+			if hi, lo := min(x.end, w.horizon), max(x.start, 0); hi > lo {
+				offered += g * float64(hi-lo) / 3600
+			}
+		}
+	}
+	pr.FillRate = ratio(pr.FilledGPUHours, offered)
+	return pr
+}
+
+// quantile is the nearest-rank quantile of sorted xs.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(xs)))) - 1
+	return xs[max(0, min(i, len(xs)-1))]
+}
+
+func earnings(e []float64) Earnings {
+	sort.Float64s(e)
+	var out Earnings
+	zero := 0
+	var cum, weighted float64
+	for i, x := range e {
+		out.Total += x
+		if x == 0 {
+			zero++
+		}
+		cum += x
+		weighted += float64(i+1) * x
+	}
+	n := float64(len(e))
+	out.P50, out.P90, out.P99 = quantile(e, 0.5), quantile(e, 0.9), quantile(e, 0.99)
+	out.Max = e[len(e)-1]
+	out.ZeroShare = float64(zero) / n
+	if cum > 0 {
+		out.Gini = (2*weighted)/(n*cum) - (n+1)/n
+	}
+	return out
+}
+
+// round trims floats so that the JSON is stable and readable.
+func round(r *Report) {
+	f := func(x *float64, d float64) { *x = math.Round(*x*d) / d }
+	f(&r.UnplaceableGPUHours, 100)
+	f(&r.DemandGPUHours, 100)
+	f(&r.OfferedGPUHours, 100)
+	f(&r.Bound.Simple, 100)
+	f(&r.Bound.Fluid, 100)
+	f(&r.Bound.FillRate, 1e4)
+	for i := range r.Policies {
+		p := &r.Policies[i]
+		f(&p.FilledGPUHours, 100)
+		f(&p.LostGPUHours, 100)
+		f(&p.FillRate, 1e4)
+		f(&p.CostPerGPUHour, 1e4)
+		for k := range p.Tiers {
+			t := &p.Tiers[k]
+			f(&t.CostPerGPUHour, 1e4)
+			f(&t.WaitP50, 1e3)
+			f(&t.WaitP95, 1e3)
+			f(&t.WaitP99, 1e3)
+		}
+		e := &p.Earnings
+		for _, x := range []*float64{&e.Total, &e.P50, &e.P90, &e.P99, &e.Max} {
+			f(x, 100)
+		}
+		f(&e.ZeroShare, 1e4)
+		f(&e.Gini, 1e4)
+	}
+}
+
+// peakRSSMB is the process's peak resident set size (getrusage maxrss).
+func peakRSSMB() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Maxrss) / 1024 // Linux reports KiB
+}

@@ -1,0 +1,99 @@
+package replay
+
+import (
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+)
+
+// Epoch is trace time zero: Monday 2021-03-01 00:00 UTC, so that the
+// providers' night and weekend windows line up with real weekdays.
+var Epoch = time.Date(2021, time.March, 1, 0, 0, 0, 0, time.UTC)
+
+// Demand is the seeded distribution that turns trace rows into market jobs.
+// A trace only says when a job came, how long it ran and how many GPUs it
+// used; everything a renter states in a job spec is drawn from here:
+//
+//   - Tier from Tiers (default gold=0.2, silver=0.5, bronze=0.3). Bronze jobs
+//     are preemptible (spot); gold and silver are not.
+//   - MaxPrice per GPU-hour, uniform in [2.2, 3.6] for gold, [1.4, 2.6] for
+//     silver and [0.5, 1.3] for bronze, times PriceScale (default 1).
+//   - MinVRAMGB: jobs on one or two GPUs want 16 (50%), 24 (30%), 40 (15%)
+//     or 80 GB (5%); wider jobs want 24 (20%), 40 (40%) or 80 GB (40%).
+//   - Region residency from Regions (default any=0.7, eu=0.15, us=0.1,
+//     ap=0.05); "any" means no constraint, the others are region prefixes.
+type Demand struct {
+	Tiers      Mix
+	Regions    Mix
+	PriceScale float64
+}
+
+// Tier and region names accepted in Demand mixes.
+var (
+	tierNames       = []string{string(auction.Gold), string(auction.Silver), string(auction.Bronze)}
+	demandRegionSet = []string{"any", "eu", "us", "ap"}
+)
+
+// DefaultDemand returns the documented default demand distribution.
+func DefaultDemand() Demand {
+	return Demand{
+		Tiers:      Mix{"gold": 0.2, "silver": 0.5, "bronze": 0.3},
+		Regions:    Mix{"any": 0.7, "eu": 0.15, "us": 0.1, "ap": 0.05},
+		PriceScale: 1,
+	}
+}
+
+var priceCap = map[auction.Tier][2]float64{
+	auction.Gold:   {2.2, 3.6},
+	auction.Silver: {1.4, 2.6},
+	auction.Bronze: {0.5, 1.3},
+}
+
+var (
+	vramNarrow = weighted[int]{{16, 0.5}, {24, 0.3}, {40, 0.15}, {80, 0.05}}
+	vramWide   = weighted[int]{{24, 0.2}, {40, 0.4}, {80, 0.4}}
+)
+
+// buildJobs assigns job specs to trace rows, sorted by submission time then
+// ID. The draw for each job depends only on the seed and the order of rows
+// after sorting, so the same trace and seed give the same jobs.
+func buildJobs(trace []TraceJob, d Demand, seed uint64) []auction.Job {
+	rows := append([]TraceJob(nil), trace...)
+	sort.SliceStable(rows, func(a, b int) bool {
+		if rows[a].Submit != rows[b].Submit {
+			return rows[a].Submit < rows[b].Submit
+		}
+		return rows[a].ID < rows[b].ID
+	})
+	r := rand.New(rand.NewPCG(seed, 0x6a6f6273)) // "jobs"
+	jobs := make([]auction.Job, len(rows))
+	for i, t := range rows {
+		tier := auction.Tier(d.Tiers.draw(r))
+		pc := priceCap[tier]
+		vram := vramNarrow
+		if t.GPUs > 2 {
+			vram = vramWide
+		}
+		region := d.Regions.draw(r)
+		if region == "any" {
+			region = ""
+		}
+		created := Epoch.Add(time.Duration(t.Submit) * time.Second)
+		jobs[i] = auction.Job{
+			ID:          t.ID,
+			Owner:       "renter",
+			Tier:        tier,
+			MaxPrice:    round2(uniform(r, pc[0], pc[1]) * d.PriceScale),
+			GPUCount:    t.GPUs,
+			MinVRAMGB:   vram.draw(r),
+			Region:      region,
+			Preemptible: tier == auction.Bronze,
+			Duration:    time.Duration(t.Duration) * time.Second,
+			Run:         auction.RunSpec{Command: []string{"replay"}},
+			CreatedAt:   created,
+		}
+	}
+	return jobs
+}
