@@ -37,9 +37,13 @@ type Offer struct {
 	Preempts []string // bronze lease ids to evict (gold only)
 }
 
-// Ineligible is the error Evaluate returns when a provider must not bid; its
-// Reason is short and meant for humans and counters.
+// Ineligible is the error Evaluate returns when a provider must not bid. Its
+// Reason is short and meant for humans; Kind is a stable, low-cardinality
+// key for counters ("region", "workload", "preemptible", "thermal", "power",
+// "reliability", "gpu_model", "vram", "gpu_count", "price", "capacity",
+// "max_lease", "deadline", "availability", "window", "busy").
 type Ineligible struct {
+	Kind   string
 	Reason string
 }
 
@@ -54,8 +58,8 @@ func IneligibleReason(err error) (string, bool) {
 	return "", false
 }
 
-func inelig(format string, args ...any) error {
-	return &Ineligible{Reason: fmt.Sprintf(format, args...)}
+func inelig(kind, format string, args ...any) error {
+	return &Ineligible{Kind: kind, Reason: fmt.Sprintf(format, args...)}
 }
 
 // Evaluate decides whether the provider in state ps may bid for job j at
@@ -106,32 +110,32 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 	}
 
 	if !regionSatisfies(jc.Region, ps.Cap.Region) {
-		return Offer{}, inelig("region %s does not satisfy %s", orNone(ps.Cap.Region), jc.Region)
+		return Offer{}, inelig("region", "region %s does not satisfy %s", orNone(ps.Cap.Region), jc.Region)
 	}
 	if len(p.AllowedWorkloads) > 0 && !containsFold(p.AllowedWorkloads, jc.Workload) {
-		return Offer{}, inelig("workload %s not accepted (accepts %s)", orNone(jc.Workload), strings.Join(p.AllowedWorkloads, ","))
+		return Offer{}, inelig("workload", "workload %s not accepted (accepts %s)", orNone(jc.Workload), strings.Join(p.AllowedWorkloads, ","))
 	}
 	if jc.Preemptible && !p.AcceptPreemptible {
-		return Offer{}, inelig("preemptible work not accepted")
+		return Offer{}, inelig("preemptible", "preemptible work not accepted")
 	}
 	if p.MaxTempC > 0 && ps.TempC > p.MaxTempC {
-		return Offer{}, inelig("gpu temperature %dC above limit %dC", ps.TempC, p.MaxTempC)
+		return Offer{}, inelig("thermal", "gpu temperature %dC above limit %dC", ps.TempC, p.MaxTempC)
 	}
 	if p.MaxPowerW > 0 && ps.PowerW > p.MaxPowerW {
-		return Offer{}, inelig("power draw %dW above limit %dW", ps.PowerW, p.MaxPowerW)
+		return Offer{}, inelig("power", "power draw %dW above limit %dW", ps.PowerW, p.MaxPowerW)
 	}
 	if math.IsNaN(ps.Reliability) || ps.Reliability < jc.MinReliability {
-		return Offer{}, inelig("reliability %.2f below required %.2f", ps.Reliability, jc.MinReliability)
+		return Offer{}, inelig("reliability", "reliability %.2f below required %.2f", ps.Reliability, jc.MinReliability)
 	}
 	model, vram, err := pickModel(ps.Cap.GPUs, &jc)
 	if err != nil {
 		return Offer{}, err
 	}
 	if p.PriceFloor > jc.MaxPrice {
-		return Offer{}, inelig("price floor %.2f > max %.2f", p.PriceFloor, jc.MaxPrice)
+		return Offer{}, inelig("price", "price floor %.2f > max %.2f", p.PriceFloor, jc.MaxPrice)
 	}
 	if jc.GPUCount > ps.Cal.Capacity() {
-		return Offer{}, inelig("calendar capacity %d gpus < %d required", ps.Cal.Capacity(), jc.GPUCount)
+		return Offer{}, inelig("capacity", "calendar capacity %d gpus < %d required", ps.Cal.Capacity(), jc.GPUCount)
 	}
 
 	start, end, preempts, err := placeLease(p, ps.Cal, &jc, now)
@@ -141,7 +145,7 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 	occ := float64(useAt(ps.Cal.Bookings(), start, nil)) / float64(ps.Cal.Capacity())
 	price := Quote(p, start, end.Sub(start), occ)
 	if price > jc.MaxPrice {
-		return Offer{}, inelig("quote %.2f > max %.2f", price, jc.MaxPrice)
+		return Offer{}, inelig("price", "quote %.2f > max %.2f", price, jc.MaxPrice)
 	}
 	return Offer{
 		Price:    price,
@@ -186,11 +190,11 @@ func pickModel(gpus []GPU, j *Job) (string, int, error) {
 	}
 	switch {
 	case len(gpus) == 0:
-		return "", 0, inelig("no gpus")
+		return "", 0, inelig("gpu_model", "no gpus")
 	case models == 0:
-		return "", 0, inelig("gpu model %s not in %s", gpus[0].Model, strings.Join(j.GPUModels, ","))
+		return "", 0, inelig("gpu_model", "gpu model %s not in %s", gpus[0].Model, strings.Join(j.GPUModels, ","))
 	case tooSmall == models:
-		return "", 0, inelig("vram below required %dGB", j.MinVRAMGB)
+		return "", 0, inelig("vram", "vram below required %dGB", j.MinVRAMGB)
 	}
 	var best *group
 	most := 0
@@ -206,7 +210,7 @@ func pickModel(gpus []GPU, j *Job) (string, int, error) {
 		}
 	}
 	if best == nil {
-		return "", 0, inelig("%d qualifying gpus < %d required", most, j.GPUCount)
+		return "", 0, inelig("gpu_count", "%d qualifying gpus < %d required", most, j.GPUCount)
 	}
 	return best.name, best.vram, nil
 }
@@ -216,14 +220,14 @@ func placeLease(p Policy, cal *Calendar, j *Job, now time.Time) (start, end time
 	d := j.Duration
 	if p.MaxLease > 0 && d > p.MaxLease {
 		if !j.Preemptible {
-			return start, end, nil, inelig("duration %v exceeds max lease %v", j.Duration, p.MaxLease)
+			return start, end, nil, inelig("max_lease", "duration %v exceeds max lease %v", j.Duration, p.MaxLease)
 		}
 		d = p.MaxLease
 	}
 	latest := now.Add(DefaultPatience)
 	if !j.Deadline.IsZero() {
 		if j.Deadline.Before(now) {
-			return start, end, nil, inelig("deadline %s passed", j.Deadline.UTC().Format(time.RFC3339))
+			return start, end, nil, inelig("deadline", "deadline %s passed", j.Deadline.UTC().Format(time.RFC3339))
 		}
 		latest = j.Deadline
 	}
@@ -287,11 +291,11 @@ func placeLease(p Policy, cal *Calendar, j *Job, now time.Time) (start, end time
 	switch {
 	case found:
 	case len(spans) == 0 || spans[0].Start.After(latest):
-		return start, end, nil, inelig("not available before %s", latest.UTC().Format(time.RFC3339))
+		return start, end, nil, inelig("availability", "not available before %s", latest.UTC().Format(time.RFC3339))
 	case !longEnough:
-		return start, end, nil, inelig("no free window of %v before %s", minSlice, latest.UTC().Format(time.RFC3339))
+		return start, end, nil, inelig("window", "no free window of %v before %s", minSlice, latest.UTC().Format(time.RFC3339))
 	default:
-		return start, end, nil, inelig("no %d free gpus for %v before %s", j.GPUCount, minSlice, latest.UTC().Format(time.RFC3339))
+		return start, end, nil, inelig("busy", "no %d free gpus for %v before %s", j.GPUCount, minSlice, latest.UTC().Format(time.RFC3339))
 	}
 	if skip != nil && peakUse(bs, start, end, nil)+j.GPUCount > capacity {
 		preempts = pickEvictions(bs, start, end, j.GPUCount, capacity)
