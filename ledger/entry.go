@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"hash"
 	"math"
 	"strings"
 	"time"
@@ -84,34 +83,30 @@ type Entry struct {
 // covers every field except Hash itself (Seq and PrevHash included). An
 // auditor can recheck an exported chain with it.
 func (e *Entry) ComputeHash() string {
-	h := sha256.New()
-	writeStr(h, hashDomain)
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], e.Seq)
-	h.Write(b[:])
-	binary.BigEndian.PutUint64(b[:], uint64(e.Time.Unix()))
-	h.Write(b[:])
-	binary.BigEndian.PutUint64(b[:], uint64(e.Time.Nanosecond()))
-	h.Write(b[:])
-	writeStr(h, string(e.Kind))
-	writeStr(h, e.LeaseID)
-	writeStr(h, e.JobID)
-	writeStr(h, e.Counterparty)
-	binary.BigEndian.PutUint64(b[:], math.Float64bits(e.Amount))
-	h.Write(b[:])
-	writeStr(h, string(e.Direction))
-	writeStr(h, string(e.Data))
-	writeStr(h, e.PrevHash)
-	return hex.EncodeToString(h.Sum(nil))
+	n := len(hashDomain) + 7*4 + 4*8 + len(e.Kind) + len(e.LeaseID) + len(e.JobID) +
+		len(e.Counterparty) + len(e.Direction) + len(e.Data) + len(e.PrevHash)
+	b := make([]byte, 0, n)
+	b = appendStr(b, hashDomain)
+	b = binary.BigEndian.AppendUint64(b, e.Seq)
+	b = binary.BigEndian.AppendUint64(b, uint64(e.Time.Unix()))
+	b = binary.BigEndian.AppendUint64(b, uint64(e.Time.Nanosecond()))
+	b = appendStr(b, string(e.Kind))
+	b = appendStr(b, e.LeaseID)
+	b = appendStr(b, e.JobID)
+	b = appendStr(b, e.Counterparty)
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(e.Amount))
+	b = appendStr(b, string(e.Direction))
+	b = appendStr(b, string(e.Data))
+	b = appendStr(b, e.PrevHash)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
-// writeStr writes a length-prefixed string, so that field boundaries are
+// appendStr appends a length-prefixed string, so that field boundaries are
 // unambiguous.
-func writeStr(h hash.Hash, s string) {
-	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(s)))
-	h.Write(n[:])
-	h.Write([]byte(s))
+func appendStr(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
 }
 
 // prepare validates a caller's entry and normalizes it for storage. It does
@@ -212,6 +207,7 @@ func wantDir(e *Entry, d Direction) error {
 // any change of the stored bytes.
 func encodeEntry(e *Entry) ([]byte, error) {
 	var buf bytes.Buffer
+	buf.Grow(384 + len(e.Data))
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(e); err != nil {
@@ -220,16 +216,12 @@ func encodeEntry(e *Entry) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
 
-// decodeEntry strictly decodes a stored entry.
+// decodeEntry decodes a stored entry. It is lenient (unknown fields are
+// ignored); Verify catches any deviation from the canonical encoding.
 func decodeEntry(b []byte) (Entry, error) {
 	var e Entry
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
+	if err := json.Unmarshal(b, &e); err != nil {
 		return Entry{}, err
-	}
-	if dec.More() {
-		return Entry{}, fmt.Errorf("trailing data after entry")
 	}
 	return e, nil
 }

@@ -1,0 +1,395 @@
+package ledger
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestAppendLinksChain(t *testing.T) {
+	db := openTest(t, "", noSync())
+	seq, hash, err := db.Head()
+	if err != nil || seq != 0 || hash != ZeroHash {
+		t.Fatalf("empty Head() = %d, %q, %v; want 0, ZeroHash, nil", seq, hash, err)
+	}
+	before := time.Now()
+	got := appendN(t, db, 6)
+	noTime, err := db.Append(Entry{Kind: KindPaymentOwed, Counterparty: "p", Amount: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, noTime)
+	if noTime.Time.Before(before) || noTime.Time.After(time.Now()) || noTime.Time.Location() != time.UTC {
+		t.Errorf("zero Time became %v, want now in UTC", noTime.Time)
+	}
+	if noTime.Direction != DirOwed {
+		t.Errorf("payment_owed direction defaulted to %q, want %q", noTime.Direction, DirOwed)
+	}
+	for i, e := range got {
+		if e.Seq != uint64(i+1) {
+			t.Errorf("entry %d: Seq = %d", i, e.Seq)
+		}
+		wantPrev := ZeroHash
+		if i > 0 {
+			wantPrev = got[i-1].Hash
+		}
+		if e.PrevHash != wantPrev {
+			t.Errorf("seq %d: PrevHash = %s, want %s", e.Seq, e.PrevHash, wantPrev)
+		}
+		if len(e.Hash) != 64 || e.Hash != e.ComputeHash() {
+			t.Errorf("seq %d: Hash = %q, ComputeHash = %q", e.Seq, e.Hash, e.ComputeHash())
+		}
+		stored, err := db.Get(e.Seq)
+		if err != nil {
+			t.Fatalf("Get(%d): %v", e.Seq, err)
+		}
+		if !reflect.DeepEqual(stored, e) {
+			t.Errorf("Get(%d) = %+v, want %+v", e.Seq, stored, e)
+		}
+	}
+	if !got[1].Time.Equal(sampleEntry(1).Time) {
+		t.Errorf("explicit Time changed: %v", got[1].Time)
+	}
+	seq, hash, err = db.Head()
+	if err != nil || seq != 7 || hash != got[6].Hash {
+		t.Fatalf("Head() = %d, %q, %v; want 7, %q", seq, hash, err, got[6].Hash)
+	}
+	if _, err := db.Get(8); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(8) error = %v, want ErrNotFound", err)
+	}
+	rep, err := db.Verify()
+	if err != nil || rep.Entries != 7 || rep.HeadSeq != 7 || rep.HeadHash != hash {
+		t.Fatalf("Verify() = %+v, %v", rep, err)
+	}
+}
+
+func TestHashCoversEveryField(t *testing.T) {
+	base := sampleEntry(3)
+	base.Seq, base.PrevHash = 9, ZeroHash
+	h := base.ComputeHash()
+	mutations := map[string]func(*Entry){
+		"seq":          func(e *Entry) { e.Seq++ },
+		"time":         func(e *Entry) { e.Time = e.Time.Add(time.Nanosecond) },
+		"kind":         func(e *Entry) { e.Kind = KindPaymentOwed },
+		"lease":        func(e *Entry) { e.LeaseID += "x" },
+		"job":          func(e *Entry) { e.JobID += "x" },
+		"counterparty": func(e *Entry) { e.Counterparty += "x" },
+		"amount":       func(e *Entry) { e.Amount = math.Nextafter(e.Amount, 10) },
+		"direction":    func(e *Entry) { e.Direction = DirEarned },
+		"data":         func(e *Entry) { e.Data = json.RawMessage(`{}`) },
+		"prev_hash":    func(e *Entry) { e.PrevHash = strings.Repeat("1", 64) },
+		// Moving bytes across a field boundary must change the hash too.
+		"boundary": func(e *Entry) { e.LeaseID, e.JobID = e.LeaseID+e.JobID[:1], e.JobID[1:] },
+	}
+	for name, mut := range mutations {
+		e := base
+		mut(&e)
+		if e.ComputeHash() == h {
+			t.Errorf("changing %s does not change the hash", name)
+		}
+	}
+	e := base
+	e.Hash = "anything"
+	if e.ComputeHash() != h {
+		t.Error("Hash field must not be part of the hash")
+	}
+}
+
+func TestAppendRejectsBadInput(t *testing.T) {
+	db := openTest(t, "", noSync())
+	ok := func() Entry { return Entry{Kind: KindPaymentEarned, Counterparty: "peer", Amount: 2} }
+	cases := []struct {
+		name string
+		mut  func(*Entry)
+		want string
+	}{
+		{"unknown kind", func(e *Entry) { e.Kind = "refund" }, `unknown entry kind "refund"`},
+		{"no kind", func(e *Entry) { e.Kind = "" }, "no kind"},
+		{"NaN", func(e *Entry) { e.Amount = math.NaN() }, "not a finite number"},
+		{"Inf", func(e *Entry) { e.Amount = math.Inf(1) }, "not a finite number"},
+		{"negative", func(e *Entry) { e.Amount = -1 }, "negative"},
+		{"zero payment", func(e *Entry) { e.Amount = 0 }, "positive amount"},
+		{"no counterparty", func(e *Entry) { e.Counterparty = "" }, "needs a counterparty"},
+		{"preset seq", func(e *Entry) { e.Seq = 4 }, "assigned by Append"},
+		{"preset hash", func(e *Entry) { e.Hash = "ab" }, "assigned by Append"},
+		{"preset prev", func(e *Entry) { e.PrevHash = ZeroHash }, "assigned by Append"},
+		{"wrong direction", func(e *Entry) { e.Direction = DirOwed }, `want "earned"`},
+		{"credit without direction", func(e *Entry) { e.Kind = KindPreemptionCredit }, "needs direction"},
+		{"receipt bad direction", func(e *Entry) { e.Kind, e.Direction = KindReceipt, "sideways" }, "unknown direction"},
+		{"bad json", func(e *Entry) { e.Data = json.RawMessage(`{"a":`) }, "not valid JSON"},
+		{"bad utf8", func(e *Entry) { e.Counterparty = "\xff\xfe" }, "not valid UTF-8"},
+		{"long field", func(e *Entry) { e.LeaseID = strings.Repeat("l", MaxFieldLen+1) }, "limit"},
+		{"time range", func(e *Entry) { e.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "out of range"},
+	}
+	for _, c := range cases {
+		e := ok()
+		c.mut(&e)
+		_, err := db.Append(e)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "ledger: ") {
+			t.Errorf("%s: Append error = %v, want one containing %q", c.name, err, c.want)
+		}
+	}
+	bad := ok()
+	bad.Amount = -3
+	_, err := db.AppendAll([]Entry{ok(), bad, ok()})
+	if err == nil || !strings.Contains(err.Error(), "entry 1") {
+		t.Errorf("AppendAll with a bad entry: error = %v, want one naming entry 1", err)
+	}
+	if seq, _, _ := db.Head(); seq != 0 {
+		t.Fatalf("rejected entries were written: head seq %d", seq)
+	}
+	// A valid receipt may have a zero amount and no counterparty.
+	if _, err := db.Append(Entry{Kind: KindReceipt, Data: json.RawMessage(`{"ok":true}`)}); err != nil {
+		t.Errorf("valid receipt rejected: %v", err)
+	}
+}
+
+func TestAppendAllIsOneChainSegment(t *testing.T) {
+	db := openTest(t, "", noSync())
+	first := appendN(t, db, 2)
+	batch := []Entry{sampleEntry(10), sampleEntry(11), sampleEntry(12)}
+	got, err := db.AppendAll(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].Seq != 3 || got[0].PrevHash != first[1].Hash ||
+		got[1].PrevHash != got[0].Hash || got[2].PrevHash != got[1].Hash || got[2].Seq != 5 {
+		t.Fatalf("AppendAll did not extend the chain: %+v", got)
+	}
+	if seq, hash, _ := db.Head(); seq != 5 || hash != got[2].Hash {
+		t.Fatalf("Head = %d %s after AppendAll", seq, hash)
+	}
+	if _, err := db.Verify(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConcurrentAppends(t *testing.T) {
+	db := openTest(t, "", noSync())
+	const workers, per = 8, 25
+	var wg sync.WaitGroup
+	results := make([][]Entry, workers)
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				e, err := db.Append(sampleEntry(w*per + i))
+				if err != nil {
+					errs <- err
+					return
+				}
+				results[w] = append(results[w], e)
+			}
+		}(w)
+	}
+	// Readers run alongside the writers.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 20; i++ {
+			if _, err := db.Verify(); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	seen := make(map[uint64]bool)
+	for _, r := range results {
+		for _, e := range r {
+			if seen[e.Seq] {
+				t.Fatalf("seq %d assigned twice", e.Seq)
+			}
+			seen[e.Seq] = true
+			stored, err := db.Get(e.Seq)
+			if err != nil || stored.Hash != e.Hash {
+				t.Fatalf("Get(%d) = %v, %v; want hash %s", e.Seq, stored.Hash, err, e.Hash)
+			}
+		}
+	}
+	rep, err := db.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Entries != workers*per || rep.HeadSeq != workers*per || len(seen) != workers*per {
+		t.Fatalf("Verify = %+v with %d distinct seqs, want %d entries", rep, len(seen), workers*per)
+	}
+}
+
+func TestReopenKeepsEverything(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := appendN(t, db, 9)
+	// Evidence with characters a JSON encoder likes to escape or reflow.
+	tricky, err := db.Append(Entry{Kind: KindReceipt, Data: json.RawMessage("{ \"html\": \"<b>&</b>\",\n \"sep\": \"\u2028\", \"n\": 1e3 }")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, tricky)
+	if err := db.State("jobs").Put("job-1", map[string]int{"attempt": 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	db = openTest(t, dir)
+	got, err := db.List(Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after reopen List = %+v\nwant %+v", got, want)
+	}
+	if _, err := db.Verify(); err != nil {
+		t.Fatalf("Verify after reopen: %v", err)
+	}
+	var st map[string]int
+	if ok, err := db.State("jobs").Get("job-1", &st); !ok || err != nil || st["attempt"] != 2 {
+		t.Fatalf("state after reopen: %v %v %v", st, ok, err)
+	}
+	next, err := db.Append(sampleEntry(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Seq != 11 || next.PrevHash != tricky.Hash {
+		t.Fatalf("append after reopen: seq %d prev %s, want 11 linked to %s", next.Seq, next.PrevHash, tricky.Hash)
+	}
+}
+
+func TestSecondOpenFails(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, noSync())
+	_, err := Open(dir, noSync())
+	if !errors.Is(err, ErrInUse) {
+		t.Fatalf("second Open error = %v, want ErrInUse", err)
+	}
+	if want := "ledger: data dir " + dir + " is in use by another gpumesh daemon"; err.Error() != want {
+		t.Errorf("second Open error = %q, want %q", err, want)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db2, err := Open(dir, noSync())
+	if err != nil {
+		t.Fatalf("Open after Close: %v", err)
+	}
+	db2.Close()
+}
+
+func TestClosed(t *testing.T) {
+	db := openTest(t, "", noSync())
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Errorf("second Close = %v", err)
+	}
+	if _, err := db.Append(sampleEntry(0)); !errors.Is(err, ErrClosed) {
+		t.Errorf("Append after Close = %v", err)
+	}
+	if _, err := db.Verify(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Verify after Close = %v", err)
+	}
+	if err := db.State("x").Put("k", 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Put after Close = %v", err)
+	}
+}
+
+func TestBalances(t *testing.T) {
+	db := openTest(t, "", noSync())
+	seq := []Entry{
+		{Kind: KindPaymentOwed, Counterparty: "alice", Amount: 10.5},
+		{Kind: KindPaymentOwed, Counterparty: "alice", Amount: 2.25},
+		{Kind: KindPreemptionCredit, Direction: DirCreditReceived, Counterparty: "alice", Amount: 1.5},
+		{Kind: KindReceipt, Counterparty: "alice", Amount: 99}, // informational
+		{Kind: KindPaymentEarned, Counterparty: "bob", Amount: 8},
+		{Kind: KindPreemptionCredit, Direction: DirCreditGranted, Counterparty: "bob", Amount: 0.75},
+		{Kind: KindPaymentOwed, Counterparty: "bob", Amount: 3},
+		{Kind: KindPaymentEarned, Counterparty: "carol", Amount: 0.125},
+	}
+	if _, err := db.AppendAll(seq); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.Balances()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Balance{
+		"alice": {Owed: 12.75, Credits: 1.5, Net: -11.25},
+		"bob":   {Owed: 3, Earned: 8, Credits: -0.75, Net: 4.25},
+		"carol": {Earned: 0.125, Net: 0.125},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Balances() = %+v\nwant %+v", got, want)
+	}
+}
+
+func TestListFilter(t *testing.T) {
+	db := openTest(t, "", noSync())
+	all := appendN(t, db, 20)
+	pick := func(pred func(Entry) bool) []Entry {
+		var out []Entry
+		for _, e := range all {
+			if pred(e) {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		f    Filter
+		want []Entry
+	}{
+		{"all", Filter{}, all},
+		{"kind", Filter{Kind: KindPaymentEarned}, pick(func(e Entry) bool { return e.Kind == KindPaymentEarned })},
+		{"counterparty", Filter{Counterparty: "12D3KooPeer1"}, pick(func(e Entry) bool { return e.Counterparty == "12D3KooPeer1" })},
+		{"lease", Filter{LeaseID: "lease-7"}, all[7:8]},
+		{"since", Filter{Since: all[15].Time}, all[15:]},
+		{"limit", Filter{Limit: 3}, all[:3]},
+		{"kind+limit", Filter{Kind: KindPaymentOwed, Limit: 2}, []Entry{all[0], all[4]}},
+		{"kind+counterparty", Filter{Kind: KindPaymentOwed, Counterparty: "12D3KooPeer0"}, []Entry{all[0], all[12]}},
+		{"none", Filter{LeaseID: "nope"}, nil},
+	}
+	for _, c := range cases {
+		got, err := db.List(c.f)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if len(c.want) == 0 && len(got) == 0 {
+			continue
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: List = %d entries %v, want %d", c.name, len(got), seqs(got), len(c.want))
+		}
+	}
+	if _, err := db.List(Filter{Limit: -1}); err == nil {
+		t.Error("negative limit accepted")
+	}
+	if _, err := db.List(Filter{Kind: "bogus"}); err == nil {
+		t.Error("unknown kind in filter accepted")
+	}
+}
+
+func seqs(es []Entry) []uint64 {
+	out := make([]uint64, len(es))
+	for i, e := range es {
+		out[i] = e.Seq
+	}
+	return out
+}
