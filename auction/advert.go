@@ -1,0 +1,251 @@
+package auction
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// CapabilityNamespace is the DHT namespace of capability records; a
+// provider's record lives under "/gpumesh-cap/<peer id>".
+const CapabilityNamespace = "gpumesh-cap"
+
+// MaxClockSkew is how far in the future a record's IssuedAt may be.
+const MaxClockSkew = 2 * time.Minute
+
+// CapabilityKey is the DHT key of a provider's capability record.
+func CapabilityKey(p peer.ID) string { return "/" + CapabilityNamespace + "/" + p.String() }
+
+// SealCapability signs a capability record for the DHT.
+func SealCapability(s *attest.Signer, c Capability) ([]byte, error) {
+	if c.Peer != s.ID().String() {
+		return nil, fmt.Errorf("auction: capability peer %q is not the signer %s", c.Peer, s.ID())
+	}
+	env, err := attest.Seal(s, DomainCapability, c)
+	if err != nil {
+		return nil, err
+	}
+	return env.Marshal()
+}
+
+// OpenCapability verifies a sealed capability record (signature, signer ==
+// record peer, expiry against now) and returns it.
+func OpenCapability(b []byte, now time.Time) (Capability, error) {
+	var c Capability
+	env, err := attest.UnmarshalEnvelope(b)
+	if err != nil {
+		return c, err
+	}
+	signer, err := attest.Open(env, DomainCapability, &c)
+	if err != nil {
+		return c, err
+	}
+	if c.Peer != signer.String() {
+		return c, fmt.Errorf("auction: capability for %q signed by %s", c.Peer, signer)
+	}
+	if !c.ExpiresAt.After(now) {
+		return c, fmt.Errorf("auction: capability record of %s expired at %s", c.Peer, c.ExpiresAt.Format(time.RFC3339))
+	}
+	if c.IssuedAt.After(now.Add(MaxClockSkew)) {
+		return c, fmt.Errorf("auction: capability record of %s issued in the future", c.Peer)
+	}
+	return c, nil
+}
+
+// CapabilityValidator is the DHT record validator for capability records.
+// It rejects unsigned, forged (signer is not the key's peer) and expired
+// records, and selects the newest of several valid ones.
+type CapabilityValidator struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+func (v CapabilityValidator) now() time.Time {
+	if v.Now != nil {
+		return v.Now()
+	}
+	return time.Now()
+}
+
+// Validate implements record.Validator.
+func (v CapabilityValidator) Validate(key string, value []byte) error {
+	want, err := keyPeer(key)
+	if err != nil {
+		return err
+	}
+	c, err := OpenCapability(value, v.now())
+	if err != nil {
+		return err
+	}
+	if c.Peer != want.String() {
+		return fmt.Errorf("auction: record under %s belongs to %s", key, c.Peer)
+	}
+	return nil
+}
+
+// Select implements record.Validator: the highest sequence number wins, then
+// the latest issue time.
+func (v CapabilityValidator) Select(key string, vals [][]byte) (int, error) {
+	best, bestSeq, bestAt := -1, uint64(0), time.Time{}
+	for i, b := range vals {
+		c, err := OpenCapability(b, v.now())
+		if err != nil {
+			continue
+		}
+		if best < 0 || c.Seq > bestSeq || (c.Seq == bestSeq && c.IssuedAt.After(bestAt)) {
+			best, bestSeq, bestAt = i, c.Seq, c.IssuedAt
+		}
+	}
+	if best < 0 {
+		return 0, errors.New("auction: no valid capability record")
+	}
+	return best, nil
+}
+
+func keyPeer(key string) (peer.ID, error) {
+	prefix := "/" + CapabilityNamespace + "/"
+	if !strings.HasPrefix(key, prefix) {
+		return "", fmt.Errorf("auction: key %q is not in namespace %s", key, CapabilityNamespace)
+	}
+	id, err := peer.Decode(strings.TrimPrefix(key, prefix))
+	if err != nil {
+		return "", fmt.Errorf("auction: key %q: %w", key, err)
+	}
+	return id, nil
+}
+
+// vramClasses are the VRAM buckets under which providers announce
+// themselves, so "at least N GB" queries look up a single key.
+var vramClasses = []int{8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 141, 192}
+
+// Query is what a renter looks for.
+type Query struct {
+	GPU      string `json:"gpu,omitempty"`
+	Region   string `json:"region,omitempty"`
+	MinVRAM  int    `json:"min_vram,omitempty"`
+	GPUCount int    `json:"gpu_count,omitempty"`
+}
+
+// Validate checks a query's values.
+func (q Query) Validate() error {
+	if q.MinVRAM < 0 {
+		return fmt.Errorf("min-vram must be >= 0, got %d", q.MinVRAM)
+	}
+	if q.GPUCount < 0 {
+		return fmt.Errorf("gpu count must be >= 0, got %d", q.GPUCount)
+	}
+	return nil
+}
+
+// DiscoveryKeys are the DHT keys a provider announces itself under: every
+// GPU model it has, every prefix of its region, each VRAM class it reaches,
+// and "all".
+func DiscoveryKeys(c Capability) []string {
+	set := map[string]bool{"all": true}
+	for _, r := range RegionPrefixes(c.Region) {
+		set["region/"+r] = true
+	}
+	for _, g := range c.GPUs {
+		set["gpu/"+NormModel(g.Model)] = true
+		for _, cl := range vramClasses {
+			if g.VRAMGB >= cl {
+				set[fmt.Sprintf("vram/%d", cl)] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// QueryKey is the single most selective discovery key for a query: GPU
+// model, else region, else VRAM class, else "all". Results are then
+// filtered exactly with Matches.
+func QueryKey(q Query) string {
+	switch {
+	case q.GPU != "":
+		return "gpu/" + NormModel(q.GPU)
+	case q.Region != "":
+		return "region/" + strings.ToLower(q.Region)
+	case q.MinVRAM > 0:
+		best := 0
+		for _, cl := range vramClasses {
+			if cl <= q.MinVRAM {
+				best = cl
+			}
+		}
+		if best > 0 {
+			return fmt.Sprintf("vram/%d", best)
+		}
+	}
+	return "all"
+}
+
+// Matches reports whether the capability satisfies the query exactly.
+func (c Capability) Matches(q Query) bool {
+	if q.Region != "" && !RegionMatches(q.Region, c.Region) {
+		return false
+	}
+	n := 0
+	for _, g := range c.GPUs {
+		if q.GPU != "" && NormModel(g.Model) != NormModel(q.GPU) {
+			continue
+		}
+		if g.VRAMGB < q.MinVRAM {
+			continue
+		}
+		n++
+	}
+	if q.GPUCount > 0 {
+		return n >= q.GPUCount
+	}
+	return n > 0 || (q.GPU == "" && q.MinVRAM == 0 && len(c.GPUs) > 0)
+}
+
+// NormModel normalises a GPU model name for comparison ("RTX 4090" ==
+// "rtx4090", "NVIDIA H100 80GB HBM3" keeps its words).
+func NormModel(m string) string {
+	m = strings.ToLower(strings.TrimSpace(m))
+	m = strings.TrimPrefix(m, "nvidia ")
+	m = strings.TrimPrefix(m, "geforce ")
+	return strings.NewReplacer(" ", "", "-", "", "_", "").Replace(m)
+}
+
+// RegionPrefixes lists a region and its dash-separated parents, most
+// general first: "eu-west-1" → eu, eu-west, eu-west-1.
+func RegionPrefixes(region string) []string {
+	region = strings.ToLower(strings.TrimSpace(region))
+	if region == "" {
+		return nil
+	}
+	parts := strings.Split(region, "-")
+	out := make([]string, 0, len(parts))
+	for i := range parts {
+		out = append(out, strings.Join(parts[:i+1], "-"))
+	}
+	return out
+}
+
+// RegionMatches reports whether region satisfies a residency constraint:
+// the constraint equals the region or is one of its dash prefixes ("eu"
+// matches "eu-west" but not "europe"). An empty constraint matches anything.
+func RegionMatches(constraint, region string) bool {
+	constraint = strings.ToLower(strings.TrimSpace(constraint))
+	if constraint == "" {
+		return true
+	}
+	for _, p := range RegionPrefixes(region) {
+		if p == constraint {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,51 @@
+// Command gpumesh is the gpumesh daemon and its command-line client.
+//
+// Every participant runs the same binary: `gpumesh daemon` joins the
+// network; every other command talks to the local daemon over its control
+// socket.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// run executes the CLI and returns the process exit code. Every error is
+// printed as a single line on stderr.
+func run(args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	if err := app.Run(args); err != nil {
+		var ec cli.ExitCoder
+		code := 1
+		if errors.As(err, &ec) && ec.ExitCode() != 0 {
+			code = ec.ExitCode()
+		}
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintln(stderr, "gpumesh: "+oneLine(msg))
+		}
+		return code
+	}
+	return 0
+}
+
+func oneLine(s string) string {
+	out := make([]rune, 0, len(s))
+	for _, r := range s {
+		if r == '\n' || r == '\r' {
+			r = ' '
+		}
+		out = append(out, r)
+	}
+	for len(out) > 0 && out[len(out)-1] == ' ' {
+		out = out[:len(out)-1]
+	}
+	return string(out)
+}

@@ -1,0 +1,182 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+)
+
+// APIVersion prefixes every control API path.
+const APIVersion = "/v1"
+
+// StatusInfo is the answer of GET /v1/status.
+type StatusInfo struct {
+	Version    string              `json:"version"`
+	PeerID     string              `json:"peer_id"`
+	Addrs      []string            `json:"addrs"`
+	Peers      int                 `json:"peers"`
+	DataDir    string              `json:"data_dir"`
+	Uptime     string              `json:"uptime"`
+	Region     string              `json:"region"`
+	Provider   bool                `json:"provider"`
+	GPUSource  string              `json:"gpu_source,omitempty"`
+	GPUs       []auction.GPU       `json:"gpus"`
+	Driver     string              `json:"driver,omitempty"`
+	CUDA       string              `json:"cuda,omitempty"`
+	Executor   string              `json:"executor,omitempty"`
+	Advertised *auction.Capability `json:"advertised,omitempty"`
+}
+
+// PeerInfo is one connected peer.
+type PeerInfo struct {
+	ID    string   `json:"id"`
+	Addrs []string `json:"addrs"`
+}
+
+type apiError struct {
+	Error string `json:"error"`
+}
+
+// httpError carries a status code for the API.
+type httpError struct {
+	code int
+	msg  string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, a ...any) error {
+	return &httpError{http.StatusBadRequest, fmt.Sprintf(format, a...)}
+}
+
+func notFound(format string, a ...any) error {
+	return &httpError{http.StatusNotFound, fmt.Sprintf(format, a...)}
+}
+
+type handlerFunc func(r *http.Request) (any, error)
+
+func (d *Daemon) route(mux *http.ServeMux, pattern string, h handlerFunc) {
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		v, err := h(r)
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			code := http.StatusInternalServerError
+			var he *httpError
+			if errors.As(err, &he) {
+				code = he.code
+			}
+			w.WriteHeader(code)
+			_ = json.NewEncoder(w).Encode(apiError{Error: err.Error()})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(v)
+	})
+}
+
+func (d *Daemon) serveAPI() error {
+	_ = os.Remove(d.paths.Socket())
+	ln, err := net.Listen("unix", d.paths.Socket())
+	if err != nil {
+		return fmt.Errorf("control socket %s: %w", d.paths.Socket(), err)
+	}
+	if err := os.Chmod(d.paths.Socket(), 0o600); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("control socket: %w", err)
+	}
+	mux := http.NewServeMux()
+	d.route(mux, "GET /v1/version", func(*http.Request) (any, error) {
+		return map[string]string{"version": Version}, nil
+	})
+	d.route(mux, "GET /v1/status", func(*http.Request) (any, error) { return d.Status(), nil })
+	d.route(mux, "GET /v1/peers", func(*http.Request) (any, error) { return d.Peers(), nil })
+	d.route(mux, "GET /v1/providers", d.handleProviders)
+	if d.market != nil {
+		d.market.routes(mux)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(apiError{Error: "no such API endpoint: " + r.Method + " " + r.URL.Path})
+	})
+	d.api = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return d.ctx }}
+	d.apiLn = ln
+	go func() { _ = d.api.Serve(ln) }()
+	return nil
+}
+
+// Status reports the node's identity, connectivity and inventory.
+func (d *Daemon) Status() StatusInfo {
+	s := StatusInfo{
+		Version: Version, PeerID: d.ID().String(), Addrs: d.Addrs(),
+		Peers: len(d.net.Host.Network().Peers()), DataDir: d.paths.Dir,
+		Uptime: d.now().Sub(d.started).Round(time.Second).String(), Region: d.cfg.Region,
+		Provider: d.cfg.Provider.Enabled, GPUSource: d.inv.Source, GPUs: d.inv.GPUs,
+		Driver: d.inv.Driver, CUDA: d.inv.CUDA, Advertised: d.Advertised(),
+	}
+	if d.market != nil {
+		s.Executor = d.market.executorName()
+	}
+	if s.GPUs == nil {
+		s.GPUs = []auction.GPU{}
+	}
+	return s
+}
+
+// Peers lists connected peers.
+func (d *Daemon) Peers() []PeerInfo {
+	var out []PeerInfo
+	for _, p := range d.net.Host.Network().Peers() {
+		pi := PeerInfo{ID: p.String()}
+		for _, c := range d.net.Host.Network().ConnsToPeer(p) {
+			pi.Addrs = append(pi.Addrs, c.RemoteMultiaddr().String())
+		}
+		out = append(out, pi)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	if out == nil {
+		out = []PeerInfo{}
+	}
+	return out
+}
+
+func (d *Daemon) handleProviders(r *http.Request) (any, error) {
+	q := auction.Query{GPU: r.URL.Query().Get("gpu"), Region: r.URL.Query().Get("region")}
+	var err error
+	if v := r.URL.Query().Get("min_vram"); v != "" {
+		if q.MinVRAM, err = strconv.Atoi(v); err != nil {
+			return nil, badRequest("min_vram must be an integer, got %q", v)
+		}
+	}
+	if v := r.URL.Query().Get("count"); v != "" {
+		if q.GPUCount, err = strconv.Atoi(v); err != nil {
+			return nil, badRequest("count must be an integer, got %q", v)
+		}
+	}
+	if err := q.Validate(); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+	defer cancel()
+	caps, err := d.FindProviders(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if caps == nil {
+		caps = []auction.Capability{}
+	}
+	return caps, nil
+}
+
+func sortCapabilities(cs []auction.Capability) {
+	sort.Slice(cs, func(i, j int) bool { return cs[i].Peer < cs[j].Peer })
+}

@@ -1,0 +1,165 @@
+// Package node wires a gpumesh daemon together: configuration, the data
+// directory, the libp2p node, capability advertisement, the auction roles,
+// job execution, attestation and the ledger, and the local control API that
+// the CLI talks to over a unix socket.
+package node
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the daemon's configuration file (YAML).
+type Config struct {
+	// Listen are libp2p multiaddrs; default all interfaces, port 4001 TCP+QUIC.
+	Listen []string `yaml:"listen"`
+	// Bootstrap are multiaddrs ending in /p2p/<peer id>.
+	Bootstrap []string `yaml:"bootstrap"`
+	// MDNS enables local-network peer discovery (off by default).
+	MDNS bool `yaml:"mdns"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `yaml:"log_level"`
+	// Region is where this node is, e.g. "eu-west" (used by residency rules).
+	Region string `yaml:"region"`
+	// MetricsAddr, when set, serves Prometheus metrics there (localhost only).
+	MetricsAddr string `yaml:"metrics_addr"`
+	// Provider configures selling GPU time; absent means renter only.
+	Provider ProviderConfig `yaml:"provider"`
+}
+
+// ProviderConfig is the supply side of a node.
+type ProviderConfig struct {
+	// Enabled makes the node advertise and bid.
+	Enabled bool `yaml:"enabled"`
+	// GPUs is the declared inventory used where no NVIDIA driver is present.
+	GPUs []auction.GPU `yaml:"gpus"`
+	// Datasets this node holds cached (data-aware placement).
+	Datasets []string `yaml:"datasets"`
+	// Policy is what is sold and on what terms.
+	Policy auction.Policy `yaml:"policy"`
+	// AdvertiseTTL is the lifetime of the capability record; it is renewed
+	// every third of it. Default 10m.
+	AdvertiseTTL time.Duration `yaml:"advertise_ttl"`
+	// Executor is auto (container when Docker is reachable and the job names
+	// an image, else sandboxed process), process, or docker.
+	Executor string `yaml:"executor"`
+	// PreemptGrace is how long a preempted job has to checkpoint. Default 10s.
+	PreemptGrace time.Duration `yaml:"preempt_grace"`
+	// HeartbeatInterval is the telemetry period during a lease. Default 5s.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+}
+
+// DefaultConfig is the configuration used when no file exists.
+func DefaultConfig() Config {
+	return Config{
+		Listen:   []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
+		LogLevel: "info",
+		Provider: ProviderConfig{
+			AdvertiseTTL:      10 * time.Minute,
+			Executor:          "auto",
+			PreemptGrace:      10 * time.Second,
+			HeartbeatInterval: 5 * time.Second,
+		},
+	}
+}
+
+// LoadConfig reads a YAML config file over the defaults. Unknown keys are an
+// error, so a typo never silently changes what a provider sells. A missing
+// file at the default location is not an error (mustExist=false).
+func LoadConfig(path string, mustExist bool) (Config, error) {
+	cfg := DefaultConfig()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && !mustExist {
+		return cfg, cfg.Validate()
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && err != io.EOF {
+		return cfg, fmt.Errorf("config %s: %s", path, strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Validate checks the configuration's values.
+func (c Config) Validate() error {
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log_level must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	p := c.Provider
+	for i, g := range p.GPUs {
+		if strings.TrimSpace(g.Model) == "" {
+			return fmt.Errorf("provider.gpus[%d]: model is required", i)
+		}
+		if g.VRAMGB <= 0 {
+			return fmt.Errorf("provider.gpus[%d] (%s): vram_gb must be > 0", i, g.Model)
+		}
+	}
+	if p.Enabled {
+		if err := p.Policy.Validate(); err != nil {
+			return fmt.Errorf("provider.policy: %w", err)
+		}
+	}
+	switch p.Executor {
+	case "", "auto", "process", "docker":
+	default:
+		return fmt.Errorf("provider.executor must be auto, process or docker, got %q", p.Executor)
+	}
+	if p.AdvertiseTTL < 0 || (p.AdvertiseTTL > 0 && p.AdvertiseTTL < time.Second) {
+		return fmt.Errorf("provider.advertise_ttl must be at least 1s, got %s", p.AdvertiseTTL)
+	}
+	if c.MetricsAddr != "" && !isLoopbackAddr(c.MetricsAddr) {
+		return fmt.Errorf("metrics_addr must be a loopback address (127.0.0.1:PORT or localhost:PORT), got %q", c.MetricsAddr)
+	}
+	return nil
+}
+
+func isLoopbackAddr(a string) bool {
+	return strings.HasPrefix(a, "127.") || strings.HasPrefix(a, "localhost:") || strings.HasPrefix(a, "[::1]:")
+}
+
+// Paths of the files in a data directory.
+type Paths struct{ Dir string }
+
+// Key is the identity key file (0600).
+func (p Paths) Key() string { return filepath.Join(p.Dir, "identity.key") }
+
+// DB is the Badger directory (ledger and state).
+func (p Paths) DB() string { return filepath.Join(p.Dir, "db") }
+
+// Socket is the control API's unix socket (0600).
+func (p Paths) Socket() string { return filepath.Join(p.Dir, "gpumesh.sock") }
+
+// Config is the default config file location.
+func (p Paths) Config() string { return filepath.Join(p.Dir, "config.yaml") }
+
+// Jobs holds job work dirs and logs.
+func (p Paths) Jobs() string { return filepath.Join(p.Dir, "jobs") }
+
+// DefaultDataDir is $GPUMESH_HOME or ~/.gpumesh.
+func DefaultDataDir() string {
+	if d := os.Getenv("GPUMESH_HOME"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ".gpumesh"
+	}
+	return filepath.Join(home, ".gpumesh")
+}

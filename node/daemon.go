@@ -1,0 +1,353 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/runtime"
+	record "github.com/libp2p/go-libp2p-record"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Version is the daemon's version, set at build time.
+var Version = "0.1.0-dev"
+
+// Options are what a daemon is started with.
+type Options struct {
+	// DataDir holds the key, the DB, the socket and job dirs.
+	DataDir string
+	// Config is the parsed configuration.
+	Config Config
+	// Log is the daemon's logger; nil discards.
+	Log *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// ErrAlreadyRunning is returned when another daemon owns the data dir.
+var ErrAlreadyRunning = errors.New("another gpumesh daemon is already running on this data dir")
+
+// Daemon is a running gpumesh node.
+type Daemon struct {
+	opts   Options
+	cfg    Config
+	paths  Paths
+	log    *slog.Logger
+	now    func() time.Time
+	signer *attest.Signer
+	db     *ledger.DB
+	net    *p2p.Node
+	inv    runtime.Inventory
+	fp     attest.Fingerprint
+	fpHash string
+
+	market *market
+
+	api     *http.Server
+	apiLn   net.Listener
+	started time.Time
+
+	advMu  sync.Mutex
+	advert *auction.Capability
+	seq    atomic.Uint64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed sync.Once
+}
+
+// Start opens the data dir and brings the node up: identity, DB, GPU
+// inventory, libp2p host, DHT, GossipSub, the market roles and the control
+// API. On error everything opened so far is closed again.
+func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
+	if opts.DataDir == "" {
+		return nil, errors.New("data dir is required")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if err := opts.Config.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	d := &Daemon{opts: opts, cfg: opts.Config, paths: Paths{opts.DataDir}, log: opts.Log, now: opts.Now, started: opts.Now()}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if err := os.MkdirAll(d.paths.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if socketAlive(d.paths.Socket()) {
+		return nil, fmt.Errorf("%w (%s)", ErrAlreadyRunning, d.paths.Dir)
+	}
+	key, err := p2p.LoadOrCreateKey(d.paths.Key())
+	if err != nil {
+		return nil, err
+	}
+	if d.signer, err = attest.NewSigner(key); err != nil {
+		return nil, err
+	}
+	d.db, err = ledger.Open(d.paths.DB(), ledger.WithLogger(d.log))
+	if errors.Is(err, ledger.ErrInUse) {
+		return nil, fmt.Errorf("%w (%s)", ErrAlreadyRunning, d.paths.Dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if d.cfg.Provider.Enabled || len(d.cfg.Provider.GPUs) > 0 {
+		d.inv, err = runtime.DetectGPUs(d.cfg.Provider.GPUs, d.log)
+		if err != nil {
+			return nil, fmt.Errorf("gpu inventory: %w", err)
+		}
+	}
+	d.fp = attest.Fingerprint{Peer: d.signer.ID().String(), Driver: d.inv.Driver, CUDA: d.inv.CUDA, Source: d.inv.Source, IssuedAt: d.now()}
+	for _, g := range d.inv.GPUs {
+		d.fp.GPUs = append(d.fp.GPUs, attest.GPU{Model: g.Model, VRAMGB: g.VRAMGB, UUID: g.UUID, Detected: g.Detected})
+	}
+	d.fpHash = d.fp.Hash()
+
+	ttl := d.advertiseTTL()
+	d.net, err = p2p.New(ctx, p2p.Config{
+		Key:             key,
+		ListenAddrs:     d.cfg.Listen,
+		Bootstrap:       d.cfg.Bootstrap,
+		Validators:      map[string]record.Validator{auction.CapabilityNamespace: auction.CapabilityValidator{Now: d.now}},
+		ProvideValidity: 3 * ttl,
+		MDNS:            d.cfg.MDNS,
+		Log:             d.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if d.market, err = newMarket(d); err != nil {
+		return nil, err
+	}
+	if err := d.serveAPI(); err != nil {
+		return nil, err
+	}
+	d.log.Info("gpumesh daemon started", "peer", d.net.ID(), "addrs", d.net.Addrs(), "data_dir", d.paths.Dir,
+		"gpus", len(d.inv.GPUs), "gpu_source", d.inv.Source, "provider", d.cfg.Provider.Enabled)
+
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := d.net.Bootstrap(d.ctx); err != nil && d.ctx.Err() == nil {
+			d.log.Warn("bootstrap", "err", err)
+		}
+		if d.cfg.Provider.Enabled {
+			d.advertiseLoop(ttl)
+		}
+	}()
+	return d, nil
+}
+
+// Close shuts the node down: it stops accepting API calls, withdraws from
+// the market, leaves the DHT and closes the DB. Safe to call twice.
+func (d *Daemon) Close() error {
+	var errs []error
+	d.closed.Do(func() {
+		d.cancel()
+		if d.api != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			_ = d.api.Shutdown(sctx)
+			cancel()
+			_ = os.Remove(d.paths.Socket())
+		}
+		if d.market != nil {
+			d.market.close()
+		}
+		d.wg.Wait()
+		if d.net != nil {
+			errs = append(errs, d.net.Close())
+		}
+		if d.db != nil {
+			errs = append(errs, d.db.Close())
+		}
+		d.log.Info("gpumesh daemon stopped")
+	})
+	return errors.Join(errs...)
+}
+
+// ID is the node's peer ID.
+func (d *Daemon) ID() peer.ID { return d.net.ID() }
+
+// Addrs are the node's dialable multiaddrs with /p2p/ID.
+func (d *Daemon) Addrs() []string { return d.net.Addrs() }
+
+// SocketPath is where the control API listens.
+func (d *Daemon) SocketPath() string { return d.paths.Socket() }
+
+func (d *Daemon) advertiseTTL() time.Duration {
+	if d.cfg.Provider.AdvertiseTTL > 0 {
+		return d.cfg.Provider.AdvertiseTTL
+	}
+	return 10 * time.Minute
+}
+
+// capability builds the node's current capability record.
+func (d *Daemon) capability(ttl time.Duration) auction.Capability {
+	now := d.now()
+	seq := uint64(now.UnixNano())
+	if last := d.seq.Load(); seq <= last {
+		seq = last + 1
+	}
+	d.seq.Store(seq)
+	return auction.Capability{
+		Peer:        d.ID().String(),
+		Addrs:       d.Addrs(),
+		Region:      d.cfg.Region,
+		GPUs:        d.inv.GPUs,
+		Policy:      d.cfg.Provider.Policy,
+		Datasets:    d.cfg.Provider.Datasets,
+		Fingerprint: d.fpHash,
+		Driver:      d.inv.Driver,
+		CUDA:        d.inv.CUDA,
+		Seq:         seq,
+		IssuedAt:    now,
+		ExpiresAt:   now.Add(ttl),
+	}
+}
+
+// Advertised returns the last capability record this node put in the DHT.
+func (d *Daemon) Advertised() *auction.Capability {
+	d.advMu.Lock()
+	defer d.advMu.Unlock()
+	return d.advert
+}
+
+func (d *Daemon) advertiseLoop(ttl time.Duration) {
+	every := ttl / 3
+	for {
+		if err := d.advertise(ttl); err != nil && d.ctx.Err() == nil {
+			d.log.Warn("advertise", "err", err)
+			every = min(every, 2*time.Second)
+		} else {
+			every = ttl / 3
+		}
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// advertise puts a fresh signed capability record in the DHT and announces
+// this node under each of its discovery keys.
+func (d *Daemon) advertise(ttl time.Duration) error {
+	c := d.capability(ttl)
+	b, err := auction.SealCapability(d.signer, c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, ttl/2+5*time.Second)
+	defer cancel()
+	if err := d.net.DHT.PutValue(ctx, auction.CapabilityKey(d.ID()), b); err != nil {
+		return fmt.Errorf("put capability: %w", err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 0)
+	var mu sync.Mutex
+	for _, k := range auction.DiscoveryKeys(c) {
+		wg.Add(1)
+		go func(k string) {
+			defer wg.Done()
+			if err := d.net.Provide(ctx, k); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("provide %s: %w", k, err))
+				mu.Unlock()
+			}
+		}(k)
+	}
+	wg.Wait()
+	d.advMu.Lock()
+	d.advert = &c
+	d.advMu.Unlock()
+	if d.market != nil {
+		d.market.capabilityChanged(c)
+	}
+	return errors.Join(errs...)
+}
+
+// FindProviders discovers, through the DHT only, providers whose signed
+// capability records match q. Expired or forged records are dropped by the
+// validator.
+func (d *Daemon) FindProviders(ctx context.Context, q auction.Query) ([]auction.Capability, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	peers := d.net.FindProviders(ctx, auction.QueryKey(q), 1000)
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out []auction.Capability
+	)
+	sem := make(chan struct{}, 16)
+	for _, ai := range peers {
+		if len(ai.Addrs) > 0 {
+			d.net.Host.Peerstore().AddAddrs(ai.ID, ai.Addrs, time.Minute)
+		}
+		wg.Add(1)
+		go func(id peer.ID) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			c, err := d.lookupCapability(ctx, id)
+			if err != nil {
+				d.log.Debug("capability lookup", "peer", id, "err", err)
+				return
+			}
+			if c.Matches(q) {
+				mu.Lock()
+				out = append(out, c)
+				mu.Unlock()
+			}
+		}(ai.ID)
+	}
+	wg.Wait()
+	sortCapabilities(out)
+	return out, nil
+}
+
+func (d *Daemon) lookupCapability(ctx context.Context, id peer.ID) (auction.Capability, error) {
+	if id == d.ID() {
+		if c := d.Advertised(); c != nil && c.ExpiresAt.After(d.now()) {
+			return *c, nil
+		}
+		return auction.Capability{}, errors.New("own record not advertised")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	b, err := d.net.DHT.GetValue(cctx, auction.CapabilityKey(id))
+	if err != nil {
+		return auction.Capability{}, err
+	}
+	return auction.OpenCapability(b, d.now())
+}
+
+func socketAlive(path string) bool {
+	c, err := net.DialTimeout("unix", path, 500*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}

@@ -1,0 +1,371 @@
+// Package p2p owns the node's networking: the libp2p host (TCP and QUIC,
+// Noise), the Kademlia DHT under the private /gpumesh protocol prefix, the
+// shared GossipSub router, and small framed request/response helpers on top
+// of libp2p streams. It knows nothing about the market itself.
+package p2p
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p-kad-dht/records"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	record "github.com/libp2p/go-libp2p-record"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
+	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
+	"github.com/libp2p/go-libp2p/p2p/security/noise"
+	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	ma "github.com/multiformats/go-multiaddr"
+	mh "github.com/multiformats/go-multihash"
+)
+
+// ProtocolPrefix keeps gpumesh's DHT apart from the public IPFS DHT.
+const ProtocolPrefix protocol.ID = "/gpumesh"
+
+// MaxGossipMessage bounds a gossiped message.
+const MaxGossipMessage = 512 << 10
+
+// Config configures a Node.
+type Config struct {
+	// Key is the node's identity. Required.
+	Key crypto.PrivKey
+	// ListenAddrs are multiaddrs to listen on. Defaults to all interfaces,
+	// random TCP and QUIC ports.
+	ListenAddrs []string
+	// Bootstrap are multiaddrs (with /p2p/ID) of peers to join through.
+	Bootstrap []string
+	// Validators are DHT record validators by namespace ("/ns/key" keys).
+	Validators map[string]record.Validator
+	// ProvideValidity is how long a provider record lives in the DHT.
+	// Defaults to 24h.
+	ProvideValidity time.Duration
+	// MDNS enables local-network discovery (off by default).
+	MDNS bool
+	Log  *slog.Logger
+}
+
+// Node is a running libp2p host with its DHT and GossipSub.
+type Node struct {
+	Host   host.Host
+	DHT    *dht.IpfsDHT
+	PubSub *pubsub.PubSub
+
+	log       *slog.Logger
+	bootstrap []peer.AddrInfo
+	mdns      mdns.Service
+
+	mu     sync.Mutex
+	topics map[string]*pubsub.Topic
+	cancel context.CancelFunc
+}
+
+// New starts a host, a server-mode DHT and GossipSub. It does not contact
+// bootstrap peers: call Bootstrap for that.
+func New(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Key == nil {
+		return nil, errors.New("p2p: identity key required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	listen := cfg.ListenAddrs
+	if len(listen) == 0 {
+		listen = []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}
+	}
+	for _, a := range listen {
+		if _, err := ma.NewMultiaddr(a); err != nil {
+			return nil, fmt.Errorf("p2p: listen address %q: %w", a, err)
+		}
+	}
+	boot, err := ParseAddrInfos(cfg.Bootstrap)
+	if err != nil {
+		return nil, err
+	}
+	h, err := libp2p.New(
+		libp2p.Identity(cfg.Key),
+		libp2p.ListenAddrStrings(listen...),
+		libp2p.Security(noise.ID, noise.New),
+		libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.Transport(libp2pquic.NewTransport),
+		libp2p.DisableRelay(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: start host: %w", err)
+	}
+	validity := cfg.ProvideValidity
+	if validity <= 0 {
+		validity = 24 * time.Hour
+	}
+	nv := record.NamespacedValidator{"pk": record.PublicKeyValidator{}}
+	for ns, v := range cfg.Validators {
+		nv[ns] = v
+	}
+	kad, err := dht.New(h,
+		dht.Mode(dht.ModeServer),
+		dht.ProtocolPrefix(ProtocolPrefix),
+		dht.Validator(nv),
+		dht.BootstrapPeers(boot...),
+		dht.ProviderManagerOpts(records.ProvideValidity(validity)),
+		dht.MaxRecordAge(validity),
+	)
+	if err != nil {
+		_ = h.Close()
+		return nil, fmt.Errorf("p2p: start dht: %w", err)
+	}
+	pctx, cancel := context.WithCancel(context.Background())
+	ps, err := pubsub.NewGossipSub(pctx, h,
+		pubsub.WithDiscovery(drouting.NewRoutingDiscovery(kad)),
+		pubsub.WithMaxMessageSize(MaxGossipMessage),
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
+		pubsub.WithPeerExchange(true),
+	)
+	if err != nil {
+		cancel()
+		_ = kad.Close()
+		_ = h.Close()
+		return nil, fmt.Errorf("p2p: start gossipsub: %w", err)
+	}
+	n := &Node{Host: h, DHT: kad, PubSub: ps, log: cfg.Log, bootstrap: boot,
+		topics: map[string]*pubsub.Topic{}, cancel: cancel}
+	if cfg.MDNS {
+		n.mdns = mdns.NewMdnsService(h, "gpumesh", mdnsNotifee{n})
+		if err := n.mdns.Start(); err != nil {
+			n.log.Warn("mdns disabled", "err", err)
+			n.mdns = nil
+		}
+	}
+	return n, nil
+}
+
+type mdnsNotifee struct{ n *Node }
+
+func (m mdnsNotifee) HandlePeerFound(ai peer.AddrInfo) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = m.n.Host.Connect(ctx, ai)
+}
+
+// ID is the node's peer ID.
+func (n *Node) ID() peer.ID { return n.Host.ID() }
+
+// Addrs returns the node's listen addresses with its /p2p/ID suffix.
+func (n *Node) Addrs() []string {
+	var out []string
+	for _, a := range n.Host.Addrs() {
+		out = append(out, a.String()+"/p2p/"+n.ID().String())
+	}
+	return out
+}
+
+// Bootstrap connects to the configured bootstrap peers (succeeding if at
+// least one answers, or if none is configured) and refreshes the routing
+// table.
+func (n *Node) Bootstrap(ctx context.Context) error {
+	var ok int
+	var lastErr error
+	for _, ai := range n.bootstrap {
+		if ai.ID == n.ID() {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := n.Host.Connect(cctx, ai)
+		cancel()
+		if err != nil {
+			lastErr = err
+			n.log.Warn("bootstrap peer unreachable", "peer", ai.ID, "err", err)
+			continue
+		}
+		ok++
+	}
+	if err := n.DHT.Bootstrap(ctx); err != nil {
+		return fmt.Errorf("p2p: dht bootstrap: %w", err)
+	}
+	if ok == 0 && lastErr != nil {
+		return fmt.Errorf("p2p: no bootstrap peer reachable: %w", lastErr)
+	}
+	if ok > 0 {
+		// Populate the routing table now rather than on the next refresh.
+		select {
+		case err := <-n.DHT.RefreshRoutingTable():
+			if err != nil {
+				n.log.Debug("routing table refresh", "err", err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Close leaves the network: it stops GossipSub and the DHT and closes the
+// host and its connections.
+func (n *Node) Close() error {
+	n.cancel()
+	if n.mdns != nil {
+		_ = n.mdns.Close()
+	}
+	n.mu.Lock()
+	for _, t := range n.topics {
+		_ = t.Close()
+	}
+	n.topics = nil
+	n.mu.Unlock()
+	err1 := n.DHT.Close()
+	err2 := n.Host.Close()
+	return errors.Join(err1, err2)
+}
+
+// Topic joins a GossipSub topic once and returns the shared handle.
+func (n *Node) Topic(name string) (*pubsub.Topic, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.topics == nil {
+		return nil, errors.New("p2p: node closed")
+	}
+	if t, ok := n.topics[name]; ok {
+		return t, nil
+	}
+	t, err := n.PubSub.Join(name)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: join %s: %w", name, err)
+	}
+	n.topics[name] = t
+	return t, nil
+}
+
+// Publish gossips data on a topic. It waits (bounded by ctx) until at least
+// one peer of the topic is known, so that a call is not published into the
+// void right after start-up.
+func (n *Node) Publish(ctx context.Context, topic string, data []byte) error {
+	t, err := n.Topic(topic)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	err = t.Publish(rctx, data, pubsub.WithReadiness(pubsub.MinTopicSize(1)))
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		// Nobody subscribes (yet): publish anyway, it is not an error for the
+		// caller, who will simply receive no bids.
+		return t.Publish(ctx, data)
+	}
+	return err
+}
+
+// Subscribe delivers every message on topic (except our own) to fn until ctx
+// ends. fn runs on the subscription's goroutine.
+func (n *Node) Subscribe(ctx context.Context, topic string, fn func(from peer.ID, data []byte)) error {
+	t, err := n.Topic(topic)
+	if err != nil {
+		return err
+	}
+	sub, err := t.Subscribe()
+	if err != nil {
+		return fmt.Errorf("p2p: subscribe %s: %w", topic, err)
+	}
+	go func() {
+		defer sub.Cancel()
+		for {
+			msg, err := sub.Next(ctx)
+			if err != nil {
+				return
+			}
+			if msg.ReceivedFrom == n.ID() || msg.GetFrom() == n.ID() {
+				continue
+			}
+			fn(msg.GetFrom(), msg.Data)
+		}
+	}()
+	return nil
+}
+
+// KeyCID maps a discovery key (e.g. "gpu/h100") to a CID for DHT provider
+// records.
+func KeyCID(key string) cid.Cid {
+	h, _ := mh.Sum([]byte("gpumesh:"+key), mh.SHA2_256, -1)
+	return cid.NewCidV1(cid.Raw, h)
+}
+
+// Provide announces this node under a discovery key.
+func (n *Node) Provide(ctx context.Context, key string) error {
+	return n.DHT.Provide(ctx, KeyCID(key), true)
+}
+
+// FindProviders returns up to limit peers that announced key.
+func (n *Node) FindProviders(ctx context.Context, key string, limit int) []peer.AddrInfo {
+	var out []peer.AddrInfo
+	for ai := range n.DHT.FindProvidersAsync(ctx, KeyCID(key), limit) {
+		out = append(out, ai)
+	}
+	return out
+}
+
+// ParseAddrInfos parses multiaddrs carrying /p2p/ID into peer infos.
+func ParseAddrInfos(addrs []string) ([]peer.AddrInfo, error) {
+	var out []peer.AddrInfo
+	for _, s := range addrs {
+		m, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("p2p: bootstrap address %q: %w", s, err)
+		}
+		ai, err := peer.AddrInfoFromP2pAddr(m)
+		if err != nil {
+			return nil, fmt.Errorf("p2p: bootstrap address %q must end in /p2p/<peer id>: %w", s, err)
+		}
+		out = append(out, *ai)
+	}
+	return out, nil
+}
+
+// LoadOrCreateKey reads the Ed25519 identity key at path, creating it (0600)
+// on first use. A key file readable by others is refused.
+func LoadOrCreateKey(path string) (crypto.PrivKey, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
+		if err != nil {
+			return nil, fmt.Errorf("p2p: generate key: %w", err)
+		}
+		raw, err := crypto.MarshalPrivateKey(priv)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("p2p: key dir: %w", err)
+		}
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+			return nil, fmt.Errorf("p2p: write key: %w", err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return nil, fmt.Errorf("p2p: write key: %w", err)
+		}
+		return priv, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("p2p: read key: %w", err)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("p2p: key file %s is accessible by other users (mode %v); chmod 600 it", path, fi.Mode().Perm())
+	}
+	priv, err := crypto.UnmarshalPrivateKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: key file %s is corrupt: %w", path, err)
+	}
+	return priv, nil
+}
