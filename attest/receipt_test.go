@@ -1,0 +1,188 @@
+package attest_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+)
+
+// forge signs r's exact encoding with the given keys for each role, without
+// any of NewReceipt's checks: what an attacker with those keys can produce.
+func forge(t *testing.T, provKey, renterKey *attest.Signer, r attest.Receipt) *attest.SignedReceipt {
+	t.Helper()
+	payload, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decoded attest.Receipt
+	if err := json.Unmarshal(payload, &decoded); err != nil {
+		t.Fatal(err)
+	}
+	sr := &attest.SignedReceipt{Receipt: decoded, Payload: payload}
+	if sr.ProviderSig, err = provKey.Sign(attest.DomainReceiptProvider, payload); err != nil {
+		t.Fatal(err)
+	}
+	if renterKey != nil {
+		if sr.RenterSig, err = renterKey.Sign(attest.DomainReceiptRenter, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sr
+}
+
+func TestReceiptRoundTrip(t *testing.T) {
+	prov, renter := newSigner(t), newSigner(t)
+	r := receipt("L1", prov, renter, t0)
+	r.Amount = 0 // NewReceipt computes it
+	r.ResultHash = "sha256:abc"
+	sr, err := attest.NewReceipt(prov, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sr.Receipt.Amount != 2 {
+		t.Fatalf("amount %v, want 2", sr.Receipt.Amount)
+	}
+	if err := sr.Verify(); !errors.Is(err, attest.ErrIncomplete) {
+		t.Fatalf("provider-only receipt: got %v, want ErrIncomplete", err)
+	}
+	if err := sr.Countersign(newSigner(t)); err == nil {
+		t.Fatal("a stranger countersigned as renter")
+	}
+	if err := sr.Countersign(renter); err != nil {
+		t.Fatal(err)
+	}
+	if err := sr.Verify(); err != nil {
+		t.Fatalf("complete receipt: %v", err)
+	}
+	b, err := sr.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := attest.OpenReceipt(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Receipt.LeaseID != "L1" || got.Receipt.ResultHash != "sha256:abc" || !got.Receipt.End.Equal(t0) || got.Receipt.Heartbeats.Count != 360 {
+		t.Fatalf("round trip changed the receipt: %+v", got.Receipt)
+	}
+	// Provider-only wire form decodes but does not open.
+	half, err := attest.NewReceipt(prov, receipt("L2", prov, renter, t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, err := half.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := attest.UnmarshalReceipt(hb); err != nil {
+		t.Fatalf("unmarshal provider-only receipt: %v", err)
+	}
+	if _, err := attest.OpenReceipt(hb); !errors.Is(err, attest.ErrIncomplete) {
+		t.Fatalf("open provider-only receipt: %v", err)
+	}
+	if _, err := attest.UnmarshalReceipt(make([]byte, attest.MaxReceiptSize+1)); !errors.Is(err, attest.ErrOversized) {
+		t.Fatalf("oversized receipt: %v", err)
+	}
+}
+
+func TestReceiptForgeries(t *testing.T) {
+	prov, renter, mallory := newSigner(t), newSigner(t), newSigner(t)
+	good := func() *attest.SignedReceipt { return signed(t, prov, renter, receipt("L1", prov, renter, t0)) }
+
+	tamperedAmount := good()
+	tamperedAmount.Receipt.Amount = 200
+	tamperedGPUSec := good()
+	tamperedGPUSec.Receipt.GPUSeconds = 7200
+	tamperedGPUSec.Receipt.Amount = 4
+	tamperedPayload := good()
+	tamperedPayload.Payload = []byte(string(tamperedPayload.Payload[:len(tamperedPayload.Payload)-1]) + " }")
+	swapped := good()
+	swapped.ProviderSig, swapped.RenterSig = swapped.RenterSig, swapped.ProviderSig
+	renterOnly := good()
+	renterOnly.ProviderSig = nil
+	// Mallory signs as "renter" of a receipt naming renter.
+	strangerRenter := forge(t, prov, mallory, receipt("L1", prov, renter, t0))
+	// Both roles signed under the provider domain by the right keys.
+	crossDomain := good()
+	crossDomain.RenterSig, _ = renter.Sign(attest.DomainReceiptProvider, crossDomain.Payload)
+	badAmount := receipt("L1", prov, renter, t0)
+	badAmount.Amount = 3
+	endBeforeStart := receipt("L1", prov, renter, t0)
+	endBeforeStart.Start = t0.Add(time.Hour)
+	selfDealing := receipt("L1", prov, prov, t0)
+	badOutcome := receipt("L1", prov, renter, t0)
+	badOutcome.Outcome = "great"
+
+	cases := []struct {
+		name string
+		sr   *attest.SignedReceipt
+		want error
+	}{
+		{"provider only", func() *attest.SignedReceipt { s := good(); s.RenterSig = nil; return s }(), attest.ErrIncomplete},
+		{"renter only", renterOnly, attest.ErrIncomplete},
+		{"tampered amount", tamperedAmount, attest.ErrTampered},
+		{"tampered gpu seconds", tamperedGPUSec, attest.ErrTampered},
+		{"tampered payload", tamperedPayload, attest.ErrBadSignature},
+		{"swapped signatures", swapped, attest.ErrBadSignature},
+		{"stranger renter", strangerRenter, attest.ErrBadSignature},
+		{"cross domain", crossDomain, attest.ErrBadSignature},
+		{"amount arithmetic", forge(t, prov, renter, badAmount), attest.ErrInvalidReceipt},
+		{"end before start", forge(t, prov, renter, endBeforeStart), attest.ErrInvalidReceipt},
+		{"unknown outcome", forge(t, prov, renter, badOutcome), attest.ErrInvalidReceipt},
+		{"self dealing", forge(t, prov, prov, selfDealing), attest.ErrSelfDealing},
+		{"nil", nil, attest.ErrMalformed},
+	}
+	for _, c := range cases {
+		if err := c.sr.Verify(); !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+	}
+	// The constructors refuse what Verify rejects.
+	if _, err := attest.NewReceipt(prov, selfDealing); !errors.Is(err, attest.ErrSelfDealing) {
+		t.Errorf("NewReceipt self-dealing: %v", err)
+	}
+	if _, err := attest.NewReceipt(prov, badAmount); !errors.Is(err, attest.ErrInvalidReceipt) {
+		t.Errorf("NewReceipt bad amount: %v", err)
+	}
+	if _, err := attest.NewReceipt(mallory, receipt("L1", prov, renter, t0)); err == nil {
+		t.Error("NewReceipt signed another provider's receipt")
+	}
+	over := receipt("L1", prov, renter, t0)
+	over.GPUSeconds, over.Amount = 7200, 4
+	if _, err := attest.NewReceipt(prov, over); !errors.Is(err, attest.ErrInvalidReceipt) {
+		t.Errorf("NewReceipt overclaim: %v", err)
+	}
+	if err := forge(t, prov, nil, over).Countersign(renter); !errors.Is(err, attest.ErrInvalidReceipt) {
+		t.Errorf("Countersign overclaim: %v", err)
+	}
+}
+
+func TestCheckReceipt(t *testing.T) {
+	prov, renter := newSigner(t), newSigner(t)
+	r := receipt("L1", prov, renter, t0)
+	terms := attest.LeaseTerms{ID: "L1", JobID: "job-L1", Renter: r.Renter, Provider: r.Provider,
+		Price: 2, Start: r.Start, End: r.End.Add(time.Hour), GPUCount: 1}
+	if err := attest.CheckReceipt(r, terms); err != nil {
+		t.Fatalf("matching receipt (ended early): %v", err)
+	}
+	mutate := map[string]func(*attest.Receipt){
+		"price":     func(r *attest.Receipt) { r.Price = 3 },
+		"lease":     func(r *attest.Receipt) { r.LeaseID = "L9" },
+		"job":       func(r *attest.Receipt) { r.JobID = "other" },
+		"gpus":      func(r *attest.Receipt) { r.GPUCount = 2 },
+		"late end":  func(r *attest.Receipt) { r.End = terms.End.Add(time.Minute) },
+		"early":     func(r *attest.Receipt) { r.Start = terms.Start.Add(-time.Minute) },
+		"overclaim": func(r *attest.Receipt) { r.GPUSeconds = 3600 * 2 },
+		"renter":    func(r *attest.Receipt) { r.Renter = prov.ID().String() },
+	}
+	for name, m := range mutate {
+		rr := r
+		m(&rr)
+		if err := attest.CheckReceipt(rr, terms); !errors.Is(err, attest.ErrMismatch) {
+			t.Errorf("%s: got %v", name, err)
+		}
+	}
+}

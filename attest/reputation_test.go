@@ -1,0 +1,395 @@
+package attest_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+)
+
+type vclock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *vclock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *vclock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+func newBook(now time.Time) (*attest.Book, *vclock) {
+	c := &vclock{t: now}
+	return attest.NewBook(attest.BookOptions{Now: c.Now}), c
+}
+
+func mustAdd(t *testing.T, b *attest.Book, sr *attest.SignedReceipt) {
+	t.Helper()
+	if err := b.AddReceipt(sr); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// history gives prov n receipts from n distinct renters, ending one hour
+// apart before end, with the given outcome and coverage.
+func history(t *testing.T, b *attest.Book, prov *attest.Signer, tag string, n int, end time.Time, outcome string, coverage float64) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		renter := newSigner(t)
+		r := receipt(fmt.Sprintf("%s-%d", tag, i), prov, renter, end.Add(-time.Duration(i)*time.Hour))
+		r.Outcome = outcome
+		r.Heartbeats.Coverage = coverage
+		mustAdd(t, b, signed(t, prov, renter, r))
+	}
+}
+
+func TestScoreUnknownAndNewIdentity(t *testing.T) {
+	b, _ := newBook(t0)
+	if got := b.Score("nobody"); got != attest.Prior {
+		t.Fatalf("unknown identity scores %v, want prior %v", got, attest.Prior)
+	}
+	prov, renter := newSigner(t), newSigner(t)
+	mustAdd(t, b, signed(t, prov, renter, receipt("L1", prov, renter, t0)))
+	one := b.Score(prov.ID().String())
+	if one <= attest.Prior || one > attest.Prior+0.15 {
+		t.Fatalf("one perfect receipt moved a new identity to %v; want just above the prior", one)
+	}
+	history(t, b, prov, "more", 30, t0, attest.OutcomeSucceeded, 1)
+	if many := b.Score(prov.ID().String()); many < 0.9 {
+		t.Fatalf("31 perfect receipts only reach %v", many)
+	}
+	st := b.Stats(prov.ID().String())
+	if st.Receipts != 31 || st.Completed != 31 || st.Renters != 31 || st.Failed != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if f := b.ReputationFunc(); f(prov.ID().String()) != b.Score(prov.ID().String()) {
+		t.Fatal("ReputationFunc disagrees with Score")
+	}
+}
+
+func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
+	b, _ := newBook(t0)
+	prov, renter := newSigner(t), newSigner(t)
+	pid := prov.ID().String()
+	history(t, b, prov, "base", 5, t0, attest.OutcomeSucceeded, 1)
+	before := b.Stats(pid)
+
+	// A bad receipt that would, if counted, move the score a lot: a failure.
+	bad := func(lease string) attest.Receipt {
+		r := receipt(lease, prov, renter, t0)
+		r.Outcome = attest.OutcomeFailed
+		return r
+	}
+	oneSig, err := attest.NewReceipt(prov, bad("F1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered := signed(t, prov, renter, receipt("F2", prov, renter, t0))
+	tampered.Receipt.Outcome = attest.OutcomeFailed
+	tamperedAmount := signed(t, prov, renter, receipt("F3", prov, renter, t0))
+	tamperedAmount.Receipt.Amount = 1e6
+	swapped := signed(t, prov, renter, bad("F4"))
+	swapped.ProviderSig, swapped.RenterSig = swapped.RenterSig, swapped.ProviderSig
+	self := forge(t, prov, prov, receipt("F5", prov, prov, t0))
+
+	cases := []struct {
+		name    string
+		sr      *attest.SignedReceipt
+		counter string
+	}{
+		{"one signature", oneSig, attest.CountIncomplete},
+		{"tampered outcome", tampered, attest.CountTampered},
+		{"tampered amount", tamperedAmount, attest.CountTampered},
+		{"swapped signatures", swapped, attest.CountBadSignature},
+		{"self dealing", self, attest.CountSelfDealing},
+	}
+	for _, c := range cases {
+		if err := b.AddReceipt(c.sr); err == nil {
+			t.Errorf("%s: accepted", c.name)
+		}
+		if got := b.Counters()[c.counter]; got < 1 {
+			t.Errorf("%s: counter %q is %d", c.name, c.counter, got)
+		}
+	}
+	c := b.Counters()
+	if c[attest.CountTampered] != 2 || c[attest.CountAccepted] != 5 {
+		t.Fatalf("counters %v", c)
+	}
+	if after := b.Stats(pid); after != before {
+		t.Fatalf("forgeries changed the reputation:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if s := b.Score(prov.ID().String()); s != before.Score {
+		t.Fatal("score changed")
+	}
+
+	// Replaying a counted receipt is idempotent and counted as a duplicate.
+	dup := signed(t, prov, renter, bad("D1"))
+	mustAdd(t, b, dup)
+	afterOne := b.Stats(pid)
+	if afterOne.Score >= before.Score {
+		t.Fatal("a counted failure did not lower the score")
+	}
+	for i := 0; i < 3; i++ {
+		if err := b.AddReceipt(dup); err != nil {
+			t.Fatalf("replayed receipt: %v", err)
+		}
+	}
+	if got := b.Counters()[attest.CountDuplicate]; got != 3 {
+		t.Fatalf("duplicate counter %d, want 3", got)
+	}
+	// A different receipt for the same lease conflicts.
+	conflicting := signed(t, prov, renter, receipt("D1", prov, renter, t0))
+	if err := b.AddReceipt(conflicting); !errors.Is(err, attest.ErrConflict) {
+		t.Fatalf("conflicting receipt: %v", err)
+	}
+	if after := b.Stats(pid); after != afterOne {
+		t.Fatalf("replays changed the reputation: %+v vs %+v", after, afterOne)
+	}
+}
+
+func TestDroppedHeartbeatsScoreLower(t *testing.T) {
+	b, _ := newBook(t0)
+	honest, flaky := newSigner(t), newSigner(t)
+	history(t, b, honest, "h", 10, t0, attest.OutcomeSucceeded, 1)
+	history(t, b, flaky, "f", 10, t0, attest.OutcomeSucceeded, 0.5)
+	h, f := b.Stats(honest.ID().String()), b.Stats(flaky.ID().String())
+	if !(f.Score < h.Score) {
+		t.Fatalf("coverage 0.5 scores %v, full coverage %v", f.Score, h.Score)
+	}
+	if f.Completion != h.Completion || f.Honesty != h.Honesty || !(f.Coverage < h.Coverage) {
+		t.Fatalf("only uptime should differ: %+v vs %+v", f, h)
+	}
+}
+
+func TestRecencyWeighting(t *testing.T) {
+	now := t0.AddDate(0, 6, 0)
+	for _, tc := range []struct {
+		halfLife time.Duration
+		wantGap  bool
+	}{{30 * 24 * time.Hour, true}, {1 << 62, false}} {
+		c := &vclock{t: now}
+		b := attest.NewBook(attest.BookOptions{Now: c.Now, HalfLife: tc.halfLife})
+		reformed, decaying := newSigner(t), newSigner(t)
+		old := now.AddDate(0, -4, 0)
+		history(t, b, reformed, "ro", 8, old, attest.OutcomeFailed, 1)
+		history(t, b, reformed, "rn", 8, now, attest.OutcomeSucceeded, 1)
+		history(t, b, decaying, "do", 8, old, attest.OutcomeSucceeded, 1)
+		history(t, b, decaying, "dn", 8, now, attest.OutcomeFailed, 1)
+		r, d := b.Score(reformed.ID().String()), b.Score(decaying.ID().String())
+		if tc.wantGap && !(r > d+0.1) {
+			t.Errorf("half-life %v: old failures (%v) should weigh less than new ones (%v)", tc.halfLife, r, d)
+		}
+		if !tc.wantGap && math.Abs(r-d) > 0.005 {
+			t.Errorf("without decay both histories should score alike: %v vs %v", r, d)
+		}
+	}
+	// Time passing alone pulls a record back toward the prior.
+	b, c := newBook(t0)
+	p := newSigner(t)
+	history(t, b, p, "x", 10, t0, attest.OutcomeSucceeded, 1)
+	fresh := b.Score(p.ID().String())
+	c.Set(t0.AddDate(2, 0, 0))
+	if aged := b.Score(p.ID().String()); !(aged < fresh && aged > attest.Prior) {
+		t.Fatalf("score after two years %v, fresh %v", aged, fresh)
+	}
+}
+
+func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
+	b, _ := newBook(t0)
+	pre, fail := newSigner(t), newSigner(t)
+	history(t, b, pre, "s", 5, t0, attest.OutcomeSucceeded, 1)
+	history(t, b, pre, "p", 5, t0.Add(-24*time.Hour), attest.OutcomePreempted, 1)
+	history(t, b, fail, "s", 5, t0, attest.OutcomeSucceeded, 1)
+	history(t, b, fail, "p", 5, t0.Add(-24*time.Hour), attest.OutcomeFailed, 1)
+	p, f := b.Stats(pre.ID().String()), b.Stats(fail.ID().String())
+	if p.Preempted != 5 || p.Failed != 0 || f.Failed != 5 {
+		t.Fatalf("outcome counts: %+v / %+v", p, f)
+	}
+	if !(p.Score > f.Score+0.05) {
+		t.Fatalf("preempted %v vs failed %v", p.Score, f.Score)
+	}
+}
+
+func TestTightClusterCap(t *testing.T) {
+	b, _ := newBook(t0)
+	pump, broad := newSigner(t), newSigner(t)
+	friend := newSigner(t)
+	// One renter pumps 200 tiny successful receipts within one day.
+	day := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < 200; i++ {
+		end := day.Add(time.Duration(i+1) * time.Minute)
+		r := receipt(fmt.Sprintf("pump-%d", i), pump, friend, end)
+		r.Start = end.Add(-time.Second)
+		r.GPUSeconds, r.Amount = 1, 2.0/3600
+		r.Heartbeats = attest.HeartbeatSummary{}
+		mustAdd(t, b, signed(t, pump, friend, r))
+	}
+	history(t, b, broad, "b", 10, t0, attest.OutcomeSucceeded, 1)
+	p, q := b.Stats(pump.ID().String()), b.Stats(broad.ID().String())
+	if p.Receipts != 200 || p.Renters != 1 {
+		t.Fatalf("pump stats %+v", p)
+	}
+	if math.Abs(p.Weight-attest.DefaultRenterCap) > 0.05 {
+		t.Fatalf("200 receipts from one renter in one day weigh %v, want ~%d", p.Weight, attest.DefaultRenterCap)
+	}
+	if !(q.Score > p.Score) {
+		t.Fatalf("10 distinct renters (%v) should beat 200 receipts from one (%v)", q.Score, p.Score)
+	}
+}
+
+func TestOverclaimIsFraud(t *testing.T) {
+	b, _ := newBook(t0)
+	prov, renter := newSigner(t), newSigner(t)
+	pid := prov.ID().String()
+	history(t, b, prov, "ok", 5, t0, attest.OutcomeSucceeded, 1)
+	before := b.Stats(pid)
+	r := receipt("over", prov, renter, t0)
+	r.GPUSeconds, r.Amount = 36000, 20 // ten hours on one GPU in one hour
+	sr := forge(t, prov, renter, r)
+	if err := sr.Verify(); err != nil {
+		t.Fatalf("doubly signed overclaim should verify (it is evidence): %v", err)
+	}
+	mustAdd(t, b, sr)
+	after := b.Stats(pid)
+	if after.Overclaims != 1 || after.Slashes != 1 || !(after.Honesty < before.Honesty) || !(after.Score < before.Score*0.6) {
+		t.Fatalf("overclaim: before %+v after %+v", before, after)
+	}
+	if b.Counters()[attest.CountOverclaim] != 1 {
+		t.Fatalf("counters %v", b.Counters())
+	}
+	// Slashing the same lease for overclaim again is deduplicated.
+	if err := b.Slash(pid, attest.Evidence{Kind: attest.SlashOverclaim, LeaseID: "over"}); err != nil {
+		t.Fatal(err)
+	}
+	if b.Stats(pid) != after {
+		t.Fatal("duplicate overclaim slash changed the score")
+	}
+}
+
+func TestSlash(t *testing.T) {
+	b, c := newBook(t0)
+	prov := newSigner(t)
+	pid := prov.ID().String()
+	history(t, b, prov, "s", 10, t0, attest.OutcomeSucceeded, 1)
+	s0 := b.Score(pid)
+	ev := attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: "L7", Detail: "no heartbeats after 10m"}
+	if err := b.Slash(pid, ev); err != nil {
+		t.Fatal(err)
+	}
+	s1 := b.Score(pid)
+	if math.Abs(s1-s0*0.8) > 1e-9 {
+		t.Fatalf("abandoned lease: score %v -> %v, want x0.8", s0, s1)
+	}
+	for i := 0; i < 3; i++ {
+		if err := b.Slash(pid, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.Score(pid) != s1 || b.Counters()[attest.CountSlashDuplicate] != 3 || b.Stats(pid).Slashes != 1 {
+		t.Fatalf("duplicate slashes not deduplicated: score %v, counters %v", b.Score(pid), b.Counters())
+	}
+	// Same lease, other kind: a separate slash.
+	if err := b.Slash(pid, attest.Evidence{Kind: attest.SlashHeartbeatContradictsFingerprint, LeaseID: "L7"}); err != nil {
+		t.Fatal(err)
+	}
+	s2 := b.Score(pid)
+	if math.Abs(s2-s1*0.5) > 1e-9 {
+		t.Fatalf("contradiction: %v -> %v, want x0.5", s1, s2)
+	}
+	// Slashes fade with the half-life.
+	c.Set(t0.Add(10 * attest.DefaultHalfLife))
+	if b.Score(pid) < 0.5 {
+		t.Fatalf("ten half-lives later the score is still %v", b.Score(pid))
+	}
+	for _, bad := range []attest.Evidence{
+		{Kind: "rude", LeaseID: "L1"},
+		{Kind: attest.SlashAbandonedLease},
+	} {
+		if err := b.Slash(pid, bad); !errors.Is(err, attest.ErrBadEvidence) {
+			t.Errorf("evidence %+v: %v", bad, err)
+		}
+	}
+	if err := b.Slash("", ev); !errors.Is(err, attest.ErrBadEvidence) {
+		t.Errorf("empty provider: %v", err)
+	}
+	if b.Counters()[attest.CountBadEvidence] != 3 {
+		t.Fatalf("counters %v", b.Counters())
+	}
+}
+
+func TestSlashWithProof(t *testing.T) {
+	b, _ := newBook(t0)
+	prov := newSigner(t)
+	pid := prov.ID().String()
+	declared := nvmlFingerprint(prov)
+	declared.Source = attest.SourceDeclared
+	for i := range declared.GPUs {
+		declared.GPUs[i].Detected = false
+	}
+	fpDeclared, err := attest.SignFingerprint(prov, declared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fpNVML, err := attest.SignFingerprint(prov, nvmlFingerprint(prov))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, err := attest.SignHeartbeat(prov, attest.Heartbeat{LeaseID: "L1", Seq: 1, Time: t0, Source: attest.SourceNVML, GPUUtil: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind := attest.SlashHeartbeatContradictsFingerprint
+	// Consistent pair: not evidence.
+	if err := b.Slash(pid, attest.Evidence{Kind: kind, LeaseID: "L1", Heartbeat: hb, Fingerprint: fpNVML}); !errors.Is(err, attest.ErrBadEvidence) {
+		t.Fatalf("consistent proof accepted: %v", err)
+	}
+	// Someone else's provider.
+	if err := b.Slash(newSigner(t).ID().String(), attest.Evidence{Kind: kind, LeaseID: "L1", Heartbeat: hb, Fingerprint: fpDeclared}); !errors.Is(err, attest.ErrBadEvidence) {
+		t.Fatalf("proof against the wrong provider accepted: %v", err)
+	}
+	if b.Score(pid) != attest.Prior {
+		t.Fatal("rejected evidence changed the score")
+	}
+	if err := b.Slash(pid, attest.Evidence{Kind: kind, LeaseID: "L1", Heartbeat: hb, Fingerprint: fpDeclared}); err != nil {
+		t.Fatalf("valid proof: %v", err)
+	}
+	if got := b.Score(pid); math.Abs(got-attest.Prior*0.5) > 1e-9 {
+		t.Fatalf("score after proven contradiction %v", got)
+	}
+}
+
+func TestBookConcurrent(t *testing.T) {
+	b, _ := newBook(t0)
+	prov := newSigner(t)
+	renters := make([]*attest.Signer, 4)
+	for i := range renters {
+		renters[i] = newSigner(t)
+	}
+	var wg sync.WaitGroup
+	for g, renter := range renters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				sr, err := attest.NewReceipt(prov, receipt(fmt.Sprintf("c%d-%d", g, i), prov, renter, t0.Add(-time.Duration(i)*24*time.Hour)))
+				if err == nil {
+					err = sr.Countersign(renter)
+				}
+				if err == nil {
+					err = b.AddReceipt(sr)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = b.Score(prov.ID().String())
+				_ = b.Counters()
+			}
+		}()
+	}
+	wg.Wait()
+	if st := b.Stats(prov.ID().String()); st.Receipts != 80 || st.Renters != 4 {
+		t.Fatalf("stats after concurrent adds %+v", st)
+	}
+}
