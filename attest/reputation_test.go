@@ -16,7 +16,7 @@ type vclock struct {
 	t  time.Time
 }
 
-func (c *vclock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *vclock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *vclock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 func newBook(now time.Time) (*attest.Book, *vclock) {
