@@ -97,9 +97,9 @@ func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 		p, err := prepare(e, now)
 		if err != nil {
 			if len(entries) > 1 {
-				return nil, fmt.Errorf("entry %d: %w", i, err)
+				return nil, fmt.Errorf("ledger: batch entry %d: %w", i, err)
 			}
-			return nil, err
+			return nil, fmt.Errorf("ledger: %w", err)
 		}
 		out[i] = p
 	}

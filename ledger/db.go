@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,8 +35,9 @@ type options struct {
 	sync   bool
 }
 
-// WithLogger sets the logger Badger's warnings and errors are bridged to.
-// The default is slog.Default().
+// WithLogger sets the logger Badger's messages are bridged to: its warnings
+// and errors at those levels, its chatter at debug level. The default is
+// slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
@@ -82,7 +84,6 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	}
 	bo := badger.DefaultOptions(dir).
 		WithLogger(slogBridge{o.logger.With("component", "ledger/badger")}).
-		WithLoggingLevel(badger.WARNING).
 		WithSyncWrites(o.sync).
 		// A ledger is small: keep Badger's memory and disk footprint modest.
 		WithMemTableSize(16 << 20).
@@ -131,12 +132,20 @@ func (db *DB) acquire() (func(), error) {
 	return db.closeMu.RUnlock, nil
 }
 
-// slogBridge adapts a slog.Logger to badger.Logger.
+// slogBridge adapts a slog.Logger to badger.Logger. Badger's info messages
+// (table and value-log housekeeping) are demoted to debug, so a daemon
+// logging at info or warn level only hears about problems.
 type slogBridge struct{ l *slog.Logger }
 
-func (b slogBridge) Errorf(f string, a ...any)   { b.l.Error(msg(f, a)) }
-func (b slogBridge) Warningf(f string, a ...any) { b.l.Warn(msg(f, a)) }
-func (b slogBridge) Infof(f string, a ...any)    { b.l.Info(msg(f, a)) }
-func (b slogBridge) Debugf(f string, a ...any)   { b.l.Debug(msg(f, a)) }
+func (b slogBridge) Errorf(f string, a ...any)   { b.log(slog.LevelError, f, a) }
+func (b slogBridge) Warningf(f string, a ...any) { b.log(slog.LevelWarn, f, a) }
+func (b slogBridge) Infof(f string, a ...any)    { b.log(slog.LevelDebug, f, a) }
+func (b slogBridge) Debugf(f string, a ...any)   { b.log(slog.LevelDebug, f, a) }
 
-func msg(f string, a []any) string { return strings.TrimSpace(fmt.Sprintf(f, a...)) }
+func (b slogBridge) log(level slog.Level, f string, a []any) {
+	ctx := context.Background()
+	if !b.l.Enabled(ctx, level) {
+		return
+	}
+	b.l.Log(ctx, level, strings.TrimSpace(fmt.Sprintf(f, a...)))
+}

@@ -110,17 +110,18 @@ func appendStr(b []byte, s string) []byte {
 }
 
 // prepare validates a caller's entry and normalizes it for storage. It does
-// not touch Seq, PrevHash or Hash beyond checking they are unset.
+// not touch Seq, PrevHash or Hash beyond checking they are unset. Its errors
+// carry no package prefix; the caller adds it.
 func prepare(e Entry, now time.Time) (Entry, error) {
 	if e.Seq != 0 || e.PrevHash != "" || e.Hash != "" {
-		return e, fmt.Errorf("ledger: Seq, PrevHash and Hash are assigned by Append and must be unset")
+		return e, fmt.Errorf("Seq, PrevHash and Hash are assigned by Append and must be unset")
 	}
 	switch e.Kind {
 	case KindReceipt:
 		switch e.Direction {
 		case DirNone, DirOwed, DirEarned, DirCreditReceived, DirCreditGranted:
 		default:
-			return e, fmt.Errorf("ledger: unknown direction %q", e.Direction)
+			return e, fmt.Errorf("unknown direction %q", e.Direction)
 		}
 	case KindPaymentOwed:
 		if err := wantDir(&e, DirOwed); err != nil {
@@ -132,37 +133,37 @@ func prepare(e Entry, now time.Time) (Entry, error) {
 		}
 	case KindPreemptionCredit:
 		if e.Direction != DirCreditReceived && e.Direction != DirCreditGranted {
-			return e, fmt.Errorf("ledger: %s needs direction %q or %q, got %q",
+			return e, fmt.Errorf("%s needs direction %q or %q, got %q",
 				e.Kind, DirCreditReceived, DirCreditGranted, e.Direction)
 		}
 	case "":
-		return e, fmt.Errorf("ledger: entry has no kind")
+		return e, fmt.Errorf("entry has no kind")
 	default:
-		return e, fmt.Errorf("ledger: unknown entry kind %q", e.Kind)
+		return e, fmt.Errorf("unknown entry kind %q", e.Kind)
 	}
 	if math.IsNaN(e.Amount) || math.IsInf(e.Amount, 0) {
-		return e, fmt.Errorf("ledger: amount %v is not a finite number", e.Amount)
+		return e, fmt.Errorf("amount %v is not a finite number", e.Amount)
 	}
 	if e.Amount < 0 {
-		return e, fmt.Errorf("ledger: amount %v is negative (use the entry's kind and direction for sign)", e.Amount)
+		return e, fmt.Errorf("amount %v is negative (use the entry's kind and direction for sign)", e.Amount)
 	}
 	if e.Amount == 0 {
 		e.Amount = 0 // normalize -0
 		if e.Kind != KindReceipt {
-			return e, fmt.Errorf("ledger: %s needs a positive amount", e.Kind)
+			return e, fmt.Errorf("%s needs a positive amount", e.Kind)
 		}
 	}
 	if e.Kind != KindReceipt && e.Counterparty == "" {
-		return e, fmt.Errorf("ledger: %s needs a counterparty", e.Kind)
+		return e, fmt.Errorf("%s needs a counterparty", e.Kind)
 	}
 	for _, f := range []struct{ name, v string }{
 		{"lease id", e.LeaseID}, {"job id", e.JobID}, {"counterparty", e.Counterparty},
 	} {
 		if len(f.v) > MaxFieldLen {
-			return e, fmt.Errorf("ledger: %s is %d bytes, limit %d", f.name, len(f.v), MaxFieldLen)
+			return e, fmt.Errorf("%s is %d bytes, limit %d", f.name, len(f.v), MaxFieldLen)
 		}
 		if !utf8.ValidString(f.v) {
-			return e, fmt.Errorf("ledger: %s is not valid UTF-8", f.name)
+			return e, fmt.Errorf("%s is not valid UTF-8", f.name)
 		}
 	}
 	if e.Time.IsZero() {
@@ -170,15 +171,15 @@ func prepare(e Entry, now time.Time) (Entry, error) {
 	}
 	e.Time = e.Time.UTC().Round(0)
 	if y := e.Time.Year(); y < 1 || y > 9999 {
-		return e, fmt.Errorf("ledger: time %v out of range", e.Time)
+		return e, fmt.Errorf("time %v out of range", e.Time)
 	}
 	if len(e.Data) > 0 {
 		if len(e.Data) > MaxDataLen {
-			return e, fmt.Errorf("ledger: data is %d bytes, limit %d", len(e.Data), MaxDataLen)
+			return e, fmt.Errorf("data is %d bytes, limit %d", len(e.Data), MaxDataLen)
 		}
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, e.Data); err != nil {
-			return e, fmt.Errorf("ledger: data is not valid JSON: %w", err)
+			return e, fmt.Errorf("data is not valid JSON: %w", err)
 		}
 		if buf.String() == "null" {
 			e.Data = nil
@@ -197,7 +198,7 @@ func wantDir(e *Entry, d Direction) error {
 		return nil
 	}
 	if e.Direction != d {
-		return fmt.Errorf("ledger: %s has direction %q, want %q", e.Kind, e.Direction, d)
+		return fmt.Errorf("%s has direction %q, want %q", e.Kind, e.Direction, d)
 	}
 	return nil
 }

@@ -1,8 +1,10 @@
 package ledger
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"math"
 	"reflect"
 	"strings"
@@ -137,7 +139,7 @@ func TestAppendRejectsBadInput(t *testing.T) {
 	bad := ok()
 	bad.Amount = -3
 	_, err := db.AppendAll([]Entry{ok(), bad, ok()})
-	if err == nil || !strings.Contains(err.Error(), "entry 1") {
+	if err == nil || !strings.Contains(err.Error(), "ledger: batch entry 1: amount -3 is negative") {
 		t.Errorf("AppendAll with a bad entry: error = %v, want one naming entry 1", err)
 	}
 	if seq, _, _ := db.Head(); seq != 0 {
@@ -392,4 +394,50 @@ func seqs(es []Entry) []uint64 {
 		out[i] = e.Seq
 	}
 	return out
+}
+
+// recorder is a slog.Handler that keeps records at or above a level.
+type recorder struct {
+	mu      sync.Mutex
+	level   slog.Level
+	records []slog.Record
+}
+
+func (r *recorder) Enabled(_ context.Context, l slog.Level) bool { return l >= r.level }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records = append(r.records, rec)
+	return nil
+}
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recorder) WithGroup(string) slog.Handler      { return r }
+
+func TestBadgerLogsAreBridgedQuietly(t *testing.T) {
+	dir := t.TempDir()
+	debug := &recorder{level: slog.LevelDebug}
+	db, err := Open(dir, noSync(), WithLogger(slog.New(debug)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, db, 2)
+	db.Close()
+	if len(debug.records) == 0 {
+		t.Fatal("no Badger messages reached the slog logger")
+	}
+	for _, r := range debug.records {
+		if r.Level != slog.LevelDebug {
+			t.Errorf("routine Badger message logged at %v: %q", r.Level, r.Message)
+		}
+	}
+
+	warn := &recorder{level: slog.LevelWarn}
+	db, err = Open(dir, noSync(), WithLogger(slog.New(warn)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if len(warn.records) != 0 {
+		t.Errorf("a clean open/close logged at warn level: %q", warn.records[0].Message)
+	}
 }
