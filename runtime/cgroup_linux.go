@@ -254,5 +254,5 @@ func (j *jobCgroup) destroy() error {
 	return fmt.Errorf("runtime: remove cgroup %s: %w", j.dir, err)
 }
 
-func (c *cgroups) describe() string { return c.desc }
+func (c *cgroups) describe() string   { return c.desc }
 func (c *cgroups) limitsMemory() bool { return c.memory }

@@ -41,15 +41,15 @@ var cgroupSeq atomic.Uint64
 
 // ProcessExecutor runs jobs as host processes. See NewProcessExecutor.
 type ProcessExecutor struct {
-	root      string
-	grace     time.Duration
-	path      string
-	uids      *uidPool // nil: jobs run as the daemon's user
-	cg        *cgroups // nil: no cgroups
-	cgWhy     string
-	log       *slog.Logger
-	mu        sync.Mutex
-	jobs      map[string]bool
+	root  string
+	grace time.Duration
+	path  string
+	uids  *uidPool // nil: jobs run as the daemon's user
+	cg    *cgroups // nil: no cgroups
+	cgWhy string
+	log   *slog.Logger
+	mu    sync.Mutex
+	jobs  map[string]bool
 }
 
 // NewProcessExecutor returns an executor that runs each job in root/<id>

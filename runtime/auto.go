@@ -1,0 +1,72 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+)
+
+// AutoExecutor dispatches each job to the Docker backend when the job has an
+// image and Docker is reachable, and to the process backend otherwise.
+type AutoExecutor struct {
+	proc   *ProcessExecutor
+	docker *DockerExecutor // nil when Docker is not reachable
+	log    *slog.Logger
+}
+
+// Auto builds the process backend in root and, if the Engine answers on
+// DefaultDockerSocket, the Docker backend in the same root.
+func Auto(root string, log *slog.Logger) (*AutoExecutor, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p, err := NewProcessExecutor(root, ProcessOptions{Log: log})
+	if err != nil {
+		return nil, err
+	}
+	a := &AutoExecutor{proc: p, log: log}
+	if DockerAvailable(DefaultDockerSocket) {
+		d, err := NewDockerExecutor(DefaultDockerSocket, DockerOptions{Root: root, Log: log})
+		if err != nil {
+			log.Warn("docker backend unavailable", "err", err)
+		} else {
+			a.docker = d
+		}
+	}
+	log.Info("executor", "docker", a.docker != nil, "limits", p.Limits())
+	return a, nil
+}
+
+// Name returns "auto".
+func (a *AutoExecutor) Name() string { return "auto" }
+
+// Process is the process backend.
+func (a *AutoExecutor) Process() *ProcessExecutor { return a.proc }
+
+// Docker is the Docker backend, or nil when Docker is not reachable.
+func (a *AutoExecutor) Docker() *DockerExecutor { return a.docker }
+
+// Backend names the backend Start would use for spec.
+func (a *AutoExecutor) Backend(spec Spec) string {
+	if spec.Image != "" && a.docker != nil {
+		return a.docker.Name()
+	}
+	return a.proc.Name()
+}
+
+// Start runs spec on the backend Backend names. A job with an image on a
+// host without Docker runs its command as a process (logged as a warning).
+func (a *AutoExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io.Writer) (Handle, error) {
+	if spec.Image != "" && a.docker != nil {
+		return a.docker.Start(ctx, spec, stdout, stderr)
+	}
+	if spec.Image != "" {
+		a.log.Warn("docker unavailable: running the job's command as a process, without its image", "job", spec.ID, "image", spec.Image)
+	}
+	h, err := a.proc.Start(ctx, spec, stdout, stderr)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: auto: %w", err)
+	}
+	return h, nil
+}

@@ -1,0 +1,513 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// DefaultDockerSocket is the Docker Engine's usual unix socket.
+const DefaultDockerSocket = "/var/run/docker.sock"
+
+// dockerAPI is the Engine API version the executor speaks (Docker 20.10+).
+const dockerAPI = "/v1.41"
+
+// DockerAvailable reports whether a Docker Engine answers /_ping on the unix
+// socket.
+func DockerAvailable(socketPath string) bool {
+	c := newDockerClient(socketPath)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	err := c.do(ctx, http.MethodGet, "/_ping", nil, &out)
+	return err == nil && out.String() == "OK"
+}
+
+// dockerClient is a minimal Engine API client over a unix socket.
+type dockerClient struct {
+	hc *http.Client
+}
+
+func newDockerClient(socketPath string) *dockerClient {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		MaxIdleConns:    4,
+		IdleConnTimeout: 30 * time.Second,
+	}
+	return &dockerClient{hc: &http.Client{Transport: tr}}
+}
+
+// dockerError is a non-2xx answer from the Engine.
+type dockerError struct {
+	Status  int
+	Message string
+}
+
+func (e *dockerError) Error() string {
+	return fmt.Sprintf("docker: %d: %s", e.Status, e.Message)
+}
+
+func isDockerStatus(err error, status int) bool {
+	var de *dockerError
+	return errors.As(err, &de) && de.Status == status
+}
+
+// request sends a request and returns the response for the caller to read
+// and close; non-2xx statuses become *dockerError.
+func (c *dockerClient) request(ctx context.Context, method, p string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("docker: encode request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	if p != "/_ping" {
+		p = dockerAPI + p
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://docker"+p, rd)
+	if err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("docker: %s %s: %w", method, p, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var m struct{ Message string }
+		if json.Unmarshal(b, &m) != nil || m.Message == "" {
+			m.Message = string(bytes.TrimSpace(b))
+		}
+		return nil, &dockerError{Status: resp.StatusCode, Message: m.Message}
+	}
+	return resp, nil
+}
+
+// do sends a request and decodes a JSON answer into out (a *bytes.Buffer
+// receives the raw body; nil discards it).
+func (c *dockerClient) do(ctx context.Context, method, p string, body, out any) error {
+	resp, err := c.request(ctx, method, p, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	switch o := out.(type) {
+	case nil:
+		_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	case *bytes.Buffer:
+		_, err = io.Copy(o, io.LimitReader(resp.Body, 1<<20))
+	default:
+		err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out)
+	}
+	if err != nil {
+		return fmt.Errorf("docker: %s %s: read answer: %w", method, p, err)
+	}
+	return nil
+}
+
+// demux copies a multiplexed container log stream (8-byte headers: stream
+// type, 3 zero bytes, big-endian payload size) to stdout and stderr.
+func demux(r io.Reader, stdout, stderr io.Writer) error {
+	var hdr [8]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("docker: log stream header: %w", err)
+		}
+		var w io.Writer
+		switch hdr[0] {
+		case 0, 1:
+			w = stdout
+		case 2:
+			w = stderr
+		default:
+			return fmt.Errorf("docker: log stream: unknown stream type %d", hdr[0])
+		}
+		n := int64(binary.BigEndian.Uint32(hdr[4:]))
+		if _, err := io.CopyN(w, r, n); err != nil {
+			return fmt.Errorf("docker: log stream payload: %w", err)
+		}
+	}
+}
+
+// DockerOptions configures NewDockerExecutor.
+type DockerOptions struct {
+	// Root holds the jobs' work dirs, bind-mounted at /work (required).
+	Root string
+	// Network is the containers' network mode (default "none").
+	Network string
+	// Grace is the SIGTERM→SIGKILL period at a job's deadline
+	// (default DefaultGrace).
+	Grace time.Duration
+	// UIDBase and UIDCount: the pool of uids containers run as when the
+	// daemon runs as root (see ProcessOptions; defaults 200000 and 1000).
+	UIDBase, UIDCount int
+	// Log receives lifecycle events (default: discarded).
+	Log *slog.Logger
+}
+
+// DockerExecutor runs jobs' images through the Docker Engine API. See
+// NewDockerExecutor.
+type DockerExecutor struct {
+	c       *dockerClient
+	root    string
+	network string
+	grace   time.Duration
+	uids    *uidPool
+	log     *slog.Logger
+}
+
+// NewDockerExecutor returns an executor that runs each job's image as a
+// container, with the job's work dir bind-mounted at /work (also its working
+// dir and HOME), no network, all capabilities dropped, no-new-privileges,
+// the memory limit, the leased GPUs (through the nvidia device request) and
+// the same uid isolation as the process backend. Images must already be
+// present on the host. It fails if the Engine does not answer.
+func NewDockerExecutor(socketPath string, opts DockerOptions) (*DockerExecutor, error) {
+	if socketPath == "" {
+		socketPath = DefaultDockerSocket
+	}
+	if !DockerAvailable(socketPath) {
+		return nil, fmt.Errorf("runtime: no Docker Engine answering on %s", socketPath)
+	}
+	e := &DockerExecutor{c: newDockerClient(socketPath), network: opts.Network, grace: opts.Grace, log: opts.Log}
+	if e.network == "" {
+		e.network = "none"
+	}
+	if e.grace <= 0 {
+		e.grace = DefaultGrace
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if os.Geteuid() == 0 {
+		base, count := opts.UIDBase, opts.UIDCount
+		if base == 0 {
+			base = 200000
+		}
+		if count <= 0 {
+			count = 1000
+		}
+		pool, err := newUIDPool(base, count)
+		if err != nil {
+			return nil, err
+		}
+		e.uids = pool
+	}
+	root, err := prepareRoot(opts.Root, false)
+	if err != nil {
+		return nil, err
+	}
+	e.root = root
+	return e, nil
+}
+
+// Name returns "docker".
+func (e *DockerExecutor) Name() string { return "docker" }
+
+// Start creates and starts the job's container. ctx bounds the API calls of
+// the start only.
+func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io.Writer) (Handle, error) {
+	if err := spec.validate(time.Now()); err != nil {
+		return nil, err
+	}
+	if spec.Image == "" {
+		return nil, fmt.Errorf("%w: job %s: the docker backend needs an image", ErrInvalidSpec, spec.ID)
+	}
+	uid, err := e.uids.get()
+	if err != nil {
+		return nil, err
+	}
+	wd, _, err := makeWorkDir(e.root, &spec, uid)
+	if err != nil {
+		e.uids.put(uid)
+		return nil, err
+	}
+	fail := func(err error) (Handle, error) {
+		_ = removeWorkDir(wd)
+		e.uids.put(uid)
+		return nil, err
+	}
+	rel, _ := spec.outputsRel()
+	env := []string{
+		"HOME=/work", "TMPDIR=/work/tmp",
+		EnvJobID + "=" + spec.ID,
+		EnvOutputs + "=" + path.Join("/work", rel),
+		EnvCUDA + "=" + spec.cudaDevices(),
+		"NVIDIA_VISIBLE_DEVICES=" + spec.cudaDevices(),
+	}
+	for k, v := range spec.Env {
+		env = append(env, k+"="+v)
+	}
+	hostConfig := map[string]any{
+		"Binds":       []string{wd + ":/work"},
+		"NetworkMode": e.network,
+		"AutoRemove":  false,
+		"CapDrop":     []string{"ALL"},
+		"SecurityOpt": []string{"no-new-privileges"},
+		"PidsLimit":   4096,
+	}
+	if spec.MemoryMB > 0 {
+		hostConfig["Memory"] = int64(spec.MemoryMB) << 20
+		hostConfig["MemorySwap"] = int64(spec.MemoryMB) << 20
+	}
+	if len(spec.GPUs) > 0 {
+		ids := make([]string, len(spec.GPUs))
+		for i, g := range spec.GPUs {
+			ids[i] = strconv.Itoa(g)
+		}
+		hostConfig["DeviceRequests"] = []map[string]any{{
+			"Driver": "nvidia", "DeviceIDs": ids, "Capabilities": [][]string{{"gpu"}},
+		}}
+	}
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	name := "gpumesh-" + spec.ID + "-" + hex.EncodeToString(suffix[:])
+	create := map[string]any{
+		"Image":           spec.Image,
+		"Cmd":             spec.Command,
+		"Env":             env,
+		"WorkingDir":      "/work",
+		"User":            fmt.Sprintf("%d:%d", uid, uid),
+		"Labels":          map[string]string{"io.gpumesh.job": spec.ID},
+		"AttachStdout":    false,
+		"AttachStderr":    false,
+		"NetworkDisabled": e.network == "none",
+		"HostConfig":      hostConfig,
+	}
+	var created struct{ Id string }
+	if err := e.c.do(ctx, http.MethodPost, "/containers/create?name="+url.QueryEscape(name), create, &created); err != nil {
+		if isDockerStatus(err, http.StatusNotFound) {
+			return fail(fmt.Errorf("runtime: job %s: image %s is not present on this host: %w", spec.ID, spec.Image, err))
+		}
+		return fail(fmt.Errorf("runtime: job %s: create container: %w", spec.ID, err))
+	}
+	h := &dockerHandle{e: e, spec: spec, id: created.Id, wd: wd, uid: uid, done: make(chan struct{}), logsDone: make(chan struct{})}
+	if err := e.c.do(ctx, http.MethodPost, "/containers/"+h.id+"/start", nil, nil); err != nil {
+		h.remove()
+		return fail(fmt.Errorf("runtime: job %s: start container: %w", spec.ID, err))
+	}
+	h.started = time.Now()
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	var lctx context.Context
+	lctx, h.cancelLogs = context.WithCancel(context.Background())
+	go h.streamLogs(lctx, stdout, stderr)
+	if !spec.Deadline.IsZero() {
+		h.timer = time.AfterFunc(time.Until(spec.Deadline), func() { _ = h.stop(ReasonDeadline, e.grace) })
+	}
+	e.log.Info("container started", "job", spec.ID, "container", h.id[:12], "image", spec.Image)
+	go h.wait()
+	return h, nil
+}
+
+type dockerHandle struct {
+	e          *DockerExecutor
+	spec       Spec
+	id         string
+	wd         string
+	uid        int
+	started    time.Time
+	timer      *time.Timer
+	cancelLogs context.CancelFunc
+	logsDone   chan struct{}
+	logsErr    error
+
+	mu     sync.Mutex
+	reason string
+	killed bool
+
+	done chan struct{}
+	res  Result
+
+	cleanOnce sync.Once
+	cleanErr  error
+}
+
+func (h *dockerHandle) WorkDir() string { return h.wd }
+
+func (h *dockerHandle) Wait() Result {
+	<-h.done
+	return h.res
+}
+
+func (h *dockerHandle) Stop(grace time.Duration) error { return h.stop(ReasonStopped, grace) }
+
+func (h *dockerHandle) stop(reason string, grace time.Duration) error {
+	select {
+	case <-h.done:
+		return nil
+	default:
+	}
+	h.mu.Lock()
+	if h.reason == "" {
+		h.reason = reason
+	}
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := h.signal(ctx, "SIGTERM"); err != nil {
+		return err
+	}
+	if grace > 0 {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-h.done:
+			return nil
+		case <-t.C:
+		}
+	}
+	h.mu.Lock()
+	h.killed = true
+	h.mu.Unlock()
+	if err := h.signal(ctx, "SIGKILL"); err != nil {
+		return err
+	}
+	select {
+	case <-h.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("runtime: job %s: container did not stop: %w", h.spec.ID, ctx.Err())
+	}
+}
+
+// signal sends sig to the container; a container that already stopped
+// (409) is fine.
+func (h *dockerHandle) signal(ctx context.Context, sig string) error {
+	err := h.e.c.do(ctx, http.MethodPost, "/containers/"+h.id+"/kill?signal="+sig, nil, nil)
+	if err != nil && !isDockerStatus(err, http.StatusConflict) && !isDockerStatus(err, http.StatusNotFound) {
+		return fmt.Errorf("runtime: job %s: %s container: %w", h.spec.ID, sig, err)
+	}
+	return nil
+}
+
+func (h *dockerHandle) streamLogs(ctx context.Context, stdout, stderr io.Writer) {
+	defer close(h.logsDone)
+	resp, err := h.e.c.request(ctx, http.MethodGet, "/containers/"+h.id+"/logs?follow=1&stdout=1&stderr=1", nil)
+	if err != nil {
+		h.logsErr = err
+		return
+	}
+	defer resp.Body.Close()
+	if err := demux(resp.Body, stdout, stderr); err != nil && ctx.Err() == nil {
+		h.logsErr = err
+	}
+}
+
+func (h *dockerHandle) wait() {
+	var st struct {
+		StatusCode int
+		Error      *struct{ Message string }
+	}
+	var werr error
+	for attempt := 0; attempt < 5; attempt++ {
+		// No timeout: a job may legitimately run for the whole lease.
+		werr = h.e.c.do(context.Background(), http.MethodPost, "/containers/"+h.id+"/wait", nil, &st)
+		if werr == nil || isDockerStatus(werr, http.StatusNotFound) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	ended := time.Now()
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	select {
+	case <-h.logsDone:
+	case <-time.After(5 * time.Second):
+		h.cancelLogs()
+		<-h.logsDone
+	}
+	h.cancelLogs()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var info struct {
+		State struct{ OOMKilled bool }
+	}
+	oom := false
+	if err := h.e.c.do(ctx, http.MethodGet, "/containers/"+h.id+"/json", nil, &info); err == nil {
+		oom = info.State.OOMKilled
+	}
+	h.remove()
+
+	h.mu.Lock()
+	res := Result{ExitCode: st.StatusCode, Started: h.started, Ended: ended, Killed: h.killed || oom, Reason: h.reason}
+	h.mu.Unlock()
+	switch {
+	case werr != nil:
+		res.ExitCode = -1
+		res.Err = fmt.Errorf("runtime: job %s: wait container: %w", h.spec.ID, werr)
+	case st.Error != nil && st.Error.Message != "":
+		res.Err = fmt.Errorf("runtime: job %s: container: %s", h.spec.ID, st.Error.Message)
+	case h.logsErr != nil:
+		res.Err = fmt.Errorf("runtime: job %s: logs: %w", h.spec.ID, h.logsErr)
+	}
+	switch {
+	case res.Reason != "":
+	case res.Err != nil && werr != nil:
+		res.Reason = ReasonFailed
+	case oom:
+		res.Reason = ReasonOOM
+	default:
+		res.Reason = ReasonExited
+	}
+	h.res = res
+	h.e.log.Info("container ended", "job", h.spec.ID, "reason", res.Reason, "exit", res.ExitCode)
+	close(h.done)
+}
+
+// remove deletes the container (logs are collected by then).
+func (h *dockerHandle) remove() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := h.e.c.do(ctx, http.MethodDelete, "/containers/"+h.id+"?force=1&v=1", nil, nil)
+	if err != nil && !isDockerStatus(err, http.StatusNotFound) {
+		h.e.log.Warn("remove container", "job", h.spec.ID, "container", h.id, "err", err)
+	}
+}
+
+func (h *dockerHandle) Cleanup() error {
+	select {
+	case <-h.done:
+	default:
+		return fmt.Errorf("%w: %s", errStillRunning, h.spec.ID)
+	}
+	h.cleanOnce.Do(func() {
+		h.cleanErr = removeWorkDir(h.wd)
+		if h.cleanErr == nil {
+			h.e.uids.put(h.uid)
+		}
+	})
+	return h.cleanErr
+}

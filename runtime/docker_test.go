@@ -1,0 +1,237 @@
+package runtime
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const testImage = "gpumesh-test-job:latest"
+
+var (
+	imageOnce sync.Once
+	imageErr  error
+)
+
+// dockerExecutor returns a Docker backend with the jobhelper image imported
+// (FROM scratch: just the static helper at /jobhelper), or skips.
+func dockerExecutor(t *testing.T) *DockerExecutor {
+	t.Helper()
+	if !DockerAvailable(DefaultDockerSocket) {
+		t.Skip("Docker Engine not reachable on " + DefaultDockerSocket)
+	}
+	imageOnce.Do(func() { imageErr = importHelperImage() })
+	if imageErr != nil {
+		t.Fatalf("import test image: %v", imageErr)
+	}
+	e, err := NewDockerExecutor(DefaultDockerSocket, DockerOptions{Root: filepath.Join(t.TempDir(), "jobs"), Grace: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func importHelperImage() error {
+	bin, err := os.ReadFile(helperBin)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: "jobhelper", Mode: 0o755, Size: int64(len(bin)), ModTime: time.Unix(0, 0)}); err != nil {
+		return err
+	}
+	if _, err := tw.Write(bin); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	cmd := exec.Command("docker", "import", "-", testImage)
+	cmd.Stdin = &buf
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("docker import: %v: %s", err, out)
+	}
+	return nil
+}
+
+func TestDemux(t *testing.T) {
+	frame := func(kind byte, s string) []byte {
+		h := make([]byte, 8, 8+len(s))
+		h[0] = kind
+		binary.BigEndian.PutUint32(h[4:], uint32(len(s)))
+		return append(h, s...)
+	}
+	var in bytes.Buffer
+	in.Write(frame(1, "out1 "))
+	in.Write(frame(2, "err1"))
+	in.Write(frame(1, "out2"))
+	in.Write(frame(1, ""))
+	var out, errb bytes.Buffer
+	if err := demux(&in, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "out1 out2" || errb.String() != "err1" {
+		t.Fatalf("stdout %q stderr %q", out.String(), errb.String())
+	}
+	// Truncated payload and unknown stream types are errors.
+	trunc := frame(1, "hello")
+	if err := demux(bytes.NewReader(trunc[:10]), &out, &errb); err == nil {
+		t.Fatal("truncated frame accepted")
+	}
+	if err := demux(bytes.NewReader(frame(9, "x")), &out, &errb); err == nil {
+		t.Fatal("unknown stream type accepted")
+	}
+}
+
+func TestDockerAvailableBadSocket(t *testing.T) {
+	if DockerAvailable(filepath.Join(t.TempDir(), "nope.sock")) {
+		t.Fatal("a missing socket reported available")
+	}
+	if _, err := NewDockerExecutor(filepath.Join(t.TempDir(), "nope.sock"), DockerOptions{Root: t.TempDir()}); err == nil {
+		t.Fatal("NewDockerExecutor on a missing socket succeeded")
+	}
+}
+
+func TestDockerEndToEnd(t *testing.T) {
+	e := dockerExecutor(t)
+	t.Setenv("GPUMESH_TEST_SECRET", "hunter2")
+
+	res, out, errOut, _ := run(t, e, Spec{ID: "d-echo", Image: testImage, Command: []string{"/jobhelper", "echo", "hello", "container"}})
+	if res.Err != nil || res.ExitCode != 0 || res.Reason != ReasonExited {
+		t.Fatalf("echo: %+v", res)
+	}
+	if out != "hello container\n" || errOut != "" {
+		t.Fatalf("stdout %q stderr %q", out, errOut)
+	}
+	res, _, _, _ = run(t, e, Spec{ID: "d-exit", Image: testImage, Command: []string{"/jobhelper", "exit", "7"}})
+	if res.ExitCode != 7 || res.Err != nil {
+		t.Fatalf("exit: %+v", res)
+	}
+	res, _, errOut, _ = run(t, e, Spec{ID: "d-stderr", Image: testImage, Command: []string{"/jobhelper", "stderr", "oops"}})
+	if res.ExitCode != 0 || errOut != "oops\n" {
+		t.Fatalf("stderr: %+v %q", res, errOut)
+	}
+
+	res, out, _, _ = run(t, e, Spec{ID: "d-env", Image: testImage, Command: []string{"/jobhelper", "env"}, Env: map[string]string{"FOO": "bar"}})
+	if res.ExitCode != 0 {
+		t.Fatalf("env: %+v", res)
+	}
+	for _, want := range []string{"FOO=bar", "HOME=/work", "GPUMESH_JOB_ID=d-env", "GPUMESH_OUTPUTS=/work/outputs", "CUDA_VISIBLE_DEVICES="} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("container env lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Fatalf("daemon env leaked into the container:\n%s", out)
+	}
+
+	// No network: only the loopback interface.
+	res, out, _, _ = run(t, e, Spec{ID: "d-net", Image: testImage, Command: []string{"/jobhelper", "cat", "/proc/net/dev"}})
+	if res.ExitCode != 0 || !strings.Contains(out, "lo:") || strings.Count(out, ":") != 1 {
+		t.Fatalf("network interfaces: %+v\n%s", res, out)
+	}
+
+	// Outputs land in the bind-mounted work dir and can be collected.
+	res, out, _, h := run(t, e, Spec{ID: "d-out", Image: testImage, Command: []string{"/jobhelper", "write", "/work/outputs/sub/result.txt", "42"}})
+	if res.ExitCode != 0 {
+		t.Fatalf("write: %+v %q", res, out)
+	}
+	files, err := CollectOutputs(h.WorkDir(), "outputs", t.TempDir(), 1<<20)
+	if err != nil || len(files) != 1 || files[0].Path != "sub/result.txt" || files[0].Size != 2 {
+		t.Fatalf("collected %+v, %v", files, err)
+	}
+	if err := h.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(h.WorkDir()); !os.IsNotExist(err) {
+		t.Fatalf("work dir survived cleanup: %v", err)
+	}
+	// The container is removed once the job has ended.
+	dh := h.(*dockerHandle)
+	if err := e.c.do(context.Background(), "GET", "/containers/"+dh.id+"/json", nil, nil); !isDockerStatus(err, 404) {
+		t.Fatalf("container still exists after the job: %v", err)
+	}
+
+	if _, err := e.Start(context.Background(), Spec{ID: "d-noimg", Image: "gpumesh-no-such-image:latest", Command: []string{"/x"}}, nil, nil); err == nil || !strings.Contains(err.Error(), "not present") {
+		t.Fatalf("missing image: %v", err)
+	}
+}
+
+func TestDockerStopAndDeadline(t *testing.T) {
+	e := dockerExecutor(t)
+	var out syncBuffer
+	h, err := e.Start(context.Background(), Spec{ID: "d-trap", Image: testImage, Command: []string{"/jobhelper", "trap", "/work/ckpt"}}, &out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	out.waitFor(t, "ready", 20*time.Second)
+	if err := h.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	res := h.Wait()
+	if res.Reason != ReasonStopped || res.ExitCode != 0 || res.Killed {
+		t.Fatalf("trap: %+v", res)
+	}
+	if b, err := os.ReadFile(filepath.Join(h.WorkDir(), "ckpt")); err != nil || string(b) != "checkpoint" {
+		t.Fatalf("checkpoint %q %v", b, err)
+	}
+
+	var out2 syncBuffer
+	h2, err := e.Start(context.Background(), Spec{ID: "d-ignore", Image: testImage, Command: []string{"/jobhelper", "ignore"}}, &out2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Cleanup()
+	out2.waitFor(t, "ready", 20*time.Second)
+	if err := h2.Stop(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if res := h2.Wait(); res.Reason != ReasonStopped || !res.Killed || res.ExitCode != 137 {
+		t.Fatalf("ignore: %+v", res)
+	}
+
+	res, _, _, _ = run(t, e, Spec{ID: "d-deadline", Image: testImage, Command: []string{"/jobhelper", "sleep", "1h"}, Deadline: time.Now().Add(1500 * time.Millisecond)})
+	if res.Reason != ReasonDeadline {
+		t.Fatalf("deadline: %+v", res)
+	}
+}
+
+func TestDockerMemoryLimit(t *testing.T) {
+	e := dockerExecutor(t)
+	res, _, _, _ := run(t, e, Spec{ID: "d-mem", Image: testImage, Command: []string{"/jobhelper", "alloc", "400"}, MemoryMB: 64})
+	if res.Reason != ReasonOOM || !res.Killed || res.ExitCode != 137 {
+		t.Fatalf("over limit: %+v", res)
+	}
+}
+
+func TestAutoDispatch(t *testing.T) {
+	a, err := Auto(filepath.Join(traversableTempDir(t), "jobs"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Backend(Spec{Command: []string{"true"}}); got != "process" {
+		t.Fatalf("no image: backend %s", got)
+	}
+	want := "process"
+	if DockerAvailable(DefaultDockerSocket) {
+		want = "docker"
+	}
+	if got := a.Backend(Spec{Image: testImage}); got != want {
+		t.Fatalf("image: backend %s, want %s", got, want)
+	}
+	res, out, _, _ := run(t, a, Spec{ID: "auto-proc", Command: []string{helperBin, "echo", "via", "process"}})
+	if res.ExitCode != 0 || out != "via process\n" {
+		t.Fatalf("%+v %q", res, out)
+	}
+}
