@@ -51,8 +51,10 @@ var ZeroHash = strings.Repeat("0", 2*sha256.Size)
 const (
 	MaxFieldLen = 1 << 10 // LeaseID, JobID, Counterparty
 	MaxDataLen  = 1 << 20 // Data
-	hashDomain  = "gpumesh-ledger-entry/v1"
+	MaxAmount   = 1e12    // USD; keeps every balance sum finite
 )
+
+const hashDomain = "gpumesh-ledger-entry/v1"
 
 // Entry is one record of the ledger.
 type Entry struct {
@@ -146,6 +148,9 @@ func prepare(e Entry, now time.Time) (Entry, error) {
 	}
 	if e.Amount < 0 {
 		return e, fmt.Errorf("amount %v is negative (use the entry's kind and direction for sign)", e.Amount)
+	}
+	if e.Amount > MaxAmount {
+		return e, fmt.Errorf("amount %v exceeds the limit %v", e.Amount, MaxAmount)
 	}
 	if e.Amount == 0 {
 		e.Amount = 0 // normalize -0

@@ -115,6 +115,7 @@ func TestAppendRejectsBadInput(t *testing.T) {
 		{"NaN", func(e *Entry) { e.Amount = math.NaN() }, "not a finite number"},
 		{"Inf", func(e *Entry) { e.Amount = math.Inf(1) }, "not a finite number"},
 		{"negative", func(e *Entry) { e.Amount = -1 }, "negative"},
+		{"huge", func(e *Entry) { e.Amount = 1e300 }, "exceeds the limit"},
 		{"zero payment", func(e *Entry) { e.Amount = 0 }, "positive amount"},
 		{"no counterparty", func(e *Entry) { e.Counterparty = "" }, "needs a counterparty"},
 		{"preset seq", func(e *Entry) { e.Seq = 4 }, "assigned by Append"},

@@ -10,7 +10,8 @@ import (
 
 // TamperError reports the first entry at which the chain does not verify.
 type TamperError struct {
-	// Seq is the sequence number of the bad (or missing) entry.
+	// Seq is the sequence number of the bad (or missing) entry; 0 when the
+	// stored chain head itself is unreadable.
 	Seq uint64
 	// Reason says what is wrong with it.
 	Reason string
