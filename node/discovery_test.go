@@ -1,0 +1,136 @@
+package node
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger"
+)
+
+var (
+	h100  = auction.GPU{Model: "H100", VRAMGB: 80}
+	a100  = auction.GPU{Model: "A100", VRAMGB: 40}
+	a100b = auction.GPU{Model: "A100", VRAMGB: 80}
+	r4090 = auction.GPU{Model: "RTX4090", VRAMGB: 24}
+	l4    = auction.GPU{Model: "L4", VRAMGB: 24}
+)
+
+// TestDiscoveryThroughDHT: a renter finds, through the DHT only, exactly the
+// providers matching each query.
+func TestDiscoveryThroughDHT(t *testing.T) {
+	boot, ns := startNet(t,
+		providerConfig("eu-west", 2.0, h100, h100),
+		providerConfig("us-east", 1.8, h100),
+		providerConfig("eu-central", 1.1, a100),
+		providerConfig("eu-west", 1.3, a100b),
+		providerConfig("us-west", 0.4, r4090),
+		providerConfig("ap-south", 0.5, l4, r4090),
+	)
+	euH100, usH100, euA100, euA100b, us4090, apMix := ns[0], ns[1], ns[2], ns[3], ns[4], ns[5]
+	cases := []struct {
+		q    auction.Query
+		want []*testNode
+	}{
+		{auction.Query{GPU: "H100"}, []*testNode{euH100, usH100}},
+		{auction.Query{GPU: "h100", Region: "eu"}, []*testNode{euH100}},
+		{auction.Query{Region: "eu"}, []*testNode{euH100, euA100, euA100b}},
+		{auction.Query{Region: "eu-west"}, []*testNode{euH100, euA100b}},
+		{auction.Query{GPU: "A100", MinVRAM: 80}, []*testNode{euA100b}},
+		{auction.Query{MinVRAM: 40}, []*testNode{euH100, usH100, euA100, euA100b}},
+		{auction.Query{MinVRAM: 24, Region: "ap"}, []*testNode{apMix}},
+		{auction.Query{GPU: "RTX 4090"}, []*testNode{us4090, apMix}},
+		{auction.Query{GPU: "H100", GPUCount: 2}, []*testNode{euH100}},
+		{auction.Query{GPU: "B200"}, nil},
+		{auction.Query{Region: "europe"}, nil},
+	}
+	for _, c := range cases {
+		// The renter (bootstrap node) and a provider both see the same answer.
+		eventuallyProviders(t, boot.Daemon, c.q, idsOf(c.want...), 20*time.Second)
+		eventuallyProviders(t, us4090.Daemon, c.q, idsOf(c.want...), 20*time.Second)
+	}
+}
+
+// TestProviderExpiresAfterTTL: a provider that stops is gone from discovery
+// once its record's TTL has passed, while live providers stay.
+func TestProviderExpiresAfterTTL(t *testing.T) {
+	short := providerConfig("eu-west", 1, h100)
+	short.Provider.AdvertiseTTL = 3 * time.Second
+	stay := providerConfig("eu-west", 1, h100)
+	stay.Provider.AdvertiseTTL = 3 * time.Second
+	boot, ns := startNet(t, short, stay)
+	q := auction.Query{GPU: "H100"}
+	eventuallyProviders(t, boot.Daemon, q, idsOf(ns...), 20*time.Second)
+
+	// Kill the first provider (no goodbye message: it simply stops renewing).
+	stopped := time.Now()
+	if err := ns[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyProviders(t, boot.Daemon, q, idsOf(ns[1]), 15*time.Second)
+	if el := time.Since(stopped); el > 3*time.Second+12*time.Second {
+		t.Fatalf("provider removed only after %s", el)
+	}
+	// And the live one keeps renewing past several TTLs.
+	time.Sleep(4 * time.Second)
+	eventuallyProviders(t, boot.Daemon, q, idsOf(ns[1]), 5*time.Second)
+}
+
+// TestRestartKeepsIdentityAndDB: a daemon restarted on the same data dir has
+// the same peer ID and its DB contents.
+func TestRestartKeepsIdentityAndDB(t *testing.T) {
+	dir := t.TempDir()
+	n := startNode(t, dir, renterConfig(), nil)
+	id := n.ID()
+	e, err := n.db.Append(ledger.Entry{Kind: ledger.KindPaymentOwed, Direction: ledger.DirOwed, Counterparty: "peer-x", LeaseID: "l1", Amount: 1.25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(Paths{dir}.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file mode %v, want 0600", fi.Mode().Perm())
+	}
+	n2 := startNode(t, dir, renterConfig(), nil)
+	defer n2.Close()
+	if n2.ID() != id {
+		t.Fatalf("peer id changed across restart: %s -> %s", id, n2.ID())
+	}
+	got, err := n2.db.Get(e.Seq)
+	if err != nil {
+		t.Fatalf("entry lost across restart: %v", err)
+	}
+	if got.Hash != e.Hash || got.Amount != 1.25 {
+		t.Fatalf("entry changed across restart: %+v vs %+v", got, e)
+	}
+	if _, err := n2.db.Verify(); err != nil {
+		t.Fatalf("verify after restart: %v", err)
+	}
+}
+
+// TestSecondDaemonSameDataDir: a second daemon on a data dir in use fails
+// with ErrAlreadyRunning and does not disturb the first.
+func TestSecondDaemonSameDataDir(t *testing.T) {
+	dir := t.TempDir()
+	n := startNode(t, dir, renterConfig(), nil)
+	defer n.Close()
+	_, err := Start(context.Background(), Options{DataDir: dir, Config: renterConfig()})
+	if err == nil {
+		t.Fatal("second daemon on the same data dir started")
+	}
+	if !errorsIs(err, ErrAlreadyRunning) {
+		t.Fatalf("err = %v, want ErrAlreadyRunning", err)
+	}
+	// First daemon still answers.
+	c := NewClient(dir)
+	if err := c.WaitReady(context.Background(), 2*time.Second); err != nil {
+		t.Fatalf("first daemon stopped answering: %v", err)
+	}
+}
