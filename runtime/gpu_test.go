@@ -1,0 +1,163 @@
+package runtime
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpumesh/gpumesh/auction"
+)
+
+// fakeNVML is an in-memory NVML.
+type fakeNVML struct {
+	initRet   nvml.Return
+	driver    string
+	cuda      int
+	devices   []deviceInfo
+	samples   []deviceSample
+	failDev   int // index whose queries fail, -1 for none
+	inits     int
+	shutdowns int
+}
+
+func (f *fakeNVML) Init() nvml.Return { f.inits++; return f.initRet }
+func (f *fakeNVML) Shutdown() nvml.Return {
+	f.shutdowns++
+	return nvml.SUCCESS
+}
+func (f *fakeNVML) SystemGetDriverVersion() (string, nvml.Return) { return f.driver, nvml.SUCCESS }
+func (f *fakeNVML) SystemGetCudaDriverVersion() (int, nvml.Return) {
+	return f.cuda, nvml.SUCCESS
+}
+func (f *fakeNVML) DeviceGetCount() (int, nvml.Return) { return len(f.devices), nvml.SUCCESS }
+func (f *fakeNVML) DeviceInfo(i int) (deviceInfo, nvml.Return) {
+	if i == f.failDev {
+		return deviceInfo{}, nvml.ERROR_GPU_IS_LOST
+	}
+	return f.devices[i], nvml.SUCCESS
+}
+func (f *fakeNVML) DeviceSample(i int) (deviceSample, nvml.Return) {
+	if i == f.failDev {
+		return deviceSample{}, nvml.ERROR_GPU_IS_LOST
+	}
+	return f.samples[i], nvml.SUCCESS
+}
+
+func twoGPUs() *fakeNVML {
+	return &fakeNVML{
+		initRet: nvml.SUCCESS,
+		driver:  "550.54.15",
+		cuda:    12040,
+		devices: []deviceInfo{
+			// Boards report a little less than their nominal size.
+			{Name: "NVIDIA GeForce RTX 4090", UUID: "GPU-aaaa", MemTotal: 24<<30 - 300<<20},
+			{Name: "NVIDIA A100-SXM4-80GB", UUID: "GPU-bbbb", MemTotal: 80 << 30},
+		},
+		samples: []deviceSample{
+			{Util: 30, MemUsed: 1 << 30, TempC: 60, PowerMW: 150500},
+			{Util: 90, MemUsed: 3 << 30, TempC: 75, PowerMW: 300000},
+		},
+		failDev: -1,
+	}
+}
+
+func TestDetectGPUsFromNVML(t *testing.T) {
+	f := twoGPUs()
+	declared := []auction.GPU{{Model: "something else", VRAMGB: 8}}
+	inv, err := detectGPUs(f, declared, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []auction.GPU{
+		{Model: "NVIDIA GeForce RTX 4090", VRAMGB: 24, UUID: "GPU-aaaa", Detected: true},
+		{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, UUID: "GPU-bbbb", Detected: true},
+	}
+	if inv.Source != SourceNVML || inv.Driver != "550.54.15" || inv.CUDA != "12.4" || len(inv.GPUs) != 2 {
+		t.Fatalf("inventory %+v", inv)
+	}
+	for i := range want {
+		if inv.GPUs[i] != want[i] {
+			t.Errorf("gpu %d = %+v, want %+v", i, inv.GPUs[i], want[i])
+		}
+	}
+	if f.inits != 1 || f.shutdowns != 1 {
+		t.Fatalf("init/shutdown %d/%d", f.inits, f.shutdowns)
+	}
+
+	// NVML present but a device failing is an error, not a silent fallback.
+	f = twoGPUs()
+	f.failDev = 1
+	if _, err := detectGPUs(f, declared, nil); err == nil || !strings.Contains(err.Error(), "device 1") {
+		t.Fatalf("failing device: %v", err)
+	}
+}
+
+func TestDetectGPUsFallsBackToDeclared(t *testing.T) {
+	for _, ret := range []nvml.Return{nvml.ERROR_LIBRARY_NOT_FOUND, nvml.ERROR_DRIVER_NOT_LOADED} {
+		f := &fakeNVML{initRet: ret, failDev: -1}
+		declared := []auction.GPU{{Model: " RTX 3090 ", VRAMGB: 24, Detected: true}}
+		inv, err := detectGPUs(f, declared, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inv.Source != SourceDeclared || len(inv.GPUs) != 1 || inv.GPUs[0] != (auction.GPU{Model: "RTX 3090", VRAMGB: 24}) {
+			t.Fatalf("%v: inventory %+v", ret, inv)
+		}
+		if f.shutdowns != 0 {
+			t.Fatal("shutdown without a successful init")
+		}
+	}
+}
+
+func TestDetectGPUsValidatesDeclared(t *testing.T) {
+	f := &fakeNVML{initRet: nvml.ERROR_LIBRARY_NOT_FOUND, failDev: -1}
+	cases := map[string][]auction.GPU{
+		"model is empty": {{Model: "ok", VRAMGB: 8}, {Model: "  ", VRAMGB: 8}},
+		"vram_gb":        {{Model: "A10", VRAMGB: 0}},
+	}
+	for want, decl := range cases {
+		if _, err := detectGPUs(f, decl, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("declared %+v: error %v, want %q", decl, err, want)
+		}
+	}
+	// Renter-only node: nothing detected, nothing declared.
+	inv, err := detectGPUs(f, nil, nil)
+	if err != nil || len(inv.GPUs) != 0 || inv.Source != SourceDeclared {
+		t.Fatalf("empty inventory: %+v %v", inv, err)
+	}
+}
+
+// On this machine there is no NVIDIA driver: the real binding must fall
+// back to the declared GPUs.
+func TestDetectGPUsRealBindingWithoutDriver(t *testing.T) {
+	if ret := (realNVML{}).Init(); ret == nvml.SUCCESS {
+		(realNVML{}).Shutdown()
+		t.Skip("an NVIDIA driver is present; the fallback path is covered by the fake")
+	}
+	declared := []auction.GPU{{Model: "RTX 4090", VRAMGB: 24}, {Model: "RTX 4090", VRAMGB: 24}}
+	inv, err := DetectGPUs(declared, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.Source != SourceDeclared || len(inv.GPUs) != 2 || inv.GPUs[0].Detected || inv.Driver != "" {
+		t.Fatalf("inventory %+v", inv)
+	}
+	if tel := Sample(inv); tel.Source != "none" {
+		t.Fatalf("sample without pids: %+v", tel)
+	}
+}
+
+func TestSampleNVML(t *testing.T) {
+	f := twoGPUs()
+	tel := sample(f, Inventory{Source: SourceNVML})
+	want := Telemetry{GPUUtil: 60, MemUsedMB: 4096, TempC: 75, PowerW: 450, Source: SourceNVML}
+	if tel != want {
+		t.Fatalf("telemetry %+v, want %+v", tel, want)
+	}
+	// A broken NVML degrades to process sampling rather than failing.
+	f.failDev = 0
+	if tel := sample(f, Inventory{Source: SourceNVML}); tel.Source != "none" {
+		t.Fatalf("broken nvml: %+v", tel)
+	}
+}

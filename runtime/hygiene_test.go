@@ -1,0 +1,145 @@
+package runtime
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func writeFile(t *testing.T, p, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sum(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+func TestCollectOutputs(t *testing.T) {
+	wd := t.TempDir()
+	out := filepath.Join(wd, "out")
+	writeFile(t, filepath.Join(out, "a.txt"), "alpha")
+	writeFile(t, filepath.Join(out, "sub/b.bin"), strings.Repeat("b", 1000))
+	writeFile(t, filepath.Join(wd, "not-an-output"), "scratch")
+	if err := os.Symlink("a.txt", filepath.Join(out, "link-in")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(out, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dest := t.TempDir()
+	files, err := CollectOutputs(wd, "out", dest, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]OutputFile{}
+	var names []string
+	for _, f := range files {
+		got[f.Path] = f
+		names = append(names, f.Path)
+	}
+	if !sort.StringsAreSorted(names) || strings.Join(names, ",") != "a.txt,link-in,sub/b.bin" {
+		t.Fatalf("collected %v", names)
+	}
+	for p, content := range map[string]string{"a.txt": "alpha", "link-in": "alpha", "sub/b.bin": strings.Repeat("b", 1000)} {
+		f := got[p]
+		if f.Size != int64(len(content)) || f.SHA256 != sum(content) {
+			t.Errorf("%s: %+v", p, f)
+		}
+		b, err := os.ReadFile(filepath.Join(dest, p))
+		if err != nil || string(b) != content {
+			t.Errorf("%s copied as %q, %v", p, b, err)
+		}
+		if fi, _ := os.Lstat(filepath.Join(dest, p)); fi == nil || !fi.Mode().IsRegular() {
+			t.Errorf("%s is not a regular file in dest", p)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dest, "not-an-output")); !os.IsNotExist(err) {
+		t.Fatal("file outside the outputs dir was collected")
+	}
+
+	// Cap: 1010 bytes in total (the in-dir symlink counts as a copy).
+	_, err = CollectOutputs(wd, "out", t.TempDir(), 1009)
+	if !errors.Is(err, ErrOutputsTooLarge) {
+		t.Fatalf("cap: %v", err)
+	}
+	if _, err := CollectOutputs(wd, "out", t.TempDir(), 1010); err != nil {
+		t.Fatalf("exact cap: %v", err)
+	}
+	// A missing outputs dir is no outputs.
+	if files, err := CollectOutputs(wd, "missing", t.TempDir(), 0); err != nil || len(files) != 0 {
+		t.Fatalf("missing dir: %v %v", files, err)
+	}
+	if _, err := CollectOutputs(wd, "../x", t.TempDir(), 0); err == nil {
+		t.Fatal("escaping outputs path accepted")
+	}
+}
+
+func TestCollectOutputsRefusesEscapingSymlinks(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "key")
+	writeFile(t, secret, "private")
+
+	wd := t.TempDir()
+	writeFile(t, filepath.Join(wd, "out/ok.txt"), "ok")
+	if err := os.Symlink(secret, filepath.Join(wd, "out/steal")); err != nil {
+		t.Fatal(err)
+	}
+	dest := t.TempDir()
+	if _, err := CollectOutputs(wd, "out", dest, 0); err == nil || !strings.Contains(err.Error(), "escapes") {
+		t.Fatalf("symlink to a file outside: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dest, "steal")); !os.IsNotExist(err) {
+		t.Fatal("escaping symlink target was copied")
+	}
+
+	// The outputs dir itself a symlink out of the work dir.
+	wd2 := t.TempDir()
+	if err := os.Symlink(filepath.Dir(secret), filepath.Join(wd2, "out")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CollectOutputs(wd2, "out", t.TempDir(), 0); err == nil {
+		t.Fatal("outputs dir symlinked outside the work dir accepted")
+	}
+}
+
+func TestWipeOrphans(t *testing.T) {
+	root := t.TempDir()
+	for _, id := range []string{"job-1", "job-2", "job-3"} {
+		writeFile(t, filepath.Join(root, id, "tmp/data"), id)
+	}
+	// A job that made its tree read-only is wiped all the same.
+	if err := os.Chmod(filepath.Join(root, "job-3", "tmp"), 0o500); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(root, "not-a-dir"), "x")
+	n, err := WipeOrphans(root, func(id string) bool { return id == "job-2" })
+	if err != nil || n != 2 {
+		t.Fatalf("wiped %d, %v", n, err)
+	}
+	ents, _ := os.ReadDir(root)
+	var left []string
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if strings.Join(left, ",") != "job-2,not-a-dir" {
+		t.Fatalf("left %v", left)
+	}
+	if n, err := WipeOrphans(root, nil); err != nil || n != 1 {
+		t.Fatalf("wipe all: %d %v", n, err)
+	}
+	if n, err := WipeOrphans(filepath.Join(root, "missing"), nil); err != nil || n != 0 {
+		t.Fatalf("missing root: %d %v", n, err)
+	}
+}
