@@ -1,0 +1,133 @@
+package auction
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/libp2p/go-libp2p/core/crypto"
+)
+
+func newSigner(t testing.TB) *attest.Signer {
+	t.Helper()
+	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := attest.NewSigner(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func testCap(s *attest.Signer, now time.Time, ttl time.Duration) Capability {
+	return Capability{Peer: s.ID().String(), Region: "eu-west", GPUs: []GPU{{Model: "H100", VRAMGB: 80}},
+		Policy: Policy{PriceFloor: 2}, Seq: 1, IssuedAt: now, ExpiresAt: now.Add(ttl)}
+}
+
+func TestCapabilityValidator(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	v := CapabilityValidator{Now: func() time.Time { return now }}
+	prov, other := newSigner(t), newSigner(t)
+	key := CapabilityKey(prov.ID())
+
+	good, err := SealCapability(prov, testCap(prov, now, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Validate(key, good); err != nil {
+		t.Fatalf("valid record rejected: %v", err)
+	}
+
+	// Forged: a record claiming to be prov's, signed by another key.
+	forged := func() []byte {
+		c := testCap(prov, now, time.Minute)
+		env, err := attest.Seal(other, DomainCapability, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Signer = prov.ID().String() // lie about the signer
+		b, _ := env.Marshal()
+		return b
+	}()
+	// Tampered: a valid record whose payload was changed after signing.
+	tampered := func() []byte {
+		env, _ := attest.UnmarshalEnvelope(good)
+		env.Payload = []byte(strings.Replace(string(env.Payload), `"price_floor":2`, `"price_floor":0.01`, 1))
+		b, _ := env.Marshal()
+		return b
+	}()
+	// Unsigned: no signature at all.
+	unsigned := func() []byte {
+		p, _ := json.Marshal(testCap(prov, now, time.Minute))
+		b, _ := json.Marshal(attest.Envelope{Domain: DomainCapability, Signer: prov.ID().String(), Payload: p})
+		return b
+	}()
+	// Someone else's valid record stored under prov's key.
+	misfiled, _ := SealCapability(other, testCap(other, now, time.Minute))
+	// Expired and issued-in-the-future records.
+	expired, _ := SealCapability(prov, testCap(prov, now.Add(-2*time.Minute), time.Minute))
+	future, _ := SealCapability(prov, testCap(prov, now.Add(10*time.Minute), time.Hour))
+	// Right signature, wrong domain (a signature made for another message kind).
+	wrongDomain := func() []byte {
+		env, _ := attest.Seal(prov, DomainBid, testCap(prov, now, time.Minute))
+		env.Domain = DomainCapability
+		b, _ := env.Marshal()
+		return b
+	}()
+
+	for name, rec := range map[string][]byte{
+		"forged": forged, "tampered": tampered, "unsigned": unsigned, "misfiled": misfiled,
+		"expired": expired, "future": future, "wrong-domain": wrongDomain, "garbage": []byte("{not json"),
+	} {
+		if err := v.Validate(key, rec); err == nil {
+			t.Errorf("%s record accepted", name)
+		}
+	}
+	if err := v.Validate("/other-ns/"+prov.ID().String(), good); err == nil {
+		t.Error("record under a foreign namespace accepted")
+	}
+
+	// Select: newest sequence wins; invalid ones are never selected.
+	c2 := testCap(prov, now, time.Minute)
+	c2.Seq = 2
+	newer, _ := SealCapability(prov, c2)
+	i, err := v.Select(key, [][]byte{good, forged, newer, expired})
+	if err != nil || i != 2 {
+		t.Fatalf("Select = %d, %v; want 2", i, err)
+	}
+	if _, err := v.Select(key, [][]byte{forged, expired}); err == nil {
+		t.Fatal("Select chose among only invalid records")
+	}
+}
+
+func TestDiscoveryKeysAndMatches(t *testing.T) {
+	c := Capability{Region: "eu-west-1", GPUs: []GPU{{Model: "NVIDIA H100", VRAMGB: 80}, {Model: "RTX 4090", VRAMGB: 24}}}
+	keys := strings.Join(DiscoveryKeys(c), " ")
+	for _, k := range []string{"all", "region/eu", "region/eu-west", "region/eu-west-1", "gpu/h100", "gpu/rtx4090", "vram/80", "vram/24", "vram/8"} {
+		if !strings.Contains(" "+keys+" ", " "+k+" ") {
+			t.Errorf("missing discovery key %s in %s", k, keys)
+		}
+	}
+	if strings.Contains(keys, "vram/96") {
+		t.Errorf("advertises a VRAM class it does not reach: %s", keys)
+	}
+	// Every query's lookup key is one the matching provider announced.
+	for _, q := range []Query{{GPU: "h100"}, {Region: "eu"}, {MinVRAM: 50}, {MinVRAM: 80}, {}} {
+		if !c.Matches(q) {
+			t.Errorf("%+v should match", q)
+		}
+		if !strings.Contains(" "+keys+" ", " "+QueryKey(q)+" ") {
+			t.Errorf("QueryKey(%+v) = %s not announced by a match", q, QueryKey(q))
+		}
+	}
+	for _, q := range []Query{{GPU: "a100"}, {Region: "us"}, {Region: "europe"}, {MinVRAM: 81}, {GPU: "rtx4090", MinVRAM: 48}, {GPU: "h100", GPUCount: 2}} {
+		if c.Matches(q) {
+			t.Errorf("%+v should not match", q)
+		}
+	}
+}
