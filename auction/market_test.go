@@ -1,0 +1,504 @@
+package auction
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+func mkSigner(t testing.TB) *attest.Signer {
+	t.Helper()
+	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := attest.NewSigner(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// clock runs from a fixed Monday 10:00 UTC at real speed, so expiry works.
+func newClock() func() time.Time {
+	base, start := at(0, "10:00"), time.Now()
+	return func() time.Time { return base.Add(time.Since(start)) }
+}
+
+type provSpec struct {
+	name    string
+	region  string
+	model   string
+	vram, n int
+	policy  Policy
+	rel     float64 // self and renter-verified reliability
+}
+
+type testProv struct {
+	spec provSpec
+	s    *attest.Signer
+	t    *MemTransport
+	p    *Provider
+	cal  *Calendar
+}
+
+type market struct {
+	net   *MemNetwork
+	now   func() time.Time
+	provs []*testProv
+	byID  map[string]*testProv
+}
+
+func newMarket(t *testing.T, specs []provSpec) *market {
+	m := &market{net: NewMemNetwork(), now: newClock(), byID: map[string]*testProv{}}
+	for _, sp := range specs {
+		tp := &testProv{spec: sp, s: mkSigner(t), cal: NewCalendar(sp.n)}
+		tp.t = m.net.Join(tp.s.ID())
+		capab := Capability{Peer: tp.s.ID().String(), Region: sp.region, GPUs: gpus(sp.model, sp.vram, sp.n), Policy: sp.policy}
+		rel := sp.rel
+		p, err := NewProvider(ProviderConfig{Signer: tp.s, Transport: tp.t, Capability: func() Capability { return capab },
+			Calendar: tp.cal, Reliability: func() float64 { return rel }, Now: m.now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp.p = p
+		tp.t.Handle(MemHandlers{OnCall: p.HandleCall, OnAward: p.HandleAward})
+		tp.t.Subscribe(ProviderTopics(&capab)...)
+		m.provs = append(m.provs, tp)
+		m.byID[tp.s.ID().String()] = tp
+	}
+	return m
+}
+
+func (m *market) reputation(id string) float64 {
+	if tp, ok := m.byID[id]; ok {
+		return tp.spec.rel
+	}
+	return NeutralReliability
+}
+
+func (m *market) renter(t *testing.T, cfg RenterConfig) (*Renter, *MemTransport) {
+	s := mkSigner(t)
+	tr := m.net.Join(s.ID())
+	cfg.Signer, cfg.Transport, cfg.Now = s, tr, m.now
+	if cfg.Reputation == nil {
+		cfg.Reputation = m.reputation
+	}
+	r, err := NewRenter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Handle(MemHandlers{OnBid: r.HandleBid})
+	return r, tr
+}
+
+func (m *market) name(id string) string {
+	if tp, ok := m.byID[id]; ok {
+		return tp.spec.name
+	}
+	return id
+}
+
+var cheapOpen = Policy{PriceFloor: 1, AcceptPreemptible: true}
+
+func pol(floor float64) Policy { p := cheapOpen; p.PriceFloor = floor; return p }
+
+func euJob(now time.Time) Job {
+	return Job{Tier: Silver, MaxPrice: 3, GPUCount: 2, MinVRAMGB: 40, Region: "eu", Duration: time.Hour,
+		Deadline: now.Add(time.Hour), MinReliability: 0.3, BidWindow: 150 * time.Millisecond, Run: RunSpec{Command: []string{"train"}}}
+}
+
+func eightProviders() []provSpec {
+	night := pol(0.5)
+	night.Availability = []Window{{From: "22:00", To: "06:00"}}
+	return []provSpec{
+		{"eu-good", "eu-west", "A100", 80, 4, pol(1.0), 0.9},       // score 1.11: winner
+		{"eu-cheap-new", "eu-central", "A100", 80, 8, pol(0.8), 0.5}, // score 1.60
+		{"us-cheapest", "us-east", "A100", 80, 4, pol(0.3), 0.9},     // outside EU
+		{"eu-small-vram", "eu-north", "RTX4090", 24, 4, pol(0.4), 0.9},
+		{"eu-pricey", "eu-west", "A100", 80, 4, pol(5), 0.9},
+		{"eu-nights", "eu-west", "A100", 80, 4, night, 0.9}, // closed until 22:00, deadline 11:00
+		{"europe-trap", "europe-x", "A100", 80, 4, pol(0.2), 0.9},
+		{"eu-h100", "eu-south", "H100", 80, 2, pol(1.2), 0.95}, // score 1.26
+	}
+}
+
+func TestAuctionGoesToRankWinner(t *testing.T) {
+	m := newMarket(t, eightProviders())
+	var leased []Lease
+	r, _ := m.renter(t, RenterConfig{OnLease: func(l Lease, _ Job) { leased = append(leased, l) }})
+	ej := euJob(m.now())
+	// europe-trap also listens on the EU topic: its own evaluation must
+	// still refuse; us-cheapest never hears the call (topic routing).
+	m.provs[6].t.Subscribe(JobTopics(&ej)...)
+	job, err := r.Post(context.Background(), ej)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ok := r.Status(job.ID)
+	if !ok || st.State != JobLeased || st.Lease == nil || len(leased) != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	var bidders []string
+	for _, b := range st.Bids {
+		bidders = append(bidders, m.name(b.Bid.Provider))
+	}
+	sort.Strings(bidders)
+	if want := []string{"eu-cheap-new", "eu-good", "eu-h100"}; fmt.Sprint(bidders) != fmt.Sprint(want) {
+		t.Fatalf("bidders %v, want only the eligible %v", bidders, want)
+	}
+	// The lease goes to whoever Rank puts first, re-ranked independently.
+	var cands []Candidate
+	for _, b := range st.Bids {
+		cands = append(cands, Candidate{Bid: b.Bid, Reliability: m.reputation(b.Bid.Provider)})
+	}
+	top := RankAt(&job, cands, job.CreatedAt)[0].Bid.Provider
+	if st.Winner != top || m.name(top) != "eu-good" || st.Lease.Provider != top {
+		t.Fatalf("winner %s, rank top %s", m.name(st.Winner), m.name(top))
+	}
+	winner := m.byID[top]
+	if b, ok := winner.cal.Booking(st.Lease.ID); !ok || b.GPUs != 2 || !regionSatisfies("eu", winner.spec.region) {
+		t.Fatalf("winner calendar: %+v %v", b, ok)
+	}
+	if ws := winner.p.Stats(); ws.Won != 1 || ws.EarningsUSD != 2*1.0*1 {
+		t.Fatalf("winner stats %+v", ws)
+	}
+	if s := m.provs[2].p.Stats(); s.Calls != 0 || s.Bids != 0 {
+		t.Errorf("us-cheapest heard an EU call: %+v", s)
+	}
+	wantKind := map[string]string{"europe-trap": "region", "eu-small-vram": "vram",
+		"eu-pricey": "price", "eu-nights": "availability"}
+	for _, tp := range m.provs {
+		s := tp.p.Stats()
+		if k, ok := wantKind[tp.spec.name]; ok {
+			if s.Ineligible[k] != 1 || s.Bids != 0 {
+				t.Errorf("%s: stats %+v, want ineligible %s", tp.spec.name, s, k)
+			}
+		} else if s.Bids != 1 && tp.spec.name != "us-cheapest" {
+			t.Errorf("%s: %d bids", tp.spec.name, s.Bids)
+		}
+		if tp != winner && len(tp.cal.Bookings()) != 0 {
+			t.Errorf("%s booked without winning", tp.spec.name)
+		}
+	}
+	if ex := Explain(st.Bids); !strings.Contains(ex, "winner") {
+		t.Fatalf("explain: %s", ex)
+	}
+}
+
+// bidGate forwards bids to the renter and signals once n have been accepted.
+func bidGate(r *Renter, tr *MemTransport, n int) <-chan struct{} {
+	ch := make(chan struct{})
+	var mu sync.Mutex
+	got := 0
+	tr.Handle(MemHandlers{OnBid: func(from peer.ID, data []byte) error {
+		err := r.HandleBid(from, data)
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			if got++; got == n {
+				close(ch)
+			}
+		}
+		return err
+	}})
+	return ch
+}
+
+func TestAuctionFailover(t *testing.T) {
+	cases := []struct {
+		name   string
+		spoil  func(m *market, w *testProv, release <-chan struct{})
+		result string
+	}{
+		{"winner drops off the network", func(m *market, w *testProv, _ <-chan struct{}) { m.net.Drop(w.s.ID()) }, "error:"},
+		{"winner declines (capacity gone)", func(m *market, w *testProv, _ <-chan struct{}) {
+			now := m.now()
+			_ = w.cal.Reserve(Booking{LeaseID: "local", Start: now.Add(-time.Hour), End: now.Add(5 * time.Hour), GPUs: 4})
+		}, "declined: capacity"},
+		{"winner hangs past the confirm timeout", func(m *market, w *testProv, release <-chan struct{}) {
+			w.t.Handle(MemHandlers{OnAward: func(from peer.ID, data []byte) ([]byte, error) {
+				<-release
+				return nil, errors.New("too late")
+			}})
+		}, "timeout"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMarket(t, eightProviders())
+			r, tr := m.renter(t, RenterConfig{ConfirmTimeout: 100 * time.Millisecond})
+			gate := bidGate(r, tr, 3)
+			release := make(chan struct{})
+			defer close(release)
+			type res struct {
+				job Job
+				err error
+			}
+			done := make(chan res, 1)
+			go func() {
+				j, err := r.Post(context.Background(), euJob(m.now()))
+				done <- res{j, err}
+			}()
+			select {
+			case <-gate:
+			case <-time.After(10 * time.Second):
+				t.Fatal("bids did not arrive")
+			}
+			winner := m.provs[0] // eu-good, the rank winner
+			c.spoil(m, winner, release)
+			out := <-done
+			if out.err != nil {
+				t.Fatal(out.err)
+			}
+			st, _ := r.Status(out.job.ID)
+			if st.State != JobLeased || m.name(st.Winner) != "eu-h100" {
+				t.Fatalf("runner-up did not get the lease: %+v", st)
+			}
+			if len(st.Attempts) != 2 || m.name(st.Attempts[0].Provider) != "eu-good" || !strings.HasPrefix(st.Attempts[0].Result, c.result) ||
+				st.Attempts[1].Result != "confirmed" {
+				t.Fatalf("attempts %+v", st.Attempts)
+			}
+			if _, ok := winner.cal.Booking(st.Attempts[0].LeaseID); ok {
+				t.Fatal("failed winner holds the lease")
+			}
+			if _, ok := m.provs[7].cal.Booking(st.Lease.ID); !ok {
+				t.Fatal("runner-up calendar lacks the lease")
+			}
+		})
+	}
+}
+
+// checkCalendar verifies that at every booking start the booked GPUs fit.
+func checkCalendar(t *testing.T, name string, c *Calendar) {
+	t.Helper()
+	bs := c.Bookings()
+	for _, b := range bs {
+		n := 0
+		for _, o := range bs {
+			if !b.Start.Before(o.Start) && b.Start.Before(o.End) {
+				n += o.GPUs
+			}
+		}
+		if n > c.Capacity() {
+			t.Errorf("%s overbooked: %d of %d gpus at %s", name, n, c.Capacity(), b.Start)
+		}
+	}
+}
+
+func TestAuctionConcurrentJobs(t *testing.T) {
+	specs := []provSpec{
+		{"a", "eu-west", "A100", 80, 2, pol(1), 0.9}, {"b", "eu-west", "A100", 80, 3, pol(1.1), 0.8},
+		{"c", "eu-central", "A100", 80, 4, pol(0.9), 0.7}, {"d", "us-east", "A100", 80, 2, pol(1), 0.9},
+		{"e", "us-west", "A100", 80, 3, pol(1.2), 0.95}, {"f", "eu-north", "A100", 80, 2, pol(0.7), 0.6},
+	}
+	m := newMarket(t, specs)
+	var renters []*Renter
+	for i := 0; i < 5; i++ {
+		r, _ := m.renter(t, RenterConfig{ConfirmTimeout: time.Second})
+		renters = append(renters, r)
+	}
+	type res struct {
+		r   *Renter
+		job Job
+		err error
+	}
+	out := make(chan res, 50)
+	for i := 0; i < 50; i++ {
+		r := renters[i%len(renters)]
+		j := euJob(m.now())
+		j.GPUCount = 1 + i%2
+		j.MinVRAMGB = 0
+		j.Deadline = m.now().Add(10 * time.Minute) // no queueing behind an hour-long lease
+		if i%3 == 0 {
+			j.Region = ""
+		}
+		go func() {
+			job, err := r.Post(context.Background(), j)
+			out <- res{r, job, err}
+		}()
+	}
+	leased := 0
+	leaseIDs := map[string]string{}
+	for i := 0; i < 50; i++ {
+		o := <-out
+		st, ok := o.r.Status(o.job.ID)
+		if !ok {
+			t.Fatalf("job %s unknown", o.job.ID)
+		}
+		switch st.State {
+		case JobLeased:
+			if o.err != nil {
+				t.Errorf("leased with error %v", o.err)
+			}
+			leased++
+			leaseIDs[st.Lease.ID] = st.Winner
+			if o.job.Region == "eu" && !regionSatisfies("eu", m.byID[st.Winner].spec.region) {
+				t.Errorf("EU job leased in %s", m.byID[st.Winner].spec.region)
+			}
+		case JobUnplaceable:
+			if !errors.Is(o.err, ErrUnplaceable) || len(st.Reasons) == 0 || st.Reasons[len(st.Reasons)-1] == "" {
+				t.Errorf("unplaceable without reason: %+v %v", st, o.err)
+			}
+		default:
+			t.Errorf("job %s ended %s", o.job.ID, st.State)
+		}
+	}
+	booked := 0
+	for _, tp := range m.provs {
+		checkCalendar(t, tp.spec.name, tp.cal)
+		for _, b := range tp.cal.Bookings() {
+			booked++
+			if leaseIDs[b.LeaseID] != tp.s.ID().String() {
+				t.Errorf("%s holds lease %s it did not win", tp.spec.name, b.LeaseID)
+			}
+		}
+	}
+	// 16 GPUs total, jobs of 1-2 GPUs: capacity must run out.
+	if booked != leased || leased == 0 || leased == 50 {
+		t.Fatalf("leased %d, booked %d", leased, booked)
+	}
+	t.Logf("%d of 50 jobs leased", leased)
+}
+
+func TestHostileInput(t *testing.T) {
+	m := newMarket(t, eightProviders()[:1])
+	prov := m.provs[0]
+	r, tr := m.renter(t, RenterConfig{})
+	renterID := tr.id
+	j := euJob(m.now())
+	j.BidWindow = 2 * time.Second
+	j.ID = "job-hostile"
+	go func() { _, _ = r.Post(context.Background(), j) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if st, ok := r.Status(j.ID); ok && st.State == JobBidding {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("job not posted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	defer func() { _ = r.Cancel(j.ID) }()
+
+	attacker, victim := mkSigner(t), mkSigner(t)
+	now := m.now()
+	mkBid := func(s *attest.Signer, provider, jobID, nonce string) Bid {
+		return Bid{JobID: jobID, Provider: provider, Region: "eu-west", Price: 1, Start: now, End: now.Add(time.Hour),
+			Nonce: nonce, IssuedAt: now, ExpiresAt: now.Add(time.Minute)}
+	}
+	good, _ := EncodeBid(attacker, mkBid(attacker, attacker.ID().String(), j.ID, "n1"))
+	forgedEnv, _ := attest.Seal(attacker, DomainBid, mkBid(attacker, victim.ID().String(), j.ID, "n2"))
+	forged, _ := forgedEnv.Marshal()
+	unsignedEnv := *forgedEnv
+	unsignedEnv.Sig = nil
+	unsigned, _ := unsignedEnv.Marshal()
+	tampered := *forgedEnv
+	tampered.Signer = victim.ID().String()
+	tamperedB, _ := tampered.Marshal()
+	unknown, _ := EncodeBid(attacker, mkBid(attacker, attacker.ID().String(), "job-nope", "n3"))
+	expiredBid := mkBid(attacker, attacker.ID().String(), j.ID, "n4")
+	expiredBid.ExpiresAt = now.Add(-time.Second)
+	expired, _ := EncodeBid(attacker, expiredBid)
+	awardEnv, _ := attest.Seal(attacker, DomainAward, Award{LeaseID: "l"})
+
+	cases := []struct {
+		name   string
+		from   peer.ID
+		data   []byte
+		reason string
+	}{
+		{"malformed json", attacker.ID(), []byte("{not json"), "malformed"},
+		{"empty", attacker.ID(), nil, "malformed"},
+		{"oversized", attacker.ID(), make([]byte, MaxMessageSize+1), "oversized"},
+		{"unsigned", attacker.ID(), unsigned, "malformed"},
+		{"claims another provider", victim.ID(), forged, "signer_mismatch"},
+		{"tampered signer", victim.ID(), tamperedB, "bad_signature"},
+		{"wrong domain", attacker.ID(), mustMarshal(awardEnv), "wrong_domain"},
+		{"sent by someone else", victim.ID(), good, "sender_mismatch"},
+		{"unknown job", attacker.ID(), unknown, "unknown_job"},
+		{"expired", attacker.ID(), expired, "expired"},
+		{"first is fine", attacker.ID(), good, ""},
+		{"replayed nonce", attacker.ID(), good, "replayed_nonce"},
+	}
+	for _, c := range cases {
+		err := r.HandleBid(c.from, c.data)
+		var rej *Rejection
+		if c.reason == "" {
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			continue
+		}
+		if !errors.As(err, &rej) || rej.Reason != c.reason {
+			t.Errorf("%s: got %v, want %s", c.name, err, c.reason)
+		}
+	}
+	counters := r.Counters()
+	for _, c := range cases {
+		if c.reason != "" && counters[c.reason] == 0 {
+			t.Errorf("counter %s not incremented: %v", c.reason, counters)
+		}
+	}
+
+	// The provider saw the real call and bid; an award for that bid signed
+	// by anyone but the job's owner is refused.
+	var sb *sentBid
+	for i := 0; i < 500 && sb == nil; i++ {
+		prov.p.mu.Lock()
+		for _, b := range prov.p.bids {
+			sb = b
+		}
+		prov.p.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+	}
+	if sb == nil {
+		t.Fatal("provider did not bid")
+	}
+	fake := sb.job
+	fake.Owner = attacker.ID().String()
+	aw := Award{LeaseID: "lease-x", JobID: fake.ID, Renter: fake.Owner, Provider: prov.s.ID().String(), BidNonce: sb.bid.Nonce,
+		Price: sb.bid.Price, Start: sb.bid.Start, End: sb.bid.End, GPUCount: fake.GPUCount, Job: fake}
+	data, _ := EncodeAward(attacker, aw)
+	if c, err := prov.p.HandleAward(attacker.ID(), data); err == nil || c != nil {
+		t.Fatalf("award from non-owner accepted: %v", err)
+	}
+	if c, err := prov.p.HandleAward(renterID, data); err == nil || c != nil {
+		t.Fatalf("award relayed by the owner but signed by another accepted: %v", err)
+	}
+	for _, junk := range [][]byte{nil, []byte("]]"), make([]byte, MaxMessageSize+1), good} {
+		if _, err := prov.p.HandleAward(attacker.ID(), junk); err == nil {
+			t.Fatal("junk award accepted")
+		}
+		if err := prov.p.HandleCall(attacker.ID(), junk); err == nil {
+			t.Fatal("junk call accepted")
+		}
+	}
+	// A call whose job claims another owner than its signer.
+	callEnv, _ := attest.Seal(attacker, DomainJob, Job{ID: "x", Owner: victim.ID().String()})
+	if err := prov.p.HandleCall(attacker.ID(), []byte(`{"topic":"t","job":`+string(mustMarshal(callEnv))+`}`)); err == nil {
+		t.Fatal("call with a foreign owner accepted")
+	}
+	ps := prov.p.Stats()
+	if ps.Rejected["not_job_owner"] != 2 || ps.Rejected["oversized"] == 0 || ps.Rejected["signer_mismatch"] == 0 || len(prov.cal.Bookings()) != 0 {
+		t.Fatalf("provider stats %+v", ps)
+	}
+}
+
+func mustMarshal(e *attest.Envelope) []byte {
+	b, err := e.Marshal()
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

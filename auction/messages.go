@@ -1,0 +1,166 @@
+package auction
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// MaxMessageSize bounds any wire message a handler accepts.
+const MaxMessageSize = 128 << 10
+
+// Decoding errors.
+var (
+	ErrOversized      = errors.New("auction: message too large")
+	ErrMalformed      = errors.New("auction: malformed message")
+	ErrSignerMismatch = errors.New("auction: signer does not match the message")
+)
+
+// Call is a call for bids as gossiped: the job, sealed by its owner under
+// DomainJob, and the topic it was published on.
+type Call struct {
+	Job   Job
+	Topic string
+}
+
+type callWire struct {
+	Topic string           `json:"topic"`
+	Job   *attest.Envelope `json:"job"`
+}
+
+// EncodeCall seals job (whose Owner must be the signer) and wraps it with
+// its topic for gossip.
+func EncodeCall(s *attest.Signer, job Job, topic string) ([]byte, error) {
+	if job.Owner != s.ID().String() {
+		return nil, fmt.Errorf("%w: job owner %q is not the signer %s", ErrSignerMismatch, job.Owner, s.ID())
+	}
+	env, err := attest.Seal(s, DomainJob, job)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(callWire{Topic: topic, Job: env})
+	if err != nil {
+		return nil, fmt.Errorf("auction: encode call: %w", err)
+	}
+	if len(b) > MaxMessageSize {
+		return nil, ErrOversized
+	}
+	return b, nil
+}
+
+// DecodeCall verifies a gossiped call: the job envelope's signature under
+// DomainJob and that its signer is the job's Owner. It does not
+// validate the job spec.
+func DecodeCall(data []byte) (Call, error) {
+	if len(data) > MaxMessageSize {
+		return Call{}, ErrOversized
+	}
+	var w callWire
+	if err := json.Unmarshal(data, &w); err != nil {
+		return Call{}, fmt.Errorf("%w: call: %v", ErrMalformed, err)
+	}
+	if w.Job == nil {
+		return Call{}, fmt.Errorf("%w: call without job", ErrMalformed)
+	}
+	var c Call
+	id, err := attest.Open(w.Job, DomainJob, &c.Job)
+	if err != nil {
+		return Call{}, fmt.Errorf("auction: call: %w", err)
+	}
+	if c.Job.Owner != id.String() {
+		return Call{}, fmt.Errorf("%w: job owner %q, signed by %s", ErrSignerMismatch, c.Job.Owner, id)
+	}
+	c.Topic = w.Topic
+	return c, nil
+}
+
+func seal(s *attest.Signer, domain string, v any) ([]byte, error) {
+	env, err := attest.Seal(s, domain, v)
+	if err != nil {
+		return nil, err
+	}
+	b, err := env.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("auction: encode %s: %w", domain, err)
+	}
+	if len(b) > MaxMessageSize {
+		return nil, ErrOversized
+	}
+	return b, nil
+}
+
+func open(data []byte, domain string, v any) (peer.ID, error) {
+	if len(data) > MaxMessageSize {
+		return "", ErrOversized
+	}
+	env, err := attest.UnmarshalEnvelope(data)
+	if err != nil {
+		return "", fmt.Errorf("auction: %s: %w", domain, err)
+	}
+	id, err := attest.Open(env, domain, v)
+	if err != nil {
+		return "", fmt.Errorf("auction: %s: %w", domain, err)
+	}
+	return id, nil
+}
+
+// EncodeBid seals a bid; its Provider must be the signer.
+func EncodeBid(s *attest.Signer, b Bid) ([]byte, error) {
+	if b.Provider != s.ID().String() {
+		return nil, fmt.Errorf("%w: bid provider %q is not the signer %s", ErrSignerMismatch, b.Provider, s.ID())
+	}
+	return seal(s, DomainBid, b)
+}
+
+// DecodeBid verifies a bid envelope and that its signer is Bid.Provider.
+func DecodeBid(data []byte) (Bid, error) {
+	var b Bid
+	id, err := open(data, DomainBid, &b)
+	if err != nil {
+		return Bid{}, err
+	}
+	if b.Provider != id.String() {
+		return Bid{}, fmt.Errorf("%w: bid claims provider %q, signed by %s", ErrSignerMismatch, b.Provider, id)
+	}
+	return b, nil
+}
+
+// EncodeAward seals an award; its Renter and Job.Owner must be the signer.
+func EncodeAward(s *attest.Signer, a Award) ([]byte, error) {
+	if a.Renter != s.ID().String() || a.Job.Owner != a.Renter {
+		return nil, fmt.Errorf("%w: award renter %q / job owner %q is not the signer %s", ErrSignerMismatch, a.Renter, a.Job.Owner, s.ID())
+	}
+	return seal(s, DomainAward, a)
+}
+
+// DecodeAward verifies an award envelope and that its signer is both the
+// award's Renter and its job's Owner.
+func DecodeAward(data []byte) (Award, error) {
+	var a Award
+	id, err := open(data, DomainAward, &a)
+	if err != nil {
+		return Award{}, err
+	}
+	if a.Renter != id.String() || a.Job.Owner != id.String() {
+		return Award{}, fmt.Errorf("%w: award renter %q, job owner %q, signed by %s", ErrSignerMismatch, a.Renter, a.Job.Owner, id)
+	}
+	return a, nil
+}
+
+// EncodeConfirm seals a provider's answer to an award.
+func EncodeConfirm(s *attest.Signer, c Confirm) ([]byte, error) {
+	return seal(s, DomainConfirm, c)
+}
+
+// DecodeConfirm verifies a confirm envelope and returns it with its signer.
+func DecodeConfirm(data []byte) (Confirm, peer.ID, error) {
+	var c Confirm
+	id, err := open(data, DomainConfirm, &c)
+	if err != nil {
+		return Confirm{}, "", err
+	}
+	return c, id, nil
+}

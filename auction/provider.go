@@ -1,0 +1,373 @@
+package auction
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// DefaultBidGrace is how long a bid stays valid after the job's bid window
+// (so that the renter can still award it while failing over).
+const DefaultBidGrace = 30 * time.Second
+
+// seenTTL is how long a provider remembers a call to deduplicate it.
+const seenTTL = time.Hour
+
+// ProviderConfig configures a Provider.
+type ProviderConfig struct {
+	Signer    *Signer
+	Transport Transport
+	// Capability returns the provider's current capability record.
+	Capability func() Capability
+	// Calendar is the provider's lease book, the only authority on capacity.
+	Calendar *Calendar
+	// Sensors returns the current GPU temperature and power draw; nil means
+	// no readings (limits are not enforced).
+	Sensors func() (tempC, powerW int)
+	// Reliability returns the provider's own verified reliability; nil
+	// means NeutralReliability.
+	Reliability func() float64
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Log receives protocol events; nil discards them.
+	Log *slog.Logger
+	// OnLease is called after a lease is confirmed, with the lease ids of
+	// the bronze bookings it evicted (the runtime must stop them).
+	OnLease func(lease Lease, job Job, preempts []string)
+	// BidGrace is added to the job's bid window to set a bid's expiry; 0
+	// means DefaultBidGrace.
+	BidGrace time.Duration
+}
+
+// ProviderStats is a provider's market activity.
+type ProviderStats struct {
+	Calls      int            `json:"calls"`
+	Duplicates int            `json:"duplicates"`
+	Bids       int            `json:"bids"`
+	Won        int            `json:"won"`
+	Lost       int            `json:"lost"`     // bids that expired without an award
+	Declined   int            `json:"declined"` // awards declined (e.g. capacity taken meanwhile)
+	Rejected   map[string]int `json:"rejected"`
+	Ineligible map[string]int `json:"ineligible"` // by Ineligible.Kind
+	Occupancy  float64        `json:"occupancy"`
+	// EarningsUSD sums price × GPUs × hours over confirmed leases, as
+	// shortened by LeaseEnded.
+	EarningsUSD float64 `json:"earnings_usd"`
+	Leases      []Lease `json:"leases"`
+}
+
+type sentBid struct {
+	bid   Bid
+	job   Job
+	offer Offer
+}
+
+// Provider answers calls for bids: it evaluates each call against its
+// capability, sensors, reliability and calendar (Evaluate), bids when
+// eligible, and turns awards into calendar reservations. It is safe for
+// concurrent use.
+type Provider struct {
+	cfg ProviderConfig
+	log *slog.Logger
+
+	mu        sync.Mutex
+	seen      map[string]time.Time // job id/attempt -> when
+	bids      map[string]*sentBid  // nonce -> bid
+	confirms  map[string][]byte    // lease id -> signed confirm
+	leases    map[string]*Lease
+	order     []string
+	stats     ProviderStats
+	lastPrune time.Time
+}
+
+// NewProvider returns a provider. Signer, Transport, Capability and
+// Calendar are required.
+func NewProvider(cfg ProviderConfig) (*Provider, error) {
+	if cfg.Signer == nil || cfg.Transport == nil || cfg.Capability == nil || cfg.Calendar == nil {
+		return nil, errors.New("auction: provider needs a signer, a transport, a capability and a calendar")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.BidGrace <= 0 {
+		cfg.BidGrace = DefaultBidGrace
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Provider{
+		cfg: cfg, log: log.With("role", "provider"),
+		seen: map[string]time.Time{}, bids: map[string]*sentBid{}, confirms: map[string][]byte{}, leases: map[string]*Lease{},
+		stats: ProviderStats{Rejected: map[string]int{}, Ineligible: map[string]int{}},
+	}, nil
+}
+
+func (p *Provider) reject(reason string, err error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stats.Rejected[reason]++
+	return &Rejection{Reason: reason, Err: err}
+}
+
+// prune forgets old calls and expired bids (counting them as lost). Called
+// with p.mu held.
+func (p *Provider) prune(now time.Time) {
+	if now.Sub(p.lastPrune) < time.Second && now.After(p.lastPrune) {
+		return
+	}
+	p.lastPrune = now
+	for k, t := range p.seen {
+		if now.Sub(t) > seenTTL {
+			delete(p.seen, k)
+		}
+	}
+	for n, sb := range p.bids {
+		if !now.Before(sb.bid.ExpiresAt) {
+			delete(p.bids, n)
+			p.stats.Lost++
+		}
+	}
+}
+
+// HandleCall takes a gossiped call for bids. It verifies the job envelope
+// (signed by the job's owner), validates the job, skips its own jobs and
+// calls it already answered (same job id and attempt), and evaluates the
+// job. When eligible it sends a signed bid to the job's owner. A refused
+// call returns a *Rejection (counted by reason); an ineligible one returns
+// the *Ineligible error (counted by kind). from is the gossip peer that
+// relayed the call and is not trusted.
+func (p *Provider) HandleCall(from peer.ID, data []byte) error {
+	c, err := DecodeCall(data)
+	if err != nil {
+		return p.reject(decodeReason(err), err)
+	}
+	job := c.Job
+	if err := job.Validate(); err != nil {
+		return p.reject("invalid_job", err)
+	}
+	if job.Owner == p.cfg.Signer.ID().String() {
+		return nil
+	}
+	owner, err := peer.Decode(job.Owner)
+	if err != nil {
+		return p.reject("malformed", fmt.Errorf("job owner: %w", err))
+	}
+	now := p.cfg.Now()
+	key := fmt.Sprintf("%s/%d", job.ID, job.Attempt)
+	p.mu.Lock()
+	p.prune(now)
+	if _, dup := p.seen[key]; dup {
+		p.stats.Duplicates++
+		p.mu.Unlock()
+		return nil
+	}
+	p.seen[key] = now
+	p.stats.Calls++
+	p.mu.Unlock()
+
+	capab := p.cfg.Capability()
+	ps := ProviderState{Cap: &capab, Cal: p.cfg.Calendar, Reliability: NeutralReliability}
+	if p.cfg.Sensors != nil {
+		ps.TempC, ps.PowerW = p.cfg.Sensors()
+	}
+	if p.cfg.Reliability != nil {
+		ps.Reliability = p.cfg.Reliability()
+	}
+	offer, err := Evaluate(ps, &job, now)
+	if err != nil {
+		var in *Ineligible
+		if errors.As(err, &in) {
+			p.mu.Lock()
+			p.stats.Ineligible[in.Kind]++
+			p.mu.Unlock()
+			p.log.Debug("not bidding", "job", job.ID, "reason", in.Reason)
+			return err
+		}
+		return p.reject("evaluate", err)
+	}
+	bid := Bid{
+		JobID: job.ID, Attempt: job.Attempt, Provider: p.cfg.Signer.ID().String(), Region: capab.Region,
+		Price: offer.Price, Start: offer.Start, End: offer.End, GPUModel: offer.GPUModel, VRAMGB: offer.VRAMGB,
+		Datasets: offer.Datasets, Nonce: NewID("bid"), IssuedAt: now, ExpiresAt: now.Add(job.BidWindow + p.cfg.BidGrace),
+	}
+	msg, err := EncodeBid(p.cfg.Signer, bid)
+	if err != nil {
+		return p.reject("encode", err)
+	}
+	p.mu.Lock()
+	p.bids[bid.Nonce] = &sentBid{bid: bid, job: job, offer: offer}
+	p.stats.Bids++
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), job.BidWindow)
+	defer cancel()
+	if err := p.cfg.Transport.SendBid(ctx, owner, job.OwnerAddrs, msg); err != nil {
+		p.log.Info("bid not delivered", "job", job.ID, "err", err)
+		return fmt.Errorf("auction: send bid for %s: %w", job.ID, err)
+	}
+	return nil
+}
+
+// HandleAward takes an award from a renter's direct stream and returns the
+// signed Confirm. The award must be signed by the job's owner, who must be
+// the sender, and name this provider; otherwise it is refused with a
+// *Rejection and no confirm. An award that does not match a live bid this
+// provider made (nonce, job, attempt, price, span, GPU count), or that the
+// calendar can no longer hold, gets a signed declined Confirm. Otherwise
+// the lease is reserved atomically (evicting the bid's planned bronze
+// preemptions for a gold job) and confirmed. Repeating an award with the
+// same lease id returns the same confirm.
+func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
+	a, err := DecodeAward(data)
+	if err != nil {
+		return nil, p.reject(decodeReason(err), err)
+	}
+	if a.Renter != from.String() {
+		return nil, p.reject("not_job_owner", fmt.Errorf("award from %s signed by %s", from, a.Renter))
+	}
+	me := p.cfg.Signer.ID().String()
+	if a.Provider != me {
+		return nil, p.reject("wrong_provider", fmt.Errorf("award names %s", a.Provider))
+	}
+	now := p.cfg.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.confirms[a.LeaseID]; ok {
+		return c, nil
+	}
+	sb, ok := p.bids[a.BidNonce]
+	decline := func(reason string) ([]byte, error) {
+		p.stats.Declined++
+		p.log.Info("award declined", "lease", a.LeaseID, "job", a.JobID, "reason", reason)
+		c, err := EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: a.LeaseID, Accepted: false, Reason: reason})
+		if err == nil {
+			p.confirms[a.LeaseID] = c
+		}
+		return c, err
+	}
+	switch {
+	case !ok:
+		return decline("no such bid")
+	case sb.job.Owner != a.Renter:
+		return nil, p.rejectLocked("not_job_owner", fmt.Errorf("bid was for a job of %s", sb.job.Owner))
+	case !now.Before(sb.bid.ExpiresAt):
+		return decline("bid expired")
+	case a.JobID != sb.bid.JobID || a.Attempt != sb.bid.Attempt:
+		return decline("award does not match the bid's job")
+	case a.Price != sb.bid.Price || !a.Start.Equal(sb.bid.Start) || !a.End.Equal(sb.bid.End) || a.GPUCount != sb.job.GPUCount:
+		return decline("award does not match the bid's terms")
+	}
+	job := sb.job
+	b := Booking{LeaseID: a.LeaseID, Start: a.Start, End: a.End, GPUs: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible}
+	var evict []string
+	if job.Tier == Gold {
+		evict = sb.offer.Preempts
+	}
+	evicted, err := p.cfg.Calendar.ReserveEvicting(b, evict)
+	if err != nil {
+		return decline("capacity: " + err.Error())
+	}
+	delete(p.bids, a.BidNonce)
+	var preempted []string
+	for _, e := range evicted {
+		preempted = append(preempted, e.LeaseID)
+		end := a.Start
+		if end.Before(e.Start) {
+			end = e.Start
+		}
+		p.endLocked(e.LeaseID, end, LeasePreempted)
+	}
+	c, err := EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: a.LeaseID, Accepted: true})
+	if err != nil {
+		p.cfg.Calendar.Release(a.LeaseID)
+		return nil, err
+	}
+	lease := Lease{ID: a.LeaseID, JobID: a.JobID, Attempt: a.Attempt, Renter: a.Renter, Provider: me, Price: a.Price,
+		Start: a.Start, End: a.End, GPUCount: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible, State: LeaseReserved}
+	p.confirms[a.LeaseID] = c
+	p.leases[lease.ID] = &lease
+	p.order = append(p.order, lease.ID)
+	p.stats.Won++
+	p.stats.EarningsUSD += leaseValue(lease.Price, lease.GPUCount, lease.Start, lease.End)
+	if p.cfg.OnLease != nil {
+		// Called with p.mu held, so that lease callbacks arrive in order;
+		// OnLease must not call back into the provider synchronously.
+		p.cfg.OnLease(lease, job, preempted)
+	}
+	return c, nil
+}
+
+func (p *Provider) rejectLocked(reason string, err error) error {
+	p.stats.Rejected[reason]++
+	return &Rejection{Reason: reason, Err: err}
+}
+
+func leaseValue(price float64, gpus int, start, end time.Time) float64 {
+	if !end.After(start) || math.IsNaN(price) {
+		return 0
+	}
+	return price * float64(gpus) * end.Sub(start).Hours()
+}
+
+// LeaseEnded records that a lease ended at end in state (the job finished
+// early, failed, was cancelled or preempted): the calendar frees the rest of
+// its span and earnings only count the time up to end. It is idempotent for
+// a lease already in a terminal state.
+func (p *Provider) LeaseEnded(leaseID string, end time.Time, state LeaseState) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.leases[leaseID]; !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownLease, leaseID)
+	}
+	p.endLocked(leaseID, end, state)
+	return nil
+}
+
+func (p *Provider) endLocked(leaseID string, end time.Time, state LeaseState) {
+	l, ok := p.leases[leaseID]
+	if !ok {
+		p.cfg.Calendar.Truncate(leaseID, end)
+		return
+	}
+	if l.State.Terminal() {
+		return
+	}
+	if end.Before(l.Start) {
+		end = l.Start
+	}
+	if end.Before(l.End) {
+		p.stats.EarningsUSD -= leaseValue(l.Price, l.GPUCount, end, l.End)
+		l.End = end
+		p.cfg.Calendar.Truncate(leaseID, end)
+	}
+	l.State = state
+}
+
+// Stats returns a snapshot of the provider's market activity.
+func (p *Provider) Stats() ProviderStats {
+	now := p.cfg.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.prune(now)
+	s := p.stats
+	s.Rejected = make(map[string]int, len(p.stats.Rejected))
+	for k, v := range p.stats.Rejected {
+		s.Rejected[k] = v
+	}
+	s.Ineligible = make(map[string]int, len(p.stats.Ineligible))
+	for k, v := range p.stats.Ineligible {
+		s.Ineligible[k] = v
+	}
+	s.Occupancy = p.cfg.Calendar.Occupancy(now)
+	s.Leases = make([]Lease, 0, len(p.order))
+	for _, id := range p.order {
+		s.Leases = append(s.Leases, *p.leases[id])
+	}
+	return s
+}

@@ -1,0 +1,510 @@
+package auction
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// DefaultConfirmTimeout bounds how long a renter waits for a provider to
+// confirm an award before failing over to the next bid.
+const DefaultConfirmTimeout = 5 * time.Second
+
+// Renter errors.
+var (
+	ErrUnplaceable = errors.New("auction: job unplaceable")
+	ErrCancelled   = errors.New("auction: job cancelled")
+	ErrUnknownJob  = errors.New("auction: unknown job")
+)
+
+// Rejection is the error a handler returns for a message it refuses; Reason
+// is a stable counter key ("malformed", "bad_signature", "replayed_nonce"...).
+type Rejection struct {
+	Reason string
+	Err    error
+}
+
+func (r *Rejection) Error() string {
+	if r.Err == nil {
+		return "auction: rejected: " + r.Reason
+	}
+	return "auction: rejected: " + r.Reason + ": " + r.Err.Error()
+}
+
+func (r *Rejection) Unwrap() error { return r.Err }
+
+// decodeReason classifies a decoding error as a counter key.
+func decodeReason(err error) string {
+	switch {
+	case errors.Is(err, ErrOversized), errors.Is(err, attest.ErrOversized):
+		return "oversized"
+	case errors.Is(err, ErrSignerMismatch):
+		return "signer_mismatch"
+	case errors.Is(err, attest.ErrBadSignature):
+		return "bad_signature"
+	case errors.Is(err, attest.ErrWrongDomain):
+		return "wrong_domain"
+	}
+	return "malformed"
+}
+
+// JobState is where a posted job is in its auction.
+type JobState string
+
+// Job states.
+const (
+	JobBidding     JobState = "bidding"
+	JobAwarding    JobState = "awarding"
+	JobLeased      JobState = "leased"
+	JobUnplaceable JobState = "unplaceable"
+	JobCancelled   JobState = "cancelled"
+	JobFailed      JobState = "failed"
+)
+
+// AwardAttempt records one award sent to a provider and what came of it.
+type AwardAttempt struct {
+	Provider string `json:"provider"`
+	LeaseID  string `json:"lease_id"`
+	Result   string `json:"result"` // "confirmed", or why not
+}
+
+// JobStatus is a renter's view of one job's auction.
+type JobStatus struct {
+	Job      Job            `json:"job"`
+	State    JobState       `json:"state"`
+	Lease    *Lease         `json:"lease,omitempty"`
+	Winner   string         `json:"winner,omitempty"`
+	Bids     []Ranked       `json:"bids,omitempty"`
+	Reasons  []string       `json:"reasons,omitempty"`
+	Attempts []AwardAttempt `json:"attempts,omitempty"`
+	PostedAt time.Time      `json:"posted_at"`
+}
+
+// RenterConfig configures a Renter.
+type RenterConfig struct {
+	Signer    *Signer
+	Transport Transport
+	// Reputation is the renter's verified reliability score of a provider
+	// in [0,1] (attest's reputation book); nil means NeutralReliability.
+	Reputation func(provider string) float64
+	// Now is the clock for timestamps and expiry; nil means time.Now.
+	Now func() time.Time
+	// Log receives protocol events; nil discards them.
+	Log *slog.Logger
+	// ConfirmTimeout bounds each award's round trip; 0 means
+	// DefaultConfirmTimeout.
+	ConfirmTimeout time.Duration
+	// OnLease is called when a provider confirms a lease.
+	OnLease func(Lease, Job)
+	// OnUnplaceable is called when an auction ends without a lease.
+	OnUnplaceable func(Job, string)
+}
+
+// Signer is attest's signer, aliased so configs read naturally.
+type Signer = attest.Signer
+
+type renterJob struct {
+	status  JobStatus
+	open    bool
+	bids    []Candidate
+	nonces  map[string]bool
+	bidders map[string]bool
+	cancel  chan struct{}
+	posted  time.Time // wall clock, for latency
+}
+
+// Renter runs auctions for its own jobs: Post gossips a signed call for bids
+// on JobTopics, collects bids through HandleBid for the job's BidWindow,
+// ranks them with RankAt and awards them best first. An award is a lease
+// only once the provider's signed Confirm (matching lease id, accepted)
+// comes back; if the winner errors, times out or declines, the next bid is
+// awarded. It is safe for concurrent use.
+type Renter struct {
+	cfg RenterConfig
+	log *slog.Logger
+
+	mu       sync.Mutex
+	jobs     map[string]*renterJob
+	counters map[string]int
+}
+
+// NewRenter returns a renter. Signer and Transport are required.
+func NewRenter(cfg RenterConfig) (*Renter, error) {
+	if cfg.Signer == nil || cfg.Transport == nil {
+		return nil, errors.New("auction: renter needs a signer and a transport")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ConfirmTimeout <= 0 {
+		cfg.ConfirmTimeout = DefaultConfirmTimeout
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Renter{cfg: cfg, log: log.With("role", "renter"), jobs: map[string]*renterJob{}, counters: map[string]int{}}, nil
+}
+
+// Post runs an auction for job: it fills ID (if empty), Owner and CreatedAt
+// (if zero), validates the job, publishes the call and returns when the
+// auction ends. The error is nil once leased, wraps ErrUnplaceable (with
+// the reason) when no bid could be turned into a lease, ErrCancelled after
+// Cancel, or reports an invalid job or a failed publish.
+func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
+	job.Owner = r.cfg.Signer.ID().String()
+	if job.ID == "" {
+		job.ID = NewID("job")
+	}
+	if job.CreatedAt.IsZero() {
+		job.CreatedAt = r.cfg.Now()
+	}
+	if err := job.Validate(); err != nil {
+		return job, err
+	}
+	rj := &renterJob{
+		status:  JobStatus{Job: job, State: JobBidding, PostedAt: r.cfg.Now()},
+		open:    true,
+		nonces:  map[string]bool{},
+		bidders: map[string]bool{},
+		cancel:  make(chan struct{}),
+		posted:  time.Now(),
+	}
+	r.mu.Lock()
+	if old, ok := r.jobs[job.ID]; ok && (old.status.State == JobBidding || old.status.State == JobAwarding) {
+		r.mu.Unlock()
+		return job, fmt.Errorf("auction: job %s is already being auctioned", job.ID)
+	}
+	var history []AwardAttempt
+	var reasons []string
+	if old, ok := r.jobs[job.ID]; ok {
+		history, reasons = old.status.Attempts, old.status.Reasons
+	}
+	rj.status.Attempts, rj.status.Reasons = history, reasons
+	r.jobs[job.ID] = rj
+	r.mu.Unlock()
+
+	published := 0
+	var pubErr error
+	for _, topic := range JobTopics(&job) {
+		data, err := EncodeCall(r.cfg.Signer, job, topic)
+		if err != nil {
+			return job, r.finish(rj, JobFailed, "encode call: "+err.Error(), nil, "", err)
+		}
+		if err := r.cfg.Transport.Publish(ctx, topic, data); err != nil {
+			pubErr = errors.Join(pubErr, fmt.Errorf("publish %s: %w", topic, err))
+			continue
+		}
+		published++
+	}
+	if published == 0 {
+		return job, r.finish(rj, JobFailed, "publish failed", nil, "", fmt.Errorf("auction: post %s: %w", job.ID, pubErr))
+	}
+	r.log.Debug("call published", "job", job.ID, "attempt", job.Attempt, "window", job.BidWindow)
+
+	timer := time.NewTimer(job.BidWindow)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+		return job, r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+	case <-rj.cancel:
+		return job, ErrCancelled
+	}
+
+	r.mu.Lock()
+	if rj.status.State != JobBidding {
+		r.mu.Unlock()
+		return job, ErrCancelled
+	}
+	rj.open = false
+	rj.status.State = JobAwarding
+	cands := append([]Candidate(nil), rj.bids...)
+	r.mu.Unlock()
+	for i := range cands {
+		cands[i].Reliability = r.reputation(cands[i].Bid.Provider)
+	}
+	ranked := RankAt(&job, cands, r.cfg.Now())
+	r.mu.Lock()
+	rj.status.Bids = ranked
+	r.mu.Unlock()
+
+	eligible := 0
+	for _, c := range ranked {
+		if c.Rejected != "" {
+			continue
+		}
+		eligible++
+		select {
+		case <-rj.cancel:
+			return job, ErrCancelled
+		default:
+		}
+		lease, result := r.award(ctx, &job, c.Bid)
+		r.mu.Lock()
+		rj.status.Attempts = append(rj.status.Attempts, AwardAttempt{Provider: c.Bid.Provider, LeaseID: lease.ID, Result: result})
+		r.mu.Unlock()
+		if result == "confirmed" {
+			r.finish(rj, JobLeased, "", &lease, c.Bid.Provider, nil)
+			if r.cfg.OnLease != nil {
+				r.cfg.OnLease(lease, job)
+			}
+			return job, nil
+		}
+		r.log.Info("award failed, failing over", "job", job.ID, "provider", c.Bid.Provider, "result", result)
+		if ctx.Err() != nil {
+			return job, r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+		}
+	}
+	var reason string
+	switch {
+	case len(ranked) == 0:
+		reason = "no bids"
+	case eligible == 0:
+		reason = fmt.Sprintf("no eligible bids (%d rejected: %s)", len(ranked), ranked[0].Rejected)
+	default:
+		reason = fmt.Sprintf("all %d awards failed", eligible)
+	}
+	err := r.finish(rj, JobUnplaceable, reason, nil, "", fmt.Errorf("%w: %s: %s", ErrUnplaceable, job.ID, reason))
+	if r.cfg.OnUnplaceable != nil {
+		r.cfg.OnUnplaceable(job, reason)
+	}
+	return job, err
+}
+
+func (r *Renter) reputation(provider string) float64 {
+	if r.cfg.Reputation == nil {
+		return NeutralReliability
+	}
+	return r.cfg.Reputation(provider)
+}
+
+// finish records an auction's end and returns err.
+func (r *Renter) finish(rj *renterJob, st JobState, reason string, lease *Lease, winner string, err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rj.open = false
+	rj.status.State = st
+	if reason != "" {
+		rj.status.Reasons = append(rj.status.Reasons, reason)
+	}
+	rj.status.Lease = lease
+	rj.status.Winner = winner
+	return err
+}
+
+// award sends one award and checks the confirm; result is "confirmed" or
+// why not.
+func (r *Renter) award(ctx context.Context, job *Job, b Bid) (Lease, string) {
+	now := r.cfg.Now()
+	a := Award{
+		LeaseID: NewID("lease"), JobID: job.ID, Attempt: job.Attempt,
+		Renter: job.Owner, Provider: b.Provider, BidNonce: b.Nonce,
+		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount,
+		Job: *job, IssuedAt: now,
+	}
+	lease := Lease{ID: a.LeaseID, JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: b.Provider,
+		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible, State: LeaseReserved}
+	to, err := peer.Decode(b.Provider)
+	if err != nil {
+		return lease, "bad provider id: " + err.Error()
+	}
+	data, err := EncodeAward(r.cfg.Signer, a)
+	if err != nil {
+		return lease, "encode award: " + err.Error()
+	}
+	actx, cancel := context.WithTimeout(ctx, r.cfg.ConfirmTimeout)
+	defer cancel()
+	reply, err := r.cfg.Transport.SendAward(actx, to, data)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return lease, "timeout"
+		}
+		return lease, "error: " + err.Error()
+	}
+	c, signer, err := DecodeConfirm(reply)
+	switch {
+	case err != nil:
+		return lease, "bad confirm: " + err.Error()
+	case signer != to:
+		return lease, "confirm not signed by the provider"
+	case c.LeaseID != a.LeaseID:
+		return lease, "confirm for another lease"
+	case !c.Accepted:
+		return lease, "declined: " + c.Reason
+	}
+	return lease, "confirmed"
+}
+
+// HandleBid takes a bid from a provider's direct stream. It verifies the
+// envelope and that its signer is both Bid.Provider and the sender, that
+// the bid is for a known job's current attempt whose window is open, that
+// its nonce is new, that it has not expired and that the provider has not
+// bid already. A refused bid returns a *Rejection and is counted by reason.
+func (r *Renter) HandleBid(from peer.ID, data []byte) error {
+	b, err := DecodeBid(data)
+	if err != nil {
+		return r.reject(decodeReason(err), err)
+	}
+	if b.Provider != from.String() {
+		return r.reject("sender_mismatch", fmt.Errorf("bid from %s signed by %s", from, b.Provider))
+	}
+	now := r.cfg.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rj, ok := r.jobs[b.JobID]
+	switch {
+	case !ok:
+		return r.rejectLocked("unknown_job", fmt.Errorf("job %q", b.JobID))
+	case b.Attempt != rj.status.Job.Attempt:
+		return r.rejectLocked("wrong_attempt", fmt.Errorf("attempt %d, current %d", b.Attempt, rj.status.Job.Attempt))
+	case !rj.open:
+		return r.rejectLocked("window_closed", fmt.Errorf("job %s", b.JobID))
+	case b.Nonce == "" || rj.nonces[b.Nonce]:
+		return r.rejectLocked("replayed_nonce", fmt.Errorf("nonce %q", b.Nonce))
+	case !b.ExpiresAt.IsZero() && !now.Before(b.ExpiresAt):
+		return r.rejectLocked("expired", fmt.Errorf("expired at %s", b.ExpiresAt.Format(time.RFC3339)))
+	case rj.bidders[b.Provider]:
+		rj.nonces[b.Nonce] = true
+		return r.rejectLocked("duplicate_provider", fmt.Errorf("provider %s", b.Provider))
+	}
+	rj.nonces[b.Nonce] = true
+	rj.bidders[b.Provider] = true
+	rj.bids = append(rj.bids, Candidate{Bid: b, Latency: time.Since(rj.posted)})
+	return nil
+}
+
+func (r *Renter) reject(reason string, err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rejectLocked(reason, err)
+}
+
+func (r *Renter) rejectLocked(reason string, err error) error {
+	r.counters[reason]++
+	return &Rejection{Reason: reason, Err: err}
+}
+
+// Status returns a job's auction status.
+func (r *Renter) Status(id string) (JobStatus, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rj, ok := r.jobs[id]
+	if !ok {
+		return JobStatus{}, false
+	}
+	return rj.snapshot(), true
+}
+
+func (rj *renterJob) snapshot() JobStatus {
+	s := rj.status
+	s.Bids = append([]Ranked(nil), s.Bids...)
+	s.Reasons = append([]string(nil), s.Reasons...)
+	s.Attempts = append([]AwardAttempt(nil), s.Attempts...)
+	if s.Lease != nil {
+		l := *s.Lease
+		s.Lease = &l
+	}
+	return s
+}
+
+// List returns every job's status, newest first.
+func (r *Renter) List() []JobStatus {
+	r.mu.Lock()
+	out := make([]JobStatus, 0, len(r.jobs))
+	for _, rj := range r.jobs {
+		out = append(out, rj.snapshot())
+	}
+	r.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].PostedAt.Equal(out[j].PostedAt) {
+			return out[i].PostedAt.After(out[j].PostedAt)
+		}
+		return out[i].Job.ID < out[j].Job.ID
+	})
+	return out
+}
+
+// Cancel stops a job's auction while it is still bidding or awarding; Post
+// then returns ErrCancelled. A leased job is the runtime's to cancel.
+func (r *Renter) Cancel(id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rj, ok := r.jobs[id]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
+	}
+	if rj.status.State != JobBidding && rj.status.State != JobAwarding {
+		return fmt.Errorf("auction: job %s is %s, not in auction", id, rj.status.State)
+	}
+	rj.open = false
+	rj.status.State = JobCancelled
+	rj.status.Reasons = append(rj.status.Reasons, "cancelled")
+	close(rj.cancel)
+	return nil
+}
+
+// Bids returns a job's ranked bids (available once its window closed).
+func (r *Renter) Bids(id string) ([]Ranked, error) {
+	s, ok := r.Status(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownJob, id)
+	}
+	return s.Bids, nil
+}
+
+// Counters returns how many bids were refused, by reason.
+func (r *Renter) Counters() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.counters))
+	for k, v := range r.counters {
+		out[k] = v
+	}
+	return out
+}
+
+// Requeue posts a leased job again after its lease ended early (a bronze
+// job preempted at the end of its gap, or a lost provider): with Attempt+1
+// and Duration reduced to what the lease did not cover by now. It returns
+// like Post.
+func (r *Renter) Requeue(ctx context.Context, jobID, reason string) (Job, error) {
+	r.mu.Lock()
+	rj, ok := r.jobs[jobID]
+	if !ok {
+		r.mu.Unlock()
+		return Job{}, fmt.Errorf("%w: %s", ErrUnknownJob, jobID)
+	}
+	if rj.status.State != JobLeased || rj.status.Lease == nil {
+		st := rj.status.State
+		r.mu.Unlock()
+		return rj.status.Job, fmt.Errorf("auction: requeue %s: job is %s, not leased", jobID, st)
+	}
+	job := rj.status.Job
+	lease := *rj.status.Lease
+	rj.status.Reasons = append(rj.status.Reasons, fmt.Sprintf("requeued after attempt %d: %s", job.Attempt, reason))
+	r.mu.Unlock()
+
+	end := r.cfg.Now()
+	if end.After(lease.End) {
+		end = lease.End
+	}
+	ran := end.Sub(lease.Start)
+	if ran < 0 {
+		ran = 0
+	}
+	remaining := job.Duration - ran
+	if remaining <= 0 {
+		return job, fmt.Errorf("auction: requeue %s: nothing left to run (ran %v of %v)", jobID, ran, job.Duration)
+	}
+	job.Attempt++
+	job.Duration = remaining
+	return r.Post(ctx, job)
+}

@@ -1,0 +1,85 @@
+package auction
+
+import (
+	"context"
+	"sort"
+	"strings"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// TopicPrefix is the gossip namespace of calls for bids (protocol version 1).
+const TopicPrefix = "gpumesh/jobs/1/"
+
+// Transport carries the market's messages. The daemon implements it over
+// libp2p; MemNetwork implements it in memory.
+type Transport interface {
+	// Publish gossips a call for bids on a topic.
+	Publish(ctx context.Context, topic string, data []byte) error
+	// SendBid delivers a bid directly to a renter (addrs are hints).
+	SendBid(ctx context.Context, to peer.ID, addrs []string, data []byte) error
+	// SendAward delivers an award to a provider and returns its signed
+	// confirm.
+	SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error)
+}
+
+// topicPart normalizes a topic component: lower case, no separators.
+func topicPart(s string) string {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if s == "" {
+		return "any"
+	}
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == ' ' || r == '\t' {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// continent is a region's first dash-separated segment ("eu-west" → "eu").
+func continent(region string) string {
+	region = strings.TrimSpace(region)
+	if i := strings.IndexByte(region, '-'); i >= 0 {
+		region = region[:i]
+	}
+	return topicPart(region)
+}
+
+// JobTopics are the topics a job's call is published on:
+// TopicPrefix + "<continent or any>/<model or any>", one per GPU model the
+// job accepts. The continent is the first segment of the job's region.
+func JobTopics(j *Job) []string {
+	cont := continent(j.Region)
+	if len(j.GPUModels) == 0 {
+		return []string{TopicPrefix + cont + "/any"}
+	}
+	set := map[string]bool{}
+	for _, m := range j.GPUModels {
+		set[TopicPrefix+cont+"/"+topicPart(m)] = true
+	}
+	return sortedKeys(set)
+}
+
+// ProviderTopics are the topics a provider must subscribe to in order to
+// hear every call it could be eligible for: its continent and "any", each
+// crossed with each of its GPU models and "any".
+func ProviderTopics(c *Capability) []string {
+	set := map[string]bool{}
+	for _, cont := range []string{continent(c.Region), "any"} {
+		set[TopicPrefix+cont+"/any"] = true
+		for _, g := range c.GPUs {
+			set[TopicPrefix+cont+"/"+topicPart(g.Model)] = true
+		}
+	}
+	return sortedKeys(set)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
