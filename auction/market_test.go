@@ -122,7 +122,7 @@ func eightProviders() []provSpec {
 	night := pol(0.5)
 	night.Availability = []Window{{From: "22:00", To: "06:00"}}
 	return []provSpec{
-		{"eu-good", "eu-west", "A100", 80, 4, pol(1.0), 0.9},       // score 1.11: winner
+		{"eu-good", "eu-west", "A100", 80, 4, pol(1.0), 0.9},         // score 1.11: winner
 		{"eu-cheap-new", "eu-central", "A100", 80, 8, pol(0.8), 0.5}, // score 1.60
 		{"us-cheapest", "us-east", "A100", 80, 4, pol(0.3), 0.9},     // outside EU
 		{"eu-small-vram", "eu-north", "RTX4090", 24, 4, pol(0.4), 0.9},
