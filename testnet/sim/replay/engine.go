@@ -55,6 +55,22 @@ type provState struct {
 	// Observed outcomes, the renter's only view of reliability.
 	ok, failed int
 	earned     float64
+	// lastFree is when capacity last came free (a lease ended); changes are
+	// the times when the provider's offers can change without a lease
+	// ending: a free span starts, comes into the 24 h look-ahead, or a
+	// peak window ends.
+	lastFree int64
+	changes  []int64
+}
+
+// changedSince reports whether anything that could change the provider's
+// answer to a call for bids happened in (t, now].
+func (p *provState) changedSince(t, now int64) bool {
+	if p.lastFree > t {
+		return true
+	}
+	i := sort.Search(len(p.changes), func(i int) bool { return p.changes[i] > t })
+	return i < len(p.changes) && p.changes[i] <= now
 }
 
 // observed is the renter's reliability estimate: (ok+1)/(ok+failed+2), so
@@ -74,9 +90,8 @@ func (p *provState) spanAt(t int64) int {
 
 // couldOffer is a conservative, cheap filter: it is false only when
 // auction.Evaluate is certain to find no span, because no free span of
-// length minSlice begins before now+patience.
-func (p *provState) couldOffer(now, minSlice int64) bool {
-	latest := now + int64(auction.DefaultPatience/time.Second)
+// length minSlice begins by latest.
+func (p *provState) couldOffer(now, latest, minSlice int64) bool {
 	i := sort.Search(len(p.spans), func(i int) bool { return p.spans[i].end > now })
 	for ; i < len(p.spans) && p.spans[i].start <= latest; i++ {
 		s := max(p.spans[i].start, now)
@@ -95,7 +110,8 @@ type jobState struct {
 	doneAt     int64 // -1 until done
 	attempt    int
 	queued     bool
-	leased     bool // holds a live lease
+	leased     bool  // holds a live lease
+	lastTry    int64 // virtual time of the last failed call for bids, -1 if none
 	cands      []int32
 	paid       float64
 	paidGPUSec float64
@@ -156,6 +172,7 @@ type world struct {
 	jobs      []auction.Job
 	provs     []Provider
 	spans     [][]span
+	changes   [][]int64
 	horizon   int64 // virtual end of the replay, seconds
 	bucket    int64 // chart bucket, seconds
 	placeable []bool
@@ -226,6 +243,8 @@ func newSim(w *world, policy string, progress io.Writer) (*sim, error) {
 			ps.vram = max(ps.vram, g.VRAMGB)
 		}
 		ps.spans = w.spans[i]
+		ps.lastFree = -1
+		ps.changes = w.changes[i]
 		ps.ps = auction.ProviderState{Cap: &p.Capability, Cal: auction.NewCalendar(ps.gpus), Reliability: auction.NeutralReliability}
 		ps.lat = time.Duration(5+int(draw(w.seed, "latency", p.Capability.Peer)*145)) * time.Millisecond
 	}
@@ -235,7 +254,7 @@ func newSim(w *world, policy string, progress io.Writer) (*sim, error) {
 		j.spec = w.jobs[i]
 		j.submit = int64(j.spec.CreatedAt.Sub(Epoch) / time.Second)
 		j.remaining = int64(j.spec.Duration / time.Second)
-		j.firstStart, j.doneAt = -1, -1
+		j.firstStart, j.doneAt, j.lastTry = -1, -1, -1
 		if w.placeable[i] {
 			s.push(j.submit, evArrival, i)
 		}
@@ -421,10 +440,41 @@ func (s *sim) place(j int) (bool, error) {
 	if js.cands == nil {
 		js.cands = s.staticCandidates(&req)
 	}
-	if s.policy == PolicyFIFO {
-		return s.firstFit(j, &req)
+	if js.lastTry >= 0 && !s.anyChanged(js.cands, js.lastTry) {
+		return false, nil // same answers as last time
 	}
-	return s.auction(j, &req)
+	ok, err := s.call(j, &req)
+	if err == nil && !ok {
+		js.lastTry = s.now
+	}
+	return ok, err
+}
+
+// anyChanged reports whether any of the providers changed since t.
+func (s *sim) anyChanged(cands []int32, t int64) bool {
+	for _, pi := range cands {
+		if s.provs[pi].changedSince(t, s.now) {
+			return true
+		}
+	}
+	return false
+}
+
+// call is one call for bids under the sim's policy.
+func (s *sim) call(j int, req *auction.Job) (bool, error) {
+	if s.policy == PolicyFIFO {
+		return s.firstFit(j, req)
+	}
+	// The renter first asks for an immediate start (a deadline of now), and
+	// only when nobody can start now asks again for a reservation within
+	// its deadline (or the providers' look-ahead): an immediate start is
+	// worth more than a cheaper later one.
+	now := *req
+	now.Deadline = vt(s.now)
+	if ok, err := s.auction(j, &now); ok || err != nil {
+		return ok, err
+	}
+	return s.auction(j, req)
 }
 
 // staticCandidates lists providers that can ever host the job: enough GPUs
@@ -516,10 +566,14 @@ func (s *sim) auction(j int, req *auction.Job) (bool, error) {
 	js := &s.jobs[j]
 	now := vt(s.now)
 	ms := s.minSlice(req)
+	latest := s.now + int64(auction.DefaultPatience/time.Second)
+	if !req.Deadline.IsZero() {
+		latest = int64(req.Deadline.Sub(Epoch) / time.Second)
+	}
 	order := make([]lbCand, 0, len(js.cands))
 	for _, pi := range js.cands {
 		p := &s.provs[pi]
-		if !p.couldOffer(s.now, ms) {
+		if !p.couldOffer(s.now, latest, ms) {
 			continue
 		}
 		order = append(order, lbCand{pi, auction.Score(p.p.Capability.Policy.PriceFloor, p.observed())})
@@ -620,6 +674,7 @@ func (s *sim) award(j, pi int, off auction.Offer) error {
 	li := len(s.leases) - 1
 	s.byID[id] = li
 	js.leased = true
+	js.lastTry = -1
 	js.attempt++
 	if js.firstStart < 0 {
 		js.firstStart = start
@@ -638,6 +693,7 @@ func (s *sim) stopLease(li int, t int64, failed bool) {
 	l.alive = false
 	p := &s.provs[l.prov]
 	p.ps.Cal.Release(l.id)
+	p.lastFree = t
 	delete(s.byID, l.id)
 	js := &s.jobs[l.job]
 	js.leased = false

@@ -99,9 +99,10 @@ type PolicyReport struct {
 	util []float64
 }
 
-// TierReport is one tier's outcome under a policy. Waits are from
-// submission to first start, in hours; jobs that never start count with
-// their wait censored at the end of the replay.
+// TierReport is one tier's outcome under a policy, over placeable jobs
+// (Report.Unplaceable are left out). Waits are from submission to first
+// start, in hours; jobs that never start count with their wait censored at
+// the end of the replay.
 type TierReport struct {
 	Tier           auction.Tier `json:"tier"`
 	Jobs           int          `json:"jobs"`
@@ -242,6 +243,7 @@ func Run(cfg Config) (*Report, error) {
 			sp = append(sp, span{int64(iv.Start.Sub(Epoch) / time.Second), int64(iv.End.Sub(Epoch) / time.Second)})
 		}
 		w.spans = append(w.spans, sp)
+		w.changes = append(w.changes, changePoints(sp, c.Policy, spanEnd))
 		rep.GPUs += len(c.GPUs)
 	}
 	w.placeable = make([]bool, len(jobs))
@@ -332,6 +334,9 @@ func (s *sim) summarise() PolicyReport {
 	acc := map[auction.Tier]*tierAcc{}
 	for i := range s.jobs {
 		js := &s.jobs[i]
+		if !w.placeable[i] {
+			continue // reported as unplaceable, the same under every policy
+		}
 		a := acc[js.spec.Tier]
 		if a == nil {
 			a = &tierAcc{}
@@ -461,4 +466,23 @@ func peakRSSMB() float64 {
 		return 0
 	}
 	return float64(ru.Maxrss) / 1024 // Linux reports KiB
+}
+
+// changePoints lists, sorted, the times at which a provider's answer to a
+// call for bids can change without a lease ending: each free span's start,
+// that start minus the 24 h look-ahead, and each peak window's end.
+func changePoints(sp []span, p auction.Policy, end time.Time) []int64 {
+	look := int64(auction.DefaultPatience / time.Second)
+	var out []int64
+	for _, x := range sp {
+		out = append(out, x.start-look, x.start)
+	}
+	if len(p.PeakWindows) > 0 {
+		peak := auction.Policy{Availability: p.PeakWindows, Timezone: p.Timezone}
+		for _, iv := range peak.FreeSpans(Epoch, end) {
+			out = append(out, int64(iv.End.Sub(Epoch)/time.Second))
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a] < out[b] })
+	return out
 }
