@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/p2p"
+	ma "github.com/multiformats/go-multiaddr"
 	"gopkg.in/yaml.v3"
 )
 
@@ -101,6 +103,14 @@ func (c Config) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		return fmt.Errorf("log_level must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	for _, a := range c.Listen {
+		if _, err := ma.NewMultiaddr(a); err != nil {
+			return fmt.Errorf("listen address %q: %v", a, err)
+		}
+	}
+	if _, err := p2p.ParseAddrInfos(c.Bootstrap); err != nil {
+		return err
 	}
 	p := c.Provider
 	for i, g := range p.GPUs {

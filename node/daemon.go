@@ -181,7 +181,9 @@ func (d *Daemon) Close() error {
 		if d.db != nil {
 			errs = append(errs, d.db.Close())
 		}
-		d.log.Info("gpumesh daemon stopped")
+		if d.apiLn != nil {
+			d.log.Info("gpumesh daemon stopped")
+		}
 	})
 	return errors.Join(errs...)
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func newApp(stdout, stderr io.Writer) *cli.App {
+func newApp(stdout, stderr io.Writer, unknown *bool) *cli.App {
 	app := &cli.App{
 		Name:                 "gpumesh",
 		Usage:                "peer-to-peer marketplace for idle GPU time",
@@ -37,7 +37,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		},
 		CommandNotFound: func(c *cli.Context, name string) {
 			fmt.Fprintf(c.App.ErrWriter, "gpumesh: unknown command %q (see `gpumesh --help`)\n", name)
-			cli.OsExiter(1)
+			*unknown = true
 		},
 		Commands: []*cli.Command{
 			daemonCommand(),

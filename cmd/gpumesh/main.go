@@ -21,8 +21,13 @@ func main() {
 // run executes the CLI and returns the process exit code. Every error is
 // printed as a single line on stderr.
 func run(args []string, stdout, stderr io.Writer) int {
-	app := newApp(stdout, stderr)
-	if err := app.Run(args); err != nil {
+	var unknown bool
+	app := newApp(stdout, stderr, &unknown)
+	err := app.Run(args)
+	if unknown {
+		return 1
+	}
+	if err != nil {
 		var ec cli.ExitCoder
 		code := 1
 		if errors.As(err, &ec) && ec.ExitCode() != 0 {

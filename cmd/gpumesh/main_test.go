@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpumesh/gpumesh/node"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(append([]string{"gpumesh"}, args...), &o, &e)
+	return code, o.String(), e.String()
+}
+
+// oneLineError asserts a non-zero exit with exactly one line on stderr
+// containing want.
+func oneLineError(t *testing.T, want string, args ...string) {
+	t.Helper()
+	code, _, stderr := runCLI(t, args...)
+	if code == 0 {
+		t.Fatalf("gpumesh %v exited 0, want an error", args)
+	}
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "gpumesh: ") {
+		t.Fatalf("gpumesh %v: stderr is not one error line:\n%s", args, stderr)
+	}
+	if !strings.Contains(lines[0], want) {
+		t.Fatalf("gpumesh %v: error %q does not mention %q", args, lines[0], want)
+	}
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCLIErrors(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name string
+		want string
+		args []string
+	}{
+		{"no daemon", "daemon is not running", []string{"-d", dir, "status"}},
+		{"no daemon providers", "daemon is not running", []string{"-d", dir, "providers", "--gpu", "H100"}},
+		{"unknown flag", "flag provided but not defined: -frobnicate", []string{"-d", dir, "status", "--frobnicate"}},
+		{"unknown global flag", "flag provided but not defined", []string{"--nope", "status"}},
+		{"unknown command", "unknown command", []string{"-d", dir, "frobnicate"}},
+		{"bad int", "invalid value", []string{"-d", dir, "providers", "--min-vram", "lots"}},
+		{"negative vram", "--min-vram must be >= 0", []string{"-d", dir, "providers", "--min-vram", "-4"}},
+		{"stray arg", "unexpected argument", []string{"-d", dir, "status", "extra"}},
+		{"missing config", "no such file", []string{"-d", dir, "daemon", "--config", filepath.Join(dir, "absent.yaml")}},
+		{"unknown config key", "field pricefloor not found", []string{"-d", dir, "daemon", "--config", writeConfig(t, "provider:\n  pricefloor: 1\n")}},
+		{"bad yaml", "config", []string{"-d", dir, "daemon", "--config", writeConfig(t, "listen: [unclosed\n")}},
+		{"bad gpu", "vram_gb must be > 0", []string{"-d", dir, "daemon", "--config", writeConfig(t, "provider:\n  enabled: true\n  gpus: [{model: H100}]\n")}},
+		{"bad log level", "log_level", []string{"-d", dir, "daemon", "--log-level", "loud"}},
+		{"bad listen", "listen address", []string{"-d", dir, "daemon", "--listen", "not-a-multiaddr"}},
+		{"bad bootstrap", "bootstrap address", []string{"-d", dir, "daemon", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", "/ip4/127.0.0.1/tcp/1"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { oneLineError(t, c.want, c.args...) })
+	}
+}
+
+func TestCLISecondDaemon(t *testing.T) {
+	dir := t.TempDir()
+	cfg := node.DefaultConfig()
+	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	d, err := node.Start(context.Background(), node.Options{DataDir: dir, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	oneLineError(t, "already running", "-d", dir, "daemon", "--listen", "/ip4/127.0.0.1/tcp/0")
+
+	// The running daemon still serves the CLI.
+	code, out, errOut := runCLI(t, "-d", dir, "status", "--json")
+	if code != 0 || !strings.Contains(out, d.ID().String()) {
+		t.Fatalf("status after refused second daemon: code %d, out %q, err %q", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "-d", dir, "status")
+	if code != 0 || !strings.Contains(out, "peer id:") || !strings.Contains(out, "role:      renter") {
+		t.Fatalf("status text: %q", out)
+	}
+}
