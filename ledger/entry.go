@@ -85,7 +85,7 @@ type Entry struct {
 // covers every field except Hash itself (Seq and PrevHash included). An
 // auditor can recheck an exported chain with it.
 func (e *Entry) ComputeHash() string {
-	n := len(hashDomain) + 7*4 + 4*8 + len(e.Kind) + len(e.LeaseID) + len(e.JobID) +
+	n := len(hashDomain) + 8*4 + 4*8 + len(e.Kind) + len(e.LeaseID) + len(e.JobID) +
 		len(e.Counterparty) + len(e.Direction) + len(e.Data) + len(e.PrevHash)
 	b := make([]byte, 0, n)
 	b = appendStr(b, hashDomain)
