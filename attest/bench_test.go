@@ -1,0 +1,94 @@
+package attest_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+)
+
+func perSecond(b *testing.B, unit string) {
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
+}
+
+// BenchmarkVerify measures envelope signature verification (attest.Open of a
+// heartbeat, including JSON decoding).
+func BenchmarkVerify(b *testing.B) {
+	s := newSigner(b)
+	env, err := attest.SignHeartbeat(s, attest.Heartbeat{LeaseID: "L1", Seq: 1, Time: t0, GPUUtil: 75, Source: attest.SourceNVML})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		var hb attest.Heartbeat
+		if _, err := attest.Open(env, attest.DomainHeartbeat, &hb); err != nil {
+			b.Fatal(err)
+		}
+	}
+	perSecond(b, "envelopes/s")
+}
+
+// BenchmarkReceiptVerify measures a complete receipt's Verify (two
+// signatures, decoding and consistency checks).
+func BenchmarkReceiptVerify(b *testing.B) {
+	prov, renter := newSigner(b), newSigner(b)
+	sr := signed(b, prov, renter, receipt("L1", prov, renter, t0))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := sr.Verify(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	perSecond(b, "receipts/s")
+}
+
+// BenchmarkBookAddReceipt measures AddReceipt (verification included) of
+// distinct receipts spread over 100 providers and 1000 renters.
+func BenchmarkBookAddReceipt(b *testing.B) {
+	provs := make([]*attest.Signer, 100)
+	for i := range provs {
+		provs[i] = newSigner(b)
+	}
+	renters := make([]*attest.Signer, 1000)
+	for i := range renters {
+		renters[i] = newSigner(b)
+	}
+	srs := make([]*attest.SignedReceipt, b.N)
+	for i := range srs {
+		p, r := provs[i%len(provs)], renters[(i/len(provs))%len(renters)]
+		srs[i] = signed(b, p, r, receipt(fmt.Sprintf("L%d", i), p, r, t0.Add(-time.Duration(i)*time.Minute)))
+	}
+	book := attest.NewBook(attest.BookOptions{Now: func() time.Time { return t0 }})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := book.AddReceipt(srs[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	perSecond(b, "receipts/s")
+}
+
+// BenchmarkBookScore measures Score for a provider with 1000 receipts.
+func BenchmarkBookScore(b *testing.B) {
+	prov := newSigner(b)
+	renters := make([]*attest.Signer, 50)
+	for i := range renters {
+		renters[i] = newSigner(b)
+	}
+	book := attest.NewBook(attest.BookOptions{Now: func() time.Time { return t0 }})
+	for i := 0; i < 1000; i++ {
+		r := renters[i%len(renters)]
+		if err := book.AddReceipt(signed(b, prov, r, receipt(fmt.Sprintf("L%d", i), prov, r, t0.Add(-time.Duration(i)*time.Hour)))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	id := prov.ID().String()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = book.Score(id)
+	}
+	perSecond(b, "scores/s")
+}
