@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Start a local gpumesh network of N daemons on loopback (default 5).
+# Node 0 is a renter and the bootstrap peer; nodes 1..N-1 are providers with
+# a varied declared GPU inventory, regions, prices and policies.
+# State lives in testnet/run/ (one data dir per node); stop with testnet/down.sh.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+n="${1:-5}"
+[[ "$n" =~ ^[0-9]+$ ]] && (( n >= 2 && n <= 64 )) || { echo "usage: $0 [N in 2..64]" >&2; exit 2; }
+run="${GPUMESH_TESTNET_DIR:-$here/run}"
+bin="$root/bin/gpumesh"
+base_port="${GPUMESH_TESTNET_PORT:-4300}"
+if [[ ! -x "$bin" ]]; then
+  (cd "$root" && CGO_CFLAGS=-Wno-deprecated-declarations go build -o bin/gpumesh ./cmd/gpumesh)
+fi
+if [[ -f "$run/pids" ]]; then
+  "$here/down.sh" >/dev/null 2>&1 || true
+fi
+rm -rf "$run"
+mkdir -p "$run"
+
+# Inventory and policy per provider, cycled: model vram count region floor preemptible extra-policy
+profiles=(
+  "H100 80 2 eu-west 2.10 false"
+  "A100 40 1 eu-central 1.20 true"
+  "RTX4090 24 1 us-east 0.45 true nights"
+  "A100 80 4 us-west 1.40 true"
+  "L4 24 2 ap-south 0.35 true"
+  "H100 80 8 us-east 1.95 false peak"
+  "RTX4090 24 2 eu-west 0.50 true weekends"
+  "A100 40 2 eu-west 1.10 true"
+)
+
+write_config() { # idx
+  local i=$1
+  local -a p
+  read -r -a p <<<"${profiles[$(( (i - 1) % ${#profiles[@]} ))]}"
+  local model=${p[0]} vram=${p[1]} count=${p[2]} region=${p[3]} floor=${p[4]} pre=${p[5]} extra=${p[6]:-}
+  {
+    echo "region: $region"
+    echo "listen: [/ip4/127.0.0.1/tcp/$((base_port + i)), /ip4/127.0.0.1/udp/$((base_port + i))/quic-v1]"
+    echo "log_level: info"
+    echo "provider:"
+    echo "  enabled: true"
+    echo "  advertise_ttl: 1m"
+    echo "  heartbeat_interval: 2s"
+    echo "  preempt_grace: 3s"
+    echo "  executor: auto"
+    echo "  gpus:"
+    for ((g = 0; g < count; g++)); do echo "    - {model: $model, vram_gb: $vram}"; done
+    echo "  datasets: [imagenet-$(( i % 3 ))]"
+    echo "  policy:"
+    echo "    price_floor: $floor"
+    echo "    accept_preemptible: $pre"
+    echo "    allow_preemption: true"
+    echo "    occupancy_surcharge: 0.2"
+    case "$extra" in
+      nights) echo "    availability: [{from: \"20:00\", to: \"08:00\"}]" ;;
+      weekends) echo "    availability: [{days: [sat, sun], from: \"00:00\", to: \"24:00\"}, {from: \"18:00\", to: \"09:00\"}]" ;;
+      peak) echo "    peak_windows: [{days: [mon, tue, wed, thu, fri], from: \"09:00\", to: \"18:00\"}]"
+            echo "    peak_multiplier: 1.5" ;;
+    esac
+  } >"$run/node$i/config.yaml"
+}
+
+start() { # idx [bootstrap]
+  local i=$1
+  local dir="$run/node$i"
+  local args=(-d "$dir" daemon)
+  [[ -n "${2:-}" ]] && args+=(--bootstrap "$2")
+  nohup "$bin" "${args[@]}" >"$dir/daemon.log" 2>&1 &
+  echo "$! node$i" >>"$run/pids"
+}
+
+wait_ready() { # idx
+  for _ in $(seq 1 100); do
+    "$bin" -d "$run/node$1" status >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "node$1 did not start; see $run/node$1/daemon.log" >&2
+  tail -5 "$run/node$1/daemon.log" >&2 || true
+  return 1
+}
+
+mkdir -p "$run/node0"
+cat >"$run/node0/config.yaml" <<CFG
+region: eu-west
+listen: [/ip4/127.0.0.1/tcp/$base_port, /ip4/127.0.0.1/udp/$base_port/quic-v1]
+log_level: info
+CFG
+start 0
+wait_ready 0
+boot="/ip4/127.0.0.1/tcp/$base_port/p2p/$("$bin" -d "$run/node0" status --json | sed -n 's/.*"peer_id": *"\([^"]*\)".*/\1/p')"
+echo "$boot" >"$run/bootstrap"
+for ((i = 1; i < n; i++)); do
+  mkdir -p "$run/node$i"
+  write_config "$i"
+  start "$i" "$boot"
+done
+for ((i = 1; i < n; i++)); do wait_ready "$i"; done
+echo "gpumesh testnet: $n nodes up (data dirs in $run, bootstrap $boot)"
+echo "  renter CLI:  bin/gpumesh -d $run/node0 <command>"
+echo "  stop:        testnet/down.sh"
