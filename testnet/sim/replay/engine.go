@@ -471,7 +471,9 @@ func (s *sim) call(j int, req *auction.Job) (bool, error) {
 	// worth more than a cheaper later one.
 	now := *req
 	now.Deadline = vt(s.now)
-	if ok, err := s.auction(j, &now); ok || err != nil {
+	if ok, err := s.auction(j, &now); ok || err != nil || req.Preemptible {
+		// Spot (preemptible) work does not reserve: it waits for the next
+		// immediate slice rather than holding capacity ahead of time.
 		return ok, err
 	}
 	return s.auction(j, req)

@@ -99,7 +99,8 @@ type PolicyReport struct {
 	util []float64
 }
 
-// TierReport is one tier's outcome under a policy, over placeable jobs
+// TierReport is one tier's outcome under a policy (the last one, "all",
+// covers every tier), over placeable jobs
 // (Report.Unplaceable are left out). Waits are from submission to first
 // start, in hours; jobs that never start count with their wait censored at
 // the end of the replay.
@@ -113,6 +114,9 @@ type TierReport struct {
 	WaitP99        float64      `json:"wait_p99_h"`
 	SLAViolations  int          `json:"sla_violations"`
 }
+
+// tierAll labels the TierReport over all tiers together.
+const tierAll auction.Tier = "all"
 
 // Earnings summarises what providers earned over the replay, in USD.
 type Earnings struct {
@@ -366,9 +370,19 @@ func (s *sim) summarise() PolicyReport {
 	}
 	pr.CostPerGPUHour = ratio(paid, paidSec/3600)
 	pr.FillRate = ratio(pr.FilledGPUHours, 0) // set by caller below
-	for _, t := range []auction.Tier{auction.Gold, auction.Silver, auction.Bronze} {
+	all := &tierAcc{}
+	for _, a := range acc {
+		all.waits = append(all.waits, a.waits...)
+		all.jobs += a.jobs
+		all.done += a.done
+		all.paid += a.paid
+		all.paidSec += a.paidSec
+		all.viol += a.viol
+	}
+	acc[tierAll] = all
+	for _, t := range []auction.Tier{auction.Gold, auction.Silver, auction.Bronze, tierAll} {
 		a := acc[t]
-		if a == nil {
+		if a == nil || a.jobs == 0 {
 			continue
 		}
 		sort.Float64s(a.waits)
