@@ -85,6 +85,7 @@ func detectV1(name string) (*cgroups, string) {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Sprintf("cgroup v1 memory controller not writable: %v", err)
 	}
+	sweepStale(parent)
 	return &cgroups{version: 1, parent: parent, memory: true, desc: "cgroup v1 memory at " + parent}, ""
 }
 
@@ -98,6 +99,7 @@ func detectV2(name string) (*cgroups, string) {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Sprintf("cgroup v2 not writable: %v", err)
 	}
+	sweepStale(parent)
 	cg := &cgroups{version: 2, parent: parent}
 	// Job cgroups can only get the memory controller if every ancestor
 	// delegates it; a cgroup with processes in it (ours, unless we are at
@@ -162,34 +164,40 @@ func (j *jobCgroup) start(cmd *exec.Cmd) error {
 		cmd.SysProcAttr.CgroupFD = fd
 		return cmd.Start()
 	}
-	// cgroup v1 membership is per thread and inherited on fork: move this
-	// (locked) thread into the job's cgroup, fork, and move it back.
-	goruntime.LockOSThread()
-	orig, err := selfCgroup("/proc/thread-self/cgroup", "memory")
-	if err != nil {
-		goruntime.UnlockOSThread()
-		return fmt.Errorf("runtime: read thread cgroup: %w", err)
-	}
-	origTasks := filepath.Join(cgroupRoot, "memory", orig, "tasks")
-	if _, err := os.Stat(origTasks); err != nil {
-		goruntime.UnlockOSThread()
-		return fmt.Errorf("runtime: thread cgroup: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(j.dir, "tasks"), []byte("0"), 0); err != nil {
-		goruntime.UnlockOSThread()
-		return fmt.Errorf("runtime: enter job cgroup: %w", err)
-	}
-	startErr := cmd.Start()
-	if err := os.WriteFile(origTasks, []byte("0"), 0); err != nil {
-		// Leave the thread locked: it is discarded when this goroutine
-		// exits instead of running daemon code inside the job's cgroup.
-		if startErr == nil {
-			return nil
+	// cgroup v1 membership is per thread and inherited on fork: on a
+	// fresh locked thread, move the thread into the job's cgroup, fork, and
+	// move it back. If it cannot move back, the goroutine exits still
+	// locked, and the runtime discards the thread rather than letting
+	// daemon code run inside the job's cgroup.
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		orig, err := selfCgroup("/proc/thread-self/cgroup", "memory")
+		if err != nil {
+			goruntime.UnlockOSThread()
+			errc <- fmt.Errorf("runtime: read thread cgroup: %w", err)
+			return
 		}
-		return startErr
-	}
-	goruntime.UnlockOSThread()
-	return startErr
+		origTasks := filepath.Join(cgroupRoot, "memory", orig, "tasks")
+		if _, err := os.Stat(origTasks); err != nil {
+			goruntime.UnlockOSThread()
+			errc <- fmt.Errorf("runtime: thread cgroup: %w", err)
+			return
+		}
+		if err := os.WriteFile(filepath.Join(j.dir, "tasks"), []byte("0"), 0); err != nil {
+			goruntime.UnlockOSThread()
+			errc <- fmt.Errorf("runtime: enter job cgroup: %w", err)
+			return
+		}
+		startErr := cmd.Start()
+		if err := os.WriteFile(origTasks, []byte("0"), 0); err != nil {
+			errc <- startErr // the thread dies with this goroutine
+			return
+		}
+		goruntime.UnlockOSThread()
+		errc <- startErr
+	}()
+	return <-errc
 }
 
 func (j *jobCgroup) pids() []int {
@@ -198,8 +206,11 @@ func (j *jobCgroup) pids() []int {
 		return nil
 	}
 	var out []int
+	self := os.Getpid()
 	for _, f := range strings.Fields(string(b)) {
-		if p, err := strconv.Atoi(f); err == nil {
+		// Never list the daemon itself (one of its threads is briefly
+		// in the cgroup while it forks a job).
+		if p, err := strconv.Atoi(f); err == nil && p != self {
 			out = append(out, p)
 		}
 	}
@@ -256,3 +267,31 @@ func (j *jobCgroup) destroy() error {
 
 func (c *cgroups) describe() string   { return c.desc }
 func (c *cgroups) limitsMemory() bool { return c.memory }
+
+// sweepStale removes job cgroups ("<id>-<pid>-<seq>") left by daemon
+// processes that no longer exist, killing anything still inside.
+func sweepStale(parent string) {
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	v := 1
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+		v = 2
+	}
+	for _, e := range ents {
+		parts := strings.Split(e.Name(), "-")
+		if !e.IsDir() || len(parts) < 3 {
+			continue
+		}
+		pid, err := strconv.Atoi(parts[len(parts)-2])
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			continue // its daemon is alive (or we cannot tell)
+		}
+		j := &jobCgroup{cg: &cgroups{version: v, parent: parent}, dir: filepath.Join(parent, e.Name())}
+		_ = j.destroy()
+	}
+}

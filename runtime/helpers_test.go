@@ -72,7 +72,7 @@ func (b *syncBuffer) waitFor(t *testing.T, s string, timeout time.Duration) {
 
 // traversableTempDir is a t.TempDir whose ancestors up to os.TempDir are
 // traversable by job uids.
-func traversableTempDir(t *testing.T) string {
+func traversableTempDir(t testing.TB) string {
 	t.Helper()
 	d := t.TempDir()
 	for p := d; p != filepath.Clean(os.TempDir()) && p != "/"; p = filepath.Dir(p) {
@@ -83,7 +83,7 @@ func traversableTempDir(t *testing.T) string {
 	return d
 }
 
-func newTestExecutor(t *testing.T, opts ProcessOptions) *ProcessExecutor {
+func newTestExecutor(t testing.TB, opts ProcessOptions) *ProcessExecutor {
 	t.Helper()
 	if opts.Grace == 0 {
 		opts.Grace = 300 * time.Millisecond

@@ -114,21 +114,22 @@ func TestProcessDeadlineKillsWholeTree(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			mark := uniqueMarker(t)
+			t.Parallel()
+			mark := uniqueMarker(t) + tc.name
 			var out syncBuffer
 			start := time.Now()
-			h, err := e.Start(context.Background(), Spec{ID: "dl-" + tc.name, Command: tc.cmd(mark), Deadline: start.Add(1500 * time.Millisecond)}, &out, nil)
+			h, err := e.Start(context.Background(), Spec{ID: "dl-" + tc.name, Command: tc.cmd(mark), Deadline: start.Add(3 * time.Second)}, &out, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer h.Cleanup()
 			pgid := h.(*processHandle).Pid()
-			waitProcs(t, mark, tc.procs, time.Second)
+			waitProcs(t, mark, tc.procs, 2500*time.Millisecond)
 			res := waitTimeout(t, h, 20*time.Second)
 			if res.Reason != ReasonDeadline {
 				t.Fatalf("reason %q, want deadline: %+v", res.Reason, res)
 			}
-			if el := res.Ended.Sub(start); el < 1400*time.Millisecond {
+			if el := res.Ended.Sub(start); el < 2900*time.Millisecond {
 				t.Fatalf("ended after %v, before the deadline", el)
 			}
 			if left := procsWith(t, mark); len(left) != 0 {
@@ -156,7 +157,7 @@ func TestProcessKillsSetsidEscapee(t *testing.T) {
 	}
 	defer h.Cleanup()
 	out.waitFor(t, "ready", 5*time.Second)
-	waitProcs(t, mark, 1, time.Second)
+	waitProcs(t, mark, 1, 5*time.Second)
 	if err := h.Stop(100 * time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
