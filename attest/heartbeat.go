@@ -24,6 +24,9 @@ const (
 	heartbeatLagIntervals = 5
 	// maxHeartbeatGPUs bounds the devices a heartbeat may report.
 	maxHeartbeatGPUs = MaxFingerprintGPUs
+	// MaxSummaryGaps bounds HeartbeatSummary.Gaps, so that a summary always
+	// fits in a receipt: when there are more gaps, the longest are kept.
+	MaxSummaryGaps = 64
 )
 
 // Errors returned by HeartbeatMonitor.Accept and CheckHeartbeatAgainstFingerprint.
@@ -172,7 +175,8 @@ type HeartbeatSummary struct {
 	// interval of an accepted heartbeat: one heartbeat per interval gives
 	// (close to) 1, every other one dropped gives 0.5.
 	Coverage float64 `json:"coverage"`
-	// Gaps are the spans longer than two intervals with no heartbeat.
+	// Gaps are the spans longer than two intervals with no heartbeat, in
+	// time order; at most MaxSummaryGaps of them (the longest).
 	Gaps []Interval `json:"gaps,omitempty"`
 	// Rejected counts heartbeats that failed verification.
 	Rejected    int     `json:"rejected"`
@@ -338,6 +342,21 @@ func (m *HeartbeatMonitor) Summary(end time.Time) HeartbeatSummary {
 			s.Gaps = append(s.Gaps, Interval{Start: prev, End: t})
 		}
 		prev = t
+	}
+	if len(s.Gaps) > MaxSummaryGaps {
+		idx := make([]int, len(s.Gaps))
+		for i := range idx {
+			idx[i] = i
+		}
+		dur := func(i int) time.Duration { return s.Gaps[i].End.Sub(s.Gaps[i].Start) }
+		sort.SliceStable(idx, func(a, b int) bool { return dur(idx[a]) > dur(idx[b]) })
+		idx = idx[:MaxSummaryGaps]
+		sort.Ints(idx)
+		kept := make([]Interval, len(idx))
+		for i, j := range idx {
+			kept[i] = s.Gaps[j]
+		}
+		s.Gaps = kept
 	}
 	return s
 }

@@ -207,3 +207,50 @@ func TestCheckHeartbeatAgainstFingerprint(t *testing.T) {
 		}
 	}
 }
+
+func TestHeartbeatSummaryBoundsGaps(t *testing.T) {
+	prov := newSigner(t)
+	m := attest.NewHeartbeatMonitor("L", prov.ID(), t0, iv)
+	at := t0
+	var seq uint64
+	for i := 0; i < 200; i++ {
+		step := 3 * iv
+		if i == 150 {
+			step = 50 * iv // the longest outage
+		}
+		at = at.Add(step)
+		seq++
+		if err := m.Accept(hbEnv(t, prov, "L", seq, at), at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := m.Summary(at)
+	if len(s.Gaps) != attest.MaxSummaryGaps {
+		t.Fatalf("%d gaps kept, want %d", len(s.Gaps), attest.MaxSummaryGaps)
+	}
+	long := false
+	for i, g := range s.Gaps {
+		if i > 0 && g.Start.Before(s.Gaps[i-1].End) {
+			t.Fatalf("gaps out of order at %d", i)
+		}
+		if g.End.Sub(g.Start) == 50*iv {
+			long = true
+		}
+	}
+	if !long {
+		t.Fatal("the longest outage was dropped")
+	}
+	// A bounded summary fits in a receipt; an unbounded one is refused.
+	renter := newSigner(t)
+	r := receipt("L", prov, renter, at)
+	r.Heartbeats = s
+	if _, err := attest.NewReceipt(prov, r); err != nil {
+		t.Fatalf("receipt with a bounded summary: %v", err)
+	}
+	for len(r.Heartbeats.Gaps) < 2000 {
+		r.Heartbeats.Gaps = append(r.Heartbeats.Gaps, s.Gaps...)
+	}
+	if _, err := attest.NewReceipt(prov, r); !errors.Is(err, attest.ErrOversized) {
+		t.Fatalf("receipt with 2000 gaps: %v", err)
+	}
+}

@@ -23,6 +23,10 @@ const (
 // MaxReceiptSize bounds a receipt's wire encoding.
 const MaxReceiptSize = 64 << 10
 
+// maxReceiptPayload bounds the signed payload so that its base64 wire form
+// and both signatures fit in MaxReceiptSize.
+const maxReceiptPayload = MaxReceiptSize*3/4 - 512
+
 // Errors returned when a receipt does not verify.
 var (
 	// ErrIncomplete: a receipt lacks one of its two signatures.
@@ -154,6 +158,9 @@ func NewReceipt(s *Signer, r Receipt) (*SignedReceipt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("attest: encode receipt: %w", err)
 	}
+	if len(payload) > maxReceiptPayload {
+		return nil, ErrOversized
+	}
 	sig, err := s.Sign(DomainReceiptProvider, payload)
 	if err != nil {
 		return nil, fmt.Errorf("attest: sign receipt: %w", err)
@@ -203,7 +210,7 @@ func (sr *SignedReceipt) decode() (Receipt, error) {
 	if len(sr.Payload) == 0 {
 		return Receipt{}, fmt.Errorf("%w: empty payload", ErrMalformed)
 	}
-	if len(sr.Payload) > MaxReceiptSize {
+	if len(sr.Payload) > maxReceiptPayload {
 		return Receipt{}, ErrOversized
 	}
 	var r Receipt

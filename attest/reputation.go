@@ -1,7 +1,7 @@
 package attest
 
 import (
-	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -128,7 +128,7 @@ type provState struct {
 	groups  map[groupKey]int
 	renters map[string]int
 	slashes []slash
-	payload map[string][]byte // lease id -> signed payload counted
+	payload map[string][32]byte // lease id -> hash of the signed payload counted
 }
 
 type groupKey struct {
@@ -245,18 +245,19 @@ func (b *Book) AddReceipt(sr *SignedReceipt) error {
 	defer b.mu.Unlock()
 	ps := b.provs[r.Provider]
 	if ps == nil {
-		ps = &provState{groups: make(map[groupKey]int), renters: make(map[string]int), payload: make(map[string][]byte)}
+		ps = &provState{groups: make(map[groupKey]int), renters: make(map[string]int), payload: make(map[string][32]byte)}
 		b.provs[r.Provider] = ps
 	}
+	sum := sha256.Sum256(sr.Payload)
 	if prev, ok := ps.payload[r.LeaseID]; ok {
-		if bytes.Equal(prev, sr.Payload) {
+		if prev == sum {
 			b.counters[CountDuplicate]++
 			return nil
 		}
 		b.counters[CountConflict]++
 		return fmt.Errorf("%w: lease %s of %s", ErrConflict, r.LeaseID, r.Provider)
 	}
-	ps.payload[r.LeaseID] = append([]byte(nil), sr.Payload...)
+	ps.payload[r.LeaseID] = sum
 	rec := record{
 		renter:   r.Renter,
 		end:      r.End,
@@ -300,7 +301,7 @@ func (b *Book) Slash(provider string, ev Evidence) error {
 	}
 	ps := b.provs[provider]
 	if ps == nil {
-		ps = &provState{groups: make(map[groupKey]int), renters: make(map[string]int), payload: make(map[string][]byte)}
+		ps = &provState{groups: make(map[groupKey]int), renters: make(map[string]int), payload: make(map[string][32]byte)}
 		b.provs[provider] = ps
 	}
 	b.slashLocked(provider, ps, ev)
