@@ -1,0 +1,253 @@
+package auction
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
+	p := pol(1)
+	p.AllowPreemption = true
+	m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, p, 0.9}})
+	box := m.provs[0]
+	var mu sync.Mutex
+	var evictions []string
+	box.p.cfg.OnLease = func(l Lease, j Job, preempts []string) {
+		mu.Lock()
+		evictions = append(evictions, preempts...)
+		mu.Unlock()
+	}
+	r, _ := m.renter(t, RenterConfig{})
+	bronze := euJob(m.now())
+	bronze.Tier, bronze.Preemptible, bronze.GPUCount = Bronze, true, 2
+	bj, err := r.Post(context.Background(), bronze)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bst, _ := r.Status(bj.ID)
+	gold := euJob(m.now())
+	gold.Tier, gold.GPUCount = Gold, 1
+	gj, err := r.Post(context.Background(), gold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gst, _ := r.Status(gj.ID)
+	if gst.State != JobLeased || len(evictions) != 1 || evictions[0] != bst.Lease.ID {
+		t.Fatalf("gold %+v, evictions %v", gst, evictions)
+	}
+	if _, ok := box.cal.Booking(bst.Lease.ID); ok {
+		t.Fatal("bronze booking not evicted")
+	}
+	checkCalendar(t, "box", box.cal)
+	s := box.p.Stats()
+	if len(s.Leases) != 2 || s.Leases[0].State != LeasePreempted || s.Leases[1].Tier != Gold {
+		t.Fatalf("leases %+v", s.Leases)
+	}
+	// The bronze lease earned only until the gold lease started; the gold
+	// one its full hour.
+	want := leaseValue(s.Leases[0].Price, 2, s.Leases[0].Start, s.Leases[0].End) + leaseValue(s.Leases[1].Price, 1, s.Leases[1].Start, s.Leases[1].End)
+	if math.Abs(s.EarningsUSD-want) > 1e-9 || !s.Leases[0].End.Equal(gst.Lease.Start) {
+		t.Fatalf("earnings %v, want %v; leases %+v", s.EarningsUSD, want, s.Leases)
+	}
+
+	// The gold job finishes early; the preempted bronze job is requeued
+	// with its remaining duration and fits again.
+	if err := box.p.LeaseEnded(gst.Lease.ID, m.now(), LeaseSucceeded); err != nil {
+		t.Fatal(err)
+	}
+	rj, err := r.Requeue(context.Background(), bj.ID, "preempted by gold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := s.Leases[0].End.Sub(s.Leases[0].Start)
+	if rj.Attempt != 1 || rj.Duration <= 0 || rj.Duration > bronze.Duration || rj.Duration < bronze.Duration-ran-time.Second {
+		t.Fatalf("requeued %+v (ran %v)", rj, ran)
+	}
+	st, _ := r.Status(bj.ID)
+	if st.State != JobLeased || st.Lease.Attempt != 1 || st.Lease.GPUCount != 2 || st.Lease.End.Sub(st.Lease.Start) != rj.Duration {
+		t.Fatalf("requeued job %+v", st)
+	}
+	if !strings.Contains(strings.Join(st.Reasons, ";"), "preempted by gold") {
+		t.Fatalf("reasons %v", st.Reasons)
+	}
+}
+
+func TestBronzeBackfillAndRequeue(t *testing.T) {
+	now := newClock()()
+	p := pol(1)
+	p.Reserved = []Interval{{now.Add(20 * time.Minute), now.Add(24 * time.Hour)}}
+	m := newMarket(t, []provSpec{{"gap", "eu-west", "A100", 80, 2, p, 0.9}})
+	r, _ := m.renter(t, RenterConfig{})
+	j := euJob(m.now())
+	j.Tier, j.Preemptible, j.GPUCount = Bronze, true, 1
+	job, err := r.Post(context.Background(), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := r.Status(job.ID)
+	if l := st.Lease; l == nil || !l.End.Equal(now.Add(20*time.Minute)) {
+		t.Fatalf("bronze lease %+v", st.Lease)
+	}
+	// A silver job of an hour does not fit the gap.
+	s := euJob(m.now())
+	if _, err := r.Post(context.Background(), s); !errors.Is(err, ErrUnplaceable) {
+		t.Fatalf("silver in a 20-minute gap: %v", err)
+	}
+	if k := m.provs[0].p.Stats().Ineligible["window"]; k != 1 {
+		t.Fatalf("ineligible %v", m.provs[0].p.Stats().Ineligible)
+	}
+	if _, err := r.Requeue(context.Background(), "job-unknown", "x"); !errors.Is(err, ErrUnknownJob) {
+		t.Fatalf("requeue unknown: %v", err)
+	}
+}
+
+func TestProviderAwardRules(t *testing.T) {
+	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+	prov := m.provs[0]
+	owner := mkSigner(t)
+	j := euJob(m.now())
+	j.ID, j.Owner, j.CreatedAt = "job-a", owner.ID().String(), m.now()
+	if err := j.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// The owner's transport collects the bid.
+	ot := m.net.Join(owner.ID())
+	bids := make(chan Bid, 4)
+	ot.Handle(MemHandlers{OnBid: func(_ peer.ID, data []byte) error {
+		b, err := DecodeBid(data)
+		if err == nil {
+			bids <- b
+		}
+		return err
+	}})
+	call, _ := EncodeCall(owner, j, "t")
+	if err := prov.p.HandleCall(owner.ID(), call); err != nil {
+		t.Fatal(err)
+	}
+	// The same call again (another topic) is not answered twice.
+	if err := prov.p.HandleCall(owner.ID(), call); err != nil {
+		t.Fatal(err)
+	}
+	b := <-bids
+	if s := prov.p.Stats(); s.Bids != 1 || s.Duplicates != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	award := func(leaseID string, mut func(*Award)) (Confirm, error) {
+		a := Award{LeaseID: leaseID, JobID: j.ID, Renter: j.Owner, Provider: b.Provider, BidNonce: b.Nonce,
+			Price: b.Price, Start: b.Start, End: b.End, GPUCount: j.GPUCount, Job: j, IssuedAt: m.now()}
+		if mut != nil {
+			mut(&a)
+		}
+		data, err := EncodeAward(owner, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reply, err := prov.p.HandleAward(owner.ID(), data)
+		if err != nil {
+			return Confirm{}, err
+		}
+		c, signer, err := DecodeConfirm(reply)
+		if err != nil || signer != prov.s.ID() || c.LeaseID != leaseID {
+			t.Fatalf("confirm %+v from %s: %v", c, signer, err)
+		}
+		return c, nil
+	}
+	if c, _ := award("l-cheap", func(a *Award) { a.Price /= 2 }); c.Accepted || !strings.Contains(c.Reason, "terms") {
+		t.Fatalf("underpriced award: %+v", c)
+	}
+	if c, _ := award("l-nonce", func(a *Award) { a.BidNonce = "bid-other" }); c.Accepted || c.Reason != "no such bid" {
+		t.Fatalf("unknown nonce: %+v", c)
+	}
+	c1, err := award("l-1", nil)
+	if err != nil || !c1.Accepted {
+		t.Fatalf("award: %+v %v", c1, err)
+	}
+	// Idempotent for the same lease id; a second lease for the same bid is declined.
+	if c, _ := award("l-1", nil); !c.Accepted {
+		t.Fatal("repeated award not idempotent")
+	}
+	if c, _ := award("l-2", nil); c.Accepted {
+		t.Fatal("one bid awarded twice")
+	}
+	if n := len(prov.cal.Bookings()); n != 1 {
+		t.Fatalf("%d bookings", n)
+	}
+	// Ending early frees the calendar and cuts earnings.
+	full := prov.p.Stats().EarningsUSD
+	half := b.Start.Add(b.End.Sub(b.Start) / 2)
+	if err := prov.p.LeaseEnded("l-1", half, LeaseSucceeded); err != nil {
+		t.Fatal(err)
+	}
+	s := prov.p.Stats()
+	if math.Abs(s.EarningsUSD-full/2) > 1e-9 || s.Leases[0].State != LeaseSucceeded || prov.cal.FreeGPUs(half, b.End) != 2 {
+		t.Fatalf("after early end: %+v", s)
+	}
+	if err := prov.p.LeaseEnded("l-1", b.Start, LeaseFailed); err != nil || prov.p.Stats().EarningsUSD != s.EarningsUSD {
+		t.Fatal("terminal lease changed")
+	}
+	if err := prov.p.LeaseEnded("nope", half, LeaseFailed); !errors.Is(err, ErrUnknownLease) {
+		t.Fatalf("unknown lease: %v", err)
+	}
+	// Own jobs are skipped.
+	mine := j
+	mine.ID, mine.Owner = "job-mine", prov.s.ID().String()
+	call, _ = EncodeCall(prov.s, mine, "t")
+	if err := prov.p.HandleCall(prov.s.ID(), call); err != nil || prov.p.Stats().Calls != 1 {
+		t.Fatalf("own job: %v %+v", err, prov.p.Stats())
+	}
+}
+
+func TestRenterCancelAndNoBids(t *testing.T) {
+	m := newMarket(t, nil)
+	var unplaceable []string
+	r, _ := m.renter(t, RenterConfig{OnUnplaceable: func(_ Job, reason string) { unplaceable = append(unplaceable, reason) }})
+	j := euJob(m.now())
+	if _, err := r.Post(context.Background(), j); !errors.Is(err, ErrUnplaceable) || len(unplaceable) != 1 || unplaceable[0] != "no bids" {
+		t.Fatalf("no providers: %v %v", err, unplaceable)
+	}
+	j.BidWindow = 10 * time.Second
+	j.ID = "job-c"
+	done := make(chan error, 1)
+	go func() { _, err := r.Post(context.Background(), j); done <- err }()
+	for {
+		if st, ok := r.Status("job-c"); ok && st.State == JobBidding {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := r.Cancel("job-c"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrCancelled) {
+			t.Fatalf("Post after cancel: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancel did not stop the auction")
+	}
+	if st, _ := r.Status("job-c"); st.State != JobCancelled {
+		t.Fatalf("state %s", st.State)
+	}
+	if err := r.Cancel("job-c"); err == nil {
+		t.Fatal("cancelled twice")
+	}
+	if len(r.List()) != 2 {
+		t.Fatalf("List: %d", len(r.List()))
+	}
+	if _, err := r.Bids("nope"); !errors.Is(err, ErrUnknownJob) {
+		t.Fatal("Bids of unknown job")
+	}
+	bad := j
+	bad.ID, bad.GPUCount = "", 0
+	if _, err := r.Post(context.Background(), bad); err == nil || errors.Is(err, ErrUnplaceable) {
+		t.Fatalf("invalid job: %v", err)
+	}
+}
