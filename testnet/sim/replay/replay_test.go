@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -236,9 +237,7 @@ func smallTrace(t *testing.T) string {
 	return path
 }
 
-func itoa(i int) string { return strings.TrimSpace(strings.Repeat(" ", 0) + jsonNum(i)) }
-
-func jsonNum(i int) string { b, _ := json.Marshal(i); return string(b) }
+func itoa(i int) string { return strconv.Itoa(i) }
 
 func TestDeterministicAndBounded(t *testing.T) {
 	path := smallTrace(t)
@@ -308,5 +307,34 @@ func TestCommand(t *testing.T) {
 	}
 	if err := app.Run([]string{"gpumesh", "sim", "--trace", path, "--tier-mix", "platinum=1"}); err == nil {
 		t.Error("bad --tier-mix accepted")
+	}
+}
+
+// Renters learn reliability from outcomes only. p0 fails every lease (a
+// hidden rate the renter never sees), p1 none; both sell one GPU at the same
+// floor. The auction starts both at 0.5, sees p0 fail and moves to p1, so it
+// finishes every job with at most a couple of failures; FIFO first-fit keeps
+// choosing p0 first whenever it is free.
+func TestReliabilityLearnedFromOutcomes(t *testing.T) {
+	h := time.Hour
+	flaky, good := alwaysOn("p0", 1), alwaysOn("p1", 1)
+	flaky.FailRate = 1
+	var jobs []auction.Job
+	for i := 0; i < 20; i++ {
+		jobs = append(jobs, job("j"+itoa(i), time.Duration(i)*2*h, 1, h, auction.Silver))
+	}
+	r, err := Run(Config{Jobs: jobs, Providers: []Provider{flaky, good}, Drain: 4 * h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auc, fifo := policy(t, r, PolicyAuction), policy(t, r, PolicyFIFO)
+	if auc.Completed != 20 || auc.Failures > 2 {
+		t.Errorf("auction completed %d with %d failures, want 20 with at most 2", auc.Completed, auc.Failures)
+	}
+	if fifo.Failures < 20 {
+		t.Errorf("fifo failures %d, want at least one per job (it never learns)", fifo.Failures)
+	}
+	if auc.LostGPUHours >= fifo.LostGPUHours {
+		t.Errorf("auction lost %v GPU-h, fifo %v: the auction should lose less", auc.LostGPUHours, fifo.LostGPUHours)
 	}
 }

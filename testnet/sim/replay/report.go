@@ -68,14 +68,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 
 const footer = `
 fill % = delivered lease GPU-hours / idle GPU-hours offered (sum over providers of sellable spans x GPUs).
-lost = GPU-hours of leases that failed (work lost, not paid). Job counts, waits and SLA cover placeable jobs
-only. Waits: submission to first start; jobs that never start are censored at the replay end. SLA: start within 15 min (gold), 2 h (silver), 24 h (bronze)
-and finish within the replay. auction = auction.Evaluate bids + auction.RankAt award (price / observed
-reliability), bronze backfill into short gaps, gold preempting bronze, waiting jobs retried gold > silver >
-bronze; the renter asks for an immediate start first, then for a reservation by its SLA target (gold,
-silver) or the providers' 24 h look-ahead (bronze). fifo = arrival order (no lanes, no deadline),
-each job on the first provider whose auction.Evaluate offer starts now for the whole job without preemption.
+lost = GPU-hours of leases that failed (work lost, not paid). Job counts, waits and SLA cover placeable
+jobs only. Waits: submission to first start; jobs that never start are censored at the replay end.
+SLA: start within 15 min (gold), 2 h (silver), 24 h (bronze) and finish within the replay.
+auction = auction.Evaluate bids + auction.RankAt award (price / observed reliability), bronze backfill
+into short gaps, gold preempting bronze, waiting jobs retried gold > silver > bronze; renters ask for an
+immediate start first, then (gold, silver) for a reservation within their SLA target.
+fifo = arrival order, no lanes: each job on the first provider whose auction.Evaluate offer starts now
+for the whole job without preemption.
 bound (fluid) = work may run on any idle GPU, split and paused freely, but not before it arrives: serving
-the arrived backlog at the offered idle capacity maximises work done by every instant, so no schedule fills
-more. Unplaceable jobs (no provider has enough GPUs/VRAM in the region at a floor under the cap) excluded.
+the arrived backlog at the offered idle capacity maximises work done by every instant, so no schedule
+fills more. Unplaceable jobs (no provider has enough GPUs/VRAM in the region at a floor under the cap)
+are excluded from it and from the job statistics.
 `

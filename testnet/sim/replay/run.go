@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"sort"
-	"syscall"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
@@ -471,15 +470,6 @@ func round(r *Report) {
 		f(&e.ZeroShare, 1e4)
 		f(&e.Gini, 1e4)
 	}
-}
-
-// peakRSSMB is the process's peak resident set size (getrusage maxrss).
-func peakRSSMB() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Maxrss) / 1024 // Linux reports KiB
 }
 
 // changePoints lists, sorted, the times at which a provider's answer to a
