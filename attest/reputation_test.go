@@ -209,6 +209,12 @@ func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
 	if !(p.Score > f.Score+0.05) {
 		t.Fatalf("preempted %v vs failed %v", p.Score, f.Score)
 	}
+	// Preemptions count neither for nor against completion.
+	only := newSigner(t)
+	history(t, b, only, "s", 5, t0, attest.OutcomeSucceeded, 1)
+	if o := b.Stats(only.ID().String()); math.Abs(o.Completion-p.Completion) > 1e-9 {
+		t.Fatalf("completion with preemptions %v, without %v", p.Completion, o.Completion)
+	}
 }
 
 func TestTightClusterCap(t *testing.T) {
