@@ -206,7 +206,8 @@ func nvmlInventory(lib nvmlLib) (Inventory, error) {
 
 // Sample takes one telemetry reading. For an NVML inventory it reads the GPUs;
 // otherwise it sums the CPU time and resident memory of the given process
-// groups (a job's process group id is its Handle's Pid), read from /proc.
+// groups, read from /proc. Handles of the process backend implement
+// interface{ Pid() int }, whose result is the job's process group id.
 func Sample(inv Inventory, pgids ...int) Telemetry {
 	return sample(realNVML{}, inv, pgids...)
 }

@@ -139,7 +139,7 @@ func (e *ProcessExecutor) Limits() string {
 // MemoryLimited reports whether Spec.MemoryMB is enforced.
 func (e *ProcessExecutor) MemoryLimited() bool { return e.cg != nil && e.cg.limitsMemory() }
 
-// Start starts the job. It fails if the spec is invalid, a job with the
+// Start starts the job's Command (Spec.Image is ignored). It fails if the spec is invalid, a job with the
 // same ID still has a work dir, or a memory limit is asked for and cannot be
 // set up.
 func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io.Writer) (Handle, error) {
