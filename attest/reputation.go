@@ -38,6 +38,7 @@ const (
 	DefaultPriorWeight  = 4
 	DefaultRenterCap    = 3
 	DefaultRenterWindow = 24 * time.Hour
+	DefaultMaxRecords   = 4096
 )
 
 // Errors returned by Book.
@@ -68,6 +69,10 @@ type BookOptions struct {
 	// Defaults DefaultRenterCap and DefaultRenterWindow.
 	RenterCap    int
 	RenterWindow time.Duration
+	// MaxRecords bounds the receipts kept per provider (default
+	// DefaultMaxRecords); beyond it the one with the oldest End, which
+	// weighs least, is forgotten.
+	MaxRecords int
 }
 
 // Evidence is a report of provider misbehaviour.
@@ -90,7 +95,7 @@ type Evidence struct {
 // ProviderRep is a provider's reputation as the book sees it.
 type ProviderRep struct {
 	Score      float64 `json:"score"`
-	Receipts   int     `json:"receipts"`
+	Receipts   int     `json:"receipts"` // kept (at most BookOptions.MaxRecords)
 	Completed  int     `json:"completed"`
 	Failed     int     `json:"failed"` // failed or expired
 	Preempted  int     `json:"preempted"`
@@ -109,6 +114,7 @@ type ProviderRep struct {
 }
 
 type record struct {
+	lease    string
 	renter   string
 	end      time.Time
 	bucket   int64
@@ -156,6 +162,7 @@ type Book struct {
 	priorWeight  float64
 	renterCap    int
 	renterWindow time.Duration
+	maxRecords   int
 
 	mu       sync.RWMutex
 	provs    map[string]*provState
@@ -171,6 +178,7 @@ func NewBook(opts BookOptions) *Book {
 		priorWeight:  opts.PriorWeight,
 		renterCap:    opts.RenterCap,
 		renterWindow: opts.RenterWindow,
+		maxRecords:   opts.MaxRecords,
 		provs:        make(map[string]*provState),
 		slashed:      make(map[string]bool),
 		counters:     make(map[string]int),
@@ -189,6 +197,9 @@ func NewBook(opts BookOptions) *Book {
 	}
 	if b.renterWindow <= 0 {
 		b.renterWindow = DefaultRenterWindow
+	}
+	if b.maxRecords <= 0 {
+		b.maxRecords = DefaultMaxRecords
 	}
 	return b
 }
@@ -259,6 +270,7 @@ func (b *Book) AddReceipt(sr *SignedReceipt) error {
 	}
 	ps.payload[r.LeaseID] = sum
 	rec := record{
+		lease:    r.LeaseID,
 		renter:   r.Renter,
 		end:      r.End,
 		bucket:   floorDiv(r.End.UnixNano(), int64(b.renterWindow)),
@@ -271,11 +283,36 @@ func (b *Book) AddReceipt(sr *SignedReceipt) error {
 	ps.groups[groupKey{rec.renter, rec.bucket}]++
 	ps.renters[rec.renter]++
 	b.counters[CountAccepted]++
+	if len(ps.records) > b.maxRecords {
+		ps.forgetOldest()
+	}
 	if !rec.honest {
 		b.counters[CountOverclaim]++
 		b.slashLocked(r.Provider, ps, Evidence{Kind: SlashOverclaim, LeaseID: r.LeaseID, Time: r.End})
 	}
 	return nil
+}
+
+// forgetOldest drops the record with the oldest End.
+func (ps *provState) forgetOldest() {
+	oldest := 0
+	for i, rec := range ps.records {
+		if rec.end.Before(ps.records[oldest].end) {
+			oldest = i
+		}
+	}
+	rec := ps.records[oldest]
+	last := len(ps.records) - 1
+	ps.records[oldest] = ps.records[last]
+	ps.records = ps.records[:last]
+	g := groupKey{rec.renter, rec.bucket}
+	if ps.groups[g]--; ps.groups[g] <= 0 {
+		delete(ps.groups, g)
+	}
+	if ps.renters[rec.renter]--; ps.renters[rec.renter] <= 0 {
+		delete(ps.renters, rec.renter)
+	}
+	delete(ps.payload, rec.lease)
 }
 
 func floorDiv(a, b int64) int64 {

@@ -399,3 +399,15 @@ func TestBookConcurrent(t *testing.T) {
 		t.Fatalf("stats after concurrent adds %+v", st)
 	}
 }
+
+func TestBookForgetsOldestBeyondMaxRecords(t *testing.T) {
+	c := &vclock{t: t0}
+	b := attest.NewBook(attest.BookOptions{Now: c.Now, MaxRecords: 5})
+	prov := newSigner(t)
+	history(t, b, prov, "old", 3, t0.AddDate(0, -1, 0), attest.OutcomeFailed, 1)
+	history(t, b, prov, "new", 5, t0, attest.OutcomeSucceeded, 1)
+	st := b.Stats(prov.ID().String())
+	if st.Receipts != 5 || st.Failed != 0 || st.Completed != 5 || st.Renters != 5 {
+		t.Fatalf("after overflow: %+v", st)
+	}
+}
