@@ -125,7 +125,9 @@ type renterJob struct {
 // ranks them with RankAt and awards them best first. An award is a lease
 // only once the provider's signed Confirm (matching lease id, accepted)
 // comes back; if the winner errors, times out or declines, the next bid is
-// awarded. It is safe for concurrent use.
+// awarded. A provider that confirms after ConfirmTimeout holds a
+// reservation the renter no longer counts on; the provider's runtime expires
+// a reserved lease that no job claims. It is safe for concurrent use.
 type Renter struct {
 	cfg RenterConfig
 	log *slog.Logger
