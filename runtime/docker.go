@@ -511,3 +511,34 @@ func (h *dockerHandle) Cleanup() error {
 	})
 	return h.cleanErr
 }
+
+// RemoveOrphans force-removes the containers of jobs (labelled by this
+// executor) for which keep returns false (keep may be nil: remove all), e.g.
+// at daemon start after a crash. It returns how many it removed.
+func (e *DockerExecutor) RemoveOrphans(ctx context.Context, keep func(id string) bool) (int, error) {
+	filters := url.QueryEscape(`{"label":["io.gpumesh.job"]}`)
+	var list []struct {
+		Id     string
+		Labels map[string]string
+	}
+	if err := e.c.do(ctx, http.MethodGet, "/containers/json?all=1&filters="+filters, nil, &list); err != nil {
+		return 0, fmt.Errorf("runtime: list job containers: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, c := range list {
+		if id := c.Labels["io.gpumesh.job"]; keep != nil && keep(id) {
+			continue
+		}
+		err := e.c.do(ctx, http.MethodDelete, "/containers/"+c.Id+"?force=1&v=1", nil, nil)
+		if err != nil && !isDockerStatus(err, http.StatusNotFound) {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	if len(errs) > 0 {
+		return n, fmt.Errorf("runtime: remove job containers: %w", errors.Join(errs...))
+	}
+	return n, nil
+}

@@ -235,3 +235,29 @@ func TestAutoDispatch(t *testing.T) {
 		t.Fatalf("%+v %q", res, out)
 	}
 }
+
+func TestDockerRemoveOrphans(t *testing.T) {
+	e := dockerExecutor(t)
+	ctx := context.Background()
+	// Containers a crashed daemon left behind: created, never removed.
+	ids := map[string]string{}
+	for _, job := range []string{"orphan-" + uniqueMarker(t), "kept-" + uniqueMarker(t)} {
+		var created struct{ Id string }
+		body := map[string]any{"Image": testImage, "Cmd": []string{"/jobhelper", "sleep", "1h"}, "Labels": map[string]string{"io.gpumesh.job": job}, "HostConfig": map[string]any{"NetworkMode": "none"}}
+		if err := e.c.do(ctx, "POST", "/containers/create", body, &created); err != nil {
+			t.Fatal(err)
+		}
+		ids[job] = created.Id
+		t.Cleanup(func() { _ = e.c.do(ctx, "DELETE", "/containers/"+created.Id+"?force=1", nil, nil) })
+	}
+	n, err := e.RemoveOrphans(ctx, func(id string) bool { return !strings.HasPrefix(id, "orphan-") })
+	if err != nil || n != 1 {
+		t.Fatalf("removed %d, %v", n, err)
+	}
+	for job, cid := range ids {
+		err := e.c.do(ctx, "GET", "/containers/"+cid+"/json", nil, nil)
+		if strings.HasPrefix(job, "orphan-") != isDockerStatus(err, 404) {
+			t.Fatalf("%s: inspect after removal: %v", job, err)
+		}
+	}
+}
