@@ -251,3 +251,36 @@ func TestRenterCancelAndNoBids(t *testing.T) {
 		t.Fatalf("invalid job: %v", err)
 	}
 }
+
+func TestGoldEvictsOnlyWhenStillNeeded(t *testing.T) {
+	p := pol(1)
+	p.AllowPreemption = true
+	m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, p, 0.9}})
+	box := m.provs[0]
+	now := m.now()
+	for _, id := range []string{"bronze-1", "bronze-2"} {
+		if err := box.cal.Reserve(Booking{LeaseID: id, Start: now.Add(-time.Minute), End: now.Add(3 * time.Hour), GPUs: 1, Tier: Bronze, Preemptible: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	box.p.cfg.OnLease = func(_ Lease, _ Job, preempts []string) { got = preempts }
+	r, tr := m.renter(t, RenterConfig{})
+	gate := bidGate(r, tr, 1)
+	done := make(chan error, 1)
+	gold := euJob(m.now())
+	gold.Tier, gold.GPUCount = Gold, 1
+	go func() { _, err := r.Post(context.Background(), gold); done <- err }()
+	<-gate
+	// The bid planned to evict one bronze lease; one ends on its own first.
+	box.cal.Release("bronze-2")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("evicted %v although a GPU had freed up", got)
+	}
+	if _, ok := box.cal.Booking("bronze-1"); !ok {
+		t.Fatal("bronze-1 evicted")
+	}
+}

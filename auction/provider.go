@@ -57,10 +57,19 @@ type ProviderStats struct {
 	Ineligible map[string]int `json:"ineligible"` // by Ineligible.Kind
 	Occupancy  float64        `json:"occupancy"`
 	// EarningsUSD sums price × GPUs × hours over confirmed leases, as
-	// shortened by LeaseEnded.
+	// shortened by LeaseEnded. Leases lists live leases and the most recent
+	// ended ones.
 	EarningsUSD float64 `json:"earnings_usd"`
 	Leases      []Lease `json:"leases"`
 }
+
+type confirmRec struct {
+	data []byte
+	at   time.Time
+}
+
+// maxLeaseHistory bounds how many ended leases Stats keeps.
+const maxLeaseHistory = 1000
 
 type sentBid struct {
 	bid   Bid
@@ -77,9 +86,9 @@ type Provider struct {
 	log *slog.Logger
 
 	mu        sync.Mutex
-	seen      map[string]time.Time // job id/attempt -> when
-	bids      map[string]*sentBid  // nonce -> bid
-	confirms  map[string][]byte    // lease id -> signed confirm
+	seen      map[string]time.Time  // job id/attempt -> when
+	bids      map[string]*sentBid   // nonce -> bid
+	confirms  map[string]confirmRec // lease id -> signed confirm
 	leases    map[string]*Lease
 	order     []string
 	stats     ProviderStats
@@ -104,7 +113,7 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	}
 	return &Provider{
 		cfg: cfg, log: log.With("role", "provider"),
-		seen: map[string]time.Time{}, bids: map[string]*sentBid{}, confirms: map[string][]byte{}, leases: map[string]*Lease{},
+		seen: map[string]time.Time{}, bids: map[string]*sentBid{}, confirms: map[string]confirmRec{}, leases: map[string]*Lease{},
 		stats: ProviderStats{Rejected: map[string]int{}, Ineligible: map[string]int{}},
 	}, nil
 }
@@ -133,6 +142,26 @@ func (p *Provider) prune(now time.Time) {
 			delete(p.bids, n)
 			p.stats.Lost++
 		}
+	}
+	// Confirms only need to outlive award retries.
+	for id, c := range p.confirms {
+		if now.Sub(c.at) > seenTTL {
+			delete(p.confirms, id)
+		}
+	}
+	// Keep the most recent ended leases; live ones are always kept.
+	if len(p.order) > maxLeaseHistory {
+		drop := len(p.order) - maxLeaseHistory
+		kept := p.order[:0]
+		for _, id := range p.order {
+			if drop > 0 && p.leases[id].State.Terminal() {
+				delete(p.leases, id)
+				drop--
+				continue
+			}
+			kept = append(kept, id)
+		}
+		p.order = kept
 	}
 }
 
@@ -239,7 +268,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c, ok := p.confirms[a.LeaseID]; ok {
-		return c, nil
+		return c.data, nil
 	}
 	sb, ok := p.bids[a.BidNonce]
 	decline := func(reason string) ([]byte, error) {
@@ -247,7 +276,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		p.log.Info("award declined", "lease", a.LeaseID, "job", a.JobID, "reason", reason)
 		c, err := EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: a.LeaseID, Accepted: false, Reason: reason})
 		if err == nil {
-			p.confirms[a.LeaseID] = c
+			p.confirms[a.LeaseID] = confirmRec{c, now}
 		}
 		return c, err
 	}
@@ -269,7 +298,11 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	if job.Tier == Gold {
 		evict = sb.offer.Preempts
 	}
-	evicted, err := p.cfg.Calendar.ReserveEvicting(b, evict)
+	// Evict only if the planned preemptions are still needed.
+	evicted, err := p.cfg.Calendar.ReserveEvicting(b, nil)
+	if errors.Is(err, ErrOverbooked) && len(evict) > 0 {
+		evicted, err = p.cfg.Calendar.ReserveEvicting(b, evict)
+	}
 	if err != nil {
 		return decline("capacity: " + err.Error())
 	}
@@ -290,7 +323,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	}
 	lease := Lease{ID: a.LeaseID, JobID: a.JobID, Attempt: a.Attempt, Renter: a.Renter, Provider: me, Price: a.Price,
 		Start: a.Start, End: a.End, GPUCount: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible, State: LeaseReserved}
-	p.confirms[a.LeaseID] = c
+	p.confirms[a.LeaseID] = confirmRec{c, now}
 	p.leases[lease.ID] = &lease
 	p.order = append(p.order, lease.ID)
 	p.stats.Won++
