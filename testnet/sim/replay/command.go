@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 )
@@ -25,7 +26,7 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "tier-mix", Usage: "job tiers (gold, silver, bronze)", Value: DefaultDemand().Tiers.String()},
 			&cli.StringFlag{Name: "region-mix", Usage: "job residency (any, eu, us, ap)", Value: DefaultDemand().Regions.String()},
 			&cli.Float64Flag{Name: "price-scale", Usage: "multiplier on renters' price caps", Value: 1},
-			&cli.DurationFlag{Name: "drain", Usage: "how long to run past the last submission", Value: 7 * 24 * 60 * 60 * 1e9},
+			&cli.DurationFlag{Name: "drain", Usage: "how long to run past the last submission", Value: 7 * 24 * time.Hour},
 			&cli.StringSliceFlag{Name: "policy", Usage: "policies to compare (auction, fifo); default both"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON instead of tables"},
 			&cli.StringFlag{Name: "chart", Usage: "utilisation chart file (.png, .svg or .pdf); empty to skip", Value: "sim-utilization.png"},

@@ -370,7 +370,11 @@ func (s *sim) summarise() PolicyReport {
 	pr.CostPerGPUHour = ratio(paid, paidSec/3600)
 	pr.FillRate = ratio(pr.FilledGPUHours, 0) // set by caller below
 	all := &tierAcc{}
-	for _, a := range acc {
+	for _, t := range []auction.Tier{auction.Gold, auction.Silver, auction.Bronze} {
+		a := acc[t]
+		if a == nil {
+			continue
+		}
 		all.waits = append(all.waits, a.waits...)
 		all.jobs += a.jobs
 		all.done += a.done
