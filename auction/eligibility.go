@@ -75,14 +75,16 @@ func inelig(kind, format string, args ...any) error {
 //   - hardware: GPUCount devices of one model in Job.GPUModels (any model if
 //     empty, case-insensitive), each with at least MinVRAMGB;
 //   - price floor above the job's MaxPrice;
-//   - time: the earliest start >= now, and <= the job's deadline (or
+//   - time: the earliest affordable start >= now, and <= the job's deadline (or
 //     now+DefaultPatience), such that [start, start+Duration) lies within one
 //     free span of the policy (availability windows minus reserved spans) and
 //     the calendar has GPUCount free GPUs throughout. A lease never exceeds
 //     MaxLease: a longer non-preemptible job is ineligible, a longer
 //     preemptible one gets a capped slice;
 //   - price: the Quote for the offered span at the calendar's occupancy at
-//     its start must not exceed MaxPrice.
+//     its start must not exceed MaxPrice. When the earliest span is too
+//     expensive (peak hours, occupancy), later candidate starts (when
+//     capacity frees or a peak window ends) are tried within the horizon.
 //
 // A preemptible job may take a gap shorter than its Duration (at least
 // MinBackfill): its Offer ends at the gap's end, where it will be preempted
@@ -138,14 +140,26 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 		return Offer{}, inelig("capacity", "calendar capacity %d gpus < %d required", ps.Cal.Capacity(), jc.GPUCount)
 	}
 
-	start, end, preempts, err := placeLease(p, ps.Cal, &jc, now)
-	if err != nil {
-		return Offer{}, err
+	var price, overQuote float64
+	books := ps.Cal.Bookings()
+	affordable := func(s, e time.Time) bool {
+		occ := float64(useAt(books, s, nil)) / float64(ps.Cal.Capacity())
+		q := Quote(p, s, e.Sub(s), occ)
+		if q > jc.MaxPrice {
+			if overQuote == 0 {
+				overQuote = q
+			}
+			return false
+		}
+		price = q
+		return true
 	}
-	occ := float64(useAt(ps.Cal.Bookings(), start, nil)) / float64(ps.Cal.Capacity())
-	price := Quote(p, start, end.Sub(start), occ)
-	if price > jc.MaxPrice {
-		return Offer{}, inelig("price", "quote %.2f > max %.2f", price, jc.MaxPrice)
+	start, end, preempts, err := placeLease(p, ps.Cal, books, &jc, now, affordable)
+	if err != nil {
+		if overQuote > 0 {
+			return Offer{}, inelig("price", "quote %.2f > max %.2f", overQuote, jc.MaxPrice)
+		}
+		return Offer{}, err
 	}
 	return Offer{
 		Price:    price,
@@ -215,8 +229,9 @@ func pickModel(gpus []GPU, j *Job) (string, int, error) {
 	return best.name, best.vram, nil
 }
 
-// placeLease finds the earliest lease span for j; see Evaluate.
-func placeLease(p Policy, cal *Calendar, j *Job, now time.Time) (start, end time.Time, preempts []string, err error) {
+// placeLease finds the earliest lease span for j that accept takes; see
+// Evaluate. bs is a snapshot of cal's bookings.
+func placeLease(p Policy, cal *Calendar, bs []Booking, j *Job, now time.Time, accept func(s, e time.Time) bool) (start, end time.Time, preempts []string, err error) {
 	d := j.Duration
 	if p.MaxLease > 0 && d > p.MaxLease {
 		if !j.Preemptible {
@@ -235,8 +250,12 @@ func placeLease(p Policy, cal *Calendar, j *Job, now time.Time) (start, end time
 	if j.Preemptible && minSlice > MinBackfill {
 		minSlice = MinBackfill
 	}
-	bs := cal.Bookings()
 	capacity := cal.Capacity()
+	// Peak windows end where a lease may become cheap enough.
+	var peakEnds []time.Time
+	for _, iv := range windowSpans(p.PeakWindows, p.location(), now, latest) {
+		peakEnds = append(peakEnds, iv.End)
+	}
 	var skip func(*Booking) bool
 	if j.Tier == Gold && p.AllowPreemption {
 		skip = func(b *Booking) bool { return b.Preemptible }
@@ -257,14 +276,22 @@ func placeLease(p Policy, cal *Calendar, j *Job, now time.Time) (start, end time
 				cands = append(cands, b.End)
 			}
 		}
+		for _, t := range peakEnds {
+			if t.After(sp.Start) && t.Before(sp.End) {
+				cands = append(cands, t)
+			}
+		}
 		sort.Slice(cands, func(a, b int) bool { return cands[a].Before(cands[b]) })
 		for _, s := range cands {
 			if s.After(latest) {
 				break
 			}
 			if e := s.Add(d); !e.After(sp.End) && peakUse(bs, s, e, skip)+j.GPUCount <= capacity {
-				start, end, found = s, e, true
-				break
+				if accept(s, e) {
+					start, end, found = s, e, true
+					break
+				}
+				continue
 			}
 			if !j.Preemptible {
 				continue
@@ -279,7 +306,7 @@ func placeLease(p Policy, cal *Calendar, j *Job, now time.Time) (start, end time
 					e = b.Start
 				}
 			}
-			if e.Sub(s) >= minSlice && peakUse(bs, s, e, skip)+j.GPUCount <= capacity {
+			if e.Sub(s) >= minSlice && peakUse(bs, s, e, skip)+j.GPUCount <= capacity && accept(s, e) {
 				start, end, found = s, e, true
 				break
 			}

@@ -61,6 +61,7 @@ func TestEvaluateIneligible(t *testing.T) {
 			ps.Cap.Policy.PeakWindows = []Window{{From: "08:00", To: "18:00"}}
 			ps.Cap.Policy.PriceFloor = 1.5
 			ps.Cap.Policy.PeakMultiplier = 2
+			j.Deadline = now.Add(2 * time.Hour) // no off-peak start in time
 		}},
 		{"duration 1h0m0s exceeds max lease 30m0s", func(ps *ProviderState, j *Job) { ps.Cap.Policy.MaxLease = 30 * time.Minute }},
 		{"not available before", func(ps *ProviderState, j *Job) {
@@ -116,6 +117,20 @@ func TestEvaluateOffer(t *testing.T) {
 	bad.GPUCount = 0
 	if _, err := Evaluate(ps, &bad, now); err == nil || errors.As(err, new(*Ineligible)) {
 		t.Fatalf("invalid job: %v", err)
+	}
+}
+
+func TestEvaluateWaitsForOffPeak(t *testing.T) {
+	now := at(0, "10:00")
+	ps, j := baseState(), evalJob()
+	ps.Cap.Policy.PeakWindows = []Window{{From: "08:00", To: "18:00"}}
+	ps.Cap.Policy.PriceFloor, ps.Cap.Policy.PeakMultiplier = 1.5, 2
+	// Peak price 3.00 > max 2.00 now: without a deadline the provider
+	// offers the end of the peak window instead of not bidding.
+	j.MaxPrice = 2
+	o, err := Evaluate(ps, j, now)
+	if err != nil || !o.Start.Equal(at(0, "18:00")) || o.Price != 1.5 {
+		t.Fatalf("off-peak offer %+v, %v", o, err)
 	}
 }
 
