@@ -67,19 +67,24 @@ type handlerFunc func(r *http.Request) (any, error)
 func (d *Daemon) route(mux *http.ServeMux, pattern string, h handlerFunc) {
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		v, err := h(r)
-		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
-			code := http.StatusInternalServerError
-			var he *httpError
-			if errors.As(err, &he) {
-				code = he.code
-			}
-			w.WriteHeader(code)
-			_ = json.NewEncoder(w).Encode(apiError{Error: err.Error()})
+			writeAPIError(w, err)
 			return
 		}
+		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(v)
 	})
+}
+
+func writeAPIError(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	var he *httpError
+	if errors.As(err, &he) {
+		code = he.code
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(apiError{Error: err.Error()})
 }
 
 func (d *Daemon) serveAPI() error {

@@ -34,6 +34,10 @@ type Options struct {
 	Log *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// DropHeartbeats, when set, makes a provider skip sending the heartbeats
+	// for which it returns true: fault injection for tests of flaky or
+	// dishonest telemetry. Never set in production.
+	DropHeartbeats func(seq uint64) bool
 }
 
 // ErrAlreadyRunning is returned when another daemon owns the data dir.
@@ -236,6 +240,15 @@ func (d *Daemon) Advertised() *auction.Capability {
 }
 
 func (d *Daemon) advertiseLoop(ttl time.Duration) {
+	// Give the routing table a moment to fill after bootstrap, so the first
+	// record is not put into an empty table.
+	for i := 0; i < 50 && d.net.DHT.RoutingTable().Size() == 0 && len(d.cfg.Bootstrap) > 0; i++ {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	every := ttl / 3
 	for {
 		if err := d.advertise(ttl); err != nil && d.ctx.Err() == nil {

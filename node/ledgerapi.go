@@ -1,0 +1,177 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+var ledgerFilterReceipts = ledger.Filter{Kind: ledger.KindReceipt}
+
+func ledgerFilter(r *http.Request) (ledger.Filter, error) {
+	q := r.URL.Query()
+	f := ledger.Filter{Kind: ledger.Kind(q.Get("kind")), Counterparty: q.Get("counterparty"), LeaseID: q.Get("lease")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return f, badRequest("limit must be a non-negative integer, got %q", v)
+		}
+		f.Limit = n
+	}
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return f, badRequest("since must be RFC3339, got %q", v)
+		}
+		f.Since = t
+	}
+	switch f.Kind {
+	case "", ledger.KindReceipt, ledger.KindPaymentOwed, ledger.KindPaymentEarned, ledger.KindPreemptionCredit:
+	default:
+		return f, badRequest("unknown entry kind %q (receipt, payment_owed, payment_earned, preemption_credit)", f.Kind)
+	}
+	return f, nil
+}
+
+func (m *market) ledgerRoutes(mux *http.ServeMux) {
+	db := m.d.db
+	m.d.route(mux, "GET /v1/ledger", func(r *http.Request) (any, error) {
+		f, err := ledgerFilter(r)
+		if err != nil {
+			return nil, err
+		}
+		es, err := db.List(f)
+		if es == nil {
+			es = []ledger.Entry{}
+		}
+		return es, err
+	})
+	m.d.route(mux, "GET /v1/ledger/verify", func(*http.Request) (any, error) {
+		rep, err := db.Verify()
+		var te *ledger.TamperError
+		if errors.As(err, &te) {
+			return nil, &httpError{http.StatusConflict, err.Error()}
+		}
+		return rep, err
+	})
+	m.d.route(mux, "GET /v1/ledger/balances", func(*http.Request) (any, error) { return db.Balances() })
+	m.d.route(mux, "GET /v1/ledger/{seq}", func(r *http.Request) (any, error) {
+		seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+		if err != nil || seq == 0 {
+			return nil, badRequest("entry sequence number must be a positive integer, got %q", r.PathValue("seq"))
+		}
+		e, err := db.Get(seq)
+		if errors.Is(err, ledger.ErrNotFound) {
+			return nil, notFound("no ledger entry %d", seq)
+		}
+		return e, err
+	})
+	mux.HandleFunc("GET /v1/ledger/export", func(w http.ResponseWriter, r *http.Request) {
+		f, err := ledgerFilter(r)
+		if err != nil {
+			writeAPIError(w, err)
+			return
+		}
+		switch r.URL.Query().Get("format") {
+		case "", "json":
+			w.Header().Set("Content-Type", "application/json")
+			err = db.ExportJSON(w, f)
+		case "csv":
+			w.Header().Set("Content-Type", "text/csv")
+			err = db.ExportCSV(w, f)
+		default:
+			writeAPIError(w, badRequest("format must be json or csv"))
+			return
+		}
+		if err != nil {
+			m.d.log.Warn("ledger export", "err", err)
+		}
+	})
+}
+
+const domainCancel = "lease-cancel/v1"
+
+type cancelRequest struct {
+	LeaseID string `json:"lease_id"`
+	JobID   string `json:"job_id"`
+}
+
+// handleCancel stops a lease at its renter's signed request.
+func (m *market) handleCancel(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
+	var req cancelRequest
+	if err := opened(data, domainCancel, from, &req); err != nil {
+		m.count("provider.cancel_rejected")
+		return nil, err
+	}
+	m.mu.Lock()
+	r := m.runs[req.LeaseID]
+	m.mu.Unlock()
+	if r == nil || r.lease().Renter != from.String() {
+		m.count("provider.cancel_rejected")
+		return nil, fmt.Errorf("no lease %s for %s", req.LeaseID, from)
+	}
+	r.abort(RunCancelled, "cancelled by the renter")
+	return nil, nil
+}
+
+// providerStats is the provider's live view: occupancy, bids, earnings,
+// leases, utilisation and reputation.
+func (m *market) providerStats() (ProviderStatsView, error) {
+	if m.provider == nil {
+		return ProviderStatsView{}, badRequest("%v", errNoProvider)
+	}
+	v := ProviderStatsView{ProviderStats: m.provider.Stats(), Enabled: true, GPUs: len(m.d.inv.GPUs),
+		Reputation: m.book.Stats(m.d.ID().String()), Running: []ProviderLease{}, Recent: []ProviderLease{}}
+	if v.Leases == nil {
+		v.Leases = []auction.Lease{}
+	}
+	m.mu.Lock()
+	var durations []float64
+	var price, n float64
+	for _, r := range m.runs {
+		r.mu.Lock()
+		rec := r.pr.Rec
+		r.mu.Unlock()
+		if rec.Run.terminal() {
+			v.Recent = append(v.Recent, rec)
+			if !rec.Started.IsZero() && rec.Ended.After(rec.Started) {
+				durations = append(durations, rec.Ended.Sub(rec.Started).Seconds())
+			}
+		} else {
+			v.Running = append(v.Running, rec)
+		}
+		price += rec.Lease.Price
+		n++
+	}
+	m.mu.Unlock()
+	sort.Slice(v.Recent, func(i, j int) bool { return v.Recent[i].Ended.After(v.Recent[j].Ended) })
+	if len(v.Recent) > 20 {
+		v.Recent = v.Recent[:20]
+	}
+	if len(durations) > 0 {
+		sort.Float64s(durations)
+		v.P95JobSeconds = durations[(len(durations)*95+99)/100-1]
+	}
+	if n > 0 {
+		v.USDPerGPUHour = price / n
+	}
+	if len(v.Running) > 0 && m.d.inv.Source == "nvml" {
+		v.UtilizationPct = sampleUtil(m)
+	}
+	bal, err := m.d.db.Balances()
+	if err != nil {
+		return v, err
+	}
+	for _, b := range bal {
+		v.LedgerEarnedUSD += b.Earned
+	}
+	return v, nil
+}

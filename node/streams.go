@@ -1,0 +1,260 @@
+package node
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+)
+
+// streamRequest opens a log or outputs stream for a lease.
+type streamRequest struct {
+	LeaseID string `json:"lease_id"`
+	Follow  bool   `json:"follow,omitempty"`
+}
+
+// lockedWriter serialises a job's stdout and stderr into one log.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// acceptStream reads the request frame and checks that the caller is the
+// lease's renter: nobody else may read a job's logs or results.
+func (m *market) acceptStream(s network.Stream) (*leaseRun, streamRequest, bool) {
+	var req streamRequest
+	_ = s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := p2p.ReadFrame(bufio.NewReader(s))
+	if err != nil || json.Unmarshal(b, &req) != nil {
+		m.count("provider.malformed_stream")
+		_ = s.Reset()
+		return nil, req, false
+	}
+	_ = s.SetReadDeadline(time.Time{})
+	m.mu.Lock()
+	r := m.runs[req.LeaseID]
+	m.mu.Unlock()
+	if r == nil || r.lease().Renter != s.Conn().RemotePeer().String() {
+		m.count("provider.unauthorized_stream")
+		_ = s.Reset()
+		return nil, req, false
+	}
+	return r, req, true
+}
+
+func (r *leaseRun) state() RunState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pr.Rec.Run
+}
+
+// serveLogs streams a lease's log to its renter; with Follow it keeps
+// streaming until the job has ended.
+func (m *market) serveLogs(s network.Stream) {
+	defer s.Close()
+	r, req, ok := m.acceptStream(s)
+	if !ok {
+		return
+	}
+	path := m.logPath(req.LeaseID)
+	var f *os.File
+	for f == nil {
+		var err error
+		f, err = os.Open(path)
+		if err == nil {
+			break
+		}
+		// Not started yet: wait for the log to appear (or the job to end).
+		if !req.Follow || r.state().terminal() {
+			return
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-m.ctx.Done():
+			return
+		}
+	}
+	defer f.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if _, werr := s.Write(buf[:n]); werr != nil {
+				return
+			}
+			continue
+		}
+		if err != nil && err != io.EOF {
+			return
+		}
+		if !req.Follow {
+			return
+		}
+		if r.state().terminal() {
+			// Drain what the job wrote last, then stop.
+			if n, _ := f.Read(buf); n > 0 {
+				_, _ = s.Write(buf[:n])
+				continue
+			}
+			return
+		}
+		select {
+		case <-time.After(150 * time.Millisecond):
+		case <-m.ctx.Done():
+			return
+		}
+	}
+}
+
+// serveOutputs sends a finished lease's output manifest (one frame) and the
+// files as a tar stream.
+func (m *market) serveOutputs(s network.Stream) {
+	defer s.Close()
+	r, req, ok := m.acceptStream(s)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	outs := append([]OutputFile(nil), r.pr.Outputs...)
+	done := r.pr.Rec.Run.terminal()
+	r.mu.Unlock()
+	if !done {
+		_ = p2p.WriteFrame(s, []byte(`{"error":"job has not finished"}`))
+		return
+	}
+	man, _ := json.Marshal(map[string]any{"outputs": outs})
+	if err := p2p.WriteFrame(s, man); err != nil {
+		return
+	}
+	tw := tar.NewWriter(s)
+	dir := m.outDir(req.LeaseID)
+	for _, o := range outs {
+		f, err := os.Open(filepath.Join(dir, filepath.FromSlash(o.Path)))
+		if err != nil {
+			_ = s.Reset()
+			return
+		}
+		hdr := &tar.Header{Name: o.Path, Mode: 0o644, Size: o.Size, ModTime: time.Now(), Typeflag: tar.TypeReg}
+		if err := tw.WriteHeader(hdr); err == nil {
+			_, err = io.CopyN(tw, f, o.Size)
+		}
+		f.Close()
+		if err != nil {
+			_ = s.Reset()
+			return
+		}
+	}
+	_ = tw.Close()
+}
+
+// openLeaseStream asks a job's current (or last) provider for a stream.
+func (m *market) openLeaseStream(ctx context.Context, jobID string, proto protocol.ID, follow bool) (network.Stream, error) {
+	v, err := m.jobView(jobID)
+	if err != nil {
+		return nil, err
+	}
+	if v.Lease == nil {
+		return nil, badRequest("job %s has no lease (state %s)", jobID, v.State)
+	}
+	prov, err := peer.Decode(v.Lease.Provider)
+	if err != nil {
+		return nil, err
+	}
+	s, err := m.d.net.Host.NewStream(ctx, prov, proto)
+	if err != nil {
+		return nil, fmt.Errorf("provider %s unreachable: %w", v.Lease.Provider, err)
+	}
+	req, _ := json.Marshal(streamRequest{LeaseID: v.Lease.ID, Follow: follow})
+	if err := p2p.WriteFrame(s, req); err != nil {
+		_ = s.Reset()
+		return nil, err
+	}
+	_ = s.CloseWrite()
+	return s, nil
+}
+
+// apiLogs streams a job's log from its provider to the CLI.
+func (m *market) apiLogs(w http.ResponseWriter, r *http.Request) {
+	follow := r.URL.Query().Get("follow") == "1" || r.URL.Query().Get("follow") == "true"
+	s, err := m.openLeaseStream(r.Context(), r.PathValue("id"), protoLogs, follow)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	defer s.Close()
+	go func() {
+		<-r.Context().Done()
+		_ = s.Reset()
+	}()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := s.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// apiOutputs relays a job's outputs (manifest header + tar body).
+func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
+	defer cancel()
+	s, err := m.openLeaseStream(ctx, r.PathValue("id"), protoOutputs, false)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	defer s.Close()
+	br := bufio.NewReader(s)
+	man, err := p2p.ReadFrame(br)
+	if err != nil {
+		writeAPIError(w, fmt.Errorf("provider sent no output manifest: %w", err))
+		return
+	}
+	var mf struct {
+		Outputs []OutputFile `json:"outputs"`
+		Error   string       `json:"error"`
+	}
+	if err := json.Unmarshal(man, &mf); err != nil {
+		writeAPIError(w, fmt.Errorf("bad output manifest: %w", err))
+		return
+	}
+	if mf.Error != "" {
+		writeAPIError(w, badRequest("%s", mf.Error))
+		return
+	}
+	hdr, _ := json.Marshal(mf.Outputs)
+	w.Header().Set("X-Gpumesh-Manifest", string(hdr))
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, br)
+}

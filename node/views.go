@@ -1,0 +1,125 @@
+package node
+
+import (
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger"
+)
+
+// Control API payloads (JSON). These are the daemon's public contract with
+// the CLI.
+
+// PostJobRequest is the body of POST /v1/jobs. The daemon fills Owner,
+// OwnerAddrs, ID (if empty) and CreatedAt. The call returns when the auction
+// has ended (leased or unplaceable).
+type PostJobRequest struct {
+	Job auction.Job `json:"job"`
+}
+
+// RunState is where a leased job's execution is, as the renter knows it.
+type RunState string
+
+// Run states.
+const (
+	RunPending   RunState = "pending" // leased, not started yet
+	RunRunning   RunState = "running"
+	RunSucceeded RunState = "succeeded"
+	RunFailed    RunState = "failed"
+	RunPreempted RunState = "preempted"
+	RunExpired   RunState = "expired"
+	RunCancelled RunState = "cancelled"
+)
+
+// JobView is the renter's full view of one job (GET /v1/jobs/{id}).
+type JobView struct {
+	auction.JobStatus
+	// Run is the execution state of the current lease (empty before one).
+	Run RunState `json:"run,omitempty"`
+	// ExitCode of the job's command once it ended.
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+	// Started/Ended are when the job ran on the provider.
+	Started time.Time `json:"started,omitempty"`
+	Ended   time.Time `json:"ended,omitempty"`
+	// Heartbeats summarises the verified telemetry received so far.
+	Heartbeats *attest.HeartbeatSummary `json:"heartbeats,omitempty"`
+	// LastTelemetry is the latest verified heartbeat.
+	LastTelemetry *attest.Heartbeat `json:"last_telemetry,omitempty"`
+	// Receipt is the two-party signed completion receipt, once settled.
+	Receipt *attest.Receipt `json:"receipt,omitempty"`
+	// CostUSD is what the renter owes for this job so far (settled leases).
+	CostUSD float64 `json:"cost_usd"`
+	// History lists earlier leases of this job (e.g. preempted attempts).
+	History []LeaseRecord `json:"history,omitempty"`
+	// Outputs lists the result files the provider reported, with checksums.
+	Outputs []OutputFile `json:"outputs,omitempty"`
+}
+
+// LeaseRecord is one lease of a job and how it ended.
+type LeaseRecord struct {
+	Lease    auction.Lease `json:"lease"`
+	Run      RunState      `json:"run"`
+	Detail   string        `json:"detail,omitempty"`
+	CostUSD  float64       `json:"cost_usd"`
+	Started  time.Time     `json:"started,omitempty"`
+	Ended    time.Time     `json:"ended,omitempty"`
+	Attempt  int           `json:"attempt"`
+	Receipt  bool          `json:"receipt"`
+	ExitCode *int          `json:"exit_code,omitempty"`
+}
+
+// OutputFile is one result file with its checksum.
+type OutputFile struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// BidsView is GET /v1/jobs/{id}/bids: ranked bids and why the winner won.
+type BidsView struct {
+	JobID   string           `json:"job_id"`
+	Bids    []auction.Ranked `json:"bids"`
+	Explain string           `json:"explain"`
+}
+
+// ProviderStatsView is GET /v1/provider/stats.
+type ProviderStatsView struct {
+	auction.ProviderStats
+	Enabled    bool               `json:"enabled"`
+	GPUs       int                `json:"gpus"`
+	Running    []ProviderLease    `json:"running"`
+	Recent     []ProviderLease    `json:"recent"`
+	Reputation attest.ProviderRep `json:"reputation"`
+	// LedgerEarnedUSD is the settled earnings recorded in the ledger.
+	LedgerEarnedUSD float64 `json:"ledger_earned_usd"`
+	// UtilizationPct is the mean GPU utilisation over running leases' last
+	// heartbeats.
+	UtilizationPct float64 `json:"utilization_pct"`
+	// P95JobSeconds is the 95th percentile run time of finished leases.
+	P95JobSeconds float64 `json:"p95_job_seconds"`
+	// USDPerGPUHour is the mean settled price.
+	USDPerGPUHour float64 `json:"usd_per_gpu_hour"`
+}
+
+// ProviderLease is a provider's view of one lease it serves.
+type ProviderLease struct {
+	Lease    auction.Lease `json:"lease"`
+	Run      RunState      `json:"run"`
+	Backend  string        `json:"backend,omitempty"`
+	Started  time.Time     `json:"started,omitempty"`
+	Ended    time.Time     `json:"ended,omitempty"`
+	ExitCode *int          `json:"exit_code,omitempty"`
+	Detail   string        `json:"detail,omitempty"`
+}
+
+// LedgerVerifyView is GET /v1/ledger/verify on success. On tampering the
+// call fails with status 409 and an error naming the first bad entry.
+type LedgerVerifyView = ledger.VerifyReport
+
+// ReputationView is GET /v1/reputation/{peer}.
+type ReputationView struct {
+	Peer string             `json:"peer"`
+	Rep  attest.ProviderRep `json:"reputation"`
+}
