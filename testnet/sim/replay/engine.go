@@ -126,6 +126,7 @@ type leaseState struct {
 	gpus       int
 	price      float64
 	alive      bool
+	evicted    bool // preempted by a gold award
 }
 
 type evKind uint8
@@ -189,6 +190,7 @@ type sim struct {
 	provs   []provState
 	leases  []leaseState
 	byID    map[string]int
+	peerIdx map[string]int
 	lanes   [3][]int // waiting jobs per lane (gold, silver, bronze), FIFO order by job index
 	fifo    []int    // waiting jobs in arrival order (FIFO policy)
 	nEvents int
@@ -232,12 +234,13 @@ func draw(seed uint64, parts ...string) float64 {
 }
 
 func newSim(w *world, policy string, progress io.Writer) (*sim, error) {
-	s := &sim{w: w, policy: policy, byID: make(map[string]int), progress: progress}
+	s := &sim{w: w, policy: policy, byID: make(map[string]int), peerIdx: make(map[string]int, len(w.provs)), progress: progress}
 	s.provs = make([]provState, len(w.provs))
 	for i := range w.provs {
 		p := &w.provs[i]
 		ps := &s.provs[i]
 		ps.p, ps.idx = p, i
+		s.peerIdx[p.Capability.Peer] = i
 		ps.gpus = len(p.Capability.GPUs)
 		for _, g := range p.Capability.GPUs {
 			ps.vram = max(ps.vram, g.VRAMGB)
@@ -633,15 +636,8 @@ func (s *sim) auction(j int, req *auction.Job) (bool, error) {
 }
 
 func (s *sim) provIndex(peer string) int {
-	var n int
-	fmt.Sscanf(peer, "p%d", &n)
-	if n >= 0 && n < len(s.provs) && s.provs[n].p.Capability.Peer == peer {
-		return n
-	}
-	for i := range s.provs {
-		if s.provs[i].p.Capability.Peer == peer {
-			return i
-		}
+	if i, ok := s.peerIdx[peer]; ok {
+		return i
 	}
 	return -1
 }
@@ -655,14 +651,39 @@ func (s *sim) award(j, pi int, off auction.Offer) error {
 	p := &s.provs[pi]
 	id := fmt.Sprintf("%s#%d", js.spec.ID, js.attempt)
 	b := auction.Booking{LeaseID: id, Start: off.Start, End: off.End, GPUs: js.spec.GPUCount, Tier: js.spec.Tier, Preemptible: js.spec.Preemptible}
-	evicted, err := p.ps.Cal.ReserveEvicting(b, off.Preempts)
+	// As the provider daemon does: evict only if the planned preemptions
+	// are still needed.
+	evicted, err := p.ps.Cal.ReserveEvicting(b, nil)
+	if errors.Is(err, auction.ErrOverbooked) && len(off.Preempts) > 0 {
+		evicted, err = p.ps.Cal.ReserveEvicting(b, off.Preempts)
+	}
 	if err != nil {
 		return fmt.Errorf("replay: %s: book lease %s: %w", s.policy, id, err)
 	}
 	for _, e := range evicted {
-		if li, ok := s.byID[e.LeaseID]; ok {
-			s.preemptGold++
+		li, ok := s.byID[e.LeaseID]
+		if !ok {
+			continue
+		}
+		s.preemptGold++
+		l := &s.leases[li]
+		l.evicted = true
+		// The evicted lease runs until the gold lease starts (the daemon
+		// ends it at max(award start, its own start)); its booking is put
+		// back, shortened, so that nobody else is sold those GPUs.
+		stop := min(max(int64(off.Start.Sub(Epoch)/time.Second), l.start), l.runEnd)
+		if stop <= s.now || stop <= l.start {
 			s.stopLease(li, s.now, false)
+			continue
+		}
+		short := e
+		short.End = vt(stop)
+		if err := p.ps.Cal.Reserve(short); err != nil {
+			return fmt.Errorf("replay: %s: shorten evicted lease %s: %w", s.policy, e.LeaseID, err)
+		}
+		if stop < l.runEnd {
+			l.end, l.runEnd, l.fails = stop, stop, false
+			s.push(stop, evLeaseEnd, li)
 		}
 	}
 	start := int64(off.Start.Sub(Epoch) / time.Second)
@@ -744,7 +765,7 @@ func (s *sim) endLease(li int) error {
 	if !l.alive || l.runEnd != s.now {
 		return nil // evicted earlier
 	}
-	if !l.fails && l.end < l.start+s.jobs[l.job].remaining {
+	if !l.fails && !l.evicted && l.end < l.start+s.jobs[l.job].remaining {
 		s.preemptGap++
 	}
 	s.stopLease(li, s.now, l.fails)

@@ -308,6 +308,14 @@ func TestCommand(t *testing.T) {
 	if err := app.Run([]string{"gpumesh", "sim", "--trace", path, "--tier-mix", "platinum=1"}); err == nil {
 		t.Error("bad --tier-mix accepted")
 	}
+	bad := filepath.Join(t.TempDir(), "bad.csv")
+	if err := os.WriteFile(bad, []byte("job_id,submission_time,duration,num_gpu\na,1,2,1\nb,3,x,1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := app.Run([]string{"gpumesh", "sim", "--trace", bad, "--chart", ""})
+	if err == nil || !strings.Contains(err.Error(), "bad.csv: trace: line 3: duration") {
+		t.Errorf("malformed trace: got %v, want the file and line 3 named", err)
+	}
 }
 
 // Renters learn reliability from outcomes only. p0 fails every lease (a
