@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/urfave/cli/v2"
+)
+
+// ledgerKinds are the entry kinds `ledger list --kind` accepts.
+var ledgerKinds = []ledger.Kind{ledger.KindReceipt, ledger.KindPaymentOwed, ledger.KindPaymentEarned, ledger.KindPreemptionCredit}
+
+func ledgerFilterFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "kind", Usage: "entry kind: receipt, payment_owed, payment_earned or preemption_credit"},
+		&cli.StringFlag{Name: "counterparty", Usage: "counterparty peer ID"},
+		&cli.StringFlag{Name: "lease", Usage: "lease ID"},
+		&cli.IntFlag{Name: "limit", Usage: "at most this many entries (0 = all)"},
+	}
+}
+
+// ledgerQuery turns the filter flags into the query of GET /ledger and
+// /ledger/export.
+func ledgerQuery(c *cli.Context) (url.Values, error) {
+	q := url.Values{}
+	if k := c.String("kind"); k != "" {
+		known := false
+		for _, want := range ledgerKinds {
+			known = known || ledger.Kind(k) == want
+		}
+		if !known {
+			names := make([]string, len(ledgerKinds))
+			for i, k := range ledgerKinds {
+				names[i] = string(k)
+			}
+			return nil, fmt.Errorf("unknown --kind %q (%s)", k, strings.Join(names, ", "))
+		}
+		q.Set("kind", k)
+	}
+	if v := c.String("counterparty"); v != "" {
+		q.Set("counterparty", v)
+	}
+	if v := c.String("lease"); v != "" {
+		q.Set("lease", v)
+	}
+	switch n := c.Int("limit"); {
+	case n < 0:
+		return nil, fmt.Errorf("--limit must be >= 0, got %d", n)
+	case n > 0:
+		q.Set("limit", strconv.Itoa(n))
+	}
+	return q, nil
+}
+
+func ledgerCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "ledger",
+		Usage: "the local tamper-evident ledger of receipts, payments and credits",
+		Subcommands: []*cli.Command{
+			{
+				Name:   "list",
+				Usage:  "list ledger entries",
+				Flags:  append(ledgerFilterFlags(), jsonFlag()),
+				Action: ledgerListAction,
+			},
+			{
+				Name:      "show",
+				Usage:     "show one ledger entry",
+				ArgsUsage: "SEQ",
+				Flags:     []cli.Flag{jsonFlag()},
+				Action:    ledgerShowAction,
+			},
+			{
+				Name:   "verify",
+				Usage:  "verify the whole hash chain; fails naming the first bad entry",
+				Flags:  []cli.Flag{jsonFlag()},
+				Action: ledgerVerifyAction,
+			},
+			{
+				Name:   "balances",
+				Usage:  "money position per counterparty",
+				Flags:  []cli.Flag{jsonFlag()},
+				Action: ledgerBalancesAction,
+			},
+			{
+				Name:  "export",
+				Usage: "export entries as JSON or CSV to stdout",
+				Flags: append(ledgerFilterFlags(),
+					&cli.BoolFlag{Name: "json", Usage: "export JSON"},
+					&cli.BoolFlag{Name: "csv", Usage: "export CSV"}),
+				Action: ledgerExportAction,
+			},
+		},
+	}
+}
+
+func ledgerListAction(c *cli.Context) error {
+	if err := noExtraArgs(c); err != nil {
+		return err
+	}
+	q, err := ledgerQuery(c)
+	if err != nil {
+		return err
+	}
+	var es []ledger.Entry
+	if err := client(c).Do(c.Context, http.MethodGet, "/ledger", q, nil, &es); err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, es)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTIME\tKIND\tDIRECTION\tAMOUNT\tCOUNTERPARTY\tLEASE\tJOB")
+	for _, e := range es {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t$%.4f\t%s\t%s\t%s\n", e.Seq, fmtTime(e.Time), e.Kind, orDash(string(e.Direction)), e.Amount,
+			orDash(e.Counterparty), orDash(e.LeaseID), orDash(e.JobID))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "%d entr%s\n", len(es), map[bool]string{true: "y", false: "ies"}[len(es) == 1])
+	return nil
+}
+
+func ledgerShowAction(c *cli.Context) error {
+	s, err := jobArg(c, "ledger SEQ")
+	if err != nil {
+		return err
+	}
+	seq, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || seq == 0 {
+		return fmt.Errorf("invalid ledger SEQ %q: want a positive integer", s)
+	}
+	var e ledger.Entry
+	if err := client(c).Do(c.Context, http.MethodGet, "/ledger/"+strconv.FormatUint(seq, 10), nil, nil, &e); err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, e)
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "seq:          %d\n", e.Seq)
+	fmt.Fprintf(w, "time:         %s\n", fmtTime(e.Time))
+	fmt.Fprintf(w, "kind:         %s\n", e.Kind)
+	fmt.Fprintf(w, "direction:    %s\n", orDash(string(e.Direction)))
+	fmt.Fprintf(w, "amount:       $%.6f\n", e.Amount)
+	fmt.Fprintf(w, "counterparty: %s\n", orDash(e.Counterparty))
+	fmt.Fprintf(w, "lease:        %s\n", orDash(e.LeaseID))
+	fmt.Fprintf(w, "job:          %s\n", orDash(e.JobID))
+	fmt.Fprintf(w, "prev hash:    %s\n", e.PrevHash)
+	fmt.Fprintf(w, "hash:         %s\n", e.Hash)
+	if len(e.Data) > 0 {
+		var buf bytes.Buffer
+		if json.Indent(&buf, e.Data, "              ", "  ") != nil {
+			buf.Reset()
+			buf.Write(e.Data)
+		}
+		fmt.Fprintf(w, "data:         %s\n", buf.String())
+	}
+	return nil
+}
+
+func ledgerVerifyAction(c *cli.Context) error {
+	if err := noExtraArgs(c); err != nil {
+		return err
+	}
+	var rep ledger.VerifyReport
+	if err := client(c).Do(c.Context, http.MethodGet, "/ledger/verify", nil, nil, &rep); err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, rep)
+	}
+	fmt.Fprintf(c.App.Writer, "ledger ok: %d entries, head %s\n", rep.Entries, orDash(rep.HeadHash))
+	return nil
+}
+
+func ledgerBalancesAction(c *cli.Context) error {
+	if err := noExtraArgs(c); err != nil {
+		return err
+	}
+	var bs map[string]ledger.Balance
+	if err := client(c).Do(c.Context, http.MethodGet, "/ledger/balances", nil, nil, &bs); err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, bs)
+	}
+	peers := make([]string, 0, len(bs))
+	for p := range bs {
+		peers = append(peers, p)
+	}
+	sort.Strings(peers)
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "COUNTERPARTY\tOWED\tEARNED\tCREDITS\tNET")
+	var total ledger.Balance
+	for _, p := range peers {
+		b := bs[p]
+		fmt.Fprintf(tw, "%s\t$%.4f\t$%.4f\t$%.4f\t$%.4f\n", orDash(p), b.Owed, b.Earned, b.Credits, b.Net)
+		total.Owed += b.Owed
+		total.Earned += b.Earned
+		total.Credits += b.Credits
+		total.Net += b.Net
+	}
+	if len(peers) > 1 {
+		fmt.Fprintf(tw, "TOTAL\t$%.4f\t$%.4f\t$%.4f\t$%.4f\n", total.Owed, total.Earned, total.Credits, total.Net)
+	}
+	return tw.Flush()
+}
+
+func ledgerExportAction(c *cli.Context) error {
+	if err := noExtraArgs(c); err != nil {
+		return err
+	}
+	if c.Bool("json") == c.Bool("csv") {
+		return errors.New("choose exactly one of --json or --csv")
+	}
+	q, err := ledgerQuery(c)
+	if err != nil {
+		return err
+	}
+	q.Set("format", "csv")
+	if c.Bool("json") {
+		q.Set("format", "json")
+	}
+	resp, err := client(c).Raw(c.Context, http.MethodGet, "/ledger/export", q, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(c.App.Writer, resp.Body); err != nil {
+		return fmt.Errorf("ledger export: %w", err)
+	}
+	return nil
+}
