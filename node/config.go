@@ -56,7 +56,12 @@ type ProviderConfig struct {
 	Executor string `yaml:"executor"`
 	// PreemptGrace is how long a preempted job has to checkpoint. Default 10s.
 	PreemptGrace time.Duration `yaml:"preempt_grace"`
-	// HeartbeatInterval is the telemetry period during a lease. Default 5s.
+	// WorkDir holds the jobs' scratch dirs. Job processes run under their
+	// own uids and must be able to reach it, so it defaults to a private
+	// directory under the system temp dir rather than inside the data dir.
+	WorkDir string `yaml:"work_dir"`
+	// HeartbeatInterval is the telemetry period during a lease. It is also
+	// what a renter expects from its providers. Default 5s.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 }
 

@@ -2,12 +2,15 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
@@ -42,6 +45,7 @@ type market struct {
 	cal      *auction.Calendar
 	exec     runtime.Executor
 	jobsDir  string
+	work     string // job scratch root
 
 	provState *ledger.State // provider leases
 	rentState *ledger.State // renter jobs
@@ -72,16 +76,8 @@ func newMarket(d *Daemon) (*market, error) {
 		rentState: d.db.State("renter-jobs"),
 	}
 	m.ctx, m.cancel = context.WithCancel(d.ctx)
-	// Job processes run under their own uids and must traverse the data
-	// dir to reach their work dirs, so the data dir and jobs dir are 0711
-	// (enter, not list); everything secret in them is 0600/0700.
-	for _, dir := range []string{d.paths.Dir, m.jobsDir} {
-		if err := os.MkdirAll(dir, 0o711); err != nil {
-			return nil, fmt.Errorf("jobs dir: %w", err)
-		}
-		if err := os.Chmod(dir, 0o711); err != nil {
-			return nil, fmt.Errorf("jobs dir: %w", err)
-		}
+	if err := os.MkdirAll(m.jobsDir, 0o700); err != nil {
+		return nil, fmt.Errorf("jobs dir: %w", err)
 	}
 	if err := m.loadReceipts(); err != nil {
 		return nil, err
@@ -120,13 +116,16 @@ func (m *market) startProvider(tr auction.Transport) error {
 	d := m.d
 	m.cal = auction.NewCalendar(len(d.inv.GPUs))
 	var err error
+	if m.work, err = prepareWorkRoot(d.cfg.Provider.WorkDir, d.paths.Dir); err != nil {
+		return err
+	}
 	switch d.cfg.Provider.Executor {
 	case "process":
-		m.exec, err = runtime.NewProcessExecutor(filepath.Join(m.jobsDir, "work"), runtime.ProcessOptions{Log: d.log})
+		m.exec, err = runtime.NewProcessExecutor(m.workRoot(), runtime.ProcessOptions{Log: d.log})
 	case "docker":
-		m.exec, err = runtime.NewDockerExecutor(runtime.DefaultDockerSocket, runtime.DockerOptions{Root: filepath.Join(m.jobsDir, "work"), Log: d.log})
+		m.exec, err = runtime.NewDockerExecutor(runtime.DefaultDockerSocket, runtime.DockerOptions{Root: m.workRoot(), Log: d.log})
 	default:
-		m.exec, err = runtime.Auto(filepath.Join(m.jobsDir, "work"), d.log)
+		m.exec, err = runtime.Auto(m.workRoot(), d.log)
 	}
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
@@ -304,3 +303,34 @@ func (m *market) allCounters() map[string]int {
 }
 
 var errNoProvider = errors.New("this node is not a provider (set provider.enabled in its config)")
+
+// prepareWorkRoot returns the jobs' scratch root: the configured one, or a
+// directory under the system temp dir named after the data dir. Job uids
+// must be able to traverse to it (0711), and it must be ours: a directory
+// planted there by another user is refused.
+func prepareWorkRoot(configured, dataDir string) (string, error) {
+	root := configured
+	if root == "" {
+		abs, err := filepath.Abs(dataDir)
+		if err != nil {
+			return "", err
+		}
+		sum := sha256.Sum256([]byte(abs))
+		root = filepath.Join(os.TempDir(), "gpumesh-"+hex.EncodeToString(sum[:6]))
+	}
+	if err := os.MkdirAll(root, 0o711); err != nil {
+		return "", fmt.Errorf("work dir: %w", err)
+	}
+	fi, err := os.Lstat(root)
+	if err != nil {
+		return "", fmt.Errorf("work dir: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) {
+		return "", fmt.Errorf("work dir %s is not a directory owned by this user; refusing to run jobs there", root)
+	}
+	if err := os.Chmod(root, 0o711); err != nil {
+		return "", fmt.Errorf("work dir: %w", err)
+	}
+	return filepath.Join(root, "work"), nil
+}

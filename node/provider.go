@@ -65,7 +65,7 @@ func (m *market) logPath(leaseID string) string {
 	return filepath.Join(m.jobsDir, "logs", leaseID+".log")
 }
 func (m *market) outDir(leaseID string) string { return filepath.Join(m.jobsDir, "outputs", leaseID) }
-func (m *market) workRoot() string             { return filepath.Join(m.jobsDir, "work") }
+func (m *market) workRoot() string             { return m.work }
 
 func (m *market) saveRun(r *leaseRun) {
 	r.mu.Lock()

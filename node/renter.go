@@ -32,6 +32,9 @@ func (m *market) apiPostJob(r *http.Request) (any, error) {
 	if job.ID == "" {
 		job.ID = auction.NewID("job")
 	}
+	if job.Deadline.IsZero() {
+		job.Deadline = job.CreatedAt.Add(defaultStartWindow(job.Tier))
+	}
 	if err := job.Validate(); err != nil {
 		return nil, badRequest("%v", err)
 	}
@@ -429,4 +432,17 @@ func (m *market) loadReceipts() error {
 		_ = m.book.AddReceipt(sr)
 	}
 	return nil
+}
+
+// defaultStartWindow is how soon a job must start when its poster gave no
+// deadline: gold and silver are on-demand tiers (a provider that can only
+// start hours later does not bid), bronze waits for spare capacity.
+func defaultStartWindow(t auction.Tier) time.Duration {
+	switch t {
+	case auction.Gold:
+		return 10 * time.Minute
+	case auction.Silver:
+		return 30 * time.Minute
+	}
+	return 24 * time.Hour
 }

@@ -1,0 +1,258 @@
+package node
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger"
+)
+
+func post(t *testing.T, n *testNode, job auction.Job) JobView {
+	t.Helper()
+	var v JobView
+	if err := NewClient(n.dir).Do(context.Background(), http.MethodPost, "/jobs", nil, PostJobRequest{Job: job}, &v); err != nil {
+		t.Fatalf("post job: %v", err)
+	}
+	return v
+}
+
+func shJob(tier auction.Tier, maxPrice float64, script string) auction.Job {
+	return auction.Job{Tier: tier, MaxPrice: maxPrice, GPUCount: 1, Duration: 10 * time.Minute,
+		Preemptible: tier == auction.Bronze, BidWindow: 1500 * time.Millisecond,
+		Run: auction.RunSpec{Command: []string{"sh", "-c", script}}}
+}
+
+// waitJob polls the renter's view of a job until cond holds.
+func waitJob(t *testing.T, n *testNode, id string, within time.Duration, what string, cond func(JobView) bool) JobView {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		v, err := n.market.jobView(id)
+		if err == nil && cond(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.MarshalIndent(v, "", " ")
+			t.Fatalf("job %s: %s not reached within %s; last view:\n%s", id, what, within, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func fastConfig(cfg Config) Config {
+	cfg.Provider.HeartbeatInterval = 300 * time.Millisecond
+	cfg.Provider.PreemptGrace = 2 * time.Second
+	return cfg
+}
+
+func withPolicy(cfg Config, f func(*auction.Policy)) Config {
+	f(&cfg.Provider.Policy)
+	return cfg
+}
+
+// waitAdvertised waits until every provider's record is discoverable, so
+// that calls reach them through their topics' meshes.
+func waitAdvertised(t *testing.T, from *testNode, ns ...*testNode) {
+	t.Helper()
+	eventuallyProviders(t, from.Daemon, auction.Query{}, idsOf(ns...), 30*time.Second)
+	time.Sleep(time.Second) // let GossipSub meshes form
+}
+
+// TestAuctionOnTestnet: on a loopback network of 9 providers with varied
+// prices, GPUs, regions and policies, only eligible providers bid and the
+// job goes to the provider the scoring rule picks.
+func TestAuctionOnTestnet(t *testing.T) {
+	now := time.Now().UTC()
+	later := auction.Window{From: now.Add(2 * time.Hour).Format("15:04"), To: now.Add(3 * time.Hour).Format("15:04")}
+	boot, ns := startNet(t,
+		providerConfig("eu-west", 2.0, h100),                                  // 0: over the price cap
+		providerConfig("eu-central", 1.1, a100),                               // 1: eligible
+		providerConfig("eu-west", 1.3, a100b),                                 // 2: eligible
+		providerConfig("us-east", 0.9, a100b),                                 // 3: cheapest, but not in the EU
+		providerConfig("eu-north", 0.4, r4090),                                // 4: too little VRAM
+		providerConfig("eu-west", 1.6, auction.GPU{Model: "L40", VRAMGB: 48}), // 5: over the cap
+		withPolicy(providerConfig("eu-central", 1.0, a100), func(p *auction.Policy) { p.Availability = []auction.Window{later} }), // 6: outside its window
+		providerConfig("ap-south", 0.8, h100), // 7: not in the EU
+		withPolicy(providerConfig("eu-south", 1.05, a100), func(p *auction.Policy) { p.AcceptPreemptible = false }), // 8: eligible, cheapest in the EU
+	)
+	waitAdvertised(t, boot, ns...)
+	job := shJob(auction.Silver, 1.5, "echo hi")
+	job.Region, job.MinVRAMGB = "eu", 40
+	v := post(t, boot, job)
+	if v.State != auction.JobLeased || v.Lease == nil {
+		t.Fatalf("job not leased: %s %v", v.State, v.Reasons)
+	}
+	var bidders []string
+	var cands []auction.Candidate
+	for _, r := range v.Bids {
+		bidders = append(bidders, r.Bid.Provider)
+		cands = append(cands, r.Candidate)
+	}
+	if want := idsOf(ns[1], ns[2], ns[8]); !equal(sorted(bidders), want) {
+		t.Fatalf("bidders %v, want exactly the eligible %v", bidders, want)
+	}
+	ranked := auction.Rank(&v.Job, cands)
+	if v.Winner != ranked[0].Bid.Provider || v.Winner != ns[8].ID().String() {
+		t.Fatalf("winner %s; scoring rule picks %s (expected the cheapest eligible, %s)", v.Winner, ranked[0].Bid.Provider, ns[8].ID())
+	}
+	if !strings.HasPrefix(v.Lease.Provider, "") || v.Lease.Price > job.MaxPrice {
+		t.Fatalf("lease %+v breaks the price cap", v.Lease)
+	}
+	// The provider sees the lease and its occupancy at once.
+	st := ns[8].market.provider.Stats()
+	if st.Won != 1 || len(st.Leases) != 1 {
+		t.Fatalf("winner's stats: %+v", st)
+	}
+	for _, i := range []int{0, 3, 4, 5, 6, 7} {
+		if s := ns[i].market.provider.Stats(); s.Bids != 0 {
+			t.Errorf("ineligible provider %d bid %d times", i, s.Bids)
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	out := append([]string(nil), s...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+// TestFailoverToRunnerUp: the winner disappears after bidding, before the
+// award; the lease goes to the runner-up.
+func TestFailoverToRunnerUp(t *testing.T) {
+	boot, ns := startNet(t, providerConfig("eu-west", 0.5, a100), providerConfig("eu-west", 0.9, a100))
+	waitAdvertised(t, boot, ns...)
+	job := shJob(auction.Silver, 2, "echo hi")
+	job.BidWindow = 4 * time.Second
+	done := make(chan JobView, 1)
+	go func() { done <- post(t, boot, job) }()
+	deadline := time.Now().Add(4 * time.Second)
+	for ns[0].market.provider.Stats().Bids == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("cheap provider never bid")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ns[0].Close() // gone before the award
+	v := <-done
+	if v.State != auction.JobLeased || v.Winner != ns[1].ID().String() {
+		t.Fatalf("state %s winner %s, want the runner-up %s (attempts %+v)", v.State, v.Winner, ns[1].ID(), v.Attempts)
+	}
+	if len(v.Attempts) < 2 || v.Attempts[0].Provider != ns[0].ID().String() || v.Attempts[0].Result == "confirmed" {
+		t.Fatalf("award attempts %+v: first should have failed on the vanished winner", v.Attempts)
+	}
+}
+
+// TestJobRunsEndToEnd: a job runs on the winner, the renter sees its output
+// and results, both sides hold the two-party receipt in their ledgers, and a
+// third node that only heard the gossip sees the provider's reputation rise.
+func TestJobRunsEndToEnd(t *testing.T) {
+	third := renterConfig()
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), third)
+	prov, observer := ns[0], ns[1]
+	waitAdvertised(t, boot, prov)
+	before := observer.market.book.Score(prov.ID().String())
+
+	job := shJob(auction.Silver, 2, `echo 42; mkdir -p out; echo result > out/r.txt; sleep 1`)
+	job.Run.Outputs = "out"
+	v := post(t, boot, job)
+	if v.State != auction.JobLeased {
+		t.Fatalf("not leased: %v", v.Reasons)
+	}
+	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v JobView) bool { return v.Receipt != nil })
+	if v.Run != RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
+		t.Fatalf("run %s exit %v detail %q", v.Run, v.ExitCode, v.Detail)
+	}
+	// Logs.
+	resp, err := NewClient(boot.dir).Raw(context.Background(), http.MethodGet, "/jobs/"+v.Job.ID+"/logs", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.TrimSpace(string(logs)) != "42" {
+		t.Fatalf("logs %q, want 42", logs)
+	}
+	// Outputs, with their checksums.
+	resp, err = NewClient(boot.dir).Raw(context.Background(), http.MethodGet, "/jobs/"+v.Job.ID+"/outputs", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var man []OutputFile
+	if err := json.Unmarshal([]byte(resp.Header.Get("X-Gpumesh-Manifest")), &man); err != nil || len(man) != 1 || man[0].Path != "r.txt" {
+		t.Fatalf("manifest %v (%v)", man, err)
+	}
+	tr := tar.NewReader(resp.Body)
+	hdr, err := tr.Next()
+	if err != nil || hdr.Name != "r.txt" {
+		t.Fatalf("tar: %v %v", hdr, err)
+	}
+	body, _ := io.ReadAll(tr)
+	resp.Body.Close()
+	if string(body) != "result\n" {
+		t.Fatalf("output %q", body)
+	}
+	// Receipt in both ledgers, amounts matching.
+	r := v.Receipt
+	if r.Renter != boot.ID().String() || r.Provider != prov.ID().String() || r.Outcome != "succeeded" || r.Amount <= 0 {
+		t.Fatalf("receipt %+v", r)
+	}
+	owed, _ := boot.db.List(ledger.Filter{Kind: ledger.KindPaymentOwed, LeaseID: r.LeaseID})
+	earned, _ := prov.db.List(ledger.Filter{Kind: ledger.KindPaymentEarned, LeaseID: r.LeaseID})
+	rr, _ := boot.db.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: r.LeaseID})
+	pr, _ := prov.db.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: r.LeaseID})
+	if len(owed) != 1 || len(earned) != 1 || len(rr) != 1 || len(pr) != 1 || owed[0].Amount != r.Amount || earned[0].Amount != r.Amount {
+		t.Fatalf("ledgers: owed %v earned %v receipts %d/%d", owed, earned, len(rr), len(pr))
+	}
+	for _, n := range []*testNode{boot, prov} {
+		if _, err := n.db.Verify(); err != nil {
+			t.Fatalf("ledger verify: %v", err)
+		}
+	}
+	if bytesOf(rr[0].Data) != bytesOf(pr[0].Data) {
+		t.Fatal("the two ledgers hold different receipts")
+	}
+	// The observer only heard the gossip.
+	deadline := time.Now().Add(15 * time.Second)
+	for observer.market.book.Stats(prov.ID().String()).Receipts != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("observer never verified the gossiped receipt; counters %v", observer.market.book.Counters())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if after := observer.market.book.Score(prov.ID().String()); after <= before {
+		t.Fatalf("observer's view of the provider's reputation did not rise: %.3f -> %.3f", before, after)
+	}
+	if st := prov.market.provider.Stats(); st.EarningsUSD <= 0 || st.Won != 1 {
+		t.Fatalf("provider stats %+v", st)
+	}
+}
+
+func bytesOf(b []byte) string { return string(b) }
+
+// TestFailedJobIsReportedFailed: a non-zero exit is a failed run with its
+// exit code, and still settles with a receipt for the time used.
+func TestFailedJobIsReportedFailed(t *testing.T) {
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
+	waitAdvertised(t, boot, ns...)
+	v := post(t, boot, shJob(auction.Silver, 2, "echo oops >&2; exit 3"))
+	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v JobView) bool { return v.Receipt != nil })
+	if v.Run != RunFailed || v.ExitCode == nil || *v.ExitCode != 3 || v.Receipt.Outcome != "failed" {
+		t.Fatalf("run %s exit %v outcome %s", v.Run, v.ExitCode, v.Receipt.Outcome)
+	}
+}
+
+func fmtIDs(ns ...*testNode) string { return fmt.Sprint(idsOf(ns...)) }
