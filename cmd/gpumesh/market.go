@@ -32,8 +32,9 @@ import (
 // manifestHeader carries the JSON []node.OutputFile of GET /jobs/{id}/outputs.
 const manifestHeader = "X-Gpumesh-Manifest"
 
-// waitInterval is how often `job post --wait` polls the job's status.
-const waitInterval = time.Second
+// waitInterval is how often `job post --wait` polls the job's status (a
+// variable so tests can shorten it).
+var waitInterval = time.Second
 
 func marketCommands() []*cli.Command {
 	return []*cli.Command{
