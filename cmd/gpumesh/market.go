@@ -151,14 +151,14 @@ func jobPostFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "file", Usage: "YAML job spec (fields as in auction.Job); flags given explicitly override it"},
 		&cli.StringFlag{Name: "tier", Value: string(auction.Silver), Usage: "gold, silver or bronze"},
-		&cli.Float64Flag{Name: "max-price", Usage: "most you pay per GPU-hour, in USD (required unless in --file)"},
+		&cli.Float64Flag{Name: "max-price", DefaultText: "required unless in --file", Usage: "most you pay per GPU-hour, in USD"},
 		&cli.StringSliceFlag{Name: "gpu", Usage: "acceptable GPU model, e.g. H100 (repeatable)"},
 		&cli.IntFlag{Name: "count", Value: 1, Usage: "number of GPUs"},
 		&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU, in GB"},
 		&cli.StringFlag{Name: "region", Usage: "residency constraint: a region or region prefix, e.g. eu"},
 		&cli.Float64Flag{Name: "min-reliability", Usage: "minimum provider reliability, 0..1"},
-		&cli.BoolFlag{Name: "preemptible", Usage: "the job may be interrupted (default: true for bronze, false otherwise)"},
-		&cli.DurationFlag{Name: "duration", Usage: "how long the job needs the GPUs, e.g. 2h (required unless in --file)"},
+		&cli.BoolFlag{Name: "preemptible", DefaultText: "true for bronze, false otherwise", Usage: "the job may be interrupted"},
+		&cli.DurationFlag{Name: "duration", DefaultText: "required unless in --file", Usage: "how long the job needs the GPUs, e.g. 2h"},
 		&cli.StringFlag{Name: "deadline", Usage: "latest start: RFC3339 time or a duration from now, e.g. 30m"},
 		&cli.StringSliceFlag{Name: "dataset", Usage: "dataset the job reads (repeatable); providers with it cached are preferred"},
 		&cli.StringFlag{Name: "workload", Usage: "workload kind: inference, training, batch, eval, sweep..."},
@@ -166,7 +166,7 @@ func jobPostFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "env", Value: &stringList{}, Usage: "environment variable KEY=VALUE (repeatable)"},
 		&cli.StringFlag{Name: "outputs", Usage: "directory, relative to the job's work dir, whose files are returned"},
 		&cli.IntFlag{Name: "memory-mb", Usage: "memory cap in MB, where the runtime can enforce it"},
-		&cli.DurationFlag{Name: "bid-window", Usage: "how long to collect bids (default 2s)"},
+		&cli.DurationFlag{Name: "bid-window", DefaultText: auction.DefaultBidWindow.String(), Usage: "how long to collect bids"},
 		&cli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its final status; fail unless it succeeded"},
 		jsonFlag(),
 	}
@@ -176,7 +176,7 @@ func jobPostCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "post",
 		Usage:     "post a job to the market and run its auction",
-		ArgsUsage: "[flags] -- CMD [ARGS...]",
+		ArgsUsage: "-- CMD [ARGS...]",
 		Flags:     jobPostFlags(),
 		Action:    jobPostAction,
 	}
