@@ -206,14 +206,14 @@ func ledgerBalancesAction(c *cli.Context) error {
 	var total ledger.Balance
 	for _, p := range peers {
 		b := bs[p]
-		fmt.Fprintf(tw, "%s\t$%.4f\t$%.4f\t$%.4f\t$%.4f\n", orDash(p), b.Owed, b.Earned, b.Credits, b.Net)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", orDash(p), usd(b.Owed), usd(b.Earned), usd(b.Credits), usd(b.Net))
 		total.Owed += b.Owed
 		total.Earned += b.Earned
 		total.Credits += b.Credits
 		total.Net += b.Net
 	}
 	if len(peers) > 1 {
-		fmt.Fprintf(tw, "TOTAL\t$%.4f\t$%.4f\t$%.4f\t$%.4f\n", total.Owed, total.Earned, total.Credits, total.Net)
+		fmt.Fprintf(tw, "TOTAL\t%s\t%s\t%s\t%s\n", usd(total.Owed), usd(total.Earned), usd(total.Credits), usd(total.Net))
 	}
 	return tw.Flush()
 }
@@ -242,4 +242,12 @@ func ledgerExportAction(c *cli.Context) error {
 		return fmt.Errorf("ledger export: %w", err)
 	}
 	return nil
+}
+
+// usd formats an amount of money, sign first: -$0.0006.
+func usd(v float64) string {
+	if v < 0 {
+		return "-$" + strconv.FormatFloat(-v, 'f', 4, 64)
+	}
+	return "$" + strconv.FormatFloat(v, 'f', 4, 64)
 }

@@ -502,10 +502,12 @@ func runOutcome(v *node.JobView) string {
 	if s == "" {
 		s = string(v.State)
 	}
+	exit := ""
 	if v.ExitCode != nil {
-		s += fmt.Sprintf(" (exit code %d)", *v.ExitCode)
+		exit = fmt.Sprintf("exit code %d", *v.ExitCode)
+		s += " (" + exit + ")"
 	}
-	if v.Detail != "" {
+	if v.Detail != "" && v.Detail != exit {
 		s += ": " + v.Detail
 	} else if len(v.Reasons) > 0 && v.Run == "" {
 		s += ": " + reasonsText(v.Reasons)
@@ -648,7 +650,11 @@ func jobCancelAction(c *cli.Context) error {
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, v)
 	}
-	fmt.Fprintf(c.App.Writer, "job %s cancelled: state %s, run %s\n", v.Job.ID, v.State, orDash(string(v.Run)))
+	if v.State == auction.JobCancelled || v.Run == node.RunCancelled {
+		fmt.Fprintf(c.App.Writer, "job %s cancelled\n", v.Job.ID)
+	} else {
+		fmt.Fprintf(c.App.Writer, "job %s: cancellation requested (state %s, run %s)\n", v.Job.ID, v.State, orDash(string(v.Run)))
+	}
 	return nil
 }
 

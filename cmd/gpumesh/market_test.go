@@ -650,6 +650,19 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		}
 		replyJSON(w, 200, ledger.VerifyReport{Entries: 3, HeadSeq: 3, HeadHash: "abc123"})
 	})
+	mux.HandleFunc("GET /v1/ledger/balances", func(w http.ResponseWriter, r *http.Request) {
+		replyJSON(w, 200, map[string]ledger.Balance{
+			"12D3KooWb": {Owed: 2, Net: -2},
+			"12D3KooWa": {Earned: 5, Credits: 0.5, Net: 5.5},
+		})
+	})
+	mux.HandleFunc("POST /v1/jobs/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		v := leasedView(r.PathValue("id"), node.RunRunning)
+		if r.PathValue("id") == "done" {
+			v.Run = node.RunCancelled
+		}
+		replyJSON(w, 200, v)
+	})
 	mux.HandleFunc("GET /v1/ledger/export", func(w http.ResponseWriter, r *http.Request) {
 		exportQuery = r.URL.RawQuery
 		io.WriteString(w, "seq,kind\n1,receipt\n")
@@ -711,6 +724,14 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 			t.Fatalf("row %q", f)
 		}
 	})
+	t.Run("cancel", func(t *testing.T) {
+		if code, out, _ := gm("job", "cancel", "done"); code != 0 || out != "job done cancelled\n" {
+			t.Fatalf("code %d, out %q", code, out)
+		}
+		if code, out, _ := gm("job", "cancel", "busy"); code != 0 || out != "job busy: cancellation requested (state leased, run running)\n" {
+			t.Fatalf("code %d, out %q", code, out)
+		}
+	})
 	t.Run("logs follow", func(t *testing.T) {
 		code, out, _ := gm("job", "logs", "--follow", "j1")
 		if code != 0 || out != "epoch 1\nepoch 2\n" || logQuery != "follow=1" {
@@ -751,6 +772,14 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		code, out, _ = gm("ledger", "export", "--csv", "--kind", "receipt")
 		if code != 0 || out != "seq,kind\n1,receipt\n" || exportQuery != "format=csv&kind=receipt" {
 			t.Fatalf("export: code %d, query %q, out %q", code, exportQuery, out)
+		}
+		code, out, _ = gm("ledger", "balances")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if code != 0 || len(lines) != 4 ||
+			!reflect.DeepEqual(strings.Fields(lines[1]), []string{"12D3KooWa", "$0.0000", "$5.0000", "$0.5000", "$5.5000"}) ||
+			!reflect.DeepEqual(strings.Fields(lines[2]), []string{"12D3KooWb", "$2.0000", "$0.0000", "$0.0000", "-$2.0000"}) ||
+			!reflect.DeepEqual(strings.Fields(lines[3]), []string{"TOTAL", "$2.0000", "$5.0000", "$0.5000", "$3.5000"}) {
+			t.Fatalf("balances: code %d, out:\n%s", code, out)
 		}
 		tampered = true
 		defer func() { tampered = false }()
