@@ -128,7 +128,7 @@ func ledgerListAction(c *cli.Context) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.Writer, "%d entr%s\n", len(es), map[bool]string{true: "y", false: "ies"}[len(es) == 1])
+	fmt.Fprintf(c.App.Writer, "%d entry(ies)\n", len(es))
 	return nil
 }
 

@@ -563,8 +563,11 @@ func printJobView(w io.Writer, v *node.JobView) {
 	j := &v.Job
 	fmt.Fprintf(w, "job:        %s (attempt %d)\n", j.ID, j.Attempt)
 	fmt.Fprintf(w, "state:      %s\n", v.State)
-	fmt.Fprintf(w, "tier:       %s%s, %d GPU(s), %s, max $%.4g/GPU-h\n", j.Tier, map[bool]string{true: " (preemptible)"}[j.Preemptible],
-		j.GPUCount, j.Duration, j.MaxPrice)
+	tier := string(j.Tier)
+	if j.Preemptible {
+		tier += " (preemptible)"
+	}
+	fmt.Fprintf(w, "tier:       %s, %d GPU(s), %s, max $%.4g/GPU-h\n", tier, j.GPUCount, j.Duration, j.MaxPrice)
 	fmt.Fprintf(w, "command:    %s\n", strings.Join(j.Run.Command, " "))
 	if len(v.Reasons) > 0 {
 		fmt.Fprintf(w, "reasons:    %s\n", reasonsText(v.Reasons))
@@ -970,7 +973,11 @@ func providerStatsAction(c *cli.Context) error {
 		return printJSON(c.App.Writer, s)
 	}
 	w := c.App.Writer
-	fmt.Fprintf(w, "provider:    %s, %d GPU(s)\n", map[bool]string{true: "enabled", false: "disabled"}[s.Enabled], s.GPUs)
+	enabled := "disabled"
+	if s.Enabled {
+		enabled = "enabled"
+	}
+	fmt.Fprintf(w, "provider:    %s, %d GPU(s)\n", enabled, s.GPUs)
 	fmt.Fprintf(w, "occupancy:   %.0f%%\n", 100*s.Occupancy)
 	fmt.Fprintf(w, "calls:       %d (%d duplicate)\n", s.Calls, s.Duplicates)
 	fmt.Fprintf(w, "bids:        %d: won %d, lost %d, declined %d\n", s.Bids, s.Won, s.Lost, s.Declined)
