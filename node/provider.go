@@ -59,6 +59,7 @@ type leaseRun struct {
 	stopAs     RunState
 	stopDetail string
 	done       chan struct{}
+	confirmed  time.Time // when the lease was confirmed (for start latency)
 }
 
 func (m *market) logPath(leaseID string) string {
@@ -87,7 +88,7 @@ func (m *market) onProviderLease(l auction.Lease, job auction.Job, preempts []st
 			victim.abort(RunPreempted, fmt.Sprintf("preempted by %s lease %s", job.Tier, l.ID))
 		}
 	}
-	r := &leaseRun{m: m, stop: make(chan struct{}), done: make(chan struct{}),
+	r := &leaseRun{m: m, stop: make(chan struct{}), done: make(chan struct{}), confirmed: m.d.now(),
 		pr: providerRecord{Rec: ProviderLease{Lease: l, Run: RunPending}, Job: job}}
 	m.mu.Lock()
 	m.runs[l.ID] = r
@@ -169,7 +170,7 @@ func (r *leaseRun) run() {
 	}
 	r.mu.Unlock()
 	m.saveRun(r)
-	log.Info("job started", "backend", r.pr.Rec.Backend, "start_latency", started.Sub(l.Start).Round(time.Millisecond))
+	log.Info("job started", "backend", r.pr.Rec.Backend, "start_latency", started.Sub(maxTime(l.Start, r.confirmed)).Round(time.Microsecond))
 	go m.sendEvent(r, nil)
 
 	beatsDone := make(chan struct{})
@@ -569,4 +570,11 @@ func killOrphan(pgid int, root string) {
 
 func sampleUtil(m *market) float64 {
 	return runtime.Sample(m.d.inv).GPUUtil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -127,10 +127,15 @@ func (m *market) jobView(id string) (JobView, error) {
 		out.History = append([]LeaseRecord(nil), v.History...)
 	}
 	if inAuction {
+		// The auction knows bids and awards; the current lease is ours (it
+		// is cleared while a preempted job is requeued).
 		keepLease := out.Lease
 		out.JobStatus = st
-		if st.Lease == nil {
+		if ok {
 			out.Lease = keepLease
+			if keepLease != nil {
+				out.Winner = keepLease.Provider
+			}
 		}
 	}
 	if out.Lease != nil {
@@ -333,6 +338,11 @@ func (m *market) archiveLease(jobID, leaseID string) {
 	}
 	v.History = append(v.History, LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, CostUSD: cost,
 		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode})
+	// The job goes back to auction: the current-lease fields describe the
+	// next lease from now on.
+	v.Lease, v.Receipt, v.ExitCode, v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil, nil, nil, nil
+	v.Run, v.Started, v.Ended = "", time.Time{}, time.Time{}
+	v.Detail = fmt.Sprintf("requeued after attempt %d was %s", leaseAttempt(v.History), v.History[len(v.History)-1].Run)
 }
 
 // handleReceipt checks a provider-signed receipt against our own view of
@@ -446,3 +456,5 @@ func defaultStartWindow(t auction.Tier) time.Duration {
 	}
 	return 24 * time.Hour
 }
+
+func leaseAttempt(h []LeaseRecord) int { return h[len(h)-1].Attempt }
