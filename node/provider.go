@@ -327,6 +327,7 @@ func (r *leaseRun) heartbeats(h runtime.Handle) {
 		r.mu.Lock()
 		r.pr.LastBeat = hb.Time
 		r.mu.Unlock()
+		m.saveRun(r) // so a crash knows how long the job ran
 		if m.dropHeartbeat(seq) {
 			continue
 		}
@@ -404,22 +405,21 @@ func (m *market) settle(r *leaseRun) {
 	rec := r.pr.Rec
 	outs := r.pr.Outputs
 	r.mu.Unlock()
-	used := rec.Ended.Sub(rec.Started)
-	if used < 0 {
-		used = 0
+	if rec.Started.Before(rec.Lease.Start) {
+		rec.Started = rec.Lease.Start
 	}
+	// A receipt spans a positive interval: a lease that never ran (or died
+	// before its first heartbeat) is settled as a 1ms span.
+	if !rec.Ended.After(rec.Started) {
+		rec.Ended = rec.Started.Add(time.Millisecond)
+	}
+	used := rec.Ended.Sub(rec.Started)
 	gpuSec := used.Seconds() * float64(rec.Lease.GPUCount)
 	rc := attest.Receipt{
 		LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Renter: rec.Lease.Renter, Provider: rec.Lease.Provider,
 		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, GPUSeconds: gpuSec, Price: rec.Lease.Price,
 		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: string(leaseState(rec.Run)),
 		ResultHash: resultHash(outs), Heartbeats: *sum, IssuedAt: m.d.now(),
-	}
-	if rc.Start.Before(rec.Lease.Start) {
-		rc.Start = rec.Lease.Start
-	}
-	if rc.End.Before(rc.Start) {
-		rc.End = rc.Start
 	}
 	sr, err := attest.NewReceipt(m.d.signer, rc)
 	if err != nil {

@@ -1,0 +1,133 @@
+package node
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"gopkg.in/yaml.v3"
+)
+
+// buildDaemon builds the gpumesh binary for subprocess tests.
+func buildDaemon(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "gpumesh")
+	cmd := exec.Command("go", "build", "-o", bin, "../cmd/gpumesh")
+	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build gpumesh: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func startDaemonProcess(t *testing.T, bin, dir string) *exec.Cmd {
+	t.Helper()
+	logf, err := os.OpenFile(filepath.Join(dir, "daemon.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-d", dir, "daemon")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(dir, "daemon.log"))
+			t.Logf("daemon log of %s:\n%s", dir, b)
+		}
+	})
+	if err := NewClient(dir).WaitReady(context.Background(), 15*time.Second); err != nil {
+		b, _ := os.ReadFile(filepath.Join(dir, "daemon.log"))
+		t.Fatalf("daemon did not start: %v\n%s", err, b)
+	}
+	return cmd
+}
+
+// markerRunning reports whether any process's command line contains marker.
+func markerRunning(marker string) bool {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), marker) && !strings.Contains(string(b), "go test") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestProviderKilledMidJob: the provider daemon is killed (SIGKILL) while a
+// job runs and restarted on the same data dir: the job is reported failed,
+// honestly, to the renter; no process of it survives; its peer ID is kept.
+func TestProviderKilledMidJob(t *testing.T) {
+	bin := buildDaemon(t)
+	root := t.TempDir()
+	boot := startNode(t, root+"/boot", fastConfig(renterConfig()), nil)
+	t.Cleanup(func() { boot.Close() })
+
+	dir := filepath.Join(root, "prov")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig(providerConfig("eu-west", 1.0, a100))
+	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	cfg.Bootstrap = boot.Addrs()
+	b, _ := yaml.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	proc := startDaemonProcess(t, bin, dir)
+	var st StatusInfo
+	if err := NewClient(dir).Do(context.Background(), "GET", "/status", nil, nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyProviders(t, boot.Daemon, auction.Query{}, []string{st.PeerID}, 30*time.Second)
+	time.Sleep(time.Second)
+
+	marker := "gpumesh-restart-marker-" + auction.NewID("m")
+	v := post(t, boot, shJob(auction.Silver, 2, "sleep 120 # "+marker))
+	if v.State != auction.JobLeased {
+		t.Fatalf("not leased: %v", v.Reasons)
+	}
+	waitJob(t, boot, v.Job.ID, 20*time.Second, "running with telemetry", func(v JobView) bool {
+		return v.Run == RunRunning && v.LastTelemetry != nil
+	})
+
+	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = proc.Process.Wait()
+	startDaemonProcess(t, bin, dir)
+	var st2 StatusInfo
+	if err := NewClient(dir).Do(context.Background(), "GET", "/status", nil, nil, &st2); err != nil {
+		t.Fatal(err)
+	}
+	if st2.PeerID != st.PeerID {
+		t.Fatalf("peer id changed across restart: %s -> %s", st.PeerID, st2.PeerID)
+	}
+	v = waitJob(t, boot, v.Job.ID, 40*time.Second, "reported failed", func(v JobView) bool { return v.Run == RunFailed })
+	if !strings.Contains(v.Detail, "restarted") {
+		t.Fatalf("failure detail %q does not say the provider restarted", v.Detail)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for markerRunning(marker) {
+		if time.Now().After(deadline) {
+			t.Fatal("the killed daemon's job is still running after the restart")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The interrupted lease still settles: a receipt for the time used.
+	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "settled", func(v JobView) bool { return v.Receipt != nil })
+	if v.Receipt.Outcome != "failed" {
+		t.Fatalf("receipt outcome %s", v.Receipt.Outcome)
+	}
+}
