@@ -147,6 +147,9 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err := d.serveAPI(); err != nil {
 		return nil, err
 	}
+	if err := d.serveMetrics(); err != nil {
+		return nil, err
+	}
 	d.log.Info("gpumesh daemon started", "peer", d.net.ID(), "addrs", d.net.Addrs(), "data_dir", d.paths.Dir,
 		"gpus", len(d.inv.GPUs), "gpu_source", d.inv.Source, "provider", d.cfg.Provider.Enabled)
 
