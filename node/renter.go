@@ -139,6 +139,14 @@ func (m *market) jobView(id string) (JobView, error) {
 		}
 	}
 	if out.Lease != nil {
+		l := *out.Lease
+		switch {
+		case out.Run == RunRunning:
+			l.State = auction.LeaseRunning
+		case out.Run.terminal():
+			l.State = leaseState(out.Run)
+		}
+		out.Lease = &l
 		if mon := m.mons[out.Lease.ID]; mon != nil && out.Receipt == nil {
 			end := m.d.now()
 			if !out.Ended.IsZero() {

@@ -248,23 +248,23 @@ func (n *Node) Topic(name string) (*pubsub.Topic, error) {
 	return t, nil
 }
 
-// Publish gossips data on a topic. It waits (bounded by ctx) until at least
-// one peer of the topic is known, so that a call is not published into the
-// void right after start-up.
+// Publish gossips data on a topic. When no subscriber of the topic is known
+// yet (right after start-up), it waits for one, bounded by 3s and ctx, so a
+// call is not published into the void; then it publishes regardless.
 func (n *Node) Publish(ctx context.Context, topic string, data []byte) error {
 	t, err := n.Topic(topic)
 	if err != nil {
 		return err
 	}
-	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	err = t.Publish(rctx, data, pubsub.WithReadiness(pubsub.MinTopicSize(1)))
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		// Nobody subscribes (yet): publish anyway, it is not an error for the
-		// caller, who will simply receive no bids.
-		return t.Publish(ctx, data)
+	deadline := time.Now().Add(3 * time.Second)
+	for len(t.ListPeers()) == 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return err
+	return t.Publish(ctx, data)
 }
 
 // Subscribe delivers every message on topic (except our own) to fn until ctx

@@ -27,7 +27,7 @@ say "providers --region eu --min-vram 40"
 
 if "$bin" "${r[@]}" job --help >/dev/null 2>&1; then
   say "post a job: 1 GPU >=24GB in the EU, at most \$1.50/GPU-h, silver tier"
-  out=$("$bin" "${r[@]}" job post --region eu --min-vram 24 --max-price 1.50 --tier silver --duration 10m --wait -- sh -c 'echo hello from $(hostname); echo 42')
+  out=$("$bin" "${r[@]}" job post --region eu --min-vram 24 --max-price 1.50 --tier silver --duration 10m --wait -- sh -c 'echo hello from $(hostname); for i in 1 2 3; do echo step $i; sleep 1; done; echo 42')
   echo "$out"
   id=$(echo "$out" | sed -n 's/^job \([^ ]*\).*/\1/p' | head -1)
   say "bids and why the winner won"

@@ -88,6 +88,8 @@ cat >"$run/node0/config.yaml" <<CFG
 region: eu-west
 listen: [/ip4/127.0.0.1/tcp/$base_port, /ip4/127.0.0.1/udp/$base_port/quic-v1]
 log_level: info
+provider:
+  heartbeat_interval: 2s   # what this renter expects from its providers
 CFG
 start 0
 wait_ready 0
