@@ -38,6 +38,9 @@ type Options struct {
 	// for which it returns true: fault injection for tests of flaky or
 	// dishonest telemetry. Never set in production.
 	DropHeartbeats func(seq uint64) bool
+	// AbandonGrace overrides how long after a lease's end a renter waits
+	// for the provider's final report (default 1m).
+	AbandonGrace time.Duration
 }
 
 // ErrAlreadyRunning is returned when another daemon owns the data dir.

@@ -215,6 +215,11 @@ func (r *leaseRun) finish(res runtime.Result, outs []OutputFile) {
 	r.mu.Lock()
 	state, detail := classify(res, r.stopAs, r.stopDetail)
 	rec := &r.pr.Rec
+	if job := r.pr.Job; state == RunExpired && job.Preemptible && rec.Lease.End.Before(rec.Lease.Start.Add(job.Duration)) {
+		// A bronze job took a backfill gap shorter than itself: reaching the
+		// gap's end is a preemption, and its renter requeues the rest.
+		state, detail = RunPreempted, "backfill gap ended before the job did"
+	}
 	rec.Run, rec.Detail = state, detail
 	if rec.Started.IsZero() {
 		rec.Started = res.Started

@@ -72,6 +72,47 @@ func (m *market) onRenterLease(l auction.Lease, job auction.Job) {
 	m.mu.Unlock()
 	m.d.log.Info("job leased", "job", job.ID, "lease", l.ID, "provider", l.Provider, "price", l.Price, "attempt", job.Attempt)
 	m.saveJob(job.ID)
+	m.watchLease(job.ID, l)
+}
+
+// abandonGrace is how long after a lease's end the renter waits for its
+// provider's final report before it calls the lease abandoned.
+const abandonGrace = time.Minute
+
+// watchLease marks a lease abandoned, and slashes its provider, when the
+// provider never reports its end: the renter's evidence is the signed award
+// and confirm it holds, plus the silence after the lease's end.
+func (m *market) watchLease(jobID string, l auction.Lease) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		grace := abandonGrace
+		if m.d.opts.AbandonGrace > 0 {
+			grace = m.d.opts.AbandonGrace
+		}
+		wait := l.End.Add(grace).Sub(m.d.now())
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		m.mu.Lock()
+		v := m.jobs[jobID]
+		abandoned := v != nil && v.Lease != nil && v.Lease.ID == l.ID && !v.Run.terminal()
+		if abandoned {
+			v.Run, v.Detail = RunFailed, "provider abandoned the lease: no final report by the lease end"
+		}
+		m.mu.Unlock()
+		if !abandoned {
+			return
+		}
+		if err := m.book.Slash(l.Provider, attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: l.ID,
+			Reporter: m.d.ID().String(), Detail: "no final report by the lease end"}); err != nil {
+			m.d.log.Warn("slash", "err", err)
+		}
+		m.d.log.Warn("lease abandoned by its provider", "job", jobID, "lease", l.ID, "provider", l.Provider)
+		m.saveJob(jobID)
+	}()
 }
 
 func (m *market) onUnplaceable(job auction.Job, reason string) {

@@ -131,3 +131,52 @@ func TestProviderKilledMidJob(t *testing.T) {
 		t.Fatalf("receipt outcome %s", v.Receipt.Outcome)
 	}
 }
+
+// TestAbandonedLeaseIsSlashed: a provider that dies mid-lease and never
+// comes back is reported as having abandoned the lease once it is over, and
+// the renter slashes its reputation.
+func TestAbandonedLeaseIsSlashed(t *testing.T) {
+	bin := buildDaemon(t)
+	root := t.TempDir()
+	d, err := Start(context.Background(), Options{DataDir: root + "/boot", Config: fastConfig(renterConfig()),
+		Log: testLogger(t), AbandonGrace: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot := &testNode{Daemon: d, dir: root + "/boot"}
+	t.Cleanup(func() { boot.Close() })
+	dir := filepath.Join(root, "prov")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig(providerConfig("eu-west", 1.0, a100))
+	cfg.Bootstrap = boot.Addrs()
+	b, _ := yaml.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	proc := startDaemonProcess(t, bin, dir)
+	var st StatusInfo
+	if err := NewClient(dir).Do(context.Background(), "GET", "/status", nil, nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyProviders(t, boot.Daemon, auction.Query{}, []string{st.PeerID}, 30*time.Second)
+	time.Sleep(time.Second)
+	before := boot.market.book.Score(st.PeerID)
+
+	job := shJob(auction.Silver, 2, "sleep 60")
+	job.Duration = 3 * time.Second
+	v := post(t, boot, job)
+	waitJob(t, boot, v.Job.ID, 20*time.Second, "running", func(v JobView) bool { return v.Run == RunRunning })
+	_ = proc.Process.Signal(syscall.SIGKILL)
+	_, _ = proc.Process.Wait()
+
+	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "abandoned", func(v JobView) bool { return v.Run == RunFailed })
+	if !strings.Contains(v.Detail, "abandoned") {
+		t.Fatalf("detail %q", v.Detail)
+	}
+	rep := boot.market.book.Stats(st.PeerID)
+	if rep.Slashes != 1 || rep.Score >= before {
+		t.Fatalf("abandoning provider not slashed: %+v (score before %.3f)", rep, before)
+	}
+}
