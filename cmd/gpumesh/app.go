@@ -56,7 +56,7 @@ func newApp(stdout, stderr io.Writer, unknown *bool) *cli.App {
 
 func setUsageErrors(c *cli.Command) {
 	c.OnUsageError = func(cc *cli.Context, err error, _ bool) error {
-		return fmt.Errorf("%v (see `gpumesh %s --help`)", err, cc.Command.FullName())
+		return fmt.Errorf("%v (see `%s --help`)", err, commandPath(cc))
 	}
 	for _, s := range c.Subcommands {
 		setUsageErrors(s)
@@ -75,7 +75,7 @@ func printJSON(w io.Writer, v any) error {
 
 func noArgs(c *cli.Context) error {
 	if c.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (see `gpumesh %s --help`)", c.Args().First(), c.Command.FullName())
+		return fmt.Errorf("unexpected argument %q (see `%s --help`)", c.Args().First(), commandPath(c))
 	}
 	return nil
 }
