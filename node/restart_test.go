@@ -75,23 +75,7 @@ func TestProviderKilledMidJob(t *testing.T) {
 	t.Cleanup(func() { boot.Close() })
 
 	dir := filepath.Join(root, "prov")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	cfg := fastConfig(providerConfig("eu-west", 1.0, a100))
-	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
-	cfg.Bootstrap = boot.Addrs()
-	b, _ := yaml.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	proc := startDaemonProcess(t, bin, dir)
-	var st StatusInfo
-	if err := NewClient(dir).Do(context.Background(), "GET", "/status", nil, nil, &st); err != nil {
-		t.Fatal(err)
-	}
-	eventuallyProviders(t, boot.Daemon, auction.Query{}, []string{st.PeerID}, 30*time.Second)
-	time.Sleep(time.Second)
+	proc, st := startProviderProcess(t, bin, dir, boot)
 
 	marker := "gpumesh-restart-marker-" + auction.NewID("m")
 	v := post(t, boot, shJob(auction.Silver, 2, "sleep 120 # "+marker))
@@ -146,22 +130,7 @@ func TestAbandonedLeaseIsSlashed(t *testing.T) {
 	boot := &testNode{Daemon: d, dir: root + "/boot"}
 	t.Cleanup(func() { boot.Close() })
 	dir := filepath.Join(root, "prov")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	cfg := fastConfig(providerConfig("eu-west", 1.0, a100))
-	cfg.Bootstrap = boot.Addrs()
-	b, _ := yaml.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	proc := startDaemonProcess(t, bin, dir)
-	var st StatusInfo
-	if err := NewClient(dir).Do(context.Background(), "GET", "/status", nil, nil, &st); err != nil {
-		t.Fatal(err)
-	}
-	eventuallyProviders(t, boot.Daemon, auction.Query{}, []string{st.PeerID}, 30*time.Second)
-	time.Sleep(time.Second)
+	proc, st := startProviderProcess(t, bin, dir, boot)
 	before := boot.market.book.Score(st.PeerID)
 
 	job := shJob(auction.Silver, 2, "sleep 60")
@@ -179,4 +148,27 @@ func TestAbandonedLeaseIsSlashed(t *testing.T) {
 	if rep.Slashes != 1 || rep.Score >= before {
 		t.Fatalf("abandoning provider not slashed: %+v (score before %.3f)", rep, before)
 	}
+}
+
+// startProviderProcess runs a provider daemon as a subprocess in dir,
+// bootstrapped from boot, and waits until boot discovers it.
+func startProviderProcess(t *testing.T, bin, dir string, boot *testNode) (*exec.Cmd, StatusInfo) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig(providerConfig("eu-west", 1.0, a100))
+	cfg.Bootstrap = boot.Addrs()
+	b, _ := yaml.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	proc := startDaemonProcess(t, bin, dir)
+	var st StatusInfo
+	if err := NewClient(dir).Do(context.Background(), "GET", "/status", nil, nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyProviders(t, boot.Daemon, auction.Query{}, []string{st.PeerID}, 30*time.Second)
+	time.Sleep(time.Second)
+	return proc, st
 }
