@@ -162,6 +162,11 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		if err := d.net.Bootstrap(d.ctx); err != nil && d.ctx.Err() == nil {
 			d.log.Warn("bootstrap", "err", err)
 		}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.net.KeepConnected(d.ctx, 5*time.Second)
+		}()
 		if d.cfg.Provider.Enabled {
 			d.advertiseLoop(ttl)
 		}

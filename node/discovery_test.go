@@ -2,12 +2,16 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 var (
@@ -133,4 +137,35 @@ func TestSecondDaemonSameDataDir(t *testing.T) {
 	if err := c.WaitReady(context.Background(), 2*time.Second); err != nil {
 		t.Fatalf("first daemon stopped answering: %v", err)
 	}
+}
+
+// TestRedialsBootstrapWhenAlone: a provider that started before its
+// bootstrap peer (or lost every connection) re-dials it and becomes
+// discoverable without a restart.
+func TestRedialsBootstrapWhenAlone(t *testing.T) {
+	root := t.TempDir()
+	bootDir := root + "/boot"
+	key, err := p2p.LoadOrCreateKey(Paths{bootDir}.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := peer.IDFromPrivateKey(key)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	bootAddr := fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", port)
+
+	pc := providerConfig("eu-west", 1, a100)
+	pc.Bootstrap = []string{bootAddr + "/p2p/" + id.String()}
+	prov := startNode(t, root+"/prov", pc, nil) // bootstrap peer not up yet
+	defer prov.Close()
+
+	bc := renterConfig()
+	bc.Listen = []string{bootAddr}
+	boot := startNode(t, bootDir, bc, nil)
+	defer boot.Close()
+	eventuallyProviders(t, boot.Daemon, auction.Query{GPU: "A100"}, idsOf(prov), 30*time.Second)
 }

@@ -212,6 +212,31 @@ func (n *Node) Bootstrap(ctx context.Context) error {
 	return nil
 }
 
+// KeepConnected re-dials the bootstrap peers whenever the node has lost
+// every connection (after a partition, or when it started before them),
+// checking every interval until ctx ends.
+func (n *Node) KeepConnected(ctx context.Context, every time.Duration) {
+	if len(n.bootstrap) == 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if len(n.Host.Network().Peers()) > 0 {
+			continue
+		}
+		n.log.Info("no peers left; re-dialling bootstrap peers")
+		if err := n.Bootstrap(ctx); err != nil && ctx.Err() == nil {
+			n.log.Debug("re-bootstrap", "err", err)
+		}
+	}
+}
+
 // Close leaves the network: it stops GossipSub and the DHT and closes the
 // host and its connections.
 func (n *Node) Close() error {
