@@ -1,0 +1,158 @@
+package p2p
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+func TestFrames(t *testing.T) {
+	var buf bytes.Buffer
+	for _, msg := range [][]byte{nil, []byte("a"), bytes.Repeat([]byte("x"), 70000)} {
+		if err := WriteFrame(&buf, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := bufio.NewReader(&buf)
+	for _, n := range []int{0, 1, 70000} {
+		b, err := ReadFrame(r)
+		if err != nil || len(b) != n {
+			t.Fatalf("frame of %d: got %d, %v", n, len(b), err)
+		}
+	}
+	if err := WriteFrame(&buf, make([]byte, MaxFrame+1)); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("oversized write: %v", err)
+	}
+	// A peer announcing a huge frame is refused before anything is allocated.
+	if _, err := ReadFrame(bufio.NewReader(bytes.NewReader([]byte{0xff, 0xff, 0xff, 0xff, 0x0f}))); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("oversized read: %v", err)
+	}
+	if _, err := ReadFrame(bufio.NewReader(bytes.NewReader([]byte{5, 'a'}))); err == nil {
+		t.Fatal("truncated frame accepted")
+	}
+}
+
+func TestIdentityKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "identity.key")
+	k1, err := LoadOrCreateKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file mode %v (%v)", fi.Mode(), err)
+	}
+	k2, err := LoadOrCreateKey(path)
+	if err != nil || !k1.Equals(k2) {
+		t.Fatalf("key not stable across loads: %v", err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateKey(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("world-readable key accepted: %v", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("junk"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateKey(path); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("corrupt key accepted: %v", err)
+	}
+}
+
+func newNode(t *testing.T, boot ...string) *Node {
+	t.Helper()
+	key, err := LoadOrCreateKey(filepath.Join(t.TempDir(), "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(context.Background(), Config{Key: key, ListenAddrs: []string{"/ip4/127.0.0.1/tcp/0"}, Bootstrap: boot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+func TestRequestResponseAndGossip(t *testing.T) {
+	a := newNode(t)
+	b := newNode(t, a.Addrs()...)
+	if err := b.Bootstrap(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a.Handle("/test/echo/1", func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
+		if from != b.ID() {
+			return nil, errors.New("wrong sender")
+		}
+		if string(req) == "fail" {
+			return nil, errors.New("no thanks")
+		}
+		return append([]byte("echo:"), req...), nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := b.Request(ctx, a.ID(), nil, "/test/echo/1", []byte("hi"))
+	if err != nil || string(resp) != "echo:hi" {
+		t.Fatalf("request: %q %v", resp, err)
+	}
+	var re *RemoteError
+	if _, err := b.Request(ctx, a.ID(), nil, "/test/echo/1", []byte("fail")); !errors.As(err, &re) || re.Msg != "no thanks" {
+		t.Fatalf("remote error not carried: %v", err)
+	}
+	if _, err := b.Request(ctx, a.ID(), nil, "/test/none/1", nil); err == nil {
+		t.Fatal("request to an unknown protocol succeeded")
+	}
+
+	got := make(chan string, 1)
+	if err := a.Subscribe(ctx, "t", func(from peer.ID, data []byte) {
+		if from == b.ID() {
+			got <- string(data)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := b.Publish(ctx, "t", []byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-got:
+			if m != "hello" {
+				t.Fatalf("gossip %q", m)
+			}
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gossip never arrived")
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	key, _ := LoadOrCreateKey(filepath.Join(t.TempDir(), "k"))
+	if _, err := New(context.Background(), Config{}); err == nil {
+		t.Error("node without a key started")
+	}
+	if _, err := New(context.Background(), Config{Key: key, ListenAddrs: []string{"tcp/1"}}); err == nil {
+		t.Error("bad listen address accepted")
+	}
+	if _, err := New(context.Background(), Config{Key: key, Bootstrap: []string{"/ip4/127.0.0.1/tcp/1"}}); err == nil {
+		t.Error("bootstrap address without /p2p/ accepted")
+	}
+	if KeyCID("gpu/h100") != KeyCID("gpu/h100") || KeyCID("gpu/h100") == KeyCID("gpu/a100") {
+		t.Error("KeyCID is not a stable function of the key")
+	}
+}
