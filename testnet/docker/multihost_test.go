@@ -2,6 +2,7 @@ package docker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,9 +20,12 @@ import (
 	"github.com/gpumesh/gpumesh/node"
 )
 
+// image is what build-image.sh builds and every container runs;
+// $GPUMESH_TEST_IMAGE overrides it (e.g. to test another checkout side by
+// side).
+var image = cmp.Or(os.Getenv("GPUMESH_TEST_IMAGE"), "gpumesh-node:test")
+
 const (
-	// image is what build-image.sh builds and every container runs.
-	image = "gpumesh-node:test"
 	// labelKey marks every container and network of one test run (the value
 	// is the run's random id), so that cleanup finds exactly those.
 	labelKey = "io.gpumesh.multihost-test"
