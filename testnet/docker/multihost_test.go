@@ -116,7 +116,6 @@ type daemon struct {
 	name      string // container name
 	id        string // libp2p peer id
 	ip        string // address on the cluster network at start
-	region    string
 	startedAt time.Time
 }
 
@@ -222,7 +221,7 @@ func (c *cluster) cleanup() {
 // start writes config to a host dir, bind-mounts it read-only and runs the
 // daemon in a new container (data dir /data inside it), then waits until
 // its control API answers.
-func (c *cluster) start(name, region, config string) *daemon {
+func (c *cluster) start(name, config string) *daemon {
 	c.t.Helper()
 	cfgDir := filepath.Join(c.dir, name)
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
@@ -231,7 +230,7 @@ func (c *cluster) start(name, region, config string) *daemon {
 	if err := os.WriteFile(filepath.Join(cfgDir, "config.yaml"), []byte(config), 0o644); err != nil {
 		c.t.Fatal(err)
 	}
-	d := &daemon{name: c.network + "-" + name, region: region}
+	d := &daemon{name: c.network + "-" + name}
 	c.must("run", "-d", "--name", d.name, "--hostname", name,
 		"--label", labelKey+"="+c.run, "--network", c.network,
 		"--memory", "512m", "--pids-limit", "512",
@@ -409,11 +408,11 @@ func TestMultiHost(t *testing.T) {
 	requireDocker(t)
 	c := newCluster(t)
 
-	renter := c.start("renter", "eu-west", renterConfig)
+	renter := c.start("renter", renterConfig)
 	boot := fmt.Sprintf("/ip4/%s/tcp/4001/p2p/%s", renter.ip, renter.id)
-	h100 := c.start("h100", "eu-west", providerConfig("eu-west", boot, 2.0, gpu{"H100", 80, 2}))
-	a100 := c.start("a100", "eu-central", providerConfig("eu-central", boot, 1.2, gpu{"A100", 40, 1}))
-	rtx := c.start("rtx", "us-east", providerConfig("us-east", boot, 0.45, gpu{"RTX4090", 24, 1}))
+	h100 := c.start("h100", providerConfig("eu-west", boot, 2.0, gpu{"H100", 80, 2}))
+	a100 := c.start("a100", providerConfig("eu-central", boot, 1.2, gpu{"A100", 40, 1}))
+	rtx := c.start("rtx", providerConfig("us-east", boot, 0.45, gpu{"RTX4090", 24, 1}))
 	all := []*daemon{h100, a100, rtx}
 
 	if !t.Run("discovery", func(t *testing.T) {
