@@ -17,7 +17,9 @@ import (
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
 	record "github.com/libp2p/go-libp2p-record"
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -68,7 +70,12 @@ type Daemon struct {
 
 	advMu  sync.Mutex
 	advert *auction.Capability
-	seq    atomic.Uint64
+	// capCache holds the last verified capability record of each provider
+	// (peer.ID → auction.Capability).
+	capCache sync.Map
+	seq      atomic.Uint64
+	// providing is set while a round of provider announcements runs.
+	providing atomic.Bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -137,7 +144,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		ListenAddrs:     d.cfg.Listen,
 		Bootstrap:       d.cfg.Bootstrap,
 		Validators:      map[string]record.Validator{auction.CapabilityNamespace: auction.CapabilityValidator{Now: d.now}},
-		ProvideValidity: 3 * ttl,
+		ProvideValidity: max(3*ttl, 30*time.Minute),
 		MDNS:            d.cfg.MDNS,
 		Log:             d.log,
 	})
@@ -260,57 +267,92 @@ func (d *Daemon) advertiseLoop(ttl time.Duration) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	every := ttl / 3
+	// A change of our addresses (new interface, new IP after a partition)
+	// is re-advertised at once, so renters never dial stale addresses.
+	addrs, err := d.net.Host.EventBus().Subscribe(new(event.EvtLocalAddressesUpdated))
+	if err != nil {
+		d.log.Warn("address updates", "err", err)
+	} else {
+		defer addrs.Close()
+	}
+	var addrCh <-chan any
+	if addrs != nil {
+		addrCh = addrs.Out()
+	}
 	for {
+		// Renewal is scheduled from when the record was issued, not from
+		// when a (possibly slow) put finished, so records never lapse
+		// while a peer is unresponsive.
+		issued := d.now()
 		if err := d.advertise(ttl); err != nil && d.ctx.Err() == nil {
 			d.log.Warn("advertise", "err", err)
-			every = min(every, 2*time.Second)
-		} else {
-			every = ttl / 3
 		}
+		next := ttl / 3
+		if d.Advertised() == nil {
+			next = min(next, 2*time.Second)
+		}
+		wait := time.Until(issued.Add(next))
 		select {
 		case <-d.ctx.Done():
 			return
-		case <-time.After(every):
+		case <-time.After(wait):
+		case <-addrCh:
+			d.log.Debug("local addresses changed; re-advertising")
 		}
 	}
 }
 
-// advertise puts a fresh signed capability record in the DHT and announces
-// this node under each of its discovery keys.
+// advertise puts a fresh signed capability record in the DHT, bounded by a
+// third of the TTL so one unresponsive peer cannot stall renewal, and
+// (re-)announces this node under each of its discovery keys in the
+// background. Provider records are only an index and outlive the TTL;
+// liveness is the capability record's expiry.
 func (d *Daemon) advertise(ttl time.Duration) error {
 	c := d.capability(ttl)
 	b, err := auction.SealCapability(d.signer, c)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(d.ctx, ttl/2+5*time.Second)
+	ctx, cancel := context.WithTimeout(d.ctx, max(ttl/3, 3*time.Second))
 	defer cancel()
-	if err := d.net.DHT.PutValue(ctx, auction.CapabilityKey(d.ID()), b); err != nil {
-		return fmt.Errorf("put capability: %w", err)
+	put := d.net.DHT.PutValue(ctx, auction.CapabilityKey(d.ID()), b)
+	if put != nil && d.Advertised() == nil {
+		return fmt.Errorf("put capability: %w", put)
 	}
+	// A put that timed out waiting on a silent peer has still reached the
+	// responsive ones; the record counts as advertised.
+	d.advMu.Lock()
+	d.advert = &c
+	d.advMu.Unlock()
+	if d.providing.CompareAndSwap(false, true) {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			defer d.providing.Store(false)
+			d.provideKeys(c)
+		}()
+	}
+	if put != nil {
+		return fmt.Errorf("put capability (partial): %w", put)
+	}
+	return nil
+}
+
+// provideKeys announces this node under its discovery keys, concurrently.
+func (d *Daemon) provideKeys(c auction.Capability) {
+	ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
+	defer cancel()
 	var wg sync.WaitGroup
-	errs := make([]error, 0)
-	var mu sync.Mutex
 	for _, k := range auction.DiscoveryKeys(c) {
 		wg.Add(1)
 		go func(k string) {
 			defer wg.Done()
-			if err := d.net.Provide(ctx, k); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("provide %s: %w", k, err))
-				mu.Unlock()
+			if err := d.net.Provide(ctx, k); err != nil && d.ctx.Err() == nil {
+				d.log.Debug("provide", "key", k, "err", err)
 			}
 		}(k)
 	}
 	wg.Wait()
-	d.advMu.Lock()
-	d.advert = &c
-	d.advMu.Unlock()
-	if d.market != nil {
-		d.market.capabilityChanged(c)
-	}
-	return errors.Join(errs...)
 }
 
 // FindProviders discovers, through the DHT only, providers whose signed
@@ -320,14 +362,23 @@ func (d *Daemon) FindProviders(ctx context.Context, q auction.Query) ([]auction.
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
-	peers := d.net.FindProviders(ctx, auction.QueryKey(q), 1000)
+	// The provider-record search and each record lookup have their own
+	// deadlines, and lookups start as provider records stream in: a silent
+	// peer slows discovery down but cannot blank it.
+	findCtx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	defer cancel()
 	var (
-		mu  sync.Mutex
-		wg  sync.WaitGroup
-		out []auction.Capability
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		out  []auction.Capability
+		seen = map[peer.ID]bool{}
 	)
 	sem := make(chan struct{}, 16)
-	for _, ai := range peers {
+	for ai := range d.net.DHT.FindProvidersAsync(findCtx, p2p.KeyCID(auction.QueryKey(q)), 1000) {
+		if seen[ai.ID] {
+			continue
+		}
+		seen[ai.ID] = true
 		if len(ai.Addrs) > 0 {
 			d.net.Host.Peerstore().AddAddrs(ai.ID, ai.Addrs, time.Minute)
 		}
@@ -360,13 +411,27 @@ func (d *Daemon) lookupCapability(ctx context.Context, id peer.ID) (auction.Capa
 		}
 		return auction.Capability{}, errors.New("own record not advertised")
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	b, err := d.net.DHT.GetValue(cctx, auction.CapabilityKey(id))
-	if err != nil {
-		return auction.Capability{}, err
+	// The first valid answer is enough: any valid (signed, unexpired)
+	// record is the provider's own word, and bids are evaluated live.
+	b, err := d.net.DHT.GetValue(cctx, auction.CapabilityKey(id), dht.Quorum(1))
+	if err == nil {
+		var c auction.Capability
+		if c, err = auction.OpenCapability(b, d.now()); err == nil {
+			d.capCache.Store(id, c)
+			return c, nil
+		}
 	}
-	return auction.OpenCapability(b, d.now())
+	// A lookup stalled by an unresponsive peer falls back to the last
+	// verified record, while it has not expired.
+	if v, ok := d.capCache.Load(id); ok {
+		if c := v.(auction.Capability); c.ExpiresAt.After(d.now()) {
+			return c, nil
+		}
+		d.capCache.Delete(id)
+	}
+	return auction.Capability{}, err
 }
 
 func socketAlive(path string) bool {

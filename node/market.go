@@ -182,8 +182,6 @@ func (m *market) close() {
 	m.wg.Wait()
 }
 
-func (m *market) capabilityChanged(auction.Capability) {}
-
 func (m *market) executorName() string {
 	if m.exec == nil {
 		return ""

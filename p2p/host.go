@@ -331,15 +331,6 @@ func (n *Node) Provide(ctx context.Context, key string) error {
 	return n.DHT.Provide(ctx, KeyCID(key), true)
 }
 
-// FindProviders returns up to limit peers that announced key.
-func (n *Node) FindProviders(ctx context.Context, key string, limit int) []peer.AddrInfo {
-	var out []peer.AddrInfo
-	for ai := range n.DHT.FindProvidersAsync(ctx, KeyCID(key), limit) {
-		out = append(out, ai)
-	}
-	return out
-}
-
 // ParseAddrInfos parses multiaddrs carrying /p2p/ID into peer infos.
 func ParseAddrInfos(addrs []string) ([]peer.AddrInfo, error) {
 	var out []peer.AddrInfo
