@@ -1,28 +1,13 @@
 package auction
 
 import (
-	"crypto/rand"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/libp2p/go-libp2p/core/crypto"
 )
-
-func newSigner(t testing.TB) *attest.Signer {
-	t.Helper()
-	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := attest.NewSigner(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 func testCap(s *attest.Signer, now time.Time, ttl time.Duration) Capability {
 	return Capability{Peer: s.ID().String(), Region: "eu-west", GPUs: []GPU{{Model: "H100", VRAMGB: 80}},
@@ -32,7 +17,7 @@ func testCap(s *attest.Signer, now time.Time, ttl time.Duration) Capability {
 func TestCapabilityValidator(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	v := CapabilityValidator{Now: func() time.Time { return now }}
-	prov, other := newSigner(t), newSigner(t)
+	prov, other := mkSigner(t), mkSigner(t)
 	key := CapabilityKey(prov.ID())
 
 	good, err := SealCapability(prov, testCap(prov, now, time.Minute))
