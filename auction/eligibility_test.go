@@ -343,3 +343,26 @@ func BenchmarkEvaluate(b *testing.B) {
 		}
 	}
 }
+
+// TestRankChargesEvictions: a gold job prefers an idle provider a little
+// dearer over a cheaper one that would have to preempt bronze work, but not
+// one far dearer.
+func TestRankChargesEvictions(t *testing.T) {
+	now := at(0, "10:00")
+	j := &Job{ID: "g", Tier: Gold, MaxPrice: 5, GPUCount: 1, Duration: time.Hour, Run: RunSpec{Command: []string{"x"}}}
+	bid := func(p string, price float64, evicts int) Candidate {
+		return Candidate{Reliability: 0.5, Bid: Bid{JobID: "g", Provider: p, Region: "eu-west", Price: price, Start: now,
+			End: now.Add(time.Hour), ExpiresAt: now.Add(time.Minute), Evicts: evicts}}
+	}
+	r := RankAt(j, []Candidate{bid("evicting", 1.00, 1), bid("idle", 1.05, 0)}, now)
+	if r[0].Bid.Provider != "idle" {
+		t.Fatalf("winner %s, want the idle provider 5%% dearer", r[0].Bid.Provider)
+	}
+	r = RankAt(j, []Candidate{bid("evicting", 1.00, 1), bid("idle", 1.20, 0)}, now)
+	if r[0].Bid.Provider != "evicting" {
+		t.Fatalf("winner %s, want the evicting provider when the idle one is 20%% dearer", r[0].Bid.Provider)
+	}
+	if got, want := r[0].Score, Score(1.00, 0.5)*(1+EvictionPenalty); got != want {
+		t.Fatalf("evicting score %v, want %v", got, want)
+	}
+}

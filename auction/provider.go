@@ -224,7 +224,7 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	bid := Bid{
 		JobID: job.ID, Attempt: job.Attempt, Provider: p.cfg.Signer.ID().String(), Region: capab.Region,
 		Price: offer.Price, Start: offer.Start, End: offer.End, GPUModel: offer.GPUModel, VRAMGB: offer.VRAMGB,
-		Datasets: offer.Datasets, Nonce: NewID("bid"), IssuedAt: now, ExpiresAt: now.Add(job.BidWindow + p.cfg.BidGrace),
+		Datasets: offer.Datasets, Evicts: len(offer.Preempts), Nonce: NewID("bid"), IssuedAt: now, ExpiresAt: now.Add(job.BidWindow + p.cfg.BidGrace),
 	}
 	msg, err := EncodeBid(p.cfg.Signer, bid)
 	if err != nil {

@@ -48,6 +48,18 @@ func Score(price, reliability float64) float64 {
 	return price / reliability
 }
 
+// EvictionPenalty is the score surcharge per bronze lease a bid would
+// preempt: a gold job prefers an idle provider up to 10% dearer per
+// eviction over one that must stop someone else's work.
+const EvictionPenalty = 0.10
+
+func evictionFactor(n int) float64 {
+	if n <= 0 {
+		return 1
+	}
+	return 1 + EvictionPenalty*float64(n)
+}
+
 // Rank orders the bids for j at the current time; see RankAt.
 func Rank(j *Job, cands []Candidate) []Ranked {
 	return RankAt(j, cands, time.Now())
@@ -63,7 +75,8 @@ func Rank(j *Job, cands []Candidate) []Ranked {
 // the job's deadline, or (for a non-preemptible job) is shorter than the
 // job's duration.
 //
-// Eligible bids are ordered by Score. Scores within TieTolerance (1%) of
+// Eligible bids are ordered by Score, times (1 + EvictionPenalty) for each
+// bronze lease the bid would preempt. Scores within TieTolerance (1%) of
 // the best score of their group are tied, and ties are broken by more of
 // the job's datasets cached (data-aware placement), then earlier start,
 // then lower latency, then provider id, so the order is deterministic.
@@ -79,7 +92,7 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 	items := make([]rankItem, 0, len(cands))
 	var rejected []Ranked
 	for _, c := range cands {
-		r := Ranked{Candidate: c, Score: Score(c.Bid.Price, c.Reliability)}
+		r := Ranked{Candidate: c, Score: Score(c.Bid.Price, c.Reliability) * evictionFactor(c.Bid.Evicts)}
 		r.Rejected = rejectReason(j, c, now, seen)
 		seen[c.Bid.Provider] = true
 		if r.Rejected != "" {

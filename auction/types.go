@@ -160,6 +160,9 @@ type Bid struct {
 	GPUModel  string    `json:"gpu_model"`
 	VRAMGB    int       `json:"vram_gb"`
 	Datasets  []string  `json:"datasets,omitempty"` // the job's datasets this provider holds cached
+	// Evicts is how many running or booked bronze leases the award would
+	// preempt (gold jobs only); the renter charges for it in the ranking.
+	Evicts int `json:"evicts,omitempty"`
 	Nonce     string    `json:"nonce"`
 	IssuedAt  time.Time `json:"issued_at"`
 	ExpiresAt time.Time `json:"expires_at"`

@@ -623,7 +623,7 @@ func (s *sim) auction(j int, req *auction.Job) (bool, error) {
 			Bid: auction.Bid{
 				JobID: req.ID, Attempt: req.Attempt, Provider: peer, Region: p.p.Capability.Region,
 				Price: off.Price, Start: off.Start, End: off.End, GPUModel: off.GPUModel, VRAMGB: off.VRAMGB,
-				Datasets: off.Datasets, IssuedAt: now,
+				Datasets: off.Datasets, Evicts: len(off.Preempts), IssuedAt: now,
 			},
 			Reliability: p.observed(),
 			Latency:     p.lat,
