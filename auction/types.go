@@ -156,13 +156,13 @@ type Bid struct {
 	Start time.Time `json:"start"`
 	// End is when the lease would end; for bronze backfill it may be earlier
 	// than Start+Duration (the job is preempted at the gap's end).
-	End       time.Time `json:"end"`
-	GPUModel  string    `json:"gpu_model"`
-	VRAMGB    int       `json:"vram_gb"`
-	Datasets  []string  `json:"datasets,omitempty"` // the job's datasets this provider holds cached
+	End      time.Time `json:"end"`
+	GPUModel string    `json:"gpu_model"`
+	VRAMGB   int       `json:"vram_gb"`
+	Datasets []string  `json:"datasets,omitempty"` // the job's datasets this provider holds cached
 	// Evicts is how many running or booked bronze leases the award would
 	// preempt (gold jobs only); the renter charges for it in the ranking.
-	Evicts int `json:"evicts,omitempty"`
+	Evicts    int       `json:"evicts,omitempty"`
 	Nonce     string    `json:"nonce"`
 	IssuedAt  time.Time `json:"issued_at"`
 	ExpiresAt time.Time `json:"expires_at"`
