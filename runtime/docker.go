@@ -17,7 +17,6 @@ import (
 	"os"
 	"path"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -308,7 +307,7 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 		}
 		return fail(fmt.Errorf("runtime: job %s: create container: %w", spec.ID, err))
 	}
-	h := &dockerHandle{e: e, spec: spec, id: created.Id, wd: wd, uid: uid, done: make(chan struct{}), logsDone: make(chan struct{})}
+	h := &dockerHandle{handleState: newHandleState(wd), e: e, spec: spec, id: created.Id, uid: uid, logsDone: make(chan struct{})}
 	if err := e.c.do(ctx, http.MethodPost, "/containers/"+h.id+"/start", nil, nil); err != nil {
 		h.remove()
 		return fail(fmt.Errorf("runtime: job %s: start container: %w", spec.ID, err))
@@ -335,7 +334,6 @@ type dockerHandle struct {
 	e          *DockerExecutor
 	spec       Spec
 	id         string
-	wd         string
 	uid        int
 	started    time.Time
 	timer      *time.Timer
@@ -343,37 +341,15 @@ type dockerHandle struct {
 	logsDone   chan struct{}
 	logsErr    error
 
-	mu     sync.Mutex
-	reason string
-	killed bool
-
-	done chan struct{}
-	res  Result
-
-	cleanOnce sync.Once
-	cleanErr  error
-}
-
-func (h *dockerHandle) WorkDir() string { return h.wd }
-
-func (h *dockerHandle) Wait() Result {
-	<-h.done
-	return h.res
+	handleState
 }
 
 func (h *dockerHandle) Stop(grace time.Duration) error { return h.stop(ReasonStopped, grace) }
 
 func (h *dockerHandle) stop(reason string, grace time.Duration) error {
-	select {
-	case <-h.done:
+	if !h.beginStop(reason) {
 		return nil
-	default:
 	}
-	h.mu.Lock()
-	if h.reason == "" {
-		h.reason = reason
-	}
-	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := h.signal(ctx, "SIGTERM"); err != nil {

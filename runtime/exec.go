@@ -349,3 +349,48 @@ func removeWorkDir(wd string) error {
 	}
 	return nil
 }
+
+// handleState is the lifecycle state both backends' handles share: the
+// work dir, the first stop reason, the final result and the cleanup.
+type handleState struct {
+	wd string
+
+	mu     sync.Mutex
+	reason string // set by the first stop
+	killed bool
+
+	done chan struct{}
+	res  Result
+
+	cleanOnce sync.Once
+	cleanErr  error
+}
+
+func newHandleState(wd string) handleState {
+	return handleState{wd: wd, done: make(chan struct{})}
+}
+
+// WorkDir is the job's private work dir on the host.
+func (h *handleState) WorkDir() string { return h.wd }
+
+// Wait blocks until the job has ended and returns its result.
+func (h *handleState) Wait() Result {
+	<-h.done
+	return h.res
+}
+
+// beginStop records reason as the stop reason unless one is set already,
+// and reports false when the job has already ended.
+func (h *handleState) beginStop(reason string) bool {
+	select {
+	case <-h.done:
+		return false
+	default:
+	}
+	h.mu.Lock()
+	if h.reason == "" {
+		h.reason = reason
+	}
+	h.mu.Unlock()
+	return true
+}

@@ -240,16 +240,15 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 		return fail(fmt.Errorf("runtime: job %s: start %s: %w", spec.ID, spec.Command[0], err))
 	}
 	h := &processHandle{
-		e:       e,
-		spec:    spec,
-		wd:      wd,
-		uid:     uid,
-		cg:      cg,
-		proc:    cmd.Process,
-		pgid:    cmd.Process.Pid,
-		started: time.Now(),
-		pipes:   []*os.File{outR, errR},
-		done:    make(chan struct{}),
+		handleState: newHandleState(wd),
+		e:           e,
+		spec:        spec,
+		uid:         uid,
+		cg:          cg,
+		proc:        cmd.Process,
+		pgid:        cmd.Process.Pid,
+		started:     time.Now(),
+		pipes:       []*os.File{outR, errR},
 	}
 	for i, w := range []io.Writer{stdout, stderr} {
 		if w == nil {
@@ -302,7 +301,6 @@ func lookPath(name, path string) (string, error) {
 type processHandle struct {
 	e       *ProcessExecutor
 	spec    Spec
-	wd      string
 	uid     int
 	cg      *jobCgroup
 	proc    *os.Process
@@ -312,40 +310,18 @@ type processHandle struct {
 	pipes   []*os.File
 	copying sync.WaitGroup
 
-	mu     sync.Mutex
-	reason string // set by the first stop
-	killed bool
-
-	done chan struct{}
-	res  Result
-
-	cleanOnce sync.Once
-	cleanErr  error
+	handleState
 }
-
-func (h *processHandle) WorkDir() string { return h.wd }
 
 // Pid is the job's main process id, which is also its process group id.
 func (h *processHandle) Pid() int { return h.pgid }
 
-func (h *processHandle) Wait() Result {
-	<-h.done
-	return h.res
-}
-
 func (h *processHandle) Stop(grace time.Duration) error { return h.stop(ReasonStopped, grace) }
 
 func (h *processHandle) stop(reason string, grace time.Duration) error {
-	select {
-	case <-h.done:
+	if !h.beginStop(reason) {
 		return nil
-	default:
 	}
-	h.mu.Lock()
-	if h.reason == "" {
-		h.reason = reason
-	}
-	h.mu.Unlock()
 	h.e.log.Info("stopping job", "job", h.spec.ID, "reason", reason, "grace", grace)
 	h.signalAll(syscall.SIGTERM)
 	if grace > 0 {
