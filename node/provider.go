@@ -300,11 +300,15 @@ func (r *leaseRun) heartbeats(h runtime.Handle) {
 	waitDone := make(chan struct{})
 	go func() { h.Wait(); close(waitDone) }()
 	var seq uint64
-	for {
-		select {
-		case <-waitDone:
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		// The first heartbeat goes out as the job starts, then one per
+		// interval, so coverage reflects the whole run.
+		if !first {
+			select {
+			case <-waitDone:
+				return
+			case <-t.C:
+			}
 		}
 		seq++
 		r.mu.Lock()
