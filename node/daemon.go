@@ -73,7 +73,9 @@ type Daemon struct {
 	// capCache holds the last verified capability record of each provider
 	// (peer.ID → auction.Capability).
 	capCache sync.Map
-	seq      atomic.Uint64
+	// fpChanges counts fingerprint changes seen in providers' records.
+	fpChanges atomic.Int64
+	seq       atomic.Uint64
 	// providing is set while a round of provider announcements runs.
 	providing atomic.Bool
 
@@ -419,7 +421,13 @@ func (d *Daemon) lookupCapability(ctx context.Context, id peer.ID) (auction.Capa
 	if err == nil {
 		var c auction.Capability
 		if c, err = auction.OpenCapability(b, d.now()); err == nil {
-			d.capCache.Store(id, c)
+			if prev, ok := d.capCache.Swap(id, c); ok && prev.(auction.Capability).Fingerprint != c.Fingerprint {
+				// Renters see hardware changes: the record's fingerprint
+				// hash covers GPU UUIDs, models, VRAM, driver and CUDA.
+				d.log.Warn("provider hardware fingerprint changed", "peer", id,
+					"was", prev.(auction.Capability).Fingerprint, "now", c.Fingerprint)
+				d.fpChanges.Add(1)
+			}
 			return c, nil
 		}
 	}

@@ -169,3 +169,42 @@ func TestRedialsBootstrapWhenAlone(t *testing.T) {
 	defer boot.Close()
 	eventuallyProviders(t, boot.Daemon, auction.Query{GPU: "A100"}, idsOf(prov), 30*time.Second)
 }
+
+// TestFingerprintChangeVisible: a provider that comes back with different
+// hardware under the same identity shows a new fingerprint hash, and the
+// renter notices the change.
+func TestFingerprintChangeVisible(t *testing.T) {
+	boot, ns := startNet(t, providerConfig("eu-west", 1, a100))
+	p := ns[0]
+	q := auction.Query{}
+	eventuallyProviders(t, boot.Daemon, q, idsOf(p), 20*time.Second)
+	caps, _ := boot.FindProviders(context.Background(), q)
+	before := caps[0].Fingerprint
+	if before == "" || before != p.fpHash {
+		t.Fatalf("record fingerprint %q, provider's %q", before, p.fpHash)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := providerConfig("eu-west", 1, h100) // new hardware, same data dir and key
+	cfg.Bootstrap = boot.Addrs()
+	p2 := startNode(t, p.dir, cfg, nil)
+	defer p2.Close()
+	if p2.ID() != p.ID() {
+		t.Fatal("identity changed")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		caps, _ := boot.FindProviders(context.Background(), auction.Query{GPU: "H100"})
+		if len(caps) == 1 && caps[0].Fingerprint != before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("new hardware never showed up with a new fingerprint: %+v", caps)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if boot.fpChanges.Load() != 1 || boot.market.allCounters()["discovery.fingerprint_changed"] != 1 {
+		t.Fatalf("fingerprint change not counted: %d", boot.fpChanges.Load())
+	}
+}

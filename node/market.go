@@ -297,6 +297,9 @@ func (m *market) allCounters() map[string]int {
 		out[k] += v
 	}
 	m.mu.Unlock()
+	if n := m.d.fpChanges.Load(); n > 0 {
+		out["discovery.fingerprint_changed"] = int(n)
+	}
 	return out
 }
 

@@ -249,10 +249,10 @@ func providersCommand() *cli.Command {
 				return printJSON(c.App.Writer, caps)
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "PEER\tREGION\tGPUS\tFLOOR $/GPU-h\tPREEMPTIBLE\tEXPIRES")
+			fmt.Fprintln(tw, "PEER\tREGION\tGPUS\tFLOOR $/GPU-h\tPREEMPTIBLE\tFINGERPRINT\tEXPIRES")
 			for _, cp := range caps {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%v\t%s\n", cp.Peer, orDash(cp.Region), gpuSummary(cp.GPUs),
-					cp.Policy.PriceFloor, cp.Policy.AcceptPreemptible, time.Until(cp.ExpiresAt).Round(time.Second))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%v\t%s\t%s\n", cp.Peer, orDash(cp.Region), gpuSummary(cp.GPUs),
+					cp.Policy.PriceFloor, cp.Policy.AcceptPreemptible, shortHash(cp.Fingerprint), time.Until(cp.ExpiresAt).Round(time.Second))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -299,6 +299,13 @@ func gpuSummary(gs []auction.GPU) string {
 		parts = append(parts, fmt.Sprintf("%dx%s/%dGB", counts[k], k.m, k.v))
 	}
 	return strings.Join(parts, ",")
+}
+
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return orDash(h)
 }
 
 func orDash(s string) string {
