@@ -367,53 +367,43 @@ func (s *sim) arrive(j int) error {
 	return nil
 }
 
-// retry offers waiting jobs to the market again.
+// retry offers waiting jobs to the market again, at most maxRetriesPerPass
+// per pass: the FIFO queue in arrival order, or the lanes gold first.
 func (s *sim) retry() error {
-	if s.policy == PolicyFIFO {
-		budget := maxRetriesPerPass
-		keep := s.fifo[:0]
-		for _, j := range s.fifo {
-			if budget == 0 {
-				keep = append(keep, j)
-				continue
-			}
-			budget--
-			ok, err := s.place(j)
-			if err != nil {
-				return err
-			}
-			if ok {
-				s.jobs[j].queued = false
-				continue
-			}
-			keep = append(keep, j)
-		}
-		s.fifo = keep
-		return nil
-	}
 	budget := maxRetriesPerPass
+	var err error
+	if s.policy == PolicyFIFO {
+		s.fifo, err = s.retryQueue(s.fifo, &budget)
+		return err
+	}
 	for lane := range s.lanes {
-		q := s.lanes[lane]
-		keep := q[:0]
-		for _, j := range q {
-			if budget == 0 {
-				keep = append(keep, j)
-				continue
-			}
-			budget--
-			ok, err := s.place(j)
-			if err != nil {
-				return err
-			}
-			if ok {
-				s.jobs[j].queued = false
-				continue
-			}
-			keep = append(keep, j)
+		if s.lanes[lane], err = s.retryQueue(s.lanes[lane], &budget); err != nil {
+			return err
 		}
-		s.lanes[lane] = keep
 	}
 	return nil
+}
+
+// retryQueue tries to place the queued jobs in order while budget lasts and
+// returns those still waiting, in their order.
+func (s *sim) retryQueue(q []int, budget *int) ([]int, error) {
+	keep := q[:0]
+	for i, j := range q {
+		if *budget == 0 {
+			return append(keep, q[i:]...), nil
+		}
+		*budget--
+		ok, err := s.place(j)
+		if err != nil {
+			return append(keep, q[i:]...), err
+		}
+		if ok {
+			s.jobs[j].queued = false
+			continue
+		}
+		keep = append(keep, j)
+	}
+	return keep, nil
 }
 
 // request is the job spec as posted for the current attempt: the remaining
