@@ -355,18 +355,9 @@ func (h *dockerHandle) stop(reason string, grace time.Duration) error {
 	if err := h.signal(ctx, "SIGTERM"); err != nil {
 		return err
 	}
-	if grace > 0 {
-		t := time.NewTimer(grace)
-		defer t.Stop()
-		select {
-		case <-h.done:
-			return nil
-		case <-t.C:
-		}
+	if h.awaitGrace(grace) {
+		return nil
 	}
-	h.mu.Lock()
-	h.killed = true
-	h.mu.Unlock()
 	if err := h.signal(ctx, "SIGKILL"); err != nil {
 		return err
 	}

@@ -394,3 +394,22 @@ func (h *handleState) beginStop(reason string) bool {
 	h.mu.Unlock()
 	return true
 }
+
+// awaitGrace waits up to grace for the job to end after SIGTERM. It reports
+// true if it did; otherwise it marks the job killed, for the caller to
+// SIGKILL.
+func (h *handleState) awaitGrace(grace time.Duration) bool {
+	if grace > 0 {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-h.done:
+			return true
+		case <-t.C:
+		}
+	}
+	h.mu.Lock()
+	h.killed = true
+	h.mu.Unlock()
+	return false
+}

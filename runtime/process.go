@@ -324,18 +324,9 @@ func (h *processHandle) stop(reason string, grace time.Duration) error {
 	}
 	h.e.log.Info("stopping job", "job", h.spec.ID, "reason", reason, "grace", grace)
 	h.signalAll(syscall.SIGTERM)
-	if grace > 0 {
-		t := time.NewTimer(grace)
-		defer t.Stop()
-		select {
-		case <-h.done:
-			return nil
-		case <-t.C:
-		}
+	if h.awaitGrace(grace) {
+		return nil
 	}
-	h.mu.Lock()
-	h.killed = true
-	h.mu.Unlock()
 	h.killAll()
 	<-h.done
 	return nil
