@@ -171,7 +171,7 @@ func (r *leaseRun) run() {
 	r.mu.Unlock()
 	m.saveRun(r)
 	log.Info("job started", "backend", r.pr.Rec.Backend, "start_latency", started.Sub(maxTime(l.Start, r.confirmed)).Round(time.Microsecond))
-	go m.sendEvent(r, nil)
+	go m.sendEvent(r)
 
 	beatsDone := make(chan struct{})
 	go func() {
@@ -364,7 +364,7 @@ func (m *market) heartbeatInterval() time.Duration {
 
 // sendEvent reports the run's state to the renter and returns the renter's
 // heartbeat summary (for terminal states).
-func (m *market) sendEvent(r *leaseRun, _ *attest.HeartbeatSummary) (*attest.HeartbeatSummary, error) {
+func (m *market) sendEvent(r *leaseRun) (*attest.HeartbeatSummary, error) {
 	r.mu.Lock()
 	rec := r.pr.Rec
 	ev := LeaseEvent{LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Provider: m.d.ID().String(), Run: rec.Run,
@@ -405,7 +405,7 @@ func (m *market) sendEvent(r *leaseRun, _ *attest.HeartbeatSummary) (*attest.Hea
 // records it in the ledger and the reputation book.
 func (m *market) settle(r *leaseRun) {
 	log := m.d.log.With("lease", r.lease().ID)
-	sum, err := m.sendEvent(r, nil)
+	sum, err := m.sendEvent(r)
 	if err != nil {
 		log.Warn("renter unreachable at lease end; receipt not settled", "err", err)
 		return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -90,18 +91,6 @@ func idsOf(ns ...*testNode) []string {
 	return out
 }
 
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // eventually polls the query until it returns exactly want, or fails.
 func eventuallyProviders(t *testing.T, d *Daemon, q auction.Query, want []string, within time.Duration) {
 	t.Helper()
@@ -115,7 +104,7 @@ func eventuallyProviders(t *testing.T, d *Daemon, q auction.Query, want []string
 			t.Fatalf("FindProviders(%+v): %v", q, err)
 		}
 		got = peersOf(caps)
-		if equal(got, want) {
+		if slices.Equal(got, want) {
 			return
 		}
 		if time.Now().After(deadline) {
