@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
 )
 
 func perSecond(b *testing.B, unit string) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
 }
 
-// BenchmarkVerify measures envelope signature verification (attest.Open of a
+// BenchmarkVerify measures envelope signature verification (sign.Open of a
 // heartbeat, including JSON decoding).
 func BenchmarkVerify(b *testing.B) {
 	s := newSigner(b)
@@ -23,7 +24,7 @@ func BenchmarkVerify(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		var hb attest.Heartbeat
-		if _, err := attest.Open(env, attest.DomainHeartbeat, &hb); err != nil {
+		if _, err := sign.Open(env, sign.DomainHeartbeat, &hb); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -47,11 +48,11 @@ func BenchmarkReceiptVerify(b *testing.B) {
 // BenchmarkBookAddReceipt measures AddReceipt (verification included) of
 // distinct receipts spread over 100 providers and 1000 renters.
 func BenchmarkBookAddReceipt(b *testing.B) {
-	provs := make([]*attest.Signer, 100)
+	provs := make([]*sign.Signer, 100)
 	for i := range provs {
 		provs[i] = newSigner(b)
 	}
-	renters := make([]*attest.Signer, 1000)
+	renters := make([]*sign.Signer, 1000)
 	for i := range renters {
 		renters[i] = newSigner(b)
 	}
@@ -74,7 +75,7 @@ func BenchmarkBookAddReceipt(b *testing.B) {
 // BenchmarkBookScore measures Score for a provider with 1000 receipts.
 func BenchmarkBookScore(b *testing.B) {
 	prov := newSigner(b)
-	renters := make([]*attest.Signer, 50)
+	renters := make([]*sign.Signer, 50)
 	for i := range renters {
 		renters[i] = newSigner(b)
 	}

@@ -9,14 +9,9 @@ import (
 	"sort"
 	"strconv"
 	"time"
-)
 
-// Signature domains for the messages defined in this package.
-const (
-	DomainFingerprint     = "fingerprint/v1"
-	DomainHeartbeat       = "heartbeat/v1"
-	DomainReceiptProvider = "receipt-provider/v1"
-	DomainReceiptRenter   = "receipt-renter/v1"
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
 )
 
 // Telemetry and hardware sources.
@@ -41,12 +36,12 @@ var ErrInvalidFingerprint = errors.New("attest: invalid fingerprint")
 // stack. Source says how it was obtained: SourceNVML when read from the
 // driver, SourceDeclared when copied from configuration.
 type Fingerprint struct {
-	Peer     string    `json:"peer"`
-	GPUs     []GPU     `json:"gpus"`
-	Driver   string    `json:"driver,omitempty"`
-	CUDA     string    `json:"cuda,omitempty"`
-	Source   string    `json:"source"`
-	IssuedAt time.Time `json:"issued_at"`
+	Peer     string        `json:"peer"`
+	GPUs     []auction.GPU `json:"gpus"`
+	Driver   string        `json:"driver,omitempty"`
+	CUDA     string        `json:"cuda,omitempty"`
+	Source   string        `json:"source"`
+	IssuedAt time.Time     `json:"issued_at"`
 }
 
 func (fp Fingerprint) validate() error {
@@ -78,7 +73,7 @@ func (fp Fingerprint) validate() error {
 // new identity is recognisable. Any change of GPU, driver or source changes
 // the hash.
 func (fp Fingerprint) Hash() string {
-	gpus := make([]GPU, len(fp.GPUs))
+	gpus := make([]auction.GPU, len(fp.GPUs))
 	copy(gpus, fp.GPUs)
 	sort.Slice(gpus, func(i, j int) bool {
 		a, b := gpus[i], gpus[j]
@@ -117,7 +112,7 @@ func (fp Fingerprint) Hash() string {
 // SignFingerprint signs fp with the provider's key. An empty fp.Peer is
 // filled with the signer's ID; any other peer is an error, since a node can
 // only vouch for its own hardware.
-func SignFingerprint(s *Signer, fp Fingerprint) (*Envelope, error) {
+func SignFingerprint(s *sign.Signer, fp Fingerprint) (*sign.Envelope, error) {
 	if s == nil {
 		return nil, errors.New("attest: nil signer")
 	}
@@ -130,15 +125,15 @@ func SignFingerprint(s *Signer, fp Fingerprint) (*Envelope, error) {
 	if err := fp.validate(); err != nil {
 		return nil, err
 	}
-	return Seal(s, DomainFingerprint, fp)
+	return sign.Seal(s, sign.DomainFingerprint, fp)
 }
 
 // OpenFingerprint verifies a fingerprint envelope and returns the
 // fingerprint. The envelope's signer must be the peer the fingerprint
 // describes.
-func OpenFingerprint(env *Envelope) (Fingerprint, error) {
+func OpenFingerprint(env *sign.Envelope) (Fingerprint, error) {
 	var fp Fingerprint
-	id, err := Open(env, DomainFingerprint, &fp)
+	id, err := sign.Open(env, sign.DomainFingerprint, &fp)
 	if err != nil {
 		return Fingerprint{}, fmt.Errorf("attest: open fingerprint: %w", err)
 	}

@@ -5,12 +5,14 @@ import (
 	"testing"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
 )
 
-func nvmlFingerprint(s *attest.Signer) attest.Fingerprint {
+func nvmlFingerprint(s *sign.Signer) attest.Fingerprint {
 	return attest.Fingerprint{
 		Peer: s.ID().String(),
-		GPUs: []attest.GPU{
+		GPUs: []auction.GPU{
 			{Model: "RTX 4090", VRAMGB: 24, UUID: "GPU-aaaa", Detected: true},
 			{Model: "RTX 4090", VRAMGB: 24, UUID: "GPU-bbbb", Detected: true},
 		},
@@ -32,7 +34,7 @@ func TestFingerprintRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env2, err := attest.UnmarshalEnvelope(b)
+	env2, err := sign.UnmarshalEnvelope(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +52,8 @@ func TestFingerprintSignerMustBePeer(t *testing.T) {
 	if _, err := attest.SignFingerprint(a, nvmlFingerprint(b)); !errors.Is(err, attest.ErrInvalidFingerprint) {
 		t.Fatalf("signing another peer's fingerprint: got %v", err)
 	}
-	// A fingerprint naming b, sealed by a with the generic Seal.
-	env, err := attest.Seal(a, attest.DomainFingerprint, nvmlFingerprint(b))
+	// A fingerprint naming b, sealed by a with the generic sign.Seal.
+	env, err := sign.Seal(a, sign.DomainFingerprint, nvmlFingerprint(b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func TestFingerprintSignerMustBePeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	good.Payload[len(good.Payload)-3] ^= 1
-	if _, err := attest.OpenFingerprint(good); !errors.Is(err, attest.ErrBadSignature) {
+	if _, err := attest.OpenFingerprint(good); !errors.Is(err, sign.ErrBadSignature) {
 		t.Fatalf("tampered fingerprint: got %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
 )
 
 func FuzzOpenReceipt(f *testing.F) {
@@ -70,7 +71,7 @@ func FuzzUnmarshalEnvelope(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, e := range []*attest.Envelope{fpEnv, hbEnv} {
+	for _, e := range []*sign.Envelope{fpEnv, hbEnv} {
 		b, err := e.Marshal()
 		if err != nil {
 			f.Fatal(err)
@@ -80,7 +81,7 @@ func FuzzUnmarshalEnvelope(f *testing.F) {
 	f.Add([]byte(`{"domain":"heartbeat/v1","signer":"x","payload":"","sig":"AA=="}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		env, err := attest.UnmarshalEnvelope(b)
+		env, err := sign.UnmarshalEnvelope(b)
 		if err != nil {
 			return
 		}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -82,7 +84,7 @@ func (hb Heartbeat) validate() error {
 
 // SignHeartbeat signs hb with the provider's key. An empty hb.Provider is
 // filled with the signer's ID; any other provider is an error.
-func SignHeartbeat(s *Signer, hb Heartbeat) (*Envelope, error) {
+func SignHeartbeat(s *sign.Signer, hb Heartbeat) (*sign.Envelope, error) {
 	if s == nil {
 		return nil, errors.New("attest: nil signer")
 	}
@@ -95,15 +97,15 @@ func SignHeartbeat(s *Signer, hb Heartbeat) (*Envelope, error) {
 	if err := hb.validate(); err != nil {
 		return nil, err
 	}
-	return Seal(s, DomainHeartbeat, hb)
+	return sign.Seal(s, sign.DomainHeartbeat, hb)
 }
 
 // OpenHeartbeat verifies a heartbeat envelope's signature, checks that the
 // signer is the heartbeat's provider and returns the heartbeat. It does not
 // check sequencing or timing; HeartbeatMonitor does.
-func OpenHeartbeat(env *Envelope) (Heartbeat, error) {
+func OpenHeartbeat(env *sign.Envelope) (Heartbeat, error) {
 	var hb Heartbeat
-	id, err := Open(env, DomainHeartbeat, &hb)
+	id, err := sign.Open(env, sign.DomainHeartbeat, &hb)
 	if err != nil {
 		return Heartbeat{}, fmt.Errorf("attest: open heartbeat: %w", err)
 	}
@@ -177,7 +179,7 @@ type HeartbeatSummary struct {
 	Coverage float64 `json:"coverage"`
 	// Gaps are the spans longer than two intervals with no heartbeat, in
 	// time order; at most MaxSummaryGaps of them (the longest).
-	Gaps []Interval `json:"gaps,omitempty"`
+	Gaps []auction.Interval `json:"gaps,omitempty"`
 	// Rejected counts heartbeats that failed verification.
 	Rejected    int     `json:"rejected"`
 	MaxTempC    int     `json:"max_temp_c"`
@@ -223,7 +225,7 @@ func NewHeartbeatMonitor(leaseID string, provider peer.ID, start time.Time, inte
 // before the previous heartbeat's, not more than HeartbeatSkew before the
 // lease start or after now, and not older than five intervals plus
 // HeartbeatSkew (ErrClock). Every rejection is counted in the summary.
-func (m *HeartbeatMonitor) Accept(env *Envelope, now time.Time) error {
+func (m *HeartbeatMonitor) Accept(env *sign.Envelope, now time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.accept(env, now); err != nil {
@@ -233,9 +235,9 @@ func (m *HeartbeatMonitor) Accept(env *Envelope, now time.Time) error {
 	return nil
 }
 
-func (m *HeartbeatMonitor) accept(env *Envelope, now time.Time) error {
+func (m *HeartbeatMonitor) accept(env *sign.Envelope, now time.Time) error {
 	if env == nil {
-		return ErrMalformed
+		return sign.ErrMalformed
 	}
 	if env.Signer != m.provider.String() {
 		return fmt.Errorf("%w: signer %q, provider %s", ErrWrongSigner, env.Signer, m.provider)
@@ -339,7 +341,7 @@ func (m *HeartbeatMonitor) Summary(end time.Time) HeartbeatSummary {
 			continue
 		}
 		if t.Sub(prev) > 2*m.interval {
-			s.Gaps = append(s.Gaps, Interval{Start: prev, End: t})
+			s.Gaps = append(s.Gaps, auction.Interval{Start: prev, End: t})
 		}
 		prev = t
 	}
@@ -352,7 +354,7 @@ func (m *HeartbeatMonitor) Summary(end time.Time) HeartbeatSummary {
 		sort.SliceStable(idx, func(a, b int) bool { return dur(idx[a]) > dur(idx[b]) })
 		idx = idx[:MaxSummaryGaps]
 		sort.Ints(idx)
-		kept := make([]Interval, len(idx))
+		kept := make([]auction.Interval, len(idx))
 		for i, j := range idx {
 			kept[i] = s.Gaps[j]
 		}

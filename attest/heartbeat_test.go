@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
 )
 
 const iv = 10 * time.Second
 
-func hbEnv(t *testing.T, s *attest.Signer, lease string, seq uint64, at time.Time) *attest.Envelope {
+func hbEnv(t *testing.T, s *sign.Signer, lease string, seq uint64, at time.Time) *sign.Envelope {
 	t.Helper()
 	env, err := attest.SignHeartbeat(s, attest.Heartbeat{
 		LeaseID: lease, Seq: seq, Time: at, GPUUtil: 80, MemUsedMB: 1000,
@@ -30,7 +32,7 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env2, err := attest.UnmarshalEnvelope(b)
+	env2, err := sign.UnmarshalEnvelope(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,22 +62,22 @@ func TestHeartbeatMonitorRejects(t *testing.T) {
 	older := hbEnv(t, prov, "L1", 4, now.Add(time.Second))
 	wrongLease := hbEnv(t, prov, "L2", 6, now)
 	otherSigner := hbEnv(t, other, "L1", 7, now)
-	// Signed by other but naming prov: Seal bypasses SignHeartbeat's check.
-	impostor, err := attest.Seal(other, attest.DomainHeartbeat, attest.Heartbeat{
+	// Signed by other but naming prov: sign.Seal bypasses SignHeartbeat's check.
+	impostor, err := sign.Seal(other, sign.DomainHeartbeat, attest.Heartbeat{
 		LeaseID: "L1", Provider: prov.ID().String(), Seq: 8, Time: now, Source: attest.SourceNVML})
 	if err != nil {
 		t.Fatal(err)
 	}
 	forged := hbEnv(t, prov, "L1", 9, now)
 	forged.Sig[0] ^= 0xff
-	wrongDomain, err := attest.Seal(prov, attest.DomainFingerprint, attest.Heartbeat{
+	wrongDomain, err := sign.Seal(prov, sign.DomainFingerprint, attest.Heartbeat{
 		LeaseID: "L1", Provider: prov.ID().String(), Seq: 10, Time: now, Source: attest.SourceNVML})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
 		name string
-		env  *attest.Envelope
+		env  *sign.Envelope
 		at   time.Time
 		want error
 	}{
@@ -85,13 +87,13 @@ func TestHeartbeatMonitorRejects(t *testing.T) {
 		{"wrong lease", wrongLease, now, attest.ErrWrongLease},
 		{"other signer", otherSigner, now, attest.ErrWrongSigner},
 		{"impostor", impostor, now, attest.ErrWrongSigner},
-		{"bad sig", forged, now, attest.ErrBadSignature},
-		{"wrong domain", wrongDomain, now, attest.ErrWrongDomain},
+		{"bad sig", forged, now, sign.ErrBadSignature},
+		{"wrong domain", wrongDomain, now, sign.ErrWrongDomain},
 		{"future", hbEnv(t, prov, "L1", 11, now.Add(time.Hour)), now, attest.ErrClock},
 		{"before start", hbEnv(t, prov, "L1", 12, t0.Add(-time.Hour)), now, attest.ErrClock},
 		{"stale", hbEnv(t, prov, "L1", 13, now), now.Add(time.Hour), attest.ErrClock},
 		{"time goes back", hbEnv(t, prov, "L1", 14, now.Add(-5*time.Second)), now, attest.ErrClock},
-		{"nil", nil, now, attest.ErrMalformed},
+		{"nil", nil, now, sign.ErrMalformed},
 	}
 	for _, c := range cases {
 		if err := m.Accept(c.env, c.at); !errors.Is(err, c.want) {
@@ -166,7 +168,7 @@ func TestCheckHeartbeatAgainstFingerprint(t *testing.T) {
 	fp := nvmlFingerprint(s)
 	declared := fp
 	declared.Source = attest.SourceDeclared
-	declared.GPUs = []attest.GPU{{Model: "RTX 4090", VRAMGB: 24}}
+	declared.GPUs = []auction.GPU{{Model: "RTX 4090", VRAMGB: 24}}
 	ok := attest.Heartbeat{LeaseID: "L", Provider: s.ID().String(), Seq: 1, Time: t0,
 		Source: attest.SourceNVML, GPUUUIDs: []string{"GPU-bbbb"}, MemUsedMB: 20000}
 	if err := attest.CheckHeartbeatAgainstFingerprint(ok, fp); err != nil {
@@ -250,7 +252,7 @@ func TestHeartbeatSummaryBoundsGaps(t *testing.T) {
 	for len(r.Heartbeats.Gaps) < 2000 {
 		r.Heartbeats.Gaps = append(r.Heartbeats.Gaps, s.Gaps...)
 	}
-	if _, err := attest.NewReceipt(prov, r); !errors.Is(err, attest.ErrOversized) {
+	if _, err := attest.NewReceipt(prov, r); !errors.Is(err, sign.ErrOversized) {
 		t.Fatalf("receipt with 2000 gaps: %v", err)
 	}
 }

@@ -6,18 +6,20 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
 	"github.com/libp2p/go-libp2p/core/crypto"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func newSigner(tb testing.TB) *attest.Signer {
+func newSigner(tb testing.TB) *sign.Signer {
 	tb.Helper()
 	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := attest.NewSigner(priv)
+	s, err := sign.NewSigner(priv)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -25,7 +27,7 @@ func newSigner(tb testing.TB) *attest.Signer {
 }
 
 // receipt is a valid one-hour, one-GPU succeeded lease ending at end.
-func receipt(lease string, prov, renter *attest.Signer, end time.Time) attest.Receipt {
+func receipt(lease string, prov, renter *sign.Signer, end time.Time) attest.Receipt {
 	return attest.Receipt{
 		LeaseID:    lease,
 		JobID:      "job-" + lease,
@@ -37,14 +39,14 @@ func receipt(lease string, prov, renter *attest.Signer, end time.Time) attest.Re
 		GPUSeconds: 3600,
 		Price:      2,
 		Amount:     2,
-		Outcome:    attest.OutcomeSucceeded,
+		Outcome:    auction.RunSucceeded,
 		Heartbeats: attest.HeartbeatSummary{Count: 360, Expected: 360, Coverage: 1},
 		IssuedAt:   end,
 	}
 }
 
 // signed returns r signed by both parties.
-func signed(tb testing.TB, prov, renter *attest.Signer, r attest.Receipt) *attest.SignedReceipt {
+func signed(tb testing.TB, prov, renter *sign.Signer, r attest.Receipt) *attest.SignedReceipt {
 	tb.Helper()
 	sr, err := attest.NewReceipt(prov, r)
 	if err != nil {

@@ -8,16 +8,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
 	"github.com/libp2p/go-libp2p/core/peer"
-)
-
-// Lease outcomes a receipt may record.
-const (
-	OutcomeSucceeded = "succeeded"
-	OutcomeFailed    = "failed"
-	OutcomePreempted = "preempted"
-	OutcomeExpired   = "expired"
-	OutcomeCancelled = "cancelled"
 )
 
 // MaxReceiptSize bounds a receipt's wire encoding.
@@ -54,7 +47,7 @@ type Receipt struct {
 	GPUSeconds float64          `json:"gpu_seconds"`
 	Price      float64          `json:"price"` // per GPU-hour
 	Amount     float64          `json:"amount"`
-	Outcome    string           `json:"outcome"`
+	Outcome    auction.RunState `json:"outcome"` // the lease's terminal state
 	ResultHash string           `json:"result_hash,omitempty"`
 	Heartbeats HeartbeatSummary `json:"heartbeats"`
 	IssuedAt   time.Time        `json:"issued_at"`
@@ -109,7 +102,7 @@ func (r Receipt) validate() error {
 		return bad("amount %v, gpu seconds and price give %v", r.Amount, want)
 	}
 	switch r.Outcome {
-	case OutcomeSucceeded, OutcomeFailed, OutcomePreempted, OutcomeExpired, OutcomeCancelled:
+	case auction.RunSucceeded, auction.RunFailed, auction.RunPreempted, auction.RunExpired, auction.RunCancelled:
 	default:
 		return bad("outcome %q", r.Outcome)
 	}
@@ -121,7 +114,7 @@ func (r Receipt) validate() error {
 }
 
 // SignedReceipt is a receipt with the exact bytes both parties signed: the
-// provider under DomainReceiptProvider, the renter under DomainReceiptRenter.
+// provider under sign.DomainReceiptProvider, the renter under sign.DomainReceiptRenter.
 // Receipt is the decoded payload, kept for convenience; Verify checks that
 // it has not drifted from Payload.
 type SignedReceipt struct {
@@ -135,7 +128,7 @@ type SignedReceipt struct {
 // empty (it is filled with the signer's ID) and a zero r.Amount is computed
 // from GPUSeconds and Price. The result still needs the renter's
 // Countersign before it is a receipt.
-func NewReceipt(s *Signer, r Receipt) (*SignedReceipt, error) {
+func NewReceipt(s *sign.Signer, r Receipt) (*SignedReceipt, error) {
 	if s == nil {
 		return nil, errors.New("attest: nil signer")
 	}
@@ -159,9 +152,9 @@ func NewReceipt(s *Signer, r Receipt) (*SignedReceipt, error) {
 		return nil, fmt.Errorf("attest: encode receipt: %w", err)
 	}
 	if len(payload) > maxReceiptPayload {
-		return nil, ErrOversized
+		return nil, sign.ErrOversized
 	}
-	sig, err := s.Sign(DomainReceiptProvider, payload)
+	sig, err := s.Sign(sign.DomainReceiptProvider, payload)
 	if err != nil {
 		return nil, fmt.Errorf("attest: sign receipt: %w", err)
 	}
@@ -176,12 +169,12 @@ func NewReceipt(s *Signer, r Receipt) (*SignedReceipt, error) {
 // as the receipt's renter. The renter should first compare the receipt with
 // its own view of the lease (CheckReceipt). Countersign refuses a receipt
 // that claims more GPU-seconds than the lease span allows.
-func (sr *SignedReceipt) Countersign(s *Signer) error {
+func (sr *SignedReceipt) Countersign(s *sign.Signer) error {
 	if s == nil {
 		return errors.New("attest: nil signer")
 	}
 	if sr == nil {
-		return ErrMalformed
+		return sign.ErrMalformed
 	}
 	r, err := sr.decode()
 	if err != nil {
@@ -190,13 +183,13 @@ func (sr *SignedReceipt) Countersign(s *Signer) error {
 	if r.Renter != s.ID().String() {
 		return fmt.Errorf("%w: renter %s is not the signer %s", ErrInvalidReceipt, r.Renter, s.ID())
 	}
-	if err := verifyRole(r.Provider, DomainReceiptProvider, sr.Payload, sr.ProviderSig, "provider"); err != nil {
+	if err := verifyRole(r.Provider, sign.DomainReceiptProvider, sr.Payload, sr.ProviderSig, "provider"); err != nil {
 		return err
 	}
 	if r.Overclaimed() {
 		return fmt.Errorf("%w: %.0f gpu seconds exceed the lease span", ErrInvalidReceipt, r.GPUSeconds)
 	}
-	sig, err := s.Sign(DomainReceiptRenter, sr.Payload)
+	sig, err := s.Sign(sign.DomainReceiptRenter, sr.Payload)
 	if err != nil {
 		return fmt.Errorf("attest: countersign receipt: %w", err)
 	}
@@ -208,14 +201,14 @@ func (sr *SignedReceipt) Countersign(s *Signer) error {
 // receipt as signed.
 func (sr *SignedReceipt) decode() (Receipt, error) {
 	if len(sr.Payload) == 0 {
-		return Receipt{}, fmt.Errorf("%w: empty payload", ErrMalformed)
+		return Receipt{}, fmt.Errorf("%w: empty payload", sign.ErrMalformed)
 	}
 	if len(sr.Payload) > maxReceiptPayload {
-		return Receipt{}, ErrOversized
+		return Receipt{}, sign.ErrOversized
 	}
 	var r Receipt
 	if err := json.Unmarshal(sr.Payload, &r); err != nil {
-		return Receipt{}, fmt.Errorf("%w: receipt payload: %v", ErrMalformed, err)
+		return Receipt{}, fmt.Errorf("%w: receipt payload: %v", sign.ErrMalformed, err)
 	}
 	a, err1 := json.Marshal(r)
 	b, err2 := json.Marshal(sr.Receipt)
@@ -233,14 +226,14 @@ func verifyRole(who, domain string, payload, sig []byte, role string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrInvalidReceipt, role, err)
 	}
-	if err := Verify(id, domain, payload, sig); err != nil {
+	if err := sign.Verify(id, domain, payload, sig); err != nil {
 		return fmt.Errorf("%s signature: %w", role, err)
 	}
 	return nil
 }
 
 // Verify checks a complete receipt: both signatures present (ErrIncomplete)
-// and valid, each against the peer ID in its role (ErrBadSignature); the
+// and valid, each against the peer ID in its role (sign.ErrBadSignature); the
 // payload decodes to Receipt (ErrTampered); renter and provider differ
 // (ErrSelfDealing); End after Start, a known outcome and Amount equal to
 // GPUSeconds/3600*Price (ErrInvalidReceipt). An overclaim is not a
@@ -248,7 +241,7 @@ func verifyRole(who, domain string, payload, sig []byte, role string) error {
 // scores it as fraud.
 func (sr *SignedReceipt) Verify() error {
 	if sr == nil {
-		return ErrMalformed
+		return sign.ErrMalformed
 	}
 	if len(sr.ProviderSig) == 0 || len(sr.RenterSig) == 0 {
 		return ErrIncomplete
@@ -257,16 +250,16 @@ func (sr *SignedReceipt) Verify() error {
 	if err != nil {
 		return err
 	}
-	if err := verifyRole(r.Provider, DomainReceiptProvider, sr.Payload, sr.ProviderSig, "provider"); err != nil {
+	if err := verifyRole(r.Provider, sign.DomainReceiptProvider, sr.Payload, sr.ProviderSig, "provider"); err != nil {
 		return err
 	}
-	return verifyRole(r.Renter, DomainReceiptRenter, sr.Payload, sr.RenterSig, "renter")
+	return verifyRole(r.Renter, sign.DomainReceiptRenter, sr.Payload, sr.RenterSig, "renter")
 }
 
 // CheckReceipt compares a receipt with the checker's own record of the
 // lease: same lease, job, parties, price and GPU count, and a span within
 // the lease's (a lease may end early, not late).
-func CheckReceipt(r Receipt, l LeaseTerms) error {
+func CheckReceipt(r Receipt, l auction.Lease) error {
 	mismatch := func(field string, got, want any) error {
 		return fmt.Errorf("%w: %s %v, lease has %v", ErrMismatch, field, got, want)
 	}
@@ -304,14 +297,14 @@ type wireReceipt struct {
 // Marshal encodes the receipt for the wire.
 func (sr *SignedReceipt) Marshal() ([]byte, error) {
 	if sr == nil {
-		return nil, ErrMalformed
+		return nil, sign.ErrMalformed
 	}
 	b, err := json.Marshal(wireReceipt{Payload: sr.Payload, ProviderSig: sr.ProviderSig, RenterSig: sr.RenterSig})
 	if err != nil {
 		return nil, fmt.Errorf("attest: encode receipt: %w", err)
 	}
 	if len(b) > MaxReceiptSize {
-		return nil, ErrOversized
+		return nil, sign.ErrOversized
 	}
 	return b, nil
 }
@@ -321,18 +314,18 @@ func (sr *SignedReceipt) Marshal() ([]byte, error) {
 // or use OpenReceipt.
 func UnmarshalReceipt(b []byte) (*SignedReceipt, error) {
 	if len(b) > MaxReceiptSize {
-		return nil, ErrOversized
+		return nil, sign.ErrOversized
 	}
 	var w wireReceipt
 	if err := json.Unmarshal(b, &w); err != nil {
-		return nil, fmt.Errorf("%w: receipt: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: receipt: %v", sign.ErrMalformed, err)
 	}
 	if len(w.Payload) == 0 || len(w.ProviderSig) == 0 {
-		return nil, fmt.Errorf("%w: receipt without payload or provider signature", ErrMalformed)
+		return nil, fmt.Errorf("%w: receipt without payload or provider signature", sign.ErrMalformed)
 	}
 	sr := &SignedReceipt{Payload: w.Payload, ProviderSig: w.ProviderSig, RenterSig: w.RenterSig}
 	if err := json.Unmarshal(w.Payload, &sr.Receipt); err != nil {
-		return nil, fmt.Errorf("%w: receipt payload: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: receipt payload: %v", sign.ErrMalformed, err)
 	}
 	return sr, nil
 }

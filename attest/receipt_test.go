@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
 )
 
 // forge signs r's exact encoding with the given keys for each role, without
 // any of NewReceipt's checks: what an attacker with those keys can produce.
-func forge(t *testing.T, provKey, renterKey *attest.Signer, r attest.Receipt) *attest.SignedReceipt {
+func forge(t *testing.T, provKey, renterKey *sign.Signer, r attest.Receipt) *attest.SignedReceipt {
 	t.Helper()
 	payload, err := json.Marshal(r)
 	if err != nil {
@@ -22,11 +24,11 @@ func forge(t *testing.T, provKey, renterKey *attest.Signer, r attest.Receipt) *a
 		t.Fatal(err)
 	}
 	sr := &attest.SignedReceipt{Receipt: decoded, Payload: payload}
-	if sr.ProviderSig, err = provKey.Sign(attest.DomainReceiptProvider, payload); err != nil {
+	if sr.ProviderSig, err = provKey.Sign(sign.DomainReceiptProvider, payload); err != nil {
 		t.Fatal(err)
 	}
 	if renterKey != nil {
-		if sr.RenterSig, err = renterKey.Sign(attest.DomainReceiptRenter, payload); err != nil {
+		if sr.RenterSig, err = renterKey.Sign(sign.DomainReceiptRenter, payload); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -83,7 +85,7 @@ func TestReceiptRoundTrip(t *testing.T) {
 	if _, err := attest.OpenReceipt(hb); !errors.Is(err, attest.ErrIncomplete) {
 		t.Fatalf("open provider-only receipt: %v", err)
 	}
-	if _, err := attest.UnmarshalReceipt(make([]byte, attest.MaxReceiptSize+1)); !errors.Is(err, attest.ErrOversized) {
+	if _, err := attest.UnmarshalReceipt(make([]byte, attest.MaxReceiptSize+1)); !errors.Is(err, sign.ErrOversized) {
 		t.Fatalf("oversized receipt: %v", err)
 	}
 }
@@ -107,7 +109,7 @@ func TestReceiptForgeries(t *testing.T) {
 	strangerRenter := forge(t, prov, mallory, receipt("L1", prov, renter, t0))
 	// Both roles signed under the provider domain by the right keys.
 	crossDomain := good()
-	crossDomain.RenterSig, _ = renter.Sign(attest.DomainReceiptProvider, crossDomain.Payload)
+	crossDomain.RenterSig, _ = renter.Sign(sign.DomainReceiptProvider, crossDomain.Payload)
 	badAmount := receipt("L1", prov, renter, t0)
 	badAmount.Amount = 3
 	endBeforeStart := receipt("L1", prov, renter, t0)
@@ -125,15 +127,15 @@ func TestReceiptForgeries(t *testing.T) {
 		{"renter only", renterOnly, attest.ErrIncomplete},
 		{"tampered amount", tamperedAmount, attest.ErrTampered},
 		{"tampered gpu seconds", tamperedGPUSec, attest.ErrTampered},
-		{"tampered payload", tamperedPayload, attest.ErrBadSignature},
-		{"swapped signatures", swapped, attest.ErrBadSignature},
-		{"stranger renter", strangerRenter, attest.ErrBadSignature},
-		{"cross domain", crossDomain, attest.ErrBadSignature},
+		{"tampered payload", tamperedPayload, sign.ErrBadSignature},
+		{"swapped signatures", swapped, sign.ErrBadSignature},
+		{"stranger renter", strangerRenter, sign.ErrBadSignature},
+		{"cross domain", crossDomain, sign.ErrBadSignature},
 		{"amount arithmetic", forge(t, prov, renter, badAmount), attest.ErrInvalidReceipt},
 		{"end before start", forge(t, prov, renter, endBeforeStart), attest.ErrInvalidReceipt},
 		{"unknown outcome", forge(t, prov, renter, badOutcome), attest.ErrInvalidReceipt},
 		{"self dealing", forge(t, prov, prov, selfDealing), attest.ErrSelfDealing},
-		{"nil", nil, attest.ErrMalformed},
+		{"nil", nil, sign.ErrMalformed},
 	}
 	for _, c := range cases {
 		if err := c.sr.Verify(); !errors.Is(err, c.want) {
@@ -163,7 +165,7 @@ func TestReceiptForgeries(t *testing.T) {
 func TestCheckReceipt(t *testing.T) {
 	prov, renter := newSigner(t), newSigner(t)
 	r := receipt("L1", prov, renter, t0)
-	terms := attest.LeaseTerms{ID: "L1", JobID: "job-L1", Renter: r.Renter, Provider: r.Provider,
+	terms := auction.Lease{ID: "L1", JobID: "job-L1", Renter: r.Renter, Provider: r.Provider,
 		Price: 2, Start: r.Start, End: r.End.Add(time.Hour), GPUCount: 1}
 	if err := attest.CheckReceipt(r, terms); err != nil {
 		t.Fatalf("matching receipt (ended early): %v", err)

@@ -7,6 +7,9 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
 )
 
 // Slash evidence kinds, and the penalty each applies (see Book.Slash).
@@ -88,8 +91,8 @@ type Evidence struct {
 	// Heartbeat and Fingerprint optionally prove a
 	// SlashHeartbeatContradictsFingerprint: when given, both must be the
 	// provider's signed envelopes and must contradict each other.
-	Heartbeat   *Envelope `json:"heartbeat,omitempty"`
-	Fingerprint *Envelope `json:"fingerprint,omitempty"`
+	Heartbeat   *sign.Envelope `json:"heartbeat,omitempty"`
+	Fingerprint *sign.Envelope `json:"fingerprint,omitempty"`
 }
 
 // ProviderRep is a provider's reputation as the book sees it.
@@ -118,7 +121,7 @@ type record struct {
 	renter   string
 	end      time.Time
 	bucket   int64
-	outcome  string
+	outcome  auction.RunState
 	coverage float64
 	hasCov   bool
 	honest   bool
@@ -225,7 +228,7 @@ func rejectReason(err error) string {
 	switch {
 	case errors.Is(err, ErrIncomplete):
 		return CountIncomplete
-	case errors.Is(err, ErrBadSignature):
+	case errors.Is(err, sign.ErrBadSignature):
 		return CountBadSignature
 	case errors.Is(err, ErrTampered):
 		return CountTampered
@@ -430,16 +433,16 @@ func (b *Book) Stats(provider string) ProviderRep {
 		}
 		rep.Weight += w
 		switch rec.outcome {
-		case OutcomeSucceeded:
+		case auction.RunSucceeded:
 			rep.Completed++
 			compW += w
 			compX += w
-		case OutcomeFailed, OutcomeExpired:
+		case auction.RunFailed, auction.RunExpired:
 			rep.Failed++
 			compW += w
-		case OutcomePreempted:
+		case auction.RunPreempted:
 			rep.Preempted++
-		case OutcomeCancelled:
+		case auction.RunCancelled:
 			rep.Cancelled++
 		}
 		if rec.hasCov {

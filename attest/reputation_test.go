@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
 )
 
 type vclock struct {
@@ -33,7 +35,7 @@ func mustAdd(t *testing.T, b *attest.Book, sr *attest.SignedReceipt) {
 
 // history gives prov n receipts from n distinct renters, ending one hour
 // apart before end, with the given outcome and coverage.
-func history(t *testing.T, b *attest.Book, prov *attest.Signer, tag string, n int, end time.Time, outcome string, coverage float64) {
+func history(t *testing.T, b *attest.Book, prov *sign.Signer, tag string, n int, end time.Time, outcome auction.RunState, coverage float64) {
 	t.Helper()
 	for i := 0; i < n; i++ {
 		renter := newSigner(t)
@@ -55,7 +57,7 @@ func TestScoreUnknownAndNewIdentity(t *testing.T) {
 	if one <= attest.Prior || one > attest.Prior+0.15 {
 		t.Fatalf("one perfect receipt moved a new identity to %v; want just above the prior", one)
 	}
-	history(t, b, prov, "more", 30, t0, attest.OutcomeSucceeded, 1)
+	history(t, b, prov, "more", 30, t0, auction.RunSucceeded, 1)
 	if many := b.Score(prov.ID().String()); many < 0.9 {
 		t.Fatalf("31 perfect receipts only reach %v", many)
 	}
@@ -72,13 +74,13 @@ func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
 	b, _ := newBook(t0)
 	prov, renter := newSigner(t), newSigner(t)
 	pid := prov.ID().String()
-	history(t, b, prov, "base", 5, t0, attest.OutcomeSucceeded, 1)
+	history(t, b, prov, "base", 5, t0, auction.RunSucceeded, 1)
 	before := b.Stats(pid)
 
 	// A bad receipt that would, if counted, move the score a lot: a failure.
 	bad := func(lease string) attest.Receipt {
 		r := receipt(lease, prov, renter, t0)
-		r.Outcome = attest.OutcomeFailed
+		r.Outcome = auction.RunFailed
 		return r
 	}
 	oneSig, err := attest.NewReceipt(prov, bad("F1"))
@@ -86,7 +88,7 @@ func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
 		t.Fatal(err)
 	}
 	tampered := signed(t, prov, renter, receipt("F2", prov, renter, t0))
-	tampered.Receipt.Outcome = attest.OutcomeFailed
+	tampered.Receipt.Outcome = auction.RunFailed
 	tamperedAmount := signed(t, prov, renter, receipt("F3", prov, renter, t0))
 	tamperedAmount.Receipt.Amount = 1e6
 	swapped := signed(t, prov, renter, bad("F4"))
@@ -151,8 +153,8 @@ func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
 func TestDroppedHeartbeatsScoreLower(t *testing.T) {
 	b, _ := newBook(t0)
 	honest, flaky := newSigner(t), newSigner(t)
-	history(t, b, honest, "h", 10, t0, attest.OutcomeSucceeded, 1)
-	history(t, b, flaky, "f", 10, t0, attest.OutcomeSucceeded, 0.5)
+	history(t, b, honest, "h", 10, t0, auction.RunSucceeded, 1)
+	history(t, b, flaky, "f", 10, t0, auction.RunSucceeded, 0.5)
 	h, f := b.Stats(honest.ID().String()), b.Stats(flaky.ID().String())
 	if !(f.Score < h.Score) {
 		t.Fatalf("coverage 0.5 scores %v, full coverage %v", f.Score, h.Score)
@@ -172,10 +174,10 @@ func TestRecencyWeighting(t *testing.T) {
 		b := attest.NewBook(attest.BookOptions{Now: c.Now, HalfLife: tc.halfLife})
 		reformed, decaying := newSigner(t), newSigner(t)
 		old := now.AddDate(0, -4, 0)
-		history(t, b, reformed, "ro", 8, old, attest.OutcomeFailed, 1)
-		history(t, b, reformed, "rn", 8, now, attest.OutcomeSucceeded, 1)
-		history(t, b, decaying, "do", 8, old, attest.OutcomeSucceeded, 1)
-		history(t, b, decaying, "dn", 8, now, attest.OutcomeFailed, 1)
+		history(t, b, reformed, "ro", 8, old, auction.RunFailed, 1)
+		history(t, b, reformed, "rn", 8, now, auction.RunSucceeded, 1)
+		history(t, b, decaying, "do", 8, old, auction.RunSucceeded, 1)
+		history(t, b, decaying, "dn", 8, now, auction.RunFailed, 1)
 		r, d := b.Score(reformed.ID().String()), b.Score(decaying.ID().String())
 		if tc.wantGap && !(r > d+0.1) {
 			t.Errorf("half-life %v: old failures (%v) should weigh less than new ones (%v)", tc.halfLife, r, d)
@@ -187,7 +189,7 @@ func TestRecencyWeighting(t *testing.T) {
 	// Time passing alone pulls a record back toward the prior.
 	b, c := newBook(t0)
 	p := newSigner(t)
-	history(t, b, p, "x", 10, t0, attest.OutcomeSucceeded, 1)
+	history(t, b, p, "x", 10, t0, auction.RunSucceeded, 1)
 	fresh := b.Score(p.ID().String())
 	c.Set(t0.AddDate(2, 0, 0))
 	if aged := b.Score(p.ID().String()); !(aged < fresh && aged > attest.Prior) {
@@ -198,10 +200,10 @@ func TestRecencyWeighting(t *testing.T) {
 func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
 	b, _ := newBook(t0)
 	pre, fail := newSigner(t), newSigner(t)
-	history(t, b, pre, "s", 5, t0, attest.OutcomeSucceeded, 1)
-	history(t, b, pre, "p", 5, t0.Add(-24*time.Hour), attest.OutcomePreempted, 1)
-	history(t, b, fail, "s", 5, t0, attest.OutcomeSucceeded, 1)
-	history(t, b, fail, "p", 5, t0.Add(-24*time.Hour), attest.OutcomeFailed, 1)
+	history(t, b, pre, "s", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, pre, "p", 5, t0.Add(-24*time.Hour), auction.RunPreempted, 1)
+	history(t, b, fail, "s", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, fail, "p", 5, t0.Add(-24*time.Hour), auction.RunFailed, 1)
 	p, f := b.Stats(pre.ID().String()), b.Stats(fail.ID().String())
 	if p.Preempted != 5 || p.Failed != 0 || f.Failed != 5 {
 		t.Fatalf("outcome counts: %+v / %+v", p, f)
@@ -211,7 +213,7 @@ func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
 	}
 	// Preemptions count neither for nor against completion.
 	only := newSigner(t)
-	history(t, b, only, "s", 5, t0, attest.OutcomeSucceeded, 1)
+	history(t, b, only, "s", 5, t0, auction.RunSucceeded, 1)
 	if o := b.Stats(only.ID().String()); math.Abs(o.Completion-p.Completion) > 1e-9 {
 		t.Fatalf("completion with preemptions %v, without %v", p.Completion, o.Completion)
 	}
@@ -231,7 +233,7 @@ func TestTightClusterCap(t *testing.T) {
 		r.Heartbeats = attest.HeartbeatSummary{}
 		mustAdd(t, b, signed(t, pump, friend, r))
 	}
-	history(t, b, broad, "b", 10, t0, attest.OutcomeSucceeded, 1)
+	history(t, b, broad, "b", 10, t0, auction.RunSucceeded, 1)
 	p, q := b.Stats(pump.ID().String()), b.Stats(broad.ID().String())
 	if p.Receipts != 200 || p.Renters != 1 {
 		t.Fatalf("pump stats %+v", p)
@@ -248,7 +250,7 @@ func TestOverclaimIsFraud(t *testing.T) {
 	b, _ := newBook(t0)
 	prov, renter := newSigner(t), newSigner(t)
 	pid := prov.ID().String()
-	history(t, b, prov, "ok", 5, t0, attest.OutcomeSucceeded, 1)
+	history(t, b, prov, "ok", 5, t0, auction.RunSucceeded, 1)
 	before := b.Stats(pid)
 	r := receipt("over", prov, renter, t0)
 	r.GPUSeconds, r.Amount = 36000, 20 // ten hours on one GPU in one hour
@@ -277,7 +279,7 @@ func TestSlash(t *testing.T) {
 	b, c := newBook(t0)
 	prov := newSigner(t)
 	pid := prov.ID().String()
-	history(t, b, prov, "s", 10, t0, attest.OutcomeSucceeded, 1)
+	history(t, b, prov, "s", 10, t0, auction.RunSucceeded, 1)
 	s0 := b.Score(pid)
 	ev := attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: "L7", Detail: "no heartbeats after 10m"}
 	if err := b.Slash(pid, ev); err != nil {
@@ -368,7 +370,7 @@ func TestSlashWithProof(t *testing.T) {
 func TestBookConcurrent(t *testing.T) {
 	b, _ := newBook(t0)
 	prov := newSigner(t)
-	renters := make([]*attest.Signer, 4)
+	renters := make([]*sign.Signer, 4)
 	for i := range renters {
 		renters[i] = newSigner(t)
 	}
@@ -404,8 +406,8 @@ func TestBookForgetsOldestBeyondMaxRecords(t *testing.T) {
 	c := &vclock{t: t0}
 	b := attest.NewBook(attest.BookOptions{Now: c.Now, MaxRecords: 5})
 	prov := newSigner(t)
-	history(t, b, prov, "old", 3, t0.AddDate(0, -1, 0), attest.OutcomeFailed, 1)
-	history(t, b, prov, "new", 5, t0, attest.OutcomeSucceeded, 1)
+	history(t, b, prov, "old", 3, t0.AddDate(0, -1, 0), auction.RunFailed, 1)
+	history(t, b, prov, "new", 5, t0, auction.RunSucceeded, 1)
 	st := b.Stats(prov.ID().String())
 	if st.Receipts != 5 || st.Failed != 0 || st.Completed != 5 || st.Renters != 5 {
 		t.Fatalf("after overflow: %+v", st)

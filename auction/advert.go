@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -22,11 +22,11 @@ const MaxClockSkew = 2 * time.Minute
 func CapabilityKey(p peer.ID) string { return "/" + CapabilityNamespace + "/" + p.String() }
 
 // SealCapability signs a capability record for the DHT.
-func SealCapability(s *attest.Signer, c Capability) ([]byte, error) {
+func SealCapability(s *sign.Signer, c Capability) ([]byte, error) {
 	if c.Peer != s.ID().String() {
 		return nil, fmt.Errorf("auction: capability peer %q is not the signer %s", c.Peer, s.ID())
 	}
-	env, err := attest.Seal(s, DomainCapability, c)
+	env, err := sign.Seal(s, sign.DomainCapability, c)
 	if err != nil {
 		return nil, err
 	}
@@ -37,11 +37,11 @@ func SealCapability(s *attest.Signer, c Capability) ([]byte, error) {
 // record peer, expiry against now) and returns it.
 func OpenCapability(b []byte, now time.Time) (Capability, error) {
 	var c Capability
-	env, err := attest.UnmarshalEnvelope(b)
+	env, err := sign.UnmarshalEnvelope(b)
 	if err != nil {
 		return c, err
 	}
-	signer, err := attest.Open(env, DomainCapability, &c)
+	signer, err := sign.Open(env, sign.DomainCapability, &c)
 	if err != nil {
 		return c, err
 	}

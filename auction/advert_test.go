@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
 )
 
-func testCap(s *attest.Signer, now time.Time, ttl time.Duration) Capability {
+func testCap(s *sign.Signer, now time.Time, ttl time.Duration) Capability {
 	return Capability{Peer: s.ID().String(), Region: "eu-west", GPUs: []GPU{{Model: "H100", VRAMGB: 80}},
 		Policy: Policy{PriceFloor: 2}, Seq: 1, IssuedAt: now, ExpiresAt: now.Add(ttl)}
 }
@@ -31,7 +31,7 @@ func TestCapabilityValidator(t *testing.T) {
 	// Forged: a record claiming to be prov's, signed by another key.
 	forged := func() []byte {
 		c := testCap(prov, now, time.Minute)
-		env, err := attest.Seal(other, DomainCapability, c)
+		env, err := sign.Seal(other, sign.DomainCapability, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +41,7 @@ func TestCapabilityValidator(t *testing.T) {
 	}()
 	// Tampered: a valid record whose payload was changed after signing.
 	tampered := func() []byte {
-		env, _ := attest.UnmarshalEnvelope(good)
+		env, _ := sign.UnmarshalEnvelope(good)
 		env.Payload = []byte(strings.Replace(string(env.Payload), `"price_floor":2`, `"price_floor":0.01`, 1))
 		b, _ := env.Marshal()
 		return b
@@ -49,7 +49,7 @@ func TestCapabilityValidator(t *testing.T) {
 	// Unsigned: no signature at all.
 	unsigned := func() []byte {
 		p, _ := json.Marshal(testCap(prov, now, time.Minute))
-		b, _ := json.Marshal(attest.Envelope{Domain: DomainCapability, Signer: prov.ID().String(), Payload: p})
+		b, _ := json.Marshal(sign.Envelope{Domain: sign.DomainCapability, Signer: prov.ID().String(), Payload: p})
 		return b
 	}()
 	// Someone else's valid record stored under prov's key.
@@ -59,8 +59,8 @@ func TestCapabilityValidator(t *testing.T) {
 	future, _ := SealCapability(prov, testCap(prov, now.Add(10*time.Minute), time.Hour))
 	// Right signature, wrong domain (a signature made for another message kind).
 	wrongDomain := func() []byte {
-		env, _ := attest.Seal(prov, DomainBid, testCap(prov, now, time.Minute))
-		env.Domain = DomainCapability
+		env, _ := sign.Seal(prov, sign.DomainBid, testCap(prov, now, time.Minute))
+		env.Domain = sign.DomainCapability
 		b, _ := env.Marshal()
 		return b
 	}()

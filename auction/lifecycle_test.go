@@ -47,7 +47,7 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 	}
 	checkCalendar(t, "box", box.cal)
 	s := box.p.Stats()
-	if len(s.Leases) != 2 || s.Leases[0].State != LeasePreempted || s.Leases[1].Tier != Gold {
+	if len(s.Leases) != 2 || s.Leases[0].State != RunPreempted || s.Leases[1].Tier != Gold {
 		t.Fatalf("leases %+v", s.Leases)
 	}
 	// The bronze lease earned only until the gold lease started; the gold
@@ -59,7 +59,7 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 
 	// The gold job finishes early; the preempted bronze job is requeued
 	// with its remaining duration and fits again.
-	if err := box.p.LeaseEnded(gst.Lease.ID, m.now(), LeaseSucceeded); err != nil {
+	if err := box.p.LeaseEnded(gst.Lease.ID, m.now(), RunSucceeded); err != nil {
 		t.Fatal(err)
 	}
 	rj, err := r.Requeue(context.Background(), bj.ID, "preempted by gold")
@@ -182,17 +182,17 @@ func TestProviderAwardRules(t *testing.T) {
 	// Ending early frees the calendar and cuts earnings.
 	full := prov.p.Stats().EarningsUSD
 	half := b.Start.Add(b.End.Sub(b.Start) / 2)
-	if err := prov.p.LeaseEnded("l-1", half, LeaseSucceeded); err != nil {
+	if err := prov.p.LeaseEnded("l-1", half, RunSucceeded); err != nil {
 		t.Fatal(err)
 	}
 	s := prov.p.Stats()
-	if math.Abs(s.EarningsUSD-full/2) > 1e-9 || s.Leases[0].State != LeaseSucceeded || prov.cal.FreeGPUs(half, b.End) != 2 {
+	if math.Abs(s.EarningsUSD-full/2) > 1e-9 || s.Leases[0].State != RunSucceeded || prov.cal.FreeGPUs(half, b.End) != 2 {
 		t.Fatalf("after early end: %+v", s)
 	}
-	if err := prov.p.LeaseEnded("l-1", b.Start, LeaseFailed); err != nil || prov.p.Stats().EarningsUSD != s.EarningsUSD {
+	if err := prov.p.LeaseEnded("l-1", b.Start, RunFailed); err != nil || prov.p.Stats().EarningsUSD != s.EarningsUSD {
 		t.Fatal("terminal lease changed")
 	}
-	if err := prov.p.LeaseEnded("nope", half, LeaseFailed); !errors.Is(err, ErrUnknownLease) {
+	if err := prov.p.LeaseEnded("nope", half, RunFailed); !errors.Is(err, ErrUnknownLease) {
 		t.Fatalf("unknown lease: %v", err)
 	}
 	// Own jobs are skipped.

@@ -11,18 +11,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-func mkSigner(t testing.TB) *attest.Signer {
+func mkSigner(t testing.TB) *sign.Signer {
 	t.Helper()
 	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := attest.NewSigner(priv)
+	s, err := sign.NewSigner(priv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ type provSpec struct {
 
 type testProv struct {
 	spec provSpec
-	s    *attest.Signer
+	s    *sign.Signer
 	t    *MemTransport
 	p    *Provider
 	cal  *Calendar
@@ -404,12 +404,12 @@ func TestHostileInput(t *testing.T) {
 
 	attacker, victim := mkSigner(t), mkSigner(t)
 	now := m.now()
-	mkBid := func(s *attest.Signer, provider, jobID, nonce string) Bid {
+	mkBid := func(s *sign.Signer, provider, jobID, nonce string) Bid {
 		return Bid{JobID: jobID, Provider: provider, Region: "eu-west", Price: 1, Start: now, End: now.Add(time.Hour),
 			Nonce: nonce, IssuedAt: now, ExpiresAt: now.Add(time.Minute)}
 	}
 	good, _ := EncodeBid(attacker, mkBid(attacker, attacker.ID().String(), j.ID, "n1"))
-	forgedEnv, _ := attest.Seal(attacker, DomainBid, mkBid(attacker, victim.ID().String(), j.ID, "n2"))
+	forgedEnv, _ := sign.Seal(attacker, sign.DomainBid, mkBid(attacker, victim.ID().String(), j.ID, "n2"))
 	forged, _ := forgedEnv.Marshal()
 	unsignedEnv := *forgedEnv
 	unsignedEnv.Sig = nil
@@ -421,7 +421,7 @@ func TestHostileInput(t *testing.T) {
 	expiredBid := mkBid(attacker, attacker.ID().String(), j.ID, "n4")
 	expiredBid.ExpiresAt = now.Add(-time.Second)
 	expired, _ := EncodeBid(attacker, expiredBid)
-	awardEnv, _ := attest.Seal(attacker, DomainAward, Award{LeaseID: "l"})
+	awardEnv, _ := sign.Seal(attacker, sign.DomainAward, Award{LeaseID: "l"})
 
 	cases := []struct {
 		name   string
@@ -496,7 +496,7 @@ func TestHostileInput(t *testing.T) {
 		}
 	}
 	// A call whose job claims another owner than its signer.
-	callEnv, _ := attest.Seal(attacker, DomainJob, Job{ID: "x", Owner: victim.ID().String()})
+	callEnv, _ := sign.Seal(attacker, sign.DomainJob, Job{ID: "x", Owner: victim.ID().String()})
 	if err := prov.p.HandleCall(attacker.ID(), []byte(`{"topic":"t","job":`+string(mustMarshal(callEnv))+`}`)); err == nil {
 		t.Fatal("call with a foreign owner accepted")
 	}
@@ -506,7 +506,7 @@ func TestHostileInput(t *testing.T) {
 	}
 }
 
-func mustMarshal(e *attest.Envelope) []byte {
+func mustMarshal(e *sign.Envelope) []byte {
 	b, err := e.Marshal()
 	if err != nil {
 		panic(err)

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -20,24 +20,24 @@ var (
 )
 
 // Call is a call for bids as gossiped: the job, sealed by its owner under
-// DomainJob, and the topic it was published on.
+// sign.DomainJob, and the topic it was published on.
 type Call struct {
 	Job   Job
 	Topic string
 }
 
 type callWire struct {
-	Topic string           `json:"topic"`
-	Job   *attest.Envelope `json:"job"`
+	Topic string         `json:"topic"`
+	Job   *sign.Envelope `json:"job"`
 }
 
 // EncodeCall seals job (whose Owner must be the signer) and wraps it with
 // its topic for gossip.
-func EncodeCall(s *attest.Signer, job Job, topic string) ([]byte, error) {
+func EncodeCall(s *sign.Signer, job Job, topic string) ([]byte, error) {
 	if job.Owner != s.ID().String() {
 		return nil, fmt.Errorf("%w: job owner %q is not the signer %s", ErrSignerMismatch, job.Owner, s.ID())
 	}
-	env, err := attest.Seal(s, DomainJob, job)
+	env, err := sign.Seal(s, sign.DomainJob, job)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func EncodeCall(s *attest.Signer, job Job, topic string) ([]byte, error) {
 }
 
 // DecodeCall verifies a gossiped call: the job envelope's signature under
-// DomainJob and that its signer is the job's Owner. It does not
+// sign.DomainJob and that its signer is the job's Owner. It does not
 // validate the job spec.
 func DecodeCall(data []byte) (Call, error) {
 	if len(data) > MaxMessageSize {
@@ -66,7 +66,7 @@ func DecodeCall(data []byte) (Call, error) {
 		return Call{}, fmt.Errorf("%w: call without job", ErrMalformed)
 	}
 	var c Call
-	id, err := attest.Open(w.Job, DomainJob, &c.Job)
+	id, err := sign.Open(w.Job, sign.DomainJob, &c.Job)
 	if err != nil {
 		return Call{}, fmt.Errorf("auction: call: %w", err)
 	}
@@ -77,8 +77,8 @@ func DecodeCall(data []byte) (Call, error) {
 	return c, nil
 }
 
-func seal(s *attest.Signer, domain string, v any) ([]byte, error) {
-	env, err := attest.Seal(s, domain, v)
+func seal(s *sign.Signer, domain string, v any) ([]byte, error) {
+	env, err := sign.Seal(s, domain, v)
 	if err != nil {
 		return nil, err
 	}
@@ -96,11 +96,11 @@ func open(data []byte, domain string, v any) (peer.ID, error) {
 	if len(data) > MaxMessageSize {
 		return "", ErrOversized
 	}
-	env, err := attest.UnmarshalEnvelope(data)
+	env, err := sign.UnmarshalEnvelope(data)
 	if err != nil {
 		return "", fmt.Errorf("auction: %s: %w", domain, err)
 	}
-	id, err := attest.Open(env, domain, v)
+	id, err := sign.Open(env, domain, v)
 	if err != nil {
 		return "", fmt.Errorf("auction: %s: %w", domain, err)
 	}
@@ -108,17 +108,17 @@ func open(data []byte, domain string, v any) (peer.ID, error) {
 }
 
 // EncodeBid seals a bid; its Provider must be the signer.
-func EncodeBid(s *attest.Signer, b Bid) ([]byte, error) {
+func EncodeBid(s *sign.Signer, b Bid) ([]byte, error) {
 	if b.Provider != s.ID().String() {
 		return nil, fmt.Errorf("%w: bid provider %q is not the signer %s", ErrSignerMismatch, b.Provider, s.ID())
 	}
-	return seal(s, DomainBid, b)
+	return seal(s, sign.DomainBid, b)
 }
 
 // DecodeBid verifies a bid envelope and that its signer is Bid.Provider.
 func DecodeBid(data []byte) (Bid, error) {
 	var b Bid
-	id, err := open(data, DomainBid, &b)
+	id, err := open(data, sign.DomainBid, &b)
 	if err != nil {
 		return Bid{}, err
 	}
@@ -129,18 +129,18 @@ func DecodeBid(data []byte) (Bid, error) {
 }
 
 // EncodeAward seals an award; its Renter and Job.Owner must be the signer.
-func EncodeAward(s *attest.Signer, a Award) ([]byte, error) {
+func EncodeAward(s *sign.Signer, a Award) ([]byte, error) {
 	if a.Renter != s.ID().String() || a.Job.Owner != a.Renter {
 		return nil, fmt.Errorf("%w: award renter %q / job owner %q is not the signer %s", ErrSignerMismatch, a.Renter, a.Job.Owner, s.ID())
 	}
-	return seal(s, DomainAward, a)
+	return seal(s, sign.DomainAward, a)
 }
 
 // DecodeAward verifies an award envelope and that its signer is both the
 // award's Renter and its job's Owner.
 func DecodeAward(data []byte) (Award, error) {
 	var a Award
-	id, err := open(data, DomainAward, &a)
+	id, err := open(data, sign.DomainAward, &a)
 	if err != nil {
 		return Award{}, err
 	}
@@ -151,14 +151,14 @@ func DecodeAward(data []byte) (Award, error) {
 }
 
 // EncodeConfirm seals a provider's answer to an award.
-func EncodeConfirm(s *attest.Signer, c Confirm) ([]byte, error) {
-	return seal(s, DomainConfirm, c)
+func EncodeConfirm(s *sign.Signer, c Confirm) ([]byte, error) {
+	return seal(s, sign.DomainConfirm, c)
 }
 
 // DecodeConfirm verifies a confirm envelope and returns it with its signer.
 func DecodeConfirm(data []byte) (Confirm, peer.ID, error) {
 	var c Confirm
-	id, err := open(data, DomainConfirm, &c)
+	id, err := open(data, sign.DomainConfirm, &c)
 	if err != nil {
 		return Confirm{}, "", err
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -21,7 +22,7 @@ const seenTTL = time.Hour
 
 // ProviderConfig configures a Provider.
 type ProviderConfig struct {
-	Signer    *Signer
+	Signer    *sign.Signer
 	Transport Transport
 	// Capability returns the provider's current capability record.
 	Capability func() Capability
@@ -314,7 +315,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		if end.Before(e.Start) {
 			end = e.Start
 		}
-		p.endLocked(e.LeaseID, end, LeasePreempted)
+		p.endLocked(e.LeaseID, end, RunPreempted)
 	}
 	c, err := EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: a.LeaseID, Accepted: true})
 	if err != nil {
@@ -322,7 +323,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		return nil, err
 	}
 	lease := Lease{ID: a.LeaseID, JobID: a.JobID, Attempt: a.Attempt, Renter: a.Renter, Provider: me, Price: a.Price,
-		Start: a.Start, End: a.End, GPUCount: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible, State: LeaseReserved}
+		Start: a.Start, End: a.End, GPUCount: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible, State: RunPending}
 	p.confirms[a.LeaseID] = confirmRec{c, now}
 	p.leases[lease.ID] = &lease
 	p.order = append(p.order, lease.ID)
@@ -352,7 +353,7 @@ func leaseValue(price float64, gpus int, start, end time.Time) float64 {
 // early, failed, was cancelled or preempted): the calendar frees the rest of
 // its span and earnings only count the time up to end. It is idempotent for
 // a lease already in a terminal state.
-func (p *Provider) LeaseEnded(leaseID string, end time.Time, state LeaseState) error {
+func (p *Provider) LeaseEnded(leaseID string, end time.Time, state RunState) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.leases[leaseID]; !ok {
@@ -362,7 +363,7 @@ func (p *Provider) LeaseEnded(leaseID string, end time.Time, state LeaseState) e
 	return nil
 }
 
-func (p *Provider) endLocked(leaseID string, end time.Time, state LeaseState) {
+func (p *Provider) endLocked(leaseID string, end time.Time, state RunState) {
 	l, ok := p.leases[leaseID]
 	if !ok {
 		p.cfg.Calendar.Truncate(leaseID, end)

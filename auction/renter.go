@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -43,13 +43,13 @@ func (r *Rejection) Unwrap() error { return r.Err }
 // decodeReason classifies a decoding error as a counter key.
 func decodeReason(err error) string {
 	switch {
-	case errors.Is(err, ErrOversized), errors.Is(err, attest.ErrOversized):
+	case errors.Is(err, ErrOversized), errors.Is(err, sign.ErrOversized):
 		return "oversized"
 	case errors.Is(err, ErrSignerMismatch):
 		return "signer_mismatch"
-	case errors.Is(err, attest.ErrBadSignature):
+	case errors.Is(err, sign.ErrBadSignature):
 		return "bad_signature"
-	case errors.Is(err, attest.ErrWrongDomain):
+	case errors.Is(err, sign.ErrWrongDomain):
 		return "wrong_domain"
 	}
 	return "malformed"
@@ -89,7 +89,7 @@ type JobStatus struct {
 
 // RenterConfig configures a Renter.
 type RenterConfig struct {
-	Signer    *Signer
+	Signer    *sign.Signer
 	Transport Transport
 	// Reputation is the renter's verified reliability score of a provider
 	// in [0,1] (attest's reputation book); nil means NeutralReliability.
@@ -106,9 +106,6 @@ type RenterConfig struct {
 	// OnUnplaceable is called when an auction ends without a lease.
 	OnUnplaceable func(Job, string)
 }
-
-// Signer is attest's signer, aliased so configs read naturally.
-type Signer = attest.Signer
 
 type renterJob struct {
 	status  JobStatus
@@ -313,7 +310,7 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid) (Lease, string) {
 		Job: *job, IssuedAt: now,
 	}
 	lease := Lease{ID: a.LeaseID, JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: b.Provider,
-		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible, State: LeaseReserved}
+		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible, State: RunPending}
 	to, err := peer.Decode(b.Provider)
 	if err != nil {
 		return lease, "bad provider id: " + err.Error()

@@ -9,6 +9,9 @@
 package auction
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"time"
 )
 
@@ -20,16 +23,6 @@ const (
 	Gold   Tier = "gold"   // reserved, low latency, may preempt bronze
 	Silver Tier = "silver" // on demand
 	Bronze Tier = "bronze" // interruptible / spot
-)
-
-// Signature domains for the market's signed messages.
-const (
-	DomainCapability = "capability/v1"
-	DomainJob        = "job/v1"
-	DomainBid        = "bid/v1"
-	DomainAward      = "award/v1"
-	DomainConfirm    = "confirm/v1"
-	DomainLeaseEvent = "lease-event/v1"
 )
 
 // GPU is one device a provider offers.
@@ -145,6 +138,26 @@ type Job struct {
 	CreatedAt time.Time     `json:"created_at" yaml:"-"`
 }
 
+// OutputFile is one result file a job left in its outputs directory.
+type OutputFile struct {
+	Path   string `json:"path"` // slash-separated, relative to the outputs dir
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"` // hex
+}
+
+// ManifestHash is the hash of a list of output files that a receipt names
+// as its result ("" for no outputs): both parties compute it the same way.
+func ManifestHash(outs []OutputFile) string {
+	if len(outs) == 0 {
+		return ""
+	}
+	h := sha256.New()
+	for _, o := range outs {
+		fmt.Fprintf(h, "%s\x00%d\x00%s\n", o.Path, o.Size, o.SHA256)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // Bid is a provider's signed offer for a job, sent directly to the renter.
 type Bid struct {
 	JobID    string `json:"job_id"`
@@ -191,24 +204,26 @@ type Confirm struct {
 	Reason   string `json:"reason,omitempty"`
 }
 
-// LeaseState is where a lease is in its life.
-type LeaseState string
+// RunState is where a lease is in its life: the one state vocabulary used by
+// the provider's calendar, lease events, receipts (a receipt's outcome is the
+// lease's terminal state), the lease lifecycle and the API views.
+type RunState string
 
-// Lease states.
+// Run states. Pending, then Running, then exactly one terminal state.
 const (
-	LeaseReserved  LeaseState = "reserved"
-	LeaseRunning   LeaseState = "running"
-	LeaseSucceeded LeaseState = "succeeded"
-	LeaseFailed    LeaseState = "failed"
-	LeasePreempted LeaseState = "preempted"
-	LeaseExpired   LeaseState = "expired"
-	LeaseCancelled LeaseState = "cancelled"
+	RunPending   RunState = "pending" // confirmed, not started yet
+	RunRunning   RunState = "running"
+	RunSucceeded RunState = "succeeded"
+	RunFailed    RunState = "failed"
+	RunPreempted RunState = "preempted"
+	RunExpired   RunState = "expired" // stopped at the lease end
+	RunCancelled RunState = "cancelled"
 )
 
 // Terminal reports whether no further transition is possible.
-func (s LeaseState) Terminal() bool {
+func (s RunState) Terminal() bool {
 	switch s {
-	case LeaseSucceeded, LeaseFailed, LeasePreempted, LeaseExpired, LeaseCancelled:
+	case RunSucceeded, RunFailed, RunPreempted, RunExpired, RunCancelled:
 		return true
 	}
 	return false
@@ -216,16 +231,16 @@ func (s LeaseState) Terminal() bool {
 
 // Lease is a confirmed reservation of a provider's GPUs for a job.
 type Lease struct {
-	ID          string     `json:"id"`
-	JobID       string     `json:"job_id"`
-	Attempt     int        `json:"attempt"`
-	Renter      string     `json:"renter"`
-	Provider    string     `json:"provider"`
-	Price       float64    `json:"price"`
-	Start       time.Time  `json:"start"`
-	End         time.Time  `json:"end"`
-	GPUCount    int        `json:"gpu_count"`
-	Tier        Tier       `json:"tier"`
-	Preemptible bool       `json:"preemptible"`
-	State       LeaseState `json:"state"`
+	ID          string    `json:"id"`
+	JobID       string    `json:"job_id"`
+	Attempt     int       `json:"attempt"`
+	Renter      string    `json:"renter"`
+	Provider    string    `json:"provider"`
+	Price       float64   `json:"price"`
+	Start       time.Time `json:"start"`
+	End         time.Time `json:"end"`
+	GPUCount    int       `json:"gpu_count"`
+	Tier        Tier      `json:"tier"`
+	Preemptible bool      `json:"preemptible"`
+	State       RunState  `json:"state"`
 }

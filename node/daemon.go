@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/p2p"
@@ -55,7 +56,7 @@ type Daemon struct {
 	paths  Paths
 	log    *slog.Logger
 	now    func() time.Time
-	signer *attest.Signer
+	signer *sign.Signer
 	db     *ledger.DB
 	net    *p2p.Node
 	inv    runtime.Inventory
@@ -118,7 +119,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.signer, err = attest.NewSigner(key); err != nil {
+	if d.signer, err = sign.NewSigner(key); err != nil {
 		return nil, err
 	}
 	d.db, err = ledger.Open(d.paths.DB(), ledger.WithLogger(d.log))
@@ -136,7 +137,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	d.fp = attest.Fingerprint{Peer: d.signer.ID().String(), Driver: d.inv.Driver, CUDA: d.inv.CUDA, Source: d.inv.Source, IssuedAt: d.now()}
 	for _, g := range d.inv.GPUs {
-		d.fp.GPUs = append(d.fp.GPUs, attest.GPU{Model: g.Model, VRAMGB: g.VRAMGB, UUID: g.UUID, Detected: g.Detected})
+		d.fp.GPUs = append(d.fp.GPUs, auction.GPU{Model: g.Model, VRAMGB: g.VRAMGB, UUID: g.UUID, Detected: g.Detected})
 	}
 	d.fpHash = d.fp.Hash()
 

@@ -28,7 +28,7 @@ func TestGoldPreemptsBronze(t *testing.T) {
 	if bv.State != auction.JobLeased || bv.Winner != pa.ID().String() {
 		t.Fatalf("bronze job should go to the cheaper H100 node: %s winner %s", bv.State, bv.Winner)
 	}
-	waitJob(t, boot, bv.Job.ID, 20*time.Second, "bronze running", func(v JobView) bool { return v.Run == RunRunning })
+	waitJob(t, boot, bv.Job.ID, 20*time.Second, "bronze running", func(v JobView) bool { return v.Run == auction.RunRunning })
 
 	gold := shJob(auction.Gold, 5, "sleep 6; echo gold-done")
 	gold.GPUModels = []string{"H100"}
@@ -38,21 +38,21 @@ func TestGoldPreemptsBronze(t *testing.T) {
 		t.Fatalf("gold job not leased on the H100 node: %s %v", gv.State, gv.Reasons)
 	}
 	gv = waitJob(t, boot, gv.Job.ID, 30*time.Second, "gold settled", func(v JobView) bool { return v.Receipt != nil })
-	if gv.Run != RunSucceeded {
+	if gv.Run != auction.RunSucceeded {
 		t.Fatalf("gold run %s (%s)", gv.Run, gv.Detail)
 	}
 	bv = waitJob(t, boot, bv.Job.ID, 60*time.Second, "bronze finished on its second lease", func(v JobView) bool {
-		return len(v.History) == 1 && v.Lease != nil && v.Lease.ID != v.History[0].Lease.ID && v.Receipt != nil && v.Run.terminal()
+		return len(v.History) == 1 && v.Lease != nil && v.Lease.ID != v.History[0].Lease.ID && v.Receipt != nil && v.Run.Terminal()
 	})
 	first := bv.History[0]
-	if first.Run != RunPreempted || first.Lease.Provider != pa.ID().String() || !first.Receipt {
+	if first.Run != auction.RunPreempted || first.Lease.Provider != pa.ID().String() || !first.Receipt {
 		t.Fatalf("first bronze lease: %+v", first)
 	}
 	grace := a.Provider.PreemptGrace
 	if stopped := first.Ended.Sub(goldLeased); stopped > grace+time.Second {
 		t.Fatalf("bronze stopped %s after the gold lease, grace is %s", stopped, grace)
 	}
-	if bv.Lease.Provider != pb.ID().String() || bv.Job.Attempt != 1 || bv.Run != RunSucceeded {
+	if bv.Lease.Provider != pb.ID().String() || bv.Job.Attempt != 1 || bv.Run != auction.RunSucceeded {
 		t.Fatalf("requeued bronze: provider %s attempt %d run %s (%s)", bv.Lease.Provider, bv.Job.Attempt, bv.Run, bv.Detail)
 	}
 	// Billing: the preempted lease is paid for the time it ran, not its span.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -97,8 +98,6 @@ func (m *market) ledgerRoutes(mux *http.ServeMux) {
 	})
 }
 
-const domainCancel = "lease-cancel/v1"
-
 type cancelRequest struct {
 	LeaseID string `json:"lease_id"`
 	JobID   string `json:"job_id"`
@@ -107,7 +106,7 @@ type cancelRequest struct {
 // handleCancel stops a lease at its renter's signed request.
 func (m *market) handleCancel(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
 	var req cancelRequest
-	if err := opened(data, domainCancel, from, &req); err != nil {
+	if err := sign.OpenFrom(data, sign.DomainLeaseCancel, from, &req); err != nil {
 		m.count("provider.cancel_rejected")
 		return nil, err
 	}
@@ -118,7 +117,7 @@ func (m *market) handleCancel(_ context.Context, from peer.ID, data []byte) ([]b
 		m.count("provider.cancel_rejected")
 		return nil, fmt.Errorf("no lease %s for %s", req.LeaseID, from)
 	}
-	r.abort(RunCancelled, "cancelled by the renter")
+	r.abort(auction.RunCancelled, "cancelled by the renter")
 	return nil, nil
 }
 
@@ -140,7 +139,7 @@ func (m *market) providerStats() (ProviderStatsView, error) {
 		r.mu.Lock()
 		rec := r.pr.Rec
 		r.mu.Unlock()
-		if rec.Run.terminal() {
+		if rec.Run.Terminal() {
 			v.Recent = append(v.Recent, rec)
 			if !rec.Started.IsZero() && rec.Ended.After(rec.Started) {
 				durations = append(durations, rec.Ended.Sub(rec.Started).Seconds())

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -233,27 +234,11 @@ func (t *p2pTransport) SendAward(ctx context.Context, to peer.ID, data []byte) (
 
 // sealed marshals a signed envelope of v.
 func (m *market) sealed(domain string, v any) ([]byte, error) {
-	env, err := attest.Seal(m.d.signer, domain, v)
+	env, err := sign.Seal(m.d.signer, domain, v)
 	if err != nil {
 		return nil, err
 	}
 	return env.Marshal()
-}
-
-// opened verifies a signed envelope from `from` and decodes it into v.
-func opened(data []byte, domain string, from peer.ID, v any) error {
-	env, err := attest.UnmarshalEnvelope(data)
-	if err != nil {
-		return err
-	}
-	signer, err := attest.Open(env, domain, v)
-	if err != nil {
-		return err
-	}
-	if signer != from {
-		return fmt.Errorf("message signed by %s but sent by %s", signer, from)
-	}
-	return nil
 }
 
 func (m *market) routes(mux *http.ServeMux) {

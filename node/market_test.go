@@ -161,7 +161,7 @@ func TestJobRunsEndToEnd(t *testing.T) {
 		t.Fatalf("not leased: %v", v.Reasons)
 	}
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v JobView) bool { return v.Receipt != nil })
-	if v.Run != RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
+	if v.Run != auction.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
 		t.Fatalf("run %s exit %v detail %q", v.Run, v.ExitCode, v.Detail)
 	}
 	// Logs.
@@ -179,7 +179,7 @@ func TestJobRunsEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var man []OutputFile
+	var man []auction.OutputFile
 	if err := json.Unmarshal([]byte(resp.Header.Get("X-Gpumesh-Manifest")), &man); err != nil || len(man) != 1 || man[0].Path != "r.txt" {
 		t.Fatalf("manifest %v (%v)", man, err)
 	}
@@ -238,7 +238,7 @@ func TestFailedJobIsReportedFailed(t *testing.T) {
 	waitAdvertised(t, boot, ns...)
 	v := post(t, boot, shJob(auction.Silver, 2, "echo oops >&2; exit 3"))
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v JobView) bool { return v.Receipt != nil })
-	if v.Run != RunFailed || v.ExitCode == nil || *v.ExitCode != 3 || v.Receipt.Outcome != "failed" {
+	if v.Run != auction.RunFailed || v.ExitCode == nil || *v.ExitCode != 3 || v.Receipt.Outcome != "failed" {
 		t.Fatalf("run %s exit %v outcome %s", v.Run, v.ExitCode, v.Receipt.Outcome)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/libp2p/go-libp2p/core/crypto"
 )
 
@@ -41,13 +42,13 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 }
 
-func newTestSigner(t *testing.T) *attest.Signer {
+func newTestSigner(t *testing.T) *sign.Signer {
 	t.Helper()
 	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := attest.NewSigner(priv)
+	s, err := sign.NewSigner(priv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -25,27 +24,27 @@ const MaxOutputBytes = 256 << 20
 
 // LeaseEvent is a provider's signed report of a lease's execution state.
 type LeaseEvent struct {
-	LeaseID  string       `json:"lease_id"`
-	JobID    string       `json:"job_id"`
-	Provider string       `json:"provider"`
-	Run      RunState     `json:"run"`
-	Detail   string       `json:"detail,omitempty"`
-	ExitCode *int         `json:"exit_code,omitempty"`
-	Started  time.Time    `json:"started,omitempty"`
-	Ended    time.Time    `json:"ended,omitempty"`
-	Outputs  []OutputFile `json:"outputs,omitempty"`
-	Time     time.Time    `json:"time"`
+	LeaseID  string               `json:"lease_id"`
+	JobID    string               `json:"job_id"`
+	Provider string               `json:"provider"`
+	Run      auction.RunState     `json:"run"`
+	Detail   string               `json:"detail,omitempty"`
+	ExitCode *int                 `json:"exit_code,omitempty"`
+	Started  time.Time            `json:"started,omitempty"`
+	Ended    time.Time            `json:"ended,omitempty"`
+	Outputs  []auction.OutputFile `json:"outputs,omitempty"`
+	Time     time.Time            `json:"time"`
 }
 
 // providerRecord is what a provider persists per lease, so a restart never
 // forgets a job.
 type providerRecord struct {
-	Rec      ProviderLease `json:"rec"`
-	Job      auction.Job   `json:"job"`
-	Pgid     int           `json:"pgid,omitempty"`
-	LastBeat time.Time     `json:"last_beat,omitempty"`
-	Settled  bool          `json:"settled"`
-	Outputs  []OutputFile  `json:"outputs,omitempty"`
+	Rec      ProviderLease        `json:"rec"`
+	Job      auction.Job          `json:"job"`
+	Pgid     int                  `json:"pgid,omitempty"`
+	LastBeat time.Time            `json:"last_beat,omitempty"`
+	Settled  bool                 `json:"settled"`
+	Outputs  []auction.OutputFile `json:"outputs,omitempty"`
 }
 
 // leaseRun executes one confirmed lease on the provider.
@@ -56,7 +55,7 @@ type leaseRun struct {
 	h    runtime.Handle
 	stop chan struct{} // closed to abort a pending or running job
 	// stopAs is the run state recorded when the job is stopped on purpose.
-	stopAs     RunState
+	stopAs     auction.RunState
 	stopDetail string
 	done       chan struct{}
 	confirmed  time.Time // when the lease was confirmed (for start latency)
@@ -85,11 +84,11 @@ func (m *market) onProviderLease(l auction.Lease, job auction.Job, preempts []st
 		victim := m.runs[id]
 		m.mu.Unlock()
 		if victim != nil {
-			victim.abort(RunPreempted, fmt.Sprintf("preempted by %s lease %s", job.Tier, l.ID))
+			victim.abort(auction.RunPreempted, fmt.Sprintf("preempted by %s lease %s", job.Tier, l.ID))
 		}
 	}
 	r := &leaseRun{m: m, stop: make(chan struct{}), done: make(chan struct{}), confirmed: m.d.now(),
-		pr: providerRecord{Rec: ProviderLease{Lease: l, Run: RunPending}, Job: job}}
+		pr: providerRecord{Rec: ProviderLease{Lease: l, Run: auction.RunPending}, Job: job}}
 	m.mu.Lock()
 	m.runs[l.ID] = r
 	m.mu.Unlock()
@@ -102,7 +101,7 @@ func (m *market) onProviderLease(l auction.Lease, job auction.Job, preempts []st
 }
 
 // abort stops a pending or running job, recording why.
-func (r *leaseRun) abort(as RunState, detail string) {
+func (r *leaseRun) abort(as auction.RunState, detail string) {
 	r.mu.Lock()
 	if r.stopAs == "" {
 		r.stopAs, r.stopDetail = as, detail
@@ -113,7 +112,7 @@ func (r *leaseRun) abort(as RunState, detail string) {
 
 // shutdown stops the job because the daemon is stopping and waits for it.
 func (r *leaseRun) shutdown() {
-	r.abort(RunFailed, "provider daemon shut down during the lease")
+	r.abort(auction.RunFailed, "provider daemon shut down during the lease")
 	<-r.done
 }
 
@@ -162,7 +161,7 @@ func (r *leaseRun) run() {
 	}
 	r.mu.Lock()
 	r.h = h
-	r.pr.Rec.Run = RunRunning
+	r.pr.Rec.Run = auction.RunRunning
 	r.pr.Rec.Started = started
 	r.pr.Rec.Backend = backendName(m.exec, spec)
 	if p, ok := h.(interface{ Pid() int }); ok {
@@ -188,13 +187,9 @@ func (r *leaseRun) run() {
 		res = <-resultCh
 	}
 	<-beatsDone
-	var outs []OutputFile
-	if files, err := runtime.CollectOutputs(h.WorkDir(), job.Run.Outputs, m.outDir(l.ID), MaxOutputBytes); err != nil {
+	outs, err := runtime.CollectOutputs(h.WorkDir(), job.Run.Outputs, m.outDir(l.ID), MaxOutputBytes)
+	if err != nil {
 		fmt.Fprintf(lw, "gpumesh: collecting outputs: %v\n", err)
-	} else {
-		for _, f := range files {
-			outs = append(outs, OutputFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
-		}
 	}
 	if err := h.Cleanup(); err != nil {
 		log.Warn("wipe work dir", "err", err)
@@ -210,15 +205,15 @@ func backendName(e runtime.Executor, spec runtime.Spec) string {
 }
 
 // finish records how the job ended, frees the calendar and settles.
-func (r *leaseRun) finish(res runtime.Result, outs []OutputFile) {
+func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
 	m := r.m
 	r.mu.Lock()
 	state, detail := classify(res, r.stopAs, r.stopDetail)
 	rec := &r.pr.Rec
-	if job := r.pr.Job; state == RunExpired && job.Preemptible && rec.Lease.End.Before(rec.Lease.Start.Add(job.Duration)) {
+	if job := r.pr.Job; state == auction.RunExpired && job.Preemptible && rec.Lease.End.Before(rec.Lease.Start.Add(job.Duration)) {
 		// A bronze job took a backfill gap shorter than itself: reaching the
 		// gap's end is a preemption, and its renter requeues the rest.
-		state, detail = RunPreempted, "backfill gap ended before the job did"
+		state, detail = auction.RunPreempted, "backfill gap ended before the job did"
 	}
 	rec.Run, rec.Detail = state, detail
 	if rec.Started.IsZero() {
@@ -228,7 +223,7 @@ func (r *leaseRun) finish(res runtime.Result, outs []OutputFile) {
 	if rec.Ended.IsZero() {
 		rec.Ended = m.d.now()
 	}
-	if res.Started.IsZero() && rec.Run != RunRunning {
+	if res.Started.IsZero() && rec.Run != auction.RunRunning {
 		// never started: no time used.
 		rec.Started = rec.Ended
 	}
@@ -241,52 +236,30 @@ func (r *leaseRun) finish(res runtime.Result, outs []OutputFile) {
 	ended := rec.Ended
 	r.mu.Unlock()
 	m.saveRun(r)
-	_ = m.provider.LeaseEnded(lease.ID, ended, leaseState(state))
+	_ = m.provider.LeaseEnded(lease.ID, ended, state)
 	m.d.log.Info("job ended", "lease", lease.ID, "run", state, "detail", detail)
 	m.settle(r)
 }
 
 // classify maps an executor result to a run state.
-func classify(res runtime.Result, stopAs RunState, stopDetail string) (RunState, string) {
+func classify(res runtime.Result, stopAs auction.RunState, stopDetail string) (auction.RunState, string) {
 	switch {
 	case stopAs != "":
 		return stopAs, stopDetail
 	case res.Err != nil && res.Reason == "":
-		return RunFailed, res.Err.Error()
+		return auction.RunFailed, res.Err.Error()
 	case res.Reason == runtime.ReasonDeadline:
-		return RunExpired, "lease ended before the job did (stopped at the lease end)"
+		return auction.RunExpired, "lease ended before the job did (stopped at the lease end)"
 	case res.Reason == runtime.ReasonOOM:
-		return RunFailed, "killed: memory limit exceeded"
+		return auction.RunFailed, "killed: memory limit exceeded"
 	case res.Reason == runtime.ReasonExited && res.ExitCode == 0:
-		return RunSucceeded, ""
+		return auction.RunSucceeded, ""
 	case res.Reason == runtime.ReasonExited:
-		return RunFailed, fmt.Sprintf("exit code %d", res.ExitCode)
+		return auction.RunFailed, fmt.Sprintf("exit code %d", res.ExitCode)
 	case res.Err != nil:
-		return RunFailed, res.Err.Error()
+		return auction.RunFailed, res.Err.Error()
 	}
-	return RunFailed, "job ended: " + res.Reason
-}
-
-func leaseState(s RunState) auction.LeaseState {
-	switch s {
-	case RunSucceeded:
-		return auction.LeaseSucceeded
-	case RunPreempted:
-		return auction.LeasePreempted
-	case RunExpired:
-		return auction.LeaseExpired
-	case RunCancelled:
-		return auction.LeaseCancelled
-	}
-	return auction.LeaseFailed
-}
-
-func (s RunState) terminal() bool {
-	switch s {
-	case RunSucceeded, RunFailed, RunPreempted, RunExpired, RunCancelled:
-		return true
-	}
-	return false
+	return auction.RunFailed, "job ended: " + res.Reason
 }
 
 // heartbeats sends signed telemetry to the renter every interval until the
@@ -370,7 +343,7 @@ func (m *market) sendEvent(r *leaseRun) (*attest.HeartbeatSummary, error) {
 	ev := LeaseEvent{LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Provider: m.d.ID().String(), Run: rec.Run,
 		Detail: rec.Detail, ExitCode: rec.ExitCode, Started: rec.Started, Ended: rec.Ended, Outputs: r.pr.Outputs, Time: m.d.now()}
 	r.mu.Unlock()
-	b, err := m.sealed(auction.DomainLeaseEvent, ev)
+	b, err := m.sealed(sign.DomainLeaseEvent, ev)
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +364,7 @@ func (m *market) sendEvent(r *leaseRun) (*attest.HeartbeatSummary, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !ev.Run.terminal() {
+	if !ev.Run.Terminal() {
 		return nil, nil
 	}
 	var sum attest.HeartbeatSummary
@@ -427,8 +400,8 @@ func (m *market) settle(r *leaseRun) {
 	rc := attest.Receipt{
 		LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Renter: rec.Lease.Renter, Provider: rec.Lease.Provider,
 		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, GPUSeconds: gpuSec, Price: rec.Lease.Price,
-		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: string(leaseState(rec.Run)),
-		ResultHash: resultHash(outs), Heartbeats: *sum, IssuedAt: m.d.now(),
+		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run,
+		ResultHash: auction.ManifestHash(outs), Heartbeats: *sum, IssuedAt: m.d.now(),
 	}
 	sr, err := attest.NewReceipt(m.d.signer, rc)
 	if err != nil {
@@ -463,17 +436,6 @@ func (m *market) settle(r *leaseRun) {
 	m.saveRun(r)
 	m.gossipReceipt(full)
 	log.Info("lease settled", "amount_usd", fmt.Sprintf("%.6f", rc.Amount), "gpu_seconds", fmt.Sprintf("%.1f", gpuSec))
-}
-
-func resultHash(outs []OutputFile) string {
-	if len(outs) == 0 {
-		return ""
-	}
-	h := sha256.New()
-	for _, o := range outs {
-		fmt.Fprintf(h, "%s\x00%d\x00%s\n", o.Path, o.Size, o.SHA256)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // recordReceipt appends a verified two-party receipt and the payment it
@@ -518,7 +480,7 @@ func (m *market) recoverProviderLeases() error {
 		if err := json.Unmarshal(raw, &pr); err != nil {
 			return nil
 		}
-		if !pr.Rec.Run.terminal() || !pr.Settled {
+		if !pr.Rec.Run.Terminal() || !pr.Settled {
 			stale = append(stale, pr)
 		}
 		return nil
@@ -527,10 +489,10 @@ func (m *market) recoverProviderLeases() error {
 		return err
 	}
 	for _, pr := range stale {
-		if !pr.Rec.Run.terminal() {
+		if !pr.Rec.Run.Terminal() {
 			was := pr.Rec.Run
 			killOrphan(pr.Pgid, m.workRoot())
-			pr.Rec.Run = RunFailed
+			pr.Rec.Run = auction.RunFailed
 			pr.Rec.Detail = fmt.Sprintf("provider daemon restarted while the job was %s; the job was stopped", was)
 			pr.Rec.Ended = pr.LastBeat
 			if pr.Rec.Ended.IsZero() || pr.Rec.Started.IsZero() {

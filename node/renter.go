@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -64,7 +65,7 @@ func (m *market) onRenterLease(l auction.Lease, job auction.Job) {
 		m.jobs[job.ID] = v
 	}
 	v.Lease = &l
-	v.Run = RunPending
+	v.Run = auction.RunPending
 	v.Started, v.Ended, v.ExitCode, v.Detail, v.Receipt, v.Heartbeats, v.LastTelemetry, v.Outputs =
 		time.Time{}, time.Time{}, nil, "", nil, nil, nil, nil
 	m.mons[l.ID] = mon
@@ -98,9 +99,9 @@ func (m *market) watchLease(jobID string, l auction.Lease) {
 		}
 		m.mu.Lock()
 		v := m.jobs[jobID]
-		abandoned := v != nil && v.Lease != nil && v.Lease.ID == l.ID && !v.Run.terminal()
+		abandoned := v != nil && v.Lease != nil && v.Lease.ID == l.ID && !v.Run.Terminal()
 		if abandoned {
-			v.Run, v.Detail = RunFailed, "provider abandoned the lease: no final report by the lease end"
+			v.Run, v.Detail = auction.RunFailed, "provider abandoned the lease: no final report by the lease end"
 		}
 		m.mu.Unlock()
 		if !abandoned {
@@ -144,7 +145,7 @@ func (m *market) loadRenterJobs() error {
 			v.Reasons = append(v.Reasons, "renter daemon restarted during the auction")
 		}
 		m.jobs[id] = &v
-		if v.Lease != nil && !v.Run.terminal() {
+		if v.Lease != nil && !v.Run.Terminal() {
 			prov, _ := peer.Decode(v.Lease.Provider)
 			m.mons[v.Lease.ID] = attest.NewHeartbeatMonitor(v.Lease.ID, prov, v.Lease.Start, m.heartbeatInterval())
 			m.byLease[v.Lease.ID] = id
@@ -182,10 +183,10 @@ func (m *market) jobView(id string) (JobView, error) {
 	if out.Lease != nil {
 		l := *out.Lease
 		switch {
-		case out.Run == RunRunning:
-			l.State = auction.LeaseRunning
-		case out.Run.terminal():
-			l.State = leaseState(out.Run)
+		case out.Run == auction.RunRunning:
+			l.State = auction.RunRunning
+		case out.Run.Terminal():
+			l.State = out.Run
 		}
 		out.Lease = &l
 		if mon := m.mons[out.Lease.ID]; mon != nil && out.Receipt == nil {
@@ -245,8 +246,8 @@ func (m *market) cancelJob(id string) (JobView, error) {
 		if err := m.renter.Cancel(id); err != nil {
 			return v, badRequest("%v", err)
 		}
-	case v.Lease != nil && !v.Run.terminal():
-		b, err := m.sealed(domainCancel, cancelRequest{LeaseID: v.Lease.ID, JobID: id})
+	case v.Lease != nil && !v.Run.Terminal():
+		b, err := m.sealed(sign.DomainLeaseCancel, cancelRequest{LeaseID: v.Lease.ID, JobID: id})
 		if err != nil {
 			return v, err
 		}
@@ -271,7 +272,7 @@ func orNone(s string) string {
 
 // handleHeartbeat verifies a provider's telemetry for one of our leases.
 func (m *market) handleHeartbeat(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
-	env, err := attest.UnmarshalEnvelope(data)
+	env, err := sign.UnmarshalEnvelope(data)
 	if err != nil {
 		m.count("renter.heartbeat_malformed")
 		return nil, err
@@ -310,7 +311,7 @@ func (m *market) handleHeartbeat(_ context.Context, from peer.ID, data []byte) (
 // into the receipt.
 func (m *market) handleLeaseEvent(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
 	var ev LeaseEvent
-	if err := opened(data, auction.DomainLeaseEvent, from, &ev); err != nil {
+	if err := sign.OpenFrom(data, sign.DomainLeaseEvent, from, &ev); err != nil {
 		m.count("renter.event_rejected")
 		return nil, err
 	}
@@ -334,7 +335,7 @@ func (m *market) handleLeaseEvent(_ context.Context, from peer.ID, data []byte) 
 	m.mu.Unlock()
 	m.d.log.Info("lease event", "job", jobID, "lease", ev.LeaseID, "run", ev.Run, "detail", ev.Detail)
 	m.saveJob(jobID)
-	if !ev.Run.terminal() {
+	if !ev.Run.Terminal() {
 		return nil, nil
 	}
 	end := ev.Ended
@@ -342,7 +343,7 @@ func (m *market) handleLeaseEvent(_ context.Context, from peer.ID, data []byte) 
 		end = m.d.now()
 	}
 	sum := mon.Summary(end)
-	if ev.Run == RunPreempted && prevRun != RunPreempted && lease.Preemptible {
+	if ev.Run == auction.RunPreempted && prevRun != auction.RunPreempted && lease.Preemptible {
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
@@ -416,8 +417,7 @@ func (m *market) handleReceipt(_ context.Context, from peer.ID, data []byte) ([]
 		m.count("renter.receipt_unknown_lease")
 		return nil, fmt.Errorf("no lease %s from %s", r.LeaseID, from)
 	}
-	if err := attest.CheckReceipt(r, attest.LeaseTerms{ID: lease.ID, JobID: lease.JobID, Renter: lease.Renter,
-		Provider: lease.Provider, Price: lease.Price, Start: lease.Start, End: lease.End, GPUCount: lease.GPUCount}); err != nil {
+	if err := attest.CheckReceipt(r, lease); err != nil {
 		m.count("renter.receipt_mismatch")
 		return nil, err
 	}

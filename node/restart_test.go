@@ -83,7 +83,7 @@ func TestProviderKilledMidJob(t *testing.T) {
 		t.Fatalf("not leased: %v", v.Reasons)
 	}
 	waitJob(t, boot, v.Job.ID, 20*time.Second, "running with telemetry", func(v JobView) bool {
-		return v.Run == RunRunning && v.LastTelemetry != nil
+		return v.Run == auction.RunRunning && v.LastTelemetry != nil
 	})
 
 	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
@@ -98,7 +98,7 @@ func TestProviderKilledMidJob(t *testing.T) {
 	if st2.PeerID != st.PeerID {
 		t.Fatalf("peer id changed across restart: %s -> %s", st.PeerID, st2.PeerID)
 	}
-	v = waitJob(t, boot, v.Job.ID, 40*time.Second, "reported failed", func(v JobView) bool { return v.Run == RunFailed })
+	v = waitJob(t, boot, v.Job.ID, 40*time.Second, "reported failed", func(v JobView) bool { return v.Run == auction.RunFailed })
 	if !strings.Contains(v.Detail, "restarted") {
 		t.Fatalf("failure detail %q does not say the provider restarted", v.Detail)
 	}
@@ -136,11 +136,11 @@ func TestAbandonedLeaseIsSlashed(t *testing.T) {
 	job := shJob(auction.Silver, 2, "sleep 60")
 	job.Duration = 3 * time.Second
 	v := post(t, boot, job)
-	waitJob(t, boot, v.Job.ID, 20*time.Second, "running", func(v JobView) bool { return v.Run == RunRunning })
+	waitJob(t, boot, v.Job.ID, 20*time.Second, "running", func(v JobView) bool { return v.Run == auction.RunRunning })
 	_ = proc.Process.Signal(syscall.SIGKILL)
 	_, _ = proc.Process.Wait()
 
-	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "abandoned", func(v JobView) bool { return v.Run == RunFailed })
+	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "abandoned", func(v JobView) bool { return v.Run == auction.RunFailed })
 	if !strings.Contains(v.Detail, "abandoned") {
 		t.Fatalf("detail %q", v.Detail)
 	}

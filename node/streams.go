@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -60,7 +61,7 @@ func (m *market) acceptStream(s network.Stream) (*leaseRun, streamRequest, bool)
 	return r, req, true
 }
 
-func (r *leaseRun) state() RunState {
+func (r *leaseRun) state() auction.RunState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pr.Rec.Run
@@ -83,7 +84,7 @@ func (m *market) serveLogs(s network.Stream) {
 			break
 		}
 		// Not started yet: wait for the log to appear (or the job to end).
-		if !req.Follow || r.state().terminal() {
+		if !req.Follow || r.state().Terminal() {
 			return
 		}
 		select {
@@ -108,7 +109,7 @@ func (m *market) serveLogs(s network.Stream) {
 		if !req.Follow {
 			return
 		}
-		if r.state().terminal() {
+		if r.state().Terminal() {
 			// Drain what the job wrote last, then stop.
 			if n, _ := f.Read(buf); n > 0 {
 				_, _ = s.Write(buf[:n])
@@ -133,8 +134,8 @@ func (m *market) serveOutputs(s network.Stream) {
 		return
 	}
 	r.mu.Lock()
-	outs := append([]OutputFile(nil), r.pr.Outputs...)
-	done := r.pr.Rec.Run.terminal()
+	outs := append([]auction.OutputFile(nil), r.pr.Outputs...)
+	done := r.pr.Rec.Run.Terminal()
 	r.mu.Unlock()
 	if !done {
 		_ = p2p.WriteFrame(s, []byte(`{"error":"job has not finished"}`))
@@ -241,8 +242,8 @@ func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var mf struct {
-		Outputs []OutputFile `json:"outputs"`
-		Error   string       `json:"error"`
+		Outputs []auction.OutputFile `json:"outputs"`
+		Error   string               `json:"error"`
 	}
 	if err := json.Unmarshal(man, &mf); err != nil {
 		writeAPIError(w, fmt.Errorf("bad output manifest: %w", err))

@@ -18,25 +18,11 @@ type PostJobRequest struct {
 	Job auction.Job `json:"job"`
 }
 
-// RunState is where a leased job's execution is, as the renter knows it.
-type RunState string
-
-// Run states.
-const (
-	RunPending   RunState = "pending" // leased, not started yet
-	RunRunning   RunState = "running"
-	RunSucceeded RunState = "succeeded"
-	RunFailed    RunState = "failed"
-	RunPreempted RunState = "preempted"
-	RunExpired   RunState = "expired"
-	RunCancelled RunState = "cancelled"
-)
-
 // JobView is the renter's full view of one job (GET /v1/jobs/{id}).
 type JobView struct {
 	auction.JobStatus
 	// Run is the execution state of the current lease (empty before one).
-	Run RunState `json:"run,omitempty"`
+	Run auction.RunState `json:"run,omitempty"`
 	// ExitCode of the job's command once it ended.
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Detail   string `json:"detail,omitempty"`
@@ -54,27 +40,20 @@ type JobView struct {
 	// History lists earlier leases of this job (e.g. preempted attempts).
 	History []LeaseRecord `json:"history,omitempty"`
 	// Outputs lists the result files the provider reported, with checksums.
-	Outputs []OutputFile `json:"outputs,omitempty"`
+	Outputs []auction.OutputFile `json:"outputs,omitempty"`
 }
 
 // LeaseRecord is one lease of a job and how it ended.
 type LeaseRecord struct {
-	Lease    auction.Lease `json:"lease"`
-	Run      RunState      `json:"run"`
-	Detail   string        `json:"detail,omitempty"`
-	CostUSD  float64       `json:"cost_usd"`
-	Started  time.Time     `json:"started,omitempty"`
-	Ended    time.Time     `json:"ended,omitempty"`
-	Attempt  int           `json:"attempt"`
-	Receipt  bool          `json:"receipt"`
-	ExitCode *int          `json:"exit_code,omitempty"`
-}
-
-// OutputFile is one result file with its checksum.
-type OutputFile struct {
-	Path   string `json:"path"`
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
+	Lease    auction.Lease    `json:"lease"`
+	Run      auction.RunState `json:"run"`
+	Detail   string           `json:"detail,omitempty"`
+	CostUSD  float64          `json:"cost_usd"`
+	Started  time.Time        `json:"started,omitempty"`
+	Ended    time.Time        `json:"ended,omitempty"`
+	Attempt  int              `json:"attempt"`
+	Receipt  bool             `json:"receipt"`
+	ExitCode *int             `json:"exit_code,omitempty"`
 }
 
 // BidsView is GET /v1/jobs/{id}/bids: ranked bids and why the winner won.
@@ -105,13 +84,13 @@ type ProviderStatsView struct {
 
 // ProviderLease is a provider's view of one lease it serves.
 type ProviderLease struct {
-	Lease    auction.Lease `json:"lease"`
-	Run      RunState      `json:"run"`
-	Backend  string        `json:"backend,omitempty"`
-	Started  time.Time     `json:"started,omitempty"`
-	Ended    time.Time     `json:"ended,omitempty"`
-	ExitCode *int          `json:"exit_code,omitempty"`
-	Detail   string        `json:"detail,omitempty"`
+	Lease    auction.Lease    `json:"lease"`
+	Run      auction.RunState `json:"run"`
+	Backend  string           `json:"backend,omitempty"`
+	Started  time.Time        `json:"started,omitempty"`
+	Ended    time.Time        `json:"ended,omitempty"`
+	ExitCode *int             `json:"exit_code,omitempty"`
+	Detail   string           `json:"detail,omitempty"`
 }
 
 // LedgerVerifyView is GET /v1/ledger/verify on success. On tampering the

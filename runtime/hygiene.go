@@ -11,14 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-)
 
-// OutputFile is one collected output.
-type OutputFile struct {
-	Path   string `json:"path"` // slash-separated, relative to the outputs dir
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"` // hex
-}
+	"github.com/gpumesh/gpumesh/auction"
+)
 
 // ErrOutputsTooLarge is returned when a job's outputs exceed the cap.
 var ErrOutputsTooLarge = errors.New("runtime: outputs exceed size cap")
@@ -31,7 +26,7 @@ var ErrOutputsTooLarge = errors.New("runtime: outputs exceed size cap")
 // devices) are skipped. maxBytes caps the total size (<= 0: no cap); past
 // it CollectOutputs stops with ErrOutputsTooLarge and returns what it had
 // copied. A missing outputs dir yields no files.
-func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]OutputFile, error) {
+func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auction.OutputFile, error) {
 	s := Spec{Outputs: outputsRel}
 	rel, err := s.outputsRel()
 	if err != nil {
@@ -54,7 +49,7 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]Outp
 	if err := os.MkdirAll(destDir, 0o755); err != nil {
 		return nil, fmt.Errorf("runtime: collect outputs: %w", err)
 	}
-	var out []OutputFile
+	var out []auction.OutputFile
 	var total int64
 	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -109,15 +104,15 @@ func within(dir, p string) bool {
 	return p == dir || strings.HasPrefix(p, dir+string(filepath.Separator))
 }
 
-func copyCapped(src, dst string, maxBytes int64, total *int64) (OutputFile, error) {
+func copyCapped(src, dst string, maxBytes int64, total *int64) (auction.OutputFile, error) {
 	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return OutputFile{}, err
+		return auction.OutputFile{}, err
 	}
 	defer in.Close()
 	o, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
-		return OutputFile{}, err
+		return auction.OutputFile{}, err
 	}
 	h := sha256.New()
 	var r io.Reader = in
@@ -134,9 +129,9 @@ func copyCapped(src, dst string, maxBytes int64, total *int64) (OutputFile, erro
 	}
 	if err != nil {
 		_ = os.Remove(dst)
-		return OutputFile{}, err
+		return auction.OutputFile{}, err
 	}
-	return OutputFile{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return auction.OutputFile{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // WipeOrphans removes the job work dirs under root for which keep returns

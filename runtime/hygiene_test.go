@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gpumesh/gpumesh/auction"
 )
 
 func writeFile(t *testing.T, p, content string) {
@@ -44,7 +46,7 @@ func TestCollectOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]OutputFile{}
+	got := map[string]auction.OutputFile{}
 	var names []string
 	for _, f := range files {
 		got[f.Path] = f

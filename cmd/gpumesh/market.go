@@ -29,7 +29,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// manifestHeader carries the JSON []node.OutputFile of GET /jobs/{id}/outputs.
+// manifestHeader carries the JSON []auction.OutputFile of GET /jobs/{id}/outputs.
 const manifestHeader = "X-Gpumesh-Manifest"
 
 // waitInterval is how often `job post --wait` polls the job's status (a
@@ -447,7 +447,7 @@ func jobPostAction(c *cli.Context) error {
 		fmt.Fprintln(w)
 		printJobView(w, &final)
 	}
-	if final.Run != node.RunSucceeded {
+	if final.Run != auction.RunSucceeded {
 		return fmt.Errorf("job %s %s", final.Job.ID, runOutcome(&final))
 	}
 	return nil
@@ -487,9 +487,9 @@ func runTerminal(v *node.JobView) bool {
 		return false // e.g. a preempted bronze job being requeued
 	}
 	switch v.Run {
-	case node.RunSucceeded, node.RunFailed, node.RunExpired, node.RunCancelled:
+	case auction.RunSucceeded, auction.RunFailed, auction.RunExpired, auction.RunCancelled:
 		return true
-	case node.RunPreempted:
+	case auction.RunPreempted:
 		// A preemptible job may be requeued; a preempted lease of a
 		// non-preemptible job is final.
 		return !v.Job.Preemptible
@@ -517,7 +517,7 @@ func runOutcome(v *node.JobView) string {
 
 // waitJob polls the job until runTerminal, printing run-state changes when
 // not in JSON mode.
-func waitJob(c *cli.Context, id string, last node.RunState) (node.JobView, error) {
+func waitJob(c *cli.Context, id string, last auction.RunState) (node.JobView, error) {
 	cl := client(c)
 	t := time.NewTicker(waitInterval)
 	defer t.Stop()
@@ -653,7 +653,7 @@ func jobCancelAction(c *cli.Context) error {
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, v)
 	}
-	if v.State == auction.JobCancelled || v.Run == node.RunCancelled {
+	if v.State == auction.JobCancelled || v.Run == auction.RunCancelled {
 		fmt.Fprintf(c.App.Writer, "job %s cancelled\n", v.Job.ID)
 	} else {
 		fmt.Fprintf(c.App.Writer, "job %s: cancellation requested (state %s, run %s)\n", v.Job.ID, v.State, orDash(string(v.Run)))
@@ -704,7 +704,7 @@ func jobFetchAction(c *cli.Context) error {
 	if h == "" {
 		return fmt.Errorf("outputs of job %s: the daemon sent no %s header", id, manifestHeader)
 	}
-	var manifest []node.OutputFile
+	var manifest []auction.OutputFile
 	if err := json.Unmarshal([]byte(h), &manifest); err != nil {
 		return fmt.Errorf("outputs of job %s: bad manifest: %w", id, err)
 	}
@@ -748,8 +748,8 @@ func outputName(name string) (string, error) {
 // temporary directory inside dir and moved into place only once the whole
 // archive has verified, so a failed fetch leaves dir as it was. It returns
 // the files written, in archive order.
-func extractOutputs(r io.Reader, manifest []node.OutputFile, dir string, force bool) ([]node.OutputFile, error) {
-	want := make(map[string]node.OutputFile, len(manifest))
+func extractOutputs(r io.Reader, manifest []auction.OutputFile, dir string, force bool) ([]auction.OutputFile, error) {
+	want := make(map[string]auction.OutputFile, len(manifest))
 	for _, m := range manifest {
 		p, err := outputName(m.Path)
 		if err != nil {
@@ -783,7 +783,7 @@ func extractOutputs(r io.Reader, manifest []node.OutputFile, dir string, force b
 	}
 	defer stage.Close()
 
-	var got []node.OutputFile
+	var got []auction.OutputFile
 	seen := map[string]bool{}
 	tr := tar.NewReader(r)
 	for {
@@ -831,7 +831,7 @@ func extractOutputs(r io.Reader, manifest []node.OutputFile, dir string, force b
 		if !strings.EqualFold(sum, m.SHA256) {
 			return nil, fmt.Errorf("checksum mismatch for %q: got sha256 %s, manifest says %s", name, sum, m.SHA256)
 		}
-		got = append(got, node.OutputFile{Path: name, Size: n, SHA256: sum})
+		got = append(got, auction.OutputFile{Path: name, Size: n, SHA256: sum})
 	}
 	var missing []string
 	for p := range want {

@@ -301,9 +301,9 @@ func makeTar(t *testing.T, entries ...tarEntry) []byte {
 
 func reg(name, body string) tarEntry { return tarEntry{name: name, typeflag: tar.TypeReg, body: body} }
 
-func outFile(name, body string) node.OutputFile {
+func outFile(name, body string) auction.OutputFile {
 	s := sha256.Sum256([]byte(body))
-	return node.OutputFile{Path: name, Size: int64(len(body)), SHA256: hex.EncodeToString(s[:])}
+	return auction.OutputFile{Path: name, Size: int64(len(body)), SHA256: hex.EncodeToString(s[:])}
 }
 
 // listTree returns every path under dir, relative and slash-separated.
@@ -336,7 +336,7 @@ func TestExtractOutputs(t *testing.T) {
 		tarEntry{name: "run.sh", typeflag: tar.TypeReg, body: "#!/bin/sh\n", mode: 0o755},
 		reg("empty", ""),
 	)
-	manifest := []node.OutputFile{
+	manifest := []auction.OutputFile{
 		outFile("sub/model.bin", strings.Repeat("w", 10000)),
 		outFile("metrics.json", `{"loss":0.1}`),
 		outFile("run.sh", "#!/bin/sh\n"),
@@ -346,7 +346,7 @@ func TestExtractOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []node.OutputFile{manifest[1], manifest[0], manifest[2], manifest[3]} // archive order
+	want := []auction.OutputFile{manifest[1], manifest[0], manifest[2], manifest[3]} // archive order
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("extracted %+v\nwant %+v", got, want)
 	}
@@ -366,7 +366,7 @@ func TestExtractOutputs(t *testing.T) {
 
 	// A second fetch refuses to overwrite, and leaves the files alone.
 	changed := makeTar(t, reg("metrics.json", `{"loss":0.2}`))
-	changedManifest := []node.OutputFile{outFile("metrics.json", `{"loss":0.2}`)}
+	changedManifest := []auction.OutputFile{outFile("metrics.json", `{"loss":0.2}`)}
 	if _, err := extractOutputs(bytes.NewReader(changed), changedManifest, dir, false); err == nil || !strings.Contains(err.Error(), "already exists") {
 		t.Fatalf("overwrite without force: %v", err)
 	}
@@ -387,24 +387,24 @@ func TestExtractOutputsRefuses(t *testing.T) {
 	cases := []struct {
 		name     string
 		entries  []tarEntry
-		manifest []node.OutputFile
+		manifest []auction.OutputFile
 		want     string
 	}{
-		{"parent escape", []tarEntry{ok, reg("../x", "evil")}, []node.OutputFile{okM, outFile("../x", "evil")}, "escapes the destination"},
-		{"nested escape", []tarEntry{reg("a/../../x", "evil")}, []node.OutputFile{outFile("x", "evil")}, "escapes the destination"},
-		{"absolute path", []tarEntry{reg("/tmp/x", "evil")}, []node.OutputFile{outFile("x", "evil")}, "absolute"},
-		{"symlink", []tarEntry{ok, {name: "link", typeflag: tar.TypeSymlink, link: "/etc/passwd"}}, []node.OutputFile{okM}, "links are not extracted"},
-		{"hard link", []tarEntry{ok, {name: "hard", typeflag: tar.TypeLink, link: "ok.txt"}}, []node.OutputFile{okM}, "links are not extracted"},
+		{"parent escape", []tarEntry{ok, reg("../x", "evil")}, []auction.OutputFile{okM, outFile("../x", "evil")}, "escapes the destination"},
+		{"nested escape", []tarEntry{reg("a/../../x", "evil")}, []auction.OutputFile{outFile("x", "evil")}, "escapes the destination"},
+		{"absolute path", []tarEntry{reg("/tmp/x", "evil")}, []auction.OutputFile{outFile("x", "evil")}, "absolute"},
+		{"symlink", []tarEntry{ok, {name: "link", typeflag: tar.TypeSymlink, link: "/etc/passwd"}}, []auction.OutputFile{okM}, "links are not extracted"},
+		{"hard link", []tarEntry{ok, {name: "hard", typeflag: tar.TypeLink, link: "ok.txt"}}, []auction.OutputFile{okM}, "links are not extracted"},
 		{"fifo", []tarEntry{{name: "pipe", typeflag: tar.TypeFifo}}, nil, "not a regular file"},
 		{"device", []tarEntry{{name: "dev", typeflag: tar.TypeChar}}, nil, "not a regular file"},
 		{"checksum mismatch", []tarEntry{ok, reg("model.bin", "tampered")},
-			[]node.OutputFile{okM, {Path: "model.bin", Size: 8, SHA256: outFile("x", "original").SHA256}}, `checksum mismatch for "model.bin"`},
-		{"size mismatch", []tarEntry{reg("a", "abc")}, []node.OutputFile{outFile("a", "abcd")}, "archive says 3 bytes, manifest 4"},
-		{"not in manifest", []tarEntry{ok, reg("extra", "x")}, []node.OutputFile{okM}, `"extra" is not in the manifest`},
-		{"missing from archive", []tarEntry{ok}, []node.OutputFile{okM, outFile("b", "x"), outFile("a", "y")}, "missing from the archive: a, b"},
-		{"duplicate in archive", []tarEntry{ok, ok}, []node.OutputFile{okM}, "appears twice"},
-		{"duplicate in manifest", []tarEntry{ok}, []node.OutputFile{okM, okM}, "twice"},
-		{"bad manifest path", []tarEntry{ok}, []node.OutputFile{okM, outFile("../../etc/x", "")}, "manifest"},
+			[]auction.OutputFile{okM, {Path: "model.bin", Size: 8, SHA256: outFile("x", "original").SHA256}}, `checksum mismatch for "model.bin"`},
+		{"size mismatch", []tarEntry{reg("a", "abc")}, []auction.OutputFile{outFile("a", "abcd")}, "archive says 3 bytes, manifest 4"},
+		{"not in manifest", []tarEntry{ok, reg("extra", "x")}, []auction.OutputFile{okM}, `"extra" is not in the manifest`},
+		{"missing from archive", []tarEntry{ok}, []auction.OutputFile{okM, outFile("b", "x"), outFile("a", "y")}, "missing from the archive: a, b"},
+		{"duplicate in archive", []tarEntry{ok, ok}, []auction.OutputFile{okM}, "appears twice"},
+		{"duplicate in manifest", []tarEntry{ok}, []auction.OutputFile{okM, okM}, "twice"},
+		{"bad manifest path", []tarEntry{ok}, []auction.OutputFile{okM, outFile("../../etc/x", "")}, "manifest"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -423,7 +423,7 @@ func TestExtractOutputsRefuses(t *testing.T) {
 
 	t.Run("truncated archive", func(t *testing.T) {
 		a := makeTar(t, reg("big", strings.Repeat("z", 4096)))
-		_, err := extractOutputs(bytes.NewReader(a[:1024]), []node.OutputFile{outFile("big", strings.Repeat("z", 4096))}, t.TempDir(), false)
+		_, err := extractOutputs(bytes.NewReader(a[:1024]), []auction.OutputFile{outFile("big", strings.Repeat("z", 4096))}, t.TempDir(), false)
 		if err == nil {
 			t.Fatal("truncated archive accepted")
 		}
@@ -441,7 +441,7 @@ func TestExtractOutputsDoesNotFollowSymlinks(t *testing.T) {
 	}
 	for _, name := range []string{"sub/x", "file"} {
 		a := makeTar(t, reg(name, "evil"))
-		if _, err := extractOutputs(bytes.NewReader(a), []node.OutputFile{outFile(name, "evil")}, dir, true); err == nil {
+		if _, err := extractOutputs(bytes.NewReader(a), []auction.OutputFile{outFile(name, "evil")}, dir, true); err == nil {
 			t.Fatalf("%s: wrote through a symlink in the destination", name)
 		}
 	}
@@ -549,7 +549,7 @@ func replyJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func leasedView(id string, run node.RunState) node.JobView {
+func leasedView(id string, run auction.RunState) node.JobView {
 	start := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
 	return node.JobView{
 		JobStatus: auction.JobStatus{
@@ -557,7 +557,7 @@ func leasedView(id string, run node.RunState) node.JobView {
 			State:  auction.JobLeased,
 			Winner: "12D3KooWprov",
 			Lease: &auction.Lease{ID: "lease-1", JobID: id, Provider: "12D3KooWprov", Price: 1.5, Start: start,
-				End: start.Add(time.Hour), GPUCount: 2, Tier: auction.Silver, State: auction.LeaseRunning},
+				End: start.Add(time.Hour), GPUCount: 2, Tier: auction.Silver, State: auction.RunRunning},
 		},
 		Run: run,
 	}
@@ -589,21 +589,21 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 			v.Reasons = []string{"no bids", "2 providers out of region"}
 			replyJSON(w, 200, v)
 		default:
-			replyJSON(w, 200, leasedView(req.Job.Workload, node.RunPending))
+			replyJSON(w, 200, leasedView(req.Job.Workload, auction.RunPending))
 		}
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		statusID = id
 		n := polls.Add(1)
-		v := leasedView(id, node.RunRunning)
+		v := leasedView(id, auction.RunRunning)
 		if n >= 3 {
 			switch id {
 			case "ok":
-				v.Run = node.RunSucceeded
+				v.Run = auction.RunSucceeded
 				v.CostUSD = 3
 			case "bad":
-				v.Run, v.ExitCode, v.Detail = node.RunFailed, &exit3, "oom"
+				v.Run, v.ExitCode, v.Detail = auction.RunFailed, &exit3, "oom"
 			}
 		}
 		replyJSON(w, 200, v)
@@ -611,7 +611,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		un := leasedView("j2", "")
 		un.State, un.Lease, un.Winner = auction.JobUnplaceable, nil, ""
-		replyJSON(w, 200, []node.JobView{leasedView("j1", node.RunRunning), un})
+		replyJSON(w, 200, []node.JobView{leasedView("j1", auction.RunRunning), un})
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", func(w http.ResponseWriter, r *http.Request) {
 		logQuery = r.URL.RawQuery
@@ -619,7 +619,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		io.WriteString(w, "epoch 1\nepoch 2\n")
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}/outputs", func(w http.ResponseWriter, r *http.Request) {
-		var man []node.OutputFile
+		var man []auction.OutputFile
 		var entries []tarEntry
 		for _, p := range []string{"out/metrics.json", "out/model.bin"} {
 			man = append(man, outFile(p, files[p]))
@@ -658,9 +658,9 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		})
 	})
 	mux.HandleFunc("POST /v1/jobs/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
-		v := leasedView(r.PathValue("id"), node.RunRunning)
+		v := leasedView(r.PathValue("id"), auction.RunRunning)
 		if r.PathValue("id") == "done" {
-			v.Run = node.RunCancelled
+			v.Run = auction.RunCancelled
 		}
 		replyJSON(w, 200, v)
 	})
@@ -796,7 +796,7 @@ func BenchmarkExtractOutputs(b *testing.B) {
 	tw := tar.NewWriter(&buf)
 	body := bytes.Repeat([]byte("0123456789abcdef"), size/16)
 	sum := sha256.Sum256(body)
-	var manifest []node.OutputFile
+	var manifest []auction.OutputFile
 	for i := 0; i < files; i++ {
 		name := "out/part-" + strconv.Itoa(i)
 		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: size}); err != nil {
@@ -805,7 +805,7 @@ func BenchmarkExtractOutputs(b *testing.B) {
 		if _, err := tw.Write(body); err != nil {
 			b.Fatal(err)
 		}
-		manifest = append(manifest, node.OutputFile{Path: name, Size: size, SHA256: hex.EncodeToString(sum[:])})
+		manifest = append(manifest, auction.OutputFile{Path: name, Size: size, SHA256: hex.EncodeToString(sum[:])})
 	}
 	if err := tw.Close(); err != nil {
 		b.Fatal(err)

@@ -396,7 +396,7 @@ func (c *cluster) postJob(t *testing.T, renter *daemon, model, script string) no
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("job post --json: %v: %q", err, out)
 	}
-	if v.Run != node.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
+	if v.Run != auction.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
 		t.Fatalf("job %s: run %q exit %v detail %q, want succeeded with exit 0", v.Job.ID, v.Run, v.ExitCode, v.Detail)
 	}
 	return v
@@ -474,7 +474,7 @@ func TestMultiHost(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("job status --json: %v: %q", err, out)
 		}
-		if st.Job.ID != v.Job.ID || st.Run != node.RunSucceeded {
+		if st.Job.ID != v.Job.ID || st.Run != auction.RunSucceeded {
 			t.Errorf("job status %s: id %s run %q, want succeeded", v.Job.ID, st.Job.ID, st.Run)
 		}
 	})

@@ -1,8 +1,9 @@
-// Package attest holds everything a node uses to prove what it did and to
-// check what others claim: signed envelopes, hardware fingerprints, telemetry
-// heartbeats, two-party completion receipts and the reputation computed from
-// verified receipts only.
-package attest
+// Package sign is the signing core every signed message in gpumesh goes
+// through: a node's Signer (its libp2p Ed25519 identity), the self-describing
+// Envelope, Seal/Open, and the one list of signature domains. It sits at the
+// bottom of the import graph so that every package, whatever its place, signs
+// and verifies the same way.
+package sign
 
 import (
 	"encoding/json"
@@ -13,15 +14,31 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
+// Signature domains: a signature made under one can never be replayed as
+// another. Every signed message kind in gpumesh has its domain here.
+const (
+	DomainCapability      = "capability/v1"       // a provider's capability record (DHT)
+	DomainJob             = "job/v1"              // a renter's job, inside a call for bids
+	DomainBid             = "bid/v1"              // provider → renter
+	DomainAward           = "award/v1"            // renter → provider
+	DomainConfirm         = "confirm/v1"          // provider → renter, answers an award
+	DomainLeaseEvent      = "lease-event/v1"      // provider → renter, a lease's run state
+	DomainLeaseCancel     = "lease-cancel/v1"     // renter → provider, stop a lease
+	DomainFingerprint     = "fingerprint/v1"      // a provider's hardware fingerprint
+	DomainHeartbeat       = "heartbeat/v1"        // provider → renter, telemetry
+	DomainReceiptProvider = "receipt-provider/v1" // the provider's half of a receipt
+	DomainReceiptRenter   = "receipt-renter/v1"   // the renter's countersignature
+)
+
 // MaxPayload bounds the size of any signed payload a node accepts.
 const MaxPayload = 256 << 10
 
 // Errors returned when an envelope does not verify.
 var (
-	ErrBadSignature = errors.New("attest: signature does not verify")
-	ErrWrongDomain  = errors.New("attest: envelope domain mismatch")
-	ErrOversized    = errors.New("attest: payload too large")
-	ErrMalformed    = errors.New("attest: malformed envelope")
+	ErrBadSignature = errors.New("sign: signature does not verify")
+	ErrWrongDomain  = errors.New("sign: envelope domain mismatch")
+	ErrOversized    = errors.New("sign: payload too large")
+	ErrMalformed    = errors.New("sign: malformed envelope")
 )
 
 // Signer signs payloads with a node's libp2p identity key.
@@ -35,14 +52,14 @@ type Signer struct {
 // from the signer's peer ID alone.
 func NewSigner(priv crypto.PrivKey) (*Signer, error) {
 	if priv == nil {
-		return nil, errors.New("attest: nil key")
+		return nil, errors.New("sign: nil key")
 	}
 	id, err := peer.IDFromPrivateKey(priv)
 	if err != nil {
-		return nil, fmt.Errorf("attest: peer id from key: %w", err)
+		return nil, fmt.Errorf("sign: peer id from key: %w", err)
 	}
 	if _, err := id.ExtractPublicKey(); err != nil {
-		return nil, fmt.Errorf("attest: key type must inline its public key in the peer id: %w", err)
+		return nil, fmt.Errorf("sign: key type must inline its public key in the peer id: %w", err)
 	}
 	return &Signer{priv: priv, id: id}, nil
 }
@@ -90,16 +107,34 @@ type Envelope struct {
 func Seal(s *Signer, domain string, v any) (*Envelope, error) {
 	payload, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("attest: encode %s: %w", domain, err)
+		return nil, fmt.Errorf("sign: encode %s: %w", domain, err)
 	}
 	if len(payload) > MaxPayload {
 		return nil, ErrOversized
 	}
 	sig, err := s.Sign(domain, payload)
 	if err != nil {
-		return nil, fmt.Errorf("attest: sign %s: %w", domain, err)
+		return nil, fmt.Errorf("sign: sign %s: %w", domain, err)
 	}
 	return &Envelope{Domain: domain, Signer: s.id.String(), Payload: payload, Sig: sig}, nil
+}
+
+// OpenFrom decodes wire bytes into an envelope, verifies it for domain and
+// decodes its payload into v, and checks that the signer is the peer the
+// bytes came from (a message may not be relayed by a third party).
+func OpenFrom(data []byte, domain string, from peer.ID, v any) error {
+	env, err := UnmarshalEnvelope(data)
+	if err != nil {
+		return err
+	}
+	signer, err := Open(env, domain, v)
+	if err != nil {
+		return err
+	}
+	if signer != from {
+		return fmt.Errorf("%w: signed by %s but sent by %s", ErrBadSignature, signer, from)
+	}
+	return nil
 }
 
 // Open verifies the envelope's signature for the expected domain and decodes
