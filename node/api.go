@@ -13,38 +13,8 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
 )
-
-// APIVersion prefixes every control API path.
-const APIVersion = "/v1"
-
-// StatusInfo is the answer of GET /v1/status.
-type StatusInfo struct {
-	Version    string              `json:"version"`
-	PeerID     string              `json:"peer_id"`
-	Addrs      []string            `json:"addrs"`
-	Peers      int                 `json:"peers"`
-	DataDir    string              `json:"data_dir"`
-	Uptime     string              `json:"uptime"`
-	Region     string              `json:"region"`
-	Provider   bool                `json:"provider"`
-	GPUSource  string              `json:"gpu_source,omitempty"`
-	GPUs       []auction.GPU       `json:"gpus"`
-	Driver     string              `json:"driver,omitempty"`
-	CUDA       string              `json:"cuda,omitempty"`
-	Executor   string              `json:"executor,omitempty"`
-	Advertised *auction.Capability `json:"advertised,omitempty"`
-}
-
-// PeerInfo is one connected peer.
-type PeerInfo struct {
-	ID    string   `json:"id"`
-	Addrs []string `json:"addrs"`
-}
-
-type apiError struct {
-	Error string `json:"error"`
-}
 
 // httpError carries a status code for the API.
 type httpError struct {
@@ -84,7 +54,7 @@ func writeAPIError(w http.ResponseWriter, err error) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(apiError{Error: err.Error()})
+	_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: err.Error()})
 }
 
 func (d *Daemon) serveAPI() error {
@@ -110,7 +80,7 @@ func (d *Daemon) serveAPI() error {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)
-		_ = json.NewEncoder(w).Encode(apiError{Error: "no such API endpoint: " + r.Method + " " + r.URL.Path})
+		_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: "no such API endpoint: " + r.Method + " " + r.URL.Path})
 	})
 	d.api = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return d.ctx }}
@@ -120,8 +90,8 @@ func (d *Daemon) serveAPI() error {
 }
 
 // Status reports the node's identity, connectivity and inventory.
-func (d *Daemon) Status() StatusInfo {
-	s := StatusInfo{
+func (d *Daemon) Status() api.StatusInfo {
+	s := api.StatusInfo{
 		Version: Version, PeerID: d.ID().String(), Addrs: d.Addrs(),
 		Peers: len(d.net.Host.Network().Peers()), DataDir: d.paths.Dir,
 		Uptime: d.now().Sub(d.started).Round(time.Second).String(), Region: d.cfg.Region,
@@ -138,10 +108,10 @@ func (d *Daemon) Status() StatusInfo {
 }
 
 // Peers lists connected peers.
-func (d *Daemon) Peers() []PeerInfo {
-	var out []PeerInfo
+func (d *Daemon) Peers() []api.PeerInfo {
+	var out []api.PeerInfo
 	for _, p := range d.net.Host.Network().Peers() {
-		pi := PeerInfo{ID: p.String()}
+		pi := api.PeerInfo{ID: p.String()}
 		for _, c := range d.net.Host.Network().ConnsToPeer(p) {
 			pi.Addrs = append(pi.Addrs, c.RemoteMultiaddr().String())
 		}
@@ -149,7 +119,7 @@ func (d *Daemon) Peers() []PeerInfo {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	if out == nil {
-		out = []PeerInfo{}
+		out = []api.PeerInfo{}
 	}
 	return out
 }

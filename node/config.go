@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/p2p"
 	ma "github.com/multiformats/go-multiaddr"
 	"gopkg.in/yaml.v3"
@@ -159,7 +160,7 @@ func (p Paths) Key() string { return filepath.Join(p.Dir, "identity.key") }
 func (p Paths) DB() string { return filepath.Join(p.Dir, "db") }
 
 // Socket is the control API's unix socket (0600).
-func (p Paths) Socket() string { return filepath.Join(p.Dir, "gpumesh.sock") }
+func (p Paths) Socket() string { return api.SocketPath(p.Dir) }
 
 // Config is the default config file location.
 func (p Paths) Config() string { return filepath.Join(p.Dir, "config.yaml") }

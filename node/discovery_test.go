@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -133,7 +134,7 @@ func TestSecondDaemonSameDataDir(t *testing.T) {
 		t.Fatalf("err = %v, want ErrAlreadyRunning", err)
 	}
 	// First daemon still answers.
-	c := NewClient(dir)
+	c := api.NewClient(dir)
 	if err := c.WaitReady(context.Background(), 2*time.Second); err != nil {
 		t.Fatalf("first daemon stopped answering: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
 )
 
 // TestGoldPreemptsBronze: a bronze job runs on the cheap H100; a gold job
@@ -28,7 +29,7 @@ func TestGoldPreemptsBronze(t *testing.T) {
 	if bv.State != auction.JobLeased || bv.Winner != pa.ID().String() {
 		t.Fatalf("bronze job should go to the cheaper H100 node: %s winner %s", bv.State, bv.Winner)
 	}
-	waitJob(t, boot, bv.Job.ID, 20*time.Second, "bronze running", func(v JobView) bool { return v.Run == auction.RunRunning })
+	waitJob(t, boot, bv.Job.ID, 20*time.Second, "bronze running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
 
 	gold := shJob(auction.Gold, 5, "sleep 6; echo gold-done")
 	gold.GPUModels = []string{"H100"}
@@ -37,11 +38,11 @@ func TestGoldPreemptsBronze(t *testing.T) {
 	if gv.State != auction.JobLeased || gv.Winner != pa.ID().String() {
 		t.Fatalf("gold job not leased on the H100 node: %s %v", gv.State, gv.Reasons)
 	}
-	gv = waitJob(t, boot, gv.Job.ID, 30*time.Second, "gold settled", func(v JobView) bool { return v.Receipt != nil })
+	gv = waitJob(t, boot, gv.Job.ID, 30*time.Second, "gold settled", func(v api.JobView) bool { return v.Receipt != nil })
 	if gv.Run != auction.RunSucceeded {
 		t.Fatalf("gold run %s (%s)", gv.Run, gv.Detail)
 	}
-	bv = waitJob(t, boot, bv.Job.ID, 60*time.Second, "bronze finished on its second lease", func(v JobView) bool {
+	bv = waitJob(t, boot, bv.Job.ID, 60*time.Second, "bronze finished on its second lease", func(v api.JobView) bool {
 		return len(v.History) == 1 && v.Lease != nil && v.Lease.ID != v.History[0].Lease.ID && v.Receipt != nil && v.Run.Terminal()
 	})
 	first := bv.History[0]
@@ -95,11 +96,11 @@ func TestDroppedHeartbeatsCostReputation(t *testing.T) {
 	t.Cleanup(func() { f.Close() })
 	waitAdvertised(t, boot, h, f)
 
-	run := func(model string) JobView {
+	run := func(model string) api.JobView {
 		j := shJob(auction.Silver, 2, "sleep 3")
 		j.GPUModels = []string{model}
 		v := post(t, boot, j)
-		return waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v JobView) bool { return v.Receipt != nil })
+		return waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
 	}
 	hv, fv := run("A100"), run("L4")
 	if hv.Receipt.Heartbeats.Coverage <= fv.Receipt.Heartbeats.Coverage+0.2 {
@@ -129,7 +130,7 @@ func TestConcurrentJobsNoOverbooking(t *testing.T) {
 	)
 	waitAdvertised(t, boot, ns...)
 	const jobs = 50
-	views := make(chan JobView, jobs)
+	views := make(chan api.JobView, jobs)
 	for i := 0; i < jobs; i++ {
 		go func() {
 			j := shJob(auction.Silver, 2, "sleep 30")

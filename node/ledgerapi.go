@@ -12,6 +12,8 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -98,14 +100,9 @@ func (m *market) ledgerRoutes(mux *http.ServeMux) {
 	})
 }
 
-type cancelRequest struct {
-	LeaseID string `json:"lease_id"`
-	JobID   string `json:"job_id"`
-}
-
 // handleCancel stops a lease at its renter's signed request.
 func (m *market) handleCancel(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
-	var req cancelRequest
+	var req wire.CancelRequest
 	if err := sign.OpenFrom(data, sign.DomainLeaseCancel, from, &req); err != nil {
 		m.count("provider.cancel_rejected")
 		return nil, err
@@ -123,12 +120,12 @@ func (m *market) handleCancel(_ context.Context, from peer.ID, data []byte) ([]b
 
 // providerStats is the provider's live view: occupancy, bids, earnings,
 // leases, utilisation and reputation.
-func (m *market) providerStats() (ProviderStatsView, error) {
+func (m *market) providerStats() (api.ProviderStatsView, error) {
 	if m.provider == nil {
-		return ProviderStatsView{}, badRequest("%v", errNoProvider)
+		return api.ProviderStatsView{}, badRequest("%v", errNoProvider)
 	}
-	v := ProviderStatsView{ProviderStats: m.provider.Stats(), Enabled: true, GPUs: len(m.d.inv.GPUs),
-		Reputation: m.book.Stats(m.d.ID().String()), Running: []ProviderLease{}, Recent: []ProviderLease{}}
+	v := api.ProviderStatsView{ProviderStats: m.provider.Stats(), Enabled: true, GPUs: len(m.d.inv.GPUs),
+		Reputation: m.book.Stats(m.d.ID().String()), Running: []api.ProviderLease{}, Recent: []api.ProviderLease{}}
 	if v.Leases == nil {
 		v.Leases = []auction.Lease{}
 	}

@@ -17,23 +17,10 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
-)
-
-// Market protocols between daemons. Every payload is a signed envelope.
-const (
-	protoBid        protocol.ID = "/gpumesh/bid/1.0.0"         // provider → renter
-	protoAward      protocol.ID = "/gpumesh/award/1.0.0"       // renter → provider, answered by a confirm
-	protoHeartbeat  protocol.ID = "/gpumesh/heartbeat/1.0.0"   // provider → renter
-	protoLeaseEvent protocol.ID = "/gpumesh/lease-event/1.0.0" // provider → renter, answered by the renter's heartbeat summary
-	protoReceipt    protocol.ID = "/gpumesh/receipt/1.0.0"     // provider → renter, answered by the countersigned receipt
-	protoLogs       protocol.ID = "/gpumesh/logs/1.0.0"        // renter → provider, streams the job's log
-	protoOutputs    protocol.ID = "/gpumesh/outputs/1.0.0"     // renter → provider, streams the job's outputs
-	protoCancel     protocol.ID = "/gpumesh/cancel/1.0.0"      // renter → provider, stops a lease
-	// ReputationTopic carries two-party signed receipts to every node.
-	ReputationTopic = "gpumesh/reputation/1"
 )
 
 // market connects the daemon to the auction (renter and provider roles),
@@ -52,8 +39,8 @@ type market struct {
 	rentState *ledger.State // renter jobs
 
 	mu      sync.Mutex
-	runs    map[string]*leaseRun // provider side, by lease id
-	jobs    map[string]*JobView  // renter side, by job id
+	runs    map[string]*leaseRun    // provider side, by lease id
+	jobs    map[string]*api.JobView // renter side, by job id
 	mons    map[string]*attest.HeartbeatMonitor
 	byLease map[string]string // renter side: lease id → job id
 
@@ -69,7 +56,7 @@ func newMarket(d *Daemon) (*market, error) {
 		book:      attest.NewBook(attest.BookOptions{Now: d.now}),
 		jobsDir:   d.paths.Jobs(),
 		runs:      map[string]*leaseRun{},
-		jobs:      map[string]*JobView{},
+		jobs:      map[string]*api.JobView{},
 		mons:      map[string]*attest.HeartbeatMonitor{},
 		byLease:   map[string]string{},
 		counters:  map[string]int{},
@@ -101,13 +88,13 @@ func newMarket(d *Daemon) (*market, error) {
 		}
 	}
 	n := d.net
-	n.Handle(protoBid, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
+	n.Handle(wire.ProtoBid, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		return nil, m.renter.HandleBid(from, req)
 	})
-	n.Handle(protoHeartbeat, m.handleHeartbeat)
-	n.Handle(protoLeaseEvent, m.handleLeaseEvent)
-	n.Handle(protoReceipt, m.handleReceipt)
-	if err := n.Subscribe(m.ctx, ReputationTopic, m.handleGossipReceipt); err != nil {
+	n.Handle(wire.ProtoHeartbeat, m.handleHeartbeat)
+	n.Handle(wire.ProtoLeaseEvent, m.handleLeaseEvent)
+	n.Handle(wire.ProtoReceipt, m.handleReceipt)
+	if err := n.Subscribe(m.ctx, wire.ReputationTopic, m.handleGossipReceipt); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -149,12 +136,12 @@ func (m *market) startProvider(tr auction.Transport) error {
 	if err := m.recoverProviderLeases(); err != nil {
 		return err
 	}
-	d.net.Handle(protoAward, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
+	d.net.Handle(wire.ProtoAward, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		return m.provider.HandleAward(from, req)
 	})
-	d.net.Handle(protoCancel, m.handleCancel)
-	d.net.Host.SetStreamHandler(protoLogs, m.serveLogs)
-	d.net.Host.SetStreamHandler(protoOutputs, m.serveOutputs)
+	d.net.Handle(wire.ProtoCancel, m.handleCancel)
+	d.net.Host.SetStreamHandler(wire.ProtoLogs, m.serveLogs)
+	d.net.Host.SetStreamHandler(wire.ProtoOutputs, m.serveOutputs)
 	for _, t := range auction.ProviderTopics(ptr(d.capability(time.Minute))) {
 		if err := d.net.Subscribe(m.ctx, t, func(from peer.ID, data []byte) {
 			if err := m.provider.HandleCall(from, data); err != nil {
@@ -221,7 +208,7 @@ func (t *p2pTransport) Publish(ctx context.Context, topic string, data []byte) e
 }
 
 func (t *p2pTransport) SendBid(ctx context.Context, to peer.ID, addrs []string, data []byte) error {
-	_, err := t.m.d.net.Request(ctx, to, addrs, protoBid, data)
+	_, err := t.m.d.net.Request(ctx, to, addrs, wire.ProtoBid, data)
 	return err
 }
 
@@ -229,7 +216,7 @@ func (t *p2pTransport) SendAward(ctx context.Context, to peer.ID, data []byte) (
 	if to == t.m.d.ID() && t.m.provider != nil {
 		return t.m.provider.HandleAward(to, data)
 	}
-	return t.m.d.net.Request(ctx, to, nil, protoAward, data)
+	return t.m.d.net.Request(ctx, to, nil, wire.ProtoAward, data)
 }
 
 // sealed marshals a signed envelope of v.
@@ -256,7 +243,7 @@ func (m *market) routes(mux *http.ServeMux) {
 		if _, err := peer.Decode(p); err != nil {
 			return nil, badRequest("not a peer id: %q", p)
 		}
-		return ReputationView{Peer: p, Rep: m.book.Stats(p)}, nil
+		return api.ReputationView{Peer: p, Rep: m.book.Stats(p)}, nil
 	})
 	d.route(mux, "GET /v1/counters", func(*http.Request) (any, error) { return m.allCounters(), nil })
 	m.ledgerRoutes(mux)

@@ -13,12 +13,13 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/api"
 )
 
-func post(t *testing.T, n *testNode, job auction.Job) JobView {
+func post(t *testing.T, n *testNode, job auction.Job) api.JobView {
 	t.Helper()
-	var v JobView
-	if err := NewClient(n.dir).Do(context.Background(), http.MethodPost, "/jobs", nil, PostJobRequest{Job: job}, &v); err != nil {
+	var v api.JobView
+	if err := api.NewClient(n.dir).Do(context.Background(), http.MethodPost, "/jobs", nil, api.PostJobRequest{Job: job}, &v); err != nil {
 		t.Fatalf("post job: %v", err)
 	}
 	return v
@@ -31,7 +32,7 @@ func shJob(tier auction.Tier, maxPrice float64, script string) auction.Job {
 }
 
 // waitJob polls the renter's view of a job until cond holds.
-func waitJob(t *testing.T, n *testNode, id string, within time.Duration, what string, cond func(JobView) bool) JobView {
+func waitJob(t *testing.T, n *testNode, id string, within time.Duration, what string, cond func(api.JobView) bool) api.JobView {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -125,7 +126,7 @@ func TestFailoverToRunnerUp(t *testing.T) {
 	waitAdvertised(t, boot, ns...)
 	job := shJob(auction.Silver, 2, "echo hi")
 	job.BidWindow = 4 * time.Second
-	done := make(chan JobView, 1)
+	done := make(chan api.JobView, 1)
 	go func() { done <- post(t, boot, job) }()
 	deadline := time.Now().Add(4 * time.Second)
 	for ns[0].market.provider.Stats().Bids == 0 {
@@ -160,12 +161,12 @@ func TestJobRunsEndToEnd(t *testing.T) {
 	if v.State != auction.JobLeased {
 		t.Fatalf("not leased: %v", v.Reasons)
 	}
-	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v JobView) bool { return v.Receipt != nil })
+	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
 	if v.Run != auction.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
 		t.Fatalf("run %s exit %v detail %q", v.Run, v.ExitCode, v.Detail)
 	}
 	// Logs.
-	resp, err := NewClient(boot.dir).Raw(context.Background(), http.MethodGet, "/jobs/"+v.Job.ID+"/logs", nil, nil)
+	resp, err := api.NewClient(boot.dir).Raw(context.Background(), http.MethodGet, "/jobs/"+v.Job.ID+"/logs", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestJobRunsEndToEnd(t *testing.T) {
 		t.Fatalf("logs %q, want 42", logs)
 	}
 	// Outputs, with their checksums.
-	resp, err = NewClient(boot.dir).Raw(context.Background(), http.MethodGet, "/jobs/"+v.Job.ID+"/outputs", nil, nil)
+	resp, err = api.NewClient(boot.dir).Raw(context.Background(), http.MethodGet, "/jobs/"+v.Job.ID+"/outputs", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestFailedJobIsReportedFailed(t *testing.T) {
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
 	waitAdvertised(t, boot, ns...)
 	v := post(t, boot, shJob(auction.Silver, 2, "echo oops >&2; exit 3"))
-	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v JobView) bool { return v.Receipt != nil })
+	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
 	if v.Run != auction.RunFailed || v.ExitCode == nil || *v.ExitCode != 3 || v.Receipt.Outcome != "failed" {
 		t.Fatalf("run %s exit %v outcome %s", v.Run, v.ExitCode, v.Receipt.Outcome)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -25,7 +26,7 @@ func (d *Daemon) serveMetrics() error {
 	gauge("peers", "Connected libp2p peers.", func() float64 { return float64(len(d.net.Host.Network().Peers())) })
 	gauge("gpus", "GPUs offered by this node.", func() float64 { return float64(len(d.inv.GPUs)) })
 	m := d.market
-	stats := func(f func(ProviderStatsView) float64) func() float64 {
+	stats := func(f func(api.ProviderStatsView) float64) func() float64 {
 		return func() float64 {
 			if m == nil || m.provider == nil {
 				return 0
@@ -37,14 +38,14 @@ func (d *Daemon) serveMetrics() error {
 			return f(v)
 		}
 	}
-	gauge("provider_occupancy_ratio", "Booked GPUs / GPUs now.", stats(func(v ProviderStatsView) float64 { return v.Occupancy }))
-	gauge("provider_bids_total", "Bids sent.", stats(func(v ProviderStatsView) float64 { return float64(v.Bids) }))
-	gauge("provider_leases_won_total", "Leases confirmed.", stats(func(v ProviderStatsView) float64 { return float64(v.Won) }))
-	gauge("provider_running_leases", "Leases running now.", stats(func(v ProviderStatsView) float64 { return float64(len(v.Running)) }))
-	gauge("provider_earnings_usd", "Earnings of confirmed leases (engine view).", stats(func(v ProviderStatsView) float64 { return v.EarningsUSD }))
-	gauge("provider_settled_earnings_usd", "Earnings settled in the ledger.", stats(func(v ProviderStatsView) float64 { return v.LedgerEarnedUSD }))
-	gauge("provider_p95_job_seconds", "95th percentile job run time.", stats(func(v ProviderStatsView) float64 { return v.P95JobSeconds }))
-	gauge("provider_gpu_utilization_pct", "GPU utilisation over running leases (NVML).", stats(func(v ProviderStatsView) float64 { return v.UtilizationPct }))
+	gauge("provider_occupancy_ratio", "Booked GPUs / GPUs now.", stats(func(v api.ProviderStatsView) float64 { return v.Occupancy }))
+	gauge("provider_bids_total", "Bids sent.", stats(func(v api.ProviderStatsView) float64 { return float64(v.Bids) }))
+	gauge("provider_leases_won_total", "Leases confirmed.", stats(func(v api.ProviderStatsView) float64 { return float64(v.Won) }))
+	gauge("provider_running_leases", "Leases running now.", stats(func(v api.ProviderStatsView) float64 { return float64(len(v.Running)) }))
+	gauge("provider_earnings_usd", "Earnings of confirmed leases (engine view).", stats(func(v api.ProviderStatsView) float64 { return v.EarningsUSD }))
+	gauge("provider_settled_earnings_usd", "Earnings settled in the ledger.", stats(func(v api.ProviderStatsView) float64 { return v.LedgerEarnedUSD }))
+	gauge("provider_p95_job_seconds", "95th percentile job run time.", stats(func(v api.ProviderStatsView) float64 { return v.P95JobSeconds }))
+	gauge("provider_gpu_utilization_pct", "GPU utilisation over running leases (NVML).", stats(func(v api.ProviderStatsView) float64 { return v.UtilizationPct }))
 	gauge("reputation_score", "This node's reputation as its own book sees it.", func() float64 {
 		if m == nil {
 			return 0

@@ -15,6 +15,8 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -22,24 +24,10 @@ import (
 // MaxOutputBytes caps the result files one lease may return.
 const MaxOutputBytes = 256 << 20
 
-// LeaseEvent is a provider's signed report of a lease's execution state.
-type LeaseEvent struct {
-	LeaseID  string               `json:"lease_id"`
-	JobID    string               `json:"job_id"`
-	Provider string               `json:"provider"`
-	Run      auction.RunState     `json:"run"`
-	Detail   string               `json:"detail,omitempty"`
-	ExitCode *int                 `json:"exit_code,omitempty"`
-	Started  time.Time            `json:"started,omitempty"`
-	Ended    time.Time            `json:"ended,omitempty"`
-	Outputs  []auction.OutputFile `json:"outputs,omitempty"`
-	Time     time.Time            `json:"time"`
-}
-
 // providerRecord is what a provider persists per lease, so a restart never
 // forgets a job.
 type providerRecord struct {
-	Rec      ProviderLease        `json:"rec"`
+	Rec      api.ProviderLease    `json:"rec"`
 	Job      auction.Job          `json:"job"`
 	Pgid     int                  `json:"pgid,omitempty"`
 	LastBeat time.Time            `json:"last_beat,omitempty"`
@@ -88,7 +76,7 @@ func (m *market) onProviderLease(l auction.Lease, job auction.Job, preempts []st
 		}
 	}
 	r := &leaseRun{m: m, stop: make(chan struct{}), done: make(chan struct{}), confirmed: m.d.now(),
-		pr: providerRecord{Rec: ProviderLease{Lease: l, Run: auction.RunPending}, Job: job}}
+		pr: providerRecord{Rec: api.ProviderLease{Lease: l, Run: auction.RunPending}, Job: job}}
 	m.mu.Lock()
 	m.runs[l.ID] = r
 	m.mu.Unlock()
@@ -315,7 +303,7 @@ func (r *leaseRun) heartbeats(h runtime.Handle) {
 		}
 		ctx, cancel := context.WithTimeout(m.ctx, every)
 		renter, _ := peer.Decode(l.Renter)
-		if _, err := m.d.net.Request(ctx, renter, nil, protoHeartbeat, b); err != nil {
+		if _, err := m.d.net.Request(ctx, renter, nil, wire.ProtoHeartbeat, b); err != nil {
 			m.d.log.Debug("heartbeat not delivered", "lease", l.ID, "err", err)
 		}
 		cancel()
@@ -340,7 +328,7 @@ func (m *market) heartbeatInterval() time.Duration {
 func (m *market) sendEvent(r *leaseRun) (*attest.HeartbeatSummary, error) {
 	r.mu.Lock()
 	rec := r.pr.Rec
-	ev := LeaseEvent{LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Provider: m.d.ID().String(), Run: rec.Run,
+	ev := wire.LeaseEvent{LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Provider: m.d.ID().String(), Run: rec.Run,
 		Detail: rec.Detail, ExitCode: rec.ExitCode, Started: rec.Started, Ended: rec.Ended, Outputs: r.pr.Outputs, Time: m.d.now()}
 	r.mu.Unlock()
 	b, err := m.sealed(sign.DomainLeaseEvent, ev)
@@ -354,7 +342,7 @@ func (m *market) sendEvent(r *leaseRun) (*attest.HeartbeatSummary, error) {
 	var resp []byte
 	for attempt := 0; attempt < 5; attempt++ {
 		ctx, cancel := context.WithTimeout(m.d.ctx, 10*time.Second)
-		resp, err = m.d.net.Request(ctx, renter, nil, protoLeaseEvent, b)
+		resp, err = m.d.net.Request(ctx, renter, nil, wire.ProtoLeaseEvent, b)
 		cancel()
 		if err == nil || m.d.ctx.Err() != nil {
 			break
@@ -414,7 +402,7 @@ func (m *market) settle(r *leaseRun) {
 	}
 	renter, _ := peer.Decode(rec.Lease.Renter)
 	ctx, cancel := context.WithTimeout(m.d.ctx, 15*time.Second)
-	resp, err := m.d.net.Request(ctx, renter, nil, protoReceipt, b)
+	resp, err := m.d.net.Request(ctx, renter, nil, wire.ProtoReceipt, b)
 	cancel()
 	if err != nil {
 		log.Warn("receipt not countersigned", "err", err)

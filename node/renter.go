@@ -12,13 +12,15 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // apiPostJob runs an auction for the posted job and returns its view once
 // the auction ended.
 func (m *market) apiPostJob(r *http.Request) (any, error) {
-	var req PostJobRequest
+	var req api.PostJobRequest
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -44,7 +46,7 @@ func (m *market) apiPostJob(r *http.Request) (any, error) {
 		m.mu.Unlock()
 		return nil, badRequest("job id %s already used", job.ID)
 	}
-	m.jobs[job.ID] = &JobView{JobStatus: auction.JobStatus{Job: job, State: auction.JobBidding, PostedAt: m.d.now()}}
+	m.jobs[job.ID] = &api.JobView{JobStatus: auction.JobStatus{Job: job, State: auction.JobBidding, PostedAt: m.d.now()}}
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(m.ctx, job.BidWindow+2*time.Minute)
 	defer cancel()
@@ -61,7 +63,7 @@ func (m *market) onRenterLease(l auction.Lease, job auction.Job) {
 	m.mu.Lock()
 	v := m.jobs[job.ID]
 	if v == nil {
-		v = &JobView{}
+		v = &api.JobView{}
 		m.jobs[job.ID] = v
 	}
 	v.Lease = &l
@@ -135,7 +137,7 @@ func (m *market) saveJob(id string) {
 // loadRenterJobs restores the renter's jobs after a restart.
 func (m *market) loadRenterJobs() error {
 	return m.rentState.List(func(id string, raw []byte) error {
-		var v JobView
+		var v api.JobView
 		if err := json.Unmarshal(raw, &v); err != nil {
 			m.d.log.Warn("unreadable job record", "job", id, "err", err)
 			return nil
@@ -155,18 +157,18 @@ func (m *market) loadRenterJobs() error {
 }
 
 // jobView merges the auction's status with the execution state.
-func (m *market) jobView(id string) (JobView, error) {
+func (m *market) jobView(id string) (api.JobView, error) {
 	st, inAuction := m.renter.Status(id)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, ok := m.jobs[id]
 	if !ok && !inAuction {
-		return JobView{}, notFound("no job %s on this node", id)
+		return api.JobView{}, notFound("no job %s on this node", id)
 	}
-	out := JobView{}
+	out := api.JobView{}
 	if ok {
 		out = *v
-		out.History = append([]LeaseRecord(nil), v.History...)
+		out.History = append([]api.LeaseRecord(nil), v.History...)
 	}
 	if inAuction {
 		// The auction knows bids and awards; the current lease is ours (it
@@ -201,7 +203,7 @@ func (m *market) jobView(id string) (JobView, error) {
 	return out, nil
 }
 
-func (m *market) jobList() []JobView {
+func (m *market) jobList() []api.JobView {
 	ids := map[string]bool{}
 	for _, s := range m.renter.List() {
 		ids[s.Job.ID] = true
@@ -211,7 +213,7 @@ func (m *market) jobList() []JobView {
 		ids[id] = true
 	}
 	m.mu.Unlock()
-	out := make([]JobView, 0, len(ids))
+	out := make([]api.JobView, 0, len(ids))
 	for id := range ids {
 		if v, err := m.jobView(id); err == nil {
 			out = append(out, v)
@@ -221,22 +223,22 @@ func (m *market) jobList() []JobView {
 	return out
 }
 
-func (m *market) bids(id string) (BidsView, error) {
+func (m *market) bids(id string) (api.BidsView, error) {
 	ranked, err := m.renter.Bids(id)
 	if err != nil {
 		if errors.Is(err, auction.ErrUnknownJob) {
-			return BidsView{}, notFound("no job %s on this node", id)
+			return api.BidsView{}, notFound("no job %s on this node", id)
 		}
-		return BidsView{}, badRequest("%v", err)
+		return api.BidsView{}, badRequest("%v", err)
 	}
 	if ranked == nil {
 		ranked = []auction.Ranked{}
 	}
-	return BidsView{JobID: id, Bids: ranked, Explain: auction.Explain(ranked)}, nil
+	return api.BidsView{JobID: id, Bids: ranked, Explain: auction.Explain(ranked)}, nil
 }
 
 // cancelJob cancels a job in auction, or stops its running lease.
-func (m *market) cancelJob(id string) (JobView, error) {
+func (m *market) cancelJob(id string) (api.JobView, error) {
 	v, err := m.jobView(id)
 	if err != nil {
 		return v, err
@@ -247,14 +249,14 @@ func (m *market) cancelJob(id string) (JobView, error) {
 			return v, badRequest("%v", err)
 		}
 	case v.Lease != nil && !v.Run.Terminal():
-		b, err := m.sealed(sign.DomainLeaseCancel, cancelRequest{LeaseID: v.Lease.ID, JobID: id})
+		b, err := m.sealed(sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: v.Lease.ID, JobID: id})
 		if err != nil {
 			return v, err
 		}
 		prov, _ := peer.Decode(v.Lease.Provider)
 		ctx, cancel := context.WithTimeout(m.ctx, 15*time.Second)
 		defer cancel()
-		if _, err := m.d.net.Request(ctx, prov, nil, protoCancel, b); err != nil {
+		if _, err := m.d.net.Request(ctx, prov, nil, wire.ProtoCancel, b); err != nil {
 			return v, fmt.Errorf("ask provider to stop the job: %w", err)
 		}
 	default:
@@ -310,7 +312,7 @@ func (m *market) handleHeartbeat(_ context.Context, from peer.ID, data []byte) (
 // For a terminal state it answers with our heartbeat summary, which goes
 // into the receipt.
 func (m *market) handleLeaseEvent(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
-	var ev LeaseEvent
+	var ev wire.LeaseEvent
 	if err := sign.OpenFrom(data, sign.DomainLeaseEvent, from, &ev); err != nil {
 		m.count("renter.event_rejected")
 		return nil, err
@@ -386,7 +388,7 @@ func (m *market) archiveLease(jobID, leaseID string) {
 	if v.Receipt != nil {
 		cost = v.Receipt.Amount
 	}
-	v.History = append(v.History, LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, CostUSD: cost,
+	v.History = append(v.History, api.LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, CostUSD: cost,
 		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode})
 	// The job goes back to auction: the current-lease fields describe the
 	// next lease from now on.
@@ -457,7 +459,7 @@ func (m *market) gossipReceipt(sr *attest.SignedReceipt) {
 		defer m.wg.Done()
 		ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
 		defer cancel()
-		if err := m.d.net.Publish(ctx, ReputationTopic, b); err != nil && m.ctx.Err() == nil {
+		if err := m.d.net.Publish(ctx, wire.ReputationTopic, b); err != nil && m.ctx.Err() == nil {
 			m.d.log.Debug("gossip receipt", "err", err)
 		}
 	}()
@@ -506,4 +508,4 @@ func defaultStartWindow(t auction.Tier) time.Duration {
 	return 24 * time.Hour
 }
 
-func leaseAttempt(h []LeaseRecord) int { return h[len(h)-1].Attempt }
+func leaseAttempt(h []api.LeaseRecord) int { return h[len(h)-1].Attempt }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
 	"gopkg.in/yaml.v3"
 )
 
@@ -46,7 +47,7 @@ func startDaemonProcess(t *testing.T, bin, dir string) *exec.Cmd {
 			t.Logf("daemon log of %s:\n%s", dir, b)
 		}
 	})
-	if err := NewClient(dir).WaitReady(context.Background(), 15*time.Second); err != nil {
+	if err := api.NewClient(dir).WaitReady(context.Background(), 15*time.Second); err != nil {
 		b, _ := os.ReadFile(filepath.Join(dir, "daemon.log"))
 		t.Fatalf("daemon did not start: %v\n%s", err, b)
 	}
@@ -82,7 +83,7 @@ func TestProviderKilledMidJob(t *testing.T) {
 	if v.State != auction.JobLeased {
 		t.Fatalf("not leased: %v", v.Reasons)
 	}
-	waitJob(t, boot, v.Job.ID, 20*time.Second, "running with telemetry", func(v JobView) bool {
+	waitJob(t, boot, v.Job.ID, 20*time.Second, "running with telemetry", func(v api.JobView) bool {
 		return v.Run == auction.RunRunning && v.LastTelemetry != nil
 	})
 
@@ -91,14 +92,14 @@ func TestProviderKilledMidJob(t *testing.T) {
 	}
 	_, _ = proc.Process.Wait()
 	startDaemonProcess(t, bin, dir)
-	var st2 StatusInfo
-	if err := NewClient(dir).Do(context.Background(), "GET", "/status", nil, nil, &st2); err != nil {
+	var st2 api.StatusInfo
+	if err := api.NewClient(dir).Do(context.Background(), "GET", "/status", nil, nil, &st2); err != nil {
 		t.Fatal(err)
 	}
 	if st2.PeerID != st.PeerID {
 		t.Fatalf("peer id changed across restart: %s -> %s", st.PeerID, st2.PeerID)
 	}
-	v = waitJob(t, boot, v.Job.ID, 40*time.Second, "reported failed", func(v JobView) bool { return v.Run == auction.RunFailed })
+	v = waitJob(t, boot, v.Job.ID, 40*time.Second, "reported failed", func(v api.JobView) bool { return v.Run == auction.RunFailed })
 	if !strings.Contains(v.Detail, "restarted") {
 		t.Fatalf("failure detail %q does not say the provider restarted", v.Detail)
 	}
@@ -110,7 +111,7 @@ func TestProviderKilledMidJob(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	// The interrupted lease still settles: a receipt for the time used.
-	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "settled", func(v JobView) bool { return v.Receipt != nil })
+	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
 	if v.Receipt.Outcome != "failed" {
 		t.Fatalf("receipt outcome %s", v.Receipt.Outcome)
 	}
@@ -136,11 +137,11 @@ func TestAbandonedLeaseIsSlashed(t *testing.T) {
 	job := shJob(auction.Silver, 2, "sleep 60")
 	job.Duration = 3 * time.Second
 	v := post(t, boot, job)
-	waitJob(t, boot, v.Job.ID, 20*time.Second, "running", func(v JobView) bool { return v.Run == auction.RunRunning })
+	waitJob(t, boot, v.Job.ID, 20*time.Second, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
 	_ = proc.Process.Signal(syscall.SIGKILL)
 	_, _ = proc.Process.Wait()
 
-	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "abandoned", func(v JobView) bool { return v.Run == auction.RunFailed })
+	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "abandoned", func(v api.JobView) bool { return v.Run == auction.RunFailed })
 	if !strings.Contains(v.Detail, "abandoned") {
 		t.Fatalf("detail %q", v.Detail)
 	}
@@ -152,7 +153,7 @@ func TestAbandonedLeaseIsSlashed(t *testing.T) {
 
 // startProviderProcess runs a provider daemon as a subprocess in dir,
 // bootstrapped from boot, and waits until boot discovers it.
-func startProviderProcess(t *testing.T, bin, dir string, boot *testNode) (*exec.Cmd, StatusInfo) {
+func startProviderProcess(t *testing.T, bin, dir string, boot *testNode) (*exec.Cmd, api.StatusInfo) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -164,8 +165,8 @@ func startProviderProcess(t *testing.T, bin, dir string, boot *testNode) (*exec.
 		t.Fatal(err)
 	}
 	proc := startDaemonProcess(t, bin, dir)
-	var st StatusInfo
-	if err := NewClient(dir).Do(context.Background(), "GET", "/status", nil, nil, &st); err != nil {
+	var st api.StatusInfo
+	if err := api.NewClient(dir).Do(context.Background(), "GET", "/status", nil, nil, &st); err != nil {
 		t.Fatal(err)
 	}
 	eventuallyProviders(t, boot.Daemon, auction.Query{}, []string{st.PeerID}, 30*time.Second)

@@ -14,17 +14,12 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
-
-// streamRequest opens a log or outputs stream for a lease.
-type streamRequest struct {
-	LeaseID string `json:"lease_id"`
-	Follow  bool   `json:"follow,omitempty"`
-}
 
 // lockedWriter serialises a job's stdout and stderr into one log.
 type lockedWriter struct {
@@ -40,8 +35,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 // acceptStream reads the request frame and checks that the caller is the
 // lease's renter: nobody else may read a job's logs or results.
-func (m *market) acceptStream(s network.Stream) (*leaseRun, streamRequest, bool) {
-	var req streamRequest
+func (m *market) acceptStream(s network.Stream) (*leaseRun, wire.StreamRequest, bool) {
+	var req wire.StreamRequest
 	_ = s.SetReadDeadline(time.Now().Add(10 * time.Second))
 	b, err := p2p.ReadFrame(bufio.NewReader(s))
 	if err != nil || json.Unmarshal(b, &req) != nil {
@@ -183,7 +178,7 @@ func (m *market) openLeaseStream(ctx context.Context, jobID string, proto protoc
 	if err != nil {
 		return nil, fmt.Errorf("provider %s unreachable: %w", v.Lease.Provider, err)
 	}
-	req, _ := json.Marshal(streamRequest{LeaseID: v.Lease.ID, Follow: follow})
+	req, _ := json.Marshal(wire.StreamRequest{LeaseID: v.Lease.ID, Follow: follow})
 	if err := p2p.WriteFrame(s, req); err != nil {
 		_ = s.Reset()
 		return nil, err
@@ -195,7 +190,7 @@ func (m *market) openLeaseStream(ctx context.Context, jobID string, proto protoc
 // apiLogs streams a job's log from its provider to the CLI.
 func (m *market) apiLogs(w http.ResponseWriter, r *http.Request) {
 	follow := r.URL.Query().Get("follow") == "1" || r.URL.Query().Get("follow") == "true"
-	s, err := m.openLeaseStream(r.Context(), r.PathValue("id"), protoLogs, follow)
+	s, err := m.openLeaseStream(r.Context(), r.PathValue("id"), wire.ProtoLogs, follow)
 	if err != nil {
 		writeAPIError(w, err)
 		return
@@ -229,7 +224,7 @@ func (m *market) apiLogs(w http.ResponseWriter, r *http.Request) {
 func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
 	defer cancel()
-	s, err := m.openLeaseStream(ctx, r.PathValue("id"), protoOutputs, false)
+	s, err := m.openLeaseStream(ctx, r.PathValue("id"), wire.ProtoOutputs, false)
 	if err != nil {
 		writeAPIError(w, err)
 		return

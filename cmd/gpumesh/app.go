@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/urfave/cli/v2"
 )
 
@@ -63,7 +64,7 @@ func setUsageErrors(c *cli.Command) {
 	}
 }
 
-func client(c *cli.Context) *node.Client { return node.NewClient(c.String("data-dir")) }
+func client(c *cli.Context) *api.Client { return api.NewClient(c.String("data-dir")) }
 
 func jsonFlag() cli.Flag { return &cli.BoolFlag{Name: "json", Usage: "print JSON"} }
 
@@ -140,7 +141,7 @@ func statusCommand() *cli.Command {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			var s node.StatusInfo
+			var s api.StatusInfo
 			if err := client(c).Do(c.Context, http.MethodGet, "/status", nil, nil, &s); err != nil {
 				return err
 			}
@@ -191,7 +192,7 @@ func peersCommand() *cli.Command {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			var ps []node.PeerInfo
+			var ps []api.PeerInfo
 			if err := client(c).Do(c.Context, http.MethodGet, "/peers", nil, nil, &ps); err != nil {
 				return err
 			}

@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/testnet/sim/replay"
 	"github.com/urfave/cli/v2"
 	"gopkg.in/yaml.v3"
@@ -412,8 +412,8 @@ func jobPostAction(c *cli.Context) error {
 		return err
 	}
 	cl := client(c)
-	var v node.JobView
-	if err := cl.Do(c.Context, http.MethodPost, "/jobs", nil, node.PostJobRequest{Job: job}, &v); err != nil {
+	var v api.JobView
+	if err := cl.Do(c.Context, http.MethodPost, "/jobs", nil, api.PostJobRequest{Job: job}, &v); err != nil {
 		return err
 	}
 	w := c.App.Writer
@@ -460,7 +460,7 @@ func reasonsText(rs []string) string {
 	return strings.Join(rs, "; ")
 }
 
-func printPosted(w io.Writer, v *node.JobView) {
+func printPosted(w io.Writer, v *api.JobView) {
 	l := v.Lease
 	if l == nil {
 		fmt.Fprintf(w, "job %s leased to %s\n", v.Job.ID, orDash(v.Winner))
@@ -479,7 +479,7 @@ func printPosted(w io.Writer, v *node.JobView) {
 }
 
 // runTerminal reports whether a job needs no more waiting.
-func runTerminal(v *node.JobView) bool {
+func runTerminal(v *api.JobView) bool {
 	switch v.State {
 	case auction.JobUnplaceable, auction.JobCancelled, auction.JobFailed:
 		return true
@@ -497,7 +497,7 @@ func runTerminal(v *node.JobView) bool {
 	return false
 }
 
-func runOutcome(v *node.JobView) string {
+func runOutcome(v *api.JobView) string {
 	s := string(v.Run)
 	if s == "" {
 		s = string(v.State)
@@ -517,12 +517,12 @@ func runOutcome(v *node.JobView) string {
 
 // waitJob polls the job until runTerminal, printing run-state changes when
 // not in JSON mode.
-func waitJob(c *cli.Context, id string, last auction.RunState) (node.JobView, error) {
+func waitJob(c *cli.Context, id string, last auction.RunState) (api.JobView, error) {
 	cl := client(c)
 	t := time.NewTicker(waitInterval)
 	defer t.Stop()
 	for {
-		var v node.JobView
+		var v api.JobView
 		if err := cl.Do(c.Context, http.MethodGet, jobPath(id), nil, nil, &v); err != nil {
 			return v, fmt.Errorf("wait for job %s: %w", id, err)
 		}
@@ -548,7 +548,7 @@ func jobStatusAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var v node.JobView
+	var v api.JobView
 	if err := client(c).Do(c.Context, http.MethodGet, jobPath(id), nil, nil, &v); err != nil {
 		return err
 	}
@@ -559,7 +559,7 @@ func jobStatusAction(c *cli.Context) error {
 	return nil
 }
 
-func printJobView(w io.Writer, v *node.JobView) {
+func printJobView(w io.Writer, v *api.JobView) {
 	j := &v.Job
 	fmt.Fprintf(w, "job:        %s (attempt %d)\n", j.ID, j.Attempt)
 	fmt.Fprintf(w, "state:      %s\n", v.State)
@@ -618,7 +618,7 @@ func jobListAction(c *cli.Context) error {
 	if err := noExtraArgs(c); err != nil {
 		return err
 	}
-	var vs []node.JobView
+	var vs []api.JobView
 	if err := client(c).Do(c.Context, http.MethodGet, "/jobs", nil, nil, &vs); err != nil {
 		return err
 	}
@@ -646,7 +646,7 @@ func jobCancelAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var v node.JobView
+	var v api.JobView
 	if err := client(c).Do(c.Context, http.MethodPost, jobPath(id, "/cancel"), nil, nil, &v); err != nil {
 		return err
 	}
@@ -915,7 +915,7 @@ func bidsCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			var v node.BidsView
+			var v api.BidsView
 			if err := client(c).Do(c.Context, http.MethodGet, jobPath(id, "/bids"), nil, nil, &v); err != nil {
 				return err
 			}
@@ -965,7 +965,7 @@ func providerStatsAction(c *cli.Context) error {
 	if err := noExtraArgs(c); err != nil {
 		return err
 	}
-	var s node.ProviderStatsView
+	var s api.ProviderStatsView
 	if err := client(c).Do(c.Context, http.MethodGet, "/provider/stats", nil, nil, &s); err != nil {
 		return err
 	}
@@ -995,7 +995,7 @@ func providerStatsAction(c *cli.Context) error {
 	fmt.Fprintf(w, "reputation:  %.3f (%d receipts: %d completed, %d failed, %d preempted)\n", r.Score, r.Receipts, r.Completed, r.Failed, r.Preempted)
 	for _, group := range []struct {
 		name   string
-		leases []node.ProviderLease
+		leases []api.ProviderLease
 	}{{"running", s.Running}, {"recent", s.Recent}} {
 		if len(group.leases) == 0 {
 			continue
@@ -1042,7 +1042,7 @@ func reputationCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			var v node.ReputationView
+			var v api.ReputationView
 			if err := client(c).Do(c.Context, http.MethodGet, "/reputation/"+url.PathEscape(p), nil, nil, &v); err != nil {
 				return err
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/urfave/cli/v2"
 )
 
@@ -549,9 +550,9 @@ func replyJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func leasedView(id string, run auction.RunState) node.JobView {
+func leasedView(id string, run auction.RunState) api.JobView {
 	start := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
-	return node.JobView{
+	return api.JobView{
 		JobStatus: auction.JobStatus{
 			Job:    auction.Job{ID: id, Tier: auction.Silver, MaxPrice: 2, GPUCount: 2, Duration: time.Hour, Run: auction.RunSpec{Command: []string{"true"}}},
 			State:  auction.JobLeased,
@@ -576,7 +577,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-		var req node.PostJobRequest
+		var req api.PostJobRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			replyJSON(w, 400, map[string]string{"error": err.Error()})
 			return
@@ -611,7 +612,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		un := leasedView("j2", "")
 		un.State, un.Lease, un.Winner = auction.JobUnplaceable, nil, ""
-		replyJSON(w, 200, []node.JobView{leasedView("j1", auction.RunRunning), un})
+		replyJSON(w, 200, []api.JobView{leasedView("j1", auction.RunRunning), un})
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", func(w http.ResponseWriter, r *http.Request) {
 		logQuery = r.URL.RawQuery
@@ -635,7 +636,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		w.Write(makeTar(t, entries...))
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}/bids", func(w http.ResponseWriter, r *http.Request) {
-		replyJSON(w, 200, node.BidsView{JobID: r.PathValue("id"), Explain: "12D3KooWcheap won: lowest score", Bids: []auction.Ranked{
+		replyJSON(w, 200, api.BidsView{JobID: r.PathValue("id"), Explain: "12D3KooWcheap won: lowest score", Bids: []auction.Ranked{
 			{Candidate: auction.Candidate{Bid: auction.Bid{Provider: "12D3KooWcheap", Price: 1, Datasets: []string{"c4"}}, Reliability: 0.9}, Score: 1.111},
 			{Candidate: auction.Candidate{Bid: auction.Bid{Provider: "12D3KooWdear", Price: 9}, Reliability: 0.5}, Rejected: "price above max"},
 		}})

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/api"
 )
 
 // image is what build-image.sh builds and every container runs;
@@ -238,7 +238,7 @@ func (c *cluster) start(name, config string) *daemon {
 		image, "gpumesh", "-d", "/data", "daemon", "--config", "/etc/gpumesh/config.yaml")
 	d.startedAt = time.Now()
 	c.nodes = append(c.nodes, d)
-	var st node.StatusInfo
+	var st api.StatusInfo
 	var lastErr error
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		out, err := c.gpumesh(d, "status", "--json")
@@ -385,14 +385,14 @@ func (c *cluster) awaitProviders(t *testing.T, renter *daemon, query []string, w
 
 // postJob posts a one-GPU job for model running `sh -c script` from
 // renter, waits for it and requires it to have succeeded.
-func (c *cluster) postJob(t *testing.T, renter *daemon, model, script string) node.JobView {
+func (c *cluster) postJob(t *testing.T, renter *daemon, model, script string) api.JobView {
 	t.Helper()
 	out, err := c.gpumesh(renter, "job", "post", "--gpu", model, "--max-price", "5", "--duration", "5m",
 		"--wait", "--json", "--", "sh", "-c", script)
 	if err != nil {
 		t.Fatalf("job post: %v", err)
 	}
-	var v node.JobView
+	var v api.JobView
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("job post --json: %v: %q", err, out)
 	}
@@ -470,7 +470,7 @@ func TestMultiHost(t *testing.T) {
 		if err != nil {
 			t.Fatalf("job status: %v", err)
 		}
-		var st node.JobView
+		var st api.JobView
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("job status --json: %v: %q", err, out)
 		}
@@ -534,7 +534,7 @@ func TestMultiHost(t *testing.T) {
 			t.Logf("after %s's network came back, healthy provider hidden: %s", a100, m)
 		}
 		if err != nil {
-			var s node.StatusInfo
+			var s api.StatusInfo
 			if out, serr := c.gpumesh(a100, "status", "--json"); serr == nil {
 				_ = json.Unmarshal([]byte(out), &s)
 			}

@@ -1,4 +1,4 @@
-package node
+package api
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ type Client struct {
 
 // NewClient returns a client for the daemon whose data dir is dataDir.
 func NewClient(dataDir string) *Client {
-	sock := Paths{dataDir}.Socket()
+	sock := SocketPath(dataDir)
 	return &Client{socket: sock, http: &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -84,7 +84,7 @@ func (c *Client) Raw(ctx context.Context, method, path string, q url.Values, bod
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
-		var ae apiError
+		var ae ErrorBody
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		if json.Unmarshal(b, &ae) == nil && ae.Error != "" {
 			return nil, errors.New(ae.Error)

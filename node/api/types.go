@@ -1,6 +1,11 @@
-package node
+// Package api is the daemon's control API as its clients see it: the
+// request and response types of every /v1 endpoint and the Client that
+// calls them over the daemon's unix socket. The CLI (and any other tool)
+// uses this package, never the daemon's internals.
+package api
 
 import (
+	"path/filepath"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
@@ -10,6 +15,44 @@ import (
 
 // Control API payloads (JSON). These are the daemon's public contract with
 // the CLI.
+
+// APIVersion prefixes every control API path.
+const APIVersion = "/v1"
+
+// StatusInfo is the answer of GET /v1/status.
+type StatusInfo struct {
+	Version    string              `json:"version"`
+	PeerID     string              `json:"peer_id"`
+	Addrs      []string            `json:"addrs"`
+	Peers      int                 `json:"peers"`
+	DataDir    string              `json:"data_dir"`
+	Uptime     string              `json:"uptime"`
+	Region     string              `json:"region"`
+	Provider   bool                `json:"provider"`
+	GPUSource  string              `json:"gpu_source,omitempty"`
+	GPUs       []auction.GPU       `json:"gpus"`
+	Driver     string              `json:"driver,omitempty"`
+	CUDA       string              `json:"cuda,omitempty"`
+	Executor   string              `json:"executor,omitempty"`
+	Advertised *auction.Capability `json:"advertised,omitempty"`
+}
+
+// PeerInfo is one connected peer.
+type PeerInfo struct {
+	ID    string   `json:"id"`
+	Addrs []string `json:"addrs"`
+}
+
+// ErrorBody is the JSON body of every non-2xx answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+// SocketName is the control socket's file name inside a data dir.
+const SocketName = "gpumesh.sock"
+
+// SocketPath is the control socket of the daemon whose data dir is dataDir.
+func SocketPath(dataDir string) string { return filepath.Join(dataDir, SocketName) }
 
 // PostJobRequest is the body of POST /v1/jobs. The daemon fills Owner,
 // OwnerAddrs, ID (if empty) and CreatedAt. The call returns when the auction
