@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction/gpumodel"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -151,7 +152,7 @@ func DiscoveryKeys(c Capability) []string {
 		set["region/"+r] = true
 	}
 	for _, g := range c.GPUs {
-		set["gpu/"+NormModel(g.Model)] = true
+		set["gpu/"+gpumodel.FamilyOf(g.Model)] = true
 		for _, cl := range vramClasses {
 			if g.VRAMGB >= cl {
 				set[fmt.Sprintf("vram/%d", cl)] = true
@@ -172,7 +173,7 @@ func DiscoveryKeys(c Capability) []string {
 func QueryKey(q Query) string {
 	switch {
 	case q.GPU != "":
-		return "gpu/" + NormModel(q.GPU)
+		return "gpu/" + gpumodel.FamilyOf(q.GPU)
 	case q.Region != "":
 		return "region/" + strings.ToLower(q.Region)
 	case q.MinVRAM > 0:
@@ -196,7 +197,7 @@ func (c Capability) Matches(q Query) bool {
 	}
 	n := 0
 	for _, g := range c.GPUs {
-		if q.GPU != "" && NormModel(g.Model) != NormModel(q.GPU) {
+		if q.GPU != "" && !gpumodel.Match(g.Model, q.GPU) {
 			continue
 		}
 		if g.VRAMGB < q.MinVRAM {
@@ -208,15 +209,6 @@ func (c Capability) Matches(q Query) bool {
 		return n >= q.GPUCount
 	}
 	return n > 0 || (q.GPU == "" && q.MinVRAM == 0 && len(c.GPUs) > 0)
-}
-
-// NormModel normalises a GPU model name for comparison ("RTX 4090" ==
-// "rtx4090", "NVIDIA H100 80GB HBM3" keeps its words).
-func NormModel(m string) string {
-	m = strings.ToLower(strings.TrimSpace(m))
-	m = strings.TrimPrefix(m, "nvidia ")
-	m = strings.TrimPrefix(m, "geforce ")
-	return strings.NewReplacer(" ", "", "-", "", "_", "").Replace(m)
 }
 
 // RegionPrefixes lists a region and its dash-separated parents, most

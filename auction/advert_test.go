@@ -93,7 +93,7 @@ func TestCapabilityValidator(t *testing.T) {
 func TestDiscoveryKeysAndMatches(t *testing.T) {
 	c := Capability{Region: "eu-west-1", GPUs: []GPU{{Model: "NVIDIA H100", VRAMGB: 80}, {Model: "RTX 4090", VRAMGB: 24}}}
 	keys := strings.Join(DiscoveryKeys(c), " ")
-	for _, k := range []string{"all", "region/eu", "region/eu-west", "region/eu-west-1", "gpu/h100", "gpu/rtx4090", "vram/80", "vram/24", "vram/8"} {
+	for _, k := range []string{"all", "region/eu", "region/eu-west", "region/eu-west-1", "gpu/h100", "gpu/rtx-4090", "vram/80", "vram/24", "vram/8"} {
 		if !strings.Contains(" "+keys+" ", " "+k+" ") {
 			t.Errorf("missing discovery key %s in %s", k, keys)
 		}

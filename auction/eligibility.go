@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/gpumodel"
 )
 
 // DefaultPatience is how far ahead a provider offers a start for a job
@@ -183,7 +185,7 @@ func pickModel(gpus []GPU, j *Job) (string, int, error) {
 	groups := map[string]*group{}
 	var models, tooSmall int
 	for _, g := range gpus {
-		if len(j.GPUModels) > 0 && !containsFold(j.GPUModels, g.Model) {
+		if len(j.GPUModels) > 0 && !matchesAny(g.Model, j.GPUModels) {
 			continue
 		}
 		models++
@@ -191,7 +193,7 @@ func pickModel(gpus []GPU, j *Job) (string, int, error) {
 			tooSmall++
 			continue
 		}
-		key := strings.ToLower(g.Model)
+		key := gpumodel.Identify(g.Model).Key()
 		gr := groups[key]
 		if gr == nil {
 			gr = &group{name: g.Model, vram: g.VRAMGB}
@@ -378,6 +380,17 @@ func pickEvictions(bs []Booking, start, end time.Time, gpus, capacity int) []str
 func containsFold(list []string, s string) bool {
 	for _, x := range list {
 		if strings.EqualFold(strings.TrimSpace(x), strings.TrimSpace(s)) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchesAny reports whether a device model satisfies one of the requested
+// models (by family, or by the variant/memory a request names).
+func matchesAny(model string, wanted []string) bool {
+	for _, w := range wanted {
+		if gpumodel.Match(model, w) {
 			return true
 		}
 	}

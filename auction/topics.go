@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gpumesh/gpumesh/auction/gpumodel"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -37,6 +38,11 @@ func topicPart(s string) string {
 	}, s)
 }
 
+// modelPart is a GPU model's topic component: its catalogue family, so that
+// "RTX 4090", "RTX4090" and "NVIDIA GeForce RTX 4090" share one topic and a
+// job for "H100" reaches SXM, PCIe and NVL providers alike.
+func modelPart(m string) string { return topicPart(gpumodel.FamilyOf(m)) }
+
 // continent is a region's first dash-separated segment ("eu-west" → "eu").
 func continent(region string) string {
 	region = strings.TrimSpace(region)
@@ -56,7 +62,7 @@ func JobTopics(j *Job) []string {
 	}
 	set := map[string]bool{}
 	for _, m := range j.GPUModels {
-		set[TopicPrefix+cont+"/"+topicPart(m)] = true
+		set[TopicPrefix+cont+"/"+modelPart(m)] = true
 	}
 	return sortedKeys(set)
 }
@@ -69,7 +75,7 @@ func ProviderTopics(c *Capability) []string {
 	for _, cont := range []string{continent(c.Region), "any"} {
 		set[TopicPrefix+cont+"/any"] = true
 		for _, g := range c.GPUs {
-			set[TopicPrefix+cont+"/"+topicPart(g.Model)] = true
+			set[TopicPrefix+cont+"/"+modelPart(g.Model)] = true
 		}
 	}
 	return sortedKeys(set)
