@@ -17,6 +17,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/runtime"
 	ma "github.com/multiformats/go-multiaddr"
 	"gopkg.in/yaml.v3"
 )
@@ -43,8 +44,13 @@ type Config struct {
 type ProviderConfig struct {
 	// Enabled makes the node advertise and bid.
 	Enabled bool `yaml:"enabled"`
-	// GPUs is the declared inventory used where no NVIDIA driver is present.
+	// GPUs is the declared inventory used where no NVIDIA driver is present
+	// (or always, with gpu_source: declared).
 	GPUs []auction.GPU `yaml:"gpus"`
+	// GPUSource is where the inventory comes from: auto (the driver when
+	// there is one, else gpus), nvml (the driver, or fail) or declared
+	// (gpus, never the driver). Default auto.
+	GPUSource string `yaml:"gpu_source"`
 	// Datasets this node holds cached (data-aware placement).
 	Datasets []string `yaml:"datasets"`
 	// Policy is what is sold and on what terms.
@@ -131,6 +137,11 @@ func (c Config) Validate() error {
 		if err := p.Policy.Validate(); err != nil {
 			return fmt.Errorf("provider.policy: %w", err)
 		}
+	}
+	switch p.GPUSource {
+	case "", runtime.GPUSourceAuto, runtime.GPUSourceNVML, runtime.GPUSourceDeclared:
+	default:
+		return fmt.Errorf("provider.gpu_source must be auto, nvml or declared, got %q", p.GPUSource)
 	}
 	switch p.Executor {
 	case "", "auto", "process", "docker":

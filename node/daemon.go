@@ -130,7 +130,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	if d.cfg.Provider.Enabled || len(d.cfg.Provider.GPUs) > 0 {
-		d.inv, err = runtime.DetectGPUs(d.cfg.Provider.GPUs, d.log)
+		d.inv, err = runtime.DetectGPUs(d.cfg.Provider.GPUSource, d.cfg.Provider.GPUs, d.log)
 		if err != nil {
 			return nil, fmt.Errorf("gpu inventory: %w", err)
 		}

@@ -34,6 +34,7 @@ func providerConfig(region string, floor float64, gpus ...auction.GPU) Config {
 	cfg.Region = region
 	cfg.Provider.Enabled = true
 	cfg.Provider.GPUs = gpus
+	cfg.Provider.GPUSource = "declared" // never the host's real GPUs
 	cfg.Provider.AdvertiseTTL = 30 * time.Second
 	cfg.Provider.Policy = auction.Policy{PriceFloor: floor, AcceptPreemptible: true}
 	cfg.Provider.Executor = "process"

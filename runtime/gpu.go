@@ -126,20 +126,41 @@ func (realNVML) DeviceSample(i int) (deviceSample, nvml.Return) {
 // errNoNVML means the NVML library or driver is not usable on this host.
 var errNoNVML = errors.New("runtime: NVML not available")
 
-// DetectGPUs returns the node's GPUs. It reads them through NVML when the
-// driver is present (Detected=true, Source "nvml"); otherwise it validates and
-// returns the declared list (Detected=false, Source "declared"). An empty
-// inventory is valid: the node can still rent. When NVML works, declared
-// entries are ignored (and a mismatch is logged).
-func DetectGPUs(declared []auction.GPU, log *slog.Logger) (Inventory, error) {
-	return detectGPUs(realNVML{}, declared, log)
+// Inventory sources a provider can choose (provider.gpu_source).
+const (
+	// GPUSourceAuto reads the driver when there is one, else the declared list.
+	GPUSourceAuto = "auto"
+	// GPUSourceNVML requires the driver: no driver is an error.
+	GPUSourceNVML = SourceNVML
+	// GPUSourceDeclared never touches the driver (hermetic tests, or an
+	// owner who sells fewer devices than the machine has).
+	GPUSourceDeclared = SourceDeclared
+)
+
+// DetectGPUs returns the node's GPUs from the chosen source ("" is auto).
+// Auto reads them through NVML when the driver is present (Detected=true,
+// Source "nvml"), ignoring declared entries (a mismatch is logged), and
+// otherwise validates and returns the declared list (Detected=false, Source
+// "declared"). An empty inventory is valid: the node can still rent.
+func DetectGPUs(source string, declared []auction.GPU, log *slog.Logger) (Inventory, error) {
+	return detectGPUs(realNVML{}, source, declared, log)
 }
 
-func detectGPUs(lib nvmlLib, declared []auction.GPU, log *slog.Logger) (Inventory, error) {
+func detectGPUs(lib nvmlLib, source string, declared []auction.GPU, log *slog.Logger) (Inventory, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	switch source {
+	case GPUSourceDeclared:
+		return declaredInventory(declared)
+	case "", GPUSourceAuto, GPUSourceNVML:
+	default:
+		return Inventory{}, fmt.Errorf("runtime: gpu source must be auto, nvml or declared, got %q", source)
+	}
 	inv, err := nvmlInventory(lib)
+	if err != nil && source == GPUSourceNVML {
+		return Inventory{}, fmt.Errorf("gpu source nvml: no NVIDIA driver found (%v); install the driver or set provider.gpu_source to declared", err)
+	}
 	if err == nil {
 		if len(declared) > 0 && len(declared) != len(inv.GPUs) {
 			log.Warn("declared GPUs differ from the driver's; using the driver's",
@@ -152,6 +173,11 @@ func detectGPUs(lib nvmlLib, declared []auction.GPU, log *slog.Logger) (Inventor
 		return Inventory{}, err
 	}
 	log.Debug("NVML unavailable, using declared GPUs", "err", err, "declared", len(declared))
+	return declaredInventory(declared)
+}
+
+// declaredInventory validates a declared list of GPUs.
+func declaredInventory(declared []auction.GPU) (Inventory, error) {
 	gpus := make([]auction.GPU, 0, len(declared))
 	for i, g := range declared {
 		g.Model = strings.TrimSpace(g.Model)

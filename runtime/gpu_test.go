@@ -65,7 +65,7 @@ func twoGPUs() *fakeNVML {
 func TestDetectGPUsFromNVML(t *testing.T) {
 	f := twoGPUs()
 	declared := []auction.GPU{{Model: "something else", VRAMGB: 8}}
-	inv, err := detectGPUs(f, declared, nil)
+	inv, err := detectGPUs(f, "", declared, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestDetectGPUsFromNVML(t *testing.T) {
 	// NVML present but a device failing is an error, not a silent fallback.
 	f = twoGPUs()
 	f.failDev = 1
-	if _, err := detectGPUs(f, declared, nil); err == nil || !strings.Contains(err.Error(), "device 1") {
+	if _, err := detectGPUs(f, "", declared, nil); err == nil || !strings.Contains(err.Error(), "device 1") {
 		t.Fatalf("failing device: %v", err)
 	}
 }
@@ -97,7 +97,7 @@ func TestDetectGPUsFallsBackToDeclared(t *testing.T) {
 	for _, ret := range []nvml.Return{nvml.ERROR_LIBRARY_NOT_FOUND, nvml.ERROR_DRIVER_NOT_LOADED} {
 		f := &fakeNVML{initRet: ret, failDev: -1}
 		declared := []auction.GPU{{Model: " RTX 3090 ", VRAMGB: 24, Detected: true}}
-		inv, err := detectGPUs(f, declared, nil)
+		inv, err := detectGPUs(f, "", declared, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,14 +117,39 @@ func TestDetectGPUsValidatesDeclared(t *testing.T) {
 		"vram_gb":        {{Model: "A10", VRAMGB: 0}},
 	}
 	for want, decl := range cases {
-		if _, err := detectGPUs(f, decl, nil); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := detectGPUs(f, "", decl, nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("declared %+v: error %v, want %q", decl, err, want)
 		}
 	}
 	// Renter-only node: nothing detected, nothing declared.
-	inv, err := detectGPUs(f, nil, nil)
+	inv, err := detectGPUs(f, "", nil, nil)
 	if err != nil || len(inv.GPUs) != 0 || inv.Source != SourceDeclared {
 		t.Fatalf("empty inventory: %+v %v", inv, err)
+	}
+}
+
+// TestGPUSourceIsExplicit: "declared" never touches the driver, even where
+// one works (so tests that declare an inventory never pick up real GPUs);
+// "nvml" refuses to fall back; an unknown source is an error.
+func TestGPUSourceIsExplicit(t *testing.T) {
+	declared := []auction.GPU{{Model: "RTX 3090", VRAMGB: 24}}
+	f := twoGPUs()
+	inv, err := detectGPUs(f, GPUSourceDeclared, declared, nil)
+	if err != nil || inv.Source != SourceDeclared || len(inv.GPUs) != 1 || inv.GPUs[0].Model != "RTX 3090" {
+		t.Fatalf("declared source: %+v %v", inv, err)
+	}
+	if f.inits != 0 {
+		t.Fatalf("declared source initialised NVML %d times", f.inits)
+	}
+	if inv, err := detectGPUs(twoGPUs(), GPUSourceNVML, declared, nil); err != nil || inv.Source != SourceNVML || len(inv.GPUs) != 2 {
+		t.Fatalf("nvml source with a driver: %+v %v", inv, err)
+	}
+	noDriver := &fakeNVML{initRet: nvml.ERROR_LIBRARY_NOT_FOUND, failDev: -1}
+	if _, err := detectGPUs(noDriver, GPUSourceNVML, declared, nil); err == nil || !strings.Contains(err.Error(), "no NVIDIA driver found") {
+		t.Fatalf("nvml source without a driver: %v", err)
+	}
+	if _, err := detectGPUs(twoGPUs(), "cuda", declared, nil); err == nil || !strings.Contains(err.Error(), "auto, nvml or declared") {
+		t.Fatalf("unknown source: %v", err)
 	}
 }
 
@@ -136,7 +161,7 @@ func TestDetectGPUsRealBindingWithoutDriver(t *testing.T) {
 		t.Skip("an NVIDIA driver is present; the fallback path is covered by the fake")
 	}
 	declared := []auction.GPU{{Model: "RTX 4090", VRAMGB: 24}, {Model: "RTX 4090", VRAMGB: 24}}
-	inv, err := DetectGPUs(declared, nil)
+	inv, err := DetectGPUs("", declared, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

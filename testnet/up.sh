@@ -47,6 +47,7 @@ write_config() { # idx
     echo "  heartbeat_interval: 2s"
     echo "  preempt_grace: 3s"
     echo "  executor: auto"
+    echo "  gpu_source: declared"
     echo "  gpus:"
     for ((g = 0; g < count; g++)); do echo "    - {model: $model, vram_gb: $vram}"; done
     echo "  datasets: [imagenet-$(( i % 3 ))]"

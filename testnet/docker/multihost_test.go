@@ -279,7 +279,7 @@ func providerConfig(region, bootstrap string, floor float64, g gpu) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "region: %s\nlisten: [/ip4/0.0.0.0/tcp/4001]\nlog_level: info\nbootstrap: [%s]\n", region, bootstrap)
 	fmt.Fprintf(&b, "provider:\n  enabled: true\n  advertise_ttl: %s\n  heartbeat_interval: 1s\n  preempt_grace: 2s\n", ttl)
-	b.WriteString("  executor: process\n  gpus:\n")
+	b.WriteString("  executor: process\n  gpu_source: declared\n  gpus:\n")
 	for range g.count {
 		fmt.Fprintf(&b, "    - {model: %s, vram_gb: %d}\n", g.model, g.vram)
 	}
