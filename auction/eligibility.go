@@ -72,6 +72,8 @@ func inelig(kind, format string, args ...any) error {
 //     followed by a dash ("eu" matches "eu-west", not "europe-x");
 //   - workload kind, when the policy restricts it;
 //   - preemptible jobs only go to providers that accept preemptible work;
+//   - a job with an image needs a container engine, and GPU passthrough
+//     for its GPUs (Capability.Containers);
 //   - thermal and power limits (TempC > MaxTempC, PowerW > MaxPowerW);
 //   - the provider's own reliability must reach Job.MinReliability;
 //   - hardware: GPUCount devices of one model in Job.GPUModels (any model if
@@ -121,6 +123,9 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 	}
 	if jc.Preemptible && !p.AcceptPreemptible {
 		return Offer{}, inelig("preemptible", "preemptible work not accepted")
+	}
+	if err := containerFit(ps.Cap, &jc); err != nil {
+		return Offer{}, err
 	}
 	if p.MaxTempC > 0 && ps.TempC > p.MaxTempC {
 		return Offer{}, inelig("thermal", "gpu temperature %dC above limit %dC", ps.TempC, p.MaxTempC)

@@ -84,18 +84,21 @@ type Policy struct {
 
 // Capability is a provider's signed advertisement, stored in the DHT.
 type Capability struct {
-	Peer        string    `json:"peer"`
-	Addrs       []string  `json:"addrs,omitempty"`
-	Region      string    `json:"region"`
-	GPUs        []GPU     `json:"gpus"`
-	Policy      Policy    `json:"policy"`
-	Datasets    []string  `json:"datasets,omitempty"`
-	Fingerprint string    `json:"fingerprint,omitempty"` // hash of the signed hardware fingerprint
-	Driver      string    `json:"driver,omitempty"`
-	CUDA        string    `json:"cuda,omitempty"`
-	Seq         uint64    `json:"seq"`
-	IssuedAt    time.Time `json:"issued_at"`
-	ExpiresAt   time.Time `json:"expires_at"`
+	Peer        string   `json:"peer"`
+	Addrs       []string `json:"addrs,omitempty"`
+	Region      string   `json:"region"`
+	GPUs        []GPU    `json:"gpus"`
+	Policy      Policy   `json:"policy"`
+	Datasets    []string `json:"datasets,omitempty"`
+	Fingerprint string   `json:"fingerprint,omitempty"` // hash of the signed hardware fingerprint
+	Driver      string   `json:"driver,omitempty"`
+	// Containers is what the provider's container engine can do with
+	// image jobs (see ContainerSupport).
+	Containers ContainerSupport `json:"containers,omitempty"`
+	CUDA       string           `json:"cuda,omitempty"`
+	Seq        uint64           `json:"seq"`
+	IssuedAt   time.Time        `json:"issued_at"`
+	ExpiresAt  time.Time        `json:"expires_at"`
 }
 
 // RunSpec is what a job runs: a container image and command, or a command.

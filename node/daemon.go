@@ -57,11 +57,14 @@ type Daemon struct {
 	log    *slog.Logger
 	now    func() time.Time
 	signer *sign.Signer
-	db     *ledger.DB
-	net    *p2p.Node
-	inv    runtime.Inventory
-	fp     attest.Fingerprint
-	fpHash string
+	// containers is what the provider's executor can do with image jobs
+	// (set once the executor exists; advertised in the capability).
+	containers auction.ContainerSupport
+	db         *ledger.DB
+	net        *p2p.Node
+	inv        runtime.Inventory
+	fp         attest.Fingerprint
+	fpHash     string
 
 	market *market
 
@@ -247,6 +250,7 @@ func (d *Daemon) capability(ttl time.Duration) auction.Capability {
 		Fingerprint: d.fpHash,
 		Driver:      d.inv.Driver,
 		CUDA:        d.inv.CUDA,
+		Containers:  d.containers,
 		Seq:         seq,
 		IssuedAt:    now,
 		ExpiresAt:   now.Add(ttl),

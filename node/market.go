@@ -118,6 +118,7 @@ func (m *market) startProvider(tr auction.Transport) error {
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
+	d.containers = runtime.ContainersOf(m.exec)
 	m.provider, err = auction.NewProvider(auction.ProviderConfig{
 		Signer: d.signer, Transport: tr, Calendar: m.cal, Now: d.now, Log: d.log,
 		Capability: func() auction.Capability {

@@ -2,9 +2,12 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+
+	"github.com/gpumesh/gpumesh/auction"
 )
 
 // AutoExecutor dispatches each job to the Docker backend when the job has an
@@ -55,14 +58,26 @@ func (a *AutoExecutor) Backend(spec Spec) string {
 	return a.proc.Name()
 }
 
+// ErrNoContainers is returned for an image job on a host without a
+// container engine: an image job's command never runs outside its image.
+var ErrNoContainers = errors.New("runtime: no container engine on this host: image jobs are not run")
+
+// Containers is what this host can do with image jobs.
+func (a *AutoExecutor) Containers() auction.ContainerSupport {
+	if a.docker == nil {
+		return auction.ContainersNone
+	}
+	return a.docker.Containers()
+}
+
 // Start runs spec on the backend Backend names. A job with an image on a
-// host without Docker runs its command as a process (logged as a warning).
+// host without Docker is refused (ErrNoContainers), never run on the host.
 func (a *AutoExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io.Writer) (Handle, error) {
 	if spec.Image != "" && a.docker != nil {
 		return a.docker.Start(ctx, spec, stdout, stderr)
 	}
 	if spec.Image != "" {
-		a.log.Warn("docker unavailable: running the job's command as a process, without its image", "job", spec.ID, "image", spec.Image)
+		return nil, fmt.Errorf("job %s: %w", spec.ID, ErrNoContainers)
 	}
 	h, err := a.proc.Start(ctx, spec, stdout, stderr)
 	if err != nil {

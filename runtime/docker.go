@@ -17,7 +17,10 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
 )
 
 // DefaultDockerSocket is the Docker Engine's usual unix socket.
@@ -180,12 +183,75 @@ type DockerExecutor struct {
 	grace   time.Duration
 	uids    *uidPool
 	log     *slog.Logger
+	// gpu is how containers get their GPUs ("" when the engine cannot).
+	gpu gpuPassthrough
+}
+
+// gpuPassthrough is how an engine hands containers GPUs.
+type gpuPassthrough string
+
+const (
+	gpuNone   gpuPassthrough = ""
+	gpuNVIDIA gpuPassthrough = "nvidia" // the NVIDIA container runtime
+	gpuCDI    gpuPassthrough = "cdi"    // CDI devices (nvidia.com/gpu=N)
+)
+
+// engineInfo is the part of GET /info that tells GPU support.
+type engineInfo struct {
+	Runtimes          map[string]json.RawMessage `json:"Runtimes"`
+	DiscoveredDevices []struct {
+		Source string `json:"Source"`
+		ID     string `json:"ID"`
+	} `json:"DiscoveredDevices"`
+}
+
+// passthrough reads the engine's GPU support from its info: the NVIDIA
+// runtime, else CDI GPU devices, else none.
+func (i engineInfo) passthrough() gpuPassthrough {
+	if _, ok := i.Runtimes["nvidia"]; ok {
+		return gpuNVIDIA
+	}
+	for _, d := range i.DiscoveredDevices {
+		if d.Source == "cdi" && strings.HasPrefix(d.ID, "nvidia.com/gpu=") {
+			return gpuCDI
+		}
+	}
+	return gpuNone
+}
+
+// deviceRequest asks the engine for exactly the given GPUs.
+func (g gpuPassthrough) deviceRequest(gpus []int) map[string]any {
+	ids := make([]string, len(gpus))
+	for i, n := range gpus {
+		ids[i] = strconv.Itoa(n)
+		if g == gpuCDI {
+			ids[i] = "nvidia.com/gpu=" + ids[i]
+		}
+	}
+	if g == gpuCDI {
+		return map[string]any{"Driver": "cdi", "DeviceIDs": ids}
+	}
+	return map[string]any{"Driver": "nvidia", "DeviceIDs": ids, "Capabilities": [][]string{{"gpu"}}}
+}
+
+// ErrNoGPUContainers is returned for a job that needs GPUs on an engine that
+// cannot give containers GPUs.
+var ErrNoGPUContainers = errors.New("runtime: the container engine cannot give containers GPUs (no NVIDIA runtime or CDI devices)")
+
+// Containers is what this engine can do with image jobs.
+func (e *DockerExecutor) Containers() auction.ContainerSupport {
+	if e.gpu == gpuNone {
+		return auction.ContainersNoGPU
+	}
+	return auction.ContainersGPU
 }
 
 // NewDockerExecutor returns an executor that runs each job's image as a
 // container, with the job's work dir bind-mounted at /work (also its working
 // dir and HOME), no network, all capabilities dropped, no-new-privileges,
-// the memory limit, the leased GPUs (through the nvidia device request) and
+// the memory limit, exactly the leased GPUs (through the NVIDIA runtime or
+// CDI, whichever the engine has; GPU jobs are refused on an engine with
+// neither) and
 // the same uid isolation as the process backend. Images must already be
 // present on the host. It fails if the Engine does not answer.
 func NewDockerExecutor(socketPath string, opts DockerOptions) (*DockerExecutor, error) {
@@ -224,7 +290,22 @@ func NewDockerExecutor(socketPath string, opts DockerOptions) (*DockerExecutor, 
 		return nil, err
 	}
 	e.root = root
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var info engineInfo
+	if err := e.c.do(ctx, http.MethodGet, "/info", nil, &info); err != nil {
+		return nil, fmt.Errorf("runtime: docker info: %w", err)
+	}
+	e.gpu = info.passthrough()
+	e.log.Info("docker engine", "gpu_passthrough", string(orNoneGPU(e.gpu)))
 	return e, nil
+}
+
+func orNoneGPU(g gpuPassthrough) gpuPassthrough {
+	if g == gpuNone {
+		return "none"
+	}
+	return g
 }
 
 // Name returns "docker".
@@ -238,6 +319,9 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 	}
 	if spec.Image == "" {
 		return nil, fmt.Errorf("%w: job %s: the docker backend needs an image", ErrInvalidSpec, spec.ID)
+	}
+	if len(spec.GPUs) > 0 && e.gpu == gpuNone {
+		return nil, fmt.Errorf("job %s: %w", spec.ID, ErrNoGPUContainers)
 	}
 	uid, err := e.uids.get()
 	if err != nil {
@@ -277,13 +361,7 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 		hostConfig["MemorySwap"] = int64(spec.MemoryMB) << 20
 	}
 	if len(spec.GPUs) > 0 {
-		ids := make([]string, len(spec.GPUs))
-		for i, g := range spec.GPUs {
-			ids[i] = strconv.Itoa(g)
-		}
-		hostConfig["DeviceRequests"] = []map[string]any{{
-			"Driver": "nvidia", "DeviceIDs": ids, "Capabilities": [][]string{{"gpu"}},
-		}}
+		hostConfig["DeviceRequests"] = []map[string]any{e.gpu.deviceRequest(spec.GPUs)}
 	}
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])

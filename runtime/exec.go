@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
 )
 
 // Spec is one leased job, as the executor runs it.
@@ -45,6 +47,17 @@ type Executor interface {
 	// the start only; end a running job with Handle.Stop or Spec.Deadline.
 	// stdout and stderr may be nil.
 	Start(ctx context.Context, spec Spec, stdout, stderr io.Writer) (Handle, error)
+}
+
+// ContainersOf is what an executor can do with image jobs: the process
+// backend (and any executor that does not say) runs none.
+func ContainersOf(e Executor) auction.ContainerSupport {
+	if c, ok := e.(interface {
+		Containers() auction.ContainerSupport
+	}); ok {
+		return c.Containers()
+	}
+	return auction.ContainersNone
 }
 
 // Handle is a started job.

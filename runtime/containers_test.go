@@ -1,0 +1,92 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+)
+
+// TestGPUPassthroughFromEngineInfo reads GPU support from GET /info the
+// way Docker reports it: the NVIDIA runtime, CDI devices, or neither.
+func TestGPUPassthroughFromEngineInfo(t *testing.T) {
+	cases := []struct {
+		name string
+		info string
+		want gpuPassthrough
+		req  map[string]any
+	}{
+		{"nvidia runtime", `{"Runtimes":{"runc":{},"nvidia":{"path":"nvidia-container-runtime"}}}`, gpuNVIDIA,
+			map[string]any{"Driver": "nvidia", "DeviceIDs": []string{"1", "3"}, "Capabilities": [][]string{{"gpu"}}}},
+		{"cdi devices", `{"Runtimes":{"runc":{}},"DiscoveredDevices":[{"Source":"cdi","ID":"nvidia.com/gpu=0"},{"Source":"cdi","ID":"nvidia.com/gpu=all"}]}`, gpuCDI,
+			map[string]any{"Driver": "cdi", "DeviceIDs": []string{"nvidia.com/gpu=1", "nvidia.com/gpu=3"}}},
+		{"plain engine", `{"Runtimes":{"runc":{},"io.containerd.runc.v2":{}}}`, gpuNone, nil},
+		{"other cdi vendor", `{"DiscoveredDevices":[{"Source":"cdi","ID":"vendor.com/fpga=0"}]}`, gpuNone, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var info engineInfo
+			if err := json.Unmarshal([]byte(c.info), &info); err != nil {
+				t.Fatal(err)
+			}
+			got := info.passthrough()
+			if got != c.want {
+				t.Fatalf("passthrough = %q, want %q", got, c.want)
+			}
+			if c.req != nil {
+				if r := got.deviceRequest([]int{1, 3}); !reflect.DeepEqual(r, c.req) {
+					t.Fatalf("device request %v, want %v", r, c.req)
+				}
+			}
+		})
+	}
+}
+
+// TestGPUImageJobRefusedWithoutPassthrough: on an engine with no NVIDIA
+// runtime (this CI machine), a job that needs GPUs is refused before any
+// container is created, and the executor says so for the capability record.
+func TestGPUImageJobRefusedWithoutPassthrough(t *testing.T) {
+	e := dockerExecutor(t)
+	if e.gpu != gpuNone {
+		t.Skip("this engine has GPU passthrough (" + string(e.gpu) + "); the refusal is covered by the info test")
+	}
+	if got := ContainersOf(e); got != auction.ContainersNoGPU {
+		t.Fatalf("ContainersOf = %q, want %q", got, auction.ContainersNoGPU)
+	}
+	_, err := e.Start(context.Background(), Spec{ID: "d-gpu", Image: testImage, Command: []string{"/jobhelper", "echo", "x"},
+		GPUs: []int{0}, Deadline: time.Now().Add(time.Minute)}, nil, nil)
+	if !errors.Is(err, ErrNoGPUContainers) {
+		t.Fatalf("Start = %v, want ErrNoGPUContainers", err)
+	}
+}
+
+// TestAutoNeverRunsAnImageJobOnTheHost: without a container engine, auto
+// refuses an image job instead of running its command as a process.
+func TestAutoNeverRunsAnImageJobOnTheHost(t *testing.T) {
+	a := &AutoExecutor{proc: newTestExecutor(t, ProcessOptions{})}
+	if got := ContainersOf(a); got != auction.ContainersNone {
+		t.Fatalf("ContainersOf = %q, want none", got)
+	}
+	marker := t.TempDir() + "/ran"
+	_, err := a.Start(context.Background(), Spec{ID: "img-on-host", Image: "pytorch:2", Command: []string{"/bin/sh", "-c", "touch " + marker},
+		Deadline: time.Now().Add(time.Minute)}, nil, nil)
+	if !errors.Is(err, ErrNoContainers) {
+		t.Fatalf("Start = %v, want ErrNoContainers", err)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the image job's command ran on the host (%v)", err)
+	}
+	// A command job still runs on the process backend.
+	res, _, _, _ := run(t, a, Spec{ID: "cmd-on-host", Command: []string{"/bin/true"}, Deadline: time.Now().Add(time.Minute)})
+	if res.ExitCode != 0 {
+		t.Fatalf("command job: %+v", res)
+	}
+	if got := ContainersOf(newTestExecutor(t, ProcessOptions{})); got != auction.ContainersNone {
+		t.Fatalf("process backend: %q", got)
+	}
+}
