@@ -252,8 +252,8 @@ func (e *DockerExecutor) Containers() auction.ContainerSupport {
 // the memory limit, exactly the leased GPUs (through the NVIDIA runtime or
 // CDI, whichever the engine has; GPU jobs are refused on an engine with
 // neither) and
-// the same uid isolation as the process backend. Images must already be
-// present on the host. It fails if the Engine does not answer.
+// the same uid isolation as the process backend. An image that is not on
+// the host is pulled from its registry, with progress in the job's log. It fails if the Engine does not answer.
 func NewDockerExecutor(socketPath string, opts DockerOptions) (*DockerExecutor, error) {
 	if socketPath == "" {
 		socketPath = DefaultDockerSocket
@@ -299,6 +299,64 @@ func NewDockerExecutor(socketPath string, opts DockerOptions) (*DockerExecutor, 
 	e.gpu = info.passthrough()
 	e.log.Info("docker engine", "gpu_passthrough", string(orNoneGPU(e.gpu)))
 	return e, nil
+}
+
+// pull fetches an image from its registry, writing one line per layer
+// status change (not every progress tick) to log.
+func (e *DockerExecutor) pull(ctx context.Context, image string, log io.Writer) error {
+	if log == nil {
+		log = io.Discard
+	}
+	from, tag := splitImageRef(image)
+	q := "/images/create?fromImage=" + url.QueryEscape(from)
+	if tag != "" {
+		q += "&tag=" + url.QueryEscape(tag)
+	}
+	fmt.Fprintf(log, "gpumesh: pulling image %s\n", image)
+	resp, err := e.c.request(ctx, http.MethodPost, q, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	last := map[string]string{}
+	for {
+		var m struct {
+			Status      string `json:"status"`
+			ID          string `json:"id"`
+			Error       string `json:"error"`
+			ErrorDetail struct {
+				Message string `json:"message"`
+			} `json:"errorDetail"`
+		}
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return fmt.Errorf("pull %s: %w", image, err)
+		}
+		if m.Error != "" {
+			return fmt.Errorf("pull %s: %s", image, m.Error)
+		}
+		if m.Status != "" && last[m.ID] != m.Status {
+			last[m.ID] = m.Status
+			fmt.Fprintf(log, "gpumesh: pull %s: %s\n", strings.TrimSpace(m.ID+" "+m.Status), image)
+		}
+	}
+	e.log.Info("image pulled", "image", image)
+	return nil
+}
+
+// splitImageRef splits "host:5000/repo/name:tag" into the name and tag the
+// Engine's pull takes; a digest reference is pulled whole.
+func splitImageRef(ref string) (name, tag string) {
+	if strings.Contains(ref, "@") {
+		return ref, ""
+	}
+	slash := strings.LastIndexByte(ref, '/')
+	if i := strings.LastIndexByte(ref, ':'); i > slash {
+		return ref[:i], ref[i+1:]
+	}
+	return ref, "latest"
 }
 
 func orNoneGPU(g gpuPassthrough) gpuPassthrough {
@@ -379,10 +437,17 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 		"HostConfig":      hostConfig,
 	}
 	var created struct{ Id string }
-	if err := e.c.do(ctx, http.MethodPost, "/containers/create?name="+url.QueryEscape(name), create, &created); err != nil {
-		if isDockerStatus(err, http.StatusNotFound) {
-			return fail(fmt.Errorf("runtime: job %s: image %s is not present on this host: %w", spec.ID, spec.Image, err))
+	createPath := "/containers/create?name=" + url.QueryEscape(name)
+	err = e.c.do(ctx, http.MethodPost, createPath, create, &created)
+	if isDockerStatus(err, http.StatusNotFound) {
+		// The image is not here: pull it (progress goes to the job's log),
+		// then create the container again.
+		if perr := e.pull(ctx, spec.Image, stdout); perr != nil {
+			return fail(fmt.Errorf("runtime: job %s: image %s is not on this host and could not be pulled: %w", spec.ID, spec.Image, perr))
 		}
+		err = e.c.do(ctx, http.MethodPost, createPath, create, &created)
+	}
+	if err != nil {
 		return fail(fmt.Errorf("runtime: job %s: create container: %w", spec.ID, err))
 	}
 	h := &dockerHandle{handleState: newHandleState(wd), e: e, spec: spec, id: created.Id, uid: uid, logsDone: make(chan struct{})}
