@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
-	"strconv"
+	"sort"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -45,6 +43,7 @@ func newApp(stdout, stderr io.Writer, unknown *bool) *cli.App {
 			statusCommand(),
 			peersCommand(),
 			providersCommand(),
+			countersCommand(),
 			versionCommand(),
 		},
 	}
@@ -141,8 +140,8 @@ func statusCommand() *cli.Command {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			var s api.StatusInfo
-			if err := client(c).Do(c.Context, http.MethodGet, "/status", nil, nil, &s); err != nil {
+			s, err := client(c).Status(c.Context)
+			if err != nil {
 				return err
 			}
 			if c.Bool("json") {
@@ -192,8 +191,8 @@ func peersCommand() *cli.Command {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			var ps []api.PeerInfo
-			if err := client(c).Do(c.Context, http.MethodGet, "/peers", nil, nil, &ps); err != nil {
+			ps, err := client(c).Peers(c.Context)
+			if err != nil {
 				return err
 			}
 			if c.Bool("json") {
@@ -230,20 +229,9 @@ func providersCommand() *cli.Command {
 			if c.Int("count") < 0 {
 				return fmt.Errorf("--count must be >= 0, got %d", c.Int("count"))
 			}
-			q := url.Values{}
-			for _, k := range []string{"gpu", "region"} {
-				if v := c.String(k); v != "" {
-					q.Set(k, v)
-				}
-			}
-			if v := c.Int("min-vram"); v > 0 {
-				q.Set("min_vram", strconv.Itoa(v))
-			}
-			if v := c.Int("count"); v > 0 {
-				q.Set("count", strconv.Itoa(v))
-			}
-			var caps []auction.Capability
-			if err := client(c).Do(c.Context, http.MethodGet, "/providers", q, nil, &caps); err != nil {
+			q := auction.Query{GPU: c.String("gpu"), Region: c.String("region"), MinVRAM: c.Int("min-vram"), GPUCount: c.Int("count")}
+			caps, err := client(c).Providers(c.Context, q)
+			if err != nil {
 				return err
 			}
 			if c.Bool("json") {
@@ -264,17 +252,47 @@ func providersCommand() *cli.Command {
 	}
 }
 
+func countersCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "counters",
+		Usage: "show the market's event counters (bids, rejections by reason, ...)",
+		Flags: []cli.Flag{jsonFlag()},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			m, err := client(c).Counters(c.Context)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, m)
+			}
+			names := make([]string, 0, len(m))
+			for k := range m {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(tw, "COUNTER\tCOUNT")
+			for _, k := range names {
+				fmt.Fprintf(tw, "%s\t%d\n", k, m[k])
+			}
+			return tw.Flush()
+		},
+	}
+}
+
 func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",
 		Usage: "print the CLI version and, when running, the daemon's",
 		Action: func(c *cli.Context) error {
 			fmt.Fprintf(c.App.Writer, "gpumesh %s\n", node.Version)
-			var v map[string]string
 			ctx, cancel := context.WithTimeout(c.Context, 2*time.Second)
 			defer cancel()
-			if err := client(c).Do(ctx, http.MethodGet, "/version", nil, nil, &v); err == nil {
-				fmt.Fprintf(c.App.Writer, "daemon  %s\n", v["version"])
+			if v, err := client(c).Version(ctx); err == nil {
+				fmt.Fprintf(c.App.Writer, "daemon  %s\n", v)
 			}
 			return nil
 		},

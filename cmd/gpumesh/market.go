@@ -2,13 +2,10 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -125,10 +122,6 @@ func noExtraArgs(c *cli.Context) error {
 		return fmt.Errorf("unexpected argument %q (see `%s --help`)", c.Args().First(), commandPath(c))
 	}
 	return nil
-}
-
-func jobPath(id string, suffix ...string) string {
-	return "/jobs/" + url.PathEscape(id) + strings.Join(suffix, "")
 }
 
 // ---- job post ----
@@ -404,9 +397,8 @@ func jobPostAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	cl := client(c)
-	var v api.JobView
-	if err := cl.Do(c.Context, http.MethodPost, "/jobs", nil, api.PostJobRequest{Job: job}, &v); err != nil {
+	v, err := client(c).PostJob(c.Context, job)
+	if err != nil {
 		return err
 	}
 	w := c.App.Writer
@@ -515,8 +507,8 @@ func waitJob(c *cli.Context, id string, last auction.RunState) (api.JobView, err
 	t := time.NewTicker(waitInterval)
 	defer t.Stop()
 	for {
-		var v api.JobView
-		if err := cl.Do(c.Context, http.MethodGet, jobPath(id), nil, nil, &v); err != nil {
+		v, err := cl.Job(c.Context, id)
+		if err != nil {
 			return v, fmt.Errorf("wait for job %s: %w", id, err)
 		}
 		if v.Run != last && v.Run != "" && !c.Bool("json") {
@@ -541,8 +533,8 @@ func jobStatusAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var v api.JobView
-	if err := client(c).Do(c.Context, http.MethodGet, jobPath(id), nil, nil, &v); err != nil {
+	v, err := client(c).Job(c.Context, id)
+	if err != nil {
 		return err
 	}
 	if c.Bool("json") {
@@ -611,8 +603,8 @@ func jobListAction(c *cli.Context) error {
 	if err := noExtraArgs(c); err != nil {
 		return err
 	}
-	var vs []api.JobView
-	if err := client(c).Do(c.Context, http.MethodGet, "/jobs", nil, nil, &vs); err != nil {
+	vs, err := client(c).Jobs(c.Context)
+	if err != nil {
 		return err
 	}
 	if c.Bool("json") {
@@ -639,8 +631,8 @@ func jobCancelAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var v api.JobView
-	if err := client(c).Do(c.Context, http.MethodPost, jobPath(id, "/cancel"), nil, nil, &v); err != nil {
+	v, err := client(c).CancelJob(c.Context, id)
+	if err != nil {
 		return err
 	}
 	if c.Bool("json") {
@@ -659,16 +651,12 @@ func jobLogsAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var q url.Values
-	if c.Bool("follow") {
-		q = url.Values{"follow": {"1"}}
-	}
-	resp, err := client(c).Raw(c.Context, http.MethodGet, jobPath(id, "/logs"), q, nil)
+	logs, err := client(c).Logs(c.Context, id, c.Bool("follow"))
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(c.App.Writer, resp.Body); err != nil {
+	defer logs.Close()
+	if _, err := io.Copy(c.App.Writer, logs); err != nil {
 		return fmt.Errorf("logs of job %s: %w", id, err)
 	}
 	return nil
@@ -688,20 +676,12 @@ func jobFetchAction(c *cli.Context) error {
 		return fmt.Errorf("unexpected argument %q (%s)", args[2], usage)
 	}
 	id, dir := args[0], args[1]
-	resp, err := client(c).Raw(c.Context, http.MethodGet, jobPath(id, "/outputs"), nil, nil)
+	manifest, bundle, err := client(c).Outputs(c.Context, id)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	h := resp.Header.Get(api.ManifestHeader)
-	if h == "" {
-		return fmt.Errorf("outputs of job %s: the daemon sent no %s header", id, api.ManifestHeader)
-	}
-	var manifest []auction.OutputFile
-	if err := json.Unmarshal([]byte(h), &manifest); err != nil {
-		return fmt.Errorf("outputs of job %s: bad manifest: %w", id, err)
-	}
-	files, err := wire.ExtractBundle(resp.Body, manifest, dir, c.Bool("force"))
+	defer bundle.Close()
+	files, err := wire.ExtractBundle(bundle, manifest, dir, c.Bool("force"))
 	if errors.Is(err, wire.ErrExists) {
 		return fmt.Errorf("outputs of job %s: %w (use --force to overwrite)", id, err)
 	}
@@ -733,8 +713,8 @@ func bidsCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			var v api.BidsView
-			if err := client(c).Do(c.Context, http.MethodGet, jobPath(id, "/bids"), nil, nil, &v); err != nil {
+			v, err := client(c).Bids(c.Context, id)
+			if err != nil {
 				return err
 			}
 			if c.Bool("json") {
@@ -783,8 +763,8 @@ func providerStatsAction(c *cli.Context) error {
 	if err := noExtraArgs(c); err != nil {
 		return err
 	}
-	var s api.ProviderStatsView
-	if err := client(c).Do(c.Context, http.MethodGet, "/provider/stats", nil, nil, &s); err != nil {
+	s, err := client(c).ProviderStats(c.Context)
+	if err != nil {
 		return err
 	}
 	if c.Bool("json") {
@@ -860,8 +840,8 @@ func reputationCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			var v api.ReputationView
-			if err := client(c).Do(c.Context, http.MethodGet, "/reputation/"+url.PathEscape(p), nil, nil, &v); err != nil {
+			v, err := client(c).Reputation(c.Context, p)
+			if err != nil {
 				return err
 			}
 			if c.Bool("json") {

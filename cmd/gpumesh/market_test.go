@@ -17,7 +17,6 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
-	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/urfave/cli/v2"
@@ -274,6 +273,7 @@ func TestMarketCLIWithoutDaemon(t *testing.T) {
 		{"bids", "j1"},
 		{"provider", "stats"},
 		{"reputation", "12D3KooWabc"},
+		{"counters"},
 		{"ledger", "list", "--kind", "receipt", "--limit", "3"},
 		{"ledger", "show", "1"},
 		{"ledger", "verify"},
@@ -342,7 +342,7 @@ func TestSimCommandMounted(t *testing.T) {
 func fakeDaemon(t *testing.T, mux *http.ServeMux) string {
 	t.Helper()
 	dir := t.TempDir()
-	ln, err := net.Listen("unix", node.Paths{Dir: dir}.Socket())
+	ln, err := net.Listen("unix", api.SocketPath(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +378,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 
 	var posted auction.Job
 	var polls atomic.Int32
-	var logQuery, ledgerQueryStr, exportQuery, statusID string
+	var logQuery, ledgerQueryStr, exportQuery, statusID, providersQuery string
 	exit3 := 3
 	files := map[string]string{"out/metrics.json": `{"acc":0.9}`, "out/model.bin": strings.Repeat("m", 3000)}
 	tampered := false
@@ -483,6 +483,14 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		}
 		replyJSON(w, 200, v)
 	})
+	mux.HandleFunc("GET /v1/counters", func(w http.ResponseWriter, r *http.Request) {
+		replyJSON(w, 200, map[string]int{"renter.bids": 4, "provider.malformed_stream": 1})
+	})
+	mux.HandleFunc("GET /v1/providers", func(w http.ResponseWriter, r *http.Request) {
+		providersQuery = r.URL.RawQuery
+		replyJSON(w, 200, []auction.Capability{{Peer: "12D3KooWprov", Region: "eu-west",
+			GPUs: []auction.GPU{{Model: "H100", VRAMGB: 80}, {Model: "H100", VRAMGB: 80}}, Policy: auction.Policy{PriceFloor: 1.25}}})
+	})
 	mux.HandleFunc("GET /v1/ledger/export", func(w http.ResponseWriter, r *http.Request) {
 		exportQuery = r.URL.RawQuery
 		io.WriteString(w, "seq,kind\n1,receipt\n")
@@ -579,6 +587,21 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		tampered = true
 		defer func() { tampered = false }()
 		oneLineError(t, `checksum mismatch for "out/model.bin"`, "-d", dir, "job", "fetch", "--force", "j1", dest)
+	})
+	t.Run("counters", func(t *testing.T) {
+		code, out, _ := gm("counters")
+		if code != 0 || out != "COUNTER                    COUNT\nprovider.malformed_stream  1\nrenter.bids                4\n" {
+			t.Fatalf("code %d, out %q", code, out)
+		}
+	})
+	t.Run("providers", func(t *testing.T) {
+		code, out, _ := gm("providers", "--gpu", "H100", "--region", "eu", "--min-vram", "40", "--count", "2")
+		if code != 0 || providersQuery != "count=2&gpu=H100&min_vram=40&region=eu" {
+			t.Fatalf("code %d, query %q", code, providersQuery)
+		}
+		if !strings.Contains(out, "2xH100/80GB") || !strings.Contains(out, "1.25") || !strings.HasSuffix(out, "1 provider(s)\n") {
+			t.Fatalf("out:\n%s", out)
+		}
 	})
 	t.Run("ledger", func(t *testing.T) {
 		code, out, _ := gm("ledger", "verify")
