@@ -96,7 +96,7 @@ func ledgerCommand() *cli.Command {
 }
 
 func ledgerListAction(c *cli.Context) error {
-	if err := noExtraArgs(c); err != nil {
+	if err := noArgs(c); err != nil {
 		return err
 	}
 	f, err := ledgerFilter(c)
@@ -162,7 +162,7 @@ func ledgerShowAction(c *cli.Context) error {
 }
 
 func ledgerVerifyAction(c *cli.Context) error {
-	if err := noExtraArgs(c); err != nil {
+	if err := noArgs(c); err != nil {
 		return err
 	}
 	rep, err := client(c).LedgerVerify(c.Context)
@@ -177,7 +177,7 @@ func ledgerVerifyAction(c *cli.Context) error {
 }
 
 func ledgerBalancesAction(c *cli.Context) error {
-	if err := noExtraArgs(c); err != nil {
+	if err := noArgs(c); err != nil {
 		return err
 	}
 	bs, err := client(c).LedgerBalances(c.Context)
@@ -210,7 +210,7 @@ func ledgerBalancesAction(c *cli.Context) error {
 }
 
 func ledgerExportAction(c *cli.Context) error {
-	if err := noExtraArgs(c); err != nil {
+	if err := noArgs(c); err != nil {
 		return err
 	}
 	if c.Bool("json") == c.Bool("csv") {
@@ -233,12 +233,4 @@ func ledgerExportAction(c *cli.Context) error {
 		return fmt.Errorf("ledger export: %w", err)
 	}
 	return nil
-}
-
-// usd formats an amount of money, sign first: -$0.0006.
-func usd(v float64) string {
-	if v < 0 {
-		return "-$" + strconv.FormatFloat(-v, 'f', 4, 64)
-	}
-	return "$" + strconv.FormatFloat(v, 'f', 4, 64)
 }
