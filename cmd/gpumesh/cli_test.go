@@ -62,7 +62,7 @@ func TestMarketCLIArgErrors(t *testing.T) {
 		{"--limit must be >= 0", []string{"ledger", "list", "--limit", "-1"}},
 		{"choose exactly one of --json or --csv", []string{"ledger", "export"}},
 		{"choose exactly one of --json or --csv", []string{"ledger", "export", "--json", "--csv"}},
-		{"--max-price must be > 0", []string{"job", "post", "--max-price", "0", "--duration", "1h", "--", "x"}},
+		{"invalid --max-price: must be a positive number, got 0", []string{"job", "post", "--max-price", "0", "--duration", "1h", "--", "x"}},
 		{`unknown tier "platinum" (gold, silver, bronze)`, []string{"job", "post", "--tier", "platinum", "--max-price", "1", "--duration", "1h", "--", "x"}},
 		{"no command: put it after --", []string{"job", "post", "--max-price", "1", "--duration", "1h"}},
 		{"flag provided but not defined: -frob", []string{"job", "post", "--frob"}},

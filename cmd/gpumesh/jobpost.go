@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strings"
 	"time"
@@ -86,11 +85,7 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 
 	switch {
 	case set("max-price"):
-		v := c.Float64("max-price")
-		if !(v > 0) || math.IsInf(v, 0) {
-			return auction.Job{}, fmt.Errorf("--max-price must be > 0, got %v", v)
-		}
-		job.MaxPrice = v
+		job.MaxPrice = c.Float64("max-price")
 	case !inFile["max_price"]:
 		return auction.Job{}, errors.New("--max-price is required (USD per GPU-hour)")
 	}
@@ -98,49 +93,29 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 	if set("gpu") {
 		job.GPUModels = nil
 		for _, m := range c.StringSlice("gpu") {
-			if m = strings.TrimSpace(m); m == "" {
-				return auction.Job{}, errors.New("--gpu must not be empty")
-			}
-			job.GPUModels = append(job.GPUModels, m)
+			job.GPUModels = append(job.GPUModels, strings.TrimSpace(m))
 		}
 	}
 	if set("count") || !inFile["gpu_count"] {
-		v := c.Int("count")
-		if v < 1 || v > auction.MaxGPUCount {
-			return auction.Job{}, fmt.Errorf("--count must be in [1, %d], got %d", auction.MaxGPUCount, v)
-		}
-		job.GPUCount = v
+		job.GPUCount = c.Int("count")
 	}
 	if set("min-vram") {
-		if v := c.Int("min-vram"); v < 0 {
-			return auction.Job{}, fmt.Errorf("--min-vram must be >= 0, got %d", v)
-		}
 		job.MinVRAMGB = c.Int("min-vram")
 	}
 	if set("region") {
 		job.Region = strings.TrimSpace(c.String("region"))
 	}
 	if set("min-reliability") {
-		v := c.Float64("min-reliability")
-		if !(v >= 0 && v <= 1) {
-			return auction.Job{}, fmt.Errorf("--min-reliability must be in [0, 1], got %v", v)
-		}
-		job.MinReliability = v
+		job.MinReliability = c.Float64("min-reliability")
 	}
 	switch {
 	case set("preemptible"):
 		job.Preemptible = c.Bool("preemptible")
-		if job.Preemptible && job.Tier == auction.Gold {
-			return auction.Job{}, errors.New("--preemptible cannot be used with --tier gold (gold work is never preempted)")
-		}
 	case !inFile["preemptible"]:
 		job.Preemptible = job.Tier == auction.Bronze
 	}
 	switch {
 	case set("duration"):
-		if v := c.Duration("duration"); v <= 0 {
-			return auction.Job{}, fmt.Errorf("--duration must be > 0, got %v", v)
-		}
 		job.Duration = c.Duration("duration")
 	case !inFile["duration"]:
 		return auction.Job{}, errors.New("--duration is required (e.g. 2h)")
@@ -155,10 +130,7 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 	if set("dataset") {
 		job.Datasets = nil
 		for _, d := range c.StringSlice("dataset") {
-			if d = strings.TrimSpace(d); d == "" {
-				return auction.Job{}, errors.New("--dataset must not be empty")
-			}
-			job.Datasets = append(job.Datasets, d)
+			job.Datasets = append(job.Datasets, strings.TrimSpace(d))
 		}
 	}
 	if set("workload") {
@@ -184,30 +156,56 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 		job.Run.Outputs = c.String("outputs")
 	}
 	if set("memory-mb") {
-		if v := c.Int("memory-mb"); v < 0 {
-			return auction.Job{}, fmt.Errorf("--memory-mb must be >= 0, got %d", v)
-		}
 		job.Run.MemoryMB = c.Int("memory-mb")
 	}
 	if set("bid-window") {
-		v := c.Duration("bid-window")
-		if v < auction.MinBidWindow || v > auction.MaxBidWindow {
-			return auction.Job{}, fmt.Errorf("--bid-window must be in [%v, %v], got %v", auction.MinBidWindow, auction.MaxBidWindow, v)
-		}
-		job.BidWindow = v
+		job.BidWindow = c.Duration("bid-window")
 	}
 	if args := c.Args().Slice(); len(args) > 0 {
 		job.Run.Command = args
 	}
-	if len(job.Run.Command) == 0 || strings.TrimSpace(job.Run.Command[0]) == "" {
-		return auction.Job{}, errors.New("no command: put it after -- (e.g. gpumesh job post --max-price 2 --duration 1h -- python train.py)")
-	}
 
 	job.CreatedAt = now
 	if err := job.Validate(); err != nil {
-		return auction.Job{}, fmt.Errorf("invalid job: %s", validationMessage(err))
+		return auction.Job{}, invalidJob(c, err)
 	}
 	return job, nil
+}
+
+// jobFlags names the job post flag that sets each of auction.Job's fields.
+var jobFlags = map[string]string{
+	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "min_vram_gb": "min-vram",
+	"region": "region", "min_reliability": "min-reliability", "preemptible": "preemptible", "duration": "duration",
+	"deadline": "deadline", "datasets": "dataset", "workload": "workload", "bid_window": "bid-window",
+	"run.image": "image", "run.env": "env", "run.outputs": "outputs", "run.memory_mb": "memory-mb",
+}
+
+// invalidJob turns auction.Job.Validate's field errors into one line: a
+// problem with a value given by a flag names the flag ("invalid
+// --max-price: must be a positive number, got 0"), one with a value from
+// --file names the spec's field ("invalid job: gpu_count must be in
+// [1, 1024], got 0"); an empty command gets the hint where to put it.
+func invalidJob(c *cli.Context, err error) error {
+	fes := auction.FieldErrors(err)
+	if len(fes) == 0 {
+		return fmt.Errorf("invalid job: %v", err)
+	}
+	var flagged, filed []string
+	for _, fe := range fes {
+		base, _, _ := strings.Cut(fe.Field, "[")
+		switch flag, ok := jobFlags[base]; {
+		case fe.Field == "run.command":
+			flagged = append(flagged, "no command: put it after -- (e.g. gpumesh job post --max-price 2 --duration 1h -- python train.py)")
+		case ok && c.IsSet(flag):
+			flagged = append(flagged, fmt.Sprintf("invalid --%s: %s", flag, fe.Problem))
+		default:
+			filed = append(filed, fe.Error())
+		}
+	}
+	if len(filed) > 0 {
+		flagged = append(flagged, "invalid job: "+strings.Join(filed, "; "))
+	}
+	return errors.New(strings.Join(flagged, "; "))
 }
 
 // loadJobFile reads a YAML job spec, rejecting unknown fields. It also
@@ -255,31 +253,13 @@ func yamlMessage(err error) string {
 func parseDeadline(s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		if !t.After(now) {
-			return time.Time{}, fmt.Errorf("--deadline %s is in the past", s)
-		}
-		return t, nil
+		return t, nil // auction.Job.Validate refuses one before the job's creation
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
 		return time.Time{}, fmt.Errorf("--deadline must be an RFC3339 time or a positive duration from now, got %q", s)
 	}
 	return now.Add(d), nil
-}
-
-// validationMessage flattens auction.Job.Validate's joined errors into one
-// line without its "auction: invalid job" prefix.
-func validationMessage(err error) string {
-	if inner := errors.Unwrap(err); inner != nil {
-		if j, ok := inner.(interface{ Unwrap() []error }); ok {
-			var parts []string
-			for _, e := range j.Unwrap() {
-				parts = append(parts, e.Error())
-			}
-			return strings.Join(parts, "; ")
-		}
-	}
-	return err.Error()
 }
 
 // waitInterval is how often `job post --wait` polls the job's status (a

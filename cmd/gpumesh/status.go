@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -88,6 +89,10 @@ func peersCommand() *cli.Command {
 	}
 }
 
+// queryFlags names the providers flag that sets each of auction.Query's
+// fields.
+var queryFlags = map[string]string{"gpu": "gpu", "region": "region", "min_vram": "min-vram", "gpu_count": "count"}
+
 func providersCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "providers",
@@ -103,13 +108,14 @@ func providersCommand() *cli.Command {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			if c.Int("min-vram") < 0 {
-				return fmt.Errorf("--min-vram must be >= 0, got %d", c.Int("min-vram"))
-			}
-			if c.Int("count") < 0 {
-				return fmt.Errorf("--count must be >= 0, got %d", c.Int("count"))
-			}
 			q := auction.Query{GPU: c.String("gpu"), Region: c.String("region"), MinVRAM: c.Int("min-vram"), GPUCount: c.Int("count")}
+			if err := q.Validate(); err != nil {
+				var parts []string
+				for _, fe := range auction.FieldErrors(err) {
+					parts = append(parts, fmt.Sprintf("invalid --%s: %s", queryFlags[fe.Field], fe.Problem))
+				}
+				return errors.New(strings.Join(parts, "; "))
+			}
 			caps, err := client(c).Providers(c.Context, q)
 			if err != nil {
 				return err
