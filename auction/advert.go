@@ -132,15 +132,17 @@ type Query struct {
 	GPUCount int    `json:"gpu_count,omitempty"`
 }
 
-// Validate checks a query's values.
+// Validate checks a query's values; each problem is a *FieldError named
+// after the query's JSON field.
 func (q Query) Validate() error {
+	var errs []error
 	if q.MinVRAM < 0 {
-		return fmt.Errorf("min-vram must be >= 0, got %d", q.MinVRAM)
+		errs = append(errs, &FieldError{Field: "min_vram", Problem: fmt.Sprintf("must be >= 0, got %d", q.MinVRAM)})
 	}
 	if q.GPUCount < 0 {
-		return fmt.Errorf("gpu count must be >= 0, got %d", q.GPUCount)
+		errs = append(errs, &FieldError{Field: "gpu_count", Problem: fmt.Sprintf("must be >= 0, got %d", q.GPUCount)})
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // DiscoveryKeys are the DHT keys a provider announces itself under: every

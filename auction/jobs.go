@@ -42,61 +42,104 @@ func ParseTier(s string) (Tier, error) {
 	return "", fmt.Errorf("auction: unknown tier %q (want gold, silver or bronze)", s)
 }
 
+// FieldError is one problem with one field of a spec (a Job, a Query):
+// Field is the field's name as in JSON and YAML ("max_price",
+// "run.command", "gpu_models[2]") and Problem says what is wrong with it,
+// e.g. "must be a positive number, got 0". Validate's errors wrap one
+// FieldError per problem; FieldErrors lists them.
+type FieldError struct {
+	Field   string
+	Problem string
+}
+
+func (e *FieldError) Error() string { return e.Field + " " + e.Problem }
+
+// FieldErrors returns every *FieldError in err's tree (joined and wrapped
+// errors included), in order.
+func FieldErrors(err error) []*FieldError {
+	var out []*FieldError
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *FieldError:
+			out = append(out, e)
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return out
+}
+
 // Validate checks a job spec and fills defaults: a zero BidWindow becomes
 // DefaultBidWindow. It rejects an unknown tier, a MaxPrice that is not a
 // positive finite number, GPUCount outside [1, MaxGPUCount], a non-positive
 // Duration, a negative MinVRAMGB, MinReliability outside [0,1], an empty
-// command, a preemptible gold job (gold is the protected tier), a negative
-// attempt, a BidWindow outside [MinBidWindow, MaxBidWindow] and a Deadline
-// before CreatedAt. ID, Owner and CreatedAt may be empty (the renter fills
-// them when it posts the job).
+// command, a negative Run.MemoryMB, an empty GPU model or dataset name, a
+// preemptible gold job (gold is the protected tier), a negative attempt, a
+// BidWindow outside [MinBidWindow, MaxBidWindow] and a Deadline before
+// CreatedAt. ID, Owner and CreatedAt may be empty (the renter fills them
+// when it posts the job). Each problem is a *FieldError (see FieldErrors).
 func (j *Job) Validate() error {
 	if j == nil {
 		return errors.New("auction: nil job")
 	}
 	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf(format, args...))
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
 	}
 	if _, err := ParseTier(string(j.Tier)); err != nil {
-		bad("tier: unknown tier %q (want gold, silver or bronze)", j.Tier)
+		bad("tier", "must be gold, silver or bronze, got %q", j.Tier)
 	}
 	if math.IsNaN(j.MaxPrice) || math.IsInf(j.MaxPrice, 0) || j.MaxPrice <= 0 {
-		bad("max_price must be a positive number, got %v", j.MaxPrice)
+		bad("max_price", "must be a positive number, got %v", j.MaxPrice)
 	}
 	if j.GPUCount < 1 || j.GPUCount > MaxGPUCount {
-		bad("gpu_count must be in [1, %d], got %d", MaxGPUCount, j.GPUCount)
+		bad("gpu_count", "must be in [1, %d], got %d", MaxGPUCount, j.GPUCount)
 	}
 	if j.Duration <= 0 {
-		bad("duration must be positive, got %v", j.Duration)
+		bad("duration", "must be positive, got %v", j.Duration)
 	}
 	if j.MinVRAMGB < 0 {
-		bad("min_vram_gb must not be negative, got %d", j.MinVRAMGB)
+		bad("min_vram_gb", "must not be negative, got %d", j.MinVRAMGB)
 	}
 	if math.IsNaN(j.MinReliability) || j.MinReliability < 0 || j.MinReliability > 1 {
-		bad("min_reliability must be in [0, 1], got %v", j.MinReliability)
+		bad("min_reliability", "must be in [0, 1], got %v", j.MinReliability)
 	}
 	if len(j.Run.Command) == 0 || strings.TrimSpace(j.Run.Command[0]) == "" {
-		bad("run.command must not be empty")
+		bad("run.command", "must not be empty")
+	}
+	if j.Run.MemoryMB < 0 {
+		bad("run.memory_mb", "must not be negative, got %d", j.Run.MemoryMB)
 	}
 	if j.Tier == Gold && j.Preemptible {
-		bad("a gold job cannot be preemptible")
+		bad("preemptible", "must be false for a gold job (gold work is never preempted)")
 	}
 	if j.Attempt < 0 {
-		bad("attempt must not be negative, got %d", j.Attempt)
+		bad("attempt", "must not be negative, got %d", j.Attempt)
 	}
 	for i, m := range j.GPUModels {
 		if strings.TrimSpace(m) == "" {
-			bad("gpu_models[%d] is empty", i)
+			bad(fmt.Sprintf("gpu_models[%d]", i), "must not be empty")
+		}
+	}
+	for i, d := range j.Datasets {
+		if strings.TrimSpace(d) == "" {
+			bad(fmt.Sprintf("datasets[%d]", i), "must not be empty")
 		}
 	}
 	if j.BidWindow == 0 {
 		j.BidWindow = DefaultBidWindow
 	} else if j.BidWindow < MinBidWindow || j.BidWindow > MaxBidWindow {
-		bad("bid_window must be in [%v, %v], got %v", MinBidWindow, MaxBidWindow, j.BidWindow)
+		bad("bid_window", "must be in [%v, %v], got %v", MinBidWindow, MaxBidWindow, j.BidWindow)
 	}
 	if !j.Deadline.IsZero() && !j.CreatedAt.IsZero() && j.Deadline.Before(j.CreatedAt) {
-		bad("deadline %s is before created_at %s", j.Deadline.Format(time.RFC3339), j.CreatedAt.Format(time.RFC3339))
+		bad("deadline", "%s is before created_at %s", j.Deadline.Format(time.RFC3339), j.CreatedAt.Format(time.RFC3339))
 	}
 	if len(errs) == 0 {
 		return nil

@@ -1,7 +1,9 @@
 package auction
 
 import (
+	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -172,26 +174,50 @@ func TestJobValidate(t *testing.T) {
 	if j.BidWindow != DefaultBidWindow {
 		t.Fatalf("BidWindow default = %v", j.BidWindow)
 	}
-	cases := map[string]func(*Job){
-		"tier":            func(j *Job) { j.Tier = "platinum" },
-		"max_price":       func(j *Job) { j.MaxPrice = math.NaN() },
-		"gpu_count":       func(j *Job) { j.GPUCount = 0 },
-		"duration":        func(j *Job) { j.Duration = -time.Minute },
-		"min_vram_gb":     func(j *Job) { j.MinVRAMGB = -1 },
-		"min_reliability": func(j *Job) { j.MinReliability = 1.5 },
-		"run.command":     func(j *Job) { j.Run.Command = nil },
-		"deadline":        func(j *Job) { j.CreatedAt = monday; j.Deadline = monday.Add(-time.Second) },
-		"bid_window":      func(j *Job) { j.BidWindow = 10 * time.Millisecond },
-		"gold job":        func(j *Job) { j.Tier = Gold; j.Preemptible = true },
+	cases := []struct {
+		name, field string
+		mut         func(*Job)
+	}{
+		{"tier", "tier", func(j *Job) { j.Tier = "platinum" }},
+		{"max_price", "max_price", func(j *Job) { j.MaxPrice = math.NaN() }},
+		{"gpu_count", "gpu_count", func(j *Job) { j.GPUCount = 0 }},
+		{"duration", "duration", func(j *Job) { j.Duration = -time.Minute }},
+		{"min_vram_gb", "min_vram_gb", func(j *Job) { j.MinVRAMGB = -1 }},
+		{"min_reliability", "min_reliability", func(j *Job) { j.MinReliability = 1.5 }},
+		{"run.command", "run.command", func(j *Job) { j.Run.Command = nil }},
+		{"run.memory_mb", "run.memory_mb", func(j *Job) { j.Run.MemoryMB = -1 }},
+		{"deadline", "deadline", func(j *Job) { j.CreatedAt = monday; j.Deadline = monday.Add(-time.Second) }},
+		{"bid_window", "bid_window", func(j *Job) { j.BidWindow = 10 * time.Millisecond }},
+		{"gold job", "preemptible", func(j *Job) { j.Tier = Gold; j.Preemptible = true }},
+		{"attempt", "attempt", func(j *Job) { j.Attempt = -1 }},
+		{"gpu_models", "gpu_models[1]", func(j *Job) { j.GPUModels = []string{"H100", " "} }},
+		{"datasets", "datasets[0]", func(j *Job) { j.Datasets = []string{""} }},
 	}
-	for want, mut := range cases {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			j := validJob()
+			c.mut(&j)
+			err := j.Validate()
+			if err == nil || !strings.Contains(err.Error(), c.name) {
+				t.Fatalf("Validate with bad %s = %v", c.name, err)
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != c.field {
+				t.Fatalf("Validate with bad %s: field error %+v, want field %q", c.name, fe, c.field)
+			}
+		})
+	}
+	t.Run("every problem", func(t *testing.T) {
 		j := validJob()
-		mut(&j)
-		err := j.Validate()
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("Validate with bad %s = %v", want, err)
+		j.MaxPrice, j.GPUCount, j.Run.Command = -1, 0, nil
+		var fields []string
+		for _, fe := range FieldErrors(j.Validate()) {
+			fields = append(fields, fe.Field)
 		}
-	}
+		if want := []string{"max_price", "gpu_count", "run.command"}; !slices.Equal(fields, want) {
+			t.Fatalf("FieldErrors = %q, want %q", fields, want)
+		}
+	})
 	var nilJob *Job
 	if nilJob.Validate() == nil {
 		t.Error("nil job validated")

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"archive/tar"
 	"bufio"
 	"context"
 	"encoding/json"
@@ -9,11 +8,11 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -140,25 +139,9 @@ func (m *market) serveOutputs(s network.Stream) {
 	if err := p2p.WriteFrame(s, man); err != nil {
 		return
 	}
-	tw := tar.NewWriter(s)
-	dir := m.outDir(req.LeaseID)
-	for _, o := range outs {
-		f, err := os.Open(filepath.Join(dir, filepath.FromSlash(o.Path)))
-		if err != nil {
-			_ = s.Reset()
-			return
-		}
-		hdr := &tar.Header{Name: o.Path, Mode: 0o644, Size: o.Size, ModTime: time.Now(), Typeflag: tar.TypeReg}
-		if err := tw.WriteHeader(hdr); err == nil {
-			_, err = io.CopyN(tw, f, o.Size)
-		}
-		f.Close()
-		if err != nil {
-			_ = s.Reset()
-			return
-		}
+	if err := wire.WriteBundle(s, m.outDir(req.LeaseID), outs); err != nil {
+		_ = s.Reset()
 	}
-	_ = tw.Close()
 }
 
 // openLeaseStream asks a job's current (or last) provider for a stream.
@@ -249,7 +232,7 @@ func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hdr, _ := json.Marshal(mf.Outputs)
-	w.Header().Set("X-Gpumesh-Manifest", string(hdr))
+	w.Header().Set(api.ManifestHeader, string(hdr))
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.Copy(w, br)

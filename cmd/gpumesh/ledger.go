@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/urfave/cli/v2"
 )
 
@@ -29,10 +28,10 @@ func ledgerFilterFlags() []cli.Flag {
 	}
 }
 
-// ledgerQuery turns the filter flags into the query of GET /ledger and
-// /ledger/export.
-func ledgerQuery(c *cli.Context) (url.Values, error) {
-	q := url.Values{}
+// ledgerFilter turns the filter flags into the ledger filter of `ledger
+// list` and `ledger export`.
+func ledgerFilter(c *cli.Context) (ledger.Filter, error) {
+	var f ledger.Filter
 	if k := c.String("kind"); k != "" {
 		known := false
 		for _, want := range ledgerKinds {
@@ -43,23 +42,15 @@ func ledgerQuery(c *cli.Context) (url.Values, error) {
 			for i, k := range ledgerKinds {
 				names[i] = string(k)
 			}
-			return nil, fmt.Errorf("unknown --kind %q (%s)", k, strings.Join(names, ", "))
+			return f, fmt.Errorf("unknown --kind %q (%s)", k, strings.Join(names, ", "))
 		}
-		q.Set("kind", k)
+		f.Kind = ledger.Kind(k)
 	}
-	if v := c.String("counterparty"); v != "" {
-		q.Set("counterparty", v)
+	f.Counterparty, f.LeaseID = c.String("counterparty"), c.String("lease")
+	if f.Limit = c.Int("limit"); f.Limit < 0 {
+		return f, fmt.Errorf("--limit must be >= 0, got %d", f.Limit)
 	}
-	if v := c.String("lease"); v != "" {
-		q.Set("lease", v)
-	}
-	switch n := c.Int("limit"); {
-	case n < 0:
-		return nil, fmt.Errorf("--limit must be >= 0, got %d", n)
-	case n > 0:
-		q.Set("limit", strconv.Itoa(n))
-	}
-	return q, nil
+	return f, nil
 }
 
 func ledgerCommand() *cli.Command {
@@ -105,15 +96,15 @@ func ledgerCommand() *cli.Command {
 }
 
 func ledgerListAction(c *cli.Context) error {
-	if err := noExtraArgs(c); err != nil {
+	if err := noArgs(c); err != nil {
 		return err
 	}
-	q, err := ledgerQuery(c)
+	f, err := ledgerFilter(c)
 	if err != nil {
 		return err
 	}
-	var es []ledger.Entry
-	if err := client(c).Do(c.Context, http.MethodGet, "/ledger", q, nil, &es); err != nil {
+	es, err := client(c).Ledger(c.Context, f)
+	if err != nil {
 		return err
 	}
 	if c.Bool("json") {
@@ -141,8 +132,8 @@ func ledgerShowAction(c *cli.Context) error {
 	if err != nil || seq == 0 {
 		return fmt.Errorf("invalid ledger SEQ %q: want a positive integer", s)
 	}
-	var e ledger.Entry
-	if err := client(c).Do(c.Context, http.MethodGet, "/ledger/"+strconv.FormatUint(seq, 10), nil, nil, &e); err != nil {
+	e, err := client(c).LedgerEntry(c.Context, seq)
+	if err != nil {
 		return err
 	}
 	if c.Bool("json") {
@@ -171,11 +162,11 @@ func ledgerShowAction(c *cli.Context) error {
 }
 
 func ledgerVerifyAction(c *cli.Context) error {
-	if err := noExtraArgs(c); err != nil {
+	if err := noArgs(c); err != nil {
 		return err
 	}
-	var rep ledger.VerifyReport
-	if err := client(c).Do(c.Context, http.MethodGet, "/ledger/verify", nil, nil, &rep); err != nil {
+	rep, err := client(c).LedgerVerify(c.Context)
+	if err != nil {
 		return err
 	}
 	if c.Bool("json") {
@@ -186,11 +177,11 @@ func ledgerVerifyAction(c *cli.Context) error {
 }
 
 func ledgerBalancesAction(c *cli.Context) error {
-	if err := noExtraArgs(c); err != nil {
+	if err := noArgs(c); err != nil {
 		return err
 	}
-	var bs map[string]ledger.Balance
-	if err := client(c).Do(c.Context, http.MethodGet, "/ledger/balances", nil, nil, &bs); err != nil {
+	bs, err := client(c).LedgerBalances(c.Context)
+	if err != nil {
 		return err
 	}
 	if c.Bool("json") {
@@ -219,35 +210,27 @@ func ledgerBalancesAction(c *cli.Context) error {
 }
 
 func ledgerExportAction(c *cli.Context) error {
-	if err := noExtraArgs(c); err != nil {
+	if err := noArgs(c); err != nil {
 		return err
 	}
 	if c.Bool("json") == c.Bool("csv") {
 		return errors.New("choose exactly one of --json or --csv")
 	}
-	q, err := ledgerQuery(c)
+	f, err := ledgerFilter(c)
 	if err != nil {
 		return err
 	}
-	q.Set("format", "csv")
+	format := api.ExportCSV
 	if c.Bool("json") {
-		q.Set("format", "json")
+		format = api.ExportJSON
 	}
-	resp, err := client(c).Raw(c.Context, http.MethodGet, "/ledger/export", q, nil)
+	body, err := client(c).LedgerExport(c.Context, f, format)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(c.App.Writer, resp.Body); err != nil {
+	defer body.Close()
+	if _, err := io.Copy(c.App.Writer, body); err != nil {
 		return fmt.Errorf("ledger export: %w", err)
 	}
 	return nil
-}
-
-// usd formats an amount of money, sign first: -$0.0006.
-func usd(v float64) string {
-	if v < 0 {
-		return "-$" + strconv.FormatFloat(-v, 'f', 4, 64)
-	}
-	return "$" + strconv.FormatFloat(v, 'f', 4, 64)
 }

@@ -98,8 +98,7 @@ func (c *Client) Raw(ctx context.Context, method, path string, q url.Values, bod
 func (c *Client) WaitReady(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		var v map[string]string
-		err := c.Do(ctx, http.MethodGet, "/version", nil, nil, &v)
+		_, err := c.Version(ctx)
 		if err == nil {
 			return nil
 		}

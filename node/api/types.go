@@ -145,3 +145,8 @@ type ReputationView struct {
 	Peer string             `json:"peer"`
 	Rep  attest.ProviderRep `json:"reputation"`
 }
+
+// ManifestHeader carries the JSON []auction.OutputFile of GET
+// /v1/jobs/{id}/outputs, whose body is the outputs bundle (see
+// wire.ExtractBundle).
+const ManifestHeader = "X-Gpumesh-Manifest"

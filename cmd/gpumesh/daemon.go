@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gpumesh/gpumesh/node"
+	"github.com/urfave/cli/v2"
+)
+
+func daemonCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "daemon",
+		Usage: "run the gpumesh daemon in the foreground",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "config file (YAML); default <data-dir>/config.yaml if present", EnvVars: []string{"GPUMESH_CONFIG"}},
+			&cli.StringSliceFlag{Name: "listen", Usage: "libp2p listen multiaddr (repeatable); overrides the config"},
+			&cli.StringSliceFlag{Name: "bootstrap", Usage: "bootstrap peer multiaddr ending in /p2p/<id> (repeatable); added to the config's"},
+			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error; overrides the config"},
+			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			dataDir := c.String("data-dir")
+			path, must := c.String("config"), true
+			if path == "" {
+				path, must = node.Paths{Dir: dataDir}.Config(), false
+			}
+			cfg, err := node.LoadConfig(path, must)
+			if err != nil {
+				return err
+			}
+			if l := c.StringSlice("listen"); len(l) > 0 {
+				cfg.Listen = l
+			}
+			cfg.Bootstrap = append(cfg.Bootstrap, c.StringSlice("bootstrap")...)
+			if l := c.String("log-level"); l != "" {
+				cfg.LogLevel = l
+			}
+			if err := cfg.Validate(); err != nil {
+				return fmt.Errorf("config: %w", err)
+			}
+			log, err := node.NewLogger(c.App.ErrWriter, cfg.LogLevel, c.String("log-format"))
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			d, err := node.Start(ctx, node.Options{DataDir: dataDir, Config: cfg, Log: log})
+			if err != nil {
+				return err
+			}
+			<-ctx.Done()
+			log.Info("shutting down")
+			return d.Close()
+		},
+	}
+}
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the CLI version and, when running, the daemon's",
+		Action: func(c *cli.Context) error {
+			fmt.Fprintf(c.App.Writer, "gpumesh %s\n", node.Version)
+			ctx, cancel := context.WithTimeout(c.Context, 2*time.Second)
+			defer cancel()
+			if v, err := client(c).Version(ctx); err == nil {
+				fmt.Fprintf(c.App.Writer, "daemon  %s\n", v)
+			}
+			return nil
+		},
+	}
+}

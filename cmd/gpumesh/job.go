@@ -1,0 +1,252 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/urfave/cli/v2"
+)
+
+func jobCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "job",
+		Usage: "post and follow jobs (the renter side of the market)",
+		Subcommands: []*cli.Command{
+			jobPostCommand(),
+			{
+				Name:      "status",
+				Usage:     "show one job: auction, lease, run, telemetry, cost, receipt, history",
+				ArgsUsage: "ID",
+				Flags:     []cli.Flag{jsonFlag()},
+				Action:    jobStatusAction,
+			},
+			{
+				Name:   "list",
+				Usage:  "list this node's jobs, newest first",
+				Flags:  []cli.Flag{jsonFlag()},
+				Action: jobListAction,
+			},
+			{
+				Name:      "cancel",
+				Usage:     "cancel a job (its auction, or its running lease)",
+				ArgsUsage: "ID",
+				Flags:     []cli.Flag{jsonFlag()},
+				Action:    jobCancelAction,
+			},
+			{
+				Name:      "logs",
+				Usage:     "print a job's stdout and stderr",
+				ArgsUsage: "ID",
+				Flags:     []cli.Flag{&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming until the job ends"}},
+				Action:    jobLogsAction,
+			},
+			{
+				Name:      "fetch",
+				Usage:     "download a job's output files into DIR, verifying their checksums",
+				ArgsUsage: "ID DIR",
+				Flags:     []cli.Flag{&cli.BoolFlag{Name: "force", Usage: "overwrite existing files in DIR"}},
+				Action:    jobFetchAction,
+			},
+		},
+	}
+}
+
+func jobStatusAction(c *cli.Context) error {
+	id, err := jobArg(c, "job ID")
+	if err != nil {
+		return err
+	}
+	v, err := client(c).Job(c.Context, id)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, v)
+	}
+	printJobView(c.App.Writer, &v)
+	return nil
+}
+
+func printJobView(w io.Writer, v *api.JobView) {
+	j := &v.Job
+	fmt.Fprintf(w, "job:        %s (attempt %d)\n", j.ID, j.Attempt)
+	fmt.Fprintf(w, "state:      %s\n", v.State)
+	tier := string(j.Tier)
+	if j.Preemptible {
+		tier += " (preemptible)"
+	}
+	fmt.Fprintf(w, "tier:       %s, %d GPU(s), %s, max $%.4g/GPU-h\n", tier, j.GPUCount, j.Duration, j.MaxPrice)
+	fmt.Fprintf(w, "command:    %s\n", strings.Join(j.Run.Command, " "))
+	if len(v.Reasons) > 0 {
+		fmt.Fprintf(w, "reasons:    %s\n", reasonsText(v.Reasons))
+	}
+	if v.Winner != "" {
+		fmt.Fprintf(w, "winner:     %s\n", v.Winner)
+	}
+	if l := v.Lease; l != nil {
+		fmt.Fprintf(w, "lease:      %s %s, $%.4g/GPU-h, %s .. %s\n", l.ID, l.State, l.Price, fmtTime(l.Start), fmtTime(l.End))
+	}
+	if v.Run != "" {
+		fmt.Fprintf(w, "run:        %s\n", runOutcome(v))
+	}
+	if !v.Started.IsZero() {
+		s := "started:    " + fmtTime(v.Started)
+		if !v.Ended.IsZero() {
+			s += ", ended " + fmtTime(v.Ended) + " (" + v.Ended.Sub(v.Started).Round(time.Millisecond).String() + ")"
+		}
+		fmt.Fprintln(w, s)
+	}
+	if t := v.LastTelemetry; t != nil {
+		fmt.Fprintf(w, "telemetry:  %s gpu %.0f%%, %d MB, %d°C, %d W, cpu %.1fs, rss %d MB (%s)\n", fmtTime(t.Time),
+			t.GPUUtil, t.MemUsedMB, t.TempC, t.PowerW, t.CPUSeconds, t.RSSMB, t.Source)
+	}
+	if h := v.Heartbeats; h != nil {
+		fmt.Fprintf(w, "heartbeats: %d/%d, coverage %.0f%%, %d gap(s), %d rejected\n", h.Count, h.Expected, 100*h.Coverage, len(h.Gaps), h.Rejected)
+	}
+	fmt.Fprintf(w, "cost:       $%.4f\n", v.CostUSD)
+	if r := v.Receipt; r != nil {
+		fmt.Fprintf(w, "receipt:    %s, %.0f GPU-s, $%.4f%s\n", r.Outcome, r.GPUSeconds, r.Amount, prefixed(", result ", r.ResultHash))
+	}
+	for _, o := range v.Outputs {
+		fmt.Fprintf(w, "output:     %s (%d bytes, sha256 %s)\n", o.Path, o.Size, o.SHA256)
+	}
+	for _, h := range v.History {
+		fmt.Fprintf(w, "history:    attempt %d lease %s on %s: %s, $%.4f%s\n", h.Attempt, h.Lease.ID, h.Lease.Provider, h.Run, h.CostUSD, prefixed(": ", h.Detail))
+	}
+}
+
+func runOutcome(v *api.JobView) string {
+	s := string(v.Run)
+	if s == "" {
+		s = string(v.State)
+	}
+	exit := ""
+	if v.ExitCode != nil {
+		exit = fmt.Sprintf("exit code %d", *v.ExitCode)
+		s += " (" + exit + ")"
+	}
+	if v.Detail != "" && v.Detail != exit {
+		s += ": " + v.Detail
+	} else if len(v.Reasons) > 0 && v.Run == "" {
+		s += ": " + reasonsText(v.Reasons)
+	}
+	return s
+}
+
+func reasonsText(rs []string) string {
+	if len(rs) == 0 {
+		return "no reason given"
+	}
+	return strings.Join(rs, "; ")
+}
+
+func jobListAction(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	vs, err := client(c).Jobs(c.Context)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, vs)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTIER\tSTATE\tRUN\tPROVIDER\tPRICE\tCOST")
+	for _, v := range vs {
+		provider, price := v.Winner, "-"
+		if v.Lease != nil {
+			provider, price = v.Lease.Provider, fmt.Sprintf("$%.4g", v.Lease.Price)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t$%.4f\n", v.Job.ID, v.Job.Tier, v.State, orDash(string(v.Run)), orDash(provider), price, v.CostUSD)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "%d job(s)\n", len(vs))
+	return nil
+}
+
+func jobCancelAction(c *cli.Context) error {
+	id, err := jobArg(c, "job ID")
+	if err != nil {
+		return err
+	}
+	v, err := client(c).CancelJob(c.Context, id)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, v)
+	}
+	if v.State == auction.JobCancelled || v.Run == auction.RunCancelled {
+		fmt.Fprintf(c.App.Writer, "job %s cancelled\n", v.Job.ID)
+	} else {
+		fmt.Fprintf(c.App.Writer, "job %s: cancellation requested (state %s, run %s)\n", v.Job.ID, v.State, orDash(string(v.Run)))
+	}
+	return nil
+}
+
+func jobLogsAction(c *cli.Context) error {
+	id, err := jobArg(c, "job ID")
+	if err != nil {
+		return err
+	}
+	logs, err := client(c).Logs(c.Context, id, c.Bool("follow"))
+	if err != nil {
+		return err
+	}
+	defer logs.Close()
+	if _, err := io.Copy(c.App.Writer, logs); err != nil {
+		return fmt.Errorf("logs of job %s: %w", id, err)
+	}
+	return nil
+}
+
+// ---- job fetch ----
+
+func jobFetchAction(c *cli.Context) error {
+	usage := "usage: " + commandPath(c) + " ID DIR"
+	args := c.Args().Slice()
+	switch {
+	case len(args) == 0 || strings.TrimSpace(args[0]) == "":
+		return fmt.Errorf("missing job ID (%s)", usage)
+	case len(args) == 1 || strings.TrimSpace(args[1]) == "":
+		return fmt.Errorf("missing DIR (%s)", usage)
+	case len(args) > 2:
+		return fmt.Errorf("unexpected argument %q (%s)", args[2], usage)
+	}
+	id, dir := args[0], args[1]
+	manifest, bundle, err := client(c).Outputs(c.Context, id)
+	if err != nil {
+		return err
+	}
+	defer bundle.Close()
+	files, err := wire.ExtractBundle(bundle, manifest, dir, c.Bool("force"))
+	if errors.Is(err, wire.ErrExists) {
+		return fmt.Errorf("outputs of job %s: %w (use --force to overwrite)", id, err)
+	}
+	if err != nil {
+		return fmt.Errorf("outputs of job %s: %w", id, err)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "PATH\tSIZE\tSHA256")
+	for _, f := range files {
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", filepath.Join(dir, filepath.FromSlash(f.Path)), f.Size, f.SHA256)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "%d file(s) verified\n", len(files))
+	return nil
+}
+
+// ---- bids, provider, reputation ----

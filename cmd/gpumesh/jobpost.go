@@ -1,0 +1,378 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/urfave/cli/v2"
+	"gopkg.in/yaml.v3"
+)
+
+// stringList is a repeatable string flag that, unlike cli.StringSliceFlag,
+// never splits a value on commas (environment values may contain them).
+type stringList []string
+
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+func (s *stringList) String() string     { return strings.Join(*s, " ") }
+
+func jobPostFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "file", Usage: "YAML job spec (fields as in auction.Job); flags given explicitly override it"},
+		&cli.StringFlag{Name: "tier", Value: string(auction.Silver), Usage: "gold, silver or bronze"},
+		&cli.Float64Flag{Name: "max-price", DefaultText: "required unless in --file", Usage: "most you pay per GPU-hour, in USD"},
+		&cli.StringSliceFlag{Name: "gpu", Usage: "acceptable GPU model, e.g. H100 (repeatable)"},
+		&cli.IntFlag{Name: "count", Value: 1, Usage: "number of GPUs"},
+		&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU, in GB"},
+		&cli.StringFlag{Name: "region", Usage: "residency constraint: a region or region prefix, e.g. eu"},
+		&cli.Float64Flag{Name: "min-reliability", Usage: "minimum provider reliability, 0..1"},
+		&cli.BoolFlag{Name: "preemptible", DefaultText: "true for bronze, false otherwise", Usage: "the job may be interrupted"},
+		&cli.DurationFlag{Name: "duration", DefaultText: "required unless in --file", Usage: "how long the job needs the GPUs, e.g. 2h"},
+		&cli.StringFlag{Name: "deadline", Usage: "latest start: RFC3339 time or a duration from now, e.g. 30m"},
+		&cli.StringSliceFlag{Name: "dataset", Usage: "dataset the job reads (repeatable); providers with it cached are preferred"},
+		&cli.StringFlag{Name: "workload", Usage: "workload kind: inference, training, batch, eval, sweep..."},
+		&cli.StringFlag{Name: "image", Usage: "container image to run the command in"},
+		&cli.GenericFlag{Name: "env", Value: &stringList{}, Usage: "environment variable KEY=VALUE (repeatable)"},
+		&cli.StringFlag{Name: "outputs", Usage: "directory, relative to the job's work dir, whose files are returned"},
+		&cli.IntFlag{Name: "memory-mb", Usage: "memory cap in MB, where the runtime can enforce it"},
+		&cli.DurationFlag{Name: "bid-window", DefaultText: auction.DefaultBidWindow.String(), Usage: "how long to collect bids"},
+		&cli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its final status; fail unless it succeeded"},
+		jsonFlag(),
+	}
+}
+
+func jobPostCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "post",
+		Usage:     "post a job to the market and run its auction",
+		ArgsUsage: "-- CMD [ARGS...]",
+		Flags:     jobPostFlags(),
+		Action:    jobPostAction,
+	}
+}
+
+// buildJob builds and validates the job described by c's flags, the
+// optional --file spec and the command after `--`. Explicitly given flags
+// override the file. now is the job's creation time and the origin of a
+// relative --deadline.
+func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
+	var job auction.Job
+	inFile := map[string]bool{}
+	if p := c.String("file"); p != "" {
+		var err error
+		if job, inFile, err = loadJobFile(p); err != nil {
+			return auction.Job{}, err
+		}
+	}
+	set := func(name string) bool { return c.IsSet(name) }
+
+	// Tier first: the preemptible default depends on it.
+	tier := string(job.Tier)
+	if set("tier") || tier == "" {
+		tier = c.String("tier")
+	}
+	t, err := auction.ParseTier(tier)
+	if err != nil {
+		return auction.Job{}, fmt.Errorf("unknown tier %q (gold, silver, bronze)", tier)
+	}
+	job.Tier = t
+
+	switch {
+	case set("max-price"):
+		job.MaxPrice = c.Float64("max-price")
+	case !inFile["max_price"]:
+		return auction.Job{}, errors.New("--max-price is required (USD per GPU-hour)")
+	}
+
+	if set("gpu") {
+		job.GPUModels = nil
+		for _, m := range c.StringSlice("gpu") {
+			job.GPUModels = append(job.GPUModels, strings.TrimSpace(m))
+		}
+	}
+	if set("count") || !inFile["gpu_count"] {
+		job.GPUCount = c.Int("count")
+	}
+	if set("min-vram") {
+		job.MinVRAMGB = c.Int("min-vram")
+	}
+	if set("region") {
+		job.Region = strings.TrimSpace(c.String("region"))
+	}
+	if set("min-reliability") {
+		job.MinReliability = c.Float64("min-reliability")
+	}
+	switch {
+	case set("preemptible"):
+		job.Preemptible = c.Bool("preemptible")
+	case !inFile["preemptible"]:
+		job.Preemptible = job.Tier == auction.Bronze
+	}
+	switch {
+	case set("duration"):
+		job.Duration = c.Duration("duration")
+	case !inFile["duration"]:
+		return auction.Job{}, errors.New("--duration is required (e.g. 2h)")
+	}
+	if set("deadline") {
+		d, err := parseDeadline(c.String("deadline"), now)
+		if err != nil {
+			return auction.Job{}, err
+		}
+		job.Deadline = d
+	}
+	if set("dataset") {
+		job.Datasets = nil
+		for _, d := range c.StringSlice("dataset") {
+			job.Datasets = append(job.Datasets, strings.TrimSpace(d))
+		}
+	}
+	if set("workload") {
+		job.Workload = strings.TrimSpace(c.String("workload"))
+	}
+	if set("image") {
+		job.Run.Image = c.String("image")
+	}
+	if set("env") {
+		env, _ := c.Generic("env").(*stringList)
+		if job.Run.Env == nil {
+			job.Run.Env = map[string]string{}
+		}
+		for _, kv := range *env {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || strings.TrimSpace(k) == "" || strings.ContainsAny(k, " \t") {
+				return auction.Job{}, fmt.Errorf("--env must be KEY=VALUE, got %q", kv)
+			}
+			job.Run.Env[k] = v
+		}
+	}
+	if set("outputs") {
+		job.Run.Outputs = c.String("outputs")
+	}
+	if set("memory-mb") {
+		job.Run.MemoryMB = c.Int("memory-mb")
+	}
+	if set("bid-window") {
+		job.BidWindow = c.Duration("bid-window")
+	}
+	if args := c.Args().Slice(); len(args) > 0 {
+		job.Run.Command = args
+	}
+
+	job.CreatedAt = now
+	if err := job.Validate(); err != nil {
+		return auction.Job{}, invalidJob(c, err)
+	}
+	return job, nil
+}
+
+// jobFlags names the job post flag that sets each of auction.Job's fields.
+var jobFlags = map[string]string{
+	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "min_vram_gb": "min-vram",
+	"region": "region", "min_reliability": "min-reliability", "preemptible": "preemptible", "duration": "duration",
+	"deadline": "deadline", "datasets": "dataset", "workload": "workload", "bid_window": "bid-window",
+	"run.image": "image", "run.env": "env", "run.outputs": "outputs", "run.memory_mb": "memory-mb",
+}
+
+// invalidJob turns auction.Job.Validate's field errors into one line: a
+// problem with a value given by a flag names the flag ("invalid
+// --max-price: must be a positive number, got 0"), one with a value from
+// --file names the spec's field ("invalid job: gpu_count must be in
+// [1, 1024], got 0"); an empty command gets the hint where to put it.
+func invalidJob(c *cli.Context, err error) error {
+	fes := auction.FieldErrors(err)
+	if len(fes) == 0 {
+		return fmt.Errorf("invalid job: %v", err)
+	}
+	var flagged, filed []string
+	for _, fe := range fes {
+		base, _, _ := strings.Cut(fe.Field, "[")
+		switch flag, ok := jobFlags[base]; {
+		case fe.Field == "run.command":
+			flagged = append(flagged, "no command: put it after -- (e.g. gpumesh job post --max-price 2 --duration 1h -- python train.py)")
+		case ok && c.IsSet(flag):
+			flagged = append(flagged, fmt.Sprintf("invalid --%s: %s", flag, fe.Problem))
+		default:
+			filed = append(filed, fe.Error())
+		}
+	}
+	if len(filed) > 0 {
+		flagged = append(flagged, "invalid job: "+strings.Join(filed, "; "))
+	}
+	return errors.New(strings.Join(flagged, "; "))
+}
+
+// loadJobFile reads a YAML job spec, rejecting unknown fields. It also
+// reports which top-level keys the file set, so that defaults apply only
+// to what it left out.
+func loadJobFile(p string) (auction.Job, map[string]bool, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return auction.Job{}, nil, fmt.Errorf("job file: %w", err)
+	}
+	var job auction.Job
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&job); err != nil {
+		if errors.Is(err, io.EOF) {
+			return auction.Job{}, nil, fmt.Errorf("job file %s is empty", p)
+		}
+		return auction.Job{}, nil, fmt.Errorf("job file %s: %s", p, yamlMessage(err))
+	}
+	var keys map[string]yaml.Node
+	if err := yaml.Unmarshal(b, &keys); err != nil {
+		return auction.Job{}, nil, fmt.Errorf("job file %s: %s", p, yamlMessage(err))
+	}
+	set := make(map[string]bool, len(keys))
+	for k := range keys {
+		set[k] = true
+	}
+	return job, set, nil
+}
+
+// yamlMessage is a YAML decoding error on one line.
+func yamlMessage(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		parts := make([]string, len(te.Errors))
+		for i, e := range te.Errors {
+			parts[i] = strings.TrimSpace(e)
+		}
+		return strings.Join(parts, "; ")
+	}
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// parseDeadline accepts an RFC3339 time or a positive duration from now.
+func parseDeadline(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil // auction.Job.Validate refuses one before the job's creation
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return time.Time{}, fmt.Errorf("--deadline must be an RFC3339 time or a positive duration from now, got %q", s)
+	}
+	return now.Add(d), nil
+}
+
+// waitInterval is how often `job post --wait` polls the job's status (a
+// variable so tests can shorten it).
+var waitInterval = time.Second
+
+func jobPostAction(c *cli.Context) error {
+	job, err := buildJob(c, time.Now())
+	if err != nil {
+		return err
+	}
+	v, err := client(c).PostJob(c.Context, job)
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	if v.State != auction.JobLeased {
+		if c.Bool("json") {
+			if err := printJSON(w, v); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("job %s %s: %s", v.Job.ID, v.State, reasonsText(v.Reasons))
+	}
+	if !c.Bool("wait") {
+		if c.Bool("json") {
+			return printJSON(w, v)
+		}
+		printPosted(w, &v)
+		return nil
+	}
+	if !c.Bool("json") {
+		printPosted(w, &v)
+	}
+	final, err := waitJob(c, v.Job.ID, v.Run)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		if err := printJSON(w, final); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(w)
+		printJobView(w, &final)
+	}
+	if final.Run != auction.RunSucceeded {
+		return fmt.Errorf("job %s %s", final.Job.ID, runOutcome(&final))
+	}
+	return nil
+}
+
+func printPosted(w io.Writer, v *api.JobView) {
+	l := v.Lease
+	if l == nil {
+		fmt.Fprintf(w, "job %s leased to %s\n", v.Job.ID, orDash(v.Winner))
+		return
+	}
+	fmt.Fprintf(w, "job %s leased to %s at $%.4g/GPU-h (start %s)\n", v.Job.ID, l.Provider, l.Price, fmtTime(l.Start))
+	fmt.Fprintf(w, "  lease %s: %s tier, %d GPU(s), until %s\n", l.ID, l.Tier, l.GPUCount, fmtTime(l.End))
+	eligible := 0
+	for _, b := range v.Bids {
+		if b.Rejected == "" {
+			eligible++
+		}
+	}
+	fmt.Fprintf(w, "  %d bid(s), %d eligible; max $%.4g/GPU-h; est. cost $%.4f\n", len(v.Bids), eligible, v.Job.MaxPrice,
+		l.Price*float64(l.GPUCount)*l.End.Sub(l.Start).Hours())
+}
+
+// runTerminal reports whether a job needs no more waiting.
+func runTerminal(v *api.JobView) bool {
+	switch v.State {
+	case auction.JobUnplaceable, auction.JobCancelled, auction.JobFailed:
+		return true
+	case auction.JobBidding, auction.JobAwarding:
+		return false // e.g. a preempted bronze job being requeued
+	}
+	switch v.Run {
+	case auction.RunSucceeded, auction.RunFailed, auction.RunExpired, auction.RunCancelled:
+		return true
+	case auction.RunPreempted:
+		// A preemptible job may be requeued; a preempted lease of a
+		// non-preemptible job is final.
+		return !v.Job.Preemptible
+	}
+	return false
+}
+
+// waitJob polls the job until runTerminal, printing run-state changes when
+// not in JSON mode.
+func waitJob(c *cli.Context, id string, last auction.RunState) (api.JobView, error) {
+	cl := client(c)
+	t := time.NewTicker(waitInterval)
+	defer t.Stop()
+	for {
+		v, err := cl.Job(c.Context, id)
+		if err != nil {
+			return v, fmt.Errorf("wait for job %s: %w", id, err)
+		}
+		if v.Run != last && v.Run != "" && !c.Bool("json") {
+			fmt.Fprintf(c.App.Writer, "  %s run %s\n", time.Now().Format(time.TimeOnly), v.Run)
+		}
+		last = v.Run
+		if runTerminal(&v) {
+			return v, nil
+		}
+		select {
+		case <-c.Context.Done():
+			return v, c.Context.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// ---- job status / list / cancel / logs ----

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/urfave/cli/v2"
+)
+
+var testNow = time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
+
+// parseJob runs buildJob through a minimal app carrying the real job post
+// flags, so flag parsing is exactly the CLI's.
+func parseJob(t *testing.T, args ...string) (auction.Job, error) {
+	t.Helper()
+	var job auction.Job
+	var berr error
+	app := &cli.App{
+		Name:      "t",
+		Flags:     jobPostFlags(),
+		Writer:    io.Discard,
+		ErrWriter: io.Discard,
+		Action: func(c *cli.Context) error {
+			job, berr = buildJob(c, testNow)
+			return nil
+		},
+	}
+	if err := app.Run(append([]string{"t"}, args...)); err != nil {
+		return job, err
+	}
+	return job, berr
+}
+
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const fullJobYAML = `
+id: train-7
+tier: bronze
+max_price: 1.25
+gpu_count: 2
+min_vram_gb: 24
+gpu_models: [A100, H100]
+region: eu
+min_reliability: 0.8
+duration: 90m
+deadline: 2026-03-14T12:00:00Z
+datasets: [imagenet]
+workload: training
+bid_window: 3s
+run:
+  image: trainer:1
+  command: [python, train.py]
+  env: {A: "1", B: "2"}
+  outputs: out
+  memory_mb: 4096
+`
+
+func TestBuildJob(t *testing.T) {
+	base := []string{"--max-price", "2.5", "--duration", "2h"}
+	with := func(extra ...string) []string { return append(append([]string{}, base...), extra...) }
+	full := writeFile(t, "full.yaml", fullJobYAML)
+	noPreempt := writeFile(t, "np.yaml", "tier: bronze\npreemptible: false\nmax_price: 1\nduration: 1h\nrun: {command: [x]}\n")
+	bronzeNoKey := writeFile(t, "bronze.yaml", "tier: bronze\nmax_price: 1\nduration: 1h\nrun: {command: [x]}\n")
+
+	cases := []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, j auction.Job)
+	}{
+		{"defaults", with("--", "python", "train.py"), func(t *testing.T, j auction.Job) {
+			want := auction.Job{Tier: auction.Silver, MaxPrice: 2.5, GPUCount: 1, Duration: 2 * time.Hour,
+				Run: auction.RunSpec{Command: []string{"python", "train.py"}}, BidWindow: auction.DefaultBidWindow, CreatedAt: testNow}
+			if !reflect.DeepEqual(j, want) {
+				t.Fatalf("job = %+v\nwant  %+v", j, want)
+			}
+		}},
+		{"every flag", with("--tier", "Bronze", "--gpu", "H100", "--gpu", "A100", "--count", "4", "--min-vram", "40",
+			"--region", "eu-west", "--min-reliability", "0.9", "--deadline", "30m", "--dataset", "imagenet", "--dataset", "c4",
+			"--workload", "training", "--image", "img:1", "--env", "A=1", "--env", "B=x,y=z", "--env", "C=",
+			"--outputs", "out", "--memory-mb", "2048", "--bid-window", "500ms", "--", "run.sh", "--flag", "-v"),
+			func(t *testing.T, j auction.Job) {
+				want := auction.Job{Tier: auction.Bronze, MaxPrice: 2.5, GPUCount: 4, MinVRAMGB: 40, GPUModels: []string{"H100", "A100"},
+					Region: "eu-west", MinReliability: 0.9, Preemptible: true, Duration: 2 * time.Hour, Deadline: testNow.Add(30 * time.Minute),
+					Datasets: []string{"imagenet", "c4"}, Workload: "training",
+					Run: auction.RunSpec{Image: "img:1", Command: []string{"run.sh", "--flag", "-v"},
+						Env: map[string]string{"A": "1", "B": "x,y=z", "C": ""}, Outputs: "out", MemoryMB: 2048},
+					BidWindow: 500 * time.Millisecond, CreatedAt: testNow}
+				if !reflect.DeepEqual(j, want) {
+					t.Fatalf("job = %+v\nwant  %+v", j, want)
+				}
+			}},
+		{"flags after -- belong to the command", with("--", "python", "-u", "train.py", "--max-price", "9", "--"), func(t *testing.T, j auction.Job) {
+			if want := []string{"python", "-u", "train.py", "--max-price", "9", "--"}; !reflect.DeepEqual(j.Run.Command, want) {
+				t.Fatalf("command = %q, want %q", j.Run.Command, want)
+			}
+			if j.MaxPrice != 2.5 {
+				t.Fatalf("max price = %v: a flag after -- was parsed", j.MaxPrice)
+			}
+		}},
+		{"bronze can opt out of preemption", with("--tier", "bronze", "--preemptible=false", "--", "x"), func(t *testing.T, j auction.Job) {
+			if j.Preemptible {
+				t.Fatal("--preemptible=false ignored")
+			}
+		}},
+		{"silver can opt in to preemption", with("--preemptible", "--", "x"), func(t *testing.T, j auction.Job) {
+			if !j.Preemptible || j.Tier != auction.Silver {
+				t.Fatalf("tier %s preemptible %v", j.Tier, j.Preemptible)
+			}
+		}},
+		{"gold is not preemptible by default", with("--tier", "gold", "--", "x"), func(t *testing.T, j auction.Job) {
+			if j.Preemptible || j.Tier != auction.Gold {
+				t.Fatalf("tier %s preemptible %v", j.Tier, j.Preemptible)
+			}
+		}},
+		{"absolute deadline", with("--deadline", "2026-03-15T00:00:00+01:00", "--", "x"), func(t *testing.T, j auction.Job) {
+			if want := time.Date(2026, 3, 14, 23, 0, 0, 0, time.UTC); !j.Deadline.Equal(want) {
+				t.Fatalf("deadline = %v, want %v", j.Deadline, want)
+			}
+		}},
+		{"file", []string{"--file", full}, func(t *testing.T, j auction.Job) {
+			want := auction.Job{ID: "train-7", Tier: auction.Bronze, MaxPrice: 1.25, GPUCount: 2, MinVRAMGB: 24,
+				GPUModels: []string{"A100", "H100"}, Region: "eu", MinReliability: 0.8, Preemptible: true, Duration: 90 * time.Minute,
+				Deadline: time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC), Datasets: []string{"imagenet"}, Workload: "training",
+				Run: auction.RunSpec{Image: "trainer:1", Command: []string{"python", "train.py"}, Env: map[string]string{"A": "1", "B": "2"},
+					Outputs: "out", MemoryMB: 4096},
+				BidWindow: 3 * time.Second, CreatedAt: testNow}
+			if !reflect.DeepEqual(j, want) {
+				t.Fatalf("job = %+v\nwant  %+v", j, want)
+			}
+		}},
+		{"flags override the file", []string{"--file", full, "--tier", "silver", "--max-price", "3", "--gpu", "L4",
+			"--env", "B=3", "--env", "C=4", "--duration", "10m", "--count", "1", "--", "bash", "-c", "true"},
+			func(t *testing.T, j auction.Job) {
+				if j.Tier != auction.Silver || j.MaxPrice != 3 || j.Duration != 10*time.Minute || j.GPUCount != 1 {
+					t.Fatalf("overrides not applied: %+v", j)
+				}
+				if j.Preemptible {
+					t.Fatal("preemptible should follow the overridden tier (silver) when neither file nor flag sets it")
+				}
+				if !reflect.DeepEqual(j.GPUModels, []string{"L4"}) {
+					t.Fatalf("gpu models = %q, want [L4]", j.GPUModels)
+				}
+				if want := map[string]string{"A": "1", "B": "3", "C": "4"}; !reflect.DeepEqual(j.Run.Env, want) {
+					t.Fatalf("env = %v, want %v", j.Run.Env, want)
+				}
+				if want := []string{"bash", "-c", "true"}; !reflect.DeepEqual(j.Run.Command, want) {
+					t.Fatalf("command = %q, want %q", j.Run.Command, want)
+				}
+				if j.MinVRAMGB != 24 || j.Region != "eu" || j.Run.Image != "trainer:1" || j.BidWindow != 3*time.Second {
+					t.Fatalf("unrelated file fields lost: %+v", j)
+				}
+			}},
+		{"file preemptible false is kept for bronze", []string{"--file", noPreempt}, func(t *testing.T, j auction.Job) {
+			if j.Preemptible || j.Tier != auction.Bronze || j.GPUCount != 1 {
+				t.Fatalf("tier %s preemptible %v count %d", j.Tier, j.Preemptible, j.GPUCount)
+			}
+		}},
+		{"file bronze defaults to preemptible", []string{"--file", bronzeNoKey}, func(t *testing.T, j auction.Job) {
+			if !j.Preemptible {
+				t.Fatal("bronze job from file without a preemptible key should be preemptible")
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			j, err := parseJob(t, c.args...)
+			if err != nil {
+				t.Fatalf("buildJob(%q): %v", c.args, err)
+			}
+			c.check(t, j)
+		})
+	}
+}
+
+func TestBuildJobErrors(t *testing.T) {
+	base := []string{"--max-price", "2", "--duration", "1h"}
+	with := func(extra ...string) []string { return append(append([]string{}, base...), extra...) }
+	cmd := []string{"--", "x"}
+	withCmd := func(extra ...string) []string { return append(with(extra...), cmd...) }
+	file := func(body string) string { return writeFile(t, "job.yaml", body) }
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"zero price", []string{"--max-price", "0", "--duration", "1h", "--", "x"}, "invalid --max-price: must be a positive number, got 0"},
+		{"negative price", []string{"--max-price", "-1", "--duration", "1h", "--", "x"}, "invalid --max-price: must be a positive number, got -1"},
+		{"NaN price", []string{"--max-price", "NaN", "--duration", "1h", "--", "x"}, "invalid --max-price: must be a positive number, got NaN"},
+		{"infinite price", []string{"--max-price", "+Inf", "--duration", "1h", "--", "x"}, "invalid --max-price: must be a positive number, got +Inf"},
+		{"no price", []string{"--duration", "1h", "--", "x"}, "--max-price is required"},
+		{"no duration", []string{"--max-price", "1", "--", "x"}, "--duration is required"},
+		{"negative duration", []string{"--max-price", "1", "--duration", "-1s", "--", "x"}, "invalid --duration: must be positive, got -1s"},
+		{"unknown tier", withCmd("--tier", "platinum"), `unknown tier "platinum" (gold, silver, bronze)`},
+		{"no command", with(), "no command: put it after --"},
+		{"empty command", with("--", ""), "no command: put it after --"},
+		{"env without =", withCmd("--env", "FOO"), `--env must be KEY=VALUE, got "FOO"`},
+		{"env without key", withCmd("--env", "=1"), "--env must be KEY=VALUE"},
+		{"zero count", withCmd("--count", "0"), "invalid --count: must be in [1, 1024], got 0"},
+		{"huge count", withCmd("--count", "5000"), "invalid --count: must be in [1, 1024], got 5000"},
+		{"negative vram", withCmd("--min-vram", "-1"), "invalid --min-vram: must not be negative, got -1"},
+		{"reliability above 1", withCmd("--min-reliability", "1.5"), "invalid --min-reliability: must be in [0, 1], got 1.5"},
+		{"negative memory", withCmd("--memory-mb", "-1"), "invalid --memory-mb: must not be negative, got -1"},
+		{"short bid window", withCmd("--bid-window", "10ms"), "invalid --bid-window: must be in [100ms, 1m0s], got 10ms"},
+		{"long bid window", withCmd("--bid-window", "2m"), "invalid --bid-window: must be in [100ms, 1m0s], got 2m0s"},
+		{"past deadline", withCmd("--deadline", "2026-03-13T00:00:00Z"), "invalid --deadline: 2026-03-13T00:00:00Z is before created_at 2026-03-14T09:26:53Z"},
+		{"bad deadline", withCmd("--deadline", "soon"), `--deadline must be an RFC3339 time or a positive duration from now, got "soon"`},
+		{"negative deadline", withCmd("--deadline", "-5m"), "--deadline must be an RFC3339 time or a positive duration"},
+		{"gold preemptible", withCmd("--tier", "gold", "--preemptible"), "invalid --preemptible: must be false for a gold job (gold work is never preempted)"},
+		{"empty gpu", withCmd("--gpu", ""), "invalid --gpu: must not be empty"},
+		{"empty dataset", withCmd("--dataset", " "), "invalid --dataset: must not be empty"},
+		{"bad duration syntax", withCmd("--duration", "forever"), "invalid value \"forever\" for flag -duration"},
+		{"missing file", withCmd("--file", filepath.Join(t.TempDir(), "absent.yaml")), "no such file"},
+		{"empty file", withCmd("--file", file("")), "is empty"},
+		{"unknown file key", withCmd("--file", file("maxprice: 3\n")), "field maxprice not found"},
+		{"bad file yaml", withCmd("--file", file("tier: [gold\n")), "job file"},
+		{"bad file tier", withCmd("--file", file("tier: platinum\n")), `unknown tier "platinum"`},
+		{"file gold preemptible", withCmd("--file", file("tier: gold\npreemptible: true\n")), "invalid job: preemptible must be false for a gold job (gold work is never preempted)"},
+		{"file zero count", withCmd("--file", file("gpu_count: 0\n")), "invalid job: gpu_count must be in [1, 1024], got 0"},
+		{"file bad price", []string{"--file", file("max_price: -3\nduration: 1h\nrun: {command: [x]}\n")}, "invalid job: max_price must be a positive number"},
+		{"flag and file problems", []string{"--file", file("gpu_count: 0\nduration: 1h\nrun: {command: [x]}\n"), "--max-price", "0"},
+			"invalid --max-price: must be a positive number, got 0; invalid job: gpu_count must be in [1, 1024], got 0"},
+		{"file empty command", []string{"--file", file("max_price: 1\nduration: 1h\nrun: {command: []}\n")}, "no command: put it after --"},
+		{"file several problems", []string{"--file", file("max_price: -3\nduration: -1h\nmin_reliability: 2\nrun: {command: [x]}\n")},
+			"invalid job: max_price must be a positive number, got -3; duration must be positive, got -1h0m0s; min_reliability must be in [0, 1], got 2"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := parseJob(t, c.args...)
+			if err == nil {
+				t.Fatalf("buildJob(%q) succeeded, want error %q", c.args, c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("buildJob(%q) = %q, want it to mention %q", c.args, err, c.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error is not one line: %q", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/urfave/cli/v2"
+)
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "show the local node: peer ID, addresses, peers, GPUs, advertised record",
+		Flags: []cli.Flag{jsonFlag()},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			s, err := client(c).Status(c.Context)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, s)
+			}
+			w := c.App.Writer
+			fmt.Fprintf(w, "peer id:   %s\n", s.PeerID)
+			fmt.Fprintf(w, "version:   %s (up %s)\n", s.Version, s.Uptime)
+			fmt.Fprintf(w, "data dir:  %s\n", s.DataDir)
+			fmt.Fprintf(w, "region:    %s\n", orDash(s.Region))
+			fmt.Fprintf(w, "peers:     %d\n", s.Peers)
+			for _, a := range s.Addrs {
+				fmt.Fprintf(w, "addr:      %s\n", a)
+			}
+			role := "renter"
+			if s.Provider {
+				role = "provider + renter"
+			}
+			fmt.Fprintf(w, "role:      %s\n", role)
+			if s.Executor != "" {
+				fmt.Fprintf(w, "executor:  %s\n", s.Executor)
+			}
+			for i, g := range s.GPUs {
+				src := "declared"
+				if g.Detected {
+					src = "detected"
+				}
+				fmt.Fprintf(w, "gpu %d:     %s %dGB (%s)%s\n", i, g.Model, g.VRAMGB, src, prefixed(" ", g.UUID))
+			}
+			if s.Advertised != nil {
+				fmt.Fprintf(w, "advertised: seq %d, expires %s, price floor $%.2f/GPU-h\n", s.Advertised.Seq,
+					s.Advertised.ExpiresAt.Format(time.RFC3339), s.Advertised.Policy.PriceFloor)
+			} else if s.Provider {
+				fmt.Fprintln(w, "advertised: not yet")
+			}
+			return nil
+		},
+	}
+}
+
+func peersCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "peers",
+		Usage: "list connected peers",
+		Flags: []cli.Flag{jsonFlag()},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			ps, err := client(c).Peers(c.Context)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, ps)
+			}
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(tw, "PEER\tADDRESS")
+			for _, p := range ps {
+				fmt.Fprintf(tw, "%s\t%s\n", p.ID, strings.Join(p.Addrs, ","))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// queryFlags names the providers flag that sets each of auction.Query's
+// fields.
+var queryFlags = map[string]string{"gpu": "gpu", "region": "region", "min_vram": "min-vram", "gpu_count": "count"}
+
+func providersCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "providers",
+		Usage: "discover providers through the DHT",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "gpu", Usage: "GPU model, e.g. H100"},
+			&cli.StringFlag{Name: "region", Usage: "region or region prefix, e.g. eu"},
+			&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU in GB"},
+			&cli.IntFlag{Name: "count", Usage: "minimum number of matching GPUs"},
+			jsonFlag(),
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			q := auction.Query{GPU: c.String("gpu"), Region: c.String("region"), MinVRAM: c.Int("min-vram"), GPUCount: c.Int("count")}
+			if err := q.Validate(); err != nil {
+				var parts []string
+				for _, fe := range auction.FieldErrors(err) {
+					parts = append(parts, fmt.Sprintf("invalid --%s: %s", queryFlags[fe.Field], fe.Problem))
+				}
+				return errors.New(strings.Join(parts, "; "))
+			}
+			caps, err := client(c).Providers(c.Context, q)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, caps)
+			}
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(tw, "PEER\tREGION\tGPUS\tFLOOR $/GPU-h\tPREEMPTIBLE\tFINGERPRINT\tEXPIRES")
+			for _, cp := range caps {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%v\t%s\t%s\n", cp.Peer, orDash(cp.Region), gpuSummary(cp.GPUs),
+					cp.Policy.PriceFloor, cp.Policy.AcceptPreemptible, shortHash(cp.Fingerprint), time.Until(cp.ExpiresAt).Round(time.Second))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "%d provider(s)\n", len(caps))
+			return nil
+		},
+	}
+}
+
+func countersCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "counters",
+		Usage: "show the market's event counters (bids, rejections by reason, ...)",
+		Flags: []cli.Flag{jsonFlag()},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			m, err := client(c).Counters(c.Context)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, m)
+			}
+			names := make([]string, 0, len(m))
+			for k := range m {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(tw, "COUNTER\tCOUNT")
+			for _, k := range names {
+				fmt.Fprintf(tw, "%s\t%d\n", k, m[k])
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func gpuSummary(gs []auction.GPU) string {
+	type key struct {
+		m string
+		v int
+	}
+	counts := map[key]int{}
+	var order []key
+	for _, g := range gs {
+		k := key{g.Model, g.VRAMGB}
+		if counts[k] == 0 {
+			order = append(order, k)
+		}
+		counts[k]++
+	}
+	var parts []string
+	for _, k := range order {
+		parts = append(parts, fmt.Sprintf("%dx%s/%dGB", counts[k], k.m, k.v))
+	}
+	return strings.Join(parts, ",")
+}
+
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return orDash(h)
+}

@@ -1,0 +1,225 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger"
+)
+
+// The typed calls below are the control API's endpoints, one method each;
+// the paths and query parameters live here and nowhere else on the client
+// side.
+
+func jobPath(id string, suffix string) string { return "/jobs/" + url.PathEscape(id) + suffix }
+
+// Version is GET /v1/version: the daemon's version.
+func (c *Client) Version(ctx context.Context) (string, error) {
+	var v map[string]string
+	if err := c.Do(ctx, http.MethodGet, "/version", nil, nil, &v); err != nil {
+		return "", err
+	}
+	return v["version"], nil
+}
+
+// Status is GET /v1/status.
+func (c *Client) Status(ctx context.Context) (StatusInfo, error) {
+	var s StatusInfo
+	err := c.Do(ctx, http.MethodGet, "/status", nil, nil, &s)
+	return s, err
+}
+
+// Peers is GET /v1/peers: the connected peers.
+func (c *Client) Peers(ctx context.Context) ([]PeerInfo, error) {
+	var ps []PeerInfo
+	err := c.Do(ctx, http.MethodGet, "/peers", nil, nil, &ps)
+	return ps, err
+}
+
+// Providers is GET /v1/providers: DHT discovery of providers matching q.
+func (c *Client) Providers(ctx context.Context, q auction.Query) ([]auction.Capability, error) {
+	v := url.Values{}
+	if q.GPU != "" {
+		v.Set("gpu", q.GPU)
+	}
+	if q.Region != "" {
+		v.Set("region", q.Region)
+	}
+	if q.MinVRAM != 0 {
+		v.Set("min_vram", strconv.Itoa(q.MinVRAM))
+	}
+	if q.GPUCount != 0 {
+		v.Set("count", strconv.Itoa(q.GPUCount))
+	}
+	var caps []auction.Capability
+	err := c.Do(ctx, http.MethodGet, "/providers", v, nil, &caps)
+	return caps, err
+}
+
+// PostJob is POST /v1/jobs: it runs the job's auction and returns when it
+// has ended (leased or unplaceable).
+func (c *Client) PostJob(ctx context.Context, job auction.Job) (JobView, error) {
+	var v JobView
+	err := c.Do(ctx, http.MethodPost, "/jobs", nil, PostJobRequest{Job: job}, &v)
+	return v, err
+}
+
+// Job is GET /v1/jobs/{id}.
+func (c *Client) Job(ctx context.Context, id string) (JobView, error) {
+	var v JobView
+	err := c.Do(ctx, http.MethodGet, jobPath(id, ""), nil, nil, &v)
+	return v, err
+}
+
+// Jobs is GET /v1/jobs: this node's jobs, newest first.
+func (c *Client) Jobs(ctx context.Context) ([]JobView, error) {
+	var vs []JobView
+	err := c.Do(ctx, http.MethodGet, "/jobs", nil, nil, &vs)
+	return vs, err
+}
+
+// CancelJob is POST /v1/jobs/{id}/cancel.
+func (c *Client) CancelJob(ctx context.Context, id string) (JobView, error) {
+	var v JobView
+	err := c.Do(ctx, http.MethodPost, jobPath(id, "/cancel"), nil, nil, &v)
+	return v, err
+}
+
+// Bids is GET /v1/jobs/{id}/bids.
+func (c *Client) Bids(ctx context.Context, id string) (BidsView, error) {
+	var v BidsView
+	err := c.Do(ctx, http.MethodGet, jobPath(id, "/bids"), nil, nil, &v)
+	return v, err
+}
+
+// Logs is GET /v1/jobs/{id}/logs: the job's stdout and stderr as a stream,
+// which with follow lasts until the job ends. The caller closes it.
+func (c *Client) Logs(ctx context.Context, id string, follow bool) (io.ReadCloser, error) {
+	var q url.Values
+	if follow {
+		q = url.Values{"follow": {"1"}}
+	}
+	resp, err := c.Raw(ctx, http.MethodGet, jobPath(id, "/logs"), q, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// Outputs is GET /v1/jobs/{id}/outputs: the provider's manifest of the
+// job's output files and the outputs bundle (see wire.ExtractBundle),
+// which the caller verifies against the manifest and closes.
+func (c *Client) Outputs(ctx context.Context, id string) ([]auction.OutputFile, io.ReadCloser, error) {
+	resp, err := c.Raw(ctx, http.MethodGet, jobPath(id, "/outputs"), nil, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	h := resp.Header.Get(ManifestHeader)
+	if h == "" {
+		resp.Body.Close()
+		return nil, nil, fmt.Errorf("outputs of job %s: the daemon sent no %s header", id, ManifestHeader)
+	}
+	var manifest []auction.OutputFile
+	if err := json.Unmarshal([]byte(h), &manifest); err != nil {
+		resp.Body.Close()
+		return nil, nil, fmt.Errorf("outputs of job %s: bad manifest: %w", id, err)
+	}
+	return manifest, resp.Body, nil
+}
+
+// ProviderStats is GET /v1/provider/stats.
+func (c *Client) ProviderStats(ctx context.Context) (ProviderStatsView, error) {
+	var s ProviderStatsView
+	err := c.Do(ctx, http.MethodGet, "/provider/stats", nil, nil, &s)
+	return s, err
+}
+
+// Reputation is GET /v1/reputation/{peer}.
+func (c *Client) Reputation(ctx context.Context, peer string) (ReputationView, error) {
+	var v ReputationView
+	err := c.Do(ctx, http.MethodGet, "/reputation/"+url.PathEscape(peer), nil, nil, &v)
+	return v, err
+}
+
+// Counters is GET /v1/counters: the market's event counters by name.
+func (c *Client) Counters(ctx context.Context) (map[string]int, error) {
+	var m map[string]int
+	err := c.Do(ctx, http.MethodGet, "/counters", nil, nil, &m)
+	return m, err
+}
+
+// ledgerQuery is f as the query of GET /v1/ledger and /v1/ledger/export.
+func ledgerQuery(f ledger.Filter) url.Values {
+	q := url.Values{}
+	if f.Kind != "" {
+		q.Set("kind", string(f.Kind))
+	}
+	if f.Counterparty != "" {
+		q.Set("counterparty", f.Counterparty)
+	}
+	if f.LeaseID != "" {
+		q.Set("lease", f.LeaseID)
+	}
+	if !f.Since.IsZero() {
+		q.Set("since", f.Since.Format(time.RFC3339))
+	}
+	if f.Limit != 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	return q
+}
+
+// Ledger is GET /v1/ledger: the entries matching f.
+func (c *Client) Ledger(ctx context.Context, f ledger.Filter) ([]ledger.Entry, error) {
+	var es []ledger.Entry
+	err := c.Do(ctx, http.MethodGet, "/ledger", ledgerQuery(f), nil, &es)
+	return es, err
+}
+
+// LedgerEntry is GET /v1/ledger/{seq}.
+func (c *Client) LedgerEntry(ctx context.Context, seq uint64) (ledger.Entry, error) {
+	var e ledger.Entry
+	err := c.Do(ctx, http.MethodGet, "/ledger/"+strconv.FormatUint(seq, 10), nil, nil, &e)
+	return e, err
+}
+
+// LedgerVerify is GET /v1/ledger/verify; on tampering the error names the
+// first bad entry.
+func (c *Client) LedgerVerify(ctx context.Context) (LedgerVerifyView, error) {
+	var rep LedgerVerifyView
+	err := c.Do(ctx, http.MethodGet, "/ledger/verify", nil, nil, &rep)
+	return rep, err
+}
+
+// LedgerBalances is GET /v1/ledger/balances: the money position per
+// counterparty.
+func (c *Client) LedgerBalances(ctx context.Context) (map[string]ledger.Balance, error) {
+	var bs map[string]ledger.Balance
+	err := c.Do(ctx, http.MethodGet, "/ledger/balances", nil, nil, &bs)
+	return bs, err
+}
+
+// Ledger export formats.
+const (
+	ExportJSON = "json"
+	ExportCSV  = "csv"
+)
+
+// LedgerExport is GET /v1/ledger/export: the entries matching f in format
+// (ExportJSON or ExportCSV) as a stream the caller closes.
+func (c *Client) LedgerExport(ctx context.Context, f ledger.Filter, format string) (io.ReadCloser, error) {
+	q := ledgerQuery(f)
+	q.Set("format", format)
+	resp, err := c.Raw(ctx, http.MethodGet, "/ledger/export", q, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
