@@ -103,6 +103,10 @@ type BookOptions struct {
 	// book tracks (default DefaultMaxIdentities). Beyond it the book forgets
 	// the ones with the least standing, least recently seen first.
 	MaxIdentities int
+	// Self is the book owner's peer ID, if any. A receipt Self countersigned
+	// as the renter is first-hand evidence (the owner took part in the lease
+	// and owes its amount), so it weighs with full standing.
+	Self string
 }
 
 // Evidence is a report of provider misbehaviour.
@@ -200,7 +204,8 @@ type groupKey struct {
 // min(1, owed/RenterMatureSpend), where age runs from the first verified
 // receipt of the renter this book saw (by the book's own clock) and owed
 // is what the renter owes in the kept receipts of providers OTHER than the
-// one being scored. A receipt from a renter with standing s weighs s, plus
+// one being scored; the book's owner (BookOptions.Self) has full standing
+// in its own book. A receipt from a renter with standing s weighs s, plus
 // NewcomerWeight·(1-s); the newcomer parts of all of a provider's receipts
 // together weigh at most NewcomerCap receipts. Forty fresh identities thus
 // move a provider about as much as one receipt from an established renter.
@@ -232,6 +237,7 @@ type Book struct {
 	newcomerW    float64
 	newcomerCap  float64
 	maxIdent     int
+	self         string
 
 	mu       sync.RWMutex
 	provs    map[string]*provState
@@ -253,6 +259,7 @@ func NewBook(opts BookOptions) *Book {
 		newcomerW:    opts.NewcomerWeight,
 		newcomerCap:  opts.NewcomerCap,
 		maxIdent:     opts.MaxIdentities,
+		self:         opts.Self,
 		provs:        make(map[string]*provState),
 		renters:      make(map[string]*renterState),
 		counters:     make(map[string]int),
@@ -425,8 +432,11 @@ func (b *Book) unspend(provider string, rec record) {
 }
 
 // standing is renter's standing in [0,1] when scoring provider at now (see
-// Book); 0 for a renter the book does not know.
+// Book); 1 for the book's owner, 0 for a renter the book does not know.
 func (b *Book) standing(renter, provider string, now time.Time) float64 {
+	if renter == b.self && renter != "" {
+		return 1
+	}
 	rs := b.renters[renter]
 	if rs == nil {
 		return 0
@@ -484,7 +494,11 @@ func (b *Book) evictLocked(now time.Time) {
 	if len(b.renters) > b.maxIdent {
 		cands := make([]cand, 0, len(b.renters))
 		for id, rs := range b.renters {
-			cands = append(cands, cand{id, b.standingOf(rs, rs.total, now), rs.lastSeen})
+			rank := b.standingOf(rs, rs.total, now)
+			if id == b.self {
+				rank = 2 // never forget the owner
+			}
+			cands = append(cands, cand{id, rank, rs.lastSeen})
 		}
 		trim(excess(len(b.renters)), cands, CountEvictedRenter, func(id string) { delete(b.renters, id) })
 	}

@@ -531,3 +531,22 @@ func TestBookBoundsIdentities(t *testing.T) {
 		t.Fatalf("slashed provider changed: %+v, was %+v", st, slashedBefore)
 	}
 }
+
+// TestOwnReceiptsAreFirstHand: the book's owner trusts the leases it rented
+// itself fully, however new it is; the same receipt in a stranger's book
+// is a newcomer's.
+func TestOwnReceiptsAreFirstHand(t *testing.T) {
+	prov, me := newSigner(t), newSigner(t)
+	sr := signed(t, prov, me, receipt("mine", prov, me, t0))
+	own := attest.NewBook(attest.BookOptions{Now: func() time.Time { return t0 }, Self: me.ID().String()})
+	other := attest.NewBook(attest.BookOptions{Now: func() time.Time { return t0 }})
+	mustAdd(t, own, sr)
+	mustAdd(t, other, sr)
+	o, s := own.Stats(prov.ID().String()), other.Stats(prov.ID().String())
+	if math.Abs(o.Weight-1) > 1e-9 || math.Abs(s.Weight-attest.DefaultNewcomerWeight) > 1e-9 {
+		t.Fatalf("weights: own book %v (want 1), stranger's %v (want %v)", o.Weight, s.Weight, attest.DefaultNewcomerWeight)
+	}
+	if !(o.Score > s.Score && s.Score > attest.Prior) {
+		t.Fatalf("scores: own book %v, stranger's %v", o.Score, s.Score)
+	}
+}
