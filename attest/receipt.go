@@ -107,7 +107,7 @@ func (r Receipt) validate() error {
 		return bad("outcome %q", r.Outcome)
 	}
 	hs := r.Heartbeats
-	if hs.Count < 0 || hs.Expected < 0 || hs.Rejected < 0 || !finite(hs.Coverage) || hs.Coverage < 0 || hs.Coverage > 1 || !finite(hs.MeanGPUUtil) {
+	if hs.Count < 0 || hs.Expected < 0 || hs.Rejected < 0 || hs.RateLimited < 0 || hs.RateLimited > hs.Rejected || !finite(hs.Coverage) || hs.Coverage < 0 || hs.Coverage > 1 || !finite(hs.MeanGPUUtil) {
 		return bad("heartbeat summary out of range")
 	}
 	return nil
