@@ -102,6 +102,11 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	}
 	db := &DB{bdb: bdb, lock: lock, dir: dir}
 	db.head, db.headErr = db.loadHead()
+	if err := db.buildSettledIndex(); err != nil {
+		_ = bdb.Close()
+		lock.release()
+		return nil, err
+	}
 	return db, nil
 }
 
