@@ -201,7 +201,8 @@ func (db *DB) Append(e Entry) (Entry, error) {
 
 // AppendAll appends entries atomically, in order, in one transaction: either
 // all of them are stored or none is. A batch too large for one Badger
-// transaction fails as a whole.
+// transaction fails as a whole. Below the free-space floor it fails with
+// ErrDiskFull and writes nothing.
 func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 	if len(entries) == 0 {
 		return nil, nil
@@ -225,6 +226,9 @@ func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 		out[i] = p
 	}
 
+	if err := db.checkWrite(); err != nil {
+		return nil, err
+	}
 	db.appendMu.Lock()
 	defer db.appendMu.Unlock()
 	if db.headErr != nil {
