@@ -219,9 +219,8 @@ type groupKey struct {
 // throughput honesty (1, or 0 for a receipt claiming more GPU-seconds than
 // its span times its GPU count), weighted 0.5, 0.3 and 0.2. Each receipt
 // weighs 2^(-age/HalfLife), age measured from its End, times the
-// tight-cluster factor (BookOptions.RenterCap), times its renter's
-// standing as above. Each component is shrunk
-// toward Prior by PriorWeight pseudo-receipts. The blend is then multiplied
+// tight-cluster factor (BookOptions.RenterCap), times the standing-based
+// factor above. Each component is shrunk toward Prior by PriorWeight pseudo-receipts. The blend is then multiplied
 // by (1 - p·2^(-age/HalfLife)) for each slash, with p = 0.5 for
 // heartbeat_contradicts_fingerprint and overclaim and 0.2 for
 // abandoned_lease.
