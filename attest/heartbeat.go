@@ -29,6 +29,16 @@ const (
 	// MaxSummaryGaps bounds HeartbeatSummary.Gaps, so that a summary always
 	// fits in a receipt: when there are more gaps, the longest are kept.
 	MaxSummaryGaps = 64
+	// HeartbeatRateFactor and HeartbeatBurst are HeartbeatMonitor's token
+	// bucket: it accepts HeartbeatRateFactor heartbeats per promised
+	// interval on average, and bursts of up to HeartbeatBurst (a provider
+	// flushing heartbeats queued during a network stall).
+	HeartbeatRateFactor = 4
+	HeartbeatBurst      = 8
+	// MaxMonitorHeartbeats bounds the heartbeats one monitor keeps (about
+	// 30 days at the default interval; 10 MiB): beyond it, heartbeats are
+	// refused as rate limited.
+	MaxMonitorHeartbeats = 1 << 18
 )
 
 // Errors returned by HeartbeatMonitor.Accept and CheckHeartbeatAgainstFingerprint.
@@ -39,6 +49,7 @@ var (
 	ErrClock            = errors.New("attest: heartbeat timestamp out of bounds")
 	ErrInvalidHeartbeat = errors.New("attest: invalid heartbeat")
 	ErrContradiction    = errors.New("attest: heartbeat contradicts fingerprint")
+	ErrRateLimited      = errors.New("attest: heartbeat rate limit exceeded")
 )
 
 // Heartbeat is a provider's signed telemetry sample for a running lease.
@@ -180,26 +191,34 @@ type HeartbeatSummary struct {
 	// Gaps are the spans longer than two intervals with no heartbeat, in
 	// time order; at most MaxSummaryGaps of them (the longest).
 	Gaps []auction.Interval `json:"gaps,omitempty"`
-	// Rejected counts heartbeats that failed verification.
+	// Rejected counts heartbeats that failed verification, RateLimited
+	// those among them refused by the monitor's rate limit.
 	Rejected    int     `json:"rejected"`
+	RateLimited int     `json:"rate_limited,omitempty"`
 	MaxTempC    int     `json:"max_temp_c"`
 	MeanGPUUtil float64 `json:"mean_gpu_util"`
 }
 
 // HeartbeatMonitor is a renter's per-lease verifier and accumulator of the
-// provider's heartbeats. It is safe for concurrent use.
+// provider's heartbeats. It is safe for concurrent use. Its memory is
+// bounded: it keeps at most MaxMonitorHeartbeats heartbeats, and accepts
+// them at no more than HeartbeatRateFactor per interval (see Accept).
 type HeartbeatMonitor struct {
 	leaseID  string
 	provider peer.ID
 	start    time.Time
 	interval time.Duration
 
-	mu       sync.Mutex
-	haveSeq  bool
-	lastSeq  uint64
-	lastTime time.Time
-	beats    []beat
-	rejected int
+	mu          sync.Mutex
+	fp          *Fingerprint
+	haveSeq     bool
+	lastSeq     uint64
+	lastTime    time.Time
+	beats       []beat
+	rejected    int
+	rateLimited int
+	tokens      float64
+	refilled    time.Time
 }
 
 type beat struct {
@@ -218,21 +237,66 @@ func NewHeartbeatMonitor(leaseID string, provider peer.ID, start time.Time, inte
 	return &HeartbeatMonitor{leaseID: leaseID, provider: provider, start: start, interval: interval}
 }
 
+// SetFingerprint gives the monitor the provider's signed hardware
+// fingerprint: from then on Accept refuses (ErrContradiction) heartbeats
+// the fingerprint makes impossible, such as ones naming a GPU it does not
+// list (CheckHeartbeatAgainstFingerprint). The fingerprint must verify and
+// describe the lease's provider.
+func (m *HeartbeatMonitor) SetFingerprint(env *sign.Envelope) error {
+	fp, err := OpenFingerprint(env)
+	if err != nil {
+		return err
+	}
+	if fp.Peer != m.provider.String() {
+		return fmt.Errorf("%w: fingerprint of %s, lease provider %s", ErrWrongSigner, fp.Peer, m.provider)
+	}
+	m.mu.Lock()
+	m.fp = &fp
+	m.mu.Unlock()
+	return nil
+}
+
 // Accept verifies a heartbeat envelope received at now and records it. It
 // checks the signature, that the signer is the lease's provider and the
 // heartbeat's Provider, the lease id, that Seq is strictly greater than any
-// accepted before (ErrReplay otherwise), and that the timestamp is not
-// before the previous heartbeat's, not more than HeartbeatSkew before the
-// lease start or after now, and not older than five intervals plus
-// HeartbeatSkew (ErrClock). Every rejection is counted in the summary.
+// accepted before (ErrReplay otherwise), that the timestamp is not before
+// the previous heartbeat's, not more than HeartbeatSkew before the lease
+// start or after now, and not older than five intervals plus HeartbeatSkew
+// (ErrClock), and, once SetFingerprint was called, that the fingerprint
+// allows it (ErrContradiction). A heartbeat passing all that is still
+// refused (ErrRateLimited) when the lease's token bucket, refilled by now at
+// HeartbeatRateFactor per interval up to HeartbeatBurst, is empty, or when
+// the monitor already holds MaxMonitorHeartbeats. Every rejection is
+// counted in the summary.
 func (m *HeartbeatMonitor) Accept(env *sign.Envelope, now time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.accept(env, now); err != nil {
 		m.rejected++
+		if errors.Is(err, ErrRateLimited) {
+			m.rateLimited++
+		}
 		return err
 	}
 	return nil
+}
+
+// take spends one token of the bucket at now, reporting whether there was
+// one. A clock going backwards refills nothing.
+func (m *HeartbeatMonitor) take(now time.Time) bool {
+	if m.refilled.IsZero() {
+		m.tokens, m.refilled = HeartbeatBurst, now
+	}
+	if now.After(m.refilled) {
+		rate := HeartbeatRateFactor / m.interval.Seconds()
+		m.tokens = math.Min(HeartbeatBurst, m.tokens+now.Sub(m.refilled).Seconds()*rate)
+		m.refilled = now
+	}
+	if m.tokens < 1 {
+		return false
+	}
+	m.tokens--
+	return true
 }
 
 func (m *HeartbeatMonitor) accept(env *sign.Envelope, now time.Time) error {
@@ -262,6 +326,17 @@ func (m *HeartbeatMonitor) accept(env *sign.Envelope, now time.Time) error {
 	case m.haveSeq && hb.Time.Before(m.lastTime):
 		return fmt.Errorf("%w: %s goes back from %s", ErrClock, hb.Time.Format(time.RFC3339Nano), m.lastTime.Format(time.RFC3339Nano))
 	}
+	if m.fp != nil {
+		if err := CheckHeartbeatAgainstFingerprint(hb, *m.fp); err != nil {
+			return err
+		}
+	}
+	if len(m.beats) >= MaxMonitorHeartbeats {
+		return fmt.Errorf("%w: lease already holds %d heartbeats", ErrRateLimited, len(m.beats))
+	}
+	if !m.take(now) {
+		return fmt.Errorf("%w: more than %d per %s", ErrRateLimited, HeartbeatRateFactor, m.interval)
+	}
 	m.haveSeq, m.lastSeq, m.lastTime = true, hb.Seq, hb.Time
 	m.beats = append(m.beats, beat{t: hb.Time, util: hb.GPUUtil, temp: hb.TempC})
 	return nil
@@ -272,7 +347,7 @@ func (m *HeartbeatMonitor) accept(env *sign.Envelope, now time.Time) error {
 func (m *HeartbeatMonitor) Summary(end time.Time) HeartbeatSummary {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := HeartbeatSummary{Rejected: m.rejected}
+	s := HeartbeatSummary{Rejected: m.rejected, RateLimited: m.rateLimited}
 	span := end.Sub(m.start)
 	if span > 0 {
 		s.Expected = int(span / m.interval)

@@ -256,3 +256,113 @@ func TestHeartbeatSummaryBoundsGaps(t *testing.T) {
 		t.Fatalf("receipt with 2000 gaps: %v", err)
 	}
 }
+
+// TestHeartbeatMonitorRateLimit: a provider flooding a lease with 3,000
+// genuine heartbeats in 2.5 s gets a handful accepted and the rest refused
+// and counted; an honest cadence, including a burst after a stall, is never
+// limited.
+func TestHeartbeatMonitorRateLimit(t *testing.T) {
+	prov := newSigner(t)
+	m := attest.NewHeartbeatMonitor("L1", prov.ID(), t0, iv)
+	const flood = 3000
+	start := t0.Add(time.Minute)
+	step := 2500 * time.Millisecond / flood
+	accepted := 0
+	for i := 0; i < flood; i++ {
+		at := start.Add(time.Duration(i) * step)
+		err := m.Accept(hbEnv(t, prov, "L1", uint64(i+1), at), at)
+		switch {
+		case err == nil:
+			accepted++
+		case !errors.Is(err, attest.ErrRateLimited):
+			t.Fatalf("heartbeat %d: %v", i, err)
+		}
+	}
+	limit := attest.HeartbeatBurst + int(2.5*attest.HeartbeatRateFactor/iv.Seconds()) + 1
+	s := m.Summary(start.Add(3 * time.Second))
+	t.Logf("flood of %d in 2.5 s: %d accepted, %d refused", flood, accepted, s.RateLimited)
+	if accepted > limit || accepted < attest.HeartbeatBurst {
+		t.Fatalf("%d of %d accepted, want %d..%d", accepted, flood, attest.HeartbeatBurst, limit)
+	}
+	if s.Count != accepted || s.Rejected != flood-accepted || s.RateLimited != flood-accepted {
+		t.Fatalf("summary %+v after %d accepted", s, accepted)
+	}
+	// The bucket refills: a heartbeat one interval later is accepted.
+	later := start.Add(3*time.Second + iv)
+	if err := m.Accept(hbEnv(t, prov, "L1", flood+1, later), later); err != nil {
+		t.Fatalf("heartbeat after the flood: %v", err)
+	}
+
+	// Honest: one per interval for 100 intervals, then a stall and five
+	// queued heartbeats arriving together.
+	h := attest.NewHeartbeatMonitor("L2", prov.ID(), t0, iv)
+	seq := uint64(0)
+	for i := 1; i <= 100; i++ {
+		seq++
+		at := t0.Add(time.Duration(i) * iv)
+		if err := h.Accept(hbEnv(t, prov, "L2", seq, at), at.Add(300*time.Millisecond)); err != nil {
+			t.Fatalf("honest heartbeat %d: %v", i, err)
+		}
+	}
+	arrive := t0.Add(106 * iv)
+	for i := 101; i <= 105; i++ {
+		seq++
+		if err := h.Accept(hbEnv(t, prov, "L2", seq, t0.Add(time.Duration(i)*iv)), arrive); err != nil {
+			t.Fatalf("queued heartbeat %d after a stall: %v", i, err)
+		}
+	}
+	if s := h.Summary(arrive); s.Count != 105 || s.Rejected != 0 || s.RateLimited != 0 {
+		t.Fatalf("honest summary %+v", s)
+	}
+}
+
+// TestHeartbeatMonitorFingerprint: once the monitor knows the provider's
+// signed fingerprint, it refuses heartbeats naming devices the fingerprint
+// does not list, and accepts ones that match.
+func TestHeartbeatMonitorFingerprint(t *testing.T) {
+	prov, other := newSigner(t), newSigner(t)
+	fp, err := attest.SignFingerprint(prov, nvmlFingerprint(prov))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherFP, err := attest.SignFingerprint(other, nvmlFingerprint(other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := attest.NewHeartbeatMonitor("L1", prov.ID(), t0, iv)
+	if err := m.SetFingerprint(otherFP); !errors.Is(err, attest.ErrWrongSigner) {
+		t.Fatalf("another provider's fingerprint: %v", err)
+	}
+	if err := m.SetFingerprint(fp); err != nil {
+		t.Fatal(err)
+	}
+	beat := func(seq uint64, uuids ...string) *sign.Envelope {
+		env, err := attest.SignHeartbeat(prov, attest.Heartbeat{LeaseID: "L1", Seq: seq, Time: t0.Add(time.Duration(seq) * iv),
+			GPUUtil: 80, MemUsedMB: 1000, Source: attest.SourceNVML, GPUUUIDs: uuids})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	for _, c := range []struct {
+		name  string
+		seq   uint64
+		uuids []string
+		want  error
+	}{
+		{"listed device", 1, []string{"GPU-aaaa"}, nil},
+		{"unknown device", 2, []string{"GPU-zzzz"}, attest.ErrContradiction},
+		{"one of two unknown", 3, []string{"GPU-bbbb", "GPU-zzzz"}, attest.ErrContradiction},
+		{"both listed devices", 4, []string{"GPU-aaaa", "GPU-bbbb"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			at := t0.Add(time.Duration(c.seq) * iv)
+			if err := m.Accept(beat(c.seq, c.uuids...), at); !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+		})
+	}
+	if s := m.Summary(t0.Add(5 * iv)); s.Count != 2 || s.Rejected != 2 {
+		t.Fatalf("summary %+v", s)
+	}
+}

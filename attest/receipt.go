@@ -107,7 +107,7 @@ func (r Receipt) validate() error {
 		return bad("outcome %q", r.Outcome)
 	}
 	hs := r.Heartbeats
-	if hs.Count < 0 || hs.Expected < 0 || hs.Rejected < 0 || !finite(hs.Coverage) || hs.Coverage < 0 || hs.Coverage > 1 || !finite(hs.MeanGPUUtil) {
+	if hs.Count < 0 || hs.Expected < 0 || hs.Rejected < 0 || hs.RateLimited < 0 || hs.RateLimited > hs.Rejected || !finite(hs.Coverage) || hs.Coverage < 0 || hs.Coverage > 1 || !finite(hs.MeanGPUUtil) {
 		return bad("heartbeat summary out of range")
 	}
 	return nil
@@ -257,9 +257,12 @@ func (sr *SignedReceipt) Verify() error {
 }
 
 // CheckReceipt compares a receipt with the checker's own record of the
-// lease: same lease, job, parties, price and GPU count, and a span within
-// the lease's (a lease may end early, not late).
-func CheckReceipt(r Receipt, l auction.Lease) error {
+// lease at now: same lease, job, parties, price and GPU count, a span
+// within the lease's (a lease may end early, not late) and an End that is
+// not in the future of now (beyond HeartbeatSkew of clock skew). A renter
+// should also bound what it countersigns by what it observed
+// (BillableSeconds).
+func CheckReceipt(r Receipt, l auction.Lease, now time.Time) error {
 	mismatch := func(field string, got, want any) error {
 		return fmt.Errorf("%w: %s %v, lease has %v", ErrMismatch, field, got, want)
 	}
@@ -280,10 +283,57 @@ func CheckReceipt(r Receipt, l auction.Lease) error {
 		return mismatch("start", r.Start, l.Start)
 	case r.End.After(l.End):
 		return mismatch("end", r.End, l.End)
+	case r.End.After(now.Add(HeartbeatSkew)):
+		return fmt.Errorf("%w: end %s is in the future of %s", ErrMismatch, r.End.Format(time.RFC3339), now.Format(time.RFC3339))
 	case r.Overclaimed():
 		return fmt.Errorf("%w: %.0f gpu seconds exceed the span", ErrMismatch, r.GPUSeconds)
 	}
 	return nil
+}
+
+// BillableSeconds is the most lease time, in seconds, that a renter can
+// vouch for, and so the most it should countersign: a receipt's GPUSeconds
+// should not exceed BillableSeconds·GPUCount (plus the one-second rounding
+// allowance of Receipt.Overclaimed). It is the span from the later of the
+// lease start and observedStart (when the renter saw the run start) to the
+// earliest of the lease end, observedEnd (when it saw the run end; zero
+// while it is still running) and now, less the heartbeat gaps of hs (the
+// renter's own HeartbeatMonitor summary of the lease: spans longer than two
+// intervals without a verified heartbeat, clipped to that span). It is 0
+// when the renter never saw the run start (zero observedStart), when the
+// span is empty, and when heartbeats were expected but none was verified.
+func BillableSeconds(l auction.Lease, observedStart, observedEnd, now time.Time, hs HeartbeatSummary) float64 {
+	if observedStart.IsZero() {
+		return 0
+	}
+	start := l.Start
+	if observedStart.After(start) {
+		start = observedStart
+	}
+	end := l.End
+	if !observedEnd.IsZero() && observedEnd.Before(end) {
+		end = observedEnd
+	}
+	if now.Before(end) {
+		end = now
+	}
+	if !end.After(start) || (hs.Expected > 0 && hs.Count == 0) {
+		return 0
+	}
+	billable := end.Sub(start)
+	for _, g := range hs.Gaps {
+		a, b := g.Start, g.End
+		if a.Before(start) {
+			a = start
+		}
+		if b.After(end) {
+			b = end
+		}
+		if b.After(a) {
+			billable -= b.Sub(a)
+		}
+	}
+	return math.Max(0, billable.Seconds())
 }
 
 // wireReceipt is the wire form: the signed bytes and the signatures. The

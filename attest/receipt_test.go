@@ -3,6 +3,7 @@ package attest_test
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -167,8 +168,12 @@ func TestCheckReceipt(t *testing.T) {
 	r := receipt("L1", prov, renter, t0)
 	terms := auction.Lease{ID: "L1", JobID: "job-L1", Renter: r.Renter, Provider: r.Provider,
 		Price: 2, Start: r.Start, End: r.End.Add(time.Hour), GPUCount: 1}
-	if err := attest.CheckReceipt(r, terms); err != nil {
+	now := r.End.Add(time.Minute)
+	if err := attest.CheckReceipt(r, terms, now); err != nil {
 		t.Fatalf("matching receipt (ended early): %v", err)
+	}
+	if err := attest.CheckReceipt(r, terms, r.End.Add(-attest.HeartbeatSkew)); err != nil {
+		t.Fatalf("receipt ending within the clock skew: %v", err)
 	}
 	mutate := map[string]func(*attest.Receipt){
 		"price":     func(r *attest.Receipt) { r.Price = 3 },
@@ -179,12 +184,66 @@ func TestCheckReceipt(t *testing.T) {
 		"early":     func(r *attest.Receipt) { r.Start = terms.Start.Add(-time.Minute) },
 		"overclaim": func(r *attest.Receipt) { r.GPUSeconds = 3600 * 2 },
 		"renter":    func(r *attest.Receipt) { r.Renter = prov.ID().String() },
+		// Within the lease, but after the checker's now.
+		"future end": func(r *attest.Receipt) { r.End = now.Add(10 * time.Minute) },
 	}
 	for name, m := range mutate {
 		rr := r
 		m(&rr)
-		if err := attest.CheckReceipt(rr, terms); !errors.Is(err, attest.ErrMismatch) {
+		if err := attest.CheckReceipt(rr, terms, now); !errors.Is(err, attest.ErrMismatch) {
 			t.Errorf("%s: got %v", name, err)
 		}
+	}
+}
+
+// TestBillableSeconds: what a renter can vouch for is bounded by the lease,
+// by what it observed, by now and by the heartbeat gaps its own monitor
+// recorded.
+func TestBillableSeconds(t *testing.T) {
+	prov := newSigner(t)
+	lease := auction.Lease{ID: "L1", Start: t0, End: t0.Add(time.Hour), GPUCount: 2}
+	// The renter's own monitor: one heartbeat per interval for the first
+	// 30 minutes, nothing for 20 minutes, then again until the end.
+	mon := attest.NewHeartbeatMonitor("L1", prov.ID(), t0, iv)
+	seq := uint64(0)
+	for at := t0.Add(iv); !at.After(lease.End); at = at.Add(iv) {
+		if at.After(t0.Add(30*time.Minute)) && at.Before(t0.Add(50*time.Minute)) {
+			continue
+		}
+		seq++
+		if err := mon.Accept(hbEnv(t, prov, "L1", seq, at), at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withGap := mon.Summary(lease.End)
+	if len(withGap.Gaps) != 1 {
+		t.Fatal("want one gap")
+	}
+	perfect := attest.HeartbeatSummary{Count: 360, Expected: 360, Coverage: 1}
+	end := lease.End
+	for _, c := range []struct {
+		name       string
+		start, obs time.Time // observed start and end
+		now        time.Time
+		hs         attest.HeartbeatSummary
+		want       time.Duration
+	}{
+		{"whole lease", t0, end, end.Add(time.Minute), perfect, time.Hour},
+		{"still running, bounded by now", t0, time.Time{}, t0.Add(25 * time.Minute), perfect, 25 * time.Minute},
+		{"ended early", t0, t0.Add(40 * time.Minute), end.Add(time.Minute), perfect, 40 * time.Minute},
+		{"started late", t0.Add(5 * time.Minute), end, end, perfect, 55 * time.Minute},
+		{"observed end after the lease", t0, end.Add(time.Hour), end.Add(2 * time.Hour), perfect, time.Hour},
+		{"heartbeat gap", t0, end, end, withGap, time.Hour - (withGap.Gaps[0].End.Sub(withGap.Gaps[0].Start))},
+		{"gap clipped by now", t0, time.Time{}, t0.Add(40 * time.Minute), withGap, 40*time.Minute - t0.Add(40*time.Minute).Sub(withGap.Gaps[0].Start)},
+		{"no heartbeat at all", t0, end, end, attest.HeartbeatSummary{Expected: 360}, 0},
+		{"never seen starting", time.Time{}, end, end, perfect, 0},
+		{"now before the start", t0, end, t0.Add(-time.Minute), perfect, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := attest.BillableSeconds(lease, c.start, c.obs, c.now, c.hs)
+			if math.Abs(got-c.want.Seconds()) > 1e-6 {
+				t.Fatalf("billable %v s, want %v s", got, c.want.Seconds())
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"sync"
 	"time"
 
@@ -42,6 +43,19 @@ const (
 	DefaultRenterCap    = 3
 	DefaultRenterWindow = 24 * time.Hour
 	DefaultMaxRecords   = 4096
+	// DefaultRenterMatureAge and DefaultRenterMatureSpend: a renter has full
+	// standing once the book has known it this long and it has owed this
+	// much (USD) in kept receipts with providers other than the one scored.
+	DefaultRenterMatureAge   = 14 * 24 * time.Hour
+	DefaultRenterMatureSpend = 10.0
+	// DefaultNewcomerWeight is what a receipt from a renter without standing
+	// weighs, and DefaultNewcomerCap the total (in receipts) that all such
+	// receipts of one provider may weigh together.
+	DefaultNewcomerWeight = 0.05
+	DefaultNewcomerCap    = 1.0
+	// DefaultMaxIdentities bounds the providers, and separately the renters,
+	// the book tracks.
+	DefaultMaxIdentities = 1 << 16
 )
 
 // Errors returned by Book.
@@ -76,6 +90,23 @@ type BookOptions struct {
 	// DefaultMaxRecords); beyond it the one with the oldest End, which
 	// weighs least, is forgotten.
 	MaxRecords int
+	// RenterMatureAge and RenterMatureSpend define a renter's standing (see
+	// Book). Defaults DefaultRenterMatureAge and DefaultRenterMatureSpend.
+	RenterMatureAge   time.Duration
+	RenterMatureSpend float64
+	// NewcomerWeight and NewcomerCap bound what renters without standing
+	// can do to a provider's score (see Book). Defaults DefaultNewcomerWeight
+	// and DefaultNewcomerCap; a negative value means zero.
+	NewcomerWeight float64
+	NewcomerCap    float64
+	// MaxIdentities bounds the providers, and separately the renters, the
+	// book tracks (default DefaultMaxIdentities). Beyond it the book forgets
+	// the ones with the least standing, least recently seen first.
+	MaxIdentities int
+	// Self is the book owner's peer ID, if any. A receipt Self countersigned
+	// as the renter is first-hand evidence (the owner took part in the lease
+	// and owes its amount), so it weighs with full standing.
+	Self string
 }
 
 // Evidence is a report of provider misbehaviour.
@@ -111,14 +142,15 @@ type ProviderRep struct {
 	Completion float64 `json:"completion"`
 	Coverage   float64 `json:"coverage"`
 	Honesty    float64 `json:"honesty"`
-	// Weight is the effective number of receipts after decay and the
-	// per-renter cap.
+	// Weight is the effective number of receipts after decay, the
+	// per-renter cap and the renters' standing.
 	Weight float64 `json:"weight"`
 }
 
 type record struct {
 	lease    string
 	renter   string
+	amount   float64
 	end      time.Time
 	bucket   int64
 	outcome  auction.RunState
@@ -133,11 +165,28 @@ type slash struct {
 }
 
 type provState struct {
-	records []record
-	groups  map[groupKey]int
-	renters map[string]int
-	slashes []slash
-	payload map[string][32]byte // lease id -> hash of the signed payload counted
+	records  []record
+	groups   map[groupKey]int
+	renters  map[string]int
+	slashes  []slash
+	slashed  map[string]bool     // lease \x00 kind, for deduplication
+	payload  map[string][32]byte // lease id -> hash of the signed payload counted
+	lastSeen time.Time
+}
+
+func newProvState() *provState {
+	return &provState{groups: make(map[groupKey]int), renters: make(map[string]int),
+		slashed: make(map[string]bool), payload: make(map[string][32]byte)}
+}
+
+// renterState is what the book knows of a renter's own standing: when it
+// first saw a verified receipt of it (by the book's clock, which a renter
+// cannot backdate) and what it owes in the receipts the book keeps.
+type renterState struct {
+	firstSeen time.Time
+	lastSeen  time.Time
+	total     float64            // USD owed over all kept receipts
+	spend     map[string]float64 // provider -> USD owed in its kept receipts
 }
 
 type groupKey struct {
@@ -148,14 +197,30 @@ type groupKey struct {
 // Book is a node's reputation ledger, computed from verified receipts and
 // slash evidence only. It is safe for concurrent use.
 //
+// A receipt is only as credible as its renter: anyone can mint identities
+// and countersign receipts for leases that never happened. So a receipt's
+// weight depends on its renter's standing at scoring time, a number in
+// [0,1] the renter cannot fake quickly: min(1, age/RenterMatureAge) ·
+// min(1, owed/RenterMatureSpend), where age runs from the first verified
+// receipt of the renter this book saw (by the book's own clock) and owed
+// is what the renter owes in the kept receipts of providers OTHER than the
+// one being scored; the book's owner (BookOptions.Self) has full standing
+// in its own book. A receipt from a renter with standing s weighs s, plus
+// NewcomerWeight·(1-s); the newcomer parts of all of a provider's receipts
+// together weigh at most NewcomerCap receipts. Forty fresh identities thus
+// move a provider about as much as one receipt from an established renter.
+// (Age is the part that costs an attacker: owed money can be farmed
+// between fake providers, and is only worth something once the identities
+// have aged.)
+//
 // Score blends three recency-weighted components: completion (succeeded vs
 // failed or expired; preempted and cancelled leases are not the provider's
 // fault and do not count), uptime (the receipt's heartbeat coverage) and
 // throughput honesty (1, or 0 for a receipt claiming more GPU-seconds than
 // its span times its GPU count), weighted 0.5, 0.3 and 0.2. Each receipt
 // weighs 2^(-age/HalfLife), age measured from its End, times the
-// tight-cluster factor (BookOptions.RenterCap). Each component is shrunk
-// toward Prior by PriorWeight pseudo-receipts. The blend is then multiplied
+// tight-cluster factor (BookOptions.RenterCap), times the standing-based
+// factor above. Each component is shrunk toward Prior by PriorWeight pseudo-receipts. The blend is then multiplied
 // by (1 - p·2^(-age/HalfLife)) for each slash, with p = 0.5 for
 // heartbeat_contradicts_fingerprint and overclaim and 0.2 for
 // abandoned_lease.
@@ -166,10 +231,16 @@ type Book struct {
 	renterCap    int
 	renterWindow time.Duration
 	maxRecords   int
+	matureAge    time.Duration
+	matureSpend  float64
+	newcomerW    float64
+	newcomerCap  float64
+	maxIdent     int
+	self         string
 
 	mu       sync.RWMutex
 	provs    map[string]*provState
-	slashed  map[string]bool // provider \x00 lease \x00 kind
+	renters  map[string]*renterState
 	counters map[string]int
 }
 
@@ -182,8 +253,14 @@ func NewBook(opts BookOptions) *Book {
 		renterCap:    opts.RenterCap,
 		renterWindow: opts.RenterWindow,
 		maxRecords:   opts.MaxRecords,
+		matureAge:    opts.RenterMatureAge,
+		matureSpend:  opts.RenterMatureSpend,
+		newcomerW:    opts.NewcomerWeight,
+		newcomerCap:  opts.NewcomerCap,
+		maxIdent:     opts.MaxIdentities,
+		self:         opts.Self,
 		provs:        make(map[string]*provState),
-		slashed:      make(map[string]bool),
+		renters:      make(map[string]*renterState),
 		counters:     make(map[string]int),
 	}
 	if b.now == nil {
@@ -204,6 +281,17 @@ func NewBook(opts BookOptions) *Book {
 	if b.maxRecords <= 0 {
 		b.maxRecords = DefaultMaxRecords
 	}
+	if b.matureAge <= 0 {
+		b.matureAge = DefaultRenterMatureAge
+	}
+	if b.matureSpend <= 0 || !finite(b.matureSpend) {
+		b.matureSpend = DefaultRenterMatureSpend
+	}
+	b.newcomerW = defaultNonNeg(b.newcomerW, DefaultNewcomerWeight)
+	b.newcomerCap = defaultNonNeg(b.newcomerCap, DefaultNewcomerCap)
+	if b.maxIdent <= 0 {
+		b.maxIdent = DefaultMaxIdentities
+	}
 	return b
 }
 
@@ -222,7 +310,21 @@ const (
 	CountSlash          = "slash"
 	CountSlashDuplicate = "slash_duplicate"
 	CountBadEvidence    = "bad_evidence"
+	// Identities forgotten beyond BookOptions.MaxIdentities.
+	CountEvictedProvider = "evicted_provider"
+	CountEvictedRenter   = "evicted_renter"
 )
+
+// defaultNonNeg: zero (unset) means def, negative means zero.
+func defaultNonNeg(v, def float64) float64 {
+	switch {
+	case v == 0 || !finite(v):
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
 
 func rejectReason(err error) string {
 	switch {
@@ -255,13 +357,10 @@ func (b *Book) AddReceipt(sr *SignedReceipt) error {
 		return fmt.Errorf("attest: receipt rejected: %w", err)
 	}
 	r := sr.Receipt
+	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ps := b.provs[r.Provider]
-	if ps == nil {
-		ps = &provState{groups: make(map[groupKey]int), renters: make(map[string]int), payload: make(map[string][32]byte)}
-		b.provs[r.Provider] = ps
-	}
+	ps := b.provLocked(r.Provider, now)
 	sum := sha256.Sum256(sr.Payload)
 	if prev, ok := ps.payload[r.LeaseID]; ok {
 		if prev == sum {
@@ -272,9 +371,18 @@ func (b *Book) AddReceipt(sr *SignedReceipt) error {
 		return fmt.Errorf("%w: lease %s of %s", ErrConflict, r.LeaseID, r.Provider)
 	}
 	ps.payload[r.LeaseID] = sum
+	rs := b.renters[r.Renter]
+	if rs == nil {
+		rs = &renterState{firstSeen: now, spend: make(map[string]float64)}
+		b.renters[r.Renter] = rs
+	}
+	rs.lastSeen = now
+	rs.spend[r.Provider] += r.Amount
+	rs.total += r.Amount
 	rec := record{
 		lease:    r.LeaseID,
 		renter:   r.Renter,
+		amount:   r.Amount,
 		end:      r.End,
 		bucket:   floorDiv(r.End.UnixNano(), int64(b.renterWindow)),
 		outcome:  r.Outcome,
@@ -287,17 +395,116 @@ func (b *Book) AddReceipt(sr *SignedReceipt) error {
 	ps.renters[rec.renter]++
 	b.counters[CountAccepted]++
 	if len(ps.records) > b.maxRecords {
-		ps.forgetOldest()
+		b.forgetOldest(r.Provider, ps)
 	}
 	if !rec.honest {
 		b.counters[CountOverclaim]++
-		b.slashLocked(r.Provider, ps, Evidence{Kind: SlashOverclaim, LeaseID: r.LeaseID, Time: r.End})
+		b.slashLocked(ps, Evidence{Kind: SlashOverclaim, LeaseID: r.LeaseID, Time: r.End})
 	}
+	b.evictLocked(now)
 	return nil
 }
 
-// forgetOldest drops the record with the oldest End.
-func (ps *provState) forgetOldest() {
+// provLocked returns provider's state, creating it, and marks it seen.
+func (b *Book) provLocked(provider string, now time.Time) *provState {
+	ps := b.provs[provider]
+	if ps == nil {
+		ps = newProvState()
+		b.provs[provider] = ps
+	}
+	ps.lastSeen = now
+	return ps
+}
+
+// unspend takes a forgotten record's amount off its renter's account.
+func (b *Book) unspend(provider string, rec record) {
+	rs := b.renters[rec.renter]
+	if rs == nil {
+		return // the renter was evicted
+	}
+	rs.total = math.Max(0, rs.total-rec.amount)
+	if v := rs.spend[provider] - rec.amount; v > 1e-12 {
+		rs.spend[provider] = v
+	} else {
+		delete(rs.spend, provider)
+	}
+}
+
+// standing is renter's standing in [0,1] when scoring provider at now (see
+// Book); 1 for the book's owner, 0 for a renter the book does not know.
+func (b *Book) standing(renter, provider string, now time.Time) float64 {
+	if renter == b.self && renter != "" {
+		return 1
+	}
+	rs := b.renters[renter]
+	if rs == nil {
+		return 0
+	}
+	return b.standingOf(rs, rs.total-rs.spend[provider], now)
+}
+
+func (b *Book) standingOf(rs *renterState, owed float64, now time.Time) float64 {
+	age := math.Min(1, float64(now.Sub(rs.firstSeen))/float64(b.matureAge))
+	spend := math.Min(1, owed/b.matureSpend)
+	return math.Max(0, age) * math.Max(0, spend)
+}
+
+// evictLocked forgets identities beyond MaxIdentities: renters with the
+// least standing (over all their receipts) and providers with the least
+// evidence (kept receipts weighted by their renters' standing, slashes
+// counting heavily, so that a slashed provider is not forgotten to make
+// room for cheap fresh ones), least recently seen first. It trims an
+// eighth below the limit at once, so that the sort is amortized.
+func (b *Book) evictLocked(now time.Time) {
+	type cand struct {
+		id   string
+		rank float64
+		seen time.Time
+	}
+	trim := func(n int, cands []cand, counter string, drop func(string)) {
+		sort.Slice(cands, func(i, j int) bool {
+			if cands[i].rank != cands[j].rank {
+				return cands[i].rank < cands[j].rank
+			}
+			return cands[i].seen.Before(cands[j].seen)
+		})
+		for _, c := range cands[:n] {
+			drop(c.id)
+			b.counters[counter]++
+		}
+	}
+	excess := func(n int) int { return n - (b.maxIdent - b.maxIdent/8) }
+	if len(b.provs) > b.maxIdent {
+		cands := make([]cand, 0, len(b.provs))
+		for id, ps := range b.provs {
+			ev := 10 * float64(len(ps.slashes))
+			for _, rec := range ps.records {
+				ev += math.Max(b.newcomerW, b.standing(rec.renter, id, now))
+			}
+			cands = append(cands, cand{id, ev, ps.lastSeen})
+		}
+		trim(excess(len(b.provs)), cands, CountEvictedProvider, func(id string) {
+			for _, rec := range b.provs[id].records {
+				b.unspend(id, rec)
+			}
+			delete(b.provs, id)
+		})
+	}
+	if len(b.renters) > b.maxIdent {
+		cands := make([]cand, 0, len(b.renters))
+		for id, rs := range b.renters {
+			rank := b.standingOf(rs, rs.total, now)
+			if id == b.self {
+				rank = 2 // never forget the owner
+			}
+			cands = append(cands, cand{id, rank, rs.lastSeen})
+		}
+		trim(excess(len(b.renters)), cands, CountEvictedRenter, func(id string) { delete(b.renters, id) })
+	}
+}
+
+// forgetOldest drops provider's record with the oldest End.
+func (b *Book) forgetOldest(provider string, ps *provState) {
 	oldest := 0
 	for i, rec := range ps.records {
 		if rec.end.Before(ps.records[oldest].end) {
@@ -316,6 +523,7 @@ func (ps *provState) forgetOldest() {
 		delete(ps.renters, rec.renter)
 	}
 	delete(ps.payload, rec.lease)
+	b.unspend(provider, rec)
 }
 
 func floorDiv(a, b int64) int64 {
@@ -333,18 +541,15 @@ func floorDiv(a, b int64) int64 {
 // ErrBadEvidence.
 func (b *Book) Slash(provider string, ev Evidence) error {
 	err := checkEvidence(provider, ev)
+	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err != nil {
 		b.counters[CountBadEvidence]++
 		return err
 	}
-	ps := b.provs[provider]
-	if ps == nil {
-		ps = &provState{groups: make(map[groupKey]int), renters: make(map[string]int), payload: make(map[string][32]byte)}
-		b.provs[provider] = ps
-	}
-	b.slashLocked(provider, ps, ev)
+	b.slashLocked(b.provLocked(provider, now), ev)
+	b.evictLocked(now)
 	return nil
 }
 
@@ -384,13 +589,13 @@ func checkEvidence(provider string, ev Evidence) error {
 	return nil
 }
 
-func (b *Book) slashLocked(provider string, ps *provState, ev Evidence) {
-	key := provider + "\x00" + ev.LeaseID + "\x00" + ev.Kind
-	if b.slashed[key] {
+func (b *Book) slashLocked(ps *provState, ev Evidence) {
+	key := ev.LeaseID + "\x00" + ev.Kind
+	if ps.slashed[key] {
 		b.counters[CountSlashDuplicate]++
 		return
 	}
-	b.slashed[key] = true
+	ps.slashed[key] = true
 	at := ev.Time
 	if at.IsZero() {
 		at = b.now()
@@ -425,12 +630,27 @@ func (b *Book) Stats(provider string) ProviderRep {
 		return ProviderRep{Score: Prior, Completion: Prior, Coverage: Prior, Honesty: Prior}
 	}
 	rep := ProviderRep{Receipts: len(ps.records), Renters: len(ps.renters), Slashes: len(ps.slashes)}
-	var compW, compX, covW, covX, honW, honX float64
-	for _, rec := range ps.records {
+	// Each receipt's weight: an established part (its renter's standing)
+	// and a newcomer part, the latter capped in total per provider.
+	est := make([]float64, len(ps.records))
+	nov := make([]float64, len(ps.records))
+	var novSum float64
+	for i, rec := range ps.records {
 		w := b.decay(rec.end, now)
 		if n := ps.groups[groupKey{rec.renter, rec.bucket}]; n > b.renterCap {
 			w *= float64(b.renterCap) / float64(n)
 		}
+		s := b.standing(rec.renter, provider, now)
+		est[i], nov[i] = w*s, w*(1-s)*b.newcomerW
+		novSum += nov[i]
+	}
+	novScale := 1.0
+	if novSum > b.newcomerCap {
+		novScale = b.newcomerCap / novSum
+	}
+	var compW, compX, covW, covX, honW, honX float64
+	for i, rec := range ps.records {
+		w := est[i] + nov[i]*novScale
 		rep.Weight += w
 		switch rec.outcome {
 		case auction.RunSucceeded:

@@ -33,12 +33,31 @@ func mustAdd(t *testing.T, b *attest.Book, sr *attest.SignedReceipt) {
 	}
 }
 
-// history gives prov n receipts from n distinct renters, ending one hour
-// apart before end, with the given outcome and coverage.
-func history(t *testing.T, b *attest.Book, prov *sign.Signer, tag string, n int, end time.Time, outcome auction.RunState, coverage float64) {
+// establish gives each renter full standing in b: the book first saw it
+// DefaultRenterMatureAge ago (by c) and it owes DefaultRenterMatureSpend in
+// a receipt with another provider, as a renter with real history would.
+func establish(t *testing.T, b *attest.Book, c *vclock, renters ...*sign.Signer) {
+	t.Helper()
+	now := c.Now()
+	defer c.Set(now)
+	then := now.Add(-attest.DefaultRenterMatureAge)
+	c.Set(then)
+	other := newSigner(t)
+	for _, renter := range renters {
+		r := receipt("season-"+renter.ID().String(), other, renter, then)
+		r.Price = attest.DefaultRenterMatureSpend
+		r.Amount = attest.DefaultRenterMatureSpend
+		mustAdd(t, b, signed(t, other, renter, r))
+	}
+}
+
+// history gives prov n receipts from n distinct established renters,
+// ending one hour apart before end, with the given outcome and coverage.
+func history(t *testing.T, b *attest.Book, c *vclock, prov *sign.Signer, tag string, n int, end time.Time, outcome auction.RunState, coverage float64) {
 	t.Helper()
 	for i := 0; i < n; i++ {
 		renter := newSigner(t)
+		establish(t, b, c, renter)
 		r := receipt(fmt.Sprintf("%s-%d", tag, i), prov, renter, end.Add(-time.Duration(i)*time.Hour))
 		r.Outcome = outcome
 		r.Heartbeats.Coverage = coverage
@@ -47,7 +66,7 @@ func history(t *testing.T, b *attest.Book, prov *sign.Signer, tag string, n int,
 }
 
 func TestScoreUnknownAndNewIdentity(t *testing.T) {
-	b, _ := newBook(t0)
+	b, c := newBook(t0)
 	if got := b.Score("nobody"); got != attest.Prior {
 		t.Fatalf("unknown identity scores %v, want prior %v", got, attest.Prior)
 	}
@@ -57,7 +76,7 @@ func TestScoreUnknownAndNewIdentity(t *testing.T) {
 	if one <= attest.Prior || one > attest.Prior+0.15 {
 		t.Fatalf("one perfect receipt moved a new identity to %v; want just above the prior", one)
 	}
-	history(t, b, prov, "more", 30, t0, auction.RunSucceeded, 1)
+	history(t, b, c, prov, "more", 30, t0, auction.RunSucceeded, 1)
 	if many := b.Score(prov.ID().String()); many < 0.9 {
 		t.Fatalf("31 perfect receipts only reach %v", many)
 	}
@@ -71,10 +90,10 @@ func TestScoreUnknownAndNewIdentity(t *testing.T) {
 }
 
 func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
-	b, _ := newBook(t0)
+	b, c := newBook(t0)
 	prov, renter := newSigner(t), newSigner(t)
 	pid := prov.ID().String()
-	history(t, b, prov, "base", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, c, prov, "base", 5, t0, auction.RunSucceeded, 1)
 	before := b.Stats(pid)
 
 	// A bad receipt that would, if counted, move the score a lot: a failure.
@@ -114,9 +133,9 @@ func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
 			t.Errorf("%s: counter %q is %d", c.name, c.counter, got)
 		}
 	}
-	c := b.Counters()
-	if c[attest.CountTampered] != 2 || c[attest.CountAccepted] != 5 {
-		t.Fatalf("counters %v", c)
+	// 5 receipts for prov, and the 5 that gave their renters standing.
+	if cnt := b.Counters(); cnt[attest.CountTampered] != 2 || cnt[attest.CountAccepted] != 10 {
+		t.Fatalf("counters %v", cnt)
 	}
 	if after := b.Stats(pid); after != before {
 		t.Fatalf("forgeries changed the reputation:\nbefore %+v\nafter  %+v", before, after)
@@ -151,10 +170,10 @@ func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
 }
 
 func TestDroppedHeartbeatsScoreLower(t *testing.T) {
-	b, _ := newBook(t0)
+	b, c := newBook(t0)
 	honest, flaky := newSigner(t), newSigner(t)
-	history(t, b, honest, "h", 10, t0, auction.RunSucceeded, 1)
-	history(t, b, flaky, "f", 10, t0, auction.RunSucceeded, 0.5)
+	history(t, b, c, honest, "h", 10, t0, auction.RunSucceeded, 1)
+	history(t, b, c, flaky, "f", 10, t0, auction.RunSucceeded, 0.5)
 	h, f := b.Stats(honest.ID().String()), b.Stats(flaky.ID().String())
 	if !(f.Score < h.Score) {
 		t.Fatalf("coverage 0.5 scores %v, full coverage %v", f.Score, h.Score)
@@ -174,10 +193,10 @@ func TestRecencyWeighting(t *testing.T) {
 		b := attest.NewBook(attest.BookOptions{Now: c.Now, HalfLife: tc.halfLife})
 		reformed, decaying := newSigner(t), newSigner(t)
 		old := now.AddDate(0, -4, 0)
-		history(t, b, reformed, "ro", 8, old, auction.RunFailed, 1)
-		history(t, b, reformed, "rn", 8, now, auction.RunSucceeded, 1)
-		history(t, b, decaying, "do", 8, old, auction.RunSucceeded, 1)
-		history(t, b, decaying, "dn", 8, now, auction.RunFailed, 1)
+		history(t, b, c, reformed, "ro", 8, old, auction.RunFailed, 1)
+		history(t, b, c, reformed, "rn", 8, now, auction.RunSucceeded, 1)
+		history(t, b, c, decaying, "do", 8, old, auction.RunSucceeded, 1)
+		history(t, b, c, decaying, "dn", 8, now, auction.RunFailed, 1)
 		r, d := b.Score(reformed.ID().String()), b.Score(decaying.ID().String())
 		if tc.wantGap && !(r > d+0.1) {
 			t.Errorf("half-life %v: old failures (%v) should weigh less than new ones (%v)", tc.halfLife, r, d)
@@ -189,7 +208,7 @@ func TestRecencyWeighting(t *testing.T) {
 	// Time passing alone pulls a record back toward the prior.
 	b, c := newBook(t0)
 	p := newSigner(t)
-	history(t, b, p, "x", 10, t0, auction.RunSucceeded, 1)
+	history(t, b, c, p, "x", 10, t0, auction.RunSucceeded, 1)
 	fresh := b.Score(p.ID().String())
 	c.Set(t0.AddDate(2, 0, 0))
 	if aged := b.Score(p.ID().String()); !(aged < fresh && aged > attest.Prior) {
@@ -198,12 +217,12 @@ func TestRecencyWeighting(t *testing.T) {
 }
 
 func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
-	b, _ := newBook(t0)
+	b, c := newBook(t0)
 	pre, fail := newSigner(t), newSigner(t)
-	history(t, b, pre, "s", 5, t0, auction.RunSucceeded, 1)
-	history(t, b, pre, "p", 5, t0.Add(-24*time.Hour), auction.RunPreempted, 1)
-	history(t, b, fail, "s", 5, t0, auction.RunSucceeded, 1)
-	history(t, b, fail, "p", 5, t0.Add(-24*time.Hour), auction.RunFailed, 1)
+	history(t, b, c, pre, "s", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, c, pre, "p", 5, t0.Add(-24*time.Hour), auction.RunPreempted, 1)
+	history(t, b, c, fail, "s", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, c, fail, "p", 5, t0.Add(-24*time.Hour), auction.RunFailed, 1)
 	p, f := b.Stats(pre.ID().String()), b.Stats(fail.ID().String())
 	if p.Preempted != 5 || p.Failed != 0 || f.Failed != 5 {
 		t.Fatalf("outcome counts: %+v / %+v", p, f)
@@ -213,16 +232,17 @@ func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
 	}
 	// Preemptions count neither for nor against completion.
 	only := newSigner(t)
-	history(t, b, only, "s", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, c, only, "s", 5, t0, auction.RunSucceeded, 1)
 	if o := b.Stats(only.ID().String()); math.Abs(o.Completion-p.Completion) > 1e-9 {
 		t.Fatalf("completion with preemptions %v, without %v", p.Completion, o.Completion)
 	}
 }
 
 func TestTightClusterCap(t *testing.T) {
-	b, _ := newBook(t0)
+	b, c := newBook(t0)
 	pump, broad := newSigner(t), newSigner(t)
 	friend := newSigner(t)
+	establish(t, b, c, friend)
 	// One renter pumps 200 tiny successful receipts within one day.
 	day := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	for i := 0; i < 200; i++ {
@@ -233,7 +253,7 @@ func TestTightClusterCap(t *testing.T) {
 		r.Heartbeats = attest.HeartbeatSummary{}
 		mustAdd(t, b, signed(t, pump, friend, r))
 	}
-	history(t, b, broad, "b", 10, t0, auction.RunSucceeded, 1)
+	history(t, b, c, broad, "b", 10, t0, auction.RunSucceeded, 1)
 	p, q := b.Stats(pump.ID().String()), b.Stats(broad.ID().String())
 	if p.Receipts != 200 || p.Renters != 1 {
 		t.Fatalf("pump stats %+v", p)
@@ -247,10 +267,10 @@ func TestTightClusterCap(t *testing.T) {
 }
 
 func TestOverclaimIsFraud(t *testing.T) {
-	b, _ := newBook(t0)
+	b, c := newBook(t0)
 	prov, renter := newSigner(t), newSigner(t)
 	pid := prov.ID().String()
-	history(t, b, prov, "ok", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, c, prov, "ok", 5, t0, auction.RunSucceeded, 1)
 	before := b.Stats(pid)
 	r := receipt("over", prov, renter, t0)
 	r.GPUSeconds, r.Amount = 36000, 20 // ten hours on one GPU in one hour
@@ -279,7 +299,7 @@ func TestSlash(t *testing.T) {
 	b, c := newBook(t0)
 	prov := newSigner(t)
 	pid := prov.ID().String()
-	history(t, b, prov, "s", 10, t0, auction.RunSucceeded, 1)
+	history(t, b, c, prov, "s", 10, t0, auction.RunSucceeded, 1)
 	s0 := b.Score(pid)
 	ev := attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: "L7", Detail: "no heartbeats after 10m"}
 	if err := b.Slash(pid, ev); err != nil {
@@ -406,10 +426,127 @@ func TestBookForgetsOldestBeyondMaxRecords(t *testing.T) {
 	c := &vclock{t: t0}
 	b := attest.NewBook(attest.BookOptions{Now: c.Now, MaxRecords: 5})
 	prov := newSigner(t)
-	history(t, b, prov, "old", 3, t0.AddDate(0, -1, 0), auction.RunFailed, 1)
-	history(t, b, prov, "new", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, c, prov, "old", 3, t0.AddDate(0, -1, 0), auction.RunFailed, 1)
+	history(t, b, c, prov, "new", 5, t0, auction.RunSucceeded, 1)
 	st := b.Stats(prov.ID().String())
 	if st.Receipts != 5 || st.Failed != 0 || st.Completed != 5 || st.Renters != 5 {
 		t.Fatalf("after overflow: %+v", st)
+	}
+}
+
+// TestSybilRentersCannotFarmReputation: forty throwaway renter identities,
+// each countersigning one perfect receipt for a lease that never happened
+// (and padding their accounts with big receipts from a second fake
+// provider), must leave the fake provider clearly below an honest one whose
+// imperfect history comes from established renters. The same book without
+// the renter-standing defence (newcomers weighing fully) shows the attack.
+func TestSybilRentersCannotFarmReputation(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		opts      attest.BookOptions
+		fakeWins  bool
+		wantBelow float64 // fake's score must be below this
+	}{
+		{name: "defaults", wantBelow: attest.Prior + 0.15},
+		{name: "newcomers weigh fully", opts: attest.BookOptions{NewcomerWeight: 1, NewcomerCap: 1e9}, fakeWins: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &vclock{t: t0}
+			tc.opts.Now = c.Now
+			b := attest.NewBook(tc.opts)
+			fake, accomplice, honest := newSigner(t), newSigner(t), newSigner(t)
+			for i := 0; i < 40; i++ {
+				sybil := newSigner(t)
+				mustAdd(t, b, signed(t, fake, sybil, receipt(fmt.Sprintf("sybil-%d", i), fake, sybil, t0.Add(-time.Duration(i)*time.Minute))))
+				pad := receipt(fmt.Sprintf("pad-%d", i), accomplice, sybil, t0)
+				pad.Price, pad.Amount = 1000, 1000
+				mustAdd(t, b, signed(t, accomplice, sybil, pad))
+			}
+			// The honest provider: 10 leases from established renters, two
+			// failed, 90% heartbeat coverage.
+			history(t, b, c, honest, "ok", 8, t0, auction.RunSucceeded, 0.9)
+			history(t, b, c, honest, "ko", 2, t0.Add(-24*time.Hour), auction.RunFailed, 0.9)
+			f, h := b.Stats(fake.ID().String()), b.Stats(honest.ID().String())
+			t.Logf("fake (40 sybil receipts) %.3f weight %.2f; honest (10 established) %.3f weight %.2f", f.Score, f.Weight, h.Score, h.Weight)
+			if f.Receipts != 40 || f.Renters != 40 || h.Receipts != 10 {
+				t.Fatalf("receipts not all counted: fake %+v honest %+v", f, h)
+			}
+			if tc.fakeWins {
+				if !(f.Score > h.Score) {
+					t.Fatalf("without the defence the farm should win: fake %.3f honest %.3f", f.Score, h.Score)
+				}
+				return
+			}
+			if !(f.Score < tc.wantBelow && f.Score < h.Score-0.1) {
+				t.Fatalf("sybil farm scores %.3f, honest provider %.3f", f.Score, h.Score)
+			}
+		})
+	}
+}
+
+// TestBookBoundsIdentities: a flood of cheap identities is forgotten
+// beyond MaxIdentities, while a provider with established history and a
+// slashed one are kept.
+func TestBookBoundsIdentities(t *testing.T) {
+	const max = 16
+	c := &vclock{t: t0}
+	b := attest.NewBook(attest.BookOptions{Now: c.Now, MaxIdentities: max})
+	good, slashed := newSigner(t), newSigner(t)
+	history(t, b, c, good, "g", 3, t0, auction.RunSucceeded, 1)
+	if err := b.Slash(slashed.ID().String(), attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	goodBefore, slashedBefore := b.Stats(good.ID().String()), b.Stats(slashed.ID().String())
+	providers, renters := 1+3+1, 3 // good, the 3 that gave renters standing, slashed
+	var first string
+	for i := 0; i < 200; i++ {
+		p, r := newSigner(t), newSigner(t)
+		c.Set(t0.Add(time.Duration(i) * time.Second))
+		mustAdd(t, b, signed(t, p, r, receipt(fmt.Sprintf("flood-%d", i), p, r, t0)))
+		providers++
+		renters++
+		if i == 0 {
+			first = p.ID().String()
+		}
+		cnt := b.Counters()
+		if kept := providers - cnt[attest.CountEvictedProvider]; kept > max {
+			t.Fatalf("after %d flood receipts the book tracks %d providers, limit %d", i+1, kept, max)
+		}
+		if kept := renters - cnt[attest.CountEvictedRenter]; kept > max {
+			t.Fatalf("after %d flood receipts the book tracks %d renters, limit %d", i+1, kept, max)
+		}
+	}
+	c.Set(t0)
+	cnt := b.Counters()
+	if cnt[attest.CountEvictedProvider] < providers-max || cnt[attest.CountEvictedRenter] < renters-max {
+		t.Fatalf("counters %v", cnt)
+	}
+	if st := b.Stats(first); st.Receipts != 0 || st.Score != attest.Prior {
+		t.Fatalf("the first flood provider is still tracked: %+v", st)
+	}
+	if st := b.Stats(good.ID().String()); st != goodBefore {
+		t.Fatalf("established provider changed: %+v, was %+v", st, goodBefore)
+	}
+	if st := b.Stats(slashed.ID().String()); st != slashedBefore || st.Slashes != 1 {
+		t.Fatalf("slashed provider changed: %+v, was %+v", st, slashedBefore)
+	}
+}
+
+// TestOwnReceiptsAreFirstHand: the book's owner trusts the leases it rented
+// itself fully, however new it is; the same receipt in a stranger's book
+// is a newcomer's.
+func TestOwnReceiptsAreFirstHand(t *testing.T) {
+	prov, me := newSigner(t), newSigner(t)
+	sr := signed(t, prov, me, receipt("mine", prov, me, t0))
+	own := attest.NewBook(attest.BookOptions{Now: func() time.Time { return t0 }, Self: me.ID().String()})
+	other := attest.NewBook(attest.BookOptions{Now: func() time.Time { return t0 }})
+	mustAdd(t, own, sr)
+	mustAdd(t, other, sr)
+	o, s := own.Stats(prov.ID().String()), other.Stats(prov.ID().String())
+	if math.Abs(o.Weight-1) > 1e-9 || math.Abs(s.Weight-attest.DefaultNewcomerWeight) > 1e-9 {
+		t.Fatalf("weights: own book %v (want 1), stranger's %v (want %v)", o.Weight, s.Weight, attest.DefaultNewcomerWeight)
+	}
+	if !(o.Score > s.Score && s.Score > attest.Prior) {
+		t.Fatalf("scores: own book %v, stranger's %v", o.Score, s.Score)
 	}
 }

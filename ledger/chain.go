@@ -14,7 +14,126 @@ import (
 var (
 	entryPrefix = []byte("ledger/e/") // + 8-byte big-endian seq
 	headKey     = []byte("ledger/head")
+	// settledPrefix indexes settlements: + class + 0x00 + lease id -> the
+	// 8-byte seq of the entry that settled it. settledIndexKey marks the
+	// index as built (ledgers written before it existed are indexed once by
+	// Open).
+	settledPrefix   = []byte("ledger/settled/")
+	settledIndexKey = []byte("ledger/settled-index/v1")
 )
+
+// ErrAlreadySettled matches (with errors.Is) the error Append and AppendAll
+// return for a second settlement of one lease: a KindReceipt entry for a
+// LeaseID that already has one, or a payment (KindPaymentOwed or
+// KindPaymentEarned) for a LeaseID that already has one. Nothing of the
+// refused batch is stored.
+var ErrAlreadySettled = errors.New("ledger: lease already settled")
+
+// settlementClass is the class of settlement e records for its lease, or ""
+// when it is not a settlement (or names no lease). A receipt and its
+// payment are one settlement's two classes, so both may be appended for one
+// lease, once each.
+func settlementClass(e *Entry) string {
+	if e.LeaseID == "" {
+		return ""
+	}
+	switch e.Kind {
+	case KindReceipt:
+		return "receipt"
+	case KindPaymentOwed, KindPaymentEarned:
+		return "payment"
+	}
+	return ""
+}
+
+func settledKey(class, lease string) []byte {
+	k := make([]byte, 0, len(settledPrefix)+len(class)+1+len(lease))
+	k = append(append(append(k, settledPrefix...), class...), 0)
+	return append(k, lease...)
+}
+
+// settle records in txn that e (already numbered) settles its lease, or
+// fails with ErrAlreadySettled when the lease already has a settlement of
+// e's class, in the store or earlier in the same transaction.
+func settle(txn *badger.Txn, e *Entry) error {
+	class := settlementClass(e)
+	if class == "" {
+		return nil
+	}
+	k := settledKey(class, e.LeaseID)
+	item, err := txn.Get(k)
+	switch {
+	case err == nil:
+		var prev uint64
+		_ = item.Value(func(v []byte) error {
+			if len(v) == 8 {
+				prev = binary.BigEndian.Uint64(v)
+			}
+			return nil
+		})
+		return fmt.Errorf("%w: lease %q already has a %s entry (seq %d)", ErrAlreadySettled, e.LeaseID, class, prev)
+	case !errors.Is(err, badger.ErrKeyNotFound):
+		return fmt.Errorf("ledger: read settlement index: %w", err)
+	}
+	return txn.Set(k, binary.BigEndian.AppendUint64(nil, e.Seq))
+}
+
+// buildSettledIndex indexes the settlements of a ledger written before the
+// index existed (the first entry of each lease and class wins; later
+// duplicates, which such a ledger may hold, stay in the chain but are not
+// indexed). It does nothing once the index is marked built.
+func (db *DB) buildSettledIndex() error {
+	built := false
+	err := db.bdb.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(settledIndexKey)
+		if err == nil {
+			built = true
+			return nil
+		}
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		return err
+	})
+	if err != nil || built {
+		return err
+	}
+	txn := db.bdb.NewTransaction(true)
+	defer func() { txn.Discard() }()
+	seen := make(map[string]bool)
+	err = db.scan(Filter{}, func(e *Entry) error {
+		class := settlementClass(e)
+		if class == "" {
+			return nil
+		}
+		k := settledKey(class, e.LeaseID)
+		if seen[string(k)] {
+			return nil
+		}
+		seen[string(k)] = true
+		v := binary.BigEndian.AppendUint64(nil, e.Seq)
+		if err := txn.Set(k, v); errors.Is(err, badger.ErrTxnTooBig) {
+			if err := txn.Commit(); err != nil {
+				return err
+			}
+			txn = db.bdb.NewTransaction(true)
+			return txn.Set(k, v)
+		} else if err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: build settlement index: %w", err)
+	}
+	if err := txn.Set(settledIndexKey, []byte{1}); err != nil {
+		return fmt.Errorf("ledger: build settlement index: %w", err)
+	}
+	if err := txn.Commit(); err != nil {
+		return fmt.Errorf("ledger: build settlement index: %w", err)
+	}
+	return nil
+}
 
 // ErrNotFound is returned (wrapped) by Get for a sequence number that is not
 // in the ledger.
@@ -69,7 +188,9 @@ func readHead(txn *badger.Txn) (chainHead, error) {
 
 // Append validates e, links it to the chain and stores it together with the
 // new head in one synchronous transaction. Seq, PrevHash and Hash must be
-// unset; Time defaults to now. It returns the stored entry.
+// unset; Time defaults to now. It returns the stored entry. A second
+// settlement of a lease is refused with ErrAlreadySettled, in the same
+// transaction.
 func (db *DB) Append(e Entry) (Entry, error) {
 	out, err := db.AppendAll([]Entry{e})
 	if err != nil {
@@ -80,7 +201,8 @@ func (db *DB) Append(e Entry) (Entry, error) {
 
 // AppendAll appends entries atomically, in order, in one transaction: either
 // all of them are stored or none is. A batch too large for one Badger
-// transaction fails as a whole.
+// transaction fails as a whole. Below the free-space floor it fails with
+// ErrDiskFull and writes nothing.
 func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 	if len(entries) == 0 {
 		return nil, nil
@@ -104,6 +226,9 @@ func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 		out[i] = p
 	}
 
+	if err := db.checkWrite(); err != nil {
+		return nil, err
+	}
 	db.appendMu.Lock()
 	defer db.appendMu.Unlock()
 	if db.headErr != nil {
@@ -123,6 +248,9 @@ func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 			if err := txn.Set(entryKey(e.Seq), v); err != nil {
 				return err
 			}
+			if err := settle(txn, e); err != nil {
+				return err
+			}
 			head = chainHead{Seq: e.Seq, Hash: e.Hash}
 		}
 		hv, err := json.Marshal(head)
@@ -131,6 +259,9 @@ func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 		}
 		return txn.Set(headKey, hv)
 	})
+	if errors.Is(err, ErrAlreadySettled) {
+		return nil, err // refused before the commit: nothing was written
+	}
 	if err != nil {
 		// A failed commit may still have reached the disk: resync the
 		// cached head from the store rather than guess.

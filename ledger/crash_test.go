@@ -33,13 +33,20 @@ func crashChild() {
 	}
 	// The parent kills us long before this; never run unbounded.
 	time.AfterFunc(60*time.Second, func() { os.Exit(3) })
+	// Each round starts its leases past every earlier round's (a lease is
+	// settled once): no worker has appended more entries than the chain has.
+	base, _, err := db.Head()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child head:", err)
+		os.Exit(2)
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for w := 0; w < 3; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			for i := 0; ; i++ {
+			for i := int(base); ; i++ {
 				e, err := db.Append(sampleEntry(w*1_000_000 + i))
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "child append:", err)

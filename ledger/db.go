@@ -19,6 +19,30 @@ var ErrInUse = errors.New("ledger: data dir is in use by another gpumesh daemon"
 // ErrClosed is returned by operations on a closed DB.
 var ErrClosed = errors.New("ledger: database is closed")
 
+// ErrDiskFull matches (with errors.Is) the error Open and every write
+// (Append, AppendAll, State.Put) return when the file system holding the
+// data dir has less free space than the floor (WithMinFreeSpace): the
+// database refuses to write rather than let Badger fail mid-write (a full
+// disk can kill the process with SIGBUS in its memory-mapped files).
+// Nothing is written; the write can be retried once space is freed.
+var ErrDiskFull = errors.New("ledger: disk full")
+
+// DefaultMinFreeSpace is the default floor of free space below which the
+// database refuses writes.
+const DefaultMinFreeSpace = 64 << 20
+
+type diskFullError struct {
+	dir         string
+	free, floor uint64
+}
+
+func (e *diskFullError) Error() string {
+	return fmt.Sprintf("ledger: disk full: %.1f MiB free in %s, below the %.0f MiB floor; refusing to write",
+		float64(e.free)/(1<<20), e.dir, float64(e.floor)/(1<<20))
+}
+
+func (e *diskFullError) Is(target error) bool { return target == ErrDiskFull }
+
 type inUseError struct{ dir string }
 
 func (e *inUseError) Error() string {
@@ -31,8 +55,17 @@ func (e *inUseError) Is(target error) bool { return target == ErrInUse }
 type Option func(*options)
 
 type options struct {
-	logger *slog.Logger
-	sync   bool
+	logger    *slog.Logger
+	sync      bool
+	minFree   uint64
+	freeSpace func(dir string) (uint64, error)
+}
+
+// WithMinFreeSpace sets the floor of free space, in bytes, on the data
+// dir's file system below which Open and writes fail with ErrDiskFull
+// (default DefaultMinFreeSpace; 0 disables the check).
+func WithMinFreeSpace(bytes uint64) Option {
+	return func(o *options) { o.minFree = bytes }
 }
 
 // WithLogger sets the logger Badger's messages are bridged to: its warnings
@@ -53,6 +86,9 @@ type DB struct {
 	lock *dirLock
 	dir  string
 
+	minFree   uint64
+	freeSpace func(dir string) (uint64, error)
+
 	// closeMu guards closed and the Badger handle against Close racing
 	// with in-flight operations: operations hold it shared.
 	closeMu sync.RWMutex
@@ -71,12 +107,16 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	if dir == "" {
 		return nil, errors.New("ledger: empty data dir")
 	}
-	o := options{logger: slog.Default(), sync: true}
+	o := options{logger: slog.Default(), sync: true, minFree: DefaultMinFreeSpace, freeSpace: freeSpace}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("ledger: create data dir: %w", err)
+	}
+	// Badger writes as it opens (memtables, manifest): check first.
+	if err := checkFree(dir, o.minFree, o.freeSpace); err != nil {
+		return nil, err
 	}
 	lock, err := lockDir(dir)
 	if err != nil {
@@ -100,8 +140,13 @@ func Open(dir string, opts ...Option) (*DB, error) {
 		}
 		return nil, fmt.Errorf("ledger: open badger in %s: %w", dir, err)
 	}
-	db := &DB{bdb: bdb, lock: lock, dir: dir}
+	db := &DB{bdb: bdb, lock: lock, dir: dir, minFree: o.minFree, freeSpace: o.freeSpace}
 	db.head, db.headErr = db.loadHead()
+	if err := db.buildSettledIndex(); err != nil {
+		_ = bdb.Close()
+		lock.release()
+		return nil, err
+	}
 	return db, nil
 }
 
@@ -121,6 +166,22 @@ func (db *DB) Close() error {
 	}
 	return nil
 }
+
+// checkFree fails with ErrDiskFull when dir's file system has less than
+// floor bytes free. An unreadable free-space figure does not block writes.
+func checkFree(dir string, floor uint64, free func(string) (uint64, error)) error {
+	if floor == 0 {
+		return nil
+	}
+	n, err := free(dir)
+	if err != nil || n >= floor {
+		return nil
+	}
+	return &diskFullError{dir: dir, free: n, floor: floor}
+}
+
+// checkWrite is checkFree for this DB, before a write.
+func (db *DB) checkWrite() error { return checkFree(db.dir, db.minFree, db.freeSpace) }
 
 // acquire marks the start of an operation; the returned func ends it.
 func (db *DB) acquire() (func(), error) {

@@ -21,6 +21,12 @@
 // their own prefix, so they never collide with the ledger and Verify ignores
 // them.
 //
+// A lease is settled once: the ledger indexes the lease ids of its receipt
+// and payment entries and refuses a second one (ErrAlreadySettled) in the
+// appending transaction itself. Below a floor of free disk space
+// (WithMinFreeSpace) it refuses to open or write (ErrDiskFull) rather than
+// let Badger fail in the middle of a write.
+//
 // A data directory can be opened by one DB at a time: a second Open, from
 // this process or another, fails with an error matching ErrInUse.
 package ledger

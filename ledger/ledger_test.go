@@ -265,7 +265,8 @@ func TestReopenKeepsEverything(t *testing.T) {
 	if ok, err := db.State("jobs").Get("job-1", &st); !ok || err != nil || st["attempt"] != 2 {
 		t.Fatalf("state after reopen: %v %v %v", st, ok, err)
 	}
-	next, err := db.Append(sampleEntry(0))
+	next, err := db.Append(sampleEntry(9)) // the next lease after appendN's
+
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,8 @@ func (s *State) key(k string) ([]byte, error) {
 	return append(append(b, s.prefix...), k...), nil
 }
 
-// Put stores v, JSON-encoded, under key.
+// Put stores v, JSON-encoded, under key. Below the free-space floor it
+// fails with ErrDiskFull (see WithMinFreeSpace).
 func (s *State) Put(key string, v any) error {
 	k, err := s.key(key)
 	if err != nil {
@@ -75,6 +76,9 @@ func (s *State) Put(key string, v any) error {
 		return err
 	}
 	defer done()
+	if err := s.db.checkWrite(); err != nil {
+		return err
+	}
 	if err := s.db.bdb.Update(func(txn *badger.Txn) error { return txn.Set(k, raw) }); err != nil {
 		return fmt.Errorf("ledger: state %s: put %q: %w", s.ns, key, err)
 	}

@@ -53,7 +53,7 @@ type market struct {
 func newMarket(d *Daemon) (*market, error) {
 	m := &market{
 		d:         d,
-		book:      attest.NewBook(attest.BookOptions{Now: d.now}),
+		book:      attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String()}),
 		jobsDir:   d.paths.Jobs(),
 		runs:      map[string]*leaseRun{},
 		jobs:      map[string]*api.JobView{},

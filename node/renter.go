@@ -419,7 +419,7 @@ func (m *market) handleReceipt(_ context.Context, from peer.ID, data []byte) ([]
 		m.count("renter.receipt_unknown_lease")
 		return nil, fmt.Errorf("no lease %s from %s", r.LeaseID, from)
 	}
-	if err := attest.CheckReceipt(r, lease); err != nil {
+	if err := attest.CheckReceipt(r, lease, m.d.now()); err != nil {
 		m.count("renter.receipt_mismatch")
 		return nil, err
 	}
