@@ -85,11 +85,12 @@ type providerRecord struct {
 
 // leaseRun executes one confirmed lease on the provider.
 type leaseRun struct {
-	s    *Supervisor
-	mu   sync.Mutex
-	pr   providerRecord
-	h    runtime.Handle
-	stop chan struct{} // closed to abort a pending or running job
+	s      *Supervisor
+	saveMu sync.Mutex
+	mu     sync.Mutex
+	pr     providerRecord
+	h      runtime.Handle
+	stop   chan struct{} // closed to abort a pending or running job
 	// stopAs is the run state recorded when the job is stopped on purpose.
 	stopAs     auction.RunState
 	stopDetail string
@@ -140,7 +141,12 @@ func (s *Supervisor) outDir(leaseID string) string {
 	return filepath.Join(s.cfg.JobsDir, "outputs", leaseID)
 }
 
+// saveRun persists a lease's record. Saves of one lease are serialised,
+// each reading the record as it writes it, so a slow save (a heartbeat's)
+// never overwrites a newer one (the end's).
 func (s *Supervisor) saveRun(r *leaseRun) {
+	r.saveMu.Lock()
+	defer r.saveMu.Unlock()
 	r.mu.Lock()
 	pr := r.pr
 	r.mu.Unlock()

@@ -62,6 +62,7 @@ type Tracker struct {
 	mons    map[string]*attest.HeartbeatMonitor
 	byLease map[string]string // lease id → job id
 	wg      sync.WaitGroup
+	saveMu  sync.Mutex
 }
 
 // NewTracker returns a Tracker with its auction.Renter and reloads the jobs
@@ -265,8 +266,11 @@ func (t *Tracker) watch(jobID string, l auction.Lease) {
 	}()
 }
 
-// save persists the record of a job.
+// save persists the record of a job. Saves are serialised, each reading
+// the record as it writes it, so a slow save never overwrites a newer one.
 func (t *Tracker) save(id string) {
+	t.saveMu.Lock()
+	defer t.saveMu.Unlock()
 	v, err := t.View(id)
 	if err != nil {
 		return
