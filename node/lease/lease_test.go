@@ -269,6 +269,12 @@ func TestRenterRestartReload(t *testing.T) {
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "done", "0"))
 	r.waitJob(v.Job.ID, "running with telemetry", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
+	// The crash comes once the running state is on disk.
+	waitFor(t, 3*time.Second, "running state persisted", func() bool {
+		var saved api.JobView
+		ok, err := r.db.State("renter-jobs").Get(v.Job.ID, &saved)
+		return err == nil && ok && saved.Run == auction.RunRunning
+	})
 	bidding := api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-bidding"}, State: auction.JobBidding}}
 	if err := r.db.State("renter-jobs").Put("job-bidding", bidding); err != nil {
 		t.Fatal(err)
