@@ -40,7 +40,8 @@ const (
 //	["run", "<ms>", "<exit>"]     exits with <exit> after <ms> milliseconds
 //	["gate", "<name>", "<exit>"]  exits with <exit> when the gate is opened
 //
-// Every job stops at its spec's deadline (runtime.ReasonDeadline) and on
+// A job with an outputs dir writes r.txt ("result\n") there. Every job
+// stops at its spec's deadline (runtime.ReasonDeadline) and on
 // Handle.Stop (runtime.ReasonStopped, exit 0: it checkpoints).
 type fakeExec struct {
 	dir   string
@@ -105,6 +106,16 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 	wd := filepath.Join(e.dir, spec.ID)
 	if err := os.MkdirAll(wd, 0o700); err != nil {
 		return nil, err
+	}
+	if spec.Outputs != "" {
+		// The job leaves a result file in its outputs dir.
+		out := filepath.Join(wd, spec.Outputs)
+		if err := os.MkdirAll(out, 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(out, "r.txt"), []byte("result\n"), 0o600); err != nil {
+			return nil, err
+		}
 	}
 	h := &fakeHandle{wd: wd, stop: make(chan struct{}), done: make(chan struct{}), started: time.Now()}
 	fmt.Fprintf(stdout, "fake job %s started\n", spec.ID)

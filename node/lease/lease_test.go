@@ -3,6 +3,8 @@ package lease
 import (
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +25,9 @@ func settled(v api.JobView) bool { return v.Receipt != nil }
 func TestRunToSuccess(t *testing.T) {
 	h := newHarness(t)
 	r, p, observer := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
-	v := r.post(job(auction.Silver, 2, time.Minute, "run", "200", "0"))
+	j := job(auction.Silver, 2, time.Minute, "run", "200", "0")
+	j.Run.Outputs = "out"
+	v := r.post(j)
 	if v.Winner != p.id() || v.State != auction.JobLeased && v.State != auction.JobFinished {
 		t.Fatalf("leased to %s (%s), want %s", v.Winner, v.State, p.id())
 	}
@@ -47,6 +51,29 @@ func TestRunToSuccess(t *testing.T) {
 	}
 	if pl, ok := p.sup.Lease(v.Lease.ID); !ok || pl.Run != auction.RunSucceeded {
 		t.Fatalf("provider's record %+v", pl)
+	}
+	// Outputs: reported with their checksums, bound into the receipt, and
+	// readable by the renter alone.
+	if len(v.Outputs) != 1 || v.Outputs[0].Path != "r.txt" || rc.ResultHash != auction.ManifestHash(v.Outputs) {
+		t.Fatalf("outputs %+v, receipt result hash %q", v.Outputs, rc.ResultHash)
+	}
+	if _, ok := p.sup.Authorize(v.Lease.ID, observer.signer.ID()); ok {
+		t.Fatal("a peer that is not the renter may read the lease")
+	}
+	if n := p.counters.Snapshot()["provider.unauthorized_stream"]; n != 1 {
+		t.Fatalf("unauthorized_stream = %d", n)
+	}
+	acc, ok := p.sup.Authorize(v.Lease.ID, r.signer.ID())
+	if !ok || !acc.Ended() {
+		t.Fatalf("renter's access %v, ended %v", ok, ok && acc.Ended())
+	}
+	outs, done := acc.Outputs()
+	body, err := os.ReadFile(filepath.Join(acc.OutputDir(), "r.txt"))
+	if !done || len(outs) != 1 || outs[0] != v.Outputs[0] || err != nil || string(body) != "result\n" {
+		t.Fatalf("provider's outputs %+v (ended %v), file %q (%v)", outs, done, body, err)
+	}
+	if log, err := os.ReadFile(acc.LogPath()); err != nil || !strings.Contains(string(log), "fake job "+v.Lease.ID+" started") {
+		t.Fatalf("log %q (%v)", log, err)
 	}
 	waitFor(t, 3*time.Second, "observer heard the receipt", func() bool { return observer.book.Stats(p.id()).Receipts == 1 })
 	if st := r.book.Stats(p.id()); st.Completed != 1 {
