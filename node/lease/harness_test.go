@@ -430,3 +430,15 @@ func (n *node) entries(kind ledger.Kind, leaseID string) []ledger.Entry {
 	}
 	return es
 }
+
+// lease returns the provider's record of a lease, as its stats show it.
+func (n *node) lease(id string) (api.ProviderLease, bool) {
+	var v api.ProviderStatsView
+	n.sup.FillStats(&v)
+	for _, pl := range append(v.Running, v.Recent...) {
+		if pl.Lease.ID == id {
+			return pl, true
+		}
+	}
+	return api.ProviderLease{}, false
+}

@@ -45,9 +45,6 @@ type Ledger interface {
 // Clock is the time source.
 type Clock func() time.Time
 
-// Handler answers one request of the post-award protocol.
-type Handler func(ctx context.Context, from peer.ID, data []byte) ([]byte, error)
-
 // Counters counts rejected or notable messages by key
 // ("renter.heartbeat_rejected", "provider.cancel_rejected", ...). The
 // Supervisor, Tracker and Receipts of one node share one.

@@ -42,14 +42,14 @@ func TestRunToSuccess(t *testing.T) {
 	if rc.Outcome != auction.RunSucceeded || rc.Heartbeats.Count < 2 || rc.Heartbeats.Rejected != 0 || rc.Amount <= 0 || v.CostUSD != rc.Amount {
 		t.Fatalf("receipt %+v, cost %v", rc, v.CostUSD)
 	}
-	waitFor(t, 3*time.Second, "provider settled", func() bool { return p.sup.Settled(v.Lease.ID) })
+	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(ledger.KindReceipt, v.Lease.ID)) == 1 })
 	owed, earned := r.entries(ledger.KindPaymentOwed, rc.LeaseID), p.entries(ledger.KindPaymentEarned, rc.LeaseID)
 	rr, pr := r.entries(ledger.KindReceipt, rc.LeaseID), p.entries(ledger.KindReceipt, rc.LeaseID)
 	if len(owed) != 1 || len(earned) != 1 || owed[0].Amount != rc.Amount || earned[0].Amount != rc.Amount ||
 		len(rr) != 1 || len(pr) != 1 || string(rr[0].Data) != string(pr[0].Data) {
 		t.Fatalf("ledgers: owed %v earned %v receipts %d/%d", owed, earned, len(rr), len(pr))
 	}
-	if pl, ok := p.sup.Lease(v.Lease.ID); !ok || pl.Run != auction.RunSucceeded {
+	if pl, ok := p.lease(v.Lease.ID); !ok || pl.Run != auction.RunSucceeded {
 		t.Fatalf("provider's record %+v", pl)
 	}
 	// Outputs: reported with their checksums, bound into the receipt, and
@@ -111,7 +111,7 @@ func TestCancel(t *testing.T) {
 	if n := p.counters.Snapshot()["provider.cancel_rejected"]; n != 1 {
 		t.Fatalf("cancel_rejected = %d", n)
 	}
-	if pl, _ := p.sup.Lease(v.Lease.ID); pl.Run != auction.RunRunning {
+	if pl, _ := p.lease(v.Lease.ID); pl.Run != auction.RunRunning {
 		t.Fatalf("forged cancel stopped the job: %s", pl.Run)
 	}
 
@@ -279,11 +279,8 @@ func TestProviderRestartRecovery(t *testing.T) {
 		v.Detail != "provider daemon restarted while the job was running; the job was stopped" || v.Receipt.Outcome != auction.RunFailed {
 		t.Fatalf("run %s state %s detail %q outcome %s", v.Run, v.State, v.Detail, v.Receipt.Outcome)
 	}
-	waitFor(t, 3*time.Second, "provider settled", func() bool { return p2.sup.Settled(v.Lease.ID) })
-	if es := p2.entries(ledger.KindReceipt, v.Lease.ID); len(es) != 1 {
-		t.Fatalf("provider ledger holds %d receipts", len(es))
-	}
-	if pl, ok := p2.sup.Lease(v.Lease.ID); !ok || pl.Run != auction.RunFailed {
+	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p2.entries(ledger.KindReceipt, v.Lease.ID)) == 1 })
+	if pl, ok := p2.lease(v.Lease.ID); !ok || pl.Run != auction.RunFailed {
 		t.Fatalf("restarted provider's record %+v", pl)
 	}
 }

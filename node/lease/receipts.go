@@ -31,9 +31,6 @@ type Receipts struct {
 	wg  sync.WaitGroup
 }
 
-// ReceiptFilter selects the receipts in a ledger.
-var ReceiptFilter = ledger.Filter{Kind: ledger.KindReceipt}
-
 // NewReceipts returns Receipts and replays the receipts already in the
 // ledger into the book (reputation survives restarts; the ledger is its
 // durable source). ctx bounds its gossip.
@@ -49,7 +46,7 @@ func NewReceipts(ctx context.Context, cfg ReceiptsConfig) (*Receipts, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Receipts{cfg: cfg, log: log, ctx: ctx}
-	entries, err := cfg.Ledger.List(ReceiptFilter)
+	entries, err := cfg.Ledger.List(ledger.Filter{Kind: ledger.KindReceipt})
 	if err != nil {
 		return nil, err
 	}
@@ -63,12 +60,9 @@ func NewReceipts(ctx context.Context, cfg ReceiptsConfig) (*Receipts, error) {
 	return r, nil
 }
 
-// Book is the reputation book the receipts feed.
-func (r *Receipts) Book() *attest.Book { return r.cfg.Book }
-
-// Record appends a verified two-party receipt and the payment it implies
+// record appends a verified two-party receipt and the payment it implies
 // to the ledger (atomically), and feeds the reputation book.
-func (r *Receipts) Record(sr *attest.SignedReceipt, asRenter bool) error {
+func (r *Receipts) record(sr *attest.SignedReceipt, asRenter bool) error {
 	if err := sr.Verify(); err != nil {
 		return err
 	}
@@ -98,8 +92,8 @@ func (r *Receipts) Record(sr *attest.SignedReceipt, asRenter bool) error {
 	return nil
 }
 
-// Gossip publishes a two-party receipt for everyone's reputation.
-func (r *Receipts) Gossip(sr *attest.SignedReceipt) {
+// gossip publishes a two-party receipt for everyone's reputation.
+func (r *Receipts) gossip(sr *attest.SignedReceipt) {
 	b, err := sr.Marshal()
 	if err != nil {
 		return

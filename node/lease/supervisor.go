@@ -129,9 +129,6 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 	return &Supervisor{cfg: cfg, log: log, ctx: ctx, runs: map[string]*leaseRun{}}, nil
 }
 
-// Executor is the supervisor's executor.
-func (s *Supervisor) Executor() runtime.Executor { return s.cfg.Exec }
-
 func (s *Supervisor) now() time.Time { return s.cfg.Now() }
 
 func (s *Supervisor) logPath(leaseID string) string {
@@ -520,7 +517,7 @@ func (s *Supervisor) settle(r *leaseRun) {
 		s.cfg.Counters.Add("provider.bad_countersign")
 		return
 	}
-	if err := s.cfg.Receipts.Record(full, false); err != nil {
+	if err := s.cfg.Receipts.record(full, false); err != nil {
 		log.Error("ledger", "err", err)
 		return
 	}
@@ -528,7 +525,7 @@ func (s *Supervisor) settle(r *leaseRun) {
 	r.pr.Settled = true
 	r.mu.Unlock()
 	s.saveRun(r)
-	s.cfg.Receipts.Gossip(full)
+	s.cfg.Receipts.gossip(full)
 	log.Info("lease settled", "amount_usd", fmt.Sprintf("%.6f", rc.Amount), "gpu_seconds", fmt.Sprintf("%.1f", gpuSec))
 }
 
@@ -622,28 +619,6 @@ func (s *Supervisor) HandleCancel(_ context.Context, from peer.ID, data []byte) 
 	}
 	r.abort(auction.RunCancelled, "cancelled by the renter")
 	return nil, nil
-}
-
-// Lease returns the provider's record of one lease.
-func (s *Supervisor) Lease(id string) (api.ProviderLease, bool) {
-	r := s.run(id)
-	if r == nil {
-		return api.ProviderLease{}, false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.pr.Rec, true
-}
-
-// Settled reports whether a lease's receipt has been exchanged and recorded.
-func (s *Supervisor) Settled(id string) bool {
-	r := s.run(id)
-	if r == nil {
-		return false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.pr.Settled
 }
 
 // FillStats adds the supervisor's leases to a provider stats view: running

@@ -94,7 +94,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}}
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
-		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.Book().Score, Now: cfg.Now, Log: log,
+		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score, Now: cfg.Now, Log: log,
 		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable,
 	})
 	if err != nil {
@@ -257,7 +257,7 @@ func (t *Tracker) watch(jobID string, l auction.Lease) {
 		if !abandoned {
 			return
 		}
-		if err := t.cfg.Receipts.Book().Slash(l.Provider, attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: l.ID,
+		if err := t.cfg.Receipts.cfg.Book.Slash(l.Provider, attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: l.ID,
 			Reporter: t.cfg.Signer.ID().String(), Detail: "no final report by the lease end"}); err != nil {
 			t.log.Warn("slash", "err", err)
 		}
@@ -579,7 +579,7 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 		count("renter.receipt_bad_signature")
 		return nil, err
 	}
-	if err := t.cfg.Receipts.Record(sr, true); err != nil {
+	if err := t.cfg.Receipts.record(sr, true); err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
@@ -592,6 +592,6 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 	}
 	t.mu.Unlock()
 	t.save(jobID)
-	t.cfg.Receipts.Gossip(sr)
+	t.cfg.Receipts.gossip(sr)
 	return sr.Marshal()
 }
