@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
 // ErrUnreachable is returned by MemTransport for unknown or dropped peers.
@@ -22,8 +23,11 @@ type MemHandlers struct {
 
 // MemNetwork is an in-memory Transport fabric for tests and simulations:
 // Publish reaches every other subscriber of the topic asynchronously, like
-// gossip; SendBid and SendAward call the target's handler directly. A
-// dropped peer neither sends nor receives.
+// gossip; SendBid and SendAward call the target's handler directly. Besides
+// the auction's messages it carries any request/response protocol
+// (OnRequest, Request) and topic (OnTopic), so a whole market, lease
+// lifecycle included, runs on it. A dropped peer neither sends nor
+// receives.
 type MemNetwork struct {
 	mu      sync.Mutex
 	peers   map[peer.ID]*MemTransport
@@ -39,17 +43,22 @@ func NewMemNetwork() *MemNetwork {
 
 // MemTransport is one peer's Transport on a MemNetwork.
 type MemTransport struct {
-	net *MemNetwork
-	id  peer.ID
-	mu  sync.Mutex
-	h   MemHandlers
+	net    *MemNetwork
+	id     peer.ID
+	mu     sync.Mutex
+	h      MemHandlers
+	protos map[protocol.ID]MemRequestHandler
+	topics map[string]func(from peer.ID, data []byte)
 }
+
+// MemRequestHandler answers a request of one protocol.
+type MemRequestHandler func(ctx context.Context, from peer.ID, data []byte) ([]byte, error)
 
 // Join attaches a peer to the network (replacing an earlier attachment).
 func (n *MemNetwork) Join(id peer.ID) *MemTransport {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	t := &MemTransport{net: n, id: id}
+	t := &MemTransport{net: n, id: id, protos: map[protocol.ID]MemRequestHandler{}, topics: map[string]func(peer.ID, []byte){}}
 	n.peers[id] = t
 	return t
 }
@@ -97,6 +106,76 @@ func (t *MemTransport) handlers() MemHandlers {
 	return t.h
 }
 
+// OnRequest sets the peer's handler of protocol proto (nil removes it).
+func (t *MemTransport) OnRequest(proto protocol.ID, h MemRequestHandler) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h == nil {
+		delete(t.protos, proto)
+		return
+	}
+	t.protos[proto] = h
+}
+
+// OnTopic subscribes the peer to topic with its own handler (instead of
+// OnCall).
+func (t *MemTransport) OnTopic(topic string, fn func(from peer.ID, data []byte)) {
+	t.mu.Lock()
+	t.topics[topic] = fn
+	t.mu.Unlock()
+	t.Subscribe(topic)
+}
+
+func (t *MemTransport) topicHandler(topic string) func(peer.ID, []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if fn := t.topics[topic]; fn != nil {
+		return fn
+	}
+	if t.h.OnCall == nil {
+		return nil
+	}
+	return func(from peer.ID, data []byte) { _ = t.h.OnCall(from, data) }
+}
+
+// Request calls the target's handler of proto and returns its answer, or
+// the context's error if it does not answer in time.
+func (t *MemTransport) Request(ctx context.Context, to peer.ID, proto protocol.ID, data []byte) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	dst, err := t.net.reachable(t.id, to)
+	if err != nil {
+		return nil, err
+	}
+	dst.mu.Lock()
+	h := dst.protos[proto]
+	dst.mu.Unlock()
+	if h == nil {
+		return nil, fmt.Errorf("%w: %s does not speak %s", ErrUnreachable, to, proto)
+	}
+	return call(ctx, func() ([]byte, error) { return h(ctx, t.id, append([]byte(nil), data...)) })
+}
+
+// call runs f and returns its answer, or ctx's error if that comes first.
+func call(ctx context.Context, f func() ([]byte, error)) ([]byte, error) {
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := f()
+		done <- result{b, err}
+	}()
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // Subscribe adds topics the peer hears calls on.
 func (t *MemTransport) Subscribe(topics ...string) {
 	t.net.mu.Lock()
@@ -129,14 +208,14 @@ func (t *MemTransport) Publish(ctx context.Context, topic string, data []byte) e
 	n.mu.Unlock()
 	msg := append([]byte(nil), data...)
 	for _, to := range targets {
-		h := to.handlers().OnCall
+		h := to.topicHandler(topic)
 		if h == nil {
 			continue
 		}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			_ = h(t.id, msg)
+			h(t.id, msg)
 		}()
 	}
 	return nil
@@ -169,20 +248,6 @@ func (t *MemTransport) SendAward(ctx context.Context, to peer.ID, data []byte) (
 	if h == nil {
 		return nil, fmt.Errorf("%w: %s takes no awards", ErrUnreachable, to)
 	}
-	type result struct {
-		b   []byte
-		err error
-	}
-	done := make(chan result, 1)
 	msg := append([]byte(nil), data...)
-	go func() {
-		b, err := h(t.id, msg)
-		done <- result{b, err}
-	}()
-	select {
-	case r := <-done:
-		return r.b, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return call(ctx, func() ([]byte, error) { return h(t.id, msg) })
 }

@@ -66,6 +66,10 @@ const (
 	JobUnplaceable JobState = "unplaceable"
 	JobCancelled   JobState = "cancelled"
 	JobFailed      JobState = "failed"
+	// JobFinished: the job's last lease ended (its run state says how) and
+	// the job is not going back to auction. The renter's lease tracking
+	// sets it; the auction itself ends at JobLeased.
+	JobFinished JobState = "finished"
 )
 
 // AwardAttempt records one award sent to a provider and what came of it.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease"
 )
 
 // httpError carries a status code for the API.
@@ -49,8 +50,14 @@ func (d *Daemon) route(mux *http.ServeMux, pattern string, h handlerFunc) {
 func writeAPIError(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	var he *httpError
-	if errors.As(err, &he) {
+	var le *lease.RequestError
+	switch {
+	case errors.As(err, &he):
 		code = he.code
+	case errors.As(err, &le) && le.Missing:
+		code = http.StatusNotFound
+	case errors.As(err, &le):
+		code = http.StatusBadRequest
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)

@@ -1,23 +1,16 @@
 package node
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"time"
 
-	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
-	"github.com/gpumesh/gpumesh/node/wire"
-	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/gpumesh/gpumesh/runtime"
 )
-
-var ledgerFilterReceipts = ledger.Filter{Kind: ledger.KindReceipt}
 
 func ledgerFilter(r *http.Request) (ledger.Filter, error) {
 	q := r.URL.Query()
@@ -100,24 +93,6 @@ func (m *market) ledgerRoutes(mux *http.ServeMux) {
 	})
 }
 
-// handleCancel stops a lease at its renter's signed request.
-func (m *market) handleCancel(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
-	var req wire.CancelRequest
-	if err := sign.OpenFrom(data, sign.DomainLeaseCancel, from, &req); err != nil {
-		m.count("provider.cancel_rejected")
-		return nil, err
-	}
-	m.mu.Lock()
-	r := m.runs[req.LeaseID]
-	m.mu.Unlock()
-	if r == nil || r.lease().Renter != from.String() {
-		m.count("provider.cancel_rejected")
-		return nil, fmt.Errorf("no lease %s for %s", req.LeaseID, from)
-	}
-	r.abort(auction.RunCancelled, "cancelled by the renter")
-	return nil, nil
-}
-
 // providerStats is the provider's live view: occupancy, bids, earnings,
 // leases, utilisation and reputation.
 func (m *market) providerStats() (api.ProviderStatsView, error) {
@@ -125,42 +100,13 @@ func (m *market) providerStats() (api.ProviderStatsView, error) {
 		return api.ProviderStatsView{}, badRequest("%v", errNoProvider)
 	}
 	v := api.ProviderStatsView{ProviderStats: m.provider.Stats(), Enabled: true, GPUs: len(m.d.inv.GPUs),
-		Reputation: m.book.Stats(m.d.ID().String()), Running: []api.ProviderLease{}, Recent: []api.ProviderLease{}}
+		Reputation: m.book.Stats(m.d.ID().String())}
 	if v.Leases == nil {
 		v.Leases = []auction.Lease{}
 	}
-	m.mu.Lock()
-	var durations []float64
-	var price, n float64
-	for _, r := range m.runs {
-		r.mu.Lock()
-		rec := r.pr.Rec
-		r.mu.Unlock()
-		if rec.Run.Terminal() {
-			v.Recent = append(v.Recent, rec)
-			if !rec.Started.IsZero() && rec.Ended.After(rec.Started) {
-				durations = append(durations, rec.Ended.Sub(rec.Started).Seconds())
-			}
-		} else {
-			v.Running = append(v.Running, rec)
-		}
-		price += rec.Lease.Price
-		n++
-	}
-	m.mu.Unlock()
-	sort.Slice(v.Recent, func(i, j int) bool { return v.Recent[i].Ended.After(v.Recent[j].Ended) })
-	if len(v.Recent) > 20 {
-		v.Recent = v.Recent[:20]
-	}
-	if len(durations) > 0 {
-		sort.Float64s(durations)
-		v.P95JobSeconds = durations[(len(durations)*95+99)/100-1]
-	}
-	if n > 0 {
-		v.USDPerGPUHour = price / n
-	}
+	m.sup.FillStats(&v)
 	if len(v.Running) > 0 && m.d.inv.Source == "nvml" {
-		v.UtilizationPct = sampleUtil(m)
+		v.UtilizationPct = runtime.Sample(m.d.inv).GPUUtil
 	}
 	bal, err := m.d.db.Balances()
 	if err != nil {

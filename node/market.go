@@ -4,121 +4,126 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
-// market connects the daemon to the auction (renter and provider roles),
-// the runtime, attestation and the ledger.
+// market wires the daemon's market roles: the auction (renter and
+// provider state machines) and the post-award lease lifecycle (package
+// lease), over libp2p.
 type market struct {
 	d        *Daemon
+	counters *lease.Counters
 	book     *attest.Book
-	renter   *auction.Renter
+	receipts *lease.Receipts
+	tracker  *lease.Tracker
+	sup      *lease.Supervisor // nil on a renter-only node
 	provider *auction.Provider // nil on a renter-only node
 	cal      *auction.Calendar
 	exec     runtime.Executor
-	jobsDir  string
-	work     string // job scratch root
 
-	provState *ledger.State // provider leases
-	rentState *ledger.State // renter jobs
+	ctx    context.Context
+	cancel context.CancelFunc
+}
 
-	mu      sync.Mutex
-	runs    map[string]*leaseRun    // provider side, by lease id
-	jobs    map[string]*api.JobView // renter side, by job id
-	mons    map[string]*attest.HeartbeatMonitor
-	byLease map[string]string // renter side: lease id → job id
+// leaseTransport carries the post-award protocol over libp2p.
+type leaseTransport struct{ n *p2p.Node }
 
-	counters map[string]int
-	wg       sync.WaitGroup
-	ctx      context.Context
-	cancel   context.CancelFunc
+func (t leaseTransport) Request(ctx context.Context, to peer.ID, proto protocol.ID, data []byte) ([]byte, error) {
+	return t.n.Request(ctx, to, nil, proto, data)
+}
+
+func (t leaseTransport) Publish(ctx context.Context, topic string, data []byte) error {
+	return t.n.Publish(ctx, topic, data)
 }
 
 func newMarket(d *Daemon) (*market, error) {
-	m := &market{
-		d:         d,
-		book:      attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String()}),
-		jobsDir:   d.paths.Jobs(),
-		runs:      map[string]*leaseRun{},
-		jobs:      map[string]*api.JobView{},
-		mons:      map[string]*attest.HeartbeatMonitor{},
-		byLease:   map[string]string{},
-		counters:  map[string]int{},
-		provState: d.db.State("provider-leases"),
-		rentState: d.db.State("renter-jobs"),
-	}
+	m := &market{d: d, counters: lease.NewCounters(), book: attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String()})}
 	m.ctx, m.cancel = context.WithCancel(d.ctx)
-	if err := os.MkdirAll(m.jobsDir, 0o700); err != nil {
-		return nil, fmt.Errorf("jobs dir: %w", err)
-	}
-	if err := m.loadReceipts(); err != nil {
+	lt := leaseTransport{d.net}
+	var err error
+	if m.receipts, err = lease.NewReceipts(m.ctx, lease.ReceiptsConfig{Ledger: d.db, Book: m.book, Transport: lt,
+		Counters: m.counters, Log: d.log}); err != nil {
 		return nil, err
 	}
 	tr := &p2pTransport{m: m}
-	var err error
-	m.renter, err = auction.NewRenter(auction.RenterConfig{
-		Signer: d.signer, Transport: tr, Reputation: m.book.Score, Now: d.now, Log: d.log,
-		OnLease: m.onRenterLease, OnUnplaceable: m.onUnplaceable,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := m.loadRenterJobs(); err != nil {
+	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
+		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
+		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
+		Now: d.now, Log: d.log, Counters: m.counters,
+	}); err != nil {
 		return nil, err
 	}
 	if d.cfg.Provider.Enabled {
-		if err := m.startProvider(tr); err != nil {
+		if err := m.startProvider(tr, lt); err != nil {
 			return nil, err
 		}
 	}
 	n := d.net
 	n.Handle(wire.ProtoBid, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
-		return nil, m.renter.HandleBid(from, req)
+		return nil, m.tracker.Auction().HandleBid(from, req)
 	})
-	n.Handle(wire.ProtoHeartbeat, m.handleHeartbeat)
-	n.Handle(wire.ProtoLeaseEvent, m.handleLeaseEvent)
-	n.Handle(wire.ProtoReceipt, m.handleReceipt)
-	if err := n.Subscribe(m.ctx, wire.ReputationTopic, m.handleGossipReceipt); err != nil {
+	n.Handle(wire.ProtoHeartbeat, p2p.Handler(m.tracker.HandleHeartbeat))
+	n.Handle(wire.ProtoLeaseEvent, p2p.Handler(m.tracker.HandleLeaseEvent))
+	n.Handle(wire.ProtoReceipt, p2p.Handler(m.tracker.HandleReceipt))
+	if err := n.Subscribe(m.ctx, wire.ReputationTopic, m.receipts.HandleGossip); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-func (m *market) startProvider(tr auction.Transport) error {
+func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d := m.d
 	m.cal = auction.NewCalendar(len(d.inv.GPUs))
-	var err error
-	if m.work, err = prepareWorkRoot(d.cfg.Provider.WorkDir, d.paths.Dir); err != nil {
+	work, err := prepareWorkRoot(d.cfg.Provider.WorkDir, d.paths.Dir)
+	if err != nil {
 		return err
 	}
 	switch d.cfg.Provider.Executor {
 	case "process":
-		m.exec, err = runtime.NewProcessExecutor(m.workRoot(), runtime.ProcessOptions{Log: d.log})
+		m.exec, err = runtime.NewProcessExecutor(work, runtime.ProcessOptions{Log: d.log})
 	case "docker":
-		m.exec, err = runtime.NewDockerExecutor(runtime.DefaultDockerSocket, runtime.DockerOptions{Root: m.workRoot(), Log: d.log})
+		m.exec, err = runtime.NewDockerExecutor(runtime.DefaultDockerSocket, runtime.DockerOptions{Root: work, Log: d.log})
 	default:
-		m.exec, err = runtime.Auto(m.workRoot(), d.log)
+		m.exec, err = runtime.Auto(work, d.log)
 	}
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	d.containers = runtime.ContainersOf(m.exec)
+	if m.sup, err = lease.NewSupervisor(m.ctx, lease.SupervisorConfig{
+		Signer: d.signer, Transport: lt, Store: d.db.State("provider-leases"), Receipts: m.receipts, Exec: m.exec,
+		JobsDir: d.paths.Jobs(), WorkRoot: work,
+		Telemetry: func(pgid int) runtime.Telemetry {
+			if pgid > 0 {
+				return runtime.Sample(d.inv, pgid)
+			}
+			return runtime.Sample(d.inv)
+		},
+		LeaseEnded: func(id string, end time.Time, st auction.RunState) error {
+			return m.provider.LeaseEnded(id, end, st)
+		},
+		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
+		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
+	}); err != nil {
+		return err
+	}
 	m.provider, err = auction.NewProvider(auction.ProviderConfig{
 		Signer: d.signer, Transport: tr, Calendar: m.cal, Now: d.now, Log: d.log,
 		Capability: func() auction.Capability {
@@ -129,18 +134,18 @@ func (m *market) startProvider(tr auction.Transport) error {
 		},
 		Sensors:     m.sensors,
 		Reliability: func() float64 { return m.book.Score(d.ID().String()) },
-		OnLease:     m.onProviderLease,
+		OnLease:     m.sup.OnLease,
 	})
 	if err != nil {
 		return err
 	}
-	if err := m.recoverProviderLeases(); err != nil {
+	if err := m.sup.Recover(); err != nil {
 		return err
 	}
 	d.net.Handle(wire.ProtoAward, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		return m.provider.HandleAward(from, req)
 	})
-	d.net.Handle(wire.ProtoCancel, m.handleCancel)
+	d.net.Handle(wire.ProtoCancel, p2p.Handler(m.sup.HandleCancel))
 	d.net.Host.SetStreamHandler(wire.ProtoLogs, m.serveLogs)
 	d.net.Host.SetStreamHandler(wire.ProtoOutputs, m.serveOutputs)
 	for _, t := range auction.ProviderTopics(ptr(d.capability(time.Minute))) {
@@ -159,16 +164,25 @@ func ptr[T any](v T) *T { return &v }
 
 func (m *market) close() {
 	m.cancel()
-	m.mu.Lock()
-	runs := make([]*leaseRun, 0, len(m.runs))
-	for _, r := range m.runs {
-		runs = append(runs, r)
+	if m.sup != nil {
+		m.sup.Close()
 	}
-	m.mu.Unlock()
-	for _, r := range runs {
-		r.shutdown()
+	m.tracker.Wait()
+	m.receipts.Wait()
+}
+
+// apiPostJob runs an auction for the posted job and returns its view once
+// the auction ended.
+func (m *market) apiPostJob(r *http.Request) (any, error) {
+	var req api.PostJobRequest
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, badRequest("job spec: %v", err)
 	}
-	m.wg.Wait()
+	job := req.Job
+	job.OwnerAddrs = m.d.Addrs()
+	return m.tracker.Post(job)
 }
 
 func (m *market) executorName() string {
@@ -185,12 +199,6 @@ func (m *market) executorName() string {
 		return "process (" + p.Limits() + ")"
 	}
 	return m.exec.Name()
-}
-
-func (m *market) count(what string) {
-	m.mu.Lock()
-	m.counters[what]++
-	m.mu.Unlock()
 }
 
 func (m *market) sensors() (int, int) {
@@ -220,22 +228,14 @@ func (t *p2pTransport) SendAward(ctx context.Context, to peer.ID, data []byte) (
 	return t.m.d.net.Request(ctx, to, nil, wire.ProtoAward, data)
 }
 
-// sealed marshals a signed envelope of v.
-func (m *market) sealed(domain string, v any) ([]byte, error) {
-	env, err := sign.Seal(m.d.signer, domain, v)
-	if err != nil {
-		return nil, err
-	}
-	return env.Marshal()
-}
-
 func (m *market) routes(mux *http.ServeMux) {
 	d := m.d
+	t := m.tracker
 	d.route(mux, "POST /v1/jobs", m.apiPostJob)
-	d.route(mux, "GET /v1/jobs", func(*http.Request) (any, error) { return m.jobList(), nil })
-	d.route(mux, "GET /v1/jobs/{id}", func(r *http.Request) (any, error) { return m.jobView(r.PathValue("id")) })
-	d.route(mux, "POST /v1/jobs/{id}/cancel", func(r *http.Request) (any, error) { return m.cancelJob(r.PathValue("id")) })
-	d.route(mux, "GET /v1/jobs/{id}/bids", func(r *http.Request) (any, error) { return m.bids(r.PathValue("id")) })
+	d.route(mux, "GET /v1/jobs", func(*http.Request) (any, error) { return t.List(), nil })
+	d.route(mux, "GET /v1/jobs/{id}", func(r *http.Request) (any, error) { return t.View(r.PathValue("id")) })
+	d.route(mux, "POST /v1/jobs/{id}/cancel", func(r *http.Request) (any, error) { return t.Cancel(r.PathValue("id")) })
+	d.route(mux, "GET /v1/jobs/{id}/bids", func(r *http.Request) (any, error) { return t.Bids(r.PathValue("id")) })
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", m.apiLogs)
 	mux.HandleFunc("GET /v1/jobs/{id}/outputs", m.apiOutputs)
 	d.route(mux, "GET /v1/provider/stats", func(*http.Request) (any, error) { return m.providerStats() })
@@ -253,7 +253,7 @@ func (m *market) routes(mux *http.ServeMux) {
 // allCounters merges every rejection counter of the node's roles.
 func (m *market) allCounters() map[string]int {
 	out := map[string]int{}
-	for k, v := range m.renter.Counters() {
+	for k, v := range m.tracker.Auction().Counters() {
 		out["renter."+k] += v
 	}
 	if m.provider != nil {
@@ -265,11 +265,9 @@ func (m *market) allCounters() map[string]int {
 	for k, v := range m.book.Counters() {
 		out["reputation."+k] += v
 	}
-	m.mu.Lock()
-	for k, v := range m.counters {
+	for k, v := range m.counters.Snapshot() {
 		out[k] += v
 	}
-	m.mu.Unlock()
 	if n := m.d.fpChanges.Load(); n > 0 {
 		out["discovery.fingerprint_changed"] = int(n)
 	}

@@ -36,7 +36,7 @@ func waitJob(t *testing.T, n *testNode, id string, within time.Duration, what st
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		v, err := n.market.jobView(id)
+		v, err := n.market.tracker.View(id)
 		if err == nil && cond(v) {
 			return v
 		}
@@ -46,6 +46,12 @@ func waitJob(t *testing.T, n *testNode, id string, within time.Duration, what st
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// leased reports whether the auction leased the job: a fast job may have
+// finished by the time its post returns.
+func leased(v api.JobView) bool {
+	return (v.State == auction.JobLeased || v.State == auction.JobFinished) && v.Lease != nil
 }
 
 func fastConfig(cfg Config) Config {
@@ -88,7 +94,7 @@ func TestAuctionOnTestnet(t *testing.T) {
 	job := shJob(auction.Silver, 1.5, "echo hi")
 	job.Region, job.MinVRAMGB = "eu", 40
 	v := post(t, boot, job)
-	if v.State != auction.JobLeased || v.Lease == nil {
+	if !leased(v) {
 		t.Fatalf("job not leased: %s %v", v.State, v.Reasons)
 	}
 	var bidders []string
@@ -137,7 +143,7 @@ func TestFailoverToRunnerUp(t *testing.T) {
 	}
 	ns[0].Close() // gone before the award
 	v := <-done
-	if v.State != auction.JobLeased || v.Winner != ns[1].ID().String() {
+	if !leased(v) || v.Winner != ns[1].ID().String() {
 		t.Fatalf("state %s winner %s, want the runner-up %s (attempts %+v)", v.State, v.Winner, ns[1].ID(), v.Attempts)
 	}
 	if len(v.Attempts) < 2 || v.Attempts[0].Provider != ns[0].ID().String() || v.Attempts[0].Result == "confirmed" {
@@ -164,6 +170,9 @@ func TestJobRunsEndToEnd(t *testing.T) {
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
 	if v.Run != auction.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
 		t.Fatalf("run %s exit %v detail %q", v.Run, v.ExitCode, v.Detail)
+	}
+	if v.State != auction.JobFinished || v.Lease.State != auction.RunSucceeded {
+		t.Fatalf("a finished job's state is %s, its lease's %s", v.State, v.Lease.State)
 	}
 	// Logs.
 	resp, err := api.NewClient(boot.dir).Raw(context.Background(), http.MethodGet, "/jobs/"+v.Job.ID+"/logs", nil, nil)

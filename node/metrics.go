@@ -56,7 +56,7 @@ func (d *Daemon) serveMetrics() error {
 		if m == nil {
 			return 0
 		}
-		return float64(len(m.jobList()))
+		return float64(len(m.tracker.List()))
 	})
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gpumesh", Name: "rejected_messages", Help: "Rejected or invalid messages (sum of all reasons; per-reason in /v1/counters)."},
 		func() float64 {

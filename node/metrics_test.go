@@ -78,7 +78,7 @@ func TestGossipedForgeriesDoNotMoveReputation(t *testing.T) {
 	}()
 	before := n.market.book.Stats(prov.ID().String())
 	for _, msg := range [][]byte{half, tampered, []byte("garbage")} {
-		n.market.handleGossipReceipt(prov.ID(), msg)
+		n.market.receipts.HandleGossip(prov.ID(), msg)
 	}
 	if after := n.market.book.Stats(prov.ID().String()); after != before {
 		t.Fatalf("forged receipts changed reputation: %+v -> %+v", before, after)
@@ -93,7 +93,7 @@ func TestGossipedForgeriesDoNotMoveReputation(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := good.Marshal()
-	n.market.handleGossipReceipt(prov.ID(), b)
+	n.market.receipts.HandleGossip(prov.ID(), b)
 	if got := n.market.book.Stats(prov.ID().String()).Receipts; got != 1 {
 		t.Fatalf("genuine receipt not counted: %d", got)
 	}

@@ -8,11 +8,11 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -20,45 +20,25 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
-// lockedWriter serialises a job's stdout and stderr into one log.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-// acceptStream reads the request frame and checks that the caller is the
-// lease's renter: nobody else may read a job's logs or results.
-func (m *market) acceptStream(s network.Stream) (*leaseRun, wire.StreamRequest, bool) {
+// acceptStream reads the request frame and asks the supervisor whether the
+// caller may read the lease (only its renter may read a job's logs or
+// results).
+func (m *market) acceptStream(s network.Stream) (*lease.Access, wire.StreamRequest, bool) {
 	var req wire.StreamRequest
 	_ = s.SetReadDeadline(time.Now().Add(10 * time.Second))
 	b, err := p2p.ReadFrame(bufio.NewReader(s))
 	if err != nil || json.Unmarshal(b, &req) != nil {
-		m.count("provider.malformed_stream")
+		m.counters.Add("provider.malformed_stream")
 		_ = s.Reset()
 		return nil, req, false
 	}
 	_ = s.SetReadDeadline(time.Time{})
-	m.mu.Lock()
-	r := m.runs[req.LeaseID]
-	m.mu.Unlock()
-	if r == nil || r.lease().Renter != s.Conn().RemotePeer().String() {
-		m.count("provider.unauthorized_stream")
+	r, ok := m.sup.Authorize(req.LeaseID, s.Conn().RemotePeer())
+	if !ok {
 		_ = s.Reset()
 		return nil, req, false
 	}
 	return r, req, true
-}
-
-func (r *leaseRun) state() auction.RunState {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.pr.Rec.Run
 }
 
 // serveLogs streams a lease's log to its renter; with Follow it keeps
@@ -69,7 +49,7 @@ func (m *market) serveLogs(s network.Stream) {
 	if !ok {
 		return
 	}
-	path := m.logPath(req.LeaseID)
+	path := r.LogPath()
 	var f *os.File
 	for f == nil {
 		var err error
@@ -78,7 +58,7 @@ func (m *market) serveLogs(s network.Stream) {
 			break
 		}
 		// Not started yet: wait for the log to appear (or the job to end).
-		if !req.Follow || r.state().Terminal() {
+		if !req.Follow || r.Ended() {
 			return
 		}
 		select {
@@ -103,7 +83,7 @@ func (m *market) serveLogs(s network.Stream) {
 		if !req.Follow {
 			return
 		}
-		if r.state().Terminal() {
+		if r.Ended() {
 			// Drain what the job wrote last, then stop.
 			if n, _ := f.Read(buf); n > 0 {
 				_, _ = s.Write(buf[:n])
@@ -123,14 +103,11 @@ func (m *market) serveLogs(s network.Stream) {
 // files as a tar stream.
 func (m *market) serveOutputs(s network.Stream) {
 	defer s.Close()
-	r, req, ok := m.acceptStream(s)
+	r, _, ok := m.acceptStream(s)
 	if !ok {
 		return
 	}
-	r.mu.Lock()
-	outs := append([]auction.OutputFile(nil), r.pr.Outputs...)
-	done := r.pr.Rec.Run.Terminal()
-	r.mu.Unlock()
+	outs, done := r.Outputs()
 	if !done {
 		_ = p2p.WriteFrame(s, []byte(`{"error":"job has not finished"}`))
 		return
@@ -139,14 +116,14 @@ func (m *market) serveOutputs(s network.Stream) {
 	if err := p2p.WriteFrame(s, man); err != nil {
 		return
 	}
-	if err := wire.WriteBundle(s, m.outDir(req.LeaseID), outs); err != nil {
+	if err := wire.WriteBundle(s, r.OutputDir(), outs); err != nil {
 		_ = s.Reset()
 	}
 }
 
 // openLeaseStream asks a job's current (or last) provider for a stream.
 func (m *market) openLeaseStream(ctx context.Context, jobID string, proto protocol.ID, follow bool) (network.Stream, error) {
-	v, err := m.jobView(jobID)
+	v, err := m.tracker.View(jobID)
 	if err != nil {
 		return nil, err
 	}

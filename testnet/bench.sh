@@ -37,7 +37,7 @@ done
 for ((i = 0; i < posts; i++)); do
   body='{"job":{"tier":"silver","max_price":10,"gpu_count":1,"duration":60000000000,"bid_window":500000000,"run":{"command":["true"]}}}'
   out=$(curl -sf -w '\n%{time_total}' --unix-socket "$sock" -X POST http://x/v1/jobs -d "$body")
-  if grep -q '"state":"leased"' <<<"$out"; then tail -1 <<<"$out" >>"$GPUMESH_TESTNET_DIR/post.txt"; fi
+  if grep -Eq '"state":"(leased|finished)"' <<<"$out"; then tail -1 <<<"$out" >>"$GPUMESH_TESTNET_DIR/post.txt"; fi
 done
 
 sleep 5 # let the jobs finish, then measure idle memory

@@ -81,6 +81,11 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 			v.State, v.Lease, v.Winner = auction.JobUnplaceable, nil, ""
 			v.Reasons = []string{"no bids", "2 providers out of region"}
 			replyJSON(w, 200, v)
+		case "quick":
+			// A job so short it finished before its post returned.
+			v := leasedView("quick", auction.RunSucceeded)
+			v.State = auction.JobFinished
+			replyJSON(w, 200, v)
 		default:
 			replyJSON(w, 200, leasedView(req.Job.Workload, auction.RunPending))
 		}
@@ -91,6 +96,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		n := polls.Add(1)
 		v := leasedView(id, auction.RunRunning)
 		if n >= 3 {
+			v.State = auction.JobFinished
 			switch id {
 			case "ok":
 				v.Run = auction.RunSucceeded
@@ -196,6 +202,12 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		}
 		if posted.MaxPrice != 2 || posted.GPUCount != 2 || posted.CreatedAt.IsZero() || !reflect.DeepEqual(posted.Run.Command, []string{"python", "x.py"}) {
 			t.Fatalf("daemon received %+v", posted)
+		}
+	})
+	t.Run("post finished at once", func(t *testing.T) {
+		code, out, errOut := gm("job", "post", "--max-price", "2", "--duration", "1h", "--workload", "quick", "--", "x")
+		if code != 0 || !strings.HasPrefix(out, "job quick leased to 12D3KooWprov at $1.5/GPU-h (start ") {
+			t.Fatalf("code %d, stderr %q, out:\n%s", code, errOut, out)
 		}
 	})
 	t.Run("post unplaceable", func(t *testing.T) {

@@ -276,7 +276,7 @@ func jobPostAction(c *cli.Context) error {
 		return err
 	}
 	w := c.App.Writer
-	if v.State != auction.JobLeased {
+	if v.State != auction.JobLeased && v.State != auction.JobFinished {
 		if c.Bool("json") {
 			if err := printJSON(w, v); err != nil {
 				return err
@@ -333,7 +333,7 @@ func printPosted(w io.Writer, v *api.JobView) {
 // runTerminal reports whether a job needs no more waiting.
 func runTerminal(v *api.JobView) bool {
 	switch v.State {
-	case auction.JobUnplaceable, auction.JobCancelled, auction.JobFailed:
+	case auction.JobUnplaceable, auction.JobCancelled, auction.JobFailed, auction.JobFinished:
 		return true
 	case auction.JobBidding, auction.JobAwarding:
 		return false // e.g. a preempted bronze job being requeued

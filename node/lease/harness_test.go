@@ -1,0 +1,444 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/runtime"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+)
+
+// The harness runs whole nodes (renter Tracker, provider Supervisor and
+// auction Provider, Receipts) on an auction.MemNetwork, with real ledgers
+// and reputation books and a fake executor whose jobs the test controls.
+
+const (
+	hbEvery   = 40 * time.Millisecond
+	bidWindow = auction.MinBidWindow
+)
+
+// fakeExec runs fake jobs. A job's command says what it does:
+//
+//	["run", "<ms>", "<exit>"]     exits with <exit> after <ms> milliseconds
+//	["gate", "<name>", "<exit>"]  exits with <exit> when the gate is opened
+//
+// A job with an outputs dir writes r.txt ("result\n") there. Every job
+// stops at its spec's deadline (runtime.ReasonDeadline) and on
+// Handle.Stop (runtime.ReasonStopped, exit 0: it checkpoints).
+type fakeExec struct {
+	dir   string
+	mu    sync.Mutex
+	gates map[string]chan struct{}
+	// started receives each job's id as it starts.
+	started chan string
+}
+
+func newFakeExec(t *testing.T) *fakeExec {
+	return &fakeExec{dir: t.TempDir(), gates: map[string]chan struct{}{}, started: make(chan string, 64)}
+}
+
+func (e *fakeExec) gate(name string) chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g := e.gates[name]
+	if g == nil {
+		g = make(chan struct{})
+		e.gates[name] = g
+	}
+	return g
+}
+
+// open releases the jobs waiting on a gate.
+func (e *fakeExec) open(name string) {
+	g := e.gate(name)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case <-g:
+	default:
+		close(g)
+	}
+}
+
+func (e *fakeExec) Name() string { return "fake" }
+
+func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writer) (runtime.Handle, error) {
+	if len(spec.Command) != 3 {
+		return nil, fmt.Errorf("fake: bad command %q", spec.Command)
+	}
+	exit, err := strconv.Atoi(spec.Command[2])
+	if err != nil {
+		return nil, err
+	}
+	var done <-chan struct{}
+	switch spec.Command[0] {
+	case "run":
+		ms, err := strconv.Atoi(spec.Command[1])
+		if err != nil {
+			return nil, err
+		}
+		c := make(chan struct{})
+		time.AfterFunc(time.Duration(ms)*time.Millisecond, func() { close(c) })
+		done = c
+	case "gate":
+		done = e.gate(spec.Command[1])
+	default:
+		return nil, fmt.Errorf("fake: unknown job %q", spec.Command[0])
+	}
+	wd := filepath.Join(e.dir, spec.ID)
+	if err := os.MkdirAll(wd, 0o700); err != nil {
+		return nil, err
+	}
+	if spec.Outputs != "" {
+		// The job leaves a result file in its outputs dir.
+		out := filepath.Join(wd, spec.Outputs)
+		if err := os.MkdirAll(out, 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(out, "r.txt"), []byte("result\n"), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	h := &fakeHandle{wd: wd, stop: make(chan struct{}), done: make(chan struct{}), started: time.Now()}
+	fmt.Fprintf(stdout, "fake job %s started\n", spec.ID)
+	go h.run(done, exit, spec.Deadline)
+	e.started <- spec.ID
+	return h, nil
+}
+
+type fakeHandle struct {
+	wd       string
+	started  time.Time
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+	res      runtime.Result
+}
+
+func (h *fakeHandle) run(exited <-chan struct{}, exit int, deadline time.Time) {
+	var dl <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		dl = t.C
+	}
+	res := runtime.Result{Started: h.started, ExitCode: exit, Reason: runtime.ReasonExited}
+	select {
+	case <-exited:
+	case <-dl:
+		res.ExitCode, res.Reason = 143, runtime.ReasonDeadline
+	case <-h.stop:
+		res.ExitCode, res.Reason = 0, runtime.ReasonStopped
+	}
+	res.Ended = time.Now()
+	h.res = res
+	close(h.done)
+}
+
+func (h *fakeHandle) Wait() runtime.Result { <-h.done; return h.res }
+func (h *fakeHandle) Stop(time.Duration) error {
+	h.stopOnce.Do(func() { close(h.stop) })
+	<-h.done
+	return nil
+}
+func (h *fakeHandle) WorkDir() string { return h.wd }
+func (h *fakeHandle) Cleanup() error  { return nil }
+
+// crashable makes a node's disk and network die with it: after crash,
+// its store and transport refuse everything, as a killed process would.
+type crashable struct{ dead atomic.Bool }
+
+var errCrashed = errors.New("node crashed")
+
+type crashStore struct {
+	c *crashable
+	s *ledger.State
+}
+
+func (s crashStore) Put(key string, v any) error {
+	if s.c.dead.Load() {
+		return errCrashed
+	}
+	return s.s.Put(key, v)
+}
+func (s crashStore) List(fn func(string, []byte) error) error { return s.s.List(fn) }
+
+type crashTransport struct {
+	c *crashable
+	t *auction.MemTransport
+}
+
+func (t crashTransport) Request(ctx context.Context, to peer.ID, proto protocol.ID, data []byte) ([]byte, error) {
+	if t.c.dead.Load() {
+		return nil, errCrashed
+	}
+	return t.t.Request(ctx, to, proto, data)
+}
+func (t crashTransport) Publish(ctx context.Context, topic string, data []byte) error {
+	if t.c.dead.Load() {
+		return errCrashed
+	}
+	return t.t.Publish(ctx, topic, data)
+}
+func (t crashTransport) SendBid(ctx context.Context, to peer.ID, addrs []string, data []byte) error {
+	if t.c.dead.Load() {
+		return errCrashed
+	}
+	return t.t.SendBid(ctx, to, addrs, data)
+}
+func (t crashTransport) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
+	if t.c.dead.Load() {
+		return nil, errCrashed
+	}
+	return t.t.SendAward(ctx, to, data)
+}
+
+// provSpec describes a provider node.
+type provSpec struct {
+	model   string
+	price   float64
+	preempt bool // AllowPreemption
+}
+
+// node is one in-memory daemon.
+type node struct {
+	h      *harness
+	signer *sign.Signer
+	db     *ledger.DB
+	spec   *provSpec
+
+	ctx      context.Context
+	cancel   context.CancelFunc
+	crash    *crashable
+	tr       *auction.MemTransport
+	counters *Counters
+	book     *attest.Book
+	receipts *Receipts
+	tracker  *Tracker
+	sup      *Supervisor
+	provider *auction.Provider
+	exec     *fakeExec
+	closed   bool
+}
+
+type harness struct {
+	t   *testing.T
+	net *auction.MemNetwork
+	// abandonGrace is the renters' grace after a lease's end.
+	abandonGrace time.Duration
+}
+
+func newHarness(t *testing.T) *harness {
+	return &harness{t: t, net: auction.NewMemNetwork(), abandonGrace: time.Minute}
+}
+
+func mkSigner(t *testing.T) *sign.Signer {
+	t.Helper()
+	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sign.NewSigner(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// renter starts a renter-only node.
+func (h *harness) renter() *node { return h.start(mkSigner(h.t), nil, nil) }
+
+// provider starts a provider node with one GPU.
+func (h *harness) provider(spec provSpec) *node { return h.start(mkSigner(h.t), nil, &spec) }
+
+// start brings a node up on db (a fresh ledger when nil): the restart of a
+// node reuses its signer and ledger.
+func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
+	t := h.t
+	t.Helper()
+	if db == nil {
+		var err error
+		if db, err = ledger.Open(t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+	}
+	n := &node{h: h, signer: s, db: db, spec: spec, crash: &crashable{}, counters: NewCounters(),
+		book: attest.NewBook(attest.BookOptions{})}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.tr = h.net.Join(s.ID())
+	ct := crashTransport{c: n.crash, t: n.tr}
+	var err error
+	if n.receipts, err = NewReceipts(n.ctx, ReceiptsConfig{Ledger: db, Book: n.book, Transport: ct, Counters: n.counters}); err != nil {
+		t.Fatal(err)
+	}
+	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
+		Store: crashStore{n.crash, db.State("renter-jobs")}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
+		AbandonGrace: h.abandonGrace, SettleWait: 2 * time.Second, Counters: n.counters}); err != nil {
+		t.Fatal(err)
+	}
+	handlers := auction.MemHandlers{OnBid: n.tracker.Auction().HandleBid}
+	if spec != nil {
+		n.exec = newFakeExec(t)
+		if n.sup, err = NewSupervisor(n.ctx, SupervisorConfig{Signer: s, Transport: ct,
+			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: n.exec,
+			JobsDir: t.TempDir(), HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
+			LeaseEnded:   func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
+			RecoverDelay: time.Millisecond, Counters: n.counters}); err != nil {
+			t.Fatal(err)
+		}
+		capab := auction.Capability{Peer: s.ID().String(), Region: "eu-west",
+			GPUs:   []auction.GPU{{Model: spec.model, VRAMGB: 80}},
+			Policy: auction.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt}}
+		if n.provider, err = auction.NewProvider(auction.ProviderConfig{Signer: s, Transport: ct,
+			Calendar: auction.NewCalendar(1), OnLease: n.sup.OnLease,
+			Capability: func() auction.Capability {
+				c := capab
+				c.IssuedAt, c.ExpiresAt = time.Now(), time.Now().Add(time.Hour)
+				return c
+			}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.sup.Recover(); err != nil {
+			t.Fatal(err)
+		}
+		handlers.OnCall = n.provider.HandleCall
+		handlers.OnAward = n.provider.HandleAward
+		n.tr.OnRequest(wire.ProtoCancel, n.sup.HandleCancel)
+		n.tr.Subscribe(auction.ProviderTopics(&capab)...)
+	}
+	n.tr.Handle(handlers)
+	n.tr.OnRequest(wire.ProtoHeartbeat, n.tracker.HandleHeartbeat)
+	n.tr.OnRequest(wire.ProtoLeaseEvent, n.tracker.HandleLeaseEvent)
+	n.tr.OnRequest(wire.ProtoReceipt, n.tracker.HandleReceipt)
+	n.tr.OnTopic(wire.ReputationTopic, n.receipts.HandleGossip)
+	t.Cleanup(n.close)
+	return n
+}
+
+func (n *node) id() string { return n.signer.ID().String() }
+
+// close stops the node as the daemon does: its jobs are stopped and
+// reported, then its goroutines end.
+func (n *node) close() {
+	if n.closed {
+		return
+	}
+	n.closed = true
+	if n.exec != nil {
+		n.exec.mu.Lock()
+		for name, g := range n.exec.gates {
+			select {
+			case <-g:
+			default:
+				close(g)
+			}
+			delete(n.exec.gates, name)
+		}
+		n.exec.mu.Unlock()
+	}
+	n.cancel()
+	if n.sup != nil {
+		n.sup.Close()
+	}
+	n.tracker.Wait()
+	n.receipts.Wait()
+}
+
+// kill crashes the node: from now on it neither writes its store nor
+// reaches the network, and its goroutines are ended. restart brings it back
+// on the same key and ledger.
+func (n *node) kill() {
+	n.crash.dead.Store(true)
+	n.h.net.Drop(n.signer.ID())
+	n.close()
+}
+
+func (n *node) restart() *node {
+	n.h.t.Helper()
+	n.h.net.Restore(n.signer.ID())
+	return n.h.start(n.signer, n.db, n.spec)
+}
+
+// job is a one-GPU job running the fake command.
+func job(tier auction.Tier, maxPrice float64, dur time.Duration, cmd ...string) auction.Job {
+	return auction.Job{Tier: tier, MaxPrice: maxPrice, GPUCount: 1, Duration: dur, Region: "eu",
+		Preemptible: tier == auction.Bronze, BidWindow: bidWindow, Run: auction.RunSpec{Command: cmd}}
+}
+
+// post runs the job's auction on n and fails unless it was leased.
+func (n *node) post(j auction.Job) api.JobView {
+	n.h.t.Helper()
+	v, err := n.tracker.Post(j)
+	if err != nil {
+		n.h.t.Fatalf("post: %v", err)
+	}
+	if v.Lease == nil {
+		n.h.t.Fatalf("job %s not leased: %s %v", v.Job.ID, v.State, v.Reasons)
+	}
+	return v
+}
+
+// waitFor polls cond until it holds, failing the test after within.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %s", what, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitJob waits until the renter's view of a job satisfies cond.
+func (n *node) waitJob(id, what string, cond func(api.JobView) bool) api.JobView {
+	n.h.t.Helper()
+	var v api.JobView
+	waitFor(n.h.t, 3*time.Second, "job "+id+": "+what, func() bool {
+		var err error
+		v, err = n.tracker.View(id)
+		return err == nil && cond(v)
+	})
+	return v
+}
+
+// receipts returns the ledger's entries of kind for a lease.
+func (n *node) entries(kind ledger.Kind, leaseID string) []ledger.Entry {
+	n.h.t.Helper()
+	es, err := n.db.List(ledger.Filter{Kind: kind, LeaseID: leaseID})
+	if err != nil {
+		n.h.t.Fatal(err)
+	}
+	return es
+}
+
+// lease returns the provider's record of a lease, as its stats show it.
+func (n *node) lease(id string) (api.ProviderLease, bool) {
+	var v api.ProviderStatsView
+	n.sup.FillStats(&v)
+	for _, pl := range append(v.Running, v.Recent...) {
+		if pl.Lease.ID == id {
+			return pl, true
+		}
+	}
+	return api.ProviderLease{}, false
+}

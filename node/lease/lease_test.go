@@ -1,0 +1,327 @@
+package lease
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
+)
+
+func settled(v api.JobView) bool { return v.Receipt != nil }
+
+// TestRunToSuccess: a job runs on the winner with heartbeats, ends
+// succeeded, and both ledgers hold the same two-party receipt with matching
+// payments; an observer that only heard the gossip counts the receipt.
+func TestRunToSuccess(t *testing.T) {
+	h := newHarness(t)
+	r, p, observer := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
+	j := job(auction.Silver, 2, time.Minute, "run", "200", "0")
+	j.Run.Outputs = "out"
+	v := r.post(j)
+	if v.Winner != p.id() || v.State != auction.JobLeased && v.State != auction.JobFinished {
+		t.Fatalf("leased to %s (%s), want %s", v.Winner, v.State, p.id())
+	}
+	v = r.waitJob(v.Job.ID, "settled", settled)
+	if v.Run != auction.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
+		t.Fatalf("run %s exit %v (%s)", v.Run, v.ExitCode, v.Detail)
+	}
+	if v.State != auction.JobFinished || v.Lease.State != auction.RunSucceeded {
+		t.Fatalf("finished job: state %s, lease %s", v.State, v.Lease.State)
+	}
+	rc := v.Receipt
+	if rc.Outcome != auction.RunSucceeded || rc.Heartbeats.Count < 2 || rc.Heartbeats.Rejected != 0 || rc.Amount <= 0 || v.CostUSD != rc.Amount {
+		t.Fatalf("receipt %+v, cost %v", rc, v.CostUSD)
+	}
+	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(ledger.KindReceipt, v.Lease.ID)) == 1 })
+	owed, earned := r.entries(ledger.KindPaymentOwed, rc.LeaseID), p.entries(ledger.KindPaymentEarned, rc.LeaseID)
+	rr, pr := r.entries(ledger.KindReceipt, rc.LeaseID), p.entries(ledger.KindReceipt, rc.LeaseID)
+	if len(owed) != 1 || len(earned) != 1 || owed[0].Amount != rc.Amount || earned[0].Amount != rc.Amount ||
+		len(rr) != 1 || len(pr) != 1 || string(rr[0].Data) != string(pr[0].Data) {
+		t.Fatalf("ledgers: owed %v earned %v receipts %d/%d", owed, earned, len(rr), len(pr))
+	}
+	if pl, ok := p.lease(v.Lease.ID); !ok || pl.Run != auction.RunSucceeded {
+		t.Fatalf("provider's record %+v", pl)
+	}
+	// Outputs: reported with their checksums, bound into the receipt, and
+	// readable by the renter alone.
+	if len(v.Outputs) != 1 || v.Outputs[0].Path != "r.txt" || rc.ResultHash != auction.ManifestHash(v.Outputs) {
+		t.Fatalf("outputs %+v, receipt result hash %q", v.Outputs, rc.ResultHash)
+	}
+	if _, ok := p.sup.Authorize(v.Lease.ID, observer.signer.ID()); ok {
+		t.Fatal("a peer that is not the renter may read the lease")
+	}
+	if n := p.counters.Snapshot()["provider.unauthorized_stream"]; n != 1 {
+		t.Fatalf("unauthorized_stream = %d", n)
+	}
+	acc, ok := p.sup.Authorize(v.Lease.ID, r.signer.ID())
+	if !ok || !acc.Ended() {
+		t.Fatalf("renter's access %v, ended %v", ok, ok && acc.Ended())
+	}
+	outs, done := acc.Outputs()
+	body, err := os.ReadFile(filepath.Join(acc.OutputDir(), "r.txt"))
+	if !done || len(outs) != 1 || outs[0] != v.Outputs[0] || err != nil || string(body) != "result\n" {
+		t.Fatalf("provider's outputs %+v (ended %v), file %q (%v)", outs, done, body, err)
+	}
+	if log, err := os.ReadFile(acc.LogPath()); err != nil || !strings.Contains(string(log), "fake job "+v.Lease.ID+" started") {
+		t.Fatalf("log %q (%v)", log, err)
+	}
+	waitFor(t, 3*time.Second, "observer heard the receipt", func() bool { return observer.book.Stats(p.id()).Receipts == 1 })
+	if st := r.book.Stats(p.id()); st.Completed != 1 {
+		t.Fatalf("renter's book %+v", st)
+	}
+}
+
+// TestFailedRunSettles: a non-zero exit is a failed, finished run that
+// still settles for the time used.
+func TestFailedRunSettles(t *testing.T) {
+	h := newHarness(t)
+	r, _ := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+	v := r.post(job(auction.Silver, 2, time.Minute, "run", "50", "3"))
+	v = r.waitJob(v.Job.ID, "settled", settled)
+	if v.Run != auction.RunFailed || v.ExitCode == nil || *v.ExitCode != 3 || v.Receipt.Outcome != auction.RunFailed || v.State != auction.JobFinished {
+		t.Fatalf("run %s exit %v outcome %s state %s", v.Run, v.ExitCode, v.Receipt.Outcome, v.State)
+	}
+}
+
+// TestCancel: the renter cancels a running job; its provider stops it and
+// the lease settles as cancelled. A cancel signed by anyone else is refused.
+func TestCancel(t *testing.T) {
+	h := newHarness(t)
+	r, p, other := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
+	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "never", "0"))
+	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+
+	forged, err := sealed(other.signer, sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: v.Lease.ID, JobID: v.Job.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.tr.Request(t.Context(), p.signer.ID(), wire.ProtoCancel, forged); err == nil {
+		t.Fatal("a cancel from a peer that is not the renter was accepted")
+	}
+	if n := p.counters.Snapshot()["provider.cancel_rejected"]; n != 1 {
+		t.Fatalf("cancel_rejected = %d", n)
+	}
+	if pl, _ := p.lease(v.Lease.ID); pl.Run != auction.RunRunning {
+		t.Fatalf("forged cancel stopped the job: %s", pl.Run)
+	}
+
+	if _, err := r.tracker.Cancel(v.Job.ID); err != nil {
+		t.Fatal(err)
+	}
+	v = r.waitJob(v.Job.ID, "cancelled and settled", func(v api.JobView) bool { return v.Run == auction.RunCancelled && settled(v) })
+	if v.State != auction.JobFinished || v.Detail != "cancelled by the renter" || v.Receipt.Outcome != auction.RunCancelled {
+		t.Fatalf("state %s detail %q outcome %s", v.State, v.Detail, v.Receipt.Outcome)
+	}
+	var re *RequestError
+	if _, err := r.tracker.Cancel(v.Job.ID); !errors.As(err, &re) || re.Missing {
+		t.Fatalf("cancelling a finished job: %v", err)
+	}
+	if _, err := r.tracker.Cancel("job-nope"); !errors.As(err, &re) || !re.Missing {
+		t.Fatalf("cancelling an unknown job: %v", err)
+	}
+}
+
+// TestGoldPreemptsBronze: a gold lease evicts a running bronze one on the
+// only node with an H100; the bronze job is stopped, settled for the time
+// it ran, and requeued for the rest, which runs on the other node.
+func TestGoldPreemptsBronze(t *testing.T) {
+	h := newHarness(t)
+	r := h.renter()
+	pa := h.provider(provSpec{model: "H100", price: 0.5, preempt: true})
+	pb := h.provider(provSpec{model: "A100", price: 0.8})
+
+	bronze := job(auction.Bronze, 1, time.Minute, "gate", "bronze", "0")
+	// It must start within two minutes: the H100 node, booked by gold for
+	// ten, cannot take it back.
+	bronze.Deadline = time.Now().Add(2 * time.Minute)
+	bv := r.post(bronze)
+	if bv.Winner != pa.id() {
+		t.Fatalf("bronze went to %s, want the cheaper H100 node", bv.Winner)
+	}
+	r.waitJob(bv.Job.ID, "bronze running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+
+	gold := job(auction.Gold, 5, 10*time.Minute, "gate", "gold", "0")
+	gold.GPUModels = []string{"H100"}
+	gv := r.post(gold)
+	if gv.Winner != pa.id() {
+		t.Fatalf("gold went to %s", gv.Winner)
+	}
+	bv = r.waitJob(bv.Job.ID, "bronze on its second lease", func(v api.JobView) bool {
+		return len(v.History) == 1 && v.Lease != nil && v.Run == auction.RunRunning
+	})
+	first := bv.History[0]
+	if first.Run != auction.RunPreempted || first.Lease.Provider != pa.id() || !first.Receipt || first.Attempt != 0 {
+		t.Fatalf("first bronze lease: %+v", first)
+	}
+	if bv.Lease.Provider != pb.id() || bv.Job.Attempt != 1 || bv.State != auction.JobLeased || bv.Job.Duration >= time.Minute {
+		t.Fatalf("requeued bronze: provider %s attempt %d state %s duration %s", bv.Lease.Provider, bv.Job.Attempt, bv.State, bv.Job.Duration)
+	}
+	used := first.Ended.Sub(first.Started)
+	// The receipt's span is the run's, clamped to the lease: within a few
+	// microseconds of what the renter saw.
+	if want := attest.AmountFor(used.Seconds(), first.Lease.Price); used <= 0 || math.Abs(first.CostUSD-want) > 1e-9 {
+		t.Fatalf("preempted lease billed %v for %s, want %v", first.CostUSD, used, want)
+	}
+	if !strings.Contains(strings.Join(bv.Reasons, ";"), "requeued after attempt 0") {
+		t.Fatalf("reasons %v", bv.Reasons)
+	}
+
+	pa.exec.open("gold")
+	pb.exec.open("bronze")
+	gv = r.waitJob(gv.Job.ID, "gold settled", settled)
+	bv = r.waitJob(bv.Job.ID, "bronze settled", settled)
+	for _, v := range []api.JobView{gv, bv} {
+		if v.Run != auction.RunSucceeded || v.State != auction.JobFinished {
+			t.Fatalf("job %s: run %s state %s", v.Job.ID, v.Run, v.State)
+		}
+	}
+	if bv.CostUSD <= first.CostUSD {
+		t.Fatalf("bronze total %v should add the second lease to the first %v", bv.CostUSD, first.CostUSD)
+	}
+}
+
+// TestReceiptMismatchRejected: the renter refuses to countersign a receipt
+// that disagrees with the lease or with the heartbeats it verified, and
+// records nothing; the honest receipt then settles.
+func TestReceiptMismatchRejected(t *testing.T) {
+	h := newHarness(t)
+	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "done", "0"))
+	v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
+	l := *v.Lease
+	honest := attest.Receipt{LeaseID: l.ID, JobID: l.JobID, Renter: l.Renter, Provider: l.Provider,
+		Start: l.Start, End: l.Start.Add(time.Second), GPUCount: 1, GPUSeconds: 1, Price: l.Price,
+		Amount: attest.AmountFor(1, l.Price), Outcome: auction.RunSucceeded, IssuedAt: time.Now()}
+	tests := []struct {
+		name    string
+		tamper  func(*attest.Receipt)
+		counter string
+	}{
+		{"price", func(rc *attest.Receipt) { rc.Price *= 2; rc.Amount *= 2 }, "renter.receipt_mismatch"},
+		{"end after the lease", func(rc *attest.Receipt) { rc.Start, rc.End = l.End, l.End.Add(time.Second) }, "renter.receipt_mismatch"},
+		{"heartbeats", func(rc *attest.Receipt) { rc.Heartbeats.Count = 1000 }, "renter.receipt_telemetry_mismatch"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := honest
+			tc.tamper(&rc)
+			sr, err := attest.NewReceipt(p.signer, rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := sr.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := r.counters.Snapshot()[tc.counter]
+			if _, err := p.tr.Request(t.Context(), r.signer.ID(), wire.ProtoReceipt, b); err == nil {
+				t.Fatal("tampered receipt countersigned")
+			}
+			if got := r.counters.Snapshot()[tc.counter]; got != before+1 {
+				t.Fatalf("%s = %d, was %d", tc.counter, got, before)
+			}
+		})
+	}
+	if es := r.entries(ledger.KindReceipt, l.ID); len(es) != 0 {
+		t.Fatalf("renter recorded %d receipts for tampered claims", len(es))
+	}
+	p.exec.open("done")
+	v = r.waitJob(v.Job.ID, "settled", settled)
+	if es := r.entries(ledger.KindReceipt, l.ID); len(es) != 1 || v.Receipt.Outcome != auction.RunSucceeded {
+		t.Fatalf("honest receipt: %d entries, outcome %s", len(es), v.Receipt.Outcome)
+	}
+}
+
+// TestAbandonedLeaseSlashed: a provider that never reports the end of a
+// lease is marked as having abandoned it once the grace after the lease's
+// end passed, and the renter's book slashes it.
+func TestAbandonedLeaseSlashed(t *testing.T) {
+	h := newHarness(t)
+	h.abandonGrace = 100 * time.Millisecond
+	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+	v := r.post(job(auction.Silver, 2, 300*time.Millisecond, "gate", "never", "0"))
+	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	h.net.Drop(p.signer.ID()) // the provider goes silent
+	v = r.waitJob(v.Job.ID, "abandoned", func(v api.JobView) bool { return v.Run.Terminal() })
+	if v.Run != auction.RunFailed || !strings.Contains(v.Detail, "abandoned") || v.State != auction.JobFinished || v.Receipt != nil {
+		t.Fatalf("run %s state %s detail %q receipt %v", v.Run, v.State, v.Detail, v.Receipt)
+	}
+	if got := time.Now(); got.Before(v.Lease.End.Add(h.abandonGrace)) {
+		t.Fatalf("abandoned at %s, before the lease end %s plus grace", got, v.Lease.End)
+	}
+	if rep := r.book.Stats(p.id()); rep.Slashes != 1 {
+		t.Fatalf("provider's reputation %+v, want one slash", rep)
+	}
+	h.net.Restore(p.signer.ID())
+}
+
+// TestProviderRestartRecovery: a provider that dies while a job runs
+// reports the lease failed after its restart and settles it.
+func TestProviderRestartRecovery(t *testing.T) {
+	h := newHarness(t)
+	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "never", "0"))
+	r.waitJob(v.Job.ID, "running with telemetry", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
+	p.kill()
+	p2 := p.restart()
+	v = r.waitJob(v.Job.ID, "reported and settled", settled)
+	if v.Run != auction.RunFailed || v.State != auction.JobFinished ||
+		v.Detail != "provider daemon restarted while the job was running; the job was stopped" || v.Receipt.Outcome != auction.RunFailed {
+		t.Fatalf("run %s state %s detail %q outcome %s", v.Run, v.State, v.Detail, v.Receipt.Outcome)
+	}
+	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p2.entries(ledger.KindReceipt, v.Lease.ID)) == 1 })
+	if pl, ok := p2.lease(v.Lease.ID); !ok || pl.Run != auction.RunFailed {
+		t.Fatalf("restarted provider's record %+v", pl)
+	}
+}
+
+// TestRenterRestartReload: a renter restarted while its job runs reloads
+// the job's record and still takes its end and receipt; a job that was in
+// auction when the renter died is failed with the reason.
+func TestRenterRestartReload(t *testing.T) {
+	h := newHarness(t)
+	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "done", "0"))
+	r.waitJob(v.Job.ID, "running with telemetry", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
+	// The crash comes once the running state is on disk.
+	waitFor(t, 3*time.Second, "running state persisted", func() bool {
+		var saved api.JobView
+		ok, err := r.db.State("renter-jobs").Get(v.Job.ID, &saved)
+		return err == nil && ok && saved.Run == auction.RunRunning
+	})
+	bidding := api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-bidding"}, State: auction.JobBidding}}
+	if err := r.db.State("renter-jobs").Put("job-bidding", bidding); err != nil {
+		t.Fatal(err)
+	}
+	r.kill()
+	r2 := r.restart()
+	got, err := r2.tracker.View(v.Job.ID)
+	if err != nil || got.Lease == nil || got.Lease.ID != v.Lease.ID || got.Run != auction.RunRunning {
+		t.Fatalf("reloaded job %+v (%v)", got, err)
+	}
+	if b, err := r2.tracker.View("job-bidding"); err != nil || b.State != auction.JobFailed ||
+		!strings.Contains(strings.Join(b.Reasons, ";"), "renter daemon restarted during the auction") {
+		t.Fatalf("job in auction at the crash: %+v (%v)", b, err)
+	}
+	p.exec.open("done")
+	got = r2.waitJob(v.Job.ID, "settled after the restart", settled)
+	if got.Run != auction.RunSucceeded || got.State != auction.JobFinished {
+		t.Fatalf("run %s state %s", got.Run, got.State)
+	}
+	if es := r2.entries(ledger.KindPaymentOwed, v.Lease.ID); len(es) != 1 || es[0].Amount != got.Receipt.Amount {
+		t.Fatalf("renter ledger after restart: %v", es)
+	}
+	if n := len(r2.tracker.List()); n != 2 {
+		t.Fatalf("%d jobs listed after the restart", n)
+	}
+}

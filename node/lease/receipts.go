@@ -1,0 +1,127 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// ReceiptsConfig configures Receipts.
+type ReceiptsConfig struct {
+	Ledger    Ledger
+	Book      *attest.Book
+	Transport Transport
+	Counters  *Counters
+	Log       *slog.Logger
+}
+
+// Receipts records verified two-party receipts (ledger and reputation
+// book) and gossips them so every node's reputation book learns of them.
+type Receipts struct {
+	cfg ReceiptsConfig
+	log *slog.Logger
+	ctx context.Context
+	wg  sync.WaitGroup
+}
+
+// NewReceipts returns Receipts and replays the receipts already in the
+// ledger into the book (reputation survives restarts; the ledger is its
+// durable source). ctx bounds its gossip.
+func NewReceipts(ctx context.Context, cfg ReceiptsConfig) (*Receipts, error) {
+	if cfg.Ledger == nil || cfg.Book == nil || cfg.Transport == nil {
+		return nil, errors.New("lease: receipts need a ledger, a book and a transport")
+	}
+	if cfg.Counters == nil {
+		cfg.Counters = NewCounters()
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Receipts{cfg: cfg, log: log, ctx: ctx}
+	entries, err := cfg.Ledger.List(ledger.Filter{Kind: ledger.KindReceipt})
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		sr, err := attest.UnmarshalReceipt(e.Data)
+		if err != nil {
+			continue
+		}
+		_ = cfg.Book.AddReceipt(sr)
+	}
+	return r, nil
+}
+
+// record appends a verified two-party receipt and the payment it implies
+// to the ledger (atomically), and feeds the reputation book.
+func (r *Receipts) record(sr *attest.SignedReceipt, asRenter bool) error {
+	if err := sr.Verify(); err != nil {
+		return err
+	}
+	raw, err := sr.Marshal()
+	if err != nil {
+		return err
+	}
+	rc := sr.Receipt
+	pay := ledger.Entry{Kind: ledger.KindPaymentEarned, Direction: ledger.DirEarned, Counterparty: rc.Renter,
+		LeaseID: rc.LeaseID, JobID: rc.JobID, Amount: rc.Amount}
+	counter := rc.Renter
+	if asRenter {
+		pay = ledger.Entry{Kind: ledger.KindPaymentOwed, Direction: ledger.DirOwed, Counterparty: rc.Provider,
+			LeaseID: rc.LeaseID, JobID: rc.JobID, Amount: rc.Amount}
+		counter = rc.Provider
+	}
+	entries := []ledger.Entry{{Kind: ledger.KindReceipt, Counterparty: counter, LeaseID: rc.LeaseID, JobID: rc.JobID, Data: raw}}
+	if rc.Amount > 0 {
+		entries = append(entries, pay)
+	}
+	if _, err := r.cfg.Ledger.AppendAll(entries); err != nil {
+		return err
+	}
+	if err := r.cfg.Book.AddReceipt(sr); err != nil {
+		r.log.Warn("reputation book refused own receipt", "err", err)
+	}
+	return nil
+}
+
+// gossip publishes a two-party receipt for everyone's reputation.
+func (r *Receipts) gossip(sr *attest.SignedReceipt) {
+	b, err := sr.Marshal()
+	if err != nil {
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+		defer cancel()
+		if err := r.cfg.Transport.Publish(ctx, wire.ReputationTopic, b); err != nil && r.ctx.Err() == nil {
+			r.log.Debug("gossip receipt", "err", err)
+		}
+	}()
+}
+
+// HandleGossip feeds a gossiped receipt (wire.ReputationTopic) to the
+// reputation book, which verifies both signatures and rejects (and counts)
+// forgeries.
+func (r *Receipts) HandleGossip(_ peer.ID, data []byte) {
+	sr, err := attest.UnmarshalReceipt(data)
+	if err != nil {
+		r.cfg.Counters.Add("reputation.gossip_malformed")
+		return
+	}
+	if err := r.cfg.Book.AddReceipt(sr); err != nil {
+		r.log.Debug("gossiped receipt rejected", "err", err)
+	}
+}
+
+// Wait waits for gossip in flight (call after cancelling the context).
+func (r *Receipts) Wait() { r.wg.Wait() }

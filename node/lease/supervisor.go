@@ -1,0 +1,721 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/runtime"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// MaxOutputBytes caps the result files one lease may return.
+const MaxOutputBytes = 256 << 20
+
+// SupervisorConfig configures a Supervisor.
+type SupervisorConfig struct {
+	Signer    *sign.Signer
+	Transport Transport
+	// Store persists one record per lease, so a restart never forgets one.
+	Store    Store
+	Receipts *Receipts
+	Exec     runtime.Executor
+	// JobsDir holds the leases' logs and collected outputs.
+	JobsDir string
+	// WorkRoot is the executor's scratch root (orphans there are wiped
+	// and killed at recovery).
+	WorkRoot string
+	// Telemetry samples the GPUs (and the job's process group when pgid
+	// > 0) for a heartbeat; nil sends empty process telemetry.
+	Telemetry func(pgid int) runtime.Telemetry
+	// LeaseEnded tells the auction's calendar a lease ended (it frees the
+	// GPUs); nil when there is none.
+	LeaseEnded func(leaseID string, end time.Time, state auction.RunState) error
+	// HeartbeatInterval defaults to DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration
+	// PreemptGrace is how long a stopped job has to checkpoint.
+	PreemptGrace time.Duration
+	// DropHeartbeat is a fault-injection hook for tests: heartbeats for
+	// which it returns true are not sent.
+	DropHeartbeat func(seq uint64) bool
+	// RecoverDelay is how long recovered leases wait for the network
+	// before they are settled; default 2s.
+	RecoverDelay time.Duration
+	Now          Clock
+	Log          *slog.Logger
+	Counters     *Counters
+}
+
+// Supervisor runs a provider's confirmed leases.
+type Supervisor struct {
+	cfg SupervisorConfig
+	log *slog.Logger
+	ctx context.Context
+
+	mu   sync.Mutex
+	runs map[string]*leaseRun
+	wg   sync.WaitGroup
+}
+
+// providerRecord is what a provider persists per lease, so a restart never
+// forgets a job.
+type providerRecord struct {
+	Rec      api.ProviderLease    `json:"rec"`
+	Job      auction.Job          `json:"job"`
+	Pgid     int                  `json:"pgid,omitempty"`
+	LastBeat time.Time            `json:"last_beat,omitempty"`
+	Settled  bool                 `json:"settled"`
+	Outputs  []auction.OutputFile `json:"outputs,omitempty"`
+}
+
+// leaseRun executes one confirmed lease on the provider.
+type leaseRun struct {
+	s      *Supervisor
+	saveMu sync.Mutex
+	mu     sync.Mutex
+	pr     providerRecord
+	h      runtime.Handle
+	stop   chan struct{} // closed to abort a pending or running job
+	// stopAs is the run state recorded when the job is stopped on purpose.
+	stopAs     auction.RunState
+	stopDetail string
+	done       chan struct{}
+	confirmed  time.Time // when the lease was confirmed (for start latency)
+}
+
+// NewSupervisor returns a Supervisor; ctx bounds its jobs and messages.
+// Call Recover once the auction's provider is set up, and Close at the end.
+func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, error) {
+	if cfg.Signer == nil || cfg.Transport == nil || cfg.Store == nil || cfg.Receipts == nil || cfg.Exec == nil {
+		return nil, errors.New("lease: supervisor needs a signer, a transport, a store, receipts and an executor")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Counters == nil {
+		cfg.Counters = NewCounters()
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.RecoverDelay <= 0 {
+		cfg.RecoverDelay = 2 * time.Second
+	}
+	if cfg.Telemetry == nil {
+		cfg.Telemetry = func(int) runtime.Telemetry { return runtime.Telemetry{} }
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.JobsDir, 0o700); err != nil {
+		return nil, fmt.Errorf("jobs dir: %w", err)
+	}
+	return &Supervisor{cfg: cfg, log: log, ctx: ctx, runs: map[string]*leaseRun{}}, nil
+}
+
+func (s *Supervisor) now() time.Time { return s.cfg.Now() }
+
+func (s *Supervisor) logPath(leaseID string) string {
+	return filepath.Join(s.cfg.JobsDir, "logs", leaseID+".log")
+}
+func (s *Supervisor) outDir(leaseID string) string {
+	return filepath.Join(s.cfg.JobsDir, "outputs", leaseID)
+}
+
+// saveRun persists a lease's record. Saves of one lease are serialised,
+// each reading the record as it writes it, so a slow save (a heartbeat's)
+// never overwrites a newer one (the end's).
+func (s *Supervisor) saveRun(r *leaseRun) {
+	r.saveMu.Lock()
+	defer r.saveMu.Unlock()
+	r.mu.Lock()
+	pr := r.pr
+	r.mu.Unlock()
+	if err := s.cfg.Store.Put(pr.Rec.Lease.ID, pr); err != nil {
+		s.log.Error("persist lease", "lease", pr.Rec.Lease.ID, "err", err)
+	}
+}
+
+func (s *Supervisor) run(id string) *leaseRun {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runs[id]
+}
+
+// OnLease is the auction provider's callback for a confirmed lease: it
+// stops the bronze leases this one evicts and schedules the job.
+func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string) {
+	for _, id := range preempts {
+		if victim := s.run(id); victim != nil {
+			victim.abort(auction.RunPreempted, fmt.Sprintf("preempted by %s lease %s", job.Tier, l.ID))
+		}
+	}
+	r := &leaseRun{s: s, stop: make(chan struct{}), done: make(chan struct{}), confirmed: s.now(),
+		pr: providerRecord{Rec: api.ProviderLease{Lease: l, Run: auction.RunPending}, Job: job}}
+	s.mu.Lock()
+	s.runs[l.ID] = r
+	s.mu.Unlock()
+	s.saveRun(r)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		r.run()
+	}()
+}
+
+// Close stops every job (the daemon is stopping: they are reported failed)
+// and waits for the supervisor's goroutines. Cancel ctx first.
+func (s *Supervisor) Close() {
+	s.mu.Lock()
+	runs := make([]*leaseRun, 0, len(s.runs))
+	for _, r := range s.runs {
+		runs = append(runs, r)
+	}
+	s.mu.Unlock()
+	for _, r := range runs {
+		r.shutdown()
+	}
+	s.wg.Wait()
+}
+
+// abort stops a pending or running job, recording why.
+func (r *leaseRun) abort(as auction.RunState, detail string) {
+	r.mu.Lock()
+	if r.stopAs == "" {
+		r.stopAs, r.stopDetail = as, detail
+		close(r.stop)
+	}
+	r.mu.Unlock()
+}
+
+// shutdown stops the job because the daemon is stopping and waits for it.
+func (r *leaseRun) shutdown() {
+	r.abort(auction.RunFailed, "provider daemon shut down during the lease")
+	<-r.done
+}
+
+func (r *leaseRun) lease() auction.Lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pr.Rec.Lease
+}
+
+func (r *leaseRun) state() auction.RunState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pr.Rec.Run
+}
+
+func (r *leaseRun) run() {
+	defer close(r.done)
+	s := r.s
+	l, job := r.lease(), r.pr.Job
+	log := s.log.With("lease", l.ID, "job", l.JobID)
+	if wait := l.Start.Sub(s.now()); wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-r.stop:
+			r.finish(runtime.Result{Started: s.now(), Ended: s.now(), ExitCode: -1}, nil)
+			return
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(s.logPath(l.ID)), 0o700); err != nil {
+		r.finish(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err}, nil)
+		return
+	}
+	logf, err := os.OpenFile(s.logPath(l.ID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		r.finish(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err}, nil)
+		return
+	}
+	defer logf.Close()
+	lw := &lockedWriter{w: logf}
+	gpus := make([]int, l.GPUCount)
+	for i := range gpus {
+		gpus[i] = i
+	}
+	spec := runtime.Spec{ID: l.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
+		GPUs: gpus, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs}
+	started := s.now()
+	h, err := s.cfg.Exec.Start(s.ctx, spec, lw, lw)
+	if err != nil {
+		fmt.Fprintf(lw, "gpumesh: job failed to start: %v\n", err)
+		r.finish(runtime.Result{ExitCode: -1, Started: started, Ended: s.now(), Err: err}, nil)
+		return
+	}
+	r.mu.Lock()
+	r.h = h
+	r.pr.Rec.Run = auction.RunRunning
+	r.pr.Rec.Started = started
+	r.pr.Rec.Backend = backendName(s.cfg.Exec, spec)
+	if p, ok := h.(interface{ Pid() int }); ok {
+		r.pr.Pgid = p.Pid()
+	}
+	r.mu.Unlock()
+	s.saveRun(r)
+	log.Info("job started", "backend", r.pr.Rec.Backend, "start_latency", started.Sub(maxTime(l.Start, r.confirmed)).Round(time.Microsecond))
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		_, _ = s.sendEvent(r)
+	}()
+
+	beatsDone := make(chan struct{})
+	go func() {
+		defer close(beatsDone)
+		r.heartbeats(h)
+	}()
+	resultCh := make(chan runtime.Result, 1)
+	go func() { resultCh <- h.Wait() }()
+	var res runtime.Result
+	select {
+	case res = <-resultCh:
+	case <-r.stop:
+		_ = h.Stop(s.cfg.PreemptGrace)
+		res = <-resultCh
+	}
+	<-beatsDone
+	outs, err := runtime.CollectOutputs(h.WorkDir(), job.Run.Outputs, s.outDir(l.ID), MaxOutputBytes)
+	if err != nil {
+		fmt.Fprintf(lw, "gpumesh: collecting outputs: %v\n", err)
+	}
+	if err := h.Cleanup(); err != nil {
+		log.Warn("wipe work dir", "err", err)
+	}
+	r.finish(res, outs)
+}
+
+func backendName(e runtime.Executor, spec runtime.Spec) string {
+	if a, ok := e.(*runtime.AutoExecutor); ok {
+		return a.Backend(spec)
+	}
+	return e.Name()
+}
+
+// finish records how the job ended, frees the calendar and settles.
+func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
+	s := r.s
+	r.mu.Lock()
+	state, detail := classify(res, r.stopAs, r.stopDetail)
+	rec := &r.pr.Rec
+	if job := r.pr.Job; state == auction.RunExpired && job.Preemptible && rec.Lease.End.Before(rec.Lease.Start.Add(job.Duration)) {
+		// A bronze job took a backfill gap shorter than itself: reaching the
+		// gap's end is a preemption, and its renter requeues the rest.
+		state, detail = auction.RunPreempted, "backfill gap ended before the job did"
+	}
+	rec.Run, rec.Detail = state, detail
+	if rec.Started.IsZero() {
+		rec.Started = res.Started
+	}
+	rec.Ended = res.Ended
+	if rec.Ended.IsZero() {
+		rec.Ended = s.now()
+	}
+	if res.Started.IsZero() && rec.Run != auction.RunRunning {
+		// never started: no time used.
+		rec.Started = rec.Ended
+	}
+	if res.ExitCode >= 0 && (res.Reason != "" || res.Err == nil) && !res.Started.IsZero() {
+		ec := res.ExitCode
+		rec.ExitCode = &ec
+	}
+	r.pr.Outputs = outs
+	lease := rec.Lease
+	ended := rec.Ended
+	r.mu.Unlock()
+	s.saveRun(r)
+	if s.cfg.LeaseEnded != nil {
+		_ = s.cfg.LeaseEnded(lease.ID, ended, state)
+	}
+	s.log.Info("job ended", "lease", lease.ID, "run", state, "detail", detail)
+	s.settle(r)
+}
+
+// classify maps an executor result to a run state.
+func classify(res runtime.Result, stopAs auction.RunState, stopDetail string) (auction.RunState, string) {
+	switch {
+	case stopAs != "":
+		return stopAs, stopDetail
+	case res.Err != nil && res.Reason == "":
+		return auction.RunFailed, res.Err.Error()
+	case res.Reason == runtime.ReasonDeadline:
+		return auction.RunExpired, "lease ended before the job did (stopped at the lease end)"
+	case res.Reason == runtime.ReasonOOM:
+		return auction.RunFailed, "killed: memory limit exceeded"
+	case res.Reason == runtime.ReasonExited && res.ExitCode == 0:
+		return auction.RunSucceeded, ""
+	case res.Reason == runtime.ReasonExited:
+		return auction.RunFailed, fmt.Sprintf("exit code %d", res.ExitCode)
+	case res.Err != nil:
+		return auction.RunFailed, res.Err.Error()
+	}
+	return auction.RunFailed, "job ended: " + res.Reason
+}
+
+// heartbeats sends signed telemetry to the renter every interval until the
+// job ends.
+func (r *leaseRun) heartbeats(h runtime.Handle) {
+	s := r.s
+	l := r.lease()
+	every := s.cfg.HeartbeatInterval
+	t := time.NewTicker(every)
+	defer t.Stop()
+	waitDone := make(chan struct{})
+	go func() { h.Wait(); close(waitDone) }()
+	var seq uint64
+	for first := true; ; first = false {
+		// The first heartbeat goes out as the job starts, then one per
+		// interval, so coverage reflects the whole run.
+		if !first {
+			select {
+			case <-waitDone:
+				return
+			case <-t.C:
+			}
+		}
+		seq++
+		r.mu.Lock()
+		pgid := r.pr.Pgid
+		r.mu.Unlock()
+		tel := s.cfg.Telemetry(pgid)
+		hb := attest.Heartbeat{LeaseID: l.ID, Provider: s.cfg.Signer.ID().String(), Seq: seq, Time: s.now(),
+			GPUUtil: tel.GPUUtil, TempC: tel.TempC, PowerW: tel.PowerW, CPUSeconds: tel.CPUSeconds, Source: attest.SourceProcess}
+		if tel.Source == runtime.SourceNVML {
+			hb.Source = attest.SourceNVML
+			hb.MemUsedMB = tel.MemUsedMB
+		} else {
+			hb.RSSMB = tel.MemUsedMB
+		}
+		env, err := attest.SignHeartbeat(s.cfg.Signer, hb)
+		if err != nil {
+			continue
+		}
+		b, _ := env.Marshal()
+		r.mu.Lock()
+		r.pr.LastBeat = hb.Time
+		r.mu.Unlock()
+		s.saveRun(r) // so a crash knows how long the job ran
+		if s.cfg.DropHeartbeat != nil && s.cfg.DropHeartbeat(seq) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, every)
+		renter, _ := peer.Decode(l.Renter)
+		if _, err := s.cfg.Transport.Request(ctx, renter, wire.ProtoHeartbeat, b); err != nil {
+			s.log.Debug("heartbeat not delivered", "lease", l.ID, "err", err)
+		}
+		cancel()
+	}
+}
+
+// sendEvent reports the run's state to the renter and returns the renter's
+// heartbeat summary (for terminal states).
+func (s *Supervisor) sendEvent(r *leaseRun) (*attest.HeartbeatSummary, error) {
+	r.mu.Lock()
+	rec := r.pr.Rec
+	ev := wire.LeaseEvent{LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Provider: s.cfg.Signer.ID().String(), Run: rec.Run,
+		Detail: rec.Detail, ExitCode: rec.ExitCode, Started: rec.Started, Ended: rec.Ended, Outputs: r.pr.Outputs, Time: s.now()}
+	r.mu.Unlock()
+	b, err := sealed(s.cfg.Signer, sign.DomainLeaseEvent, ev)
+	if err != nil {
+		return nil, err
+	}
+	renter, err := peer.Decode(rec.Lease.Renter)
+	if err != nil {
+		return nil, err
+	}
+	var resp []byte
+	for attempt := 0; attempt < 5; attempt++ {
+		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+		resp, err = s.cfg.Transport.Request(ctx, renter, wire.ProtoLeaseEvent, b)
+		cancel()
+		if err == nil || s.ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-time.After(time.Duration(attempt+1) * 500 * time.Millisecond):
+		case <-s.ctx.Done():
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !ev.Run.Terminal() {
+		return nil, nil
+	}
+	var sum attest.HeartbeatSummary
+	if err := json.Unmarshal(resp, &sum); err != nil {
+		return nil, fmt.Errorf("renter's heartbeat summary: %w", err)
+	}
+	return &sum, nil
+}
+
+// settle reports the end to the renter, exchanges the two-party receipt and
+// records it in the ledger and the reputation book.
+func (s *Supervisor) settle(r *leaseRun) {
+	log := s.log.With("lease", r.lease().ID)
+	sum, err := s.sendEvent(r)
+	if err != nil {
+		log.Warn("renter unreachable at lease end; receipt not settled", "err", err)
+		return
+	}
+	r.mu.Lock()
+	rec := r.pr.Rec
+	outs := r.pr.Outputs
+	r.mu.Unlock()
+	if rec.Started.Before(rec.Lease.Start) {
+		rec.Started = rec.Lease.Start
+	}
+	// A receipt spans a positive interval: a lease that never ran (or died
+	// before its first heartbeat) is settled as a 1ms span.
+	if !rec.Ended.After(rec.Started) {
+		rec.Ended = rec.Started.Add(time.Millisecond)
+	}
+	used := rec.Ended.Sub(rec.Started)
+	gpuSec := used.Seconds() * float64(rec.Lease.GPUCount)
+	rc := attest.Receipt{
+		LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Renter: rec.Lease.Renter, Provider: rec.Lease.Provider,
+		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, GPUSeconds: gpuSec, Price: rec.Lease.Price,
+		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run,
+		ResultHash: auction.ManifestHash(outs), Heartbeats: *sum, IssuedAt: s.now(),
+	}
+	sr, err := attest.NewReceipt(s.cfg.Signer, rc)
+	if err != nil {
+		log.Error("make receipt", "err", err)
+		return
+	}
+	b, err := sr.Marshal()
+	if err != nil {
+		return
+	}
+	renter, _ := peer.Decode(rec.Lease.Renter)
+	ctx, cancel := context.WithTimeout(s.ctx, 15*time.Second)
+	resp, err := s.cfg.Transport.Request(ctx, renter, wire.ProtoReceipt, b)
+	cancel()
+	if err != nil {
+		log.Warn("receipt not countersigned", "err", err)
+		return
+	}
+	full, err := attest.OpenReceipt(resp)
+	if err != nil || full.Receipt.LeaseID != rc.LeaseID || string(full.Payload) != string(sr.Payload) {
+		log.Warn("renter returned an invalid receipt", "err", err)
+		s.cfg.Counters.Add("provider.bad_countersign")
+		return
+	}
+	if err := s.cfg.Receipts.record(full, false); err != nil {
+		log.Error("ledger", "err", err)
+		return
+	}
+	r.mu.Lock()
+	r.pr.Settled = true
+	r.mu.Unlock()
+	s.saveRun(r)
+	s.cfg.Receipts.gossip(full)
+	log.Info("lease settled", "amount_usd", fmt.Sprintf("%.6f", rc.Amount), "gpu_seconds", fmt.Sprintf("%.1f", gpuSec))
+}
+
+// Recover runs at start: a lease that was pending or running when the
+// daemon died is reported failed (never silently forgotten), its leftover
+// processes are killed and its scratch space wiped; unsettled leases are
+// settled once the network is up (after RecoverDelay).
+func (s *Supervisor) Recover() error {
+	var stale []providerRecord
+	err := s.cfg.Store.List(func(_ string, raw []byte) error {
+		var pr providerRecord
+		if err := json.Unmarshal(raw, &pr); err != nil {
+			return nil
+		}
+		if !pr.Rec.Run.Terminal() || !pr.Settled {
+			stale = append(stale, pr)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, pr := range stale {
+		if !pr.Rec.Run.Terminal() {
+			was := pr.Rec.Run
+			killOrphan(pr.Pgid, s.cfg.WorkRoot)
+			pr.Rec.Run = auction.RunFailed
+			pr.Rec.Detail = fmt.Sprintf("provider daemon restarted while the job was %s; the job was stopped", was)
+			pr.Rec.Ended = pr.LastBeat
+			if pr.Rec.Ended.IsZero() || pr.Rec.Started.IsZero() {
+				pr.Rec.Ended = pr.Rec.Started
+			}
+			s.log.Warn("lease interrupted by a daemon restart", "lease", pr.Rec.Lease.ID, "was", was)
+		}
+		if err := s.cfg.Store.Put(pr.Rec.Lease.ID, pr); err != nil {
+			return err
+		}
+		r := &leaseRun{s: s, pr: pr, stop: make(chan struct{}), done: make(chan struct{})}
+		close(r.done)
+		s.mu.Lock()
+		s.runs[pr.Rec.Lease.ID] = r
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			// Wait for the network before telling the renter.
+			select {
+			case <-time.After(s.cfg.RecoverDelay):
+			case <-s.ctx.Done():
+				return
+			}
+			s.settle(r)
+		}()
+	}
+	if s.cfg.WorkRoot == "" {
+		return nil
+	}
+	if n, err := runtime.WipeOrphans(s.cfg.WorkRoot, func(string) bool { return false }); err != nil {
+		s.log.Warn("wipe orphaned work dirs", "err", err)
+	} else if n > 0 {
+		s.log.Info("wiped orphaned work dirs", "count", n)
+	}
+	return nil
+}
+
+// killOrphan kills a process group left behind by a previous daemon, if it
+// still runs inside our work root.
+func killOrphan(pgid int, root string) {
+	if pgid <= 1 || root == "" {
+		return
+	}
+	cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pgid))
+	if err != nil || !strings.HasPrefix(cwd, root+string(os.PathSeparator)) {
+		return
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// HandleCancel stops a lease at its renter's signed request
+// (wire.ProtoCancel).
+func (s *Supervisor) HandleCancel(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
+	var req wire.CancelRequest
+	if err := sign.OpenFrom(data, sign.DomainLeaseCancel, from, &req); err != nil {
+		s.cfg.Counters.Add("provider.cancel_rejected")
+		return nil, err
+	}
+	r := s.run(req.LeaseID)
+	if r == nil || r.lease().Renter != from.String() {
+		s.cfg.Counters.Add("provider.cancel_rejected")
+		return nil, fmt.Errorf("no lease %s for %s", req.LeaseID, from)
+	}
+	r.abort(auction.RunCancelled, "cancelled by the renter")
+	return nil, nil
+}
+
+// FillStats adds the supervisor's leases to a provider stats view: running
+// and recent leases, the p95 run time and the mean price.
+func (s *Supervisor) FillStats(v *api.ProviderStatsView) {
+	v.Running, v.Recent = []api.ProviderLease{}, []api.ProviderLease{}
+	s.mu.Lock()
+	var durations []float64
+	var price, n float64
+	for _, r := range s.runs {
+		r.mu.Lock()
+		rec := r.pr.Rec
+		r.mu.Unlock()
+		if rec.Run.Terminal() {
+			v.Recent = append(v.Recent, rec)
+			if !rec.Started.IsZero() && rec.Ended.After(rec.Started) {
+				durations = append(durations, rec.Ended.Sub(rec.Started).Seconds())
+			}
+		} else {
+			v.Running = append(v.Running, rec)
+		}
+		price += rec.Lease.Price
+		n++
+	}
+	s.mu.Unlock()
+	sort.Slice(v.Recent, func(i, j int) bool { return v.Recent[i].Ended.After(v.Recent[j].Ended) })
+	if len(v.Recent) > 20 {
+		v.Recent = v.Recent[:20]
+	}
+	if len(durations) > 0 {
+		sort.Float64s(durations)
+		v.P95JobSeconds = durations[(len(durations)*95+99)/100-1]
+	}
+	if n > 0 {
+		v.USDPerGPUHour = price / n
+	}
+}
+
+// Access is what a lease's renter may read of it: its log and, once it
+// ended, its outputs. Only Authorize hands one out.
+type Access struct {
+	s *Supervisor
+	r *leaseRun
+}
+
+// Authorize answers whether peer from may read lease leaseID's log and
+// outputs (only its renter may); a refusal is counted.
+func (s *Supervisor) Authorize(leaseID string, from peer.ID) (*Access, bool) {
+	r := s.run(leaseID)
+	if r == nil || r.lease().Renter != from.String() {
+		s.cfg.Counters.Add("provider.unauthorized_stream")
+		return nil, false
+	}
+	return &Access{s: s, r: r}, true
+}
+
+// LogPath is where the lease's log is written.
+func (a *Access) LogPath() string { return a.s.logPath(a.r.lease().ID) }
+
+// OutputDir holds the lease's collected outputs.
+func (a *Access) OutputDir() string { return a.s.outDir(a.r.lease().ID) }
+
+// Ended reports whether the job has ended.
+func (a *Access) Ended() bool { return a.r.state().Terminal() }
+
+// Outputs returns the lease's output manifest, and whether the job has
+// ended (before that there are none).
+func (a *Access) Outputs() ([]auction.OutputFile, bool) {
+	a.r.mu.Lock()
+	defer a.r.mu.Unlock()
+	return append([]auction.OutputFile(nil), a.r.pr.Outputs...), a.r.pr.Rec.Run.Terminal()
+}
+
+// lockedWriter serialises a job's stdout and stderr into one log.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// sealed marshals a signed envelope of v.
+func sealed(s *sign.Signer, domain string, v any) ([]byte, error) {
+	env, err := sign.Seal(s, domain, v)
+	if err != nil {
+		return nil, err
+	}
+	return env.Marshal()
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,597 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// DefaultAbandonGrace is how long after a lease's end the renter waits for
+// its provider's final report before it calls the lease abandoned.
+const DefaultAbandonGrace = time.Minute
+
+// TrackerConfig configures a Tracker.
+type TrackerConfig struct {
+	Signer *sign.Signer
+	// Transport carries the post-award protocol (cancel requests).
+	Transport Transport
+	// Auction carries the auction's calls, bids and awards.
+	Auction auction.Transport
+	// Store persists one record per job.
+	Store    Store
+	Receipts *Receipts
+	// HeartbeatInterval is the interval the heartbeat monitors expect;
+	// default DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration
+	// AbandonGrace defaults to DefaultAbandonGrace.
+	AbandonGrace time.Duration
+	// SettleWait bounds how long a requeue waits for the preempted lease's
+	// receipt (so history shows its settled cost); default 10s.
+	SettleWait time.Duration
+	Now        Clock
+	Log        *slog.Logger
+	Counters   *Counters
+}
+
+// Tracker is a renter's one record of each of its jobs: the auction's
+// outcome is folded into the record when the auction reports it (lease,
+// unplaceable, cancelled, requeued), and the lease's execution state as the
+// provider reports it. It verifies heartbeats, takes lease events, checks
+// and countersigns receipts, requeues preempted jobs, watches for abandoned
+// leases and persists every record.
+type Tracker struct {
+	cfg    TrackerConfig
+	log    *slog.Logger
+	ctx    context.Context
+	renter *auction.Renter
+
+	mu      sync.Mutex
+	jobs    map[string]*api.JobView
+	mons    map[string]*attest.HeartbeatMonitor
+	byLease map[string]string // lease id → job id
+	wg      sync.WaitGroup
+	saveMu  sync.Mutex
+}
+
+// NewTracker returns a Tracker with its auction.Renter and reloads the jobs
+// in its store. ctx bounds its auctions and background work.
+func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
+	if cfg.Signer == nil || cfg.Transport == nil || cfg.Auction == nil || cfg.Store == nil || cfg.Receipts == nil {
+		return nil, errors.New("lease: tracker needs a signer, transports, a store and receipts")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Counters == nil {
+		cfg.Counters = NewCounters()
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.AbandonGrace <= 0 {
+		cfg.AbandonGrace = DefaultAbandonGrace
+	}
+	if cfg.SettleWait <= 0 {
+		cfg.SettleWait = 10 * time.Second
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*api.JobView{},
+		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}}
+	var err error
+	t.renter, err = auction.NewRenter(auction.RenterConfig{
+		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score, Now: cfg.Now, Log: log,
+		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := t.load(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Auction is the renter's auction state machine (bid handling, counters).
+func (t *Tracker) Auction() *auction.Renter { return t.renter }
+
+// Wait waits for the tracker's background work (cancel ctx first).
+func (t *Tracker) Wait() { t.wg.Wait() }
+
+func (t *Tracker) now() time.Time { return t.cfg.Now() }
+
+func (t *Tracker) monitor(l auction.Lease) *attest.HeartbeatMonitor {
+	prov, _ := peer.Decode(l.Provider)
+	return attest.NewHeartbeatMonitor(l.ID, prov, l.Start, t.cfg.HeartbeatInterval)
+}
+
+// Post runs an auction for job (its Owner is this node; OwnerAddrs are the
+// caller's to fill) and returns the job's view once the auction ended.
+func (t *Tracker) Post(job auction.Job) (api.JobView, error) {
+	job.Owner = t.cfg.Signer.ID().String()
+	if job.CreatedAt.IsZero() {
+		job.CreatedAt = t.now()
+	}
+	if job.ID == "" {
+		job.ID = auction.NewID("job")
+	}
+	if job.Deadline.IsZero() {
+		job.Deadline = job.CreatedAt.Add(defaultStartWindow(job.Tier))
+	}
+	if err := job.Validate(); err != nil {
+		return api.JobView{}, badRequest("%v", err)
+	}
+	t.mu.Lock()
+	if _, dup := t.jobs[job.ID]; dup {
+		t.mu.Unlock()
+		return api.JobView{}, badRequest("job id %s already used", job.ID)
+	}
+	t.jobs[job.ID] = &api.JobView{JobStatus: auction.JobStatus{Job: job, State: auction.JobBidding, PostedAt: t.now()}}
+	t.mu.Unlock()
+	ctx, cancel := context.WithTimeout(t.ctx, job.BidWindow+2*time.Minute)
+	defer cancel()
+	if _, err := t.renter.Post(ctx, job); err != nil {
+		t.log.Debug("auction ended without a lease", "job", job.ID, "err", err)
+		t.fold(job.ID)
+		t.save(job.ID)
+	}
+	return t.View(job.ID)
+}
+
+// defaultStartWindow is how soon a job must start when its poster gave no
+// deadline: gold and silver are on-demand tiers (a provider that can only
+// start hours later does not bid), bronze waits for spare capacity.
+func defaultStartWindow(tier auction.Tier) time.Duration {
+	switch tier {
+	case auction.Gold:
+		return 10 * time.Minute
+	case auction.Silver:
+		return 30 * time.Minute
+	}
+	return 24 * time.Hour
+}
+
+// fold copies the auction's status of a job into its record. The current
+// lease is the record's own (it is cleared while a preempted job is
+// requeued).
+func (t *Tracker) fold(id string) {
+	st, ok := t.renter.Status(id)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v := t.jobs[id]
+	if v == nil {
+		v = &api.JobView{}
+		t.jobs[id] = v
+	}
+	keep := v.Lease
+	v.JobStatus = st
+	v.Lease = keep
+	if keep != nil {
+		v.Winner = keep.Provider
+	}
+}
+
+// onLease records a confirmed lease for one of our jobs.
+func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
+	mon := t.monitor(l)
+	t.mu.Lock()
+	v := t.jobs[job.ID]
+	if v == nil {
+		v = &api.JobView{}
+		t.jobs[job.ID] = v
+	}
+	v.Lease = &l
+	v.Run = auction.RunPending
+	v.Started, v.Ended, v.ExitCode, v.Detail, v.Receipt, v.Heartbeats, v.LastTelemetry, v.Outputs =
+		time.Time{}, time.Time{}, nil, "", nil, nil, nil, nil
+	t.mons[l.ID] = mon
+	t.byLease[l.ID] = job.ID
+	t.mu.Unlock()
+	t.fold(job.ID)
+	t.log.Info("job leased", "job", job.ID, "lease", l.ID, "provider", l.Provider, "price", l.Price, "attempt", job.Attempt)
+	t.save(job.ID)
+	t.watch(job.ID, l)
+}
+
+func (t *Tracker) onUnplaceable(job auction.Job, reason string) {
+	t.log.Info("job unplaceable", "job", job.ID, "reason", reason)
+	t.fold(job.ID)
+	t.save(job.ID)
+}
+
+// setRun records the current lease's run state (the lease's own state
+// follows it once the job runs).
+func setRun(v *api.JobView, run auction.RunState) {
+	v.Run = run
+	if v.Lease != nil && (run == auction.RunRunning || run.Terminal()) {
+		l := *v.Lease
+		l.State = run
+		v.Lease = &l
+	}
+}
+
+// requeues reports whether a lease that ended in run goes back to auction.
+func requeues(l auction.Lease, run auction.RunState) bool {
+	return run == auction.RunPreempted && l.Preemptible
+}
+
+// watch marks a lease abandoned, and slashes its provider, when the
+// provider never reports its end: the renter's evidence is the signed award
+// and confirm it holds, plus the silence after the lease's end.
+func (t *Tracker) watch(jobID string, l auction.Lease) {
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		wait := l.End.Add(t.cfg.AbandonGrace).Sub(t.now())
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		t.mu.Lock()
+		v := t.jobs[jobID]
+		abandoned := v != nil && v.Lease != nil && v.Lease.ID == l.ID && !v.Run.Terminal()
+		if abandoned {
+			setRun(v, auction.RunFailed)
+			v.Detail = "provider abandoned the lease: no final report by the lease end"
+			v.State = auction.JobFinished
+		}
+		t.mu.Unlock()
+		if !abandoned {
+			return
+		}
+		if err := t.cfg.Receipts.cfg.Book.Slash(l.Provider, attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: l.ID,
+			Reporter: t.cfg.Signer.ID().String(), Detail: "no final report by the lease end"}); err != nil {
+			t.log.Warn("slash", "err", err)
+		}
+		t.log.Warn("lease abandoned by its provider", "job", jobID, "lease", l.ID, "provider", l.Provider)
+		t.save(jobID)
+	}()
+}
+
+// save persists the record of a job. Saves are serialised, each reading
+// the record as it writes it, so a slow save never overwrites a newer one.
+func (t *Tracker) save(id string) {
+	t.saveMu.Lock()
+	defer t.saveMu.Unlock()
+	v, err := t.View(id)
+	if err != nil {
+		return
+	}
+	if err := t.cfg.Store.Put(id, v); err != nil {
+		t.log.Error("persist job", "job", id, "err", err)
+	}
+}
+
+// load restores the jobs after a restart.
+func (t *Tracker) load() error {
+	return t.cfg.Store.List(func(id string, raw []byte) error {
+		var v api.JobView
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.log.Warn("unreadable job record", "job", id, "err", err)
+			return nil
+		}
+		switch {
+		case v.State == auction.JobBidding || v.State == auction.JobAwarding:
+			v.State = auction.JobFailed
+			v.Reasons = append(v.Reasons, "renter daemon restarted during the auction")
+		case v.State == auction.JobLeased && v.Lease != nil && v.Run.Terminal() && !requeues(*v.Lease, v.Run):
+			// A record written before JobFinished existed.
+			v.State = auction.JobFinished
+		}
+		t.jobs[id] = &v
+		if v.Lease != nil && !v.Run.Terminal() {
+			t.mons[v.Lease.ID] = t.monitor(*v.Lease)
+			t.byLease[v.Lease.ID] = id
+		}
+		return nil
+	})
+}
+
+// View returns a job's record.
+func (t *Tracker) View(id string) (api.JobView, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := t.jobs[id]
+	if !ok {
+		return api.JobView{}, notFound("no job %s on this node", id)
+	}
+	out := *v
+	out.History = append([]api.LeaseRecord(nil), v.History...)
+	if out.Lease != nil {
+		if mon := t.mons[out.Lease.ID]; mon != nil && out.Receipt == nil {
+			end := t.now()
+			if !out.Ended.IsZero() {
+				end = out.Ended
+			}
+			sum := mon.Summary(end)
+			out.Heartbeats = &sum
+		}
+	}
+	return out, nil
+}
+
+// List returns every job, oldest first.
+func (t *Tracker) List() []api.JobView {
+	t.mu.Lock()
+	ids := make([]string, 0, len(t.jobs))
+	for id := range t.jobs {
+		ids = append(ids, id)
+	}
+	t.mu.Unlock()
+	out := make([]api.JobView, 0, len(ids))
+	for _, id := range ids {
+		if v, err := t.View(id); err == nil {
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PostedAt.Before(out[j].PostedAt) })
+	return out
+}
+
+// Bids returns a job's ranked bids and why the winner won.
+func (t *Tracker) Bids(id string) (api.BidsView, error) {
+	ranked, err := t.renter.Bids(id)
+	if err != nil {
+		if errors.Is(err, auction.ErrUnknownJob) {
+			return api.BidsView{}, notFound("no job %s on this node", id)
+		}
+		return api.BidsView{}, badRequest("%v", err)
+	}
+	if ranked == nil {
+		ranked = []auction.Ranked{}
+	}
+	return api.BidsView{JobID: id, Bids: ranked, Explain: auction.Explain(ranked)}, nil
+}
+
+// Cancel cancels a job in auction, or asks its provider to stop its
+// running lease.
+func (t *Tracker) Cancel(id string) (api.JobView, error) {
+	v, err := t.View(id)
+	if err != nil {
+		return v, err
+	}
+	switch {
+	case v.State == auction.JobBidding || v.State == auction.JobAwarding:
+		if err := t.renter.Cancel(id); err != nil {
+			return v, badRequest("%v", err)
+		}
+		t.fold(id)
+		t.save(id)
+	case v.Lease != nil && !v.Run.Terminal():
+		b, err := sealed(t.cfg.Signer, sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: v.Lease.ID, JobID: id})
+		if err != nil {
+			return v, err
+		}
+		prov, _ := peer.Decode(v.Lease.Provider)
+		ctx, cancel := context.WithTimeout(t.ctx, 15*time.Second)
+		defer cancel()
+		if _, err := t.cfg.Transport.Request(ctx, prov, wire.ProtoCancel, b); err != nil {
+			return v, fmt.Errorf("ask provider to stop the job: %w", err)
+		}
+	default:
+		return v, badRequest("job %s is %s (run %s): nothing to cancel", id, v.State, orNone(string(v.Run)))
+	}
+	return t.View(id)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// HandleHeartbeat verifies a provider's telemetry for one of our leases
+// (wire.ProtoHeartbeat).
+func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
+	count := t.cfg.Counters.Add
+	env, err := sign.UnmarshalEnvelope(data)
+	if err != nil {
+		count("renter.heartbeat_malformed")
+		return nil, err
+	}
+	hb, err := attest.OpenHeartbeat(env)
+	if err != nil {
+		count("renter.heartbeat_bad_signature")
+		return nil, err
+	}
+	t.mu.Lock()
+	mon := t.mons[hb.LeaseID]
+	jobID := t.byLease[hb.LeaseID]
+	t.mu.Unlock()
+	if mon == nil {
+		count("renter.heartbeat_unknown_lease")
+		return nil, fmt.Errorf("unknown lease %s", hb.LeaseID)
+	}
+	if hb.Provider != from.String() {
+		count("renter.heartbeat_relayed")
+		return nil, errors.New("heartbeat not sent by its provider")
+	}
+	if err := mon.Accept(env, t.now()); err != nil {
+		count("renter.heartbeat_rejected")
+		return nil, err
+	}
+	t.mu.Lock()
+	if v := t.jobs[jobID]; v != nil {
+		v.LastTelemetry = &hb
+	}
+	t.mu.Unlock()
+	return nil, nil
+}
+
+// HandleLeaseEvent takes a provider's signed report on a lease of ours
+// (wire.ProtoLeaseEvent). For a terminal state it answers with our
+// heartbeat summary, which goes into the receipt. A job whose lease ended
+// for good is finished; a preempted preemptible one is requeued.
+func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
+	var ev wire.LeaseEvent
+	if err := sign.OpenFrom(data, sign.DomainLeaseEvent, from, &ev); err != nil {
+		t.cfg.Counters.Add("renter.event_rejected")
+		return nil, err
+	}
+	t.mu.Lock()
+	jobID := t.byLease[ev.LeaseID]
+	v := t.jobs[jobID]
+	mon := t.mons[ev.LeaseID]
+	if v == nil || v.Lease == nil || v.Lease.ID != ev.LeaseID || v.Lease.Provider != from.String() {
+		t.mu.Unlock()
+		t.cfg.Counters.Add("renter.event_unknown_lease")
+		return nil, fmt.Errorf("no lease %s from %s", ev.LeaseID, from)
+	}
+	prevRun := v.Run
+	setRun(v, ev.Run)
+	v.Detail, v.ExitCode = ev.Detail, ev.ExitCode
+	if !ev.Started.IsZero() {
+		v.Started = ev.Started
+	}
+	v.Ended = ev.Ended
+	v.Outputs = ev.Outputs
+	lease := *v.Lease
+	if ev.Run.Terminal() && !requeues(lease, ev.Run) {
+		v.State = auction.JobFinished
+	}
+	t.mu.Unlock()
+	t.log.Info("lease event", "job", jobID, "lease", ev.LeaseID, "run", ev.Run, "detail", ev.Detail)
+	t.save(jobID)
+	if !ev.Run.Terminal() {
+		return nil, nil
+	}
+	end := ev.Ended
+	if end.IsZero() || end.After(t.now()) {
+		end = t.now()
+	}
+	sum := mon.Summary(end)
+	if requeues(lease, ev.Run) && prevRun != auction.RunPreempted {
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.requeue(jobID, lease, ev.Detail)
+		}()
+	}
+	return json.Marshal(sum)
+}
+
+// requeue puts a preempted job back into the auction for the time it has
+// left, once its preempted lease has been settled.
+func (t *Tracker) requeue(jobID string, lease auction.Lease, reason string) {
+	// Give the receipt exchange a moment so history shows the settled cost.
+	deadline := time.Now().Add(t.cfg.SettleWait)
+	for time.Now().Before(deadline) && t.ctx.Err() == nil {
+		if v, _ := t.View(jobID); v.Receipt != nil {
+			break
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-t.ctx.Done():
+		}
+	}
+	t.archive(jobID, lease.ID)
+	ctx, cancel := context.WithTimeout(t.ctx, 3*time.Minute)
+	defer cancel()
+	if _, err := t.renter.Requeue(ctx, jobID, reason); err != nil {
+		t.log.Warn("requeue", "job", jobID, "err", err)
+		t.fold(jobID)
+		t.mu.Lock()
+		if v := t.jobs[jobID]; v != nil && v.State == auction.JobLeased && v.Lease == nil {
+			// The auction did not run again (nothing left to run): the
+			// preempted lease was the job's last.
+			v.State = auction.JobFinished
+		}
+		t.mu.Unlock()
+	}
+	t.save(jobID)
+}
+
+// archive moves the current lease of a job into its history; the job goes
+// back to auction.
+func (t *Tracker) archive(jobID, leaseID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v := t.jobs[jobID]
+	if v == nil || v.Lease == nil || v.Lease.ID != leaseID {
+		return
+	}
+	cost := 0.0
+	if v.Receipt != nil {
+		cost = v.Receipt.Amount
+	}
+	v.History = append(v.History, api.LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, CostUSD: cost,
+		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode})
+	// The current-lease fields describe the next lease from now on.
+	v.Lease, v.Receipt, v.ExitCode, v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil, nil, nil, nil
+	v.Run, v.Started, v.Ended = "", time.Time{}, time.Time{}
+	v.State = auction.JobBidding
+	v.Detail = fmt.Sprintf("requeued after attempt %d was %s", v.History[len(v.History)-1].Attempt, v.History[len(v.History)-1].Run)
+}
+
+// HandleReceipt checks a provider-signed receipt against our own view of
+// the lease and our heartbeat record, countersigns it, records it and
+// gossips it (wire.ProtoReceipt). It answers with the countersigned
+// receipt.
+func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
+	count := t.cfg.Counters.Add
+	sr, err := attest.UnmarshalReceipt(data)
+	if err != nil {
+		count("renter.receipt_malformed")
+		return nil, err
+	}
+	r := sr.Receipt
+	t.mu.Lock()
+	jobID := t.byLease[r.LeaseID]
+	v := t.jobs[jobID]
+	mon := t.mons[r.LeaseID]
+	var lease auction.Lease
+	if v != nil && v.Lease != nil {
+		lease = *v.Lease
+	}
+	t.mu.Unlock()
+	if v == nil || lease.ID != r.LeaseID || r.Provider != from.String() {
+		count("renter.receipt_unknown_lease")
+		return nil, fmt.Errorf("no lease %s from %s", r.LeaseID, from)
+	}
+	if err := attest.CheckReceipt(r, lease, t.now()); err != nil {
+		count("renter.receipt_mismatch")
+		return nil, err
+	}
+	if mine := mon.Summary(r.End); mine.Count != r.Heartbeats.Count || mine.Rejected != r.Heartbeats.Rejected {
+		count("renter.receipt_telemetry_mismatch")
+		return nil, fmt.Errorf("receipt claims %d heartbeats, renter verified %d", r.Heartbeats.Count, mine.Count)
+	}
+	if err := sr.Countersign(t.cfg.Signer); err != nil {
+		count("renter.receipt_bad_signature")
+		return nil, err
+	}
+	if err := t.cfg.Receipts.record(sr, true); err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == r.LeaseID {
+		rc := r
+		v.Receipt = &rc
+		v.CostUSD += r.Amount
+		sum := r.Heartbeats
+		v.Heartbeats = &sum
+	}
+	t.mu.Unlock()
+	t.save(jobID)
+	t.cfg.Receipts.gossip(sr)
+	return sr.Marshal()
+}
