@@ -89,6 +89,61 @@ func TestEvaluateIneligible(t *testing.T) {
 	}
 }
 
+// StaticFit fails exactly on the time-independent rules, with Evaluate's
+// reason, and passes providers that only the moment rules out.
+func TestStaticFit(t *testing.T) {
+	now := at(0, "10:00")
+	cases := []struct {
+		name, want string // want "" means StaticFit passes
+		mut        func(*ProviderState, *Job)
+	}{
+		{"region", "region us-east does not satisfy eu", func(ps *ProviderState, j *Job) { ps.Cap.Region = "us-east" }},
+		{"region case", "", func(ps *ProviderState, j *Job) { ps.Cap.Region, j.Region = "EU-West", "Eu" }},
+		{"workload", "workload training not accepted", func(ps *ProviderState, j *Job) {
+			ps.Cap.Policy.AllowedWorkloads = []string{"inference"}
+			j.Workload = "training"
+		}},
+		{"preemptible", "preemptible work not accepted", func(ps *ProviderState, j *Job) {
+			ps.Cap.Policy.AcceptPreemptible = false
+			j.Tier, j.Preemptible = Bronze, true
+		}},
+		{"model", "gpu model A100 not in h100", func(ps *ProviderState, j *Job) { j.GPUModels = []string{"h100"} }},
+		{"gpu count of one model", "2 qualifying gpus < 3 required", func(ps *ProviderState, j *Job) {
+			ps.Cap.GPUs = append(gpus("A100", 80, 2), gpus("H100", 80, 2)...)
+			j.GPUCount = 3
+		}},
+		{"price floor", "price floor 2.10 > max 2.00", func(ps *ProviderState, j *Job) { ps.Cap.Policy.PriceFloor = 2.1 }},
+		{"thermal", "", func(ps *ProviderState, j *Job) { ps.Cap.Policy.MaxTempC = 85; ps.TempC = 90 }},
+		{"busy", "", func(ps *ProviderState, j *Job) {
+			_ = ps.Cal.Reserve(Booking{LeaseID: "x", Start: now, End: now.Add(5 * time.Hour), GPUs: 3})
+			j.Deadline = now.Add(4 * time.Hour)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ps, j := baseState(), evalJob()
+			c.mut(&ps, j)
+			err := StaticFit(ps.Cap, j)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("StaticFit = %v, want nil", err)
+				}
+				return
+			}
+			reason, ok := IneligibleReason(err)
+			if !ok || !strings.Contains(reason, c.want) {
+				t.Fatalf("StaticFit = %v, want ineligible %q", err, c.want)
+			}
+			if _, eerr := Evaluate(ps, j, now); eerr == nil || eerr.Error() != err.Error() {
+				t.Fatalf("Evaluate = %v, want StaticFit's %v", eerr, err)
+			}
+		})
+	}
+	if err := StaticFit(nil, evalJob()); err == nil {
+		t.Fatal("StaticFit(nil capability) accepted")
+	}
+}
+
 func TestEvaluateOffer(t *testing.T) {
 	now := at(0, "10:00")
 	ps, j := baseState(), evalJob()

@@ -346,3 +346,26 @@ func TestReliabilityLearnedFromOutcomes(t *testing.T) {
 		t.Errorf("auction lost %v GPU-h, fifo %v: the auction should lose less", auc.LostGPUHours, fifo.LostGPUHours)
 	}
 }
+
+// The replay's eligibility is auction's: a job's residency matches a
+// provider's region case-insensitively ("EU" on "eu-west"), and a job
+// restricted to a GPU model the only provider lacks is unplaceable.
+func TestEligibilityIsAuctions(t *testing.T) {
+	h := time.Hour
+	eu := job("eu", 0, 1, h, auction.Silver)
+	eu.Region = "EU"
+	h100 := job("h100", 0, 1, h, auction.Silver)
+	h100.GPUModels = []string{"H100"}
+	r, err := Run(Config{Jobs: []auction.Job{eu, h100}, Providers: []Provider{alwaysOn("p0", 2)}, Drain: 4 * h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Unplaceable != 1 {
+		t.Errorf("unplaceable %d, want 1 (the H100 job)", r.Unplaceable)
+	}
+	for _, name := range []string{PolicyAuction, PolicyFIFO} {
+		if p := policy(t, r, name); p.Completed != 1 {
+			t.Errorf("%s completed %d, want 1 (the EU job on eu-west)", name, p.Completed)
+		}
+	}
+}
