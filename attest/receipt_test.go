@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
 )
 
@@ -36,7 +37,7 @@ func forge(t *testing.T, provKey, renterKey *sign.Signer, r attest.Receipt) *att
 }
 
 func TestReceiptRoundTrip(t *testing.T) {
-	prov, renter := newSigner(t), newSigner(t)
+	prov, renter := signtest.Pair(t)
 	r := receipt("L1", prov, renter, t0)
 	r.Amount = 0 // NewReceipt computes it
 	r.ResultHash = "sha256:abc"
@@ -50,7 +51,7 @@ func TestReceiptRoundTrip(t *testing.T) {
 	if err := sr.Verify(); !errors.Is(err, attest.ErrIncomplete) {
 		t.Fatalf("provider-only receipt: got %v, want ErrIncomplete", err)
 	}
-	if err := sr.Countersign(newSigner(t)); err == nil {
+	if err := sr.Countersign(signtest.New(t)); err == nil {
 		t.Fatal("a stranger countersigned as renter")
 	}
 	if err := sr.Countersign(renter); err != nil {
@@ -91,7 +92,7 @@ func TestReceiptRoundTrip(t *testing.T) {
 }
 
 func TestReceiptForgeries(t *testing.T) {
-	prov, renter, mallory := newSigner(t), newSigner(t), newSigner(t)
+	prov, renter, mallory := signtest.New(t), signtest.New(t), signtest.New(t)
 	good := func() *attest.SignedReceipt { return signed(t, prov, renter, receipt("L1", prov, renter, t0)) }
 
 	tamperedAmount := good()
@@ -163,7 +164,7 @@ func TestReceiptForgeries(t *testing.T) {
 }
 
 func TestCheckReceipt(t *testing.T) {
-	prov, renter := newSigner(t), newSigner(t)
+	prov, renter := signtest.Pair(t)
 	r := receipt("L1", prov, renter, t0)
 	terms := auction.Lease{ID: "L1", JobID: "job-L1", Renter: r.Renter, Provider: r.Provider,
 		Price: 2, Start: r.Start, End: r.End.Add(time.Hour), GPUCount: 1}

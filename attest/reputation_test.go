@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
 )
 
@@ -38,7 +39,7 @@ func mustAdd(t *testing.T, b *attest.Book, sr *attest.SignedReceipt) {
 func history(t *testing.T, b *attest.Book, prov *sign.Signer, tag string, n int, end time.Time, outcome auction.RunState, coverage float64) {
 	t.Helper()
 	for i := 0; i < n; i++ {
-		renter := newSigner(t)
+		renter := signtest.New(t)
 		r := receipt(fmt.Sprintf("%s-%d", tag, i), prov, renter, end.Add(-time.Duration(i)*time.Hour))
 		r.Outcome = outcome
 		r.Heartbeats.Coverage = coverage
@@ -51,7 +52,7 @@ func TestScoreUnknownAndNewIdentity(t *testing.T) {
 	if got := b.Score("nobody"); got != attest.Prior {
 		t.Fatalf("unknown identity scores %v, want prior %v", got, attest.Prior)
 	}
-	prov, renter := newSigner(t), newSigner(t)
+	prov, renter := signtest.Pair(t)
 	mustAdd(t, b, signed(t, prov, renter, receipt("L1", prov, renter, t0)))
 	one := b.Score(prov.ID().String())
 	if one <= attest.Prior || one > attest.Prior+0.15 {
@@ -72,7 +73,7 @@ func TestScoreUnknownAndNewIdentity(t *testing.T) {
 
 func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
 	b, _ := newBook(t0)
-	prov, renter := newSigner(t), newSigner(t)
+	prov, renter := signtest.Pair(t)
 	pid := prov.ID().String()
 	history(t, b, prov, "base", 5, t0, auction.RunSucceeded, 1)
 	before := b.Stats(pid)
@@ -152,7 +153,7 @@ func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
 
 func TestDroppedHeartbeatsScoreLower(t *testing.T) {
 	b, _ := newBook(t0)
-	honest, flaky := newSigner(t), newSigner(t)
+	honest, flaky := signtest.Pair(t)
 	history(t, b, honest, "h", 10, t0, auction.RunSucceeded, 1)
 	history(t, b, flaky, "f", 10, t0, auction.RunSucceeded, 0.5)
 	h, f := b.Stats(honest.ID().String()), b.Stats(flaky.ID().String())
@@ -172,7 +173,7 @@ func TestRecencyWeighting(t *testing.T) {
 	}{{30 * 24 * time.Hour, true}, {1 << 62, false}} {
 		c := &vclock{t: now}
 		b := attest.NewBook(attest.BookOptions{Now: c.Now, HalfLife: tc.halfLife})
-		reformed, decaying := newSigner(t), newSigner(t)
+		reformed, decaying := signtest.Pair(t)
 		old := now.AddDate(0, -4, 0)
 		history(t, b, reformed, "ro", 8, old, auction.RunFailed, 1)
 		history(t, b, reformed, "rn", 8, now, auction.RunSucceeded, 1)
@@ -188,7 +189,7 @@ func TestRecencyWeighting(t *testing.T) {
 	}
 	// Time passing alone pulls a record back toward the prior.
 	b, c := newBook(t0)
-	p := newSigner(t)
+	p := signtest.New(t)
 	history(t, b, p, "x", 10, t0, auction.RunSucceeded, 1)
 	fresh := b.Score(p.ID().String())
 	c.Set(t0.AddDate(2, 0, 0))
@@ -199,7 +200,7 @@ func TestRecencyWeighting(t *testing.T) {
 
 func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
 	b, _ := newBook(t0)
-	pre, fail := newSigner(t), newSigner(t)
+	pre, fail := signtest.Pair(t)
 	history(t, b, pre, "s", 5, t0, auction.RunSucceeded, 1)
 	history(t, b, pre, "p", 5, t0.Add(-24*time.Hour), auction.RunPreempted, 1)
 	history(t, b, fail, "s", 5, t0, auction.RunSucceeded, 1)
@@ -212,7 +213,7 @@ func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
 		t.Fatalf("preempted %v vs failed %v", p.Score, f.Score)
 	}
 	// Preemptions count neither for nor against completion.
-	only := newSigner(t)
+	only := signtest.New(t)
 	history(t, b, only, "s", 5, t0, auction.RunSucceeded, 1)
 	if o := b.Stats(only.ID().String()); math.Abs(o.Completion-p.Completion) > 1e-9 {
 		t.Fatalf("completion with preemptions %v, without %v", p.Completion, o.Completion)
@@ -221,8 +222,8 @@ func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
 
 func TestTightClusterCap(t *testing.T) {
 	b, _ := newBook(t0)
-	pump, broad := newSigner(t), newSigner(t)
-	friend := newSigner(t)
+	pump, broad := signtest.Pair(t)
+	friend := signtest.New(t)
 	// One renter pumps 200 tiny successful receipts within one day.
 	day := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	for i := 0; i < 200; i++ {
@@ -248,7 +249,7 @@ func TestTightClusterCap(t *testing.T) {
 
 func TestOverclaimIsFraud(t *testing.T) {
 	b, _ := newBook(t0)
-	prov, renter := newSigner(t), newSigner(t)
+	prov, renter := signtest.Pair(t)
 	pid := prov.ID().String()
 	history(t, b, prov, "ok", 5, t0, auction.RunSucceeded, 1)
 	before := b.Stats(pid)
@@ -277,7 +278,7 @@ func TestOverclaimIsFraud(t *testing.T) {
 
 func TestSlash(t *testing.T) {
 	b, c := newBook(t0)
-	prov := newSigner(t)
+	prov := signtest.New(t)
 	pid := prov.ID().String()
 	history(t, b, prov, "s", 10, t0, auction.RunSucceeded, 1)
 	s0 := b.Score(pid)
@@ -328,7 +329,7 @@ func TestSlash(t *testing.T) {
 
 func TestSlashWithProof(t *testing.T) {
 	b, _ := newBook(t0)
-	prov := newSigner(t)
+	prov := signtest.New(t)
 	pid := prov.ID().String()
 	declared := nvmlFingerprint(prov)
 	declared.Source = attest.SourceDeclared
@@ -353,7 +354,7 @@ func TestSlashWithProof(t *testing.T) {
 		t.Fatalf("consistent proof accepted: %v", err)
 	}
 	// Someone else's provider.
-	if err := b.Slash(newSigner(t).ID().String(), attest.Evidence{Kind: kind, LeaseID: "L1", Heartbeat: hb, Fingerprint: fpDeclared}); !errors.Is(err, attest.ErrBadEvidence) {
+	if err := b.Slash(signtest.New(t).ID().String(), attest.Evidence{Kind: kind, LeaseID: "L1", Heartbeat: hb, Fingerprint: fpDeclared}); !errors.Is(err, attest.ErrBadEvidence) {
 		t.Fatalf("proof against the wrong provider accepted: %v", err)
 	}
 	if b.Score(pid) != attest.Prior {
@@ -369,10 +370,10 @@ func TestSlashWithProof(t *testing.T) {
 
 func TestBookConcurrent(t *testing.T) {
 	b, _ := newBook(t0)
-	prov := newSigner(t)
+	prov := signtest.New(t)
 	renters := make([]*sign.Signer, 4)
 	for i := range renters {
-		renters[i] = newSigner(t)
+		renters[i] = signtest.New(t)
 	}
 	var wg sync.WaitGroup
 	for g, renter := range renters {
@@ -405,7 +406,7 @@ func TestBookConcurrent(t *testing.T) {
 func TestBookForgetsOldestBeyondMaxRecords(t *testing.T) {
 	c := &vclock{t: t0}
 	b := attest.NewBook(attest.BookOptions{Now: c.Now, MaxRecords: 5})
-	prov := newSigner(t)
+	prov := signtest.New(t)
 	history(t, b, prov, "old", 3, t0.AddDate(0, -1, 0), auction.RunFailed, 1)
 	history(t, b, prov, "new", 5, t0, auction.RunSucceeded, 1)
 	st := b.Stats(prov.ID().String())

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -111,7 +112,7 @@ func TestBronzeBackfillAndRequeue(t *testing.T) {
 func TestProviderAwardRules(t *testing.T) {
 	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	prov := m.provs[0]
-	owner := mkSigner(t)
+	owner := signtest.New(t)
 	j := euJob(m.now())
 	j.ID, j.Owner, j.CreatedAt = "job-a", owner.ID().String(), m.now()
 	if err := j.Validate(); err != nil {

@@ -2,7 +2,6 @@ package auction
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"sort"
@@ -12,22 +11,9 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
-
-func mkSigner(t testing.TB) *sign.Signer {
-	t.Helper()
-	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sign.NewSigner(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // clock runs from a fixed Monday 10:00 UTC at real speed, so expiry works.
 func newClock() func() time.Time {
@@ -62,7 +48,7 @@ type market struct {
 func newMarket(t *testing.T, specs []provSpec) *market {
 	m := &market{net: NewMemNetwork(), now: newClock(), byID: map[string]*testProv{}}
 	for _, sp := range specs {
-		tp := &testProv{spec: sp, s: mkSigner(t), cal: NewCalendar(sp.n)}
+		tp := &testProv{spec: sp, s: signtest.New(t), cal: NewCalendar(sp.n)}
 		tp.t = m.net.Join(tp.s.ID())
 		capab := Capability{Peer: tp.s.ID().String(), Region: sp.region, GPUs: gpus(sp.model, sp.vram, sp.n), Policy: sp.policy}
 		rel := sp.rel
@@ -88,7 +74,7 @@ func (m *market) reputation(id string) float64 {
 }
 
 func (m *market) renter(t *testing.T, cfg RenterConfig) (*Renter, *MemTransport) {
-	s := mkSigner(t)
+	s := signtest.New(t)
 	tr := m.net.Join(s.ID())
 	cfg.Signer, cfg.Transport, cfg.Now = s, tr, m.now
 	if cfg.Reputation == nil {
@@ -402,7 +388,7 @@ func TestHostileInput(t *testing.T) {
 	}
 	defer func() { _ = r.Cancel(j.ID) }()
 
-	attacker, victim := mkSigner(t), mkSigner(t)
+	attacker, victim := signtest.Pair(t)
 	now := m.now()
 	mkBid := func(s *sign.Signer, provider, jobID, nonce string) Bid {
 		return Bid{JobID: jobID, Provider: provider, Region: "eu-west", Price: 1, Start: now, End: now.Add(time.Hour),
