@@ -97,9 +97,11 @@ func TestHeartbeatMonitorRejects(t *testing.T) {
 		{"nil", nil, now, sign.ErrMalformed},
 	}
 	for _, c := range cases {
-		if err := m.Accept(c.env, c.at); !errors.Is(err, c.want) {
-			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			if err := m.Accept(c.env, c.at); !errors.Is(err, c.want) {
+				t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+			}
+		})
 	}
 	s := m.Summary(now.Add(time.Second))
 	if s.Rejected != len(cases) || s.Count != 1 {
@@ -204,10 +206,12 @@ func TestCheckHeartbeatAgainstFingerprint(t *testing.T) {
 		"other provider": func() (attest.Heartbeat, attest.Fingerprint) { return ok, nvmlFingerprint(signtest.New(t)) },
 	}
 	for name, mk := range bad {
-		hb, f := mk()
-		if err := attest.CheckHeartbeatAgainstFingerprint(hb, f); !errors.Is(err, attest.ErrContradiction) {
-			t.Errorf("%s: got %v", name, err)
-		}
+		t.Run(name, func(t *testing.T) {
+			hb, f := mk()
+			if err := attest.CheckHeartbeatAgainstFingerprint(hb, f); !errors.Is(err, attest.ErrContradiction) {
+				t.Errorf("%s: got %v", name, err)
+			}
+		})
 	}
 }
 

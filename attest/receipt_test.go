@@ -139,9 +139,11 @@ func TestReceiptForgeries(t *testing.T) {
 		{"nil", nil, sign.ErrMalformed},
 	}
 	for _, c := range cases {
-		if err := c.sr.Verify(); !errors.Is(err, c.want) {
-			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.sr.Verify(); !errors.Is(err, c.want) {
+				t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+			}
+		})
 	}
 	// The constructors refuse what Verify rejects.
 	if _, err := attest.NewReceipt(prov, selfDealing); !errors.Is(err, attest.ErrSelfDealing) {

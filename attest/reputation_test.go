@@ -108,12 +108,14 @@ func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
 		{"self dealing", self, attest.CountSelfDealing},
 	}
 	for _, c := range cases {
-		if err := b.AddReceipt(c.sr); err == nil {
-			t.Errorf("%s: accepted", c.name)
-		}
-		if got := b.Counters()[c.counter]; got < 1 {
-			t.Errorf("%s: counter %q is %d", c.name, c.counter, got)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			if err := b.AddReceipt(c.sr); err == nil {
+				t.Errorf("%s: accepted", c.name)
+			}
+			if got := b.Counters()[c.counter]; got < 1 {
+				t.Errorf("%s: counter %q is %d", c.name, c.counter, got)
+			}
+		})
 	}
 	c := b.Counters()
 	if c[attest.CountTampered] != 2 || c[attest.CountAccepted] != 5 {
@@ -171,21 +173,23 @@ func TestRecencyWeighting(t *testing.T) {
 		halfLife time.Duration
 		wantGap  bool
 	}{{30 * 24 * time.Hour, true}, {1 << 62, false}} {
-		c := &vclock{t: now}
-		b := attest.NewBook(attest.BookOptions{Now: c.Now, HalfLife: tc.halfLife})
-		reformed, decaying := signtest.Pair(t)
-		old := now.AddDate(0, -4, 0)
-		history(t, b, reformed, "ro", 8, old, auction.RunFailed, 1)
-		history(t, b, reformed, "rn", 8, now, auction.RunSucceeded, 1)
-		history(t, b, decaying, "do", 8, old, auction.RunSucceeded, 1)
-		history(t, b, decaying, "dn", 8, now, auction.RunFailed, 1)
-		r, d := b.Score(reformed.ID().String()), b.Score(decaying.ID().String())
-		if tc.wantGap && !(r > d+0.1) {
-			t.Errorf("half-life %v: old failures (%v) should weigh less than new ones (%v)", tc.halfLife, r, d)
-		}
-		if !tc.wantGap && math.Abs(r-d) > 0.005 {
-			t.Errorf("without decay both histories should score alike: %v vs %v", r, d)
-		}
+		t.Run(fmt.Sprintf("half-life %v", tc.halfLife), func(t *testing.T) {
+			c := &vclock{t: now}
+			b := attest.NewBook(attest.BookOptions{Now: c.Now, HalfLife: tc.halfLife})
+			reformed, decaying := signtest.Pair(t)
+			old := now.AddDate(0, -4, 0)
+			history(t, b, reformed, "ro", 8, old, auction.RunFailed, 1)
+			history(t, b, reformed, "rn", 8, now, auction.RunSucceeded, 1)
+			history(t, b, decaying, "do", 8, old, auction.RunSucceeded, 1)
+			history(t, b, decaying, "dn", 8, now, auction.RunFailed, 1)
+			r, d := b.Score(reformed.ID().String()), b.Score(decaying.ID().String())
+			if tc.wantGap && !(r > d+0.1) {
+				t.Errorf("half-life %v: old failures (%v) should weigh less than new ones (%v)", tc.halfLife, r, d)
+			}
+			if !tc.wantGap && math.Abs(r-d) > 0.005 {
+				t.Errorf("without decay both histories should score alike: %v vs %v", r, d)
+			}
+		})
 	}
 	// Time passing alone pulls a record back toward the prior.
 	b, c := newBook(t0)

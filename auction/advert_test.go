@@ -70,9 +70,11 @@ func TestCapabilityValidator(t *testing.T) {
 		"forged": forged, "tampered": tampered, "unsigned": unsigned, "misfiled": misfiled,
 		"expired": expired, "future": future, "wrong-domain": wrongDomain, "garbage": []byte("{not json"),
 	} {
-		if err := v.Validate(key, rec); err == nil {
-			t.Errorf("%s record accepted", name)
-		}
+		t.Run(name, func(t *testing.T) {
+			if err := v.Validate(key, rec); err == nil {
+				t.Errorf("%s record accepted", name)
+			}
+		})
 	}
 	if err := v.Validate("/other-ns/"+prov.ID().String(), good); err == nil {
 		t.Error("record under a foreign namespace accepted")

@@ -79,13 +79,15 @@ func TestEvaluateIneligible(t *testing.T) {
 		}},
 	}
 	for _, c := range cases {
-		ps, j := baseState(), evalJob()
-		c.mut(&ps, j)
-		_, err := Evaluate(ps, j, now)
-		reason, ok := IneligibleReason(err)
-		if !ok || !strings.Contains(reason, c.want) {
-			t.Errorf("want ineligible %q, got %v", c.want, err)
-		}
+		t.Run(c.want, func(t *testing.T) {
+			ps, j := baseState(), evalJob()
+			c.mut(&ps, j)
+			_, err := Evaluate(ps, j, now)
+			reason, ok := IneligibleReason(err)
+			if !ok || !strings.Contains(reason, c.want) {
+				t.Errorf("want ineligible %q, got %v", c.want, err)
+			}
+		})
 	}
 }
 

@@ -429,17 +429,19 @@ func TestHostileInput(t *testing.T) {
 		{"replayed nonce", attacker.ID(), good, "replayed_nonce"},
 	}
 	for _, c := range cases {
-		err := r.HandleBid(c.from, c.data)
-		var rej *Rejection
-		if c.reason == "" {
-			if err != nil {
-				t.Errorf("%s: %v", c.name, err)
+		t.Run(c.name, func(t *testing.T) {
+			err := r.HandleBid(c.from, c.data)
+			var rej *Rejection
+			if c.reason == "" {
+				if err != nil {
+					t.Errorf("%s: %v", c.name, err)
+				}
+				return
 			}
-			continue
-		}
-		if !errors.As(err, &rej) || rej.Reason != c.reason {
-			t.Errorf("%s: got %v, want %s", c.name, err, c.reason)
-		}
+			if !errors.As(err, &rej) || rej.Reason != c.reason {
+				t.Errorf("%s: got %v, want %s", c.name, err, c.reason)
+			}
+		})
 	}
 	counters := r.Counters()
 	for _, c := range cases {

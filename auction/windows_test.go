@@ -50,9 +50,11 @@ func TestAvailableWindows(t *testing.T) {
 		{"reserved end exclusive", reserved, at(0, "13:00"), true},
 	}
 	for _, c := range cases {
-		if got := c.p.Available(c.at); got != c.want {
-			t.Errorf("%s: Available(%s) = %v, want %v", c.name, c.at, got, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.p.Available(c.at); got != c.want {
+				t.Errorf("%s: Available(%s) = %v, want %v", c.name, c.at, got, c.want)
+			}
+		})
 	}
 }
 
@@ -115,10 +117,12 @@ func TestPolicyValidate(t *testing.T) {
 		"negative":            {MaxLease: -time.Second},
 	}
 	for want, p := range cases {
-		err := p.Validate()
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("Validate(%s) = %v, want error mentioning %q", want, err, want)
-		}
+		t.Run(want, func(t *testing.T) {
+			err := p.Validate()
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Validate(%s) = %v, want error mentioning %q", want, err, want)
+			}
+		})
 	}
 }
 
@@ -143,17 +147,21 @@ func TestQuote(t *testing.T) {
 		{"instant quote at peak", p, at(0, "10:00"), 0, 0, 4},
 	}
 	for _, c := range cases {
-		if got := Quote(c.p, c.start, c.d, c.occ); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("%s: Quote = %v, want %v", c.name, got, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			if got := Quote(c.p, c.start, c.d, c.occ); math.Abs(got-c.want) > 1e-9 {
+				t.Errorf("%s: Quote = %v, want %v", c.name, got, c.want)
+			}
+		})
 	}
 }
 
 func TestParseTier(t *testing.T) {
 	for in, want := range map[string]Tier{"gold": Gold, " Silver ": Silver, "BRONZE": Bronze} {
-		if got, err := ParseTier(in); err != nil || got != want {
-			t.Errorf("ParseTier(%q) = %v, %v", in, got, err)
-		}
+		t.Run(in, func(t *testing.T) {
+			if got, err := ParseTier(in); err != nil || got != want {
+				t.Errorf("ParseTier(%q) = %v, %v", in, got, err)
+			}
+		})
 	}
 	if _, err := ParseTier("platinum"); err == nil {
 		t.Error("ParseTier(platinum) succeeded")
@@ -185,12 +193,14 @@ func TestJobValidate(t *testing.T) {
 		"gold job":        func(j *Job) { j.Tier = Gold; j.Preemptible = true },
 	}
 	for want, mut := range cases {
-		j := validJob()
-		mut(&j)
-		err := j.Validate()
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("Validate with bad %s = %v", want, err)
-		}
+		t.Run(want, func(t *testing.T) {
+			j := validJob()
+			mut(&j)
+			err := j.Validate()
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Validate with bad %s = %v", want, err)
+			}
+		})
 	}
 	var nilJob *Job
 	if nilJob.Validate() == nil {
@@ -217,8 +227,10 @@ func TestRegionSatisfies(t *testing.T) {
 		{"eu", "europe-x", false}, {"eu-west", "eu-central", false}, {"eu-west", "eu", false}, {"us", "", false},
 	}
 	for _, c := range cases {
-		if got := regionSatisfies(c.want, c.have); got != c.ok {
-			t.Errorf("regionSatisfies(%q, %q) = %v", c.want, c.have, got)
-		}
+		t.Run(c.want+"/"+c.have, func(t *testing.T) {
+			if got := regionSatisfies(c.want, c.have); got != c.ok {
+				t.Errorf("regionSatisfies(%q, %q) = %v", c.want, c.have, got)
+			}
+		})
 	}
 }

@@ -43,10 +43,12 @@ func TestLoadTraceErrors(t *testing.T) {
 		{head + ",1,2,1\n", "line 2: empty job_id"},
 	}
 	for _, c := range cases {
-		_, err := LoadTrace(strings.NewReader(c.in))
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("LoadTrace(%q) = %v, want error containing %q", c.in, err, c.want)
-		}
+		t.Run(c.want, func(t *testing.T) {
+			_, err := LoadTrace(strings.NewReader(c.in))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("LoadTrace(%q) = %v, want error containing %q", c.in, err, c.want)
+			}
+		})
 	}
 }
 
@@ -56,9 +58,11 @@ func TestParseMix(t *testing.T) {
 		t.Fatalf("ParseMix = %v, %v", m, err)
 	}
 	for _, bad := range []string{"gold", "platinum=1", "gold=-1", "gold=0", "gold=x"} {
-		if _, err := ParseMix(bad, tierNames...); err == nil {
-			t.Errorf("ParseMix(%q) accepted", bad)
-		}
+		t.Run(bad, func(t *testing.T) {
+			if _, err := ParseMix(bad, tierNames...); err == nil {
+				t.Errorf("ParseMix(%q) accepted", bad)
+			}
+		})
 	}
 }
 
