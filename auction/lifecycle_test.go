@@ -217,12 +217,10 @@ func TestRenterCancelAndNoBids(t *testing.T) {
 	j.ID = "job-c"
 	done := make(chan error, 1)
 	go func() { _, err := r.Post(context.Background(), j); done <- err }()
-	for {
-		if st, ok := r.Status("job-c"); ok && st.State == JobBidding {
-			break
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitUntil(t, 5*time.Second, "job-c never started bidding", func() bool {
+		st, ok := r.Status("job-c")
+		return ok && st.State == JobBidding
+	})
 	if err := r.Cancel("job-c"); err != nil {
 		t.Fatal(err)
 	}

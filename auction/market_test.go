@@ -15,6 +15,18 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
+// waitUntil polls cond until it holds, failing t with msg after timeout.
+func waitUntil(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s within %v", msg, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // clock runs from a fixed Monday 10:00 UTC at real speed, so expiry works.
 func newClock() func() time.Time {
 	base, start := at(0, "10:00"), time.Now()
@@ -376,16 +388,10 @@ func TestHostileInput(t *testing.T) {
 	j.BidWindow = 2 * time.Second
 	j.ID = "job-hostile"
 	go func() { _, _ = r.Post(context.Background(), j) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if st, ok := r.Status(j.ID); ok && st.State == JobBidding {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("job not posted")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(t, 5*time.Second, "job not posted", func() bool {
+		st, ok := r.Status(j.ID)
+		return ok && st.State == JobBidding
+	})
 	defer func() { _ = r.Cancel(j.ID) }()
 
 	attacker, victim := signtest.Pair(t)
@@ -453,17 +459,14 @@ func TestHostileInput(t *testing.T) {
 	// The provider saw the real call and bid; an award for that bid signed
 	// by anyone but the job's owner is refused.
 	var sb *sentBid
-	for i := 0; i < 500 && sb == nil; i++ {
+	waitUntil(t, 5*time.Second, "provider did not bid", func() bool {
 		prov.p.mu.Lock()
+		defer prov.p.mu.Unlock()
 		for _, b := range prov.p.bids {
 			sb = b
 		}
-		prov.p.mu.Unlock()
-		time.Sleep(5 * time.Millisecond)
-	}
-	if sb == nil {
-		t.Fatal("provider did not bid")
-	}
+		return sb != nil
+	})
 	fake := sb.job
 	fake.Owner = attacker.ID().String()
 	aw := Award{LeaseID: "lease-x", JobID: fake.ID, Renter: fake.Owner, Provider: prov.s.ID().String(), BidNonce: sb.bid.Nonce,

@@ -552,6 +552,8 @@ func TestMultiHost(t *testing.T) {
 			if want := c.ids(h100, a100); err != nil || !slices.Equal(got, want) {
 				t.Errorf("providers after %s rejoined = %s (err %v), want %s", a100, c.names(got), err, c.names(want))
 			}
+			// Not synchronisation: the answers are sampled a second
+			// apart to check that the settled view stays settled.
 			time.Sleep(time.Second)
 		}
 		// The rejoined provider must be usable, not just listed: a job that
