@@ -315,13 +315,15 @@ func TestSlash(t *testing.T) {
 	if b.Score(pid) < 0.5 {
 		t.Fatalf("ten half-lives later the score is still %v", b.Score(pid))
 	}
-	for _, bad := range []attest.Evidence{
-		{Kind: "rude", LeaseID: "L1"},
-		{Kind: attest.SlashAbandonedLease},
+	for name, bad := range map[string]attest.Evidence{
+		"unknown kind": {Kind: "rude", LeaseID: "L1"},
+		"no lease id":  {Kind: attest.SlashAbandonedLease},
 	} {
-		if err := b.Slash(pid, bad); !errors.Is(err, attest.ErrBadEvidence) {
-			t.Errorf("evidence %+v: %v", bad, err)
-		}
+		t.Run(name, func(t *testing.T) {
+			if err := b.Slash(pid, bad); !errors.Is(err, attest.ErrBadEvidence) {
+				t.Errorf("evidence %+v: %v", bad, err)
+			}
+		})
 	}
 	if err := b.Slash("", ev); !errors.Is(err, attest.ErrBadEvidence) {
 		t.Errorf("empty provider: %v", err)

@@ -85,10 +85,16 @@ func TestCalendarOperations(t *testing.T) {
 	if err := c.Reserve(Booking{LeaseID: "c", Start: t0.Add(time.Hour), End: t0.Add(90 * time.Minute), GPUs: 2}); !errors.Is(err, ErrOverbooked) {
 		t.Fatalf("overbook: %v", err)
 	}
-	for _, bad := range []Booking{{Start: t0, End: t0.Add(time.Hour), GPUs: 1}, {LeaseID: "x", Start: t0, End: t0, GPUs: 1}, {LeaseID: "x", Start: t0, End: t0.Add(time.Hour)}} {
-		if err := c.Reserve(bad); !errors.Is(err, ErrBadBooking) {
-			t.Fatalf("Reserve(%+v) = %v, want ErrBadBooking", bad, err)
-		}
+	for name, bad := range map[string]Booking{
+		"no lease id": {Start: t0, End: t0.Add(time.Hour), GPUs: 1},
+		"empty span":  {LeaseID: "x", Start: t0, End: t0, GPUs: 1},
+		"no gpus":     {LeaseID: "x", Start: t0, End: t0.Add(time.Hour)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := c.Reserve(bad); !errors.Is(err, ErrBadBooking) {
+				t.Fatalf("Reserve(%+v) = %v, want ErrBadBooking", bad, err)
+			}
+		})
 	}
 	if got := c.FreeGPUs(t0, t0.Add(3*time.Hour)); got != 0 {
 		t.Fatalf("FreeGPUs = %d", got)
