@@ -258,27 +258,48 @@ func pickModel(gpus []GPU, j *Job) (string, int, error) {
 	return best.name, best.vram, nil
 }
 
+// leaseLength is the longest lease a provider with policy p offers j: its
+// Duration, capped at MaxLease.
+func leaseLength(p Policy, j *Job) time.Duration {
+	if p.MaxLease > 0 && j.Duration > p.MaxLease {
+		return p.MaxLease
+	}
+	return j.Duration
+}
+
+// MinSlice is the shortest lease Evaluate offers j under policy p: the
+// job's Duration capped at MaxLease, and for a preemptible job at most
+// MinBackfill (it may take a shorter gap and be requeued). A free span
+// shorter than this can never hold j's lease.
+func MinSlice(p Policy, j *Job) time.Duration {
+	d := leaseLength(p, j)
+	if j.Preemptible && d > MinBackfill {
+		d = MinBackfill
+	}
+	return d
+}
+
+// Horizon is the latest start Evaluate offers j at now: its Deadline, or
+// now+DefaultPatience without one.
+func Horizon(j *Job, now time.Time) time.Time {
+	if j.Deadline.IsZero() {
+		return now.Add(DefaultPatience)
+	}
+	return j.Deadline
+}
+
 // placeLease finds the earliest lease span for j that accept takes; see
 // Evaluate. bs is a snapshot of cal's bookings.
 func placeLease(p Policy, cal *Calendar, bs []Booking, j *Job, now time.Time, accept func(s, e time.Time) bool) (start, end time.Time, preempts []string, err error) {
-	d := j.Duration
-	if p.MaxLease > 0 && d > p.MaxLease {
-		if !j.Preemptible {
-			return start, end, nil, inelig("max_lease", "duration %v exceeds max lease %v", j.Duration, p.MaxLease)
-		}
-		d = p.MaxLease
+	d := leaseLength(p, j)
+	if d < j.Duration && !j.Preemptible {
+		return start, end, nil, inelig("max_lease", "duration %v exceeds max lease %v", j.Duration, p.MaxLease)
 	}
-	latest := now.Add(DefaultPatience)
-	if !j.Deadline.IsZero() {
-		if j.Deadline.Before(now) {
-			return start, end, nil, inelig("deadline", "deadline %s passed", j.Deadline.UTC().Format(time.RFC3339))
-		}
-		latest = j.Deadline
+	if !j.Deadline.IsZero() && j.Deadline.Before(now) {
+		return start, end, nil, inelig("deadline", "deadline %s passed", j.Deadline.UTC().Format(time.RFC3339))
 	}
-	minSlice := d
-	if j.Preemptible && minSlice > MinBackfill {
-		minSlice = MinBackfill
-	}
+	latest := Horizon(j, now)
+	minSlice := MinSlice(p, j)
 	capacity := cal.Capacity()
 	// Peak windows end where a lease may become cheap enough.
 	var peakEnds []time.Time

@@ -423,3 +423,33 @@ func TestRankChargesEvictions(t *testing.T) {
 		t.Fatalf("evicting score %v, want %v", got, want)
 	}
 }
+
+func TestMinSliceAndHorizon(t *testing.T) {
+	h := time.Hour
+	cases := []struct {
+		name        string
+		maxLease    time.Duration
+		preemptible bool
+		want        time.Duration
+	}{
+		{"whole job", 0, false, 2 * h},
+		{"capped at max lease (Evaluate then refuses a non-preemptible job)", h, false, h},
+		{"preemptible backfill", 0, true, MinBackfill},
+		{"preemptible under a max lease shorter than the backfill", 2 * time.Minute, true, 2 * time.Minute},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			j := &Job{Duration: 2 * h, Preemptible: c.preemptible}
+			if got := MinSlice(Policy{MaxLease: c.maxLease}, j); got != c.want {
+				t.Fatalf("MinSlice = %v, want %v", got, c.want)
+			}
+		})
+	}
+	now := at(0, "10:00")
+	if got := Horizon(&Job{}, now); !got.Equal(now.Add(DefaultPatience)) {
+		t.Fatalf("Horizon without deadline = %v", got)
+	}
+	if got := Horizon(&Job{Deadline: now.Add(h)}, now); !got.Equal(now.Add(h)) {
+		t.Fatalf("Horizon with deadline = %v", got)
+	}
+}

@@ -486,14 +486,6 @@ func (s *sim) staticCandidates(j *auction.Job) []int32 {
 	return out
 }
 
-func (s *sim) minSlice(j *auction.Job) int64 {
-	d := int64(j.Duration / time.Second)
-	if j.Preemptible {
-		d = min(d, int64(auction.MinBackfill/time.Second))
-	}
-	return d
-}
-
 // firstFit is the FIFO baseline's placement: the first provider, in fixed
 // provider order, whose auction.Evaluate offer starts now, covers the whole
 // remaining duration and evicts nobody.
@@ -539,14 +531,11 @@ type lbCand struct {
 func (s *sim) auction(j int, req *auction.Job) (bool, error) {
 	js := &s.jobs[j]
 	now := vt(s.now)
-	ms := s.minSlice(req)
-	latest := s.now + int64(auction.DefaultPatience/time.Second)
-	if !req.Deadline.IsZero() {
-		latest = int64(req.Deadline.Sub(Epoch) / time.Second)
-	}
+	latest := int64(auction.Horizon(req, now).Sub(Epoch) / time.Second)
 	order := make([]lbCand, 0, len(js.cands))
 	for _, pi := range js.cands {
 		p := &s.provs[pi]
+		ms := int64(auction.MinSlice(p.p.Capability.Policy, req) / time.Second)
 		if !p.couldOffer(s.now, latest, ms) {
 			continue
 		}
