@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 )
 
 func perSecond(b *testing.B, unit string) {
@@ -16,7 +17,7 @@ func perSecond(b *testing.B, unit string) {
 // BenchmarkVerify measures envelope signature verification (sign.Open of a
 // heartbeat, including JSON decoding).
 func BenchmarkVerify(b *testing.B) {
-	s := newSigner(b)
+	s := signtest.New(b)
 	env, err := attest.SignHeartbeat(s, attest.Heartbeat{LeaseID: "L1", Seq: 1, Time: t0, GPUUtil: 75, Source: attest.SourceNVML})
 	if err != nil {
 		b.Fatal(err)
@@ -34,7 +35,7 @@ func BenchmarkVerify(b *testing.B) {
 // BenchmarkReceiptVerify measures a complete receipt's Verify (two
 // signatures, decoding and consistency checks).
 func BenchmarkReceiptVerify(b *testing.B) {
-	prov, renter := newSigner(b), newSigner(b)
+	prov, renter := signtest.Pair(b)
 	sr := signed(b, prov, renter, receipt("L1", prov, renter, t0))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -50,11 +51,11 @@ func BenchmarkReceiptVerify(b *testing.B) {
 func BenchmarkBookAddReceipt(b *testing.B) {
 	provs := make([]*sign.Signer, 100)
 	for i := range provs {
-		provs[i] = newSigner(b)
+		provs[i] = signtest.New(b)
 	}
 	renters := make([]*sign.Signer, 1000)
 	for i := range renters {
-		renters[i] = newSigner(b)
+		renters[i] = signtest.New(b)
 	}
 	srs := make([]*attest.SignedReceipt, b.N)
 	for i := range srs {
@@ -74,10 +75,10 @@ func BenchmarkBookAddReceipt(b *testing.B) {
 
 // BenchmarkBookScore measures Score for a provider with 1000 receipts.
 func BenchmarkBookScore(b *testing.B) {
-	prov := newSigner(b)
+	prov := signtest.New(b)
 	renters := make([]*sign.Signer, 50)
 	for i := range renters {
-		renters[i] = newSigner(b)
+		renters[i] = signtest.New(b)
 	}
 	book := attest.NewBook(attest.BookOptions{Now: func() time.Time { return t0 }})
 	for i := 0; i < 1000; i++ {

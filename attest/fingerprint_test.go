@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
 )
 
@@ -24,7 +25,7 @@ func nvmlFingerprint(s *sign.Signer) attest.Fingerprint {
 }
 
 func TestFingerprintRoundTrip(t *testing.T) {
-	s := newSigner(t)
+	s := signtest.New(t)
 	fp := nvmlFingerprint(s)
 	env, err := attest.SignFingerprint(s, fp)
 	if err != nil {
@@ -48,7 +49,7 @@ func TestFingerprintRoundTrip(t *testing.T) {
 }
 
 func TestFingerprintSignerMustBePeer(t *testing.T) {
-	a, b := newSigner(t), newSigner(t)
+	a, b := signtest.Pair(t)
 	if _, err := attest.SignFingerprint(a, nvmlFingerprint(b)); !errors.Is(err, attest.ErrInvalidFingerprint) {
 		t.Fatalf("signing another peer's fingerprint: got %v", err)
 	}
@@ -72,7 +73,7 @@ func TestFingerprintSignerMustBePeer(t *testing.T) {
 }
 
 func TestFingerprintValidation(t *testing.T) {
-	s := newSigner(t)
+	s := signtest.New(t)
 	fp := nvmlFingerprint(s)
 	fp.Source = "guess"
 	if _, err := attest.SignFingerprint(s, fp); !errors.Is(err, attest.ErrInvalidFingerprint) {
@@ -86,7 +87,7 @@ func TestFingerprintValidation(t *testing.T) {
 }
 
 func TestFingerprintHash(t *testing.T) {
-	s := newSigner(t)
+	s := signtest.New(t)
 	base := nvmlFingerprint(s)
 	h := base.Hash()
 	if len(h) != 64 {
@@ -99,7 +100,7 @@ func TestFingerprintHash(t *testing.T) {
 	if same.Hash() != h {
 		t.Fatal("re-issued fingerprint of the same hardware changed hash")
 	}
-	other := nvmlFingerprint(newSigner(t))
+	other := nvmlFingerprint(signtest.New(t))
 	if other.Hash() != h {
 		t.Fatal("hash depends on the peer, not only on the hardware")
 	}

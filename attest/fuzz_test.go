@@ -6,10 +6,11 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 )
 
 func FuzzOpenReceipt(f *testing.F) {
-	prov, renter := newSigner(f), newSigner(f)
+	prov, renter := signtest.Pair(f)
 	full := signed(f, prov, renter, receipt("L1", prov, renter, t0))
 	b, err := full.Marshal()
 	if err != nil {
@@ -62,7 +63,7 @@ func FuzzOpenReceipt(f *testing.F) {
 }
 
 func FuzzUnmarshalEnvelope(f *testing.F) {
-	prov := newSigner(f)
+	prov := signtest.New(f)
 	fpEnv, err := attest.SignFingerprint(prov, nvmlFingerprint(prov))
 	if err != nil {
 		f.Fatal(err)

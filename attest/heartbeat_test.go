@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
 )
 
@@ -26,7 +27,7 @@ func hbEnv(t *testing.T, s *sign.Signer, lease string, seq uint64, at time.Time)
 }
 
 func TestHeartbeatRoundTrip(t *testing.T) {
-	s := newSigner(t)
+	s := signtest.New(t)
 	env := hbEnv(t, s, "L1", 1, t0)
 	b, err := env.Marshal()
 	if err != nil {
@@ -43,7 +44,7 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 	if hb.Provider != s.ID().String() || hb.Seq != 1 || !hb.Time.Equal(t0) || hb.GPUUtil != 80 {
 		t.Fatalf("round trip changed the heartbeat: %+v", hb)
 	}
-	if _, err := attest.SignHeartbeat(s, attest.Heartbeat{LeaseID: "L1", Provider: newSigner(t).ID().String(), Time: t0, Source: attest.SourceNVML}); !errors.Is(err, attest.ErrWrongSigner) {
+	if _, err := attest.SignHeartbeat(s, attest.Heartbeat{LeaseID: "L1", Provider: signtest.New(t).ID().String(), Time: t0, Source: attest.SourceNVML}); !errors.Is(err, attest.ErrWrongSigner) {
 		t.Fatalf("heartbeat for another provider signed: %v", err)
 	}
 	if _, err := attest.SignHeartbeat(s, attest.Heartbeat{LeaseID: "L1", Time: t0, Source: attest.SourceNVML, GPUUtil: 140}); !errors.Is(err, attest.ErrInvalidHeartbeat) {
@@ -52,7 +53,7 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 }
 
 func TestHeartbeatMonitorRejects(t *testing.T) {
-	prov, other := newSigner(t), newSigner(t)
+	prov, other := signtest.Pair(t)
 	m := attest.NewHeartbeatMonitor("L1", prov.ID(), t0, iv)
 	now := t0.Add(time.Minute)
 	if err := m.Accept(hbEnv(t, prov, "L1", 5, now), now); err != nil {
@@ -96,9 +97,11 @@ func TestHeartbeatMonitorRejects(t *testing.T) {
 		{"nil", nil, now, sign.ErrMalformed},
 	}
 	for _, c := range cases {
-		if err := m.Accept(c.env, c.at); !errors.Is(err, c.want) {
-			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			if err := m.Accept(c.env, c.at); !errors.Is(err, c.want) {
+				t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+			}
+		})
 	}
 	s := m.Summary(now.Add(time.Second))
 	if s.Rejected != len(cases) || s.Count != 1 {
@@ -111,7 +114,7 @@ func TestHeartbeatMonitorRejects(t *testing.T) {
 }
 
 func TestHeartbeatSummary(t *testing.T) {
-	prov := newSigner(t)
+	prov := signtest.New(t)
 	end := t0.Add(100 * iv)
 
 	full := attest.NewHeartbeatMonitor("L", prov.ID(), t0, iv)
@@ -164,7 +167,7 @@ func TestHeartbeatSummary(t *testing.T) {
 }
 
 func TestCheckHeartbeatAgainstFingerprint(t *testing.T) {
-	s := newSigner(t)
+	s := signtest.New(t)
 	fp := nvmlFingerprint(s)
 	declared := fp
 	declared.Source = attest.SourceDeclared
@@ -200,18 +203,20 @@ func TestCheckHeartbeatAgainstFingerprint(t *testing.T) {
 			h.MemUsedMB = 49*1024 + 1
 			return h, fp
 		},
-		"other provider": func() (attest.Heartbeat, attest.Fingerprint) { return ok, nvmlFingerprint(newSigner(t)) },
+		"other provider": func() (attest.Heartbeat, attest.Fingerprint) { return ok, nvmlFingerprint(signtest.New(t)) },
 	}
 	for name, mk := range bad {
-		hb, f := mk()
-		if err := attest.CheckHeartbeatAgainstFingerprint(hb, f); !errors.Is(err, attest.ErrContradiction) {
-			t.Errorf("%s: got %v", name, err)
-		}
+		t.Run(name, func(t *testing.T) {
+			hb, f := mk()
+			if err := attest.CheckHeartbeatAgainstFingerprint(hb, f); !errors.Is(err, attest.ErrContradiction) {
+				t.Errorf("%s: got %v", name, err)
+			}
+		})
 	}
 }
 
 func TestHeartbeatSummaryBoundsGaps(t *testing.T) {
-	prov := newSigner(t)
+	prov := signtest.New(t)
 	m := attest.NewHeartbeatMonitor("L", prov.ID(), t0, iv)
 	at := t0
 	var seq uint64
@@ -243,7 +248,7 @@ func TestHeartbeatSummaryBoundsGaps(t *testing.T) {
 		t.Fatal("the longest outage was dropped")
 	}
 	// A bounded summary fits in a receipt; an unbounded one is refused.
-	renter := newSigner(t)
+	renter := signtest.New(t)
 	r := receipt("L", prov, renter, at)
 	r.Heartbeats = s
 	if _, err := attest.NewReceipt(prov, r); err != nil {
@@ -262,7 +267,7 @@ func TestHeartbeatSummaryBoundsGaps(t *testing.T) {
 // and counted; an honest cadence, including a burst after a stall, is never
 // limited.
 func TestHeartbeatMonitorRateLimit(t *testing.T) {
-	prov := newSigner(t)
+	prov := signtest.New(t)
 	m := attest.NewHeartbeatMonitor("L1", prov.ID(), t0, iv)
 	const flood = 3000
 	start := t0.Add(time.Minute)
@@ -320,7 +325,7 @@ func TestHeartbeatMonitorRateLimit(t *testing.T) {
 // signed fingerprint, it refuses heartbeats naming devices the fingerprint
 // does not list, and accepts ones that match.
 func TestHeartbeatMonitorFingerprint(t *testing.T) {
-	prov, other := newSigner(t), newSigner(t)
+	prov, other := signtest.Pair(t)
 	fp, err := attest.SignFingerprint(prov, nvmlFingerprint(prov))
 	if err != nil {
 		t.Fatal(err)

@@ -1,30 +1,15 @@
 package attest_test
 
 import (
-	"crypto/rand"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/libp2p/go-libp2p/core/crypto"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-func newSigner(tb testing.TB) *sign.Signer {
-	tb.Helper()
-	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s, err := sign.NewSigner(priv)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return s
-}
 
 // receipt is a valid one-hour, one-GPU succeeded lease ending at end.
 func receipt(lease string, prov, renter *sign.Signer, end time.Time) attest.Receipt {

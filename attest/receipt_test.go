@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
 )
 
@@ -37,7 +38,7 @@ func forge(t *testing.T, provKey, renterKey *sign.Signer, r attest.Receipt) *att
 }
 
 func TestReceiptRoundTrip(t *testing.T) {
-	prov, renter := newSigner(t), newSigner(t)
+	prov, renter := signtest.Pair(t)
 	r := receipt("L1", prov, renter, t0)
 	r.Amount = 0 // NewReceipt computes it
 	r.ResultHash = "sha256:abc"
@@ -51,7 +52,7 @@ func TestReceiptRoundTrip(t *testing.T) {
 	if err := sr.Verify(); !errors.Is(err, attest.ErrIncomplete) {
 		t.Fatalf("provider-only receipt: got %v, want ErrIncomplete", err)
 	}
-	if err := sr.Countersign(newSigner(t)); err == nil {
+	if err := sr.Countersign(signtest.New(t)); err == nil {
 		t.Fatal("a stranger countersigned as renter")
 	}
 	if err := sr.Countersign(renter); err != nil {
@@ -92,7 +93,7 @@ func TestReceiptRoundTrip(t *testing.T) {
 }
 
 func TestReceiptForgeries(t *testing.T) {
-	prov, renter, mallory := newSigner(t), newSigner(t), newSigner(t)
+	prov, renter, mallory := signtest.New(t), signtest.New(t), signtest.New(t)
 	good := func() *attest.SignedReceipt { return signed(t, prov, renter, receipt("L1", prov, renter, t0)) }
 
 	tamperedAmount := good()
@@ -139,9 +140,11 @@ func TestReceiptForgeries(t *testing.T) {
 		{"nil", nil, sign.ErrMalformed},
 	}
 	for _, c := range cases {
-		if err := c.sr.Verify(); !errors.Is(err, c.want) {
-			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.sr.Verify(); !errors.Is(err, c.want) {
+				t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+			}
+		})
 	}
 	// The constructors refuse what Verify rejects.
 	if _, err := attest.NewReceipt(prov, selfDealing); !errors.Is(err, attest.ErrSelfDealing) {
@@ -164,7 +167,7 @@ func TestReceiptForgeries(t *testing.T) {
 }
 
 func TestCheckReceipt(t *testing.T) {
-	prov, renter := newSigner(t), newSigner(t)
+	prov, renter := signtest.Pair(t)
 	r := receipt("L1", prov, renter, t0)
 	terms := auction.Lease{ID: "L1", JobID: "job-L1", Renter: r.Renter, Provider: r.Provider,
 		Price: 2, Start: r.Start, End: r.End.Add(time.Hour), GPUCount: 1}
@@ -200,7 +203,7 @@ func TestCheckReceipt(t *testing.T) {
 // by what it observed, by now and by the heartbeat gaps its own monitor
 // recorded.
 func TestBillableSeconds(t *testing.T) {
-	prov := newSigner(t)
+	prov := signtest.New(t)
 	lease := auction.Lease{ID: "L1", Start: t0, End: t0.Add(time.Hour), GPUCount: 2}
 	// The renter's own monitor: one heartbeat per interval for the first
 	// 30 minutes, nothing for 20 minutes, then again until the end.

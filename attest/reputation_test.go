@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
 )
 
@@ -42,7 +43,7 @@ func establish(t *testing.T, b *attest.Book, c *vclock, renters ...*sign.Signer)
 	defer c.Set(now)
 	then := now.Add(-attest.DefaultRenterMatureAge)
 	c.Set(then)
-	other := newSigner(t)
+	other := signtest.New(t)
 	for _, renter := range renters {
 		r := receipt("season-"+renter.ID().String(), other, renter, then)
 		r.Price = attest.DefaultRenterMatureSpend
@@ -56,7 +57,7 @@ func establish(t *testing.T, b *attest.Book, c *vclock, renters ...*sign.Signer)
 func history(t *testing.T, b *attest.Book, c *vclock, prov *sign.Signer, tag string, n int, end time.Time, outcome auction.RunState, coverage float64) {
 	t.Helper()
 	for i := 0; i < n; i++ {
-		renter := newSigner(t)
+		renter := signtest.New(t)
 		establish(t, b, c, renter)
 		r := receipt(fmt.Sprintf("%s-%d", tag, i), prov, renter, end.Add(-time.Duration(i)*time.Hour))
 		r.Outcome = outcome
@@ -70,7 +71,7 @@ func TestScoreUnknownAndNewIdentity(t *testing.T) {
 	if got := b.Score("nobody"); got != attest.Prior {
 		t.Fatalf("unknown identity scores %v, want prior %v", got, attest.Prior)
 	}
-	prov, renter := newSigner(t), newSigner(t)
+	prov, renter := signtest.Pair(t)
 	mustAdd(t, b, signed(t, prov, renter, receipt("L1", prov, renter, t0)))
 	one := b.Score(prov.ID().String())
 	if one <= attest.Prior || one > attest.Prior+0.15 {
@@ -91,7 +92,7 @@ func TestScoreUnknownAndNewIdentity(t *testing.T) {
 
 func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
 	b, c := newBook(t0)
-	prov, renter := newSigner(t), newSigner(t)
+	prov, renter := signtest.Pair(t)
 	pid := prov.ID().String()
 	history(t, b, c, prov, "base", 5, t0, auction.RunSucceeded, 1)
 	before := b.Stats(pid)
@@ -171,7 +172,7 @@ func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
 
 func TestDroppedHeartbeatsScoreLower(t *testing.T) {
 	b, c := newBook(t0)
-	honest, flaky := newSigner(t), newSigner(t)
+	honest, flaky := signtest.Pair(t)
 	history(t, b, c, honest, "h", 10, t0, auction.RunSucceeded, 1)
 	history(t, b, c, flaky, "f", 10, t0, auction.RunSucceeded, 0.5)
 	h, f := b.Stats(honest.ID().String()), b.Stats(flaky.ID().String())
@@ -189,25 +190,27 @@ func TestRecencyWeighting(t *testing.T) {
 		halfLife time.Duration
 		wantGap  bool
 	}{{30 * 24 * time.Hour, true}, {1 << 62, false}} {
-		c := &vclock{t: now}
-		b := attest.NewBook(attest.BookOptions{Now: c.Now, HalfLife: tc.halfLife})
-		reformed, decaying := newSigner(t), newSigner(t)
-		old := now.AddDate(0, -4, 0)
-		history(t, b, c, reformed, "ro", 8, old, auction.RunFailed, 1)
-		history(t, b, c, reformed, "rn", 8, now, auction.RunSucceeded, 1)
-		history(t, b, c, decaying, "do", 8, old, auction.RunSucceeded, 1)
-		history(t, b, c, decaying, "dn", 8, now, auction.RunFailed, 1)
-		r, d := b.Score(reformed.ID().String()), b.Score(decaying.ID().String())
-		if tc.wantGap && !(r > d+0.1) {
-			t.Errorf("half-life %v: old failures (%v) should weigh less than new ones (%v)", tc.halfLife, r, d)
-		}
-		if !tc.wantGap && math.Abs(r-d) > 0.005 {
-			t.Errorf("without decay both histories should score alike: %v vs %v", r, d)
-		}
+		t.Run(fmt.Sprintf("half-life %v", tc.halfLife), func(t *testing.T) {
+			c := &vclock{t: now}
+			b := attest.NewBook(attest.BookOptions{Now: c.Now, HalfLife: tc.halfLife})
+			reformed, decaying := signtest.Pair(t)
+			old := now.AddDate(0, -4, 0)
+			history(t, b, c, reformed, "ro", 8, old, auction.RunFailed, 1)
+			history(t, b, c, reformed, "rn", 8, now, auction.RunSucceeded, 1)
+			history(t, b, c, decaying, "do", 8, old, auction.RunSucceeded, 1)
+			history(t, b, c, decaying, "dn", 8, now, auction.RunFailed, 1)
+			r, d := b.Score(reformed.ID().String()), b.Score(decaying.ID().String())
+			if tc.wantGap && !(r > d+0.1) {
+				t.Errorf("half-life %v: old failures (%v) should weigh less than new ones (%v)", tc.halfLife, r, d)
+			}
+			if !tc.wantGap && math.Abs(r-d) > 0.005 {
+				t.Errorf("without decay both histories should score alike: %v vs %v", r, d)
+			}
+		})
 	}
 	// Time passing alone pulls a record back toward the prior.
 	b, c := newBook(t0)
-	p := newSigner(t)
+	p := signtest.New(t)
 	history(t, b, c, p, "x", 10, t0, auction.RunSucceeded, 1)
 	fresh := b.Score(p.ID().String())
 	c.Set(t0.AddDate(2, 0, 0))
@@ -218,7 +221,7 @@ func TestRecencyWeighting(t *testing.T) {
 
 func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
 	b, c := newBook(t0)
-	pre, fail := newSigner(t), newSigner(t)
+	pre, fail := signtest.Pair(t)
 	history(t, b, c, pre, "s", 5, t0, auction.RunSucceeded, 1)
 	history(t, b, c, pre, "p", 5, t0.Add(-24*time.Hour), auction.RunPreempted, 1)
 	history(t, b, c, fail, "s", 5, t0, auction.RunSucceeded, 1)
@@ -231,7 +234,7 @@ func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
 		t.Fatalf("preempted %v vs failed %v", p.Score, f.Score)
 	}
 	// Preemptions count neither for nor against completion.
-	only := newSigner(t)
+	only := signtest.New(t)
 	history(t, b, c, only, "s", 5, t0, auction.RunSucceeded, 1)
 	if o := b.Stats(only.ID().String()); math.Abs(o.Completion-p.Completion) > 1e-9 {
 		t.Fatalf("completion with preemptions %v, without %v", p.Completion, o.Completion)
@@ -240,8 +243,8 @@ func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
 
 func TestTightClusterCap(t *testing.T) {
 	b, c := newBook(t0)
-	pump, broad := newSigner(t), newSigner(t)
-	friend := newSigner(t)
+	pump, broad := signtest.Pair(t)
+	friend := signtest.New(t)
 	establish(t, b, c, friend)
 	// One renter pumps 200 tiny successful receipts within one day.
 	day := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
@@ -268,7 +271,7 @@ func TestTightClusterCap(t *testing.T) {
 
 func TestOverclaimIsFraud(t *testing.T) {
 	b, c := newBook(t0)
-	prov, renter := newSigner(t), newSigner(t)
+	prov, renter := signtest.Pair(t)
 	pid := prov.ID().String()
 	history(t, b, c, prov, "ok", 5, t0, auction.RunSucceeded, 1)
 	before := b.Stats(pid)
@@ -297,7 +300,7 @@ func TestOverclaimIsFraud(t *testing.T) {
 
 func TestSlash(t *testing.T) {
 	b, c := newBook(t0)
-	prov := newSigner(t)
+	prov := signtest.New(t)
 	pid := prov.ID().String()
 	history(t, b, c, prov, "s", 10, t0, auction.RunSucceeded, 1)
 	s0 := b.Score(pid)
@@ -348,7 +351,7 @@ func TestSlash(t *testing.T) {
 
 func TestSlashWithProof(t *testing.T) {
 	b, _ := newBook(t0)
-	prov := newSigner(t)
+	prov := signtest.New(t)
 	pid := prov.ID().String()
 	declared := nvmlFingerprint(prov)
 	declared.Source = attest.SourceDeclared
@@ -373,7 +376,7 @@ func TestSlashWithProof(t *testing.T) {
 		t.Fatalf("consistent proof accepted: %v", err)
 	}
 	// Someone else's provider.
-	if err := b.Slash(newSigner(t).ID().String(), attest.Evidence{Kind: kind, LeaseID: "L1", Heartbeat: hb, Fingerprint: fpDeclared}); !errors.Is(err, attest.ErrBadEvidence) {
+	if err := b.Slash(signtest.New(t).ID().String(), attest.Evidence{Kind: kind, LeaseID: "L1", Heartbeat: hb, Fingerprint: fpDeclared}); !errors.Is(err, attest.ErrBadEvidence) {
 		t.Fatalf("proof against the wrong provider accepted: %v", err)
 	}
 	if b.Score(pid) != attest.Prior {
@@ -389,10 +392,10 @@ func TestSlashWithProof(t *testing.T) {
 
 func TestBookConcurrent(t *testing.T) {
 	b, _ := newBook(t0)
-	prov := newSigner(t)
+	prov := signtest.New(t)
 	renters := make([]*sign.Signer, 4)
 	for i := range renters {
-		renters[i] = newSigner(t)
+		renters[i] = signtest.New(t)
 	}
 	var wg sync.WaitGroup
 	for g, renter := range renters {
@@ -425,7 +428,7 @@ func TestBookConcurrent(t *testing.T) {
 func TestBookForgetsOldestBeyondMaxRecords(t *testing.T) {
 	c := &vclock{t: t0}
 	b := attest.NewBook(attest.BookOptions{Now: c.Now, MaxRecords: 5})
-	prov := newSigner(t)
+	prov := signtest.New(t)
 	history(t, b, c, prov, "old", 3, t0.AddDate(0, -1, 0), auction.RunFailed, 1)
 	history(t, b, c, prov, "new", 5, t0, auction.RunSucceeded, 1)
 	st := b.Stats(prov.ID().String())
@@ -454,9 +457,9 @@ func TestSybilRentersCannotFarmReputation(t *testing.T) {
 			c := &vclock{t: t0}
 			tc.opts.Now = c.Now
 			b := attest.NewBook(tc.opts)
-			fake, accomplice, honest := newSigner(t), newSigner(t), newSigner(t)
+			fake, accomplice, honest := signtest.New(t), signtest.New(t), signtest.New(t)
 			for i := 0; i < 40; i++ {
-				sybil := newSigner(t)
+				sybil := signtest.New(t)
 				mustAdd(t, b, signed(t, fake, sybil, receipt(fmt.Sprintf("sybil-%d", i), fake, sybil, t0.Add(-time.Duration(i)*time.Minute))))
 				pad := receipt(fmt.Sprintf("pad-%d", i), accomplice, sybil, t0)
 				pad.Price, pad.Amount = 1000, 1000
@@ -491,7 +494,7 @@ func TestBookBoundsIdentities(t *testing.T) {
 	const max = 16
 	c := &vclock{t: t0}
 	b := attest.NewBook(attest.BookOptions{Now: c.Now, MaxIdentities: max})
-	good, slashed := newSigner(t), newSigner(t)
+	good, slashed := signtest.Pair(t)
 	history(t, b, c, good, "g", 3, t0, auction.RunSucceeded, 1)
 	if err := b.Slash(slashed.ID().String(), attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: "gone"}); err != nil {
 		t.Fatal(err)
@@ -500,7 +503,7 @@ func TestBookBoundsIdentities(t *testing.T) {
 	providers, renters := 1+3+1, 3 // good, the 3 that gave renters standing, slashed
 	var first string
 	for i := 0; i < 200; i++ {
-		p, r := newSigner(t), newSigner(t)
+		p, r := signtest.Pair(t)
 		c.Set(t0.Add(time.Duration(i) * time.Second))
 		mustAdd(t, b, signed(t, p, r, receipt(fmt.Sprintf("flood-%d", i), p, r, t0)))
 		providers++
@@ -536,7 +539,7 @@ func TestBookBoundsIdentities(t *testing.T) {
 // itself fully, however new it is; the same receipt in a stranger's book
 // is a newcomer's.
 func TestOwnReceiptsAreFirstHand(t *testing.T) {
-	prov, me := newSigner(t), newSigner(t)
+	prov, me := signtest.Pair(t)
 	sr := signed(t, prov, me, receipt("mine", prov, me, t0))
 	own := attest.NewBook(attest.BookOptions{Now: func() time.Time { return t0 }, Self: me.ID().String()})
 	other := attest.NewBook(attest.BookOptions{Now: func() time.Time { return t0 }})

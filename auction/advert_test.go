@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 )
 
 func testCap(s *sign.Signer, now time.Time, ttl time.Duration) Capability {
@@ -17,7 +18,7 @@ func testCap(s *sign.Signer, now time.Time, ttl time.Duration) Capability {
 func TestCapabilityValidator(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	v := CapabilityValidator{Now: func() time.Time { return now }}
-	prov, other := mkSigner(t), mkSigner(t)
+	prov, other := signtest.Pair(t)
 	key := CapabilityKey(prov.ID())
 
 	good, err := SealCapability(prov, testCap(prov, now, time.Minute))
@@ -69,9 +70,11 @@ func TestCapabilityValidator(t *testing.T) {
 		"forged": forged, "tampered": tampered, "unsigned": unsigned, "misfiled": misfiled,
 		"expired": expired, "future": future, "wrong-domain": wrongDomain, "garbage": []byte("{not json"),
 	} {
-		if err := v.Validate(key, rec); err == nil {
-			t.Errorf("%s record accepted", name)
-		}
+		t.Run(name, func(t *testing.T) {
+			if err := v.Validate(key, rec); err == nil {
+				t.Errorf("%s record accepted", name)
+			}
+		})
 	}
 	if err := v.Validate("/other-ns/"+prov.ID().String(), good); err == nil {
 		t.Error("record under a foreign namespace accepted")

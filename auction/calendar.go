@@ -78,6 +78,25 @@ func (c *Calendar) Reserve(b Booking) error {
 func (c *Calendar) ReserveEvicting(b Booking, evict []string) ([]Booking, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.reserveLocked(b, evict)
+}
+
+// ReserveThenEvict is how an award is booked: it books b without evicting
+// anybody if b fits, and only if it does not (ErrOverbooked) and evict names
+// planned preemptions does it book b evicting them (see ReserveEvicting).
+// Both steps happen under one lock. It returns the bookings that were
+// evicted: none when the planned preemptions were no longer needed.
+func (c *Calendar) ReserveThenEvict(b Booking, evict []string) ([]Booking, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	evicted, err := c.reserveLocked(b, nil)
+	if errors.Is(err, ErrOverbooked) && len(evict) > 0 {
+		evicted, err = c.reserveLocked(b, evict)
+	}
+	return evicted, err
+}
+
+func (c *Calendar) reserveLocked(b Booking, evict []string) ([]Booking, error) {
 	if err := c.check(b); err != nil {
 		return nil, err
 	}

@@ -85,10 +85,16 @@ func TestCalendarOperations(t *testing.T) {
 	if err := c.Reserve(Booking{LeaseID: "c", Start: t0.Add(time.Hour), End: t0.Add(90 * time.Minute), GPUs: 2}); !errors.Is(err, ErrOverbooked) {
 		t.Fatalf("overbook: %v", err)
 	}
-	for _, bad := range []Booking{{Start: t0, End: t0.Add(time.Hour), GPUs: 1}, {LeaseID: "x", Start: t0, End: t0, GPUs: 1}, {LeaseID: "x", Start: t0, End: t0.Add(time.Hour)}} {
-		if err := c.Reserve(bad); !errors.Is(err, ErrBadBooking) {
-			t.Fatalf("Reserve(%+v) = %v, want ErrBadBooking", bad, err)
-		}
+	for name, bad := range map[string]Booking{
+		"no lease id": {Start: t0, End: t0.Add(time.Hour), GPUs: 1},
+		"empty span":  {LeaseID: "x", Start: t0, End: t0, GPUs: 1},
+		"no gpus":     {LeaseID: "x", Start: t0, End: t0.Add(time.Hour)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := c.Reserve(bad); !errors.Is(err, ErrBadBooking) {
+				t.Fatalf("Reserve(%+v) = %v, want ErrBadBooking", bad, err)
+			}
+		})
 	}
 	if got := c.FreeGPUs(t0, t0.Add(3*time.Hour)); got != 0 {
 		t.Fatalf("FreeGPUs = %d", got)
@@ -132,6 +138,34 @@ func TestReserveEvicting(t *testing.T) {
 	}
 	if _, ok := c.Booking("bronze"); ok {
 		t.Fatal("bronze still booked")
+	}
+}
+
+// ReserveThenEvict evicts only when the booking does not fit without it.
+func TestReserveThenEvict(t *testing.T) {
+	t0 := monday
+	c := NewCalendar(2)
+	_ = c.Reserve(Booking{LeaseID: "bronze", Start: t0, End: t0.Add(4 * time.Hour), GPUs: 1, Tier: Bronze, Preemptible: true})
+	// One GPU is free: the planned eviction is no longer needed.
+	ev, err := c.ReserveThenEvict(Booking{LeaseID: "g1", Start: t0, End: t0.Add(time.Hour), GPUs: 1, Tier: Gold}, []string{"bronze"})
+	if err != nil || len(ev) != 0 {
+		t.Fatalf("fitting booking: evicted %v, err %v; want none, nil", ev, err)
+	}
+	if _, ok := c.Booking("bronze"); !ok {
+		t.Fatal("bronze evicted although the booking fit")
+	}
+	// Now it does not fit without evicting bronze.
+	ev, err = c.ReserveThenEvict(Booking{LeaseID: "g2", Start: t0.Add(2 * time.Hour), End: t0.Add(3 * time.Hour), GPUs: 2, Tier: Gold}, []string{"bronze"})
+	if err != nil || len(ev) != 1 || ev[0].LeaseID != "bronze" {
+		t.Fatalf("ReserveThenEvict = %v, %v; want bronze evicted", ev, err)
+	}
+	// No planned evictions: overbooked, nothing changes.
+	before := c.Bookings()
+	if _, err := c.ReserveThenEvict(Booking{LeaseID: "g3", Start: t0.Add(2 * time.Hour), End: t0.Add(3 * time.Hour), GPUs: 1}, nil); !errors.Is(err, ErrOverbooked) {
+		t.Fatalf("want overbooked, got %v", err)
+	}
+	if after := c.Bookings(); len(after) != len(before) {
+		t.Fatalf("failed ReserveThenEvict changed the calendar: %v -> %v", before, after)
 	}
 }
 

@@ -68,17 +68,18 @@ func inelig(kind, format string, args ...any) error {
 // time now, and on what terms. It returns an *Ineligible error naming the
 // first hard constraint that fails, checked in this order:
 //
-//   - residency: the provider's region equals Job.Region or starts with it
-//     followed by a dash ("eu" matches "eu-west", not "europe-x");
-//   - workload kind, when the policy restricts it;
-//   - preemptible jobs only go to providers that accept preemptible work;
-//   - a job with an image needs a container engine, and GPU passthrough
-//     for its GPUs (Capability.Containers);
+//   - first the time-independent rules, shared with StaticFit:
+//     residency: the provider's region equals Job.Region or starts with it
+//     followed by a dash, case-insensitively ("eu" matches "eu-west" and
+//     "EU-West", not "europe-x"); workload kind, when the policy restricts
+//     it; preemptible jobs only go to providers that accept preemptible
+//     work; a job with an image needs a container engine, and GPU
+//     passthrough for its GPUs (Capability.Containers); hardware: GPUCount devices of one model in Job.GPUModels (any
+//     model if empty, case-insensitive), each with at least MinVRAMGB; price
+//     floor not above the job's MaxPrice;
 //   - thermal and power limits (TempC > MaxTempC, PowerW > MaxPowerW);
 //   - the provider's own reliability must reach Job.MinReliability;
-//   - hardware: GPUCount devices of one model in Job.GPUModels (any model if
-//     empty, case-insensitive), each with at least MinVRAMGB;
-//   - price floor above the job's MaxPrice;
+//   - the calendar's capacity must reach GPUCount;
 //   - time: the earliest affordable start >= now, and <= the job's deadline (or
 //     now+DefaultPatience), such that [start, start+Duration) lies within one
 //     free span of the policy (availability windows minus reserved spans) and
@@ -115,16 +116,8 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 		return Offer{}, fmt.Errorf("auction: evaluate: provider %s: %w", ps.Cap.Peer, err)
 	}
 
-	if !regionSatisfies(jc.Region, ps.Cap.Region) {
-		return Offer{}, inelig("region", "region %s does not satisfy %s", orNone(ps.Cap.Region), jc.Region)
-	}
-	if len(p.AllowedWorkloads) > 0 && !containsFold(p.AllowedWorkloads, jc.Workload) {
-		return Offer{}, inelig("workload", "workload %s not accepted (accepts %s)", orNone(jc.Workload), strings.Join(p.AllowedWorkloads, ","))
-	}
-	if jc.Preemptible && !p.AcceptPreemptible {
-		return Offer{}, inelig("preemptible", "preemptible work not accepted")
-	}
-	if err := containerFit(ps.Cap, &jc); err != nil {
+	model, vram, err := staticFit(ps.Cap, &jc)
+	if err != nil {
 		return Offer{}, err
 	}
 	if p.MaxTempC > 0 && ps.TempC > p.MaxTempC {
@@ -135,13 +128,6 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 	}
 	if math.IsNaN(ps.Reliability) || ps.Reliability < jc.MinReliability {
 		return Offer{}, inelig("reliability", "reliability %.2f below required %.2f", ps.Reliability, jc.MinReliability)
-	}
-	model, vram, err := pickModel(ps.Cap.GPUs, &jc)
-	if err != nil {
-		return Offer{}, err
-	}
-	if p.PriceFloor > jc.MaxPrice {
-		return Offer{}, inelig("price", "price floor %.2f > max %.2f", p.PriceFloor, jc.MaxPrice)
 	}
 	if jc.GPUCount > ps.Cal.Capacity() {
 		return Offer{}, inelig("capacity", "calendar capacity %d gpus < %d required", ps.Cal.Capacity(), jc.GPUCount)
@@ -177,6 +163,49 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 		Datasets: intersect(jc.Datasets, ps.Cap.Datasets),
 		Preempts: preempts,
 	}, nil
+}
+
+// StaticFit is the time-independent part of Evaluate's eligibility: whether
+// a provider with capability c could ever bid for j, whatever its calendar,
+// temperature, power draw or reliability. It returns nil or the *Ineligible
+// naming the first rule that fails, checked in this order: residency,
+// workload kind, preemptible work, container support for an image job,
+// hardware (GPU model, VRAM, GPU count of
+// one model), price floor above the job's MaxPrice. Evaluate applies the same
+// checks first, so a provider that fails StaticFit never gets an Offer.
+// A nil capability or job is bad input (a plain error).
+func StaticFit(c *Capability, j *Job) error {
+	if c == nil || j == nil {
+		return errors.New("auction: static fit: nil capability or job")
+	}
+	_, _, err := staticFit(c, j)
+	return err
+}
+
+// staticFit is StaticFit, also returning the GPU model to offer and its
+// smallest device's VRAM (see pickModel).
+func staticFit(c *Capability, j *Job) (string, int, error) {
+	p := &c.Policy
+	if !regionSatisfies(j.Region, c.Region) {
+		return "", 0, inelig("region", "region %s does not satisfy %s", orNone(c.Region), j.Region)
+	}
+	if len(p.AllowedWorkloads) > 0 && !containsFold(p.AllowedWorkloads, j.Workload) {
+		return "", 0, inelig("workload", "workload %s not accepted (accepts %s)", orNone(j.Workload), strings.Join(p.AllowedWorkloads, ","))
+	}
+	if j.Preemptible && !p.AcceptPreemptible {
+		return "", 0, inelig("preemptible", "preemptible work not accepted")
+	}
+	if err := containerFit(c, j); err != nil {
+		return "", 0, err
+	}
+	model, vram, err := pickModel(c.GPUs, j)
+	if err != nil {
+		return "", 0, err
+	}
+	if p.PriceFloor > j.MaxPrice {
+		return "", 0, inelig("price", "price floor %.2f > max %.2f", p.PriceFloor, j.MaxPrice)
+	}
+	return model, vram, nil
 }
 
 // pickModel chooses the GPU model to offer: among models the job accepts
@@ -236,27 +265,48 @@ func pickModel(gpus []GPU, j *Job) (string, int, error) {
 	return best.name, best.vram, nil
 }
 
+// leaseLength is the longest lease a provider with policy p offers j: its
+// Duration, capped at MaxLease.
+func leaseLength(p Policy, j *Job) time.Duration {
+	if p.MaxLease > 0 && j.Duration > p.MaxLease {
+		return p.MaxLease
+	}
+	return j.Duration
+}
+
+// MinSlice is the shortest lease Evaluate offers j under policy p: the
+// job's Duration capped at MaxLease, and for a preemptible job at most
+// MinBackfill (it may take a shorter gap and be requeued). A free span
+// shorter than this can never hold j's lease.
+func MinSlice(p Policy, j *Job) time.Duration {
+	d := leaseLength(p, j)
+	if j.Preemptible && d > MinBackfill {
+		d = MinBackfill
+	}
+	return d
+}
+
+// Horizon is the latest start Evaluate offers j at now: its Deadline, or
+// now+DefaultPatience without one.
+func Horizon(j *Job, now time.Time) time.Time {
+	if j.Deadline.IsZero() {
+		return now.Add(DefaultPatience)
+	}
+	return j.Deadline
+}
+
 // placeLease finds the earliest lease span for j that accept takes; see
 // Evaluate. bs is a snapshot of cal's bookings.
 func placeLease(p Policy, cal *Calendar, bs []Booking, j *Job, now time.Time, accept func(s, e time.Time) bool) (start, end time.Time, preempts []string, err error) {
-	d := j.Duration
-	if p.MaxLease > 0 && d > p.MaxLease {
-		if !j.Preemptible {
-			return start, end, nil, inelig("max_lease", "duration %v exceeds max lease %v", j.Duration, p.MaxLease)
-		}
-		d = p.MaxLease
+	d := leaseLength(p, j)
+	if d < j.Duration && !j.Preemptible {
+		return start, end, nil, inelig("max_lease", "duration %v exceeds max lease %v", j.Duration, p.MaxLease)
 	}
-	latest := now.Add(DefaultPatience)
-	if !j.Deadline.IsZero() {
-		if j.Deadline.Before(now) {
-			return start, end, nil, inelig("deadline", "deadline %s passed", j.Deadline.UTC().Format(time.RFC3339))
-		}
-		latest = j.Deadline
+	if !j.Deadline.IsZero() && j.Deadline.Before(now) {
+		return start, end, nil, inelig("deadline", "deadline %s passed", j.Deadline.UTC().Format(time.RFC3339))
 	}
-	minSlice := d
-	if j.Preemptible && minSlice > MinBackfill {
-		minSlice = MinBackfill
-	}
+	latest := Horizon(j, now)
+	minSlice := MinSlice(p, j)
 	capacity := cal.Capacity()
 	// Peak windows end where a lease may become cheap enough.
 	var peakEnds []time.Time

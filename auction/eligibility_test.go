@@ -79,13 +79,70 @@ func TestEvaluateIneligible(t *testing.T) {
 		}},
 	}
 	for _, c := range cases {
-		ps, j := baseState(), evalJob()
-		c.mut(&ps, j)
-		_, err := Evaluate(ps, j, now)
-		reason, ok := IneligibleReason(err)
-		if !ok || !strings.Contains(reason, c.want) {
-			t.Errorf("want ineligible %q, got %v", c.want, err)
-		}
+		t.Run(c.want, func(t *testing.T) {
+			ps, j := baseState(), evalJob()
+			c.mut(&ps, j)
+			_, err := Evaluate(ps, j, now)
+			reason, ok := IneligibleReason(err)
+			if !ok || !strings.Contains(reason, c.want) {
+				t.Errorf("want ineligible %q, got %v", c.want, err)
+			}
+		})
+	}
+}
+
+// StaticFit fails exactly on the time-independent rules, with Evaluate's
+// reason, and passes providers that only the moment rules out.
+func TestStaticFit(t *testing.T) {
+	now := at(0, "10:00")
+	cases := []struct {
+		name, want string // want "" means StaticFit passes
+		mut        func(*ProviderState, *Job)
+	}{
+		{"region", "region us-east does not satisfy eu", func(ps *ProviderState, j *Job) { ps.Cap.Region = "us-east" }},
+		{"region case", "", func(ps *ProviderState, j *Job) { ps.Cap.Region, j.Region = "EU-West", "Eu" }},
+		{"workload", "workload training not accepted", func(ps *ProviderState, j *Job) {
+			ps.Cap.Policy.AllowedWorkloads = []string{"inference"}
+			j.Workload = "training"
+		}},
+		{"preemptible", "preemptible work not accepted", func(ps *ProviderState, j *Job) {
+			ps.Cap.Policy.AcceptPreemptible = false
+			j.Tier, j.Preemptible = Bronze, true
+		}},
+		{"model", "gpu model A100 not in h100", func(ps *ProviderState, j *Job) { j.GPUModels = []string{"h100"} }},
+		{"gpu count of one model", "2 qualifying gpus < 3 required", func(ps *ProviderState, j *Job) {
+			ps.Cap.GPUs = append(gpus("A100", 80, 2), gpus("H100", 80, 2)...)
+			j.GPUCount = 3
+		}},
+		{"price floor", "price floor 2.10 > max 2.00", func(ps *ProviderState, j *Job) { ps.Cap.Policy.PriceFloor = 2.1 }},
+		{"thermal", "", func(ps *ProviderState, j *Job) { ps.Cap.Policy.MaxTempC = 85; ps.TempC = 90 }},
+		{"busy", "", func(ps *ProviderState, j *Job) {
+			_ = ps.Cal.Reserve(Booking{LeaseID: "x", Start: now, End: now.Add(5 * time.Hour), GPUs: 3})
+			j.Deadline = now.Add(4 * time.Hour)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ps, j := baseState(), evalJob()
+			c.mut(&ps, j)
+			err := StaticFit(ps.Cap, j)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("StaticFit = %v, want nil", err)
+				}
+				return
+			}
+			reason, ok := IneligibleReason(err)
+			if !ok || !strings.Contains(reason, c.want) {
+				t.Fatalf("StaticFit = %v, want ineligible %q", err, c.want)
+			}
+			if _, eerr := Evaluate(ps, j, now); eerr == nil || eerr.Error() != err.Error() {
+				t.Fatalf("Evaluate = %v, want StaticFit's %v", eerr, err)
+			}
+		})
+	}
+	if err := StaticFit(nil, evalJob()); err == nil {
+		t.Fatal("StaticFit(nil capability) accepted")
 	}
 }
 
@@ -364,5 +421,35 @@ func TestRankChargesEvictions(t *testing.T) {
 	}
 	if got, want := r[0].Score, Score(1.00, 0.5)*(1+EvictionPenalty); got != want {
 		t.Fatalf("evicting score %v, want %v", got, want)
+	}
+}
+
+func TestMinSliceAndHorizon(t *testing.T) {
+	h := time.Hour
+	cases := []struct {
+		name        string
+		maxLease    time.Duration
+		preemptible bool
+		want        time.Duration
+	}{
+		{"whole job", 0, false, 2 * h},
+		{"capped at max lease (Evaluate then refuses a non-preemptible job)", h, false, h},
+		{"preemptible backfill", 0, true, MinBackfill},
+		{"preemptible under a max lease shorter than the backfill", 2 * time.Minute, true, 2 * time.Minute},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			j := &Job{Duration: 2 * h, Preemptible: c.preemptible}
+			if got := MinSlice(Policy{MaxLease: c.maxLease}, j); got != c.want {
+				t.Fatalf("MinSlice = %v, want %v", got, c.want)
+			}
+		})
+	}
+	now := at(0, "10:00")
+	if got := Horizon(&Job{}, now); !got.Equal(now.Add(DefaultPatience)) {
+		t.Fatalf("Horizon without deadline = %v", got)
+	}
+	if got := Horizon(&Job{Deadline: now.Add(h)}, now); !got.Equal(now.Add(h)) {
+		t.Fatalf("Horizon with deadline = %v", got)
 	}
 }

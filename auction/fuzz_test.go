@@ -3,10 +3,12 @@ package auction
 import (
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 )
 
 func fuzzSeeds(f *testing.F) (call, bid, award []byte) {
-	s := mkSigner(f)
+	s := signtest.New(f)
 	now := at(0, "10:00")
 	j := validJob()
 	j.ID, j.Owner, j.CreatedAt = "job-1", s.ID().String(), now
@@ -73,7 +75,7 @@ func FuzzDecodeAward(f *testing.F) {
 }
 
 func TestDecodeRoundTrip(t *testing.T) {
-	s, other := mkSigner(t), mkSigner(t)
+	s, other := signtest.Pair(t)
 	now := at(0, "10:00")
 	j := validJob()
 	j.ID, j.Owner = "job-1", s.ID().String()

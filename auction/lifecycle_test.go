@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -111,7 +112,7 @@ func TestBronzeBackfillAndRequeue(t *testing.T) {
 func TestProviderAwardRules(t *testing.T) {
 	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	prov := m.provs[0]
-	owner := mkSigner(t)
+	owner := signtest.New(t)
 	j := euJob(m.now())
 	j.ID, j.Owner, j.CreatedAt = "job-a", owner.ID().String(), m.now()
 	if err := j.Validate(); err != nil {
@@ -216,12 +217,10 @@ func TestRenterCancelAndNoBids(t *testing.T) {
 	j.ID = "job-c"
 	done := make(chan error, 1)
 	go func() { _, err := r.Post(context.Background(), j); done <- err }()
-	for {
-		if st, ok := r.Status("job-c"); ok && st.State == JobBidding {
-			break
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitUntil(t, 5*time.Second, "job-c never started bidding", func() bool {
+		st, ok := r.Status("job-c")
+		return ok && st.State == JobBidding
+	})
 	if err := r.Cancel("job-c"); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package auction
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"sort"
@@ -12,21 +11,20 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-func mkSigner(t testing.TB) *sign.Signer {
+// waitUntil polls cond until it holds, failing t with msg after timeout.
+func waitUntil(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
 	t.Helper()
-	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s within %v", msg, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	s, err := sign.NewSigner(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // clock runs from a fixed Monday 10:00 UTC at real speed, so expiry works.
@@ -62,7 +60,7 @@ type market struct {
 func newMarket(t *testing.T, specs []provSpec) *market {
 	m := &market{net: NewMemNetwork(), now: newClock(), byID: map[string]*testProv{}}
 	for _, sp := range specs {
-		tp := &testProv{spec: sp, s: mkSigner(t), cal: NewCalendar(sp.n)}
+		tp := &testProv{spec: sp, s: signtest.New(t), cal: NewCalendar(sp.n)}
 		tp.t = m.net.Join(tp.s.ID())
 		capab := Capability{Peer: tp.s.ID().String(), Region: sp.region, GPUs: gpus(sp.model, sp.vram, sp.n), Policy: sp.policy}
 		rel := sp.rel
@@ -88,7 +86,7 @@ func (m *market) reputation(id string) float64 {
 }
 
 func (m *market) renter(t *testing.T, cfg RenterConfig) (*Renter, *MemTransport) {
-	s := mkSigner(t)
+	s := signtest.New(t)
 	tr := m.net.Join(s.ID())
 	cfg.Signer, cfg.Transport, cfg.Now = s, tr, m.now
 	if cfg.Reputation == nil {
@@ -390,19 +388,13 @@ func TestHostileInput(t *testing.T) {
 	j.BidWindow = 2 * time.Second
 	j.ID = "job-hostile"
 	go func() { _, _ = r.Post(context.Background(), j) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if st, ok := r.Status(j.ID); ok && st.State == JobBidding {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("job not posted")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(t, 5*time.Second, "job not posted", func() bool {
+		st, ok := r.Status(j.ID)
+		return ok && st.State == JobBidding
+	})
 	defer func() { _ = r.Cancel(j.ID) }()
 
-	attacker, victim := mkSigner(t), mkSigner(t)
+	attacker, victim := signtest.Pair(t)
 	now := m.now()
 	mkBid := func(s *sign.Signer, provider, jobID, nonce string) Bid {
 		return Bid{JobID: jobID, Provider: provider, Region: "eu-west", Price: 1, Start: now, End: now.Add(time.Hour),
@@ -443,17 +435,19 @@ func TestHostileInput(t *testing.T) {
 		{"replayed nonce", attacker.ID(), good, "replayed_nonce"},
 	}
 	for _, c := range cases {
-		err := r.HandleBid(c.from, c.data)
-		var rej *Rejection
-		if c.reason == "" {
-			if err != nil {
-				t.Errorf("%s: %v", c.name, err)
+		t.Run(c.name, func(t *testing.T) {
+			err := r.HandleBid(c.from, c.data)
+			var rej *Rejection
+			if c.reason == "" {
+				if err != nil {
+					t.Errorf("%s: %v", c.name, err)
+				}
+				return
 			}
-			continue
-		}
-		if !errors.As(err, &rej) || rej.Reason != c.reason {
-			t.Errorf("%s: got %v, want %s", c.name, err, c.reason)
-		}
+			if !errors.As(err, &rej) || rej.Reason != c.reason {
+				t.Errorf("%s: got %v, want %s", c.name, err, c.reason)
+			}
+		})
 	}
 	counters := r.Counters()
 	for _, c := range cases {
@@ -465,17 +459,14 @@ func TestHostileInput(t *testing.T) {
 	// The provider saw the real call and bid; an award for that bid signed
 	// by anyone but the job's owner is refused.
 	var sb *sentBid
-	for i := 0; i < 500 && sb == nil; i++ {
+	waitUntil(t, 5*time.Second, "provider did not bid", func() bool {
 		prov.p.mu.Lock()
+		defer prov.p.mu.Unlock()
 		for _, b := range prov.p.bids {
 			sb = b
 		}
-		prov.p.mu.Unlock()
-		time.Sleep(5 * time.Millisecond)
-	}
-	if sb == nil {
-		t.Fatal("provider did not bid")
-	}
+		return sb != nil
+	})
 	fake := sb.job
 	fake.Owner = attacker.ID().String()
 	aw := Award{LeaseID: "lease-x", JobID: fake.ID, Renter: fake.Owner, Provider: prov.s.ID().String(), BidNonce: sb.bid.Nonce,

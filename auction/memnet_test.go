@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
@@ -16,7 +17,7 @@ import (
 // hear only their topic, and never their own publications.
 func TestMemNetworkProtocols(t *testing.T) {
 	n := NewMemNetwork()
-	a, b := n.Join(mkSigner(t).ID()), n.Join(mkSigner(t).ID())
+	a, b := n.Join(signtest.New(t).ID()), n.Join(signtest.New(t).ID())
 	bID := b.id
 	b.OnRequest("/echo", func(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
 		if from != a.id {

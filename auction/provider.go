@@ -300,10 +300,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		evict = sb.offer.Preempts
 	}
 	// Evict only if the planned preemptions are still needed.
-	evicted, err := p.cfg.Calendar.ReserveEvicting(b, nil)
-	if errors.Is(err, ErrOverbooked) && len(evict) > 0 {
-		evicted, err = p.cfg.Calendar.ReserveEvicting(b, evict)
-	}
+	evicted, err := p.cfg.Calendar.ReserveThenEvict(b, evict)
 	if err != nil {
 		return decline("capacity: " + err.Error())
 	}

@@ -130,12 +130,14 @@ func TestAppendRejectsBadInput(t *testing.T) {
 		{"time range", func(e *Entry) { e.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "out of range"},
 	}
 	for _, c := range cases {
-		e := ok()
-		c.mut(&e)
-		_, err := db.Append(e)
-		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "ledger: ") {
-			t.Errorf("%s: Append error = %v, want one containing %q", c.name, err, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			e := ok()
+			c.mut(&e)
+			_, err := db.Append(e)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "ledger: ") {
+				t.Errorf("%s: Append error = %v, want one containing %q", c.name, err, c.want)
+			}
+		})
 	}
 	bad := ok()
 	bad.Amount = -3
@@ -371,16 +373,18 @@ func TestListFilter(t *testing.T) {
 		{"none", Filter{LeaseID: "nope"}, nil},
 	}
 	for _, c := range cases {
-		got, err := db.List(c.f)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		if len(c.want) == 0 && len(got) == 0 {
-			continue
-		}
-		if !reflect.DeepEqual(got, c.want) {
-			t.Errorf("%s: List = %d entries %v, want %d", c.name, len(got), seqs(got), len(c.want))
-		}
+		t.Run(c.name, func(t *testing.T) {
+			got, err := db.List(c.f)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if len(c.want) == 0 && len(got) == 0 {
+				return
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("%s: List = %d entries %v, want %d", c.name, len(got), seqs(got), len(c.want))
+			}
+		})
 	}
 	if _, err := db.List(Filter{Limit: -1}); err == nil {
 		t.Error("negative limit accepted")

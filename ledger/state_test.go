@@ -135,25 +135,29 @@ func TestStateListStopsOnError(t *testing.T) {
 
 func TestStateRejectsBadNames(t *testing.T) {
 	db := openTest(t, "", noSync())
-	for _, ns := range []string{"", "a\x00b", strings.Repeat("n", MaxNamespaceLen+1)} {
-		s := db.State(ns)
-		if err := s.Put("k", 1); err == nil {
-			t.Errorf("namespace %q accepted by Put", ns)
-		}
-		if err := s.List(func(string, []byte) error { return nil }); err == nil {
-			t.Errorf("namespace %q accepted by List", ns)
-		}
+	for name, ns := range map[string]string{"empty namespace": "", "nul in namespace": "a\x00b", "long namespace": strings.Repeat("n", MaxNamespaceLen+1)} {
+		t.Run(name, func(t *testing.T) {
+			s := db.State(ns)
+			if err := s.Put("k", 1); err == nil {
+				t.Errorf("namespace %q accepted by Put", ns)
+			}
+			if err := s.List(func(string, []byte) error { return nil }); err == nil {
+				t.Errorf("namespace %q accepted by List", ns)
+			}
+		})
 	}
 	s := db.State("ok")
-	for _, k := range []string{"", strings.Repeat("k", MaxKeyLen+1)} {
-		if err := s.Put(k, 1); err == nil {
-			t.Errorf("key of length %d accepted by Put", len(k))
-		}
-		if _, err := s.Get(k, new(int)); err == nil {
-			t.Errorf("key of length %d accepted by Get", len(k))
-		}
-		if err := s.Delete(k); err == nil {
-			t.Errorf("key of length %d accepted by Delete", len(k))
-		}
+	for name, k := range map[string]string{"empty key": "", "long key": strings.Repeat("k", MaxKeyLen+1)} {
+		t.Run(name, func(t *testing.T) {
+			if err := s.Put(k, 1); err == nil {
+				t.Errorf("key of length %d accepted by Put", len(k))
+			}
+			if _, err := s.Get(k, new(int)); err == nil {
+				t.Errorf("key of length %d accepted by Get", len(k))
+			}
+			if err := s.Delete(k); err == nil {
+				t.Errorf("key of length %d accepted by Delete", len(k))
+			}
+		})
 	}
 }

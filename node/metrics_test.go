@@ -1,7 +1,6 @@
 package node
 
 import (
-	"crypto/rand"
 	"io"
 	"net"
 	"net/http"
@@ -10,8 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 )
 
 func TestMetricsEndpoint(t *testing.T) {
@@ -42,25 +40,12 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 }
 
-func newTestSigner(t *testing.T) *sign.Signer {
-	t.Helper()
-	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sign.NewSigner(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // TestGossipedForgeriesDoNotMoveReputation: receipts arriving on the
 // reputation topic count only when both parties signed them.
 func TestGossipedForgeriesDoNotMoveReputation(t *testing.T) {
 	n := startNode(t, t.TempDir(), renterConfig(), nil)
 	defer n.Close()
-	prov, renter := newTestSigner(t), newTestSigner(t)
+	prov, renter := signtest.Pair(t)
 	now := time.Now()
 	rc := attest.Receipt{LeaseID: "l1", JobID: "j1", Renter: renter.ID().String(), Provider: prov.ID().String(),
 		Start: now.Add(-time.Hour), End: now, GPUCount: 1, GPUSeconds: 3600, Price: 1, Amount: 1, Outcome: "succeeded", IssuedAt: now}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,22 +123,27 @@ func TestRequestResponseAndGossip(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if err := b.Publish(ctx, "t", []byte("hello")); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case m := <-got:
-			if m != "hello" {
-				t.Fatalf("gossip %q", m)
-			}
-			return
-		case <-time.After(500 * time.Millisecond):
-		}
+	// Wait for the mesh: b must know a as a subscriber of the topic before
+	// one publish is expected to reach it.
+	topic, err := b.Topic("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(topic.ListPeers(), a.ID()); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("gossip never arrived")
+			t.Fatalf("b never saw a subscribe to the topic (peers %v)", topic.ListPeers())
 		}
+	}
+	if err := b.Publish(ctx, "t", []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m != "hello" {
+			t.Fatalf("gossip %q", m)
+		}
+	case <-ctx.Done():
+		t.Fatal("gossip never arrived")
 	}
 }
 

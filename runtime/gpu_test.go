@@ -117,9 +117,11 @@ func TestDetectGPUsValidatesDeclared(t *testing.T) {
 		"vram_gb":        {{Model: "A10", VRAMGB: 0}},
 	}
 	for want, decl := range cases {
-		if _, err := detectGPUs(f, "", decl, nil); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("declared %+v: error %v, want %q", decl, err, want)
-		}
+		t.Run(want, func(t *testing.T) {
+			if _, err := detectGPUs(f, "", decl, nil); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("declared %+v: error %v, want %q", decl, err, want)
+			}
+		})
 	}
 	// Renter-only node: nothing detected, nothing declared.
 	inv, err := detectGPUs(f, "", nil, nil)

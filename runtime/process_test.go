@@ -373,11 +373,13 @@ func TestSpecValidation(t *testing.T) {
 		"dot outputs":    func(s *Spec) { s.Outputs = "." },
 	}
 	for name, mutate := range bad {
-		s := ok
-		mutate(&s)
-		if err := s.validate(now); !errors.Is(err, ErrInvalidSpec) {
-			t.Errorf("%s: got %v, want ErrInvalidSpec", name, err)
-		}
+		t.Run(name, func(t *testing.T) {
+			s := ok
+			mutate(&s)
+			if err := s.validate(now); !errors.Is(err, ErrInvalidSpec) {
+				t.Errorf("%s: got %v, want ErrInvalidSpec", name, err)
+			}
+		})
 	}
 }
 

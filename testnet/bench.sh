@@ -40,7 +40,12 @@ for ((i = 0; i < posts; i++)); do
   if grep -Eq '"state":"(leased|finished)"' <<<"$out"; then tail -1 <<<"$out" >>"$GPUMESH_TESTNET_DIR/post.txt"; fi
 done
 
-sleep 5 # let the jobs finish, then measure idle memory
+# Idle memory is measured once every posted job has finished (none pending
+# or running on the renter's view), waiting at most 30 s.
+for _ in $(seq 1 300); do
+  api "http://x/v1/jobs" | grep -Eq '"run":"(pending|running)"' || break
+  sleep 0.1
+done
 rss=()
 while read -r pid _; do
   rss+=("$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")")

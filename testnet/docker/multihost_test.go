@@ -435,15 +435,17 @@ func TestMultiHost(t *testing.T) {
 			{[]string{"--gpu", "H100", "--count", "3"}, nil},
 			{[]string{"--gpu", "RTX4090", "--region", "eu"}, nil},
 		} {
-			// Everything is advertised by now: the first answer must be right.
-			got, err := c.providers(renter, tc.query...)
-			if err != nil {
-				t.Errorf("providers %v: %v", tc.query, err)
-				continue
-			}
-			if want := c.ids(tc.want...); !slices.Equal(got, want) {
-				t.Errorf("providers %v = %s, want %s", tc.query, c.names(got), c.names(want))
-			}
+			t.Run(strings.Join(tc.query, " "), func(t *testing.T) {
+				// Everything is advertised by now: the first answer must be right.
+				got, err := c.providers(renter, tc.query...)
+				if err != nil {
+					t.Errorf("providers %v: %v", tc.query, err)
+					return
+				}
+				if want := c.ids(tc.want...); !slices.Equal(got, want) {
+					t.Errorf("providers %v = %s, want %s", tc.query, c.names(got), c.names(want))
+				}
+			})
 		}
 	}) {
 		t.Fatal("discovery failed; the remaining scenarios depend on it")
@@ -550,6 +552,8 @@ func TestMultiHost(t *testing.T) {
 			if want := c.ids(h100, a100); err != nil || !slices.Equal(got, want) {
 				t.Errorf("providers after %s rejoined = %s (err %v), want %s", a100, c.names(got), err, c.names(want))
 			}
+			// Not synchronisation: the answers are sampled a second
+			// apart to check that the settled view stays settled.
 			time.Sleep(time.Second)
 		}
 		// The rejoined provider must be usable, not just listed: a job that

@@ -472,47 +472,18 @@ func (s *sim) call(j int, req *auction.Job) (bool, error) {
 	return s.auction(j, req)
 }
 
-// staticCandidates lists providers that can ever host the job: enough GPUs
-// of enough VRAM, residency, preemptibility and price floor. It is a
-// superset of the providers auction.Evaluate may accept, used as an index.
+// staticCandidates lists providers that can ever host the job
+// (auction.StaticFit: residency, workload, preemptibility, hardware, price
+// floor). It is a superset of the providers auction.Evaluate may accept,
+// used as an index.
 func (s *sim) staticCandidates(j *auction.Job) []int32 {
 	out := []int32{}
 	for i := range s.provs {
-		if staticFit(&s.w.provs[i], j) {
+		if auction.StaticFit(&s.w.provs[i].Capability, j) == nil {
 			out = append(out, int32(i))
 		}
 	}
 	return out
-}
-
-func staticFit(p *Provider, j *auction.Job) bool {
-	c := &p.Capability
-	if j.Preemptible && !c.Policy.AcceptPreemptible {
-		return false
-	}
-	if c.Policy.PriceFloor > j.MaxPrice {
-		return false
-	}
-	if j.Region != "" && c.Region != j.Region && !hasPrefix(c.Region, j.Region+"-") {
-		return false
-	}
-	n := 0
-	for _, g := range c.GPUs {
-		if g.VRAMGB >= j.MinVRAMGB {
-			n++
-		}
-	}
-	return n >= j.GPUCount
-}
-
-func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
-
-func (s *sim) minSlice(j *auction.Job) int64 {
-	d := int64(j.Duration / time.Second)
-	if j.Preemptible {
-		d = min(d, int64(auction.MinBackfill/time.Second))
-	}
-	return d
 }
 
 // firstFit is the FIFO baseline's placement: the first provider, in fixed
@@ -560,14 +531,11 @@ type lbCand struct {
 func (s *sim) auction(j int, req *auction.Job) (bool, error) {
 	js := &s.jobs[j]
 	now := vt(s.now)
-	ms := s.minSlice(req)
-	latest := s.now + int64(auction.DefaultPatience/time.Second)
-	if !req.Deadline.IsZero() {
-		latest = int64(req.Deadline.Sub(Epoch) / time.Second)
-	}
+	latest := int64(auction.Horizon(req, now).Sub(Epoch) / time.Second)
 	order := make([]lbCand, 0, len(js.cands))
 	for _, pi := range js.cands {
 		p := &s.provs[pi]
+		ms := int64(auction.MinSlice(p.p.Capability.Policy, req) / time.Second)
 		if !p.couldOffer(s.now, latest, ms) {
 			continue
 		}
@@ -643,10 +611,7 @@ func (s *sim) award(j, pi int, off auction.Offer) error {
 	b := auction.Booking{LeaseID: id, Start: off.Start, End: off.End, GPUs: js.spec.GPUCount, Tier: js.spec.Tier, Preemptible: js.spec.Preemptible}
 	// As the provider daemon does: evict only if the planned preemptions
 	// are still needed.
-	evicted, err := p.ps.Cal.ReserveEvicting(b, nil)
-	if errors.Is(err, auction.ErrOverbooked) && len(off.Preempts) > 0 {
-		evicted, err = p.ps.Cal.ReserveEvicting(b, off.Preempts)
-	}
+	evicted, err := p.ps.Cal.ReserveThenEvict(b, off.Preempts)
 	if err != nil {
 		return fmt.Errorf("replay: %s: book lease %s: %w", s.policy, id, err)
 	}

@@ -43,10 +43,12 @@ func TestLoadTraceErrors(t *testing.T) {
 		{head + ",1,2,1\n", "line 2: empty job_id"},
 	}
 	for _, c := range cases {
-		_, err := LoadTrace(strings.NewReader(c.in))
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("LoadTrace(%q) = %v, want error containing %q", c.in, err, c.want)
-		}
+		t.Run(c.want, func(t *testing.T) {
+			_, err := LoadTrace(strings.NewReader(c.in))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("LoadTrace(%q) = %v, want error containing %q", c.in, err, c.want)
+			}
+		})
 	}
 }
 
@@ -56,9 +58,11 @@ func TestParseMix(t *testing.T) {
 		t.Fatalf("ParseMix = %v, %v", m, err)
 	}
 	for _, bad := range []string{"gold", "platinum=1", "gold=-1", "gold=0", "gold=x"} {
-		if _, err := ParseMix(bad, tierNames...); err == nil {
-			t.Errorf("ParseMix(%q) accepted", bad)
-		}
+		t.Run(bad, func(t *testing.T) {
+			if _, err := ParseMix(bad, tierNames...); err == nil {
+				t.Errorf("ParseMix(%q) accepted", bad)
+			}
+		})
 	}
 }
 
@@ -344,5 +348,28 @@ func TestReliabilityLearnedFromOutcomes(t *testing.T) {
 	}
 	if auc.LostGPUHours >= fifo.LostGPUHours {
 		t.Errorf("auction lost %v GPU-h, fifo %v: the auction should lose less", auc.LostGPUHours, fifo.LostGPUHours)
+	}
+}
+
+// The replay's eligibility is auction's: a job's residency matches a
+// provider's region case-insensitively ("EU" on "eu-west"), and a job
+// restricted to a GPU model the only provider lacks is unplaceable.
+func TestEligibilityIsAuctions(t *testing.T) {
+	h := time.Hour
+	eu := job("eu", 0, 1, h, auction.Silver)
+	eu.Region = "EU"
+	h100 := job("h100", 0, 1, h, auction.Silver)
+	h100.GPUModels = []string{"H100"}
+	r, err := Run(Config{Jobs: []auction.Job{eu, h100}, Providers: []Provider{alwaysOn("p0", 2)}, Drain: 4 * h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Unplaceable != 1 {
+		t.Errorf("unplaceable %d, want 1 (the H100 job)", r.Unplaceable)
+	}
+	for _, name := range []string{PolicyAuction, PolicyFIFO} {
+		if p := policy(t, r, name); p.Completed != 1 {
+			t.Errorf("%s completed %d, want 1 (the EU job on eu-west)", name, p.Completed)
+		}
 	}
 }

@@ -252,7 +252,7 @@ func Run(cfg Config) (*Report, error) {
 	w.placeable = make([]bool, len(jobs))
 	for i := range jobs {
 		for k := range provs {
-			if staticFit(&provs[k], &jobs[i]) {
+			if auction.StaticFit(&provs[k].Capability, &jobs[i]) == nil {
 				w.placeable[i] = true
 				break
 			}
