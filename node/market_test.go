@@ -14,6 +14,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 func post(t *testing.T, n *testNode, job auction.Job) api.JobView {
@@ -65,12 +66,37 @@ func withPolicy(cfg Config, f func(*auction.Policy)) Config {
 	return cfg
 }
 
-// waitAdvertised waits until every provider's record is discoverable, so
-// that calls reach them through their topics' meshes.
+// waitAdvertised waits until every provider's record is discoverable and
+// from knows each provider's subscription to every topic the provider
+// hears calls on, so that a call published by from reaches it.
 func waitAdvertised(t *testing.T, from *testNode, ns ...*testNode) {
 	t.Helper()
 	eventuallyProviders(t, from.Daemon, auction.Query{}, idsOf(ns...), 30*time.Second)
-	time.Sleep(time.Second) // let GossipSub meshes form
+	for _, n := range ns {
+		waitSubscribed(t, from.Daemon, n.ID(), n.Advertised())
+	}
+}
+
+// waitSubscribed waits until from has seen provider id subscribe to each
+// call topic of its capability c.
+func waitSubscribed(t *testing.T, from *Daemon, id peer.ID, c *auction.Capability) {
+	t.Helper()
+	if c == nil {
+		t.Fatalf("provider %s has advertised no capability", id)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for _, name := range auction.ProviderTopics(c) {
+		topic, err := from.net.Topic(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for !slices.Contains(topic.ListPeers(), id) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never saw provider %s subscribe to %s", from.ID(), id, name)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // TestAuctionOnTestnet: on a loopback network of 9 providers with varied

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"gopkg.in/yaml.v3"
 )
 
@@ -170,6 +171,14 @@ func startProviderProcess(t *testing.T, bin, dir string, boot *testNode) (*exec.
 		t.Fatal(err)
 	}
 	eventuallyProviders(t, boot.Daemon, auction.Query{}, []string{st.PeerID}, 30*time.Second)
-	time.Sleep(time.Second)
+	pid, err := peer.Decode(st.PeerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Discovered means advertised: read the record it advertised.
+	if err := api.NewClient(dir).Do(context.Background(), "GET", "/status", nil, nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	waitSubscribed(t, boot.Daemon, pid, st.Advertised)
 	return proc, st
 }
