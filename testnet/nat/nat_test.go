@@ -31,7 +31,7 @@ const (
 	relayIP  = "10.231.1.1"
 	homeIP   = "10.231.2.1"
 	renterIP = "10.231.3.1"
-	homeNet  = "10.231.2.0/24"
+	officeIP = "10.231.4.1"
 	// cmdTimeout bounds one setup or CLI command.
 	cmdTimeout = 2 * time.Minute
 )
@@ -78,17 +78,19 @@ func run(t *testing.T, name string, args ...string) string {
 }
 
 // topology is the test's namespaces.
-type topology struct{ router, relay, renter, home string }
+type topology struct{ router, relay, renter, home, office string }
 
-// buildTopology creates four namespaces: router forwards between relay
-// (10.231.1.0/24), renter (10.231.3.0/24) and home (10.231.2.0/24), and
-// masquerades home's traffic; connections into home are dropped unless they
-// belong to a flow home started. Everything is removed in t.Cleanup.
+// buildTopology creates five namespaces: router forwards between relay
+// (10.231.1.0/24) and renter (10.231.3.0/24) on the public side and two
+// networks behind NAT, home (10.231.2.0/24) and office (10.231.4.0/24),
+// whose traffic it masquerades; connections into home or office are dropped
+// unless they belong to a flow started from inside. Everything is removed in
+// t.Cleanup.
 func buildTopology(t *testing.T) topology {
 	t.Helper()
 	p := "gm" + randHex(t, 3)
-	tp := topology{router: p + "-rtr", relay: p + "-rly", renter: p + "-rnt", home: p + "-home"}
-	for _, ns := range []string{tp.router, tp.relay, tp.renter, tp.home} {
+	tp := topology{router: p + "-rtr", relay: p + "-rly", renter: p + "-rnt", home: p + "-home", office: p + "-ofc"}
+	for _, ns := range []string{tp.router, tp.relay, tp.renter, tp.home, tp.office} {
 		run(t, "ip", "netns", "add", ns)
 		t.Cleanup(func() {
 			// Deleting a namespace deletes its veths and iptables rules.
@@ -111,12 +113,14 @@ func buildTopology(t *testing.T) topology {
 	link(tp.relay, "1", "10.231.1")
 	homeSide := link(tp.home, "2", "10.231.2")
 	link(tp.renter, "3", "10.231.3")
+	officeSide := link(tp.office, "4", "10.231.4")
 	in := func(args ...string) { run(t, "ip", append([]string{"netns", "exec", tp.router}, args...)...) }
 	in("sysctl", "-qw", "net.ipv4.ip_forward=1")
-	in("iptables", "-t", "nat", "-A", "POSTROUTING", "-s", homeNet, "!", "-o", homeSide, "-j", "MASQUERADE")
-	in("iptables", "-A", "FORWARD", "-i", homeSide, "-j", "ACCEPT")
-	in("iptables", "-A", "FORWARD", "-o", homeSide, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT")
-	in("iptables", "-A", "FORWARD", "-o", homeSide, "-j", "DROP")
+	for _, nat := range []struct{ side, subnet string }{{homeSide, "10.231.2.0/24"}, {officeSide, "10.231.4.0/24"}} {
+		in("iptables", "-t", "nat", "-A", "POSTROUTING", "-s", nat.subnet, "!", "-o", nat.side, "-j", "MASQUERADE")
+		in("iptables", "-A", "FORWARD", "-o", nat.side, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT")
+		in("iptables", "-A", "FORWARD", "-o", nat.side, "-j", "DROP")
+	}
 	return tp
 }
 
@@ -269,17 +273,20 @@ func TestProviderBehindNAT(t *testing.T) {
 	tp := buildTopology(t)
 	n := &net{t: t, bin: bin, tmp: tmp}
 
-	// Nothing on the public side can open a connection into home.
-	probe := exec.Command("ip", "netns", "exec", tp.renter, "timeout", "3",
-		"bash", "-c", "exec 3<>/dev/tcp/"+homeIP+"/22")
-	if err := probe.Run(); err == nil {
-		t.Fatal("a TCP connection from the renter's namespace into home succeeded: no NAT")
+	// Nothing outside home can open a connection into it: not the public
+	// side, not the office behind the same router.
+	for _, from := range []string{tp.renter, tp.office} {
+		probe := exec.Command("ip", "netns", "exec", from, "timeout", "3",
+			"bash", "-c", "exec 3<>/dev/tcp/"+homeIP+"/22")
+		if err := probe.Run(); err == nil {
+			t.Fatalf("a TCP connection from %s into home succeeded: no NAT", from)
+		}
 	}
 
 	relay := n.start("relay", tp.relay, `listen: [/ip4/`+relayIP+`/tcp/4001]
 reachability: public
 relay_service: true
-relay_limits: {max_reservations: 1, max_circuits: 4, limit_duration: 2m, limit_data: 1048576}
+relay_limits: {max_reservations: 2, max_circuits: 4, limit_duration: 2m, limit_data: 1048576}
 `)
 	relayAddr := "/ip4/" + relayIP + "/tcp/4001/p2p/" + relay.id
 	renter := n.start("renter", tp.renter, `listen: [/ip4/`+renterIP+`/tcp/4001]
@@ -300,23 +307,18 @@ provider:
   policy: {price_floor: 0.5, accept_preemptible: true}
 `)
 
-	// The provider knows it is private and holds a circuit through the relay.
-	wantCircuit := relayAddr + "/p2p-circuit/p2p/" + provider.id
-	st := await(t, "provider's circuit address", 30*time.Second, func() (api.StatusInfo, error) {
-		var st api.StatusInfo
-		if err := n.cliJSON(provider, &st, "status", "--json"); err != nil {
-			return st, err
+	// Both nodes behind NAT know they are private and hold a circuit
+	// through the relay.
+	office := n.start("office", tp.office, `listen: [/ip4/`+officeIP+`/tcp/4001]
+reachability: private
+bootstrap: [`+relayAddr+`]
+relays: [`+relayAddr+`]
+`)
+	for _, d := range []*daemon{provider, office} {
+		n.awaitCircuit(d, relayAddr+"/p2p-circuit/p2p/"+d.id)
+		if !strings.Contains(d.logText(), "reachability=private") {
+			t.Fatalf("%s did not log its reachability", d.name)
 		}
-		if c := circuitAddrs(st.Addrs); len(c) != 1 || c[0] != wantCircuit {
-			return st, fmt.Errorf("circuit addrs %v, want [%s]", c, wantCircuit)
-		}
-		return st, nil
-	})
-	if st.Reachability != "private" {
-		t.Fatalf("provider reachability %q, want private", st.Reachability)
-	}
-	if !strings.Contains(provider.logText(), "reachability=private") {
-		t.Fatal("provider did not log its reachability")
 	}
 	for _, d := range []*daemon{relay, renter} {
 		var st api.StatusInfo
@@ -325,26 +327,55 @@ provider:
 		}
 	}
 
-	// The relay's limit holds: a second node behind the same NAT is refused
-	// the one reservation the relay grants.
-	second := n.start("second", tp.home, `listen: [/ip4/`+homeIP+`/tcp/4002]
+	// The relay's limit holds: a third node behind NAT is refused a
+	// reservation, the relay granting two.
+	third := n.start("third", tp.home, `listen: [/ip4/`+homeIP+`/tcp/4002]
 reachability: private
 bootstrap: [`+relayAddr+`]
 relays: [`+relayAddr+`]
 `)
-	await(t, "second reservation refused", 30*time.Second, func() (struct{}, error) {
-		if !strings.Contains(second.logText(), "RESERVATION_REFUSED") {
-			return struct{}{}, fmt.Errorf("no RESERVATION_REFUSED in the second node's log")
+	await(t, "third reservation refused", 30*time.Second, func() (struct{}, error) {
+		if !strings.Contains(third.logText(), "RESERVATION_REFUSED") {
+			return struct{}{}, fmt.Errorf("no RESERVATION_REFUSED in the third node's log")
 		}
 		return struct{}{}, nil
 	})
-	var st2 api.StatusInfo
-	if err := n.cliJSON(second, &st2, "status", "--json"); err != nil {
+	var st3 api.StatusInfo
+	if err := n.cliJSON(third, &st3, "status", "--json"); err != nil {
 		t.Fatal(err)
 	}
-	if c := circuitAddrs(st2.Addrs); len(c) != 0 {
-		t.Fatalf("second node advertises circuits beyond the relay's max_reservations=1: %v", c)
+	if c := circuitAddrs(st3.Addrs); len(c) != 0 {
+		t.Fatalf("third node advertises circuits beyond the relay's max_reservations=2: %v", c)
 	}
+
+	// GossipSub does not run over relayed connections, so a job call from
+	// behind NAT reaches a provider behind NAT through a public member of
+	// the topic: here a public provider too expensive to bid.
+	forwarder := n.start("forwarder", tp.renter, `listen: [/ip4/`+renterIP+`/tcp/4002]
+reachability: public
+bootstrap: [`+relayAddr+`]
+provider:
+  enabled: true
+  advertise_ttl: 15s
+  executor: process
+  gpu_source: declared
+  gpus: [{model: RTX4090, vram_gb: 24}]
+  policy: {price_floor: 50}
+`)
+
+	// The provider behind NAT dials out to the forwarder and meshes with it.
+	await(t, "provider meshed with the forwarder", 60*time.Second, func() (struct{}, error) {
+		var peers []api.PeerInfo
+		if err := n.cliJSON(forwarder, &peers, "peers", "--json"); err != nil {
+			return struct{}{}, err
+		}
+		for _, p := range peers {
+			if p.ID == provider.id && len(circuitAddrs(p.Addrs)) < len(p.Addrs) {
+				return struct{}{}, nil
+			}
+		}
+		return struct{}{}, fmt.Errorf("forwarder has no direct connection to the provider")
+	})
 
 	// The renter discovers the provider through the DHT, circuit included.
 	await(t, "renter discovers the provider", 60*time.Second, func() ([]auction.Capability, error) {
@@ -363,30 +394,68 @@ relays: [`+relayAddr+`]
 		return caps, fmt.Errorf("provider not listed (%d others)", len(caps))
 	})
 
-	// It wins a job, runs it, and the renter streams its log.
+	// A public renter: the provider dials out to it (bids), so their
+	// connection is direct.
+	kind := n.lease(renter, provider, "natted")
+	t.Logf("public renter <-> provider behind NAT: %s", kind)
+
+	// A renter behind a second NAT: neither side can dial the other, and
+	// DCUtR only punches holes between public addresses (all of them are
+	// private-range here), so the whole lease - bids, award, heartbeats,
+	// log stream, receipt - runs over the relay's limited connection.
+	if kind := n.lease(office, provider, "relayed"); kind != "relayed" {
+		t.Fatalf("office renter <-> provider: %s connection, want relayed (both are behind NAT)", kind)
+	}
+	t.Logf("NAT test took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// awaitCircuit waits until d's status lists exactly the circuit want, and
+// requires its reachability to be private.
+func (n *net) awaitCircuit(d *daemon, want string) {
+	t := n.t
+	t.Helper()
+	st := await(t, d.name+"'s circuit address", 30*time.Second, func() (api.StatusInfo, error) {
+		var st api.StatusInfo
+		if err := n.cliJSON(d, &st, "status", "--json"); err != nil {
+			return st, err
+		}
+		if c := circuitAddrs(st.Addrs); len(c) != 1 || c[0] != want {
+			return st, fmt.Errorf("circuit addrs %v, want [%s]", c, want)
+		}
+		return st, nil
+	})
+	if st.Reachability != "private" {
+		t.Fatalf("%s reachability %q, want private", d.name, st.Reachability)
+	}
+}
+
+// lease has renter post `echo word` and requires provider to win and run
+// it, the renter to stream its log, and the lease to settle with the
+// receipt in the renter's job and in both ledgers. It returns how renter
+// is connected to provider afterwards: "relayed" or "direct".
+func (n *net) lease(renter, provider *daemon, word string) string {
+	t := n.t
+	t.Helper()
 	var v api.JobView
 	if err := n.cliJSON(renter, &v, "job", "post", "--gpu", "RTX4090", "--max-price", "5", "--duration", "5m",
-		"--wait", "--json", "--", "echo", "natted"); err != nil {
+		"--wait", "--json", "--", "echo", word); err != nil {
 		t.Fatal(err)
 	}
 	if v.Lease == nil || v.Lease.Provider != provider.id {
-		t.Fatalf("job %s leased to %v, want the provider behind NAT %s", v.Job.ID, v.Lease, provider.id)
+		t.Fatalf("%s's job %s leased to %v, want the provider behind NAT %s", renter.name, v.Job.ID, v.Lease, provider.id)
 	}
 	if v.Run != auction.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
-		t.Fatalf("job %s: run %q exit %v detail %q, want succeeded", v.Job.ID, v.Run, v.ExitCode, v.Detail)
+		t.Fatalf("%s's job %s: run %q exit %v detail %q, want succeeded", renter.name, v.Job.ID, v.Run, v.ExitCode, v.Detail)
 	}
-	logs := await(t, "job logs", 30*time.Second, func() (string, error) {
+	logs := await(t, renter.name+"'s job logs", 30*time.Second, func() (string, error) {
 		out, err := n.cli(renter, "job", "logs", v.Job.ID)
-		if err == nil && !strings.Contains(out, "natted") {
-			err = fmt.Errorf("log %q lacks the job's output", tail(out, 300))
+		if err == nil && !strings.Contains(out, word) {
+			err = fmt.Errorf("log %q lacks the job's output %q", tail(out, 300), word)
 		}
 		return out, err
 	})
-	t.Logf("job %s log: %q", v.Job.ID, strings.TrimSpace(logs))
-
-	// The lease settles: the renter's job carries the two-party receipt and
-	// both ledgers hold it.
-	await(t, "receipt in the job's status", 30*time.Second, func() (api.JobView, error) {
+	t.Logf("%s's job %s log: %q", renter.name, v.Job.ID, strings.TrimSpace(logs))
+	await(t, renter.name+"'s receipt in the job's status", 30*time.Second, func() (api.JobView, error) {
 		var jv api.JobView
 		if err := n.cliJSON(renter, &jv, "job", "status", "--json", v.Job.ID); err != nil {
 			return jv, err
@@ -408,21 +477,19 @@ relays: [`+relayAddr+`]
 			return es, nil
 		})
 	}
-
-	// How the renter reaches the provider now: through the relay, or a
-	// direct connection (the provider dialled out, or a hole punch).
 	var peers []api.PeerInfo
 	if err := n.cliJSON(renter, &peers, "peers", "--json"); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range peers {
 		if p.ID == provider.id {
-			kind := "direct"
-			if len(circuitAddrs(p.Addrs)) == len(p.Addrs) {
-				kind = "relayed"
+			t.Logf("%s's connections to the provider: %v", renter.name, p.Addrs)
+			if len(p.Addrs) > 0 && len(circuitAddrs(p.Addrs)) == len(p.Addrs) {
+				return "relayed"
 			}
-			t.Logf("renter's connection to the provider: %s %v", kind, p.Addrs)
+			return "direct"
 		}
 	}
-	t.Logf("NAT test took %s", time.Since(began).Round(time.Millisecond))
+	t.Fatalf("%s is not connected to the provider after the lease", renter.name)
+	return ""
 }
