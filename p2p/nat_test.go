@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -82,6 +83,30 @@ func TestRelayReservationAndLimitedStreams(t *testing.T) {
 	if !strings.Contains(homeLog.String(), "reachability=private") {
 		t.Fatalf("reachability not logged:\n%s", homeLog)
 	}
+	// Private: a DHT client, which does not serve the DHT protocol (others
+	// cannot dial it); public: a server.
+	kad := ProtocolPrefix + "/kad/1.0.0"
+	waitServing := func(n *Node, want bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); slices.Contains(n.Host.Mux().Protocols(), kad) != want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s serves the DHT: %v, want %v", n.ID(), !want, want)
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	waitServing(home, false)
+	waitServing(rl, true)
+	// Undecided (loopback addresses are never tested by AutoNAT): a server.
+	undecided := newNode(t)
+	if got := undecided.Reachability(); got != ReachabilityUnknown {
+		t.Fatalf("default node's reachability %q, want unknown", got)
+	}
+	waitServing(undecided, true)
 	homeCircuits := circuits(home.Addrs())
 	if len(homeCircuits) == 0 {
 		t.Fatalf("no circuit address after reservation: %v\n%s", home.Addrs(), homeLog)
