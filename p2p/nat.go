@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/client"
+	pbv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/pb"
 	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -215,7 +215,7 @@ func (n *Node) keepReservation(ctx context.Context, ai peer.AddrInfo, first chan
 				return
 			}
 			var re client.ReservationError
-			if errors.As(err, &re) && re.Status.String() != "CONNECTION_FAILED" {
+			if errors.As(err, &re) && re.Status != pbv2.Status_CONNECTION_FAILED {
 				n.log.Warn("relay refused reservation", "relay", ai.ID, "status", re.Status.String(), "err", err)
 			} else {
 				n.log.Warn("relay reservation failed", "relay", ai.ID, "err", err)
@@ -294,6 +294,3 @@ type limitedOK struct{ host.Host }
 func (h limitedOK) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
 	return h.Host.NewStream(network.WithAllowLimitedConn(ctx, "gpumesh"), p, pids...)
 }
-
-// IsCircuitAddr reports whether a multiaddr goes through a relay.
-func IsCircuitAddr(a string) bool { return strings.Contains(a, "/p2p-circuit") }
