@@ -104,6 +104,7 @@ func (d *Daemon) Status() api.StatusInfo {
 		Uptime: d.now().Sub(d.started).Round(time.Second).String(), Region: d.cfg.Region,
 		Provider: d.cfg.Provider.Enabled, GPUSource: d.inv.Source, GPUs: d.inv.GPUs,
 		Driver: d.inv.Driver, CUDA: d.inv.CUDA, Advertised: d.Advertised(),
+		Reachability: d.net.Reachability(),
 	}
 	if d.market != nil {
 		s.Executor = d.market.executorName()

@@ -30,6 +30,19 @@ type Config struct {
 	Bootstrap []string `yaml:"bootstrap"`
 	// MDNS enables local-network peer discovery (off by default).
 	MDNS bool `yaml:"mdns"`
+	// Reachability is auto (AutoNAT decides), public or private (e.g. a
+	// home machine known to sit behind NAT: it reserves relay slots and
+	// runs its DHT as a client straight away). Default auto.
+	Reachability string `yaml:"reachability"`
+	// Relays are circuit relays (multiaddrs ending in /p2p/<peer id>) on
+	// which a node that is not publicly reachable reserves a slot and
+	// advertises its /p2p-circuit addresses.
+	Relays []string `yaml:"relays"`
+	// RelayService makes this node a circuit relay for peers behind NAT,
+	// within RelayLimits.
+	RelayService bool `yaml:"relay_service"`
+	// RelayLimits bounds the relay service (zero fields: libp2p defaults).
+	RelayLimits p2p.RelayLimits `yaml:"relay_limits"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `yaml:"log_level"`
 	// Region is where this node is, e.g. "eu-west" (used by residency rules).
@@ -70,6 +83,15 @@ type ProviderConfig struct {
 	// HeartbeatInterval is the telemetry period during a lease. It is also
 	// what a renter expects from its providers. Default 5s.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+}
+
+// relayService is the relay service's limits, nil when it is off.
+func (c Config) relayService() *p2p.RelayLimits {
+	if !c.RelayService {
+		return nil
+	}
+	l := c.RelayLimits
+	return &l
 }
 
 // DefaultConfig is the configuration used when no file exists.
@@ -123,6 +145,15 @@ func (c Config) Validate() error {
 	}
 	if _, err := p2p.ParseAddrInfos(c.Bootstrap); err != nil {
 		return err
+	}
+	if err := p2p.ValidateReachability(c.Reachability); err != nil {
+		return err
+	}
+	if _, err := p2p.ParseAddrInfos(c.Relays); err != nil {
+		return fmt.Errorf("relays: %w", err)
+	}
+	if err := c.RelayLimits.Validate(); err != nil {
+		return fmt.Errorf("relay_limits: %w", err)
 	}
 	p := c.Provider
 	for i, g := range p.GPUs {

@@ -152,6 +152,9 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		Validators:      map[string]record.Validator{auction.CapabilityNamespace: auction.CapabilityValidator{Now: d.now}},
 		ProvideValidity: max(3*ttl, 30*time.Minute),
 		MDNS:            d.cfg.MDNS,
+		Reachability:    d.cfg.Reachability,
+		Relays:          d.cfg.Relays,
+		RelayService:    d.cfg.relayService(),
 		Log:             d.log,
 	})
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
+	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
 	"github.com/libp2p/go-libp2p/p2p/security/noise"
 	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
@@ -56,18 +57,42 @@ type Config struct {
 	ProvideValidity time.Duration
 	// MDNS enables local-network discovery (off by default).
 	MDNS bool
-	Log  *slog.Logger
+	// Reachability is auto (AutoNAT v1 and v2 decide), public or private
+	// (the operator knows; AutoNAT is overridden). A private node runs its
+	// DHT in client mode and reserves relay slots; an undecided one stays a
+	// DHT server.
+	Reachability string
+	// Relays are static circuit relays (multiaddrs with /p2p/ID) on which a
+	// node that is not publicly reachable holds a reservation; their
+	// /p2p-circuit addresses join the node's own. Without them auto-relay
+	// picks relays among the DHT's peers.
+	Relays []string
+	// RelayService runs the circuit relay v2 service for other peers, within
+	// these limits (nil: no relay service).
+	RelayService *RelayLimits
+	Log          *slog.Logger
 }
 
 // Node is a running libp2p host with its DHT and GossipSub.
 type Node struct {
+	// Host opens streams that may run over a relayed (limited) connection:
+	// to a peer behind NAT that is the only way in until hole punching has
+	// upgraded the connection.
 	Host   host.Host
 	DHT    *dht.IpfsDHT
 	PubSub *pubsub.PubSub
 
+	raw       host.Host // the libp2p host itself
 	log       *slog.Logger
 	bootstrap []peer.AddrInfo
 	mdns      mdns.Service
+	relaySvc  *relay.Relay
+
+	natMu        sync.Mutex
+	reach        string
+	reachChanged chan struct{}
+	circuits     map[peer.ID][]ma.Multiaddr
+	firstReserve []chan struct{}
 
 	mu     sync.Mutex
 	topics map[string]*pubsub.Topic
@@ -96,16 +121,65 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := libp2p.New(
+	relays, err := ParseAddrInfos(cfg.Relays)
+	if err != nil {
+		return nil, err
+	}
+	if err := ValidateReachability(cfg.Reachability); err != nil {
+		return nil, fmt.Errorf("p2p: %w", err)
+	}
+	if cfg.RelayService != nil {
+		if err := cfg.RelayService.Validate(); err != nil {
+			return nil, fmt.Errorf("p2p: relay service: %w", err)
+		}
+	}
+	n := &Node{log: cfg.Log, bootstrap: boot, topics: map[string]*pubsub.Topic{},
+		reach: ReachabilityUnknown, reachChanged: make(chan struct{}), circuits: map[peer.ID][]ma.Multiaddr{}}
+	opts := []libp2p.Option{
 		libp2p.Identity(cfg.Key),
 		libp2p.ListenAddrStrings(listen...),
 		libp2p.Security(noise.ID, noise.New),
 		libp2p.Transport(tcp.NewTCPTransport),
 		libp2p.Transport(libp2pquic.NewTransport),
-		libp2p.DisableRelay(),
-	)
+		// NAT traversal: the circuit relay v2 transport (dialling peers
+		// behind NAT through their relay, accepting relayed connections),
+		// AutoNAT v1 and v2 (client and dial-back service), auto-relay,
+		// DCUtR hole punching, and circuits through static relays in the
+		// host's addresses.
+		libp2p.EnableRelay(),
+		libp2p.EnableNATService(),
+		libp2p.EnableAutoNATv2(),
+		libp2p.EnableHolePunching(),
+		libp2p.EnableAutoRelayWithPeerSource(n.relayPeerSource),
+		libp2p.AddrsFactory(n.addrsFactory),
+	}
+	switch cfg.Reachability {
+	case ReachabilityPublic:
+		opts = append(opts, libp2p.ForceReachabilityPublic())
+	case ReachabilityPrivate:
+		opts = append(opts, libp2p.ForceReachabilityPrivate())
+	}
+	h, err := libp2p.New(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("p2p: start host: %w", err)
+	}
+	n.raw, n.Host = h, limitedOK{h}
+	pctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	if err := n.watchReachability(pctx); err != nil {
+		cancel()
+		_ = h.Close()
+		return nil, err
+	}
+	if cfg.RelayService != nil {
+		n.relaySvc, err = relay.New(h, relay.WithResources(cfg.RelayService.resources()))
+		if err != nil {
+			cancel()
+			_ = h.Close()
+			return nil, fmt.Errorf("p2p: start relay service: %w", err)
+		}
+		n.log.Info("relay service on", "max_reservations", cfg.RelayService.resources().MaxReservations,
+			"max_circuits", cfg.RelayService.resources().MaxCircuits)
 	}
 	validity := cfg.ProvideValidity
 	if validity <= 0 {
@@ -116,7 +190,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		nv[ns] = v
 	}
 	kad, err := dht.New(h,
-		dht.Mode(dht.ModeServer),
+		// A server unless AutoNAT (or the operator) says the node is
+		// private; then a client, which others cannot dial.
+		dht.Mode(dht.ModeAutoServer),
 		dht.ProtocolPrefix(ProtocolPrefix),
 		dht.Validator(nv),
 		dht.BootstrapPeers(boot...),
@@ -124,10 +200,14 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		dht.MaxRecordAge(validity),
 	)
 	if err != nil {
+		n.closeRelay()
+		cancel()
 		_ = h.Close()
 		return nil, fmt.Errorf("p2p: start dht: %w", err)
 	}
-	pctx, cancel := context.WithCancel(context.Background())
+	n.natMu.Lock()
+	n.DHT = kad
+	n.natMu.Unlock()
 	ps, err := pubsub.NewGossipSub(pctx, h,
 		pubsub.WithDiscovery(drouting.NewRoutingDiscovery(kad)),
 		pubsub.WithMaxMessageSize(MaxGossipMessage),
@@ -136,12 +216,17 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	)
 	if err != nil {
 		cancel()
+		n.closeRelay()
 		_ = kad.Close()
 		_ = h.Close()
 		return nil, fmt.Errorf("p2p: start gossipsub: %w", err)
 	}
-	n := &Node{Host: h, DHT: kad, PubSub: ps, log: cfg.Log, bootstrap: boot,
-		topics: map[string]*pubsub.Topic{}, cancel: cancel}
+	n.PubSub = ps
+	for _, ai := range relays {
+		first := make(chan struct{})
+		n.firstReserve = append(n.firstReserve, first)
+		go n.keepReservation(pctx, ai, first)
+	}
 	if cfg.MDNS {
 		n.mdns = mdns.NewMdnsService(h, "gpumesh", mdnsNotifee{n})
 		if err := n.mdns.Start(); err != nil {
@@ -160,10 +245,18 @@ func (m mdnsNotifee) HandlePeerFound(ai peer.AddrInfo) {
 	_ = m.n.Host.Connect(ctx, ai)
 }
 
+func (n *Node) closeRelay() {
+	if n.relaySvc != nil {
+		_ = n.relaySvc.Close()
+	}
+}
+
 // ID is the node's peer ID.
 func (n *Node) ID() peer.ID { return n.Host.ID() }
 
-// Addrs returns the node's listen addresses with its /p2p/ID suffix.
+// Addrs returns the node's addresses with its /p2p/ID suffix: those it
+// listens on and, once it holds a relay reservation, its /p2p-circuit
+// addresses through that relay.
 func (n *Node) Addrs() []string {
 	var out []string
 	for _, a := range n.Host.Addrs() {
@@ -173,8 +266,9 @@ func (n *Node) Addrs() []string {
 }
 
 // Bootstrap connects to the configured bootstrap peers (succeeding if at
-// least one answers, or if none is configured) and refreshes the routing
-// table.
+// least one answers, or if none is configured), refreshes the routing table
+// and waits for the first reservation attempt on each static relay, so that
+// Addrs then carries the circuits granted.
 func (n *Node) Bootstrap(ctx context.Context) error {
 	var ok int
 	var lastErr error
@@ -195,6 +289,9 @@ func (n *Node) Bootstrap(ctx context.Context) error {
 	if err := n.DHT.Bootstrap(ctx); err != nil {
 		return fmt.Errorf("p2p: dht bootstrap: %w", err)
 	}
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	n.waitReservations(wctx)
+	wcancel()
 	if ok == 0 && lastErr != nil {
 		return fmt.Errorf("p2p: no bootstrap peer reachable: %w", lastErr)
 	}
@@ -241,6 +338,7 @@ func (n *Node) KeepConnected(ctx context.Context, every time.Duration) {
 // host and its connections.
 func (n *Node) Close() error {
 	n.cancel()
+	n.closeRelay()
 	if n.mdns != nil {
 		_ = n.mdns.Close()
 	}

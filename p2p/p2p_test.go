@@ -158,6 +158,26 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := New(context.Background(), Config{Key: key, Bootstrap: []string{"/ip4/127.0.0.1/tcp/1"}}); err == nil {
 		t.Error("bootstrap address without /p2p/ accepted")
 	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"reachability", Config{Key: key, Reachability: "sometimes"}, "reachability must be auto, public or private"},
+		{"relay without peer id", Config{Key: key, Relays: []string{"/ip4/127.0.0.1/tcp/1"}}, "must end in /p2p/"},
+		{"negative relay limit", Config{Key: key, RelayService: &RelayLimits{MaxReservations: -1}}, "max_reservations must be >= 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, err := New(context.Background(), tc.cfg)
+			if err == nil {
+				_ = n.Close()
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q, want it to say %q", err, tc.want)
+			}
+		})
+	}
 	if KeyCID("gpu/h100") != KeyCID("gpu/h100") || KeyCID("gpu/h100") == KeyCID("gpu/a100") {
 		t.Error("KeyCID is not a stable function of the key")
 	}

@@ -34,6 +34,7 @@ func statusCommand() *cli.Command {
 			fmt.Fprintf(w, "data dir:  %s\n", s.DataDir)
 			fmt.Fprintf(w, "region:    %s\n", orDash(s.Region))
 			fmt.Fprintf(w, "peers:     %d\n", s.Peers)
+			fmt.Fprintf(w, "reachable: %s\n", orDash(s.Reachability))
 			for _, a := range s.Addrs {
 				fmt.Fprintf(w, "addr:      %s\n", a)
 			}

@@ -35,6 +35,10 @@ type StatusInfo struct {
 	CUDA       string              `json:"cuda,omitempty"`
 	Executor   string              `json:"executor,omitempty"`
 	Advertised *auction.Capability `json:"advertised,omitempty"`
+
+	// Reachability is public, private or unknown: AutoNAT's verdict, or
+	// the configured one.
+	Reachability string `json:"reachability"`
 }
 
 // PeerInfo is one connected peer.
