@@ -232,6 +232,27 @@ func (s RunState) Terminal() bool {
 	return false
 }
 
+// Follows reports whether a lease in state prev may move to s: states only
+// move forward (pending, running, then one terminal state), and a terminal
+// state never changes. A late or duplicated report fails this test and is
+// ignored, on both sides of a lease.
+func (s RunState) Follows(prev RunState) bool {
+	rank := func(r RunState) int {
+		switch {
+		case r == "":
+			return 0
+		case r == RunPending:
+			return 1
+		case r == RunRunning:
+			return 2
+		case r.Terminal():
+			return 3
+		}
+		return -1
+	}
+	return rank(s) > rank(prev) && rank(s) > 0
+}
+
 // Lease is a confirmed reservation of a provider's GPUs for a job.
 type Lease struct {
 	ID          string    `json:"id"`

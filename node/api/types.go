@@ -73,9 +73,14 @@ type JobView struct {
 	// ExitCode of the job's command once it ended.
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Detail   string `json:"detail,omitempty"`
-	// Started/Ended are when the job ran on the provider.
+	// Started/Ended are when the job ran on the provider, as it reported.
 	Started time.Time `json:"started,omitempty"`
 	Ended   time.Time `json:"ended,omitempty"`
+	// ObservedStart/ObservedEnd are when this renter saw the run start (its
+	// first report or heartbeat) and end, by its own clock: the bounds of
+	// what it countersigns (attest.BillableSeconds).
+	ObservedStart time.Time `json:"observed_start,omitempty"`
+	ObservedEnd   time.Time `json:"observed_end,omitempty"`
 	// Heartbeats summarises the verified telemetry received so far.
 	Heartbeats *attest.HeartbeatSummary `json:"heartbeats,omitempty"`
 	// LastTelemetry is the latest verified heartbeat.

@@ -123,5 +123,15 @@ func (r *Receipts) HandleGossip(_ peer.ID, data []byte) {
 	}
 }
 
+// settled returns the two-party receipt this node recorded for a lease, or
+// nil when it recorded none.
+func (r *Receipts) settled(leaseID string) (*attest.SignedReceipt, error) {
+	entries, err := r.cfg.Ledger.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: leaseID, Limit: 1})
+	if err != nil || len(entries) == 0 {
+		return nil, err
+	}
+	return attest.UnmarshalReceipt(entries[0].Data)
+}
+
 // Wait waits for gossip in flight (call after cancelling the context).
 func (r *Receipts) Wait() { r.wg.Wait() }

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -201,6 +202,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.Run = auction.RunPending
 	v.Started, v.Ended, v.ExitCode, v.Detail, v.Receipt, v.Heartbeats, v.LastTelemetry, v.Outputs =
 		time.Time{}, time.Time{}, nil, "", nil, nil, nil, nil
+	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	t.mons[l.ID] = mon
 	t.byLease[l.ID] = job.ID
 	t.mu.Unlock()
@@ -432,6 +434,9 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 	t.mu.Lock()
 	if v := t.jobs[jobID]; v != nil {
 		v.LastTelemetry = &hb
+		if v.ObservedStart.IsZero() && v.Lease != nil && v.Lease.ID == hb.LeaseID {
+			v.ObservedStart = t.now()
+		}
 	}
 	t.mu.Unlock()
 	return nil, nil
@@ -457,6 +462,27 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		return nil, fmt.Errorf("no lease %s from %s", ev.LeaseID, from)
 	}
 	prevRun := v.Run
+	now := t.now()
+	if ev.Run == prevRun && ev.Run.Terminal() {
+		// The provider re-sent its final report (its first answer was
+		// lost): answer it again with the same summary, change nothing.
+		end := v.ObservedEnd
+		t.mu.Unlock()
+		sum := mon.Summary(end)
+		return json.Marshal(sum)
+	}
+	if !ev.Run.Follows(prevRun) {
+		// A late or duplicated report (e.g. "running" after "succeeded"):
+		// a run state never moves back.
+		t.mu.Unlock()
+		t.cfg.Counters.Add("renter.event_stale")
+		return nil, nil
+	}
+	if err := eventTimesValid(ev, *v.Lease, now); err != nil {
+		t.mu.Unlock()
+		t.cfg.Counters.Add("renter.event_bad_time")
+		return nil, err
+	}
 	setRun(v, ev.Run)
 	v.Detail, v.ExitCode = ev.Detail, ev.ExitCode
 	if !ev.Started.IsZero() {
@@ -464,6 +490,12 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	v.Ended = ev.Ended
 	v.Outputs = ev.Outputs
+	if v.ObservedStart.IsZero() && ev.Run != auction.RunPending {
+		v.ObservedStart = now
+	}
+	if ev.Run.Terminal() {
+		v.ObservedEnd = now
+	}
 	lease := *v.Lease
 	if ev.Run.Terminal() && !requeues(lease, ev.Run) {
 		v.State = auction.JobFinished
@@ -475,11 +507,11 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		return nil, nil
 	}
 	end := ev.Ended
-	if end.IsZero() || end.After(t.now()) {
-		end = t.now()
+	if end.IsZero() || end.After(now) {
+		end = now
 	}
 	sum := mon.Summary(end)
-	if requeues(lease, ev.Run) && prevRun != auction.RunPreempted {
+	if requeues(lease, ev.Run) {
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
@@ -487,6 +519,31 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		}()
 	}
 	return json.Marshal(sum)
+}
+
+// eventTimesValid checks a lease event's claimed times: a start and an end
+// within the lease (an end may not precede the start) and neither in the
+// future beyond the clock skew heartbeats are allowed.
+func eventTimesValid(ev wire.LeaseEvent, l auction.Lease, now time.Time) error {
+	latest := now.Add(attest.HeartbeatSkew)
+	for _, c := range []struct {
+		what string
+		at   time.Time
+	}{{"start", ev.Started}, {"end", ev.Ended}} {
+		switch {
+		case c.at.IsZero():
+		case c.at.Before(l.Start.Add(-attest.HeartbeatSkew)):
+			return fmt.Errorf("lease event %s %s is before the lease start %s", c.what, c.at.Format(time.RFC3339Nano), l.Start.Format(time.RFC3339Nano))
+		case c.at.After(l.End.Add(attest.HeartbeatSkew)):
+			return fmt.Errorf("lease event %s %s is after the lease end %s", c.what, c.at.Format(time.RFC3339Nano), l.End.Format(time.RFC3339Nano))
+		case c.at.After(latest):
+			return fmt.Errorf("lease event %s %s is in the future", c.what, c.at.Format(time.RFC3339Nano))
+		}
+	}
+	if !ev.Started.IsZero() && !ev.Ended.IsZero() && ev.Ended.Before(ev.Started) {
+		return fmt.Errorf("lease event ends (%s) before it starts (%s)", ev.Ended.Format(time.RFC3339Nano), ev.Started.Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // requeue puts a preempted job back into the auction for the time it has
@@ -538,6 +595,7 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	// The current-lease fields describe the next lease from now on.
 	v.Lease, v.Receipt, v.ExitCode, v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil, nil, nil, nil
 	v.Run, v.Started, v.Ended = "", time.Time{}, time.Time{}
+	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	v.State = auction.JobBidding
 	v.Detail = fmt.Sprintf("requeued after attempt %d was %s", v.History[len(v.History)-1].Attempt, v.History[len(v.History)-1].Run)
 }
@@ -567,13 +625,38 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 		count("renter.receipt_unknown_lease")
 		return nil, fmt.Errorf("no lease %s from %s", r.LeaseID, from)
 	}
-	if err := attest.CheckReceipt(r, lease, t.now()); err != nil {
+	if v.Receipt != nil {
+		// Settled already: a retry of the same receipt (the provider lost
+		// our answer) gets the countersigned one again; anything else is
+		// a second settlement, refused.
+		if prev, err := t.cfg.Receipts.settled(r.LeaseID); err == nil && prev != nil && bytes.Equal(prev.Payload, sr.Payload) {
+			return prev.Marshal()
+		}
+		count("renter.receipt_duplicate")
+		return nil, fmt.Errorf("lease %s is already settled", r.LeaseID)
+	}
+	now := t.now()
+	if err := attest.CheckReceipt(r, lease, now); err != nil {
 		count("renter.receipt_mismatch")
 		return nil, err
 	}
-	if mine := mon.Summary(r.End); mine.Count != r.Heartbeats.Count || mine.Rejected != r.Heartbeats.Rejected {
+	mine := mon.Summary(r.End)
+	if mine.Count != r.Heartbeats.Count || mine.Rejected != r.Heartbeats.Rejected || mine.Expected != r.Heartbeats.Expected ||
+		mine.Coverage != r.Heartbeats.Coverage || len(mine.Gaps) != len(r.Heartbeats.Gaps) {
 		count("renter.receipt_telemetry_mismatch")
-		return nil, fmt.Errorf("receipt claims %d heartbeats, renter verified %d", r.Heartbeats.Count, mine.Count)
+		return nil, fmt.Errorf("receipt's heartbeat summary (%d heartbeats, coverage %.3f) differs from the renter's (%d, %.3f)",
+			r.Heartbeats.Count, r.Heartbeats.Coverage, mine.Count, mine.Coverage)
+	}
+	if !v.Run.Terminal() {
+		count("renter.receipt_early")
+		return nil, fmt.Errorf("lease %s has not reported its end (run %s): no receipt before the final report", r.LeaseID, orNone(string(v.Run)))
+	}
+	// Bill only what this renter saw: from its observed start to its
+	// observed end (or now), inside the lease, less heartbeat gaps.
+	billable := attest.BillableSeconds(lease, v.ObservedStart, v.ObservedEnd, now, mine) * float64(lease.GPUCount)
+	if r.GPUSeconds > billable+1 {
+		count("renter.receipt_overbilled")
+		return nil, fmt.Errorf("receipt bills %.1f GPU-seconds; the renter observed at most %.1f", r.GPUSeconds, billable)
 	}
 	if err := sr.Countersign(t.cfg.Signer); err != nil {
 		count("renter.receipt_bad_signature")
