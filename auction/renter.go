@@ -51,6 +51,8 @@ func decodeReason(err error) string {
 		return "bad_signature"
 	case errors.Is(err, sign.ErrWrongDomain):
 		return "wrong_domain"
+	case errors.Is(err, ErrBadID):
+		return "bad_id"
 	}
 	return "malformed"
 }

@@ -1,0 +1,174 @@
+package auction
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// ownedJob is a valid eu job of owner with id.
+func ownedJob(t *testing.T, m *market, ownerID peer.ID, id string) Job {
+	t.Helper()
+	j := euJob(m.now())
+	j.ID, j.Owner, j.CreatedAt = id, ownerID.String(), m.now()
+	if err := j.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// bidCollector joins id to the market and returns a channel of the bids it
+// receives.
+func bidCollector(m *market, id peer.ID) (*MemTransport, <-chan Bid) {
+	tr := m.net.Join(id)
+	bids := make(chan Bid, 64)
+	tr.Handle(MemHandlers{OnBid: func(_ peer.ID, data []byte) error {
+		b, err := DecodeBid(data)
+		if err == nil {
+			bids <- b
+		}
+		return err
+	}})
+	return tr, bids
+}
+
+func isRejection(err error, reason string) bool {
+	var rej *Rejection
+	return errors.As(err, &rej) && rej.Reason == reason
+}
+
+func TestValidID(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		id   string
+		ok   bool
+	}{
+		{"job id", "job-3f9c0a", true},
+		{"dots and underscores", "a.b_c-1", true},
+		{"max length", strings.Repeat("a", MaxIDLen), true},
+		{"empty", "", false},
+		{"too long", strings.Repeat("a", MaxIDLen+1), false},
+		{"path traversal", "../../../../tmp/x/evil", false},
+		{"slash", "a/b", false},
+		{"backslash", `a\b`, false},
+		{"dot dot inside", "a..b", false},
+		{"dot", ".", false},
+		{"leading dash", "-rf", false},
+		{"leading dot", ".hidden", false},
+		{"space", "a b", false},
+		{"nul", "a\x00b", false},
+		{"unicode", "jöb", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := ValidID(c.id)
+			if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrBadID)) {
+				t.Fatalf("ValidID(%q) = %v, want ok=%v", c.id, err, c.ok)
+			}
+		})
+	}
+	for _, prefix := range []string{"", "job", "lease", "bid", "m", "../x", "a b", strings.Repeat("p", 200)} {
+		if id := NewID(prefix); ValidID(id) != nil {
+			t.Errorf("NewID(%q) = %q breaks ValidID", prefix, id)
+		}
+	}
+	j := validJob()
+	j.ID = "../evil"
+	if err := j.Validate(); err == nil {
+		t.Error("a job with a traversal id validated")
+	}
+}
+
+// TestNetworkIDsAreValidated: every message that carries an id is refused,
+// and counted as bad_id, when the id breaks ValidID; in particular a lease id
+// that is a path never becomes a booking or a lease.
+func TestNetworkIDsAreValidated(t *testing.T) {
+	const evil = "../../../../tmp/x/evil"
+	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+	prov := m.provs[0]
+	var leases []Lease
+	prov.p.cfg.OnLease = func(l Lease, _ Job, _ []string) { leases = append(leases, l) }
+	owner := mkSigner(t)
+	_, bids := bidCollector(m, owner.ID())
+
+	t.Run("call with a traversal job id", func(t *testing.T) {
+		j := euJob(m.now())
+		j.ID, j.Owner, j.CreatedAt = evil, owner.ID().String(), m.now()
+		call, err := EncodeCall(owner, j, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := prov.p.HandleCall(owner.ID(), call); !isRejection(err, "bad_id") {
+			t.Fatalf("HandleCall: %v, want bad_id", err)
+		}
+		if s := prov.p.Stats(); s.Bids != 0 || s.Rejected["bad_id"] != 1 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+
+	j := ownedJob(t, m, owner.ID(), "job-good")
+	call, _ := EncodeCall(owner, j, "t")
+	if err := prov.p.HandleCall(owner.ID(), call); err != nil {
+		t.Fatal(err)
+	}
+	b := <-bids
+	award := Award{LeaseID: "lease-ok", JobID: j.ID, Renter: j.Owner, Provider: b.Provider, BidNonce: b.Nonce,
+		Price: b.Price, Start: b.Start, End: b.End, GPUCount: j.GPUCount, Job: j, IssuedAt: m.now()}
+	for _, c := range []struct {
+		name string
+		mut  func(*Award)
+	}{
+		{"award with a traversal lease id", func(a *Award) { a.LeaseID = evil }},
+		{"award with a traversal job id", func(a *Award) { a.JobID = evil }},
+		{"award whose job has a traversal id", func(a *Award) { a.Job.ID = evil }},
+		{"award with a slash in its nonce", func(a *Award) { a.BidNonce = "x/" + b.Nonce }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := award
+			c.mut(&a)
+			data, err := EncodeAward(owner, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := prov.p.Stats().Rejected["bad_id"]
+			if reply, err := prov.p.HandleAward(owner.ID(), data); reply != nil || !isRejection(err, "bad_id") {
+				t.Fatalf("HandleAward: %v, want bad_id", err)
+			}
+			if got := prov.p.Stats().Rejected["bad_id"]; got != before+1 {
+				t.Fatalf("bad_id counted %d times, want %d", got, before+1)
+			}
+		})
+	}
+	if len(prov.cal.Bookings()) != 0 || len(leases) != 0 {
+		t.Fatalf("a bad id reached the calendar %v or a lease %v", prov.cal.Bookings(), leases)
+	}
+
+	t.Run("bid with a traversal job id", func(t *testing.T) {
+		r, _ := m.renter(t, RenterConfig{})
+		bad := b
+		bad.JobID, bad.Provider = evil, owner.ID().String()
+		data, err := EncodeBid(owner, bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.HandleBid(owner.ID(), data); !isRejection(err, "bad_id") || r.Counters()["bad_id"] != 1 {
+			t.Fatalf("HandleBid: %v, counters %v", err, r.Counters())
+		}
+	})
+	t.Run("confirm with a traversal lease id", func(t *testing.T) {
+		data, err := EncodeConfirm(owner, Confirm{LeaseID: evil, Accepted: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := DecodeConfirm(data); !errors.Is(err, ErrBadID) {
+			t.Fatalf("DecodeConfirm: %v", err)
+		}
+	})
+	// The valid award still works.
+	data, _ := EncodeAward(owner, award)
+	reply, err := prov.p.HandleAward(owner.ID(), data)
+	if c, _, derr := DecodeConfirm(reply); err != nil || derr != nil || !c.Accepted || len(leases) != 1 {
+		t.Fatalf("valid award: %+v %v %v", c, err, derr)
+	}
+}
