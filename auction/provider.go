@@ -72,6 +72,15 @@ type confirmRec struct {
 // maxLeaseHistory bounds how many ended leases Stats keeps.
 const maxLeaseHistory = 1000
 
+// callKey identifies a call for deduplication. Job ids are chosen by their
+// owners, so a call is only a duplicate of one from the same owner: nobody
+// can squat another owner's job id or its next attempt.
+type callKey struct {
+	owner   string
+	jobID   string
+	attempt int
+}
+
 type sentBid struct {
 	bid   Bid
 	job   Job
@@ -87,7 +96,7 @@ type Provider struct {
 	log *slog.Logger
 
 	mu        sync.Mutex
-	seen      map[string]time.Time  // job id/attempt -> when
+	seen      map[callKey]time.Time // owner, job id, attempt -> when
 	bids      map[string]*sentBid   // nonce -> bid
 	confirms  map[string]confirmRec // lease id -> signed confirm
 	leases    map[string]*Lease
@@ -114,7 +123,7 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	}
 	return &Provider{
 		cfg: cfg, log: log.With("role", "provider"),
-		seen: map[string]time.Time{}, bids: map[string]*sentBid{}, confirms: map[string]confirmRec{}, leases: map[string]*Lease{},
+		seen: map[callKey]time.Time{}, bids: map[string]*sentBid{}, confirms: map[string]confirmRec{}, leases: map[string]*Lease{},
 		stats: ProviderStats{Rejected: map[string]int{}, Ineligible: map[string]int{}},
 	}, nil
 }
@@ -168,7 +177,7 @@ func (p *Provider) prune(now time.Time) {
 
 // HandleCall takes a gossiped call for bids. It verifies the job envelope
 // (signed by the job's owner), validates the job, skips its own jobs and
-// calls it already answered (same job id and attempt), and evaluates the
+// calls it already answered (same owner, job id and attempt), and evaluates the
 // job. When eligible it sends a signed bid to the job's owner. A refused
 // call returns a *Rejection (counted by reason); an ineligible one returns
 // the *Ineligible error (counted by kind). from is the gossip peer that
@@ -190,7 +199,7 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 		return p.reject("malformed", fmt.Errorf("job owner: %w", err))
 	}
 	now := p.cfg.Now()
-	key := fmt.Sprintf("%s/%d", job.ID, job.Attempt)
+	key := callKey{owner: job.Owner, jobID: job.ID, attempt: job.Attempt}
 	p.mu.Lock()
 	p.prune(now)
 	if _, dup := p.seen[key]; dup {

@@ -2,8 +2,10 @@ package auction
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -32,6 +34,18 @@ func bidCollector(m *market, id peer.ID) (*MemTransport, <-chan Bid) {
 		return err
 	}})
 	return tr, bids
+}
+
+// nextBid waits up to 5 s for a bid on bids.
+func nextBid(t *testing.T, bids <-chan Bid) Bid {
+	t.Helper()
+	select {
+	case b := <-bids:
+		return b
+	case <-time.After(5 * time.Second):
+		t.Fatal("no bid within 5 s")
+		return Bid{}
+	}
 }
 
 func isRejection(err error, reason string) bool {
@@ -112,7 +126,7 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 	if err := prov.p.HandleCall(owner.ID(), call); err != nil {
 		t.Fatal(err)
 	}
-	b := <-bids
+	b := nextBid(t, bids)
 	award := Award{LeaseID: "lease-ok", JobID: j.ID, Renter: j.Owner, Provider: b.Provider, BidNonce: b.Nonce,
 		Price: b.Price, Start: b.Start, End: b.End, GPUCount: j.GPUCount, Job: j, IssuedAt: m.now()}
 	for _, c := range []struct {
@@ -170,5 +184,46 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 	reply, err := prov.p.HandleAward(owner.ID(), data)
 	if c, _, derr := DecodeConfirm(reply); err != nil || derr != nil || !c.Accepted || len(leases) != 1 {
 		t.Fatalf("valid award: %+v %v %v", c, err, derr)
+	}
+}
+
+// TestCallSquatting: a stranger who publishes a call with someone else's job
+// id, or with the next attempt of a requeued job, does not stop the real
+// owner's call from being answered.
+func TestCallSquatting(t *testing.T) {
+	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 8, pol(1), 0.9}})
+	prov := m.provs[0]
+	owner, squatter := mkSigner(t), mkSigner(t)
+	_, ownerBids := bidCollector(m, owner.ID())
+	_, squatBids := bidCollector(m, squatter.ID())
+	for _, attempt := range []int{0, 1} {
+		t.Run(fmt.Sprintf("attempt %d", attempt), func(t *testing.T) {
+			sq := ownedJob(t, m, squatter.ID(), "job-victim")
+			sq.Attempt = attempt
+			call, _ := EncodeCall(squatter, sq, "t")
+			if err := prov.p.HandleCall(squatter.ID(), call); err != nil {
+				t.Fatal(err)
+			}
+			if b := nextBid(t, squatBids); b.JobID != sq.ID || b.Attempt != attempt {
+				t.Fatalf("squatter's bid %+v", b)
+			}
+			j := ownedJob(t, m, owner.ID(), "job-victim")
+			j.Attempt = attempt
+			call, _ = EncodeCall(owner, j, "t")
+			if err := prov.p.HandleCall(owner.ID(), call); err != nil {
+				t.Fatal(err)
+			}
+			// The real owner's call is answered, not taken for a duplicate.
+			if b := nextBid(t, ownerBids); b.JobID != j.ID || b.Attempt != attempt {
+				t.Fatalf("owner's bid %+v", b)
+			}
+			// A repeat of the owner's call still is a duplicate.
+			if err := prov.p.HandleCall(owner.ID(), call); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if s := prov.p.Stats(); s.Bids != 4 || s.Duplicates != 2 {
+		t.Fatalf("stats: %d bids, %d duplicates; want 4 and 2", s.Bids, s.Duplicates)
 	}
 }
