@@ -178,7 +178,8 @@ func (p *Provider) prune(now time.Time) {
 // HandleCall takes a gossiped call for bids. It verifies the job envelope
 // (signed by the job's owner), validates the job, skips its own jobs and
 // calls it already answered (same owner, job id and attempt), and evaluates the
-// job. When eligible it sends a signed bid to the job's owner. A refused
+// job. When eligible it sends a signed bid to the job's owner, dialling
+// only the DialHints of the call's owner addresses. A refused
 // call returns a *Rejection (counted by reason); an ineligible one returns
 // the *Ineligible error (counted by kind). from is the gossip peer that
 // relayed the call and is not trusted.
@@ -246,7 +247,7 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), job.BidWindow)
 	defer cancel()
-	if err := p.cfg.Transport.SendBid(ctx, owner, job.OwnerAddrs, msg); err != nil {
+	if err := p.cfg.Transport.SendBid(ctx, owner, DialHints(owner, job.OwnerAddrs), msg); err != nil {
 		p.log.Info("bid not delivered", "job", job.ID, "err", err)
 		return fmt.Errorf("auction: send bid for %s: %w", job.ID, err)
 	}

@@ -1,6 +1,7 @@
 package auction
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -225,5 +226,91 @@ func TestCallSquatting(t *testing.T) {
 	}
 	if s := prov.p.Stats(); s.Bids != 4 || s.Duplicates != 2 {
 		t.Fatalf("stats: %d bids, %d duplicates; want 4 and 2", s.Bids, s.Duplicates)
+	}
+}
+
+func TestDialHints(t *testing.T) {
+	owner, other := mkSigner(t).ID(), mkSigner(t).ID()
+	o, x := "/p2p/"+owner.String(), "/p2p/"+other.String()
+	many := make([]string, 0, 20)
+	for i := 0; i < 20; i++ {
+		many = append(many, fmt.Sprintf("/ip4/10.0.0.%d/tcp/4001", i+1))
+	}
+	for _, c := range []struct {
+		name string
+		in   []string
+		want []string
+	}{
+		{"owner suffix kept", []string{"/ip4/1.2.3.4/tcp/4001" + o}, []string{"/ip4/1.2.3.4/tcp/4001" + o}},
+		{"no p2p part gets the owner", []string{"/ip4/1.2.3.4/udp/4001/quic-v1"}, []string{"/ip4/1.2.3.4/udp/4001/quic-v1" + o}},
+		{"another peer is dropped", []string{"/ip4/1.2.3.4/tcp/4001" + x}, nil},
+		{"owner not at the end is dropped", []string{"/ip4/1.2.3.4/tcp/4001" + o + "/p2p-circuit" + x}, nil},
+		{"relay to the owner kept", []string{"/ip4/1.2.3.4/tcp/4001" + x + "/p2p-circuit" + o}, []string{"/ip4/1.2.3.4/tcp/4001" + x + "/p2p-circuit" + o}},
+		{"unspecified v4 dropped", []string{"/ip4/0.0.0.0/tcp/4001"}, nil},
+		{"unspecified v6 dropped", []string{"/ip6/::/tcp/4001" + o}, nil},
+		{"malformed dropped", []string{"", "not-an-addr", "/ip4/999.1.1.1/tcp/1", "/tcp/99999999"}, nil},
+		{"bare p2p dropped", []string{o}, nil},
+		{"duplicates once", []string{"/ip4/1.2.3.4/tcp/1", "/ip4/1.2.3.4/tcp/1" + o}, []string{"/ip4/1.2.3.4/tcp/1" + o}},
+		{"at most MaxDialHints", many, func() []string {
+			var w []string
+			for _, a := range many[:MaxDialHints] {
+				w = append(w, a+o)
+			}
+			return w
+		}()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := DialHints(owner, c.in); fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Fatalf("DialHints = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// addrRecorder is a Transport that records the addresses bids are sent with.
+type addrRecorder struct {
+	Transport
+	addrs chan []string
+}
+
+func (a *addrRecorder) SendBid(ctx context.Context, to peer.ID, addrs []string, data []byte) error {
+	a.addrs <- addrs
+	return a.Transport.SendBid(ctx, to, addrs, data)
+}
+
+// TestProviderDialsOnlyHints: a call whose OwnerAddrs name a third party's
+// peer, unspecified addresses and a flood of addresses makes the provider
+// send its bid with the DialHints only.
+func TestProviderDialsOnlyHints(t *testing.T) {
+	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+	prov := m.provs[0]
+	rec := &addrRecorder{Transport: prov.t, addrs: make(chan []string, 4)}
+	prov.p.cfg.Transport = rec
+	owner, victim := mkSigner(t), mkSigner(t)
+	_, bids := bidCollector(m, owner.ID())
+	j := ownedJob(t, m, owner.ID(), "job-dial")
+	j.OwnerAddrs = []string{"/ip4/10.9.9.9/tcp/22/p2p/" + victim.ID().String(), "/ip4/0.0.0.0/tcp/4001", "/ip4/192.0.2.1/tcp/4001"}
+	for i := 0; i < 50; i++ {
+		j.OwnerAddrs = append(j.OwnerAddrs, fmt.Sprintf("/ip4/10.1.%d.%d/tcp/80", i/250, i%250+1))
+	}
+	call, _ := EncodeCall(owner, j, "t")
+	if err := prov.p.HandleCall(owner.ID(), call); err != nil {
+		t.Fatal(err)
+	}
+	nextBid(t, bids)
+	var got []string
+	select {
+	case got = <-rec.addrs:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no bid sent")
+	}
+	want := DialHints(owner.ID(), j.OwnerAddrs)
+	if fmt.Sprint(got) != fmt.Sprint(want) || len(got) != MaxDialHints || got[0] != "/ip4/192.0.2.1/tcp/4001/p2p/"+owner.ID().String() {
+		t.Fatalf("bid sent with addrs %v, want %v", got, want)
+	}
+	for _, a := range got {
+		if strings.Contains(a, victim.ID().String()) || strings.Contains(a, "0.0.0.0") {
+			t.Fatalf("dialled %s", a)
+		}
 	}
 }
