@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -312,5 +313,80 @@ func TestProviderDialsOnlyHints(t *testing.T) {
 		if strings.Contains(a, victim.ID().String()) || strings.Contains(a, "0.0.0.0") {
 			t.Fatalf("dialled %s", a)
 		}
+	}
+}
+
+// TestCapabilityTTLBounded: a record valid for more than MaxCapabilityTTL is
+// refused by the DHT validator (and cannot be sealed).
+func TestCapabilityTTLBounded(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	v := CapabilityValidator{Now: func() time.Time { return now }}
+	prov := mkSigner(t)
+	key := CapabilityKey(prov.ID())
+	for _, c := range []struct {
+		name string
+		cap  Capability
+		ok   bool
+	}{
+		{"exactly 24 h", testCap(prov, now, MaxCapabilityTTL), true},
+		{"a week", testCap(prov, now, 7*MaxCapabilityTTL), false},
+		{"24 h and a second", testCap(prov, now, MaxCapabilityTTL+time.Second), false},
+		{"issued long ago, expiring far ahead", testCap(prov, now.Add(-48*time.Hour), 72*time.Hour), false},
+		{"no issue time", func() Capability { c := testCap(prov, now, time.Hour); c.IssuedAt = time.Time{}; return c }(), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// Sealed directly, as an attacker would, bypassing SealCapability.
+			env, err := sign.Seal(prov, sign.DomainCapability, c.cap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = v.Validate(key, mustMarshal(env))
+			if (err == nil) != c.ok {
+				t.Fatalf("Validate = %v, want ok=%v", err, c.ok)
+			}
+			if _, err := v.Select(key, [][]byte{mustMarshal(env)}); (err == nil) != c.ok {
+				t.Fatalf("Select = %v, want ok=%v", err, c.ok)
+			}
+			if _, err := SealCapability(prov, c.cap); (err == nil) != c.ok {
+				t.Fatalf("SealCapability = %v, want ok=%v", err, c.ok)
+			}
+		})
+	}
+}
+
+// TestDetectedFlagGivesNoAdvantage: GPU.Detected is declared by the provider
+// itself, so nothing in placement may depend on it. The same provider with
+// Detected true or false gets the same offer, the same discovery keys and
+// query matches, and (bids carry no such flag) the same rank.
+func TestDetectedFlagGivesNoAdvantage(t *testing.T) {
+	now := at(0, "10:00")
+	mk := func(detected bool) Capability {
+		gs := gpus("A100", 80, 4)
+		for i := range gs {
+			gs[i].Detected = detected
+		}
+		return Capability{Peer: "p", Region: "eu-west", GPUs: gs, Policy: pol(1)}
+	}
+	declared, detected := mk(false), mk(true)
+	for _, j := range []*Job{evalJob(), func() *Job { j := evalJob(); j.GPUModels = []string{"a100"}; j.MinVRAMGB = 80; return j }()} {
+		o1, err1 := Evaluate(ProviderState{Cap: &declared, Cal: NewCalendar(4), Reliability: 0.5}, j, now)
+		o2, err2 := Evaluate(ProviderState{Cap: &detected, Cal: NewCalendar(4), Reliability: 0.5}, j, now)
+		if fmt.Sprint(o1, err1) != fmt.Sprint(o2, err2) {
+			t.Fatalf("Detected changes the offer: %+v %v vs %+v %v", o1, err1, o2, err2)
+		}
+		if err1 != nil {
+			t.Fatalf("job not eligible, the comparison proves nothing: %v", err1)
+		}
+	}
+	if a, b := DiscoveryKeys(declared), DiscoveryKeys(detected); fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatalf("discovery keys differ: %v vs %v", a, b)
+	}
+	for _, q := range []Query{{}, {GPU: "A100", GPUCount: 4}, {Region: "eu", MinVRAM: 80}, {GPUCount: 5}} {
+		if declared.Matches(q) != detected.Matches(q) {
+			t.Fatalf("query %+v matches differently", q)
+		}
+	}
+	if a, b := ProviderTopics(&declared), ProviderTopics(&detected); fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatalf("topics differ: %v vs %v", a, b)
 	}
 }
