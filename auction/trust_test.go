@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -388,5 +389,66 @@ func TestDetectedFlagGivesNoAdvantage(t *testing.T) {
 	}
 	if a, b := ProviderTopics(&declared), ProviderTopics(&detected); fmt.Sprint(a) != fmt.Sprint(b) {
 		t.Fatalf("topics differ: %v vs %v", a, b)
+	}
+}
+
+// TestGossipNeverBlocksOnBids: an owner that never answers bids floods calls
+// (handled one after another, like a gossip subscription loop). HandleCall
+// returns without waiting for the network, the owner holds at most
+// MaxOwnerInflight sends and gets rate limited, and an honest renter's job
+// meanwhile gets its bid and a lease within its window.
+func TestGossipNeverBlocksOnBids(t *testing.T) {
+	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 8, pol(1), 0.9}})
+	prov := m.provs[0]
+	attacker := mkSigner(t)
+	atr := m.net.Join(attacker.ID())
+	release := make(chan struct{})
+	defer close(release)
+	var mu sync.Mutex
+	hung := 0
+	atr.Handle(MemHandlers{OnBid: func(peer.ID, []byte) error {
+		mu.Lock()
+		hung++
+		mu.Unlock()
+		<-release // never answers while the test runs
+		return nil
+	}})
+	const flood = 60
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < flood; i++ {
+			j := ownedJob(t, m, attacker.ID(), fmt.Sprintf("job-flood-%d", i))
+			j.BidWindow = MaxBidWindow
+			call, _ := EncodeCall(attacker, j, "t")
+			_ = prov.p.HandleCall(attacker.ID(), call)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call loop is stuck sending bids to an owner that never answers")
+	}
+	s := prov.p.Stats()
+	if s.Bids > DefaultMaxOwnerInflight || s.Rejected["owner_inflight"] == 0 || s.Rejected["rate_limited"] < flood-DefaultCallBurst {
+		t.Fatalf("flood not bounded: %d bids, rejected %v", s.Bids, s.Rejected)
+	}
+
+	// An honest renter's job is bid on and leased within its window.
+	var got []Lease
+	r, _ := m.renter(t, RenterConfig{OnLease: func(l Lease, _ Job) { got = append(got, l) }})
+	start := time.Now()
+	job, err := r.Post(context.Background(), euJob(m.now()))
+	if err != nil {
+		t.Fatalf("honest job not placed during the flood: %v", err)
+	}
+	st, _ := r.Status(job.ID)
+	if len(st.Bids) != 1 || len(got) != 1 || time.Since(start) > job.BidWindow+2*time.Second {
+		t.Fatalf("honest job: %d bids, %d leases after %v", len(st.Bids), len(got), time.Since(start))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if hung > DefaultMaxOwnerInflight {
+		t.Fatalf("%d sends to the silent owner, cap %d", hung, DefaultMaxOwnerInflight)
 	}
 }
