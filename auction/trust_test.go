@@ -452,3 +452,95 @@ func TestGossipNeverBlocksOnBids(t *testing.T) {
 		t.Fatalf("%d sends to the silent owner, cap %d", hung, DefaultMaxOwnerInflight)
 	}
 }
+
+// TestFakeBiddersCannotBlockPlacement: eight identities bid lowest and never
+// confirm an award. The renter hedges past them and leases the job to an
+// honest provider within two bid windows, releases every extra confirm, and
+// ranks the fakes last on its next job.
+func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
+	var specs []provSpec
+	for i := 0; i < 8; i++ {
+		specs = append(specs, provSpec{fmt.Sprintf("fake-%d", i), "eu-west", "A100", 80, 8, pol(0.3 + float64(i)/100), 0.9})
+	}
+	specs = append(specs, provSpec{"honest-a", "eu-west", "A100", 80, 8, pol(1), 0.9}, provSpec{"honest-b", "eu-central", "A100", 80, 8, pol(1.1), 0.9})
+	m := newMarket(t, specs)
+	release := make(chan struct{})
+	defer close(release)
+	fakes := map[string]bool{}
+	for _, tp := range m.provs[:8] {
+		fakes[tp.s.ID().String()] = true
+		tp.t.Handle(MemHandlers{OnCall: tp.p.HandleCall, OnAward: func(peer.ID, []byte) ([]byte, error) {
+			<-release // never confirms
+			return nil, errors.New("gone")
+		}})
+	}
+	var mu sync.Mutex
+	var leasedAt []time.Duration
+	var released []Lease
+	var start time.Time
+	r, _ := m.renter(t, RenterConfig{
+		OnLease: func(Lease, Job) {
+			mu.Lock()
+			leasedAt = append(leasedAt, time.Since(start))
+			mu.Unlock()
+		},
+		Release: func(l Lease) {
+			mu.Lock()
+			released = append(released, l)
+			mu.Unlock()
+			// What the daemon's cancel request does on the provider.
+			if err := m.byID[l.Provider].p.LeaseEnded(l.ID, m.now(), RunCancelled); err != nil {
+				t.Errorf("release %s: %v", l.ID, err)
+			}
+		},
+	})
+	post := func() JobStatus {
+		t.Helper()
+		j := euJob(m.now())
+		j.BidWindow = 2 * time.Second
+		start = time.Now()
+		job, err := r.Post(context.Background(), j)
+		if err != nil {
+			t.Fatalf("job not placed: %v", err)
+		}
+		st, _ := r.Status(job.ID)
+		if fakes[st.Winner] || st.State != JobLeased {
+			t.Fatalf("state %s, winner %s", st.State, m.name(st.Winner))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		t.Logf("leased after %v", leasedAt[len(leasedAt)-1])
+		if took := leasedAt[len(leasedAt)-1]; took > 2*j.BidWindow {
+			t.Fatalf("leased after %v, more than two bid windows (%v)", took, 2*j.BidWindow)
+		}
+		return st
+	}
+
+	st := post()
+	tried := 0
+	for _, a := range st.Attempts {
+		if fakes[a.Provider] {
+			tried++
+			if a.Result != "timeout" {
+				t.Errorf("fake %s: %s", m.name(a.Provider), a.Result)
+			}
+		}
+	}
+	if tried == 0 || len(st.Bids) != 10 {
+		t.Fatalf("the fakes were not in the way: %d bids, attempts %+v", len(st.Bids), st.Attempts)
+	}
+	// No honest provider holds a live lease but the winner's.
+	for _, tp := range m.provs[8:] {
+		for _, l := range tp.p.Stats().Leases {
+			if !l.State.Terminal() && l.ID != st.Lease.ID {
+				t.Errorf("%s holds lease %s the renter does not use (released %v)", tp.spec.name, l.ID, released)
+			}
+		}
+	}
+
+	// The next job goes to an honest provider on the first award.
+	st = post()
+	if len(st.Attempts) == 0 || fakes[st.Attempts[0].Provider] || st.Attempts[0].Result != "confirmed" {
+		t.Fatalf("fakes not ranked down: %+v", st.Attempts)
+	}
+}

@@ -74,7 +74,7 @@ func newMarket(d *Daemon) (*market, error) {
 	var err error
 	m.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: d.signer, Transport: tr, Reputation: m.book.Score, Now: d.now, Log: d.log,
-		OnLease: m.onRenterLease, OnUnplaceable: m.onUnplaceable,
+		OnLease: m.onRenterLease, OnUnplaceable: m.onUnplaceable, Release: m.releaseLease,
 	})
 	if err != nil {
 		return nil, err

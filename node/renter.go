@@ -265,6 +265,36 @@ func (m *market) cancelJob(id string) (api.JobView, error) {
 	return m.jobView(id)
 }
 
+// releaseLease asks a provider to cancel a lease it confirmed that the
+// auction does not use (a hedged award that confirmed after another won).
+func (m *market) releaseLease(l auction.Lease) {
+	m.count("renter.lease_released")
+	b, err := m.sealed(sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: l.ID, JobID: l.JobID})
+	if err != nil {
+		m.d.log.Warn("release lease", "lease", l.ID, "err", err)
+		return
+	}
+	prov, err := peer.Decode(l.Provider)
+	if err != nil {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(m.ctx, 15*time.Second)
+		defer cancel()
+		if prov == m.d.ID() && m.provider != nil {
+			_, err = m.handleCancel(ctx, prov, b)
+		} else {
+			_, err = m.d.net.Request(ctx, prov, nil, wire.ProtoCancel, b)
+		}
+		if err != nil {
+			m.count("renter.release_failed")
+			m.d.log.Info("release lease", "lease", l.ID, "provider", l.Provider, "err", err)
+		}
+	}()
+}
+
 func orNone(s string) string {
 	if s == "" {
 		return "none"
