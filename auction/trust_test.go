@@ -544,3 +544,56 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 		t.Fatalf("fakes not ranked down: %+v", st.Attempts)
 	}
 }
+
+// TestLateConfirmIsReleased: the best bidder confirms only after the hedged
+// award to the runner-up did; the runner-up keeps the lease and the late
+// confirm is released, so the best bidder holds no live lease.
+func TestLateConfirmIsReleased(t *testing.T) {
+	m := newMarket(t, []provSpec{{"slow", "eu-west", "A100", 80, 4, pol(0.5), 0.9}, {"quick", "eu-west", "A100", 80, 4, pol(1), 0.9}})
+	slow, quick := m.provs[0], m.provs[1]
+	var r *Renter
+	const jobID = "job-late"
+	quickWon := func() bool {
+		st, _ := r.Status(jobID)
+		return st.State == JobLeased && st.Winner == quick.s.ID().String()
+	}
+	slow.t.Handle(MemHandlers{OnCall: slow.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
+		// Confirms late: once the hedged award to quick won, within the
+		// confirm deadline.
+		for deadline := time.Now().Add(5 * time.Second); !quickWon() && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		return slow.p.HandleAward(from, data)
+	}})
+	var mu sync.Mutex
+	var released []Lease
+	r, _ = m.renter(t, RenterConfig{ConfirmTimeout: 2 * time.Second, Release: func(l Lease) {
+		mu.Lock()
+		released = append(released, l)
+		mu.Unlock()
+		if err := m.byID[l.Provider].p.LeaseEnded(l.ID, m.now(), RunCancelled); err != nil {
+			t.Errorf("release: %v", err)
+		}
+	}})
+	j := euJob(m.now())
+	j.ID = jobID
+	job, err := r.Post(context.Background(), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := r.Status(job.ID)
+	if st.Winner != quick.s.ID().String() || len(st.Attempts) != 2 || m.name(st.Attempts[0].Provider) != "slow" ||
+		!strings.HasPrefix(st.Attempts[0].Result, "confirmed, released") {
+		t.Fatalf("winner %s, attempts %+v", m.name(st.Winner), st.Attempts)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(released) != 1 || released[0].ID != st.Attempts[0].LeaseID {
+		t.Fatalf("released %+v", released)
+	}
+	for _, l := range slow.p.Stats().Leases {
+		if !l.State.Terminal() {
+			t.Fatalf("slow provider still holds lease %+v", l)
+		}
+	}
+}
