@@ -452,10 +452,23 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 // noConfirm ranks a provider that did not confirm an award last for
 // NoConfirmPenalty.
 func (r *Renter) noConfirm(provider string) {
+	now := r.cfg.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.unconfirmed[provider] = r.cfg.Now().Add(r.cfg.NoConfirmPenalty)
+	if len(r.unconfirmed) >= maxUnconfirmed {
+		// Identities are free: forget expired entries, then any.
+		for p, until := range r.unconfirmed {
+			if !now.Before(until) || len(r.unconfirmed) >= maxUnconfirmed {
+				delete(r.unconfirmed, p)
+			}
+		}
+	}
+	r.unconfirmed[provider] = now.Add(r.cfg.NoConfirmPenalty)
 }
+
+// maxUnconfirmed bounds how many providers a renter remembers for not
+// confirming.
+const maxUnconfirmed = 4096
 
 // award sends one award and checks the confirm; result is "confirmed" or
 // why not.
