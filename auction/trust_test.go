@@ -597,3 +597,40 @@ func TestLateConfirmIsReleased(t *testing.T) {
 		}
 	}
 }
+
+// TestBidSendQueueBounded: with one send worker and a queue of one, bids to
+// owners that never answer are dropped and counted once the queue is full,
+// and HandleCall still returns at once.
+func TestBidSendQueueBounded(t *testing.T) {
+	m := newMarket(t, nil)
+	s := mkSigner(t)
+	capab := Capability{Peer: s.ID().String(), Region: "eu-west", GPUs: gpus("A100", 80, 8), Policy: pol(1)}
+	p, err := NewProvider(ProviderConfig{Signer: s, Transport: m.net.Join(s.ID()), Capability: func() Capability { return capab },
+		Calendar: NewCalendar(8), Now: m.now, SendWorkers: 1, SendQueue: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	defer close(release)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 3; i++ {
+			owner := mkSigner(t)
+			m.net.Join(owner.ID()).Handle(MemHandlers{OnBid: func(peer.ID, []byte) error { <-release; return nil }})
+			j := ownedJob(t, m, owner.ID(), fmt.Sprintf("job-q-%d", i))
+			j.BidWindow = MaxBidWindow
+			call, _ := EncodeCall(owner, j, "t")
+			_ = p.HandleCall(owner.ID(), call)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("HandleCall blocked")
+	}
+	// One worker and one queue slot hold at most two bids.
+	if st := p.Stats(); st.Rejected["send_queue_full"] < 1 || st.Bids+st.Rejected["send_queue_full"] != 3 {
+		t.Fatalf("stats: %d bids, rejected %v", st.Bids, st.Rejected)
+	}
+}
