@@ -393,29 +393,38 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 		case res := <-results:
 			inflight--
 			result := res.result
+			if stop == nil {
+				select {
+				case <-rj.cancel: // cancelled before this result was seen
+					cancelled, stop = nil, ErrCancelled
+				default:
+				}
+			}
 			switch {
 			case result != "confirmed":
 				r.noConfirm(res.bid.Provider)
 				r.log.Info("award failed", "job", job.ID, "provider", res.bid.Provider, "result", result)
 			case won == nil && stop == nil:
-				// The lease holds from now on; the outstanding awards are
-				// only waited for to release their confirms.
 				won = &res
-				r.finish(rj, JobLeased, "", &won.lease, won.bid.Provider, nil)
-				if r.cfg.OnLease != nil {
-					r.cfg.OnLease(won.lease, *job)
-				}
 			case r.cfg.Release != nil:
 				result = "confirmed, released (not needed)"
 				r.cfg.Release(res.lease)
 			default:
 				// Only after a cancellation: nothing to release it with, the
 				// provider expires the unclaimed reservation.
-				result = "confirmed after the auction ended"
+				result = "confirmed after the auction was cancelled"
 			}
 			r.mu.Lock()
 			rj.status.Attempts[res.slot].Result = result
 			r.mu.Unlock()
+			if won == &res {
+				// The lease holds from now on; the outstanding awards are
+				// only waited for to release their confirms.
+				r.finish(rj, JobLeased, "", &won.lease, won.bid.Provider, nil)
+				if r.cfg.OnLease != nil {
+					r.cfg.OnLease(won.lease, *job)
+				}
+			}
 			if won == nil && stop == nil {
 				start() // fail over at once
 			}
