@@ -19,6 +19,11 @@ const CapabilityNamespace = "gpumesh-cap"
 // MaxClockSkew is how far in the future a record's IssuedAt may be.
 const MaxClockSkew = 2 * time.Minute
 
+// MaxCapabilityTTL is the longest a capability record may be valid: a record
+// whose ExpiresAt is more than this after its IssuedAt is refused, so that a
+// stale or lying record cannot linger in the DHT.
+const MaxCapabilityTTL = 24 * time.Hour
+
 // CapabilityKey is the DHT key of a provider's capability record.
 func CapabilityKey(p peer.ID) string { return "/" + CapabilityNamespace + "/" + p.String() }
 
@@ -26,6 +31,9 @@ func CapabilityKey(p peer.ID) string { return "/" + CapabilityNamespace + "/" + 
 func SealCapability(s *sign.Signer, c Capability) ([]byte, error) {
 	if c.Peer != s.ID().String() {
 		return nil, fmt.Errorf("auction: capability peer %q is not the signer %s", c.Peer, s.ID())
+	}
+	if err := checkCapabilityTTL(c); err != nil {
+		return nil, err
 	}
 	env, err := sign.Seal(s, sign.DomainCapability, c)
 	if err != nil {
@@ -35,7 +43,8 @@ func SealCapability(s *sign.Signer, c Capability) ([]byte, error) {
 }
 
 // OpenCapability verifies a sealed capability record (signature, signer ==
-// record peer, expiry against now) and returns it.
+// record peer, expiry against now, at most MaxCapabilityTTL from issue to
+// expiry) and returns it.
 func OpenCapability(b []byte, now time.Time) (Capability, error) {
 	var c Capability
 	env, err := sign.UnmarshalEnvelope(b)
@@ -55,12 +64,27 @@ func OpenCapability(b []byte, now time.Time) (Capability, error) {
 	if c.IssuedAt.After(now.Add(MaxClockSkew)) {
 		return c, fmt.Errorf("auction: capability record of %s issued in the future", c.Peer)
 	}
+	if err := checkCapabilityTTL(c); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
+// checkCapabilityTTL refuses a record without an issue time or valid for
+// more than MaxCapabilityTTL.
+func checkCapabilityTTL(c Capability) error {
+	if c.IssuedAt.IsZero() {
+		return fmt.Errorf("auction: capability record of %s has no issue time", c.Peer)
+	}
+	if c.ExpiresAt.Sub(c.IssuedAt) > MaxCapabilityTTL {
+		return fmt.Errorf("auction: capability record of %s is valid for %v, more than %v", c.Peer, c.ExpiresAt.Sub(c.IssuedAt), MaxCapabilityTTL)
+	}
+	return nil
+}
+
 // CapabilityValidator is the DHT record validator for capability records.
-// It rejects unsigned, forged (signer is not the key's peer) and expired
-// records, and selects the newest of several valid ones.
+// It rejects unsigned, forged (signer is not the key's peer), expired and
+// overlong (more than MaxCapabilityTTL) records, and selects the newest of several valid ones.
 type CapabilityValidator struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time

@@ -20,17 +20,49 @@ const (
 // MaxGPUCount bounds how many GPUs one job may ask for.
 const MaxGPUCount = 1024
 
-// NewID returns a random, URL-safe identifier: prefix, a dash and 24 hex
-// digits (96 random bits), e.g. "job-3f9c0a...". An empty prefix yields the
-// hex digits alone.
+// MaxIDLen bounds an identifier's length (see ValidID).
+const MaxIDLen = 128
+
+// ErrBadID is wrapped by ValidID's errors.
+var ErrBadID = errors.New("auction: invalid id")
+
+// ValidID is the one rule for every identifier that crosses the network (job
+// ids, lease ids, bid nonces): 1 to MaxIDLen characters from [A-Za-z0-9._-],
+// starting with a letter or digit, and no "..". Such an id is safe as a file
+// or directory name and as a key: it has no path separator, is never "." or
+// "..", and cannot start an option ("-"). Decoders refuse messages whose ids
+// break it.
+func ValidID(id string) error {
+	if id == "" || len(id) > MaxIDLen {
+		return fmt.Errorf("%w: length %d, want 1 to %d", ErrBadID, len(id), MaxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case (c == '.' || c == '_' || c == '-') && i > 0:
+		default:
+			return fmt.Errorf("%w: %q: character %d (%q) is not allowed", ErrBadID, id, i, c)
+		}
+	}
+	if strings.Contains(id, "..") {
+		return fmt.Errorf("%w: %q contains \"..\"", ErrBadID, id)
+	}
+	return nil
+}
+
+// NewID returns a random identifier that satisfies ValidID: prefix, a dash
+// and 24 hex digits (96 random bits), e.g. "job-3f9c0a...". An empty prefix,
+// or one that would break ValidID, yields the hex digits alone.
 func NewID(prefix string) string {
 	var b [12]byte
 	// Since Go 1.24 crypto/rand.Read never returns an error.
 	_, _ = rand.Read(b[:])
-	if prefix == "" {
-		return hex.EncodeToString(b[:])
+	id := hex.EncodeToString(b[:])
+	if prefix == "" || len(prefix)+1+len(id) > MaxIDLen || ValidID(prefix+"-"+id) != nil {
+		return id
 	}
-	return prefix + "-" + hex.EncodeToString(b[:])
+	return prefix + "-" + id
 }
 
 // ParseTier parses a tier name, case-insensitively.
@@ -83,7 +115,7 @@ func FieldErrors(err error) []*FieldError {
 // command, a negative Run.MemoryMB, an empty GPU model or dataset name, a
 // preemptible gold job (gold is the protected tier), a negative attempt, a
 // BidWindow outside [MinBidWindow, MaxBidWindow] and a Deadline before
-// CreatedAt. ID, Owner and CreatedAt may be empty (the renter fills them
+// CreatedAt, and an ID that breaks ValidID. ID, Owner and CreatedAt may be empty (the renter fills them
 // when it posts the job). Each problem is a *FieldError (see FieldErrors).
 func (j *Job) Validate() error {
 	if j == nil {
@@ -119,6 +151,11 @@ func (j *Job) Validate() error {
 	}
 	if j.Tier == Gold && j.Preemptible {
 		bad("preemptible", "must be false for a gold job (gold work is never preempted)")
+	}
+	if j.ID != "" {
+		if err := ValidID(j.ID); err != nil {
+			bad("id", "%v", err)
+		}
 	}
 	if j.Attempt < 0 {
 		bad("attempt", "must not be negative, got %d", j.Attempt)

@@ -221,7 +221,8 @@ func (t *MemTransport) Publish(ctx context.Context, topic string, data []byte) e
 	return nil
 }
 
-// SendBid calls the renter's bid handler.
+// SendBid calls the renter's bid handler and returns its error, or the
+// context's error if it does not answer in time (like a stream deadline).
 func (t *MemTransport) SendBid(ctx context.Context, to peer.ID, _ []string, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -234,7 +235,15 @@ func (t *MemTransport) SendBid(ctx context.Context, to peer.ID, _ []string, data
 	if h == nil {
 		return fmt.Errorf("%w: %s takes no bids", ErrUnreachable, to)
 	}
-	return h(t.id, append([]byte(nil), data...))
+	done := make(chan error, 1)
+	msg := append([]byte(nil), data...)
+	go func() { done <- h(t.id, msg) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // SendAward calls the provider's award handler and returns its confirm, or

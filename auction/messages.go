@@ -52,8 +52,8 @@ func EncodeCall(s *sign.Signer, job Job, topic string) ([]byte, error) {
 }
 
 // DecodeCall verifies a gossiped call: the job envelope's signature under
-// sign.DomainJob and that its signer is the job's Owner. It does not
-// validate the job spec.
+// sign.DomainJob, that its signer is the job's Owner and that the job id
+// satisfies ValidID. It does not validate the rest of the job spec.
 func DecodeCall(data []byte) (Call, error) {
 	if len(data) > MaxMessageSize {
 		return Call{}, ErrOversized
@@ -72,6 +72,9 @@ func DecodeCall(data []byte) (Call, error) {
 	}
 	if c.Job.Owner != id.String() {
 		return Call{}, fmt.Errorf("%w: job owner %q, signed by %s", ErrSignerMismatch, c.Job.Owner, id)
+	}
+	if err := ValidID(c.Job.ID); err != nil {
+		return Call{}, fmt.Errorf("auction: call: job id: %w", err)
 	}
 	c.Topic = w.Topic
 	return c, nil
@@ -115,7 +118,8 @@ func EncodeBid(s *sign.Signer, b Bid) ([]byte, error) {
 	return seal(s, sign.DomainBid, b)
 }
 
-// DecodeBid verifies a bid envelope and that its signer is Bid.Provider.
+// DecodeBid verifies a bid envelope, that its signer is Bid.Provider and
+// that its job id and nonce satisfy ValidID.
 func DecodeBid(data []byte) (Bid, error) {
 	var b Bid
 	id, err := open(data, sign.DomainBid, &b)
@@ -124,6 +128,9 @@ func DecodeBid(data []byte) (Bid, error) {
 	}
 	if b.Provider != id.String() {
 		return Bid{}, fmt.Errorf("%w: bid claims provider %q, signed by %s", ErrSignerMismatch, b.Provider, id)
+	}
+	if err := validIDs("bid", "job id", b.JobID, "nonce", b.Nonce); err != nil {
+		return Bid{}, err
 	}
 	return b, nil
 }
@@ -137,7 +144,8 @@ func EncodeAward(s *sign.Signer, a Award) ([]byte, error) {
 }
 
 // DecodeAward verifies an award envelope and that its signer is both the
-// award's Renter and its job's Owner.
+// award's Renter and its job's Owner, and that its lease id, job id (in
+// the award and in its job) and bid nonce satisfy ValidID.
 func DecodeAward(data []byte) (Award, error) {
 	var a Award
 	id, err := open(data, sign.DomainAward, &a)
@@ -147,6 +155,9 @@ func DecodeAward(data []byte) (Award, error) {
 	if a.Renter != id.String() || a.Job.Owner != id.String() {
 		return Award{}, fmt.Errorf("%w: award renter %q, job owner %q, signed by %s", ErrSignerMismatch, a.Renter, a.Job.Owner, id)
 	}
+	if err := validIDs("award", "lease id", a.LeaseID, "job id", a.JobID, "job's id", a.Job.ID, "bid nonce", a.BidNonce); err != nil {
+		return Award{}, err
+	}
 	return a, nil
 }
 
@@ -155,12 +166,26 @@ func EncodeConfirm(s *sign.Signer, c Confirm) ([]byte, error) {
 	return seal(s, sign.DomainConfirm, c)
 }
 
-// DecodeConfirm verifies a confirm envelope and returns it with its signer.
+// DecodeConfirm verifies a confirm envelope and that its lease id satisfies
+// ValidID, and returns it with its signer.
 func DecodeConfirm(data []byte) (Confirm, peer.ID, error) {
 	var c Confirm
 	id, err := open(data, sign.DomainConfirm, &c)
 	if err != nil {
 		return Confirm{}, "", err
 	}
+	if err := validIDs("confirm", "lease id", c.LeaseID); err != nil {
+		return Confirm{}, "", err
+	}
 	return c, id, nil
+}
+
+// validIDs checks name/id pairs of a message with ValidID.
+func validIDs(msg string, pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if err := ValidID(pairs[i+1]); err != nil {
+			return fmt.Errorf("auction: %s: %s: %w", msg, pairs[i], err)
+		}
+	}
+	return nil
 }

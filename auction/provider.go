@@ -20,6 +20,17 @@ const DefaultBidGrace = 30 * time.Second
 // seenTTL is how long a provider remembers a call to deduplicate it.
 const seenTTL = time.Hour
 
+// Defaults of the provider's bid sending and call admission (see
+// ProviderConfig).
+const (
+	DefaultSendWorkers      = 64
+	DefaultSendQueue        = 256
+	DefaultSendTimeout      = 2 * time.Second
+	DefaultCallRate         = 5.0 // calls per second per owner
+	DefaultCallBurst        = 20
+	DefaultMaxOwnerInflight = 4
+)
+
 // ProviderConfig configures a Provider.
 type ProviderConfig struct {
 	Signer    *sign.Signer
@@ -44,6 +55,23 @@ type ProviderConfig struct {
 	// BidGrace is added to the job's bid window to set a bid's expiry; 0
 	// means DefaultBidGrace.
 	BidGrace time.Duration
+	// SendWorkers bound how many bids are being sent at once and SendQueue
+	// how many more may wait; a bid that finds the queue full is dropped and
+	// counted (Rejected["send_queue_full"]). 0 means the defaults.
+	SendWorkers, SendQueue int
+	// SendTimeout bounds one bid's delivery (and the job's bid window bounds
+	// it too); 0 means DefaultSendTimeout.
+	SendTimeout time.Duration
+	// CallRate and CallBurst are each owner's token bucket for calls that
+	// are evaluated (duplicates are free); a call over it is dropped and
+	// counted (Rejected["rate_limited"]). 0 means the defaults.
+	CallRate  float64
+	CallBurst int
+	// MaxOwnerInflight caps the bids to one owner that are queued or being
+	// sent; more are dropped and counted (Rejected["owner_inflight"]), so an
+	// owner that never answers holds at most this many send workers. 0 means
+	// DefaultMaxOwnerInflight.
+	MaxOwnerInflight int
 }
 
 // ProviderStats is a provider's market activity.
@@ -72,6 +100,30 @@ type confirmRec struct {
 // maxLeaseHistory bounds how many ended leases Stats keeps.
 const maxLeaseHistory = 1000
 
+// callKey identifies a call for deduplication. Job ids are chosen by their
+// owners, so a call is only a duplicate of one from the same owner: nobody
+// can squat another owner's job id or its next attempt.
+type callKey struct {
+	owner   string
+	jobID   string
+	attempt int
+}
+
+// bucket is one owner's token bucket of calls.
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// bidSend is a bid waiting for a send worker.
+type bidSend struct {
+	owner   peer.ID
+	addrs   []string
+	jobID   string
+	msg     []byte
+	timeout time.Duration
+}
+
 type sentBid struct {
 	bid   Bid
 	job   Job
@@ -87,13 +139,19 @@ type Provider struct {
 	log *slog.Logger
 
 	mu        sync.Mutex
-	seen      map[string]time.Time  // job id/attempt -> when
+	seen      map[callKey]time.Time // owner, job id, attempt -> when
 	bids      map[string]*sentBid   // nonce -> bid
 	confirms  map[string]confirmRec // lease id -> signed confirm
 	leases    map[string]*Lease
 	order     []string
 	stats     ProviderStats
 	lastPrune time.Time
+	buckets   map[string]*bucket // owner -> calls
+	inflight  map[peer.ID]int    // owner -> bids queued or being sent
+
+	sendMu  sync.Mutex // guards sendQ's senders and workers
+	sendQ   chan bidSend
+	workers int
 }
 
 // NewProvider returns a provider. Signer, Transport, Capability and
@@ -108,14 +166,34 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	if cfg.BidGrace <= 0 {
 		cfg.BidGrace = DefaultBidGrace
 	}
+	if cfg.SendWorkers <= 0 {
+		cfg.SendWorkers = DefaultSendWorkers
+	}
+	if cfg.SendQueue <= 0 {
+		cfg.SendQueue = DefaultSendQueue
+	}
+	if cfg.SendTimeout <= 0 {
+		cfg.SendTimeout = DefaultSendTimeout
+	}
+	if cfg.CallRate <= 0 {
+		cfg.CallRate = DefaultCallRate
+	}
+	if cfg.CallBurst <= 0 {
+		cfg.CallBurst = DefaultCallBurst
+	}
+	if cfg.MaxOwnerInflight <= 0 {
+		cfg.MaxOwnerInflight = DefaultMaxOwnerInflight
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Provider{
 		cfg: cfg, log: log.With("role", "provider"),
-		seen: map[string]time.Time{}, bids: map[string]*sentBid{}, confirms: map[string]confirmRec{}, leases: map[string]*Lease{},
-		stats: ProviderStats{Rejected: map[string]int{}, Ineligible: map[string]int{}},
+		seen: map[callKey]time.Time{}, bids: map[string]*sentBid{}, confirms: map[string]confirmRec{}, leases: map[string]*Lease{},
+		stats:   ProviderStats{Rejected: map[string]int{}, Ineligible: map[string]int{}},
+		buckets: map[string]*bucket{}, inflight: map[peer.ID]int{},
+		sendQ: make(chan bidSend, cfg.SendQueue),
 	}, nil
 }
 
@@ -136,6 +214,13 @@ func (p *Provider) prune(now time.Time) {
 	for k, t := range p.seen {
 		if now.Sub(t) > seenTTL {
 			delete(p.seen, k)
+		}
+	}
+	// A bucket idle long enough to be full again is the same as none.
+	full := time.Duration(float64(p.cfg.CallBurst) / p.cfg.CallRate * float64(time.Second))
+	for o, b := range p.buckets {
+		if now.Sub(b.last) > full {
+			delete(p.buckets, o)
 		}
 	}
 	for n, sb := range p.bids {
@@ -168,8 +253,13 @@ func (p *Provider) prune(now time.Time) {
 
 // HandleCall takes a gossiped call for bids. It verifies the job envelope
 // (signed by the job's owner), validates the job, skips its own jobs and
-// calls it already answered (same job id and attempt), and evaluates the
-// job. When eligible it sends a signed bid to the job's owner. A refused
+// calls it already answered (same owner, job id and attempt), and evaluates the
+// job. When eligible it queues a signed bid for the job's owner, to be sent
+// by a bounded pool of send workers within SendTimeout, dialling only the
+// DialHints of the call's owner addresses. HandleCall never waits for the
+// network: an owner over its call rate (CallRate, CallBurst) or with
+// MaxOwnerInflight bids still in flight, and a bid that finds the send
+// queue full, are dropped and counted. A refused
 // call returns a *Rejection (counted by reason); an ineligible one returns
 // the *Ineligible error (counted by kind). from is the gossip peer that
 // relayed the call and is not trusted.
@@ -190,13 +280,18 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 		return p.reject("malformed", fmt.Errorf("job owner: %w", err))
 	}
 	now := p.cfg.Now()
-	key := fmt.Sprintf("%s/%d", job.ID, job.Attempt)
+	key := callKey{owner: job.Owner, jobID: job.ID, attempt: job.Attempt}
 	p.mu.Lock()
 	p.prune(now)
 	if _, dup := p.seen[key]; dup {
 		p.stats.Duplicates++
 		p.mu.Unlock()
 		return nil
+	}
+	if !p.takeToken(job.Owner, now) {
+		err := p.rejectLocked("rate_limited", fmt.Errorf("owner %s is over %.3g calls/s", job.Owner, p.cfg.CallRate))
+		p.mu.Unlock()
+		return err
 	}
 	p.seen[key] = now
 	p.stats.Calls++
@@ -232,16 +327,88 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 		return p.reject("encode", err)
 	}
 	p.mu.Lock()
+	if p.inflight[owner] >= p.cfg.MaxOwnerInflight {
+		err := p.rejectLocked("owner_inflight", fmt.Errorf("%d bids to %s still in flight", p.inflight[owner], owner))
+		p.mu.Unlock()
+		return err
+	}
+	p.inflight[owner]++
 	p.bids[bid.Nonce] = &sentBid{bid: bid, job: job, offer: offer}
 	p.stats.Bids++
 	p.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), job.BidWindow)
-	defer cancel()
-	if err := p.cfg.Transport.SendBid(ctx, owner, job.OwnerAddrs, msg); err != nil {
-		p.log.Info("bid not delivered", "job", job.ID, "err", err)
-		return fmt.Errorf("auction: send bid for %s: %w", job.ID, err)
+	timeout := min(p.cfg.SendTimeout, job.BidWindow)
+	if !p.enqueue(bidSend{owner: owner, addrs: DialHints(owner, job.OwnerAddrs), jobID: job.ID, msg: msg, timeout: timeout}) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.inflight[owner]--
+		delete(p.bids, bid.Nonce)
+		p.stats.Bids--
+		return p.rejectLocked("send_queue_full", fmt.Errorf("bid for %s dropped", job.ID))
 	}
 	return nil
+}
+
+// takeToken spends one of owner's call tokens at now, if it has one. Called
+// with p.mu held.
+func (p *Provider) takeToken(owner string, now time.Time) bool {
+	b, ok := p.buckets[owner]
+	if !ok {
+		b = &bucket{tokens: float64(p.cfg.CallBurst), last: now}
+		p.buckets[owner] = b
+	}
+	if dt := now.Sub(b.last); dt > 0 {
+		b.tokens = min(float64(p.cfg.CallBurst), b.tokens+dt.Seconds()*p.cfg.CallRate)
+		b.last = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// enqueue hands a bid to the send workers without blocking, starting a
+// worker if fewer than SendWorkers run; false means the queue is full.
+// Workers exit when the queue is empty, so an idle provider holds none.
+func (p *Provider) enqueue(s bidSend) bool {
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	select {
+	case p.sendQ <- s:
+	default:
+		return false
+	}
+	if p.workers < p.cfg.SendWorkers {
+		p.workers++
+		go p.sendWorker()
+	}
+	return true
+}
+
+func (p *Provider) sendWorker() {
+	for {
+		p.sendMu.Lock()
+		var s bidSend
+		select {
+		case s = <-p.sendQ:
+		default:
+			p.workers--
+			p.sendMu.Unlock()
+			return
+		}
+		p.sendMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		err := p.cfg.Transport.SendBid(ctx, s.owner, s.addrs, s.msg)
+		cancel()
+		if err != nil {
+			p.log.Info("bid not delivered", "job", s.jobID, "err", err)
+		}
+		p.mu.Lock()
+		if p.inflight[s.owner]--; p.inflight[s.owner] <= 0 {
+			delete(p.inflight, s.owner)
+		}
+		p.mu.Unlock()
+	}
 }
 
 // HandleAward takes an award from a renter's direct stream and returns the

@@ -15,7 +15,14 @@ import (
 
 // DefaultConfirmTimeout bounds how long a renter waits for a provider to
 // confirm an award before failing over to the next bid.
-const DefaultConfirmTimeout = 5 * time.Second
+const DefaultConfirmTimeout = time.Second
+
+// Defaults of award hedging and of the memory of bidders that did not
+// confirm (see RenterConfig).
+const (
+	DefaultMaxParallelAwards = 8
+	DefaultNoConfirmPenalty  = 10 * time.Minute
+)
 
 // Renter errors.
 var (
@@ -51,6 +58,8 @@ func decodeReason(err error) string {
 		return "bad_signature"
 	case errors.Is(err, sign.ErrWrongDomain):
 		return "wrong_domain"
+	case errors.Is(err, ErrBadID):
+		return "bad_id"
 	}
 	return "malformed"
 }
@@ -105,6 +114,20 @@ type RenterConfig struct {
 	// ConfirmTimeout bounds each award's round trip; 0 means
 	// DefaultConfirmTimeout.
 	ConfirmTimeout time.Duration
+	// Release gives back a lease a provider confirmed that the renter does
+	// not use: a hedged award that confirmed after another one won (or
+	// after the job was cancelled). The daemon asks the provider to cancel
+	// it. Hedging needs it: with Release nil awards are strictly sequential.
+	Release func(Lease)
+	// HedgeAfter is how long awards may go unanswered before as many more
+	// bids are awarded in parallel (up to MaxParallelAwards outstanding); 0
+	// means a quarter of ConfirmTimeout.
+	HedgeAfter        time.Duration
+	MaxParallelAwards int // 0 means DefaultMaxParallelAwards
+	// NoConfirmPenalty is how long a provider that did not confirm an award
+	// (timed out, failed, declined) is ranked below every other bidder; 0
+	// means DefaultNoConfirmPenalty.
+	NoConfirmPenalty time.Duration
 	// OnLease is called when a provider confirms a lease.
 	OnLease func(Lease, Job)
 	// OnUnplaceable is called when an auction ends without a lease.
@@ -123,19 +146,25 @@ type renterJob struct {
 
 // Renter runs auctions for its own jobs: Post gossips a signed call for bids
 // on JobTopics, collects bids through HandleBid for the job's BidWindow,
-// ranks them with RankAt and awards them best first. An award is a lease
-// only once the provider's signed Confirm (matching lease id, accepted)
-// comes back; if the winner errors, times out or declines, the next bid is
-// awarded. A provider that confirms after ConfirmTimeout holds a
-// reservation the renter no longer counts on; the provider's runtime expires
-// a reserved lease that no job claims. It is safe for concurrent use.
+// ranks them with RankAt and awards them best first, providers that recently
+// failed to confirm last, skipping bids that have expired by then. An award
+// is a lease only once the provider's signed Confirm (matching lease id,
+// accepted) comes back within ConfirmTimeout; if it errors, times out or
+// declines, the next bid is awarded. With Release set, awards are hedged:
+// every HedgeAfter without a confirm, as many more bids are awarded in
+// parallel as are outstanding (up to MaxParallelAwards), the first confirm
+// wins, and every other confirm is released. A provider that
+// confirms after ConfirmTimeout holds a reservation the renter no longer
+// counts on; the provider's runtime expires a reserved lease that no job
+// claims. It is safe for concurrent use.
 type Renter struct {
 	cfg RenterConfig
 	log *slog.Logger
 
-	mu       sync.Mutex
-	jobs     map[string]*renterJob
-	counters map[string]int
+	mu          sync.Mutex
+	jobs        map[string]*renterJob
+	counters    map[string]int
+	unconfirmed map[string]time.Time // provider -> until when it ranks last
 }
 
 // NewRenter returns a renter. Signer and Transport are required.
@@ -149,11 +178,24 @@ func NewRenter(cfg RenterConfig) (*Renter, error) {
 	if cfg.ConfirmTimeout <= 0 {
 		cfg.ConfirmTimeout = DefaultConfirmTimeout
 	}
+	if cfg.HedgeAfter <= 0 {
+		cfg.HedgeAfter = cfg.ConfirmTimeout / 4
+	}
+	if cfg.MaxParallelAwards <= 0 {
+		cfg.MaxParallelAwards = DefaultMaxParallelAwards
+	}
+	if cfg.Release == nil {
+		cfg.MaxParallelAwards = 1
+	}
+	if cfg.NoConfirmPenalty <= 0 {
+		cfg.NoConfirmPenalty = DefaultNoConfirmPenalty
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Renter{cfg: cfg, log: log.With("role", "renter"), jobs: map[string]*renterJob{}, counters: map[string]int{}}, nil
+	return &Renter{cfg: cfg, log: log.With("role", "renter"), jobs: map[string]*renterJob{}, counters: map[string]int{},
+		unconfirmed: map[string]time.Time{}}, nil
 }
 
 // Post runs an auction for job: it fills ID (if empty), Owner and CreatedAt
@@ -239,32 +281,9 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	rj.status.Bids = ranked
 	r.mu.Unlock()
 
-	eligible := 0
-	for _, c := range ranked {
-		if c.Rejected != "" {
-			continue
-		}
-		eligible++
-		select {
-		case <-rj.cancel:
-			return job, ErrCancelled
-		default:
-		}
-		lease, result := r.award(ctx, &job, c.Bid)
-		r.mu.Lock()
-		rj.status.Attempts = append(rj.status.Attempts, AwardAttempt{Provider: c.Bid.Provider, LeaseID: lease.ID, Result: result})
-		r.mu.Unlock()
-		if result == "confirmed" {
-			r.finish(rj, JobLeased, "", &lease, c.Bid.Provider, nil)
-			if r.cfg.OnLease != nil {
-				r.cfg.OnLease(lease, job)
-			}
-			return job, nil
-		}
-		r.log.Info("award failed, failing over", "job", job.ID, "provider", c.Bid.Provider, "result", result)
-		if ctx.Err() != nil {
-			return job, r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
-		}
+	eligible, err := r.awardBest(ctx, rj, &job, ranked)
+	if err != nil || eligible < 0 {
+		return job, err
 	}
 	var reason string
 	switch {
@@ -275,7 +294,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	default:
 		reason = fmt.Sprintf("all %d awards failed", eligible)
 	}
-	err := r.finish(rj, JobUnplaceable, reason, nil, "", fmt.Errorf("%w: %s: %s", ErrUnplaceable, job.ID, reason))
+	err = r.finish(rj, JobUnplaceable, reason, nil, "", fmt.Errorf("%w: %s: %s", ErrUnplaceable, job.ID, reason))
 	if r.cfg.OnUnplaceable != nil {
 		r.cfg.OnUnplaceable(job, reason)
 	}
@@ -303,12 +322,173 @@ func (r *Renter) finish(rj *renterJob, st JobState, reason string, lease *Lease,
 	return err
 }
 
+type awardResult struct {
+	slot   int // index in the job's Attempts
+	bid    Bid
+	lease  Lease
+	result string
+}
+
+// awardOrder lists the eligible bids best first, providers that recently
+// did not confirm an award after all others.
+func (r *Renter) awardOrder(ranked []Ranked, now time.Time) []Bid {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var good, late []Bid
+	for _, c := range ranked {
+		if c.Rejected != "" {
+			continue
+		}
+		if until, ok := r.unconfirmed[c.Bid.Provider]; ok && now.Before(until) {
+			late = append(late, c.Bid)
+		} else {
+			delete(r.unconfirmed, c.Bid.Provider)
+			good = append(good, c.Bid)
+		}
+	}
+	return append(good, late...)
+}
+
+// awardBest awards the ranked bids (see Renter) until one is confirmed. It
+// returns how many bids were eligible, or -1 and the error to return when
+// the auction ended otherwise (leased: nil error; cancelled). It returns only
+// when no award is outstanding, releasing every confirm but the winner's.
+func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked []Ranked) (int, error) {
+	order := r.awardOrder(ranked, r.cfg.Now())
+	if len(order) == 0 {
+		return 0, nil
+	}
+	// Awards outlive ctx's cancellation so that their confirms are seen and
+	// released; each is bounded by ConfirmTimeout.
+	actx := context.WithoutCancel(ctx)
+	results := make(chan awardResult, len(order))
+	next, inflight := 0, 0
+	var won *awardResult
+	var stop error // set once the auction ended without a lease
+	start := func() {
+		for next < len(order) {
+			b := order[next]
+			next++
+			leaseID := NewID("lease")
+			r.mu.Lock()
+			slot := len(rj.status.Attempts)
+			rj.status.Attempts = append(rj.status.Attempts, AwardAttempt{Provider: b.Provider, LeaseID: leaseID, Result: "pending"})
+			if !b.ExpiresAt.IsZero() && !r.cfg.Now().Before(b.ExpiresAt) {
+				rj.status.Attempts[slot].Result = "skipped: bid expired"
+				r.mu.Unlock()
+				continue
+			}
+			r.mu.Unlock()
+			inflight++
+			go func() {
+				lease, result := r.award(actx, job, b, leaseID)
+				results <- awardResult{slot: slot, bid: b, lease: lease, result: result}
+			}()
+			return
+		}
+	}
+	start()
+	hedge := time.NewTicker(r.cfg.HedgeAfter)
+	defer hedge.Stop()
+	cancelled := rj.cancel
+	done := ctx.Done()
+	for inflight > 0 {
+		select {
+		case res := <-results:
+			inflight--
+			result := res.result
+			if stop == nil {
+				select {
+				case <-rj.cancel: // cancelled before this result was seen
+					cancelled, stop = nil, ErrCancelled
+				default:
+				}
+			}
+			switch {
+			case result != "confirmed":
+				r.noConfirm(res.bid.Provider)
+				r.log.Info("award failed", "job", job.ID, "provider", res.bid.Provider, "result", result)
+			case won == nil && stop == nil:
+				won = &res
+			case r.cfg.Release != nil:
+				result = "confirmed, released (not needed)"
+				r.cfg.Release(res.lease)
+			default:
+				// Only after a cancellation: nothing to release it with, the
+				// provider expires the unclaimed reservation.
+				result = "confirmed after the auction was cancelled"
+			}
+			r.mu.Lock()
+			rj.status.Attempts[res.slot].Result = result
+			r.mu.Unlock()
+			if won == &res {
+				// The lease holds from now on; the outstanding awards are
+				// only waited for to release their confirms.
+				r.finish(rj, JobLeased, "", &won.lease, won.bid.Provider, nil)
+				if r.cfg.OnLease != nil {
+					r.cfg.OnLease(won.lease, *job)
+				}
+			}
+			if won == nil && stop == nil {
+				start() // fail over at once
+			}
+		case <-hedge.C:
+			// Every award is late: double the awards outstanding.
+			for n := min(inflight, r.cfg.MaxParallelAwards-inflight); n > 0 && won == nil && stop == nil; n-- {
+				start()
+			}
+		case <-cancelled:
+			cancelled, stop = nil, ErrCancelled
+		case <-done:
+			done, stop = nil, ctx.Err()
+		}
+	}
+	switch {
+	case won != nil:
+		return -1, nil
+	case errors.Is(stop, ErrCancelled):
+		return -1, ErrCancelled
+	case stop != nil:
+		return -1, r.finish(rj, JobCancelled, "context: "+stop.Error(), nil, "", stop)
+	}
+	select {
+	case <-rj.cancel:
+		return -1, ErrCancelled
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return -1, r.finish(rj, JobCancelled, "context: "+err.Error(), nil, "", err)
+	}
+	return len(order), nil
+}
+
+// noConfirm ranks a provider that did not confirm an award last for
+// NoConfirmPenalty.
+func (r *Renter) noConfirm(provider string) {
+	now := r.cfg.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.unconfirmed) >= maxUnconfirmed {
+		// Identities are free: forget expired entries, then any.
+		for p, until := range r.unconfirmed {
+			if !now.Before(until) || len(r.unconfirmed) >= maxUnconfirmed {
+				delete(r.unconfirmed, p)
+			}
+		}
+	}
+	r.unconfirmed[provider] = now.Add(r.cfg.NoConfirmPenalty)
+}
+
+// maxUnconfirmed bounds how many providers a renter remembers for not
+// confirming.
+const maxUnconfirmed = 4096
+
 // award sends one award and checks the confirm; result is "confirmed" or
 // why not.
-func (r *Renter) award(ctx context.Context, job *Job, b Bid) (Lease, string) {
+func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string) (Lease, string) {
 	now := r.cfg.Now()
 	a := Award{
-		LeaseID: NewID("lease"), JobID: job.ID, Attempt: job.Attempt,
+		LeaseID: leaseID, JobID: job.ID, Attempt: job.Attempt,
 		Renter: job.Owner, Provider: b.Provider, BidNonce: b.Nonce,
 		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount,
 		Job: *job, IssuedAt: now,

@@ -31,7 +31,9 @@ type GPU struct {
 	VRAMGB int    `json:"vram_gb" yaml:"vram_gb"`
 	UUID   string `json:"uuid,omitempty" yaml:"uuid,omitempty"`
 	// Detected is true when the device was read from the driver (NVML) and
-	// false when it was declared in the provider's config.
+	// false when it was declared in the provider's config. The provider
+	// sets it itself, so it is informational only: eligibility, pricing,
+	// ranking and discovery ignore it (TestDetectedFlagGivesNoAdvantage).
 	Detected bool `json:"detected" yaml:"-"`
 }
 

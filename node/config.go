@@ -182,6 +182,9 @@ func (c Config) Validate() error {
 	if p.AdvertiseTTL < 0 || (p.AdvertiseTTL > 0 && p.AdvertiseTTL < time.Second) {
 		return fmt.Errorf("provider.advertise_ttl must be at least 1s, got %s", p.AdvertiseTTL)
 	}
+	if p.AdvertiseTTL > auction.MaxCapabilityTTL {
+		return fmt.Errorf("provider.advertise_ttl must be at most %s, got %s", auction.MaxCapabilityTTL, p.AdvertiseTTL)
+	}
 	if c.MetricsAddr != "" && !isLoopbackAddr(c.MetricsAddr) {
 		return fmt.Errorf("metrics_addr must be a loopback address (127.0.0.1:PORT or localhost:PORT), got %q", c.MetricsAddr)
 	}

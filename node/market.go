@@ -222,9 +222,6 @@ func (t *p2pTransport) SendBid(ctx context.Context, to peer.ID, addrs []string, 
 }
 
 func (t *p2pTransport) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
-	if to == t.m.d.ID() && t.m.provider != nil {
-		return t.m.provider.HandleAward(to, data)
-	}
 	return t.m.d.net.Request(ctx, to, nil, wire.ProtoAward, data)
 }
 

@@ -94,9 +94,10 @@ type Node struct {
 	circuits     map[peer.ID][]ma.Multiaddr
 	firstReserve []chan struct{}
 
-	mu     sync.Mutex
-	topics map[string]*pubsub.Topic
-	cancel context.CancelFunc
+	mu       sync.Mutex
+	topics   map[string]*pubsub.Topic
+	handlers map[protocol.ID]Handler // for requests a node sends itself
+	cancel   context.CancelFunc
 }
 
 // New starts a host, a server-mode DHT and GossipSub. It does not contact

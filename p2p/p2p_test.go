@@ -182,3 +182,27 @@ func TestConfigErrors(t *testing.T) {
 		t.Error("KeyCID is not a stable function of the key")
 	}
 }
+
+// TestRequestToSelfUsesTheLocalHandler: a node asking itself (a renter that
+// is also the provider it awarded, or releases) is answered by its own
+// handler, errors included, without a stream.
+func TestRequestToSelfUsesTheLocalHandler(t *testing.T) {
+	n := newNode(t)
+	n.Handle("/test/self/1", func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
+		if string(req) == "fail" {
+			return nil, errors.New("refused")
+		}
+		return append([]byte(from.String()+":"), req...), nil
+	})
+	resp, err := n.Request(t.Context(), n.ID(), nil, "/test/self/1", []byte("hi"))
+	if err != nil || string(resp) != n.ID().String()+":hi" {
+		t.Fatalf("self request = %q, %v", resp, err)
+	}
+	var re *RemoteError
+	if _, err := n.Request(t.Context(), n.ID(), nil, "/test/self/1", []byte("fail")); !errors.As(err, &re) || re.Msg != "refused" {
+		t.Fatalf("self request error = %v", err)
+	}
+	if _, err := n.Request(t.Context(), n.ID(), nil, "/test/none/1", nil); err == nil {
+		t.Fatal("self request without a handler succeeded")
+	}
+}

@@ -60,8 +60,15 @@ const (
 	statusErr = 1
 )
 
-// Handle registers a request/response handler for proto.
+// Handle registers a request/response handler for proto. A Request this
+// node sends to itself is answered by the same handler, without a stream.
 func (n *Node) Handle(proto protocol.ID, h Handler) {
+	n.mu.Lock()
+	if n.handlers == nil {
+		n.handlers = map[protocol.ID]Handler{}
+	}
+	n.handlers[proto] = h
+	n.mu.Unlock()
 	n.Host.SetStreamHandler(proto, func(s network.Stream) {
 		defer s.Close()
 		_ = s.SetDeadline(time.Now().Add(30 * time.Second))
@@ -91,6 +98,19 @@ func (e *RemoteError) Error() string { return "remote: " + e.Msg }
 // Request opens a stream to peer, sends req and waits for the response. addrs
 // (multiaddrs) are added to the peerstore first, when the caller knows them.
 func (n *Node) Request(ctx context.Context, to peer.ID, addrs []string, proto protocol.ID, req []byte) ([]byte, error) {
+	if to == n.raw.ID() {
+		n.mu.Lock()
+		h := n.handlers[proto]
+		n.mu.Unlock()
+		if h == nil {
+			return nil, fmt.Errorf("p2p: no %s handler on this node", proto)
+		}
+		resp, err := h(ctx, to, req)
+		if err != nil {
+			return nil, &RemoteError{Msg: err.Error()}
+		}
+		return resp, nil
+	}
 	n.AddAddrs(to, addrs)
 	s, err := n.Host.NewStream(ctx, to, proto)
 	if err != nil {

@@ -486,8 +486,10 @@ func (s *Supervisor) settle(r *leaseRun) {
 	if !rec.Ended.After(rec.Started) {
 		rec.Ended = rec.Started.Add(time.Millisecond)
 	}
-	used := rec.Ended.Sub(rec.Started)
-	gpuSec := used.Seconds() * float64(rec.Lease.GPUCount)
+	// Bill what the renter can vouch for: the run's span less the gaps in
+	// the heartbeat summary the renter answered with (the renter checks
+	// the same bound, attest.BillableSeconds, before it countersigns).
+	gpuSec := attest.BillableSeconds(rec.Lease, rec.Started, rec.Ended, rec.Ended, *sum) * float64(rec.Lease.GPUCount)
 	rc := attest.Receipt{
 		LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Renter: rec.Lease.Renter, Provider: rec.Lease.Provider,
 		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, GPUSeconds: gpuSec, Price: rec.Lease.Price,

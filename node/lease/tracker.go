@@ -96,7 +96,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score, Now: cfg.Now, Log: log,
-		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable,
+		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, Release: t.release,
 	})
 	if err != nil {
 		return nil, err
@@ -116,8 +116,18 @@ func (t *Tracker) Wait() { t.wg.Wait() }
 func (t *Tracker) now() time.Time { return t.cfg.Now() }
 
 func (t *Tracker) monitor(l auction.Lease) *attest.HeartbeatMonitor {
+	return t.monitorFrom(l, l.Start)
+}
+
+// monitorFrom watches l's heartbeats from since: a renter that restarted
+// mid-lease watches from its restart, so its own outage is never counted
+// as the provider's silence.
+func (t *Tracker) monitorFrom(l auction.Lease, since time.Time) *attest.HeartbeatMonitor {
 	prov, _ := peer.Decode(l.Provider)
-	return attest.NewHeartbeatMonitor(l.ID, prov, l.Start, t.cfg.HeartbeatInterval)
+	if since.Before(l.Start) {
+		since = l.Start
+	}
+	return attest.NewHeartbeatMonitor(l.ID, prov, since, t.cfg.HeartbeatInterval)
 }
 
 // Post runs an auction for job (its Owner is this node; OwnerAddrs are the
@@ -299,9 +309,14 @@ func (t *Tracker) load() error {
 			v.State = auction.JobFinished
 		}
 		t.jobs[id] = &v
-		if v.Lease != nil && !v.Run.Terminal() {
-			t.mons[v.Lease.ID] = t.monitor(*v.Lease)
+		if v.Lease != nil && (!v.Run.Terminal() || v.Receipt == nil) {
+			// Running, or ended but not settled: take its events and
+			// receipt again, and watch for its abandonment again.
+			t.mons[v.Lease.ID] = t.monitorFrom(*v.Lease, t.now())
 			t.byLease[v.Lease.ID] = id
+			if !v.Run.Terminal() {
+				t.watch(id, *v.Lease)
+			}
 		}
 		return nil
 	})
@@ -318,7 +333,7 @@ func (t *Tracker) View(id string) (api.JobView, error) {
 	out := *v
 	out.History = append([]api.LeaseRecord(nil), v.History...)
 	if out.Lease != nil {
-		if mon := t.mons[out.Lease.ID]; mon != nil && out.Receipt == nil {
+		if mon := t.mons[out.Lease.ID]; mon != nil && out.Receipt == nil && !out.Run.Terminal() {
 			end := t.now()
 			if !out.Ended.IsZero() {
 				end = out.Ended
@@ -394,6 +409,31 @@ func (t *Tracker) Cancel(id string) (api.JobView, error) {
 	return t.View(id)
 }
 
+// release asks a provider to cancel a lease it confirmed that the auction
+// does not use (a hedged award that confirmed after another won).
+func (t *Tracker) release(l auction.Lease) {
+	t.cfg.Counters.Add("renter.lease_released")
+	b, err := sealed(t.cfg.Signer, sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: l.ID, JobID: l.JobID})
+	if err != nil {
+		t.log.Warn("release lease", "lease", l.ID, "err", err)
+		return
+	}
+	prov, err := peer.Decode(l.Provider)
+	if err != nil {
+		return
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		ctx, cancel := context.WithTimeout(t.ctx, 15*time.Second)
+		defer cancel()
+		if _, err := t.cfg.Transport.Request(ctx, prov, wire.ProtoCancel, b); err != nil {
+			t.cfg.Counters.Add("renter.release_failed")
+			t.log.Info("release lease", "lease", l.ID, "provider", l.Provider, "err", err)
+		}
+	}()
+}
+
 func orNone(s string) string {
 	if s == "" {
 		return "none"
@@ -466,9 +506,12 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	if ev.Run == prevRun && ev.Run.Terminal() {
 		// The provider re-sent its final report (its first answer was
 		// lost): answer it again with the same summary, change nothing.
-		end := v.ObservedEnd
+		sum := v.Heartbeats
+		if sum == nil {
+			s := mon.Summary(v.ObservedEnd)
+			sum = &s
+		}
 		t.mu.Unlock()
-		sum := mon.Summary(end)
 		return json.Marshal(sum)
 	}
 	if !ev.Run.Follows(prevRun) {
@@ -502,15 +545,24 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	t.mu.Unlock()
 	t.log.Info("lease event", "job", jobID, "lease", ev.LeaseID, "run", ev.Run, "detail", ev.Detail)
-	t.save(jobID)
 	if !ev.Run.Terminal() {
+		t.save(jobID)
 		return nil, nil
 	}
 	end := ev.Ended
 	if end.IsZero() || end.After(now) {
 		end = now
 	}
+	// The summary answered here is what the provider's receipt must carry:
+	// it is kept with the job, so the receipt is checked against it even
+	// after this renter restarts.
 	sum := mon.Summary(end)
+	t.mu.Lock()
+	if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == ev.LeaseID {
+		v.Heartbeats = &sum
+	}
+	t.mu.Unlock()
+	t.save(jobID)
 	if requeues(lease, ev.Run) {
 		t.wg.Add(1)
 		go func() {
@@ -614,14 +666,18 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 	r := sr.Receipt
 	t.mu.Lock()
 	jobID := t.byLease[r.LeaseID]
-	v := t.jobs[jobID]
+	var v *api.JobView // a snapshot: the record may change while we check
+	if cur := t.jobs[jobID]; cur != nil {
+		snap := *cur
+		v = &snap
+	}
 	mon := t.mons[r.LeaseID]
 	var lease auction.Lease
 	if v != nil && v.Lease != nil {
 		lease = *v.Lease
 	}
 	t.mu.Unlock()
-	if v == nil || lease.ID != r.LeaseID || r.Provider != from.String() {
+	if v == nil || mon == nil || lease.ID != r.LeaseID || r.Provider != from.String() {
 		count("renter.receipt_unknown_lease")
 		return nil, fmt.Errorf("no lease %s from %s", r.LeaseID, from)
 	}
@@ -641,6 +697,9 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 		return nil, err
 	}
 	mine := mon.Summary(r.End)
+	if v.Heartbeats != nil && v.Run.Terminal() {
+		mine = *v.Heartbeats // what this renter answered the final report with
+	}
 	if mine.Count != r.Heartbeats.Count || mine.Rejected != r.Heartbeats.Rejected || mine.Expected != r.Heartbeats.Expected ||
 		mine.Coverage != r.Heartbeats.Coverage || len(mine.Gaps) != len(r.Heartbeats.Gaps) {
 		count("renter.receipt_telemetry_mismatch")
