@@ -7,15 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 const cgroupRoot = "/sys/fs/cgroup"
@@ -151,53 +147,22 @@ func (c *cgroups) create(id string, memoryMB int) (*jobCgroup, error) {
 	return j, nil
 }
 
-// start starts cmd inside the cgroup, so that not even the first
-// instruction of the job runs outside it.
-func (j *jobCgroup) start(cmd *exec.Cmd) error {
-	if j.cg.version == 2 {
-		fd, err := unix.Open(j.dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("runtime: open cgroup: %w", err)
-		}
-		defer unix.Close(fd)
-		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = fd
-		return cmd.Start()
+// enterThread moves the calling locked thread into the job's cgroup v1
+// hierarchies, and returns the function that moves it back. On an error the
+// thread may be left anywhere: the caller must discard it.
+func (j *jobCgroup) enterThread() (func() error, error) {
+	orig, err := selfCgroup("/proc/thread-self/cgroup", "memory")
+	if err != nil {
+		return nil, fmt.Errorf("runtime: read thread cgroup: %w", err)
 	}
-	// cgroup v1 membership is per thread and inherited on fork: on a
-	// fresh locked thread, move the thread into the job's cgroup, fork, and
-	// move it back. If it cannot move back, the goroutine exits still
-	// locked, and the runtime discards the thread rather than letting
-	// daemon code run inside the job's cgroup.
-	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread()
-		orig, err := selfCgroup("/proc/thread-self/cgroup", "memory")
-		if err != nil {
-			goruntime.UnlockOSThread()
-			errc <- fmt.Errorf("runtime: read thread cgroup: %w", err)
-			return
-		}
-		origTasks := filepath.Join(cgroupRoot, "memory", orig, "tasks")
-		if _, err := os.Stat(origTasks); err != nil {
-			goruntime.UnlockOSThread()
-			errc <- fmt.Errorf("runtime: thread cgroup: %w", err)
-			return
-		}
-		if err := os.WriteFile(filepath.Join(j.dir, "tasks"), []byte("0"), 0); err != nil {
-			goruntime.UnlockOSThread()
-			errc <- fmt.Errorf("runtime: enter job cgroup: %w", err)
-			return
-		}
-		startErr := cmd.Start()
-		if err := os.WriteFile(origTasks, []byte("0"), 0); err != nil {
-			errc <- startErr // the thread dies with this goroutine
-			return
-		}
-		goruntime.UnlockOSThread()
-		errc <- startErr
-	}()
-	return <-errc
+	origTasks := filepath.Join(cgroupRoot, "memory", orig, "tasks")
+	if _, err := os.Stat(origTasks); err != nil {
+		return nil, fmt.Errorf("runtime: thread cgroup: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(j.dir, "tasks"), []byte("0"), 0); err != nil {
+		return nil, fmt.Errorf("runtime: enter job cgroup: %w", err)
+	}
+	return func() error { return os.WriteFile(origTasks, []byte("0"), 0) }, nil
 }
 
 func (j *jobCgroup) pids() []int {

@@ -2,10 +2,7 @@
 
 package runtime
 
-import (
-	"errors"
-	"os/exec"
-)
+import "errors"
 
 type cgroups struct{}
 
@@ -14,7 +11,6 @@ type jobCgroup struct{}
 func detectCgroups(string) (*cgroups, string) { return nil, "cgroups exist only on linux" }
 
 func (*cgroups) create(string, int) (*jobCgroup, error) { return nil, errors.New("no cgroups") }
-func (*jobCgroup) start(cmd *exec.Cmd) error            { return cmd.Start() }
 func (*jobCgroup) kill() bool                           { return false }
 func (*jobCgroup) oomKilled() bool                      { return false }
 func (*jobCgroup) destroy() error                       { return nil }

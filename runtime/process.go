@@ -32,6 +32,14 @@ type ProcessOptions struct {
 	// NoCgroups disables cgroups: no memory limits, kill by process group
 	// and uid only.
 	NoCgroups bool
+	// AllowNetwork lets jobs use the host's network. By default each job
+	// gets its own network namespace with only a loopback interface: it
+	// reaches neither the internet nor any port on the host.
+	AllowNetwork bool
+	// NoNamespaces disables the per-job namespaces (network, IPC). They
+	// need root; without it the executor runs jobs without them and says
+	// so in Limits and the log.
+	NoNamespaces bool
 	// Log receives lifecycle events (default: discarded).
 	Log *slog.Logger
 }
@@ -47,6 +55,8 @@ type ProcessExecutor struct {
 	uids  *uidPool // nil: jobs run as the daemon's user
 	cg    *cgroups // nil: no cgroups
 	cgWhy string
+	sb    *sandbox // nil: jobs share the daemon's namespaces
+	sbWhy string
 	log   *slog.Logger
 	mu    sync.Mutex
 	jobs  map[string]bool
@@ -102,6 +112,14 @@ func NewProcessExecutor(root string, opts ProcessOptions) (*ProcessExecutor, err
 	} else {
 		e.cg, e.cgWhy = detectCgroups("gpumesh")
 	}
+	if opts.NoNamespaces {
+		e.sbWhy = "namespaces disabled"
+	} else {
+		e.sb, e.sbWhy = detectSandbox(sandbox{network: opts.AllowNetwork})
+	}
+	if e.sb == nil {
+		e.log.Warn("process jobs run without their own namespaces: they share the host's network, /tmp and /dev/shm", "why", e.sbWhy)
+	}
 	e.log.Info("process executor ready", "root", e.root, "limits", e.Limits())
 	return e, nil
 }
@@ -132,6 +150,11 @@ func (e *ProcessExecutor) Limits() string {
 		fmt.Fprintf(&b, ", job uid; isolation: one uid per job from %d-%d", e.uids.base, e.uids.base+e.uids.count-1)
 	} else {
 		b.WriteString("; isolation: jobs run as the daemon's user (not root)")
+	}
+	if e.sb != nil {
+		b.WriteString("; " + e.sb.describe())
+	} else {
+		b.WriteString("; namespaces: none (" + e.sbWhy + "): jobs share the host's network")
 	}
 	return b.String()
 }
@@ -227,11 +250,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	if e.uids != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
 	}
-	if cg != nil {
-		err = cg.start(cmd)
-	} else {
-		err = cmd.Start()
-	}
+	err = spawn(cmd, cg, e.sb)
 	outW.Close()
 	errW.Close()
 	if err != nil {

@@ -1,0 +1,136 @@
+//go:build linux
+
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	goruntime "runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// sandbox is what a process job gets around it besides its uid and cgroup:
+// its own network namespace (loopback only, unless network is allowed) and
+// IPC namespace.
+type sandbox struct {
+	network bool // share the host's network namespace
+}
+
+// detectSandbox reports whether this process can give jobs their own
+// namespaces (it needs root, i.e. CAP_SYS_ADMIN), by setting them up once on
+// a throwaway thread. It returns nil and the reason when it cannot.
+func detectSandbox(s sandbox) (*sandbox, string) {
+	if os.Geteuid() != 0 {
+		return nil, "job namespaces need root"
+	}
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		// Exits locked: the runtime discards the thread and its namespaces.
+		errc <- s.enter()
+	}()
+	if err := <-errc; err != nil {
+		return nil, err.Error()
+	}
+	return &s, ""
+}
+
+// flags are the namespaces a job gets.
+func (s *sandbox) flags() int {
+	f := unix.CLONE_NEWIPC
+	if !s.network {
+		f |= unix.CLONE_NEWNET
+	}
+	return f
+}
+
+// enter moves the calling thread, which must be locked and must never run
+// daemon code again, into fresh namespaces set up for a job.
+func (s *sandbox) enter() error {
+	if err := unix.Unshare(s.flags()); err != nil {
+		return fmt.Errorf("runtime: unshare job namespaces: %w", err)
+	}
+	if !s.network {
+		if err := loopbackUp(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loopbackUp brings up lo in the calling thread's network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("runtime: job network: socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("runtime: job network: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("runtime: job network: get lo flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("runtime: job network: bring up lo: %w", err)
+	}
+	return nil
+}
+
+func (s *sandbox) describe() string {
+	if s.network {
+		return "network: host; own IPC namespace"
+	}
+	return "network: none (own namespace, loopback only); own IPC namespace"
+}
+
+// spawn starts cmd inside the job's cgroup and sandbox (either may be nil),
+// so that not even the first instruction of the job runs outside them.
+// cgroup v1 membership and namespaces are per thread and inherited on fork:
+// spawn forks from a fresh locked thread that it moves into them. Unless it
+// moves the thread back (cgroup v1 only, no sandbox), the goroutine exits
+// still locked, and the Go runtime discards the thread rather than letting
+// daemon code run inside the job's cgroup or namespaces.
+func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox) error {
+	if cg != nil && cg.cg.version == 2 {
+		fd, err := unix.Open(cg.dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("runtime: open cgroup: %w", err)
+		}
+		defer unix.Close(fd)
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = fd
+	}
+	v1 := cg != nil && cg.cg.version == 1
+	if !v1 && sb == nil {
+		return cmd.Start()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		var back func() error
+		if v1 {
+			var err error
+			if back, err = cg.enterThread(); err != nil {
+				errc <- err
+				return
+			}
+		}
+		if sb != nil {
+			if err := sb.enter(); err != nil {
+				errc <- err
+				return
+			}
+		}
+		err := cmd.Start()
+		if sb == nil && back() == nil {
+			goruntime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
+}

@@ -1,0 +1,15 @@
+//go:build !linux
+
+package runtime
+
+import "os/exec"
+
+type sandbox struct {
+	network bool
+}
+
+func detectSandbox(sandbox) (*sandbox, string) { return nil, "job namespaces exist only on linux" }
+
+func (*sandbox) describe() string { return "" }
+
+func spawn(cmd *exec.Cmd, _ *jobCgroup, _ *sandbox) error { return cmd.Start() }
