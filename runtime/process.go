@@ -36,13 +36,21 @@ type ProcessOptions struct {
 	// gets its own network namespace with only a loopback interface: it
 	// reaches neither the internet nor any port on the host.
 	AllowNetwork bool
-	// NoNamespaces disables the per-job namespaces (network, IPC). They
+	// TmpMB is the size of each job's private /tmp, /var/tmp and /dev/shm
+	// (fresh tmpfs mounts in its own mount namespace, counted against its
+	// memory). Default DefaultTmpMB; < 0: the kernel's default size.
+	TmpMB int
+	// NoNamespaces disables the per-job namespaces (network, mount, IPC). They
 	// need root; without it the executor runs jobs without them and says
 	// so in Limits and the log.
 	NoNamespaces bool
 	// Log receives lifecycle events (default: discarded).
 	Log *slog.Logger
 }
+
+// DefaultTmpMB is the default size of a job's private /tmp, /var/tmp and
+// /dev/shm.
+const DefaultTmpMB = 512
 
 // cgroupSeq makes job cgroup names unique across executors and processes.
 var cgroupSeq atomic.Uint64
@@ -66,9 +74,10 @@ type ProcessExecutor struct {
 // (mode 0700) in its own process group with a scrubbed environment (PATH,
 // HOME and TMPDIR in the work dir, LANG, the spec's Env, CUDA_VISIBLE_DEVICES,
 // GPUMESH_JOB_ID and GPUMESH_OUTPUTS). When the daemon runs as root each job
-// runs under its own unprivileged uid; where a cgroup hierarchy is writable
-// each job gets a cgroup with its memory limit. Limits reports what is
-// enforced on this host.
+// runs under its own unprivileged uid and in its own network (loopback only,
+// unless AllowNetwork), mount and IPC namespaces, with fresh private /tmp,
+// /var/tmp and /dev/shm; where a cgroup hierarchy is writable each job gets a
+// cgroup with its memory limit. Limits reports what is enforced on this host.
 func NewProcessExecutor(root string, opts ProcessOptions) (*ProcessExecutor, error) {
 	e := &ProcessExecutor{
 		grace: opts.Grace,
@@ -115,7 +124,11 @@ func NewProcessExecutor(root string, opts ProcessOptions) (*ProcessExecutor, err
 	if opts.NoNamespaces {
 		e.sbWhy = "namespaces disabled"
 	} else {
-		e.sb, e.sbWhy = detectSandbox(sandbox{network: opts.AllowNetwork})
+		tmp := opts.TmpMB
+		if tmp == 0 {
+			tmp = DefaultTmpMB
+		}
+		e.sb, e.sbWhy = detectSandbox(sandbox{network: opts.AllowNetwork, tmpMB: tmp})
 	}
 	if e.sb == nil {
 		e.log.Warn("process jobs run without their own namespaces: they share the host's network, /tmp and /dev/shm", "why", e.sbWhy)
@@ -154,7 +167,7 @@ func (e *ProcessExecutor) Limits() string {
 	if e.sb != nil {
 		b.WriteString("; " + e.sb.describe())
 	} else {
-		b.WriteString("; namespaces: none (" + e.sbWhy + "): jobs share the host's network")
+		b.WriteString("; namespaces: none (" + e.sbWhy + "): jobs share the host's network, /tmp and /dev/shm")
 	}
 	return b.String()
 }
@@ -250,7 +263,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	if e.uids != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
 	}
-	err = spawn(cmd, cg, e.sb)
+	err = spawn(cmd, cg, e.sb, wd)
 	outW.Close()
 	errW.Close()
 	if err != nil {

@@ -7,16 +7,23 @@ import (
 	"os"
 	"os/exec"
 	goruntime "runtime"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
 
 // sandbox is what a process job gets around it besides its uid and cgroup:
-// its own network namespace (loopback only, unless network is allowed) and
-// IPC namespace.
+// its own network namespace (loopback only, unless network is allowed), IPC
+// namespace, and mount namespace in which /tmp, /var/tmp and /dev/shm are
+// fresh size-limited tmpfs mounts, so that no tenant sees another's (or a
+// previous tenant's with the same uid) scratch files.
 type sandbox struct {
 	network bool // share the host's network namespace
+	tmpMB   int  // size of each private tmpfs; <= 0: the kernel default (half of RAM)
 }
+
+// privateDirs get a fresh tmpfs in each job's mount namespace.
+var privateDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
 
 // detectSandbox reports whether this process can give jobs their own
 // namespaces (it needs root, i.e. CAP_SYS_ADMIN), by setting them up once on
@@ -29,7 +36,7 @@ func detectSandbox(s sandbox) (*sandbox, string) {
 	go func() {
 		goruntime.LockOSThread()
 		// Exits locked: the runtime discards the thread and its namespaces.
-		errc <- s.enter()
+		errc <- s.enter("")
 	}()
 	if err := <-errc; err != nil {
 		return nil, err.Error()
@@ -39,7 +46,7 @@ func detectSandbox(s sandbox) (*sandbox, string) {
 
 // flags are the namespaces a job gets.
 func (s *sandbox) flags() int {
-	f := unix.CLONE_NEWIPC
+	f := unix.CLONE_NEWNS | unix.CLONE_NEWIPC
 	if !s.network {
 		f |= unix.CLONE_NEWNET
 	}
@@ -47,10 +54,51 @@ func (s *sandbox) flags() int {
 }
 
 // enter moves the calling thread, which must be locked and must never run
-// daemon code again, into fresh namespaces set up for a job.
-func (s *sandbox) enter() error {
+// daemon code again, into fresh namespaces set up for a job whose work dir
+// is wd ("": none). A work dir under one of the private dirs is bound back
+// into place (only the work dir: not its neighbours).
+func (s *sandbox) enter(wd string) error {
 	if err := unix.Unshare(s.flags()); err != nil {
 		return fmt.Errorf("runtime: unshare job namespaces: %w", err)
+	}
+	// Nothing mounted here may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("runtime: job mounts: make / private: %w", err)
+	}
+	// Opened in this namespace, so that it can be bound back in place
+	// once a tmpfs covers it.
+	keep := -1
+	for _, dir := range privateDirs {
+		if wd != "" && within(dir, wd) {
+			fd, err := unix.Open(wd, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("runtime: job mounts: open work dir: %w", err)
+			}
+			defer unix.Close(fd)
+			keep = fd
+			break
+		}
+	}
+	opts := "mode=1777"
+	if s.tmpMB > 0 {
+		opts += ",size=" + strconv.Itoa(s.tmpMB) + "m"
+	}
+	for _, dir := range privateDirs {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			continue // nothing there to share
+		}
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("runtime: job mounts: tmpfs on %s: %w", dir, err)
+		}
+	}
+	if keep >= 0 {
+		if err := os.MkdirAll(wd, 0o711); err != nil {
+			return fmt.Errorf("runtime: job mounts: work dir: %w", err)
+		}
+		src := "/proc/thread-self/fd/" + strconv.Itoa(keep)
+		if err := unix.Mount(src, wd, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("runtime: job mounts: bind work dir: %w", err)
+		}
 	}
 	if !s.network {
 		if err := loopbackUp(); err != nil {
@@ -82,10 +130,15 @@ func loopbackUp() error {
 }
 
 func (s *sandbox) describe() string {
-	if s.network {
-		return "network: host; own IPC namespace"
+	tmp := "private tmpfs /tmp, /var/tmp, /dev/shm"
+	if s.tmpMB > 0 {
+		tmp += fmt.Sprintf(" (%d MiB each)", s.tmpMB)
 	}
-	return "network: none (own namespace, loopback only); own IPC namespace"
+	net := "network: none (own namespace, loopback only)"
+	if s.network {
+		net = "network: host"
+	}
+	return net + "; " + tmp + "; own IPC namespace"
 }
 
 // spawn starts cmd inside the job's cgroup and sandbox (either may be nil),
@@ -95,7 +148,7 @@ func (s *sandbox) describe() string {
 // moves the thread back (cgroup v1 only, no sandbox), the goroutine exits
 // still locked, and the Go runtime discards the thread rather than letting
 // daemon code run inside the job's cgroup or namespaces.
-func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox) error {
+func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd string) error {
 	if cg != nil && cg.cg.version == 2 {
 		fd, err := unix.Open(cg.dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -121,7 +174,7 @@ func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox) error {
 			}
 		}
 		if sb != nil {
-			if err := sb.enter(); err != nil {
+			if err := sb.enter(wd); err != nil {
 				errc <- err
 				return
 			}

@@ -1,11 +1,14 @@
 package runtime
 
 import (
+	"context"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // needSandbox skips a test of the job namespaces where they cannot exist.
@@ -75,5 +78,105 @@ func TestProcessWithoutNamespaces(t *testing.T) {
 	res, out, _, _ := run(t, e, Spec{ID: "nons", Command: []string{helperBin, "echo", "ok"}})
 	if res.ExitCode != 0 || out != "ok\n" {
 		t.Fatalf("%+v %q", res, out)
+	}
+}
+
+func TestProcessTenantsDoNotShareTmp(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	needSandbox(t, e)
+	name := uniqueMarker(t)
+	files := []string{"/tmp/" + name, "/var/tmp/" + name, "/dev/shm/" + name}
+	var script strings.Builder
+	for _, f := range files {
+		// World-readable, as careless jobs leave them.
+		script.WriteString("echo s3cret > " + f + " && chmod 644 " + f + " && cat " + f + " && ")
+	}
+	script.WriteString("echo ready && exec sleep 3600")
+	var out syncBuffer
+	a, err := e.Start(context.Background(), Spec{ID: "tenant-a", Command: []string{"sh", "-c", script.String()}}, &out, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Cleanup()
+	out.waitFor(t, "ready", 10*time.Second)
+	// Positive control: the first tenant reads its own files.
+	if got := strings.Count(out.String(), "s3cret"); got != len(files) {
+		t.Fatalf("tenant a read back %d of its %d files: %q", got, len(files), out.String())
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("tenant a's %s is visible on the host: %v", f, err)
+		}
+	}
+	uidA := a.(*processHandle).uid
+	read := func(id string) []string {
+		var leaked []string
+		for i, f := range files {
+			res, got, _, h := run(t, e, Spec{ID: id + "-" + strconv.Itoa(i), Command: []string{helperBin, "cat", f}})
+			if res.ExitCode != 3 || !strings.Contains(got, "no such file") {
+				leaked = append(leaked, f+": "+got)
+			}
+			if err := h.Cleanup(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return leaked
+	}
+	// A concurrent tenant.
+	if leaked := read("tenant-b"); len(leaked) > 0 {
+		t.Fatalf("a concurrent tenant read tenant a's files: %v", leaked)
+	}
+	// The next tenant under the same uid, after tenant a is gone.
+	if err := a.Stop(0); err != nil {
+		t.Fatal(err)
+	}
+	a.Wait()
+	if err := a.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	var out2 syncBuffer
+	c, err := e.Start(context.Background(), Spec{ID: "tenant-c", Command: []string{"sh", "-c", "cat " + strings.Join(files, " ") + "; echo done"}}, &out2, &out2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cleanup()
+	if uidC := c.(*processHandle).uid; e.uids != nil && uidC != uidA {
+		t.Fatalf("tenant c got uid %d, not tenant a's %d: the reuse case is not exercised", uidC, uidA)
+	}
+	c.Wait()
+	if got := out2.String(); strings.Contains(got, "s3cret") || !strings.Contains(got, "done") {
+		t.Fatalf("the next tenant with the same uid read tenant a's files: %q", got)
+	}
+}
+
+// A work root under /tmp stays visible to the job inside its private /tmp.
+func TestProcessWorkRootUnderPrivateTmp(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("job namespaces need root: this test runs as uid " + strconv.Itoa(os.Geteuid()))
+	}
+	dir, err := os.MkdirTemp("/tmp", "gpumesh-root-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewProcessExecutor(filepath.Join(dir, "jobs"), ProcessOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	needSandbox(t, e)
+	res, out, _, h := run(t, e, Spec{ID: "under-tmp", Command: []string{"sh", "-c", "echo result > \"$GPUMESH_OUTPUTS/r.txt\" && ls /tmp"}})
+	if res.ExitCode != 0 {
+		t.Fatalf("%+v %q", res, out)
+	}
+	// The job's /tmp shows only the path to its own work dir.
+	if strings.TrimSpace(out) != filepath.Base(dir) {
+		t.Fatalf("job's /tmp lists %q, want only %q", out, filepath.Base(dir))
+	}
+	b, err := os.ReadFile(filepath.Join(h.WorkDir(), "outputs", "r.txt"))
+	if err != nil || string(b) != "result\n" {
+		t.Fatalf("output written inside the job: %q %v", b, err)
 	}
 }
