@@ -10,10 +10,14 @@ type jobCgroup struct{}
 
 func detectCgroups(string) (*cgroups, string) { return nil, "cgroups exist only on linux" }
 
-func (*cgroups) create(string, int) (*jobCgroup, error) { return nil, errors.New("no cgroups") }
-func (*jobCgroup) kill() bool                           { return false }
-func (*jobCgroup) oomKilled() bool                      { return false }
-func (*jobCgroup) destroy() error                       { return nil }
+func (*cgroups) create(string, jobLimits) (*jobCgroup, error) { return nil, errors.New("no cgroups") }
+func (*jobCgroup) kill() bool                                 { return false }
+func (*jobCgroup) oomKilled() bool                            { return false }
+func (*jobCgroup) destroy() error                             { return nil }
 
 func (*cgroups) describe() string   { return "" }
 func (*cgroups) limitsMemory() bool { return false }
+func (*cgroups) limitsPids() bool   { return false }
+func (*cgroups) limitsCPU() bool    { return false }
+
+func hostMemoryMB() int { return 0 }

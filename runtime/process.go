@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	goruntime "runtime"
 )
 
 // ProcessOptions configures NewProcessExecutor. The zero value is usable.
@@ -29,9 +31,19 @@ type ProcessOptions struct {
 	Grace time.Duration
 	// Path is the jobs' PATH (default "/usr/local/bin:/usr/bin:/bin").
 	Path string
-	// NoCgroups disables cgroups: no memory limits, kill by process group
-	// and uid only.
+	// NoCgroups disables cgroups: no memory, pids or CPU limits, kill by
+	// process group and uid only.
 	NoCgroups bool
+	// MemoryMB is the memory limit of a job whose Spec.MemoryMB is 0
+	// (private tmpfs files count against it). Default: half the host's
+	// RAM; < 0: none.
+	MemoryMB int
+	// Pids caps the number of processes and threads of each job.
+	// Default DefaultPids; < 0: none.
+	Pids int
+	// CPUs caps each job's CPU time, in cores. Default: all of the host's
+	// cores but one, at least one; < 0: none.
+	CPUs float64
 	// AllowNetwork lets jobs use the host's network. By default each job
 	// gets its own network namespace with only a loopback interface: it
 	// reaches neither the internet nor any port on the host.
@@ -46,6 +58,31 @@ type ProcessOptions struct {
 	NoNamespaces bool
 	// Log receives lifecycle events (default: discarded).
 	Log *slog.Logger
+}
+
+// DefaultPids is the default cap on a job's processes and threads.
+const DefaultPids = 1024
+
+// jobLimits are the limits one job's cgroup enforces (<= 0: none).
+type jobLimits struct {
+	memoryMB int
+	pids     int
+	cpus     float64
+}
+
+// defaultLimits fills in ProcessOptions' limit defaults.
+func defaultLimits(opts ProcessOptions) jobLimits {
+	l := jobLimits{memoryMB: opts.MemoryMB, pids: opts.Pids, cpus: opts.CPUs}
+	if l.memoryMB == 0 {
+		l.memoryMB = hostMemoryMB() / 2
+	}
+	if l.pids == 0 {
+		l.pids = DefaultPids
+	}
+	if l.cpus == 0 {
+		l.cpus = float64(max(1, goruntime.NumCPU()-1))
+	}
+	return l
 }
 
 // DefaultTmpMB is the default size of a job's private /tmp, /var/tmp and
@@ -63,7 +100,8 @@ type ProcessExecutor struct {
 	uids  *uidPool // nil: jobs run as the daemon's user
 	cg    *cgroups // nil: no cgroups
 	cgWhy string
-	sb    *sandbox // nil: jobs share the daemon's namespaces
+	lim   jobLimits // defaults for every job
+	sb    *sandbox  // nil: jobs share the daemon's namespaces
 	sbWhy string
 	log   *slog.Logger
 	mu    sync.Mutex
@@ -84,6 +122,7 @@ func NewProcessExecutor(root string, opts ProcessOptions) (*ProcessExecutor, err
 		path:  opts.Path,
 		log:   opts.Log,
 		jobs:  make(map[string]bool),
+		lim:   defaultLimits(opts),
 	}
 	if e.grace <= 0 {
 		e.grace = DefaultGrace
@@ -143,17 +182,39 @@ func (e *ProcessExecutor) Name() string { return "process" }
 // Root is the directory holding the jobs' work dirs.
 func (e *ProcessExecutor) Root() string { return e.root }
 
-// Limits describes what the executor enforces on this host.
+// Limits describes what the executor enforces on this host, with the
+// default per-job limits.
 func (e *ProcessExecutor) Limits() string {
 	var b strings.Builder
 	if e.cg != nil && e.cg.limitsMemory() {
 		b.WriteString("memory limit: " + e.cg.describe())
+		if e.lim.memoryMB > 0 {
+			fmt.Fprintf(&b, ", default %d MiB per job", e.lim.memoryMB)
+		} else {
+			b.WriteString(", none by default")
+		}
 	} else {
 		why := e.cgWhy
 		if e.cg != nil {
 			why = e.cg.describe()
 		}
 		b.WriteString("memory limit: not enforced (" + why + ")")
+	}
+	switch {
+	case e.cg == nil || !e.cg.limitsPids():
+		b.WriteString("; pids limit: not enforced")
+	case e.lim.pids > 0:
+		fmt.Fprintf(&b, "; pids limit: %d per job", e.lim.pids)
+	default:
+		b.WriteString("; pids limit: none")
+	}
+	switch {
+	case e.cg == nil || !e.cg.limitsCPU():
+		b.WriteString("; cpu limit: not enforced")
+	case e.lim.cpus > 0:
+		fmt.Fprintf(&b, "; cpu limit: %g cores per job", e.lim.cpus)
+	default:
+		b.WriteString("; cpu limit: none")
 	}
 	b.WriteString("; kill: process group")
 	if e.cg != nil {
@@ -220,7 +281,11 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	}
 	var cg *jobCgroup
 	if e.cg != nil {
-		cg, err = e.cg.create(fmt.Sprintf("%s-%d-%d", spec.ID, os.Getpid(), cgroupSeq.Add(1)), spec.MemoryMB)
+		lim := e.lim
+		if spec.MemoryMB > 0 {
+			lim.memoryMB = spec.MemoryMB
+		}
+		cg, err = e.cg.create(fmt.Sprintf("%s-%d-%d", spec.ID, os.Getpid(), cgroupSeq.Add(1)), lim)
 		if err != nil {
 			if spec.MemoryMB > 0 {
 				return fail(fmt.Errorf("runtime: job %s: %w", spec.ID, err))

@@ -14,6 +14,8 @@
 //	jobhelper daemonize MARK    double-fork a sleeper (no setsid), sleep
 //	jobhelper escape MARK       start a setsid'd sleeper, sleep
 //	jobhelper spawn MARK        start a sleeper and exit (no setsid)
+//	jobhelper spin DUR N        keep N goroutines busy for DUR of wall
+//	                            time, print the CPU seconds used
 //	jobhelper dial ADDR         connect to tcp ADDR ("self": a listener of
 //	                            its own on 127.0.0.1), print "connected"
 //	                            or exit 3
@@ -108,6 +110,27 @@ func main() {
 		run(true, "sleep", "1h", args[0])
 		fmt.Println("ready")
 		time.Sleep(time.Hour)
+	case "spin":
+		d, _ := time.ParseDuration(args[0])
+		n, _ := strconv.Atoi(args[1])
+		end := time.Now().Add(d)
+		done := make(chan int)
+		for i := 0; i < n; i++ {
+			go func() {
+				x := 0
+				for time.Now().Before(end) {
+					x++
+				}
+				done <- x
+			}()
+		}
+		for i := 0; i < n; i++ {
+			<-done
+		}
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		fmt.Printf("cpu %.3f\n", cpu.Seconds())
 	case "dial":
 		addr := args[0]
 		if addr == "self" {
