@@ -52,6 +52,11 @@ type ProcessOptions struct {
 	// (fresh tmpfs mounts in its own mount namespace, counted against its
 	// memory). Default DefaultTmpMB; < 0: the kernel's default size.
 	TmpMB int
+	// WorkDirMB is the size of each job's work dir, a tmpfs of its own
+	// (counted against its memory) when the job namespaces are available:
+	// past it writes fail with ENOSPC and the host's disk is untouched.
+	// Default DefaultWorkDirMB; < 0: no quota (the work root's disk).
+	WorkDirMB int
 	// NoNamespaces disables the per-job namespaces (network, mount, IPC). They
 	// need root; without it the executor runs jobs without them and says
 	// so in Limits and the log.
@@ -85,6 +90,9 @@ func defaultLimits(opts ProcessOptions) jobLimits {
 	return l
 }
 
+// DefaultWorkDirMB is the default size of a job's work dir.
+const DefaultWorkDirMB = 4096
+
 // DefaultTmpMB is the default size of a job's private /tmp, /var/tmp and
 // /dev/shm.
 const DefaultTmpMB = 512
@@ -103,9 +111,11 @@ type ProcessExecutor struct {
 	lim   jobLimits // defaults for every job
 	sb    *sandbox  // nil: jobs share the daemon's namespaces
 	sbWhy string
-	log   *slog.Logger
-	mu    sync.Mutex
-	jobs  map[string]bool
+	// quotaMB is the size of each job's tmpfs work dir (<= 0: none).
+	quotaMB int
+	log     *slog.Logger
+	mu      sync.Mutex
+	jobs    map[string]bool
 }
 
 // NewProcessExecutor returns an executor that runs each job in root/<id>
@@ -167,10 +177,15 @@ func NewProcessExecutor(root string, opts ProcessOptions) (*ProcessExecutor, err
 		if tmp == 0 {
 			tmp = DefaultTmpMB
 		}
-		e.sb, e.sbWhy = detectSandbox(sandbox{network: opts.AllowNetwork, tmpMB: tmp})
+		e.sb, e.sbWhy = detectSandbox(sandbox{network: opts.AllowNetwork, tmpMB: tmp, root: e.root})
 	}
-	if e.sb == nil {
-		e.log.Warn("process jobs run without their own namespaces: they share the host's network, /tmp and /dev/shm", "why", e.sbWhy)
+	if e.sb != nil {
+		e.quotaMB = opts.WorkDirMB
+		if e.quotaMB == 0 {
+			e.quotaMB = DefaultWorkDirMB
+		}
+	} else {
+		e.log.Warn("process jobs run without their own namespaces or a work dir quota: they share the host's network, /tmp and /dev/shm", "why", e.sbWhy)
 	}
 	e.log.Info("process executor ready", "root", e.root, "limits", e.Limits())
 	return e, nil
@@ -227,8 +242,13 @@ func (e *ProcessExecutor) Limits() string {
 	}
 	if e.sb != nil {
 		b.WriteString("; " + e.sb.describe())
+		if e.quotaMB > 0 {
+			fmt.Fprintf(&b, "; work dir: tmpfs of %d MiB per job", e.quotaMB)
+		} else {
+			b.WriteString("; work dir: no quota")
+		}
 	} else {
-		b.WriteString("; namespaces: none (" + e.sbWhy + "): jobs share the host's network, /tmp and /dev/shm")
+		b.WriteString("; namespaces: none (" + e.sbWhy + "): jobs share the host's network, /tmp and /dev/shm; work dir: no quota")
 	}
 	return b.String()
 }
@@ -270,7 +290,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 		return fail(err)
 	}
 	undo = append(undo, func() { e.uids.put(uid) })
-	wd, outDir, err := makeWorkDir(e.root, &spec, uid)
+	wd, outDir, err := makeWorkDir(e.root, &spec, uid, e.quotaMB)
 	if err != nil {
 		return fail(err)
 	}

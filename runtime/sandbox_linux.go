@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	goruntime "runtime"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,8 +19,9 @@ import (
 // fresh size-limited tmpfs mounts, so that no tenant sees another's (or a
 // previous tenant's with the same uid) scratch files.
 type sandbox struct {
-	network bool // share the host's network namespace
-	tmpMB   int  // size of each private tmpfs; <= 0: the kernel default (half of RAM)
+	network bool   // share the host's network namespace
+	tmpMB   int    // size of each private tmpfs; <= 0: the kernel default (half of RAM)
+	root    string // the work root: other jobs' work dirs under it are unmounted
 }
 
 // privateDirs get a fresh tmpfs in each job's mount namespace.
@@ -33,11 +35,8 @@ func detectSandbox(s sandbox) (*sandbox, string) {
 		return nil, "job namespaces need root"
 	}
 	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread()
-		// Exits locked: the runtime discards the thread and its namespaces.
-		errc <- s.enter("")
-	}()
+	// Exits locked: the runtime discards the thread and its namespaces.
+	onSpareThread(func() { errc <- s.enter("") })
 	if err := <-errc; err != nil {
 		return nil, err.Error()
 	}
@@ -64,6 +63,15 @@ func (s *sandbox) enter(wd string) error {
 	// Nothing mounted here may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("runtime: job mounts: make / private: %w", err)
+	}
+	// Other jobs' quota mounts must not live on in this namespace after
+	// their jobs end (their memory would stay in use).
+	if s.root != "" {
+		for _, mp := range mountsUnder(s.root) {
+			if mp != wd {
+				_ = unix.Unmount(mp, unix.MNT_DETACH)
+			}
+		}
 	}
 	// Opened in this namespace, so that it can be bound back in place
 	// once a tmpfs covers it.
@@ -163,8 +171,7 @@ func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd string) error {
 		return cmd.Start()
 	}
 	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread()
+	onSpareThread(func() {
 		var back func() error
 		if v1 {
 			var err error
@@ -184,6 +191,81 @@ func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd string) error {
 			goruntime.UnlockOSThread()
 		}
 		errc <- err
-	}()
+	})
 	return <-errc
 }
+
+// onSpareThread runs f in a new goroutine locked to a thread other than the
+// main one. If f returns without unlocking it, the Go runtime terminates the
+// thread; the main thread would instead be wedged, for the rest of the
+// daemon's life, in whatever f moved it into (a job's cgroup, namespaces),
+// so it is held while another thread runs f.
+func onSpareThread(f func()) {
+	go func() {
+		goruntime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			f()
+			return
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			goruntime.LockOSThread()
+			f()
+		}()
+		<-done
+		goruntime.UnlockOSThread()
+	}()
+}
+
+// mountsUnder lists the mount points strictly below dir in the calling
+// thread's mount namespace.
+func mountsUnder(dir string) []string {
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if mp != dir && within(dir, mp) {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// mountQuota mounts a tmpfs of sizeMB, owned by uid, on dir.
+func mountQuota(dir string, uid, sizeMB int) error {
+	opts := fmt.Sprintf("mode=0700,uid=%d,gid=%d,size=%dm", uid, uid, sizeMB)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("quota tmpfs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// unmountQuota detaches whatever is mounted on dir (nothing, usually).
+func unmountQuota(dir string) { _ = unix.Unmount(dir, unix.MNT_DETACH) }

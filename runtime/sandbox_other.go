@@ -2,11 +2,15 @@
 
 package runtime
 
-import "os/exec"
+import (
+	"errors"
+	"os/exec"
+)
 
 type sandbox struct {
 	network bool
 	tmpMB   int
+	root    string
 }
 
 func detectSandbox(sandbox) (*sandbox, string) { return nil, "job namespaces exist only on linux" }
@@ -14,3 +18,7 @@ func detectSandbox(sandbox) (*sandbox, string) { return nil, "job namespaces exi
 func (*sandbox) describe() string { return "" }
 
 func spawn(cmd *exec.Cmd, _ *jobCgroup, _ *sandbox, _ string) error { return cmd.Start() }
+
+func mountQuota(string, int, int) error { return errors.New("work dir quotas exist only on linux") }
+
+func unmountQuota(string) {}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // needSandbox skips a test of the job namespaces where they cannot exist.
@@ -178,5 +180,103 @@ func TestProcessWorkRootUnderPrivateTmp(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(h.WorkDir(), "outputs", "r.txt"))
 	if err != nil || string(b) != "result\n" {
 		t.Fatalf("output written inside the job: %q %v", b, err)
+	}
+}
+
+// A job writing past its work dir quota or its private /tmp gets ENOSPC
+// and fails; the bytes land in its tmpfs, not on the host's disk.
+func TestProcessDiskQuota(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{WorkDirMB: 8, TmpMB: 8})
+	needSandbox(t, e)
+	if !strings.Contains(e.Limits(), "work dir: tmpfs of 8 MiB") {
+		t.Fatalf("limits: %s", e.Limits())
+	}
+	for _, target := range []string{"big", "outputs/big", "/tmp/big", "/var/tmp/big", "/dev/shm/big"} {
+		t.Run(strings.ReplaceAll(target, "/", "_"), func(t *testing.T) {
+			res, out, errOut, h := run(t, e, Spec{ID: "quota", Command: []string{"sh", "-c", "dd if=/dev/zero of=" + target + " bs=1M count=16 && echo wrote"}})
+			if res.ExitCode == 0 || strings.Contains(out, "wrote") || !strings.Contains(errOut, "No space left on device") {
+				t.Fatalf("16 MiB into an 8 MiB quota: %+v %q %q", res, out, errOut)
+			}
+			var st unix.Statfs_t
+			if err := unix.Statfs(h.WorkDir(), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Type != unix.TMPFS_MAGIC || st.Blocks*uint64(st.Bsize) > 8<<20 {
+				t.Fatalf("work dir is not an 8 MiB tmpfs: type %#x, %d bytes", st.Type, st.Blocks*uint64(st.Bsize))
+			}
+			if fi, err := os.Stat(filepath.Join(h.WorkDir(), target)); err == nil && fi.Size() > 8<<20 {
+				t.Fatalf("%s grew to %d bytes", target, fi.Size())
+			}
+			if err := h.Cleanup(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(h.WorkDir()); !os.IsNotExist(err) {
+				t.Fatalf("work dir (a mount) survived cleanup: %v", err)
+			}
+		})
+	}
+	// Positive control: within the quota the write succeeds.
+	res, out, errOut, _ := run(t, e, Spec{ID: "quota-ok", Command: []string{"sh", "-c", "dd if=/dev/zero of=small bs=1M count=4 2>/dev/null && echo wrote"}})
+	if res.ExitCode != 0 || out != "wrote\n" {
+		t.Fatalf("4 MiB into an 8 MiB quota: %+v %q %q", res, out, errOut)
+	}
+}
+
+// Another job's work dir mount does not live on in a job's namespace.
+func TestProcessOtherWorkDirsUnmounted(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	needSandbox(t, e)
+	var out syncBuffer
+	a, err := e.Start(context.Background(), Spec{ID: "mnt-a", Command: []string{"sh", "-c", "echo ready; exec sleep 3600"}}, &out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Cleanup()
+	out.waitFor(t, "ready", 10*time.Second)
+	res, got, _, h := run(t, e, Spec{ID: "mnt-b", Command: []string{"cat", "/proc/self/mountinfo"}})
+	if res.ExitCode != 0 {
+		t.Fatalf("%+v", res)
+	}
+	if !strings.Contains(got, " "+h.WorkDir()+" ") {
+		t.Fatalf("job b's own work dir is not a mount in its namespace:\n%s", got)
+	}
+	if strings.Contains(got, " "+a.WorkDir()+" ") {
+		t.Fatalf("job a's work dir is mounted in job b's namespace:\n%s", got)
+	}
+	_ = a.Stop(0)
+}
+
+// Setting up jobs never leaves the daemon's main thread (what /proc/self
+// shows) in a job's namespaces or cgroups.
+func TestProcessDaemonKeepsItsNamespaces(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	needSandbox(t, e)
+	self := func() string {
+		var b strings.Builder
+		for _, ns := range []string{"net", "mnt", "ipc"} {
+			l, err := os.Readlink("/proc/self/ns/" + ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.WriteString(l + " ")
+		}
+		cg, err := os.ReadFile("/proc/self/cgroup")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.String() + string(cg)
+	}
+	before := self()
+	for i := 0; i < 8; i++ {
+		res, _, _, h := run(t, e, Spec{ID: "main-" + strconv.Itoa(i), Command: []string{"true"}})
+		if res.ExitCode != 0 {
+			t.Fatalf("%+v", res)
+		}
+		if err := h.Cleanup(); err != nil {
+			t.Fatal(err)
+		}
+		if after := self(); after != before {
+			t.Fatalf("after job %d the main thread moved:\nbefore %s\nafter  %s", i, before, after)
+		}
 	}
 }
