@@ -57,6 +57,10 @@ type ProcessOptions struct {
 	// past it writes fail with ENOSPC and the host's disk is untouched.
 	// Default DefaultWorkDirMB; < 0: no quota (the work root's disk).
 	WorkDirMB int
+	// MaxLogBytes caps what a job writes to stdout and stderr together;
+	// past it the output is dropped with a note (see CapWriter). Default
+	// DefaultMaxLogBytes; < 0: no cap.
+	MaxLogBytes int64
 	// NoNamespaces disables the per-job namespaces (network, mount, IPC). They
 	// need root; without it the executor runs jobs without them and says
 	// so in Limits and the log.
@@ -113,6 +117,7 @@ type ProcessExecutor struct {
 	sbWhy string
 	// quotaMB is the size of each job's tmpfs work dir (<= 0: none).
 	quotaMB int
+	maxLog  int64
 	log     *slog.Logger
 	mu      sync.Mutex
 	jobs    map[string]bool
@@ -128,11 +133,12 @@ type ProcessExecutor struct {
 // cgroup with its memory limit. Limits reports what is enforced on this host.
 func NewProcessExecutor(root string, opts ProcessOptions) (*ProcessExecutor, error) {
 	e := &ProcessExecutor{
-		grace: opts.Grace,
-		path:  opts.Path,
-		log:   opts.Log,
-		jobs:  make(map[string]bool),
-		lim:   defaultLimits(opts),
+		grace:  opts.Grace,
+		path:   opts.Path,
+		log:    opts.Log,
+		jobs:   make(map[string]bool),
+		lim:    defaultLimits(opts),
+		maxLog: opts.MaxLogBytes,
 	}
 	if e.grace <= 0 {
 		e.grace = DefaultGrace
@@ -367,10 +373,8 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 		started:     time.Now(),
 		pipes:       []*os.File{outR, errR},
 	}
+	stdout, stderr = capLogs(stdout, stderr, e.maxLog)
 	for i, w := range []io.Writer{stdout, stderr} {
-		if w == nil {
-			w = io.Discard
-		}
 		h.copying.Add(1)
 		go func(r *os.File, w io.Writer) {
 			defer h.copying.Done()
