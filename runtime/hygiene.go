@@ -18,14 +18,29 @@ import (
 // ErrOutputsTooLarge is returned when a job's outputs exceed the cap.
 var ErrOutputsTooLarge = errors.New("runtime: outputs exceed size cap")
 
+// ErrTooManyOutputs is returned when a job's outputs hold more than
+// MaxOutputFiles files.
+var ErrTooManyOutputs = fmt.Errorf("runtime: outputs exceed %d files", MaxOutputFiles)
+
+// ErrOutputsSkipped is returned, with the files that were collected, when
+// some entries of the outputs dir were left out (symlinks escaping it or
+// dangling, unreadable entries); the error lists them.
+var ErrOutputsSkipped = errors.New("runtime: outputs skipped")
+
+// MaxOutputFiles caps the number of files CollectOutputs returns.
+const MaxOutputFiles = 1000
+
 // CollectOutputs copies the regular files under workDir/outputsRel into
 // destDir, keeping the tree, and returns them with their sizes and SHA-256
 // checksums, in lexical order. It must run after the job has ended. A
-// symlink is followed only if its target stays inside the outputs dir;
-// one pointing outside is an error. Other special files (fifos, sockets,
-// devices) are skipped. maxBytes caps the total size (<= 0: no cap); past
-// it CollectOutputs stops with ErrOutputsTooLarge and returns what it had
-// copied. A missing outputs dir yields no files.
+// symlink is followed only if its target is a file inside the outputs dir;
+// one that points outside or nowhere is skipped, and the others are still
+// collected: the error then wraps ErrOutputsSkipped and names each skipped
+// entry. Other special files (fifos, sockets, devices) are skipped silently.
+// maxBytes caps the total size (<= 0: no cap); past it CollectOutputs stops
+// with ErrOutputsTooLarge, and past MaxOutputFiles files with
+// ErrTooManyOutputs, returning what it had copied. A missing outputs dir
+// yields no files.
 func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auction.OutputFile, error) {
 	s := Spec{Outputs: outputsRel}
 	rel, err := s.outputsRel()
@@ -50,14 +65,23 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auct
 		return nil, fmt.Errorf("runtime: collect outputs: %w", err)
 	}
 	var out []auction.OutputFile
+	var skipped []string
+	skip := func(r, why string) { skipped = append(skipped, r+": "+why) }
 	var total int64
 	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+		r, rerr := filepath.Rel(src, p)
+		if rerr != nil {
+			return rerr
 		}
-		r, err := filepath.Rel(src, p)
 		if err != nil {
-			return err
+			if p == src {
+				return err
+			}
+			skip(r, err.Error())
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
 		}
 		dst := filepath.Join(destDir, r)
 		real := p
@@ -65,14 +89,17 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auct
 		if mode&fs.ModeSymlink != 0 {
 			real, err = filepath.EvalSymlinks(p)
 			if err != nil {
-				return fmt.Errorf("%s: dangling symlink: %w", r, err)
+				skip(r, "dangling symlink")
+				return nil
 			}
 			if !within(src, real) {
-				return fmt.Errorf("%s: symlink escapes the outputs dir", r)
+				skip(r, "symlink escapes the outputs dir")
+				return nil
 			}
 			fi, err := os.Stat(real)
 			if err != nil {
-				return err
+				skip(r, err.Error())
+				return nil
 			}
 			if fi.IsDir() {
 				return nil // the target is collected on its own
@@ -85,6 +112,9 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auct
 		case !mode.IsRegular():
 			return nil
 		}
+		if len(out) == MaxOutputFiles {
+			return ErrTooManyOutputs
+		}
 		f, err := copyCapped(real, dst, maxBytes, &total)
 		if err != nil {
 			return fmt.Errorf("%s: %w", r, err)
@@ -95,6 +125,9 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auct
 	})
 	if err != nil {
 		return out, fmt.Errorf("runtime: collect outputs: %w", err)
+	}
+	if len(skipped) > 0 {
+		return out, fmt.Errorf("%w (%d): %s", ErrOutputsSkipped, len(skipped), strings.Join(skipped, "; "))
 	}
 	return out, nil
 }
