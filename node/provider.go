@@ -24,6 +24,10 @@ import (
 // MaxOutputBytes caps the result files one lease may return.
 const MaxOutputBytes = 256 << 20
 
+// JobFilesRetention is how long a provider keeps a lease's job log and
+// collected outputs.
+const JobFilesRetention = 7 * 24 * time.Hour
+
 // providerRecord is what a provider persists per lease, so a restart never
 // forgets a job.
 type providerRecord struct {
@@ -54,6 +58,17 @@ func (m *market) logPath(leaseID string) string {
 }
 func (m *market) outDir(leaseID string) string { return filepath.Join(m.jobsDir, "outputs", leaseID) }
 func (m *market) workRoot() string             { return m.work }
+
+// pruneJobFiles removes job logs and outputs older than JobFilesRetention.
+func (m *market) pruneJobFiles() {
+	for _, dir := range []string{filepath.Join(m.jobsDir, "logs"), filepath.Join(m.jobsDir, "outputs")} {
+		if n, err := runtime.Prune(dir, JobFilesRetention); err != nil {
+			m.d.log.Warn("prune job files", "err", err)
+		} else if n > 0 {
+			m.d.log.Info("pruned job files", "dir", dir, "count", n)
+		}
+	}
+}
 
 func (m *market) saveRun(r *leaseRun) {
 	r.mu.Lock()
@@ -182,6 +197,7 @@ func (r *leaseRun) run() {
 	if err := h.Cleanup(); err != nil {
 		log.Warn("wipe work dir", "err", err)
 	}
+	m.pruneJobFiles()
 	r.finish(res, outs)
 }
 
@@ -511,6 +527,7 @@ func (m *market) recoverProviderLeases() error {
 	} else if n > 0 {
 		m.d.log.Info("wiped orphaned work dirs", "count", n)
 	}
+	m.pruneJobFiles()
 	return nil
 }
 

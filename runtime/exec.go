@@ -343,6 +343,14 @@ func makeWorkDir(root string, s *Spec, uid int, quotaMB int) (string, string, er
 // made parts of it read-only.
 func removeWorkDir(wd string) error {
 	unmountQuota(wd)
+	if err := removeTree(wd); err != nil {
+		return fmt.Errorf("runtime: wipe work dir: %w", err)
+	}
+	return nil
+}
+
+// removeTree removes a tree even if parts of it are read-only.
+func removeTree(wd string) error {
 	if err := os.RemoveAll(wd); err == nil {
 		return nil
 	}
@@ -352,10 +360,7 @@ func removeWorkDir(wd string) error {
 		}
 		return nil
 	})
-	if err := os.RemoveAll(wd); err != nil {
-		return fmt.Errorf("runtime: wipe work dir: %w", err)
-	}
-	return nil
+	return os.RemoveAll(wd)
 }
 
 // handleState is the lifecycle state both backends' handles share: the

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 )
@@ -193,6 +194,47 @@ func WipeOrphans(root string, keep func(id string) bool) (int, error) {
 	}
 	if len(errs) > 0 {
 		return n, fmt.Errorf("runtime: wipe orphans: %w", errors.Join(errs...))
+	}
+	return n, nil
+}
+
+// Prune removes the entries directly under dir (a provider's job logs or
+// collected outputs, one per lease) last modified more than olderThan ago,
+// and returns how many it removed. Symlinks are removed, never followed. A
+// missing dir prunes nothing; olderThan must be positive.
+func Prune(dir string, olderThan time.Duration) (int, error) {
+	if olderThan <= 0 {
+		return 0, fmt.Errorf("runtime: prune %s: retention %v must be positive", dir, olderThan)
+	}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("runtime: prune: %w", err)
+	}
+	cutoff := time.Now().Add(-olderThan)
+	n := 0
+	var errs []error
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil || !fi.ModTime().Before(cutoff) {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if fi.IsDir() {
+			err = removeTree(p)
+		} else {
+			err = os.Remove(p)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	if len(errs) > 0 {
+		return n, fmt.Errorf("runtime: prune %s: %w", dir, errors.Join(errs...))
 	}
 	return n, nil
 }

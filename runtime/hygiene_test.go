@@ -11,8 +11,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"golang.org/x/sys/unix"
 )
 
 func writeFile(t *testing.T, p, content string) {
@@ -231,5 +233,59 @@ func TestProcessOutputsWithSymlink(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "logs/epoch1,model.bin" {
 		t.Fatalf("collected %v", names)
+	}
+}
+
+func TestPrune(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-48 * time.Hour)
+	outside := filepath.Join(t.TempDir(), "keep")
+	writeFile(t, outside, "not ours")
+	entries := map[string]bool{ // name -> old
+		"lease-1.log": true, "lease-2.log": false, "lease-1": true, "lease-2": false, "link": true,
+	}
+	writeFile(t, filepath.Join(dir, "lease-1.log"), "x")
+	writeFile(t, filepath.Join(dir, "lease-2.log"), "x")
+	writeFile(t, filepath.Join(dir, "lease-1", "sub", "model.bin"), "x")
+	writeFile(t, filepath.Join(dir, "lease-2", "model.bin"), "x")
+	// A read-only old tree is pruned all the same.
+	if err := os.Chmod(filepath.Join(dir, "lease-1", "sub"), 0o500); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Dir(outside), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for name, isOld := range entries {
+		if isOld {
+			if name != "link" {
+				if err := os.Chtimes(filepath.Join(dir, name), old, old); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				ts := []unix.Timeval{unix.NsecToTimeval(old.UnixNano()), unix.NsecToTimeval(old.UnixNano())}
+				if err := unix.Lutimes(filepath.Join(dir, name), ts); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	n, err := Prune(dir, 24*time.Hour)
+	if err != nil || n != 3 {
+		t.Fatalf("pruned %d, %v", n, err)
+	}
+	for name, isOld := range entries {
+		_, err := os.Lstat(filepath.Join(dir, name))
+		if gone := os.IsNotExist(err); gone != isOld {
+			t.Errorf("%s: gone %v, old %v", name, gone, isOld)
+		}
+	}
+	if b, err := os.ReadFile(outside); err != nil || string(b) != "not ours" {
+		t.Fatalf("pruning a symlink touched its target: %q %v", b, err)
+	}
+	if _, err := Prune(dir, 0); err == nil {
+		t.Fatal("zero retention accepted")
+	}
+	if n, err := Prune(filepath.Join(dir, "missing"), time.Hour); n != 0 || err != nil {
+		t.Fatalf("missing dir: %d %v", n, err)
 	}
 }
