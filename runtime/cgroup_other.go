@@ -11,6 +11,7 @@ type jobCgroup struct{}
 func detectCgroups(string) (*cgroups, string) { return nil, "cgroups exist only on linux" }
 
 func (*cgroups) create(string, jobLimits) (*jobCgroup, error) { return nil, errors.New("no cgroups") }
+func (*jobCgroup) pids() []int                                { return nil }
 func (*jobCgroup) kill() bool                                 { return false }
 func (*jobCgroup) oomKilled() bool                            { return false }
 func (*jobCgroup) destroy() error                             { return nil }

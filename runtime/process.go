@@ -129,8 +129,11 @@ type ProcessExecutor struct {
 // GPUMESH_JOB_ID and GPUMESH_OUTPUTS). When the daemon runs as root each job
 // runs under its own unprivileged uid and in its own network (loopback only,
 // unless AllowNetwork), mount and IPC namespaces, with fresh private /tmp,
-// /var/tmp and /dev/shm; where a cgroup hierarchy is writable each job gets a
-// cgroup with its memory limit. Limits reports what is enforced on this host.
+// /var/tmp and /dev/shm, and a size-limited tmpfs as its work dir; where a
+// cgroup hierarchy is writable each job gets a cgroup with its memory, pids
+// and CPU limits (the options' defaults unless the spec sets its memory).
+// stdout and stderr are capped together at MaxLogBytes. Limits reports what
+// is enforced on this host.
 func NewProcessExecutor(root string, opts ProcessOptions) (*ProcessExecutor, error) {
 	e := &ProcessExecutor{
 		grace:  opts.Grace,
