@@ -87,11 +87,24 @@ func v1Parent(controller, name string) (string, error) {
 		base = mount
 	}
 	parent := filepath.Join(base, name)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	if err := writableParent(parent); err != nil {
 		return "", fmt.Errorf("cgroup v1 %s controller not writable: %w", controller, err)
 	}
 	sweepStale(parent)
 	return parent, nil
+}
+
+// writableParent creates parent and checks that job cgroups can be created
+// in it (it may exist already, made by another user).
+func writableParent(parent string) error {
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return err
+	}
+	probe := filepath.Join(parent, fmt.Sprintf("probe-%d-%d", os.Getpid(), cgroupSeq.Add(1)))
+	if err := os.Mkdir(probe, 0o755); err != nil {
+		return err
+	}
+	return os.Remove(probe)
 }
 
 func detectV1(name string) (*cgroups, string) {
@@ -136,7 +149,7 @@ func detectV2(name string) (*cgroups, string) {
 	}
 	base := filepath.Join(cgroupRoot, self)
 	parent := filepath.Join(base, name)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	if err := writableParent(parent); err != nil {
 		return nil, fmt.Sprintf("cgroup v2 not writable: %v", err)
 	}
 	sweepStale(parent)
