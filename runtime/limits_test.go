@@ -83,3 +83,9 @@ func TestProcessDefaultCPULimit(t *testing.T) {
 		t.Fatalf("job used %.3f CPU seconds in 1 s at a 0.2-core limit", cpu)
 	}
 }
+
+func TestProcessOptionsRejectTinyCPU(t *testing.T) {
+	if _, err := NewProcessExecutor(t.TempDir(), ProcessOptions{CPUs: 0.001}); err == nil || !strings.Contains(err.Error(), "0.01 cores") {
+		t.Fatalf("cpu limit 0.001: %v", err)
+	}
+}

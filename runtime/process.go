@@ -9,14 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	goruntime "runtime"
 )
 
 // ProcessOptions configures NewProcessExecutor. The zero value is usable.
@@ -145,6 +144,9 @@ func NewProcessExecutor(root string, opts ProcessOptions) (*ProcessExecutor, err
 	}
 	if e.grace <= 0 {
 		e.grace = DefaultGrace
+	}
+	if opts.CPUs > 0 && opts.CPUs < 0.01 {
+		return nil, fmt.Errorf("runtime: cpu limit %g is below the kernel's minimum of 0.01 cores", opts.CPUs)
 	}
 	if e.path == "" {
 		e.path = "/usr/local/bin:/usr/bin:/bin"
