@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,10 +21,18 @@ const cgroupRoot = "/sys/fs/cgroup"
 // cgroups creates one cgroup per job under a parent the daemon owns.
 type cgroups struct {
 	version int    // 1 or 2
-	parent  string // directory holding the job cgroups
+	parent  string // directory holding the job cgroups (v1: memory's)
 	memory  bool   // memory limits can be set
+	pids    bool   // process count limits can be set
+	cpu     bool   // CPU bandwidth limits can be set
+	// v1Extra maps the other cgroup v1 controllers used ("pids", "cpu")
+	// to the directory holding the job cgroups in their hierarchy.
+	v1Extra map[string]string
 	desc    string
 }
+
+// cpuPeriod is the CFS bandwidth period, in microseconds.
+const cpuPeriod = 100000
 
 // detectCgroups finds a writable cgroup hierarchy: cgroup v2 when
 // /sys/fs/cgroup/cgroup.controllers exists, the v1 memory controller
@@ -67,14 +73,13 @@ func selfCgroup(file, controller string) (string, error) {
 	return "", fmt.Errorf("no %q cgroup in %s", controller, file)
 }
 
-func detectV1(name string) (*cgroups, string) {
-	mount := filepath.Join(cgroupRoot, "memory")
-	if _, err := os.Stat(filepath.Join(mount, "memory.limit_in_bytes")); err != nil {
-		return nil, "no cgroup v2 and no cgroup v1 memory controller at " + mount
-	}
-	self, err := selfCgroup("/proc/self/cgroup", "memory")
+// v1Parent creates the job cgroups' parent in the v1 hierarchy of
+// controller, under this process's own cgroup there.
+func v1Parent(controller, name string) (string, error) {
+	mount := filepath.Join(cgroupRoot, controller)
+	self, err := selfCgroup("/proc/self/cgroup", controller)
 	if err != nil {
-		return nil, "cgroup v1: " + err.Error()
+		return "", err
 	}
 	base := filepath.Join(mount, self)
 	if _, err := os.Stat(base); err != nil {
@@ -82,11 +87,59 @@ func detectV1(name string) (*cgroups, string) {
 		base = mount
 	}
 	parent := filepath.Join(base, name)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, fmt.Sprintf("cgroup v1 memory controller not writable: %v", err)
+	if err := writableParent(parent); err != nil {
+		return "", fmt.Errorf("cgroup v1 %s controller not writable: %w", controller, err)
 	}
 	sweepStale(parent)
-	return &cgroups{version: 1, parent: parent, memory: true, desc: "cgroup v1 memory at " + parent}, ""
+	return parent, nil
+}
+
+// writableParent creates parent and checks that job cgroups can be created
+// in it (it may exist already, made by another user).
+func writableParent(parent string) error {
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return err
+	}
+	probe := filepath.Join(parent, fmt.Sprintf("probe-%d-%d", os.Getpid(), cgroupSeq.Add(1)))
+	if err := os.Mkdir(probe, 0o755); err != nil {
+		return err
+	}
+	return os.Remove(probe)
+}
+
+func detectV1(name string) (*cgroups, string) {
+	mount := filepath.Join(cgroupRoot, "memory")
+	if _, err := os.Stat(filepath.Join(mount, "memory.limit_in_bytes")); err != nil {
+		return nil, "no cgroup v2 and no cgroup v1 memory controller at " + mount
+	}
+	parent, err := v1Parent("memory", name)
+	if err != nil {
+		return nil, "cgroup v1: " + err.Error()
+	}
+	cg := &cgroups{version: 1, parent: parent, memory: true, v1Extra: map[string]string{}}
+	ctrls := []string{"memory"}
+	var missing []string
+	for _, c := range []struct {
+		name, file string
+		on         *bool
+	}{{"pids", "pids.max", &cg.pids}, {"cpu", "cpu.cfs_quota_us", &cg.cpu}} {
+		p, err := v1Parent(c.name, name)
+		if err == nil {
+			_, err = os.Stat(filepath.Join(p, c.file))
+		}
+		if err != nil {
+			missing = append(missing, fmt.Sprintf("%s: %v", c.name, err))
+			continue
+		}
+		cg.v1Extra[c.name] = p
+		*c.on = true
+		ctrls = append(ctrls, c.name)
+	}
+	cg.desc = "cgroup v1 " + strings.Join(ctrls, ", ") + " at " + parent
+	if len(missing) > 0 {
+		cg.desc += " (unavailable: " + strings.Join(missing, "; ") + ")"
+	}
+	return cg, ""
 }
 
 func detectV2(name string) (*cgroups, string) {
@@ -96,21 +149,34 @@ func detectV2(name string) (*cgroups, string) {
 	}
 	base := filepath.Join(cgroupRoot, self)
 	parent := filepath.Join(base, name)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	if err := writableParent(parent); err != nil {
 		return nil, fmt.Sprintf("cgroup v2 not writable: %v", err)
 	}
 	sweepStale(parent)
 	cg := &cgroups{version: 2, parent: parent}
-	// Job cgroups can only get the memory controller if every ancestor
-	// delegates it; a cgroup with processes in it (ours, unless we are at
-	// the root) cannot delegate, so this may fail.
-	_ = os.WriteFile(filepath.Join(base, "cgroup.subtree_control"), []byte("+memory"), 0)
-	err = os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+memory"), 0)
-	if err == nil {
-		cg.memory = true
-		cg.desc = "cgroup v2 memory at " + parent
-	} else {
-		cg.desc = fmt.Sprintf("cgroup v2 at %s for kill only (memory controller not delegated: %v)", parent, err)
+	// Job cgroups can only get a controller if every ancestor delegates
+	// it; a cgroup with processes in it (ours, unless we are at the root)
+	// cannot delegate, so this may fail.
+	var ctrls, missing []string
+	for _, c := range []struct {
+		name string
+		on   *bool
+	}{{"memory", &cg.memory}, {"pids", &cg.pids}, {"cpu", &cg.cpu}} {
+		_ = os.WriteFile(filepath.Join(base, "cgroup.subtree_control"), []byte("+"+c.name), 0)
+		if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+"+c.name), 0); err != nil {
+			missing = append(missing, fmt.Sprintf("%s: %v", c.name, err))
+			continue
+		}
+		*c.on = true
+		ctrls = append(ctrls, c.name)
+	}
+	if len(ctrls) == 0 {
+		cg.desc = fmt.Sprintf("cgroup v2 at %s for kill only (controllers not delegated: %s)", parent, strings.Join(missing, "; "))
+		return cg, ""
+	}
+	cg.desc = "cgroup v2 " + strings.Join(ctrls, ", ") + " at " + parent
+	if len(missing) > 0 {
+		cg.desc += " (not delegated: " + strings.Join(missing, "; ") + ")"
 	}
 	return cg, ""
 }
@@ -119,85 +185,112 @@ func detectV2(name string) (*cgroups, string) {
 type jobCgroup struct {
 	cg  *cgroups
 	dir string
+	// v1Extra are the job's cgroups in the other v1 hierarchies, by
+	// controller.
+	v1Extra map[string]string
 }
 
-func (c *cgroups) create(id string, memoryMB int) (*jobCgroup, error) {
+func (c *cgroups) create(id string, lim jobLimits) (*jobCgroup, error) {
 	dir := filepath.Join(c.parent, id)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("runtime: create cgroup: %w", err)
 	}
-	j := &jobCgroup{cg: c, dir: dir}
-	if memoryMB > 0 && c.memory {
-		limit := []byte(strconv.FormatInt(int64(memoryMB)<<20, 10))
+	j := &jobCgroup{cg: c, dir: dir, v1Extra: map[string]string{}}
+	fail := func(what string, err error) (*jobCgroup, error) {
+		_ = j.destroy()
+		return nil, fmt.Errorf("runtime: set %s limit: %w", what, err)
+	}
+	// in returns the job's directory for controller, creating it in its
+	// v1 hierarchy.
+	in := func(controller string) (string, error) {
+		if c.version == 2 || controller == "memory" {
+			return dir, nil
+		}
+		d := filepath.Join(c.v1Extra[controller], id)
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", err
+		}
+		j.v1Extra[controller] = d
+		return d, nil
+	}
+	write := func(d, file, v string) error { return os.WriteFile(filepath.Join(d, file), []byte(v), 0) }
+	if lim.memoryMB > 0 && c.memory {
+		limit := strconv.FormatInt(int64(lim.memoryMB)<<20, 10)
 		var err error
 		switch c.version {
 		case 1:
-			err = os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), limit, 0)
+			err = write(dir, "memory.limit_in_bytes", limit)
 			if err == nil {
 				// No swapping around the limit, where swap accounting exists.
-				_ = os.WriteFile(filepath.Join(dir, "memory.memsw.limit_in_bytes"), limit, 0)
+				_ = write(dir, "memory.memsw.limit_in_bytes", limit)
 			}
 		case 2:
-			err = os.WriteFile(filepath.Join(dir, "memory.max"), limit, 0)
+			err = write(dir, "memory.max", limit)
 			if err == nil {
-				_ = os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0)
+				_ = write(dir, "memory.swap.max", "0")
 			}
 		}
 		if err != nil {
-			_ = j.destroy()
-			return nil, fmt.Errorf("runtime: set memory limit: %w", err)
+			return fail("memory", err)
+		}
+	}
+	if lim.pids > 0 && c.pids {
+		d, err := in("pids")
+		if err == nil {
+			err = write(d, "pids.max", strconv.Itoa(lim.pids))
+		}
+		if err != nil {
+			return fail("pids", err)
+		}
+	}
+	if lim.cpus > 0 && c.cpu {
+		quota := strconv.FormatInt(int64(lim.cpus*cpuPeriod), 10)
+		d, err := in("cpu")
+		if err == nil {
+			if c.version == 2 {
+				err = write(d, "cpu.max", quota+" "+strconv.Itoa(cpuPeriod))
+			} else if err = write(d, "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)); err == nil {
+				err = write(d, "cpu.cfs_quota_us", quota)
+			}
+		}
+		if err != nil {
+			return fail("cpu", err)
 		}
 	}
 	return j, nil
 }
 
-// start starts cmd inside the cgroup, so that not even the first
-// instruction of the job runs outside it.
-func (j *jobCgroup) start(cmd *exec.Cmd) error {
-	if j.cg.version == 2 {
-		fd, err := unix.Open(j.dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("runtime: open cgroup: %w", err)
-		}
-		defer unix.Close(fd)
-		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = fd
-		return cmd.Start()
+// enterThread moves the calling locked thread into the job's cgroup v1
+// hierarchies, and returns the function that moves it back. On an error the
+// thread may be left anywhere: the caller must discard it.
+func (j *jobCgroup) enterThread() (func() error, error) {
+	dirs := map[string]string{"memory": j.dir}
+	for c, d := range j.v1Extra {
+		dirs[c] = d
 	}
-	// cgroup v1 membership is per thread and inherited on fork: on a
-	// fresh locked thread, move the thread into the job's cgroup, fork, and
-	// move it back. If it cannot move back, the goroutine exits still
-	// locked, and the runtime discards the thread rather than letting
-	// daemon code run inside the job's cgroup.
-	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread()
-		orig, err := selfCgroup("/proc/thread-self/cgroup", "memory")
+	var back []string
+	for c, d := range dirs {
+		orig, err := selfCgroup("/proc/thread-self/cgroup", c)
 		if err != nil {
-			goruntime.UnlockOSThread()
-			errc <- fmt.Errorf("runtime: read thread cgroup: %w", err)
-			return
+			return nil, fmt.Errorf("runtime: read thread cgroup: %w", err)
 		}
-		origTasks := filepath.Join(cgroupRoot, "memory", orig, "tasks")
+		origTasks := filepath.Join(cgroupRoot, c, orig, "tasks")
 		if _, err := os.Stat(origTasks); err != nil {
-			goruntime.UnlockOSThread()
-			errc <- fmt.Errorf("runtime: thread cgroup: %w", err)
-			return
+			return nil, fmt.Errorf("runtime: thread cgroup: %w", err)
 		}
-		if err := os.WriteFile(filepath.Join(j.dir, "tasks"), []byte("0"), 0); err != nil {
-			goruntime.UnlockOSThread()
-			errc <- fmt.Errorf("runtime: enter job cgroup: %w", err)
-			return
+		back = append(back, origTasks)
+		if err := os.WriteFile(filepath.Join(d, "tasks"), []byte("0"), 0); err != nil {
+			return nil, fmt.Errorf("runtime: enter job cgroup: %w", err)
 		}
-		startErr := cmd.Start()
-		if err := os.WriteFile(origTasks, []byte("0"), 0); err != nil {
-			errc <- startErr // the thread dies with this goroutine
-			return
+	}
+	return func() error {
+		for _, t := range back {
+			if err := os.WriteFile(t, []byte("0"), 0); err != nil {
+				return err
+			}
 		}
-		goruntime.UnlockOSThread()
-		errc <- startErr
-	}()
-	return <-errc
+		return nil
+	}, nil
 }
 
 func (j *jobCgroup) pids() []int {
@@ -257,7 +350,18 @@ func (j *jobCgroup) destroy() error {
 	var err error
 	for i := 0; i < 100; i++ {
 		j.kill()
-		if err = os.Remove(j.dir); err == nil || errors.Is(err, os.ErrNotExist) {
+		err = nil
+		for c, d := range j.v1Extra {
+			if e := os.Remove(d); e != nil && !errors.Is(e, os.ErrNotExist) {
+				err = e
+			} else {
+				delete(j.v1Extra, c)
+			}
+		}
+		if e := os.Remove(j.dir); e != nil && !errors.Is(e, os.ErrNotExist) {
+			err = e
+		}
+		if err == nil {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -267,6 +371,17 @@ func (j *jobCgroup) destroy() error {
 
 func (c *cgroups) describe() string   { return c.desc }
 func (c *cgroups) limitsMemory() bool { return c.memory }
+func (c *cgroups) limitsPids() bool   { return c.pids }
+func (c *cgroups) limitsCPU() bool    { return c.cpu }
+
+// hostMemoryMB is the host's physical memory.
+func hostMemoryMB() int {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return int(uint64(si.Totalram) * uint64(si.Unit) >> 20)
+}
 
 // sweepStale removes job cgroups ("<id>-<pid>-<seq>") left by daemon
 // processes that no longer exist, killing anything still inside.

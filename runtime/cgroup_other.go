@@ -2,10 +2,7 @@
 
 package runtime
 
-import (
-	"errors"
-	"os/exec"
-)
+import "errors"
 
 type cgroups struct{}
 
@@ -13,11 +10,15 @@ type jobCgroup struct{}
 
 func detectCgroups(string) (*cgroups, string) { return nil, "cgroups exist only on linux" }
 
-func (*cgroups) create(string, int) (*jobCgroup, error) { return nil, errors.New("no cgroups") }
-func (*jobCgroup) start(cmd *exec.Cmd) error            { return cmd.Start() }
-func (*jobCgroup) kill() bool                           { return false }
-func (*jobCgroup) oomKilled() bool                      { return false }
-func (*jobCgroup) destroy() error                       { return nil }
+func (*cgroups) create(string, jobLimits) (*jobCgroup, error) { return nil, errors.New("no cgroups") }
+func (*jobCgroup) pids() []int                                { return nil }
+func (*jobCgroup) kill() bool                                 { return false }
+func (*jobCgroup) oomKilled() bool                            { return false }
+func (*jobCgroup) destroy() error                             { return nil }
 
 func (*cgroups) describe() string   { return "" }
 func (*cgroups) limitsMemory() bool { return false }
+func (*cgroups) limitsPids() bool   { return false }
+func (*cgroups) limitsCPU() bool    { return false }
+
+func hostMemoryMB() int { return 0 }

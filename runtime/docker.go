@@ -170,6 +170,10 @@ type DockerOptions struct {
 	// UIDBase and UIDCount: the pool of uids containers run as when the
 	// daemon runs as root (see ProcessOptions; defaults 200000 and 1000).
 	UIDBase, UIDCount int
+	// MaxLogBytes caps what a job writes to stdout and stderr together;
+	// past it the output is dropped with a note. Default
+	// DefaultMaxLogBytes; < 0: no cap.
+	MaxLogBytes int64
 	// Log receives lifecycle events (default: discarded).
 	Log *slog.Logger
 }
@@ -181,6 +185,7 @@ type DockerExecutor struct {
 	root    string
 	network string
 	grace   time.Duration
+	maxLog  int64
 	uids    *uidPool
 	log     *slog.Logger
 	// gpu is how containers get their GPUs ("" when the engine cannot).
@@ -261,7 +266,7 @@ func NewDockerExecutor(socketPath string, opts DockerOptions) (*DockerExecutor, 
 	if !DockerAvailable(socketPath) {
 		return nil, fmt.Errorf("runtime: no Docker Engine answering on %s", socketPath)
 	}
-	e := &DockerExecutor{c: newDockerClient(socketPath), network: opts.Network, grace: opts.Grace, log: opts.Log}
+	e := &DockerExecutor{c: newDockerClient(socketPath), network: opts.Network, grace: opts.Grace, maxLog: opts.MaxLogBytes, log: opts.Log}
 	if e.network == "" {
 		e.network = "none"
 	}
@@ -385,7 +390,7 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 	if err != nil {
 		return nil, err
 	}
-	wd, _, err := makeWorkDir(e.root, &spec, uid)
+	wd, _, err := makeWorkDir(e.root, &spec, uid, 0)
 	if err != nil {
 		e.uids.put(uid)
 		return nil, err
@@ -456,12 +461,7 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 		return fail(fmt.Errorf("runtime: job %s: start container: %w", spec.ID, err))
 	}
 	h.started = time.Now()
-	if stdout == nil {
-		stdout = io.Discard
-	}
-	if stderr == nil {
-		stderr = io.Discard
-	}
+	stdout, stderr = capLogs(stdout, stderr, e.maxLog)
 	var lctx context.Context
 	lctx, h.cancelLogs = context.WithCancel(context.Background())
 	go h.streamLogs(lctx, stdout, stderr)

@@ -310,8 +310,10 @@ func prepareRoot(root string, otherUID bool) (string, error) {
 }
 
 // makeWorkDir creates root/<id> (0700) with tmp and outputs sub-dirs, all
-// owned by uid, and returns the work dir and the outputs dir.
-func makeWorkDir(root string, s *Spec, uid int) (string, string, error) {
+// owned by uid, and returns the work dir and the outputs dir. With quotaMB >
+// 0 the work dir is a tmpfs of that size, so a job fills neither the host's
+// disk nor more than its quota.
+func makeWorkDir(root string, s *Spec, uid int, quotaMB int) (string, string, error) {
 	wd := filepath.Join(root, s.ID)
 	if err := os.Mkdir(wd, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -322,8 +324,13 @@ func makeWorkDir(root string, s *Spec, uid int) (string, string, error) {
 	rel, _ := s.outputsRel()
 	out := filepath.Join(wd, rel)
 	fail := func(err error) (string, string, error) {
-		_ = os.RemoveAll(wd)
+		_ = removeWorkDir(wd)
 		return "", "", fmt.Errorf("runtime: job %s: prepare work dir: %w", s.ID, err)
+	}
+	if quotaMB > 0 {
+		if err := mountQuota(wd, uid, quotaMB); err != nil {
+			return fail(err)
+		}
 	}
 	if err := os.MkdirAll(filepath.Join(wd, "tmp"), 0o700); err != nil {
 		return fail(err)
@@ -345,9 +352,18 @@ func makeWorkDir(root string, s *Spec, uid int) (string, string, error) {
 	return wd, out, nil
 }
 
-// removeWorkDir removes a work dir even if the job made parts of it
-// read-only.
+// removeWorkDir removes a work dir, and its quota mount, even if the job
+// made parts of it read-only.
 func removeWorkDir(wd string) error {
+	unmountQuota(wd)
+	if err := removeTree(wd); err != nil {
+		return fmt.Errorf("runtime: wipe work dir: %w", err)
+	}
+	return nil
+}
+
+// removeTree removes a tree even if parts of it are read-only.
+func removeTree(wd string) error {
 	if err := os.RemoveAll(wd); err == nil {
 		return nil
 	}
@@ -357,10 +373,7 @@ func removeWorkDir(wd string) error {
 		}
 		return nil
 	})
-	if err := os.RemoveAll(wd); err != nil {
-		return fmt.Errorf("runtime: wipe work dir: %w", err)
-	}
-	return nil
+	return os.RemoveAll(wd)
 }
 
 // handleState is the lifecycle state both backends' handles share: the

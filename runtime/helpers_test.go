@@ -18,6 +18,18 @@ import (
 var helperBin string
 
 func TestMain(m *testing.M) {
+	// As root, jobs get a private /tmp: keep the test's files (the helper,
+	// work roots, the daemon-side secrets jobs must not read) where jobs
+	// see them, so that file permissions are what is tested.
+	var base string
+	if os.Geteuid() == 0 {
+		if d, err := os.MkdirTemp("/run", "gpumesh-runtime-test-"); err == nil {
+			base = d
+			if err := os.Chmod(base, 0o711); err == nil {
+				os.Setenv("TMPDIR", base)
+			}
+		}
+	}
 	dir, err := os.MkdirTemp("", "gpumesh-runtime-helper-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -38,6 +50,9 @@ func TestMain(m *testing.M) {
 		}
 		return m.Run()
 	}()
+	if base != "" {
+		os.RemoveAll(base)
+	}
 	os.Exit(code)
 }
 

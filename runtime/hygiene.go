@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 )
@@ -18,14 +19,29 @@ import (
 // ErrOutputsTooLarge is returned when a job's outputs exceed the cap.
 var ErrOutputsTooLarge = errors.New("runtime: outputs exceed size cap")
 
+// ErrTooManyOutputs is returned when a job's outputs hold more than
+// MaxOutputFiles files.
+var ErrTooManyOutputs = fmt.Errorf("runtime: outputs exceed %d files", MaxOutputFiles)
+
+// ErrOutputsSkipped is returned, with the files that were collected, when
+// some entries of the outputs dir were left out (symlinks escaping it or
+// dangling, unreadable entries); the error lists them.
+var ErrOutputsSkipped = errors.New("runtime: outputs skipped")
+
+// MaxOutputFiles caps the number of files CollectOutputs returns.
+const MaxOutputFiles = 1000
+
 // CollectOutputs copies the regular files under workDir/outputsRel into
 // destDir, keeping the tree, and returns them with their sizes and SHA-256
 // checksums, in lexical order. It must run after the job has ended. A
-// symlink is followed only if its target stays inside the outputs dir;
-// one pointing outside is an error. Other special files (fifos, sockets,
-// devices) are skipped. maxBytes caps the total size (<= 0: no cap); past
-// it CollectOutputs stops with ErrOutputsTooLarge and returns what it had
-// copied. A missing outputs dir yields no files.
+// symlink is followed only if its target is a file inside the outputs dir;
+// one that points outside or nowhere is skipped, and the others are still
+// collected: the error then wraps ErrOutputsSkipped and names each skipped
+// entry. Other special files (fifos, sockets, devices) are skipped silently.
+// maxBytes caps the total size (<= 0: no cap); past it CollectOutputs stops
+// with ErrOutputsTooLarge, and past MaxOutputFiles files with
+// ErrTooManyOutputs, returning what it had copied. A missing outputs dir
+// yields no files.
 func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auction.OutputFile, error) {
 	s := Spec{Outputs: outputsRel}
 	rel, err := s.outputsRel()
@@ -50,14 +66,23 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auct
 		return nil, fmt.Errorf("runtime: collect outputs: %w", err)
 	}
 	var out []auction.OutputFile
+	var skipped []string
+	skip := func(r, why string) { skipped = append(skipped, r+": "+why) }
 	var total int64
 	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+		r, rerr := filepath.Rel(src, p)
+		if rerr != nil {
+			return rerr
 		}
-		r, err := filepath.Rel(src, p)
 		if err != nil {
-			return err
+			if p == src {
+				return err
+			}
+			skip(r, err.Error())
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
 		}
 		dst := filepath.Join(destDir, r)
 		real := p
@@ -65,14 +90,17 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auct
 		if mode&fs.ModeSymlink != 0 {
 			real, err = filepath.EvalSymlinks(p)
 			if err != nil {
-				return fmt.Errorf("%s: dangling symlink: %w", r, err)
+				skip(r, "dangling symlink")
+				return nil
 			}
 			if !within(src, real) {
-				return fmt.Errorf("%s: symlink escapes the outputs dir", r)
+				skip(r, "symlink escapes the outputs dir")
+				return nil
 			}
 			fi, err := os.Stat(real)
 			if err != nil {
-				return err
+				skip(r, err.Error())
+				return nil
 			}
 			if fi.IsDir() {
 				return nil // the target is collected on its own
@@ -85,6 +113,9 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auct
 		case !mode.IsRegular():
 			return nil
 		}
+		if len(out) == MaxOutputFiles {
+			return ErrTooManyOutputs
+		}
 		f, err := copyCapped(real, dst, maxBytes, &total)
 		if err != nil {
 			return fmt.Errorf("%s: %w", r, err)
@@ -95,6 +126,9 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auct
 	})
 	if err != nil {
 		return out, fmt.Errorf("runtime: collect outputs: %w", err)
+	}
+	if len(skipped) > 0 {
+		return out, fmt.Errorf("%w (%d): %s", ErrOutputsSkipped, len(skipped), strings.Join(skipped, "; "))
 	}
 	return out, nil
 }
@@ -160,6 +194,47 @@ func WipeOrphans(root string, keep func(id string) bool) (int, error) {
 	}
 	if len(errs) > 0 {
 		return n, fmt.Errorf("runtime: wipe orphans: %w", errors.Join(errs...))
+	}
+	return n, nil
+}
+
+// Prune removes the entries directly under dir (a provider's job logs or
+// collected outputs, one per lease) last modified more than olderThan ago,
+// and returns how many it removed. Symlinks are removed, never followed. A
+// missing dir prunes nothing; olderThan must be positive.
+func Prune(dir string, olderThan time.Duration) (int, error) {
+	if olderThan <= 0 {
+		return 0, fmt.Errorf("runtime: prune %s: retention %v must be positive", dir, olderThan)
+	}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("runtime: prune: %w", err)
+	}
+	cutoff := time.Now().Add(-olderThan)
+	n := 0
+	var errs []error
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil || !fi.ModTime().Before(cutoff) {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if fi.IsDir() {
+			err = removeTree(p)
+		} else {
+			err = os.Remove(p)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	if len(errs) > 0 {
+		return n, fmt.Errorf("runtime: prune %s: %w", dir, errors.Join(errs...))
 	}
 	return n, nil
 }

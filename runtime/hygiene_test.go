@@ -4,14 +4,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"golang.org/x/sys/unix"
 )
 
 func writeFile(t *testing.T, p, content string) {
@@ -143,5 +146,146 @@ func TestWipeOrphans(t *testing.T) {
 	}
 	if n, err := WipeOrphans(filepath.Join(root, "missing"), nil); err != nil || n != 0 {
 		t.Fatalf("missing root: %d %v", n, err)
+	}
+}
+
+// A symlink in the outputs (escaping, dangling, or to a dir outside) is
+// skipped with a note; every regular file is still collected.
+func TestCollectOutputsSkipsBadSymlinks(t *testing.T) {
+	outside := t.TempDir()
+	writeFile(t, filepath.Join(outside, "key"), "private")
+	wd := t.TempDir()
+	out := filepath.Join(wd, "outputs")
+	for _, f := range []string{"a.txt", "sub/c.txt", "z.txt"} {
+		writeFile(t, filepath.Join(out, f), f)
+	}
+	links := map[string]string{
+		"b-escape":   filepath.Join(outside, "key"),
+		"b-dangling": "no-such-file",
+		"b-dir":      outside,
+		"sub/up":     "../../secret",
+	}
+	writeFile(t, filepath.Join(wd, "secret"), "scratch")
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(out, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dest := t.TempDir()
+	files, err := CollectOutputs(wd, "outputs", dest, 0)
+	if !errors.Is(err, ErrOutputsSkipped) {
+		t.Fatalf("err %v, want ErrOutputsSkipped", err)
+	}
+	for name := range links {
+		if !strings.Contains(err.Error(), name+":") {
+			t.Errorf("skipped link %s not named in %q", name, err)
+		}
+		if _, err := os.Lstat(filepath.Join(dest, name)); !os.IsNotExist(err) {
+			t.Errorf("skipped link %s reached dest: %v", name, err)
+		}
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Path)
+		if f.SHA256 != sum(f.Path) {
+			t.Errorf("%s: wrong checksum", f.Path)
+		}
+	}
+	if strings.Join(names, ",") != "a.txt,sub/c.txt,z.txt" {
+		t.Fatalf("collected %v", names)
+	}
+}
+
+func TestCollectOutputsFileCap(t *testing.T) {
+	wd := t.TempDir()
+	for i := 0; i <= MaxOutputFiles; i++ {
+		writeFile(t, filepath.Join(wd, "outputs", fmt.Sprintf("f%04d", i)), "x")
+	}
+	files, err := CollectOutputs(wd, "outputs", t.TempDir(), 0)
+	if !errors.Is(err, ErrTooManyOutputs) || !strings.Contains(err.Error(), "1000 files") || len(files) != MaxOutputFiles {
+		t.Fatalf("%d files: %v", len(files), err)
+	}
+	// Exactly at the cap is fine.
+	if err := os.Remove(filepath.Join(wd, "outputs", "f0000")); err != nil {
+		t.Fatal(err)
+	}
+	if files, err := CollectOutputs(wd, "outputs", t.TempDir(), 0); err != nil || len(files) != MaxOutputFiles {
+		t.Fatalf("at the cap: %d files, %v", len(files), err)
+	}
+}
+
+// End to end: a job that leaves a symlink to a host file among its outputs
+// still gets its regular files collected.
+func TestProcessOutputsWithSymlink(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	res, _, errOut, h := run(t, e, Spec{ID: "outlink", Command: []string{"sh", "-c",
+		`cd "$GPUMESH_OUTPUTS" && ln -s /etc/hostname a-link && echo model > model.bin && mkdir logs && echo 1 > logs/epoch1`}})
+	if res.ExitCode != 0 {
+		t.Fatalf("%+v %q", res, errOut)
+	}
+	files, err := CollectOutputs(h.WorkDir(), "", t.TempDir(), 1<<20)
+	if !errors.Is(err, ErrOutputsSkipped) || !strings.Contains(err.Error(), "a-link: symlink escapes") {
+		t.Fatalf("err %v", err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Path)
+	}
+	if strings.Join(names, ",") != "logs/epoch1,model.bin" {
+		t.Fatalf("collected %v", names)
+	}
+}
+
+func TestPrune(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-48 * time.Hour)
+	outside := filepath.Join(t.TempDir(), "keep")
+	writeFile(t, outside, "not ours")
+	entries := map[string]bool{ // name -> old
+		"lease-1.log": true, "lease-2.log": false, "lease-1": true, "lease-2": false, "link": true,
+	}
+	writeFile(t, filepath.Join(dir, "lease-1.log"), "x")
+	writeFile(t, filepath.Join(dir, "lease-2.log"), "x")
+	writeFile(t, filepath.Join(dir, "lease-1", "sub", "model.bin"), "x")
+	writeFile(t, filepath.Join(dir, "lease-2", "model.bin"), "x")
+	// A read-only old tree is pruned all the same.
+	if err := os.Chmod(filepath.Join(dir, "lease-1", "sub"), 0o500); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Dir(outside), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for name, isOld := range entries {
+		if isOld {
+			if name != "link" {
+				if err := os.Chtimes(filepath.Join(dir, name), old, old); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				ts := []unix.Timeval{unix.NsecToTimeval(old.UnixNano()), unix.NsecToTimeval(old.UnixNano())}
+				if err := unix.Lutimes(filepath.Join(dir, name), ts); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	n, err := Prune(dir, 24*time.Hour)
+	if err != nil || n != 3 {
+		t.Fatalf("pruned %d, %v", n, err)
+	}
+	for name, isOld := range entries {
+		_, err := os.Lstat(filepath.Join(dir, name))
+		if gone := os.IsNotExist(err); gone != isOld {
+			t.Errorf("%s: gone %v, old %v", name, gone, isOld)
+		}
+	}
+	if b, err := os.ReadFile(outside); err != nil || string(b) != "not ours" {
+		t.Fatalf("pruning a symlink touched its target: %q %v", b, err)
+	}
+	if _, err := Prune(dir, 0); err == nil {
+		t.Fatal("zero retention accepted")
+	}
+	if n, err := Prune(filepath.Join(dir, "missing"), time.Hour); n != 0 || err != nil {
+		t.Fatalf("missing dir: %d %v", n, err)
 	}
 }

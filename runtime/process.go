@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,12 +30,75 @@ type ProcessOptions struct {
 	Grace time.Duration
 	// Path is the jobs' PATH (default "/usr/local/bin:/usr/bin:/bin").
 	Path string
-	// NoCgroups disables cgroups: no memory limits, kill by process group
-	// and uid only.
+	// NoCgroups disables cgroups: no memory, pids or CPU limits, kill by
+	// process group and uid only.
 	NoCgroups bool
+	// MemoryMB is the memory limit of a job whose Spec.MemoryMB is 0
+	// (private tmpfs files count against it). Default: half the host's
+	// RAM; < 0: none.
+	MemoryMB int
+	// Pids caps the number of processes and threads of each job.
+	// Default DefaultPids; < 0: none.
+	Pids int
+	// CPUs caps each job's CPU time, in cores. Default: all of the host's
+	// cores but one, at least one; < 0: none.
+	CPUs float64
+	// AllowNetwork lets jobs use the host's network. By default each job
+	// gets its own network namespace with only a loopback interface: it
+	// reaches neither the internet nor any port on the host.
+	AllowNetwork bool
+	// TmpMB is the size of each job's private /tmp, /var/tmp and /dev/shm
+	// (fresh tmpfs mounts in its own mount namespace, counted against its
+	// memory). Default DefaultTmpMB; < 0: the kernel's default size.
+	TmpMB int
+	// WorkDirMB is the size of each job's work dir, a tmpfs of its own
+	// (counted against its memory) when the job namespaces are available:
+	// past it writes fail with ENOSPC and the host's disk is untouched.
+	// Default DefaultWorkDirMB; < 0: no quota (the work root's disk).
+	WorkDirMB int
+	// MaxLogBytes caps what a job writes to stdout and stderr together;
+	// past it the output is dropped with a note (see CapWriter). Default
+	// DefaultMaxLogBytes; < 0: no cap.
+	MaxLogBytes int64
+	// NoNamespaces disables the per-job namespaces (network, mount, IPC). They
+	// need root; without it the executor runs jobs without them and says
+	// so in Limits and the log.
+	NoNamespaces bool
 	// Log receives lifecycle events (default: discarded).
 	Log *slog.Logger
 }
+
+// DefaultPids is the default cap on a job's processes and threads.
+const DefaultPids = 1024
+
+// jobLimits are the limits one job's cgroup enforces (<= 0: none).
+type jobLimits struct {
+	memoryMB int
+	pids     int
+	cpus     float64
+}
+
+// defaultLimits fills in ProcessOptions' limit defaults.
+func defaultLimits(opts ProcessOptions) jobLimits {
+	l := jobLimits{memoryMB: opts.MemoryMB, pids: opts.Pids, cpus: opts.CPUs}
+	if l.memoryMB == 0 {
+		l.memoryMB = hostMemoryMB() / 2
+	}
+	if l.pids == 0 {
+		l.pids = DefaultPids
+	}
+	if l.cpus == 0 {
+		l.cpus = float64(max(1, goruntime.NumCPU()-1))
+	}
+	return l
+}
+
+// DefaultWorkDirMB is the default size of a job's work dir.
+const DefaultWorkDirMB = 4096
+
+// DefaultTmpMB is the default size of a job's private /tmp, /var/tmp and
+// /dev/shm.
+const DefaultTmpMB = 512
 
 // cgroupSeq makes job cgroup names unique across executors and processes.
 var cgroupSeq atomic.Uint64
@@ -47,27 +111,42 @@ type ProcessExecutor struct {
 	uids  *uidPool // nil: jobs run as the daemon's user
 	cg    *cgroups // nil: no cgroups
 	cgWhy string
-	log   *slog.Logger
-	mu    sync.Mutex
-	jobs  map[string]bool
+	lim   jobLimits // defaults for every job
+	sb    *sandbox  // nil: jobs share the daemon's namespaces
+	sbWhy string
+	// quotaMB is the size of each job's tmpfs work dir (<= 0: none).
+	quotaMB int
+	maxLog  int64
+	log     *slog.Logger
+	mu      sync.Mutex
+	jobs    map[string]bool
 }
 
 // NewProcessExecutor returns an executor that runs each job in root/<id>
 // (mode 0700) in its own process group with a scrubbed environment (PATH,
 // HOME and TMPDIR in the work dir, LANG, the spec's Env, CUDA_VISIBLE_DEVICES,
 // GPUMESH_JOB_ID and GPUMESH_OUTPUTS). When the daemon runs as root each job
-// runs under its own unprivileged uid; where a cgroup hierarchy is writable
-// each job gets a cgroup with its memory limit. Limits reports what is
-// enforced on this host.
+// runs under its own unprivileged uid and in its own network (loopback only,
+// unless AllowNetwork), mount and IPC namespaces, with fresh private /tmp,
+// /var/tmp and /dev/shm, and a size-limited tmpfs as its work dir; where a
+// cgroup hierarchy is writable each job gets a cgroup with its memory, pids
+// and CPU limits (the options' defaults unless the spec sets its memory).
+// stdout and stderr are capped together at MaxLogBytes. Limits reports what
+// is enforced on this host.
 func NewProcessExecutor(root string, opts ProcessOptions) (*ProcessExecutor, error) {
 	e := &ProcessExecutor{
-		grace: opts.Grace,
-		path:  opts.Path,
-		log:   opts.Log,
-		jobs:  make(map[string]bool),
+		grace:  opts.Grace,
+		path:   opts.Path,
+		log:    opts.Log,
+		jobs:   make(map[string]bool),
+		lim:    defaultLimits(opts),
+		maxLog: opts.MaxLogBytes,
 	}
 	if e.grace <= 0 {
 		e.grace = DefaultGrace
+	}
+	if opts.CPUs > 0 && opts.CPUs < 0.01 {
+		return nil, fmt.Errorf("runtime: cpu limit %g is below the kernel's minimum of 0.01 cores", opts.CPUs)
 	}
 	if e.path == "" {
 		e.path = "/usr/local/bin:/usr/bin:/bin"
@@ -102,6 +181,23 @@ func NewProcessExecutor(root string, opts ProcessOptions) (*ProcessExecutor, err
 	} else {
 		e.cg, e.cgWhy = detectCgroups("gpumesh")
 	}
+	if opts.NoNamespaces {
+		e.sbWhy = "namespaces disabled"
+	} else {
+		tmp := opts.TmpMB
+		if tmp == 0 {
+			tmp = DefaultTmpMB
+		}
+		e.sb, e.sbWhy = detectSandbox(sandbox{network: opts.AllowNetwork, tmpMB: tmp, root: e.root})
+	}
+	if e.sb != nil {
+		e.quotaMB = opts.WorkDirMB
+		if e.quotaMB == 0 {
+			e.quotaMB = DefaultWorkDirMB
+		}
+	} else {
+		e.log.Warn("process jobs run without their own namespaces or a work dir quota: they share the host's network, /tmp and /dev/shm", "why", e.sbWhy)
+	}
 	e.log.Info("process executor ready", "root", e.root, "limits", e.Limits())
 	return e, nil
 }
@@ -112,17 +208,39 @@ func (e *ProcessExecutor) Name() string { return "process" }
 // Root is the directory holding the jobs' work dirs.
 func (e *ProcessExecutor) Root() string { return e.root }
 
-// Limits describes what the executor enforces on this host.
+// Limits describes what the executor enforces on this host, with the
+// default per-job limits.
 func (e *ProcessExecutor) Limits() string {
 	var b strings.Builder
 	if e.cg != nil && e.cg.limitsMemory() {
 		b.WriteString("memory limit: " + e.cg.describe())
+		if e.lim.memoryMB > 0 {
+			fmt.Fprintf(&b, ", default %d MiB per job", e.lim.memoryMB)
+		} else {
+			b.WriteString(", none by default")
+		}
 	} else {
 		why := e.cgWhy
 		if e.cg != nil {
 			why = e.cg.describe()
 		}
 		b.WriteString("memory limit: not enforced (" + why + ")")
+	}
+	switch {
+	case e.cg == nil || !e.cg.limitsPids():
+		b.WriteString("; pids limit: not enforced")
+	case e.lim.pids > 0:
+		fmt.Fprintf(&b, "; pids limit: %d per job", e.lim.pids)
+	default:
+		b.WriteString("; pids limit: none")
+	}
+	switch {
+	case e.cg == nil || !e.cg.limitsCPU():
+		b.WriteString("; cpu limit: not enforced")
+	case e.lim.cpus > 0:
+		fmt.Fprintf(&b, "; cpu limit: %g cores per job", e.lim.cpus)
+	default:
+		b.WriteString("; cpu limit: none")
 	}
 	b.WriteString("; kill: process group")
 	if e.cg != nil {
@@ -132,6 +250,16 @@ func (e *ProcessExecutor) Limits() string {
 		fmt.Fprintf(&b, ", job uid; isolation: one uid per job from %d-%d", e.uids.base, e.uids.base+e.uids.count-1)
 	} else {
 		b.WriteString("; isolation: jobs run as the daemon's user (not root)")
+	}
+	if e.sb != nil {
+		b.WriteString("; " + e.sb.describe())
+		if e.quotaMB > 0 {
+			fmt.Fprintf(&b, "; work dir: tmpfs of %d MiB per job", e.quotaMB)
+		} else {
+			b.WriteString("; work dir: no quota")
+		}
+	} else {
+		b.WriteString("; namespaces: none (" + e.sbWhy + "): jobs share the host's network, /tmp and /dev/shm; work dir: no quota")
 	}
 	return b.String()
 }
@@ -173,7 +301,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 		return fail(err)
 	}
 	undo = append(undo, func() { e.uids.put(uid) })
-	wd, outDir, err := makeWorkDir(e.root, &spec, uid)
+	wd, outDir, err := makeWorkDir(e.root, &spec, uid, e.quotaMB)
 	if err != nil {
 		return fail(err)
 	}
@@ -184,7 +312,11 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	}
 	var cg *jobCgroup
 	if e.cg != nil {
-		cg, err = e.cg.create(fmt.Sprintf("%s-%d-%d", spec.ID, os.Getpid(), cgroupSeq.Add(1)), spec.MemoryMB)
+		lim := e.lim
+		if spec.MemoryMB > 0 {
+			lim.memoryMB = spec.MemoryMB
+		}
+		cg, err = e.cg.create(fmt.Sprintf("%s-%d-%d", spec.ID, os.Getpid(), cgroupSeq.Add(1)), lim)
 		if err != nil {
 			if spec.MemoryMB > 0 {
 				return fail(fmt.Errorf("runtime: job %s: %w", spec.ID, err))
@@ -227,11 +359,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	if e.uids != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
 	}
-	if cg != nil {
-		err = cg.start(cmd)
-	} else {
-		err = cmd.Start()
-	}
+	err = spawn(cmd, cg, e.sb, wd)
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -250,10 +378,8 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 		started:     time.Now(),
 		pipes:       []*os.File{outR, errR},
 	}
+	stdout, stderr = capLogs(stdout, stderr, e.maxLog)
 	for i, w := range []io.Writer{stdout, stderr} {
-		if w == nil {
-			w = io.Discard
-		}
 		h.copying.Add(1)
 		go func(r *os.File, w io.Writer) {
 			defer h.copying.Done()

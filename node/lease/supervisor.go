@@ -298,7 +298,23 @@ func (r *leaseRun) run() {
 	if err := h.Cleanup(); err != nil {
 		log.Warn("wipe work dir", "err", err)
 	}
+	s.pruneJobFiles()
 	r.finish(res, outs)
+}
+
+// JobFilesRetention is how long a provider keeps a lease's job log and
+// collected outputs after they were last written.
+const JobFilesRetention = 7 * 24 * time.Hour
+
+// pruneJobFiles removes job logs and outputs older than JobFilesRetention.
+func (s *Supervisor) pruneJobFiles() {
+	for _, dir := range []string{filepath.Join(s.cfg.JobsDir, "logs"), filepath.Join(s.cfg.JobsDir, "outputs")} {
+		if n, err := runtime.Prune(dir, JobFilesRetention); err != nil {
+			s.log.Warn("prune job files", "err", err)
+		} else if n > 0 {
+			s.log.Info("pruned job files", "dir", dir, "count", n)
+		}
+	}
 }
 
 func backendName(e runtime.Executor, spec runtime.Spec) string {
@@ -582,6 +598,7 @@ func (s *Supervisor) Recover() error {
 			s.settle(r)
 		}()
 	}
+	s.pruneJobFiles()
 	if s.cfg.WorkRoot == "" {
 		return nil
 	}

@@ -14,10 +14,16 @@
 //	jobhelper daemonize MARK    double-fork a sleeper (no setsid), sleep
 //	jobhelper escape MARK       start a setsid'd sleeper, sleep
 //	jobhelper spawn MARK        start a sleeper and exit (no setsid)
+//	jobhelper spin DUR N        keep N goroutines busy for DUR of wall
+//	                            time, print the CPU seconds used
+//	jobhelper dial ADDR         connect to tcp ADDR ("self": a listener of
+//	                            its own on 127.0.0.1), print "connected"
+//	                            or exit 3
 package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -104,6 +110,45 @@ func main() {
 		run(true, "sleep", "1h", args[0])
 		fmt.Println("ready")
 		time.Sleep(time.Hour)
+	case "spin":
+		d, _ := time.ParseDuration(args[0])
+		n, _ := strconv.Atoi(args[1])
+		end := time.Now().Add(d)
+		done := make(chan int)
+		for i := 0; i < n; i++ {
+			go func() {
+				x := 0
+				for time.Now().Before(end) {
+					x++
+				}
+				done <- x
+			}()
+		}
+		for i := 0; i < n; i++ {
+			<-done
+		}
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		fmt.Printf("cpu %.3f\n", cpu.Seconds())
+	case "dial":
+		addr := args[0]
+		if addr == "self" {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				fmt.Println("error:", err)
+				os.Exit(3)
+			}
+			defer l.Close()
+			addr = l.Addr().String()
+		}
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(3)
+		}
+		c.Close()
+		fmt.Println("connected")
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)

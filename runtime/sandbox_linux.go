@@ -1,0 +1,271 @@
+//go:build linux
+
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// sandbox is what a process job gets around it besides its uid and cgroup:
+// its own network namespace (loopback only, unless network is allowed), IPC
+// namespace, and mount namespace in which /tmp, /var/tmp and /dev/shm are
+// fresh size-limited tmpfs mounts, so that no tenant sees another's (or a
+// previous tenant's with the same uid) scratch files.
+type sandbox struct {
+	network bool   // share the host's network namespace
+	tmpMB   int    // size of each private tmpfs; <= 0: the kernel default (half of RAM)
+	root    string // the work root: other jobs' work dirs under it are unmounted
+}
+
+// privateDirs get a fresh tmpfs in each job's mount namespace.
+var privateDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
+
+// detectSandbox reports whether this process can give jobs their own
+// namespaces (it needs root, i.e. CAP_SYS_ADMIN), by setting them up once on
+// a throwaway thread. It returns nil and the reason when it cannot.
+func detectSandbox(s sandbox) (*sandbox, string) {
+	if os.Geteuid() != 0 {
+		return nil, "job namespaces need root"
+	}
+	errc := make(chan error, 1)
+	// Exits locked: the runtime discards the thread and its namespaces.
+	onSpareThread(func() { errc <- s.enter("") })
+	if err := <-errc; err != nil {
+		return nil, err.Error()
+	}
+	return &s, ""
+}
+
+// flags are the namespaces a job gets.
+func (s *sandbox) flags() int {
+	f := unix.CLONE_NEWNS | unix.CLONE_NEWIPC
+	if !s.network {
+		f |= unix.CLONE_NEWNET
+	}
+	return f
+}
+
+// enter moves the calling thread, which must be locked and must never run
+// daemon code again, into fresh namespaces set up for a job whose work dir
+// is wd ("": none). A work dir under one of the private dirs is bound back
+// into place (only the work dir: not its neighbours).
+func (s *sandbox) enter(wd string) error {
+	if err := unix.Unshare(s.flags()); err != nil {
+		return fmt.Errorf("runtime: unshare job namespaces: %w", err)
+	}
+	// Nothing mounted here may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("runtime: job mounts: make / private: %w", err)
+	}
+	// Other jobs' quota mounts must not live on in this namespace after
+	// their jobs end (their memory would stay in use).
+	if s.root != "" {
+		for _, mp := range mountsUnder(s.root) {
+			if mp != wd {
+				_ = unix.Unmount(mp, unix.MNT_DETACH)
+			}
+		}
+	}
+	// Opened in this namespace, so that it can be bound back in place
+	// once a tmpfs covers it.
+	keep := -1
+	for _, dir := range privateDirs {
+		if wd != "" && within(dir, wd) {
+			fd, err := unix.Open(wd, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("runtime: job mounts: open work dir: %w", err)
+			}
+			defer unix.Close(fd)
+			keep = fd
+			break
+		}
+	}
+	opts := "mode=1777"
+	if s.tmpMB > 0 {
+		opts += ",size=" + strconv.Itoa(s.tmpMB) + "m"
+	}
+	for _, dir := range privateDirs {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			continue // nothing there to share
+		}
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("runtime: job mounts: tmpfs on %s: %w", dir, err)
+		}
+	}
+	if keep >= 0 {
+		if err := os.MkdirAll(wd, 0o711); err != nil {
+			return fmt.Errorf("runtime: job mounts: work dir: %w", err)
+		}
+		src := "/proc/thread-self/fd/" + strconv.Itoa(keep)
+		if err := unix.Mount(src, wd, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("runtime: job mounts: bind work dir: %w", err)
+		}
+	}
+	if !s.network {
+		if err := loopbackUp(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loopbackUp brings up lo in the calling thread's network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("runtime: job network: socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("runtime: job network: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("runtime: job network: get lo flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("runtime: job network: bring up lo: %w", err)
+	}
+	return nil
+}
+
+func (s *sandbox) describe() string {
+	tmp := "private tmpfs /tmp, /var/tmp, /dev/shm"
+	if s.tmpMB > 0 {
+		tmp += fmt.Sprintf(" (%d MiB each)", s.tmpMB)
+	}
+	net := "network: none (own namespace, loopback only)"
+	if s.network {
+		net = "network: host"
+	}
+	return net + "; " + tmp + "; own IPC namespace"
+}
+
+// spawn starts cmd inside the job's cgroup and sandbox (either may be nil),
+// so that not even the first instruction of the job runs outside them.
+// cgroup v1 membership and namespaces are per thread and inherited on fork:
+// spawn forks from a fresh locked thread that it moves into them. Unless it
+// moves the thread back (cgroup v1 only, no sandbox), the goroutine exits
+// still locked, and the Go runtime discards the thread rather than letting
+// daemon code run inside the job's cgroup or namespaces.
+func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd string) error {
+	if cg != nil && cg.cg.version == 2 {
+		fd, err := unix.Open(cg.dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("runtime: open cgroup: %w", err)
+		}
+		defer unix.Close(fd)
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = fd
+	}
+	v1 := cg != nil && cg.cg.version == 1
+	if !v1 && sb == nil {
+		return cmd.Start()
+	}
+	errc := make(chan error, 1)
+	onSpareThread(func() {
+		var back func() error
+		if v1 {
+			var err error
+			if back, err = cg.enterThread(); err != nil {
+				errc <- err
+				return
+			}
+		}
+		if sb != nil {
+			if err := sb.enter(wd); err != nil {
+				errc <- err
+				return
+			}
+		}
+		err := cmd.Start()
+		if sb == nil && back() == nil {
+			goruntime.UnlockOSThread()
+		}
+		errc <- err
+	})
+	return <-errc
+}
+
+// onSpareThread runs f in a new goroutine locked to a thread other than the
+// main one. If f returns without unlocking it, the Go runtime terminates the
+// thread; the main thread would instead be wedged, for the rest of the
+// daemon's life, in whatever f moved it into (a job's cgroup, namespaces),
+// so it is held while another thread runs f.
+func onSpareThread(f func()) {
+	go func() {
+		goruntime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			f()
+			return
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			goruntime.LockOSThread()
+			f()
+		}()
+		<-done
+		goruntime.UnlockOSThread()
+	}()
+}
+
+// mountsUnder lists the mount points strictly below dir in the calling
+// thread's mount namespace.
+func mountsUnder(dir string) []string {
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if mp != dir && within(dir, mp) {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// mountQuota mounts a tmpfs of sizeMB, owned by uid, on dir.
+func mountQuota(dir string, uid, sizeMB int) error {
+	opts := fmt.Sprintf("mode=0700,uid=%d,gid=%d,size=%dm", uid, uid, sizeMB)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("quota tmpfs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// unmountQuota detaches whatever is mounted on dir (nothing, usually).
+func unmountQuota(dir string) { _ = unix.Unmount(dir, unix.MNT_DETACH) }

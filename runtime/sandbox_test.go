@@ -1,0 +1,282 @@
+package runtime
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// needSandbox skips a test of the job namespaces where they cannot exist.
+func needSandbox(t *testing.T, e *ProcessExecutor) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("job namespaces need root: this test runs as uid " + strconv.Itoa(os.Geteuid()))
+	}
+	if e.sb == nil {
+		t.Fatalf("running as root but the executor has no job namespaces: %s", e.Limits())
+	}
+}
+
+func TestProcessJobHasNoNetwork(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan struct{}, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	addr := l.Addr().String()
+
+	e := newTestExecutor(t, ProcessOptions{})
+	needSandbox(t, e)
+	res, out, _, _ := run(t, e, Spec{ID: "net-host", Command: []string{helperBin, "dial", addr}})
+	if res.ExitCode != 3 || !strings.Contains(out, "connection refused") {
+		t.Fatalf("job reached the host's %s: %+v %q", addr, res, out)
+	}
+	// Loopback inside the job's own namespace works.
+	res, out, _, _ = run(t, e, Spec{ID: "net-self", Command: []string{helperBin, "dial", "self"}})
+	if res.ExitCode != 0 || out != "connected\n" {
+		t.Fatalf("job's own loopback: %+v %q", res, out)
+	}
+	select {
+	case <-accepted:
+		t.Fatal("the test's listener accepted a connection from a job")
+	default:
+	}
+
+	// Positive control: with the network allowed, the same dial connects.
+	open := newTestExecutor(t, ProcessOptions{AllowNetwork: true})
+	res, out, _, _ = run(t, open, Spec{ID: "net-allowed", Command: []string{helperBin, "dial", addr}})
+	if res.ExitCode != 0 || out != "connected\n" {
+		t.Fatalf("network allowed: %+v %q", res, out)
+	}
+	<-accepted
+	if !strings.Contains(e.Limits(), "network: none") || !strings.Contains(open.Limits(), "network: host") {
+		t.Fatalf("limits: %q / %q", e.Limits(), open.Limits())
+	}
+}
+
+func TestProcessWithoutNamespaces(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{NoNamespaces: true})
+	if e.sb != nil || !strings.Contains(e.Limits(), "namespaces: none (namespaces disabled)") {
+		t.Fatalf("limits: %s", e.Limits())
+	}
+	res, out, _, _ := run(t, e, Spec{ID: "nons", Command: []string{helperBin, "echo", "ok"}})
+	if res.ExitCode != 0 || out != "ok\n" {
+		t.Fatalf("%+v %q", res, out)
+	}
+}
+
+func TestProcessTenantsDoNotShareTmp(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	needSandbox(t, e)
+	name := uniqueMarker(t)
+	files := []string{"/tmp/" + name, "/var/tmp/" + name, "/dev/shm/" + name}
+	var script strings.Builder
+	for _, f := range files {
+		// World-readable, as careless jobs leave them.
+		script.WriteString("echo s3cret > " + f + " && chmod 644 " + f + " && cat " + f + " && ")
+	}
+	script.WriteString("echo ready && exec sleep 3600")
+	var out syncBuffer
+	a, err := e.Start(context.Background(), Spec{ID: "tenant-a", Command: []string{"sh", "-c", script.String()}}, &out, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Cleanup()
+	out.waitFor(t, "ready", 10*time.Second)
+	// Positive control: the first tenant reads its own files.
+	if got := strings.Count(out.String(), "s3cret"); got != len(files) {
+		t.Fatalf("tenant a read back %d of its %d files: %q", got, len(files), out.String())
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("tenant a's %s is visible on the host: %v", f, err)
+		}
+	}
+	uidA := a.(*processHandle).uid
+	read := func(id string) []string {
+		var leaked []string
+		for i, f := range files {
+			res, got, _, h := run(t, e, Spec{ID: id + "-" + strconv.Itoa(i), Command: []string{helperBin, "cat", f}})
+			if res.ExitCode != 3 || !strings.Contains(got, "no such file") {
+				leaked = append(leaked, f+": "+got)
+			}
+			if err := h.Cleanup(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return leaked
+	}
+	// A concurrent tenant.
+	if leaked := read("tenant-b"); len(leaked) > 0 {
+		t.Fatalf("a concurrent tenant read tenant a's files: %v", leaked)
+	}
+	// The next tenant under the same uid, after tenant a is gone.
+	if err := a.Stop(0); err != nil {
+		t.Fatal(err)
+	}
+	a.Wait()
+	if err := a.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	var out2 syncBuffer
+	c, err := e.Start(context.Background(), Spec{ID: "tenant-c", Command: []string{"sh", "-c", "cat " + strings.Join(files, " ") + "; echo done"}}, &out2, &out2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cleanup()
+	if uidC := c.(*processHandle).uid; e.uids != nil && uidC != uidA {
+		t.Fatalf("tenant c got uid %d, not tenant a's %d: the reuse case is not exercised", uidC, uidA)
+	}
+	c.Wait()
+	if got := out2.String(); strings.Contains(got, "s3cret") || !strings.Contains(got, "done") {
+		t.Fatalf("the next tenant with the same uid read tenant a's files: %q", got)
+	}
+}
+
+// A work root under /tmp stays visible to the job inside its private /tmp.
+func TestProcessWorkRootUnderPrivateTmp(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("job namespaces need root: this test runs as uid " + strconv.Itoa(os.Geteuid()))
+	}
+	dir, err := os.MkdirTemp("/tmp", "gpumesh-root-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewProcessExecutor(filepath.Join(dir, "jobs"), ProcessOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	needSandbox(t, e)
+	res, out, _, h := run(t, e, Spec{ID: "under-tmp", Command: []string{"sh", "-c", "echo result > \"$GPUMESH_OUTPUTS/r.txt\" && ls /tmp"}})
+	if res.ExitCode != 0 {
+		t.Fatalf("%+v %q", res, out)
+	}
+	// The job's /tmp shows only the path to its own work dir.
+	if strings.TrimSpace(out) != filepath.Base(dir) {
+		t.Fatalf("job's /tmp lists %q, want only %q", out, filepath.Base(dir))
+	}
+	b, err := os.ReadFile(filepath.Join(h.WorkDir(), "outputs", "r.txt"))
+	if err != nil || string(b) != "result\n" {
+		t.Fatalf("output written inside the job: %q %v", b, err)
+	}
+}
+
+// A job writing past its work dir quota or its private /tmp gets ENOSPC
+// and fails; the bytes land in its tmpfs, not on the host's disk.
+func TestProcessDiskQuota(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{WorkDirMB: 8, TmpMB: 8})
+	needSandbox(t, e)
+	if !strings.Contains(e.Limits(), "work dir: tmpfs of 8 MiB") {
+		t.Fatalf("limits: %s", e.Limits())
+	}
+	for _, target := range []string{"big", "outputs/big", "/tmp/big", "/var/tmp/big", "/dev/shm/big"} {
+		t.Run(strings.ReplaceAll(target, "/", "_"), func(t *testing.T) {
+			res, out, errOut, h := run(t, e, Spec{ID: "quota", Command: []string{"sh", "-c", "dd if=/dev/zero of=" + target + " bs=1M count=16 && echo wrote"}})
+			if res.ExitCode == 0 || strings.Contains(out, "wrote") || !strings.Contains(errOut, "No space left on device") {
+				t.Fatalf("16 MiB into an 8 MiB quota: %+v %q %q", res, out, errOut)
+			}
+			var st unix.Statfs_t
+			if err := unix.Statfs(h.WorkDir(), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Type != unix.TMPFS_MAGIC || st.Blocks*uint64(st.Bsize) > 8<<20 {
+				t.Fatalf("work dir is not an 8 MiB tmpfs: type %#x, %d bytes", st.Type, st.Blocks*uint64(st.Bsize))
+			}
+			if fi, err := os.Stat(filepath.Join(h.WorkDir(), target)); err == nil && fi.Size() > 8<<20 {
+				t.Fatalf("%s grew to %d bytes", target, fi.Size())
+			}
+			if err := h.Cleanup(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(h.WorkDir()); !os.IsNotExist(err) {
+				t.Fatalf("work dir (a mount) survived cleanup: %v", err)
+			}
+		})
+	}
+	// Positive control: within the quota the write succeeds.
+	res, out, errOut, _ := run(t, e, Spec{ID: "quota-ok", Command: []string{"sh", "-c", "dd if=/dev/zero of=small bs=1M count=4 2>/dev/null && echo wrote"}})
+	if res.ExitCode != 0 || out != "wrote\n" {
+		t.Fatalf("4 MiB into an 8 MiB quota: %+v %q %q", res, out, errOut)
+	}
+}
+
+// Another job's work dir mount does not live on in a job's namespace.
+func TestProcessOtherWorkDirsUnmounted(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	needSandbox(t, e)
+	var out syncBuffer
+	a, err := e.Start(context.Background(), Spec{ID: "mnt-a", Command: []string{"sh", "-c", "echo ready; exec sleep 3600"}}, &out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Cleanup()
+	out.waitFor(t, "ready", 10*time.Second)
+	res, got, _, h := run(t, e, Spec{ID: "mnt-b", Command: []string{"cat", "/proc/self/mountinfo"}})
+	if res.ExitCode != 0 {
+		t.Fatalf("%+v", res)
+	}
+	if !strings.Contains(got, " "+h.WorkDir()+" ") {
+		t.Fatalf("job b's own work dir is not a mount in its namespace:\n%s", got)
+	}
+	if strings.Contains(got, " "+a.WorkDir()+" ") {
+		t.Fatalf("job a's work dir is mounted in job b's namespace:\n%s", got)
+	}
+	_ = a.Stop(0)
+}
+
+// Setting up jobs never leaves the daemon's main thread (what /proc/self
+// shows) in a job's namespaces or cgroups.
+func TestProcessDaemonKeepsItsNamespaces(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	needSandbox(t, e)
+	self := func() string {
+		var b strings.Builder
+		for _, ns := range []string{"net", "mnt", "ipc"} {
+			l, err := os.Readlink("/proc/self/ns/" + ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.WriteString(l + " ")
+		}
+		cg, err := os.ReadFile("/proc/self/cgroup")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.String() + string(cg)
+	}
+	before := self()
+	for i := 0; i < 8; i++ {
+		res, _, _, h := run(t, e, Spec{ID: "main-" + strconv.Itoa(i), Command: []string{"true"}})
+		if res.ExitCode != 0 {
+			t.Fatalf("%+v", res)
+		}
+		if err := h.Cleanup(); err != nil {
+			t.Fatal(err)
+		}
+		if after := self(); after != before {
+			t.Fatalf("after job %d the main thread moved:\nbefore %s\nafter  %s", i, before, after)
+		}
+	}
+}
