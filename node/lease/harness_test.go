@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -16,12 +15,12 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/runtime"
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
@@ -250,24 +249,11 @@ func newHarness(t *testing.T) *harness {
 	return &harness{t: t, net: auction.NewMemNetwork(), abandonGrace: time.Minute}
 }
 
-func mkSigner(t *testing.T) *sign.Signer {
-	t.Helper()
-	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sign.NewSigner(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // renter starts a renter-only node.
-func (h *harness) renter() *node { return h.start(mkSigner(h.t), nil, nil) }
+func (h *harness) renter() *node { return h.start(signtest.New(h.t), nil, nil) }
 
 // provider starts a provider node with one GPU.
-func (h *harness) provider(spec provSpec) *node { return h.start(mkSigner(h.t), nil, &spec) }
+func (h *harness) provider(spec provSpec) *node { return h.start(signtest.New(h.t), nil, &spec) }
 
 // start brings a node up on db (a fresh ledger when nil): the restart of a
 // node reuses its signer and ledger.
