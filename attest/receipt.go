@@ -48,6 +48,9 @@ type Receipt struct {
 	Price      float64          `json:"price"` // per GPU-hour
 	Amount     float64          `json:"amount"`
 	Outcome    auction.RunState `json:"outcome"` // the lease's terminal state
+	// Fault says who caused an unsuccessful outcome (the job or the
+	// provider); empty for success, preemption and cancellation.
+	Fault      auction.Fault    `json:"fault,omitempty"`
 	ResultHash string           `json:"result_hash,omitempty"`
 	Heartbeats HeartbeatSummary `json:"heartbeats"`
 	IssuedAt   time.Time        `json:"issued_at"`
@@ -105,6 +108,9 @@ func (r Receipt) validate() error {
 	case auction.RunSucceeded, auction.RunFailed, auction.RunPreempted, auction.RunExpired, auction.RunCancelled:
 	default:
 		return bad("outcome %q", r.Outcome)
+	}
+	if !r.Fault.Valid() || (r.Fault != auction.FaultNone && r.Outcome != auction.RunFailed && r.Outcome != auction.RunExpired) {
+		return bad("fault %q with outcome %s", r.Fault, r.Outcome)
 	}
 	hs := r.Heartbeats
 	if hs.Count < 0 || hs.Expected < 0 || hs.Rejected < 0 || hs.RateLimited < 0 || hs.RateLimited > hs.Rejected || !finite(hs.Coverage) || hs.Coverage < 0 || hs.Coverage > 1 || !finite(hs.MeanGPUUtil) {

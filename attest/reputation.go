@@ -131,7 +131,8 @@ type ProviderRep struct {
 	Score      float64 `json:"score"`
 	Receipts   int     `json:"receipts"` // kept (at most BookOptions.MaxRecords)
 	Completed  int     `json:"completed"`
-	Failed     int     `json:"failed"` // failed or expired
+	Failed     int     `json:"failed"`     // failed or expired through the provider
+	JobFaults  int     `json:"job_faults"` // failed or expired through the job itself (not counted against the provider)
 	Preempted  int     `json:"preempted"`
 	Cancelled  int     `json:"cancelled"`
 	Overclaims int     `json:"overclaims"`
@@ -154,6 +155,7 @@ type record struct {
 	end      time.Time
 	bucket   int64
 	outcome  auction.RunState
+	jobFault bool // failed through the job's own fault: not the provider's
 	coverage float64
 	hasCov   bool
 	honest   bool
@@ -386,6 +388,7 @@ func (b *Book) AddReceipt(sr *SignedReceipt) error {
 		end:      r.End,
 		bucket:   floorDiv(r.End.UnixNano(), int64(b.renterWindow)),
 		outcome:  r.Outcome,
+		jobFault: r.Fault == auction.FaultJob,
 		coverage: r.Heartbeats.Coverage,
 		hasCov:   r.Heartbeats.Expected > 0,
 		honest:   !r.Overclaimed(),
@@ -658,6 +661,10 @@ func (b *Book) Stats(provider string) ProviderRep {
 			compW += w
 			compX += w
 		case auction.RunFailed, auction.RunExpired:
+			if rec.jobFault {
+				rep.JobFaults++
+				break
+			}
 			rep.Failed++
 			compW += w
 		case auction.RunPreempted:

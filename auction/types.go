@@ -255,6 +255,23 @@ func (s RunState) Follows(prev RunState) bool {
 	return rank(s) > rank(prev) && rank(s) > 0
 }
 
+// Fault says who caused a lease to end without success: the job itself
+// (its command failed, hit its own memory limit or outran its declared
+// duration) or the provider (its daemon, executor or host failed). A
+// failure that is the job's fault says nothing about the provider, so the
+// reputation book does not count it against the provider.
+type Fault string
+
+// Faults.
+const (
+	FaultNone     Fault = ""
+	FaultJob      Fault = "job"
+	FaultProvider Fault = "provider"
+)
+
+// Valid reports whether f is one of the faults above.
+func (f Fault) Valid() bool { return f == FaultNone || f == FaultJob || f == FaultProvider }
+
 // Lease is a confirmed reservation of a provider's GPUs for a job.
 type Lease struct {
 	ID          string    `json:"id"`

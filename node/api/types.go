@@ -73,6 +73,8 @@ type JobView struct {
 	// ExitCode of the job's command once it ended.
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Detail   string `json:"detail,omitempty"`
+	// Fault says who caused an unsuccessful run: the job or the provider.
+	Fault auction.Fault `json:"fault,omitempty"`
 	// Started/Ended are when the job ran on the provider, as it reported.
 	Started time.Time `json:"started,omitempty"`
 	Ended   time.Time `json:"ended,omitempty"`
@@ -106,6 +108,7 @@ type LeaseRecord struct {
 	Attempt  int              `json:"attempt"`
 	Receipt  bool             `json:"receipt"`
 	ExitCode *int             `json:"exit_code,omitempty"`
+	Fault    auction.Fault    `json:"fault,omitempty"`
 }
 
 // BidsView is GET /v1/jobs/{id}/bids: ranked bids and why the winner won.
@@ -143,6 +146,7 @@ type ProviderLease struct {
 	Ended    time.Time        `json:"ended,omitempty"`
 	ExitCode *int             `json:"exit_code,omitempty"`
 	Detail   string           `json:"detail,omitempty"`
+	Fault    auction.Fault    `json:"fault,omitempty"`
 }
 
 // LedgerVerifyView is GET /v1/ledger/verify on success. On tampering the

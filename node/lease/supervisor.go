@@ -328,14 +328,14 @@ func backendName(e runtime.Executor, spec runtime.Spec) string {
 func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
 	s := r.s
 	r.mu.Lock()
-	state, detail := classify(res, r.stopAs, r.stopDetail)
+	state, detail, fault := classify(res, r.stopAs, r.stopDetail)
 	rec := &r.pr.Rec
 	if job := r.pr.Job; state == auction.RunExpired && job.Preemptible && rec.Lease.End.Before(rec.Lease.Start.Add(job.Duration)) {
 		// A bronze job took a backfill gap shorter than itself: reaching the
 		// gap's end is a preemption, and its renter requeues the rest.
-		state, detail = auction.RunPreempted, "backfill gap ended before the job did"
+		state, detail, fault = auction.RunPreempted, "backfill gap ended before the job did", auction.FaultNone
 	}
-	rec.Run, rec.Detail = state, detail
+	rec.Run, rec.Detail, rec.Fault = state, detail, fault
 	if rec.Started.IsZero() {
 		rec.Started = res.Started
 	}
@@ -364,24 +364,26 @@ func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
 }
 
 // classify maps an executor result to a run state.
-func classify(res runtime.Result, stopAs auction.RunState, stopDetail string) (auction.RunState, string) {
+func classify(res runtime.Result, stopAs auction.RunState, stopDetail string) (auction.RunState, string, auction.Fault) {
 	switch {
+	case stopAs == auction.RunFailed:
+		return stopAs, stopDetail, auction.FaultProvider // the provider stopped it (shut down)
 	case stopAs != "":
-		return stopAs, stopDetail
+		return stopAs, stopDetail, auction.FaultNone // preempted or cancelled as agreed
 	case res.Err != nil && res.Reason == "":
-		return auction.RunFailed, res.Err.Error()
+		return auction.RunFailed, res.Err.Error(), auction.FaultProvider
 	case res.Reason == runtime.ReasonDeadline:
-		return auction.RunExpired, "lease ended before the job did (stopped at the lease end)"
+		return auction.RunExpired, "lease ended before the job did (stopped at the lease end)", auction.FaultJob
 	case res.Reason == runtime.ReasonOOM:
-		return auction.RunFailed, "killed: memory limit exceeded"
+		return auction.RunFailed, "killed: memory limit exceeded", auction.FaultJob
 	case res.Reason == runtime.ReasonExited && res.ExitCode == 0:
-		return auction.RunSucceeded, ""
+		return auction.RunSucceeded, "", auction.FaultNone
 	case res.Reason == runtime.ReasonExited:
-		return auction.RunFailed, fmt.Sprintf("exit code %d", res.ExitCode)
+		return auction.RunFailed, fmt.Sprintf("exit code %d", res.ExitCode), auction.FaultJob
 	case res.Err != nil:
-		return auction.RunFailed, res.Err.Error()
+		return auction.RunFailed, res.Err.Error(), auction.FaultProvider
 	}
-	return auction.RunFailed, "job ended: " + res.Reason
+	return auction.RunFailed, "job ended: " + res.Reason, auction.FaultProvider
 }
 
 // heartbeats sends signed telemetry to the renter every interval until the
@@ -445,7 +447,7 @@ func (s *Supervisor) sendEvent(r *leaseRun) (*attest.HeartbeatSummary, error) {
 	r.mu.Lock()
 	rec := r.pr.Rec
 	ev := wire.LeaseEvent{LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Provider: s.cfg.Signer.ID().String(), Run: rec.Run,
-		Detail: rec.Detail, ExitCode: rec.ExitCode, Started: rec.Started, Ended: rec.Ended, Outputs: r.pr.Outputs, Time: s.now()}
+		Detail: rec.Detail, ExitCode: rec.ExitCode, Fault: rec.Fault, Started: rec.Started, Ended: rec.Ended, Outputs: r.pr.Outputs, Time: s.now()}
 	r.mu.Unlock()
 	b, err := sealed(s.cfg.Signer, sign.DomainLeaseEvent, ev)
 	if err != nil {
@@ -509,7 +511,7 @@ func (s *Supervisor) settle(r *leaseRun) {
 	rc := attest.Receipt{
 		LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Renter: rec.Lease.Renter, Provider: rec.Lease.Provider,
 		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, GPUSeconds: gpuSec, Price: rec.Lease.Price,
-		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run,
+		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run, Fault: rec.Fault,
 		ResultHash: auction.ManifestHash(outs), Heartbeats: *sum, IssuedAt: s.now(),
 	}
 	sr, err := attest.NewReceipt(s.cfg.Signer, rc)
@@ -570,7 +572,7 @@ func (s *Supervisor) Recover() error {
 		if !pr.Rec.Run.Terminal() {
 			was := pr.Rec.Run
 			killOrphan(pr.Pgid, s.cfg.WorkRoot)
-			pr.Rec.Run = auction.RunFailed
+			pr.Rec.Run, pr.Rec.Fault = auction.RunFailed, auction.FaultProvider
 			pr.Rec.Detail = fmt.Sprintf("provider daemon restarted while the job was %s; the job was stopped", was)
 			pr.Rec.Ended = pr.LastBeat
 			if pr.Rec.Ended.IsZero() || pr.Rec.Started.IsZero() {

@@ -212,7 +212,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.Run = auction.RunPending
 	v.Started, v.Ended, v.ExitCode, v.Detail, v.Receipt, v.Heartbeats, v.LastTelemetry, v.Outputs =
 		time.Time{}, time.Time{}, nil, "", nil, nil, nil, nil
-	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
+	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
 	t.mons[l.ID] = mon
 	t.byLease[l.ID] = job.ID
 	t.mu.Unlock()
@@ -527,7 +527,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		return nil, err
 	}
 	setRun(v, ev.Run)
-	v.Detail, v.ExitCode = ev.Detail, ev.ExitCode
+	v.Detail, v.ExitCode, v.Fault = ev.Detail, ev.ExitCode, ev.Fault
 	if !ev.Started.IsZero() {
 		v.Started = ev.Started
 	}
@@ -643,11 +643,11 @@ func (t *Tracker) archive(jobID, leaseID string) {
 		cost = v.Receipt.Amount
 	}
 	v.History = append(v.History, api.LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, CostUSD: cost,
-		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode})
+		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode, Fault: v.Fault})
 	// The current-lease fields describe the next lease from now on.
 	v.Lease, v.Receipt, v.ExitCode, v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil, nil, nil, nil
 	v.Run, v.Started, v.Ended = "", time.Time{}, time.Time{}
-	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
+	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
 	v.State = auction.JobBidding
 	v.Detail = fmt.Sprintf("requeued after attempt %d was %s", v.History[len(v.History)-1].Attempt, v.History[len(v.History)-1].Run)
 }
@@ -695,6 +695,10 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 	if err := attest.CheckReceipt(r, lease, now); err != nil {
 		count("renter.receipt_mismatch")
 		return nil, err
+	}
+	if v.Run.Terminal() && (r.Outcome != v.Run || r.Fault != v.Fault) {
+		count("renter.receipt_mismatch")
+		return nil, fmt.Errorf("receipt says %s (fault %q); the provider's final report said %s (fault %q)", r.Outcome, r.Fault, v.Run, v.Fault)
 	}
 	mine := mon.Summary(r.End)
 	if v.Heartbeats != nil && v.Run.Terminal() {

@@ -146,3 +146,19 @@ func TestLateEventsNeverMoveStateBack(t *testing.T) {
 		t.Fatalf("provider slashed %d times for a lease it completed", st.Slashes)
 	}
 }
+
+// TestFailingJobIsTheJobsFault: a job whose command exits non-zero fails
+// through its own fault: the final report and the two-party receipt say so,
+// and the renter's book does not count it against the provider.
+func TestFailingJobIsTheJobsFault(t *testing.T) {
+	h := newHarness(t)
+	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+	v := r.post(job(auction.Silver, 2, time.Minute, "run", "20", "3"))
+	v = r.waitJob(v.Job.ID, "settled", settled)
+	if v.Run != auction.RunFailed || v.Fault != auction.FaultJob || v.Receipt.Fault != auction.FaultJob {
+		t.Fatalf("run %s fault %q receipt fault %q", v.Run, v.Fault, v.Receipt.Fault)
+	}
+	if st := r.book.Stats(p.id()); st.Failed != 0 || st.JobFaults != 1 {
+		t.Fatalf("provider's record %+v", st)
+	}
+}

@@ -43,6 +43,7 @@ type LeaseEvent struct {
 	Run      auction.RunState     `json:"run"`
 	Detail   string               `json:"detail,omitempty"`
 	ExitCode *int                 `json:"exit_code,omitempty"`
+	Fault    auction.Fault        `json:"fault,omitempty"`
 	Started  time.Time            `json:"started,omitempty"`
 	Ended    time.Time            `json:"ended,omitempty"`
 	Outputs  []auction.OutputFile `json:"outputs,omitempty"`
