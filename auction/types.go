@@ -111,6 +111,10 @@ type RunSpec struct {
 	Outputs string `json:"outputs,omitempty" yaml:"outputs,omitempty"`
 	// MemoryMB caps the job's memory where the runtime can enforce it.
 	MemoryMB int `json:"memory_mb,omitempty" yaml:"memory_mb,omitempty"`
+	// Inputs are artifacts the job reads, by name (NAME → artifact id):
+	// the provider fetches them (the job's owner is the origin) and
+	// exposes them read-only before the job starts.
+	Inputs map[string]string `json:"inputs,omitempty" yaml:"inputs,omitempty"`
 }
 
 // Job is a renter's request with its SLA.

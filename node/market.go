@@ -121,6 +121,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		},
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
+		Inputs: d.prepareInputs,
 	}); err != nil {
 		return err
 	}
@@ -266,6 +267,9 @@ func (m *market) allCounters() map[string]int {
 		out["reputation."+k] += v
 	}
 	for k, v := range m.counters.Snapshot() {
+		out[k] += v
+	}
+	for k, v := range m.d.artifacts.Counters() {
 		out[k] += v
 	}
 	if n := m.d.fpChanges.Load(); n > 0 {

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
 )
 
 // ChunkSize is the size of every chunk but a file's last.
@@ -137,7 +139,7 @@ func validHash(h string) bool {
 }
 
 // ValidID reports whether s is shaped like an artifact id.
-func ValidID(s string) bool { return validHash(s) }
+func ValidID(s string) bool { return auction.ValidArtifactID(s) }
 
 // Info is what the store knows of one artifact.
 type Info struct {

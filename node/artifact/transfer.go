@@ -354,6 +354,7 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 	}
 	self := s.cfg.Net.ID()
 	var sources []peer.ID
+	var discovered <-chan peer.AddrInfo
 	seen := map[peer.ID]bool{self: true}
 	addSource := func(ai peer.AddrInfo) {
 		if seen[ai.ID] || len(sources) >= MaxSources {
@@ -372,11 +373,29 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 		addSource(ai)
 	}
 	if !opt.NoDiscovery {
-		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		for ai := range s.cfg.Net.DHT.FindProvidersAsync(fctx, p2p.KeyCID(wire.ArtifactKey(id)), MaxSources) {
-			addSource(ai)
+		// The DHT search runs while the manifest comes from a named
+		// source; its finds join the transfer's sources.
+		found := make(chan peer.AddrInfo, MaxSources)
+		fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		go func() {
+			defer close(found)
+			for ai := range s.cfg.Net.DHT.FindProvidersAsync(fctx, p2p.KeyCID(wire.ArtifactKey(id)), MaxSources) {
+				found <- ai
+			}
+		}()
+		defer func() {
+			cancel()
+			for range found {
+			}
+		}()
+		if len(sources) == 0 {
+			for ai := range found {
+				addSource(ai)
+			}
+		} else {
+			discovered = found
 		}
-		cancel()
 	}
 	if len(sources) == 0 {
 		return res, fmt.Errorf("artifact %s: no peer holds it (none named, none found in the DHT)", short(id))
@@ -424,6 +443,11 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 		return res, err
 	}
 	missing := s.cfg.Store.Missing(&m)
+	if discovered != nil && len(missing) > 0 {
+		for ai := range discovered {
+			addSource(ai)
+		}
+	}
 	if err := s.pull(ctx, id, m.Size, mresp.Grant, sources, missing, opt.Progress, &res); err != nil {
 		return res, err
 	}

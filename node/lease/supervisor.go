@@ -59,6 +59,11 @@ type SupervisorConfig struct {
 	Now          Clock
 	Log          *slog.Logger
 	Counters     *Counters
+
+	// Inputs fetches a job's input artifacts and lays them out read-only
+	// in dir (dir/NAME); release unpins and removes them once the job
+	// ended. nil: jobs with inputs fail to start.
+	Inputs func(ctx context.Context, job auction.Job, dir string) (release func(), err error)
 }
 
 // Supervisor runs a provider's confirmed leases.
@@ -252,6 +257,17 @@ func (r *leaseRun) run() {
 	}
 	spec := runtime.Spec{ID: l.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
 		GPUs: gpus, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs}
+	if len(job.Run.Inputs) > 0 {
+		release, dir, err := r.prepareInputs(job)
+		if err != nil {
+			fmt.Fprintf(lw, "gpumesh: job inputs: %v\n", err)
+			r.finish(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: fmt.Errorf("inputs: %w", err)}, nil)
+			return
+		}
+		defer release()
+		spec.Inputs = dir
+		log.Info("job inputs ready", "inputs", len(job.Run.Inputs), "dir", dir)
+	}
 	started := s.now()
 	h, err := s.cfg.Exec.Start(s.ctx, spec, lw, lw)
 	if err != nil {
@@ -299,6 +315,33 @@ func (r *leaseRun) run() {
 		log.Warn("wipe work dir", "err", err)
 	}
 	r.finish(res, outs)
+}
+
+// prepareInputs fetches the job's input artifacts before it starts (the
+// fetch stops when the lease is aborted) into a directory the job's uid
+// can read: under the work root, named so that a restart's orphan sweep
+// removes it.
+func (r *leaseRun) prepareInputs(job auction.Job) (release func(), dir string, err error) {
+	s := r.s
+	if s.cfg.Inputs == nil {
+		return nil, "", errors.New("this provider cannot fetch input artifacts")
+	}
+	root := s.cfg.WorkRoot
+	if root == "" {
+		root = filepath.Join(s.cfg.JobsDir, "inputs")
+	}
+	dir = filepath.Join(root, "inputs-"+r.lease().ID)
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	release, err = s.cfg.Inputs(ctx, job, dir)
+	return release, dir, err
 }
 
 func backendName(e runtime.Executor, spec runtime.Spec) string {

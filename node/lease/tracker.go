@@ -595,3 +595,22 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 	t.cfg.Receipts.gossip(sr)
 	return sr.Marshal()
 }
+
+// LeaseNamesInput reports whether provider holds a current lease (not yet
+// ended) for one of our jobs whose inputs name artifact id: who may fetch
+// our private artifacts.
+func (t *Tracker) LeaseNamesInput(provider peer.ID, id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, v := range t.jobs {
+		if v.Lease == nil || v.Lease.Provider != provider.String() || v.Run.Terminal() {
+			continue
+		}
+		for _, in := range v.Job.Run.Inputs {
+			if in == id {
+				return true
+			}
+		}
+	}
+	return false
+}

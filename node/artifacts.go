@@ -1,0 +1,190 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// startArtifacts opens the artifact store and serves it over libp2p. A
+// private artifact is served to the providers of our current leases whose
+// jobs name it (the tracker knows them) and to peers it is shared with.
+func (d *Daemon) startArtifacts() error {
+	budget := d.cfg.ArtifactBudgetGB
+	if budget == 0 {
+		budget = DefaultArtifactBudgetGB
+	}
+	st, err := artifact.Open(d.paths.Artifacts(), int64(budget*(1<<30)))
+	if err != nil {
+		return err
+	}
+	d.artifacts, err = artifact.NewService(artifact.ServiceConfig{
+		Store: st, Net: d.net, Signer: d.signer, Log: d.log,
+		Authorize: func(id string, from peer.ID) bool {
+			m := d.marketRef.Load()
+			return m != nil && m.tracker.LeaseNamesInput(from, id)
+		},
+	})
+	return err
+}
+
+// prepareInputs is the supervisor's hook: a job's inputs come from its
+// owner (the renter's daemon) and any other holder.
+func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string) (func(), error) {
+	owner, err := peer.Decode(job.Owner)
+	if err != nil {
+		return nil, badRequest("job %s: owner %q is not a peer id", job.ID, job.Owner)
+	}
+	return d.artifacts.PrepareInputs(ctx, job.Run.Inputs, owner, job.OwnerAddrs, dir)
+}
+
+// announceArtifacts puts a provider record in the DHT for each complete
+// artifact held (most recently used first), so fetchers find us.
+func (d *Daemon) announceArtifacts(ids ...string) {
+	if len(ids) == 0 {
+		ids = d.artifacts.Store().Held(256)
+	}
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
+		err := d.artifacts.Announce(ctx, id)
+		cancel()
+		if err != nil && d.ctx.Err() == nil {
+			d.log.Debug("announce artifact", "id", id, "err", err)
+		}
+		if d.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+func (d *Daemon) artifactRoutes(mux *http.ServeMux) {
+	st := d.artifacts.Store()
+	d.route(mux, "POST /v1/artifacts", func(r *http.Request) (any, error) {
+		var req api.ArtifactAddRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			return nil, badRequest("bad request body: %v", err)
+		}
+		if !filepath.IsAbs(req.Path) {
+			return nil, badRequest("artifact path %q must be absolute", req.Path)
+		}
+		id, err := st.Add(req.Path, artifact.Meta{Private: !req.Public})
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, badRequest("%v", err)
+			}
+			return nil, err
+		}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.announceArtifacts(id)
+		}()
+		return st.Info(id)
+	})
+	d.route(mux, "GET /v1/artifacts", func(*http.Request) (any, error) { return st.List(), nil })
+	d.route(mux, "GET /v1/artifacts/{id}", func(r *http.Request) (any, error) { return artifactInfo(st, r.PathValue("id")) })
+	d.route(mux, "DELETE /v1/artifacts/{id}", func(r *http.Request) (any, error) {
+		id := r.PathValue("id")
+		if _, err := artifactInfo(st, id); err != nil {
+			return nil, err
+		}
+		if err := st.Remove(id); err != nil {
+			return nil, &httpError{code: http.StatusConflict, msg: err.Error()}
+		}
+		return map[string]string{"removed": id}, nil
+	})
+	d.route(mux, "POST /v1/artifacts/{id}/share", func(r *http.Request) (any, error) {
+		id := r.PathValue("id")
+		var req api.ArtifactShareRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			return nil, badRequest("bad request body: %v", err)
+		}
+		if _, err := peer.Decode(req.Peer); err != nil {
+			return nil, badRequest("not a peer id: %q", req.Peer)
+		}
+		if _, err := artifactInfo(st, id); err != nil {
+			return nil, err
+		}
+		if err := st.Share(id, req.Peer); err != nil {
+			return nil, err
+		}
+		return st.Info(id)
+	})
+	mux.HandleFunc("POST /v1/artifacts/{id}/get", d.apiGetArtifact)
+}
+
+func artifactInfo(st *artifact.Store, id string) (artifact.Info, error) {
+	if !artifact.ValidID(id) {
+		return artifact.Info{}, badRequest("not an artifact id (64 hex digits): %q", id)
+	}
+	in, err := st.Info(id)
+	if errors.Is(err, artifact.ErrNotFound) {
+		return in, notFound("no artifact %s on this node", id)
+	}
+	return in, err
+}
+
+// apiGetArtifact fetches an artifact and writes it to the requested path,
+// answering NDJSON progress lines and a last line with the result.
+func (d *Daemon) apiGetArtifact(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req api.ArtifactGetRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeAPIError(w, badRequest("bad request body: %v", err))
+		return
+	}
+	if !artifact.ValidID(id) {
+		writeAPIError(w, badRequest("not an artifact id (64 hex digits): %q", id))
+		return
+	}
+	if !filepath.IsAbs(req.Dest) {
+		writeAPIError(w, badRequest("destination %q must be absolute", req.Dest))
+		return
+	}
+	peers, err := p2p.ParseAddrInfos(req.Peers)
+	if err != nil {
+		writeAPIError(w, badRequest("%v", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	var mu sync.Mutex
+	enc := json.NewEncoder(w)
+	fl, _ := w.(http.Flusher)
+	send := func(p api.ArtifactProgress) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(p)
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	var last time.Time
+	res, err := d.artifacts.Fetch(r.Context(), id, artifact.FetchOptions{Peers: peers, Progress: func(done, total int64) {
+		if now := time.Now(); now.Sub(last) >= 200*time.Millisecond || done == total {
+			last = now
+			send(api.ArtifactProgress{Done: done, Total: total})
+		}
+	}})
+	if err == nil {
+		unpin := d.artifacts.Store().Pin(id)
+		err = d.artifacts.Store().Export(id, req.Dest)
+		unpin()
+	}
+	if err != nil {
+		send(api.ArtifactProgress{Error: err.Error()})
+		return
+	}
+	send(api.ArtifactProgress{Done: res.Size, Total: res.Size, Result: &res})
+}

@@ -1,0 +1,153 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// readsInput is a job that prints the SHA-256 of its input "data" and
+// fails if it can write to it.
+func readsInput(id string) auction.Job {
+	job := shJob(auction.Silver, 3, `f="$GPUMESH_INPUTS/data"
+if ( echo x >> "$f" ) 2>/dev/null; then echo "input is writable"; exit 3; fi
+sha256sum "$f" | cut -c1-64`)
+	job.BidWindow = 2 * time.Second
+	job.Run.Inputs = map[string]string{"data": id}
+	return job
+}
+
+func jobLog(t *testing.T, n *testNode, id string) string {
+	t.Helper()
+	resp, err := api.NewClient(n.dir).Raw(context.Background(), http.MethodGet, "/jobs/"+id+"/logs", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(b))
+}
+
+// waitHolder waits until from finds holder's DHT provider record for an
+// artifact.
+func waitHolder(t *testing.T, from *Daemon, id string, holder peer.ID) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		for ai := range from.net.DHT.FindProvidersAsync(ctx, p2p.KeyCID(wire.ArtifactKey(id)), 10) {
+			if ai.ID == holder {
+				cancel()
+				return
+			}
+		}
+		cancel()
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never found %s holding artifact %s", from.ID(), holder, id)
+		}
+	}
+}
+
+// TestJobsReadRenterDataset: a 64 MiB dataset added on the renter only is
+// read by a job on a provider (read-only, checksum in its log); a second
+// job, on another provider, fetches it from both holders: the renter and
+// the first provider, which serves it on the renter's grant.
+func TestJobsReadRenterDataset(t *testing.T) {
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), fastConfig(providerConfig("eu-west", 1.0, h100)))
+	p1, p2 := ns[0], ns[1]
+	waitAdvertised(t, boot, p1, p2)
+
+	data := make([]byte, 64<<20)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "dataset.bin")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	want := hex.EncodeToString(sum[:])
+	cl := api.NewClient(boot.dir)
+	in, err := cl.AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.Private || in.Size != int64(len(data)) {
+		t.Fatalf("added %+v", in)
+	}
+
+	job := readsInput(in.ID)
+	job.GPUModels = []string{"A100"}
+	v := post(t, boot, job)
+	if !leased(v) || v.Winner != p1.ID().String() {
+		t.Fatalf("first job: state %s winner %s: %v", v.State, v.Winner, v.Reasons)
+	}
+	v = waitJob(t, boot, v.Job.ID, 60*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	if v.Run != auction.RunSucceeded {
+		t.Fatalf("first job %s: %s; log %q", v.Run, v.Detail, jobLog(t, boot, v.Job.ID))
+	}
+	if got := jobLog(t, boot, v.Job.ID); got != want {
+		t.Fatalf("first job read checksum %q, want %q", got, want)
+	}
+	// The provider keeps the artifact, unpinned once the job is over, and
+	// announces it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := p1.artifacts.Store().Info(in.ID)
+		if err != nil || !info.Complete {
+			t.Fatalf("provider's copy: %+v %v", info, err)
+		}
+		if info.Pins == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("provider's copy still pinned after the job: %+v", info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitHolder(t, boot.Daemon, in.ID, p1.ID())
+	servedBefore := boot.artifacts.Counters()["artifact.served_bytes"]
+
+	job2 := readsInput(in.ID)
+	job2.GPUModels = []string{"H100"}
+	v2 := post(t, boot, job2)
+	if !leased(v2) || v2.Winner != p2.ID().String() {
+		t.Fatalf("second job: state %s winner %s: %v", v2.State, v2.Winner, v2.Reasons)
+	}
+	v2 = waitJob(t, boot, v2.Job.ID, 60*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	if v2.Run != auction.RunSucceeded || jobLog(t, boot, v2.Job.ID) != want {
+		t.Fatalf("second job %s: %s; log %q", v2.Run, v2.Detail, jobLog(t, boot, v2.Job.ID))
+	}
+	fromRenter := boot.artifacts.Counters()["artifact.served_bytes"] - servedBefore
+	fromP1 := p1.artifacts.Counters()["artifact.served_bytes"]
+	if fromRenter <= 0 || fromP1 <= 0 || fromRenter+fromP1 != len(data) {
+		t.Fatalf("second fetch: %d bytes from the renter, %d from the first provider; want both, %d in all", fromRenter, fromP1, len(data))
+	}
+
+	// A node without a lease is refused the private dataset.
+	if _, err := api.NewClient(p1.dir).GetArtifact(context.Background(), in.ID, api.ArtifactGetRequest{Dest: filepath.Join(t.TempDir(), "x")}, nil); err != nil {
+		t.Fatalf("p1 holds it and exports locally: %v", err)
+	}
+	cl2 := api.NewClient(p2.dir)
+	if err := cl2.RemoveArtifact(context.Background(), in.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cl2.GetArtifact(context.Background(), in.ID, api.ArtifactGetRequest{Dest: filepath.Join(t.TempDir(), "x"), Peers: boot.Addrs()}, nil)
+	if err == nil || !strings.Contains(err.Error(), "private") {
+		t.Fatalf("fetch without a lease: %v, want a refusal", err)
+	}
+}
