@@ -156,14 +156,16 @@ func artifactGetAction(c *cli.Context) error {
 		peers = append(peers, strings.TrimSpace(p))
 	}
 	w := c.App.ErrWriter
+	shown := false
 	progress := func(p api.ArtifactProgress) {
 		if c.Bool("json") || p.Total == 0 {
 			return
 		}
+		shown = true
 		fmt.Fprintf(w, "\r%s / %s (%.0f%%)", fmtBytes(p.Done), fmtBytes(p.Total), 100*float64(p.Done)/float64(p.Total))
 	}
 	res, err := client(c).GetArtifact(c.Context, id, api.ArtifactGetRequest{Dest: abs, Peers: peers}, progress)
-	if !c.Bool("json") {
+	if shown {
 		fmt.Fprintln(w)
 	}
 	if err != nil {
