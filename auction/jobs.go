@@ -137,6 +137,11 @@ func (j *Job) Validate() error {
 	if len(j.Run.Inputs) > MaxInputs {
 		bad("run.inputs", "at most %d inputs, got %d", MaxInputs, len(j.Run.Inputs))
 	}
+	for id, n := range j.InputBytes {
+		if n < 0 || !ValidArtifactID(id) {
+			bad("input_bytes", "%q: %d bytes is not an artifact size", id, n)
+		}
+	}
 	for name, id := range j.Run.Inputs {
 		if !inputNameRE.MatchString(name) {
 			bad("run.inputs", "name %q must be 1-64 letters, digits, '.', '_' or '-', not starting with a symbol", name)

@@ -99,7 +99,14 @@ type Capability struct {
 	Seq        uint64           `json:"seq"`
 	IssuedAt   time.Time        `json:"issued_at"`
 	ExpiresAt  time.Time        `json:"expires_at"`
+	// Artifacts are ids of complete artifacts the provider's store holds
+	// (most recently used first, at most MaxAdvertisedArtifacts): the
+	// daemon takes them from its store, they are not configured.
+	Artifacts []string `json:"artifacts,omitempty"`
 }
+
+// MaxAdvertisedArtifacts bounds Capability.Artifacts.
+const MaxAdvertisedArtifacts = 64
 
 // RunSpec is what a job runs: a container image and command, or a command.
 type RunSpec struct {
@@ -143,6 +150,10 @@ type Job struct {
 	BidWindow time.Duration `json:"bid_window,omitempty" yaml:"bid_window,omitempty"`
 	Attempt   int           `json:"attempt" yaml:"-"`
 	CreatedAt time.Time     `json:"created_at" yaml:"-"`
+	// InputBytes is the size of each input artifact (id → bytes), filled
+	// by the renter's daemon from its store: bidders report how much of
+	// it they lack, and the ranking charges for fetching it.
+	InputBytes map[string]int64 `json:"input_bytes,omitempty" yaml:"-"`
 }
 
 // OutputFile is one result file a job left in its outputs directory.
@@ -186,6 +197,9 @@ type Bid struct {
 	Nonce     string    `json:"nonce"`
 	IssuedAt  time.Time `json:"issued_at"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// MissingBytes is how much of the job's input artifacts the provider
+	// lacks and would fetch before the job starts.
+	MissingBytes int64 `json:"missing_bytes,omitempty"`
 }
 
 // Award is the renter's signed acceptance of a bid.

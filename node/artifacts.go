@@ -188,3 +188,23 @@ func (d *Daemon) apiGetArtifact(w http.ResponseWriter, r *http.Request) {
 	}
 	send(api.ArtifactProgress{Done: res.Size, Total: res.Size, Result: &res})
 }
+
+// inputSizes fills a job's InputBytes from the store: this daemon is the
+// origin of the job's inputs, so it must hold each of them.
+func (d *Daemon) inputSizes(job *auction.Job) error {
+	if len(job.Run.Inputs) == 0 {
+		return nil
+	}
+	job.InputBytes = map[string]int64{}
+	for name, id := range job.Run.Inputs {
+		if !artifact.ValidID(id) {
+			return badRequest("input %s: not an artifact id (64 hex digits): %q", name, id)
+		}
+		in, err := d.artifacts.Store().Info(id)
+		if err != nil || !in.Complete {
+			return badRequest("input %s: artifact %s is not held on this node; add it first (gpumesh artifact add)", name, id)
+		}
+		job.InputBytes[id] = in.Size
+	}
+	return nil
+}

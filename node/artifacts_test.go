@@ -151,3 +151,65 @@ func TestJobsReadRenterDataset(t *testing.T) {
 		t.Fatalf("fetch without a lease: %v, want a refusal", err)
 	}
 }
+
+// TestPlacementPrefersWarmProvider: providers advertise the artifacts
+// their store holds; at an equal price the one holding the job's input
+// wins, and a cold one wins when it is cheap enough to pay for the fetch.
+func TestPlacementPrefersWarmProvider(t *testing.T) {
+	boot, ns := startNet(t,
+		fastConfig(providerConfig("eu-west", 1.0, a100)), // warm
+		fastConfig(providerConfig("eu-west", 1.0, a100)), // cold, same price
+		fastConfig(providerConfig("eu-west", 0.5, h100)), // cold, half the price
+	)
+	warm, cold, cheap := ns[0], ns[1], ns[2]
+	waitAdvertised(t, boot, ns...)
+	data := make([]byte, 64<<20)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "dataset.bin")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in, err := api.NewClient(boot.dir).AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := api.NewClient(warm.dir).AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src}); err != nil || id.ID != in.ID {
+		t.Fatalf("warm provider's copy: %v %v", id, err)
+	}
+
+	// 64 MiB at auction.TransferRate is 0.67s: 3% of a 20s job.
+	job := readsInput(in.ID)
+	job.Duration = 20 * time.Second
+	job.GPUModels = []string{"A100"}
+	v := post(t, boot, job)
+	if !leased(v) || v.Winner != warm.ID().String() {
+		t.Fatalf("equal prices: winner %s, want the warm provider %s; bids %+v", v.Winner, warm.ID(), v.Bids)
+	}
+	bids, err := boot.market.tracker.Bids(v.Job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bids.Bids {
+		want := int64(0)
+		if b.Bid.Provider == cold.ID().String() {
+			want = int64(len(data))
+		}
+		if b.Bid.MissingBytes != want || (want > 0) != (b.Transfer > 0) {
+			t.Fatalf("bid of %s: missing %d (transfer %v), want %d", b.Bid.Provider, b.Bid.MissingBytes, b.Transfer, want)
+		}
+	}
+	waitJob(t, boot, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+
+	job2 := readsInput(in.ID)
+	job2.Duration = 20 * time.Second
+	v2 := post(t, boot, job2)
+	if !leased(v2) || v2.Winner != cheap.ID().String() {
+		t.Fatalf("cold at half the price: winner %s, want %s; bids %+v", v2.Winner, cheap.ID(), v2.Bids)
+	}
+	v2 = waitJob(t, boot, v2.Job.ID, 60*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	if v2.Run != auction.RunSucceeded {
+		t.Fatalf("job on the cold provider: %s %s", v2.Run, v2.Detail)
+	}
+}

@@ -268,6 +268,7 @@ func (d *Daemon) capability(ttl time.Duration) auction.Capability {
 		Seq:         seq,
 		IssuedAt:    now,
 		ExpiresAt:   now.Add(ttl),
+		Artifacts:   d.artifacts.Store().Held(auction.MaxAdvertisedArtifacts),
 	}
 }
 
