@@ -170,22 +170,19 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 	return offer, nil
 }
 
-// MissingBytes is how many bytes of j's input artifacts a provider holding
-// the artifacts held lacks (each distinct input counted once, at the size
-// in j.InputBytes).
+// MissingBytes is how many bytes of j's artifacts (inputs and image) a
+// provider holding the artifacts held lacks (each distinct artifact
+// counted once, at its size in j.InputBytes).
 func MissingBytes(j *Job, held []string) int64 {
 	have := make(map[string]bool, len(held))
 	for _, id := range held {
 		have[id] = true
 	}
 	var n int64
-	seen := map[string]bool{}
-	for _, id := range j.Run.Inputs {
-		if have[id] || seen[id] {
-			continue
+	for _, id := range j.Run.Artifacts() {
+		if !have[id] {
+			n += j.InputBytes[id]
 		}
-		seen[id] = true
-		n += j.InputBytes[id]
 	}
 	return n
 }

@@ -137,6 +137,14 @@ func (j *Job) Validate() error {
 	if len(j.Run.Inputs) > MaxInputs {
 		bad("run.inputs", "at most %d inputs, got %d", MaxInputs, len(j.Run.Inputs))
 	}
+	if j.Run.ImageArtifact != "" {
+		if !ValidArtifactID(j.Run.ImageArtifact) {
+			bad("run.image_artifact", "%q is not an artifact id (64 hex digits)", j.Run.ImageArtifact)
+		}
+		if j.Run.Image == "" {
+			bad("run.image_artifact", "needs run.image: the image the tarball holds")
+		}
+	}
 	for id, n := range j.InputBytes {
 		if n < 0 || !ValidArtifactID(id) {
 			bad("input_bytes", "%q: %d bytes is not an artifact size", id, n)

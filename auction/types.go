@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -122,6 +123,29 @@ type RunSpec struct {
 	// the provider fetches them (the job's owner is the origin) and
 	// exposes them read-only before the job starts.
 	Inputs map[string]string `json:"inputs,omitempty" yaml:"inputs,omitempty"`
+	// ImageArtifact is an artifact holding Image as a `docker save`
+	// tarball: a provider without the image loads it from there.
+	ImageArtifact string `json:"image_artifact,omitempty" yaml:"image_artifact,omitempty"`
+}
+
+// Artifacts returns the distinct artifact ids the job needs: its inputs
+// (sorted by name) and its image artifact.
+func (r *RunSpec) Artifacts() []string {
+	names := make([]string, 0, len(r.Inputs))
+	for n := range r.Inputs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var out []string
+	for _, n := range names {
+		if !slices.Contains(out, r.Inputs[n]) {
+			out = append(out, r.Inputs[n])
+		}
+	}
+	if r.ImageArtifact != "" && !slices.Contains(out, r.ImageArtifact) {
+		out = append(out, r.ImageArtifact)
+	}
+	return out
 }
 
 // Job is a renter's request with its SLA.

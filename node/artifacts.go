@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -39,14 +42,91 @@ func (d *Daemon) startArtifacts() error {
 	return err
 }
 
-// prepareInputs is the supervisor's hook: a job's inputs come from its
-// owner (the renter's daemon) and any other holder.
+// prepareInputs is the supervisor's hook: a job's inputs and image
+// artifact come from its owner (the renter's daemon) and any other holder.
+// An image artifact is loaded into the container engine when the engine
+// lacks the job's image.
 func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string) (func(), error) {
 	owner, err := peer.Decode(job.Owner)
 	if err != nil {
 		return nil, badRequest("job %s: owner %q is not a peer id", job.ID, job.Owner)
 	}
-	return d.artifacts.PrepareInputs(ctx, job.Run.Inputs, owner, job.OwnerAddrs, dir)
+	var releases []func()
+	release := func() {
+		for i := len(releases) - 1; i >= 0; i-- {
+			releases[i]()
+		}
+	}
+	if id := job.Run.ImageArtifact; id != "" {
+		unpin, err := d.loadImageArtifact(ctx, id, job.Run.Image, owner, job.OwnerAddrs)
+		if err != nil {
+			return nil, err
+		}
+		releases = append(releases, unpin)
+	}
+	if len(job.Run.Inputs) > 0 {
+		rel, err := d.artifacts.PrepareInputs(ctx, job.Run.Inputs, owner, job.OwnerAddrs, dir)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		releases = append(releases, rel)
+	}
+	return release, nil
+}
+
+// loadImageArtifact makes image available to the container engine: when
+// the engine lacks it, the artifact (a `docker save` tarball) is fetched
+// and loaded. The artifact stays pinned until unpin.
+func (d *Daemon) loadImageArtifact(ctx context.Context, id, image string, owner peer.ID, addrs []string) (unpin func(), err error) {
+	im := runtime.NewImages(runtime.DefaultDockerSocket)
+	if has, err := im.Has(ctx, image); err == nil && has {
+		return func() {}, nil
+	}
+	unpin, err = d.artifacts.FetchForJob(ctx, id, owner, addrs)
+	if err != nil {
+		return nil, fmt.Errorf("image artifact: %w", err)
+	}
+	rc, err := d.artifacts.Store().Open(id)
+	if err == nil {
+		err = im.Load(ctx, rc)
+		rc.Close()
+	}
+	if err == nil {
+		var has bool
+		if has, err = im.Has(ctx, image); err == nil && !has {
+			err = fmt.Errorf("artifact %s does not hold image %s", id, image)
+		}
+	}
+	if err != nil {
+		unpin()
+		return nil, fmt.Errorf("image artifact: %w", err)
+	}
+	d.log.Info("image loaded from artifact", "image", image, "artifact", id)
+	return unpin, nil
+}
+
+// addImage saves a container image from the engine as an artifact.
+func (d *Daemon) addImage(ctx context.Context, ref string, meta artifact.Meta) (string, error) {
+	tmp, err := os.MkdirTemp(d.paths.Artifacts(), "image-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	name := strings.NewReplacer("/", "_", ":", "_", "@", "_").Replace(ref) + ".tar"
+	p := filepath.Join(tmp, name)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", err
+	}
+	err = runtime.NewImages(runtime.DefaultDockerSocket).Save(ctx, ref, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", badRequest("artifact add --image %s: %v", ref, err)
+	}
+	return d.artifacts.Store().Add(p, meta)
 }
 
 // announceArtifacts puts a provider record in the DHT for each complete
@@ -75,10 +155,18 @@ func (d *Daemon) artifactRoutes(mux *http.ServeMux) {
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			return nil, badRequest("bad request body: %v", err)
 		}
-		if !filepath.IsAbs(req.Path) {
+		var id string
+		var err error
+		switch {
+		case req.Image != "" && req.Path != "":
+			return nil, badRequest("give a path or an image, not both")
+		case req.Image != "":
+			id, err = d.addImage(r.Context(), req.Image, artifact.Meta{Private: !req.Public})
+		case !filepath.IsAbs(req.Path):
 			return nil, badRequest("artifact path %q must be absolute", req.Path)
+		default:
+			id, err = st.Add(req.Path, artifact.Meta{Private: !req.Public})
 		}
-		id, err := st.Add(req.Path, artifact.Meta{Private: !req.Public})
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				return nil, badRequest("%v", err)
@@ -192,17 +280,17 @@ func (d *Daemon) apiGetArtifact(w http.ResponseWriter, r *http.Request) {
 // inputSizes fills a job's InputBytes from the store: this daemon is the
 // origin of the job's inputs, so it must hold each of them.
 func (d *Daemon) inputSizes(job *auction.Job) error {
-	if len(job.Run.Inputs) == 0 {
+	if len(job.Run.Artifacts()) == 0 {
 		return nil
 	}
 	job.InputBytes = map[string]int64{}
-	for name, id := range job.Run.Inputs {
+	for _, id := range job.Run.Artifacts() {
 		if !artifact.ValidID(id) {
-			return badRequest("input %s: not an artifact id (64 hex digits): %q", name, id)
+			return badRequest("not an artifact id (64 hex digits): %q", id)
 		}
 		in, err := d.artifacts.Store().Info(id)
 		if err != nil || !in.Complete {
-			return badRequest("input %s: artifact %s is not held on this node; add it first (gpumesh artifact add)", name, id)
+			return badRequest("artifact %s is not held on this node; add it first (gpumesh artifact add)", id)
 		}
 		job.InputBytes[id] = in.Size
 	}

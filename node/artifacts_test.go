@@ -1,6 +1,8 @@
 package node
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -8,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +20,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -211,5 +215,99 @@ func TestPlacementPrefersWarmProvider(t *testing.T) {
 	v2 = waitJob(t, boot, v2.Job.ID, 60*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
 	if v2.Run != auction.RunSucceeded {
 		t.Fatalf("job on the cold provider: %s %s", v2.Run, v2.Detail)
+	}
+}
+
+// helperImage builds the runtime's static test helper into a fresh
+// single-file image (/jobhelper) named ref, or skips without Docker.
+func helperImage(t *testing.T) string {
+	t.Helper()
+	if !runtime.DockerAvailable(runtime.DefaultDockerSocket) {
+		t.Skip("Docker Engine not reachable")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "jobhelper")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "../runtime/testdata/jobhelper")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build jobhelper: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: "jobhelper", Mode: 0o755, Size: int64(len(b)), ModTime: time.Unix(0, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var sfx [4]byte
+	_, _ = rand.Read(sfx[:])
+	ref := "gpumesh-artifact-test-" + hex.EncodeToString(sfx[:]) + ":1"
+	imp := exec.Command("docker", "import", "-", ref)
+	imp.Stdin = &buf
+	if out, err := imp.CombinedOutput(); err != nil {
+		t.Fatalf("docker import: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", ref).Run() })
+	return ref
+}
+
+// TestImageArtifactLoadedOnFirstUse: a container image saved as an
+// artifact on the renter is fetched by a provider whose engine lacks it,
+// loaded, and runs.
+func TestImageArtifactLoadedOnFirstUse(t *testing.T) {
+	ref := helperImage(t)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
+	prov := ns[0]
+	cl := api.NewClient(boot.dir)
+	in, err := cl.AddArtifact(context.Background(), api.ArtifactAddRequest{Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.Private || in.Size == 0 || !strings.HasSuffix(in.Name, ".tar") {
+		t.Fatalf("image artifact %+v", in)
+	}
+	if _, err := cl.ShareArtifact(context.Background(), in.ID, prov.ID().String()); err != nil {
+		t.Fatal(err)
+	}
+	// The engine (shared by both daemons on this host) forgets the image.
+	if out, err := exec.Command("docker", "rmi", ref).CombinedOutput(); err != nil {
+		t.Fatalf("docker rmi: %v: %s", err, out)
+	}
+	job := auction.Job{ID: "img-job", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs(),
+		Run: auction.RunSpec{Image: ref, ImageArtifact: in.ID, Command: []string{"/jobhelper", "echo", "from", "artifact"}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	release, err := prov.prepareInputs(ctx, job, filepath.Join(t.TempDir(), "inputs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := prov.artifacts.Store().Info(in.ID); info.Pins != 1 {
+		t.Fatalf("image artifact not pinned while in use: %+v", info)
+	}
+	e, err := runtime.NewDockerExecutor(runtime.DefaultDockerSocket, runtime.DockerOptions{Root: filepath.Join(t.TempDir(), "work")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	h, err := e.Start(ctx, runtime.Spec{ID: "img-job", Image: ref, Command: job.Run.Command}, &out, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := h.Wait()
+	_ = h.Cleanup()
+	if res.ExitCode != 0 || out.String() != "from artifact\n" {
+		t.Fatalf("container from the loaded image: %+v %q", res, out.String())
+	}
+	release()
+	if info, _ := prov.artifacts.Store().Info(in.ID); info.Pins != 0 {
+		t.Fatalf("image artifact still pinned: %+v", info)
 	}
 }

@@ -16,9 +16,10 @@ func artifactCommand() *cli.Command {
 		Usage: "content-addressed files and directories (datasets, models) shared over the network",
 		Subcommands: []*cli.Command{{
 			Name:      "add",
-			Usage:     "import a file or directory into this node's artifact store and print its id",
-			ArgsUsage: "PATH",
+			Usage:     "import a file or directory (or, with --image, a container image) into this node's artifact store and print its id",
+			ArgsUsage: "PATH | --image REF",
 			Flags: []cli.Flag{jsonFlag(),
+				&cli.StringFlag{Name: "image", Usage: "save this container image of the local engine (docker save) as the artifact; run it with job post --image REF --image-artifact ID"},
 				&cli.BoolFlag{Name: "public", Usage: "serve it to any peer (default: only to providers leasing a job that names it, and peers it is shared with)"}},
 			Action: artifactAddAction,
 		}, {
@@ -62,15 +63,21 @@ func twoArgs(c *cli.Context, what1, what2 string) (string, string, error) {
 }
 
 func artifactAddAction(c *cli.Context) error {
-	p, err := jobArg(c, "path")
-	if err != nil {
-		return err
+	req := api.ArtifactAddRequest{Image: c.String("image"), Public: c.Bool("public")}
+	if req.Image != "" {
+		if err := noArgs(c); err != nil {
+			return err
+		}
+	} else {
+		p, err := jobArg(c, "path")
+		if err != nil {
+			return err
+		}
+		if req.Path, err = filepath.Abs(p); err != nil {
+			return err
+		}
 	}
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return err
-	}
-	in, err := client(c).AddArtifact(c.Context, api.ArtifactAddRequest{Path: abs, Public: c.Bool("public")})
+	in, err := client(c).AddArtifact(c.Context, req)
 	if err != nil {
 		return err
 	}

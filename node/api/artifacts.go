@@ -22,7 +22,10 @@ type ArtifactFetch = artifact.FetchResult
 // the daemon's host.
 type ArtifactAddRequest struct {
 	// Path is absolute.
-	Path string `json:"path"`
+	Path string `json:"path,omitempty"`
+	// Image, instead of Path, saves a container image of the daemon's
+	// engine (`docker save`) as the artifact.
+	Image string `json:"image,omitempty"`
 	// Public artifacts are served to any peer; private ones (the default)
 	// only to peers leasing a job that names them, or shared with.
 	Public bool `json:"public,omitempty"`

@@ -33,8 +33,6 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("inputs dir: %w", err)
 	}
-	s.cfg.Net.AddAddrs(origin, addrs)
-	oi := peer.AddrInfo{ID: origin}
 	names := make([]string, 0, len(inputs))
 	for n := range inputs {
 		names = append(names, n)
@@ -42,22 +40,11 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 	sort.Strings(names)
 	for _, name := range names {
 		id := inputs[name]
-		unpins = append(unpins, s.cfg.Store.Pin(id))
-		// The origin learns of the lease as the award is confirmed, maybe
-		// just after this fetch starts: a refusal is retried briefly.
-		var ferr error
-		for attempt := 1; attempt <= 4; attempt++ {
-			if _, ferr = s.Fetch(ctx, id, FetchOptions{Origin: &oi}); ferr == nil || ctx.Err() != nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
-			}
+		unpin, err := s.FetchForJob(ctx, id, origin, addrs)
+		if err != nil {
+			return nil, fmt.Errorf("input %s: %w", name, err)
 		}
-		if ferr != nil {
-			return nil, fmt.Errorf("input %s: %w", name, ferr)
-		}
+		unpins = append(unpins, unpin)
 		target := filepath.Join(dir, name)
 		if err := s.cfg.Store.Export(id, target); err != nil {
 			return nil, fmt.Errorf("input %s: %w", name, err)
@@ -70,6 +57,30 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 		return nil, err
 	}
 	return release, nil
+}
+
+// FetchForJob fetches artifact id for a job whose owner (origin, addrs
+// its multiaddrs) serves it, and pins it until unpin is called. The origin
+// learns of the lease as the award is confirmed, maybe just after this
+// fetch starts, so a failure is retried briefly.
+func (s *Service) FetchForJob(ctx context.Context, id string, origin peer.ID, addrs []string) (unpin func(), err error) {
+	s.cfg.Net.AddAddrs(origin, addrs)
+	oi := peer.AddrInfo{ID: origin}
+	unpin = s.cfg.Store.Pin(id)
+	for attempt := 1; attempt <= 4; attempt++ {
+		if _, err = s.Fetch(ctx, id, FetchOptions{Origin: &oi}); err == nil || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		unpin()
+		return nil, err
+	}
+	return unpin, nil
 }
 
 // readOnly makes a tree readable (and traversable) by anyone, writable by

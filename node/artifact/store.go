@@ -721,6 +721,57 @@ func (s *Store) Export(id, dst string) error {
 	return nil
 }
 
+// Open reads the content of a complete single-file artifact.
+func (s *Store) Open(id string) (io.ReadCloser, error) {
+	m, complete, err := s.Manifest(id)
+	if err != nil {
+		return nil, err
+	}
+	if !complete || m.Dir {
+		return nil, fmt.Errorf("artifact %s is not a complete single file", short(id))
+	}
+	return &chunkReader{s: s, chunks: m.Entries[0].Chunks}, nil
+}
+
+// chunkReader reads a file's chunks in order.
+type chunkReader struct {
+	s      *Store
+	chunks []string
+	cur    *os.File
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for {
+		if r.cur == nil {
+			if len(r.chunks) == 0 {
+				return 0, io.EOF
+			}
+			f, err := os.Open(r.s.chunkPath(r.chunks[0]))
+			if err != nil {
+				return 0, err
+			}
+			r.cur, r.chunks = f, r.chunks[1:]
+		}
+		n, err := r.cur.Read(p)
+		if err == io.EOF {
+			r.cur.Close()
+			r.cur = nil
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		return n, err
+	}
+}
+
+func (r *chunkReader) Close() error {
+	if r.cur != nil {
+		return r.cur.Close()
+	}
+	return nil
+}
+
 func (s *Store) exportFile(e Entry, target string) error {
 	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 		return err

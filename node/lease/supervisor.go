@@ -61,8 +61,9 @@ type SupervisorConfig struct {
 	Counters     *Counters
 
 	// Inputs fetches a job's input artifacts and lays them out read-only
-	// in dir (dir/NAME); release unpins and removes them once the job
-	// ended. nil: jobs with inputs fail to start.
+	// in dir (dir/NAME), and makes its image artifact's image available;
+	// release unpins and removes them once the job ended. nil: jobs with
+	// artifacts fail to start.
 	Inputs func(ctx context.Context, job auction.Job, dir string) (release func(), err error)
 }
 
@@ -257,7 +258,7 @@ func (r *leaseRun) run() {
 	}
 	spec := runtime.Spec{ID: l.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
 		GPUs: gpus, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs}
-	if len(job.Run.Inputs) > 0 {
+	if len(job.Run.Artifacts()) > 0 {
 		release, dir, err := r.prepareInputs(job)
 		if err != nil {
 			fmt.Fprintf(lw, "gpumesh: job inputs: %v\n", err)
@@ -265,8 +266,10 @@ func (r *leaseRun) run() {
 			return
 		}
 		defer release()
-		spec.Inputs = dir
-		log.Info("job inputs ready", "inputs", len(job.Run.Inputs), "dir", dir)
+		if len(job.Run.Inputs) > 0 {
+			spec.Inputs = dir
+		}
+		log.Info("job inputs ready", "inputs", len(job.Run.Inputs), "image_artifact", job.Run.ImageArtifact != "")
 	}
 	started := s.now()
 	h, err := s.cfg.Exec.Start(s.ctx, spec, lw, lw)

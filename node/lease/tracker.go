@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -597,8 +598,8 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 }
 
 // LeaseNamesInput reports whether provider holds a current lease (not yet
-// ended) for one of our jobs whose inputs name artifact id: who may fetch
-// our private artifacts.
+// ended) for one of our jobs whose inputs (or image artifact) name
+// artifact id: who may fetch our private artifacts.
 func (t *Tracker) LeaseNamesInput(provider peer.ID, id string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -606,10 +607,8 @@ func (t *Tracker) LeaseNamesInput(provider peer.ID, id string) bool {
 		if v.Lease == nil || v.Lease.Provider != provider.String() || v.Run.Terminal() {
 			continue
 		}
-		for _, in := range v.Job.Run.Inputs {
-			if in == id {
-				return true
-			}
+		if slices.Contains(v.Job.Run.Artifacts(), id) {
+			return true
 		}
 	}
 	return false
