@@ -129,6 +129,21 @@ func (d *Daemon) addImage(ctx context.Context, ref string, meta artifact.Meta) (
 	return d.artifacts.Store().Add(p, meta)
 }
 
+// announceLoop announces the artifacts held now and again every
+// interval, before their provider records expire.
+func (d *Daemon) announceLoop(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		d.announceArtifacts()
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // announceArtifacts puts a provider record in the DHT for each complete
 // artifact held (most recently used first), so fetchers find us.
 func (d *Daemon) announceArtifacts(ids ...string) {

@@ -192,7 +192,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			d.announceArtifacts()
+			d.announceLoop(10 * time.Minute)
 		}()
 		if d.cfg.Provider.Enabled {
 			d.advertiseLoop(ttl)

@@ -30,6 +30,9 @@ const (
 	GrantTTL = time.Hour
 	// MaxSources bounds the peers one transfer pulls from.
 	MaxSources = 16
+	// MaxServeStreams bounds the artifact streams one peer may have open
+	// to us at once (a fetch opens PerPeer of them).
+	MaxServeStreams = 2 * DefaultPerPeer
 )
 
 // ServiceConfig configures a Service.
@@ -53,6 +56,7 @@ type Service struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
+	serving  map[peer.ID]int // open streams per peer
 	counters map[string]int
 	// badPeers counts, per peer, the transfers it served a bad chunk in.
 	badPeers map[peer.ID]int
@@ -72,7 +76,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, log: cfg.Log, counters: map[string]int{}, badPeers: map[peer.ID]int{}}
+	s := &Service{cfg: cfg, log: cfg.Log, counters: map[string]int{}, badPeers: map[peer.ID]int{}, serving: map[peer.ID]int{}}
 	cfg.Net.Host.SetStreamHandler(wire.ProtoArtifact, s.serve)
 	return s, nil
 }
@@ -175,6 +179,24 @@ const (
 func (s *Service) serve(st network.Stream) {
 	defer st.Close()
 	from := st.Conn().RemotePeer()
+	s.mu.Lock()
+	busy := s.serving[from] >= MaxServeStreams
+	if !busy {
+		s.serving[from]++
+	}
+	s.mu.Unlock()
+	if busy {
+		s.count("artifact.streams_refused", 1)
+		_ = st.Reset()
+		return
+	}
+	defer func() {
+		s.mu.Lock()
+		if s.serving[from]--; s.serving[from] <= 0 {
+			delete(s.serving, from)
+		}
+		s.mu.Unlock()
+	}()
 	br := bufio.NewReader(st)
 	bw := bufio.NewWriterSize(st, 64<<10)
 	authorised := map[string]bool{}

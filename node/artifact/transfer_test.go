@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -306,5 +308,68 @@ func TestFetchOverBudgetFailsClearly(t *testing.T) {
 	}
 	if _, used := fetcher.store.Budget(); used > 4*ChunkSize {
 		t.Fatalf("store over budget: %d", used)
+	}
+}
+
+// TestServeLimitsStreamsPerPeer: a peer may hold MaxServeStreams artifact
+// streams open at once; one more is refused and counted.
+func TestServeLimitsStreamsPerPeer(t *testing.T) {
+	src, _ := writeRandom(t, 10)
+	holder, greedy := newTestPeer(t, 0), newTestPeer(t, 0)
+	id, err := holder.store.Add(src, Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := greedy.net.Host.Connect(ctx, holder.info()); err != nil {
+		t.Fatal(err)
+	}
+	req := wire.ArtifactRequest{Op: wire.ArtifactOpManifest, ID: id}
+	for i := 0; i < MaxServeStreams; i++ {
+		ss, err := greedy.svc.open(ctx, holder.net.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ss.close()
+		if _, err := ss.call(req, 10*time.Second); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	ss, err := greedy.svc.open(ctx, holder.net.ID())
+	if err == nil {
+		defer ss.close()
+		_, err = ss.call(req, 10*time.Second)
+	}
+	if err == nil {
+		t.Fatalf("stream %d beyond the limit was served", MaxServeStreams+1)
+	}
+	if holder.svc.Counters()["artifact.streams_refused"] != 1 {
+		t.Fatalf("refusal not counted: %v", holder.svc.Counters())
+	}
+}
+
+func TestStoreOpenReadsFileInOrder(t *testing.T) {
+	src, data := writeRandom(t, 2*ChunkSize+5)
+	s := openStore(t, 0)
+	id, err := s.Add(src, Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := s.Open(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes (%v), want the file's %d", len(got), err, len(data))
+	}
+	dirID, err := s.Add(filepath.Dir(src), Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Open(dirID); err == nil {
+		t.Fatal("opened a directory artifact as a file")
 	}
 }
