@@ -311,3 +311,18 @@ func (d *Daemon) inputSizes(job *auction.Job) error {
 	}
 	return nil
 }
+
+// outputsArtifact is the supervisor's hook: a lease's outputs become an
+// artifact owned by its renter, announced so the renter can fetch it.
+func (d *Daemon) outputsArtifact(dir, renter string) (string, error) {
+	id, err := d.artifacts.Store().Add(dir, artifact.Meta{Private: true, Owner: renter})
+	if err != nil {
+		return "", err
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.announceArtifacts(id)
+	}()
+	return id, nil
+}

@@ -311,3 +311,43 @@ func TestImageArtifactLoadedOnFirstUse(t *testing.T) {
 		t.Fatalf("image artifact still pinned: %+v", info)
 	}
 }
+
+// TestOutputsBecomeRenterArtifact: a job's outputs are stored on the
+// provider as an artifact owned by the renter, who fetches it from there;
+// another node is refused.
+func TestOutputsBecomeRenterArtifact(t *testing.T) {
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), renterConfig())
+	prov, other := ns[0], ns[1]
+	waitAdvertised(t, boot, prov)
+	job := shJob(auction.Silver, 2, `mkdir -p out/sub; echo result > out/r.txt; echo deep > out/sub/d.txt`)
+	job.Run.Outputs = "out"
+	v := post(t, boot, job)
+	if !leased(v) {
+		t.Fatalf("not leased: %v", v.Reasons)
+	}
+	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	if v.Run != auction.RunSucceeded || v.OutputsArtifact == "" {
+		t.Fatalf("run %s, outputs artifact %q", v.Run, v.OutputsArtifact)
+	}
+	meta, _, ok := prov.artifacts.Store().Meta(v.OutputsArtifact)
+	if !ok || !meta.Private || meta.Owner != boot.ID().String() {
+		t.Fatalf("provider holds the outputs as %+v (held %v), want private and owned by the renter", meta, ok)
+	}
+	dest := t.TempDir()
+	res, err := api.NewClient(boot.dir).GetArtifact(context.Background(), v.OutputsArtifact, api.ArtifactGetRequest{Dest: dest, Peers: prov.Addrs()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"r.txt": "result\n", "sub/d.txt": "deep\n"} {
+		if b, err := os.ReadFile(filepath.Join(dest, name)); err != nil || string(b) != want {
+			t.Fatalf("%s: %q %v", name, b, err)
+		}
+	}
+	if res.FromPeer[prov.ID().String()] == 0 {
+		t.Fatalf("fetched from %v", res.FromPeer)
+	}
+	_, err = api.NewClient(other.dir).GetArtifact(context.Background(), v.OutputsArtifact, api.ArtifactGetRequest{Dest: t.TempDir(), Peers: prov.Addrs()}, nil)
+	if err == nil || !strings.Contains(err.Error(), "private") {
+		t.Fatalf("another node fetched the renter's outputs: %v", err)
+	}
+}

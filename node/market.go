@@ -121,7 +121,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		},
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
-		Inputs: d.prepareInputs,
+		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact,
 	}); err != nil {
 		return err
 	}

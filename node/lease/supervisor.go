@@ -65,6 +65,9 @@ type SupervisorConfig struct {
 	// release unpins and removes them once the job ended. nil: jobs with
 	// artifacts fail to start.
 	Inputs func(ctx context.Context, job auction.Job, dir string) (release func(), err error)
+	// OutputsArtifact stores a lease's collected outputs dir as an
+	// artifact owned by the renter and returns its id; nil: none.
+	OutputsArtifact func(dir, renter string) (string, error)
 }
 
 // Supervisor runs a provider's confirmed leases.
@@ -87,6 +90,8 @@ type providerRecord struct {
 	LastBeat time.Time            `json:"last_beat,omitempty"`
 	Settled  bool                 `json:"settled"`
 	Outputs  []auction.OutputFile `json:"outputs,omitempty"`
+	// OutputsArtifact is the artifact id of the collected outputs.
+	OutputsArtifact string `json:"outputs_artifact,omitempty"`
 }
 
 // leaseRun executes one confirmed lease on the provider.
@@ -317,6 +322,15 @@ func (r *leaseRun) run() {
 	if err := h.Cleanup(); err != nil {
 		log.Warn("wipe work dir", "err", err)
 	}
+	if len(outs) > 0 && s.cfg.OutputsArtifact != nil {
+		if id, err := s.cfg.OutputsArtifact(s.outDir(l.ID), l.Renter); err != nil {
+			log.Warn("outputs not stored as an artifact", "err", err)
+		} else {
+			r.mu.Lock()
+			r.pr.OutputsArtifact = id
+			r.mu.Unlock()
+		}
+	}
 	r.finish(res, outs)
 }
 
@@ -476,6 +490,7 @@ func (s *Supervisor) sendEvent(r *leaseRun) (*attest.HeartbeatSummary, error) {
 	rec := r.pr.Rec
 	ev := wire.LeaseEvent{LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Provider: s.cfg.Signer.ID().String(), Run: rec.Run,
 		Detail: rec.Detail, ExitCode: rec.ExitCode, Started: rec.Started, Ended: rec.Ended, Outputs: r.pr.Outputs, Time: s.now()}
+	ev.OutputsArtifact = r.pr.OutputsArtifact
 	r.mu.Unlock()
 	b, err := sealed(s.cfg.Signer, sign.DomainLeaseEvent, ev)
 	if err != nil {

@@ -465,6 +465,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	v.Ended = ev.Ended
 	v.Outputs = ev.Outputs
+	v.OutputsArtifact = ev.OutputsArtifact
 	lease := *v.Lease
 	if ev.Run.Terminal() && !requeues(lease, ev.Run) {
 		v.State = auction.JobFinished

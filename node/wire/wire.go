@@ -48,6 +48,9 @@ type LeaseEvent struct {
 	Ended    time.Time            `json:"ended,omitempty"`
 	Outputs  []auction.OutputFile `json:"outputs,omitempty"`
 	Time     time.Time            `json:"time"`
+	// OutputsArtifact is the artifact holding the outputs, owned by the
+	// renter (who may fetch it from the provider and any holder).
+	OutputsArtifact string `json:"outputs_artifact,omitempty"`
 }
 
 // CancelRequest asks a provider to stop a lease (sign.DomainLeaseCancel,
