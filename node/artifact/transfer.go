@@ -253,6 +253,7 @@ func (s *Service) answer(from peer.ID, b []byte, authorised map[string]bool) ([]
 			return nil, fmt.Errorf("artifact %s: %w (still being fetched here)", short(req.ID), ErrNotFound)
 		}
 		meta, _, _ = s.cfg.Store.Meta(req.ID)
+		s.cfg.Store.Pin(req.ID)() // served: recently used, last out
 		mb, _ := json.Marshal(&m)
 		out := wire.ArtifactManifest{Manifest: mb, Private: meta.Private, Owner: meta.Owner}
 		if out.Owner == "" {
