@@ -84,7 +84,7 @@ func TestBenchJobReadsLargeDataset(t *testing.T) {
 		t.Logf("job %d on %s: post→end %v (auction, fetch, export, sha256sum); award→fetched %v: %.0f MB/s; counters %v",
 			i+1, c.model, total.Round(time.Millisecond), fetch.Round(time.Millisecond), float64(size)/1e6/fetch.Seconds(), c.prov.artifacts.Counters())
 		if i == 0 {
-			waitHolder(t, boot.Daemon, in.ID, p1.ID())
+			waitHolder(t, p2.Daemon, in.ID, p1.ID())
 		}
 	}
 	t.Logf("served: renter %d bytes, first provider %d bytes",

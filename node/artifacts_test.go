@@ -123,7 +123,7 @@ func TestJobsReadRenterDataset(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	waitHolder(t, boot.Daemon, in.ID, p1.ID())
+	waitHolder(t, p2.Daemon, in.ID, p1.ID())
 	servedBefore := boot.artifacts.Counters()["artifact.served_bytes"]
 
 	job2 := readsInput(in.ID)

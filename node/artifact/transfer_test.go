@@ -163,7 +163,7 @@ func TestFetchDiscoversHoldersInTheDHT(t *testing.T) {
 	if err := fetcher.net.Host.Connect(ctx, holder.info()); err != nil {
 		t.Fatal(err)
 	}
-	// Announce once the DHT's routing table knows the other peer.
+	// Announce once the DHT's routing table knows the other peer ...
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		err := holder.svc.Announce(ctx, id)
@@ -174,6 +174,17 @@ func TestFetchDiscoversHoldersInTheDHT(t *testing.T) {
 			t.Fatalf("announce: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// ... and until the fetcher's DHT lookups reach it.
+	for found := false; !found; {
+		fctx, fcancel := context.WithTimeout(ctx, 2*time.Second)
+		for ai := range fetcher.net.DHT.FindProvidersAsync(fctx, p2p.KeyCID(wire.ArtifactKey(id)), 1) {
+			found = found || ai.ID == holder.net.ID()
+		}
+		fcancel()
+		if !found && time.Now().After(deadline) {
+			t.Fatal("the fetcher never found the holder's provider record")
+		}
 	}
 	res, err := fetcher.svc.Fetch(ctx, id, FetchOptions{})
 	if err != nil {
