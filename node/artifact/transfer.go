@@ -516,7 +516,18 @@ func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte
 		done      = make(chan struct{})
 		fatal     error
 		doneBytes = held
+		dead      = map[peer.ID]bool{}
 	)
+	// exhausted: every source still serving refused chunk j (mu held).
+	exhausted := func(j *pullJob) bool {
+		n := 0
+		for q := range j.failed {
+			if !dead[q] {
+				n++
+			}
+		}
+		return n >= live
+	}
 	inflight := make(chan struct{}, s.cfg.PerTransfer)
 	finish := func(err error) {
 		// mu held
@@ -556,6 +567,9 @@ func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte
 					}
 					mu.Lock()
 					tried := j.failed[p]
+					if tried && exhausted(j) {
+						finish(fmt.Errorf("artifact %s: chunk %s: every source left refused it", short(id), short(j.c.Hash)))
+					}
 					mu.Unlock()
 					if tried {
 						queue <- j
@@ -589,8 +603,7 @@ func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte
 						// The peer refuses or lacks this chunk: another serves it.
 						mu.Lock()
 						j.failed[p] = true
-						allFailed := len(j.failed) >= live
-						if allFailed {
+						if exhausted(j) {
 							finish(fmt.Errorf("artifact %s: chunk %s: every source refused it: %v", short(id), short(j.c.Hash), remote))
 						}
 						mu.Unlock()
@@ -648,6 +661,7 @@ func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte
 			mu.Lock()
 			defer mu.Unlock()
 			live--
+			dead[p] = true
 			if live == 0 && remaining > 0 {
 				finish(fmt.Errorf("artifact %s: every source failed or left with %d chunk(s) missing; fetch again to resume", short(id), remaining))
 			}

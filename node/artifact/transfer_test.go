@@ -384,3 +384,37 @@ func TestStoreOpenReadsFileInOrder(t *testing.T) {
 		t.Fatal("opened a directory artifact as a file")
 	}
 }
+
+// TestFetchSkipsHolderLackingChunks: a peer that holds only part of an
+// artifact refuses the chunks it lacks, and they come from another source.
+func TestFetchSkipsHolderLackingChunks(t *testing.T) {
+	src, data := writeRandom(t, 8*ChunkSize)
+	full, partial, fetcher := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
+	id, err := full.store.Add(src, Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, _ := full.store.Manifest(id)
+	if _, _, err := partial.store.Begin(m, Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range m.Chunks()[:3] {
+		b, _ := full.store.ReadChunk(c.Hash)
+		if err := partial.store.PutChunk(id, c.Hash, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fi := full.info()
+	res, err := fetcher.svc.Fetch(ctx, id, FetchOptions{Origin: &fi, Peers: []peer.AddrInfo{partial.info()}, NoDiscovery: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(exported(t, fetcher.store, id), data) || res.Fetched != int64(len(data)) {
+		t.Fatalf("fetch %+v", res)
+	}
+	if got := res.FromPeer[partial.net.ID().String()]; got > 3*ChunkSize {
+		t.Fatalf("partial holder served %d bytes, more than it holds", got)
+	}
+}
