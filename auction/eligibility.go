@@ -37,6 +37,8 @@ type Offer struct {
 	VRAMGB   int
 	Datasets []string // the job's datasets this provider holds
 	Preempts []string // bronze lease ids to evict (gold only)
+	// MissingBytes is how much of the job's inputs the provider lacks.
+	MissingBytes int64
 }
 
 // Ineligible is the error Evaluate returns when a provider must not bid. Its
@@ -97,7 +99,8 @@ func inelig(kind, format string, args ...any) error {
 // counts preemptible bookings as evictable: when they are in the way, the
 // Offer lists in Preempts the fewest (then latest-started) to evict.
 //
-// Offer.Datasets is the intersection of Job.Datasets and the provider's.
+// Offer.Datasets is the intersection of Job.Datasets and the provider's;
+// Offer.MissingBytes is what the provider lacks of the job's inputs.
 // Errors other than *Ineligible report bad input (nil state, invalid job or
 // policy).
 func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
@@ -154,7 +157,7 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 		}
 		return Offer{}, err
 	}
-	return Offer{
+	offer := Offer{
 		Price:    price,
 		Start:    start,
 		End:      end,
@@ -162,7 +165,26 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 		VRAMGB:   vram,
 		Datasets: intersect(jc.Datasets, ps.Cap.Datasets),
 		Preempts: preempts,
-	}, nil
+	}
+	offer.MissingBytes = MissingBytes(&jc, ps.Cap.Artifacts)
+	return offer, nil
+}
+
+// MissingBytes is how many bytes of j's artifacts (inputs and image) a
+// provider holding the artifacts held lacks (each distinct artifact
+// counted once, at its size in j.InputBytes).
+func MissingBytes(j *Job, held []string) int64 {
+	have := make(map[string]bool, len(held))
+	for _, id := range held {
+		have[id] = true
+	}
+	var n int64
+	for _, id := range j.Run.Artifacts() {
+		if !have[id] {
+			n += j.InputBytes[id]
+		}
+	}
+	return n
 }
 
 // StaticFit is the time-independent part of Evaluate's eligibility: whether

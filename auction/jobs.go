@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -170,6 +171,30 @@ func (j *Job) Validate() error {
 			bad(fmt.Sprintf("datasets[%d]", i), "must not be empty")
 		}
 	}
+	if len(j.Run.Inputs) > MaxInputs {
+		bad("run.inputs", "at most %d inputs, got %d", MaxInputs, len(j.Run.Inputs))
+	}
+	if j.Run.ImageArtifact != "" {
+		if !ValidArtifactID(j.Run.ImageArtifact) {
+			bad("run.image_artifact", "%q is not an artifact id (64 hex digits)", j.Run.ImageArtifact)
+		}
+		if j.Run.Image == "" {
+			bad("run.image_artifact", "needs run.image: the image the tarball holds")
+		}
+	}
+	for id, n := range j.InputBytes {
+		if n < 0 || !ValidArtifactID(id) {
+			bad("input_bytes", "%q: %d bytes is not an artifact size", id, n)
+		}
+	}
+	for name, id := range j.Run.Inputs {
+		if !inputNameRE.MatchString(name) {
+			bad("run.inputs", "name %q must be 1-64 letters, digits, '.', '_' or '-', not starting with a symbol", name)
+		}
+		if !ValidArtifactID(id) {
+			bad("run.inputs", "%s=%q: not an artifact id (64 hex digits)", name, id)
+		}
+	}
 	if j.BidWindow == 0 {
 		j.BidWindow = DefaultBidWindow
 	} else if j.BidWindow < MinBidWindow || j.BidWindow > MaxBidWindow {
@@ -194,4 +219,23 @@ func regionSatisfies(want, have string) bool {
 	}
 	have = strings.ToLower(strings.TrimSpace(have))
 	return have == want || strings.HasPrefix(have, want+"-")
+}
+
+// MaxInputs bounds a job's input artifacts.
+const MaxInputs = 32
+
+var inputNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// ValidArtifactID reports whether s is shaped like an artifact id: the
+// lower-case hex SHA-256 of its manifest.
+func ValidArtifactID(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

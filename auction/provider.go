@@ -322,6 +322,7 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 		Price: offer.Price, Start: offer.Start, End: offer.End, GPUModel: offer.GPUModel, VRAMGB: offer.VRAMGB,
 		Datasets: offer.Datasets, Evicts: len(offer.Preempts), Nonce: NewID("bid"), IssuedAt: now, ExpiresAt: now.Add(job.BidWindow + p.cfg.BidGrace),
 	}
+	bid.MissingBytes = offer.MissingBytes
 	msg, err := EncodeBid(p.cfg.Signer, bid)
 	if err != nil {
 		return p.reject("encode", err)

@@ -37,6 +37,9 @@ type Ranked struct {
 	Candidate
 	Score    float64
 	Rejected string
+	// Transfer is the estimated time the provider spends fetching the
+	// job's inputs it lacks (charged in the score, see TransferFactor).
+	Transfer time.Duration `json:"transfer,omitempty"`
 }
 
 // Score is a bid's score: Price / max(reliability, MinScoreReliability).
@@ -60,6 +63,30 @@ func evictionFactor(n int) float64 {
 	return 1 + EvictionPenalty*float64(n)
 }
 
+// TransferRate is the renter's estimate, in bytes per second, of how fast a
+// provider fetches the input artifacts it lacks.
+const TransferRate = 100e6
+
+// TransferEstimate is the estimated time to fetch missing bytes of input.
+func TransferEstimate(missing int64) time.Duration {
+	if missing <= 0 {
+		return 0
+	}
+	return time.Duration(float64(missing) / TransferRate * float64(time.Second))
+}
+
+// TransferFactor charges a bid for the time its provider spends fetching
+// the job's inputs before the job can start, as a share of the job's
+// duration: 1 + TransferEstimate(missing)/Duration. A provider that holds
+// the data (warm) beats an equally priced one that must fetch it (cold); a
+// cold one wins when it is cheaper by more than the fetch costs.
+func TransferFactor(j *Job, missing int64) float64 {
+	if missing <= 0 || j.Duration <= 0 {
+		return 1
+	}
+	return 1 + TransferEstimate(missing).Seconds()/j.Duration.Seconds()
+}
+
 // Rank orders the bids for j at the current time; see RankAt.
 func Rank(j *Job, cands []Candidate) []Ranked {
 	return RankAt(j, cands, time.Now())
@@ -76,7 +103,8 @@ func Rank(j *Job, cands []Candidate) []Ranked {
 // job's duration.
 //
 // Eligible bids are ordered by Score, times (1 + EvictionPenalty) for each
-// bronze lease the bid would preempt. Scores within TieTolerance (1%) of
+// bronze lease the bid would preempt, times the TransferFactor of the
+// input bytes the provider lacks. Scores within TieTolerance (1%) of
 // the best score of their group are tied, and ties are broken by more of
 // the job's datasets cached (data-aware placement), then earlier start,
 // then lower latency, then provider id, so the order is deterministic.
@@ -93,6 +121,8 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 	var rejected []Ranked
 	for _, c := range cands {
 		r := Ranked{Candidate: c, Score: Score(c.Bid.Price, c.Reliability) * evictionFactor(c.Bid.Evicts)}
+		r.Score *= TransferFactor(j, c.Bid.MissingBytes)
+		r.Transfer = TransferEstimate(c.Bid.MissingBytes)
 		r.Rejected = rejectReason(j, c, now, seen)
 		seen[c.Bid.Provider] = true
 		if r.Rejected != "" {

@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -101,7 +102,14 @@ type Capability struct {
 	Seq        uint64           `json:"seq"`
 	IssuedAt   time.Time        `json:"issued_at"`
 	ExpiresAt  time.Time        `json:"expires_at"`
+	// Artifacts are ids of complete artifacts the provider's store holds
+	// (most recently used first, at most MaxAdvertisedArtifacts): the
+	// daemon takes them from its store, they are not configured.
+	Artifacts []string `json:"artifacts,omitempty"`
 }
+
+// MaxAdvertisedArtifacts bounds Capability.Artifacts.
+const MaxAdvertisedArtifacts = 64
 
 // RunSpec is what a job runs: a container image and command, or a command.
 type RunSpec struct {
@@ -113,6 +121,33 @@ type RunSpec struct {
 	Outputs string `json:"outputs,omitempty" yaml:"outputs,omitempty"`
 	// MemoryMB caps the job's memory where the runtime can enforce it.
 	MemoryMB int `json:"memory_mb,omitempty" yaml:"memory_mb,omitempty"`
+	// Inputs are artifacts the job reads, by name (NAME → artifact id):
+	// the provider fetches them (the job's owner is the origin) and
+	// exposes them read-only before the job starts.
+	Inputs map[string]string `json:"inputs,omitempty" yaml:"inputs,omitempty"`
+	// ImageArtifact is an artifact holding Image as a `docker save`
+	// tarball: a provider without the image loads it from there.
+	ImageArtifact string `json:"image_artifact,omitempty" yaml:"image_artifact,omitempty"`
+}
+
+// Artifacts returns the distinct artifact ids the job needs: its inputs
+// (sorted by name) and its image artifact.
+func (r *RunSpec) Artifacts() []string {
+	names := make([]string, 0, len(r.Inputs))
+	for n := range r.Inputs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var out []string
+	for _, n := range names {
+		if !slices.Contains(out, r.Inputs[n]) {
+			out = append(out, r.Inputs[n])
+		}
+	}
+	if r.ImageArtifact != "" && !slices.Contains(out, r.ImageArtifact) {
+		out = append(out, r.ImageArtifact)
+	}
+	return out
 }
 
 // Job is a renter's request with its SLA.
@@ -141,6 +176,10 @@ type Job struct {
 	BidWindow time.Duration `json:"bid_window,omitempty" yaml:"bid_window,omitempty"`
 	Attempt   int           `json:"attempt" yaml:"-"`
 	CreatedAt time.Time     `json:"created_at" yaml:"-"`
+	// InputBytes is the size of each input artifact (id → bytes), filled
+	// by the renter's daemon from its store: bidders report how much of
+	// it they lack, and the ranking charges for fetching it.
+	InputBytes map[string]int64 `json:"input_bytes,omitempty" yaml:"-"`
 }
 
 // OutputFile is one result file a job left in its outputs directory.
@@ -184,6 +223,9 @@ type Bid struct {
 	Nonce     string    `json:"nonce"`
 	IssuedAt  time.Time `json:"issued_at"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// MissingBytes is how much of the job's input artifacts the provider
+	// lacks and would fetch before the job starts.
+	MissingBytes int64 `json:"missing_bytes,omitempty"`
 }
 
 // Award is the renter's signed acceptance of a bid.

@@ -192,6 +192,7 @@ func TestJobValidate(t *testing.T) {
 		{"attempt", "attempt", func(j *Job) { j.Attempt = -1 }},
 		{"gpu_models", "gpu_models[1]", func(j *Job) { j.GPUModels = []string{"H100", " "} }},
 		{"datasets", "datasets[0]", func(j *Job) { j.Datasets = []string{""} }},
+		{"run.inputs", "run.inputs", func(j *Job) { j.Run.Inputs = map[string]string{"data": "not-an-id"} }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -221,6 +222,29 @@ func TestJobValidate(t *testing.T) {
 	var nilJob *Job
 	if nilJob.Validate() == nil {
 		t.Error("nil job validated")
+	}
+}
+
+func TestJobInputsValidate(t *testing.T) {
+	id := strings.Repeat("ab", 32)
+	for _, c := range []struct {
+		name   string
+		inputs map[string]string
+		ok     bool
+	}{
+		{"valid", map[string]string{"data": id, "model.v2": id}, true},
+		{"path in name", map[string]string{"../x": id}, false},
+		{"slash in name", map[string]string{"a/b": id}, false},
+		{"upper-case id", map[string]string{"data": strings.ToUpper(id)}, false},
+		{"short id", map[string]string{"data": id[:10]}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := validJob()
+			j.Run.Inputs = c.inputs
+			if err := j.Validate(); (err == nil) != c.ok {
+				t.Fatalf("Validate = %v, want ok=%v", err, c.ok)
+			}
+		})
 	}
 }
 

@@ -81,6 +81,7 @@ func (d *Daemon) serveAPI() error {
 	d.route(mux, "GET /v1/status", func(*http.Request) (any, error) { return d.Status(), nil })
 	d.route(mux, "GET /v1/peers", func(*http.Request) (any, error) { return d.Peers(), nil })
 	d.route(mux, "GET /v1/providers", d.handleProviders)
+	d.artifactRoutes(mux)
 	if d.market != nil {
 		d.market.routes(mux)
 	}

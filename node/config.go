@@ -49,9 +49,16 @@ type Config struct {
 	Region string `yaml:"region"`
 	// MetricsAddr, when set, serves Prometheus metrics there (localhost only).
 	MetricsAddr string `yaml:"metrics_addr"`
+	// ArtifactBudgetGB caps the artifact store (datasets, images) under
+	// the data dir, in GiB; least recently used artifacts are evicted
+	// first. Default DefaultArtifactBudgetGB.
+	ArtifactBudgetGB float64 `yaml:"artifact_budget_gb"`
 	// Provider configures selling GPU time; absent means renter only.
 	Provider ProviderConfig `yaml:"provider"`
 }
+
+// DefaultArtifactBudgetGB is the artifact store's default budget.
+const DefaultArtifactBudgetGB = 50
 
 // ProviderConfig is the supply side of a node.
 type ProviderConfig struct {
@@ -138,6 +145,9 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("log_level must be debug, info, warn or error, got %q", c.LogLevel)
 	}
+	if c.ArtifactBudgetGB < 0 || c.ArtifactBudgetGB != c.ArtifactBudgetGB {
+		return fmt.Errorf("artifact_budget_gb must not be negative, got %v", c.ArtifactBudgetGB)
+	}
 	for _, a := range c.Listen {
 		if _, err := ma.NewMultiaddr(a); err != nil {
 			return fmt.Errorf("listen address %q: %v", a, err)
@@ -209,6 +219,9 @@ func (p Paths) Socket() string { return api.SocketPath(p.Dir) }
 
 // Config is the default config file location.
 func (p Paths) Config() string { return filepath.Join(p.Dir, "config.yaml") }
+
+// Artifacts holds the artifact store.
+func (p Paths) Artifacts() string { return filepath.Join(p.Dir, "artifacts") }
 
 // Jobs holds job work dirs and logs.
 func (p Paths) Jobs() string { return filepath.Join(p.Dir, "jobs") }

@@ -16,6 +16,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
@@ -67,6 +68,10 @@ type Daemon struct {
 	fpHash     string
 
 	market *market
+	// marketRef is market for the network handlers that may run before
+	// it is set.
+	marketRef atomic.Pointer[market]
+	artifacts *artifact.Service
 
 	api     *http.Server
 	apiLn   net.Listener
@@ -160,9 +165,13 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := d.startArtifacts(); err != nil {
+		return nil, err
+	}
 	if d.market, err = newMarket(d); err != nil {
 		return nil, err
 	}
+	d.marketRef.Store(d.market)
 	if err := d.serveAPI(); err != nil {
 		return nil, err
 	}
@@ -182,6 +191,11 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		go func() {
 			defer d.wg.Done()
 			d.net.KeepConnected(d.ctx, 5*time.Second)
+		}()
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.announceLoop(10 * time.Minute)
 		}()
 		if d.cfg.Provider.Enabled {
 			d.advertiseLoop(ttl)
@@ -257,6 +271,7 @@ func (d *Daemon) capability(ttl time.Duration) auction.Capability {
 		Seq:         seq,
 		IssuedAt:    now,
 		ExpiresAt:   now.Add(ttl),
+		Artifacts:   d.artifacts.Store().Held(auction.MaxAdvertisedArtifacts),
 	}
 }
 

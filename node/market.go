@@ -121,6 +121,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		},
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
+		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact,
 	}); err != nil {
 		return err
 	}
@@ -128,7 +129,10 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		Signer: d.signer, Transport: tr, Calendar: m.cal, Now: d.now, Log: d.log,
 		Capability: func() auction.Capability {
 			if c := d.Advertised(); c != nil {
-				return *c
+				cc := *c
+				// What the store holds now, not at the last advertisement.
+				cc.Artifacts = d.artifacts.Store().Held(auction.MaxAdvertisedArtifacts)
+				return cc
 			}
 			return d.capability(d.advertiseTTL())
 		},
@@ -182,6 +186,9 @@ func (m *market) apiPostJob(r *http.Request) (any, error) {
 	}
 	job := req.Job
 	job.OwnerAddrs = m.d.Addrs()
+	if err := m.d.inputSizes(&job); err != nil {
+		return nil, err
+	}
 	return m.tracker.Post(job)
 }
 
@@ -263,6 +270,9 @@ func (m *market) allCounters() map[string]int {
 		out["reputation."+k] += v
 	}
 	for k, v := range m.counters.Snapshot() {
+		out[k] += v
+	}
+	for k, v := range m.d.artifacts.Counters() {
 		out[k] += v
 	}
 	if n := m.d.fpChanges.Load(); n > 0 {

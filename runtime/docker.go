@@ -411,8 +411,13 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 	for k, v := range spec.Env {
 		env = append(env, k+"="+v)
 	}
+	binds := []string{wd + ":/work"}
+	if spec.Inputs != "" {
+		binds = append(binds, spec.Inputs+":/inputs:ro")
+		env = append(env, EnvInputs+"=/inputs")
+	}
 	hostConfig := map[string]any{
-		"Binds":       []string{wd + ":/work"},
+		"Binds":       binds,
 		"NetworkMode": e.network,
 		"AutoRemove":  false,
 		"CapDrop":     []string{"ALL"},

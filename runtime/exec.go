@@ -37,6 +37,11 @@ type Spec struct {
 	// returned to the renter; empty means "outputs". It is created before
 	// the job starts and exported as GPUMESH_OUTPUTS.
 	Outputs string
+	// Inputs is an absolute host directory whose entries are the job's
+	// input artifacts by name, prepared read-only by the caller; empty
+	// means none. Processes find it in GPUMESH_INPUTS; containers see it
+	// bind-mounted read-only at /inputs (so /inputs/NAME).
+	Inputs string
 }
 
 // Executor runs jobs.
@@ -108,6 +113,7 @@ const DefaultGrace = 10 * time.Second
 const (
 	EnvJobID   = "GPUMESH_JOB_ID"
 	EnvOutputs = "GPUMESH_OUTPUTS"
+	EnvInputs  = "GPUMESH_INPUTS"
 	EnvCUDA    = "CUDA_VISIBLE_DEVICES"
 )
 
@@ -115,7 +121,7 @@ var (
 	idRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	// reservedEnv may not be set by the spec.
-	reservedEnv = map[string]bool{"HOME": true, "TMPDIR": true, EnvJobID: true, EnvOutputs: true, EnvCUDA: true, "NVIDIA_VISIBLE_DEVICES": true}
+	reservedEnv = map[string]bool{"HOME": true, "TMPDIR": true, EnvJobID: true, EnvOutputs: true, EnvInputs: true, EnvCUDA: true, "NVIDIA_VISIBLE_DEVICES": true}
 )
 
 // ErrInvalidSpec wraps every spec validation error.
@@ -161,6 +167,9 @@ func (s *Spec) validate(now time.Time) error {
 	if _, err := s.outputsRel(); err != nil {
 		return bad("job %s: %v", s.ID, err)
 	}
+	if s.Inputs != "" && (!filepath.IsAbs(s.Inputs) || strings.ContainsAny(s.Inputs, ":,\x00")) {
+		return bad("job %s: inputs dir %q must be an absolute path without ':' or ','", s.ID, s.Inputs)
+	}
 	return nil
 }
 
@@ -199,6 +208,9 @@ func jobEnv(s *Spec, path, home, outputs string) []string {
 	env["TMPDIR"] = filepath.Join(home, "tmp")
 	env[EnvJobID] = s.ID
 	env[EnvOutputs] = outputs
+	if s.Inputs != "" {
+		env[EnvInputs] = s.Inputs
+	}
 	env[EnvCUDA] = s.cudaDevices()
 	out := make([]string, 0, len(env))
 	for k, v := range env {

@@ -28,6 +28,7 @@ const (
 	DomainHeartbeat       = "heartbeat/v1"        // provider → renter, telemetry
 	DomainReceiptProvider = "receipt-provider/v1" // the provider's half of a receipt
 	DomainReceiptRenter   = "receipt-renter/v1"   // the renter's countersignature
+	DomainArtifactGrant   = "artifact-grant/v1"   // an artifact's owner lets a peer fetch it from any holder
 )
 
 // MaxPayload bounds the size of any signed payload a node accepts.

@@ -46,6 +46,7 @@ func newApp(stdout, stderr io.Writer, unknown *bool) *cli.App {
 			providerCommand(),
 			reputationCommand(),
 			ledgerCommand(),
+			artifactCommand(),
 			replay.Command(), // gpumesh sim: the market replay lives with the simulator
 		},
 	}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v2"
 )
@@ -29,7 +30,7 @@ func bidsCommand() *cli.Command {
 			}
 			w := c.App.Writer
 			tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "RANK\tPROVIDER\tPRICE\tRELIABILITY\tSCORE\tSTART\tCACHED DATASETS\tREJECTED")
+			fmt.Fprintln(tw, "RANK\tPROVIDER\tPRICE\tRELIABILITY\tSCORE\tSTART\tCACHED DATASETS\tINPUT FETCH\tREJECTED")
 			rank := 0
 			for _, b := range v.Bids {
 				r, score := "-", "-"
@@ -37,8 +38,8 @@ func bidsCommand() *cli.Command {
 					rank++
 					r, score = strconv.Itoa(rank), fmt.Sprintf("%.4g", b.Score)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t$%.4g\t%.3f\t%s\t%s\t%s\t%s\n", r, b.Bid.Provider, b.Bid.Price, b.Reliability, score,
-					fmtTime(b.Bid.Start), orDash(strings.Join(b.Bid.Datasets, ",")), orDash(b.Rejected))
+				fmt.Fprintf(tw, "%s\t%s\t$%.4g\t%.3f\t%s\t%s\t%s\t%s\t%s\n", r, b.Bid.Provider, b.Bid.Price, b.Reliability, score,
+					fmtTime(b.Bid.Start), orDash(strings.Join(b.Bid.Datasets, ",")), fetchText(b.Bid.MissingBytes, b.Transfer), orDash(b.Rejected))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -51,4 +52,13 @@ func bidsCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// fetchText shows what a bidder lacks of the job's inputs and the
+// renter's estimate of the time to fetch it.
+func fetchText(missing int64, est time.Duration) string {
+	if missing <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s ~%s", fmtBytes(missing), est.Round(100*time.Millisecond))
 }

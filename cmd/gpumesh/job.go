@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -117,6 +119,12 @@ func printJobView(w io.Writer, v *api.JobView) {
 	}
 	for _, o := range v.Outputs {
 		fmt.Fprintf(w, "output:     %s (%d bytes, sha256 %s)\n", o.Path, o.Size, o.SHA256)
+	}
+	if v.OutputsArtifact != "" {
+		fmt.Fprintf(w, "outputs:    artifact %s (gpumesh artifact get %s DIR)\n", v.OutputsArtifact, v.OutputsArtifact)
+	}
+	for _, name := range slices.Sorted(maps.Keys(v.Job.Run.Inputs)) {
+		fmt.Fprintf(w, "input:      %s = artifact %s\n", name, v.Job.Run.Inputs[name])
 	}
 	for _, h := range v.History {
 		fmt.Fprintf(w, "history:    attempt %d lease %s on %s: %s, $%.4f%s\n", h.Attempt, h.Lease.ID, h.Lease.Provider, h.Run, h.CostUSD, prefixed(": ", h.Detail))

@@ -39,6 +39,8 @@ func jobPostFlags() []cli.Flag {
 		&cli.StringFlag{Name: "workload", Usage: "workload kind: inference, training, batch, eval, sweep..."},
 		&cli.StringFlag{Name: "image", Usage: "container image to run the command in"},
 		&cli.GenericFlag{Name: "env", Value: &stringList{}, Usage: "environment variable KEY=VALUE (repeatable)"},
+		&cli.GenericFlag{Name: "input", Value: &stringList{}, Usage: "input artifact NAME=ID (repeatable): read-only at $GPUMESH_INPUTS/NAME (/inputs/NAME in containers); this daemon serves it to the provider"},
+		&cli.StringFlag{Name: "image-artifact", Usage: "artifact id of a `docker save` of --image (gpumesh artifact add --image): providers without the image load it from there"},
 		&cli.StringFlag{Name: "outputs", Usage: "directory, relative to the job's work dir, whose files are returned"},
 		&cli.IntFlag{Name: "memory-mb", Usage: "memory cap in MB, where the runtime can enforce it"},
 		&cli.DurationFlag{Name: "bid-window", DefaultText: auction.DefaultBidWindow.String(), Usage: "how long to collect bids"},
@@ -152,6 +154,22 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 			job.Run.Env[k] = v
 		}
 	}
+	if set("input") {
+		in, _ := c.Generic("input").(*stringList)
+		if job.Run.Inputs == nil {
+			job.Run.Inputs = map[string]string{}
+		}
+		for _, kv := range *in {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || strings.TrimSpace(k) == "" {
+				return auction.Job{}, fmt.Errorf("--input must be NAME=ARTIFACT_ID, got %q", kv)
+			}
+			job.Run.Inputs[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	if set("image-artifact") {
+		job.Run.ImageArtifact = strings.TrimSpace(c.String("image-artifact"))
+	}
 	if set("outputs") {
 		job.Run.Outputs = c.String("outputs")
 	}
@@ -177,7 +195,7 @@ var jobFlags = map[string]string{
 	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "min_vram_gb": "min-vram",
 	"region": "region", "min_reliability": "min-reliability", "preemptible": "preemptible", "duration": "duration",
 	"deadline": "deadline", "datasets": "dataset", "workload": "workload", "bid_window": "bid-window",
-	"run.image": "image", "run.env": "env", "run.outputs": "outputs", "run.memory_mb": "memory-mb",
+	"run.image": "image", "run.env": "env", "run.outputs": "outputs", "run.inputs": "input", "run.image_artifact": "image-artifact", "run.memory_mb": "memory-mb",
 }
 
 // invalidJob turns auction.Job.Validate's field errors into one line: a

@@ -102,6 +102,17 @@ func TestBuildJob(t *testing.T) {
 					t.Fatalf("job = %+v\nwant  %+v", j, want)
 				}
 			}},
+		{"inputs", with("--input", "data="+strings.Repeat("ab", 32), "--input", " model = "+strings.Repeat("cd", 32), "--", "x"), func(t *testing.T, j auction.Job) {
+			want := map[string]string{"data": strings.Repeat("ab", 32), "model": strings.Repeat("cd", 32)}
+			if !reflect.DeepEqual(j.Run.Inputs, want) {
+				t.Fatalf("inputs = %v, want %v", j.Run.Inputs, want)
+			}
+		}},
+		{"image artifact", with("--image", "img:1", "--image-artifact", strings.Repeat("ef", 32), "--", "x"), func(t *testing.T, j auction.Job) {
+			if j.Run.Image != "img:1" || j.Run.ImageArtifact != strings.Repeat("ef", 32) {
+				t.Fatalf("run = %+v", j.Run)
+			}
+		}},
 		{"flags after -- belong to the command", with("--", "python", "-u", "train.py", "--max-price", "9", "--"), func(t *testing.T, j auction.Job) {
 			if want := []string{"python", "-u", "train.py", "--max-price", "9", "--"}; !reflect.DeepEqual(j.Run.Command, want) {
 				t.Fatalf("command = %q, want %q", j.Run.Command, want)
@@ -207,6 +218,9 @@ func TestBuildJobErrors(t *testing.T) {
 		{"no command", with(), "no command: put it after --"},
 		{"empty command", with("--", ""), "no command: put it after --"},
 		{"env without =", withCmd("--env", "FOO"), `--env must be KEY=VALUE, got "FOO"`},
+		{"input without =", withCmd("--input", "data"), `--input must be NAME=ARTIFACT_ID, got "data"`},
+		{"input bad id", withCmd("--input", "data=abc"), `invalid --input: data="abc": not an artifact id`},
+		{"image artifact without image", withCmd("--image-artifact", strings.Repeat("ef", 32)), "invalid --image-artifact: needs run.image"},
 		{"env without key", withCmd("--env", "=1"), "--env must be KEY=VALUE"},
 		{"zero count", withCmd("--count", "0"), "invalid --count: must be in [1, 1024], got 0"},
 		{"huge count", withCmd("--count", "5000"), "invalid --count: must be in [1, 1024], got 5000"},

@@ -64,6 +64,7 @@ func TestCLIErrors(t *testing.T) {
 		{"unknown config key", "field pricefloor not found", []string{"-d", dir, "daemon", "--config", writeConfig(t, "provider:\n  pricefloor: 1\n")}},
 		{"bad yaml", "config", []string{"-d", dir, "daemon", "--config", writeConfig(t, "listen: [unclosed\n")}},
 		{"bad gpu", "vram_gb must be > 0", []string{"-d", dir, "daemon", "--config", writeConfig(t, "provider:\n  enabled: true\n  gpus: [{model: H100}]\n")}},
+		{"negative artifact budget", "artifact_budget_gb must not be negative", []string{"-d", dir, "daemon", "--config", writeConfig(t, "artifact_budget_gb: -1\n")}},
 		{"bad log level", "log_level", []string{"-d", dir, "daemon", "--log-level", "loud"}},
 		{"bad listen", "listen address", []string{"-d", dir, "daemon", "--listen", "not-a-multiaddr"}},
 		{"bad bootstrap", "bootstrap address", []string{"-d", dir, "daemon", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", "/ip4/127.0.0.1/tcp/1"}},

@@ -95,6 +95,9 @@ type JobView struct {
 	History []LeaseRecord `json:"history,omitempty"`
 	// Outputs lists the result files the provider reported, with checksums.
 	Outputs []auction.OutputFile `json:"outputs,omitempty"`
+	// OutputsArtifact is the artifact id of the outputs directory (fetch
+	// it with gpumesh artifact get).
+	OutputsArtifact string `json:"outputs_artifact,omitempty"`
 }
 
 // LeaseRecord is one lease of a job and how it ended.

@@ -59,6 +59,15 @@ type SupervisorConfig struct {
 	Now          Clock
 	Log          *slog.Logger
 	Counters     *Counters
+
+	// Inputs fetches a job's input artifacts and lays them out read-only
+	// in dir (dir/NAME), and makes its image artifact's image available;
+	// release unpins and removes them once the job ended. nil: jobs with
+	// artifacts fail to start.
+	Inputs func(ctx context.Context, job auction.Job, dir string) (release func(), err error)
+	// OutputsArtifact stores a lease's collected outputs dir as an
+	// artifact owned by the renter and returns its id; nil: none.
+	OutputsArtifact func(dir, renter string) (string, error)
 }
 
 // Supervisor runs a provider's confirmed leases.
@@ -81,6 +90,8 @@ type providerRecord struct {
 	LastBeat time.Time            `json:"last_beat,omitempty"`
 	Settled  bool                 `json:"settled"`
 	Outputs  []auction.OutputFile `json:"outputs,omitempty"`
+	// OutputsArtifact is the artifact id of the collected outputs.
+	OutputsArtifact string `json:"outputs_artifact,omitempty"`
 }
 
 // leaseRun executes one confirmed lease on the provider.
@@ -252,6 +263,19 @@ func (r *leaseRun) run() {
 	}
 	spec := runtime.Spec{ID: l.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
 		GPUs: gpus, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs}
+	if len(job.Run.Artifacts()) > 0 {
+		release, dir, err := r.prepareInputs(job)
+		if err != nil {
+			fmt.Fprintf(lw, "gpumesh: job inputs: %v\n", err)
+			r.finish(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: fmt.Errorf("inputs: %w", err)}, nil)
+			return
+		}
+		defer release()
+		if len(job.Run.Inputs) > 0 {
+			spec.Inputs = dir
+		}
+		log.Info("job inputs ready", "inputs", len(job.Run.Inputs), "image_artifact", job.Run.ImageArtifact != "")
+	}
 	started := s.now()
 	h, err := s.cfg.Exec.Start(s.ctx, spec, lw, lw)
 	if err != nil {
@@ -298,6 +322,15 @@ func (r *leaseRun) run() {
 	if err := h.Cleanup(); err != nil {
 		log.Warn("wipe work dir", "err", err)
 	}
+	if len(outs) > 0 && s.cfg.OutputsArtifact != nil {
+		if id, err := s.cfg.OutputsArtifact(s.outDir(l.ID), l.Renter); err != nil {
+			log.Warn("outputs not stored as an artifact", "err", err)
+		} else {
+			r.mu.Lock()
+			r.pr.OutputsArtifact = id
+			r.mu.Unlock()
+		}
+	}
 	s.pruneJobFiles()
 	r.finish(res, outs)
 }
@@ -315,6 +348,34 @@ func (s *Supervisor) pruneJobFiles() {
 			s.log.Info("pruned job files", "dir", dir, "count", n)
 		}
 	}
+
+}
+
+// prepareInputs fetches the job's input artifacts before it starts (the
+// fetch stops when the lease is aborted) into a directory the job's uid
+// can read: under the work root, named so that a restart's orphan sweep
+// removes it.
+func (r *leaseRun) prepareInputs(job auction.Job) (release func(), dir string, err error) {
+	s := r.s
+	if s.cfg.Inputs == nil {
+		return nil, "", errors.New("this provider cannot fetch input artifacts")
+	}
+	root := s.cfg.WorkRoot
+	if root == "" {
+		root = filepath.Join(s.cfg.JobsDir, "inputs")
+	}
+	dir = filepath.Join(root, "inputs-"+r.lease().ID)
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	release, err = s.cfg.Inputs(ctx, job, dir)
+	return release, dir, err
 }
 
 func backendName(e runtime.Executor, spec runtime.Spec) string {
@@ -448,6 +509,7 @@ func (s *Supervisor) sendEvent(r *leaseRun) (*attest.HeartbeatSummary, error) {
 	rec := r.pr.Rec
 	ev := wire.LeaseEvent{LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Provider: s.cfg.Signer.ID().String(), Run: rec.Run,
 		Detail: rec.Detail, ExitCode: rec.ExitCode, Fault: rec.Fault, Started: rec.Started, Ended: rec.Ended, Outputs: r.pr.Outputs, Time: s.now()}
+	ev.OutputsArtifact = r.pr.OutputsArtifact
 	r.mu.Unlock()
 	b, err := sealed(s.cfg.Signer, sign.DomainLeaseEvent, ev)
 	if err != nil {

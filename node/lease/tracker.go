@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -539,6 +540,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	if ev.Run.Terminal() {
 		v.ObservedEnd = now
 	}
+	v.OutputsArtifact = ev.OutputsArtifact
 	lease := *v.Lease
 	if ev.Run.Terminal() && !requeues(lease, ev.Run) {
 		v.State = auction.JobFinished
@@ -740,4 +742,21 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 	t.save(jobID)
 	t.cfg.Receipts.gossip(sr)
 	return sr.Marshal()
+}
+
+// LeaseNamesInput reports whether provider holds a current lease (not yet
+// ended) for one of our jobs whose inputs (or image artifact) name
+// artifact id: who may fetch our private artifacts.
+func (t *Tracker) LeaseNamesInput(provider peer.ID, id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, v := range t.jobs {
+		if v.Lease == nil || v.Lease.Provider != provider.String() || v.Run.Terminal() {
+			continue
+		}
+		if slices.Contains(v.Job.Run.Artifacts(), id) {
+			return true
+		}
+	}
+	return false
 }

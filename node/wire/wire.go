@@ -29,6 +29,7 @@ const (
 	ProtoLogs       protocol.ID = "/gpumesh/logs/1.0.0"        // renter → provider: StreamRequest, then the job's log
 	ProtoOutputs    protocol.ID = "/gpumesh/outputs/1.0.0"     // renter → provider: StreamRequest, then an outputs bundle
 	ProtoCancel     protocol.ID = "/gpumesh/cancel/1.0.0"      // renter → provider: CancelRequest
+	ProtoArtifact   protocol.ID = "/gpumesh/artifact/1.0.0"    // any → holder: ArtifactRequest frames, each answered by a manifest or a chunk
 )
 
 // ReputationTopic carries two-party signed receipts to every node.
@@ -48,6 +49,9 @@ type LeaseEvent struct {
 	Ended    time.Time            `json:"ended,omitempty"`
 	Outputs  []auction.OutputFile `json:"outputs,omitempty"`
 	Time     time.Time            `json:"time"`
+	// OutputsArtifact is the artifact holding the outputs, owned by the
+	// renter (who may fetch it from the provider and any holder).
+	OutputsArtifact string `json:"outputs_artifact,omitempty"`
 }
 
 // CancelRequest asks a provider to stop a lease (sign.DomainLeaseCancel,
@@ -61,4 +65,45 @@ type CancelRequest struct {
 type StreamRequest struct {
 	LeaseID string `json:"lease_id"`
 	Follow  bool   `json:"follow,omitempty"`
+}
+
+// ArtifactKey is the DHT discovery key under which holders of an artifact
+// announce themselves (p2p.KeyCID maps it to a CID).
+func ArtifactKey(id string) string { return "artifact/" + id }
+
+// Artifact request operations.
+const (
+	ArtifactOpManifest = "manifest" // answered by an ArtifactManifest
+	ArtifactOpChunk    = "chunk"    // answered by the chunk's bytes
+)
+
+// ArtifactRequest is one frame on a ProtoArtifact stream; a stream carries
+// any number of them, each answered in turn by a status byte and a frame.
+// Private artifacts are served to their owner's authorised peers only:
+// Grant (a sealed ArtifactGrant from the artifact's owner) admits a peer
+// at any holder.
+type ArtifactRequest struct {
+	Op    string `json:"op"`
+	ID    string `json:"id"`
+	Chunk string `json:"chunk,omitempty"`
+	Grant []byte `json:"grant,omitempty"`
+}
+
+// ArtifactGrant is an artifact owner's signed permission
+// (sign.DomainArtifactGrant) for Peer to fetch artifact ID until Expires.
+type ArtifactGrant struct {
+	ID      string    `json:"id"`
+	Peer    string    `json:"peer"`
+	Expires time.Time `json:"expires"`
+}
+
+// ArtifactManifest answers ArtifactOpManifest: the manifest's JSON (its
+// SHA-256 is the artifact id), how the holder holds it, and, when the
+// holder is the owner, a grant for the requester to show other holders.
+type ArtifactManifest struct {
+	Manifest []byte `json:"manifest"`
+	Private  bool   `json:"private,omitempty"`
+	// Owner is the peer that published the artifact.
+	Owner string `json:"owner"`
+	Grant []byte `json:"grant,omitempty"`
 }

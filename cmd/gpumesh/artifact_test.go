@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+func startTestDaemon(t *testing.T, boot *node.Daemon) (*node.Daemon, string) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := node.DefaultConfig()
+	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	if boot != nil {
+		cfg.Bootstrap = boot.Addrs()
+	}
+	d, err := node.Start(context.Background(), node.Options{DataDir: dir, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, dir
+}
+
+func TestArtifactCLI(t *testing.T) {
+	a, adir := startTestDaemon(t, nil)
+	b, bdir := startTestDaemon(t, a)
+	data := make([]byte, 3<<20+17)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "weights.bin")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errOut := runCLI(t, "-d", adir, "artifact", "add", "--public", src)
+	id := strings.TrimSpace(out)
+	if code != 0 || len(id) != 64 {
+		t.Fatalf("add: code %d out %q err %q", code, out, errOut)
+	}
+	dest := filepath.Join(t.TempDir(), "copy.bin")
+	peers := func() []string {
+		var out []string
+		for _, p := range a.Addrs() {
+			out = append(out, "--peer", p)
+		}
+		return out
+	}
+	args := append(append([]string{"-d", bdir, "artifact", "get"}, peers()...), id, dest)
+	code, out, errOut = runCLI(t, args...)
+	if code != 0 || !strings.Contains(out, "written to "+dest) || !strings.Contains(errOut, "100%") {
+		t.Fatalf("get: code %d out %q err %q", code, out, errOut)
+	}
+	if got, _ := os.ReadFile(dest); !bytes.Equal(got, data) {
+		t.Fatal("fetched file differs")
+	}
+	code, out, _ = runCLI(t, "-d", bdir, "artifact", "ls", "--json")
+	var list []api.ArtifactInfo
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].ID != id || !list[0].Complete || list[0].Size != int64(len(data)) {
+		t.Fatalf("ls: %q", out)
+	}
+	code, out, _ = runCLI(t, "-d", bdir, "artifact", "ls")
+	if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "weights.bin") || !strings.Contains(out, "3.0 MiB") {
+		t.Fatalf("ls text: %q", out)
+	}
+	if code, out, _ = runCLI(t, "-d", bdir, "artifact", "rm", id); code != 0 {
+		t.Fatalf("rm: %q", out)
+	}
+	if code, out, _ = runCLI(t, "-d", bdir, "artifact", "ls", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("ls after rm: %q", out)
+	}
+	oneLineError(t, "no artifact", "-d", bdir, "artifact", "rm", id)
+	oneLineError(t, "not an artifact id", "-d", bdir, "artifact", "rm", "xyz")
+	oneLineError(t, "missing destination", "-d", bdir, "artifact", "get", id)
+
+	// A private artifact needs a lease or a share.
+	code, out, _ = runCLI(t, "-d", adir, "artifact", "add", src+"")
+	if code != 0 || strings.TrimSpace(out) != id {
+		t.Fatalf("re-add as private: %q", out)
+	}
+	priv := filepath.Join(t.TempDir(), "private.bin")
+	if err := os.WriteFile(priv, data[:1000], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runCLI(t, "-d", adir, "artifact", "add", "--json", priv)
+	var in api.ArtifactInfo
+	if code != 0 || json.Unmarshal([]byte(out), &in) != nil || !in.Private {
+		t.Fatalf("add --json: %q", out)
+	}
+	args = append(append([]string{"-d", bdir, "artifact", "get"}, peers()...), in.ID, filepath.Join(t.TempDir(), "p"))
+	oneLineError(t, "is private", args...)
+	if code, out, _ = runCLI(t, "-d", adir, "artifact", "share", in.ID, b.ID().String()); code != 0 {
+		t.Fatalf("share: %q", out)
+	}
+	if code, out, errOut = runCLI(t, args...); code != 0 {
+		t.Fatalf("get after share: %q %q", out, errOut)
+	}
+}

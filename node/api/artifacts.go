@@ -1,0 +1,114 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/gpumesh/gpumesh/node/artifact"
+)
+
+// ArtifactInfo is what the daemon's store holds of one artifact.
+type ArtifactInfo = artifact.Info
+
+// ArtifactFetch says how a fetch went.
+type ArtifactFetch = artifact.FetchResult
+
+// ArtifactAddRequest is POST /v1/artifacts: import a file or directory on
+// the daemon's host.
+type ArtifactAddRequest struct {
+	// Path is absolute.
+	Path string `json:"path,omitempty"`
+	// Image, instead of Path, saves a container image of the daemon's
+	// engine (`docker save`) as the artifact.
+	Image string `json:"image,omitempty"`
+	// Public artifacts are served to any peer; private ones (the default)
+	// only to peers leasing a job that names them, or shared with.
+	Public bool `json:"public,omitempty"`
+}
+
+// ArtifactGetRequest is POST /v1/artifacts/{id}/get: fetch the artifact
+// (when not held) and write it to Dest on the daemon's host.
+type ArtifactGetRequest struct {
+	// Dest is absolute: the file, or the directory the tree is written in.
+	Dest string `json:"dest"`
+	// Peers are multiaddrs (with /p2p/ID) of known holders; the DHT is
+	// searched too.
+	Peers []string `json:"peers,omitempty"`
+}
+
+// ArtifactShareRequest is POST /v1/artifacts/{id}/share.
+type ArtifactShareRequest struct {
+	Peer string `json:"peer"`
+}
+
+// ArtifactProgress is one line of the get endpoint's NDJSON answer: a
+// progress report, then a last line with Result or Error.
+type ArtifactProgress struct {
+	Done   int64          `json:"done"`
+	Total  int64          `json:"total"`
+	Result *ArtifactFetch `json:"result,omitempty"`
+	Error  string         `json:"error,omitempty"`
+}
+
+func artifactPath(id, suffix string) string { return "/artifacts/" + url.PathEscape(id) + suffix }
+
+// AddArtifact is POST /v1/artifacts.
+func (c *Client) AddArtifact(ctx context.Context, req ArtifactAddRequest) (ArtifactInfo, error) {
+	var v ArtifactInfo
+	err := c.Do(ctx, http.MethodPost, "/artifacts", nil, req, &v)
+	return v, err
+}
+
+// Artifacts is GET /v1/artifacts: every artifact held, most recently used
+// first.
+func (c *Client) Artifacts(ctx context.Context) ([]ArtifactInfo, error) {
+	var v []ArtifactInfo
+	err := c.Do(ctx, http.MethodGet, "/artifacts", nil, nil, &v)
+	return v, err
+}
+
+// RemoveArtifact is DELETE /v1/artifacts/{id}.
+func (c *Client) RemoveArtifact(ctx context.Context, id string) error {
+	return c.Do(ctx, http.MethodDelete, artifactPath(id, ""), nil, nil, nil)
+}
+
+// ShareArtifact is POST /v1/artifacts/{id}/share.
+func (c *Client) ShareArtifact(ctx context.Context, id, peer string) (ArtifactInfo, error) {
+	var v ArtifactInfo
+	err := c.Do(ctx, http.MethodPost, artifactPath(id, "/share"), nil, ArtifactShareRequest{Peer: peer}, &v)
+	return v, err
+}
+
+// GetArtifact is POST /v1/artifacts/{id}/get; progress (may be nil) sees
+// each progress line.
+func (c *Client) GetArtifact(ctx context.Context, id string, req ArtifactGetRequest, progress func(ArtifactProgress)) (ArtifactFetch, error) {
+	resp, err := c.Raw(ctx, http.MethodPost, artifactPath(id, "/get"), nil, req)
+	if err != nil {
+		return ArtifactFetch{}, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var p ArtifactProgress
+		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+			return ArtifactFetch{}, fmt.Errorf("decode daemon answer: %w", err)
+		}
+		switch {
+		case p.Error != "":
+			return ArtifactFetch{}, errors.New(p.Error)
+		case p.Result != nil:
+			return *p.Result, nil
+		case progress != nil:
+			progress(p)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return ArtifactFetch{}, err
+	}
+	return ArtifactFetch{}, errors.New("daemon ended the answer without a result")
+}

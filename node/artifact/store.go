@@ -1,0 +1,808 @@
+// Package artifact is gpumesh's content-addressed data: a file or directory
+// tree cut into 1 MiB chunks, each named by its SHA-256, described by a
+// manifest whose SHA-256 is the artifact's id. The Store keeps artifacts
+// under the data dir within a size budget (least recently used first out,
+// never one pinned by a running job); the transfer protocol (transfer.go)
+// serves manifests and chunks to authorised peers and fetches them from
+// every peer that holds them.
+package artifact
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+)
+
+// ChunkSize is the size of every chunk but a file's last.
+const ChunkSize = 1 << 20
+
+// MaxManifestEntries bounds the files of one artifact.
+const MaxManifestEntries = 100000
+
+// ErrNotFound is returned for an artifact or chunk the store does not hold.
+var ErrNotFound = errors.New("artifact not found")
+
+// ErrFull is returned when a write does not fit the budget and nothing
+// can be evicted.
+var ErrFull = errors.New("artifact store full")
+
+// Entry is one file of an artifact.
+type Entry struct {
+	// Path is slash-separated and relative to the artifact's root.
+	Path   string   `json:"path"`
+	Size   int64    `json:"size"`
+	Exec   bool     `json:"exec,omitempty"`
+	Chunks []string `json:"chunks"` // hex SHA-256 of each chunk, in order
+}
+
+// Manifest describes an artifact: a single file (Dir false, one entry) or
+// a directory tree. Its id is the hex SHA-256 of its canonical JSON.
+type Manifest struct {
+	Name    string  `json:"name"`
+	Dir     bool    `json:"dir,omitempty"`
+	Size    int64   `json:"size"`
+	Entries []Entry `json:"entries"`
+}
+
+// ID is the artifact's id.
+func (m *Manifest) ID() string {
+	b, _ := json.Marshal(m)
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// Chunks returns the distinct chunks of the artifact with their sizes, in
+// order of first appearance.
+func (m *Manifest) Chunks() []Chunk {
+	seen := map[string]bool{}
+	var out []Chunk
+	for _, e := range m.Entries {
+		for i, h := range e.Chunks {
+			if seen[h] {
+				continue
+			}
+			seen[h] = true
+			out = append(out, Chunk{Hash: h, Size: chunkLen(e.Size, i)})
+		}
+	}
+	return out
+}
+
+// Chunk names one chunk and its size.
+type Chunk struct {
+	Hash string
+	Size int64
+}
+
+func chunkLen(fileSize int64, i int) int64 {
+	rest := fileSize - int64(i)*ChunkSize
+	if rest > ChunkSize {
+		return ChunkSize
+	}
+	return rest
+}
+
+// Validate checks a manifest received from a peer: safe relative paths,
+// sizes matching the chunk lists, well-formed hashes.
+func (m *Manifest) Validate() error {
+	if len(m.Entries) == 0 || len(m.Entries) > MaxManifestEntries {
+		return fmt.Errorf("artifact manifest has %d entries", len(m.Entries))
+	}
+	if !m.Dir && len(m.Entries) != 1 {
+		return errors.New("artifact manifest: a file artifact has exactly one entry")
+	}
+	var total int64
+	seen := map[string]bool{}
+	for _, e := range m.Entries {
+		if e.Path == "" || path.IsAbs(e.Path) || path.Clean(e.Path) != e.Path || e.Path == ".." || strings.HasPrefix(e.Path, "../") {
+			return fmt.Errorf("artifact manifest: unsafe path %q", e.Path)
+		}
+		if seen[e.Path] {
+			return fmt.Errorf("artifact manifest: duplicate path %q", e.Path)
+		}
+		seen[e.Path] = true
+		if e.Size < 0 || int64(len(e.Chunks)) != (e.Size+ChunkSize-1)/ChunkSize {
+			return fmt.Errorf("artifact manifest: %s: %d chunks for %d bytes", e.Path, len(e.Chunks), e.Size)
+		}
+		for _, h := range e.Chunks {
+			if !validHash(h) {
+				return fmt.Errorf("artifact manifest: %s: bad chunk hash %q", e.Path, h)
+			}
+		}
+		total += e.Size
+	}
+	if total != m.Size {
+		return fmt.Errorf("artifact manifest: size %d, entries sum to %d", m.Size, total)
+	}
+	return nil
+}
+
+func validHash(h string) bool {
+	if len(h) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil
+}
+
+// ValidID reports whether s is shaped like an artifact id.
+func ValidID(s string) bool { return auction.ValidArtifactID(s) }
+
+// Info is what the store knows of one artifact.
+type Info struct {
+	ID       string    `json:"id"`
+	Name     string    `json:"name"`
+	Size     int64     `json:"size"`
+	Files    int       `json:"files"`
+	Complete bool      `json:"complete"`
+	Private  bool      `json:"private"`
+	Owner    string    `json:"owner,omitempty"` // peer that published it; "" for our own
+	Shares   []string  `json:"shares,omitempty"`
+	Added    time.Time `json:"added"`
+	LastUsed time.Time `json:"last_used"`
+	Pins     int       `json:"pins,omitempty"`
+}
+
+type record struct {
+	Manifest Manifest  `json:"manifest"`
+	Complete bool      `json:"complete"`
+	Private  bool      `json:"private"`
+	Owner    string    `json:"owner,omitempty"`
+	Shares   []string  `json:"shares,omitempty"`
+	Added    time.Time `json:"added"`
+	LastUsed time.Time `json:"last_used"`
+}
+
+// Store holds artifacts under a directory within a byte budget.
+type Store struct {
+	dir    string
+	budget int64
+	now    func() time.Time
+
+	mu     sync.Mutex
+	recs   map[string]*record
+	pins   map[string]int
+	chunks map[string]int64 // chunk hash → size on disk
+	used   int64
+	// pending counts bytes reserved by chunk writes under way.
+	pending int64
+}
+
+// Open opens (creating) a store in dir holding at most budget bytes of
+// chunks (0 means unlimited).
+func Open(dir string, budget int64) (*Store, error) {
+	s := &Store{dir: dir, budget: budget, now: time.Now, recs: map[string]*record{}, pins: map[string]int{}, chunks: map[string]int64{}}
+	for _, d := range []string{s.chunkRoot(), s.metaDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("artifact store: %w", err)
+		}
+	}
+	metas, err := os.ReadDir(s.metaDir())
+	if err != nil {
+		return nil, fmt.Errorf("artifact store: %w", err)
+	}
+	for _, m := range metas {
+		id, ok := strings.CutSuffix(m.Name(), ".json")
+		if !ok || !ValidID(id) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(s.metaDir(), m.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("artifact store: %w", err)
+		}
+		var r record
+		if err := json.Unmarshal(b, &r); err != nil || r.Manifest.ID() != id {
+			// A torn or foreign record: forget it (its chunks are
+			// reclaimed below when nothing else uses them).
+			_ = os.Remove(filepath.Join(s.metaDir(), m.Name()))
+			continue
+		}
+		s.recs[id] = &r
+	}
+	err = filepath.WalkDir(s.chunkRoot(), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		name := d.Name()
+		if strings.HasSuffix(name, ".tmp") || !validHash(name) {
+			_ = os.Remove(p)
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		s.chunks[name] = fi.Size()
+		s.used += fi.Size()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("artifact store: %w", err)
+	}
+	s.mu.Lock()
+	s.gcLocked()
+	s.mu.Unlock()
+	return s, nil
+}
+
+func (s *Store) chunkRoot() string { return filepath.Join(s.dir, "chunks") }
+func (s *Store) metaDir() string   { return filepath.Join(s.dir, "meta") }
+func (s *Store) chunkPath(h string) string {
+	return filepath.Join(s.chunkRoot(), h[:2], h)
+}
+
+// Budget returns the store's budget and the bytes it uses.
+func (s *Store) Budget() (budget, used int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.budget, s.used
+}
+
+func (s *Store) saveLocked(id string) error {
+	r := s.recs[id]
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(s.metaDir(), id+".json")
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("artifact store: %w", err)
+	}
+	return os.Rename(tmp, p)
+}
+
+// reserveLocked makes room for n more bytes, evicting least recently used
+// unpinned artifacts (never keep).
+func (s *Store) reserveLocked(n int64, keep string) error {
+	if s.budget <= 0 {
+		s.pending += n
+		return nil
+	}
+	for s.used+s.pending+n > s.budget {
+		victim := ""
+		var oldest time.Time
+		for id, r := range s.recs {
+			if id == keep || s.pins[id] > 0 {
+				continue
+			}
+			if victim == "" || r.LastUsed.Before(oldest) {
+				victim, oldest = id, r.LastUsed
+			}
+		}
+		if victim == "" {
+			return fmt.Errorf("%w: %d of %d bytes used and %d more needed, and every artifact held is in use (pinned); raise the budget or remove artifacts", ErrFull, s.used+s.pending, s.budget, n)
+		}
+		s.removeLocked(victim)
+	}
+	s.pending += n
+	return nil
+}
+
+// removeLocked forgets an artifact and deletes the chunks no other
+// artifact uses.
+func (s *Store) removeLocked(id string) {
+	delete(s.recs, id)
+	_ = os.Remove(filepath.Join(s.metaDir(), id+".json"))
+	s.gcLocked()
+}
+
+// gcLocked deletes chunks no artifact references.
+func (s *Store) gcLocked() {
+	live := map[string]bool{}
+	for _, r := range s.recs {
+		for _, e := range r.Manifest.Entries {
+			for _, h := range e.Chunks {
+				live[h] = true
+			}
+		}
+	}
+	for h, n := range s.chunks {
+		if !live[h] {
+			if err := os.Remove(s.chunkPath(h)); err == nil || errors.Is(err, os.ErrNotExist) {
+				delete(s.chunks, h)
+				s.used -= n
+			}
+		}
+	}
+}
+
+// HasChunk reports whether the store holds a chunk.
+func (s *Store) HasChunk(h string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.chunks[h]
+	return ok
+}
+
+// PutChunk verifies data against its hash and stores it for artifact id
+// (whose manifest must already be recorded, see Begin).
+func (s *Store) PutChunk(id, h string, data []byte) error {
+	sum := sha256.Sum256(data)
+	if hex.EncodeToString(sum[:]) != h {
+		return fmt.Errorf("chunk %s: content does not match its hash", short(h))
+	}
+	return s.writeChunk(id, h, data)
+}
+
+func (s *Store) writeChunk(id, h string, data []byte) error {
+	n := int64(len(data))
+	s.mu.Lock()
+	if _, ok := s.chunks[h]; ok {
+		s.mu.Unlock()
+		return nil
+	}
+	if err := s.reserveLocked(n, id); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Unlock()
+	err := writeFileAtomic(s.chunkPath(h), data)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending -= n
+	if err != nil {
+		return fmt.Errorf("artifact store: write chunk: %w", err)
+	}
+	if _, ok := s.chunks[h]; !ok {
+		s.chunks[h] = n
+		s.used += n
+	}
+	return nil
+}
+
+func writeFileAtomic(p string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), filepath.Base(p)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return os.Rename(f.Name(), p)
+}
+
+// ReadChunk returns a stored chunk.
+func (s *Store) ReadChunk(h string) ([]byte, error) {
+	if !validHash(h) {
+		return nil, fmt.Errorf("bad chunk hash %q", h)
+	}
+	b, err := os.ReadFile(s.chunkPath(h))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("chunk %s: %w", short(h), ErrNotFound)
+	}
+	return b, err
+}
+
+// Meta is how an artifact is held: who may fetch it from us.
+type Meta struct {
+	// Private artifacts are served only to peers the access check admits.
+	Private bool
+	// Owner is the peer that published the artifact ("" for our own).
+	Owner string
+}
+
+// Begin records a manifest about to be filled by PutChunk (a fetch), or
+// returns the existing record's completeness. The artifact stays
+// incomplete until Complete.
+func (s *Store) Begin(m Manifest, meta Meta) (id string, complete bool, err error) {
+	if err := m.Validate(); err != nil {
+		return "", false, err
+	}
+	id = m.ID()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.recs[id]; ok {
+		return id, r.Complete, nil
+	}
+	now := s.now()
+	s.recs[id] = &record{Manifest: m, Private: meta.Private, Owner: meta.Owner, Added: now, LastUsed: now}
+	return id, false, s.saveLocked(id)
+}
+
+// Complete marks an artifact complete once every chunk is stored.
+func (s *Store) Complete(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[id]
+	if !ok {
+		return fmt.Errorf("%s: %w", short(id), ErrNotFound)
+	}
+	for _, c := range r.Manifest.Chunks() {
+		if _, ok := s.chunks[c.Hash]; !ok {
+			return fmt.Errorf("artifact %s: chunk %s missing", short(id), short(c.Hash))
+		}
+	}
+	r.Complete = true
+	return s.saveLocked(id)
+}
+
+// Missing returns the chunks of an artifact the store lacks.
+func (s *Store) Missing(m *Manifest) []Chunk {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Chunk
+	for _, c := range m.Chunks() {
+		if _, ok := s.chunks[c.Hash]; !ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Add imports a file or directory tree as an artifact and returns its id.
+func (s *Store) Add(src string, meta Meta) (string, error) {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return "", fmt.Errorf("artifact add: %w", err)
+	}
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return "", err
+	}
+	m := Manifest{Name: filepath.Base(abs), Dir: fi.IsDir()}
+	// Pin a placeholder so chunks written during the import are never
+	// evicted by it, and reclaimed if the import fails.
+	tmpID := "import:" + abs + ":" + s.now().String()
+	s.mu.Lock()
+	s.pins[tmpID]++
+	s.recs[tmpID] = &record{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.pins, tmpID)
+		delete(s.recs, tmpID)
+		s.mu.Unlock()
+	}()
+	addFile := func(p, rel string, mode fs.FileMode) error {
+		e, err := s.importFile(tmpID, p)
+		if err != nil {
+			return err
+		}
+		e.Path, e.Exec = rel, mode&0o111 != 0
+		m.Entries = append(m.Entries, e)
+		m.Size += e.Size
+		return nil
+	}
+	if !fi.IsDir() {
+		if !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("artifact add: %s is not a regular file or directory", src)
+		}
+		err = addFile(abs, m.Name, fi.Mode())
+	} else {
+		err = filepath.WalkDir(abs, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				return nil
+			}
+			if !d.Type().IsRegular() {
+				return nil // symlinks and devices are not part of an artifact
+			}
+			rel, err := filepath.Rel(abs, p)
+			if err != nil {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if len(m.Entries) >= MaxManifestEntries {
+				return fmt.Errorf("more than %d files", MaxManifestEntries)
+			}
+			return addFile(p, filepath.ToSlash(rel), info.Mode())
+		})
+		if err == nil && len(m.Entries) == 0 {
+			err = errors.New("directory holds no files")
+		}
+	}
+	if err != nil {
+		s.mu.Lock()
+		delete(s.recs, tmpID)
+		s.gcLocked()
+		s.mu.Unlock()
+		return "", fmt.Errorf("artifact add %s: %w", src, err)
+	}
+	sort.Slice(m.Entries, func(i, j int) bool { return m.Entries[i].Path < m.Entries[j].Path })
+	id := m.ID()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if r, ok := s.recs[id]; ok {
+		r.LastUsed, r.Complete = now, true
+		return id, s.saveLocked(id)
+	}
+	s.recs[id] = &record{Manifest: m, Complete: true, Private: meta.Private, Owner: meta.Owner, Added: now, LastUsed: now}
+	return id, s.saveLocked(id)
+}
+
+func (s *Store) importFile(pinID, p string) (Entry, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer f.Close()
+	var e Entry
+	buf := make([]byte, ChunkSize)
+	for {
+		n, err := io.ReadFull(f, buf)
+		if n > 0 {
+			sum := sha256.Sum256(buf[:n])
+			h := hex.EncodeToString(sum[:])
+			if err := s.writeChunk(pinID, h, buf[:n]); err != nil {
+				return Entry{}, err
+			}
+			e.Chunks = append(e.Chunks, h)
+			e.Size += int64(n)
+			s.mu.Lock()
+			// keep the chunk referenced by the placeholder record
+			r := s.recs[pinID]
+			r.Manifest.Entries = append(r.Manifest.Entries, Entry{Chunks: []string{h}})
+			s.mu.Unlock()
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return e, nil
+		}
+		if err != nil {
+			return Entry{}, err
+		}
+	}
+}
+
+// Manifest returns an artifact's manifest.
+func (s *Store) Manifest(id string) (Manifest, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[id]
+	if !ok {
+		return Manifest{}, false, fmt.Errorf("%s: %w", short(id), ErrNotFound)
+	}
+	return r.Manifest, r.Complete, nil
+}
+
+// Meta returns how an artifact is held.
+func (s *Store) Meta(id string) (Meta, []string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[id]
+	if !ok {
+		return Meta{}, nil, false
+	}
+	return Meta{Private: r.Private, Owner: r.Owner}, append([]string(nil), r.Shares...), true
+}
+
+// Share lets peer fetch a private artifact of ours.
+func (s *Store) Share(id, peerID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[id]
+	if !ok {
+		return fmt.Errorf("%s: %w", short(id), ErrNotFound)
+	}
+	for _, p := range r.Shares {
+		if p == peerID {
+			return nil
+		}
+	}
+	r.Shares = append(r.Shares, peerID)
+	return s.saveLocked(id)
+}
+
+// List returns every artifact, most recently used first.
+func (s *Store) List() []Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Info, 0, len(s.recs))
+	for id, r := range s.recs {
+		if !ValidID(id) {
+			continue
+		}
+		out = append(out, s.infoLocked(id, r))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].LastUsed.Equal(out[j].LastUsed) {
+			return out[i].LastUsed.After(out[j].LastUsed)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// Info returns one artifact's info.
+func (s *Store) Info(id string) (Info, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[id]
+	if !ok || !ValidID(id) {
+		return Info{}, fmt.Errorf("%s: %w", short(id), ErrNotFound)
+	}
+	return s.infoLocked(id, r), nil
+}
+
+func (s *Store) infoLocked(id string, r *record) Info {
+	return Info{ID: id, Name: r.Manifest.Name, Size: r.Manifest.Size, Files: len(r.Manifest.Entries), Complete: r.Complete,
+		Private: r.Private, Owner: r.Owner, Shares: append([]string(nil), r.Shares...), Added: r.Added, LastUsed: r.LastUsed, Pins: s.pins[id]}
+}
+
+// Held returns up to max ids of complete artifacts, most recently used
+// first: what a provider advertises it holds.
+func (s *Store) Held(max int) []string {
+	var out []string
+	for _, in := range s.List() {
+		if len(out) >= max {
+			break
+		}
+		if in.Complete {
+			out = append(out, in.ID)
+		}
+	}
+	return out
+}
+
+// Remove deletes an artifact; a pinned one is refused.
+func (s *Store) Remove(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.recs[id]; !ok || !ValidID(id) {
+		return fmt.Errorf("%s: %w", short(id), ErrNotFound)
+	}
+	if s.pins[id] > 0 {
+		return fmt.Errorf("artifact %s is in use by %d job(s); remove it after they end", short(id), s.pins[id])
+	}
+	s.removeLocked(id)
+	return nil
+}
+
+// Pin keeps an artifact from eviction until the returned func is called;
+// it also marks the artifact used. Pinning an unknown id is allowed (a
+// fetch pins before the manifest arrives).
+func (s *Store) Pin(id string) (unpin func()) {
+	s.mu.Lock()
+	s.pins[id]++
+	if r, ok := s.recs[id]; ok {
+		r.LastUsed = s.now()
+		_ = s.saveLocked(id)
+	}
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.pins[id]--; s.pins[id] <= 0 {
+				delete(s.pins, id)
+			}
+			s.mu.Unlock()
+		})
+	}
+}
+
+// Export writes a complete artifact's files under dst: a file artifact
+// becomes dst itself, a directory artifact's tree is created in dst.
+func (s *Store) Export(id, dst string) error {
+	m, complete, err := s.Manifest(id)
+	if err != nil {
+		return err
+	}
+	if !complete {
+		return fmt.Errorf("artifact %s is incomplete; fetch it first", short(id))
+	}
+	for _, e := range m.Entries {
+		target := dst
+		if m.Dir {
+			target = filepath.Join(dst, filepath.FromSlash(e.Path))
+		}
+		if err := s.exportFile(e, target); err != nil {
+			return fmt.Errorf("artifact export %s: %w", e.Path, err)
+		}
+	}
+	return nil
+}
+
+// Open reads the content of a complete single-file artifact.
+func (s *Store) Open(id string) (io.ReadCloser, error) {
+	m, complete, err := s.Manifest(id)
+	if err != nil {
+		return nil, err
+	}
+	if !complete || m.Dir {
+		return nil, fmt.Errorf("artifact %s is not a complete single file", short(id))
+	}
+	return &chunkReader{s: s, chunks: m.Entries[0].Chunks}, nil
+}
+
+// chunkReader reads a file's chunks in order.
+type chunkReader struct {
+	s      *Store
+	chunks []string
+	cur    *os.File
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for {
+		if r.cur == nil {
+			if len(r.chunks) == 0 {
+				return 0, io.EOF
+			}
+			f, err := os.Open(r.s.chunkPath(r.chunks[0]))
+			if err != nil {
+				return 0, err
+			}
+			r.cur, r.chunks = f, r.chunks[1:]
+		}
+		n, err := r.cur.Read(p)
+		if err == io.EOF {
+			r.cur.Close()
+			r.cur = nil
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		return n, err
+	}
+}
+
+func (r *chunkReader) Close() error {
+	if r.cur != nil {
+		return r.cur.Close()
+	}
+	return nil
+}
+
+func (s *Store) exportFile(e Entry, target string) error {
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	mode := os.FileMode(0o644)
+	if e.Exec {
+		mode = 0o755
+	}
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	for _, h := range e.Chunks {
+		c, err := os.Open(s.chunkPath(h))
+		if err != nil {
+			f.Close()
+			return err
+		}
+		_, err = io.Copy(f, c)
+		c.Close()
+		if err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

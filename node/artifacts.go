@@ -1,0 +1,328 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/runtime"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// startArtifacts opens the artifact store and serves it over libp2p. A
+// private artifact is served to the providers of our current leases whose
+// jobs name it (the tracker knows them) and to peers it is shared with.
+func (d *Daemon) startArtifacts() error {
+	budget := d.cfg.ArtifactBudgetGB
+	if budget == 0 {
+		budget = DefaultArtifactBudgetGB
+	}
+	st, err := artifact.Open(d.paths.Artifacts(), int64(budget*(1<<30)))
+	if err != nil {
+		return err
+	}
+	d.artifacts, err = artifact.NewService(artifact.ServiceConfig{
+		Store: st, Net: d.net, Signer: d.signer, Log: d.log,
+		Authorize: func(id string, from peer.ID) bool {
+			m := d.marketRef.Load()
+			return m != nil && m.tracker.LeaseNamesInput(from, id)
+		},
+	})
+	return err
+}
+
+// prepareInputs is the supervisor's hook: a job's inputs and image
+// artifact come from its owner (the renter's daemon) and any other holder.
+// An image artifact is loaded into the container engine when the engine
+// lacks the job's image.
+func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string) (func(), error) {
+	owner, err := peer.Decode(job.Owner)
+	if err != nil {
+		return nil, badRequest("job %s: owner %q is not a peer id", job.ID, job.Owner)
+	}
+	var releases []func()
+	release := func() {
+		for i := len(releases) - 1; i >= 0; i-- {
+			releases[i]()
+		}
+	}
+	if id := job.Run.ImageArtifact; id != "" {
+		unpin, err := d.loadImageArtifact(ctx, id, job.Run.Image, owner, job.OwnerAddrs)
+		if err != nil {
+			return nil, err
+		}
+		releases = append(releases, unpin)
+	}
+	if len(job.Run.Inputs) > 0 {
+		rel, err := d.artifacts.PrepareInputs(ctx, job.Run.Inputs, owner, job.OwnerAddrs, dir)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		releases = append(releases, rel)
+	}
+	return release, nil
+}
+
+// loadImageArtifact makes image available to the container engine: when
+// the engine lacks it, the artifact (a `docker save` tarball) is fetched
+// and loaded. The artifact stays pinned until unpin.
+func (d *Daemon) loadImageArtifact(ctx context.Context, id, image string, owner peer.ID, addrs []string) (unpin func(), err error) {
+	im := runtime.NewImages(runtime.DefaultDockerSocket)
+	if has, err := im.Has(ctx, image); err == nil && has {
+		return func() {}, nil
+	}
+	unpin, err = d.artifacts.FetchForJob(ctx, id, owner, addrs)
+	if err != nil {
+		return nil, fmt.Errorf("image artifact: %w", err)
+	}
+	rc, err := d.artifacts.Store().Open(id)
+	if err == nil {
+		err = im.Load(ctx, rc)
+		rc.Close()
+	}
+	if err == nil {
+		var has bool
+		if has, err = im.Has(ctx, image); err == nil && !has {
+			err = fmt.Errorf("artifact %s does not hold image %s", id, image)
+		}
+	}
+	if err != nil {
+		unpin()
+		return nil, fmt.Errorf("image artifact: %w", err)
+	}
+	d.log.Info("image loaded from artifact", "image", image, "artifact", id)
+	return unpin, nil
+}
+
+// addImage saves a container image from the engine as an artifact.
+func (d *Daemon) addImage(ctx context.Context, ref string, meta artifact.Meta) (string, error) {
+	tmp, err := os.MkdirTemp(d.paths.Artifacts(), "image-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	name := strings.NewReplacer("/", "_", ":", "_", "@", "_").Replace(ref) + ".tar"
+	p := filepath.Join(tmp, name)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", err
+	}
+	err = runtime.NewImages(runtime.DefaultDockerSocket).Save(ctx, ref, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", badRequest("artifact add --image %s: %v", ref, err)
+	}
+	return d.artifacts.Store().Add(p, meta)
+}
+
+// announceLoop announces the artifacts held now and again every
+// interval, before their provider records expire.
+func (d *Daemon) announceLoop(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		d.announceArtifacts()
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// announceArtifacts puts a provider record in the DHT for each complete
+// artifact held (most recently used first), so fetchers find us.
+func (d *Daemon) announceArtifacts(ids ...string) {
+	if len(ids) == 0 {
+		ids = d.artifacts.Store().Held(256)
+	}
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
+		err := d.artifacts.Announce(ctx, id)
+		cancel()
+		if err != nil && d.ctx.Err() == nil {
+			d.log.Debug("announce artifact", "id", id, "err", err)
+		}
+		if d.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+func (d *Daemon) artifactRoutes(mux *http.ServeMux) {
+	st := d.artifacts.Store()
+	d.route(mux, "POST /v1/artifacts", func(r *http.Request) (any, error) {
+		var req api.ArtifactAddRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			return nil, badRequest("bad request body: %v", err)
+		}
+		var id string
+		var err error
+		switch {
+		case req.Image != "" && req.Path != "":
+			return nil, badRequest("give a path or an image, not both")
+		case req.Image != "":
+			id, err = d.addImage(r.Context(), req.Image, artifact.Meta{Private: !req.Public})
+		case !filepath.IsAbs(req.Path):
+			return nil, badRequest("artifact path %q must be absolute", req.Path)
+		default:
+			id, err = st.Add(req.Path, artifact.Meta{Private: !req.Public})
+		}
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, badRequest("%v", err)
+			}
+			return nil, err
+		}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.announceArtifacts(id)
+		}()
+		return st.Info(id)
+	})
+	d.route(mux, "GET /v1/artifacts", func(*http.Request) (any, error) { return st.List(), nil })
+	d.route(mux, "GET /v1/artifacts/{id}", func(r *http.Request) (any, error) { return artifactInfo(st, r.PathValue("id")) })
+	d.route(mux, "DELETE /v1/artifacts/{id}", func(r *http.Request) (any, error) {
+		id := r.PathValue("id")
+		if _, err := artifactInfo(st, id); err != nil {
+			return nil, err
+		}
+		if err := st.Remove(id); err != nil {
+			return nil, &httpError{code: http.StatusConflict, msg: err.Error()}
+		}
+		return map[string]string{"removed": id}, nil
+	})
+	d.route(mux, "POST /v1/artifacts/{id}/share", func(r *http.Request) (any, error) {
+		id := r.PathValue("id")
+		var req api.ArtifactShareRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			return nil, badRequest("bad request body: %v", err)
+		}
+		if _, err := peer.Decode(req.Peer); err != nil {
+			return nil, badRequest("not a peer id: %q", req.Peer)
+		}
+		if _, err := artifactInfo(st, id); err != nil {
+			return nil, err
+		}
+		if err := st.Share(id, req.Peer); err != nil {
+			return nil, err
+		}
+		return st.Info(id)
+	})
+	mux.HandleFunc("POST /v1/artifacts/{id}/get", d.apiGetArtifact)
+}
+
+func artifactInfo(st *artifact.Store, id string) (artifact.Info, error) {
+	if !artifact.ValidID(id) {
+		return artifact.Info{}, badRequest("not an artifact id (64 hex digits): %q", id)
+	}
+	in, err := st.Info(id)
+	if errors.Is(err, artifact.ErrNotFound) {
+		return in, notFound("no artifact %s on this node", id)
+	}
+	return in, err
+}
+
+// apiGetArtifact fetches an artifact and writes it to the requested path,
+// answering NDJSON progress lines and a last line with the result.
+func (d *Daemon) apiGetArtifact(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req api.ArtifactGetRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeAPIError(w, badRequest("bad request body: %v", err))
+		return
+	}
+	if !artifact.ValidID(id) {
+		writeAPIError(w, badRequest("not an artifact id (64 hex digits): %q", id))
+		return
+	}
+	if !filepath.IsAbs(req.Dest) {
+		writeAPIError(w, badRequest("destination %q must be absolute", req.Dest))
+		return
+	}
+	peers, err := p2p.ParseAddrInfos(req.Peers)
+	if err != nil {
+		writeAPIError(w, badRequest("%v", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	var mu sync.Mutex
+	enc := json.NewEncoder(w)
+	fl, _ := w.(http.Flusher)
+	send := func(p api.ArtifactProgress) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(p)
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	var last time.Time
+	res, err := d.artifacts.Fetch(r.Context(), id, artifact.FetchOptions{Peers: peers, Progress: func(done, total int64) {
+		if now := time.Now(); now.Sub(last) >= 200*time.Millisecond || done == total {
+			last = now
+			send(api.ArtifactProgress{Done: done, Total: total})
+		}
+	}})
+	if err == nil {
+		unpin := d.artifacts.Store().Pin(id)
+		err = d.artifacts.Store().Export(id, req.Dest)
+		unpin()
+	}
+	if err != nil {
+		send(api.ArtifactProgress{Error: err.Error()})
+		return
+	}
+	send(api.ArtifactProgress{Done: res.Size, Total: res.Size, Result: &res})
+}
+
+// inputSizes fills a job's InputBytes from the store: this daemon is the
+// origin of the job's inputs, so it must hold each of them.
+func (d *Daemon) inputSizes(job *auction.Job) error {
+	if len(job.Run.Artifacts()) == 0 {
+		return nil
+	}
+	job.InputBytes = map[string]int64{}
+	for _, id := range job.Run.Artifacts() {
+		if !artifact.ValidID(id) {
+			return badRequest("not an artifact id (64 hex digits): %q", id)
+		}
+		in, err := d.artifacts.Store().Info(id)
+		if err != nil || !in.Complete {
+			return badRequest("artifact %s is not held on this node; add it first (gpumesh artifact add)", id)
+		}
+		job.InputBytes[id] = in.Size
+	}
+	return nil
+}
+
+// outputsArtifact is the supervisor's hook: a lease's outputs become an
+// artifact owned by its renter, announced so the renter can fetch it.
+func (d *Daemon) outputsArtifact(dir, renter string) (string, error) {
+	id, err := d.artifacts.Store().Add(dir, artifact.Meta{Private: true, Owner: renter})
+	if err != nil {
+		return "", err
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.announceArtifacts(id)
+	}()
+	return id, nil
+}

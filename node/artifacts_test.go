@@ -1,0 +1,353 @@
+package node
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/runtime"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// readsInput is a job that prints the SHA-256 of its input "data" and
+// fails if it can write to it.
+func readsInput(id string) auction.Job {
+	job := shJob(auction.Silver, 3, `f="$GPUMESH_INPUTS/data"
+if ( echo x >> "$f" ) 2>/dev/null; then echo "input is writable"; exit 3; fi
+sha256sum "$f" | cut -c1-64`)
+	job.BidWindow = 2 * time.Second
+	job.Run.Inputs = map[string]string{"data": id}
+	return job
+}
+
+func jobLog(t *testing.T, n *testNode, id string) string {
+	t.Helper()
+	resp, err := api.NewClient(n.dir).Raw(context.Background(), http.MethodGet, "/jobs/"+id+"/logs", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(b))
+}
+
+// waitHolder waits until from finds holder's DHT provider record for an
+// artifact.
+func waitHolder(t *testing.T, from *Daemon, id string, holder peer.ID) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		for ai := range from.net.DHT.FindProvidersAsync(ctx, p2p.KeyCID(wire.ArtifactKey(id)), 10) {
+			if ai.ID == holder {
+				cancel()
+				return
+			}
+		}
+		cancel()
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never found %s holding artifact %s", from.ID(), holder, id)
+		}
+	}
+}
+
+// TestJobsReadRenterDataset: a 64 MiB dataset added on the renter only is
+// read by a job on a provider (read-only, checksum in its log); a second
+// job, on another provider, fetches it from both holders: the renter and
+// the first provider, which serves it on the renter's grant.
+func TestJobsReadRenterDataset(t *testing.T) {
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), fastConfig(providerConfig("eu-west", 1.0, h100)))
+	p1, p2 := ns[0], ns[1]
+	waitAdvertised(t, boot, p1, p2)
+
+	data := make([]byte, 64<<20)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "dataset.bin")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	want := hex.EncodeToString(sum[:])
+	cl := api.NewClient(boot.dir)
+	in, err := cl.AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.Private || in.Size != int64(len(data)) {
+		t.Fatalf("added %+v", in)
+	}
+
+	job := readsInput(in.ID)
+	job.GPUModels = []string{"A100"}
+	v := post(t, boot, job)
+	if !leased(v) || v.Winner != p1.ID().String() {
+		t.Fatalf("first job: state %s winner %s: %v", v.State, v.Winner, v.Reasons)
+	}
+	v = waitJob(t, boot, v.Job.ID, 60*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	if v.Run != auction.RunSucceeded {
+		t.Fatalf("first job %s: %s; log %q", v.Run, v.Detail, jobLog(t, boot, v.Job.ID))
+	}
+	if got := jobLog(t, boot, v.Job.ID); got != want {
+		t.Fatalf("first job read checksum %q, want %q", got, want)
+	}
+	// The provider keeps the artifact, unpinned once the job is over, and
+	// announces it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := p1.artifacts.Store().Info(in.ID)
+		if err != nil || !info.Complete {
+			t.Fatalf("provider's copy: %+v %v", info, err)
+		}
+		if info.Pins == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("provider's copy still pinned after the job: %+v", info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitHolder(t, p2.Daemon, in.ID, p1.ID())
+	servedBefore := boot.artifacts.Counters()["artifact.served_bytes"]
+
+	job2 := readsInput(in.ID)
+	job2.GPUModels = []string{"H100"}
+	v2 := post(t, boot, job2)
+	if !leased(v2) || v2.Winner != p2.ID().String() {
+		t.Fatalf("second job: state %s winner %s: %v", v2.State, v2.Winner, v2.Reasons)
+	}
+	v2 = waitJob(t, boot, v2.Job.ID, 60*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	if v2.Run != auction.RunSucceeded || jobLog(t, boot, v2.Job.ID) != want {
+		t.Fatalf("second job %s: %s; log %q", v2.Run, v2.Detail, jobLog(t, boot, v2.Job.ID))
+	}
+	fromRenter := boot.artifacts.Counters()["artifact.served_bytes"] - servedBefore
+	fromP1 := p1.artifacts.Counters()["artifact.served_bytes"]
+	if fromRenter <= 0 || fromP1 <= 0 || fromRenter+fromP1 != len(data) {
+		t.Fatalf("second fetch: %d bytes from the renter, %d from the first provider; want both, %d in all", fromRenter, fromP1, len(data))
+	}
+
+	// A node without a lease is refused the private dataset.
+	if _, err := api.NewClient(p1.dir).GetArtifact(context.Background(), in.ID, api.ArtifactGetRequest{Dest: filepath.Join(t.TempDir(), "x")}, nil); err != nil {
+		t.Fatalf("p1 holds it and exports locally: %v", err)
+	}
+	cl2 := api.NewClient(p2.dir)
+	if err := cl2.RemoveArtifact(context.Background(), in.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cl2.GetArtifact(context.Background(), in.ID, api.ArtifactGetRequest{Dest: filepath.Join(t.TempDir(), "x"), Peers: boot.Addrs()}, nil)
+	if err == nil || !strings.Contains(err.Error(), "private") {
+		t.Fatalf("fetch without a lease: %v, want a refusal", err)
+	}
+}
+
+// TestPlacementPrefersWarmProvider: providers advertise the artifacts
+// their store holds; at an equal price the one holding the job's input
+// wins, and a cold one wins when it is cheap enough to pay for the fetch.
+func TestPlacementPrefersWarmProvider(t *testing.T) {
+	boot, ns := startNet(t,
+		fastConfig(providerConfig("eu-west", 1.0, a100)), // warm
+		fastConfig(providerConfig("eu-west", 1.0, a100)), // cold, same price
+		fastConfig(providerConfig("eu-west", 0.5, h100)), // cold, half the price
+	)
+	warm, cold, cheap := ns[0], ns[1], ns[2]
+	waitAdvertised(t, boot, ns...)
+	data := make([]byte, 64<<20)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "dataset.bin")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in, err := api.NewClient(boot.dir).AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := api.NewClient(warm.dir).AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src}); err != nil || id.ID != in.ID {
+		t.Fatalf("warm provider's copy: %v %v", id, err)
+	}
+
+	// 64 MiB at auction.TransferRate is 0.67s: 3% of a 20s job.
+	job := readsInput(in.ID)
+	job.Duration = 20 * time.Second
+	job.GPUModels = []string{"A100"}
+	v := post(t, boot, job)
+	if !leased(v) || v.Winner != warm.ID().String() {
+		t.Fatalf("equal prices: winner %s, want the warm provider %s; bids %+v", v.Winner, warm.ID(), v.Bids)
+	}
+	bids, err := boot.market.tracker.Bids(v.Job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bids.Bids {
+		want := int64(0)
+		if b.Bid.Provider == cold.ID().String() {
+			want = int64(len(data))
+		}
+		if b.Bid.MissingBytes != want || (want > 0) != (b.Transfer > 0) {
+			t.Fatalf("bid of %s: missing %d (transfer %v), want %d", b.Bid.Provider, b.Bid.MissingBytes, b.Transfer, want)
+		}
+	}
+	waitJob(t, boot, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+
+	job2 := readsInput(in.ID)
+	job2.Duration = 20 * time.Second
+	v2 := post(t, boot, job2)
+	if !leased(v2) || v2.Winner != cheap.ID().String() {
+		t.Fatalf("cold at half the price: winner %s, want %s; bids %+v", v2.Winner, cheap.ID(), v2.Bids)
+	}
+	v2 = waitJob(t, boot, v2.Job.ID, 60*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	if v2.Run != auction.RunSucceeded {
+		t.Fatalf("job on the cold provider: %s %s", v2.Run, v2.Detail)
+	}
+}
+
+// helperImage builds the runtime's static test helper into a fresh
+// single-file image (/jobhelper) named ref, or skips without Docker.
+func helperImage(t *testing.T) string {
+	t.Helper()
+	if !runtime.DockerAvailable(runtime.DefaultDockerSocket) {
+		t.Skip("Docker Engine not reachable")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "jobhelper")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "../runtime/testdata/jobhelper")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build jobhelper: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: "jobhelper", Mode: 0o755, Size: int64(len(b)), ModTime: time.Unix(0, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var sfx [4]byte
+	_, _ = rand.Read(sfx[:])
+	ref := "gpumesh-artifact-test-" + hex.EncodeToString(sfx[:]) + ":1"
+	imp := exec.Command("docker", "import", "-", ref)
+	imp.Stdin = &buf
+	if out, err := imp.CombinedOutput(); err != nil {
+		t.Fatalf("docker import: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", ref).Run() })
+	return ref
+}
+
+// TestImageArtifactLoadedOnFirstUse: a container image saved as an
+// artifact on the renter is fetched by a provider whose engine lacks it,
+// loaded, and runs.
+func TestImageArtifactLoadedOnFirstUse(t *testing.T) {
+	ref := helperImage(t)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
+	prov := ns[0]
+	cl := api.NewClient(boot.dir)
+	in, err := cl.AddArtifact(context.Background(), api.ArtifactAddRequest{Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.Private || in.Size == 0 || !strings.HasSuffix(in.Name, ".tar") {
+		t.Fatalf("image artifact %+v", in)
+	}
+	if _, err := cl.ShareArtifact(context.Background(), in.ID, prov.ID().String()); err != nil {
+		t.Fatal(err)
+	}
+	// The engine (shared by both daemons on this host) forgets the image.
+	if out, err := exec.Command("docker", "rmi", ref).CombinedOutput(); err != nil {
+		t.Fatalf("docker rmi: %v: %s", err, out)
+	}
+	job := auction.Job{ID: "img-job", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs(),
+		Run: auction.RunSpec{Image: ref, ImageArtifact: in.ID, Command: []string{"/jobhelper", "echo", "from", "artifact"}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	release, err := prov.prepareInputs(ctx, job, filepath.Join(t.TempDir(), "inputs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := prov.artifacts.Store().Info(in.ID); info.Pins != 1 {
+		t.Fatalf("image artifact not pinned while in use: %+v", info)
+	}
+	e, err := runtime.NewDockerExecutor(runtime.DefaultDockerSocket, runtime.DockerOptions{Root: filepath.Join(t.TempDir(), "work")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	h, err := e.Start(ctx, runtime.Spec{ID: "img-job", Image: ref, Command: job.Run.Command}, &out, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := h.Wait()
+	_ = h.Cleanup()
+	if res.ExitCode != 0 || out.String() != "from artifact\n" {
+		t.Fatalf("container from the loaded image: %+v %q", res, out.String())
+	}
+	release()
+	if info, _ := prov.artifacts.Store().Info(in.ID); info.Pins != 0 {
+		t.Fatalf("image artifact still pinned: %+v", info)
+	}
+}
+
+// TestOutputsBecomeRenterArtifact: a job's outputs are stored on the
+// provider as an artifact owned by the renter, who fetches it from there;
+// another node is refused.
+func TestOutputsBecomeRenterArtifact(t *testing.T) {
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), renterConfig())
+	prov, other := ns[0], ns[1]
+	waitAdvertised(t, boot, prov)
+	job := shJob(auction.Silver, 2, `mkdir -p out/sub; echo result > out/r.txt; echo deep > out/sub/d.txt`)
+	job.Run.Outputs = "out"
+	v := post(t, boot, job)
+	if !leased(v) {
+		t.Fatalf("not leased: %v", v.Reasons)
+	}
+	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	if v.Run != auction.RunSucceeded || v.OutputsArtifact == "" {
+		t.Fatalf("run %s, outputs artifact %q", v.Run, v.OutputsArtifact)
+	}
+	meta, _, ok := prov.artifacts.Store().Meta(v.OutputsArtifact)
+	if !ok || !meta.Private || meta.Owner != boot.ID().String() {
+		t.Fatalf("provider holds the outputs as %+v (held %v), want private and owned by the renter", meta, ok)
+	}
+	dest := t.TempDir()
+	res, err := api.NewClient(boot.dir).GetArtifact(context.Background(), v.OutputsArtifact, api.ArtifactGetRequest{Dest: dest, Peers: prov.Addrs()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"r.txt": "result\n", "sub/d.txt": "deep\n"} {
+		if b, err := os.ReadFile(filepath.Join(dest, name)); err != nil || string(b) != want {
+			t.Fatalf("%s: %q %v", name, b, err)
+		}
+	}
+	if res.FromPeer[prov.ID().String()] == 0 {
+		t.Fatalf("fetched from %v", res.FromPeer)
+	}
+	_, err = api.NewClient(other.dir).GetArtifact(context.Background(), v.OutputsArtifact, api.ArtifactGetRequest{Dest: t.TempDir(), Peers: prov.Addrs()}, nil)
+	if err == nil || !strings.Contains(err.Error(), "private") {
+		t.Fatalf("another node fetched the renter's outputs: %v", err)
+	}
+}
