@@ -302,7 +302,8 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: n.exec,
 			JobsDir: t.TempDir(), HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
 			LeaseEnded:   func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
-			RecoverDelay: time.Millisecond, Counters: n.counters}); err != nil {
+			RecoverDelay: time.Millisecond, SettleRetry: 20 * time.Millisecond, SettleRetryMax: 100 * time.Millisecond,
+			Counters: n.counters}); err != nil {
 			t.Fatal(err)
 		}
 		capab := auction.Capability{Peer: s.ID().String(), Region: "eu-west",

@@ -219,7 +219,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	t.fold(job.ID)
 	t.log.Info("job leased", "job", job.ID, "lease", l.ID, "provider", l.Provider, "price", l.Price, "attempt", job.Attempt)
 	t.save(job.ID)
-	t.watch(job.ID, l)
+	t.watch(job.ID, l, time.Time{})
 }
 
 func (t *Tracker) onUnplaceable(job auction.Job, reason string) {
@@ -246,12 +246,15 @@ func requeues(l auction.Lease, run auction.RunState) bool {
 
 // watch marks a lease abandoned, and slashes its provider, when the
 // provider never reports its end: the renter's evidence is the signed award
-// and confirm it holds, plus the silence after the lease's end.
-func (t *Tracker) watch(jobID string, l auction.Lease) {
+// and confirm it holds, plus the silence after the lease's end. A renter
+// that was down (since is its restart) gives the provider the whole grace
+// from its return: its own outage is not the provider's silence, and the
+// provider keeps retrying its final report.
+func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		wait := l.End.Add(t.cfg.AbandonGrace).Sub(t.now())
+		wait := maxTime(l.End, since).Add(t.cfg.AbandonGrace).Sub(t.now())
 		select {
 		case <-t.ctx.Done():
 			return
@@ -315,7 +318,7 @@ func (t *Tracker) load() error {
 			t.mons[v.Lease.ID] = t.monitorFrom(*v.Lease, t.now())
 			t.byLease[v.Lease.ID] = id
 			if !v.Run.Terminal() {
-				t.watch(id, *v.Lease)
+				t.watch(id, *v.Lease, t.now())
 			}
 		}
 		return nil
