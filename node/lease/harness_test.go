@@ -40,7 +40,8 @@ const (
 //	["run", "<ms>", "<exit>"]     exits with <exit> after <ms> milliseconds
 //	["gate", "<name>", "<exit>"]  exits with <exit> when the gate is opened
 //
-// A job with an outputs dir writes r.txt ("result\n") there. Every job
+// A job with an outputs dir writes r.txt ("result\n") there, and
+// FAKE_OUTPUT_FILES (in its env) more empty files. Every job
 // stops at its spec's deadline (runtime.ReasonDeadline) and on
 // Handle.Stop (runtime.ReasonStopped, exit 0: it checkpoints).
 type fakeExec struct {
@@ -116,6 +117,13 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 		if err := os.WriteFile(filepath.Join(out, "r.txt"), []byte("result\n"), 0o600); err != nil {
 			return nil, err
 		}
+		// FAKE_OUTPUT_FILES=<n> leaves n more, empty, files.
+		n, _ := strconv.Atoi(spec.Env["FAKE_OUTPUT_FILES"])
+		for i := 0; i < n; i++ {
+			if err := os.WriteFile(filepath.Join(out, fmt.Sprintf("f%05d", i)), nil, 0o600); err != nil {
+				return nil, err
+			}
+		}
 	}
 	h := &fakeHandle{wd: wd, stop: make(chan struct{}), done: make(chan struct{}), started: time.Now()}
 	fmt.Fprintf(stdout, "fake job %s started\n", spec.ID)
@@ -164,7 +172,12 @@ func (h *fakeHandle) Cleanup() error  { return nil }
 
 // crashable makes a node's disk and network die with it: after crash,
 // its store and transport refuse everything, as a killed process would.
-type crashable struct{ dead atomic.Bool }
+type crashable struct {
+	dead atomic.Bool
+	// noReceipts refuses the node's outgoing receipt requests (the final
+	// report still goes through).
+	noReceipts atomic.Bool
+}
 
 var errCrashed = errors.New("node crashed")
 
@@ -187,7 +200,7 @@ type crashTransport struct {
 }
 
 func (t crashTransport) Request(ctx context.Context, to peer.ID, proto protocol.ID, data []byte) ([]byte, error) {
-	if t.c.dead.Load() {
+	if t.c.dead.Load() || (proto == wire.ProtoReceipt && t.c.noReceipts.Load()) {
 		return nil, errCrashed
 	}
 	return t.t.Request(ctx, to, proto, data)

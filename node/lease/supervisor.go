@@ -463,7 +463,8 @@ func (s *Supervisor) sendEvent(r *leaseRun, attempts int) (*attest.HeartbeatSumm
 	r.mu.Lock()
 	rec := r.pr.Rec
 	ev := wire.LeaseEvent{LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Provider: s.cfg.Signer.ID().String(), Run: rec.Run,
-		Detail: rec.Detail, ExitCode: rec.ExitCode, Started: rec.Started, Ended: rec.Ended, Outputs: r.pr.Outputs, Time: s.now()}
+		Detail: rec.Detail, ExitCode: rec.ExitCode, Started: rec.Started, Ended: rec.Ended, Time: s.now()}
+	ev.SetOutputs(r.pr.Outputs)
 	r.mu.Unlock()
 	b, err := sealed(s.cfg.Signer, sign.DomainLeaseEvent, ev)
 	if err != nil {

@@ -212,6 +212,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.Run = auction.RunPending
 	v.Started, v.Ended, v.ExitCode, v.Detail, v.Receipt, v.Heartbeats, v.LastTelemetry, v.Outputs =
 		time.Time{}, time.Time{}, nil, "", nil, nil, nil, nil
+	v.OutputCount, v.OutputsHash = 0, ""
 	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	t.mons[l.ID] = mon
 	t.byLease[l.ID] = job.ID
@@ -529,13 +530,18 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		t.cfg.Counters.Add("renter.event_bad_time")
 		return nil, err
 	}
+	if err := ev.CheckOutputs(); err != nil {
+		t.mu.Unlock()
+		t.cfg.Counters.Add("renter.event_bad_outputs")
+		return nil, err
+	}
 	setRun(v, ev.Run)
 	v.Detail, v.ExitCode = ev.Detail, ev.ExitCode
 	if !ev.Started.IsZero() {
 		v.Started = ev.Started
 	}
 	v.Ended = ev.Ended
-	v.Outputs = ev.Outputs
+	v.Outputs, v.OutputCount, v.OutputsHash = ev.Outputs, ev.OutputCount, ev.OutputsHash
 	if v.ObservedStart.IsZero() && ev.Run != auction.RunPending {
 		v.ObservedStart = now
 	}
@@ -649,6 +655,7 @@ func (t *Tracker) archive(jobID, leaseID string) {
 		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode})
 	// The current-lease fields describe the next lease from now on.
 	v.Lease, v.Receipt, v.ExitCode, v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil, nil, nil, nil
+	v.OutputCount, v.OutputsHash = 0, ""
 	v.Run, v.Started, v.Ended = "", time.Time{}, time.Time{}
 	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	v.State = auction.JobBidding
@@ -712,6 +719,11 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 	if !v.Run.Terminal() {
 		count("renter.receipt_early")
 		return nil, fmt.Errorf("lease %s has not reported its end (run %s): no receipt before the final report", r.LeaseID, orNone(string(v.Run)))
+	}
+	if r.ResultHash != v.OutputsHash {
+		count("renter.receipt_result_mismatch")
+		return nil, fmt.Errorf("receipt's result hash %q does not name the %d output files the provider reported (%q)",
+			r.ResultHash, v.OutputCount, v.OutputsHash)
 	}
 	// Bill only what this renter saw: from its observed start to its
 	// observed end (or now), inside the lease, less heartbeat gaps.
