@@ -718,6 +718,10 @@ func (s *Supervisor) HandleCancel(_ context.Context, from peer.ID, data []byte) 
 		s.cfg.Counters.Add("provider.cancel_rejected")
 		return nil, err
 	}
+	if err := auction.ValidID(req.LeaseID); err != nil {
+		s.cfg.Counters.Add("provider.cancel_rejected")
+		return nil, fmt.Errorf("cancel: lease id: %w", err)
+	}
 	r := s.run(req.LeaseID)
 	if r == nil || r.lease().Renter != from.String() {
 		s.cfg.Counters.Add("provider.cancel_rejected")
@@ -773,6 +777,11 @@ type Access struct {
 // Authorize answers whether peer from may read lease leaseID's log and
 // outputs (only its renter may); a refusal is counted.
 func (s *Supervisor) Authorize(leaseID string, from peer.ID) (*Access, bool) {
+	if auction.ValidID(leaseID) != nil {
+		// Never a lease of ours, and never a path component.
+		s.cfg.Counters.Add("provider.unauthorized_stream")
+		return nil, false
+	}
 	r := s.run(leaseID)
 	if r == nil || r.lease().Renter != from.String() {
 		s.cfg.Counters.Add("provider.unauthorized_stream")
