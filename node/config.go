@@ -83,6 +83,10 @@ type ProviderConfig struct {
 	// HeartbeatInterval is the telemetry period during a lease. It is also
 	// what a renter expects from its providers. Default 5s.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// AllowJobNetwork lets jobs reach the network: process jobs share the
+	// host's network, containers get Docker's bridge network. Default
+	// false: each job has no network but its own loopback.
+	AllowJobNetwork bool `yaml:"allow_job_network"`
 }
 
 // relayService is the relay service's limits, nil when it is off.

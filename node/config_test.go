@@ -93,3 +93,46 @@ func TestPlantedWorkRoot(t *testing.T) {
 		t.Fatalf("configured planted root: %v", err)
 	}
 }
+
+// TestJobNetworkPolicy: jobs get no network unless the provider's config
+// allows it, for both backends.
+func TestJobNetworkPolicy(t *testing.T) {
+	cfg := DefaultConfig()
+	po, do := executorOptions(cfg.Provider, "/w", nil)
+	if po.AllowNetwork || do.Network != "" || do.Root != "/w" {
+		t.Fatalf("default: process network %v, docker network %q", po.AllowNetwork, do.Network)
+	}
+	p := writeTestConfig(t, "provider:\n  allow_job_network: true\n")
+	cfg, err := LoadConfig(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	po, do = executorOptions(cfg.Provider, "/w", nil)
+	if !po.AllowNetwork || do.Network != "bridge" {
+		t.Fatalf("allowed: process network %v, docker network %q", po.AllowNetwork, do.Network)
+	}
+}
+
+// TestEmptyConfig: an empty or comments-only config file is an error that
+// names it.
+func TestEmptyConfig(t *testing.T) {
+	for name, body := range map[string]string{"empty": "", "comments": "# listen: []\n\n#provider:\n", "blank": "\n  \n"} {
+		t.Run(name, func(t *testing.T) {
+			p := writeTestConfig(t, body)
+			for _, must := range []bool{true, false} {
+				if _, err := LoadConfig(p, must); err == nil || !strings.Contains(err.Error(), p+" is empty") {
+					t.Fatalf("LoadConfig(must=%v) = %v", must, err)
+				}
+			}
+		})
+	}
+}
+
+func writeTestConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -97,13 +97,14 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	if err != nil {
 		return err
 	}
+	po, do := executorOptions(d.cfg.Provider, work, d.log)
 	switch d.cfg.Provider.Executor {
 	case "process":
-		m.exec, err = runtime.NewProcessExecutor(work, runtime.ProcessOptions{Log: d.log})
+		m.exec, err = runtime.NewProcessExecutor(work, po)
 	case "docker":
-		m.exec, err = runtime.NewDockerExecutor(runtime.DefaultDockerSocket, runtime.DockerOptions{Root: work, Log: d.log})
+		m.exec, err = runtime.NewDockerExecutor(runtime.DefaultDockerSocket, do)
 	default:
-		m.exec, err = runtime.Auto(work, d.log)
+		m.exec, err = runtime.AutoWith(work, po, do)
 	}
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
@@ -160,6 +161,18 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		}
 	}
 	return nil
+}
+
+// executorOptions are the executors' options from the provider's config:
+// jobs get no network (an isolated network namespace, or Docker's "none")
+// unless the provider allows it.
+func executorOptions(p ProviderConfig, work string, log *slog.Logger) (runtime.ProcessOptions, runtime.DockerOptions) {
+	po := runtime.ProcessOptions{Log: log, AllowNetwork: p.AllowJobNetwork}
+	do := runtime.DockerOptions{Root: work, Log: log}
+	if p.AllowJobNetwork {
+		do.Network = "bridge"
+	}
+	return po, do
 }
 
 func ptr[T any](v T) *T { return &v }
