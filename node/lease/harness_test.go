@@ -20,6 +20,7 @@ import (
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -177,6 +178,8 @@ type crashable struct {
 	// noReceipts refuses the node's outgoing receipt requests (the final
 	// report still goes through).
 	noReceipts atomic.Bool
+	// maxEvent is the largest lease event the node sent, in bytes.
+	maxEvent atomic.Int64
 }
 
 var errCrashed = errors.New("node crashed")
@@ -202,6 +205,13 @@ type crashTransport struct {
 func (t crashTransport) Request(ctx context.Context, to peer.ID, proto protocol.ID, data []byte) ([]byte, error) {
 	if t.c.dead.Load() || (proto == wire.ProtoReceipt && t.c.noReceipts.Load()) {
 		return nil, errCrashed
+	}
+	if len(data) > p2p.MaxFrame {
+		// What a libp2p stream refuses.
+		return nil, p2p.ErrFrameTooLarge
+	}
+	if proto == wire.ProtoLeaseEvent && int64(len(data)) > t.c.maxEvent.Load() {
+		t.c.maxEvent.Store(int64(len(data)))
 	}
 	return t.t.Request(ctx, to, proto, data)
 }

@@ -35,6 +35,9 @@ func TestManyOutputFilesSettle(t *testing.T) {
 	if v.Run != auction.RunSucceeded || v.OutputCount != runtime.MaxOutputFiles || len(v.Outputs) != wire.MaxEventOutputs {
 		t.Fatalf("run %s (%s), %d outputs listed of %d", v.Run, v.Detail, len(v.Outputs), v.OutputCount)
 	}
+	if n := p.crash.maxEvent.Load(); n > 16<<10 {
+		t.Fatalf("largest lease event %d bytes: the output listing is not capped", n)
+	}
 	acc, ok := p.sup.Authorize(v.Lease.ID, r.signer.ID())
 	if !ok {
 		t.Fatal("renter may not read its lease")

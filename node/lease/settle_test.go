@@ -31,8 +31,10 @@ func TestSettlementSurvivesRenterOutage(t *testing.T) {
 			})
 			r.kill()
 			p.exec.open("end")
+			// The renter stays away for many attempts (before, the provider
+			// tried its final report 5 times over ~7.5 s, then gave up).
 			retried := func(n *node) func() bool {
-				return func() bool { return n.counters.Snapshot()["provider.settle_retry"] >= 2 }
+				return func() bool { return n.counters.Snapshot()["provider.settle_retry"] >= 8 }
 			}
 			waitFor(t, 3*time.Second, "provider retries the settlement", retried(p))
 			if pl, ok := p.lease(v.Lease.ID); !ok || pl.Run != auction.RunSucceeded {
