@@ -90,6 +90,10 @@ type ProviderConfig struct {
 	// HeartbeatInterval is the telemetry period during a lease. It is also
 	// what a renter expects from its providers. Default 5s.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// AllowJobNetwork lets jobs reach the network: process jobs share the
+	// host's network, containers get Docker's bridge network. Default
+	// false: each job has no network but its own loopback.
+	AllowJobNetwork bool `yaml:"allow_job_network"`
 }
 
 // relayService is the relay service's limits, nil when it is off.
@@ -116,8 +120,9 @@ func DefaultConfig() Config {
 }
 
 // LoadConfig reads a YAML config file over the defaults. Unknown keys are an
-// error, so a typo never silently changes what a provider sells. A missing
-// file at the default location is not an error (mustExist=false).
+// error, so a typo never silently changes what a provider sells, and so is
+// an empty file. A missing file at the default location is not an error
+// (mustExist=false).
 func LoadConfig(path string, mustExist bool) (Config, error) {
 	cfg := DefaultConfig()
 	b, err := os.ReadFile(path)
@@ -129,7 +134,11 @@ func LoadConfig(path string, mustExist bool) (Config, error) {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && err != io.EOF {
+	if err := dec.Decode(&cfg); err == io.EOF {
+		// An empty file (or only comments) is a mistake, not a request
+		// for a node listening on every interface with the defaults.
+		return cfg, fmt.Errorf("config %s is empty: add settings (see gpumesh init) or remove the file to use the defaults", path)
+	} else if err != nil {
 		return cfg, fmt.Errorf("config %s: %s", path, strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	if err := cfg.Validate(); err != nil {
@@ -225,6 +234,42 @@ func (p Paths) Artifacts() string { return filepath.Join(p.Dir, "artifacts") }
 
 // Jobs holds job work dirs and logs.
 func (p Paths) Jobs() string { return filepath.Join(p.Dir, "jobs") }
+
+// WorkRootRecord records the jobs' scratch root chosen when the default
+// one was refused (see prepareWorkRoot).
+func (p Paths) WorkRootRecord() string { return filepath.Join(p.Dir, "work-root") }
+
+// DaemonLog is where the daemon's output is written when it runs in the
+// background (testnet/up.sh, service units).
+func (p Paths) DaemonLog() string { return filepath.Join(p.Dir, "daemon.log") }
+
+// Tighten creates the data dir if needed and makes it readable by this
+// user alone, an existing one too: the dir 0700, its config file and
+// daemon log 0600. Job processes run under other uids and must read none
+// of it.
+func (p Paths) Tighten() error {
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if err := os.Chmod(p.Dir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	for _, f := range []string{p.Config(), p.DaemonLog(), p.WorkRootRecord()} {
+		fi, err := os.Lstat(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
+		if fi.Mode().IsRegular() && fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(f, fi.Mode().Perm()&0o600); err != nil {
+				return fmt.Errorf("data dir: %w", err)
+			}
+		}
+	}
+	return nil
+}
 
 // DefaultDataDir is $GPUMESH_HOME or ~/.gpumesh.
 func DefaultDataDir() string {

@@ -117,8 +117,8 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			d.Close()
 		}
 	}()
-	if err := os.MkdirAll(d.paths.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+	if err := d.paths.Tighten(); err != nil {
+		return nil, err
 	}
 	if socketAlive(d.paths.Socket()) {
 		return nil, fmt.Errorf("%w (%s)", ErrAlreadyRunning, d.paths.Dir)

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -91,17 +93,18 @@ func newMarket(d *Daemon) (*market, error) {
 func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d := m.d
 	m.cal = auction.NewCalendar(len(d.inv.GPUs))
-	work, err := prepareWorkRoot(d.cfg.Provider.WorkDir, d.paths.Dir)
+	work, err := prepareWorkRoot(d.cfg.Provider.WorkDir, d.paths, d.log)
 	if err != nil {
 		return err
 	}
+	po, do := executorOptions(d.cfg.Provider, work, d.log)
 	switch d.cfg.Provider.Executor {
 	case "process":
-		m.exec, err = runtime.NewProcessExecutor(work, runtime.ProcessOptions{Log: d.log})
+		m.exec, err = runtime.NewProcessExecutor(work, po)
 	case "docker":
-		m.exec, err = runtime.NewDockerExecutor(runtime.DefaultDockerSocket, runtime.DockerOptions{Root: work, Log: d.log})
+		m.exec, err = runtime.NewDockerExecutor(runtime.DefaultDockerSocket, do)
 	default:
-		m.exec, err = runtime.Auto(work, d.log)
+		m.exec, err = runtime.AutoWith(work, po, do)
 	}
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
@@ -162,6 +165,18 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		}
 	}
 	return nil
+}
+
+// executorOptions are the executors' options from the provider's config:
+// jobs get no network (an isolated network namespace, or Docker's "none")
+// unless the provider allows it.
+func executorOptions(p ProviderConfig, work string, log *slog.Logger) (runtime.ProcessOptions, runtime.DockerOptions) {
+	po := runtime.ProcessOptions{Log: log, AllowNetwork: p.AllowJobNetwork}
+	do := runtime.DockerOptions{Root: work, Log: log}
+	if p.AllowJobNetwork {
+		do.Network = "bridge"
+	}
+	return po, do
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -286,30 +301,68 @@ var errNoProvider = errors.New("this node is not a provider (set provider.enable
 // prepareWorkRoot returns the jobs' scratch root: the configured one, or a
 // directory under the system temp dir named after the data dir. Job uids
 // must be able to traverse to it (0711), and it must be ours: a directory
-// planted there by another user is refused.
-func prepareWorkRoot(configured, dataDir string) (string, error) {
-	root := configured
-	if root == "" {
-		abs, err := filepath.Abs(dataDir)
-		if err != nil {
+// planted there by another user is refused. A planted default root does not
+// stop the provider: it falls back to a fresh, unpredictable root under the
+// temp dir, recorded in the data dir (Paths.WorkRootRecord) so that restarts
+// reuse it, and logs where.
+func prepareWorkRoot(configured string, paths Paths, log *slog.Logger) (string, error) {
+	if configured != "" {
+		if err := ownWorkRoot(configured, true); err != nil {
 			return "", err
 		}
-		sum := sha256.Sum256([]byte(abs))
-		root = filepath.Join(os.TempDir(), "gpumesh-"+hex.EncodeToString(sum[:6]))
+		return filepath.Join(configured, "work"), nil
 	}
-	if err := os.MkdirAll(root, 0o711); err != nil {
-		return "", fmt.Errorf("work dir: %w", err)
+	// A fallback chosen by an earlier start.
+	if b, err := os.ReadFile(paths.WorkRootRecord()); err == nil {
+		root := strings.TrimSpace(string(b))
+		if filepath.IsAbs(root) && ownWorkRoot(root, false) == nil {
+			return filepath.Join(root, "work"), nil
+		}
+		log.Warn("recorded work root is unusable; choosing another", "root", root)
+	}
+	abs, err := filepath.Abs(paths.Dir)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(abs))
+	root := filepath.Join(os.TempDir(), "gpumesh-"+hex.EncodeToString(sum[:6]))
+	err = ownWorkRoot(root, true)
+	if err == nil {
+		return filepath.Join(root, "work"), nil
+	}
+	fresh, ferr := os.MkdirTemp("", "gpumesh-work-")
+	if ferr != nil {
+		return "", fmt.Errorf("%v; and no fallback: %w", err, ferr)
+	}
+	if ferr = ownWorkRoot(fresh, false); ferr == nil {
+		ferr = os.WriteFile(paths.WorkRootRecord(), []byte(fresh+"\n"), 0o600)
+	}
+	if ferr != nil {
+		_ = os.RemoveAll(fresh)
+		return "", fmt.Errorf("%v; and no fallback: %w", err, ferr)
+	}
+	log.Warn("default work root refused; using a fresh one", "refused", root, "reason", err, "work_root", fresh)
+	return filepath.Join(fresh, "work"), nil
+}
+
+// ownWorkRoot makes sure root is a directory owned by this user, mode 0711
+// (creating it when create is set).
+func ownWorkRoot(root string, create bool) error {
+	if create {
+		if err := os.MkdirAll(root, 0o711); err != nil {
+			return fmt.Errorf("work dir: %w", err)
+		}
 	}
 	fi, err := os.Lstat(root)
 	if err != nil {
-		return "", fmt.Errorf("work dir: %w", err)
+		return fmt.Errorf("work dir: %w", err)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) {
-		return "", fmt.Errorf("work dir %s is not a directory owned by this user; refusing to run jobs there", root)
+		return fmt.Errorf("work dir %s is not a directory owned by this user; refusing to run jobs there", root)
 	}
 	if err := os.Chmod(root, 0o711); err != nil {
-		return "", fmt.Errorf("work dir: %w", err)
+		return fmt.Errorf("work dir: %w", err)
 	}
-	return filepath.Join(root, "work"), nil
+	return nil
 }

@@ -33,6 +33,13 @@ func (m *market) acceptStream(s network.Stream) (*lease.Access, wire.StreamReque
 		return nil, req, false
 	}
 	_ = s.SetReadDeadline(time.Time{})
+	if auction.ValidID(req.LeaseID) != nil {
+		// The lease id names files under the data dir: never let one
+		// from the network reach a path unchecked.
+		m.counters.Add("provider.malformed_stream")
+		_ = s.Reset()
+		return nil, req, false
+	}
 	r, ok := m.sup.Authorize(req.LeaseID, s.Conn().RemotePeer())
 	if !ok {
 		_ = s.Reset()

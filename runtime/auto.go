@@ -21,16 +21,28 @@ type AutoExecutor struct {
 // Auto builds the process backend in root and, if the Engine answers on
 // DefaultDockerSocket, the Docker backend in the same root.
 func Auto(root string, log *slog.Logger) (*AutoExecutor, error) {
+	return AutoWith(root, ProcessOptions{Log: log}, DockerOptions{Log: log})
+}
+
+// AutoWith is Auto with the backends' options (their Root is root; the
+// process options' Log is the auto executor's).
+func AutoWith(root string, po ProcessOptions, do DockerOptions) (*AutoExecutor, error) {
+	log := po.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+		po.Log = log
 	}
-	p, err := NewProcessExecutor(root, ProcessOptions{Log: log})
+	if do.Log == nil {
+		do.Log = log
+	}
+	do.Root = root
+	p, err := NewProcessExecutor(root, po)
 	if err != nil {
 		return nil, err
 	}
 	a := &AutoExecutor{proc: p, log: log}
 	if DockerAvailable(DefaultDockerSocket) {
-		d, err := NewDockerExecutor(DefaultDockerSocket, DockerOptions{Root: root, Log: log})
+		d, err := NewDockerExecutor(DefaultDockerSocket, do)
 		if err != nil {
 			log.Warn("docker backend unavailable", "err", err)
 		} else {

@@ -4,6 +4,7 @@
 # a varied declared GPU inventory, regions, prices and policies.
 # State lives in testnet/run/ (one data dir per node); stop with testnet/down.sh.
 set -euo pipefail
+umask 077 # data dirs, configs and daemon logs readable by this user only
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 n="${1:-5}"

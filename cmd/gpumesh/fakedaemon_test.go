@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -66,6 +68,9 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 	exit3 := 3
 	files := map[string]string{"out/metrics.json": `{"acc":0.9}`, "out/model.bin": strings.Repeat("m", 3000)}
 	tampered := false
+	// receipts holds the result hash of the receipt a job's view carries
+	// (none when absent).
+	var receipts sync.Map
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
@@ -95,6 +100,9 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		statusID = id
 		n := polls.Add(1)
 		v := leasedView(id, auction.RunRunning)
+		if h, ok := receipts.Load(id); ok {
+			v.Receipt = &attest.Receipt{LeaseID: v.Lease.ID, Outcome: auction.RunSucceeded, ResultHash: h.(string)}
+		}
 		if n >= 3 {
 			v.State = auction.JobFinished
 			switch id {
@@ -115,6 +123,11 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", func(w http.ResponseWriter, r *http.Request) {
 		logQuery = r.URL.RawQuery
 		w.Header().Set("Content-Type", "text/plain")
+		if r.PathValue("id") == "esc" {
+			// A job that tries to drive the reader's terminal.
+			io.WriteString(w, escLog)
+			return
+		}
 		io.WriteString(w, "epoch 1\nepoch 2\n")
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}/outputs", func(w http.ResponseWriter, r *http.Request) {
@@ -270,7 +283,37 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 			t.Fatalf("code %d, out:\n%s", code, out)
 		}
 	})
+	t.Run("logs escapes", func(t *testing.T) {
+		code, out, _ := gm("job", "logs", "esc")
+		if code != 0 || out != escShown {
+			t.Fatalf("code %d, out %q, want %q", code, out, escShown)
+		}
+		code, out, _ = gm("job", "logs", "--raw", "esc")
+		if code != 0 || out != escLog {
+			t.Fatalf("--raw: code %d, out %q", code, out)
+		}
+	})
+	t.Run("fetch checks the receipt", func(t *testing.T) {
+		dest := filepath.Join(t.TempDir(), "res")
+		receipts.Delete("j1")
+		oneLineError(t, "job j1 has no receipt yet", "-d", dir, "job", "fetch", "j1", dest)
+		receipts.Store("j1", auction.ManifestHash([]auction.OutputFile{outFile("out/metrics.json", files["out/metrics.json"])}))
+		oneLineError(t, "is not the one its receipt names", "-d", dir, "job", "fetch", "j1", dest)
+		if _, err := os.Stat(dest); !os.IsNotExist(err) {
+			t.Fatalf("refused outputs created %s: %v", dest, err)
+		}
+	})
+	t.Run("fetch size cap", func(t *testing.T) {
+		dest := filepath.Join(t.TempDir(), "res")
+		receipts.Store("j1", auction.ManifestHash([]auction.OutputFile{outFile("out/metrics.json", files["out/metrics.json"]), outFile("out/model.bin", files["out/model.bin"])}))
+		oneLineError(t, "total more than --max-size (2048 bytes)", "-d", dir, "job", "fetch", "--max-size", "2KiB", "j1", dest)
+		oneLineError(t, `--max-size: invalid size "lots"`, "-d", dir, "job", "fetch", "--max-size", "lots", "j1", dest)
+		if _, err := os.Stat(dest); !os.IsNotExist(err) {
+			t.Fatalf("refused outputs created %s: %v", dest, err)
+		}
+	})
 	t.Run("fetch", func(t *testing.T) {
+		receipts.Store("j1", auction.ManifestHash([]auction.OutputFile{outFile("out/metrics.json", files["out/metrics.json"]), outFile("out/model.bin", files["out/model.bin"])}))
 		dest := filepath.Join(t.TempDir(), "res")
 		code, out, errOut := gm("job", "fetch", "j1", dest)
 		if code != 0 || !strings.Contains(out, "2 file(s) verified") {
@@ -325,6 +368,14 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		oneLineError(t, "chain does not verify at seq 2", "-d", dir, "ledger", "verify")
 	})
 }
+
+// escLog is a job log with terminal escape sequences and controls (colour,
+// window title with BEL, carriage return, DEL, a C1 CSI in UTF-8, a raw
+// 0x9b byte, a UTF-8 character) and escShown how job logs prints it.
+const (
+	escLog   = "a\x1b[31mred\x1b]0;pwned\x07\r\tb\x7f\u009b2J\x9b\u00e9\n"
+	escShown = "a^[[31mred^[]0;pwned^G^M\tb^?\\u009b2J\\x9b\u00e9\n"
+)
 
 func outFile(name, body string) auction.OutputFile {
 	s := sha256.Sum256([]byte(body))

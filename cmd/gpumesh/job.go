@@ -47,15 +47,17 @@ func jobCommand() *cli.Command {
 				Name:      "logs",
 				Usage:     "print a job's stdout and stderr",
 				ArgsUsage: "ID",
-				Flags:     []cli.Flag{&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming until the job ends"}},
-				Action:    jobLogsAction,
+				Flags: []cli.Flag{&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming until the job ends"},
+					&cli.BoolFlag{Name: "raw", Usage: "print control characters and escape sequences as the job wrote them (by default they are made visible, e.g. ESC as ^[)"}},
+				Action: jobLogsAction,
 			},
 			{
 				Name:      "fetch",
 				Usage:     "download a job's output files into DIR, verifying their checksums",
 				ArgsUsage: "ID DIR",
-				Flags:     []cli.Flag{&cli.BoolFlag{Name: "force", Usage: "overwrite existing files in DIR"}},
-				Action:    jobFetchAction,
+				Flags: []cli.Flag{&cli.BoolFlag{Name: "force", Usage: "overwrite existing files in DIR"},
+					&cli.StringFlag{Name: "max-size", Value: "10GiB", Usage: "refuse outputs larger than this in total (bytes, or with KiB, MiB, GiB, TiB)"}},
+				Action: jobFetchAction,
 			},
 		},
 	}
@@ -119,6 +121,9 @@ func printJobView(w io.Writer, v *api.JobView) {
 	}
 	for _, o := range v.Outputs {
 		fmt.Fprintf(w, "output:     %s (%d bytes, sha256 %s)\n", o.Path, o.Size, o.SHA256)
+	}
+	if more := v.OutputCount - len(v.Outputs); more > 0 {
+		fmt.Fprintf(w, "output:     ... and %d more file(s) (job fetch gets them all)\n", more)
 	}
 	if v.OutputsArtifact != "" {
 		fmt.Fprintf(w, "outputs:    artifact %s (gpumesh artifact get %s DIR)\n", v.OutputsArtifact, v.OutputsArtifact)
@@ -213,10 +218,17 @@ func jobLogsAction(c *cli.Context) error {
 		return err
 	}
 	defer logs.Close()
-	if _, err := io.Copy(c.App.Writer, logs); err != nil {
+	if c.Bool("raw") {
+		if _, err := io.Copy(c.App.Writer, logs); err != nil {
+			return fmt.Errorf("logs of job %s: %w", id, err)
+		}
+		return nil
+	}
+	w := &termSafeWriter{w: c.App.Writer}
+	if _, err := io.Copy(w, logs); err != nil {
 		return fmt.Errorf("logs of job %s: %w", id, err)
 	}
-	return nil
+	return w.Flush()
 }
 
 // ---- job fetch ----
@@ -233,11 +245,34 @@ func jobFetchAction(c *cli.Context) error {
 		return fmt.Errorf("unexpected argument %q (%s)", args[2], usage)
 	}
 	id, dir := args[0], args[1]
+	maxSize, err := parseSize(c.String("max-size"))
+	if err != nil {
+		return fmt.Errorf("--max-size: %w", err)
+	}
+	// The outputs must be those the two-party receipt names.
+	v, err := client(c).Job(c.Context, id)
+	if err != nil {
+		return err
+	}
+	if v.Receipt == nil {
+		return fmt.Errorf("job %s has no receipt yet (run %s): its outputs cannot be checked; fetch them once it settled", id, orDash(string(v.Run)))
+	}
 	manifest, bundle, err := client(c).Outputs(c.Context, id)
 	if err != nil {
 		return err
 	}
 	defer bundle.Close()
+	if got := auction.ManifestHash(manifest); got != v.Receipt.ResultHash {
+		return fmt.Errorf("outputs of job %s: the provider's manifest (%d files, hash %q) is not the one its receipt names (%q); refusing them",
+			id, len(manifest), got, v.Receipt.ResultHash)
+	}
+	var total int64
+	for _, m := range manifest {
+		if m.Size > maxSize-total {
+			return fmt.Errorf("outputs of job %s total more than --max-size (%d bytes); raise it to fetch them", id, maxSize)
+		}
+		total += max(m.Size, 0)
+	}
 	files, err := wire.ExtractBundle(bundle, manifest, dir, c.Bool("force"))
 	if errors.Is(err, wire.ErrExists) {
 		return fmt.Errorf("outputs of job %s: %w (use --force to overwrite)", id, err)

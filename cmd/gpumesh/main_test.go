@@ -46,6 +46,10 @@ func writeConfig(t *testing.T, body string) string {
 
 func TestCLIErrors(t *testing.T) {
 	dir := t.TempDir()
+	emptyDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(emptyDir, "config.yaml"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		want string
@@ -63,6 +67,9 @@ func TestCLIErrors(t *testing.T) {
 		{"missing config", "no such file", []string{"-d", dir, "daemon", "--config", filepath.Join(dir, "absent.yaml")}},
 		{"unknown config key", "field pricefloor not found", []string{"-d", dir, "daemon", "--config", writeConfig(t, "provider:\n  pricefloor: 1\n")}},
 		{"bad yaml", "config", []string{"-d", dir, "daemon", "--config", writeConfig(t, "listen: [unclosed\n")}},
+		{"empty config", "is empty", []string{"-d", dir, "daemon", "--config", writeConfig(t, "")}},
+		{"comments-only config", "is empty", []string{"-d", dir, "daemon", "--config", writeConfig(t, "# listen: []\n\n# provider:\n")}},
+		{"empty config in the data dir", filepath.Join(emptyDir, "config.yaml") + " is empty", []string{"-d", emptyDir, "daemon"}},
 		{"bad gpu", "vram_gb must be > 0", []string{"-d", dir, "daemon", "--config", writeConfig(t, "provider:\n  enabled: true\n  gpus: [{model: H100}]\n")}},
 		{"negative artifact budget", "artifact_budget_gb must not be negative", []string{"-d", dir, "daemon", "--config", writeConfig(t, "artifact_budget_gb: -1\n")}},
 		{"bad log level", "log_level", []string{"-d", dir, "daemon", "--log-level", "loud"}},

@@ -93,8 +93,13 @@ type JobView struct {
 	CostUSD float64 `json:"cost_usd"`
 	// History lists earlier leases of this job (e.g. preempted attempts).
 	History []LeaseRecord `json:"history,omitempty"`
-	// Outputs lists the result files the provider reported, with checksums.
-	Outputs []auction.OutputFile `json:"outputs,omitempty"`
+	// Outputs lists the result files the provider reported, with checksums:
+	// the first wire.MaxEventOutputs of OutputCount files, whose whole
+	// manifest hashes to OutputsHash (auction.ManifestHash; the receipt's
+	// ResultHash must name it). The outputs stream serves the whole list.
+	Outputs     []auction.OutputFile `json:"outputs,omitempty"`
+	OutputCount int                  `json:"output_count,omitempty"`
+	OutputsHash string               `json:"outputs_hash,omitempty"`
 	// OutputsArtifact is the artifact id of the outputs directory (fetch
 	// it with gpumesh artifact get).
 	OutputsArtifact string `json:"outputs_artifact,omitempty"`

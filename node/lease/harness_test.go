@@ -20,6 +20,7 @@ import (
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -39,7 +40,8 @@ const (
 //	["run", "<ms>", "<exit>"]     exits with <exit> after <ms> milliseconds
 //	["gate", "<name>", "<exit>"]  exits with <exit> when the gate is opened
 //
-// A job with an outputs dir writes r.txt ("result\n") there. Every job
+// A job with an outputs dir writes r.txt ("result\n") there, and
+// FAKE_OUTPUT_FILES (in its env) more empty files. Every job
 // stops at its spec's deadline (runtime.ReasonDeadline) and on
 // Handle.Stop (runtime.ReasonStopped, exit 0: it checkpoints).
 type fakeExec struct {
@@ -115,6 +117,13 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 		if err := os.WriteFile(filepath.Join(out, "r.txt"), []byte("result\n"), 0o600); err != nil {
 			return nil, err
 		}
+		// FAKE_OUTPUT_FILES=<n> leaves n more, empty, files.
+		n, _ := strconv.Atoi(spec.Env["FAKE_OUTPUT_FILES"])
+		for i := 0; i < n; i++ {
+			if err := os.WriteFile(filepath.Join(out, fmt.Sprintf("f%05d", i)), nil, 0o600); err != nil {
+				return nil, err
+			}
+		}
 	}
 	h := &fakeHandle{wd: wd, stop: make(chan struct{}), done: make(chan struct{}), started: time.Now()}
 	fmt.Fprintf(stdout, "fake job %s started\n", spec.ID)
@@ -163,7 +172,14 @@ func (h *fakeHandle) Cleanup() error  { return nil }
 
 // crashable makes a node's disk and network die with it: after crash,
 // its store and transport refuse everything, as a killed process would.
-type crashable struct{ dead atomic.Bool }
+type crashable struct {
+	dead atomic.Bool
+	// noReceipts refuses the node's outgoing receipt requests (the final
+	// report still goes through).
+	noReceipts atomic.Bool
+	// maxEvent is the largest lease event the node sent, in bytes.
+	maxEvent atomic.Int64
+}
 
 var errCrashed = errors.New("node crashed")
 
@@ -186,8 +202,15 @@ type crashTransport struct {
 }
 
 func (t crashTransport) Request(ctx context.Context, to peer.ID, proto protocol.ID, data []byte) ([]byte, error) {
-	if t.c.dead.Load() {
+	if t.c.dead.Load() || (proto == wire.ProtoReceipt && t.c.noReceipts.Load()) {
 		return nil, errCrashed
+	}
+	if len(data) > p2p.MaxFrame {
+		// What a libp2p stream refuses.
+		return nil, p2p.ErrFrameTooLarge
+	}
+	if proto == wire.ProtoLeaseEvent && int64(len(data)) > t.c.maxEvent.Load() {
+		t.c.maxEvent.Store(int64(len(data)))
 	}
 	return t.t.Request(ctx, to, proto, data)
 }
@@ -288,7 +311,8 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: n.exec,
 			JobsDir: t.TempDir(), HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
 			LeaseEnded:   func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
-			RecoverDelay: time.Millisecond, Counters: n.counters}); err != nil {
+			RecoverDelay: time.Millisecond, SettleRetry: 20 * time.Millisecond, SettleRetryMax: 100 * time.Millisecond,
+			Counters: n.counters}); err != nil {
 			t.Fatal(err)
 		}
 		capab := auction.Capability{Peer: s.ID().String(), Region: "eu-west",

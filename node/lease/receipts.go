@@ -28,7 +28,11 @@ type Receipts struct {
 	cfg ReceiptsConfig
 	log *slog.Logger
 	ctx context.Context
-	wg  sync.WaitGroup
+	// mu orders gossip's wg.Add before Wait: once ctx is cancelled and
+	// Wait began, no gossip starts (a handler may still run on a stopping
+	// node).
+	mu sync.Mutex
+	wg sync.WaitGroup
 }
 
 // NewReceipts returns Receipts and replays the receipts already in the
@@ -98,7 +102,13 @@ func (r *Receipts) gossip(sr *attest.SignedReceipt) {
 	if err != nil {
 		return
 	}
+	r.mu.Lock()
+	if r.ctx.Err() != nil {
+		r.mu.Unlock()
+		return
+	}
 	r.wg.Add(1)
+	r.mu.Unlock()
 	go func() {
 		defer r.wg.Done()
 		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
@@ -134,4 +144,8 @@ func (r *Receipts) settled(leaseID string) (*attest.SignedReceipt, error) {
 }
 
 // Wait waits for gossip in flight (call after cancelling the context).
-func (r *Receipts) Wait() { r.wg.Wait() }
+func (r *Receipts) Wait() {
+	r.mu.Lock()
+	r.mu.Unlock() //nolint:staticcheck // orders gossip's Add before Wait
+	r.wg.Wait()
+}

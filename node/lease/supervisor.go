@@ -18,6 +18,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -56,6 +57,14 @@ type SupervisorConfig struct {
 	// RecoverDelay is how long recovered leases wait for the network
 	// before they are settled; default 2s.
 	RecoverDelay time.Duration
+	// SettleRetry is the first wait before a failed settlement (final
+	// report and receipt exchange) is tried again; the wait doubles up to
+	// SettleRetryMax. Defaults 5s and 10m.
+	SettleRetry    time.Duration
+	SettleRetryMax time.Duration
+	// SettleWindow is how long after a lease's end its settlement is
+	// retried before the provider gives up on it; default DefaultSettleWindow.
+	SettleWindow time.Duration
 	Now          Clock
 	Log          *slog.Logger
 	Counters     *Counters
@@ -126,6 +135,15 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 	}
 	if cfg.RecoverDelay <= 0 {
 		cfg.RecoverDelay = 2 * time.Second
+	}
+	if cfg.SettleRetry <= 0 {
+		cfg.SettleRetry = 5 * time.Second
+	}
+	if cfg.SettleRetryMax < cfg.SettleRetry {
+		cfg.SettleRetryMax = max(10*time.Minute, cfg.SettleRetry)
+	}
+	if cfg.SettleWindow <= 0 {
+		cfg.SettleWindow = DefaultSettleWindow
 	}
 	if cfg.Telemetry == nil {
 		cfg.Telemetry = func(int) runtime.Telemetry { return runtime.Telemetry{} }
@@ -297,7 +315,7 @@ func (r *leaseRun) run() {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		_, _ = s.sendEvent(r)
+		_, _ = s.sendEvent(r, 5)
 	}()
 
 	beatsDone := make(chan struct{})
@@ -504,11 +522,12 @@ func (r *leaseRun) heartbeats(h runtime.Handle) {
 
 // sendEvent reports the run's state to the renter and returns the renter's
 // heartbeat summary (for terminal states).
-func (s *Supervisor) sendEvent(r *leaseRun) (*attest.HeartbeatSummary, error) {
+func (s *Supervisor) sendEvent(r *leaseRun, attempts int) (*attest.HeartbeatSummary, error) {
 	r.mu.Lock()
 	rec := r.pr.Rec
 	ev := wire.LeaseEvent{LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Provider: s.cfg.Signer.ID().String(), Run: rec.Run,
-		Detail: rec.Detail, ExitCode: rec.ExitCode, Fault: rec.Fault, Started: rec.Started, Ended: rec.Ended, Outputs: r.pr.Outputs, Time: s.now()}
+		Detail: rec.Detail, ExitCode: rec.ExitCode, Fault: rec.Fault, Started: rec.Started, Ended: rec.Ended, Time: s.now()}
+	ev.SetOutputs(r.pr.Outputs)
 	ev.OutputsArtifact = r.pr.OutputsArtifact
 	r.mu.Unlock()
 	b, err := sealed(s.cfg.Signer, sign.DomainLeaseEvent, ev)
@@ -520,11 +539,11 @@ func (s *Supervisor) sendEvent(r *leaseRun) (*attest.HeartbeatSummary, error) {
 		return nil, err
 	}
 	var resp []byte
-	for attempt := 0; attempt < 5; attempt++ {
+	for attempt := 0; attempt < attempts; attempt++ {
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 		resp, err = s.cfg.Transport.Request(ctx, renter, wire.ProtoLeaseEvent, b)
 		cancel()
-		if err == nil || s.ctx.Err() != nil {
+		if err == nil || s.ctx.Err() != nil || attempt == attempts-1 {
 			break
 		}
 		select {
@@ -545,14 +564,77 @@ func (s *Supervisor) sendEvent(r *leaseRun) (*attest.HeartbeatSummary, error) {
 	return &sum, nil
 }
 
+// DefaultSettleWindow is how long after a lease's end a provider keeps
+// trying to settle it with an unreachable or refusing renter.
+const DefaultSettleWindow = 24 * time.Hour
+
 // settle reports the end to the renter, exchanges the two-party receipt and
-// records it in the ledger and the reputation book.
+// records it in the ledger and the reputation book. A failed attempt (the
+// renter is unreachable, restarting, or its disk is full) is retried in
+// the background with a doubling wait until the lease is settled, the
+// supervisor stops (Recover takes it up again after a restart) or the
+// lease ended more than SettleWindow ago.
 func (s *Supervisor) settle(r *leaseRun) {
-	log := s.log.With("lease", r.lease().ID)
-	sum, err := s.sendEvent(r)
-	if err != nil {
-		log.Warn("renter unreachable at lease end; receipt not settled", "err", err)
+	err := s.trySettle(r)
+	if err == nil {
 		return
+	}
+	l := r.lease()
+	log := s.log.With("lease", l.ID)
+	if s.settleExpired(l) {
+		s.giveUpSettle(r, err)
+		return
+	}
+	log.Warn("lease not settled yet; retrying", "err", err, "retry_in", s.cfg.SettleRetry)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		wait := s.cfg.SettleRetry
+		for {
+			select {
+			case <-time.After(wait):
+			case <-s.ctx.Done():
+				return
+			}
+			err := s.trySettle(r)
+			if err == nil || s.ctx.Err() != nil {
+				return
+			}
+			if s.settleExpired(l) {
+				s.giveUpSettle(r, err)
+				return
+			}
+			s.cfg.Counters.Add("provider.settle_retry")
+			wait = min(2*wait, s.cfg.SettleRetryMax)
+			log.Info("lease not settled yet; retrying", "err", err, "retry_in", wait)
+		}
+	}()
+}
+
+// settleExpired reports whether a lease ended too long ago to keep trying
+// to settle it.
+func (s *Supervisor) settleExpired(l auction.Lease) bool {
+	return s.now().After(l.End.Add(s.cfg.SettleWindow))
+}
+
+func (s *Supervisor) giveUpSettle(r *leaseRun, err error) {
+	s.cfg.Counters.Add("provider.settle_abandoned")
+	s.log.Error("lease could not be settled within the settlement window; giving up", "lease", r.lease().ID,
+		"window", s.cfg.SettleWindow, "err", err)
+}
+
+// trySettle makes one attempt at the final report and receipt exchange.
+func (s *Supervisor) trySettle(r *leaseRun) error {
+	r.mu.Lock()
+	done := r.pr.Settled
+	r.mu.Unlock()
+	if done {
+		return nil
+	}
+	log := s.log.With("lease", r.lease().ID)
+	sum, err := s.sendEvent(r, 1)
+	if err != nil {
+		return fmt.Errorf("renter unreachable for the final report: %w", err)
 	}
 	r.mu.Lock()
 	rec := r.pr.Rec
@@ -578,37 +660,42 @@ func (s *Supervisor) settle(r *leaseRun) {
 	}
 	sr, err := attest.NewReceipt(s.cfg.Signer, rc)
 	if err != nil {
-		log.Error("make receipt", "err", err)
-		return
+		return fmt.Errorf("make receipt: %w", err)
 	}
 	b, err := sr.Marshal()
 	if err != nil {
-		return
+		return err
 	}
 	renter, _ := peer.Decode(rec.Lease.Renter)
 	ctx, cancel := context.WithTimeout(s.ctx, 15*time.Second)
 	resp, err := s.cfg.Transport.Request(ctx, renter, wire.ProtoReceipt, b)
 	cancel()
 	if err != nil {
-		log.Warn("receipt not countersigned", "err", err)
-		return
+		return fmt.Errorf("receipt not countersigned: %w", err)
 	}
 	full, err := attest.OpenReceipt(resp)
 	if err != nil || full.Receipt.LeaseID != rc.LeaseID || string(full.Payload) != string(sr.Payload) {
-		log.Warn("renter returned an invalid receipt", "err", err)
 		s.cfg.Counters.Add("provider.bad_countersign")
-		return
+		return fmt.Errorf("renter returned an invalid receipt: %v", err)
 	}
 	if err := s.cfg.Receipts.record(full, false); err != nil {
-		log.Error("ledger", "err", err)
-		return
+		if errors.Is(err, ledger.ErrAlreadySettled) {
+			r.markSettled()
+			return nil
+		}
+		return fmt.Errorf("ledger: %w", err)
 	}
+	r.markSettled()
+	s.cfg.Receipts.gossip(full)
+	log.Info("lease settled", "amount_usd", fmt.Sprintf("%.6f", rc.Amount), "gpu_seconds", fmt.Sprintf("%.1f", gpuSec))
+	return nil
+}
+
+func (r *leaseRun) markSettled() {
 	r.mu.Lock()
 	r.pr.Settled = true
 	r.mu.Unlock()
-	s.saveRun(r)
-	s.cfg.Receipts.gossip(full)
-	log.Info("lease settled", "amount_usd", fmt.Sprintf("%.6f", rc.Amount), "gpu_seconds", fmt.Sprintf("%.1f", gpuSec))
+	r.s.saveRun(r)
 }
 
 // Recover runs at start: a lease that was pending or running when the
@@ -695,6 +782,10 @@ func (s *Supervisor) HandleCancel(_ context.Context, from peer.ID, data []byte) 
 		s.cfg.Counters.Add("provider.cancel_rejected")
 		return nil, err
 	}
+	if err := auction.ValidID(req.LeaseID); err != nil {
+		s.cfg.Counters.Add("provider.cancel_rejected")
+		return nil, fmt.Errorf("cancel: lease id: %w", err)
+	}
 	r := s.run(req.LeaseID)
 	if r == nil || r.lease().Renter != from.String() {
 		s.cfg.Counters.Add("provider.cancel_rejected")
@@ -750,6 +841,11 @@ type Access struct {
 // Authorize answers whether peer from may read lease leaseID's log and
 // outputs (only its renter may); a refusal is counted.
 func (s *Supervisor) Authorize(leaseID string, from peer.ID) (*Access, bool) {
+	if auction.ValidID(leaseID) != nil {
+		// Never a lease of ours, and never a path component.
+		s.cfg.Counters.Add("provider.unauthorized_stream")
+		return nil, false
+	}
 	r := s.run(leaseID)
 	if r == nil || r.lease().Renter != from.String() {
 		s.cfg.Counters.Add("provider.unauthorized_stream")

@@ -213,6 +213,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.Run = auction.RunPending
 	v.Started, v.Ended, v.ExitCode, v.Detail, v.Receipt, v.Heartbeats, v.LastTelemetry, v.Outputs =
 		time.Time{}, time.Time{}, nil, "", nil, nil, nil, nil
+	v.OutputCount, v.OutputsHash = 0, ""
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
 	t.mons[l.ID] = mon
 	t.byLease[l.ID] = job.ID
@@ -220,7 +221,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	t.fold(job.ID)
 	t.log.Info("job leased", "job", job.ID, "lease", l.ID, "provider", l.Provider, "price", l.Price, "attempt", job.Attempt)
 	t.save(job.ID)
-	t.watch(job.ID, l)
+	t.watch(job.ID, l, time.Time{})
 }
 
 func (t *Tracker) onUnplaceable(job auction.Job, reason string) {
@@ -247,12 +248,15 @@ func requeues(l auction.Lease, run auction.RunState) bool {
 
 // watch marks a lease abandoned, and slashes its provider, when the
 // provider never reports its end: the renter's evidence is the signed award
-// and confirm it holds, plus the silence after the lease's end.
-func (t *Tracker) watch(jobID string, l auction.Lease) {
+// and confirm it holds, plus the silence after the lease's end. A renter
+// that was down (since is its restart) gives the provider the whole grace
+// from its return: its own outage is not the provider's silence, and the
+// provider keeps retrying its final report.
+func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		wait := l.End.Add(t.cfg.AbandonGrace).Sub(t.now())
+		wait := maxTime(l.End, since).Add(t.cfg.AbandonGrace).Sub(t.now())
 		select {
 		case <-t.ctx.Done():
 			return
@@ -316,7 +320,7 @@ func (t *Tracker) load() error {
 			t.mons[v.Lease.ID] = t.monitorFrom(*v.Lease, t.now())
 			t.byLease[v.Lease.ID] = id
 			if !v.Run.Terminal() {
-				t.watch(id, *v.Lease)
+				t.watch(id, *v.Lease, t.now())
 			}
 		}
 		return nil
@@ -527,13 +531,18 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		t.cfg.Counters.Add("renter.event_bad_time")
 		return nil, err
 	}
+	if err := ev.CheckOutputs(); err != nil {
+		t.mu.Unlock()
+		t.cfg.Counters.Add("renter.event_bad_outputs")
+		return nil, err
+	}
 	setRun(v, ev.Run)
 	v.Detail, v.ExitCode, v.Fault = ev.Detail, ev.ExitCode, ev.Fault
 	if !ev.Started.IsZero() {
 		v.Started = ev.Started
 	}
 	v.Ended = ev.Ended
-	v.Outputs = ev.Outputs
+	v.Outputs, v.OutputCount, v.OutputsHash = ev.Outputs, ev.OutputCount, ev.OutputsHash
 	if v.ObservedStart.IsZero() && ev.Run != auction.RunPending {
 		v.ObservedStart = now
 	}
@@ -648,6 +657,7 @@ func (t *Tracker) archive(jobID, leaseID string) {
 		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode, Fault: v.Fault})
 	// The current-lease fields describe the next lease from now on.
 	v.Lease, v.Receipt, v.ExitCode, v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil, nil, nil, nil
+	v.OutputCount, v.OutputsHash = 0, ""
 	v.Run, v.Started, v.Ended = "", time.Time{}, time.Time{}
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
 	v.State = auction.JobBidding
@@ -715,6 +725,11 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 	if !v.Run.Terminal() {
 		count("renter.receipt_early")
 		return nil, fmt.Errorf("lease %s has not reported its end (run %s): no receipt before the final report", r.LeaseID, orNone(string(v.Run)))
+	}
+	if r.ResultHash != v.OutputsHash {
+		count("renter.receipt_result_mismatch")
+		return nil, fmt.Errorf("receipt's result hash %q does not name the %d output files the provider reported (%q)",
+			r.ResultHash, v.OutputCount, v.OutputsHash)
 	}
 	// Bill only what this renter saw: from its observed start to its
 	// observed end (or now), inside the lease, less heartbeat gaps.

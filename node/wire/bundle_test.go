@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -298,4 +299,43 @@ func TestWriteBundleRoundTrip(t *testing.T) {
 			t.Fatalf("second extraction without force = %v, want ErrExists", err)
 		}
 	})
+}
+
+// TestLeaseEventOutputs: a lease event lists at most MaxEventOutputs files
+// with the whole manifest's count and hash, and inconsistent output fields
+// are refused.
+func TestLeaseEventOutputs(t *testing.T) {
+	many := make([]auction.OutputFile, 1000)
+	for i := range many {
+		many[i] = auction.OutputFile{Path: fmt.Sprintf("f%04d", i), SHA256: strings.Repeat("0", 64)}
+	}
+	var ev LeaseEvent
+	ev.SetOutputs(many)
+	if len(ev.Outputs) != MaxEventOutputs || ev.OutputCount != 1000 || ev.OutputsHash != auction.ManifestHash(many) {
+		t.Fatalf("event lists %d of %d, hash %s", len(ev.Outputs), ev.OutputCount, ev.OutputsHash)
+	}
+	if err := ev.CheckOutputs(); err != nil {
+		t.Fatal(err)
+	}
+	few := many[:3]
+	tests := []struct {
+		name string
+		ev   LeaseEvent
+		ok   bool
+	}{
+		{"none", LeaseEvent{}, true},
+		{"complete", LeaseEvent{Outputs: few, OutputCount: 3, OutputsHash: auction.ManifestHash(few)}, true},
+		{"too many listed", LeaseEvent{Outputs: many[:MaxEventOutputs+1], OutputCount: 1000, OutputsHash: "x"}, false},
+		{"count below list", LeaseEvent{Outputs: few, OutputCount: 2, OutputsHash: auction.ManifestHash(few)}, false},
+		{"complete, wrong hash", LeaseEvent{Outputs: few, OutputCount: 3, OutputsHash: auction.ManifestHash(few[:2])}, false},
+		{"count without hash", LeaseEvent{Outputs: few, OutputCount: 10}, false},
+		{"hash without outputs", LeaseEvent{OutputsHash: "abc"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.ev.CheckOutputs(); (err == nil) != tc.ok {
+				t.Fatalf("CheckOutputs = %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
 }

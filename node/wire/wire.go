@@ -11,6 +11,7 @@
 package wire
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
@@ -38,20 +39,61 @@ const ReputationTopic = "gpumesh/reputation/1"
 // LeaseEvent is a provider's signed report of a lease's run state
 // (sign.DomainLeaseEvent).
 type LeaseEvent struct {
-	LeaseID  string               `json:"lease_id"`
-	JobID    string               `json:"job_id"`
-	Provider string               `json:"provider"`
-	Run      auction.RunState     `json:"run"`
-	Detail   string               `json:"detail,omitempty"`
-	ExitCode *int                 `json:"exit_code,omitempty"`
-	Fault    auction.Fault        `json:"fault,omitempty"`
-	Started  time.Time            `json:"started,omitempty"`
-	Ended    time.Time            `json:"ended,omitempty"`
-	Outputs  []auction.OutputFile `json:"outputs,omitempty"`
-	Time     time.Time            `json:"time"`
+	LeaseID  string           `json:"lease_id"`
+	JobID    string           `json:"job_id"`
+	Provider string           `json:"provider"`
+	Run      auction.RunState `json:"run"`
+	Detail   string           `json:"detail,omitempty"`
+	ExitCode *int             `json:"exit_code,omitempty"`
+	Fault    auction.Fault    `json:"fault,omitempty"`
+	Started  time.Time        `json:"started,omitempty"`
+	Ended    time.Time        `json:"ended,omitempty"`
+	// Outputs are the first MaxEventOutputs files of the output manifest;
+	// OutputCount and OutputsHash (auction.ManifestHash) describe the
+	// whole manifest, which the outputs stream serves and the receipt's
+	// ResultHash names.
+	Outputs     []auction.OutputFile `json:"outputs,omitempty"`
+	OutputCount int                  `json:"output_count,omitempty"`
+	OutputsHash string               `json:"outputs_hash,omitempty"`
+	Time        time.Time            `json:"time"`
 	// OutputsArtifact is the artifact holding the outputs, owned by the
 	// renter (who may fetch it from the provider and any holder).
 	OutputsArtifact string `json:"outputs_artifact,omitempty"`
+}
+
+// MaxEventOutputs caps the output files listed in a lease event, so a job
+// that leaves many files cannot make its provider's final report too large
+// to deliver.
+const MaxEventOutputs = 64
+
+// SetOutputs describes a lease's full output manifest in the event: its
+// first MaxEventOutputs files, its count and its hash.
+func (e *LeaseEvent) SetOutputs(outs []auction.OutputFile) {
+	e.Outputs = outs
+	if len(outs) > MaxEventOutputs {
+		e.Outputs = outs[:MaxEventOutputs]
+	}
+	e.OutputCount = len(outs)
+	e.OutputsHash = auction.ManifestHash(outs)
+}
+
+// CheckOutputs checks that the event's output fields are consistent: at
+// most MaxEventOutputs listed, no more than the count, and a complete
+// listing hashing to OutputsHash.
+func (e LeaseEvent) CheckOutputs() error {
+	switch {
+	case len(e.Outputs) > MaxEventOutputs:
+		return fmt.Errorf("lease event lists %d output files, more than %d", len(e.Outputs), MaxEventOutputs)
+	case e.OutputCount < len(e.Outputs):
+		return fmt.Errorf("lease event lists %d output files but counts %d", len(e.Outputs), e.OutputCount)
+	case e.OutputCount == 0 && e.OutputsHash != "":
+		return fmt.Errorf("lease event has an outputs hash but no outputs")
+	case e.OutputCount > 0 && e.OutputsHash == "":
+		return fmt.Errorf("lease event counts %d output files but has no outputs hash", e.OutputCount)
+	case e.OutputCount == len(e.Outputs) && auction.ManifestHash(e.Outputs) != e.OutputsHash:
+		return fmt.Errorf("lease event's outputs hash does not match its %d output files", len(e.Outputs))
+	}
+	return nil
 }
 
 // CancelRequest asks a provider to stop a lease (sign.DomainLeaseCancel,

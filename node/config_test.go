@@ -1,0 +1,138 @@
+package node
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestTightenDataDir: an existing data dir left open to other users (job
+// uids) is made private at start, with its config file and daemon log.
+func TestTightenDataDir(t *testing.T) {
+	p := Paths{Dir: filepath.Join(t.TempDir(), "data")}
+	if err := os.MkdirAll(p.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{p.Config(), p.DaemonLog()} {
+		if err := os.WriteFile(f, []byte("x: 1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(f, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Tighten(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]os.FileMode{p.Dir: 0o700, p.Config(): 0o600, p.DaemonLog(): 0o600}
+	for f, mode := range want {
+		fi, err := os.Stat(f)
+		if err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v (%v), want %v", f, fi.Mode().Perm(), err, mode)
+		}
+	}
+	// A fresh data dir is created private.
+	fresh := Paths{Dir: filepath.Join(t.TempDir(), "fresh")}
+	if err := fresh.Tighten(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(fresh.Dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("fresh data dir mode %v (%v)", fi.Mode().Perm(), err)
+	}
+}
+
+// TestPlantedWorkRoot: another user's directory at the provider's default
+// work root does not stop it: it falls back to a fresh root of its own,
+// records it in the data dir and reuses it after a restart; a configured
+// root planted by another user is still refused.
+func TestPlantedWorkRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to plant a directory owned by another uid")
+	}
+	paths := Paths{Dir: t.TempDir()}
+	abs, _ := filepath.Abs(paths.Dir)
+	sum := sha256.Sum256([]byte(abs))
+	planted := filepath.Join(os.TempDir(), "gpumesh-"+hex.EncodeToString(sum[:6]))
+	if err := os.Mkdir(planted, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(planted) })
+	if err := os.Chown(planted, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	work, err := prepareWorkRoot("", paths, log)
+	if err != nil {
+		t.Fatalf("planted default root stops the provider: %v", err)
+	}
+	root := filepath.Dir(work)
+	t.Cleanup(func() { os.RemoveAll(root) })
+	fi, err := os.Lstat(root)
+	if err != nil || root == planted || strings.HasPrefix(work, planted+"/") || !strings.HasPrefix(root, os.TempDir()) {
+		t.Fatalf("fallback work root %s (%v)", root, err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Geteuid() || fi.Mode().Perm() != 0o711 {
+		t.Fatalf("fallback root owner %d mode %v", st.Uid, fi.Mode().Perm())
+	}
+	if b, err := os.ReadFile(paths.WorkRootRecord()); err != nil || strings.TrimSpace(string(b)) != root {
+		t.Fatalf("recorded root %q (%v), want %s", b, err, root)
+	}
+	again, err := prepareWorkRoot("", paths, log)
+	if err != nil || again != work {
+		t.Fatalf("after a restart: %s (%v), want %s", again, err, work)
+	}
+	if _, err := prepareWorkRoot(planted, paths, log); err == nil || !strings.Contains(err.Error(), "not a directory owned by this user") {
+		t.Fatalf("configured planted root: %v", err)
+	}
+}
+
+// TestJobNetworkPolicy: jobs get no network unless the provider's config
+// allows it, for both backends.
+func TestJobNetworkPolicy(t *testing.T) {
+	cfg := DefaultConfig()
+	po, do := executorOptions(cfg.Provider, "/w", nil)
+	if po.AllowNetwork || do.Network != "" || do.Root != "/w" {
+		t.Fatalf("default: process network %v, docker network %q", po.AllowNetwork, do.Network)
+	}
+	p := writeTestConfig(t, "provider:\n  allow_job_network: true\n")
+	cfg, err := LoadConfig(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	po, do = executorOptions(cfg.Provider, "/w", nil)
+	if !po.AllowNetwork || do.Network != "bridge" {
+		t.Fatalf("allowed: process network %v, docker network %q", po.AllowNetwork, do.Network)
+	}
+}
+
+// TestEmptyConfig: an empty or comments-only config file is an error that
+// names it.
+func TestEmptyConfig(t *testing.T) {
+	for name, body := range map[string]string{"empty": "", "comments": "# listen: []\n\n#provider:\n", "blank": "\n  \n"} {
+		t.Run(name, func(t *testing.T) {
+			p := writeTestConfig(t, body)
+			for _, must := range []bool{true, false} {
+				if _, err := LoadConfig(p, must); err == nil || !strings.Contains(err.Error(), p+" is empty") {
+					t.Fatalf("LoadConfig(must=%v) = %v", must, err)
+				}
+			}
+		})
+	}
+}
+
+func writeTestConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

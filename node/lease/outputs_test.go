@@ -1,0 +1,81 @@
+package lease
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/runtime"
+)
+
+// TestManyOutputFilesSettle: a job that leaves 12,000 files does not stop
+// its provider from reporting the end and settling. Collection stops at
+// runtime.MaxOutputFiles (the job's log says so); the final report lists
+// at most wire.MaxEventOutputs files with the whole manifest's count and
+// hash; the receipt names that hash, and a receipt naming another result
+// is refused. The provider is not slashed.
+func TestManyOutputFilesSettle(t *testing.T) {
+	h := newHarness(t)
+	h.abandonGrace = 200 * time.Millisecond
+	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+	p.crash.noReceipts.Store(true)
+	j := job(auction.Silver, 2, 10*time.Second, "gate", "done", "0")
+	j.Run.Outputs = "out"
+	j.Run.Env = map[string]string{"FAKE_OUTPUT_FILES": "12000"}
+	v := r.post(j)
+	// Writing the files takes a while (the fake job writes them as it starts).
+	waitFor(t, 10*time.Second, "running", func() bool { v, _ := r.tracker.View(v.Job.ID); return v.Run == auction.RunRunning })
+	p.exec.open("done")
+	waitFor(t, 10*time.Second, "final report", func() bool { v, _ = r.tracker.View(v.Job.ID); return v.Run.Terminal() })
+	if v.Run != auction.RunSucceeded || v.OutputCount != runtime.MaxOutputFiles || len(v.Outputs) != wire.MaxEventOutputs {
+		t.Fatalf("run %s (%s), %d outputs listed of %d", v.Run, v.Detail, len(v.Outputs), v.OutputCount)
+	}
+	if n := p.crash.maxEvent.Load(); n > 16<<10 {
+		t.Fatalf("largest lease event %d bytes: the output listing is not capped", n)
+	}
+	acc, ok := p.sup.Authorize(v.Lease.ID, r.signer.ID())
+	if !ok {
+		t.Fatal("renter may not read its lease")
+	}
+	all, _ := acc.Outputs()
+	if len(all) != runtime.MaxOutputFiles || auction.ManifestHash(all) != v.OutputsHash || all[0] != v.Outputs[0] {
+		t.Fatalf("provider's manifest: %d files, hash %s, event's %s", len(all), auction.ManifestHash(all), v.OutputsHash)
+	}
+	if log, err := os.ReadFile(acc.LogPath()); err != nil || !strings.Contains(string(log), "exceed 1000 files") {
+		t.Fatalf("job log %q (%v)", log, err)
+	}
+
+	// A receipt that names another result (the short list's hash) is refused.
+	l := *v.Lease
+	other := attest.Receipt{LeaseID: l.ID, JobID: l.JobID, Renter: l.Renter, Provider: l.Provider,
+		Start: v.Started, End: v.Ended, GPUCount: 1, GPUSeconds: 0, Price: l.Price, Outcome: auction.RunSucceeded,
+		ResultHash: auction.ManifestHash(v.Outputs), Heartbeats: *v.Heartbeats, IssuedAt: time.Now()}
+	sr, err := attest.NewReceipt(p.signer, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := sr.Marshal()
+	if _, err := p.tr.Request(t.Context(), r.signer.ID(), wire.ProtoReceipt, b); err == nil || !strings.Contains(err.Error(), "result hash") {
+		t.Fatalf("receipt with another result hash: %v", err)
+	}
+	if n := r.counters.Snapshot()["renter.receipt_result_mismatch"]; n != 1 {
+		t.Fatalf("receipt_result_mismatch = %d", n)
+	}
+
+	p.crash.noReceipts.Store(false)
+	v = r.waitJob(v.Job.ID, "settled", settled)
+	if v.Receipt.ResultHash != v.OutputsHash {
+		t.Fatalf("receipt result hash %s, outputs hash %s", v.Receipt.ResultHash, v.OutputsHash)
+	}
+	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(ledger.KindReceipt, l.ID)) == 1 })
+	// Past the lease's end and the abandonment grace: still not slashed.
+	waitFor(t, 15*time.Second, "lease end and grace", func() bool { return time.Now().After(l.End.Add(h.abandonGrace)) })
+	if st := r.book.Stats(p.id()); st.Slashes != 0 || st.Completed != 1 {
+		t.Fatalf("provider's reputation %+v", st)
+	}
+}

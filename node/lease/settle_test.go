@@ -1,0 +1,89 @@
+package lease
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// TestSettlementSurvivesRenterOutage: the renter is down when the job
+// ends, so the final report and the receipt cannot be exchanged. The
+// provider keeps retrying (also after its own restart, from Recover) and
+// the lease settles in both ledgers once the renter is back; the returning
+// renter does not take its own outage for an abandoned lease.
+func TestSettlementSurvivesRenterOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		restartProvider bool
+	}{
+		{"renter returns", false},
+		{"provider restarts meanwhile", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+			v := r.post(job(auction.Silver, 2, time.Minute, "gate", "end", "0"))
+			r.waitJob(v.Job.ID, "running with telemetry", func(v api.JobView) bool {
+				return v.Run == auction.RunRunning && v.LastTelemetry != nil
+			})
+			r.kill()
+			p.exec.open("end")
+			// The renter stays away for many attempts (before, the provider
+			// tried its final report 5 times over ~7.5 s, then gave up).
+			retried := func(n *node) func() bool {
+				return func() bool { return n.counters.Snapshot()["provider.settle_retry"] >= 8 }
+			}
+			waitFor(t, 3*time.Second, "provider retries the settlement", retried(p))
+			if pl, ok := p.lease(v.Lease.ID); !ok || pl.Run != auction.RunSucceeded {
+				t.Fatalf("provider's record %+v", pl)
+			}
+			if len(p.entries(ledger.KindReceipt, v.Lease.ID)) != 0 {
+				t.Fatal("settled without the renter")
+			}
+			if tc.restartProvider {
+				p.kill()
+				p = p.restart()
+				waitFor(t, 3*time.Second, "restarted provider retries the settlement", retried(p))
+			}
+			r = r.restart()
+			v = r.waitJob(v.Job.ID, "settled", settled)
+			if v.Run != auction.RunSucceeded || v.Receipt.Outcome != auction.RunSucceeded || v.State != auction.JobFinished {
+				t.Fatalf("run %s outcome %s state %s (%s)", v.Run, v.Receipt.Outcome, v.State, v.Detail)
+			}
+			waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(ledger.KindReceipt, v.Lease.ID)) == 1 })
+			rr, pr := r.entries(ledger.KindReceipt, v.Lease.ID), p.entries(ledger.KindReceipt, v.Lease.ID)
+			if len(rr) != 1 || string(rr[0].Data) != string(pr[0].Data) {
+				t.Fatalf("receipts: renter %d, provider %d", len(rr), len(pr))
+			}
+			if st := r.book.Stats(p.id()); st.Slashes != 0 {
+				t.Fatalf("provider slashed for the renter's outage: %+v", st)
+			}
+			// Settled: the provider stops retrying.
+			n := p.counters.Snapshot()["provider.settle_retry"]
+			time.Sleep(300 * time.Millisecond)
+			if m := p.counters.Snapshot()["provider.settle_retry"]; m != n {
+				t.Fatalf("provider still retrying after settlement: %d → %d", n, m)
+			}
+		})
+	}
+}
+
+// TestSettlementGivesUpAfterWindow: a lease whose end lies further back
+// than the settlement window is not retried for ever.
+func TestSettlementGivesUpAfterWindow(t *testing.T) {
+	h := newHarness(t)
+	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+	p.sup.cfg.SettleWindow = time.Millisecond
+	v := r.post(job(auction.Silver, 2, 200*time.Millisecond, "gate", "never", "0"))
+	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	r.kill()
+	waitFor(t, 3*time.Second, "provider gives up", func() bool { return p.counters.Snapshot()["provider.settle_abandoned"] == 1 })
+	n := p.counters.Snapshot()["provider.settle_retry"]
+	time.Sleep(200 * time.Millisecond)
+	if m := p.counters.Snapshot()["provider.settle_retry"]; m != n {
+		t.Fatalf("provider retries after giving up: %d → %d", n, m)
+	}
+}
