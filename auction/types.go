@@ -113,6 +113,11 @@ type RunSpec struct {
 	Outputs string `json:"outputs,omitempty" yaml:"outputs,omitempty"`
 	// MemoryMB caps the job's memory where the runtime can enforce it.
 	MemoryMB int `json:"memory_mb,omitempty" yaml:"memory_mb,omitempty"`
+	// ServicePort, when set, makes the job a service replica: a long-running
+	// server listening on this port (on the job's own loopback) that the
+	// renter reaches through the provider over libp2p (wire.ProtoService),
+	// never through a public port.
+	ServicePort int `json:"service_port,omitempty" yaml:"service_port,omitempty"`
 }
 
 // Job is a renter's request with its SLA.
