@@ -17,6 +17,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease"
+	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -37,6 +38,7 @@ type market struct {
 	provider *auction.Provider // nil on a renter-only node
 	cal      *auction.Calendar
 	exec     runtime.Executor
+	svc      *service.Manager
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -68,6 +70,9 @@ func newMarket(d *Daemon) (*market, error) {
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
 		Now: d.now, Log: d.log, Counters: m.counters,
 	}); err != nil {
+		return nil, err
+	}
+	if err := m.newServices(); err != nil {
 		return nil, err
 	}
 	if d.cfg.Provider.Enabled {
@@ -148,6 +153,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d.net.Handle(wire.ProtoCancel, p2p.Handler(m.sup.HandleCancel))
 	d.net.Host.SetStreamHandler(wire.ProtoLogs, m.serveLogs)
 	d.net.Host.SetStreamHandler(wire.ProtoOutputs, m.serveOutputs)
+	d.net.Host.SetStreamHandler(wire.ProtoService, m.serveService)
 	for _, t := range auction.ProviderTopics(ptr(d.capability(time.Minute))) {
 		if err := d.net.Subscribe(m.ctx, t, func(from peer.ID, data []byte) {
 			if err := m.provider.HandleCall(from, data); err != nil {
@@ -163,6 +169,9 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 func ptr[T any](v T) *T { return &v }
 
 func (m *market) close() {
+	if m.svc != nil {
+		m.svc.Close()
+	}
 	m.cancel()
 	if m.sup != nil {
 		m.sup.Close()
@@ -245,6 +254,7 @@ func (m *market) routes(mux *http.ServeMux) {
 	})
 	d.route(mux, "GET /v1/counters", func(*http.Request) (any, error) { return m.allCounters(), nil })
 	m.ledgerRoutes(mux)
+	m.serviceRoutes(mux)
 }
 
 // allCounters merges every rejection counter of the node's roles.

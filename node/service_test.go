@@ -1,0 +1,255 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// buildServer builds testdata/svcserver, the replicas' HTTP server, into
+// a directory job uids can read. As root, jobs get a private /tmp, so the
+// binary goes under /run instead of t.TempDir.
+func buildServer(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if os.Geteuid() == 0 {
+		d, err := os.MkdirTemp("/run", "gpumesh-svc-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		dir = d
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "svcserver")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./testdata/svcserver")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build svcserver: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// serviceSpec is a gold service of the test server on port 8000, with
+// fast probes.
+func serviceSpec(bin string, replicas, maxReplicas int) api.ServiceSpec {
+	return api.ServiceSpec{
+		Job: auction.Job{Tier: auction.Gold, MaxPrice: 2, Region: "eu", GPUCount: 1, Duration: 10 * time.Minute,
+			BidWindow: time.Second, Run: auction.RunSpec{Command: []string{bin}, ServicePort: 8000}},
+		Replicas: replicas, MaxReplicas: maxReplicas, Health: "/healthz",
+		ProbeInterval: 300 * time.Millisecond, StartTimeout: 20 * time.Second,
+	}
+}
+
+// waitService polls a service's status until cond holds.
+func waitService(t *testing.T, c *api.Client, id string, within time.Duration, what string, cond func(api.ServiceView) bool) api.ServiceView {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		v, err := c.Service(context.Background(), id)
+		if err == nil && cond(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service %s: %s not reached within %s (err %v); last view: desired %d ready %d replicas %+v events %+v",
+				id, what, within, err, v.Desired, v.Ready, v.Replicas, v.Events)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func readyOn(v api.ServiceView, provider string) bool {
+	for _, r := range v.Replicas {
+		if r.Provider == provider && r.State == api.ReplicaReady {
+			return true
+		}
+	}
+	return false
+}
+
+// load sends GET path through the gateway from workers goroutines until
+// stop is closed, counting successes and failures.
+type load struct {
+	ok, failed atomic.Int64
+	wg         sync.WaitGroup
+	stop       chan struct{}
+	mu         sync.Mutex
+	lastErr    string
+}
+
+func startLoad(gateway, path string, workers int) *load {
+	l := &load{stop: make(chan struct{})}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	for range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				resp, err := client.Get("http://" + gateway + path)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %s", resp.Status)
+					}
+				}
+				if err != nil {
+					l.failed.Add(1)
+					l.mu.Lock()
+					l.lastErr = err.Error()
+					l.mu.Unlock()
+					continue
+				}
+				l.ok.Add(1)
+			}
+		}()
+	}
+	return l
+}
+
+func (l *load) end() (ok, failed int64) {
+	close(l.stop)
+	l.wg.Wait()
+	return l.ok.Load(), l.failed.Load()
+}
+
+// TestServiceGateway: a two-replica service of a real HTTP server, run by
+// the sandboxed process executor on two providers, answers 1,000 requests
+// through the renter's loopback gateway; bodies and server-sent events
+// pass through; the replicas' port is not on the host's loopback; and the
+// status shows each replica's requests and latency.
+func TestServiceGateway(t *testing.T) {
+	bin := buildServer(t)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), fastConfig(providerConfig("eu-west", 1.0, a100)))
+	waitAdvertised(t, boot, ns...)
+	c := api.NewClient(boot.dir)
+	v, err := c.PostService(context.Background(), serviceSpec(bin, 2, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(v.Gateway, "127.0.0.1:") {
+		t.Fatalf("gateway %q is not on loopback", v.Gateway)
+	}
+	waitService(t, c, v.ID, 30*time.Second, "2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
+
+	const total, workers = 1000, 8
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	var next, okCount atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, total)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= total {
+				resp, err := client.Get("http://" + v.Gateway + "/work")
+				if err != nil {
+					errs <- err
+					continue
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 || !strings.HasPrefix(string(b), "ok ") {
+					errs <- fmt.Errorf("status %s body %q err %v", resp.Status, b, err)
+					continue
+				}
+				okCount.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("request failed: %v", err)
+	}
+	if okCount.Load() != total {
+		t.Fatalf("%d of %d requests succeeded", okCount.Load(), total)
+	}
+
+	// A request body passes through.
+	resp, err := client.Post("http://"+v.Gateway+"/echo", "text/plain", strings.NewReader("ping through libp2p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "ping through libp2p" {
+		t.Fatalf("echo = %q", b)
+	}
+	// Server-sent events arrive as they are sent, not at the end.
+	start := time.Now()
+	resp, err = client.Get("http://" + v.Gateway + "/stream?n=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("stream content type %q", ct)
+	}
+	br := bufio.NewReader(resp.Body)
+	first, err := br.ReadString('\n')
+	firstAt := time.Since(start)
+	if err != nil || first != "data: event 0\n" {
+		t.Fatalf("first event %q, %v", first, err)
+	}
+	rest, _ := io.ReadAll(br)
+	resp.Body.Close()
+	all := time.Since(start)
+	if got := strings.Count(string(rest), "data: event"); got != 4 {
+		t.Fatalf("got %d more events, want 4: %q", got, rest)
+	}
+	if all-firstAt < 300*time.Millisecond {
+		t.Fatalf("first event after %s, the stream ended after %s: events were buffered", firstAt, all)
+	}
+
+	// The replicas listen on their jobs' own loopback only.
+	if os.Geteuid() == 0 {
+		if conn, err := net.DialTimeout("tcp", "127.0.0.1:8000", time.Second); err == nil {
+			conn.Close()
+			t.Fatal("a replica's port is reachable on the host's loopback")
+		}
+	}
+
+	st, err := c.Service(context.Background(), v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, r := range st.Replicas {
+		if r.Requests == 0 || r.P50MS <= 0 || r.P95MS < r.P50MS || r.P99MS < r.P95MS {
+			t.Errorf("replica %s on %s: %d requests, p50 %.3f p95 %.3f p99 %.3f ms", r.JobID, r.Provider, r.Requests, r.P50MS, r.P95MS, r.P99MS)
+		}
+		sum += r.Requests
+		t.Logf("replica %s: %d requests, %d errors, %.1f req/s, p50 %.2f p95 %.2f p99 %.2f ms", r.JobID, r.Requests, r.Errors, r.RatePerSec, r.P50MS, r.P95MS, r.P99MS)
+	}
+	if sum < total || st.Totals.Errors != 0 {
+		t.Fatalf("status counts %d requests (%d errors), want at least %d and none", sum, st.Totals.Errors, total)
+	}
+	if _, err := c.StopService(context.Background(), v.ID); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := client.Get("http://" + v.Gateway + "/work"); err == nil {
+		resp.Body.Close()
+		t.Fatal("the gateway still answers after stop")
+	}
+}
