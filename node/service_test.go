@@ -3,6 +3,7 @@ package node
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,10 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/service"
+	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // buildServer builds testdata/svcserver, the replicas' HTTP server, into
@@ -128,6 +133,18 @@ func startLoad(gateway, path string, workers int) *load {
 	return l
 }
 
+// waitOK waits until n requests have succeeded.
+func (l *load) waitOK(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for l.ok.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d requests succeeded (%d failed, last %q)", l.ok.Load(), l.failed.Load(), l.lastErr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (l *load) end() (ok, failed int64) {
 	close(l.stop)
 	l.wg.Wait()
@@ -151,7 +168,7 @@ func TestServiceGateway(t *testing.T) {
 	if !strings.HasPrefix(v.Gateway, "127.0.0.1:") {
 		t.Fatalf("gateway %q is not on loopback", v.Gateway)
 	}
-	waitService(t, c, v.ID, 30*time.Second, "2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
+	st0 := waitService(t, c, v.ID, 30*time.Second, "2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
 
 	const total, workers = 1000, 8
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
@@ -222,6 +239,29 @@ func TestServiceGateway(t *testing.T) {
 		t.Fatalf("first event after %s, the stream ended after %s: events were buffered", firstAt, all)
 	}
 
+	// Only a lease's renter gets through to its replica: another peer is
+	// refused by the provider.
+	rep := st0.Replicas[0]
+	var other *testNode
+	for _, n := range ns {
+		if n.ID().String() != rep.Provider {
+			other = n
+		}
+	}
+	provID, err := peer.Decode(rep.Provider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(ctx context.Context, p peer.ID) (network.Stream, error) {
+		return other.net.Host.NewStream(ctx, p, wire.ProtoService)
+	}
+	if conn, err := service.Connect(context.Background(), open, provID, rep.LeaseID); !errors.Is(err, service.ErrRefused) {
+		if conn != nil {
+			conn.Close()
+		}
+		t.Fatalf("a stream from a peer that is not the renter: %v, want refused", err)
+	}
+
 	// The replicas listen on their jobs' own loopback only.
 	if os.Geteuid() == 0 {
 		if conn, err := net.DialTimeout("tcp", "127.0.0.1:8000", time.Second); err == nil {
@@ -251,5 +291,151 @@ func TestServiceGateway(t *testing.T) {
 	if resp, err := client.Get("http://" + v.Gateway + "/work"); err == nil {
 		resp.Body.Close()
 		t.Fatal("the gateway still answers after stop")
+	}
+}
+
+// TestServiceFailover: under steady load, one replica's provider goes
+// away (its daemon closes): routing drops the replica within 3 s, a
+// replacement leased through a new auction serves within 30 s, and at
+// least 99 % of the requests succeed throughout.
+func TestServiceFailover(t *testing.T) {
+	bin := buildServer(t)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), fastConfig(providerConfig("eu-west", 1.0, a100)),
+		fastConfig(providerConfig("eu-west", 1.0, a100)))
+	waitAdvertised(t, boot, ns...)
+	c := api.NewClient(boot.dir)
+	v, err := c.PostService(context.Background(), serviceSpec(bin, 2, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = waitService(t, c, v.ID, 30*time.Second, "2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
+	victim := v.Replicas[0].Provider
+	var dead *testNode
+	for _, n := range ns {
+		if n.ID().String() == victim {
+			dead = n
+		}
+	}
+	if dead == nil {
+		t.Fatalf("replica provider %s is none of the test's providers", victim)
+	}
+
+	l := startLoad(v.Gateway, "/work?ms=5", 6)
+	l.waitOK(t, 200) // steady load before the failure
+	killed := time.Now()
+	if err := dead.Close(); err != nil {
+		t.Logf("close provider: %v", err)
+	}
+	waitService(t, c, v.ID, 3*time.Second, "the dead provider's replica out of routing", func(v api.ServiceView) bool {
+		return !readyOn(v, victim)
+	})
+	dropped := time.Since(killed)
+	v = waitService(t, c, v.ID, 30*time.Second, "2 ready replicas again", func(v api.ServiceView) bool {
+		return v.Ready == 2 && !readyOn(v, victim)
+	})
+	replaced := time.Since(killed)
+	// The replacement carries load.
+	v = waitService(t, c, v.ID, 10*time.Second, "both replicas serving requests", func(v api.ServiceView) bool {
+		serving := 0
+		for _, r := range v.Replicas {
+			if r.State == api.ReplicaReady && r.Requests > 0 {
+				serving++
+			}
+		}
+		return serving == 2
+	})
+	ok, failed := l.end()
+	t.Logf("dropped from routing after %s, replacement ready after %s; %d ok, %d failed (last error %q), %d retries",
+		dropped.Round(time.Millisecond), replaced.Round(time.Millisecond), ok, failed, l.lastErr, v.Retries)
+	if ok == 0 || float64(ok) < 0.99*float64(ok+failed) {
+		t.Fatalf("%d of %d requests succeeded, want at least 99%%", ok, ok+failed)
+	}
+	for _, r := range v.Replicas {
+		if r.Provider == victim {
+			t.Fatalf("the dead provider still holds a replica: %+v", r)
+		}
+	}
+}
+
+// TestServiceAutoscale: load whose latency is above the target p95 scales
+// the service up to its max replicas, one step at a time; once the load
+// is gone, it scales back down to its min, each step after the hysteresis.
+func TestServiceAutoscale(t *testing.T) {
+	bin := buildServer(t)
+	// One provider with three GPUs: the three replicas listen on the same
+	// port, each in its own sandbox.
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100, a100, a100)))
+	waitAdvertised(t, boot, ns...)
+	c := api.NewClient(boot.dir)
+	spec := serviceSpec(bin, 1, 3)
+	spec.TargetP95 = 50 * time.Millisecond
+	spec.ScaleDownAfter = 2 * time.Second
+	v, err := c.PostService(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	l := startLoad(v.Gateway, "/work?ms=120", 4)
+	waitService(t, c, v.ID, 40*time.Second, "3 ready replicas under load", func(v api.ServiceView) bool {
+		return v.Desired == 3 && v.Ready == 3
+	})
+	ok, failed := l.end()
+	idle := time.Now()
+	if failed != 0 {
+		t.Errorf("%d of %d requests failed under load (last %q)", failed, ok+failed, l.lastErr)
+	}
+	v = waitService(t, c, v.ID, 30*time.Second, "back to 1 replica", func(v api.ServiceView) bool {
+		return v.Desired == 1 && len(v.Replicas) == 1 && v.Ready == 1
+	})
+	var ups, downs []time.Time
+	for _, e := range v.Events {
+		switch {
+		case strings.HasPrefix(e.What, "autoscale: 1 → 2"), strings.HasPrefix(e.What, "autoscale: 2 → 3"):
+			ups = append(ups, e.Time)
+		case strings.HasPrefix(e.What, "autoscale: 3 → 2"), strings.HasPrefix(e.What, "autoscale: 2 → 1"):
+			downs = append(downs, e.Time)
+		}
+	}
+	if len(ups) != 2 || len(downs) != 2 {
+		t.Fatalf("autoscale events: %d up, %d down, want 2 each: %+v", len(ups), len(downs), v.Events)
+	}
+	if first := downs[0].Sub(idle); first < spec.ScaleDownAfter-200*time.Millisecond {
+		t.Fatalf("first scale-down %s after the load ended, before the %s hysteresis", first, spec.ScaleDownAfter)
+	}
+	if gap := downs[1].Sub(downs[0]); gap < spec.ScaleDownAfter {
+		t.Fatalf("second scale-down %s after the first, before the %s hysteresis", gap, spec.ScaleDownAfter)
+	}
+	t.Logf("scaled up at %v, down %s and %s after the load ended", ups, downs[0].Sub(idle).Round(time.Millisecond), downs[1].Sub(idle).Round(time.Millisecond))
+}
+
+// TestServiceOutlivesLease: a service whose leases are short re-leases
+// each replica before its lease ends and drains the old one once the
+// successor is ready; requests keep succeeding across the handover.
+func TestServiceOutlivesLease(t *testing.T) {
+	bin := buildServer(t)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100, a100)))
+	waitAdvertised(t, boot, ns...)
+	c := api.NewClient(boot.dir)
+	spec := serviceSpec(bin, 1, 1)
+	spec.Job.Duration = 12 * time.Second // renewed 6 s before its end
+	v, err := c.PostService(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	first := v.Replicas[0]
+	l := startLoad(v.Gateway, "/work?ms=5", 4)
+	v = waitService(t, c, v.ID, 20*time.Second, "a successor serving alone", func(v api.ServiceView) bool {
+		return len(v.Replicas) == 1 && v.Replicas[0].JobID != first.JobID && v.Ready == 1 && v.Replicas[0].Requests > 0
+	})
+	ok, failed := l.end()
+	if !time.Now().Before(first.LeaseEnd.Add(time.Second)) {
+		t.Errorf("the successor took over only at %s, after the first lease's end %s", time.Now().Format(time.TimeOnly), first.LeaseEnd.Format(time.TimeOnly))
+	}
+	if failed != 0 || ok == 0 {
+		t.Fatalf("%d ok, %d failed across the handover (last %q)", ok, failed, l.lastErr)
+	}
+	if v.Replicas[0].LeaseEnd.Sub(first.LeaseEnd) < 3*time.Second {
+		t.Fatalf("the successor's lease ends at %s, the first at %s", v.Replicas[0].LeaseEnd, first.LeaseEnd)
 	}
 }

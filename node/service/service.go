@@ -197,7 +197,7 @@ func (s *Service) leased(r *replica, v api.JobView, err error) {
 	leaseID := r.leaseID
 	r.transport = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return connect(ctx, s.m.cfg.Open, prov, leaseID)
+			return Connect(ctx, s.m.cfg.Open, prov, leaseID)
 		},
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 256,
@@ -286,7 +286,7 @@ func (s *Service) probe(r *replica) error {
 	ctx, cancel := context.WithTimeout(s.ctx, max(s.spec.ProbeInterval, 500*time.Millisecond))
 	defer cancel()
 	if s.spec.Health == "" {
-		c, err := connect(ctx, s.m.cfg.Open, r.provider, r.leaseID)
+		c, err := Connect(ctx, s.m.cfg.Open, r.provider, r.leaseID)
 		if err != nil {
 			return err
 		}

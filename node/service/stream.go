@@ -150,9 +150,9 @@ type Opener func(ctx context.Context, provider peer.ID) (network.Stream, error)
 // ErrRefused wraps a provider's refusal of a service stream.
 var ErrRefused = errors.New("service: provider refused the stream")
 
-// connect opens a stream to lease leaseID on provider and returns it as a
+// Connect opens a stream to lease leaseID on provider and returns it as a
 // net.Conn once the provider has connected it to the replica's port.
-func connect(ctx context.Context, open Opener, provider peer.ID, leaseID string) (net.Conn, error) {
+func Connect(ctx context.Context, open Opener, provider peer.ID, leaseID string) (net.Conn, error) {
 	s, err := open(ctx, provider)
 	if err != nil {
 		return nil, err
