@@ -80,4 +80,3 @@ func (m *market) serviceRoutes(mux *http.ServeMux) {
 	})
 	d.route(mux, "POST /v1/services/{id}/stop", func(r *http.Request) (any, error) { return m.svc.Stop(r.PathValue("id")) })
 }
-
