@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,5 +60,42 @@ func TestDialReachesJobLoopback(t *testing.T) {
 	}
 	if _, err := d.Dial(context.Background(), 0); err == nil {
 		t.Fatal("Dial(0) succeeded")
+	}
+}
+
+// TestDockerDialReachesContainerLoopback: a container without a network
+// still serves on its own loopback, reached through Handle.Dial.
+func TestDockerDialReachesContainerLoopback(t *testing.T) {
+	e := dockerExecutor(t)
+	if os.Geteuid() != 0 {
+		t.Skip("entering a container's network namespace needs root")
+	}
+	var out syncBuffer
+	h, err := e.Start(context.Background(), Spec{ID: "svc-docker-dial", Image: testImage, Command: []string{"/jobhelper", "serve", "8000"}}, &out, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Stop(time.Second); h.Wait(); _ = h.Cleanup() }()
+	d, ok := h.(Dialer)
+	if !ok {
+		t.Fatalf("docker handle %T is not a Dialer", h)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := d.Dial(ctx, 8000)
+		cancel()
+		if err == nil {
+			line, rerr := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if rerr == nil && strings.HasPrefix(line, "hello from ") {
+				return
+			}
+			err = rerr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dial the container's port: %v (output %q)", err, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
