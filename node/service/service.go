@@ -24,7 +24,8 @@ const (
 	unreadyAfter = 2
 	replaceAfter = 4
 	// postBackoff spaces auctions after one that found no provider.
-	postBackoff = 2 * time.Second
+	postBackoff    = 2 * time.Second
+	maxPostBackoff = time.Minute
 	// maxEvents is how many events a service keeps.
 	maxEvents = 64
 )
@@ -73,6 +74,7 @@ type Service struct {
 	stopped      bool
 	lowSince     time.Time
 	postFailedAt time.Time
+	postFailures int // auctions in a row that found no lease
 }
 
 func newService(m *Manager, spec api.ServiceSpec, ln net.Listener) *Service {
@@ -188,11 +190,20 @@ func (s *Service) leased(r *replica, v api.JobView, err error) {
 			err = fmt.Errorf("lease names no valid provider: %w", err)
 		}
 	}
+	if !slices.Contains(s.reps, r) {
+		// The service stopped during the auction: a lease won is not used.
+		if err == nil {
+			s.cancelJob(r.jobID)
+		}
+		return
+	}
 	if err != nil {
 		s.postFailedAt = s.now()
+		s.postFailures++
 		s.retire(r, "auction failed: "+err.Error())
 		return
 	}
+	s.postFailures = 0
 	r.leaseID, r.provider, r.leaseEnd, r.leasedAt = v.Lease.ID, prov, v.Lease.End, s.now()
 	leaseID := r.leaseID
 	r.transport = &http.Transport{
@@ -254,11 +265,16 @@ func (s *Service) retire(r *replica, why string) {
 	if r.leaseID == "" {
 		return
 	}
+	s.cancelJob(r.jobID)
+}
+
+// cancelJob cancels a replica's job in the background.
+func (s *Service) cancelJob(jobID string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if _, err := s.m.cfg.Leaser.Cancel(r.jobID); err != nil {
-			s.m.log.Debug("service: cancel replica lease", "job", r.jobID, "err", err)
+		if _, err := s.m.cfg.Leaser.Cancel(jobID); err != nil {
+			s.m.log.Debug("service: cancel replica lease", "job", jobID, "err", err)
 		}
 	}()
 }
@@ -334,6 +350,16 @@ func (s *Service) probed(r *replica, err error) {
 	}
 }
 
+// backoff is how long after an auction that found no lease the next one
+// starts: postBackoff, doubled for each further failure, at most
+// maxPostBackoff.
+func (s *Service) backoff() time.Duration {
+	if s.postFailures == 0 {
+		return 0
+	}
+	return min(postBackoff<<min(s.postFailures-1, 10), maxPostBackoff)
+}
+
 // renewBefore is how long before a lease's end its successor is leased.
 func (s *Service) renewBefore() time.Duration {
 	d := s.spec.Job.Duration
@@ -387,7 +413,7 @@ func (s *Service) tick() {
 			readyLive++
 		}
 	}
-	if len(live) < s.desired && now.Sub(s.postFailedAt) >= postBackoff {
+	if len(live) < s.desired && now.Sub(s.postFailedAt) >= s.backoff() {
 		for range s.desired - len(live) {
 			s.addReplica()
 		}
