@@ -41,7 +41,9 @@ func (f *fakeLeaser) Post(job auction.Job) (api.JobView, error) {
 	return v, nil
 }
 
-func (f *fakeLeaser) View(id string) (api.JobView, error) { return api.JobView{}, errors.New("unknown") }
+func (f *fakeLeaser) View(id string) (api.JobView, error) {
+	return api.JobView{}, errors.New("unknown")
+}
 
 func (f *fakeLeaser) Cancel(id string) (api.JobView, error) {
 	f.mu.Lock()
