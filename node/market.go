@@ -90,6 +90,9 @@ func newMarket(d *Daemon) (*market, error) {
 	if err := n.Subscribe(m.ctx, wire.ReputationTopic, m.receipts.HandleGossip); err != nil {
 		return nil, err
 	}
+	if err := m.svc.Restore(); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -169,10 +172,10 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 func ptr[T any](v T) *T { return &v }
 
 func (m *market) close() {
+	m.cancel()
 	if m.svc != nil {
 		m.svc.Close()
 	}
-	m.cancel()
 	if m.sup != nil {
 		m.sup.Close()
 	}

@@ -439,3 +439,58 @@ func TestServiceOutlivesLease(t *testing.T) {
 		t.Fatalf("the successor's lease ends at %s, the first at %s", v.Replicas[0].LeaseEnd, first.LeaseEnd)
 	}
 }
+
+// TestServiceSurvivesRenterRestart: the renter's daemon restarts; its
+// service is served again on the same gateway address by the replica it
+// had leased (adopted, not leased again: the provider's one GPU is
+// taken), and stopping it afterwards cancels that lease.
+func TestServiceSurvivesRenterRestart(t *testing.T) {
+	bin := buildServer(t)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
+	rdir := filepath.Join(t.TempDir(), "renter")
+	r := startNode(t, rdir, renterConfig(), boot.Daemon)
+	t.Cleanup(func() { r.Close() })
+	waitAdvertised(t, r, ns...)
+	c := api.NewClient(rdir)
+	v, err := c.PostService(context.Background(), serviceSpec(bin, 1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	first := v.Replicas[0]
+	get := func() error {
+		resp, err := http.Get("http://" + v.Gateway + "/work")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("status %s", resp.Status)
+		}
+		return nil
+	}
+	if err := get(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r2 := startNode(t, rdir, renterConfig(), boot.Daemon)
+	t.Cleanup(func() { r2.Close() })
+	v2 := waitService(t, c, v.ID, 20*time.Second, "the replica adopted and ready", func(v api.ServiceView) bool {
+		return v.Ready == 1 && len(v.Replicas) == 1 && v.Replicas[0].JobID == first.JobID
+	})
+	if v2.Gateway != v.Gateway {
+		t.Fatalf("gateway moved from %s to %s", v.Gateway, v2.Gateway)
+	}
+	if err := get(); err != nil {
+		t.Fatalf("through the restored gateway: %v", err)
+	}
+	if _, err := c.StopService(context.Background(), v.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, r2, first.JobID, 15*time.Second, "the adopted replica's lease cancelled", func(j api.JobView) bool {
+		return j.Run.Terminal()
+	})
+}

@@ -31,13 +31,25 @@ func (m *market) newServices() error {
 	var err error
 	m.svc, err = service.NewManager(m.ctx, service.Config{
 		Leaser: serviceLeaser{m},
-		Open: func(ctx context.Context, p peer.ID) (network.Stream, error) {
-			return m.d.net.Host.NewStream(ctx, p, wire.ProtoService)
-		},
-		Now: m.d.now,
-		Log: m.d.log,
+		Open:   m.openService,
+		Now:    m.d.now,
+		Log:    m.d.log,
+		Store:  m.d.db.State("services"),
 	})
 	return err
+}
+
+// openService opens a service stream to a provider; a provider this node
+// has no address of (e.g. after a restart) is looked up by its capability
+// record first.
+func (m *market) openService(ctx context.Context, p peer.ID) (network.Stream, error) {
+	h := m.d.net.Host
+	if h.Network().Connectedness(p) != network.Connected && len(h.Peerstore().Addrs(p)) == 0 {
+		if c, err := m.d.lookupCapability(ctx, p); err == nil {
+			m.d.net.AddAddrs(p, c.Addrs)
+		}
+	}
+	return h.NewStream(ctx, p, wire.ProtoService)
 }
 
 // serveService connects a renter's stream to one of its service

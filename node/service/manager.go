@@ -32,6 +32,8 @@ type Config struct {
 	Open Opener
 	Now  func() time.Time
 	Log  *slog.Logger
+	// Store persists services across restarts; nil keeps them in memory.
+	Store Store
 }
 
 // Defaults of a ServiceSpec's optional fields.
@@ -169,6 +171,9 @@ func (m *Manager) Post(spec api.ServiceSpec) (api.ServiceView, error) {
 	}
 	m.svcs[spec.ID] = s
 	m.mu.Unlock()
+	s.mu.Lock()
+	s.save()
+	s.mu.Unlock()
 	s.start()
 	m.log.Info("service started", "service", spec.ID, "gateway", s.Gateway(), "replicas", spec.Replicas, "max", spec.MaxReplicas)
 	return s.view(), nil
@@ -231,13 +236,14 @@ func (m *Manager) Stop(id string) (api.ServiceView, error) {
 	return s.view(), nil
 }
 
-// Close stops every service (the daemon is stopping: their leases are
-// cancelled, best effort) and waits for their background work.
+// Close halts every service because the daemon shuts down: gateways
+// close, replicas keep their leases, and Restore serves them again on
+// the next start.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	svcs := slices.Collect(maps.Values(m.svcs))
 	m.mu.Unlock()
 	for _, s := range svcs {
-		s.stop("the renter's daemon shut down")
+		s.halt()
 	}
 }

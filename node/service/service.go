@@ -74,7 +74,9 @@ type Service struct {
 	stopped      bool
 	lowSince     time.Time
 	postFailedAt time.Time
-	postFailures int // auctions in a row that found no lease
+	postFailures int  // auctions in a row that found no lease
+	dirty        bool // changed since last persisted
+	halted       bool // the daemon is shutting down: nothing is cancelled any more
 }
 
 func newService(m *Manager, spec api.ServiceSpec, ln net.Listener) *Service {
@@ -125,6 +127,7 @@ func (s *Service) loop() {
 // is held.
 func (s *Service) event(format string, a ...any) {
 	what := fmt.Sprintf(format, a...)
+	s.dirty = true
 	s.m.log.Info("service: "+what, "service", s.spec.ID)
 	s.events = append(s.events, api.ServiceEvent{Time: s.now(), What: what})
 	if len(s.events) > maxEvents {
@@ -205,22 +208,21 @@ func (s *Service) leased(r *replica, v api.JobView, err error) {
 	}
 	s.postFailures = 0
 	r.leaseID, r.provider, r.leaseEnd, r.leasedAt = v.Lease.ID, prov, v.Lease.End, s.now()
-	leaseID := r.leaseID
-	r.transport = &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return Connect(ctx, s.m.cfg.Open, prov, leaseID)
-		},
-		MaxIdleConns:        256,
-		MaxIdleConnsPerHost: 256,
-		IdleConnTimeout:     time.Minute,
-		DisableCompression:  true,
-	}
+	r.transport = s.newTransport(prov, r.leaseID)
 	if s.stopped {
 		s.retire(r, "service stopped")
 		return
 	}
 	s.setState(r, api.ReplicaStarting)
 	s.event("replica %s leased: lease %s on %s until %s", r.jobID, r.leaseID, shortPeer(prov), r.leaseEnd.UTC().Format(time.TimeOnly))
+	if s.halted {
+		return // kept in the record for the next run
+	}
+	s.startProbes(r)
+}
+
+// startProbes starts r's readiness probes; s.mu is held.
+func (s *Service) startProbes(r *replica) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -376,7 +378,7 @@ func (s *Service) tick() {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped {
+	if s.stopped || s.halted {
 		return
 	}
 	for _, r := range slices.Clone(s.reps) {
@@ -452,6 +454,9 @@ func (s *Service) tick() {
 			s.retire(r, "drained")
 		}
 	}
+	if s.dirty {
+		s.save()
+	}
 }
 
 // autoscale moves the desired count on load and latency; s.mu is held.
@@ -518,12 +523,32 @@ func (s *Service) stop(why string) {
 	for _, r := range slices.Clone(s.reps) {
 		s.retire(r, "service stopped")
 	}
+	s.save()
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = s.srv.Shutdown(ctx)
 	cancel()
 	s.cancel()
 	s.wg.Wait()
+}
+
+// halt stops serving because the daemon shuts down: the gateway closes
+// and the control loop ends, but the replicas keep their leases and the
+// service is persisted for the next run to adopt them.
+func (s *Service) halt() {
+	s.mu.Lock()
+	s.halted = true
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = s.srv.Shutdown(ctx)
+	cancel()
+	s.cancel()
+	s.wg.Wait()
+	s.mu.Lock()
+	if !s.stopped {
+		s.save()
+	}
+	s.mu.Unlock()
 }
 
 // view is the service's status.
