@@ -150,6 +150,9 @@ func (j *Job) Validate() error {
 	if j.Run.MemoryMB < 0 {
 		bad("run.memory_mb", "must not be negative, got %d", j.Run.MemoryMB)
 	}
+	if j.Run.ServicePort < 0 || j.Run.ServicePort > 65535 {
+		bad("run.service_port", "must be in [1, 65535] (0: not a service), got %d", j.Run.ServicePort)
+	}
 	if j.Tier == Gold && j.Preemptible {
 		bad("preemptible", "must be false for a gold job (gold work is never preempted)")
 	}

@@ -128,6 +128,11 @@ type RunSpec struct {
 	// ImageArtifact is an artifact holding Image as a `docker save`
 	// tarball: a provider without the image loads it from there.
 	ImageArtifact string `json:"image_artifact,omitempty" yaml:"image_artifact,omitempty"`
+	// ServicePort, when set, makes the job a service replica: a long-running
+	// server listening on this port (on the job's own loopback) that the
+	// renter reaches through the provider over libp2p (wire.ProtoService),
+	// never through a public port.
+	ServicePort int `json:"service_port,omitempty" yaml:"service_port,omitempty"`
 }
 
 // Artifacts returns the distinct artifact ids the job needs: its inputs

@@ -19,6 +19,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease"
+	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -39,6 +40,7 @@ type market struct {
 	provider *auction.Provider // nil on a renter-only node
 	cal      *auction.Calendar
 	exec     runtime.Executor
+	svc      *service.Manager
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -72,6 +74,9 @@ func newMarket(d *Daemon) (*market, error) {
 	}); err != nil {
 		return nil, err
 	}
+	if err := m.newServices(); err != nil {
+		return nil, err
+	}
 	if d.cfg.Provider.Enabled {
 		if err := m.startProvider(tr, lt); err != nil {
 			return nil, err
@@ -85,6 +90,9 @@ func newMarket(d *Daemon) (*market, error) {
 	n.Handle(wire.ProtoLeaseEvent, p2p.Handler(m.tracker.HandleLeaseEvent))
 	n.Handle(wire.ProtoReceipt, p2p.Handler(m.tracker.HandleReceipt))
 	if err := n.Subscribe(m.ctx, wire.ReputationTopic, m.receipts.HandleGossip); err != nil {
+		return nil, err
+	}
+	if err := m.svc.Restore(); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -155,6 +163,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d.net.Handle(wire.ProtoCancel, p2p.Handler(m.sup.HandleCancel))
 	d.net.Host.SetStreamHandler(wire.ProtoLogs, m.serveLogs)
 	d.net.Host.SetStreamHandler(wire.ProtoOutputs, m.serveOutputs)
+	d.net.Host.SetStreamHandler(wire.ProtoService, m.serveService)
 	for _, t := range auction.ProviderTopics(ptr(d.capability(time.Minute))) {
 		if err := d.net.Subscribe(m.ctx, t, func(from peer.ID, data []byte) {
 			if err := m.provider.HandleCall(from, data); err != nil {
@@ -183,6 +192,9 @@ func ptr[T any](v T) *T { return &v }
 
 func (m *market) close() {
 	m.cancel()
+	if m.svc != nil {
+		m.svc.Close()
+	}
 	if m.sup != nil {
 		m.sup.Close()
 	}
@@ -267,6 +279,7 @@ func (m *market) routes(mux *http.ServeMux) {
 	})
 	d.route(mux, "GET /v1/counters", func(*http.Request) (any, error) { return m.allCounters(), nil })
 	m.ledgerRoutes(mux)
+	m.serviceRoutes(mux)
 }
 
 // allCounters merges every rejection counter of the node's roles.

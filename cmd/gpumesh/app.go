@@ -42,6 +42,7 @@ func newApp(stdout, stderr io.Writer, unknown *bool) *cli.App {
 			countersCommand(),
 			versionCommand(),
 			jobCommand(),
+			serveCommand(),
 			bidsCommand(),
 			providerCommand(),
 			reputationCommand(),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -869,6 +870,28 @@ func (a *Access) Outputs() ([]auction.OutputFile, bool) {
 	a.r.mu.Lock()
 	defer a.r.mu.Unlock()
 	return append([]auction.OutputFile(nil), a.r.pr.Outputs...), a.r.pr.Rec.Run.Terminal()
+}
+
+// ServicePort is the lease's service port (0: not a service job).
+func (a *Access) ServicePort() int { return a.r.pr.Job.Run.ServicePort }
+
+// DialService connects to the running service job's port inside its
+// sandbox (runtime.Dialer).
+func (a *Access) DialService(ctx context.Context) (net.Conn, error) {
+	a.r.mu.Lock()
+	h, run, port := a.r.h, a.r.pr.Rec.Run, a.r.pr.Job.Run.ServicePort
+	a.r.mu.Unlock()
+	switch {
+	case port == 0:
+		return nil, fmt.Errorf("lease %s is not a service", a.r.lease().ID)
+	case run != auction.RunRunning || h == nil:
+		return nil, fmt.Errorf("lease %s is not running (%s)", a.r.lease().ID, run)
+	}
+	d, ok := h.(runtime.Dialer)
+	if !ok {
+		return nil, fmt.Errorf("lease %s: the %s backend cannot reach a service port", a.r.lease().ID, a.r.pr.Rec.Backend)
+	}
+	return d.Dial(ctx, port)
 }
 
 // lockedWriter serialises a job's stdout and stderr into one log.

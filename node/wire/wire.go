@@ -31,7 +31,23 @@ const (
 	ProtoOutputs    protocol.ID = "/gpumesh/outputs/1.0.0"     // renter → provider: StreamRequest, then an outputs bundle
 	ProtoCancel     protocol.ID = "/gpumesh/cancel/1.0.0"      // renter → provider: CancelRequest
 	ProtoArtifact   protocol.ID = "/gpumesh/artifact/1.0.0"    // any → holder: ArtifactRequest frames, each answered by a manifest or a chunk
+	// ProtoService carries a service replica's traffic: renter → provider,
+	// a ServiceRequest frame, the provider's one-frame answer (ServiceAck),
+	// then raw bytes both ways to and from the replica's port.
+	ProtoService protocol.ID = "/gpumesh/service/1.0.0"
 )
+
+// ServiceRequest opens a ProtoService stream to one service lease; only the
+// lease's renter (the stream's authenticated remote peer) is let through.
+type ServiceRequest struct {
+	LeaseID string `json:"lease_id"`
+}
+
+// ServiceAck is the provider's answer to a ServiceRequest: empty Error
+// means the stream is now connected to the replica's port.
+type ServiceAck struct {
+	Error string `json:"error,omitempty"`
+}
 
 // ReputationTopic carries two-party signed receipts to every node.
 const ReputationTopic = "gpumesh/reputation/1"

@@ -131,6 +131,23 @@ func main() {
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		fmt.Printf("cpu %.3f\n", cpu.Seconds())
+	case "serve":
+		// serve PORT: accept connections on the job's loopback and greet
+		// each with "hello from <pid>".
+		l, err := net.Listen("tcp", "127.0.0.1:"+args[0])
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(3)
+		}
+		fmt.Println("listening")
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				os.Exit(3)
+			}
+			fmt.Fprintf(c, "hello from %d\n", os.Getpid())
+			c.Close()
+		}
 	case "dial":
 		addr := args[0]
 		if addr == "self" {

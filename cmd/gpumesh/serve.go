@@ -1,0 +1,341 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/urfave/cli/v2"
+	"gopkg.in/yaml.v3"
+)
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "always-on services on rented GPUs, behind a local HTTP gateway",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "post",
+				Usage:     "start a service: each replica is a lease; prints the gateway's loopback address",
+				ArgsUsage: "-- CMD [ARGS...]",
+				Flags:     servePostFlags(),
+				Action:    servePostAction,
+			},
+			{
+				Name:   "list",
+				Usage:  "list this node's services",
+				Flags:  []cli.Flag{jsonFlag()},
+				Action: serveListAction,
+			},
+			{
+				Name:      "status",
+				Usage:     "show one service: gateway, replicas, per-replica rate, latency and errors, events",
+				ArgsUsage: "ID",
+				Flags:     []cli.Flag{jsonFlag()},
+				Action:    serveStatusAction,
+			},
+			{
+				Name:      "scale",
+				Usage:     "change a service's replica bounds",
+				ArgsUsage: "ID",
+				Flags: []cli.Flag{
+					&cli.IntFlag{Name: "replicas", Usage: "minimum replicas"},
+					&cli.IntFlag{Name: "max-replicas", Usage: "maximum replicas (the autoscaler's ceiling)"},
+					jsonFlag(),
+				},
+				Action: serveScaleAction,
+			},
+			{
+				Name:      "stop",
+				Usage:     "stop a service: its gateway closes and its leases are cancelled",
+				ArgsUsage: "ID",
+				Flags:     []cli.Flag{jsonFlag()},
+				Action:    serveStopAction,
+			},
+		},
+	}
+}
+
+func servePostFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "file", Usage: "YAML service spec (fields as in api.ServiceSpec, the replica job under job:); flags given explicitly override it"},
+		&cli.StringFlag{Name: "id", Usage: "service id (default: generated)"},
+		&cli.IntFlag{Name: "port", Usage: "the port the server listens on, inside its sandbox (also in $PORT)"},
+		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "minimum (and initial) number of replicas"},
+		&cli.IntFlag{Name: "max-replicas", DefaultText: "--replicas", Usage: "most replicas the autoscaler runs"},
+		&cli.StringFlag{Name: "health", Usage: "readiness probe path, e.g. /healthz (default: the port accepts connections)"},
+		&cli.DurationFlag{Name: "target-p95", Usage: "latency the autoscaler keeps the service under, e.g. 300ms"},
+		&cli.IntFlag{Name: "target-concurrency", DefaultText: fmt.Sprint(api.DefaultTargetConcurrency), Usage: "outstanding requests per replica above which one is added"},
+		&cli.DurationFlag{Name: "scale-down-after", DefaultText: "2m", Usage: "how long load must stay low before a replica is removed"},
+		&cli.DurationFlag{Name: "lease", DefaultText: "1h", Usage: "length of each replica's lease (renewed before it ends)"},
+		&cli.StringFlag{Name: "tier", Value: string(auction.Gold), Usage: "gold or silver"},
+		&cli.Float64Flag{Name: "max-price", DefaultText: "required unless in --file", Usage: "most you pay per GPU-hour, in USD"},
+		&cli.StringSliceFlag{Name: "gpu", Usage: "acceptable GPU model, e.g. H100 (repeatable)"},
+		&cli.IntFlag{Name: "count", Value: 1, Usage: "GPUs per replica"},
+		&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU, in GB"},
+		&cli.StringFlag{Name: "region", Usage: "residency constraint: a region or region prefix, e.g. eu"},
+		&cli.StringFlag{Name: "image", Usage: "container image to run the command in"},
+		&cli.GenericFlag{Name: "env", Value: &stringList{}, Usage: "environment variable KEY=VALUE (repeatable)"},
+		&cli.IntFlag{Name: "memory-mb", Usage: "memory cap per replica in MB, where the runtime can enforce it"},
+		&cli.DurationFlag{Name: "bid-window", DefaultText: auction.DefaultBidWindow.String(), Usage: "how long each replica's auction collects bids"},
+		jsonFlag(),
+	}
+}
+
+// buildService builds the service described by c's flags, the optional
+// --file spec and the command after `--`; explicitly given flags override
+// the file. The daemon checks the rest (as it checks each replica's job).
+func buildService(c *cli.Context) (api.ServiceSpec, error) {
+	var spec api.ServiceSpec
+	if p := c.String("file"); p != "" {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return spec, fmt.Errorf("service file: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&spec); err != nil {
+			if errors.Is(err, io.EOF) {
+				return spec, fmt.Errorf("service file %s is empty", p)
+			}
+			return spec, fmt.Errorf("service file %s: %s", p, yamlMessage(err))
+		}
+	}
+	set := c.IsSet
+	j := &spec.Job
+	if set("id") {
+		spec.ID = c.String("id")
+	}
+	if set("port") {
+		j.Run.ServicePort = c.Int("port")
+	}
+	if set("replicas") || spec.Replicas == 0 {
+		spec.Replicas = c.Int("replicas")
+	}
+	if set("max-replicas") {
+		spec.MaxReplicas = c.Int("max-replicas")
+	}
+	if set("health") {
+		spec.Health = c.String("health")
+	}
+	if set("target-p95") {
+		spec.TargetP95 = c.Duration("target-p95")
+	}
+	if set("target-concurrency") {
+		spec.TargetConcurrency = c.Int("target-concurrency")
+	}
+	if set("scale-down-after") {
+		spec.ScaleDownAfter = c.Duration("scale-down-after")
+	}
+	if set("lease") {
+		j.Duration = c.Duration("lease")
+	}
+	if set("tier") || j.Tier == "" {
+		t, err := auction.ParseTier(c.String("tier"))
+		if err != nil {
+			return spec, fmt.Errorf("unknown tier %q (gold, silver)", c.String("tier"))
+		}
+		j.Tier = t
+	}
+	if set("max-price") {
+		j.MaxPrice = c.Float64("max-price")
+	} else if j.MaxPrice == 0 {
+		return spec, errors.New("--max-price is required (USD per GPU-hour)")
+	}
+	if set("gpu") {
+		j.GPUModels = nil
+		for _, m := range c.StringSlice("gpu") {
+			j.GPUModels = append(j.GPUModels, strings.TrimSpace(m))
+		}
+	}
+	if set("count") || j.GPUCount == 0 {
+		j.GPUCount = c.Int("count")
+	}
+	if set("min-vram") {
+		j.MinVRAMGB = c.Int("min-vram")
+	}
+	if set("region") {
+		j.Region = strings.TrimSpace(c.String("region"))
+	}
+	if set("image") {
+		j.Run.Image = c.String("image")
+	}
+	if set("env") {
+		env, _ := c.Generic("env").(*stringList)
+		if j.Run.Env == nil {
+			j.Run.Env = map[string]string{}
+		}
+		for _, kv := range *env {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || strings.TrimSpace(k) == "" || strings.ContainsAny(k, " \t") {
+				return spec, fmt.Errorf("--env must be KEY=VALUE, got %q", kv)
+			}
+			j.Run.Env[k] = v
+		}
+	}
+	if set("memory-mb") {
+		j.Run.MemoryMB = c.Int("memory-mb")
+	}
+	if set("bid-window") {
+		j.BidWindow = c.Duration("bid-window")
+	}
+	if args := c.Args().Slice(); len(args) > 0 {
+		j.Run.Command = args
+	}
+	if j.Run.ServicePort == 0 {
+		return spec, errors.New("--port is required (the port the server listens on)")
+	}
+	if len(j.Run.Command) == 0 {
+		return spec, errors.New("no command: put it after -- (e.g. gpumesh serve post --port 8000 --max-price 2 -- python serve.py)")
+	}
+	return spec, nil
+}
+
+func servePostAction(c *cli.Context) error {
+	spec, err := buildService(c)
+	if err != nil {
+		return err
+	}
+	v, err := client(c).PostService(c.Context, spec)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, v)
+	}
+	fmt.Fprintf(c.App.Writer, "service %s: gateway http://%s (%d..%d replicas, leasing)\n", v.ID, v.Gateway, v.Spec.Replicas, v.Spec.MaxReplicas)
+	return nil
+}
+
+func serveListAction(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	vs, err := client(c).Services(c.Context)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, vs)
+	}
+	if len(vs) == 0 {
+		fmt.Fprintln(c.App.Writer, "no services")
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tGATEWAY\tREADY/DESIRED\tBOUNDS\tREQ/S\tP95 MS\tERRORS\tSTATE")
+	for _, v := range vs {
+		state := "running"
+		if v.Stopped {
+			state = "stopped"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d..%d\t%.1f\t%.1f\t%d\t%s\n", v.ID, v.Gateway, v.Ready, v.Desired,
+			v.Spec.Replicas, v.Spec.MaxReplicas, v.Totals.RatePerSec, v.Totals.P95MS, v.Totals.Errors, state)
+	}
+	return tw.Flush()
+}
+
+func serveStatusAction(c *cli.Context) error {
+	id, err := jobArg(c, "service ID")
+	if err != nil {
+		return err
+	}
+	v, err := client(c).Service(c.Context, id)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, v)
+	}
+	printServiceView(c.App.Writer, &v)
+	return nil
+}
+
+func printServiceView(w io.Writer, v *api.ServiceView) {
+	j := &v.Spec.Job
+	state := "running"
+	if v.Stopped {
+		state = "stopped"
+	}
+	fmt.Fprintf(w, "service:   %s (%s)\n", v.ID, state)
+	fmt.Fprintf(w, "gateway:   http://%s\n", v.Gateway)
+	fmt.Fprintf(w, "command:   %s (port %d%s)\n", strings.Join(j.Run.Command, " "), j.Run.ServicePort, prefixed(", health ", v.Spec.Health))
+	fmt.Fprintf(w, "replicas:  %d ready, %d desired, bounds %d..%d\n", v.Ready, v.Desired, v.Spec.Replicas, v.Spec.MaxReplicas)
+	fmt.Fprintf(w, "leases:    %s, %d GPU(s) each, %s, max $%.4g/GPU-h%s\n", j.Tier, j.GPUCount, j.Duration, j.MaxPrice, prefixed(", region ", j.Region))
+	if v.Spec.TargetP95 > 0 {
+		fmt.Fprintf(w, "target:    p95 %s, scale down after %s\n", v.Spec.TargetP95, v.Spec.ScaleDownAfter)
+	}
+	t := v.Totals
+	fmt.Fprintf(w, "traffic:   %d requests, %d errors, %d retried, %.1f req/s, p50 %.2f p95 %.2f p99 %.2f ms\n",
+		t.Requests, t.Errors, v.Retries, t.RatePerSec, t.P50MS, t.P95MS, t.P99MS)
+	if len(v.Replicas) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "JOB\tPROVIDER\tSTATE\tLEASE END\tINFLIGHT\tREQUESTS\tREQ/S\tP50 MS\tP95 MS\tP99 MS\tERR %")
+		for _, r := range v.Replicas {
+			st := r.State
+			if r.Renewing {
+				st += " (renewing)"
+			}
+			end := "-"
+			if !r.LeaseEnd.IsZero() {
+				end = r.LeaseEnd.Local().Format(time.TimeOnly)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\n", r.JobID, orDash(shortID(r.Provider)), st, end,
+				r.Outstanding, r.Requests, r.RatePerSec, r.P50MS, r.P95MS, r.P99MS, 100*r.ErrorRate)
+		}
+		_ = tw.Flush()
+	}
+	for _, e := range v.Events[max(0, len(v.Events)-10):] {
+		fmt.Fprintf(w, "event:     %s %s\n", fmtTime(e.Time), e.What)
+	}
+}
+
+func shortID(p string) string {
+	if len(p) > 16 {
+		return p[:6] + "…" + p[len(p)-6:]
+	}
+	return p
+}
+
+func serveScaleAction(c *cli.Context) error {
+	id, err := jobArg(c, "service ID")
+	if err != nil {
+		return err
+	}
+	req := api.ScaleRequest{Replicas: c.Int("replicas"), MaxReplicas: c.Int("max-replicas")}
+	if req.Replicas == 0 && req.MaxReplicas == 0 {
+		return errors.New("give --replicas and/or --max-replicas")
+	}
+	v, err := client(c).ScaleService(c.Context, id, req)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, v)
+	}
+	fmt.Fprintf(c.App.Writer, "service %s: bounds %d..%d, %d desired, %d ready\n", v.ID, v.Spec.Replicas, v.Spec.MaxReplicas, v.Desired, v.Ready)
+	return nil
+}
+
+func serveStopAction(c *cli.Context) error {
+	id, err := jobArg(c, "service ID")
+	if err != nil {
+		return err
+	}
+	v, err := client(c).StopService(c.Context, id)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, v)
+	}
+	fmt.Fprintf(c.App.Writer, "service %s stopped\n", v.ID)
+	return nil
+}

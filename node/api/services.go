@@ -1,0 +1,147 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+)
+
+// ServiceSpec is what `gpumesh serve post` asks for: an always-on service
+// of Replicas..MaxReplicas replicas, each one lease of Job (whose
+// Run.ServicePort is the port the server listens on and whose Duration is
+// one lease's length: the service re-leases before each lease ends).
+type ServiceSpec struct {
+	ID  string      `json:"id,omitempty" yaml:"id,omitempty"`
+	Job auction.Job `json:"job" yaml:"job"`
+	// Replicas is the minimum (and initial) number of replicas.
+	Replicas    int `json:"replicas" yaml:"replicas"`
+	MaxReplicas int `json:"max_replicas,omitempty" yaml:"max_replicas,omitempty"`
+	// Health is the readiness probe's HTTP path; empty: a replica is ready
+	// once its port accepts connections.
+	Health string `json:"health,omitempty" yaml:"health,omitempty"`
+	// TargetP95 is the latency the autoscaler keeps the service under;
+	// zero: scale on load (outstanding requests per replica) only.
+	TargetP95 time.Duration `json:"target_p95,omitempty" yaml:"target_p95,omitempty"`
+	// TargetConcurrency is the outstanding requests per replica above which
+	// the autoscaler adds one; zero: DefaultTargetConcurrency.
+	TargetConcurrency int `json:"target_concurrency,omitempty" yaml:"target_concurrency,omitempty"`
+	// ScaleDownAfter is the hysteresis: load must stay low this long before
+	// a replica is removed; zero: 2m.
+	ScaleDownAfter time.Duration `json:"scale_down_after,omitempty" yaml:"scale_down_after,omitempty"`
+	// ProbeInterval is the readiness probe's period; zero: 1s.
+	ProbeInterval time.Duration `json:"probe_interval,omitempty" yaml:"probe_interval,omitempty"`
+	// StartTimeout bounds how long a leased replica may take to become
+	// ready before it is replaced; zero: 2m.
+	StartTimeout time.Duration `json:"start_timeout,omitempty" yaml:"start_timeout,omitempty"`
+}
+
+// DefaultTargetConcurrency is ServiceSpec.TargetConcurrency's default.
+const DefaultTargetConcurrency = 8
+
+// Replica states, in ReplicaView.State.
+const (
+	ReplicaBidding   = "bidding"   // its auction runs
+	ReplicaStarting  = "starting"  // leased, not ready yet
+	ReplicaReady     = "ready"     // in routing
+	ReplicaUnhealthy = "unhealthy" // failing its probe: out of routing
+	ReplicaDraining  = "draining"  // leaving: finishes its requests, then its lease is cancelled
+)
+
+// ReplicaView is one replica of a service.
+type ReplicaView struct {
+	JobID    string    `json:"job_id"`
+	LeaseID  string    `json:"lease_id,omitempty"`
+	Provider string    `json:"provider,omitempty"`
+	State    string    `json:"state"`
+	LeaseEnd time.Time `json:"lease_end,omitempty"`
+	// Renewing is set once a successor has been asked for (the lease ends
+	// soon).
+	Renewing bool      `json:"renewing,omitempty"`
+	Since    time.Time `json:"since"`
+	ReplicaStats
+}
+
+// ReplicaStats are a replica's (or a service's) routing figures: totals
+// since it joined, rate and latency percentiles over the last minute.
+type ReplicaStats struct {
+	Outstanding int     `json:"outstanding"`
+	Requests    int64   `json:"requests"`
+	Errors      int64   `json:"errors"`
+	RatePerSec  float64 `json:"rate_per_sec"`
+	ErrorRate   float64 `json:"error_rate"`
+	P50MS       float64 `json:"p50_ms"`
+	P95MS       float64 `json:"p95_ms"`
+	P99MS       float64 `json:"p99_ms"`
+	LastError   string  `json:"last_error,omitempty"`
+}
+
+// ServiceEvent is one entry of a service's recent history.
+type ServiceEvent struct {
+	Time time.Time `json:"time"`
+	What string    `json:"what"`
+}
+
+// ServiceView is the answer of the /v1/services endpoints.
+type ServiceView struct {
+	ID   string      `json:"id"`
+	Spec ServiceSpec `json:"spec"`
+	// Gateway is the loopback HTTP address that routes to the replicas.
+	Gateway  string         `json:"gateway"`
+	Stopped  bool           `json:"stopped,omitempty"`
+	Desired  int            `json:"desired"`
+	Ready    int            `json:"ready"`
+	Replicas []ReplicaView  `json:"replicas"`
+	Totals   ReplicaStats   `json:"totals"`
+	Retries  int64          `json:"retries"`
+	Events   []ServiceEvent `json:"events,omitempty"`
+	Created  time.Time      `json:"created"`
+}
+
+// ScaleRequest is the body of POST /v1/services/{id}/scale: new bounds
+// (zero leaves one as it is).
+type ScaleRequest struct {
+	Replicas    int `json:"replicas,omitempty"`
+	MaxReplicas int `json:"max_replicas,omitempty"`
+}
+
+func servicePath(id, suffix string) string { return "/services/" + url.PathEscape(id) + suffix }
+
+// PostService is POST /v1/services: start a service; it returns once the
+// service exists (its replicas are leased in the background).
+func (c *Client) PostService(ctx context.Context, spec ServiceSpec) (ServiceView, error) {
+	var v ServiceView
+	err := c.Do(ctx, http.MethodPost, "/services", nil, spec, &v)
+	return v, err
+}
+
+// Services is GET /v1/services.
+func (c *Client) Services(ctx context.Context) ([]ServiceView, error) {
+	var vs []ServiceView
+	err := c.Do(ctx, http.MethodGet, "/services", nil, nil, &vs)
+	return vs, err
+}
+
+// Service is GET /v1/services/{id}.
+func (c *Client) Service(ctx context.Context, id string) (ServiceView, error) {
+	var v ServiceView
+	err := c.Do(ctx, http.MethodGet, servicePath(id, ""), nil, nil, &v)
+	return v, err
+}
+
+// ScaleService is POST /v1/services/{id}/scale.
+func (c *Client) ScaleService(ctx context.Context, id string, req ScaleRequest) (ServiceView, error) {
+	var v ServiceView
+	err := c.Do(ctx, http.MethodPost, servicePath(id, "/scale"), nil, req, &v)
+	return v, err
+}
+
+// StopService is POST /v1/services/{id}/stop: the gateway closes and every
+// replica's lease is cancelled.
+func (c *Client) StopService(ctx context.Context, id string) (ServiceView, error) {
+	var v ServiceView
+	err := c.Do(ctx, http.MethodPost, servicePath(id, "/stop"), nil, nil, &v)
+	return v, err
+}

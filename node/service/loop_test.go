@@ -1,0 +1,141 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+const testProvider = "12D3KooWCKK8AespZwyCZKwbMk6XHRYH4E2XKckcfw7CjZTYAJXt"
+
+// fakeLeaser answers each Post with lease (nil: no lease), after gate
+// is closed when set, and records posts and cancels.
+type fakeLeaser struct {
+	mu       sync.Mutex
+	lease    bool
+	gate     chan struct{}
+	posts    []string
+	canceled []string
+}
+
+func (f *fakeLeaser) Post(job auction.Job) (api.JobView, error) {
+	f.mu.Lock()
+	f.posts = append(f.posts, job.ID)
+	gate, lease := f.gate, f.lease
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	v := api.JobView{JobStatus: auction.JobStatus{Job: job, State: auction.JobUnplaceable, Reasons: []string{"no bids"}}}
+	if lease {
+		v.State = auction.JobLeased
+		v.Lease = &auction.Lease{ID: "lease-" + job.ID, JobID: job.ID, Provider: testProvider, End: time.Now().Add(time.Hour)}
+	}
+	return v, nil
+}
+
+func (f *fakeLeaser) View(id string) (api.JobView, error) {
+	return api.JobView{}, errors.New("unknown")
+}
+
+func (f *fakeLeaser) Cancel(id string) (api.JobView, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.canceled = append(f.canceled, id)
+	return api.JobView{}, nil
+}
+
+func (f *fakeLeaser) counts() (posts, canceled int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.posts), len(f.canceled)
+}
+
+func noStreams(context.Context, peer.ID) (network.Stream, error) {
+	return nil, errors.New("no streams in this test")
+}
+
+func testSpec() api.ServiceSpec {
+	return api.ServiceSpec{Job: auction.Job{Tier: auction.Gold, MaxPrice: 1, Run: auction.RunSpec{Command: []string{"srv"}, ServicePort: 8000}},
+		Replicas: 1, ProbeInterval: 100 * time.Millisecond}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not reached", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestStopDuringAuctionCancelsTheLease: a lease won by an auction that
+// ends after its service stopped is cancelled, not left running.
+func TestStopDuringAuctionCancelsTheLease(t *testing.T) {
+	f := &fakeLeaser{lease: true, gate: make(chan struct{})}
+	m, err := NewManager(context.Background(), Config{Leaser: f, Open: noStreams})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := m.Post(testSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first auction", func() bool { p, _ := f.counts(); return p == 1 })
+	stopped := make(chan struct{})
+	go func() { _, _ = m.Stop(v.ID); close(stopped) }()
+	waitFor(t, "the service stopping", func() bool { v, _ := m.View(v.ID); return v.Stopped })
+	close(f.gate)
+	<-stopped
+	if _, c := f.counts(); c != 1 || f.canceled[0] != f.posts[0] {
+		t.Fatalf("posted %v, cancelled %v: want the won lease cancelled", f.posts, f.canceled)
+	}
+}
+
+// TestAuctionFailuresBackOff: auctions that find no lease are retried
+// after 2 s, then 4 s, ... by the service's clock.
+func TestAuctionFailuresBackOff(t *testing.T) {
+	f := &fakeLeaser{}
+	var mu sync.Mutex
+	now := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	m, err := NewManager(context.Background(), Config{Leaser: f, Open: noStreams, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := m.Post(testSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Stop(v.ID)
+	posts := func() int { p, _ := f.counts(); return p }
+	waitFor(t, "the first auction", func() bool { return posts() == 1 })
+	steps := []struct {
+		advance time.Duration
+		want    int
+	}{{time.Second, 1}, {time.Second, 2}, {3 * time.Second, 2}, {time.Second, 3}}
+	for _, st := range steps {
+		advance(st.advance)
+		if st.want > posts() {
+			waitFor(t, "the next auction", func() bool { return posts() == st.want })
+		}
+		// No further auction within several control-loop periods.
+		time.Sleep(300 * time.Millisecond)
+		if got := posts(); got != st.want {
+			t.Fatalf("after advancing to %s: %d auctions, want %d", clock().Format(time.TimeOnly), got, st.want)
+		}
+	}
+	if v, _ := m.View(v.ID); len(v.Events) == 0 {
+		t.Fatal("failed auctions left no event")
+	}
+}

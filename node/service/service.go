@@ -1,0 +1,581 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Health thresholds, in consecutive failed probes: a ready replica leaves
+// routing after unreadyAfter, and is replaced after replaceAfter.
+const (
+	unreadyAfter = 2
+	replaceAfter = 4
+	// postBackoff spaces auctions after one that found no provider.
+	postBackoff    = 2 * time.Second
+	maxPostBackoff = time.Minute
+	// maxEvents is how many events a service keeps.
+	maxEvents = 64
+)
+
+// replica is one lease of a service.
+type replica struct {
+	jobID    string
+	leaseID  string
+	provider peer.ID
+	leaseEnd time.Time
+	state    string
+	since    time.Time
+	leasedAt time.Time
+	renewing bool
+	failures int
+	probeErr string
+
+	suspect     atomic.Bool // a request failed at the transport: out of routing until a probe passes
+	outstanding atomic.Int64
+	win         window
+	transport   *http.Transport
+	stop        chan struct{}
+}
+
+// Service is one running service: its replicas and its gateway.
+type Service struct {
+	m       *Manager
+	spec    api.ServiceSpec
+	ln      net.Listener
+	srv     *http.Server
+	created time.Time
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	win     window // every request, for the autoscaler
+	retries atomic.Int64
+
+	// routable is the replicas requests may go to (rebuilt on each state
+	// change, read lock-free per request).
+	routable atomic.Pointer[[]*replica]
+
+	mu           sync.Mutex
+	desired      int
+	reps         []*replica
+	events       []api.ServiceEvent
+	stopped      bool
+	lowSince     time.Time
+	postFailedAt time.Time
+	postFailures int  // auctions in a row that found no lease
+	dirty        bool // changed since last persisted
+	halted       bool // the daemon is shutting down: nothing is cancelled any more
+}
+
+func newService(m *Manager, spec api.ServiceSpec, ln net.Listener) *Service {
+	s := &Service{m: m, spec: spec, ln: ln, created: m.cfg.Now(), desired: spec.Replicas}
+	s.ctx, s.cancel = context.WithCancel(m.ctx)
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}
+	s.routable.Store(&[]*replica{})
+	return s
+}
+
+func (s *Service) now() time.Time { return s.m.cfg.Now() }
+
+// Gateway is the gateway's loopback address.
+func (s *Service) Gateway() string { return s.ln.Addr().String() }
+
+func (s *Service) start() {
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		_ = s.srv.Serve(s.ln)
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.loop()
+	}()
+}
+
+// tickEvery is the control loop's period: half the probe interval, within
+// [100ms, 1s].
+func (s *Service) tickEvery() time.Duration {
+	return min(max(s.spec.ProbeInterval/2, 100*time.Millisecond), time.Second)
+}
+
+func (s *Service) loop() {
+	t := time.NewTicker(s.tickEvery())
+	defer t.Stop()
+	for {
+		s.tick()
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// event records (and logs) one thing that happened to the service; s.mu
+// is held.
+func (s *Service) event(format string, a ...any) {
+	what := fmt.Sprintf(format, a...)
+	s.dirty = true
+	s.m.log.Info("service: "+what, "service", s.spec.ID)
+	s.events = append(s.events, api.ServiceEvent{Time: s.now(), What: what})
+	if len(s.events) > maxEvents {
+		s.events = s.events[len(s.events)-maxEvents:]
+	}
+}
+
+// reroute rebuilds the routing set; s.mu is held. Ready replicas are
+// routed to; draining ones only while no replica is ready.
+func (s *Service) reroute() {
+	var ready, draining []*replica
+	for _, r := range s.reps {
+		switch r.state {
+		case api.ReplicaReady:
+			ready = append(ready, r)
+		case api.ReplicaDraining:
+			if r.failures == 0 && r.transport != nil {
+				draining = append(draining, r)
+			}
+		}
+	}
+	if len(ready) == 0 {
+		ready = draining
+	}
+	s.routable.Store(&ready)
+}
+
+// setState moves r to state; s.mu is held.
+func (s *Service) setState(r *replica, state string) {
+	if r.state == state {
+		return
+	}
+	r.state, r.since = state, s.now()
+	s.reroute()
+}
+
+// addReplica posts one more replica's auction; s.mu is held.
+func (s *Service) addReplica() {
+	job := s.spec.Job
+	job.Run.Env = maps.Clone(job.Run.Env)
+	job.ID = auction.NewID("job")
+	job.CreatedAt, job.Deadline = time.Time{}, time.Time{}
+	r := &replica{jobID: job.ID, state: api.ReplicaBidding, since: s.now(), stop: make(chan struct{})}
+	s.reps = append(s.reps, r)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		v, err := s.m.cfg.Leaser.Post(job)
+		s.leased(r, v, err)
+	}()
+}
+
+// leased takes a replica's auction outcome.
+func (s *Service) leased(r *replica, v api.JobView, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil && v.Lease == nil {
+		err = fmt.Errorf("no lease (%s, %s)", v.State, orUnknown(strings.Join(v.Reasons, "; ")))
+	}
+	var prov peer.ID
+	if err == nil {
+		if prov, err = peer.Decode(v.Lease.Provider); err != nil {
+			err = fmt.Errorf("lease names no valid provider: %w", err)
+		}
+	}
+	if !slices.Contains(s.reps, r) {
+		// The service stopped during the auction: a lease won is not used.
+		if err == nil {
+			s.cancelJob(r.jobID)
+		}
+		return
+	}
+	if err != nil {
+		s.postFailedAt = s.now()
+		s.postFailures++
+		s.retire(r, "auction failed: "+err.Error())
+		return
+	}
+	s.postFailures = 0
+	r.leaseID, r.provider, r.leaseEnd, r.leasedAt = v.Lease.ID, prov, v.Lease.End, s.now()
+	r.transport = s.newTransport(prov, r.leaseID)
+	if s.stopped {
+		s.retire(r, "service stopped")
+		return
+	}
+	s.setState(r, api.ReplicaStarting)
+	s.event("replica %s leased: lease %s on %s until %s", r.jobID, r.leaseID, shortPeer(prov), r.leaseEnd.UTC().Format(time.TimeOnly))
+	if s.halted {
+		return // kept in the record for the next run
+	}
+	s.startProbes(r)
+}
+
+// startProbes starts r's readiness probes; s.mu is held.
+func (s *Service) startProbes(r *replica) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.probeLoop(r)
+	}()
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown reason"
+	}
+	return s
+}
+
+func shortPeer(p peer.ID) string {
+	s := p.String()
+	if len(s) > 12 {
+		return "…" + s[len(s)-8:]
+	}
+	return s
+}
+
+// retire removes r from the service and cancels its lease (in the
+// background); s.mu is held.
+func (s *Service) retire(r *replica, why string) {
+	i := -1
+	for j, x := range s.reps {
+		if x == r {
+			i = j
+		}
+	}
+	if i < 0 {
+		return
+	}
+	s.reps = append(s.reps[:i], s.reps[i+1:]...)
+	close(r.stop)
+	s.reroute()
+	if r.transport != nil {
+		r.transport.CloseIdleConnections()
+	}
+	s.event("replica %s removed: %s", r.jobID, why)
+	if r.leaseID == "" {
+		return
+	}
+	s.cancelJob(r.jobID)
+}
+
+// cancelJob cancels a replica's job in the background.
+func (s *Service) cancelJob(jobID string) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if _, err := s.m.cfg.Leaser.Cancel(jobID); err != nil {
+			s.m.log.Debug("service: cancel replica lease", "job", jobID, "err", err)
+		}
+	}()
+}
+
+// probeLoop probes r's readiness until it is retired.
+func (s *Service) probeLoop(r *replica) {
+	t := time.NewTicker(s.spec.ProbeInterval)
+	defer t.Stop()
+	for {
+		err := s.probe(r)
+		s.probed(r, err)
+		select {
+		case <-r.stop:
+			return
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// probe is one readiness check: GET the health path, or, without one,
+// connect to the replica's port through its provider.
+func (s *Service) probe(r *replica) error {
+	ctx, cancel := context.WithTimeout(s.ctx, max(s.spec.ProbeInterval, 500*time.Millisecond))
+	defer cancel()
+	if s.spec.Health == "" {
+		c, err := Connect(ctx, s.m.cfg.Open, r.provider, r.leaseID)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://replica"+s.spec.Health, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := r.transport.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	drain(resp)
+	if resp.StatusCode >= 400 {
+		return fmt.Errorf("health %s answered %s", s.spec.Health, resp.Status)
+	}
+	return nil
+}
+
+// probed takes one probe's result.
+func (s *Service) probed(r *replica, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || !slices.Contains(s.reps, r) {
+		return
+	}
+	if err == nil {
+		r.failures, r.probeErr = 0, ""
+		r.suspect.Store(false)
+		if r.state == api.ReplicaStarting || r.state == api.ReplicaUnhealthy {
+			s.event("replica %s ready (%s after its lease)", r.jobID, s.now().Sub(r.leasedAt).Round(time.Millisecond))
+			s.setState(r, api.ReplicaReady)
+		}
+		return
+	}
+	r.failures++
+	r.probeErr = err.Error()
+	if r.state == api.ReplicaReady && r.failures >= unreadyAfter {
+		s.event("replica %s out of routing: %d failed probes: %v", r.jobID, r.failures, err)
+		s.setState(r, api.ReplicaUnhealthy)
+	}
+	if r.state == api.ReplicaDraining {
+		s.reroute()
+	}
+}
+
+// backoff is how long after an auction that found no lease the next one
+// starts: postBackoff, doubled for each further failure, at most
+// maxPostBackoff.
+func (s *Service) backoff() time.Duration {
+	if s.postFailures == 0 {
+		return 0
+	}
+	return min(postBackoff<<min(s.postFailures-1, 10), maxPostBackoff)
+}
+
+// renewBefore is how long before a lease's end its successor is leased.
+func (s *Service) renewBefore() time.Duration {
+	d := s.spec.Job.Duration
+	return min(max(d/4, s.spec.Job.BidWindow+5*time.Second), d/2)
+}
+
+// scaleWindow is the span of requests the autoscaler looks at.
+func (s *Service) scaleWindow() time.Duration { return max(3*time.Second, 3*s.tickEvery()) }
+
+// tick is one pass of the control loop: it follows the leases, replaces
+// failed replicas, renews ending leases, scales, and leases or drains
+// replicas to meet the desired count.
+func (s *Service) tick() {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.halted {
+		return
+	}
+	for _, r := range slices.Clone(s.reps) {
+		if r.state == api.ReplicaBidding {
+			continue
+		}
+		v, err := s.m.cfg.Leaser.View(r.jobID)
+		switch {
+		case err != nil:
+			s.retire(r, "job lost: "+err.Error())
+		case v.Lease == nil || v.Lease.ID != r.leaseID:
+			s.retire(r, "lease "+r.leaseID+" replaced or gone")
+		case v.Run.Terminal():
+			s.retire(r, fmt.Sprintf("lease ended: %s %s", v.Run, v.Detail))
+		case r.state == api.ReplicaUnhealthy && r.failures >= replaceAfter:
+			s.retire(r, fmt.Sprintf("failing its readiness probe (%d in a row): %s", r.failures, r.probeErr))
+		case r.state == api.ReplicaStarting && now.Sub(r.leasedAt) > s.spec.StartTimeout:
+			s.retire(r, fmt.Sprintf("not ready %s after its lease: %s", s.spec.StartTimeout, orUnknown(r.probeErr)))
+		case !r.renewing && r.state != api.ReplicaDraining && r.leaseEnd.Sub(now) < s.renewBefore():
+			r.renewing = true
+			s.event("replica %s: lease ends at %s, leasing a successor", r.jobID, r.leaseEnd.UTC().Format(time.TimeOnly))
+		}
+	}
+	s.autoscale(now)
+
+	var live []*replica
+	readyLive := 0
+	for _, r := range s.reps {
+		if r.state == api.ReplicaDraining || r.renewing {
+			continue
+		}
+		live = append(live, r)
+		if r.state == api.ReplicaReady {
+			readyLive++
+		}
+	}
+	if len(live) < s.desired && now.Sub(s.postFailedAt) >= s.backoff() {
+		for range s.desired - len(live) {
+			s.addReplica()
+		}
+	}
+	if extra := len(live) - s.desired; extra > 0 {
+		// Drain the least useful first: starting or unhealthy, then the
+		// newest ready ones; auctions still running are left to finish.
+		rank := map[string]int{api.ReplicaUnhealthy: 0, api.ReplicaStarting: 1, api.ReplicaReady: 2}
+		cands := make([]*replica, 0, len(live))
+		for _, r := range live {
+			if r.state != api.ReplicaBidding {
+				cands = append(cands, r)
+			}
+		}
+		sort.SliceStable(cands, func(i, j int) bool {
+			if rank[cands[i].state] != rank[cands[j].state] {
+				return rank[cands[i].state] < rank[cands[j].state]
+			}
+			return cands[i].leasedAt.After(cands[j].leasedAt)
+		})
+		for _, r := range cands[:min(extra, len(cands))] {
+			s.event("replica %s draining: %d replicas wanted", r.jobID, s.desired)
+			s.setState(r, api.ReplicaDraining)
+		}
+	}
+	if readyLive >= s.desired {
+		for _, r := range s.reps {
+			if r.renewing && r.state != api.ReplicaDraining {
+				s.event("replica %s draining: its successor is ready", r.jobID)
+				s.setState(r, api.ReplicaDraining)
+			}
+		}
+	}
+	for _, r := range slices.Clone(s.reps) {
+		if r.state == api.ReplicaDraining && r.outstanding.Load() == 0 {
+			s.retire(r, "drained")
+		}
+	}
+	if s.dirty {
+		s.save()
+	}
+}
+
+// autoscale moves the desired count on load and latency; s.mu is held.
+func (s *Service) autoscale(now time.Time) {
+	in := scaleInput{now: now, desired: s.desired, min: s.spec.Replicas, max: s.spec.MaxReplicas,
+		target: s.spec.TargetP95, targetConcurrency: s.spec.TargetConcurrency,
+		lowSince: s.lowSince, downAfter: s.spec.ScaleDownAfter}
+	for _, r := range s.reps {
+		switch {
+		case r.state == api.ReplicaBidding || r.state == api.ReplicaStarting:
+			in.pending++
+		case r.state == api.ReplicaReady && !r.renewing:
+			in.ready++
+			in.outstanding += int(r.outstanding.Load())
+		}
+	}
+	sum := summarize(s.win.recent(now, s.scaleWindow()))
+	in.p95, in.samples = sum.p95, sum.count
+	d, low := decide(in)
+	s.lowSince = low
+	if d != s.desired {
+		s.event("autoscale: %d → %d replicas (p95 %s over %d requests, %d outstanding on %d ready)",
+			s.desired, d, in.p95.Round(time.Millisecond), in.samples, in.outstanding, in.ready)
+		s.desired = d
+	}
+}
+
+// scale changes the service's bounds.
+func (s *Service) scale(req api.ScaleRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return badRequest("service %s is stopped", s.spec.ID)
+	}
+	lo, hi := s.spec.Replicas, s.spec.MaxReplicas
+	if req.Replicas != 0 {
+		lo = req.Replicas
+		hi = max(hi, lo)
+	}
+	if req.MaxReplicas != 0 {
+		hi = req.MaxReplicas
+	}
+	if lo < 1 || hi < lo || hi > MaxReplicas {
+		return badRequest("service: replicas %d..%d: need 1 <= replicas <= max replicas <= %d", lo, hi, MaxReplicas)
+	}
+	s.spec.Replicas, s.spec.MaxReplicas = lo, hi
+	d := min(max(s.desired, lo), hi)
+	if d != s.desired {
+		s.event("scaled by its owner: %d → %d replicas (bounds %d..%d)", s.desired, d, lo, hi)
+		s.desired = d
+	}
+	return nil
+}
+
+// stop closes the gateway and cancels every replica's lease.
+func (s *Service) stop(why string) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	s.event("service stopping: %s", why)
+	for _, r := range slices.Clone(s.reps) {
+		s.retire(r, "service stopped")
+	}
+	s.save()
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = s.srv.Shutdown(ctx)
+	cancel()
+	s.cancel()
+	s.wg.Wait()
+}
+
+// halt stops serving because the daemon shuts down: the gateway closes
+// and the control loop ends, but the replicas keep their leases and the
+// service is persisted for the next run to adopt them.
+func (s *Service) halt() {
+	s.mu.Lock()
+	s.halted = true
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = s.srv.Shutdown(ctx)
+	cancel()
+	s.cancel()
+	s.wg.Wait()
+	s.mu.Lock()
+	if !s.stopped {
+		s.save()
+	}
+	s.mu.Unlock()
+}
+
+// view is the service's status.
+func (s *Service) view() api.ServiceView {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := api.ServiceView{ID: s.spec.ID, Spec: s.spec, Gateway: s.Gateway(), Stopped: s.stopped, Desired: s.desired,
+		Retries: s.retries.Load(), Events: append([]api.ServiceEvent(nil), s.events...), Created: s.created,
+		Replicas: []api.ReplicaView{}}
+	outstanding := 0
+	for _, r := range s.reps {
+		rv := api.ReplicaView{JobID: r.jobID, LeaseID: r.leaseID, Provider: r.provider.String(), State: r.state,
+			LeaseEnd: r.leaseEnd, Renewing: r.renewing, Since: r.since,
+			ReplicaStats: r.win.view(now, int(r.outstanding.Load()))}
+		if r.provider == "" {
+			rv.Provider = ""
+		}
+		if rv.LastError == "" && r.probeErr != "" {
+			rv.LastError = "probe: " + r.probeErr
+		}
+		if r.state == api.ReplicaReady {
+			v.Ready++
+		}
+		outstanding += rv.Outstanding
+		v.Replicas = append(v.Replicas, rv)
+	}
+	v.Totals = s.win.view(now, outstanding)
+	return v
+}

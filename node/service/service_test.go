@@ -1,0 +1,207 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+func TestDecide(t *testing.T) {
+	now := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	base := scaleInput{now: now, desired: 2, min: 1, max: 4, ready: 2, target: 100 * time.Millisecond,
+		targetConcurrency: 8, downAfter: time.Minute}
+	with := func(f func(*scaleInput)) scaleInput { in := base; f(&in); return in }
+	cases := []struct {
+		name    string
+		in      scaleInput
+		desired int
+		low     time.Time
+	}{
+		{"p95 above target scales up", with(func(in *scaleInput) { in.p95, in.samples = 200*time.Millisecond, 50 }), 3, time.Time{}},
+		{"too few samples do not count", with(func(in *scaleInput) { in.p95, in.samples = 200*time.Millisecond, 2 }), 2, now},
+		{"one step at a time", with(func(in *scaleInput) { in.p95, in.samples, in.pending = 200*time.Millisecond, 50, 1 }), 2, time.Time{}},
+		{"never above max", with(func(in *scaleInput) { in.p95, in.samples, in.desired = 200*time.Millisecond, 50, 4 }), 4, time.Time{}},
+		{"concurrency above target scales up", with(func(in *scaleInput) { in.outstanding = 20 }), 3, time.Time{}},
+		{"low load starts the hysteresis", with(func(in *scaleInput) { in.p95, in.samples = 10*time.Millisecond, 50 }), 2, now},
+		{"low load within the hysteresis holds", with(func(in *scaleInput) {
+			in.p95, in.samples, in.lowSince = 10*time.Millisecond, 50, now.Add(-30*time.Second)
+		}), 2, now.Add(-30 * time.Second)},
+		{"low load after the hysteresis scales down and restarts it", with(func(in *scaleInput) { in.lowSince = now.Add(-time.Minute) }), 1, now},
+		{"never below min", with(func(in *scaleInput) { in.desired, in.lowSince = 1, now.Add(-time.Hour) }), 1, now.Add(-time.Hour)},
+		{"between the thresholds resets the hysteresis", with(func(in *scaleInput) {
+			in.p95, in.samples, in.lowSince = 80*time.Millisecond, 50, now.Add(-time.Hour)
+		}), 2, time.Time{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d, low := decide(tc.in)
+			if d != tc.desired || !low.Equal(tc.low) {
+				t.Fatalf("decide = %d, low since %v; want %d, %v", d, low, tc.desired, tc.low)
+			}
+		})
+	}
+}
+
+func TestWindowStats(t *testing.T) {
+	now := time.Now()
+	var w window
+	w.add(sample{at: now.Add(-2 * time.Minute), lat: time.Hour}, "") // outside the span
+	for i := 1; i <= 100; i++ {
+		w.add(sample{at: now, lat: time.Duration(i) * time.Millisecond}, "")
+	}
+	w.add(sample{at: now, err: true}, "boom")
+	v := w.view(now, 3)
+	if v.P50MS != 50 || v.P95MS != 95 || v.P99MS != 99 {
+		t.Fatalf("percentiles %v %v %v, want 50 95 99", v.P50MS, v.P95MS, v.P99MS)
+	}
+	if v.Requests != 102 || v.Errors != 1 || v.LastError != "boom" || v.Outstanding != 3 {
+		t.Fatalf("totals %+v", v)
+	}
+	if v.ErrorRate != 1.0/101 || v.RatePerSec != 10.1 {
+		t.Fatalf("error rate %v, rate %v", v.ErrorRate, v.RatePerSec)
+	}
+}
+
+// testService is a Service with replicas served by local HTTP servers
+// (no libp2p), for the gateway's routing and retry rules.
+func testService(t *testing.T, reps ...*replica) *Service {
+	t.Helper()
+	m := &Manager{cfg: Config{Now: time.Now}, ctx: context.Background()}
+	m.log = slog.New(slog.DiscardHandler)
+	s := newService(m, api.ServiceSpec{ID: "svc-t"}, nil)
+	s.reps = reps
+	s.reroute()
+	return s
+}
+
+func localReplica(t *testing.T, name string, h http.Handler) *replica {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	addr := srv.Listener.Addr().String()
+	return &replica{jobID: name, state: api.ReplicaReady, stop: make(chan struct{}), transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}}}
+}
+
+func deadReplica(name string) *replica {
+	return &replica{jobID: name, state: api.ReplicaReady, stop: make(chan struct{}), transport: &http.Transport{
+		DialContext: func(context.Context, string, string) (net.Conn, error) {
+			return nil, errors.New("provider gone")
+		}}}
+}
+
+func call(s *Service, method, path, body string) *httptest.ResponseRecorder {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, path, rd)
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, req)
+	return w
+}
+
+func TestGatewayRetriesIdempotentOnce(t *testing.T) {
+	ok := localReplica(t, "ok", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "served "+r.Method) }))
+	dead := deadReplica("dead")
+	// The live replica looks slow, so the dead one is tried first.
+	ok.win.add(sample{at: time.Now(), lat: 50 * time.Millisecond}, "")
+	s := testService(t, dead, ok)
+	for i := range 20 {
+		if w := call(s, http.MethodGet, "/x", ""); w.Code != 200 || w.Body.String() != "served GET" {
+			t.Fatalf("GET %d: %d %q", i, w.Code, w.Body.String())
+		}
+	}
+	if !dead.suspect.Load() {
+		t.Fatal("a replica that failed at the transport is not suspected")
+	}
+	if s.retries.Load() != 1 || dead.win.requests != 1 {
+		t.Fatalf("%d retries, %d requests to the dead replica: the failover path was not taken", s.retries.Load(), dead.win.requests)
+	}
+
+	// A POST is not retried: on the dead replica alone it fails.
+	only := testService(t, deadReplica("dead2"))
+	if w := call(only, http.MethodPost, "/x", "body"); w.Code != http.StatusBadGateway {
+		t.Fatalf("POST to a dead replica: %d %q", w.Code, w.Body.String())
+	}
+	if only.retries.Load() != 0 {
+		t.Fatal("a POST was retried")
+	}
+	// No replica at all: 503.
+	if w := call(testService(t), http.MethodGet, "/x", ""); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("no replica: %d", w.Code)
+	}
+}
+
+func TestPickWeighsOutstandingAndLatency(t *testing.T) {
+	fast, slow := deadReplica("fast"), deadReplica("slow")
+	fast.win.add(sample{at: time.Now(), lat: time.Millisecond}, "")
+	slow.win.add(sample{at: time.Now(), lat: 10 * time.Millisecond}, "")
+	s := testService(t, fast, slow)
+	for range 100 {
+		if r := s.pick(nil); r != fast {
+			t.Fatalf("picked %s, want the faster replica", r.jobID)
+		}
+	}
+	fast.outstanding.Store(20) // 21 x 1ms > 1 x 10ms
+	if r := s.pick(nil); r != slow {
+		t.Fatalf("picked %s, want the less loaded replica", r.jobID)
+	}
+	slow.suspect.Store(true)
+	if r := s.pick(nil); r != fast {
+		t.Fatalf("picked %s, want the unsuspected replica", r.jobID)
+	}
+	if r := s.pick(fast); r != nil {
+		t.Fatalf("picked %s with the only candidate skipped", r.jobID)
+	}
+}
+
+// TestHandshakeRefusal: a provider's refusal reaches the dialer as
+// ErrRefused with its reason.
+func TestHandshakeRefusal(t *testing.T) {
+	a, b := net.Pipe()
+	go func() {
+		var req struct {
+			LeaseID string `json:"lease_id"`
+		}
+		if readMsg(b, &req) == nil {
+			_ = writeMsg(b, map[string]string{"error": "lease " + req.LeaseID + ": no such lease of yours"})
+		}
+		b.Close()
+	}()
+	open := func(context.Context, peer.ID) (network.Stream, error) { return pipeStream{c: a}, nil }
+	_, err := Connect(context.Background(), open, "", "lease-1")
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "lease lease-1: no such lease of yours") {
+		t.Fatalf("Connect = %v", err)
+	}
+}
+
+// pipeStream is a net.Conn posing as a stream for the handshake (only
+// Read, Write, deadlines and Reset are used).
+type pipeStream struct {
+	network.Stream
+	c net.Conn
+}
+
+func (p pipeStream) Read(b []byte) (int, error)         { return p.c.Read(b) }
+func (p pipeStream) Write(b []byte) (int, error)        { return p.c.Write(b) }
+func (p pipeStream) Close() error                       { return p.c.Close() }
+func (p pipeStream) Reset() error                       { return p.c.Close() }
+func (p pipeStream) SetDeadline(t time.Time) error      { return p.c.SetDeadline(t) }
+func (p pipeStream) SetReadDeadline(t time.Time) error  { return p.c.SetReadDeadline(t) }
+func (p pipeStream) SetWriteDeadline(t time.Time) error { return p.c.SetWriteDeadline(t) }

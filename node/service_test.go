@@ -1,0 +1,496 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/service"
+	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// buildServer builds testdata/svcserver, the replicas' HTTP server, into
+// a directory job uids can read. As root, jobs get a private /tmp, so the
+// binary goes under /run instead of t.TempDir.
+func buildServer(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if os.Geteuid() == 0 {
+		d, err := os.MkdirTemp("/run", "gpumesh-svc-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		dir = d
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "svcserver")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./testdata/svcserver")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build svcserver: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// serviceSpec is a gold service of the test server on port 8000, with
+// fast probes.
+func serviceSpec(bin string, replicas, maxReplicas int) api.ServiceSpec {
+	return api.ServiceSpec{
+		Job: auction.Job{Tier: auction.Gold, MaxPrice: 2, Region: "eu", GPUCount: 1, Duration: 10 * time.Minute,
+			BidWindow: time.Second, Run: auction.RunSpec{Command: []string{bin}, ServicePort: 8000}},
+		Replicas: replicas, MaxReplicas: maxReplicas, Health: "/healthz",
+		ProbeInterval: 300 * time.Millisecond, StartTimeout: 20 * time.Second,
+	}
+}
+
+// waitService polls a service's status until cond holds.
+func waitService(t *testing.T, c *api.Client, id string, within time.Duration, what string, cond func(api.ServiceView) bool) api.ServiceView {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		v, err := c.Service(context.Background(), id)
+		if err == nil && cond(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service %s: %s not reached within %s (err %v); last view: desired %d ready %d replicas %+v events %+v",
+				id, what, within, err, v.Desired, v.Ready, v.Replicas, v.Events)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func readyOn(v api.ServiceView, provider string) bool {
+	for _, r := range v.Replicas {
+		if r.Provider == provider && r.State == api.ReplicaReady {
+			return true
+		}
+	}
+	return false
+}
+
+// load sends GET path through the gateway from workers goroutines until
+// stop is closed, counting successes and failures.
+type load struct {
+	ok, failed atomic.Int64
+	wg         sync.WaitGroup
+	stop       chan struct{}
+	mu         sync.Mutex
+	lastErr    string
+}
+
+func startLoad(gateway, path string, workers int) *load {
+	l := &load{stop: make(chan struct{})}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	for range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				resp, err := client.Get("http://" + gateway + path)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %s", resp.Status)
+					}
+				}
+				if err != nil {
+					l.failed.Add(1)
+					l.mu.Lock()
+					l.lastErr = err.Error()
+					l.mu.Unlock()
+					continue
+				}
+				l.ok.Add(1)
+			}
+		}()
+	}
+	return l
+}
+
+// waitOK waits until n requests have succeeded.
+func (l *load) waitOK(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for l.ok.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d requests succeeded (%d failed, last %q)", l.ok.Load(), l.failed.Load(), l.lastErr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (l *load) end() (ok, failed int64) {
+	close(l.stop)
+	l.wg.Wait()
+	return l.ok.Load(), l.failed.Load()
+}
+
+// TestServiceGateway: a two-replica service of a real HTTP server, run by
+// the sandboxed process executor on two providers, answers 1,000 requests
+// through the renter's loopback gateway; bodies and server-sent events
+// pass through; the replicas' port is not on the host's loopback; and the
+// status shows each replica's requests and latency.
+func TestServiceGateway(t *testing.T) {
+	bin := buildServer(t)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), fastConfig(providerConfig("eu-west", 1.0, a100)))
+	waitAdvertised(t, boot, ns...)
+	c := api.NewClient(boot.dir)
+	v, err := c.PostService(context.Background(), serviceSpec(bin, 2, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(v.Gateway, "127.0.0.1:") {
+		t.Fatalf("gateway %q is not on loopback", v.Gateway)
+	}
+	st0 := waitService(t, c, v.ID, 30*time.Second, "2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
+
+	const total, workers = 1000, 8
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	var next, okCount atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, total)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= total {
+				resp, err := client.Get("http://" + v.Gateway + "/work")
+				if err != nil {
+					errs <- err
+					continue
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 || !strings.HasPrefix(string(b), "ok ") {
+					errs <- fmt.Errorf("status %s body %q err %v", resp.Status, b, err)
+					continue
+				}
+				okCount.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("request failed: %v", err)
+	}
+	if okCount.Load() != total {
+		t.Fatalf("%d of %d requests succeeded", okCount.Load(), total)
+	}
+
+	// A request body passes through.
+	resp, err := client.Post("http://"+v.Gateway+"/echo", "text/plain", strings.NewReader("ping through libp2p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "ping through libp2p" {
+		t.Fatalf("echo = %q", b)
+	}
+	// Server-sent events arrive as they are sent, not at the end.
+	start := time.Now()
+	resp, err = client.Get("http://" + v.Gateway + "/stream?n=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("stream content type %q", ct)
+	}
+	br := bufio.NewReader(resp.Body)
+	first, err := br.ReadString('\n')
+	firstAt := time.Since(start)
+	if err != nil || first != "data: event 0\n" {
+		t.Fatalf("first event %q, %v", first, err)
+	}
+	rest, _ := io.ReadAll(br)
+	resp.Body.Close()
+	all := time.Since(start)
+	if got := strings.Count(string(rest), "data: event"); got != 4 {
+		t.Fatalf("got %d more events, want 4: %q", got, rest)
+	}
+	if all-firstAt < 300*time.Millisecond {
+		t.Fatalf("first event after %s, the stream ended after %s: events were buffered", firstAt, all)
+	}
+
+	// Only a lease's renter gets through to its replica: another peer is
+	// refused by the provider.
+	rep := st0.Replicas[0]
+	var other *testNode
+	for _, n := range ns {
+		if n.ID().String() != rep.Provider {
+			other = n
+		}
+	}
+	provID, err := peer.Decode(rep.Provider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(ctx context.Context, p peer.ID) (network.Stream, error) {
+		return other.net.Host.NewStream(ctx, p, wire.ProtoService)
+	}
+	if conn, err := service.Connect(context.Background(), open, provID, rep.LeaseID); !errors.Is(err, service.ErrRefused) {
+		if conn != nil {
+			conn.Close()
+		}
+		t.Fatalf("a stream from a peer that is not the renter: %v, want refused", err)
+	}
+
+	// The replicas listen on their jobs' own loopback only.
+	if os.Geteuid() == 0 {
+		if conn, err := net.DialTimeout("tcp", "127.0.0.1:8000", time.Second); err == nil {
+			conn.Close()
+			t.Fatal("a replica's port is reachable on the host's loopback")
+		}
+	}
+
+	st, err := c.Service(context.Background(), v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, r := range st.Replicas {
+		if r.Requests == 0 || r.P50MS <= 0 || r.P95MS < r.P50MS || r.P99MS < r.P95MS {
+			t.Errorf("replica %s on %s: %d requests, p50 %.3f p95 %.3f p99 %.3f ms", r.JobID, r.Provider, r.Requests, r.P50MS, r.P95MS, r.P99MS)
+		}
+		sum += r.Requests
+		t.Logf("replica %s: %d requests, %d errors, %.1f req/s, p50 %.2f p95 %.2f p99 %.2f ms", r.JobID, r.Requests, r.Errors, r.RatePerSec, r.P50MS, r.P95MS, r.P99MS)
+	}
+	if sum < total || st.Totals.Errors != 0 {
+		t.Fatalf("status counts %d requests (%d errors), want at least %d and none", sum, st.Totals.Errors, total)
+	}
+	if _, err := c.StopService(context.Background(), v.ID); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := client.Get("http://" + v.Gateway + "/work"); err == nil {
+		resp.Body.Close()
+		t.Fatal("the gateway still answers after stop")
+	}
+}
+
+// TestServiceFailover: under steady load, one replica's provider goes
+// away (its daemon closes): routing drops the replica within 3 s, a
+// replacement leased through a new auction serves within 30 s, and at
+// least 99 % of the requests succeed throughout.
+func TestServiceFailover(t *testing.T) {
+	bin := buildServer(t)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), fastConfig(providerConfig("eu-west", 1.0, a100)),
+		fastConfig(providerConfig("eu-west", 1.0, a100)))
+	waitAdvertised(t, boot, ns...)
+	c := api.NewClient(boot.dir)
+	v, err := c.PostService(context.Background(), serviceSpec(bin, 2, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = waitService(t, c, v.ID, 30*time.Second, "2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
+	victim := v.Replicas[0].Provider
+	var dead *testNode
+	for _, n := range ns {
+		if n.ID().String() == victim {
+			dead = n
+		}
+	}
+	if dead == nil {
+		t.Fatalf("replica provider %s is none of the test's providers", victim)
+	}
+
+	l := startLoad(v.Gateway, "/work?ms=5", 6)
+	l.waitOK(t, 200) // steady load before the failure
+	killed := time.Now()
+	if err := dead.Close(); err != nil {
+		t.Logf("close provider: %v", err)
+	}
+	waitService(t, c, v.ID, 3*time.Second, "the dead provider's replica out of routing", func(v api.ServiceView) bool {
+		return !readyOn(v, victim)
+	})
+	dropped := time.Since(killed)
+	v = waitService(t, c, v.ID, 30*time.Second, "2 ready replicas again", func(v api.ServiceView) bool {
+		return v.Ready == 2 && !readyOn(v, victim)
+	})
+	replaced := time.Since(killed)
+	// The replacement carries load.
+	v = waitService(t, c, v.ID, 10*time.Second, "both replicas serving requests", func(v api.ServiceView) bool {
+		serving := 0
+		for _, r := range v.Replicas {
+			if r.State == api.ReplicaReady && r.Requests > 0 {
+				serving++
+			}
+		}
+		return serving == 2
+	})
+	ok, failed := l.end()
+	t.Logf("dropped from routing after %s, replacement ready after %s; %d ok, %d failed (last error %q), %d retries",
+		dropped.Round(time.Millisecond), replaced.Round(time.Millisecond), ok, failed, l.lastErr, v.Retries)
+	if ok == 0 || float64(ok) < 0.99*float64(ok+failed) {
+		t.Fatalf("%d of %d requests succeeded, want at least 99%%", ok, ok+failed)
+	}
+	for _, r := range v.Replicas {
+		if r.Provider == victim {
+			t.Fatalf("the dead provider still holds a replica: %+v", r)
+		}
+	}
+}
+
+// TestServiceAutoscale: load whose latency is above the target p95 scales
+// the service up to its max replicas, one step at a time; once the load
+// is gone, it scales back down to its min, each step after the hysteresis.
+func TestServiceAutoscale(t *testing.T) {
+	bin := buildServer(t)
+	// One provider with three GPUs: the three replicas listen on the same
+	// port, each in its own sandbox.
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100, a100, a100)))
+	waitAdvertised(t, boot, ns...)
+	c := api.NewClient(boot.dir)
+	spec := serviceSpec(bin, 1, 3)
+	spec.TargetP95 = 50 * time.Millisecond
+	spec.ScaleDownAfter = 2 * time.Second
+	v, err := c.PostService(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	l := startLoad(v.Gateway, "/work?ms=120", 4)
+	waitService(t, c, v.ID, 40*time.Second, "3 ready replicas under load", func(v api.ServiceView) bool {
+		return v.Desired == 3 && v.Ready == 3
+	})
+	ok, failed := l.end()
+	idle := time.Now()
+	if failed != 0 {
+		t.Errorf("%d of %d requests failed under load (last %q)", failed, ok+failed, l.lastErr)
+	}
+	v = waitService(t, c, v.ID, 30*time.Second, "back to 1 replica", func(v api.ServiceView) bool {
+		return v.Desired == 1 && len(v.Replicas) == 1 && v.Ready == 1
+	})
+	var ups, downs []time.Time
+	for _, e := range v.Events {
+		switch {
+		case strings.HasPrefix(e.What, "autoscale: 1 → 2"), strings.HasPrefix(e.What, "autoscale: 2 → 3"):
+			ups = append(ups, e.Time)
+		case strings.HasPrefix(e.What, "autoscale: 3 → 2"), strings.HasPrefix(e.What, "autoscale: 2 → 1"):
+			downs = append(downs, e.Time)
+		}
+	}
+	if len(ups) != 2 || len(downs) != 2 {
+		t.Fatalf("autoscale events: %d up, %d down, want 2 each: %+v", len(ups), len(downs), v.Events)
+	}
+	if first := downs[0].Sub(idle); first < spec.ScaleDownAfter-200*time.Millisecond {
+		t.Fatalf("first scale-down %s after the load ended, before the %s hysteresis", first, spec.ScaleDownAfter)
+	}
+	if gap := downs[1].Sub(downs[0]); gap < spec.ScaleDownAfter {
+		t.Fatalf("second scale-down %s after the first, before the %s hysteresis", gap, spec.ScaleDownAfter)
+	}
+	t.Logf("scaled up at %v, down %s and %s after the load ended", ups, downs[0].Sub(idle).Round(time.Millisecond), downs[1].Sub(idle).Round(time.Millisecond))
+}
+
+// TestServiceOutlivesLease: a service whose leases are short re-leases
+// each replica before its lease ends and drains the old one once the
+// successor is ready; requests keep succeeding across the handover.
+func TestServiceOutlivesLease(t *testing.T) {
+	bin := buildServer(t)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100, a100)))
+	waitAdvertised(t, boot, ns...)
+	c := api.NewClient(boot.dir)
+	spec := serviceSpec(bin, 1, 1)
+	spec.Job.Duration = 12 * time.Second // renewed 6 s before its end
+	v, err := c.PostService(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	first := v.Replicas[0]
+	l := startLoad(v.Gateway, "/work?ms=5", 4)
+	v = waitService(t, c, v.ID, 20*time.Second, "a successor serving alone", func(v api.ServiceView) bool {
+		return len(v.Replicas) == 1 && v.Replicas[0].JobID != first.JobID && v.Ready == 1 && v.Replicas[0].Requests > 0
+	})
+	ok, failed := l.end()
+	if !time.Now().Before(first.LeaseEnd.Add(time.Second)) {
+		t.Errorf("the successor took over only at %s, after the first lease's end %s", time.Now().Format(time.TimeOnly), first.LeaseEnd.Format(time.TimeOnly))
+	}
+	if failed != 0 || ok == 0 {
+		t.Fatalf("%d ok, %d failed across the handover (last %q)", ok, failed, l.lastErr)
+	}
+	if v.Replicas[0].LeaseEnd.Sub(first.LeaseEnd) < 3*time.Second {
+		t.Fatalf("the successor's lease ends at %s, the first at %s", v.Replicas[0].LeaseEnd, first.LeaseEnd)
+	}
+}
+
+// TestServiceSurvivesRenterRestart: the renter's daemon restarts; its
+// service is served again on the same gateway address by the replica it
+// had leased (adopted, not leased again: the provider's one GPU is
+// taken), and stopping it afterwards cancels that lease.
+func TestServiceSurvivesRenterRestart(t *testing.T) {
+	bin := buildServer(t)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
+	rdir := filepath.Join(t.TempDir(), "renter")
+	r := startNode(t, rdir, renterConfig(), boot.Daemon)
+	t.Cleanup(func() { r.Close() })
+	waitAdvertised(t, r, ns...)
+	c := api.NewClient(rdir)
+	v, err := c.PostService(context.Background(), serviceSpec(bin, 1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	first := v.Replicas[0]
+	get := func() error {
+		resp, err := http.Get("http://" + v.Gateway + "/work")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("status %s", resp.Status)
+		}
+		return nil
+	}
+	if err := get(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r2 := startNode(t, rdir, renterConfig(), boot.Daemon)
+	t.Cleanup(func() { r2.Close() })
+	v2 := waitService(t, c, v.ID, 20*time.Second, "the replica adopted and ready", func(v api.ServiceView) bool {
+		return v.Ready == 1 && len(v.Replicas) == 1 && v.Replicas[0].JobID == first.JobID
+	})
+	if v2.Gateway != v.Gateway {
+		t.Fatalf("gateway moved from %s to %s", v.Gateway, v2.Gateway)
+	}
+	if err := get(); err != nil {
+		t.Fatalf("through the restored gateway: %v", err)
+	}
+	if _, err := c.StopService(context.Background(), v.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, r2, first.JobID, 15*time.Second, "the adopted replica's lease cancelled", func(j api.JobView) bool {
+		return j.Run.Terminal()
+	})
+}
