@@ -102,6 +102,10 @@ type FakeProviderConfig struct {
 	// FutureEnd is how far in the future its first "succeeded" report says
 	// the run ended; default 3h.
 	FutureEnd time.Duration
+	// Idle is how long it sits on the lease doing nothing before faking
+	// anything, the time its "since the lease start" receipts overclaim;
+	// default 2s.
+	Idle time.Duration
 }
 
 // Answer is what a target answered one hostile message with.
@@ -132,9 +136,11 @@ type FakeProviderReport struct {
 	// Countersigned are the receipts the renter countersigned (its
 	// answers), distinct by payload.
 	Countersigned []attest.Receipt `json:"countersigned"`
-	// Ran is how long the fake "run" lasted, from the lease to its last
-	// report: all a renter could ever have observed.
-	Ran time.Duration `json:"ran"`
+	// Ran is how long the attack held the lease, from the award to its
+	// last message; Observable is the part a renter could have observed,
+	// from the first accepted heartbeat to the final report.
+	Ran        time.Duration `json:"ran"`
+	Observable time.Duration `json:"observable"`
 }
 
 // Refused counts the answers that were refusals.
@@ -165,6 +171,9 @@ func FakeProvider(ctx context.Context, p *Peer, cfg FakeProviderConfig) (FakePro
 	if cfg.FutureEnd <= 0 {
 		cfg.FutureEnd = 3 * time.Hour
 	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = 2 * time.Second
+	}
 	leases := make(chan auction.Lease, 4)
 	bctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -194,6 +203,12 @@ func FakeProvider(ctx context.Context, p *Peer, cfg FakeProviderConfig) (FakePro
 		return p.Node.Request(rctx, renter, nil, proto, data)
 	}
 
+	// Run nothing.
+	select {
+	case <-time.After(cfg.Idle):
+	case <-ctx.Done():
+		return rep, ctx.Err()
+	}
 	// Fake heartbeats: full GPU, nothing behind them.
 	var firstBeat time.Time
 	for seq := 1; seq <= cfg.Heartbeats; seq++ {
@@ -276,9 +291,17 @@ func FakeProvider(ctx context.Context, p *Peer, cfg FakeProviderConfig) (FakePro
 	for i := 0; i < cfg.Receipts; i++ {
 		receipt("whole-lease receipt after the final report", whole(*sum))
 	}
+	// The lease so far, as if it had run from the lease's start.
+	for i := 0; i < cfg.Receipts; i++ {
+		rc := whole(*sum)
+		secs := end.Sub(l.Start).Seconds() * float64(l.GPUCount)
+		rc.End, rc.GPUSeconds, rc.Amount = end, secs, attest.AmountFor(secs, l.Price)
+		receipt("receipt from the lease start to the final report", rc)
+	}
 	// What the renter could have seen: from the first accepted heartbeat
 	// to the final report.
 	if !firstBeat.IsZero() {
+		rep.Observable = end.Sub(firstBeat)
 		secs := attest.BillableSeconds(l, firstBeat, end, end, *sum) * float64(l.GPUCount)
 		rc := whole(*sum)
 		rc.Start, rc.End, rc.GPUSeconds, rc.Amount = firstBeat, end, secs, attest.AmountFor(secs, l.Price)
