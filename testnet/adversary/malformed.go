@@ -29,7 +29,9 @@ var Protocols = []protocol.ID{wire.ProtoBid, wire.ProtoAward, wire.ProtoHeartbea
 	wire.ProtoReceipt, wire.ProtoCancel, wire.ProtoLogs, wire.ProtoOutputs}
 
 // streamProtocols answer with a stream rather than a status and a frame.
-func streamProtocol(proto protocol.ID) bool { return proto == wire.ProtoLogs || proto == wire.ProtoOutputs }
+func streamProtocol(proto protocol.ID) bool {
+	return proto == wire.ProtoLogs || proto == wire.ProtoOutputs
+}
 
 // Outcome is how a target took one malformed frame.
 type Outcome struct {
