@@ -87,6 +87,8 @@ type SybilConfig struct {
 type SybilReport struct {
 	Provider string `json:"provider"`
 	Receipts int    `json:"receipts"`
+	// Data are the receipts' wire bytes, for re-gossiping.
+	Data [][]byte `json:"-"`
 }
 
 // SybilReceipts makes a fresh provider identity and cfg.Renters fresh
@@ -126,6 +128,7 @@ func SybilReceipts(ctx context.Context, p *Peer, cfg SybilConfig) (SybilReport, 
 				return rep, err
 			}
 			rep.Receipts++
+			rep.Data = append(rep.Data, b)
 		}
 	}
 	return rep, nil
