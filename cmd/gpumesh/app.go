@@ -44,6 +44,7 @@ func newApp(stdout, stderr io.Writer, unknown *bool) *cli.App {
 			jobCommand(),
 			bidsCommand(),
 			providerCommand(),
+			doctorCommand(),
 			reputationCommand(),
 			ledgerCommand(),
 			replay.Command(), // gpumesh sim: the market replay lives with the simulator
