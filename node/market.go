@@ -37,6 +37,7 @@ type market struct {
 	provider *auction.Provider // nil on a renter-only node
 	cal      *auction.Calendar
 	exec     runtime.Executor
+	metrics  *metrics
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -54,7 +55,8 @@ func (t leaseTransport) Publish(ctx context.Context, topic string, data []byte) 
 }
 
 func newMarket(d *Daemon) (*market, error) {
-	m := &market{d: d, counters: lease.NewCounters(), book: attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String()})}
+	m := &market{d: d, counters: lease.NewCounters(), book: attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String()}),
+		metrics: newMetrics()}
 	m.ctx, m.cancel = context.WithCancel(d.ctx)
 	lt := leaseTransport{d.net}
 	var err error
@@ -66,7 +68,7 @@ func newMarket(d *Daemon) (*market, error) {
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
-		Now: d.now, Log: d.log, Counters: m.counters,
+		Now: d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
 	}); err != nil {
 		return nil, err
 	}
@@ -120,7 +122,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 			return m.provider.LeaseEnded(id, end, st)
 		},
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
-		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
+		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
 	}); err != nil {
 		return err
 	}

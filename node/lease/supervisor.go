@@ -59,6 +59,8 @@ type SupervisorConfig struct {
 	Now          Clock
 	Log          *slog.Logger
 	Counters     *Counters
+	// Observe, when set, is told of heartbeats sent and leases ended.
+	Observe *Observer
 }
 
 // Supervisor runs a provider's confirmed leases.
@@ -337,9 +339,10 @@ func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
 	}
 	r.pr.Outputs = outs
 	lease := rec.Lease
-	ended := rec.Ended
+	started, ended := rec.Started, rec.Ended
 	r.mu.Unlock()
 	s.saveRun(r)
+	s.cfg.Observe.leaseEnded(lease, state, started, ended)
 	if s.cfg.LeaseEnded != nil {
 		_ = s.cfg.LeaseEnded(lease.ID, ended, state)
 	}
@@ -406,6 +409,7 @@ func (r *leaseRun) heartbeats(h runtime.Handle) {
 		if err != nil {
 			continue
 		}
+		s.cfg.Observe.heartbeatSent(hb, l)
 		b, _ := env.Marshal()
 		r.mu.Lock()
 		r.pr.LastBeat = hb.Time
