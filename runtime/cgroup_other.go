@@ -21,3 +21,4 @@ func (*jobCgroup) destroy() error                       { return nil }
 
 func (*cgroups) describe() string   { return "" }
 func (*cgroups) limitsMemory() bool { return false }
+func (*jobCgroup) pids() []int      { return nil }

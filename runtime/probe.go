@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sort"
 	"time"
@@ -49,4 +50,17 @@ func ProbeDocker(ctx context.Context, socketPath string) (DockerStatus, error) {
 	}
 	sort.Strings(st.Runtimes)
 	return st, nil
+}
+
+// CheckProviderInventory refuses provider mode with nothing to sell: no GPU
+// from the driver (or no NVML support in this build) and none declared.
+func CheckProviderInventory(providerEnabled bool, inv Inventory) error {
+	if !providerEnabled || len(inv.GPUs) > 0 {
+		return nil
+	}
+	why := "NVML finds no GPU"
+	if _, err := ProbeNVML(); err != nil {
+		why = "NVML: " + err.Error()
+	}
+	return fmt.Errorf("provider.enabled but no GPU to sell (%s) and provider.gpus declares none; declare them (gpumesh provider init --gpu MODEL:VRAM_GB) or run as a renter", why)
 }
