@@ -78,7 +78,14 @@ if [ "$mkuser" = 1 ]; then
       addgroup -S "$user" 2>/dev/null || true
       adduser -S -D -H -h "$datadir" -s /bin/false -G "$user" "$user"
     else
-      die "neither useradd nor adduser found to create user $user"
+      # A minimal system (no shadow tools, busybox without adduser): add
+      # the account to /etc/passwd and /etc/group with a free system id.
+      [ -w /etc/passwd ] && [ -w /etc/group ] || die "cannot create user $user: no useradd/adduser and /etc/passwd is not writable"
+      id=$(awk -F: 'FNR==1{f++} {used[$3]=1} END{for(i=999;i>=100;i--) if(!used[i]){print i; exit}}' /etc/passwd /etc/group)
+      [ -n "$id" ] || die "no free system uid/gid in 100-999 for $user"
+      grep -q "^$user:" /etc/group || echo "$user:x:$id:" >>/etc/group
+      gid=$(awk -F: -v u="$user" '$1==u{print $3}' /etc/group)
+      echo "$user:x:$id:$gid:gpumesh daemon:$datadir:/bin/false" >>/etc/passwd
     fi
     say "created service user $user"
   fi

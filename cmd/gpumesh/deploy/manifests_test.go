@@ -174,7 +174,7 @@ func TestDaemonSetManifest(t *testing.T) {
 	if !strings.Contains(args, "-d /data daemon") || !strings.Contains(args, "--config "+mounts["config"]+"/config.yaml") {
 		t.Errorf("args %q do not run the daemon on /data with the mounted config", args)
 	}
-	out, err := exec.Command("go", "run", "..", "daemon", "--help").CombinedOutput()
+	out, err := exec.Command(gpumeshBin, "daemon", "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("gpumesh daemon --help: %v\n%s", err, out)
 	}
