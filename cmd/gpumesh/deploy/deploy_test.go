@@ -398,3 +398,32 @@ exec su -s /bin/sh gpumesh -c 'exec gpumesh -d /var/lib/gpumesh daemon'`
 		t.Errorf("the job did not succeed:\n%s", final)
 	}
 }
+
+// TestDockerfile builds the Dockerfile without a registry: both stages'
+// bases are a locally imported busybox rootfs and the context carries a
+// prebuilt binary at dist/gpumesh, which the build stage installs instead of
+// compiling (the compile branch needs the golang image from a registry and
+// is not exercised here). The image's entrypoint is the daemon's CLI.
+func TestDockerfile(t *testing.T) {
+	dockerOrSkip(t)
+	run := runID(t)
+	base := "gpumesh-deploy-base:" + run
+	importRootfs(t, base)
+	ctxDir := t.TempDir()
+	copyFile(t, "Dockerfile", filepath.Join(ctxDir, "Dockerfile"), 0o644)
+	copyFile(t, gpumeshBin, filepath.Join(ctxDir, "dist", "gpumesh"), 0o755)
+	image := "gpumesh-deploy-image:" + run
+	t.Cleanup(func() { _, _ = dockerErr("image", "rm", "-f", image) })
+	docker(t, "build", "-q", "--build-arg", "GO_IMAGE="+base, "--build-arg", "BASE_IMAGE="+base, "-t", image, ctxDir)
+	if out := docker(t, "run", "--rm", image, "--version"); !strings.HasPrefix(out, "gpumesh version") {
+		t.Fatalf("gpumesh --version in the image: %q", out)
+	}
+	// The default command runs the daemon on /data: it comes up as a renter.
+	name := "gpumesh-deploy-image-" + run
+	t.Cleanup(func() { _, _ = dockerErr("rm", "-f", name) })
+	docker(t, "run", "-d", "--name", name, "--network", "none", image)
+	waitFor(t, 60*time.Second, "the image's daemon answers", func() (bool, string) {
+		out, err := dockerErr("exec", name, "gpumesh", "-d", "/data", "status", "--json")
+		return err == nil && strings.Contains(out, `"peer_id"`), out
+	})
+}
