@@ -84,7 +84,12 @@ func (t *Tracker) observeAuction(id, outcome string) {
 		posted time.Time
 	)
 	if v != nil {
-		job, bids, posted = v.Job, len(v.Bids), v.PostedAt
+		job, posted = v.Job, v.PostedAt
+		for _, b := range v.Bids {
+			if b.Rejected == "" {
+				bids++
+			}
+		}
 	}
 	t.mu.Unlock()
 	if v == nil {
