@@ -3,7 +3,7 @@ export GOFLAGS := -buildvcs=false
 GO ?= go
 N ?= 5
 
-.PHONY: build test testnet testnet-down vet fmt sizes bench sim clean
+.PHONY: build test testnet testnet-down vet fmt sizes bench sim clean release
 
 build:
 	$(GO) build -o bin/gpumesh ./cmd/gpumesh
@@ -33,5 +33,20 @@ testnet-down:
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
+# release builds the binaries to dist/: linux/amd64 with cgo (NVML, for
+# providers; needs a linux/amd64 host with gcc), linux/arm64 with cgo when
+# ARM64_CC names a cross compiler (else without: renter or declared GPUs
+# only), and darwin amd64/arm64 without cgo (renter only: no NVML there).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+RELEASE_LDFLAGS = -s -w -X github.com/gpumesh/gpumesh/node.Version=$(VERSION)
+ARM64_CC ?=
+release:
+	@mkdir -p dist
+	CGO_ENABLED=1 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' -o dist/gpumesh-linux-amd64 ./cmd/gpumesh
+	CGO_ENABLED=$(if $(ARM64_CC),1,0) CC=$(ARM64_CC) GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' -o dist/gpumesh-linux-arm64 ./cmd/gpumesh
+	CGO_ENABLED=0 GOOS=darwin GOARCH=amd64 $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' -o dist/gpumesh-darwin-amd64 ./cmd/gpumesh
+	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' -o dist/gpumesh-darwin-arm64 ./cmd/gpumesh
+	cd dist && sha256sum gpumesh-* > SHA256SUMS
+
 clean:
-	rm -rf bin testnet/run
+	rm -rf bin dist testnet/run

@@ -142,6 +142,9 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("gpu inventory: %w", err)
 		}
+		if err := runtime.CheckProviderInventory(d.cfg.Provider.Enabled, d.inv); err != nil {
+			return nil, err
+		}
 	}
 	d.fp = attest.Fingerprint{Peer: d.signer.ID().String(), Driver: d.inv.Driver, CUDA: d.inv.CUDA, Source: d.inv.Source, IssuedAt: d.now()}
 	for _, g := range d.inv.GPUs {

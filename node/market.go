@@ -41,6 +41,7 @@ type market struct {
 	cal      *auction.Calendar
 	exec     runtime.Executor
 	svc      *service.Manager
+	metrics  *metrics
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -58,7 +59,8 @@ func (t leaseTransport) Publish(ctx context.Context, topic string, data []byte) 
 }
 
 func newMarket(d *Daemon) (*market, error) {
-	m := &market{d: d, counters: lease.NewCounters(), book: attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String()})}
+	m := &market{d: d, counters: lease.NewCounters(), book: attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String()}),
+		metrics: newMetrics()}
 	m.ctx, m.cancel = context.WithCancel(d.ctx)
 	lt := leaseTransport{d.net}
 	var err error
@@ -70,7 +72,7 @@ func newMarket(d *Daemon) (*market, error) {
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
-		Now: d.now, Log: d.log, Counters: m.counters,
+		Now: d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
 	}); err != nil {
 		return nil, err
 	}
@@ -132,7 +134,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		},
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
-		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact,
+		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact, Observe: m.metrics.observer(),
 	}); err != nil {
 		return err
 	}

@@ -5,27 +5,203 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"sort"
+	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// serveMetrics exposes Prometheus metrics on the configured loopback
-// address (opt-in: metrics_addr). Values are read from the daemon's state at
-// scrape time, so no hot path is instrumented.
-func (d *Daemon) serveMetrics() error {
-	if d.cfg.MetricsAddr == "" {
-		return nil
+// metrics are the daemon's Prometheus metrics. Events of the lease
+// lifecycle (auctions ending, heartbeats, jobs ending) are observed where
+// they happen, through lease.Observer; levels and totals the daemon already
+// keeps (peers, occupancy, bids, the ledger's sums, protocol counters) are
+// read at scrape time. They are served only on the opt-in loopback
+// listener (metrics_addr), with /debug/pprof/.
+type metrics struct {
+	reg *prometheus.Registry
+
+	auctions     *prometheus.CounterVec
+	auctionBids  prometheus.Histogram
+	postToLease  prometheus.Histogram
+	hbLag        prometheus.Histogram
+	renterEnded  *prometheus.CounterVec
+	renterRun    *prometheus.HistogramVec
+	providerEnd  *prometheus.CounterVec
+	providerRun  *prometheus.HistogramVec
+	heartbeatsIn prometheus.Counter
+
+	// last holds the last heartbeat of each live lease, by role, for the
+	// per-lease GPU gauges.
+	mu   sync.Mutex
+	last map[leaseKey]attest.Heartbeat
+}
+
+type leaseKey struct{ role, lease string }
+
+// Metric names the daemon exports, in one place (the Grafana dashboard in
+// cmd/gpumesh/deploy may only query these; a test checks it).
+const metricsNamespace = "gpumesh"
+
+func newMetrics() *metrics {
+	ns := metricsNamespace
+	m := &metrics{reg: prometheus.NewRegistry(), last: map[leaseKey]attest.Heartbeat{}}
+	runBuckets := []float64{1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 24 * 3600}
+	m.auctions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "renter_auctions_total",
+		Help: "Auctions of this node's jobs that ended, by outcome (leased, unplaceable)."}, []string{"outcome"})
+	m.auctionBids = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "renter_auction_bids",
+		Help: "Valid bids one bid window drew.", Buckets: []float64{0, 1, 2, 3, 5, 8, 13, 21}})
+	m.postToLease = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "renter_post_to_lease_seconds",
+		Help: "Time from a job's post to its confirmed lease.", Buckets: []float64{0.5, 1, 2, 3, 5, 10, 20, 40, 90}})
+	m.hbLag = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "renter_heartbeat_lag_seconds",
+		Help:    "Delay between a provider signing a heartbeat and this renter verifying it (includes clock skew).",
+		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}})
+	m.heartbeatsIn = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "renter_heartbeats_total",
+		Help: "Verified heartbeats received for this node's leases."})
+	m.renterEnded = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "renter_jobs_ended_total",
+		Help: "This node's leases that ended, by run state (succeeded, failed, preempted, expired, cancelled)."}, []string{"run"})
+	m.renterRun = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "renter_job_run_seconds",
+		Help: "How long this node's jobs ran, by run state.", Buckets: runBuckets}, []string{"run"})
+	m.providerEnd = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "provider_leases_ended_total",
+		Help: "Leases this provider ran that ended, by run state."}, []string{"run"})
+	m.providerRun = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "provider_job_run_seconds",
+		Help: "How long jobs ran on this provider, by run state.", Buckets: runBuckets}, []string{"run"})
+	m.reg.MustRegister(m.auctions, m.auctionBids, m.postToLease, m.hbLag, m.heartbeatsIn, m.renterEnded, m.renterRun,
+		m.providerEnd, m.providerRun, leaseGPUCollector{m})
+	return m
+}
+
+// observer is what the lease lifecycle tells the metrics.
+func (m *metrics) observer() *lease.Observer {
+	return &lease.Observer{
+		AuctionEnded: func(_ auction.Job, outcome string, bids int, wait time.Duration) {
+			m.auctions.WithLabelValues(outcome).Inc()
+			m.auctionBids.Observe(float64(bids))
+			if outcome == lease.OutcomeLeased {
+				m.postToLease.Observe(wait.Seconds())
+			}
+		},
+		HeartbeatReceived: func(hb attest.Heartbeat, at time.Time) {
+			m.heartbeatsIn.Inc()
+			m.hbLag.Observe(max(0, at.Sub(hb.Time).Seconds()))
+			m.setLast("renter", hb)
+		},
+		HeartbeatSent: func(hb attest.Heartbeat, _ auction.Lease) { m.setLast("provider", hb) },
+		JobEnded: func(l auction.Lease, run auction.RunState, ran time.Duration) {
+			m.renterEnded.WithLabelValues(string(run)).Inc()
+			m.renterRun.WithLabelValues(string(run)).Observe(ran.Seconds())
+			m.forget("renter", l.ID)
+		},
+		LeaseEnded: func(l auction.Lease, run auction.RunState, ran time.Duration) {
+			m.providerEnd.WithLabelValues(string(run)).Inc()
+			m.providerRun.WithLabelValues(string(run)).Observe(ran.Seconds())
+			m.forget("provider", l.ID)
+		},
 	}
-	reg := prometheus.NewRegistry()
+}
+
+func (m *metrics) setLast(role string, hb attest.Heartbeat) {
+	m.mu.Lock()
+	m.last[leaseKey{role, hb.LeaseID}] = hb
+	m.mu.Unlock()
+}
+
+func (m *metrics) forget(role, leaseID string) {
+	m.mu.Lock()
+	delete(m.last, leaseKey{role, leaseID})
+	m.mu.Unlock()
+}
+
+// leaseGPUCollector exports the last heartbeat's GPU readings of each live
+// lease: utilisation (mean over the lease's GPUs), temperature (hottest)
+// and power (sum), as the provider sent them or the renter verified them.
+// A heartbeat describes a lease's devices together, so the lease is the
+// finest grain.
+type leaseGPUCollector struct{ m *metrics }
+
+var (
+	descUtil = prometheus.NewDesc(metricsNamespace+"_lease_gpu_utilization_percent",
+		"Mean GPU utilisation of a live lease's GPUs in its last heartbeat.", []string{"role", "lease", "source"}, nil)
+	descTemp = prometheus.NewDesc(metricsNamespace+"_lease_gpu_temperature_celsius",
+		"Hottest GPU of a live lease in its last heartbeat.", []string{"role", "lease", "source"}, nil)
+	descPower = prometheus.NewDesc(metricsNamespace+"_lease_gpu_power_watts",
+		"Power drawn by a live lease's GPUs in its last heartbeat.", []string{"role", "lease", "source"}, nil)
+	descHBAge = prometheus.NewDesc(metricsNamespace+"_lease_heartbeat_timestamp_seconds",
+		"When a live lease's last heartbeat was signed (Unix time).", []string{"role", "lease", "source"}, nil)
+)
+
+func (c leaseGPUCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUtil, descTemp, descPower, descHBAge} {
+		ch <- d
+	}
+}
+
+func (c leaseGPUCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	keys := make([]leaseKey, 0, len(c.m.last))
+	for k := range c.m.last {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].role+keys[i].lease < keys[j].role+keys[j].lease })
+	hbs := make([]attest.Heartbeat, len(keys))
+	for i, k := range keys {
+		hbs[i] = c.m.last[k]
+	}
+	c.m.mu.Unlock()
+	for i, k := range keys {
+		hb := hbs[i]
+		l := []string{k.role, k.lease, hb.Source}
+		ch <- prometheus.MustNewConstMetric(descUtil, prometheus.GaugeValue, hb.GPUUtil, l...)
+		ch <- prometheus.MustNewConstMetric(descTemp, prometheus.GaugeValue, float64(hb.TempC), l...)
+		ch <- prometheus.MustNewConstMetric(descPower, prometheus.GaugeValue, float64(hb.PowerW), l...)
+		ch <- prometheus.MustNewConstMetric(descHBAge, prometheus.GaugeValue, float64(hb.Time.UnixNano())/1e9, l...)
+	}
+}
+
+// eventsCollector exports the daemon's protocol counters (the per-reason
+// table of /v1/counters) as one counter with the event as a label.
+type eventsCollector struct{ m *market }
+
+var descEvents = prometheus.NewDesc(metricsNamespace+"_protocol_events_total",
+	"Protocol events by kind: rejected or invalid messages by reason, accepted and duplicate receipts (as in `gpumesh counters`).",
+	[]string{"event"}, nil)
+
+func (c eventsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descEvents }
+
+func (c eventsCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.m == nil {
+		return
+	}
+	counts := c.m.allCounters()
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		ch <- prometheus.MustNewConstMetric(descEvents, prometheus.CounterValue, float64(counts[k]), k)
+	}
+}
+
+// registerState adds the metrics read from the daemon's state at scrape
+// time.
+func (d *Daemon) registerState(reg *prometheus.Registry) {
+	ns := metricsNamespace
 	gauge := func(name, help string, f func() float64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gpumesh", Name: name, Help: help}, f))
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, f))
 	}
+	counter := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, f))
+	}
+	m := d.market
 	gauge("peers", "Connected libp2p peers.", func() float64 { return float64(len(d.net.Host.Network().Peers())) })
 	gauge("gpus", "GPUs offered by this node.", func() float64 { return float64(len(d.inv.GPUs)) })
-	m := d.market
 	stats := func(f func(api.ProviderStatsView) float64) func() float64 {
 		return func() float64 {
 			if m == nil || m.provider == nil {
@@ -39,44 +215,68 @@ func (d *Daemon) serveMetrics() error {
 		}
 	}
 	gauge("provider_occupancy_ratio", "Booked GPUs / GPUs now.", stats(func(v api.ProviderStatsView) float64 { return v.Occupancy }))
-	gauge("provider_bids_total", "Bids sent.", stats(func(v api.ProviderStatsView) float64 { return float64(v.Bids) }))
-	gauge("provider_leases_won_total", "Leases confirmed.", stats(func(v api.ProviderStatsView) float64 { return float64(v.Won) }))
 	gauge("provider_running_leases", "Leases running now.", stats(func(v api.ProviderStatsView) float64 { return float64(len(v.Running)) }))
-	gauge("provider_earnings_usd", "Earnings of confirmed leases (engine view).", stats(func(v api.ProviderStatsView) float64 { return v.EarningsUSD }))
-	gauge("provider_settled_earnings_usd", "Earnings settled in the ledger.", stats(func(v api.ProviderStatsView) float64 { return v.LedgerEarnedUSD }))
-	gauge("provider_p95_job_seconds", "95th percentile job run time.", stats(func(v api.ProviderStatsView) float64 { return v.P95JobSeconds }))
-	gauge("provider_gpu_utilization_pct", "GPU utilisation over running leases (NVML).", stats(func(v api.ProviderStatsView) float64 { return v.UtilizationPct }))
+	counter("provider_calls_total", "Calls for bids heard.", stats(func(v api.ProviderStatsView) float64 { return float64(v.Calls) }))
+	counter("provider_bids_total", "Bids sent.", stats(func(v api.ProviderStatsView) float64 { return float64(v.Bids) }))
+	counter("provider_leases_won_total", "Leases confirmed.", stats(func(v api.ProviderStatsView) float64 { return float64(v.Won) }))
+	gauge("provider_booked_earnings_usd", "Earnings of confirmed leases as the auction engine books them (before settlement).",
+		stats(func(v api.ProviderStatsView) float64 { return v.EarningsUSD }))
+	gauge("provider_gpu_utilization_percent", "GPU utilisation now over running leases (NVML; 0 without it).",
+		stats(func(v api.ProviderStatsView) float64 { return v.UtilizationPct }))
+	counter("provider_earned_usd_total", "Earnings settled in the ledger (payments earned).", func() float64 {
+		return d.ledgerSum(func(earned, _ float64) float64 { return earned })
+	})
+	counter("renter_spent_usd_total", "Spending settled in the ledger (payments owed).", func() float64 {
+		return d.ledgerSum(func(_, owed float64) float64 { return owed })
+	})
 	gauge("reputation_score", "This node's reputation as its own book sees it.", func() float64 {
 		if m == nil {
 			return 0
 		}
 		return m.book.Score(d.ID().String())
 	})
-	gauge("renter_jobs", "Jobs this node has posted.", func() float64 {
+	gauge("renter_jobs", "Jobs this node has posted (all states).", func() float64 {
 		if m == nil {
 			return 0
 		}
 		return float64(len(m.tracker.List()))
 	})
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gpumesh", Name: "rejected_messages", Help: "Rejected or invalid messages (sum of all reasons; per-reason in /v1/counters)."},
-		func() float64 {
-			if m == nil {
-				return 0
-			}
-			n := 0
-			for k, v := range m.allCounters() {
-				if k != "reputation.accepted" && k != "reputation.duplicate" {
-					n += v
-				}
-			}
-			return float64(n)
-		}))
+	reg.MustRegister(eventsCollector{m})
+}
+
+// ledgerSum adds f(earned, owed) over the ledger's balances.
+func (d *Daemon) ledgerSum(f func(earned, owed float64) float64) float64 {
+	bal, err := d.db.Balances()
+	if err != nil {
+		return 0
+	}
+	var s float64
+	for _, b := range bal {
+		s += f(b.Earned, b.Owed)
+	}
+	return s
+}
+
+// serveMetrics exposes the metrics and /debug/pprof/ on the configured
+// loopback address (opt-in: metrics_addr).
+func (d *Daemon) serveMetrics() error {
+	if d.cfg.MetricsAddr == "" || d.market == nil {
+		return nil
+	}
+	reg := d.market.metrics.reg
+	d.registerState(reg)
 	ln, err := net.Listen("tcp", d.cfg.MetricsAddr)
 	if err != nil {
 		return fmt.Errorf("metrics_addr %s: %w", d.cfg.MetricsAddr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", d.serveDashboard)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	d.wg.Add(1)
 	go func() {

@@ -21,4 +21,5 @@ func (*cgroups) limitsMemory() bool { return false }
 func (*cgroups) limitsPids() bool   { return false }
 func (*cgroups) limitsCPU() bool    { return false }
 
-func hostMemoryMB() int { return 0 }
+func hostMemoryMB() int        { return 0 }
+func (*jobCgroup) pids() []int { return nil }

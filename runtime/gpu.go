@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/gpumesh/gpumesh/runtime/internal/nvml"
 
 	"github.com/gpumesh/gpumesh/auction"
 )

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/gpumesh/gpumesh/runtime/internal/nvml"
 
 	"github.com/gpumesh/gpumesh/auction"
 )

@@ -45,6 +45,7 @@ func newApp(stdout, stderr io.Writer, unknown *bool) *cli.App {
 			serveCommand(),
 			bidsCommand(),
 			providerCommand(),
+			doctorCommand(),
 			reputationCommand(),
 			ledgerCommand(),
 			artifactCommand(),
@@ -158,4 +159,13 @@ func countsText(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
 	}
 	return strings.Join(parts, " ")
+}
+
+// shortID abbreviates a long peer or job ID for tables: its first 8 and
+// last 6 characters.
+func shortID(id string) string {
+	if len(id) > 16 {
+		return id[:8] + "…" + id[len(id)-6:]
+	}
+	return id
 }

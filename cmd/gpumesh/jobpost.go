@@ -289,11 +289,14 @@ func jobPostAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	w := c.App.Writer
+	pr := newProgress(w, c.Bool("json"))
+	pr.show(fmt.Sprintf("job posted; collecting bids for %s", orDefault(job.BidWindow, auction.DefaultBidWindow)))
 	v, err := client(c).PostJob(c.Context, job)
+	pr.clear()
 	if err != nil {
 		return err
 	}
-	w := c.App.Writer
 	if v.State != auction.JobLeased && v.State != auction.JobFinished {
 		if c.Bool("json") {
 			if err := printJSON(w, v); err != nil {
@@ -312,7 +315,7 @@ func jobPostAction(c *cli.Context) error {
 	if !c.Bool("json") {
 		printPosted(w, &v)
 	}
-	final, err := waitJob(c, v.Job.ID, v.Run)
+	final, err := waitJob(c, v.Job.ID, v.Run, pr)
 	if err != nil {
 		return err
 	}
@@ -369,7 +372,8 @@ func runTerminal(v *api.JobView) bool {
 
 // waitJob polls the job until runTerminal, printing run-state changes when
 // not in JSON mode.
-func waitJob(c *cli.Context, id string, last auction.RunState) (api.JobView, error) {
+func waitJob(c *cli.Context, id string, last auction.RunState, pr *progress) (api.JobView, error) {
+	defer pr.clear()
 	cl := client(c)
 	t := time.NewTicker(waitInterval)
 	defer t.Stop()
@@ -379,8 +383,10 @@ func waitJob(c *cli.Context, id string, last auction.RunState) (api.JobView, err
 			return v, fmt.Errorf("wait for job %s: %w", id, err)
 		}
 		if v.Run != last && v.Run != "" && !c.Bool("json") {
+			pr.clear()
 			fmt.Fprintf(c.App.Writer, "  %s run %s\n", time.Now().Format(time.TimeOnly), v.Run)
 		}
+		pr.show(runProgress(&v))
 		last = v.Run
 		if runTerminal(&v) {
 			return v, nil
@@ -391,6 +397,30 @@ func waitJob(c *cli.Context, id string, last auction.RunState) (api.JobView, err
 		case <-t.C:
 		}
 	}
+}
+
+// orDefault is d, or def when d is zero.
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// runProgress is the status line of a job being waited on: its run state
+// and, once heartbeats arrive, their count and the last GPU reading.
+func runProgress(v *api.JobView) string {
+	s := "job " + v.Job.ID + ": " + orDash(string(v.Run))
+	if v.Run == "" {
+		s = "job " + v.Job.ID + ": " + string(v.State)
+	}
+	if h := v.Heartbeats; h != nil {
+		s += fmt.Sprintf(", %d heartbeat(s)", h.Count)
+	}
+	if t := v.LastTelemetry; t != nil {
+		s += fmt.Sprintf(", GPU %.0f%% %d°C %d W", t.GPUUtil, t.TempC, t.PowerW)
+	}
+	return s
 }
 
 // ---- job status / list / cancel / logs ----

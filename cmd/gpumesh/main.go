@@ -6,7 +6,8 @@
 //
 // The commands are grouped one file each: daemon.go (daemon, version),
 // status.go (status, peers, providers, counters), job.go and jobpost.go
-// (job ...), bids.go, provider.go, reputation.go and ledger.go; `sim` is
+// (job ...), bids.go, provider.go (provider stats) and providerinit.go
+// (provider init), doctor.go, reputation.go and ledger.go; `sim` is
 // testnet/sim/replay's command. app.go holds the command tree and what the
 // groups share. Every daemon call goes through node/api's typed client.
 package main

@@ -18,7 +18,7 @@ func providerCommand() *cli.Command {
 			Usage:  "occupancy, bids, earnings, leases, utilisation and reputation of this provider",
 			Flags:  []cli.Flag{jsonFlag()},
 			Action: providerStatsAction,
-		}},
+		}, providerInitCommand()},
 	}
 }
 

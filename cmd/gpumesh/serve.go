@@ -297,13 +297,6 @@ func printServiceView(w io.Writer, v *api.ServiceView) {
 	}
 }
 
-func shortID(p string) string {
-	if len(p) > 16 {
-		return p[:6] + "…" + p[len(p)-6:]
-	}
-	return p
-}
-
 func serveScaleAction(c *cli.Context) error {
 	id, err := jobArg(c, "service ID")
 	if err != nil {

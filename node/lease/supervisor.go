@@ -78,6 +78,8 @@ type SupervisorConfig struct {
 	// OutputsArtifact stores a lease's collected outputs dir as an
 	// artifact owned by the renter and returns its id; nil: none.
 	OutputsArtifact func(dir, renter string) (string, error)
+	// Observe, when set, is told of heartbeats sent and leases ended.
+	Observe *Observer
 }
 
 // Supervisor runs a provider's confirmed leases.
@@ -433,9 +435,10 @@ func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
 	}
 	r.pr.Outputs = outs
 	lease := rec.Lease
-	ended := rec.Ended
+	started, ended := rec.Started, rec.Ended
 	r.mu.Unlock()
 	s.saveRun(r)
+	s.cfg.Observe.leaseEnded(lease, state, started, ended)
 	if s.cfg.LeaseEnded != nil {
 		_ = s.cfg.LeaseEnded(lease.ID, ended, state)
 	}
@@ -504,6 +507,7 @@ func (r *leaseRun) heartbeats(h runtime.Handle) {
 		if err != nil {
 			continue
 		}
+		s.cfg.Observe.heartbeatSent(hb, l)
 		b, _ := env.Marshal()
 		r.mu.Lock()
 		r.pr.LastBeat = hb.Time

@@ -45,6 +45,8 @@ type TrackerConfig struct {
 	Now        Clock
 	Log        *slog.Logger
 	Counters   *Counters
+	// Observe, when set, is told of auctions, heartbeats and job ends.
+	Observe *Observer
 }
 
 // Tracker is a renter's one record of each of its jobs: the auction's
@@ -219,6 +221,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	t.byLease[l.ID] = job.ID
 	t.mu.Unlock()
 	t.fold(job.ID)
+	t.observeAuction(job.ID, OutcomeLeased)
 	t.log.Info("job leased", "job", job.ID, "lease", l.ID, "provider", l.Provider, "price", l.Price, "attempt", job.Attempt)
 	t.save(job.ID)
 	t.watch(job.ID, l, time.Time{})
@@ -227,6 +230,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 func (t *Tracker) onUnplaceable(job auction.Job, reason string) {
 	t.log.Info("job unplaceable", "job", job.ID, "reason", reason)
 	t.fold(job.ID)
+	t.observeAuction(job.ID, OutcomeUnplaceable)
 	t.save(job.ID)
 }
 
@@ -484,6 +488,7 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 		}
 	}
 	t.mu.Unlock()
+	t.cfg.Observe.heartbeatReceived(hb, t.now())
 	return nil, nil
 }
 
@@ -551,6 +556,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	v.OutputsArtifact = ev.OutputsArtifact
 	lease := *v.Lease
+	started, ended := v.Started, v.Ended
 	if ev.Run.Terminal() && !requeues(lease, ev.Run) {
 		v.State = auction.JobFinished
 	}
@@ -559,6 +565,9 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	if !ev.Run.Terminal() {
 		t.save(jobID)
 		return nil, nil
+	}
+	if !prevRun.Terminal() {
+		t.cfg.Observe.jobEnded(lease, ev.Run, started, ended)
 	}
 	end := ev.Ended
 	if end.IsZero() || end.After(now) {

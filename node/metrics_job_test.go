@@ -1,0 +1,320 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+func freeLoopback(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func scrape(t *testing.T, addr string) ([]byte, map[string]*dto.MetricFamily) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("metrics do not parse: %v\n%s", err, body)
+	}
+	return body, fams
+}
+
+// value is the value of the sample of family name whose labels include
+// want (a counter's or gauge's value, a histogram's count).
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	t.Helper()
+	f := fams[name]
+	if f == nil {
+		t.Fatalf("no metric %s", name)
+	}
+next:
+	for _, m := range f.Metric {
+		for _, lp := range m.Label {
+			if v, ok := want[lp.GetName()]; ok && v != lp.GetValue() {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	t.Fatalf("no sample of %s with labels %v", name, want)
+	return 0
+}
+
+// TestMetricsAfterAJob: a renter and a provider with metrics on run one job;
+// both endpoints then carry the lifecycle's observations (auction outcome,
+// post→lease latency, heartbeats, run time by outcome, settled money),
+// every *_total is a counter, promtool accepts the exposition, and pprof
+// answers on the same listener.
+func TestMetricsAfterAJob(t *testing.T) {
+	provCfg := fastConfig(providerConfig("eu-west", 1.0, a100))
+	provCfg.MetricsAddr = freeLoopback(t)
+	renterCfg := renterConfig()
+	renterCfg.MetricsAddr = freeLoopback(t)
+	root := t.TempDir()
+	renter := startNode(t, root+"/renter", renterCfg, nil)
+	defer renter.Close()
+	prov := startNode(t, root+"/prov", provCfg, renter.Daemon)
+	defer prov.Close()
+	waitAdvertised(t, renter, prov)
+
+	v := post(t, renter, shJob(auction.Silver, 2, `sleep 1; echo done`))
+	if !leased(v) {
+		t.Fatalf("not leased: %v", v.Reasons)
+	}
+	v = waitJob(t, renter, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
+	if v.Run != auction.RunSucceeded {
+		t.Fatalf("run %s: %s", v.Run, v.Detail)
+	}
+	// The provider settles its side once the renter countersigned.
+	deadline := time.Now().Add(15 * time.Second)
+	var provBody []byte
+	var provFams map[string]*dto.MetricFamily
+	for {
+		provBody, provFams = scrape(t, provCfg.MetricsAddr)
+		if f := provFams["gpumesh_provider_earned_usd_total"]; f != nil && f.Metric[0].Counter.GetValue() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("provider never settled:\n%s", provBody)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	renterBody, renterFams := scrape(t, renterCfg.MetricsAddr)
+
+	checks := []struct {
+		name   string
+		fams   map[string]*dto.MetricFamily
+		metric string
+		labels map[string]string
+		min    float64
+		max    float64
+	}{
+		{"auction leased", renterFams, "gpumesh_renter_auctions_total", map[string]string{"outcome": "leased"}, 1, 1},
+		{"post to lease observed", renterFams, "gpumesh_renter_post_to_lease_seconds", nil, 1, 1},
+		{"bids per window observed", renterFams, "gpumesh_renter_auction_bids", nil, 1, 1},
+		{"heartbeat lag observed", renterFams, "gpumesh_renter_heartbeat_lag_seconds", nil, 1, 1e9},
+		{"renter job succeeded", renterFams, "gpumesh_renter_jobs_ended_total", map[string]string{"run": "succeeded"}, 1, 1},
+		{"renter run time observed", renterFams, "gpumesh_renter_job_run_seconds", map[string]string{"run": "succeeded"}, 1, 1},
+		{"renter spent", renterFams, "gpumesh_renter_spent_usd_total", nil, 1e-9, 2},
+		{"provider lease succeeded", provFams, "gpumesh_provider_leases_ended_total", map[string]string{"run": "succeeded"}, 1, 1},
+		{"provider run time observed", provFams, "gpumesh_provider_job_run_seconds", map[string]string{"run": "succeeded"}, 1, 1},
+		{"provider won", provFams, "gpumesh_provider_leases_won_total", nil, 1, 1},
+		{"provider bid", provFams, "gpumesh_provider_bids_total", nil, 1, 1e9},
+		{"provider earned", provFams, "gpumesh_provider_earned_usd_total", nil, 1e-9, 2},
+		{"provider occupancy back to idle", provFams, "gpumesh_provider_occupancy_ratio", nil, 0, 0},
+	}
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			if got := value(t, c.fams, c.metric, c.labels); got < c.min || got > c.max {
+				t.Fatalf("%s%v = %v, want in [%v, %v]", c.metric, c.labels, got, c.min, c.max)
+			}
+		})
+	}
+	// Settled money agrees with the receipt.
+	if got := value(t, renterFams, "gpumesh_renter_spent_usd_total", nil); absf(got-v.Receipt.Amount) > 1e-9 {
+		t.Errorf("spent %v, receipt %v", got, v.Receipt.Amount)
+	}
+	// A finished lease leaves no per-lease GPU gauge behind.
+	if f := renterFams["gpumesh_lease_gpu_utilization_percent"]; f != nil && len(f.Metric) > 0 {
+		t.Errorf("per-lease gauges outlive the lease: %v", f.Metric)
+	}
+	for who, fams := range map[string]map[string]*dto.MetricFamily{"renter": renterFams, "provider": provFams} {
+		for name, f := range fams {
+			isTotal := strings.HasSuffix(name, "_total")
+			if isTotal != (f.GetType() == dto.MetricType_COUNTER) {
+				t.Errorf("%s: %s is a %s", who, name, f.GetType())
+			}
+		}
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Log("promtool not installed (Debian package prometheus; .ci/run installs it): exposition lint skipped")
+	} else {
+		for who, body := range map[string][]byte{"renter": renterBody, "provider": provBody} {
+			cmd := exec.Command(promtool, "check", "metrics")
+			cmd.Stdin = bytes.NewReader(body)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("promtool check metrics (%s): %v\n%s", who, err, out)
+			}
+		}
+	}
+	checkDashboard(t, prov, provCfg.MetricsAddr, renter, renterCfg.MetricsAddr, v.Job.ID)
+	resp, err := http.Get("http://" + provCfg.MetricsAddr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "goroutine profile") {
+		t.Fatalf("pprof: %d %.200s", resp.StatusCode, b)
+	}
+}
+
+// TestMetricsHeartbeatGauges: while a lease runs, the provider exports its
+// last heartbeat's GPU readings and the renter the ones it verified.
+func TestMetricsHeartbeatGauges(t *testing.T) {
+	m := newMetrics()
+	o := m.observer()
+	now := time.Now()
+	l := auction.Lease{ID: "l1"}
+	o.HeartbeatSent(hbAt("l1", now, 87.5), l)
+	o.HeartbeatReceived(hbAt("l1", now, 87.5), now.Add(250*time.Millisecond))
+	fams, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		byName[f.GetName()] = f
+	}
+	for _, role := range []string{"provider", "renter"} {
+		if got := value(t, byName, "gpumesh_lease_gpu_utilization_percent", map[string]string{"role": role, "lease": "l1"}); got != 87.5 {
+			t.Errorf("%s utilisation %v", role, got)
+		}
+		if got := value(t, byName, "gpumesh_lease_gpu_temperature_celsius", map[string]string{"role": role}); got != 71 {
+			t.Errorf("%s temperature %v", role, got)
+		}
+		if got := value(t, byName, "gpumesh_lease_gpu_power_watts", map[string]string{"role": role}); got != 300 {
+			t.Errorf("%s power %v", role, got)
+		}
+	}
+	if h := byName["gpumesh_renter_heartbeat_lag_seconds"].Metric[0].Histogram; h.GetSampleCount() != 1 || absf(h.GetSampleSum()-0.25) > 1e-9 {
+		t.Errorf("lag histogram %v", h)
+	}
+	o.LeaseEnded(l, auction.RunSucceeded, time.Second)
+	o.JobEnded(l, auction.RunSucceeded, time.Second)
+	fams, _ = m.reg.Gather()
+	for _, f := range fams {
+		if strings.HasPrefix(f.GetName(), "gpumesh_lease_") && len(f.Metric) > 0 {
+			t.Errorf("%s outlives the lease", f.GetName())
+		}
+	}
+}
+
+func hbAt(leaseID string, at time.Time, util float64) attest.Heartbeat {
+	return attest.Heartbeat{LeaseID: leaseID, Provider: "p", Seq: 1, Time: at, GPUUtil: util, TempC: 71, PowerW: 300, Source: attest.SourceNVML}
+}
+
+// renderPage returns the dashboard's DOM as headless chromium renders it,
+// or, without chromium, the served HTML (and says so).
+func renderPage(t *testing.T, url string) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		bin, err := exec.LookPath(name)
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+			"--user-data-dir="+t.TempDir(), "--dump-dom", url)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s --dump-dom: %v", name, err)
+		}
+		return string(out)
+	}
+	t.Log("chromium not installed (Debian package chromium; .ci/run installs it): rendering skipped, checking the served HTML")
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+var fieldRE = regexp.MustCompile(`data-field="([a-z_.]+)">([^<]*)<`)
+
+// checkDashboard compares the local dashboard of the provider and of the
+// renter with what the control API says (provider stats --json, job status).
+func checkDashboard(t *testing.T, prov *testNode, provAddr string, renter *testNode, renterAddr, jobID string) {
+	t.Helper()
+	page := renderPage(t, "http://"+provAddr+"/")
+	i := strings.Index(page, `id="provider"`)
+	j := strings.Index(page, `id="jobs"`)
+	if i < 0 || j < i {
+		t.Fatalf("provider dashboard has no provider table:\n%s", page)
+	}
+	shown := map[string]string{}
+	for _, m := range fieldRE.FindAllStringSubmatch(page[i:j], -1) {
+		shown[m[1]] = m[2]
+	}
+	st, err := api.NewClient(prov.dir).ProviderStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"gpus": fmt.Sprint(st.GPUs), "calls": fmt.Sprint(st.Calls), "bids": fmt.Sprint(st.Bids), "won": fmt.Sprint(st.Won),
+		"lost": fmt.Sprint(st.Lost), "earnings_usd": fmt.Sprintf("%.4f", st.EarningsUSD),
+		"ledger_earned_usd": fmt.Sprintf("%.4f", st.LedgerEarnedUSD), "occupancy": fmt.Sprintf("%.1f", 100*st.Occupancy),
+		"reputation.score": fmt.Sprintf("%.3f", st.Reputation.Score),
+	}
+	for k, w := range want {
+		if shown[k] != w {
+			t.Errorf("provider dashboard %s = %q, provider stats say %q", k, shown[k], w)
+		}
+	}
+	if st.Won != 1 || !strings.Contains(page, `data-lease="`+st.Recent[0].Lease.ID+`"`) {
+		t.Errorf("provider dashboard lacks the finished lease (won %d):\n%s", st.Won, page)
+	}
+	page = renderPage(t, "http://"+renterAddr+"/")
+	if !strings.Contains(page, "This node does not sell GPU time.") {
+		t.Errorf("renter dashboard shows a provider view")
+	}
+	k := strings.Index(page, `data-job="`+jobID+`"`)
+	if k < 0 {
+		t.Fatalf("renter dashboard lacks job %s:\n%s", jobID, page)
+	}
+	row := page[k:]
+	row = row[:strings.Index(row, "</tr>")]
+	v, err := renter.market.tracker.View(jobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, m := range fieldRE.FindAllStringSubmatch(row, -1) {
+		got[m[1]] = m[2]
+	}
+	if got["state"] != string(v.State) || got["run"] != string(v.Run) || got["cost_usd"] != fmt.Sprintf("%.4f", v.CostUSD) {
+		t.Errorf("renter dashboard row %v, job status %s/%s/%.4f", got, v.State, v.Run, v.CostUSD)
+	}
+}
