@@ -7,7 +7,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 n="${1:-5}"
-[[ "$n" =~ ^[0-9]+$ ]] && (( n >= 2 && n <= 64 )) || { echo "usage: $0 [N in 2..64]" >&2; exit 2; }
+[[ "$n" =~ ^[0-9]+$ ]] && (( n >= 2 && n <= 200 )) || { echo "usage: $0 [N in 2..200]" >&2; exit 2; }
 run="${GPUMESH_TESTNET_DIR:-$here/run}"
 bin="$root/bin/gpumesh"
 base_port="${GPUMESH_TESTNET_PORT:-4300}"
@@ -75,7 +75,8 @@ start() { # idx [bootstrap]
 }
 
 wait_ready() { # idx
-  for _ in $(seq 1 100); do
+  # Many daemons starting at once on few cores take a while: 30 s each.
+  for _ in $(seq 1 300); do
     "$bin" -d "$run/node$1" status >/dev/null 2>&1 && return 0
     sleep 0.1
   done
