@@ -34,11 +34,12 @@ s1=$(date +%s.%N)
 while read -r pid name; do
   if [[ ! -r /proc/$pid/stat ]]; then echo "$name (pid $pid) exited during the window" >&2; continue; fi
   t1=$(cpu_ticks "$pid")
-  rss=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
-  echo "$name $t1 ${t0[$pid]} $rss" >>"$run/idle.txt"
+  read -r rss anon <<<"$(awk '/^VmRSS/ {r = $2} /^RssAnon/ {a = $2} END {print r, a}' "/proc/$pid/status")"
+  pss=$(awk '/^Pss:/ {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || echo 0)
+  echo "$name $t1 ${t0[$pid]} $rss $anon $pss" >>"$run/idle.txt"
 done <"$run/pids"
-# columns: name cpu_ms_per_s rss_mib
-awk -v tck="$tck" -v s0="$s0" -v s1="$s1" '{printf "%s %.3f %.1f\n", $1, ($2 - $3) * 1000 / tck / (s1 - s0), $4 / 1024}' \
+# columns: name cpu_ms_per_s rss_mib anon_rss_mib pss_mib
+awk -v tck="$tck" -v s0="$s0" -v s1="$s1" '{printf "%s %.3f %.1f %.1f %.1f\n", $1, ($2 - $3) * 1000 / tck / (s1 - s0), $4 / 1024, $5 / 1024, $6 / 1024}' \
   "$run/idle.txt" >"$run/idle-per-node.txt"
 p50() { sort -g | awk '{a[NR] = $1} END {printf "%.2f", a[int((NR + 1) / 2)]}'; }
 echo "nodes: $n on loopback, idle window $(awk -v a="$s0" -v b="$s1" 'BEGIN {printf "%.0f", b - a}') s after ${warmup}s warm-up"
@@ -47,6 +48,8 @@ awk -v p50="$(awk '{print $2}' "$run/idle-per-node.txt" | p50)" '
   END {printf "idle CPU per daemon: mean %.2f ms/s, p50 %s, max %.2f (renter/bootstrap node0 %.2f); all daemons %.1f ms/s\n", s / NR, p50, m, z, s}' \
   "$run/idle-per-node.txt"
 awk -v p50="$(awk '{print $3}' "$run/idle-per-node.txt" | p50)" '
-  {s += $3; if ($3 > m) m = $3; if ($1 == "node0") z = $3}
-  END {printf "RSS per daemon: mean %.1f MiB, p50 %s, max %.1f (node0 %.1f)\n", s / NR, p50, m, z}' \
+  {s += $3; a += $4; p += $5; if ($3 > m) m = $3; if ($1 == "node0") z = $3}
+  END {printf "RSS per daemon: mean %.1f MiB, p50 %s, max %.1f (node0 %.1f)\n", s / NR, p50, m, z
+       printf "  of which anonymous (heap, stacks): mean %.1f MiB; the rest is the binary mapped (shared by all)\n", a / NR
+       printf "  proportional set size (shared pages split among sharers): mean %.1f MiB\n", p / NR}' \
   "$run/idle-per-node.txt"
