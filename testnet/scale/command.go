@@ -8,7 +8,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -35,9 +34,9 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("-eligible: %w", err)
 	}
 	var reps []*Report
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	row := "%6v %9v %16v %13v %10v %6v %7v %15v %8v %9v\n"
 	if !*asJSON {
-		fmt.Fprintln(tw, "nodes\teligible\tgossip msgs/job\tper eligible\treceivers\tbids\tleased\tpost→lease p50\tp95\tsetup\t")
+		fmt.Fprintf(stdout, row, "nodes", "eligible", "gossip msgs/job", "per eligible", "receivers", "bids", "leased", "post→lease p50", "p95", "setup")
 	}
 	for _, n := range ns {
 		for _, e := range es {
@@ -50,9 +49,9 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			reps = append(reps, r)
 			if !*asJSON {
-				fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d/%d\t%v\t%v\t%v\t\n", n, e, r.Gossip, r.Gossip/float64(e), r.Receivers, r.Bids,
-					r.Leased, len(r.Jobs), r.P50.Round(time.Millisecond), r.P95.Round(time.Millisecond), r.Setup.Round(time.Millisecond))
-				_ = tw.Flush()
+				fmt.Fprintf(stdout, row, n, e, fmt.Sprintf("%.1f", r.Gossip), fmt.Sprintf("%.1f", r.Gossip/float64(e)),
+					fmt.Sprintf("%.1f", r.Receivers), fmt.Sprintf("%.1f", r.Bids), fmt.Sprintf("%d/%d", r.Leased, len(r.Jobs)),
+					r.P50.Round(time.Millisecond), r.P95.Round(time.Millisecond), r.Setup.Round(time.Millisecond))
 			}
 		}
 	}
@@ -61,7 +60,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(reps)
 	}
-	return tw.Flush()
+	return nil
 }
 
 func ints(s string) ([]int, error) {
