@@ -149,7 +149,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer net.close()
-	if err := net.ready(ctx, cfg.Eligible, time.Minute); err != nil {
+	if err := net.ready(ctx, cfg.Eligible, 2*time.Minute); err != nil {
 		return nil, err
 	}
 	rep := &Report{Config: cfg, Setup: time.Since(start)}
@@ -261,6 +261,7 @@ func build(ctx context.Context, cfg Config) (*network, error) {
 	if n.renter, err = auction.NewRenter(auction.RenterConfig{Signer: renter.signer, Transport: renter}); err != nil {
 		return nil, err
 	}
+	p2p.Serve(renter.h, readyProto, func(context.Context, peer.ID, []byte) ([]byte, error) { return nil, nil })
 	p2p.Serve(renter.h, wire.ProtoBid, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		return nil, n.renter.HandleBid(from, req)
 	})
@@ -353,7 +354,7 @@ func (n *network) ready(ctx context.Context, eligible int, limit time.Duration) 
 		}
 		known := len(rt.ListPeers())
 		if missing == 0 && known >= min(eligible, params.D) {
-			return nil
+			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("scale: network not ready after %v: %d eligible providers short of mesh peers, renter knows %d subscribers",
@@ -364,7 +365,31 @@ func (n *network) ready(ctx context.Context, eligible int, limit time.Duration) 
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	// A stream waits for identify to finish on its connection; on a busy
+	// machine that backlog (hundreds of hosts identifying each other) can
+	// outlast the bid window. Every eligible provider reaches the renter
+	// once before the jobs start.
+	for _, m := range n.nodes[1 : eligible+1] {
+		for {
+			if err := n.link(m.h.ID(), n.nodes[0].h.ID()); err != nil {
+				return err
+			}
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := p2p.RequestOn(rctx, m.h, n.nodes[0].h.ID(), readyProto, nil)
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("scale: provider %d cannot reach the renter: %w", m.idx, err)
+			}
+		}
+	}
+	return nil
 }
+
+// readyProto is what the renter answers to say it can be reached.
+const readyProto = "/gpumesh/scale/ready/1.0.0"
 
 func ptr[T any](v T) *T { return &v }
 
