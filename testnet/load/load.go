@@ -159,7 +159,6 @@ func startNetwork(ctx context.Context, cfg Config, dir string) ([]*node.Daemon, 
 				c.Provider.GPUs = append(c.Provider.GPUs, auction.GPU{Model: "A100", VRAMGB: 80})
 			}
 			c.Provider.Policy = auction.Policy{PriceFloor: 1, AcceptPreemptible: true}
-			c.Provider.WorkDir = filepath.Join(dir, "work"+strconv.Itoa(i))
 		}
 		d, err := node.Start(ctx, node.Options{DataDir: filepath.Join(dir, strconv.Itoa(i)), Config: c})
 		if err != nil {
