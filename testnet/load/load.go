@@ -237,7 +237,7 @@ func runJob(ctx context.Context, cfg Config, r *api.Client) result {
 		}
 		select {
 		case <-ctx.Done():
-			return result{err: "timeout"}
+			return result{err: fmt.Sprintf("timeout (job %s, run %q)", v.State, v.Run)}
 		case <-time.After(25 * time.Millisecond):
 		}
 		if v, err = r.Job(ctx, v.Job.ID); err != nil && ctx.Err() == nil {
