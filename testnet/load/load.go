@@ -40,7 +40,8 @@ type Config struct {
 	JobDuration time.Duration
 	// BidWindow is each job's bid window (default 500ms).
 	BidWindow time.Duration
-	// Timeout bounds one job, post to finish (default 2m).
+	// Timeout bounds one job, post to finish (default 30s plus
+	// JobDuration): a job not finished by then counts as lost.
 	Timeout time.Duration
 	// Dir holds the daemons' data dirs (default: a temporary dir, removed
 	// afterwards).
@@ -73,7 +74,7 @@ func (c *Config) defaults() error {
 		c.BidWindow = 500 * time.Millisecond
 	}
 	if c.Timeout == 0 {
-		c.Timeout = 2 * time.Minute
+		c.Timeout = 30*time.Second + c.JobDuration
 	}
 	if c.GPUs < 1 || c.InFlight < 1 || c.Jobs < 1 || c.JobDuration < 0 || c.BidWindow < 0 || c.Timeout < 0 {
 		return errors.New("load: gpus, in-flight and jobs must be positive; durations must not be negative")
