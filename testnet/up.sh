@@ -3,6 +3,9 @@
 # Node 0 is a renter and the bootstrap peer; nodes 1..N-1 are providers with
 # a varied declared GPU inventory, regions, prices and policies.
 # State lives in testnet/run/ (one data dir per node); stop with testnet/down.sh.
+# GPUMESH_ADVERTISE_TTL sets the providers' advertise_ttl (default 1m, so
+# that a stopped provider leaves discovery quickly; the daemon's own default
+# is 10m).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -43,7 +46,7 @@ write_config() { # idx
     echo "log_level: info"
     echo "provider:"
     echo "  enabled: true"
-    echo "  advertise_ttl: 1m"
+    echo "  advertise_ttl: ${GPUMESH_ADVERTISE_TTL:-1m}"
     echo "  heartbeat_interval: 2s"
     echo "  preempt_grace: 3s"
     echo "  executor: auto"
