@@ -125,10 +125,16 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	bo := badger.DefaultOptions(dir).
 		WithLogger(slogBridge{o.logger.With("component", "ledger/badger")}).
 		WithSyncWrites(o.sync).
-		// A ledger is small: keep Badger's memory and disk footprint modest.
-		WithMemTableSize(16 << 20).
+		// A ledger is small and written a few entries at a time: keep
+		// Badger's memory and disk footprint modest. Each memtable is an
+		// arena allocated up front, and the Go heap (hence the RSS) grows
+		// to twice what is live, so memtables are small; values above
+		// 64 KiB go to the value log so that a transaction (at most 15%
+		// of a memtable) still takes an entry of any allowed size.
+		WithMemTableSize(4 << 20).
 		WithNumMemtables(2).
-		WithBlockCacheSize(16 << 20).
+		WithValueThreshold(64 << 10).
+		WithBlockCacheSize(4 << 20).
 		WithValueLogFileSize(64 << 20).
 		WithNumCompactors(2).
 		WithMetricsEnabled(false)

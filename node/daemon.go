@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,6 +88,13 @@ type Daemon struct {
 	seq       atomic.Uint64
 	// providing is set while a round of provider announcements runs.
 	providing atomic.Bool
+	// provMu guards the record of the last complete round of provider
+	// announcements: the keys announced, when, and the routing table's
+	// size then (see provideDue).
+	provMu     sync.Mutex
+	provKeys   string
+	provAt     time.Time
+	provRTSize int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -158,7 +166,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		ListenAddrs:     d.cfg.Listen,
 		Bootstrap:       d.cfg.Bootstrap,
 		Validators:      map[string]record.Validator{auction.CapabilityNamespace: auction.CapabilityValidator{Now: d.now}},
-		ProvideValidity: max(3*ttl, 30*time.Minute),
+		ProvideValidity: provideValidity(ttl),
 		MDNS:            d.cfg.MDNS,
 		Reachability:    d.cfg.Reachability,
 		Relays:          d.cfg.Relays,
@@ -244,6 +252,12 @@ func (d *Daemon) Addrs() []string { return d.net.Addrs() }
 
 // SocketPath is where the control API listens.
 func (d *Daemon) SocketPath() string { return d.paths.Socket() }
+
+// provideValidity is how long this node's provider records live in the
+// DHT; they are announced again every third of it (reprovideEvery).
+func provideValidity(ttl time.Duration) time.Duration { return max(3*ttl, 30*time.Minute) }
+
+func reprovideEvery(ttl time.Duration) time.Duration { return provideValidity(ttl) / 3 }
 
 func (d *Daemon) advertiseTTL() time.Duration {
 	if d.cfg.Provider.AdvertiseTTL > 0 {
@@ -352,12 +366,12 @@ func (d *Daemon) advertise(ttl time.Duration) error {
 	d.advMu.Lock()
 	d.advert = &c
 	d.advMu.Unlock()
-	if d.providing.CompareAndSwap(false, true) {
+	if keys := auction.DiscoveryKeys(c); d.provideDue(keys, ttl) && d.providing.CompareAndSwap(false, true) {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
 			defer d.providing.Store(false)
-			d.provideKeys(c)
+			d.provideKeys(keys)
 		}()
 	}
 	if put != nil {
@@ -366,21 +380,48 @@ func (d *Daemon) advertise(ttl time.Duration) error {
 	return nil
 }
 
-// provideKeys announces this node under its discovery keys, concurrently.
-func (d *Daemon) provideKeys(c auction.Capability) {
+// provideDue says whether this node's provider records need announcing
+// again. The capability record is renewed every third of its TTL (it is
+// what says a provider is alive), but provider records are only an index
+// that lives provideValidity, so they are announced again only when the
+// discovery keys changed, the last round did not complete, a third of
+// their validity has passed, or the routing table has more than doubled
+// since (a node that announced into a small, still-growing network
+// announces again to reach the peers closest to its keys).
+func (d *Daemon) provideDue(keys []string, ttl time.Duration) bool {
+	d.provMu.Lock()
+	defer d.provMu.Unlock()
+	return d.provKeys != strings.Join(keys, "\n") || d.now().Sub(d.provAt) >= reprovideEvery(ttl) ||
+		d.net.DHT.RoutingTable().Size() > 2*d.provRTSize
+}
+
+// provideKeys announces this node under its discovery keys, concurrently,
+// and records a complete round for provideDue.
+func (d *Daemon) provideKeys(keys []string) {
 	ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
 	defer cancel()
+	rt, started := d.net.DHT.RoutingTable().Size(), d.now()
 	var wg sync.WaitGroup
-	for _, k := range auction.DiscoveryKeys(c) {
+	var failed atomic.Bool
+	for _, k := range keys {
 		wg.Add(1)
 		go func(k string) {
 			defer wg.Done()
-			if err := d.net.Provide(ctx, k); err != nil && d.ctx.Err() == nil {
-				d.log.Debug("provide", "key", k, "err", err)
+			if err := d.net.Provide(ctx, k); err != nil {
+				failed.Store(true)
+				if d.ctx.Err() == nil {
+					d.log.Debug("provide", "key", k, "err", err)
+				}
 			}
 		}(k)
 	}
 	wg.Wait()
+	if failed.Load() {
+		return
+	}
+	d.provMu.Lock()
+	d.provKeys, d.provAt, d.provRTSize = strings.Join(keys, "\n"), started, rt
+	d.provMu.Unlock()
 }
 
 // FindProviders discovers, through the DHT only, providers whose signed

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,9 +23,11 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	record "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/discovery"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/discovery/backoff"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
 	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
@@ -209,12 +212,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.natMu.Lock()
 	n.DHT = kad
 	n.natMu.Unlock()
-	ps, err := pubsub.NewGossipSub(pctx, h,
-		pubsub.WithDiscovery(drouting.NewRoutingDiscovery(kad)),
-		pubsub.WithMaxMessageSize(MaxGossipMessage),
-		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
-		pubsub.WithPeerExchange(true),
-	)
+	disc, err := topicDiscovery(drouting.NewRoutingDiscovery(kad))
+	if err == nil {
+		n.PubSub, err = pubsub.NewGossipSub(pctx, h, GossipOptions(disc)...)
+	}
 	if err != nil {
 		cancel()
 		n.closeRelay()
@@ -222,7 +223,6 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		_ = h.Close()
 		return nil, fmt.Errorf("p2p: start gossipsub: %w", err)
 	}
-	n.PubSub = ps
 	for _, ai := range relays {
 		first := make(chan struct{})
 		n.firstReserve = append(n.firstReserve, first)
@@ -236,6 +236,36 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	return n, nil
+}
+
+// GossipOptions are the GossipSub options of every gossiping node: signed
+// messages of at most MaxGossipMessage, peer exchange on prune, and disc
+// (nil: none) to find a topic's other subscribers.
+func GossipOptions(disc discovery.Discovery) []pubsub.Option {
+	opts := []pubsub.Option{
+		pubsub.WithMaxMessageSize(MaxGossipMessage),
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
+		pubsub.WithPeerExchange(true),
+	}
+	if disc != nil {
+		opts = append(opts, pubsub.WithDiscovery(disc))
+	}
+	return opts
+}
+
+// topicDiscovery finds a topic's subscribers through disc (the DHT),
+// asking again for the same topic only after a backoff (30 s, growing
+// to 10 min while the answer does not change, reset when it does).
+// GossipSub asks every second for each topic with fewer than its low-water
+// mark of peers, and a market topic (a region's GPU model) often has only
+// a few subscribers: without the backoff every node would run a DHT lookup
+// per such topic every second, forever. Subscribers still find a new one
+// at once, since a newcomer looks them up (its cache is empty) and
+// connects.
+func topicDiscovery(disc discovery.Discovery) (discovery.Discovery, error) {
+	rng := mrand.New(mrand.NewSource(time.Now().UnixNano()))
+	return backoff.NewBackoffDiscovery(disc,
+		backoff.NewExponentialBackoff(30*time.Second, 10*time.Minute, backoff.FullJitter, time.Second, 2, 0, rng))
 }
 
 type mdnsNotifee struct{ n *Node }
@@ -380,6 +410,11 @@ func (n *Node) Publish(ctx context.Context, topic string, data []byte) error {
 	if err != nil {
 		return err
 	}
+	return PublishTo(ctx, t, data)
+}
+
+// PublishTo is Publish on a joined topic of any GossipSub router.
+func PublishTo(ctx context.Context, t *pubsub.Topic, data []byte) error {
 	deadline := time.Now().Add(3 * time.Second)
 	for len(t.ListPeers()) == 0 && time.Now().Before(deadline) {
 		select {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -69,7 +70,13 @@ func (n *Node) Handle(proto protocol.ID, h Handler) {
 	}
 	n.handlers[proto] = h
 	n.mu.Unlock()
-	n.Host.SetStreamHandler(proto, func(s network.Stream) {
+	Serve(n.Host, proto, h)
+}
+
+// Serve registers a request/response handler for proto on any host (Handle
+// on a Node; harnesses that build their own hosts use it directly).
+func Serve(hst host.Host, proto protocol.ID, h Handler) {
+	hst.SetStreamHandler(proto, func(s network.Stream) {
 		defer s.Close()
 		_ = s.SetDeadline(time.Now().Add(30 * time.Second))
 		req, err := ReadFrame(bufio.NewReader(s))
@@ -112,7 +119,14 @@ func (n *Node) Request(ctx context.Context, to peer.ID, addrs []string, proto pr
 		return resp, nil
 	}
 	n.AddAddrs(to, addrs)
-	s, err := n.Host.NewStream(ctx, to, proto)
+	return RequestOn(ctx, n.Host, to, proto, req)
+}
+
+// RequestOn is Request from any host, to a peer whose addresses the host
+// already knows: it opens a stream, sends req and waits for the response of
+// the peer's Serve (or Handle) handler.
+func RequestOn(ctx context.Context, h host.Host, to peer.ID, proto protocol.ID, req []byte) ([]byte, error) {
+	s, err := h.NewStream(ctx, to, proto)
 	if err != nil {
 		return nil, fmt.Errorf("p2p: open %s to %s: %w", proto, to, err)
 	}

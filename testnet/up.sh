@@ -3,12 +3,15 @@
 # Node 0 is a renter and the bootstrap peer; nodes 1..N-1 are providers with
 # a varied declared GPU inventory, regions, prices and policies.
 # State lives in testnet/run/ (one data dir per node); stop with testnet/down.sh.
+# GPUMESH_ADVERTISE_TTL sets the providers' advertise_ttl (default 1m, so
+# that a stopped provider leaves discovery quickly; the daemon's own default
+# is 10m).
 set -euo pipefail
 umask 077 # data dirs, configs and daemon logs readable by this user only
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 n="${1:-5}"
-[[ "$n" =~ ^[0-9]+$ ]] && (( n >= 2 && n <= 64 )) || { echo "usage: $0 [N in 2..64]" >&2; exit 2; }
+[[ "$n" =~ ^[0-9]+$ ]] && (( n >= 2 && n <= 200 )) || { echo "usage: $0 [N in 2..200]" >&2; exit 2; }
 run="${GPUMESH_TESTNET_DIR:-$here/run}"
 bin="$root/bin/gpumesh"
 base_port="${GPUMESH_TESTNET_PORT:-4300}"
@@ -44,7 +47,7 @@ write_config() { # idx
     echo "log_level: info"
     echo "provider:"
     echo "  enabled: true"
-    echo "  advertise_ttl: 1m"
+    echo "  advertise_ttl: ${GPUMESH_ADVERTISE_TTL:-1m}"
     echo "  heartbeat_interval: 2s"
     echo "  preempt_grace: 3s"
     echo "  executor: auto"
@@ -76,7 +79,8 @@ start() { # idx [bootstrap]
 }
 
 wait_ready() { # idx
-  for _ in $(seq 1 100); do
+  # Many daemons starting at once on few cores take a while: 30 s each.
+  for _ in $(seq 1 300); do
     "$bin" -d "$run/node$1" status >/dev/null 2>&1 && return 0
     sleep 0.1
   done

@@ -1,0 +1,56 @@
+package load
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+)
+
+// Main runs a load measurement from command-line arguments and prints its
+// figures (or JSON).
+func Main(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	var c Config
+	fs.IntVar(&c.Nodes, "nodes", 11, "daemons on loopback, renters included")
+	fs.IntVar(&c.Renters, "renters", 2, "renters among them")
+	fs.IntVar(&c.GPUs, "gpus", 4, "GPUs per provider")
+	fs.IntVar(&c.InFlight, "inflight", 20, "jobs kept in flight (1: sequential)")
+	fs.IntVar(&c.Jobs, "jobs", 0, "jobs posted in all (default 5 × inflight)")
+	fs.DurationVar(&c.JobDuration, "duration", time.Second, "how long each job runs")
+	fs.DurationVar(&c.BidWindow, "bid-window", 500*time.Millisecond, "bid window of each job")
+	fs.StringVar(&c.Dir, "dir", "", "data dirs (default: a temporary dir)")
+	asJSON := fs.Bool("json", false, "print a JSON report")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	r, err := Run(ctx, c)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	c = r.Config
+	fmt.Fprintf(stdout, "%d nodes (%d renters, %d providers × %d GPUs), %d in flight, %d jobs of %v, bid window %v\n",
+		c.Nodes, c.Renters, c.Nodes-c.Renters, c.GPUs, c.InFlight, c.Jobs, c.JobDuration, c.BidWindow)
+	fmt.Fprintf(stdout, "finished: %d/%d (%.1f%%) in %v: %.2f jobs/s\n", r.Succeeded, r.Posted, r.SuccessRate(),
+		r.Wall.Round(time.Millisecond), r.Throughput)
+	fmt.Fprintf(stdout, "post → finished: p50 %v, p95 %v; post → leased: p50 %v, p95 %v\n",
+		r.FinishedP50.Round(time.Millisecond), r.FinishedP95.Round(time.Millisecond),
+		r.LeasedP50.Round(time.Millisecond), r.LeasedP95.Round(time.Millisecond))
+	var reasons []string
+	for k := range r.Reasons {
+		reasons = append(reasons, k)
+	}
+	sort.Strings(reasons)
+	for _, k := range reasons {
+		fmt.Fprintf(stdout, "  not finished: %d × %s\n", r.Reasons[k], k)
+	}
+	return nil
+}

@@ -1,0 +1,300 @@
+// Package load measures the market's throughput end to end: it starts N
+// daemons on loopback in this process (node.Start; the first Renters of
+// them are renters, the others providers with declared GPUs and the
+// sandboxed process executor), keeps InFlight jobs in flight through the
+// renters' control APIs, each a command that runs for JobDuration, and
+// reports finished jobs per second, the success rate and the post →
+// finished latency.
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// Config is one load run.
+type Config struct {
+	// Nodes is the number of daemons (>= 2); Renters of them post jobs
+	// (default 2, at most Nodes-1), the others are providers.
+	Nodes   int
+	Renters int
+	// GPUs is each provider's GPU count (default 4).
+	GPUs int
+	// InFlight is how many jobs are kept in flight (default 20); Jobs is
+	// how many are posted in all (default 5 × InFlight).
+	InFlight int
+	Jobs     int
+	// JobDuration is how long each job's command runs (default 1s).
+	JobDuration time.Duration
+	// BidWindow is each job's bid window (default 500ms).
+	BidWindow time.Duration
+	// Timeout bounds one job, post to finish (default 30s plus
+	// JobDuration): a job not finished by then counts as lost.
+	Timeout time.Duration
+	// Dir holds the daemons' data dirs (default: a temporary dir, removed
+	// afterwards).
+	Dir string
+}
+
+func (c *Config) defaults() error {
+	if c.Nodes < 2 {
+		return fmt.Errorf("load: nodes must be at least 2, got %d", c.Nodes)
+	}
+	if c.Renters == 0 {
+		c.Renters = min(2, c.Nodes-1)
+	}
+	if c.Renters < 1 || c.Renters > c.Nodes-1 {
+		return fmt.Errorf("load: renters must be in [1, %d], got %d", c.Nodes-1, c.Renters)
+	}
+	if c.GPUs == 0 {
+		c.GPUs = 4
+	}
+	if c.InFlight == 0 {
+		c.InFlight = 20
+	}
+	if c.Jobs == 0 {
+		c.Jobs = 5 * c.InFlight
+	}
+	if c.JobDuration == 0 {
+		c.JobDuration = time.Second
+	}
+	if c.BidWindow == 0 {
+		c.BidWindow = 500 * time.Millisecond
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 30*time.Second + c.JobDuration
+	}
+	if c.GPUs < 1 || c.InFlight < 1 || c.Jobs < 1 || c.JobDuration < 0 || c.BidWindow < 0 || c.Timeout < 0 {
+		return errors.New("load: gpus, in-flight and jobs must be positive; durations must not be negative")
+	}
+	return nil
+}
+
+// Report is one run's figures.
+type Report struct {
+	Config Config `json:"config"`
+	// Posted, Succeeded and Failed count jobs (Failed: unplaceable, failed
+	// runs and timeouts, by reason in Reasons).
+	Posted    int            `json:"posted"`
+	Succeeded int            `json:"succeeded"`
+	Failed    int            `json:"failed"`
+	Reasons   map[string]int `json:"reasons,omitempty"`
+	// Wall is from the first post to the last job's end; Throughput is
+	// succeeded jobs per second over it.
+	Wall       time.Duration `json:"wall"`
+	Throughput float64       `json:"jobs_per_s"`
+	// Post → finished and post → leased percentiles, over succeeded jobs.
+	FinishedP50 time.Duration `json:"finished_p50"`
+	FinishedP95 time.Duration `json:"finished_p95"`
+	LeasedP50   time.Duration `json:"leased_p50"`
+	LeasedP95   time.Duration `json:"leased_p95"`
+}
+
+// SuccessRate is succeeded / posted, in percent.
+func (r *Report) SuccessRate() float64 {
+	if r.Posted == 0 {
+		return 0
+	}
+	return 100 * float64(r.Succeeded) / float64(r.Posted)
+}
+
+// Run starts the network, runs the load and stops the network.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "gpumesh-load-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	ds, err := startNetwork(ctx, cfg, dir)
+	defer func() {
+		for i := len(ds) - 1; i >= 0; i-- {
+			_ = ds[i].Close()
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	renters := make([]*api.Client, cfg.Renters)
+	for i := range renters {
+		renters[i] = api.NewClient(filepath.Join(dir, strconv.Itoa(i)))
+	}
+	if err := warmUp(ctx, cfg, renters); err != nil {
+		return nil, err
+	}
+	return drive(ctx, cfg, renters), nil
+}
+
+func startNetwork(ctx context.Context, cfg Config, dir string) ([]*node.Daemon, error) {
+	var ds []*node.Daemon
+	var boot []string
+	for i := 0; i < cfg.Nodes; i++ {
+		c := node.DefaultConfig()
+		c.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+		c.Bootstrap = boot
+		c.Region = "eu-west"
+		c.Provider.HeartbeatInterval = time.Second
+		if i >= cfg.Renters {
+			c.Provider.Enabled = true
+			c.Provider.GPUSource = "declared"
+			c.Provider.Executor = "process"
+			for g := 0; g < cfg.GPUs; g++ {
+				c.Provider.GPUs = append(c.Provider.GPUs, auction.GPU{Model: "A100", VRAMGB: 80})
+			}
+			c.Provider.Policy = auction.Policy{PriceFloor: 1, AcceptPreemptible: true}
+		}
+		d, err := node.Start(ctx, node.Options{DataDir: filepath.Join(dir, strconv.Itoa(i)), Config: c})
+		if err != nil {
+			return ds, fmt.Errorf("load: start node %d: %w", i, err)
+		}
+		ds = append(ds, d)
+		if i == 0 {
+			boot = d.Addrs()
+		}
+	}
+	return ds, nil
+}
+
+func (c Config) job() auction.Job {
+	secs := strconv.FormatFloat(c.JobDuration.Seconds(), 'f', 3, 64)
+	return auction.Job{Tier: auction.Silver, MaxPrice: 10, GPUCount: 1, Duration: 10*time.Minute + c.JobDuration,
+		BidWindow: c.BidWindow, Run: auction.RunSpec{Command: []string{"sleep", secs}}}
+}
+
+// warmUp waits until each renter finds every provider in the DHT and gets
+// one job through, so that the measured jobs meet a network that is up.
+func warmUp(ctx context.Context, cfg Config, renters []*api.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for i, r := range renters {
+		if err := r.WaitReady(ctx, 30*time.Second); err != nil {
+			return fmt.Errorf("load: renter %d: %w", i, err)
+		}
+		for {
+			caps, err := r.Providers(ctx, auction.Query{})
+			if err == nil && len(caps) >= cfg.Nodes-cfg.Renters {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("load: renter %d found %d of %d providers before the deadline", i, len(caps), cfg.Nodes-cfg.Renters)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		for {
+			res := runJob(ctx, cfg, r)
+			if res.err == "" {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("load: renter %d: warm-up job: %s", i, res.err)
+			}
+		}
+	}
+	return nil
+}
+
+type result struct {
+	leased, finished time.Duration
+	err              string // "" on success, else why not
+}
+
+// runJob posts one job and follows it until it ended.
+func runJob(ctx context.Context, cfg Config, r *api.Client) result {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	v, err := r.PostJob(ctx, cfg.job())
+	if err != nil {
+		return result{err: "post: " + err.Error()}
+	}
+	res := result{leased: time.Since(start)}
+	for {
+		switch {
+		case v.Run == auction.RunSucceeded:
+			res.finished = time.Since(start)
+			return res
+		case v.Run.Terminal():
+			return result{err: "run " + string(v.Run)}
+		case v.State == auction.JobUnplaceable || v.State == auction.JobFailed || v.State == auction.JobCancelled:
+			return result{err: "job " + string(v.State)}
+		}
+		select {
+		case <-ctx.Done():
+			return result{err: fmt.Sprintf("timeout (job %s, run %q)", v.State, v.Run)}
+		case <-time.After(25 * time.Millisecond):
+		}
+		if v, err = r.Job(ctx, v.Job.ID); err != nil && ctx.Err() == nil {
+			return result{err: "view: " + err.Error()}
+		}
+	}
+}
+
+// drive keeps cfg.InFlight jobs in flight, spread over the renters, until
+// cfg.Jobs were posted and all of them ended.
+func drive(ctx context.Context, cfg Config, renters []*api.Client) *Report {
+	rep := &Report{Config: cfg, Reasons: map[string]int{}}
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		next     atomic.Int64
+		finished []time.Duration
+		leased   []time.Duration
+	)
+	start := time.Now()
+	for w := 0; w < cfg.InFlight; w++ {
+		wg.Add(1)
+		go func(r *api.Client) {
+			defer wg.Done()
+			for next.Add(1) <= int64(cfg.Jobs) && ctx.Err() == nil {
+				res := runJob(ctx, cfg, r)
+				mu.Lock()
+				rep.Posted++
+				if res.err == "" {
+					rep.Succeeded++
+					finished = append(finished, res.finished)
+					leased = append(leased, res.leased)
+				} else {
+					rep.Failed++
+					rep.Reasons[res.err]++
+				}
+				mu.Unlock()
+			}
+		}(renters[w%len(renters)])
+	}
+	wg.Wait()
+	rep.Wall = time.Since(start)
+	if rep.Wall > 0 {
+		rep.Throughput = float64(rep.Succeeded) / rep.Wall.Seconds()
+	}
+	rep.FinishedP50, rep.FinishedP95 = percentile(finished, 50), percentile(finished, 95)
+	rep.LeasedP50, rep.LeasedP95 = percentile(leased, 50), percentile(leased, 95)
+	return rep
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s)*p + 99) / 100
+	return s[max(i, 1)-1]
+}
