@@ -234,10 +234,18 @@ func TestJobRunsEndToEnd(t *testing.T) {
 	if r.Renter != boot.ID().String() || r.Provider != prov.ID().String() || r.Outcome != "succeeded" || r.Amount <= 0 {
 		t.Fatalf("receipt %+v", r)
 	}
-	owed, _ := boot.db.List(ledger.Filter{Kind: ledger.KindPaymentOwed, LeaseID: r.LeaseID})
-	earned, _ := prov.db.List(ledger.Filter{Kind: ledger.KindPaymentEarned, LeaseID: r.LeaseID})
-	rr, _ := boot.db.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: r.LeaseID})
-	pr, _ := prov.db.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: r.LeaseID})
+	// The provider records the receipt once the renter's countersignature
+	// reaches it, just after the renter recorded it: wait for that.
+	var owed, earned, rr, pr []ledger.Entry
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		owed, _ = boot.db.List(ledger.Filter{Kind: ledger.KindPaymentOwed, LeaseID: r.LeaseID})
+		earned, _ = prov.db.List(ledger.Filter{Kind: ledger.KindPaymentEarned, LeaseID: r.LeaseID})
+		rr, _ = boot.db.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: r.LeaseID})
+		pr, _ = prov.db.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: r.LeaseID})
+		if len(pr) > 0 && len(earned) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if len(owed) != 1 || len(earned) != 1 || len(rr) != 1 || len(pr) != 1 || owed[0].Amount != r.Amount || earned[0].Amount != r.Amount {
 		t.Fatalf("ledgers: owed %v earned %v receipts %d/%d", owed, earned, len(rr), len(pr))
 	}

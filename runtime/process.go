@@ -359,7 +359,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	if e.uids != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
 	}
-	err = spawn(cmd, cg, e.sb, wd)
+	err = spawn(cmd, cg, e.sb, wd, spec.Inputs)
 	outW.Close()
 	errW.Close()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,7 +37,7 @@ func detectSandbox(s sandbox) (*sandbox, string) {
 	}
 	errc := make(chan error, 1)
 	// Exits locked: the runtime discards the thread and its namespaces.
-	onSpareThread(func() { errc <- s.enter("") })
+	onSpareThread(func() { errc <- s.enter("", "") })
 	if err := <-errc; err != nil {
 		return nil, err.Error()
 	}
@@ -54,9 +55,10 @@ func (s *sandbox) flags() int {
 
 // enter moves the calling thread, which must be locked and must never run
 // daemon code again, into fresh namespaces set up for a job whose work dir
-// is wd ("": none). A work dir under one of the private dirs is bound back
-// into place (only the work dir: not its neighbours).
-func (s *sandbox) enter(wd string) error {
+// is wd and whose input artifacts are in inputs ("": none). A work dir or
+// inputs dir under one of the private dirs is bound back into place (only
+// those: not their neighbours), the inputs read-only.
+func (s *sandbox) enter(wd, inputs string) error {
 	if err := unix.Unshare(s.flags()); err != nil {
 		return fmt.Errorf("runtime: unshare job namespaces: %w", err)
 	}
@@ -73,19 +75,25 @@ func (s *sandbox) enter(wd string) error {
 			}
 		}
 	}
-	// Opened in this namespace, so that it can be bound back in place
-	// once a tmpfs covers it.
-	keep := -1
-	for _, dir := range privateDirs {
-		if wd != "" && within(dir, wd) {
-			fd, err := unix.Open(wd, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return fmt.Errorf("runtime: job mounts: open work dir: %w", err)
-			}
-			defer unix.Close(fd)
-			keep = fd
-			break
+	// Opened in this namespace, so that they can be bound back in place
+	// once a tmpfs covers them.
+	type kept struct {
+		path string
+		fd   int
+		ro   bool
+	}
+	var keep []kept
+	for _, k := range []kept{{path: wd}, {path: inputs, ro: true}} {
+		if k.path == "" || !slices.ContainsFunc(privateDirs, func(dir string) bool { return within(dir, k.path) }) {
+			continue
 		}
+		fd, err := unix.Open(k.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("runtime: job mounts: open %s: %w", k.path, err)
+		}
+		defer unix.Close(fd)
+		k.fd = fd
+		keep = append(keep, k)
 	}
 	opts := "mode=1777"
 	if s.tmpMB > 0 {
@@ -99,13 +107,18 @@ func (s *sandbox) enter(wd string) error {
 			return fmt.Errorf("runtime: job mounts: tmpfs on %s: %w", dir, err)
 		}
 	}
-	if keep >= 0 {
-		if err := os.MkdirAll(wd, 0o711); err != nil {
-			return fmt.Errorf("runtime: job mounts: work dir: %w", err)
+	for _, k := range keep {
+		if err := os.MkdirAll(k.path, 0o711); err != nil {
+			return fmt.Errorf("runtime: job mounts: %w", err)
 		}
-		src := "/proc/thread-self/fd/" + strconv.Itoa(keep)
-		if err := unix.Mount(src, wd, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("runtime: job mounts: bind work dir: %w", err)
+		src := "/proc/thread-self/fd/" + strconv.Itoa(k.fd)
+		if err := unix.Mount(src, k.path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("runtime: job mounts: bind %s: %w", k.path, err)
+		}
+		if k.ro {
+			if err := unix.Mount("", k.path, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_REC, ""); err != nil {
+				return fmt.Errorf("runtime: job mounts: %s read-only: %w", k.path, err)
+			}
 		}
 	}
 	if !s.network {
@@ -156,7 +169,7 @@ func (s *sandbox) describe() string {
 // moves the thread back (cgroup v1 only, no sandbox), the goroutine exits
 // still locked, and the Go runtime discards the thread rather than letting
 // daemon code run inside the job's cgroup or namespaces.
-func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd string) error {
+func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd, inputs string) error {
 	if cg != nil && cg.cg.version == 2 {
 		fd, err := unix.Open(cg.dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -181,7 +194,7 @@ func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd string) error {
 			}
 		}
 		if sb != nil {
-			if err := sb.enter(wd); err != nil {
+			if err := sb.enter(wd, inputs); err != nil {
 				errc <- err
 				return
 			}

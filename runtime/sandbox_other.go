@@ -17,7 +17,7 @@ func detectSandbox(sandbox) (*sandbox, string) { return nil, "job namespaces exi
 
 func (*sandbox) describe() string { return "" }
 
-func spawn(cmd *exec.Cmd, _ *jobCgroup, _ *sandbox, _ string) error { return cmd.Start() }
+func spawn(cmd *exec.Cmd, _ *jobCgroup, _ *sandbox, _, _ string) error { return cmd.Start() }
 
 func mountQuota(string, int, int) error { return errors.New("work dir quotas exist only on linux") }
 
