@@ -85,12 +85,12 @@ func newMarket(d *Daemon) (*market, error) {
 		}
 	}
 	n := d.net
-	n.Handle(wire.ProtoBid, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
+	n.HandleCounted(wire.ProtoBid, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		return nil, m.tracker.Auction().HandleBid(from, req)
-	})
-	n.Handle(wire.ProtoHeartbeat, p2p.Handler(m.tracker.HandleHeartbeat))
-	n.Handle(wire.ProtoLeaseEvent, p2p.Handler(m.tracker.HandleLeaseEvent))
-	n.Handle(wire.ProtoReceipt, p2p.Handler(m.tracker.HandleReceipt))
+	}, m.badFrame("renter"))
+	n.HandleCounted(wire.ProtoHeartbeat, p2p.Handler(m.tracker.HandleHeartbeat), m.badFrame("renter"))
+	n.HandleCounted(wire.ProtoLeaseEvent, p2p.Handler(m.tracker.HandleLeaseEvent), m.badFrame("renter"))
+	n.HandleCounted(wire.ProtoReceipt, p2p.Handler(m.tracker.HandleReceipt), m.badFrame("renter"))
 	if err := n.Subscribe(m.ctx, wire.ReputationTopic, m.receipts.HandleGossip); err != nil {
 		return nil, err
 	}
@@ -159,10 +159,10 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	if err := m.sup.Recover(); err != nil {
 		return err
 	}
-	d.net.Handle(wire.ProtoAward, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
+	d.net.HandleCounted(wire.ProtoAward, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		return m.provider.HandleAward(from, req)
-	})
-	d.net.Handle(wire.ProtoCancel, p2p.Handler(m.sup.HandleCancel))
+	}, m.badFrame("provider"))
+	d.net.HandleCounted(wire.ProtoCancel, p2p.Handler(m.sup.HandleCancel), m.badFrame("provider"))
 	d.net.Host.SetStreamHandler(wire.ProtoLogs, m.serveLogs)
 	d.net.Host.SetStreamHandler(wire.ProtoOutputs, m.serveOutputs)
 	d.net.Host.SetStreamHandler(wire.ProtoService, m.serveService)
@@ -259,6 +259,13 @@ func (t *p2pTransport) SendBid(ctx context.Context, to peer.ID, addrs []string, 
 
 func (t *p2pTransport) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
 	return t.m.d.net.Request(ctx, to, nil, wire.ProtoAward, data)
+}
+
+// badFrame counts a request on one of this node's protocols whose frame
+// could not even be read (see p2p.Node.HandleCounted), under the role that
+// serves the protocol.
+func (m *market) badFrame(role string) func() {
+	return func() { m.counters.Add(role + ".malformed_frame") }
 }
 
 func (m *market) routes(mux *http.ServeMux) {

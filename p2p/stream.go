@@ -63,24 +63,35 @@ const (
 
 // Handle registers a request/response handler for proto. A Request this
 // node sends to itself is answered by the same handler, without a stream.
-func (n *Node) Handle(proto protocol.ID, h Handler) {
+func (n *Node) Handle(proto protocol.ID, h Handler) { n.HandleCounted(proto, h, nil) }
+
+// HandleCounted is Handle with onBad called for each request whose frame
+// cannot be read (garbage, truncated, or a length over MaxFrame): such a
+// stream is reset before the handler sees anything, so this is the only
+// place it can be counted.
+func (n *Node) HandleCounted(proto protocol.ID, h Handler, onBad func()) {
 	n.mu.Lock()
 	if n.handlers == nil {
 		n.handlers = map[protocol.ID]Handler{}
 	}
 	n.handlers[proto] = h
 	n.mu.Unlock()
-	Serve(n.Host, proto, h)
+	serve(n.Host, proto, h, onBad)
 }
 
 // Serve registers a request/response handler for proto on any host (Handle
 // on a Node; harnesses that build their own hosts use it directly).
-func Serve(hst host.Host, proto protocol.ID, h Handler) {
+func Serve(hst host.Host, proto protocol.ID, h Handler) { serve(hst, proto, h, nil) }
+
+func serve(hst host.Host, proto protocol.ID, h Handler, onBad func()) {
 	hst.SetStreamHandler(proto, func(s network.Stream) {
 		defer s.Close()
 		_ = s.SetDeadline(time.Now().Add(30 * time.Second))
 		req, err := ReadFrame(bufio.NewReader(s))
 		if err != nil {
+			if onBad != nil {
+				onBad()
+			}
 			_ = s.Reset()
 			return
 		}
