@@ -471,7 +471,6 @@ func settled(t *testing.T, renter *daemon, v api.JobView) api.JobView {
 	return jv
 }
 
-
 // TestReceiptReplayAndSybils: replaying a gossiped two-party receipt (as
 // gossip, and to the renter as if it were the replayer's own) changes no
 // one's reputation and settles nothing twice; receipts for a fake provider
