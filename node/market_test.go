@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -284,5 +285,20 @@ func TestFailedJobIsReportedFailed(t *testing.T) {
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
 	if v.Run != auction.RunFailed || v.ExitCode == nil || *v.ExitCode != 3 || v.Receipt.Outcome != "failed" {
 		t.Fatalf("run %s exit %v outcome %s", v.Run, v.ExitCode, v.Receipt.Outcome)
+	}
+}
+
+// TestJobUnderStrictUmask: a provider daemon run with umask 077 (a service
+// unit's UMask=0077, or testnet/up.sh) still gives its sandboxed jobs a work
+// dir their uid can reach.
+func TestJobUnderStrictUmask(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
+	waitAdvertised(t, boot, ns[0])
+	v := post(t, boot, shJob(auction.Silver, 2, `echo reached`))
+	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	if v.Run != auction.RunSucceeded {
+		t.Fatalf("job under umask 077: run %s detail %q", v.Run, v.Detail)
 	}
 }

@@ -3,9 +3,11 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	goruntime "runtime"
 	"slices"
 	"strconv"
@@ -108,7 +110,7 @@ func (s *sandbox) enter(wd, inputs string) error {
 		}
 	}
 	for _, k := range keep {
-		if err := os.MkdirAll(k.path, 0o711); err != nil {
+		if err := mkdirTraversable(k.path); err != nil {
 			return fmt.Errorf("runtime: job mounts: %w", err)
 		}
 		src := "/proc/thread-self/fd/" + strconv.Itoa(k.fd)
@@ -127,6 +129,24 @@ func (s *sandbox) enter(wd, inputs string) error {
 		}
 	}
 	return nil
+}
+
+// mkdirTraversable creates path and any missing parents as 0711, whatever
+// the daemon's umask (a service unit's UMask=0077 would otherwise leave them
+// 0700, and the job's uid could not reach its own work dir).
+func mkdirTraversable(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil
+	}
+	if parent := filepath.Dir(path); parent != path {
+		if err := mkdirTraversable(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(path, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return os.Chmod(path, 0o711)
 }
 
 // loopbackUp brings up lo in the calling thread's network namespace.
