@@ -246,4 +246,7 @@ type Lease struct {
 	Tier        Tier      `json:"tier"`
 	Preemptible bool      `json:"preemptible"`
 	State       RunState  `json:"state"`
+	// Devices are the provider's device indices the lease holds (its
+	// calendar booking's devices).
+	Devices []int `json:"devices,omitempty"`
 }

@@ -109,7 +109,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d.containers = runtime.ContainersOf(m.exec)
 	if m.sup, err = lease.NewSupervisor(m.ctx, lease.SupervisorConfig{
 		Signer: d.signer, Transport: lt, Store: d.db.State("provider-leases"), Receipts: m.receipts, Exec: m.exec,
-		JobsDir: d.paths.Jobs(), WorkRoot: work,
+		JobsDir: d.paths.Jobs(), WorkRoot: work, GPUs: d.inv.GPUs,
 		Telemetry: func(pgid int) runtime.Telemetry {
 			if pgid > 0 {
 				return runtime.Sample(d.inv, pgid)

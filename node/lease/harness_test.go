@@ -216,6 +216,11 @@ type provSpec struct {
 	model   string
 	price   float64
 	preempt bool // AllowPreemption
+	// gpus, when set, are the host's devices (else one GPU of model), as
+	// NVML would list them: the calendar books each.
+	gpus []auction.GPU
+	// exec, when set, runs the jobs instead of the fake executor.
+	exec runtime.Executor
 }
 
 // node is one in-memory daemon.
@@ -236,6 +241,7 @@ type node struct {
 	sup      *Supervisor
 	provider *auction.Provider
 	exec     *fakeExec
+	jobsDir  string
 	closed   bool
 }
 
@@ -298,18 +304,27 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	handlers := auction.MemHandlers{OnBid: n.tracker.Auction().HandleBid}
 	if spec != nil {
 		n.exec = newFakeExec(t)
+		var exec runtime.Executor = n.exec
+		if spec.exec != nil {
+			exec = spec.exec
+		}
+		devs := spec.gpus
+		if len(devs) == 0 {
+			devs = []auction.GPU{{Model: spec.model, VRAMGB: 80}}
+		}
+		n.jobsDir = t.TempDir()
 		if n.sup, err = NewSupervisor(n.ctx, SupervisorConfig{Signer: s, Transport: ct,
-			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: n.exec,
-			JobsDir: t.TempDir(), HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
+			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: exec,
+			JobsDir: n.jobsDir, GPUs: devs, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
 			LeaseEnded:   func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
 			RecoverDelay: time.Millisecond, Counters: n.counters}); err != nil {
 			t.Fatal(err)
 		}
 		capab := auction.Capability{Peer: s.ID().String(), Region: "eu-west",
-			GPUs:   []auction.GPU{{Model: spec.model, VRAMGB: 80}},
+			GPUs:   devs,
 			Policy: auction.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt}}
 		if n.provider, err = auction.NewProvider(auction.ProviderConfig{Signer: s, Transport: ct,
-			Calendar: auction.NewCalendar(1), OnLease: n.sup.OnLease,
+			Calendar: auction.NewCalendar(len(devs)), OnLease: n.sup.OnLease,
 			Capability: func() auction.Capability {
 				c := capab
 				c.IssuedAt, c.ExpiresAt = time.Now(), time.Now().Add(time.Hour)

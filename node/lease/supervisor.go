@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +41,9 @@ type SupervisorConfig struct {
 	// WorkRoot is the executor's scratch root (orphans there are wiped
 	// and killed at recovery).
 	WorkRoot string
+	// GPUs are the node's devices, indexed as the calendar books them: a
+	// lease's devices are run with their UUIDs where known.
+	GPUs []auction.GPU
 	// Telemetry samples the GPUs (and the job's process group when pgid
 	// > 0) for a heartbeat; nil sends empty process telemetry.
 	Telemetry func(pgid int) runtime.Telemetry
@@ -246,12 +250,9 @@ func (r *leaseRun) run() {
 	}
 	defer logf.Close()
 	lw := &lockedWriter{w: logf}
-	gpus := make([]int, l.GPUCount)
-	for i := range gpus {
-		gpus[i] = i
-	}
+	gpus, uuids := s.leaseDevices(l)
 	spec := runtime.Spec{ID: l.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
-		GPUs: gpus, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs}
+		GPUs: gpus, UUIDs: uuids, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs}
 	started := s.now()
 	h, err := s.cfg.Exec.Start(s.ctx, spec, lw, lw)
 	if err != nil {
@@ -366,6 +367,26 @@ func classify(res runtime.Result, stopAs auction.RunState, stopDetail string) (a
 		return auction.RunFailed, res.Err.Error()
 	}
 	return auction.RunFailed, "job ended: " + res.Reason
+}
+
+// leaseDevices is the device indices a lease holds (0..GPUCount-1 for a
+// lease booked without devices) and their UUIDs, when all are known.
+func (s *Supervisor) leaseDevices(l auction.Lease) ([]int, []string) {
+	gpus := append([]int(nil), l.Devices...)
+	if len(gpus) == 0 {
+		gpus = make([]int, l.GPUCount)
+		for i := range gpus {
+			gpus[i] = i
+		}
+	}
+	uuids := make([]string, 0, len(gpus))
+	for _, g := range gpus {
+		if g >= len(s.cfg.GPUs) || s.cfg.GPUs[g].UUID == "" {
+			return gpus, nil
+		}
+		uuids = append(uuids, s.cfg.GPUs[g].UUID)
+	}
+	return gpus, uuids
 }
 
 // heartbeats sends signed telemetry to the renter every interval until the
@@ -488,9 +509,16 @@ func (s *Supervisor) settle(r *leaseRun) {
 	}
 	used := rec.Ended.Sub(rec.Started)
 	gpuSec := used.Seconds() * float64(rec.Lease.GPUCount)
+	gpus, uuids := s.leaseDevices(rec.Lease)
+	devices := uuids
+	if devices == nil {
+		for _, g := range gpus {
+			devices = append(devices, strconv.Itoa(g))
+		}
+	}
 	rc := attest.Receipt{
 		LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Renter: rec.Lease.Renter, Provider: rec.Lease.Provider,
-		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, GPUSeconds: gpuSec, Price: rec.Lease.Price,
+		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, Devices: devices, GPUSeconds: gpuSec, Price: rec.Lease.Price,
 		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run,
 		ResultHash: auction.ManifestHash(outs), Heartbeats: *sum, IssuedAt: s.now(),
 	}

@@ -1,0 +1,168 @@
+package lease
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/runtime"
+)
+
+// nvmlHost is a host's devices as NVML lists them: model names and UUIDs.
+func nvmlHost(models ...string) []auction.GPU {
+	out := make([]auction.GPU, len(models))
+	for i, m := range models {
+		out[i] = auction.GPU{Model: m, VRAMGB: 24, UUID: fmt.Sprintf("GPU-%08x-0000-4000-8000-%012d", i+1, i), Detected: true}
+	}
+	return out
+}
+
+// realProcessExec is the sandboxed process executor on a work root the
+// jobs' uids can traverse.
+func realProcessExec(t *testing.T) runtime.Executor {
+	t.Helper()
+	root, err := os.MkdirTemp("", "gpumesh-devices-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	e, err := runtime.NewProcessExecutor(filepath.Join(root, "jobs"), runtime.ProcessOptions{Grace: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("process executor: %v", err)
+	}
+	return e
+}
+
+// jobDevices waits for a lease's job to print its CUDA_VISIBLE_DEVICES.
+func (n *node) jobDevices(leaseID string) string {
+	n.h.t.Helper()
+	var dev string
+	waitFor(n.h.t, 10*time.Second, "lease "+leaseID+" job prints its devices", func() bool {
+		b, err := os.ReadFile(filepath.Join(n.jobsDir, "logs", leaseID+".log"))
+		if err != nil {
+			return false
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "dev="); ok {
+				dev = v
+				return true
+			}
+		}
+		return false
+	})
+	return dev
+}
+
+// On an 8-GPU host, 8 concurrent one-GPU jobs run by the real process
+// executor each see a different device (by UUID, as NVML names it), and a
+// ninth job gets no bid while all eight are leased.
+func TestEightJobsEightDevices(t *testing.T) {
+	h := newHarness(t)
+	models := make([]string, 8)
+	for i := range models {
+		models[i] = "NVIDIA H100 80GB HBM3"
+	}
+	host := nvmlHost(models...)
+	p := h.provider(provSpec{model: "H100", price: 1, gpus: host, exec: realProcessExec(t)})
+	r := h.renter()
+	mk := func() auction.Job {
+		j := job(auction.Silver, 5, time.Minute, "/bin/sh", "-c", `echo "dev=$CUDA_VISIBLE_DEVICES"; sleep 60`)
+		j.GPUModels = []string{"H100"}
+		return j
+	}
+	views := make([]string, 8)
+	var wg sync.WaitGroup
+	for i := range views {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			v, err := r.tracker.Post(mk())
+			if err != nil || v.Lease == nil {
+				t.Errorf("job %d: %v, %s %v", i, err, v.State, v.Reasons)
+				return
+			}
+			views[i] = v.Lease.ID + " " + v.Job.ID
+		}(i)
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	uuids := map[string]bool{}
+	for _, g := range host {
+		uuids[g.UUID] = true
+	}
+	seen := map[string]string{}
+	for _, lv := range views {
+		leaseID, jobID, _ := strings.Cut(lv, " ")
+		dev := p.jobDevices(leaseID)
+		if !uuids[dev] {
+			t.Fatalf("job %s sees CUDA_VISIBLE_DEVICES=%q, not one device of the host", jobID, dev)
+		}
+		if other, dup := seen[dev]; dup {
+			t.Fatalf("jobs %s and %s both see device %s", other, jobID, dev)
+		}
+		seen[dev] = jobID
+		pl, ok := p.lease(leaseID)
+		if !ok || len(pl.Lease.Devices) != 1 || host[pl.Lease.Devices[0]].UUID != dev {
+			t.Fatalf("provider's lease %s holds devices %v, the job saw %s", leaseID, pl.Lease.Devices, dev)
+		}
+	}
+	// All eight devices are leased for the next minute: a ninth job that
+	// must start within seconds gets no bid.
+	ninth := mk()
+	ninth.Deadline = time.Now().Add(5 * time.Second)
+	v, err := r.tracker.Post(ninth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Lease != nil {
+		t.Fatalf("ninth job leased %+v on a host with all 8 devices leased", v.Lease)
+	}
+	for _, lv := range views {
+		_, jobID, _ := strings.Cut(lv, " ")
+		if _, err := r.tracker.Cancel(jobID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A mixed host (2x RTX 4090 + 1x RTX 3060) leases each job the model it
+// asked for; "RTX 4090" and "RTX4090" name the same devices.
+func TestMixedHostLeasesTheRightModel(t *testing.T) {
+	h := newHarness(t)
+	host := nvmlHost("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 3060")
+	p := h.provider(provSpec{model: "RTX 4090", price: 1, gpus: host})
+	r := h.renter()
+	post := func(model string) []int {
+		t.Helper()
+		j := job(auction.Silver, 5, time.Minute, "gate", "mixed", "0")
+		j.GPUModels = []string{model}
+		v := r.post(j)
+		var pl api.ProviderLease
+		waitFor(t, 3*time.Second, "provider records lease "+v.Lease.ID, func() bool {
+			var ok bool
+			pl, ok = p.lease(v.Lease.ID)
+			return ok
+		})
+		return pl.Lease.Devices
+	}
+	if d := post("RTX 3060"); !reflect.DeepEqual(d, []int{2}) {
+		t.Fatalf("RTX 3060 job holds devices %v, want [2]", d)
+	}
+	a, b := post("RTX 4090"), post("RTX4090")
+	if len(a) != 1 || len(b) != 1 || a[0] == b[0] || a[0] > 1 || b[0] > 1 {
+		t.Fatalf("RTX 4090 jobs hold %v and %v, want devices 0 and 1", a, b)
+	}
+	p.exec.open("mixed")
+}
