@@ -447,6 +447,19 @@ func (d *Daemon) lookupCapability(ctx context.Context, id peer.ID) (auction.Capa
 	return auction.Capability{}, err
 }
 
+// advertisedFingerprint is the fingerprint hash of a provider's last
+// verified capability record this node saw ("" when it saw none).
+func (d *Daemon) advertisedFingerprint(provider string) string {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return ""
+	}
+	if v, ok := d.capCache.Load(id); ok {
+		return v.(auction.Capability).Fingerprint
+	}
+	return ""
+}
+
 func socketAlive(path string) bool {
 	c, err := net.DialTimeout("unix", path, 500*time.Millisecond)
 	if err != nil {

@@ -66,7 +66,8 @@ func newMarket(d *Daemon) (*market, error) {
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
-		Now: d.now, Log: d.log, Counters: m.counters,
+		AdvertisedFingerprint: d.advertisedFingerprint,
+		Now:                   d.now, Log: d.log, Counters: m.counters,
 	}); err != nil {
 		return nil, err
 	}
@@ -107,15 +108,20 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	d.containers = runtime.ContainersOf(m.exec)
+	fpEnv, err := attest.SignFingerprint(d.signer, d.fp)
+	if err != nil {
+		return fmt.Errorf("fingerprint: %w", err)
+	}
 	if m.sup, err = lease.NewSupervisor(m.ctx, lease.SupervisorConfig{
 		Signer: d.signer, Transport: lt, Store: d.db.State("provider-leases"), Receipts: m.receipts, Exec: m.exec,
 		JobsDir: d.paths.Jobs(), WorkRoot: work, GPUs: d.inv.GPUs,
-		Telemetry: func(pgid int) runtime.Telemetry {
+		Telemetry: func(pgid int, devices []int) runtime.Telemetry {
 			if pgid > 0 {
-				return runtime.Sample(d.inv, pgid)
+				return runtime.SampleDevices(d.inv, devices, pgid)
 			}
-			return runtime.Sample(d.inv)
+			return runtime.SampleDevices(d.inv, devices)
 		},
+		Fingerprint: fpEnv,
 		LeaseEnded: func(id string, end time.Time, st auction.RunState) error {
 			return m.provider.LeaseEnded(id, end, st)
 		},

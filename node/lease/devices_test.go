@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -165,4 +166,57 @@ func TestMixedHostLeasesTheRightModel(t *testing.T) {
 		t.Fatalf("RTX 4090 jobs hold %v and %v, want devices 0 and 1", a, b)
 	}
 	p.exec.open("mixed")
+}
+
+// A heartbeat naming a device outside the provider's signed fingerprint is
+// rejected, counted as fraud, and slashes the provider (its reputation
+// drops), with the heartbeat and the fingerprint as evidence.
+func TestHeartbeatWithForeignDeviceIsFraud(t *testing.T) {
+	h := newHarness(t)
+	host := nvmlHost("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3")
+	foreign := false
+	var mu sync.Mutex
+	p := h.provider(provSpec{model: "H100", price: 1, gpus: host,
+		telemetry: func(_ int, devices []int) runtime.Telemetry {
+			tel := runtime.Telemetry{Source: runtime.SourceNVML, GPUUtil: 50, TempC: 60, PowerW: 300}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, d := range devices {
+				u := host[d].UUID
+				if foreign {
+					u = "GPU-deadbeef-0000-4000-8000-000000000099"
+				}
+				tel.Devices = append(tel.Devices, attest.DeviceSample{Index: d, UUID: u, Util: 50, TempC: 60, PowerW: 300})
+			}
+			return tel
+		}})
+	r := h.renter()
+	v := r.post(job(auction.Silver, 5, time.Minute, "gate", "fraud", "0"))
+	// Honest heartbeats (the lease's own device) are accepted.
+	r.waitJob(v.Job.ID, "honest telemetry", func(v api.JobView) bool {
+		lt := v.LastTelemetry
+		return lt != nil && len(lt.Devices) == 1 && (lt.Devices[0].UUID == host[0].UUID || lt.Devices[0].UUID == host[1].UUID)
+	})
+	before := r.book.Stats(p.id())
+	if c := r.counters.Snapshot(); c["renter.heartbeat_fraud"] != 0 || c["renter.heartbeat_rejected"] != 0 {
+		t.Fatalf("honest heartbeats counted as bad: %v", c)
+	}
+	mu.Lock()
+	foreign = true
+	mu.Unlock()
+	waitFor(t, 3*time.Second, "foreign-device heartbeat counted as fraud", func() bool {
+		return r.counters.Snapshot()["renter.heartbeat_fraud"] > 0
+	})
+	after := r.book.Stats(p.id())
+	if after.Slashes != before.Slashes+1 || !(after.Score < before.Score) {
+		t.Fatalf("reputation before %+v, after %+v: want one more slash and a lower score", before, after)
+	}
+	jv, err := r.tracker.View(v.Job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := jv.LastTelemetry; got == nil || got.Devices[0].UUID != host[0].UUID && got.Devices[0].UUID != host[1].UUID {
+		t.Fatalf("the foreign-device heartbeat was recorded as the job's telemetry: %+v", got)
+	}
+	p.exec.open("fraud")
 }

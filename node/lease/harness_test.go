@@ -221,6 +221,9 @@ type provSpec struct {
 	gpus []auction.GPU
 	// exec, when set, runs the jobs instead of the fake executor.
 	exec runtime.Executor
+	// telemetry, when set, is the supervisor's sampler; a host whose gpus
+	// were detected (NVML) also signs a fingerprint of them.
+	telemetry func(pgid int, devices []int) runtime.Telemetry
 }
 
 // node is one in-memory daemon.
@@ -313,9 +316,15 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			devs = []auction.GPU{{Model: spec.model, VRAMGB: 80}}
 		}
 		n.jobsDir = t.TempDir()
+		var fpEnv *sign.Envelope
+		if len(devs) > 0 && devs[0].Detected {
+			if fpEnv, err = attest.SignFingerprint(s, attest.Fingerprint{GPUs: devs, Source: attest.SourceNVML, IssuedAt: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if n.sup, err = NewSupervisor(n.ctx, SupervisorConfig{Signer: s, Transport: ct,
 			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: exec,
-			JobsDir: n.jobsDir, GPUs: devs, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
+			JobsDir: n.jobsDir, GPUs: devs, Telemetry: spec.telemetry, Fingerprint: fpEnv, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
 			LeaseEnded:   func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
 			RecoverDelay: time.Millisecond, Counters: n.counters}); err != nil {
 			t.Fatal(err)

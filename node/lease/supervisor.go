@@ -44,9 +44,13 @@ type SupervisorConfig struct {
 	// GPUs are the node's devices, indexed as the calendar books them: a
 	// lease's devices are run with their UUIDs where known.
 	GPUs []auction.GPU
-	// Telemetry samples the GPUs (and the job's process group when pgid
-	// > 0) for a heartbeat; nil sends empty process telemetry.
-	Telemetry func(pgid int) runtime.Telemetry
+	// Telemetry samples a lease's devices (and the job's process group
+	// when pgid > 0) for a heartbeat; nil sends empty process telemetry.
+	Telemetry func(pgid int, devices []int) runtime.Telemetry
+	// Fingerprint is the node's signed hardware fingerprint (its hash is
+	// in the capability): heartbeats carry it, so the renter can hold the
+	// telemetry to it.
+	Fingerprint *sign.Envelope
 	// LeaseEnded tells the auction's calendar a lease ended (it frees the
 	// GPUs); nil when there is none.
 	LeaseEnded func(leaseID string, end time.Time, state auction.RunState) error
@@ -121,7 +125,7 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 		cfg.RecoverDelay = 2 * time.Second
 	}
 	if cfg.Telemetry == nil {
-		cfg.Telemetry = func(int) runtime.Telemetry { return runtime.Telemetry{} }
+		cfg.Telemetry = func(int, []int) runtime.Telemetry { return runtime.Telemetry{} }
 	}
 	log := cfg.Log
 	if log == nil {
@@ -400,6 +404,7 @@ func (r *leaseRun) heartbeats(h runtime.Handle) {
 	waitDone := make(chan struct{})
 	go func() { h.Wait(); close(waitDone) }()
 	var seq uint64
+	devices, uuids := s.leaseDevices(l)
 	for first := true; ; first = false {
 		// The first heartbeat goes out as the job starts, then one per
 		// interval, so coverage reflects the whole run.
@@ -414,12 +419,14 @@ func (r *leaseRun) heartbeats(h runtime.Handle) {
 		r.mu.Lock()
 		pgid := r.pr.Pgid
 		r.mu.Unlock()
-		tel := s.cfg.Telemetry(pgid)
+		tel := s.cfg.Telemetry(pgid, devices)
 		hb := attest.Heartbeat{LeaseID: l.ID, Provider: s.cfg.Signer.ID().String(), Seq: seq, Time: s.now(),
-			GPUUtil: tel.GPUUtil, TempC: tel.TempC, PowerW: tel.PowerW, CPUSeconds: tel.CPUSeconds, Source: attest.SourceProcess}
+			GPUUtil: tel.GPUUtil, TempC: tel.TempC, PowerW: tel.PowerW, CPUSeconds: tel.CPUSeconds, Source: attest.SourceProcess,
+			Fingerprint: s.cfg.Fingerprint}
 		if tel.Source == runtime.SourceNVML {
 			hb.Source = attest.SourceNVML
 			hb.MemUsedMB = tel.MemUsedMB
+			hb.Devices, hb.GPUUUIDs = tel.Devices, uuids
 		} else {
 			hb.RSSMB = tel.MemUsedMB
 		}
