@@ -122,6 +122,11 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 			return runtime.SampleDevices(d.inv, devices)
 		},
 		Fingerprint: fpEnv,
+		Sensors:     m.sensors,
+		Limits: func() (int, int) {
+			p := d.cfg.Provider.Policy
+			return p.MaxTempC, p.MaxPowerW
+		},
 		LeaseEnded: func(id string, end time.Time, st auction.RunState) error {
 			return m.provider.LeaseEnded(id, end, st)
 		},
@@ -138,7 +143,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 			}
 			return d.capability(d.advertiseTTL())
 		},
-		Sensors:     m.sensors,
+		Sensors:     m.sup.Reading,
 		Reliability: func() float64 { return m.book.Score(d.ID().String()) },
 		OnLease:     m.sup.OnLease,
 	})
@@ -207,6 +212,8 @@ func (m *market) executorName() string {
 	return m.exec.Name()
 }
 
+// sensors reads the host's GPUs (hottest temperature, total power draw);
+// the Supervisor samples it every heartbeat interval.
 func (m *market) sensors() (int, int) {
 	if m.d.inv.Source != runtime.SourceNVML {
 		return 0, 0

@@ -220,3 +220,71 @@ func TestHeartbeatWithForeignDeviceIsFraud(t *testing.T) {
 	}
 	p.exec.open("fraud")
 }
+
+// A provider whose GPUs run over its temperature limit stops bidding
+// within a heartbeat interval and preempts its bronze (preemptible) work;
+// its silver lease keeps running. Stats show the breach.
+func TestOverTemperatureStopsBiddingAndPreemptsBronze(t *testing.T) {
+	h := newHarness(t)
+	var mu sync.Mutex
+	temp := 60
+	p := h.provider(provSpec{model: "H100", price: 1, gpus: nvmlHost("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"), maxTempC: 85,
+		sensors: func() (int, int) {
+			mu.Lock()
+			defer mu.Unlock()
+			return temp, 400
+		}})
+	r := h.renter()
+	bronze := r.post(job(auction.Bronze, 5, time.Minute, "gate", "hot", "0"))
+	silver := r.post(job(auction.Silver, 5, time.Minute, "gate", "hot", "0"))
+	for _, v := range []string{bronze.Lease.ID, silver.Lease.ID} {
+		waitFor(t, 3*time.Second, "lease "+v+" running", func() bool {
+			pl, ok := p.lease(v)
+			return ok && pl.Run == auction.RunRunning
+		})
+	}
+	mu.Lock()
+	temp = 95
+	mu.Unlock()
+	hot := time.Now()
+	var st api.ProviderStatsView
+	waitFor(t, 3*time.Second, "provider sees its temperature over the limit", func() bool {
+		st = api.ProviderStatsView{}
+		p.sup.FillStats(&st)
+		return st.Limits.Over == "thermal"
+	})
+	// The supervisor samples every heartbeat interval: allow one, plus
+	// scheduling slack on a loaded machine.
+	if took := time.Since(hot); took > hbEvery+time.Second {
+		t.Fatalf("over-temperature noticed after %s, heartbeat interval %s", took, hbEvery)
+	}
+	waitFor(t, 3*time.Second, "bronze lease preempted", func() bool {
+		pl, ok := p.lease(bronze.Lease.ID)
+		return ok && pl.Run == auction.RunPreempted && strings.Contains(pl.Detail, "temperature 95C above limit 85C")
+	})
+	if pl, _ := p.lease(silver.Lease.ID); pl.Run != auction.RunRunning {
+		t.Fatalf("silver lease %s is %s, want still running", silver.Lease.ID, pl.Run)
+	}
+	// No bid while hot.
+	j := job(auction.Silver, 5, time.Minute, "gate", "hot", "0")
+	j.Deadline = time.Now().Add(5 * time.Second)
+	v, err := r.tracker.Post(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Lease != nil {
+		t.Fatalf("an over-temperature provider won job %s", v.Job.ID)
+	}
+	if n := p.provider.Stats().Ineligible["thermal"]; n == 0 {
+		t.Fatalf("provider's ineligible counts %v: no thermal refusal", p.provider.Stats().Ineligible)
+	}
+	st = api.ProviderStatsView{}
+	p.sup.FillStats(&st)
+	if st.Limits.Preempted != 1 || st.Limits.Breaches == 0 || st.Limits.TempC != 95 || st.Limits.MaxTempC != 85 {
+		t.Fatalf("limits view %+v: want 1 preempted lease and the 95C reading against 85C", st.Limits)
+	}
+	if c := p.counters.Snapshot(); c["provider.limit_thermal"] == 0 || c["provider.limit_preempted"] != 1 {
+		t.Fatalf("counters %v", c)
+	}
+	p.exec.open("hot")
+}

@@ -224,6 +224,10 @@ type provSpec struct {
 	// telemetry, when set, is the supervisor's sampler; a host whose gpus
 	// were detected (NVML) also signs a fingerprint of them.
 	telemetry func(pgid int, devices []int) runtime.Telemetry
+	// sensors, when set, is the host's temperature and power reading,
+	// held to maxTempC.
+	sensors  func() (tempC, powerW int)
+	maxTempC int
 }
 
 // node is one in-memory daemon.
@@ -324,16 +328,17 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		}
 		if n.sup, err = NewSupervisor(n.ctx, SupervisorConfig{Signer: s, Transport: ct,
 			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: exec,
-			JobsDir: n.jobsDir, GPUs: devs, Telemetry: spec.telemetry, Fingerprint: fpEnv, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
+			JobsDir: n.jobsDir, GPUs: devs, Telemetry: spec.telemetry, Fingerprint: fpEnv, Sensors: spec.sensors,
+			Limits: func() (int, int) { return spec.maxTempC, 0 }, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
 			LeaseEnded:   func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
 			RecoverDelay: time.Millisecond, Counters: n.counters}); err != nil {
 			t.Fatal(err)
 		}
 		capab := auction.Capability{Peer: s.ID().String(), Region: "eu-west",
 			GPUs:   devs,
-			Policy: auction.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt}}
+			Policy: auction.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt, MaxTempC: spec.maxTempC}}
 		if n.provider, err = auction.NewProvider(auction.ProviderConfig{Signer: s, Transport: ct,
-			Calendar: auction.NewCalendar(len(devs)), OnLease: n.sup.OnLease,
+			Calendar: auction.NewCalendar(len(devs)), OnLease: n.sup.OnLease, Sensors: n.sup.Reading,
 			Capability: func() auction.Capability {
 				c := capab
 				c.IssuedAt, c.ExpiresAt = time.Now(), time.Now().Add(time.Hour)

@@ -47,6 +47,13 @@ type SupervisorConfig struct {
 	// Telemetry samples a lease's devices (and the job's process group
 	// when pgid > 0) for a heartbeat; nil sends empty process telemetry.
 	Telemetry func(pgid int, devices []int) runtime.Telemetry
+	// Sensors reads the host's GPU temperature (hottest device) and power
+	// draw (all devices); Limits are the policy's MaxTempC and MaxPowerW
+	// (0 = no limit). With both set the supervisor samples every heartbeat
+	// interval: over a limit it preempts the running preemptible (bronze)
+	// leases, and Reading, which the auction's bidding reads, reports it.
+	Sensors func() (tempC, powerW int)
+	Limits  func() (maxTempC, maxPowerW int)
 	// Fingerprint is the node's signed hardware fingerprint (its hash is
 	// in the capability): heartbeats carry it, so the renter can hold the
 	// telemetry to it.
@@ -75,9 +82,10 @@ type Supervisor struct {
 	log *slog.Logger
 	ctx context.Context
 
-	mu   sync.Mutex
-	runs map[string]*leaseRun
-	wg   sync.WaitGroup
+	mu     sync.Mutex
+	runs   map[string]*leaseRun
+	limits api.LimitsView
+	wg     sync.WaitGroup
 }
 
 // providerRecord is what a provider persists per lease, so a restart never
@@ -134,7 +142,74 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 	if err := os.MkdirAll(cfg.JobsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("jobs dir: %w", err)
 	}
-	return &Supervisor{cfg: cfg, log: log, ctx: ctx, runs: map[string]*leaseRun{}}, nil
+	s := &Supervisor{cfg: cfg, log: log, ctx: ctx, runs: map[string]*leaseRun{}}
+	if cfg.Sensors != nil && cfg.Limits != nil {
+		s.checkLimits()
+		s.wg.Add(1)
+		go s.watchLimits()
+	}
+	return s, nil
+}
+
+// watchLimits samples the sensors every heartbeat interval until ctx ends.
+func (s *Supervisor) watchLimits() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			s.checkLimits()
+		}
+	}
+}
+
+// checkLimits takes one sensor reading; over a limit it preempts the
+// preemptible leases not yet ended. Non-preemptible work keeps running:
+// the provider only stops taking more.
+func (s *Supervisor) checkLimits() {
+	temp, power := s.cfg.Sensors()
+	maxT, maxP := s.cfg.Limits()
+	over, detail := "", ""
+	switch {
+	case maxT > 0 && temp > maxT:
+		over, detail = "thermal", fmt.Sprintf("gpu temperature %dC above limit %dC", temp, maxT)
+	case maxP > 0 && power > maxP:
+		over, detail = "power", fmt.Sprintf("power draw %dW above limit %dW", power, maxP)
+	}
+	var victims []*leaseRun
+	s.mu.Lock()
+	s.limits.TempC, s.limits.PowerW, s.limits.MaxTempC, s.limits.MaxPowerW, s.limits.Over = temp, power, maxT, maxP, over
+	if over != "" {
+		s.limits.Breaches++
+		for _, r := range s.runs {
+			if l := r.lease(); l.Preemptible && !r.state().Terminal() {
+				victims = append(victims, r)
+			}
+		}
+		s.limits.Preempted += len(victims)
+	}
+	s.mu.Unlock()
+	if over == "" {
+		return
+	}
+	s.cfg.Counters.Add("provider.limit_" + over)
+	s.log.Warn("gpu limit exceeded: not bidding, preempting preemptible leases", "reason", detail, "leases", len(victims))
+	for _, r := range victims {
+		s.cfg.Counters.Add("provider.limit_preempted")
+		r.abort(auction.RunPreempted, detail)
+	}
+}
+
+// Reading is the last sensor reading (the auction's Sensors): a provider
+// over its limits is ineligible for every call until a reading is back
+// under them.
+func (s *Supervisor) Reading() (tempC, powerW int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limits.TempC, s.limits.PowerW
 }
 
 func (s *Supervisor) now() time.Time { return s.cfg.Now() }
@@ -661,6 +736,7 @@ func (s *Supervisor) HandleCancel(_ context.Context, from peer.ID, data []byte) 
 func (s *Supervisor) FillStats(v *api.ProviderStatsView) {
 	v.Running, v.Recent = []api.ProviderLease{}, []api.ProviderLease{}
 	s.mu.Lock()
+	v.Limits = s.limits
 	var durations []float64
 	var price, n float64
 	for _, r := range s.runs {

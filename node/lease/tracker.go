@@ -472,13 +472,13 @@ func (t *Tracker) holdToFingerprint(mon *attest.HeartbeatMonitor, hb attest.Hear
 // fraud counts a heartbeat contradicting the provider's own signed
 // fingerprint and slashes the provider with both as evidence.
 func (t *Tracker) fraud(hb attest.Heartbeat, env, fp *sign.Envelope, why error) {
-	t.cfg.Counters.Add("renter.heartbeat_fraud")
 	t.log.Warn("heartbeat contradicts the provider's fingerprint", "lease", hb.LeaseID, "provider", hb.Provider, "err", why)
 	ev := attest.Evidence{Kind: attest.SlashHeartbeatContradictsFingerprint, LeaseID: hb.LeaseID, Detail: why.Error(),
 		Reporter: t.cfg.Signer.ID().String(), Time: t.now(), Heartbeat: env, Fingerprint: fp}
 	if err := t.cfg.Receipts.cfg.Book.Slash(hb.Provider, ev); err != nil {
 		t.log.Warn("slash refused", "provider", hb.Provider, "err", err)
 	}
+	t.cfg.Counters.Add("renter.heartbeat_fraud")
 }
 
 // HandleLeaseEvent takes a provider's signed report on a lease of ours
