@@ -44,6 +44,10 @@ type Options struct {
 	// AbandonGrace overrides how long after a lease's end a renter waits
 	// for the provider's final report (default 1m).
 	AbandonGrace time.Duration
+	// GPUDriver is where provider.gpu_source "nvml" or "auto" reads GPUs
+	// and telemetry from; nil is the NVIDIA driver (runtime.NVML). Tests
+	// inject a runtime.SimulatedGPUs host.
+	GPUDriver runtime.Driver
 }
 
 // ErrAlreadyRunning is returned when another daemon owns the data dir.
@@ -133,7 +137,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	if d.cfg.Provider.Enabled || len(d.cfg.Provider.GPUs) > 0 {
-		d.inv, err = runtime.DetectGPUs(d.cfg.Provider.GPUSource, d.cfg.Provider.GPUs, d.log)
+		d.inv, err = runtime.DetectGPUsFrom(opts.GPUDriver, d.cfg.Provider.GPUSource, d.cfg.Provider.GPUs, d.log)
 		if err != nil {
 			return nil, fmt.Errorf("gpu inventory: %w", err)
 		}
