@@ -306,34 +306,69 @@ func poolSize(pool []int, capacity int) int {
 // ignoring bookings for which skip returns true. An empty span is the
 // instant from. Devices outside 0..capacity-1 are never free.
 func freeDevices(bs []Booking, capacity int, from, to time.Time, skip func(*Booking) bool, pool []int) []int {
+	var out []int
+	scanFree(bs, capacity, from, to, skip, pool, func(d int) bool {
+		out = append(out, d)
+		return true
+	})
+	return out
+}
+
+// hasFree reports whether at least n devices of pool are free over
+// [from, to) (see freeDevices), without allocating for small hosts.
+func hasFree(bs []Booking, capacity int, from, to time.Time, skip func(*Booking) bool, pool []int, n int) bool {
+	if n <= 0 {
+		return true
+	}
+	found := 0
+	scanFree(bs, capacity, from, to, skip, pool, func(int) bool {
+		found++
+		return found < n
+	})
+	return found >= n
+}
+
+// scanFree calls yield with each free device of pool, in order, until it
+// returns false.
+func scanFree(bs []Booking, capacity int, from, to time.Time, skip func(*Booking) bool, pool []int, yield func(int) bool) {
 	if !to.After(from) {
 		to = from.Add(time.Nanosecond)
 	}
-	held := map[int]bool{}
+	var small [64]bool
+	held := small[:]
+	if capacity > len(small) {
+		held = make([]bool, capacity)
+	}
+	held = held[:max(capacity, 0)]
 	for i := range bs {
 		b := &bs[i]
-		if (skip != nil && skip(b)) || !b.Start.Before(to) || !b.End.After(from) {
+		if !b.Start.Before(to) || !b.End.After(from) || (skip != nil && skip(b)) {
 			continue
 		}
 		for _, d := range b.Devices {
-			held[d] = true
+			if d >= 0 && d < capacity {
+				held[d] = true
+			}
 		}
 	}
-	var out []int
-	add := func(d int) {
-		if d >= 0 && d < capacity && !held[d] {
-			held[d] = true // a device named twice in pool counts once
-			out = append(out, d)
+	try := func(d int) bool {
+		if d < 0 || d >= capacity || held[d] {
+			return true
 		}
+		held[d] = true // a device named twice in pool counts once
+		return yield(d)
 	}
 	if len(pool) == 0 {
 		for d := 0; d < capacity; d++ {
-			add(d)
+			if !try(d) {
+				return
+			}
 		}
-		return out
+		return
 	}
 	for _, d := range pool {
-		add(d)
+		if !try(d) {
+			return
+		}
 	}
-	return out
 }

@@ -349,7 +349,7 @@ func placeLease(p Policy, cal *Calendar, bs []Booking, pool []int, j *Job, now t
 	minSlice := MinSlice(p, j)
 	capacity := cal.Capacity()
 	fits := func(s, e time.Time, skip func(*Booking) bool) bool {
-		return len(freeDevices(bs, capacity, s, e, skip, pool)) >= j.GPUCount
+		return hasFree(bs, capacity, s, e, skip, pool, j.GPUCount)
 	}
 	// Peak windows end where a lease may become cheap enough.
 	var peakEnds []time.Time
@@ -465,7 +465,7 @@ func pickEvictions(bs []Booking, start, end time.Time, gpus, capacity int, pool 
 	evict := map[string]bool{}
 	skip := func(b *Booking) bool { return evict[b.LeaseID] }
 	var chosen []string
-	fits := func() bool { return len(freeDevices(bs, capacity, start, end, skip, pool)) >= gpus }
+	fits := func() bool { return hasFree(bs, capacity, start, end, skip, pool, gpus) }
 	for _, c := range cands {
 		if fits() {
 			break
