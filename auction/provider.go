@@ -316,7 +316,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		}
 		p.endLocked(e.LeaseID, end, RunPreempted)
 	}
-	c, err := EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: a.LeaseID, Accepted: true})
+	c, err := EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: a.LeaseID, Accepted: true, Devices: booked.Devices})
 	if err != nil {
 		p.cfg.Calendar.Release(a.LeaseID)
 		return nil, err

@@ -343,6 +343,9 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid) (Lease, string) {
 	case !c.Accepted:
 		return lease, "declined: " + c.Reason
 	}
+	if len(c.Devices) == lease.GPUCount {
+		lease.Devices = c.Devices
+	}
 	return lease, "confirmed"
 }
 

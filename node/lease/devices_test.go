@@ -156,6 +156,10 @@ func TestMixedHostLeasesTheRightModel(t *testing.T) {
 			pl, ok = p.lease(v.Lease.ID)
 			return ok
 		})
+		// The provider's signed confirm told the renter the devices.
+		if !reflect.DeepEqual(v.Lease.Devices, pl.Lease.Devices) {
+			t.Fatalf("renter's lease holds devices %v, provider's %v", v.Lease.Devices, pl.Lease.Devices)
+		}
 		return pl.Lease.Devices
 	}
 	if d := post("RTX 3060"); !reflect.DeepEqual(d, []int{2}) {
