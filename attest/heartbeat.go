@@ -71,6 +71,24 @@ type Heartbeat struct {
 	// GPUUUIDs lists the devices sampled, when known (NVML reports them).
 	// It lets a renter check the telemetry against the signed fingerprint.
 	GPUUUIDs []string `json:"gpu_uuids,omitempty"`
+	// Devices are the per-device readings of the lease's GPUs (NVML); the
+	// aggregate fields above summarise them. Their UUIDs are also listed
+	// in GPUUUIDs.
+	Devices []DeviceSample `json:"devices,omitempty"`
+	// Fingerprint is the provider's signed hardware fingerprint, whose
+	// hash its capability advertises: the renter holds the telemetry to it
+	// (HeartbeatMonitor.SetFingerprint).
+	Fingerprint *sign.Envelope `json:"fingerprint,omitempty"`
+}
+
+// DeviceSample is one GPU's reading in a heartbeat.
+type DeviceSample struct {
+	Index     int     `json:"index"` // the provider's device index
+	UUID      string  `json:"uuid,omitempty"`
+	Util      float64 `json:"util"` // percent, 0..100
+	MemUsedMB int     `json:"mem_used_mb"`
+	TempC     int     `json:"temp_c"`
+	PowerW    int     `json:"power_w"`
 }
 
 func (hb Heartbeat) validate() error {
@@ -85,12 +103,34 @@ func (hb Heartbeat) validate() error {
 		return fmt.Errorf("%w: cpu seconds %v", ErrInvalidHeartbeat, hb.CPUSeconds)
 	case hb.MemUsedMB < 0 || hb.PowerW < 0 || hb.RSSMB < 0:
 		return fmt.Errorf("%w: negative counter", ErrInvalidHeartbeat)
-	case len(hb.GPUUUIDs) > maxHeartbeatGPUs:
-		return fmt.Errorf("%w: %d gpus", ErrInvalidHeartbeat, len(hb.GPUUUIDs))
+	case len(hb.GPUUUIDs) > maxHeartbeatGPUs || len(hb.Devices) > maxHeartbeatGPUs:
+		return fmt.Errorf("%w: %d gpus", ErrInvalidHeartbeat, max(len(hb.GPUUUIDs), len(hb.Devices)))
 	case hb.Time.IsZero():
 		return fmt.Errorf("%w: zero timestamp", ErrInvalidHeartbeat)
 	}
+	for _, d := range hb.Devices {
+		if math.IsNaN(d.Util) || d.Util < 0 || d.Util > 100 || d.MemUsedMB < 0 || d.PowerW < 0 || d.Index < 0 {
+			return fmt.Errorf("%w: device %d reading out of range", ErrInvalidHeartbeat, d.Index)
+		}
+	}
 	return nil
+}
+
+// uuids is the devices the heartbeat names: GPUUUIDs and the per-device
+// readings' UUIDs, each once.
+func (hb Heartbeat) uuids() []string {
+	out := append([]string(nil), hb.GPUUUIDs...)
+	in := make(map[string]bool, len(out))
+	for _, u := range out {
+		in[u] = true
+	}
+	for _, d := range hb.Devices {
+		if d.UUID != "" && !in[d.UUID] {
+			in[d.UUID] = true
+			out = append(out, d.UUID)
+		}
+	}
+	return out
 }
 
 // SignHeartbeat signs hb with the provider's key. An empty hb.Provider is
@@ -150,8 +190,9 @@ func CheckHeartbeatAgainstFingerprint(hb Heartbeat, fp Fingerprint) error {
 			return fmt.Errorf("%w: nvml telemetry but the fingerprint's hardware is %s only", ErrContradiction, fp.Source)
 		}
 	}
-	if len(hb.GPUUUIDs) > len(fp.GPUs) {
-		return fmt.Errorf("%w: %d gpus reported, fingerprint lists %d", ErrContradiction, len(hb.GPUUUIDs), len(fp.GPUs))
+	uuids := hb.uuids()
+	if len(uuids) > len(fp.GPUs) {
+		return fmt.Errorf("%w: %d gpus reported, fingerprint lists %d", ErrContradiction, len(uuids), len(fp.GPUs))
 	}
 	known := make(map[string]bool, len(fp.GPUs))
 	vramMB := 0
@@ -162,6 +203,14 @@ func CheckHeartbeatAgainstFingerprint(hb Heartbeat, fp Fingerprint) error {
 		vramMB += g.VRAMGB * 1024
 	}
 	seen := make(map[string]bool, len(hb.GPUUUIDs))
+	for _, d := range hb.Devices {
+		if d.Index >= len(fp.GPUs) {
+			return fmt.Errorf("%w: device index %d, fingerprint lists %d gpus", ErrContradiction, d.Index, len(fp.GPUs))
+		}
+		if d.UUID != "" && !known[d.UUID] {
+			return fmt.Errorf("%w: gpu %q not in fingerprint", ErrContradiction, d.UUID)
+		}
+	}
 	for _, u := range hb.GPUUUIDs {
 		if !known[u] {
 			return fmt.Errorf("%w: gpu %q not in fingerprint", ErrContradiction, u)
@@ -211,6 +260,7 @@ type HeartbeatMonitor struct {
 
 	mu          sync.Mutex
 	fp          *Fingerprint
+	fpEnv       *sign.Envelope
 	haveSeq     bool
 	lastSeq     uint64
 	lastTime    time.Time
@@ -252,8 +302,17 @@ func (m *HeartbeatMonitor) SetFingerprint(env *sign.Envelope) error {
 	}
 	m.mu.Lock()
 	m.fp = &fp
+	m.fpEnv = env
 	m.mu.Unlock()
 	return nil
+}
+
+// Fingerprint is the envelope SetFingerprint took (nil before): with a
+// heartbeat Accept refused as ErrContradiction it is the slash evidence.
+func (m *HeartbeatMonitor) Fingerprint() *sign.Envelope {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fpEnv
 }
 
 // Accept verifies a heartbeat envelope received at now and records it. It

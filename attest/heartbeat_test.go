@@ -204,6 +204,21 @@ func TestCheckHeartbeatAgainstFingerprint(t *testing.T) {
 			return h, fp
 		},
 		"other provider": func() (attest.Heartbeat, attest.Fingerprint) { return ok, nvmlFingerprint(signtest.New(t)) },
+		"device reading of an unknown uuid": func() (attest.Heartbeat, attest.Fingerprint) {
+			h := ok
+			h.Devices = []attest.DeviceSample{{Index: 1, UUID: "GPU-zzzz", Util: 10}}
+			return h, fp
+		},
+		"device index beyond the fingerprint": func() (attest.Heartbeat, attest.Fingerprint) {
+			h := ok
+			h.Devices = []attest.DeviceSample{{Index: 2, UUID: "GPU-bbbb", Util: 10}}
+			return h, fp
+		},
+	}
+	withDevice := ok
+	withDevice.Devices = []attest.DeviceSample{{Index: 1, UUID: "GPU-bbbb", Util: 80, MemUsedMB: 20000, TempC: 70, PowerW: 300}}
+	if err := attest.CheckHeartbeatAgainstFingerprint(withDevice, fp); err != nil {
+		t.Fatalf("consistent per-device heartbeat: %v", err)
 	}
 	for name, mk := range bad {
 		t.Run(name, func(t *testing.T) {

@@ -37,13 +37,17 @@ var (
 // Receipt is the two-party record of a finished lease. Amount is
 // GPUSeconds/3600*Price, in USD.
 type Receipt struct {
-	LeaseID    string           `json:"lease_id"`
-	JobID      string           `json:"job_id"`
-	Renter     string           `json:"renter"`
-	Provider   string           `json:"provider"`
-	Start      time.Time        `json:"start"`
-	End        time.Time        `json:"end"`
-	GPUCount   int              `json:"gpu_count"`
+	LeaseID  string    `json:"lease_id"`
+	JobID    string    `json:"job_id"`
+	Renter   string    `json:"renter"`
+	Provider string    `json:"provider"`
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	GPUCount int       `json:"gpu_count"`
+	// Devices names the devices the lease ran on: their UUIDs where known,
+	// else their indices on the provider (none for a receipt that does not
+	// say; otherwise one per GPU).
+	Devices    []string         `json:"devices,omitempty"`
 	GPUSeconds float64          `json:"gpu_seconds"`
 	Price      float64          `json:"price"` // per GPU-hour
 	Amount     float64          `json:"amount"`
@@ -90,6 +94,16 @@ func (r Receipt) validate() error {
 	}
 	if r.GPUCount < 1 {
 		return bad("gpu count %d", r.GPUCount)
+	}
+	if len(r.Devices) > 0 && len(r.Devices) != r.GPUCount {
+		return bad("%d devices for %d gpus", len(r.Devices), r.GPUCount)
+	}
+	seenDev := map[string]bool{}
+	for _, d := range r.Devices {
+		if d == "" || seenDev[d] {
+			return bad("device %q empty or repeated", d)
+		}
+		seenDev[d] = true
 	}
 	if !finite(r.GPUSeconds) || r.GPUSeconds < 0 {
 		return bad("gpu seconds %v", r.GPUSeconds)

@@ -119,6 +119,13 @@ func TestReceiptForgeries(t *testing.T) {
 	selfDealing := receipt("L1", prov, prov, t0)
 	badOutcome := receipt("L1", prov, renter, t0)
 	badOutcome.Outcome = "great"
+	wrongDevices := receipt("L1", prov, renter, t0) // one GPU
+	wrongDevices.Devices = []string{"GPU-a", "GPU-b"}
+	emptyDevice := receipt("L1", prov, renter, t0)
+	emptyDevice.Devices = []string{""}
+	repeatedDevice := receipt("L1", prov, renter, t0)
+	repeatedDevice.GPUCount, repeatedDevice.GPUSeconds, repeatedDevice.Amount = 2, 2*repeatedDevice.GPUSeconds, 2*repeatedDevice.Amount
+	repeatedDevice.Devices = []string{"GPU-a", "GPU-a"}
 
 	cases := []struct {
 		name string
@@ -136,6 +143,9 @@ func TestReceiptForgeries(t *testing.T) {
 		{"amount arithmetic", forge(t, prov, renter, badAmount), attest.ErrInvalidReceipt},
 		{"end before start", forge(t, prov, renter, endBeforeStart), attest.ErrInvalidReceipt},
 		{"unknown outcome", forge(t, prov, renter, badOutcome), attest.ErrInvalidReceipt},
+		{"devices not one per gpu", forge(t, prov, renter, wrongDevices), attest.ErrInvalidReceipt},
+		{"empty device", forge(t, prov, renter, emptyDevice), attest.ErrInvalidReceipt},
+		{"device repeated", forge(t, prov, renter, repeatedDevice), attest.ErrInvalidReceipt},
 		{"self dealing", forge(t, prov, prov, selfDealing), attest.ErrSelfDealing},
 		{"nil", nil, sign.ErrMalformed},
 	}

@@ -24,11 +24,18 @@ type Booking struct {
 	GPUs        int       `json:"gpus"`
 	Tier        Tier      `json:"tier"`
 	Preemptible bool      `json:"preemptible"`
+	// Devices are the device indices (0..capacity-1) the booking holds. On
+	// Reserve they name the devices the booking may take, in order of
+	// preference (empty: any device); the calendar books the first GPUs of
+	// them that are free throughout the span, and the stored booking holds
+	// exactly those.
+	Devices []int `json:"devices,omitempty"`
 }
 
-// Calendar is a provider's lease book: the only authority on capacity. At no
-// instant may the GPUs of overlapping bookings exceed its capacity. It is
-// safe for concurrent use.
+// Calendar is a provider's lease book: the only authority on capacity. It
+// books devices, indexed 0..capacity-1: no device is ever held by two
+// overlapping bookings (so at no instant may the GPUs of overlapping
+// bookings exceed its capacity). It is safe for concurrent use.
 type Calendar struct {
 	mu       sync.Mutex
 	capacity int
@@ -56,16 +63,24 @@ func (c *Calendar) check(b Booking) error {
 	case b.GPUs < 1:
 		return fmt.Errorf("%w: lease %s: gpus %d < 1", ErrBadBooking, b.LeaseID, b.GPUs)
 	}
+	seen := make(map[int]bool, len(b.Devices))
+	for _, d := range b.Devices {
+		if d < 0 || d >= c.capacity || seen[d] {
+			return fmt.Errorf("%w: lease %s: device %d out of range or repeated (capacity %d)", ErrBadBooking, b.LeaseID, d, c.capacity)
+		}
+		seen[d] = true
+	}
 	if _, dup := c.books[b.LeaseID]; dup {
 		return fmt.Errorf("%w: %s", ErrDuplicateLease, b.LeaseID)
 	}
 	return nil
 }
 
-// Reserve books b. It fails with ErrOverbooked if at any instant of
-// [b.Start, b.End) the overlapping bookings' GPUs plus b.GPUs exceed the
-// capacity, with ErrDuplicateLease if b.LeaseID is already booked, and with
-// ErrBadBooking for an empty lease id, an empty span or fewer than one GPU.
+// Reserve books b on b.GPUs devices (among b.Devices when set) free
+// throughout [b.Start, b.End). It fails with ErrOverbooked if there are not
+// that many, with ErrDuplicateLease if b.LeaseID is already booked, and with
+// ErrBadBooking for an empty lease id, an empty span, fewer than one GPU or
+// a device outside the calendar (or named twice).
 func (c *Calendar) Reserve(b Booking) error {
 	_, err := c.ReserveEvicting(b, nil)
 	return err
@@ -108,11 +123,14 @@ func (c *Calendar) reserveLocked(b Booking, evict []string) ([]Booking, error) {
 			evicted = append(evicted, old)
 		}
 	}
-	used := peakUse(c.list(), b.Start, b.End, func(o *Booking) bool { return skip[o.LeaseID] })
-	if used+b.GPUs > c.capacity {
-		return nil, fmt.Errorf("%w: lease %s needs %d gpus over [%s, %s), %d of %d booked", ErrOverbooked,
-			b.LeaseID, b.GPUs, b.Start.Format(time.RFC3339), b.End.Format(time.RFC3339), used, c.capacity)
+	bs := c.list()
+	free := freeDevices(bs, c.capacity, b.Start, b.End, func(o *Booking) bool { return skip[o.LeaseID] }, b.Devices)
+	if len(free) < b.GPUs {
+		used := peakUse(bs, b.Start, b.End, func(o *Booking) bool { return skip[o.LeaseID] })
+		return nil, fmt.Errorf("%w: lease %s needs %d gpus over [%s, %s), %d free of %d offered (%d of %d booked at peak)", ErrOverbooked,
+			b.LeaseID, b.GPUs, b.Start.Format(time.RFC3339), b.End.Format(time.RFC3339), len(free), poolSize(b.Devices, c.capacity), used, c.capacity)
 	}
+	b.Devices = append([]int(nil), free[:b.GPUs]...)
 	for _, e := range evicted {
 		delete(c.books, e.LeaseID)
 	}
@@ -147,6 +165,15 @@ func (c *Calendar) Truncate(leaseID string, end time.Time) bool {
 	b.End = end
 	c.books[leaseID] = b
 	return true
+}
+
+// FreeDevices is the devices (among pool, in its order; all when pool is
+// empty) that no booking holds at any instant of [from, to) (at the instant
+// from if the span is empty).
+func (c *Calendar) FreeDevices(from, to time.Time, pool []int) []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return freeDevices(c.list(), c.capacity, from, to, nil, pool)
 }
 
 // FreeGPUs is the minimum number of free GPUs over [from, to) (at the
@@ -184,6 +211,7 @@ func (c *Calendar) Booking(leaseID string) (Booking, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b, ok := c.books[leaseID]
+	b.Devices = append([]int(nil), b.Devices...)
 	return b, ok
 }
 
@@ -201,6 +229,7 @@ func (c *Calendar) Prune(before time.Time) {
 func (c *Calendar) list() []Booking {
 	out := make([]Booking, 0, len(c.books))
 	for _, b := range c.books {
+		b.Devices = append([]int(nil), b.Devices...)
 		out = append(out, b)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -263,4 +292,83 @@ func peakUse(bs []Booking, from, to time.Time, skip func(*Booking) bool) int {
 		}
 	}
 	return peak
+}
+
+func poolSize(pool []int, capacity int) int {
+	if len(pool) == 0 {
+		return capacity
+	}
+	return len(pool)
+}
+
+// freeDevices is the devices among pool (0..capacity-1 when pool is empty),
+// in pool's order, that no booking of bs overlapping [from, to) holds,
+// ignoring bookings for which skip returns true. An empty span is the
+// instant from. Devices outside 0..capacity-1 are never free.
+func freeDevices(bs []Booking, capacity int, from, to time.Time, skip func(*Booking) bool, pool []int) []int {
+	var out []int
+	scanFree(bs, capacity, from, to, skip, pool, func(d int) bool {
+		out = append(out, d)
+		return true
+	})
+	return out
+}
+
+// hasFree reports whether at least n devices of pool are free over
+// [from, to) (see freeDevices), without allocating for small hosts.
+func hasFree(bs []Booking, capacity int, from, to time.Time, skip func(*Booking) bool, pool []int, n int) bool {
+	if n <= 0 {
+		return true
+	}
+	found := 0
+	scanFree(bs, capacity, from, to, skip, pool, func(int) bool {
+		found++
+		return found < n
+	})
+	return found >= n
+}
+
+// scanFree calls yield with each free device of pool, in order, until it
+// returns false.
+func scanFree(bs []Booking, capacity int, from, to time.Time, skip func(*Booking) bool, pool []int, yield func(int) bool) {
+	if !to.After(from) {
+		to = from.Add(time.Nanosecond)
+	}
+	var small [64]bool
+	held := small[:]
+	if capacity > len(small) {
+		held = make([]bool, capacity)
+	}
+	held = held[:max(capacity, 0)]
+	for i := range bs {
+		b := &bs[i]
+		if !b.Start.Before(to) || !b.End.After(from) || (skip != nil && skip(b)) {
+			continue
+		}
+		for _, d := range b.Devices {
+			if d >= 0 && d < capacity {
+				held[d] = true
+			}
+		}
+	}
+	try := func(d int) bool {
+		if d < 0 || d >= capacity || held[d] {
+			return true
+		}
+		held[d] = true // a device named twice in pool counts once
+		return yield(d)
+	}
+	if len(pool) == 0 {
+		for d := 0; d < capacity; d++ {
+			if !try(d) {
+				return
+			}
+		}
+		return
+	}
+	for _, d := range pool {
+		if !try(d) {
+			return
+		}
+	}
 }

@@ -37,8 +37,17 @@ func TestCalendarOverbookingProperty(t *testing.T) {
 			b := Booking{LeaseID: fmt.Sprintf("l%d", i), Start: start,
 				End: start.Add(time.Duration(1+rng.Intn(120)) * time.Minute), GPUs: 1 + rng.Intn(capacity+1)}
 			before := c.Bookings()
-			// Brute-force expectation: the booking fits iff capacity holds at every minute.
-			fits := maxBooked(append(before, b), b.Start, b.End) <= capacity
+			// Brute-force expectation: the booking fits iff b.GPUs devices
+			// are held by no overlapping booking.
+			held := map[int]bool{}
+			for _, o := range before {
+				if o.Start.Before(b.End) && o.End.After(b.Start) {
+					for _, d := range o.Devices {
+						held[d] = true
+					}
+				}
+			}
+			fits := capacity-len(held) >= b.GPUs
 			err := c.Reserve(b)
 			if fits != (err == nil) {
 				t.Fatalf("round %d: Reserve(%+v) = %v, brute force fits=%v", round, b, err, fits)
@@ -61,6 +70,25 @@ func TestCalendarOverbookingProperty(t *testing.T) {
 		}
 		if got := maxBooked(c.Bookings(), monday, monday.Add(13*time.Hour)); got > capacity {
 			t.Fatalf("round %d: %d gpus booked > capacity %d", round, got, capacity)
+		}
+		// No device is ever held by two overlapping bookings.
+		bs := c.Bookings()
+		for i, a := range bs {
+			if len(a.Devices) != a.GPUs {
+				t.Fatalf("round %d: booking %s holds devices %v for %d gpus", round, a.LeaseID, a.Devices, a.GPUs)
+			}
+			for _, o := range bs[i+1:] {
+				if !a.Start.Before(o.End) || !o.Start.Before(a.End) {
+					continue
+				}
+				for _, d := range a.Devices {
+					for _, e := range o.Devices {
+						if d == e {
+							t.Fatalf("round %d: device %d held by overlapping %s and %s", round, d, a.LeaseID, o.LeaseID)
+						}
+					}
+				}
+			}
 		}
 		if accepted == 0 || refused == 0 {
 			t.Logf("round %d: accepted %d refused %d", round, accepted, refused)

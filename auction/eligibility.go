@@ -39,6 +39,10 @@ type Offer struct {
 	Preempts []string // bronze lease ids to evict (gold only)
 	// MissingBytes is how much of the job's inputs the provider lacks.
 	MissingBytes int64
+	// Devices are the calendar devices of the offered model that may hold
+	// the lease, those free throughout [Start, End) first: the award books
+	// the first GPUCount of them still free (see Booking.Devices).
+	Devices []int
 }
 
 // Ineligible is the error Evaluate returns when a provider must not bid. Its
@@ -123,6 +127,10 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 	if err != nil {
 		return Offer{}, err
 	}
+	pool := modelDevices(ps.Cap.GPUs, model, jc.MinVRAMGB, ps.Cal.Capacity())
+	if len(pool) < jc.GPUCount {
+		return Offer{}, inelig("capacity", "calendar holds %d %s gpus < %d required", len(pool), model, jc.GPUCount)
+	}
 	if p.MaxTempC > 0 && ps.TempC > p.MaxTempC {
 		return Offer{}, inelig("thermal", "gpu temperature %dC above limit %dC", ps.TempC, p.MaxTempC)
 	}
@@ -150,7 +158,7 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 		price = q
 		return true
 	}
-	start, end, preempts, err := placeLease(p, ps.Cal, books, &jc, now, affordable)
+	start, end, preempts, err := placeLease(p, ps.Cal, books, pool, &jc, now, affordable)
 	if err != nil {
 		if overQuote > 0 {
 			return Offer{}, inelig("price", "quote %.2f > max %.2f", overQuote, jc.MaxPrice)
@@ -165,6 +173,7 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 		VRAMGB:   vram,
 		Datasets: intersect(jc.Datasets, ps.Cap.Datasets),
 		Preempts: preempts,
+		Devices:  preferFree(books, ps.Cal.Capacity(), start, end, pool),
 	}
 	offer.MissingBytes = MissingBytes(&jc, ps.Cap.Artifacts)
 	return offer, nil
@@ -185,6 +194,36 @@ func MissingBytes(j *Job, held []string) int64 {
 		}
 	}
 	return n
+}
+
+// modelDevices is the calendar devices (indices into gpus, below capacity)
+// of the given model with at least minVRAM: the devices a lease for that
+// model may hold.
+func modelDevices(gpus []GPU, model string, minVRAM, capacity int) []int {
+	key := gpumodel.Identify(model).Key()
+	var out []int
+	for i, g := range gpus {
+		if i < capacity && g.VRAMGB >= minVRAM && gpumodel.Identify(g.Model).Key() == key {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// preferFree orders pool with the devices free throughout [start, end)
+// first.
+func preferFree(bs []Booking, capacity int, start, end time.Time, pool []int) []int {
+	out := freeDevices(bs, capacity, start, end, nil, pool)
+	in := map[int]bool{}
+	for _, d := range out {
+		in[d] = true
+	}
+	for _, d := range pool {
+		if !in[d] {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // StaticFit is the time-independent part of Evaluate's eligibility: whether
@@ -317,9 +356,10 @@ func Horizon(j *Job, now time.Time) time.Time {
 	return j.Deadline
 }
 
-// placeLease finds the earliest lease span for j that accept takes; see
-// Evaluate. bs is a snapshot of cal's bookings.
-func placeLease(p Policy, cal *Calendar, bs []Booking, j *Job, now time.Time, accept func(s, e time.Time) bool) (start, end time.Time, preempts []string, err error) {
+// placeLease finds the earliest lease span for j that accept takes, with
+// j.GPUCount devices of pool free throughout; see Evaluate. bs is a snapshot
+// of cal's bookings.
+func placeLease(p Policy, cal *Calendar, bs []Booking, pool []int, j *Job, now time.Time, accept func(s, e time.Time) bool) (start, end time.Time, preempts []string, err error) {
 	d := leaseLength(p, j)
 	if d < j.Duration && !j.Preemptible {
 		return start, end, nil, inelig("max_lease", "duration %v exceeds max lease %v", j.Duration, p.MaxLease)
@@ -330,6 +370,9 @@ func placeLease(p Policy, cal *Calendar, bs []Booking, j *Job, now time.Time, ac
 	latest := Horizon(j, now)
 	minSlice := MinSlice(p, j)
 	capacity := cal.Capacity()
+	fits := func(s, e time.Time, skip func(*Booking) bool) bool {
+		return hasFree(bs, capacity, s, e, skip, pool, j.GPUCount)
+	}
 	// Peak windows end where a lease may become cheap enough.
 	var peakEnds []time.Time
 	for _, iv := range windowSpans(p.PeakWindows, p.location(), now, latest) {
@@ -365,7 +408,7 @@ func placeLease(p Policy, cal *Calendar, bs []Booking, j *Job, now time.Time, ac
 			if s.After(latest) {
 				break
 			}
-			if e := s.Add(d); !e.After(sp.End) && peakUse(bs, s, e, skip)+j.GPUCount <= capacity {
+			if e := s.Add(d); !e.After(sp.End) && fits(s, e, skip) {
 				if accept(s, e) {
 					start, end, found = s, e, true
 					break
@@ -379,13 +422,13 @@ func placeLease(p Policy, cal *Calendar, bs []Booking, j *Job, now time.Time, ac
 			if e.After(sp.End) {
 				e = sp.End
 			}
-			// Stop at the first booking start that leaves too few GPUs.
+			// Stop at the first booking start that leaves too few devices.
 			for _, b := range bs {
-				if b.Start.After(s) && b.Start.Before(e) && useAt(bs, b.Start, skip)+j.GPUCount > capacity {
+				if b.Start.After(s) && b.Start.Before(e) && !fits(s, b.Start.Add(time.Nanosecond), skip) {
 					e = b.Start
 				}
 			}
-			if e.Sub(s) >= minSlice && peakUse(bs, s, e, skip)+j.GPUCount <= capacity && accept(s, e) {
+			if e.Sub(s) >= minSlice && fits(s, e, skip) && accept(s, e) {
 				start, end, found = s, e, true
 				break
 			}
@@ -403,19 +446,32 @@ func placeLease(p Policy, cal *Calendar, bs []Booking, j *Job, now time.Time, ac
 	default:
 		return start, end, nil, inelig("busy", "no %d free gpus for %v before %s", j.GPUCount, minSlice, latest.UTC().Format(time.RFC3339))
 	}
-	if skip != nil && peakUse(bs, start, end, nil)+j.GPUCount > capacity {
-		preempts = pickEvictions(bs, start, end, j.GPUCount, capacity)
+	if skip != nil && !fits(start, end, nil) {
+		preempts = pickEvictions(bs, start, end, j.GPUCount, capacity, pool)
 	}
 	return start, end, preempts, nil
 }
 
 // pickEvictions chooses preemptible bookings overlapping [start, end) to
-// evict so that gpus more fit: greedily the largest (then latest-started),
-// then drops any that turn out unnecessary, latest-added first.
-func pickEvictions(bs []Booking, start, end time.Time, gpus, capacity int) []string {
+// evict so that gpus devices of pool are free: greedily the largest (then
+// latest-started), then drops any that turn out unnecessary, latest-added
+// first. Only bookings holding a device of pool are candidates.
+func pickEvictions(bs []Booking, start, end time.Time, gpus, capacity int, pool []int) []string {
+	inPool := map[int]bool{}
+	for _, d := range pool {
+		inPool[d] = true
+	}
+	holdsPool := func(b Booking) bool {
+		for _, d := range b.Devices {
+			if inPool[d] {
+				return true
+			}
+		}
+		return false
+	}
 	var cands []Booking
 	for _, b := range bs {
-		if b.Preemptible && b.Start.Before(end) && b.End.After(start) {
+		if b.Preemptible && b.Start.Before(end) && b.End.After(start) && holdsPool(b) {
 			cands = append(cands, b)
 		}
 	}
@@ -431,8 +487,9 @@ func pickEvictions(bs []Booking, start, end time.Time, gpus, capacity int) []str
 	evict := map[string]bool{}
 	skip := func(b *Booking) bool { return evict[b.LeaseID] }
 	var chosen []string
+	fits := func() bool { return hasFree(bs, capacity, start, end, skip, pool, gpus) }
 	for _, c := range cands {
-		if peakUse(bs, start, end, skip)+gpus <= capacity {
+		if fits() {
 			break
 		}
 		evict[c.LeaseID] = true
@@ -440,7 +497,7 @@ func pickEvictions(bs []Booking, start, end time.Time, gpus, capacity int) []str
 	}
 	for i := len(chosen) - 1; i >= 0; i-- {
 		delete(evict, chosen[i])
-		if peakUse(bs, start, end, skip)+gpus > capacity {
+		if !fits() {
 			evict[chosen[i]] = true
 		}
 	}

@@ -150,6 +150,7 @@ func TestEvaluateOffer(t *testing.T) {
 	now := at(0, "10:00")
 	ps, j := baseState(), evalJob()
 	ps.Cap.GPUs = append(gpus("rtx4090", 24, 4), gpus("a100", 40, 2)...)
+	ps.Cal = NewCalendar(len(ps.Cap.GPUs)) // the calendar books each device
 	j.GPUModels = []string{"RTX4090", "A100"}
 	o, err := Evaluate(ps, j, now)
 	if err != nil {
@@ -157,12 +158,16 @@ func TestEvaluateOffer(t *testing.T) {
 	}
 	// The A100s have more VRAM; datasets are the intersection in job order.
 	if o.GPUModel != "a100" || o.VRAMGB != 40 || !o.Start.Equal(now) || !o.End.Equal(now.Add(time.Hour)) ||
-		o.Price != 1 || !reflect.DeepEqual(o.Datasets, []string{"c4"}) || len(o.Preempts) != 0 {
+		o.Price != 1 || !reflect.DeepEqual(o.Datasets, []string{"c4"}) || len(o.Preempts) != 0 ||
+		!reflect.DeepEqual(o.Devices, []int{4, 5}) {
 		t.Fatalf("offer = %+v", o)
 	}
-	// Occupancy surcharge applies at the start.
+	// Occupancy surcharge applies at the start (3 of the 6 devices: the
+	// RTX 4090s, so the A100s stay free).
 	ps.Cap.Policy.OccupancySurcharge = 1
-	_ = ps.Cal.Reserve(Booking{LeaseID: "x", Start: now, End: now.Add(3 * time.Hour), GPUs: 2})
+	if err := ps.Cal.Reserve(Booking{LeaseID: "x", Start: now, End: now.Add(3 * time.Hour), GPUs: 3, Devices: []int{0, 1, 2}}); err != nil {
+		t.Fatal(err)
+	}
 	if o, err = Evaluate(ps, j, now); err != nil || math.Abs(o.Price-1.5) > 1e-9 {
 		t.Fatalf("surcharged offer %+v, %v", o, err)
 	}

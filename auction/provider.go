@@ -462,7 +462,8 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		return decline("award does not match the bid's terms")
 	}
 	job := sb.job
-	b := Booking{LeaseID: a.LeaseID, Start: a.Start, End: a.End, GPUs: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible}
+	b := Booking{LeaseID: a.LeaseID, Start: a.Start, End: a.End, GPUs: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible,
+		Devices: sb.offer.Devices}
 	var evict []string
 	if job.Tier == Gold {
 		evict = sb.offer.Preempts
@@ -473,6 +474,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		return decline("capacity: " + err.Error())
 	}
 	delete(p.bids, a.BidNonce)
+	booked, _ := p.cfg.Calendar.Booking(a.LeaseID)
 	var preempted []string
 	for _, e := range evicted {
 		preempted = append(preempted, e.LeaseID)
@@ -482,13 +484,14 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		}
 		p.endLocked(e.LeaseID, end, RunPreempted)
 	}
-	c, err := EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: a.LeaseID, Accepted: true})
+	c, err := EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: a.LeaseID, Accepted: true, Devices: booked.Devices})
 	if err != nil {
 		p.cfg.Calendar.Release(a.LeaseID)
 		return nil, err
 	}
 	lease := Lease{ID: a.LeaseID, JobID: a.JobID, Attempt: a.Attempt, Renter: a.Renter, Provider: me, Price: a.Price,
-		Start: a.Start, End: a.End, GPUCount: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible, State: RunPending}
+		Start: a.Start, End: a.End, GPUCount: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible, State: RunPending,
+		Devices: booked.Devices}
 	p.confirms[a.LeaseID] = confirmRec{c, now}
 	p.leases[lease.ID] = &lease
 	p.order = append(p.order, lease.ID)

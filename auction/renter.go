@@ -523,6 +523,9 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string) (Le
 	case !c.Accepted:
 		return lease, "declined: " + c.Reason
 	}
+	if len(c.Devices) == lease.GPUCount {
+		lease.Devices = c.Devices
+	}
 	return lease, "confirmed"
 }
 

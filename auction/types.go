@@ -254,6 +254,9 @@ type Confirm struct {
 	LeaseID  string `json:"lease_id"`
 	Accepted bool   `json:"accepted"`
 	Reason   string `json:"reason,omitempty"`
+	// Devices are the provider's device indices booked for an accepted
+	// lease (Lease.Devices).
+	Devices []int `json:"devices,omitempty"`
 }
 
 // RunState is where a lease is in its life: the one state vocabulary used by
@@ -333,4 +336,7 @@ type Lease struct {
 	Tier        Tier      `json:"tier"`
 	Preemptible bool      `json:"preemptible"`
 	State       RunState  `json:"state"`
+	// Devices are the provider's device indices the lease holds (its
+	// calendar booking's devices).
+	Devices []int `json:"devices,omitempty"`
 }

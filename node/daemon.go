@@ -46,6 +46,10 @@ type Options struct {
 	// AbandonGrace overrides how long after a lease's end a renter waits
 	// for the provider's final report (default 1m).
 	AbandonGrace time.Duration
+	// GPUDriver is where provider.gpu_source "nvml" or "auto" reads GPUs
+	// and telemetry from; nil is the NVIDIA driver (runtime.NVML). Tests
+	// inject a runtime.SimulatedGPUs host.
+	GPUDriver runtime.Driver
 }
 
 // ErrAlreadyRunning is returned when another daemon owns the data dir.
@@ -146,7 +150,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	if d.cfg.Provider.Enabled || len(d.cfg.Provider.GPUs) > 0 {
-		d.inv, err = runtime.DetectGPUs(d.cfg.Provider.GPUSource, d.cfg.Provider.GPUs, d.log)
+		d.inv, err = runtime.DetectGPUsFrom(opts.GPUDriver, d.cfg.Provider.GPUSource, d.cfg.Provider.GPUs, d.log)
 		if err != nil {
 			return nil, fmt.Errorf("gpu inventory: %w", err)
 		}
@@ -507,6 +511,19 @@ func (d *Daemon) lookupCapability(ctx context.Context, id peer.ID) (auction.Capa
 		d.capCache.Delete(id)
 	}
 	return auction.Capability{}, err
+}
+
+// advertisedFingerprint is the fingerprint hash of a provider's last
+// verified capability record this node saw ("" when it saw none).
+func (d *Daemon) advertisedFingerprint(provider string) string {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return ""
+	}
+	if v, ok := d.capCache.Load(id); ok {
+		return v.(auction.Capability).Fingerprint
+	}
+	return ""
 }
 
 func socketAlive(path string) bool {

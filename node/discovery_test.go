@@ -12,6 +12,7 @@ import (
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -208,5 +209,61 @@ func TestFingerprintChangeVisible(t *testing.T) {
 	}
 	if boot.fpChanges.Load() != 1 || boot.market.allCounters()["discovery.fingerprint_changed"] != 1 {
 		t.Fatalf("fingerprint change not counted: %d", boot.fpChanges.Load())
+	}
+}
+
+// startSimulated starts a provider whose GPUs come from a simulated NVML
+// host (gpu_source nvml), bootstrapped from boot.
+func startSimulated(t *testing.T, dir string, region string, boot *Daemon, gpus ...runtime.SimulatedGPU) *testNode {
+	t.Helper()
+	cfg := providerConfig(region, 1.0)
+	cfg.Provider.GPUSource = "nvml"
+	cfg.Bootstrap = append([]string(nil), boot.Addrs()...)
+	d, err := Start(context.Background(), Options{DataDir: dir, Config: cfg, Log: testLogger(t),
+		GPUDriver: runtime.NewSimulatedGPUs("550.54.15", gpus...)})
+	if err != nil {
+		t.Fatalf("start simulated provider: %v", err)
+	}
+	n := &testNode{Daemon: d, dir: dir, cfg: cfg}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// TestNVMLModelNamesOverDHT: a provider whose (simulated) NVML names its
+// GPU "NVIDIA H100 80GB HBM3" is found by --gpu H100 through the DHT, and
+// jobs asking for "RTX 4090" and "RTX4090" both reach the provider whose
+// NVML says "NVIDIA GeForce RTX 4090".
+func TestNVMLModelNamesOverDHT(t *testing.T) {
+	root := t.TempDir()
+	boot := startNode(t, root+"/boot", renterConfig(), nil)
+	t.Cleanup(func() { boot.Close() })
+	h100n := startSimulated(t, root+"/h100", "eu-west", boot.Daemon,
+		runtime.SimulatedGPU{Name: "NVIDIA H100 80GB HBM3", UUID: "GPU-11111111-0000-4000-8000-000000000001", MemTotalMB: 81559, TempC: 40, PowerW: 90})
+	r4090n := startSimulated(t, root+"/4090", "eu-west", boot.Daemon,
+		runtime.SimulatedGPU{Name: "NVIDIA GeForce RTX 4090", UUID: "GPU-22222222-0000-4000-8000-000000000002", MemTotalMB: 24564, TempC: 40, PowerW: 60})
+	eventuallyProviders(t, boot.Daemon, auction.Query{GPU: "H100"}, idsOf(h100n), 30*time.Second)
+	if c := h100n.Advertised(); c == nil || len(c.GPUs) != 1 || !c.GPUs[0].Detected || c.GPUs[0].Model != "NVIDIA H100 80GB HBM3" {
+		t.Fatalf("H100 provider advertises %+v, want its NVML device", c)
+	}
+	waitAdvertised(t, boot, h100n, r4090n)
+	for _, model := range []string{"RTX 4090", "RTX4090"} {
+		t.Run(model, func(t *testing.T) {
+			j := shJob(auction.Silver, 5, "echo dev=$CUDA_VISIBLE_DEVICES")
+			j.GPUModels = []string{model}
+			v := post(t, boot, j)
+			if !leased(v) || v.Lease.Provider != r4090n.ID().String() {
+				t.Fatalf("job for %q: %s, lease %+v; want the RTX 4090 provider %s", model, v.State, v.Lease, r4090n.ID())
+			}
+			// It runs on the NVML device, and the receipt names it.
+			v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
+			if v.Run != auction.RunSucceeded || len(v.Receipt.Devices) != 1 || v.Receipt.Devices[0] != "GPU-22222222-0000-4000-8000-000000000002" {
+				t.Fatalf("job for %q: run %s, receipt devices %v", model, v.Run, v.Receipt.Devices)
+			}
+		})
+	}
+	// The NVML heartbeats carried the provider's signed fingerprint, whose
+	// hash matched its capability, and none contradicted it.
+	if c := boot.market.counters.Snapshot(); c["renter.heartbeat_rejected"] != 0 || c["renter.fingerprint_mismatch"] != 0 || c["renter.heartbeat_fraud"] != 0 {
+		t.Fatalf("renter counters %v", c)
 	}
 }

@@ -72,7 +72,8 @@ func newMarket(d *Daemon) (*market, error) {
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
-		Now: d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
+		AdvertisedFingerprint: d.advertisedFingerprint,
+		Now:                   d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
 	}); err != nil {
 		return nil, err
 	}
@@ -120,14 +121,24 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	d.containers = runtime.ContainersOf(m.exec)
+	fpEnv, err := attest.SignFingerprint(d.signer, d.fp)
+	if err != nil {
+		return fmt.Errorf("fingerprint: %w", err)
+	}
 	if m.sup, err = lease.NewSupervisor(m.ctx, lease.SupervisorConfig{
 		Signer: d.signer, Transport: lt, Store: d.db.State("provider-leases"), Receipts: m.receipts, Exec: m.exec,
-		JobsDir: d.paths.Jobs(), WorkRoot: work,
-		Telemetry: func(pgid int) runtime.Telemetry {
+		JobsDir: d.paths.Jobs(), WorkRoot: work, GPUs: d.inv.GPUs,
+		Telemetry: func(pgid int, devices []int) runtime.Telemetry {
 			if pgid > 0 {
-				return runtime.Sample(d.inv, pgid)
+				return runtime.SampleDevices(d.inv, devices, pgid)
 			}
-			return runtime.Sample(d.inv)
+			return runtime.SampleDevices(d.inv, devices)
+		},
+		Fingerprint: fpEnv,
+		Sensors:     m.sensors,
+		Limits: func() (int, int) {
+			p := d.cfg.Provider.Policy
+			return p.MaxTempC, p.MaxPowerW
 		},
 		LeaseEnded: func(id string, end time.Time, st auction.RunState) error {
 			return m.provider.LeaseEnded(id, end, st)
@@ -149,7 +160,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 			}
 			return d.capability(d.advertiseTTL())
 		},
-		Sensors:     m.sensors,
+		Sensors:     m.sup.Reading,
 		Reliability: func() float64 { return m.book.Score(d.ID().String()) },
 		OnLease:     m.sup.OnLease,
 	})
@@ -237,6 +248,8 @@ func (m *market) executorName() string {
 	return m.exec.Name()
 }
 
+// sensors reads the host's GPUs (hottest temperature, total power draw);
+// the Supervisor samples it every heartbeat interval.
 func (m *market) sensors() (int, int) {
 	if m.d.inv.Source != runtime.SourceNVML {
 		return 0, 0

@@ -20,13 +20,17 @@ func TestGPUPassthroughFromEngineInfo(t *testing.T) {
 		info string
 		want gpuPassthrough
 		req  map[string]any
+		// reqUUID is the request for devices 1 and 3 with known UUIDs.
+		reqUUID map[string]any
 	}{
 		{"nvidia runtime", `{"Runtimes":{"runc":{},"nvidia":{"path":"nvidia-container-runtime"}}}`, gpuNVIDIA,
-			map[string]any{"Driver": "nvidia", "DeviceIDs": []string{"1", "3"}, "Capabilities": [][]string{{"gpu"}}}},
+			map[string]any{"Driver": "nvidia", "DeviceIDs": []string{"1", "3"}, "Capabilities": [][]string{{"gpu"}}},
+			map[string]any{"Driver": "nvidia", "DeviceIDs": []string{"GPU-b", "GPU-d"}, "Capabilities": [][]string{{"gpu"}}}},
 		{"cdi devices", `{"Runtimes":{"runc":{}},"DiscoveredDevices":[{"Source":"cdi","ID":"nvidia.com/gpu=0"},{"Source":"cdi","ID":"nvidia.com/gpu=all"}]}`, gpuCDI,
+			map[string]any{"Driver": "cdi", "DeviceIDs": []string{"nvidia.com/gpu=1", "nvidia.com/gpu=3"}},
 			map[string]any{"Driver": "cdi", "DeviceIDs": []string{"nvidia.com/gpu=1", "nvidia.com/gpu=3"}}},
-		{"plain engine", `{"Runtimes":{"runc":{},"io.containerd.runc.v2":{}}}`, gpuNone, nil},
-		{"other cdi vendor", `{"DiscoveredDevices":[{"Source":"cdi","ID":"vendor.com/fpga=0"}]}`, gpuNone, nil},
+		{"plain engine", `{"Runtimes":{"runc":{},"io.containerd.runc.v2":{}}}`, gpuNone, nil, nil},
+		{"other cdi vendor", `{"DiscoveredDevices":[{"Source":"cdi","ID":"vendor.com/fpga=0"}]}`, gpuNone, nil, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -39,8 +43,11 @@ func TestGPUPassthroughFromEngineInfo(t *testing.T) {
 				t.Fatalf("passthrough = %q, want %q", got, c.want)
 			}
 			if c.req != nil {
-				if r := got.deviceRequest([]int{1, 3}); !reflect.DeepEqual(r, c.req) {
+				if r := got.deviceRequest([]int{1, 3}, nil); !reflect.DeepEqual(r, c.req) {
 					t.Fatalf("device request %v, want %v", r, c.req)
+				}
+				if r := got.deviceRequest([]int{1, 3}, []string{"GPU-b", "GPU-d"}); !reflect.DeepEqual(r, c.reqUUID) {
+					t.Fatalf("device request with uuids %v, want %v", r, c.reqUUID)
 				}
 			}
 		})

@@ -224,11 +224,15 @@ func (i engineInfo) passthrough() gpuPassthrough {
 	return gpuNone
 }
 
-// deviceRequest asks the engine for exactly the given GPUs.
-func (g gpuPassthrough) deviceRequest(gpus []int) map[string]any {
+// deviceRequest asks the engine for exactly the given GPUs: by UUID through
+// the NVIDIA runtime when they are known (one per index), else by index.
+func (g gpuPassthrough) deviceRequest(gpus []int, uuids []string) map[string]any {
 	ids := make([]string, len(gpus))
 	for i, n := range gpus {
 		ids[i] = strconv.Itoa(n)
+		if g != gpuCDI && len(uuids) == len(gpus) {
+			ids[i] = uuids[i]
+		}
 		if g == gpuCDI {
 			ids[i] = "nvidia.com/gpu=" + ids[i]
 		}
@@ -429,7 +433,7 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 		hostConfig["MemorySwap"] = int64(spec.MemoryMB) << 20
 	}
 	if len(spec.GPUs) > 0 {
-		hostConfig["DeviceRequests"] = []map[string]any{e.gpu.deviceRequest(spec.GPUs)}
+		hostConfig["DeviceRequests"] = []map[string]any{e.gpu.deviceRequest(spec.GPUs, spec.UUIDs)}
 	}
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])

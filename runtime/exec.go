@@ -28,6 +28,10 @@ type Spec struct {
 	Env   map[string]string
 	// GPUs are the leased device indices, exported as CUDA_VISIBLE_DEVICES.
 	GPUs []int
+	// UUIDs are the same devices' UUIDs where known (one per GPUs entry, or
+	// none): CUDA_VISIBLE_DEVICES then names the UUIDs, which, unlike
+	// indices, do not depend on the enumeration order.
+	UUIDs []string
 	// Deadline is the wall-clock limit (the lease end); zero means none. At
 	// the deadline the job gets SIGTERM, then SIGKILL after the grace period.
 	Deadline time.Time
@@ -158,6 +162,14 @@ func (s *Spec) validate(now time.Time) error {
 			return bad("job %s: negative gpu index %d", s.ID, g)
 		}
 	}
+	if len(s.UUIDs) > 0 && len(s.UUIDs) != len(s.GPUs) {
+		return bad("job %s: %d gpu uuids for %d gpus", s.ID, len(s.UUIDs), len(s.GPUs))
+	}
+	for _, u := range s.UUIDs {
+		if !uuidRE.MatchString(u) {
+			return bad("job %s: gpu uuid %q is not a device uuid", s.ID, u)
+		}
+	}
 	if s.MemoryMB < 0 {
 		return bad("job %s: negative memory limit %d", s.ID, s.MemoryMB)
 	}
@@ -186,7 +198,14 @@ func (s *Spec) outputsRel() (string, error) {
 	return c, nil
 }
 
+// uuidRE is what a device UUID may look like ("GPU-8f6c...", "MIG-...").
+var uuidRE = regexp.MustCompile(`^[A-Za-z]+-[0-9A-Za-z-]+$`)
+
+// cudaDevices is CUDA_VISIBLE_DEVICES: the UUIDs when known, else indices.
 func (s *Spec) cudaDevices() string {
+	if len(s.UUIDs) == len(s.GPUs) && len(s.UUIDs) > 0 {
+		return strings.Join(s.UUIDs, ",")
+	}
 	parts := make([]string, len(s.GPUs))
 	for i, g := range s.GPUs {
 		parts[i] = strconv.Itoa(g)

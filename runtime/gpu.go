@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/runtime/internal/nvml"
 
+	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 )
 
@@ -26,7 +27,18 @@ type Inventory struct {
 	// Source is SourceNVML when the devices were read from the driver and
 	// SourceDeclared otherwise.
 	Source string
+	// lib is the driver the devices were read from (nil: the real NVML).
+	lib nvmlLib
 }
+
+// Driver is where GPUs are read from: NVML (the NVIDIA driver) or a
+// SimulatedGPUs host standing in for one.
+type Driver interface{ nvml() nvmlLib }
+
+// NVML is the NVIDIA driver, through github.com/NVIDIA/go-nvml.
+var NVML Driver = realNVML{}
+
+func (r realNVML) nvml() nvmlLib { return r }
 
 // Telemetry is one heartbeat sample. With NVML it describes the GPUs
 // (utilization averaged over devices, memory and power summed, hottest
@@ -39,6 +51,8 @@ type Telemetry struct {
 	CPUSeconds float64
 	// Source is SourceNVML, "proc" (process sampling) or "none".
 	Source string
+	// Devices are the sampled devices' own readings (NVML only).
+	Devices []attest.DeviceSample
 }
 
 // deviceInfo and deviceSample are what the inventory and telemetry need from
@@ -143,7 +157,16 @@ const (
 // otherwise validates and returns the declared list (Detected=false, Source
 // "declared"). An empty inventory is valid: the node can still rent.
 func DetectGPUs(source string, declared []auction.GPU, log *slog.Logger) (Inventory, error) {
-	return detectGPUs(realNVML{}, source, declared, log)
+	return DetectGPUsFrom(NVML, source, declared, log)
+}
+
+// DetectGPUsFrom is DetectGPUs reading driver d (nil: NVML); the inventory
+// samples the same driver.
+func DetectGPUsFrom(d Driver, source string, declared []auction.GPU, log *slog.Logger) (Inventory, error) {
+	if d == nil {
+		d = NVML
+	}
+	return detectGPUs(d.nvml(), source, declared, log)
 }
 
 func detectGPUs(lib nvmlLib, source string, declared []auction.GPU, log *slog.Logger) (Inventory, error) {
@@ -201,7 +224,7 @@ func nvmlInventory(lib nvmlLib) (Inventory, error) {
 		return Inventory{}, fmt.Errorf("%w: init: %v", errNoNVML, ret)
 	}
 	defer lib.Shutdown()
-	inv := Inventory{Source: SourceNVML}
+	inv := Inventory{Source: SourceNVML, lib: lib}
 	if v, ret := lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		inv.Driver = v
 	}
@@ -235,12 +258,23 @@ func nvmlInventory(lib nvmlLib) (Inventory, error) {
 // groups, read from /proc. Handles of the process backend implement
 // interface{ Pid() int }, whose result is the job's process group id.
 func Sample(inv Inventory, pgids ...int) Telemetry {
-	return sample(realNVML{}, inv, pgids...)
+	return SampleDevices(inv, nil, pgids...)
 }
 
-func sample(lib nvmlLib, inv Inventory, pgids ...int) Telemetry {
+// SampleDevices is Sample restricted to the given device indices (a
+// lease's): with NVML only they are read (all when devices is nil), and the
+// readings name each device and its UUID.
+func SampleDevices(inv Inventory, devices []int, pgids ...int) Telemetry {
+	lib := inv.lib
+	if lib == nil {
+		lib = realNVML{}
+	}
+	return sample(lib, inv, devices, pgids...)
+}
+
+func sample(lib nvmlLib, inv Inventory, devices []int, pgids ...int) Telemetry {
 	if inv.Source == SourceNVML {
-		if t, err := nvmlSample(lib); err == nil {
+		if t, err := nvmlSample(lib, inv, devices); err == nil {
 			return t
 		}
 	}
@@ -259,7 +293,7 @@ func sample(lib nvmlLib, inv Inventory, pgids ...int) Telemetry {
 	return t
 }
 
-func nvmlSample(lib nvmlLib) (Telemetry, error) {
+func nvmlSample(lib nvmlLib, inv Inventory, devices []int) (Telemetry, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return Telemetry{}, fmt.Errorf("%w: init: %v", errNoNVML, ret)
 	}
@@ -268,20 +302,34 @@ func nvmlSample(lib nvmlLib) (Telemetry, error) {
 	if ret != nvml.SUCCESS {
 		return Telemetry{}, fmt.Errorf("runtime: nvml device count: %v", ret)
 	}
+	if devices == nil {
+		devices = make([]int, n)
+		for i := range devices {
+			devices[i] = i
+		}
+	}
 	t := Telemetry{Source: SourceNVML}
 	var util float64
-	for i := 0; i < n; i++ {
+	for _, i := range devices {
+		if i < 0 || i >= n {
+			return Telemetry{}, fmt.Errorf("runtime: nvml device %d of %d", i, n)
+		}
 		s, ret := lib.DeviceSample(i)
 		if ret != nvml.SUCCESS {
 			return Telemetry{}, fmt.Errorf("runtime: nvml device %d: %v", i, ret)
 		}
-		util += float64(s.Util)
-		t.MemUsedMB += int(s.MemUsed >> 20)
-		t.TempC = max(t.TempC, int(s.TempC))
-		t.PowerW += int(s.PowerMW / 1000)
+		d := attest.DeviceSample{Index: i, Util: float64(s.Util), MemUsedMB: int(s.MemUsed >> 20), TempC: int(s.TempC), PowerW: int(s.PowerMW / 1000)}
+		if i < len(inv.GPUs) {
+			d.UUID = inv.GPUs[i].UUID
+		}
+		t.Devices = append(t.Devices, d)
+		util += d.Util
+		t.MemUsedMB += d.MemUsedMB
+		t.TempC = max(t.TempC, d.TempC)
+		t.PowerW += d.PowerW
 	}
-	if n > 0 {
-		t.GPUUtil = util / float64(n)
+	if len(devices) > 0 {
+		t.GPUUtil = util / float64(len(devices))
 	}
 	return t, nil
 }

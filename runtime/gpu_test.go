@@ -1,11 +1,13 @@
 package runtime
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/gpumesh/gpumesh/runtime/internal/nvml"
 
+	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 )
 
@@ -177,14 +179,51 @@ func TestDetectGPUsRealBindingWithoutDriver(t *testing.T) {
 
 func TestSampleNVML(t *testing.T) {
 	f := twoGPUs()
-	tel := sample(f, Inventory{Source: SourceNVML})
-	want := Telemetry{GPUUtil: 60, MemUsedMB: 4096, TempC: 75, PowerW: 450, Source: SourceNVML}
-	if tel != want {
+	inv, err := nvmlInventory(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel := sample(f, inv, nil)
+	want := Telemetry{GPUUtil: 60, MemUsedMB: 4096, TempC: 75, PowerW: 450, Source: SourceNVML, Devices: []attest.DeviceSample{
+		{Index: 0, UUID: "GPU-aaaa", Util: 30, MemUsedMB: 1024, TempC: 60, PowerW: 150},
+		{Index: 1, UUID: "GPU-bbbb", Util: 90, MemUsedMB: 3072, TempC: 75, PowerW: 300},
+	}}
+	if !reflect.DeepEqual(tel, want) {
 		t.Fatalf("telemetry %+v, want %+v", tel, want)
+	}
+	// A lease's sample reads only its devices.
+	tel = sample(f, inv, []int{1})
+	want = Telemetry{GPUUtil: 90, MemUsedMB: 3072, TempC: 75, PowerW: 300, Source: SourceNVML, Devices: []attest.DeviceSample{
+		{Index: 1, UUID: "GPU-bbbb", Util: 90, MemUsedMB: 3072, TempC: 75, PowerW: 300},
+	}}
+	if !reflect.DeepEqual(tel, want) {
+		t.Fatalf("device 1 telemetry %+v, want %+v", tel, want)
+	}
+	if tel := sample(f, inv, []int{2}); tel.Source != "none" {
+		t.Fatalf("sample of a device the host lacks: %+v", tel)
 	}
 	// A broken NVML degrades to process sampling rather than failing.
 	f.failDev = 0
-	if tel := sample(f, Inventory{Source: SourceNVML}); tel.Source != "none" {
+	if tel := sample(f, inv, nil); tel.Source != "none" {
 		t.Fatalf("broken nvml: %+v", tel)
+	}
+}
+
+// A simulated host is read like NVML: its inventory is detected, its
+// samples follow Set.
+func TestSimulatedGPUs(t *testing.T) {
+	sim := NewSimulatedGPUs("550.54.15",
+		SimulatedGPU{Name: "NVIDIA H100 80GB HBM3", UUID: "GPU-h100", MemTotalMB: 81559, TempC: 40, PowerW: 100})
+	inv, err := DetectGPUsFrom(sim, GPUSourceNVML, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.Source != SourceNVML || len(inv.GPUs) != 1 || inv.GPUs[0].Model != "NVIDIA H100 80GB HBM3" || inv.GPUs[0].VRAMGB != 80 ||
+		inv.GPUs[0].UUID != "GPU-h100" || !inv.GPUs[0].Detected {
+		t.Fatalf("inventory %+v", inv)
+	}
+	sim.Set(0, 91, 650)
+	if tel := Sample(inv); tel.TempC != 91 || tel.PowerW != 650 || len(tel.Devices) != 1 || tel.Devices[0].UUID != "GPU-h100" {
+		t.Fatalf("telemetry after Set: %+v", tel)
 	}
 }

@@ -426,3 +426,38 @@ func TestSampleGroup(t *testing.T) {
 		t.Fatal("SampleProcess(-1) succeeded")
 	}
 }
+
+// CUDA_VISIBLE_DEVICES names the leased devices' UUIDs when known, their
+// indices otherwise; UUIDs must match the devices one to one.
+func TestCUDAVisibleDevicesPrefersUUIDs(t *testing.T) {
+	cases := []struct {
+		name  string
+		gpus  []int
+		uuids []string
+		want  string
+		bad   bool
+	}{
+		{"indices", []int{1, 3}, nil, "1,3", false},
+		{"uuids", []int{1, 3}, []string{"GPU-aa11", "GPU-bb22"}, "GPU-aa11,GPU-bb22", false},
+		{"uuid count mismatch", []int{1, 3}, []string{"GPU-aa11"}, "", true},
+		{"uuid with a comma", []int{1}, []string{"GPU-a,0"}, "", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := Spec{ID: "j", Command: []string{"true"}, GPUs: c.gpus, UUIDs: c.uuids}
+			err := s.validate(time.Now())
+			if c.bad {
+				if err == nil {
+					t.Fatalf("spec with gpus %v uuids %v accepted", c.gpus, c.uuids)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.cudaDevices(); got != c.want {
+				t.Fatalf("CUDA_VISIBLE_DEVICES = %q, want %q", got, c.want)
+			}
+		})
+	}
+}

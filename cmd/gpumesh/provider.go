@@ -52,6 +52,14 @@ func providerStatsAction(c *cli.Context) error {
 	fmt.Fprintf(w, "utilisation: %.0f%% mean GPU over running leases\n", s.UtilizationPct)
 	fmt.Fprintf(w, "p95 job:     %.1fs\n", s.P95JobSeconds)
 	fmt.Fprintf(w, "price:       $%.4g/GPU-h mean settled\n", s.USDPerGPUHour)
+	if lim := s.Limits; lim.MaxTempC > 0 || lim.MaxPowerW > 0 || lim.Breaches > 0 {
+		state := "within limits"
+		if lim.Over != "" {
+			state = "OVER " + lim.Over + " limit: not bidding"
+		}
+		fmt.Fprintf(w, "limits:      %dC / %dW (max %dC / %dW; 0 = none): %s; %d breaches, %d leases preempted\n",
+			lim.TempC, lim.PowerW, lim.MaxTempC, lim.MaxPowerW, state, lim.Breaches, lim.Preempted)
+	}
 	r := s.Reputation
 	fmt.Fprintf(w, "reputation:  %.3f (%d receipts: %d completed, %d failed, %d preempted)\n", r.Score, r.Receipts, r.Completed, r.Failed, r.Preempted)
 	for _, group := range []struct {

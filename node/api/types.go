@@ -143,6 +143,24 @@ type ProviderStatsView struct {
 	P95JobSeconds float64 `json:"p95_job_seconds"`
 	// USDPerGPUHour is the mean settled price.
 	USDPerGPUHour float64 `json:"usd_per_gpu_hour"`
+	// Limits is the thermal and power watch over running work.
+	Limits LimitsView `json:"limits"`
+}
+
+// LimitsView is a provider's last GPU sensor reading against its policy's
+// limits (0 = none) and what the limits did.
+type LimitsView struct {
+	TempC     int `json:"temp_c"`
+	PowerW    int `json:"power_w"`
+	MaxTempC  int `json:"max_temp_c,omitempty"`
+	MaxPowerW int `json:"max_power_w,omitempty"`
+	// Over is "thermal" or "power" while a limit is exceeded (the provider
+	// does not bid then), "" otherwise.
+	Over string `json:"over,omitempty"`
+	// Breaches counts the samples over a limit; Preempted the preemptible
+	// leases stopped because of them.
+	Breaches  int `json:"breaches"`
+	Preempted int `json:"preempted"`
 }
 
 // ProviderLease is a provider's view of one lease it serves.

@@ -238,6 +238,18 @@ type provSpec struct {
 	model   string
 	price   float64
 	preempt bool // AllowPreemption
+	// gpus, when set, are the host's devices (else one GPU of model), as
+	// NVML would list them: the calendar books each.
+	gpus []auction.GPU
+	// exec, when set, runs the jobs instead of the fake executor.
+	exec runtime.Executor
+	// telemetry, when set, is the supervisor's sampler; a host whose gpus
+	// were detected (NVML) also signs a fingerprint of them.
+	telemetry func(pgid int, devices []int) runtime.Telemetry
+	// sensors, when set, is the host's temperature and power reading,
+	// held to maxTempC.
+	sensors  func() (tempC, powerW int)
+	maxTempC int
 }
 
 // node is one in-memory daemon.
@@ -258,6 +270,7 @@ type node struct {
 	sup      *Supervisor
 	provider *auction.Provider
 	exec     *fakeExec
+	jobsDir  string
 	closed   bool
 }
 
@@ -307,19 +320,35 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	handlers := auction.MemHandlers{OnBid: n.tracker.Auction().HandleBid}
 	if spec != nil {
 		n.exec = newFakeExec(t)
+		var exec runtime.Executor = n.exec
+		if spec.exec != nil {
+			exec = spec.exec
+		}
+		devs := spec.gpus
+		if len(devs) == 0 {
+			devs = []auction.GPU{{Model: spec.model, VRAMGB: 80}}
+		}
+		n.jobsDir = t.TempDir()
+		var fpEnv *sign.Envelope
+		if len(devs) > 0 && devs[0].Detected {
+			if fpEnv, err = attest.SignFingerprint(s, attest.Fingerprint{GPUs: devs, Source: attest.SourceNVML, IssuedAt: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if n.sup, err = NewSupervisor(n.ctx, SupervisorConfig{Signer: s, Transport: ct,
-			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: n.exec,
-			JobsDir: t.TempDir(), HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
+			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: exec,
+			JobsDir: n.jobsDir, GPUs: devs, Telemetry: spec.telemetry, Fingerprint: fpEnv, Sensors: spec.sensors,
+			Limits: func() (int, int) { return spec.maxTempC, 0 }, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
 			LeaseEnded:   func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
 			RecoverDelay: time.Millisecond, SettleRetry: 20 * time.Millisecond, SettleRetryMax: 100 * time.Millisecond,
 			Counters: n.counters}); err != nil {
 			t.Fatal(err)
 		}
 		capab := auction.Capability{Peer: s.ID().String(), Region: "eu-west",
-			GPUs:   []auction.GPU{{Model: spec.model, VRAMGB: 80}},
-			Policy: auction.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt}}
+			GPUs:   devs,
+			Policy: auction.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt, MaxTempC: spec.maxTempC}}
 		if n.provider, err = auction.NewProvider(auction.ProviderConfig{Signer: s, Transport: ct,
-			Calendar: auction.NewCalendar(1), OnLease: n.sup.OnLease,
+			Calendar: auction.NewCalendar(len(devs)), OnLease: n.sup.OnLease, Sensors: n.sup.Reading,
 			Capability: func() auction.Capability {
 				c := capab
 				c.IssuedAt, c.ExpiresAt = time.Now(), time.Now().Add(time.Hour)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,9 +43,23 @@ type SupervisorConfig struct {
 	// WorkRoot is the executor's scratch root (orphans there are wiped
 	// and killed at recovery).
 	WorkRoot string
-	// Telemetry samples the GPUs (and the job's process group when pgid
-	// > 0) for a heartbeat; nil sends empty process telemetry.
-	Telemetry func(pgid int) runtime.Telemetry
+	// GPUs are the node's devices, indexed as the calendar books them: a
+	// lease's devices are run with their UUIDs where known.
+	GPUs []auction.GPU
+	// Telemetry samples a lease's devices (and the job's process group
+	// when pgid > 0) for a heartbeat; nil sends empty process telemetry.
+	Telemetry func(pgid int, devices []int) runtime.Telemetry
+	// Sensors reads the host's GPU temperature (hottest device) and power
+	// draw (all devices); Limits are the policy's MaxTempC and MaxPowerW
+	// (0 = no limit). With both set the supervisor samples every heartbeat
+	// interval: over a limit it preempts the running preemptible (bronze)
+	// leases, and Reading, which the auction's bidding reads, reports it.
+	Sensors func() (tempC, powerW int)
+	Limits  func() (maxTempC, maxPowerW int)
+	// Fingerprint is the node's signed hardware fingerprint (its hash is
+	// in the capability): heartbeats carry it, so the renter can hold the
+	// telemetry to it.
+	Fingerprint *sign.Envelope
 	// LeaseEnded tells the auction's calendar a lease ended (it frees the
 	// GPUs); nil when there is none.
 	LeaseEnded func(leaseID string, end time.Time, state auction.RunState) error
@@ -88,9 +103,10 @@ type Supervisor struct {
 	log *slog.Logger
 	ctx context.Context
 
-	mu   sync.Mutex
-	runs map[string]*leaseRun
-	wg   sync.WaitGroup
+	mu     sync.Mutex
+	runs   map[string]*leaseRun
+	limits api.LimitsView
+	wg     sync.WaitGroup
 }
 
 // providerRecord is what a provider persists per lease, so a restart never
@@ -149,7 +165,7 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 		cfg.SettleWindow = DefaultSettleWindow
 	}
 	if cfg.Telemetry == nil {
-		cfg.Telemetry = func(int) runtime.Telemetry { return runtime.Telemetry{} }
+		cfg.Telemetry = func(int, []int) runtime.Telemetry { return runtime.Telemetry{} }
 	}
 	log := cfg.Log
 	if log == nil {
@@ -158,7 +174,74 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 	if err := os.MkdirAll(cfg.JobsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("jobs dir: %w", err)
 	}
-	return &Supervisor{cfg: cfg, log: log, ctx: ctx, runs: map[string]*leaseRun{}}, nil
+	s := &Supervisor{cfg: cfg, log: log, ctx: ctx, runs: map[string]*leaseRun{}}
+	if cfg.Sensors != nil && cfg.Limits != nil {
+		s.checkLimits()
+		s.wg.Add(1)
+		go s.watchLimits()
+	}
+	return s, nil
+}
+
+// watchLimits samples the sensors every heartbeat interval until ctx ends.
+func (s *Supervisor) watchLimits() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			s.checkLimits()
+		}
+	}
+}
+
+// checkLimits takes one sensor reading; over a limit it preempts the
+// preemptible leases not yet ended. Non-preemptible work keeps running:
+// the provider only stops taking more.
+func (s *Supervisor) checkLimits() {
+	temp, power := s.cfg.Sensors()
+	maxT, maxP := s.cfg.Limits()
+	over, detail := "", ""
+	switch {
+	case maxT > 0 && temp > maxT:
+		over, detail = "thermal", fmt.Sprintf("gpu temperature %dC above limit %dC", temp, maxT)
+	case maxP > 0 && power > maxP:
+		over, detail = "power", fmt.Sprintf("power draw %dW above limit %dW", power, maxP)
+	}
+	var victims []*leaseRun
+	s.mu.Lock()
+	s.limits.TempC, s.limits.PowerW, s.limits.MaxTempC, s.limits.MaxPowerW, s.limits.Over = temp, power, maxT, maxP, over
+	if over != "" {
+		s.limits.Breaches++
+		for _, r := range s.runs {
+			if l := r.lease(); l.Preemptible && !r.state().Terminal() {
+				victims = append(victims, r)
+			}
+		}
+		s.limits.Preempted += len(victims)
+	}
+	s.mu.Unlock()
+	if over == "" {
+		return
+	}
+	s.cfg.Counters.Add("provider.limit_" + over)
+	s.log.Warn("gpu limit exceeded: not bidding, preempting preemptible leases", "reason", detail, "leases", len(victims))
+	for _, r := range victims {
+		s.cfg.Counters.Add("provider.limit_preempted")
+		r.abort(auction.RunPreempted, detail)
+	}
+}
+
+// Reading is the last sensor reading (the auction's Sensors): a provider
+// over its limits is ineligible for every call until a reading is back
+// under them.
+func (s *Supervisor) Reading() (tempC, powerW int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limits.TempC, s.limits.PowerW
 }
 
 func (s *Supervisor) now() time.Time { return s.cfg.Now() }
@@ -278,12 +361,9 @@ func (r *leaseRun) run() {
 	}
 	defer logf.Close()
 	lw := &lockedWriter{w: logf}
-	gpus := make([]int, l.GPUCount)
-	for i := range gpus {
-		gpus[i] = i
-	}
+	gpus, uuids := s.leaseDevices(l)
 	spec := runtime.Spec{ID: l.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
-		GPUs: gpus, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs}
+		GPUs: gpus, UUIDs: uuids, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs}
 	if len(job.Run.Artifacts()) > 0 {
 		release, dir, err := r.prepareInputs(job)
 		if err != nil {
@@ -469,6 +549,26 @@ func classify(res runtime.Result, stopAs auction.RunState, stopDetail string) (a
 	return auction.RunFailed, "job ended: " + res.Reason, auction.FaultProvider
 }
 
+// leaseDevices is the device indices a lease holds (0..GPUCount-1 for a
+// lease booked without devices) and their UUIDs, when all are known.
+func (s *Supervisor) leaseDevices(l auction.Lease) ([]int, []string) {
+	gpus := append([]int(nil), l.Devices...)
+	if len(gpus) == 0 {
+		gpus = make([]int, l.GPUCount)
+		for i := range gpus {
+			gpus[i] = i
+		}
+	}
+	uuids := make([]string, 0, len(gpus))
+	for _, g := range gpus {
+		if g >= len(s.cfg.GPUs) || s.cfg.GPUs[g].UUID == "" {
+			return gpus, nil
+		}
+		uuids = append(uuids, s.cfg.GPUs[g].UUID)
+	}
+	return gpus, uuids
+}
+
 // heartbeats sends signed telemetry to the renter every interval until the
 // job ends.
 func (r *leaseRun) heartbeats(h runtime.Handle) {
@@ -480,6 +580,7 @@ func (r *leaseRun) heartbeats(h runtime.Handle) {
 	waitDone := make(chan struct{})
 	go func() { h.Wait(); close(waitDone) }()
 	var seq uint64
+	devices, uuids := s.leaseDevices(l)
 	for first := true; ; first = false {
 		// The first heartbeat goes out as the job starts, then one per
 		// interval, so coverage reflects the whole run.
@@ -494,12 +595,14 @@ func (r *leaseRun) heartbeats(h runtime.Handle) {
 		r.mu.Lock()
 		pgid := r.pr.Pgid
 		r.mu.Unlock()
-		tel := s.cfg.Telemetry(pgid)
+		tel := s.cfg.Telemetry(pgid, devices)
 		hb := attest.Heartbeat{LeaseID: l.ID, Provider: s.cfg.Signer.ID().String(), Seq: seq, Time: s.now(),
-			GPUUtil: tel.GPUUtil, TempC: tel.TempC, PowerW: tel.PowerW, CPUSeconds: tel.CPUSeconds, Source: attest.SourceProcess}
+			GPUUtil: tel.GPUUtil, TempC: tel.TempC, PowerW: tel.PowerW, CPUSeconds: tel.CPUSeconds, Source: attest.SourceProcess,
+			Fingerprint: s.cfg.Fingerprint}
 		if tel.Source == runtime.SourceNVML {
 			hb.Source = attest.SourceNVML
 			hb.MemUsedMB = tel.MemUsedMB
+			hb.Devices, hb.GPUUUIDs = tel.Devices, uuids
 		} else {
 			hb.RSSMB = tel.MemUsedMB
 		}
@@ -657,9 +760,16 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	// the heartbeat summary the renter answered with (the renter checks
 	// the same bound, attest.BillableSeconds, before it countersigns).
 	gpuSec := attest.BillableSeconds(rec.Lease, rec.Started, rec.Ended, rec.Ended, *sum) * float64(rec.Lease.GPUCount)
+	gpus, uuids := s.leaseDevices(rec.Lease)
+	devices := uuids
+	if devices == nil {
+		for _, g := range gpus {
+			devices = append(devices, strconv.Itoa(g))
+		}
+	}
 	rc := attest.Receipt{
 		LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Renter: rec.Lease.Renter, Provider: rec.Lease.Provider,
-		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, GPUSeconds: gpuSec, Price: rec.Lease.Price,
+		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, Devices: devices, GPUSeconds: gpuSec, Price: rec.Lease.Price,
 		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run, Fault: rec.Fault,
 		ResultHash: auction.ManifestHash(outs), Heartbeats: *sum, IssuedAt: s.now(),
 	}
@@ -805,6 +915,7 @@ func (s *Supervisor) HandleCancel(_ context.Context, from peer.ID, data []byte) 
 func (s *Supervisor) FillStats(v *api.ProviderStatsView) {
 	v.Running, v.Recent = []api.ProviderLease{}, []api.ProviderLease{}
 	s.mu.Lock()
+	v.Limits = s.limits
 	var durations []float64
 	var price, n float64
 	for _, r := range s.runs {

@@ -42,9 +42,13 @@ type TrackerConfig struct {
 	// SettleWait bounds how long a requeue waits for the preempted lease's
 	// receipt (so history shows its settled cost); default 10s.
 	SettleWait time.Duration
-	Now        Clock
-	Log        *slog.Logger
-	Counters   *Counters
+	// AdvertisedFingerprint is the fingerprint hash a provider's
+	// capability advertises ("" when unknown): the signed fingerprint its
+	// heartbeats carry must have that hash.
+	AdvertisedFingerprint func(provider string) string
+	Now                   Clock
+	Log                   *slog.Logger
+	Counters              *Counters
 	// Observe, when set, is told of auctions, heartbeats and job ends.
 	Observe *Observer
 }
@@ -476,8 +480,15 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 		count("renter.heartbeat_relayed")
 		return nil, errors.New("heartbeat not sent by its provider")
 	}
+	if err := t.holdToFingerprint(mon, hb); err != nil {
+		count("renter.heartbeat_rejected")
+		return nil, err
+	}
 	if err := mon.Accept(env, t.now()); err != nil {
 		count("renter.heartbeat_rejected")
+		if errors.Is(err, attest.ErrContradiction) {
+			t.fraud(hb, env, mon.Fingerprint(), err)
+		}
 		return nil, err
 	}
 	t.mu.Lock()
@@ -490,6 +501,39 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 	t.mu.Unlock()
 	t.cfg.Observe.heartbeatReceived(hb, t.now())
 	return nil, nil
+}
+
+// holdToFingerprint gives a lease's monitor the provider's signed
+// fingerprint the first time a heartbeat carries one whose hash is the one
+// the provider's capability advertises.
+func (t *Tracker) holdToFingerprint(mon *attest.HeartbeatMonitor, hb attest.Heartbeat) error {
+	if hb.Fingerprint == nil || mon.Fingerprint() != nil {
+		return nil
+	}
+	fp, err := attest.OpenFingerprint(hb.Fingerprint)
+	if err != nil {
+		t.cfg.Counters.Add("renter.fingerprint_invalid")
+		return err
+	}
+	if t.cfg.AdvertisedFingerprint != nil {
+		if want := t.cfg.AdvertisedFingerprint(hb.Provider); want != "" && fp.Hash() != want {
+			t.cfg.Counters.Add("renter.fingerprint_mismatch")
+			return fmt.Errorf("provider %s sent a fingerprint with hash %s, its capability advertises %s", hb.Provider, fp.Hash(), want)
+		}
+	}
+	return mon.SetFingerprint(hb.Fingerprint)
+}
+
+// fraud counts a heartbeat contradicting the provider's own signed
+// fingerprint and slashes the provider with both as evidence.
+func (t *Tracker) fraud(hb attest.Heartbeat, env, fp *sign.Envelope, why error) {
+	t.log.Warn("heartbeat contradicts the provider's fingerprint", "lease", hb.LeaseID, "provider", hb.Provider, "err", why)
+	ev := attest.Evidence{Kind: attest.SlashHeartbeatContradictsFingerprint, LeaseID: hb.LeaseID, Detail: why.Error(),
+		Reporter: t.cfg.Signer.ID().String(), Time: t.now(), Heartbeat: env, Fingerprint: fp}
+	if err := t.cfg.Receipts.cfg.Book.Slash(hb.Provider, ev); err != nil {
+		t.log.Warn("slash refused", "provider", hb.Provider, "err", err)
+	}
+	t.cfg.Counters.Add("renter.heartbeat_fraud")
 }
 
 // HandleLeaseEvent takes a provider's signed report on a lease of ours

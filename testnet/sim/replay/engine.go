@@ -608,7 +608,7 @@ func (s *sim) award(j, pi int, off auction.Offer) error {
 	js := &s.jobs[j]
 	p := &s.provs[pi]
 	id := fmt.Sprintf("%s#%d", js.spec.ID, js.attempt)
-	b := auction.Booking{LeaseID: id, Start: off.Start, End: off.End, GPUs: js.spec.GPUCount, Tier: js.spec.Tier, Preemptible: js.spec.Preemptible}
+	b := auction.Booking{LeaseID: id, Start: off.Start, End: off.End, GPUs: js.spec.GPUCount, Tier: js.spec.Tier, Preemptible: js.spec.Preemptible, Devices: off.Devices}
 	// As the provider daemon does: evict only if the planned preemptions
 	// are still needed.
 	evicted, err := p.ps.Cal.ReserveThenEvict(b, off.Preempts)
