@@ -418,12 +418,31 @@ func TestDockerfile(t *testing.T) {
 	if out := docker(t, "run", "--rm", image, "--version"); !strings.HasPrefix(out, "gpumesh version") {
 		t.Fatalf("gpumesh --version in the image: %q", out)
 	}
-	// The default command runs the daemon on /data: it comes up as a renter.
-	name := "gpumesh-deploy-image-" + run
-	t.Cleanup(func() { _, _ = dockerErr("rm", "-f", name) })
-	docker(t, "run", "-d", "--name", name, "--network", "none", image)
+	// The default command runs the daemon on /data: it comes up as a
+	// renter. A second container of the image joins it on a private
+	// network, as a testnet node would.
+	network := "gpumesh-deploy-image-" + run
+	name, peer := network+"-a", network+"-b"
+	t.Cleanup(func() {
+		_, _ = dockerErr("rm", "-f", name, peer)
+		_, _ = dockerErr("network", "rm", network)
+	})
+	docker(t, "network", "create", "--internal", network)
+	docker(t, "run", "-d", "--name", name, "--network", network, image)
+	var st struct {
+		PeerID string `json:"peer_id"`
+		Peers  int    `json:"peers"`
+	}
 	waitFor(t, 60*time.Second, "the image's daemon answers", func() (bool, string) {
 		out, err := dockerErr("exec", name, "gpumesh", "-d", "/data", "status", "--json")
-		return err == nil && strings.Contains(out, `"peer_id"`), out
+		return err == nil && json.Unmarshal([]byte(out), &st) == nil && st.PeerID != "", out
+	})
+	first := st.PeerID
+	ip := docker(t, "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", name)
+	docker(t, "run", "-d", "--name", peer, "--network", network, image,
+		"-d", "/data", "daemon", "--listen", "/ip4/0.0.0.0/tcp/4001", "--bootstrap", fmt.Sprintf("/ip4/%s/tcp/4001/p2p/%s", ip, first))
+	waitFor(t, 60*time.Second, "the second container joins the first", func() (bool, string) {
+		out, err := dockerErr("exec", peer, "gpumesh", "-d", "/data", "peers", "--json")
+		return err == nil && strings.Contains(out, first), out
 	})
 }
