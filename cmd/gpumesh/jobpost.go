@@ -92,23 +92,8 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 		return auction.Job{}, errors.New("--max-price is required (USD per GPU-hour)")
 	}
 
-	if set("gpu") {
-		job.GPUModels = nil
-		for _, m := range c.StringSlice("gpu") {
-			job.GPUModels = append(job.GPUModels, strings.TrimSpace(m))
-		}
-	}
 	if set("count") || !inFile["gpu_count"] {
 		job.GPUCount = c.Int("count")
-	}
-	if set("min-vram") {
-		job.MinVRAMGB = c.Int("min-vram")
-	}
-	if set("region") {
-		job.Region = strings.TrimSpace(c.String("region"))
-	}
-	if set("min-reliability") {
-		job.MinReliability = c.Float64("min-reliability")
 	}
 	switch {
 	case set("preemptible"):
@@ -122,10 +107,41 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 	case !inFile["duration"]:
 		return auction.Job{}, errors.New("--duration is required (e.g. 2h)")
 	}
+	if err := applyJobFlags(c, &job, now); err != nil {
+		return auction.Job{}, err
+	}
+
+	job.CreatedAt = now
+	if err := job.Validate(); err != nil {
+		return auction.Job{}, invalidJob(c, err)
+	}
+	return job, nil
+}
+
+// applyJobFlags sets the job fields that optional flags name (only those
+// given explicitly) and the command after --. job post and serve post share
+// it; a flag a command does not define is never set.
+func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time) error {
+	set := c.IsSet
+	if set("gpu") {
+		job.GPUModels = nil
+		for _, m := range c.StringSlice("gpu") {
+			job.GPUModels = append(job.GPUModels, strings.TrimSpace(m))
+		}
+	}
+	if set("min-vram") {
+		job.MinVRAMGB = c.Int("min-vram")
+	}
+	if set("region") {
+		job.Region = strings.TrimSpace(c.String("region"))
+	}
+	if set("min-reliability") {
+		job.MinReliability = c.Float64("min-reliability")
+	}
 	if set("deadline") {
 		d, err := parseDeadline(c.String("deadline"), now)
 		if err != nil {
-			return auction.Job{}, err
+			return err
 		}
 		job.Deadline = d
 	}
@@ -149,7 +165,7 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 		for _, kv := range *env {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || strings.TrimSpace(k) == "" || strings.ContainsAny(k, " \t") {
-				return auction.Job{}, fmt.Errorf("--env must be KEY=VALUE, got %q", kv)
+				return fmt.Errorf("--env must be KEY=VALUE, got %q", kv)
 			}
 			job.Run.Env[k] = v
 		}
@@ -162,7 +178,7 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 		for _, kv := range *in {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || strings.TrimSpace(k) == "" {
-				return auction.Job{}, fmt.Errorf("--input must be NAME=ARTIFACT_ID, got %q", kv)
+				return fmt.Errorf("--input must be NAME=ARTIFACT_ID, got %q", kv)
 			}
 			job.Run.Inputs[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
@@ -183,11 +199,7 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 		job.Run.Command = args
 	}
 
-	job.CreatedAt = now
-	if err := job.Validate(); err != nil {
-		return auction.Job{}, invalidJob(c, err)
-	}
-	return job, nil
+	return nil
 }
 
 // jobFlags names the job post flag that sets each of auction.Job's fields.

@@ -149,45 +149,11 @@ func buildService(c *cli.Context) (api.ServiceSpec, error) {
 	} else if j.MaxPrice == 0 {
 		return spec, errors.New("--max-price is required (USD per GPU-hour)")
 	}
-	if set("gpu") {
-		j.GPUModels = nil
-		for _, m := range c.StringSlice("gpu") {
-			j.GPUModels = append(j.GPUModels, strings.TrimSpace(m))
-		}
-	}
 	if set("count") || j.GPUCount == 0 {
 		j.GPUCount = c.Int("count")
 	}
-	if set("min-vram") {
-		j.MinVRAMGB = c.Int("min-vram")
-	}
-	if set("region") {
-		j.Region = strings.TrimSpace(c.String("region"))
-	}
-	if set("image") {
-		j.Run.Image = c.String("image")
-	}
-	if set("env") {
-		env, _ := c.Generic("env").(*stringList)
-		if j.Run.Env == nil {
-			j.Run.Env = map[string]string{}
-		}
-		for _, kv := range *env {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || strings.TrimSpace(k) == "" || strings.ContainsAny(k, " \t") {
-				return spec, fmt.Errorf("--env must be KEY=VALUE, got %q", kv)
-			}
-			j.Run.Env[k] = v
-		}
-	}
-	if set("memory-mb") {
-		j.Run.MemoryMB = c.Int("memory-mb")
-	}
-	if set("bid-window") {
-		j.BidWindow = c.Duration("bid-window")
-	}
-	if args := c.Args().Slice(); len(args) > 0 {
-		j.Run.Command = args
+	if err := applyJobFlags(c, j, time.Now()); err != nil {
+		return spec, err
 	}
 	if j.Run.ServicePort == 0 {
 		return spec, errors.New("--port is required (the port the server listens on)")
