@@ -22,6 +22,9 @@ const DefaultConfirmTimeout = time.Second
 const (
 	DefaultMaxParallelAwards = 8
 	DefaultNoConfirmPenalty  = 10 * time.Minute
+	// DefaultQuietClose is how long after the last bid a bid window closes
+	// early (see RenterConfig.QuietClose).
+	DefaultQuietClose = 150 * time.Millisecond
 )
 
 // Renter errors.
@@ -128,6 +131,14 @@ type RenterConfig struct {
 	// (timed out, failed, declined) is ranked below every other bidder; 0
 	// means DefaultNoConfirmPenalty.
 	NoConfirmPenalty time.Duration
+	// QuietClose closes a bid window early once this long has passed
+	// since the last bid: providers answer a call within milliseconds, so
+	// a quiet spell means everybody who could bid has, and the best price
+	// is in. A gold job's window closes at its first acceptable bid. A
+	// window in which no bid came is extended once by BidWindow. 0 means
+	// DefaultQuietClose; negative disables early closing (every window
+	// runs its full BidWindow, still extended once when empty).
+	QuietClose time.Duration
 	// OnLease is called when a provider confirms a lease.
 	OnLease func(Lease, Job)
 	// OnUnplaceable is called when an auction ends without a lease.
@@ -141,12 +152,13 @@ type renterJob struct {
 	nonces  map[string]bool
 	bidders map[string]bool
 	cancel  chan struct{}
-	posted  time.Time // wall clock, for latency
+	bidIn   chan struct{} // signalled (never blocking) on each accepted bid
+	posted  time.Time     // wall clock, for latency
 }
 
 // Renter runs auctions for its own jobs: Post gossips a signed call for bids
-// on JobTopics, collects bids through HandleBid for the job's BidWindow,
-// ranks them with RankAt and awards them best first, providers that recently
+// on JobTopics, collects bids through HandleBid until the window closes
+// (BidWindow at most, earlier after a quiet spell; see QuietClose), ranks them with RankAt and awards them best first, providers that recently
 // failed to confirm last, skipping bids that have expired by then. An award
 // is a lease only once the provider's signed Confirm (matching lease id,
 // accepted) comes back within ConfirmTimeout; if it errors, times out or
@@ -190,6 +202,9 @@ func NewRenter(cfg RenterConfig) (*Renter, error) {
 	if cfg.NoConfirmPenalty <= 0 {
 		cfg.NoConfirmPenalty = DefaultNoConfirmPenalty
 	}
+	if cfg.QuietClose == 0 {
+		cfg.QuietClose = DefaultQuietClose
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -220,6 +235,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		nonces:  map[string]bool{},
 		bidders: map[string]bool{},
 		cancel:  make(chan struct{}),
+		bidIn:   make(chan struct{}, 1),
 		posted:  time.Now(),
 	}
 	r.mu.Lock()
@@ -254,14 +270,8 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	}
 	r.log.Debug("call published", "job", job.ID, "attempt", job.Attempt, "window", job.BidWindow)
 
-	timer := time.NewTimer(job.BidWindow)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case <-ctx.Done():
-		return job, r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
-	case <-rj.cancel:
-		return job, ErrCancelled
+	if err := r.collect(ctx, rj, &job); err != nil {
+		return job, err
 	}
 
 	r.mu.Lock()
@@ -299,6 +309,77 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		r.cfg.OnUnplaceable(job, reason)
 	}
 	return job, err
+}
+
+// collect waits for a job's bids until its window closes (see
+// RenterConfig.QuietClose): the window ends BidWindow after the call, once
+// extended by BidWindow when no bid came, or earlier after a quiet spell
+// following the last bid, or at a gold job's first acceptable bid. It
+// returns ErrCancelled or the context's error when the auction ended
+// otherwise.
+func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
+	window := time.NewTimer(job.BidWindow)
+	defer window.Stop()
+	var quiet <-chan time.Time
+	var quietT *time.Timer
+	defer func() {
+		if quietT != nil {
+			quietT.Stop()
+		}
+	}()
+	extended := false
+	for {
+		select {
+		case <-window.C:
+			r.mu.Lock()
+			none := len(rj.bids) == 0
+			r.mu.Unlock()
+			if none && !extended {
+				extended = true
+				window.Reset(job.BidWindow)
+				r.log.Debug("no bids yet, window extended", "job", job.ID)
+				continue
+			}
+			return nil
+		case <-rj.bidIn:
+			if r.cfg.QuietClose < 0 {
+				continue
+			}
+			if job.Tier == Gold && r.acceptableBid(rj, job) {
+				return nil
+			}
+			if quietT == nil {
+				quietT = time.NewTimer(r.cfg.QuietClose)
+				quiet = quietT.C
+			} else {
+				if !quietT.Stop() {
+					select {
+					case <-quietT.C:
+					default:
+					}
+				}
+				quietT.Reset(r.cfg.QuietClose)
+			}
+		case <-quiet:
+			return nil
+		case <-ctx.Done():
+			return r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+		case <-rj.cancel:
+			return ErrCancelled
+		}
+	}
+}
+
+// acceptableBid reports whether any bid so far for job would be awarded.
+func (r *Renter) acceptableBid(rj *renterJob, job *Job) bool {
+	r.mu.Lock()
+	cands := append([]Candidate(nil), rj.bids...)
+	r.mu.Unlock()
+	for i := range cands {
+		cands[i].Reliability = r.reputation(cands[i].Bid.Provider)
+	}
+	ranked := RankAt(job, cands, r.cfg.Now())
+	return len(ranked) > 0 && ranked[0].Rejected == ""
 }
 
 func (r *Renter) reputation(provider string) float64 {
@@ -561,6 +642,10 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 	rj.nonces[b.Nonce] = true
 	rj.bidders[b.Provider] = true
 	rj.bids = append(rj.bids, Candidate{Bid: b, Latency: time.Since(rj.posted)})
+	select {
+	case rj.bidIn <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
