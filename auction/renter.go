@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,8 +77,12 @@ const (
 	JobAwarding    JobState = "awarding"
 	JobLeased      JobState = "leased"
 	JobUnplaceable JobState = "unplaceable"
-	JobCancelled   JobState = "cancelled"
-	JobFailed      JobState = "failed"
+	// JobQueued: no bid could be turned into a lease yet; the job waits on
+	// its renter's daemon to be offered again when capacity may have
+	// changed, until its start deadline (its last reason says why).
+	JobQueued    JobState = "queued"
+	JobCancelled JobState = "cancelled"
+	JobFailed    JobState = "failed"
 	// JobFinished: the job's last lease ended (its run state says how) and
 	// the job is not going back to auction. The renter's lease tracking
 	// sets it; the auction itself ends at JobLeased.
@@ -101,6 +106,9 @@ type JobStatus struct {
 	Reasons  []string       `json:"reasons,omitempty"`
 	Attempts []AwardAttempt `json:"attempts,omitempty"`
 	PostedAt time.Time      `json:"posted_at"`
+	// Offers counts the auctions this renter ran for the job (a queued job
+	// is offered again).
+	Offers int `json:"offers,omitempty"`
 }
 
 // RenterConfig configures a Renter.
@@ -245,10 +253,11 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	}
 	var history []AwardAttempt
 	var reasons []string
+	offers := 0
 	if old, ok := r.jobs[job.ID]; ok {
-		history, reasons = old.status.Attempts, old.status.Reasons
+		history, reasons, offers = old.status.Attempts, old.status.Reasons, old.status.Offers
 	}
-	rj.status.Attempts, rj.status.Reasons = history, reasons
+	rj.status.Attempts, rj.status.Reasons, rj.status.Offers = history, reasons, offers+1
 	r.jobs[job.ID] = rj
 	r.mu.Unlock()
 
@@ -700,8 +709,8 @@ func (r *Renter) List() []JobStatus {
 	return out
 }
 
-// Cancel stops a job's auction while it is still bidding or awarding; Post
-// then returns ErrCancelled. A leased job is the runtime's to cancel.
+// Cancel stops a job's auction while it is still bidding or awarding (Post
+// then returns ErrCancelled) or while it is queued. A leased job is the runtime's to cancel.
 func (r *Renter) Cancel(id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -709,13 +718,60 @@ func (r *Renter) Cancel(id string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
 	}
-	if rj.status.State != JobBidding && rj.status.State != JobAwarding {
+	if rj.status.State != JobBidding && rj.status.State != JobAwarding && rj.status.State != JobQueued {
 		return fmt.Errorf("auction: job %s is %s, not in auction", id, rj.status.State)
 	}
+	queued := rj.status.State == JobQueued
 	rj.open = false
 	rj.status.State = JobCancelled
 	rj.status.Reasons = append(rj.status.Reasons, "cancelled")
-	close(rj.cancel)
+	if !queued {
+		close(rj.cancel)
+	}
+	return nil
+}
+
+// Queue marks a job whose auction ended unplaceable as queued for another
+// offer (see JobQueued), with why; Post offers it again.
+func (r *Renter) Queue(id, why string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rj, ok := r.jobs[id]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
+	}
+	if rj.status.State != JobUnplaceable {
+		return fmt.Errorf("auction: job %s is %s, not unplaceable", id, rj.status.State)
+	}
+	rj.status.State = JobQueued
+	// One line says why, however often the job was offered: it replaces
+	// the auction's own reason and the previous offer's.
+	rs := rj.status.Reasons
+	if n := len(rs); n > 0 && rs[n-1] == why {
+		rs = rs[:n-1]
+	}
+	if n := len(rs); n > 0 && strings.HasPrefix(rs[n-1], queuedPrefix) {
+		rs = rs[:n-1]
+	}
+	rj.status.Reasons = append(rs, fmt.Sprintf("%s%s (offered %d times)", queuedPrefix, why, rj.status.Offers))
+	return nil
+}
+
+const queuedPrefix = "queued: "
+
+// GiveUp ends a queued job's wait: it becomes unplaceable, with why.
+func (r *Renter) GiveUp(id, why string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rj, ok := r.jobs[id]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
+	}
+	if rj.status.State != JobQueued {
+		return fmt.Errorf("auction: job %s is %s, not queued", id, rj.status.State)
+	}
+	rj.status.State = JobUnplaceable
+	rj.status.Reasons = append(rj.status.Reasons, why)
 	return nil
 }
 
