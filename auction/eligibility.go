@@ -134,7 +134,7 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 	}
 
 	var price, overQuote float64
-	books := ps.Cal.Bookings()
+	books := ps.Cal.Planned(now) // tentative holds of other bids count too
 	affordable := func(s, e time.Time) bool {
 		occ := float64(useAt(books, s, nil)) / float64(ps.Cal.Capacity())
 		q := Quote(p, s, e.Sub(s), occ)

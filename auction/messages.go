@@ -161,6 +161,31 @@ func DecodeAward(data []byte) (Award, error) {
 	return a, nil
 }
 
+// EncodeBidRelease seals a bid release; its Renter must be the signer.
+func EncodeBidRelease(s *sign.Signer, r BidRelease) ([]byte, error) {
+	if r.Renter != s.ID().String() {
+		return nil, fmt.Errorf("%w: release renter %q is not the signer %s", ErrSignerMismatch, r.Renter, s.ID())
+	}
+	return seal(s, sign.DomainBidRelease, r)
+}
+
+// DecodeBidRelease verifies a bid release envelope, that its signer is its
+// Renter and that its job id and bid nonce satisfy ValidID.
+func DecodeBidRelease(data []byte) (BidRelease, error) {
+	var r BidRelease
+	id, err := open(data, sign.DomainBidRelease, &r)
+	if err != nil {
+		return BidRelease{}, err
+	}
+	if r.Renter != id.String() {
+		return BidRelease{}, fmt.Errorf("%w: release renter %q, signed by %s", ErrSignerMismatch, r.Renter, id)
+	}
+	if err := validIDs("bid release", "job id", r.JobID, "bid nonce", r.BidNonce); err != nil {
+		return BidRelease{}, err
+	}
+	return r, nil
+}
+
 // EncodeConfirm seals a provider's answer to an award.
 func EncodeConfirm(s *sign.Signer, c Confirm) ([]byte, error) {
 	return seal(s, sign.DomainConfirm, c)

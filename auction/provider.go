@@ -29,6 +29,9 @@ const (
 	DefaultCallRate         = 5.0 // calls per second per owner
 	DefaultCallBurst        = 20
 	DefaultMaxOwnerInflight = 4
+	// DefaultHoldGrace is how long past the job's bid window a bid's
+	// tentative hold on the calendar lasts (see ProviderConfig.HoldGrace).
+	DefaultHoldGrace = 500 * time.Millisecond
 )
 
 // ProviderConfig configures a Provider.
@@ -67,6 +70,11 @@ type ProviderConfig struct {
 	// counted (Rejected["rate_limited"]). 0 means the defaults.
 	CallRate  float64
 	CallBurst int
+	// HoldGrace: each bid holds its span on the calendar tentatively
+	// (Calendar.Hold) for the job's bid window plus HoldGrace, or until its
+	// award comes, so that concurrent auctions are not offered the same
+	// GPUs. 0 means DefaultHoldGrace; negative disables holds.
+	HoldGrace time.Duration
 	// MaxOwnerInflight caps the bids to one owner that are queued or being
 	// sent; more are dropped and counted (Rejected["owner_inflight"]), so an
 	// owner that never answers holds at most this many send workers. 0 means
@@ -149,6 +157,7 @@ type Provider struct {
 	buckets   map[string]*bucket // owner -> calls
 	inflight  map[peer.ID]int    // owner -> bids queued or being sent
 
+	evalMu  sync.Mutex // makes a call's evaluation and its hold one step
 	sendMu  sync.Mutex // guards sendQ's senders and workers
 	sendQ   chan bidSend
 	workers int
@@ -183,6 +192,9 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	}
 	if cfg.MaxOwnerInflight <= 0 {
 		cfg.MaxOwnerInflight = DefaultMaxOwnerInflight
+	}
+	if cfg.HoldGrace == 0 {
+		cfg.HoldGrace = DefaultHoldGrace
 	}
 	log := cfg.Log
 	if log == nil {
@@ -305,7 +317,16 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	if p.cfg.Reliability != nil {
 		ps.Reliability = p.cfg.Reliability()
 	}
+	// Evaluation and the bid's hold are one step: a concurrent call sees
+	// this bid's span as taken.
+	p.evalMu.Lock()
 	offer, err := Evaluate(ps, &job, now)
+	nonce := NewID("bid")
+	if err == nil && p.cfg.HoldGrace > 0 {
+		p.cfg.Calendar.Hold(nonce, Booking{Start: offer.Start, End: offer.End, GPUs: job.GPUCount, Tier: job.Tier,
+			Preemptible: job.Preemptible}, now.Add(job.BidWindow+p.cfg.HoldGrace))
+	}
+	p.evalMu.Unlock()
 	if err != nil {
 		var in *Ineligible
 		if errors.As(err, &in) {
@@ -320,16 +341,18 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	bid := Bid{
 		JobID: job.ID, Attempt: job.Attempt, Provider: p.cfg.Signer.ID().String(), Region: capab.Region,
 		Price: offer.Price, Start: offer.Start, End: offer.End, GPUModel: offer.GPUModel, VRAMGB: offer.VRAMGB,
-		Datasets: offer.Datasets, Evicts: len(offer.Preempts), Nonce: NewID("bid"), IssuedAt: now, ExpiresAt: now.Add(job.BidWindow + p.cfg.BidGrace),
+		Datasets: offer.Datasets, Evicts: len(offer.Preempts), Nonce: nonce, IssuedAt: now, ExpiresAt: now.Add(job.BidWindow + p.cfg.BidGrace),
 	}
 	msg, err := EncodeBid(p.cfg.Signer, bid)
 	if err != nil {
+		p.cfg.Calendar.DropHold(nonce)
 		return p.reject("encode", err)
 	}
 	p.mu.Lock()
 	if p.inflight[owner] >= p.cfg.MaxOwnerInflight {
 		err := p.rejectLocked("owner_inflight", fmt.Errorf("%d bids to %s still in flight", p.inflight[owner], owner))
 		p.mu.Unlock()
+		p.cfg.Calendar.DropHold(nonce)
 		return err
 	}
 	p.inflight[owner]++
@@ -342,6 +365,7 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 		defer p.mu.Unlock()
 		p.inflight[owner]--
 		delete(p.bids, bid.Nonce)
+		p.cfg.Calendar.DropHold(nonce)
 		p.stats.Bids--
 		return p.rejectLocked("send_queue_full", fmt.Errorf("bid for %s dropped", job.ID))
 	}
@@ -422,6 +446,11 @@ func (p *Provider) sendWorker() {
 // same lease id returns the same confirm.
 func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	a, err := DecodeAward(data)
+	if errors.Is(err, sign.ErrWrongDomain) {
+		if rel, rerr := DecodeBidRelease(data); rerr == nil {
+			return nil, p.handleRelease(from, rel)
+		}
+	}
 	if err != nil {
 		return nil, p.reject(decodeReason(err), err)
 	}
@@ -460,6 +489,8 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	case a.Price != sb.bid.Price || !a.Start.Equal(sb.bid.Start) || !a.End.Equal(sb.bid.End) || a.GPUCount != sb.job.GPUCount:
 		return decline("award does not match the bid's terms")
 	}
+	// The bid's award came: its tentative hold becomes a booking or goes.
+	p.cfg.Calendar.DropHold(a.BidNonce)
 	job := sb.job
 	b := Booking{LeaseID: a.LeaseID, Start: a.Start, End: a.End, GPUs: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible}
 	var evict []string
@@ -499,6 +530,26 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		p.cfg.OnLease(lease, job, preempted)
 	}
 	return c, nil
+}
+
+// handleRelease takes a renter's word that one of our bids to it will not
+// be awarded (it comes on the award stream): the bid is forgotten and its
+// tentative hold freed. Only the bid's own renter can release it.
+func (p *Provider) handleRelease(from peer.ID, rel BidRelease) error {
+	if rel.Renter != from.String() {
+		return p.reject("not_job_owner", fmt.Errorf("release from %s signed by %s", from, rel.Renter))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sb, ok := p.bids[rel.BidNonce]
+	if !ok || sb.job.Owner != rel.Renter || sb.bid.JobID != rel.JobID || sb.bid.Attempt != rel.Attempt ||
+		rel.Provider != p.cfg.Signer.ID().String() {
+		return p.rejectLocked("unknown_bid", fmt.Errorf("release of bid %q", rel.BidNonce))
+	}
+	delete(p.bids, rel.BidNonce)
+	p.cfg.Calendar.DropHold(rel.BidNonce)
+	p.stats.Lost++
+	return nil
 }
 
 func (p *Provider) rejectLocked(reason string, err error) error {

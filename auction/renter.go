@@ -260,6 +260,9 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	rj.status.Attempts, rj.status.Reasons, rj.status.Offers = history, reasons, offers+1
 	r.jobs[job.ID] = rj
 	r.mu.Unlock()
+	// However the auction ends, the bids it did not award are released so
+	// that their providers free the GPUs they hold for them.
+	defer r.releaseBids(rj, &job, len(history))
 
 	published := 0
 	var pubErr error
@@ -550,6 +553,42 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 		return -1, r.finish(rj, JobCancelled, "context: "+err.Error(), nil, "", err)
 	}
 	return len(order), nil
+}
+
+// releaseBids tells every provider whose bid for this auction was not
+// awarded (no attempt since index from) that it will not be, in the
+// background and best effort.
+func (r *Renter) releaseBids(rj *renterJob, job *Job, from int) {
+	r.mu.Lock()
+	awarded := map[string]bool{}
+	for _, a := range rj.status.Attempts[min(from, len(rj.status.Attempts)):] {
+		awarded[a.Provider] = true
+	}
+	var rels []BidRelease
+	for _, c := range rj.bids {
+		if !awarded[c.Bid.Provider] {
+			rels = append(rels, BidRelease{JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: c.Bid.Provider,
+				BidNonce: c.Bid.Nonce, IssuedAt: r.cfg.Now()})
+		}
+	}
+	r.mu.Unlock()
+	for _, rel := range rels {
+		to, err := peer.Decode(rel.Provider)
+		if err != nil {
+			continue
+		}
+		data, err := EncodeBidRelease(r.cfg.Signer, rel)
+		if err != nil {
+			continue
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ConfirmTimeout)
+			defer cancel()
+			if _, err := r.cfg.Transport.SendAward(ctx, to, data); err != nil {
+				r.log.Debug("bid release not delivered", "job", rel.JobID, "provider", rel.Provider, "err", err)
+			}
+		}()
+	}
 }
 
 // noConfirm ranks a provider that did not confirm an award last for

@@ -202,6 +202,18 @@ type Award struct {
 	IssuedAt time.Time `json:"issued_at"`
 }
 
+// BidRelease tells a provider that its bid will not be awarded (the
+// auction went to another bid or ended), so it frees the bid's tentative
+// hold on its calendar at once instead of at the hold's expiry.
+type BidRelease struct {
+	JobID    string    `json:"job_id"`
+	Attempt  int       `json:"attempt"`
+	Renter   string    `json:"renter"`
+	Provider string    `json:"provider"`
+	BidNonce string    `json:"bid_nonce"`
+	IssuedAt time.Time `json:"issued_at"`
+}
+
 // Confirm is the provider's signed answer to an award.
 type Confirm struct {
 	LeaseID  string `json:"lease_id"`
