@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 )
 
@@ -167,5 +168,49 @@ func TestBidRelease(t *testing.T) {
 	}
 	if n, lost := box.cal.Holds(m.now()), box.p.Stats().Lost; n != 0 || lost != 1 {
 		t.Fatalf("%d holds, %d lost after the release", n, lost)
+	}
+}
+
+// TestHeldCallBidsAfterRelease: a call refused only because another bid
+// holds the GPU gets its bid once that bid is released, while its window
+// is open.
+func TestHeldCallBidsAfterRelease(t *testing.T) {
+	m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+	box := m.provs[0]
+	first, second := signtest.New(t), signtest.New(t)
+	tr1, bids1 := bidCollector(m, first.ID())
+	tr2, bids2 := bidCollector(m, second.ID())
+	post := func(tr *MemTransport, signer *sign.Signer, id string) Job {
+		j := ownedJob(t, m, signer.ID(), id)
+		// Must start within ten minutes: the held hour cannot be waited out.
+		j.BidWindow, j.Deadline = 5*time.Second, m.now().Add(10*time.Minute)
+		call, err := EncodeCall(signer, j, JobTopics(&j)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Publish(context.Background(), JobTopics(&j)[0], call); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	j1 := post(tr1, first, "job-first")
+	b := nextBid(t, bids1)
+	post(tr2, second, "job-second")
+	waitUntil(t, 5*time.Second, "second call refused for the hold", func() bool { return box.p.Stats().Ineligible["held"] == 1 })
+	select {
+	case b2 := <-bids2:
+		t.Fatalf("bid %+v while the GPUs were held", b2)
+	default:
+	}
+	data, err := EncodeBidRelease(first, BidRelease{JobID: j1.ID, Attempt: j1.Attempt, Renter: first.ID().String(),
+		Provider: b.Provider, BidNonce: b.Nonce, IssuedAt: m.now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := box.p.HandleAward(first.ID(), data); err != nil {
+		t.Fatal(err)
+	}
+	if b2 := nextBid(t, bids2); b2.JobID != "job-second" {
+		t.Fatalf("bid for %s", b2.JobID)
 	}
 }

@@ -156,6 +156,7 @@ type Provider struct {
 	lastPrune time.Time
 	buckets   map[string]*bucket // owner -> calls
 	inflight  map[peer.ID]int    // owner -> bids queued or being sent
+	parked    []parkedCall       // calls refused only for other bids' holds
 
 	evalMu  sync.Mutex // makes a call's evaluation and its hold one step
 	sendMu  sync.Mutex // guards sendQ's senders and workers
@@ -308,7 +309,39 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	p.seen[key] = now
 	p.stats.Calls++
 	p.mu.Unlock()
+	return p.bidFor(job, owner, now, true)
+}
 
+// maxParked bounds the calls a provider keeps to evaluate again when a
+// hold is released.
+const maxParked = 64
+
+// parkedCall is a call refused only because other bids hold the GPUs.
+type parkedCall struct {
+	job   Job
+	owner peer.ID
+	until time.Time // the call's bid window ends
+}
+
+// retryParked evaluates the parked calls whose bid window is still open
+// again: a hold was released, so one of them may fit now.
+func (p *Provider) retryParked() {
+	now := p.cfg.Now()
+	p.mu.Lock()
+	parked := p.parked
+	p.parked = nil
+	p.mu.Unlock()
+	for _, pc := range parked {
+		if now.Before(pc.until) {
+			_ = p.bidFor(pc.job, pc.owner, now, false)
+		}
+	}
+}
+
+// bidFor evaluates a job and, when eligible, queues a bid for it (see
+// HandleCall). A call refused only because of other bids' holds is parked
+// (when park) and evaluated again when a hold is released.
+func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) error {
 	capab := p.cfg.Capability()
 	ps := ProviderState{Cap: &capab, Cal: p.cfg.Calendar, Reliability: NeutralReliability}
 	if p.cfg.Sensors != nil {
@@ -329,6 +362,23 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	p.evalMu.Unlock()
 	if err != nil {
 		var in *Ineligible
+		if errors.As(err, &in) && p.cfg.HoldGrace > 0 {
+			firm := ps
+			firm.FirmOnly = true
+			if _, ferr := Evaluate(firm, &job, now); ferr == nil {
+				// Only held: wait for a release while the window is open.
+				p.mu.Lock()
+				if park {
+					if len(p.parked) >= maxParked {
+						p.parked = p.parked[1:]
+					}
+					p.parked = append(p.parked, parkedCall{job: job, owner: owner, until: now.Add(job.BidWindow)})
+				}
+				p.stats.Ineligible["held"]++
+				p.mu.Unlock()
+				return err
+			}
+		}
 		if errors.As(err, &in) {
 			p.mu.Lock()
 			p.stats.Ineligible[in.Kind]++
@@ -490,7 +540,9 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		return decline("award does not match the bid's terms")
 	}
 	// The bid's award came: its tentative hold becomes a booking or goes.
-	p.cfg.Calendar.DropHold(a.BidNonce)
+	if p.cfg.Calendar.DropHold(a.BidNonce) {
+		defer func() { go p.retryParked() }()
+	}
 	job := sb.job
 	b := Booking{LeaseID: a.LeaseID, Start: a.Start, End: a.End, GPUs: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible}
 	var evict []string
@@ -547,7 +599,9 @@ func (p *Provider) handleRelease(from peer.ID, rel BidRelease) error {
 		return p.rejectLocked("unknown_bid", fmt.Errorf("release of bid %q", rel.BidNonce))
 	}
 	delete(p.bids, rel.BidNonce)
-	p.cfg.Calendar.DropHold(rel.BidNonce)
+	if p.cfg.Calendar.DropHold(rel.BidNonce) {
+		go p.retryParked()
+	}
 	p.stats.Lost++
 	return nil
 }
