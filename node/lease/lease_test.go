@@ -148,7 +148,11 @@ func TestGoldPreemptsBronze(t *testing.T) {
 	if bv.Winner != pa.id() {
 		t.Fatalf("bronze went to %s, want the cheaper H100 node", bv.Winner)
 	}
-	r.waitJob(bv.Job.ID, "bronze running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	// Running for a few heartbeats, so that its billable span is not all
+	// scheduling jitter (a gold auction closes at its first good bid).
+	r.waitJob(bv.Job.ID, "bronze running", func(v api.JobView) bool {
+		return v.Run == auction.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 3
+	})
 
 	gold := job(auction.Gold, 5, 10*time.Minute, "gate", "gold", "0")
 	gold.GPUModels = []string{"H100"}

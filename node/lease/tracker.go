@@ -45,9 +45,13 @@ type TrackerConfig struct {
 	// waits before it is offered again, doubling up to QueueBackoffMax;
 	// a capacity notice offers it at once. Defaults 1s and 30s.
 	QueueBackoff, QueueBackoffMax time.Duration
-	Now                           Clock
-	Log                           *slog.Logger
-	Counters                      *Counters
+	// ReofferRate bounds the renter's re-offers of queued jobs per second,
+	// all jobs together (providers drop an owner's calls beyond
+	// auction.DefaultCallRate); default half of auction.DefaultCallRate.
+	ReofferRate float64
+	Now         Clock
+	Log         *slog.Logger
+	Counters    *Counters
 }
 
 // Tracker is a renter's one record of each of its jobs: the auction's
@@ -67,6 +71,7 @@ type Tracker struct {
 	mons    map[string]*attest.HeartbeatMonitor
 	byLease map[string]string        // lease id → job id
 	wake    map[string]chan struct{} // queued job id → offer it now
+	reoffer time.Time                // when the next re-offer may go out
 	wg      sync.WaitGroup
 	saveMu  sync.Mutex
 }
@@ -94,6 +99,9 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	}
 	if cfg.QueueBackoff <= 0 {
 		cfg.QueueBackoff = time.Second
+	}
+	if cfg.ReofferRate <= 0 {
+		cfg.ReofferRate = auction.DefaultCallRate / 2
 	}
 	if cfg.QueueBackoffMax < cfg.QueueBackoff {
 		cfg.QueueBackoffMax = max(30*time.Second, cfg.QueueBackoff)
@@ -261,6 +269,12 @@ func (t *Tracker) queue(job auction.Job) {
 				t.giveUp(job.ID, "start deadline passed while queued")
 				return
 			}
+			if !t.reofferTurn() {
+				return
+			}
+			if v, err := t.View(job.ID); err != nil || v.State != auction.JobQueued {
+				return
+			}
 			// A new attempt: providers answer each call once.
 			job.Attempt++
 			t.cfg.Counters.Add("renter.job_reoffered")
@@ -270,6 +284,29 @@ func (t *Tracker) queue(job auction.Job) {
 			backoff = min(2*backoff, t.cfg.QueueBackoffMax)
 		}
 	}()
+}
+
+// reofferTurn waits for the re-offer rate (ReofferRate) to allow one more
+// call; false when the tracker stops first.
+func (t *Tracker) reofferTurn() bool {
+	t.mu.Lock()
+	now := time.Now()
+	at := t.reoffer
+	if at.Before(now) {
+		at = now
+	}
+	t.reoffer = at.Add(time.Duration(float64(time.Second) / t.cfg.ReofferRate))
+	t.mu.Unlock()
+	if wait := time.Until(at); wait > 0 {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-t.ctx.Done():
+			return false
+		case <-timer.C:
+		}
+	}
+	return true
 }
 
 // giveUp ends a queued job's wait: it is unplaceable.
