@@ -186,6 +186,31 @@ func DecodeBidRelease(data []byte) (BidRelease, error) {
 	return r, nil
 }
 
+// EncodeDecline seals a decline; its Provider must be the signer.
+func EncodeDecline(s *sign.Signer, d Decline) ([]byte, error) {
+	if d.Provider != s.ID().String() {
+		return nil, fmt.Errorf("%w: decline provider %q is not the signer %s", ErrSignerMismatch, d.Provider, s.ID())
+	}
+	return seal(s, sign.DomainDecline, d)
+}
+
+// DecodeDecline verifies a decline envelope, that its signer is its
+// Provider, that its job id satisfies ValidID and that its kind is short.
+func DecodeDecline(data []byte) (Decline, error) {
+	var d Decline
+	id, err := open(data, sign.DomainDecline, &d)
+	if err != nil {
+		return Decline{}, err
+	}
+	if d.Provider != id.String() {
+		return Decline{}, fmt.Errorf("%w: decline claims provider %q, signed by %s", ErrSignerMismatch, d.Provider, id)
+	}
+	if err := validIDs("decline", "job id", d.JobID, "kind", d.Kind); err != nil {
+		return Decline{}, err
+	}
+	return d, nil
+}
+
 // EncodeConfirm seals a provider's answer to an award.
 func EncodeConfirm(s *sign.Signer, c Confirm) ([]byte, error) {
 	return seal(s, sign.DomainConfirm, c)

@@ -384,6 +384,9 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 			p.stats.Ineligible[in.Kind]++
 			p.mu.Unlock()
 			p.log.Debug("not bidding", "job", job.ID, "reason", in.Reason)
+			if park && job.WantDeclines {
+				p.decline(job, owner, in.Kind, now)
+			}
 			return err
 		}
 		return p.reject("evaluate", err)
@@ -420,6 +423,32 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 		return p.rejectLocked("send_queue_full", fmt.Errorf("bid for %s dropped", job.ID))
 	}
 	return nil
+}
+
+// decline sends the job's owner a signed Decline saying why we do not bid,
+// through the bid send workers and under the same per-owner limit (at most
+// one per call: calls are deduplicated before they are evaluated).
+func (p *Provider) decline(job Job, owner peer.ID, kind string, now time.Time) {
+	msg, err := EncodeDecline(p.cfg.Signer, Decline{JobID: job.ID, Attempt: job.Attempt, Provider: p.cfg.Signer.ID().String(),
+		Kind: kind, IssuedAt: now})
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	if p.inflight[owner] >= p.cfg.MaxOwnerInflight {
+		p.stats.Rejected["owner_inflight"]++
+		p.mu.Unlock()
+		return
+	}
+	p.inflight[owner]++
+	p.mu.Unlock()
+	timeout := min(p.cfg.SendTimeout, job.BidWindow)
+	if !p.enqueue(bidSend{owner: owner, addrs: DialHints(owner, job.OwnerAddrs), jobID: job.ID, msg: msg, timeout: timeout}) {
+		p.mu.Lock()
+		p.inflight[owner]--
+		p.stats.Rejected["send_queue_full"]++
+		p.mu.Unlock()
+	}
 }
 
 // takeToken spends one of owner's call tokens at now, if it has one. Called

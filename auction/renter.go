@@ -109,6 +109,9 @@ type JobStatus struct {
 	// Offers counts the auctions this renter ran for the job (a queued job
 	// is offered again).
 	Offers int `json:"offers,omitempty"`
+	// Declines counts, by Ineligible.Kind, the providers that said why
+	// they did not bid in the latest auction (Job.WantDeclines).
+	Declines map[string]int `json:"declines,omitempty"`
 }
 
 // RenterConfig configures a Renter.
@@ -154,14 +157,15 @@ type RenterConfig struct {
 }
 
 type renterJob struct {
-	status  JobStatus
-	open    bool
-	bids    []Candidate
-	nonces  map[string]bool
-	bidders map[string]bool
-	cancel  chan struct{}
-	bidIn   chan struct{} // signalled (never blocking) on each accepted bid
-	posted  time.Time     // wall clock, for latency
+	status    JobStatus
+	open      bool
+	bids      []Candidate
+	nonces    map[string]bool
+	bidders   map[string]bool
+	decliners map[string]bool
+	cancel    chan struct{}
+	bidIn     chan struct{} // signalled (never blocking) on each accepted bid
+	posted    time.Time     // wall clock, for latency
 }
 
 // Renter runs auctions for its own jobs: Post gossips a signed call for bids
@@ -185,7 +189,16 @@ type Renter struct {
 	jobs        map[string]*renterJob
 	counters    map[string]int
 	unconfirmed map[string]time.Time // provider -> until when it ranks last
+	declineTok  float64              // token bucket of declines taken
+	declineAt   time.Time
 }
+
+// Declines a renter takes, all jobs together: a token bucket, so that
+// declines cannot flood it.
+const (
+	declineRate  = 200.0 // per second
+	declineBurst = 400
+)
 
 // NewRenter returns a renter. Signer and Transport are required.
 func NewRenter(cfg RenterConfig) (*Renter, error) {
@@ -238,13 +251,14 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		return job, err
 	}
 	rj := &renterJob{
-		status:  JobStatus{Job: job, State: JobBidding, PostedAt: r.cfg.Now()},
-		open:    true,
-		nonces:  map[string]bool{},
-		bidders: map[string]bool{},
-		cancel:  make(chan struct{}),
-		bidIn:   make(chan struct{}, 1),
-		posted:  time.Now(),
+		status:    JobStatus{Job: job, State: JobBidding, PostedAt: r.cfg.Now()},
+		open:      true,
+		nonces:    map[string]bool{},
+		bidders:   map[string]bool{},
+		decliners: map[string]bool{},
+		cancel:    make(chan struct{}),
+		bidIn:     make(chan struct{}, 1),
+		posted:    time.Now(),
 	}
 	r.mu.Lock()
 	if old, ok := r.jobs[job.ID]; ok && (old.status.State == JobBidding || old.status.State == JobAwarding) {
@@ -311,6 +325,11 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	switch {
 	case len(ranked) == 0:
 		reason = "no bids"
+		r.mu.Lock()
+		if len(rj.status.Declines) > 0 {
+			reason += " (" + DeclinesText(rj.status.Declines) + ")"
+		}
+		r.mu.Unlock()
 	case eligible == 0:
 		reason = fmt.Sprintf("no eligible bids (%d rejected: %s)", len(ranked), ranked[0].Rejected)
 	default:
@@ -662,6 +681,11 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string) (Le
 // bid already. A refused bid returns a *Rejection and is counted by reason.
 func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 	b, err := DecodeBid(data)
+	if errors.Is(err, sign.ErrWrongDomain) {
+		if d, derr := DecodeDecline(data); derr == nil {
+			return r.handleDecline(from, d)
+		}
+	}
 	if err != nil {
 		return r.reject(decodeReason(err), err)
 	}
@@ -697,6 +721,67 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 	return nil
 }
 
+// handleDecline takes a provider's signed reason for not bidding (it comes
+// on the bid stream): counted by kind for the job's current auction while
+// its window is open, once per provider, within the renter's decline rate.
+func (r *Renter) handleDecline(from peer.ID, d Decline) error {
+	if d.Provider != from.String() {
+		return r.reject("sender_mismatch", fmt.Errorf("decline from %s signed by %s", from, d.Provider))
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rj, ok := r.jobs[d.JobID]
+	switch {
+	case !ok:
+		return r.rejectLocked("unknown_job", fmt.Errorf("job %q", d.JobID))
+	case d.Attempt != rj.status.Job.Attempt || !rj.open:
+		return r.rejectLocked("window_closed", fmt.Errorf("job %s", d.JobID))
+	case rj.decliners[d.Provider] || rj.bidders[d.Provider]:
+		return r.rejectLocked("duplicate_provider", fmt.Errorf("provider %s", d.Provider))
+	}
+	if r.declineAt.IsZero() {
+		r.declineTok = declineBurst
+	} else if dt := now.Sub(r.declineAt); dt > 0 {
+		r.declineTok = min(declineBurst, r.declineTok+dt.Seconds()*declineRate)
+	}
+	r.declineAt = now
+	if r.declineTok < 1 {
+		return r.rejectLocked("decline_rate_limited", fmt.Errorf("over %v declines/s", declineRate))
+	}
+	r.declineTok--
+	rj.decliners[d.Provider] = true
+	if rj.status.Declines == nil {
+		rj.status.Declines = map[string]int{}
+	}
+	rj.status.Declines[d.Kind]++
+	return nil
+}
+
+// DeclinesText is a job's declines in one line, most frequent first:
+// "12 declined: price; 3: vram".
+func DeclinesText(declines map[string]int) string {
+	kinds := make([]string, 0, len(declines))
+	for k := range declines {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool {
+		if declines[kinds[i]] != declines[kinds[j]] {
+			return declines[kinds[i]] > declines[kinds[j]]
+		}
+		return kinds[i] < kinds[j]
+	})
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		if i == 0 {
+			parts[i] = fmt.Sprintf("%d declined: %s", declines[k], k)
+		} else {
+			parts[i] = fmt.Sprintf("%d: %s", declines[k], k)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
 func (r *Renter) reject(reason string, err error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -724,6 +809,12 @@ func (rj *renterJob) snapshot() JobStatus {
 	s.Bids = append([]Ranked(nil), s.Bids...)
 	s.Reasons = append([]string(nil), s.Reasons...)
 	s.Attempts = append([]AwardAttempt(nil), s.Attempts...)
+	if s.Declines != nil {
+		s.Declines = make(map[string]int, len(rj.status.Declines))
+		for k, v := range rj.status.Declines {
+			s.Declines[k] = v
+		}
+	}
 	if s.Lease != nil {
 		l := *s.Lease
 		s.Lease = &l

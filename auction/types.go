@@ -141,6 +141,9 @@ type Job struct {
 	BidWindow time.Duration `json:"bid_window,omitempty" yaml:"bid_window,omitempty"`
 	Attempt   int           `json:"attempt" yaml:"-"`
 	CreatedAt time.Time     `json:"created_at" yaml:"-"`
+	// WantDeclines asks the providers that will not bid to say why (a
+	// signed Decline, at most one per provider and call).
+	WantDeclines bool `json:"want_declines,omitempty" yaml:"-"`
 }
 
 // OutputFile is one result file a job left in its outputs directory.
@@ -211,6 +214,17 @@ type BidRelease struct {
 	Renter   string    `json:"renter"`
 	Provider string    `json:"provider"`
 	BidNonce string    `json:"bid_nonce"`
+	IssuedAt time.Time `json:"issued_at"`
+}
+
+// Decline is a provider's signed word that it will not bid for a job's
+// call, and why: Kind is the Ineligible.Kind (price, vram, region,
+// availability, ...). Sent only when the call asked (Job.WantDeclines).
+type Decline struct {
+	JobID    string    `json:"job_id"`
+	Attempt  int       `json:"attempt"`
+	Provider string    `json:"provider"`
+	Kind     string    `json:"kind"`
 	IssuedAt time.Time `json:"issued_at"`
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpumesh/gpumesh/auction"
 	"github.com/urfave/cli/v2"
 )
 
@@ -44,6 +45,9 @@ func bidsCommand() *cli.Command {
 				return err
 			}
 			fmt.Fprintf(w, "%d bid(s) for job %s\n", len(v.Bids), orDash(v.JobID))
+			if len(v.Declines) > 0 {
+				fmt.Fprintln(w, auction.DeclinesText(v.Declines))
+			}
 			if v.Explain != "" {
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, strings.TrimRight(v.Explain, "\n"))

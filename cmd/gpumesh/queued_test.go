@@ -21,6 +21,7 @@ func TestJobPostQueued(t *testing.T) {
 		v := leasedView(id, "")
 		v.State, v.Lease, v.Winner = auction.JobQueued, nil, ""
 		v.Reasons = []string{"queued: no bids (offered 1 times)"}
+		v.Declines = map[string]int{"vram": 1, "price": 3}
 		return v
 	}
 	var polls atomic.Int32
@@ -57,4 +58,22 @@ func TestJobPostQueued(t *testing.T) {
 			t.Fatalf("returned after %d polls", polls.Load())
 		}
 	})
+}
+
+// TestJobStatusShowsDeclines: job status aggregates why providers did not
+// bid.
+func TestJobStatusShowsDeclines(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		v := leasedView("jq", "")
+		v.State, v.Lease, v.Winner = auction.JobQueued, nil, ""
+		v.Reasons = []string{"queued: no bids (4 declined: price; 1: vram) (offered 2 times)"}
+		v.Declines = map[string]int{"vram": 1, "price": 4}
+		replyJSON(w, 200, v)
+	})
+	dir := fakeDaemon(t, mux)
+	code, out, errOut := runCLI(t, "-d", dir, "job", "status", "jq")
+	if code != 0 || !strings.Contains(out, "state:      queued") || !strings.Contains(out, "declines:   4 declined: price; 1: vram") {
+		t.Fatalf("code %d\nout %s\nerr %s", code, out, errOut)
+	}
 }

@@ -166,6 +166,8 @@ func (t *Tracker) Post(job auction.Job) (api.JobView, error) {
 	if job.Deadline.IsZero() {
 		job.Deadline = job.CreatedAt.Add(defaultStartWindow(job.Tier))
 	}
+	// Providers that will not bid say why: job status and bids show it.
+	job.WantDeclines = true
 	if err := job.Validate(); err != nil {
 		return api.JobView{}, badRequest("%v", err)
 	}
@@ -563,7 +565,8 @@ func (t *Tracker) Bids(id string) (api.BidsView, error) {
 	if ranked == nil {
 		ranked = []auction.Ranked{}
 	}
-	return api.BidsView{JobID: id, Bids: ranked, Explain: auction.Explain(ranked)}, nil
+	st, _ := t.renter.Status(id)
+	return api.BidsView{JobID: id, Bids: ranked, Explain: auction.Explain(ranked), Declines: st.Declines}, nil
 }
 
 // Cancel cancels a job in auction, or asks its provider to stop its
