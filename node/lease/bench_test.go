@@ -22,7 +22,16 @@ func TestMarketFigures(t *testing.T) {
 	}
 	h := newHarness(t)
 	for i := 0; i < 10; i++ {
-		h.provider(provSpec{model: "A100", price: 1})
+		p := h.provider(provSpec{model: "A100", price: 1})
+		go func() { // nobody waits on the fake executor's start signals here
+			for {
+				select {
+				case <-p.exec.started:
+				case <-p.ctx.Done():
+					return
+				}
+			}
+		}()
 	}
 	renters := []*node{h.renter(), h.renter(), h.renter(), h.renter()}
 	mk := func() auction.Job {
