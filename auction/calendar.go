@@ -40,6 +40,7 @@ type Calendar struct {
 // until it expires.
 type hold struct {
 	b     Booking
+	owner string
 	until time.Time
 }
 
@@ -52,16 +53,31 @@ func NewCalendar(capacity int) *Calendar {
 	return &Calendar{capacity: capacity, books: make(map[string]Booking), holds: make(map[string]hold)}
 }
 
-// Hold books b tentatively under key (a bid's nonce) until until: the hold
+// Hold books b tentatively under key (a bid's nonce, for owner's job) until until: the hold
 // counts against capacity for new bids (Planned) so that concurrent
 // auctions are not offered the same GPUs, but not for Reserve, so an
 // award always finds the room its bid saw (DropHold when it comes). A
 // later Hold under the same key replaces it.
-func (c *Calendar) Hold(key string, b Booking, until time.Time) {
+func (c *Calendar) Hold(key, owner string, b Booking, until time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b.LeaseID = "hold:" + key
-	c.holds[key] = hold{b: b, until: until}
+	c.holds[key] = hold{b: b, owner: owner, until: until}
+}
+
+// HeldBy is the number of GPUs the live holds of one owner's bids hold at
+// now.
+func (c *Calendar) HeldBy(owner string, now time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pruneHolds(now)
+	n := 0
+	for _, h := range c.holds {
+		if h.owner == owner {
+			n += h.b.GPUs
+		}
+	}
+	return n
 }
 
 // DropHold releases a tentative booking and reports whether it existed.

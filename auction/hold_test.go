@@ -15,7 +15,7 @@ import (
 func TestCalendarHolds(t *testing.T) {
 	now := at(0, "10:00")
 	c := NewCalendar(1)
-	c.Hold("bid-1", Booking{Start: now, End: now.Add(time.Hour), GPUs: 1}, now.Add(time.Second))
+	c.Hold("bid-1", "owner", Booking{Start: now, End: now.Add(time.Hour), GPUs: 1}, now.Add(time.Second))
 	if got := c.Planned(now); len(got) != 1 || got[0].LeaseID != "hold:bid-1" {
 		t.Fatalf("planned %+v", got)
 	}
@@ -29,7 +29,7 @@ func TestCalendarHolds(t *testing.T) {
 	if got := c.Planned(now.Add(time.Second)); len(got) != 1 || got[0].LeaseID != "l-other" {
 		t.Fatalf("expired hold still planned: %+v", got)
 	}
-	c.Hold("bid-2", Booking{Start: now, End: now.Add(time.Hour), GPUs: 1}, now.Add(time.Minute))
+	c.Hold("bid-2", "owner", Booking{Start: now, End: now.Add(time.Hour), GPUs: 1}, now.Add(time.Minute))
 	if !c.DropHold("bid-2") || c.DropHold("bid-2") || c.Holds(now) != 0 {
 		t.Fatal("DropHold")
 	}

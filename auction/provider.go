@@ -30,8 +30,10 @@ const (
 	DefaultCallBurst        = 20
 	DefaultMaxOwnerInflight = 4
 	// DefaultHoldGrace is how long past the job's bid window a bid's
-	// tentative hold on the calendar lasts (see ProviderConfig.HoldGrace).
+	// tentative hold on the calendar lasts (see ProviderConfig.HoldGrace);
+	// a hold never lasts longer than maxHold plus the grace.
 	DefaultHoldGrace = 500 * time.Millisecond
+	maxHold          = 2 * time.Second
 )
 
 // ProviderConfig configures a Provider.
@@ -71,9 +73,12 @@ type ProviderConfig struct {
 	CallRate  float64
 	CallBurst int
 	// HoldGrace: each bid holds its span on the calendar tentatively
-	// (Calendar.Hold) for the job's bid window plus HoldGrace, or until its
-	// award comes, so that concurrent auctions are not offered the same
-	// GPUs. 0 means DefaultHoldGrace; negative disables holds.
+	// (Calendar.Hold) for the job's bid window (at most 2 s) plus
+	// HoldGrace, or until its award or release comes, so that concurrent
+	// auctions are not offered the same GPUs; one owner's bids hold at most
+	// half the GPUs. A call that only other bids' holds keep from an
+	// earlier start waits (parked) for a release while its window is open.
+	// 0 means DefaultHoldGrace; negative disables holds.
 	HoldGrace time.Duration
 	// MaxOwnerInflight caps the bids to one owner that are queued or being
 	// sent; more are dropped and counted (Rejected["owner_inflight"]), so an
@@ -355,30 +360,40 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 	p.evalMu.Lock()
 	offer, err := Evaluate(ps, &job, now)
 	nonce := NewID("bid")
-	if err == nil && p.cfg.HoldGrace > 0 {
-		p.cfg.Calendar.Hold(nonce, Booking{Start: offer.Start, End: offer.End, GPUs: job.GPUCount, Tier: job.Tier,
-			Preemptible: job.Preemptible}, now.Add(job.BidWindow+p.cfg.HoldGrace))
+	held := false
+	if p.cfg.HoldGrace > 0 && p.cfg.Calendar.Holds(now) > 0 {
+		// Other bids hold GPUs. If the calendar without them could start
+		// the job sooner (or at all), the call waits for a release
+		// instead of bidding a later start.
+		firm := ps
+		firm.FirmOnly = true
+		if fo, ferr := Evaluate(firm, &job, now); ferr == nil && (err != nil || fo.Start.Before(offer.Start)) {
+			held = true
+		}
+	}
+	// One owner's bids hold at most half the GPUs (at least one bid's
+	// worth), so that calls nobody awards cannot hold a provider; beyond
+	// that its bids go without holds.
+	if err == nil && !held && p.cfg.HoldGrace > 0 &&
+		p.cfg.Calendar.HeldBy(job.Owner, now)+job.GPUCount <= max(p.cfg.Calendar.Capacity()/2, job.GPUCount) {
+		p.cfg.Calendar.Hold(nonce, job.Owner, Booking{Start: offer.Start, End: offer.End, GPUs: job.GPUCount, Tier: job.Tier,
+			Preemptible: job.Preemptible}, now.Add(min(job.BidWindow, maxHold)+p.cfg.HoldGrace))
 	}
 	p.evalMu.Unlock()
+	if held {
+		p.mu.Lock()
+		if park {
+			if len(p.parked) >= maxParked {
+				p.parked = p.parked[1:]
+			}
+			p.parked = append(p.parked, parkedCall{job: job, owner: owner, until: now.Add(job.BidWindow)})
+		}
+		p.stats.Ineligible["held"]++
+		p.mu.Unlock()
+		return &Ineligible{Kind: "held", Reason: "the GPUs are held for other bids"}
+	}
 	if err != nil {
 		var in *Ineligible
-		if errors.As(err, &in) && p.cfg.HoldGrace > 0 {
-			firm := ps
-			firm.FirmOnly = true
-			if _, ferr := Evaluate(firm, &job, now); ferr == nil {
-				// Only held: wait for a release while the window is open.
-				p.mu.Lock()
-				if park {
-					if len(p.parked) >= maxParked {
-						p.parked = p.parked[1:]
-					}
-					p.parked = append(p.parked, parkedCall{job: job, owner: owner, until: now.Add(job.BidWindow)})
-				}
-				p.stats.Ineligible["held"]++
-				p.mu.Unlock()
-				return err
-			}
-		}
 		if errors.As(err, &in) {
 			p.mu.Lock()
 			p.stats.Ineligible[in.Kind]++
