@@ -21,8 +21,10 @@ func TestMarketFigures(t *testing.T) {
 		t.Skip("set GPUMESH_MARKET_FIGURES=1 to measure")
 	}
 	h := newHarness(t)
+	var providers []*node
 	for i := 0; i < 10; i++ {
 		p := h.provider(provSpec{model: "A100", price: 1})
+		providers = append(providers, p)
 		go func() { // nobody waits on the fake executor's start signals here
 			for {
 				select {
@@ -98,4 +100,12 @@ func TestMarketFigures(t *testing.T) {
 	succeeded -= len(lat) // the sequential ones
 	t.Logf("%d jobs, %d in flight on 10 providers, %v: %d succeeded (%.1f/s), %d unplaceable", jobs, inFlight,
 		took.Round(time.Millisecond), succeeded, float64(succeeded)/took.Seconds(), rejected)
+	for _, r := range renters {
+		t.Logf("renter counters %v, refused bids %v", r.counters.Snapshot(), r.tracker.Auction().Counters())
+	}
+	for _, p := range providers {
+		s := p.provider.Stats()
+		t.Logf("provider: calls %d bids %d won %d lost %d declined %d ineligible %v rejected %v", s.Calls, s.Bids, s.Won, s.Lost,
+			s.Declined, s.Ineligible, s.Rejected)
+	}
 }
