@@ -40,6 +40,15 @@ type Calendar struct {
 	mu       sync.Mutex
 	capacity int
 	books    map[string]Booking
+	holds    map[string]hold // key (a bid's nonce) -> tentative booking
+}
+
+// hold is a tentative booking: a bid's span, held until its award comes or
+// until it expires.
+type hold struct {
+	b     Booking
+	owner string
+	until time.Time
 }
 
 // NewCalendar returns an empty calendar for capacity GPUs (negative counts
@@ -48,7 +57,74 @@ func NewCalendar(capacity int) *Calendar {
 	if capacity < 0 {
 		capacity = 0
 	}
-	return &Calendar{capacity: capacity, books: make(map[string]Booking)}
+	return &Calendar{capacity: capacity, books: make(map[string]Booking), holds: make(map[string]hold)}
+}
+
+// Hold books b tentatively under key (a bid's nonce, for owner's job) until until: the hold
+// counts against capacity for new bids (Planned) so that concurrent
+// auctions are not offered the same GPUs, but not for Reserve, so an
+// award always finds the room its bid saw (DropHold when it comes). A
+// later Hold under the same key replaces it.
+func (c *Calendar) Hold(key, owner string, b Booking, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b.LeaseID = "hold:" + key
+	c.holds[key] = hold{b: b, owner: owner, until: until}
+}
+
+// HeldBy is the number of GPUs the live holds of one owner's bids hold at
+// now.
+func (c *Calendar) HeldBy(owner string, now time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pruneHolds(now)
+	n := 0
+	for _, h := range c.holds {
+		if h.owner == owner {
+			n += h.b.GPUs
+		}
+	}
+	return n
+}
+
+// DropHold releases a tentative booking and reports whether it existed.
+func (c *Calendar) DropHold(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.holds[key]
+	delete(c.holds, key)
+	return ok
+}
+
+// Holds is the number of tentative bookings live at now.
+func (c *Calendar) Holds(now time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pruneHolds(now)
+	return len(c.holds)
+}
+
+// Planned returns the bookings and the tentative bookings live at now (the
+// latter with lease id "hold:<key>"), sorted by start then lease id: what a
+// new bid must fit around.
+func (c *Calendar) Planned(now time.Time) []Booking {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pruneHolds(now)
+	out := c.list()
+	for _, h := range c.holds {
+		out = append(out, h.b)
+	}
+	sortBookings(out)
+	return out
+}
+
+func (c *Calendar) pruneHolds(now time.Time) {
+	for k, h := range c.holds {
+		if !now.Before(h.until) {
+			delete(c.holds, k)
+		}
+	}
 }
 
 // Capacity is the number of GPUs the calendar books.
@@ -232,13 +308,17 @@ func (c *Calendar) list() []Booking {
 		b.Devices = append([]int(nil), b.Devices...)
 		out = append(out, b)
 	}
+	sortBookings(out)
+	return out
+}
+
+func sortBookings(out []Booking) {
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].Start.Equal(out[j].Start) {
 			return out[i].Start.Before(out[j].Start)
 		}
 		return out[i].LeaseID < out[j].LeaseID
 	})
-	return out
 }
 
 // useAt is the GPUs booked at the instant at, ignoring bookings for which

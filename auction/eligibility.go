@@ -26,6 +26,9 @@ type ProviderState struct {
 	TempC       int
 	PowerW      int
 	Reliability float64 // the provider's own verified reliability in [0,1]
+	// FirmOnly evaluates against the calendar's bookings alone, ignoring
+	// the tentative holds of outstanding bids.
+	FirmOnly bool
 }
 
 // Offer is what a provider would bid for a job.
@@ -145,7 +148,10 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 	}
 
 	var price, overQuote float64
-	books := ps.Cal.Bookings()
+	books := ps.Cal.Planned(now) // tentative holds of other bids count too
+	if ps.FirmOnly {
+		books = ps.Cal.Bookings()
+	}
 	affordable := func(s, e time.Time) bool {
 		occ := float64(useAt(books, s, nil)) / float64(ps.Cal.Capacity())
 		q := Quote(p, s, e.Sub(s), occ)

@@ -264,7 +264,9 @@ func TestGoldEvictsOnlyWhenStillNeeded(t *testing.T) {
 	}
 	var got []string
 	box.p.cfg.OnLease = func(_ Lease, _ Job, preempts []string) { got = preempts }
-	r, tr := m.renter(t, RenterConfig{})
+	// The full window, so that the award comes after the release below (a
+	// gold job's window otherwise closes at its first acceptable bid).
+	r, tr := m.renter(t, RenterConfig{QuietClose: -1})
 	gate := bidGate(r, tr, 1)
 	done := make(chan error, 1)
 	gold := euJob(m.now())

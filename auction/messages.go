@@ -161,6 +161,56 @@ func DecodeAward(data []byte) (Award, error) {
 	return a, nil
 }
 
+// EncodeBidRelease seals a bid release; its Renter must be the signer.
+func EncodeBidRelease(s *sign.Signer, r BidRelease) ([]byte, error) {
+	if r.Renter != s.ID().String() {
+		return nil, fmt.Errorf("%w: release renter %q is not the signer %s", ErrSignerMismatch, r.Renter, s.ID())
+	}
+	return seal(s, sign.DomainBidRelease, r)
+}
+
+// DecodeBidRelease verifies a bid release envelope, that its signer is its
+// Renter and that its job id and bid nonce satisfy ValidID.
+func DecodeBidRelease(data []byte) (BidRelease, error) {
+	var r BidRelease
+	id, err := open(data, sign.DomainBidRelease, &r)
+	if err != nil {
+		return BidRelease{}, err
+	}
+	if r.Renter != id.String() {
+		return BidRelease{}, fmt.Errorf("%w: release renter %q, signed by %s", ErrSignerMismatch, r.Renter, id)
+	}
+	if err := validIDs("bid release", "job id", r.JobID, "bid nonce", r.BidNonce); err != nil {
+		return BidRelease{}, err
+	}
+	return r, nil
+}
+
+// EncodeDecline seals a decline; its Provider must be the signer.
+func EncodeDecline(s *sign.Signer, d Decline) ([]byte, error) {
+	if d.Provider != s.ID().String() {
+		return nil, fmt.Errorf("%w: decline provider %q is not the signer %s", ErrSignerMismatch, d.Provider, s.ID())
+	}
+	return seal(s, sign.DomainDecline, d)
+}
+
+// DecodeDecline verifies a decline envelope, that its signer is its
+// Provider, that its job id satisfies ValidID and that its kind is short.
+func DecodeDecline(data []byte) (Decline, error) {
+	var d Decline
+	id, err := open(data, sign.DomainDecline, &d)
+	if err != nil {
+		return Decline{}, err
+	}
+	if d.Provider != id.String() {
+		return Decline{}, fmt.Errorf("%w: decline claims provider %q, signed by %s", ErrSignerMismatch, d.Provider, id)
+	}
+	if err := validIDs("decline", "job id", d.JobID, "kind", d.Kind); err != nil {
+		return Decline{}, err
+	}
+	return d, nil
+}
+
 // EncodeConfirm seals a provider's answer to an award.
 func EncodeConfirm(s *sign.Signer, c Confirm) ([]byte, error) {
 	return seal(s, sign.DomainConfirm, c)

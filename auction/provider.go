@@ -29,6 +29,11 @@ const (
 	DefaultCallRate         = 5.0 // calls per second per owner
 	DefaultCallBurst        = 20
 	DefaultMaxOwnerInflight = 4
+	// DefaultHoldGrace is how long past the job's bid window a bid's
+	// tentative hold on the calendar lasts (see ProviderConfig.HoldGrace);
+	// a hold never lasts longer than maxHold plus the grace.
+	DefaultHoldGrace = 500 * time.Millisecond
+	maxHold          = 2 * time.Second
 )
 
 // ProviderConfig configures a Provider.
@@ -67,6 +72,14 @@ type ProviderConfig struct {
 	// counted (Rejected["rate_limited"]). 0 means the defaults.
 	CallRate  float64
 	CallBurst int
+	// HoldGrace: each bid holds its span on the calendar tentatively
+	// (Calendar.Hold) for the job's bid window (at most 2 s) plus
+	// HoldGrace, or until its award or release comes, so that concurrent
+	// auctions are not offered the same GPUs; one owner's bids hold at most
+	// half the GPUs. A call that only other bids' holds keep from an
+	// earlier start waits (parked) for a release while its window is open.
+	// 0 means DefaultHoldGrace; negative disables holds.
+	HoldGrace time.Duration
 	// MaxOwnerInflight caps the bids to one owner that are queued or being
 	// sent; more are dropped and counted (Rejected["owner_inflight"]), so an
 	// owner that never answers holds at most this many send workers. 0 means
@@ -148,7 +161,9 @@ type Provider struct {
 	lastPrune time.Time
 	buckets   map[string]*bucket // owner -> calls
 	inflight  map[peer.ID]int    // owner -> bids queued or being sent
+	parked    []parkedCall       // calls refused only for other bids' holds
 
+	evalMu  sync.Mutex // makes a call's evaluation and its hold one step
 	sendMu  sync.Mutex // guards sendQ's senders and workers
 	sendQ   chan bidSend
 	workers int
@@ -183,6 +198,9 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	}
 	if cfg.MaxOwnerInflight <= 0 {
 		cfg.MaxOwnerInflight = DefaultMaxOwnerInflight
+	}
+	if cfg.HoldGrace == 0 {
+		cfg.HoldGrace = DefaultHoldGrace
 	}
 	log := cfg.Log
 	if log == nil {
@@ -296,7 +314,39 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	p.seen[key] = now
 	p.stats.Calls++
 	p.mu.Unlock()
+	return p.bidFor(job, owner, now, true)
+}
 
+// maxParked bounds the calls a provider keeps to evaluate again when a
+// hold is released.
+const maxParked = 64
+
+// parkedCall is a call refused only because other bids hold the GPUs.
+type parkedCall struct {
+	job   Job
+	owner peer.ID
+	until time.Time // the call's bid window ends
+}
+
+// retryParked evaluates the parked calls whose bid window is still open
+// again: a hold was released, so one of them may fit now.
+func (p *Provider) retryParked() {
+	now := p.cfg.Now()
+	p.mu.Lock()
+	parked := p.parked
+	p.parked = nil
+	p.mu.Unlock()
+	for _, pc := range parked {
+		if now.Before(pc.until) {
+			_ = p.bidFor(pc.job, pc.owner, now, false)
+		}
+	}
+}
+
+// bidFor evaluates a job and, when eligible, queues a bid for it (see
+// HandleCall). A call refused only because of other bids' holds is parked
+// (when park) and evaluated again when a hold is released.
+func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) error {
 	capab := p.cfg.Capability()
 	ps := ProviderState{Cap: &capab, Cal: p.cfg.Calendar, Reliability: NeutralReliability}
 	if p.cfg.Sensors != nil {
@@ -305,7 +355,46 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	if p.cfg.Reliability != nil {
 		ps.Reliability = p.cfg.Reliability()
 	}
+	// Evaluation and the bid's hold are one step: a concurrent call sees
+	// this bid's span as taken.
+	p.evalMu.Lock()
 	offer, err := Evaluate(ps, &job, now)
+	nonce := NewID("bid")
+	held := false
+	if p.cfg.HoldGrace > 0 && p.cfg.Calendar.Holds(now) > 0 {
+		// Other bids hold GPUs. If the calendar without them could start
+		// the job sooner (or at all), the call waits for a release
+		// instead of bidding a later start.
+		firm := ps
+		firm.FirmOnly = true
+		if fo, ferr := Evaluate(firm, &job, now); ferr == nil && (err != nil || fo.Start.Before(offer.Start)) {
+			held = true
+		}
+	}
+	// One owner's bids hold at most half the GPUs (at least one bid's
+	// worth), so that calls nobody awards cannot hold a provider; beyond
+	// that its bids go without holds.
+	if err == nil && !held && p.cfg.HoldGrace > 0 &&
+		p.cfg.Calendar.HeldBy(job.Owner, now)+job.GPUCount <= max(p.cfg.Calendar.Capacity()/2, job.GPUCount) {
+		// The hold covers the devices the award would take: the first of
+		// the offer's devices (those free throughout come first).
+		devs := offer.Devices[:min(len(offer.Devices), job.GPUCount)]
+		p.cfg.Calendar.Hold(nonce, job.Owner, Booking{Start: offer.Start, End: offer.End, GPUs: job.GPUCount, Tier: job.Tier,
+			Preemptible: job.Preemptible, Devices: devs}, now.Add(min(job.BidWindow, maxHold)+p.cfg.HoldGrace))
+	}
+	p.evalMu.Unlock()
+	if held {
+		p.mu.Lock()
+		if park {
+			if len(p.parked) >= maxParked {
+				p.parked = p.parked[1:]
+			}
+			p.parked = append(p.parked, parkedCall{job: job, owner: owner, until: now.Add(job.BidWindow)})
+		}
+		p.stats.Ineligible["held"]++
+		p.mu.Unlock()
+		return &Ineligible{Kind: "held", Reason: "the GPUs are held for other bids"}
+	}
 	if err != nil {
 		var in *Ineligible
 		if errors.As(err, &in) {
@@ -313,6 +402,9 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 			p.stats.Ineligible[in.Kind]++
 			p.mu.Unlock()
 			p.log.Debug("not bidding", "job", job.ID, "reason", in.Reason)
+			if park && job.WantDeclines {
+				p.decline(job, owner, in.Kind, now)
+			}
 			return err
 		}
 		return p.reject("evaluate", err)
@@ -320,17 +412,19 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	bid := Bid{
 		JobID: job.ID, Attempt: job.Attempt, Provider: p.cfg.Signer.ID().String(), Region: capab.Region,
 		Price: offer.Price, Start: offer.Start, End: offer.End, GPUModel: offer.GPUModel, VRAMGB: offer.VRAMGB,
-		Datasets: offer.Datasets, Evicts: len(offer.Preempts), Nonce: NewID("bid"), IssuedAt: now, ExpiresAt: now.Add(job.BidWindow + p.cfg.BidGrace),
+		Datasets: offer.Datasets, Evicts: len(offer.Preempts), Nonce: nonce, IssuedAt: now, ExpiresAt: now.Add(job.BidWindow + p.cfg.BidGrace),
 	}
 	bid.MissingBytes = offer.MissingBytes
 	msg, err := EncodeBid(p.cfg.Signer, bid)
 	if err != nil {
+		p.cfg.Calendar.DropHold(nonce)
 		return p.reject("encode", err)
 	}
 	p.mu.Lock()
 	if p.inflight[owner] >= p.cfg.MaxOwnerInflight {
 		err := p.rejectLocked("owner_inflight", fmt.Errorf("%d bids to %s still in flight", p.inflight[owner], owner))
 		p.mu.Unlock()
+		p.cfg.Calendar.DropHold(nonce)
 		return err
 	}
 	p.inflight[owner]++
@@ -343,10 +437,37 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 		defer p.mu.Unlock()
 		p.inflight[owner]--
 		delete(p.bids, bid.Nonce)
+		p.cfg.Calendar.DropHold(nonce)
 		p.stats.Bids--
 		return p.rejectLocked("send_queue_full", fmt.Errorf("bid for %s dropped", job.ID))
 	}
 	return nil
+}
+
+// decline sends the job's owner a signed Decline saying why we do not bid,
+// through the bid send workers and under the same per-owner limit (at most
+// one per call: calls are deduplicated before they are evaluated).
+func (p *Provider) decline(job Job, owner peer.ID, kind string, now time.Time) {
+	msg, err := EncodeDecline(p.cfg.Signer, Decline{JobID: job.ID, Attempt: job.Attempt, Provider: p.cfg.Signer.ID().String(),
+		Kind: kind, IssuedAt: now})
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	if p.inflight[owner] >= p.cfg.MaxOwnerInflight {
+		p.stats.Rejected["owner_inflight"]++
+		p.mu.Unlock()
+		return
+	}
+	p.inflight[owner]++
+	p.mu.Unlock()
+	timeout := min(p.cfg.SendTimeout, job.BidWindow)
+	if !p.enqueue(bidSend{owner: owner, addrs: DialHints(owner, job.OwnerAddrs), jobID: job.ID, msg: msg, timeout: timeout}) {
+		p.mu.Lock()
+		p.inflight[owner]--
+		p.stats.Rejected["send_queue_full"]++
+		p.mu.Unlock()
+	}
 }
 
 // takeToken spends one of owner's call tokens at now, if it has one. Called
@@ -423,6 +544,11 @@ func (p *Provider) sendWorker() {
 // same lease id returns the same confirm.
 func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	a, err := DecodeAward(data)
+	if errors.Is(err, sign.ErrWrongDomain) {
+		if rel, rerr := DecodeBidRelease(data); rerr == nil {
+			return nil, p.handleRelease(from, rel)
+		}
+	}
 	if err != nil {
 		return nil, p.reject(decodeReason(err), err)
 	}
@@ -460,6 +586,10 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		return decline("award does not match the bid's job")
 	case a.Price != sb.bid.Price || !a.Start.Equal(sb.bid.Start) || !a.End.Equal(sb.bid.End) || a.GPUCount != sb.job.GPUCount:
 		return decline("award does not match the bid's terms")
+	}
+	// The bid's award came: its tentative hold becomes a booking or goes.
+	if p.cfg.Calendar.DropHold(a.BidNonce) {
+		defer func() { go p.retryParked() }()
 	}
 	job := sb.job
 	b := Booking{LeaseID: a.LeaseID, Start: a.Start, End: a.End, GPUs: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible,
@@ -503,6 +633,28 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		p.cfg.OnLease(lease, job, preempted)
 	}
 	return c, nil
+}
+
+// handleRelease takes a renter's word that one of our bids to it will not
+// be awarded (it comes on the award stream): the bid is forgotten and its
+// tentative hold freed. Only the bid's own renter can release it.
+func (p *Provider) handleRelease(from peer.ID, rel BidRelease) error {
+	if rel.Renter != from.String() {
+		return p.reject("not_job_owner", fmt.Errorf("release from %s signed by %s", from, rel.Renter))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sb, ok := p.bids[rel.BidNonce]
+	if !ok || sb.job.Owner != rel.Renter || sb.bid.JobID != rel.JobID || sb.bid.Attempt != rel.Attempt ||
+		rel.Provider != p.cfg.Signer.ID().String() {
+		return p.rejectLocked("unknown_bid", fmt.Errorf("release of bid %q", rel.BidNonce))
+	}
+	delete(p.bids, rel.BidNonce)
+	if p.cfg.Calendar.DropHold(rel.BidNonce) {
+		go p.retryParked()
+	}
+	p.stats.Lost++
+	return nil
 }
 
 func (p *Provider) rejectLocked(reason string, err error) error {

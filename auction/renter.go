@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,9 @@ const DefaultConfirmTimeout = time.Second
 const (
 	DefaultMaxParallelAwards = 8
 	DefaultNoConfirmPenalty  = 10 * time.Minute
+	// DefaultQuietClose is how long after the last bid a bid window closes
+	// early (see RenterConfig.QuietClose).
+	DefaultQuietClose = 150 * time.Millisecond
 )
 
 // Renter errors.
@@ -73,8 +77,12 @@ const (
 	JobAwarding    JobState = "awarding"
 	JobLeased      JobState = "leased"
 	JobUnplaceable JobState = "unplaceable"
-	JobCancelled   JobState = "cancelled"
-	JobFailed      JobState = "failed"
+	// JobQueued: no bid could be turned into a lease yet; the job waits on
+	// its renter's daemon to be offered again when capacity may have
+	// changed, until its start deadline (its last reason says why).
+	JobQueued    JobState = "queued"
+	JobCancelled JobState = "cancelled"
+	JobFailed    JobState = "failed"
 	// JobFinished: the job's last lease ended (its run state says how) and
 	// the job is not going back to auction. The renter's lease tracking
 	// sets it; the auction itself ends at JobLeased.
@@ -98,6 +106,12 @@ type JobStatus struct {
 	Reasons  []string       `json:"reasons,omitempty"`
 	Attempts []AwardAttempt `json:"attempts,omitempty"`
 	PostedAt time.Time      `json:"posted_at"`
+	// Offers counts the auctions this renter ran for the job (a queued job
+	// is offered again).
+	Offers int `json:"offers,omitempty"`
+	// Declines counts, by Ineligible.Kind, the providers that said why
+	// they did not bid in the latest auction (Job.WantDeclines).
+	Declines map[string]int `json:"declines,omitempty"`
 }
 
 // RenterConfig configures a Renter.
@@ -128,6 +142,14 @@ type RenterConfig struct {
 	// (timed out, failed, declined) is ranked below every other bidder; 0
 	// means DefaultNoConfirmPenalty.
 	NoConfirmPenalty time.Duration
+	// QuietClose closes a bid window early once this long has passed
+	// since the last bid: providers answer a call within milliseconds, so
+	// a quiet spell means everybody who could bid has, and the best price
+	// is in. A gold job's window closes at its first acceptable bid. A
+	// window in which no bid came is extended once by BidWindow. 0 means
+	// DefaultQuietClose; negative disables early closing (every window
+	// runs its full BidWindow, still extended once when empty).
+	QuietClose time.Duration
 	// OnLease is called when a provider confirms a lease.
 	OnLease func(Lease, Job)
 	// OnUnplaceable is called when an auction ends without a lease.
@@ -135,18 +157,20 @@ type RenterConfig struct {
 }
 
 type renterJob struct {
-	status  JobStatus
-	open    bool
-	bids    []Candidate
-	nonces  map[string]bool
-	bidders map[string]bool
-	cancel  chan struct{}
-	posted  time.Time // wall clock, for latency
+	status    JobStatus
+	open      bool
+	bids      []Candidate
+	nonces    map[string]bool
+	bidders   map[string]bool
+	decliners map[string]bool
+	cancel    chan struct{}
+	bidIn     chan struct{} // signalled (never blocking) on each accepted bid
+	posted    time.Time     // wall clock, for latency
 }
 
 // Renter runs auctions for its own jobs: Post gossips a signed call for bids
-// on JobTopics, collects bids through HandleBid for the job's BidWindow,
-// ranks them with RankAt and awards them best first, providers that recently
+// on JobTopics, collects bids through HandleBid until the window closes
+// (BidWindow at most, earlier after a quiet spell; see QuietClose), ranks them with RankAt and awards them best first, providers that recently
 // failed to confirm last, skipping bids that have expired by then. An award
 // is a lease only once the provider's signed Confirm (matching lease id,
 // accepted) comes back within ConfirmTimeout; if it errors, times out or
@@ -165,7 +189,16 @@ type Renter struct {
 	jobs        map[string]*renterJob
 	counters    map[string]int
 	unconfirmed map[string]time.Time // provider -> until when it ranks last
+	declineTok  float64              // token bucket of declines taken
+	declineAt   time.Time
 }
+
+// Declines a renter takes, all jobs together: a token bucket, so that
+// declines cannot flood it.
+const (
+	declineRate  = 200.0 // per second
+	declineBurst = 400
+)
 
 // NewRenter returns a renter. Signer and Transport are required.
 func NewRenter(cfg RenterConfig) (*Renter, error) {
@@ -189,6 +222,9 @@ func NewRenter(cfg RenterConfig) (*Renter, error) {
 	}
 	if cfg.NoConfirmPenalty <= 0 {
 		cfg.NoConfirmPenalty = DefaultNoConfirmPenalty
+	}
+	if cfg.QuietClose == 0 {
+		cfg.QuietClose = DefaultQuietClose
 	}
 	log := cfg.Log
 	if log == nil {
@@ -215,12 +251,14 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		return job, err
 	}
 	rj := &renterJob{
-		status:  JobStatus{Job: job, State: JobBidding, PostedAt: r.cfg.Now()},
-		open:    true,
-		nonces:  map[string]bool{},
-		bidders: map[string]bool{},
-		cancel:  make(chan struct{}),
-		posted:  time.Now(),
+		status:    JobStatus{Job: job, State: JobBidding, PostedAt: r.cfg.Now()},
+		open:      true,
+		nonces:    map[string]bool{},
+		bidders:   map[string]bool{},
+		decliners: map[string]bool{},
+		cancel:    make(chan struct{}),
+		bidIn:     make(chan struct{}, 1),
+		posted:    time.Now(),
 	}
 	r.mu.Lock()
 	if old, ok := r.jobs[job.ID]; ok && (old.status.State == JobBidding || old.status.State == JobAwarding) {
@@ -229,12 +267,16 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	}
 	var history []AwardAttempt
 	var reasons []string
+	offers := 0
 	if old, ok := r.jobs[job.ID]; ok {
-		history, reasons = old.status.Attempts, old.status.Reasons
+		history, reasons, offers = old.status.Attempts, old.status.Reasons, old.status.Offers
 	}
-	rj.status.Attempts, rj.status.Reasons = history, reasons
+	rj.status.Attempts, rj.status.Reasons, rj.status.Offers = history, reasons, offers+1
 	r.jobs[job.ID] = rj
 	r.mu.Unlock()
+	// However the auction ends, the bids it did not award are released so
+	// that their providers free the GPUs they hold for them.
+	defer r.releaseBids(rj, &job, len(history))
 
 	published := 0
 	var pubErr error
@@ -254,14 +296,8 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	}
 	r.log.Debug("call published", "job", job.ID, "attempt", job.Attempt, "window", job.BidWindow)
 
-	timer := time.NewTimer(job.BidWindow)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case <-ctx.Done():
-		return job, r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
-	case <-rj.cancel:
-		return job, ErrCancelled
+	if err := r.collect(ctx, rj, &job); err != nil {
+		return job, err
 	}
 
 	r.mu.Lock()
@@ -289,6 +325,11 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	switch {
 	case len(ranked) == 0:
 		reason = "no bids"
+		r.mu.Lock()
+		if len(rj.status.Declines) > 0 {
+			reason += " (" + DeclinesText(rj.status.Declines) + ")"
+		}
+		r.mu.Unlock()
 	case eligible == 0:
 		reason = fmt.Sprintf("no eligible bids (%d rejected: %s)", len(ranked), ranked[0].Rejected)
 	default:
@@ -299,6 +340,77 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		r.cfg.OnUnplaceable(job, reason)
 	}
 	return job, err
+}
+
+// collect waits for a job's bids until its window closes (see
+// RenterConfig.QuietClose): the window ends BidWindow after the call, once
+// extended by BidWindow when no bid came, or earlier after a quiet spell
+// following the last bid, or at a gold job's first acceptable bid. It
+// returns ErrCancelled or the context's error when the auction ended
+// otherwise.
+func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
+	window := time.NewTimer(job.BidWindow)
+	defer window.Stop()
+	var quiet <-chan time.Time
+	var quietT *time.Timer
+	defer func() {
+		if quietT != nil {
+			quietT.Stop()
+		}
+	}()
+	extended := false
+	for {
+		select {
+		case <-window.C:
+			r.mu.Lock()
+			none := len(rj.bids) == 0
+			r.mu.Unlock()
+			if none && !extended {
+				extended = true
+				window.Reset(job.BidWindow)
+				r.log.Debug("no bids yet, window extended", "job", job.ID)
+				continue
+			}
+			return nil
+		case <-rj.bidIn:
+			if r.cfg.QuietClose < 0 {
+				continue
+			}
+			if job.Tier == Gold && r.acceptableBid(rj, job) {
+				return nil
+			}
+			if quietT == nil {
+				quietT = time.NewTimer(r.cfg.QuietClose)
+				quiet = quietT.C
+			} else {
+				if !quietT.Stop() {
+					select {
+					case <-quietT.C:
+					default:
+					}
+				}
+				quietT.Reset(r.cfg.QuietClose)
+			}
+		case <-quiet:
+			return nil
+		case <-ctx.Done():
+			return r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+		case <-rj.cancel:
+			return ErrCancelled
+		}
+	}
+}
+
+// acceptableBid reports whether any bid so far for job would be awarded.
+func (r *Renter) acceptableBid(rj *renterJob, job *Job) bool {
+	r.mu.Lock()
+	cands := append([]Candidate(nil), rj.bids...)
+	r.mu.Unlock()
+	for i := range cands {
+		cands[i].Reliability = r.reputation(cands[i].Bid.Provider)
+	}
+	ranked := RankAt(job, cands, r.cfg.Now())
+	return len(ranked) > 0 && ranked[0].Rejected == ""
 }
 
 func (r *Renter) reputation(provider string) float64 {
@@ -462,6 +574,42 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 	return len(order), nil
 }
 
+// releaseBids tells every provider whose bid for this auction was not
+// awarded (no attempt since index from) that it will not be, in the
+// background and best effort.
+func (r *Renter) releaseBids(rj *renterJob, job *Job, from int) {
+	r.mu.Lock()
+	awarded := map[string]bool{}
+	for _, a := range rj.status.Attempts[min(from, len(rj.status.Attempts)):] {
+		awarded[a.Provider] = true
+	}
+	var rels []BidRelease
+	for _, c := range rj.bids {
+		if !awarded[c.Bid.Provider] {
+			rels = append(rels, BidRelease{JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: c.Bid.Provider,
+				BidNonce: c.Bid.Nonce, IssuedAt: r.cfg.Now()})
+		}
+	}
+	r.mu.Unlock()
+	for _, rel := range rels {
+		to, err := peer.Decode(rel.Provider)
+		if err != nil {
+			continue
+		}
+		data, err := EncodeBidRelease(r.cfg.Signer, rel)
+		if err != nil {
+			continue
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ConfirmTimeout)
+			defer cancel()
+			if _, err := r.cfg.Transport.SendAward(ctx, to, data); err != nil {
+				r.log.Debug("bid release not delivered", "job", rel.JobID, "provider", rel.Provider, "err", err)
+			}
+		}()
+	}
+}
+
 // noConfirm ranks a provider that did not confirm an award last for
 // NoConfirmPenalty.
 func (r *Renter) noConfirm(provider string) {
@@ -536,6 +684,11 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string) (Le
 // bid already. A refused bid returns a *Rejection and is counted by reason.
 func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 	b, err := DecodeBid(data)
+	if errors.Is(err, sign.ErrWrongDomain) {
+		if d, derr := DecodeDecline(data); derr == nil {
+			return r.handleDecline(from, d)
+		}
+	}
 	if err != nil {
 		return r.reject(decodeReason(err), err)
 	}
@@ -564,7 +717,72 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 	rj.nonces[b.Nonce] = true
 	rj.bidders[b.Provider] = true
 	rj.bids = append(rj.bids, Candidate{Bid: b, Latency: time.Since(rj.posted)})
+	select {
+	case rj.bidIn <- struct{}{}:
+	default:
+	}
 	return nil
+}
+
+// handleDecline takes a provider's signed reason for not bidding (it comes
+// on the bid stream): counted by kind for the job's current auction while
+// its window is open, once per provider, within the renter's decline rate.
+func (r *Renter) handleDecline(from peer.ID, d Decline) error {
+	if d.Provider != from.String() {
+		return r.reject("sender_mismatch", fmt.Errorf("decline from %s signed by %s", from, d.Provider))
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rj, ok := r.jobs[d.JobID]
+	switch {
+	case !ok:
+		return r.rejectLocked("unknown_job", fmt.Errorf("job %q", d.JobID))
+	case d.Attempt != rj.status.Job.Attempt || !rj.open:
+		return r.rejectLocked("window_closed", fmt.Errorf("job %s", d.JobID))
+	case rj.decliners[d.Provider] || rj.bidders[d.Provider]:
+		return r.rejectLocked("duplicate_provider", fmt.Errorf("provider %s", d.Provider))
+	}
+	if r.declineAt.IsZero() {
+		r.declineTok = declineBurst
+	} else if dt := now.Sub(r.declineAt); dt > 0 {
+		r.declineTok = min(declineBurst, r.declineTok+dt.Seconds()*declineRate)
+	}
+	r.declineAt = now
+	if r.declineTok < 1 {
+		return r.rejectLocked("decline_rate_limited", fmt.Errorf("over %v declines/s", declineRate))
+	}
+	r.declineTok--
+	rj.decliners[d.Provider] = true
+	if rj.status.Declines == nil {
+		rj.status.Declines = map[string]int{}
+	}
+	rj.status.Declines[d.Kind]++
+	return nil
+}
+
+// DeclinesText is a job's declines in one line, most frequent first:
+// "12 declined: price; 3: vram".
+func DeclinesText(declines map[string]int) string {
+	kinds := make([]string, 0, len(declines))
+	for k := range declines {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool {
+		if declines[kinds[i]] != declines[kinds[j]] {
+			return declines[kinds[i]] > declines[kinds[j]]
+		}
+		return kinds[i] < kinds[j]
+	})
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		if i == 0 {
+			parts[i] = fmt.Sprintf("%d declined: %s", declines[k], k)
+		} else {
+			parts[i] = fmt.Sprintf("%d: %s", declines[k], k)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (r *Renter) reject(reason string, err error) error {
@@ -594,6 +812,12 @@ func (rj *renterJob) snapshot() JobStatus {
 	s.Bids = append([]Ranked(nil), s.Bids...)
 	s.Reasons = append([]string(nil), s.Reasons...)
 	s.Attempts = append([]AwardAttempt(nil), s.Attempts...)
+	if s.Declines != nil {
+		s.Declines = make(map[string]int, len(rj.status.Declines))
+		for k, v := range rj.status.Declines {
+			s.Declines[k] = v
+		}
+	}
 	if s.Lease != nil {
 		l := *s.Lease
 		s.Lease = &l
@@ -618,8 +842,8 @@ func (r *Renter) List() []JobStatus {
 	return out
 }
 
-// Cancel stops a job's auction while it is still bidding or awarding; Post
-// then returns ErrCancelled. A leased job is the runtime's to cancel.
+// Cancel stops a job's auction while it is still bidding or awarding (Post
+// then returns ErrCancelled) or while it is queued. A leased job is the runtime's to cancel.
 func (r *Renter) Cancel(id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -627,13 +851,60 @@ func (r *Renter) Cancel(id string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
 	}
-	if rj.status.State != JobBidding && rj.status.State != JobAwarding {
+	if rj.status.State != JobBidding && rj.status.State != JobAwarding && rj.status.State != JobQueued {
 		return fmt.Errorf("auction: job %s is %s, not in auction", id, rj.status.State)
 	}
+	queued := rj.status.State == JobQueued
 	rj.open = false
 	rj.status.State = JobCancelled
 	rj.status.Reasons = append(rj.status.Reasons, "cancelled")
-	close(rj.cancel)
+	if !queued {
+		close(rj.cancel)
+	}
+	return nil
+}
+
+// Queue marks a job whose auction ended unplaceable as queued for another
+// offer (see JobQueued), with why; Post offers it again.
+func (r *Renter) Queue(id, why string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rj, ok := r.jobs[id]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
+	}
+	if rj.status.State != JobUnplaceable {
+		return fmt.Errorf("auction: job %s is %s, not unplaceable", id, rj.status.State)
+	}
+	rj.status.State = JobQueued
+	// One line says why, however often the job was offered: it replaces
+	// the auction's own reason and the previous offer's.
+	rs := rj.status.Reasons
+	if n := len(rs); n > 0 && rs[n-1] == why {
+		rs = rs[:n-1]
+	}
+	if n := len(rs); n > 0 && strings.HasPrefix(rs[n-1], queuedPrefix) {
+		rs = rs[:n-1]
+	}
+	rj.status.Reasons = append(rs, fmt.Sprintf("%s%s (offered %d times)", queuedPrefix, why, rj.status.Offers))
+	return nil
+}
+
+const queuedPrefix = "queued: "
+
+// GiveUp ends a queued job's wait: it becomes unplaceable, with why.
+func (r *Renter) GiveUp(id, why string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rj, ok := r.jobs[id]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
+	}
+	if rj.status.State != JobQueued {
+		return fmt.Errorf("auction: job %s is %s, not queued", id, rj.status.State)
+	}
+	rj.status.State = JobUnplaceable
+	rj.status.Reasons = append(rj.status.Reasons, why)
 	return nil
 }
 

@@ -185,6 +185,9 @@ type Job struct {
 	// by the renter's daemon from its store: bidders report how much of
 	// it they lack, and the ranking charges for fetching it.
 	InputBytes map[string]int64 `json:"input_bytes,omitempty" yaml:"-"`
+	// WantDeclines asks the providers that will not bid to say why (a
+	// signed Decline, at most one per provider and call).
+	WantDeclines bool `json:"want_declines,omitempty" yaml:"-"`
 }
 
 // OutputFile is one result file a job left in its outputs directory.
@@ -246,6 +249,29 @@ type Award struct {
 	End      time.Time `json:"end"`
 	GPUCount int       `json:"gpu_count"`
 	Job      Job       `json:"job"`
+	IssuedAt time.Time `json:"issued_at"`
+}
+
+// BidRelease tells a provider that its bid will not be awarded (the
+// auction went to another bid or ended), so it frees the bid's tentative
+// hold on its calendar at once instead of at the hold's expiry.
+type BidRelease struct {
+	JobID    string    `json:"job_id"`
+	Attempt  int       `json:"attempt"`
+	Renter   string    `json:"renter"`
+	Provider string    `json:"provider"`
+	BidNonce string    `json:"bid_nonce"`
+	IssuedAt time.Time `json:"issued_at"`
+}
+
+// Decline is a provider's signed word that it will not bid for a job's
+// call, and why: Kind is the Ineligible.Kind (price, vram, region,
+// availability, ...). Sent only when the call asked (Job.WantDeclines).
+type Decline struct {
+	JobID    string    `json:"job_id"`
+	Attempt  int       `json:"attempt"`
+	Provider string    `json:"provider"`
+	Kind     string    `json:"kind"`
 	IssuedAt time.Time `json:"issued_at"`
 }
 

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpumesh/gpumesh/auction"
 	"github.com/urfave/cli/v2"
 )
 
@@ -45,6 +46,9 @@ func bidsCommand() *cli.Command {
 				return err
 			}
 			fmt.Fprintf(w, "%d bid(s) for job %s\n", len(v.Bids), orDash(v.JobID))
+			if len(v.Declines) > 0 {
+				fmt.Fprintln(w, auction.DeclinesText(v.Declines))
+			}
 			if v.Explain != "" {
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, strings.TrimRight(v.Explain, "\n"))

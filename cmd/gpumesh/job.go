@@ -92,6 +92,9 @@ func printJobView(w io.Writer, v *api.JobView) {
 	if len(v.Reasons) > 0 {
 		fmt.Fprintf(w, "reasons:    %s\n", reasonsText(v.Reasons))
 	}
+	if len(v.Declines) > 0 {
+		fmt.Fprintf(w, "declines:   %s\n", auction.DeclinesText(v.Declines))
+	}
 	if v.Winner != "" {
 		fmt.Fprintf(w, "winner:     %s\n", v.Winner)
 	}

@@ -309,6 +309,23 @@ func jobPostAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if v.State == auction.JobQueued {
+		// No provider could take it yet: it waits on the daemon, offered
+		// again as capacity frees, until its start deadline.
+		if !c.Bool("wait") {
+			if c.Bool("json") {
+				return printJSON(w, v)
+			}
+			fmt.Fprintf(w, "job %s %s\n", v.Job.ID, lastReason(v.Reasons))
+			return nil
+		}
+		if !c.Bool("json") {
+			fmt.Fprintf(w, "job %s %s; waiting\n", v.Job.ID, lastReason(v.Reasons))
+		}
+		if v, err = waitLeased(c, v.Job.ID); err != nil {
+			return err
+		}
+	}
 	if v.State != auction.JobLeased && v.State != auction.JobFinished {
 		if c.Bool("json") {
 			if err := printJSON(w, v); err != nil {
@@ -363,12 +380,41 @@ func printPosted(w io.Writer, v *api.JobView) {
 		l.Price*float64(l.GPUCount)*l.End.Sub(l.Start).Hours())
 }
 
+// lastReason is the newest of a job's reasons (a queued job's says why).
+func lastReason(rs []string) string {
+	if len(rs) == 0 {
+		return "queued"
+	}
+	return rs[len(rs)-1]
+}
+
+// waitLeased polls a queued job until it is no longer queued.
+func waitLeased(c *cli.Context, id string) (api.JobView, error) {
+	cl := client(c)
+	t := time.NewTicker(waitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.Context.Done():
+			return api.JobView{}, c.Context.Err()
+		case <-t.C:
+		}
+		v, err := cl.Job(c.Context, id)
+		if err != nil {
+			return v, fmt.Errorf("wait for job %s: %w", id, err)
+		}
+		if v.State != auction.JobQueued && v.State != auction.JobBidding && v.State != auction.JobAwarding {
+			return v, nil
+		}
+	}
+}
+
 // runTerminal reports whether a job needs no more waiting.
 func runTerminal(v *api.JobView) bool {
 	switch v.State {
 	case auction.JobUnplaceable, auction.JobCancelled, auction.JobFailed, auction.JobFinished:
 		return true
-	case auction.JobBidding, auction.JobAwarding:
+	case auction.JobBidding, auction.JobAwarding, auction.JobQueued:
 		return false // e.g. a preempted bronze job being requeued
 	}
 	switch v.Run {

@@ -124,6 +124,8 @@ type BidsView struct {
 	JobID   string           `json:"job_id"`
 	Bids    []auction.Ranked `json:"bids"`
 	Explain string           `json:"explain"`
+	// Declines counts why providers did not bid, by Ineligible.Kind.
+	Declines map[string]int `json:"declines,omitempty"`
 }
 
 // ProviderStatsView is GET /v1/provider/stats.

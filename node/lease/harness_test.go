@@ -314,7 +314,8 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	}
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
 		Store: crashStore{n.crash, db.State("renter-jobs")}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
-		AbandonGrace: h.abandonGrace, SettleWait: 2 * time.Second, Counters: n.counters}); err != nil {
+		AbandonGrace: h.abandonGrace, SettleWait: 2 * time.Second, Counters: n.counters,
+		QueueBackoff: 20 * time.Millisecond, QueueBackoffMax: 200 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	handlers := auction.MemHandlers{OnBid: n.tracker.Auction().HandleBid}

@@ -46,9 +46,17 @@ type TrackerConfig struct {
 	// capability advertises ("" when unknown): the signed fingerprint its
 	// heartbeats carry must have that hash.
 	AdvertisedFingerprint func(provider string) string
-	Now                   Clock
-	Log                   *slog.Logger
-	Counters              *Counters
+	// QueueBackoff is how long a queued job (no acceptable bid yet) first
+	// waits before it is offered again, doubling up to QueueBackoffMax;
+	// a capacity notice offers it at once. Defaults 1s and 30s.
+	QueueBackoff, QueueBackoffMax time.Duration
+	// ReofferRate bounds the renter's re-offers of queued jobs per second,
+	// all jobs together (providers drop an owner's calls beyond
+	// auction.DefaultCallRate); default half of auction.DefaultCallRate.
+	ReofferRate float64
+	Now         Clock
+	Log         *slog.Logger
+	Counters    *Counters
 	// Observe, when set, is told of auctions, heartbeats and job ends.
 	Observe *Observer
 }
@@ -68,7 +76,9 @@ type Tracker struct {
 	mu      sync.Mutex
 	jobs    map[string]*api.JobView
 	mons    map[string]*attest.HeartbeatMonitor
-	byLease map[string]string // lease id → job id
+	byLease map[string]string        // lease id → job id
+	wake    map[string]chan struct{} // queued job id → offer it now
+	reoffer time.Time                // when the next re-offer may go out
 	wg      sync.WaitGroup
 	saveMu  sync.Mutex
 }
@@ -94,12 +104,21 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	if cfg.SettleWait <= 0 {
 		cfg.SettleWait = 10 * time.Second
 	}
+	if cfg.QueueBackoff <= 0 {
+		cfg.QueueBackoff = time.Second
+	}
+	if cfg.ReofferRate <= 0 {
+		cfg.ReofferRate = auction.DefaultCallRate / 2
+	}
+	if cfg.QueueBackoffMax < cfg.QueueBackoff {
+		cfg.QueueBackoffMax = max(30*time.Second, cfg.QueueBackoff)
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*api.JobView{},
-		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}}
+		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{}}
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score, Now: cfg.Now, Log: log,
@@ -108,8 +127,12 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := t.load(); err != nil {
+	queued, err := t.load()
+	if err != nil {
 		return nil, err
+	}
+	for _, job := range queued {
+		t.queue(job)
 	}
 	return t, nil
 }
@@ -150,6 +173,8 @@ func (t *Tracker) Post(job auction.Job) (api.JobView, error) {
 	if job.Deadline.IsZero() {
 		job.Deadline = job.CreatedAt.Add(defaultStartWindow(job.Tier))
 	}
+	// Providers that will not bid say why: job status and bids show it.
+	job.WantDeclines = true
 	if err := job.Validate(); err != nil {
 		return api.JobView{}, badRequest("%v", err)
 	}
@@ -160,14 +185,174 @@ func (t *Tracker) Post(job auction.Job) (api.JobView, error) {
 	}
 	t.jobs[job.ID] = &api.JobView{JobStatus: auction.JobStatus{Job: job, State: auction.JobBidding, PostedAt: t.now()}}
 	t.mu.Unlock()
-	ctx, cancel := context.WithTimeout(t.ctx, job.BidWindow+2*time.Minute)
-	defer cancel()
-	if _, err := t.renter.Post(ctx, job); err != nil {
-		t.log.Debug("auction ended without a lease", "job", job.ID, "err", err)
-		t.fold(job.ID)
-		t.save(job.ID)
+	if t.offer(job) {
+		t.queue(job)
 	}
 	return t.View(job.ID)
+}
+
+// offer runs one auction for job, persisting the job first (a renter that
+// restarts mid-auction queues it again). It reports whether the job is
+// queued: no bid became a lease and its start deadline has not passed.
+func (t *Tracker) offer(job auction.Job) (queued bool) {
+	t.mu.Lock()
+	if v := t.jobs[job.ID]; v != nil {
+		v.Job, v.State = job, auction.JobBidding
+	}
+	t.mu.Unlock()
+	t.save(job.ID)
+	ctx, cancel := context.WithTimeout(t.ctx, 2*job.BidWindow+2*time.Minute)
+	defer cancel()
+	_, err := t.renter.Post(ctx, job)
+	if err == nil {
+		return false
+	}
+	t.log.Debug("auction ended without a lease", "job", job.ID, "err", err)
+	if errors.Is(err, auction.ErrUnplaceable) && t.ctx.Err() == nil {
+		reason := "no lease"
+		if st, ok := t.renter.Status(job.ID); ok && len(st.Reasons) > 0 {
+			reason = st.Reasons[len(st.Reasons)-1]
+		}
+		queued = t.renter.Queue(job.ID, reason) == nil
+		if queued && !t.beforeDeadline(job) {
+			t.giveUp(job.ID, "start deadline passed while queued")
+			return false
+		}
+	}
+	if _, known := t.renter.Status(job.ID); !known {
+		// Refused before its auction began (e.g. an invalid job).
+		t.mu.Lock()
+		if v := t.jobs[job.ID]; v != nil {
+			v.State = auction.JobFailed
+			v.Reasons = append(v.Reasons, err.Error())
+		}
+		t.mu.Unlock()
+	}
+	t.fold(job.ID)
+	t.save(job.ID)
+	return queued
+}
+
+func (t *Tracker) beforeDeadline(job auction.Job) bool {
+	return job.Deadline.IsZero() || t.now().Before(job.Deadline)
+}
+
+// queue offers a queued job again, with backoff (QueueBackoff doubling to
+// QueueBackoffMax) or at once when woken (a capacity notice), until it is
+// leased, cancelled or its start deadline passes.
+func (t *Tracker) queue(job auction.Job) {
+	wake := make(chan struct{}, 1)
+	t.mu.Lock()
+	t.wake[job.ID] = wake
+	t.mu.Unlock()
+	t.cfg.Counters.Add("renter.job_queued")
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		defer func() {
+			t.mu.Lock()
+			if t.wake[job.ID] == wake {
+				delete(t.wake, job.ID)
+			}
+			t.mu.Unlock()
+		}()
+		backoff := t.cfg.QueueBackoff
+		for {
+			wait := backoff
+			if !job.Deadline.IsZero() {
+				wait = min(wait, max(job.Deadline.Sub(t.now()), 0))
+			}
+			timer := time.NewTimer(wait)
+			select {
+			case <-t.ctx.Done():
+				timer.Stop()
+				return
+			case <-wake:
+				timer.Stop()
+			case <-timer.C:
+			}
+			if v, err := t.View(job.ID); err != nil || v.State != auction.JobQueued {
+				return // leased meanwhile, or cancelled
+			}
+			if !t.beforeDeadline(job) {
+				t.giveUp(job.ID, "start deadline passed while queued")
+				return
+			}
+			if !t.reofferTurn() {
+				return
+			}
+			if v, err := t.View(job.ID); err != nil || v.State != auction.JobQueued {
+				return
+			}
+			// A new attempt: providers answer each call once.
+			job.Attempt++
+			t.cfg.Counters.Add("renter.job_reoffered")
+			if !t.offer(job) {
+				return
+			}
+			backoff = min(2*backoff, t.cfg.QueueBackoffMax)
+		}
+	}()
+}
+
+// reofferTurn waits for the re-offer rate (ReofferRate) to allow one more
+// call; false when the tracker stops first.
+func (t *Tracker) reofferTurn() bool {
+	t.mu.Lock()
+	now := time.Now()
+	at := t.reoffer
+	if at.Before(now) {
+		at = now
+	}
+	t.reoffer = at.Add(time.Duration(float64(time.Second) / t.cfg.ReofferRate))
+	t.mu.Unlock()
+	if wait := time.Until(at); wait > 0 {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-t.ctx.Done():
+			return false
+		case <-timer.C:
+		}
+	}
+	return true
+}
+
+// giveUp ends a queued job's wait: it is unplaceable.
+func (t *Tracker) giveUp(id, why string) {
+	if err := t.renter.GiveUp(id, why); err == nil {
+		t.fold(id)
+	} else {
+		// Queued before a restart: the auction never knew it.
+		t.mu.Lock()
+		if v := t.jobs[id]; v != nil && v.State == auction.JobQueued {
+			v.State = auction.JobUnplaceable
+			v.Reasons = append(v.Reasons, why)
+		}
+		t.mu.Unlock()
+	}
+	t.log.Info("job unplaceable", "job", id, "reason", why)
+	t.observeAuction(id, OutcomeUnplaceable)
+	t.save(id)
+}
+
+// WakeQueued offers the queued jobs that match capacity at once (a
+// provider announced freed capacity): match reports whether a job could use
+// it. It returns how many were woken.
+func (t *Tracker) WakeQueued(match func(auction.Job) bool) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for id, w := range t.wake {
+		if v := t.jobs[id]; v != nil && match(v.Job) {
+			select {
+			case w <- struct{}{}:
+			default:
+			}
+			n++
+		}
+	}
+	return n
 }
 
 // defaultStartWindow is how soon a job must start when its poster gave no
@@ -231,11 +416,10 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	t.watch(job.ID, l, time.Time{})
 }
 
+// onUnplaceable only logs: whoever posted the job folds the outcome once
+// it decided whether the job is queued.
 func (t *Tracker) onUnplaceable(job auction.Job, reason string) {
-	t.log.Info("job unplaceable", "job", job.ID, "reason", reason)
-	t.fold(job.ID)
-	t.observeAuction(job.ID, OutcomeUnplaceable)
-	t.save(job.ID)
+	t.log.Info("auction without a lease", "job", job.ID, "attempt", job.Attempt, "reason", reason)
 }
 
 // setRun records the current lease's run state (the lease's own state
@@ -305,18 +489,23 @@ func (t *Tracker) save(id string) {
 	}
 }
 
-// load restores the jobs after a restart.
-func (t *Tracker) load() error {
-	return t.cfg.Store.List(func(id string, raw []byte) error {
+// load restores the jobs after a restart and returns those to queue again:
+// jobs in auction or queued when the renter stopped.
+func (t *Tracker) load() ([]auction.Job, error) {
+	var queued []auction.Job
+	err := t.cfg.Store.List(func(id string, raw []byte) error {
 		var v api.JobView
 		if err := json.Unmarshal(raw, &v); err != nil {
 			t.log.Warn("unreadable job record", "job", id, "err", err)
 			return nil
 		}
 		switch {
-		case v.State == auction.JobBidding || v.State == auction.JobAwarding:
-			v.State = auction.JobFailed
-			v.Reasons = append(v.Reasons, "renter daemon restarted during the auction")
+		case v.State == auction.JobBidding || v.State == auction.JobAwarding || v.State == auction.JobQueued:
+			if v.State != auction.JobQueued {
+				v.Reasons = append(v.Reasons, "queued: renter daemon restarted during the auction")
+			}
+			v.State = auction.JobQueued
+			queued = append(queued, v.Job)
 		case v.State == auction.JobLeased && v.Lease != nil && v.Run.Terminal() && !requeues(*v.Lease, v.Run):
 			// A record written before JobFinished existed.
 			v.State = auction.JobFinished
@@ -333,6 +522,7 @@ func (t *Tracker) load() error {
 		}
 		return nil
 	})
+	return queued, err
 }
 
 // View returns a job's record.
@@ -388,7 +578,8 @@ func (t *Tracker) Bids(id string) (api.BidsView, error) {
 	if ranked == nil {
 		ranked = []auction.Ranked{}
 	}
-	return api.BidsView{JobID: id, Bids: ranked, Explain: auction.Explain(ranked)}, nil
+	st, _ := t.renter.Status(id)
+	return api.BidsView{JobID: id, Bids: ranked, Explain: auction.Explain(ranked), Declines: st.Declines}, nil
 }
 
 // Cancel cancels a job in auction, or asks its provider to stop its
@@ -399,12 +590,31 @@ func (t *Tracker) Cancel(id string) (api.JobView, error) {
 		return v, err
 	}
 	switch {
-	case v.State == auction.JobBidding || v.State == auction.JobAwarding:
-		if err := t.renter.Cancel(id); err != nil {
+	case v.State == auction.JobBidding || v.State == auction.JobAwarding || v.State == auction.JobQueued:
+		err := t.renter.Cancel(id)
+		switch {
+		case err == nil:
+			t.fold(id)
+		case errors.Is(err, auction.ErrUnknownJob) && v.State == auction.JobQueued:
+			// Queued before a restart and not offered since.
+			t.mu.Lock()
+			if v := t.jobs[id]; v != nil {
+				v.State = auction.JobCancelled
+				v.Reasons = append(v.Reasons, "cancelled")
+			}
+			t.mu.Unlock()
+		default:
 			return v, badRequest("%v", err)
 		}
-		t.fold(id)
 		t.save(id)
+		t.mu.Lock()
+		if w := t.wake[id]; w != nil {
+			select {
+			case w <- struct{}{}:
+			default:
+			}
+		}
+		t.mu.Unlock()
 	case v.Lease != nil && !v.Run.Terminal():
 		b, err := sealed(t.cfg.Signer, sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: v.Lease.ID, JobID: id})
 		if err != nil {
@@ -679,8 +889,20 @@ func (t *Tracker) requeue(jobID string, lease auction.Lease, reason string) {
 	t.archive(jobID, lease.ID)
 	ctx, cancel := context.WithTimeout(t.ctx, 3*time.Minute)
 	defer cancel()
-	if _, err := t.renter.Requeue(ctx, jobID, reason); err != nil {
+	if job, err := t.renter.Requeue(ctx, jobID, reason); err != nil {
 		t.log.Warn("requeue", "job", jobID, "err", err)
+		if errors.Is(err, auction.ErrUnplaceable) && t.ctx.Err() == nil && t.beforeDeadline(job) {
+			why := "no lease"
+			if st, ok := t.renter.Status(jobID); ok && len(st.Reasons) > 0 {
+				why = st.Reasons[len(st.Reasons)-1]
+			}
+			if t.renter.Queue(jobID, why) == nil {
+				t.fold(jobID)
+				t.save(jobID)
+				t.queue(job)
+				return
+			}
+		}
 		t.fold(jobID)
 		t.mu.Lock()
 		if v := t.jobs[jobID]; v != nil && v.State == auction.JobLeased && v.Lease == nil {

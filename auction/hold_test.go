@@ -1,0 +1,216 @@
+package auction
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+)
+
+func TestCalendarHolds(t *testing.T) {
+	now := at(0, "10:00")
+	c := NewCalendar(1)
+	c.Hold("bid-1", "owner", Booking{Start: now, End: now.Add(time.Hour), GPUs: 1}, now.Add(time.Second))
+	if got := c.Planned(now); len(got) != 1 || got[0].LeaseID != "hold:bid-1" {
+		t.Fatalf("planned %+v", got)
+	}
+	if len(c.Bookings()) != 0 || c.FreeGPUs(now, now.Add(time.Hour)) != 1 {
+		t.Fatal("a hold is not a booking")
+	}
+	// An award never fails for somebody else's hold.
+	if err := c.Reserve(Booking{LeaseID: "l-other", Start: now, End: now.Add(time.Hour), GPUs: 1}); err != nil {
+		t.Fatalf("reserve past a hold: %v", err)
+	}
+	if got := c.Planned(now.Add(time.Second)); len(got) != 1 || got[0].LeaseID != "l-other" {
+		t.Fatalf("expired hold still planned: %+v", got)
+	}
+	c.Hold("bid-2", "owner", Booking{Start: now, End: now.Add(time.Hour), GPUs: 1}, now.Add(time.Minute))
+	if !c.DropHold("bid-2") || c.DropHold("bid-2") || c.Holds(now) != 0 {
+		t.Fatal("DropHold")
+	}
+}
+
+// TestConcurrentAuctionsDoNotOverbook: six renters post at once for three
+// one-GPU providers; a job must start within ten minutes and lasts an
+// hour, so each GPU fits one. Each bid holds its GPU tentatively (until
+// its award, its release or its expiry), so no provider bids twice for the
+// same GPU and no award is declined for an overbooked calendar; the jobs
+// left over are offered again until every GPU is leased. Without holds
+// (the control) the race shows in the first round.
+func TestConcurrentAuctionsDoNotOverbook(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+	}{{"with holds", DefaultHoldGrace}, {"control without holds", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			specs := []provSpec{{"a", "eu-west", "A100", 80, 1, pol(1), 0.9}, {"b", "eu-west", "A100", 80, 1, pol(1), 0.9},
+				{"c", "eu-west", "A100", 80, 1, pol(1), 0.9}}
+			m := newMarket(t, specs)
+			for _, tp := range m.provs {
+				tp.p.cfg.HoldGrace = tc.grace
+			}
+			var mu sync.Mutex
+			leased, overbooked := 0, 0
+			type post struct {
+				r *Renter
+				j Job
+			}
+			var posts []post
+			for i := 0; i < 6; i++ {
+				r, _ := m.renter(t, RenterConfig{QuietClose: 200 * time.Millisecond})
+				j := euJob(m.now())
+				j.ID, j.GPUCount, j.Deadline, j.BidWindow = NewID("job"), 1, m.now().Add(10*time.Minute), time.Second
+				posts = append(posts, post{r, j})
+			}
+			// Rounds of concurrent auctions; the jobs left without a lease
+			// are offered again (as the renter's queue does), until every
+			// GPU is leased.
+			for round := 0; round < 4 && leased < 3 && len(posts) > 0; round++ {
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				var left []post
+				for _, ps := range posts {
+					ps.j.Attempt = round
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						job, err := ps.r.Post(context.Background(), ps.j)
+						st, _ := ps.r.Status(job.ID)
+						mu.Lock()
+						defer mu.Unlock()
+						if err == nil {
+							leased++
+						} else if !errors.Is(err, ErrUnplaceable) {
+							t.Errorf("post: %v", err)
+						} else {
+							left = append(left, ps)
+						}
+						for _, a := range st.Attempts {
+							if strings.Contains(a.Result, "overbooked") {
+								overbooked++
+							}
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				posts = left
+				if tc.grace < 0 {
+					break // the control only needs the first round's race
+				}
+			}
+			declined := 0
+			for _, tp := range m.provs {
+				declined += tp.p.Stats().Declined
+				checkCalendar(t, tp.spec.name, tp.cal)
+			}
+			if tc.grace >= 0 && leased != 3 {
+				t.Fatalf("%d jobs leased, want one per GPU (3)", leased)
+			}
+			if tc.grace >= 0 && (overbooked != 0 || declined != 0) {
+				t.Fatalf("%d awards failed on an overbooked calendar, %d declined, despite holds", overbooked, declined)
+			}
+			if tc.grace < 0 && overbooked == 0 {
+				t.Fatal("control: no overbooked award without holds; the test does not exercise the race")
+			}
+		})
+	}
+}
+
+// TestBidRelease: a bid holds its GPU until its renter releases it; a
+// release signed by anyone else, or sent by anyone else, is refused.
+func TestBidRelease(t *testing.T) {
+	m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+	box := m.provs[0]
+	owner, other := signtest.New(t), signtest.New(t)
+	tr, bids := bidCollector(m, owner.ID())
+	m.net.Join(other.ID())
+	j := ownedJob(t, m, owner.ID(), "job-held")
+	call, err := EncodeCall(owner, j, JobTopics(&j)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Publish(context.Background(), JobTopics(&j)[0], call); err != nil {
+		t.Fatal(err)
+	}
+	b := nextBid(t, bids)
+	if n := box.cal.Holds(m.now()); n != 1 {
+		t.Fatalf("%d holds after a bid, want 1", n)
+	}
+	rel := BidRelease{JobID: j.ID, Attempt: j.Attempt, Renter: owner.ID().String(), Provider: b.Provider, BidNonce: b.Nonce, IssuedAt: m.now()}
+	forged := rel
+	forged.Renter = other.ID().String()
+	fdata, err := EncodeBidRelease(other, forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := box.p.HandleAward(other.ID(), fdata); err == nil {
+		t.Fatal("a release by another renter was taken")
+	}
+	data, err := EncodeBidRelease(owner, rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := box.p.HandleAward(other.ID(), data); err == nil {
+		t.Fatal("a release relayed by another peer was taken")
+	}
+	if n := box.cal.Holds(m.now()); n != 1 {
+		t.Fatalf("%d holds after refused releases, want 1", n)
+	}
+	if _, err := box.p.HandleAward(owner.ID(), data); err != nil {
+		t.Fatal(err)
+	}
+	if n, lost := box.cal.Holds(m.now()), box.p.Stats().Lost; n != 0 || lost != 1 {
+		t.Fatalf("%d holds, %d lost after the release", n, lost)
+	}
+}
+
+// TestHeldCallBidsAfterRelease: a call refused only because another bid
+// holds the GPU gets its bid once that bid is released, while its window
+// is open.
+func TestHeldCallBidsAfterRelease(t *testing.T) {
+	m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+	box := m.provs[0]
+	first, second := signtest.New(t), signtest.New(t)
+	tr1, bids1 := bidCollector(m, first.ID())
+	tr2, bids2 := bidCollector(m, second.ID())
+	post := func(tr *MemTransport, signer *sign.Signer, id string) Job {
+		j := ownedJob(t, m, signer.ID(), id)
+		// Must start within ten minutes: the held hour cannot be waited out.
+		j.BidWindow, j.Deadline = 5*time.Second, m.now().Add(10*time.Minute)
+		call, err := EncodeCall(signer, j, JobTopics(&j)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Publish(context.Background(), JobTopics(&j)[0], call); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	j1 := post(tr1, first, "job-first")
+	b := nextBid(t, bids1)
+	post(tr2, second, "job-second")
+	waitUntil(t, 5*time.Second, "second call refused for the hold", func() bool { return box.p.Stats().Ineligible["held"] == 1 })
+	select {
+	case b2 := <-bids2:
+		t.Fatalf("bid %+v while the GPUs were held", b2)
+	default:
+	}
+	data, err := EncodeBidRelease(first, BidRelease{JobID: j1.ID, Attempt: j1.Attempt, Renter: first.ID().String(),
+		Provider: b.Provider, BidNonce: b.Nonce, IssuedAt: m.now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := box.p.HandleAward(first.ID(), data); err != nil {
+		t.Fatal(err)
+	}
+	if b2 := nextBid(t, bids2); b2.JobID != "job-second" {
+		t.Fatalf("bid for %s", b2.JobID)
+	}
+}

@@ -1,0 +1,144 @@
+package lease
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// busyJob is a job that runs ms milliseconds on a lease of a minute and
+// must start within 20 s: a provider whose GPU is leased cannot bid for it.
+func busyJob(ms int) auction.Job {
+	j := job(auction.Silver, 5, time.Minute, "run", fmt.Sprint(ms), "0")
+	j.Deadline = time.Now().Add(20 * time.Second)
+	return j
+}
+
+// TestJobsQueueForCapacity: 40 jobs posted at once against 4 one-GPU
+// providers: those that find every GPU busy are queued (not rejected) and
+// offered again as GPUs free up, until all of them ran.
+func TestJobsQueueForCapacity(t *testing.T) {
+	h := newHarness(t)
+	r := h.renter()
+	for i := 0; i < 4; i++ {
+		h.provider(provSpec{model: "A100", price: 1})
+	}
+	const n = 40
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := r.tracker.Post(busyJob(30))
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids[i] = v.Job.ID
+			if v.State != auction.JobLeased && v.State != auction.JobQueued && v.State != auction.JobFinished {
+				errs <- fmt.Errorf("job %s posted as %s: %v", v.Job.ID, v.State, v.Reasons)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	queued := r.counters.Snapshot()["renter.job_queued"]
+	if queued == 0 {
+		t.Fatal("no job was queued: 40 jobs on 4 GPUs should find them busy")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, id := range ids {
+		var v api.JobView
+		waitFor(t, time.Until(deadline), "job "+id+" succeeded", func() bool {
+			v, _ = r.tracker.View(id)
+			return v.Run == auction.RunSucceeded || v.State == auction.JobUnplaceable || v.State == auction.JobFailed
+		})
+		if v.Run != auction.RunSucceeded || v.State != auction.JobFinished {
+			t.Fatalf("job %s: state %s run %s: %v", id, v.State, v.Run, v.Reasons)
+		}
+	}
+	t.Logf("%d jobs queued at least once, %d re-offers", queued, r.counters.Snapshot()["renter.job_reoffered"])
+}
+
+// TestQueuedJobStatus: a job no provider can take now is queued with the
+// reason, offered again, cancellable while queued, and given up at its
+// start deadline.
+func TestQueuedJobStatus(t *testing.T) {
+	h := newHarness(t)
+	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+	first := r.post(job(auction.Silver, 2, time.Minute, "gate", "hold", "0"))
+	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+
+	v, err := r.tracker.Post(busyJob(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.State != auction.JobQueued || !strings.HasPrefix(v.Reasons[len(v.Reasons)-1], "queued: no bids") {
+		t.Fatalf("posted job: %s %v, want queued: no bids", v.State, v.Reasons)
+	}
+	r.waitJob(v.Job.ID, "offered again", func(v api.JobView) bool { return v.Offers >= 2 && v.State == auction.JobQueued })
+
+	short := busyJob(10)
+	short.Deadline = time.Now().Add(500 * time.Millisecond)
+	s, err := r.tracker.Post(short)
+	if err != nil || s.State != auction.JobQueued {
+		t.Fatalf("short job %s (%v)", s.State, err)
+	}
+	c, err := r.tracker.Cancel(v.Job.ID)
+	if err != nil || c.State != auction.JobCancelled {
+		t.Fatalf("cancel queued job: %s (%v)", c.State, err)
+	}
+	s = r.waitJob(s.Job.ID, "given up", func(v api.JobView) bool { return v.State == auction.JobUnplaceable })
+	if !strings.Contains(strings.Join(s.Reasons, ";"), "start deadline passed while queued") {
+		t.Fatalf("reasons %v", s.Reasons)
+	}
+	p.exec.open("hold")
+	// The cancelled job stays cancelled though the GPU frees up.
+	r.waitJob(first.Job.ID, "first finished", func(v api.JobView) bool { return v.Run == auction.RunSucceeded })
+	if c, _ := r.tracker.View(v.Job.ID); c.State != auction.JobCancelled || c.Lease != nil {
+		t.Fatalf("cancelled job became %s", c.State)
+	}
+}
+
+// TestRenterRestartMidAuction: a renter killed during a job's auction
+// queues the job again at its restart (it was persisted before bidding),
+// and the job runs.
+func TestRenterRestartMidAuction(t *testing.T) {
+	h := newHarness(t)
+	r := h.renter()
+	j := busyJob(10)
+	j.BidWindow = 3 * time.Second
+	j.ID = auction.NewID("job")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.tracker.Post(j)
+	}()
+	waitFor(t, 3*time.Second, "job persisted while bidding", func() bool {
+		var saved api.JobView
+		ok, err := r.db.State("renter-jobs").Get(j.ID, &saved)
+		return err == nil && ok && saved.State == auction.JobBidding
+	})
+	r.kill()
+	<-done
+	h.provider(provSpec{model: "A100", price: 1})
+	r2 := r.restart()
+	v := r2.waitJob(j.ID, "requeued", func(v api.JobView) bool { return v.State != auction.JobBidding })
+	if !strings.Contains(strings.Join(v.Reasons, ";"), "renter daemon restarted during the auction") {
+		t.Fatalf("reasons %v", v.Reasons)
+	}
+	waitFor(t, 10*time.Second, "requeued job succeeded", func() bool {
+		v, _ = r2.tracker.View(j.ID)
+		return v.Run == auction.RunSucceeded
+	})
+}
