@@ -128,6 +128,7 @@ func TestConcurrentAuctionsDoNotOverbook(t *testing.T) {
 func TestBidRelease(t *testing.T) {
 	m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	box := m.provs[0]
+	box.p.cfg.HoldGrace = DefaultHoldGrace // holds are opt-in
 	owner, other := signtest.New(t), signtest.New(t)
 	tr, bids := bidCollector(m, owner.ID())
 	m.net.Join(other.ID())
@@ -177,6 +178,7 @@ func TestBidRelease(t *testing.T) {
 func TestHeldCallBidsAfterRelease(t *testing.T) {
 	m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	box := m.provs[0]
+	box.p.cfg.HoldGrace = DefaultHoldGrace // holds are opt-in
 	first, second := signtest.New(t), signtest.New(t)
 	tr1, bids1 := bidCollector(m, first.ID())
 	tr2, bids2 := bidCollector(m, second.ID())

@@ -78,7 +78,10 @@ type ProviderConfig struct {
 	// auctions are not offered the same GPUs; one owner's bids hold at most
 	// half the GPUs. A call that only other bids' holds keep from an
 	// earlier start waits (parked) for a release while its window is open.
-	// 0 means DefaultHoldGrace; negative disables holds.
+	// 0 or negative disables holds (the default; DefaultHoldGrace is the
+	// suggested value). They are opt-in because an owner that never awards
+	// or releases its bids (a call flood) would hold GPUs away from honest
+	// calls: holds need the caller's standing, which is not built yet.
 	HoldGrace time.Duration
 	// MaxOwnerInflight caps the bids to one owner that are queued or being
 	// sent; more are dropped and counted (Rejected["owner_inflight"]), so an
@@ -198,9 +201,6 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	}
 	if cfg.MaxOwnerInflight <= 0 {
 		cfg.MaxOwnerInflight = DefaultMaxOwnerInflight
-	}
-	if cfg.HoldGrace == 0 {
-		cfg.HoldGrace = DefaultHoldGrace
 	}
 	log := cfg.Log
 	if log == nil {
