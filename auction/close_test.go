@@ -43,6 +43,29 @@ func TestBidWindowClosesEarly(t *testing.T) {
 			t.Fatalf("gold auction took %v of a %v window", took, window)
 		}
 	})
+	t.Run("a bid that starts later does not close the window early", func(t *testing.T) {
+		m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+		box := m.provs[0]
+		if err := box.p.cfg.Calendar.Reserve(Booking{LeaseID: "busy", Start: m.now().Add(-time.Minute), End: m.now().Add(time.Hour), GPUs: 2}); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := m.renter(t, RenterConfig{QuietClose: 50 * time.Millisecond})
+		j := euJob(m.now())
+		j.Tier, j.BidWindow, j.Deadline = Gold, 600*time.Millisecond, m.now().Add(2*time.Hour)
+		start := time.Now()
+		job, err := r.Post(context.Background(), j)
+		took := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := r.Status(job.ID)
+		if len(st.Bids) != 1 || !st.Bids[0].Bid.Start.After(m.now().Add(30*time.Minute)) {
+			t.Fatalf("bids %+v: want the busy box's one later bid", st.Bids)
+		}
+		if took < j.BidWindow {
+			t.Fatalf("auction closed after %v of its %v window on a bid starting in an hour", took, j.BidWindow)
+		}
+	})
 	t.Run("disabled runs the full window", func(t *testing.T) {
 		m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 		r, _ := m.renter(t, RenterConfig{QuietClose: -1})

@@ -345,7 +345,8 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 // collect waits for a job's bids until its window closes (see
 // RenterConfig.QuietClose): the window ends BidWindow after the call, once
 // extended by BidWindow when no bid came, or earlier after a quiet spell
-// following the last bid, or at a gold job's first acceptable bid. It
+// following the last bid, or at a gold job's first acceptable bid, in
+// both cases only when the best bid can start at once. It
 // returns ErrCancelled or the context's error when the auction ended
 // otherwise.
 func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
@@ -376,7 +377,7 @@ func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
 			if r.cfg.QuietClose < 0 {
 				continue
 			}
-			if job.Tier == Gold && r.acceptableBid(rj, job) {
+			if job.Tier == Gold && r.bestStartsNow(rj, job) {
 				return nil
 			}
 			if quietT == nil {
@@ -392,7 +393,12 @@ func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
 				quietT.Reset(r.cfg.QuietClose)
 			}
 		case <-quiet:
-			return nil
+			quiet, quietT = nil, nil
+			if r.bestStartsNow(rj, job) {
+				return nil
+			}
+			// The best bid so far starts later: a provider that can start
+			// at once may still answer, so the window runs its course.
 		case <-ctx.Done():
 			return r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
 		case <-rj.cancel:
@@ -401,16 +407,23 @@ func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
 	}
 }
 
-// acceptableBid reports whether any bid so far for job would be awarded.
-func (r *Renter) acceptableBid(rj *renterJob, job *Job) bool {
+// earlyCloseSlack is how soon the best bid must start for a window to
+// close early.
+const earlyCloseSlack = time.Second
+
+// bestStartsNow reports whether the bid that would be awarded now is
+// acceptable and starts at once: only then may a window close early (a
+// busy provider's later start must not win just by answering first).
+func (r *Renter) bestStartsNow(rj *renterJob, job *Job) bool {
 	r.mu.Lock()
 	cands := append([]Candidate(nil), rj.bids...)
 	r.mu.Unlock()
 	for i := range cands {
 		cands[i].Reliability = r.reputation(cands[i].Bid.Provider)
 	}
-	ranked := RankAt(job, cands, r.cfg.Now())
-	return len(ranked) > 0 && ranked[0].Rejected == ""
+	now := r.cfg.Now()
+	ranked := RankAt(job, cands, now)
+	return len(ranked) > 0 && ranked[0].Rejected == "" && !ranked[0].Bid.Start.After(now.Add(earlyCloseSlack))
 }
 
 func (r *Renter) reputation(provider string) float64 {

@@ -3,7 +3,7 @@ package runtime
 import (
 	"sync"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/gpumesh/gpumesh/runtime/internal/nvml"
 )
 
 // SimulatedGPU is one device of a SimulatedGPUs host: what NVML would

@@ -12,6 +12,7 @@ type Return int32
 
 const (
 	SUCCESS                 Return = 0
+	ERROR_INVALID_ARGUMENT  Return = 2
 	ERROR_DRIVER_NOT_LOADED Return = 9
 	ERROR_LIBRARY_NOT_FOUND Return = 12
 	ERROR_GPU_IS_LOST       Return = 15
@@ -21,6 +22,8 @@ func (r Return) String() string {
 	switch r {
 	case SUCCESS:
 		return "SUCCESS"
+	case ERROR_INVALID_ARGUMENT:
+		return "ERROR_INVALID_ARGUMENT"
 	case ERROR_DRIVER_NOT_LOADED:
 		return "ERROR_DRIVER_NOT_LOADED"
 	case ERROR_LIBRARY_NOT_FOUND:
