@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Model is the canonical identity of a GPU model.
@@ -275,7 +276,40 @@ func Identify(name string) Model { return parse(name, true) }
 // alone matches every variant and memory size of it.
 func Request(name string) Model { return parse(name, false) }
 
+// parsed memoises parse: eligibility asks for the same few names on every
+// call for bids. Names come from the network, so it is bounded: when full
+// it starts over.
+var parsed = struct {
+	sync.Mutex
+	m map[parseKey]Model
+}{m: map[parseKey]Model{}}
+
+type parseKey struct {
+	name   string
+	device bool
+}
+
+const maxParsed = 4096
+
 func parse(name string, device bool) Model {
+	k := parseKey{name, device}
+	parsed.Lock()
+	m, ok := parsed.m[k]
+	parsed.Unlock()
+	if ok {
+		return m
+	}
+	m = parseName(name, device)
+	parsed.Lock()
+	if len(parsed.m) >= maxParsed {
+		clear(parsed.m)
+	}
+	parsed.m[k] = m
+	parsed.Unlock()
+	return m
+}
+
+func parseName(name string, device bool) Model {
 	words, mem := normalise(name)
 	if words == "" {
 		return Model{}

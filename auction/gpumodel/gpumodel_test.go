@@ -1,6 +1,9 @@
 package gpumodel
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // TestIdentifyNVMLNames maps device names exactly as NVML's
 // nvmlDeviceGetName reports them (datacenter, workstation, consumer and
@@ -165,5 +168,27 @@ func TestDisplay(t *testing.T) {
 				t.Fatalf("String() = %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// TestParseMemoIsBounded: names from the network cannot grow the memo past
+// its bound, and a memoised answer is the parse's own.
+func TestParseMemoIsBounded(t *testing.T) {
+	for i := 0; i < 2*maxParsed+10; i++ {
+		Identify(fmt.Sprintf("made-up gpu %d", i))
+	}
+	parsed.Lock()
+	n := len(parsed.m)
+	parsed.Unlock()
+	if n > maxParsed {
+		t.Fatalf("memo holds %d names, bound %d", n, maxParsed)
+	}
+	for _, name := range []string{"NVIDIA H100 80GB HBM3", "rtx4090", "Tesla T4"} {
+		if a, b := Identify(name), parseName(name, true); a != b {
+			t.Fatalf("Identify(%q) = %+v, parse gives %+v", name, a, b)
+		}
+		if a, b := Request(name), parseName(name, false); a != b {
+			t.Fatalf("Request(%q) = %+v, parse gives %+v", name, a, b)
+		}
 	}
 }
