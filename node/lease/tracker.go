@@ -987,9 +987,11 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 		count("renter.receipt_mismatch")
 		return nil, fmt.Errorf("receipt says %s (fault %q); the provider's final report said %s (fault %q)", r.Outcome, r.Fault, v.Run, v.Fault)
 	}
-	mine := mon.Summary(r.End)
+	var mine attest.HeartbeatSummary
 	if v.Heartbeats != nil && v.Run.Terminal() {
 		mine = *v.Heartbeats // what this renter answered the final report with
+	} else {
+		mine = mon.Summary(r.End)
 	}
 	if mine.Count != r.Heartbeats.Count || mine.Rejected != r.Heartbeats.Rejected || mine.Expected != r.Heartbeats.Expected ||
 		mine.Coverage != r.Heartbeats.Coverage || len(mine.Gaps) != len(r.Heartbeats.Gaps) {
