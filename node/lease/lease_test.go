@@ -264,7 +264,7 @@ func TestAbandonedLeaseSlashed(t *testing.T) {
 	h := newHarness(t)
 	h.abandonGrace = 100 * time.Millisecond
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	v := r.post(job(auction.Silver, 2, 300*time.Millisecond, "gate", "never", "0"))
+	v := r.post(job(auction.Silver, 2, time.Second, "gate", "never", "0"))
 	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
 	h.net.Drop(p.signer.ID()) // the provider goes silent
 	v = r.waitJob(v.Job.ID, "abandoned", func(v api.JobView) bool { return v.Run.Terminal() })
