@@ -164,6 +164,23 @@ func (j *Job) Validate() error {
 	if j.Attempt < 0 {
 		bad("attempt", "must not be negative, got %d", j.Attempt)
 	}
+	if j.CheckpointEvery < 0 || (j.CheckpointEvery > 0 && j.CheckpointEvery < MinCheckpointEvery) {
+		bad("checkpoint_every", "must be 0 (only when stopped early) or at least %v, got %v", MinCheckpointEvery, j.CheckpointEvery)
+	}
+	if j.MaxAttempts < 0 || j.MaxAttempts > MaxAttempts {
+		bad("max_attempts", "must be in [1, %d] (0: %d), got %d", MaxAttempts, DefaultMaxAttempts, j.MaxAttempts)
+	}
+	if len(j.Exclude) > MaxAttempts {
+		bad("exclude", "at most %d providers, got %d", MaxAttempts, len(j.Exclude))
+	}
+	if len(j.Restore) > MaxRestore {
+		bad("restore", "at most %d checkpoints, got %d", MaxRestore, len(j.Restore))
+	}
+	for i, c := range j.Restore {
+		if !ValidArtifactID(c.Artifact) || c.Work < 0 || c.Bytes < 0 || c.Bytes > MaxCheckpointBytes {
+			bad(fmt.Sprintf("restore[%d]", i), "not a checkpoint (artifact %q, %d bytes, work %v)", c.Artifact, c.Bytes, c.Work)
+		}
+	}
 	for i, m := range j.GPUModels {
 		if strings.TrimSpace(m) == "" {
 			bad(fmt.Sprintf("gpu_models[%d]", i), "must not be empty")

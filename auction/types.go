@@ -188,6 +188,75 @@ type Job struct {
 	// WantDeclines asks the providers that will not bid to say why (a
 	// signed Decline, at most one per provider and call).
 	WantDeclines bool `json:"want_declines,omitempty" yaml:"-"`
+	// CheckpointEvery is how often the provider saves the job's checkpoint
+	// dir (GPUMESH_CHECKPOINT_DIR) as an artifact while it runs; 0 saves it
+	// only when the lease ends early (preemption, drain, gap end).
+	CheckpointEvery time.Duration `json:"checkpoint_every,omitempty" yaml:"checkpoint_every,omitempty"`
+	// MaxAttempts bounds the leases one job may use (the first included)
+	// when attempts end early through no fault of the job; 0 means
+	// DefaultMaxAttempts.
+	MaxAttempts int `json:"max_attempts,omitempty" yaml:"max_attempts,omitempty"`
+	// Exclude lists the providers that lost an earlier attempt of this job:
+	// they may not bid for its later attempts.
+	Exclude []string `json:"exclude,omitempty" yaml:"-"`
+	// Restore is the checkpoints this attempt starts from, newest first:
+	// the provider restores the first one that verifies, and the job
+	// starts fresh when none does.
+	Restore []Checkpoint `json:"restore,omitempty" yaml:"-"`
+}
+
+// Attempt budgets and checkpoint bounds.
+const (
+	// DefaultMaxAttempts is a job's attempt budget when it sets none.
+	DefaultMaxAttempts = 3
+	// MaxAttempts bounds Job.MaxAttempts.
+	MaxAttempts = 20
+	// MaxRestore bounds Job.Restore: the newest checkpoint and the one
+	// before it, in case the newest does not verify.
+	MaxRestore = 2
+	// MinCheckpointEvery is the shortest periodic checkpoint interval.
+	MinCheckpointEvery = time.Second
+)
+
+// MaxCheckpointBytes caps one checkpoint of a job.
+const MaxCheckpointBytes = 4 << 30
+
+// Checkpoint is one saved state of a job's checkpoint dir, kept as an
+// artifact. The provider that took it signs it (sign.DomainCheckpoint) and
+// sends it to the job's renter, whose daemon keeps the artifact; a later
+// attempt, on any provider, restores it.
+type Checkpoint struct {
+	JobID   string `json:"job_id"`
+	LeaseID string `json:"lease_id"`
+	Attempt int    `json:"attempt"`
+	// Seq orders one lease's checkpoints.
+	Seq int `json:"seq"`
+	// Artifact is the id of the artifact holding the dir's files.
+	Artifact string `json:"artifact"`
+	Bytes    int64  `json:"bytes"`
+	// Work is the job's run time this checkpoint captures, over all its
+	// attempts: a later attempt has Duration − Work left to run.
+	Work time.Duration `json:"work"`
+	// Reason is why it was taken: CheckpointPeriodic, CheckpointStopped
+	// (preempted, drained or gap end) or CheckpointEnded.
+	Reason   string    `json:"reason"`
+	Provider string    `json:"provider"`
+	TakenAt  time.Time `json:"taken_at"`
+}
+
+// Why a checkpoint was taken.
+const (
+	CheckpointPeriodic = "periodic"
+	CheckpointStopped  = "stopped"
+	CheckpointEnded    = "ended"
+)
+
+// Attempts is the job's attempt budget.
+func (j *Job) Attempts() int {
+	if j.MaxAttempts > 0 {
+		return j.MaxAttempts
+	}
+	return DefaultMaxAttempts
 }
 
 // OutputFile is one result file a job left in its outputs directory.

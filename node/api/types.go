@@ -117,6 +117,10 @@ type LeaseRecord struct {
 	Receipt  bool             `json:"receipt"`
 	ExitCode *int             `json:"exit_code,omitempty"`
 	Fault    auction.Fault    `json:"fault,omitempty"`
+	// Checkpoint is the last good checkpoint the attempt left (nil: none);
+	// Restored is the one it started from.
+	Checkpoint *auction.Checkpoint `json:"checkpoint,omitempty"`
+	Restored   *auction.Checkpoint `json:"restored,omitempty"`
 }
 
 // BidsView is GET /v1/jobs/{id}/bids: ranked bids and why the winner won.

@@ -30,7 +30,11 @@ const (
 	ProtoLogs       protocol.ID = "/gpumesh/logs/1.0.0"        // renter → provider: StreamRequest, then the job's log
 	ProtoOutputs    protocol.ID = "/gpumesh/outputs/1.0.0"     // renter → provider: StreamRequest, then an outputs bundle
 	ProtoCancel     protocol.ID = "/gpumesh/cancel/1.0.0"      // renter → provider: CancelRequest
-	ProtoArtifact   protocol.ID = "/gpumesh/artifact/1.0.0"    // any → holder: ArtifactRequest frames, each answered by a manifest or a chunk
+	// ProtoCheckpoint: provider → renter, a signed auction.Checkpoint
+	// (sign.DomainCheckpoint); the renter's daemon fetches its artifact
+	// before it answers.
+	ProtoCheckpoint protocol.ID = "/gpumesh/checkpoint/1.0.0"
+	ProtoArtifact   protocol.ID = "/gpumesh/artifact/1.0.0" // any → holder: ArtifactRequest frames, each answered by a manifest or a chunk
 	// ProtoService carries a service replica's traffic: renter → provider,
 	// a ServiceRequest frame, the provider's one-frame answer (ServiceAck),
 	// then raw bytes both ways to and from the replica's port.
