@@ -351,3 +351,116 @@ func TestOutputsBecomeRenterArtifact(t *testing.T) {
 		t.Fatalf("another node fetched the renter's outputs: %v", err)
 	}
 }
+
+// waitAdvertisesArtifact waits until from sees prov's capability record
+// list artifact id.
+func waitAdvertisesArtifact(t *testing.T, from *Daemon, prov peer.ID, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if !from.waitAdvertises(ctx, prov.String(), id) {
+		t.Fatalf("%s never saw %s advertise artifact %s", from.ID(), prov, id)
+	}
+}
+
+// TestWarmedProviderWinsAuction: the renter warms one of two equal-price
+// providers with its private dataset (artifact warm --provider): the
+// provider fetches it on the renter's grant and advertises it, so its bid
+// reports nothing missing and it wins over the cold one. Warming the two
+// best-ranked providers then warms the cold one too (the warm one counts
+// as holding it), not the dearer third; a provider whose policy caps warm
+// requests below the artifact's size refuses, clearly.
+func TestWarmedProviderWinsAuction(t *testing.T) {
+	dear := fastConfig(providerConfig("eu-west", 2.0, h100))
+	dear.Provider.WarmMaxGB = 1.0 / 1024 // 1 MiB
+	boot, ns := startNet(t,
+		fastConfig(providerConfig("eu-west", 1.0, a100)),
+		fastConfig(providerConfig("eu-west", 1.0, a100)),
+		dear,
+	)
+	warm, cold, small := ns[0], ns[1], ns[2]
+	waitAdvertised(t, boot, ns...)
+	data := make([]byte, 24<<20)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "dataset.bin")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl := api.NewClient(boot.dir)
+	in, err := cl.AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src})
+	if err != nil || !in.Private {
+		t.Fatalf("add: %+v %v", in, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := cl.WarmArtifact(ctx, in.ID, api.ArtifactWarmRequest{Providers: []string{warm.ID().String()}, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Results) != 1 || res.Results[0].Error != "" || !res.Results[0].Advertised || res.Results[0].Fetching != int64(len(data)) {
+		t.Fatalf("warm: %+v", res)
+	}
+	if info, err := warm.artifacts.Store().Info(in.ID); err != nil || !info.Complete || !info.Private || info.Owner != boot.ID().String() {
+		t.Fatalf("warmed copy: %+v %v", info, err)
+	}
+	if _, err := cold.artifacts.Store().Info(in.ID); err == nil {
+		t.Fatal("the cold provider holds the artifact")
+	}
+
+	job := readsInput(in.ID)
+	job.Duration = 20 * time.Second
+	job.GPUModels = []string{"A100"}
+	v := post(t, boot, job)
+	if !leased(v) || v.Winner != warm.ID().String() {
+		t.Fatalf("winner %s, want the warmed provider %s; bids %+v", v.Winner, warm.ID(), v.Bids)
+	}
+	bids, err := boot.market.tracker.Bids(v.Job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bids.Bids {
+		want := int64(0)
+		if b.Bid.Provider == cold.ID().String() {
+			want = int64(len(data))
+		}
+		if b.Bid.MissingBytes != want || b.Missing != want {
+			t.Fatalf("bid of %s: claims %d missing, charged %d; want %d", b.Bid.Provider, b.Bid.MissingBytes, b.Missing, want)
+		}
+	}
+	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	sum := sha256.Sum256(data)
+	if got := jobLog(t, boot, v.Job.ID); v.Run != auction.RunSucceeded || got != hex.EncodeToString(sum[:]) {
+		t.Fatalf("job on the warmed provider: %s %s, log %q", v.Run, v.Detail, got)
+	}
+
+	// The two best-ranked (cheapest) providers: warm already holds it,
+	// cold is warmed; the dearer one is left alone.
+	res, err = cl.WarmArtifact(ctx, in.ID, api.ArtifactWarmRequest{Count: 2, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byProv := map[string]api.ArtifactWarmResult{}
+	for _, r := range res.Results {
+		byProv[r.Provider] = r
+	}
+	if len(res.Results) != 2 || !byProv[warm.ID().String()].Held || byProv[cold.ID().String()].Error != "" || !byProv[cold.ID().String()].Advertised {
+		t.Fatalf("warm the best two: %+v", res)
+	}
+	if _, err := small.artifacts.Store().Info(in.ID); err == nil {
+		t.Fatal("the dearer provider was warmed")
+	}
+
+	// The dearer provider warms at most 1 MiB.
+	res, err = cl.WarmArtifact(ctx, in.ID, api.ArtifactWarmRequest{Providers: small.Addrs()[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Results) != 1 || !strings.Contains(res.Results[0].Error, "larger than this node warms") {
+		t.Fatalf("warm beyond the policy: %+v", res)
+	}
+	if _, err := small.artifacts.Store().Info(in.ID); err == nil {
+		t.Fatal("a refused warm request left the artifact in the store")
+	}
+}

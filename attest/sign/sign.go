@@ -31,6 +31,7 @@ const (
 	DomainReceiptProvider = "receipt-provider/v1" // the provider's half of a receipt
 	DomainReceiptRenter   = "receipt-renter/v1"   // the renter's countersignature
 	DomainArtifactGrant   = "artifact-grant/v1"   // an artifact's owner lets a peer fetch it from any holder
+	DomainArtifactWarm    = "artifact-warm/v1"    // renter → provider, fetch an artifact ahead of a job
 )
 
 // MaxPayload bounds the size of any signed payload a node accepts.

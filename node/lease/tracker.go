@@ -46,6 +46,9 @@ type TrackerConfig struct {
 	// capability advertises ("" when unknown): the signed fingerprint its
 	// heartbeats carry must have that hash.
 	AdvertisedFingerprint func(provider string) string
+	// Holdings is the auction's check of bids' missing-bytes claims
+	// (auction.RenterConfig.Holdings); nil trusts the claims.
+	Holdings func(ctx context.Context, provider string) ([]string, bool)
 	// QueueBackoff is how long a queued job (no acceptable bid yet) first
 	// waits before it is offered again, doubling up to QueueBackoffMax;
 	// a capacity notice offers it at once. Defaults 1s and 30s.
@@ -122,7 +125,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score, Now: cfg.Now, Log: log,
-		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, Release: t.release,
+		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, Release: t.release, Holdings: cfg.Holdings,
 	})
 	if err != nil {
 		return nil, err

@@ -22,15 +22,16 @@ import (
 // except the stream requests, which are authorised by the stream's
 // authenticated remote peer.
 const (
-	ProtoBid        protocol.ID = "/gpumesh/bid/1.0.0"         // provider → renter: auction.Bid
-	ProtoAward      protocol.ID = "/gpumesh/award/1.0.0"       // renter → provider: auction.Award, answered by an auction.Confirm
-	ProtoHeartbeat  protocol.ID = "/gpumesh/heartbeat/1.0.0"   // provider → renter: attest.Heartbeat
-	ProtoLeaseEvent protocol.ID = "/gpumesh/lease-event/1.0.0" // provider → renter: LeaseEvent, answered by the renter's attest.HeartbeatSummary
-	ProtoReceipt    protocol.ID = "/gpumesh/receipt/1.0.0"     // provider → renter: attest.SignedReceipt, answered countersigned
-	ProtoLogs       protocol.ID = "/gpumesh/logs/1.0.0"        // renter → provider: StreamRequest, then the job's log
-	ProtoOutputs    protocol.ID = "/gpumesh/outputs/1.0.0"     // renter → provider: StreamRequest, then an outputs bundle
-	ProtoCancel     protocol.ID = "/gpumesh/cancel/1.0.0"      // renter → provider: CancelRequest
-	ProtoArtifact   protocol.ID = "/gpumesh/artifact/1.0.0"    // any → holder: ArtifactRequest frames, each answered by a manifest or a chunk
+	ProtoBid        protocol.ID = "/gpumesh/bid/1.0.0"           // provider → renter: auction.Bid
+	ProtoAward      protocol.ID = "/gpumesh/award/1.0.0"         // renter → provider: auction.Award, answered by an auction.Confirm
+	ProtoHeartbeat  protocol.ID = "/gpumesh/heartbeat/1.0.0"     // provider → renter: attest.Heartbeat
+	ProtoLeaseEvent protocol.ID = "/gpumesh/lease-event/1.0.0"   // provider → renter: LeaseEvent, answered by the renter's attest.HeartbeatSummary
+	ProtoReceipt    protocol.ID = "/gpumesh/receipt/1.0.0"       // provider → renter: attest.SignedReceipt, answered countersigned
+	ProtoLogs       protocol.ID = "/gpumesh/logs/1.0.0"          // renter → provider: StreamRequest, then the job's log
+	ProtoOutputs    protocol.ID = "/gpumesh/outputs/1.0.0"       // renter → provider: StreamRequest, then an outputs bundle
+	ProtoCancel     protocol.ID = "/gpumesh/cancel/1.0.0"        // renter → provider: CancelRequest
+	ProtoArtifact   protocol.ID = "/gpumesh/artifact/1.0.0"      // any → holder: ArtifactRequest frames, each answered by a manifest or a chunk
+	ProtoWarm       protocol.ID = "/gpumesh/artifact-warm/1.0.0" // renter → provider: a sealed ArtifactWarm, answered by an ArtifactWarmAck
 	// ProtoService carries a service replica's traffic: renter → provider,
 	// a ServiceRequest frame, the provider's one-frame answer (ServiceAck),
 	// then raw bytes both ways to and from the replica's port.
@@ -153,6 +154,28 @@ type ArtifactGrant struct {
 	ID      string    `json:"id"`
 	Peer    string    `json:"peer"`
 	Expires time.Time `json:"expires"`
+}
+
+// ArtifactWarm is a renter's signed request (sign.DomainArtifactWarm) that
+// Provider fetch artifact ID into its store ahead of a job (cache
+// warming); the signer, the stream's remote peer, serves it. Grant (a
+// sealed ArtifactGrant from the artifact's owner for Provider) admits the
+// provider to a private artifact at any holder.
+type ArtifactWarm struct {
+	ID       string    `json:"id"`
+	Provider string    `json:"provider"`
+	Grant    []byte    `json:"grant,omitempty"`
+	Expires  time.Time `json:"expires"`
+}
+
+// ArtifactWarmAck is a provider's answer to an ArtifactWarm it accepts:
+// the artifact's size and the bytes it is fetching (0 when it already
+// held it). The fetch runs on after the answer; the provider advertises
+// the artifact once it holds it.
+type ArtifactWarmAck struct {
+	ID       string `json:"id"`
+	Size     int64  `json:"size"`
+	Fetching int64  `json:"fetching"`
 }
 
 // ArtifactManifest answers ArtifactOpManifest: the manifest's JSON (its
