@@ -73,7 +73,7 @@ func newMarket(d *Daemon) (*market, error) {
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
 		AdvertisedFingerprint: d.advertisedFingerprint, Holdings: d.advertisedArtifacts,
-		Now:                   d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
+		Now: d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
 	}); err != nil {
 		return nil, err
 	}
