@@ -92,6 +92,18 @@ const (
 	JobFinished JobState = "finished"
 )
 
+// Live reports whether a job in this state may still run, so that its
+// renter must keep what it needs (its input artifacts): in auction,
+// queued, or leased (a lease that ends and requeues goes back to auction;
+// the renter's lease tracking marks a job's end JobFinished).
+func (s JobState) Live() bool {
+	switch s {
+	case JobBidding, JobAwarding, JobQueued, JobLeased:
+		return true
+	}
+	return false
+}
+
 // AwardAttempt records one award sent to a provider and what came of it.
 type AwardAttempt struct {
 	Provider string `json:"provider"`

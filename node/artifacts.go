@@ -44,6 +44,43 @@ func (d *Daemon) startArtifacts() error {
 	return err
 }
 
+// inputPins keeps the artifacts our live jobs name (inputs, image)
+// pinned in our store, so that eviction never removes what a queued or
+// running job will fetch from us.
+type inputPins struct {
+	d     *Daemon
+	mu    sync.Mutex
+	byJob map[string]func()
+}
+
+// update pins a job's artifacts while its state is live and releases
+// them once it is not (the tracker's OnSave hook).
+func (p *inputPins) update(v api.JobView) {
+	ids := v.Job.Run.Artifacts()
+	if len(ids) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	unpin, pinned := p.byJob[v.Job.ID]
+	switch live := v.State.Live(); {
+	case live && !pinned:
+		st := p.d.artifacts.Store()
+		unpins := make([]func(), 0, len(ids))
+		for _, id := range ids {
+			unpins = append(unpins, st.Pin(id))
+		}
+		p.byJob[v.Job.ID] = func() {
+			for _, u := range unpins {
+				u()
+			}
+		}
+	case !live && pinned:
+		unpin()
+		delete(p.byJob, v.Job.ID)
+	}
+}
+
 // heldChanged is called when the store completes an artifact: a provider
 // advertises a fresh capability record (its Artifacts) at once, so renters
 // that check bids' missing-bytes claims against it see what it holds.

@@ -182,6 +182,8 @@ func TestPlacementPrefersWarmProvider(t *testing.T) {
 	if id, err := api.NewClient(warm.dir).AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src}); err != nil || id.ID != in.ID {
 		t.Fatalf("warm provider's copy: %v %v", id, err)
 	}
+	// The renter checks bids' claims against the providers' records.
+	waitAdvertisesArtifact(t, boot.Daemon, warm.ID(), in.ID)
 
 	// 64 MiB at auction.TransferRate is 0.67s: 3% of a 20s job.
 	job := readsInput(in.ID)
@@ -462,5 +464,95 @@ func TestWarmedProviderWinsAuction(t *testing.T) {
 	}
 	if _, err := small.artifacts.Store().Info(in.ID); err == nil {
 		t.Fatal("a refused warm request left the artifact in the store")
+	}
+}
+
+// TestRenterPinsInputsOfLiveJobs: the renter's own copy of a job's input
+// stays pinned while the job is queued and while it runs, so its store's
+// budget cannot evict it; once the job is over (cancelled, finished) it is
+// an ordinary, evictable artifact again.
+func TestRenterPinsInputsOfLiveJobs(t *testing.T) {
+	rc := renterConfig()
+	rc.ArtifactBudgetGB = 3.0 / 1024 // 3 MiB: one 2 MiB artifact at a time
+	_, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), rc)
+	prov, renter := ns[0], ns[1]
+	waitAdvertised(t, renter, prov)
+	dir := t.TempDir()
+	write := func(name string) string {
+		b := make([]byte, 2<<20)
+		if _, err := rand.Read(b); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	inputPath, otherPath := write("input.bin"), write("other.bin")
+	ctx := context.Background()
+	cl := api.NewClient(renter.dir)
+	in, err := cl.AddArtifact(ctx, api.ArtifactAddRequest{Path: inputPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := renter.artifacts.Store()
+	pins := func() int {
+		info, err := st.Info(in.ID)
+		if err != nil {
+			t.Fatalf("the input left the renter's store: %v", err)
+		}
+		return info.Pins
+	}
+
+	// Queued: no provider has an H100.
+	job := readsInput(in.ID)
+	job.GPUModels = []string{"H100"}
+	job.Deadline = time.Now().Add(10 * time.Minute)
+	v := post(t, renter, job)
+	if v.State != auction.JobQueued {
+		t.Fatalf("job %s, want queued: %v", v.State, v.Reasons)
+	}
+	if n := pins(); n != 1 {
+		t.Fatalf("queued job's input pinned %d times, want 1", n)
+	}
+	_, err = cl.AddArtifact(ctx, api.ArtifactAddRequest{Path: otherPath})
+	if err == nil || !strings.Contains(err.Error(), "in use (pinned)") {
+		t.Fatalf("adding past the budget while the input is pinned: %v, want a full-store error", err)
+	}
+	pins()
+	if _, err := cl.CancelJob(ctx, v.Job.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := pins(); n != 0 {
+		t.Fatalf("cancelled job's input still pinned %d times", n)
+	}
+	if _, err := cl.AddArtifact(ctx, api.ArtifactAddRequest{Path: otherPath}); err != nil {
+		t.Fatalf("adding once the job is over: %v", err)
+	}
+	if _, err := st.Info(in.ID); err == nil {
+		t.Fatal("the unpinned input was not evicted for the new artifact")
+	}
+
+	// Running: pinned until the job ends.
+	if in2, err := cl.AddArtifact(ctx, api.ArtifactAddRequest{Path: inputPath}); err != nil || in2.ID != in.ID {
+		t.Fatalf("re-add: %+v %v", in2, err)
+	}
+	job = readsInput(in.ID)
+	job.Run.Command = []string{"sh", "-c", `sha256sum "$GPUMESH_INPUTS/data" >/dev/null && sleep 5`}
+	v = post(t, renter, job)
+	if !leased(v) {
+		t.Fatalf("not leased: %v", v.Reasons)
+	}
+	waitJob(t, renter, v.Job.ID, 30*time.Second, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning || v.Run.Terminal() })
+	if n := pins(); n != 1 {
+		t.Fatalf("running job's input pinned %d times, want 1", n)
+	}
+	v = waitJob(t, renter, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.State == auction.JobFinished })
+	if v.Run != auction.RunSucceeded {
+		t.Fatalf("job %s: %s", v.Run, v.Detail)
+	}
+	if n := pins(); n != 0 {
+		t.Fatalf("finished job's input still pinned %d times", n)
 	}
 }

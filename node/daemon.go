@@ -77,6 +77,8 @@ type Daemon struct {
 	// it is set.
 	marketRef atomic.Pointer[market]
 	artifacts *artifact.Service
+	// inputPins pins the artifacts of this renter's live jobs.
+	inputPins *inputPins
 
 	api     *http.Server
 	apiLn   net.Listener
@@ -127,6 +129,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	d := &Daemon{opts: opts, cfg: opts.Config, paths: Paths{opts.DataDir}, log: opts.Log, now: opts.Now, started: opts.Now(),
 		readvertise: make(chan struct{}, 1)}
+	d.inputPins = &inputPins{d: d, byJob: map[string]func(){}}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {

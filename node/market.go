@@ -73,9 +73,13 @@ func newMarket(d *Daemon) (*market, error) {
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
 		AdvertisedFingerprint: d.advertisedFingerprint, Holdings: d.advertisedArtifacts,
-		Now: d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
+		OnSave: d.inputPins.update,
+		Now:    d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
 	}); err != nil {
 		return nil, err
+	}
+	for _, v := range m.tracker.List() {
+		d.inputPins.update(v) // live jobs restored after a restart
 	}
 	if err := m.newServices(); err != nil {
 		return nil, err

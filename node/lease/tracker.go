@@ -46,6 +46,9 @@ type TrackerConfig struct {
 	// capability advertises ("" when unknown): the signed fingerprint its
 	// heartbeats carry must have that hash.
 	AdvertisedFingerprint func(provider string) string
+	// OnSave, when set, sees each job's record as it is persisted (every
+	// change of state): the daemon pins the inputs of live jobs.
+	OnSave func(api.JobView)
 	// Holdings is the auction's check of bids' missing-bytes claims
 	// (auction.RenterConfig.Holdings); nil trusts the claims.
 	Holdings func(ctx context.Context, provider string) ([]string, bool)
@@ -489,6 +492,9 @@ func (t *Tracker) save(id string) {
 	}
 	if err := t.cfg.Store.Put(id, v); err != nil {
 		t.log.Error("persist job", "job", id, "err", err)
+	}
+	if t.cfg.OnSave != nil {
+		t.cfg.OnSave(v)
 	}
 }
 
