@@ -556,3 +556,55 @@ func TestRenterPinsInputsOfLiveJobs(t *testing.T) {
 		t.Fatalf("finished job's input still pinned %d times", n)
 	}
 }
+
+// TestImageArtifactJobThroughAuction (acceptance 2): an image made on the
+// renter (docker import of a one-binary rootfs) and added with artifact
+// add --image runs as a GPU job's image through a full auction, on a
+// provider with declared GPUs whose engine lacks the image: the provider
+// fetches the artifact under its lease, loads it and runs it.
+func TestImageArtifactJobThroughAuction(t *testing.T) {
+	ref := helperImage(t)
+	pc := fastConfig(providerConfig("eu-west", 1.0, a100))
+	pc.Provider.Executor = "auto"
+	boot, ns := startNet(t, pc)
+	prov := ns[0]
+	waitAdvertised(t, boot, prov)
+	if c := prov.Advertised(); c == nil || c.Containers != auction.ContainersGPU {
+		t.Fatalf("provider with declared GPUs advertises containers %q, want %q", c.Containers, auction.ContainersGPU)
+	}
+	cl := api.NewClient(boot.dir)
+	in, err := cl.AddArtifact(context.Background(), api.ArtifactAddRequest{Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The engine (shared by both daemons on this host) forgets the image:
+	// only the artifact has it now.
+	if out, err := exec.Command("docker", "rmi", ref).CombinedOutput(); err != nil {
+		t.Fatalf("docker rmi: %v: %s", err, out)
+	}
+	job := shJob(auction.Silver, 3, "")
+	job.Run = auction.RunSpec{Image: ref, ImageArtifact: in.ID, Command: []string{"/jobhelper", "echo", "ran", "from", "the", "artifact"}}
+	v := post(t, boot, job)
+	if !leased(v) || v.Winner != prov.ID().String() {
+		t.Fatalf("not leased to the provider: %s %v", v.State, v.Reasons)
+	}
+	v = waitJob(t, boot, v.Job.ID, 90*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	if got := jobLog(t, boot, v.Job.ID); v.Run != auction.RunSucceeded || got != "ran from the artifact" {
+		t.Fatalf("image job %s: %s, log %q", v.Run, v.Detail, got)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		info, err := prov.artifacts.Store().Info(in.ID)
+		if err != nil || !info.Complete {
+			t.Fatalf("provider's copy of the image artifact: %+v %v", info, err)
+		}
+		if info.Pins == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("image artifact still pinned after the job: %+v", info)
+		}
+	}
+	if n := prov.artifacts.Counters()["artifact.fetched"]; n != 1 {
+		t.Fatalf("provider fetched %d artifacts, want the image", n)
+	}
+}

@@ -113,6 +113,9 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		return err
 	}
 	po, do := executorOptions(d.cfg.Provider, work, d.log)
+	// Declared GPUs have no device to pass through: containers run GPU
+	// jobs as process jobs do, with the leased indices in the environment.
+	do.DeclaredGPUs = d.inv.Source == runtime.SourceDeclared
 	switch d.cfg.Provider.Executor {
 	case "process":
 		m.exec, err = runtime.NewProcessExecutor(work, po)
