@@ -48,6 +48,9 @@ type testProv struct {
 	t    *MemTransport
 	p    *Provider
 	cal  *Calendar
+	// held is the artifacts the provider's store holds (set before the
+	// market runs): what its bids' MissingBytes claims come from.
+	held []string
 }
 
 type market struct {
@@ -64,7 +67,7 @@ func newMarket(t *testing.T, specs []provSpec) *market {
 		tp.t = m.net.Join(tp.s.ID())
 		capab := Capability{Peer: tp.s.ID().String(), Region: sp.region, GPUs: gpus(sp.model, sp.vram, sp.n), Policy: sp.policy}
 		rel := sp.rel
-		p, err := NewProvider(ProviderConfig{Signer: tp.s, Transport: tp.t, Capability: func() Capability { return capab },
+		p, err := NewProvider(ProviderConfig{Signer: tp.s, Transport: tp.t, Capability: func() Capability { c := capab; c.Artifacts = tp.held; return c },
 			Calendar: tp.cal, Reliability: func() float64 { return rel }, Now: m.now})
 		if err != nil {
 			t.Fatal(err)

@@ -26,6 +26,9 @@ const (
 	// DefaultQuietClose is how long after the last bid a bid window closes
 	// early (see RenterConfig.QuietClose).
 	DefaultQuietClose = 150 * time.Millisecond
+	// DefaultHoldingsWait bounds how long ranking waits for the holdings
+	// lookups of a job's bidders (see RenterConfig.Holdings).
+	DefaultHoldingsWait = 2 * time.Second
 )
 
 // Renter errors.
@@ -89,6 +92,18 @@ const (
 	JobFinished JobState = "finished"
 )
 
+// Live reports whether a job in this state may still run, so that its
+// renter must keep what it needs (its input artifacts): in auction,
+// queued, or leased (a lease that ends and requeues goes back to auction;
+// the renter's lease tracking marks a job's end JobFinished).
+func (s JobState) Live() bool {
+	switch s {
+	case JobBidding, JobAwarding, JobQueued, JobLeased:
+		return true
+	}
+	return false
+}
+
 // AwardAttempt records one award sent to a provider and what came of it.
 type AwardAttempt struct {
 	Provider string `json:"provider"`
@@ -150,6 +165,15 @@ type RenterConfig struct {
 	// DefaultQuietClose; negative disables early closing (every window
 	// runs its full BidWindow, still extended once when empty).
 	QuietClose time.Duration
+	// Holdings looks up the artifact ids a provider's signed capability
+	// record advertises (ok false when none was found). With it set, the
+	// renter checks the MissingBytes of bids for jobs that name artifacts
+	// against them (Candidate.HeldChecked): each bidder is looked up as
+	// its bid comes in, and ranking waits up to HoldingsWait for lookups
+	// under way; one that has not answered by then counts as no record.
+	Holdings func(ctx context.Context, provider string) (held []string, ok bool)
+	// HoldingsWait bounds that wait; 0 means DefaultHoldingsWait.
+	HoldingsWait time.Duration
 	// OnLease is called when a provider confirms a lease.
 	OnLease func(Lease, Job)
 	// OnUnplaceable is called when an auction ends without a lease.
@@ -166,6 +190,15 @@ type renterJob struct {
 	cancel    chan struct{}
 	bidIn     chan struct{} // signalled (never blocking) on each accepted bid
 	posted    time.Time     // wall clock, for latency
+	// held is each bidder's holdings lookup (RenterConfig.Holdings).
+	held map[string]*holdingsLookup
+}
+
+// holdingsLookup is one bidder's advertised artifacts, once done is closed.
+type holdingsLookup struct {
+	done chan struct{}
+	held []string
+	ok   bool
 }
 
 // Renter runs auctions for its own jobs: Post gossips a signed call for bids
@@ -226,6 +259,9 @@ func NewRenter(cfg RenterConfig) (*Renter, error) {
 	if cfg.QuietClose == 0 {
 		cfg.QuietClose = DefaultQuietClose
 	}
+	if cfg.HoldingsWait <= 0 {
+		cfg.HoldingsWait = DefaultHoldingsWait
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -259,6 +295,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		cancel:    make(chan struct{}),
 		bidIn:     make(chan struct{}, 1),
 		posted:    time.Now(),
+		held:      map[string]*holdingsLookup{},
 	}
 	r.mu.Lock()
 	if old, ok := r.jobs[job.ID]; ok && (old.status.State == JobBidding || old.status.State == JobAwarding) {
@@ -312,6 +349,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	for i := range cands {
 		cands[i].Reliability = r.reputation(cands[i].Bid.Provider)
 	}
+	r.checkHoldings(ctx, rj, &job, cands, time.Now().Add(r.cfg.HoldingsWait))
 	ranked := RankAt(&job, cands, r.cfg.Now())
 	r.mu.Lock()
 	rj.status.Bids = ranked
@@ -421,9 +459,68 @@ func (r *Renter) bestStartsNow(rj *renterJob, job *Job) bool {
 	for i := range cands {
 		cands[i].Reliability = r.reputation(cands[i].Bid.Provider)
 	}
+	r.checkHoldings(context.Background(), rj, job, cands, time.Time{})
 	now := r.cfg.Now()
 	ranked := RankAt(job, cands, now)
 	return len(ranked) > 0 && ranked[0].Rejected == "" && !ranked[0].Bid.Start.After(now.Add(earlyCloseSlack))
+}
+
+// lookupHoldingsLocked starts looking up a bidder's advertised artifacts for a
+// job that names artifacts (r.mu held).
+func (r *Renter) lookupHoldingsLocked(rj *renterJob, provider string) {
+	if r.cfg.Holdings == nil || len(rj.status.Job.Run.Artifacts()) == 0 || rj.held[provider] != nil {
+		return
+	}
+	l := &holdingsLookup{done: make(chan struct{})}
+	rj.held[provider] = l
+	go func() {
+		defer close(l.done)
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.HoldingsWait)
+		defer cancel()
+		l.held, l.ok = r.cfg.Holdings(ctx, provider)
+	}()
+}
+
+// checkHoldings marks candidates for a job that names artifacts as
+// checked against their providers' advertised holdings, waiting until
+// deadline for lookups under way (a zero deadline waits for none): a
+// lookup not done by then, or that found no record, leaves Held nil.
+func (r *Renter) checkHoldings(ctx context.Context, rj *renterJob, job *Job, cands []Candidate, deadline time.Time) {
+	if r.cfg.Holdings == nil || len(job.Run.Artifacts()) == 0 {
+		return
+	}
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	for i := range cands {
+		c := &cands[i]
+		c.HeldChecked = true
+		r.mu.Lock()
+		l := rj.held[c.Bid.Provider]
+		r.mu.Unlock()
+		if l == nil {
+			continue
+		}
+		if timeout != nil {
+			select {
+			case <-l.done:
+			case <-timeout:
+				timeout = nil
+			case <-ctx.Done():
+				timeout = nil
+			}
+		}
+		select {
+		case <-l.done:
+			if l.ok {
+				c.Held = l.held
+			}
+		default:
+		}
+	}
 }
 
 func (r *Renter) reputation(provider string) float64 {
@@ -730,6 +827,7 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 	rj.nonces[b.Nonce] = true
 	rj.bidders[b.Provider] = true
 	rj.bids = append(rj.bids, Candidate{Bid: b, Latency: time.Since(rj.posted)})
+	r.lookupHoldingsLocked(rj, b.Provider)
 	select {
 	case rj.bidIn <- struct{}{}:
 	default:

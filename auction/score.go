@@ -29,6 +29,25 @@ type Candidate struct {
 	Bid         Bid
 	Reliability float64
 	Latency     time.Duration
+	// Held and HeldChecked are what the renter verified of the artifacts
+	// the provider holds: with HeldChecked, Held is the ids its signed
+	// capability record advertises (nil when the renter found no record),
+	// and the bid's MissingBytes is not taken on its word (see
+	// ChargedMissing). Without HeldChecked the claim is used as is.
+	Held        []string `json:"-"`
+	HeldChecked bool     `json:"-"`
+}
+
+// ChargedMissing is the missing input bytes the renter charges a bid for:
+// its MissingBytes claim, or, when the renter checked the provider's
+// advertised holdings, the larger of the claim and the bytes of the job's
+// artifacts those holdings do not include. A bid claiming to hold an
+// artifact its provider does not advertise is charged for fetching it.
+func ChargedMissing(j *Job, c *Candidate) int64 {
+	if !c.HeldChecked {
+		return c.Bid.MissingBytes
+	}
+	return max(c.Bid.MissingBytes, MissingBytes(j, c.Held))
 }
 
 // Ranked is a scored candidate. Rejected is non-empty when the bid was
@@ -40,6 +59,10 @@ type Ranked struct {
 	// Transfer is the estimated time the provider spends fetching the
 	// job's inputs it lacks (charged in the score, see TransferFactor).
 	Transfer time.Duration `json:"transfer,omitempty"`
+	// Missing is the input bytes the ranking charged the bid for
+	// fetching (ChargedMissing): more than Bid.MissingBytes when the
+	// provider's advertised holdings do not back its claim.
+	Missing int64 `json:"missing,omitempty"`
 }
 
 // Score is a bid's score: Price / max(reliability, MinScoreReliability).
@@ -104,7 +127,7 @@ func Rank(j *Job, cands []Candidate) []Ranked {
 //
 // Eligible bids are ordered by Score, times (1 + EvictionPenalty) for each
 // bronze lease the bid would preempt, times the TransferFactor of the
-// input bytes the provider lacks. Scores within TieTolerance (1%) of
+// input bytes the provider lacks (ChargedMissing). Scores within TieTolerance (1%) of
 // the best score of their group are tied, and ties are broken by more of
 // the job's datasets cached (data-aware placement), then earlier start,
 // then lower latency, then provider id, so the order is deterministic.
@@ -121,8 +144,9 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 	var rejected []Ranked
 	for _, c := range cands {
 		r := Ranked{Candidate: c, Score: Score(c.Bid.Price, c.Reliability) * evictionFactor(c.Bid.Evicts)}
-		r.Score *= TransferFactor(j, c.Bid.MissingBytes)
-		r.Transfer = TransferEstimate(c.Bid.MissingBytes)
+		missing := ChargedMissing(j, &c)
+		r.Score *= TransferFactor(j, missing)
+		r.Transfer, r.Missing = TransferEstimate(missing), missing
 		r.Rejected = rejectReason(j, c, now, seen)
 		seen[c.Bid.Provider] = true
 		if r.Rejected != "" {

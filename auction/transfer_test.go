@@ -1,7 +1,10 @@
 package auction
 
 import (
+	"context"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -81,5 +84,130 @@ func TestRankChargesInputTransfer(t *testing.T) {
 	}
 	if f := TransferFactor(j, size); f != 1.1 {
 		t.Fatalf("TransferFactor = %v, want 1.1", f)
+	}
+}
+
+// TestRankChecksMissingClaims: a bid's MissingBytes claim is charged as is
+// only when the renter has no holdings to check it against; otherwise the
+// larger of the claim and what the provider's advertised holdings imply
+// is charged.
+func TestRankChecksMissingClaims(t *testing.T) {
+	now := at(0, "10:00")
+	a := artifactID('a')
+	j := &Job{ID: "j", Tier: Silver, MaxPrice: 5, GPUCount: 1, Duration: 10 * time.Minute, Run: RunSpec{Command: []string{"x"},
+		Inputs: map[string]string{"data": a}}, InputBytes: map[string]int64{a: 6e9}}
+	cases := []struct {
+		name    string
+		claim   int64
+		held    []string
+		checked bool
+		want    int64
+	}{
+		{"unchecked claim of 0 is trusted", 0, nil, false, 0},
+		{"claim of 0 backed by the advertisement", 0, []string{a}, true, 0},
+		{"claim of 0 not advertised", 0, []string{artifactID('b')}, true, 6e9},
+		{"claim of 0, no record found", 0, nil, true, 6e9},
+		{"claim above the advertisement's estimate", 7e9, []string{a}, true, 7e9},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cand := Candidate{Reliability: 0.5, Held: c.held, HeldChecked: c.checked, Bid: Bid{JobID: "j", Provider: "p", Region: "eu-west",
+				Price: 1, Start: now, End: now.Add(time.Hour), ExpiresAt: now.Add(time.Minute), MissingBytes: c.claim}}
+			r := RankAt(j, []Candidate{cand}, now)
+			if r[0].Rejected != "" {
+				t.Fatal(r[0].Rejected)
+			}
+			if r[0].Missing != c.want || r[0].Transfer != TransferEstimate(c.want) {
+				t.Fatalf("charged %d (transfer %v), want %d", r[0].Missing, r[0].Transfer, c.want)
+			}
+			if wantScore := Score(1, 0.5) * TransferFactor(j, c.want); r[0].Score != wantScore {
+				t.Fatalf("score %v, want %v", r[0].Score, wantScore)
+			}
+		})
+	}
+}
+
+// TestRenterDistrustsUnadvertisedHoldings: two providers both claim to
+// hold the job's input, the one 5% cheaper falsely; the renter's holdings
+// lookup finds the input advertised by the other only, so the liar is
+// charged for the fetch (10% of the job) and the honest one wins.
+func TestRenterDistrustsUnadvertisedHoldings(t *testing.T) {
+	a := artifactID('a')
+	specs := []provSpec{
+		{name: "liar", region: "eu-west", model: "A100", vram: 80, n: 2, policy: pol(0.95), rel: 0.9},
+		{name: "honest", region: "eu-west", model: "A100", vram: 80, n: 2, policy: pol(1), rel: 0.9},
+	}
+	m := newMarket(t, specs)
+	var liar, honest string
+	for _, p := range m.provs {
+		p.held = []string{a}
+		if p.spec.name == "liar" {
+			liar = p.s.ID().String()
+		} else {
+			honest = p.s.ID().String()
+		}
+	}
+	var mu sync.Mutex
+	looked := map[string]int{}
+	r, _ := m.renter(t, RenterConfig{Holdings: func(_ context.Context, provider string) ([]string, bool) {
+		mu.Lock()
+		looked[provider]++
+		mu.Unlock()
+		if provider == honest {
+			return []string{a}, true
+		}
+		return []string{artifactID('c')}, true // the liar's record lacks a
+	}})
+	job := euJob(m.now())
+	job.GPUCount = 1
+	job.Duration = 10 * time.Minute
+	job.Run.Inputs = map[string]string{"data": a}
+	job.InputBytes = map[string]int64{a: 6e9}
+	got, err := r.Post(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := r.Status(got.ID)
+	if st.Winner != honest {
+		t.Fatalf("winner %s, want the provider whose advertisement backs its claim; bids %+v", m.name(st.Winner), st.Bids)
+	}
+	for _, b := range st.Bids {
+		want := int64(0)
+		if b.Bid.Provider == liar {
+			want = 6e9
+		}
+		if b.Bid.MissingBytes != 0 || b.Missing != want {
+			t.Fatalf("%s: claimed %d, charged %d; want claim 0 charged %d", m.name(b.Bid.Provider), b.Bid.MissingBytes, b.Missing, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if looked[liar] != 1 || looked[honest] != 1 {
+		t.Fatalf("holdings lookups %v, want one per bidder", looked)
+	}
+}
+
+// TestWarmTargetsRankByScore: warm targets come cheapest (per verified
+// reliability) first, ties by peer id.
+func TestWarmTargetsRankByScore(t *testing.T) {
+	now := at(0, "10:00")
+	caps := []Capability{
+		{Peer: "dear", Policy: Policy{PriceFloor: 3}},
+		{Peer: "b-cheap", Policy: Policy{PriceFloor: 1}},
+		{Peer: "unreliable", Policy: Policy{PriceFloor: 1}},
+		{Peer: "a-cheap", Policy: Policy{PriceFloor: 1}},
+	}
+	rel := func(p string) float64 {
+		if p == "unreliable" {
+			return 0.1
+		}
+		return 0.9
+	}
+	var got []string
+	for _, c := range WarmTargets(caps, rel, now) {
+		got = append(got, c.Peer)
+	}
+	if want := []string{"a-cheap", "b-cheap", "dear", "unreliable"}; !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,8 +39,71 @@ func (d *Daemon) startArtifacts() error {
 			m := d.marketRef.Load()
 			return m != nil && m.tracker.LeaseNamesInput(from, id)
 		},
+		OnHeld: d.heldChanged, WarmMax: d.cfg.warmMax(), Context: d.ctx,
 	})
 	return err
+}
+
+// inputPins keeps the artifacts our live jobs name (inputs, image)
+// pinned in our store, so that eviction never removes what a queued or
+// running job will fetch from us.
+type inputPins struct {
+	d     *Daemon
+	mu    sync.Mutex
+	byJob map[string]func()
+}
+
+// update pins a job's artifacts while its state is live and releases
+// them once it is not (the tracker's OnSave hook).
+func (p *inputPins) update(v api.JobView) {
+	ids := v.Job.Run.Artifacts()
+	if len(ids) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	unpin, pinned := p.byJob[v.Job.ID]
+	switch live := v.State.Live(); {
+	case live && !pinned:
+		st := p.d.artifacts.Store()
+		unpins := make([]func(), 0, len(ids))
+		for _, id := range ids {
+			unpins = append(unpins, st.Pin(id))
+		}
+		p.byJob[v.Job.ID] = func() {
+			for _, u := range unpins {
+				u()
+			}
+		}
+	case !live && pinned:
+		unpin()
+		delete(p.byJob, v.Job.ID)
+	}
+}
+
+// heldChanged is called when the store completes an artifact: a provider
+// advertises a fresh capability record (its Artifacts) at once, so renters
+// that check bids' missing-bytes claims against it see what it holds.
+func (d *Daemon) heldChanged() {
+	select {
+	case d.readvertise <- struct{}{}:
+	default:
+	}
+}
+
+// advertisedArtifacts is the renter's holdings check (auction
+// RenterConfig.Holdings): the artifacts a provider's signed capability
+// record advertises, looked up afresh.
+func (d *Daemon) advertisedArtifacts(ctx context.Context, provider string) ([]string, bool) {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return nil, false
+	}
+	c, err := d.lookupCapability(ctx, id)
+	if err != nil {
+		return nil, false
+	}
+	return c.Artifacts, true
 }
 
 // prepareInputs is the supervisor's hook: a job's inputs and image
@@ -188,6 +252,7 @@ func (d *Daemon) artifactRoutes(mux *http.ServeMux) {
 			}
 			return nil, err
 		}
+		d.heldChanged()
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
@@ -225,6 +290,118 @@ func (d *Daemon) artifactRoutes(mux *http.ServeMux) {
 		return st.Info(id)
 	})
 	mux.HandleFunc("POST /v1/artifacts/{id}/get", d.apiGetArtifact)
+	d.route(mux, "POST /v1/artifacts/{id}/warm", func(r *http.Request) (any, error) {
+		var req api.ArtifactWarmRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			return nil, badRequest("bad request body: %v", err)
+		}
+		id := r.PathValue("id")
+		if _, err := artifactInfo(st, id); err != nil {
+			return nil, err
+		}
+		return d.warmArtifact(r.Context(), id, req)
+	})
+}
+
+// warmTarget is a provider to warm and how to reach it.
+type warmTarget struct {
+	id    peer.ID
+	addrs []string
+	held  bool // its record already advertises the artifact
+}
+
+// warmArtifact has providers fetch an artifact we hold ahead of jobs: the
+// named ones, or the req.Count best-ranked ones found in the DHT
+// (auction.WarmTargets; those whose records already list it count).
+func (d *Daemon) warmArtifact(ctx context.Context, id string, req api.ArtifactWarmRequest) (api.ArtifactWarmResponse, error) {
+	if req.Count < 0 {
+		return api.ArtifactWarmResponse{}, badRequest("count must be at least 1, got %d", req.Count)
+	}
+	if req.Count == 0 {
+		req.Count = 1
+	}
+	var targets []warmTarget
+	for _, p := range req.Providers {
+		p = strings.TrimSpace(p)
+		if pid, err := peer.Decode(p); err == nil {
+			targets = append(targets, warmTarget{id: pid})
+			continue
+		}
+		ais, err := p2p.ParseAddrInfos([]string{p})
+		if err != nil {
+			return api.ArtifactWarmResponse{}, badRequest("provider %q is neither a peer id nor a multiaddr with /p2p/<peer id>", p)
+		}
+		t := warmTarget{id: ais[0].ID}
+		for _, a := range ais[0].Addrs {
+			t.addrs = append(t.addrs, a.String())
+		}
+		targets = append(targets, t)
+	}
+	if len(targets) == 0 {
+		caps, err := d.FindProviders(ctx, auction.Query{})
+		if err != nil {
+			return api.ArtifactWarmResponse{}, err
+		}
+		var rel func(string) float64
+		if m := d.marketRef.Load(); m != nil {
+			rel = m.book.Score
+		}
+		for _, c := range auction.WarmTargets(caps, rel, d.now()) {
+			if len(targets) == req.Count {
+				break
+			}
+			pid, err := peer.Decode(c.Peer)
+			if err != nil || pid == d.ID() {
+				continue
+			}
+			targets = append(targets, warmTarget{id: pid, addrs: c.Addrs, held: slices.Contains(c.Artifacts, id)})
+		}
+		if len(targets) == 0 {
+			return api.ArtifactWarmResponse{}, notFound("no provider found to warm")
+		}
+	}
+	out := api.ArtifactWarmResponse{ID: id, Results: make([]api.ArtifactWarmResult, len(targets))}
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		out.Results[i].Provider = t.id.String()
+		if t.held {
+			out.Results[i].Held, out.Results[i].Advertised = true, true
+			continue
+		}
+		wg.Add(1)
+		go func(res *api.ArtifactWarmResult, t warmTarget) {
+			defer wg.Done()
+			ack, err := d.artifacts.Warm(ctx, id, t.id, t.addrs)
+			if err != nil {
+				res.Error = err.Error()
+				return
+			}
+			res.Size, res.Fetching = ack.Size, ack.Fetching
+			if req.Wait {
+				res.Advertised = d.waitAdvertises(ctx, t.id.String(), id)
+				if !res.Advertised {
+					res.Error = "accepted, but does not advertise it yet: " + context.Cause(ctx).Error()
+				}
+			}
+		}(&out.Results[i], t)
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// waitAdvertises polls provider's capability record until it lists
+// artifact id or ctx ends.
+func (d *Daemon) waitAdvertises(ctx context.Context, provider, id string) bool {
+	for {
+		if held, ok := d.advertisedArtifacts(ctx, provider); ok && slices.Contains(held, id) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 func artifactInfo(st *artifact.Store, id string) (artifact.Info, error) {
@@ -319,6 +496,7 @@ func (d *Daemon) outputsArtifact(dir, renter string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	d.heldChanged()
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()

@@ -182,6 +182,8 @@ func TestPlacementPrefersWarmProvider(t *testing.T) {
 	if id, err := api.NewClient(warm.dir).AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src}); err != nil || id.ID != in.ID {
 		t.Fatalf("warm provider's copy: %v %v", id, err)
 	}
+	// The renter checks bids' claims against the providers' records.
+	waitAdvertisesArtifact(t, boot.Daemon, warm.ID(), in.ID)
 
 	// 64 MiB at auction.TransferRate is 0.67s: 3% of a 20s job.
 	job := readsInput(in.ID)
@@ -349,5 +351,260 @@ func TestOutputsBecomeRenterArtifact(t *testing.T) {
 	_, err = api.NewClient(other.dir).GetArtifact(context.Background(), v.OutputsArtifact, api.ArtifactGetRequest{Dest: t.TempDir(), Peers: prov.Addrs()}, nil)
 	if err == nil || !strings.Contains(err.Error(), "private") {
 		t.Fatalf("another node fetched the renter's outputs: %v", err)
+	}
+}
+
+// waitAdvertisesArtifact waits until from sees prov's capability record
+// list artifact id.
+func waitAdvertisesArtifact(t *testing.T, from *Daemon, prov peer.ID, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if !from.waitAdvertises(ctx, prov.String(), id) {
+		t.Fatalf("%s never saw %s advertise artifact %s", from.ID(), prov, id)
+	}
+}
+
+// TestWarmedProviderWinsAuction: the renter warms one of two equal-price
+// providers with its private dataset (artifact warm --provider): the
+// provider fetches it on the renter's grant and advertises it, so its bid
+// reports nothing missing and it wins over the cold one. Warming the two
+// best-ranked providers then warms the cold one too (the warm one counts
+// as holding it), not the dearer third; a provider whose policy caps warm
+// requests below the artifact's size refuses, clearly.
+func TestWarmedProviderWinsAuction(t *testing.T) {
+	dear := fastConfig(providerConfig("eu-west", 2.0, h100))
+	dear.Provider.WarmMaxGB = 1.0 / 1024 // 1 MiB
+	boot, ns := startNet(t,
+		fastConfig(providerConfig("eu-west", 1.0, a100)),
+		fastConfig(providerConfig("eu-west", 1.0, a100)),
+		dear,
+	)
+	warm, cold, small := ns[0], ns[1], ns[2]
+	waitAdvertised(t, boot, ns...)
+	data := make([]byte, 24<<20)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "dataset.bin")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl := api.NewClient(boot.dir)
+	in, err := cl.AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src})
+	if err != nil || !in.Private {
+		t.Fatalf("add: %+v %v", in, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := cl.WarmArtifact(ctx, in.ID, api.ArtifactWarmRequest{Providers: []string{warm.ID().String()}, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Results) != 1 || res.Results[0].Error != "" || !res.Results[0].Advertised || res.Results[0].Fetching != int64(len(data)) {
+		t.Fatalf("warm: %+v", res)
+	}
+	if info, err := warm.artifacts.Store().Info(in.ID); err != nil || !info.Complete || !info.Private || info.Owner != boot.ID().String() {
+		t.Fatalf("warmed copy: %+v %v", info, err)
+	}
+	if _, err := cold.artifacts.Store().Info(in.ID); err == nil {
+		t.Fatal("the cold provider holds the artifact")
+	}
+
+	job := readsInput(in.ID)
+	job.Duration = 20 * time.Second
+	job.GPUModels = []string{"A100"}
+	v := post(t, boot, job)
+	if !leased(v) || v.Winner != warm.ID().String() {
+		t.Fatalf("winner %s, want the warmed provider %s; bids %+v", v.Winner, warm.ID(), v.Bids)
+	}
+	bids, err := boot.market.tracker.Bids(v.Job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bids.Bids {
+		want := int64(0)
+		if b.Bid.Provider == cold.ID().String() {
+			want = int64(len(data))
+		}
+		if b.Bid.MissingBytes != want || b.Missing != want {
+			t.Fatalf("bid of %s: claims %d missing, charged %d; want %d", b.Bid.Provider, b.Bid.MissingBytes, b.Missing, want)
+		}
+	}
+	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	sum := sha256.Sum256(data)
+	if got := jobLog(t, boot, v.Job.ID); v.Run != auction.RunSucceeded || got != hex.EncodeToString(sum[:]) {
+		t.Fatalf("job on the warmed provider: %s %s, log %q", v.Run, v.Detail, got)
+	}
+
+	// The two best-ranked (cheapest) providers: warm already holds it,
+	// cold is warmed; the dearer one is left alone.
+	res, err = cl.WarmArtifact(ctx, in.ID, api.ArtifactWarmRequest{Count: 2, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byProv := map[string]api.ArtifactWarmResult{}
+	for _, r := range res.Results {
+		byProv[r.Provider] = r
+	}
+	if len(res.Results) != 2 || !byProv[warm.ID().String()].Held || byProv[cold.ID().String()].Error != "" || !byProv[cold.ID().String()].Advertised {
+		t.Fatalf("warm the best two: %+v", res)
+	}
+	if _, err := small.artifacts.Store().Info(in.ID); err == nil {
+		t.Fatal("the dearer provider was warmed")
+	}
+
+	// The dearer provider warms at most 1 MiB.
+	res, err = cl.WarmArtifact(ctx, in.ID, api.ArtifactWarmRequest{Providers: small.Addrs()[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Results) != 1 || !strings.Contains(res.Results[0].Error, "larger than this node warms") {
+		t.Fatalf("warm beyond the policy: %+v", res)
+	}
+	if _, err := small.artifacts.Store().Info(in.ID); err == nil {
+		t.Fatal("a refused warm request left the artifact in the store")
+	}
+}
+
+// TestRenterPinsInputsOfLiveJobs: the renter's own copy of a job's input
+// stays pinned while the job is queued and while it runs, so its store's
+// budget cannot evict it; once the job is over (cancelled, finished) it is
+// an ordinary, evictable artifact again.
+func TestRenterPinsInputsOfLiveJobs(t *testing.T) {
+	rc := renterConfig()
+	rc.ArtifactBudgetGB = 3.0 / 1024 // 3 MiB: one 2 MiB artifact at a time
+	_, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), rc)
+	prov, renter := ns[0], ns[1]
+	waitAdvertised(t, renter, prov)
+	dir := t.TempDir()
+	write := func(name string) string {
+		b := make([]byte, 2<<20)
+		if _, err := rand.Read(b); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	inputPath, otherPath := write("input.bin"), write("other.bin")
+	ctx := context.Background()
+	cl := api.NewClient(renter.dir)
+	in, err := cl.AddArtifact(ctx, api.ArtifactAddRequest{Path: inputPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := renter.artifacts.Store()
+	pins := func() int {
+		info, err := st.Info(in.ID)
+		if err != nil {
+			t.Fatalf("the input left the renter's store: %v", err)
+		}
+		return info.Pins
+	}
+
+	// Queued: no provider has an H100.
+	job := readsInput(in.ID)
+	job.GPUModels = []string{"H100"}
+	job.Deadline = time.Now().Add(10 * time.Minute)
+	v := post(t, renter, job)
+	if v.State != auction.JobQueued {
+		t.Fatalf("job %s, want queued: %v", v.State, v.Reasons)
+	}
+	if n := pins(); n != 1 {
+		t.Fatalf("queued job's input pinned %d times, want 1", n)
+	}
+	_, err = cl.AddArtifact(ctx, api.ArtifactAddRequest{Path: otherPath})
+	if err == nil || !strings.Contains(err.Error(), "in use (pinned)") {
+		t.Fatalf("adding past the budget while the input is pinned: %v, want a full-store error", err)
+	}
+	pins()
+	if _, err := cl.CancelJob(ctx, v.Job.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := pins(); n != 0 {
+		t.Fatalf("cancelled job's input still pinned %d times", n)
+	}
+	if _, err := cl.AddArtifact(ctx, api.ArtifactAddRequest{Path: otherPath}); err != nil {
+		t.Fatalf("adding once the job is over: %v", err)
+	}
+	if _, err := st.Info(in.ID); err == nil {
+		t.Fatal("the unpinned input was not evicted for the new artifact")
+	}
+
+	// Running: pinned until the job ends.
+	if in2, err := cl.AddArtifact(ctx, api.ArtifactAddRequest{Path: inputPath}); err != nil || in2.ID != in.ID {
+		t.Fatalf("re-add: %+v %v", in2, err)
+	}
+	job = readsInput(in.ID)
+	job.Run.Command = []string{"sh", "-c", `sha256sum "$GPUMESH_INPUTS/data" >/dev/null && sleep 5`}
+	v = post(t, renter, job)
+	if !leased(v) {
+		t.Fatalf("not leased: %v", v.Reasons)
+	}
+	waitJob(t, renter, v.Job.ID, 30*time.Second, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning || v.Run.Terminal() })
+	if n := pins(); n != 1 {
+		t.Fatalf("running job's input pinned %d times, want 1", n)
+	}
+	v = waitJob(t, renter, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.State == auction.JobFinished })
+	if v.Run != auction.RunSucceeded {
+		t.Fatalf("job %s: %s", v.Run, v.Detail)
+	}
+	if n := pins(); n != 0 {
+		t.Fatalf("finished job's input still pinned %d times", n)
+	}
+}
+
+// TestImageArtifactJobThroughAuction (acceptance 2): an image made on the
+// renter (docker import of a one-binary rootfs) and added with artifact
+// add --image runs as a GPU job's image through a full auction, on a
+// provider with declared GPUs whose engine lacks the image: the provider
+// fetches the artifact under its lease, loads it and runs it.
+func TestImageArtifactJobThroughAuction(t *testing.T) {
+	ref := helperImage(t)
+	pc := fastConfig(providerConfig("eu-west", 1.0, a100))
+	pc.Provider.Executor = "auto"
+	boot, ns := startNet(t, pc)
+	prov := ns[0]
+	waitAdvertised(t, boot, prov)
+	if c := prov.Advertised(); c == nil || c.Containers != auction.ContainersGPU {
+		t.Fatalf("provider with declared GPUs advertises containers %q, want %q", c.Containers, auction.ContainersGPU)
+	}
+	cl := api.NewClient(boot.dir)
+	in, err := cl.AddArtifact(context.Background(), api.ArtifactAddRequest{Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The engine (shared by both daemons on this host) forgets the image:
+	// only the artifact has it now.
+	if out, err := exec.Command("docker", "rmi", ref).CombinedOutput(); err != nil {
+		t.Fatalf("docker rmi: %v: %s", err, out)
+	}
+	job := shJob(auction.Silver, 3, "")
+	job.Run = auction.RunSpec{Image: ref, ImageArtifact: in.ID, Command: []string{"/jobhelper", "echo", "ran", "from", "the", "artifact"}}
+	v := post(t, boot, job)
+	if !leased(v) || v.Winner != prov.ID().String() {
+		t.Fatalf("not leased to the provider: %s %v", v.State, v.Reasons)
+	}
+	v = waitJob(t, boot, v.Job.ID, 90*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	if got := jobLog(t, boot, v.Job.ID); v.Run != auction.RunSucceeded || got != "ran from the artifact" {
+		t.Fatalf("image job %s: %s, log %q", v.Run, v.Detail, got)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		info, err := prov.artifacts.Store().Info(in.ID)
+		if err != nil || !info.Complete {
+			t.Fatalf("provider's copy of the image artifact: %+v %v", info, err)
+		}
+		if info.Pins == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("image artifact still pinned after the job: %+v", info)
+		}
+	}
+	if n := prov.artifacts.Counters()["artifact.fetched"]; n != 1 {
+		t.Fatalf("provider fetched %d artifacts, want the image", n)
 	}
 }

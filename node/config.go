@@ -60,6 +60,22 @@ type Config struct {
 // DefaultArtifactBudgetGB is the artifact store's default budget.
 const DefaultArtifactBudgetGB = 50
 
+// warmMax is the largest artifact a provider warms at a renter's request,
+// in bytes; 0 refuses (renter-only nodes too).
+func (c Config) warmMax() int64 {
+	if !c.Provider.Enabled || c.Provider.WarmMaxGB < 0 {
+		return 0
+	}
+	if c.Provider.WarmMaxGB > 0 {
+		return int64(c.Provider.WarmMaxGB * (1 << 30))
+	}
+	budget := c.ArtifactBudgetGB
+	if budget == 0 {
+		budget = DefaultArtifactBudgetGB
+	}
+	return int64(budget / 2 * (1 << 30))
+}
+
 // ProviderConfig is the supply side of a node.
 type ProviderConfig struct {
 	// Enabled makes the node advertise and bid.
@@ -73,6 +89,10 @@ type ProviderConfig struct {
 	GPUSource string `yaml:"gpu_source"`
 	// Datasets this node holds cached (data-aware placement).
 	Datasets []string `yaml:"datasets"`
+	// WarmMaxGB is the largest artifact, in GiB, this provider fetches
+	// into its store when a renter asks it to (gpumesh artifact warm).
+	// Default half of artifact_budget_gb; negative refuses warm requests.
+	WarmMaxGB float64 `yaml:"warm_max_gb"`
 	// Policy is what is sold and on what terms.
 	Policy auction.Policy `yaml:"policy"`
 	// AdvertiseTTL is the lifetime of the capability record; it is renewed
@@ -156,6 +176,9 @@ func (c Config) Validate() error {
 	}
 	if c.ArtifactBudgetGB < 0 || c.ArtifactBudgetGB != c.ArtifactBudgetGB {
 		return fmt.Errorf("artifact_budget_gb must not be negative, got %v", c.ArtifactBudgetGB)
+	}
+	if c.Provider.WarmMaxGB != c.Provider.WarmMaxGB {
+		return fmt.Errorf("provider.warm_max_gb must be a number, got %v", c.Provider.WarmMaxGB)
 	}
 	for _, a := range c.Listen {
 		if _, err := ma.NewMultiaddr(a); err != nil {

@@ -77,6 +77,8 @@ type Daemon struct {
 	// it is set.
 	marketRef atomic.Pointer[market]
 	artifacts *artifact.Service
+	// inputPins pins the artifacts of this renter's live jobs.
+	inputPins *inputPins
 
 	api     *http.Server
 	apiLn   net.Listener
@@ -84,6 +86,9 @@ type Daemon struct {
 
 	advMu  sync.Mutex
 	advert *auction.Capability
+	// readvertise asks the advertise loop for a fresh capability record
+	// now (the artifacts the store holds changed).
+	readvertise chan struct{}
 	// capCache holds the last verified capability record of each provider
 	// (peer.ID → auction.Capability).
 	capCache sync.Map
@@ -122,7 +127,9 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	d := &Daemon{opts: opts, cfg: opts.Config, paths: Paths{opts.DataDir}, log: opts.Log, now: opts.Now, started: opts.Now()}
+	d := &Daemon{opts: opts, cfg: opts.Config, paths: Paths{opts.DataDir}, log: opts.Log, now: opts.Now, started: opts.Now(),
+		readvertise: make(chan struct{}, 1)}
+	d.inputPins = &inputPins{d: d, byJob: map[string]func(){}}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -344,6 +351,8 @@ func (d *Daemon) advertiseLoop(ttl time.Duration) {
 		case <-time.After(wait):
 		case <-addrCh:
 			d.log.Debug("local addresses changed; re-advertising")
+		case <-d.readvertise:
+			d.log.Debug("artifacts held changed; re-advertising")
 		}
 	}
 }

@@ -72,10 +72,14 @@ func newMarket(d *Daemon) (*market, error) {
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
-		AdvertisedFingerprint: d.advertisedFingerprint,
-		Now:                   d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
+		AdvertisedFingerprint: d.advertisedFingerprint, Holdings: d.advertisedArtifacts,
+		OnSave: d.inputPins.update,
+		Now:    d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
 	}); err != nil {
 		return nil, err
+	}
+	for _, v := range m.tracker.List() {
+		d.inputPins.update(v) // live jobs restored after a restart
 	}
 	if err := m.newServices(); err != nil {
 		return nil, err
@@ -109,6 +113,9 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		return err
 	}
 	po, do := executorOptions(d.cfg.Provider, work, d.log)
+	// Declared GPUs have no device to pass through: containers run GPU
+	// jobs as process jobs do, with the leased indices in the environment.
+	do.DeclaredGPUs = d.inv.Source == runtime.SourceDeclared
 	switch d.cfg.Provider.Executor {
 	case "process":
 		m.exec, err = runtime.NewProcessExecutor(work, po)

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,5 +97,25 @@ func TestAutoNeverRunsAnImageJobOnTheHost(t *testing.T) {
 	}
 	if got := ContainersOf(newTestExecutor(t, ProcessOptions{})); got != auction.ContainersNone {
 		t.Fatalf("process backend: %q", got)
+	}
+}
+
+// TestDeclaredGPUsRunInContainers: with declared GPUs there is no device
+// to pass through, so a GPU image job runs on any engine, seeing its
+// leased indices in the environment as a process job would, and the
+// executor reports GPU containers for the capability record.
+func TestDeclaredGPUsRunInContainers(t *testing.T) {
+	dockerExecutor(t) // skips without Docker; imports the test image
+	e, err := NewDockerExecutor(DefaultDockerSocket, DockerOptions{Root: filepath.Join(t.TempDir(), "jobs"), DeclaredGPUs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ContainersOf(e); got != auction.ContainersGPU {
+		t.Fatalf("ContainersOf = %q, want %q", got, auction.ContainersGPU)
+	}
+	res, out, _, _ := run(t, e, Spec{ID: "d-declared", Image: testImage, Command: []string{"/jobhelper", "env"},
+		GPUs: []int{1, 3}, Deadline: time.Now().Add(time.Minute)})
+	if res.ExitCode != 0 || !strings.Contains(out, EnvCUDA+"=1,3\n") {
+		t.Fatalf("declared-GPU container: %+v, env %q", res, out)
 	}
 }

@@ -176,6 +176,12 @@ type DockerOptions struct {
 	MaxLogBytes int64
 	// Log receives lifecycle events (default: discarded).
 	Log *slog.Logger
+	// DeclaredGPUs: the provider's GPUs are declared, not read from a
+	// driver (gpu_source declared, or auto without one), so there is no
+	// device to hand a container: GPU jobs run with their leased indices
+	// in CUDA_VISIBLE_DEVICES only, as process jobs do, and Containers
+	// reports ContainersGPU whatever the engine's passthrough.
+	DeclaredGPUs bool
 }
 
 // DockerExecutor runs jobs' images through the Docker Engine API. See
@@ -199,6 +205,9 @@ const (
 	gpuNone   gpuPassthrough = ""
 	gpuNVIDIA gpuPassthrough = "nvidia" // the NVIDIA container runtime
 	gpuCDI    gpuPassthrough = "cdi"    // CDI devices (nvidia.com/gpu=N)
+	// gpuDeclared: declared GPUs, nothing to pass through (see
+	// DockerOptions.DeclaredGPUs).
+	gpuDeclared gpuPassthrough = "declared"
 )
 
 // engineInfo is the part of GET /info that tells GPU support.
@@ -260,7 +269,7 @@ func (e *DockerExecutor) Containers() auction.ContainerSupport {
 // dir and HOME), no network, all capabilities dropped, no-new-privileges,
 // the memory limit, exactly the leased GPUs (through the NVIDIA runtime or
 // CDI, whichever the engine has; GPU jobs are refused on an engine with
-// neither) and
+// neither, unless the GPUs are declared: see DockerOptions.DeclaredGPUs) and
 // the same uid isolation as the process backend. An image that is not on
 // the host is pulled from its registry, with progress in the job's log. It fails if the Engine does not answer.
 func NewDockerExecutor(socketPath string, opts DockerOptions) (*DockerExecutor, error) {
@@ -306,6 +315,9 @@ func NewDockerExecutor(socketPath string, opts DockerOptions) (*DockerExecutor, 
 		return nil, fmt.Errorf("runtime: docker info: %w", err)
 	}
 	e.gpu = info.passthrough()
+	if opts.DeclaredGPUs {
+		e.gpu = gpuDeclared
+	}
 	e.log.Info("docker engine", "gpu_passthrough", string(orNoneGPU(e.gpu)))
 	return e, nil
 }
@@ -432,7 +444,7 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 		hostConfig["Memory"] = int64(spec.MemoryMB) << 20
 		hostConfig["MemorySwap"] = int64(spec.MemoryMB) << 20
 	}
-	if len(spec.GPUs) > 0 {
+	if len(spec.GPUs) > 0 && e.gpu != gpuDeclared {
 		hostConfig["DeviceRequests"] = []map[string]any{e.gpu.deviceRequest(spec.GPUs, spec.UUIDs)}
 	}
 	var suffix [4]byte

@@ -32,6 +32,7 @@ const (
 	DomainReceiptRenter   = "receipt-renter/v1"   // the renter's countersignature
 	DomainArtifactGrant   = "artifact-grant/v1"   // an artifact's owner lets a peer fetch it from any holder
 	DomainCheckpoint      = "checkpoint/v1"       // provider → renter, a job's saved checkpoint (auction.Checkpoint)
+	DomainArtifactWarm    = "artifact-warm/v1"    // renter → provider, fetch an artifact ahead of a job
 )
 
 // MaxPayload bounds the size of any signed payload a node accepts.

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/urfave/cli/v2"
@@ -46,6 +48,16 @@ func artifactCommand() *cli.Command {
 			Flags: []cli.Flag{jsonFlag(),
 				&cli.StringSliceFlag{Name: "peer", Usage: "multiaddr (with /p2p/ID) of a peer that holds it (repeatable); the DHT is searched too"}},
 			Action: artifactGetAction,
+		}, {
+			Name:      "warm",
+			Usage:     "pre-stage an artifact this node holds on providers (cache warming), so that they bid for jobs reading it without a fetch",
+			ArgsUsage: "ID",
+			Flags: []cli.Flag{jsonFlag(),
+				&cli.IntFlag{Name: "providers", Value: 1, Usage: "how many of the best-ranked providers (by price and verified reliability) should hold it; ones that already do count"},
+				&cli.StringSliceFlag{Name: "provider", Usage: "warm this provider instead (peer id, or multiaddr with /p2p/ID; repeatable)"},
+				&cli.BoolFlag{Name: "no-wait", Usage: "return once the providers accepted, without waiting for them to advertise it"},
+				&cli.DurationFlag{Name: "timeout", Value: 30 * time.Minute, Usage: "how long to wait for the providers to hold it"}},
+			Action: artifactWarmAction,
 		}},
 	}
 }
@@ -182,6 +194,63 @@ func artifactGetAction(c *cli.Context) error {
 		return printJSON(c.App.Writer, res)
 	}
 	fmt.Fprintf(c.App.Writer, "%s written to %s (%s, %s transferred from %d peer(s))\n", id, abs, fmtBytes(res.Size), fmtBytes(res.Fetched), len(res.FromPeer))
+	return nil
+}
+
+func artifactWarmAction(c *cli.Context) error {
+	id, err := jobArg(c, "artifact id")
+	if err != nil {
+		return err
+	}
+	if n := c.Int("providers"); n < 1 {
+		return fmt.Errorf("--providers must be at least 1, got %d", n)
+	}
+	if c.Duration("timeout") <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %s", c.Duration("timeout"))
+	}
+	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+	defer cancel()
+	res, err := client(c).WarmArtifact(ctx, id, api.ArtifactWarmRequest{Providers: c.StringSlice("provider"),
+		Count: c.Int("providers"), Wait: !c.Bool("no-wait")})
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		if err := printJSON(c.App.Writer, res); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
+		fmt.Fprintln(tw, "PROVIDER\tSTATE\tFETCHING")
+		for _, r := range res.Results {
+			state := "accepted"
+			switch {
+			case r.Error != "":
+				state = "failed: " + r.Error
+			case r.Held:
+				state = "already held"
+			case r.Advertised:
+				state = "holds it"
+			}
+			fetching := "-"
+			if r.Fetching > 0 {
+				fetching = fmt.Sprintf("%s of %s", fmtBytes(r.Fetching), fmtBytes(r.Size))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Provider, state, fetching)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	failed := 0
+	for _, r := range res.Results {
+		if r.Error != "" {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d provider(s) not warmed", failed, len(res.Results))
+	}
 	return nil
 }
 

@@ -105,3 +105,43 @@ func TestArtifactCLI(t *testing.T) {
 		t.Fatalf("get after share: %q %q", out, errOut)
 	}
 }
+
+// TestArtifactWarmCLI: artifact warm sends the request to the named peer
+// and reports its answer (a renter-only node refuses warm requests), as a
+// table or --json, and exits non-zero when a provider was not warmed.
+func TestArtifactWarmCLI(t *testing.T) {
+	a, adir := startTestDaemon(t, nil)
+	b, _ := startTestDaemon(t, a)
+	src := filepath.Join(t.TempDir(), "data.bin")
+	if err := os.WriteFile(src, []byte("warm me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "-d", adir, "artifact", "add", src)
+	id := strings.TrimSpace(out)
+	if code != 0 || len(id) != 64 {
+		t.Fatalf("add: code %d out %q err %q", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "-d", adir, "artifact", "warm", "--provider", b.Addrs()[0], id)
+	if code == 0 || !strings.Contains(out, b.ID().String()) || !strings.Contains(out, "does not accept warm requests") || !strings.Contains(errOut, "1 of 1 provider(s) not warmed") {
+		t.Fatalf("warm a renter-only node: code %d out %q err %q", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "-d", adir, "artifact", "warm", "--json", "--provider", b.ID().String(), id)
+	var res api.ArtifactWarmResponse
+	if code == 0 || json.Unmarshal([]byte(out), &res) != nil || res.ID != id || len(res.Results) != 1 || res.Results[0].Provider != b.ID().String() || res.Results[0].Error == "" {
+		t.Fatalf("warm --json: code %d out %q", code, out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--providers", "0", id}, "--providers must be at least 1"},
+		{[]string{strings.Repeat("0", 64)}, "no artifact"},
+		{[]string{"--provider", "nonsense", id}, "neither a peer id nor a multiaddr"},
+		{nil, "missing artifact id"},
+	} {
+		code, _, errOut := runCLI(t, append([]string{"-d", adir, "artifact", "warm"}, c.args...)...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Fatalf("warm %v: code %d err %q, want %q", c.args, code, errOut, c.want)
+		}
+	}
+}

@@ -40,7 +40,7 @@ func bidsCommand() *cli.Command {
 					r, score = strconv.Itoa(rank), fmt.Sprintf("%.4g", b.Score)
 				}
 				fmt.Fprintf(tw, "%s\t%s\t$%.4g\t%.3f\t%s\t%s\t%s\t%s\t%s\n", r, b.Bid.Provider, b.Bid.Price, b.Reliability, score,
-					fmtTime(b.Bid.Start), orDash(strings.Join(b.Bid.Datasets, ",")), fetchText(b.Bid.MissingBytes, b.Transfer), orDash(b.Rejected))
+					fmtTime(b.Bid.Start), orDash(strings.Join(b.Bid.Datasets, ",")), fetchText(b.Bid.MissingBytes, b.Missing, b.Transfer), orDash(b.Rejected))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -59,10 +59,15 @@ func bidsCommand() *cli.Command {
 }
 
 // fetchText shows what a bidder lacks of the job's inputs and the
-// renter's estimate of the time to fetch it.
-func fetchText(missing int64, est time.Duration) string {
-	if missing <= 0 {
+// renter's estimate of the time to fetch it; a claim the provider's
+// advertised holdings do not back shows what was charged instead.
+func fetchText(claimed, charged int64, est time.Duration) string {
+	if charged <= 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%s ~%s", fmtBytes(missing), est.Round(100*time.Millisecond))
+	s := fmt.Sprintf("%s ~%s", fmtBytes(charged), est.Round(100*time.Millisecond))
+	if claimed < charged {
+		s += fmt.Sprintf(" (claimed %s, not advertised)", fmtBytes(claimed))
+	}
+	return s
 }

@@ -46,6 +46,41 @@ type ArtifactShareRequest struct {
 	Peer string `json:"peer"`
 }
 
+// ArtifactWarmRequest is POST /v1/artifacts/{id}/warm: have providers
+// fetch an artifact this node holds ahead of jobs (cache warming).
+type ArtifactWarmRequest struct {
+	// Providers are the providers to warm: peer ids, or multiaddrs with
+	// /p2p/ID. Without them, the Count best-ranked providers found in the
+	// DHT are warmed.
+	Providers []string `json:"providers,omitempty"`
+	// Count is how many best-ranked providers should hold it (default 1);
+	// ones that already advertise it count.
+	Count int `json:"count,omitempty"`
+	// Wait returns only once each accepting provider advertises the
+	// artifact in its capability record (or the request ends).
+	Wait bool `json:"wait,omitempty"`
+}
+
+// ArtifactWarmResult is how one provider answered a warm request.
+type ArtifactWarmResult struct {
+	Provider string `json:"provider"`
+	// Size is the artifact's size, Fetching what the provider lacked of it.
+	Size     int64 `json:"size,omitempty"`
+	Fetching int64 `json:"fetching,omitempty"`
+	// Held: the provider's capability record already advertised it; no
+	// request was sent.
+	Held bool `json:"held,omitempty"`
+	// Advertised: with Wait, the provider's record now lists it.
+	Advertised bool   `json:"advertised,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// ArtifactWarmResponse answers ArtifactWarmRequest.
+type ArtifactWarmResponse struct {
+	ID      string               `json:"id"`
+	Results []ArtifactWarmResult `json:"results"`
+}
+
 // ArtifactProgress is one line of the get endpoint's NDJSON answer: a
 // progress report, then a last line with Result or Error.
 type ArtifactProgress struct {
@@ -81,6 +116,13 @@ func (c *Client) RemoveArtifact(ctx context.Context, id string) error {
 func (c *Client) ShareArtifact(ctx context.Context, id, peer string) (ArtifactInfo, error) {
 	var v ArtifactInfo
 	err := c.Do(ctx, http.MethodPost, artifactPath(id, "/share"), nil, ArtifactShareRequest{Peer: peer}, &v)
+	return v, err
+}
+
+// WarmArtifact is POST /v1/artifacts/{id}/warm.
+func (c *Client) WarmArtifact(ctx context.Context, id string, req ArtifactWarmRequest) (ArtifactWarmResponse, error) {
+	var v ArtifactWarmResponse
+	err := c.Do(ctx, http.MethodPost, artifactPath(id, "/warm"), nil, req, &v)
 	return v, err
 }
 

@@ -662,6 +662,20 @@ func (s *Store) Held(max int) []string {
 	return out
 }
 
+// PinnedBytes is the size of the artifacts pinned now: what eviction
+// cannot free.
+func (s *Store) PinnedBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for id := range s.pins {
+		if r, ok := s.recs[id]; ok {
+			n += r.Manifest.Size
+		}
+	}
+	return n
+}
+
 // Remove deletes an artifact; a pinned one is refused.
 func (s *Store) Remove(id string) error {
 	s.mu.Lock()

@@ -44,6 +44,14 @@ type ServiceConfig struct {
 	// holds a current lease naming it); explicit shares are checked by the
 	// service itself. nil admits no one but shares.
 	Authorize func(id string, from peer.ID) bool
+	// WarmMax is the largest artifact this node fetches at a peer's warm
+	// request (see HandleWarm); 0 refuses every warm request.
+	WarmMax int64
+	// Context bounds background work (warm fetches); nil means none.
+	Context context.Context
+	// OnHeld, when set, is called after a fetch completes an artifact in
+	// the store (the daemon re-advertises what it holds).
+	OnHeld func()
 	// PerPeer and PerTransfer limit requests in flight (defaults above).
 	PerPeer, PerTransfer int
 	Log                  *slog.Logger
@@ -60,6 +68,8 @@ type Service struct {
 	counters map[string]int
 	// badPeers counts, per peer, the transfers it served a bad chunk in.
 	badPeers map[peer.ID]int
+	// warming is the warm fetches under way, by artifact id.
+	warming map[string]bool
 }
 
 // NewService registers the artifact protocol handler on cfg.Net.
@@ -76,8 +86,13 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, log: cfg.Log, counters: map[string]int{}, badPeers: map[peer.ID]int{}, serving: map[peer.ID]int{}}
+	if cfg.Context == nil {
+		cfg.Context = context.Background()
+	}
+	s := &Service{cfg: cfg, log: cfg.Log, counters: map[string]int{}, badPeers: map[peer.ID]int{}, serving: map[peer.ID]int{},
+		warming: map[string]bool{}}
 	cfg.Net.Host.SetStreamHandler(wire.ProtoArtifact, s.serve)
+	cfg.Net.Handle(wire.ProtoWarm, s.HandleWarm)
 	return s, nil
 }
 
@@ -149,25 +164,35 @@ func (s *Service) allowed(id string, from peer.ID, grant []byte) (Meta, error) {
 		if s.cfg.Authorize != nil && s.cfg.Authorize(id, from) {
 			return meta, nil
 		}
+		// Our own grant (sent with a warm request).
+		if validGrant(grant, s.cfg.Signer.ID(), id, from) {
+			return meta, nil
+		}
 	} else {
 		if meta.Owner == from.String() {
 			return meta, nil
 		}
-		owner, err := peer.Decode(meta.Owner)
-		if err == nil && len(grant) > 0 {
-			env, err := sign.UnmarshalEnvelope(grant)
-			var g wire.ArtifactGrant
-			if err == nil {
-				var signer peer.ID
-				signer, err = sign.Open(env, sign.DomainArtifactGrant, &g)
-				if err == nil && signer == owner && g.ID == id && g.Peer == from.String() && time.Now().Before(g.Expires) {
-					return meta, nil
-				}
-			}
+		if owner, err := peer.Decode(meta.Owner); err == nil && validGrant(grant, owner, id, from) {
+			return meta, nil
 		}
 	}
 	s.count("artifact.denied", 1)
 	return Meta{}, fmt.Errorf("artifact %s is private: %s holds no lease naming it and no share", short(id), from)
+}
+
+// validGrant reports whether grant is owner's unexpired permission for
+// peer to to fetch artifact id.
+func validGrant(grant []byte, owner peer.ID, id string, to peer.ID) bool {
+	if len(grant) == 0 {
+		return false
+	}
+	env, err := sign.UnmarshalEnvelope(grant)
+	if err != nil {
+		return false
+	}
+	var g wire.ArtifactGrant
+	signer, err := sign.Open(env, sign.DomainArtifactGrant, &g)
+	return err == nil && signer == owner && g.ID == id && g.Peer == to.String() && time.Now().Before(g.Expires)
 }
 
 const (
@@ -345,6 +370,12 @@ type FetchOptions struct {
 	// Progress is called after each stored chunk with the bytes held and
 	// the artifact's size.
 	Progress func(done, total int64)
+	// Grant is the owner's grant admitting us to a private artifact,
+	// shown to every source (a source that is the owner issues one too).
+	Grant []byte
+	// Accept, when set, sees the verified manifest and the bytes still
+	// missing before any chunk is fetched; an error ends the fetch.
+	Accept func(m *Manifest, missing int64) error
 }
 
 // FetchResult says how a fetch went.
@@ -437,7 +468,7 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))
 			continue
 		}
-		b, err := ss.call(wire.ArtifactRequest{Op: wire.ArtifactOpManifest, ID: id}, 30*time.Second)
+		b, err := ss.call(wire.ArtifactRequest{Op: wire.ArtifactOpManifest, ID: id, Grant: opt.Grant}, 30*time.Second)
 		ss.close()
 		if err == nil {
 			err = json.Unmarshal(b, &mresp)
@@ -462,6 +493,15 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 		return res, fmt.Errorf("artifact %s: no source served its manifest: %w", short(id), errors.Join(errs...))
 	}
 	res.Size = m.Size
+	if opt.Accept != nil {
+		var n int64
+		for _, c := range s.cfg.Store.Missing(&m) {
+			n += c.Size
+		}
+		if err := opt.Accept(&m, n); err != nil {
+			return res, err
+		}
+	}
 	if _, _, err := s.cfg.Store.Begin(m, Meta{Private: mresp.Private, Owner: mresp.Owner}); err != nil {
 		return res, err
 	}
@@ -471,13 +511,20 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 			addSource(ai)
 		}
 	}
-	if err := s.pull(ctx, id, m.Size, mresp.Grant, sources, missing, opt.Progress, &res); err != nil {
+	grant := mresp.Grant
+	if len(grant) == 0 {
+		grant = opt.Grant
+	}
+	if err := s.pull(ctx, id, m.Size, grant, sources, missing, opt.Progress, &res); err != nil {
 		return res, err
 	}
 	if err := s.cfg.Store.Complete(id); err != nil {
 		return res, err
 	}
 	s.count("artifact.fetched", 1)
+	if s.cfg.OnHeld != nil {
+		s.cfg.OnHeld()
+	}
 	go func() {
 		actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

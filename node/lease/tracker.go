@@ -46,6 +46,12 @@ type TrackerConfig struct {
 	// capability advertises ("" when unknown): the signed fingerprint its
 	// heartbeats carry must have that hash.
 	AdvertisedFingerprint func(provider string) string
+	// OnSave, when set, sees each job's record as it is persisted (every
+	// change of state): the daemon pins the inputs of live jobs.
+	OnSave func(api.JobView)
+	// Holdings is the auction's check of bids' missing-bytes claims
+	// (auction.RenterConfig.Holdings); nil trusts the claims.
+	Holdings func(ctx context.Context, provider string) ([]string, bool)
 	// QueueBackoff is how long a queued job (no acceptable bid yet) first
 	// waits before it is offered again, doubling up to QueueBackoffMax;
 	// a capacity notice offers it at once. Defaults 1s and 30s.
@@ -122,7 +128,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score, Now: cfg.Now, Log: log,
-		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, Release: t.release,
+		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, Release: t.release, Holdings: cfg.Holdings,
 	})
 	if err != nil {
 		return nil, err
@@ -486,6 +492,9 @@ func (t *Tracker) save(id string) {
 	}
 	if err := t.cfg.Store.Put(id, v); err != nil {
 		t.log.Error("persist job", "job", id, "err", err)
+	}
+	if t.cfg.OnSave != nil {
+		t.cfg.OnSave(v)
 	}
 }
 

@@ -34,7 +34,8 @@ const (
 	// (sign.DomainCheckpoint); the renter's daemon fetches its artifact
 	// before it answers.
 	ProtoCheckpoint protocol.ID = "/gpumesh/checkpoint/1.0.0"
-	ProtoArtifact   protocol.ID = "/gpumesh/artifact/1.0.0" // any → holder: ArtifactRequest frames, each answered by a manifest or a chunk
+	ProtoArtifact   protocol.ID = "/gpumesh/artifact/1.0.0"      // any → holder: ArtifactRequest frames, each answered by a manifest or a chunk
+	ProtoWarm       protocol.ID = "/gpumesh/artifact-warm/1.0.0" // renter → provider: a sealed ArtifactWarm, answered by an ArtifactWarmAck
 	// ProtoService carries a service replica's traffic: renter → provider,
 	// a ServiceRequest frame, the provider's one-frame answer (ServiceAck),
 	// then raw bytes both ways to and from the replica's port.
@@ -157,6 +158,28 @@ type ArtifactGrant struct {
 	ID      string    `json:"id"`
 	Peer    string    `json:"peer"`
 	Expires time.Time `json:"expires"`
+}
+
+// ArtifactWarm is a renter's signed request (sign.DomainArtifactWarm) that
+// Provider fetch artifact ID into its store ahead of a job (cache
+// warming); the signer, the stream's remote peer, serves it. Grant (a
+// sealed ArtifactGrant from the artifact's owner for Provider) admits the
+// provider to a private artifact at any holder.
+type ArtifactWarm struct {
+	ID       string    `json:"id"`
+	Provider string    `json:"provider"`
+	Grant    []byte    `json:"grant,omitempty"`
+	Expires  time.Time `json:"expires"`
+}
+
+// ArtifactWarmAck is a provider's answer to an ArtifactWarm it accepts:
+// the artifact's size and the bytes it is fetching (0 when it already
+// held it). The fetch runs on after the answer; the provider advertises
+// the artifact once it holds it.
+type ArtifactWarmAck struct {
+	ID       string `json:"id"`
+	Size     int64  `json:"size"`
+	Fetching int64  `json:"fetching"`
 }
 
 // ArtifactManifest answers ArtifactOpManifest: the manifest's JSON (its
