@@ -889,7 +889,7 @@ func (t *Tracker) requeue(jobID string, lease auction.Lease, reason string) {
 	t.archive(jobID, lease.ID)
 	ctx, cancel := context.WithTimeout(t.ctx, 3*time.Minute)
 	defer cancel()
-	if job, err := t.renter.Requeue(ctx, jobID, reason); err != nil {
+	if job, err := t.renter.Requeue(ctx, jobID, auction.RequeueOptions{Reason: reason}); err != nil {
 		t.log.Warn("requeue", "job", jobID, "err", err)
 		if errors.Is(err, auction.ErrUnplaceable) && t.ctx.Err() == nil && t.beforeDeadline(job) {
 			why := "no lease"
