@@ -2,6 +2,7 @@ package attest_test
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -34,8 +35,13 @@ func TestJobFaultsDoNotCountAgainstTheProvider(t *testing.T) {
 	if in.Failed != 0 || in.JobFaults != 8 || gu.Failed != 8 || gu.JobFaults != 0 {
 		t.Fatalf("innocent %+v, guilty %+v", in, gu)
 	}
-	if in.Completion != attest.Prior || gu.Completion >= in.Completion || in.Score <= gu.Score {
+	if in.Completion != attest.Prior || gu.Completion >= in.Completion || gu.Score > in.Score+1e-9 {
 		t.Fatalf("completion innocent %.3f guilty %.3f; score innocent %.3f guilty %.3f", in.Completion, gu.Completion, in.Score, gu.Score)
+	}
+	// The job's own failures leave the provider's score where it was: that
+	// of a provider the book never heard of.
+	if unknown := b.Stats(signtest.New(t).ID().String()).Score; math.Abs(in.Score-unknown) > 1e-12 || in.Weight != 0 {
+		t.Fatalf("innocent provider's score %.6f (weight %.3f), a stranger's %.6f", in.Score, in.Weight, unknown)
 	}
 }
 

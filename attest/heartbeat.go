@@ -264,6 +264,7 @@ type HeartbeatMonitor struct {
 	haveSeq     bool
 	lastSeq     uint64
 	lastTime    time.Time
+	lastAt      time.Time // when (receiver's clock) the last one was accepted
 	beats       []beat
 	rejected    int
 	rateLimited int
@@ -396,9 +397,18 @@ func (m *HeartbeatMonitor) accept(env *sign.Envelope, now time.Time) error {
 	if !m.take(now) {
 		return fmt.Errorf("%w: more than %d per %s", ErrRateLimited, HeartbeatRateFactor, m.interval)
 	}
-	m.haveSeq, m.lastSeq, m.lastTime = true, hb.Seq, hb.Time
+	m.haveSeq, m.lastSeq, m.lastTime, m.lastAt = true, hb.Seq, hb.Time, now
 	m.beats = append(m.beats, beat{t: hb.Time, util: hb.GPUUtil, temp: hb.TempC})
 	return nil
+}
+
+// LastAccepted is when, by the receiver's clock (Accept's now), the last
+// heartbeat was accepted; zero before the first. A renter measures a
+// provider's silence from it.
+func (m *HeartbeatMonitor) LastAccepted() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastAt
 }
 
 // Summary accounts for the lease span [start, end) given the heartbeats

@@ -148,6 +148,17 @@ func TestHeartbeatSummary(t *testing.T) {
 	if math.Abs(hs.Coverage-0.5) > 0.01 || len(hs.Gaps) != 0 {
 		t.Fatalf("every other heartbeat: coverage %v, gaps %v", hs.Coverage, hs.Gaps)
 	}
+	// The silence is measured from the last accepted heartbeat, by the
+	// receiver's clock: a refused one does not count.
+	if got := down.LastAccepted(); !got.Equal(end) {
+		t.Fatalf("down's last accepted heartbeat at %s, want %s", got, end)
+	}
+	if err := down.Accept(hbEnv(t, prov, "L", 1, end.Add(iv)), end.Add(iv)); err == nil || !down.LastAccepted().Equal(end) {
+		t.Fatalf("a replayed heartbeat (%v) moved the last accepted time to %s", err, down.LastAccepted())
+	}
+	if got := attest.NewHeartbeatMonitor("L", prov.ID(), t0, iv).LastAccepted(); !got.IsZero() {
+		t.Fatalf("a silent monitor's last accepted heartbeat at %s", got)
+	}
 	ds := down.Summary(end)
 	if len(ds.Gaps) != 1 || !ds.Gaps[0].Start.Equal(t0.Add(29*iv)) || !ds.Gaps[0].End.Equal(t0.Add(60*iv)) {
 		t.Fatalf("downtime gaps: %+v", ds.Gaps)

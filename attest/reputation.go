@@ -653,6 +653,13 @@ func (b *Book) Stats(provider string) ProviderRep {
 	}
 	var compW, compX, covW, covX, honW, honX float64
 	for i, rec := range ps.records {
+		if rec.jobFault && rec.honest {
+			// The job failed through its own fault: its receipt says
+			// nothing about the provider, for better or worse (a renter
+			// posting failing jobs cannot move a provider's score).
+			rep.JobFaults++
+			continue
+		}
 		w := est[i] + nov[i]*novScale
 		rep.Weight += w
 		switch rec.outcome {
@@ -662,7 +669,7 @@ func (b *Book) Stats(provider string) ProviderRep {
 			compX += w
 		case auction.RunFailed, auction.RunExpired:
 			if rec.jobFault {
-				rep.JobFaults++
+				rep.JobFaults++ // and overclaimed: only its honesty counts
 				break
 			}
 			rep.Failed++

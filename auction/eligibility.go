@@ -52,7 +52,7 @@ type Offer struct {
 // Reason is short and meant for humans; Kind is a stable, low-cardinality
 // key for counters ("region", "workload", "preemptible", "thermal", "power",
 // "reliability", "gpu_model", "vram", "gpu_count", "price", "capacity",
-// "max_lease", "deadline", "availability", "window", "busy").
+// "max_lease", "deadline", "availability", "window", "busy", "excluded").
 type Ineligible struct {
 	Kind   string
 	Reason string
@@ -78,7 +78,8 @@ func inelig(kind, format string, args ...any) error {
 // first hard constraint that fails, checked in this order:
 //
 //   - first the time-independent rules, shared with StaticFit:
-//     residency: the provider's region equals Job.Region or starts with it
+//     exclusion: a provider the job's Exclude names (it lost an earlier
+//     attempt) never bids; residency: the provider's region equals Job.Region or starts with it
 //     followed by a dash, case-insensitively ("eu" matches "eu-west" and
 //     "EU-West", not "europe-x"); workload kind, when the policy restricts
 //     it; preemptible jobs only go to providers that accept preemptible
@@ -253,6 +254,9 @@ func StaticFit(c *Capability, j *Job) error {
 // smallest device's VRAM (see pickModel).
 func staticFit(c *Capability, j *Job) (string, int, error) {
 	p := &c.Policy
+	if j.Excludes(c.Peer) {
+		return "", 0, inelig("excluded", "this provider lost an earlier attempt of the job")
+	}
 	if !regionSatisfies(j.Region, c.Region) {
 		return "", 0, inelig("region", "region %s does not satisfy %s", orNone(c.Region), j.Region)
 	}

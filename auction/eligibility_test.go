@@ -115,6 +115,8 @@ func TestStaticFit(t *testing.T) {
 			j.GPUCount = 3
 		}},
 		{"price floor", "price floor 2.10 > max 2.00", func(ps *ProviderState, j *Job) { ps.Cap.Policy.PriceFloor = 2.1 }},
+		{"excluded", "lost an earlier attempt", func(ps *ProviderState, j *Job) { j.Exclude = []string{"other", "prov"} }},
+		{"another excluded", "", func(ps *ProviderState, j *Job) { j.Exclude = []string{"other"} }},
 		{"thermal", "", func(ps *ProviderState, j *Job) { ps.Cap.Policy.MaxTempC = 85; ps.TempC = 90 }},
 		{"busy", "", func(ps *ProviderState, j *Job) {
 			_ = ps.Cal.Reserve(Booking{LeaseID: "x", Start: now, End: now.Add(5 * time.Hour), GPUs: 3})
@@ -286,7 +288,7 @@ func TestEvaluateGoldPreempts(t *testing.T) {
 func TestRank(t *testing.T) {
 	now := at(0, "10:00")
 	j := &Job{ID: "j", Attempt: 1, Tier: Silver, MaxPrice: 3, GPUCount: 1, Duration: time.Hour, Region: "eu",
-		MinReliability: 0.3, Datasets: []string{"d1", "d2"}, Run: RunSpec{Command: []string{"x"}}}
+		MinReliability: 0.3, Datasets: []string{"d1", "d2"}, Run: RunSpec{Command: []string{"x"}}, Exclude: []string{"lost"}}
 	bid := func(p string, price float64) Bid {
 		return Bid{JobID: "j", Attempt: 1, Provider: p, Region: "eu-west", Price: price, Start: now, End: now.Add(time.Hour), ExpiresAt: now.Add(time.Minute)}
 	}
@@ -313,6 +315,7 @@ func TestRank(t *testing.T) {
 		c(bid("cheap", 0.5), 0.9),    // duplicate: first kept
 		c(expired, 1), c(other, 1), c(us, 1), c(short, 1),
 		c(bid("bad", math.NaN()), 1),
+		c(bid("lost", 0.1), 1),   // lost an earlier attempt
 		c(bid("best", 1.0), 0.8), // 1.25
 	}
 	r := RankAt(j, cands, now)
@@ -332,7 +335,7 @@ func TestRank(t *testing.T) {
 	}
 	for p, w := range map[string]string{"pricey": "price 3.50 > max 3.00", "flaky": "reliability 0.20 < min 0.30",
 		"cheap": "duplicate", "expired": "expired", "other": "attempt 0", "us": "region us-east",
-		"short": "shorter than job", "bad": "invalid price"} {
+		"short": "shorter than job", "bad": "invalid price", "lost": "excluded"} {
 		if !strings.Contains(reasons[p], w) {
 			t.Errorf("%s rejected for %q, want %q", p, reasons[p], w)
 		}

@@ -63,7 +63,7 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 	if err := box.p.LeaseEnded(gst.Lease.ID, m.now(), RunSucceeded); err != nil {
 		t.Fatal(err)
 	}
-	rj, err := r.Requeue(context.Background(), bj.ID, "preempted by gold")
+	rj, err := r.Requeue(context.Background(), bj.ID, RequeueOptions{Reason: "preempted by gold"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestBronzeBackfillAndRequeue(t *testing.T) {
 	if k := m.provs[0].p.Stats().Ineligible["window"]; k != 1 {
 		t.Fatalf("ineligible %v", m.provs[0].p.Stats().Ineligible)
 	}
-	if _, err := r.Requeue(context.Background(), "job-unknown", "x"); !errors.Is(err, ErrUnknownJob) {
+	if _, err := r.Requeue(context.Background(), "job-unknown", RequeueOptions{Reason: "x"}); !errors.Is(err, ErrUnknownJob) {
 		t.Fatalf("requeue unknown: %v", err)
 	}
 }
@@ -283,5 +283,43 @@ func TestGoldEvictsOnlyWhenStillNeeded(t *testing.T) {
 	}
 	if _, ok := box.cal.Booking("bronze-1"); !ok {
 		t.Fatal("bronze-1 evicted")
+	}
+}
+
+// TestLostLeaseRequeuedElsewhere: a job whose provider was lost goes back
+// to auction for its whole duration, with that provider excluded: it
+// declines (kind "excluded") and the other provider wins; the start
+// window opens again from now.
+func TestLostLeaseRequeuedElsewhere(t *testing.T) {
+	m := newMarket(t, []provSpec{{"cheap", "eu-west", "A100", 80, 2, pol(1), 0.9}, {"dear", "eu-west", "A100", 80, 2, pol(2), 0.9}})
+	r, _ := m.renter(t, RenterConfig{})
+	j := euJob(m.now())
+	j.CreatedAt = m.now().Add(-50 * time.Minute)
+	j.Deadline = j.CreatedAt.Add(time.Hour) // ten minutes left to start
+	job, err := r.Post(context.Background(), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := r.Status(job.ID)
+	if m.name(st.Lease.Provider) != "cheap" {
+		t.Fatalf("first lease went to %s", m.name(st.Lease.Provider))
+	}
+	lost := st.Lease.Provider
+	rj, err := r.Requeue(context.Background(), job.ID, RequeueOptions{Reason: "provider lost", Exclude: []string{lost, lost}, Lost: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rj.Attempt != 1 || rj.Duration != j.Duration || len(rj.Exclude) != 1 || rj.Exclude[0] != lost {
+		t.Fatalf("requeued job: attempt %d duration %v exclude %v", rj.Attempt, rj.Duration, rj.Exclude)
+	}
+	if min := m.now().Add(59 * time.Minute); rj.Deadline.Before(min) {
+		t.Fatalf("start window not renewed: deadline %s, want after %s", rj.Deadline, min)
+	}
+	st, _ = r.Status(job.ID)
+	if st.State != JobLeased || m.name(st.Lease.Provider) != "dear" || st.Lease.End.Sub(st.Lease.Start) != j.Duration {
+		t.Fatalf("requeued job %s on %s", st.State, m.name(st.Lease.Provider))
+	}
+	if n := m.provs[0].p.Stats().Ineligible["excluded"]; n != 1 {
+		t.Fatalf("lost provider's ineligible counts %v", m.provs[0].p.Stats().Ineligible)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -1039,11 +1040,26 @@ func (r *Renter) Counters() map[string]int {
 	return out
 }
 
+// RequeueOptions says why and how a leased job goes back to auction.
+type RequeueOptions struct {
+	// Reason is recorded in the job's reasons.
+	Reason string
+	// Exclude names providers that may not bid for the new attempt (they
+	// lost one of the job's attempts); it is added to Job.Exclude.
+	Exclude []string
+	// Lost says the lease's work is lost (its provider was lost): the new
+	// attempt runs the job's whole remaining Duration again, instead of
+	// what the lease did not cover.
+	Lost bool
+}
+
 // Requeue posts a leased job again after its lease ended early (a bronze
-// job preempted at the end of its gap, or a lost provider): with Attempt+1
-// and Duration reduced to what the lease did not cover by now. It returns
-// like Post.
-func (r *Renter) Requeue(ctx context.Context, jobID, reason string) (Job, error) {
+// job preempted at the end of its gap, or a lost provider): with Attempt+1,
+// the providers opts.Exclude names excluded, Duration reduced to what the
+// lease did not cover by now (unless opts.Lost), and its start window
+// opened again from now (a Deadline at least as far from now as it was
+// from CreatedAt). It returns like Post.
+func (r *Renter) Requeue(ctx context.Context, jobID string, opts RequeueOptions) (Job, error) {
 	r.mu.Lock()
 	rj, ok := r.jobs[jobID]
 	if !ok {
@@ -1057,22 +1073,36 @@ func (r *Renter) Requeue(ctx context.Context, jobID, reason string) (Job, error)
 	}
 	job := rj.status.Job
 	lease := *rj.status.Lease
-	rj.status.Reasons = append(rj.status.Reasons, fmt.Sprintf("requeued after attempt %d: %s", job.Attempt, reason))
+	rj.status.Reasons = append(rj.status.Reasons, fmt.Sprintf("requeued after attempt %d: %s", job.Attempt, opts.Reason))
 	r.mu.Unlock()
 
-	end := r.cfg.Now()
-	if end.After(lease.End) {
-		end = lease.End
+	now := r.cfg.Now()
+	if !opts.Lost {
+		end := now
+		if end.After(lease.End) {
+			end = lease.End
+		}
+		ran := end.Sub(lease.Start)
+		if ran < 0 {
+			ran = 0
+		}
+		remaining := job.Duration - ran
+		if remaining <= 0 {
+			return job, fmt.Errorf("auction: requeue %s: nothing left to run (ran %v of %v)", jobID, ran, job.Duration)
+		}
+		job.Duration = remaining
 	}
-	ran := end.Sub(lease.Start)
-	if ran < 0 {
-		ran = 0
+	job.Exclude = slices.Clone(job.Exclude)
+	for _, p := range opts.Exclude {
+		if p != "" && !slices.Contains(job.Exclude, p) {
+			job.Exclude = append(job.Exclude, p)
+		}
 	}
-	remaining := job.Duration - ran
-	if remaining <= 0 {
-		return job, fmt.Errorf("auction: requeue %s: nothing left to run (ran %v of %v)", jobID, ran, job.Duration)
+	if !job.Deadline.IsZero() && !job.CreatedAt.IsZero() {
+		if renewed := now.Add(job.Deadline.Sub(job.CreatedAt)); renewed.After(job.Deadline) {
+			job.Deadline = renewed
+		}
 	}
 	job.Attempt++
-	job.Duration = remaining
 	return r.Post(ctx, job)
 }

@@ -232,6 +232,8 @@ func rejectReason(j *Job, c Candidate, now time.Time, seen map[string]bool) stri
 		return "bid without provider"
 	case seen[b.Provider]:
 		return "duplicate bid from provider"
+	case j.Excludes(b.Provider):
+		return "provider excluded: it lost an earlier attempt of the job"
 	case !b.ExpiresAt.IsZero() && !now.Before(b.ExpiresAt):
 		return fmt.Sprintf("bid expired at %s", b.ExpiresAt.UTC().Format(time.RFC3339))
 	case math.IsNaN(b.Price) || math.IsInf(b.Price, 0) || b.Price <= 0:

@@ -259,6 +259,13 @@ func (j *Job) Attempts() int {
 	return DefaultMaxAttempts
 }
 
+// Excludes reports whether provider lost an earlier attempt of the job, so
+// that it may not bid for this one: providers decline such a job
+// (Evaluate, kind "excluded") and renters refuse their bids.
+func (j *Job) Excludes(provider string) bool {
+	return provider != "" && slices.Contains(j.Exclude, provider)
+}
+
 // OutputFile is one result file a job left in its outputs directory.
 type OutputFile struct {
 	Path   string `json:"path"` // slash-separated, relative to the outputs dir

@@ -134,9 +134,63 @@ func printJobView(w io.Writer, v *api.JobView) {
 	for _, name := range slices.Sorted(maps.Keys(v.Job.Run.Inputs)) {
 		fmt.Fprintf(w, "input:      %s = artifact %s\n", name, v.Job.Run.Inputs[name])
 	}
-	for _, h := range v.History {
-		fmt.Fprintf(w, "history:    attempt %d lease %s on %s: %s, $%.4f%s\n", h.Attempt, h.Lease.ID, h.Lease.Provider, h.Run, h.CostUSD, prefixed(": ", h.Detail))
+	printAttempts(w, v)
+}
+
+// printAttempts lists a job's leases, earlier ones (its history) and the
+// current one, when it had more than one or lost one: who ran each, how it
+// ended and through whose fault, its checkpoint and cost.
+func printAttempts(w io.Writer, v *api.JobView) {
+	if len(v.History) == 0 && len(v.Job.Exclude) == 0 {
+		return
 	}
+	recs := slices.Clone(v.History)
+	if l := v.Lease; l != nil {
+		cur := api.LeaseRecord{Lease: *l, Run: v.Run, Detail: v.Detail, Fault: v.Fault, Attempt: l.Attempt, Receipt: v.Receipt != nil}
+		if v.Receipt != nil {
+			cur.CostUSD = v.Receipt.Amount
+		}
+		recs = append(recs, cur)
+	}
+	fmt.Fprintf(w, "attempts:   %d of %d", len(recs), v.Job.Attempts())
+	if len(v.Job.Exclude) > 0 {
+		ex := make([]string, len(v.Job.Exclude))
+		for i, p := range v.Job.Exclude {
+			ex[i] = shortID(p)
+		}
+		fmt.Fprintf(w, ", excluded %s", strings.Join(ex, ", "))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tPROVIDER\tRUN\tFAULT\tCHECKPOINT\tCOST\tDETAIL")
+	for i, r := range recs {
+		run := string(r.Run)
+		if run == "" {
+			run = "pending"
+		}
+		cost := fmt.Sprintf("$%.4f", r.CostUSD)
+		if !r.Receipt {
+			cost += " (unsettled)"
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, shortID(r.Lease.Provider), run, orDash(string(r.Fault)),
+			checkpointText(r), cost, orDash(r.Detail))
+	}
+	tw.Flush()
+}
+
+// checkpointText says what an attempt restored and saved.
+func checkpointText(r api.LeaseRecord) string {
+	var parts []string
+	if c := r.Restored; c != nil {
+		parts = append(parts, fmt.Sprintf("from %s", c.Work.Round(time.Second)))
+	}
+	if c := r.Checkpoint; c != nil {
+		parts = append(parts, fmt.Sprintf("saved %s of work (%s)", c.Work.Round(time.Second), c.Reason))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func runOutcome(v *api.JobView) string {

@@ -44,9 +44,16 @@ func jobPostFlags() []cli.Flag {
 		&cli.StringFlag{Name: "outputs", Usage: "directory, relative to the job's work dir, whose files are returned"},
 		&cli.IntFlag{Name: "memory-mb", Usage: "memory cap in MB, where the runtime can enforce it"},
 		&cli.DurationFlag{Name: "bid-window", DefaultText: auction.DefaultBidWindow.String(), Usage: "how long to collect bids"},
+		maxAttemptsFlag(),
 		&cli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its final status; fail unless it succeeded"},
 		jsonFlag(),
 	}
+}
+
+// maxAttemptsFlag is --max-attempts, the job's attempt budget.
+func maxAttemptsFlag() cli.Flag {
+	return &cli.IntFlag{Name: "max-attempts", DefaultText: fmt.Sprint(auction.DefaultMaxAttempts),
+		Usage: fmt.Sprintf("most leases the job may use when its providers are lost or preempt it (1..%d); each retry runs elsewhere", auction.MaxAttempts)}
 }
 
 func jobPostCommand() *cli.Command {
@@ -195,6 +202,9 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time) error {
 	if set("bid-window") {
 		job.BidWindow = c.Duration("bid-window")
 	}
+	if set("max-attempts") {
+		job.MaxAttempts = c.Int("max-attempts")
+	}
 	if args := c.Args().Slice(); len(args) > 0 {
 		job.Run.Command = args
 	}
@@ -206,7 +216,7 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time) error {
 var jobFlags = map[string]string{
 	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "min_vram_gb": "min-vram",
 	"region": "region", "min_reliability": "min-reliability", "preemptible": "preemptible", "duration": "duration",
-	"deadline": "deadline", "datasets": "dataset", "workload": "workload", "bid_window": "bid-window",
+	"deadline": "deadline", "datasets": "dataset", "workload": "workload", "bid_window": "bid-window", "max_attempts": "max-attempts",
 	"run.image": "image", "run.env": "env", "run.outputs": "outputs", "run.inputs": "input", "run.image_artifact": "image-artifact", "run.memory_mb": "memory-mb",
 }
 

@@ -90,14 +90,14 @@ func TestBuildJob(t *testing.T) {
 		{"every flag", with("--tier", "Bronze", "--gpu", "H100", "--gpu", "A100", "--count", "4", "--min-vram", "40",
 			"--region", "eu-west", "--min-reliability", "0.9", "--deadline", "30m", "--dataset", "imagenet", "--dataset", "c4",
 			"--workload", "training", "--image", "img:1", "--env", "A=1", "--env", "B=x,y=z", "--env", "C=",
-			"--outputs", "out", "--memory-mb", "2048", "--bid-window", "500ms", "--", "run.sh", "--flag", "-v"),
+			"--outputs", "out", "--memory-mb", "2048", "--bid-window", "500ms", "--max-attempts", "5", "--", "run.sh", "--flag", "-v"),
 			func(t *testing.T, j auction.Job) {
 				want := auction.Job{Tier: auction.Bronze, MaxPrice: 2.5, GPUCount: 4, MinVRAMGB: 40, GPUModels: []string{"H100", "A100"},
 					Region: "eu-west", MinReliability: 0.9, Preemptible: true, Duration: 2 * time.Hour, Deadline: testNow.Add(30 * time.Minute),
 					Datasets: []string{"imagenet", "c4"}, Workload: "training",
 					Run: auction.RunSpec{Image: "img:1", Command: []string{"run.sh", "--flag", "-v"},
 						Env: map[string]string{"A": "1", "B": "x,y=z", "C": ""}, Outputs: "out", MemoryMB: 2048},
-					BidWindow: 500 * time.Millisecond, CreatedAt: testNow}
+					BidWindow: 500 * time.Millisecond, MaxAttempts: 5, CreatedAt: testNow}
 				if !reflect.DeepEqual(j, want) {
 					t.Fatalf("job = %+v\nwant  %+v", j, want)
 				}
@@ -229,6 +229,8 @@ func TestBuildJobErrors(t *testing.T) {
 		{"negative memory", withCmd("--memory-mb", "-1"), "invalid --memory-mb: must not be negative, got -1"},
 		{"short bid window", withCmd("--bid-window", "10ms"), "invalid --bid-window: must be in [100ms, 1m0s], got 10ms"},
 		{"long bid window", withCmd("--bid-window", "2m"), "invalid --bid-window: must be in [100ms, 1m0s], got 2m0s"},
+		{"too many attempts", withCmd("--max-attempts", "21"), "invalid --max-attempts: must be in [1, 20] (0: 3), got 21"},
+		{"negative attempts", withCmd("--max-attempts", "-1"), "invalid --max-attempts: must be in [1, 20] (0: 3), got -1"},
 		{"past deadline", withCmd("--deadline", "2026-03-13T00:00:00Z"), "invalid --deadline: 2026-03-13T00:00:00Z is before created_at 2026-03-14T09:26:53Z"},
 		{"bad deadline", withCmd("--deadline", "soon"), `--deadline must be an RFC3339 time or a positive duration from now, got "soon"`},
 		{"negative deadline", withCmd("--deadline", "-5m"), "--deadline must be an RFC3339 time or a positive duration"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -75,5 +76,60 @@ func TestJobStatusShowsDeclines(t *testing.T) {
 	code, out, errOut := runCLI(t, "-d", dir, "job", "status", "jq")
 	if code != 0 || !strings.Contains(out, "state:      queued") || !strings.Contains(out, "declines:   4 declined: price; 1: vram") {
 		t.Fatalf("code %d\nout %s\nerr %s", code, out, errOut)
+	}
+}
+
+// TestJobStatusListsAttempts: job status lists a job's attempts, the lost
+// one (provider, fault, why, cost) and the current one, with the budget and
+// the excluded provider; --json carries the same history.
+func TestJobStatusListsAttempts(t *testing.T) {
+	lostProv := "12D3KooWlostprovider0000abcdef"
+	v := leasedView("jr", auction.RunRunning)
+	v.Job.Attempt, v.Job.MaxAttempts, v.Job.Exclude = 1, 4, []string{lostProv}
+	first := *v.Lease
+	first.ID, first.Provider, first.State = "lease-0", lostProv, auction.RunFailed
+	v.History = []api.LeaseRecord{{Lease: first, Run: auction.RunFailed, Fault: auction.FaultProvider, CostUSD: 0.0125, Receipt: true,
+		Detail:     "provider lost: no heartbeat for 32s",
+		Checkpoint: &auction.Checkpoint{Artifact: strings.Repeat("ab", 32), Work: 20 * time.Minute, Reason: auction.CheckpointPeriodic}}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, v) })
+	dir := fakeDaemon(t, mux)
+	code, out, errOut := runCLI(t, "-d", dir, "job", "status", "jr")
+	if code != 0 {
+		t.Fatalf("code %d\nout %s\nerr %s", code, out, errOut)
+	}
+	lines := strings.Split(out, "\n")
+	var table []string
+	for i, l := range lines {
+		if strings.HasPrefix(l, "attempts:") {
+			table = lines[i : i+4]
+		}
+	}
+	if table == nil {
+		t.Fatalf("no attempts in\n%s", out)
+	}
+	if table[0] != "attempts:   2 of 4, excluded 12D3KooW…abcdef" {
+		t.Fatalf("attempts header %q", table[0])
+	}
+	for i, want := range [][]string{
+		{"#", "PROVIDER", "RUN", "FAULT", "CHECKPOINT", "COST", "DETAIL"},
+		{"1", "12D3KooW…abcdef", "failed", "provider", "saved 20m0s of work (periodic)", "$0.0125", "provider lost: no heartbeat for 32s"},
+		{"2", "12D3KooWprov", "running", "-", "-", "$0.0000 (unsettled)", "-"},
+	} {
+		row := table[i+1]
+		at := 0
+		for _, cell := range want {
+			k := strings.Index(row[at:], cell)
+			if k < 0 {
+				t.Fatalf("row %d %q lacks %q after column %d", i, row, cell, at)
+			}
+			at += k + len(cell)
+		}
+	}
+	code, out, errOut = runCLI(t, "-d", dir, "job", "status", "--json", "jr")
+	var got api.JobView
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got.History) != 1 || got.History[0].Fault != auction.FaultProvider ||
+		got.History[0].Detail != v.History[0].Detail || !got.Job.Excludes(lostProv) {
+		t.Fatalf("job status --json: code %d history %+v\nerr %s", code, got.History, errOut)
 	}
 }

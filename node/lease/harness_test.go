@@ -279,10 +279,13 @@ type harness struct {
 	net *auction.MemNetwork
 	// abandonGrace is the renters' grace after a lease's end.
 	abandonGrace time.Duration
+	// lossAfter is how long a running lease's provider may stay silent
+	// before its renter calls it lost.
+	lossAfter time.Duration
 }
 
 func newHarness(t *testing.T) *harness {
-	return &harness{t: t, net: auction.NewMemNetwork(), abandonGrace: time.Minute}
+	return &harness{t: t, net: auction.NewMemNetwork(), abandonGrace: time.Minute, lossAfter: time.Second}
 }
 
 // renter starts a renter-only node.
@@ -314,7 +317,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	}
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
 		Store: crashStore{n.crash, db.State("renter-jobs")}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
-		AbandonGrace: h.abandonGrace, SettleWait: 2 * time.Second, Counters: n.counters,
+		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: 2 * time.Second, Counters: n.counters,
 		QueueBackoff: 20 * time.Millisecond, QueueBackoffMax: 200 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}

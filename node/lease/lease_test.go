@@ -259,7 +259,8 @@ func TestReceiptMismatchRejected(t *testing.T) {
 
 // TestAbandonedLeaseSlashed: a provider that never reports the end of a
 // lease is marked as having abandoned it once the grace after the lease's
-// end passed, and the renter's book slashes it.
+// end passed, and the renter's book slashes it; the job goes back to
+// auction without it (here no other provider can take it: it waits).
 func TestAbandonedLeaseSlashed(t *testing.T) {
 	h := newHarness(t)
 	h.abandonGrace = 100 * time.Millisecond
@@ -267,36 +268,58 @@ func TestAbandonedLeaseSlashed(t *testing.T) {
 	v := r.post(job(auction.Silver, 2, time.Second, "gate", "never", "0"))
 	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
 	h.net.Drop(p.signer.ID()) // the provider goes silent
-	v = r.waitJob(v.Job.ID, "abandoned", func(v api.JobView) bool { return v.Run.Terminal() })
-	if v.Run != auction.RunFailed || !strings.Contains(v.Detail, "abandoned") || v.State != auction.JobFinished || v.Receipt != nil {
-		t.Fatalf("run %s state %s detail %q receipt %v", v.Run, v.State, v.Detail, v.Receipt)
+	v = r.waitJob(v.Job.ID, "abandoned", func(v api.JobView) bool { return len(v.History) == 1 && v.State == auction.JobQueued })
+	lost := v.History[0]
+	if lost.Run != auction.RunFailed || lost.Fault != auction.FaultProvider || !strings.Contains(lost.Detail, "abandoned") || lost.Receipt {
+		t.Fatalf("abandoned attempt %+v", lost)
 	}
-	if got := time.Now(); got.Before(v.Lease.End.Add(h.abandonGrace)) {
-		t.Fatalf("abandoned at %s, before the lease end %s plus grace", got, v.Lease.End)
+	if got := time.Now(); got.Before(lost.Lease.End.Add(h.abandonGrace)) {
+		t.Fatalf("abandoned at %s, before the lease end %s plus grace", got, lost.Lease.End)
 	}
-	if rep := r.book.Stats(p.id()); rep.Slashes != 1 {
-		t.Fatalf("provider's reputation %+v, want one slash", rep)
+	if !v.Job.Excludes(p.id()) {
+		t.Fatalf("requeued job excludes %v, not the provider that abandoned it", v.Job.Exclude)
+	}
+	waitFor(t, 3*time.Second, "provider slashed", func() bool { return r.book.Stats(p.id()).Slashes == 1 })
+	if rep := r.book.Stats(p.id()); rep.Score >= attest.Prior {
+		t.Fatalf("abandoning provider's score %.3f, not below the prior %.3f", rep.Score, attest.Prior)
 	}
 	h.net.Restore(p.signer.ID())
 }
 
 // TestProviderRestartRecovery: a provider that dies while a job runs
-// reports the lease failed after its restart and settles it.
+// reports the lease failed through its own fault after its restart and
+// settles it; the job is requeued at once, without that provider, and
+// completes on another.
 func TestProviderRestartRecovery(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "never", "0"))
+	other := h.provider(provSpec{model: "A100", price: 1.5})
+	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "work", "0"))
+	if v.Winner == other.id() { // the auction closed at its first bid
+		p, other = other, p
+	}
 	r.waitJob(v.Job.ID, "running with telemetry", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
 	p.kill()
 	p2 := p.restart()
-	v = r.waitJob(v.Job.ID, "reported and settled", settled)
-	if v.Run != auction.RunFailed || v.State != auction.JobFinished ||
-		v.Detail != "provider daemon restarted while the job was running; the job was stopped" || v.Receipt.Outcome != auction.RunFailed {
-		t.Fatalf("run %s state %s detail %q outcome %s", v.Run, v.State, v.Detail, v.Receipt.Outcome)
+	v = r.waitJob(v.Job.ID, "requeued elsewhere", func(v api.JobView) bool {
+		return len(v.History) == 1 && v.Lease != nil && v.Run == auction.RunRunning
+	})
+	first := v.History[0]
+	if first.Run != auction.RunFailed || first.Fault != auction.FaultProvider || first.Lease.Provider != p.id() ||
+		first.Detail != "provider daemon restarted while the job was running; the job was stopped" || !first.Receipt {
+		t.Fatalf("first attempt %+v", first)
 	}
-	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p2.entries(ledger.KindReceipt, v.Lease.ID)) == 1 })
-	if pl, ok := p2.lease(v.Lease.ID); !ok || pl.Run != auction.RunFailed {
+	if v.Lease.Provider != other.id() || !v.Job.Excludes(p.id()) || v.Job.Duration != time.Minute {
+		t.Fatalf("second attempt on %s, exclude %v, duration %v", v.Lease.Provider, v.Job.Exclude, v.Job.Duration)
+	}
+	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p2.entries(ledger.KindReceipt, first.Lease.ID)) == 1 })
+	if pl, ok := p2.lease(first.Lease.ID); !ok || pl.Run != auction.RunFailed {
 		t.Fatalf("restarted provider's record %+v", pl)
+	}
+	other.exec.open("work")
+	v = r.waitJob(v.Job.ID, "settled", settled)
+	if v.Run != auction.RunSucceeded || v.State != auction.JobFinished || v.Lease.Provider != other.id() {
+		t.Fatalf("run %s state %s on %s", v.Run, v.State, v.Lease.Provider)
 	}
 }
 

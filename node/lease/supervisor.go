@@ -401,10 +401,12 @@ func (r *leaseRun) run() {
 		_, _ = s.sendEvent(r, 5)
 	}()
 
-	beatsDone := make(chan struct{})
+	// Heartbeats go on until the final report is ready (outputs
+	// collected): a renter hears the provider until then, or calls it lost.
+	beatsStop, beatsDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(beatsDone)
-		r.heartbeats(h)
+		r.heartbeats(beatsStop)
 	}()
 	resultCh := make(chan runtime.Result, 1)
 	go func() { resultCh <- h.Wait() }()
@@ -415,7 +417,6 @@ func (r *leaseRun) run() {
 		_ = h.Stop(s.cfg.PreemptGrace)
 		res = <-resultCh
 	}
-	<-beatsDone
 	outs, err := runtime.CollectOutputs(h.WorkDir(), job.Run.Outputs, s.outDir(l.ID), MaxOutputBytes)
 	if err != nil {
 		fmt.Fprintf(lw, "gpumesh: collecting outputs: %v\n", err)
@@ -433,6 +434,8 @@ func (r *leaseRun) run() {
 		}
 	}
 	s.pruneJobFiles()
+	close(beatsStop)
+	<-beatsDone
 	r.finish(res, outs)
 }
 
@@ -569,16 +572,14 @@ func (s *Supervisor) leaseDevices(l auction.Lease) ([]int, []string) {
 	return gpus, uuids
 }
 
-// heartbeats sends signed telemetry to the renter every interval until the
-// job ends.
-func (r *leaseRun) heartbeats(h runtime.Handle) {
+// heartbeats sends signed telemetry to the renter every interval until
+// stop is closed (the job ended and its final report is ready).
+func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 	s := r.s
 	l := r.lease()
 	every := s.cfg.HeartbeatInterval
 	t := time.NewTicker(every)
 	defer t.Stop()
-	waitDone := make(chan struct{})
-	go func() { h.Wait(); close(waitDone) }()
 	var seq uint64
 	devices, uuids := s.leaseDevices(l)
 	for first := true; ; first = false {
@@ -586,7 +587,7 @@ func (r *leaseRun) heartbeats(h runtime.Handle) {
 		// interval, so coverage reflects the whole run.
 		if !first {
 			select {
-			case <-waitDone:
+			case <-stop:
 				return
 			case <-t.C:
 			}

@@ -39,6 +39,11 @@ type TrackerConfig struct {
 	HeartbeatInterval time.Duration
 	// AbandonGrace defaults to DefaultAbandonGrace.
 	AbandonGrace time.Duration
+	// LossAfter is how long the provider of a running lease may stay
+	// silent (no verified heartbeat) before the renter calls it lost and
+	// requeues the job elsewhere; default DefaultLossAfter of the
+	// heartbeat interval.
+	LossAfter time.Duration
 	// SettleWait bounds how long a requeue waits for the preempted lease's
 	// receipt (so history shows its settled cost); default 10s.
 	SettleWait time.Duration
@@ -87,6 +92,10 @@ type Tracker struct {
 	reoffer time.Time                // when the next re-offer may go out
 	wg      sync.WaitGroup
 	saveMu  sync.Mutex
+
+	// archived holds leases no longer their job's current attempt whose
+	// provider may still report and settle them (see recover.go).
+	archived map[string]*archived
 }
 
 // NewTracker returns a Tracker with its auction.Renter and reloads the jobs
@@ -107,6 +116,9 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	if cfg.AbandonGrace <= 0 {
 		cfg.AbandonGrace = DefaultAbandonGrace
 	}
+	if cfg.LossAfter <= 0 {
+		cfg.LossAfter = DefaultLossAfter(cfg.HeartbeatInterval)
+	}
 	if cfg.SettleWait <= 0 {
 		cfg.SettleWait = 10 * time.Second
 	}
@@ -124,7 +136,8 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*api.JobView{},
-		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{}}
+		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
+		archived: map[string]*archived{}}
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score, Now: cfg.Now, Log: log,
@@ -420,6 +433,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	t.log.Info("job leased", "job", job.ID, "lease", l.ID, "provider", l.Provider, "price", l.Price, "attempt", job.Attempt)
 	t.save(job.ID)
 	t.watch(job.ID, l, time.Time{})
+	t.guard(job.ID, l, time.Time{})
 }
 
 // onUnplaceable only logs: whoever posted the job folds the outcome once
@@ -439,11 +453,6 @@ func setRun(v *api.JobView, run auction.RunState) {
 	}
 }
 
-// requeues reports whether a lease that ended in run goes back to auction.
-func requeues(l auction.Lease, run auction.RunState) bool {
-	return run == auction.RunPreempted && l.Preemptible
-}
-
 // watch marks a lease abandoned, and slashes its provider, when the
 // provider never reports its end: the renter's evidence is the signed award
 // and confirm it holds, plus the silence after the lease's end. A renter
@@ -460,24 +469,15 @@ func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
 			return
 		case <-time.After(wait):
 		}
-		t.mu.Lock()
-		v := t.jobs[jobID]
-		abandoned := v != nil && v.Lease != nil && v.Lease.ID == l.ID && !v.Run.Terminal()
-		if abandoned {
-			setRun(v, auction.RunFailed)
-			v.Detail = "provider abandoned the lease: no final report by the lease end"
-			v.State = auction.JobFinished
-		}
-		t.mu.Unlock()
+		// The current lease: it is lost, and the job requeued elsewhere.
+		// A lease lost earlier (its provider went silent) whose provider
+		// never reported since: only the slash, the job has moved on.
+		abandoned := t.lose(jobID, l, "provider abandoned the lease: no final report by the lease end") || t.lostUnreported(l.ID)
 		if !abandoned {
 			return
 		}
-		if err := t.cfg.Receipts.cfg.Book.Slash(l.Provider, attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: l.ID,
-			Reporter: t.cfg.Signer.ID().String(), Detail: "no final report by the lease end"}); err != nil {
-			t.log.Warn("slash", "err", err)
-		}
+		t.slashAbandoned(l)
 		t.log.Warn("lease abandoned by its provider", "job", jobID, "lease", l.ID, "provider", l.Provider)
-		t.save(jobID)
 	}()
 }
 
@@ -515,7 +515,7 @@ func (t *Tracker) load() ([]auction.Job, error) {
 			}
 			v.State = auction.JobQueued
 			queued = append(queued, v.Job)
-		case v.State == auction.JobLeased && v.Lease != nil && v.Run.Terminal() && !requeues(*v.Lease, v.Run):
+		case v.State == auction.JobLeased && v.Lease != nil && v.Run.Terminal() && !requeues(*v.Lease, v.Run, v.Fault):
 			// A record written before JobFinished existed.
 			v.State = auction.JobFinished
 		}
@@ -527,6 +527,7 @@ func (t *Tracker) load() ([]auction.Job, error) {
 			t.byLease[v.Lease.ID] = id
 			if !v.Run.Terminal() {
 				t.watch(id, *v.Lease, t.now())
+				t.guard(id, *v.Lease, t.now())
 			}
 		}
 		return nil
@@ -699,6 +700,9 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 		count("renter.heartbeat_relayed")
 		return nil, errors.New("heartbeat not sent by its provider")
 	}
+	if err := t.refuseArchivedHeartbeat(hb.LeaseID); err != nil {
+		return nil, err
+	}
 	if err := t.holdToFingerprint(mon, hb); err != nil {
 		count("renter.heartbeat_rejected")
 		return nil, err
@@ -711,9 +715,9 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 		return nil, err
 	}
 	t.mu.Lock()
-	if v := t.jobs[jobID]; v != nil {
+	if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == hb.LeaseID {
 		v.LastTelemetry = &hb
-		if v.ObservedStart.IsZero() && v.Lease != nil && v.Lease.ID == hb.LeaseID {
+		if v.ObservedStart.IsZero() {
 			v.ObservedStart = t.now()
 		}
 	}
@@ -764,6 +768,9 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	if err := sign.OpenFrom(data, sign.DomainLeaseEvent, from, &ev); err != nil {
 		t.cfg.Counters.Add("renter.event_rejected")
 		return nil, err
+	}
+	if a := t.archivedLease(ev.LeaseID); a != nil {
+		return t.lostEvent(from, ev, a)
 	}
 	t.mu.Lock()
 	jobID := t.byLease[ev.LeaseID]
@@ -820,7 +827,12 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	v.OutputsArtifact = ev.OutputsArtifact
 	lease := *v.Lease
 	started, ended := v.Started, v.Ended
-	if ev.Run.Terminal() && !requeues(lease, ev.Run) {
+	again := ev.Run.Terminal() && requeues(lease, ev.Run, ev.Fault)
+	if spent, why := budgetSpentLocked(v); again && spent {
+		again = false
+		v.Detail = joinDetail(v.Detail, why)
+	}
+	if ev.Run.Terminal() && !again {
 		v.State = auction.JobFinished
 	}
 	t.mu.Unlock()
@@ -846,11 +858,12 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	t.mu.Unlock()
 	t.save(jobID)
-	if requeues(lease, ev.Run) {
+	if again {
+		opts := requeueOptions(lease, ev.Run, ev.Fault, ev.Detail)
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
-			t.requeue(jobID, lease, ev.Detail)
+			t.requeue(jobID, lease, opts)
 		}()
 	}
 	return json.Marshal(sum)
@@ -881,13 +894,14 @@ func eventTimesValid(ev wire.LeaseEvent, l auction.Lease, now time.Time) error {
 	return nil
 }
 
-// requeue puts a preempted job back into the auction for the time it has
-// left, once its preempted lease has been settled.
-func (t *Tracker) requeue(jobID string, lease auction.Lease, reason string) {
+// requeue puts a job whose lease ended early back into the auction (opts
+// say how), once that lease has been settled: at once for a lost lease,
+// whose provider may never settle.
+func (t *Tracker) requeue(jobID string, lease auction.Lease, opts auction.RequeueOptions) {
 	// Give the receipt exchange a moment so history shows the settled cost.
 	deadline := time.Now().Add(t.cfg.SettleWait)
 	for time.Now().Before(deadline) && t.ctx.Err() == nil {
-		if v, _ := t.View(jobID); v.Receipt != nil {
+		if v, _ := t.View(jobID); v.Receipt != nil || t.lostUnreported(lease.ID) {
 			break
 		}
 		select {
@@ -898,7 +912,7 @@ func (t *Tracker) requeue(jobID string, lease auction.Lease, reason string) {
 	t.archive(jobID, lease.ID)
 	ctx, cancel := context.WithTimeout(t.ctx, 3*time.Minute)
 	defer cancel()
-	if job, err := t.renter.Requeue(ctx, jobID, reason); err != nil {
+	if job, err := t.renter.Requeue(ctx, jobID, opts); err != nil {
 		t.log.Warn("requeue", "job", jobID, "err", err)
 		if errors.Is(err, auction.ErrUnplaceable) && t.ctx.Err() == nil && t.beforeDeadline(job) {
 			why := "no lease"
@@ -937,6 +951,9 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	if v.Receipt != nil {
 		cost = v.Receipt.Amount
 	}
+	snap := *v
+	snap.History = nil
+	t.keepArchivedLocked(jobID, snap, false)
 	v.History = append(v.History, api.LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, CostUSD: cost,
 		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode, Fault: v.Fault})
 	// The current-lease fields describe the next lease from now on.
@@ -963,7 +980,13 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 	t.mu.Lock()
 	jobID := t.byLease[r.LeaseID]
 	var v *api.JobView // a snapshot: the record may change while we check
-	if cur := t.jobs[jobID]; cur != nil {
+	a := t.archived[r.LeaseID]
+	if a != nil {
+		// No longer the job's current attempt (lost, or requeued before
+		// it settled): checked against the record of its own.
+		snap := a.view
+		v = &snap
+	} else if cur := t.jobs[jobID]; cur != nil {
 		snap := *cur
 		v = &snap
 	}
@@ -973,6 +996,13 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 		lease = *v.Lease
 	}
 	t.mu.Unlock()
+	if (v == nil || lease.ID != r.LeaseID) && r.Provider == from.String() {
+		// Settled already after it was archived: a retry gets the same
+		// countersigned receipt again.
+		if prev, err := t.cfg.Receipts.settled(r.LeaseID); err == nil && prev != nil && bytes.Equal(prev.Payload, sr.Payload) {
+			return prev.Marshal()
+		}
+	}
 	if v == nil || mon == nil || lease.ID != r.LeaseID || r.Provider != from.String() {
 		count("renter.receipt_unknown_lease")
 		return nil, fmt.Errorf("no lease %s from %s", r.LeaseID, from)
@@ -1030,6 +1060,11 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 	}
 	if err := t.cfg.Receipts.record(sr, true); err != nil {
 		return nil, err
+	}
+	if a != nil && t.settledArchived(r) {
+		t.save(jobID)
+		t.cfg.Receipts.gossip(sr)
+		return sr.Marshal()
 	}
 	t.mu.Lock()
 	if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == r.LeaseID {

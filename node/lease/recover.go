@@ -1,0 +1,337 @@
+package lease
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Recovery from provider loss, for every tier. The renter calls a lease
+// lost when its provider goes silent while the job runs (no verified
+// heartbeat for LossAfter), never reports by the lease's end (abandoned),
+// or reports it failed through its own fault (auction.FaultProvider: its
+// daemon restarted, its infrastructure failed, it could not fetch the
+// inputs). The attempt is archived with who was at fault and why, and the
+// job goes back to auction at once for its whole remaining work, the lost
+// provider excluded, while its attempt budget (Job.Attempts) lasts.
+
+// DefaultLossAfter is how long a running lease's provider may stay silent,
+// at interval heartbeats, before the renter calls it lost: three missed
+// heartbeats and some slack for a slow network.
+func DefaultLossAfter(interval time.Duration) time.Duration {
+	return 3*interval + 5*time.Second
+}
+
+// archived is a lease that is no longer its job's current attempt but is
+// not settled yet: its provider may still send its final report and
+// receipt, and is paid for what the renter saw of it.
+type archived struct {
+	jobID string
+	// view is the job's record as it was for this lease: what the receipt
+	// is checked against.
+	view api.JobView
+	// lost: the renter gave the lease up (silence or abandonment) before
+	// any final report; reported: the provider has since sent one.
+	lost, reported bool
+}
+
+// requeues reports whether a lease that ended in run, through fault, goes
+// back to auction: a preempted preemptible lease, and any lease that failed
+// through its provider's fault.
+func requeues(l auction.Lease, run auction.RunState, fault auction.Fault) bool {
+	return (run == auction.RunPreempted && l.Preemptible) || (run == auction.RunFailed && fault == auction.FaultProvider)
+}
+
+// requeueOptions says how a job whose lease l ended in run, through
+// fault, goes back to auction: a provider at fault is excluded and the
+// lease's work counts as lost.
+func requeueOptions(l auction.Lease, run auction.RunState, fault auction.Fault, reason string) auction.RequeueOptions {
+	opts := auction.RequeueOptions{Reason: reason}
+	if run == auction.RunFailed && fault == auction.FaultProvider {
+		opts.Exclude, opts.Lost = []string{l.Provider}, true
+	}
+	return opts
+}
+
+// budgetSpentLocked reports whether the job's current lease is its last
+// allowed attempt (the leases in its history and the current one against
+// Job.Attempts), and a detail saying so. t.mu is held.
+func budgetSpentLocked(v *api.JobView) (bool, string) {
+	used, budget := len(v.History)+1, v.Job.Attempts()
+	if used < budget {
+		return false, ""
+	}
+	return true, fmt.Sprintf("attempt budget spent (%d of %d attempts used): the job is not run again", used, budget)
+}
+
+// guard calls the lease l of job lost when, once the renter saw its run
+// start, its provider stays silent (no verified heartbeat) for LossAfter
+// before the lease's end (watch covers the end). since is when the renter
+// began watching (its restart): its own outage is not the provider's
+// silence.
+func (t *Tracker) guard(jobID string, l auction.Lease, since time.Time) {
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		tick := time.NewTicker(max(t.cfg.LossAfter/8, 5*time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-t.ctx.Done():
+				return
+			case <-tick.C:
+			}
+			t.mu.Lock()
+			v, mon := t.jobs[jobID], t.mons[l.ID]
+			if v == nil || mon == nil || v.Lease == nil || v.Lease.ID != l.ID || v.Run.Terminal() {
+				t.mu.Unlock()
+				return
+			}
+			seen := v.ObservedStart
+			t.mu.Unlock()
+			now := t.now()
+			if now.After(l.End) {
+				return
+			}
+			if seen.IsZero() {
+				continue // not started yet: inputs may still be fetched
+			}
+			heard := maxTime(maxTime(seen, since), mon.LastAccepted())
+			if silent := now.Sub(heard); silent > t.cfg.LossAfter {
+				t.lose(jobID, l, "provider lost: no heartbeat for "+roundSilence(silent))
+				return
+			}
+		}
+	}()
+}
+
+func roundSilence(d time.Duration) string {
+	if d >= 10*time.Second {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
+
+// lose gives up the current lease l of a job whose provider is lost (it
+// went silent or abandoned the lease) and reports whether it did (false:
+// the lease ended or changed meanwhile). The attempt ends failed through
+// the provider's fault, billed up to the last heartbeat the renter
+// verified; the provider is asked to stop it; the job goes back to auction
+// without that provider, unless its attempt budget is spent.
+func (t *Tracker) lose(jobID string, l auction.Lease, detail string) bool {
+	t.mu.Lock()
+	v, mon := t.jobs[jobID], t.mons[l.ID]
+	if v == nil || mon == nil || v.Lease == nil || v.Lease.ID != l.ID || v.Run.Terminal() {
+		t.mu.Unlock()
+		return false
+	}
+	last := v.ObservedStart
+	if !last.IsZero() {
+		last = maxTime(last, mon.LastAccepted())
+	}
+	// What the provider may still settle: its run as last seen, observed
+	// up to its last heartbeat.
+	snap := *v
+	snap.History = nil
+	snap.ObservedEnd = last
+	t.keepArchivedLocked(jobID, snap, true)
+	setRun(v, auction.RunFailed)
+	v.Fault, v.Detail, v.ObservedEnd = auction.FaultProvider, detail, last
+	if v.Ended.IsZero() {
+		v.Ended = last
+	}
+	spent, why := budgetSpentLocked(v)
+	if spent {
+		v.Detail = joinDetail(v.Detail, why)
+		v.State = auction.JobFinished
+	}
+	started := v.Started
+	t.mu.Unlock()
+	t.cfg.Counters.Add("renter.lease_lost")
+	t.log.Warn("lease lost", "job", jobID, "lease", l.ID, "provider", l.Provider, "detail", detail, "requeue", !spent)
+	t.cfg.Observe.jobEnded(l, auction.RunFailed, started, last)
+	t.release(l) // if it still runs there, it stops
+	t.save(jobID)
+	if !spent {
+		t.requeue(jobID, l, requeueOptions(l, auction.RunFailed, auction.FaultProvider, detail))
+	}
+	return true
+}
+
+// keepArchivedLocked remembers an unsettled lease that stops being its
+// job's current attempt, so that its provider can still report and settle
+// it; entries past the settlement window are dropped. t.mu is held.
+func (t *Tracker) keepArchivedLocked(jobID string, v api.JobView, lost bool) {
+	if v.Lease == nil || v.Receipt != nil {
+		return
+	}
+	now := t.now()
+	for id, a := range t.archived {
+		if now.After(a.view.Lease.End.Add(DefaultSettleWindow)) {
+			delete(t.archived, id)
+		}
+	}
+	if _, ok := t.archived[v.Lease.ID]; ok {
+		return // lost first: keep what the renter saw then
+	}
+	t.archived[v.Lease.ID] = &archived{jobID: jobID, view: v, lost: lost, reported: !lost && v.Run.Terminal()}
+}
+
+// archivedLease returns the unsettled, archived lease id (nil if none).
+func (t *Tracker) archivedLease(id string) *archived {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.archived[id]
+}
+
+// lostEvent takes a provider's report on a lease the renter archived
+// before it settled: a lost lease's provider reporting its end late (a
+// restarted daemon does), or a final report re-sent. The job's current
+// attempt is not touched; the report is noted in the attempt's history and
+// answered with the renter's heartbeat summary up to the reported end.
+func (t *Tracker) lostEvent(from peer.ID, ev wire.LeaseEvent, a *archived) ([]byte, error) {
+	now := t.now()
+	t.mu.Lock()
+	mon := t.mons[ev.LeaseID]
+	if a.view.Lease.Provider != from.String() || mon == nil {
+		t.mu.Unlock()
+		t.cfg.Counters.Add("renter.event_unknown_lease")
+		return nil, fmt.Errorf("no lease %s from %s", ev.LeaseID, from)
+	}
+	if a.reported {
+		sum := a.view.Heartbeats
+		run := a.view.Run
+		t.mu.Unlock()
+		if ev.Run == run && sum != nil {
+			return json.Marshal(sum) // re-sent: the same answer
+		}
+		t.cfg.Counters.Add("renter.event_stale")
+		return nil, nil
+	}
+	t.mu.Unlock()
+	if !ev.Run.Terminal() {
+		t.cfg.Counters.Add("renter.event_stale")
+		return nil, nil
+	}
+	if err := eventTimesValid(ev, *a.view.Lease, now); err != nil {
+		t.cfg.Counters.Add("renter.event_bad_time")
+		return nil, err
+	}
+	if err := ev.CheckOutputs(); err != nil {
+		t.cfg.Counters.Add("renter.event_bad_outputs")
+		return nil, err
+	}
+	end := ev.Ended
+	if end.IsZero() || end.After(now) {
+		end = now
+	}
+	// Time after the last heartbeat the renter saw is a gap in this
+	// summary: the receipt bills up to that heartbeat at most.
+	sum := mon.Summary(end)
+	t.mu.Lock()
+	if a.reported {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("lease %s: final report already taken", ev.LeaseID)
+	}
+	a.reported = true
+	w := &a.view
+	w.Run, w.Detail, w.ExitCode, w.Fault = ev.Run, ev.Detail, ev.ExitCode, ev.Fault
+	if !ev.Started.IsZero() {
+		w.Started = ev.Started
+	}
+	w.Ended = ev.Ended
+	w.Outputs, w.OutputCount, w.OutputsHash, w.OutputsArtifact = ev.Outputs, ev.OutputCount, ev.OutputsHash, ev.OutputsArtifact
+	w.Heartbeats = &sum
+	if v := t.jobs[a.jobID]; v != nil {
+		if rec := historyRecordLocked(v, ev.LeaseID); rec != nil {
+			rec.Detail += fmt.Sprintf("; its provider reported later: %s", ev.Run)
+			if ev.Detail != "" {
+				rec.Detail += " (" + ev.Detail + ")"
+			}
+		}
+	}
+	t.mu.Unlock()
+	t.cfg.Counters.Add("renter.event_after_loss")
+	t.log.Info("late report on a lost lease", "job", a.jobID, "lease", ev.LeaseID, "run", ev.Run, "detail", ev.Detail)
+	t.save(a.jobID)
+	return json.Marshal(sum)
+}
+
+// historyRecordLocked is the job's archived attempt on lease id (nil if
+// none). t.mu is held.
+func historyRecordLocked(v *api.JobView, id string) *api.LeaseRecord {
+	for i := range v.History {
+		if v.History[i].Lease.ID == id {
+			return &v.History[i]
+		}
+	}
+	return nil
+}
+
+// settledArchived records the countersigned receipt of an archived lease
+// in its attempt's history and the job's cost. It reports whether the
+// lease was still waiting for it.
+func (t *Tracker) settledArchived(r attest.Receipt) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a := t.archived[r.LeaseID]
+	if a == nil {
+		return false
+	}
+	delete(t.archived, r.LeaseID)
+	v := t.jobs[a.jobID]
+	if v == nil {
+		return true
+	}
+	v.CostUSD += r.Amount
+	if rec := historyRecordLocked(v, r.LeaseID); rec != nil {
+		rec.CostUSD, rec.Receipt = r.Amount, true
+	} else if v.Lease != nil && v.Lease.ID == r.LeaseID {
+		// Lost on its last attempt: the lease is still the job's.
+		rc := r
+		v.Receipt = &rc
+	}
+	return true
+}
+
+// lostUnreported reports whether a lease was given up as lost and its
+// provider never reported it since.
+func (t *Tracker) lostUnreported(leaseID string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a := t.archived[leaseID]
+	return a != nil && a.lost && !a.reported
+}
+
+// refuseArchivedHeartbeat refuses a heartbeat for a lease that is no
+// longer its job's current attempt (the renter gave it up, or it ended):
+// what a lost provider sends after the loss is not billed.
+func (t *Tracker) refuseArchivedHeartbeat(leaseID string) error {
+	if t.archivedLease(leaseID) == nil {
+		return nil
+	}
+	t.cfg.Counters.Add("renter.heartbeat_after_loss")
+	return fmt.Errorf("lease %s is no longer running for this renter", leaseID)
+}
+
+// slashAbandoned slashes a provider that never reported the end of lease l.
+func (t *Tracker) slashAbandoned(l auction.Lease) {
+	if err := t.cfg.Receipts.cfg.Book.Slash(l.Provider, attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: l.ID,
+		Reporter: t.cfg.Signer.ID().String(), Detail: "no final report by the lease end"}); err != nil {
+		t.log.Warn("slash", "err", err)
+	}
+}
+
+// joinDetail appends more to a detail ("; " between).
+func joinDetail(detail, more string) string {
+	if detail == "" {
+		return more
+	}
+	return detail + "; " + more
+}
