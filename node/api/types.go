@@ -149,6 +149,8 @@ type ProviderStatsView struct {
 	P95JobSeconds float64 `json:"p95_job_seconds"`
 	// USDPerGPUHour is the mean settled price.
 	USDPerGPUHour float64 `json:"usd_per_gpu_hour"`
+	// Drain is the drain's progress while the provider drains.
+	Drain *DrainView `json:"drain,omitempty"`
 	// Limits is the thermal and power watch over running work.
 	Limits LimitsView `json:"limits"`
 }

@@ -433,9 +433,12 @@ func setRun(v *api.JobView, run auction.RunState) {
 	}
 }
 
-// requeues reports whether a lease that ended in run goes back to auction.
-func requeues(l auction.Lease, run auction.RunState) bool {
-	return run == auction.RunPreempted && l.Preemptible
+// requeues reports whether a lease that ended in run goes back to auction:
+// the rule is auction.RunState.Requeues (a preempted lease of any tier: a
+// provider preempts non-preemptible work only to hand it back while it
+// drains).
+func requeues(_ auction.Lease, run auction.RunState) bool {
+	return run.Requeues()
 }
 
 // watch marks a lease abandoned, and slashes its provider, when the
@@ -749,7 +752,7 @@ func (t *Tracker) fraud(hb attest.Heartbeat, env, fp *sign.Envelope, why error) 
 // HandleLeaseEvent takes a provider's signed report on a lease of ours
 // (wire.ProtoLeaseEvent). For a terminal state it answers with our
 // heartbeat summary, which goes into the receipt. A job whose lease ended
-// for good is finished; a preempted preemptible one is requeued.
+// for good is finished; a preempted one (requeues) is requeued.
 func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
 	var ev wire.LeaseEvent
 	if err := sign.OpenFrom(data, sign.DomainLeaseEvent, from, &ev); err != nil {
