@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -111,34 +112,45 @@ func TestDrainFinishesShortHandsBackLong(t *testing.T) {
 	}
 }
 
-// TestReservationSurvivesSigterm: a provider daemon holding a confirmed
-// reservation that starts later is stopped with SIGTERM: it stops at once
-// (nothing runs), the reservation stays pending, and after the restart its
-// calendar holds it again (a new job is offered only the time after it)
-// and the job runs there at its start.
-func TestReservationSurvivesSigterm(t *testing.T) {
+// TestSigtermDrainsAndKeepsReservations: a provider daemon with a short
+// lease, a long one and a confirmed reservation that starts later is
+// stopped with SIGTERM. It takes no new work, runs the short lease (which
+// ends within provider.drain_grace) to its end there, hands the long one
+// back at once (its renter requeues it on another provider), keeps the
+// reservation pending and stops. After the restart its calendar holds the
+// reservation again (a new job is offered only the time after it) and the
+// reserved job runs there at its start.
+func TestSigtermDrainsAndKeepsReservations(t *testing.T) {
 	bin := buildDaemon(t)
 	root := t.TempDir()
 	boot := startNode(t, root+"/boot", fastConfig(renterConfig()), nil)
 	t.Cleanup(func() { boot.Close() })
 	dir := filepath.Join(root, "prov")
-	cfg := fastConfig(providerConfig("eu-west", 1.0, a100))
-	cfg.Provider.DrainGrace = 20 * time.Second
+	cfg := fastConfig(providerConfig("eu-west", 1.0, a100, a100))
+	cfg.Provider.DrainGrace = time.Minute
 	proc, st := startProviderProcessWith(t, bin, dir, boot, cfg)
+	other := startNode(t, root+"/other", fastConfig(providerConfig("eu-west", 1.5, h100)), boot.Daemon)
+	t.Cleanup(func() { other.Close() })
+	eventuallyProviders(t, boot.Daemon, auction.Query{}, sortedIDs(st.PeerID, other.ID().String()), 30*time.Second)
+	waitSubscribed(t, boot.Daemon, other.ID(), other.Advertised())
 
-	first := shJob(auction.Silver, 2, "sleep 2; echo first-done")
-	first.Duration = 40 * time.Second
-	fv := post(t, boot, first)
+	long := shJob(auction.Silver, 2, "echo long-started; sleep 600")
+	lv := post(t, boot, long)
+	short := shJob(auction.Silver, 2, "sleep 8; echo short-done")
+	short.GPUModels, short.Duration = []string{"A100"}, 40*time.Second
+	sv := post(t, boot, short)
 	reserved := shJob(auction.Silver, 2, "echo reserved-ran")
-	reserved.Duration = 5 * time.Second
+	reserved.GPUModels, reserved.Duration = []string{"A100"}, 5*time.Second
 	rv := post(t, boot, reserved)
-	if !leased(fv) || rv.State != auction.JobLeased || rv.Lease.Provider != st.PeerID {
-		t.Fatalf("jobs not leased on the provider: %s / %s %v", fv.State, rv.State, rv.Reasons)
+	for _, v := range []api.JobView{lv, sv, rv} {
+		if v.State != auction.JobLeased || v.Lease.Provider != st.PeerID {
+			t.Fatalf("job %s not leased on the cheaper provider: %s %v", v.Job.ID, v.State, v.Reasons)
+		}
 	}
-	if !rv.Lease.Start.After(time.Now().Add(15 * time.Second)) {
-		t.Fatalf("the second lease should be a reservation after the first: starts %s", rv.Lease.Start)
+	if !rv.Lease.Start.After(time.Now().Add(25 * time.Second)) {
+		t.Fatalf("the third lease should be a reservation after the short one: starts %s", rv.Lease.Start)
 	}
-	waitJob(t, boot, fv.Job.ID, 20*time.Second, "first job settled", func(v api.JobView) bool { return v.Receipt != nil })
+	waitJob(t, boot, sv.Job.ID, 20*time.Second, "short running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
 
 	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -147,8 +159,18 @@ func TestReservationSurvivesSigterm(t *testing.T) {
 	go func() { _, err := proc.Process.Wait(); exited <- err }()
 	select {
 	case <-exited:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the provider did not stop within 15s of SIGTERM with no lease running")
+	case <-time.After(40 * time.Second):
+		t.Fatal("the provider did not stop within 40s of SIGTERM")
+	}
+	lv = waitJob(t, boot, lv.Job.ID, 30*time.Second, "long job requeued on the other provider", func(v api.JobView) bool {
+		return len(v.History) == 1 && v.Lease != nil && v.Lease.Provider == other.ID().String() && v.Run == auction.RunRunning
+	})
+	if h := lv.History[0]; h.Run != auction.RunPreempted || h.Detail != auction.HandBackDetail || h.Lease.Provider != st.PeerID {
+		t.Fatalf("long job's first lease: run %s detail %q provider %s", h.Run, h.Detail, h.Lease.Provider)
+	}
+	sv = waitJob(t, boot, sv.Job.ID, 10*time.Second, "short job succeeded", func(v api.JobView) bool { return v.Run.Terminal() })
+	if sv.Run != auction.RunSucceeded || len(sv.History) != 0 {
+		t.Fatalf("short job: run %s (%s), %d earlier attempts", sv.Run, sv.Detail, len(sv.History))
 	}
 	if v, _ := boot.market.tracker.View(rv.Job.ID); v.Run.Terminal() || v.Lease == nil || v.Lease.ID != rv.Lease.ID {
 		t.Fatalf("the reservation ended with its provider's stop: run %s (%s)", v.Run, v.Detail)
@@ -169,16 +191,16 @@ func TestReservationSurvivesSigterm(t *testing.T) {
 	if time.Now().After(rv.Lease.Start) {
 		t.Fatalf("restart took until after the reservation's start %s: the test cannot check the calendar", rv.Lease.Start)
 	}
-	// The rebooked calendar offers a minute-long job only the time after
-	// the reservation.
+	// The rebooked calendar offers a job that needs both A100s only the
+	// time after the reservation.
 	later := shJob(auction.Silver, 2, "echo later")
-	later.Duration = time.Minute
-	lv := post(t, boot, later)
-	if lv.State != auction.JobLeased || lv.Lease.Provider != st.PeerID {
-		t.Fatalf("later job not leased: %s %v", lv.State, lv.Reasons)
+	later.GPUModels, later.GPUCount, later.Duration = []string{"A100"}, 2, time.Minute
+	lj := post(t, boot, later)
+	if lj.State != auction.JobLeased || lj.Lease.Provider != st.PeerID {
+		t.Fatalf("later job not leased: %s %v", lj.State, lj.Reasons)
 	}
-	if lv.Lease.Start.Before(rv.Lease.End) {
-		t.Fatalf("later job booked at %s, over the reservation [%s, %s): the restart forgot it", lv.Lease.Start, rv.Lease.Start, rv.Lease.End)
+	if lj.Lease.Start.Before(rv.Lease.End) {
+		t.Fatalf("later job booked at %s, over the reservation [%s, %s): the restart forgot it", lj.Lease.Start, rv.Lease.Start, rv.Lease.End)
 	}
 
 	rv = waitJob(t, boot, rv.Job.ID, time.Until(rv.Lease.Start)+30*time.Second, "reservation ran", func(v api.JobView) bool {
@@ -190,7 +212,15 @@ func TestReservationSurvivesSigterm(t *testing.T) {
 	if rv.Started.Before(rv.Lease.Start) {
 		t.Fatalf("reservation started %s, before its start %s", rv.Started, rv.Lease.Start)
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "daemon.log")); !strings.Contains(string(b), "reservation restored") {
-		t.Fatal("the provider's log does not say the reservation was restored")
+	log, _ := os.ReadFile(filepath.Join(dir, "daemon.log"))
+	for _, want := range []string{"shutting down: draining", "reservation restored"} {
+		if !strings.Contains(string(log), want) {
+			t.Fatalf("the provider's log does not say %q", want)
+		}
 	}
+}
+
+func sortedIDs(ids ...string) []string {
+	slices.Sort(ids)
+	return ids
 }
