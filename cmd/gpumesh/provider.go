@@ -144,7 +144,7 @@ func providerDrainAction(c *cli.Context) error {
 		select {
 		case <-c.Context.Done():
 			return c.Context.Err()
-		case <-time.After(time.Second):
+		case <-time.After(waitInterval):
 		}
 		if v, err = cl.DrainStatus(c.Context); err != nil {
 			return err
