@@ -82,6 +82,9 @@ func TestDrainFinishesShortHandsBackLong(t *testing.T) {
 	if err != nil || !st.Draining || st.Drain == nil || !st.Drain.Done {
 		t.Fatalf("provider stats while drained: draining %v drain %+v err %v", st.Draining, st.Drain, err)
 	}
+	if !pa.Status().Draining {
+		t.Fatal("status does not say the provider is draining")
+	}
 
 	// (c) A call only the drained provider could take is declined with
 	// the reason "draining".
@@ -102,7 +105,7 @@ func TestDrainFinishesShortHandsBackLong(t *testing.T) {
 	if _, err := cl.Undrain(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := cl.ProviderStats(context.Background()); st.Draining {
+	if st, _ := cl.ProviderStats(context.Background()); st.Draining || pa.Status().Draining {
 		t.Fatal("still draining after undrain")
 	}
 	h2 := shJob(auction.Silver, 2, "true")

@@ -293,8 +293,8 @@ func parseDeadline(s string, now time.Time) (time.Time, error) {
 }
 
 // waitInterval is how often `job post --wait` polls the job's status and
-// `provider drain` the drain's progress (a
-// variable so tests can shorten it).
+// `provider drain` the drain's progress (a variable so tests can shorten
+// it).
 var waitInterval = time.Second
 
 func jobPostAction(c *cli.Context) error {

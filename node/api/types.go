@@ -35,6 +35,9 @@ type StatusInfo struct {
 	CUDA       string              `json:"cuda,omitempty"`
 	Executor   string              `json:"executor,omitempty"`
 	Advertised *auction.Capability `json:"advertised,omitempty"`
+	// Draining: the provider takes no new work (gpumesh provider drain,
+	// or a daemon stopping).
+	Draining bool `json:"draining,omitempty"`
 
 	// Reachability is public, private or unknown: AutoNAT's verdict, or
 	// the configured one.
