@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
@@ -106,6 +107,9 @@ type ProviderStats struct {
 	// ended ones.
 	EarningsUSD float64 `json:"earnings_usd"`
 	Leases      []Lease `json:"leases"`
+	// Draining is set while the provider drains (SetDraining): it takes
+	// no new work.
+	Draining bool `json:"draining,omitempty"`
 }
 
 type confirmRec struct {
@@ -165,6 +169,7 @@ type Provider struct {
 	buckets   map[string]*bucket // owner -> calls
 	inflight  map[peer.ID]int    // owner -> bids queued or being sent
 	parked    []parkedCall       // calls refused only for other bids' holds
+	draining  atomic.Bool        // takes no new work (SetDraining)
 
 	evalMu  sync.Mutex // makes a call's evaluation and its hold one step
 	sendMu  sync.Mutex // guards sendQ's senders and workers
@@ -347,6 +352,15 @@ func (p *Provider) retryParked() {
 // HandleCall). A call refused only because of other bids' holds is parked
 // (when park) and evaluated again when a hold is released.
 func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) error {
+	if p.draining.Load() {
+		p.mu.Lock()
+		p.stats.Ineligible[KindDraining]++
+		p.mu.Unlock()
+		if park && job.WantDeclines {
+			p.decline(job, owner, KindDraining, now)
+		}
+		return &Ineligible{Kind: KindDraining, Reason: "the provider is draining: it takes no new work"}
+	}
 	capab := p.cfg.Capability()
 	ps := ProviderState{Cap: &capab, Cal: p.cfg.Calendar, Reliability: NeutralReliability}
 	if p.cfg.Sensors != nil {
@@ -586,6 +600,10 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		return decline("award does not match the bid's job")
 	case a.Price != sb.bid.Price || !a.Start.Equal(sb.bid.Start) || !a.End.Equal(sb.bid.End) || a.GPUCount != sb.job.GPUCount:
 		return decline("award does not match the bid's terms")
+	case p.draining.Load():
+		delete(p.bids, a.BidNonce)
+		p.cfg.Calendar.DropHold(a.BidNonce)
+		return decline("provider " + KindDraining)
 	}
 	// The bid's award came: its tentative hold becomes a booking or goes.
 	if p.cfg.Calendar.DropHold(a.BidNonce) {
@@ -719,6 +737,7 @@ func (p *Provider) Stats() ProviderStats {
 		s.Ineligible[k] = v
 	}
 	s.Occupancy = p.cfg.Calendar.Occupancy(now)
+	s.Draining = p.draining.Load()
 	s.Leases = make([]Lease, 0, len(p.order))
 	for _, id := range p.order {
 		s.Leases = append(s.Leases, *p.leases[id])

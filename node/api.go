@@ -109,6 +109,9 @@ func (d *Daemon) Status() api.StatusInfo {
 	}
 	if d.market != nil {
 		s.Executor = d.market.executorName()
+		if d.market.provider != nil {
+			s.Draining = d.market.provider.Draining()
+		}
 	}
 	if s.GPUs == nil {
 		s.GPUs = []auction.GPU{}

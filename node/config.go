@@ -76,6 +76,9 @@ func (c Config) warmMax() int64 {
 	return int64(budget / 2 * (1 << 30))
 }
 
+// DefaultDrainGrace is provider.drain_grace's default.
+const DefaultDrainGrace = 2 * time.Minute
+
 // ProviderConfig is the supply side of a node.
 type ProviderConfig struct {
 	// Enabled makes the node advertise and bid.
@@ -103,6 +106,12 @@ type ProviderConfig struct {
 	Executor string `yaml:"executor"`
 	// PreemptGrace is how long a preempted job has to checkpoint. Default 10s.
 	PreemptGrace time.Duration `yaml:"preempt_grace"`
+	// DrainGrace is how long a daemon stopped with SIGTERM (or SIGINT)
+	// lets its running leases finish: those that end within it run on,
+	// the others are handed back to their renters at once; then it stops.
+	// Confirmed reservations that have not started survive the restart.
+	// Default 2m; 0 hands every running lease back.
+	DrainGrace time.Duration `yaml:"drain_grace"`
 	// WorkDir holds the jobs' scratch dirs. Job processes run under their
 	// own uids and must be able to reach it, so it defaults to a private
 	// directory under the system temp dir rather than inside the data dir.
@@ -134,6 +143,7 @@ func DefaultConfig() Config {
 			AdvertiseTTL:      10 * time.Minute,
 			Executor:          "auto",
 			PreemptGrace:      10 * time.Second,
+			DrainGrace:        DefaultDrainGrace,
 			HeartbeatInterval: 5 * time.Second,
 		},
 	}
@@ -215,6 +225,9 @@ func (c Config) Validate() error {
 	case "", runtime.GPUSourceAuto, runtime.GPUSourceNVML, runtime.GPUSourceDeclared:
 	default:
 		return fmt.Errorf("provider.gpu_source must be auto, nvml or declared, got %q", p.GPUSource)
+	}
+	if p.DrainGrace < 0 {
+		return fmt.Errorf("provider.drain_grace must not be negative, got %s", p.DrainGrace)
 	}
 	switch p.Executor {
 	case "", "auto", "process", "docker":

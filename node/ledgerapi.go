@@ -105,6 +105,11 @@ func (m *market) providerStats() (api.ProviderStatsView, error) {
 		v.Leases = []auction.Lease{}
 	}
 	m.sup.FillStats(&v)
+	if v.Draining {
+		dv := m.sup.DrainView()
+		dv.Draining = true
+		v.Drain = &dv
+	}
 	if len(v.Running) > 0 && m.d.inv.Source == "nvml" {
 		v.UtilizationPct = runtime.Sample(m.d.inv).GPUUtil
 	}

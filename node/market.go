@@ -150,6 +150,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		LeaseEnded: func(id string, end time.Time, st auction.RunState) error {
 			return m.provider.LeaseEnded(id, end, st)
 		},
+		Rebook:            func(l auction.Lease) error { return m.provider.Rebook(l) },
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
 		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact, Observe: m.metrics.observer(),
@@ -309,6 +310,7 @@ func (m *market) routes(mux *http.ServeMux) {
 	d.route(mux, "GET /v1/counters", func(*http.Request) (any, error) { return m.allCounters(), nil })
 	m.ledgerRoutes(mux)
 	m.serviceRoutes(mux)
+	m.drainRoutes(mux)
 }
 
 // allCounters merges every rejection counter of the node's roles.

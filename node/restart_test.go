@@ -156,10 +156,16 @@ func TestAbandonedLeaseIsSlashed(t *testing.T) {
 // bootstrapped from boot, and waits until boot discovers it.
 func startProviderProcess(t *testing.T, bin, dir string, boot *testNode) (*exec.Cmd, api.StatusInfo) {
 	t.Helper()
+	return startProviderProcessWith(t, bin, dir, boot, fastConfig(providerConfig("eu-west", 1.0, a100)))
+}
+
+// startProviderProcessWith is startProviderProcess with the provider's
+// config.
+func startProviderProcessWith(t *testing.T, bin, dir string, boot *testNode, cfg Config) (*exec.Cmd, api.StatusInfo) {
+	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cfg := fastConfig(providerConfig("eu-west", 1.0, a100))
 	cfg.Bootstrap = boot.Addrs()
 	b, _ := yaml.Marshal(cfg)
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), b, 0o600); err != nil {

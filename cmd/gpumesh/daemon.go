@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/urfave/cli/v2"
 )
 
@@ -52,17 +55,47 @@ func daemonCommand() *cli.Command {
 				return err
 			}
 			daemonGC()
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			ctx, stop := context.WithCancel(context.Background())
 			defer stop()
 			d, err := node.Start(ctx, node.Options{DataDir: dataDir, Config: cfg, Log: log})
 			if err != nil {
 				return err
 			}
-			<-ctx.Done()
-			log.Info("shutting down")
-			return d.Close()
+			return shutdown(d, sigs, <-sigs, log)
 		},
 	}
+}
+
+// shutdown stops the daemon after the first signal: a provider drains
+// first (no new work; leases that end within provider.drain_grace finish,
+// the others are handed back; reservations are kept for the next start),
+// unless a second signal comes, which stops it at once.
+func shutdown(d *node.Daemon, sigs <-chan os.Signal, sig os.Signal, log *slog.Logger) error {
+	grace := d.DrainGrace()
+	log.Info("shutting down: draining", "signal", sig, "grace", grace, "hint", "signal again to stop at once")
+	dctx, cancel := context.WithTimeout(context.Background(), grace+lease.DrainSettleWait)
+	defer cancel()
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Warn("second signal: stopping at once", "signal", s)
+			cancel()
+		case <-dctx.Done():
+		}
+	}()
+	v, err := d.Drain(dctx, grace)
+	if err != nil {
+		log.Warn("drain cut short", "err", err)
+	}
+	counts := map[string]int{}
+	for _, l := range v.Leases {
+		counts[l.Action]++
+	}
+	log.Info("shutting down", "finished", counts[api.DrainFinish], "handed_back", counts[api.DrainHandBack], "reservations_kept", counts[api.DrainKeep])
+	return d.Close()
 }
 
 // daemonGC makes the garbage collector collect at 50% heap growth instead

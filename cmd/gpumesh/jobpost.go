@@ -302,8 +302,9 @@ func parseDeadline(s string, now time.Time) (time.Time, error) {
 	return now.Add(d), nil
 }
 
-// waitInterval is how often `job post --wait` polls the job's status (a
-// variable so tests can shorten it).
+// waitInterval is how often `job post --wait` polls the job's status and
+// `provider drain` the drain's progress (a variable so tests can shorten
+// it).
 var waitInterval = time.Second
 
 func jobPostAction(c *cli.Context) error {

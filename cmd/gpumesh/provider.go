@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/urfave/cli/v2"
@@ -18,6 +20,26 @@ func providerCommand() *cli.Command {
 			Usage:  "occupancy, bids, earnings, leases, utilisation and reputation of this provider",
 			Flags:  []cli.Flag{jsonFlag()},
 			Action: providerStatsAction,
+		}, {
+			Name:  "drain",
+			Usage: "stop taking new work: leases that end within the grace finish, the others are handed back to their renters",
+			Description: "The provider stops bidding at once (calls are declined with the reason \"draining\"). Running leases that end\n" +
+				"within --grace run to their end; the others are stopped and handed back: their renters requeue them\n" +
+				"elsewhere, whatever their tier. Confirmed reservations that have not started are kept. The command\n" +
+				"waits until every lease to finish or hand back has ended (--no-wait returns at once);\n" +
+				"`gpumesh provider undrain` makes the provider bid again.",
+			Flags: []cli.Flag{
+				&cli.DurationFlag{Name: "grace", Value: 5 * time.Minute, Usage: "how long running leases may run on"},
+				&cli.BoolFlag{Name: "no-wait", Usage: "return once the drain started, without waiting for it"},
+				&cli.BoolFlag{Name: "cancel", Usage: "stop draining: the same as `gpumesh provider undrain`"},
+				jsonFlag(),
+			},
+			Action: providerDrainAction,
+		}, {
+			Name:   "undrain",
+			Usage:  "bid again after a drain",
+			Flags:  []cli.Flag{jsonFlag()},
+			Action: providerUndrainAction,
 		}, providerInitCommand()},
 	}
 }
@@ -38,7 +60,13 @@ func providerStatsAction(c *cli.Context) error {
 	if s.Enabled {
 		enabled = "enabled"
 	}
+	if s.Draining {
+		enabled += ", DRAINING (not bidding)"
+	}
 	fmt.Fprintf(w, "provider:    %s, %d GPU(s)\n", enabled, s.GPUs)
+	if s.Drain != nil {
+		fmt.Fprintf(w, "drain:       %s\n", drainSummary(*s.Drain))
+	}
 	fmt.Fprintf(w, "occupancy:   %.0f%%\n", 100*s.Occupancy)
 	fmt.Fprintf(w, "calls:       %d (%d duplicate)\n", s.Calls, s.Duplicates)
 	fmt.Fprintf(w, "bids:        %d: won %d, lost %d, declined %d\n", s.Bids, s.Won, s.Lost, s.Declined)
@@ -85,4 +113,105 @@ func providerStatsAction(c *cli.Context) error {
 		}
 	}
 	return nil
+}
+
+func providerDrainAction(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	if c.Bool("cancel") {
+		return providerUndrainAction(c)
+	}
+	grace := c.Duration("grace")
+	if grace < 0 {
+		return fmt.Errorf("--grace must not be negative, got %s", grace)
+	}
+	cl := client(c)
+	v, err := cl.Drain(c.Context, grace)
+	if err != nil {
+		return err
+	}
+	w, asJSON := c.App.Writer, c.Bool("json")
+	if !asJSON {
+		fmt.Fprintf(w, "draining: not bidding; grace %s\n", grace)
+		printDrainLeases(w, v)
+	}
+	last := drainSummary(v)
+	if !asJSON {
+		fmt.Fprintln(w, last)
+	}
+	for !v.Done && !c.Bool("no-wait") {
+		select {
+		case <-c.Context.Done():
+			return c.Context.Err()
+		case <-time.After(waitInterval):
+		}
+		if v, err = cl.DrainStatus(c.Context); err != nil {
+			return err
+		}
+		if now := drainSummary(v); now != last && !asJSON {
+			fmt.Fprintln(w, now)
+			last = now
+		}
+	}
+	if asJSON {
+		return printJSON(w, v)
+	}
+	if v.Done {
+		fmt.Fprintln(w, "drained: no lease of this provider runs past the grace; `gpumesh provider undrain` bids again")
+	}
+	return nil
+}
+
+func providerUndrainAction(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	v, err := client(c).Undrain(c.Context)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, v)
+	}
+	fmt.Fprintln(c.App.Writer, "not draining: bidding again")
+	return nil
+}
+
+// drainSummary is one line of a drain's progress.
+func drainSummary(v api.DrainView) string {
+	var finish, finished, back, backDone, keep int
+	for _, l := range v.Leases {
+		switch l.Action {
+		case api.DrainFinish:
+			finish++
+			if l.Run.Terminal() {
+				finished++
+			}
+		case api.DrainHandBack:
+			back++
+			if l.Run.Terminal() {
+				backDone++
+			}
+		case api.DrainKeep:
+			keep++
+		}
+	}
+	state := "in progress"
+	if v.Done {
+		state = "done"
+	}
+	return fmt.Sprintf("%s: %d/%d finishing leases ended, %d/%d handed back, %d reservation(s) kept", state, finished, finish, backDone, back, keep)
+}
+
+func printDrainLeases(w io.Writer, v api.DrainView) {
+	if len(v.Leases) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "LEASE\tJOB\tTIER\tSTART\tEND\tACTION\tRUN")
+	for _, l := range v.Leases {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.LeaseID, l.JobID, l.Tier, fmtTime(l.Start), fmtTime(l.End), l.Action, l.Run)
+	}
+	_ = tw.Flush()
 }

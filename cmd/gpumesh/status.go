@@ -42,6 +42,9 @@ func statusCommand() *cli.Command {
 			if s.Provider {
 				role = "provider + renter"
 			}
+			if s.Draining {
+				role += " (draining: not bidding; `gpumesh provider undrain` bids again)"
+			}
 			fmt.Fprintf(w, "role:      %s\n", role)
 			if s.Executor != "" {
 				fmt.Fprintf(w, "executor:  %s\n", s.Executor)

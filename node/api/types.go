@@ -35,6 +35,9 @@ type StatusInfo struct {
 	CUDA       string              `json:"cuda,omitempty"`
 	Executor   string              `json:"executor,omitempty"`
 	Advertised *auction.Capability `json:"advertised,omitempty"`
+	// Draining: the provider takes no new work (gpumesh provider drain,
+	// or a daemon stopping).
+	Draining bool `json:"draining,omitempty"`
 
 	// Reachability is public, private or unknown: AutoNAT's verdict, or
 	// the configured one.
@@ -149,6 +152,8 @@ type ProviderStatsView struct {
 	P95JobSeconds float64 `json:"p95_job_seconds"`
 	// USDPerGPUHour is the mean settled price.
 	USDPerGPUHour float64 `json:"usd_per_gpu_hour"`
+	// Drain is the drain's progress while the provider drains.
+	Drain *DrainView `json:"drain,omitempty"`
 	// Limits is the thermal and power watch over running work.
 	Limits LimitsView `json:"limits"`
 }

@@ -41,13 +41,6 @@ type archived struct {
 	lost, reported bool
 }
 
-// requeues reports whether a lease that ended in run, through fault, goes
-// back to auction: a preempted preemptible lease, and any lease that failed
-// through its provider's fault.
-func requeues(l auction.Lease, run auction.RunState, fault auction.Fault) bool {
-	return (run == auction.RunPreempted && l.Preemptible) || (run == auction.RunFailed && fault == auction.FaultProvider)
-}
-
 // requeueOptions says how a job whose lease l ended in run, through
 // fault, goes back to auction: a provider at fault is excluded and the
 // lease's work counts as lost.

@@ -63,6 +63,11 @@ type SupervisorConfig struct {
 	// LeaseEnded tells the auction's calendar a lease ended (it frees the
 	// GPUs); nil when there is none.
 	LeaseEnded func(leaseID string, end time.Time, state auction.RunState) error
+	// Rebook books a confirmed lease on the auction's calendar again at
+	// recovery (the calendar lives in memory): Recover schedules a pending
+	// lease whose start is still ahead only once it is booked again; nil
+	// reports every pending lease failed at recovery.
+	Rebook func(auction.Lease) error
 	// HeartbeatInterval defaults to DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
 	// PreemptGrace is how long a stopped job has to checkpoint.
@@ -106,6 +111,7 @@ type Supervisor struct {
 	mu     sync.Mutex
 	runs   map[string]*leaseRun
 	limits api.LimitsView
+	drain  *drainState // the last drain, until Undrain
 	wg     sync.WaitGroup
 }
 
@@ -135,6 +141,10 @@ type leaseRun struct {
 	stopDetail string
 	done       chan struct{}
 	confirmed  time.Time // when the lease was confirmed (for start latency)
+
+	// kept is set when the daemon stops before the lease's start: the
+	// lease stays pending in the store, for the next start (keepPending).
+	kept bool
 }
 
 // NewSupervisor returns a Supervisor; ctx bounds its jobs and messages.
@@ -294,8 +304,10 @@ func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string
 	}()
 }
 
-// Close stops every job (the daemon is stopping: they are reported failed)
-// and waits for the supervisor's goroutines. Cancel ctx first.
+// Close stops every job (the daemon is stopping: they are reported failed),
+// except confirmed leases that have not started yet, which stay pending in
+// the store for the next start (Recover books them again), and waits for
+// the supervisor's goroutines. Cancel ctx first.
 func (s *Supervisor) Close() {
 	s.mu.Lock()
 	runs := make([]*leaseRun, 0, len(s.runs))
@@ -303,6 +315,9 @@ func (s *Supervisor) Close() {
 		runs = append(runs, r)
 	}
 	s.mu.Unlock()
+	for _, r := range runs {
+		r.keepPending(s.now())
+	}
 	for _, r := range runs {
 		r.shutdown()
 	}
@@ -346,6 +361,10 @@ func (r *leaseRun) run() {
 		select {
 		case <-time.After(wait):
 		case <-r.stop:
+			if r.isKept() {
+				log.Info("reservation kept for the next start")
+				return
+			}
 			r.finish(runtime.Result{Started: s.now(), Ended: s.now(), ExitCode: -1}, nil)
 			return
 		}
@@ -814,10 +833,12 @@ func (r *leaseRun) markSettled() {
 	r.s.saveRun(r)
 }
 
-// Recover runs at start: a lease that was pending or running when the
-// daemon died is reported failed (never silently forgotten), its leftover
-// processes are killed and its scratch space wiped; unsettled leases are
-// settled once the network is up (after RecoverDelay).
+// Recover runs at start: a confirmed lease still pending whose start is
+// ahead is booked again and scheduled (restore); any other lease that was
+// pending or running when the daemon stopped is reported failed (never
+// silently forgotten), its leftover processes are killed and its scratch
+// space wiped; unsettled leases are settled once the network is up (after
+// RecoverDelay).
 func (s *Supervisor) Recover() error {
 	var stale []providerRecord
 	err := s.cfg.Store.List(func(_ string, raw []byte) error {
@@ -834,6 +855,9 @@ func (s *Supervisor) Recover() error {
 		return err
 	}
 	for _, pr := range stale {
+		if s.restore(pr) {
+			continue
+		}
 		if !pr.Rec.Run.Terminal() {
 			was := pr.Rec.Run
 			killOrphan(pr.Pgid, s.cfg.WorkRoot)

@@ -515,7 +515,7 @@ func (t *Tracker) load() ([]auction.Job, error) {
 			}
 			v.State = auction.JobQueued
 			queued = append(queued, v.Job)
-		case v.State == auction.JobLeased && v.Lease != nil && v.Run.Terminal() && !requeues(*v.Lease, v.Run, v.Fault):
+		case v.State == auction.JobLeased && v.Lease != nil && v.Run.Terminal() && !v.Run.Requeues(v.Fault):
 			// A record written before JobFinished existed.
 			v.State = auction.JobFinished
 		}
@@ -762,7 +762,7 @@ func (t *Tracker) fraud(hb attest.Heartbeat, env, fp *sign.Envelope, why error) 
 // HandleLeaseEvent takes a provider's signed report on a lease of ours
 // (wire.ProtoLeaseEvent). For a terminal state it answers with our
 // heartbeat summary, which goes into the receipt. A job whose lease ended
-// for good is finished; a preempted preemptible one is requeued.
+// for good is finished; a preempted one (requeues) is requeued.
 func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
 	var ev wire.LeaseEvent
 	if err := sign.OpenFrom(data, sign.DomainLeaseEvent, from, &ev); err != nil {
@@ -827,7 +827,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	v.OutputsArtifact = ev.OutputsArtifact
 	lease := *v.Lease
 	started, ended := v.Started, v.Ended
-	again := ev.Run.Terminal() && requeues(lease, ev.Run, ev.Fault)
+	again := ev.Run.Terminal() && ev.Run.Requeues(ev.Fault)
 	if spent, why := budgetSpentLocked(v); again && spent {
 		again = false
 		v.Detail = joinDetail(v.Detail, why)

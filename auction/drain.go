@@ -1,0 +1,81 @@
+package auction
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Draining: a provider that is about to stop (its operator drains it, or
+// its daemon got SIGTERM) takes no new work. It neither bids nor accepts
+// awards for bids it made before, and says so to the calls that ask
+// (Decline.Kind KindDraining); its leases that end soon finish, the others
+// are handed back (RunPreempted with HandBackDetail, FaultNone), and their
+// renters requeue them, whatever their tier.
+const (
+	// KindDraining is the Ineligible and Decline kind of a draining
+	// provider.
+	KindDraining = "draining"
+	// HandBackDetail is the run detail of a lease its provider handed back
+	// while draining.
+	HandBackDetail = "provider draining: handed back"
+)
+
+// Requeues reports whether a lease that ended in run, through fault, goes
+// back to auction for the rest of its job. A preempted lease does, of any
+// tier: a bronze lease evicted for gold, stopped over the provider's
+// thermal or power limits or at the end of its backfill gap, and a lease of
+// any tier its provider handed back while draining (HandBackDetail: a
+// provider preempts non-preemptible work only then). So does a lease that
+// failed through its provider's fault (a lost, restarted or broken
+// provider), of any tier. A job's own failure never does. The renter's
+// lease lifecycle asks this and nothing else.
+func (s RunState) Requeues(fault Fault) bool {
+	return s == RunPreempted || (s == RunFailed && fault == FaultProvider)
+}
+
+// SetDraining starts (on) or ends (!on) draining; it reports whether the
+// state changed. While draining the provider is ineligible for every call
+// (kind KindDraining, declined when the call asks) and declines awards.
+func (p *Provider) SetDraining(on bool) bool {
+	changed := p.draining.Swap(on) != on
+	if changed {
+		p.log.Info("draining", "on", on)
+	}
+	return changed
+}
+
+// Draining reports whether the provider is draining.
+func (p *Provider) Draining() bool { return p.draining.Load() }
+
+// Rebook books a lease this provider confirmed before its daemon
+// restarted (the daemon persists its confirmed leases, the calendar lives
+// in memory): the lease holds its devices over its span again, so no new
+// bid is offered them. It fails when the lease is not this provider's or
+// the calendar cannot hold it (ErrOverbooked, ErrDuplicateLease).
+func (p *Provider) Rebook(l Lease) error {
+	if me := p.cfg.Signer.ID().String(); l.Provider != me {
+		return fmt.Errorf("auction: rebook lease %s: it is %s's, not ours", l.ID, l.Provider)
+	}
+	if l.State.Terminal() {
+		return fmt.Errorf("auction: rebook lease %s: it already ended (%s)", l.ID, l.State)
+	}
+	if len(l.Devices) > 0 && len(l.Devices) != l.GPUCount {
+		return errors.New("auction: rebook lease " + l.ID + ": its devices do not match its gpu count")
+	}
+	b := Booking{LeaseID: l.ID, Start: l.Start, End: l.End, GPUs: l.GPUCount, Tier: l.Tier, Preemptible: l.Preemptible,
+		Devices: l.Devices}
+	if err := p.cfg.Calendar.Reserve(b); err != nil {
+		return fmt.Errorf("auction: rebook: %w", err)
+	}
+	booked, _ := p.cfg.Calendar.Booking(l.ID)
+	lease := l
+	lease.Devices = booked.Devices
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, dup := p.leases[l.ID]; !dup {
+		p.order = append(p.order, l.ID)
+	}
+	p.leases[l.ID] = &lease
+	p.stats.EarningsUSD += leaseValue(lease.Price, lease.GPUCount, lease.Start, lease.End)
+	return nil
+}

@@ -1,0 +1,194 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// DrainSettleWait is how long a drain waits, after a lease it finished or
+// handed back ended, for its renter to hear of it (the settlement) before
+// it counts the lease as done anyway: a restart settles it later.
+const DrainSettleWait = 15 * time.Second
+
+// drainState is the supervisor's last drain.
+type drainState struct {
+	at      time.Time
+	grace   time.Duration
+	actions map[string]string // lease id -> api.DrainFinish, DrainHandBack or DrainKeep
+}
+
+// Drain plans what happens to each lease not yet ended when the provider
+// drains with grace (the auction's provider has stopped taking work):
+//   - a lease that has not started keeps its reservation (DrainKeep); when
+//     the daemon is stopping it is parked at once, pending in the store,
+//     and the next start books and runs it (Recover);
+//   - a lease that ends within the grace runs on to its end (DrainFinish);
+//   - any other lease is handed back at once (DrainHandBack): stopped as
+//     preempted with auction.HandBackDetail, no one's fault, so that its
+//     renter requeues it whatever its tier.
+//
+// It returns at once; DrainView follows the drain and DrainWait waits for
+// it. A drain replaces the previous one.
+func (s *Supervisor) Drain(grace time.Duration, stopping bool) api.DrainView {
+	now := s.now()
+	cut := now.Add(max(grace, 0))
+	d := &drainState{at: now, grace: grace, actions: map[string]string{}}
+	var handBack []*leaseRun
+	for _, r := range s.snapshot() {
+		r.mu.Lock()
+		rec := r.pr.Rec
+		r.mu.Unlock()
+		if rec.Run.Terminal() {
+			continue
+		}
+		l := rec.Lease
+		switch {
+		case rec.Run == auction.RunPending && l.Start.After(now) && (stopping || l.End.After(cut)):
+			if stopping && !r.keepPending(now) {
+				// It started meanwhile, or was stopped: let it end with
+				// the others.
+				d.actions[l.ID] = api.DrainFinish
+				continue
+			}
+			d.actions[l.ID] = api.DrainKeep
+		case !l.End.After(cut):
+			d.actions[l.ID] = api.DrainFinish
+		default:
+			d.actions[l.ID] = api.DrainHandBack
+			handBack = append(handBack, r)
+		}
+	}
+	s.mu.Lock()
+	s.drain = d
+	s.mu.Unlock()
+	for _, r := range handBack {
+		s.cfg.Counters.Add("provider.drain_handed_back")
+		r.abort(auction.RunPreempted, auction.HandBackDetail)
+	}
+	s.log.Info("draining", "grace", grace, "stopping", stopping, "leases", len(d.actions), "handed_back", len(handBack))
+	return s.DrainView()
+}
+
+// Undrain forgets the drain (its hand-backs stay handed back).
+func (s *Supervisor) Undrain() {
+	s.mu.Lock()
+	s.drain = nil
+	s.mu.Unlock()
+}
+
+// DrainView is the last drain's progress (Draining is the auction
+// provider's to say; the caller fills it).
+func (s *Supervisor) DrainView() api.DrainView {
+	s.mu.Lock()
+	d := s.drain
+	s.mu.Unlock()
+	v := api.DrainView{Leases: []api.DrainLease{}, Done: true}
+	if d == nil {
+		return v
+	}
+	v.Since, v.Grace = d.at, d.grace
+	now := s.now()
+	for id, action := range d.actions {
+		r := s.run(id)
+		if r == nil {
+			continue
+		}
+		r.mu.Lock()
+		rec, settled := r.pr.Rec, r.pr.Settled
+		r.mu.Unlock()
+		v.Leases = append(v.Leases, api.DrainLease{LeaseID: id, JobID: rec.Lease.JobID, Tier: rec.Lease.Tier,
+			Start: rec.Lease.Start, End: rec.Lease.End, Action: action, Run: rec.Run, Detail: rec.Detail, Settled: settled})
+		if action == api.DrainKeep {
+			continue
+		}
+		if !rec.Run.Terminal() || (!settled && now.Sub(rec.Ended) < DrainSettleWait) {
+			v.Done = false
+		}
+	}
+	sort.Slice(v.Leases, func(i, j int) bool { return v.Leases[i].End.Before(v.Leases[j].End) })
+	return v
+}
+
+// DrainWait waits until the drain is done (DrainView.Done) or ctx ends.
+func (s *Supervisor) DrainWait(ctx context.Context) (api.DrainView, error) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		v := s.DrainView()
+		if v.Done {
+			return v, nil
+		}
+		select {
+		case <-ctx.Done():
+			return v, fmt.Errorf("drain not done: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Supervisor) snapshot() []*leaseRun {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	runs := make([]*leaseRun, 0, len(s.runs))
+	for _, r := range s.runs {
+		runs = append(runs, r)
+	}
+	return runs
+}
+
+// keepPending parks a confirmed lease that has not started yet because the
+// daemon is stopping: its goroutine ends without reporting anything and the
+// lease stays pending in the store, for Recover to book and schedule again.
+// It reports whether the lease was parked (false once it started or was
+// stopped).
+func (r *leaseRun) keepPending(now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pr.Rec.Run != auction.RunPending || !r.pr.Rec.Lease.Start.After(now) || r.stopAs != "" {
+		return false
+	}
+	r.kept = true
+	// Should the start come first after all, the job is stopped as the
+	// daemon's shutdown.
+	r.stopAs, r.stopDetail = auction.RunFailed, "provider daemon shut down during the lease"
+	close(r.stop)
+	return true
+}
+
+func (r *leaseRun) isKept() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kept
+}
+
+// restore books again and schedules, at recovery, a confirmed lease that
+// was still pending when the daemon stopped and whose start is ahead. It
+// reports false when it did not (the lease is then reported failed).
+func (s *Supervisor) restore(pr providerRecord) bool {
+	l := pr.Rec.Lease
+	if pr.Rec.Run != auction.RunPending || !l.Start.After(s.now()) || s.cfg.Rebook == nil {
+		return false
+	}
+	l.State = auction.RunPending
+	if err := s.cfg.Rebook(l); err != nil {
+		s.log.Warn("reservation not restored", "lease", l.ID, "err", err)
+		return false
+	}
+	r := &leaseRun{s: s, pr: pr, stop: make(chan struct{}), done: make(chan struct{}), confirmed: s.now()}
+	s.mu.Lock()
+	s.runs[l.ID] = r
+	s.mu.Unlock()
+	s.cfg.Counters.Add("provider.reservation_restored")
+	s.log.Info("reservation restored", "lease", l.ID, "job", l.JobID, "start", l.Start)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		r.run()
+	}()
+	return true
+}
