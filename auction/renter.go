@@ -941,11 +941,23 @@ func (r *Renter) Counters() map[string]int {
 	return out
 }
 
+// RequeueOptions say how a job goes back to auction.
+type RequeueOptions struct {
+	// Reason is why its lease ended early (kept in the job's reasons).
+	Reason string
+	// Restore is the job's good checkpoints, newest first (at most
+	// MaxRestore): the next attempt starts from the first that verifies
+	// and runs for what the newest one leaves of the job's duration.
+	Restore []Checkpoint
+}
+
 // Requeue posts a leased job again after its lease ended early (a bronze
-// job preempted at the end of its gap, or a lost provider): with Attempt+1
-// and Duration reduced to what the lease did not cover by now. It returns
-// like Post.
-func (r *Renter) Requeue(ctx context.Context, jobID, reason string) (Job, error) {
+// job preempted or at the end of its gap, or a lost provider): with
+// Attempt+1, the checkpoints to restore, and Duration what is left of the
+// job after the newest checkpoint's work. Work no checkpoint saved is
+// lost: without one the job starts over and needs its whole duration. It
+// returns like Post.
+func (r *Renter) Requeue(ctx context.Context, jobID string, opt RequeueOptions) (Job, error) {
 	r.mu.Lock()
 	rj, ok := r.jobs[jobID]
 	if !ok {
@@ -958,23 +970,23 @@ func (r *Renter) Requeue(ctx context.Context, jobID, reason string) (Job, error)
 		return rj.status.Job, fmt.Errorf("auction: requeue %s: job is %s, not leased", jobID, st)
 	}
 	job := rj.status.Job
-	lease := *rj.status.Lease
-	rj.status.Reasons = append(rj.status.Reasons, fmt.Sprintf("requeued after attempt %d: %s", job.Attempt, reason))
+	rj.status.Reasons = append(rj.status.Reasons, fmt.Sprintf("requeued after attempt %d: %s", job.Attempt, opt.Reason))
 	r.mu.Unlock()
 
-	end := r.cfg.Now()
-	if end.After(lease.End) {
-		end = lease.End
+	if len(opt.Restore) > MaxRestore {
+		opt.Restore = opt.Restore[:MaxRestore]
 	}
-	ran := end.Sub(lease.Start)
-	if ran < 0 {
-		ran = 0
+	total := job.TotalDuration()
+	saved := time.Duration(0)
+	if len(opt.Restore) > 0 {
+		saved = opt.Restore[0].Work
 	}
-	remaining := job.Duration - ran
+	remaining := total - saved
 	if remaining <= 0 {
-		return job, fmt.Errorf("auction: requeue %s: nothing left to run (ran %v of %v)", jobID, ran, job.Duration)
+		return job, fmt.Errorf("auction: requeue %s: nothing left to run (checkpoint saved %v of %v)", jobID, saved, total)
 	}
 	job.Attempt++
 	job.Duration = remaining
+	job.Restore = append([]Checkpoint(nil), opt.Restore...)
 	return r.Post(ctx, job)
 }
