@@ -131,12 +131,25 @@ func printJobView(w io.Writer, v *api.JobView) {
 	if v.OutputsArtifact != "" {
 		fmt.Fprintf(w, "outputs:    artifact %s (gpumesh artifact get %s DIR)\n", v.OutputsArtifact, v.OutputsArtifact)
 	}
+	if c := v.Checkpoint; c != nil {
+		fmt.Fprintf(w, "checkpoint: %s\n", checkpointText(c))
+	}
+	if c := v.Restored; c != nil {
+		fmt.Fprintf(w, "restored:   %s\n", checkpointText(c))
+	}
 	for _, name := range slices.Sorted(maps.Keys(v.Job.Run.Inputs)) {
 		fmt.Fprintf(w, "input:      %s = artifact %s\n", name, v.Job.Run.Inputs[name])
 	}
 	for _, h := range v.History {
 		fmt.Fprintf(w, "history:    attempt %d lease %s on %s: %s, $%.4f%s\n", h.Attempt, h.Lease.ID, h.Lease.Provider, h.Run, h.CostUSD, prefixed(": ", h.Detail))
 	}
+}
+
+// checkpointText is one line about a checkpoint: which, how big, how much
+// work it saved.
+func checkpointText(c *auction.Checkpoint) string {
+	return fmt.Sprintf("seq %d of attempt %d (%s), %d bytes, work saved %s, artifact %s", c.Seq, c.Attempt, c.Reason, c.Bytes,
+		c.Work.Round(time.Second), c.Artifact)
 }
 
 func runOutcome(v *api.JobView) string {

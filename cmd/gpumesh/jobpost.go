@@ -44,6 +44,7 @@ func jobPostFlags() []cli.Flag {
 		&cli.StringFlag{Name: "outputs", Usage: "directory, relative to the job's work dir, whose files are returned"},
 		&cli.IntFlag{Name: "memory-mb", Usage: "memory cap in MB, where the runtime can enforce it"},
 		&cli.DurationFlag{Name: "bid-window", DefaultText: auction.DefaultBidWindow.String(), Usage: "how long to collect bids"},
+		&cli.DurationFlag{Name: "checkpoint-every", DefaultText: "only when stopped early", Usage: "how often the provider saves $GPUMESH_CHECKPOINT_DIR while the job runs, e.g. 10m (it is also saved when the job is preempted); a later attempt resumes from it"},
 		&cli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its final status; fail unless it succeeded"},
 		jsonFlag(),
 	}
@@ -195,6 +196,9 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time) error {
 	if set("bid-window") {
 		job.BidWindow = c.Duration("bid-window")
 	}
+	if set("checkpoint-every") {
+		job.CheckpointEvery = c.Duration("checkpoint-every")
+	}
 	if args := c.Args().Slice(); len(args) > 0 {
 		job.Run.Command = args
 	}
@@ -206,7 +210,7 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time) error {
 var jobFlags = map[string]string{
 	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "min_vram_gb": "min-vram",
 	"region": "region", "min_reliability": "min-reliability", "preemptible": "preemptible", "duration": "duration",
-	"deadline": "deadline", "datasets": "dataset", "workload": "workload", "bid_window": "bid-window",
+	"deadline": "deadline", "datasets": "dataset", "workload": "workload", "bid_window": "bid-window", "checkpoint_every": "checkpoint-every",
 	"run.image": "image", "run.env": "env", "run.outputs": "outputs", "run.inputs": "input", "run.image_artifact": "image-artifact", "run.memory_mb": "memory-mb",
 }
 
