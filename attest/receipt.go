@@ -54,8 +54,11 @@ type Receipt struct {
 	Outcome    auction.RunState `json:"outcome"` // the lease's terminal state
 	// Fault says who caused an unsuccessful outcome (the job or the
 	// provider); empty for success, preemption and cancellation.
-	Fault      auction.Fault    `json:"fault,omitempty"`
-	ResultHash string           `json:"result_hash,omitempty"`
+	Fault      auction.Fault `json:"fault,omitempty"`
+	ResultHash string        `json:"result_hash,omitempty"`
+	// Checkpoint is the artifact id of the last checkpoint of the job the
+	// lease saved and its renter acknowledged ("" for none).
+	Checkpoint string           `json:"checkpoint,omitempty"`
 	Heartbeats HeartbeatSummary `json:"heartbeats"`
 	IssuedAt   time.Time        `json:"issued_at"`
 }
@@ -117,6 +120,9 @@ func (r Receipt) validate() error {
 	want := AmountFor(r.GPUSeconds, r.Price)
 	if math.Abs(r.Amount-want) > 1e-9*math.Max(1, math.Abs(want)) {
 		return bad("amount %v, gpu seconds and price give %v", r.Amount, want)
+	}
+	if r.Checkpoint != "" && !auction.ValidArtifactID(r.Checkpoint) {
+		return bad("checkpoint %q is not an artifact id", r.Checkpoint)
 	}
 	switch r.Outcome {
 	case auction.RunSucceeded, auction.RunFailed, auction.RunPreempted, auction.RunExpired, auction.RunCancelled:

@@ -59,17 +59,20 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 	}
 
 	// The gold job finishes early; the preempted bronze job is requeued
-	// with its remaining duration and fits again.
+	// and fits again. It saved a checkpoint of 10 minutes' work: the next
+	// attempt restores it and runs for the rest. (Work no checkpoint saved
+	// is lost, so the time the lease ran does not count.)
 	if err := box.p.LeaseEnded(gst.Lease.ID, m.now(), RunSucceeded); err != nil {
 		t.Fatal(err)
 	}
-	rj, err := r.Requeue(context.Background(), bj.ID, RequeueOptions{Reason: "preempted by gold"})
+	ck := Checkpoint{JobID: bj.ID, LeaseID: bst.Lease.ID, Seq: 1, Artifact: strings.Repeat("ab", 32), Bytes: 10, Work: 10 * time.Minute,
+		Reason: CheckpointStopped, Provider: bst.Lease.Provider}
+	rj, err := r.Requeue(context.Background(), bj.ID, RequeueOptions{Reason: "preempted by gold", Restore: []Checkpoint{ck}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ran := s.Leases[0].End.Sub(s.Leases[0].Start)
-	if rj.Attempt != 1 || rj.Duration <= 0 || rj.Duration > bronze.Duration || rj.Duration < bronze.Duration-ran-time.Second {
-		t.Fatalf("requeued %+v (ran %v)", rj, ran)
+	if rj.Attempt != 1 || rj.Duration != bronze.Duration-ck.Work || len(rj.Restore) != 1 || rj.Restore[0] != ck || rj.TotalDuration() != bronze.Duration {
+		t.Fatalf("requeued %+v", rj)
 	}
 	st, _ := r.Status(bj.ID)
 	if st.State != JobLeased || st.Lease.Attempt != 1 || st.Lease.GPUCount != 2 || st.Lease.End.Sub(st.Lease.Start) != rj.Duration {
@@ -77,6 +80,18 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(st.Reasons, ";"), "preempted by gold") {
 		t.Fatalf("reasons %v", st.Reasons)
+	}
+	// Requeued again without a checkpoint, it starts over: its whole
+	// duration, not what the restored attempt had left.
+	if err := box.p.LeaseEnded(st.Lease.ID, m.now(), RunPreempted); err != nil {
+		t.Fatal(err)
+	}
+	rj2, err := r.Requeue(context.Background(), bj.ID, RequeueOptions{Reason: "lost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rj2.Attempt != 2 || rj2.Duration != bronze.Duration || len(rj2.Restore) != 0 {
+		t.Fatalf("requeued without a checkpoint: %+v", rj2)
 	}
 }
 
@@ -305,7 +320,7 @@ func TestLostLeaseRequeuedElsewhere(t *testing.T) {
 		t.Fatalf("first lease went to %s", m.name(st.Lease.Provider))
 	}
 	lost := st.Lease.Provider
-	rj, err := r.Requeue(context.Background(), job.ID, RequeueOptions{Reason: "provider lost", Exclude: []string{lost, lost}, Lost: true})
+	rj, err := r.Requeue(context.Background(), job.ID, RequeueOptions{Reason: "provider lost", Exclude: []string{lost, lost}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1040,26 +1040,28 @@ func (r *Renter) Counters() map[string]int {
 	return out
 }
 
-// RequeueOptions says why and how a leased job goes back to auction.
+// RequeueOptions say why and how a leased job goes back to auction.
 type RequeueOptions struct {
-	// Reason is recorded in the job's reasons.
+	// Reason is why its lease ended early (kept in the job's reasons).
 	Reason string
 	// Exclude names providers that may not bid for the new attempt (they
 	// lost one of the job's attempts); it is added to Job.Exclude.
 	Exclude []string
-	// Lost says the lease's work is lost (its provider was lost): the new
-	// attempt runs the job's whole remaining Duration again, instead of
-	// what the lease did not cover.
-	Lost bool
+	// Restore is the job's good checkpoints, newest first (at most
+	// MaxRestore): the next attempt starts from the first that verifies
+	// and runs for what the newest one leaves of the job's duration.
+	Restore []Checkpoint
 }
 
 // Requeue posts a leased job again after its lease ended early (a bronze
-// job preempted at the end of its gap, or a lost provider): with Attempt+1,
-// the providers opts.Exclude names excluded, Duration reduced to what the
-// lease did not cover by now (unless opts.Lost), and its start window
+// job preempted or at the end of its gap, a lease handed back by a
+// draining provider, or a lost provider): with Attempt+1, the providers
+// opt.Exclude names excluded, the checkpoints to restore, Duration what is
+// left of the job after the newest checkpoint's work, and its start window
 // opened again from now (a Deadline at least as far from now as it was
-// from CreatedAt). It returns like Post.
-func (r *Renter) Requeue(ctx context.Context, jobID string, opts RequeueOptions) (Job, error) {
+// from CreatedAt). Work no checkpoint saved is lost: without one the job
+// starts over and needs its whole duration. It returns like Post.
+func (r *Renter) Requeue(ctx context.Context, jobID string, opt RequeueOptions) (Job, error) {
 	r.mu.Lock()
 	rj, ok := r.jobs[jobID]
 	if !ok {
@@ -1072,37 +1074,35 @@ func (r *Renter) Requeue(ctx context.Context, jobID string, opts RequeueOptions)
 		return rj.status.Job, fmt.Errorf("auction: requeue %s: job is %s, not leased", jobID, st)
 	}
 	job := rj.status.Job
-	lease := *rj.status.Lease
-	rj.status.Reasons = append(rj.status.Reasons, fmt.Sprintf("requeued after attempt %d: %s", job.Attempt, opts.Reason))
+	rj.status.Reasons = append(rj.status.Reasons, fmt.Sprintf("requeued after attempt %d: %s", job.Attempt, opt.Reason))
 	r.mu.Unlock()
 
-	now := r.cfg.Now()
-	if !opts.Lost {
-		end := now
-		if end.After(lease.End) {
-			end = lease.End
-		}
-		ran := end.Sub(lease.Start)
-		if ran < 0 {
-			ran = 0
-		}
-		remaining := job.Duration - ran
-		if remaining <= 0 {
-			return job, fmt.Errorf("auction: requeue %s: nothing left to run (ran %v of %v)", jobID, ran, job.Duration)
-		}
-		job.Duration = remaining
+	if len(opt.Restore) > MaxRestore {
+		opt.Restore = opt.Restore[:MaxRestore]
+	}
+	total := job.TotalDuration()
+	saved := time.Duration(0)
+	if len(opt.Restore) > 0 {
+		saved = opt.Restore[0].Work
+	}
+	remaining := total - saved
+	if remaining <= 0 {
+		return job, fmt.Errorf("auction: requeue %s: nothing left to run (checkpoint saved %v of %v)", jobID, saved, total)
 	}
 	job.Exclude = slices.Clone(job.Exclude)
-	for _, p := range opts.Exclude {
+	for _, p := range opt.Exclude {
 		if p != "" && !slices.Contains(job.Exclude, p) {
 			job.Exclude = append(job.Exclude, p)
 		}
 	}
+	now := r.cfg.Now()
 	if !job.Deadline.IsZero() && !job.CreatedAt.IsZero() {
 		if renewed := now.Add(job.Deadline.Sub(job.CreatedAt)); renewed.After(job.Deadline) {
 			job.Deadline = renewed
 		}
 	}
 	job.Attempt++
+	job.Duration = remaining
+	job.Restore = append([]Checkpoint(nil), opt.Restore...)
 	return r.Post(ctx, job)
 }

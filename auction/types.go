@@ -251,6 +251,16 @@ const (
 	CheckpointEnded    = "ended"
 )
 
+// TotalDuration is the job's whole run time over all its attempts: an
+// attempt that restores checkpoints runs for what the newest one
+// (Restore[0]) left, Duration.
+func (j *Job) TotalDuration() time.Duration {
+	if len(j.Restore) > 0 {
+		return j.Duration + j.Restore[0].Work
+	}
+	return j.Duration
+}
+
 // Attempts is the job's attempt budget.
 func (j *Job) Attempts() int {
 	if j.MaxAttempts > 0 {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
@@ -503,4 +504,80 @@ func (d *Daemon) outputsArtifact(dir, renter string) (string, error) {
 		d.announceArtifacts(id)
 	}()
 	return id, nil
+}
+
+// checkpointArtifact is the supervisor's hook: a snapshot of a job's
+// checkpoint dir becomes an artifact owned by its renter. It is not
+// announced: the renter fetches it from us at once, then we drop it.
+func (d *Daemon) checkpointArtifact(dir, renter string) (string, int64, func(), error) {
+	st := d.artifacts.Store()
+	id, err := st.Add(dir, artifact.Meta{Private: true, Owner: renter})
+	if err != nil {
+		return "", 0, nil, err
+	}
+	in, err := st.Info(id)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	drop := func() {
+		if err := st.Remove(id); err != nil && !errors.Is(err, artifact.ErrNotFound) {
+			d.log.Debug("drop checkpoint artifact", "id", id, "err", err)
+		}
+	}
+	return id, in.Size, drop, nil
+}
+
+// fetchCheckpoint is the tracker's hook: the renter fetches a checkpoint
+// from the provider that took it (it owns the artifact, so the provider
+// serves it) and keeps it; one larger than max is abandoned.
+func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, max int64) (int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var tooBig atomic.Bool
+	res, err := d.artifacts.Fetch(ctx, id, artifact.FetchOptions{Origin: &peer.AddrInfo{ID: from}, NoDiscovery: true,
+		Progress: func(_, total int64) {
+			if total > max {
+				tooBig.Store(true)
+				cancel()
+			}
+		}})
+	if err == nil && res.Size > max {
+		tooBig.Store(true)
+	}
+	if tooBig.Load() {
+		_ = d.artifacts.Store().Remove(id)
+		return 0, fmt.Errorf("checkpoint artifact %s is over the cap of %d bytes", id, max)
+	}
+	return res.Size, err
+}
+
+// restoreCheckpoint is the supervisor's hook: a checkpoint the job
+// restores comes from its owner (the renter's daemon) or any other
+// holder, every chunk checked against its hash, and is written to dir.
+func (d *Daemon) restoreCheckpoint(ctx context.Context, job auction.Job, id, dir string) (func(), error) {
+	owner, err := peer.Decode(job.Owner)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: owner %q is not a peer id", job.ID, job.Owner)
+	}
+	if !artifact.ValidID(id) {
+		return nil, fmt.Errorf("not an artifact id: %q", id)
+	}
+	unpin, err := d.artifacts.FetchForJob(ctx, id, owner, job.OwnerAddrs)
+	if err != nil {
+		return nil, err
+	}
+	release := func() {
+		_ = os.RemoveAll(dir)
+		unpin()
+	}
+	_ = os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		release()
+		return nil, err
+	}
+	if err := d.artifacts.Store().Export(id, dir); err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
 }

@@ -75,6 +75,7 @@ func newMarket(d *Daemon) (*market, error) {
 		AdvertisedFingerprint: d.advertisedFingerprint, Holdings: d.advertisedArtifacts,
 		OnSave: d.inputPins.update,
 		Now:    d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
+		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin,
 	}); err != nil {
 		return nil, err
 	}
@@ -96,6 +97,7 @@ func newMarket(d *Daemon) (*market, error) {
 	n.HandleCounted(wire.ProtoHeartbeat, p2p.Handler(m.tracker.HandleHeartbeat), m.badFrame("renter"))
 	n.HandleCounted(wire.ProtoLeaseEvent, p2p.Handler(m.tracker.HandleLeaseEvent), m.badFrame("renter"))
 	n.HandleCounted(wire.ProtoReceipt, p2p.Handler(m.tracker.HandleReceipt), m.badFrame("renter"))
+	n.HandleCounted(wire.ProtoCheckpoint, p2p.Handler(m.tracker.HandleCheckpoint), m.badFrame("renter"))
 	if err := n.Subscribe(m.ctx, wire.ReputationTopic, m.receipts.HandleGossip); err != nil {
 		return nil, err
 	}
@@ -154,6 +156,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
 		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact, Observe: m.metrics.observer(),
+		CheckpointArtifact: d.checkpointArtifact, Restore: d.restoreCheckpoint,
 	}); err != nil {
 		return err
 	}

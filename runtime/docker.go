@@ -421,6 +421,7 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 		"HOME=/work", "TMPDIR=/work/tmp",
 		EnvJobID + "=" + spec.ID,
 		EnvOutputs + "=" + path.Join("/work", rel),
+		EnvCheckpoint + "=" + path.Join("/work", CheckpointDir),
 		EnvCUDA + "=" + spec.cudaDevices(),
 		"NVIDIA_VISIBLE_DEVICES=" + spec.cudaDevices(),
 	}

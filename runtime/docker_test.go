@@ -126,7 +126,7 @@ func TestDockerEndToEnd(t *testing.T) {
 	if res.ExitCode != 0 {
 		t.Fatalf("env: %+v", res)
 	}
-	for _, want := range []string{"FOO=bar", "HOME=/work", "GPUMESH_JOB_ID=d-env", "GPUMESH_OUTPUTS=/work/outputs", "CUDA_VISIBLE_DEVICES="} {
+	for _, want := range []string{"FOO=bar", "HOME=/work", "GPUMESH_JOB_ID=d-env", "GPUMESH_OUTPUTS=/work/outputs", "GPUMESH_CHECKPOINT_DIR=/work/checkpoint", "CUDA_VISIBLE_DEVICES="} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("container env lacks %s:\n%s", want, out)
 		}

@@ -46,7 +46,18 @@ type Spec struct {
 	// means none. Processes find it in GPUMESH_INPUTS; containers see it
 	// bind-mounted read-only at /inputs (so /inputs/NAME).
 	Inputs string
+	// Restore is a host directory whose contents are copied into the
+	// job's checkpoint dir (CheckpointDir in the work dir, exported as
+	// GPUMESH_CHECKPOINT_DIR) before it starts; empty means the job
+	// starts with an empty checkpoint dir.
+	Restore string
 }
+
+// CheckpointDir is the job's checkpoint dir, relative to its work dir: it
+// is created (writable by the job) before every job starts, filled from
+// Spec.Restore, and exported as GPUMESH_CHECKPOINT_DIR. Containers see it
+// at /work/checkpoint.
+const CheckpointDir = "checkpoint"
 
 // Executor runs jobs.
 type Executor interface {
@@ -118,6 +129,8 @@ const (
 	EnvJobID   = "GPUMESH_JOB_ID"
 	EnvOutputs = "GPUMESH_OUTPUTS"
 	EnvInputs  = "GPUMESH_INPUTS"
+	// EnvCheckpoint names the job's checkpoint dir (CheckpointDir).
+	EnvCheckpoint = "GPUMESH_CHECKPOINT_DIR"
 	EnvCUDA    = "CUDA_VISIBLE_DEVICES"
 )
 
@@ -125,7 +138,7 @@ var (
 	idRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	// reservedEnv may not be set by the spec.
-	reservedEnv = map[string]bool{"HOME": true, "TMPDIR": true, EnvJobID: true, EnvOutputs: true, EnvInputs: true, EnvCUDA: true, "NVIDIA_VISIBLE_DEVICES": true}
+	reservedEnv = map[string]bool{"HOME": true, "TMPDIR": true, EnvJobID: true, EnvOutputs: true, EnvInputs: true, EnvCheckpoint: true, EnvCUDA: true, "NVIDIA_VISIBLE_DEVICES": true}
 )
 
 // ErrInvalidSpec wraps every spec validation error.
@@ -182,6 +195,9 @@ func (s *Spec) validate(now time.Time) error {
 	if s.Inputs != "" && (!filepath.IsAbs(s.Inputs) || strings.ContainsAny(s.Inputs, ":,\x00")) {
 		return bad("job %s: inputs dir %q must be an absolute path without ':' or ','", s.ID, s.Inputs)
 	}
+	if s.Restore != "" && !filepath.IsAbs(s.Restore) {
+		return bad("job %s: restore dir %q must be an absolute path", s.ID, s.Restore)
+	}
 	return nil
 }
 
@@ -192,7 +208,7 @@ func (s *Spec) outputsRel() (string, error) {
 		o = "outputs"
 	}
 	c := filepath.Clean(o)
-	if filepath.IsAbs(c) || c == "." || c == ".." || strings.HasPrefix(c, "../") || c == "tmp" {
+	if filepath.IsAbs(c) || c == "." || c == ".." || strings.HasPrefix(c, "../") || c == "tmp" || c == CheckpointDir {
 		return "", fmt.Errorf("outputs %q must be a sub-directory of the work dir", s.Outputs)
 	}
 	return c, nil
@@ -227,6 +243,7 @@ func jobEnv(s *Spec, path, home, outputs string) []string {
 	env["TMPDIR"] = filepath.Join(home, "tmp")
 	env[EnvJobID] = s.ID
 	env[EnvOutputs] = outputs
+	env[EnvCheckpoint] = filepath.Join(home, CheckpointDir)
 	if s.Inputs != "" {
 		env[EnvInputs] = s.Inputs
 	}
@@ -340,8 +357,9 @@ func prepareRoot(root string, otherUID bool) (string, error) {
 	}
 }
 
-// makeWorkDir creates root/<id> (0700) with tmp and outputs sub-dirs, all
-// owned by uid, and returns the work dir and the outputs dir. With quotaMB >
+// makeWorkDir creates root/<id> (0700) with tmp, outputs and checkpoint
+// sub-dirs (the checkpoint dir filled from s.Restore), all owned by uid,
+// and returns the work dir and the outputs dir. With quotaMB >
 // 0 the work dir is a tmpfs of that size, so a job fills neither the host's
 // disk nor more than its quota.
 func makeWorkDir(root string, s *Spec, uid int, quotaMB int) (string, string, error) {
@@ -369,6 +387,14 @@ func makeWorkDir(root string, s *Spec, uid int, quotaMB int) (string, string, er
 	if err := os.MkdirAll(out, 0o700); err != nil {
 		return fail(err)
 	}
+	if err := os.MkdirAll(filepath.Join(wd, CheckpointDir), 0o700); err != nil {
+		return fail(err)
+	}
+	if s.Restore != "" {
+		if err := copyTree(s.Restore, filepath.Join(wd, CheckpointDir)); err != nil {
+			return fail(fmt.Errorf("restore checkpoint: %w", err))
+		}
+	}
 	if uid != os.Getuid() {
 		err := filepath.WalkDir(wd, func(p string, _ os.DirEntry, err error) error {
 			if err != nil {
@@ -381,6 +407,49 @@ func makeWorkDir(root string, s *Spec, uid int, quotaMB int) (string, string, er
 		}
 	}
 	return wd, out, nil
+}
+
+// copyTree copies the regular files and directories under src into dst
+// (which exists), owner-writable; symlinks and special files are skipped.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.Mkdir(target, 0o700)
+		case d.Type().IsRegular():
+			return copyFile(p, target)
+		}
+		return nil
+	})
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fi.Mode().Perm()|0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // removeWorkDir removes a work dir, and its quota mount, even if the job

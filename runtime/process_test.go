@@ -70,13 +70,14 @@ func TestProcessEnvironmentScrubbed(t *testing.T) {
 		t.Fatalf("secret leaked into job env:\n%s", out)
 	}
 	want := map[string]string{
-		"FOO":                  "bar",
-		"CUDA_VISIBLE_DEVICES": "1,3",
-		"HOME":                 h.WorkDir(),
-		"TMPDIR":               filepath.Join(h.WorkDir(), "tmp"),
-		"GPUMESH_JOB_ID":       "env",
-		"GPUMESH_OUTPUTS":      filepath.Join(h.WorkDir(), "out/dir"),
-		"PATH":                 "/usr/local/bin:/usr/bin:/bin",
+		"FOO":                    "bar",
+		"CUDA_VISIBLE_DEVICES":   "1,3",
+		"HOME":                   h.WorkDir(),
+		"TMPDIR":                 filepath.Join(h.WorkDir(), "tmp"),
+		"GPUMESH_JOB_ID":         "env",
+		"GPUMESH_OUTPUTS":        filepath.Join(h.WorkDir(), "out/dir"),
+		"GPUMESH_CHECKPOINT_DIR": filepath.Join(h.WorkDir(), "checkpoint"),
+		"PATH":                   "/usr/local/bin:/usr/bin:/bin",
 	}
 	for k, v := range want {
 		if env[k] != v {
@@ -94,6 +95,34 @@ func TestProcessEnvironmentScrubbed(t *testing.T) {
 	}
 	if fi, err := os.Stat(h.WorkDir()); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("work dir mode: %v %v", fi.Mode(), err)
+	}
+}
+
+// TestProcessCheckpointRestore: the job finds the restored checkpoint's
+// files in GPUMESH_CHECKPOINT_DIR and can replace them (write, then rename).
+func TestProcessCheckpointRestore(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	restore := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(restore, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(restore, "sub", "count"), []byte("41\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `d="$GPUMESH_CHECKPOINT_DIR"; n=$(cat "$d/sub/count"); echo $((n+1)) > "$d/next.tmp" && mv "$d/next.tmp" "$d/sub/count" && cat "$d/sub/count"`
+	res, out, errs, h := run(t, e, Spec{ID: "ckpt", Command: []string{"sh", "-c", script}, Restore: restore})
+	if res.ExitCode != 0 || strings.TrimSpace(out) != "42" {
+		t.Fatalf("restored job: %+v out %q err %q", res, out, errs)
+	}
+	if b, err := os.ReadFile(filepath.Join(h.WorkDir(), CheckpointDir, "sub", "count")); err != nil || string(b) != "42\n" {
+		t.Fatalf("checkpoint dir after the job: %q %v", b, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(restore, "sub", "count")); string(b) != "41\n" {
+		t.Fatalf("the restore source was changed: %q", b)
+	}
+	// A relative restore dir is refused.
+	if _, err := e.Start(context.Background(), Spec{ID: "rel", Command: []string{"true"}, Restore: "x"}, nil, nil); err == nil {
+		t.Fatal("relative restore dir accepted")
 	}
 }
 

@@ -131,6 +131,12 @@ func printJobView(w io.Writer, v *api.JobView) {
 	if v.OutputsArtifact != "" {
 		fmt.Fprintf(w, "outputs:    artifact %s (gpumesh artifact get %s DIR)\n", v.OutputsArtifact, v.OutputsArtifact)
 	}
+	if c := v.Checkpoint; c != nil {
+		fmt.Fprintf(w, "checkpoint: %s\n", checkpointText(c))
+	}
+	if c := v.Restored; c != nil {
+		fmt.Fprintf(w, "restored:   %s\n", checkpointText(c))
+	}
 	for _, name := range slices.Sorted(maps.Keys(v.Job.Run.Inputs)) {
 		fmt.Fprintf(w, "input:      %s = artifact %s\n", name, v.Job.Run.Inputs[name])
 	}
@@ -146,7 +152,11 @@ func printAttempts(w io.Writer, v *api.JobView) {
 	}
 	recs := slices.Clone(v.History)
 	if l := v.Lease; l != nil {
-		cur := api.LeaseRecord{Lease: *l, Run: v.Run, Detail: v.Detail, Fault: v.Fault, Attempt: l.Attempt, Receipt: v.Receipt != nil}
+		cur := api.LeaseRecord{Lease: *l, Run: v.Run, Detail: v.Detail, Fault: v.Fault, Attempt: l.Attempt, Receipt: v.Receipt != nil,
+			Restored: v.Restored}
+		if c := v.Checkpoint; c != nil && c.LeaseID == l.ID {
+			cur.Checkpoint = c
+		}
 		if v.Receipt != nil {
 			cur.CostUSD = v.Receipt.Amount
 		}
@@ -173,13 +183,13 @@ func printAttempts(w io.Writer, v *api.JobView) {
 			cost += " (unsettled)"
 		}
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, shortID(r.Lease.Provider), run, orDash(string(r.Fault)),
-			checkpointText(r), cost, orDash(r.Detail))
+			attemptCheckpoints(r), cost, orDash(r.Detail))
 	}
 	tw.Flush()
 }
 
-// checkpointText says what an attempt restored and saved.
-func checkpointText(r api.LeaseRecord) string {
+// attemptCheckpoints says what an attempt restored and saved.
+func attemptCheckpoints(r api.LeaseRecord) string {
 	var parts []string
 	if c := r.Restored; c != nil {
 		parts = append(parts, fmt.Sprintf("from %s", c.Work.Round(time.Second)))
@@ -191,6 +201,13 @@ func checkpointText(r api.LeaseRecord) string {
 		return "-"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// checkpointText is one line about a checkpoint: which, how big, how much
+// work it saved.
+func checkpointText(c *auction.Checkpoint) string {
+	return fmt.Sprintf("seq %d of attempt %d (%s), %d bytes, work saved %s, artifact %s", c.Seq, c.Attempt, c.Reason, c.Bytes,
+		c.Work.Round(time.Second), c.Artifact)
 }
 
 func runOutcome(v *api.JobView) string {

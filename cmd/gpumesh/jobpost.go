@@ -45,6 +45,7 @@ func jobPostFlags() []cli.Flag {
 		&cli.IntFlag{Name: "memory-mb", Usage: "memory cap in MB, where the runtime can enforce it"},
 		&cli.DurationFlag{Name: "bid-window", DefaultText: auction.DefaultBidWindow.String(), Usage: "how long to collect bids"},
 		maxAttemptsFlag(),
+		&cli.DurationFlag{Name: "checkpoint-every", DefaultText: "only when stopped early", Usage: "how often the provider saves $GPUMESH_CHECKPOINT_DIR while the job runs, e.g. 10m (it is also saved when the job is preempted); a later attempt resumes from it"},
 		&cli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its final status; fail unless it succeeded"},
 		jsonFlag(),
 	}
@@ -205,6 +206,9 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time) error {
 	if set("max-attempts") {
 		job.MaxAttempts = c.Int("max-attempts")
 	}
+	if set("checkpoint-every") {
+		job.CheckpointEvery = c.Duration("checkpoint-every")
+	}
 	if args := c.Args().Slice(); len(args) > 0 {
 		job.Run.Command = args
 	}
@@ -217,7 +221,8 @@ var jobFlags = map[string]string{
 	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "min_vram_gb": "min-vram",
 	"region": "region", "min_reliability": "min-reliability", "preemptible": "preemptible", "duration": "duration",
 	"deadline": "deadline", "datasets": "dataset", "workload": "workload", "bid_window": "bid-window", "max_attempts": "max-attempts",
-	"run.image": "image", "run.env": "env", "run.outputs": "outputs", "run.inputs": "input", "run.image_artifact": "image-artifact", "run.memory_mb": "memory-mb",
+	"checkpoint_every": "checkpoint-every",
+	"run.image":        "image", "run.env": "env", "run.outputs": "outputs", "run.inputs": "input", "run.image_artifact": "image-artifact", "run.memory_mb": "memory-mb",
 }
 
 // invalidJob turns auction.Job.Validate's field errors into one line: a

@@ -136,6 +136,17 @@ func TestBuildJob(t *testing.T) {
 				t.Fatalf("tier %s preemptible %v", j.Tier, j.Preemptible)
 			}
 		}},
+		{"checkpoint every", with("--checkpoint-every", "10m", "--", "x"), func(t *testing.T, j auction.Job) {
+			if j.CheckpointEvery != 10*time.Minute {
+				t.Fatalf("checkpoint every = %v, want 10m", j.CheckpointEvery)
+			}
+		}},
+		{"checkpoint every from file", []string{"--file", writeFile(t, "ck.yaml", "max_price: 1\nduration: 1h\ncheckpoint_every: 15m\nrun:\n  command: [x]\n")},
+			func(t *testing.T, j auction.Job) {
+				if j.CheckpointEvery != 15*time.Minute {
+					t.Fatalf("checkpoint every = %v, want 15m", j.CheckpointEvery)
+				}
+			}},
 		{"absolute deadline", with("--deadline", "2026-03-15T00:00:00+01:00", "--", "x"), func(t *testing.T, j auction.Job) {
 			if want := time.Date(2026, 3, 14, 23, 0, 0, 0, time.UTC); !j.Deadline.Equal(want) {
 				t.Fatalf("deadline = %v, want %v", j.Deadline, want)
@@ -231,6 +242,8 @@ func TestBuildJobErrors(t *testing.T) {
 		{"long bid window", withCmd("--bid-window", "2m"), "invalid --bid-window: must be in [100ms, 1m0s], got 2m0s"},
 		{"too many attempts", withCmd("--max-attempts", "21"), "invalid --max-attempts: must be in [1, 20] (0: 3), got 21"},
 		{"negative attempts", withCmd("--max-attempts", "-1"), "invalid --max-attempts: must be in [1, 20] (0: 3), got -1"},
+		{"short checkpoint interval", withCmd("--checkpoint-every", "10ms"), "invalid --checkpoint-every: must be 0 (only when stopped early) or at least 1s, got 10ms"},
+		{"file short checkpoint interval", withCmd("--file", file("checkpoint_every: 10ms\n")), "invalid job: checkpoint_every must be 0 (only when stopped early) or at least 1s, got 10ms"},
 		{"past deadline", withCmd("--deadline", "2026-03-13T00:00:00Z"), "invalid --deadline: 2026-03-13T00:00:00Z is before created_at 2026-03-14T09:26:53Z"},
 		{"bad deadline", withCmd("--deadline", "soon"), `--deadline must be an RFC3339 time or a positive duration from now, got "soon"`},
 		{"negative deadline", withCmd("--deadline", "-5m"), "--deadline must be an RFC3339 time or a positive duration"},

@@ -106,6 +106,14 @@ type JobView struct {
 	// OutputsArtifact is the artifact id of the outputs directory (fetch
 	// it with gpumesh artifact get).
 	OutputsArtifact string `json:"outputs_artifact,omitempty"`
+	// Checkpoint is the newest good checkpoint of the job (any attempt),
+	// held by this renter; Checkpoints are the ones kept, newest first
+	// (at most auction.MaxRestore): a requeued attempt restores them.
+	Checkpoint  *auction.Checkpoint  `json:"checkpoint,omitempty"`
+	Checkpoints []auction.Checkpoint `json:"checkpoints,omitempty"`
+	// Restored is the checkpoint the current lease started from, as its
+	// provider reported (nil: it started fresh).
+	Restored *auction.Checkpoint `json:"restored,omitempty"`
 }
 
 // LeaseRecord is one lease of a job and how it ended.

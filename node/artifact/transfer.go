@@ -502,7 +502,13 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 			return res, err
 		}
 	}
-	if _, _, err := s.cfg.Store.Begin(m, Meta{Private: mresp.Private, Owner: mresp.Owner}); err != nil {
+	owner := mresp.Owner
+	if owner == self.String() {
+		// Ours (e.g. a checkpoint a provider kept for us): served by our
+		// own rules, like an artifact we added.
+		owner = ""
+	}
+	if _, _, err := s.cfg.Store.Begin(m, Meta{Private: mresp.Private, Owner: owner}); err != nil {
 		return res, err
 	}
 	missing := s.cfg.Store.Missing(&m)
@@ -710,7 +716,11 @@ func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte
 			live--
 			dead[p] = true
 			if live == 0 && remaining > 0 {
-				finish(fmt.Errorf("artifact %s: every source failed or left with %d chunk(s) missing; fetch again to resume", short(id), remaining))
+				why := ""
+				if len(res.BadPeers) > 0 {
+					why = fmt.Sprintf(" (%d source(s) served a chunk that did not match its hash)", len(res.BadPeers))
+				}
+				finish(fmt.Errorf("artifact %s: every source failed or left with %d chunk(s) missing%s; fetch again to resume", short(id), remaining, why))
 			}
 		}()
 	}

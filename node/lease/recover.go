@@ -42,12 +42,13 @@ type archived struct {
 }
 
 // requeueOptions says how a job whose lease l ended in run, through
-// fault, goes back to auction: a provider at fault is excluded and the
-// lease's work counts as lost.
+// fault, goes back to auction: a provider at fault is excluded (the work
+// no checkpoint saved is lost either way; the tracker adds the job's
+// checkpoints).
 func requeueOptions(l auction.Lease, run auction.RunState, fault auction.Fault, reason string) auction.RequeueOptions {
 	opts := auction.RequeueOptions{Reason: reason}
 	if run == auction.RunFailed && fault == auction.FaultProvider {
-		opts.Exclude, opts.Lost = []string{l.Provider}, true
+		opts.Exclude = []string{l.Provider}
 	}
 	return opts
 }

@@ -98,6 +98,15 @@ type SupervisorConfig struct {
 	// OutputsArtifact stores a lease's collected outputs dir as an
 	// artifact owned by the renter and returns its id; nil: none.
 	OutputsArtifact func(dir, renter string) (string, error)
+	// CheckpointArtifact stores a snapshot of a job's checkpoint dir as an
+	// artifact owned by the renter (not announced: the renter fetches it
+	// from us) and returns its id and size; drop removes our copy once
+	// the renter holds it. nil: no checkpoints are taken.
+	CheckpointArtifact func(dir, renter string) (id string, bytes int64, drop func(), err error)
+	// Restore fetches checkpoint artifact id of job from its owner (and
+	// any other holder), verifying every chunk, and writes its files into
+	// dir; release removes them. nil: jobs start fresh.
+	Restore func(ctx context.Context, job auction.Job, id, dir string) (release func(), err error)
 	// Observe, when set, is told of heartbeats sent and leases ended.
 	Observe *Observer
 }
@@ -126,6 +135,10 @@ type providerRecord struct {
 	Outputs  []auction.OutputFile `json:"outputs,omitempty"`
 	// OutputsArtifact is the artifact id of the collected outputs.
 	OutputsArtifact string `json:"outputs_artifact,omitempty"`
+	// Checkpoint is the last checkpoint the renter took; Restored the one
+	// the job started from.
+	Checkpoint *auction.Checkpoint `json:"checkpoint,omitempty"`
+	Restored   *auction.Checkpoint `json:"restored,omitempty"`
 }
 
 // leaseRun executes one confirmed lease on the provider.
@@ -145,6 +158,7 @@ type leaseRun struct {
 	// kept is set when the daemon stops before the lease's start: the
 	// lease stays pending in the store, for the next start (keepPending).
 	kept bool
+	ck   ckptState
 }
 
 // NewSupervisor returns a Supervisor; ctx bounds its jobs and messages.
@@ -396,6 +410,13 @@ func (r *leaseRun) run() {
 		}
 		log.Info("job inputs ready", "inputs", len(job.Run.Inputs), "image_artifact", job.Run.ImageArtifact != "")
 	}
+	restoreDir, releaseRestore, err := r.restoreCheckpoint(job, lw)
+	if err != nil {
+		r.finish(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err}, nil)
+		return
+	}
+	defer releaseRestore()
+	spec.Restore = restoreDir
 	started := s.now()
 	h, err := s.cfg.Exec.Start(s.ctx, spec, lw, lw)
 	if err != nil {
@@ -427,6 +448,13 @@ func (r *leaseRun) run() {
 		defer close(beatsDone)
 		r.heartbeats(beatsStop)
 	}()
+	ckptDone := make(chan struct{})
+	go func() {
+		defer close(ckptDone)
+		if job.CheckpointEvery > 0 {
+			r.checkpointLoop(h, job.CheckpointEvery, started, lw)
+		}
+	}()
 	resultCh := make(chan runtime.Result, 1)
 	go func() { resultCh <- h.Wait() }()
 	var res runtime.Result
@@ -435,6 +463,12 @@ func (r *leaseRun) run() {
 	case <-r.stop:
 		_ = h.Stop(s.cfg.PreemptGrace)
 		res = <-resultCh
+	}
+	<-ckptDone
+	if r.stoppedEarly(res) {
+		// The job had its grace period to save its state: the renter holds
+		// it before it hears of the end (and requeues).
+		r.snapshot(h, auction.CheckpointStopped, started, maxTime(res.Ended, started), lw)
 	}
 	outs, err := runtime.CollectOutputs(h.WorkDir(), job.Run.Outputs, s.outDir(l.ID), MaxOutputBytes)
 	if err != nil {
@@ -514,7 +548,7 @@ func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
 	r.mu.Lock()
 	state, detail, fault := classify(res, r.stopAs, r.stopDetail)
 	rec := &r.pr.Rec
-	if job := r.pr.Job; state == auction.RunExpired && job.Preemptible && rec.Lease.End.Before(rec.Lease.Start.Add(job.Duration)) {
+	if backfillGapEnded(r.pr.Job, rec.Lease, state) {
 		// A bronze job took a backfill gap shorter than itself: reaching the
 		// gap's end is a preemption, and its renter requeues the rest.
 		state, detail, fault = auction.RunPreempted, "backfill gap ended before the job did", auction.FaultNone
@@ -657,6 +691,9 @@ func (s *Supervisor) sendEvent(r *leaseRun, attempts int) (*attest.HeartbeatSumm
 		Detail: rec.Detail, ExitCode: rec.ExitCode, Fault: rec.Fault, Started: rec.Started, Ended: rec.Ended, Time: s.now()}
 	ev.SetOutputs(r.pr.Outputs)
 	ev.OutputsArtifact = r.pr.OutputsArtifact
+	if r.pr.Restored != nil {
+		ev.Restored = r.pr.Restored.Artifact
+	}
 	r.mu.Unlock()
 	b, err := sealed(s.cfg.Signer, sign.DomainLeaseEvent, ev)
 	if err != nil {
@@ -767,6 +804,10 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	r.mu.Lock()
 	rec := r.pr.Rec
 	outs := r.pr.Outputs
+	ckpt := ""
+	if r.pr.Checkpoint != nil {
+		ckpt = r.pr.Checkpoint.Artifact
+	}
 	r.mu.Unlock()
 	if rec.Started.Before(rec.Lease.Start) {
 		rec.Started = rec.Lease.Start
@@ -791,7 +832,7 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 		LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Renter: rec.Lease.Renter, Provider: rec.Lease.Provider,
 		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, Devices: devices, GPUSeconds: gpuSec, Price: rec.Lease.Price,
 		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run, Fault: rec.Fault,
-		ResultHash: auction.ManifestHash(outs), Heartbeats: *sum, IssuedAt: s.now(),
+		ResultHash: auction.ManifestHash(outs), Checkpoint: ckpt, Heartbeats: *sum, IssuedAt: s.now(),
 	}
 	sr, err := attest.NewReceipt(s.cfg.Signer, rc)
 	if err != nil {

@@ -70,6 +70,12 @@ type TrackerConfig struct {
 	Counters    *Counters
 	// Observe, when set, is told of auctions, heartbeats and job ends.
 	Observe *Observer
+	// FetchCheckpoint fetches a checkpoint artifact from the provider
+	// that took it into the renter's own store (refusing one over max
+	// bytes) and returns its size; PinCheckpoint keeps it from eviction
+	// until unpin. Both nil: checkpoints are refused.
+	FetchCheckpoint func(ctx context.Context, id string, from peer.ID, max int64) (int64, error)
+	PinCheckpoint   func(id string) (unpin func())
 }
 
 // Tracker is a renter's one record of each of its jobs: the auction's
@@ -96,6 +102,7 @@ type Tracker struct {
 	// archived holds leases no longer their job's current attempt whose
 	// provider may still report and settle them (see recover.go).
 	archived map[string]*archived
+	ckPins   map[string]func() // checkpoint artifact → its pin
 }
 
 // NewTracker returns a Tracker with its auction.Renter and reloads the jobs
@@ -425,6 +432,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 		time.Time{}, time.Time{}, nil, "", nil, nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
+	v.Restored = nil
 	t.mons[l.ID] = mon
 	t.byLease[l.ID] = job.ID
 	t.mu.Unlock()
@@ -520,6 +528,7 @@ func (t *Tracker) load() ([]auction.Job, error) {
 			v.State = auction.JobFinished
 		}
 		t.jobs[id] = &v
+		t.repinCheckpoints(&v)
 		if v.Lease != nil && (!v.Run.Terminal() || v.Receipt == nil) {
 			// Running, or ended but not settled: take its events and
 			// receipt again, and watch for its abandonment again.
@@ -825,6 +834,9 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		v.ObservedEnd = now
 	}
 	v.OutputsArtifact = ev.OutputsArtifact
+	if ck := restoredOf(v.Job, ev.Restored); ck != nil {
+		v.Restored = ck
+	}
 	lease := *v.Lease
 	started, ended := v.Started, v.Ended
 	again := ev.Run.Terminal() && ev.Run.Requeues(ev.Fault)
@@ -912,6 +924,7 @@ func (t *Tracker) requeue(jobID string, lease auction.Lease, opts auction.Requeu
 	t.archive(jobID, lease.ID)
 	ctx, cancel := context.WithTimeout(t.ctx, 3*time.Minute)
 	defer cancel()
+	opts.Restore = t.restoreFor(jobID)
 	if job, err := t.renter.Requeue(ctx, jobID, opts); err != nil {
 		t.log.Warn("requeue", "job", jobID, "err", err)
 		if errors.Is(err, auction.ErrUnplaceable) && t.ctx.Err() == nil && t.beforeDeadline(job) {
@@ -955,7 +968,9 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	snap.History = nil
 	t.keepArchivedLocked(jobID, snap, false)
 	v.History = append(v.History, api.LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, CostUSD: cost,
-		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode, Fault: v.Fault})
+		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode, Fault: v.Fault,
+		Checkpoint: leaseCheckpoint(v, v.Lease.ID), Restored: v.Restored})
+	v.Restored = nil
 	// The current-lease fields describe the next lease from now on.
 	v.Lease, v.Receipt, v.ExitCode, v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil, nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
@@ -1042,6 +1057,10 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 		count("renter.receipt_early")
 		return nil, fmt.Errorf("lease %s has not reported its end (run %s): no receipt before the final report", r.LeaseID, orNone(string(v.Run)))
 	}
+	if err := checkReceiptCheckpoint(v, r); err != nil {
+		count("renter.receipt_checkpoint_mismatch")
+		return nil, err
+	}
 	if r.ResultHash != v.OutputsHash {
 		count("renter.receipt_result_mismatch")
 		return nil, fmt.Errorf("receipt's result hash %q does not name the %d output files the provider reported (%q)",
@@ -1081,8 +1100,8 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 }
 
 // LeaseNamesInput reports whether provider holds a current lease (not yet
-// ended) for one of our jobs whose inputs (or image artifact) name
-// artifact id: who may fetch our private artifacts.
+// ended) for one of our jobs whose inputs (or image artifact, or
+// checkpoints to restore) name artifact id: who may fetch our private artifacts.
 func (t *Tracker) LeaseNamesInput(provider peer.ID, id string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -1090,7 +1109,7 @@ func (t *Tracker) LeaseNamesInput(provider peer.ID, id string) bool {
 		if v.Lease == nil || v.Lease.Provider != provider.String() || v.Run.Terminal() {
 			continue
 		}
-		if slices.Contains(v.Job.Run.Artifacts(), id) {
+		if slices.Contains(v.Job.Run.Artifacts(), id) || restoredOf(v.Job, id) != nil {
 			return true
 		}
 	}

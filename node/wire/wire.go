@@ -80,6 +80,9 @@ type LeaseEvent struct {
 	// OutputsArtifact is the artifact holding the outputs, owned by the
 	// renter (who may fetch it from the provider and any holder).
 	OutputsArtifact string `json:"outputs_artifact,omitempty"`
+	// Restored is the artifact id of the checkpoint (one of the job's
+	// Restore) the lease started from; "" when it started fresh.
+	Restored string `json:"restored,omitempty"`
 }
 
 // MaxEventOutputs caps the output files listed in a lease event, so a job

@@ -1,0 +1,219 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// The checkpoint contract, renter side: the renter's daemon keeps its
+// jobs' checkpoints. A provider's signed checkpoint (wire.ProtoCheckpoint)
+// for the current lease of one of our jobs is fetched from that provider
+// into our own artifact store and pinned before it is acknowledged; the
+// newest auction.MaxRestore good ones are kept per job (older ones are
+// unpinned) and a requeued attempt restores them, newest first.
+
+// HandleCheckpoint takes a provider's signed checkpoint of a lease of ours
+// (wire.ProtoCheckpoint) and answers once its artifact is stored here.
+func (t *Tracker) HandleCheckpoint(ctx context.Context, from peer.ID, data []byte) ([]byte, error) {
+	count := t.cfg.Counters.Add
+	var c auction.Checkpoint
+	if err := sign.OpenFrom(data, sign.DomainCheckpoint, from, &c); err != nil {
+		count("renter.checkpoint_rejected")
+		return nil, err
+	}
+	t.mu.Lock()
+	jobID := t.byLease[c.LeaseID]
+	v := t.jobs[jobID]
+	dup, err := checkpointFits(v, c, from, t.now())
+	t.mu.Unlock()
+	if err != nil {
+		count("renter.checkpoint_rejected")
+		return nil, err
+	}
+	if dup {
+		return nil, nil // a retry of one we hold: the first answer was lost
+	}
+	if t.cfg.FetchCheckpoint == nil || t.cfg.PinCheckpoint == nil {
+		count("renter.checkpoint_rejected")
+		return nil, errors.New("this renter does not keep checkpoints")
+	}
+	size, err := t.cfg.FetchCheckpoint(ctx, c.Artifact, from, auction.MaxCheckpointBytes)
+	if err == nil && size != c.Bytes {
+		err = fmt.Errorf("checkpoint artifact holds %d bytes, the checkpoint says %d", size, c.Bytes)
+	}
+	if err != nil {
+		count("renter.checkpoint_fetch_failed")
+		t.log.Warn("checkpoint not kept", "job", jobID, "lease", c.LeaseID, "seq", c.Seq, "err", err)
+		return nil, fmt.Errorf("checkpoint %d of lease %s not kept: %w", c.Seq, c.LeaseID, err)
+	}
+	unpin := t.cfg.PinCheckpoint(c.Artifact)
+	t.mu.Lock()
+	v = t.jobs[jobID]
+	if _, err := checkpointFits(v, c, from, t.now()); err != nil {
+		t.mu.Unlock()
+		unpin()
+		count("renter.checkpoint_rejected")
+		return nil, err
+	}
+	kept := append([]auction.Checkpoint{c}, v.Checkpoints...)
+	var dropped []auction.Checkpoint
+	if len(kept) > auction.MaxRestore {
+		kept, dropped = kept[:auction.MaxRestore], kept[auction.MaxRestore:]
+	}
+	v.Checkpoints = kept
+	newest := c
+	v.Checkpoint = &newest
+	t.keepPin(c.Artifact, unpin)
+	for _, d := range dropped {
+		t.unpinCheckpoint(d.Artifact)
+	}
+	t.mu.Unlock()
+	count("renter.checkpoint_kept")
+	t.log.Info("checkpoint kept", "job", jobID, "lease", c.LeaseID, "seq", c.Seq, "bytes", c.Bytes, "work", c.Work, "reason", c.Reason)
+	t.save(jobID)
+	return nil, nil
+}
+
+// checkpointFits checks a checkpoint against the job's record (t.mu
+// held): it must be for the current, running lease of the job, sent by
+// that lease's provider, newer than the lease's last one, within the size
+// cap and claim no more work than the job could have done. dup reports a
+// checkpoint already held.
+func checkpointFits(v *api.JobView, c auction.Checkpoint, from peer.ID, now time.Time) (dup bool, err error) {
+	if v == nil || v.Lease == nil || v.Lease.ID != c.LeaseID || v.Lease.Provider != from.String() || c.Provider != from.String() {
+		return false, fmt.Errorf("no lease %s from %s", c.LeaseID, from)
+	}
+	l := v.Lease
+	switch {
+	case c.JobID != l.JobID || c.Attempt != l.Attempt:
+		return false, fmt.Errorf("checkpoint names job %s attempt %d; lease %s is job %s attempt %d", c.JobID, c.Attempt, l.ID, l.JobID, l.Attempt)
+	case !auction.ValidArtifactID(c.Artifact):
+		return false, fmt.Errorf("checkpoint artifact %q is not an artifact id", c.Artifact)
+	case c.Bytes <= 0 || c.Bytes > auction.MaxCheckpointBytes:
+		return false, fmt.Errorf("checkpoint of %d bytes: the cap is %d", c.Bytes, int64(auction.MaxCheckpointBytes))
+	case c.Seq < 1 || c.Work < 0:
+		return false, fmt.Errorf("checkpoint seq %d, work %v", c.Seq, c.Work)
+	}
+	for _, k := range v.Checkpoints {
+		if k.LeaseID != c.LeaseID {
+			continue
+		}
+		if k.Seq == c.Seq && k.Artifact == c.Artifact {
+			return true, nil
+		}
+		if c.Seq <= k.Seq {
+			return false, fmt.Errorf("checkpoint %d of lease %s is older than the one held (%d)", c.Seq, l.ID, k.Seq)
+		}
+	}
+	if v.Run.Terminal() {
+		return false, fmt.Errorf("lease %s has ended: no more checkpoints", l.ID)
+	}
+	// The work a checkpoint captures: what the restored one held plus at
+	// most the time since the lease started.
+	limit := now.Sub(l.Start) + attest.HeartbeatSkew
+	if len(v.Job.Restore) > 0 {
+		limit += v.Job.Restore[0].Work
+	}
+	if c.Work > limit {
+		return false, fmt.Errorf("checkpoint claims %v of work; at most %v can have been done", c.Work, limit)
+	}
+	return false, nil
+}
+
+// keepPin holds a checkpoint's pin (t.mu held).
+func (t *Tracker) keepPin(id string, unpin func()) {
+	if t.ckPins == nil {
+		t.ckPins = map[string]func(){}
+	}
+	if old := t.ckPins[id]; old != nil {
+		old()
+	}
+	t.ckPins[id] = unpin
+}
+
+// unpinCheckpoint releases a checkpoint no job keeps any more (t.mu held).
+func (t *Tracker) unpinCheckpoint(id string) {
+	for _, v := range t.jobs {
+		for _, k := range v.Checkpoints {
+			if k.Artifact == id {
+				return
+			}
+		}
+	}
+	if u := t.ckPins[id]; u != nil {
+		u()
+		delete(t.ckPins, id)
+	}
+}
+
+// repinCheckpoints pins the checkpoints a job keeps (after a restart).
+func (t *Tracker) repinCheckpoints(v *api.JobView) {
+	switch v.State {
+	case auction.JobFinished, auction.JobCancelled, auction.JobFailed, auction.JobUnplaceable:
+		return // no attempt will restore them
+	}
+	if t.cfg.PinCheckpoint == nil {
+		return
+	}
+	for _, k := range v.Checkpoints {
+		if t.ckPins[k.Artifact] == nil {
+			t.keepPin(k.Artifact, t.cfg.PinCheckpoint(k.Artifact))
+		}
+	}
+}
+
+// restoreFor is the checkpoints a requeued attempt of a job restores,
+// newest first.
+func (t *Tracker) restoreFor(jobID string) []auction.Checkpoint {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v := t.jobs[jobID]; v != nil {
+		return append([]auction.Checkpoint(nil), v.Checkpoints...)
+	}
+	return nil
+}
+
+// restoredOf is the checkpoint of job's Restore with artifact id (nil for
+// none).
+func restoredOf(job auction.Job, id string) *auction.Checkpoint {
+	for _, c := range job.Restore {
+		if id != "" && c.Artifact == id {
+			cc := c
+			return &cc
+		}
+	}
+	return nil
+}
+
+// leaseCheckpoint is the newest checkpoint a job keeps of lease leaseID
+// (nil for none).
+func leaseCheckpoint(v *api.JobView, leaseID string) *auction.Checkpoint {
+	for _, k := range v.Checkpoints {
+		if k.LeaseID == leaseID {
+			kk := k
+			return &kk
+		}
+	}
+	return nil
+}
+
+// checkReceiptCheckpoint: a receipt names the lease's last checkpoint this
+// renter holds ("" when it holds none of that lease).
+func checkReceiptCheckpoint(v *api.JobView, r attest.Receipt) error {
+	want := ""
+	if k := leaseCheckpoint(v, r.LeaseID); k != nil {
+		want = k.Artifact
+	}
+	if r.Checkpoint != want {
+		return fmt.Errorf("receipt names checkpoint %q; the last checkpoint the renter holds of lease %s is %q", r.Checkpoint, r.LeaseID, want)
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package lease
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// TestHandleCheckpoint: the renter keeps only checkpoints of its running
+// leases sent by their provider, within the cap and the work the job can
+// have done; it answers once the artifact is fetched, takes a retry twice,
+// keeps the newest two (unpinning the older) and names them for the
+// requeue.
+func TestHandleCheckpoint(t *testing.T) {
+	h := newHarness(t)
+	r := h.renter()
+	pa := h.provider(provSpec{model: "H100", price: 0.5})
+	pb := h.provider(provSpec{model: "A100", price: 0.8})
+	j := job(auction.Bronze, 1, time.Minute, "gate", "ck", "0")
+	j.GPUModels = []string{"H100"}
+	v := r.post(j)
+	v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	l := *v.Lease
+
+	send := func(by *node, from peer.ID, c auction.Checkpoint) error {
+		b, err := sealed(by.signer, sign.DomainCheckpoint, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.tracker.HandleCheckpoint(context.Background(), from, b)
+		return err
+	}
+	art := func(c byte) string { return strings.Repeat(string(c), 64) }
+	good := func(seq int, a string) auction.Checkpoint {
+		return auction.Checkpoint{JobID: l.JobID, LeaseID: l.ID, Attempt: l.Attempt, Seq: seq, Artifact: a, Bytes: 10,
+			Work: time.Millisecond, Reason: auction.CheckpointPeriodic, Provider: pa.id(), TakenAt: time.Now()}
+	}
+	refusals := []struct {
+		name string
+		by   *node
+		from peer.ID
+		mod  func(*auction.Checkpoint)
+		want string
+	}{
+		{"another provider", pb, pb.signer.ID(), func(c *auction.Checkpoint) { c.Provider = pb.id() }, "no lease"},
+		{"relayed", pa, pb.signer.ID(), func(*auction.Checkpoint) {}, ""},
+		{"other attempt", pa, pa.signer.ID(), func(c *auction.Checkpoint) { c.Attempt = 3 }, "attempt 3"},
+		{"over the cap", pa, pa.signer.ID(), func(c *auction.Checkpoint) { c.Bytes = auction.MaxCheckpointBytes + 1 }, "the cap is"},
+		{"too much work", pa, pa.signer.ID(), func(c *auction.Checkpoint) { c.Work = time.Hour }, "can have been done"},
+		{"not an artifact", pa, pa.signer.ID(), func(c *auction.Checkpoint) { c.Artifact = "x" }, "not an artifact id"},
+		{"no store", pa, pa.signer.ID(), func(*auction.Checkpoint) {}, "does not keep checkpoints"},
+	}
+	for _, c := range refusals {
+		ck := good(1, art('a'))
+		c.mod(&ck)
+		if err := send(c.by, c.from, ck); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%s: %v, want an error with %q", c.name, err, c.want)
+		}
+	}
+
+	fetched := map[string]int{}
+	pins := map[string]int{}
+	r.tracker.cfg.FetchCheckpoint = func(_ context.Context, id string, from peer.ID, max int64) (int64, error) {
+		if from != pa.signer.ID() || max != auction.MaxCheckpointBytes {
+			t.Errorf("fetch %s from %s (max %d)", id, from, max)
+		}
+		fetched[id]++
+		return 10, nil
+	}
+	r.tracker.cfg.PinCheckpoint = func(id string) func() {
+		pins[id]++
+		return func() { pins[id]-- }
+	}
+	bad := good(1, art('a'))
+	bad.Bytes = 11
+	if err := send(pa, pa.signer.ID(), bad); err == nil || !strings.Contains(err.Error(), "holds 10 bytes") {
+		t.Fatalf("size mismatch: %v", err)
+	}
+	for i, a := range []string{art('a'), art('a'), art('b'), art('c')} {
+		seq := []int{1, 1, 2, 3}[i]
+		if err := send(pa, pa.signer.ID(), good(seq, a)); err != nil {
+			t.Fatalf("checkpoint %d: %v", seq, err)
+		}
+	}
+	if err := send(pa, pa.signer.ID(), good(2, art('d'))); err == nil || !strings.Contains(err.Error(), "older") {
+		t.Fatalf("stale checkpoint: %v", err)
+	}
+	v, _ = r.tracker.View(v.Job.ID)
+	if len(v.Checkpoints) != 2 || v.Checkpoints[0].Seq != 3 || v.Checkpoints[1].Seq != 2 || v.Checkpoint == nil || v.Checkpoint.Artifact != art('c') {
+		t.Fatalf("kept %+v, newest %+v", v.Checkpoints, v.Checkpoint)
+	}
+	if fetched[art('a')] != 2 || pins[art('a')] != 0 || pins[art('b')] != 1 || pins[art('c')] != 1 {
+		t.Fatalf("fetched %v (the size mismatch and the first: the retry is not fetched again), pins %v", fetched, pins)
+	}
+	if got := r.tracker.restoreFor(v.Job.ID); len(got) != 2 || got[0].Artifact != art('c') {
+		t.Fatalf("restore %+v", got)
+	}
+}
