@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -119,8 +120,8 @@ func TestProviderKilledMidJob(t *testing.T) {
 }
 
 // TestAbandonedLeaseIsSlashed: a provider that dies mid-lease and never
-// comes back is reported as having abandoned the lease once it is over, and
-// the renter slashes its reputation.
+// comes back is reported as having abandoned the lease once it is over, the
+// renter slashes its reputation and requeues the job without it.
 func TestAbandonedLeaseIsSlashed(t *testing.T) {
 	bin := buildDaemon(t)
 	root := t.TempDir()
@@ -142,9 +143,14 @@ func TestAbandonedLeaseIsSlashed(t *testing.T) {
 	_ = proc.Process.Signal(syscall.SIGKILL)
 	_, _ = proc.Process.Wait()
 
-	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "abandoned", func(v api.JobView) bool { return v.Run == auction.RunFailed })
-	if !strings.Contains(v.Detail, "abandoned") {
-		t.Fatalf("detail %q", v.Detail)
+	// The abandoned attempt is archived and the job goes back to auction
+	// without that provider (here there is no other: it stays queued).
+	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "abandoned and requeued", func(v api.JobView) bool { return len(v.History) > 0 && v.Job.Attempt > 0 })
+	if h := v.History[0]; h.Run != auction.RunFailed || h.Fault != auction.FaultProvider || !strings.Contains(h.Detail, "abandoned") {
+		t.Fatalf("abandoned attempt recorded as %s (fault %q): %q", h.Run, h.Fault, h.Detail)
+	}
+	if !slices.Contains(v.Job.Exclude, st.PeerID) {
+		t.Fatalf("the abandoning provider is not excluded from the job's next attempt: %v", v.Job.Exclude)
 	}
 	rep := boot.market.book.Stats(st.PeerID)
 	if rep.Slashes != 1 || rep.Score >= before {
