@@ -33,6 +33,16 @@ func (s RunState) Requeues(fault Fault) bool {
 	return s == RunPreempted || (s == RunFailed && fault == FaultProvider)
 }
 
+// Requeues reports whether j goes back to auction after a lease of it ended
+// in run, through fault: RunState.Requeues, except for a service replica
+// (Run.ServicePort > 0). A service owns its replicas' replacement: it sees
+// the lease end, retires the replica and leases a new one with its own
+// readiness and failover, so the renter never requeues a replica's job (two
+// owners would race, one auction wasted, its attempt budget meaningless).
+func (j *Job) Requeues(run RunState, fault Fault) bool {
+	return j.Run.ServicePort == 0 && run.Requeues(fault)
+}
+
 // SetDraining starts (on) or ends (!on) draining; it reports whether the
 // state changed. While draining the provider is ineligible for every call
 // (kind KindDraining, declined when the call asks) and declines awards.

@@ -53,6 +53,23 @@ func requeueOptions(l auction.Lease, run auction.RunState, fault auction.Fault, 
 	return opts
 }
 
+// requeuesLocked reports whether the job of v goes back to auction now
+// that its current lease ended in run through fault (Job.Requeues, within
+// its attempt budget); when a run that would requeue does not, why not.
+// t.mu is held.
+func requeuesLocked(v *api.JobView, run auction.RunState, fault auction.Fault) (bool, string) {
+	switch {
+	case !run.Requeues(fault):
+		return false, ""
+	case !v.Job.Requeues(run, fault):
+		return false, "a service replica: its service replaces it"
+	}
+	if spent, why := budgetSpentLocked(v); spent {
+		return false, why
+	}
+	return true, ""
+}
+
 // budgetSpentLocked reports whether the job's current lease is its last
 // allowed attempt (the leases in its history and the current one against
 // Job.Attempts), and a detail saying so. t.mu is held.
@@ -140,19 +157,19 @@ func (t *Tracker) lose(jobID string, l auction.Lease, detail string) bool {
 	if v.Ended.IsZero() {
 		v.Ended = last
 	}
-	spent, why := budgetSpentLocked(v)
-	if spent {
+	again, why := requeuesLocked(v, auction.RunFailed, auction.FaultProvider)
+	if !again {
 		v.Detail = joinDetail(v.Detail, why)
 		v.State = auction.JobFinished
 	}
 	started := v.Started
 	t.mu.Unlock()
 	t.cfg.Counters.Add("renter.lease_lost")
-	t.log.Warn("lease lost", "job", jobID, "lease", l.ID, "provider", l.Provider, "detail", detail, "requeue", !spent)
+	t.log.Warn("lease lost", "job", jobID, "lease", l.ID, "provider", l.Provider, "detail", detail, "requeue", again)
 	t.cfg.Observe.jobEnded(l, auction.RunFailed, started, last)
 	t.release(l) // if it still runs there, it stops
 	t.save(jobID)
-	if !spent {
+	if again {
 		t.requeue(jobID, l, requeueOptions(l, auction.RunFailed, auction.FaultProvider, detail))
 	}
 	return true
@@ -324,8 +341,8 @@ func (t *Tracker) slashAbandoned(l auction.Lease) {
 
 // joinDetail appends more to a detail ("; " between).
 func joinDetail(detail, more string) string {
-	if detail == "" {
-		return more
+	if detail == "" || more == "" {
+		return detail + more
 	}
 	return detail + "; " + more
 }

@@ -379,7 +379,9 @@ func (r *leaseRun) run() {
 				log.Info("reservation kept for the next start")
 				return
 			}
-			r.finish(runtime.Result{Started: s.now(), Ended: s.now(), ExitCode: -1}, nil)
+			// Stopped ahead of its start (evicted for gold, released):
+			// it never ran, and its report carries no start.
+			r.finish(runtime.Result{Ended: s.now(), ExitCode: -1}, nil)
 			return
 		}
 	}
@@ -561,7 +563,7 @@ func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
 	if rec.Ended.IsZero() {
 		rec.Ended = s.now()
 	}
-	if res.Started.IsZero() && rec.Run != auction.RunRunning {
+	if res.Started.IsZero() && rec.Run != auction.RunRunning && !endedAhead(*rec) {
 		// never started: no time used.
 		rec.Started = rec.Ended
 	}
@@ -580,6 +582,14 @@ func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
 	}
 	s.log.Info("job ended", "lease", lease.ID, "run", state, "detail", detail)
 	s.settle(r)
+}
+
+// endedAhead reports whether a lease was stopped before its start came
+// (evicted by a gold award, released by its renter): it never ran, has no
+// start, and there is nothing to bill, so it is reported but not settled
+// with a receipt (none could span time inside the lease).
+func endedAhead(rec api.ProviderLease) bool {
+	return rec.Started.IsZero() && !rec.Ended.IsZero() && rec.Ended.Before(rec.Lease.Start)
 }
 
 // classify maps an executor result to a run state.
@@ -805,6 +815,13 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	rec := r.pr.Rec
 	outs := r.pr.Outputs
 	ckpt := ""
+	if endedAhead(rec) {
+		// Reported: the renter requeues it; no time to settle.
+		r.mu.Unlock()
+		r.markSettled()
+		log.Info("lease ended before its start: reported, nothing to settle")
+		return nil
+	}
 	if r.pr.Checkpoint != nil {
 		ckpt = r.pr.Checkpoint.Artifact
 	}

@@ -523,7 +523,7 @@ func (t *Tracker) load() ([]auction.Job, error) {
 			}
 			v.State = auction.JobQueued
 			queued = append(queued, v.Job)
-		case v.State == auction.JobLeased && v.Lease != nil && v.Run.Terminal() && !v.Run.Requeues(v.Fault):
+		case v.State == auction.JobLeased && v.Lease != nil && v.Run.Terminal() && !v.Job.Requeues(v.Run, v.Fault):
 			// A record written before JobFinished existed.
 			v.State = auction.JobFinished
 		}
@@ -827,7 +827,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	v.Ended = ev.Ended
 	v.Outputs, v.OutputCount, v.OutputsHash = ev.Outputs, ev.OutputCount, ev.OutputsHash
-	if v.ObservedStart.IsZero() && ev.Run != auction.RunPending {
+	if v.ObservedStart.IsZero() && ev.Run != auction.RunPending && !(ev.Run.Terminal() && ev.Started.IsZero()) {
 		v.ObservedStart = now
 	}
 	if ev.Run.Terminal() {
@@ -839,9 +839,9 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	lease := *v.Lease
 	started, ended := v.Started, v.Ended
-	again := ev.Run.Terminal() && ev.Run.Requeues(ev.Fault)
-	if spent, why := budgetSpentLocked(v); again && spent {
-		again = false
+	again, why := false, ""
+	if ev.Run.Terminal() {
+		again, why = requeuesLocked(v, ev.Run, ev.Fault)
 		v.Detail = joinDetail(v.Detail, why)
 	}
 	if ev.Run.Terminal() && !again {
@@ -883,15 +883,19 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 
 // eventTimesValid checks a lease event's claimed times: a start and an end
 // within the lease (an end may not precede the start) and neither in the
-// future beyond the clock skew heartbeats are allowed.
+// future beyond the clock skew heartbeats are allowed. A final report
+// without a start is a lease that never ran (evicted or released ahead of
+// its start): its end may precede the lease's start.
 func eventTimesValid(ev wire.LeaseEvent, l auction.Lease, now time.Time) error {
 	latest := now.Add(attest.HeartbeatSkew)
+	neverRan := ev.Run.Terminal() && ev.Started.IsZero()
 	for _, c := range []struct {
 		what string
 		at   time.Time
 	}{{"start", ev.Started}, {"end", ev.Ended}} {
 		switch {
 		case c.at.IsZero():
+		case neverRan && c.at.Before(l.Start) && !c.at.After(latest):
 		case c.at.Before(l.Start.Add(-attest.HeartbeatSkew)):
 			return fmt.Errorf("lease event %s %s is before the lease start %s", c.what, c.at.Format(time.RFC3339Nano), l.Start.Format(time.RFC3339Nano))
 		case c.at.After(l.End.Add(attest.HeartbeatSkew)):
@@ -913,7 +917,7 @@ func (t *Tracker) requeue(jobID string, lease auction.Lease, opts auction.Requeu
 	// Give the receipt exchange a moment so history shows the settled cost.
 	deadline := time.Now().Add(t.cfg.SettleWait)
 	for time.Now().Before(deadline) && t.ctx.Err() == nil {
-		if v, _ := t.View(jobID); v.Receipt != nil || t.lostUnreported(lease.ID) {
+		if v, _ := t.View(jobID); v.Receipt != nil || t.lostUnreported(lease.ID) || neverRan(v, lease.ID) {
 			break
 		}
 		select {
@@ -949,6 +953,12 @@ func (t *Tracker) requeue(jobID string, lease auction.Lease, opts auction.Requeu
 		t.mu.Unlock()
 	}
 	t.save(jobID)
+}
+
+// neverRan reports whether lease id, the job's current one, ended without
+// ever starting (its final report has no start): no receipt follows.
+func neverRan(v api.JobView, id string) bool {
+	return v.Lease != nil && v.Lease.ID == id && v.Run.Terminal() && v.Started.IsZero()
 }
 
 // archive moves the current lease of a job into its history; the job goes
