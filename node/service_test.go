@@ -309,7 +309,7 @@ func TestServiceFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	v = waitService(t, c, v.ID, 30*time.Second, "2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
-	victim := v.Replicas[0].Provider
+	victim, victimJob := v.Replicas[0].Provider, v.Replicas[0].JobID
 	var dead *testNode
 	for _, n := range ns {
 		if n.ID().String() == victim {
@@ -354,6 +354,12 @@ func TestServiceFailover(t *testing.T) {
 		if r.Provider == victim {
 			t.Fatalf("the dead provider still holds a replica: %+v", r)
 		}
+	}
+	// The service replaced the replica; the renter never requeued its job
+	// (one owner of the replacement, no wasted auction).
+	jv := waitJob(t, boot, victimJob, 30*time.Second, "the lost replica's job ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	if jv.State != auction.JobFinished || len(jv.History) != 0 || jv.Job.Attempt != 0 || jv.Lease == nil || jv.Lease.Provider != victim {
+		t.Fatalf("the lost replica's job: %s (run %s, %q), %d earlier attempts, attempt %d", jv.State, jv.Run, jv.Detail, len(jv.History), jv.Job.Attempt)
 	}
 }
 

@@ -85,7 +85,6 @@ func servePostFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "env", Value: &stringList{}, Usage: "environment variable KEY=VALUE (repeatable)"},
 		&cli.IntFlag{Name: "memory-mb", Usage: "memory cap per replica in MB, where the runtime can enforce it"},
 		&cli.DurationFlag{Name: "bid-window", DefaultText: auction.DefaultBidWindow.String(), Usage: "how long each replica's auction collects bids"},
-		maxAttemptsFlag(),
 		jsonFlag(),
 	}
 }

@@ -112,6 +112,9 @@ func normalize(spec *api.ServiceSpec, now time.Time) error {
 	if job.Preemptible {
 		return badRequest("service: replicas must not be preemptible (a service is always on)")
 	}
+	if job.MaxAttempts != 0 || len(job.Exclude) > 0 {
+		return badRequest("service: a replica job takes no max_attempts or exclude: the service replaces lost replicas itself, leaving their providers out")
+	}
 	if job.GPUCount == 0 {
 		job.GPUCount = 1
 	}

@@ -77,6 +77,11 @@ type Service struct {
 	postFailures int  // auctions in a row that found no lease
 	dirty        bool // changed since last persisted
 	halted       bool // the daemon is shutting down: nothing is cancelled any more
+
+	// avoid is the providers that lost a replica through their own fault
+	// (went silent, restarted, broke), newest last: new replicas' auctions
+	// exclude them, as the renter's requeue excludes a lost provider.
+	avoid []string
 }
 
 func newService(m *Manager, spec api.ServiceSpec, ln net.Listener) *Service {
@@ -170,6 +175,7 @@ func (s *Service) addReplica() {
 	job.Run.Env = maps.Clone(job.Run.Env)
 	job.ID = auction.NewID("job")
 	job.CreatedAt, job.Deadline = time.Time{}, time.Time{}
+	job.Exclude = slices.Clone(s.avoid)
 	r := &replica{jobID: job.ID, state: api.ReplicaBidding, since: s.now(), stop: make(chan struct{})}
 	s.reps = append(s.reps, r)
 	s.wg.Add(1)
@@ -243,6 +249,20 @@ func shortPeer(p peer.ID) string {
 		return "…" + s[len(s)-8:]
 	}
 	return s
+}
+
+// avoidProvider keeps provider out of the service's next auctions (the
+// latest auction.MaxAttempts such providers); s.mu is held.
+func (s *Service) avoidProvider(p peer.ID) {
+	provider := p.String()
+	if p == "" || slices.Contains(s.avoid, provider) {
+		return
+	}
+	s.avoid = append(s.avoid, provider)
+	if len(s.avoid) > auction.MaxAttempts {
+		s.avoid = s.avoid[len(s.avoid)-auction.MaxAttempts:]
+	}
+	s.event("provider %s lost a replica through its own fault: left out of new replicas' auctions", shortPeer(p))
 }
 
 // retire removes r from the service and cancels its lease (in the
@@ -392,6 +412,11 @@ func (s *Service) tick() {
 		case v.Lease == nil || v.Lease.ID != r.leaseID:
 			s.retire(r, "lease "+r.leaseID+" replaced or gone")
 		case v.Run.Terminal():
+			// The renter never requeues a replica's job (auction.Job.Requeues):
+			// replacing it is the service's, below.
+			if v.Fault == auction.FaultProvider {
+				s.avoidProvider(r.provider)
+			}
 			s.retire(r, fmt.Sprintf("lease ended: %s %s", v.Run, v.Detail))
 		case r.state == api.ReplicaUnhealthy && r.failures >= replaceAfter:
 			s.retire(r, fmt.Sprintf("failing its readiness probe (%d in a row): %s", r.failures, r.probeErr))

@@ -27,6 +27,8 @@ type record struct {
 	Stopped  bool            `json:"stopped,omitempty"`
 	Created  time.Time       `json:"created"`
 	Replicas []replicaRecord `json:"replicas,omitempty"`
+	// Avoid is the providers left out of new replicas' auctions.
+	Avoid []string `json:"avoid,omitempty"`
 }
 
 type replicaRecord struct {
@@ -43,7 +45,7 @@ func (s *Service) save() {
 	if s.m.cfg.Store == nil {
 		return
 	}
-	rec := record{Spec: s.spec, Desired: s.desired, Gateway: s.Gateway(), Stopped: s.stopped, Created: s.created}
+	rec := record{Spec: s.spec, Desired: s.desired, Gateway: s.Gateway(), Stopped: s.stopped, Created: s.created, Avoid: s.avoid}
 	for _, r := range s.reps {
 		if r.leaseID != "" && r.state != api.ReplicaDraining {
 			rec.Replicas = append(rec.Replicas, replicaRecord{JobID: r.jobID, LeaseID: r.leaseID, Provider: r.provider.String(),
@@ -87,7 +89,7 @@ func (m *Manager) Restore() error {
 			}
 		}
 		s := newService(m, rec.Spec, ln)
-		s.created = rec.Created
+		s.created, s.avoid = rec.Created, rec.Avoid
 		s.desired = min(max(rec.Desired, rec.Spec.Replicas), rec.Spec.MaxReplicas)
 		s.mu.Lock()
 		if moved {
