@@ -79,6 +79,11 @@ type Heartbeat struct {
 	// hash its capability advertises: the renter holds the telemetry to it
 	// (HeartbeatMonitor.SetFingerprint).
 	Fingerprint *sign.Envelope `json:"fingerprint,omitempty"`
+	// Preparing marks a heartbeat sent from the lease's start while the
+	// job's inputs and checkpoint are fetched, before it starts: proof the
+	// provider is alive, not that the job runs (its renter does not count
+	// it as the run's start).
+	Preparing bool `json:"preparing,omitempty"`
 }
 
 // DeviceSample is one GPU's reading in a heartbeat.
@@ -505,4 +510,26 @@ func (m *HeartbeatMonitor) Summary(end time.Time) HeartbeatSummary {
 		s.Gaps = kept
 	}
 	return s
+}
+
+// SilentUntil extends a summary taken up to from (over a span that began
+// at start) with silence until end: no heartbeat after from, so the
+// extension is one gap, and coverage and the expected count cover the
+// longer span. A renter that no longer holds a lost lease's heartbeats
+// (it restarted) answers the provider's late report with it.
+func (s HeartbeatSummary) SilentUntil(start, from, end time.Time, interval time.Duration) HeartbeatSummary {
+	if !end.After(from) || interval <= 0 {
+		return s
+	}
+	out := s
+	out.Gaps = append(append([]auction.Interval(nil), s.Gaps...), auction.Interval{Start: from, End: end})
+	if span := end.Sub(start); span > 0 {
+		out.Expected = int(span / interval)
+		if old := from.Sub(start); old > 0 {
+			out.Coverage = s.Coverage * float64(old) / float64(span)
+		} else {
+			out.Coverage = 0
+		}
+	}
+	return out
 }

@@ -250,6 +250,9 @@ type provSpec struct {
 	// held to maxTempC.
 	sensors  func() (tempC, powerW int)
 	maxTempC int
+	// inputs, when set, fetches jobs' input artifacts
+	// (SupervisorConfig.Inputs).
+	inputs func(ctx context.Context, job auction.Job, dir string) (func(), error)
 }
 
 // node is one in-memory daemon.
@@ -341,7 +344,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		}
 		if n.sup, err = NewSupervisor(n.ctx, SupervisorConfig{Signer: s, Transport: ct,
 			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: exec,
-			JobsDir: n.jobsDir, GPUs: devs, Telemetry: spec.telemetry, Fingerprint: fpEnv, Sensors: spec.sensors,
+			JobsDir: n.jobsDir, GPUs: devs, Inputs: spec.inputs, Telemetry: spec.telemetry, Fingerprint: fpEnv, Sensors: spec.sensors,
 			Limits: func() (int, int) { return spec.maxTempC, 0 }, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
 			LeaseEnded:   func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
 			RecoverDelay: time.Millisecond, SettleRetry: 20 * time.Millisecond, SettleRetryMax: 100 * time.Millisecond,

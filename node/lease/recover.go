@@ -3,6 +3,7 @@ package lease
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
@@ -37,8 +38,55 @@ type archived struct {
 	// is checked against.
 	view api.JobView
 	// lost: the renter gave the lease up (silence or abandonment) before
-	// any final report; reported: the provider has since sent one.
-	lost, reported bool
+	// any final report; reported: the provider has since sent one;
+	// reloaded: taken back from the job's record at a restart (its
+	// heartbeats are no longer held).
+	lost, reported, reloaded bool
+}
+
+// jobRecord is a job as the tracker persists it: its view, and its
+// earlier leases that may still settle late (archived), so that a renter
+// that restarts still takes their providers' late reports and receipts.
+type jobRecord struct {
+	api.JobView
+	Unsettled []unsettledLease `json:"unsettled,omitempty"`
+}
+
+// unsettledLease is an archived lease as persisted.
+type unsettledLease struct {
+	View     api.JobView `json:"view"`
+	Lost     bool        `json:"lost,omitempty"`
+	Reported bool        `json:"reported,omitempty"`
+}
+
+// unsettledLocked is the job's archived leases still in their settlement
+// window, as persisted. t.mu is held.
+func (t *Tracker) unsettledLocked(jobID string) []unsettledLease {
+	var out []unsettledLease
+	for _, a := range t.archived {
+		if a.jobID == jobID && a.view.Lease != nil {
+			out = append(out, unsettledLease{View: a.view, Lost: a.lost, Reported: a.reported})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].View.Lease.Start.Before(out[j].View.Lease.Start) })
+	return out
+}
+
+// reloadUnsettled takes back, at a restart, a job's archived leases still
+// in their settlement window: their providers may still report and settle
+// them. The monitor of each only serves to take them: a lost lease's
+// answer is the heartbeat summary kept at its loss.
+func (t *Tracker) reloadUnsettled(jobID string, us []unsettledLease) {
+	now := t.now()
+	for _, u := range us {
+		l := u.View.Lease
+		if l == nil || now.After(l.End.Add(DefaultSettleWindow)) {
+			continue
+		}
+		t.archived[l.ID] = &archived{jobID: jobID, view: u.View, lost: u.Lost, reported: u.Reported, reloaded: true}
+		t.mons[l.ID] = t.monitorFrom(*l, now)
+		t.byLease[l.ID] = jobID
+	}
 }
 
 // requeueOptions says how a job whose lease l ended in run, through
@@ -81,11 +129,13 @@ func budgetSpentLocked(v *api.JobView) (bool, string) {
 	return true, fmt.Sprintf("attempt budget spent (%d of %d attempts used): the job is not run again", used, budget)
 }
 
-// guard calls the lease l of job lost when, once the renter saw its run
-// start, its provider stays silent (no verified heartbeat) for LossAfter
-// before the lease's end (watch covers the end). since is when the renter
-// began watching (its restart): its own outage is not the provider's
-// silence.
+// guard calls the lease l of job lost when, from the lease's start, its
+// provider stays silent (no verified heartbeat) for LossAfter before the
+// lease's end (watch covers the end): providers send heartbeats from the
+// start, marked Preparing while they fetch the job's inputs, so a provider
+// that dies before the job is seen to start is caught as soon as one that
+// dies while it runs. since is when the renter began watching (its
+// restart): its own outage is not the provider's silence.
 func (t *Tracker) guard(jobID string, l auction.Lease, since time.Time) {
 	t.wg.Add(1)
 	go func() {
@@ -110,12 +160,13 @@ func (t *Tracker) guard(jobID string, l auction.Lease, since time.Time) {
 			if now.After(l.End) {
 				return
 			}
-			if seen.IsZero() {
-				continue // not started yet: inputs may still be fetched
-			}
-			heard := maxTime(maxTime(seen, since), mon.LastAccepted())
+			heard := maxTime(maxTime(maxTime(seen, l.Start), since), mon.LastAccepted())
 			if silent := now.Sub(heard); silent > t.cfg.LossAfter {
-				t.lose(jobID, l, "provider lost: no heartbeat for "+roundSilence(silent))
+				detail := "provider lost: no heartbeat for " + roundSilence(silent)
+				if seen.IsZero() {
+					detail += " (the job had not started)"
+				}
+				t.lose(jobID, l, detail)
 				return
 			}
 		}
@@ -151,6 +202,10 @@ func (t *Tracker) lose(jobID string, l auction.Lease, detail string) bool {
 	snap := *v
 	snap.History = nil
 	snap.ObservedEnd = last
+	// The heartbeats seen up to the loss: what the provider's late report
+	// is answered with (kept with the job across a renter restart).
+	sum := mon.Summary(last)
+	snap.Heartbeats = &sum
 	t.keepArchivedLocked(jobID, snap, true)
 	setRun(v, auction.RunFailed)
 	v.Fault, v.Detail, v.ObservedEnd = auction.FaultProvider, detail, last
@@ -243,8 +298,13 @@ func (t *Tracker) lostEvent(from peer.ID, ev wire.LeaseEvent, a *archived) ([]by
 		end = now
 	}
 	// Time after the last heartbeat the renter saw is a gap in this
-	// summary: the receipt bills up to that heartbeat at most.
+	// summary: the receipt bills up to that heartbeat at most. A renter
+	// that restarted since the loss no longer holds those heartbeats: it
+	// answers with the summary kept at the loss, silent after it.
 	sum := mon.Summary(end)
+	if last := a.view.ObservedEnd; a.lost && a.reloaded && a.view.Heartbeats != nil {
+		sum = a.view.Heartbeats.SilentUntil(a.view.Lease.Start, last, end, t.cfg.HeartbeatInterval)
+	}
 	t.mu.Lock()
 	if a.reported {
 		t.mu.Unlock()

@@ -1,7 +1,10 @@
 package lease
 
 import (
+	"context"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +115,133 @@ func TestLostServiceReplicaIsNotRequeued(t *testing.T) {
 	if v, _ := r.tracker.View(v.Job.ID); v.State != auction.JobFinished || v.Job.Attempt != 0 {
 		t.Fatalf("replica job after its loss: %s, attempt %d", v.State, v.Job.Attempt)
 	}
+}
+
+// TestLossWhilePreparingInputs: a provider fetching a job's inputs sends
+// heartbeats from the lease's start (marked preparing: they are not the
+// run's start), so a slow fetch is not a loss; when it dies before the job
+// starts, the renter calls the lease lost after LossAfter, not at the
+// lease's end, and the job runs elsewhere.
+func TestLossWhilePreparingInputs(t *testing.T) {
+	h := newHarness(t)
+	h.lossAfter = 300 * time.Millisecond
+	r := h.renter()
+	// The inputs of the first provider to fetch them never arrive; the
+	// others' do at once.
+	var fetching sync.Mutex
+	var stuck string
+	slowFor := func(id *string) func(ctx context.Context, job auction.Job, dir string) (func(), error) {
+		return func(ctx context.Context, job auction.Job, dir string) (func(), error) {
+			fetching.Lock()
+			first := stuck == ""
+			if first {
+				stuck = *id
+			}
+			fetching.Unlock()
+			if first {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return func() {}, os.MkdirAll(dir, 0o700)
+		}
+	}
+	provs := map[string]*node{}
+	for _, price := range []float64{1, 1.5} {
+		var id string
+		p := h.provider(provSpec{model: "H100", price: price, inputs: slowFor(&id)})
+		id = p.id()
+		provs[id] = p
+	}
+	j := job(auction.Gold, 5, time.Minute, "gate", "work", "0")
+	j.Run.Inputs = map[string]string{"data": strings.Repeat("ab", 32)}
+	v := r.post(j)
+	slow := provs[v.Winner]
+	// A fetch several LossAfter long is no loss: the provider is heard.
+	v = r.waitJob(v.Job.ID, "preparing heartbeats", func(v api.JobView) bool {
+		return v.Heartbeats != nil && v.Heartbeats.Count >= 3*int(h.lossAfter/hbEvery)
+	})
+	if v.Run != auction.RunPending || !v.ObservedStart.IsZero() || v.LastTelemetry == nil || !v.LastTelemetry.Preparing ||
+		counter(r, "renter.lease_lost") != 0 || len(v.History) != 0 {
+		t.Fatalf("while its inputs are fetched: run %s, observed start %s, lost %d, %d earlier attempts",
+			v.Run, v.ObservedStart, counter(r, "renter.lease_lost"), len(v.History))
+	}
+	fetching.Lock()
+	if stuck != slow.id() {
+		t.Fatalf("the stuck fetch is on %s, the lease on %s", stuck, slow.id())
+	}
+	fetching.Unlock()
+	silentAt := time.Now()
+	h.net.Drop(slow.signer.ID())
+	v = r.waitJob(v.Job.ID, "requeued elsewhere", func(v api.JobView) bool {
+		return len(v.History) == 1 && v.Lease != nil && v.Run == auction.RunRunning
+	})
+	if took := time.Since(silentAt); took > 10*h.lossAfter {
+		t.Fatalf("loss before the start noticed after %s", took)
+	}
+	first := v.History[0]
+	if first.Lease.Provider != slow.id() || first.Run != auction.RunFailed || first.Fault != auction.FaultProvider ||
+		!strings.HasPrefix(first.Detail, "provider lost: no heartbeat for ") || !strings.Contains(first.Detail, "the job had not started") ||
+		!first.Started.IsZero() {
+		t.Fatalf("lost attempt %+v", first)
+	}
+	if v.Lease.Provider == slow.id() || !v.Job.Excludes(slow.id()) {
+		t.Fatalf("second attempt on %s, excluding %v", v.Lease.Provider, v.Job.Exclude)
+	}
+	provs[v.Lease.Provider].exec.open("work")
+	v = r.waitJob(v.Job.ID, "settled", settled)
+	if v.Run != auction.RunSucceeded || v.State != auction.JobFinished {
+		t.Fatalf("job ended %s (%s)", v.Run, v.State)
+	}
+}
+
+// TestLostLeaseSettlesAfterRenterRestart: a renter calls a silent
+// provider's lease lost and requeues the job, then restarts; the lost
+// provider comes back and reports: the restarted renter still takes its
+// late report and countersigns its receipt, bounded by the heartbeats it
+// saw before the loss.
+func TestLostLeaseSettlesAfterRenterRestart(t *testing.T) {
+	h := newHarness(t)
+	h.lossAfter = 300 * time.Millisecond
+	r := h.renter()
+	pa := h.provider(provSpec{model: "H100", price: 1})
+	pb := h.provider(provSpec{model: "H100", price: 1.5})
+	v := r.post(job(auction.Gold, 5, time.Minute, "gate", "work", "0"))
+	lost, other := pa, pb
+	if v.Winner == pb.id() {
+		lost, other = pb, pa
+	}
+	r.waitJob(v.Job.ID, "running with heartbeats", func(v api.JobView) bool {
+		return v.Run == auction.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 3
+	})
+	h.net.Drop(lost.signer.ID())
+	v = r.waitJob(v.Job.ID, "requeued elsewhere", func(v api.JobView) bool {
+		return len(v.History) == 1 && v.Lease != nil && v.Lease.Provider == other.id() && v.Run == auction.RunRunning
+	})
+	first := v.History[0]
+	r.kill()
+	r = r.restart()
+	h.net.Restore(lost.signer.ID())
+	lost.exec.open("work")
+	waitFor(t, 5*time.Second, "the lost lease settled with the restarted renter", func() bool {
+		got, err := r.tracker.View(v.Job.ID)
+		return err == nil && len(got.History) == 1 && got.History[0].Receipt
+	})
+	es := r.entries(ledger.KindReceipt, first.Lease.ID)
+	if len(es) != 1 {
+		t.Fatalf("%d receipts for the lost lease", len(es))
+	}
+	sr, err := attest.UnmarshalReceipt(es[0].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := first.Ended.Sub(first.Started).Seconds()
+	if billed := sr.Receipt.GPUSeconds; billed <= 0 || billed > seen+2*hbEvery.Seconds() {
+		t.Fatalf("lost lease billed %.3f GPU-s; the renter saw %.3f s of it", billed, seen)
+	}
+	got, _ := r.tracker.View(v.Job.ID)
+	if rec := got.History[0]; rec.CostUSD != sr.Receipt.Amount || !strings.Contains(rec.Detail, "its provider reported later: succeeded") {
+		t.Fatalf("lost attempt after its late settlement %+v", rec)
+	}
+	other.exec.open("work")
+	r.waitJob(v.Job.ID, "settled", settled)
 }

@@ -385,13 +385,28 @@ func (r *leaseRun) run() {
 			return
 		}
 	}
+	// Heartbeats go from the lease's start (Preparing until the job
+	// starts: inputs and a checkpoint may take a while to fetch) until the
+	// final report is ready (outputs collected): a renter hears the
+	// provider all along, or calls it lost.
+	beatsStop, beatsDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(beatsDone)
+		r.heartbeats(beatsStop)
+	}()
+	stopBeats := sync.OnceFunc(func() { close(beatsStop); <-beatsDone })
+	defer stopBeats()
+	fail := func(res runtime.Result) {
+		stopBeats()
+		r.finish(res, nil)
+	}
 	if err := os.MkdirAll(filepath.Dir(s.logPath(l.ID)), 0o700); err != nil {
-		r.finish(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err}, nil)
+		fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err})
 		return
 	}
 	logf, err := os.OpenFile(s.logPath(l.ID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		r.finish(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err}, nil)
+		fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err})
 		return
 	}
 	defer logf.Close()
@@ -403,7 +418,7 @@ func (r *leaseRun) run() {
 		release, dir, err := r.prepareInputs(job)
 		if err != nil {
 			fmt.Fprintf(lw, "gpumesh: job inputs: %v\n", err)
-			r.finish(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: fmt.Errorf("inputs: %w", err)}, nil)
+			fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: fmt.Errorf("inputs: %w", err)})
 			return
 		}
 		defer release()
@@ -414,7 +429,7 @@ func (r *leaseRun) run() {
 	}
 	restoreDir, releaseRestore, err := r.restoreCheckpoint(job, lw)
 	if err != nil {
-		r.finish(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err}, nil)
+		fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err})
 		return
 	}
 	defer releaseRestore()
@@ -423,13 +438,16 @@ func (r *leaseRun) run() {
 	h, err := s.cfg.Exec.Start(s.ctx, spec, lw, lw)
 	if err != nil {
 		fmt.Fprintf(lw, "gpumesh: job failed to start: %v\n", err)
-		r.finish(runtime.Result{ExitCode: -1, Started: started, Ended: s.now(), Err: err}, nil)
+		fail(runtime.Result{ExitCode: -1, Started: started, Ended: s.now(), Err: err})
 		return
 	}
 	r.mu.Lock()
 	r.h = h
 	r.pr.Rec.Run = auction.RunRunning
-	r.pr.Rec.Started = started
+	// The run (and its bill) starts once the executor started it: what
+	// Start took (an image pulled, files laid out) was preparation, as
+	// the heartbeats said, and is not billed.
+	r.pr.Rec.Started = s.now()
 	r.pr.Rec.Backend = backendName(s.cfg.Exec, spec)
 	if p, ok := h.(interface{ Pid() int }); ok {
 		r.pr.Pgid = p.Pid()
@@ -443,13 +461,6 @@ func (r *leaseRun) run() {
 		_, _ = s.sendEvent(r, 5)
 	}()
 
-	// Heartbeats go on until the final report is ready (outputs
-	// collected): a renter hears the provider until then, or calls it lost.
-	beatsStop, beatsDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(beatsDone)
-		r.heartbeats(beatsStop)
-	}()
 	ckptDone := make(chan struct{})
 	go func() {
 		defer close(ckptDone)
@@ -489,8 +500,7 @@ func (r *leaseRun) run() {
 		}
 	}
 	s.pruneJobFiles()
-	close(beatsStop)
-	<-beatsDone
+	stopBeats()
 	r.finish(res, outs)
 }
 
@@ -636,7 +646,8 @@ func (s *Supervisor) leaseDevices(l auction.Lease) ([]int, []string) {
 }
 
 // heartbeats sends signed telemetry to the renter every interval until
-// stop is closed (the job ended and its final report is ready).
+// stop is closed (the job ended and its final report is ready); until the
+// job starts they are marked Preparing.
 func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 	s := r.s
 	l := r.lease()
@@ -646,8 +657,8 @@ func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 	var seq uint64
 	devices, uuids := s.leaseDevices(l)
 	for first := true; ; first = false {
-		// The first heartbeat goes out as the job starts, then one per
-		// interval, so coverage reflects the whole run.
+		// The first heartbeat goes out at the lease's start, then one per
+		// interval, so coverage reflects the whole lease.
 		if !first {
 			select {
 			case <-stop:
@@ -657,12 +668,12 @@ func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 		}
 		seq++
 		r.mu.Lock()
-		pgid := r.pr.Pgid
+		pgid, preparing := r.pr.Pgid, r.pr.Rec.Run == auction.RunPending
 		r.mu.Unlock()
 		tel := s.cfg.Telemetry(pgid, devices)
 		hb := attest.Heartbeat{LeaseID: l.ID, Provider: s.cfg.Signer.ID().String(), Seq: seq, Time: s.now(),
 			GPUUtil: tel.GPUUtil, TempC: tel.TempC, PowerW: tel.PowerW, CPUSeconds: tel.CPUSeconds, Source: attest.SourceProcess,
-			Fingerprint: s.cfg.Fingerprint}
+			Fingerprint: s.cfg.Fingerprint, Preparing: preparing}
 		if tel.Source == runtime.SourceNVML {
 			hb.Source = attest.SourceNVML
 			hb.MemUsedMB = tel.MemUsedMB
@@ -922,7 +933,9 @@ func (s *Supervisor) Recover() error {
 			pr.Rec.Run, pr.Rec.Fault = auction.RunFailed, auction.FaultProvider
 			pr.Rec.Detail = fmt.Sprintf("provider daemon restarted while the job was %s; the job was stopped", was)
 			pr.Rec.Ended = pr.LastBeat
-			if pr.Rec.Ended.IsZero() || pr.Rec.Started.IsZero() {
+			// (its last heartbeat may precede the start: one sent while
+			// the job's inputs were prepared)
+			if pr.Rec.Ended.IsZero() || pr.Rec.Started.IsZero() || pr.Rec.Ended.Before(pr.Rec.Started) {
 				pr.Rec.Ended = pr.Rec.Started
 			}
 			s.log.Warn("lease interrupted by a daemon restart", "lease", pr.Rec.Lease.ID, "was", was)

@@ -498,7 +498,10 @@ func (t *Tracker) save(id string) {
 	if err != nil {
 		return
 	}
-	if err := t.cfg.Store.Put(id, v); err != nil {
+	t.mu.Lock()
+	rec := jobRecord{JobView: v, Unsettled: t.unsettledLocked(id)}
+	t.mu.Unlock()
+	if err := t.cfg.Store.Put(id, rec); err != nil {
 		t.log.Error("persist job", "job", id, "err", err)
 	}
 	if t.cfg.OnSave != nil {
@@ -511,11 +514,13 @@ func (t *Tracker) save(id string) {
 func (t *Tracker) load() ([]auction.Job, error) {
 	var queued []auction.Job
 	err := t.cfg.Store.List(func(id string, raw []byte) error {
-		var v api.JobView
-		if err := json.Unmarshal(raw, &v); err != nil {
+		var rec jobRecord
+		if err := json.Unmarshal(raw, &rec); err != nil {
 			t.log.Warn("unreadable job record", "job", id, "err", err)
 			return nil
 		}
+		v := rec.JobView
+		t.reloadUnsettled(id, rec.Unsettled)
 		switch {
 		case v.State == auction.JobBidding || v.State == auction.JobAwarding || v.State == auction.JobQueued:
 			if v.State != auction.JobQueued {
@@ -726,7 +731,7 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 	t.mu.Lock()
 	if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == hb.LeaseID {
 		v.LastTelemetry = &hb
-		if v.ObservedStart.IsZero() {
+		if v.ObservedStart.IsZero() && !hb.Preparing {
 			v.ObservedStart = t.now()
 		}
 	}
