@@ -23,17 +23,24 @@ import (
 // counterJob counts to 40, a step every 250 ms, saving its counter in its
 // checkpoint dir at each step (write, then rename) and resuming from it.
 func counterJob(every time.Duration) auction.Job {
-	j := shJob(auction.Bronze, 1.0, `d="$GPUMESH_CHECKPOINT_DIR"; i=0
-if [ -f "$d/count" ]; then i=$(cat "$d/count"); echo "resumed from $i"; else echo "fresh start"; fi
-trap 'echo "stopped, saved $(cat "$d/count")"; exit 0' TERM
-while [ $i -lt 40 ]; do i=$((i+1)); echo $i > "$d/count.tmp"; mv "$d/count.tmp" "$d/count"; echo "step $i"; sleep 0.25 & wait; done
-echo "done $i"; echo $i > "$GPUMESH_OUTPUTS/result"`)
+	j := shJob(auction.Bronze, 1.0, counterScript(40))
 	j.Duration = time.Minute
 	j.CheckpointEvery = every
 	// It must run within two minutes: once the H100 node is busy with
 	// gold, its requeued attempt goes elsewhere.
 	j.Deadline = time.Now().Add(2 * time.Minute)
 	return j
+}
+
+// counterScript counts to n, a step every 250 ms, saving its counter in
+// its checkpoint dir at each step (write, then rename) and resuming from
+// it; stopped (SIGTERM), it says what it saved.
+func counterScript(n int) string {
+	return `d="$GPUMESH_CHECKPOINT_DIR"; i=0
+if [ -f "$d/count" ]; then i=$(cat "$d/count"); echo "resumed from $i"; else echo "fresh start"; fi
+trap 'echo "stopped, saved $(cat "$d/count")"; exit 0' TERM
+while [ $i -lt ` + strconv.Itoa(n) + ` ]; do i=$((i+1)); echo $i > "$d/count.tmp"; mv "$d/count.tmp" "$d/count"; echo "step $i"; sleep 0.25 & wait; done
+echo "done $i"; echo $i > "$GPUMESH_OUTPUTS/result"`
 }
 
 // leaseLog reads a lease's job log on its provider.
@@ -45,14 +52,21 @@ func leaseLog(n *testNode, leaseID string) string {
 // waitLog polls a lease's log on its provider until it matches re.
 func waitLog(t *testing.T, n *testNode, leaseID string, re *regexp.Regexp, within time.Duration) []string {
 	t.Helper()
+	return waitLogIn(t, n.paths.Jobs(), leaseID, re, within)
+}
+
+// waitLogIn polls a lease's log under a provider's jobs dir (a daemon
+// subprocess's is <data dir>/jobs) until it matches re.
+func waitLogIn(t *testing.T, jobsDir, leaseID string, re *regexp.Regexp, within time.Duration) []string {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		log := leaseLog(n, leaseID)
-		if m := re.FindStringSubmatch(log); m != nil {
+		b, _ := os.ReadFile(filepath.Join(jobsDir, "logs", leaseID+".log"))
+		if m := re.FindStringSubmatch(string(b)); m != nil {
 			return m
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lease %s: log never matched %q:\n%s", leaseID, re, log)
+			t.Fatalf("lease %s: log never matched %q:\n%s", leaseID, re, b)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -280,16 +294,7 @@ func TestCheckpointSurvivesProviderKill(t *testing.T) {
 	}
 	// Kill it between two checkpoints: a few steps past the one held.
 	heldAt, _ := strconv.Atoi(strings.Fields(readCheckpointFile(t, boot, v.Checkpoint.Artifact, "state"))[0])
-	log1Path := filepath.Join(dir, "jobs", "logs", first+".log")
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		b, _ := os.ReadFile(log1Path)
-		if strings.Contains(string(b), "step "+strconv.Itoa(heldAt+3)+"\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("attempt 1 never reached step %d:\n%s", heldAt+3, b)
-		}
-	}
+	waitLogIn(t, filepath.Join(dir, "jobs"), first, regexp.MustCompile(`(?m)^step `+strconv.Itoa(heldAt+3)+`$`), 20*time.Second)
 	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +334,7 @@ func TestCheckpointSurvivesProviderKill(t *testing.T) {
 	// At most one checkpoint interval of work repeated: the last step
 	// attempt 1 printed against the count attempt 2 resumed from, which
 	// is the count the restored checkpoint holds.
-	log1, err := os.ReadFile(log1Path)
+	log1, err := os.ReadFile(filepath.Join(dir, "jobs", "logs", first+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
