@@ -295,6 +295,9 @@ func TestCheckpointSurvivesProviderKill(t *testing.T) {
 	// Kill it between two checkpoints: a few steps past the one held.
 	heldAt, _ := strconv.Atoi(strings.Fields(readCheckpointFile(t, boot, v.Checkpoint.Artifact, "state"))[0])
 	waitLogIn(t, filepath.Join(dir, "jobs"), first, regexp.MustCompile(`(?m)^step `+strconv.Itoa(heldAt+3)+`$`), 20*time.Second)
+	if boot.artifacts.Store().PinnedBytes() == 0 {
+		t.Fatal("the renter does not pin the checkpoints it holds")
+	}
 	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -381,5 +384,12 @@ func TestCheckpointSurvivesProviderKill(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(dest, "result"))
 	if err != nil || string(got) != string(want) {
 		t.Fatalf("output %q (%v), want the uninterrupted run's %q", got, err, want)
+	}
+	// The job is over: the renter no longer pins its checkpoints (nor
+	// anything else: the job had no inputs).
+	for deadline := time.Now().Add(5 * time.Second); boot.artifacts.Store().PinnedBytes() != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the finished job's checkpoints are still pinned (%d bytes)", boot.artifacts.Store().PinnedBytes())
+		}
 	}
 }
