@@ -1,32 +1,46 @@
 package node
 
 import (
+	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease"
+	"github.com/gpumesh/gpumesh/runtime"
 )
 
 // counterJob counts to 40, a step every 250 ms, saving its counter in its
 // checkpoint dir at each step (write, then rename) and resuming from it.
 func counterJob(every time.Duration) auction.Job {
-	j := shJob(auction.Bronze, 1.0, `d="$GPUMESH_CHECKPOINT_DIR"; i=0
-if [ -f "$d/count" ]; then i=$(cat "$d/count"); echo "resumed from $i"; else echo "fresh start"; fi
-trap 'echo "stopped, saved $(cat "$d/count")"; exit 0' TERM
-while [ $i -lt 40 ]; do i=$((i+1)); echo $i > "$d/count.tmp"; mv "$d/count.tmp" "$d/count"; echo "step $i"; sleep 0.25 & wait; done
-echo "done $i"; echo $i > "$GPUMESH_OUTPUTS/result"`)
+	j := shJob(auction.Bronze, 1.0, counterScript(40))
 	j.Duration = time.Minute
 	j.CheckpointEvery = every
 	// It must run within two minutes: once the H100 node is busy with
 	// gold, its requeued attempt goes elsewhere.
 	j.Deadline = time.Now().Add(2 * time.Minute)
 	return j
+}
+
+// counterScript counts to n, a step every 250 ms, saving its counter in
+// its checkpoint dir at each step (write, then rename) and resuming from
+// it; stopped (SIGTERM), it says what it saved.
+func counterScript(n int) string {
+	return `d="$GPUMESH_CHECKPOINT_DIR"; i=0
+if [ -f "$d/count" ]; then i=$(cat "$d/count"); echo "resumed from $i"; else echo "fresh start"; fi
+trap 'echo "stopped, saved $(cat "$d/count")"; exit 0' TERM
+while [ $i -lt ` + strconv.Itoa(n) + ` ]; do i=$((i+1)); echo $i > "$d/count.tmp"; mv "$d/count.tmp" "$d/count"; echo "step $i"; sleep 0.25 & wait; done
+echo "done $i"; echo $i > "$GPUMESH_OUTPUTS/result"`
 }
 
 // leaseLog reads a lease's job log on its provider.
@@ -38,14 +52,21 @@ func leaseLog(n *testNode, leaseID string) string {
 // waitLog polls a lease's log on its provider until it matches re.
 func waitLog(t *testing.T, n *testNode, leaseID string, re *regexp.Regexp, within time.Duration) []string {
 	t.Helper()
+	return waitLogIn(t, n.paths.Jobs(), leaseID, re, within)
+}
+
+// waitLogIn polls a lease's log under a provider's jobs dir (a daemon
+// subprocess's is <data dir>/jobs) until it matches re.
+func waitLogIn(t *testing.T, jobsDir, leaseID string, re *regexp.Regexp, within time.Duration) []string {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		log := leaseLog(n, leaseID)
-		if m := re.FindStringSubmatch(log); m != nil {
+		b, _ := os.ReadFile(filepath.Join(jobsDir, "logs", leaseID+".log"))
+		if m := re.FindStringSubmatch(string(b)); m != nil {
 			return m
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lease %s: log never matched %q:\n%s", leaseID, re, log)
+			t.Fatalf("lease %s: log never matched %q:\n%s", leaseID, re, b)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -191,13 +212,184 @@ func TestCorruptCheckpointRefused(t *testing.T) {
 // readCheckpointCount is the counter a checkpoint the renter holds saved.
 func readCheckpointCount(t *testing.T, n *testNode, id string) string {
 	t.Helper()
+	return readCheckpointFile(t, n, id, "count")
+}
+
+// readCheckpointFile is a file of a checkpoint the renter holds, trimmed.
+func readCheckpointFile(t *testing.T, n *testNode, id, name string) string {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "ck")
 	if err := n.artifacts.Store().Export(id, dir); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "count"))
+	b, err := os.ReadFile(filepath.Join(dir, name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// sumCounterScript counts to n, a step every step seconds, keeping its
+// state (the count and a running checksum of every step applied, "i h")
+// in its checkpoint dir, replaced whole at each step, and resuming from
+// it; at the end it writes "count N sum H" to its outputs. A step lost or
+// applied twice changes the sum.
+func sumCounterScript(n int, step string) string {
+	return `d="$GPUMESH_CHECKPOINT_DIR"; i=0; h=0
+if [ -f "$d/state" ]; then read i h < "$d/state"; echo "resumed from $i"; else echo "fresh start"; fi
+while [ $i -lt ` + strconv.Itoa(n) + ` ]; do i=$((i+1)); h=$(( (h*31+i) % 1000000007 )); echo "$i $h" > "$d/state.tmp"; mv "$d/state.tmp" "$d/state"; echo "step $i"; sleep ` + step + `; done
+echo "done $i"; echo "count $i sum $h" > "$GPUMESH_OUTPUTS/result"`
+}
+
+// TestCheckpointSurvivesProviderKill (issue 14, acceptance 1): a silver
+// job counts to N, checkpointing its state every second; its provider, a
+// daemon of its own, is killed with SIGKILL mid-job once the renter holds
+// a periodic checkpoint. The renter calls the lease lost when the
+// heartbeats stop, requeues the job at once without that provider, and
+// the next attempt, on the other provider, resumes from the checkpoint:
+// the job's output equals an uninterrupted run's, and the work repeated is
+// at most one checkpoint interval's.
+func TestCheckpointSurvivesProviderKill(t *testing.T) {
+	const n, stepEvery, every = 50, 200 * time.Millisecond, time.Second
+	script := sumCounterScript(n, "0.2")
+
+	// The reference: the same script run uninterrupted, here.
+	ref := t.TempDir()
+	refCmd := exec.Command("sh", "-c", script)
+	refCmd.Env = append(os.Environ(), runtime.EnvCheckpoint+"="+filepath.Join(ref, "ck"), runtime.EnvOutputs+"="+filepath.Join(ref, "out"))
+	for _, d := range []string{"ck", "out"} {
+		if err := os.MkdirAll(filepath.Join(ref, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := refCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = refCmd.Process.Kill(); _ = refCmd.Wait() })
+
+	bin := buildDaemon(t)
+	root := t.TempDir()
+	boot := startNode(t, root+"/boot", fastConfig(renterConfig()), nil)
+	t.Cleanup(func() { boot.Close() })
+	dir := filepath.Join(root, "prov")
+	proc, st := startProviderProcessWith(t, bin, dir, boot, fastConfig(providerConfig("eu-west", 0.5, a100)))
+	other := startNode(t, root+"/other", fastConfig(providerConfig("eu-west", 1.5, a100)), boot.Daemon)
+	t.Cleanup(func() { other.Close() })
+	eventuallyProviders(t, boot.Daemon, auction.Query{}, sortedIDs(st.PeerID, other.ID().String()), 30*time.Second)
+	waitSubscribed(t, boot.Daemon, other.ID(), other.Advertised())
+
+	job := shJob(auction.Silver, 2, script)
+	job.Duration, job.CheckpointEvery = time.Minute, every
+	v := post(t, boot, job)
+	if v.State != auction.JobLeased || v.Lease.Provider != st.PeerID {
+		t.Fatalf("job should be leased on the cheaper provider process: %s winner %s %v", v.State, v.Winner, v.Reasons)
+	}
+	first := v.Lease.ID
+	// Mid-job: the renter holds a periodic checkpoint, the second.
+	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "second periodic checkpoint held", func(v api.JobView) bool {
+		return v.Checkpoint != nil && v.Checkpoint.LeaseID == first && v.Checkpoint.Seq >= 2 && v.Run == auction.RunRunning
+	})
+	if v.Checkpoint.Reason != auction.CheckpointPeriodic {
+		t.Fatalf("checkpoint %+v, want a periodic one", v.Checkpoint)
+	}
+	// Kill it between two checkpoints: a few steps past the one held.
+	heldAt, _ := strconv.Atoi(strings.Fields(readCheckpointFile(t, boot, v.Checkpoint.Artifact, "state"))[0])
+	waitLogIn(t, filepath.Join(dir, "jobs"), first, regexp.MustCompile(`(?m)^step `+strconv.Itoa(heldAt+3)+`$`), 20*time.Second)
+	if boot.artifacts.Store().PinnedBytes() == 0 {
+		t.Fatal("the renter does not pin the checkpoints it holds")
+	}
+	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = proc.Process.Wait()
+	killed := time.Now()
+
+	v = waitJob(t, boot, v.Job.ID, 40*time.Second, "finished on the other provider", func(v api.JobView) bool {
+		return v.Lease != nil && v.Lease.ID != first && v.Run.Terminal()
+	})
+	if len(v.History) != 1 {
+		t.Fatalf("%d earlier attempts, want 1", len(v.History))
+	}
+	h := v.History[0]
+	if h.Lease.ID != first || h.Run != auction.RunFailed || h.Fault != auction.FaultProvider || !strings.Contains(h.Detail, "no heartbeat") {
+		t.Fatalf("first attempt: lease %s run %s fault %q detail %q", h.Lease.ID, h.Run, h.Fault, h.Detail)
+	}
+	if !slices.Contains(v.Job.Exclude, st.PeerID) {
+		t.Fatalf("the killed provider is not excluded from the job: %v", v.Job.Exclude)
+	}
+	if v.Lease.Provider != other.ID().String() || v.Run != auction.RunSucceeded || v.State != auction.JobFinished {
+		t.Fatalf("second attempt: provider %s run %s (%s) state %s", v.Lease.Provider, v.Run, v.Detail, v.State)
+	}
+	if h.Checkpoint == nil || v.Restored == nil || v.Restored.Artifact != h.Checkpoint.Artifact || v.Restored.LeaseID != first {
+		t.Fatalf("second attempt restored %+v, want the first attempt's last checkpoint %+v", v.Restored, h.Checkpoint)
+	}
+	// The lost attempt ends at the last heartbeat the renter verified
+	// (what it pays for), before the kill; the loss is called about
+	// LossAfter later and the next attempt starts at once.
+	if h.Ended.IsZero() || h.Ended.After(killed) {
+		t.Fatalf("lost attempt ended %s, the kill was at %s", h.Ended, killed)
+	}
+	if d := v.Started.Sub(killed); d < lease.DefaultLossAfter(300*time.Millisecond)-time.Second || d > lease.DefaultLossAfter(300*time.Millisecond)+20*time.Second {
+		t.Fatalf("second attempt started %v after the kill", d)
+	}
+	t.Logf("second attempt started %v after the kill", v.Started.Sub(killed).Round(10*time.Millisecond))
+
+	// At most one checkpoint interval of work repeated: the last step
+	// attempt 1 printed against the count attempt 2 resumed from, which
+	// is the count the restored checkpoint holds.
+	log1, err := os.ReadFile(filepath.Join(dir, "jobs", "logs", first+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := regexp.MustCompile(`(?m)^step (\d+)$`).FindAllStringSubmatch(string(log1), -1)
+	if len(steps) == 0 {
+		t.Fatalf("attempt 1 printed no step:\n%s", log1)
+	}
+	last, _ := strconv.Atoi(steps[len(steps)-1][1])
+	log2 := leaseLog(other, v.Lease.ID)
+	m := regexp.MustCompile(`(?m)^resumed from (\d+)$`).FindStringSubmatch(log2)
+	if m == nil || strings.Contains(log2, "fresh start") || !strings.Contains(log2, "done "+strconv.Itoa(n)+"\n") {
+		t.Fatalf("attempt 2 should resume from a checkpoint and count on to %d:\n%s", n, log2)
+	}
+	resumed, _ := strconv.Atoi(m[1])
+	held := strings.Fields(readCheckpointFile(t, boot, v.Restored.Artifact, "state"))
+	perInterval := int(every / stepEvery)
+	t.Logf("attempt 1 printed up to step %d; attempt 2 resumed from %d (%d steps repeated; %d per checkpoint interval)", last, resumed, last-resumed, perInterval)
+	if len(held) != 2 || held[0] != m[1] || resumed <= 0 || resumed > last || last-resumed > perInterval+1 {
+		t.Fatalf("attempt 1 reached step %d, attempt 2 resumed from %d (checkpoint holds %v): more than one interval (%d steps) repeated", last, resumed, held, perInterval)
+	}
+	if strings.Contains(log2, "step "+m[1]+"\n") || !strings.Contains(log2, "step "+strconv.Itoa(resumed+1)+"\n") {
+		t.Fatalf("attempt 2 did not count on from %d:\n%s", resumed, log2)
+	}
+
+	// The job's output equals the uninterrupted run's.
+	if err := refCmd.Wait(); err != nil {
+		t.Fatalf("reference run: %v", err)
+	}
+	want, _ := os.ReadFile(filepath.Join(ref, "out", "result"))
+	sum := 0
+	for i := 1; i <= n; i++ {
+		sum = (sum*31 + i) % 1000000007
+	}
+	if string(want) != fmt.Sprintf("count %d sum %d\n", n, sum) {
+		t.Fatalf("reference run wrote %q", want)
+	}
+	if v.OutputsArtifact == "" {
+		t.Fatal("no outputs artifact")
+	}
+	dest := t.TempDir()
+	if _, err := api.NewClient(boot.dir).GetArtifact(context.Background(), v.OutputsArtifact, api.ArtifactGetRequest{Dest: dest, Peers: other.Addrs()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dest, "result"))
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("output %q (%v), want the uninterrupted run's %q", got, err, want)
+	}
+	// The job is over: the renter no longer pins its checkpoints (nor
+	// anything else: the job had no inputs).
+	for deadline := time.Now().Add(5 * time.Second); boot.artifacts.Store().PinnedBytes() != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the finished job's checkpoints are still pinned (%d bytes)", boot.artifacts.Store().PinnedBytes())
+		}
+	}
 }

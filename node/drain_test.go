@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -137,7 +139,10 @@ func TestSigtermDrainsAndKeepsReservations(t *testing.T) {
 	eventuallyProviders(t, boot.Daemon, auction.Query{}, sortedIDs(st.PeerID, other.ID().String()), 30*time.Second)
 	waitSubscribed(t, boot.Daemon, other.ID(), other.Advertised())
 
-	long := shJob(auction.Silver, 2, "echo long-started; sleep 600")
+	// The long job counts (for 100 s) with its counter in its checkpoint
+	// dir; it saves no periodic checkpoint: only the one the hand-back
+	// takes as it stops.
+	long := shJob(auction.Silver, 2, counterScript(400))
 	lv := post(t, boot, long)
 	short := shJob(auction.Silver, 2, "sleep 8; echo short-done")
 	short.GPUModels, short.Duration = []string{"A100"}, 40*time.Second
@@ -154,6 +159,8 @@ func TestSigtermDrainsAndKeepsReservations(t *testing.T) {
 		t.Fatalf("the third lease should be a reservation after the short one: starts %s", rv.Lease.Start)
 	}
 	waitJob(t, boot, sv.Job.ID, 20*time.Second, "short running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	jobsDir := filepath.Join(dir, "jobs")
+	waitLogIn(t, jobsDir, lv.Lease.ID, regexp.MustCompile(`(?m)^step 2$`), 20*time.Second)
 
 	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -168,9 +175,26 @@ func TestSigtermDrainsAndKeepsReservations(t *testing.T) {
 	lv = waitJob(t, boot, lv.Job.ID, 30*time.Second, "long job requeued on the other provider", func(v api.JobView) bool {
 		return len(v.History) == 1 && v.Lease != nil && v.Lease.Provider == other.ID().String() && v.Run == auction.RunRunning
 	})
-	if h := lv.History[0]; h.Run != auction.RunPreempted || h.Detail != auction.HandBackDetail || h.Lease.Provider != st.PeerID {
+	h := lv.History[0]
+	if h.Run != auction.RunPreempted || h.Detail != auction.HandBackDetail || h.Lease.Provider != st.PeerID {
 		t.Fatalf("long job's first lease: run %s detail %q provider %s", h.Run, h.Detail, h.Lease.Provider)
 	}
+	// It resumes there from the checkpoint the hand-back took as it
+	// stopped the job, which the stopping daemon delivered before exiting.
+	saved := waitLogIn(t, jobsDir, h.Lease.ID, regexp.MustCompile(`stopped, saved (\d+)\n`), time.Second)[1]
+	if h.Checkpoint == nil || h.Checkpoint.Reason != auction.CheckpointStopped || lv.Restored == nil || lv.Restored.Artifact != h.Checkpoint.Artifact {
+		t.Fatalf("long job: first lease's checkpoint %+v, second restored %+v", h.Checkpoint, lv.Restored)
+	}
+	n, _ := strconv.Atoi(saved)
+	if n < 2 || readCheckpointCount(t, boot, h.Checkpoint.Artifact) != saved {
+		t.Fatalf("the hand-back's checkpoint should hold the count %s the job saved (at least 2)", saved)
+	}
+	resumed := waitLog(t, other, lv.Lease.ID, regexp.MustCompile(`(?m)^(resumed from \d+|fresh start)$`), 10*time.Second)[1]
+	if resumed != "resumed from "+saved {
+		t.Fatalf("long job's second attempt: %q, want it to resume from %s", resumed, saved)
+	}
+	waitLog(t, other, lv.Lease.ID, regexp.MustCompile(`(?m)^step `+strconv.Itoa(n+1)+`$`), 10*time.Second)
+	t.Logf("long job handed back at count %d, resumed from it on the other provider", n)
 	sv = waitJob(t, boot, sv.Job.ID, 10*time.Second, "short job succeeded", func(v api.JobView) bool { return v.Run.Terminal() })
 	if sv.Run != auction.RunSucceeded || len(sv.History) != 0 {
 		t.Fatalf("short job: run %s (%s), %d earlier attempts", sv.Run, sv.Detail, len(sv.History))

@@ -139,9 +139,14 @@ func (t *Tracker) keepPin(id string, unpin func()) {
 	t.ckPins[id] = unpin
 }
 
-// unpinCheckpoint releases a checkpoint no job keeps any more (t.mu held).
+// unpinCheckpoint releases a checkpoint no job that may still run keeps
+// any more (t.mu held). Artifacts are content-addressed: two jobs may keep
+// the same one.
 func (t *Tracker) unpinCheckpoint(id string) {
 	for _, v := range t.jobs {
+		if !v.State.Live() {
+			continue // it will not restore anything again
+		}
 		for _, k := range v.Checkpoints {
 			if k.Artifact == id {
 				return
@@ -154,14 +159,28 @@ func (t *Tracker) unpinCheckpoint(id string) {
 	}
 }
 
+// releaseCheckpoints unpins the checkpoints of a job that is over for
+// good (finished, failed and not requeued, cancelled, unplaceable, its
+// attempt budget spent): no attempt will restore them, so the store may
+// evict them like any other artifact. The record still names them (job
+// status, receipts); a restart does not pin them again either
+// (repinCheckpoints).
+func (t *Tracker) releaseCheckpoints(jobID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v := t.jobs[jobID]
+	if v == nil || v.State.Live() {
+		return
+	}
+	for _, k := range v.Checkpoints {
+		t.unpinCheckpoint(k.Artifact)
+	}
+}
+
 // repinCheckpoints pins the checkpoints a job keeps (after a restart).
 func (t *Tracker) repinCheckpoints(v *api.JobView) {
-	switch v.State {
-	case auction.JobFinished, auction.JobCancelled, auction.JobFailed, auction.JobUnplaceable:
+	if !v.State.Live() || t.cfg.PinCheckpoint == nil {
 		return // no attempt will restore them
-	}
-	if t.cfg.PinCheckpoint == nil {
-		return
 	}
 	for _, k := range v.Checkpoints {
 		if t.ckPins[k.Artifact] == nil {

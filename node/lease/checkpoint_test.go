@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,7 +66,13 @@ func TestHandleCheckpoint(t *testing.T) {
 	}
 
 	fetched := map[string]int{}
+	var pinMu sync.Mutex // the pins are released by the lease's end, elsewhere
 	pins := map[string]int{}
+	pinned := func(id string) int {
+		pinMu.Lock()
+		defer pinMu.Unlock()
+		return pins[id]
+	}
 	r.tracker.cfg.FetchCheckpoint = func(_ context.Context, id string, from peer.ID, max int64) (int64, error) {
 		if from != pa.signer.ID() || max != auction.MaxCheckpointBytes {
 			t.Errorf("fetch %s from %s (max %d)", id, from, max)
@@ -74,8 +81,14 @@ func TestHandleCheckpoint(t *testing.T) {
 		return 10, nil
 	}
 	r.tracker.cfg.PinCheckpoint = func(id string) func() {
+		pinMu.Lock()
+		defer pinMu.Unlock()
 		pins[id]++
-		return func() { pins[id]-- }
+		return func() {
+			pinMu.Lock()
+			defer pinMu.Unlock()
+			pins[id]--
+		}
 	}
 	bad := good(1, art('a'))
 	bad.Bytes = 11
@@ -95,10 +108,21 @@ func TestHandleCheckpoint(t *testing.T) {
 	if len(v.Checkpoints) != 2 || v.Checkpoints[0].Seq != 3 || v.Checkpoints[1].Seq != 2 || v.Checkpoint == nil || v.Checkpoint.Artifact != art('c') {
 		t.Fatalf("kept %+v, newest %+v", v.Checkpoints, v.Checkpoint)
 	}
-	if fetched[art('a')] != 2 || pins[art('a')] != 0 || pins[art('b')] != 1 || pins[art('c')] != 1 {
+	if fetched[art('a')] != 2 || pinned(art('a')) != 0 || pinned(art('b')) != 1 || pinned(art('c')) != 1 {
 		t.Fatalf("fetched %v (the size mismatch and the first: the retry is not fetched again), pins %v", fetched, pins)
 	}
 	if got := r.tracker.restoreFor(v.Job.ID); len(got) != 2 || got[0].Artifact != art('c') {
 		t.Fatalf("restore %+v", got)
+	}
+
+	// The job ends for good: no attempt will restore its checkpoints, so
+	// the renter stops pinning them (the record still names them).
+	pa.exec.open("ck")
+	v = r.waitJob(v.Job.ID, "finished", func(v api.JobView) bool { return v.State == auction.JobFinished })
+	if v.Run != auction.RunSucceeded || len(v.Checkpoints) != 2 {
+		t.Fatalf("finished job: run %s, checkpoints %+v", v.Run, v.Checkpoints)
+	}
+	if pinned(art('b')) != 0 || pinned(art('c')) != 0 {
+		t.Fatalf("a finished job's checkpoints are still pinned: %v", pins)
 	}
 }

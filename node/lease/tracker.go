@@ -507,6 +507,10 @@ func (t *Tracker) save(id string) {
 	if t.cfg.OnSave != nil {
 		t.cfg.OnSave(v)
 	}
+	if !v.State.Live() {
+		// Over for good: every path there saves the record.
+		t.releaseCheckpoints(id)
+	}
 }
 
 // load restores the jobs after a restart and returns those to queue again:
