@@ -253,6 +253,20 @@ func GossipOptions(disc discovery.Discovery) []pubsub.Option {
 	return opts
 }
 
+// discoveryPollInterval is how often GossipSub checks its topics for too
+// few peers and asks topic discovery again (the library's default is every
+// second). Joining a topic asks at once; retries are answered from
+// topicDiscovery's cache for at least 30 s, and connecting to the peers it
+// returns backs off for 10 s or more, so polling every second only spent
+// wake-ups and goroutines on an idle node.
+const discoveryPollInterval = 10 * time.Second
+
+func init() {
+	// A package variable of go-libp2p-pubsub, read when a GossipSub router
+	// starts: the daemon's, and the harnesses' that take GossipOptions.
+	pubsub.DiscoveryPollInterval = discoveryPollInterval
+}
+
 // topicDiscovery finds a topic's subscribers through disc (the DHT),
 // asking again for the same topic only after a backoff (30 s, growing
 // to 10 min while the answer does not change, reset when it does).
