@@ -269,6 +269,7 @@ func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 		return nil, fmt.Errorf("ledger: append: %w", err)
 	}
 	db.head = head
+	db.wrote()
 	return out, nil
 }
 

@@ -85,6 +85,8 @@ type DB struct {
 	bdb  *badger.DB
 	lock *dirLock
 	dir  string
+	log  *slog.Logger
+	comp *compactor
 
 	minFree   uint64
 	freeSpace func(dir string) (uint64, error)
@@ -136,7 +138,10 @@ func Open(dir string, opts ...Option) (*DB, error) {
 		WithValueThreshold(64 << 10).
 		WithBlockCacheSize(4 << 20).
 		WithValueLogFileSize(64 << 20).
-		WithNumCompactors(2).
+		// No Badger compactors (they poll every 50 ms): the DB compacts
+		// itself after writes (see compact.go).
+		WithNumCompactors(0).
+		WithNumLevelZeroTables(numL0Tables).
 		WithMetricsEnabled(false)
 	bdb, err := badger.Open(bo)
 	if err != nil {
@@ -146,13 +151,14 @@ func Open(dir string, opts ...Option) (*DB, error) {
 		}
 		return nil, fmt.Errorf("ledger: open badger in %s: %w", dir, err)
 	}
-	db := &DB{bdb: bdb, lock: lock, dir: dir, minFree: o.minFree, freeSpace: o.freeSpace}
+	db := &DB{bdb: bdb, lock: lock, dir: dir, log: o.logger, minFree: o.minFree, freeSpace: o.freeSpace}
 	db.head, db.headErr = db.loadHead()
 	if err := db.buildSettledIndex(); err != nil {
 		_ = bdb.Close()
 		lock.release()
 		return nil, err
 	}
+	db.startCompactor()
 	return db, nil
 }
 
@@ -165,6 +171,9 @@ func (db *DB) Close() error {
 		return nil
 	}
 	db.closed = true
+	// In-flight operations are done (a write stalled on a full level 0
+	// has had the compactor it waited for): stop compacting, then close.
+	db.stopCompactor()
 	err := db.bdb.Close()
 	db.lock.release()
 	if err != nil {

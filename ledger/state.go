@@ -82,6 +82,7 @@ func (s *State) Put(key string, v any) error {
 	if err := s.db.bdb.Update(func(txn *badger.Txn) error { return txn.Set(k, raw) }); err != nil {
 		return fmt.Errorf("ledger: state %s: put %q: %w", s.ns, key, err)
 	}
+	s.db.wrote()
 	return nil
 }
 
@@ -134,6 +135,7 @@ func (s *State) Delete(key string) error {
 	if err := s.db.bdb.Update(func(txn *badger.Txn) error { return txn.Delete(k) }); err != nil {
 		return fmt.Errorf("ledger: state %s: delete %q: %w", s.ns, key, err)
 	}
+	s.db.wrote()
 	return nil
 }
 

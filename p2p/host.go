@@ -30,6 +30,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/discovery/backoff"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
+	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
 	"github.com/libp2p/go-libp2p/p2p/security/noise"
 	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
@@ -144,6 +145,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		libp2p.ListenAddrStrings(listen...),
 		libp2p.Security(noise.ID, noise.New),
 		libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.Muxer(yamux.ID, muxer()),
 		libp2p.Transport(libp2pquic.NewTransport),
 		// NAT traversal: the circuit relay v2 transport (dialling peers
 		// behind NAT through their relay, accepting relayed connections),
@@ -238,6 +240,21 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// measureRTTEvery is how often a TCP connection's stream multiplexer pings
+// its peer to re-measure the round-trip time (yamux's default is every
+// 30 s, on top of its keep-alive pings, from both ends: on a node connected
+// to every peer of a small network that was a steady stream of wake-ups).
+// The RTT only tunes receive windows; the keep-alive (a ping after 30 s
+// without traffic) still detects dead connections.
+const measureRTTEvery = 5 * time.Minute
+
+// muxer is libp2p's yamux transport with measureRTTEvery.
+func muxer() *yamux.Transport {
+	c := *yamux.DefaultTransport.Config()
+	c.MeasureRTTInterval = measureRTTEvery
+	return (*yamux.Transport)(&c)
+}
+
 // GossipOptions are the GossipSub options of every gossiping node: signed
 // messages of at most MaxGossipMessage, peer exchange on prune, and disc
 // (nil: none) to find a topic's other subscribers.
@@ -251,6 +268,20 @@ func GossipOptions(disc discovery.Discovery) []pubsub.Option {
 		opts = append(opts, pubsub.WithDiscovery(disc))
 	}
 	return opts
+}
+
+// discoveryPollInterval is how often GossipSub checks its topics for too
+// few peers and asks topic discovery again (the library's default is every
+// second). Joining a topic asks at once; retries are answered from
+// topicDiscovery's cache for at least 30 s, and connecting to the peers it
+// returns backs off for 10 s or more, so polling every second only spent
+// wake-ups and goroutines on an idle node.
+const discoveryPollInterval = 10 * time.Second
+
+func init() {
+	// A package variable of go-libp2p-pubsub, read when a GossipSub router
+	// starts: the daemon's, and the harnesses' that take GossipOptions.
+	pubsub.DiscoveryPollInterval = discoveryPollInterval
 }
 
 // topicDiscovery finds a topic's subscribers through disc (the DHT),

@@ -6,6 +6,8 @@
 # GPUMESH_ADVERTISE_TTL sets the providers' advertise_ttl (default 1m, so
 # that a stopped provider leaves discovery quickly; the daemon's own default
 # is 10m).
+# GPUMESH_TESTNET_METRICS=1 gives node i a metrics listener (Prometheus and
+# /debug/pprof/) on 127.0.0.1:(port base + 1000 + i), for profiling.
 set -euo pipefail
 umask 077 # data dirs, configs and daemon logs readable by this user only
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -36,6 +38,11 @@ profiles=(
   "A100 40 2 eu-west 1.10 true"
 )
 
+metrics_line() { # idx
+  [[ -n "${GPUMESH_TESTNET_METRICS:-}" ]] && echo "metrics_addr: 127.0.0.1:$((base_port + 1000 + $1))"
+  return 0
+}
+
 write_config() { # idx
   local i=$1
   local -a p
@@ -45,6 +52,7 @@ write_config() { # idx
     echo "region: $region"
     echo "listen: [/ip4/127.0.0.1/tcp/$((base_port + i)), /ip4/127.0.0.1/udp/$((base_port + i))/quic-v1]"
     echo "log_level: info"
+    metrics_line "$i"
     echo "provider:"
     echo "  enabled: true"
     echo "  advertise_ttl: ${GPUMESH_ADVERTISE_TTL:-1m}"
@@ -94,6 +102,7 @@ cat >"$run/node0/config.yaml" <<CFG
 region: eu-west
 listen: [/ip4/127.0.0.1/tcp/$base_port, /ip4/127.0.0.1/udp/$base_port/quic-v1]
 log_level: info
+$(metrics_line 0)
 provider:
   heartbeat_interval: 2s   # what this renter expects from its providers
 CFG

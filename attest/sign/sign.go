@@ -79,7 +79,12 @@ func (s *Signer) Sign(domain string, payload []byte) ([]byte, error) {
 }
 
 // Verify checks that sig is id's signature of payload under domain.
+// Signatures that verified recently are remembered (see verifiedCache).
 func Verify(id peer.ID, domain string, payload, sig []byte) error {
+	k := verifiedKey(id, domain, payload, sig)
+	if verified.has(k) {
+		return nil
+	}
 	pub, err := id.ExtractPublicKey()
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadSignature, err)
@@ -88,6 +93,7 @@ func Verify(id peer.ID, domain string, payload, sig []byte) error {
 	if err != nil || !ok {
 		return ErrBadSignature
 	}
+	verified.add(k)
 	return nil
 }
 

@@ -1,0 +1,102 @@
+package sign
+
+import (
+	"crypto/rand"
+	"errors"
+	"testing"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+)
+
+func testSigner(t *testing.T) *Signer {
+	t.Helper()
+	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSigner(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestVerifyRemembersOnlySuccesses: a signature that verified is
+// remembered and verifies again; a forged or altered one next to it is
+// still refused, and nothing that failed is remembered.
+func TestVerifyRemembersOnlySuccesses(t *testing.T) {
+	s, other := testSigner(t), testSigner(t)
+	payload := []byte(`{"seq":1}`)
+	sig, err := s.Sign(DomainCapability, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := verifiedKey(s.ID(), DomainCapability, payload, sig)
+	if verified.has(k) {
+		t.Fatal("remembered before it was verified")
+	}
+	for i := 0; i < 2; i++ {
+		if err := Verify(s.ID(), DomainCapability, payload, sig); err != nil {
+			t.Fatalf("verify #%d: %v", i, err)
+		}
+		if !verified.has(k) {
+			t.Fatalf("verify #%d: a good signature is not remembered", i)
+		}
+	}
+	forged := append([]byte(nil), sig...)
+	forged[0] ^= 1
+	n := verified.len()
+	for name, try := range map[string]func() error{
+		"forged signature": func() error { return Verify(s.ID(), DomainCapability, payload, forged) },
+		"altered payload":  func() error { return Verify(s.ID(), DomainCapability, []byte(`{"seq":2}`), sig) },
+		"other domain":     func() error { return Verify(s.ID(), DomainBid, payload, sig) },
+		"other signer":     func() error { return Verify(other.ID(), DomainCapability, payload, sig) },
+	} {
+		for i := 0; i < 2; i++ {
+			if err := try(); !errors.Is(err, ErrBadSignature) {
+				t.Fatalf("%s (#%d): %v, want ErrBadSignature", name, i, err)
+			}
+		}
+	}
+	if verified.len() != n {
+		t.Fatalf("failed verifications were remembered: %d entries, was %d", verified.len(), n)
+	}
+}
+
+// TestVerifiedCacheIsBounded: past maxVerified entries the cache starts
+// afresh, and what it forgot still verifies the slow way.
+func TestVerifiedCacheIsBounded(t *testing.T) {
+	s := testSigner(t)
+	var first []byte
+	for i := 0; i <= maxVerified; i++ {
+		p := []byte{byte(i), byte(i >> 8)}
+		sig, err := s.Sign(DomainHeartbeat, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = sig
+		}
+		if err := Verify(s.ID(), DomainHeartbeat, p, sig); err != nil {
+			t.Fatal(err)
+		}
+		if verified.len() > maxVerified {
+			t.Fatalf("%d entries, bound %d", verified.len(), maxVerified)
+		}
+	}
+	if err := Verify(s.ID(), DomainHeartbeat, []byte{0, 0}, first); err != nil {
+		t.Fatalf("a forgotten signature: %v", err)
+	}
+}
+
+func BenchmarkVerifyRepeated(b *testing.B) {
+	priv, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	s, _ := NewSigner(priv)
+	payload := make([]byte, 1500)
+	sig, _ := s.Sign(DomainCapability, payload)
+	for b.Loop() {
+		if err := Verify(s.ID(), DomainCapability, payload, sig); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
