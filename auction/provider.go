@@ -27,8 +27,8 @@ const (
 	DefaultSendWorkers      = 64
 	DefaultSendQueue        = 256
 	DefaultSendTimeout      = 2 * time.Second
-	DefaultCallRate         = 5.0 // calls per second per owner
-	DefaultCallBurst        = 20
+	DefaultCallRate         = 50.0 // calls per second per owner: a busy renter posts tens of jobs a second
+	DefaultCallBurst        = 100
 	DefaultMaxOwnerInflight = 4
 	// DefaultHoldGrace is how long past the job's bid window a bid's
 	// tentative hold on the calendar lasts (see ProviderConfig.HoldGrace);

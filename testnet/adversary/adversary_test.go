@@ -331,9 +331,9 @@ func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
 	flooder := adversary(t, renter, provs[0], provs[1])
 	floodDone := make(chan FloodReport, 1)
 	go func() {
-		// 50 calls/s from 4 owners: over every owner's token bucket
-		// (auction.DefaultCallRate 5/s, burst 20).
-		rep, _ := CallFlood(ctx, flooder, FloodConfig{Owners: 4, Rate: 50})
+		// 200 calls/s from 2 owners: over every owner's token bucket
+		// (auction.DefaultCallRate 50/s, burst 100).
+		rep, _ := CallFlood(ctx, flooder, FloodConfig{Owners: 2, Rate: 200})
 		floodDone <- rep
 	}()
 	// The flood reaches the honest providers (they drop it, per owner).

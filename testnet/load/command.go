@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"sort"
 	"time"
 )
@@ -24,8 +26,20 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&c.BidWindow, "bid-window", 500*time.Millisecond, "bid window of each job")
 	fs.StringVar(&c.Dir, "dir", "", "data dirs (default: a temporary dir)")
 	asJSON := fs.Bool("json", false, "print a JSON report")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (every daemon) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	r, err := Run(ctx, c)
 	if err != nil {
