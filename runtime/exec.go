@@ -131,7 +131,7 @@ const (
 	EnvInputs  = "GPUMESH_INPUTS"
 	// EnvCheckpoint names the job's checkpoint dir (CheckpointDir).
 	EnvCheckpoint = "GPUMESH_CHECKPOINT_DIR"
-	EnvCUDA    = "CUDA_VISIBLE_DEVICES"
+	EnvCUDA       = "CUDA_VISIBLE_DEVICES"
 )
 
 var (
