@@ -76,15 +76,8 @@ func (r *leaseRun) restoreCheckpoint(job auction.Job, lw io.Writer) (dir string,
 		root = filepath.Join(s.cfg.JobsDir, "restore")
 	}
 	l := r.lease()
-	ctx, cancel := context.WithCancel(s.ctx)
+	ctx, cancel := r.untilStopped()
 	defer cancel()
-	go func() {
-		select {
-		case <-r.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	for i, ck := range job.Restore {
 		dir = filepath.Join(root, fmt.Sprintf("restore-%s-%d", l.ID, i))
 		rel, err := s.cfg.Restore(ctx, job, ck.Artifact, dir)

@@ -534,8 +534,17 @@ func (r *leaseRun) prepareInputs(job auction.Job) (release func(), dir string, e
 		root = filepath.Join(s.cfg.JobsDir, "inputs")
 	}
 	dir = filepath.Join(root, "inputs-"+r.lease().ID)
-	ctx, cancel := context.WithCancel(s.ctx)
+	ctx, cancel := r.untilStopped()
 	defer cancel()
+	release, err = s.cfg.Inputs(ctx, job, dir)
+	return release, dir, err
+}
+
+// untilStopped returns a context of the supervisor's that is also
+// cancelled when the lease is stopped (aborted): fetches made before the
+// job starts end with it.
+func (r *leaseRun) untilStopped() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(r.s.ctx)
 	go func() {
 		select {
 		case <-r.stop:
@@ -543,8 +552,7 @@ func (r *leaseRun) prepareInputs(job auction.Job) (release func(), dir string, e
 		case <-ctx.Done():
 		}
 	}()
-	release, err = s.cfg.Inputs(ctx, job, dir)
-	return release, dir, err
+	return ctx, cancel
 }
 
 func backendName(e runtime.Executor, spec runtime.Spec) string {
