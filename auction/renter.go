@@ -631,6 +631,12 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 			case result != "confirmed":
 				r.noConfirm(res.bid.Provider)
 				r.log.Info("award failed", "job", job.ID, "provider", res.bid.Provider, "result", result)
+				if r.cfg.Release != nil && awardMayHaveBooked(result) {
+					// The provider may have booked the lease and confirmed
+					// too late: release it, or its GPUs stay held for a lease
+					// nobody will use.
+					r.cfg.Release(res.lease)
+				}
 			case won == nil && stop == nil:
 				won = &res
 			case r.cfg.Release != nil:
@@ -683,6 +689,13 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 		return -1, r.finish(rj, JobCancelled, "context: "+err.Error(), nil, "", err)
 	}
 	return len(order), nil
+}
+
+// awardMayHaveBooked reports whether an award that ended with result (one
+// of award's results other than "confirmed") may still have been booked by
+// its provider: it timed out or failed in transport after being sent.
+func awardMayHaveBooked(result string) bool {
+	return result == "timeout" || strings.HasPrefix(result, "error: ")
 }
 
 // releaseBids tells every provider whose bid for this auction was not

@@ -170,11 +170,29 @@ func TestCorruptCheckpointRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Corrupt a chunk only the newest checkpoint holds: chunks are content
+	// addressed, and a snapshot taken between the job's write of
+	// count.tmp and its rename holds the previous checkpoint's count.
+	pm, _, err := st.Manifest(prev.Artifact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := map[string]bool{}
+	for _, e := range pm.Entries {
+		for _, c := range e.Chunks {
+			shared[c] = true
+		}
+	}
 	var chunk string
 	for _, e := range m.Entries {
-		if e.Path == "count" {
-			chunk = e.Chunks[0]
+		for _, c := range e.Chunks {
+			if !shared[c] && (chunk == "" || e.Path == "count") {
+				chunk = c
+			}
 		}
+	}
+	if chunk == "" {
+		t.Fatalf("the newest checkpoint %+v holds no chunk the previous one %+v does not", m, pm)
 	}
 	p := filepath.Join(boot.paths.Artifacts(), "chunks", chunk[:2], chunk)
 	data, err := os.ReadFile(p)

@@ -33,6 +33,15 @@ func TestPathLeaseIDsRefused(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	// The provider dialled boot; boot learns the provider's listen addresses
+	// only when identify completes, so give it them before opening streams.
+	ais, err := p2p.ParseAddrInfos(prov.Addrs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := boot.net.Host.Connect(ctx, ais[0]); err != nil {
+		t.Fatal(err)
+	}
 	for _, proto := range []protocol.ID{wire.ProtoLogs, wire.ProtoOutputs} {
 		t.Run(string(proto), func(t *testing.T) {
 			s, err := boot.net.Host.NewStream(ctx, prov.ID(), proto)

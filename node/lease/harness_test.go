@@ -179,6 +179,13 @@ type crashable struct {
 	noReceipts atomic.Bool
 	// maxEvent is the largest lease event the node sent, in bytes.
 	maxEvent atomic.Int64
+	// loseConfirms delivers the node's awards but loses their confirms:
+	// the provider books the lease, the renter times out.
+	loseConfirms atomic.Bool
+	// dropCancels loses the node's lease cancels (and releases).
+	dropCancels atomic.Bool
+	// dropHeartbeats loses the node's heartbeats.
+	dropHeartbeats atomic.Bool
 }
 
 var errCrashed = errors.New("node crashed")
@@ -202,7 +209,8 @@ type crashTransport struct {
 }
 
 func (t crashTransport) Request(ctx context.Context, to peer.ID, proto protocol.ID, data []byte) ([]byte, error) {
-	if t.c.dead.Load() || (proto == wire.ProtoReceipt && t.c.noReceipts.Load()) {
+	if t.c.dead.Load() || (proto == wire.ProtoReceipt && t.c.noReceipts.Load()) ||
+		(proto == wire.ProtoCancel && t.c.dropCancels.Load()) || (proto == wire.ProtoHeartbeat && t.c.dropHeartbeats.Load()) {
 		return nil, errCrashed
 	}
 	if len(data) > p2p.MaxFrame {
@@ -229,6 +237,13 @@ func (t crashTransport) SendBid(ctx context.Context, to peer.ID, addrs []string,
 func (t crashTransport) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
 	if t.c.dead.Load() {
 		return nil, errCrashed
+	}
+	if t.c.loseConfirms.Load() {
+		if _, err := t.t.SendAward(ctx, to, data); err != nil {
+			return nil, err
+		}
+		<-ctx.Done() // the confirm never arrives
+		return nil, ctx.Err()
 	}
 	return t.t.SendAward(ctx, to, data)
 }
@@ -458,8 +473,14 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 // waitJob waits until the renter's view of a job satisfies cond.
 func (n *node) waitJob(id, what string, cond func(api.JobView) bool) api.JobView {
 	n.h.t.Helper()
+	return n.waitJobWithin(id, 3*time.Second, what, cond)
+}
+
+// waitJobWithin is waitJob with its own limit.
+func (n *node) waitJobWithin(id string, within time.Duration, what string, cond func(api.JobView) bool) api.JobView {
+	n.h.t.Helper()
 	var v api.JobView
-	waitFor(n.h.t, 3*time.Second, "job "+id+": "+what, func() bool {
+	waitFor(n.h.t, within, "job "+id+": "+what, func() bool {
 		var err error
 		v, err = n.tracker.View(id)
 		return err == nil && cond(v)

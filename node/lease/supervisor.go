@@ -663,6 +663,7 @@ func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var seq uint64
+	unknown := 0 // answers in a row from a renter that holds no such lease
 	devices, uuids := s.leaseDevices(l)
 	for first := true; ; first = false {
 		// The first heartbeat goes out at the lease's start, then one per
@@ -704,8 +705,20 @@ func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, every)
 		renter, _ := peer.Decode(l.Renter)
-		if _, err := s.cfg.Transport.Request(ctx, renter, wire.ProtoHeartbeat, b); err != nil {
+		resp, err := s.cfg.Transport.Request(ctx, renter, wire.ProtoHeartbeat, b)
+		var reply wire.HeartbeatReply
+		switch {
+		case err != nil:
 			s.log.Debug("heartbeat not delivered", "lease", l.ID, "err", err)
+		case len(resp) > 0 && json.Unmarshal(resp, &reply) == nil && reply.Unknown:
+			unknown++
+		default:
+			unknown = 0
+		}
+		if unknown >= wire.UnknownLeaseBeats {
+			s.cfg.Counters.Add("provider.lease_unknown_to_renter")
+			s.log.Info("the renter holds no such lease; stopping it", "lease", l.ID, "renter", l.Renter)
+			r.abort(auction.RunCancelled, "the renter holds no such lease (an award it gave up on)")
 		}
 		cancel()
 	}

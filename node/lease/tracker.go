@@ -710,13 +710,16 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 	mon := t.mons[hb.LeaseID]
 	jobID := t.byLease[hb.LeaseID]
 	t.mu.Unlock()
-	if mon == nil {
-		count("renter.heartbeat_unknown_lease")
-		return nil, fmt.Errorf("unknown lease %s", hb.LeaseID)
-	}
 	if hb.Provider != from.String() {
 		count("renter.heartbeat_relayed")
 		return nil, errors.New("heartbeat not sent by its provider")
+	}
+	if mon == nil {
+		// Not ours: an award this renter gave up on (its confirm came too
+		// late) that the provider booked anyway. Saying so lets the
+		// provider free the GPUs.
+		count("renter.heartbeat_unknown_lease")
+		return json.Marshal(wire.HeartbeatReply{Unknown: true})
 	}
 	if err := t.refuseArchivedHeartbeat(hb.LeaseID); err != nil {
 		return nil, err

@@ -174,7 +174,10 @@ func (s *Service) addReplica() {
 	job := s.spec.Job
 	job.Run.Env = maps.Clone(job.Run.Env)
 	job.ID = auction.NewID("job")
-	job.CreatedAt, job.Deadline = time.Time{}, time.Time{}
+	// A replica is wanted now: a booking that starts later could not be
+	// ready within the start timeout, and would hold a slot while the
+	// service waits for it (a busy provider's later start is not a bid).
+	job.CreatedAt, job.Deadline = time.Time{}, s.now().Add(s.spec.StartTimeout/2)
 	job.Exclude = slices.Clone(s.avoid)
 	r := &replica{jobID: job.ID, state: api.ReplicaBidding, since: s.now(), stop: make(chan struct{})}
 	s.reps = append(s.reps, r)

@@ -127,6 +127,20 @@ type CancelRequest struct {
 	JobID   string `json:"job_id"`
 }
 
+// HeartbeatReply is a renter's answer to a heartbeat (ProtoHeartbeat). It
+// comes over a stream to the renter's own peer id, so it needs no
+// signature. Unknown says the renter holds no such lease: an award whose
+// confirm came too late, which the renter gave up on. A provider stops a
+// lease after UnknownLeaseBeats such answers in a row; one or two may come
+// before the renter has recorded a lease it has just confirmed.
+type HeartbeatReply struct {
+	Unknown bool `json:"unknown,omitempty"`
+}
+
+// UnknownLeaseBeats is how many heartbeats in a row a renter must answer
+// Unknown before the provider stops the lease.
+const UnknownLeaseBeats = 3
+
 // StreamRequest is the first frame of a logs or outputs stream.
 type StreamRequest struct {
 	LeaseID string `json:"lease_id"`

@@ -224,7 +224,15 @@ type mnode struct {
 	topics map[string]*pubsub.Topic
 }
 
+// harnessDiscoveryPoll is how often the harness's GossipSub routers look
+// for more topic peers. The daemon polls every 10 s (p2p), which suits a
+// long-lived node but would make every network here wait that long for
+// its renter, which only publishes, to find the topic's subscribers.
+const harnessDiscoveryPoll = time.Second
+
 func build(ctx context.Context, cfg Config) (*network, error) {
+	// Read by each router as it starts; the harness's own process only.
+	pubsub.DiscoveryPollInterval = harnessDiscoveryPoll
 	n := &network{mn: mocknet.New(), byID: map[peer.ID]*mnode{}, rdv: &rendezvous{subs: map[string][]peer.ID{}}}
 	n.tr = newTracer()
 	n.ctx, n.cancel = context.WithCancel(ctx)

@@ -15,7 +15,7 @@ func TestCostFollowsEligibleProviders(t *testing.T) {
 	}
 	run := func(nodes, eligible int) *Report {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		r, err := Run(ctx, Config{Nodes: nodes, Eligible: eligible, Jobs: 3})
 		if err != nil {

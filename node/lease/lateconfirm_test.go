@@ -1,0 +1,85 @@
+package lease
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// lostAward posts a job whose award reaches the provider but whose
+// confirm is lost, and returns the lease the provider booked for it.
+func lostAward(t *testing.T, r, p *node) (jobID, leaseID string) {
+	t.Helper()
+	r.crash.loseConfirms.Store(true)
+	v, err := r.tracker.Post(job(auction.Gold, 5, time.Minute, "gate", "never", "0"))
+	r.crash.loseConfirms.Store(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Lease != nil || len(v.Attempts) != 1 || v.Attempts[0].Result != "timeout" {
+		t.Fatalf("job %s: lease %v, awards %+v; want one timed-out award", v.Job.ID, v.Lease, v.Attempts)
+	}
+	if _, ok := p.lease(v.Attempts[0].LeaseID); !ok {
+		t.Fatalf("the provider did not book the award whose confirm was lost")
+	}
+	return v.Job.ID, v.Attempts[0].LeaseID
+}
+
+// TestTimedOutAwardIsReleased: an award whose confirm came too late is
+// released by the renter, so the provider does not keep its GPU for a
+// lease nobody uses; the job, queued, then leases that GPU and runs.
+func TestTimedOutAwardIsReleased(t *testing.T) {
+	h := newHarness(t)
+	r := h.renter()
+	p := h.provider(provSpec{model: "H100", price: 1})
+	// Without heartbeats the renter cannot answer "unknown": only the
+	// release frees the GPU.
+	p.crash.dropHeartbeats.Store(true)
+	jobID, lost := lostAward(t, r, p)
+	waitFor(t, 5*time.Second, "the unconfirmed lease cancelled on the provider", func() bool {
+		pl, _ := p.lease(lost)
+		return pl.Run == auction.RunCancelled
+	})
+	pl, _ := p.lease(lost)
+	if pl.Detail != "cancelled by the renter" {
+		t.Fatalf("unconfirmed lease ended %s: %q", pl.Run, pl.Detail)
+	}
+	if n := counter(r, "renter.lease_released"); n != 1 {
+		t.Fatalf("renter.lease_released = %d, want 1", n)
+	}
+	p.crash.dropHeartbeats.Store(false)
+	p.exec.open("never")
+	v := r.waitJobWithin(jobID, 15*time.Second, "re-offered, leased on the freed GPU and finished", func(v api.JobView) bool {
+		return v.Lease != nil && v.Run == auction.RunSucceeded
+	})
+	if v.Lease.Provider != p.id() || v.Lease.ID == lost {
+		t.Fatalf("job leased %s on %s", v.Lease.ID, v.Lease.Provider)
+	}
+}
+
+// TestLeaseUnknownToRenterStops: when the release is lost too, the
+// renter answers the lease's heartbeats "unknown" and the provider stops
+// it after wire.UnknownLeaseBeats of them, freeing the GPU.
+func TestLeaseUnknownToRenterStops(t *testing.T) {
+	h := newHarness(t)
+	r := h.renter()
+	p := h.provider(provSpec{model: "H100", price: 1})
+	r.crash.dropCancels.Store(true)
+	_, lost := lostAward(t, r, p)
+	waitFor(t, 5*time.Second, "the lease unknown to its renter stopped", func() bool {
+		pl, _ := p.lease(lost)
+		return pl.Run.Terminal()
+	})
+	pl, _ := p.lease(lost)
+	if pl.Run != auction.RunCancelled || pl.Detail != "the renter holds no such lease (an award it gave up on)" {
+		t.Fatalf("unknown lease ended %s: %q", pl.Run, pl.Detail)
+	}
+	if n := counter(p, "provider.lease_unknown_to_renter"); n != 1 {
+		t.Fatalf("provider.lease_unknown_to_renter = %d, want 1", n)
+	}
+	if n := counter(r, "renter.heartbeat_unknown_lease"); n < 3 {
+		t.Fatalf("renter.heartbeat_unknown_lease = %d, want at least 3", n)
+	}
+}
