@@ -372,7 +372,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	case eligible == 0:
 		reason = fmt.Sprintf("no eligible bids (%d rejected: %s)", len(ranked), ranked[0].Rejected)
 	default:
-		reason = fmt.Sprintf("all %d awards failed", eligible)
+		reason = fmt.Sprintf("all %d awards failed (%s)", eligible, r.awardResults(rj, len(history)))
 	}
 	err = r.finish(rj, JobUnplaceable, reason, nil, "", fmt.Errorf("%w: %s: %s", ErrUnplaceable, job.ID, reason))
 	if r.cfg.OnUnplaceable != nil {
@@ -689,6 +689,34 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 		return -1, r.finish(rj, JobCancelled, "context: "+err.Error(), nil, "", err)
 	}
 	return len(order), nil
+}
+
+// awardResults summarises the results of an auction's awards (those from
+// index from of its attempts), most frequent first ("2 × timeout;
+// declined: capacity: ...").
+func (r *Renter) awardResults(rj *renterJob, from int) string {
+	r.mu.Lock()
+	counts := map[string]int{}
+	for _, a := range rj.status.Attempts[min(from, len(rj.status.Attempts)):] {
+		counts[a.Result]++
+	}
+	r.mu.Unlock()
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if counts[keys[i]] != counts[keys[j]] {
+			return counts[keys[i]] > counts[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	for i, k := range keys {
+		if counts[k] > 1 {
+			keys[i] = fmt.Sprintf("%d × %s", counts[k], k)
+		}
+	}
+	return strings.Join(keys, "; ")
 }
 
 // awardMayHaveBooked reports whether an award that ended with result (one

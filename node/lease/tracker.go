@@ -706,6 +706,10 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 		count("renter.heartbeat_bad_signature")
 		return nil, err
 	}
+	if err := auction.ValidID(hb.LeaseID); err != nil {
+		count("renter.heartbeat_malformed")
+		return nil, fmt.Errorf("heartbeat: lease id: %w", err)
+	}
 	t.mu.Lock()
 	mon := t.mons[hb.LeaseID]
 	jobID := t.byLease[hb.LeaseID]

@@ -203,7 +203,8 @@ func (s *Service) leased(r *replica, v api.JobView, err error) {
 		}
 	}
 	if !slices.Contains(s.reps, r) {
-		// The service stopped during the auction: a lease won is not used.
+		// The service stopped during the auction (retire cancelled the
+		// job): a lease won meanwhile is not used either.
 		if err == nil {
 			s.cancelJob(r.jobID)
 		}
@@ -287,9 +288,9 @@ func (s *Service) retire(r *replica, why string) {
 		r.transport.CloseIdleConnections()
 	}
 	s.event("replica %s removed: %s", r.jobID, why)
-	if r.leaseID == "" {
-		return
-	}
+	// Also without a lease: a job whose auction found no lease stays
+	// queued on the renter and would be leased later, a replica nobody
+	// routes to holding a GPU.
 	s.cancelJob(r.jobID)
 }
 
