@@ -141,3 +141,26 @@ func TestAuctionFailuresBackOff(t *testing.T) {
 		t.Fatal("failed auctions left no event")
 	}
 }
+
+// TestReplicaWithoutLeaseCancelsItsQueuedJob: an auction that found no
+// lease leaves the job queued on the renter, which would lease it later;
+// the service, which removes that replica, cancels its job so that no
+// replica it does not route to ever holds a GPU.
+func TestReplicaWithoutLeaseCancelsItsQueuedJob(t *testing.T) {
+	f := &fakeLeaser{}
+	m, err := NewManager(context.Background(), Config{Leaser: f, Open: noStreams})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := m.Post(testSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Stop(v.ID)
+	waitFor(t, "the replica's job cancelled", func() bool { _, c := f.counts(); return c >= 1 })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.canceled[0] != f.posts[0] {
+		t.Fatalf("posted %v, cancelled %v", f.posts, f.canceled)
+	}
+}
