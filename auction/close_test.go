@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 func TestBidWindowClosesEarly(t *testing.T) {
@@ -94,4 +97,102 @@ func TestBidWindowClosesEarly(t *testing.T) {
 			t.Fatalf("empty auction took %v, want one extension (about %v)", took, 2*j.BidWindow)
 		}
 	})
+}
+
+// TestWindowClosesWhenExpectedAnswered: a renter that knows which
+// providers will answer a call (RenterConfig.Expected) closes the window
+// as soon as each has bid or declined, even with quiet closing disabled;
+// one that stays silent leaves the window to run its course.
+func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
+	const window = 5 * time.Second
+	fitting := func(m *market, j *Job) []string {
+		var out []string
+		for _, tp := range m.provs {
+			c := tp.p.cfg.Capability()
+			if StaticFit(&c, j) == nil {
+				out = append(out, c.Peer)
+			}
+		}
+		return out
+	}
+	t.Run("all answered", func(t *testing.T) {
+		m := newMarket(t, eightProviders())
+		var expected []string
+		r, _ := m.renter(t, RenterConfig{QuietClose: -1, Expected: func(j *Job) []string {
+			expected = fitting(m, j)
+			return expected
+		}})
+		j := euJob(m.now())
+		j.BidWindow, j.WantDeclines = window, true
+		start := time.Now()
+		job, err := r.Post(context.Background(), j)
+		took := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took >= window/2 {
+			t.Fatalf("auction took %v of a %v window once all %d expected providers had answered", took, window, len(expected))
+		}
+		st, _ := r.Status(job.ID)
+		declined := 0
+		for _, n := range st.Declines {
+			declined += n
+		}
+		// Providers that do not fit the job hear the call too, and decline.
+		if len(st.Bids)+declined < len(expected) || len(st.Bids) != 3 || m.name(st.Winner) != "eu-good" {
+			t.Fatalf("%d bids and %d declines from %d expected, winner %s", len(st.Bids), declined, len(expected), m.name(st.Winner))
+		}
+	})
+	t.Run("one silent", func(t *testing.T) {
+		m := newMarket(t, eightProviders())
+		silent := signtest.New(t).ID().String()
+		r, _ := m.renter(t, RenterConfig{QuietClose: -1, Expected: func(j *Job) []string { return append(fitting(m, j), silent) }})
+		j := euJob(m.now())
+		j.BidWindow, j.WantDeclines = 300*time.Millisecond, true
+		start := time.Now()
+		if _, err := r.Post(context.Background(), j); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took < j.BidWindow {
+			t.Fatalf("auction closed after %v of its %v window while an expected provider had not answered", took, j.BidWindow)
+		}
+	})
+}
+
+// TestNoLaterStartFallback: while some bid can start at once, a failed
+// award does not fall back to a bid that starts later (its provider was
+// busy when it bid: the job would wait behind a running lease); the
+// auction ends without a lease and the job can be offered again. With no
+// bid that starts at once, the later start is awarded as before.
+func TestNoLaterStartFallback(t *testing.T) {
+	m := newMarket(t, []provSpec{{"free", "eu-west", "A100", 80, 2, pol(1), 0.9}, {"busy", "eu-west", "A100", 80, 2, pol(0.5), 0.9}})
+	free, busy := m.provs[0], m.provs[1]
+	if err := busy.cal.Reserve(Booking{LeaseID: "busy", Start: m.now().Add(-time.Minute), End: m.now().Add(time.Hour), GPUs: 2}); err != nil {
+		t.Fatal(err)
+	}
+	free.t.Handle(MemHandlers{OnCall: free.p.HandleCall, OnAward: func(peer.ID, []byte) ([]byte, error) {
+		return nil, errors.New("gone")
+	}})
+	r, _ := m.renter(t, RenterConfig{QuietClose: -1})
+	j := euJob(m.now())
+	j.BidWindow, j.Deadline = 300*time.Millisecond, m.now().Add(2*time.Hour)
+	job, err := r.Post(context.Background(), j)
+	if !errors.Is(err, ErrUnplaceable) || !strings.Contains(err.Error(), "all 1 awards failed (error: ") {
+		t.Fatalf("err %v, want unplaceable after the one immediate award failed", err)
+	}
+	st, _ := r.Status(job.ID)
+	if len(st.Bids) != 2 || len(st.Attempts) != 1 || st.Attempts[0].Provider != free.s.ID().String() {
+		t.Fatalf("%d bids, awards %+v: want only the free provider awarded", len(st.Bids), st.Attempts)
+	}
+	// The free provider leaves: the later start is the only bid, and wins.
+	m.net.Drop(free.s.ID())
+	j2 := euJob(m.now())
+	j2.BidWindow, j2.Deadline = 300*time.Millisecond, m.now().Add(2*time.Hour)
+	job2, err := r.Post(context.Background(), j2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := r.Status(job2.ID); m.name(st.Winner) != "busy" {
+		t.Fatalf("winner %s, want the busy provider's later start", m.name(st.Winner))
+	}
 }

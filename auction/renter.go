@@ -175,6 +175,13 @@ type RenterConfig struct {
 	Holdings func(ctx context.Context, provider string) (held []string, ok bool)
 	// HoldingsWait bounds that wait; 0 means DefaultHoldingsWait.
 	HoldingsWait time.Duration
+	// Expected, when set, names the providers expected to answer a job's
+	// call, with a bid or a decline: those the renter knows whose
+	// capability fits the job (StaticFit). Once every one of them has
+	// answered, the window closes, whatever the tier: no later answer is
+	// expected. An empty answer leaves the window to run as usual, and so
+	// does a provider that stays silent (gone, or its decline sampled).
+	Expected func(job *Job) []string
 	// OnLease is called when a provider confirms a lease.
 	OnLease func(Lease, Job)
 	// OnUnplaceable is called when an auction ends without a lease.
@@ -193,6 +200,10 @@ type renterJob struct {
 	posted    time.Time     // wall clock, for latency
 	// held is each bidder's holdings lookup (RenterConfig.Holdings).
 	held map[string]*holdingsLookup
+	// awaited are the expected providers that have not answered yet
+	// (RenterConfig.Expected); allIn is closed when the last one does.
+	awaited map[string]bool
+	allIn   chan struct{}
 }
 
 // holdingsLookup is one bidder's advertised artifacts, once done is closed.
@@ -298,6 +309,14 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		posted:    time.Now(),
 		held:      map[string]*holdingsLookup{},
 	}
+	if r.cfg.Expected != nil {
+		if exp := r.cfg.Expected(&job); len(exp) > 0 {
+			rj.awaited, rj.allIn = make(map[string]bool, len(exp)), make(chan struct{})
+			for _, p := range exp {
+				rj.awaited[p] = true
+			}
+		}
+	}
 	r.mu.Lock()
 	if old, ok := r.jobs[job.ID]; ok && (old.status.State == JobBidding || old.status.State == JobAwarding) {
 		r.mu.Unlock()
@@ -399,8 +418,12 @@ func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
 		}
 	}()
 	extended := false
+	allIn := rj.allIn // nil (never ready) without expected providers
 	for {
 		select {
+		case <-allIn:
+			// Every provider expected to answer has: close now.
+			return nil
 		case <-window.C:
 			r.mu.Lock()
 			none := len(rj.bids) == 0
@@ -463,7 +486,7 @@ func (r *Renter) bestStartsNow(rj *renterJob, job *Job) bool {
 	r.checkHoldings(context.Background(), rj, job, cands, time.Time{})
 	now := r.cfg.Now()
 	ranked := RankAt(job, cands, now)
-	return len(ranked) > 0 && ranked[0].Rejected == "" && !ranked[0].Bid.Start.After(now.Add(earlyCloseSlack))
+	return len(ranked) > 0 && ranked[0].Rejected == "" && startsNow(ranked[0].Bid, now)
 }
 
 // lookupHoldingsLocked starts looking up a bidder's advertised artifacts for a
@@ -569,8 +592,20 @@ func (r *Renter) awardOrder(ranked []Ranked, now time.Time) []Bid {
 			good = append(good, c.Bid)
 		}
 	}
-	return append(good, late...)
+	order := append(good, late...)
+	// While some bid can start at once, a later start is no fallback: its
+	// provider was busy when it bid, and the bids that could start now
+	// lost their GPUs to concurrent auctions a moment ago. The job is
+	// better queued and offered again than booked behind a busy GPU.
+	if slices.ContainsFunc(order, func(b Bid) bool { return startsNow(b, now) }) {
+		order = slices.DeleteFunc(order, func(b Bid) bool { return !startsNow(b, now) })
+	}
+	return order
 }
+
+// startsNow reports whether a bid starts at once (within earlyCloseSlack
+// of now).
+func startsNow(b Bid, now time.Time) bool { return !b.Start.After(now.Add(earlyCloseSlack)) }
 
 // awardBest awards the ranked bids (see Renter) until one is confirmed. It
 // returns how many bids were eligible, or -1 and the error to return when
@@ -869,6 +904,7 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 	rj.nonces[b.Nonce] = true
 	rj.bidders[b.Provider] = true
 	rj.bids = append(rj.bids, Candidate{Bid: b, Latency: time.Since(rj.posted)})
+	rj.answeredLocked(b.Provider)
 	r.lookupHoldingsLocked(rj, b.Provider)
 	select {
 	case rj.bidIn <- struct{}{}:
@@ -907,11 +943,24 @@ func (r *Renter) handleDecline(from peer.ID, d Decline) error {
 	}
 	r.declineTok--
 	rj.decliners[d.Provider] = true
+	rj.answeredLocked(d.Provider)
 	if rj.status.Declines == nil {
 		rj.status.Declines = map[string]int{}
 	}
 	rj.status.Declines[d.Kind]++
 	return nil
+}
+
+// answeredLocked notes that provider answered the job's call; the last
+// expected answer closes allIn (r.mu held).
+func (rj *renterJob) answeredLocked(provider string) {
+	if !rj.awaited[provider] {
+		return
+	}
+	delete(rj.awaited, provider)
+	if len(rj.awaited) == 0 {
+		close(rj.allIn)
+	}
 }
 
 // DeclinesText is a job's declines in one line, most frequent first:

@@ -522,6 +522,31 @@ func (d *Daemon) lookupCapability(ctx context.Context, id peer.ID) (auction.Capa
 	return auction.Capability{}, err
 }
 
+// expectedBidders is the providers this node knows (their verified,
+// unexpired capability records, its own included) whose capability fits
+// job and that the job does not exclude: those that hear its call and
+// answer it, with a bid or a decline. A bid window closes once all have.
+func (d *Daemon) expectedBidders(job *auction.Job) []string {
+	now := d.now()
+	var out []string
+	fits := func(c *auction.Capability) {
+		if c.ExpiresAt.After(now) && !job.Excludes(c.Peer) && auction.StaticFit(c, job) == nil {
+			out = append(out, c.Peer)
+		}
+	}
+	d.capCache.Range(func(_, v any) bool {
+		c := v.(auction.Capability)
+		fits(&c)
+		return true
+	})
+	if d.cfg.Provider.Enabled {
+		if c := d.Advertised(); c != nil {
+			fits(c)
+		}
+	}
+	return out
+}
+
 // advertisedFingerprint is the fingerprint hash of a provider's last
 // verified capability record this node saw ("" when it saw none).
 func (d *Daemon) advertisedFingerprint(provider string) string {

@@ -72,7 +72,7 @@ func newMarket(d *Daemon) (*market, error) {
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
-		AdvertisedFingerprint: d.advertisedFingerprint, Holdings: d.advertisedArtifacts,
+		AdvertisedFingerprint: d.advertisedFingerprint, Holdings: d.advertisedArtifacts, ExpectedBidders: d.expectedBidders,
 		OnSave: d.inputPins.update,
 		Now:    d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
 		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin,

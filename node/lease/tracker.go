@@ -57,6 +57,9 @@ type TrackerConfig struct {
 	// Holdings is the auction's check of bids' missing-bytes claims
 	// (auction.RenterConfig.Holdings); nil trusts the claims.
 	Holdings func(ctx context.Context, provider string) ([]string, bool)
+	// ExpectedBidders names the providers expected to answer a job's call
+	// (auction.RenterConfig.Expected): its window closes once all have.
+	ExpectedBidders func(job *auction.Job) []string
 	// QueueBackoff is how long a queued job (no acceptable bid yet) first
 	// waits before it is offered again, doubling up to QueueBackoffMax;
 	// a capacity notice offers it at once. Defaults 1s and 30s.
@@ -149,6 +152,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score, Now: cfg.Now, Log: log,
 		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, Release: t.release, Holdings: cfg.Holdings,
+		Expected: cfg.ExpectedBidders,
 	})
 	if err != nil {
 		return nil, err

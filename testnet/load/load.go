@@ -238,6 +238,10 @@ func runJob(ctx context.Context, cfg Config, r *api.Client) result {
 		}
 		select {
 		case <-ctx.Done():
+			if v.Lease != nil && v.Lease.Start.After(start.Add(time.Second)) {
+				return result{err: fmt.Sprintf("timeout (job %s on a lease starting %v after the post)", v.State,
+					v.Lease.Start.Sub(start).Round(time.Second))}
+			}
 			return result{err: fmt.Sprintf("timeout (job %s, run %q)", v.State, v.Run)}
 		case <-time.After(25 * time.Millisecond):
 		}
