@@ -157,6 +157,10 @@ func TestAuctionOnTestnet(t *testing.T) {
 func TestFailoverToRunnerUp(t *testing.T) {
 	boot, ns := startNet(t, providerConfig("eu-west", 0.5, a100), providerConfig("eu-west", 0.9, a100))
 	waitAdvertised(t, boot, ns...)
+	// A renter that knows both providers closes the window once both
+	// answered; forgetting them, it runs the window's 4 s, time enough to
+	// lose the winner before the award.
+	boot.capCache.Clear()
 	job := shJob(auction.Silver, 2, "echo hi")
 	job.BidWindow = 4 * time.Second
 	done := make(chan api.JobView, 1)

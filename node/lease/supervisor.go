@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -122,6 +123,8 @@ type Supervisor struct {
 	limits api.LimitsView
 	drain  *drainState // the last drain, until Undrain
 	wg     sync.WaitGroup
+	// pruned is when job files were last pruned (unix nanoseconds).
+	pruned atomic.Int64
 }
 
 // providerRecord is what a provider persists per lease, so a restart never
@@ -508,8 +511,17 @@ func (r *leaseRun) run() {
 // collected outputs after they were last written.
 const JobFilesRetention = 7 * 24 * time.Hour
 
-// pruneJobFiles removes job logs and outputs older than JobFilesRetention.
+// pruneEvery is how often, at most, a lease's end prunes job files: a
+// prune reads both directories, which hold a file per recent lease.
+const pruneEvery = time.Hour
+
+// pruneJobFiles removes job logs and outputs older than JobFilesRetention,
+// at most once per pruneEvery.
 func (s *Supervisor) pruneJobFiles() {
+	now := time.Now().UnixNano()
+	if last := s.pruned.Load(); last != 0 && now-last < int64(pruneEvery) || !s.pruned.CompareAndSwap(last, now) {
+		return
+	}
 	for _, dir := range []string{filepath.Join(s.cfg.JobsDir, "logs"), filepath.Join(s.cfg.JobsDir, "outputs")} {
 		if n, err := runtime.Prune(dir, JobFilesRetention); err != nil {
 			s.log.Warn("prune job files", "err", err)
@@ -706,6 +718,7 @@ func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 		ctx, cancel := context.WithTimeout(s.ctx, every)
 		renter, _ := peer.Decode(l.Renter)
 		resp, err := s.cfg.Transport.Request(ctx, renter, wire.ProtoHeartbeat, b)
+		cancel()
 		var reply wire.HeartbeatReply
 		switch {
 		case err != nil:
@@ -720,7 +733,6 @@ func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 			s.log.Info("the renter holds no such lease; stopping it", "lease", l.ID, "renter", l.Renter)
 			r.abort(auction.RunCancelled, "the renter holds no such lease (an award it gave up on)")
 		}
-		cancel()
 	}
 }
 

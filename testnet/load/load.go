@@ -91,15 +91,27 @@ type Report struct {
 	Succeeded int            `json:"succeeded"`
 	Failed    int            `json:"failed"`
 	Reasons   map[string]int `json:"reasons,omitempty"`
+	// Leased counts the jobs that got a lease (at their post or later,
+	// after waiting queued), whatever became of them.
+	Leased int `json:"leased"`
 	// Wall is from the first post to the last job's end; Throughput is
-	// succeeded jobs per second over it.
+	// succeeded jobs per second over it, LeasedRate leased jobs per second.
 	Wall       time.Duration `json:"wall"`
 	Throughput float64       `json:"jobs_per_s"`
+	LeasedRate float64       `json:"leased_per_s"`
 	// Post → finished and post → leased percentiles, over succeeded jobs.
 	FinishedP50 time.Duration `json:"finished_p50"`
 	FinishedP95 time.Duration `json:"finished_p95"`
 	LeasedP50   time.Duration `json:"leased_p50"`
 	LeasedP95   time.Duration `json:"leased_p95"`
+}
+
+// LeasedPct is leased / posted, in percent.
+func (r *Report) LeasedPct() float64 {
+	if r.Posted == 0 {
+		return 0
+	}
+	return 100 * float64(r.Leased) / float64(r.Posted)
 }
 
 // SuccessRate is succeeded / posted, in percent.
@@ -213,6 +225,7 @@ func warmUp(ctx context.Context, cfg Config, renters []*api.Client) error {
 
 type result struct {
 	leased, finished time.Duration
+	gotLease         bool   // the job was leased (whether or not it then succeeded)
 	err              string // "" on success, else why not
 }
 
@@ -225,24 +238,33 @@ func runJob(ctx context.Context, cfg Config, r *api.Client) result {
 	if err != nil {
 		return result{err: "post: " + err.Error()}
 	}
-	res := result{leased: time.Since(start)}
+	var res result
 	for {
+		if v.Lease != nil && !res.gotLease {
+			// Seen leased: at the post's return, or at a later poll of a
+			// job that was queued first.
+			res.gotLease, res.leased = true, time.Since(start)
+		}
 		switch {
 		case v.Run == auction.RunSucceeded:
 			res.finished = time.Since(start)
 			return res
 		case v.Run.Terminal():
-			return result{err: "run " + string(v.Run)}
+			res.err = "run " + string(v.Run)
+			return res
 		case v.State == auction.JobUnplaceable || v.State == auction.JobFailed || v.State == auction.JobCancelled:
-			return result{err: "job " + string(v.State)}
+			res.err = "job " + string(v.State)
+			return res
 		}
 		select {
 		case <-ctx.Done():
 			if v.Lease != nil && v.Lease.Start.After(start.Add(time.Second)) {
-				return result{err: fmt.Sprintf("timeout (job %s on a lease starting %v after the post)", v.State,
-					v.Lease.Start.Sub(start).Round(time.Second))}
+				res.err = fmt.Sprintf("timeout (job %s on a lease starting %v after the post)", v.State,
+					v.Lease.Start.Sub(start).Round(time.Second))
+				return res
 			}
-			return result{err: fmt.Sprintf("timeout (job %s, run %q)", v.State, v.Run)}
+			res.err = fmt.Sprintf("timeout (job %s, run %q)", v.State, v.Run)
+			return res
 		case <-time.After(25 * time.Millisecond):
 		}
 		if v, err = r.Job(ctx, v.Job.ID); err != nil && ctx.Err() == nil {
@@ -271,6 +293,9 @@ func drive(ctx context.Context, cfg Config, renters []*api.Client) *Report {
 				res := runJob(ctx, cfg, r)
 				mu.Lock()
 				rep.Posted++
+				if res.gotLease {
+					rep.Leased++
+				}
 				if res.err == "" {
 					rep.Succeeded++
 					finished = append(finished, res.finished)
@@ -287,6 +312,7 @@ func drive(ctx context.Context, cfg Config, renters []*api.Client) *Report {
 	rep.Wall = time.Since(start)
 	if rep.Wall > 0 {
 		rep.Throughput = float64(rep.Succeeded) / rep.Wall.Seconds()
+		rep.LeasedRate = float64(rep.Leased) / rep.Wall.Seconds()
 	}
 	rep.FinishedP50, rep.FinishedP95 = percentile(finished, 50), percentile(finished, 95)
 	rep.LeasedP50, rep.LeasedP95 = percentile(leased, 50), percentile(leased, 95)

@@ -20,7 +20,7 @@ func TestLoadRunsEveryJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%+v", *r)
-	if r.Posted != 4 || r.Succeeded != 4 || r.SuccessRate() != 100 {
+	if r.Posted != 4 || r.Succeeded != 4 || r.SuccessRate() != 100 || r.Leased != 4 || r.LeasedPct() != 100 || r.LeasedRate < r.Throughput {
 		t.Fatalf("posted %d, succeeded %d (reasons %v), want 4 of 4", r.Posted, r.Succeeded, r.Reasons)
 	}
 	if r.FinishedP50 < 200*time.Millisecond || r.FinishedP95 < r.FinishedP50 || r.LeasedP50 > r.FinishedP50 {
