@@ -132,7 +132,7 @@ func (db *DB) buildSettledIndex() error {
 	if err := txn.Commit(); err != nil {
 		return fmt.Errorf("ledger: build settlement index: %w", err)
 	}
-	return nil
+	return db.syncEntries()
 }
 
 // ErrNotFound is returned (wrapped) by Get for a sequence number that is not
@@ -270,7 +270,22 @@ func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 	}
 	db.head = head
 	db.wrote()
+	if err := db.syncEntries(); err != nil {
+		return nil, fmt.Errorf("ledger: append: %w", err)
+	}
 	return out, nil
+}
+
+// syncEntries forces what was committed to disk (the value log and the
+// memtable's write-ahead log), unless the ledger was opened without sync.
+func (db *DB) syncEntries() error {
+	if !db.sync {
+		return nil
+	}
+	if err := db.bdb.Sync(); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	return nil
 }
 
 // Head returns the sequence number and hash of the last entry; for an empty

@@ -90,6 +90,8 @@ type DB struct {
 
 	minFree   uint64
 	freeSpace func(dir string) (uint64, error)
+	// sync forces each append to disk (off only in tests).
+	sync bool
 
 	// closeMu guards closed and the Badger handle against Close racing
 	// with in-flight operations: operations hold it shared.
@@ -102,9 +104,14 @@ type DB struct {
 	headErr  error // non-nil when the stored head could not be read
 }
 
-// Open opens (creating it if needed) the database in dir. Writes are
-// synchronous: once a write returns, it survives a crash of the process or
-// the machine.
+// Open opens (creating it if needed) the database in dir. Ledger entries
+// are synchronous: once an append returns, it survives a crash of the
+// process or the machine. State writes (State.Put, Delete: a daemon's
+// working records of jobs and leases, rewritten at every change) survive
+// a crash of the process but are not forced to disk one by one: a crash
+// of the machine may lose the last of them, never an entry. Each forced
+// write costs an fsync, and a busy node's state changes many times per
+// job.
 func Open(dir string, opts ...Option) (*DB, error) {
 	if dir == "" {
 		return nil, errors.New("ledger: empty data dir")
@@ -126,7 +133,8 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	}
 	bo := badger.DefaultOptions(dir).
 		WithLogger(slogBridge{o.logger.With("component", "ledger/badger")}).
-		WithSyncWrites(o.sync).
+		// Appends sync themselves (DB.syncEntries); state writes do not.
+		WithSyncWrites(false).
 		// A ledger is small and written a few entries at a time: keep
 		// Badger's memory and disk footprint modest. Each memtable is an
 		// arena allocated up front, and the Go heap (hence the RSS) grows
@@ -151,7 +159,7 @@ func Open(dir string, opts ...Option) (*DB, error) {
 		}
 		return nil, fmt.Errorf("ledger: open badger in %s: %w", dir, err)
 	}
-	db := &DB{bdb: bdb, lock: lock, dir: dir, log: o.logger, minFree: o.minFree, freeSpace: o.freeSpace}
+	db := &DB{bdb: bdb, lock: lock, dir: dir, log: o.logger, minFree: o.minFree, freeSpace: o.freeSpace, sync: o.sync}
 	db.head, db.headErr = db.loadHead()
 	if err := db.buildSettledIndex(); err != nil {
 		_ = bdb.Close()

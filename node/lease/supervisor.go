@@ -313,10 +313,15 @@ func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string
 	s.mu.Lock()
 	s.runs[l.ID] = r
 	s.mu.Unlock()
-	s.saveRun(r)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		// Persisted here, not in the callback: the auction calls OnLease
+		// with its lock held, and a store write there stalled every call,
+		// bid and award of a busy provider. A crash before this write
+		// loses the lease like a crash during it would: the renter hears
+		// no heartbeat and recovers the job elsewhere.
+		s.saveRun(r)
 		r.run()
 	}()
 }

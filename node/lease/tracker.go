@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"slices"
 	"sort"
@@ -100,7 +101,9 @@ type Tracker struct {
 	wake    map[string]chan struct{} // queued job id → offer it now
 	reoffer time.Time                // when the next re-offer may go out
 	wg      sync.WaitGroup
-	saveMu  sync.Mutex
+	// saveMu orders the saves of one job (striped by job id: saves of
+	// different jobs, each a store write, go in parallel).
+	saveMu [32]sync.Mutex
 
 	// archived holds leases no longer their job's current attempt whose
 	// provider may still report and settle them (see recover.go).
@@ -496,8 +499,9 @@ func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
 // save persists the record of a job. Saves are serialised, each reading
 // the record as it writes it, so a slow save never overwrites a newer one.
 func (t *Tracker) save(id string) {
-	t.saveMu.Lock()
-	defer t.saveMu.Unlock()
+	mu := &t.saveMu[stripe(id, len(t.saveMu))]
+	mu.Lock()
+	defer mu.Unlock()
 	v, err := t.View(id)
 	if err != nil {
 		return
@@ -515,6 +519,13 @@ func (t *Tracker) save(id string) {
 		// Over for good: every path there saves the record.
 		t.releaseCheckpoints(id)
 	}
+}
+
+// stripe maps an id to one of n lock stripes.
+func stripe(id string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(n))
 }
 
 // load restores the jobs after a restart and returns those to queue again:
