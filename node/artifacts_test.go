@@ -504,6 +504,17 @@ func TestRenterPinsInputsOfLiveJobs(t *testing.T) {
 		}
 		return info.Pins
 	}
+	// The renter's view of a job changes before the record of the change
+	// is saved, and the pins follow the save: wait for them.
+	pinsBecome := func(want int) int {
+		deadline := time.Now().Add(5 * time.Second)
+		n := pins()
+		for n != want && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			n = pins()
+		}
+		return n
+	}
 
 	// Queued: no provider has an H100.
 	job := readsInput(in.ID)
@@ -545,14 +556,14 @@ func TestRenterPinsInputsOfLiveJobs(t *testing.T) {
 		t.Fatalf("not leased: %v", v.Reasons)
 	}
 	waitJob(t, renter, v.Job.ID, 30*time.Second, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning || v.Run.Terminal() })
-	if n := pins(); n != 1 {
+	if n := pinsBecome(1); n != 1 {
 		t.Fatalf("running job's input pinned %d times, want 1", n)
 	}
 	v = waitJob(t, renter, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.State == auction.JobFinished })
 	if v.Run != auction.RunSucceeded {
 		t.Fatalf("job %s: %s", v.Run, v.Detail)
 	}
-	if n := pins(); n != 0 {
+	if n := pinsBecome(0); n != 0 {
 		t.Fatalf("finished job's input still pinned %d times", n)
 	}
 }

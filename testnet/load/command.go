@@ -24,6 +24,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&c.Jobs, "jobs", 0, "jobs posted in all (default 5 × inflight)")
 	fs.DurationVar(&c.JobDuration, "duration", time.Second, "how long each job runs")
 	fs.DurationVar(&c.BidWindow, "bid-window", 500*time.Millisecond, "bid window of each job")
+	fs.DurationVar(&c.Timeout, "timeout", 0, "how long one job may take, post to finish, before it counts as lost (default 30s + duration)")
 	fs.StringVar(&c.Dir, "dir", "", "data dirs (default: a temporary dir)")
 	asJSON := fs.Bool("json", false, "print a JSON report")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (every daemon) to this file")
