@@ -196,3 +196,46 @@ func TestNoLaterStartFallback(t *testing.T) {
 		t.Fatalf("winner %s, want the busy provider's later start", m.name(st.Winner))
 	}
 }
+
+// TestOnlyHeldBidsAreReleased: the renter releases the losing bids that
+// hold GPUs on their provider's calendar (Bid.Held), and only those: a
+// bid without a hold expires by itself, and a release per losing bidder
+// would double what a job costs a large market.
+func TestOnlyHeldBidsAreReleased(t *testing.T) {
+	m := newMarket(t, []provSpec{{"winner", "eu-west", "A100", 80, 2, pol(0.5), 0.9},
+		{"holder", "eu-west", "A100", 80, 2, pol(1), 0.9}, {"plain", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+	holder, plain := m.provs[1], m.provs[2]
+	holder.p.cfg.HoldGrace = DefaultHoldGrace
+	r, _ := m.renter(t, RenterConfig{QuietClose: -1})
+	j := euJob(m.now())
+	j.BidWindow = 300 * time.Millisecond
+	job, err := r.Post(context.Background(), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := r.Status(job.ID)
+	if len(st.Bids) != 3 || m.name(st.Winner) != "winner" {
+		t.Fatalf("%d bids, winner %s", len(st.Bids), m.name(st.Winner))
+	}
+	for _, b := range st.Bids {
+		if want := b.Bid.Provider == holder.s.ID().String(); b.Bid.Held != want {
+			t.Fatalf("bid of %s held %v, want %v", m.name(b.Bid.Provider), b.Bid.Held, want)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for holder.p.Stats().Lost == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the holding bid was not released")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := holder.cal.Holds(m.now()); n != 0 {
+		t.Fatalf("%d holds left after the release", n)
+	}
+	plain.p.mu.Lock()
+	kept := len(plain.p.bids)
+	plain.p.mu.Unlock()
+	if kept != 1 || plain.p.Stats().Lost != 0 {
+		t.Fatalf("the bid without a hold was released (%d bids kept, %d lost)", kept, plain.p.Stats().Lost)
+	}
+}

@@ -375,6 +375,7 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 	offer, err := Evaluate(ps, &job, now)
 	nonce := NewID("bid")
 	held := false
+	holding := false // this bid holds its span
 	if p.cfg.HoldGrace > 0 && p.cfg.Calendar.Holds(now) > 0 {
 		// Other bids hold GPUs. If the calendar without them could start
 		// the job sooner (or at all), the call waits for a release
@@ -395,6 +396,7 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 		devs := offer.Devices[:min(len(offer.Devices), job.GPUCount)]
 		p.cfg.Calendar.Hold(nonce, job.Owner, Booking{Start: offer.Start, End: offer.End, GPUs: job.GPUCount, Tier: job.Tier,
 			Preemptible: job.Preemptible, Devices: devs}, now.Add(min(job.BidWindow, maxHold)+p.cfg.HoldGrace))
+		holding = true
 	}
 	p.evalMu.Unlock()
 	if held {
@@ -428,7 +430,7 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 		Price: offer.Price, Start: offer.Start, End: offer.End, GPUModel: offer.GPUModel, VRAMGB: offer.VRAMGB,
 		Datasets: offer.Datasets, Evicts: len(offer.Preempts), Nonce: nonce, IssuedAt: now, ExpiresAt: now.Add(job.BidWindow + p.cfg.BidGrace),
 	}
-	bid.MissingBytes = offer.MissingBytes
+	bid.MissingBytes, bid.Held = offer.MissingBytes, holding
 	msg, err := EncodeBid(p.cfg.Signer, bid)
 	if err != nil {
 		p.cfg.Calendar.DropHold(nonce)

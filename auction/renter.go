@@ -151,7 +151,8 @@ type RenterConfig struct {
 	Release func(Lease)
 	// HedgeAfter is how long awards may go unanswered before as many more
 	// bids are awarded in parallel (up to MaxParallelAwards outstanding); 0
-	// means a quarter of ConfirmTimeout.
+	// means half of ConfirmTimeout (a quarter hedged most awards of a busy
+	// 50-node market, and each extra confirm costs a release).
 	HedgeAfter        time.Duration
 	MaxParallelAwards int // 0 means DefaultMaxParallelAwards
 	// NoConfirmPenalty is how long a provider that did not confirm an award
@@ -236,7 +237,14 @@ type Renter struct {
 	unconfirmed map[string]time.Time // provider -> until when it ranks last
 	declineTok  float64              // token bucket of declines taken
 	declineAt   time.Time
+	// wg counts the background waits for hedged awards outstanding once an
+	// auction won its lease.
+	wg sync.WaitGroup
 }
+
+// Wait waits for the awards still outstanding after their auctions ended
+// (each is bounded by ConfirmTimeout).
+func (r *Renter) Wait() { r.wg.Wait() }
 
 // Declines a renter takes, all jobs together: a token bucket, so that
 // declines cannot flood it.
@@ -257,7 +265,7 @@ func NewRenter(cfg RenterConfig) (*Renter, error) {
 		cfg.ConfirmTimeout = DefaultConfirmTimeout
 	}
 	if cfg.HedgeAfter <= 0 {
-		cfg.HedgeAfter = cfg.ConfirmTimeout / 4
+		cfg.HedgeAfter = cfg.ConfirmTimeout / 2
 	}
 	if cfg.MaxParallelAwards <= 0 {
 		cfg.MaxParallelAwards = DefaultMaxParallelAwards
@@ -650,52 +658,55 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 	defer hedge.Stop()
 	cancelled := rj.cancel
 	done := ctx.Done()
-	for inflight > 0 {
+	// take handles one award's result: the first confirm is the lease,
+	// later ones are released.
+	take := func(res awardResult) {
+		inflight--
+		result := res.result
+		if stop == nil {
+			select {
+			case <-rj.cancel: // cancelled before this result was seen
+				cancelled, stop = nil, ErrCancelled
+			default:
+			}
+		}
+		switch {
+		case result != "confirmed":
+			r.noConfirm(res.bid.Provider)
+			r.log.Info("award failed", "job", job.ID, "provider", res.bid.Provider, "result", result)
+			if r.cfg.Release != nil && awardMayHaveBooked(result) {
+				// The provider may have booked the lease and confirmed
+				// too late: release it, or its GPUs stay held for a lease
+				// nobody will use.
+				r.cfg.Release(res.lease)
+			}
+		case won == nil && stop == nil:
+			won = &res
+		case r.cfg.Release != nil:
+			result = "confirmed, released (not needed)"
+			r.cfg.Release(res.lease)
+		default:
+			// Only after a cancellation: nothing to release it with, the
+			// provider expires the unclaimed reservation.
+			result = "confirmed after the auction was cancelled"
+		}
+		r.mu.Lock()
+		rj.status.Attempts[res.slot].Result = result
+		r.mu.Unlock()
+		if won == &res {
+			r.finish(rj, JobLeased, "", &won.lease, won.bid.Provider, nil)
+			if r.cfg.OnLease != nil {
+				r.cfg.OnLease(won.lease, *job)
+			}
+		}
+		if won == nil && stop == nil {
+			start() // fail over at once
+		}
+	}
+	for inflight > 0 && won == nil {
 		select {
 		case res := <-results:
-			inflight--
-			result := res.result
-			if stop == nil {
-				select {
-				case <-rj.cancel: // cancelled before this result was seen
-					cancelled, stop = nil, ErrCancelled
-				default:
-				}
-			}
-			switch {
-			case result != "confirmed":
-				r.noConfirm(res.bid.Provider)
-				r.log.Info("award failed", "job", job.ID, "provider", res.bid.Provider, "result", result)
-				if r.cfg.Release != nil && awardMayHaveBooked(result) {
-					// The provider may have booked the lease and confirmed
-					// too late: release it, or its GPUs stay held for a lease
-					// nobody will use.
-					r.cfg.Release(res.lease)
-				}
-			case won == nil && stop == nil:
-				won = &res
-			case r.cfg.Release != nil:
-				result = "confirmed, released (not needed)"
-				r.cfg.Release(res.lease)
-			default:
-				// Only after a cancellation: nothing to release it with, the
-				// provider expires the unclaimed reservation.
-				result = "confirmed after the auction was cancelled"
-			}
-			r.mu.Lock()
-			rj.status.Attempts[res.slot].Result = result
-			r.mu.Unlock()
-			if won == &res {
-				// The lease holds from now on; the outstanding awards are
-				// only waited for to release their confirms.
-				r.finish(rj, JobLeased, "", &won.lease, won.bid.Provider, nil)
-				if r.cfg.OnLease != nil {
-					r.cfg.OnLease(won.lease, *job)
-				}
-			}
-			if won == nil && stop == nil {
-				start() // fail over at once
-			}
+			take(res)
 		case <-hedge.C:
 			// Every award is late: double the awards outstanding.
 			for n := min(inflight, r.cfg.MaxParallelAwards-inflight); n > 0 && won == nil && stop == nil; n-- {
@@ -709,6 +720,18 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 	}
 	switch {
 	case won != nil:
+		// The lease holds from now on: the auction ends, and the awards
+		// still outstanding (hedged) are waited for in the background,
+		// only to release their confirms.
+		if inflight > 0 {
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				for inflight > 0 {
+					take(<-results)
+				}
+			}()
+		}
 		return -1, nil
 	case errors.Is(stop, ErrCancelled):
 		return -1, ErrCancelled
@@ -761,9 +784,11 @@ func awardMayHaveBooked(result string) bool {
 	return result == "timeout" || strings.HasPrefix(result, "error: ")
 }
 
-// releaseBids tells every provider whose bid for this auction was not
-// awarded (no attempt since index from) that it will not be, in the
-// background and best effort.
+// releaseBids tells every provider whose bid for this auction holds GPUs
+// (Bid.Held) and was not awarded (no attempt since index from) that it
+// will not be, in the background and best effort. A bid without a hold
+// needs no release: it expires by itself, and sparing one signed message
+// per losing bidder halves what a job costs a large market.
 func (r *Renter) releaseBids(rj *renterJob, job *Job, from int) {
 	r.mu.Lock()
 	awarded := map[string]bool{}
@@ -772,7 +797,7 @@ func (r *Renter) releaseBids(rj *renterJob, job *Job, from int) {
 	}
 	var rels []BidRelease
 	for _, c := range rj.bids {
-		if !awarded[c.Bid.Provider] {
+		if c.Bid.Held && !awarded[c.Bid.Provider] {
 			rels = append(rels, BidRelease{JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: c.Bid.Provider,
 				BidNonce: c.Bid.Nonce, IssuedAt: r.cfg.Now()})
 		}

@@ -498,6 +498,7 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 			}
 		},
 	})
+	pendingAtReturn := 0
 	post := func() JobStatus {
 		t.Helper()
 		j := euJob(m.now())
@@ -507,6 +508,16 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 		if err != nil {
 			t.Fatalf("job not placed: %v", err)
 		}
+		// Post returned once the lease was won: the fakes' awards, each
+		// waiting out its confirm deadline, are still outstanding.
+		if st, _ := r.Status(job.ID); st.State == JobLeased {
+			for _, a := range st.Attempts {
+				if fakes[a.Provider] && a.Result == "pending" {
+					pendingAtReturn++
+				}
+			}
+		}
+		r.Wait() // the awards outstanding when the lease was won
 		st, _ := r.Status(job.ID)
 		if fakes[st.Winner] || st.State != JobLeased {
 			t.Fatalf("state %s, winner %s", st.State, m.name(st.Winner))
@@ -532,6 +543,9 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 	}
 	if tried == 0 || len(st.Bids) != 10 {
 		t.Fatalf("the fakes were not in the way: %d bids, attempts %+v", len(st.Bids), st.Attempts)
+	}
+	if pendingAtReturn == 0 {
+		t.Fatal("Post waited for the fakes' awards to time out after the lease was won")
 	}
 	// No honest provider holds a live lease but the winner's.
 	for _, tp := range m.provs[8:] {
@@ -585,6 +599,7 @@ func TestLateConfirmIsReleased(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.Wait() // the late confirm comes after the auction ended
 	st, _ := r.Status(job.ID)
 	if st.Winner != quick.s.ID().String() || len(st.Attempts) != 2 || m.name(st.Attempts[0].Provider) != "slow" ||
 		!strings.HasPrefix(st.Attempts[0].Result, "confirmed, released") {

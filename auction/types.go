@@ -320,6 +320,10 @@ type Bid struct {
 	// MissingBytes is how much of the job's input artifacts the provider
 	// lacks and would fetch before the job starts.
 	MissingBytes int64 `json:"missing_bytes,omitempty"`
+	// Held says the provider holds the bid's span tentatively on its
+	// calendar (ProviderConfig.HoldGrace): the renter releases such a bid
+	// when it does not award it. A bid without a hold expires by itself.
+	Held bool `json:"held,omitempty"`
 }
 
 // Award is the renter's signed acceptance of a bid.

@@ -174,7 +174,10 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 func (t *Tracker) Auction() *auction.Renter { return t.renter }
 
 // Wait waits for the tracker's background work (cancel ctx first).
-func (t *Tracker) Wait() { t.wg.Wait() }
+func (t *Tracker) Wait() {
+	t.wg.Wait()
+	t.renter.Wait()
+}
 
 func (t *Tracker) now() time.Time { return t.cfg.Now() }
 
