@@ -759,16 +759,7 @@ func (r *Renter) awardResults(rj *renterJob, from int) string {
 		counts[a.Result]++
 	}
 	r.mu.Unlock()
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if counts[keys[i]] != counts[keys[j]] {
-			return counts[keys[i]] > counts[keys[j]]
-		}
-		return keys[i] < keys[j]
-	})
+	keys := byCount(counts)
 	for i, k := range keys {
 		if counts[k] > 1 {
 			keys[i] = fmt.Sprintf("%d × %s", counts[k], k)
@@ -988,19 +979,25 @@ func (rj *renterJob) answeredLocked(provider string) {
 	}
 }
 
+// byCount is counts' keys, most frequent first, then in order.
+func byCount(counts map[string]int) []string {
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if counts[keys[i]] != counts[keys[j]] {
+			return counts[keys[i]] > counts[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	return keys
+}
+
 // DeclinesText is a job's declines in one line, most frequent first:
 // "12 declined: price; 3: vram".
 func DeclinesText(declines map[string]int) string {
-	kinds := make([]string, 0, len(declines))
-	for k := range declines {
-		kinds = append(kinds, k)
-	}
-	sort.Slice(kinds, func(i, j int) bool {
-		if declines[kinds[i]] != declines[kinds[j]] {
-			return declines[kinds[i]] > declines[kinds[j]]
-		}
-		return kinds[i] < kinds[j]
-	})
+	kinds := byCount(declines)
 	parts := make([]string, len(kinds))
 	for i, k := range kinds {
 		if i == 0 {
