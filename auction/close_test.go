@@ -3,6 +3,8 @@ package auction
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -237,5 +239,65 @@ func TestOnlyHeldBidsAreReleased(t *testing.T) {
 	plain.p.mu.Unlock()
 	if kept != 1 || plain.p.Stats().Lost != 0 {
 		t.Fatalf("the bid without a hold was released (%d bids kept, %d lost)", kept, plain.p.Stats().Lost)
+	}
+}
+
+// TestCallAsksASampleOfALargeMarket: with more providers expected to
+// answer than the renter needs bids from (MaxBidders), the call asks a
+// random share of them (Job.BidSample, seeded per call): exactly those
+// bid, the others stay silent, and the window closes once the share has
+// answered.
+func TestCallAsksASampleOfALargeMarket(t *testing.T) {
+	var specs []provSpec
+	for i := 0; i < 20; i++ {
+		specs = append(specs, provSpec{fmt.Sprintf("p%02d", i), "eu-west", "A100", 80, 2, pol(1 + float64(i)/100), 0.9})
+	}
+	m := newMarket(t, specs)
+	all := func(*Job) []string {
+		var out []string
+		for _, tp := range m.provs {
+			out = append(out, tp.s.ID().String())
+		}
+		return out
+	}
+	r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: 5, Expected: all})
+	const window = 5 * time.Second
+	for round := 0; round < 2; round++ {
+		j := euJob(m.now())
+		j.BidWindow = window
+		start := time.Now()
+		job, err := r.Post(context.Background(), j)
+		took := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if job.BidSample != 0.25 || job.BidSeed == "" {
+			t.Fatalf("call sample %v seed %q, want 5 of 20", job.BidSample, job.BidSeed)
+		}
+		st, _ := r.Status(job.ID)
+		var asked, bid []string
+		for _, tp := range m.provs {
+			if SampledBidder(&job, tp.s.ID().String()) {
+				asked = append(asked, tp.s.ID().String())
+			}
+		}
+		for _, b := range st.Bids {
+			bid = append(bid, b.Bid.Provider)
+		}
+		slices.Sort(asked)
+		slices.Sort(bid)
+		if len(asked) == 0 || len(asked) == len(m.provs) || !slices.Equal(asked, bid) {
+			t.Fatalf("round %d: %d providers asked, %d bid: want exactly the asked ones", round, len(asked), len(bid))
+		}
+		if took >= window/2 {
+			t.Fatalf("round %d: auction took %v of its %v window once the %d asked providers had answered", round, took, window, len(asked))
+		}
+	}
+	silent := 0
+	for _, tp := range m.provs {
+		silent += tp.p.Stats().Ineligible["not_sampled"]
+	}
+	if silent == 0 {
+		t.Fatal("no provider stayed silent")
 	}
 }

@@ -2,6 +2,8 @@ package auction
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -107,6 +109,18 @@ func FieldErrors(err error) []*FieldError {
 	}
 	walk(err)
 	return out
+}
+
+// SampledBidder reports whether provider is among the share of the
+// providers hearing j's call that it asks to answer (Job.BidSample): a
+// hash of the call's seed and the provider's id, so that the renter knows
+// whom it asked and a provider cannot make itself more likely.
+func SampledBidder(j *Job, provider string) bool {
+	if j.BidSample <= 0 || j.BidSample >= 1 {
+		return true
+	}
+	h := sha256.Sum256([]byte(j.BidSeed + "/" + provider))
+	return float64(binary.BigEndian.Uint64(h[:8])) < j.BidSample*math.MaxUint64
 }
 
 // Validate checks a job spec and fills defaults: a zero BidWindow becomes
@@ -219,6 +233,12 @@ func (j *Job) Validate() error {
 		j.BidWindow = DefaultBidWindow
 	} else if j.BidWindow < MinBidWindow || j.BidWindow > MaxBidWindow {
 		bad("bid_window", "must be in [%v, %v], got %v", MinBidWindow, MaxBidWindow, j.BidWindow)
+	}
+	if math.IsNaN(j.BidSample) || j.BidSample < 0 || j.BidSample > 1 {
+		bad("bid_sample", "must be in [0, 1], got %v", j.BidSample)
+	}
+	if len(j.BidSeed) > 64 {
+		bad("bid_seed", "at most 64 bytes, got %d", len(j.BidSeed))
 	}
 	if !j.Deadline.IsZero() && !j.CreatedAt.IsZero() && j.Deadline.Before(j.CreatedAt) {
 		bad("deadline", "%s is before created_at %s", j.Deadline.Format(time.RFC3339), j.CreatedAt.Format(time.RFC3339))

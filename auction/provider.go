@@ -302,6 +302,13 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	if err != nil {
 		return p.reject("malformed", fmt.Errorf("job owner: %w", err))
 	}
+	if !SampledBidder(&job, p.cfg.Signer.ID().String()) {
+		// The renter asked another share of the providers this time.
+		p.mu.Lock()
+		p.stats.Ineligible["not_sampled"]++
+		p.mu.Unlock()
+		return nil
+	}
 	now := p.cfg.Now()
 	key := callKey{owner: job.Owner, jobID: job.ID, attempt: job.Attempt}
 	p.mu.Lock()

@@ -188,6 +188,13 @@ type Job struct {
 	// WantDeclines asks the providers that will not bid to say why (a
 	// signed Decline, at most one per provider and call).
 	WantDeclines bool `json:"want_declines,omitempty" yaml:"-"`
+	// BidSample, when in (0, 1), asks only that share of the providers
+	// that hear the call to answer it: those SampledBidder picks with
+	// BidSeed. The renter sets both when more providers fit the job than
+	// it needs bids from (RenterConfig.MaxBidders), so that a job's cost
+	// does not grow with every fitting provider of a large market.
+	BidSample float64 `json:"bid_sample,omitempty" yaml:"-"`
+	BidSeed   string  `json:"bid_seed,omitempty" yaml:"-"`
 	// CheckpointEvery is how often the provider saves the job's checkpoint
 	// dir (GPUMESH_CHECKPOINT_DIR) as an artifact while it runs; 0 saves it
 	// only when the lease ends early (preemption, drain, gap end).

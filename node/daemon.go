@@ -523,9 +523,10 @@ func (d *Daemon) lookupCapability(ctx context.Context, id peer.ID) (auction.Capa
 }
 
 // expectedBidders is the providers this node knows (their verified,
-// unexpired capability records, its own included) whose capability fits
-// job and that the job does not exclude: those that hear its call and
-// answer it, with a bid or a decline. A bid window closes once all have.
+// unexpired capability records; never itself: a provider does not bid on
+// its own jobs) whose capability fits job and that the job does not
+// exclude: those that hear its call and answer it, with a bid or a
+// decline. A bid window closes once all have.
 func (d *Daemon) expectedBidders(job *auction.Job) []string {
 	now := d.now()
 	var out []string
@@ -534,16 +535,13 @@ func (d *Daemon) expectedBidders(job *auction.Job) []string {
 			out = append(out, c.Peer)
 		}
 	}
+	self := d.ID().String()
 	d.capCache.Range(func(_, v any) bool {
-		c := v.(auction.Capability)
-		fits(&c)
+		if c := v.(auction.Capability); c.Peer != self {
+			fits(&c)
+		}
 		return true
 	})
-	if d.cfg.Provider.Enabled {
-		if c := d.Advertised(); c != nil {
-			fits(c)
-		}
-	}
 	return out
 }
 
