@@ -250,7 +250,8 @@ func TestOnlyHeldBidsAreReleased(t *testing.T) {
 func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 	var specs []provSpec
 	for i := 0; i < 20; i++ {
-		specs = append(specs, provSpec{fmt.Sprintf("p%02d", i), "eu-west", "A100", 80, 2, pol(1 + float64(i)/100), 0.9})
+		// Four GPUs each: a provider that won the first round can bid again.
+		specs = append(specs, provSpec{fmt.Sprintf("p%02d", i), "eu-west", "A100", 80, 4, pol(1 + float64(i)/100), 0.9})
 	}
 	m := newMarket(t, specs)
 	all := func(*Job) []string {
@@ -262,7 +263,7 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 	}
 	r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: 5, Expected: all})
 	const window = 5 * time.Second
-	for round := 0; round < 2; round++ {
+	for round := 0; round < 20; round++ {
 		j := euJob(m.now())
 		j.BidWindow = window
 		start := time.Now()
@@ -286,7 +287,8 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 		}
 		slices.Sort(asked)
 		slices.Sort(bid)
-		if len(asked) == 0 || len(asked) == len(m.provs) || !slices.Equal(asked, bid) {
+		// At least half the 5 wanted: the renter draws again when a seed asks fewer.
+		if len(asked) < 3 || len(asked) == len(m.provs) || !slices.Equal(asked, bid) {
 			t.Fatalf("round %d: %d providers asked, %d bid: want exactly the asked ones", round, len(asked), len(bid))
 		}
 		if took >= window/2 {

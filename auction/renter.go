@@ -324,8 +324,17 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	if r.cfg.Expected != nil {
 		expected = r.cfg.Expected(&job)
 		if n := len(expected); r.cfg.MaxBidders > 0 && n > r.cfg.MaxBidders {
-			job.BidSample, job.BidSeed = float64(r.cfg.MaxBidders)/float64(n), NewID("seed")
-			expected = slices.DeleteFunc(expected, func(p string) bool { return !SampledBidder(&job, p) })
+			// A seed whose share holds at least half the bidders wanted
+			// (a few draws at most): an unlucky draw would ask too few.
+			job.BidSample = float64(r.cfg.MaxBidders) / float64(n)
+			all := expected
+			for range 16 {
+				job.BidSeed = NewID("seed")
+				expected = slices.DeleteFunc(slices.Clone(all), func(p string) bool { return !SampledBidder(&job, p) })
+				if 2*len(expected) >= r.cfg.MaxBidders {
+					break
+				}
+			}
 		}
 	}
 	rj := &renterJob{
