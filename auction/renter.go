@@ -646,8 +646,10 @@ func startsNow(b Bid, now time.Time) bool { return !b.Start.After(now.Add(earlyC
 
 // awardBest awards the ranked bids (see Renter) until one is confirmed. It
 // returns how many bids were eligible, or -1 and the error to return when
-// the auction ended otherwise (leased: nil error; cancelled). It returns only
-// when no award is outstanding, releasing every confirm but the winner's.
+// the auction ended otherwise (leased: nil error; cancelled). It returns once
+// the lease is won, or once no award is outstanding; awards still
+// outstanding at the win are waited for in the background (Wait), and
+// every confirm but the winner's is released.
 func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked []Ranked) (int, error) {
 	order := r.awardOrder(ranked, r.cfg.Now())
 	if len(order) == 0 {

@@ -499,8 +499,9 @@ func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
 	}()
 }
 
-// save persists the record of a job. Saves are serialised, each reading
-// the record as it writes it, so a slow save never overwrites a newer one.
+// save persists the record of a job. The saves of one job are serialised
+// (those of different jobs go in parallel), each reading the record as it
+// writes it, so a slow save never overwrites a newer one.
 func (t *Tracker) save(id string) {
 	mu := &t.saveMu[stripe(id, len(t.saveMu))]
 	mu.Lock()
@@ -861,7 +862,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	v.Ended = ev.Ended
 	v.Outputs, v.OutputCount, v.OutputsHash = ev.Outputs, ev.OutputCount, ev.OutputsHash
-	if v.ObservedStart.IsZero() && ev.Run != auction.RunPending && !(ev.Run.Terminal() && ev.Started.IsZero()) {
+	if v.ObservedStart.IsZero() && ev.Run != auction.RunPending && !ev.NeverRan() {
 		v.ObservedStart = now
 	}
 	if ev.Run.Terminal() {
@@ -922,14 +923,13 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 // its start): its end may precede the lease's start.
 func eventTimesValid(ev wire.LeaseEvent, l auction.Lease, now time.Time) error {
 	latest := now.Add(attest.HeartbeatSkew)
-	neverRan := ev.Run.Terminal() && ev.Started.IsZero()
 	for _, c := range []struct {
 		what string
 		at   time.Time
 	}{{"start", ev.Started}, {"end", ev.Ended}} {
 		switch {
 		case c.at.IsZero():
-		case neverRan && c.at.Before(l.Start) && !c.at.After(latest):
+		case ev.NeverRan() && c.at.Before(l.Start) && !c.at.After(latest):
 		case c.at.Before(l.Start.Add(-attest.HeartbeatSkew)):
 			return fmt.Errorf("lease event %s %s is before the lease start %s", c.what, c.at.Format(time.RFC3339Nano), l.Start.Format(time.RFC3339Nano))
 		case c.at.After(l.End.Add(attest.HeartbeatSkew)):

@@ -85,6 +85,11 @@ type LeaseEvent struct {
 	Restored string `json:"restored,omitempty"`
 }
 
+// NeverRan reports whether the event is the final report of a lease that
+// ended without ever starting (evicted or released ahead of its start):
+// it carries no start, and there is nothing to bill.
+func (e LeaseEvent) NeverRan() bool { return e.Run.Terminal() && e.Started.IsZero() }
+
 // MaxEventOutputs caps the output files listed in a lease event, so a job
 // that leaves many files cannot make its provider's final report too large
 // to deliver.

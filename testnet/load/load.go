@@ -107,19 +107,17 @@ type Report struct {
 }
 
 // LeasedPct is leased / posted, in percent.
-func (r *Report) LeasedPct() float64 {
-	if r.Posted == 0 {
-		return 0
-	}
-	return 100 * float64(r.Leased) / float64(r.Posted)
-}
+func (r *Report) LeasedPct() float64 { return r.ofPosted(r.Leased) }
 
 // SuccessRate is succeeded / posted, in percent.
-func (r *Report) SuccessRate() float64 {
+func (r *Report) SuccessRate() float64 { return r.ofPosted(r.Succeeded) }
+
+// ofPosted is n / posted, in percent (0 before any post).
+func (r *Report) ofPosted(n int) float64 {
 	if r.Posted == 0 {
 		return 0
 	}
-	return 100 * float64(r.Succeeded) / float64(r.Posted)
+	return 100 * float64(n) / float64(r.Posted)
 }
 
 // Run starts the network, runs the load and stops the network.
