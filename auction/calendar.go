@@ -243,6 +243,39 @@ func (c *Calendar) Truncate(leaseID string, end time.Time) bool {
 	return true
 }
 
+// Move books a lease's booking over [start, end) instead of its current
+// span, on GPUs among pool (any when pool is empty) that no other booking
+// and no tentative hold of a bid takes then: how a confirmed lease that
+// has not begun moves earlier (Provider, Lease.Moved). It returns the
+// booking as moved; on ErrOverbooked (or ErrUnknownLease, ErrBadBooking)
+// nothing changes.
+func (c *Calendar) Move(leaseID string, start, end time.Time, pool []int) (Booking, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, ok := c.books[leaseID]
+	if !ok {
+		return Booking{}, fmt.Errorf("%w: %s", ErrUnknownLease, leaseID)
+	}
+	if !end.After(start) {
+		return Booking{}, fmt.Errorf("%w: lease %s: move to an empty span", ErrBadBooking, leaseID)
+	}
+	bs := c.list()
+	for _, h := range c.holds {
+		bs = append(bs, h.b)
+	}
+	free := freeDevices(bs, c.capacity, start, end, func(o *Booking) bool { return o.LeaseID == leaseID }, pool)
+	if len(free) < old.GPUs {
+		return Booking{}, fmt.Errorf("%w: lease %s cannot move to [%s, %s): %d of its %d gpus free", ErrOverbooked,
+			leaseID, start.Format(time.RFC3339), end.Format(time.RFC3339), len(free), old.GPUs)
+	}
+	moved := old
+	moved.Start, moved.End = start, end
+	moved.Devices = append([]int(nil), free[:old.GPUs]...)
+	c.books[leaseID] = moved
+	moved.Devices = append([]int(nil), moved.Devices...)
+	return moved, nil
+}
+
 // FreeDevices is the devices (among pool, in its order; all when pool is
 // empty) that no booking holds at any instant of [from, to) (at the instant
 // from if the span is empty).

@@ -60,9 +60,10 @@ func (p *Provider) Draining() bool { return p.draining.Load() }
 // Rebook books a lease this provider confirmed before its daemon
 // restarted (the daemon persists its confirmed leases, the calendar lives
 // in memory): the lease holds its devices over its span again, so no new
-// bid is offered them. It fails when the lease is not this provider's or
+// bid is offered them; job is the lease's job (so the lease may move
+// earlier). It fails when the lease is not this provider's or
 // the calendar cannot hold it (ErrOverbooked, ErrDuplicateLease).
-func (p *Provider) Rebook(l Lease) error {
+func (p *Provider) Rebook(l Lease, job Job) error {
 	if me := p.cfg.Signer.ID().String(); l.Provider != me {
 		return fmt.Errorf("auction: rebook lease %s: it is %s's, not ours", l.ID, l.Provider)
 	}
@@ -86,6 +87,7 @@ func (p *Provider) Rebook(l Lease) error {
 		p.order = append(p.order, l.ID)
 	}
 	p.leases[l.ID] = &lease
+	p.jobs[l.ID] = job
 	p.stats.EarningsUSD += leaseValue(lease.Price, lease.GPUCount, lease.Start, lease.End)
 	return nil
 }

@@ -86,7 +86,7 @@ func TestRebook(t *testing.T) {
 	l := Lease{ID: "lease-r1", JobID: "job-r1", Renter: signtest.New(t).ID().String(), Provider: me, Price: 1,
 		Start: now.Add(10 * time.Minute), End: now.Add(70 * time.Minute), GPUCount: 2, Tier: Silver, State: RunPending,
 		Devices: []int{1, 0}}
-	if err := prov.p.Rebook(l); err != nil {
+	if err := prov.p.Rebook(l, Job{}); err != nil {
 		t.Fatal(err)
 	}
 	b, ok := prov.cal.Booking(l.ID)
@@ -113,7 +113,7 @@ func TestRebook(t *testing.T) {
 	ended := l
 	ended.ID, ended.State = "lease-r4", RunSucceeded
 	for name, bad := range map[string]Lease{"another provider's": other, "overlapping": overlap, "ended": ended, "the same again": l} {
-		if err := prov.p.Rebook(bad); err == nil {
+		if err := prov.p.Rebook(bad, Job{}); err == nil {
 			t.Errorf("rebook of %s lease accepted", name)
 		}
 	}

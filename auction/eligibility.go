@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -29,6 +30,9 @@ type ProviderState struct {
 	// FirmOnly evaluates against the calendar's bookings alone, ignoring
 	// the tentative holds of outstanding bids.
 	FirmOnly bool
+	// Moving is the id of a confirmed lease being moved earlier: its own
+	// booking is not in the way (see Provider and Lease.Moved).
+	Moving string
 }
 
 // Offer is what a provider would bid for a job.
@@ -152,6 +156,9 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 	books := ps.Cal.Planned(now) // tentative holds of other bids count too
 	if ps.FirmOnly {
 		books = ps.Cal.Bookings()
+	}
+	if ps.Moving != "" {
+		books = slices.DeleteFunc(books, func(b Booking) bool { return b.LeaseID == ps.Moving })
 	}
 	affordable := func(s, e time.Time) bool {
 		occ := float64(useAt(books, s, nil)) / float64(ps.Cal.Capacity())

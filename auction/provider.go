@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,13 @@ type ProviderConfig struct {
 	// OnLease is called after a lease is confirmed, with the lease ids of
 	// the bronze bookings it evicted (the runtime must stop them).
 	OnLease func(lease Lease, job Job, preempts []string)
+	// OnMove is told of a confirmed lease moved earlier (Lease.Moved:
+	// GPUs freed before its start); the runtime runs it at its new start
+	// and tells its renter. It reports false when the lease already began
+	// there (or is unknown), and the move is undone. Called with the
+	// provider's lock held, in order with OnLease; it must not call back
+	// into the provider synchronously. nil: leases never move.
+	OnMove func(moved Lease, job Job) bool
 	// BidGrace is added to the job's bid window to set a bid's expiry; 0
 	// means DefaultBidGrace.
 	BidGrace time.Duration
@@ -99,6 +107,7 @@ type ProviderStats struct {
 	Won        int            `json:"won"`
 	Lost       int            `json:"lost"`     // bids that expired without an award
 	Declined   int            `json:"declined"` // awards declined (e.g. capacity taken meanwhile)
+	Moved      int            `json:"moved"`    // leases moved earlier (GPUs freed before their start)
 	Rejected   map[string]int `json:"rejected"`
 	Ineligible map[string]int `json:"ineligible"` // by Ineligible.Kind
 	Occupancy  float64        `json:"occupancy"`
@@ -163,6 +172,7 @@ type Provider struct {
 	bids      map[string]*sentBid   // nonce -> bid
 	confirms  map[string]confirmRec // lease id -> signed confirm
 	leases    map[string]*Lease
+	jobs      map[string]Job // lease id -> its job, while the lease has not ended (to move it)
 	order     []string
 	stats     ProviderStats
 	lastPrune time.Time
@@ -213,7 +223,7 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	}
 	return &Provider{
 		cfg: cfg, log: log.With("role", "provider"),
-		seen: map[callKey]time.Time{}, bids: map[string]*sentBid{}, confirms: map[string]confirmRec{}, leases: map[string]*Lease{},
+		seen: map[callKey]time.Time{}, bids: map[string]*sentBid{}, confirms: map[string]confirmRec{}, leases: map[string]*Lease{}, jobs: map[string]Job{},
 		stats:   ProviderStats{Rejected: map[string]int{}, Ineligible: map[string]int{}},
 		buckets: map[string]*bucket{}, inflight: map[peer.ID]int{},
 		sendQ: make(chan bidSend, cfg.SendQueue),
@@ -353,6 +363,8 @@ func (p *Provider) retryParked() {
 			_ = p.bidFor(pc.job, pc.owner, now, false)
 		}
 	}
+	// A hold kept a lease from moving earlier, maybe.
+	p.moveEarlier()
 }
 
 // bidFor evaluates a job and, when eligible, queues a bid for it (see
@@ -651,6 +663,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		Devices: booked.Devices}
 	p.confirms[a.LeaseID] = confirmRec{c, now}
 	p.leases[lease.ID] = &lease
+	p.jobs[lease.ID] = job
 	p.order = append(p.order, lease.ID)
 	p.stats.Won++
 	p.stats.EarningsUSD += leaseValue(lease.Price, lease.GPUCount, lease.Start, lease.End)
@@ -725,9 +738,93 @@ func (p *Provider) endLocked(leaseID string, end time.Time, state RunState) {
 	if end.Before(l.End) {
 		p.stats.EarningsUSD -= leaseValue(l.Price, l.GPUCount, end, l.End)
 		l.End = end
-		p.cfg.Calendar.Truncate(leaseID, end)
+		if p.cfg.Calendar.Truncate(leaseID, end) {
+			// GPUs freed ahead of their booked end: later leases may
+			// move into them.
+			go p.moveEarlier()
+		}
 	}
 	l.State = state
+	delete(p.jobs, leaseID)
+}
+
+// moveEarlier moves confirmed leases that have not begun as early as the
+// provider's own offer rule (Evaluate, their own bookings set aside) now
+// allows, earliest first: when a lease ends before its booked end, the
+// leases booked behind it start in its place instead of waiting out its
+// declared span. A move never evicts anybody, never takes GPUs a bid
+// holds, and keeps the lease's length and price (Lease.Moved); the runtime
+// is told (OnMove) and tells the renter. A draining provider moves
+// nothing: it hands its long leases back.
+func (p *Provider) moveEarlier() {
+	if p.cfg.OnMove == nil || p.draining.Load() {
+		return
+	}
+	p.mu.Lock()
+	none := len(p.waitingLocked(p.cfg.Now())) == 0
+	p.mu.Unlock()
+	if none {
+		return
+	}
+	capab := p.cfg.Capability()
+	ps := ProviderState{Cap: &capab, Cal: p.cfg.Calendar, Reliability: NeutralReliability}
+	if p.cfg.Sensors != nil {
+		ps.TempC, ps.PowerW = p.cfg.Sensors()
+	}
+	if p.cfg.Reliability != nil {
+		ps.Reliability = p.cfg.Reliability()
+	}
+	// The evaluation lock first, as a call takes it: no bid's hold lands
+	// between a move's evaluation and its booking.
+	p.evalMu.Lock()
+	defer p.evalMu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.cfg.Now()
+	waiting := p.waitingLocked(now)
+	for _, l := range waiting {
+		job := p.jobs[l.ID]
+		ps.Moving = l.ID
+		offer, err := Evaluate(ps, &job, now)
+		if err != nil || len(offer.Preempts) > 0 || !offer.Start.Before(l.Start) || offer.End.Sub(offer.Start) < l.End.Sub(l.Start) {
+			continue
+		}
+		moved, err := l.Moved(offer.Start, nil)
+		if err != nil {
+			continue
+		}
+		old, _ := p.cfg.Calendar.Booking(l.ID)
+		b, err := p.cfg.Calendar.Move(l.ID, moved.Start, moved.End, offer.Devices)
+		if err != nil {
+			continue
+		}
+		moved.Devices = b.Devices
+		if !p.cfg.OnMove(moved, job) {
+			_, _ = p.cfg.Calendar.Move(l.ID, old.Start, old.End, old.Devices)
+			continue
+		}
+		p.log.Info("lease moved earlier", "lease", l.ID, "job", l.JobID, "from", l.Start, "to", moved.Start)
+		*l = moved
+		p.stats.Moved++
+	}
+}
+
+// waitingLocked is the confirmed leases that have not begun by now (those
+// that may move earlier), earliest first. Called with p.mu held.
+func (p *Provider) waitingLocked(now time.Time) []*Lease {
+	var waiting []*Lease
+	for id := range p.jobs {
+		if l := p.leases[id]; l != nil && l.State == RunPending && l.Start.After(now) {
+			waiting = append(waiting, l)
+		}
+	}
+	sort.Slice(waiting, func(i, j int) bool {
+		if !waiting[i].Start.Equal(waiting[j].Start) {
+			return waiting[i].Start.Before(waiting[j].Start)
+		}
+		return waiting[i].ID < waiting[j].ID
+	})
+	return waiting
 }
 
 // Stats returns a snapshot of the provider's market activity.

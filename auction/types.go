@@ -11,6 +11,7 @@ package auction
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -462,4 +463,28 @@ type Lease struct {
 	// Devices are the provider's device indices the lease holds (its
 	// calendar booking's devices).
 	Devices []int `json:"devices,omitempty"`
+}
+
+// ErrBadMove is a lease move that breaks Lease.Moved's rule.
+var ErrBadMove = errors.New("auction: invalid lease move")
+
+// Moved returns l moved to begin at start on devices, its length, price
+// and terms kept: a confirmed lease that has not begun moves earlier when
+// its provider's GPUs free up before its start (a job ahead of it ended
+// early). Only a pending lease moves, only earlier, and onto as many
+// devices as it has GPUs (or none named). The provider moves its booking
+// by this rule and tells the renter, who checks the move by it too.
+func (l Lease) Moved(start time.Time, devices []int) (Lease, error) {
+	switch {
+	case l.State != RunPending:
+		return Lease{}, fmt.Errorf("%w: lease %s is %s, not pending", ErrBadMove, l.ID, l.State)
+	case start.IsZero() || !start.Before(l.Start):
+		return Lease{}, fmt.Errorf("%w: lease %s: a lease only moves earlier than its start %s", ErrBadMove, l.ID, l.Start.Format(time.RFC3339Nano))
+	case len(devices) > 0 && len(devices) != l.GPUCount:
+		return Lease{}, fmt.Errorf("%w: lease %s: %d devices for %d gpus", ErrBadMove, l.ID, len(devices), l.GPUCount)
+	}
+	m := l
+	m.Start, m.End = start, start.Add(l.End.Sub(l.Start))
+	m.Devices = append([]int(nil), devices...)
+	return m, nil
 }

@@ -152,7 +152,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		LeaseEnded: func(id string, end time.Time, st auction.RunState) error {
 			return m.provider.LeaseEnded(id, end, st)
 		},
-		Rebook:            func(l auction.Lease) error { return m.provider.Rebook(l) },
+		Rebook:            func(l auction.Lease, job auction.Job) error { return m.provider.Rebook(l, job) },
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
 		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact, Observe: m.metrics.observer(),
@@ -174,6 +174,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		Sensors:     m.sup.Reading,
 		Reliability: func() float64 { return m.book.Score(d.ID().String()) },
 		OnLease:     m.sup.OnLease,
+		OnMove:      m.sup.OnMove,
 	})
 	if err != nil {
 		return err

@@ -175,11 +175,11 @@ func (s *Supervisor) restore(pr providerRecord) bool {
 		return false
 	}
 	l.State = auction.RunPending
-	if err := s.cfg.Rebook(l); err != nil {
+	if err := s.cfg.Rebook(l, pr.Job); err != nil {
 		s.log.Warn("reservation not restored", "lease", l.ID, "err", err)
 		return false
 	}
-	r := &leaseRun{s: s, pr: pr, stop: make(chan struct{}), done: make(chan struct{}), confirmed: s.now()}
+	r := &leaseRun{s: s, pr: pr, stop: make(chan struct{}), done: make(chan struct{}), moved: make(chan struct{}, 1), confirmed: s.now()}
 	s.mu.Lock()
 	s.runs[l.ID] = r
 	s.mu.Unlock()

@@ -370,7 +370,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			GPUs:   devs,
 			Policy: auction.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt, MaxTempC: spec.maxTempC}}
 		if n.provider, err = auction.NewProvider(auction.ProviderConfig{Signer: s, Transport: ct,
-			Calendar: auction.NewCalendar(len(devs)), OnLease: n.sup.OnLease, Sensors: n.sup.Reading,
+			Calendar: auction.NewCalendar(len(devs)), OnLease: n.sup.OnLease, OnMove: n.sup.OnMove, Sensors: n.sup.Reading,
 			Capability: func() auction.Capability {
 				c := capab
 				c.IssuedAt, c.ExpiresAt = time.Now(), time.Now().Add(time.Hour)

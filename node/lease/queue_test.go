@@ -142,3 +142,43 @@ func TestRenterRestartMidAuction(t *testing.T) {
 		return v.Run == auction.RunSucceeded
 	})
 }
+
+// TestEarlyEndMovesNextLeaseEarlier: a job booked behind a running lease
+// (its provider's only GPU is leased for a minute) starts as soon as that
+// job finishes early, not at the lease's declared end: the provider moves
+// the booking earlier and tells the renter, who watches, bills and settles
+// the moved lease.
+func TestEarlyEndMovesNextLeaseEarlier(t *testing.T) {
+	h := newHarness(t)
+	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+	first := r.post(job(auction.Silver, 5, time.Minute, "gate", "first", "0"))
+	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+
+	next := r.post(job(auction.Silver, 5, time.Minute, "run", "10", "0"))
+	if next.State != auction.JobLeased || next.Lease == nil {
+		t.Fatalf("second job %s %v: want a lease behind the first", next.State, next.Reasons)
+	}
+	booked := next.Lease.Start
+	if time.Until(booked) < 30*time.Second {
+		t.Fatalf("second lease starts %s: want it behind the first lease's minute", booked)
+	}
+	p.exec.open("first")
+	v := r.waitJobWithin(next.Job.ID, 20*time.Second, "second job settled well before its booked start", func(v api.JobView) bool {
+		return v.Run == auction.RunSucceeded && v.Receipt != nil
+	})
+	if !v.Lease.Start.Before(booked.Add(-30*time.Second)) || v.Lease.End.Sub(v.Lease.Start) != next.Lease.End.Sub(next.Lease.Start) {
+		t.Fatalf("renter's lease %s → %s, booked at %s", v.Lease.Start, v.Lease.End, booked)
+	}
+	if v.Started.Before(v.Lease.Start) || v.Started.After(booked) {
+		t.Fatalf("started %s, lease moved to %s", v.Started, v.Lease.Start)
+	}
+	if pl, ok := p.lease(v.Lease.ID); !ok || !pl.Lease.Start.Equal(v.Lease.Start) {
+		t.Fatalf("provider's record %+v", pl.Lease)
+	}
+	if got := r.counters.Snapshot()["renter.lease_moved"]; got != 1 {
+		t.Fatalf("renter.lease_moved %d", got)
+	}
+	if got := p.counters.Snapshot()["provider.lease_moved"]; got != 1 {
+		t.Fatalf("provider.lease_moved %d", got)
+	}
+}

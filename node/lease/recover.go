@@ -155,6 +155,7 @@ func (t *Tracker) guard(jobID string, l auction.Lease, since time.Time) {
 				return
 			}
 			seen := v.ObservedStart
+			l = *v.Lease // as it stands: it may have moved earlier
 			t.mu.Unlock()
 			now := t.now()
 			if now.After(l.End) {

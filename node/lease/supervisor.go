@@ -68,7 +68,7 @@ type SupervisorConfig struct {
 	// recovery (the calendar lives in memory): Recover schedules a pending
 	// lease whose start is still ahead only once it is booked again; nil
 	// reports every pending lease failed at recovery.
-	Rebook func(auction.Lease) error
+	Rebook func(auction.Lease, auction.Job) error
 	// HeartbeatInterval defaults to DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
 	// PreemptGrace is how long a stopped job has to checkpoint.
@@ -157,6 +157,10 @@ type leaseRun struct {
 	stopDetail string
 	done       chan struct{}
 	confirmed  time.Time // when the lease was confirmed (for start latency)
+	// moved is signalled when the lease moved earlier (OnMove); began is
+	// set once the run stopped waiting for its start (it moves no more).
+	moved chan struct{}
+	began bool
 
 	// kept is set when the daemon stops before the lease's start: the
 	// lease stays pending in the store, for the next start (keepPending).
@@ -308,7 +312,7 @@ func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string
 			victim.abort(auction.RunPreempted, fmt.Sprintf("preempted by %s lease %s", job.Tier, l.ID))
 		}
 	}
-	r := &leaseRun{s: s, stop: make(chan struct{}), done: make(chan struct{}), confirmed: s.now(),
+	r := &leaseRun{s: s, stop: make(chan struct{}), done: make(chan struct{}), moved: make(chan struct{}, 1), confirmed: s.now(),
 		pr: providerRecord{Rec: api.ProviderLease{Lease: l, Run: auction.RunPending}, Job: job}}
 	s.mu.Lock()
 	s.runs[l.ID] = r
@@ -324,6 +328,29 @@ func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string
 		s.saveRun(r)
 		r.run()
 	}()
+}
+
+// OnMove is the auction provider's callback for a confirmed lease it moved
+// earlier: the run waits for the new start instead, and tells the renter
+// before it begins. It reports false when the run already began (or is
+// unknown): the provider then keeps the lease where it was.
+func (s *Supervisor) OnMove(moved auction.Lease, _ auction.Job) bool {
+	r := s.run(moved.ID)
+	if r == nil {
+		return false
+	}
+	r.mu.Lock()
+	if r.began || r.pr.Rec.Run != auction.RunPending {
+		r.mu.Unlock()
+		return false
+	}
+	r.pr.Rec.Lease = moved
+	r.mu.Unlock()
+	select {
+	case r.moved <- struct{}{}:
+	default:
+	}
+	return true
 }
 
 // Close stops every job (the daemon is stopping: they are reported failed),
@@ -379,10 +406,27 @@ func (r *leaseRun) run() {
 	s := r.s
 	l, job := r.lease(), r.pr.Job
 	log := s.log.With("lease", l.ID, "job", l.JobID)
-	if wait := l.Start.Sub(s.now()); wait > 0 {
+	for {
+		wait := l.Start.Sub(s.now())
+		if wait <= 0 {
+			r.mu.Lock()
+			r.began = true
+			r.mu.Unlock()
+			select {
+			case <-r.moved: // moved (earlier still) as the wait ended
+				l = r.movedTo(l)
+			default:
+			}
+			break
+		}
+		timer := time.NewTimer(wait)
 		select {
-		case <-time.After(wait):
+		case <-timer.C:
+		case <-r.moved:
+			timer.Stop()
+			l = r.movedTo(l)
 		case <-r.stop:
+			timer.Stop()
 			if r.isKept() {
 				log.Info("reservation kept for the next start")
 				return
@@ -754,11 +798,53 @@ func (s *Supervisor) sendEvent(r *leaseRun, attempts int) (*attest.HeartbeatSumm
 		ev.Restored = r.pr.Restored.Artifact
 	}
 	r.mu.Unlock()
+	resp, err := s.deliverEvent(rec.Lease.Renter, ev, attempts)
+	if err != nil {
+		return nil, err
+	}
+	if !ev.Run.Terminal() {
+		return nil, nil
+	}
+	var sum attest.HeartbeatSummary
+	if err := json.Unmarshal(resp, &sum); err != nil {
+		return nil, fmt.Errorf("renter's heartbeat summary: %w", err)
+	}
+	return &sum, nil
+}
+
+// movedTo takes up the move of a pending lease that was at l: it is
+// persisted, and the renter hears of it before the lease's first heartbeat
+// (so it watches and bills the new span). It returns the lease as moved.
+func (r *leaseRun) movedTo(l auction.Lease) auction.Lease {
+	s := r.s
+	moved := r.lease()
+	s.log.Info("lease moved earlier", "lease", l.ID, "job", l.JobID, "from", l.Start, "to", moved.Start)
+	s.cfg.Counters.Add("provider.lease_moved")
+	s.saveRun(r)
+	if err := s.announceMove(r); err != nil {
+		s.log.Warn("renter not told of the lease's move", "lease", l.ID, "err", err)
+	}
+	return moved
+}
+
+// announceMove tells the renter its pending lease moved earlier (a lease
+// event carrying the new start and devices).
+func (s *Supervisor) announceMove(r *leaseRun) error {
+	l := r.lease()
+	ev := wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: s.cfg.Signer.ID().String(), Run: auction.RunPending,
+		Time: s.now(), Moved: &wire.LeaseMove{Start: l.Start, Devices: l.Devices}}
+	_, err := s.deliverEvent(l.Renter, ev, 3)
+	return err
+}
+
+// deliverEvent seals a lease event and sends it to the renter, trying up
+// to attempts times, and returns the renter's answer.
+func (s *Supervisor) deliverEvent(renterID string, ev wire.LeaseEvent, attempts int) ([]byte, error) {
 	b, err := sealed(s.cfg.Signer, sign.DomainLeaseEvent, ev)
 	if err != nil {
 		return nil, err
 	}
-	renter, err := peer.Decode(rec.Lease.Renter)
+	renter, err := peer.Decode(renterID)
 	if err != nil {
 		return nil, err
 	}
@@ -775,17 +861,7 @@ func (s *Supervisor) sendEvent(r *leaseRun, attempts int) (*attest.HeartbeatSumm
 		case <-s.ctx.Done():
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	if !ev.Run.Terminal() {
-		return nil, nil
-	}
-	var sum attest.HeartbeatSummary
-	if err := json.Unmarshal(resp, &sum); err != nil {
-		return nil, fmt.Errorf("renter's heartbeat summary: %w", err)
-	}
-	return &sum, nil
+	return resp, err
 }
 
 // DefaultSettleWindow is how long after a lease's end a provider keeps

@@ -827,6 +827,9 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	prevRun := v.Run
 	now := t.now()
+	if ev.Moved != nil {
+		return t.moveLocked(jobID, v, mon, ev)
+	}
 	if ev.Run == prevRun && ev.Run.Terminal() {
 		// The provider re-sent its final report (its first answer was
 		// lost): answer it again with the same summary, change nothing.
@@ -914,6 +917,37 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		}()
 	}
 	return json.Marshal(sum)
+}
+
+// moveLocked takes a provider's word that it moved our pending lease
+// earlier (its GPUs freed before the lease's start): the lease is checked
+// by auction.Lease.Moved, and watched and billed over its new span. A lease
+// that began, or whose provider was already heard from, does not move.
+// Called with t.mu held; it unlocks it.
+func (t *Tracker) moveLocked(jobID string, v *api.JobView, mon *attest.HeartbeatMonitor, ev wire.LeaseEvent) ([]byte, error) {
+	refuse := func(err error) ([]byte, error) {
+		t.mu.Unlock()
+		t.cfg.Counters.Add("renter.move_refused")
+		return nil, err
+	}
+	if ev.Run != auction.RunPending || v.Run != auction.RunPending || !mon.LastAccepted().IsZero() {
+		return refuse(fmt.Errorf("lease %s already began: it does not move", ev.LeaseID))
+	}
+	moved, err := v.Lease.Moved(ev.Moved.Start, ev.Moved.Devices)
+	if err != nil {
+		return refuse(err)
+	}
+	from := v.Lease.Start
+	v.Lease = &moved
+	t.mons[moved.ID] = t.monitor(moved)
+	t.mu.Unlock()
+	t.cfg.Counters.Add("renter.lease_moved")
+	t.log.Info("lease moved earlier", "job", jobID, "lease", moved.ID, "from", from, "to", moved.Start)
+	t.save(jobID)
+	// The abandonment watch follows the new end (the one armed for the
+	// old end finds the lease settled by then).
+	t.watch(jobID, moved, time.Time{})
+	return nil, nil
 }
 
 // eventTimesValid checks a lease event's claimed times: a start and an end

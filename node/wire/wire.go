@@ -83,6 +83,17 @@ type LeaseEvent struct {
 	// Restored is the artifact id of the checkpoint (one of the job's
 	// Restore) the lease started from; "" when it started fresh.
 	Restored string `json:"restored,omitempty"`
+	// Moved, on a pending lease's event, tells the renter its provider
+	// moved the lease earlier (auction.Lease.Moved): GPUs freed before
+	// its start. It comes before the lease's first heartbeat.
+	Moved *LeaseMove `json:"moved,omitempty"`
+}
+
+// LeaseMove is where a lease moved: its new start and devices (its length
+// is kept).
+type LeaseMove struct {
+	Start   time.Time `json:"start"`
+	Devices []int     `json:"devices,omitempty"`
 }
 
 // NeverRan reports whether the event is the final report of a lease that
