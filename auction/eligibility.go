@@ -52,6 +52,10 @@ type Offer struct {
 	Devices []int
 }
 
+// KindBusy is the Ineligible kind of a provider whose GPUs are all booked
+// until past the job's start deadline.
+const KindBusy = "busy"
+
 // Ineligible is the error Evaluate returns when a provider must not bid. Its
 // Reason is short and meant for humans; Kind is a stable, low-cardinality
 // key for counters ("region", "workload", "preemptible", "thermal", "power",
@@ -461,7 +465,7 @@ func placeLease(p Policy, cal *Calendar, bs []Booking, pool []int, j *Job, now t
 	case !longEnough:
 		return start, end, nil, inelig("window", "no free window of %v before %s", minSlice, latest.UTC().Format(time.RFC3339))
 	default:
-		return start, end, nil, inelig("busy", "no %d free gpus for %v before %s", j.GPUCount, minSlice, latest.UTC().Format(time.RFC3339))
+		return start, end, nil, inelig(KindBusy, "no %d free gpus for %v before %s", j.GPUCount, minSlice, latest.UTC().Format(time.RFC3339))
 	}
 	if skip != nil && !fits(start, end, nil) {
 		preempts = pickEvictions(bs, start, end, j.GPUCount, capacity, pool)

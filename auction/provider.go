@@ -108,6 +108,7 @@ type ProviderStats struct {
 	Lost       int            `json:"lost"`     // bids that expired without an award
 	Declined   int            `json:"declined"` // awards declined (e.g. capacity taken meanwhile)
 	Moved      int            `json:"moved"`    // leases moved earlier (GPUs freed before their start)
+	Notices    int            `json:"notices"`  // capacity notices sent to renters turned away
 	Rejected   map[string]int `json:"rejected"`
 	Ineligible map[string]int `json:"ineligible"` // by Ineligible.Kind
 	Occupancy  float64        `json:"occupancy"`
@@ -172,7 +173,8 @@ type Provider struct {
 	bids      map[string]*sentBid   // nonce -> bid
 	confirms  map[string]confirmRec // lease id -> signed confirm
 	leases    map[string]*Lease
-	jobs      map[string]Job // lease id -> its job, while the lease has not ended (to move it)
+	jobs      map[string]Job        // lease id -> its job, while the lease has not ended (to move it)
+	away      map[string]turnedAway // owner/job id -> a call turned away for busy GPUs
 	order     []string
 	stats     ProviderStats
 	lastPrune time.Time
@@ -223,7 +225,7 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	}
 	return &Provider{
 		cfg: cfg, log: log.With("role", "provider"),
-		seen: map[callKey]time.Time{}, bids: map[string]*sentBid{}, confirms: map[string]confirmRec{}, leases: map[string]*Lease{}, jobs: map[string]Job{},
+		seen: map[callKey]time.Time{}, bids: map[string]*sentBid{}, confirms: map[string]confirmRec{}, leases: map[string]*Lease{}, jobs: map[string]Job{}, away: map[string]turnedAway{},
 		stats:   ProviderStats{Rejected: map[string]int{}, Ineligible: map[string]int{}},
 		buckets: map[string]*bucket{}, inflight: map[peer.ID]int{},
 		sendQ: make(chan bidSend, cfg.SendQueue),
@@ -435,6 +437,9 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 		if errors.As(err, &in) {
 			p.mu.Lock()
 			p.stats.Ineligible[in.Kind]++
+			if in.Kind == KindBusy && park {
+				p.turnAwayLocked(job, owner, now)
+			}
 			p.mu.Unlock()
 			p.log.Debug("not bidding", "job", job.ID, "reason", in.Reason)
 			if park && job.WantDeclines {
@@ -488,6 +493,13 @@ func (p *Provider) decline(job Job, owner peer.ID, kind string, now time.Time) {
 	if err != nil {
 		return
 	}
+	p.sendToOwner(owner, DialHints(owner, job.OwnerAddrs), job.ID, msg, min(p.cfg.SendTimeout, job.BidWindow))
+}
+
+// sendToOwner queues a small signed message other than a bid (a decline,
+// a capacity notice) for an owner on the bid stream, within the owner's
+// in-flight bound.
+func (p *Provider) sendToOwner(owner peer.ID, addrs []string, jobID string, msg []byte, timeout time.Duration) {
 	p.mu.Lock()
 	if p.inflight[owner] >= p.cfg.MaxOwnerInflight {
 		p.stats.Rejected["owner_inflight"]++
@@ -496,8 +508,7 @@ func (p *Provider) decline(job Job, owner peer.ID, kind string, now time.Time) {
 	}
 	p.inflight[owner]++
 	p.mu.Unlock()
-	timeout := min(p.cfg.SendTimeout, job.BidWindow)
-	if !p.enqueue(bidSend{owner: owner, addrs: DialHints(owner, job.OwnerAddrs), jobID: job.ID, msg: msg, timeout: timeout}) {
+	if !p.enqueue(bidSend{owner: owner, addrs: addrs, jobID: jobID, msg: msg, timeout: timeout}) {
 		p.mu.Lock()
 		p.inflight[owner]--
 		p.stats.Rejected["send_queue_full"]++
@@ -740,8 +751,11 @@ func (p *Provider) endLocked(leaseID string, end time.Time, state RunState) {
 		l.End = end
 		if p.cfg.Calendar.Truncate(leaseID, end) {
 			// GPUs freed ahead of their booked end: later leases may
-			// move into them.
-			go p.moveEarlier()
+			// move into them, and renters turned away may have room.
+			go func() {
+				p.moveEarlier()
+				p.announceFreed()
+			}()
 		}
 	}
 	l.State = state

@@ -197,6 +197,10 @@ type RenterConfig struct {
 	OnLease func(Lease, Job)
 	// OnUnplaceable is called when an auction ends without a lease.
 	OnUnplaceable func(Job, string)
+	// OnCapacity is told of a provider's verified capacity notice (it has
+	// room now for jobs of ours it turned away): whoever queues jobs
+	// offers them again. nil: notices are counted and dropped.
+	OnCapacity func(CapacityNotice)
 }
 
 type renterJob struct {
@@ -922,6 +926,9 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 		if d, derr := DecodeDecline(data); derr == nil {
 			return r.handleDecline(from, d)
 		}
+		if n, nerr := DecodeCapacityNotice(data); nerr == nil {
+			return r.handleNotice(from, n)
+		}
 	}
 	if err != nil {
 		return r.reject(decodeReason(err), err)
@@ -956,6 +963,21 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 	select {
 	case rj.bidIn <- struct{}{}:
 	default:
+	}
+	return nil
+}
+
+// handleNotice takes a provider's capacity notice (it comes on the bid
+// stream): a fresh one from its own signer goes to OnCapacity.
+func (r *Renter) handleNotice(from peer.ID, n CapacityNotice) error {
+	if n.Provider != from.String() {
+		return r.reject("sender_mismatch", fmt.Errorf("capacity notice from %s signed by %s", from, n.Provider))
+	}
+	if age := r.cfg.Now().Sub(n.IssuedAt); age > noticeMaxDelay || age < -noticeMaxDelay {
+		return r.reject("stale_notice", fmt.Errorf("capacity notice issued %s", n.IssuedAt.Format(time.RFC3339)))
+	}
+	if r.cfg.OnCapacity != nil {
+		r.cfg.OnCapacity(n)
 	}
 	return nil
 }

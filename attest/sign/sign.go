@@ -24,6 +24,7 @@ const (
 	DomainConfirm         = "confirm/v1"          // provider → renter, answers an award
 	DomainBidRelease      = "bid-release/v1"      // renter → provider, a bid that will not be awarded
 	DomainDecline         = "decline/v1"          // provider → renter, why it will not bid
+	DomainCapacityNotice  = "capacity-notice/v1"  // provider → renter, room freed for jobs it turned away
 	DomainLeaseEvent      = "lease-event/v1"      // provider → renter, a lease's run state
 	DomainLeaseCancel     = "lease-cancel/v1"     // renter → provider, stop a lease
 	DomainFingerprint     = "fingerprint/v1"      // a provider's hardware fingerprint

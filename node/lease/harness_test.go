@@ -300,10 +300,14 @@ type harness struct {
 	// lossAfter is how long a running lease's provider may stay silent
 	// before its renter calls it lost.
 	lossAfter time.Duration
+	// queueBackoff is the renters' first and longest wait before a queued
+	// job is offered again (default 20 ms doubling to 200 ms).
+	queueBackoff, queueBackoffMax time.Duration
 }
 
 func newHarness(t *testing.T) *harness {
-	return &harness{t: t, net: auction.NewMemNetwork(), abandonGrace: time.Minute, lossAfter: time.Second}
+	return &harness{t: t, net: auction.NewMemNetwork(), abandonGrace: time.Minute, lossAfter: time.Second,
+		queueBackoff: 20 * time.Millisecond, queueBackoffMax: 200 * time.Millisecond}
 }
 
 // renter starts a renter-only node.
@@ -336,7 +340,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
 		Store: crashStore{n.crash, db.State("renter-jobs")}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
 		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: 2 * time.Second, Counters: n.counters,
-		QueueBackoff: 20 * time.Millisecond, QueueBackoffMax: 200 * time.Millisecond}); err != nil {
+		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax}); err != nil {
 		t.Fatal(err)
 	}
 	handlers := auction.MemHandlers{OnBid: n.tracker.Auction().HandleBid}

@@ -57,9 +57,12 @@ type Counters struct {
 func NewCounters() *Counters { return &Counters{m: map[string]int{}} }
 
 // Add counts one occurrence of what.
-func (c *Counters) Add(what string) {
+func (c *Counters) Add(what string) { c.AddN(what, 1) }
+
+// AddN counts n occurrences of what.
+func (c *Counters) AddN(what string, n int) {
 	c.mu.Lock()
-	c.m[what]++
+	c.m[what] += n
 	c.mu.Unlock()
 }
 

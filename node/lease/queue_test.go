@@ -182,3 +182,32 @@ func TestEarlyEndMovesNextLeaseEarlier(t *testing.T) {
 		t.Fatalf("provider.lease_moved %d", got)
 	}
 }
+
+// TestCapacityNoticeWakesQueuedJob: a job its only fitting provider turned
+// away (the GPU is leased past the job's start deadline) is queued; when
+// the running job ends early, the provider tells the renter it has room for
+// that job, and the renter offers it again at once, long before its queue
+// backoff (a minute here) would have.
+func TestCapacityNoticeWakesQueuedJob(t *testing.T) {
+	h := newHarness(t)
+	h.queueBackoff, h.queueBackoffMax = time.Minute, time.Minute
+	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+	first := r.post(job(auction.Silver, 5, time.Minute, "gate", "first", "0"))
+	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+
+	v, err := r.tracker.Post(busyJob(10))
+	if err != nil || v.State != auction.JobQueued {
+		t.Fatalf("second job %s %v (%v): want queued", v.State, v.Reasons, err)
+	}
+	p.exec.open("first")
+	v = r.waitJobWithin(v.Job.ID, 15*time.Second, "queued job woken, leased and run", func(v api.JobView) bool {
+		return v.Run == auction.RunSucceeded
+	})
+	c := r.counters.Snapshot()
+	if c["renter.capacity_notice"] != 1 || c["renter.queued_woken"] != 1 {
+		t.Fatalf("notices %d, woken %d", c["renter.capacity_notice"], c["renter.queued_woken"])
+	}
+	if st := p.provider.Stats(); st.Notices != 1 {
+		t.Fatalf("provider sent %d notices", st.Notices)
+	}
+}

@@ -154,7 +154,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score, Now: cfg.Now, Log: log,
-		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, Release: t.release, Holdings: cfg.Holdings,
+		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, OnCapacity: t.onCapacity, Release: t.release, Holdings: cfg.Holdings,
 		Expected: cfg.ExpectedBidders,
 	})
 	if err != nil {
@@ -372,23 +372,27 @@ func (t *Tracker) giveUp(id, why string) {
 	t.save(id)
 }
 
-// WakeQueued offers the queued jobs that match capacity at once (a
-// provider announced freed capacity): match reports whether a job could use
-// it. It returns how many were woken.
-func (t *Tracker) WakeQueued(match func(auction.Job) bool) int {
+// onCapacity offers again at once the queued jobs a provider's capacity
+// notice names (it turned them away for busy GPUs and has room now), as
+// many as fit in the GPUs it has free, unless a job excludes it.
+func (t *Tracker) onCapacity(n auction.CapacityNotice) {
+	free, woken := n.FreeGPUs, 0
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := 0
-	for id, w := range t.wake {
-		if v := t.jobs[id]; v != nil && match(v.Job) {
-			select {
-			case w <- struct{}{}:
-			default:
-			}
-			n++
+	for _, id := range n.Jobs {
+		w, v := t.wake[id], t.jobs[id]
+		if w == nil || v == nil || v.State != auction.JobQueued || v.Job.GPUCount > free || v.Job.Excludes(n.Provider) {
+			continue
 		}
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+		free -= v.Job.GPUCount
+		woken++
 	}
-	return n
+	t.mu.Unlock()
+	t.cfg.Counters.Add("renter.capacity_notice")
+	t.cfg.Counters.AddN("renter.queued_woken", woken)
 }
 
 // defaultStartWindow is how soon a job must start when its poster gave no

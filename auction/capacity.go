@@ -1,0 +1,137 @@
+package auction
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Capacity notices. A provider that turned a call away because its GPUs
+// were busy (Ineligible kind "busy") remembers the job; when GPUs free up
+// before their booked end (a lease ended early) and room is left once the
+// leases booked behind it moved earlier, it tells each renter it turned
+// away which of those jobs it now has room for. The renter offers them
+// again at once instead of waiting out its queue backoff. Notices go
+// directly to those renters, on the bid stream: they cost nothing while
+// capacity is plentiful, reach nobody who did not ask, and each job is
+// named once per refusal.
+type CapacityNotice struct {
+	Provider string    `json:"provider"`
+	FreeGPUs int       `json:"free_gpus"`
+	Jobs     []string  `json:"jobs"`
+	IssuedAt time.Time `json:"issued_at"`
+}
+
+// Bounds of what a provider remembers of the calls it turned away, and of
+// a notice.
+const (
+	maxTurnedAway  = 256
+	turnedAwayTTL  = 10 * time.Minute
+	maxNoticeJobs  = 16
+	noticeMaxDelay = 5 * time.Second // a notice older than this is stale
+)
+
+// turnedAway is a call a provider refused for busy GPUs.
+type turnedAway struct {
+	owner peer.ID
+	addrs []string
+	jobID string
+	gpus  int
+	until time.Time
+}
+
+// EncodeCapacityNotice seals a notice; its Provider must be the signer.
+func EncodeCapacityNotice(s *sign.Signer, n CapacityNotice) ([]byte, error) {
+	if n.Provider != s.ID().String() {
+		return nil, fmt.Errorf("%w: notice provider %q is not the signer %s", ErrSignerMismatch, n.Provider, s.ID())
+	}
+	return seal(s, sign.DomainCapacityNotice, n)
+}
+
+// DecodeCapacityNotice verifies a notice envelope, that its signer is its
+// Provider and that it names at most maxNoticeJobs valid job ids.
+func DecodeCapacityNotice(data []byte) (CapacityNotice, error) {
+	var n CapacityNotice
+	id, err := open(data, sign.DomainCapacityNotice, &n)
+	if err != nil {
+		return CapacityNotice{}, err
+	}
+	if n.Provider != id.String() {
+		return CapacityNotice{}, fmt.Errorf("%w: notice claims provider %q, signed by %s", ErrSignerMismatch, n.Provider, id)
+	}
+	if len(n.Jobs) > maxNoticeJobs || n.FreeGPUs < 1 {
+		return CapacityNotice{}, fmt.Errorf("auction: capacity notice: %d jobs, %d free gpus", len(n.Jobs), n.FreeGPUs)
+	}
+	for _, j := range n.Jobs {
+		if err := ValidID(j); err != nil {
+			return CapacityNotice{}, fmt.Errorf("auction: capacity notice: job id: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// turnAwayLocked remembers a call refused for busy GPUs, until the job's
+// start deadline (at most turnedAwayTTL). Called with p.mu held.
+func (p *Provider) turnAwayLocked(job Job, owner peer.ID, now time.Time) {
+	key := owner.String() + "/" + job.ID
+	if _, ok := p.away[key]; !ok && len(p.away) >= maxTurnedAway {
+		return
+	}
+	until := now.Add(turnedAwayTTL)
+	if !job.Deadline.IsZero() && job.Deadline.Before(until) {
+		until = job.Deadline
+	}
+	p.away[key] = turnedAway{owner: owner, addrs: DialHints(owner, job.OwnerAddrs), jobID: job.ID, gpus: job.GPUCount, until: until}
+}
+
+// announceFreed tells the renters whose calls were turned away for busy
+// GPUs which of their jobs fit in the GPUs free now (see CapacityNotice).
+// Each job is named once: turned away again, it is remembered again.
+func (p *Provider) announceFreed() {
+	now := p.cfg.Now()
+	p.mu.Lock()
+	if len(p.away) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	free := len(p.cfg.Calendar.FreeDevices(now, now, nil))
+	if free < 1 || p.draining.Load() {
+		return
+	}
+	type notice struct {
+		n     CapacityNotice
+		addrs []string
+	}
+	byOwner := map[peer.ID]*notice{}
+	p.mu.Lock()
+	for key, a := range p.away {
+		if !now.Before(a.until) {
+			delete(p.away, key)
+			continue
+		}
+		if a.gpus > free {
+			continue
+		}
+		nt := byOwner[a.owner]
+		if nt == nil {
+			nt = &notice{n: CapacityNotice{Provider: p.cfg.Signer.ID().String(), FreeGPUs: free, IssuedAt: now}, addrs: a.addrs}
+			byOwner[a.owner] = nt
+		}
+		if len(nt.n.Jobs) < maxNoticeJobs {
+			nt.n.Jobs = append(nt.n.Jobs, a.jobID)
+			delete(p.away, key)
+		}
+	}
+	p.stats.Notices += len(byOwner)
+	p.mu.Unlock()
+	for owner, nt := range byOwner {
+		msg, err := EncodeCapacityNotice(p.cfg.Signer, nt.n)
+		if err != nil {
+			continue
+		}
+		p.sendToOwner(owner, nt.addrs, "", msg, p.cfg.SendTimeout)
+	}
+}

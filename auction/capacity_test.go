@@ -1,0 +1,59 @@
+package auction
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+)
+
+// TestCapacityNoticeChecks: a renter passes on a fresh notice signed by its
+// provider, and refuses one relayed by another peer, a stale one, and one
+// naming too many jobs or no free GPU.
+func TestCapacityNoticeChecks(t *testing.T) {
+	m := newMarket(t, nil)
+	var got []CapacityNotice
+	r, _ := m.renter(t, RenterConfig{OnCapacity: func(n CapacityNotice) { got = append(got, n) }})
+	prov, other := signtest.New(t), signtest.New(t)
+	notice := func(n CapacityNotice) []byte {
+		t.Helper()
+		b, err := EncodeCapacityNotice(prov, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	fresh := CapacityNotice{Provider: prov.ID().String(), FreeGPUs: 2, Jobs: []string{"job-a"}, IssuedAt: m.now()}
+	if err := r.HandleBid(prov.ID(), notice(fresh)); err != nil || len(got) != 1 || got[0].Jobs[0] != "job-a" {
+		t.Fatalf("fresh notice: %v, passed on %v", err, got)
+	}
+	var rej *Rejection
+	if err := r.HandleBid(other.ID(), notice(fresh)); !errors.As(err, &rej) || rej.Reason != "sender_mismatch" {
+		t.Fatalf("relayed notice: %v", err)
+	}
+	stale := fresh
+	stale.IssuedAt = m.now().Add(-time.Minute)
+	if err := r.HandleBid(prov.ID(), notice(stale)); !errors.As(err, &rej) || rej.Reason != "stale_notice" {
+		t.Fatalf("stale notice: %v", err)
+	}
+	many := fresh
+	many.Jobs = nil
+	for i := 0; i <= maxNoticeJobs; i++ {
+		many.Jobs = append(many.Jobs, fmt.Sprintf("job-%d", i))
+	}
+	none := fresh
+	none.FreeGPUs = 0
+	for name, n := range map[string]CapacityNotice{"too many jobs": many, "no free gpu": none} {
+		if err := r.HandleBid(prov.ID(), notice(n)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := EncodeCapacityNotice(other, fresh); !errors.Is(err, ErrSignerMismatch) {
+		t.Fatalf("notice sealed by another signer: %v", err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d notices passed on, want 1", len(got))
+	}
+}
