@@ -1,10 +1,12 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times; it is 100 on
@@ -69,6 +71,9 @@ func SampleGroup(pgid int) (cpuSeconds float64, rssMB int, err error) {
 	if pgid <= 0 {
 		return 0, 0, fmt.Errorf("runtime: invalid process group %d", pgid)
 	}
+	if groupGone(pgid) {
+		return 0, 0, fmt.Errorf("runtime: process group %d has no live process", pgid)
+	}
 	pids, err := listPids()
 	if err != nil {
 		return 0, 0, err
@@ -88,6 +93,13 @@ func SampleGroup(pgid int) (cpuSeconds float64, rssMB int, err error) {
 		return 0, 0, fmt.Errorf("runtime: process group %d has no live process", pgid)
 	}
 	return cpuSeconds, int(rss * int64(os.Getpagesize()) >> 20), nil
+}
+
+// groupGone reports whether no process (not even a zombie) is left in
+// process group pgid: one signal-0 probe instead of a scan of /proc. A
+// group id reused by another group reads as not gone (the caller scans).
+func groupGone(pgid int) bool {
+	return pgid > 0 && errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
 }
 
 // listPids lists the numeric entries of /proc.

@@ -461,12 +461,22 @@ func (h *processHandle) stop(reason string, grace time.Duration) error {
 // members lists the job's live (non-zombie) processes: its process group,
 // and everything running under its dedicated uid.
 func (h *processHandle) members() []int {
+	// Once the group is empty, only the job's own uid (when it has one)
+	// can still hold processes that left the group: a stat of each /proc
+	// entry finds them, without reading every process's stat.
+	gone := groupGone(h.pgid)
+	if gone && h.e.uids == nil {
+		return nil
+	}
 	pids, err := listPids()
 	if err != nil {
 		return nil
 	}
 	var out []int
 	for _, pid := range pids {
+		if gone && procUID(pid) != h.uid {
+			continue
+		}
 		st, err := readProcStat(pid)
 		if err != nil || st.state == 'Z' || st.state == 'X' {
 			continue
