@@ -49,7 +49,7 @@ func newApp(stdout, stderr io.Writer, unknown *bool) *cli.App {
 			reputationCommand(),
 			ledgerCommand(),
 			artifactCommand(),
-			replay.Command(), // gpumesh sim: the market replay lives with the simulator
+			replay.Command(nil), // gpumesh sim (charts: go run ./testnet/sim): the market replay lives with the simulator
 		},
 	}
 	for _, c := range app.Commands {

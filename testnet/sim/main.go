@@ -7,11 +7,12 @@ import (
 	"os"
 
 	"github.com/gpumesh/gpumesh/testnet/sim/replay"
+	"github.com/gpumesh/gpumesh/testnet/sim/replay/chart"
 	"github.com/urfave/cli/v2"
 )
 
 func main() {
-	cmd := replay.Command()
+	cmd := replay.Command(chart.Write)
 	app := &cli.App{
 		Name:        "sim",
 		Usage:       cmd.Usage,

@@ -10,9 +10,15 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
+// ChartWriter draws a report's utilisation chart to a file (package
+// testnet/sim/replay/chart has one).
+type ChartWriter func(r *Report, path string) error
+
 // Command is the "sim" subcommand: replay a trace and print the report.
-func Command() *cli.Command {
-	return &cli.Command{
+// With chart, it draws the utilisation chart too (--chart); without, it
+// has no --chart flag (the gpumesh binary: go run ./testnet/sim draws it).
+func Command(chart ChartWriter) *cli.Command {
+	cmd := &cli.Command{
 		Name:  "sim",
 		Usage: "replay a GPU-cluster job trace through the market on a virtual clock",
 		Description: "Replays a trace (job_id,submission_time,duration,num_gpu) against a seeded provider population\n" +
@@ -29,7 +35,6 @@ func Command() *cli.Command {
 			&cli.DurationFlag{Name: "drain", Usage: "how long to run past the last submission", Value: 7 * 24 * time.Hour},
 			&cli.StringSliceFlag{Name: "policy", Usage: "policies to compare (auction, fifo); default both"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON instead of tables"},
-			&cli.StringFlag{Name: "chart", Usage: "utilisation chart file (.png, .svg or .pdf); empty to skip", Value: "sim-utilization.png"},
 			&cli.BoolFlag{Name: "progress", Usage: "show progress on stderr even when it is not a terminal"},
 		},
 		Action: func(c *cli.Context) error {
@@ -56,8 +61,8 @@ func Command() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if path := c.String("chart"); path != "" {
-				if err := rep.WriteChart(path); err != nil {
+			if path := c.String("chart"); chart != nil && path != "" {
+				if err := chart(rep, path); err != nil {
 					return err
 				}
 				fmt.Fprintf(errWriter(c), "chart written to %s\n", path)
@@ -65,6 +70,12 @@ func Command() *cli.Command {
 			return nil
 		},
 	}
+	if chart != nil {
+		cmd.Flags = append(cmd.Flags, &cli.StringFlag{Name: "chart", Usage: "utilisation chart file (.png, .svg or .pdf); empty to skip", Value: "sim-utilization.png"})
+	} else {
+		cmd.Description += "\nThe utilisation chart is drawn by the standalone simulator: go run ./testnet/sim --chart FILE."
+	}
+	return cmd
 }
 
 func errWriter(c *cli.Context) io.Writer {

@@ -17,7 +17,7 @@
 // lanes) and a FIFO first-fit baseline; a fluid-relaxation upper
 // bound says how much any schedule could fill. Run returns a Report that
 // prints as tables (WriteTable), JSON (WriteJSON, byte-identical for a
-// seed) and a utilisation chart (WriteChart). Command mounts it all as the
+// seed) and the data of a utilisation chart (Utilisation; package chart draws it). Command mounts it all as the
 // "sim" subcommand.
 //
 // Jobs wider than every provider (e.g. the traces' 64-GPU jobs, wider than

@@ -1,21 +1,25 @@
-package replay
+// Package chart draws the market replay's utilisation chart (gonum/plot).
+// It is its own package so that only the simulator links the plotting
+// library and its fonts: gonum/plot parses its fonts when the program
+// starts, which every gpumesh daemon would pay for.
+package chart
 
 import (
 	"fmt"
 	"image/color"
 	"path/filepath"
 	"strings"
-	"time"
 
+	"github.com/gpumesh/gpumesh/testnet/sim/replay"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 )
 
-// WriteChart plots, per policy and for the fluid bound, the share of
-// offered idle GPU time that was leased in each time bucket. The format
-// follows the file extension: .png, .svg or .pdf.
-func (r *Report) WriteChart(path string) error {
+// Write plots r's utilisation (replay.Report.Utilisation) to path; the
+// format follows the file extension: .png, .svg or .pdf. It is a
+// replay.ChartWriter.
+func Write(r *replay.Report, path string) error {
 	ext := strings.ToLower(filepath.Ext(path))
 	switch ext {
 	case ".png", ".svg", ".pdf":
@@ -32,38 +36,23 @@ func (r *Report) WriteChart(path string) error {
 	p.Y.Min, p.Y.Max = 0, 1
 	p.Add(plotter.NewGrid())
 	colors := []color.Color{color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 255}, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 255}, color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 255}}
-	add := func(name string, series []float64, c color.Color, dashed bool) error {
-		pts := make(plotter.XYs, 0, len(series))
-		for i, v := range series {
-			if i >= len(r.offered) {
-				break
-			}
-			y := 0.0
-			if r.offered[i] > 0 {
-				y = v / r.offered[i]
-			}
-			pts = append(pts, plotter.XY{X: (time.Duration(i) * r.bucket).Hours() / 24, Y: y})
+	for i, s := range r.Utilisation() {
+		pts := make(plotter.XYs, len(s.Days))
+		for j := range s.Days {
+			pts[j] = plotter.XY{X: s.Days[j], Y: s.Share[j]}
 		}
 		l, err := plotter.NewLine(pts)
 		if err != nil {
 			return fmt.Errorf("replay: chart: %w", err)
 		}
-		l.Color = c
+		l.Color = colors[i%len(colors)]
 		l.Width = vg.Points(1)
-		if dashed {
+		if s.Dashed {
+			l.Color = color.Gray{Y: 0x60}
 			l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
 		}
 		p.Add(l)
-		p.Legend.Add(name, l)
-		return nil
-	}
-	for i, pol := range r.Policies {
-		if err := add(pol.Policy, pol.util, colors[i%len(colors)], false); err != nil {
-			return err
-		}
-	}
-	if err := add("bound (fluid)", r.bound, color.Gray{Y: 0x60}, true); err != nil {
-		return err
+		p.Legend.Add(s.Name, l)
 	}
 	p.Legend.Top = true
 	if err := p.Save(10*vg.Inch, 4*vg.Inch, path); err != nil {
