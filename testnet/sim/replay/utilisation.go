@@ -24,7 +24,7 @@ func (r *Report) Utilisation() []Series {
 			if r.offered[i] > 0 {
 				y = v / r.offered[i]
 			}
-			s.Days = append(s.Days, (time.Duration(i) * r.bucket).Hours()/24)
+			s.Days = append(s.Days, (time.Duration(i)*r.bucket).Hours()/24)
 			s.Share = append(s.Share, y)
 		}
 		return s
