@@ -123,6 +123,12 @@ type ProviderConfig struct {
 	// host's network, containers get Docker's bridge network. Default
 	// false: each job has no network but its own loopback.
 	AllowJobNetwork bool `yaml:"allow_job_network"`
+	// BidHolds makes each bid hold its GPUs tentatively until its award,
+	// its release or a short expiry (auction.ProviderConfig.HoldGrace), so
+	// that concurrent auctions are not offered the same GPUs. Default
+	// false: a caller that never awards nor releases its bids could keep
+	// GPUs from being offered to others while its calls last.
+	BidHolds bool `yaml:"bid_holds"`
 }
 
 // relayService is the relay service's limits, nil when it is off.

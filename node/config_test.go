@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gpumesh/gpumesh/auction"
 )
 
 // TestTightenDataDir: an existing data dir left open to other users (job
@@ -110,6 +112,21 @@ func TestJobNetworkPolicy(t *testing.T) {
 	po, do = executorOptions(cfg.Provider, "/w", nil)
 	if !po.AllowNetwork || do.Network != "bridge" {
 		t.Fatalf("allowed: process network %v, docker network %q", po.AllowNetwork, do.Network)
+	}
+}
+
+// TestBidHoldsOptIn: bids hold GPUs only when the provider's config says
+// so (provider.bid_holds), with the auction's default hold grace.
+func TestBidHoldsOptIn(t *testing.T) {
+	if g := bidHoldGrace(DefaultConfig().Provider.BidHolds); g != 0 {
+		t.Fatalf("default hold grace %v, want none", g)
+	}
+	cfg, err := LoadConfig(writeTestConfig(t, "provider:\n  bid_holds: true\n"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := bidHoldGrace(cfg.Provider.BidHolds); g != auction.DefaultHoldGrace {
+		t.Fatalf("bid_holds: true gives hold grace %v, want %v", g, auction.DefaultHoldGrace)
 	}
 }
 

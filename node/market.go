@@ -172,6 +172,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 			return d.capability(d.advertiseTTL())
 		},
 		Sensors:     m.sup.Reading,
+		HoldGrace:   bidHoldGrace(d.cfg.Provider.BidHolds),
 		Reliability: func() float64 { return m.book.Score(d.ID().String()) },
 		OnLease:     m.sup.OnLease,
 		OnMove:      m.sup.OnMove,
@@ -214,6 +215,15 @@ func executorOptions(p ProviderConfig, work string, log *slog.Logger) (runtime.P
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// bidHoldGrace is the provider's auction.ProviderConfig.HoldGrace: holds on
+// (provider.bid_holds) or off.
+func bidHoldGrace(on bool) time.Duration {
+	if on {
+		return auction.DefaultHoldGrace
+	}
+	return 0
+}
 
 func (m *market) close() {
 	m.cancel()
