@@ -8,11 +8,15 @@
 # It starts its own network in testnet/run-idle (ports 4700+) and stops it.
 #   WARMUP  seconds to wait after every node is up (default 30)
 #   WINDOW  seconds to measure over (default 30)
+#   GPUMESH_ADVERTISE_TTL  the providers' advertise_ttl (default 10m, the
+#          daemon's own default: up.sh's 1m makes a demo network quick to
+#          discover, and re-advertising then dominates an idle daemon)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 n="${1:-50}"
 warmup="${WARMUP:-30}"
 window="${WINDOW:-30}"
+export GPUMESH_ADVERTISE_TTL="${GPUMESH_ADVERTISE_TTL:-10m}"
 export GPUMESH_TESTNET_DIR="${GPUMESH_TESTNET_DIR:-$here/run-idle}" GPUMESH_TESTNET_PORT="${GPUMESH_TESTNET_PORT:-4700}"
 trap '"$here/down.sh" >/dev/null 2>&1 || true' EXIT
 "$here/up.sh" "$n" >/dev/null
@@ -23,7 +27,7 @@ cpu_ticks() { # pid: utime+stime in clock ticks (fields 14 and 15, after the com
   sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
 }
 
-echo "$n nodes up; warming up ${warmup}s, then measuring over ${window}s"
+echo "$n nodes up (advertise_ttl $GPUMESH_ADVERTISE_TTL); warming up ${warmup}s, then measuring over ${window}s"
 sleep "$warmup"
 declare -A t0
 while read -r pid _; do t0[$pid]=$(cpu_ticks "$pid"); done <"$run/pids"
