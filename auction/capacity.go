@@ -44,22 +44,15 @@ type turnedAway struct {
 
 // EncodeCapacityNotice seals a notice; its Provider must be the signer.
 func EncodeCapacityNotice(s *sign.Signer, n CapacityNotice) ([]byte, error) {
-	if n.Provider != s.ID().String() {
-		return nil, fmt.Errorf("%w: notice provider %q is not the signer %s", ErrSignerMismatch, n.Provider, s.ID())
-	}
-	return seal(s, sign.DomainCapacityNotice, n)
+	return sealAs(s, sign.DomainCapacityNotice, "capacity notice", n.Provider, n)
 }
 
 // DecodeCapacityNotice verifies a notice envelope, that its signer is its
 // Provider and that it names at most maxNoticeJobs valid job ids.
 func DecodeCapacityNotice(data []byte) (CapacityNotice, error) {
-	var n CapacityNotice
-	id, err := open(data, sign.DomainCapacityNotice, &n)
+	n, err := openAs(data, sign.DomainCapacityNotice, "capacity notice", func(n *CapacityNotice) string { return n.Provider })
 	if err != nil {
 		return CapacityNotice{}, err
-	}
-	if n.Provider != id.String() {
-		return CapacityNotice{}, fmt.Errorf("%w: notice claims provider %q, signed by %s", ErrSignerMismatch, n.Provider, id)
 	}
 	if len(n.Jobs) > maxNoticeJobs || n.FreeGPUs < 1 {
 		return CapacityNotice{}, fmt.Errorf("auction: capacity notice: %d jobs, %d free gpus", len(n.Jobs), n.FreeGPUs)

@@ -110,24 +110,40 @@ func open(data []byte, domain string, v any) (peer.ID, error) {
 	return id, nil
 }
 
+// sealAs seals v, a message whose author (its provider or renter field)
+// must be the signer.
+func sealAs(s *sign.Signer, domain, what, author string, v any) ([]byte, error) {
+	if author != s.ID().String() {
+		return nil, fmt.Errorf("%w: %s author %q is not the signer %s", ErrSignerMismatch, what, author, s.ID())
+	}
+	return seal(s, domain, v)
+}
+
+// openAs verifies an envelope of a message whose author (its provider or
+// renter field, read by author) must be the signer.
+func openAs[T any](data []byte, domain, what string, author func(*T) string) (T, error) {
+	var v, zero T
+	id, err := open(data, domain, &v)
+	if err != nil {
+		return zero, err
+	}
+	if a := author(&v); a != id.String() {
+		return zero, fmt.Errorf("%w: %s claims author %q, signed by %s", ErrSignerMismatch, what, a, id)
+	}
+	return v, nil
+}
+
 // EncodeBid seals a bid; its Provider must be the signer.
 func EncodeBid(s *sign.Signer, b Bid) ([]byte, error) {
-	if b.Provider != s.ID().String() {
-		return nil, fmt.Errorf("%w: bid provider %q is not the signer %s", ErrSignerMismatch, b.Provider, s.ID())
-	}
-	return seal(s, sign.DomainBid, b)
+	return sealAs(s, sign.DomainBid, "bid", b.Provider, b)
 }
 
 // DecodeBid verifies a bid envelope, that its signer is Bid.Provider and
 // that its job id and nonce satisfy ValidID.
 func DecodeBid(data []byte) (Bid, error) {
-	var b Bid
-	id, err := open(data, sign.DomainBid, &b)
+	b, err := openAs(data, sign.DomainBid, "bid", func(b *Bid) string { return b.Provider })
 	if err != nil {
 		return Bid{}, err
-	}
-	if b.Provider != id.String() {
-		return Bid{}, fmt.Errorf("%w: bid claims provider %q, signed by %s", ErrSignerMismatch, b.Provider, id)
 	}
 	if err := validIDs("bid", "job id", b.JobID, "nonce", b.Nonce); err != nil {
 		return Bid{}, err
@@ -163,22 +179,15 @@ func DecodeAward(data []byte) (Award, error) {
 
 // EncodeBidRelease seals a bid release; its Renter must be the signer.
 func EncodeBidRelease(s *sign.Signer, r BidRelease) ([]byte, error) {
-	if r.Renter != s.ID().String() {
-		return nil, fmt.Errorf("%w: release renter %q is not the signer %s", ErrSignerMismatch, r.Renter, s.ID())
-	}
-	return seal(s, sign.DomainBidRelease, r)
+	return sealAs(s, sign.DomainBidRelease, "release", r.Renter, r)
 }
 
 // DecodeBidRelease verifies a bid release envelope, that its signer is its
 // Renter and that its job id and bid nonce satisfy ValidID.
 func DecodeBidRelease(data []byte) (BidRelease, error) {
-	var r BidRelease
-	id, err := open(data, sign.DomainBidRelease, &r)
+	r, err := openAs(data, sign.DomainBidRelease, "release", func(r *BidRelease) string { return r.Renter })
 	if err != nil {
 		return BidRelease{}, err
-	}
-	if r.Renter != id.String() {
-		return BidRelease{}, fmt.Errorf("%w: release renter %q, signed by %s", ErrSignerMismatch, r.Renter, id)
 	}
 	if err := validIDs("bid release", "job id", r.JobID, "bid nonce", r.BidNonce); err != nil {
 		return BidRelease{}, err
@@ -188,22 +197,15 @@ func DecodeBidRelease(data []byte) (BidRelease, error) {
 
 // EncodeDecline seals a decline; its Provider must be the signer.
 func EncodeDecline(s *sign.Signer, d Decline) ([]byte, error) {
-	if d.Provider != s.ID().String() {
-		return nil, fmt.Errorf("%w: decline provider %q is not the signer %s", ErrSignerMismatch, d.Provider, s.ID())
-	}
-	return seal(s, sign.DomainDecline, d)
+	return sealAs(s, sign.DomainDecline, "decline", d.Provider, d)
 }
 
 // DecodeDecline verifies a decline envelope, that its signer is its
 // Provider, that its job id satisfies ValidID and that its kind is short.
 func DecodeDecline(data []byte) (Decline, error) {
-	var d Decline
-	id, err := open(data, sign.DomainDecline, &d)
+	d, err := openAs(data, sign.DomainDecline, "decline", func(d *Decline) string { return d.Provider })
 	if err != nil {
 		return Decline{}, err
-	}
-	if d.Provider != id.String() {
-		return Decline{}, fmt.Errorf("%w: decline claims provider %q, signed by %s", ErrSignerMismatch, d.Provider, id)
 	}
 	if err := validIDs("decline", "job id", d.JobID, "kind", d.Kind); err != nil {
 		return Decline{}, err

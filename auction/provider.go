@@ -369,6 +369,20 @@ func (p *Provider) retryParked() {
 	p.moveEarlier()
 }
 
+// state is what Evaluate judges this provider by now: its capability,
+// calendar, sensor readings and own reliability.
+func (p *Provider) state() ProviderState {
+	capab := p.cfg.Capability()
+	ps := ProviderState{Cap: &capab, Cal: p.cfg.Calendar, Reliability: NeutralReliability}
+	if p.cfg.Sensors != nil {
+		ps.TempC, ps.PowerW = p.cfg.Sensors()
+	}
+	if p.cfg.Reliability != nil {
+		ps.Reliability = p.cfg.Reliability()
+	}
+	return ps
+}
+
 // bidFor evaluates a job and, when eligible, queues a bid for it (see
 // HandleCall). A call refused only because of other bids' holds is parked
 // (when park) and evaluated again when a hold is released.
@@ -382,14 +396,7 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 		}
 		return &Ineligible{Kind: KindDraining, Reason: "the provider is draining: it takes no new work"}
 	}
-	capab := p.cfg.Capability()
-	ps := ProviderState{Cap: &capab, Cal: p.cfg.Calendar, Reliability: NeutralReliability}
-	if p.cfg.Sensors != nil {
-		ps.TempC, ps.PowerW = p.cfg.Sensors()
-	}
-	if p.cfg.Reliability != nil {
-		ps.Reliability = p.cfg.Reliability()
-	}
+	ps := p.state()
 	// Evaluation and the bid's hold are one step: a concurrent call sees
 	// this bid's span as taken.
 	p.evalMu.Lock()
@@ -450,7 +457,7 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 		return p.reject("evaluate", err)
 	}
 	bid := Bid{
-		JobID: job.ID, Attempt: job.Attempt, Provider: p.cfg.Signer.ID().String(), Region: capab.Region,
+		JobID: job.ID, Attempt: job.Attempt, Provider: p.cfg.Signer.ID().String(), Region: ps.Cap.Region,
 		Price: offer.Price, Start: offer.Start, End: offer.End, GPUModel: offer.GPUModel, VRAMGB: offer.VRAMGB,
 		Datasets: offer.Datasets, Evicts: len(offer.Preempts), Nonce: nonce, IssuedAt: now, ExpiresAt: now.Add(job.BidWindow + p.cfg.BidGrace),
 	}
@@ -780,14 +787,7 @@ func (p *Provider) moveEarlier() {
 	if none {
 		return
 	}
-	capab := p.cfg.Capability()
-	ps := ProviderState{Cap: &capab, Cal: p.cfg.Calendar, Reliability: NeutralReliability}
-	if p.cfg.Sensors != nil {
-		ps.TempC, ps.PowerW = p.cfg.Sensors()
-	}
-	if p.cfg.Reliability != nil {
-		ps.Reliability = p.cfg.Reliability()
-	}
+	ps := p.state()
 	// The evaluation lock first, as a call takes it: no bid's hold lands
 	// between a move's evaluation and its booking.
 	p.evalMu.Lock()
