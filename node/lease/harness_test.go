@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -186,6 +187,8 @@ type crashable struct {
 	dropCancels atomic.Bool
 	// dropHeartbeats loses the node's heartbeats.
 	dropHeartbeats atomic.Bool
+	// dropMoves loses the node's lease events that tell of a move.
+	dropMoves atomic.Bool
 }
 
 var errCrashed = errors.New("node crashed")
@@ -212,6 +215,12 @@ func (t crashTransport) Request(ctx context.Context, to peer.ID, proto protocol.
 	if t.c.dead.Load() || (proto == wire.ProtoReceipt && t.c.noReceipts.Load()) ||
 		(proto == wire.ProtoCancel && t.c.dropCancels.Load()) || (proto == wire.ProtoHeartbeat && t.c.dropHeartbeats.Load()) {
 		return nil, errCrashed
+	}
+	if proto == wire.ProtoLeaseEvent && t.c.dropMoves.Load() {
+		var ev wire.LeaseEvent
+		if env, err := sign.UnmarshalEnvelope(data); err == nil && json.Unmarshal(env.Payload, &ev) == nil && ev.Moved != nil {
+			return nil, errCrashed
+		}
 	}
 	if len(data) > p2p.MaxFrame {
 		// What a libp2p stream refuses.

@@ -211,3 +211,35 @@ func TestCapacityNoticeWakesQueuedJob(t *testing.T) {
 		t.Fatalf("provider sent %d notices", st.Notices)
 	}
 }
+
+// TestUntoldMoveIsNotRun: a provider that cannot tell the renter its lease
+// moved earlier does not run it there (the renter would refuse its
+// heartbeats); the lease ends unstarted, its report sends the job back to
+// auction, and the job runs on its next lease.
+func TestUntoldMoveIsNotRun(t *testing.T) {
+	h := newHarness(t)
+	r := h.renter()
+	p := h.provider(provSpec{model: "A100", price: 1})
+	first := r.post(job(auction.Silver, 5, time.Minute, "gate", "first", "0"))
+	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	next := r.post(job(auction.Silver, 5, time.Minute, "run", "10", "0"))
+	if next.State != auction.JobLeased || next.Lease == nil {
+		t.Fatalf("second job %s %v: want a lease behind the first", next.State, next.Reasons)
+	}
+	booked := *next.Lease
+	h.provider(provSpec{model: "A100", price: 2}) // where the job goes next
+	p.crash.dropMoves.Store(true)
+	p.exec.open("first")
+	v := r.waitJobWithin(next.Job.ID, 20*time.Second, "second job run on its next lease", func(v api.JobView) bool {
+		return v.Run == auction.RunSucceeded
+	})
+	if v.Lease.ID == booked.ID || len(v.History) == 0 || v.History[0].Lease.ID != booked.ID || !v.History[0].Started.IsZero() {
+		t.Fatalf("want the moved lease %s ended unstarted in the history, then another: lease %s, history %+v", booked.ID, v.Lease.ID, v.History)
+	}
+	if got := p.counters.Snapshot()["provider.move_untold"]; got != 1 {
+		t.Fatalf("provider.move_untold %d", got)
+	}
+	if pl, ok := p.lease(booked.ID); !ok || !pl.Started.IsZero() {
+		t.Fatalf("provider's record of the untold lease: %+v", pl)
+	}
+}

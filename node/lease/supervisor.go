@@ -406,6 +406,15 @@ func (r *leaseRun) run() {
 	s := r.s
 	l, job := r.lease(), r.pr.Job
 	log := s.log.With("lease", l.ID, "job", l.JobID)
+	stoppedAhead := func() {
+		if r.isKept() {
+			log.Info("reservation kept for the next start")
+			return
+		}
+		// Stopped ahead of its start (evicted for gold, released, its
+		// move untold): it never ran, and its report carries no start.
+		r.finish(runtime.Result{Ended: s.now(), ExitCode: -1}, nil)
+	}
 	for {
 		wait := l.Start.Sub(s.now())
 		if wait <= 0 {
@@ -415,6 +424,12 @@ func (r *leaseRun) run() {
 			select {
 			case <-r.moved: // moved (earlier still) as the wait ended
 				l = r.movedTo(l)
+			default:
+			}
+			select {
+			case <-r.stop:
+				stoppedAhead()
+				return
 			default:
 			}
 			break
@@ -427,13 +442,7 @@ func (r *leaseRun) run() {
 			l = r.movedTo(l)
 		case <-r.stop:
 			timer.Stop()
-			if r.isKept() {
-				log.Info("reservation kept for the next start")
-				return
-			}
-			// Stopped ahead of its start (evicted for gold, released):
-			// it never ran, and its report carries no start.
-			r.finish(runtime.Result{Ended: s.now(), ExitCode: -1}, nil)
+			stoppedAhead()
 			return
 		}
 	}
@@ -814,7 +823,8 @@ func (s *Supervisor) sendEvent(r *leaseRun, attempts int) (*attest.HeartbeatSumm
 
 // movedTo takes up the move of a pending lease that was at l: it is
 // persisted, and the renter hears of it before the lease's first heartbeat
-// (so it watches and bills the new span). It returns the lease as moved.
+// (so it watches and bills the new span); a move the renter could not be
+// told of stops the lease unstarted. It returns the lease as moved.
 func (r *leaseRun) movedTo(l auction.Lease) auction.Lease {
 	s := r.s
 	moved := r.lease()
@@ -822,7 +832,19 @@ func (r *leaseRun) movedTo(l auction.Lease) auction.Lease {
 	s.cfg.Counters.Add("provider.lease_moved")
 	s.saveRun(r)
 	if err := s.announceMove(r); err != nil {
-		s.log.Warn("renter not told of the lease's move", "lease", l.ID, "err", err)
+		// A renter that does not know of the move would refuse the
+		// lease's heartbeats and report before its old start: the lease
+		// is not run, and its report (no start) sends the job back to
+		// auction.
+		// Its record keeps the lease the renter knows, so the report
+		// says it ended ahead of that start.
+		s.log.Warn("renter not told of the lease's move: the lease is not run", "lease", l.ID, "err", err)
+		s.cfg.Counters.Add("provider.move_untold")
+		r.mu.Lock()
+		r.pr.Rec.Lease = l
+		r.mu.Unlock()
+		r.abort(auction.RunFailed, "renter not told of the lease's move earlier: "+err.Error())
+		return l
 	}
 	return moved
 }
