@@ -690,6 +690,11 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		// OnLease must not call back into the provider synchronously.
 		p.cfg.OnLease(lease, job, preempted)
 	}
+	if lease.Start.After(now) {
+		// Booked behind a span its bid saw taken, which may have freed
+		// since (a lease that ended early between the bid and the award).
+		go p.moveEarlier()
+	}
 	return c, nil
 }
 

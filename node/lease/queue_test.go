@@ -243,3 +243,53 @@ func TestUntoldMoveIsNotRun(t *testing.T) {
 		t.Fatalf("provider's record of the untold lease: %+v", pl)
 	}
 }
+
+// TestStackedBookingsMoveUp: 40 jobs of 100 ms, each declaring a minute,
+// posted at once against 4 one-GPU providers: all but 4 are booked behind
+// busy GPUs, minutes ahead, and each early end moves the next booking up,
+// so all 40 run in seconds, not the ten minutes their declared spans add up
+// to. (The acceptance run of the same, 200 × 20 s on 20 GPUs over real
+// daemons, is testnet/load's: see the README.)
+func TestStackedBookingsMoveUp(t *testing.T) {
+	h := newHarness(t)
+	r := h.renter()
+	provs := make([]*node, 4)
+	for i := range provs {
+		provs[i] = h.provider(provSpec{model: "A100", price: 1})
+	}
+	const n = 40
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := r.tracker.Post(job(auction.Silver, 5, time.Minute, "run", "100", "0"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i] = v.Job.ID
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, id := range ids {
+		var v api.JobView
+		waitFor(t, time.Until(deadline), "job "+id+" succeeded", func() bool {
+			v, _ = r.tracker.View(id)
+			return v.Run == auction.RunSucceeded || v.State == auction.JobUnplaceable || v.State == auction.JobFailed
+		})
+		if v.Run != auction.RunSucceeded {
+			t.Fatalf("job %s: state %s run %s: %v", id, v.State, v.Run, v.Reasons)
+		}
+	}
+	moved := r.counters.Snapshot()["renter.lease_moved"]
+	if moved == 0 {
+		t.Fatal("no lease moved: the jobs cannot all have been booked behind busy GPUs")
+	}
+	t.Logf("%d moves told to the renter, %d jobs queued at least once", moved, r.counters.Snapshot()["renter.job_queued"])
+}
