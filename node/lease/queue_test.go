@@ -244,10 +244,10 @@ func TestUntoldMoveIsNotRun(t *testing.T) {
 	}
 }
 
-// TestStackedBookingsMoveUp: 40 jobs of 100 ms, each declaring a minute,
+// TestStackedBookingsMoveUp: 40 jobs of 300 ms, each declaring a minute,
 // posted at once against 4 one-GPU providers: all but 4 are booked behind
 // busy GPUs, minutes ahead, and each early end moves the next booking up,
-// so all 40 run in seconds, not the ten minutes their declared spans add up
+// so all 40 run in seconds, not the minutes their declared spans add up
 // to. (The acceptance run of the same, 200 × 20 s on 20 GPUs over real
 // daemons, is testnet/load's: see the README.)
 func TestStackedBookingsMoveUp(t *testing.T) {
@@ -264,7 +264,7 @@ func TestStackedBookingsMoveUp(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			v, err := r.tracker.Post(job(auction.Silver, 5, time.Minute, "run", "100", "0"))
+			v, err := r.tracker.Post(job(auction.Silver, 5, time.Minute, "run", "300", "0"))
 			if err != nil {
 				t.Error(err)
 				return
