@@ -19,6 +19,23 @@ func busyJob(ms int) auction.Job {
 	return j
 }
 
+// waitAllSucceeded waits, within all, until every job of ids ran to
+// success and is finished, failing at the first that ends otherwise.
+func (n *node) waitAllSucceeded(ids []string, within time.Duration) {
+	n.h.t.Helper()
+	deadline := time.Now().Add(within)
+	for _, id := range ids {
+		var v api.JobView
+		waitFor(n.h.t, time.Until(deadline), "job "+id+" succeeded", func() bool {
+			v, _ = n.tracker.View(id)
+			return v.Run == auction.RunSucceeded || v.State == auction.JobUnplaceable || v.State == auction.JobFailed
+		})
+		if v.Run != auction.RunSucceeded || v.State != auction.JobFinished {
+			n.h.t.Fatalf("job %s: state %s run %s: %v", id, v.State, v.Run, v.Reasons)
+		}
+	}
+}
+
 // TestJobsQueueForCapacity: 40 jobs posted at once against 4 one-GPU
 // providers: those that find every GPU busy are queued (not rejected) and
 // offered again as GPUs free up, until all of them ran.
@@ -56,17 +73,7 @@ func TestJobsQueueForCapacity(t *testing.T) {
 	if queued == 0 {
 		t.Fatal("no job was queued: 40 jobs on 4 GPUs should find them busy")
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for _, id := range ids {
-		var v api.JobView
-		waitFor(t, time.Until(deadline), "job "+id+" succeeded", func() bool {
-			v, _ = r.tracker.View(id)
-			return v.Run == auction.RunSucceeded || v.State == auction.JobUnplaceable || v.State == auction.JobFailed
-		})
-		if v.Run != auction.RunSucceeded || v.State != auction.JobFinished {
-			t.Fatalf("job %s: state %s run %s: %v", id, v.State, v.Run, v.Reasons)
-		}
-	}
+	r.waitAllSucceeded(ids, 20*time.Second)
 	t.Logf("%d jobs queued at least once, %d re-offers", queued, r.counters.Snapshot()["renter.job_reoffered"])
 }
 
@@ -276,17 +283,7 @@ func TestStackedBookingsMoveUp(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, id := range ids {
-		var v api.JobView
-		waitFor(t, time.Until(deadline), "job "+id+" succeeded", func() bool {
-			v, _ = r.tracker.View(id)
-			return v.Run == auction.RunSucceeded || v.State == auction.JobUnplaceable || v.State == auction.JobFailed
-		})
-		if v.Run != auction.RunSucceeded {
-			t.Fatalf("job %s: state %s run %s: %v", id, v.State, v.Run, v.Reasons)
-		}
-	}
+	r.waitAllSucceeded(ids, 30*time.Second)
 	moved := r.counters.Snapshot()["renter.lease_moved"]
 	if moved == 0 {
 		t.Fatal("no lease moved: the jobs cannot all have been booked behind busy GPUs")
