@@ -20,12 +20,7 @@ func TestBidWindowClosesEarly(t *testing.T) {
 		r, _ := m.renter(t, RenterConfig{QuietClose: 200 * time.Millisecond})
 		j := euJob(m.now())
 		j.BidWindow = window
-		start := time.Now()
-		job, err := r.Post(context.Background(), j)
-		took := time.Since(start)
-		if err != nil {
-			t.Fatal(err)
-		}
+		job, took := postTimed(t, r, j)
 		if took >= window/2 {
 			t.Fatalf("auction took %v of a %v window: did not close early", took, window)
 		}
@@ -40,11 +35,7 @@ func TestBidWindowClosesEarly(t *testing.T) {
 		r, _ := m.renter(t, RenterConfig{QuietClose: 2 * window})
 		j := euJob(m.now())
 		j.Tier, j.BidWindow = Gold, window
-		start := time.Now()
-		if _, err := r.Post(context.Background(), j); err != nil {
-			t.Fatal(err)
-		}
-		if took := time.Since(start); took >= window/2 {
+		if _, took := postTimed(t, r, j); took >= window/2 {
 			t.Fatalf("gold auction took %v of a %v window", took, window)
 		}
 	})
@@ -57,12 +48,7 @@ func TestBidWindowClosesEarly(t *testing.T) {
 		r, _ := m.renter(t, RenterConfig{QuietClose: 50 * time.Millisecond})
 		j := euJob(m.now())
 		j.Tier, j.BidWindow, j.Deadline = Gold, 600*time.Millisecond, m.now().Add(2*time.Hour)
-		start := time.Now()
-		job, err := r.Post(context.Background(), j)
-		took := time.Since(start)
-		if err != nil {
-			t.Fatal(err)
-		}
+		job, took := postTimed(t, r, j)
 		st, _ := r.Status(job.ID)
 		if len(st.Bids) != 1 || !st.Bids[0].Bid.Start.After(m.now().Add(30*time.Minute)) {
 			t.Fatalf("bids %+v: want the busy box's one later bid", st.Bids)
@@ -76,11 +62,7 @@ func TestBidWindowClosesEarly(t *testing.T) {
 		r, _ := m.renter(t, RenterConfig{QuietClose: -1})
 		j := euJob(m.now())
 		j.BidWindow = 300 * time.Millisecond
-		start := time.Now()
-		if _, err := r.Post(context.Background(), j); err != nil {
-			t.Fatal(err)
-		}
-		if took := time.Since(start); took < j.BidWindow {
+		if _, took := postTimed(t, r, j); took < j.BidWindow {
 			t.Fatalf("auction took %v, less than its %v window", took, j.BidWindow)
 		}
 	})
@@ -126,12 +108,7 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 		}})
 		j := euJob(m.now())
 		j.BidWindow, j.WantDeclines = window, true
-		start := time.Now()
-		job, err := r.Post(context.Background(), j)
-		took := time.Since(start)
-		if err != nil {
-			t.Fatal(err)
-		}
+		job, took := postTimed(t, r, j)
 		if took >= window/2 {
 			t.Fatalf("auction took %v of a %v window once all %d expected providers had answered", took, window, len(expected))
 		}
@@ -151,11 +128,7 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 		r, _ := m.renter(t, RenterConfig{QuietClose: -1, Expected: func(j *Job) []string { return append(fitting(m, j), silent) }})
 		j := euJob(m.now())
 		j.BidWindow, j.WantDeclines = 300*time.Millisecond, true
-		start := time.Now()
-		if _, err := r.Post(context.Background(), j); err != nil {
-			t.Fatal(err)
-		}
-		if took := time.Since(start); took < j.BidWindow {
+		if _, took := postTimed(t, r, j); took < j.BidWindow {
 			t.Fatalf("auction closed after %v of its %v window while an expected provider had not answered", took, j.BidWindow)
 		}
 	})
@@ -266,12 +239,7 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 	for round := 0; round < 20; round++ {
 		j := euJob(m.now())
 		j.BidWindow = window
-		start := time.Now()
-		job, err := r.Post(context.Background(), j)
-		took := time.Since(start)
-		if err != nil {
-			t.Fatal(err)
-		}
+		job, took := postTimed(t, r, j)
 		if job.BidSample != 0.25 || job.BidSeed == "" {
 			t.Fatalf("call sample %v seed %q, want 5 of 20", job.BidSample, job.BidSeed)
 		}
@@ -302,4 +270,17 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 	if silent == 0 {
 		t.Fatal("no provider stayed silent")
 	}
+}
+
+// postTimed posts j, failing the test on an error, and returns the job as
+// posted and how long its auction took.
+func postTimed(t *testing.T, r *Renter, j Job) (Job, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	job, err := r.Post(context.Background(), j)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return job, took
 }
