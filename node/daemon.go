@@ -528,17 +528,12 @@ func (d *Daemon) lookupCapability(ctx context.Context, id peer.ID) (auction.Capa
 // exclude: those that hear its call and answer it, with a bid or a
 // decline. A bid window closes once all have.
 func (d *Daemon) expectedBidders(job *auction.Job) []string {
-	now := d.now()
+	now, self := d.now(), d.ID().String()
 	var out []string
-	fits := func(c *auction.Capability) {
-		if c.ExpiresAt.After(now) && !job.Excludes(c.Peer) && auction.StaticFit(c, job) == nil {
-			out = append(out, c.Peer)
-		}
-	}
-	self := d.ID().String()
 	d.capCache.Range(func(_, v any) bool {
-		if c := v.(auction.Capability); c.Peer != self {
-			fits(&c)
+		c := v.(auction.Capability)
+		if c.Peer != self && c.ExpiresAt.After(now) && !job.Excludes(c.Peer) && auction.StaticFit(&c, job) == nil {
+			out = append(out, c.Peer)
 		}
 		return true
 	})

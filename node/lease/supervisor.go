@@ -834,10 +834,9 @@ func (r *leaseRun) movedTo(l auction.Lease) auction.Lease {
 	if err := s.announceMove(r); err != nil {
 		// A renter that does not know of the move would refuse the
 		// lease's heartbeats and report before its old start: the lease
-		// is not run, and its report (no start) sends the job back to
-		// auction.
-		// Its record keeps the lease the renter knows, so the report
-		// says it ended ahead of that start.
+		// is not run. Its record keeps the lease the renter knows, so its
+		// report says it ended ahead of that start (no start), and the
+		// job goes back to auction.
 		s.log.Warn("renter not told of the lease's move: the lease is not run", "lease", l.ID, "err", err)
 		s.cfg.Counters.Add("provider.move_untold")
 		r.mu.Lock()
