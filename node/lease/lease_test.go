@@ -161,8 +161,11 @@ func TestGoldPreemptsBronze(t *testing.T) {
 	if gv.Winner != pa.id() {
 		t.Fatalf("gold went to %s", gv.Winner)
 	}
+	// Running on the second lease with telemetry: a run that sent no
+	// heartbeat bills nothing (attest.BillableSeconds), and the test below
+	// wants the second lease billed.
 	bv = r.waitJob(bv.Job.ID, "bronze on its second lease", func(v api.JobView) bool {
-		return len(v.History) == 1 && v.Lease != nil && v.Run == auction.RunRunning
+		return len(v.History) == 1 && v.Lease != nil && v.Run == auction.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 2
 	})
 	first := bv.History[0]
 	if first.Run != auction.RunPreempted || first.Lease.Provider != pa.id() || !first.Receipt || first.Attempt != 0 {
