@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	badger "github.com/dgraph-io/badger/v4"
+	bopt "github.com/dgraph-io/badger/v4/options"
 )
 
 // ErrInUse matches (with errors.Is) the error Open returns when the data
@@ -144,7 +145,11 @@ func Open(dir string, opts ...Option) (*DB, error) {
 		WithMemTableSize(4 << 20).
 		WithNumMemtables(2).
 		WithValueThreshold(64 << 10).
-		WithBlockCacheSize(4 << 20).
+		// No compression, so no block cache (Badger needs one only to
+		// hold decompressed blocks): entries are small, and the cache's
+		// background goroutine woke an idle daemon several times a second.
+		WithCompression(bopt.None).
+		WithBlockCacheSize(0).
 		WithValueLogFileSize(64 << 20).
 		// No Badger compactors (they poll every 50 ms): the DB compacts
 		// itself after writes (see compact.go).

@@ -1,16 +1,22 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	bopt "github.com/dgraph-io/badger/v4/options"
 )
 
 func TestAppendLinksChain(t *testing.T) {
@@ -446,4 +452,70 @@ func TestBadgerLogsAreBridgedQuietly(t *testing.T) {
 	if len(warn.records) != 0 {
 		t.Errorf("a clean open/close logged at warn level: %q", warn.records[0].Message)
 	}
+}
+
+// TestOpensSnappyTables: ledgers written before compression was turned off
+// hold Snappy-compressed tables; Badger reads each table with the
+// compression recorded in its manifest, so they open, list and verify.
+func TestOpensSnappyTables(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir)
+	want := appendN(t, db, 12)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Rewrite every key through Badger's own defaults (Snappy, with the
+	// block cache it requires); closing flushes them to a compressed table.
+	raw, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil).WithCompression(bopt.Snappy).WithBlockCacheSize(1 << 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := map[string][]byte{}
+	err = raw.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			kv[string(it.Item().KeyCopy(nil))] = v
+		}
+		return nil
+	})
+	if err == nil {
+		err = raw.Update(func(txn *badger.Txn) error {
+			for k, v := range kv {
+				if err := txn.Set([]byte(k), v); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err2 := raw.Close(); err == nil {
+		err = err2
+	}
+	if err != nil || len(kv) == 0 {
+		t.Fatalf("rewrite %d keys: %v", len(kv), err)
+	}
+	mf, err := os.ReadFile(filepath.Join(dir, "MANIFEST"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A table's manifest change records its compression (protobuf field
+	// 6, a varint: tag 0x30; 1 = Snappy).
+	if !bytes.Contains(mf, []byte{0x30, byte(bopt.Snappy)}) {
+		t.Fatalf("no Snappy table in the manifest after the rewrite")
+	}
+
+	db = openTest(t, dir)
+	got, err := db.List(Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after reopen List = %+v\nwant %+v", got, want)
+	}
+	wantValid(t, db, uint64(len(want)))
 }

@@ -144,7 +144,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 			return runtime.SampleDevices(d.inv, devices)
 		},
 		Fingerprint: fpEnv,
-		Sensors:     m.sensors,
+		Sensors:     m.sensors(),
 		Limits: func() (int, int) {
 			p := d.cfg.Provider.Policy
 			return p.MaxTempC, p.MaxPowerW
@@ -270,14 +270,18 @@ func (m *market) executorName() string {
 	return m.exec.Name()
 }
 
-// sensors reads the host's GPUs (hottest temperature, total power draw);
-// the Supervisor samples it every heartbeat interval.
-func (m *market) sensors() (int, int) {
+// sensors reads the host's GPUs (hottest temperature, total power draw),
+// which the Supervisor samples every heartbeat interval. Declared GPUs
+// have no sensors (nil): there is nothing to sample, so nothing polls, and
+// a reading is never over a limit.
+func (m *market) sensors() func() (int, int) {
 	if m.d.inv.Source != runtime.SourceNVML {
-		return 0, 0
+		return nil
 	}
-	t := runtime.Sample(m.d.inv)
-	return t.TempC, t.PowerW
+	return func() (int, int) {
+		t := runtime.Sample(m.d.inv)
+		return t.TempC, t.PowerW
+	}
 }
 
 // p2pTransport carries the auction's messages over libp2p.

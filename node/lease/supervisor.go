@@ -55,6 +55,7 @@ type SupervisorConfig struct {
 	// (0 = no limit). With both set the supervisor samples every heartbeat
 	// interval: over a limit it preempts the running preemptible (bronze)
 	// leases, and Reading, which the auction's bidding reads, reports it.
+	// Nil Sensors (declared GPUs) read as 0 °C and 0 W and are not polled.
 	Sensors func() (tempC, powerW int)
 	Limits  func() (maxTempC, maxPowerW int)
 	// Fingerprint is the node's signed hardware fingerprint (its hash is
