@@ -9,8 +9,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// TopicPrefix is the gossip namespace of calls for bids (protocol version 1).
-const TopicPrefix = "gpumesh/jobs/1/"
+// TopicPrefix is the gossip namespace of calls for bids (protocol version
+// 2: gossip unsigned at the GossipSub layer, see p2p.GossipOptions).
+const TopicPrefix = "gpumesh/jobs/2/"
 
 // Transport carries the market's messages. The daemon implements it over
 // libp2p; MemNetwork implements it in memory.

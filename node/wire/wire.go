@@ -55,7 +55,8 @@ type ServiceAck struct {
 }
 
 // ReputationTopic carries two-party signed receipts to every node.
-const ReputationTopic = "gpumesh/reputation/1"
+// Version 2: gossip unsigned at the GossipSub layer (p2p.GossipOptions).
+const ReputationTopic = "gpumesh/reputation/2"
 
 // LeaseEvent is a provider's signed report of a lease's run state
 // (sign.DomainLeaseEvent).

@@ -1,6 +1,7 @@
 package adversary
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -46,7 +47,9 @@ type ReplayReport struct {
 
 // ReplayReceipts re-gossips a captured two-party receipt times times, and
 // also offers it to target as if it were this peer's own
-// (wire.ProtoReceipt) times times.
+// (wire.ProtoReceipt) times times. GossipSub drops a byte-identical copy
+// of a message it has seen (p2p.MessageID), so each replay pads the
+// encoding with whitespace to reach the receivers' reputation books.
 func ReplayReceipts(ctx context.Context, p *Peer, target peer.ID, data []byte, times int) (ReplayReport, error) {
 	sr, err := attest.OpenReceipt(data)
 	if err != nil {
@@ -55,7 +58,7 @@ func ReplayReceipts(ctx context.Context, p *Peer, target peer.ID, data []byte, t
 	rep := ReplayReport{Receipt: sr.Receipt}
 	for i := 0; i < times; i++ {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := p.Node.Publish(pctx, wire.ReputationTopic, data)
+		err := p.Node.Publish(pctx, wire.ReputationTopic, append(bytes.Clone(data), bytes.Repeat([]byte(" "), i+1)...))
 		cancel()
 		if err != nil {
 			return rep, err

@@ -453,7 +453,7 @@ func (m *mnode) startProvider(pr profile) error {
 					return
 				}
 				if msg.ReceivedFrom != m.h.ID() {
-					_ = m.prov.HandleCall(msg.GetFrom(), msg.Data)
+					_ = m.prov.HandleCall(msg.ReceivedFrom, msg.Data)
 				}
 			}
 		}()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/p2p"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -84,7 +85,7 @@ func (n *nodeTracer) SendRPC(rpc *pubsub.RPC, _ peer.ID) {
 	n.t.mu.Lock()
 	defer n.t.mu.Unlock()
 	for _, m := range rpc.GetPublish() {
-		if id := pubsub.DefaultMsgIdFn(m); isCall(m.GetTopic()) && !n.t.sent[id] {
+		if id := p2p.MessageID(m); isCall(m.GetTopic()) && !n.t.sent[id] {
 			n.t.sent[id] = true
 			n.t.order = append(n.t.order, id)
 		}
@@ -100,7 +101,7 @@ func (n *nodeTracer) RecvRPC(rpc *pubsub.RPC) {
 		if !isCall(m.GetTopic()) {
 			continue
 		}
-		id := pubsub.DefaultMsgIdFn(m)
+		id := p2p.MessageID(m)
 		count(id)
 		if t.recv[id] == nil {
 			t.recv[id] = map[int]bool{}
