@@ -57,8 +57,8 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "finished: %d/%d (%.1f%%) in %v: %.2f jobs/s\n", r.Succeeded, r.Posted, r.SuccessRate(),
 		r.Wall.Round(time.Millisecond), r.Throughput)
 	fmt.Fprintf(stdout, "leased: %d/%d (%.1f%%): %.2f leased jobs/s\n", r.Leased, r.Posted, r.LeasedPct(), r.LeasedRate)
-	fmt.Fprintf(stdout, "post → finished: p50 %v, p95 %v; post → leased: p50 %v, p95 %v\n",
-		r.FinishedP50.Round(time.Millisecond), r.FinishedP95.Round(time.Millisecond),
+	fmt.Fprintf(stdout, "post → finished: p50 %v, p95 %v, max %v; post → leased: p50 %v, p95 %v\n",
+		r.FinishedP50.Round(time.Millisecond), r.FinishedP95.Round(time.Millisecond), r.FinishedMax.Round(time.Millisecond),
 		r.LeasedP50.Round(time.Millisecond), r.LeasedP95.Round(time.Millisecond))
 	var reasons []string
 	for k := range r.Reasons {
