@@ -102,6 +102,11 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 		done = c
 	case "gate":
 		done = e.gate(spec.Command[1])
+	case "ended":
+		// Over before Start returns: a job of milliseconds on a busy host.
+		c := make(chan struct{})
+		close(c)
+		done = c
 	default:
 		return nil, fmt.Errorf("fake: unknown job %q", spec.Command[0])
 	}
@@ -130,6 +135,9 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 	fmt.Fprintf(stdout, "fake job %s started\n", spec.ID)
 	go h.run(done, exit, spec.Deadline)
 	e.started <- spec.ID
+	if spec.Command[0] == "ended" {
+		<-h.done
+	}
 	return h, nil
 }
 
@@ -189,6 +197,9 @@ type crashable struct {
 	dropHeartbeats atomic.Bool
 	// dropMoves loses the node's lease events that tell of a move.
 	dropMoves atomic.Bool
+	// holdConfirm, when set, runs before an award's confirm is handed
+	// back to the node (the provider has booked, and may run, the lease).
+	holdConfirm atomic.Pointer[func()]
 }
 
 var errCrashed = errors.New("node crashed")
@@ -254,7 +265,11 @@ func (t crashTransport) SendAward(ctx context.Context, to peer.ID, data []byte) 
 		<-ctx.Done() // the confirm never arrives
 		return nil, ctx.Err()
 	}
-	return t.t.SendAward(ctx, to, data)
+	resp, err := t.t.SendAward(ctx, to, data)
+	if hold := t.c.holdConfirm.Load(); hold != nil && err == nil {
+		(*hold)()
+	}
+	return resp, err
 }
 
 // provSpec describes a provider node.

@@ -83,3 +83,35 @@ func TestLeaseUnknownToRenterStops(t *testing.T) {
 		t.Fatalf("renter.heartbeat_unknown_lease = %d, want at least 3", n)
 	}
 }
+
+// TestReportBeforeConfirmWaits: a provider runs a job as soon as it
+// confirms the award, so its reports can reach the renter before the
+// confirm has; the renter holds them until it has recorded the lease
+// instead of refusing an unknown lease (the provider would try again only
+// seconds later, and the renter, hearing nothing, could call it lost).
+func TestReportBeforeConfirmWaits(t *testing.T) {
+	h := newHarness(t)
+	r := h.renter()
+	p := h.provider(provSpec{model: "H100", price: 1})
+	// The confirm comes back only once a report of the provider's is
+	// waiting for the lease (bounded: without the wait the award would
+	// time out instead).
+	hold := func() {
+		for deadline := time.Now().Add(5 * time.Second); counter(r, "renter.event_before_lease") == 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	r.crash.holdConfirm.Store(&hold)
+	v := r.post(job(auction.Silver, 5, time.Minute, "run", "0", "0"))
+	r.crash.holdConfirm.Store(nil)
+	v = r.waitJob(v.Job.ID, "settled", settled)
+	if v.Run != auction.RunSucceeded || v.Lease.Provider != p.id() || len(v.History) != 0 {
+		t.Fatalf("job %s: run %s on %s, history %+v", v.Job.ID, v.Run, v.Lease.Provider, v.History)
+	}
+	if n := counter(r, "renter.event_before_lease"); n == 0 {
+		t.Fatal("no report came before the confirm")
+	}
+	if n := counter(r, "renter.event_unknown_lease"); n != 0 {
+		t.Fatalf("%d reports refused as an unknown lease", n)
+	}
+}

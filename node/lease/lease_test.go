@@ -373,3 +373,25 @@ func TestRenterRestartReload(t *testing.T) {
 		t.Fatalf("%d jobs listed after the restart", n)
 	}
 }
+
+// TestJobOverBeforeStartReturned: a job that ended before the executor's
+// Start returned (milliseconds of work on a busy host) is reported with an
+// empty run from its recorded start, not an end before its start, which
+// the renter refuses: it then heard nothing and called a provider that
+// had finished lost.
+func TestJobOverBeforeStartReturned(t *testing.T) {
+	h := newHarness(t)
+	r := h.renter()
+	p := h.provider(provSpec{model: "H100", price: 1})
+	v := r.post(job(auction.Silver, 5, time.Minute, "ended", "-", "0"))
+	v = r.waitJob(v.Job.ID, "settled", settled)
+	if v.Run != auction.RunSucceeded || v.Lease.Provider != p.id() || len(v.History) != 0 || v.Receipt == nil {
+		t.Fatalf("job %s: run %s (%s), history %+v, receipt %v", v.Job.ID, v.Run, v.Detail, v.History, v.Receipt != nil)
+	}
+	if v.Ended.Before(v.Started) {
+		t.Fatalf("reported end %s before start %s", v.Ended, v.Started)
+	}
+	if n := counter(r, "renter.event_bad_time"); n != 0 {
+		t.Fatalf("%d reports refused for their times", n)
+	}
+}

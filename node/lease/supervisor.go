@@ -652,6 +652,12 @@ func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
 	if rec.Ended.IsZero() {
 		rec.Ended = s.now()
 	}
+	if rec.Ended.Before(rec.Started) {
+		// It ended before the executor's Start returned (milliseconds of
+		// work on a busy host): its run, and bill, is empty from the
+		// recorded start. An end before the start would be refused.
+		rec.Ended = rec.Started
+	}
 	if res.Started.IsZero() && rec.Run != auction.RunRunning && !endedAhead(*rec) {
 		// never started: no time used.
 		rec.Started = rec.Ended

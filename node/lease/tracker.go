@@ -98,6 +98,7 @@ type Tracker struct {
 	jobs    map[string]*api.JobView
 	mons    map[string]*attest.HeartbeatMonitor
 	byLease map[string]string        // lease id → job id
+	leased  chan struct{}            // closed (and replaced) when a lease is recorded
 	wake    map[string]chan struct{} // queued job id → offer it now
 	reoffer time.Time                // when the next re-offer may go out
 	wg      sync.WaitGroup
@@ -149,7 +150,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*api.JobView{},
-		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
+		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, leased: make(chan struct{}), wake: map[string]chan struct{}{},
 		archived: map[string]*archived{}}
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
@@ -449,6 +450,8 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.Restored = nil
 	t.mons[l.ID] = mon
 	t.byLease[l.ID] = job.ID
+	close(t.leased)
+	t.leased = make(chan struct{})
 	t.mu.Unlock()
 	t.fold(job.ID)
 	t.observeAuction(job.ID, OutcomeLeased)
@@ -807,6 +810,57 @@ func (t *Tracker) fraud(hb attest.Heartbeat, env, fp *sign.Envelope, why error) 
 	t.cfg.Counters.Add("renter.heartbeat_fraud")
 }
 
+// awaitLeaseFor bounds how long a provider's report on a lease this renter
+// awarded but has not recorded yet waits for the record (awaitLease).
+const awaitLeaseFor = 2 * time.Second
+
+// awaitLease waits, up to awaitLeaseFor, until the lease leaseID of job
+// jobID is recorded (onLease), if this renter's auction of the job sent
+// that award and is awarding or has just leased it. A provider runs a job
+// as soon as it confirms the award, so a short job can end, and be
+// reported, before the confirmation has made its way back into the
+// tracker: refused as an unknown lease, the report waited for the
+// provider's next try (seconds later), and the renter, hearing nothing,
+// could call a provider that had finished lost.
+func (t *Tracker) awaitLease(leaseID, jobID string) {
+	deadline := time.NewTimer(awaitLeaseFor)
+	defer deadline.Stop()
+	for waited := false; ; waited = true {
+		t.mu.Lock()
+		_, known := t.byLease[leaseID]
+		ch := t.leased
+		t.mu.Unlock()
+		if known || !t.awarding(leaseID, jobID) {
+			return
+		}
+		if !waited {
+			t.cfg.Counters.Add("renter.event_before_lease")
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return
+		case <-t.ctx.Done():
+			return
+		}
+	}
+}
+
+// awarding says whether this renter's auction of job jobID sent the award
+// of lease leaseID and has not moved on from it.
+func (t *Tracker) awarding(leaseID, jobID string) bool {
+	st, ok := t.renter.Status(jobID)
+	if !ok || (st.State != auction.JobAwarding && st.State != auction.JobLeased) {
+		return false
+	}
+	for _, a := range st.Attempts {
+		if a.LeaseID == leaseID {
+			return true
+		}
+	}
+	return false
+}
+
 // HandleLeaseEvent takes a provider's signed report on a lease of ours
 // (wire.ProtoLeaseEvent). For a terminal state it answers with our
 // heartbeat summary, which goes into the receipt. A job whose lease ended
@@ -820,6 +874,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	if a := t.archivedLease(ev.LeaseID); a != nil {
 		return t.lostEvent(from, ev, a)
 	}
+	t.awaitLease(ev.LeaseID, ev.JobID)
 	t.mu.Lock()
 	jobID := t.byLease[ev.LeaseID]
 	v := t.jobs[jobID]
