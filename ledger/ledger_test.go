@@ -258,14 +258,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	db = openTest(t, dir)
-	got, err := db.List(Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("after reopen List = %+v\nwant %+v", got, want)
-	}
+	db = reopenHolds(t, dir, want)
 	if _, err := db.Verify(); err != nil {
 		t.Fatalf("Verify after reopen: %v", err)
 	}
@@ -509,7 +502,14 @@ func TestOpensSnappyTables(t *testing.T) {
 		t.Fatalf("no Snappy table in the manifest after the rewrite")
 	}
 
-	db = openTest(t, dir)
+	db = reopenHolds(t, dir, want)
+	wantValid(t, db, uint64(len(want)))
+}
+
+// reopenHolds reopens the ledger in dir and fails unless it lists want.
+func reopenHolds(t *testing.T, dir string, want []Entry) *DB {
+	t.Helper()
+	db := openTest(t, dir)
 	got, err := db.List(Filter{})
 	if err != nil {
 		t.Fatal(err)
@@ -517,5 +517,5 @@ func TestOpensSnappyTables(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("after reopen List = %+v\nwant %+v", got, want)
 	}
-	wantValid(t, db, uint64(len(want)))
+	return db
 }
