@@ -1,6 +1,7 @@
 package adversary
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -532,16 +533,19 @@ func TestReceiptReplayAndSybils(t *testing.T) {
 	}
 	var rep api.ReputationView
 	// Gossip may drop messages of a burst under load; the sybils re-gossip
-	// (duplicates are free) until all of theirs have arrived.
-	regossip := time.Now().Add(2 * time.Second)
+	// (duplicates are free) until all of theirs have arrived, each round
+	// padded anew: gossip drops a byte-identical copy of a message it has
+	// seen (p2p.MessageID), the publisher's own included.
+	regossip, round := time.Now().Add(2*time.Second), 0
 	waitFor(t, 20*time.Second, "sybil receipts reaching the renter's book", func() bool {
 		rep, err = renter.api.Reputation(ctx, sr.Provider)
 		if err == nil && rep.Rep.Receipts == sr.Receipts {
 			return true
 		}
 		if time.Now().After(regossip) {
+			round++
 			for _, b := range sr.Data {
-				_ = p.Node.Publish(ctx, wire.ReputationTopic, b)
+				_ = p.Node.Publish(ctx, wire.ReputationTopic, append(bytes.Clone(b), bytes.Repeat([]byte(" "), round)...))
 			}
 			regossip = time.Now().Add(2 * time.Second)
 		}
