@@ -823,9 +823,8 @@ const awaitLeaseFor = 2 * time.Second
 // provider's next try (seconds later), and the renter, hearing nothing,
 // could call a provider that had finished lost.
 func (t *Tracker) awaitLease(leaseID, jobID string) {
-	deadline := time.NewTimer(awaitLeaseFor)
-	defer deadline.Stop()
-	for waited := false; ; waited = true {
+	var deadline <-chan time.Time // armed only when the report must wait
+	for {
 		t.mu.Lock()
 		_, known := t.byLease[leaseID]
 		ch := t.leased
@@ -833,12 +832,15 @@ func (t *Tracker) awaitLease(leaseID, jobID string) {
 		if known || !t.awarding(leaseID, jobID) {
 			return
 		}
-		if !waited {
+		if deadline == nil {
 			t.cfg.Counters.Add("renter.event_before_lease")
+			timer := time.NewTimer(awaitLeaseFor)
+			defer timer.Stop()
+			deadline = timer.C
 		}
 		select {
 		case <-ch:
-		case <-deadline.C:
+		case <-deadline:
 			return
 		case <-t.ctx.Done():
 			return
