@@ -1,7 +1,6 @@
 package adversary
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -545,7 +544,7 @@ func TestReceiptReplayAndSybils(t *testing.T) {
 		if time.Now().After(regossip) {
 			round++
 			for _, b := range sr.Data {
-				_ = p.Node.Publish(ctx, wire.ReputationTopic, append(bytes.Clone(b), bytes.Repeat([]byte(" "), round)...))
+				_ = p.Node.Publish(ctx, wire.ReputationTopic, padded(b, round))
 			}
 			regossip = time.Now().Add(2 * time.Second)
 		}
