@@ -88,12 +88,35 @@ func newNode(t *testing.T, boot ...string) *Node {
 	return n
 }
 
-func TestRequestResponseAndGossip(t *testing.T) {
-	a := newNode(t)
-	b := newNode(t, a.Addrs()...)
+// pair starts two nodes, b bootstrapped through a.
+func pair(t *testing.T) (a, b *Node) {
+	t.Helper()
+	a = newNode(t)
+	b = newNode(t, a.Addrs()...)
 	if err := b.Bootstrap(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	return a, b
+}
+
+// waitSubscriber joins topic on n and waits until n knows p subscribes to
+// it (before a publish of n's is expected to reach p).
+func waitSubscriber(t *testing.T, n *Node, topic string, p peer.ID) *pubsub.Topic {
+	t.Helper()
+	tp, err := n.Topic(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(tp.ListPeers(), p); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no subscribe to %s seen (peers %v)", topic, tp.ListPeers())
+		}
+	}
+	return tp
+}
+
+func TestRequestResponseAndGossip(t *testing.T) {
+	a, b := pair(t)
 	a.Handle("/test/echo/1", func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		if from != b.ID() {
 			return nil, errors.New("wrong sender")
@@ -125,17 +148,7 @@ func TestRequestResponseAndGossip(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// Wait for the mesh: b must know a as a subscriber of the topic before
-	// one publish is expected to reach it.
-	topic, err := b.Topic("t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(topic.ListPeers(), a.ID()); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("b never saw a subscribe to the topic (peers %v)", topic.ListPeers())
-		}
-	}
+	waitSubscriber(t, b, "t", a.ID())
 	if err := b.Publish(ctx, "t", []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
@@ -214,11 +227,7 @@ func TestRequestToSelfUsesTheLocalHandler(t *testing.T) {
 // a message is dropped as already seen, and the same bytes on another
 // topic are another message.
 func TestGossipUnsignedContentIDs(t *testing.T) {
-	a := newNode(t)
-	b := newNode(t, a.Addrs()...)
-	if err := b.Bootstrap(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	a, b := pair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	type got struct {
@@ -244,15 +253,7 @@ func TestGossipUnsignedContentIDs(t *testing.T) {
 				in <- got{name, m}
 			}
 		}()
-		bt, err := b.Topic(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(10 * time.Second); !slices.Contains(bt.ListPeers(), a.ID()); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("b never saw a subscribe to %s", name)
-			}
-		}
+		waitSubscriber(t, b, name, a.ID())
 	}
 	for _, p := range []struct{ topic, data string }{{"t1", "same"}, {"t1", "same"}, {"t2", "same"}, {"t1", "last"}} {
 		if err := b.Publish(ctx, p.topic, []byte(p.data)); err != nil {
@@ -286,11 +287,7 @@ func TestGossipUnsignedContentIDs(t *testing.T) {
 // subscriber that takes a while over each (GossipSub's default queues of
 // 32 kept 33-35 of them, the same tail lost each time).
 func TestGossipBurstReachesSlowSubscriber(t *testing.T) {
-	a := newNode(t)
-	b := newNode(t, a.Addrs()...)
-	if err := b.Bootstrap(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	a, b := pair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	const burst = 60
@@ -301,15 +298,7 @@ func TestGossipBurstReachesSlowSubscriber(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	bt, err := b.Topic("t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(bt.ListPeers(), a.ID()); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("b never saw a subscribe to the topic")
-		}
-	}
+	waitSubscriber(t, b, "t", a.ID())
 	for i := range burst {
 		if err := b.Publish(ctx, "t", []byte(strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
