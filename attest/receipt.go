@@ -69,9 +69,13 @@ func AmountFor(gpuSeconds, price float64) float64 { return gpuSeconds / 3600 * p
 // Overclaimed reports whether the receipt claims more GPU-seconds than its
 // span times its GPU count (with a one-second allowance for rounding).
 func (r Receipt) Overclaimed() bool {
-	limit := r.End.Sub(r.Start).Seconds()*float64(r.GPUCount) + 1
+	limit := wallSpan(r.Start, r.End).Seconds()*float64(r.GPUCount) + 1
 	return r.GPUSeconds > limit
 }
+
+// wallSpan is end less start as wall-clock instants: what a receipt's
+// signed, serialized times give, whatever monotonic readings they carry.
+func wallSpan(start, end time.Time) time.Duration { return end.Round(0).Sub(start.Round(0)) }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
@@ -328,15 +332,21 @@ func CheckReceipt(r Receipt, l auction.Lease, now time.Time) error {
 // intervals without a verified heartbeat, clipped to that span). It is 0
 // when the renter never saw the run start (zero observedStart), when the
 // span is empty, and when heartbeats were expected but none was verified.
+//
+// Times count as wall-clock instants (their monotonic readings dropped):
+// a bill worked out from a process's own clock readings equals the one
+// anyone works out from the same times as signed and sent, even when the
+// wall clock was stepped or slewed between them.
 func BillableSeconds(l auction.Lease, observedStart, observedEnd, now time.Time, hs HeartbeatSummary) float64 {
 	if observedStart.IsZero() {
 		return 0
 	}
-	start := l.Start
+	observedStart, observedEnd, now = observedStart.Round(0), observedEnd.Round(0), now.Round(0)
+	start := l.Start.Round(0)
 	if observedStart.After(start) {
 		start = observedStart
 	}
-	end := l.End
+	end := l.End.Round(0)
 	if !observedEnd.IsZero() && observedEnd.Before(end) {
 		end = observedEnd
 	}
@@ -348,7 +358,7 @@ func BillableSeconds(l auction.Lease, observedStart, observedEnd, now time.Time,
 	}
 	billable := end.Sub(start)
 	for _, g := range hs.Gaps {
-		a, b := g.Start, g.End
+		a, b := g.Start.Round(0), g.End.Round(0)
 		if a.Before(start) {
 			a = start
 		}
