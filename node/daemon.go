@@ -50,6 +50,11 @@ type Options struct {
 	// and telemetry from; nil is the NVIDIA driver (runtime.NVML). Tests
 	// inject a runtime.SimulatedGPUs host.
 	GPUDriver runtime.Driver
+	// Executor, when set, runs the provider's jobs instead of the one
+	// provider.executor names: the load benchmark injects a no-op one to
+	// measure the market alone (as Bacalhau's devstack no-op executor
+	// does). Never set in production.
+	Executor runtime.Executor
 }
 
 // ErrAlreadyRunning is returned when another daemon owns the data dir.

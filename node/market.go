@@ -118,10 +118,12 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	// Declared GPUs have no device to pass through: containers run GPU
 	// jobs as process jobs do, with the leased indices in the environment.
 	do.DeclaredGPUs = d.inv.Source == runtime.SourceDeclared
-	switch d.cfg.Provider.Executor {
-	case "process":
+	switch {
+	case d.opts.Executor != nil:
+		m.exec = d.opts.Executor
+	case d.cfg.Provider.Executor == "process":
 		m.exec, err = runtime.NewProcessExecutor(work, po)
-	case "docker":
+	case d.cfg.Provider.Executor == "docker":
 		m.exec, err = runtime.NewDockerExecutor(runtime.DefaultDockerSocket, do)
 	default:
 		m.exec, err = runtime.AutoWith(work, po, do)

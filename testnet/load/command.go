@@ -26,6 +26,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&c.BidWindow, "bid-window", 500*time.Millisecond, "bid window of each job")
 	fs.DurationVar(&c.Timeout, "timeout", 0, "how long one job may take, post to finish, before it counts as lost (default 30s + duration)")
 	fs.StringVar(&c.Dir, "dir", "", "data dirs (default: a temporary dir)")
+	fs.StringVar(&c.Executor, "executor", ExecProcess, "what runs the jobs: "+ExecProcess+" (the sandboxed process executor) or "+ExecNoop+" (no process: the market's own cost)")
 	asJSON := fs.Bool("json", false, "print a JSON report")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (every daemon) to this file")
 	if err := fs.Parse(args); err != nil {
@@ -52,14 +53,16 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 		return enc.Encode(r)
 	}
 	c = r.Config
-	fmt.Fprintf(stdout, "%d nodes (%d renters, %d providers × %d GPUs), %d in flight, %d jobs of %v, bid window %v\n",
-		c.Nodes, c.Renters, c.Nodes-c.Renters, c.GPUs, c.InFlight, c.Jobs, c.JobDuration, c.BidWindow)
+	fmt.Fprintf(stdout, "%d nodes (%d renters, %d providers × %d GPUs), %d in flight, %d jobs of %v (%s executor), bid window %v\n",
+		c.Nodes, c.Renters, c.Nodes-c.Renters, c.GPUs, c.InFlight, c.Jobs, c.JobDuration, c.Executor, c.BidWindow)
 	fmt.Fprintf(stdout, "finished: %d/%d (%.1f%%) in %v: %.2f jobs/s\n", r.Succeeded, r.Posted, r.SuccessRate(),
 		r.Wall.Round(time.Millisecond), r.Throughput)
 	fmt.Fprintf(stdout, "leased: %d/%d (%.1f%%): %.2f leased jobs/s\n", r.Leased, r.Posted, r.LeasedPct(), r.LeasedRate)
 	fmt.Fprintf(stdout, "post → finished: p50 %v, p95 %v, max %v; post → leased: p50 %v, p95 %v\n",
 		r.FinishedP50.Round(time.Millisecond), r.FinishedP95.Round(time.Millisecond), r.FinishedMax.Round(time.Millisecond),
 		r.LeasedP50.Round(time.Millisecond), r.LeasedP95.Round(time.Millisecond))
+	fmt.Fprintf(stdout, "CPU: %.2f s, %.1f ms per job (every daemon, this load generator and the jobs' processes, which took %.2f s)\n",
+		r.CPU.Seconds(), float64(r.CPUPerJob())/float64(time.Millisecond), r.JobCPU.Seconds())
 	var reasons []string
 	for k := range r.Reasons {
 		reasons = append(reasons, k)

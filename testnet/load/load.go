@@ -1,10 +1,10 @@
 // Package load measures the market's throughput end to end: it starts N
 // daemons on loopback in this process (node.Start; the first Renters of
 // them are renters, the others providers with declared GPUs and the
-// sandboxed process executor), keeps InFlight jobs in flight through the
-// renters' control APIs, each a command that runs for JobDuration, and
-// reports finished jobs per second, the success rate and the post →
-// finished latency.
+// sandboxed process executor, or none: ExecNoop), keeps InFlight jobs in
+// flight through the renters' control APIs, each a command that runs for
+// JobDuration, and reports finished jobs per second, the success rate,
+// the post → finished latency and the CPU time the run took per job.
 package load
 
 import (
@@ -17,11 +17,13 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/runtime"
 )
 
 // Config is one load run.
@@ -46,6 +48,9 @@ type Config struct {
 	// Dir holds the daemons' data dirs (default: a temporary dir, removed
 	// afterwards).
 	Dir string
+	// Executor runs the providers' jobs: ExecProcess (the default) or
+	// ExecNoop.
+	Executor string
 }
 
 func (c *Config) defaults() error {
@@ -75,6 +80,12 @@ func (c *Config) defaults() error {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 30*time.Second + c.JobDuration
+	}
+	if c.Executor == "" {
+		c.Executor = ExecProcess
+	}
+	if c.Executor != ExecProcess && c.Executor != ExecNoop {
+		return fmt.Errorf("load: executor %q: want %s or %s", c.Executor, ExecProcess, ExecNoop)
 	}
 	if c.GPUs < 1 || c.InFlight < 1 || c.Jobs < 1 || c.JobDuration < 0 || c.BidWindow < 0 || c.Timeout < 0 {
 		return errors.New("load: gpus, in-flight and jobs must be positive; durations must not be negative")
@@ -106,6 +117,20 @@ type Report struct {
 	FinishedMax time.Duration `json:"finished_max"`
 	LeasedP50   time.Duration `json:"leased_p50"`
 	LeasedP95   time.Duration `json:"leased_p95"`
+	// CPU is the CPU time (user and system) this process and the job
+	// processes it reaped took from the first post to the last job's end:
+	// every daemon, the jobs and the load generator's own polling; JobCPU
+	// is the job processes' share (none with ExecNoop).
+	CPU    time.Duration `json:"cpu"`
+	JobCPU time.Duration `json:"job_cpu"`
+}
+
+// CPUPerJob is CPU / posted jobs (0 before any post).
+func (r *Report) CPUPerJob() time.Duration {
+	if r.Posted == 0 {
+		return 0
+	}
+	return r.CPU / time.Duration(r.Posted)
 }
 
 // LeasedPct is leased / posted, in percent.
@@ -152,28 +177,63 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := warmUp(ctx, cfg, renters); err != nil {
 		return nil, err
 	}
-	return drive(ctx, cfg, renters), nil
+	self0, jobs0, err := cpuTime()
+	if err != nil {
+		return nil, err
+	}
+	rep := drive(ctx, cfg, renters)
+	self1, jobs1, err := cpuTime()
+	if err != nil {
+		return nil, err
+	}
+	rep.JobCPU = jobs1 - jobs0
+	rep.CPU = self1 - self0 + rep.JobCPU
+	return rep, nil
+}
+
+// cpuTime is the user and system CPU time of this process, and of the
+// children it has waited for (the jobs' processes).
+func cpuTime() (self, children time.Duration, err error) {
+	get := func(who int) (time.Duration, error) {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(who, &ru); err != nil {
+			return 0, fmt.Errorf("load: getrusage: %w", err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+	}
+	if self, err = get(syscall.RUSAGE_SELF); err == nil {
+		children, err = get(syscall.RUSAGE_CHILDREN)
+	}
+	return self, children, err
 }
 
 func startNetwork(ctx context.Context, cfg Config, dir string) ([]*node.Daemon, error) {
 	var ds []*node.Daemon
 	var boot []string
+	noopWork := filepath.Join(dir, "noop-work") // every no-op job's (empty) work dir
+	if err := os.MkdirAll(noopWork, 0o700); err != nil {
+		return nil, err
+	}
 	for i := 0; i < cfg.Nodes; i++ {
 		c := node.DefaultConfig()
 		c.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 		c.Bootstrap = boot
 		c.Region = "eu-west"
 		c.Provider.HeartbeatInterval = time.Second
+		var exec runtime.Executor
 		if i >= cfg.Renters {
 			c.Provider.Enabled = true
 			c.Provider.GPUSource = "declared"
-			c.Provider.Executor = "process"
+			c.Provider.Executor = ExecProcess
+			if cfg.Executor == ExecNoop {
+				exec = noopExecutor{dir: noopWork}
+			}
 			for g := 0; g < cfg.GPUs; g++ {
 				c.Provider.GPUs = append(c.Provider.GPUs, auction.GPU{Model: "A100", VRAMGB: 80})
 			}
 			c.Provider.Policy = auction.Policy{PriceFloor: 1, AcceptPreemptible: true}
 		}
-		d, err := node.Start(ctx, node.Options{DataDir: filepath.Join(dir, strconv.Itoa(i)), Config: c})
+		d, err := node.Start(ctx, node.Options{DataDir: filepath.Join(dir, strconv.Itoa(i)), Config: c, Executor: exec})
 		if err != nil {
 			return ds, fmt.Errorf("load: start node %d: %w", i, err)
 		}

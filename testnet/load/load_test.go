@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/runtime"
 )
 
 // TestLoadRunsEveryJob: a small network with two jobs in flight runs every
@@ -12,12 +14,21 @@ func TestLoadRunsEveryJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts daemons")
 	}
+	for _, exec := range []string{ExecProcess, ExecNoop} {
+		t.Run(exec, func(t *testing.T) { loadRunsEveryJob(t, exec) })
+	}
+}
+
+func loadRunsEveryJob(t *testing.T, exec string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	r, err := Run(ctx, Config{Nodes: 3, Renters: 1, GPUs: 2, InFlight: 2, Jobs: 4, JobDuration: 200 * time.Millisecond,
-		BidWindow: 200 * time.Millisecond, Dir: t.TempDir()})
+		BidWindow: 200 * time.Millisecond, Dir: t.TempDir(), Executor: exec})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r.CPU <= 0 || r.JobCPU < 0 || r.JobCPU > r.CPU || r.CPUPerJob() != r.CPU/4 {
+		t.Fatalf("CPU %v (jobs' processes %v), %v per job", r.CPU, r.JobCPU, r.CPUPerJob())
 	}
 	t.Logf("%+v", *r)
 	if r.Posted != 4 || r.Succeeded != 4 || r.SuccessRate() != 100 || r.Leased != 4 || r.LeasedPct() != 100 || r.LeasedRate < r.Throughput {
@@ -34,5 +45,45 @@ func TestLoadRunsEveryJob(t *testing.T) {
 	// Two at a time, four jobs of 200ms take at least 400ms.
 	if r.Wall < 400*time.Millisecond || r.Throughput <= 0 || r.Throughput > 2/0.2 {
 		t.Fatalf("throughput %.2f jobs/s for %d jobs in %v", r.Throughput, r.Succeeded, r.Wall)
+	}
+}
+
+// TestNoopExecutor: a no-op job ends as its `sleep` says, exited 0; a
+// stop or the deadline ends it early, as a stopped process; anything but
+// `sleep SECONDS` is refused.
+func TestNoopExecutor(t *testing.T) {
+	e := noopExecutor{dir: t.TempDir()}
+	h, err := e.Start(context.Background(), runtime.Spec{Command: []string{"sleep", "0.05"}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := h.Wait()
+	if res.ExitCode != 0 || res.Reason != runtime.ReasonExited || res.Ended.Sub(res.Started) < 50*time.Millisecond || h.WorkDir() != e.dir {
+		t.Fatalf("sleep 0.05: %+v in %s", res, h.WorkDir())
+	}
+	h, err = e.Start(context.Background(), runtime.Spec{Command: []string{"sleep", "3600"}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Stop(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if res := h.Wait(); res.Reason != runtime.ReasonStopped || res.ExitCode != 143 {
+		t.Fatalf("stopped: %+v", res)
+	}
+	h, err = e.Start(context.Background(), runtime.Spec{Command: []string{"sleep", "3600"}, Deadline: time.Now().Add(20 * time.Millisecond)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := h.Wait(); res.Reason != runtime.ReasonDeadline || res.ExitCode != 143 {
+		t.Fatalf("at the deadline: %+v", res)
+	}
+	for _, cmd := range [][]string{{"true"}, {"sleep", "x"}, {"sleep", "-1"}, {"sleep", "1", "2"}} {
+		if _, err := e.Start(context.Background(), runtime.Spec{Command: cmd}, nil, nil); err == nil {
+			t.Fatalf("%q started", cmd)
+		}
+	}
+	if err := (&Config{Nodes: 3, Executor: "docker"}).defaults(); err == nil {
+		t.Fatal("executor docker accepted")
 	}
 }
