@@ -228,20 +228,26 @@ func TestSigtermDrainsAndKeepsReservations(t *testing.T) {
 	}
 	// It never overlaps the reservation. Both may move earlier (the GPUs
 	// are free now: the reservation first, the later job behind it), and
-	// the renter hears of each move on its own, so the check waits a
-	// moment for the two records to settle; a calendar that forgot the
-	// reservation booked the later job over it, and that stays.
+	// the reservation, once it ran, holds its GPUs only until its run
+	// ended (a few ms for an echo: the later job then moves up to that
+	// end). The renter hears of each move and end on its own, so the
+	// check waits a moment for the records to settle; a calendar that
+	// forgot the reservation booked the later job over it, and that stays.
 	deadline = time.Now().Add(5 * time.Second)
 	for {
 		rcur, _ := boot.market.tracker.View(rv.Job.ID)
 		lcur, _ := boot.market.tracker.View(lj.Job.ID)
 		r, l := rcur.Lease, lcur.Lease
-		if !l.Start.Before(r.End) || !r.Start.Before(l.End) {
+		rEnd := r.End
+		if rcur.Run.Terminal() && !rcur.Ended.IsZero() {
+			rEnd = rcur.Ended
+		}
+		if !l.Start.Before(rEnd) || !r.Start.Before(l.End) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("later job booked over [%s, %s), the reservation is at [%s, %s) (booked [%s, %s)): the restart forgot it",
-				l.Start, l.End, r.Start, r.End, rv.Lease.Start, rv.Lease.End)
+			t.Fatalf("later job booked over [%s, %s), the reservation is at [%s, %s) (booked [%s, %s)), run %s ended %s: the restart forgot it",
+				l.Start, l.End, r.Start, r.End, rv.Lease.Start, rv.Lease.End, rcur.Run, rcur.Ended)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
