@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,6 +131,86 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 		j.BidWindow, j.WantDeclines = 300*time.Millisecond, true
 		if _, took := postTimed(t, r, j); took < j.BidWindow {
 			t.Fatalf("auction closed after %v of its %v window while an expected provider had not answered", took, j.BidWindow)
+		}
+	})
+}
+
+// TestQuietSpellWaitsForMostExpected: a quiet spell after the first bid
+// does not close the window while most expected providers have not
+// answered (they are slower, not absent: the cheapest is among them); once
+// half have, it does.
+func TestQuietSpellWaitsForMostExpected(t *testing.T) {
+	const window, quietFor = 10 * time.Second, 50 * time.Millisecond
+	// gated makes the named providers answer calls only once gate closes.
+	gated := func(m *market, gate chan struct{}, names ...string) {
+		for _, tp := range m.provs {
+			if !slices.Contains(names, tp.spec.name) {
+				continue
+			}
+			p := tp.p
+			tp.t.Handle(MemHandlers{OnAward: p.HandleAward, OnCall: func(from peer.ID, data []byte) error {
+				<-gate
+				return p.HandleCall(from, data)
+			}})
+		}
+	}
+	all := func(m *market) func(*Job) []string {
+		return func(*Job) []string {
+			var out []string
+			for _, tp := range m.provs {
+				out = append(out, tp.s.ID().String())
+			}
+			return out
+		}
+	}
+	t.Run("one of four in", func(t *testing.T) {
+		m := newMarket(t, []provSpec{
+			{"fast", "eu-west", "A100", 80, 4, pol(2.0), 0.9},
+			{"slow-cheap", "eu-west", "A100", 80, 4, pol(1.0), 0.9},
+			{"slow-a", "eu-west", "A100", 80, 4, pol(2.5), 0.9},
+			{"slow-b", "eu-west", "A100", 80, 4, pol(2.5), 0.9},
+		})
+		gate := make(chan struct{})
+		gated(m, gate, "slow-cheap", "slow-a", "slow-b")
+		r, tr := m.renter(t, RenterConfig{QuietClose: quietFor, Expected: all(m)})
+		// The slow three answer four quiet spells after the fast bid: the
+		// latency of a farther network, not a synchronisation.
+		var once sync.Once
+		tr.Handle(MemHandlers{OnBid: func(from peer.ID, data []byte) error {
+			err := r.HandleBid(from, data)
+			if m.name(from.String()) == "fast" {
+				once.Do(func() { time.AfterFunc(4*quietFor, func() { close(gate) }) })
+			}
+			return err
+		}})
+		j := euJob(m.now())
+		j.BidWindow = window
+		job, took := postTimed(t, r, j)
+		st, _ := r.Status(job.ID)
+		if len(st.Bids) != 4 || m.name(st.Winner) != "slow-cheap" {
+			t.Fatalf("%d bids, winner %s: want all 4 bids and slow-cheap (the window closed on the first bid's quiet spell)", len(st.Bids), m.name(st.Winner))
+		}
+		if took >= window/2 {
+			t.Fatalf("auction took %v of a %v window once every expected provider had answered", took, window)
+		}
+	})
+	t.Run("two of four in", func(t *testing.T) {
+		m := newMarket(t, []provSpec{
+			{"fast", "eu-west", "A100", 80, 4, pol(2.0), 0.9},
+			{"fast-cheap", "eu-west", "A100", 80, 4, pol(1.5), 0.9},
+			{"silent-a", "eu-west", "A100", 80, 4, pol(1.0), 0.9},
+			{"silent-b", "eu-west", "A100", 80, 4, pol(1.0), 0.9},
+		})
+		gate := make(chan struct{})
+		t.Cleanup(func() { close(gate) })
+		gated(m, gate, "silent-a", "silent-b")
+		r, _ := m.renter(t, RenterConfig{QuietClose: quietFor, Expected: all(m)})
+		j := euJob(m.now())
+		j.BidWindow = window
+		job, took := postTimed(t, r, j)
+		st, _ := r.Status(job.ID)
+		if took >= window/2 || len(st.Bids) != 2 || m.name(st.Winner) != "fast-cheap" {
+			t.Fatalf("auction took %v of a %v window with %d bids, winner %s: want a close on the quiet spell once half had answered", took, window, len(st.Bids), m.name(st.Winner))
 		}
 	})
 }

@@ -167,7 +167,11 @@ type RenterConfig struct {
 	// QuietClose closes a bid window early once this long has passed
 	// since the last bid: providers answer a call within milliseconds, so
 	// a quiet spell means everybody who could bid has, and the best price
-	// is in. A gold job's window closes at its first acceptable bid. A
+	// is in. With Expected set, a quiet spell counts only once at least
+	// half the expected providers have answered: while most have not, the
+	// rest are slower (a loaded host, a farther network), not absent, and
+	// one of them may beat the best bid so far. A gold job's window closes
+	// at its first acceptable bid. A
 	// window in which no bid came is extended once by BidWindow. 0 means
 	// DefaultQuietClose; negative disables early closing (every window
 	// runs its full BidWindow, still extended once when empty).
@@ -216,9 +220,11 @@ type renterJob struct {
 	// held is each bidder's holdings lookup (RenterConfig.Holdings).
 	held map[string]*holdingsLookup
 	// awaited are the expected providers that have not answered yet
-	// (RenterConfig.Expected); allIn is closed when the last one does.
-	awaited map[string]bool
-	allIn   chan struct{}
+	// (RenterConfig.Expected) out of expected; allIn is closed when the
+	// last one does.
+	awaited  map[string]bool
+	expected int
+	allIn    chan struct{}
 }
 
 // holdingsLookup is one bidder's advertised artifacts, once done is closed.
@@ -353,7 +359,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		held:      map[string]*holdingsLookup{},
 	}
 	if len(expected) > 0 {
-		rj.awaited, rj.allIn = make(map[string]bool, len(expected)), make(chan struct{})
+		rj.awaited, rj.expected, rj.allIn = make(map[string]bool, len(expected)), len(expected), make(chan struct{})
 		for _, p := range expected {
 			rj.awaited[p] = true
 		}
@@ -443,9 +449,11 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 
 // collect waits for a job's bids until its window closes (see
 // RenterConfig.QuietClose): the window ends BidWindow after the call, once
-// extended by BidWindow when no bid came, or earlier after a quiet spell
-// following the last bid, or at a gold job's first acceptable bid, in
-// both cases only when the best bid can start at once. It
+// extended by BidWindow when no bid came, or earlier once every expected
+// provider has answered, after a quiet spell following the last bid (once
+// most expected providers have answered), or at a gold job's first
+// acceptable bid, in the last two cases only when the best bid can start
+// at once. It
 // returns ErrCancelled or the context's error when the auction ended
 // otherwise.
 func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
@@ -497,17 +505,28 @@ func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
 			}
 		case <-quiet:
 			quiet, quietT = nil, nil
-			if r.bestStartsNow(rj, job) {
+			if r.mostAnswered(rj) && r.bestStartsNow(rj, job) {
 				return nil
 			}
-			// The best bid so far starts later: a provider that can start
-			// at once may still answer, so the window runs its course.
+			// Most expected providers have not answered yet, or the best
+			// bid so far starts later (a provider that can start at once
+			// may still answer): the window runs on, and the next bid
+			// starts another quiet spell.
 		case <-ctx.Done():
 			return r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
 		case <-rj.cancel:
 			return ErrCancelled
 		}
 	}
+}
+
+// mostAnswered reports whether a quiet spell may close the job's window:
+// at least half the providers expected to answer have (always, when the
+// renter expected nobody in particular).
+func (r *Renter) mostAnswered(rj *renterJob) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return 2*(rj.expected-len(rj.awaited)) >= rj.expected
 }
 
 // earlyCloseSlack is how soon the best bid must start for a window to
