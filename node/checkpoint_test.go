@@ -33,13 +33,15 @@ func counterJob(every time.Duration) auction.Job {
 }
 
 // counterScript counts to n, a step every 250 ms, saving its counter in
-// its checkpoint dir at each step (write, then rename) and resuming from
-// it; stopped (SIGTERM), it says what it saved.
+// its checkpoint dir at each step (written next to the dir, in the work
+// dir, then renamed into it: a snapshot never holds a half-saved counter
+// nor the next count under another name) and resuming from it; stopped
+// (SIGTERM), it says what it saved.
 func counterScript(n int) string {
 	return `d="$GPUMESH_CHECKPOINT_DIR"; i=0
 if [ -f "$d/count" ]; then i=$(cat "$d/count"); echo "resumed from $i"; else echo "fresh start"; fi
 trap 'echo "stopped, saved $(cat "$d/count")"; exit 0' TERM
-while [ $i -lt ` + strconv.Itoa(n) + ` ]; do i=$((i+1)); echo $i > "$d/count.tmp"; mv "$d/count.tmp" "$d/count"; echo "step $i"; sleep 0.25 & wait; done
+while [ $i -lt ` + strconv.Itoa(n) + ` ]; do i=$((i+1)); echo $i > "$d/../count.tmp"; mv "$d/../count.tmp" "$d/count"; echo "step $i"; sleep 0.25 & wait; done
 echo "done $i"; echo $i > "$GPUMESH_OUTPUTS/result"`
 }
 
@@ -171,8 +173,7 @@ func TestCorruptCheckpointRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Corrupt a chunk only the newest checkpoint holds: chunks are content
-	// addressed, and a snapshot taken between the job's write of
-	// count.tmp and its rename holds the previous checkpoint's count.
+	// addressed, so one both hold would corrupt both.
 	pm, _, err := st.Manifest(prev.Artifact)
 	if err != nil {
 		t.Fatal(err)
