@@ -141,10 +141,22 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 // half have, it does.
 func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 	const window, quietFor = 10 * time.Second, 50 * time.Millisecond
-	// gated makes the named providers answer calls only once gate closes.
-	gated := func(m *market, gate chan struct{}, names ...string) {
+	type box struct {
+		name  string
+		floor float64
+	}
+	// setup builds a market of eu-west A100 boxes whose gated ones answer
+	// calls only once gate closes, and a renter that expects all of them.
+	setup := func(t *testing.T, boxes []box, gated ...string) (m *market, gate chan struct{}, r *Renter, tr *MemTransport) {
+		var specs []provSpec
+		for _, b := range boxes {
+			specs = append(specs, provSpec{b.name, "eu-west", "A100", 80, 4, pol(b.floor), 0.9})
+		}
+		m, gate = newMarket(t, specs), make(chan struct{})
+		var all []string
 		for _, tp := range m.provs {
-			if !slices.Contains(names, tp.spec.name) {
+			all = append(all, tp.s.ID().String())
+			if !slices.Contains(gated, tp.spec.name) {
 				continue
 			}
 			p := tp.p
@@ -153,26 +165,12 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 				return p.HandleCall(from, data)
 			}})
 		}
-	}
-	all := func(m *market) func(*Job) []string {
-		return func(*Job) []string {
-			var out []string
-			for _, tp := range m.provs {
-				out = append(out, tp.s.ID().String())
-			}
-			return out
-		}
+		r, tr = m.renter(t, RenterConfig{QuietClose: quietFor, Expected: func(*Job) []string { return all }})
+		return m, gate, r, tr
 	}
 	t.Run("one of four in", func(t *testing.T) {
-		m := newMarket(t, []provSpec{
-			{"fast", "eu-west", "A100", 80, 4, pol(2.0), 0.9},
-			{"slow-cheap", "eu-west", "A100", 80, 4, pol(1.0), 0.9},
-			{"slow-a", "eu-west", "A100", 80, 4, pol(2.5), 0.9},
-			{"slow-b", "eu-west", "A100", 80, 4, pol(2.5), 0.9},
-		})
-		gate := make(chan struct{})
-		gated(m, gate, "slow-cheap", "slow-a", "slow-b")
-		r, tr := m.renter(t, RenterConfig{QuietClose: quietFor, Expected: all(m)})
+		m, gate, r, tr := setup(t, []box{{"fast", 2.0}, {"slow-cheap", 1.0}, {"slow-a", 2.5}, {"slow-b", 2.5}},
+			"slow-cheap", "slow-a", "slow-b")
 		// The slow three answer four quiet spells after the fast bid: the
 		// latency of a farther network, not a synchronisation.
 		var once sync.Once
@@ -195,16 +193,9 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 		}
 	})
 	t.Run("two of four in", func(t *testing.T) {
-		m := newMarket(t, []provSpec{
-			{"fast", "eu-west", "A100", 80, 4, pol(2.0), 0.9},
-			{"fast-cheap", "eu-west", "A100", 80, 4, pol(1.5), 0.9},
-			{"silent-a", "eu-west", "A100", 80, 4, pol(1.0), 0.9},
-			{"silent-b", "eu-west", "A100", 80, 4, pol(1.0), 0.9},
-		})
-		gate := make(chan struct{})
+		m, gate, r, _ := setup(t, []box{{"fast", 2.0}, {"fast-cheap", 1.5}, {"silent-a", 1.0}, {"silent-b", 1.0}},
+			"silent-a", "silent-b")
 		t.Cleanup(func() { close(gate) })
-		gated(m, gate, "silent-a", "silent-b")
-		r, _ := m.renter(t, RenterConfig{QuietClose: quietFor, Expected: all(m)})
 		j := euJob(m.now())
 		j.BidWindow = window
 		job, took := postTimed(t, r, j)
