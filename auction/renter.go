@@ -171,10 +171,10 @@ type RenterConfig struct {
 	// half the expected providers have answered: while most have not, the
 	// rest are slower (a loaded host, a farther network), not absent, and
 	// one of them may beat the best bid so far. A gold job's window closes
-	// at its first acceptable bid. A
-	// window in which no bid came is extended once by BidWindow. 0 means
-	// DefaultQuietClose; negative disables early closing (every window
-	// runs its full BidWindow, still extended once when empty).
+	// at its first acceptable bid. A window in which no bid came is
+	// extended once by BidWindow. 0 means DefaultQuietClose; negative
+	// disables early closing (every window runs its full BidWindow, still
+	// extended once when empty).
 	QuietClose time.Duration
 	// Holdings looks up the artifact ids a provider's signed capability
 	// record advertises (ok false when none was found). With it set, the
@@ -453,9 +453,8 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 // provider has answered, after a quiet spell following the last bid (once
 // most expected providers have answered), or at a gold job's first
 // acceptable bid, in the last two cases only when the best bid can start
-// at once. It
-// returns ErrCancelled or the context's error when the auction ended
-// otherwise.
+// at once. It returns ErrCancelled or the context's error when the auction
+// ended otherwise.
 func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
 	window := time.NewTimer(job.BidWindow)
 	defer window.Stop()
