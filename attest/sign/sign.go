@@ -34,6 +34,9 @@ const (
 	DomainArtifactGrant   = "artifact-grant/v1"   // an artifact's owner lets a peer fetch it from any holder
 	DomainCheckpoint      = "checkpoint/v1"       // provider → renter, a job's saved checkpoint (auction.Checkpoint)
 	DomainArtifactWarm    = "artifact-warm/v1"    // renter → provider, fetch an artifact ahead of a job
+	DomainGPUChallenge    = "gpu-challenge/v1"    // verifier → provider, a GPU challenge (attest/gpuproof)
+	DomainGPUCommit       = "gpu-commit/v1"       // provider → verifier, the hash of its challenge result
+	DomainGPUVerdict      = "gpu-verdict/v1"      // a verifier's verdict on a challenge, gossiped
 )
 
 // MaxPayload bounds the size of any signed payload a node accepts.

@@ -100,6 +100,11 @@ type family struct {
 	// variants lists the family's form factors with their memory (0:
 	// several sizes); empty for a family with one form factor.
 	variants map[string]int
+	// int32 is the family's peak INT32 multiply-add rate in tera-ops per
+	// second (SMs × 64 INT32 lanes × 2 × boost clock; the slowest variant's
+	// where variants differ), what the GPU challenge (attest/gpuproof)
+	// expects a device to approach; 0 where the catalogue has no figure.
+	int32 float64
 	// defaultVariant is the variant of a device whose name names none (an
 	// "H100 80GB HBM3" is the SXM5 board, an "H200" the SXM one).
 	defaultVariant func(words string) string
@@ -112,10 +117,10 @@ var catalogue = []family{
 	{key: "gb200", display: "GB200", pattern: `gb200`, mem: 186},
 	{key: "b200", display: "B200", pattern: `b200`, mem: 180},
 	{key: "b100", display: "B100", pattern: `b100`, mem: 192},
-	{key: "gh200", display: "GH200", pattern: `gh200`, mem: 96},
-	{key: "h200", display: "H200", pattern: `h200`, variants: map[string]int{"sxm": 141, "nvl": 141},
+	{key: "gh200", display: "GH200", int32: 33.5, pattern: `gh200`, mem: 96},
+	{key: "h200", display: "H200", int32: 30.2, pattern: `h200`, variants: map[string]int{"sxm": 141, "nvl": 141},
 		defaultVariant: func(string) string { return "sxm" }},
-	{key: "h100", display: "H100", pattern: `h100`,
+	{key: "h100", display: "H100", int32: 25.6, pattern: `h100`,
 		variants: map[string]int{"sxm": 80, "pcie": 80, "nvl": 94},
 		defaultVariant: func(w string) string {
 			if strings.Contains(w, "hbm3") {
@@ -123,25 +128,25 @@ var catalogue = []family{
 			}
 			return ""
 		}},
-	{key: "h800", display: "H800", pattern: `h800`, mem: 80},
+	{key: "h800", display: "H800", int32: 25.6, pattern: `h800`, mem: 80},
 	{key: "h20", display: "H20", pattern: `h20`, mem: 96},
 	// Ampere datacenter.
-	{key: "a800", display: "A800", pattern: `a800`, variants: map[string]int{"sxm": 80, "pcie": 80}},
-	{key: "a100", display: "A100", pattern: `a100`, variants: map[string]int{"sxm": 80, "pcie": 40}},
-	{key: "a40", display: "A40", pattern: `a40`, mem: 48},
-	{key: "a30", display: "A30", pattern: `a30`, mem: 24},
+	{key: "a800", display: "A800", int32: 19.5, pattern: `a800`, variants: map[string]int{"sxm": 80, "pcie": 80}},
+	{key: "a100", display: "A100", int32: 19.5, pattern: `a100`, variants: map[string]int{"sxm": 80, "pcie": 40}},
+	{key: "a40", display: "A40", int32: 18.7, pattern: `a40`, mem: 48},
+	{key: "a30", display: "A30", int32: 10.3, pattern: `a30`, mem: 24},
 	{key: "a16", display: "A16", pattern: `a16`, mem: 16},
-	{key: "a10g", display: "A10G", pattern: `a10g`, mem: 24},
-	{key: "a10", display: "A10", pattern: `a10`, mem: 24},
+	{key: "a10g", display: "A10G", int32: 17.5, pattern: `a10g`, mem: 24},
+	{key: "a10", display: "A10", int32: 15.6, pattern: `a10`, mem: 24},
 	{key: "a2", display: "A2", pattern: `a2`, mem: 16},
 	// Ada / Turing / Volta / Pascal / Kepler datacenter.
-	{key: "l40s", display: "L40S", pattern: `l40s`, mem: 48},
-	{key: "l40", display: "L40", pattern: `l40`, mem: 48},
+	{key: "l40s", display: "L40S", int32: 45.8, pattern: `l40s`, mem: 48},
+	{key: "l40", display: "L40", int32: 45.3, pattern: `l40`, mem: 48},
 	{key: "l20", display: "L20", pattern: `l20`, mem: 48},
-	{key: "l4", display: "L4", pattern: `l4`, mem: 24},
-	{key: "t4", display: "T4", pattern: `t4`, mem: 16},
-	{key: "v100s", display: "V100S", pattern: `v100s`, mem: 32},
-	{key: "v100", display: "V100", pattern: `v100`, variants: map[string]int{"sxm": 16, "pcie": 16}},
+	{key: "l4", display: "L4", int32: 15.1, pattern: `l4`, mem: 24},
+	{key: "t4", display: "T4", int32: 8.1, pattern: `t4`, mem: 16},
+	{key: "v100s", display: "V100S", int32: 16.4, pattern: `v100s`, mem: 32},
+	{key: "v100", display: "V100", int32: 15.7, pattern: `v100`, variants: map[string]int{"sxm": 16, "pcie": 16}},
 	{key: "p100", display: "P100", pattern: `p100`, mem: 16},
 	{key: "p40", display: "P40", pattern: `p40`, mem: 24},
 	{key: "p4", display: "P4", pattern: `p4`, mem: 8},
@@ -150,11 +155,11 @@ var catalogue = []family{
 	{key: "m40", display: "M40", pattern: `m40`, mem: 12},
 	// Workstation.
 	{key: "rtx-pro-6000", display: "RTX PRO 6000", pattern: `rtx pro 6000`, mem: 96},
-	{key: "rtx-6000-ada", display: "RTX 6000 Ada", pattern: `rtx 6000 ada`, mem: 48},
+	{key: "rtx-6000-ada", display: "RTX 6000 Ada", int32: 45.5, pattern: `rtx 6000 ada`, mem: 48},
 	{key: "rtx-5000-ada", display: "RTX 5000 Ada", pattern: `rtx 5000 ada`, mem: 32},
 	{key: "rtx-4500-ada", display: "RTX 4500 Ada", pattern: `rtx 4500 ada`, mem: 24},
 	{key: "rtx-4000-ada", display: "RTX 4000 Ada", pattern: `rtx 4000( sff)? ada`, mem: 20},
-	{key: "rtx-a6000", display: "RTX A6000", pattern: `rtx a6000|^a6000`, mem: 48},
+	{key: "rtx-a6000", display: "RTX A6000", int32: 19.4, pattern: `rtx a6000|^a6000`, mem: 48},
 	{key: "rtx-a5000", display: "RTX A5000", pattern: `rtx a5000|^a5000`, mem: 24},
 	{key: "rtx-a4500", display: "RTX A4500", pattern: `rtx a4500|^a4500`, mem: 20},
 	{key: "rtx-a4000", display: "RTX A4000", pattern: `rtx a4000|^a4000`, mem: 16},
@@ -169,23 +174,23 @@ var catalogue = []family{
 	{key: "rtx-5080", display: "RTX 5080", pattern: `(rtx )?5080`, mem: 16},
 	{key: "rtx-5070-ti", display: "RTX 5070 Ti", pattern: `(rtx )?5070 ti`, mem: 16},
 	{key: "rtx-5070", display: "RTX 5070", pattern: `(rtx )?5070`, mem: 12},
-	{key: "rtx-4090", display: "RTX 4090", pattern: `(rtx )?4090( d)?`, mem: 24},
+	{key: "rtx-4090", display: "RTX 4090", int32: 41.3, pattern: `(rtx )?4090( d)?`, mem: 24},
 	{key: "rtx-4080-super", display: "RTX 4080 SUPER", pattern: `(rtx )?4080 super`, mem: 16},
-	{key: "rtx-4080", display: "RTX 4080", pattern: `(rtx )?4080`, mem: 16},
+	{key: "rtx-4080", display: "RTX 4080", int32: 24.4, pattern: `(rtx )?4080`, mem: 16},
 	{key: "rtx-4070-ti-super", display: "RTX 4070 Ti SUPER", pattern: `(rtx )?4070 ti super`, mem: 16},
 	{key: "rtx-4070-ti", display: "RTX 4070 Ti", pattern: `(rtx )?4070 ti`, mem: 12},
 	{key: "rtx-4070-super", display: "RTX 4070 SUPER", pattern: `(rtx )?4070 super`, mem: 12},
-	{key: "rtx-4070", display: "RTX 4070", pattern: `(rtx )?4070`, mem: 12},
+	{key: "rtx-4070", display: "RTX 4070", int32: 14.9, pattern: `(rtx )?4070`, mem: 12},
 	{key: "rtx-4060-ti", display: "RTX 4060 Ti", pattern: `(rtx )?4060 ti`},
 	{key: "rtx-4060", display: "RTX 4060", pattern: `(rtx )?4060`, mem: 8},
 	{key: "rtx-3090-ti", display: "RTX 3090 Ti", pattern: `(rtx )?3090 ti`, mem: 24},
-	{key: "rtx-3090", display: "RTX 3090", pattern: `(rtx )?3090`, mem: 24},
+	{key: "rtx-3090", display: "RTX 3090", int32: 17.8, pattern: `(rtx )?3090`, mem: 24},
 	{key: "rtx-3080-ti", display: "RTX 3080 Ti", pattern: `(rtx )?3080 ti`, mem: 12},
-	{key: "rtx-3080", display: "RTX 3080", pattern: `(rtx )?3080`},
+	{key: "rtx-3080", display: "RTX 3080", int32: 14.9, pattern: `(rtx )?3080`},
 	{key: "rtx-3070-ti", display: "RTX 3070 Ti", pattern: `(rtx )?3070 ti`, mem: 8},
-	{key: "rtx-3070", display: "RTX 3070", pattern: `(rtx )?3070`, mem: 8},
+	{key: "rtx-3070", display: "RTX 3070", int32: 12.0, pattern: `(rtx )?3070`, mem: 8},
 	{key: "rtx-3060-ti", display: "RTX 3060 Ti", pattern: `(rtx )?3060 ti`, mem: 8},
-	{key: "rtx-3060", display: "RTX 3060", pattern: `(rtx )?3060`},
+	{key: "rtx-3060", display: "RTX 3060", int32: 6.4, pattern: `(rtx )?3060`},
 	{key: "rtx-2080-ti", display: "RTX 2080 Ti", pattern: `(rtx )?2080 ti`, mem: 11},
 	{key: "rtx-2080", display: "RTX 2080", pattern: `(rtx )?2080( super)?`, mem: 8},
 	{key: "rtx-2070", display: "RTX 2070", pattern: `(rtx )?2070( super)?`, mem: 8},
@@ -335,4 +340,19 @@ func parseName(name string, device bool) Model {
 		return m
 	}
 	return Model{Family: strings.ReplaceAll(words, " ", "-"), MemGB: mem}
+}
+
+// PeakInt32TOPS is a model's peak INT32 multiply-add rate in tera-ops per
+// second (one multiply-add counts two), from the catalogue; false for an
+// unknown model or a family the catalogue has no figure for.
+func PeakInt32TOPS(m Model) (float64, bool) {
+	if !m.Known {
+		return 0, false
+	}
+	for _, f := range catalogue {
+		if f.key == m.Family {
+			return f.int32, f.int32 > 0
+		}
+	}
+	return 0, false
 }

@@ -192,3 +192,17 @@ func TestParseMemoIsBounded(t *testing.T) {
 		}
 	}
 }
+
+func TestPeakInt32TOPS(t *testing.T) {
+	h200, ok := PeakInt32TOPS(Identify("NVIDIA H200"))
+	t4, ok2 := PeakInt32TOPS(Identify("Tesla T4"))
+	if !ok || !ok2 || h200 <= t4 || t4 <= 0 {
+		t.Fatalf("H200 %v (%v), T4 %v (%v): want both known, H200 faster", h200, ok, t4, ok2)
+	}
+	if _, ok := PeakInt32TOPS(Identify("Some Future GPU 9000")); ok {
+		t.Fatal("an unknown model has a rate")
+	}
+	if _, ok := PeakInt32TOPS(Identify("B200")); ok {
+		t.Fatal("a family without a figure has a rate")
+	}
+}
