@@ -167,12 +167,15 @@ type slash struct {
 }
 
 type provState struct {
-	records  []record
-	groups   map[groupKey]int
-	renters  map[string]int
-	slashes  []slash
-	slashed  map[string]bool     // lease \x00 kind, for deduplication
-	payload  map[string][32]byte // lease id -> hash of the signed payload counted
+	records []record
+	groups  map[groupKey]int
+	renters map[string]int
+	slashes []slash
+	slashed map[string]bool     // lease \x00 kind, for deduplication
+	payload map[string][32]byte // lease id -> hash of the signed payload counted
+	// verdicts are the GPU challenge verdicts counted, the newest of each
+	// verifier per model family (key verifier \x00 family).
+	verdicts map[string]verdictRec
 	lastSeen time.Time
 }
 
@@ -699,6 +702,8 @@ func (b *Book) Stats(provider string) ProviderRep {
 	for _, s := range ps.slashes {
 		score *= 1 - slashPenalty[s.kind]*b.decay(s.at, now)
 	}
+	_, gpuFactor := b.gpuLocked(provider, ps, now)
+	score *= gpuFactor
 	rep.Score = math.Max(0, math.Min(1, score))
 	return rep
 }
