@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpumesh/gpumesh/attest/gpuproof"
 	"log/slog"
 	"net"
 	"net/http"
@@ -55,6 +56,15 @@ type Options struct {
 	// measure the market alone (as Bacalhau's devstack no-op executor
 	// does). Never set in production.
 	Executor runtime.Executor
+	// ChallengeBackend and ChallengePolicy, when set, answer and judge GPU
+	// challenges instead of runtime.ChallengeBackend and gpuproof's
+	// rules: tests stand in a fast device with a rate they choose. Never
+	// set in production.
+	ChallengeBackend gpuproof.Backend
+	ChallengePolicy  *gpuproof.Policy
+	// VerdictRepublish overrides how often a node gossips its own recent
+	// GPU verdicts again (default DefaultVerdictRepublish).
+	VerdictRepublish time.Duration
 }
 
 // ErrAlreadyRunning is returned when another daemon owns the data dir.

@@ -42,6 +42,7 @@ type market struct {
 	exec     runtime.Executor
 	svc      *service.Manager
 	metrics  *metrics
+	verdicts ownVerdicts
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -101,6 +102,10 @@ func newMarket(d *Daemon) (*market, error) {
 	if err := n.Subscribe(m.ctx, wire.ReputationTopic, m.receipts.HandleGossip); err != nil {
 		return nil, err
 	}
+	if err := n.Subscribe(m.ctx, wire.GPUVerdictTopic, m.handleVerdict); err != nil {
+		return nil, err
+	}
+	go m.republishVerdicts()
 	if err := m.svc.Restore(); err != nil {
 		return nil, err
 	}
@@ -192,6 +197,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d.net.Host.SetStreamHandler(wire.ProtoLogs, m.serveLogs)
 	d.net.Host.SetStreamHandler(wire.ProtoOutputs, m.serveOutputs)
 	d.net.Host.SetStreamHandler(wire.ProtoService, m.serveService)
+	m.serveChallenges()
 	for _, t := range auction.ProviderTopics(ptr(d.capability(time.Minute))) {
 		if err := d.net.Subscribe(m.ctx, t, func(from peer.ID, data []byte) {
 			if err := m.provider.HandleCall(from, data); err != nil {
@@ -325,8 +331,9 @@ func (m *market) routes(mux *http.ServeMux) {
 		if _, err := peer.Decode(p); err != nil {
 			return nil, badRequest("not a peer id: %q", p)
 		}
-		return api.ReputationView{Peer: p, Rep: m.book.Stats(p)}, nil
+		return api.ReputationView{Peer: p, Rep: m.book.Stats(p), GPU: m.book.GPUStandings(p)}, nil
 	})
+	d.route(mux, "POST /v1/verify", m.apiVerify)
 	d.route(mux, "GET /v1/counters", func(*http.Request) (any, error) { return m.allCounters(), nil })
 	m.ledgerRoutes(mux)
 	m.serviceRoutes(mux)

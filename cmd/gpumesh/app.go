@@ -47,6 +47,7 @@ func newApp(stdout, stderr io.Writer, unknown *bool) *cli.App {
 			providerCommand(),
 			doctorCommand(),
 			reputationCommand(),
+			verifyCommand(),
 			ledgerCommand(),
 			artifactCommand(),
 			replay.Command(nil), // gpumesh sim (charts: go run ./testnet/sim): the market replay lives with the simulator

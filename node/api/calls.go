@@ -148,6 +148,14 @@ func (c *Client) Reputation(ctx context.Context, peer string) (ReputationView, e
 	return v, err
 }
 
+// Verify is POST /v1/verify: challenge a provider's GPUs and return the
+// verdicts (the daemon records and gossips them).
+func (c *Client) Verify(ctx context.Context, req VerifyRequest) ([]VerifyResult, error) {
+	var out []VerifyResult
+	err := c.Do(ctx, http.MethodPost, "/verify", nil, req, &out)
+	return out, err
+}
+
 // Counters is GET /v1/counters: the market's event counters by name.
 func (c *Client) Counters(ctx context.Context) (map[string]int, error) {
 	var m map[string]int

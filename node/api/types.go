@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/gpuproof"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 )
@@ -202,9 +203,31 @@ type LedgerVerifyView = ledger.VerifyReport
 type ReputationView struct {
 	Peer string             `json:"peer"`
 	Rep  attest.ProviderRep `json:"reputation"`
+	// GPU is its GPU challenge standing per model family (gpumesh verify).
+	GPU []attest.GPUStanding `json:"gpu,omitempty"`
 }
 
 // ManifestHeader carries the JSON []auction.OutputFile of GET
 // /v1/jobs/{id}/outputs, whose body is the outputs bundle (see
 // wire.ExtractBundle).
 const ManifestHeader = "X-Gpumesh-Manifest"
+
+// VerifyRequest asks the daemon to challenge a provider's GPUs (all, or
+// Device: a UUID or an index in its capability record). N and K override
+// the challenge size (diagnostics; both or neither).
+type VerifyRequest struct {
+	Peer   string `json:"peer"`
+	Device string `json:"device,omitempty"`
+	N      int    `json:"n,omitempty"`
+	K      int    `json:"k,omitempty"`
+}
+
+// VerifyResult is one device's challenge: its verdict, or why there is
+// none (NoVerdict: busy or rate-limited, ask later).
+type VerifyResult struct {
+	Device    string            `json:"device"`
+	Model     string            `json:"model"`
+	Verdict   *gpuproof.Verdict `json:"verdict,omitempty"`
+	Error     string            `json:"error,omitempty"`
+	NoVerdict bool              `json:"no_verdict,omitempty"`
+}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
@@ -40,7 +41,23 @@ const (
 	// a ServiceRequest frame, the provider's one-frame answer (ServiceAck),
 	// then raw bytes both ways to and from the replica's port.
 	ProtoService protocol.ID = "/gpumesh/service/1.0.0"
+	// ProtoGPUChallenge: verifier → provider, a GPU challenge
+	// (attest/gpuproof: challenge, ready, ping, seed, commitment, result).
+	ProtoGPUChallenge protocol.ID = "/gpumesh/gpu-challenge/1.0.0"
 )
+
+// GPUVerdictTopic carries signed GPU challenge verdicts to every node's
+// reputation book, each as a GPUVerdictGossip.
+const GPUVerdictTopic = "gpumesh/gpu-verdicts/1"
+
+// GPUVerdictGossip is one sending of a verifier's signed verdict
+// (attest/gpuproof). A verifier sends each of its verdicts again while it
+// counts (gossip is best-effort; GossipSub drops a byte-identical copy, so
+// each sending carries its time); books count a verdict once.
+type GPUVerdictGossip struct {
+	Verdict *sign.Envelope `json:"verdict"`
+	Sent    time.Time      `json:"sent"`
+}
 
 // ServiceRequest opens a ProtoService stream to one service lease; only the
 // lease's renter (the stream's authenticated remote peer) is let through.
