@@ -142,6 +142,9 @@ type RenterConfig struct {
 	// Reputation is the renter's verified reliability score of a provider
 	// in [0,1] (attest's reputation book); nil means NeutralReliability.
 	Reputation func(provider string) float64
+	// Verified reports whether the renter's book holds provider verified
+	// for the GPU model it bid with (Candidate.Verified); nil: never.
+	Verified func(provider, gpuModel string) bool
 	// Now is the clock for timestamps and expiry; nil means time.Now.
 	Now func() time.Time
 	// Log receives protocol events; nil discards them.
@@ -414,7 +417,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	cands := append([]Candidate(nil), rj.bids...)
 	r.mu.Unlock()
 	for i := range cands {
-		cands[i].Reliability = r.reputation(cands[i].Bid.Provider)
+		r.standing(&cands[i])
 	}
 	r.checkHoldings(ctx, rj, &job, cands, time.Now().Add(r.cfg.HoldingsWait))
 	ranked := RankAt(&job, cands, r.cfg.Now())
@@ -540,7 +543,7 @@ func (r *Renter) bestStartsNow(rj *renterJob, job *Job) bool {
 	cands := append([]Candidate(nil), rj.bids...)
 	r.mu.Unlock()
 	for i := range cands {
-		cands[i].Reliability = r.reputation(cands[i].Bid.Provider)
+		r.standing(&cands[i])
 	}
 	r.checkHoldings(context.Background(), rj, job, cands, time.Time{})
 	now := r.cfg.Now()
@@ -604,6 +607,13 @@ func (r *Renter) checkHoldings(ctx context.Context, rj *renterJob, job *Job, can
 		default:
 		}
 	}
+}
+
+// standing fills what the renter's book says of a bid's provider: its
+// reliability and whether it is verified for the bid's GPU model.
+func (r *Renter) standing(c *Candidate) {
+	c.Reliability = r.reputation(c.Bid.Provider)
+	c.Verified = r.cfg.Verified != nil && r.cfg.Verified(c.Bid.Provider, c.Bid.GPUModel)
 }
 
 func (r *Renter) reputation(provider string) float64 {

@@ -36,6 +36,10 @@ type Candidate struct {
 	// ChargedMissing). Without HeldChecked the claim is used as is.
 	Held        []string `json:"-"`
 	HeldChecked bool     `json:"-"`
+	// Verified is whether the renter's book holds the provider verified
+	// for the model it bid with (a passed GPU challenge): verified bids
+	// rank ahead of all others, and a Job.Verified job takes no other.
+	Verified bool `json:"verified,omitempty"`
 }
 
 // ChargedMissing is the missing input bytes the renter charges a bid for:
@@ -161,6 +165,12 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 		ok[i] = &items[i]
 	}
 	slices.SortFunc(ok, func(x, y *rankItem) int {
+		if x.Verified != y.Verified {
+			if x.Verified {
+				return -1
+			}
+			return 1
+		}
 		if c := cmp.Compare(x.Score, y.Score); c != 0 {
 			return c
 		}
@@ -168,7 +178,7 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 	})
 	for lo := 0; lo < len(ok); {
 		hi := lo + 1
-		for hi < len(ok) && ok[hi].Score <= ok[lo].Score*(1+TieTolerance) {
+		for hi < len(ok) && ok[hi].Verified == ok[lo].Verified && ok[hi].Score <= ok[lo].Score*(1+TieTolerance) {
 			hi++
 		}
 		group := ok[lo:hi]
@@ -242,6 +252,8 @@ func rejectReason(j *Job, c Candidate, now time.Time, seen map[string]bool) stri
 		return fmt.Sprintf("price %.2f > max %.2f", b.Price, j.MaxPrice)
 	case math.IsNaN(c.Reliability) || c.Reliability < j.MinReliability:
 		return fmt.Sprintf("reliability %.2f < min %.2f", c.Reliability, j.MinReliability)
+	case j.Verified && !c.Verified:
+		return fmt.Sprintf("provider not verified for %s (gpumesh verify)", orNone(b.GPUModel))
 	case !regionSatisfies(j.Region, b.Region):
 		return fmt.Sprintf("region %s does not satisfy %s", orNone(b.Region), j.Region)
 	case !b.End.After(b.Start):

@@ -170,10 +170,14 @@ type Job struct {
 	// Region is a residency constraint: a region ("eu-west") or a prefix of
 	// regions ("eu"). Empty means anywhere. It is hard: only compliant
 	// providers may bid.
-	Region         string        `json:"region,omitempty" yaml:"region,omitempty"`
-	MinReliability float64       `json:"min_reliability,omitempty" yaml:"min_reliability,omitempty"`
-	Preemptible    bool          `json:"preemptible" yaml:"preemptible"`
-	Duration       time.Duration `json:"duration" yaml:"duration"`
+	Region         string  `json:"region,omitempty" yaml:"region,omitempty"`
+	MinReliability float64 `json:"min_reliability,omitempty" yaml:"min_reliability,omitempty"`
+	// Verified takes bids only from providers the renter's reputation book
+	// holds verified (a passed GPU challenge, attest/gpuproof) for the
+	// model they bid with.
+	Verified    bool          `json:"verified,omitempty" yaml:"verified,omitempty"`
+	Preemptible bool          `json:"preemptible" yaml:"preemptible"`
+	Duration    time.Duration `json:"duration" yaml:"duration"`
 	// Deadline is the latest time the job may start; zero means no deadline.
 	Deadline  time.Time     `json:"deadline,omitempty" yaml:"deadline,omitempty"`
 	Datasets  []string      `json:"datasets,omitempty" yaml:"datasets,omitempty"`

@@ -32,6 +32,7 @@ func jobPostFlags() []cli.Flag {
 		&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU, in GB"},
 		&cli.StringFlag{Name: "region", Usage: "residency constraint: a region or region prefix, e.g. eu"},
 		&cli.Float64Flag{Name: "min-reliability", Usage: "minimum provider reliability, 0..1"},
+		&cli.BoolFlag{Name: "verified", Usage: "only providers verified for their GPU model (a passed 'gpumesh verify' challenge in this node's book)"},
 		&cli.BoolFlag{Name: "preemptible", DefaultText: "true for bronze, false otherwise", Usage: "the job may be interrupted"},
 		&cli.DurationFlag{Name: "duration", DefaultText: "required unless in --file", Usage: "how long the job needs the GPUs, e.g. 2h"},
 		&cli.StringFlag{Name: "deadline", Usage: "latest start: RFC3339 time or a duration from now, e.g. 30m"},
@@ -146,6 +147,9 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time) error {
 	if set("min-reliability") {
 		job.MinReliability = c.Float64("min-reliability")
 	}
+	if set("verified") {
+		job.Verified = c.Bool("verified")
+	}
 	if set("deadline") {
 		d, err := parseDeadline(c.String("deadline"), now)
 		if err != nil {
@@ -219,7 +223,7 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time) error {
 // jobFlags names the job post flag that sets each of auction.Job's fields.
 var jobFlags = map[string]string{
 	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "min_vram_gb": "min-vram",
-	"region": "region", "min_reliability": "min-reliability", "preemptible": "preemptible", "duration": "duration",
+	"region": "region", "min_reliability": "min-reliability", "verified": "verified", "preemptible": "preemptible", "duration": "duration",
 	"deadline": "deadline", "datasets": "dataset", "workload": "workload", "bid_window": "bid-window", "max_attempts": "max-attempts",
 	"checkpoint_every": "checkpoint-every",
 	"run.image":        "image", "run.env": "env", "run.outputs": "outputs", "run.inputs": "input", "run.image_artifact": "image-artifact", "run.memory_mb": "memory-mb",

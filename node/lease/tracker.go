@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpumesh/gpumesh/auction/gpumodel"
 	"hash/fnv"
 	"log/slog"
 	"slices"
@@ -154,7 +155,9 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		archived: map[string]*archived{}}
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
-		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score, Now: cfg.Now, Log: log,
+		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score,
+		Verified: func(p, model string) bool { return cfg.Receipts.cfg.Book.Verified(p, gpumodel.FamilyOf(model)) },
+		Now:      cfg.Now, Log: log,
 		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, OnCapacity: t.onCapacity, Release: t.release, Holdings: cfg.Holdings,
 		Expected: cfg.ExpectedBidders,
 	})
