@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
 # GPU host check: on a machine with NVIDIA GPUs, start a provider (real NVML
-# inventory) and a renter on loopback, post one concurrent 1-GPU job per
-# device, and check that each job saw exactly one device and that no two
-# jobs saw the same one. Prints what each job saw and the per-device
-# telemetry from the renter's verified heartbeats.
+# inventory), a renter and an observer on loopback, and check what only real
+# hardware shows:
+#   1. NVML's device names map to canonical catalogue models;
+#   2. one concurrent 1-GPU job per device: each sees exactly one device,
+#      no two jobs the same one (CUDA_VISIBLE_DEVICES and nvidia-smi -L);
+#   3. a job computing on its GPU (PyTorch, where the host has it) is seen
+#      in the renter's verified heartbeats: utilisation and memory of the
+#      leased device;
+#   4. `gpumesh verify` challenges every device (seeded matrix product on
+#      the device through CUDA, checked by Freivalds, timed against the
+#      model's rate): each must be verified;
+#   5. the verdicts reach the observer's reputation book by gossip.
+# Writes a report (date, GPU, driver, each check) to $GPUMESH_GPU_CHECK_REPORT
+# (default testnet/gpu-check.md) and the daemons' logs to
+# $GPUMESH_GPU_CHECK_LOGS when set.
 #
 #   testnet/gpu-check.sh            # all devices
 #   GPUMESH_GPU_CHECK_JOBS=3 testnet/gpu-check.sh
 #
-# Exits 1 with "no NVIDIA GPU found" on a machine without one.
-set -euo pipefail
+# Uses bin/gpumesh, building it first where Go is installed. Exits 1 with
+# "no NVIDIA GPU found" on a machine without one.
+set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 fail() { echo "gpu-check: $*" >&2; exit 1; }
@@ -18,28 +30,45 @@ command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || fail "
 devices=$(nvidia-smi -L | grep -c '^GPU ')
 (( devices > 0 )) || fail "no NVIDIA GPU found"
 jobs="${GPUMESH_GPU_CHECK_JOBS:-$devices}"
+report="${GPUMESH_GPU_CHECK_REPORT:-$root/testnet/gpu-check.md}"
+logs="${GPUMESH_GPU_CHECK_LOGS:-}"
 echo "gpu-check: $devices device(s):"
 nvidia-smi -L
 
 bin="$root/bin/gpumesh"
-(cd "$root" && CGO_CFLAGS=-Wno-deprecated-declarations go build -o bin/gpumesh ./cmd/gpumesh)
+if command -v go >/dev/null 2>&1; then
+  (cd "$root" && CGO_CFLAGS=-Wno-deprecated-declarations go build -o bin/gpumesh ./cmd/gpumesh) || fail "build failed"
+fi
+[[ -x "$bin" ]] || fail "no $bin and no Go to build it"
 run="$(mktemp -d /tmp/gpumesh-gpu-check.XXXXXX)"
+chmod 755 "$run"
 pids=()
+results=()
+status=0
+check() { # check NAME OK|FAIL DETAIL
+  results+=("| $1 | $2 | $3 |")
+  echo "gpu-check: [$2] $1: $3"
+  [[ "$2" == OK || "$2" == SKIP ]] || status=1
+}
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  if [[ "${keep:-0}" == 1 ]]; then echo "gpu-check: logs kept in $run" >&2; else rm -rf "$run"; fi
+  if [[ -n "$logs" ]]; then cp "$run"/*.log "$logs"/ 2>/dev/null || true; fi
+  rm -rf "$run"
 }
 trap cleanup EXIT
 port="${GPUMESH_GPU_CHECK_PORT:-4700}"
 
-mkdir -p "$run/renter" "$run/provider"
-cat >"$run/renter/config.yaml" <<CFG
+mkdir -p "$run/renter" "$run/provider" "$run/observer"
+for n in renter observer; do
+  p=$port; [[ $n == observer ]] && p=$((port + 2))
+  cat >"$run/$n/config.yaml" <<CFG
 region: local
-listen: [/ip4/127.0.0.1/tcp/$port]
+listen: [/ip4/127.0.0.1/tcp/$p]
 provider:
   heartbeat_interval: 1s
 CFG
+done
 cat >"$run/provider/config.yaml" <<CFG
 region: local
 listen: [/ip4/127.0.0.1/tcp/$((port + 1))]
@@ -51,43 +80,115 @@ provider:
   advertise_ttl: 1m
   policy: {price_floor: 0.01, accept_preemptible: true}
 CFG
-"$bin" -d "$run/renter" daemon >"$run/renter.log" 2>&1 & pids+=($!)
-for _ in $(seq 100); do "$bin" -d "$run/renter" status >/dev/null 2>&1 && break; sleep 0.1; done
-peer=$("$bin" -d "$run/renter" status --json | sed -n 's/.*"peer_id": *"\([^"]*\)".*/\1/p')
-"$bin" -d "$run/provider" daemon --bootstrap "/ip4/127.0.0.1/tcp/$port/p2p/$peer" >"$run/provider.log" 2>&1 & pids+=($!)
-for _ in $(seq 100); do "$bin" -d "$run/provider" status >/dev/null 2>&1 && break; sleep 0.1; done
-"$bin" -d "$run/provider" status | sed 's/^/  provider: /'
+g() { local n=$1; shift; "$bin" -d "$run/$n" "$@"; }
+wait_up() { for _ in $(seq 100); do g "$1" status >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
+g renter daemon >"$run/renter.log" 2>&1 & pids+=($!)
+wait_up renter || fail "renter did not start: $(tail -5 "$run/renter.log")"
+rpeer=$(g renter status --json | sed -n 's/.*"peer_id": *"\([^"]*\)".*/\1/p')
+boot="/ip4/127.0.0.1/tcp/$port/p2p/$rpeer"
+g provider daemon --bootstrap "$boot" >"$run/provider.log" 2>&1 & pids+=($!)
+g observer daemon --bootstrap "$boot" >"$run/observer.log" 2>&1 & pids+=($!)
+wait_up provider || fail "provider did not start: $(tail -5 "$run/provider.log")"
+wait_up observer || fail "observer did not start"
+ppeer=$(g provider status --json | sed -n 's/.*"peer_id": *"\([^"]*\)".*/\1/p')
+g provider status | sed 's/^/  provider: /'
 echo "gpu-check: waiting for the provider's capability record"
-for _ in $(seq 60); do
-  "$bin" -d "$run/renter" providers --json | grep -q '"peer"' && break
-  sleep 1
-done
-"$bin" -d "$run/renter" providers
+for _ in $(seq 60); do g renter providers --json | grep -q '"peer"' && break; sleep 1; done
+g renter providers | tee "$run/providers.txt"
 
+# 1. NVML names → canonical models.
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
+names=$(nvidia-smi --query-gpu=name --format=csv,noheader | sort -u | paste -sd, -)
+canon=$(g provider status --json | sed -n 's/.*"model": *"\([^"]*\)".*/\1/p' | sort -u | paste -sd, -)
+if g renter providers --json | grep -q '"detected": *true'; then
+  check "NVML inventory" OK "driver $driver; $names; status models: ${canon:-?}"
+else
+  check "NVML inventory" FAIL "the provider's record has no detected GPU"
+fi
+
+# 2. Concurrent 1-GPU jobs, one device each.
 echo "gpu-check: posting $jobs concurrent 1-GPU job(s)"
 job_cmd='echo "CVD=$CUDA_VISIBLE_DEVICES"; nvidia-smi -L; sleep 5'
+posts=()
 for ((i = 0; i < jobs; i++)); do
-  "$bin" -d "$run/renter" job post --tier gold --max-price 10 --count 1 --duration 2m --wait -- sh -c "$job_cmd" \
+  timeout 90 "$bin" -d "$run/renter" job post --tier gold --max-price 10 --count 1 --duration 2m --wait -- sh -c "$job_cmd" \
     >"$run/job$i.out" 2>&1 &
   posts+=($!)
 done
-status=0
-for p in "${posts[@]}"; do wait "$p" || status=1; done
+jobs_ok=1
+for p in "${posts[@]}"; do wait "$p" || jobs_ok=0; done
 seen=()
 for ((i = 0; i < jobs; i++)); do
   id=$(sed -n 's/^job \([^ ]*\).*/\1/p' "$run/job$i.out" | head -1)
-  [[ -n "$id" ]] || { cat "$run/job$i.out"; keep=1; fail "job $i was not posted"; }
-  log=$("$bin" -d "$run/renter" job logs "$id")
-  echo "--- job $i ($id):"
-  echo "$log" | sed 's/^/    /'
+  [[ -n "$id" ]] || { cat "$run/job$i.out"; jobs_ok=0; continue; }
+  log=$(g renter job logs "$id")
+  echo "--- job $i ($id):"; echo "$log" | sed 's/^/    /'
   n=$(echo "$log" | grep -c '^GPU ' || true)
-  (( n == 1 )) || { echo "gpu-check: job $i saw $n devices, want exactly 1"; status=1; }
-  dev=$(echo "$log" | sed -n 's/^GPU [0-9]*: .*(UUID: \(.*\))$/\1/p' | head -1)
-  seen+=("$dev")
-  echo "    telemetry:"
-  "$bin" -d "$run/renter" job status --json "$id" | grep -E '"(gpu_util|temp_c|power_w|mem_used_mb|uuid|gpu_uuids)"' | sed 's/^/      /' || true
+  (( n == 1 )) || { echo "gpu-check: job $i saw $n devices, want exactly 1"; jobs_ok=0; }
+  seen+=("$(echo "$log" | sed -n 's/^GPU [0-9]*: .*(UUID: \(.*\))$/\1/p' | head -1)")
 done
 dups=$(printf '%s\n' "${seen[@]}" | sort | uniq -d)
-[[ -z "$dups" ]] || { echo "gpu-check: devices seen by more than one job: $dups"; status=1; }
-if (( status != 0 )); then keep=1; fail "FAILED"; fi
-echo "gpu-check: OK: $jobs job(s), each on its own device"
+[[ -z "$dups" ]] || { echo "gpu-check: devices seen by more than one job: $dups"; jobs_ok=0; }
+if (( jobs_ok )); then check "one device per lease" OK "$jobs job(s), each saw exactly its own device"; else check "one device per lease" FAIL "see the job output above"; fi
+
+# 4. GPU challenge on every device.
+echo "gpu-check: gpumesh verify $ppeer"
+timeout 120 "$bin" -d "$run/renter" verify "$ppeer" 2>&1 | tee "$run/verify.txt"
+nver=$(grep -c ': verified' "$run/verify.txt" || true)
+line=$(head -1 "$run/verify.txt")
+if (( nver == devices )); then check "GPU challenge" OK "$nver/$devices verified: $line"; else check "GPU challenge" FAIL "$nver/$devices verified: $line"; fi
+
+# 5. The verdicts reach another node's reputation book.
+got=""
+for _ in $(seq 30); do
+  got=$(g observer reputation "$ppeer" | grep '^gpu ' || true)
+  [[ -n "$got" ]] && break
+  sleep 1
+done
+if [[ -n "$got" ]]; then check "verdict gossiped" OK "observer: $got"; else check "verdict gossiped" FAIL "the observer's book has no verdict"; fi
+
+# 3. Telemetry while a job computes on its GPU.
+py=""
+for c in python3 /opt/torch/.venv/bin/python3; do
+  if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then py=$(command -v "$c"); break; fi
+done
+if [[ -n "$py" ]]; then
+  compute="import torch,time; x=torch.randn(8192,8192,device='cuda'); t=time.time()
+while time.time()-t<12: y=x@x
+torch.cuda.synchronize(); print('computed on', torch.cuda.get_device_name(0), torch.cuda.device_count(), 'device(s) visible')"
+  timeout 120 "$bin" -d "$run/renter" job post --tier gold --max-price 10 --count 1 --duration 2m --wait -- "$py" -c "$compute" >"$run/compute.out" 2>&1
+  id=$(sed -n 's/^job \([^ ]*\).*/\1/p' "$run/compute.out" | head -1)
+  g renter job logs "$id" 2>&1 | tail -3 | sed 's/^/    /'
+  st=$(g renter job status --json "$id")
+  util=$(echo "$st" | sed -n 's/.*"mean_gpu_util": *\([0-9.]*\).*/\1/p' | head -1)
+  mem=$(echo "$st" | grep -o '"mem_used_mb": *[0-9]*' | grep -o '[0-9]*$' | sort -n | tail -1)
+  echo "$st" | grep -E '"(gpu_util|mean_gpu_util|temp_c|max_temp_c|power_w|mem_used_mb|uuid)"' | sed 's/^/      /' | head -20
+  if awk -v u="${util:-0}" 'BEGIN{exit !(u > 0)}'; then
+    check "telemetry while computing" OK "mean GPU utilisation ${util}% over the lease, memory up to ${mem:-?} MB in the last heartbeat"
+  else
+    check "telemetry while computing" FAIL "mean GPU utilisation ${util:-none} in the renter's verified heartbeats"
+  fi
+else
+  check "telemetry while computing" SKIP "no python3 with CUDA PyTorch on this host"
+fi
+
+
+{
+  echo "# gpu-check on a real GPU host"
+  echo
+  echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "- GPU: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | paste -sd';' -)"
+  echo "- driver: $driver, CUDA $(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)"
+  echo "- gpumesh: $("$bin" version 2>/dev/null | head -1)"
+  echo
+  echo "| check | result | detail |"
+  echo "|---|---|---|"
+  printf '%s\n' "${results[@]}"
+  echo
+  echo '```'
+  cat "$run/verify.txt"
+  echo '```'
+} >"$report"
+echo "gpu-check: report in $report"
+(( status == 0 )) || fail "FAILED"
+echo "gpu-check: OK"
