@@ -16,9 +16,14 @@ import (
 // owner (origin, addrs its multiaddrs) and any other holder, and lays them
 // out read-only under dir: dir/NAME is the file or directory tree. The
 // artifacts stay pinned until release is called, which also removes dir.
+// A failure (an input no one serves, one that does not fit, an export
+// error) releases what was done and is returned: it fails the lease, never
+// the daemon.
 func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, origin peer.ID, addrs []string, dir string) (release func(), err error) {
 	var unpins []func()
-	release = func() {
+	// cleanup is not the named result: a failing return sets that to nil
+	// before the deferred call below runs.
+	cleanup := func() {
 		for _, u := range unpins {
 			u()
 		}
@@ -26,7 +31,7 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 	}
 	defer func() {
 		if err != nil {
-			release()
+			cleanup()
 			release = nil
 		}
 	}()
@@ -54,9 +59,9 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 		}
 	}
 	if err := os.Chmod(dir, 0o555); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("inputs dir: %w", err)
 	}
-	return release, nil
+	return cleanup, nil
 }
 
 // FetchForJob fetches artifact id for a job whose owner (origin, addrs
