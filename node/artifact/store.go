@@ -22,6 +22,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gpumesh/gpumesh/auction"
 )
@@ -95,8 +97,13 @@ func chunkLen(fileSize int64, i int) int64 {
 	return rest
 }
 
-// Validate checks a manifest received from a peer: safe relative paths,
-// sizes matching the chunk lists, well-formed hashes.
+// MaxNameLen bounds an artifact's name and each path component.
+const MaxNameLen = 255
+
+// Validate checks a manifest received from a peer: a printable name, safe
+// relative paths (no ".", "..", absolute or unclean paths, no control
+// characters, no file where another entry needs a directory), sizes
+// matching the chunk lists, well-formed (lower-case hex) hashes.
 func (m *Manifest) Validate() error {
 	if len(m.Entries) == 0 || len(m.Entries) > MaxManifestEntries {
 		return fmt.Errorf("artifact manifest has %d entries", len(m.Entries))
@@ -104,28 +111,78 @@ func (m *Manifest) Validate() error {
 	if !m.Dir && len(m.Entries) != 1 {
 		return errors.New("artifact manifest: a file artifact has exactly one entry")
 	}
+	if err := printable(m.Name); err != nil {
+		return fmt.Errorf("artifact manifest: name %q: %v", m.Name, err)
+	}
 	var total int64
-	seen := map[string]bool{}
+	files := make(map[string]bool, len(m.Entries))
 	for _, e := range m.Entries {
-		if e.Path == "" || path.IsAbs(e.Path) || path.Clean(e.Path) != e.Path || e.Path == ".." || strings.HasPrefix(e.Path, "../") {
-			return fmt.Errorf("artifact manifest: unsafe path %q", e.Path)
+		if err := safePath(e.Path); err != nil {
+			return fmt.Errorf("artifact manifest: unsafe path %q: %v", e.Path, err)
 		}
-		if seen[e.Path] {
+		if files[e.Path] {
 			return fmt.Errorf("artifact manifest: duplicate path %q", e.Path)
 		}
-		seen[e.Path] = true
+		files[e.Path] = true
 		if e.Size < 0 || int64(len(e.Chunks)) != (e.Size+ChunkSize-1)/ChunkSize {
-			return fmt.Errorf("artifact manifest: %s: %d chunks for %d bytes", e.Path, len(e.Chunks), e.Size)
+			return fmt.Errorf("artifact manifest: %q: %d chunks for %d bytes", e.Path, len(e.Chunks), e.Size)
 		}
 		for _, h := range e.Chunks {
 			if !validHash(h) {
-				return fmt.Errorf("artifact manifest: %s: bad chunk hash %q", e.Path, h)
+				return fmt.Errorf("artifact manifest: %q: bad chunk hash %q", e.Path, h)
 			}
 		}
 		total += e.Size
 	}
+	// A file may not stand where another entry needs a directory.
+	for _, e := range m.Entries {
+		for d := path.Dir(e.Path); d != "."; d = path.Dir(d) {
+			if files[d] {
+				return fmt.Errorf("artifact manifest: %q is a file and the directory of %q", d, e.Path)
+			}
+		}
+	}
 	if total != m.Size {
 		return fmt.Errorf("artifact manifest: size %d, entries sum to %d", m.Size, total)
+	}
+	return nil
+}
+
+// safePath checks an entry's path: relative, clean, every component a
+// printable name other than "." and "..".
+func safePath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("empty")
+	case path.IsAbs(p):
+		return errors.New("absolute")
+	case path.Clean(p) != p:
+		return errors.New("not clean")
+	}
+	for _, c := range strings.Split(p, "/") {
+		if c == "." || c == ".." {
+			return fmt.Errorf("component %q", c)
+		}
+		if err := printable(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printable checks a name: valid UTF-8, at most MaxNameLen bytes, no
+// control characters.
+func printable(s string) error {
+	if len(s) > MaxNameLen {
+		return fmt.Errorf("longer than %d bytes", MaxNameLen)
+	}
+	if !utf8.ValidString(s) {
+		return errors.New("not UTF-8")
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("control character %U", r)
+		}
 	}
 	return nil
 }
@@ -134,8 +191,28 @@ func validHash(h string) bool {
 	if len(h) != 64 {
 		return false
 	}
-	_, err := hex.DecodeString(h)
-	return err == nil
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// DecodeManifest decodes the manifest bytes a peer served for artifact id:
+// they must hash to id and pass Validate.
+func DecodeManifest(b []byte, id string) (Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Manifest{}, fmt.Errorf("bad artifact manifest: %v", err)
+	}
+	if m.ID() != id {
+		return Manifest{}, errors.New("served a manifest that does not match the id")
+	}
+	if err := m.Validate(); err != nil {
+		return Manifest{}, err
+	}
+	return m, nil
 }
 
 // ValidID reports whether s is shaped like an artifact id.
@@ -527,6 +604,14 @@ func (s *Store) Add(src string, meta Meta) (string, error) {
 		return "", fmt.Errorf("artifact add %s: %w", src, err)
 	}
 	sort.Slice(m.Entries, func(i, j int) bool { return m.Entries[i].Path < m.Entries[j].Path })
+	if err := m.Validate(); err != nil {
+		// What peers would refuse (a file name with a control character).
+		s.mu.Lock()
+		delete(s.recs, tmpID)
+		s.gcLocked()
+		s.mu.Unlock()
+		return "", fmt.Errorf("artifact add %s: %w", src, err)
+	}
 	id := m.ID()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -211,10 +212,23 @@ func TestManifestValidate(t *testing.T) {
 		{"chunk count", Manifest{Name: "x", Size: 1, Entries: []Entry{{Path: "x", Size: 1, Chunks: []string{h, h}}}}},
 		{"bad hash", Manifest{Name: "x", Size: 1, Entries: []Entry{{Path: "x", Size: 1, Chunks: []string{"zz"}}}}},
 		{"size sum", Manifest{Name: "x", Size: 2, Entries: []Entry{{Path: "x", Size: 1, Chunks: []string{h}}}}},
+		{"dot path", Manifest{Name: "x", Dir: true, Size: 1, Entries: []Entry{{Path: ".", Size: 1, Chunks: []string{h}}}}},
+		{"file under a file", Manifest{Name: "x", Dir: true, Size: 2, Entries: []Entry{
+			{Path: "a", Size: 1, Chunks: []string{h}}, {Path: "a/b", Size: 1, Chunks: []string{h}}}}},
+		{"file under a file, deeper", Manifest{Name: "x", Dir: true, Size: 2, Entries: []Entry{
+			{Path: "a/b/c", Size: 1, Chunks: []string{h}}, {Path: "a", Size: 1, Chunks: []string{h}}}}},
+		{"control character in a path", Manifest{Name: "x", Dir: true, Size: 1, Entries: []Entry{{Path: "a\nb", Size: 1, Chunks: []string{h}}}}},
+		{"NUL in a path", Manifest{Name: "x", Dir: true, Size: 1, Entries: []Entry{{Path: "a\x00b", Size: 1, Chunks: []string{h}}}}},
+		{"control character in the name", Manifest{Name: "x\x1b[2J", Size: 1, Entries: []Entry{{Path: "x", Size: 1, Chunks: []string{h}}}}},
+		{"upper-case hash", Manifest{Name: "x", Size: 1, Entries: []Entry{{Path: "x", Size: 1, Chunks: []string{"AA" + h[2:]}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.m.Validate(); err == nil {
+			err := tc.m.Validate()
+			if err == nil {
 				t.Fatal("accepted")
+			}
+			if strings.ContainsAny(err.Error(), "\n\x00\x1b") {
+				t.Fatalf("error is not one clean line: %q", err)
 			}
 		})
 	}

@@ -474,13 +474,7 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 			err = json.Unmarshal(b, &mresp)
 		}
 		if err == nil {
-			err = json.Unmarshal(mresp.Manifest, &m)
-		}
-		if err == nil && m.ID() != id {
-			err = errors.New("served a manifest that does not match the id")
-		}
-		if err == nil {
-			err = m.Validate()
+			m, err = DecodeManifest(mresp.Manifest, id)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))
