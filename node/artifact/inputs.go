@@ -51,7 +51,7 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 		}
 		unpins = append(unpins, unpin)
 		target := filepath.Join(dir, name)
-		if err := s.cfg.Store.Export(id, target); err != nil {
+		if err := s.cfg.Store.Export(id, target, For(origin)); err != nil {
 			return nil, fmt.Errorf("input %s: %w", name, err)
 		}
 		if err := readOnly(target); err != nil {
@@ -65,7 +65,10 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 }
 
 // FetchForJob fetches artifact id for a job whose owner (origin, addrs
-// its multiaddrs) serves it, and pins it until unpin is called. The origin
+// its multiaddrs) serves it, and pins it until unpin is called. The
+// store's copy serves only if the job's owner may read it (Store.MayRead):
+// another renter's private artifact is fetched from the origin like any
+// other, and so fails unless the origin holds the bytes. The origin
 // learns of the lease as the award is confirmed, maybe just after this
 // fetch starts, so a failure is retried briefly.
 func (s *Service) FetchForJob(ctx context.Context, id string, origin peer.ID, addrs []string) (unpin func(), err error) {
@@ -73,7 +76,7 @@ func (s *Service) FetchForJob(ctx context.Context, id string, origin peer.ID, ad
 	oi := peer.AddrInfo{ID: origin}
 	unpin = s.cfg.Store.Pin(id)
 	for attempt := 1; attempt <= 4; attempt++ {
-		if _, err = s.Fetch(ctx, id, FetchOptions{Origin: &oi}); err == nil || ctx.Err() != nil {
+		if _, err = s.Fetch(ctx, id, FetchOptions{Origin: &oi, For: For(origin)}); err == nil || ctx.Err() != nil {
 			break
 		}
 		select {

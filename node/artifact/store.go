@@ -26,6 +26,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // ChunkSize is the size of every chunk but a file's last.
@@ -234,10 +235,13 @@ type Info struct {
 }
 
 type record struct {
-	Manifest Manifest  `json:"manifest"`
-	Complete bool      `json:"complete"`
-	Private  bool      `json:"private"`
-	Owner    string    `json:"owner,omitempty"`
+	Manifest Manifest `json:"manifest"`
+	Complete bool     `json:"complete"`
+	Private  bool     `json:"private"`
+	Owner    string   `json:"owner,omitempty"`
+	// Owners are further owners of a private artifact held for a peer:
+	// peers that published the same bytes and served us every one.
+	Owners   []string  `json:"owners,omitempty"`
 	Shares   []string  `json:"shares,omitempty"`
 	Added    time.Time `json:"added"`
 	LastUsed time.Time `json:"last_used"`
@@ -256,12 +260,20 @@ type Store struct {
 	used   int64
 	// pending counts bytes reserved by chunk writes under way.
 	pending int64
+	// brought is, per reader (Reader.key), the chunks a fetch for it
+	// received and verified: held for that reader even before the
+	// artifact is complete (a resumed fetch skips them).
+	brought map[string]map[string]bool
+	// self and lease feed the access rule (access.go).
+	self  peer.ID
+	lease func(id string, from peer.ID) bool
 }
 
 // Open opens (creating) a store in dir holding at most budget bytes of
 // chunks (0 means unlimited).
 func Open(dir string, budget int64) (*Store, error) {
-	s := &Store{dir: dir, budget: budget, now: time.Now, recs: map[string]*record{}, pins: map[string]int{}, chunks: map[string]int64{}}
+	s := &Store{dir: dir, budget: budget, now: time.Now, recs: map[string]*record{}, pins: map[string]int{}, chunks: map[string]int64{},
+		brought: map[string]map[string]bool{}}
 	for _, d := range []string{s.chunkRoot(), s.metaDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("artifact store: %w", err)
@@ -392,6 +404,9 @@ func (s *Store) gcLocked() {
 			if err := os.Remove(s.chunkPath(h)); err == nil || errors.Is(err, os.ErrNotExist) {
 				delete(s.chunks, h)
 				s.used -= n
+				for _, b := range s.brought {
+					delete(b, h)
+				}
 			}
 		}
 	}
@@ -406,13 +421,27 @@ func (s *Store) HasChunk(h string) bool {
 }
 
 // PutChunk verifies data against its hash and stores it for artifact id
-// (whose manifest must already be recorded, see Begin).
-func (s *Store) PutChunk(id, h string, data []byte) error {
+// (whose manifest must already be recorded, see Begin), fetched for rd:
+// from now on the chunk counts as held for rd (Missing).
+func (s *Store) PutChunk(id, h string, data []byte, rd Reader) error {
 	sum := sha256.Sum256(data)
 	if hex.EncodeToString(sum[:]) != h {
 		return fmt.Errorf("chunk %s: content does not match its hash", short(h))
 	}
-	return s.writeChunk(id, h, data)
+	if err := s.writeChunk(id, h, data); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.chunks[h]; ok {
+		b := s.brought[rd.key()]
+		if b == nil {
+			b = map[string]bool{}
+			s.brought[rd.key()] = b
+		}
+		b[h] = true
+	}
+	return nil
 }
 
 func (s *Store) writeChunk(id, h string, data []byte) error {
@@ -499,8 +528,13 @@ func (s *Store) Begin(m Manifest, meta Meta) (id string, complete bool, err erro
 	return id, false, s.saveLocked(id)
 }
 
-// Complete marks an artifact complete once every chunk is stored.
-func (s *Store) Complete(id string) error {
+// Complete marks an artifact complete once every chunk is stored, after a
+// fetch for rd brought what Missing(m, rd) listed. An artifact completed
+// now is held as meta says (the fetch's source), whoever began it; one
+// that was complete already (rd proved it holds the bytes too) admits rd
+// from now on.
+func (s *Store) Complete(id string, rd Reader, meta Meta) error {
+	admitted := s.MayRead(id, rd) == nil
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.recs[id]
@@ -512,17 +546,74 @@ func (s *Store) Complete(id string) error {
 			return fmt.Errorf("artifact %s: chunk %s missing", short(id), short(c.Hash))
 		}
 	}
-	r.Complete = true
+	switch {
+	case !r.Complete:
+		r.Complete = true
+		if !admitted {
+			r.Private, r.Owner, r.Owners, r.Shares = meta.Private, meta.Owner, nil, nil
+		}
+	case !admitted && rd.Peer != "":
+		r.Owners = append(r.Owners, rd.Peer.String())
+	}
+	if b := s.brought[rd.key()]; b != nil {
+		for _, c := range r.Manifest.Chunks() {
+			delete(b, c.Hash)
+		}
+		if len(b) == 0 {
+			delete(s.brought, rd.key())
+		}
+	}
 	return s.saveLocked(id)
 }
 
-// Missing returns the chunks of an artifact the store lacks.
-func (s *Store) Missing(m *Manifest) []Chunk {
+// Missing returns the chunks of an artifact not held for rd: every chunk
+// but those of complete artifacts rd may read (MayRead) and those a fetch
+// for rd brought. A chunk held only for someone else is missing: fetching
+// it proves rd has its bytes; it is never taken from another owner's
+// artifact, nor is its presence told.
+func (s *Store) Missing(m *Manifest, rd Reader) []Chunk {
+	want := map[string]bool{}
+	for _, c := range m.Chunks() {
+		want[c.Hash] = true
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	held := map[string]bool{}
+	for h := range want {
+		if _, ok := s.chunks[h]; ok && (rd.local || s.brought[rd.key()][h]) {
+			held[h] = true
+		}
+	}
+	// The complete artifacts sharing a chunk still to be accounted for.
+	var guards []guard
+	var lists [][]string
+	for id, r := range s.recs {
+		if !r.Complete || !ValidID(id) {
+			continue
+		}
+		var hs []string
+		for _, e := range r.Manifest.Entries {
+			for _, h := range e.Chunks {
+				if _, ok := s.chunks[h]; ok && want[h] && !held[h] {
+					hs = append(hs, h)
+				}
+			}
+		}
+		if len(hs) > 0 {
+			guards, lists = append(guards, guardOf(id, r)), append(lists, hs)
+		}
+	}
+	self, lease := s.self, s.lease
+	s.mu.Unlock()
+	for i, g := range guards {
+		if g.admits(rd, self, lease) {
+			for _, h := range lists[i] {
+				held[h] = true
+			}
+		}
+	}
 	var out []Chunk
 	for _, c := range m.Chunks() {
-		if _, ok := s.chunks[c.Hash]; !ok {
+		if !held[c.Hash] {
 			out = append(out, c)
 		}
 	}
@@ -679,13 +770,17 @@ func (s *Store) Meta(id string) (Meta, []string, bool) {
 	return Meta{Private: r.Private, Owner: r.Owner}, append([]string(nil), r.Shares...), true
 }
 
-// Share lets peer fetch a private artifact of ours.
+// Share lets peer fetch a private artifact of ours (one held for another
+// peer is that peer's to grant).
 func (s *Store) Share(id, peerID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.recs[id]
 	if !ok {
 		return fmt.Errorf("%s: %w", short(id), ErrNotFound)
+	}
+	if r.Owner != "" {
+		return fmt.Errorf("artifact %s is held for %s: only its owner can share it", short(id), r.Owner)
 	}
 	for _, p := range r.Shares {
 		if p == peerID {
@@ -732,9 +827,32 @@ func (s *Store) infoLocked(id string, r *record) Info {
 		Private: r.Private, Owner: r.Owner, Shares: append([]string(nil), r.Shares...), Added: r.Added, LastUsed: r.LastUsed, Pins: s.pins[id]}
 }
 
-// Held returns up to max ids of complete artifacts, most recently used
-// first: what a provider advertises it holds.
+// Held returns up to max complete artifacts, most recently used first:
+// what a provider advertises it holds (auction.Capability.Artifacts). A
+// public one (one an anonymous reader may read) is listed by its id, a
+// private one held for a peer by its HeldToken for that peer; our own
+// private ones are not listed.
 func (s *Store) Held(max int) []string {
+	var out []string
+	for _, in := range s.List() {
+		if len(out) >= max {
+			break
+		}
+		switch {
+		case !in.Complete:
+		case s.MayRead(in.ID, Reader{}) == nil:
+			out = append(out, in.ID)
+		case in.Owner != "":
+			out = append(out, HeldToken(in.Owner, in.ID))
+		}
+	}
+	return out
+}
+
+// CompleteIDs returns up to max ids of complete artifacts, most recently
+// used first (what the daemon announces in the DHT, where a record is
+// found only by a peer that knows the id).
+func (s *Store) CompleteIDs(max int) []string {
 	var out []string
 	for _, in := range s.List() {
 		if len(out) >= max {
@@ -798,9 +916,13 @@ func (s *Store) Pin(id string) (unpin func()) {
 	}
 }
 
-// Export writes a complete artifact's files under dst: a file artifact
-// becomes dst itself, a directory artifact's tree is created in dst.
-func (s *Store) Export(id, dst string) error {
+// Export writes a complete artifact's files under dst for rd (MayRead): a
+// file artifact becomes dst itself, a directory artifact's tree is created
+// in dst.
+func (s *Store) Export(id, dst string, rd Reader) error {
+	if err := s.MayRead(id, rd); err != nil {
+		return err
+	}
 	m, complete, err := s.Manifest(id)
 	if err != nil {
 		return err
@@ -820,8 +942,12 @@ func (s *Store) Export(id, dst string) error {
 	return nil
 }
 
-// Open reads the content of a complete single-file artifact.
-func (s *Store) Open(id string) (io.ReadCloser, error) {
+// Open reads the content of a complete single-file artifact for rd
+// (MayRead).
+func (s *Store) Open(id string, rd Reader) (io.ReadCloser, error) {
+	if err := s.MayRead(id, rd); err != nil {
+		return nil, err
+	}
 	m, complete, err := s.Manifest(id)
 	if err != nil {
 		return nil, err

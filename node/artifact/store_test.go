@@ -60,7 +60,7 @@ func TestStoreAddFileRoundTrip(t *testing.T) {
 		t.Fatalf("used %d, want %d", used, len(data))
 	}
 	out := filepath.Join(t.TempDir(), "copy.bin")
-	if err := s.Export(id, out); err != nil {
+	if err := s.Export(id, out, Local); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(out)
@@ -94,7 +94,7 @@ func TestStoreAddDirAndReopen(t *testing.T) {
 		t.Fatalf("reopened info %+v %v", in, err)
 	}
 	out := t.TempDir()
-	if err := s2.Export(id, out); err != nil {
+	if err := s2.Export(id, out, Local); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string][]byte{"a.txt": a, "sub/b.bin": b, "empty": {}} {
@@ -174,25 +174,25 @@ func TestStorePutChunkVerifies(t *testing.T) {
 	if gotID, complete, err := s.Begin(m, Meta{Private: true, Owner: "peer"}); err != nil || gotID != id || complete {
 		t.Fatalf("begin: %s %v %v", gotID, complete, err)
 	}
-	if err := s.Complete(id); err == nil {
+	if err := s.Complete(id, Local, Meta{}); err == nil {
 		t.Fatal("completed an artifact with missing chunks")
 	}
 	c0, _ := donor.ReadChunk(m.Entries[0].Chunks[0])
 	bad := append([]byte(nil), c0...)
 	bad[0] ^= 1
-	if err := s.PutChunk(id, m.Entries[0].Chunks[0], bad); err == nil {
+	if err := s.PutChunk(id, m.Entries[0].Chunks[0], bad, Local); err == nil {
 		t.Fatal("stored a chunk that does not match its hash")
 	}
-	if n := len(s.Missing(&m)); n != 2 {
+	if n := len(s.Missing(&m, Reader{})); n != 2 {
 		t.Fatalf("missing %d chunks, want 2", n)
 	}
 	for _, c := range m.Chunks() {
 		b, _ := donor.ReadChunk(c.Hash)
-		if err := s.PutChunk(id, c.Hash, b); err != nil {
+		if err := s.PutChunk(id, c.Hash, b, Local); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Complete(id); err != nil {
+	if err := s.Complete(id, Local, Meta{}); err != nil {
 		t.Fatal(err)
 	}
 	if meta, _, _ := s.Meta(id); !meta.Private || meta.Owner != "peer" {
