@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -70,13 +71,14 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 // another renter's private artifact is fetched from the origin like any
 // other, and so fails unless the origin holds the bytes. The origin
 // learns of the lease as the award is confirmed, maybe just after this
-// fetch starts, so a failure is retried briefly.
+// fetch starts, so a failure is retried briefly (not one that does not
+// fit the store: ErrFull).
 func (s *Service) FetchForJob(ctx context.Context, id string, origin peer.ID, addrs []string) (unpin func(), err error) {
 	s.cfg.Net.AddAddrs(origin, addrs)
 	oi := peer.AddrInfo{ID: origin}
 	unpin = s.cfg.Store.Pin(id)
 	for attempt := 1; attempt <= 4; attempt++ {
-		if _, err = s.Fetch(ctx, id, FetchOptions{Origin: &oi, For: For(origin)}); err == nil || ctx.Err() != nil {
+		if _, err = s.Fetch(ctx, id, FetchOptions{Origin: &oi, For: For(origin)}); err == nil || ctx.Err() != nil || errors.Is(err, ErrFull) {
 			break
 		}
 		select {

@@ -865,6 +865,33 @@ func (s *Store) CompleteIDs(max int) []string {
 	return out
 }
 
+// fits says whether artifact id of manifest m may come into the store:
+// the size of its files (Manifest.Size, every repeat of a chunk counted,
+// as a job's copy of it holds them), not only the distinct chunks stored,
+// must fit the budget beside the other artifacts in use. A manifest
+// repeating one chunk cannot make a few stored bytes many on disk.
+func (s *Store) fits(m *Manifest, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.budget <= 0 {
+		return nil
+	}
+	var pinned int64
+	for pid := range s.pins {
+		if r, ok := s.recs[pid]; ok && pid != id {
+			pinned += r.Manifest.Size
+		}
+	}
+	if room := s.budget - pinned; m.Size > room {
+		var distinct int64
+		for _, c := range m.Chunks() {
+			distinct += c.Size
+		}
+		return fmt.Errorf("%w: artifact %s has %d bytes of files (%d distinct), more than the %d the budget leaves beside the artifacts in use", ErrFull, short(id), m.Size, distinct, max(room, 0))
+	}
+	return nil
+}
+
 // PinnedBytes is the size of the artifacts pinned now: what eviction
 // cannot free.
 func (s *Store) PinnedBytes() int64 {

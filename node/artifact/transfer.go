@@ -468,6 +468,9 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 		return res, fmt.Errorf("artifact %s: no source served its manifest: %w", short(id), errors.Join(errs...))
 	}
 	res.Size = m.Size
+	if err := s.cfg.Store.fits(&m, id); err != nil {
+		return res, err
+	}
 	if opt.Accept != nil {
 		var n int64
 		for _, c := range s.cfg.Store.Missing(&m, opt.For) {
