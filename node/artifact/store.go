@@ -530,9 +530,10 @@ func (s *Store) Begin(m Manifest, meta Meta) (id string, complete bool, err erro
 
 // Complete marks an artifact complete once every chunk is stored, after a
 // fetch for rd brought what Missing(m, rd) listed. An artifact completed
-// now is held as meta says (the fetch's source), whoever began it; one
-// that was complete already (rd proved it holds the bytes too) admits rd
-// from now on.
+// now is held as meta says (the source that served the fetch), whoever
+// began it: a peer that named the manifest but served no bytes sets no
+// terms. One that was complete already (rd proved it holds the bytes too)
+// admits rd from now on.
 func (s *Store) Complete(id string, rd Reader, meta Meta) error {
 	admitted := s.MayRead(id, rd) == nil
 	s.mu.Lock()
@@ -549,9 +550,7 @@ func (s *Store) Complete(id string, rd Reader, meta Meta) error {
 	switch {
 	case !r.Complete:
 		r.Complete = true
-		if !admitted {
-			r.Private, r.Owner, r.Owners, r.Shares = meta.Private, meta.Owner, nil, nil
-		}
+		r.Private, r.Owner, r.Owners, r.Shares = meta.Private, meta.Owner, nil, nil
 	case !admitted && rd.Peer != "":
 		r.Owners = append(r.Owners, rd.Peer.String())
 	}

@@ -192,7 +192,7 @@ func TestStorePutChunkVerifies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Complete(id, Local, Meta{}); err != nil {
+	if err := s.Complete(id, Local, Meta{Private: true, Owner: "peer"}); err != nil {
 		t.Fatal(err)
 	}
 	if meta, _, _ := s.Meta(id); !meta.Private || meta.Owner != "peer" {

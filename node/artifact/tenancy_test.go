@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // holdFor has prov fetch owner's private artifact id for a job of owner's
@@ -117,5 +119,43 @@ func TestPublicManifestCannotClaimPrivateChunk(t *testing.T) {
 	}
 	if in, err := prov.store.Info(idY); err == nil && in.Complete {
 		t.Fatal("the hostile artifact is complete on the provider")
+	}
+}
+
+// TestIncompleteRecordTakesCompletersTerms: a hostile renter that knows
+// another renter's manifest (not its bytes) gets a provider to begin it as
+// public; when the real owner's job completes it, the artifact is held on
+// the owner's terms (private), not the hostile renter's.
+func TestIncompleteRecordTakesCompletersTerms(t *testing.T) {
+	x, y, prov := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
+	src, _ := writeRandom(t, 2*ChunkSize+1)
+	id, err := x.store.Add(src, Meta{Private: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mx, _, _ := x.store.Manifest(id)
+	if _, _, err := y.store.Begin(mx, Meta{}); err != nil { // public, and no bytes
+		t.Fatal(err)
+	}
+	y.store.mu.Lock()
+	y.store.recs[id].Complete = true
+	y.store.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := prov.svc.Fetch(ctx, id, FetchOptions{Origin: &peer.AddrInfo{ID: y.net.ID(), Addrs: y.net.Host.Addrs()}, NoDiscovery: true, For: For(y.net.ID())}); err == nil {
+		t.Fatal("Y served bytes it does not have")
+	}
+	if in, err := prov.store.Info(id); err != nil || in.Complete || in.Private {
+		t.Fatalf("after Y's attempt: %+v %v (want begun, public, incomplete)", in, err)
+	}
+	holdFor(t, prov, x, id)
+	if err := prov.store.MayRead(id, Reader{}); err == nil {
+		t.Fatal("X's private artifact is public on the provider")
+	}
+	if err := prov.store.MayRead(id, For(y.net.ID())); err == nil {
+		t.Fatal("Y may read X's artifact")
+	}
+	if slices.Contains(prov.store.Held(64), id) {
+		t.Fatal("X's private artifact is advertised by its id")
 	}
 }
