@@ -1,6 +1,8 @@
 package auction
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -207,11 +209,26 @@ func MissingBytes(j *Job, held []string) int64 {
 	}
 	var n int64
 	for _, id := range j.Run.Artifacts() {
-		if !have[id] {
+		if !have[id] && !have[HeldToken(j.Owner, id)] {
 			n += j.InputBytes[id]
 		}
 	}
 	return n
+}
+
+// HeldToken is how a capability record lists a private artifact held for
+// owner (Capability.Artifacts): a digest of the owner and the id, which
+// only a peer that knows the id can match, so a record never tells one
+// renter what another keeps.
+func HeldToken(owner, id string) string {
+	s := sha256.Sum256([]byte("gpumesh/held/v1\x00" + owner + "\x00" + id))
+	return hex.EncodeToString(s[:])
+}
+
+// Holds reports whether held (a capability record's Artifacts) lists
+// artifact id of owner: public, by its id, or private, by its HeldToken.
+func Holds(held []string, owner, id string) bool {
+	return slices.Contains(held, id) || slices.Contains(held, HeldToken(owner, id))
 }
 
 // modelDevices is the calendar devices (indices into gpus, below capacity)

@@ -103,9 +103,10 @@ type Capability struct {
 	Seq        uint64           `json:"seq"`
 	IssuedAt   time.Time        `json:"issued_at"`
 	ExpiresAt  time.Time        `json:"expires_at"`
-	// Artifacts are ids of complete artifacts the provider's store holds
-	// (most recently used first, at most MaxAdvertisedArtifacts): the
-	// daemon takes them from its store, they are not configured.
+	// Artifacts are the complete artifacts the provider's store holds
+	// (most recently used first, at most MaxAdvertisedArtifacts): a
+	// public one by its id, a private one by its HeldToken (never its id);
+	// the daemon takes them from its store, they are not configured.
 	Artifacts []string `json:"artifacts,omitempty"`
 }
 

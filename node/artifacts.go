@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,7 +151,7 @@ func (d *Daemon) loadImageArtifact(ctx context.Context, id, image string, owner 
 	if err != nil {
 		return nil, fmt.Errorf("image artifact: %w", err)
 	}
-	rc, err := d.artifacts.Store().Open(id)
+	rc, err := d.artifacts.Store().Open(id, artifact.For(owner))
 	if err == nil {
 		err = im.Load(ctx, rc)
 		rc.Close()
@@ -213,7 +212,7 @@ func (d *Daemon) announceLoop(every time.Duration) {
 // artifact held (most recently used first), so fetchers find us.
 func (d *Daemon) announceArtifacts(ids ...string) {
 	if len(ids) == 0 {
-		ids = d.artifacts.Store().Held(256)
+		ids = d.artifacts.Store().CompleteIDs(256)
 	}
 	for _, id := range ids {
 		ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
@@ -355,7 +354,7 @@ func (d *Daemon) warmArtifact(ctx context.Context, id string, req api.ArtifactWa
 			if err != nil || pid == d.ID() {
 				continue
 			}
-			targets = append(targets, warmTarget{id: pid, addrs: c.Addrs, held: slices.Contains(c.Artifacts, id)})
+			targets = append(targets, warmTarget{id: pid, addrs: c.Addrs, held: auction.Holds(c.Artifacts, d.ID().String(), id)})
 		}
 		if len(targets) == 0 {
 			return api.ArtifactWarmResponse{}, notFound("no provider found to warm")
@@ -391,10 +390,11 @@ func (d *Daemon) warmArtifact(ctx context.Context, id string, req api.ArtifactWa
 }
 
 // waitAdvertises polls provider's capability record until it lists
-// artifact id or ctx ends.
+// artifact id of ours (by its id or, private, its auction.HeldToken) or
+// ctx ends.
 func (d *Daemon) waitAdvertises(ctx context.Context, provider, id string) bool {
 	for {
-		if held, ok := d.advertisedArtifacts(ctx, provider); ok && slices.Contains(held, id) {
+		if held, ok := d.advertisedArtifacts(ctx, provider); ok && auction.Holds(held, d.ID().String(), id) {
 			return true
 		}
 		select {
@@ -452,7 +452,7 @@ func (d *Daemon) apiGetArtifact(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var last time.Time
-	res, err := d.artifacts.Fetch(r.Context(), id, artifact.FetchOptions{Peers: peers, Progress: func(done, total int64) {
+	res, err := d.artifacts.Fetch(r.Context(), id, artifact.FetchOptions{Peers: peers, For: artifact.Local, Progress: func(done, total int64) {
 		if now := time.Now(); now.Sub(last) >= 200*time.Millisecond || done == total {
 			last = now
 			send(api.ArtifactProgress{Done: done, Total: total})
@@ -460,7 +460,7 @@ func (d *Daemon) apiGetArtifact(w http.ResponseWriter, r *http.Request) {
 	}})
 	if err == nil {
 		unpin := d.artifacts.Store().Pin(id)
-		err = d.artifacts.Store().Export(id, req.Dest)
+		err = d.artifacts.Store().Export(id, req.Dest, artifact.Local)
 		unpin()
 	}
 	if err != nil {
@@ -529,12 +529,17 @@ func (d *Daemon) checkpointArtifact(dir, renter string) (string, int64, func(), 
 
 // fetchCheckpoint is the tracker's hook: the renter fetches a checkpoint
 // from the provider that took it (it owns the artifact, so the provider
-// serves it) and keeps it; one larger than max is abandoned.
+// serves it) and keeps it; one larger than max is abandoned. The fetch is
+// for that provider (artifact.For): our store's copy of the id counts only
+// if the provider may read it, so a provider cannot name an artifact of
+// ours it never held as its checkpoint and have it kept and restored.
 func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, max int64) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	_, infoErr := d.artifacts.Store().Info(id)
+	fresh := infoErr != nil
 	var tooBig atomic.Bool
-	res, err := d.artifacts.Fetch(ctx, id, artifact.FetchOptions{Origin: &peer.AddrInfo{ID: from}, NoDiscovery: true,
+	res, err := d.artifacts.Fetch(ctx, id, artifact.FetchOptions{Origin: &peer.AddrInfo{ID: from}, NoDiscovery: true, For: artifact.For(from),
 		Progress: func(_, total int64) {
 			if total > max {
 				tooBig.Store(true)
@@ -545,7 +550,9 @@ func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, m
 		tooBig.Store(true)
 	}
 	if tooBig.Load() {
-		_ = d.artifacts.Store().Remove(id)
+		if fresh { // never drop what we held before
+			_ = d.artifacts.Store().Remove(id)
+		}
 		return 0, fmt.Errorf("checkpoint artifact %s is over the cap of %d bytes", id, max)
 	}
 	return res.Size, err
@@ -554,6 +561,7 @@ func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, m
 // restoreCheckpoint is the supervisor's hook: a checkpoint the job
 // restores comes from its owner (the renter's daemon) or any other
 // holder, every chunk checked against its hash, and is written to dir.
+// Our store's copy serves only if the job's owner may read it.
 func (d *Daemon) restoreCheckpoint(ctx context.Context, job auction.Job, id, dir string) (func(), error) {
 	owner, err := peer.Decode(job.Owner)
 	if err != nil {
@@ -575,7 +583,7 @@ func (d *Daemon) restoreCheckpoint(ctx context.Context, job auction.Job, id, dir
 		release()
 		return nil, err
 	}
-	if err := d.artifacts.Store().Export(id, dir); err != nil {
+	if err := d.artifacts.Store().Export(id, dir, artifact.For(owner)); err != nil {
 		release()
 		return nil, err
 	}

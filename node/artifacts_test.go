@@ -179,7 +179,10 @@ func TestPlacementPrefersWarmProvider(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id, err := api.NewClient(warm.dir).AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src}); err != nil || id.ID != in.ID {
+	// The warm provider publishes the same dataset: a private copy of its
+	// own would not count for another renter's job (it would have to
+	// serve every byte to show it holds them).
+	if id, err := api.NewClient(warm.dir).AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src, Public: true}); err != nil || id.ID != in.ID {
 		t.Fatalf("warm provider's copy: %v %v", id, err)
 	}
 	// The renter checks bids' claims against the providers' records.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/runtime"
 )
@@ -238,7 +239,7 @@ func readCheckpointCount(t *testing.T, n *testNode, id string) string {
 func readCheckpointFile(t *testing.T, n *testNode, id, name string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "ck")
-	if err := n.artifacts.Store().Export(id, dir); err != nil {
+	if err := n.artifacts.Store().Export(id, dir, artifact.Local); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, name))

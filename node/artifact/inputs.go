@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -16,9 +17,14 @@ import (
 // owner (origin, addrs its multiaddrs) and any other holder, and lays them
 // out read-only under dir: dir/NAME is the file or directory tree. The
 // artifacts stay pinned until release is called, which also removes dir.
+// A failure (an input no one serves, one that does not fit, an export
+// error) releases what was done and is returned: it fails the lease, never
+// the daemon.
 func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, origin peer.ID, addrs []string, dir string) (release func(), err error) {
 	var unpins []func()
-	release = func() {
+	// cleanup is not the named result: a failing return sets that to nil
+	// before the deferred call below runs.
+	cleanup := func() {
 		for _, u := range unpins {
 			u()
 		}
@@ -26,7 +32,7 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 	}
 	defer func() {
 		if err != nil {
-			release()
+			cleanup()
 			release = nil
 		}
 	}()
@@ -46,7 +52,7 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 		}
 		unpins = append(unpins, unpin)
 		target := filepath.Join(dir, name)
-		if err := s.cfg.Store.Export(id, target); err != nil {
+		if err := s.cfg.Store.Export(id, target, For(origin)); err != nil {
 			return nil, fmt.Errorf("input %s: %w", name, err)
 		}
 		if err := readOnly(target); err != nil {
@@ -54,21 +60,25 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 		}
 	}
 	if err := os.Chmod(dir, 0o555); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("inputs dir: %w", err)
 	}
-	return release, nil
+	return cleanup, nil
 }
 
 // FetchForJob fetches artifact id for a job whose owner (origin, addrs
-// its multiaddrs) serves it, and pins it until unpin is called. The origin
+// its multiaddrs) serves it, and pins it until unpin is called. The
+// store's copy serves only if the job's owner may read it (Store.MayRead):
+// another renter's private artifact is fetched from the origin like any
+// other, and so fails unless the origin holds the bytes. The origin
 // learns of the lease as the award is confirmed, maybe just after this
-// fetch starts, so a failure is retried briefly.
+// fetch starts, so a failure is retried briefly (not one that does not
+// fit the store: ErrFull).
 func (s *Service) FetchForJob(ctx context.Context, id string, origin peer.ID, addrs []string) (unpin func(), err error) {
 	s.cfg.Net.AddAddrs(origin, addrs)
 	oi := peer.AddrInfo{ID: origin}
 	unpin = s.cfg.Store.Pin(id)
 	for attempt := 1; attempt <= 4; attempt++ {
-		if _, err = s.Fetch(ctx, id, FetchOptions{Origin: &oi}); err == nil || ctx.Err() != nil {
+		if _, err = s.Fetch(ctx, id, FetchOptions{Origin: &oi, For: For(origin)}); err == nil || ctx.Err() != nil || errors.Is(err, ErrFull) {
 			break
 		}
 		select {

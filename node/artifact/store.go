@@ -22,8 +22,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // ChunkSize is the size of every chunk but a file's last.
@@ -95,8 +98,13 @@ func chunkLen(fileSize int64, i int) int64 {
 	return rest
 }
 
-// Validate checks a manifest received from a peer: safe relative paths,
-// sizes matching the chunk lists, well-formed hashes.
+// MaxNameLen bounds an artifact's name and each path component.
+const MaxNameLen = 255
+
+// Validate checks a manifest received from a peer: a printable name, safe
+// relative paths (no ".", "..", absolute or unclean paths, no control
+// characters, no file where another entry needs a directory), sizes
+// matching the chunk lists, well-formed (lower-case hex) hashes.
 func (m *Manifest) Validate() error {
 	if len(m.Entries) == 0 || len(m.Entries) > MaxManifestEntries {
 		return fmt.Errorf("artifact manifest has %d entries", len(m.Entries))
@@ -104,28 +112,78 @@ func (m *Manifest) Validate() error {
 	if !m.Dir && len(m.Entries) != 1 {
 		return errors.New("artifact manifest: a file artifact has exactly one entry")
 	}
+	if err := printable(m.Name); err != nil {
+		return fmt.Errorf("artifact manifest: name %q: %v", m.Name, err)
+	}
 	var total int64
-	seen := map[string]bool{}
+	files := make(map[string]bool, len(m.Entries))
 	for _, e := range m.Entries {
-		if e.Path == "" || path.IsAbs(e.Path) || path.Clean(e.Path) != e.Path || e.Path == ".." || strings.HasPrefix(e.Path, "../") {
-			return fmt.Errorf("artifact manifest: unsafe path %q", e.Path)
+		if err := safePath(e.Path); err != nil {
+			return fmt.Errorf("artifact manifest: unsafe path %q: %v", e.Path, err)
 		}
-		if seen[e.Path] {
+		if files[e.Path] {
 			return fmt.Errorf("artifact manifest: duplicate path %q", e.Path)
 		}
-		seen[e.Path] = true
+		files[e.Path] = true
 		if e.Size < 0 || int64(len(e.Chunks)) != (e.Size+ChunkSize-1)/ChunkSize {
-			return fmt.Errorf("artifact manifest: %s: %d chunks for %d bytes", e.Path, len(e.Chunks), e.Size)
+			return fmt.Errorf("artifact manifest: %q: %d chunks for %d bytes", e.Path, len(e.Chunks), e.Size)
 		}
 		for _, h := range e.Chunks {
 			if !validHash(h) {
-				return fmt.Errorf("artifact manifest: %s: bad chunk hash %q", e.Path, h)
+				return fmt.Errorf("artifact manifest: %q: bad chunk hash %q", e.Path, h)
 			}
 		}
 		total += e.Size
 	}
+	// A file may not stand where another entry needs a directory.
+	for _, e := range m.Entries {
+		for d := path.Dir(e.Path); d != "."; d = path.Dir(d) {
+			if files[d] {
+				return fmt.Errorf("artifact manifest: %q is a file and the directory of %q", d, e.Path)
+			}
+		}
+	}
 	if total != m.Size {
 		return fmt.Errorf("artifact manifest: size %d, entries sum to %d", m.Size, total)
+	}
+	return nil
+}
+
+// safePath checks an entry's path: relative, clean, every component a
+// printable name other than "." and "..".
+func safePath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("empty")
+	case path.IsAbs(p):
+		return errors.New("absolute")
+	case path.Clean(p) != p:
+		return errors.New("not clean")
+	}
+	for _, c := range strings.Split(p, "/") {
+		if c == "." || c == ".." {
+			return fmt.Errorf("component %q", c)
+		}
+		if err := printable(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printable checks a name: valid UTF-8, at most MaxNameLen bytes, no
+// control characters.
+func printable(s string) error {
+	if len(s) > MaxNameLen {
+		return fmt.Errorf("longer than %d bytes", MaxNameLen)
+	}
+	if !utf8.ValidString(s) {
+		return errors.New("not UTF-8")
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("control character %U", r)
+		}
 	}
 	return nil
 }
@@ -134,8 +192,28 @@ func validHash(h string) bool {
 	if len(h) != 64 {
 		return false
 	}
-	_, err := hex.DecodeString(h)
-	return err == nil
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// DecodeManifest decodes the manifest bytes a peer served for artifact id:
+// they must hash to id and pass Validate.
+func DecodeManifest(b []byte, id string) (Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Manifest{}, fmt.Errorf("bad artifact manifest: %v", err)
+	}
+	if m.ID() != id {
+		return Manifest{}, errors.New("served a manifest that does not match the id")
+	}
+	if err := m.Validate(); err != nil {
+		return Manifest{}, err
+	}
+	return m, nil
 }
 
 // ValidID reports whether s is shaped like an artifact id.
@@ -157,10 +235,13 @@ type Info struct {
 }
 
 type record struct {
-	Manifest Manifest  `json:"manifest"`
-	Complete bool      `json:"complete"`
-	Private  bool      `json:"private"`
-	Owner    string    `json:"owner,omitempty"`
+	Manifest Manifest `json:"manifest"`
+	Complete bool     `json:"complete"`
+	Private  bool     `json:"private"`
+	Owner    string   `json:"owner,omitempty"`
+	// Owners are further owners of a private artifact held for a peer:
+	// peers that published the same bytes and served us every one.
+	Owners   []string  `json:"owners,omitempty"`
 	Shares   []string  `json:"shares,omitempty"`
 	Added    time.Time `json:"added"`
 	LastUsed time.Time `json:"last_used"`
@@ -179,12 +260,20 @@ type Store struct {
 	used   int64
 	// pending counts bytes reserved by chunk writes under way.
 	pending int64
+	// brought is, per reader (Reader.key), the chunks a fetch for it
+	// received and verified: held for that reader even before the
+	// artifact is complete (a resumed fetch skips them).
+	brought map[string]map[string]bool
+	// self and lease feed the access rule (access.go).
+	self  peer.ID
+	lease func(id string, from peer.ID) bool
 }
 
 // Open opens (creating) a store in dir holding at most budget bytes of
 // chunks (0 means unlimited).
 func Open(dir string, budget int64) (*Store, error) {
-	s := &Store{dir: dir, budget: budget, now: time.Now, recs: map[string]*record{}, pins: map[string]int{}, chunks: map[string]int64{}}
+	s := &Store{dir: dir, budget: budget, now: time.Now, recs: map[string]*record{}, pins: map[string]int{}, chunks: map[string]int64{},
+		brought: map[string]map[string]bool{}}
 	for _, d := range []string{s.chunkRoot(), s.metaDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("artifact store: %w", err)
@@ -315,6 +404,9 @@ func (s *Store) gcLocked() {
 			if err := os.Remove(s.chunkPath(h)); err == nil || errors.Is(err, os.ErrNotExist) {
 				delete(s.chunks, h)
 				s.used -= n
+				for _, b := range s.brought {
+					delete(b, h)
+				}
 			}
 		}
 	}
@@ -329,13 +421,27 @@ func (s *Store) HasChunk(h string) bool {
 }
 
 // PutChunk verifies data against its hash and stores it for artifact id
-// (whose manifest must already be recorded, see Begin).
-func (s *Store) PutChunk(id, h string, data []byte) error {
+// (whose manifest must already be recorded, see Begin), fetched for rd:
+// from now on the chunk counts as held for rd (Missing).
+func (s *Store) PutChunk(id, h string, data []byte, rd Reader) error {
 	sum := sha256.Sum256(data)
 	if hex.EncodeToString(sum[:]) != h {
 		return fmt.Errorf("chunk %s: content does not match its hash", short(h))
 	}
-	return s.writeChunk(id, h, data)
+	if err := s.writeChunk(id, h, data); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.chunks[h]; ok {
+		b := s.brought[rd.key()]
+		if b == nil {
+			b = map[string]bool{}
+			s.brought[rd.key()] = b
+		}
+		b[h] = true
+	}
+	return nil
 }
 
 func (s *Store) writeChunk(id, h string, data []byte) error {
@@ -422,8 +528,14 @@ func (s *Store) Begin(m Manifest, meta Meta) (id string, complete bool, err erro
 	return id, false, s.saveLocked(id)
 }
 
-// Complete marks an artifact complete once every chunk is stored.
-func (s *Store) Complete(id string) error {
+// Complete marks an artifact complete once every chunk is stored, after a
+// fetch for rd brought what Missing(m, rd) listed. An artifact completed
+// now is held as meta says (the source that served the fetch), whoever
+// began it: a peer that named the manifest but served no bytes sets no
+// terms. One that was complete already (rd proved it holds the bytes too)
+// admits rd from now on.
+func (s *Store) Complete(id string, rd Reader, meta Meta) error {
+	admitted := s.MayRead(id, rd) == nil
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.recs[id]
@@ -435,17 +547,72 @@ func (s *Store) Complete(id string) error {
 			return fmt.Errorf("artifact %s: chunk %s missing", short(id), short(c.Hash))
 		}
 	}
-	r.Complete = true
+	switch {
+	case !r.Complete:
+		r.Complete = true
+		r.Private, r.Owner, r.Owners, r.Shares = meta.Private, meta.Owner, nil, nil
+	case !admitted && rd.Peer != "":
+		r.Owners = append(r.Owners, rd.Peer.String())
+	}
+	if b := s.brought[rd.key()]; b != nil {
+		for _, c := range r.Manifest.Chunks() {
+			delete(b, c.Hash)
+		}
+		if len(b) == 0 {
+			delete(s.brought, rd.key())
+		}
+	}
 	return s.saveLocked(id)
 }
 
-// Missing returns the chunks of an artifact the store lacks.
-func (s *Store) Missing(m *Manifest) []Chunk {
+// Missing returns the chunks of an artifact not held for rd: every chunk
+// but those of complete artifacts rd may read (MayRead) and those a fetch
+// for rd brought. A chunk held only for someone else is missing: fetching
+// it proves rd has its bytes; it is never taken from another owner's
+// artifact, nor is its presence told.
+func (s *Store) Missing(m *Manifest, rd Reader) []Chunk {
+	want := map[string]bool{}
+	for _, c := range m.Chunks() {
+		want[c.Hash] = true
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	held := map[string]bool{}
+	for h := range want {
+		if _, ok := s.chunks[h]; ok && (rd.local || s.brought[rd.key()][h]) {
+			held[h] = true
+		}
+	}
+	// The complete artifacts sharing a chunk still to be accounted for.
+	var guards []guard
+	var lists [][]string
+	for id, r := range s.recs {
+		if !r.Complete || !ValidID(id) {
+			continue
+		}
+		var hs []string
+		for _, e := range r.Manifest.Entries {
+			for _, h := range e.Chunks {
+				if _, ok := s.chunks[h]; ok && want[h] && !held[h] {
+					hs = append(hs, h)
+				}
+			}
+		}
+		if len(hs) > 0 {
+			guards, lists = append(guards, guardOf(id, r)), append(lists, hs)
+		}
+	}
+	self, lease := s.self, s.lease
+	s.mu.Unlock()
+	for i, g := range guards {
+		if g.admits(rd, self, lease) {
+			for _, h := range lists[i] {
+				held[h] = true
+			}
+		}
+	}
 	var out []Chunk
 	for _, c := range m.Chunks() {
-		if _, ok := s.chunks[c.Hash]; !ok {
+		if !held[c.Hash] {
 			out = append(out, c)
 		}
 	}
@@ -527,6 +694,14 @@ func (s *Store) Add(src string, meta Meta) (string, error) {
 		return "", fmt.Errorf("artifact add %s: %w", src, err)
 	}
 	sort.Slice(m.Entries, func(i, j int) bool { return m.Entries[i].Path < m.Entries[j].Path })
+	if err := m.Validate(); err != nil {
+		// What peers would refuse (a file name with a control character).
+		s.mu.Lock()
+		delete(s.recs, tmpID)
+		s.gcLocked()
+		s.mu.Unlock()
+		return "", fmt.Errorf("artifact add %s: %w", src, err)
+	}
 	id := m.ID()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -594,13 +769,17 @@ func (s *Store) Meta(id string) (Meta, []string, bool) {
 	return Meta{Private: r.Private, Owner: r.Owner}, append([]string(nil), r.Shares...), true
 }
 
-// Share lets peer fetch a private artifact of ours.
+// Share lets peer fetch a private artifact of ours (one held for another
+// peer is that peer's to grant).
 func (s *Store) Share(id, peerID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.recs[id]
 	if !ok {
 		return fmt.Errorf("%s: %w", short(id), ErrNotFound)
+	}
+	if r.Owner != "" {
+		return fmt.Errorf("artifact %s is held for %s: only its owner can share it", short(id), r.Owner)
 	}
 	for _, p := range r.Shares {
 		if p == peerID {
@@ -647,9 +826,32 @@ func (s *Store) infoLocked(id string, r *record) Info {
 		Private: r.Private, Owner: r.Owner, Shares: append([]string(nil), r.Shares...), Added: r.Added, LastUsed: r.LastUsed, Pins: s.pins[id]}
 }
 
-// Held returns up to max ids of complete artifacts, most recently used
-// first: what a provider advertises it holds.
+// Held returns up to max complete artifacts, most recently used first:
+// what a provider advertises it holds (auction.Capability.Artifacts). A
+// public one (one an anonymous reader may read) is listed by its id, a
+// private one held for a peer by its HeldToken for that peer; our own
+// private ones are not listed.
 func (s *Store) Held(max int) []string {
+	var out []string
+	for _, in := range s.List() {
+		if len(out) >= max {
+			break
+		}
+		switch {
+		case !in.Complete:
+		case s.MayRead(in.ID, Reader{}) == nil:
+			out = append(out, in.ID)
+		case in.Owner != "":
+			out = append(out, HeldToken(in.Owner, in.ID))
+		}
+	}
+	return out
+}
+
+// CompleteIDs returns up to max ids of complete artifacts, most recently
+// used first (what the daemon announces in the DHT, where a record is
+// found only by a peer that knows the id).
+func (s *Store) CompleteIDs(max int) []string {
 	var out []string
 	for _, in := range s.List() {
 		if len(out) >= max {
@@ -660,6 +862,33 @@ func (s *Store) Held(max int) []string {
 		}
 	}
 	return out
+}
+
+// fits says whether artifact id of manifest m may come into the store:
+// the size of its files (Manifest.Size, every repeat of a chunk counted,
+// as a job's copy of it holds them), not only the distinct chunks stored,
+// must fit the budget beside the other artifacts in use. A manifest
+// repeating one chunk cannot make a few stored bytes many on disk.
+func (s *Store) fits(m *Manifest, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.budget <= 0 {
+		return nil
+	}
+	var pinned int64
+	for pid := range s.pins {
+		if r, ok := s.recs[pid]; ok && pid != id {
+			pinned += r.Manifest.Size
+		}
+	}
+	if room := s.budget - pinned; m.Size > room {
+		var distinct int64
+		for _, c := range m.Chunks() {
+			distinct += c.Size
+		}
+		return fmt.Errorf("%w: artifact %s has %d bytes of files (%d distinct), more than the %d the budget leaves beside the artifacts in use", ErrFull, short(id), m.Size, distinct, max(room, 0))
+	}
+	return nil
 }
 
 // PinnedBytes is the size of the artifacts pinned now: what eviction
@@ -713,9 +942,13 @@ func (s *Store) Pin(id string) (unpin func()) {
 	}
 }
 
-// Export writes a complete artifact's files under dst: a file artifact
-// becomes dst itself, a directory artifact's tree is created in dst.
-func (s *Store) Export(id, dst string) error {
+// Export writes a complete artifact's files under dst for rd (MayRead): a
+// file artifact becomes dst itself, a directory artifact's tree is created
+// in dst.
+func (s *Store) Export(id, dst string, rd Reader) error {
+	if err := s.MayRead(id, rd); err != nil {
+		return err
+	}
 	m, complete, err := s.Manifest(id)
 	if err != nil {
 		return err
@@ -735,8 +968,12 @@ func (s *Store) Export(id, dst string) error {
 	return nil
 }
 
-// Open reads the content of a complete single-file artifact.
-func (s *Store) Open(id string) (io.ReadCloser, error) {
+// Open reads the content of a complete single-file artifact for rd
+// (MayRead).
+func (s *Store) Open(id string, rd Reader) (io.ReadCloser, error) {
+	if err := s.MayRead(id, rd); err != nil {
+		return nil, err
+	}
 	m, complete, err := s.Manifest(id)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -59,7 +60,7 @@ func TestStoreAddFileRoundTrip(t *testing.T) {
 		t.Fatalf("used %d, want %d", used, len(data))
 	}
 	out := filepath.Join(t.TempDir(), "copy.bin")
-	if err := s.Export(id, out); err != nil {
+	if err := s.Export(id, out, Local); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(out)
@@ -93,7 +94,7 @@ func TestStoreAddDirAndReopen(t *testing.T) {
 		t.Fatalf("reopened info %+v %v", in, err)
 	}
 	out := t.TempDir()
-	if err := s2.Export(id, out); err != nil {
+	if err := s2.Export(id, out, Local); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string][]byte{"a.txt": a, "sub/b.bin": b, "empty": {}} {
@@ -173,25 +174,25 @@ func TestStorePutChunkVerifies(t *testing.T) {
 	if gotID, complete, err := s.Begin(m, Meta{Private: true, Owner: "peer"}); err != nil || gotID != id || complete {
 		t.Fatalf("begin: %s %v %v", gotID, complete, err)
 	}
-	if err := s.Complete(id); err == nil {
+	if err := s.Complete(id, Local, Meta{}); err == nil {
 		t.Fatal("completed an artifact with missing chunks")
 	}
 	c0, _ := donor.ReadChunk(m.Entries[0].Chunks[0])
 	bad := append([]byte(nil), c0...)
 	bad[0] ^= 1
-	if err := s.PutChunk(id, m.Entries[0].Chunks[0], bad); err == nil {
+	if err := s.PutChunk(id, m.Entries[0].Chunks[0], bad, Local); err == nil {
 		t.Fatal("stored a chunk that does not match its hash")
 	}
-	if n := len(s.Missing(&m)); n != 2 {
+	if n := len(s.Missing(&m, Reader{})); n != 2 {
 		t.Fatalf("missing %d chunks, want 2", n)
 	}
 	for _, c := range m.Chunks() {
 		b, _ := donor.ReadChunk(c.Hash)
-		if err := s.PutChunk(id, c.Hash, b); err != nil {
+		if err := s.PutChunk(id, c.Hash, b, Local); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Complete(id); err != nil {
+	if err := s.Complete(id, Local, Meta{Private: true, Owner: "peer"}); err != nil {
 		t.Fatal(err)
 	}
 	if meta, _, _ := s.Meta(id); !meta.Private || meta.Owner != "peer" {
@@ -211,10 +212,23 @@ func TestManifestValidate(t *testing.T) {
 		{"chunk count", Manifest{Name: "x", Size: 1, Entries: []Entry{{Path: "x", Size: 1, Chunks: []string{h, h}}}}},
 		{"bad hash", Manifest{Name: "x", Size: 1, Entries: []Entry{{Path: "x", Size: 1, Chunks: []string{"zz"}}}}},
 		{"size sum", Manifest{Name: "x", Size: 2, Entries: []Entry{{Path: "x", Size: 1, Chunks: []string{h}}}}},
+		{"dot path", Manifest{Name: "x", Dir: true, Size: 1, Entries: []Entry{{Path: ".", Size: 1, Chunks: []string{h}}}}},
+		{"file under a file", Manifest{Name: "x", Dir: true, Size: 2, Entries: []Entry{
+			{Path: "a", Size: 1, Chunks: []string{h}}, {Path: "a/b", Size: 1, Chunks: []string{h}}}}},
+		{"file under a file, deeper", Manifest{Name: "x", Dir: true, Size: 2, Entries: []Entry{
+			{Path: "a/b/c", Size: 1, Chunks: []string{h}}, {Path: "a", Size: 1, Chunks: []string{h}}}}},
+		{"control character in a path", Manifest{Name: "x", Dir: true, Size: 1, Entries: []Entry{{Path: "a\nb", Size: 1, Chunks: []string{h}}}}},
+		{"NUL in a path", Manifest{Name: "x", Dir: true, Size: 1, Entries: []Entry{{Path: "a\x00b", Size: 1, Chunks: []string{h}}}}},
+		{"control character in the name", Manifest{Name: "x\x1b[2J", Size: 1, Entries: []Entry{{Path: "x", Size: 1, Chunks: []string{h}}}}},
+		{"upper-case hash", Manifest{Name: "x", Size: 1, Entries: []Entry{{Path: "x", Size: 1, Chunks: []string{"AA" + h[2:]}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.m.Validate(); err == nil {
+			err := tc.m.Validate()
+			if err == nil {
 				t.Fatal("accepted")
+			}
+			if strings.ContainsAny(err.Error(), "\n\x00\x1b") {
+				t.Fatalf("error is not one clean line: %q", err)
 			}
 		})
 	}

@@ -41,8 +41,8 @@ type ServiceConfig struct {
 	Net    *p2p.Node
 	Signer *sign.Signer
 	// Authorize says whether peer may fetch our private artifact id (it
-	// holds a current lease naming it); explicit shares are checked by the
-	// service itself. nil admits no one but shares.
+	// holds a current lease naming it): the lease part of the access rule
+	// (Store.MayRead). nil admits no one by lease.
 	Authorize func(id string, from peer.ID) bool
 	// WarmMax is the largest artifact this node fetches at a peer's warm
 	// request (see HandleWarm); 0 refuses every warm request.
@@ -91,6 +91,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: cfg.Log, counters: map[string]int{}, badPeers: map[peer.ID]int{}, serving: map[peer.ID]int{},
 		warming: map[string]bool{}}
+	cfg.Store.setAccess(cfg.Signer.ID(), cfg.Authorize)
 	cfg.Net.Host.SetStreamHandler(wire.ProtoArtifact, s.serve)
 	cfg.Net.Handle(wire.ProtoWarm, s.HandleWarm)
 	return s, nil
@@ -146,38 +147,13 @@ func (s *Service) Grant(id string, to peer.ID) ([]byte, error) {
 }
 
 // allowed decides whether from may fetch artifact id, given the grant it
-// presented.
-func (s *Service) allowed(id string, from peer.ID, grant []byte) (Meta, error) {
-	meta, shares, ok := s.cfg.Store.Meta(id)
-	if !ok {
-		return Meta{}, fmt.Errorf("artifact %s: %w", short(id), ErrNotFound)
+// presented (Store.MayRead), and counts a refusal.
+func (s *Service) allowed(id string, from peer.ID, grant []byte) error {
+	err := s.cfg.Store.MayRead(id, Reader{Peer: from, Grant: grant})
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		s.count("artifact.denied", 1)
 	}
-	if !meta.Private {
-		return meta, nil
-	}
-	if meta.Owner == "" {
-		for _, p := range shares {
-			if p == from.String() {
-				return meta, nil
-			}
-		}
-		if s.cfg.Authorize != nil && s.cfg.Authorize(id, from) {
-			return meta, nil
-		}
-		// Our own grant (sent with a warm request).
-		if validGrant(grant, s.cfg.Signer.ID(), id, from) {
-			return meta, nil
-		}
-	} else {
-		if meta.Owner == from.String() {
-			return meta, nil
-		}
-		if owner, err := peer.Decode(meta.Owner); err == nil && validGrant(grant, owner, id, from) {
-			return meta, nil
-		}
-	}
-	s.count("artifact.denied", 1)
-	return Meta{}, fmt.Errorf("artifact %s is private: %s holds no lease naming it and no share", short(id), from)
+	return err
 }
 
 // validGrant reports whether grant is owner's unexpired permission for
@@ -260,10 +236,8 @@ func (s *Service) answer(from peer.ID, b []byte, authorised map[string]bool) ([]
 	if !ValidID(req.ID) {
 		return nil, fmt.Errorf("bad artifact id %q", req.ID)
 	}
-	meta := Meta{}
 	if !authorised[req.ID] {
-		var err error
-		if meta, err = s.allowed(req.ID, from, req.Grant); err != nil {
+		if err := s.allowed(req.ID, from, req.Grant); err != nil {
 			return nil, err
 		}
 		authorised[req.ID] = true
@@ -277,7 +251,7 @@ func (s *Service) answer(from peer.ID, b []byte, authorised map[string]bool) ([]
 		if !complete {
 			return nil, fmt.Errorf("artifact %s: %w (still being fetched here)", short(req.ID), ErrNotFound)
 		}
-		meta, _, _ = s.cfg.Store.Meta(req.ID)
+		meta, _, _ := s.cfg.Store.Meta(req.ID)
 		s.cfg.Store.Pin(req.ID)() // served: recently used, last out
 		mb, _ := json.Marshal(&m)
 		out := wire.ArtifactManifest{Manifest: mb, Private: meta.Private, Owner: meta.Owner}
@@ -376,6 +350,12 @@ type FetchOptions struct {
 	// Accept, when set, sees the verified manifest and the bytes still
 	// missing before any chunk is fetched; an error ends the fetch.
 	Accept func(m *Manifest, missing int64) error
+	// For is who the artifact is fetched for (the job's renter, the warm
+	// request's sender, the provider claiming a checkpoint, Local): the
+	// store's copy counts only if For may read it (Store.MayRead), and a
+	// chunk only if it is held for For (Store.Missing). The zero Reader
+	// counts public artifacts only.
+	For Reader
 }
 
 // FetchResult says how a fetch went.
@@ -391,10 +371,11 @@ type FetchResult struct {
 	BadPeers []string `json:"bad_peers,omitempty"`
 }
 
-// Fetch makes artifact id complete in the store, pulling missing chunks in
-// parallel from every holder it knows of or discovers, verifying each. The
-// artifact is pinned while the fetch runs. Chunks stored before an
-// interruption are kept, so fetching again resumes.
+// Fetch makes artifact id complete in the store for opt.For, pulling the
+// chunks not held for it in parallel from every holder it knows of or
+// discovers, verifying each. The artifact is pinned while the fetch runs.
+// Chunks stored before an interruption are kept, so fetching again
+// resumes.
 func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (FetchResult, error) {
 	res := FetchResult{ID: id, FromPeer: map[string]int64{}}
 	if !ValidID(id) {
@@ -402,7 +383,7 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 	}
 	unpin := s.cfg.Store.Pin(id)
 	defer unpin()
-	if m, complete, err := s.cfg.Store.Manifest(id); err == nil && complete {
+	if m, complete, err := s.cfg.Store.Manifest(id); err == nil && complete && s.cfg.Store.MayRead(id, opt.For) == nil {
 		res.Size = m.Size
 		return res, nil
 	}
@@ -474,13 +455,7 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 			err = json.Unmarshal(b, &mresp)
 		}
 		if err == nil {
-			err = json.Unmarshal(mresp.Manifest, &m)
-		}
-		if err == nil && m.ID() != id {
-			err = errors.New("served a manifest that does not match the id")
-		}
-		if err == nil {
-			err = m.Validate()
+			m, err = DecodeManifest(mresp.Manifest, id)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))
@@ -493,9 +468,12 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 		return res, fmt.Errorf("artifact %s: no source served its manifest: %w", short(id), errors.Join(errs...))
 	}
 	res.Size = m.Size
+	if err := s.cfg.Store.fits(&m, id); err != nil {
+		return res, err
+	}
 	if opt.Accept != nil {
 		var n int64
-		for _, c := range s.cfg.Store.Missing(&m) {
+		for _, c := range s.cfg.Store.Missing(&m, opt.For) {
 			n += c.Size
 		}
 		if err := opt.Accept(&m, n); err != nil {
@@ -508,10 +486,11 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 		// own rules, like an artifact we added.
 		owner = ""
 	}
-	if _, _, err := s.cfg.Store.Begin(m, Meta{Private: mresp.Private, Owner: owner}); err != nil {
+	meta := Meta{Private: mresp.Private, Owner: owner}
+	if _, _, err := s.cfg.Store.Begin(m, meta); err != nil {
 		return res, err
 	}
-	missing := s.cfg.Store.Missing(&m)
+	missing := s.cfg.Store.Missing(&m, opt.For)
 	if discovered != nil && len(missing) > 0 {
 		for ai := range discovered {
 			addSource(ai)
@@ -521,10 +500,10 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 	if len(grant) == 0 {
 		grant = opt.Grant
 	}
-	if err := s.pull(ctx, id, m.Size, grant, sources, missing, opt.Progress, &res); err != nil {
+	if err := s.pull(ctx, id, m.Size, grant, sources, missing, opt.For, opt.Progress, &res); err != nil {
 		return res, err
 	}
-	if err := s.cfg.Store.Complete(id); err != nil {
+	if err := s.cfg.Store.Complete(id, opt.For, meta); err != nil {
 		return res, err
 	}
 	s.count("artifact.fetched", 1)
@@ -547,7 +526,7 @@ type pullJob struct {
 }
 
 // pull fetches the missing chunks from the sources.
-func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte, sources []peer.ID, missing []Chunk, progress func(int64, int64), res *FetchResult) error {
+func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte, sources []peer.ID, missing []Chunk, rd Reader, progress func(int64, int64), res *FetchResult) error {
 	if len(missing) == 0 {
 		return nil
 	}
@@ -671,7 +650,7 @@ func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte
 						peerDead.Store(true)
 						return
 					}
-					if perr := s.cfg.Store.PutChunk(id, j.c.Hash, data); perr != nil {
+					if perr := s.cfg.Store.PutChunk(id, j.c.Hash, data, rd); perr != nil {
 						queue <- j
 						if errors.Is(perr, ErrFull) {
 							mu.Lock()

@@ -82,7 +82,7 @@ func writeRandom(t testing.TB, size int) (string, []byte) {
 func exported(t testing.TB, s *Store, id string) []byte {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "out")
-	if err := s.Export(id, out); err != nil {
+	if err := s.Export(id, out, Local); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(out)
@@ -283,7 +283,7 @@ func TestFetchResumesAfterInterruption(t *testing.T) {
 	}
 	m, complete, _ := fetcher.store.Manifest(id)
 	held := m.Size
-	for _, c := range fetcher.store.Missing(&m) {
+	for _, c := range fetcher.store.Missing(&m, Reader{}) {
 		held -= c.Size
 	}
 	if complete || held < m.Size/2 || held == m.Size {
@@ -367,7 +367,7 @@ func TestStoreOpenReadsFileInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := s.Open(id)
+	rc, err := s.Open(id, Local)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,7 @@ func TestStoreOpenReadsFileInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Open(dirID); err == nil {
+	if _, err := s.Open(dirID, Local); err == nil {
 		t.Fatal("opened a directory artifact as a file")
 	}
 }
@@ -400,7 +400,7 @@ func TestFetchSkipsHolderLackingChunks(t *testing.T) {
 	}
 	for _, c := range m.Chunks()[:3] {
 		b, _ := full.store.ReadChunk(c.Hash)
-		if err := partial.store.PutChunk(id, c.Hash, b); err != nil {
+		if err := partial.store.PutChunk(id, c.Hash, b, Local); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -95,7 +95,7 @@ func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]
 		s.count("artifact.warm_refused", 1)
 		return nil, errors.New("this node does not accept warm requests")
 	}
-	if m, complete, err := s.cfg.Store.Manifest(req.ID); err == nil && complete {
+	if m, complete, err := s.cfg.Store.Manifest(req.ID); err == nil && complete && s.cfg.Store.MayRead(req.ID, For(from)) == nil {
 		s.cfg.Store.Pin(req.ID)() // wanted again: recently used, last out
 		return json.Marshal(wire.ArtifactWarmAck{ID: req.ID, Size: m.Size})
 	}
@@ -124,7 +124,7 @@ func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]
 		fctx, cancel := context.WithTimeout(s.cfg.Context, WarmTimeout)
 		defer cancel()
 		origin := peer.AddrInfo{ID: from}
-		_, err := s.Fetch(fctx, req.ID, FetchOptions{Origin: &origin, Grant: req.Grant, Accept: func(m *Manifest, missing int64) error {
+		_, err := s.Fetch(fctx, req.ID, FetchOptions{Origin: &origin, Grant: req.Grant, For: For(from), Accept: func(m *Manifest, missing int64) error {
 			if err := s.warmFits(m.Size, missing); err != nil {
 				return err
 			}

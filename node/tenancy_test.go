@@ -1,0 +1,87 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+func randomPeer(t *testing.T) peer.ID {
+	t.Helper()
+	_, pub, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestProviderKeepsRentersApart: a provider holds renter X's private
+// artifact (a checkpoint or outputs it kept for X). Renter Y's job naming
+// it as an input or as the checkpoint to restore does not get it from the
+// provider's store (Y does not serve it: the lease fails), and the
+// provider's capability record does not list it. On the renter side, a
+// provider naming an artifact of the renter's as its checkpoint does not
+// have the renter's own copy counted as fetched.
+func TestProviderKeepsRentersApart(t *testing.T) {
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
+	prov := ns[0]
+	x := randomPeer(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "state"), []byte("renter X's checkpoint"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id, err := prov.artifacts.Store().Add(src, artifact.Meta{Private: true, Owner: x.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(prov.artifacts.Store().Held(auction.MaxAdvertisedArtifacts), id) {
+		t.Error("the provider advertises renter X's private artifact")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	job := auction.Job{ID: "job-of-y", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs()}
+	restoreDir := filepath.Join(t.TempDir(), "restore")
+	if release, err := prov.restoreCheckpoint(ctx, job, id, restoreDir); err == nil {
+		b, _ := os.ReadFile(filepath.Join(restoreDir, "state"))
+		release()
+		t.Errorf("renter Y's job restored renter X's checkpoint: %q", b)
+	}
+	job.Run.Inputs = map[string]string{"data": id}
+	inputsDir := filepath.Join(t.TempDir(), "inputs")
+	if release, err := prov.prepareInputs(ctx, job, inputsDir); err == nil {
+		b, _ := os.ReadFile(filepath.Join(inputsDir, "data", "state"))
+		release()
+		t.Errorf("renter Y's job read renter X's artifact as an input: %q", b)
+	}
+
+	// The renter's own private artifact, named by the provider as its
+	// checkpoint: the provider never held it, so it is not kept.
+	mine := t.TempDir()
+	if err := os.WriteFile(filepath.Join(mine, "secret"), []byte("the renter's own data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	own, err := boot.artifacts.Store().Add(mine, artifact.Meta{Private: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := boot.fetchCheckpoint(ctx, own, prov.ID(), auction.MaxCheckpointBytes); err == nil {
+		t.Fatalf("a provider's claim to the renter's own artifact was kept as a %d-byte checkpoint", n)
+	}
+	if _, err := boot.artifacts.Store().Info(own); err != nil {
+		t.Fatalf("the refused claim cost the renter its artifact: %v", err)
+	}
+}
