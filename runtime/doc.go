@@ -20,7 +20,8 @@
 //
 // Scratch hygiene: CollectOutputs copies a finished job's outputs out of its
 // work dir with a size and file-count cap and checksums (skipping, with a
-// note, symlinks that leave the outputs dir), Handle.Cleanup wipes the work
+// note, every symlink: a job's tree is only read through WalkJobTree, which
+// never follows one, see jobtree.go), Handle.Cleanup wipes the work
 // dir, WipeOrphans removes work dirs left over by a previous daemon run, and
 // Prune removes job logs and outputs past their retention.
 package runtime
