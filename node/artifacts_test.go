@@ -297,6 +297,7 @@ func TestImageArtifactLoadedOnFirstUse(t *testing.T) {
 	if !strings.HasPrefix(image, "sha256:") {
 		t.Fatalf("image to run %q, want an ID", image)
 	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", image).Run() })
 	if out, err := exec.Command("docker", "image", "inspect", ref).CombinedOutput(); err == nil {
 		t.Fatalf("the artifact's load tagged %s: %s", ref, out)
 	}
@@ -626,6 +627,10 @@ func TestImageArtifactJobThroughAuction(t *testing.T) {
 	}
 	if n := prov.artifacts.Counters()["artifact.fetched"]; n != 1 {
 		t.Fatalf("provider fetched %d artifacts, want the image", n)
+	}
+	// Loaded without a name: removed by ID.
+	if id, ok := prov.imageIDs.Load(in.ID); ok {
+		_ = exec.Command("docker", "rmi", "-f", id.(string)).Run()
 	}
 }
 
