@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -108,66 +109,68 @@ func (d *Daemon) advertisedArtifacts(ctx context.Context, provider string) ([]st
 
 // prepareInputs is the supervisor's hook: a job's inputs and image
 // artifact come from its owner (the renter's daemon) and any other holder.
-// An image artifact is loaded into the container engine when the engine
-// lacks the job's image.
-func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string) (func(), error) {
+// The image artifact's image is loaded into the container engine unless
+// the engine holds it already, and image is its ID, which the job runs.
+func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string) (release func(), image string, err error) {
 	owner, err := peer.Decode(job.Owner)
 	if err != nil {
-		return nil, badRequest("job %s: owner %q is not a peer id", job.ID, job.Owner)
+		return nil, "", badRequest("job %s: owner %q is not a peer id", job.ID, job.Owner)
 	}
 	var releases []func()
-	release := func() {
+	release = func() {
 		for i := len(releases) - 1; i >= 0; i-- {
 			releases[i]()
 		}
 	}
 	if id := job.Run.ImageArtifact; id != "" {
-		unpin, err := d.loadImageArtifact(ctx, id, job.Run.Image, owner, job.OwnerAddrs)
+		unpin, imageID, err := d.loadImageArtifact(ctx, id, job.Run.Image, owner, job.OwnerAddrs)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		releases = append(releases, unpin)
+		image = imageID
 	}
 	if len(job.Run.Inputs) > 0 {
 		rel, err := d.artifacts.PrepareInputs(ctx, job.Run.Inputs, owner, job.OwnerAddrs, dir)
 		if err != nil {
 			release()
-			return nil, err
+			return nil, "", err
 		}
 		releases = append(releases, rel)
 	}
-	return release, nil
+	return release, image, nil
 }
 
-// loadImageArtifact makes image available to the container engine: when
-// the engine lacks it, the artifact (a `docker save` tarball) is fetched
-// and loaded. The artifact stays pinned until unpin.
-func (d *Daemon) loadImageArtifact(ctx context.Context, id, image string, owner peer.ID, addrs []string) (unpin func(), err error) {
+// loadImageArtifact fetches the image artifact id (a `docker save`
+// tarball) of a job that names image and makes it available to the
+// container engine, returning the ID the job must run. The tarball comes
+// from a renter: runtime.Images.LoadArtifact refuses one that names any
+// other image (it would re-tag another tenant's image) and loads it
+// without names, so the job runs by ID and no tag on the host moves. The
+// artifact stays pinned until unpin.
+func (d *Daemon) loadImageArtifact(ctx context.Context, id, image string, owner peer.ID, addrs []string) (unpin func(), imageID string, err error) {
 	im := runtime.NewImages(runtime.DefaultDockerSocket)
-	if has, err := im.Has(ctx, image); err == nil && has {
-		return func() {}, nil
+	// The cache is per owner: a hit skips the fetch, and with it the
+	// access check (Store.MayRead), so another renter naming the same
+	// private artifact must miss it.
+	key := owner.String() + "\x00" + id
+	if v, ok := d.imageIDs.Load(key); ok {
+		if has, err := im.Has(ctx, v.(string)); err == nil && has {
+			return func() {}, v.(string), nil
+		}
 	}
 	unpin, err = d.artifacts.FetchForJob(ctx, id, owner, addrs)
 	if err != nil {
-		return nil, fmt.Errorf("image artifact: %w", err)
+		return nil, "", fmt.Errorf("image artifact: %w", err)
 	}
-	rc, err := d.artifacts.Store().Open(id, artifact.For(owner))
-	if err == nil {
-		err = im.Load(ctx, rc)
-		rc.Close()
-	}
-	if err == nil {
-		var has bool
-		if has, err = im.Has(ctx, image); err == nil && !has {
-			err = fmt.Errorf("artifact %s does not hold image %s", id, image)
-		}
-	}
+	imageID, err = im.LoadArtifact(ctx, func() (io.ReadCloser, error) { return d.artifacts.Store().Open(id, artifact.For(owner)) }, image)
 	if err != nil {
 		unpin()
-		return nil, fmt.Errorf("image artifact: %w", err)
+		return nil, "", fmt.Errorf("image artifact %s: %w", id, err)
 	}
-	d.log.Info("image loaded from artifact", "image", image, "artifact", id)
-	return unpin, nil
+	d.imageIDs.Store(key, imageID)
+	d.log.Info("image loaded from artifact", "image", image, "artifact", id, "id", imageID)
+	return unpin, imageID, nil
 }
 
 // addImage saves a container image from the engine as an artifact.

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -290,9 +291,18 @@ func TestImageArtifactLoadedOnFirstUse(t *testing.T) {
 		Run: auction.RunSpec{Image: ref, ImageArtifact: in.ID, Command: []string{"/jobhelper", "echo", "from", "artifact"}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	release, err := prov.prepareInputs(ctx, job, filepath.Join(t.TempDir(), "inputs"))
+	release, image, err := prov.prepareInputs(ctx, job, filepath.Join(t.TempDir(), "inputs"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// It runs by ID; the image's name stays off the engine (loads move no
+	// tag).
+	if !strings.HasPrefix(image, "sha256:") {
+		t.Fatalf("image to run %q, want an ID", image)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", image).Run() })
+	if out, err := exec.Command("docker", "image", "inspect", ref).CombinedOutput(); err == nil {
+		t.Fatalf("the artifact's load tagged %s: %s", ref, out)
 	}
 	if info, _ := prov.artifacts.Store().Info(in.ID); info.Pins != 1 {
 		t.Fatalf("image artifact not pinned while in use: %+v", info)
@@ -302,7 +312,7 @@ func TestImageArtifactLoadedOnFirstUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	h, err := e.Start(ctx, runtime.Spec{ID: "img-job", Image: ref, Command: job.Run.Command}, &out, io.Discard)
+	h, err := e.Start(ctx, runtime.Spec{ID: "img-job", Image: image, Command: job.Run.Command}, &out, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -620,5 +630,184 @@ func TestImageArtifactJobThroughAuction(t *testing.T) {
 	}
 	if n := prov.artifacts.Counters()["artifact.fetched"]; n != 1 {
 		t.Fatalf("provider fetched %d artifacts, want the image", n)
+	}
+	// Loaded without a name: removed by ID.
+	prov.imageIDs.Range(func(_, id any) bool {
+		_ = exec.Command("docker", "rmi", "-f", id.(string)).Run()
+		return true
+	})
+}
+
+// importImage makes a single-file image named ref from content, or skips
+// without Docker.
+func importImage(t *testing.T, ref, file, content string) string {
+	t.Helper()
+	if !runtime.DockerAvailable(runtime.DefaultDockerSocket) {
+		t.Skip("needs a Docker Engine: none reachable on " + runtime.DefaultDockerSocket)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: file, Mode: 0o644, Size: int64(len(content)), ModTime: time.Unix(0, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write([]byte(content)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	imp := exec.Command("docker", "import", "-", ref)
+	imp.Stdin = &buf
+	if out, err := imp.CombinedOutput(); err != nil {
+		t.Fatalf("docker import: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", ref).Run() })
+	return imageID(t, ref)
+}
+
+func imageID(t *testing.T, ref string) string {
+	t.Helper()
+	out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", ref).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker image inspect %s: %v: %s", ref, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// tagTarball rewrites a `docker save` tarball so that its image carries
+// exactly the tags (manifest.json and repositories), as a hostile renter
+// can make it.
+func tagTarball(t *testing.T, in []byte, tags ...string) []byte {
+	t.Helper()
+	tr := tar.NewReader(bytes.NewReader(in))
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch h.Name {
+		case "manifest.json":
+			var m []map[string]any
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Fatal(err)
+			}
+			m[0]["RepoTags"] = tags
+			b, _ = json.Marshal(m)
+		case "repositories":
+			var r map[string]map[string]string
+			if err := json.Unmarshal(b, &r); err != nil {
+				t.Fatal(err)
+			}
+			var layer string
+			for _, tags := range r {
+				for _, l := range tags {
+					layer = l
+				}
+			}
+			r = map[string]map[string]string{}
+			for _, e := range tags {
+				i := strings.LastIndexByte(e, ':')
+				r[e[:i]] = map[string]string{e[i+1:]: layer}
+			}
+			b, _ = json.Marshal(r)
+		}
+		h.Size = int64(len(b))
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// TestImageArtifactCannotRetagAnotherImage (issue 22): a renter's image
+// artifact whose tarball also tags another tenant's image (victim:latest)
+// is refused and the victim's image keeps its name; a job whose image
+// names the victim's, with its own artifact, runs its own image by ID and
+// leaves the victim's name alone.
+func TestImageArtifactCannotRetagAnotherImage(t *testing.T) {
+	var sfx [4]byte
+	_, _ = rand.Read(sfx[:])
+	tag := hex.EncodeToString(sfx[:])
+	victim := "gpumesh-victim-" + tag + ":latest"
+	attacker := "gpumesh-attacker-" + tag + ":1"
+	victimID := importImage(t, victim, "who", "victim")
+	importImage(t, attacker, "who", "attacker")
+	saved, err := exec.Command("docker", "save", attacker).Output()
+	if err != nil {
+		t.Fatalf("docker save: %v", err)
+	}
+	if out, err := exec.Command("docker", "rmi", attacker).CombinedOutput(); err != nil {
+		t.Fatalf("docker rmi: %v: %s", err, out)
+	}
+
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
+	prov := ns[0]
+	cl := api.NewClient(boot.dir)
+	add := func(name string, b []byte) string {
+		p := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		in, err := cl.AddArtifact(context.Background(), api.ArtifactAddRequest{Path: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.ShareArtifact(context.Background(), in.ID, prov.ID().String()); err != nil {
+			t.Fatal(err)
+		}
+		return in.ID
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	prepare := func(image, art string) (string, error) {
+		job := auction.Job{ID: "retag-job", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs(),
+			Run: auction.RunSpec{Image: image, ImageArtifact: art, Command: []string{"/who"}}}
+		release, id, err := prov.prepareInputs(ctx, job, filepath.Join(t.TempDir(), "inputs"))
+		if err == nil {
+			release()
+		}
+		return id, err
+	}
+
+	hostile := add("hostile.tar", tagTarball(t, saved, attacker, victim))
+	if _, err := prepare(attacker, hostile); err == nil || !strings.Contains(err.Error(), victim) || strings.Count(err.Error(), "\n") > 0 {
+		t.Errorf("artifact tagging %s besides the job's image: %v", victim, err)
+	}
+	if got := imageID(t, victim); got != victimID {
+		t.Fatalf("%s now names %s, was %s: another tenant's artifact replaced it", victim, got, victimID)
+	}
+	if out, err := exec.Command("docker", "image", "inspect", attacker).CombinedOutput(); err == nil {
+		t.Fatalf("the refused artifact was loaded: %s", out)
+	}
+
+	// The same image, its tarball naming the victim's image only, posted
+	// as a job that names the victim's image: loaded without names and
+	// run by ID; the victim's name stays where it was.
+	own := add("own.tar", tagTarball(t, saved, victim))
+	id, err := prepare(victim, own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", id).Run() })
+	if id == victimID || !strings.HasPrefix(id, "sha256:") {
+		t.Fatalf("job runs %q; the victim's image is %s", id, victimID)
+	}
+	if got := imageID(t, victim); got != victimID {
+		t.Fatalf("%s now names %s, was %s: loading a same-named artifact moved the tag", victim, got, victimID)
 	}
 }

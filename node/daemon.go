@@ -81,11 +81,15 @@ type Daemon struct {
 	// containers is what the provider's executor can do with image jobs
 	// (set once the executor exists; advertised in the capability).
 	containers auction.ContainerSupport
-	db         *ledger.DB
-	net        *p2p.Node
-	inv        runtime.Inventory
-	fp         attest.Fingerprint
-	fpHash     string
+	// imageIDs maps an owner and its image artifact (owner \x00 id) to
+	// the ID of the image loaded from it, so that owner's next job whose
+	// image is still on the engine does not fetch the artifact again.
+	imageIDs sync.Map
+	db       *ledger.DB
+	net      *p2p.Node
+	inv      runtime.Inventory
+	fp       attest.Fingerprint
+	fpHash   string
 
 	market *market
 	// marketRef is market for the network handlers that may run before

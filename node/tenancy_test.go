@@ -62,7 +62,7 @@ func TestProviderKeepsRentersApart(t *testing.T) {
 	}
 	job.Run.Inputs = map[string]string{"data": id}
 	inputsDir := filepath.Join(t.TempDir(), "inputs")
-	if release, err := prov.prepareInputs(ctx, job, inputsDir); err == nil {
+	if release, _, err := prov.prepareInputs(ctx, job, inputsDir); err == nil {
 		b, _ := os.ReadFile(filepath.Join(inputsDir, "data", "state"))
 		release()
 		t.Errorf("renter Y's job read renter X's artifact as an input: %q", b)

@@ -7,20 +7,24 @@
 //
 // Execution has two backends behind the Executor interface. The process
 // backend (NewProcessExecutor) works everywhere: each job gets a private work
-// dir, its own process group, a scrubbed environment, a wall-clock limit and,
-// where the host allows it, a cgroup with memory, pids and CPU limits
-// (defaults from ProcessOptions when the job sets none). When the daemon runs
-// as root each job also gets a dedicated unprivileged uid and its own
-// network (loopback only), mount and IPC namespaces, with fresh size-limited
-// tmpfs mounts on /tmp, /var/tmp and /dev/shm and a size-limited tmpfs as its
-// work dir; without root it runs without them and Limits says so. Each job's
+// dir, its own process group, a scrubbed environment, a wall-clock limit,
+// no_new_privs (setuid binaries grant nothing) and, where the host allows
+// it, a cgroup with memory, pids and CPU limits (from ProcessOptions; a
+// job's memory request may lower the memory limit, never raise it). When
+// the daemon runs as root each job also gets a dedicated unprivileged uid
+// and its own network (loopback only), mount and IPC namespaces, with fresh
+// size-limited tmpfs mounts on /tmp, /var/tmp, /dev/shm and /run/lock, a
+// /proc that shows only its own processes (hidepid, Linux 5.8+) and a
+// size-limited tmpfs as its work dir; without root it runs without them and
+// Limits says so. Each job's
 // stdout and stderr are capped together (CapWriter). The container backend
 // (NewDockerExecutor) talks to the Docker Engine API over its unix socket and
 // runs the job's image with no network. Auto picks between them per job.
 //
 // Scratch hygiene: CollectOutputs copies a finished job's outputs out of its
 // work dir with a size and file-count cap and checksums (skipping, with a
-// note, symlinks that leave the outputs dir), Handle.Cleanup wipes the work
+// note, every symlink: a job's tree is only read through WalkJobTree, which
+// never follows one, see jobtree.go), Handle.Cleanup wipes the work
 // dir, WipeOrphans removes work dirs left over by a previous daemon run, and
 // Prune removes job logs and outputs past their retention.
 package runtime

@@ -24,8 +24,9 @@ var ErrOutputsTooLarge = errors.New("runtime: outputs exceed size cap")
 var ErrTooManyOutputs = fmt.Errorf("runtime: outputs exceed %d files", MaxOutputFiles)
 
 // ErrOutputsSkipped is returned, with the files that were collected, when
-// some entries of the outputs dir were left out (symlinks escaping it or
-// dangling, unreadable entries); the error lists them.
+// some entries of the outputs dir were left out (symlinks, entries the job
+// swapped or removed while they were read, unreadable entries); the error
+// lists them.
 var ErrOutputsSkipped = errors.New("runtime: outputs skipped")
 
 // MaxOutputFiles caps the number of files CollectOutputs returns.
@@ -33,13 +34,15 @@ const MaxOutputFiles = 1000
 
 // CollectOutputs copies the regular files under workDir/outputsRel into
 // destDir, keeping the tree, and returns them with their sizes and SHA-256
-// checksums, in lexical order. It must run after the job has ended. A
-// symlink is followed only if its target is a file inside the outputs dir;
-// one that points outside or nowhere is skipped, and the others are still
-// collected: the error then wraps ErrOutputsSkipped and names each skipped
-// entry. Other special files (fifos, sockets, devices) are skipped silently.
-// maxBytes caps the total size (<= 0: no cap); past it CollectOutputs stops
-// with ErrOutputsTooLarge, and past MaxOutputFiles files with
+// checksums, in lexical order. It must run after the job has ended, but
+// does not trust that it did: the tree is read through WalkJobTree, so no
+// symlink is ever followed, whenever it appeared. A symlink among the
+// outputs is skipped and the other files are still collected: the error
+// then wraps ErrOutputsSkipped and names each skipped entry. Other special
+// files (fifos, sockets, devices) are skipped silently. An outputs dir that
+// is itself a symlink (or below one) is refused. maxBytes caps the total
+// size (<= 0: no cap); past it CollectOutputs stops with
+// ErrOutputsTooLarge, and past MaxOutputFiles files with
 // ErrTooManyOutputs, returning what it had copied. A missing outputs dir
 // yields no files.
 func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auction.OutputFile, error) {
@@ -48,19 +51,8 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auct
 	if err != nil {
 		return nil, fmt.Errorf("runtime: collect outputs: %w", err)
 	}
-	wd, err := filepath.EvalSymlinks(workDir)
-	if err != nil {
+	if _, err := os.Stat(workDir); err != nil {
 		return nil, fmt.Errorf("runtime: collect outputs: work dir: %w", err)
-	}
-	src, err := filepath.EvalSymlinks(filepath.Join(wd, rel))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("runtime: collect outputs: %w", err)
-	}
-	if !within(wd, src) || src == wd {
-		return nil, fmt.Errorf("runtime: collect outputs: %s resolves outside the work dir", outputsRel)
 	}
 	if err := os.MkdirAll(destDir, 0o755); err != nil {
 		return nil, fmt.Errorf("runtime: collect outputs: %w", err)
@@ -69,61 +61,42 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auct
 	var skipped []string
 	skip := func(r, why string) { skipped = append(skipped, r+": "+why) }
 	var total int64
-	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		r, rerr := filepath.Rel(src, p)
-		if rerr != nil {
-			return rerr
-		}
+	err = WalkJobTree(workDir, rel, func(e TreeEntry, err error) error {
+		r := filepath.FromSlash(e.Path)
 		if err != nil {
-			if p == src {
-				return err
-			}
-			skip(r, err.Error())
-			if d != nil && d.IsDir() {
-				return fs.SkipDir
-			}
+			skip(e.Path, errText(err))
 			return nil
 		}
 		dst := filepath.Join(destDir, r)
-		real := p
-		mode := d.Type()
-		if mode&fs.ModeSymlink != 0 {
-			real, err = filepath.EvalSymlinks(p)
-			if err != nil {
-				skip(r, "dangling symlink")
-				return nil
-			}
-			if !within(src, real) {
-				skip(r, "symlink escapes the outputs dir")
-				return nil
-			}
-			fi, err := os.Stat(real)
-			if err != nil {
-				skip(r, err.Error())
-				return nil
-			}
-			if fi.IsDir() {
-				return nil // the target is collected on its own
-			}
-			mode = fi.Mode().Type()
-		}
 		switch {
-		case mode.IsDir():
+		case e.Mode.IsDir():
 			return os.MkdirAll(dst, 0o755)
-		case !mode.IsRegular():
+		case e.Mode&fs.ModeSymlink != 0:
+			skip(e.Path, ErrSymlink.Error())
+			return nil
+		case !e.Mode.IsRegular():
 			return nil
 		}
 		if len(out) == MaxOutputFiles {
 			return ErrTooManyOutputs
 		}
-		f, err := copyCapped(real, dst, maxBytes, &total)
+		in, err := e.Open()
 		if err != nil {
-			return fmt.Errorf("%s: %w", r, err)
+			skip(e.Path, errText(err))
+			return nil
 		}
-		f.Path = filepath.ToSlash(r)
+		f, err := copyCapped(in, dst, maxBytes, &total)
+		in.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.Path, err)
+		}
+		f.Path = e.Path
 		out = append(out, f)
 		return nil
 	})
+	if errors.Is(err, fs.ErrNotExist) && len(out) == 0 && len(skipped) == 0 {
+		return nil, nil // no outputs dir
+	}
 	if err != nil {
 		return out, fmt.Errorf("runtime: collect outputs: %w", err)
 	}
@@ -138,12 +111,9 @@ func within(dir, p string) bool {
 	return p == dir || strings.HasPrefix(p, dir+string(filepath.Separator))
 }
 
-func copyCapped(src, dst string, maxBytes int64, total *int64) (auction.OutputFile, error) {
-	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return auction.OutputFile{}, err
-	}
-	defer in.Close()
+// copyCapped copies in, a file of the job's, to dst, counting it against
+// maxBytes in total.
+func copyCapped(in *os.File, dst string, maxBytes int64, total *int64) (auction.OutputFile, error) {
 	o, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return auction.OutputFile{}, err

@@ -46,8 +46,12 @@ func TestCollectOutputs(t *testing.T) {
 	}
 	dest := t.TempDir()
 	files, err := CollectOutputs(wd, "out", dest, 0)
-	if err != nil {
+	// A symlink is never followed, even one to a file beside it.
+	if !errors.Is(err, ErrOutputsSkipped) || !strings.Contains(err.Error(), "link-in: symlink (not followed)") {
 		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(dest, "link-in")); !os.IsNotExist(err) {
+		t.Fatalf("symlink reached dest: %v", err)
 	}
 	got := map[string]auction.OutputFile{}
 	var names []string
@@ -55,10 +59,10 @@ func TestCollectOutputs(t *testing.T) {
 		got[f.Path] = f
 		names = append(names, f.Path)
 	}
-	if !sort.StringsAreSorted(names) || strings.Join(names, ",") != "a.txt,link-in,sub/b.bin" {
+	if !sort.StringsAreSorted(names) || strings.Join(names, ",") != "a.txt,sub/b.bin" {
 		t.Fatalf("collected %v", names)
 	}
-	for p, content := range map[string]string{"a.txt": "alpha", "link-in": "alpha", "sub/b.bin": strings.Repeat("b", 1000)} {
+	for p, content := range map[string]string{"a.txt": "alpha", "sub/b.bin": strings.Repeat("b", 1000)} {
 		f := got[p]
 		if f.Size != int64(len(content)) || f.SHA256 != sum(content) {
 			t.Errorf("%s: %+v", p, f)
@@ -75,12 +79,12 @@ func TestCollectOutputs(t *testing.T) {
 		t.Fatal("file outside the outputs dir was collected")
 	}
 
-	// Cap: 1010 bytes in total (the in-dir symlink counts as a copy).
-	_, err = CollectOutputs(wd, "out", t.TempDir(), 1009)
+	// Cap: 1005 bytes in total.
+	_, err = CollectOutputs(wd, "out", t.TempDir(), 1004)
 	if !errors.Is(err, ErrOutputsTooLarge) {
 		t.Fatalf("cap: %v", err)
 	}
-	if _, err := CollectOutputs(wd, "out", t.TempDir(), 1010); err != nil {
+	if _, err := CollectOutputs(wd, "out", t.TempDir(), 1005); errors.Is(err, ErrOutputsTooLarge) {
 		t.Fatalf("exact cap: %v", err)
 	}
 	// A missing outputs dir is no outputs.
@@ -102,7 +106,7 @@ func TestCollectOutputsRefusesEscapingSymlinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	dest := t.TempDir()
-	if _, err := CollectOutputs(wd, "out", dest, 0); err == nil || !strings.Contains(err.Error(), "escapes") {
+	if _, err := CollectOutputs(wd, "out", dest, 0); err == nil || !strings.Contains(err.Error(), "steal: symlink (not followed)") {
 		t.Fatalf("symlink to a file outside: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dest, "steal")); !os.IsNotExist(err) {
@@ -114,8 +118,8 @@ func TestCollectOutputsRefusesEscapingSymlinks(t *testing.T) {
 	if err := os.Symlink(filepath.Dir(secret), filepath.Join(wd2, "out")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CollectOutputs(wd2, "out", t.TempDir(), 0); err == nil {
-		t.Fatal("outputs dir symlinked outside the work dir accepted")
+	if files, err := CollectOutputs(wd2, "out", t.TempDir(), 0); err == nil || !strings.Contains(err.Error(), "out: symlink (not followed)") || len(files) != 0 {
+		t.Fatalf("outputs dir symlinked outside the work dir: %v %v", files, err)
 	}
 }
 
@@ -149,8 +153,8 @@ func TestWipeOrphans(t *testing.T) {
 	}
 }
 
-// A symlink in the outputs (escaping, dangling, or to a dir outside) is
-// skipped with a note; every regular file is still collected.
+// A symlink in the outputs (escaping, dangling, to a dir outside, or one
+// that stays inside) is skipped with a note; every regular file is still collected.
 func TestCollectOutputsSkipsBadSymlinks(t *testing.T) {
 	outside := t.TempDir()
 	writeFile(t, filepath.Join(outside, "key"), "private")
@@ -224,7 +228,7 @@ func TestProcessOutputsWithSymlink(t *testing.T) {
 		t.Fatalf("%+v %q", res, errOut)
 	}
 	files, err := CollectOutputs(h.WorkDir(), "", t.TempDir(), 1<<20)
-	if !errors.Is(err, ErrOutputsSkipped) || !strings.Contains(err.Error(), "a-link: symlink escapes") {
+	if !errors.Is(err, ErrOutputsSkipped) || !strings.Contains(err.Error(), "a-link: symlink (not followed)") {
 		t.Fatalf("err %v", err)
 	}
 	var names []string

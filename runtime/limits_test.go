@@ -1,11 +1,9 @@
 package runtime
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // needCgroup skips a test of a cgroup limit this host cannot enforce.
@@ -27,17 +25,34 @@ func TestProcessDefaultMemoryLimit(t *testing.T) {
 	if res.Reason != ReasonOOM || !res.Killed || res.ExitCode != 137 {
 		t.Fatalf("over the default limit: %+v", res)
 	}
-	// The spec's own limit replaces the default.
-	var out syncBuffer
-	h, err := e.Start(context.Background(), Spec{ID: "defmem-spec", Command: []string{helperBin, "alloc", "100"}, MemoryMB: 256}, &out, nil)
-	if err != nil {
-		t.Fatal(err)
+}
+
+// A job's memory_mb lowers the provider's cap, never lifts it (issue 22:
+// a job asking for more got it): the limit is the smaller of the two, and
+// a clamped job is told in its stderr.
+func TestProcessMemoryRequestCannotLiftCap(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{MemoryMB: 64})
+	needCgroup(t, e, "memory", (*cgroups).limitsMemory)
+	res, _, errOut, _ := run(t, e, Spec{ID: "mem-lift", Command: []string{helperBin, "alloc", "150"}, MemoryMB: 1024})
+	if res.Reason != ReasonOOM || !res.Killed {
+		t.Fatalf("memory_mb 1024 on a 64 MiB cap allocated 150 MiB: %+v", res)
 	}
-	defer h.Cleanup()
-	out.waitFor(t, "allocated 100", 20*time.Second)
-	_ = h.Stop(0)
-	if res := h.Wait(); res.Reason != ReasonStopped {
-		t.Fatalf("within the spec's limit: %+v", res)
+	if !strings.Contains(errOut, "gpumesh: memory_mb 1024 is over this provider's cap of 64 MiB per job; the job is limited to 64 MiB") {
+		t.Fatalf("no note of the clamp in stderr: %q", errOut)
+	}
+	// Below the cap, the job's own limit holds.
+	e2 := newTestExecutor(t, ProcessOptions{MemoryMB: 512})
+	res, _, errOut, _ = run(t, e2, Spec{ID: "mem-lower", Command: []string{helperBin, "alloc", "150"}, MemoryMB: 64})
+	if res.Reason != ReasonOOM || strings.Contains(errOut, "over this provider's cap") {
+		t.Fatalf("memory_mb 64 under a 512 MiB cap: %+v %q", res, errOut)
+	}
+}
+
+func TestJobMemoryMB(t *testing.T) {
+	for _, c := range [][3]int{{0, 64, 64}, {32, 64, 32}, {1024, 64, 64}, {64, 64, 64}, {1024, 0, 1024}, {1024, -1, 1024}, {0, -1, -1}} {
+		if got := jobMemoryMB(c[0], c[1]); got != c[2] {
+			t.Errorf("request %d, cap %d: %d, want %d", c[0], c[1], got, c[2])
+		}
 	}
 }
 

@@ -33,9 +33,10 @@ type ProcessOptions struct {
 	// NoCgroups disables cgroups: no memory, pids or CPU limits, kill by
 	// process group and uid only.
 	NoCgroups bool
-	// MemoryMB is the memory limit of a job whose Spec.MemoryMB is 0
-	// (private tmpfs files count against it). Default: half the host's
-	// RAM; < 0: none.
+	// MemoryMB is each job's memory limit (private tmpfs files count
+	// against it): a job's Spec.MemoryMB may lower it, never raise it (a
+	// larger request is clamped to it, with a note in the job's stderr).
+	// Default: half the host's RAM; < 0: none.
 	MemoryMB int
 	// Pids caps the number of processes and threads of each job.
 	// Default DefaultPids; < 0: none.
@@ -91,6 +92,18 @@ func defaultLimits(opts ProcessOptions) jobLimits {
 		l.cpus = float64(max(1, goruntime.NumCPU()-1))
 	}
 	return l
+}
+
+// jobMemoryMB is the memory limit of a job that asks for requested MiB (0:
+// none) on an executor whose cap is capMB (<= 0: none): the smaller.
+func jobMemoryMB(requested, capMB int) int {
+	switch {
+	case requested <= 0:
+		return capMB
+	case capMB <= 0:
+		return requested
+	}
+	return min(requested, capMB)
 }
 
 // DefaultWorkDirMB is the default size of a job's work dir.
@@ -313,8 +326,10 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	var cg *jobCgroup
 	if e.cg != nil {
 		lim := e.lim
-		if spec.MemoryMB > 0 {
-			lim.memoryMB = spec.MemoryMB
+		lim.memoryMB = jobMemoryMB(spec.MemoryMB, e.lim.memoryMB)
+		if spec.MemoryMB > 0 && lim.memoryMB < spec.MemoryMB && stderr != nil {
+			fmt.Fprintf(stderr, "gpumesh: memory_mb %d is over this provider's cap of %d MiB per job; the job is limited to %d MiB\n",
+				spec.MemoryMB, e.lim.memoryMB, lim.memoryMB)
 		}
 		cg, err = e.cg.create(fmt.Sprintf("%s-%d-%d", spec.ID, os.Getpid(), cgroupSeq.Add(1)), lim)
 		if err != nil {

@@ -490,3 +490,12 @@ func TestCUDAVisibleDevicesPrefersUUIDs(t *testing.T) {
 		})
 	}
 }
+
+// Every process job runs with no_new_privs, root or not (issue 22).
+func TestProcessJobNoNewPrivs(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	res, got, errOut, _ := run(t, e, Spec{ID: "nnp", Command: []string{helperBin, "cat", "/proc/self/status"}})
+	if res.ExitCode != 0 || !strings.Contains(got, "NoNewPrivs:\t1") {
+		t.Fatalf("%+v: %q %q", res, got, errOut)
+	}
+}

@@ -18,17 +18,37 @@ import (
 
 // sandbox is what a process job gets around it besides its uid and cgroup:
 // its own network namespace (loopback only, unless network is allowed), IPC
-// namespace, and mount namespace in which /tmp, /var/tmp and /dev/shm are
-// fresh size-limited tmpfs mounts, so that no tenant sees another's (or a
-// previous tenant's with the same uid) scratch files.
+// namespace, and mount namespace in which /tmp, /var/tmp, /dev/shm and
+// /run/lock are fresh size-limited tmpfs mounts, so that no tenant sees
+// another's (or a previous tenant's with the same uid) scratch files, and
+// /proc is a fresh procfs with hidepid=2: a job sees its own processes only,
+// not the daemon's command line nor another tenant's (each job has its own
+// uid).
 type sandbox struct {
 	network bool   // share the host's network namespace
 	tmpMB   int    // size of each private tmpfs; <= 0: the kernel default (half of RAM)
 	root    string // the work root: other jobs' work dirs under it are unmounted
 }
 
-// privateDirs get a fresh tmpfs in each job's mount namespace.
-var privateDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
+// privateDirs get a fresh tmpfs in each job's mount namespace. Not all of
+// /run: it holds what jobs need to see (resolv.conf's target, the work
+// root on some hosts), and /run/lock is its world-writable part.
+var privateDirs = []string{"/tmp", "/var/tmp", "/dev/shm", "/run/lock"}
+
+// procPerMount reports whether the kernel gives each procfs mount its own
+// options (Linux 5.8): before that, mounting /proc with hidepid in a job's
+// mount namespace would change the host's /proc too.
+func procPerMount() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 5 || major == 5 && minor >= 8
+}
 
 // detectSandbox reports whether this process can give jobs their own
 // namespaces (it needs root, i.e. CAP_SYS_ADMIN), by setting them up once on
@@ -123,6 +143,11 @@ func (s *sandbox) enter(wd, inputs string) error {
 			}
 		}
 	}
+	if procPerMount() {
+		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=2"); err != nil {
+			return fmt.Errorf("runtime: job mounts: /proc with hidepid: %w", err)
+		}
+	}
 	if !s.network {
 		if err := loopbackUp(); err != nil {
 			return err
@@ -171,7 +196,7 @@ func loopbackUp() error {
 }
 
 func (s *sandbox) describe() string {
-	tmp := "private tmpfs /tmp, /var/tmp, /dev/shm"
+	tmp := "private tmpfs /tmp, /var/tmp, /dev/shm, /run/lock"
 	if s.tmpMB > 0 {
 		tmp += fmt.Sprintf(" (%d MiB each)", s.tmpMB)
 	}
@@ -179,16 +204,22 @@ func (s *sandbox) describe() string {
 	if s.network {
 		net = "network: host"
 	}
-	return net + "; " + tmp + "; own IPC namespace"
+	procs := "other uids' processes visible in /proc (kernel before 5.8)"
+	if procPerMount() {
+		procs = "/proc shows the job's own processes only"
+	}
+	return net + "; " + tmp + "; own IPC namespace; " + procs
 }
 
 // spawn starts cmd inside the job's cgroup and sandbox (either may be nil),
-// so that not even the first instruction of the job runs outside them.
-// cgroup v1 membership and namespaces are per thread and inherited on fork:
-// spawn forks from a fresh locked thread that it moves into them. Unless it
-// moves the thread back (cgroup v1 only, no sandbox), the goroutine exits
-// still locked, and the Go runtime discards the thread rather than letting
-// daemon code run inside the job's cgroup or namespaces.
+// with no_new_privs set (setuid and file capabilities grant nothing: a
+// setuid-root binary runs as the job's uid), so that not even the first
+// instruction of the job runs outside them. cgroup v1 membership,
+// namespaces and no_new_privs are per thread and inherited on fork: spawn
+// forks from a fresh locked thread that it moves into them. The goroutine
+// exits still locked, and the Go runtime discards the thread rather than
+// letting daemon code run inside the job's cgroup, namespaces or
+// no_new_privs.
 func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd, inputs string) error {
 	if cg != nil && cg.cg.version == 2 {
 		fd, err := unix.Open(cg.dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -200,15 +231,10 @@ func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd, inputs string) error {
 		cmd.SysProcAttr.CgroupFD = fd
 	}
 	v1 := cg != nil && cg.cg.version == 1
-	if !v1 && sb == nil {
-		return cmd.Start()
-	}
 	errc := make(chan error, 1)
 	onSpareThread(func() {
-		var back func() error
 		if v1 {
-			var err error
-			if back, err = cg.enterThread(); err != nil {
+			if _, err := cg.enterThread(); err != nil {
 				errc <- err
 				return
 			}
@@ -219,11 +245,11 @@ func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd, inputs string) error {
 				return
 			}
 		}
-		err := cmd.Start()
-		if sb == nil && back() == nil {
-			goruntime.UnlockOSThread()
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			errc <- fmt.Errorf("runtime: set no_new_privs: %w", err)
+			return
 		}
-		errc <- err
+		errc <- cmd.Start()
 	})
 	return <-errc
 }

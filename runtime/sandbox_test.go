@@ -88,6 +88,9 @@ func TestProcessTenantsDoNotShareTmp(t *testing.T) {
 	needSandbox(t, e)
 	name := uniqueMarker(t)
 	files := []string{"/tmp/" + name, "/var/tmp/" + name, "/dev/shm/" + name}
+	if fi, err := os.Stat("/run/lock"); err == nil && fi.IsDir() {
+		files = append(files, "/run/lock/"+name) // world-writable too (issue 22)
+	}
 	var script strings.Builder
 	for _, f := range files {
 		// World-readable, as careless jobs leave them.
@@ -278,5 +281,83 @@ func TestProcessDaemonKeepsItsNamespaces(t *testing.T) {
 		if after := self(); after != before {
 			t.Fatalf("after job %d the main thread moved:\nbefore %s\nafter  %s", i, before, after)
 		}
+	}
+}
+
+// A job cannot read the daemon's command line nor another tenant's through
+// /proc (issue 22): its /proc shows its own processes only.
+func TestProcessJobCannotSeeOtherProcesses(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	needSandbox(t, e)
+	if !procPerMount() {
+		t.Skip("needs Linux 5.8 for a per-job /proc with hidepid")
+	}
+	mark := uniqueMarker(t)
+	var out syncBuffer
+	a, err := e.Start(context.Background(), Spec{ID: "proc-a", Command: []string{helperBin, "sleep", "1h", mark}}, &out, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Cleanup()
+	defer a.Stop(0)
+	waitProcs(t, mark, 1, 10*time.Second)
+	other := procsWith(t, mark)[0]
+	script := "cat /proc/" + strconv.Itoa(os.Getpid()) + "/cmdline; cat /proc/" + strconv.Itoa(other) +
+		"/cmdline; echo; cat /proc/self/cmdline | tr '\\0' ' '; echo; ls /proc | grep -c '^[0-9]'"
+	res, got, errOut, _ := run(t, e, Spec{ID: "proc-b", Command: []string{"sh", "-c", script}})
+	if strings.Contains(got, mark) || strings.Contains(got, ".test") {
+		t.Fatalf("a job read the daemon's or another tenant's command line: %q", got)
+	}
+	// Positive control: it sees itself, and little else.
+	lines := strings.Split(strings.TrimSpace(got), "\n")
+	if res.Err != nil || !strings.Contains(got, "cat /proc/self/cmdline") || len(lines) == 0 {
+		t.Fatalf("%+v %q %q", res, got, errOut)
+	}
+	if n, _ := strconv.Atoi(lines[len(lines)-1]); n == 0 || n > 5 {
+		t.Fatalf("job sees %d processes in /proc: %q", n, got)
+	}
+}
+
+// A setuid-root binary runs as the job's uid: jobs run with no_new_privs
+// (issue 22).
+func TestProcessSetuidDoesNotElevate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a setuid-root binary and a job uid other than the test's")
+	}
+	e := newTestExecutor(t, ProcessOptions{})
+	if e.uids == nil {
+		t.Fatalf("root but no job uids: %s", e.Limits())
+	}
+	dir := traversableTempDir(t)
+	suid := filepath.Join(dir, "suid-helper")
+	b, err := os.ReadFile(helperBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(suid, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(suid, 0o4755|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err == nil && st.Flags&unix.ST_NOSUID != 0 {
+		t.Skip(dir + " is mounted nosuid: setuid cannot be tested there")
+	}
+	res, got, errOut, _ := run(t, e, Spec{ID: "suid", Command: []string{suid, "cat", "/proc/self/status"}})
+	if res.ExitCode != 0 {
+		t.Fatalf("%+v %q", res, errOut)
+	}
+	var uids []string
+	for _, l := range strings.Split(got, "\n") {
+		if f := strings.Fields(l); len(f) == 5 && f[0] == "Uid:" {
+			uids = f[1:]
+		}
+	}
+	if len(uids) != 4 || uids[0] == "0" || uids[1] != uids[0] || uids[2] != uids[0] {
+		t.Fatalf("setuid-root binary ran with uids (real, effective, saved, fs) %v", uids)
+	}
+	if !strings.Contains(got, "NoNewPrivs:\t1") {
+		t.Fatalf("no no_new_privs: %q", got)
 	}
 }

@@ -135,8 +135,7 @@ func (r *leaseRun) snapshot(h runtime.Handle, reason string, started, at time.Ti
 		return
 	}
 	l := r.lease()
-	src := filepath.Join(h.WorkDir(), runtime.CheckpointDir)
-	fp, size, files, err := listCheckpoint(src)
+	fp, size, files, err := listCheckpoint(h.WorkDir())
 	if err != nil {
 		fmt.Fprintf(lw, "gpumesh: checkpoint not saved: %v\n", err)
 		return
@@ -161,9 +160,13 @@ func (r *leaseRun) snapshot(h runtime.Handle, reason string, started, at time.Ti
 	_ = os.RemoveAll(stage)
 	defer os.RemoveAll(stage)
 	dst := filepath.Join(stage, runtime.CheckpointDir)
-	if err := copyCheckpoint(src, dst); err != nil {
+	skipped, err := copyCheckpoint(h.WorkDir(), dst)
+	if err != nil {
 		fmt.Fprintf(lw, "gpumesh: checkpoint not saved: %v\n", err)
 		return
+	}
+	if len(skipped) > 0 {
+		fmt.Fprintf(lw, "gpumesh: checkpoint: left out %s\n", strings.Join(skipped, "; "))
 	}
 	id, bytes, drop, err := s.cfg.CheckpointArtifact(dst, l.Renter)
 	if err != nil {
@@ -247,75 +250,38 @@ func (s *Supervisor) sendCheckpoint(l auction.Lease, ck auction.Checkpoint) erro
 	}
 }
 
-// listCheckpoint describes a checkpoint dir: a fingerprint of its files'
-// names, sizes and modification times, their total size and count.
-func listCheckpoint(root string) (fp string, size int64, files int, err error) {
+// listCheckpoint describes the checkpoint dir of the work dir workDir: a
+// fingerprint of its files' names, sizes and modification times, their
+// total size and count. The dir is the job's: it is read without following
+// any symlink (runtime.WalkJobTree), and symlinks are not listed.
+func listCheckpoint(workDir string) (fp string, size int64, files int, err error) {
 	var lines []string
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && p != root {
-				return nil // renamed away meanwhile
-			}
-			return err
-		}
-		if !d.Type().IsRegular() {
+	err = runtime.WalkJobTree(workDir, runtime.CheckpointDir, func(e runtime.TreeEntry, err error) error {
+		if err != nil || !e.Mode.IsRegular() {
 			return nil
 		}
-		fi, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, p)
-		lines = append(lines, fmt.Sprintf("%s\x00%d\x00%d", rel, fi.Size(), fi.ModTime().UnixNano()))
-		size += fi.Size()
+		lines = append(lines, fmt.Sprintf("%s\x00%d\x00%d", e.Path, e.Size, e.ModTime.UnixNano()))
+		size += e.Size
 		files++
 		return nil
 	})
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", 0, 0, nil
 	}
+	if err != nil {
+		return "", 0, 0, err
+	}
 	sort.Strings(lines)
-	return strings.Join(lines, "\n"), size, files, err
+	return strings.Join(lines, "\n"), size, files, nil
 }
 
-// copyCheckpoint copies the regular files and dirs of src into dst; files
-// the job renames away meanwhile are skipped (it writes atomically: the
-// new name holds the complete file).
-func copyCheckpoint(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && p != src {
-				return nil
-			}
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		switch {
-		case d.IsDir():
-			return os.MkdirAll(target, 0o700)
-		case !d.Type().IsRegular():
-			return nil
-		}
-		in, err := os.Open(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, io.LimitReader(in, auction.MaxCheckpointBytes+1)); err != nil {
-			out.Close()
-			return err
-		}
-		return out.Close()
-	})
+// copyCheckpoint copies the regular files and dirs of the checkpoint dir
+// of workDir into dst and returns the entries it left out. The provider
+// copies as root while the job runs and may swap any part of the dir for
+// a symlink: runtime.CopyJobTree never follows one (nor opens a fifo, nor
+// copies a hard link to a file the job does not own). Files the job
+// renames away meanwhile are skipped (it writes atomically: the new name
+// holds the complete file).
+func copyCheckpoint(workDir, dst string) (skipped []string, err error) {
+	return runtime.CopyJobTree(workDir, runtime.CheckpointDir, dst, auction.MaxCheckpointBytes)
 }

@@ -291,7 +291,7 @@ type provSpec struct {
 	maxTempC int
 	// inputs, when set, fetches jobs' input artifacts
 	// (SupervisorConfig.Inputs).
-	inputs func(ctx context.Context, job auction.Job, dir string) (func(), error)
+	inputs func(ctx context.Context, job auction.Job, dir string) (func(), string, error)
 }
 
 // node is one in-memory daemon.

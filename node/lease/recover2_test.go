@@ -130,8 +130,8 @@ func TestLossWhilePreparingInputs(t *testing.T) {
 	// others' do at once.
 	var fetching sync.Mutex
 	var stuck string
-	slowFor := func(id *string) func(ctx context.Context, job auction.Job, dir string) (func(), error) {
-		return func(ctx context.Context, job auction.Job, dir string) (func(), error) {
+	slowFor := func(id *string) func(ctx context.Context, job auction.Job, dir string) (func(), string, error) {
+		return func(ctx context.Context, job auction.Job, dir string) (func(), string, error) {
 			fetching.Lock()
 			first := stuck == ""
 			if first {
@@ -140,9 +140,9 @@ func TestLossWhilePreparingInputs(t *testing.T) {
 			fetching.Unlock()
 			if first {
 				<-ctx.Done()
-				return nil, ctx.Err()
+				return nil, "", ctx.Err()
 			}
-			return func() {}, os.MkdirAll(dir, 0o700)
+			return func() {}, "", os.MkdirAll(dir, 0o700)
 		}
 	}
 	provs := map[string]*node{}

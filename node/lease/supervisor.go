@@ -94,9 +94,11 @@ type SupervisorConfig struct {
 
 	// Inputs fetches a job's input artifacts and lays them out read-only
 	// in dir (dir/NAME), and makes its image artifact's image available;
-	// release unpins and removes them once the job ended. nil: jobs with
-	// artifacts fail to start.
-	Inputs func(ctx context.Context, job auction.Job, dir string) (release func(), err error)
+	// release unpins and removes them once the job ended. image, when not
+	// "", is what the job runs instead of job.Run.Image: the ID of the
+	// image loaded from its image artifact, which no other tenant's image
+	// can shadow. nil: jobs with artifacts fail to start.
+	Inputs func(ctx context.Context, job auction.Job, dir string) (release func(), image string, err error)
 	// OutputsArtifact stores a lease's collected outputs dir as an
 	// artifact owned by the renter and returns its id; nil: none.
 	OutputsArtifact func(dir, renter string) (string, error)
@@ -477,7 +479,7 @@ func (r *leaseRun) run() {
 	spec := runtime.Spec{ID: l.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
 		GPUs: gpus, UUIDs: uuids, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs}
 	if len(job.Run.Artifacts()) > 0 {
-		release, dir, err := r.prepareInputs(job)
+		release, dir, image, err := r.prepareInputs(job)
 		if err != nil {
 			fmt.Fprintf(lw, "gpumesh: job inputs: %v\n", err)
 			fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: fmt.Errorf("inputs: %w", err)})
@@ -487,7 +489,10 @@ func (r *leaseRun) run() {
 		if len(job.Run.Inputs) > 0 {
 			spec.Inputs = dir
 		}
-		log.Info("job inputs ready", "inputs", len(job.Run.Inputs), "image_artifact", job.Run.ImageArtifact != "")
+		if image != "" {
+			spec.Image = image
+		}
+		log.Info("job inputs ready", "inputs", len(job.Run.Inputs), "image_artifact", job.Run.ImageArtifact != "", "image", spec.Image)
 	}
 	restoreDir, releaseRestore, err := r.restoreCheckpoint(job, lw)
 	if err != nil {
@@ -595,10 +600,10 @@ func (s *Supervisor) pruneJobFiles() {
 // fetch stops when the lease is aborted) into a directory the job's uid
 // can read: under the work root, named so that a restart's orphan sweep
 // removes it.
-func (r *leaseRun) prepareInputs(job auction.Job) (release func(), dir string, err error) {
+func (r *leaseRun) prepareInputs(job auction.Job) (release func(), dir, image string, err error) {
 	s := r.s
 	if s.cfg.Inputs == nil {
-		return nil, "", errors.New("this provider cannot fetch input artifacts")
+		return nil, "", "", errors.New("this provider cannot fetch input artifacts")
 	}
 	root := s.cfg.WorkRoot
 	if root == "" {
@@ -607,8 +612,8 @@ func (r *leaseRun) prepareInputs(job auction.Job) (release func(), dir string, e
 	dir = filepath.Join(root, "inputs-"+r.lease().ID)
 	ctx, cancel := r.untilStopped()
 	defer cancel()
-	release, err = s.cfg.Inputs(ctx, job, dir)
-	return release, dir, err
+	release, image, err = s.cfg.Inputs(ctx, job, dir)
+	return release, dir, image, err
 }
 
 // untilStopped returns a context of the supervisor's that is also
