@@ -178,6 +178,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		Reliability: func() float64 { return m.book.Score(d.ID().String()) },
 		OnLease:     m.sup.OnLease,
 		OnMove:      m.sup.OnMove,
+		Admit:       m.sup.Admit,
 	})
 	if err != nil {
 		return err

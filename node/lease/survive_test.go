@@ -1,0 +1,86 @@
+package lease
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// TestLeaseIDNeverReusedAfterRestart: a renter that saw another renter's
+// lease id (receipts are gossiped) awards its own job under that id to the
+// provider after the provider restarted (its memory of confirms gone). The
+// provider refuses the award: the id stays bound to its first renter, whose
+// record, log and outputs the second renter can never read. A job id of
+// another renter's lease is refused the same way.
+func TestLeaseIDNeverReusedAfterRestart(t *testing.T) {
+	h := newHarness(t)
+	alice, p, mallory := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
+	v := alice.post(job(auction.Silver, 2, time.Minute, "run", "20", "0"))
+	v = alice.waitJob(v.Job.ID, "settled", settled)
+	victim := *v.Lease
+	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(ledger.KindReceipt, victim.ID)) == 1 })
+	p.kill()
+	p = p.restart()
+
+	// Mallory's awards carry Alice's lease id, signed by Mallory.
+	rewrite := func(data []byte) []byte {
+		a, err := auction.DecodeAward(data)
+		if err != nil {
+			t.Errorf("decode own award: %v", err)
+			return data
+		}
+		a.LeaseID = victim.ID
+		b, err := auction.EncodeAward(mallory.signer, a)
+		if err != nil {
+			t.Errorf("encode award: %v", err)
+			return data
+		}
+		return b
+	}
+	mallory.crash.rewriteAward.Store(&rewrite)
+	mv, err := mallory.tracker.Post(job(auction.Silver, 2, time.Minute, "run", "20", "0"))
+	if err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	if mv.Lease != nil {
+		t.Fatalf("mallory's job leased: %+v", mv.Lease)
+	}
+	if _, ok := p.sup.Authorize(victim.ID, mallory.signer.ID()); ok {
+		log, _ := os.ReadFile(p.sup.logPath(victim.ID))
+		t.Fatalf("mallory may read alice's lease %s after the provider's restart; its log: %q", victim.ID, log)
+	}
+	if got := p.provider.Stats().Rejected["lease_id_in_use"]; got == 0 {
+		t.Fatal("the award reusing a lease id was not refused as such")
+	}
+	if got := counter(p, "provider.lease_id_reused"); got == 0 {
+		t.Fatal("provider.lease_id_reused not counted")
+	}
+	if pl, ok := p.lease(victim.ID); ok && pl.Lease.Renter != alice.id() {
+		t.Fatalf("alice's lease record now names %s", pl.Lease.Renter)
+	}
+
+	// Alice's job id, under a fresh lease id of Mallory's: refused too.
+	if _, err := mallory.tracker.Cancel(mv.Job.ID); err != nil { // no more offers of it
+		t.Fatal(err)
+	}
+	mallory.crash.rewriteAward.Store(nil)
+	j := job(auction.Silver, 2, time.Minute, "run", "20", "0")
+	j.ID = victim.JobID
+	mv, err = mallory.tracker.Post(j)
+	if err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	if mv.Lease != nil {
+		t.Fatalf("mallory's job with alice's job id was leased: %+v", mv.Lease)
+	}
+	if _, err := mallory.tracker.Cancel(mv.Job.ID); err != nil {
+		t.Fatal(err)
+	}
+	// An honest award still runs on the restarted provider.
+	v2 := alice.post(job(auction.Silver, 2, time.Minute, "run", "20", "0"))
+	alice.waitJob(v2.Job.ID, "settled", func(v api.JobView) bool { return settled(v) && v.Run == auction.RunSucceeded })
+}
