@@ -227,7 +227,8 @@ func (s *Service) serve(st network.Stream) {
 	authorised := map[string]bool{}
 	for {
 		_ = st.SetDeadline(time.Now().Add(time.Minute))
-		b, err := p2p.ReadFrame(br)
+		b, release, err := p2p.ReadFrameOn(st, br, time.Minute)
+		release()
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				_ = st.Reset()
