@@ -84,3 +84,43 @@ func TestLeaseIDNeverReusedAfterRestart(t *testing.T) {
 	v2 := alice.post(job(auction.Silver, 2, time.Minute, "run", "20", "0"))
 	alice.waitJob(v2.Job.ID, "settled", func(v api.JobView) bool { return settled(v) && v.Run == auction.RunSucceeded })
 }
+
+// TestRepeatedHandBackExcludesProvider: a provider that wins a job and
+// hands it back (a drain's "preempted, draining"), wins it again and hands
+// it back again, is excluded from the job at its second hand-back: the
+// job's last attempt runs elsewhere instead of being handed back a third
+// time.
+func TestRepeatedHandBackExcludesProvider(t *testing.T) {
+	h := newHarness(t)
+	r, churner := h.renter(), h.provider(provSpec{model: "A100", price: 0.05})
+	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "work", "0"))
+	for i := 1; i <= MaxHandBacks; i++ {
+		r.waitJob(v.Job.ID, "running on the churner", func(v api.JobView) bool {
+			return v.Lease != nil && v.Lease.Provider == churner.id() && v.Run == auction.RunRunning && len(v.History) == i-1
+		})
+		churner.provider.SetDraining(true)
+		churner.sup.Drain(0, false)
+		v = r.waitJob(v.Job.ID, "handed back", func(v api.JobView) bool { return len(v.History) == i })
+		if h := v.History[i-1]; h.Run != auction.RunPreempted || h.Detail != auction.HandBackDetail || h.Fault != auction.FaultNone {
+			t.Fatalf("hand-back %d: %+v", i, h)
+		}
+		churner.sup.Undrain()
+		churner.provider.SetDraining(false)
+	}
+	// (after one hand-back the churner won the job again, above)
+	r.waitJob(v.Job.ID, "the churner excluded", func(v api.JobView) bool { return v.Job.Excludes(churner.id()) })
+	if got := counter(r, "renter.hand_back_churn"); got != 1 {
+		t.Fatalf("renter.hand_back_churn = %d", got)
+	}
+	other := h.provider(provSpec{model: "A100", price: 1})
+	v = r.waitJobWithin(v.Job.ID, 10*time.Second, "last attempt elsewhere", func(v api.JobView) bool {
+		return v.Lease != nil && len(v.History) == MaxHandBacks && v.Run == auction.RunRunning
+	})
+	if v.Lease.Provider != other.id() {
+		t.Fatalf("last attempt on %s, want %s (churner %s)", v.Lease.Provider, other.id(), churner.id())
+	}
+	other.exec.open("work")
+	if v = r.waitJob(v.Job.ID, "settled", settled); v.Run != auction.RunSucceeded {
+		t.Fatalf("run %s (%s)", v.Run, v.Detail)
+	}
+}
