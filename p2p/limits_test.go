@@ -123,3 +123,20 @@ func TestHalfSentFramesAreBounded(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestHandlerPanicFailsOnlyItsRequest: a handler that panics fails its
+// request with an internal error; the node goes on answering.
+func TestHandlerPanicFailsOnlyItsRequest(t *testing.T) {
+	a, b := pair(t)
+	a.Handle("/gpumesh-test/panic/1.0.0", func(context.Context, peer.ID, []byte) ([]byte, error) { panic("bug") })
+	a.Handle("/gpumesh-test/echo/1.0.0", func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) { return req, nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var re *RemoteError
+	if _, err := b.Request(ctx, a.ID(), nil, "/gpumesh-test/panic/1.0.0", []byte("x")); !errors.As(err, &re) || re.Msg != ErrInternal.Error() {
+		t.Fatalf("panicking handler answered %v", err)
+	}
+	if resp, err := b.Request(ctx, a.ID(), nil, "/gpumesh-test/echo/1.0.0", []byte("still here")); err != nil || string(resp) != "still here" {
+		t.Fatalf("after the panic: %q, %v", resp, err)
+	}
+}

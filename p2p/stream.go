@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -136,16 +138,16 @@ func (n *Node) HandleCounted(proto protocol.ID, h Handler, onBad func()) {
 	}
 	n.handlers[proto] = h
 	n.mu.Unlock()
-	serve(n.Host, proto, h, onBad, n.frameTimeout)
+	serve(n.Host, proto, h, onBad, n.frameTimeout, n.log)
 }
 
 // Serve registers a request/response handler for proto on any host (Handle
 // on a Node; harnesses that build their own hosts use it directly).
 func Serve(hst host.Host, proto protocol.ID, h Handler) {
-	serve(hst, proto, h, nil, DefaultFrameTimeout)
+	serve(hst, proto, h, nil, DefaultFrameTimeout, slog.Default())
 }
 
-func serve(hst host.Host, proto protocol.ID, h Handler, onBad func(), frameTimeout time.Duration) {
+func serve(hst host.Host, proto protocol.ID, h Handler, onBad func(), frameTimeout time.Duration, log *slog.Logger) {
 	hst.SetStreamHandler(proto, func(s network.Stream) {
 		defer s.Close()
 		_ = s.SetDeadline(time.Now().Add(30 * time.Second))
@@ -160,7 +162,7 @@ func serve(hst host.Host, proto protocol.ID, h Handler, onBad func(), frameTimeo
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 		defer cancel()
-		resp, herr := h(ctx, s.Conn().RemotePeer(), req)
+		resp, herr := callHandler(ctx, log, h, proto, s.Conn().RemotePeer(), req)
 		if herr != nil {
 			_, _ = s.Write([]byte{statusErr})
 			_ = WriteFrame(s, []byte(herr.Error()))
@@ -169,6 +171,37 @@ func serve(hst host.Host, proto protocol.ID, h Handler, onBad func(), frameTimeo
 		_, _ = s.Write([]byte{statusOK})
 		_ = WriteFrame(s, resp)
 	})
+}
+
+// ErrInternal is what a peer hears when a handler failed inside (a
+// panic): the request fails, the node goes on serving.
+var ErrInternal = errors.New("internal error")
+
+// callHandler runs h, turning a panic into ErrInternal (logged with its
+// stack).
+func callHandler(ctx context.Context, log *slog.Logger, h Handler, proto protocol.ID, from peer.ID, req []byte) (resp []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("request handler panicked; request failed", "proto", proto, "peer", from, "panic", p, "stack", string(debug.Stack()))
+			resp, err = nil, ErrInternal
+		}
+	}()
+	return h(ctx, from, req)
+}
+
+// Guard wraps a raw stream handler: a panic in fn resets its stream and is
+// logged with its stack, instead of ending the process.
+func (n *Node) Guard(proto protocol.ID, fn network.StreamHandler) network.StreamHandler {
+	return func(s network.Stream) {
+		defer func() {
+			if p := recover(); p != nil {
+				n.log.Error("stream handler panicked; stream reset", "proto", proto, "peer", s.Conn().RemotePeer(),
+					"panic", p, "stack", string(debug.Stack()))
+				_ = s.Reset()
+			}
+		}()
+		fn(s)
+	}
 }
 
 // RemoteError is an error the remote handler returned.

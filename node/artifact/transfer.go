@@ -91,7 +91,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: cfg.Log, counters: map[string]int{}, badPeers: map[peer.ID]int{}, serving: map[peer.ID]int{},
 		warming: map[string]bool{}}
-	cfg.Net.Host.SetStreamHandler(wire.ProtoArtifact, s.serve)
+	cfg.Net.Host.SetStreamHandler(wire.ProtoArtifact, cfg.Net.Guard(wire.ProtoArtifact, s.serve))
 	cfg.Net.Handle(wire.ProtoWarm, s.HandleWarm)
 	return s, nil
 }

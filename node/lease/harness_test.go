@@ -40,6 +40,7 @@ const (
 //
 //	["run", "<ms>", "<exit>"]     exits with <exit> after <ms> milliseconds
 //	["gate", "<name>", "<exit>"]  exits with <exit> when the gate is opened
+//	["panic", "-", "0"]           panics in Start (a bug in the lease's path)
 //
 // A job with an outputs dir writes r.txt ("result\n") there, and
 // FAKE_OUTPUT_FILES (in its env) more empty files. Every job
@@ -102,6 +103,9 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 		done = c
 	case "gate":
 		done = e.gate(spec.Command[1])
+	case "panic":
+		// A bug in the lease's path: the executor panics.
+		panic("fake: executor bug in " + spec.ID)
 	case "ended":
 		// Over before Start returns: a job of milliseconds on a busy host.
 		c := make(chan struct{})

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -423,8 +424,36 @@ func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string
 		// loses the lease like a crash during it would: the renter hears
 		// no heartbeat and recovers the job elsewhere.
 		s.saveRun(r)
-		r.run()
+		r.runGuarded()
 	}()
+}
+
+// runGuarded is run, with a failure inside it (a panic in the lease's own
+// path: its executor, its inputs, a bug) ending this lease, never the
+// daemon: the stack is logged and the lease reported failed, the
+// provider's fault (it was the provider's software).
+func (r *leaseRun) runGuarded() {
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		s := r.s
+		l := r.lease()
+		s.cfg.Counters.Add("provider.lease_panic")
+		s.log.Error("lease failed: internal error", "lease", l.ID, "job", l.JobID, "panic", p, "stack", string(debug.Stack()))
+		if r.state().Terminal() {
+			return // it had ended already (the panic came after its report)
+		}
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error("lease could not be reported failed", "lease", l.ID, "panic", p, "stack", string(debug.Stack()))
+			}
+		}()
+		now := s.now()
+		r.finish(runtime.Result{ExitCode: -1, Started: now, Ended: now, Err: fmt.Errorf("provider internal error: %v", p)}, nil)
+	}()
+	r.run()
 }
 
 // OnMove is the auction provider's callback for a confirmed lease it moved

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,5 +123,30 @@ func TestRepeatedHandBackExcludesProvider(t *testing.T) {
 	other.exec.open("work")
 	if v = r.waitJob(v.Job.ID, "settled", settled); v.Run != auction.RunSucceeded {
 		t.Fatalf("run %s (%s)", v.Run, v.Detail)
+	}
+}
+
+// TestPanicInLeaseEndsOnlyThatLease: a panic in one lease's path (its
+// executor) ends that lease, failed through the provider's fault and
+// reported to its renter; the provider goes on running other leases.
+func TestPanicInLeaseEndsOnlyThatLease(t *testing.T) {
+	h := newHarness(t)
+	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+	j := job(auction.Silver, 2, time.Minute, "panic", "-", "0")
+	j.MaxAttempts = 1
+	v := r.post(j)
+	v = r.waitJob(v.Job.ID, "failed", func(v api.JobView) bool { return v.Run == auction.RunFailed })
+	if v.Fault != auction.FaultProvider || !strings.Contains(v.Detail, "provider internal error") {
+		t.Fatalf("panicked lease: fault %q, detail %q", v.Fault, v.Detail)
+	}
+	if got := counter(p, "provider.lease_panic"); got != 1 {
+		t.Fatalf("provider.lease_panic = %d", got)
+	}
+	v2 := r.post(job(auction.Silver, 2, time.Minute, "run", "20", "0"))
+	if v2.Lease.Provider != p.id() {
+		t.Fatalf("second job leased to %s", v2.Lease.Provider)
+	}
+	if v2 = r.waitJob(v2.Job.ID, "settled", settled); v2.Run != auction.RunSucceeded {
+		t.Fatalf("second lease: %s (%s)", v2.Run, v2.Detail)
 	}
 }
