@@ -134,6 +134,7 @@ type ProviderRep struct {
 	Failed     int     `json:"failed"`     // failed or expired through the provider
 	JobFaults  int     `json:"job_faults"` // failed or expired through the job itself (not counted against the provider)
 	Preempted  int     `json:"preempted"`
+	Churned    int     `json:"churned"` // preemptions of a job it had stopped early already: counted as failures
 	Cancelled  int     `json:"cancelled"`
 	Overclaims int     `json:"overclaims"`
 	Renters    int     `json:"renters"` // distinct
@@ -150,6 +151,7 @@ type ProviderRep struct {
 
 type record struct {
 	lease    string
+	job      string
 	renter   string
 	amount   float64
 	end      time.Time
@@ -386,6 +388,7 @@ func (b *Book) AddReceipt(sr *SignedReceipt) error {
 	rs.total += r.Amount
 	rec := record{
 		lease:    r.LeaseID,
+		job:      r.JobID,
 		renter:   r.Renter,
 		amount:   r.Amount,
 		end:      r.End,
@@ -655,6 +658,11 @@ func (b *Book) Stats(provider string) ProviderRep {
 		novScale = b.newcomerCap / novSum
 	}
 	var compW, compX, covW, covX, honW, honX float64
+	// A provider may stop a job early once (a drain hands it back, gold
+	// preempts bronze): no one's fault. Stopping the same job early again
+	// is churn, a provider winning attempts it does not run: a failure.
+	type renterJob struct{ renter, job string }
+	stopped := map[renterJob]bool{}
 	for i, rec := range ps.records {
 		if rec.jobFault && rec.honest {
 			// The job failed through its own fault: its receipt says
@@ -678,7 +686,15 @@ func (b *Book) Stats(provider string) ProviderRep {
 			rep.Failed++
 			compW += w
 		case auction.RunPreempted:
-			rep.Preempted++
+			k := renterJob{rec.renter, rec.job}
+			if !stopped[k] || rec.job == "" {
+				stopped[k] = true
+				rep.Preempted++
+				break
+			}
+			rep.Churned++
+			rep.Failed++
+			compW += w
 		case auction.RunCancelled:
 			rep.Cancelled++
 		}

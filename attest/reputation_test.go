@@ -553,3 +553,32 @@ func TestOwnReceiptsAreFirstHand(t *testing.T) {
 		t.Fatalf("scores: own book %v, stranger's %v", o.Score, s.Score)
 	}
 }
+
+// TestRepeatedHandBacksCountAgainstStanding: a provider that stops the
+// same job early again and again (wins its attempts, hands them back)
+// scores as if it had failed them, past the first; one that was preempted
+// once on each of as many different jobs keeps its standing.
+func TestRepeatedHandBacksCountAgainstStanding(t *testing.T) {
+	b, c := newBook(t0)
+	churner, honest := signtest.Pair(t)
+	history(t, b, c, churner, "s", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, c, honest, "s", 5, t0, auction.RunSucceeded, 1)
+	renter := signtest.New(t)
+	establish(t, b, c, renter)
+	for i := range 3 {
+		end := t0.Add(-time.Duration(i+1) * time.Hour)
+		r := receipt(fmt.Sprintf("churn-%d", i), churner, renter, end)
+		r.JobID, r.Outcome = "job-churned", auction.RunPreempted
+		mustAdd(t, b, signed(t, churner, renter, r))
+		r = receipt(fmt.Sprintf("once-%d", i), honest, renter, end)
+		r.Outcome = auction.RunPreempted // one preemption of each of three jobs
+		mustAdd(t, b, signed(t, honest, renter, r))
+	}
+	ch, ho := b.Stats(churner.ID().String()), b.Stats(honest.ID().String())
+	if ch.Preempted != 1 || ch.Churned != 2 || ch.Failed != 2 || ho.Preempted != 3 || ho.Churned != 0 || ho.Failed != 0 {
+		t.Fatalf("churner %+v, honest %+v", ch, ho)
+	}
+	if !(ch.Score < ho.Score-0.02) {
+		t.Fatalf("churner scores %v, honest provider %v", ch.Score, ho.Score)
+	}
+}

@@ -59,6 +59,13 @@ type ProviderConfig struct {
 	// OnLease is called after a lease is confirmed, with the lease ids of
 	// the bronze bookings it evicted (the runtime must stop them).
 	OnLease func(lease Lease, job Job, preempts []string)
+	// Admit vets an award's lease and job ids before it is booked, with
+	// the provider's lock held: a non-nil error (the id is held already,
+	// in memory or in the runtime's persisted records, or the job id is
+	// another renter's) refuses the award. The provider itself refuses a
+	// lease id it confirmed or booked before; Admit adds what survives a
+	// restart. nil: only the provider's own memory is checked.
+	Admit func(leaseID, jobID, renter string) error
 	// OnMove is told of a confirmed lease moved earlier (Lease.Moved:
 	// GPUs freed before its start); the runtime runs it at its new start
 	// and tells its renter. It reports false when the lease already began
@@ -123,8 +130,9 @@ type ProviderStats struct {
 }
 
 type confirmRec struct {
-	data []byte
-	at   time.Time
+	data   []byte
+	at     time.Time
+	renter string // who the confirm answered: a lease id is bound to its renter
 }
 
 // maxLeaseHistory bounds how many ended leases Stats keeps.
@@ -615,8 +623,12 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	now := p.cfg.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c, ok := p.confirms[a.LeaseID]; ok {
+	if c, ok := p.confirms[a.LeaseID]; ok && c.renter == a.Renter {
 		return c.data, nil
+	}
+	if err := p.leaseIDFreeLocked(a); err != nil {
+		p.log.Warn("award refused: lease id in use", "lease", a.LeaseID, "job", a.JobID, "renter", a.Renter, "err", err)
+		return nil, p.rejectLocked("lease_id_in_use", err)
 	}
 	sb, ok := p.bids[a.BidNonce]
 	decline := func(reason string) ([]byte, error) {
@@ -624,7 +636,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		p.log.Info("award declined", "lease", a.LeaseID, "job", a.JobID, "reason", reason)
 		c, err := EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: a.LeaseID, Accepted: false, Reason: reason})
 		if err == nil {
-			p.confirms[a.LeaseID] = confirmRec{c, now}
+			p.confirms[a.LeaseID] = confirmRec{c, now, a.Renter}
 		}
 		return c, err
 	}
@@ -679,7 +691,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	lease := Lease{ID: a.LeaseID, JobID: a.JobID, Attempt: a.Attempt, Renter: a.Renter, Provider: me, Price: a.Price,
 		Start: a.Start, End: a.End, GPUCount: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible, State: RunPending,
 		Devices: booked.Devices}
-	p.confirms[a.LeaseID] = confirmRec{c, now}
+	p.confirms[a.LeaseID] = confirmRec{c, now, a.Renter}
 	p.leases[lease.ID] = &lease
 	p.jobs[lease.ID] = job
 	p.order = append(p.order, lease.ID)
@@ -696,6 +708,31 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		go p.moveEarlier()
 	}
 	return c, nil
+}
+
+// leaseIDFreeLocked refuses an award whose lease id this provider has
+// answered or booked before (for anybody: a repeated award of the same
+// renter is answered from confirms above while it is remembered, and a
+// lease id is never booked twice), or whose job id belongs to a lease of
+// another renter. Lease ids are chosen by renters and seen by everybody in
+// gossiped receipts: reusing one must never make a new renter the owner of
+// an old lease's records, logs or outputs. Called with p.mu held.
+func (p *Provider) leaseIDFreeLocked(a Award) error {
+	if c, ok := p.confirms[a.LeaseID]; ok && c.renter != a.Renter {
+		return fmt.Errorf("lease id %s was awarded by another renter", a.LeaseID)
+	}
+	if _, ok := p.leases[a.LeaseID]; ok {
+		return fmt.Errorf("lease id %s is already booked", a.LeaseID)
+	}
+	for _, l := range p.leases {
+		if l.JobID == a.JobID && l.Renter != a.Renter {
+			return fmt.Errorf("job id %s belongs to another renter's lease", a.JobID)
+		}
+	}
+	if p.cfg.Admit != nil {
+		return p.cfg.Admit(a.LeaseID, a.JobID, a.Renter)
+	}
+	return nil
 }
 
 // handleRelease takes a renter's word that one of our bids to it will not

@@ -19,12 +19,14 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	record "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
 // Version is the daemon's version, set at build time.
@@ -201,6 +203,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		Reachability:    d.cfg.Reachability,
 		Relays:          d.cfg.Relays,
 		RelayService:    d.cfg.relayService(),
+		Protocols:       protocolLimits(),
 		Log:             d.log,
 	})
 	if err != nil {
@@ -579,4 +582,18 @@ func socketAlive(path string) bool {
 	}
 	_ = c.Close()
 	return true
+}
+
+// protocolLimits are the stream and frame memory limits of the daemon's
+// own protocols (libp2p's resource manager enforces them): no peer, and
+// no crowd of peers, can hold more streams or frame memory than these.
+func protocolLimits() map[protocol.ID]p2p.ProtocolLimit {
+	m := map[protocol.ID]p2p.ProtocolLimit{}
+	for _, p := range wire.RequestProtocols {
+		m[p] = p2p.RequestLimit
+	}
+	for _, p := range wire.StreamProtocols {
+		m[p] = p2p.BulkLimit
+	}
+	return m
 }

@@ -42,7 +42,7 @@ func (m *market) serveChallenges() {
 			return len(m.cal.FreeDevices(now, now.Add(gpuproof.MaxLifetime), []int{i})) == 0
 		},
 	}
-	d.net.Host.SetStreamHandler(wire.ProtoGPUChallenge, func(s network.Stream) {
+	d.net.Host.SetStreamHandler(wire.ProtoGPUChallenge, d.net.Guard(wire.ProtoGPUChallenge, func(s network.Stream) {
 		defer s.Close()
 		_ = s.SetDeadline(time.Now().Add(gpuproof.MaxLifetime))
 		if err := prover.Serve(s.Conn().RemotePeer(), s); err != nil {
@@ -51,7 +51,7 @@ func (m *market) serveChallenges() {
 			return
 		}
 		m.counters.Add("provider.gpu_challenge_answered")
-	})
+	}))
 }
 
 // handleVerdict feeds a gossiped verdict to the reputation book, which

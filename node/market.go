@@ -183,6 +183,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		Reliability: func() float64 { return m.book.Score(d.ID().String()) },
 		OnLease:     m.sup.OnLease,
 		OnMove:      m.sup.OnMove,
+		Admit:       m.sup.Admit,
 	})
 	if err != nil {
 		return err
@@ -194,9 +195,9 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		return m.provider.HandleAward(from, req)
 	}, m.badFrame("provider"))
 	d.net.HandleCounted(wire.ProtoCancel, p2p.Handler(m.sup.HandleCancel), m.badFrame("provider"))
-	d.net.Host.SetStreamHandler(wire.ProtoLogs, m.serveLogs)
-	d.net.Host.SetStreamHandler(wire.ProtoOutputs, m.serveOutputs)
-	d.net.Host.SetStreamHandler(wire.ProtoService, m.serveService)
+	d.net.Host.SetStreamHandler(wire.ProtoLogs, d.net.Guard(wire.ProtoLogs, m.serveLogs))
+	d.net.Host.SetStreamHandler(wire.ProtoOutputs, d.net.Guard(wire.ProtoOutputs, m.serveOutputs))
+	d.net.Host.SetStreamHandler(wire.ProtoService, d.net.Guard(wire.ProtoService, m.serveService))
 	m.serveChallenges()
 	for _, t := range auction.ProviderTopics(ptr(d.capability(time.Minute))) {
 		if err := d.net.Subscribe(m.ctx, t, func(from peer.ID, data []byte) {

@@ -25,14 +25,13 @@ import (
 // results).
 func (m *market) acceptStream(s network.Stream) (*lease.Access, wire.StreamRequest, bool) {
 	var req wire.StreamRequest
-	_ = s.SetReadDeadline(time.Now().Add(10 * time.Second))
-	b, err := p2p.ReadFrame(bufio.NewReader(s))
+	b, release, err := p2p.ReadFrameOn(s, bufio.NewReader(s), p2p.DefaultFrameTimeout)
+	release()
 	if err != nil || json.Unmarshal(b, &req) != nil {
 		m.counters.Add("provider.malformed_stream")
 		_ = s.Reset()
 		return nil, req, false
 	}
-	_ = s.SetReadDeadline(time.Time{})
 	if auction.ValidID(req.LeaseID) != nil {
 		// The lease id names files under the data dir: never let one
 		// from the network reach a path unchecked.

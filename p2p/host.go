@@ -76,6 +76,14 @@ type Config struct {
 	// RelayService runs the circuit relay v2 service for other peers, within
 	// these limits (nil: no relay service).
 	RelayService *RelayLimits
+	// Protocols are the node's own protocols and their stream and frame
+	// memory limits (RequestLimit, BulkLimit), enforced by libp2p's
+	// resource manager; protocols not listed get libp2p's defaults.
+	Protocols map[protocol.ID]ProtocolLimit
+	// FrameTimeout bounds how long a peer may take to send a request
+	// frame on a served stream (Handle) before the stream is reset; 0
+	// means DefaultFrameTimeout.
+	FrameTimeout time.Duration
 	Log          *slog.Logger
 }
 
@@ -100,10 +108,11 @@ type Node struct {
 	circuits     map[peer.ID][]ma.Multiaddr
 	firstReserve []chan struct{}
 
-	mu       sync.Mutex
-	topics   map[string]*pubsub.Topic
-	handlers map[protocol.ID]Handler // for requests a node sends itself
-	cancel   context.CancelFunc
+	mu           sync.Mutex
+	topics       map[string]*pubsub.Topic
+	handlers     map[protocol.ID]Handler // for requests a node sends itself
+	frameTimeout time.Duration
+	cancel       context.CancelFunc
 }
 
 // New starts a host, a server-mode DHT and GossipSub. It does not contact
@@ -141,7 +150,15 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n := &Node{log: cfg.Log, bootstrap: boot, topics: map[string]*pubsub.Topic{},
-		reach: ReachabilityUnknown, reachChanged: make(chan struct{}), circuits: map[peer.ID][]ma.Multiaddr{}}
+		reach: ReachabilityUnknown, reachChanged: make(chan struct{}), circuits: map[peer.ID][]ma.Multiaddr{},
+		frameTimeout: cfg.FrameTimeout}
+	if n.frameTimeout <= 0 {
+		n.frameTimeout = DefaultFrameTimeout
+	}
+	rm, err := resourceManager(cfg.Protocols)
+	if err != nil {
+		return nil, err
+	}
 	opts := []libp2p.Option{
 		libp2p.Identity(cfg.Key),
 		libp2p.ListenAddrStrings(listen...),
@@ -160,6 +177,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		libp2p.EnableHolePunching(),
 		libp2p.EnableAutoRelayWithPeerSource(n.relayPeerSource),
 		libp2p.AddrsFactory(n.addrsFactory),
+		libp2p.ResourceManager(rm),
 	}
 	switch cfg.Reachability {
 	case ReachabilityPublic:
@@ -169,6 +187,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	h, err := libp2p.New(opts...)
 	if err != nil {
+		_ = rm.Close()
 		return nil, fmt.Errorf("p2p: start host: %w", err)
 	}
 	n.raw, n.Host = h, limitedOK{h}

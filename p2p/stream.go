@@ -2,11 +2,15 @@ package p2p
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
@@ -36,20 +40,78 @@ func WriteFrame(w io.Writer, b []byte) error {
 	return err
 }
 
-// ReadFrame reads one frame written by WriteFrame.
+// DefaultFrameTimeout is how long a peer may take to send a request frame
+// on a served stream before the stream is reset.
+const DefaultFrameTimeout = 10 * time.Second
+
+// ReadFrame reads one frame written by WriteFrame. Its buffer grows with
+// the bytes that arrive, never ahead of them: a length header is a claim,
+// and a peer that claims MaxFrame and sends little costs little.
 func ReadFrame(r *bufio.Reader) ([]byte, error) {
-	n, err := binary.ReadUvarint(r)
+	n, err := readFrameLen(r)
 	if err != nil {
 		return nil, err
 	}
-	if n > MaxFrame {
-		return nil, ErrFrameTooLarge
+	return readFrameBody(r, n)
+}
+
+func readFrameLen(r *bufio.Reader) (uint64, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		return 0, err
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
+	if n > MaxFrame {
+		return 0, ErrFrameTooLarge
+	}
+	return n, nil
+}
+
+// frameChunk is the most a frame's buffer is grown by ahead of the bytes
+// that have arrived.
+const frameChunk = 32 << 10
+
+func readFrameBody(r io.Reader, n uint64) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, min(n, frameChunk)))
+	if _, err := io.CopyN(buf, r, int64(n)); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
 		return nil, err
 	}
-	return b, nil
+	return buf.Bytes(), nil
+}
+
+// ErrFrameMemory is ReadFrameOn's refusal of a frame whose length the
+// stream's resource scopes (its protocol's and its peer's frame memory)
+// cannot hold now.
+var ErrFrameMemory = errors.New("p2p: frame over the protocol's memory limit")
+
+// ReadFrameOn reads a request frame from a served stream: its declared
+// length is reserved in the stream's resource scope first (so the
+// protocol's and the peer's limits, ProtocolLimit, bound the frames being
+// read at once; a large frame fits only while they are at most 60 % used,
+// so small ones always find room), and the frame must arrive within
+// timeout. release gives
+// the reservation back (closing the stream does too).
+func ReadFrameOn(s network.Stream, br *bufio.Reader, timeout time.Duration) (b []byte, release func(), err error) {
+	release = func() {}
+	_ = s.SetReadDeadline(time.Now().Add(timeout))
+	defer func() { _ = s.SetReadDeadline(time.Time{}) }()
+	n, err := readFrameLen(br)
+	if err != nil {
+		return nil, release, err
+	}
+	scope := s.Scope()
+	if err := scope.ReserveMemory(int(n), framePriority(n)); err != nil {
+		return nil, release, fmt.Errorf("%w: %d bytes: %v", ErrFrameMemory, n, err)
+	}
+	release = sync.OnceFunc(func() { scope.ReleaseMemory(int(n)) })
+	b, err = readFrameBody(br, n)
+	if err != nil {
+		release()
+		return nil, func() {}, err
+	}
+	return b, release, nil
 }
 
 // Handler answers one request frame. A nil response with nil error sends an
@@ -76,18 +138,21 @@ func (n *Node) HandleCounted(proto protocol.ID, h Handler, onBad func()) {
 	}
 	n.handlers[proto] = h
 	n.mu.Unlock()
-	serve(n.Host, proto, h, onBad)
+	serve(n.Host, proto, h, onBad, n.frameTimeout, n.log)
 }
 
 // Serve registers a request/response handler for proto on any host (Handle
 // on a Node; harnesses that build their own hosts use it directly).
-func Serve(hst host.Host, proto protocol.ID, h Handler) { serve(hst, proto, h, nil) }
+func Serve(hst host.Host, proto protocol.ID, h Handler) {
+	serve(hst, proto, h, nil, DefaultFrameTimeout, slog.Default())
+}
 
-func serve(hst host.Host, proto protocol.ID, h Handler, onBad func()) {
+func serve(hst host.Host, proto protocol.ID, h Handler, onBad func(), frameTimeout time.Duration, log *slog.Logger) {
 	hst.SetStreamHandler(proto, func(s network.Stream) {
 		defer s.Close()
 		_ = s.SetDeadline(time.Now().Add(30 * time.Second))
-		req, err := ReadFrame(bufio.NewReader(s))
+		req, release, err := ReadFrameOn(s, bufio.NewReader(s), frameTimeout)
+		defer release()
 		if err != nil {
 			if onBad != nil {
 				onBad()
@@ -97,7 +162,7 @@ func serve(hst host.Host, proto protocol.ID, h Handler, onBad func()) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 		defer cancel()
-		resp, herr := h(ctx, s.Conn().RemotePeer(), req)
+		resp, herr := callHandler(ctx, log, h, proto, s.Conn().RemotePeer(), req)
 		if herr != nil {
 			_, _ = s.Write([]byte{statusErr})
 			_ = WriteFrame(s, []byte(herr.Error()))
@@ -106,6 +171,37 @@ func serve(hst host.Host, proto protocol.ID, h Handler, onBad func()) {
 		_, _ = s.Write([]byte{statusOK})
 		_ = WriteFrame(s, resp)
 	})
+}
+
+// ErrInternal is what a peer hears when a handler failed inside (a
+// panic): the request fails, the node goes on serving.
+var ErrInternal = errors.New("internal error")
+
+// callHandler runs h, turning a panic into ErrInternal (logged with its
+// stack).
+func callHandler(ctx context.Context, log *slog.Logger, h Handler, proto protocol.ID, from peer.ID, req []byte) (resp []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("request handler panicked; request failed", "proto", proto, "peer", from, "panic", p, "stack", string(debug.Stack()))
+			resp, err = nil, ErrInternal
+		}
+	}()
+	return h(ctx, from, req)
+}
+
+// Guard wraps a raw stream handler: a panic in fn resets its stream and is
+// logged with its stack, instead of ending the process.
+func (n *Node) Guard(proto protocol.ID, fn network.StreamHandler) network.StreamHandler {
+	return func(s network.Stream) {
+		defer func() {
+			if p := recover(); p != nil {
+				n.log.Error("stream handler panicked; stream reset", "proto", proto, "peer", s.Conn().RemotePeer(),
+					"panic", p, "stack", string(debug.Stack()))
+				_ = s.Reset()
+			}
+		}()
+		fn(s)
+	}
 }
 
 // RemoteError is an error the remote handler returned.

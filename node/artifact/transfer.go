@@ -92,7 +92,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Log, counters: map[string]int{}, badPeers: map[peer.ID]int{}, serving: map[peer.ID]int{},
 		warming: map[string]bool{}}
 	cfg.Store.setAccess(cfg.Signer.ID(), cfg.Authorize)
-	cfg.Net.Host.SetStreamHandler(wire.ProtoArtifact, s.serve)
+	cfg.Net.Host.SetStreamHandler(wire.ProtoArtifact, cfg.Net.Guard(wire.ProtoArtifact, s.serve))
 	cfg.Net.Handle(wire.ProtoWarm, s.HandleWarm)
 	return s, nil
 }
@@ -203,7 +203,8 @@ func (s *Service) serve(st network.Stream) {
 	authorised := map[string]bool{}
 	for {
 		_ = st.SetDeadline(time.Now().Add(time.Minute))
-		b, err := p2p.ReadFrame(br)
+		b, release, err := p2p.ReadFrameOn(st, br, time.Minute)
+		release()
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				_ = st.Reset()

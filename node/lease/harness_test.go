@@ -40,6 +40,7 @@ const (
 //
 //	["run", "<ms>", "<exit>"]     exits with <exit> after <ms> milliseconds
 //	["gate", "<name>", "<exit>"]  exits with <exit> when the gate is opened
+//	["panic", "-", "0"]           panics in Start (a bug in the lease's path)
 //
 // A job with an outputs dir writes r.txt ("result\n") there, and
 // FAKE_OUTPUT_FILES (in its env) more empty files. Every job
@@ -102,6 +103,9 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 		done = c
 	case "gate":
 		done = e.gate(spec.Command[1])
+	case "panic":
+		// A bug in the lease's path: the executor panics.
+		panic("fake: executor bug in " + spec.ID)
 	case "ended":
 		// Over before Start returns: a job of milliseconds on a busy host.
 		c := make(chan struct{})
@@ -197,6 +201,9 @@ type crashable struct {
 	dropHeartbeats atomic.Bool
 	// dropMoves loses the node's lease events that tell of a move.
 	dropMoves atomic.Bool
+	// rewriteAward, when set, rewrites each award the node sends (a
+	// renter that lies about its lease id).
+	rewriteAward atomic.Pointer[func([]byte) []byte]
 	// holdConfirm, when set, runs before an award's confirm is handed
 	// back to the node (the provider has booked, and may run, the lease).
 	holdConfirm atomic.Pointer[func()]
@@ -264,6 +271,9 @@ func (t crashTransport) SendAward(ctx context.Context, to peer.ID, data []byte) 
 		}
 		<-ctx.Done() // the confirm never arrives
 		return nil, ctx.Err()
+	}
+	if rw := t.c.rewriteAward.Load(); rw != nil {
+		data = (*rw)(data)
 	}
 	resp, err := t.t.SendAward(ctx, to, data)
 	if hold := t.c.holdConfirm.Load(); hold != nil && err == nil {
@@ -398,7 +408,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			GPUs:   devs,
 			Policy: auction.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt, MaxTempC: spec.maxTempC}}
 		if n.provider, err = auction.NewProvider(auction.ProviderConfig{Signer: s, Transport: ct,
-			Calendar: auction.NewCalendar(len(devs)), OnLease: n.sup.OnLease, OnMove: n.sup.OnMove, Sensors: n.sup.Reading,
+			Calendar: auction.NewCalendar(len(devs)), OnLease: n.sup.OnLease, OnMove: n.sup.OnMove, Admit: n.sup.Admit, Sensors: n.sup.Reading,
 			Capability: func() auction.Capability {
 				c := capab
 				c.IssuedAt, c.ExpiresAt = time.Now(), time.Now().Add(time.Hour)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
@@ -99,6 +100,32 @@ func requeueOptions(l auction.Lease, run auction.RunState, fault auction.Fault, 
 		opts.Exclude = []string{l.Provider}
 	}
 	return opts
+}
+
+// MaxHandBacks is how many times one provider may hand the same job back
+// (stop it early, no one's fault: a drain's hand-back, or the preemption of
+// a lease that was not preemptible) before the job excludes it: a
+// provider that wins a job's attempts only to hand them back would
+// otherwise spend its whole attempt budget.
+const MaxHandBacks = 2
+
+// handBack reports whether a lease that ended in run with detail was
+// handed back by its provider: a drain's hand-back, or any preemption of a
+// lease that was not preemptible (its provider may preempt it only then).
+func handBack(l auction.Lease, run auction.RunState, detail string) bool {
+	return run == auction.RunPreempted && (!l.Preemptible || strings.HasPrefix(detail, auction.HandBackDetail))
+}
+
+// handBacksLocked counts the earlier leases of v's job that provider
+// handed back. t.mu is held.
+func handBacksLocked(v *api.JobView, provider string) int {
+	n := 0
+	for _, h := range v.History {
+		if h.Lease.Provider == provider && handBack(h.Lease, h.Run, h.Detail) {
+			n++
+		}
+	}
+	return n
 }
 
 // requeuesLocked reports whether the job of v goes back to auction now

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -121,11 +122,17 @@ type Supervisor struct {
 	log *slog.Logger
 	ctx context.Context
 
-	mu     sync.Mutex
-	runs   map[string]*leaseRun
-	limits api.LimitsView
-	drain  *drainState // the last drain, until Undrain
-	wg     sync.WaitGroup
+	mu   sync.Mutex
+	runs map[string]*leaseRun
+	// held binds every lease id this provider ever confirmed to its
+	// renter, and heldJobs every job id it ran to its renter: loaded from
+	// the persisted lease records and the ledger's receipts at start, kept
+	// up to date by OnLease. A lease id is never reused (Admit).
+	held     map[string]string
+	heldJobs map[string]string
+	limits   api.LimitsView
+	drain    *drainState // the last drain, until Undrain
+	wg       sync.WaitGroup
 	// pruned is when job files were last pruned (unix nanoseconds).
 	pruned atomic.Int64
 }
@@ -208,7 +215,10 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 	if err := os.MkdirAll(cfg.JobsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("jobs dir: %w", err)
 	}
-	s := &Supervisor{cfg: cfg, log: log, ctx: ctx, runs: map[string]*leaseRun{}}
+	s := &Supervisor{cfg: cfg, log: log, ctx: ctx, runs: map[string]*leaseRun{}, held: map[string]string{}, heldJobs: map[string]string{}}
+	if err := s.loadHeld(); err != nil {
+		return nil, err
+	}
 	if cfg.Sensors != nil && cfg.Limits != nil {
 		s.checkLimits()
 		s.wg.Add(1)
@@ -307,9 +317,95 @@ func (s *Supervisor) run(id string) *leaseRun {
 	return s.runs[id]
 }
 
+// loadHeld fills the lease and job id bindings from every persisted lease
+// record (settled ones too) and every receipt this node signed as a
+// provider in the ledger.
+func (s *Supervisor) loadHeld() error {
+	err := s.cfg.Store.List(func(_ string, raw []byte) error {
+		var pr providerRecord
+		if json.Unmarshal(raw, &pr) == nil && pr.Rec.Lease.ID != "" {
+			s.bindLocked(pr.Rec.Lease.ID, pr.Rec.Lease.JobID, pr.Rec.Lease.Renter)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("lease records: %w", err)
+	}
+	entries, err := s.cfg.Receipts.cfg.Ledger.List(ledger.Filter{Kind: ledger.KindReceipt})
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	me := s.cfg.Signer.ID().String()
+	for _, e := range entries {
+		if sr, err := attest.UnmarshalReceipt(e.Data); err == nil && sr.Receipt.Provider == me {
+			s.bindLocked(sr.Receipt.LeaseID, sr.Receipt.JobID, sr.Receipt.Renter)
+		}
+	}
+	return nil
+}
+
+// bindLocked records that a lease id (and its job id) belongs to renter.
+// Called with s.mu held, or before the supervisor is shared.
+func (s *Supervisor) bindLocked(leaseID, jobID, renter string) {
+	if _, ok := s.held[leaseID]; !ok {
+		s.held[leaseID] = renter
+	}
+	if jobID != "" {
+		if _, ok := s.heldJobs[jobID]; !ok {
+			s.heldJobs[jobID] = renter
+		}
+	}
+}
+
+// ErrLeaseIDInUse is Admit's refusal of a lease or job id this provider
+// already holds.
+var ErrLeaseIDInUse = errors.New("lease id in use")
+
+// Admit is the auction provider's check of an award's ids
+// (auction.ProviderConfig.Admit): a lease id this provider ever held (a
+// live run, a persisted record, a receipt in its ledger, or a log or
+// outputs left on disk) is refused whoever awards it, and a job id is
+// refused when it belongs to another renter's lease. Lease ids are chosen
+// by renters and gossiped in receipts: without this a renter could award
+// a lease id it saw after a restart and read the earlier renter's logs.
+func (s *Supervisor) Admit(leaseID, jobID, renter string) error {
+	if err := auction.ValidID(leaseID); err != nil {
+		return fmt.Errorf("%w: %v", ErrLeaseIDInUse, err)
+	}
+	s.mu.Lock()
+	_, running := s.runs[leaseID]
+	_, held := s.held[leaseID]
+	owner, jobHeld := s.heldJobs[jobID]
+	s.mu.Unlock()
+	switch {
+	case running || held:
+		s.cfg.Counters.Add("provider.lease_id_reused")
+		return fmt.Errorf("%w: lease %s was awarded before", ErrLeaseIDInUse, leaseID)
+	case jobHeld && owner != renter:
+		s.cfg.Counters.Add("provider.lease_id_reused")
+		return fmt.Errorf("%w: job %s belongs to another renter", ErrLeaseIDInUse, jobID)
+	}
+	for _, p := range []string{s.logPath(leaseID), s.outDir(leaseID)} {
+		if _, err := os.Lstat(p); err == nil {
+			s.cfg.Counters.Add("provider.lease_id_reused")
+			return fmt.Errorf("%w: lease %s has files from an earlier run", ErrLeaseIDInUse, leaseID)
+		}
+	}
+	return nil
+}
+
 // OnLease is the auction provider's callback for a confirmed lease: it
-// stops the bronze leases this one evicts and schedules the job.
+// stops the bronze leases this one evicts and schedules the job. It never
+// replaces a lease it holds already (Admit refuses such an award first).
 func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string) {
+	s.mu.Lock()
+	if _, ok := s.runs[l.ID]; ok {
+		s.mu.Unlock()
+		s.cfg.Counters.Add("provider.lease_id_reused")
+		s.log.Error("lease id already held: the new lease is not run", "lease", l.ID, "renter", l.Renter)
+		return
+	}
+	s.mu.Unlock()
 	for _, id := range preempts {
 		if victim := s.run(id); victim != nil {
 			victim.abort(auction.RunPreempted, fmt.Sprintf("preempted by %s lease %s", job.Tier, l.ID))
@@ -319,6 +415,7 @@ func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string
 		pr: providerRecord{Rec: api.ProviderLease{Lease: l, Run: auction.RunPending}, Job: job}}
 	s.mu.Lock()
 	s.runs[l.ID] = r
+	s.bindLocked(l.ID, l.JobID, l.Renter)
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -329,8 +426,36 @@ func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string
 		// loses the lease like a crash during it would: the renter hears
 		// no heartbeat and recovers the job elsewhere.
 		s.saveRun(r)
-		r.run()
+		r.runGuarded()
 	}()
+}
+
+// runGuarded is run, with a failure inside it (a panic in the lease's own
+// path: its executor, its inputs, a bug) ending this lease, never the
+// daemon: the stack is logged and the lease reported failed, the
+// provider's fault (it was the provider's software).
+func (r *leaseRun) runGuarded() {
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		s := r.s
+		l := r.lease()
+		s.cfg.Counters.Add("provider.lease_panic")
+		s.log.Error("lease failed: internal error", "lease", l.ID, "job", l.JobID, "panic", p, "stack", string(debug.Stack()))
+		if r.state().Terminal() {
+			return // it had ended already (the panic came after its report)
+		}
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error("lease could not be reported failed", "lease", l.ID, "panic", p, "stack", string(debug.Stack()))
+			}
+		}()
+		now := s.now()
+		r.finish(runtime.Result{ExitCode: -1, Started: now, Ended: now, Err: fmt.Errorf("provider internal error: %v", p)}, nil)
+	}()
+	r.run()
 }
 
 // OnMove is the auction provider's callback for a confirmed lease it moved

@@ -942,9 +942,11 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	lease := *v.Lease
 	started, ended := v.Started, v.Ended
 	again, why := false, ""
+	churned := false
 	if ev.Run.Terminal() {
 		again, why = requeuesLocked(v, ev.Run, ev.Fault)
 		v.Detail = joinDetail(v.Detail, why)
+		churned = handBack(lease, ev.Run, ev.Detail) && handBacksLocked(v, lease.Provider) >= MaxHandBacks-1
 	}
 	if ev.Run.Terminal() && !again {
 		v.State = auction.JobFinished
@@ -972,8 +974,16 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	t.mu.Unlock()
 	t.save(jobID)
+	if churned {
+		t.cfg.Counters.Add("renter.hand_back_churn")
+		t.log.Warn("provider handed the job back again: excluded from it", "job", jobID, "provider", lease.Provider,
+			"hand_backs", MaxHandBacks)
+	}
 	if again {
 		opts := requeueOptions(lease, ev.Run, ev.Fault, ev.Detail)
+		if churned && !slices.Contains(opts.Exclude, lease.Provider) {
+			opts.Exclude = append(opts.Exclude, lease.Provider)
+		}
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()

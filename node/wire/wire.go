@@ -59,6 +59,16 @@ type GPUVerdictGossip struct {
 	Sent    time.Time      `json:"sent"`
 }
 
+// RequestProtocols are the protocols whose stream carries one request
+// frame and one answer; StreamProtocols carry data after their request
+// frame. Together: every protocol a daemon serves (each gets its stream
+// and frame memory limits, p2p.ProtocolLimit).
+var (
+	RequestProtocols = []protocol.ID{ProtoBid, ProtoAward, ProtoHeartbeat, ProtoLeaseEvent, ProtoReceipt, ProtoCancel,
+		ProtoCheckpoint, ProtoWarm}
+	StreamProtocols = []protocol.ID{ProtoLogs, ProtoOutputs, ProtoArtifact, ProtoService, ProtoGPUChallenge}
+)
+
 // ServiceRequest opens a ProtoService stream to one service lease; only the
 // lease's renter (the stream's authenticated remote peer) is let through.
 type ServiceRequest struct {

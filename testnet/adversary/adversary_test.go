@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
 // The tests run each attack against in-process daemons on loopback: a
@@ -560,4 +563,44 @@ func TestReceiptReplayAndSybils(t *testing.T) {
 	}
 	t.Logf("sybils: %d receipts (%.0f USD claimed) from %d renters for %s: score %.4f (prior 0.5), weight %.3f, renters %d",
 		sr.Receipts, float64(sr.Receipts)*cfg.Amount, cfg.Renters, sr.Provider, rep.Rep.Score, rep.Rep.Weight, rep.Rep.Renters)
+}
+
+// TestHalfSentFramesDoNotExhaustTheDaemon: hostile identities hold many
+// streams on a provider's request protocols, each with a header claiming a
+// whole frame (1 MiB) and a little of its payload. The provider's memory
+// grows by what its protocols' limits allow, not by a megabyte per stream,
+// and it still wins and runs an honest job meanwhile.
+func TestHalfSentFramesDoNotExhaustTheDaemon(t *testing.T) {
+	renter, provs := network(t, 1.0)
+	target := provs[0]
+	settled(t, renter, postUntilLeased(t, renter, honestJob(), 20*time.Second))
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const identities, streams = 4, 24
+	protos := []protocol.ID{wire.ProtoAward, wire.ProtoCancel}
+	opened := 0
+	for range identities {
+		p := adversary(t, target)
+		for _, proto := range protos {
+			h := SendHalfFrames(context.Background(), p, target.ID(), proto, streams, 8<<10)
+			t.Cleanup(h.Close)
+			opened += h.Opened
+		}
+	}
+	// Still serving while the streams are held.
+	v := postUntilLeased(t, renter, honestJob(), 20*time.Second)
+	if v.Lease.Provider != target.ID().String() {
+		t.Fatalf("job leased to %s, not the target %s", v.Lease.Provider, target.ID())
+	}
+	settled(t, renter, v)
+	var during runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&during)
+	grew := int64(during.HeapAlloc) - int64(before.HeapAlloc)
+	claimed := int64(identities * streams * len(protos) * p2p.MaxFrame)
+	t.Logf("%d half-sent frames claiming %d MiB: heap grew %.1f MiB", opened, claimed>>20, float64(grew)/(1<<20))
+	if grew > 48<<20 {
+		t.Fatalf("heap grew %.1f MiB under %d half-sent frames (claiming %d MiB)", float64(grew)/(1<<20), opened, claimed>>20)
+	}
 }
