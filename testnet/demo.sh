@@ -40,4 +40,19 @@ if "$bin" "${r[@]}" job --help >/dev/null 2>&1; then
   "$bin" "${r[@]}" ledger list
   "$bin" "${r[@]}" ledger verify
 fi
+# GPU truth: challenge one provider's GPU. The testnet's GPUs are declared
+# (no driver), so they answer on the CPU path and the verdict is
+# "unverifiable"; on a GPU host (testnet/gpu-check.sh) it is "verified".
+# Either way the signed verdict is gossiped to every node's reputation book.
+prov=$("$bin" -d "$run/node1" status --json | sed -n 's/.*"peer_id": *"\([^"]*\)".*/\1/p')
+if [[ -n "$prov" && -d "$run/node2" ]]; then
+  say "verify node1's GPU (gpumesh verify)"
+  "$bin" "${r[@]}" verify "$prov" || true
+  say "node2's reputation view of node1 (the verdict arrived by gossip)"
+  for _ in $(seq 1 20); do
+    "$bin" -d "$run/node2" reputation "$prov" | grep -q '^gpu ' && break
+    sleep 0.5
+  done
+  "$bin" -d "$run/node2" reputation "$prov"
+fi
 say "done: stop the network with testnet/down.sh (or make testnet-down)"
