@@ -268,6 +268,29 @@ func TestProverRefusesBadChallenges(t *testing.T) {
 	}
 }
 
+// TestRateLimitPerVerifierAndDevice: a verifier may challenge each device
+// of a provider in turn, but the same device only once a minute.
+func TestRateLimitPerVerifierAndDevice(t *testing.T) {
+	p := newPair(t, liar{}, Policy{Floor: func(string) (float64, bool) { return 1e6, true }})
+	p.prover.Devices = func(string) bool { return true }
+	run := func(dev string) error {
+		vc, pc := net.Pipe()
+		defer vc.Close()
+		go func() { defer pc.Close(); _ = p.prover.Serve(p.verifier.Signer.ID(), pc) }()
+		_, err := p.verifier.Run(context.Background(), vc, p.psign.ID(), dev, "H200", 141, 128, 1)
+		return err
+	}
+	if err := run("GPU-0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := run("GPU-1"); err != nil {
+		t.Fatalf("the provider's second device was refused: %v", err)
+	}
+	if err := run("GPU-0"); !errors.Is(err, ErrNoVerdict) || !strings.Contains(err.Error(), "too many") {
+		t.Fatalf("the same device again at once: %v, want no verdict (rate limit)", err)
+	}
+}
+
 func TestBusyDeviceGivesNoVerdict(t *testing.T) {
 	p := newPair(t, liar{}, Policy{})
 	p.prover.Busy = func(string) bool { return true }

@@ -101,13 +101,13 @@ type Prover struct {
 	Busy func(device string) bool
 	Now  func() time.Time
 	// PerVerifier is the least time between two challenges from one
-	// verifier (default one minute); Concurrent challenges run one at a
-	// time, others are refused as busy.
+	// verifier on one device (default one minute); challenges run one at
+	// a time, others are refused as busy.
 	PerVerifier time.Duration
 
 	mu      sync.Mutex
 	seen    map[string]time.Time // challenge id → expiry
-	last    map[string]time.Time // verifier → last accepted
+	last    map[string]time.Time // verifier \x00 device → last accepted
 	running bool
 }
 
@@ -146,11 +146,12 @@ func (p *Prover) admit(c Challenge, now time.Time) error {
 	if gap == 0 {
 		gap = time.Minute
 	}
-	if at, ok := p.last[c.Verifier]; ok && now.Sub(at) < gap {
+	key := c.Verifier + "\x00" + c.Device
+	if at, ok := p.last[key]; ok && now.Sub(at) < gap {
 		return ErrRateLimit
 	}
 	p.seen[c.ID] = c.Expires
-	p.last[c.Verifier] = now
+	p.last[key] = now
 	p.running = true
 	return nil
 }
