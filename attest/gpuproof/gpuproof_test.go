@@ -157,11 +157,12 @@ func TestCPUResultTooSlowForClaimedModelIsNotVerified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Outcome != Failed || !strings.Contains(v.Reason, "too slow") {
-		t.Fatalf("a CPU posing as an H200 got %s (%s), want failed as too slow", v.Outcome, v.Reason)
-	}
-	if v.Commit == nil || v.Elapsed <= v.Budget {
-		t.Fatalf("verdict lacks the commitment or its timing: %+v", v)
+	// Failed on time either way: its commitment came after the budget, or
+	// not before the verifier stopped waiting (twice the budget plus 1 s).
+	slow := strings.Contains(v.Reason, "too slow") && v.Commit != nil
+	late := strings.Contains(v.Reason, "no commitment after")
+	if v.Outcome != Failed || !(slow || late) || v.Elapsed <= v.Budget {
+		t.Fatalf("a CPU posing as an H200 got %s (%s) in %s of %s, want failed on time", v.Outcome, v.Reason, v.Elapsed, v.Budget)
 	}
 }
 
