@@ -64,6 +64,9 @@ type Options struct {
 	// set in production.
 	ChallengeBackend gpuproof.Backend
 	ChallengePolicy  *gpuproof.Policy
+	// LearnEvery overrides how often the daemon discovers every
+	// provider's record in the background (default DefaultLearnEvery).
+	LearnEvery time.Duration
 	// VerdictRepublish overrides how often a node gossips its own recent
 	// GPU verdicts again (default DefaultVerdictRepublish).
 	VerdictRepublish time.Duration
@@ -113,6 +116,8 @@ type Daemon struct {
 	// capCache holds the last verified capability record of each provider
 	// (peer.ID → auction.Capability).
 	capCache sync.Map
+	// learning holds the providers whose record learnBidder is looking up.
+	learning sync.Map
 	// fpChanges counts fingerprint changes seen in providers' records.
 	fpChanges atomic.Int64
 	seq       atomic.Uint64
@@ -240,6 +245,11 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		go func() {
 			defer d.wg.Done()
 			d.announceLoop(10 * time.Minute)
+		}()
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.learnLoop(d.opts.LearnEvery)
 		}()
 		if d.cfg.Provider.Enabled {
 			d.advertiseLoop(ttl)

@@ -93,6 +93,9 @@ func newMarket(d *Daemon) (*market, error) {
 	}
 	n := d.net
 	n.HandleCounted(wire.ProtoBid, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
+		// Learn the bidder even from a late or refused bid: the stream's
+		// peer is authenticated, and only its verified record is cached.
+		d.learnBidder(from)
 		return nil, m.tracker.Auction().HandleBid(from, req)
 	}, m.badFrame("renter"))
 	n.HandleCounted(wire.ProtoHeartbeat, p2p.Handler(m.tracker.HandleHeartbeat), m.badFrame("renter"))
