@@ -216,3 +216,70 @@ func TestHeldCallBidsAfterRelease(t *testing.T) {
 		t.Fatalf("bid for %s", b2.JobID)
 	}
 }
+
+// TestOwnAuctionsDoNotRaceForOneGPU: one renter posts three jobs at once to
+// three one-GPU providers that hold nothing on bidding. Every provider bids
+// for every job and the bids rank alike (a cheapest), so each auction would
+// award the same provider first. The renter knows each provider's GPU count: once one
+// of its auctions has awarded a provider's GPU, its others skip that
+// provider's bids issued before, and no award is declined as overbooked.
+// Without the capacity (the control) the race shows.
+func TestOwnAuctionsDoNotRaceForOneGPU(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		known bool
+	}{{"capacity known", true}, {"control: capacity unknown", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Distinct prices: every auction ranks a, b, c in that order.
+			specs := []provSpec{{"a", "eu-west", "A100", 80, 1, pol(1), 0.9}, {"b", "eu-west", "A100", 80, 1, pol(1.2), 0.9},
+				{"c", "eu-west", "A100", 80, 1, pol(1.4), 0.9}}
+			m := newMarket(t, specs)
+			// No quiet-spell close: every window runs its full second, so
+			// the three auctions award at the same moment.
+			cfg := RenterConfig{QuietClose: -1}
+			if tc.known {
+				cfg.Capacity = func(p string) int {
+					if tp, ok := m.byID[p]; ok {
+						return tp.spec.n
+					}
+					return 0
+				}
+			}
+			r, tr := m.renter(t, cfg)
+			gate := bidGate(r, tr, 9) // every auction collects all three bids first
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			leased, overbooked, skipped := 0, 0, 0
+			for i := 0; i < 3; i++ {
+				j := euJob(m.now())
+				j.ID, j.GPUCount, j.Deadline, j.BidWindow = NewID("job"), 1, m.now().Add(10*time.Minute), time.Second
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					job, err := r.Post(context.Background(), j)
+					st, _ := r.Status(job.ID)
+					mu.Lock()
+					defer mu.Unlock()
+					if err == nil {
+						leased++
+					}
+					for _, a := range st.Attempts {
+						overbooked += strings.Count(a.Result, "overbooked")
+						skipped += strings.Count(a.Result, "awarded to another of this renter's jobs")
+					}
+				}()
+			}
+			<-gate
+			wg.Wait()
+			for _, tp := range m.provs {
+				checkCalendar(t, tp.spec.name, tp.cal)
+			}
+			switch {
+			case tc.known && (leased != 3 || overbooked != 0 || skipped == 0):
+				t.Fatalf("%d leased, %d awards overbooked, %d skipped: want 3 leased at once, none overbooked", leased, overbooked, skipped)
+			case !tc.known && overbooked == 0:
+				t.Fatal("control: no overbooked award without the capacity; the test does not exercise the race")
+			}
+		})
+	}
+}

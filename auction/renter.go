@@ -142,6 +142,11 @@ type RenterConfig struct {
 	// Reputation is the renter's verified reliability score of a provider
 	// in [0,1] (attest's reputation book); nil means NeutralReliability.
 	Reputation func(provider string) float64
+	// Capacity is a provider's GPU count as its verified capability record
+	// says (0: unknown). With it the renter never awards one provider more
+	// GPUs at once than it has across its own concurrent auctions (see
+	// Renter.claim); nil or 0 leaves every award to the provider's calendar.
+	Capacity func(provider string) int
 	// Verified reports whether the renter's book holds provider verified
 	// for the GPU model it bid with (Candidate.Verified); nil: never.
 	Verified func(provider, gpuModel string) bool
@@ -258,6 +263,7 @@ type Renter struct {
 	jobs        map[string]*renterJob
 	counters    map[string]int
 	unconfirmed map[string]time.Time // provider -> until when it ranks last
+	claims      map[string][]*claim  // provider -> this renter's awards in flight and recent leases
 	declineTok  float64              // token bucket of declines taken
 	declineAt   time.Time
 	// wg counts the background waits for hedged awards outstanding once an
@@ -642,6 +648,69 @@ type awardResult struct {
 	bid    Bid
 	lease  Lease
 	result string
+	claim  *claim
+}
+
+// claim is GPUs of one provider this renter has awarded (in flight) or
+// leased: its concurrent auctions must not award them again.
+type claim struct {
+	start, end time.Time
+	gpus       int
+	// confirmed is when the provider confirmed the award (zero while in
+	// flight): bids issued after it were made against a calendar that
+	// holds the lease, so the claim does not count against them.
+	confirmed time.Time
+}
+
+// claim reserves job's GPUs of bid b's provider for an award, unless this
+// renter's awards in flight to that provider, and its leases there
+// confirmed after b was issued, already take as many of its GPUs over b's
+// span as the provider has (RenterConfig.Capacity): then two of its own
+// auctions would race for one GPU and one award would be declined as
+// overbooked. Without a known capacity every award goes ahead.
+func (r *Renter) claim(b Bid, gpus int) (*claim, bool) {
+	c := &claim{start: b.Start, end: b.End, gpus: gpus}
+	capacity := 0
+	if r.cfg.Capacity != nil {
+		capacity = r.cfg.Capacity(b.Provider)
+	}
+	now := r.cfg.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.claims == nil {
+		r.claims = make(map[string][]*claim)
+	}
+	kept, used := r.claims[b.Provider][:0], 0
+	for _, o := range r.claims[b.Provider] {
+		if !o.end.After(now) {
+			continue
+		}
+		kept = append(kept, o)
+		if (o.confirmed.IsZero() || o.confirmed.After(b.IssuedAt)) && o.start.Before(b.End) && b.Start.Before(o.end) {
+			used += o.gpus
+		}
+	}
+	if capacity > 0 && used+gpus > capacity {
+		r.claims[b.Provider] = kept
+		return nil, false
+	}
+	r.claims[b.Provider] = append(kept, c)
+	return c, true
+}
+
+// settleClaim keeps a confirmed award's claim (marked confirmed) and drops
+// any other.
+func (r *Renter) settleClaim(provider string, c *claim, confirmed bool) {
+	if c == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if confirmed {
+		c.confirmed = r.cfg.Now()
+		return
+	}
+	r.claims[provider] = slices.DeleteFunc(r.claims[provider], func(o *claim) bool { return o == c })
 }
 
 // awardOrder lists the eligible bids best first, providers that recently
@@ -708,10 +777,18 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 				continue
 			}
 			r.mu.Unlock()
+			c, ok := r.claim(b, job.GPUCount)
+			if !ok {
+				r.mu.Lock()
+				rj.status.Attempts[slot].Result = "skipped: its GPUs are awarded to another of this renter's jobs"
+				r.counters["award_skipped_claimed"]++
+				r.mu.Unlock()
+				continue
+			}
 			inflight++
 			go func() {
 				lease, result := r.award(actx, job, b, leaseID)
-				results <- awardResult{slot: slot, bid: b, lease: lease, result: result}
+				results <- awardResult{slot: slot, bid: b, lease: lease, result: result, claim: c}
 			}()
 			return
 		}
@@ -733,6 +810,10 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 			default:
 			}
 		}
+		// Only the lease keeps its claim: a failed award's GPUs, and a
+		// confirm released as not needed, are free for the renter's other
+		// auctions again.
+		r.settleClaim(res.bid.Provider, res.claim, result == "confirmed" && won == nil && stop == nil)
 		switch {
 		case result != "confirmed":
 			r.noConfirm(res.bid.Provider)

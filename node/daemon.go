@@ -572,6 +572,21 @@ func (d *Daemon) expectedBidders(job *auction.Job) []string {
 	return out
 }
 
+// providerGPUs is a provider's GPU count in its last verified, unexpired
+// capability record this node holds (0 when it holds none).
+func (d *Daemon) providerGPUs(provider string) int {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return 0
+	}
+	if v, ok := d.capCache.Load(id); ok {
+		if c := v.(auction.Capability); c.ExpiresAt.After(d.now()) {
+			return len(c.GPUs)
+		}
+	}
+	return 0
+}
+
 // advertisedFingerprint is the fingerprint hash of a provider's last
 // verified capability record this node saw ("" when it saw none).
 func (d *Daemon) advertisedFingerprint(provider string) string {

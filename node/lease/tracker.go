@@ -62,6 +62,10 @@ type TrackerConfig struct {
 	// ExpectedBidders names the providers expected to answer a job's call
 	// (auction.RenterConfig.Expected): its window closes once all have.
 	ExpectedBidders func(job *auction.Job) []string
+	// ProviderGPUs is a provider's GPU count from its verified capability
+	// record (0: unknown): the renter's own concurrent auctions never award
+	// it more GPUs at once (auction.RenterConfig.Capacity).
+	ProviderGPUs func(provider string) int
 	// QueueBackoff is how long a queued job (no acceptable bid yet) first
 	// waits before it is offered again, doubling up to QueueBackoffMax;
 	// a capacity notice offers it at once. Defaults 1s and 30s.
@@ -159,7 +163,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		Verified: func(p, model string) bool { return cfg.Receipts.cfg.Book.Verified(p, gpumodel.FamilyOf(model)) },
 		Now:      cfg.Now, Log: log,
 		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, OnCapacity: t.onCapacity, Release: t.release, Holdings: cfg.Holdings,
-		Expected: cfg.ExpectedBidders,
+		Expected: cfg.ExpectedBidders, Capacity: cfg.ProviderGPUs,
 	})
 	if err != nil {
 		return nil, err
