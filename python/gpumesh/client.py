@@ -258,13 +258,20 @@ class Client:
             _close(resp)
 
     def fetch(self, job_id: str, dest: Union[str, "os.PathLike[str]"], force: bool = False,
-              max_size: int = 10 << 30) -> List[OutputFile]:
+              max_size: int = 10 << 30, settle_timeout: float = 30.0) -> List[OutputFile]:
         """Download the job's output files into ``dest``, checked against the
         manifest its two-party receipt names (SHA-256 of every file); the
         files are moved into place only once all verified. An existing file
-        is refused unless ``force``. Returns the files written."""
-        v = self.job(job_id)
-        receipt = v.raw.get("receipt")
+        is refused unless ``force``. A job whose run ended but has not
+        settled yet is waited for, up to ``settle_timeout`` seconds. Returns
+        the files written."""
+        deadline = time.monotonic() + settle_timeout
+        while True:
+            v = self.job(job_id)
+            receipt = v.raw.get("receipt")
+            if receipt or not v.done or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
         if not receipt:
             raise GpumeshError(f"job {job_id} has no receipt yet (run {v.run or '-'}): its outputs cannot be "
                                f"checked; fetch them once it settled")

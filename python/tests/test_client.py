@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
 from pathlib import Path
 
 import pytest
@@ -34,18 +33,6 @@ max_price: 2.0
 duration: 2m
 max_attempts: 2
 """
-
-
-def wait_for(what, cond, timeout=60.0, poll=0.2):
-    """Poll cond() until it returns something true, or fail after timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(poll)
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +77,7 @@ def test_status_after_the_run(net, hello):
 
 def test_fetch_outputs_checked_against_the_receipt(net, hello, tmp_path):
     v, _, _ = hello
-    # The receipt settles shortly after the run ends.
-    wait_for("the receipt", lambda: net.renter.job(v.id).raw.get("receipt"))
+    # fetch waits for the receipt, which settles shortly after the run.
     files = net.renter.fetch(v.id, tmp_path / "o")
     assert sorted(f.path for f in files) == ["result.txt", "sub/n.txt"]
     assert (tmp_path / "o" / "result.txt").read_text() == "result 3\n"
@@ -157,13 +143,15 @@ def test_convert_shows_the_examples_job(renter):
     assert j.outputs == "out" and "train" in j.inputs
 
 
-def test_follow_streams_while_running_and_cancel_ends_it(renter):
+def test_follow_streams_while_running_and_cancel_ends_it(renter, tmp_path):
     v = renter.post({"resources": {"accelerators": "A100"}, "run": "echo started; sleep 60; echo not reached",
                      "max_price": 1.5, "duration": "2m"})
     logs = renter.logs(v.id, follow=True)
     # The first line arrives while the job still runs (it sleeps a minute).
     assert next(l for l in logs if l.startswith("started")) == "started\n"
     assert renter.job(v.id).run == "running"
+    with pytest.raises(GpumeshError, match=r"has no receipt yet \(run running\)"):
+        renter.fetch(v.id, tmp_path)
     renter.cancel(v.id)
     rest = list(logs)  # the stream ends with the job
     assert "not reached\n" not in rest
