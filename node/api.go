@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/gpumesh/gpumesh/node/lease"
 )
 
@@ -81,6 +82,15 @@ func (d *Daemon) serveAPI() error {
 	d.route(mux, "GET /v1/status", func(*http.Request) (any, error) { return d.Status(), nil })
 	d.route(mux, "GET /v1/peers", func(*http.Request) (any, error) { return d.Peers(), nil })
 	d.route(mux, "GET /v1/providers", d.handleProviders)
+	d.route(mux, "POST /v1/tasks/convert", func(r *http.Request) (any, error) {
+		var req api.ConvertTaskRequest
+		dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return nil, badRequest("task: %v", err)
+		}
+		return d.convertTask(req.Task, req.TaskName)
+	})
 	d.artifactRoutes(mux)
 	if d.market != nil {
 		d.market.routes(mux)
@@ -95,6 +105,22 @@ func (d *Daemon) serveAPI() error {
 	d.apiLn = ln
 	go func() { _ = d.api.Serve(ln) }()
 	return nil
+}
+
+// convertTask turns a job file's text into its job (taskfile.Convert), as
+// of now; its problems are bad requests.
+func (d *Daemon) convertTask(text, name string) (auction.Job, error) {
+	if name == "" {
+		name = "task"
+	}
+	if text == "" {
+		return auction.Job{}, badRequest("%s is empty", name)
+	}
+	job, err := taskfile.Convert(name, []byte(text), d.now())
+	if err != nil {
+		return auction.Job{}, badRequest("%v", err)
+	}
+	return job, nil
 }
 
 // Status reports the node's identity, connectivity and inventory.

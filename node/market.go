@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"time"
@@ -260,6 +261,15 @@ func (m *market) apiPostJob(r *http.Request) (any, error) {
 		return nil, badRequest("job spec: %v", err)
 	}
 	job := req.Job
+	if req.Task != "" {
+		if !reflect.ValueOf(req.Job).IsZero() {
+			return nil, badRequest("give a job or a task, not both")
+		}
+		var err error
+		if job, err = m.d.convertTask(req.Task, req.TaskName); err != nil {
+			return nil, err
+		}
+	}
 	job.OwnerAddrs = m.d.Addrs()
 	if err := m.d.inputSizes(&job); err != nil {
 		return nil, err

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/urfave/cli/v2"
 	"gopkg.in/yaml.v3"
 )
@@ -24,7 +24,7 @@ func (s *stringList) String() string     { return strings.Join(*s, " ") }
 
 func jobPostFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "file", Usage: "YAML job spec (fields as in auction.Job); flags given explicitly override it"},
+		&cli.StringFlag{Name: "file", Usage: "job file: a task file (name, resources, setup, run... see examples/) or a YAML job spec (fields as in auction.Job); flags given explicitly override it. Also given as the argument: job post task.yaml"},
 		&cli.StringFlag{Name: "tier", Value: string(auction.Silver), Usage: "gold, silver or bronze"},
 		&cli.Float64Flag{Name: "max-price", DefaultText: "required unless in --file", Usage: "most you pay per GPU-hour, in USD"},
 		&cli.StringSliceFlag{Name: "gpu", Usage: "acceptable GPU model, e.g. H100 (repeatable)"},
@@ -62,7 +62,7 @@ func jobPostCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "post",
 		Usage:     "post a job to the market and run its auction",
-		ArgsUsage: "-- CMD [ARGS...]",
+		ArgsUsage: "TASK.yaml | -- CMD [ARGS...]",
 		Flags:     jobPostFlags(),
 		Action:    jobPostAction,
 	}
@@ -75,11 +75,16 @@ func jobPostCommand() *cli.Command {
 func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 	var job auction.Job
 	inFile := map[string]bool{}
-	if p := c.String("file"); p != "" {
-		var err error
-		if job, inFile, err = loadJobFile(p); err != nil {
+	path, err := jobFilePath(c)
+	if err != nil {
+		return auction.Job{}, err
+	}
+	var file *taskfile.File
+	if path != "" {
+		if file, err = loadJobFile(path, now); err != nil {
 			return auction.Job{}, err
 		}
+		job, inFile = file.Job, file.Set
 	}
 	set := func(name string) bool { return c.IsSet(name) }
 
@@ -88,8 +93,8 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 	if set("tier") || tier == "" {
 		tier = c.String("tier")
 	}
-	t, err := auction.ParseTier(tier)
-	if err != nil {
+	t, terr := auction.ParseTier(tier)
+	if terr != nil {
 		return auction.Job{}, fmt.Errorf("unknown tier %q (gold, silver, bronze)", tier)
 	}
 	job.Tier = t
@@ -116,21 +121,45 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 	case !inFile["duration"]:
 		return auction.Job{}, errors.New("--duration is required (e.g. 2h)")
 	}
-	if err := applyJobFlags(c, &job, now); err != nil {
+	if err := applyJobFlags(c, &job, now, path != "" && path != c.String("file")); err != nil {
 		return auction.Job{}, err
 	}
 
 	job.CreatedAt = now
 	if err := job.Validate(); err != nil {
-		return auction.Job{}, invalidJob(c, err)
+		return auction.Job{}, invalidJob(c, err, file)
 	}
 	return job, nil
 }
 
+// jobFilePath is the job file given by --file or as job post's argument
+// (gpumesh job post task.yaml): a single argument ending in .yaml, .yml
+// or .json is a job file, never a command.
+func jobFilePath(c *cli.Context) (string, error) {
+	p := c.String("file")
+	args := c.Args().Slice()
+	if len(args) == 0 || !isJobFileName(args[0]) {
+		return p, nil
+	}
+	if len(args) > 1 {
+		return "", fmt.Errorf("unexpected %q after the job file %s: flags go before it (e.g. gpumesh job post --wait %s)", args[1], args[0], args[0])
+	}
+	if p != "" {
+		return "", fmt.Errorf("two job files: --file %s and %s; give one", p, args[0])
+	}
+	return args[0], nil
+}
+
+func isJobFileName(s string) bool {
+	s = strings.ToLower(s)
+	return strings.HasSuffix(s, ".yaml") || strings.HasSuffix(s, ".yml") || strings.HasSuffix(s, ".json")
+}
+
 // applyJobFlags sets the job fields that optional flags name (only those
 // given explicitly) and the command after --. job post and serve post share
-// it; a flag a command does not define is never set.
-func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time) error {
+// it; a flag a command does not define is never set. fileArg: the
+// argument is the job file, not a command.
+func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time, fileArg bool) error {
 	set := c.IsSet
 	if set("gpu") {
 		job.GPUModels = nil
@@ -213,7 +242,7 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time) error {
 	if set("checkpoint-every") {
 		job.CheckpointEvery = c.Duration("checkpoint-every")
 	}
-	if args := c.Args().Slice(); len(args) > 0 {
+	if args := c.Args().Slice(); len(args) > 0 && !fileArg {
 		job.Run.Command = args
 	}
 
@@ -234,7 +263,10 @@ var jobFlags = map[string]string{
 // --max-price: must be a positive number, got 0"), one with a value from
 // --file names the spec's field ("invalid job: gpu_count must be in
 // [1, 1024], got 0"); an empty command gets the hint where to put it.
-func invalidJob(c *cli.Context, err error) error {
+//
+// A task file's problems name its line ("task.yaml:7:
+// resources.accelerators: ...").
+func invalidJob(c *cli.Context, err error, file *taskfile.File) error {
 	fes := auction.FieldErrors(err)
 	if len(fes) == 0 {
 		return fmt.Errorf("invalid job: %v", err)
@@ -247,6 +279,8 @@ func invalidJob(c *cli.Context, err error) error {
 			flagged = append(flagged, "no command: put it after -- (e.g. gpumesh job post --max-price 2 --duration 1h -- python train.py)")
 		case ok && c.IsSet(flag):
 			flagged = append(flagged, fmt.Sprintf("invalid --%s: %s", flag, fe.Problem))
+		case file != nil && file.Task:
+			flagged = append(flagged, file.Explain(fe))
 		default:
 			filed = append(filed, fe.Error())
 		}
@@ -257,32 +291,34 @@ func invalidJob(c *cli.Context, err error) error {
 	return errors.New(strings.Join(flagged, "; "))
 }
 
-// loadJobFile reads a YAML job spec, rejecting unknown fields. It also
-// reports which top-level keys the file set, so that defaults apply only
-// to what it left out.
-func loadJobFile(p string) (auction.Job, map[string]bool, error) {
-	b, err := os.ReadFile(p)
+// loadJobFile reads a job file of either shape (taskfile.Parse: a task
+// file, or a YAML job spec whose unknown fields are refused). Its Set says
+// which fields the file gave, so that defaults apply only to what it left
+// out.
+func loadJobFile(p string, now time.Time) (*taskfile.File, error) {
+	b, err := readJobFile(p)
 	if err != nil {
-		return auction.Job{}, nil, fmt.Errorf("job file: %w", err)
+		return nil, err
 	}
-	var job auction.Job
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&job); err != nil {
-		if errors.Is(err, io.EOF) {
-			return auction.Job{}, nil, fmt.Errorf("job file %s is empty", p)
-		}
-		return auction.Job{}, nil, fmt.Errorf("job file %s: %s", p, yamlMessage(err))
+	f, err := taskfile.Parse(p, b, now)
+	if err != nil {
+		return nil, fmt.Errorf("job file %w", err)
 	}
-	var keys map[string]yaml.Node
-	if err := yaml.Unmarshal(b, &keys); err != nil {
-		return auction.Job{}, nil, fmt.Errorf("job file %s: %s", p, yamlMessage(err))
+	return f, nil
+}
+
+// readJobFile reads a job file, refusing one larger than taskfile.MaxSize.
+func readJobFile(p string) ([]byte, error) {
+	fh, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("job file: %w", err)
 	}
-	set := make(map[string]bool, len(keys))
-	for k := range keys {
-		set[k] = true
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, taskfile.MaxSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("job file: %w", err)
 	}
-	return job, set, nil
+	return b, nil
 }
 
 // yamlMessage is a YAML decoding error on one line.

@@ -152,7 +152,7 @@ func buildService(c *cli.Context) (api.ServiceSpec, error) {
 	if set("count") || j.GPUCount == 0 {
 		j.GPUCount = c.Int("count")
 	}
-	if err := applyJobFlags(c, j, time.Now()); err != nil {
+	if err := applyJobFlags(c, j, time.Now(), false); err != nil {
 		return spec, err
 	}
 	if j.Run.ServicePort == 0 {

@@ -71,6 +71,22 @@ func (c *Client) PostJob(ctx context.Context, job auction.Job) (JobView, error) 
 	return v, err
 }
 
+// PostTask is POST /v1/jobs with a job file's text (a task file or a job
+// spec), which the daemon converts (taskfile.Convert) and posts.
+func (c *Client) PostTask(ctx context.Context, name, text string) (JobView, error) {
+	var v JobView
+	err := c.Do(ctx, http.MethodPost, "/jobs", nil, PostJobRequest{Task: text, TaskName: name}, &v)
+	return v, err
+}
+
+// ConvertTask is POST /v1/tasks/convert: the job a job file's text stands
+// for, without posting it.
+func (c *Client) ConvertTask(ctx context.Context, name, text string) (auction.Job, error) {
+	var j auction.Job
+	err := c.Do(ctx, http.MethodPost, "/tasks/convert", nil, ConvertTaskRequest{Task: text, TaskName: name}, &j)
+	return j, err
+}
+
 // Job is GET /v1/jobs/{id}.
 func (c *Client) Job(ctx context.Context, id string) (JobView, error) {
 	var v JobView

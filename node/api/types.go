@@ -67,6 +67,19 @@ func SocketPath(dataDir string) string { return filepath.Join(dataDir, SocketNam
 // has ended (leased or unplaceable).
 type PostJobRequest struct {
 	Job auction.Job `json:"job"`
+	// Task, instead of Job, is the text of a job file: a task file or a
+	// YAML (or JSON) job spec, which the daemon converts with
+	// taskfile.Convert. TaskName names it in errors.
+	Task     string `json:"task,omitempty"`
+	TaskName string `json:"task_name,omitempty"`
+}
+
+// ConvertTaskRequest is the body of POST /v1/tasks/convert: the daemon
+// answers the auction.Job a job file's text stands for (what POST /v1/jobs
+// would post), or a 400 naming the file's line at fault.
+type ConvertTaskRequest struct {
+	Task     string `json:"task"`
+	TaskName string `json:"task_name,omitempty"`
 }
 
 // JobView is the renter's full view of one job (GET /v1/jobs/{id}).
