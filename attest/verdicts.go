@@ -172,15 +172,7 @@ func (b *Book) GPUStandings(provider string) []GPUStanding {
 // Verified reports whether the book holds provider verified for a model
 // family ("h100"; gpumodel.FamilyOf of a device name).
 func (b *Book) Verified(provider, family string) bool {
-	now := b.now()
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	ps := b.provs[provider]
-	if ps == nil {
-		return false
-	}
-	gs, _ := b.gpuLocked(provider, ps, now)
-	for _, g := range gs {
+	for _, g := range b.GPUStandings(provider) {
 		if g.Family == family {
 			return g.Verified
 		}

@@ -17,13 +17,7 @@ import (
 func TestImagesSaveLoad(t *testing.T) {
 	e := dockerExecutor(t) // imports the helper image, or skips
 	ctx := context.Background()
-	var sfx [4]byte
-	_, _ = rand.Read(sfx[:])
-	repo := "gpumesh-images-test-" + hex.EncodeToString(sfx[:])
-	ref := repo + ":1"
-	if err := e.c.do(ctx, http.MethodPost, "/images/"+testImage+"/tag?repo="+repo+"&tag=1", nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	repo, ref := tagTestImage(t, e, "images")
 	t.Cleanup(func() { _ = e.c.do(ctx, http.MethodDelete, "/images/"+ref, nil, nil) })
 	im := NewImages(DefaultDockerSocket)
 	var tarball bytes.Buffer
@@ -135,13 +129,7 @@ func TestImageArchiveRefusesOtherNames(t *testing.T) {
 func TestLoadArtifactByID(t *testing.T) {
 	e := dockerExecutor(t) // imports the helper image, or skips
 	ctx := context.Background()
-	var sfx [4]byte
-	_, _ = rand.Read(sfx[:])
-	repo := "gpumesh-loadartifact-test-" + hex.EncodeToString(sfx[:])
-	ref := repo + ":1"
-	if err := e.c.do(ctx, http.MethodPost, "/images/"+testImage+"/tag?repo="+repo+"&tag=1", nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, ref := tagTestImage(t, e, "loadartifact")
 	im := NewImages(DefaultDockerSocket)
 	var tarball bytes.Buffer
 	if err := im.Save(ctx, ref, &tarball); err != nil {
@@ -164,4 +152,18 @@ func TestLoadArtifactByID(t *testing.T) {
 	if has, err := im.Has(ctx, ref); err != nil || has {
 		t.Fatalf("the load tagged %s: has=%v %v", ref, has, err)
 	}
+}
+
+// tagTestImage tags the helper image under a fresh repository name
+// (gpumesh-NAME-test-<random>) and returns the repository and its ref ":1".
+func tagTestImage(t *testing.T, e *DockerExecutor, name string) (repo, ref string) {
+	t.Helper()
+	var sfx [4]byte
+	_, _ = rand.Read(sfx[:])
+	repo = "gpumesh-" + name + "-test-" + hex.EncodeToString(sfx[:])
+	ref = repo + ":1"
+	if err := e.c.do(context.Background(), http.MethodPost, "/images/"+testImage+"/tag?repo="+repo+"&tag=1", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	return repo, ref
 }

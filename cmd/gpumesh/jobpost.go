@@ -12,7 +12,6 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/urfave/cli/v2"
-	"gopkg.in/yaml.v3"
 )
 
 // stringList is a repeatable string flag that, unlike cli.StringSliceFlag,
@@ -321,18 +320,6 @@ func readJobFile(p string) ([]byte, error) {
 	return b, nil
 }
 
-// yamlMessage is a YAML decoding error on one line.
-func yamlMessage(err error) string {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		parts := make([]string, len(te.Errors))
-		for i, e := range te.Errors {
-			parts[i] = strings.TrimSpace(e)
-		}
-		return strings.Join(parts, "; ")
-	}
-	return strings.Join(strings.Fields(err.Error()), " ")
-}
 
 // parseDeadline accepts an RFC3339 time or a positive duration from now.
 func parseDeadline(s string, now time.Time) (time.Time, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"io"
 	"os"
 	"strings"
@@ -105,7 +106,7 @@ func buildService(c *cli.Context) (api.ServiceSpec, error) {
 			if errors.Is(err, io.EOF) {
 				return spec, fmt.Errorf("service file %s is empty", p)
 			}
-			return spec, fmt.Errorf("service file %s: %s", p, yamlMessage(err))
+			return spec, fmt.Errorf("service file %s: %s", p, taskfile.YAMLMessage(err))
 		}
 	}
 	set := c.IsSet

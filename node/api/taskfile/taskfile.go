@@ -61,7 +61,7 @@ func Parse(name string, b []byte, now time.Time) (*File, error) {
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %s", name, yamlMessage(err))
+		return nil, fmt.Errorf("%s: %s", name, YAMLMessage(err))
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 || doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null" {
 		return nil, fmt.Errorf("%s is empty", name)
@@ -113,7 +113,7 @@ func (f *File) parseJob(b []byte, root *yaml.Node) error {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f.Job); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s: %s", f.Name, yamlMessage(err))
+		return fmt.Errorf("%s: %s", f.Name, YAMLMessage(err))
 	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
@@ -713,9 +713,9 @@ func kindName(n *yaml.Node) string {
 	return strconv.Quote(n.Value)
 }
 
-// yamlMessage is a YAML decoding error on one line, each problem with its
+// YAMLMessage is a YAML decoding error on one line, each problem with its
 // line ("line 3: field foo not found in type auction.Job").
-func yamlMessage(err error) string {
+func YAMLMessage(err error) string {
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
 		parts := make([]string, len(te.Errors))
