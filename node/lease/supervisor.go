@@ -824,6 +824,11 @@ func classify(res runtime.Result, stopAs auction.RunState, stopDetail string) (a
 		return stopAs, stopDetail, auction.FaultProvider // the provider stopped it (shut down)
 	case stopAs != "":
 		return stopAs, stopDetail, auction.FaultNone // preempted or cancelled as agreed
+	case res.Err != nil && res.Reason == "" && runtime.JobFault(res.Err):
+		// The runtime refused the job's own spec (its environment, a
+		// command missing from its image or the host): every provider
+		// would, so it is not requeued nor held against this one.
+		return auction.RunFailed, res.Err.Error(), auction.FaultJob
 	case res.Err != nil && res.Reason == "":
 		return auction.RunFailed, res.Err.Error(), auction.FaultProvider
 	case res.Reason == runtime.ReasonDeadline:
