@@ -76,7 +76,7 @@ func newMarket(d *Daemon) (*market, error) {
 		AdvertisedFingerprint: d.advertisedFingerprint, Holdings: d.advertisedArtifacts, ExpectedBidders: d.expectedBidders,
 		OnSave: d.inputPins.update,
 		Now:    d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
-		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin,
+		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin, FetchLog: d.fetchLog,
 	}); err != nil {
 		return nil, err
 	}
