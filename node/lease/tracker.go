@@ -1023,7 +1023,7 @@ func (t *Tracker) moveLocked(jobID string, v *api.JobView, mon *attest.Heartbeat
 	if ev.Run != auction.RunPending || v.Run != auction.RunPending || !mon.LastAccepted().IsZero() {
 		return refuse(fmt.Errorf("lease %s already began: it does not move", ev.LeaseID))
 	}
-	moved, err := v.Lease.Moved(ev.Moved.Start, ev.Moved.Devices)
+	moved, err := v.Lease.Moved(ev.Moved.Start, ev.Moved.Devices, t.now())
 	if err != nil {
 		return refuse(err)
 	}
