@@ -58,7 +58,11 @@ type Receipt struct {
 	ResultHash string        `json:"result_hash,omitempty"`
 	// Checkpoint is the artifact id of the last checkpoint of the job the
 	// lease saved and its renter acknowledged ("" for none).
-	Checkpoint string           `json:"checkpoint,omitempty"`
+	Checkpoint string `json:"checkpoint,omitempty"`
+	// LogDigest is the SHA-256 (hex) of the job's log the provider
+	// reported and the renter fetched and checked: the evidence a
+	// succeeded run is paid on ("" on receipts from before it was kept).
+	LogDigest  string           `json:"log_digest,omitempty"`
 	Heartbeats HeartbeatSummary `json:"heartbeats"`
 	IssuedAt   time.Time        `json:"issued_at"`
 }
@@ -124,6 +128,9 @@ func (r Receipt) validate() error {
 	want := AmountFor(r.GPUSeconds, r.Price)
 	if math.Abs(r.Amount-want) > 1e-9*math.Max(1, math.Abs(want)) {
 		return bad("amount %v, gpu seconds and price give %v", r.Amount, want)
+	}
+	if r.LogDigest != "" && !auction.ValidArtifactID(r.LogDigest) {
+		return bad("log digest %q is not a SHA-256", r.LogDigest)
 	}
 	if r.Checkpoint != "" && !auction.ValidArtifactID(r.Checkpoint) {
 		return bad("checkpoint %q is not an artifact id", r.Checkpoint)

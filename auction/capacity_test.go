@@ -25,9 +25,21 @@ func TestCapacityNoticeChecks(t *testing.T) {
 		}
 		return b
 	}
-	fresh := CapacityNotice{Provider: prov.ID().String(), FreeGPUs: 2, Jobs: []string{"job-a"}, IssuedAt: m.now()}
-	if err := r.HandleBid(prov.ID(), notice(fresh)); err != nil || len(got) != 1 || got[0].Jobs[0] != "job-a" {
-		t.Fatalf("fresh notice: %v, passed on %v", err, got)
+	// prov turned job-a away as busy; job-b it never did (another
+	// provider did, for another reason).
+	r.mu.Lock()
+	r.jobs["job-a"] = &renterJob{busy: map[string]bool{prov.ID().String(): true}}
+	r.jobs["job-b"] = &renterJob{busy: map[string]bool{other.ID().String(): true}}
+	r.mu.Unlock()
+	fresh := CapacityNotice{Provider: prov.ID().String(), FreeGPUs: 2, Jobs: []string{"job-a", "job-b", "job-z"}, IssuedAt: m.now()}
+	if err := r.HandleBid(prov.ID(), notice(fresh)); err != nil || len(got) != 1 || len(got[0].Jobs) != 1 || got[0].Jobs[0] != "job-a" {
+		t.Fatalf("fresh notice: %v, passed on %v (want job-a only)", err, got)
+	}
+	var rej0 *Rejection
+	unsolicited := fresh
+	unsolicited.Jobs = []string{"job-b", "job-z"}
+	if err := r.HandleBid(prov.ID(), notice(unsolicited)); !errors.As(err, &rej0) || rej0.Reason != "unsolicited_notice" {
+		t.Fatalf("notice naming only jobs the provider never declined as busy: %v", err)
 	}
 	var rej *Rejection
 	if err := r.HandleBid(other.ID(), notice(fresh)); !errors.As(err, &rej) || rej.Reason != "sender_mismatch" {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 )
@@ -127,7 +128,7 @@ func SampledBidder(j *Job, provider string) bool {
 // DefaultBidWindow. It rejects an unknown tier, a MaxPrice that is not a
 // positive finite number, GPUCount outside [1, MaxGPUCount], a non-positive
 // Duration, a negative MinVRAMGB, MinReliability outside [0,1], an empty
-// command, a negative Run.MemoryMB, an empty GPU model or dataset name, a
+// command, a Run.Env variable no runtime would set (CheckEnvVar), a negative Run.MemoryMB, an empty GPU model or dataset name, a
 // preemptible gold job (gold is the protected tier), a negative attempt, a
 // BidWindow outside [MinBidWindow, MaxBidWindow] and a Deadline before
 // CreatedAt, and an ID that breaks ValidID. ID, Owner and CreatedAt may be empty (the renter fills them
@@ -160,6 +161,18 @@ func (j *Job) Validate() error {
 	}
 	if len(j.Run.Command) == 0 || strings.TrimSpace(j.Run.Command[0]) == "" {
 		bad("run.command", "must not be empty")
+	}
+	envNames := make([]string, 0, len(j.Run.Env))
+	for k := range j.Run.Env {
+		envNames = append(envNames, k)
+	}
+	sort.Strings(envNames)
+	for _, k := range envNames {
+		// The runtimes' own rule: a spec every provider would refuse to
+		// start is refused here, before any provider is blamed for it.
+		if err := CheckEnvVar(k, j.Run.Env[k]); err != nil {
+			bad("run.env", "%v", err)
+		}
 	}
 	if j.Run.MemoryMB < 0 {
 		bad("run.memory_mb", "must not be negative, got %d", j.Run.MemoryMB)

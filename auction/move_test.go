@@ -138,7 +138,7 @@ func TestMoveRespectsHoldsAndRuntime(t *testing.T) {
 func TestLeaseMovedRule(t *testing.T) {
 	now := time.Now()
 	l := Lease{ID: "l", Start: now.Add(time.Hour), End: now.Add(2 * time.Hour), GPUCount: 2, State: RunPending}
-	m, err := l.Moved(now, []int{1, 0})
+	m, err := l.Moved(now, []int{1, 0}, now)
 	if err != nil || !m.Start.Equal(now) || !m.End.Equal(now.Add(time.Hour)) || len(m.Devices) != 2 {
 		t.Fatalf("moved %+v %v", m, err)
 	}
@@ -149,13 +149,15 @@ func TestLeaseMovedRule(t *testing.T) {
 		start time.Time
 		devs  []int
 	}{
-		"later":         {l, l.Start.Add(time.Minute), nil},
-		"same start":    {l, l.Start, nil},
-		"running":       {running, now, nil},
-		"wrong devices": {l, now, []int{0}},
-		"zero start":    {l, time.Time{}, nil},
+		"later":          {l, l.Start.Add(time.Minute), nil},
+		"same start":     {l, l.Start, nil},
+		"running":        {running, now, nil},
+		"wrong devices":  {l, now, []int{0}},
+		"zero start":     {l, time.Time{}, nil},
+		"3h in the past": {l, now.Add(-3 * time.Hour), nil},
+		"past the skew":  {l, now.Add(-MoveSkew - time.Second), nil},
 	} {
-		if _, err := c.l.Moved(c.start, c.devs); !errors.Is(err, ErrBadMove) {
+		if _, err := c.l.Moved(c.start, c.devs, now); !errors.Is(err, ErrBadMove) {
 			t.Errorf("%s: %v, want ErrBadMove", name, err)
 		}
 	}

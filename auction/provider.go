@@ -845,7 +845,7 @@ func (p *Provider) moveEarlier() {
 		if err != nil || len(offer.Preempts) > 0 || !offer.Start.Before(l.Start) || offer.End.Sub(offer.Start) < l.End.Sub(l.Start) {
 			continue
 		}
-		moved, err := l.Moved(offer.Start, nil)
+		moved, err := l.Moved(offer.Start, nil, now)
 		if err != nil {
 			continue
 		}

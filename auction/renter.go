@@ -222,9 +222,12 @@ type renterJob struct {
 	nonces    map[string]bool
 	bidders   map[string]bool
 	decliners map[string]bool
-	cancel    chan struct{}
-	bidIn     chan struct{} // signalled (never blocking) on each accepted bid
-	posted    time.Time     // wall clock, for latency
+	// busy are the providers that declined the job as busy (KindBusy), in
+	// any of its offers: the only ones whose capacity notice may name it.
+	busy   map[string]bool
+	cancel chan struct{}
+	bidIn  chan struct{} // signalled (never blocking) on each accepted bid
+	posted time.Time     // wall clock, for latency
 	// held is each bidder's holdings lookup (RenterConfig.Holdings).
 	held map[string]*holdingsLookup
 	// awaited are the expected providers that have not answered yet
@@ -362,6 +365,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		nonces:    map[string]bool{},
 		bidders:   map[string]bool{},
 		decliners: map[string]bool{},
+		busy:      map[string]bool{},
 		cancel:    make(chan struct{}),
 		bidIn:     make(chan struct{}, 1),
 		posted:    time.Now(),
@@ -383,6 +387,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	offers := 0
 	if old, ok := r.jobs[job.ID]; ok {
 		history, reasons, offers = old.status.Attempts, old.status.Reasons, old.status.Offers
+		rj.busy = old.busy
 	}
 	rj.status.Attempts, rj.status.Reasons, rj.status.Offers = history, reasons, offers+1
 	r.jobs[job.ID] = rj
@@ -1077,7 +1082,10 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 }
 
 // handleNotice takes a provider's capacity notice (it comes on the bid
-// stream): a fresh one from its own signer goes to OnCapacity.
+// stream): a fresh one from its own signer goes to OnCapacity, naming only
+// the jobs that provider turned away as busy (a notice is the answer to
+// such a decline; from anybody else it would defeat the queue's backoff).
+// A notice that names none of those is refused (unsolicited_notice).
 func (r *Renter) handleNotice(from peer.ID, n CapacityNotice) error {
 	if n.Provider != from.String() {
 		return r.reject("sender_mismatch", fmt.Errorf("capacity notice from %s signed by %s", from, n.Provider))
@@ -1085,6 +1093,20 @@ func (r *Renter) handleNotice(from peer.ID, n CapacityNotice) error {
 	if age := r.cfg.Now().Sub(n.IssuedAt); age > noticeMaxDelay || age < -noticeMaxDelay {
 		return r.reject("stale_notice", fmt.Errorf("capacity notice issued %s", n.IssuedAt.Format(time.RFC3339)))
 	}
+	r.mu.Lock()
+	jobs := make([]string, 0, len(n.Jobs))
+	for _, id := range n.Jobs {
+		if rj, ok := r.jobs[id]; ok && rj.busy[n.Provider] {
+			jobs = append(jobs, id)
+		}
+	}
+	if len(jobs) == 0 {
+		err := r.rejectLocked("unsolicited_notice", fmt.Errorf("capacity notice from %s names no job it declined as busy", n.Provider))
+		r.mu.Unlock()
+		return err
+	}
+	r.mu.Unlock()
+	n.Jobs = jobs
 	if r.cfg.OnCapacity != nil {
 		r.cfg.OnCapacity(n)
 	}
@@ -1121,6 +1143,9 @@ func (r *Renter) handleDecline(from peer.ID, d Decline) error {
 	}
 	r.declineTok--
 	rj.decliners[d.Provider] = true
+	if d.Kind == KindBusy {
+		rj.busy[d.Provider] = true
+	}
 	rj.answeredLocked(d.Provider)
 	if rj.status.Declines == nil {
 		rj.status.Declines = map[string]int{}

@@ -473,18 +473,27 @@ type Lease struct {
 // ErrBadMove is a lease move that breaks Lease.Moved's rule.
 var ErrBadMove = errors.New("auction: invalid lease move")
 
+// MoveSkew is how far before now a moved lease's new start may lie (the
+// provider's and the renter's clocks differ a little).
+const MoveSkew = 30 * time.Second
+
 // Moved returns l moved to begin at start on devices, its length, price
 // and terms kept: a confirmed lease that has not begun moves earlier when
 // its provider's GPUs free up before its start (a job ahead of it ended
 // early). Only a pending lease moves, only earlier, and onto as many
 // devices as it has GPUs (or none named). The provider moves its booking
-// by this rule and tells the renter, who checks the move by it too.
-func (l Lease) Moved(start time.Time, devices []int) (Lease, error) {
+// by this rule and tells the renter, who checks the move by it too. A lease
+// moves no earlier than now (less MoveSkew for the two clocks): freed GPUs
+// are used from now on, never in the past.
+func (l Lease) Moved(start time.Time, devices []int, now time.Time) (Lease, error) {
 	switch {
 	case l.State != RunPending:
 		return Lease{}, fmt.Errorf("%w: lease %s is %s, not pending", ErrBadMove, l.ID, l.State)
 	case start.IsZero() || !start.Before(l.Start):
 		return Lease{}, fmt.Errorf("%w: lease %s: a lease only moves earlier than its start %s", ErrBadMove, l.ID, l.Start.Format(time.RFC3339Nano))
+	case start.Before(now.Add(-MoveSkew)):
+		return Lease{}, fmt.Errorf("%w: lease %s: new start %s is %s in the past", ErrBadMove, l.ID,
+			start.Format(time.RFC3339Nano), now.Sub(start).Round(time.Millisecond))
 	case len(devices) > 0 && len(devices) != l.GPUCount:
 		return Lease{}, fmt.Errorf("%w: lease %s: %d devices for %d gpus", ErrBadMove, l.ID, len(devices), l.GPUCount)
 	}

@@ -78,7 +78,7 @@ func newMarket(d *Daemon) (*market, error) {
 		ProviderGPUs: d.providerGPUs,
 		OnSave:       d.inputPins.update,
 		Now:          d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
-		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin,
+		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin, FetchLog: d.fetchLog,
 	}); err != nil {
 		return nil, err
 	}

@@ -239,6 +239,11 @@ func TestJobRunsEndToEnd(t *testing.T) {
 	if r.Renter != boot.ID().String() || r.Provider != prov.ID().String() || r.Outcome != "succeeded" || r.Amount <= 0 {
 		t.Fatalf("receipt %+v", r)
 	}
+	// Paid on evidence: the renter fetched the log over the logs stream
+	// and found the digest the provider reported and signed.
+	if r.LogDigest == "" || r.LogDigest != v.LogDigest || v.LogBytes == 0 || !strings.HasPrefix(v.Evidence, "log verified") {
+		t.Fatalf("receipt's log digest %q, reported %q (%d bytes), evidence %q", r.LogDigest, v.LogDigest, v.LogBytes, v.Evidence)
+	}
 	// The provider records the receipt once the renter's countersignature
 	// reaches it, just after the renter recorded it: wait for that.
 	var owed, earned, rr, pr []ledger.Entry

@@ -220,3 +220,23 @@ func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.Copy(w, br)
 }
+
+// fetchLog opens a lease's whole log on its provider (the logs stream, not
+// following): the renter checks a succeeded run's evidence with it
+// (lease.TrackerConfig.FetchLog). The stream ends by ctx's deadline.
+func (d *Daemon) fetchLog(ctx context.Context, prov peer.ID, leaseID string) (io.ReadCloser, error) {
+	s, err := d.net.Host.NewStream(ctx, prov, wire.ProtoLogs)
+	if err != nil {
+		return nil, fmt.Errorf("provider %s unreachable: %w", prov, err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = s.SetDeadline(dl)
+	}
+	req, _ := json.Marshal(wire.StreamRequest{LeaseID: leaseID})
+	if err := p2p.WriteFrame(s, req); err != nil {
+		_ = s.Reset()
+		return nil, err
+	}
+	_ = s.CloseWrite()
+	return s, nil
+}

@@ -67,6 +67,34 @@ func (e *dockerError) Error() string {
 	return fmt.Sprintf("docker: %d: %s", e.Status, e.Message)
 }
 
+// containerCannotExec reports whether the engine refused to start a
+// container because its command (or its image's entrypoint) is not in the
+// image or cannot be executed there: the OCI runtime's exec failed. These
+// are the messages the docker CLI itself maps to exit codes 127 and 126.
+func containerCannotExec(err error) bool {
+	var de *dockerError
+	if !errors.As(err, &de) {
+		return false
+	}
+	// runc: `exec: "cmd": executable file not found in $PATH`,
+	// `exec: "/bin/x": stat /bin/x: no such file or directory`,
+	// `exec: "/x": permission denied`, `exec /x: exec format error`;
+	// a mount's or a device's failure names no exec.
+	m := strings.ToLower(de.Message)
+	if strings.Contains(m, "exec format error") || strings.Contains(m, "executable file not found") {
+		return true
+	}
+	if !strings.Contains(m, `exec: "`) {
+		return false
+	}
+	for _, s := range []string{"no such file or directory", "permission denied", "not a directory"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
+}
+
 func isDockerStatus(err error, status int) bool {
 	var de *dockerError
 	return errors.As(err, &de) && de.Status == status
@@ -480,7 +508,11 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 	h := &dockerHandle{handleState: newHandleState(wd), e: e, spec: spec, id: created.Id, uid: uid, logsDone: make(chan struct{})}
 	if err := e.c.do(ctx, http.MethodPost, "/containers/"+h.id+"/start", nil, nil); err != nil {
 		h.remove()
-		return fail(fmt.Errorf("runtime: job %s: start container: %w", spec.ID, err))
+		err = fmt.Errorf("runtime: job %s: start container: %w", spec.ID, err)
+		if containerCannotExec(err) {
+			err = jobsFault(err)
+		}
+		return fail(err)
 	}
 	h.started = time.Now()
 	stdout, stderr = capLogs(stdout, stderr, e.maxLog)

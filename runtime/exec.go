@@ -124,50 +124,70 @@ type Result struct {
 // DefaultGrace is the SIGTERM→SIGKILL grace period at a job's deadline.
 const DefaultGrace = 10 * time.Second
 
-// Environment variables the executor sets for every job.
+// Environment variables the executor sets for every job (a spec may not
+// set them: auction.CheckEnvVar).
 const (
-	EnvJobID   = "GPUMESH_JOB_ID"
-	EnvOutputs = "GPUMESH_OUTPUTS"
-	EnvInputs  = "GPUMESH_INPUTS"
+	EnvJobID   = auction.EnvJobID
+	EnvOutputs = auction.EnvOutputs
+	EnvInputs  = auction.EnvInputs
 	// EnvCheckpoint names the job's checkpoint dir (CheckpointDir).
-	EnvCheckpoint = "GPUMESH_CHECKPOINT_DIR"
-	EnvCUDA       = "CUDA_VISIBLE_DEVICES"
+	EnvCheckpoint = auction.EnvCheckpoint
+	EnvCUDA       = auction.EnvCUDA
 )
 
-var (
-	idRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	// reservedEnv may not be set by the spec.
-	reservedEnv = map[string]bool{"HOME": true, "TMPDIR": true, EnvJobID: true, EnvOutputs: true, EnvInputs: true, EnvCheckpoint: true, EnvCUDA: true, "NVIDIA_VISIBLE_DEVICES": true}
-)
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // ErrInvalidSpec wraps every spec validation error.
 var ErrInvalidSpec = errors.New("runtime: invalid job spec")
+
+// ErrJobSpec marks a start that failed because of the job's own spec, not
+// the host: its environment breaks the runtime's rule, its command is not
+// in the image or on the host, or cannot be executed. Every provider would
+// fail it the same way, so it is the job's fault (see JobFault).
+var ErrJobSpec = errors.New("runtime: the job's own spec cannot run")
+
+// jobSpecError is an error caused by the job's spec: its message is the
+// wrapped error's, and errors.Is finds ErrJobSpec in it.
+type jobSpecError struct{ err error }
+
+func (e *jobSpecError) Error() string        { return e.err.Error() }
+func (e *jobSpecError) Unwrap() error        { return e.err }
+func (e *jobSpecError) Is(target error) bool { return target == ErrJobSpec }
+
+// jobsFault marks err as the job's fault (nil stays nil).
+func jobsFault(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &jobSpecError{err: err}
+}
+
+// JobFault reports whether an executor's error says the job's own spec
+// could not run (ErrJobSpec), rather than that the host failed it.
+func JobFault(err error) bool { return errors.Is(err, ErrJobSpec) }
 
 func (s *Spec) validate(now time.Time) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidSpec, fmt.Sprintf(format, a...))
 	}
+	// badJob is a problem of what the renter asked for (command,
+	// environment, outputs dir, memory), not of what the provider filled in
+	// (id, devices, deadline, inputs and restore dirs).
+	badJob := func(format string, a ...any) error { return jobsFault(bad(format, a...)) }
 	if !idRE.MatchString(s.ID) {
 		return bad("id %q must be 1-128 letters, digits, '.', '_' or '-', not starting with a symbol", s.ID)
 	}
 	if len(s.Command) == 0 || s.Command[0] == "" {
-		return bad("job %s: empty command", s.ID)
+		return badJob("job %s: empty command", s.ID)
 	}
 	for _, a := range s.Command {
 		if strings.IndexByte(a, 0) >= 0 {
-			return bad("job %s: command contains a NUL byte", s.ID)
+			return badJob("job %s: command contains a NUL byte", s.ID)
 		}
 	}
 	for k, v := range s.Env {
-		if !envKeyRE.MatchString(k) {
-			return bad("job %s: env name %q is not a valid identifier", s.ID, k)
-		}
-		if reservedEnv[k] {
-			return bad("job %s: env %s is set by the runtime", s.ID, k)
-		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return bad("job %s: env %s contains a NUL byte", s.ID, k)
+		if err := auction.CheckEnvVar(k, v); err != nil {
+			return badJob("job %s: %v", s.ID, err)
 		}
 	}
 	for _, g := range s.GPUs {
@@ -184,13 +204,13 @@ func (s *Spec) validate(now time.Time) error {
 		}
 	}
 	if s.MemoryMB < 0 {
-		return bad("job %s: negative memory limit %d", s.ID, s.MemoryMB)
+		return badJob("job %s: negative memory limit %d", s.ID, s.MemoryMB)
 	}
 	if !s.Deadline.IsZero() && !s.Deadline.After(now) {
 		return bad("job %s: deadline %s already passed", s.ID, s.Deadline.Format(time.RFC3339))
 	}
 	if _, err := s.outputsRel(); err != nil {
-		return bad("job %s: %v", s.ID, err)
+		return badJob("job %s: %v", s.ID, err)
 	}
 	if s.Inputs != "" && (!filepath.IsAbs(s.Inputs) || strings.ContainsAny(s.Inputs, ":,\x00")) {
 		return bad("job %s: inputs dir %q must be an absolute path without ':' or ','", s.ID, s.Inputs)

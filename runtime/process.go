@@ -380,7 +380,11 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return fail(fmt.Errorf("runtime: job %s: start %s: %w", spec.ID, spec.Command[0], err))
+		err = fmt.Errorf("runtime: job %s: start %s: %w", spec.ID, spec.Command[0], err)
+		if notExecutable(err) {
+			err = jobsFault(err)
+		}
+		return fail(err)
 	}
 	h := &processHandle{
 		handleState: newHandleState(wd),
@@ -420,6 +424,20 @@ func cloneEnv(m map[string]string) map[string]string {
 	return c
 }
 
+// notExecutable reports whether starting a job's process failed because
+// its command is missing or cannot be executed (ENOENT, ENOTDIR, EACCES,
+// ENOEXEC from exec): the job named a program the host does not have. The
+// work dir exists (it was just made, owned by the job's uid), so these come
+// from the program, its interpreter or its path.
+func notExecutable(err error) bool {
+	var pe *os.PathError
+	if !errors.As(err, &pe) || pe.Op != "fork/exec" {
+		return false
+	}
+	return errors.Is(pe.Err, syscall.ENOENT) || errors.Is(pe.Err, syscall.ENOTDIR) ||
+		errors.Is(pe.Err, syscall.EACCES) || errors.Is(pe.Err, syscall.ENOEXEC)
+}
+
 // lookPath resolves a command name against the job's PATH (not the
 // daemon's).
 func lookPath(name, path string) (string, error) {
@@ -435,7 +453,7 @@ func lookPath(name, path string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("command %q not found in PATH %s", name, path)
+	return "", jobsFault(fmt.Errorf("command %q not found in PATH %s", name, path))
 }
 
 // processHandle is a running process job.

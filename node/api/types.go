@@ -120,6 +120,13 @@ type JobView struct {
 	// OutputsArtifact is the artifact id of the outputs directory (fetch
 	// it with gpumesh artifact get).
 	OutputsArtifact string `json:"outputs_artifact,omitempty"`
+	// LogDigest and LogBytes name the job's log as the provider's final
+	// report did (SHA-256, hex); Evidence is what the renter made of a
+	// succeeded run: "" until checked, "log verified (N bytes)" once its
+	// own fetch of the log matched, else why the run was not accepted.
+	LogDigest string `json:"log_digest,omitempty"`
+	LogBytes  int64  `json:"log_bytes,omitempty"`
+	Evidence  string `json:"evidence,omitempty"`
 	// Checkpoint is the newest good checkpoint of the job (any attempt),
 	// held by this renter; Checkpoints are the ones kept, newest first
 	// (at most auction.MaxRestore): a requeued attempt restores them.

@@ -207,6 +207,9 @@ type crashable struct {
 	// holdConfirm, when set, runs before an award's confirm is handed
 	// back to the node (the provider has booked, and may run, the lease).
 	holdConfirm atomic.Pointer[func()]
+	// serveLog, when set, replaces the job log the node serves its
+	// renters (a provider that lies about its work).
+	serveLog atomic.Pointer[func(leaseID string) (io.ReadCloser, error)]
 }
 
 var errCrashed = errors.New("node crashed")
@@ -337,6 +340,8 @@ type harness struct {
 	// queueBackoff is the renters' first and longest wait before a queued
 	// job is offered again (default 20 ms doubling to 200 ms).
 	queueBackoff, queueBackoffMax time.Duration
+	// nodes are the started nodes by peer id (the latest start of each).
+	nodes sync.Map
 }
 
 func newHarness(t *testing.T) *harness {
@@ -374,7 +379,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
 		Store: crashStore{n.crash, db.State("renter-jobs")}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
 		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: 2 * time.Second, Counters: n.counters,
-		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax}); err != nil {
+		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, FetchLog: h.fetchLog(s.ID())}); err != nil {
 		t.Fatal(err)
 	}
 	handlers := auction.MemHandlers{OnBid: n.tracker.Auction().HandleBid}
@@ -388,7 +393,12 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		if len(devs) == 0 {
 			devs = []auction.GPU{{Model: spec.model, VRAMGB: 80}}
 		}
-		n.jobsDir = t.TempDir()
+		// A restarted node keeps its data dir (job logs and outputs).
+		if prev, ok := h.nodes.Load(s.ID()); ok && prev.(*node).jobsDir != "" {
+			n.jobsDir = prev.(*node).jobsDir
+		} else {
+			n.jobsDir = t.TempDir()
+		}
 		var fpEnv *sign.Envelope
 		if len(devs) > 0 && devs[0].Detected {
 			if fpEnv, err = attest.SignFingerprint(s, attest.Fingerprint{GPUs: devs, Source: attest.SourceNVML, IssuedAt: time.Now()}); err != nil {
@@ -430,7 +440,31 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	n.tr.OnRequest(wire.ProtoReceipt, n.tracker.HandleReceipt)
 	n.tr.OnTopic(wire.ReputationTopic, n.receipts.HandleGossip)
 	t.Cleanup(n.close)
+	h.nodes.Store(s.ID(), n)
 	return n
+}
+
+// fetchLog is renter's logs stream: it opens a lease's log on its provider
+// as the daemon's serveLogs does (only the lease's renter may read it).
+func (h *harness) fetchLog(renter peer.ID) func(context.Context, peer.ID, string) (io.ReadCloser, error) {
+	return func(_ context.Context, prov peer.ID, leaseID string) (io.ReadCloser, error) {
+		x, ok := h.nodes.Load(prov)
+		if !ok {
+			return nil, fmt.Errorf("provider %s unreachable", prov)
+		}
+		p := x.(*node)
+		if p.sup == nil || p.crash.dead.Load() {
+			return nil, fmt.Errorf("provider %s unreachable", prov)
+		}
+		a, ok := p.sup.Authorize(leaseID, renter)
+		if !ok {
+			return nil, errors.New("stream reset")
+		}
+		if serve := p.crash.serveLog.Load(); serve != nil {
+			return (*serve)(leaseID)
+		}
+		return os.Open(a.LogPath())
+	}
 }
 
 func (n *node) id() string { return n.signer.ID().String() }

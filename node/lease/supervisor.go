@@ -2,9 +2,12 @@ package lease
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"net"
@@ -152,6 +155,10 @@ type providerRecord struct {
 	// the job started from.
 	Checkpoint *auction.Checkpoint `json:"checkpoint,omitempty"`
 	Restored   *auction.Checkpoint `json:"restored,omitempty"`
+	// LogDigest and LogBytes are the SHA-256 (hex) and length of the
+	// job's whole log, kept as it is written (wire.LeaseEvent).
+	LogDigest string `json:"log_digest,omitempty"`
+	LogBytes  int64  `json:"log_bytes,omitempty"`
 }
 
 // leaseRun executes one confirmed lease on the provider.
@@ -161,7 +168,9 @@ type leaseRun struct {
 	mu     sync.Mutex
 	pr     providerRecord
 	h      runtime.Handle
-	stop   chan struct{} // closed to abort a pending or running job
+	// logw writes the job's log, keeping its digest (nil until opened).
+	logw *lockedWriter
+	stop chan struct{} // closed to abort a pending or running job
 	// stopAs is the run state recorded when the job is stopped on purpose.
 	stopAs     auction.RunState
 	stopDetail string
@@ -599,7 +608,16 @@ func (r *leaseRun) run() {
 		return
 	}
 	defer logf.Close()
-	lw := &lockedWriter{w: logf}
+	lw := &lockedWriter{w: logf, sum: sha256.New()}
+	if err := lw.seed(logf); err != nil {
+		fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err})
+		return
+	}
+	// Whatever ends the run from here, its report names the log as
+	// written (finish takes its digest).
+	r.mu.Lock()
+	r.logw = lw
+	r.mu.Unlock()
 	gpus, uuids := s.leaseDevices(l)
 	spec := runtime.Spec{ID: l.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
 		GPUs: gpus, UUIDs: uuids, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs}
@@ -775,6 +793,9 @@ func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
 		state, detail, fault = auction.RunPreempted, "backfill gap ended before the job did", auction.FaultNone
 	}
 	rec.Run, rec.Detail, rec.Fault = state, detail, fault
+	if r.logw != nil {
+		r.pr.LogDigest, r.pr.LogBytes = r.logw.digest()
+	}
 	if rec.Started.IsZero() {
 		rec.Started = res.Started
 	}
@@ -824,6 +845,11 @@ func classify(res runtime.Result, stopAs auction.RunState, stopDetail string) (a
 		return stopAs, stopDetail, auction.FaultProvider // the provider stopped it (shut down)
 	case stopAs != "":
 		return stopAs, stopDetail, auction.FaultNone // preempted or cancelled as agreed
+	case res.Err != nil && res.Reason == "" && runtime.JobFault(res.Err):
+		// The runtime refused the job's own spec (its environment, a
+		// command missing from its image or the host): every provider
+		// would, so it is not requeued nor held against this one.
+		return auction.RunFailed, res.Err.Error(), auction.FaultJob
 	case res.Err != nil && res.Reason == "":
 		return auction.RunFailed, res.Err.Error(), auction.FaultProvider
 	case res.Reason == runtime.ReasonDeadline:
@@ -940,6 +966,9 @@ func (s *Supervisor) sendEvent(r *leaseRun, attempts int) (*attest.HeartbeatSumm
 		Detail: rec.Detail, ExitCode: rec.ExitCode, Fault: rec.Fault, Started: rec.Started, Ended: rec.Ended, Time: s.now()}
 	ev.SetOutputs(r.pr.Outputs)
 	ev.OutputsArtifact = r.pr.OutputsArtifact
+	if rec.Run.Terminal() {
+		ev.LogDigest, ev.LogBytes = r.pr.LogDigest, r.pr.LogBytes
+	}
 	if r.pr.Restored != nil {
 		ev.Restored = r.pr.Restored.Artifact
 	}
@@ -1108,6 +1137,7 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	if r.pr.Checkpoint != nil {
 		ckpt = r.pr.Checkpoint.Artifact
 	}
+	logDigest := r.pr.LogDigest
 	r.mu.Unlock()
 	if rec.Started.Before(rec.Lease.Start) {
 		rec.Started = rec.Lease.Start
@@ -1132,7 +1162,7 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 		LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Renter: rec.Lease.Renter, Provider: rec.Lease.Provider,
 		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, Devices: devices, GPUSeconds: gpuSec, Price: rec.Lease.Price,
 		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run, Fault: rec.Fault,
-		ResultHash: auction.ManifestHash(outs), Checkpoint: ckpt, Heartbeats: *sum, IssuedAt: s.now(),
+		ResultHash: auction.ManifestHash(outs), Checkpoint: ckpt, LogDigest: logDigest, Heartbeats: *sum, IssuedAt: s.now(),
 	}
 	sr, err := attest.NewReceipt(s.cfg.Signer, rc)
 	if err != nil {
@@ -1381,12 +1411,43 @@ func (a *Access) DialService(ctx context.Context) (net.Conn, error) {
 type lockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
+	// sum and n, when sum is set, are the running SHA-256 and length of
+	// everything written.
+	sum hash.Hash
+	n   int64
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	n, err := l.w.Write(p)
+	if l.sum != nil && n > 0 {
+		l.sum.Write(p[:n])
+		l.n += int64(n)
+	}
+	return n, err
+}
+
+// seed takes into the running digest what the log file f (opened for
+// appending) already holds, so that the digest is the whole file's.
+func (l *lockedWriter) seed(f *os.File) error {
+	rf, err := os.Open(f.Name())
+	if err != nil {
+		return err
+	}
+	defer rf.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, err := io.Copy(l.sum, rf)
+	l.n += n
+	return err
+}
+
+// digest is the SHA-256 (hex) and length of the log so far.
+func (l *lockedWriter) digest() (string, int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return hex.EncodeToString(l.sum.Sum(nil)), l.n
 }
 
 // sealed marshals a signed envelope of v.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/gpumesh/gpumesh/auction/gpumodel"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"slices"
 	"sort"
@@ -85,6 +86,10 @@ type TrackerConfig struct {
 	// until unpin. Both nil: checkpoints are refused.
 	FetchCheckpoint func(ctx context.Context, id string, from peer.ID, max int64) (int64, error)
 	PinCheckpoint   func(id string) (unpin func())
+	// FetchLog opens the log of lease leaseID from its provider (the logs
+	// stream, not following): the evidence a succeeded run is paid on
+	// (evidence.go). Nil: no succeeded run is countersigned.
+	FetchLog func(ctx context.Context, provider peer.ID, leaseID string) (io.ReadCloser, error)
 }
 
 // Tracker is a renter's one record of each of its jobs: the auction's
@@ -115,6 +120,9 @@ type Tracker struct {
 	// provider may still report and settle them (see recover.go).
 	archived map[string]*archived
 	ckPins   map[string]func() // checkpoint artifact → its pin
+	// checking holds the evidence checks started, by lease id (closed
+	// when done).
+	checking map[string]chan struct{}
 }
 
 // NewTracker returns a Tracker with its auction.Renter and reloads the jobs
@@ -156,7 +164,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	}
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*api.JobView{},
 		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, leased: make(chan struct{}), wake: map[string]chan struct{}{},
-		archived: map[string]*archived{}}
+		archived: map[string]*archived{}, checking: map[string]chan struct{}{}}
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score,
@@ -453,6 +461,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.Started, v.Ended, v.ExitCode, v.Detail, v.Receipt, v.Heartbeats, v.LastTelemetry, v.Outputs =
 		time.Time{}, time.Time{}, nil, "", nil, nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
+	v.LogDigest, v.LogBytes, v.Evidence = "", 0, ""
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
 	v.Restored = nil
 	t.mons[l.ID] = mon
@@ -933,6 +942,9 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	v.Ended = ev.Ended
 	v.Outputs, v.OutputCount, v.OutputsHash = ev.Outputs, ev.OutputCount, ev.OutputsHash
+	if ev.Run.Terminal() {
+		v.LogDigest, v.LogBytes = ev.LogDigest, ev.LogBytes
+	}
 	if v.ObservedStart.IsZero() && ev.Run != auction.RunPending && !ev.NeverRan() {
 		v.ObservedStart = now
 	}
@@ -994,6 +1006,10 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 			t.requeue(jobID, lease, opts)
 		}()
 	}
+	if ev.Run == auction.RunSucceeded {
+		// Checked before the receipt comes: payment needs evidence.
+		t.checkEvidence(jobID, lease)
+	}
 	return json.Marshal(sum)
 }
 
@@ -1011,7 +1027,7 @@ func (t *Tracker) moveLocked(jobID string, v *api.JobView, mon *attest.Heartbeat
 	if ev.Run != auction.RunPending || v.Run != auction.RunPending || !mon.LastAccepted().IsZero() {
 		return refuse(fmt.Errorf("lease %s already began: it does not move", ev.LeaseID))
 	}
-	moved, err := v.Lease.Moved(ev.Moved.Start, ev.Moved.Devices)
+	moved, err := v.Lease.Moved(ev.Moved.Start, ev.Moved.Devices, t.now())
 	if err != nil {
 		return refuse(err)
 	}
@@ -1130,6 +1146,7 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	// The current-lease fields describe the next lease from now on.
 	v.Lease, v.Receipt, v.ExitCode, v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil, nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
+	v.LogDigest, v.LogBytes, v.Evidence = "", 0, ""
 	v.Run, v.Started, v.Ended = "", time.Time{}, time.Time{}
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
 	v.State = auction.JobBidding
@@ -1140,7 +1157,7 @@ func (t *Tracker) archive(jobID, leaseID string) {
 // the lease and our heartbeat record, countersigns it, records it and
 // gossips it (wire.ProtoReceipt). It answers with the countersigned
 // receipt.
-func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
+func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) ([]byte, error) {
 	count := t.cfg.Counters.Add
 	sr, err := attest.UnmarshalReceipt(data)
 	if err != nil {
@@ -1228,6 +1245,23 @@ func (t *Tracker) HandleReceipt(_ context.Context, from peer.ID, data []byte) ([
 	if r.GPUSeconds > billable+1 {
 		count("renter.receipt_overbilled")
 		return nil, fmt.Errorf("receipt bills %.1f GPU-seconds; the renter observed at most %.1f", r.GPUSeconds, billable)
+	}
+	// Last, as it may fetch the log: a succeeded run is paid on evidence.
+	if r.Outcome == auction.RunSucceeded && a == nil {
+		if err := t.awaitEvidence(ctx, jobID, lease); err != nil {
+			count("renter.receipt_no_evidence")
+			return nil, err
+		}
+		t.mu.Lock()
+		digest := ""
+		if cur := t.jobs[jobID]; cur != nil {
+			digest = cur.LogDigest
+		}
+		t.mu.Unlock()
+		if r.LogDigest != digest {
+			count("renter.receipt_no_evidence")
+			return nil, fmt.Errorf("receipt's log digest %q is not the one checked (%q)", r.LogDigest, digest)
+		}
 	}
 	if err := sr.Countersign(t.cfg.Signer); err != nil {
 		count("renter.receipt_bad_signature")

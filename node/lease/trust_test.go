@@ -1,7 +1,10 @@
 package lease
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"io"
 	"testing"
 	"time"
 
@@ -40,6 +43,23 @@ func claim(t *testing.T, p, r *node, rc attest.Receipt) ([]byte, error) {
 
 func counter(n *node, key string) int { return n.counters.Snapshot()[key] }
 
+// logDigest is the SHA-256 (hex) and length of the log provider p serves
+// renter r for a lease, as r's own fetch reads it.
+func logDigest(t *testing.T, p, r *node, leaseID string) (string, int64) {
+	t.Helper()
+	rc, err := p.h.fetchLog(r.signer.ID())(t.Context(), p.signer.ID(), leaseID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n
+}
+
 // TestProviderIsPaidOnlyForWhatTheRenterSaw: a provider that claims its job
 // ended hours in the future, asks for a receipt before reporting the end,
 // bills the whole lease, and then settles again and again, is refused each
@@ -72,8 +92,9 @@ func TestProviderIsPaidOnlyForWhatTheRenterSaw(t *testing.T) {
 	}
 	// 3. The provider now reports an end (its own word, by its own key)...
 	ended := time.Now()
+	digest, size := logDigest(t, p, r, l.ID) // the log so far: evidence the renter can check
 	resp, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: auction.RunSucceeded,
-		Started: l.Start, Ended: ended, Time: ended})
+		Started: l.Start, Ended: ended, Time: ended, LogDigest: digest, LogBytes: size})
 	if err != nil {
 		t.Fatalf("final report refused: %v", err)
 	}
@@ -91,6 +112,7 @@ func TestProviderIsPaidOnlyForWhatTheRenterSaw(t *testing.T) {
 	// 4. A receipt within what the renter saw settles; its retry gets the
 	// same countersigned receipt back; any other receipt is refused.
 	fair := receipt(l.Start, ended, attest.BillableSeconds(l, l.Start, ended, ended, sum), sum)
+	fair.LogDigest = digest
 	first, err := claim(t, p, r, fair)
 	if err != nil {
 		t.Fatalf("fair receipt refused: %v", err)

@@ -115,6 +115,12 @@ type LeaseEvent struct {
 	// moved the lease earlier (auction.Lease.Moved): GPUs freed before
 	// its start. It comes before the lease's first heartbeat.
 	Moved *LeaseMove `json:"moved,omitempty"`
+	// LogDigest and LogBytes, on a final report of a lease that ran, are
+	// the SHA-256 (hex) and length of the job's whole log as the provider
+	// wrote it: what the logs stream serves. The renter pays for a
+	// succeeded run only once its own fetch of the log hashes to them.
+	LogDigest string `json:"log_digest,omitempty"`
+	LogBytes  int64  `json:"log_bytes,omitempty"`
 }
 
 // LeaseMove is where a lease moved: its new start and devices (its length

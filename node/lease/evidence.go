@@ -1,0 +1,177 @@
+package lease
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Payment needs evidence. A provider's word that a job succeeded is paid
+// only once the renter has checked it against what it received itself: the
+// final report names the job's whole log by SHA-256 and length
+// (wire.LeaseEvent.LogDigest, LogBytes), the renter fetches that log from
+// the provider over the logs stream and hashes it, and countersigns a
+// succeeded receipt only when both agree and the receipt carries the same
+// digest (attest.Receipt.LogDigest). A job that wrote nothing has the empty
+// log's digest, which counts only when the renter's own fetch is empty too.
+// When the check fails (no digest, the log cannot be fetched, or it is not
+// the one reported) the renter holds the run failed through the provider's
+// fault: the succeeded receipt is refused (no payment), the job goes back
+// to auction without that provider (renter.no_evidence).
+
+// evidenceTimeout bounds one fetch of a job's log for the check.
+const evidenceTimeout = 2 * time.Minute
+
+// evidenceWait bounds how long a receipt waits for a check in progress
+// before it is refused for now (the provider retries).
+const evidenceWait = 10 * time.Second
+
+// MaxEvidenceLog is the largest log a renter fetches to check a run; a
+// final report naming a larger one is not evidence it can check.
+const MaxEvidenceLog = 1 << 30
+
+// evidenceVerified is JobView.Evidence for a run whose log was checked.
+const evidenceVerified = "log verified"
+
+// checkEvidence starts (once per lease) the check of a succeeded run's
+// evidence and returns a channel closed when it is done.
+func (t *Tracker) checkEvidence(jobID string, l auction.Lease) <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ch, ok := t.checking[l.ID]; ok {
+		return ch
+	}
+	ch := make(chan struct{})
+	t.checking[l.ID] = ch
+	v := t.jobs[jobID]
+	if v == nil || v.Lease == nil || v.Lease.ID != l.ID {
+		close(ch)
+		return ch
+	}
+	digest, size := v.LogDigest, v.LogBytes
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		defer close(ch)
+		err := t.verifyLog(l, digest, size)
+		if err == nil {
+			t.mu.Lock()
+			if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == l.ID {
+				v.Evidence = fmt.Sprintf("%s (%d bytes)", evidenceVerified, size)
+			}
+			t.mu.Unlock()
+			t.save(jobID)
+			return
+		}
+		if t.ctx.Err() != nil {
+			return // stopping: checked again after the restart
+		}
+		t.noEvidence(jobID, l, err)
+	}()
+	return ch
+}
+
+// verifyLog fetches lease l's log from its provider and checks it against
+// the digest and size the provider reported.
+func (t *Tracker) verifyLog(l auction.Lease, digest string, size int64) error {
+	if digest == "" {
+		return errors.New("the provider's final report names no log digest")
+	}
+	if size < 0 || size > MaxEvidenceLog {
+		return fmt.Errorf("the provider reports a log of %d bytes, over the %d this renter checks", size, MaxEvidenceLog)
+	}
+	if t.cfg.FetchLog == nil {
+		return errors.New("this renter cannot fetch job logs")
+	}
+	prov, err := peer.Decode(l.Provider)
+	if err != nil {
+		return fmt.Errorf("provider %q: %w", l.Provider, err)
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, evidenceTimeout)
+	defer cancel()
+	rc, err := t.cfg.FetchLog(ctx, prov, l.ID)
+	if err != nil {
+		return fmt.Errorf("the job's log could not be fetched: %w", err)
+	}
+	defer rc.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(rc, size+1))
+	if err != nil {
+		return fmt.Errorf("the job's log could not be read: %w", err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); n != size || got != digest {
+		return fmt.Errorf("the job's log as fetched (%d bytes, sha256 %.12s) is not the one reported (%d bytes, sha256 %.12s)",
+			n, got, size, digest)
+	}
+	return nil
+}
+
+// noEvidence holds a run its provider called succeeded failed through the
+// provider's fault, for want of evidence: its succeeded receipt is refused,
+// and the job goes back to auction without that provider (its budget
+// permitting).
+func (t *Tracker) noEvidence(jobID string, l auction.Lease, why error) {
+	detail := "no evidence of work: " + why.Error()
+	t.mu.Lock()
+	v := t.jobs[jobID]
+	if v == nil || v.Lease == nil || v.Lease.ID != l.ID || v.Run != auction.RunSucceeded || v.Receipt != nil {
+		t.mu.Unlock()
+		return
+	}
+	v.Evidence = detail
+	setRun(v, auction.RunFailed)
+	v.Fault, v.Detail = auction.FaultProvider, detail
+	again, budget := requeuesLocked(v, auction.RunFailed, auction.FaultProvider)
+	if !again {
+		v.Detail = joinDetail(v.Detail, budget)
+		v.State = auction.JobFinished
+	} else {
+		v.State = auction.JobLeased
+	}
+	t.mu.Unlock()
+	t.cfg.Counters.Add("renter.no_evidence")
+	t.log.Warn("succeeded run not accepted", "job", jobID, "lease", l.ID, "provider", l.Provider, "why", why, "requeue", again)
+	t.save(jobID)
+	if again {
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.requeue(jobID, l, requeueOptions(l, auction.RunFailed, auction.FaultProvider, detail))
+		}()
+	}
+}
+
+// awaitEvidence waits (at most evidenceWait, or ctx) for the check of a
+// succeeded run's evidence, starting it if none ran (a renter restarted
+// since the final report), and returns nil once the log was verified.
+func (t *Tracker) awaitEvidence(ctx context.Context, jobID string, l auction.Lease) error {
+	ch := t.checkEvidence(jobID, l)
+	timer := time.NewTimer(evidenceWait)
+	defer timer.Stop()
+	select {
+	case <-ch:
+	case <-timer.C:
+		return fmt.Errorf("lease %s: the evidence of its run (its log) is still being checked; retry", l.ID)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v := t.jobs[jobID]
+	switch {
+	case v == nil || v.Lease == nil || v.Lease.ID != l.ID:
+		return fmt.Errorf("lease %s is no longer its job's current attempt", l.ID)
+	case v.Evidence == "":
+		return fmt.Errorf("lease %s: the evidence of its run was not checked; retry", l.ID)
+	case v.Run != auction.RunSucceeded:
+		return fmt.Errorf("lease %s: %s", l.ID, v.Evidence)
+	}
+	return nil
+}
