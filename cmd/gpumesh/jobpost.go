@@ -48,6 +48,7 @@ func jobPostFlags() []cli.Flag {
 		maxAttemptsFlag(),
 		&cli.DurationFlag{Name: "checkpoint-every", DefaultText: "only when stopped early", Usage: "how often the provider saves $GPUMESH_CHECKPOINT_DIR while the job runs, e.g. 10m (it is also saved when the job is preempted); a later attempt resumes from it"},
 		&cli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its final status; fail unless it succeeded"},
+		&cli.BoolFlag{Name: "queue", Usage: "post it even when no provider this node knows could ever run it (GPU model, region, price...), to wait for providers that may appear"},
 		jsonFlag(),
 	}
 }
@@ -324,7 +325,7 @@ func jobPostAction(c *cli.Context) error {
 	w := c.App.Writer
 	pr := newProgress(w, c.Bool("json"))
 	pr.show(fmt.Sprintf("job posted; collecting bids for %s", orDefault(job.BidWindow, auction.DefaultBidWindow)))
-	v, err := client(c).PostJob(c.Context, job)
+	v, err := client(c).PostJobRequest(c.Context, api.PostJobRequest{Job: job, Queue: c.Bool("queue")})
 	pr.clear()
 	if err != nil {
 		return err

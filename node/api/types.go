@@ -67,6 +67,11 @@ func SocketPath(dataDir string) string { return filepath.Join(dataDir, SocketNam
 // has ended (leased or unplaceable).
 type PostJobRequest struct {
 	Job auction.Job `json:"job"`
+	// Queue posts the job even when no provider this node knows could
+	// ever run it (its GPU model, region, price... fit none of their
+	// records), to wait for providers that may appear; without it such a
+	// post fails at once saying why.
+	Queue bool `json:"queue,omitempty"`
 }
 
 // JobView is the renter's full view of one job (GET /v1/jobs/{id}).
