@@ -278,31 +278,74 @@ func StaticFit(c *Capability, j *Job) error {
 	return err
 }
 
+// StaticMisfits is every rule of StaticFit that a provider with capability
+// c fails for j, in StaticFit's order, so the first is StaticFit's error:
+// nil when it fits. It tells a renter everything it would have to change
+// for this provider, not only the first thing.
+func StaticMisfits(c *Capability, j *Job) []*Ineligible {
+	if c == nil || j == nil {
+		return nil
+	}
+	_, _, errs := staticChecks(c, j, false)
+	out := make([]*Ineligible, 0, len(errs))
+	for _, err := range errs {
+		var in *Ineligible
+		if !errors.As(err, &in) {
+			in = &Ineligible{Kind: "other", Reason: err.Error()}
+		}
+		out = append(out, in)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
 // staticFit is StaticFit, also returning the GPU model to offer and its
 // smallest device's VRAM (see pickModel).
 func staticFit(c *Capability, j *Job) (string, int, error) {
+	model, vram, errs := staticChecks(c, j, true)
+	if len(errs) > 0 {
+		return "", 0, errs[0]
+	}
+	return model, vram, nil
+}
+
+// staticChecks applies StaticFit's rules in order, stopping at the first
+// that fails when first is set, and returns the GPU model to offer and its
+// smallest device's VRAM with the rules that failed.
+func staticChecks(c *Capability, j *Job, first bool) (model string, vram int, errs []error) {
 	p := &c.Policy
-	if j.Excludes(c.Peer) {
-		return "", 0, inelig("excluded", "this provider lost an earlier attempt of the job")
+	// fail records err and says whether to stop.
+	fail := func(err error) bool {
+		errs = append(errs, err)
+		return first
 	}
-	if !regionSatisfies(j.Region, c.Region) {
-		return "", 0, inelig("region", "region %s does not satisfy %s", orNone(c.Region), j.Region)
+	if j.Excludes(c.Peer) && fail(inelig("excluded", "this provider lost an earlier attempt of the job")) {
+		return "", 0, errs
 	}
-	if len(p.AllowedWorkloads) > 0 && !containsFold(p.AllowedWorkloads, j.Workload) {
-		return "", 0, inelig("workload", "workload %s not accepted (accepts %s)", orNone(j.Workload), strings.Join(p.AllowedWorkloads, ","))
+	if !regionSatisfies(j.Region, c.Region) && fail(inelig("region", "region %s does not satisfy %s", orNone(c.Region), j.Region)) {
+		return "", 0, errs
 	}
-	if j.Preemptible && !p.AcceptPreemptible {
-		return "", 0, inelig("preemptible", "preemptible work not accepted")
+	if len(p.AllowedWorkloads) > 0 && !containsFold(p.AllowedWorkloads, j.Workload) &&
+		fail(inelig("workload", "workload %s not accepted (accepts %s)", orNone(j.Workload), strings.Join(p.AllowedWorkloads, ","))) {
+		return "", 0, errs
 	}
-	if err := containerFit(c, j); err != nil {
-		return "", 0, err
+	if j.Preemptible && !p.AcceptPreemptible && fail(inelig("preemptible", "preemptible work not accepted")) {
+		return "", 0, errs
+	}
+	if err := containerFit(c, j); err != nil && fail(err) {
+		return "", 0, errs
 	}
 	model, vram, err := pickModel(c.GPUs, j)
-	if err != nil {
-		return "", 0, err
+	if err != nil && fail(err) {
+		return "", 0, errs
 	}
-	if p.PriceFloor > j.MaxPrice {
-		return "", 0, inelig("price", "price floor %.2f > max %.2f", p.PriceFloor, j.MaxPrice)
+	if p.PriceFloor > j.MaxPrice && fail(inelig("price", "price floor %.2f > max %.2f", p.PriceFloor, j.MaxPrice)) {
+		return "", 0, errs
+	}
+	if len(errs) > 0 {
+		return "", 0, errs
 	}
 	return model, vram, nil
 }

@@ -148,6 +148,33 @@ func TestStaticFit(t *testing.T) {
 	}
 }
 
+// StaticMisfits names every static rule a provider fails, StaticFit's
+// first, and nothing for one that fits.
+func TestStaticMisfits(t *testing.T) {
+	ps, j := baseState(), evalJob()
+	if m := StaticMisfits(ps.Cap, j); m != nil {
+		t.Fatalf("fitting provider: misfits %v", m)
+	}
+	ps.Cap.Region = "us-east"
+	ps.Cap.Policy.PriceFloor = 2.1
+	ps.Cap.Policy.AcceptPreemptible = false
+	j.GPUModels = []string{"h100"}
+	j.Tier, j.Preemptible = Bronze, true
+	var kinds []string
+	for _, in := range StaticMisfits(ps.Cap, j) {
+		kinds = append(kinds, in.Kind)
+	}
+	if want := []string{"region", "preemptible", "gpu_model", "price"}; !reflect.DeepEqual(kinds, want) {
+		t.Fatalf("misfit kinds %v, want %v", kinds, want)
+	}
+	if first := StaticMisfits(ps.Cap, j)[0]; StaticFit(ps.Cap, j).Error() != first.Error() {
+		t.Fatalf("first misfit %v, StaticFit %v", first, StaticFit(ps.Cap, j))
+	}
+	if StaticMisfits(nil, j) != nil {
+		t.Fatal("nil capability has misfits")
+	}
+}
+
 func TestEvaluateOffer(t *testing.T) {
 	now := at(0, "10:00")
 	ps, j := baseState(), evalJob()

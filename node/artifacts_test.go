@@ -529,11 +529,11 @@ func TestRenterPinsInputsOfLiveJobs(t *testing.T) {
 		return n
 	}
 
-	// Queued: no provider has an H100.
+	// Queued: no provider has an H100 (posted with queue, to wait for one).
 	job := readsInput(in.ID)
 	job.GPUModels = []string{"H100"}
 	job.Deadline = time.Now().Add(10 * time.Minute)
-	v := post(t, renter, job)
+	v := postQueued(t, renter, job)
 	if v.State != auction.JobQueued {
 		t.Fatalf("job %s, want queued: %v", v.State, v.Reasons)
 	}

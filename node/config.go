@@ -173,9 +173,9 @@ func LoadConfig(path string, mustExist bool) (Config, error) {
 	if err := dec.Decode(&cfg); err == io.EOF {
 		// An empty file (or only comments) is a mistake, not a request
 		// for a node listening on every interface with the defaults.
-		return cfg, fmt.Errorf("config %s is empty: add settings (see gpumesh init) or remove the file to use the defaults", path)
+		return cfg, fmt.Errorf("config %s is empty: add settings (`gpumesh provider init` writes a provider's) or remove the file to use the defaults", path)
 	} else if err != nil {
-		return cfg, fmt.Errorf("config %s: %s", path, strings.ReplaceAll(err.Error(), "\n", "; "))
+		return cfg, fmt.Errorf("config %s: %s", path, configErrorText(err))
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)

@@ -153,3 +153,28 @@ func writeTestConfig(t *testing.T, body string) string {
 	}
 	return p
 }
+
+// TestConfigUnknownKeys: an unknown key is named with its place in the
+// file, its line and the key probably meant.
+func TestConfigUnknownKeys(t *testing.T) {
+	cases := []struct{ body, want string }{
+		{"lisen: []\n", "unknown config key 'lisen' (line 1); did you mean 'listen'?"},
+		{"region: eu\nLog_Level: info\n", "unknown config key 'Log_Level' (line 2); did you mean 'log_level'?"},
+		{"provider:\n  enabled: true\n  pricefloor: 1\n", "unknown config key 'provider.pricefloor' (line 3); did you mean 'provider.policy.price_floor'?"},
+		{"provider:\n  policy:\n    price_flor: 2\n", "unknown config key 'provider.policy.price_flor' (line 3); did you mean 'provider.policy.price_floor'?"},
+		{"provider:\n  policy:\n    peak_windows: [{dayz: [mon]}]\n", "unknown config key 'dayz' (line 3); did you mean 'days'?"},
+		{"price_floor: 1\n", "unknown config key 'price_floor' (line 1); did you mean 'provider.policy.price_floor'?"},
+		{"frobnicate: 1\n", "unknown config key 'frobnicate' (line 1)"},
+		{"lisen: []\nregoin: eu\n", "unknown config key 'lisen' (line 1); did you mean 'listen'?; unknown config key 'regoin' (line 2); did you mean 'region'?"},
+	}
+	for _, c := range cases {
+		p := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(p, []byte(c.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadConfig(p, true)
+		if err == nil || err.Error() != "config "+p+": "+c.want {
+			t.Errorf("%q: %v\nwant config %s: %s", c.body, err, p, c.want)
+		}
+	}
+}

@@ -274,7 +274,10 @@ func (m *market) apiPostJob(r *http.Request) (any, error) {
 	if err := m.d.inputSizes(&job); err != nil {
 		return nil, err
 	}
-	return m.tracker.Post(job)
+	if req.Queue {
+		return m.tracker.Post(job)
+	}
+	return m.tracker.PostChecked(job, m.d.noneCanFit)
 }
 
 func (m *market) executorName() string {

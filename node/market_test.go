@@ -27,6 +27,17 @@ func post(t *testing.T, n *testNode, job auction.Job) api.JobView {
 	return v
 }
 
+// postQueued posts job with queue set: it is posted even when no known
+// provider could run it.
+func postQueued(t *testing.T, n *testNode, job auction.Job) api.JobView {
+	t.Helper()
+	v, err := api.NewClient(n.dir).PostJobRequest(context.Background(), api.PostJobRequest{Job: job, Queue: true})
+	if err != nil {
+		t.Fatalf("post job --queue: %v", err)
+	}
+	return v
+}
+
 func shJob(tier auction.Tier, maxPrice float64, script string) auction.Job {
 	return auction.Job{Tier: tier, MaxPrice: maxPrice, GPUCount: 1, Duration: 10 * time.Minute,
 		Preemptible: tier == auction.Bronze, BidWindow: 1500 * time.Millisecond,

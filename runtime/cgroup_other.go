@@ -21,5 +21,4 @@ func (*cgroups) limitsMemory() bool { return false }
 func (*cgroups) limitsPids() bool   { return false }
 func (*cgroups) limitsCPU() bool    { return false }
 
-func hostMemoryMB() int        { return 0 }
-func (*jobCgroup) pids() []int { return nil }
+func hostMemoryMB() int { return 0 }

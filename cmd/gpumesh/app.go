@@ -30,6 +30,9 @@ func newApp(stdout, stderr io.Writer, unknown *bool) *cli.App {
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return fmt.Errorf("%v (see `gpumesh %s --help`)", err, c.Command.FullName())
 		},
+		// run prints the error and exits with its code (cli.Exit's, or 1):
+		// urfave/cli's own handler would print it and exit the process.
+		ExitErrHandler: func(*cli.Context, error) {},
 		CommandNotFound: func(c *cli.Context, name string) {
 			fmt.Fprintf(c.App.ErrWriter, "gpumesh: unknown command %q (see `gpumesh --help`)\n", name)
 			*unknown = true

@@ -113,12 +113,26 @@ func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",
 		Usage: "print the CLI version and, when running, the daemon's",
+		Flags: []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
-			fmt.Fprintf(c.App.Writer, "gpumesh %s\n", node.Version)
+			if err := noArgs(c); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(c.Context, 2*time.Second)
 			defer cancel()
-			if v, err := client(c).Version(ctx); err == nil {
-				fmt.Fprintf(c.App.Writer, "daemon  %s\n", v)
+			daemon, err := client(c).Version(ctx)
+			if err != nil {
+				daemon = ""
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, struct {
+					CLI    string `json:"cli"`
+					Daemon string `json:"daemon,omitempty"`
+				}{node.Version, daemon})
+			}
+			fmt.Fprintf(c.App.Writer, "gpumesh %s\n", node.Version)
+			if daemon != "" {
+				fmt.Fprintf(c.App.Writer, "daemon  %s\n", daemon)
 			}
 			return nil
 		},

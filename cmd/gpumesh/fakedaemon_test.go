@@ -323,6 +323,12 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 			t.Fatal("out/model.bin not extracted")
 		}
 		oneLineError(t, "already exists", "-d", dir, "job", "fetch", "j1", dest)
+		code, out, errOut = gm("job", "fetch", "j1", dest, "--force", "--json")
+		var fetched fetchedView
+		if err := json.Unmarshal([]byte(out), &fetched); code != 0 || err != nil || fetched.Job != "j1" || fetched.Dir != dest ||
+			len(fetched.Files) != 2 || fetched.Files[1].Path != "out/model.bin" || fetched.Files[1].Size != 3000 {
+			t.Fatalf("fetch --json: code %d, err %v, out %q, stderr %q", code, err, out, errOut)
+		}
 		tampered = true
 		defer func() { tampered = false }()
 		oneLineError(t, `checksum mismatch for "out/model.bin"`, "-d", dir, "job", "fetch", "--force", "j1", dest)

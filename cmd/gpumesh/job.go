@@ -56,7 +56,8 @@ func jobCommand() *cli.Command {
 				Usage:     "download a job's output files into DIR, verifying their checksums",
 				ArgsUsage: "ID DIR",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "force", Usage: "overwrite existing files in DIR"},
-					&cli.StringFlag{Name: "max-size", Value: "10GiB", Usage: "refuse outputs larger than this in total (bytes, or with KiB, MiB, GiB, TiB)"}},
+					&cli.StringFlag{Name: "max-size", Value: "10GiB", Usage: "refuse outputs larger than this in total (bytes, or with KiB, MiB, GiB, TiB)"},
+					jsonFlag()},
 				Action: jobFetchAction,
 			},
 		},
@@ -307,6 +308,14 @@ func jobLogsAction(c *cli.Context) error {
 
 // ---- job fetch ----
 
+// fetchedView is `job fetch --json`: the verified files, their paths
+// relative to Dir.
+type fetchedView struct {
+	Job   string               `json:"job"`
+	Dir   string               `json:"dir"`
+	Files []auction.OutputFile `json:"files"`
+}
+
 func jobFetchAction(c *cli.Context) error {
 	usage := "usage: " + commandPath(c) + " ID DIR"
 	args := c.Args().Slice()
@@ -353,6 +362,9 @@ func jobFetchAction(c *cli.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("outputs of job %s: %w", id, err)
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, fetchedView{Job: id, Dir: dir, Files: files})
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
 	fmt.Fprintln(tw, "PATH\tSIZE\tSHA256")

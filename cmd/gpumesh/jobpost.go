@@ -46,7 +46,8 @@ func jobPostFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "bid-window", DefaultText: auction.DefaultBidWindow.String(), Usage: "how long to collect bids"},
 		maxAttemptsFlag(),
 		&cli.DurationFlag{Name: "checkpoint-every", DefaultText: "only when stopped early", Usage: "how often the provider saves $GPUMESH_CHECKPOINT_DIR while the job runs, e.g. 10m (it is also saved when the job is preempted); a later attempt resumes from it"},
-		&cli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its final status; fail unless it succeeded"},
+		&cli.BoolFlag{Name: "wait", Usage: "wait for the job to finish, streaming its log (not with --json), and print its final status; exit with the job's exit code"},
+		&cli.BoolFlag{Name: "queue", Usage: "post it even when no provider this node knows could ever run it (GPU model, region, price...), to wait for providers that may appear"},
 		jsonFlag(),
 	}
 }
@@ -347,7 +348,7 @@ func jobPostAction(c *cli.Context) error {
 	w := c.App.Writer
 	pr := newProgress(w, c.Bool("json"))
 	pr.show(fmt.Sprintf("job posted; collecting bids for %s", orDefault(job.BidWindow, auction.DefaultBidWindow)))
-	v, err := client(c).PostJob(c.Context, job)
+	v, err := client(c).PostJobRequest(c.Context, api.PostJobRequest{Job: job, Queue: c.Bool("queue")})
 	pr.clear()
 	if err != nil {
 		return err
@@ -399,10 +400,21 @@ func jobPostAction(c *cli.Context) error {
 		fmt.Fprintln(w)
 		printJobView(w, &final)
 	}
-	if final.Run != auction.RunSucceeded {
-		return fmt.Errorf("job %s %s", final.Job.ID, runOutcome(&final))
+	return jobExit(&final)
+}
+
+// jobExit is how `job post --wait` ends for the job's final view v: nil
+// when it succeeded; the job's own exit code when its command failed with
+// one; else exit 1, each with the outcome on one line.
+func jobExit(v *api.JobView) error {
+	if v.Run == auction.RunSucceeded {
+		return nil
 	}
-	return nil
+	msg := fmt.Sprintf("job %s %s", v.Job.ID, runOutcome(v))
+	if v.Run == auction.RunFailed && v.ExitCode != nil && *v.ExitCode > 0 && *v.ExitCode < 256 {
+		return cli.Exit(msg, *v.ExitCode)
+	}
+	return errors.New(msg)
 }
 
 func printPosted(w io.Writer, v *api.JobView) {
@@ -471,11 +483,16 @@ func runTerminal(v *api.JobView) bool {
 	return false
 }
 
-// waitJob polls the job until runTerminal, printing run-state changes when
-// not in JSON mode.
+// waitJob polls the job until runTerminal, printing run-state changes and
+// streaming the job's log when not in JSON mode.
 func waitJob(c *cli.Context, id string, last auction.RunState, pr *progress) (api.JobView, error) {
 	defer pr.clear()
 	cl := client(c)
+	var logs *logFollower
+	if !c.Bool("json") {
+		logs = newLogFollower(c.Context, cl, id, pr)
+		defer logs.stop()
+	}
 	t := time.NewTicker(waitInterval)
 	defer t.Stop()
 	for {
@@ -484,12 +501,17 @@ func waitJob(c *cli.Context, id string, last auction.RunState, pr *progress) (ap
 			return v, fmt.Errorf("wait for job %s: %w", id, err)
 		}
 		if v.Run != last && v.Run != "" && !c.Bool("json") {
-			pr.clear()
-			fmt.Fprintf(c.App.Writer, "  %s run %s\n", time.Now().Format(time.TimeOnly), v.Run)
+			_ = pr.above([]byte(fmt.Sprintf("  %s run %s\n", time.Now().Format(time.TimeOnly), v.Run)))
+		}
+		if logs != nil {
+			logs.see(&v)
 		}
 		pr.show(runProgress(&v))
 		last = v.Run
 		if runTerminal(&v) {
+			if logs != nil {
+				logs.finish()
+			}
 			return v, nil
 		}
 		select {

@@ -26,11 +26,12 @@ func main() {
 }
 
 // run executes the CLI and returns the process exit code. Every error is
-// printed as a single line on stderr.
+// printed as a single line on stderr. Flags may follow a command's
+// arguments (see flagsFirst).
 func run(args []string, stdout, stderr io.Writer) int {
 	var unknown bool
 	app := newApp(stdout, stderr, &unknown)
-	err := app.Run(args)
+	err := app.Run(flagsFirst(app, args))
 	if unknown {
 		return 1
 	}

@@ -106,3 +106,22 @@ func (p *progress) clear() {
 	}
 	p.mu.Unlock()
 }
+
+// above prints permanent text, whole lines, above the status line: it
+// erases the line, writes text and draws the line again. It may be called
+// from other goroutines than the one showing the status (the job's log
+// while `job post --wait` polls), and off a terminal it only writes text,
+// in turn with the other callers.
+func (p *progress) above(text []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.width > 0 {
+		fmt.Fprint(p.w, "\r"+strings.Repeat(" ", p.width)+"\r")
+		p.width = 0
+	}
+	_, err := p.w.Write(text)
+	if p.on && p.stop != nil {
+		p.drawLocked()
+	}
+	return err
+}

@@ -133,3 +133,37 @@ func TestJobStatusListsAttempts(t *testing.T) {
 		t.Fatalf("job status --json: code %d history %+v\nerr %s", code, got.History, errOut)
 	}
 }
+
+// TestJobPostNoProviderFits: the daemon's refusal of a job no known
+// provider could run is one line and exit 1; --queue asks it to post the
+// job anyway.
+func TestJobPostNoProviderFits(t *testing.T) {
+	const refusal = "no known provider can run this job (2 known): no provider in region 'mars' (known: eu-west, us-east); post it with --queue to wait for providers that may appear"
+	var queued []bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		var req api.PostJobRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			replyJSON(w, 400, map[string]string{"error": err.Error()})
+			return
+		}
+		queued = append(queued, req.Queue)
+		if !req.Queue {
+			replyJSON(w, 422, map[string]string{"error": refusal})
+			return
+		}
+		v := leasedView("jq", "")
+		v.State, v.Lease, v.Winner = auction.JobQueued, nil, ""
+		v.Reasons = []string{"queued: no bids (offered 1 times)"}
+		replyJSON(w, 200, v)
+	})
+	dir := fakeDaemon(t, mux)
+	oneLineError(t, refusal, "-d", dir, "job", "post", "--region", "mars", "--max-price", "2", "--duration", "1h", "--", "x")
+	code, out, errOut := runCLI(t, "-d", dir, "job", "post", "--region", "mars", "--max-price", "2", "--duration", "1h", "--queue", "--", "x")
+	if code != 0 || !strings.Contains(out, "job jq queued") {
+		t.Fatalf("--queue: code %d\nout %s\nerr %s", code, out, errOut)
+	}
+	if len(queued) != 2 || queued[0] || !queued[1] {
+		t.Fatalf("queue sent %v, want [false true]", queued)
+	}
+}

@@ -66,8 +66,13 @@ func (c *Client) Providers(ctx context.Context, q auction.Query) ([]auction.Capa
 // PostJob is POST /v1/jobs: it runs the job's auction and returns when it
 // has ended (leased or unplaceable).
 func (c *Client) PostJob(ctx context.Context, job auction.Job) (JobView, error) {
+	return c.PostJobRequest(ctx, PostJobRequest{Job: job})
+}
+
+// PostJobRequest is POST /v1/jobs with the request's options (Queue).
+func (c *Client) PostJobRequest(ctx context.Context, req PostJobRequest) (JobView, error) {
 	var v JobView
-	err := c.Do(ctx, http.MethodPost, "/jobs", nil, PostJobRequest{Job: job}, &v)
+	err := c.Do(ctx, http.MethodPost, "/jobs", nil, req, &v)
 	return v, err
 }
 

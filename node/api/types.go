@@ -72,6 +72,11 @@ type PostJobRequest struct {
 	// taskfile.Convert. TaskName names it in errors.
 	Task     string `json:"task,omitempty"`
 	TaskName string `json:"task_name,omitempty"`
+	// Queue posts the job even when no provider this node knows could
+	// ever run it (its GPU model, region, price... fit none of their
+	// records), to wait for providers that may appear; without it such a
+	// post fails at once saying why.
+	Queue bool `json:"queue,omitempty"`
 }
 
 // ConvertTaskRequest is the body of POST /v1/tasks/convert: the daemon

@@ -215,6 +215,13 @@ func (t *Tracker) monitorFrom(l auction.Lease, since time.Time) *attest.Heartbea
 // Post runs an auction for job (its Owner is this node; OwnerAddrs are the
 // caller's to fill) and returns the job's view once the auction ended.
 func (t *Tracker) Post(job auction.Job) (api.JobView, error) {
+	return t.PostChecked(job, nil)
+}
+
+// PostChecked is Post with a last check of the complete, valid job before
+// it is recorded or offered: an error from check (when not nil) is
+// returned as it is, and nothing is posted.
+func (t *Tracker) PostChecked(job auction.Job, check func(*auction.Job) error) (api.JobView, error) {
 	job.Owner = t.cfg.Signer.ID().String()
 	if job.CreatedAt.IsZero() {
 		job.CreatedAt = t.now()
@@ -229,6 +236,11 @@ func (t *Tracker) Post(job auction.Job) (api.JobView, error) {
 	job.WantDeclines = true
 	if err := job.Validate(); err != nil {
 		return api.JobView{}, badRequest("%v", err)
+	}
+	if check != nil {
+		if err := check(&job); err != nil {
+			return api.JobView{}, err
+		}
 	}
 	t.mu.Lock()
 	if _, dup := t.jobs[job.ID]; dup {

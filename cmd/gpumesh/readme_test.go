@@ -1,0 +1,242 @@
+package main
+
+import (
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+// readmeCommands returns the command lines of the README's "Using it"
+// block: one per `gpumesh` line (continuations joined, comments dropped),
+// as written.
+func readmeCommands(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "\n## Using it\n")
+	if i < 0 {
+		t.Fatal(`README.md has no "## Using it" section`)
+	}
+	s = s[i:]
+	start := strings.Index(s, "\n```\n")
+	end := strings.Index(s[start+5:], "\n```\n")
+	if start < 0 || end < 0 {
+		t.Fatal(`no code block in README's "Using it"`)
+	}
+	var lines []string
+	cont := false
+	for _, l := range strings.Split(s[start+5:start+5+end], "\n") {
+		if c := strings.Index(l, "#"); c >= 0 {
+			l = l[:c]
+		}
+		l = strings.TrimSpace(l)
+		joined := strings.TrimSuffix(l, "\\")
+		switch {
+		case cont:
+			lines[len(lines)-1] += " " + joined
+		case strings.HasPrefix(l, "gpumesh "):
+			lines = append(lines, strings.TrimPrefix(joined, "gpumesh "))
+		case l != "":
+			t.Fatalf("README Using it: line %q is not a gpumesh command", l)
+		}
+		cont = strings.HasSuffix(l, "\\")
+	}
+	return lines
+}
+
+// splitTop splits s on sep outside [brackets].
+func splitTop(s string, sep byte) []string {
+	var parts []string
+	depth, from := 0, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '[':
+			depth++
+		case ']':
+			depth--
+		case sep:
+			if depth == 0 {
+				parts = append(parts, s[from:i])
+				from = i + 1
+			}
+		}
+	}
+	return append(parts, s[from:])
+}
+
+var placeholder = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+
+// readmeInvocations expands one README line into command lines: each
+// alternative (a|b) is one, relative to the first's command (`artifact ls
+// | rm ID` is `artifact rm ID`); optional parts are included, with every
+// alternative inside them; "..." is dropped, and a placeholder value of a
+// numeric or duration flag is replaced by a valid one.
+func readmeInvocations(t *testing.T, app *cli.App, line string) [][]string {
+	t.Helper()
+	var out [][]string
+	var prevPath []string // the previous alternative's command path
+	var prevFlags []string
+	for _, alt := range splitTop(line, '|') {
+		alt = strings.NewReplacer("[", " ", "]", " ", "...", " ").Replace(alt)
+		var toks []string
+		for _, tok := range strings.Fields(alt) {
+			for _, p := range strings.Split(tok, "|") { // [--device UUID|INDEX], [--providers N | --provider PEER]
+				if p != "" {
+					toks = append(toks, p)
+					break
+				}
+			}
+		}
+		if len(toks) == 0 {
+			t.Fatalf("README: empty alternative in %q", line)
+		}
+		var args []string
+		switch {
+		case strings.HasPrefix(toks[0], "-"):
+			// `export --json|--csv`: another flag of the previous command.
+			args = append(append(append([]string{}, prevPath...), prevFlags...), toks...)
+		case prevPath == nil:
+			args = toks
+		default:
+			// A sibling of the previous command (`ledger list|show SEQ`),
+			// else of one of its parents (`job status ID | job list`).
+			for n := len(prevPath) - 1; n >= 0; n-- {
+				if subcommands(app, prevPath[:n])[toks[0]] {
+					args = append(append([]string{}, prevPath[:n]...), toks...)
+					break
+				}
+			}
+			if args == nil {
+				t.Fatalf("README: %q in %q is no command of gpumesh %s", toks[0], line, strings.Join(prevPath, " "))
+			}
+		}
+		args = fillPlaceholders(app, args)
+		path := commandWords(app, args)
+		if !strings.HasPrefix(toks[0], "-") {
+			prevPath, prevFlags = path, nil
+		}
+		out = append(out, args)
+	}
+	return out
+}
+
+// subcommands names the subcommands of the command at path.
+func subcommands(app *cli.App, path []string) map[string]bool {
+	cmds := app.Commands
+	for _, w := range path {
+		c := findCommand(cmds, w)
+		if c == nil {
+			return nil
+		}
+		cmds = c.Subcommands
+	}
+	names := map[string]bool{}
+	for _, c := range cmds {
+		for _, n := range c.Names() {
+			names[n] = true
+		}
+	}
+	return names
+}
+
+// commandWords is the command path at the start of args.
+func commandWords(app *cli.App, args []string) []string {
+	var path []string
+	cmds := app.Commands
+	for _, a := range args {
+		c := findCommand(cmds, a)
+		if c == nil {
+			break
+		}
+		path = append(path, a)
+		cmds = c.Subcommands
+	}
+	return path
+}
+
+// fillPlaceholders replaces a placeholder (N, L) given to a numeric or
+// duration flag of args' command by a valid value.
+func fillPlaceholders(app *cli.App, args []string) []string {
+	var flags []cli.Flag
+	cmds := app.Commands
+	for _, w := range commandWords(app, args) {
+		c := findCommand(cmds, w)
+		flags, cmds = c.Flags, c.Subcommands
+	}
+	out := append([]string{}, args...)
+	for i := 0; i+1 < len(out); i++ {
+		if !strings.HasPrefix(out[i], "-") || !placeholder.MatchString(out[i+1]) {
+			continue
+		}
+		name := strings.TrimLeft(out[i], "-")
+		for _, f := range flags {
+			if f.Names()[0] != name {
+				continue
+			}
+			switch f.(type) {
+			case *cli.IntFlag, *cli.Float64Flag, *cli.Uint64Flag:
+				out[i+1] = "2"
+			case *cli.DurationFlag:
+				out[i+1] = "1m"
+			}
+		}
+	}
+	return out
+}
+
+// TestReadmeCommands parses every command line of the README's "Using
+// it" against the CLI's command and flag tables (every action stubbed, so
+// no daemon is needed): each names a command that exists and gives only
+// flags it defines, with values of the right type.
+func TestReadmeCommands(t *testing.T) {
+	var unknown bool
+	app := newApp(io.Discard, io.Discard, &unknown)
+	lines := readmeCommands(t)
+	if len(lines) < 20 {
+		t.Fatalf("found only %d command lines in README's Using it: %q", len(lines), lines)
+	}
+	seen := map[string]bool{}
+	for _, line := range lines {
+		for _, args := range readmeInvocations(t, app, line) {
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				inv := runStubbed(t, args...)
+				if want := strings.Join(commandWords(app, args), " "); inv.path != want {
+					t.Fatalf("ran gpumesh %s, want gpumesh %s", inv.path, want)
+				}
+				seen[inv.path] = true
+			})
+		}
+	}
+	// The README shows every command but the operator's own.
+	for path := range leafCommands() {
+		switch path {
+		case "counters", "doctor", "provider init":
+			continue
+		}
+		if !seen[path] {
+			t.Errorf("README's Using it shows no `gpumesh %s`", path)
+		}
+	}
+}
+
+// TestReadmeCommandsCatchMistakes: the README check fails for a command
+// or flag the CLI does not have.
+func TestReadmeCommandsCatchMistakes(t *testing.T) {
+	var unknown bool
+	app := newApp(io.Discard, io.Discard, &unknown)
+	for _, line := range []string{"job frob ID", "job status ID --frob", "providers --count N --gpux H100"} {
+		var got []invocation
+		stub := stubbedApp(&got)
+		err := stub.Run(flagsFirst(stub, append([]string{"gpumesh"}, readmeInvocations(t, app, line)[0]...)))
+		if err == nil && len(got) == 1 {
+			t.Errorf("README line %q parsed: %+v", line, got)
+		}
+	}
+}

@@ -1,0 +1,216 @@
+package node
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/gpumodel"
+)
+
+// noneCanFit fails a job that no provider this node knows could ever run:
+// when it holds providers' capability records (verified, unexpired; never
+// its own) and the job fails auction.StaticFit on every one, the renter
+// says so at once rather than queueing it for its whole start window. A
+// node that knows no provider lets the job through (it cannot tell), and
+// so does POST /v1/jobs with queue set (`job post --queue`).
+func (d *Daemon) noneCanFit(job *auction.Job) error {
+	now, self := d.now(), d.ID().String()
+	var caps []auction.Capability
+	d.capCache.Range(func(_, v any) bool {
+		if c := v.(auction.Capability); c.Peer != self && c.ExpiresAt.After(now) {
+			caps = append(caps, c)
+		}
+		return true
+	})
+	return noneFits(caps, job)
+}
+
+// misfitOrder is the order of auction.StaticFit's rules, by kind.
+var misfitOrder = []string{"excluded", "region", "workload", "preemptible", "image", "gpu_model", "vram", "gpu_count", "price"}
+
+// noneFits is noneCanFit's verdict on the records caps: nil when caps is
+// empty or one of them fits job; else one line naming why. A rule every
+// known provider fails (a GPU model none has, a region none is in) is
+// named with what the providers offer instead; when no rule fails
+// everywhere (each provider misses something else), the reasons of the
+// closest providers (those failing the fewest rules) are named, with how
+// many of them each rules out.
+func noneFits(caps []auction.Capability, job *auction.Job) error {
+	if len(caps) == 0 {
+		return nil
+	}
+	all := make([][]*auction.Ineligible, len(caps))
+	fewest := -1
+	for i := range caps {
+		all[i] = auction.StaticMisfits(&caps[i], job)
+		if len(all[i]) == 0 {
+			return nil
+		}
+		if fewest < 0 || len(all[i]) < fewest {
+			fewest = len(all[i])
+		}
+	}
+	everywhere := map[string]int{} // kind: providers failing it
+	closest := map[string]int{}    // kind: closest providers failing it
+	first := map[string]*auction.Ineligible{}
+	for _, ms := range all {
+		for _, m := range ms {
+			everywhere[m.Kind]++
+			if len(ms) == fewest {
+				closest[m.Kind]++
+			}
+			if first[m.Kind] == nil {
+				first[m.Kind] = m
+			}
+		}
+	}
+	var reasons []string
+	for _, k := range misfitKinds(everywhere) {
+		if everywhere[k] == len(caps) {
+			reasons = append(reasons, misfitReason(k, first[k], caps, job))
+		}
+	}
+	if len(reasons) == 0 {
+		for _, k := range misfitKinds(closest) {
+			reasons = append(reasons, fmt.Sprintf("%s (%d provider(s))", firstOf(all, k, fewest).Reason, closest[k]))
+		}
+		reasons[0] = fmt.Sprintf("none meets all its constraints; the closest miss %d: %s", fewest, reasons[0])
+	}
+	return &httpError{http.StatusUnprocessableEntity, fmt.Sprintf(
+		"no known provider can run this job (%d known): %s; post it with --queue to wait for providers that may appear",
+		len(caps), strings.Join(reasons, "; "))}
+}
+
+// misfitKinds is the kinds counted in m, in StaticFit's order.
+func misfitKinds(m map[string]int) []string {
+	var out []string
+	for _, k := range misfitOrder {
+		if m[k] > 0 {
+			out = append(out, k)
+		}
+	}
+	var other []string
+	for k := range m {
+		if !slices.Contains(misfitOrder, k) {
+			other = append(other, k)
+		}
+	}
+	sort.Strings(other)
+	return append(out, other...)
+}
+
+// firstOf is the first misfit of kind among the providers failing n rules.
+func firstOf(all [][]*auction.Ineligible, kind string, n int) *auction.Ineligible {
+	for _, ms := range all {
+		for _, m := range ms {
+			if len(ms) == n && m.Kind == kind {
+				return m
+			}
+		}
+	}
+	return nil
+}
+
+// misfitReason says what no known provider offers for rule kind, with what
+// they offer instead.
+func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability, job *auction.Job) string {
+	switch kind {
+	case "region":
+		return fmt.Sprintf("no provider in region '%s' (known: %s)", job.Region,
+			known(caps, func(c *auction.Capability) []string { return []string{c.Region} }))
+	case "gpu_model":
+		return fmt.Sprintf("no known provider has GPU model '%s' (known: %s)", strings.Join(job.GPUModels, "' or '"),
+			known(caps, func(c *auction.Capability) []string {
+				var ms []string
+				for _, g := range c.GPUs {
+					ms = append(ms, g.Model)
+				}
+				return ms
+			}))
+	case "vram":
+		most := 0
+		for _, c := range caps {
+			for _, g := range c.GPUs {
+				if wantedModel(g.Model, job) && g.VRAMGB > most {
+					most = g.VRAMGB
+				}
+			}
+		}
+		return fmt.Sprintf("no known provider has %s GPUs with %d GB of VRAM (most: %d GB)", modelsText(job), job.MinVRAMGB, most)
+	case "gpu_count":
+		most := 0
+		for _, c := range caps {
+			per := map[string]int{}
+			for _, g := range c.GPUs {
+				if wantedModel(g.Model, job) && g.VRAMGB >= job.MinVRAMGB {
+					k := gpumodel.Identify(g.Model).Key()
+					per[k]++
+					most = max(most, per[k])
+				}
+			}
+		}
+		return fmt.Sprintf("no known provider has %d %s GPUs of one model (most: %d)", job.GPUCount, modelsText(job), most)
+	case "price":
+		lowest := -1.0
+		for _, c := range caps {
+			if lowest < 0 || c.Policy.PriceFloor < lowest {
+				lowest = c.Policy.PriceFloor
+			}
+		}
+		return fmt.Sprintf("every known provider's price floor is above the max price $%.2f/GPU-h (lowest: $%.2f)", job.MaxPrice, lowest)
+	case "workload":
+		return fmt.Sprintf("no known provider accepts workload '%s' (accepted: %s)", job.Workload,
+			known(caps, func(c *auction.Capability) []string { return c.Policy.AllowedWorkloads }))
+	case "preemptible":
+		return "no known provider accepts preemptible work"
+	case "image":
+		return "no known provider can run this container job: " + in.Reason
+	case "excluded":
+		return "every known provider lost an earlier attempt of this job"
+	}
+	return in.Reason
+}
+
+// known is the distinct non-empty values of field over caps, sorted, or
+// "none".
+func known(caps []auction.Capability, field func(*auction.Capability) []string) string {
+	seen := map[string]bool{}
+	var out []string
+	for i := range caps {
+		for _, v := range field(&caps[i]) {
+			if v = strings.TrimSpace(v); v != "" && !seen[v] {
+				seen[v] = true
+				out = append(out, v)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
+// wantedModel reports whether job accepts GPU model name.
+func wantedModel(name string, job *auction.Job) bool {
+	if len(job.GPUModels) == 0 {
+		return true
+	}
+	for _, w := range job.GPUModels {
+		if gpumodel.Match(name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+func modelsText(job *auction.Job) string {
+	if len(job.GPUModels) == 0 {
+		return "matching"
+	}
+	return strings.Join(job.GPUModels, "/")
+}
