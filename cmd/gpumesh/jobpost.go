@@ -321,7 +321,6 @@ func readJobFile(p string) ([]byte, error) {
 	return b, nil
 }
 
-
 // parseDeadline accepts an RFC3339 time or a positive duration from now.
 func parseDeadline(s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
