@@ -300,8 +300,10 @@ func (t *p2pTransport) Publish(ctx context.Context, topic string, data []byte) e
 	return t.m.d.net.Publish(ctx, topic, data)
 }
 
-func (t *p2pTransport) SendBid(ctx context.Context, to peer.ID, addrs []string, data []byte) error {
-	_, err := t.m.d.net.Request(ctx, to, addrs, wire.ProtoBid, data)
+// SendBid reaches a renter without the addresses its call named (see
+// auction.Transport): through a connection, the peerstore, or the DHT.
+func (t *p2pTransport) SendBid(ctx context.Context, to peer.ID, data []byte) error {
+	_, err := t.m.d.net.Request(ctx, to, nil, wire.ProtoBid, data)
 	return err
 }
 

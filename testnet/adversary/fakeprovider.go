@@ -22,8 +22,8 @@ func (t transport) Publish(ctx context.Context, topic string, data []byte) error
 	return t.p.Node.Publish(ctx, topic, data)
 }
 
-func (t transport) SendBid(ctx context.Context, to peer.ID, addrs []string, data []byte) error {
-	_, err := t.p.Node.Request(ctx, to, addrs, wire.ProtoBid, data)
+func (t transport) SendBid(ctx context.Context, to peer.ID, data []byte) error {
+	_, err := t.p.Node.Request(ctx, to, nil, wire.ProtoBid, data)
 	return err
 }
 
