@@ -66,6 +66,11 @@ type Config struct {
 	// the data dir, in GiB; least recently used artifacts are evicted
 	// first. Default DefaultArtifactBudgetGB.
 	ArtifactBudgetGB float64 `yaml:"artifact_budget_gb"`
+	// CheckpointQuotaGBPerHour is each of this renter's jobs' quota of
+	// checkpoint bytes its providers may have fetched into the store, in
+	// GiB an hour (a bucket of an hour's worth, at least one 4 GiB
+	// checkpoint). Default 16.
+	CheckpointQuotaGBPerHour float64 `yaml:"checkpoint_quota_gb_per_hour"`
 	// Provider configures selling GPU time; absent means renter only.
 	Provider ProviderConfig `yaml:"provider"`
 }
@@ -205,6 +210,9 @@ func (c Config) Validate() error {
 	}
 	if c.ArtifactBudgetGB < 0 || c.ArtifactBudgetGB != c.ArtifactBudgetGB {
 		return fmt.Errorf("artifact_budget_gb must not be negative, got %v", c.ArtifactBudgetGB)
+	}
+	if c.CheckpointQuotaGBPerHour < 0 || c.CheckpointQuotaGBPerHour != c.CheckpointQuotaGBPerHour || c.CheckpointQuotaGBPerHour > 1<<20 {
+		return fmt.Errorf("checkpoint_quota_gb_per_hour must be a positive number of GiB (default 16), got %v", c.CheckpointQuotaGBPerHour)
 	}
 	if c.Provider.WarmMaxGB != c.Provider.WarmMaxGB {
 		return fmt.Errorf("provider.warm_max_gb must be a number, got %v", c.Provider.WarmMaxGB)

@@ -77,6 +77,7 @@ func newMarket(d *Daemon) (*market, error) {
 		OnSave: d.inputPins.update,
 		Now:    d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
 		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin,
+		CheckpointBytesPerHour: int64(d.cfg.CheckpointQuotaGBPerHour * (1 << 30)),
 	}); err != nil {
 		return nil, err
 	}
