@@ -114,6 +114,10 @@ type ProviderConfig struct {
 	// into its store when a renter asks it to (gpumesh artifact warm).
 	// Default half of artifact_budget_gb; negative refuses warm requests.
 	WarmMaxGB float64 `yaml:"warm_max_gb"`
+	// JobFilesMaxGB caps the job logs and collected outputs kept for
+	// renters (each kept up to 7 days) in total, in GiB: past it the
+	// oldest leases' files are removed first. Default 10.
+	JobFilesMaxGB float64 `yaml:"job_files_max_gb"`
 	// Policy is what is sold and on what terms.
 	Policy auction.Policy `yaml:"policy"`
 	// AdvertiseTTL is the lifetime of the capability record; it is renewed
@@ -213,6 +217,9 @@ func (c Config) Validate() error {
 	}
 	if c.CheckpointQuotaGBPerHour < 0 || c.CheckpointQuotaGBPerHour != c.CheckpointQuotaGBPerHour || c.CheckpointQuotaGBPerHour > 1<<20 {
 		return fmt.Errorf("checkpoint_quota_gb_per_hour must be a positive number of GiB (default 16), got %v", c.CheckpointQuotaGBPerHour)
+	}
+	if c.Provider.JobFilesMaxGB < 0 || c.Provider.JobFilesMaxGB != c.Provider.JobFilesMaxGB || c.Provider.JobFilesMaxGB > 1<<20 {
+		return fmt.Errorf("provider.job_files_max_gb must be a positive number of GiB (default 10), got %v", c.Provider.JobFilesMaxGB)
 	}
 	if c.Provider.WarmMaxGB != c.Provider.WarmMaxGB {
 		return fmt.Errorf("provider.warm_max_gb must be a number, got %v", c.Provider.WarmMaxGB)

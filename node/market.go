@@ -144,7 +144,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	}
 	if m.sup, err = lease.NewSupervisor(m.ctx, lease.SupervisorConfig{
 		Signer: d.signer, Transport: lt, Store: d.db.State("provider-leases"), Receipts: m.receipts, Exec: m.exec,
-		JobsDir: d.paths.Jobs(), WorkRoot: work, GPUs: d.inv.GPUs,
+		JobsDir: d.paths.Jobs(), JobFilesMaxBytes: int64(d.cfg.Provider.JobFilesMaxGB * (1 << 30)), WorkRoot: work, GPUs: d.inv.GPUs,
 		Telemetry: func(pgid int, devices []int) runtime.Telemetry {
 			if pgid > 0 {
 				return runtime.SampleDevices(d.inv, devices, pgid)
