@@ -50,6 +50,11 @@ var (
 	ErrInvalidHeartbeat = errors.New("attest: invalid heartbeat")
 	ErrContradiction    = errors.New("attest: heartbeat contradicts fingerprint")
 	ErrRateLimited      = errors.New("attest: heartbeat rate limit exceeded")
+	// ErrNoFingerprint: the heartbeat names devices (or claims NVML
+	// telemetry) before the provider's signed fingerprint came, so
+	// nothing says the devices are the provider's. Not slashable: there
+	// is no signed statement it contradicts.
+	ErrNoFingerprint = errors.New("attest: heartbeat names gpus but no signed fingerprint came with the lease")
 )
 
 // Heartbeat is a provider's signed telemetry sample for a running lease.
@@ -328,7 +333,8 @@ func (m *HeartbeatMonitor) Fingerprint() *sign.Envelope {
 // the previous heartbeat's, not more than HeartbeatSkew before the lease
 // start or after now, and not older than five intervals plus HeartbeatSkew
 // (ErrClock), and, once SetFingerprint was called, that the fingerprint
-// allows it (ErrContradiction). A heartbeat passing all that is still
+// allows it (ErrContradiction); before it, a heartbeat naming devices or
+// claiming NVML telemetry is refused (ErrNoFingerprint). A heartbeat passing all that is still
 // refused (ErrRateLimited) when the lease's token bucket, refilled by now at
 // HeartbeatRateFactor per interval up to HeartbeatBurst, is empty, or when
 // the monitor already holds MaxMonitorHeartbeats. Every rejection is
@@ -395,6 +401,8 @@ func (m *HeartbeatMonitor) accept(env *sign.Envelope, now time.Time) error {
 		if err := CheckHeartbeatAgainstFingerprint(hb, *m.fp); err != nil {
 			return err
 		}
+	} else if uuids := hb.uuids(); hb.Source == SourceNVML || len(uuids) > 0 {
+		return fmt.Errorf("%w: %s telemetry naming %d gpus", ErrNoFingerprint, hb.Source, len(uuids))
 	}
 	if len(m.beats) >= MaxMonitorHeartbeats {
 		return fmt.Errorf("%w: lease already holds %d heartbeats", ErrRateLimited, len(m.beats))

@@ -18,7 +18,7 @@ func hbEnv(t *testing.T, s *sign.Signer, lease string, seq uint64, at time.Time)
 	t.Helper()
 	env, err := attest.SignHeartbeat(s, attest.Heartbeat{
 		LeaseID: lease, Seq: seq, Time: at, GPUUtil: 80, MemUsedMB: 1000,
-		TempC: 60 + int(seq%10), PowerW: 300, Source: attest.SourceNVML,
+		TempC: 60 + int(seq%10), PowerW: 300, Source: attest.SourceProcess, // no fingerprint: NVML would be refused
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -395,5 +395,57 @@ func TestHeartbeatMonitorFingerprint(t *testing.T) {
 	}
 	if s := m.Summary(t0.Add(5 * iv)); s.Count != 2 || s.Rejected != 2 {
 		t.Fatalf("summary %+v", s)
+	}
+}
+
+// TestHeartbeatWithoutFingerprintNamesNoDevice: until the provider's
+// signed fingerprint came with a lease's heartbeats, a heartbeat naming
+// devices (a UUID in GPUUUIDs or a device reading) or claiming NVML
+// telemetry is refused, not slashed: nothing signed says which devices
+// the provider has. Process telemetry naming no device is accepted.
+func TestHeartbeatWithoutFingerprintNamesNoDevice(t *testing.T) {
+	prov := signtest.New(t)
+	m := attest.NewHeartbeatMonitor("L1", prov.ID(), t0, iv)
+	beat := func(seq uint64, hb attest.Heartbeat) *sign.Envelope {
+		hb.LeaseID, hb.Seq, hb.Time = "L1", seq, t0.Add(time.Duration(seq)*iv)
+		env, err := attest.SignHeartbeat(prov, hb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	for i, c := range []struct {
+		name string
+		hb   attest.Heartbeat
+		ok   bool
+	}{
+		{"fake uuid", attest.Heartbeat{GPUUtil: 90, Source: attest.SourceNVML, GPUUUIDs: []string{"GPU-fake"}}, false},
+		{"fake device reading", attest.Heartbeat{GPUUtil: 90, Source: attest.SourceNVML,
+			Devices: []attest.DeviceSample{{Index: 0, UUID: "GPU-fake", Util: 90}}}, false},
+		{"nvml naming nothing", attest.Heartbeat{GPUUtil: 90, Source: attest.SourceNVML}, false},
+		{"process naming a uuid", attest.Heartbeat{Source: attest.SourceProcess, GPUUUIDs: []string{"GPU-fake"}}, false},
+		{"process telemetry", attest.Heartbeat{CPUSeconds: 1, RSSMB: 10, Source: attest.SourceProcess}, true},
+	} {
+		seq := uint64(i + 1)
+		t.Run(c.name, func(t *testing.T) {
+			err := m.Accept(beat(seq, c.hb), t0.Add(time.Duration(seq)*iv))
+			if c.ok != (err == nil) || errors.Is(err, attest.ErrContradiction) {
+				t.Fatalf("Accept = %v, want ok=%v (and never a slashable contradiction)", err, c.ok)
+			}
+		})
+	}
+	if s := m.Summary(t0.Add(30 * iv)); s.Count != 1 || s.Rejected != 4 {
+		t.Fatalf("summary %+v: want 1 accepted, 4 refused", s)
+	}
+	// With the fingerprint, its own devices are accepted.
+	fp, err := attest.SignFingerprint(prov, nvmlFingerprint(prov))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetFingerprint(fp); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Accept(beat(25, attest.Heartbeat{GPUUtil: 90, Source: attest.SourceNVML, GPUUUIDs: []string{"GPU-aaaa"}}), t0.Add(25*iv)); err != nil {
+		t.Fatalf("a listed device after the fingerprint: %v", err)
 	}
 }

@@ -36,7 +36,6 @@ const (
 // turnedAway is a call a provider refused for busy GPUs.
 type turnedAway struct {
 	owner peer.ID
-	addrs []string
 	jobID string
 	gpus  int
 	until time.Time
@@ -76,7 +75,7 @@ func (p *Provider) turnAwayLocked(job Job, owner peer.ID, now time.Time) {
 	if !job.Deadline.IsZero() && job.Deadline.Before(until) {
 		until = job.Deadline
 	}
-	p.away[key] = turnedAway{owner: owner, addrs: DialHints(owner, job.OwnerAddrs), jobID: job.ID, gpus: job.GPUCount, until: until}
+	p.away[key] = turnedAway{owner: owner, jobID: job.ID, gpus: job.GPUCount, until: until}
 }
 
 // announceFreed tells the renters whose calls were turned away for busy
@@ -94,11 +93,7 @@ func (p *Provider) announceFreed() {
 	if free < 1 || p.draining.Load() {
 		return
 	}
-	type notice struct {
-		n     CapacityNotice
-		addrs []string
-	}
-	byOwner := map[peer.ID]*notice{}
+	byOwner := map[peer.ID]*CapacityNotice{}
 	p.mu.Lock()
 	for key, a := range p.away {
 		if !now.Before(a.until) {
@@ -110,21 +105,21 @@ func (p *Provider) announceFreed() {
 		}
 		nt := byOwner[a.owner]
 		if nt == nil {
-			nt = &notice{n: CapacityNotice{Provider: p.cfg.Signer.ID().String(), FreeGPUs: free, IssuedAt: now}, addrs: a.addrs}
+			nt = &CapacityNotice{Provider: p.cfg.Signer.ID().String(), FreeGPUs: free, IssuedAt: now}
 			byOwner[a.owner] = nt
 		}
-		if len(nt.n.Jobs) < maxNoticeJobs {
-			nt.n.Jobs = append(nt.n.Jobs, a.jobID)
+		if len(nt.Jobs) < maxNoticeJobs {
+			nt.Jobs = append(nt.Jobs, a.jobID)
 			delete(p.away, key)
 		}
 	}
 	p.stats.Notices += len(byOwner)
 	p.mu.Unlock()
 	for owner, nt := range byOwner {
-		msg, err := EncodeCapacityNotice(p.cfg.Signer, nt.n)
+		msg, err := EncodeCapacityNotice(p.cfg.Signer, *nt)
 		if err != nil {
 			continue
 		}
-		p.sendToOwner(owner, nt.addrs, "", msg, p.cfg.SendTimeout)
+		p.sendToOwner(owner, "", msg, p.cfg.SendTimeout)
 	}
 }

@@ -223,7 +223,7 @@ func (t *MemTransport) Publish(ctx context.Context, topic string, data []byte) e
 
 // SendBid calls the renter's bid handler and returns its error, or the
 // context's error if it does not answer in time (like a stream deadline).
-func (t *MemTransport) SendBid(ctx context.Context, to peer.ID, _ []string, data []byte) error {
+func (t *MemTransport) SendBid(ctx context.Context, to peer.ID, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -108,17 +108,20 @@ type ProviderConfig struct {
 
 // ProviderStats is a provider's market activity.
 type ProviderStats struct {
-	Calls      int            `json:"calls"`
-	Duplicates int            `json:"duplicates"`
-	Bids       int            `json:"bids"`
-	Won        int            `json:"won"`
-	Lost       int            `json:"lost"`     // bids that expired without an award
-	Declined   int            `json:"declined"` // awards declined (e.g. capacity taken meanwhile)
-	Moved      int            `json:"moved"`    // leases moved earlier (GPUs freed before their start)
-	Notices    int            `json:"notices"`  // capacity notices sent to renters turned away
-	Rejected   map[string]int `json:"rejected"`
-	Ineligible map[string]int `json:"ineligible"` // by Ineligible.Kind
-	Occupancy  float64        `json:"occupancy"`
+	Calls      int `json:"calls"`
+	Duplicates int `json:"duplicates"`
+	Bids       int `json:"bids"`
+	Won        int `json:"won"`
+	Lost       int `json:"lost"`     // bids that expired without an award
+	Declined   int `json:"declined"` // awards declined (e.g. capacity taken meanwhile)
+	Moved      int `json:"moved"`    // leases moved earlier (GPUs freed before their start)
+	Notices    int `json:"notices"`  // capacity notices sent to renters turned away
+	// Undelivered counts bids, declines and notices whose send failed
+	// (the renter could not be reached in time).
+	Undelivered int            `json:"undelivered"`
+	Rejected    map[string]int `json:"rejected"`
+	Ineligible  map[string]int `json:"ineligible"` // by Ineligible.Kind
+	Occupancy   float64        `json:"occupancy"`
 	// EarningsUSD sums price × GPUs × hours over confirmed leases, as
 	// shortened by LeaseEnded. Leases lists live leases and the most recent
 	// ended ones.
@@ -156,7 +159,6 @@ type bucket struct {
 // bidSend is a bid waiting for a send worker.
 type bidSend struct {
 	owner   peer.ID
-	addrs   []string
 	jobID   string
 	msg     []byte
 	timeout time.Duration
@@ -298,8 +300,9 @@ func (p *Provider) prune(now time.Time) {
 // (signed by the job's owner), validates the job, skips its own jobs and
 // calls it already answered (same owner, job id and attempt), and evaluates the
 // job. When eligible it queues a signed bid for the job's owner, to be sent
-// by a bounded pool of send workers within SendTimeout, dialling only the
-// DialHints of the call's owner addresses. HandleCall never waits for the
+// by a bounded pool of send workers within SendTimeout; the addresses a
+// call names for its owner (Job.OwnerAddrs) are never dialled, since
+// anyone can fill them (Transport.SendBid). HandleCall never waits for the
 // network: an owner over its call rate (CallRate, CallBurst) or with
 // MaxOwnerInflight bids still in flight, and a bid that finds the send
 // queue full, are dropped and counted. A refused
@@ -487,7 +490,7 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 	p.stats.Bids++
 	p.mu.Unlock()
 	timeout := min(p.cfg.SendTimeout, job.BidWindow)
-	if !p.enqueue(bidSend{owner: owner, addrs: DialHints(owner, job.OwnerAddrs), jobID: job.ID, msg: msg, timeout: timeout}) {
+	if !p.enqueue(bidSend{owner: owner, jobID: job.ID, msg: msg, timeout: timeout}) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.inflight[owner]--
@@ -508,13 +511,13 @@ func (p *Provider) decline(job Job, owner peer.ID, kind string, now time.Time) {
 	if err != nil {
 		return
 	}
-	p.sendToOwner(owner, DialHints(owner, job.OwnerAddrs), job.ID, msg, min(p.cfg.SendTimeout, job.BidWindow))
+	p.sendToOwner(owner, job.ID, msg, min(p.cfg.SendTimeout, job.BidWindow))
 }
 
 // sendToOwner queues a small signed message other than a bid (a decline,
 // a capacity notice) for an owner on the bid stream, within the owner's
 // in-flight bound.
-func (p *Provider) sendToOwner(owner peer.ID, addrs []string, jobID string, msg []byte, timeout time.Duration) {
+func (p *Provider) sendToOwner(owner peer.ID, jobID string, msg []byte, timeout time.Duration) {
 	p.mu.Lock()
 	if p.inflight[owner] >= p.cfg.MaxOwnerInflight {
 		p.stats.Rejected["owner_inflight"]++
@@ -523,7 +526,7 @@ func (p *Provider) sendToOwner(owner peer.ID, addrs []string, jobID string, msg 
 	}
 	p.inflight[owner]++
 	p.mu.Unlock()
-	if !p.enqueue(bidSend{owner: owner, addrs: addrs, jobID: jobID, msg: msg, timeout: timeout}) {
+	if !p.enqueue(bidSend{owner: owner, jobID: jobID, msg: msg, timeout: timeout}) {
 		p.mu.Lock()
 		p.inflight[owner]--
 		p.stats.Rejected["send_queue_full"]++
@@ -581,12 +584,15 @@ func (p *Provider) sendWorker() {
 		}
 		p.sendMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		err := p.cfg.Transport.SendBid(ctx, s.owner, s.addrs, s.msg)
+		err := p.cfg.Transport.SendBid(ctx, s.owner, s.msg)
 		cancel()
 		if err != nil {
 			p.log.Info("bid not delivered", "job", s.jobID, "err", err)
 		}
 		p.mu.Lock()
+		if err != nil {
+			p.stats.Undelivered++
+		}
 		if p.inflight[s.owner]--; p.inflight[s.owner] <= 0 {
 			delete(p.inflight, s.owner)
 		}

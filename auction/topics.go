@@ -18,8 +18,12 @@ const TopicPrefix = "gpumesh/jobs/2/"
 type Transport interface {
 	// Publish gossips a call for bids on a topic.
 	Publish(ctx context.Context, topic string, data []byte) error
-	// SendBid delivers a bid directly to a renter (addrs are hints).
-	SendBid(ctx context.Context, to peer.ID, addrs []string, data []byte) error
+	// SendBid delivers a bid (or a decline, a capacity notice) directly
+	// to a renter. It names no addresses: a call's Job.OwnerAddrs are
+	// anyone's to fill, so the transport reaches the renter only through
+	// what it learned itself (a connection, the renter's own identify
+	// addresses, the DHT).
+	SendBid(ctx context.Context, to peer.ID, data []byte) error
 	// SendAward delivers an award to a provider and returns its signed
 	// confirm.
 	SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error)

@@ -159,8 +159,11 @@ func (r *RunSpec) Artifacts() []string {
 
 // Job is a renter's request with its SLA.
 type Job struct {
-	ID         string   `json:"id" yaml:"id,omitempty"`
-	Owner      string   `json:"owner" yaml:"-"`
+	ID    string `json:"id" yaml:"id,omitempty"`
+	Owner string `json:"owner" yaml:"-"`
+	// OwnerAddrs are the renter's addresses as it announces them. Anyone
+	// can fill them, so providers never dial them (see Transport.SendBid);
+	// they are kept for older peers.
 	OwnerAddrs []string `json:"owner_addrs,omitempty" yaml:"-"`
 	Tier       Tier     `json:"tier" yaml:"tier"`
 	// MaxPrice is the most the renter pays per GPU-hour, in USD.

@@ -111,6 +111,10 @@ func (d *Daemon) advertisedArtifacts(ctx context.Context, provider string) ([]st
 // artifact come from its owner (the renter's daemon) and any other holder.
 // The image artifact's image is loaded into the container engine unless
 // the engine holds it already, and image is its ID, which the job runs.
+//
+// The owner is reached without the addresses its job names
+// (Job.OwnerAddrs, anyone's to fill): through the connection its award
+// came on, its own identify addresses, or the DHT.
 func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string) (release func(), image string, err error) {
 	owner, err := peer.Decode(job.Owner)
 	if err != nil {
@@ -123,7 +127,7 @@ func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string)
 		}
 	}
 	if id := job.Run.ImageArtifact; id != "" {
-		unpin, imageID, err := d.loadImageArtifact(ctx, id, job.Run.Image, owner, job.OwnerAddrs)
+		unpin, imageID, err := d.loadImageArtifact(ctx, id, job.Run.Image, owner, nil)
 		if err != nil {
 			return nil, "", err
 		}
@@ -131,7 +135,7 @@ func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string)
 		image = imageID
 	}
 	if len(job.Run.Inputs) > 0 {
-		rel, err := d.artifacts.PrepareInputs(ctx, job.Run.Inputs, owner, job.OwnerAddrs, dir)
+		rel, err := d.artifacts.PrepareInputs(ctx, job.Run.Inputs, owner, nil, dir)
 		if err != nil {
 			release()
 			return nil, "", err
@@ -573,7 +577,7 @@ func (d *Daemon) restoreCheckpoint(ctx context.Context, job auction.Job, id, dir
 	if !artifact.ValidID(id) {
 		return nil, fmt.Errorf("not an artifact id: %q", id)
 	}
-	unpin, err := d.artifacts.FetchForJob(ctx, id, owner, job.OwnerAddrs)
+	unpin, err := d.artifacts.FetchForJob(ctx, id, owner, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,12 +49,28 @@ type Config struct {
 	LogLevel string `yaml:"log_level"`
 	// Region is where this node is, e.g. "eu-west" (used by residency rules).
 	Region string `yaml:"region"`
-	// MetricsAddr, when set, serves Prometheus metrics there (localhost only).
+	// MetricsAddr, when set, serves Prometheus metrics and the status page
+	// there: a loopback IP (127.0.0.1:PORT, [::1]:PORT) or localhost:PORT,
+	// nothing else.
 	MetricsAddr string `yaml:"metrics_addr"`
+	// MetricsPprof adds /debug/pprof/ to the metrics listener (off by
+	// default: profiles and the command line are every local user's to read
+	// there).
+	MetricsPprof bool `yaml:"metrics_pprof"`
+	// MetricsTokenFile, when set, names a file holding a secret every
+	// request to the metrics listener must carry (Authorization: Bearer,
+	// as Prometheus' credentials_file sends it, or ?token=), so that other
+	// local users cannot read it.
+	MetricsTokenFile string `yaml:"metrics_token_file"`
 	// ArtifactBudgetGB caps the artifact store (datasets, images) under
 	// the data dir, in GiB; least recently used artifacts are evicted
 	// first. Default DefaultArtifactBudgetGB.
 	ArtifactBudgetGB float64 `yaml:"artifact_budget_gb"`
+	// CheckpointQuotaGBPerHour is each of this renter's jobs' quota of
+	// checkpoint bytes its providers may have fetched into the store, in
+	// GiB an hour (a bucket of an hour's worth, at least one 4 GiB
+	// checkpoint). Default 16.
+	CheckpointQuotaGBPerHour float64 `yaml:"checkpoint_quota_gb_per_hour"`
 	// Provider configures selling GPU time; absent means renter only.
 	Provider ProviderConfig `yaml:"provider"`
 }
@@ -96,6 +114,10 @@ type ProviderConfig struct {
 	// into its store when a renter asks it to (gpumesh artifact warm).
 	// Default half of artifact_budget_gb; negative refuses warm requests.
 	WarmMaxGB float64 `yaml:"warm_max_gb"`
+	// JobFilesMaxGB caps the job logs and collected outputs kept for
+	// renters (each kept up to 7 days) in total, in GiB: past it the
+	// oldest leases' files are removed first. Default 10.
+	JobFilesMaxGB float64 `yaml:"job_files_max_gb"`
 	// Policy is what is sold and on what terms.
 	Policy auction.Policy `yaml:"policy"`
 	// AdvertiseTTL is the lifetime of the capability record; it is renewed
@@ -193,6 +215,12 @@ func (c Config) Validate() error {
 	if c.ArtifactBudgetGB < 0 || c.ArtifactBudgetGB != c.ArtifactBudgetGB {
 		return fmt.Errorf("artifact_budget_gb must not be negative, got %v", c.ArtifactBudgetGB)
 	}
+	if c.CheckpointQuotaGBPerHour < 0 || c.CheckpointQuotaGBPerHour != c.CheckpointQuotaGBPerHour || c.CheckpointQuotaGBPerHour > 1<<20 {
+		return fmt.Errorf("checkpoint_quota_gb_per_hour must be a positive number of GiB (default 16), got %v", c.CheckpointQuotaGBPerHour)
+	}
+	if c.Provider.JobFilesMaxGB < 0 || c.Provider.JobFilesMaxGB != c.Provider.JobFilesMaxGB || c.Provider.JobFilesMaxGB > 1<<20 {
+		return fmt.Errorf("provider.job_files_max_gb must be a positive number of GiB (default 10), got %v", c.Provider.JobFilesMaxGB)
+	}
 	if c.Provider.WarmMaxGB != c.Provider.WarmMaxGB {
 		return fmt.Errorf("provider.warm_max_gb must be a number, got %v", c.Provider.WarmMaxGB)
 	}
@@ -246,14 +274,34 @@ func (c Config) Validate() error {
 	if p.AdvertiseTTL > auction.MaxCapabilityTTL {
 		return fmt.Errorf("provider.advertise_ttl must be at most %s, got %s", auction.MaxCapabilityTTL, p.AdvertiseTTL)
 	}
-	if c.MetricsAddr != "" && !isLoopbackAddr(c.MetricsAddr) {
-		return fmt.Errorf("metrics_addr must be a loopback address (127.0.0.1:PORT or localhost:PORT), got %q", c.MetricsAddr)
+	if c.MetricsAddr != "" {
+		if err := checkLoopbackAddr(c.MetricsAddr); err != nil {
+			return fmt.Errorf("metrics_addr %q: %w", c.MetricsAddr, err)
+		}
+	} else if c.MetricsPprof || c.MetricsTokenFile != "" {
+		return errors.New("metrics_pprof and metrics_token_file need metrics_addr")
 	}
 	return nil
 }
 
-func isLoopbackAddr(a string) bool {
-	return strings.HasPrefix(a, "127.") || strings.HasPrefix(a, "localhost:") || strings.HasPrefix(a, "[::1]:")
+// checkLoopbackAddr accepts HOST:PORT where HOST is a loopback IP or
+// exactly "localhost" (never a name that merely starts like one, such as
+// 127.0.0.1.example.com) and PORT a port number.
+func checkLoopbackAddr(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("want a loopback HOST:PORT (127.0.0.1:9464, [::1]:9464 or localhost:9464): %v", err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("port %q is not a port number (1-65535)", port)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("host %q is not a loopback address (127.0.0.1, ::1 or localhost): the metrics listener is never exposed", host)
+	}
+	return nil
 }
 
 // Paths of the files in a data directory.

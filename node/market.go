@@ -79,6 +79,7 @@ func newMarket(d *Daemon) (*market, error) {
 		OnSave:       d.inputPins.update,
 		Now:          d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
 		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin, FetchLog: d.fetchLog,
+		CheckpointBytesPerHour: int64(d.cfg.CheckpointQuotaGBPerHour * (1 << 30)),
 	}); err != nil {
 		return nil, err
 	}
@@ -148,7 +149,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	}
 	if m.sup, err = lease.NewSupervisor(m.ctx, lease.SupervisorConfig{
 		Signer: d.signer, Transport: lt, Store: d.db.State("provider-leases"), Receipts: m.receipts, Exec: m.exec,
-		JobsDir: d.paths.Jobs(), WorkRoot: work, GPUs: d.inv.GPUs,
+		JobsDir: d.paths.Jobs(), JobFilesMaxBytes: int64(d.cfg.Provider.JobFilesMaxGB * (1 << 30)), WorkRoot: work, GPUs: d.inv.GPUs,
 		Telemetry: func(pgid int, devices []int) runtime.Telemetry {
 			if pgid > 0 {
 				return runtime.SampleDevices(d.inv, devices, pgid)
@@ -317,8 +318,10 @@ func (t *p2pTransport) Publish(ctx context.Context, topic string, data []byte) e
 	return t.m.d.net.Publish(ctx, topic, data)
 }
 
-func (t *p2pTransport) SendBid(ctx context.Context, to peer.ID, addrs []string, data []byte) error {
-	_, err := t.m.d.net.Request(ctx, to, addrs, wire.ProtoBid, data)
+// SendBid reaches a renter without the addresses its call named (see
+// auction.Transport): through a connection, the peerstore, or the DHT.
+func (t *p2pTransport) SendBid(ctx context.Context, to peer.ID, data []byte) error {
+	_, err := t.m.d.net.Request(ctx, to, nil, wire.ProtoBid, data)
 	return err
 }
 

@@ -1,12 +1,16 @@
 package node
 
 import (
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -257,11 +261,25 @@ func (d *Daemon) ledgerSum(f func(earned, owed float64) float64) float64 {
 	return s
 }
 
-// serveMetrics exposes the metrics and /debug/pprof/ on the configured
-// loopback address (opt-in: metrics_addr).
+// serveMetrics exposes the metrics and the status page (and, with
+// metrics_pprof, /debug/pprof/) on the configured loopback address
+// (opt-in: metrics_addr).
 func (d *Daemon) serveMetrics() error {
 	if d.cfg.MetricsAddr == "" || d.market == nil {
 		return nil
+	}
+	if err := checkLoopbackAddr(d.cfg.MetricsAddr); err != nil {
+		return fmt.Errorf("metrics_addr %q: %w", d.cfg.MetricsAddr, err)
+	}
+	var token string
+	if f := d.cfg.MetricsTokenFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("metrics_token_file: %w", err)
+		}
+		if token = strings.TrimSpace(string(b)); len(token) < 16 {
+			return fmt.Errorf("metrics_token_file %s: the token must be at least 16 characters", f)
+		}
 	}
 	reg := d.market.metrics.reg
 	d.registerState(reg)
@@ -269,15 +287,22 @@ func (d *Daemon) serveMetrics() error {
 	if err != nil {
 		return fmt.Errorf("metrics_addr %s: %w", d.cfg.MetricsAddr, err)
 	}
+	if a, ok := ln.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+		// localhost resolved to something else.
+		_ = ln.Close()
+		return fmt.Errorf("metrics_addr %s: listening on %s, not loopback", d.cfg.MetricsAddr, ln.Addr())
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", d.serveDashboard)
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if d.cfg.MetricsPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	srv := &http.Server{Handler: metricsGuard(mux, ln.Addr().String(), d.cfg.MetricsAddr, token), ReadHeaderTimeout: 5 * time.Second}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
@@ -290,4 +315,35 @@ func (d *Daemon) serveMetrics() error {
 		_ = srv.Close()
 	}()
 	return nil
+}
+
+// metricsGuard admits a request to the metrics listener only when its
+// Host names the listener (its address, the configured one, or
+// localhost on its port: a browser page on a name rebound to loopback is
+// refused) and, with a token, when it carries it (Authorization: Bearer,
+// or ?token= for the status page in a browser; compared in constant
+// time).
+func metricsGuard(next http.Handler, listenAddr, configured, token string) http.Handler {
+	hosts := []string{listenAddr, configured}
+	if _, port, err := net.SplitHostPort(listenAddr); err == nil {
+		hosts = append(hosts, net.JoinHostPort("localhost", port))
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !slices.ContainsFunc(hosts, func(h string) bool { return strings.EqualFold(h, r.Host) }) {
+			http.Error(w, fmt.Sprintf("host %q is not this listener", r.Host), http.StatusMisdirectedRequest)
+			return
+		}
+		if token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok {
+				got = r.URL.Query().Get("token")
+			}
+			if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1 {
+				w.Header().Set("WWW-Authenticate", "Bearer")
+				http.Error(w, "metrics: token required (metrics_token_file)", http.StatusUnauthorized)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -86,6 +86,7 @@ next:
 func TestMetricsAfterAJob(t *testing.T) {
 	provCfg := fastConfig(providerConfig("eu-west", 1.0, a100))
 	provCfg.MetricsAddr = freeLoopback(t)
+	provCfg.MetricsPprof = true
 	renterCfg := renterConfig()
 	renterCfg.MetricsAddr = freeLoopback(t)
 	root := t.TempDir()

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -34,9 +35,84 @@ func TestMetricsEndpoint(t *testing.T) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
 	}
-	cfg.MetricsAddr = "0.0.0.0:9999"
+	// Profiles are not served unless metrics_pprof says so.
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/goroutine?debug=1"} {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || strings.Contains(string(b), "goroutine") {
+			t.Errorf("%s without metrics_pprof: %d %.100q", path, resp.StatusCode, b)
+		}
+	}
+	// A page on a name rebound to 127.0.0.1 sends its own Host.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+	req.Host = "rebound.example"
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest || strings.Contains(string(body), "gpumesh_") {
+		t.Errorf("metrics for Host rebound.example: %d %.100q", resp.StatusCode, body)
+	}
+}
+
+// TestMetricsAddrMustBeLoopback: metrics_addr is parsed, not matched by
+// prefix: only a loopback IP or exactly localhost, with a port, passes.
+func TestMetricsAddrMustBeLoopback(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:9464": true, "127.0.0.2:9464": true, "[::1]:9464": true, "localhost:9464": true,
+		"127.0.0.1.example.com:9464": false, "127.evil.example:9464": false, "localhost.example.com:9464": false,
+		"0.0.0.0:9999": false, ":9464": false, "[::]:9464": false, "10.0.0.1:9464": false, "[::ffff:10.0.0.1]:9464": false,
+		"127.0.0.1": false, "127.0.0.1:": false, "127.0.0.1:http": false, "127.0.0.1:99999": false, "127.0.0.1:0": false,
+		"localhost": false, "LOCALHOST.:9464": false,
+	} {
+		cfg := DefaultConfig()
+		cfg.MetricsAddr = addr
+		if err := cfg.Validate(); (err == nil) != ok {
+			t.Errorf("metrics_addr %q: Validate() = %v, want ok=%v", addr, err, ok)
+		} else if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Errorf("metrics_addr %q: a multi-line error %q", addr, err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.MetricsPprof = true
 	if err := cfg.Validate(); err == nil {
-		t.Error("a non-loopback metrics address was accepted")
+		t.Error("metrics_pprof without metrics_addr was accepted")
+	}
+}
+
+// TestMetricsGuard: with a token, the listener answers only requests that
+// carry it; without the listener's own Host, none.
+func TestMetricsGuard(t *testing.T) {
+	const token = "0123456789abcdef-secret"
+	h := metricsGuard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "gpumesh_gpus 1") }),
+		"127.0.0.1:9464", "localhost:9464", token)
+	for _, tc := range []struct {
+		name, host, target, auth string
+		code                     int
+	}{
+		{"no token", "127.0.0.1:9464", "/metrics", "", http.StatusUnauthorized},
+		{"wrong token", "127.0.0.1:9464", "/metrics", "Bearer 0123456789abcdef-secreT", http.StatusUnauthorized},
+		{"basic auth", "127.0.0.1:9464", "/metrics", "Basic " + token, http.StatusUnauthorized},
+		{"bearer", "127.0.0.1:9464", "/metrics", "Bearer " + token, http.StatusOK},
+		{"query", "localhost:9464", "/?token=" + token, "", http.StatusOK},
+		{"rebound host", "evil.example:9464", "/metrics", "Bearer " + token, http.StatusMisdirectedRequest},
+	} {
+		req := httptest.NewRequest(http.MethodGet, tc.target, nil)
+		req.Host = tc.host
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != tc.code || (tc.code != http.StatusOK && strings.Contains(w.Body.String(), "gpumesh_")) {
+			t.Errorf("%s: %d %q, want %d", tc.name, w.Code, w.Body.String(), tc.code)
+		}
 	}
 }
 

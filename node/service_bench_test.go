@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -53,7 +52,7 @@ func TestServiceGatewayBenchmark(t *testing.T) {
 	t.Cleanup(func() { _ = direct.Process.Kill(); _ = direct.Wait() })
 	directAddr := "127.0.0.1:" + strconv.Itoa(port)
 
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	client := gatewayClient(v, 64) // its token is sent to the direct server too, which ignores it
 	get := func(addr string) error {
 		resp, err := client.Get("http://" + addr + "/work")
 		if err != nil {

@@ -98,9 +98,28 @@ type load struct {
 	lastErr    string
 }
 
-func startLoad(gateway, path string, workers int) *load {
+// gatewayTransport adds a service's gateway token to every request, as
+// its owner's clients do.
+type gatewayTransport struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (g gatewayTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(service.TokenHeader, g.token)
+	return g.base.RoundTrip(r)
+}
+
+// gatewayClient is an HTTP client of v's gateway, carrying its token.
+func gatewayClient(v api.ServiceView, conns int) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: gatewayTransport{v.Token, &http.Transport{MaxIdleConnsPerHost: conns}}}
+}
+
+func startLoad(v api.ServiceView, path string, workers int) *load {
 	l := &load{stop: make(chan struct{})}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	client := gatewayClient(v, workers)
+	gateway := v.Gateway
 	for range workers {
 		l.wg.Add(1)
 		go func() {
@@ -170,8 +189,36 @@ func TestServiceGateway(t *testing.T) {
 	}
 	st0 := waitService(t, c, v.ID, 30*time.Second, "2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
 
+	// Only the service's owner gets through its gateway: another local
+	// user without the token, or a browser page on a rebound name, is
+	// turned away.
+	if len(v.Token) < 32 || st0.Token != v.Token {
+		t.Fatalf("gateway token %q (status %q)", v.Token, st0.Token)
+	}
+	for _, tc := range []struct {
+		name, host, token string
+		code              int
+	}{{"no token", "", "", http.StatusUnauthorized}, {"wrong token", "", "x" + v.Token[1:], http.StatusUnauthorized},
+		{"rebound host", "attacker.example", v.Token, http.StatusMisdirectedRequest}} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+v.Gateway+"/work", nil)
+		if tc.host != "" {
+			req.Host = tc.host
+		}
+		if tc.token != "" {
+			req.Header.Set(service.TokenHeader, tc.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.code {
+			t.Fatalf("%s: %s, want %d", tc.name, resp.Status, tc.code)
+		}
+	}
+
 	const total, workers = 1000, 8
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	client := gatewayClient(v, workers)
 	var next, okCount atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, total)
@@ -320,7 +367,7 @@ func TestServiceFailover(t *testing.T) {
 		t.Fatalf("replica provider %s is none of the test's providers", victim)
 	}
 
-	l := startLoad(v.Gateway, "/work?ms=5", 6)
+	l := startLoad(v, "/work?ms=5", 6)
 	l.waitOK(t, 200) // steady load before the failure
 	killed := time.Now()
 	if err := dead.Close(); err != nil {
@@ -381,7 +428,7 @@ func TestServiceAutoscale(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
-	l := startLoad(v.Gateway, "/work?ms=120", 4)
+	l := startLoad(v, "/work?ms=120", 4)
 	waitService(t, c, v.ID, 40*time.Second, "3 ready replicas under load", func(v api.ServiceView) bool {
 		return v.Desired == 3 && v.Ready == 3
 	})
@@ -430,7 +477,7 @@ func TestServiceOutlivesLease(t *testing.T) {
 	}
 	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
 	first := v.Replicas[0]
-	l := startLoad(v.Gateway, "/work?ms=5", 4)
+	l := startLoad(v, "/work?ms=5", 4)
 	v = waitService(t, c, v.ID, 20*time.Second, "a successor serving alone", func(v api.ServiceView) bool {
 		return len(v.Replicas) == 1 && v.Replicas[0].JobID != first.JobID && v.Ready == 1 && v.Replicas[0].Requests > 0
 	})
@@ -465,7 +512,7 @@ func TestServiceSurvivesRenterRestart(t *testing.T) {
 	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
 	first := v.Replicas[0]
 	get := func() error {
-		resp, err := http.Get("http://" + v.Gateway + "/work")
+		resp, err := gatewayClient(v, 1).Get("http://" + v.Gateway + "/work")
 		if err != nil {
 			return err
 		}
@@ -487,8 +534,8 @@ func TestServiceSurvivesRenterRestart(t *testing.T) {
 	v2 := waitService(t, c, v.ID, 20*time.Second, "the replica adopted and ready", func(v api.ServiceView) bool {
 		return v.Ready == 1 && len(v.Replicas) == 1 && v.Replicas[0].JobID == first.JobID
 	})
-	if v2.Gateway != v.Gateway {
-		t.Fatalf("gateway moved from %s to %s", v.Gateway, v2.Gateway)
+	if v2.Gateway != v.Gateway || v2.Token != v.Token {
+		t.Fatalf("gateway moved from %s to %s (or its token changed)", v.Gateway, v2.Gateway)
 	}
 	if err := get(); err != nil {
 		t.Fatalf("through the restored gateway: %v", err)

@@ -226,7 +226,28 @@ func (n *Node) Request(ctx context.Context, to peer.ID, addrs []string, proto pr
 		return resp, nil
 	}
 	n.AddAddrs(to, addrs)
+	n.Resolve(ctx, to)
 	return RequestOn(ctx, n.Host, to, proto, req)
+}
+
+// Resolve makes sure the peerstore has a way to p: nothing to do while
+// connected or while it holds p's addresses (learned from p itself,
+// through identify, or earlier lookups); otherwise p is looked up in the
+// DHT (within ctx) and the addresses found are kept for 10 minutes. A
+// failed lookup leaves the dial to fail with "no addresses".
+func (n *Node) Resolve(ctx context.Context, p peer.ID) {
+	if p == n.raw.ID() || n.Host.Network().Connectedness(p) == network.Connected || len(n.Host.Peerstore().Addrs(p)) > 0 {
+		return
+	}
+	n.natMu.Lock()
+	kad := n.DHT
+	n.natMu.Unlock()
+	if kad == nil {
+		return
+	}
+	if ai, err := kad.FindPeer(ctx, p); err == nil && len(ai.Addrs) > 0 {
+		n.Host.Peerstore().AddAddrs(p, ai.Addrs, 10*time.Minute)
+	}
 }
 
 // RequestOn is Request from any host, to a peer whose addresses the host

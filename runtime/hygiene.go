@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -207,4 +208,72 @@ func Prune(dir string, olderThan time.Duration) (int, error) {
 		return n, fmt.Errorf("runtime: prune %s: %w", dir, errors.Join(errs...))
 	}
 	return n, nil
+}
+
+// PruneToSize keeps the entries directly under dirs (a provider's job
+// logs and collected outputs, one per lease) within maxBytes in total:
+// while they hold more, the least recently written entry goes first,
+// except those keep names (nil keeps none). An entry's size is its files'
+// sizes, its age its newest file's; symlinks count nothing and are never
+// followed. It returns how many entries it removed and the bytes left.
+func PruneToSize(dirs []string, maxBytes int64, keep func(name string) bool) (removed int, total int64, err error) {
+	type entry struct {
+		path, name string
+		size       int64
+		mod        time.Time
+	}
+	var ents []entry
+	for _, dir := range dirs {
+		des, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("runtime: prune: %w", err)
+		}
+		for _, de := range des {
+			e := entry{path: filepath.Join(dir, de.Name()), name: de.Name()}
+			_ = filepath.WalkDir(e.path, func(_ string, d fs.DirEntry, err error) error {
+				if err != nil {
+					return nil
+				}
+				fi, err := d.Info()
+				if err != nil {
+					return nil
+				}
+				if fi.Mode().IsRegular() {
+					e.size += fi.Size()
+				}
+				if fi.ModTime().After(e.mod) {
+					e.mod = fi.ModTime()
+				}
+				return nil
+			})
+			total += e.size
+			ents = append(ents, e)
+		}
+	}
+	if total <= maxBytes {
+		return 0, total, nil
+	}
+	sort.Slice(ents, func(i, j int) bool { return ents[i].mod.Before(ents[j].mod) })
+	var errs []error
+	for _, e := range ents {
+		if total <= maxBytes {
+			break
+		}
+		if keep != nil && keep(e.name) {
+			continue
+		}
+		if err := removeTree(e.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		total -= e.size
+		removed++
+	}
+	if len(errs) > 0 {
+		return removed, total, fmt.Errorf("runtime: prune to size: %w", errors.Join(errs...))
+	}
+	return removed, total, nil
 }

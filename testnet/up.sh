@@ -39,7 +39,7 @@ profiles=(
 )
 
 metrics_line() { # idx
-  [[ -n "${GPUMESH_TESTNET_METRICS:-}" ]] && echo "metrics_addr: 127.0.0.1:$((base_port + 1000 + $1))"
+  [[ -n "${GPUMESH_TESTNET_METRICS:-}" ]] && printf 'metrics_addr: 127.0.0.1:%d\nmetrics_pprof: true\n' "$((base_port + 1000 + $1))"
   return 0
 }
 

@@ -385,7 +385,7 @@ func renderConfig(a initAnswers) string {
 	}
 	b.WriteString("# Find peers on the local network by mDNS.\nmdns: false\nlog_level: info\n")
 	fmt.Fprintf(&b, "# Where this machine is; renters with residency rules filter on it.\nregion: %s\n", q(a.Region))
-	fmt.Fprintf(&b, "# Prometheus metrics and /debug/pprof on loopback only (\"\" turns them off).\nmetrics_addr: %s\n", q(a.MetricsAddr))
+	fmt.Fprintf(&b, "# Prometheus metrics and the status page on loopback only (\"\" turns them off);\n# metrics_pprof: true adds /debug/pprof/, metrics_token_file requires a bearer token.\nmetrics_addr: %s\n", q(a.MetricsAddr))
 	b.WriteString("\nprovider:\n  enabled: true\n")
 	src := a.GPUSource
 	if src == "" {

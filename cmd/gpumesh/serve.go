@@ -178,6 +178,7 @@ func servePostAction(c *cli.Context) error {
 		return printJSON(c.App.Writer, v)
 	}
 	fmt.Fprintf(c.App.Writer, "service %s: gateway http://%s (%d..%d replicas, leasing)\n", v.ID, v.Gateway, v.Spec.Replicas, v.Spec.MaxReplicas)
+	printGatewayToken(c.App.Writer, &v)
 	return nil
 }
 
@@ -225,6 +226,14 @@ func serveStatusAction(c *cli.Context) error {
 	return nil
 }
 
+// printGatewayToken tells the owner how to reach the gateway: every
+// request carries the service's token.
+func printGatewayToken(w io.Writer, v *api.ServiceView) {
+	if v.Token != "" {
+		fmt.Fprintf(w, "token:     %s (send it as the X-Gpumesh-Token header or ?token=)\n", v.Token)
+	}
+}
+
 func printServiceView(w io.Writer, v *api.ServiceView) {
 	j := &v.Spec.Job
 	state := "running"
@@ -233,6 +242,7 @@ func printServiceView(w io.Writer, v *api.ServiceView) {
 	}
 	fmt.Fprintf(w, "service:   %s (%s)\n", v.ID, state)
 	fmt.Fprintf(w, "gateway:   http://%s\n", v.Gateway)
+	printGatewayToken(w, v)
 	fmt.Fprintf(w, "command:   %s (port %d%s)\n", strings.Join(j.Run.Command, " "), j.Run.ServicePort, prefixed(", health ", v.Spec.Health))
 	fmt.Fprintf(w, "replicas:  %d ready, %d desired, bounds %d..%d\n", v.Ready, v.Desired, v.Spec.Replicas, v.Spec.MaxReplicas)
 	fmt.Fprintf(w, "leases:    %s, %d GPU(s) each, %s, max $%.4g/GPU-h%s\n", j.Tier, j.GPUCount, j.Duration, j.MaxPrice, prefixed(", region ", j.Region))

@@ -15,7 +15,7 @@ func TestServeCLIAgainstFakeDaemon(t *testing.T) {
 	var posted api.ServiceSpec
 	var scaled api.ScaleRequest
 	view := func(spec api.ServiceSpec) api.ServiceView {
-		return api.ServiceView{ID: "svc-1", Spec: spec, Gateway: "127.0.0.1:4242", Desired: 2, Ready: 2,
+		return api.ServiceView{ID: "svc-1", Spec: spec, Gateway: "127.0.0.1:4242", Token: "tok-abc123", Desired: 2, Ready: 2,
 			Replicas: []api.ReplicaView{{JobID: "job-a", Provider: "12D3KooWprovider1", State: api.ReplicaReady,
 				ReplicaStats: api.ReplicaStats{Requests: 10, P50MS: 1.5, P95MS: 3.25, P99MS: 4}}},
 			Totals: api.ReplicaStats{Requests: 10, P95MS: 3.25}}
@@ -72,7 +72,7 @@ job:
 	}{
 		{"post flags", []string{"serve", "post", "--port", "8000", "--replicas", "2", "--max-replicas", "6", "--tier", "gold",
 			"--max-price", "3", "--region", "eu", "--health", "/healthz", "--target-p95", "300ms", "--", "python", "serve.py"},
-			0, []string{"service svc-1: gateway http://127.0.0.1:4242"}, func(t *testing.T) {
+			0, []string{"service svc-1: gateway http://127.0.0.1:4242", "token:     tok-abc123 (send it as the X-Gpumesh-Token header"}, func(t *testing.T) {
 				j := posted.Job
 				if posted.Replicas != 2 || posted.MaxReplicas != 6 || posted.Health != "/healthz" || posted.TargetP95 != 300*time.Millisecond ||
 					j.Run.ServicePort != 8000 || j.Tier != auction.Gold || j.MaxPrice != 3 || j.Region != "eu" || strings.Join(j.Run.Command, " ") != "python serve.py" {
@@ -89,7 +89,7 @@ job:
 		{"post without port", []string{"serve", "post", "--max-price", "2", "--", "srv"}, 1, []string{"--port is required"}, nil},
 		{"post without command", []string{"serve", "post", "--max-price", "2", "--port", "80"}, 1, []string{"no command"}, nil},
 		{"list", []string{"serve", "list"}, 0, []string{"svc-1", "127.0.0.1:4242", "2/2", "3.2"}, nil},
-		{"status", []string{"serve", "status", "svc-1"}, 0, []string{"gateway:   http://127.0.0.1:4242", "job-a", "ready", "3.25"}, nil},
+		{"status", []string{"serve", "status", "svc-1"}, 0, []string{"gateway:   http://127.0.0.1:4242", "token:     tok-abc123", "job-a", "ready", "3.25"}, nil},
 		{"status json", []string{"serve", "status", "--json", "svc-1"}, 0, []string{`"p95_ms": 3.25`}, nil},
 		{"status unknown", []string{"serve", "status", "nope"}, 1, []string{`no service "nope"`}, nil},
 		{"scale", []string{"serve", "scale", "--replicas", "3", "svc-1"}, 0, []string{"service svc-1: bounds"}, func(t *testing.T) {

@@ -89,7 +89,10 @@ type ServiceView struct {
 	ID   string      `json:"id"`
 	Spec ServiceSpec `json:"spec"`
 	// Gateway is the loopback HTTP address that routes to the replicas.
-	Gateway  string         `json:"gateway"`
+	Gateway string `json:"gateway"`
+	// Token is the gateway's secret: every request must carry it, in the
+	// X-Gpumesh-Token header or as ?token=.
+	Token    string         `json:"token,omitempty"`
 	Stopped  bool           `json:"stopped,omitempty"`
 	Desired  int            `json:"desired"`
 	Ready    int            `json:"ready"`

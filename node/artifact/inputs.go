@@ -66,7 +66,8 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 }
 
 // FetchForJob fetches artifact id for a job whose owner (origin, addrs
-// its multiaddrs) serves it, and pins it until unpin is called. The
+// its multiaddrs where the caller knows them first-hand; else the
+// peerstore or the DHT, see p2p.Node.Resolve) serves it, and pins it until unpin is called. The
 // store's copy serves only if the job's owner may read it (Store.MayRead):
 // another renter's private artifact is fetched from the origin like any
 // other, and so fails unless the origin holds the bytes. The origin
@@ -75,6 +76,7 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 // fit the store: ErrFull).
 func (s *Service) FetchForJob(ctx context.Context, id string, origin peer.ID, addrs []string) (unpin func(), err error) {
 	s.cfg.Net.AddAddrs(origin, addrs)
+	s.cfg.Net.Resolve(ctx, origin)
 	oi := peer.AddrInfo{ID: origin}
 	unpin = s.cfg.Store.Pin(id)
 	for attempt := 1; attempt <= 4; attempt++ {

@@ -52,6 +52,10 @@ type ServiceConfig struct {
 	// OnHeld, when set, is called after a fetch completes an artifact in
 	// the store (the daemon re-advertises what it holds).
 	OnHeld func()
+	// WarmBaseTimeout and WarmMinRate set a warm fetch's deadline (see
+	// warmDeadline); zero: DefaultWarmBaseTimeout, DefaultWarmMinRate.
+	WarmBaseTimeout time.Duration
+	WarmMinRate     int64
 	// PerPeer and PerTransfer limit requests in flight (defaults above).
 	PerPeer, PerTransfer int
 	Log                  *slog.Logger
@@ -68,8 +72,9 @@ type Service struct {
 	counters map[string]int
 	// badPeers counts, per peer, the transfers it served a bad chunk in.
 	badPeers map[peer.ID]int
-	// warming is the warm fetches under way, by artifact id.
-	warming map[string]bool
+	// warming is the warm fetches under way: artifact id to the peer that
+	// asked for it.
+	warming map[string]peer.ID
 }
 
 // NewService registers the artifact protocol handler on cfg.Net.
@@ -90,7 +95,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		cfg.Context = context.Background()
 	}
 	s := &Service{cfg: cfg, log: cfg.Log, counters: map[string]int{}, badPeers: map[peer.ID]int{}, serving: map[peer.ID]int{},
-		warming: map[string]bool{}}
+		warming: map[string]peer.ID{}}
 	cfg.Store.setAccess(cfg.Signer.ID(), cfg.Authorize)
 	cfg.Net.Host.SetStreamHandler(wire.ProtoArtifact, cfg.Net.Guard(wire.ProtoArtifact, s.serve))
 	cfg.Net.Handle(wire.ProtoWarm, s.HandleWarm)
@@ -299,16 +304,21 @@ func (m *Manifest) hasChunk(h string) bool {
 
 // session is one open ProtoArtifact stream to a peer.
 type session struct {
-	st network.Stream
-	br *bufio.Reader
+	st   network.Stream
+	br   *bufio.Reader
+	stop func() bool
 }
 
+// open starts a session with p; the stream is reset when ctx ends, so
+// that a peer that stalls a call is given up with the fetch (a warm
+// fetch's deadline, a job's cancel), not only at the call's timeout.
 func (s *Service) open(ctx context.Context, p peer.ID) (*session, error) {
 	st, err := s.cfg.Net.Host.NewStream(ctx, p, wire.ProtoArtifact)
 	if err != nil {
 		return nil, err
 	}
-	return &session{st: st, br: bufio.NewReaderSize(st, 64<<10)}, nil
+	stop := context.AfterFunc(ctx, func() { _ = st.Reset() })
+	return &session{st: st, br: bufio.NewReaderSize(st, 64<<10), stop: stop}, nil
 }
 
 func (ss *session) call(req wire.ArtifactRequest, timeout time.Duration) ([]byte, error) {
@@ -331,7 +341,12 @@ func (ss *session) call(req wire.ArtifactRequest, timeout time.Duration) ([]byte
 	return resp, nil
 }
 
-func (ss *session) close() { _ = ss.st.Close() }
+func (ss *session) close() {
+	if ss.stop != nil {
+		ss.stop()
+	}
+	_ = ss.st.Close()
+}
 
 // FetchOptions tune one fetch.
 type FetchOptions struct {

@@ -17,11 +17,31 @@ import (
 const (
 	// WarmTTL is how long a warm request is valid after it is signed.
 	WarmTTL = time.Minute
-	// MaxWarming bounds the warm fetches one node runs at once.
-	MaxWarming = 4
-	// WarmTimeout bounds one warm fetch.
-	WarmTimeout = time.Hour
+	// MaxWarming bounds the warm fetches one node runs at once, and
+	// MaxWarmingPerPeer those asked for by one peer, so that one renter's
+	// slow requests cannot take every slot.
+	MaxWarming        = 4
+	MaxWarmingPerPeer = 1
+	// A warm fetch's deadline is DefaultWarmBaseTimeout to get the
+	// manifest, then that plus the bytes to fetch at DefaultWarmMinRate,
+	// at most WarmTimeout: a source that trickles (or stalls) loses the
+	// slot.
+	DefaultWarmBaseTimeout       = 2 * time.Minute
+	DefaultWarmMinRate     int64 = 4 << 20 // bytes/s
+	WarmTimeout                  = time.Hour
 )
+
+// warmDeadline is how long a warm fetch of missing bytes may take in all.
+func (s *Service) warmDeadline(missing int64) time.Duration {
+	base, rate := s.cfg.WarmBaseTimeout, s.cfg.WarmMinRate
+	if base <= 0 {
+		base = DefaultWarmBaseTimeout
+	}
+	if rate <= 0 {
+		rate = DefaultWarmMinRate
+	}
+	return min(base+time.Duration(missing/rate)*time.Second, WarmTimeout)
+}
 
 // Warm asks provider (addrs its multiaddrs, may be empty) to fetch
 // artifact id, which this node holds complete, into its store; a private
@@ -70,7 +90,8 @@ func (s *Service) Warm(ctx context.Context, id string, provider peer.ID, addrs [
 // HandleWarm answers a peer's warm request (wire.ProtoWarm): signed by the
 // requesting peer, naming this node, unexpired, for an artifact of at most
 // WarmMax bytes that fits the store's budget, while fewer than MaxWarming
-// warm fetches run. The manifest is fetched from the requester before the
+// warm fetches run and none for the same peer (MaxWarmingPerPeer). The
+// fetch is given up at its deadline (warmDeadline). The manifest is fetched from the requester before the
 // answer, so that a refusal is reported; the chunks follow in the
 // background, from the requester and any other holder.
 func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]byte, error) {
@@ -100,18 +121,28 @@ func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]
 		return json.Marshal(wire.ArtifactWarmAck{ID: req.ID, Size: m.Size})
 	}
 	s.mu.Lock()
-	busy := len(s.warming) >= MaxWarming && !s.warming[req.ID]
-	already := s.warming[req.ID]
-	if !busy && !already {
-		s.warming[req.ID] = true
+	_, already := s.warming[req.ID]
+	mine := 0
+	for _, p := range s.warming {
+		if p == from {
+			mine++
+		}
+	}
+	busy := !already && len(s.warming) >= MaxWarming
+	perPeer := !already && !busy && mine >= MaxWarmingPerPeer
+	if !busy && !already && !perPeer {
+		s.warming[req.ID] = from
 	}
 	s.mu.Unlock()
-	if busy {
+	switch {
+	case already:
+		return nil, fmt.Errorf("artifact %s is already being warmed here", short(req.ID))
+	case busy:
 		s.count("artifact.warm_refused", 1)
 		return nil, fmt.Errorf("busy: %d warm fetches under way; try again later", MaxWarming)
-	}
-	if already {
-		return nil, fmt.Errorf("artifact %s is already being warmed here", short(req.ID))
+	case perPeer:
+		s.count("artifact.warm_refused", 1)
+		return nil, fmt.Errorf("busy: your %d warm fetch(es) here are already under way; try again when done", mine)
 	}
 	accepted := make(chan wire.ArtifactWarmAck, 1)
 	failed := make(chan error, 1)
@@ -121,13 +152,18 @@ func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]
 			delete(s.warming, req.ID)
 			s.mu.Unlock()
 		}()
-		fctx, cancel := context.WithTimeout(s.cfg.Context, WarmTimeout)
+		fctx, cancel := context.WithCancel(s.cfg.Context)
 		defer cancel()
+		// Until the manifest came, the base deadline; then one for the
+		// bytes to fetch.
+		deadline := time.AfterFunc(s.warmDeadline(0), cancel)
+		defer deadline.Stop()
 		origin := peer.AddrInfo{ID: from}
 		_, err := s.Fetch(fctx, req.ID, FetchOptions{Origin: &origin, Grant: req.Grant, For: For(from), Accept: func(m *Manifest, missing int64) error {
 			if err := s.warmFits(m.Size, missing); err != nil {
 				return err
 			}
+			deadline.Reset(s.warmDeadline(missing))
 			accepted <- wire.ArtifactWarmAck{ID: req.ID, Size: m.Size, Fetching: missing}
 			return nil
 		}})

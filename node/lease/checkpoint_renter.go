@@ -45,6 +45,11 @@ func (t *Tracker) HandleCheckpoint(ctx context.Context, from peer.ID, data []byt
 		count("renter.checkpoint_rejected")
 		return nil, errors.New("this renter does not keep checkpoints")
 	}
+	if err := t.chargeCheckpoint(jobID, c.Bytes); err != nil {
+		count("renter.checkpoint_over_quota")
+		t.log.Warn("checkpoint refused", "job", jobID, "lease", c.LeaseID, "seq", c.Seq, "err", err)
+		return nil, err
+	}
 	size, err := t.cfg.FetchCheckpoint(ctx, c.Artifact, from, auction.MaxCheckpointBytes)
 	if err == nil && size != c.Bytes {
 		err = fmt.Errorf("checkpoint artifact holds %d bytes, the checkpoint says %d", size, c.Bytes)
@@ -234,5 +239,56 @@ func checkReceiptCheckpoint(v *api.JobView, r attest.Receipt) error {
 	if r.Checkpoint != want {
 		return fmt.Errorf("receipt names checkpoint %q; the last checkpoint the renter holds of lease %s is %q", r.Checkpoint, r.LeaseID, want)
 	}
+	return nil
+}
+
+// Checkpoint quota defaults (TrackerConfig.CheckpointBytesPerHour).
+const (
+	DefaultCheckpointBytesPerHour int64 = 16 << 30
+	// MinCheckpointCharge is what a checkpoint costs of the quota at
+	// least, so that many small ones are limited too (256 an hour by
+	// default).
+	MinCheckpointCharge int64 = 64 << 20
+)
+
+// byteBucket is a token bucket of bytes.
+type byteBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// chargeCheckpoint spends a checkpoint of n bytes from job's quota, or
+// says why it cannot.
+func (t *Tracker) chargeCheckpoint(jobID string, n int64) error {
+	rate := t.cfg.CheckpointBytesPerHour
+	if rate <= 0 {
+		rate = DefaultCheckpointBytesPerHour
+	}
+	capacity := float64(max(rate, auction.MaxCheckpointBytes))
+	cost := float64(max(n, MinCheckpointCharge))
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ckQuota == nil {
+		t.ckQuota = map[string]*byteBucket{}
+	}
+	b := t.ckQuota[jobID]
+	if b == nil {
+		b = &byteBucket{tokens: capacity, last: now}
+		t.ckQuota[jobID] = b
+		for id := range t.ckQuota { // forget jobs that take no more checkpoints
+			if v := t.jobs[id]; v == nil || !v.State.Live() {
+				delete(t.ckQuota, id)
+			}
+		}
+	}
+	if dt := now.Sub(b.last); dt > 0 {
+		b.tokens = min(capacity, b.tokens+dt.Hours()*float64(rate))
+		b.last = now
+	}
+	if b.tokens < cost {
+		return fmt.Errorf("checkpoint of %d bytes refused: job %s is over its checkpoint quota (%d bytes an hour)", n, jobID, rate)
+	}
+	b.tokens -= cost
 	return nil
 }

@@ -258,11 +258,11 @@ func (t crashTransport) Publish(ctx context.Context, topic string, data []byte) 
 	}
 	return t.t.Publish(ctx, topic, data)
 }
-func (t crashTransport) SendBid(ctx context.Context, to peer.ID, addrs []string, data []byte) error {
+func (t crashTransport) SendBid(ctx context.Context, to peer.ID, data []byte) error {
 	if t.c.dead.Load() {
 		return errCrashed
 	}
-	return t.t.SendBid(ctx, to, addrs, data)
+	return t.t.SendBid(ctx, to, data)
 }
 func (t crashTransport) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
 	if t.c.dead.Load() {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -45,6 +46,10 @@ type SupervisorConfig struct {
 	Exec     runtime.Executor
 	// JobsDir holds the leases' logs and collected outputs.
 	JobsDir string
+	// JobFilesMaxBytes caps the job logs and outputs kept in JobsDir in
+	// total (the oldest leases' go first; beside JobFilesRetention);
+	// default DefaultJobFilesMaxBytes.
+	JobFilesMaxBytes int64
 	// WorkRoot is the executor's scratch root (orphans there are wiped
 	// and killed at recovery).
 	WorkRoot string
@@ -138,6 +143,9 @@ type Supervisor struct {
 	wg       sync.WaitGroup
 	// pruned is when job files were last pruned (unix nanoseconds).
 	pruned atomic.Int64
+	// jobBytes is what the job files held at the last size prune plus
+	// the leases' files since (-1: unknown, scan at the next lease end).
+	jobBytes atomic.Int64
 }
 
 // providerRecord is what a provider persists per lease, so a restart never
@@ -225,6 +233,7 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 		return nil, fmt.Errorf("jobs dir: %w", err)
 	}
 	s := &Supervisor{cfg: cfg, log: log, ctx: ctx, runs: map[string]*leaseRun{}, held: map[string]string{}, heldJobs: map[string]string{}}
+	s.jobBytes.Store(-1) // unknown: the first prune scans
 	if err := s.loadHeld(); err != nil {
 		return nil, err
 	}
@@ -709,7 +718,7 @@ func (r *leaseRun) run() {
 			r.mu.Unlock()
 		}
 	}
-	s.pruneJobFiles()
+	s.pruneJobFiles(l.ID)
 	stopBeats()
 	r.finish(res, outs)
 }
@@ -722,21 +731,69 @@ const JobFilesRetention = 7 * 24 * time.Hour
 // prune reads both directories, which hold a file per recent lease.
 const pruneEvery = time.Hour
 
+// DefaultJobFilesMaxBytes is SupervisorConfig.JobFilesMaxBytes's default.
+const DefaultJobFilesMaxBytes int64 = 10 << 30
+
 // pruneJobFiles removes job logs and outputs older than JobFilesRetention,
-// at most once per pruneEvery.
-func (s *Supervisor) pruneJobFiles() {
+// at most once per pruneEvery, and keeps them within JobFilesMaxBytes:
+// past it, the oldest leases' files go first, never those of a running
+// lease or of ended, the lease that just ended (its renter may still
+// fetch them). A full scan runs only when the files may be over the cap.
+func (s *Supervisor) pruneJobFiles(ended string) {
+	dirs := []string{filepath.Join(s.cfg.JobsDir, "logs"), filepath.Join(s.cfg.JobsDir, "outputs")}
 	now := time.Now().UnixNano()
-	if last := s.pruned.Load(); last != 0 && now-last < int64(pruneEvery) || !s.pruned.CompareAndSwap(last, now) {
-		return
-	}
-	for _, dir := range []string{filepath.Join(s.cfg.JobsDir, "logs"), filepath.Join(s.cfg.JobsDir, "outputs")} {
-		if n, err := runtime.Prune(dir, JobFilesRetention); err != nil {
-			s.log.Warn("prune job files", "err", err)
-		} else if n > 0 {
-			s.log.Info("pruned job files", "dir", dir, "count", n)
+	if last := s.pruned.Load(); (last == 0 || now-last >= int64(pruneEvery)) && s.pruned.CompareAndSwap(last, now) {
+		for _, dir := range dirs {
+			if n, err := runtime.Prune(dir, JobFilesRetention); err != nil {
+				s.log.Warn("prune job files", "err", err)
+			} else if n > 0 {
+				s.log.Info("pruned job files", "dir", dir, "count", n)
+				s.jobBytes.Store(-1)
+			}
 		}
 	}
+	limit := s.cfg.JobFilesMaxBytes
+	if limit <= 0 {
+		limit = DefaultJobFilesMaxBytes
+	}
+	if ended != "" && s.jobBytes.Load() >= 0 {
+		if s.jobBytes.Add(treeSize(s.logPath(ended)) + treeSize(s.outDir(ended))); s.jobBytes.Load() <= limit {
+			return
+		}
+	}
+	keep := func(name string) bool {
+		id := strings.TrimSuffix(name, ".log")
+		if id == ended {
+			return true
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.runs[id] != nil
+	}
+	n, total, err := runtime.PruneToSize(dirs, limit, keep)
+	if err != nil {
+		s.log.Warn("prune job files to size", "err", err)
+		s.jobBytes.Store(-1)
+		return
+	}
+	s.jobBytes.Store(total)
+	if n > 0 {
+		s.log.Info("pruned job files over the cap", "count", n, "max_bytes", limit, "left_bytes", total)
+	}
+}
 
+// treeSize is the bytes of the regular files at or under path.
+func treeSize(path string) int64 {
+	var n int64
+	_ = filepath.WalkDir(path, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // prepareInputs fetches the job's input artifacts before it starts (the
@@ -1262,7 +1319,7 @@ func (s *Supervisor) Recover() error {
 			s.settle(r)
 		}()
 	}
-	s.pruneJobFiles()
+	s.pruneJobFiles("")
 	if s.cfg.WorkRoot == "" {
 		return nil
 	}

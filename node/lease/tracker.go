@@ -80,6 +80,13 @@ type TrackerConfig struct {
 	Counters    *Counters
 	// Observe, when set, is told of auctions, heartbeats and job ends.
 	Observe *Observer
+	// CheckpointBytesPerHour is each job's quota of checkpoint bytes
+	// fetched into this node's store (a token bucket holding an hour's
+	// worth, at least auction.MaxCheckpointBytes; each checkpoint costs at
+	// least MinCheckpointCharge): a provider flooding checkpoints cannot
+	// evict the renter's own artifacts. Default
+	// DefaultCheckpointBytesPerHour.
+	CheckpointBytesPerHour int64
 	// FetchCheckpoint fetches a checkpoint artifact from the provider
 	// that took it into the renter's own store (refusing one over max
 	// bytes) and returns its size; PinCheckpoint keeps it from eviction
@@ -119,7 +126,8 @@ type Tracker struct {
 	// archived holds leases no longer their job's current attempt whose
 	// provider may still report and settle them (see recover.go).
 	archived map[string]*archived
-	ckPins   map[string]func() // checkpoint artifact → its pin
+	ckPins   map[string]func()      // checkpoint artifact → its pin
+	ckQuota  map[string]*byteBucket // job → its checkpoint bytes quota
 	// checking holds the evidence checks started, by lease id (closed
 	// when done).
 	checking map[string]chan struct{}

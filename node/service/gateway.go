@@ -1,10 +1,13 @@
 package service
 
 import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -50,8 +53,8 @@ func (s *Service) pick(skip *replica) *replica {
 	case 1:
 		return cands[0]
 	}
-	i := rand.IntN(len(cands))
-	j := rand.IntN(len(cands) - 1)
+	i := mrand.IntN(len(cands))
+	j := mrand.IntN(len(cands) - 1)
 	if j >= i {
 		j++
 	}
@@ -79,11 +82,76 @@ func retryable(req *http.Request) bool {
 	return false
 }
 
+// TokenHeader carries a service's gateway token (TokenParam, in the
+// query, is the alternative for clients that cannot set headers).
+const (
+	TokenHeader = "X-Gpumesh-Token"
+	TokenParam  = "token"
+)
+
+// newToken is a fresh gateway secret: 32 random bytes, hex.
+func newToken() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic("service: no randomness for a gateway token: " + err.Error())
+	}
+	return hex.EncodeToString(b)
+}
+
+// gatewayHosts are the Host values a gateway listening on addr answers:
+// addr itself and localhost on its port.
+func gatewayHosts(addr string) []string {
+	hosts := []string{addr}
+	if _, port, err := net.SplitHostPort(addr); err == nil {
+		hosts = append(hosts, net.JoinHostPort("localhost", port))
+	}
+	return hosts
+}
+
+// admit checks a request's Host and token. It returns the HTTP status
+// and message of a refusal (0 when admitted), and whether the token came
+// in the query (which is then stripped before forwarding).
+func (s *Service) admit(req *http.Request) (status int, msg string, inQuery bool) {
+	hostOK := false
+	for _, h := range s.hosts {
+		if strings.EqualFold(req.Host, h) {
+			hostOK = true
+		}
+	}
+	if !hostOK {
+		// A page on another origin whose name now resolves to loopback
+		// (DNS rebinding) sends its own name as Host.
+		return http.StatusMisdirectedRequest, fmt.Sprintf("gpumesh gateway: host %q is not this gateway", req.Host), false
+	}
+	if tok := req.Header.Get(TokenHeader); tok != "" {
+		if s.tokenMatches(tok) {
+			return 0, "", false
+		}
+		return http.StatusUnauthorized, "gpumesh gateway: wrong token", false
+	}
+	if tok := req.URL.Query().Get(TokenParam); tok != "" {
+		if s.tokenMatches(tok) {
+			return 0, "", true
+		}
+		return http.StatusUnauthorized, "gpumesh gateway: wrong token", false
+	}
+	return http.StatusUnauthorized, "gpumesh gateway: token required (" + TokenHeader + " header or ?token=; see gpumesh serve status)", false
+}
+
+func (s *Service) tokenMatches(tok string) bool {
+	return s.token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.token)) == 1
+}
+
 // ServeHTTP is the gateway: it routes the request to a replica over
 // libp2p and streams the answer back as it comes (chunked bodies and
 // server-sent events pass through, flushed per read). A failed idempotent
 // request is retried once on another replica.
 func (s *Service) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	status, msg, inQuery := s.admit(req)
+	if status != 0 {
+		http.Error(w, msg, status)
+		return
+	}
 	canRetry := retryable(req)
 	var skip *replica
 	var lastErr error
@@ -101,7 +169,7 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		r.outstanding.Add(1)
 		start := time.Now()
-		resp, err := r.transport.RoundTrip(s.outRequest(req))
+		resp, err := r.transport.RoundTrip(s.outRequest(req, inQuery))
 		if err == nil && resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented && canRetry && attempt == 0 {
 			drain(resp)
 			err = fmt.Errorf("%w %s", errReplicaStatus, resp.Status)
@@ -143,9 +211,16 @@ var (
 	errClient        = errors.New("client went away")
 )
 
-// outRequest is the request as sent to a replica.
-func (s *Service) outRequest(req *http.Request) *http.Request {
+// outRequest is the request as sent to a replica: without the gateway's
+// token (in its header, and in the query when it came there).
+func (s *Service) outRequest(req *http.Request, tokenInQuery bool) *http.Request {
 	out := req.Clone(req.Context())
+	out.Header.Del(TokenHeader)
+	if tokenInQuery {
+		q := out.URL.Query()
+		q.Del(TokenParam)
+		out.URL.RawQuery = q.Encode()
+	}
 	out.RequestURI = ""
 	out.URL.Scheme, out.URL.Host = "http", "replica"
 	out.Host = req.Host

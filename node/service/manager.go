@@ -165,7 +165,7 @@ func (m *Manager) Post(spec api.ServiceSpec) (api.ServiceView, error) {
 	if err != nil {
 		return api.ServiceView{}, fmt.Errorf("service gateway: %w", err)
 	}
-	s := newService(m, spec, ln)
+	s := newService(m, spec, ln, "")
 	m.mu.Lock()
 	if _, dup := m.svcs[spec.ID]; dup {
 		m.mu.Unlock()

@@ -52,9 +52,17 @@ type replica struct {
 
 // Service is one running service: its replicas and its gateway.
 type Service struct {
-	m       *Manager
-	spec    api.ServiceSpec
-	ln      net.Listener
+	m    *Manager
+	spec api.ServiceSpec
+	ln   net.Listener
+	// token is the gateway's secret: a request must carry it (TokenHeader
+	// or ?token=) to be routed; only the renter's daemon and its owner
+	// (serve post / serve status over the owner-only socket) know it.
+	token string
+	// hosts are the Host header values the gateway answers: its own
+	// address (by IP and as localhost), so that a browser page on a name
+	// rebound to 127.0.0.1 is turned away.
+	hosts   []string
 	srv     *http.Server
 	created time.Time
 	ctx     context.Context
@@ -84,8 +92,14 @@ type Service struct {
 	avoid []string
 }
 
-func newService(m *Manager, spec api.ServiceSpec, ln net.Listener) *Service {
-	s := &Service{m: m, spec: spec, ln: ln, created: m.cfg.Now(), desired: spec.Replicas}
+func newService(m *Manager, spec api.ServiceSpec, ln net.Listener, token string) *Service {
+	if token == "" {
+		token = newToken()
+	}
+	s := &Service{m: m, spec: spec, ln: ln, token: token, created: m.cfg.Now(), desired: spec.Replicas}
+	if ln != nil {
+		s.hosts = gatewayHosts(ln.Addr().String())
+	}
 	s.ctx, s.cancel = context.WithCancel(m.ctx)
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}
 	s.routable.Store(&[]*replica{})
@@ -585,7 +599,7 @@ func (s *Service) view() api.ServiceView {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v := api.ServiceView{ID: s.spec.ID, Spec: s.spec, Gateway: s.Gateway(), Stopped: s.stopped, Desired: s.desired,
+	v := api.ServiceView{ID: s.spec.ID, Spec: s.spec, Gateway: s.Gateway(), Token: s.token, Stopped: s.stopped, Desired: s.desired,
 		Retries: s.retries.Load(), Events: append([]api.ServiceEvent(nil), s.events...), Created: s.created,
 		Replicas: []api.ReplicaView{}}
 	outstanding := 0

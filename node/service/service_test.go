@@ -80,7 +80,12 @@ func testService(t *testing.T, reps ...*replica) *Service {
 	t.Helper()
 	m := &Manager{cfg: Config{Now: time.Now}, ctx: context.Background()}
 	m.log = slog.New(slog.DiscardHandler)
-	s := newService(m, api.ServiceSpec{ID: "svc-t"}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	s := newService(m, api.ServiceSpec{ID: "svc-t"}, ln, "")
 	s.reps = reps
 	s.reroute()
 	return s
@@ -105,12 +110,22 @@ func deadReplica(name string) *replica {
 		}}}
 }
 
+// call sends a request to s's gateway as its owner does: to its own
+// address, with its token.
 func call(s *Service, method, path, body string) *httptest.ResponseRecorder {
+	return callWith(s, method, path, body, s.Gateway(), map[string]string{TokenHeader: s.token})
+}
+
+func callWith(s *Service, method, path, body, host string, header map[string]string) *httptest.ResponseRecorder {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, path, rd)
+	req.Host = host
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	w := httptest.NewRecorder()
 	s.ServeHTTP(w, req)
 	return w
@@ -205,3 +220,58 @@ func (p pipeStream) Reset() error                       { return p.c.Close() }
 func (p pipeStream) SetDeadline(t time.Time) error      { return p.c.SetDeadline(t) }
 func (p pipeStream) SetReadDeadline(t time.Time) error  { return p.c.SetReadDeadline(t) }
 func (p pipeStream) SetWriteDeadline(t time.Time) error { return p.c.SetWriteDeadline(t) }
+
+// TestGatewayAdmitsOnlyItsOwnerOnItsOwnHost: a request without the
+// service's token, with a wrong one, or naming another host (a DNS
+// rebinding page) never reaches a replica; the token, as a header or
+// in the query, is let through and stripped before the replica sees it.
+func TestGatewayAdmitsOnlyItsOwnerOnItsOwnHost(t *testing.T) {
+	var seen []string
+	rep := localReplica(t, "ok", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.URL.RawQuery+"|"+r.Header.Get(TokenHeader))
+		fmt.Fprint(w, "served")
+	}))
+	s := testService(t, rep)
+	if len(s.token) < 32 {
+		t.Fatalf("token %q is too short to be a secret", s.token)
+	}
+	if other := testService(t); other.token == s.token {
+		t.Fatal("two services share a token")
+	}
+	_, port, _ := net.SplitHostPort(s.Gateway())
+	good := map[string]string{TokenHeader: s.token}
+	refused := []struct {
+		name, path, host string
+		header           map[string]string
+		code             int
+	}{
+		{"no token", "/x", s.Gateway(), nil, http.StatusUnauthorized},
+		{"wrong token", "/x", s.Gateway(), map[string]string{TokenHeader: strings.Repeat("0", len(s.token))}, http.StatusUnauthorized},
+		{"token prefix", "/x", s.Gateway(), map[string]string{TokenHeader: s.token[:10]}, http.StatusUnauthorized},
+		{"wrong query token", "/x?token=nope", s.Gateway(), nil, http.StatusUnauthorized},
+		{"rebound name", "/x", "evil.example:" + port, good, http.StatusMisdirectedRequest},
+		{"other port", "/x", "127.0.0.1:1", good, http.StatusMisdirectedRequest},
+		{"no host", "/x", "", good, http.StatusMisdirectedRequest},
+	}
+	for _, tc := range refused {
+		if w := callWith(s, http.MethodGet, tc.path, "", tc.host, tc.header); w.Code != tc.code {
+			t.Errorf("%s: %d %q, want %d", tc.name, w.Code, w.Body.String(), tc.code)
+		}
+	}
+	if len(seen) != 0 {
+		t.Fatalf("refused requests reached the replica: %q", seen)
+	}
+	for _, host := range []string{s.Gateway(), "localhost:" + port, "LOCALHOST:" + port} {
+		if w := callWith(s, http.MethodGet, "/x?a=1", "", host, good); w.Code != 200 {
+			t.Fatalf("owner's request on %s: %d %q", host, w.Code, w.Body.String())
+		}
+	}
+	if w := callWith(s, http.MethodGet, "/x?a=1&token="+s.token, "", s.Gateway(), nil); w.Code != 200 {
+		t.Fatalf("owner's request with ?token=: %d %q", w.Code, w.Body.String())
+	}
+	for _, got := range seen {
+		if got != "a=1|" {
+			t.Fatalf("the replica saw %q: the token was forwarded", got)
+		}
+	}
+}

@@ -24,6 +24,7 @@ type record struct {
 	Spec     api.ServiceSpec `json:"spec"`
 	Desired  int             `json:"desired"`
 	Gateway  string          `json:"gateway"`
+	Token    string          `json:"token,omitempty"`
 	Stopped  bool            `json:"stopped,omitempty"`
 	Created  time.Time       `json:"created"`
 	Replicas []replicaRecord `json:"replicas,omitempty"`
@@ -45,7 +46,7 @@ func (s *Service) save() {
 	if s.m.cfg.Store == nil {
 		return
 	}
-	rec := record{Spec: s.spec, Desired: s.desired, Gateway: s.Gateway(), Stopped: s.stopped, Created: s.created, Avoid: s.avoid}
+	rec := record{Spec: s.spec, Desired: s.desired, Gateway: s.Gateway(), Token: s.token, Stopped: s.stopped, Created: s.created, Avoid: s.avoid}
 	for _, r := range s.reps {
 		if r.leaseID != "" && r.state != api.ReplicaDraining {
 			rec.Replicas = append(rec.Replicas, replicaRecord{JobID: r.jobID, LeaseID: r.leaseID, Provider: r.provider.String(),
@@ -88,7 +89,7 @@ func (m *Manager) Restore() error {
 				return fmt.Errorf("service %s gateway: %w", rec.Spec.ID, err)
 			}
 		}
-		s := newService(m, rec.Spec, ln)
+		s := newService(m, rec.Spec, ln, rec.Token) // a record from before tokens gets a new one
 		s.created, s.avoid = rec.Created, rec.Avoid
 		s.desired = min(max(rec.Desired, rec.Spec.Replicas), rec.Spec.MaxReplicas)
 		s.mu.Lock()

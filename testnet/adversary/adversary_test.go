@@ -284,6 +284,10 @@ func TestFakeProvider(t *testing.T) {
 	if max := attestAmount(rep.Observable.Seconds()+1, lease.Price); paid > max {
 		t.Errorf("renter owes %.6f USD for lease %s; at most %.6f was observable", paid, lease.ID, max)
 	}
+	if rep.HeartbeatsAccepted != rep.HeartbeatsSent-1 {
+		t.Errorf("%d of %d heartbeats accepted: the NVML one naming a device without a fingerprint must be refused, the rest taken",
+			rep.HeartbeatsAccepted, rep.HeartbeatsSent)
+	}
 	c := counters(t, renter)
 	for _, k := range []string{"renter.event_bad_time", "renter.receipt_mismatch", "renter.receipt_overbilled", "renter.receipt_duplicate"} {
 		if c[k] == 0 {

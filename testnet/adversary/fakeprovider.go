@@ -22,8 +22,8 @@ func (t transport) Publish(ctx context.Context, topic string, data []byte) error
 	return t.p.Node.Publish(ctx, topic, data)
 }
 
-func (t transport) SendBid(ctx context.Context, to peer.ID, addrs []string, data []byte) error {
-	_, err := t.p.Node.Request(ctx, to, addrs, wire.ProtoBid, data)
+func (t transport) SendBid(ctx context.Context, to peer.ID, data []byte) error {
+	_, err := t.p.Node.Request(ctx, to, nil, wire.ProtoBid, data)
 	return err
 }
 
@@ -209,11 +209,18 @@ func FakeProvider(ctx context.Context, p *Peer, cfg FakeProviderConfig) (FakePro
 	case <-ctx.Done():
 		return rep, ctx.Err()
 	}
-	// Fake heartbeats: full GPU, nothing behind them.
+	// Fake heartbeats: full GPU, nothing behind them. The first claims
+	// NVML telemetry of a made-up device with no fingerprint (refused:
+	// nothing signed says the device is ours); the rest are the telemetry
+	// a declared-GPU provider sends, which no renter can tell from real.
 	var firstBeat time.Time
 	for seq := 1; seq <= cfg.Heartbeats; seq++ {
-		env, err := attest.SignHeartbeat(p.Signer, attest.Heartbeat{LeaseID: l.ID, Seq: uint64(seq), Time: time.Now(),
-			GPUUtil: 100, MemUsedMB: 70000, TempC: 70, PowerW: 650, Source: attest.SourceNVML})
+		hb := attest.Heartbeat{LeaseID: l.ID, Seq: uint64(seq), Time: time.Now(),
+			GPUUtil: 100, TempC: 70, PowerW: 650, CPUSeconds: float64(seq), RSSMB: 100, Source: attest.SourceProcess}
+		if seq == 1 {
+			hb.Source, hb.MemUsedMB, hb.RSSMB, hb.GPUUUIDs = attest.SourceNVML, 70000, 0, []string{"GPU-00000000-0000-4000-8000-00000000fake"}
+		}
+		env, err := attest.SignHeartbeat(p.Signer, hb)
 		if err != nil {
 			return rep, err
 		}

@@ -484,7 +484,7 @@ func (m *mnode) Publish(ctx context.Context, topic string, data []byte) error {
 	return p2p.PublishTo(ctx, t, data)
 }
 
-func (m *mnode) SendBid(ctx context.Context, to peer.ID, _ []string, data []byte) error {
+func (m *mnode) SendBid(ctx context.Context, to peer.ID, data []byte) error {
 	if err := m.net.link(m.h.ID(), to); err != nil {
 		return err
 	}
