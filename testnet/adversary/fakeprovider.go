@@ -1,7 +1,10 @@
 package adversary
 
 import (
+	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +14,8 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/p2p"
+	lpnet "github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
@@ -156,7 +161,8 @@ func (r FakeProviderReport) Refused() int {
 
 // FakeProvider advertises itself on the call topics, bids lowest, wins a
 // lease, runs nothing, and then tries to be paid for the whole lease: fake
-// heartbeats, a "succeeded" report that ends hours in the future, receipts
+// heartbeats, a made-up log served with its digest as the "evidence" of
+// work (which only proves the provider committed to that log), a "succeeded" report that ends hours in the future, receipts
 // claiming the whole lease (each sent cfg.Receipts times) before and after
 // a plausible final report, then a receipt for what the renter could have
 // observed, followed by more whole-lease receipts. It returns once it has
@@ -202,6 +208,19 @@ func FakeProvider(ctx context.Context, p *Peer, cfg FakeProviderConfig) (FakePro
 		defer cancel()
 		return p.Node.Request(rctx, renter, nil, proto, data)
 	}
+	// The job's "log": made up, served on the logs stream, its digest in
+	// the final report and the receipts, so the renter's evidence check
+	// passes and its billing checks are what the receipts meet.
+	fakeLog := []byte("epoch 1 loss 0.42\nepoch 2 loss 0.17\n")
+	logSum := sha256.Sum256(fakeLog)
+	logDigest := hex.EncodeToString(logSum[:])
+	p.Node.Host.SetStreamHandler(wire.ProtoLogs, func(s lpnet.Stream) {
+		defer s.Close()
+		if _, err := p2p.ReadFrame(bufio.NewReader(s)); err == nil {
+			_, _ = s.Write(fakeLog)
+		}
+	})
+	defer p.Node.Host.RemoveStreamHandler(wire.ProtoLogs)
 
 	// Run nothing.
 	select {
@@ -274,7 +293,8 @@ func FakeProvider(ctx context.Context, p *Peer, cfg FakeProviderConfig) (FakePro
 		rep.ClaimedGPUSeconds = secs
 		return attest.Receipt{LeaseID: l.ID, JobID: l.JobID, Renter: l.Renter, Provider: l.Provider,
 			Start: l.Start, End: l.End, GPUCount: l.GPUCount, GPUSeconds: secs, Price: l.Price,
-			Amount: attest.AmountFor(secs, l.Price), Outcome: auction.RunSucceeded, Heartbeats: sum, IssuedAt: time.Now()}
+			Amount: attest.AmountFor(secs, l.Price), Outcome: auction.RunSucceeded, Heartbeats: sum, IssuedAt: time.Now(),
+			LogDigest: logDigest}
 	}
 	fakeSum := attest.HeartbeatSummary{Count: cfg.Heartbeats, Expected: cfg.Heartbeats, Coverage: 1, MeanGPUUtil: 100}
 
@@ -287,7 +307,8 @@ func FakeProvider(ctx context.Context, p *Peer, cfg FakeProviderConfig) (FakePro
 	// A plausible final report, then receipts for the whole lease carrying
 	// the renter's own heartbeat summary.
 	end := time.Now()
-	sum, err := event("succeeded event ending now", wire.LeaseEvent{Run: auction.RunSucceeded, Started: l.Start, Ended: end})
+	sum, err := event("succeeded event ending now", wire.LeaseEvent{Run: auction.RunSucceeded, Started: l.Start, Ended: end,
+		LogDigest: logDigest, LogBytes: int64(len(fakeLog))})
 	if sum == nil {
 		rep.Ran = time.Since(t0)
 		if err == nil {
