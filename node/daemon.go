@@ -64,6 +64,9 @@ type Options struct {
 	// set in production.
 	ChallengeBackend gpuproof.Backend
 	ChallengePolicy  *gpuproof.Policy
+	// Scrubber, when set, clears GPU memory between leases instead of
+	// runtime.NewScrubber (tests record what it is asked).
+	Scrubber runtime.Scrubber
 	// LearnEvery overrides how often the daemon discovers every
 	// provider's record in the background (default DefaultLearnEvery).
 	LearnEvery time.Duration

@@ -43,6 +43,7 @@ type market struct {
 	exec     runtime.Executor
 	svc      *service.Manager
 	metrics  *metrics
+	scrubber runtime.Scrubber
 	verdicts ownVerdicts
 
 	ctx    context.Context
@@ -143,6 +144,9 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	d.containers = runtime.ContainersOf(m.exec)
+	if m.scrubber = d.opts.Scrubber; m.scrubber == nil {
+		m.scrubber = runtime.NewScrubber(d.inv)
+	}
 	fpEnv, err := attest.SignFingerprint(d.signer, d.fp)
 	if err != nil {
 		return fmt.Errorf("fingerprint: %w", err)
@@ -163,6 +167,9 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 			return p.MaxTempC, p.MaxPowerW
 		},
 		LeaseEnded: func(id string, end time.Time, st auction.RunState) error {
+			// The lease's GPUs are scrubbed before its end frees them on
+			// the calendar, so no later lease gets them uncleared.
+			m.scrubLease(id)
 			return m.provider.LeaseEnded(id, end, st)
 		},
 		Rebook:            func(l auction.Lease, job auction.Job) error { return m.provider.Rebook(l, job) },
@@ -457,4 +464,33 @@ func ownWorkRoot(root string, create bool) error {
 		return fmt.Errorf("work dir: %w", err)
 	}
 	return nil
+}
+
+// scrubLease clears the memory of the GPUs lease id was booked on
+// (runtime.Scrubber), logging and counting what it did. A failed scrub is
+// logged as an error and counted (provider.gpu_scrub_failed); the devices
+// are still freed.
+func (m *market) scrubLease(id string) {
+	b, ok := m.cal.Booking(id)
+	if !ok || len(b.Devices) == 0 {
+		return
+	}
+	names := make([]string, len(b.Devices))
+	for i, dev := range b.Devices {
+		names[i] = runtime.ChallengeDevice(m.d.inv, dev)
+	}
+	rep := m.scrubber.Scrub(m.ctx, names)
+	switch {
+	case !rep.OK():
+		m.counters.Add("provider.gpu_scrub_failed")
+		m.d.log.Error("GPU memory scrub failed", "lease", id, "devices", names, "err", rep.Err, "report", rep.Devices)
+	case rep.Method == "none":
+	default:
+		m.counters.Add("provider.gpu_scrubbed")
+		var zeroed uint64
+		for _, d := range rep.Devices {
+			zeroed += d.Zeroed
+		}
+		m.d.log.Info("GPU memory scrubbed", "lease", id, "devices", names, "zeroed_mib", zeroed>>20, "took", rep.Took)
+	}
 }

@@ -11,7 +11,9 @@
 #   4. `gpumesh verify` challenges every device (seeded matrix product on
 #      the device through CUDA, checked by Freivalds, timed against the
 #      model's rate): each must be verified;
-#   5. the verdicts reach the observer's reputation book by gossip.
+#   5. the verdicts reach the observer's reputation book by gossip;
+#   6. device memory is scrubbed between leases: a tenant's marker left in
+#      GPU memory is not found by the next tenant.
 # Writes a report (date, GPU, driver, each check) to $GPUMESH_GPU_CHECK_REPORT
 # (default testnet/gpu-check.md) and the daemons' logs to
 # $GPUMESH_GPU_CHECK_LOGS when set.
@@ -172,6 +174,26 @@ else
   check "telemetry while computing" SKIP "no python3 with CUDA PyTorch on this host"
 fi
 
+
+# 6. GPU memory is scrubbed between tenants: one job fills device memory
+#    with a marker and exits; after its lease the provider zeroes the
+#    device; a second job reads uninitialised device memory and must not
+#    find the marker.
+if [[ -n "$py" ]]; then
+  fill="import torch; m=0x5ca1ab1e; x=torch.full((1<<30,), m, dtype=torch.int32, device='cuda'); torch.cuda.synchronize(); print('filled', x.numel()*4>>20, 'MiB')"
+  look="import torch; m=0x5ca1ab1e; y=torch.empty((1<<30,), dtype=torch.int32, device='cuda'); n=int((y==m).sum()); print('marker words found:', n)"
+  timeout 120 "$bin" -d "$run/renter" job post --tier gold --max-price 10 --count 1 --duration 2m --wait -- "$py" -c "$fill" >"$run/fill.out" 2>&1
+  timeout 120 "$bin" -d "$run/renter" job post --tier gold --max-price 10 --count 1 --duration 2m --wait -- "$py" -c "$look" >"$run/look.out" 2>&1
+  found=$(sed -n 's/.*marker words found: \([0-9]*\).*/\1/p' "$run/look.out" | tail -1)
+  scrubbed=$(g provider counters --json 2>/dev/null | sed -n 's/.*"provider.gpu_scrubbed": *\([0-9]*\).*/\1/p')
+  if [[ "${found:-x}" == 0 && "${scrubbed:-0}" -ge 1 ]]; then
+    check "GPU memory scrubbed" OK "$scrubbed lease(s) scrubbed; the next tenant found 0 marker words in 4 GiB of uninitialised memory"
+  else
+    check "GPU memory scrubbed" FAIL "scrubbed ${scrubbed:-0} lease(s); marker words found by the next tenant: ${found:-unknown} ($(tail -1 "$run/look.out"))"
+  fi
+else
+  check "GPU memory scrubbed" SKIP "no python3 with CUDA PyTorch on this host"
+fi
 
 {
   echo "# gpu-check on a real GPU host"

@@ -51,6 +51,7 @@ func newApp(stdout, stderr io.Writer, unknown *bool) *cli.App {
 			doctorCommand(),
 			reputationCommand(),
 			verifyCommand(),
+			gpuScrubCommand(),
 			ledgerCommand(),
 			artifactCommand(),
 			replay.Command(nil), // gpumesh sim (charts: go run ./testnet/sim): the market replay lives with the simulator

@@ -84,6 +84,9 @@ func leafCommands() map[string]*cli.Command {
 	var walk func(prefix []string, cmds []*cli.Command)
 	walk = func(prefix []string, cmds []*cli.Command) {
 		for _, cmd := range cmds {
+			if cmd.Hidden {
+				continue // the daemon's own helpers (gpu-scrub), not commands for people
+			}
 			path := append(append([]string{}, prefix...), cmd.Name)
 			if cmd.Action != nil {
 				out[strings.Join(path, " ")] = cmd

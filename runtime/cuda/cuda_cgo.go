@@ -37,6 +37,8 @@ static CUresult (*p_cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
 static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                     unsigned, void *, void **, void **);
 static CUresult (*p_cuGetErrorString)(CUresult, const char **);
+static CUresult (*p_cuMemGetInfo)(size_t *, size_t *);
+static CUresult (*p_cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
 
 // gp_load opens the driver and resolves the entry points; it returns NULL
 // or the name of what is missing.
@@ -64,6 +66,8 @@ static const char *gp_load(void) {
 	SYM(p_cuMemcpyDtoH, "cuMemcpyDtoH_v2");
 	SYM(p_cuLaunchKernel, "cuLaunchKernel");
 	SYM(p_cuGetErrorString, "cuGetErrorString");
+	SYM(p_cuMemGetInfo, "cuMemGetInfo_v2");
+	SYM(p_cuMemsetD8, "cuMemsetD8_v2");
 #undef SYM
 	gp_lib = h;
 	return NULL;
@@ -101,6 +105,8 @@ static CUresult gp_func(CUmodule m, const char *name, CUfunction *f) { return p_
 static CUresult gp_alloc(CUdeviceptr *p, size_t n) { return p_cuMemAlloc(p, n); }
 static CUresult gp_free(CUdeviceptr p) { return p_cuMemFree(p); }
 static CUresult gp_dtoh(void *dst, CUdeviceptr src, size_t n) { return p_cuMemcpyDtoH(dst, src, n); }
+static CUresult gp_meminfo(size_t *free_b, size_t *total_b) { return p_cuMemGetInfo(free_b, total_b); }
+static CUresult gp_memset0(CUdeviceptr p, size_t n) { return p_cuMemsetD8(p, 0, n); }
 static CUresult gp_launch_gen(CUfunction f, CUdeviceptr out, uint64_t key, uint32_t which, uint32_t count) {
 	void *args[] = {&out, &key, &which, &count};
 	unsigned blocks = (count + 255) / 256;
@@ -338,4 +344,71 @@ func (s *Session) closeLocked() {
 	}
 	C.gp_release(s.dev)
 	s.ctx = nil
+}
+
+// scrubChunk is the allocation size Scrub zeroes device memory in.
+const scrubChunk = 256 << 20
+
+// Scrub zeroes the free memory of device uuid: it allocates every free
+// chunk it can (what the last lease used is free once its processes are
+// gone), writes zeros over each and frees them. It returns the bytes
+// zeroed and the device's total memory.
+func Scrub(uuid string) (zeroed, total uint64, err error) {
+	devs, err := Devices()
+	if err != nil {
+		return 0, 0, err
+	}
+	ord := -1
+	for _, d := range devs {
+		if d.UUID == uuid {
+			ord = d.Ordinal
+		}
+	}
+	if ord < 0 {
+		return 0, 0, fmt.Errorf("cuda: no device %s among the driver's %d", uuid, len(devs))
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	var dev C.CUdevice
+	if err := check("device", C.gp_device(C.int(ord), &dev)); err != nil {
+		return 0, 0, err
+	}
+	var ctx C.CUcontext
+	if err := check("primary context", C.gp_retain(dev, &ctx)); err != nil {
+		return 0, 0, err
+	}
+	defer C.gp_release(dev)
+	if err := check("set context", C.gp_set(ctx)); err != nil {
+		return 0, 0, err
+	}
+	var free, tot C.size_t
+	if err := check("memory info", C.gp_meminfo(&free, &tot)); err != nil {
+		return 0, 0, err
+	}
+	var bufs []C.CUdeviceptr
+	defer func() {
+		for _, b := range bufs {
+			C.gp_free(b)
+		}
+	}()
+	// Allocate in chunks until the device is full (the context's own
+	// memory and other processes' are not ours to zero), then smaller
+	// ones for the rest.
+	for size := C.size_t(scrubChunk); size >= 1<<20; size /= 4 {
+		for {
+			var p C.CUdeviceptr
+			if C.gp_alloc(&p, size) != 0 {
+				break
+			}
+			bufs = append(bufs, p)
+			if err := check("zero", C.gp_memset0(p, size)); err != nil {
+				return zeroed, uint64(tot), err
+			}
+			zeroed += uint64(size)
+		}
+	}
+	if err := check("synchronise", C.gp_sync()); err != nil {
+		return zeroed, uint64(tot), err
+	}
+	return zeroed, uint64(tot), nil
 }

@@ -1,0 +1,76 @@
+package node
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/runtime"
+)
+
+// recordingScrubber records each scrub and whether the scrubbed devices
+// were still booked on the provider's calendar when it ran.
+type recordingScrubber struct {
+	mu      sync.Mutex
+	cal     func() *auction.Calendar
+	calls   [][]string
+	blocked []bool // each device still held by a booking when scrubbed
+}
+
+func (r *recordingScrubber) Scrub(_ context.Context, devices []string) runtime.ScrubReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, devices)
+	now := time.Now()
+	for _, d := range devices {
+		idx := int(d[0] - '0')
+		r.blocked = append(r.blocked, len(r.cal().FreeDevices(now, now.Add(time.Second), []int{idx})) == 0)
+	}
+	rep := runtime.ScrubReport{Method: "cuda"}
+	for _, d := range devices {
+		rep.Devices = append(rep.Devices, runtime.DeviceScrub{Device: d, Zeroed: 1 << 30, Total: 1 << 30})
+	}
+	return rep
+}
+
+// TestLeaseGPUsScrubbedBeforeFreed: when a lease ends, its provider
+// scrubs the GPU memory of exactly the lease's devices, before the
+// calendar frees them for the next lease, and counts it.
+func TestLeaseGPUsScrubbedBeforeFreed(t *testing.T) {
+	root := t.TempDir()
+	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
+	rec := &recordingScrubber{}
+	prov := startWith(t, filepath.Join(root, "prov"),
+		fastConfig(providerConfig("eu-west", 0.5, auction.GPU{Model: "A100", VRAMGB: 80}, auction.GPU{Model: "A100", VRAMGB: 80})),
+		renter.Daemon, Options{Scrubber: rec})
+	rec.cal = func() *auction.Calendar { return prov.market.cal }
+	waitAdvertised(t, renter, prov)
+	v := post(t, renter, shJob(auction.Silver, 2, "echo done"))
+	v = waitJob(t, renter, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
+	if v.Run != auction.RunSucceeded {
+		t.Fatalf("job %s: %s", v.Run, v.Detail)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for prov.market.counters.Snapshot()["provider.gpu_scrubbed"] == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease's GPUs were never scrubbed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.calls) != 1 || len(rec.calls[0]) != 1 {
+		t.Fatalf("scrub calls %v, want one for the lease's one device", rec.calls)
+	}
+	if !rec.blocked[0] {
+		t.Fatal("the device was already free on the calendar when it was scrubbed")
+	}
+	now := time.Now()
+	if free := prov.market.cal.FreeDevices(now, now.Add(time.Minute), nil); len(free) != 2 {
+		t.Fatalf("after the scrub %d devices are free, want 2", len(free))
+	}
+}
