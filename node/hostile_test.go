@@ -30,7 +30,8 @@ import (
 //   - with HOSTILE_ROOT set (the provider runs as root, so jobs have their
 //     own uid and namespaces), at its start and every 2 s: it plants files
 //     in /tmp and /run/lock for the next tenant, copies every
-//     /proc/*/cmdline it can read into its outputs, and kills -9 every
+//     /proc/*/cmdline it can read into its outputs, removes the other
+//     tenants' files it can see in /tmp, and kills -9 every
 //     process it may signal (kill -9 -1), saying when;
 //   - it forks 200 short-lived children (bounded: not a fork bomb);
 //   - it floods its log with 24 MB (under the 64 MiB log cap, so the
@@ -44,11 +45,12 @@ import (
 //     may read the key anyway.
 const hostileScript = `set +e
 T="$HOSTILE_TARGET"; d="$GPUMESH_CHECKPOINT_DIR"; o="$GPUMESH_OUTPUTS"
-mkdir -p "$o"
+mkdir -p "$o"; echo "the hostile tenant's outputs" > "$o/note"
 ln -s "$T/identity.key" "$o/key"; ln -s "$T" "$o/data"; ln -s ../../../../../.. "$o/up"
 # at the tenants: plants, /proc, kill -9 -1 (as root only: see the test)
 tenants() {
   [ -n "$HOSTILE_ROOT" ] || return 0
+  rm -f /tmp/mine-* 2>/dev/null
   echo "planted by the hostile tenant" > /tmp/planted; echo "planted" > /run/lock/planted
   cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\000' ' ' >> "$o/cmdlines"
   ls -d /proc/[0-9]* | wc -l >> "$o/procs"
@@ -89,13 +91,13 @@ echo "hostile tenant done"
 // hunts for in /proc.
 func honestScript(marker string, n int) string {
 	return fmt.Sprintf(`# %s
-echo "%s" > /tmp/mine
+echo "%s" > /tmp/mine-%s
 s=0; i=0; while [ $i -lt 30 ]; do j=0; while [ $j -lt %d ]; do j=$((j+1)); s=$((s+j*j)); done; i=$((i+1)); echo "step $i"; sleep 0.2; done
-tmp=lost; [ "$(cat /tmp/mine)" = "%s" ] && tmp=ok
+tmp=lost; [ "$(cat /tmp/mine-%s)" = "%s" ] && tmp=ok
 plants=none; [ -e /tmp/planted ] || [ -e /run/lock/planted ] && plants=seen
 mkdir -p out; echo "sum=$s tmp=$tmp plants=$plants" > out/result
 echo "%s done sum=$s"
-`, marker, marker, n, marker, marker)
+`, marker, marker, marker, n, marker, marker, marker)
 }
 
 // honestSum is what honestScript(_, n) computes: 30 times 1²+…+n².
