@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	record "github.com/libp2p/go-libp2p-record"
 	"log/slog"
 	"time"
 
@@ -68,7 +69,10 @@ func NewPeer(ctx context.Context, cfg PeerConfig) (*Peer, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	n, err := p2p.New(ctx, p2p.Config{Key: priv, ListenAddrs: cfg.Listen, Bootstrap: cfg.Bootstrap,
-		Reachability: p2p.ReachabilityPublic, Log: log})
+		Reachability: p2p.ReachabilityPublic, Log: log,
+		// The daemons' record validator, so a hostile peer can put a
+		// well-formed capability record of its own (BidderConfig.Advertise).
+		Validators: map[string]record.Validator{auction.CapabilityNamespace: auction.CapabilityValidator{Now: time.Now}}})
 	if err != nil {
 		return nil, err
 	}

@@ -354,10 +354,34 @@ func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
 	for i := 0; i < jobs; i++ {
 		// Fresh identities for every job: the renter's memory of bidders
 		// that did not confirm does not help against new ones.
-		bidders, err := NonConfirmingBidders(ctx, nBidders, PeerConfig{Bootstrap: []string{renter.addr()}, Log: testLog()}, BidderConfig{})
+		// They advertise records as honest providers do, and the renter
+		// lists the market first: it then expects them to answer, so its
+		// windows wait for their bids (a renter that knows only the honest
+		// providers closes once those have answered, which the bidders
+		// may or may not beat).
+		bidders, err := NonConfirmingBidders(ctx, nBidders, PeerConfig{Bootstrap: []string{renter.addr()}, Log: testLog()},
+			BidderConfig{Advertise: true})
 		if err != nil {
 			t.Fatal(err)
 		}
+		waitFor(t, 20*time.Second, "the renter listing every non-confirming bidder", func() bool {
+			lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+			defer lcancel()
+			caps, err := renter.api.Providers(lctx, auction.Query{})
+			if err != nil {
+				return false
+			}
+			listed := map[string]bool{}
+			for _, c := range caps {
+				listed[c.Peer] = true
+			}
+			for _, p := range bidders.Peers {
+				if !listed[p.ID().String()] {
+					return false
+				}
+			}
+			return true
+		})
 		v, took, returned := postWatched(t, renter, job())
 		bidders.Close()
 		if v.Lease == nil {

@@ -41,6 +41,10 @@ type BidderConfig struct {
 	Region string      // default "eu-west"
 	GPU    auction.GPU // default one 80 GB H100
 	Price  float64     // price floor per GPU-hour; default 0.01 (undercuts any honest provider)
+	// Advertise puts the bidder's signed capability record in the DHT and
+	// provides its discovery keys, as an honest provider does: renters that
+	// discover it then expect it to answer their calls, and wait for it.
+	Advertise bool
 }
 
 func (c BidderConfig) capability(id peer.ID) auction.Capability {
@@ -91,6 +95,33 @@ func (p *Peer) bidder(ctx context.Context, cfg BidderConfig, onLease func(auctio
 	}
 	if err := p.SubscribeCalls(ctx, &capab, func(from peer.ID, data []byte) { _ = prov.HandleCall(from, data) }); err != nil {
 		return nil, err
+	}
+	if cfg.Advertise {
+		capab.Addrs = p.Node.Addrs()
+		b, err := auction.SealCapability(p.Signer, capab)
+		if err != nil {
+			return nil, err
+		}
+		actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		// Right after joining, the routing table may hold no DHT peer yet:
+		// try again until the put lands.
+		for {
+			err := p.Node.DHT.PutValue(actx, auction.CapabilityKey(p.ID()), b)
+			if err == nil {
+				break
+			}
+			select {
+			case <-actx.Done():
+				return nil, fmt.Errorf("adversary: advertise: %w", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		for _, k := range auction.DiscoveryKeys(capab) {
+			if err := p.Node.Provide(actx, k); err != nil {
+				return nil, fmt.Errorf("adversary: provide %s: %w", k, err)
+			}
+		}
 	}
 	return prov, nil
 }
