@@ -56,7 +56,9 @@ type Scrubber interface {
 // daemon never holds a device context; declared GPUs have nothing to
 // scrub.
 func NewScrubber(inv Inventory) Scrubber {
-	if inv.Source != SourceNVML {
+	if _, real := inv.lib.(realNVML); inv.Source != SourceNVML || !real {
+		// Declared GPUs, or a simulated NVML host (tests): no device
+		// memory to clear, and no CUDA device to clear it on.
 		return noScrub{}
 	}
 	bin, err := os.Executable()
@@ -76,8 +78,9 @@ func (f failedScrub) Scrub(context.Context, []string) ScrubReport {
 	return ScrubReport{Method: "cuda", Err: f.err}
 }
 
-// ScrubTimeout bounds one lease's scrub.
-const ScrubTimeout = 2 * time.Minute
+// ScrubTimeout bounds one lease's scrub (the lease's final report waits
+// for it).
+const ScrubTimeout = time.Minute
 
 type childScrub struct{ bin string }
 

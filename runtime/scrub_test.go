@@ -8,10 +8,23 @@ import (
 	"testing"
 )
 
-func TestDeclaredGPUsHaveNothingToScrub(t *testing.T) {
-	rep := NewScrubber(Inventory{Source: SourceDeclared}).Scrub(context.Background(), []string{"0"})
-	if rep.Method != "none" || !rep.OK() || len(rep.Devices) != 0 {
-		t.Fatalf("declared GPUs: %+v, want method none, nothing scrubbed", rep)
+// TestOnlyRealNVMLIsScrubbed: declared GPUs and a simulated NVML host have
+// nothing to scrub; only the real driver's devices get the CUDA child
+// (which, in a test, would run the test binary itself).
+func TestOnlyRealNVMLIsScrubbed(t *testing.T) {
+	sim, err := DetectGPUsFrom(NewSimulatedGPUs("550.54.15", SimulatedGPU{Name: "NVIDIA H100 80GB HBM3", UUID: "GPU-1", MemTotalMB: 81559}),
+		GPUSourceNVML, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, inv := range map[string]Inventory{"declared": {Source: SourceDeclared}, "simulated NVML": sim} {
+		rep := NewScrubber(inv).Scrub(context.Background(), []string{"0"})
+		if rep.Method != "none" || !rep.OK() || len(rep.Devices) != 0 {
+			t.Fatalf("%s GPUs: %+v, want method none, nothing scrubbed", name, rep)
+		}
+	}
+	if _, ok := NewScrubber(Inventory{Source: SourceNVML, lib: realNVML{}}).(childScrub); !ok {
+		t.Fatal("the real driver's devices are not scrubbed through the CUDA child")
 	}
 }
 
