@@ -216,7 +216,9 @@ func TestJobPortForwardCLI(t *testing.T) {
 
 	var out, errOut syncWriter
 	done := make(chan int, 1)
-	go func() { done <- run([]string{"gpumesh", "-d", dir, "job", "port-forward", "job-1", ":8000"}, &out, &errOut) }()
+	go func() {
+		done <- run([]string{"gpumesh", "-d", dir, "job", "port-forward", "job-1", ":8000"}, &out, &errOut)
+	}()
 	var addr string
 	deadline := time.Now().Add(10 * time.Second)
 	for addr == "" {
