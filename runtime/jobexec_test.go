@@ -326,3 +326,28 @@ func TestDockerExec(t *testing.T) {
 		t.Fatalf("docker exec in an ended job ran (code %d)", code)
 	}
 }
+
+// TestDockerForward: Forward reaches a port of a container's own loopback
+// (no network: loopback only).
+func TestDockerForward(t *testing.T) {
+	e := dockerExecutor(t)
+	if os.Geteuid() != 0 {
+		t.Skip("entering a container's network namespace needs root")
+	}
+	var out syncBuffer
+	h, err := e.Start(context.Background(), Spec{ID: "d-fwd", Image: testImage, Command: []string{"/jobhelper", "serve", "8000"}}, &out, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Stop(time.Second); h.Wait(); _ = h.Cleanup() }()
+	out.waitFor(t, "listening", 15*time.Second)
+	c, err := h.(Forwarder).Forward(context.Background(), 8000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	c.Close()
+	if err != nil || !strings.HasPrefix(line, "hello from ") {
+		t.Fatalf("forwarded connection to the container read %q, %v", line, err)
+	}
+}
