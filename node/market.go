@@ -211,6 +211,8 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d.net.Host.SetStreamHandler(wire.ProtoLogs, d.net.Guard(wire.ProtoLogs, m.serveLogs))
 	d.net.Host.SetStreamHandler(wire.ProtoOutputs, d.net.Guard(wire.ProtoOutputs, m.serveOutputs))
 	d.net.Host.SetStreamHandler(wire.ProtoService, d.net.Guard(wire.ProtoService, m.serveService))
+	d.net.Host.SetStreamHandler(wire.ProtoExec, d.net.Guard(wire.ProtoExec, m.serveExec))
+	d.net.Host.SetStreamHandler(wire.ProtoPortForward, d.net.Guard(wire.ProtoPortForward, m.servePortForward))
 	m.serveChallenges()
 	for _, t := range auction.ProviderTopics(ptr(d.capability(time.Minute))) {
 		if err := d.net.Subscribe(m.ctx, t, func(from peer.ID, data []byte) {
@@ -353,6 +355,8 @@ func (m *market) routes(mux *http.ServeMux) {
 	d.route(mux, "GET /v1/jobs/{id}/bids", func(r *http.Request) (any, error) { return t.Bids(r.PathValue("id")) })
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", m.apiLogs)
 	mux.HandleFunc("GET /v1/jobs/{id}/outputs", m.apiOutputs)
+	mux.HandleFunc("POST /v1/jobs/{id}/exec", m.apiExec)
+	mux.HandleFunc("POST /v1/jobs/{id}/port-forward", m.apiPortForward)
 	d.route(mux, "GET /v1/provider/stats", func(*http.Request) (any, error) { return m.providerStats() })
 	d.route(mux, "GET /v1/reputation/{peer}", func(r *http.Request) (any, error) {
 		p := r.PathValue("peer")

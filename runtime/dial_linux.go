@@ -16,7 +16,7 @@ import (
 // Dial connects to 127.0.0.1:port as the job sees it: inside the job's
 // network namespace when it has its own, on the host's loopback otherwise.
 func (h *processHandle) Dial(ctx context.Context, port int) (net.Conn, error) {
-	return dialJob(ctx, h.spec.ID, h.pgid, port)
+	return dialJobNet(ctx, h.spec.ID, h.pgid, port, false, nil)
 }
 
 // Dial connects to 127.0.0.1:port inside the container's network
@@ -24,6 +24,32 @@ func (h *processHandle) Dial(ctx context.Context, port int) (net.Conn, error) {
 // entered through the container's main process, which the daemon on the
 // same host can see.
 func (h *dockerHandle) Dial(ctx context.Context, port int) (net.Conn, error) {
+	pid, err := h.pid(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return dialJobNet(ctx, h.spec.ID, pid, port, false, nil)
+}
+
+// Forward connects to 127.0.0.1:port inside the container's own network
+// namespace (see Dial); a container on the host's network is refused.
+func (h *dockerHandle) Forward(ctx context.Context, port int) (net.Conn, error) {
+	pid, err := h.pid(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return dialJobNet(ctx, h.spec.ID, pid, port, true, func() error {
+		// The container's main process runs as the job's uid (it cannot
+		// change it): a reused pid is another's.
+		if procUID(pid) != h.uid {
+			return fmt.Errorf("runtime: job %s: its container is not running", h.spec.ID)
+		}
+		return nil
+	})
+}
+
+// pid is the container's main process on this host, while it runs.
+func (h *dockerHandle) pid(ctx context.Context) (int, error) {
 	var info struct {
 		State struct {
 			Running bool
@@ -31,19 +57,21 @@ func (h *dockerHandle) Dial(ctx context.Context, port int) (net.Conn, error) {
 		}
 	}
 	if err := h.e.c.do(ctx, http.MethodGet, "/containers/"+h.id+"/json", nil, &info); err != nil {
-		return nil, fmt.Errorf("runtime: job %s: inspect container: %w", h.spec.ID, err)
+		return 0, fmt.Errorf("runtime: job %s: inspect container: %w", h.spec.ID, err)
 	}
 	if !info.State.Running || info.State.Pid <= 0 {
-		return nil, fmt.Errorf("runtime: job %s: its container is not running", h.spec.ID)
+		return 0, fmt.Errorf("runtime: job %s: its container is not running", h.spec.ID)
 	}
-	return dialJob(ctx, h.spec.ID, info.State.Pid, port)
+	return info.State.Pid, nil
 }
 
-// dialJob connects to 127.0.0.1:port in the network namespace of process
-// pid. The socket is created on a spare OS thread that enters the
+// dialJobNet connects to 127.0.0.1:port in the network namespace of
+// process pid. The socket is created on a spare OS thread that enters the
 // namespace and is then discarded, so no daemon code ever runs in the
-// job's network.
-func dialJob(ctx context.Context, id string, pid, port int) (net.Conn, error) {
+// job's network. With ownOnly a namespace that is the daemon's own is
+// refused (ErrSharedNetwork); verify, when set, is called once the
+// namespace is open, to check that pid is still the job's.
+func dialJobNet(ctx context.Context, id string, pid, port int, ownOnly bool, verify func() error) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("runtime: job %s: invalid port %d", id, port)
 	}
@@ -56,6 +84,9 @@ func dialJob(ctx context.Context, id string, pid, port int) (net.Conn, error) {
 		return nil, fmt.Errorf("runtime: job %s: its process is gone: %w", id, err1)
 	}
 	if err2 == nil && own == self {
+		if ownOnly {
+			return nil, fmt.Errorf("runtime: job %s: %w", id, ErrSharedNetwork)
+		}
 		return d.DialContext(ctx, "tcp", addr)
 	}
 	ns, err := os.Open(nsPath)
@@ -63,6 +94,11 @@ func dialJob(ctx context.Context, id string, pid, port int) (net.Conn, error) {
 		return nil, fmt.Errorf("runtime: job %s: open network namespace: %w", id, err)
 	}
 	defer ns.Close()
+	if verify != nil {
+		if err := verify(); err != nil {
+			return nil, err
+		}
+	}
 	type result struct {
 		c   net.Conn
 		err error

@@ -42,7 +42,8 @@ func DockerAvailable(socketPath string) bool {
 
 // dockerClient is a minimal Engine API client over a unix socket.
 type dockerClient struct {
-	hc *http.Client
+	hc     *http.Client
+	socket string
 }
 
 func newDockerClient(socketPath string) *dockerClient {
@@ -54,7 +55,7 @@ func newDockerClient(socketPath string) *dockerClient {
 		MaxIdleConns:    4,
 		IdleConnTimeout: 30 * time.Second,
 	}
-	return &dockerClient{hc: &http.Client{Transport: tr}}
+	return &dockerClient{hc: &http.Client{Transport: tr}, socket: socketPath}
 }
 
 // dockerError is a non-2xx answer from the Engine.

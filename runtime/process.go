@@ -396,6 +396,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 		pgid:        cmd.Process.Pid,
 		started:     time.Now(),
 		pipes:       []*os.File{outR, errR},
+		exited:      make(chan struct{}),
 	}
 	stdout, stderr = capLogs(stdout, stderr, e.maxLog)
 	for i, w := range []io.Writer{stdout, stderr} {
@@ -468,6 +469,11 @@ type processHandle struct {
 	timer   *time.Timer
 	pipes   []*os.File
 	copying sync.WaitGroup
+	// exited is closed (under mu) once the job's main process has ended:
+	// commands run in the job (Exec) are killed, and no new one starts.
+	// execs counts the commands running (Add under mu, before exited).
+	exited chan struct{}
+	execs  sync.WaitGroup
 
 	handleState
 }
@@ -574,7 +580,15 @@ func (h *processHandle) wait() {
 	if h.timer != nil {
 		h.timer.Stop()
 	}
-	// The main process is gone: nothing of the job may outlive it.
+	// The main process is gone: nothing of the job may outlive it, not
+	// even a command its renter runs in it (Exec), which ends once it sees
+	// exited closed; one that left its process group is the job's uid's
+	// and in its cgroup, and the second sweep gets it.
+	h.mu.Lock()
+	close(h.exited)
+	h.mu.Unlock()
+	h.killAll()
+	h.execs.Wait()
 	h.killAll()
 	drained := make(chan struct{})
 	go func() { h.copying.Wait(); close(drained) }()

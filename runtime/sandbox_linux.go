@@ -221,6 +221,17 @@ func (s *sandbox) describe() string {
 // letting daemon code run inside the job's cgroup, namespaces or
 // no_new_privs.
 func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd, inputs string) error {
+	return spawnIn(cmd, cg, func() error {
+		if sb != nil {
+			return sb.enter(wd, inputs)
+		}
+		return nil
+	})
+}
+
+// spawnIn starts cmd as spawn does, with enter moving the spare thread into
+// the job's namespaces (after its cgroup, before no_new_privs).
+func spawnIn(cmd *exec.Cmd, cg *jobCgroup, enter func() error) error {
 	if cg != nil && cg.cg.version == 2 {
 		fd, err := unix.Open(cg.dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -239,11 +250,9 @@ func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd, inputs string) error {
 				return
 			}
 		}
-		if sb != nil {
-			if err := sb.enter(wd, inputs); err != nil {
-				errc <- err
-				return
-			}
+		if err := enter(); err != nil {
+			errc <- err
+			return
 		}
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			errc <- fmt.Errorf("runtime: set no_new_privs: %w", err)

@@ -51,6 +51,8 @@ func jobCommand() *cli.Command {
 					&cli.BoolFlag{Name: "raw", Usage: "print control characters and escape sequences as the job wrote them (by default they are made visible, e.g. ESC as ^[)"}},
 				Action: jobLogsAction,
 			},
+			jobExecCommand(),
+			jobPortForwardCommand(),
 			{
 				Name:      "fetch",
 				Usage:     "download a job's output files into DIR, verifying their checksums",

@@ -11,9 +11,11 @@ import (
 // takes --json; only these print none or print raw data.
 func TestJSONEverywhere(t *testing.T) {
 	noJSON := map[string]string{
-		"daemon":        "runs the daemon; logs only",
-		"provider init": "writes a config file, interactively",
-		"job logs":      "prints the job's own output",
+		"daemon":           "runs the daemon; logs only",
+		"provider init":    "writes a config file, interactively",
+		"job logs":         "prints the job's own output",
+		"job exec":         "prints the command's own output",
+		"job port-forward": "carries a port's bytes; prints only where it listens",
 	}
 	for path, cmd := range leafCommands() {
 		has := false

@@ -29,8 +29,16 @@ func main() {
 // printed as a single line on stderr. Flags may follow a command's
 // arguments (see flagsFirst).
 func run(args []string, stdout, stderr io.Writer) int {
+	return runWithInput(args, nil, stdout, stderr)
+}
+
+// runWithInput is run with stdin as the commands' input (nil: os.Stdin).
+func runWithInput(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var unknown bool
 	app := newApp(stdout, stderr, &unknown)
+	if stdin != nil {
+		app.Reader = stdin
+	}
 	err := app.Run(flagsFirst(app, args))
 	if unknown {
 		return 1

@@ -1464,6 +1464,60 @@ func (a *Access) DialService(ctx context.Context) (net.Conn, error) {
 	return d.Dial(ctx, port)
 }
 
+// running is the lease's job while it runs.
+func (a *Access) running() (runtime.Handle, error) {
+	a.r.mu.Lock()
+	h, run := a.r.h, a.r.pr.Rec.Run
+	a.r.mu.Unlock()
+	if run != auction.RunRunning || h == nil {
+		if run == "" {
+			run = "pending"
+		}
+		return nil, fmt.Errorf("lease %s is not running (%s)", a.r.lease().ID, run)
+	}
+	return h, nil
+}
+
+// Running reports why the lease's job is not running (nil: it is).
+func (a *Access) Running() error {
+	_, err := a.running()
+	return err
+}
+
+// Exec runs a command inside the lease's running job, with the job's
+// identity and confinement (runtime.Execer); it ends with the job.
+func (a *Access) Exec(ctx context.Context, req runtime.ExecRequest) (int, error) {
+	h, err := a.running()
+	if err != nil {
+		return -1, err
+	}
+	x, ok := h.(runtime.Execer)
+	if !ok {
+		return -1, fmt.Errorf("lease %s: the %s backend cannot run commands in a job", a.r.lease().ID, a.r.pr.Rec.Backend)
+	}
+	return x.Exec(ctx, req)
+}
+
+// DialPort connects to 127.0.0.1:port inside the running job's own
+// network namespace (runtime.Forwarder): never the provider's loopback.
+func (a *Access) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("invalid port %d: want 1-65535", port)
+	}
+	h, err := a.running()
+	if err != nil {
+		return nil, err
+	}
+	f, ok := h.(runtime.Forwarder)
+	if !ok {
+		return nil, fmt.Errorf("lease %s: the %s backend cannot forward a job's ports", a.r.lease().ID, a.r.pr.Rec.Backend)
+	}
+	return f.Forward(ctx, port)
+}
+
+// Done is closed once the lease's run has ended.
+func (a *Access) Done() <-chan struct{} { return a.r.done }
+
 // lockedWriter serialises a job's stdout and stderr into one log.
 type lockedWriter struct {
 	mu sync.Mutex

@@ -81,9 +81,39 @@ type Authorize func(leaseID string, from peer.ID) (Target, error)
 // or ctx ends. Every refusal is answered with its reason before the stream
 // is reset.
 func Serve(ctx context.Context, s network.Stream, authorize Authorize) error {
-	_ = s.SetDeadline(time.Now().Add(handshakeTimeout))
 	var req wire.ServiceRequest
-	if err := readMsg(s, &req); err != nil {
+	return serve(ctx, s, &req, func(from peer.ID) (Target, string, error) {
+		t, err := authorize(req.LeaseID, from)
+		return t, fmt.Sprintf("lease %s: connect to the replica", req.LeaseID), err
+	})
+}
+
+// DialFunc is a Target that connects with a function.
+type DialFunc func(ctx context.Context) (net.Conn, error)
+
+// DialService calls f.
+func (f DialFunc) DialService(ctx context.Context) (net.Conn, error) { return f(ctx) }
+
+// PortAuthorize answers what a ProtoPortForward stream from peer from
+// asking for req may connect to, or why not.
+type PortAuthorize func(req wire.PortForwardRequest, from peer.ID) (Target, error)
+
+// ServePort handles one ProtoPortForward stream on the provider as Serve
+// does a service stream, the request naming the job's port.
+func ServePort(ctx context.Context, s network.Stream, authorize PortAuthorize) error {
+	var req wire.PortForwardRequest
+	return serve(ctx, s, &req, func(from peer.ID) (Target, string, error) {
+		t, err := authorize(req, from)
+		return t, fmt.Sprintf("lease %s: connect to port %d", req.LeaseID, req.Port), err
+	})
+}
+
+// serve reads the request into req, asks authorize (which reads it) for
+// the target, and connects the stream to it; what names the connection in
+// its error.
+func serve(ctx context.Context, s network.Stream, req any, authorize func(from peer.ID) (Target, string, error)) error {
+	_ = s.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := readMsg(s, req); err != nil {
 		_ = s.Reset()
 		return fmt.Errorf("service: malformed request: %w", err)
 	}
@@ -93,7 +123,7 @@ func Serve(ctx context.Context, s network.Stream, authorize Authorize) error {
 		_ = s.Reset()
 		return err
 	}
-	t, err := authorize(req.LeaseID, s.Conn().RemotePeer())
+	t, what, err := authorize(s.Conn().RemotePeer())
 	if err != nil {
 		return refuse(err)
 	}
@@ -101,7 +131,7 @@ func Serve(ctx context.Context, s network.Stream, authorize Authorize) error {
 	conn, err := t.DialService(dctx)
 	cancel()
 	if err != nil {
-		return refuse(fmt.Errorf("lease %s: connect to the replica: %w", req.LeaseID, err))
+		return refuse(fmt.Errorf("%s: %w", what, err))
 	}
 	defer conn.Close()
 	if err := writeMsg(s, wire.ServiceAck{}); err != nil {
@@ -153,6 +183,17 @@ var ErrRefused = errors.New("service: provider refused the stream")
 // Connect opens a stream to lease leaseID on provider and returns it as a
 // net.Conn once the provider has connected it to the replica's port.
 func Connect(ctx context.Context, open Opener, provider peer.ID, leaseID string) (net.Conn, error) {
+	return connect(ctx, open, provider, wire.ServiceRequest{LeaseID: leaseID})
+}
+
+// ConnectPort opens a ProtoPortForward stream (open must open one) to
+// port of lease leaseID's job and returns it as a net.Conn once the
+// provider has connected it.
+func ConnectPort(ctx context.Context, open Opener, provider peer.ID, leaseID string, port int) (net.Conn, error) {
+	return connect(ctx, open, provider, wire.PortForwardRequest{LeaseID: leaseID, Port: port})
+}
+
+func connect(ctx context.Context, open Opener, provider peer.ID, req any) (net.Conn, error) {
 	s, err := open(ctx, provider)
 	if err != nil {
 		return nil, err
@@ -163,7 +204,7 @@ func Connect(ctx context.Context, open Opener, provider peer.ID, leaseID string)
 	}
 	_ = s.SetDeadline(dl)
 	var ack wire.ServiceAck
-	if err := writeMsg(s, wire.ServiceRequest{LeaseID: leaseID}); err != nil {
+	if err := writeMsg(s, req); err != nil {
 		_ = s.Reset()
 		return nil, err
 	}

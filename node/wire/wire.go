@@ -41,6 +41,17 @@ const (
 	// a ServiceRequest frame, the provider's one-frame answer (ServiceAck),
 	// then raw bytes both ways to and from the replica's port.
 	ProtoService protocol.ID = "/gpumesh/service/1.0.0"
+	// ProtoExec runs a command inside a running job: renter → provider,
+	// an ExecRequest frame, the provider's one-frame ExecAck, then exec
+	// frames both ways (WriteExecFrame); the provider's last is the
+	// ExecExit. Only the lease's renter, only while the job runs.
+	ProtoExec protocol.ID = "/gpumesh/exec/1.0.0"
+	// ProtoPortForward carries one connection to a port of a running
+	// job's own network namespace: renter → provider, a
+	// PortForwardRequest, the provider's answer (a ServiceAck, framed as
+	// on ProtoService), then raw bytes both ways. Only the lease's
+	// renter, only while the job runs.
+	ProtoPortForward protocol.ID = "/gpumesh/port-forward/1.0.0"
 	// ProtoGPUChallenge: verifier → provider, a GPU challenge
 	// (attest/gpuproof: challenge, ready, ping, seed, commitment, result).
 	ProtoGPUChallenge protocol.ID = "/gpumesh/gpu-challenge/1.0.0"
@@ -66,7 +77,8 @@ type GPUVerdictGossip struct {
 var (
 	RequestProtocols = []protocol.ID{ProtoBid, ProtoAward, ProtoHeartbeat, ProtoLeaseEvent, ProtoReceipt, ProtoCancel,
 		ProtoCheckpoint, ProtoWarm}
-	StreamProtocols = []protocol.ID{ProtoLogs, ProtoOutputs, ProtoArtifact, ProtoService, ProtoGPUChallenge}
+	StreamProtocols = []protocol.ID{ProtoLogs, ProtoOutputs, ProtoArtifact, ProtoService, ProtoGPUChallenge,
+		ProtoExec, ProtoPortForward}
 )
 
 // ServiceRequest opens a ProtoService stream to one service lease; only the

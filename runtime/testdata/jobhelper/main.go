@@ -19,10 +19,15 @@
 //	jobhelper dial ADDR         connect to tcp ADDR ("self": a listener of
 //	                            its own on 127.0.0.1), print "connected"
 //	                            or exit 3
+//	jobhelper id                print "uid U gid G"
+//	jobhelper copy              copy stdin to stdout, then print "eof"
+//	jobhelper isatty            print "tty" if stdin is a terminal, else
+//	                            "notty"
 package main
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -32,6 +37,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -166,6 +173,20 @@ func main() {
 		}
 		c.Close()
 		fmt.Println("connected")
+	case "id":
+		fmt.Printf("uid %d gid %d\n", os.Getuid(), os.Getgid())
+	case "copy":
+		if _, err := io.Copy(os.Stdout, os.Stdin); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(3)
+		}
+		fmt.Println("eof")
+	case "isatty":
+		if _, err := unix.IoctlGetTermios(0, unix.TCGETS); err == nil {
+			fmt.Println("tty")
+		} else {
+			fmt.Println("notty")
+		}
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
