@@ -145,6 +145,11 @@ type ProviderConfig struct {
 	// host's network, containers get Docker's bridge network. Default
 	// false: each job has no network but its own loopback.
 	AllowJobNetwork bool `yaml:"allow_job_network"`
+	// JobUIDBase is the first of the 1000 uids jobs run as (one per job)
+	// when the daemon runs as root; default 200000. Uids are the host's:
+	// two providers on one host need pools that do not overlap, or a job
+	// of one could signal (kill -9 -1) the other's jobs.
+	JobUIDBase int `yaml:"job_uid_base"`
 	// BidHolds makes each bid hold its GPUs tentatively until its award,
 	// its release or a short expiry (auction.ProviderConfig.HoldGrace), so
 	// that concurrent auctions are not offered the same GPUs. Default
@@ -217,6 +222,9 @@ func (c Config) Validate() error {
 	}
 	if c.CheckpointQuotaGBPerHour < 0 || c.CheckpointQuotaGBPerHour != c.CheckpointQuotaGBPerHour || c.CheckpointQuotaGBPerHour > 1<<20 {
 		return fmt.Errorf("checkpoint_quota_gb_per_hour must be a positive number of GiB (default 16), got %v", c.CheckpointQuotaGBPerHour)
+	}
+	if b := c.Provider.JobUIDBase; b != 0 && (b < 1000 || b > 1<<30) {
+		return fmt.Errorf("provider.job_uid_base must be a uid from 1000 to %d (default 200000), got %d", 1<<30, b)
 	}
 	if c.Provider.JobFilesMaxGB < 0 || c.Provider.JobFilesMaxGB != c.Provider.JobFilesMaxGB || c.Provider.JobFilesMaxGB > 1<<20 {
 		return fmt.Errorf("provider.job_files_max_gb must be a positive number of GiB (default 10), got %v", c.Provider.JobFilesMaxGB)

@@ -178,3 +178,20 @@ func TestConfigUnknownKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestJobUIDBase: provider.job_uid_base reaches both executors, and an
+// out-of-range base is refused with a clear error.
+func TestJobUIDBase(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Provider.JobUIDBase = 230000
+	po, do := executorOptions(cfg.Provider, t.TempDir(), nil)
+	if po.UIDBase != 230000 || do.UIDBase != 230000 {
+		t.Fatalf("uid base reached the executors as %d and %d, want 230000", po.UIDBase, do.UIDBase)
+	}
+	for _, bad := range []int{-1, 999, 1<<30 + 1} {
+		cfg.Provider.JobUIDBase = bad
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "job_uid_base") {
+			t.Errorf("job_uid_base %d: %v, want an error naming it", bad, err)
+		}
+	}
+}

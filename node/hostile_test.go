@@ -141,6 +141,10 @@ func TestHostileTenantAmongEight(t *testing.T) {
 			"/tmp and /run/lock plants and kill -9 -1 are left out (they need per-job uids and namespaces, which need root)")
 	}
 	pc := fastConfig(providerConfig("eu-west", 1.0, a100, a100, a100, a100, a100, a100, a100, a100))
+	// The hostile job runs kill -9 -1 as its uid, which reaches every
+	// process of that uid on the host: its own pool keeps it off the jobs
+	// of the other packages' tests running beside this one.
+	pc.Provider.JobUIDBase = 230000
 	cfgs := []Config{pc}
 	for range 7 {
 		cfgs = append(cfgs, renterConfig())

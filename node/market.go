@@ -230,8 +230,8 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 // jobs get no network (an isolated network namespace, or Docker's "none")
 // unless the provider allows it.
 func executorOptions(p ProviderConfig, work string, log *slog.Logger) (runtime.ProcessOptions, runtime.DockerOptions) {
-	po := runtime.ProcessOptions{Log: log, AllowNetwork: p.AllowJobNetwork}
-	do := runtime.DockerOptions{Root: work, Log: log}
+	po := runtime.ProcessOptions{Log: log, AllowNetwork: p.AllowJobNetwork, UIDBase: p.JobUIDBase}
+	do := runtime.DockerOptions{Root: work, Log: log, UIDBase: p.JobUIDBase}
 	if p.AllowJobNetwork {
 		do.Network = "bridge"
 	}
