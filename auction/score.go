@@ -244,6 +244,10 @@ func rejectReason(j *Job, c Candidate, now time.Time, seen map[string]bool) stri
 		return "duplicate bid from provider"
 	case j.Excludes(b.Provider):
 		return "provider excluded: it lost an earlier attempt of the job"
+	case !SampledBidder(j, b.Provider):
+		// An honest provider outside the call's sample does not bid: a bid
+		// from one is a peer pushing in where the renter did not ask.
+		return "provider not asked: outside the call's bid sample"
 	case !b.ExpiresAt.IsZero() && !now.Before(b.ExpiresAt):
 		return fmt.Sprintf("bid expired at %s", b.ExpiresAt.UTC().Format(time.RFC3339))
 	case math.IsNaN(b.Price) || math.IsInf(b.Price, 0) || b.Price <= 0:

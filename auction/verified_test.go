@@ -1,6 +1,8 @@
 package auction
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,4 +52,38 @@ func providersOf(rs []Ranked) []string {
 		out = append(out, r.Bid.Provider)
 	}
 	return out
+}
+
+// TestUnsampledBidRejected: when a call asks only a sample of the
+// providers (Job.BidSample), a bid from a provider outside the sample is
+// rejected, however cheap: honest providers outside it do not bid, so such
+// a bid is a peer pushing in where the renter did not ask.
+func TestUnsampledBidRejected(t *testing.T) {
+	now := time.Now()
+	j := &Job{ID: "j", MaxPrice: 2, Duration: time.Hour, BidSample: 0.5, BidSeed: "seed"}
+	var in, out string
+	for i := 0; in == "" || out == ""; i++ {
+		p := fmt.Sprintf("provider-%d", i)
+		if SampledBidder(j, p) {
+			in = p
+		} else {
+			out = p
+		}
+	}
+	bid := func(p string, price float64) Candidate {
+		return Candidate{Bid: Bid{JobID: j.ID, Provider: p, Price: price, Start: now, End: now.Add(j.Duration),
+			ExpiresAt: now.Add(time.Minute)}, Reliability: 0.5}
+	}
+	got := RankAt(j, []Candidate{bid(out, 0.5), bid(in, 1.5)}, now)
+	if got[0].Bid.Provider != in || got[0].Rejected != "" {
+		t.Fatalf("winner %s (%q), want the sampled provider", got[0].Bid.Provider, got[0].Rejected)
+	}
+	if got[1].Bid.Provider != out || !strings.Contains(got[1].Rejected, "sample") {
+		t.Fatalf("the unsampled bid: %+v, want rejected as outside the sample", got[1])
+	}
+	// Without sampling everyone may bid.
+	j.BidSample = 0
+	if got := RankAt(j, []Candidate{bid(out, 0.5), bid(in, 1.5)}, now); got[0].Bid.Provider != out {
+		t.Fatalf("without a sample the cheapest bid lost: %+v", got[0])
+	}
 }
