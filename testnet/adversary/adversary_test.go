@@ -3,6 +3,7 @@ package adversary
 import (
 	"context"
 	"fmt"
+	"github.com/gpumesh/gpumesh/attest/gpuproof"
 	"log/slog"
 	"math"
 	"os"
@@ -631,4 +632,26 @@ func TestHalfSentFramesDoNotExhaustTheDaemon(t *testing.T) {
 	if grew > 48<<20 {
 		t.Fatalf("heap grew %.1f MiB under %d half-sent frames (claiming %d MiB)", float64(grew)/(1<<20), opened, claimed>>20)
 	}
+}
+
+// TestReplayedGPUChallengeRefused: a peer's signed GPU challenge is
+// answered once; the same signed bytes sent again on a new stream are
+// refused as a replay, and the provider counts the refusal.
+func TestReplayedGPUChallengeRefused(t *testing.T) {
+	renter, provs := network(t, 1.0)
+	prov := provs[0]
+	p := adversary(t, renter, prov)
+	first, replay, err := ChallengeReplay(context.Background(), p, prov.ID(), "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Refused != "" || first.Backend != gpuproof.BackendCPU {
+		t.Fatalf("first challenge answered %+v, want prepared on the declared GPU's CPU path", first)
+	}
+	if !strings.Contains(replay.Refused, "already seen") {
+		t.Fatalf("replayed challenge answered %+v, want refused as a replay", replay)
+	}
+	waitFor(t, 10*time.Second, "the refusal counted", func() bool {
+		return counters(t, prov)["provider.gpu_challenge_refused"] >= 1
+	})
 }
