@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -37,6 +38,16 @@ type GPU struct {
 	// sets it itself, so it is informational only: eligibility, pricing,
 	// ranking and discovery ignore it (TestDetectedFlagGivesNoAdvantage).
 	Detected bool `json:"detected" yaml:"-"`
+}
+
+// DeviceName is how device i of a GPU list is named between peers (GPU
+// challenges, scrubbing): its UUID, or its index when it has none
+// (declared GPUs).
+func DeviceName(gpus []GPU, i int) string {
+	if i >= 0 && i < len(gpus) && gpus[i].UUID != "" {
+		return gpus[i].UUID
+	}
+	return strconv.Itoa(i)
 }
 
 // Window is a recurring weekly time window, e.g. nights or weekends.

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"github.com/gpumesh/gpumesh/auction"
 	"sync"
 
 	"context"
@@ -97,10 +98,7 @@ func (m *market) apiVerify(r *http.Request) (any, error) {
 	m.d.net.AddAddrs(id, c.Addrs)
 	var out []api.VerifyResult
 	for i, g := range c.GPUs {
-		dev := g.UUID
-		if dev == "" {
-			dev = strconv.Itoa(i)
-		}
+		dev := auction.DeviceName(c.GPUs, i)
 		if req.Device != "" && req.Device != dev && req.Device != strconv.Itoa(i) {
 			continue
 		}

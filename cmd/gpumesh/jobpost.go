@@ -324,14 +324,12 @@ func readJobFile(p string) ([]byte, error) {
 // parseDeadline accepts an RFC3339 time or a positive duration from now.
 func parseDeadline(s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil // auction.Job.Validate refuses one before the job's creation
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
+	// A time before the job's creation is refused by auction.Job.Validate.
+	t, ok := taskfile.ParseDeadline(s, now)
+	if !ok {
 		return time.Time{}, fmt.Errorf("--deadline must be an RFC3339 time or a positive duration from now, got %q", s)
 	}
-	return now.Add(d), nil
+	return t, nil
 }
 
 // waitInterval is how often `job post --wait` polls the job's status and

@@ -689,14 +689,25 @@ func (p *tp) stringMap(n *yaml.Node, key string, check func(v *yaml.Node, name s
 
 // deadline is an RFC3339 time or a positive duration from now.
 func deadline(s string, now time.Time) (time.Time, error) {
+	t, ok := ParseDeadline(s, now)
+	if !ok {
+		return time.Time{}, fmt.Errorf("must be an RFC3339 time or a positive duration from now (e.g. 30m), got %q", s)
+	}
+	return t, nil
+}
+
+// ParseDeadline reads a job's deadline: an RFC3339 time, or a positive
+// duration from now; false when s is neither. Task files and job post's
+// --deadline both read it so.
+func ParseDeadline(s string, now time.Time) (time.Time, bool) {
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil
+		return t, true
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
-		return time.Time{}, fmt.Errorf("must be an RFC3339 time or a positive duration from now (e.g. 30m), got %q", s)
+		return time.Time{}, false
 	}
-	return now.Add(d), nil
+	return now.Add(d), true
 }
 
 func kindName(n *yaml.Node) string {
