@@ -217,15 +217,7 @@ func MatPowCPU(key uint64, n, k int) []uint32 {
 // ResultHash is the hex SHA-256 of C as sent: little-endian, row-major.
 func ResultHash(c []uint32) string {
 	h := sha256.New()
-	buf := make([]byte, 0, 1<<16)
-	for _, v := range c {
-		buf = binary.LittleEndian.AppendUint32(buf, v)
-		if len(buf) == cap(buf) {
-			h.Write(buf)
-			buf = buf[:0]
-		}
-	}
-	h.Write(buf)
+	_ = writeResult(h, c) // a hash.Hash never fails a write
 	return hex.EncodeToString(h.Sum(nil))
 }
 

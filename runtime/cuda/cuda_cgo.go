@@ -191,6 +191,20 @@ func Devices() ([]Device, error) {
 	return out, nil
 }
 
+// find is the driver's device uuid ("" for its first device).
+func find(uuid string) (Device, error) {
+	devs, err := Devices()
+	if err != nil {
+		return Device{}, err
+	}
+	for _, d := range devs {
+		if d.UUID == uuid || uuid == "" {
+			return d, nil
+		}
+	}
+	return Device{}, fmt.Errorf("cuda: no device %s among the driver's %d", uuid, len(devs))
+}
+
 // Session holds one device's context, the challenge kernels and the
 // buffers for n×n matrices, ready to run a challenge: everything that does
 // not depend on the challenge's seed, so that the timed part is the work.
@@ -212,20 +226,11 @@ func Open(uuid string, n int) (*Session, error) {
 	if n <= 0 || n%128 != 0 || n > 1<<15 {
 		return nil, fmt.Errorf("cuda: matrix size %d is not a positive multiple of 128 up to 32768", n)
 	}
-	devs, err := Devices()
+	d, err := find(uuid)
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{n: n}
-	found := false
-	for _, d := range devs {
-		if d.UUID == uuid || (uuid == "" && !found) {
-			s.Device, found = d, true
-		}
-	}
-	if !found {
-		return nil, fmt.Errorf("cuda: no device %s among the driver's %d", uuid, len(devs))
-	}
+	s := &Session{n: n, Device: d}
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	// C writes into locals: pointers into s (which holds Go strings) may
@@ -354,19 +359,14 @@ const scrubChunk = 256 << 20
 // gone), writes zeros over each and frees them. It returns the bytes
 // zeroed and the device's total memory.
 func Scrub(uuid string) (zeroed, total uint64, err error) {
-	devs, err := Devices()
+	if uuid == "" {
+		return 0, 0, fmt.Errorf("cuda: scrub needs a device UUID")
+	}
+	d, err := find(uuid)
 	if err != nil {
 		return 0, 0, err
 	}
-	ord := -1
-	for _, d := range devs {
-		if d.UUID == uuid {
-			ord = d.Ordinal
-		}
-	}
-	if ord < 0 {
-		return 0, 0, fmt.Errorf("cuda: no device %s among the driver's %d", uuid, len(devs))
-	}
+	ord := d.Ordinal
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	var dev C.CUdevice
