@@ -212,13 +212,17 @@ type groupKey struct {
 // receipt of the renter this book saw (by the book's own clock) and owed
 // is what the renter owes in the kept receipts of providers OTHER than the
 // one being scored; the book's owner (BookOptions.Self) has full standing
-// in its own book. A receipt from a renter with standing s weighs s, plus
-// NewcomerWeight·(1-s); the newcomer parts of all of a provider's receipts
-// together weigh at most NewcomerCap receipts. Forty fresh identities thus
-// move a provider about as much as one receipt from an established renter.
-// (Age is the part that costs an attacker: owed money can be farmed
-// between fake providers, and is only worth something once the identities
-// have aged.)
+// in its own book. A receipt from a renter with standing s weighs s (its
+// established part), plus NewcomerWeight·(1-s) (its newcomer part); the
+// newcomer parts of all of a provider's receipts together weigh at most
+// NewcomerCap receipts. The newcomer part may lower a provider but never
+// lift it: in every component it counts the receipt's value as
+// min(value, Prior). Receipts are two-party signed, so a renter reports
+// only on a provider that countersigned with it: fresh renters cannot hurt
+// an honest provider, and a provider farming itself up with fresh renter
+// identities gets nothing above Prior from them. (Age is the part of
+// standing that costs an attacker: owed money can be farmed between fake
+// providers, and is only worth something once the identities have aged.)
 //
 // Score blends three recency-weighted components: completion (succeeded vs
 // failed or expired; preempted and cancelled leases are not the provider's
@@ -664,6 +668,11 @@ func (b *Book) Stats(provider string) ProviderRep {
 	type renterJob struct{ renter, job string }
 	stopped := map[renterJob]bool{}
 	for i, rec := range ps.records {
+		// What the receipt adds to a component where its value is v: the
+		// established part at v, the newcomer part at most at Prior.
+		e, n := est[i], nov[i]*novScale
+		w := e + n
+		x := func(v float64) float64 { return e*v + n*math.Min(v, Prior) }
 		if rec.jobFault && rec.honest {
 			// The job failed through its own fault: its receipt says
 			// nothing about the provider, for better or worse (a renter
@@ -671,13 +680,12 @@ func (b *Book) Stats(provider string) ProviderRep {
 			rep.JobFaults++
 			continue
 		}
-		w := est[i] + nov[i]*novScale
 		rep.Weight += w
 		switch rec.outcome {
 		case auction.RunSucceeded:
 			rep.Completed++
 			compW += w
-			compX += w
+			compX += x(1)
 		case auction.RunFailed, auction.RunExpired:
 			if rec.jobFault {
 				rep.JobFaults++ // and overclaimed: only its honesty counts
@@ -700,11 +708,11 @@ func (b *Book) Stats(provider string) ProviderRep {
 		}
 		if rec.hasCov {
 			covW += w
-			covX += w * rec.coverage
+			covX += x(rec.coverage)
 		}
 		honW += w
 		if rec.honest {
-			honX += w
+			honX += x(1)
 		} else {
 			rep.Overclaims++
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -194,8 +196,10 @@ func TestFailoverToRunnerUp(t *testing.T) {
 }
 
 // TestJobRunsEndToEnd: a job runs on the winner, the renter sees its output
-// and results, both sides hold the two-party receipt in their ledgers, and a
-// third node that only heard the gossip sees the provider's reputation rise.
+// and results, both sides hold the two-party receipt in their ledgers, the
+// renter's own book lifts the provider, and a third node that only heard
+// the gossip counts the receipt but, the renter being new to it, does not
+// lift the provider above the prior.
 func TestJobRunsEndToEnd(t *testing.T) {
 	third := renterConfig()
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), third)
@@ -286,8 +290,11 @@ func TestJobRunsEndToEnd(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if after := observer.market.book.Score(prov.ID().String()); after <= before {
-		t.Fatalf("observer's view of the provider's reputation did not rise: %.3f -> %.3f", before, after)
+	if after := observer.market.book.Stats(prov.ID().String()); after.Weight <= 0 || math.Abs(after.Score-before) > 1e-9 {
+		t.Fatalf("observer's view of the provider after a newcomer's receipt: %.3f -> %+v, want counted at %.3f", before, after, before)
+	}
+	if own := boot.market.book.Score(prov.ID().String()); own <= attest.Prior {
+		t.Fatalf("the renter's own book scores the provider %.3f after its lease succeeded: not above the prior", own)
 	}
 	if st := prov.market.provider.Stats(); st.EarningsUSD <= 0 || st.Won != 1 {
 		t.Fatalf("provider stats %+v", st)
