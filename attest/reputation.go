@@ -32,8 +32,10 @@ const (
 	weightCompletion = 0.5
 	weightUptime     = 0.3
 	weightHonesty    = 0.2
-	// Prior is the score of an identity the book knows nothing about.
-	Prior = 0.5
+	// Prior is the score of an identity the book knows nothing about: the
+	// auction's neutral reliability, above which a renter invites a
+	// provider to its calls by name.
+	Prior = auction.NeutralReliability
 )
 
 // Book defaults.

@@ -306,7 +306,10 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 		}
 		return out
 	}
-	r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: 5, Expected: all})
+	// A market the renter's book knows nothing of: the draw alone picks
+	// whom to ask (invitations: TestEstablishedProvidersAskedAmongSybilRecords).
+	unknown := func(string) float64 { return NeutralReliability }
+	r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: 5, Expected: all, Reputation: unknown})
 	const window = 5 * time.Second
 	for round := 0; round < 20; round++ {
 		j := euJob(m.now())

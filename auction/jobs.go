@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // Bid window bounds. A job that does not set BidWindow gets DefaultBidWindow.
@@ -112,12 +115,34 @@ func FieldErrors(err error) []*FieldError {
 	return out
 }
 
-// SampledBidder reports whether provider is among the share of the
-// providers hearing j's call that it asks to answer (Job.BidSample): a
-// hash of the call's seed and the provider's id, so that the renter knows
-// whom it asked and a provider cannot make itself more likely.
+// MaxBidInvited bounds the providers a call invites by name
+// (Job.BidInvited).
+const MaxBidInvited = 32
+
+// maxPeerIDLen bounds a peer id a job names: an Ed25519 identity's is 52
+// characters.
+const maxPeerIDLen = 128
+
+// validPeerID is the rule for a peer id a job names: a libp2p peer id of
+// at most maxPeerIDLen characters.
+func validPeerID(s string) error {
+	if s == "" || len(s) > maxPeerIDLen {
+		return fmt.Errorf("peer id of %d characters, want 1 to %d", len(s), maxPeerIDLen)
+	}
+	if _, err := peer.Decode(s); err != nil {
+		return fmt.Errorf("%q is not a peer id", s)
+	}
+	return nil
+}
+
+// SampledBidder reports whether provider is among the providers hearing
+// j's call that it asks to answer: all of them when the call is not
+// sampled; else those it invites by name (Job.BidInvited) and the share
+// Job.BidSample that a hash of the call's seed and the provider's id
+// picks, so that the renter knows whom it asked and a provider cannot
+// make itself more likely.
 func SampledBidder(j *Job, provider string) bool {
-	if j.BidSample <= 0 || j.BidSample >= 1 {
+	if j.BidSample <= 0 || j.BidSample >= 1 || slices.Contains(j.BidInvited, provider) {
 		return true
 	}
 	h := sha256.Sum256([]byte(j.BidSeed + "/" + provider))
@@ -130,8 +155,9 @@ func SampledBidder(j *Job, provider string) bool {
 // Duration, a negative MinVRAMGB, MinReliability outside [0,1], an empty
 // command, a Run.Env variable no runtime would set (CheckEnvVar), a negative Run.MemoryMB, an empty GPU model or dataset name, a
 // preemptible gold job (gold is the protected tier), a negative attempt, a
-// BidWindow outside [MinBidWindow, MaxBidWindow] and a Deadline before
-// CreatedAt, and an ID that breaks ValidID. ID, Owner and CreatedAt may be empty (the renter fills them
+// BidWindow outside [MinBidWindow, MaxBidWindow], more than MaxBidInvited
+// invited bidders, one that is not a peer id or is invited twice, a
+// Deadline before CreatedAt, and an ID that breaks ValidID. ID, Owner and CreatedAt may be empty (the renter fills them
 // when it posts the job). Each problem is a *FieldError (see FieldErrors).
 func (j *Job) Validate() error {
 	if j == nil {
@@ -252,6 +278,17 @@ func (j *Job) Validate() error {
 	}
 	if len(j.BidSeed) > 64 {
 		bad("bid_seed", "at most 64 bytes, got %d", len(j.BidSeed))
+	}
+	if len(j.BidInvited) > MaxBidInvited {
+		bad("bid_invited", "at most %d providers, got %d", MaxBidInvited, len(j.BidInvited))
+	} else {
+		for i, p := range j.BidInvited {
+			if err := validPeerID(p); err != nil {
+				bad(fmt.Sprintf("bid_invited[%d]", i), "%v", err)
+			} else if slices.Index(j.BidInvited, p) < i {
+				bad(fmt.Sprintf("bid_invited[%d]", i), "%s is invited twice", p)
+			}
+		}
 	}
 	if !j.Deadline.IsZero() && !j.CreatedAt.IsZero() && j.Deadline.Before(j.CreatedAt) {
 		bad("deadline", "%s is before created_at %s", j.Deadline.Format(time.RFC3339), j.CreatedAt.Format(time.RFC3339))

@@ -201,9 +201,10 @@ type RenterConfig struct {
 	// does a provider that stays silent (gone, or its decline sampled).
 	Expected func(job *Job) []string
 	// MaxBidders caps the bids a call asks for: when more providers are
-	// expected to answer, the call asks a random share of them
-	// (Job.BidSample, a fresh seed per call) and waits only for those.
-	// 0 means DefaultMaxBidders; negative asks every provider.
+	// expected to answer, the call invites the established ones by name
+	// (Job.BidInvited, up to half) and asks a random share of the others
+	// (Job.BidSample, a fresh seed per call) for the rest, and waits only
+	// for those. 0 means DefaultMaxBidders; negative asks every provider.
 	MaxBidders int
 	// OnLease is called when a provider confirms a lease.
 	OnLease func(Lease, Job)
@@ -342,21 +343,11 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		return job, err
 	}
 	var expected []string
-	job.BidSample, job.BidSeed = 0, ""
+	job.BidSample, job.BidSeed, job.BidInvited = 0, "", nil
 	if r.cfg.Expected != nil {
 		expected = r.cfg.Expected(&job)
 		if n := len(expected); r.cfg.MaxBidders > 0 && n > r.cfg.MaxBidders {
-			// A seed whose share holds at least half the bidders wanted
-			// (a few draws at most): an unlucky draw would ask too few.
-			job.BidSample = float64(r.cfg.MaxBidders) / float64(n)
-			all := expected
-			for range 16 {
-				job.BidSeed = NewID("seed")
-				expected = slices.DeleteFunc(slices.Clone(all), func(p string) bool { return !SampledBidder(&job, p) })
-				if 2*len(expected) >= r.cfg.MaxBidders {
-					break
-				}
-			}
+			expected = r.sample(&job, expected)
 		}
 	}
 	rj := &renterJob{
@@ -618,6 +609,74 @@ func (r *Renter) checkHoldings(ctx context.Context, rj *renterJob, job *Job, can
 		default:
 		}
 	}
+}
+
+// sample makes job's call ask MaxBidders of the providers expected to
+// answer it (more than that) and returns those it asks: the established
+// ones by name (invitees), and the rest of MaxBidders drawn from the
+// others (Job.BidSample of them, with a seed whose draw holds at least
+// half the bidders wanted: an unlucky draw would ask too few, so a few
+// seeds are tried at most). However many records fresh identities
+// publish, they only dilute the draw, never the invitations.
+func (r *Renter) sample(job *Job, expected []string) []string {
+	job.BidInvited = r.invitees(job, expected)
+	rest := slices.DeleteFunc(slices.Clone(expected), func(p string) bool { return slices.Contains(job.BidInvited, p) })
+	want := r.cfg.MaxBidders - len(job.BidInvited)
+	job.BidSample = float64(want) / float64(len(rest))
+	var drawn []string
+	for range 16 {
+		job.BidSeed = NewID("seed")
+		drawn = slices.DeleteFunc(slices.Clone(rest), func(p string) bool { return !SampledBidder(job, p) })
+		if 2*len(drawn) >= want {
+			break
+		}
+	}
+	return append(slices.Clone(job.BidInvited), drawn...)
+}
+
+// invitees are the providers among expected that the renter holds
+// established, best first, up to half of MaxBidders (and MaxBidInvited):
+// those its reputation scores above NeutralReliability (evidence from its
+// own leases or from renters with standing: fresh identities cannot lift
+// a provider there, see attest.Book) or that it holds verified for a GPU
+// model the job names.
+func (r *Renter) invitees(job *Job, expected []string) []string {
+	type invitee struct {
+		id    string
+		score float64
+	}
+	var est []invitee
+	seen := make(map[string]bool, len(expected))
+	for _, p := range expected {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		// (An id that is not a peer id would make the call invalid.)
+		if s := r.reputation(p); (s > NeutralReliability || r.verifiedFor(job, p)) && validPeerID(p) == nil {
+			est = append(est, invitee{p, s})
+		}
+	}
+	sort.Slice(est, func(i, j int) bool {
+		if est[i].score != est[j].score {
+			return est[i].score > est[j].score
+		}
+		return est[i].id < est[j].id
+	})
+	out := make([]string, 0, min(len(est), r.cfg.MaxBidders/2, MaxBidInvited))
+	for _, e := range est[:cap(out)] {
+		out = append(out, e.id)
+	}
+	return out
+}
+
+// verifiedFor reports whether the renter holds provider verified for a
+// GPU model job names (none named: it cannot tell which it would bid).
+func (r *Renter) verifiedFor(job *Job, provider string) bool {
+	if r.cfg.Verified == nil {
+		return false
+	}
+	return slices.ContainsFunc(job.GPUModels, func(m string) bool { return r.cfg.Verified(provider, m) })
 }
 
 // standing fills what the renter's book says of a bid's provider: its

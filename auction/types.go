@@ -215,6 +215,11 @@ type Job struct {
 	// does not grow with every fitting provider of a large market.
 	BidSample float64 `json:"bid_sample,omitempty" yaml:"-"`
 	BidSeed   string  `json:"bid_seed,omitempty" yaml:"-"`
+	// BidInvited names providers a sampled call asks to answer whatever
+	// the draw: the renter invites those its own book holds established,
+	// so that fresh capability records, however many, cannot crowd them
+	// out of the sample (see Renter.Post). At most MaxBidInvited.
+	BidInvited []string `json:"bid_invited,omitempty" yaml:"-"`
 	// CheckpointEvery is how often the provider saves the job's checkpoint
 	// dir (GPUMESH_CHECKPOINT_DIR) as an artifact while it runs; 0 saves it
 	// only when the lease ends early (preemption, drain, gap end).
