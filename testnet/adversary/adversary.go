@@ -2,8 +2,9 @@
 // project's own libp2p, signing and message code that attack a running
 // network the way a dishonest or broken node would. Each attack is a
 // function (FakeProvider, NonConfirmingBidders, CallFlood, ReplayReceipts,
-// SybilReceipts, MalformedFrames, UnsolicitedNotice, MoveIntoPast,
-// ReuseLeaseID) that reports what the target answered;
+// SybilReceipts, SybilRecords, CallNamingAddrs, MalformedFrames,
+// UnsolicitedNotice, MoveIntoPast, ReuseLeaseID) that reports what the
+// target answered;
 // the package's tests run them against in-process daemons and assert the
 // outcome, and cmd/adversary runs them against any testnet.
 package adversary

@@ -596,6 +596,71 @@ func TestReceiptReplayAndSybils(t *testing.T) {
 		sr.Receipts, float64(sr.Receipts)*cfg.Amount, cfg.Renters, sr.Provider, rep.Rep.Score, rep.Rep.Weight, rep.Rep.Renters)
 }
 
+// TestSybilCapabilityRecords: a renter has one established provider (its
+// own lease with it settled, so its book scores it above the prior). A
+// peer then publishes capability records for 120 fresh identities that
+// fit the renter's jobs, and the renter lists them all: its calls sample
+// 16 of 121 providers. Each call still asks the established provider
+// (invited by name) and places the job there; drawn at random it would be
+// asked in about one call of eight.
+func TestSybilCapabilityRecords(t *testing.T) {
+	renter, provs := network(t, 1.0)
+	honest := provs[0]
+	hid := honest.ID().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	settled(t, renter, postUntilLeased(t, renter, honestJob(), 20*time.Second))
+	waitFor(t, 10*time.Second, "the renter's book scoring its provider above the prior", func() bool {
+		rep, err := renter.api.Reputation(ctx, hid)
+		return err == nil && rep.Rep.Score > attest.Prior
+	})
+	p := adversary(t, renter, honest)
+	const sybils = 120
+	sr, err := SybilRecords(ctx, p, sybils, BidderConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the renter listing every sybil record", func() bool {
+		caps, err := renter.api.Providers(ctx, auction.Query{})
+		if err != nil {
+			return false
+		}
+		listed := map[string]bool{}
+		for _, c := range caps {
+			listed[c.Peer] = true
+		}
+		for _, id := range sr.Identities {
+			if !listed[id] {
+				return false
+			}
+		}
+		return listed[hid]
+	})
+	stats := func() auction.ProviderStats {
+		s, err := honest.api.ProviderStats(ctx)
+		if err != nil {
+			t.Fatalf("provider stats: %v", err)
+		}
+		return s.ProviderStats
+	}
+	before := stats()
+	const jobs = 3
+	for i := range jobs {
+		v, _ := post(t, renter, honestJob())
+		if v.Lease == nil || v.Lease.Provider != hid {
+			t.Fatalf("job %d among %d sybil records: %s %v, lease %+v: not placed on the established provider %s",
+				i, sybils, v.State, v.Reasons, v.Lease, hid)
+		}
+		settled(t, renter, v)
+	}
+	after := stats()
+	if n := after.Ineligible["not_sampled"] - before.Ineligible["not_sampled"]; n != 0 {
+		t.Fatalf("%d of %d calls did not ask the established provider", n, jobs)
+	}
+	t.Logf("%d sybil records: %d jobs, each asked of and leased to the established provider (%d bids)",
+		len(sr.Identities), jobs, after.Bids-before.Bids)
+}
+
 // TestHalfSentFramesDoNotExhaustTheDaemon: hostile identities hold many
 // streams on a provider's request protocols, each with a header claiming a
 // whole frame (1 MiB) and a little of its payload. The provider's memory

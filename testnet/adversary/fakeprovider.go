@@ -104,18 +104,8 @@ func (p *Peer) bidder(ctx context.Context, cfg BidderConfig, onLease func(auctio
 		}
 		actx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
-		// Right after joining, the routing table may hold no DHT peer yet:
-		// try again until the put lands.
-		for {
-			err := p.Node.DHT.PutValue(actx, auction.CapabilityKey(p.ID()), b)
-			if err == nil {
-				break
-			}
-			select {
-			case <-actx.Done():
-				return nil, fmt.Errorf("adversary: advertise: %w", err)
-			case <-time.After(100 * time.Millisecond):
-			}
+		if err := putRecord(actx, p, auction.CapabilityKey(p.ID()), b); err != nil {
+			return nil, fmt.Errorf("adversary: advertise: %w", err)
 		}
 		for _, k := range auction.DiscoveryKeys(capab) {
 			if err := p.Node.Provide(actx, k); err != nil {

@@ -156,3 +156,36 @@ func (t rewriteAwards) SendAward(ctx context.Context, to peer.ID, data []byte) (
 	}
 	return t.transport.SendAward(ctx, to, b)
 }
+
+// CallNamingAddrs publishes a call for bids for job from a fresh owner
+// identity that never joins the network, naming addrs (and each with the
+// owner's /p2p/ id) as the owner's addresses (Job.OwnerAddrs): a third
+// party's host, say. Anyone can fill them, so a provider that dialled
+// them could be aimed at any machine, by every caller, as a scanner or a
+// flood. An honest provider bids, but reaches a renter only through what
+// it learned itself: here nothing, so its bid goes undelivered
+// (auction.ProviderStats.Undelivered) and nothing connects to addrs. It
+// returns the call's job.
+func CallNamingAddrs(ctx context.Context, p *Peer, job auction.Job, addrs []string) (auction.Job, error) {
+	owner, err := NewSigner()
+	if err != nil {
+		return job, err
+	}
+	job.ID, job.Owner, job.CreatedAt, job.OwnerAddrs = auction.NewID("job"), owner.ID().String(), time.Now(), nil
+	for _, a := range addrs {
+		job.OwnerAddrs = append(job.OwnerAddrs, a, a+"/p2p/"+job.Owner)
+	}
+	if err := job.Validate(); err != nil {
+		return job, fmt.Errorf("adversary: call: %w", err)
+	}
+	for _, topic := range auction.JobTopics(&job) {
+		data, err := auction.EncodeCall(owner, job, topic)
+		if err != nil {
+			return job, err
+		}
+		if err := p.Node.Publish(ctx, topic, data); err != nil {
+			return job, fmt.Errorf("adversary: publish %s: %w", topic, err)
+		}
+	}
+	return job, nil
+}

@@ -2,6 +2,9 @@ package adversary
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -162,4 +165,59 @@ func TestAwardReusingAnotherRentersLeaseID(t *testing.T) {
 	if fresh.Job.Lease == nil || fresh.Job.Lease.Provider != prov.ID().String() {
 		t.Fatalf("the hostile renter's award under its own lease id: %+v %s (attempts %+v)", fresh.Job.Lease, fresh.Err, fresh.Job.Attempts)
 	}
+}
+
+// TestCallNamingAddrsNotDialled: a call from an owner that never joined
+// the network names a loopback listener this test holds as the owner's
+// address. The provider bids and, unable to reach the owner through
+// anything it learned itself, gives the bid up (undelivered) without ever
+// connecting to the listener.
+func TestCallNamingAddrsNotDialled(t *testing.T) {
+	_, provs := network(t, 1.0)
+	prov := provs[0]
+	victim, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer victim.Close()
+	addr := fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", victim.Addr().(*net.TCPAddr).Port)
+	p := adversary(t, prov)
+	stats := func() auction.ProviderStats {
+		s, err := prov.api.ProviderStats(context.Background())
+		if err != nil {
+			t.Fatalf("provider stats: %v", err)
+		}
+		return s.ProviderStats
+	}
+	before := stats()
+	// Gossip may not carry a call while the mesh forms: a fresh call
+	// (gossip drops a copy it has seen) every two seconds until the
+	// provider has bid on one.
+	var calls []string
+	next := time.Now()
+	waitFor(t, 30*time.Second, "the provider bidding on a call naming the listener", func() bool {
+		if time.Now().After(next) {
+			job, err := CallNamingAddrs(context.Background(), p, honestJob(), []string{addr})
+			if err != nil {
+				t.Fatalf("call naming %s: %v", addr, err)
+			}
+			calls = append(calls, job.ID)
+			next = time.Now().Add(2 * time.Second)
+		}
+		return stats().Bids > before.Bids
+	})
+	// Its decision about the owner's address: the bid given up.
+	waitFor(t, 20*time.Second, "the provider giving up the bid", func() bool { return stats().Undelivered > before.Undelivered })
+	// A dial the provider made is in the listener's queue by now; the
+	// deadline only bounds the look.
+	_ = victim.(*net.TCPListener).SetDeadline(time.Now().Add(200 * time.Millisecond))
+	if c, err := victim.Accept(); err == nil {
+		c.Close()
+		t.Fatalf("the provider connected to %s, the address a stranger's call named", addr)
+	} else if ne := (net.Error)(nil); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatal(err)
+	}
+	after := stats()
+	t.Logf("%d call(s) naming %s: %d bid(s), %d undelivered, no connection", len(calls), addr,
+		after.Bids-before.Bids, after.Undelivered-before.Undelivered)
 }
