@@ -340,6 +340,10 @@ func (p Paths) Artifacts() string { return filepath.Join(p.Dir, "artifacts") }
 // Jobs holds job work dirs and logs.
 func (p Paths) Jobs() string { return filepath.Join(p.Dir, "jobs") }
 
+// Kept holds the logs and outputs of this renter's no-persist leases,
+// taken from their providers (lease.TrackerConfig.KeptDir).
+func (p Paths) Kept() string { return filepath.Join(p.Dir, "kept") }
+
 // WorkRootRecord records the jobs' scratch root chosen when the default
 // one was refused (see prepareWorkRoot).
 func (p Paths) WorkRootRecord() string { return filepath.Join(p.Dir, "work-root") }

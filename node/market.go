@@ -80,6 +80,7 @@ func newMarket(d *Daemon) (*market, error) {
 		OnSave:       d.inputPins.update,
 		Now:          d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
 		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin, FetchLog: d.fetchLog,
+		FetchOutputs: d.fetchOutputs, KeptDir: d.paths.Kept(),
 		CheckpointBytesPerHour: int64(d.cfg.CheckpointQuotaGBPerHour * (1 << 30)),
 	}); err != nil {
 		return nil, err
