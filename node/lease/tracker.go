@@ -991,7 +991,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	lease := *v.Lease
 	started, ended := v.Started, v.Ended
 	var keep *keepWant
-	if ev.Run.Terminal() && v.Job.NoPersist {
+	if ev.Run.Terminal() && v.Job.NoPersist && !ev.NeverRan() {
 		w := keepWantOf(*v)
 		keep = &w
 	}
