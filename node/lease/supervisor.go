@@ -798,9 +798,9 @@ func (s *Supervisor) janitor() {
 }
 
 // expireJobFiles removes the job log and outputs of each ended lease whose
-// FilesUntil has come (by the supervisor's clock), and reports how many
-// leases' files it removed.
-func (s *Supervisor) expireJobFiles() int {
+// FilesUntil has come (by the supervisor's clock): the janitor's work, and
+// the first step of every prune.
+func (s *Supervisor) expireJobFiles() {
 	now := s.now()
 	var due []string
 	s.mu.Lock()
@@ -822,7 +822,6 @@ func (s *Supervisor) expireJobFiles() int {
 	if n > 0 {
 		s.log.Info("removed job files past their retention", "leases", n)
 	}
-	return n
 }
 
 // hasJobFiles reports whether lease id's job log or outputs are on disk.
