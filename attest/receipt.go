@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
@@ -62,9 +65,61 @@ type Receipt struct {
 	// LogDigest is the SHA-256 (hex) of the job's log the provider
 	// reported and the renter fetched and checked: the evidence a
 	// succeeded run is paid on ("" on receipts from before it was kept).
-	LogDigest  string           `json:"log_digest,omitempty"`
+	LogDigest string `json:"log_digest,omitempty"`
+	// NoPersist is the provider's word that the lease ran under the
+	// no-persistence policy (auction.Job.NoPersist): its log and outputs
+	// went to the renter and are deleted once the lease is settled, none
+	// were kept as artifacts, and the job's memory could not swap. A
+	// renter does not countersign a no-persist job's receipt without it.
+	NoPersist bool `json:"no_persist,omitempty"`
+	// Scrub says what the provider did to its devices' memory after the
+	// lease, before another tenant could use them: ScrubZeroed,
+	// ScrubNoneDeclared (declared GPUs: no device memory to clear), a
+	// ScrubFailed statement, or "" (not said).
+	Scrub      string           `json:"scrub,omitempty"`
 	Heartbeats HeartbeatSummary `json:"heartbeats"`
 	IssuedAt   time.Time        `json:"issued_at"`
+}
+
+// Receipt.Scrub statements. A failed scrub is ScrubFailed followed by why,
+// at most MaxScrubStatement bytes in all.
+const (
+	ScrubZeroed       = "zeroed"
+	ScrubNoneDeclared = "none-declared"
+	ScrubFailed       = "failed: "
+	MaxScrubStatement = 256
+)
+
+// ScrubFailure is the Receipt.Scrub statement of a failed scrub: why, on
+// one line, cut to fit MaxScrubStatement.
+func ScrubFailure(why string) string {
+	why = strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) && !unicode.IsSpace(r) {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(why, "?"))
+	why = strings.Join(strings.Fields(why), " ")
+	if why == "" {
+		why = "unknown error"
+	}
+	s := ScrubFailed + why
+	for len(s) > MaxScrubStatement {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return strings.TrimRight(s, " ")
+}
+
+// validScrub reports whether s is a Receipt.Scrub statement.
+func validScrub(s string) bool {
+	switch {
+	case s == "", s == ScrubZeroed, s == ScrubNoneDeclared:
+		return true
+	case !strings.HasPrefix(s, ScrubFailed) || len(s) > MaxScrubStatement || len(s) == len(ScrubFailed):
+		return false
+	}
+	return s == ScrubFailure(strings.TrimPrefix(s, ScrubFailed))
 }
 
 // AmountFor is the amount due for gpuSeconds at price per GPU-hour.
@@ -134,6 +189,9 @@ func (r Receipt) validate() error {
 	}
 	if r.Checkpoint != "" && !auction.ValidArtifactID(r.Checkpoint) {
 		return bad("checkpoint %q is not an artifact id", r.Checkpoint)
+	}
+	if !validScrub(r.Scrub) {
+		return bad("scrub %.64q is not %q, %q or %q followed by why on one line", r.Scrub, ScrubZeroed, ScrubNoneDeclared, ScrubFailed)
 	}
 	switch r.Outcome {
 	case auction.RunSucceeded, auction.RunFailed, auction.RunPreempted, auction.RunExpired, auction.RunCancelled:

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,5 +259,58 @@ func TestBillableSeconds(t *testing.T) {
 				t.Fatalf("billable %v s, want %v s", got, c.want.Seconds())
 			}
 		})
+	}
+}
+
+// TestReceiptPolicyStatements: the provider's no-persist and scrub
+// statements are signed by both parties like any other field, and a scrub
+// statement outside its vocabulary (or a failure statement that is not
+// one line of printable text) is not a receipt.
+func TestReceiptPolicyStatements(t *testing.T) {
+	prov, renter := signtest.Pair(t)
+	for _, scrub := range []string{"", attest.ScrubZeroed, attest.ScrubNoneDeclared, attest.ScrubFailure("gpu-scrub: exit status 1")} {
+		r := receipt("L1", prov, renter, t0)
+		r.NoPersist, r.Scrub = true, scrub
+		sr := signed(t, prov, renter, r)
+		b, err := sr.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := attest.OpenReceipt(b)
+		if err != nil {
+			t.Fatalf("scrub %q: %v", scrub, err)
+		}
+		if !got.Receipt.NoPersist || got.Receipt.Scrub != scrub {
+			t.Fatalf("round trip: no_persist %v scrub %q, want true %q", got.Receipt.NoPersist, got.Receipt.Scrub, scrub)
+		}
+		// The statements are signed: dropping one is tampering.
+		dropped := *sr
+		dropped.Receipt.NoPersist = false
+		if err := dropped.Verify(); !errors.Is(err, attest.ErrTampered) {
+			t.Fatalf("receipt with no_persist dropped: %v, want ErrTampered", err)
+		}
+	}
+	for _, bad := range []string{"done", "failed: ", "failed: two\nlines", "failed: nul\x00", "zeroed ", "failed: " + strings.Repeat("x", attest.MaxScrubStatement)} {
+		r := receipt("L1", prov, renter, t0)
+		r.Scrub = bad
+		if _, err := attest.NewReceipt(prov, r); !errors.Is(err, attest.ErrInvalidReceipt) {
+			t.Errorf("NewReceipt with scrub %q: %v, want ErrInvalidReceipt", bad, err)
+		}
+		if err := forge(t, prov, renter, r).Verify(); !errors.Is(err, attest.ErrInvalidReceipt) {
+			t.Errorf("forged receipt with scrub %q: %v, want ErrInvalidReceipt", bad, err)
+		}
+	}
+	long := attest.ScrubFailure("cuda: " + strings.Repeat("é", 300) + "\n\tend")
+	if len(long) > attest.MaxScrubStatement || !strings.HasPrefix(long, attest.ScrubFailed+"cuda: é") || strings.ContainsAny(long, "\n\t") {
+		t.Fatalf("ScrubFailure of a long, multi-line reason: %q", long)
+	}
+	spaced := attest.ScrubFailure(strings.Repeat("ab ", 200))
+	r := receipt("L1", prov, renter, t0)
+	r.Scrub = spaced
+	if _, err := attest.NewReceipt(prov, r); err != nil {
+		t.Fatalf("ScrubFailure cut at a space (%q) is not a receipt's statement: %v", spaced, err)
+	}
+	if got := attest.ScrubFailure("  \n"); got != attest.ScrubFailed+"unknown error" {
+		t.Fatalf("ScrubFailure of no reason: %q", got)
 	}
 }

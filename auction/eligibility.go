@@ -62,7 +62,8 @@ const KindBusy = "busy"
 // Reason is short and meant for humans; Kind is a stable, low-cardinality
 // key for counters ("region", "workload", "preemptible", "thermal", "power",
 // "reliability", "gpu_model", "vram", "gpu_count", "price", "capacity",
-// "max_lease", "deadline", "availability", "window", "busy", "excluded").
+// "max_lease", "deadline", "availability", "window", "busy", "excluded",
+// "no_persist").
 type Ineligible struct {
 	Kind   string
 	Reason string
@@ -93,7 +94,8 @@ func inelig(kind, format string, args ...any) error {
 //     followed by a dash, case-insensitively ("eu" matches "eu-west" and
 //     "EU-West", not "europe-x"); workload kind, when the policy restricts
 //     it; preemptible jobs only go to providers that accept preemptible
-//     work; a job with an image needs a container engine, and GPU
+//     work; a no-persist job only goes to providers that offer it, and a
+//     provider that requires it takes no other; a job with an image needs a container engine, and GPU
 //     passthrough for its GPUs (Capability.Containers); hardware: GPUCount devices of one model in Job.GPUModels (any
 //     model if empty, case-insensitive), each with at least MinVRAMGB; price
 //     floor not above the job's MaxPrice;
@@ -265,7 +267,7 @@ func preferFree(bs []Booking, capacity int, start, end time.Time, pool []int) []
 // a provider with capability c could ever bid for j, whatever its calendar,
 // temperature, power draw or reliability. It returns nil or the *Ineligible
 // naming the first rule that fails, checked in this order: residency,
-// workload kind, preemptible work, container support for an image job,
+// workload kind, preemptible work, no-persistence, container support for an image job,
 // hardware (GPU model, VRAM, GPU count of
 // one model), price floor above the job's MaxPrice. Evaluate applies the same
 // checks first, so a provider that fails StaticFit never gets an Offer.
@@ -334,6 +336,9 @@ func staticChecks(c *Capability, j *Job, first bool) (model string, vram int, er
 	if j.Preemptible && !p.AcceptPreemptible && fail(inelig("preemptible", "preemptible work not accepted")) {
 		return "", 0, errs
 	}
+	if err := noPersistFit(p, j); err != nil && fail(err) {
+		return "", 0, errs
+	}
 	if err := containerFit(c, j); err != nil && fail(err) {
 		return "", 0, errs
 	}
@@ -348,6 +353,19 @@ func staticChecks(c *Capability, j *Job, first bool) (model string, vram int, er
 		return "", 0, errs
 	}
 	return model, vram, nil
+}
+
+// noPersistFit is the no-persistence rule: a no-persist job goes only to
+// a provider whose policy offers it, and a provider that requires it
+// takes no other job.
+func noPersistFit(p *Policy, j *Job) error {
+	switch {
+	case j.NoPersist && p.NoPersist != NoPersistOffer && p.NoPersist != NoPersistRequire:
+		return inelig("no_persist", "no-persist jobs not offered (policy no_persist is not %s or %s)", NoPersistOffer, NoPersistRequire)
+	case !j.NoPersist && p.NoPersist == NoPersistRequire:
+		return inelig("no_persist", "only no-persist jobs taken (policy no_persist: %s)", NoPersistRequire)
+	}
+	return nil
 }
 
 // pickModel chooses the GPU model to offer: among models the job accepts

@@ -117,6 +117,13 @@ func TestStaticFit(t *testing.T) {
 		{"price floor", "price floor 2.10 > max 2.00", func(ps *ProviderState, j *Job) { ps.Cap.Policy.PriceFloor = 2.1 }},
 		{"excluded", "lost an earlier attempt", func(ps *ProviderState, j *Job) { j.Exclude = []string{"other", "prov"} }},
 		{"another excluded", "", func(ps *ProviderState, j *Job) { j.Exclude = []string{"other"} }},
+		{"no-persist not offered", "no-persist jobs not offered", func(ps *ProviderState, j *Job) { j.NoPersist = true }},
+		{"no-persist offered", "", func(ps *ProviderState, j *Job) { j.NoPersist, ps.Cap.Policy.NoPersist = true, NoPersistOffer }},
+		{"no-persist required", "", func(ps *ProviderState, j *Job) { j.NoPersist, ps.Cap.Policy.NoPersist = true, NoPersistRequire }},
+		{"persisting job on a no-persist-only provider", "only no-persist jobs taken", func(ps *ProviderState, j *Job) {
+			ps.Cap.Policy.NoPersist = NoPersistRequire
+		}},
+		{"persisting job where no-persist is offered", "", func(ps *ProviderState, j *Job) { ps.Cap.Policy.NoPersist = NoPersistOffer }},
 		{"thermal", "", func(ps *ProviderState, j *Job) { ps.Cap.Policy.MaxTempC = 85; ps.TempC = 90 }},
 		{"busy", "", func(ps *ProviderState, j *Job) {
 			_ = ps.Cal.Reserve(Booking{LeaseID: "x", Start: now, End: now.Add(5 * time.Hour), GPUs: 3})

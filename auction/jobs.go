@@ -220,6 +220,12 @@ func (j *Job) Validate() error {
 	if j.CheckpointEvery < 0 || (j.CheckpointEvery > 0 && j.CheckpointEvery < MinCheckpointEvery) {
 		bad("checkpoint_every", "must be 0 (only when stopped early) or at least %v, got %v", MinCheckpointEvery, j.CheckpointEvery)
 	}
+	switch {
+	case j.Retain != 0 && j.NoPersist:
+		bad("retain", "must not be set for a no_persist job: nothing of it is kept past its lease, got %v", j.Retain)
+	case j.Retain < 0 || (j.Retain > 0 && j.Retain < MinRetain) || j.Retain > MaxRetain:
+		bad("retain", "must be in [%v, %v] (0: %v), got %v", MinRetain, MaxRetain, DefaultRetain, j.Retain)
+	}
 	if j.MaxAttempts < 0 || j.MaxAttempts > MaxAttempts {
 		bad("max_attempts", "must be in [1, %d] (0: %d), got %d", MaxAttempts, DefaultMaxAttempts, j.MaxAttempts)
 	}

@@ -95,7 +95,21 @@ type Policy struct {
 	MaxPowerW int `json:"max_power_w,omitempty" yaml:"max_power_w,omitempty"`
 	// MaxLease caps a single lease's length (0 = no cap).
 	MaxLease time.Duration `json:"max_lease,omitempty" yaml:"max_lease,omitempty"`
+	// NoPersist is whether no-persist jobs (Job.NoPersist) are taken: ""
+	// takes none, NoPersistOffer takes them beside others,
+	// NoPersistRequire takes no others.
+	NoPersist string `json:"no_persist,omitempty" yaml:"no_persist,omitempty"`
 }
+
+// Policy.NoPersist values. A provider that offers no-persist jobs keeps
+// nothing of them past their lease's settlement (logs, outputs, staged
+// checkpoints), stores none of their outputs as artifacts, keeps their
+// memory from swap, and says so in its receipts: a provider's operator
+// opts in, as its host must allow it.
+const (
+	NoPersistOffer   = "offer"
+	NoPersistRequire = "require"
+)
 
 // Capability is a provider's signed advertisement, stored in the DHT.
 type Capability struct {
@@ -224,6 +238,18 @@ type Job struct {
 	// dir (GPUMESH_CHECKPOINT_DIR) as an artifact while it runs; 0 saves it
 	// only when the lease ends early (preemption, drain, gap end).
 	CheckpointEvery time.Duration `json:"checkpoint_every,omitempty" yaml:"checkpoint_every,omitempty"`
+	// NoPersist asks that nothing of the job stay on its provider: its log
+	// and outputs go to the renter and are deleted from the provider once
+	// the lease is settled, no outputs or checkpoints are kept there as
+	// artifacts, and its memory never swaps to the provider's disk. Only
+	// providers whose policy offers it (Policy.NoPersist) bid, and their
+	// receipts must state it held (attest.Receipt.NoPersist).
+	NoPersist bool `json:"no_persist,omitempty" yaml:"no_persist,omitempty"`
+	// Retain is how long the provider keeps the job's log and outputs
+	// after its lease ends, for the renter to fetch; 0 means DefaultRetain.
+	// A provider keeps them no longer than its own maximum, whatever the
+	// job asks.
+	Retain time.Duration `json:"retain,omitempty" yaml:"retain,omitempty"`
 	// MaxAttempts bounds the leases one job may use (the first included)
 	// when attempts end early through no fault of the job; 0 means
 	// DefaultMaxAttempts.
@@ -248,6 +274,12 @@ const (
 	MaxRestore = 2
 	// MinCheckpointEvery is the shortest periodic checkpoint interval.
 	MinCheckpointEvery = time.Second
+	// DefaultRetain is how long a provider keeps a job's log and outputs
+	// when the job sets no Retain; MinRetain and MaxRetain bound Retain
+	// (a renter needs a moment to fetch them).
+	DefaultRetain = 7 * 24 * time.Hour
+	MinRetain     = time.Minute
+	MaxRetain     = 365 * 24 * time.Hour
 )
 
 // MaxCheckpointBytes caps one checkpoint of a job.

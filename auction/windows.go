@@ -192,6 +192,11 @@ func (p Policy) Validate() error {
 	if p.MaxTempC < 0 || p.MaxPowerW < 0 || p.MaxLease < 0 {
 		bad("max_temp_c, max_power_w and max_lease must not be negative")
 	}
+	switch p.NoPersist {
+	case "", NoPersistOffer, NoPersistRequire:
+	default:
+		bad("no_persist must be %s, %s or empty (no-persist jobs not taken), got %q", NoPersistOffer, NoPersistRequire, p.NoPersist)
+	}
 	if len(errs) == 0 {
 		return nil
 	}

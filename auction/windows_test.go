@@ -115,6 +115,7 @@ func TestPolicyValidate(t *testing.T) {
 		"timezone":            {Timezone: "Mars/Olympus"},
 		"reserved[0]":         {Reserved: []Interval{{at(0, "10:00"), at(0, "09:00")}}},
 		"negative":            {MaxLease: -time.Second},
+		"no_persist":          {NoPersist: "always"},
 	}
 	for want, p := range cases {
 		err := p.Validate()
@@ -193,6 +194,10 @@ func TestJobValidate(t *testing.T) {
 		{"gpu_models", "gpu_models[1]", func(j *Job) { j.GPUModels = []string{"H100", " "} }},
 		{"datasets", "datasets[0]", func(j *Job) { j.Datasets = []string{""} }},
 		{"run.inputs", "run.inputs", func(j *Job) { j.Run.Inputs = map[string]string{"data": "not-an-id"} }},
+		{"retain", "retain", func(j *Job) { j.Retain = -time.Hour }},
+		{"retain", "retain", func(j *Job) { j.Retain = time.Second }},
+		{"retain", "retain", func(j *Job) { j.Retain = MaxRetain + time.Hour }},
+		{"retain", "retain", func(j *Job) { j.Retain, j.NoPersist = time.Hour, true }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -219,6 +224,17 @@ func TestJobValidate(t *testing.T) {
 			t.Fatalf("FieldErrors = %q, want %q", fields, want)
 		}
 	})
+	for _, ok := range []func(*Job){
+		func(j *Job) { j.Retain = time.Hour },
+		func(j *Job) { j.Retain = MinRetain },
+		func(j *Job) { j.NoPersist = true },
+	} {
+		j := validJob()
+		ok(&j)
+		if err := j.Validate(); err != nil {
+			t.Errorf("valid retention rejected: %v", err)
+		}
+	}
 	var nilJob *Job
 	if nilJob.Validate() == nil {
 		t.Error("nil job validated")

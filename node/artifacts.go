@@ -120,7 +120,8 @@ func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string)
 	if err != nil {
 		return nil, "", badRequest("job %s: owner %q is not a peer id", job.ID, job.Owner)
 	}
-	var releases []func()
+	forget := d.fetchedFor(job, job.Run.Artifacts()...)
+	releases := []func(){forget}
 	release = func() {
 		for i := len(releases) - 1; i >= 0; i-- {
 			releases[i]()
@@ -129,6 +130,7 @@ func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string)
 	if id := job.Run.ImageArtifact; id != "" {
 		unpin, imageID, err := d.loadImageArtifact(ctx, id, job.Run.Image, owner, nil)
 		if err != nil {
+			release()
 			return nil, "", err
 		}
 		releases = append(releases, unpin)
@@ -143,6 +145,32 @@ func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string)
 		releases = append(releases, rel)
 	}
 	return release, image, nil
+}
+
+// fetchedFor returns what a no-persist job's release calls once its run
+// ended: it removes from the store those of ids the store did not hold
+// (complete) before the job, so that nothing fetched for it (inputs, a
+// checkpoint it restored) stays here as an artifact. Artifacts held
+// before stay, as does one another job still uses (pinned). For other
+// jobs it does nothing: their artifacts are cached for the next.
+func (d *Daemon) fetchedFor(job auction.Job, ids ...string) func() {
+	if !job.NoPersist {
+		return func() {}
+	}
+	st := d.artifacts.Store()
+	var fresh []string
+	for _, id := range ids {
+		if in, err := st.Info(id); err != nil || !in.Complete {
+			fresh = append(fresh, id)
+		}
+	}
+	return func() {
+		for _, id := range fresh {
+			if err := st.Remove(id); err != nil && !errors.Is(err, artifact.ErrNotFound) {
+				d.log.Warn("no-persist job: artifact fetched for it is still held", "job", job.ID, "artifact", id, "err", err)
+			}
+		}
+	}
 }
 
 // loadImageArtifact fetches the image artifact id (a `docker save`
@@ -577,13 +605,16 @@ func (d *Daemon) restoreCheckpoint(ctx context.Context, job auction.Job, id, dir
 	if !artifact.ValidID(id) {
 		return nil, fmt.Errorf("not an artifact id: %q", id)
 	}
+	forget := d.fetchedFor(job, id)
 	unpin, err := d.artifacts.FetchForJob(ctx, id, owner, nil)
 	if err != nil {
+		forget()
 		return nil, err
 	}
 	release := func() {
 		_ = os.RemoveAll(dir)
 		unpin()
+		forget()
 	}
 	_ = os.RemoveAll(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -115,9 +115,13 @@ type ProviderConfig struct {
 	// Default half of artifact_budget_gb; negative refuses warm requests.
 	WarmMaxGB float64 `yaml:"warm_max_gb"`
 	// JobFilesMaxGB caps the job logs and collected outputs kept for
-	// renters (each kept up to 7 days) in total, in GiB: past it the
+	// renters (each for its job's retention) in total, in GiB: past it the
 	// oldest leases' files are removed first. Default 10.
 	JobFilesMaxGB float64 `yaml:"job_files_max_gb"`
+	// JobFilesMaxRetain is the longest a lease's job log and outputs are
+	// kept after it ends: a job asking for longer (job post --retain) gets
+	// this. Default 7 days (auction.DefaultRetain).
+	JobFilesMaxRetain time.Duration `yaml:"job_files_max_retain"`
 	// Policy is what is sold and on what terms.
 	Policy auction.Policy `yaml:"policy"`
 	// AdvertiseTTL is the lifetime of the capability record; it is renewed
@@ -229,6 +233,9 @@ func (c Config) Validate() error {
 	if c.Provider.JobFilesMaxGB < 0 || c.Provider.JobFilesMaxGB != c.Provider.JobFilesMaxGB || c.Provider.JobFilesMaxGB > 1<<20 {
 		return fmt.Errorf("provider.job_files_max_gb must be a positive number of GiB (default 10), got %v", c.Provider.JobFilesMaxGB)
 	}
+	if r := c.Provider.JobFilesMaxRetain; r != 0 && (r < auction.MinRetain || r > auction.MaxRetain) {
+		return fmt.Errorf("provider.job_files_max_retain must be in [%v, %v] (default %v), got %v", auction.MinRetain, auction.MaxRetain, auction.DefaultRetain, r)
+	}
 	if c.Provider.WarmMaxGB != c.Provider.WarmMaxGB {
 		return fmt.Errorf("provider.warm_max_gb must be a number, got %v", c.Provider.WarmMaxGB)
 	}
@@ -332,6 +339,10 @@ func (p Paths) Artifacts() string { return filepath.Join(p.Dir, "artifacts") }
 
 // Jobs holds job work dirs and logs.
 func (p Paths) Jobs() string { return filepath.Join(p.Dir, "jobs") }
+
+// Kept holds the logs and outputs of this renter's no-persist leases,
+// taken from their providers (lease.TrackerConfig.KeptDir).
+func (p Paths) Kept() string { return filepath.Join(p.Dir, "kept") }
 
 // WorkRootRecord records the jobs' scratch root chosen when the default
 // one was refused (see prepareWorkRoot).

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 )
@@ -192,6 +193,32 @@ func TestJobUIDBase(t *testing.T) {
 		cfg.Provider.JobUIDBase = bad
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "job_uid_base") {
 			t.Errorf("job_uid_base %d: %v, want an error naming it", bad, err)
+		}
+	}
+}
+
+// TestJobFilesRetainAndNoPersistConfig: provider.job_files_max_retain and
+// the policy's no_persist are read from a config file, and values outside
+// their ranges are refused naming the key.
+func TestJobFilesRetainAndNoPersistConfig(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	load := func(text string) (Config, error) {
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return LoadConfig(p, true)
+	}
+	cfg, err := load("provider:\n  enabled: true\n  job_files_max_retain: 2h\n  policy: {price_floor: 1, no_persist: require}\n")
+	if err != nil || cfg.Provider.JobFilesMaxRetain != 2*time.Hour || cfg.Provider.Policy.NoPersist != auction.NoPersistRequire {
+		t.Fatalf("config: %+v, %v", cfg.Provider, err)
+	}
+	for text, want := range map[string]string{
+		"provider:\n  job_files_max_retain: 1s\n":                                   "provider.job_files_max_retain must be in [1m0s, 8760h0m0s]",
+		"provider:\n  job_files_max_retain: -1h\n":                                  "provider.job_files_max_retain",
+		"provider:\n  enabled: true\n  policy: {price_floor: 1, no_persist: yes}\n": `no_persist must be offer, require or empty`,
+	} {
+		if _, err := load(text); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error with %q", text, err, want)
 		}
 	}
 }

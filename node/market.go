@@ -80,6 +80,7 @@ func newMarket(d *Daemon) (*market, error) {
 		OnSave:       d.inputPins.update,
 		Now:          d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
 		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin, FetchLog: d.fetchLog,
+		FetchOutputs: d.fetchOutputs, KeptDir: d.paths.Kept(),
 		CheckpointBytesPerHour: int64(d.cfg.CheckpointQuotaGBPerHour * (1 << 30)),
 	}); err != nil {
 		return nil, err
@@ -153,7 +154,8 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	}
 	if m.sup, err = lease.NewSupervisor(m.ctx, lease.SupervisorConfig{
 		Signer: d.signer, Transport: lt, Store: d.db.State("provider-leases"), Receipts: m.receipts, Exec: m.exec,
-		JobsDir: d.paths.Jobs(), JobFilesMaxBytes: int64(d.cfg.Provider.JobFilesMaxGB * (1 << 30)), WorkRoot: work, GPUs: d.inv.GPUs,
+		JobsDir: d.paths.Jobs(), JobFilesMaxBytes: int64(d.cfg.Provider.JobFilesMaxGB * (1 << 30)),
+		JobFilesMaxRetain: d.cfg.Provider.JobFilesMaxRetain, WorkRoot: work, GPUs: d.inv.GPUs,
 		Telemetry: func(pgid int, devices []int) runtime.Telemetry {
 			if pgid > 0 {
 				return runtime.SampleDevices(d.inv, devices, pgid)
@@ -166,12 +168,8 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 			p := d.cfg.Provider.Policy
 			return p.MaxTempC, p.MaxPowerW
 		},
-		LeaseEnded: func(id string, end time.Time, st auction.RunState) error {
-			// The lease's GPUs are scrubbed before its end frees them on
-			// the calendar, so no later lease gets them uncleared.
-			m.scrubLease(id)
-			return m.provider.LeaseEnded(id, end, st)
-		},
+		LeaseEnded:        func(id string, end time.Time, st auction.RunState) error { return m.provider.LeaseEnded(id, end, st) },
+		Scrub:             m.scrubLease,
 		Rebook:            func(l auction.Lease, job auction.Job) error { return m.provider.Rebook(l, job) },
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
@@ -471,13 +469,14 @@ func ownWorkRoot(root string, create bool) error {
 }
 
 // scrubLease clears the memory of the GPUs lease id was booked on
-// (runtime.Scrubber), logging and counting what it did. A failed scrub is
-// logged as an error and counted (provider.gpu_scrub_failed); the devices
-// are still freed.
-func (m *market) scrubLease(id string) {
+// (runtime.Scrubber), logging and counting what it did, and returns what
+// the lease's receipt says of it (runtime.ScrubReport.Statement; "" for a
+// lease no longer booked). A failed scrub is logged as an error and
+// counted (provider.gpu_scrub_failed); the devices are still freed.
+func (m *market) scrubLease(id string) string {
 	b, ok := m.cal.Booking(id)
 	if !ok || len(b.Devices) == 0 {
-		return
+		return ""
 	}
 	names := make([]string, len(b.Devices))
 	for i, dev := range b.Devices {
@@ -497,4 +496,5 @@ func (m *market) scrubLease(id string) {
 		}
 		m.d.log.Info("GPU memory scrubbed", "lease", id, "devices", names, "zeroed_mib", zeroed>>20, "took", rep.Took)
 	}
+	return rep.Statement()
 }

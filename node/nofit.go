@@ -30,7 +30,7 @@ func (d *Daemon) noneCanFit(job *auction.Job) error {
 }
 
 // misfitOrder is the order of auction.StaticFit's rules, by kind.
-var misfitOrder = []string{"excluded", "region", "workload", "preemptible", "image", "gpu_model", "vram", "gpu_count", "price"}
+var misfitOrder = []string{"excluded", "region", "workload", "preemptible", "no_persist", "image", "gpu_model", "vram", "gpu_count", "price"}
 
 // noneFits is noneCanFit's verdict on the records caps: nil when caps is
 // empty or one of them fits job; else one line naming why. A rule every
@@ -167,6 +167,11 @@ func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability
 			known(caps, func(c *auction.Capability) []string { return c.Policy.AllowedWorkloads }))
 	case "preemptible":
 		return "no known provider accepts preemptible work"
+	case "no_persist":
+		if job.NoPersist {
+			return "no known provider offers no-persist jobs (provider policy no_persist)"
+		}
+		return "every known provider takes no-persist jobs only: post it with --no-persist"
 	case "image":
 		return "no known provider can run this container job: " + in.Reason
 	case "excluded":

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -72,5 +73,49 @@ func TestLeaseGPUsScrubbedBeforeFreed(t *testing.T) {
 	now := time.Now()
 	if free := prov.market.cal.FreeDevices(now, now.Add(time.Minute), nil); len(free) != 2 {
 		t.Fatalf("after the scrub %d devices are free, want 2", len(free))
+	}
+}
+
+// scriptedScrubber answers each scrub with the next of its reports.
+type scriptedScrubber struct {
+	mu      sync.Mutex
+	reports []runtime.ScrubReport
+}
+
+func (s *scriptedScrubber) Scrub(_ context.Context, devices []string) runtime.ScrubReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rep := s.reports[0]
+	s.reports = s.reports[1:]
+	return rep
+}
+
+// TestScrubRecordedInReceipt (issue 27, item 3): what the provider did to
+// a lease's GPU memory is in the receipt both parties signed, as the
+// renter sees it: zeroed, a failure with its reason, and for declared
+// GPUs that there was no device memory to clear.
+func TestScrubRecordedInReceipt(t *testing.T) {
+	root := t.TempDir()
+	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
+	scrubs := &scriptedScrubber{reports: []runtime.ScrubReport{
+		{Method: "cuda", Devices: []runtime.DeviceScrub{{Device: "0", Zeroed: 1 << 30, Total: 1 << 30}}},
+		{Method: "cuda", Err: "gpu-scrub: exit status 2"},
+	}}
+	a100 := startWith(t, filepath.Join(root, "a100"), fastConfig(providerConfig("eu-west", 0.5, auction.GPU{Model: "A100", VRAMGB: 80})),
+		renter.Daemon, Options{Scrubber: scrubs})
+	declared := startWith(t, filepath.Join(root, "h100"), fastConfig(providerConfig("eu-west", 0.5, h100)), renter.Daemon, Options{})
+	waitAdvertised(t, renter, a100, declared)
+	for _, c := range []struct{ model, want string }{
+		{"A100", attest.ScrubZeroed},
+		{"A100", "failed: gpu-scrub: exit status 2"},
+		{"H100", attest.ScrubNoneDeclared},
+	} {
+		j := shJob(auction.Silver, 2, "echo done")
+		j.GPUModels = []string{c.model}
+		v := post(t, renter, j)
+		v = waitJob(t, renter, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
+		if v.Receipt.Scrub != c.want {
+			t.Fatalf("%s lease's receipt says scrub %q, want %q", c.model, v.Receipt.Scrub, c.want)
+		}
 	}
 }

@@ -153,8 +153,31 @@ func (m *market) openLeaseStream(ctx context.Context, jobID string, proto protoc
 	return s, nil
 }
 
-// apiLogs streams a job's log from its provider to the CLI.
+// keptLease is where this renter keeps the files of job jobID's current
+// lease, when it took them from a no-persist job's provider (which deletes
+// its copies): its logs and outputs are served from there.
+func (m *market) keptLease(jobID string) (string, bool) {
+	v, err := m.tracker.View(jobID)
+	if err != nil || v.Lease == nil {
+		return "", false
+	}
+	return m.tracker.KeptDir(v.Lease.ID)
+}
+
+// apiLogs streams a job's log from its provider (or this renter's kept
+// copy) to the CLI.
 func (m *market) apiLogs(w http.ResponseWriter, r *http.Request) {
+	if dir, ok := m.keptLease(r.PathValue("id")); ok {
+		f, err := os.Open(lease.KeptLog(dir))
+		if err != nil {
+			writeAPIError(w, err)
+			return
+		}
+		defer f.Close()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.Copy(w, f)
+		return
+	}
 	follow := r.URL.Query().Get("follow") == "1" || r.URL.Query().Get("follow") == "true"
 	s, err := m.openLeaseStream(r.Context(), r.PathValue("id"), wire.ProtoLogs, follow)
 	if err != nil {
@@ -186,8 +209,22 @@ func (m *market) apiLogs(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// apiOutputs relays a job's outputs (manifest header + tar body).
+// apiOutputs relays a job's outputs (manifest header + tar body) from its
+// provider, or from this renter's kept copy.
 func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
+	if dir, ok := m.keptLease(r.PathValue("id")); ok {
+		outDir, outs, err := lease.KeptOutputs(dir)
+		if err != nil {
+			writeAPIError(w, err)
+			return
+		}
+		hdr, _ := json.Marshal(outs)
+		w.Header().Set(api.ManifestHeader, string(hdr))
+		w.Header().Set("Content-Type", "application/x-tar")
+		w.WriteHeader(http.StatusOK)
+		_ = wire.WriteBundle(w, outDir, outs)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
 	defer cancel()
 	s, err := m.openLeaseStream(ctx, r.PathValue("id"), wire.ProtoOutputs, false)
@@ -196,36 +233,69 @@ func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.Close()
+	outs, body, err := readOutputs(s)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	hdr, _ := json.Marshal(outs)
+	w.Header().Set(api.ManifestHeader, string(hdr))
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, body)
+}
+
+// readOutputs reads an outputs stream's manifest frame and returns the
+// manifest and the rest of the stream, the outputs bundle.
+func readOutputs(s io.Reader) ([]auction.OutputFile, io.Reader, error) {
 	br := bufio.NewReader(s)
 	man, err := p2p.ReadFrame(br)
 	if err != nil {
-		writeAPIError(w, fmt.Errorf("provider sent no output manifest: %w", err))
-		return
+		return nil, nil, fmt.Errorf("provider sent no output manifest: %w", err)
 	}
 	var mf struct {
 		Outputs []auction.OutputFile `json:"outputs"`
 		Error   string               `json:"error"`
 	}
 	if err := json.Unmarshal(man, &mf); err != nil {
-		writeAPIError(w, fmt.Errorf("bad output manifest: %w", err))
-		return
+		return nil, nil, fmt.Errorf("bad output manifest: %w", err)
 	}
 	if mf.Error != "" {
-		writeAPIError(w, badRequest("%s", mf.Error))
-		return
+		return nil, nil, badRequest("%s", mf.Error)
 	}
-	hdr, _ := json.Marshal(mf.Outputs)
-	w.Header().Set(api.ManifestHeader, string(hdr))
-	w.Header().Set("Content-Type", "application/x-tar")
-	w.WriteHeader(http.StatusOK)
-	_, _ = io.Copy(w, br)
+	return mf.Outputs, br, nil
+}
+
+// fetchOutputs opens a lease's outputs on its provider (the outputs
+// stream): a no-persist lease's renter keeps them before it settles
+// (lease.TrackerConfig.FetchOutputs). The stream ends by ctx's deadline.
+func (d *Daemon) fetchOutputs(ctx context.Context, prov peer.ID, leaseID string) ([]auction.OutputFile, io.ReadCloser, error) {
+	s, err := d.fetchLeaseStream(ctx, prov, wire.ProtoOutputs, leaseID)
+	if err != nil {
+		return nil, nil, err
+	}
+	outs, body, err := readOutputs(s)
+	if err != nil {
+		_ = s.Reset()
+		return nil, nil, err
+	}
+	return outs, struct {
+		io.Reader
+		io.Closer
+	}{body, s}, nil
 }
 
 // fetchLog opens a lease's whole log on its provider (the logs stream, not
 // following): the renter checks a succeeded run's evidence with it
 // (lease.TrackerConfig.FetchLog). The stream ends by ctx's deadline.
 func (d *Daemon) fetchLog(ctx context.Context, prov peer.ID, leaseID string) (io.ReadCloser, error) {
-	s, err := d.net.Host.NewStream(ctx, prov, wire.ProtoLogs)
+	return d.fetchLeaseStream(ctx, prov, wire.ProtoLogs, leaseID)
+}
+
+// fetchLeaseStream opens stream proto on a lease's provider and asks for
+// the lease's files (not following); the stream ends by ctx's deadline.
+func (d *Daemon) fetchLeaseStream(ctx context.Context, prov peer.ID, proto protocol.ID, leaseID string) (network.Stream, error) {
+	s, err := d.net.Host.NewStream(ctx, prov, proto)
 	if err != nil {
 		return nil, fmt.Errorf("provider %s unreachable: %w", prov, err)
 	}

@@ -217,22 +217,24 @@ func (c *cgroups) create(id string, lim jobLimits) (*jobCgroup, error) {
 	if lim.memoryMB > 0 && c.memory {
 		limit := strconv.FormatInt(int64(lim.memoryMB)<<20, 10)
 		var err error
+		swapFile, swapLimit := "memory.swap.max", "0"
 		switch c.version {
 		case 1:
 			err = write(dir, "memory.limit_in_bytes", limit)
-			if err == nil {
-				// No swapping around the limit, where swap accounting exists.
-				_ = write(dir, "memory.memsw.limit_in_bytes", limit)
-			}
+			swapFile, swapLimit = "memory.memsw.limit_in_bytes", limit
 		case 2:
 			err = write(dir, "memory.max", limit)
-			if err == nil {
-				_ = write(dir, "memory.swap.max", "0")
-			}
 		}
 		if err != nil {
 			return fail("memory", err)
 		}
+		// No swapping around the limit, where swap accounting exists; a
+		// no-swap job on a host that swaps needs it.
+		if err := write(dir, swapFile, swapLimit); err != nil && lim.noSwap && hostSwaps() {
+			return fail("swap", err)
+		}
+	} else if lim.noSwap && hostSwaps() {
+		return fail("swap", errors.New("no memory limit to hold swap to"))
 	}
 	if lim.pids > 0 && c.pids {
 		d, err := in("pids")
@@ -373,6 +375,13 @@ func (c *cgroups) describe() string   { return c.desc }
 func (c *cgroups) limitsMemory() bool { return c.memory }
 func (c *cgroups) limitsPids() bool   { return c.pids }
 func (c *cgroups) limitsCPU() bool    { return c.cpu }
+
+// hostSwaps reports whether the host has swap space (a variable: tests
+// stand in a host that swaps).
+var hostSwaps = func() bool {
+	var si unix.Sysinfo_t
+	return unix.Sysinfo(&si) == nil && si.Totalswap > 0
+}
 
 // hostMemoryMB is the host's physical memory.
 func hostMemoryMB() int {

@@ -22,3 +22,6 @@ func (*cgroups) limitsPids() bool   { return false }
 func (*cgroups) limitsCPU() bool    { return false }
 
 func hostMemoryMB() int { return 0 }
+
+// hostSwaps is unknown off linux: assume the host swaps.
+var hostSwaps = func() bool { return true }

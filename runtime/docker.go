@@ -470,9 +470,17 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 		"SecurityOpt": []string{"no-new-privileges"},
 		"PidsLimit":   4096,
 	}
-	if spec.MemoryMB > 0 {
-		hostConfig["Memory"] = int64(spec.MemoryMB) << 20
-		hostConfig["MemorySwap"] = int64(spec.MemoryMB) << 20
+	if mb := spec.MemoryMB; mb > 0 || spec.NoSwap {
+		if mb <= 0 {
+			// Docker limits swap only beside a memory limit: a no-swap job
+			// that sets none is limited to the host's memory.
+			mb = hostMemoryMB()
+		}
+		hostConfig["Memory"] = int64(mb) << 20
+		hostConfig["MemorySwap"] = int64(mb) << 20 // memory and swap together: no swap
+		if spec.NoSwap {
+			hostConfig["MemorySwappiness"] = 0
+		}
 	}
 	if len(spec.GPUs) > 0 && e.gpu != gpuDeclared {
 		hostConfig["DeviceRequests"] = []map[string]any{e.gpu.deviceRequest(spec.GPUs, spec.UUIDs)}
@@ -492,7 +500,10 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 		"NetworkDisabled": e.network == "none",
 		"HostConfig":      hostConfig,
 	}
-	var created struct{ Id string }
+	var created struct {
+		Id       string
+		Warnings []string
+	}
 	createPath := "/containers/create?name=" + url.QueryEscape(name)
 	err = e.c.do(ctx, http.MethodPost, createPath, create, &created)
 	if isDockerStatus(err, http.StatusNotFound) {
@@ -507,6 +518,11 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 		return fail(fmt.Errorf("runtime: job %s: create container: %w", spec.ID, err))
 	}
 	h := &dockerHandle{handleState: newHandleState(wd), e: e, spec: spec, id: created.Id, uid: uid, logsDone: make(chan struct{})}
+	if w := swapWarning(created.Warnings); spec.NoSwap && w != "" && hostSwaps() {
+		// The engine took the container without its swap limit.
+		h.remove()
+		return fail(fmt.Errorf("runtime: job %s: its memory cannot be kept from swap on this host: %s", spec.ID, w))
+	}
 	if err := e.c.do(ctx, http.MethodPost, "/containers/"+h.id+"/start", nil, nil); err != nil {
 		h.remove()
 		err = fmt.Errorf("runtime: job %s: start container: %w", spec.ID, err)
@@ -526,6 +542,17 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 	e.log.Info("container started", "job", spec.ID, "container", h.id[:12], "image", spec.Image)
 	go h.wait()
 	return h, nil
+}
+
+// swapWarning is the container engine's warning, among those it gave on
+// creating a container, that it ignored the swap limit ("" if none).
+func swapWarning(ws []string) string {
+	for _, w := range ws {
+		if strings.Contains(strings.ToLower(w), "swap") {
+			return w
+		}
+	}
+	return ""
 }
 
 type dockerHandle struct {

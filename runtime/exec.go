@@ -37,6 +37,10 @@ type Spec struct {
 	Deadline time.Time
 	// MemoryMB caps the job's memory where the backend can enforce it.
 	MemoryMB int
+	// NoSwap keeps the job's memory from ever being swapped to the host's
+	// disk (a no-persist job's): a backend that cannot promise it on a
+	// host with swap refuses to start the job.
+	NoSwap bool
 	// Outputs is the directory, relative to the work dir, whose files are
 	// returned to the renter; empty means "outputs". It is created before
 	// the job starts and exported as GPUMESH_OUTPUTS.

@@ -77,6 +77,9 @@ type jobLimits struct {
 	memoryMB int
 	pids     int
 	cpus     float64
+	// noSwap makes the cgroup's swap limit (none beside the memory
+	// limit) a condition of the job's start, where the host swaps.
+	noSwap bool
 }
 
 // defaultLimits fills in ProcessOptions' limit defaults.
@@ -327,13 +330,14 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	if e.cg != nil {
 		lim := e.lim
 		lim.memoryMB = jobMemoryMB(spec.MemoryMB, e.lim.memoryMB)
+		lim.noSwap = spec.NoSwap
 		if spec.MemoryMB > 0 && lim.memoryMB < spec.MemoryMB && stderr != nil {
 			fmt.Fprintf(stderr, "gpumesh: memory_mb %d is over this provider's cap of %d MiB per job; the job is limited to %d MiB\n",
 				spec.MemoryMB, e.lim.memoryMB, lim.memoryMB)
 		}
 		cg, err = e.cg.create(fmt.Sprintf("%s-%d-%d", spec.ID, os.Getpid(), cgroupSeq.Add(1)), lim)
 		if err != nil {
-			if spec.MemoryMB > 0 {
+			if spec.MemoryMB > 0 || (spec.NoSwap && hostSwaps()) {
 				return fail(fmt.Errorf("runtime: job %s: %w", spec.ID, err))
 			}
 			e.log.Warn("job runs without a cgroup", "job", spec.ID, "err", err)
@@ -341,6 +345,9 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 		} else {
 			undo = append(undo, func() { _ = cg.destroy() })
 		}
+	}
+	if spec.NoSwap && (cg == nil || !e.cg.limitsMemory()) && hostSwaps() {
+		return fail(fmt.Errorf("runtime: job %s: its memory cannot be kept from swap on this host (swap is on and %s)", spec.ID, e.Limits()))
 	}
 	if spec.MemoryMB > 0 && (cg == nil || !e.cg.limitsMemory()) {
 		e.log.Warn("memory limit not enforced", "job", spec.ID, "memory_mb", spec.MemoryMB, "limits", e.Limits())

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
 )
 
 // GPU memory scrubbing between tenants: after a lease, the provider zeroes
@@ -42,6 +45,25 @@ func (r ScrubReport) OK() bool {
 		}
 	}
 	return true
+}
+
+// Statement is what a lease's receipt says of this scrub
+// (attest.Receipt.Scrub): zeroed, none-declared (no device memory to
+// clear), or failed and why.
+func (r ScrubReport) Statement() string {
+	switch {
+	case !r.OK():
+		why := r.Err
+		for _, d := range r.Devices {
+			if d.Err != "" {
+				why = strings.TrimPrefix(why+"; ", "; ") + d.Device + ": " + d.Err
+			}
+		}
+		return attest.ScrubFailure(why)
+	case r.Method == "none":
+		return attest.ScrubNoneDeclared
+	}
+	return attest.ScrubZeroed
 }
 
 // Scrubber clears devices' memory between leases. devices are the

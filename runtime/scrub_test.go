@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpumesh/gpumesh/attest"
 )
 
 // TestOnlyRealNVMLIsScrubbed: declared GPUs and a simulated NVML host have
@@ -54,6 +56,29 @@ func TestChildScrub(t *testing.T) {
 		rep := childScrub{bin: script(name, body)}.Scrub(context.Background(), []string{"GPU-a"})
 		if rep.OK() || !strings.Contains(rep.Err, "gpu-scrub") {
 			t.Fatalf("%s child: %+v, want a failed scrub", name, rep)
+		}
+	}
+}
+
+// TestScrubStatement: what a receipt says of a scrub follows the report:
+// zeroed when every device was, none-declared for declared GPUs, failed
+// with the reason (the whole report's, then each failed device's)
+// otherwise, never zeroed for a failure.
+func TestScrubStatement(t *testing.T) {
+	cases := []struct {
+		rep  ScrubReport
+		want string
+	}{
+		{ScrubReport{Method: "cuda", Devices: []DeviceScrub{{Device: "GPU-a", Zeroed: 1, Total: 1}}}, attest.ScrubZeroed},
+		{ScrubReport{Method: "none"}, attest.ScrubNoneDeclared},
+		{ScrubReport{Method: "cuda", Err: "gpu-scrub: exit status 3"}, "failed: gpu-scrub: exit status 3"},
+		{ScrubReport{Method: "cuda", Devices: []DeviceScrub{{Device: "GPU-a"}, {Device: "GPU-b", Err: "out of memory"}}},
+			"failed: GPU-b: out of memory"},
+		{ScrubReport{Method: "none", Err: "timeout", Devices: []DeviceScrub{{Device: "0", Err: "busy"}}}, "failed: timeout; 0: busy"},
+	}
+	for _, c := range cases {
+		if got := c.rep.Statement(); got != c.want {
+			t.Errorf("%+v: statement %q, want %q", c.rep, got, c.want)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -92,6 +93,9 @@ func printJobView(w io.Writer, v *api.JobView) {
 	}
 	fmt.Fprintf(w, "tier:       %s, %d GPU(s), %s, max $%.4g/GPU-h\n", tier, j.GPUCount, j.Duration, j.MaxPrice)
 	fmt.Fprintf(w, "command:    %s\n", strings.Join(j.Run.Command, " "))
+	if f := jobFilesText(v); f != "" {
+		fmt.Fprintf(w, "files:      %s\n", f)
+	}
 	if len(v.Reasons) > 0 {
 		fmt.Fprintf(w, "reasons:    %s\n", reasonsText(v.Reasons))
 	}
@@ -124,6 +128,12 @@ func printJobView(w io.Writer, v *api.JobView) {
 	fmt.Fprintf(w, "cost:       $%.4f\n", v.CostUSD)
 	if r := v.Receipt; r != nil {
 		fmt.Fprintf(w, "receipt:    %s, %.0f GPU-s, $%.4f%s\n", r.Outcome, r.GPUSeconds, r.Amount, prefixed(", result ", r.ResultHash))
+		if r.NoPersist {
+			fmt.Fprintf(w, "no-persist: held, as the provider signed in its receipt (it deletes its copies at settlement)\n")
+		}
+		if r.Scrub != "" {
+			fmt.Fprintf(w, "scrub:      %s\n", scrubText(r.Scrub))
+		}
 	}
 	for _, o := range v.Outputs {
 		fmt.Fprintf(w, "output:     %s (%d bytes, sha256 %s)\n", o.Path, o.Size, o.SHA256)
@@ -144,6 +154,33 @@ func printJobView(w io.Writer, v *api.JobView) {
 		fmt.Fprintf(w, "input:      %s = artifact %s\n", name, v.Job.Run.Inputs[name])
 	}
 	printAttempts(w, v)
+}
+
+// jobFilesText says what becomes of the job's files on its provider: a
+// no-persist job's (and where this node keeps them), or how long they are
+// kept when the job chose it ("" for the provider's default).
+func jobFilesText(v *api.JobView) string {
+	switch j := &v.Job; {
+	case j.NoPersist && v.Kept != "":
+		return "no-persist; the log and outputs are kept by this node in " + v.Kept
+	case j.NoPersist:
+		return "no-persist: the provider keeps nothing past the lease's settlement, and the job's memory never swaps"
+	case j.Retain > 0:
+		return fmt.Sprintf("kept by the provider for %s after the lease (at most its own maximum)", j.Retain)
+	}
+	return ""
+}
+
+// scrubText says a receipt's scrub statement (attest.Receipt.Scrub) for
+// the renter.
+func scrubText(s string) string {
+	switch s {
+	case attest.ScrubZeroed:
+		return s + " (the GPUs' memory was cleared after the lease)"
+	case attest.ScrubNoneDeclared:
+		return s + " (declared GPUs: no device memory to clear)"
+	}
+	return s + " (the GPUs' memory may hold what the job left in it)"
 }
 
 // printAttempts lists a job's leases, earlier ones (its history) and the

@@ -46,6 +46,8 @@ func jobPostFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "bid-window", DefaultText: auction.DefaultBidWindow.String(), Usage: "how long to collect bids"},
 		maxAttemptsFlag(),
 		&cli.DurationFlag{Name: "checkpoint-every", DefaultText: "only when stopped early", Usage: "how often the provider saves $GPUMESH_CHECKPOINT_DIR while the job runs, e.g. 10m (it is also saved when the job is preempted); a later attempt resumes from it"},
+		&cli.BoolFlag{Name: "no-persist", Usage: "keep nothing of the job on its provider: its log and outputs come to this node and are deleted from the provider once the lease is settled, no outputs or checkpoints stay there as artifacts, and its memory never swaps; only providers that offer it (policy no_persist) bid, and their receipts must say it held"},
+		&cli.DurationFlag{Name: "retain", DefaultText: "7 days", Usage: fmt.Sprintf("how long the provider keeps the job's log and outputs after the lease, %v to %v, e.g. 1h (providers keep them no longer than their own maximum)", auction.MinRetain, auction.MaxRetain)},
 		&cli.BoolFlag{Name: "wait", Usage: "wait for the job to finish, streaming its log (not with --json), and print its final status; exit with the job's exit code"},
 		&cli.BoolFlag{Name: "queue", Usage: "post it even when no provider this node knows could ever run it (GPU model, region, price...), to wait for providers that may appear"},
 		jsonFlag(),
@@ -242,6 +244,12 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time, fileArg bool
 	if set("checkpoint-every") {
 		job.CheckpointEvery = c.Duration("checkpoint-every")
 	}
+	if set("no-persist") {
+		job.NoPersist = c.Bool("no-persist")
+	}
+	if set("retain") {
+		job.Retain = c.Duration("retain")
+	}
 	if args := c.Args().Slice(); len(args) > 0 && !fileArg {
 		job.Run.Command = args
 	}
@@ -254,8 +262,8 @@ var jobFlags = map[string]string{
 	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "min_vram_gb": "min-vram",
 	"region": "region", "min_reliability": "min-reliability", "verified": "verified", "preemptible": "preemptible", "duration": "duration",
 	"deadline": "deadline", "datasets": "dataset", "workload": "workload", "bid_window": "bid-window", "max_attempts": "max-attempts",
-	"checkpoint_every": "checkpoint-every",
-	"run.image":        "image", "run.env": "env", "run.outputs": "outputs", "run.inputs": "input", "run.image_artifact": "image-artifact", "run.memory_mb": "memory-mb",
+	"checkpoint_every": "checkpoint-every", "no_persist": "no-persist", "retain": "retain",
+	"run.image": "image", "run.env": "env", "run.outputs": "outputs", "run.inputs": "input", "run.image_artifact": "image-artifact", "run.memory_mb": "memory-mb",
 }
 
 // invalidJob turns auction.Job.Validate's field errors into one line: a

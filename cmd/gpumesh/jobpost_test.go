@@ -141,6 +141,22 @@ func TestBuildJob(t *testing.T) {
 				t.Fatalf("checkpoint every = %v, want 10m", j.CheckpointEvery)
 			}
 		}},
+		{"no persistence", with("--no-persist", "--", "x"), func(t *testing.T, j auction.Job) {
+			if !j.NoPersist || j.Retain != 0 {
+				t.Fatalf("no persist %v, retain %v", j.NoPersist, j.Retain)
+			}
+		}},
+		{"retention", with("--retain", "1h", "--", "x"), func(t *testing.T, j auction.Job) {
+			if j.Retain != time.Hour || j.NoPersist {
+				t.Fatalf("retain %v, no persist %v", j.Retain, j.NoPersist)
+			}
+		}},
+		{"retention and no persistence from file", []string{"--file", writeFile(t, "np.yaml", "max_price: 1\nduration: 1h\nno_persist: true\nrun:\n  command: [x]\n")},
+			func(t *testing.T, j auction.Job) {
+				if !j.NoPersist {
+					t.Fatal("no_persist from the file ignored")
+				}
+			}},
 		{"checkpoint every from file", []string{"--file", writeFile(t, "ck.yaml", "max_price: 1\nduration: 1h\ncheckpoint_every: 15m\nrun:\n  command: [x]\n")},
 			func(t *testing.T, j auction.Job) {
 				if j.CheckpointEvery != 15*time.Minute {
@@ -242,6 +258,8 @@ func TestBuildJobErrors(t *testing.T) {
 		{"long bid window", withCmd("--bid-window", "2m"), "invalid --bid-window: must be in [100ms, 1m0s], got 2m0s"},
 		{"too many attempts", withCmd("--max-attempts", "21"), "invalid --max-attempts: must be in [1, 20] (0: 3), got 21"},
 		{"negative attempts", withCmd("--max-attempts", "-1"), "invalid --max-attempts: must be in [1, 20] (0: 3), got -1"},
+		{"short retention", withCmd("--retain", "1s"), "invalid --retain: must be in [1m0s, 8760h0m0s] (0: 168h0m0s), got 1s"},
+		{"retention of a no-persist job", withCmd("--no-persist", "--retain", "1h"), "invalid --retain: must not be set for a no_persist job: nothing of it is kept past its lease, got 1h0m0s"},
 		{"short checkpoint interval", withCmd("--checkpoint-every", "10ms"), "invalid --checkpoint-every: must be 0 (only when stopped early) or at least 1s, got 10ms"},
 		{"file short checkpoint interval", withCmd("--file", file("checkpoint_every: 10ms\n")), "invalid job: checkpoint_every must be 0 (only when stopped early) or at least 1s, got 10ms"},
 		{"past deadline", withCmd("--deadline", "2026-03-13T00:00:00Z"), "invalid --deadline: 2026-03-13T00:00:00Z is before created_at 2026-03-14T09:26:53Z"},

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 )
@@ -26,6 +27,48 @@ func TestJobStatusShowsCheckpoint(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("job status lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestJobStatusShowsNoPersistAndScrub: job status says what becomes of
+// a job's files on its provider (no-persist, kept here once taken, or
+// its retention) and what the receipt says of the GPU scrub and of the
+// no-persist policy.
+func TestJobStatusShowsNoPersistAndScrub(t *testing.T) {
+	for _, c := range []struct {
+		v     api.JobView
+		wants []string
+		not   []string
+	}{
+		{api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-1", NoPersist: true}}, Kept: "/data/kept/lease-1",
+			Receipt: &attest.Receipt{Outcome: auction.RunSucceeded, NoPersist: true, Scrub: attest.ScrubZeroed}},
+			[]string{"files:      no-persist; the log and outputs are kept by this node in /data/kept/lease-1\n",
+				"no-persist: held, as the provider signed in its receipt (it deletes its copies at settlement)\n",
+				"scrub:      zeroed (the GPUs' memory was cleared after the lease)\n"}, nil},
+		{api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-2", NoPersist: true}}},
+			[]string{"files:      no-persist: the provider keeps nothing past the lease's settlement, and the job's memory never swaps\n"},
+			[]string{"scrub:", "no-persist: held"}},
+		{api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-3", Retain: time.Hour}},
+			Receipt: &attest.Receipt{Outcome: auction.RunFailed, Scrub: attest.ScrubNoneDeclared}},
+			[]string{"files:      kept by the provider for 1h0m0s after the lease (at most its own maximum)\n",
+				"scrub:      none-declared (declared GPUs: no device memory to clear)\n"}, []string{"no-persist"}},
+		{api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-4"}},
+			Receipt: &attest.Receipt{Outcome: auction.RunSucceeded, Scrub: attest.ScrubFailure("gpu-scrub: exit status 2")}},
+			[]string{"scrub:      failed: gpu-scrub: exit status 2 (the GPUs' memory may hold what the job left in it)\n"}, []string{"files:"}},
+	} {
+		var b bytes.Buffer
+		printJobView(&b, &c.v)
+		out := b.String()
+		for _, want := range c.wants {
+			if !strings.Contains(out, want) {
+				t.Fatalf("job status of %s lacks %q:\n%s", c.v.Job.ID, want, out)
+			}
+		}
+		for _, not := range c.not {
+			if strings.Contains(out, not) {
+				t.Fatalf("job status of %s says %q:\n%s", c.v.Job.ID, not, out)
+			}
 		}
 	}
 }

@@ -132,6 +132,10 @@ type JobView struct {
 	LogDigest string `json:"log_digest,omitempty"`
 	LogBytes  int64  `json:"log_bytes,omitempty"`
 	Evidence  string `json:"evidence,omitempty"`
+	// Kept is where this renter keeps a no-persist job's log and outputs
+	// of its current lease, once taken from the provider (which deletes
+	// its copies at settlement); logs and outputs are served from there.
+	Kept string `json:"kept,omitempty"`
 	// Checkpoint is the newest good checkpoint of the job (any attempt),
 	// held by this renter; Checkpoints are the ones kept, newest first
 	// (at most auction.MaxRestore): a requeued attempt restores them.

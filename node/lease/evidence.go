@@ -56,11 +56,27 @@ func (t *Tracker) checkEvidence(jobID string, l auction.Lease) <-chan struct{} {
 		return ch
 	}
 	digest, size := v.LogDigest, v.LogBytes
+	want, noPersist := keepWantOf(*v), v.Job.NoPersist
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
 		defer close(ch)
-		err := t.verifyLog(l, digest, size)
+		var err error
+		if noPersist {
+			// Its files are taken from the provider anyway: the log kept
+			// is the log checked.
+			<-t.keepFiles(want)
+			if _, ok := t.KeptDir(l.ID); !ok {
+				t.mu.Lock()
+				err = t.keepErr[l.ID]
+				t.mu.Unlock()
+				if err == nil {
+					err = errors.New("the job's log and outputs could not be kept")
+				}
+			}
+		} else {
+			err = t.verifyLog(l, digest, size, io.Discard)
+		}
 		if err == nil {
 			t.mu.Lock()
 			if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == l.ID {
@@ -78,9 +94,9 @@ func (t *Tracker) checkEvidence(jobID string, l auction.Lease) <-chan struct{} {
 	return ch
 }
 
-// verifyLog fetches lease l's log from its provider and checks it against
-// the digest and size the provider reported.
-func (t *Tracker) verifyLog(l auction.Lease, digest string, size int64) error {
+// verifyLog fetches lease l's log from its provider into sink and checks
+// it against the digest and size the provider reported.
+func (t *Tracker) verifyLog(l auction.Lease, digest string, size int64, sink io.Writer) error {
 	if digest == "" {
 		return errors.New("the provider's final report names no log digest")
 	}
@@ -102,7 +118,7 @@ func (t *Tracker) verifyLog(l auction.Lease, digest string, size int64) error {
 	}
 	defer rc.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, io.LimitReader(rc, size+1))
+	n, err := io.Copy(io.MultiWriter(h, sink), io.LimitReader(rc, size+1))
 	if err != nil {
 		return fmt.Errorf("the job's log could not be read: %w", err)
 	}

@@ -52,6 +52,8 @@ type fakeExec struct {
 	gates map[string]chan struct{}
 	// started receives each job's id as it starts.
 	started chan string
+	// specs holds each started job's spec, by id.
+	specs sync.Map
 }
 
 func newFakeExec(t *testing.T) *fakeExec {
@@ -135,6 +137,7 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 			}
 		}
 	}
+	e.specs.Store(spec.ID, spec)
 	h := &fakeHandle{wd: wd, stop: make(chan struct{}), done: make(chan struct{}), started: time.Now()}
 	fmt.Fprintf(stdout, "fake job %s started\n", spec.ID)
 	go h.run(done, exit, spec.Deadline)
@@ -210,6 +213,9 @@ type crashable struct {
 	// serveLog, when set, replaces the job log the node serves its
 	// renters (a provider that lies about its work).
 	serveLog atomic.Pointer[func(leaseID string) (io.ReadCloser, error)]
+	// rewriteReceipt, when set, rewrites each receipt the node sends for
+	// countersigning (a provider that signs what it likes).
+	rewriteReceipt atomic.Pointer[func([]byte) []byte]
 }
 
 var errCrashed = errors.New("node crashed")
@@ -249,6 +255,9 @@ func (t crashTransport) Request(ctx context.Context, to peer.ID, proto protocol.
 	}
 	if proto == wire.ProtoLeaseEvent && int64(len(data)) > t.c.maxEvent.Load() {
 		t.c.maxEvent.Store(int64(len(data)))
+	}
+	if rw := t.c.rewriteReceipt.Load(); rw != nil && proto == wire.ProtoReceipt {
+		data = (*rw)(data)
 	}
 	return t.t.Request(ctx, to, proto, data)
 }
@@ -305,6 +314,13 @@ type provSpec struct {
 	// inputs, when set, fetches jobs' input artifacts
 	// (SupervisorConfig.Inputs).
 	inputs func(ctx context.Context, job auction.Job, dir string) (func(), string, error)
+	// noPersist is the policy's no_persist; maxRetain the supervisor's
+	// JobFilesMaxRetain; now its clock (default time.Now); scrub its
+	// Scrub.
+	noPersist string
+	maxRetain time.Duration
+	now       Clock
+	scrub     func(leaseID string) string
 }
 
 // node is one in-memory daemon.
@@ -326,6 +342,7 @@ type node struct {
 	provider *auction.Provider
 	exec     *fakeExec
 	jobsDir  string
+	kept     string // the tracker's KeptDir
 	closed   bool
 }
 
@@ -370,6 +387,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	n := &node{h: h, signer: s, db: db, spec: spec, crash: &crashable{}, counters: NewCounters(),
 		book: attest.NewBook(attest.BookOptions{})}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.kept = h.keptDir(s.ID())
 	n.tr = h.net.Join(s.ID())
 	ct := crashTransport{c: n.crash, t: n.tr}
 	var err error
@@ -379,7 +397,8 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
 		Store: crashStore{n.crash, db.State("renter-jobs")}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
 		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: 2 * time.Second, Counters: n.counters,
-		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, FetchLog: h.fetchLog(s.ID())}); err != nil {
+		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, FetchLog: h.fetchLog(s.ID()),
+		FetchOutputs: h.fetchOutputs(s.ID()), KeptDir: n.kept}); err != nil {
 		t.Fatal(err)
 	}
 	handlers := auction.MemHandlers{OnBid: n.tracker.Auction().HandleBid}
@@ -409,14 +428,16 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: exec,
 			JobsDir: n.jobsDir, GPUs: devs, Inputs: spec.inputs, Telemetry: spec.telemetry, Fingerprint: fpEnv, Sensors: spec.sensors,
 			Limits: func() (int, int) { return spec.maxTempC, 0 }, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
-			LeaseEnded:   func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
+			LeaseEnded: func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
+			Scrub:      spec.scrub, JobFilesMaxRetain: spec.maxRetain, Now: spec.now,
 			RecoverDelay: time.Millisecond, SettleRetry: 20 * time.Millisecond, SettleRetryMax: 100 * time.Millisecond,
 			Counters: n.counters}); err != nil {
 			t.Fatal(err)
 		}
 		capab := auction.Capability{Peer: s.ID().String(), Region: "eu-west",
-			GPUs:   devs,
-			Policy: auction.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt, MaxTempC: spec.maxTempC}}
+			GPUs: devs,
+			Policy: auction.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt, MaxTempC: spec.maxTempC,
+				NoPersist: spec.noPersist}}
 		if n.provider, err = auction.NewProvider(auction.ProviderConfig{Signer: s, Transport: ct,
 			Calendar: auction.NewCalendar(len(devs)), OnLease: n.sup.OnLease, OnMove: n.sup.OnMove, Admit: n.sup.Admit, Sensors: n.sup.Reading,
 			Capability: func() auction.Capability {
@@ -465,6 +486,41 @@ func (h *harness) fetchLog(renter peer.ID) func(context.Context, peer.ID, string
 		}
 		return os.Open(a.LogPath())
 	}
+}
+
+// fetchOutputs is the renter's outputs stream, as the daemon's
+// serveOutputs answers it: the lease's whole manifest and its files'
+// bundle, once the job ended.
+func (h *harness) fetchOutputs(renter peer.ID) func(context.Context, peer.ID, string) ([]auction.OutputFile, io.ReadCloser, error) {
+	return func(_ context.Context, prov peer.ID, leaseID string) ([]auction.OutputFile, io.ReadCloser, error) {
+		x, ok := h.nodes.Load(prov)
+		if !ok {
+			return nil, nil, fmt.Errorf("provider %s unreachable", prov)
+		}
+		p := x.(*node)
+		if p.sup == nil || p.crash.dead.Load() {
+			return nil, nil, fmt.Errorf("provider %s unreachable", prov)
+		}
+		a, ok := p.sup.Authorize(leaseID, renter)
+		if !ok {
+			return nil, nil, errors.New("stream reset")
+		}
+		outs, done := a.Outputs()
+		if !done {
+			return nil, nil, errors.New("job has not finished")
+		}
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(wire.WriteBundle(pw, a.OutputDir(), outs)) }()
+		return outs, pr, nil
+	}
+}
+
+// keptDir is a renter's KeptDir, the same across its restarts.
+func (h *harness) keptDir(renter peer.ID) string {
+	if prev, ok := h.nodes.Load(renter); ok {
+		return prev.(*node).kept
+	}
+	return h.t.TempDir()
 }
 
 func (n *node) id() string { return n.signer.ID().String() }

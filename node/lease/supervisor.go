@@ -47,9 +47,13 @@ type SupervisorConfig struct {
 	// JobsDir holds the leases' logs and collected outputs.
 	JobsDir string
 	// JobFilesMaxBytes caps the job logs and outputs kept in JobsDir in
-	// total (the oldest leases' go first; beside JobFilesRetention);
+	// total (the oldest leases' go first; beside their retention);
 	// default DefaultJobFilesMaxBytes.
 	JobFilesMaxBytes int64
+	// JobFilesMaxRetain is the longest a lease's job log and outputs are
+	// kept after it ends, whatever its job asks (auction.Job.Retain);
+	// default auction.DefaultRetain.
+	JobFilesMaxRetain time.Duration
 	// WorkRoot is the executor's scratch root (orphans there are wiped
 	// and killed at recovery).
 	WorkRoot string
@@ -74,6 +78,10 @@ type SupervisorConfig struct {
 	// LeaseEnded tells the auction's calendar a lease ended (it frees the
 	// GPUs); nil when there is none.
 	LeaseEnded func(leaseID string, end time.Time, state auction.RunState) error
+	// Scrub clears the memory of the devices a lease was booked on as it
+	// ends, before LeaseEnded frees them, and returns what the lease's
+	// receipt says of it (attest.Receipt.Scrub); nil says nothing.
+	Scrub func(leaseID string) string
 	// Rebook books a confirmed lease on the auction's calendar again at
 	// recovery (the calendar lives in memory): Recover schedules a pending
 	// lease whose start is still ahead only once it is booked again; nil
@@ -146,6 +154,9 @@ type Supervisor struct {
 	// jobBytes is what the job files held at the last size prune plus
 	// the leases' files since (-1: unknown, scan at the next lease end).
 	jobBytes atomic.Int64
+	// filesUntil is when each ended lease's job files go (its record's
+	// FilesUntil), for those whose files may still be on disk.
+	filesUntil map[string]time.Time
 }
 
 // providerRecord is what a provider persists per lease, so a restart never
@@ -167,6 +178,13 @@ type providerRecord struct {
 	// job's whole log, kept as it is written (wire.LeaseEvent).
 	LogDigest string `json:"log_digest,omitempty"`
 	LogBytes  int64  `json:"log_bytes,omitempty"`
+	// Scrub is what was done to the lease's devices' memory as it ended
+	// (SupervisorConfig.Scrub), for its receipt.
+	Scrub string `json:"scrub,omitempty"`
+	// FilesUntil is when the lease's job log and outputs are removed: its
+	// end plus its job's retention, or for a no-persist job the end of
+	// its settlement window (they go at its settlement, sooner).
+	FilesUntil time.Time `json:"files_until,omitempty"`
 }
 
 // leaseRun executes one confirmed lease on the provider.
@@ -232,11 +250,17 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 	if err := os.MkdirAll(cfg.JobsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("jobs dir: %w", err)
 	}
-	s := &Supervisor{cfg: cfg, log: log, ctx: ctx, runs: map[string]*leaseRun{}, held: map[string]string{}, heldJobs: map[string]string{}}
+	if cfg.JobFilesMaxRetain <= 0 {
+		cfg.JobFilesMaxRetain = auction.DefaultRetain
+	}
+	s := &Supervisor{cfg: cfg, log: log, ctx: ctx, runs: map[string]*leaseRun{}, held: map[string]string{}, heldJobs: map[string]string{},
+		filesUntil: map[string]time.Time{}}
 	s.jobBytes.Store(-1) // unknown: the first prune scans
 	if err := s.loadHeld(); err != nil {
 		return nil, err
 	}
+	s.wg.Add(1)
+	go s.janitor()
 	if cfg.Sensors != nil && cfg.Limits != nil {
 		s.checkLimits()
 		s.wg.Add(1)
@@ -343,6 +367,9 @@ func (s *Supervisor) loadHeld() error {
 		var pr providerRecord
 		if json.Unmarshal(raw, &pr) == nil && pr.Rec.Lease.ID != "" {
 			s.bindLocked(pr.Rec.Lease.ID, pr.Rec.Lease.JobID, pr.Rec.Lease.Renter)
+			if !pr.FilesUntil.IsZero() && s.hasJobFiles(pr.Rec.Lease.ID) {
+				s.filesUntil[pr.Rec.Lease.ID] = pr.FilesUntil
+			}
 		}
 		return nil
 	})
@@ -629,7 +656,7 @@ func (r *leaseRun) run() {
 	r.mu.Unlock()
 	gpus, uuids := s.leaseDevices(l)
 	spec := runtime.Spec{ID: l.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
-		GPUs: gpus, UUIDs: uuids, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs}
+		GPUs: gpus, UUIDs: uuids, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs, NoSwap: job.NoPersist}
 	if len(job.Run.Artifacts()) > 0 {
 		release, dir, image, err := r.prepareInputs(job)
 		if err != nil {
@@ -709,7 +736,9 @@ func (r *leaseRun) run() {
 	if err := h.Cleanup(); err != nil {
 		log.Warn("wipe work dir", "err", err)
 	}
-	if len(outs) > 0 && s.cfg.OutputsArtifact != nil {
+	// A no-persist job's outputs are not kept as an artifact: its renter
+	// takes them over the outputs stream before it settles.
+	if len(outs) > 0 && s.cfg.OutputsArtifact != nil && !job.NoPersist {
 		if id, err := s.cfg.OutputsArtifact(s.outDir(l.ID), l.Renter); err != nil {
 			log.Warn("outputs not stored as an artifact", "err", err)
 		} else {
@@ -723,28 +752,151 @@ func (r *leaseRun) run() {
 	r.finish(res, outs)
 }
 
-// JobFilesRetention is how long a provider keeps a lease's job log and
-// collected outputs after they were last written.
-const JobFilesRetention = 7 * 24 * time.Hour
-
-// pruneEvery is how often, at most, a lease's end prunes job files: a
-// prune reads both directories, which hold a file per recent lease.
+// pruneEvery is how often, at most, a lease's end prunes job files by
+// age: a prune reads both directories, which hold a file per recent lease.
 const pruneEvery = time.Hour
+
+// janitorEvery is how often the job files past their lease's retention
+// are removed (expireJobFiles).
+const janitorEvery = time.Minute
+
+// retention is how long a lease of job keeps its job files after it ends:
+// the job's Retain (auction.DefaultRetain when it sets none), at most the
+// provider's JobFilesMaxRetain.
+func (s *Supervisor) retention(job auction.Job) time.Duration {
+	keep := job.Retain
+	if keep <= 0 {
+		keep = auction.DefaultRetain
+	}
+	return min(keep, s.cfg.JobFilesMaxRetain)
+}
+
+// filesDue is when an ended lease's job files are removed: its end plus
+// its retention, or for a no-persist lease the end of its settlement
+// window (its settlement removes them sooner).
+func (s *Supervisor) filesDue(pr *providerRecord) time.Time {
+	if pr.Job.NoPersist {
+		return pr.Rec.Lease.End.Add(s.cfg.SettleWindow)
+	}
+	return pr.Rec.Ended.Add(s.retention(pr.Job))
+}
+
+// janitor removes the job files past their retention every janitorEvery
+// until the supervisor stops.
+func (s *Supervisor) janitor() {
+	defer s.wg.Done()
+	t := time.NewTicker(janitorEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			s.expireJobFiles()
+		}
+	}
+}
+
+// expireJobFiles removes the job log and outputs of each ended lease whose
+// FilesUntil has come (by the supervisor's clock): the janitor's work, and
+// the first step of every prune.
+func (s *Supervisor) expireJobFiles() {
+	now := s.now()
+	var due []string
+	s.mu.Lock()
+	for id, until := range s.filesUntil {
+		if r := s.runs[id]; now.Before(until) || (r != nil && !r.state().Terminal()) {
+			continue
+		}
+		due = append(due, id)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, id := range due {
+		if err := s.removeJobFiles(id); err != nil {
+			s.log.Warn("remove expired job files", "lease", id, "err", err)
+			continue
+		}
+		n++
+	}
+	if n > 0 {
+		s.log.Info("removed job files past their retention", "leases", n)
+	}
+}
+
+// hasJobFiles reports whether lease id's job log or outputs are on disk.
+func (s *Supervisor) hasJobFiles(id string) bool {
+	for _, p := range []string{s.logPath(id), s.outDir(id)} {
+		if _, err := os.Lstat(p); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// removeJobFiles deletes lease id's job log and outputs and forgets when
+// they were due.
+func (s *Supervisor) removeJobFiles(id string) error {
+	var errs []error
+	for _, p := range []string{s.logPath(id), s.outDir(id)} {
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	s.jobBytes.Store(-1) // rescanned at the next size prune
+	s.mu.Lock()
+	delete(s.filesUntil, id)
+	s.mu.Unlock()
+	return nil
+}
+
+// purgeNoPersist removes what a settled (or given up) no-persist lease
+// left: its log and outputs, and its record's outputs manifest. What
+// else it had (work dir, inputs, restored and staged checkpoints) went
+// when its run ended.
+func (s *Supervisor) purgeNoPersist(r *leaseRun) {
+	r.mu.Lock()
+	l, noPersist := r.pr.Rec.Lease, r.pr.Job.NoPersist
+	if noPersist {
+		r.pr.Outputs = nil
+		r.pr.FilesUntil = s.now() // what a restart's janitor goes by
+	}
+	r.mu.Unlock()
+	if !noPersist {
+		return
+	}
+	s.saveRun(r)
+	if err := s.removeJobFiles(l.ID); err != nil {
+		s.log.Error("no-persist lease: job files not removed; the janitor retries", "lease", l.ID, "err", err)
+		s.mu.Lock()
+		s.filesUntil[l.ID] = s.now()
+		s.mu.Unlock()
+		return
+	}
+	s.cfg.Counters.Add("provider.no_persist_purged")
+	s.log.Info("no-persist lease settled: its job files are removed", "lease", l.ID)
+}
 
 // DefaultJobFilesMaxBytes is SupervisorConfig.JobFilesMaxBytes's default.
 const DefaultJobFilesMaxBytes int64 = 10 << 30
 
-// pruneJobFiles removes job logs and outputs older than JobFilesRetention,
-// at most once per pruneEvery, and keeps them within JobFilesMaxBytes:
+// pruneJobFiles removes the job files past their lease's retention
+// (expireJobFiles), those older than JobFilesMaxRetain by age (leases
+// from before retention was recorded) at most once per pruneEvery, and
+// keeps them within JobFilesMaxBytes:
 // past it, the oldest leases' files go first, never those of a running
 // lease or of ended, the lease that just ended (its renter may still
 // fetch them). A full scan runs only when the files may be over the cap.
 func (s *Supervisor) pruneJobFiles(ended string) {
+	s.expireJobFiles()
 	dirs := []string{filepath.Join(s.cfg.JobsDir, "logs"), filepath.Join(s.cfg.JobsDir, "outputs")}
-	now := time.Now().UnixNano()
+	now := s.now().UnixNano()
 	if last := s.pruned.Load(); (last == 0 || now-last >= int64(pruneEvery)) && s.pruned.CompareAndSwap(last, now) {
 		for _, dir := range dirs {
-			if n, err := runtime.Prune(dir, JobFilesRetention); err != nil {
+			if n, err := runtime.Prune(dir, s.cfg.JobFilesMaxRetain); err != nil {
 				s.log.Warn("prune job files", "err", err)
 			} else if n > 0 {
 				s.log.Info("pruned job files", "dir", dir, "count", n)
@@ -841,7 +993,14 @@ func backendName(e runtime.Executor, spec runtime.Spec) string {
 // finish records how the job ended, frees the calendar and settles.
 func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
 	s := r.s
+	scrub := ""
+	if s.cfg.Scrub != nil {
+		// Before the calendar frees the devices (LeaseEnded), so that no
+		// later lease gets them uncleared.
+		scrub = s.cfg.Scrub(r.lease().ID)
+	}
 	r.mu.Lock()
+	r.pr.Scrub = scrub
 	state, detail, fault := classify(res, r.stopAs, r.stopDetail)
 	rec := &r.pr.Rec
 	if backfillGapEnded(r.pr.Job, rec.Lease, state) {
@@ -877,7 +1036,12 @@ func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
 	r.pr.Outputs = outs
 	lease := rec.Lease
 	started, ended := rec.Started, rec.Ended
+	r.pr.FilesUntil = s.filesDue(&r.pr)
+	until := r.pr.FilesUntil
 	r.mu.Unlock()
+	s.mu.Lock()
+	s.filesUntil[lease.ID] = until
+	s.mu.Unlock()
 	s.saveRun(r)
 	s.cfg.Observe.leaseEnded(lease, state, started, ended)
 	if s.cfg.LeaseEnded != nil {
@@ -1165,6 +1329,7 @@ func (s *Supervisor) giveUpSettle(r *leaseRun, err error) {
 	s.cfg.Counters.Add("provider.settle_abandoned")
 	s.log.Error("lease could not be settled within the settlement window; giving up", "lease", r.lease().ID,
 		"window", s.cfg.SettleWindow, "err", err)
+	s.purgeNoPersist(r)
 }
 
 // trySettle makes one attempt at the final report and receipt exchange.
@@ -1188,13 +1353,14 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 		// Reported: the renter requeues it; no time to settle.
 		r.mu.Unlock()
 		r.markSettled()
+		s.purgeNoPersist(r)
 		log.Info("lease ended before its start: reported, nothing to settle")
 		return nil
 	}
 	if r.pr.Checkpoint != nil {
 		ckpt = r.pr.Checkpoint.Artifact
 	}
-	logDigest := r.pr.LogDigest
+	logDigest, scrub, noPersist := r.pr.LogDigest, r.pr.Scrub, r.pr.Job.NoPersist
 	r.mu.Unlock()
 	if rec.Started.Before(rec.Lease.Start) {
 		rec.Started = rec.Lease.Start
@@ -1220,6 +1386,7 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, Devices: devices, GPUSeconds: gpuSec, Price: rec.Lease.Price,
 		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run, Fault: rec.Fault,
 		ResultHash: auction.ManifestHash(outs), Checkpoint: ckpt, LogDigest: logDigest, Heartbeats: *sum, IssuedAt: s.now(),
+		NoPersist: noPersist, Scrub: scrub,
 	}
 	sr, err := attest.NewReceipt(s.cfg.Signer, rc)
 	if err != nil {
@@ -1244,11 +1411,14 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	if err := s.cfg.Receipts.record(full, false); err != nil {
 		if errors.Is(err, ledger.ErrAlreadySettled) {
 			r.markSettled()
+			s.purgeNoPersist(r)
 			return nil
 		}
 		return fmt.Errorf("ledger: %w", err)
 	}
 	r.markSettled()
+	// The renter countersigned once it held the log and outputs.
+	s.purgeNoPersist(r)
 	s.cfg.Receipts.gossip(full)
 	log.Info("lease settled", "amount_usd", fmt.Sprintf("%.6f", rc.Amount), "gpu_seconds", fmt.Sprintf("%.1f", gpuSec))
 	return nil
@@ -1299,6 +1469,9 @@ func (s *Supervisor) Recover() error {
 			}
 			s.log.Warn("lease interrupted by a daemon restart", "lease", pr.Rec.Lease.ID, "was", was)
 		}
+		if pr.FilesUntil.IsZero() {
+			pr.FilesUntil = s.filesDue(&pr)
+		}
 		if err := s.cfg.Store.Put(pr.Rec.Lease.ID, pr); err != nil {
 			return err
 		}
@@ -1306,6 +1479,7 @@ func (s *Supervisor) Recover() error {
 		close(r.done)
 		s.mu.Lock()
 		s.runs[pr.Rec.Lease.ID] = r
+		s.filesUntil[pr.Rec.Lease.ID] = pr.FilesUntil
 		s.mu.Unlock()
 		s.wg.Add(1)
 		go func() {

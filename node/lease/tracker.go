@@ -97,6 +97,14 @@ type TrackerConfig struct {
 	// stream, not following): the evidence a succeeded run is paid on
 	// (evidence.go). Nil: no succeeded run is countersigned.
 	FetchLog func(ctx context.Context, provider peer.ID, leaseID string) (io.ReadCloser, error)
+	// FetchOutputs opens the outputs of lease leaseID on its provider (the
+	// outputs stream): their whole manifest and the bundle of their files
+	// (wire.WriteBundle). KeptDir holds the log and outputs of this
+	// renter's no-persist leases, taken from their providers before they
+	// settle (nopersist.go). Either unset: no no-persist lease is
+	// countersigned.
+	FetchOutputs func(ctx context.Context, provider peer.ID, leaseID string) ([]auction.OutputFile, io.ReadCloser, error)
+	KeptDir      string
 }
 
 // Tracker is a renter's one record of each of its jobs: the auction's
@@ -131,6 +139,11 @@ type Tracker struct {
 	// checking holds the evidence checks started, by lease id (closed
 	// when done).
 	checking map[string]chan struct{}
+	// keeping holds the takings of no-persist leases' files under way or
+	// done, by lease id (closed when done; a failed one is dropped, its
+	// error in keepErr).
+	keeping map[string]chan struct{}
+	keepErr map[string]error
 }
 
 // NewTracker returns a Tracker with its auction.Renter and reloads the jobs
@@ -172,7 +185,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	}
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*api.JobView{},
 		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, leased: make(chan struct{}), wake: map[string]chan struct{}{},
-		archived: map[string]*archived{}, checking: map[string]chan struct{}{}}
+		archived: map[string]*archived{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{}}
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score,
@@ -481,7 +494,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.Started, v.Ended, v.ExitCode, v.Detail, v.Receipt, v.Heartbeats, v.LastTelemetry, v.Outputs =
 		time.Time{}, time.Time{}, nil, "", nil, nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
-	v.LogDigest, v.LogBytes, v.Evidence = "", 0, ""
+	v.LogDigest, v.LogBytes, v.Evidence, v.Kept = "", 0, "", ""
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
 	v.Restored = nil
 	t.mons[l.ID] = mon
@@ -977,6 +990,11 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	lease := *v.Lease
 	started, ended := v.Started, v.Ended
+	var keep *keepWant
+	if ev.Run.Terminal() && v.Job.NoPersist && !ev.NeverRan() {
+		w := keepWantOf(*v)
+		keep = &w
+	}
 	again, why := false, ""
 	churned := false
 	if ev.Run.Terminal() {
@@ -1029,6 +1047,10 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	if ev.Run == auction.RunSucceeded {
 		// Checked before the receipt comes: payment needs evidence.
 		t.checkEvidence(jobID, lease)
+	} else if keep != nil {
+		// Taken before the receipt comes: the provider deletes them once
+		// the lease is settled.
+		t.keepFiles(*keep)
 	}
 	return json.Marshal(sum)
 }
@@ -1166,7 +1188,7 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	// The current-lease fields describe the next lease from now on.
 	v.Lease, v.Receipt, v.ExitCode, v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil, nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
-	v.LogDigest, v.LogBytes, v.Evidence = "", 0, ""
+	v.LogDigest, v.LogBytes, v.Evidence, v.Kept = "", 0, "", ""
 	v.Run, v.Started, v.Ended = "", time.Time{}, time.Time{}
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
 	v.State = auction.JobBidding
@@ -1254,6 +1276,10 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 		count("renter.receipt_checkpoint_mismatch")
 		return nil, err
 	}
+	if v.Job.NoPersist && !r.NoPersist {
+		count("renter.receipt_no_persist_unstated")
+		return nil, fmt.Errorf("job %s is no-persist: the receipt does not state that the policy held (no_persist)", r.JobID)
+	}
 	if r.ResultHash != v.OutputsHash {
 		count("renter.receipt_result_mismatch")
 		return nil, fmt.Errorf("receipt's result hash %q does not name the %d output files the provider reported (%q)",
@@ -1266,7 +1292,15 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 		count("renter.receipt_overbilled")
 		return nil, fmt.Errorf("receipt bills %.1f GPU-seconds; the renter observed at most %.1f", r.GPUSeconds, billable)
 	}
-	// Last, as it may fetch the log: a succeeded run is paid on evidence.
+	// Last, as they may fetch the log: a no-persist lease's files must be
+	// kept here before its provider deletes them, and a succeeded run is
+	// paid on evidence.
+	if v.Job.NoPersist && (r.Outcome != auction.RunSucceeded || a != nil) {
+		if err := t.kept(ctx, keepWantOf(*v)); err != nil {
+			count("renter.receipt_no_persist_not_kept")
+			return nil, err
+		}
+	}
 	if r.Outcome == auction.RunSucceeded && a == nil {
 		if err := t.awaitEvidence(ctx, jobID, lease); err != nil {
 			count("renter.receipt_no_evidence")

@@ -53,6 +53,10 @@ class Job:
     verified: bool
     preemptible: bool
     deadline: str
+    #: nothing of the job stays on its provider (``job post --no-persist``)
+    no_persist: bool = False
+    #: how long the provider keeps its log and outputs (Go nanoseconds; 0: its default)
+    retain_ns: int = 0
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
 
     @property
@@ -70,7 +74,8 @@ class Job:
                    outputs=run.get("outputs", ""), image=run.get("image", ""),
                    duration_ns=d.get("duration", 0), checkpoint_every_ns=d.get("checkpoint_every", 0),
                    max_attempts=d.get("max_attempts", 0), verified=bool(d.get("verified")),
-                   preemptible=bool(d.get("preemptible")), deadline=d.get("deadline", ""), raw=d)
+                   preemptible=bool(d.get("preemptible")), deadline=d.get("deadline", ""),
+                   no_persist=bool(d.get("no_persist")), retain_ns=d.get("retain", 0), raw=d)
 
 
 @dataclass
@@ -122,7 +127,22 @@ class JobView:
     job: Job
     lease: Optional[Lease]
     outputs: List[OutputFile]
+    #: where this node keeps a no-persist job's log and outputs, once taken
+    #: from the provider (which deletes its copies at settlement)
+    kept: str = ""
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def scrub(self) -> str:
+        """What the receipt says the provider did to the GPUs' memory after
+        the lease: ``zeroed``, ``none-declared`` (no device memory to
+        clear), ``failed: ...``; empty before the receipt or when unsaid."""
+        return (self.raw.get("receipt") or {}).get("scrub", "")
+
+    @property
+    def no_persist_held(self) -> bool:
+        """The receipt states the no-persistence policy held."""
+        return bool((self.raw.get("receipt") or {}).get("no_persist"))
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "JobView":
@@ -132,7 +152,7 @@ class JobView:
                    detail=d.get("detail", ""), fault=d.get("fault", ""), cost_usd=d.get("cost_usd", 0.0),
                    winner=d.get("winner", ""), reasons=list(d.get("reasons") or []), job=job,
                    lease=Lease.from_json(lease) if lease else None,
-                   outputs=[OutputFile.from_json(o) for o in d.get("outputs") or []], raw=d)
+                   outputs=[OutputFile.from_json(o) for o in d.get("outputs") or []], kept=d.get("kept", ""), raw=d)
 
     @property
     def done(self) -> bool:

@@ -136,6 +136,7 @@ provider:
   policy:
     price_floor: 0.50
     accept_preemptible: true
+    no_persist: offer
 """, "--bootstrap", boot)
         n.provider_id = n.provider.status().peer_id
         deadline = time.monotonic() + 60

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,25 @@ def test_errors_are_one_line(renter, tmp_path):
         renter.job("job-does-not-exist")
     with pytest.raises(DaemonNotRunning, match="gpumesh daemon is not running"):
         Client(data_dir=tmp_path).version()
+
+
+def test_no_persist_job_leaves_its_files_with_the_renter(net, tmp_path):
+    v = net.renter.post({"resources": {"accelerators": "A100"}, "outputs": "out", "no_persist": True,
+                         "run": "mkdir -p out; echo kept > out/r.txt; echo hello", "max_price": 1.5, "duration": "2m"})
+    assert v.job.no_persist and v.lease is not None, v.outcome()
+    net.renter.wait(v.id, timeout=60, check=True)
+    got = net.renter.fetch(v.id, tmp_path)  # from the renter's own copy, checked against the receipt
+    assert [o.path for o in got] == ["r.txt"] and (tmp_path / "r.txt").read_text() == "kept\n"
+    final = net.renter.job(v.id)
+    assert final.kept and final.no_persist_held and final.scrub == "none-declared", final.raw
+    assert "hello\n" in "".join(net.renter.logs(v.id))
+    # The provider deletes its copies once the lease is settled.
+    deadline = time.monotonic() + 10
+    while list((net.provider_dir / "jobs").rglob(f"*{v.lease.id}*")):
+        assert time.monotonic() < deadline, "the provider kept the no-persist job's files"
+        time.sleep(0.1)
+
+
+def test_retain_is_a_jobs_field(renter):
+    j = renter.convert({"run": "echo", "max_price": 1, "duration": "1h", "retain": "90m"})
+    assert j.retain_ns == 90 * 60 * 10**9 and not j.no_persist

@@ -208,7 +208,7 @@ func Convert(name string, b []byte, now time.Time) (auction.Job, error) {
 var (
 	taskFields = []string{"name", "resources", "setup", "run", "envs", "inputs", "outputs", "checkpoint",
 		"tier", "max_price", "duration", "deadline", "max_attempts", "verified", "preemptible", "min_reliability",
-		"workload", "datasets", "bid_window"}
+		"workload", "datasets", "bid_window", "no_persist", "retain"}
 	resourceFields = []string{"accelerators", "region", "min_vram_gb", "image", "image_id", "image_artifact", "memory_mb", "use_spot"}
 	// unsupported are SkyPilot fields with no meaning here, and why.
 	unsupported = map[string]string{
@@ -358,6 +358,16 @@ func (f *File) parseTask(root *yaml.Node, now time.Time) error {
 			if b, ok := p.bool(v, k); ok {
 				f.Job.Preemptible = b
 				p.at("preemptible", k, v)
+			}
+		case "no_persist":
+			if b, ok := p.bool(v, k); ok {
+				f.Job.NoPersist = b
+				p.at("no_persist", k, v)
+			}
+		case "retain":
+			if d, ok := p.duration(v, k); ok {
+				f.Job.Retain = d
+				p.at("retain", k, v)
 			}
 		case "workload":
 			if s, ok := p.str(v, k); ok {

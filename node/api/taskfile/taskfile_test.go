@@ -167,6 +167,9 @@ func TestTaskErrorsNameTheLine(t *testing.T) {
 		{"bad name", base + "name: my job!\nrun: x\n", `t.yaml:3: name: "my job!" must be 1-103 letters`},
 		{"too many attempts", base + "max_attempts: 99\nrun: x\n", "t.yaml:3: max_attempts: must be in [1, 20]"},
 		{"duplicate", base + "run: x\nrun: y\n", "t.yaml:4: run: given twice"},
+		{"no_persist not a bool", base + "no_persist: please\nrun: x\n", "t.yaml:3: no_persist: must be true or false"},
+		{"short retain", base + "retain: 1s\nrun: x\n", "t.yaml:3: retain: must be in [1m0s, 8760h0m0s] (0: 168h0m0s), got 1s"},
+		{"retain of a no-persist task", base + "no_persist: true\nretain: 2h\nrun: x\n", "t.yaml:4: retain: must not be set for a no_persist job"},
 		{"bad yaml", base + "run: [x\n", "t.yaml: "},
 		{"not a mapping", "- run: x\n", "t.yaml:1: a job file is a mapping of fields"},
 	} {
@@ -182,6 +185,19 @@ func TestTaskErrorsNameTheLine(t *testing.T) {
 				t.Fatalf("error spans lines: %q", err)
 			}
 		})
+	}
+}
+
+// A task file's no_persist and retain become the job's.
+func TestTaskNoPersistAndRetain(t *testing.T) {
+	const base = "max_price: 1\nduration: 1h\nrun: x\n"
+	j, err := Convert("t.yaml", []byte(base+"no_persist: true\n"), now)
+	if err != nil || !j.NoPersist || j.Retain != 0 {
+		t.Fatalf("no_persist: %+v %v", j, err)
+	}
+	j, err = Convert("t.yaml", []byte(base+"retain: 90m\n"), now)
+	if err != nil || j.Retain != 90*time.Minute || j.NoPersist {
+		t.Fatalf("retain: %+v %v", j, err)
 	}
 }
 
