@@ -61,9 +61,10 @@ type ProcessOptions struct {
 	// past it the output is dropped with a note (see CapWriter). Default
 	// DefaultMaxLogBytes; < 0: no cap.
 	MaxLogBytes int64
-	// NoNamespaces disables the per-job namespaces (network, mount, IPC). They
-	// need root; without it the executor runs jobs without them and says
-	// so in Limits and the log.
+	// NoNamespaces disables the per-job namespaces (network, mount, IPC,
+	// PID) and with them the job's init and seccomp filter. They need
+	// root; without it the executor runs jobs without them and says so in
+	// Limits and the log.
 	NoNamespaces bool
 	// Log receives lifecycle events (default: discarded).
 	Log *slog.Logger
@@ -140,7 +141,8 @@ type ProcessExecutor struct {
 // HOME and TMPDIR in the work dir, LANG, the spec's Env, CUDA_VISIBLE_DEVICES,
 // GPUMESH_JOB_ID and GPUMESH_OUTPUTS). When the daemon runs as root each job
 // runs under its own unprivileged uid and in its own network (loopback only,
-// unless AllowNetwork), mount and IPC namespaces, with fresh private /tmp,
+// unless AllowNetwork), mount, IPC and PID namespaces (its init ends the
+// whole job tree with it), under a seccomp filter, with fresh private /tmp,
 // /var/tmp and /dev/shm, and a size-limited tmpfs as its work dir; where a
 // cgroup hierarchy is writable each job gets a cgroup with its memory, pids
 // and CPU limits (the options' defaults unless the spec sets its memory).
@@ -374,7 +376,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	if e.uids != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
 	}
-	err = spawn(cmd, cg, e.sb, wd, spec.Inputs)
+	ji, err := spawn(cmd, cg, e.sb, wd, spec.Inputs)
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -392,6 +394,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 		spec:        spec,
 		uid:         uid,
 		cg:          cg,
+		init:        ji,
 		proc:        cmd.Process,
 		pgid:        cmd.Process.Pid,
 		started:     time.Now(),
@@ -459,10 +462,13 @@ func lookPath(name, path string) (string, error) {
 
 // processHandle is a running process job.
 type processHandle struct {
-	e       *ProcessExecutor
-	spec    Spec
-	uid     int
-	cg      *jobCgroup
+	e    *ProcessExecutor
+	spec Spec
+	uid  int
+	cg   *jobCgroup
+	// init, when the job has one, reports its command's exit status;
+	// proc is then the init.
+	init    *jobInit
 	proc    *os.Process
 	pgid    int
 	started time.Time
@@ -478,7 +484,8 @@ type processHandle struct {
 	handleState
 }
 
-// Pid is the job's main process id, which is also its process group id.
+// Pid is the job's main process id (its init's, when it has one), which
+// is also its process group id.
 func (h *processHandle) Pid() int { return h.pgid }
 
 func (h *processHandle) Stop(grace time.Duration) error { return h.stop(ReasonStopped, grace) }
@@ -577,6 +584,11 @@ func (h *processHandle) killAll() {
 func (h *processHandle) wait() {
 	state, werr := h.proc.Wait()
 	ended := time.Now()
+	var ws syscall.WaitStatus
+	if state != nil {
+		ws, _ = state.Sys().(syscall.WaitStatus)
+	}
+	ws = h.init.exitStatus(ws)
 	if h.timer != nil {
 		h.timer.Stop()
 	}
@@ -622,11 +634,11 @@ func (h *processHandle) wait() {
 		if res.Reason == "" {
 			res.Reason = ReasonFailed
 		}
-	} else if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	} else if ws.Signaled() {
 		signaled = true
 		res.ExitCode = 128 + int(ws.Signal())
 	} else {
-		res.ExitCode = state.ExitCode()
+		res.ExitCode = ws.ExitStatus()
 	}
 	switch {
 	case res.Reason != "":
