@@ -23,7 +23,8 @@
 // and Limits says so. Each job's
 // stdout and stderr are capped together (CapWriter). The container backend
 // (NewDockerExecutor) talks to the Docker Engine API over its unix socket and
-// runs the job's image with no network. Auto picks between them per job.
+// runs the job's image with no network, under the same memory cap as
+// process jobs. Auto picks between them per job.
 //
 // Scratch hygiene: CollectOutputs copies a finished job's outputs out of its
 // work dir with a size and file-count cap and checksums (skipping, with a

@@ -82,10 +82,7 @@ type jobLimits struct {
 
 // defaultLimits fills in ProcessOptions' limit defaults.
 func defaultLimits(opts ProcessOptions) jobLimits {
-	l := jobLimits{memoryMB: opts.MemoryMB, pids: opts.Pids, cpus: opts.CPUs}
-	if l.memoryMB == 0 {
-		l.memoryMB = hostMemoryMB() / 2
-	}
+	l := jobLimits{memoryMB: memoryCapMB(opts.MemoryMB), pids: opts.Pids, cpus: opts.CPUs}
 	if l.pids == 0 {
 		l.pids = DefaultPids
 	}
@@ -93,6 +90,15 @@ func defaultLimits(opts ProcessOptions) jobLimits {
 		l.cpus = float64(max(1, goruntime.NumCPU()-1))
 	}
 	return l
+}
+
+// memoryCapMB is an executor's per-job memory cap from its option (0: the
+// default, half the host's RAM; < 0: none).
+func memoryCapMB(opt int) int {
+	if opt == 0 {
+		return hostMemoryMB() / 2
+	}
+	return opt
 }
 
 // jobMemoryMB is the memory limit of a job that asks for requested MiB (0:
@@ -105,6 +111,17 @@ func jobMemoryMB(requested, capMB int) int {
 		return requested
 	}
 	return min(requested, capMB)
+}
+
+// clampMemoryMB is jobMemoryMB, with a note in the job's log (nil: none)
+// when the cap lowered its request.
+func clampMemoryMB(requested, capMB int, log io.Writer) int {
+	mb := jobMemoryMB(requested, capMB)
+	if requested > 0 && mb < requested && log != nil {
+		fmt.Fprintf(log, "gpumesh: memory_mb %d is over this provider's cap of %d MiB per job; the job is limited to %d MiB\n",
+			requested, capMB, mb)
+	}
+	return mb
 }
 
 // DefaultWorkDirMB is the default size of a job's work dir.
@@ -328,11 +345,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	var cg *jobCgroup
 	if e.cg != nil {
 		lim := e.lim
-		lim.memoryMB = jobMemoryMB(spec.MemoryMB, e.lim.memoryMB)
-		if spec.MemoryMB > 0 && lim.memoryMB < spec.MemoryMB && stderr != nil {
-			fmt.Fprintf(stderr, "gpumesh: memory_mb %d is over this provider's cap of %d MiB per job; the job is limited to %d MiB\n",
-				spec.MemoryMB, e.lim.memoryMB, lim.memoryMB)
-		}
+		lim.memoryMB = clampMemoryMB(spec.MemoryMB, e.lim.memoryMB, stderr)
 		cg, err = e.cg.create(fmt.Sprintf("%s-%d-%d", spec.ID, os.Getpid(), cgroupSeq.Add(1)), lim)
 		if err != nil {
 			if spec.MemoryMB > 0 {
