@@ -15,11 +15,16 @@
 // and its own network (loopback only), mount and IPC namespaces, with fresh
 // size-limited tmpfs mounts on /tmp, /var/tmp, /dev/shm and /run/lock, a
 // /proc that shows only its own processes (hidepid, Linux 5.8+) and a
-// size-limited tmpfs as its work dir; without root it runs without them and
-// Limits says so. Each job's
+// size-limited tmpfs as its work dir, and, where the kernel allows, its own
+// PID namespace, whose init (the daemon's binary re-executed, package
+// jobinit) takes every process of the job down with it, and a seccomp filter
+// refusing namespaces, mounts, keyrings, bpf, ptrace attach and the host's
+// clocks and modules (seccomp_linux.go); without root it runs without them
+// and Limits says so. Each job's
 // stdout and stderr are capped together (CapWriter). The container backend
 // (NewDockerExecutor) talks to the Docker Engine API over its unix socket and
-// runs the job's image with no network. Auto picks between them per job.
+// runs the job's image with no network, under the same memory cap as
+// process jobs. Auto picks between them per job.
 //
 // Scratch hygiene: CollectOutputs copies a finished job's outputs out of its
 // work dir with a size and file-count cap and checksums (skipping, with a

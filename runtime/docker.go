@@ -205,6 +205,11 @@ type DockerOptions struct {
 	MaxLogBytes int64
 	// Log receives lifecycle events (default: discarded).
 	Log *slog.Logger
+	// MemoryMB is each container's memory limit, as ProcessOptions.MemoryMB
+	// is each process job's: a job's Spec.MemoryMB may lower it, never
+	// raise it (a larger request is clamped to it, with a note in the
+	// job's stderr). Default: half the host's RAM; < 0: none.
+	MemoryMB int
 	// DeclaredGPUs: the provider's GPUs are declared, not read from a
 	// driver (gpu_source declared, or auto without one), so there is no
 	// device to hand a container: GPU jobs run with their leased indices
@@ -223,6 +228,8 @@ type DockerExecutor struct {
 	maxLog  int64
 	uids    *uidPool
 	log     *slog.Logger
+	// memoryMB is each container's memory cap (<= 0: none).
+	memoryMB int
 	// gpu is how containers get their GPUs ("" when the engine cannot).
 	gpu gpuPassthrough
 }
@@ -296,9 +303,10 @@ func (e *DockerExecutor) Containers() auction.ContainerSupport {
 // NewDockerExecutor returns an executor that runs each job's image as a
 // container, with the job's work dir bind-mounted at /work (also its working
 // dir and HOME), no network, all capabilities dropped, no-new-privileges,
-// the memory limit, exactly the leased GPUs (through the NVIDIA runtime or
-// CDI, whichever the engine has; GPU jobs are refused on an engine with
-// neither, unless the GPUs are declared: see DockerOptions.DeclaredGPUs) and
+// the job's memory limit within the executor's cap (MemoryMB), exactly the
+// leased GPUs (through the NVIDIA runtime or CDI, whichever the engine has;
+// GPU jobs are refused on an engine with neither, unless the GPUs are
+// declared: see DockerOptions.DeclaredGPUs) and
 // the same uid isolation as the process backend. An image that is not on
 // the host is pulled from its registry, with progress in the job's log. It fails if the Engine does not answer.
 func NewDockerExecutor(socketPath string, opts DockerOptions) (*DockerExecutor, error) {
@@ -308,7 +316,8 @@ func NewDockerExecutor(socketPath string, opts DockerOptions) (*DockerExecutor, 
 	if !DockerAvailable(socketPath) {
 		return nil, fmt.Errorf("runtime: no Docker Engine answering on %s", socketPath)
 	}
-	e := &DockerExecutor{c: newDockerClient(socketPath), network: opts.Network, grace: opts.Grace, maxLog: opts.MaxLogBytes, log: opts.Log}
+	e := &DockerExecutor{c: newDockerClient(socketPath), network: opts.Network, grace: opts.Grace, maxLog: opts.MaxLogBytes, log: opts.Log,
+		memoryMB: memoryCapMB(opts.MemoryMB)}
 	if e.network == "" {
 		e.network = "none"
 	}
@@ -470,12 +479,13 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 		"SecurityOpt": []string{"no-new-privileges"},
 		"PidsLimit":   4096,
 	}
-	if mb := spec.MemoryMB; mb > 0 || spec.NoSwap {
-		if mb <= 0 {
-			// Docker limits swap only beside a memory limit: a no-swap job
-			// that sets none is limited to the host's memory.
-			mb = hostMemoryMB()
-		}
+	mb := clampMemoryMB(spec.MemoryMB, e.memoryMB, stderr)
+	if mb <= 0 && spec.NoSwap {
+		// Docker limits swap only beside a memory limit: a no-swap job
+		// on an engine with no cap is limited to the host's memory.
+		mb = hostMemoryMB()
+	}
+	if mb > 0 {
 		hostConfig["Memory"] = int64(mb) << 20
 		hostConfig["MemorySwap"] = int64(mb) << 20 // memory and swap together: no swap
 		if spec.NoSwap {

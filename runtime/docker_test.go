@@ -26,6 +26,13 @@ var (
 // (FROM scratch: just the static helper at /jobhelper), or skips.
 func dockerExecutor(t *testing.T) *DockerExecutor {
 	t.Helper()
+	return dockerExecutorWith(t, DockerOptions{})
+}
+
+// dockerExecutorWith is dockerExecutor with opts (Root and Grace are the
+// test's).
+func dockerExecutorWith(t *testing.T, opts DockerOptions) *DockerExecutor {
+	t.Helper()
 	if !DockerAvailable(DefaultDockerSocket) {
 		t.Skip("Docker Engine not reachable on " + DefaultDockerSocket)
 	}
@@ -33,7 +40,8 @@ func dockerExecutor(t *testing.T) *DockerExecutor {
 	if imageErr != nil {
 		t.Fatalf("import test image: %v", imageErr)
 	}
-	e, err := NewDockerExecutor(DefaultDockerSocket, DockerOptions{Root: filepath.Join(t.TempDir(), "jobs"), Grace: 300 * time.Millisecond})
+	opts.Root, opts.Grace = filepath.Join(t.TempDir(), "jobs"), 300*time.Millisecond
+	e, err := NewDockerExecutor(DefaultDockerSocket, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,6 +222,52 @@ func TestDockerMemoryLimit(t *testing.T) {
 	res, _, _, _ := run(t, e, Spec{ID: "d-mem", Image: testImage, Command: []string{"/jobhelper", "alloc", "400"}, MemoryMB: 64})
 	if res.Reason != ReasonOOM || !res.Killed || res.ExitCode != 137 {
 		t.Fatalf("over limit: %+v", res)
+	}
+}
+
+// A container gets the executor's memory cap, by default half the host's
+// RAM, as a process job does: a job's memory_mb lowers it, never lifts it,
+// and a clamped job is told in its log (issue 22).
+func TestDockerMemoryCap(t *testing.T) {
+	limit := func(t *testing.T, e *DockerExecutor, id string, mb int) (int64, string) {
+		t.Helper()
+		var errOut syncBuffer
+		h, err := e.Start(context.Background(), Spec{ID: id, Image: testImage, Command: []string{"/jobhelper", "sleep", "1h"}, MemoryMB: mb}, nil, &errOut)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = h.Stop(0); h.Wait(); _ = h.Cleanup() }()
+		var info struct {
+			HostConfig struct{ Memory, MemorySwap int64 }
+		}
+		if err := e.c.do(context.Background(), "GET", "/containers/"+h.(*dockerHandle).id+"/json", nil, &info); err != nil {
+			t.Fatal(err)
+		}
+		if info.HostConfig.MemorySwap != info.HostConfig.Memory {
+			t.Errorf("%s: swap limit %d, memory %d: swap would lift the cap", id, info.HostConfig.MemorySwap, info.HostConfig.Memory)
+		}
+		return info.HostConfig.Memory, errOut.String()
+	}
+	byDefault := dockerExecutor(t)
+	host := hostMemoryMB()
+	if host <= 0 {
+		t.Skip("the host's memory is unknown")
+	}
+	if got, _ := limit(t, byDefault, "d-cap-default", 0); got != int64(host/2)<<20 {
+		t.Fatalf("a job asking for no memory limit got %d bytes, want half the host's %d MiB", got, host)
+	}
+	e := dockerExecutorWith(t, DockerOptions{MemoryMB: 64})
+	got, note := limit(t, e, "d-cap-lift", 1024)
+	if got != 64<<20 || !strings.Contains(note, "gpumesh: memory_mb 1024 is over this provider's cap of 64 MiB per job; the job is limited to 64 MiB") {
+		t.Fatalf("memory_mb 1024 on a 64 MiB cap: %d bytes, log %q", got, note)
+	}
+	e2 := dockerExecutorWith(t, DockerOptions{MemoryMB: 512})
+	if got, note := limit(t, e2, "d-cap-lower", 64); got != 64<<20 || note != "" {
+		t.Fatalf("memory_mb 64 under a 512 MiB cap: %d bytes, log %q", got, note)
+	}
+	none := dockerExecutorWith(t, DockerOptions{MemoryMB: -1})
+	if got, _ := limit(t, none, "d-cap-none", 0); got != 0 {
+		t.Fatalf("no cap and no request: %d bytes", got)
 	}
 }
 

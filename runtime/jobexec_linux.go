@@ -35,7 +35,9 @@ func (n *jobNamespaces) close() {
 
 // enter moves the calling thread, which must be locked and discarded
 // afterwards, into the namespaces. Joining a mount namespace needs a
-// thread that shares no filesystem attributes (CLONE_FS) with the others.
+// thread that shares no filesystem attributes (CLONE_FS) with the others;
+// joining a PID namespace moves the thread's next children there, not the
+// thread.
 func (n *jobNamespaces) enter() error {
 	if len(n.files) == 0 {
 		return nil
@@ -51,10 +53,10 @@ func (n *jobNamespaces) enter() error {
 	return nil
 }
 
-// namespaces opens the job's IPC, network and mount namespaces (those of
-// its main process; the job has no PID or user namespace of its own).
-// Only a process of the job's own uid is trusted to be the job's: once the
-// main process is reaped its pid may be another's.
+// namespaces opens the job's IPC, network, mount and PID namespaces (those
+// of its main process, its init when it has one; the job has no user
+// namespace of its own). Only a process of the job's own uid is trusted to
+// be the job's: once the main process is reaped its pid may be another's.
 func (h *processHandle) namespaces() (*jobNamespaces, error) {
 	ns := &jobNamespaces{}
 	if h.e.sb == nil {
@@ -64,7 +66,7 @@ func (h *processHandle) namespaces() (*jobNamespaces, error) {
 	for _, k := range []struct {
 		name string
 		flag int
-	}{{"ipc", unix.CLONE_NEWIPC}, {"net", unix.CLONE_NEWNET}, {"mnt", unix.CLONE_NEWNS}} {
+	}{{"ipc", unix.CLONE_NEWIPC}, {"net", unix.CLONE_NEWNET}, {"mnt", unix.CLONE_NEWNS}, {"pid", unix.CLONE_NEWPID}} {
 		path := "/proc/" + pid + "/ns/" + k.name
 		own, err := os.Readlink(path)
 		if err != nil {
@@ -89,10 +91,10 @@ func (h *processHandle) namespaces() (*jobNamespaces, error) {
 	return ns, nil
 }
 
-// Exec runs a command inside the job: its uid, its network, mount and IPC
-// namespaces, its cgroup, its environment, its work dir, no_new_privs, in a
-// process group of its own. The command is killed when ctx ends or the
-// job's main process ends.
+// Exec runs a command inside the job: its uid, its network, mount, IPC and
+// PID namespaces, its cgroup, its environment, its work dir, no_new_privs
+// and seccomp filter, in a process group of its own. The command is killed
+// when ctx ends or the job's main process ends.
 func (h *processHandle) Exec(ctx context.Context, req ExecRequest) (int, error) {
 	id := h.spec.ID
 	if err := checkExecCommand(id, req.Command); err != nil {
@@ -156,7 +158,14 @@ func (h *processHandle) Exec(ctx context.Context, req ExecRequest) (int, error) 
 	if h.e.uids != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(h.uid), Gid: uint32(h.uid), Groups: []uint32{}}
 	}
-	err = spawnIn(cmd, h.cg, ns.enter)
+	start := func() error { return spawnIn(cmd, h.cg, ns.enter) }
+	if h.e.sb != nil && h.e.sb.seccomp {
+		// Through the job's init binary, which installs the filter and
+		// executes the command in its place.
+		_, err = startViaInit(cmd, false, true, start)
+	} else {
+		err = start()
+	}
 	if tty != nil {
 		tty.Close()
 	}

@@ -56,6 +56,29 @@ func TestJobMemoryMB(t *testing.T) {
 	}
 }
 
+// The cap's default is half the host's RAM; a clamped request is noted in
+// the job's log, one that fits is not.
+func TestClampMemoryMB(t *testing.T) {
+	if got := memoryCapMB(0); got != hostMemoryMB()/2 {
+		t.Errorf("default cap %d, want half of %d", got, hostMemoryMB())
+	}
+	if memoryCapMB(-1) != -1 || memoryCapMB(64) != 64 {
+		t.Errorf("set caps: %d %d", memoryCapMB(-1), memoryCapMB(64))
+	}
+	var log strings.Builder
+	if got := clampMemoryMB(1024, 64, &log); got != 64 || log.String() != "gpumesh: memory_mb 1024 is over this provider's cap of 64 MiB per job; the job is limited to 64 MiB\n" {
+		t.Errorf("clamped: %d, log %q", got, log.String())
+	}
+	log.Reset()
+	for _, c := range [][2]int{{32, 64}, {0, 64}, {1024, -1}} {
+		clampMemoryMB(c[0], c[1], &log)
+	}
+	if log.Len() != 0 {
+		t.Errorf("a request within the cap was noted: %q", log.String())
+	}
+	clampMemoryMB(1024, 64, nil) // no log: no note, no panic
+}
+
 // A fork bomb is bounded by the default pids limit: forks fail, the job
 // ends, the host keeps its process table.
 func TestProcessDefaultPidsLimit(t *testing.T) {

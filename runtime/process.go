@@ -61,9 +61,10 @@ type ProcessOptions struct {
 	// past it the output is dropped with a note (see CapWriter). Default
 	// DefaultMaxLogBytes; < 0: no cap.
 	MaxLogBytes int64
-	// NoNamespaces disables the per-job namespaces (network, mount, IPC). They
-	// need root; without it the executor runs jobs without them and says
-	// so in Limits and the log.
+	// NoNamespaces disables the per-job namespaces (network, mount, IPC,
+	// PID) and with them the job's init and seccomp filter. They need
+	// root; without it the executor runs jobs without them and says so in
+	// Limits and the log.
 	NoNamespaces bool
 	// Log receives lifecycle events (default: discarded).
 	Log *slog.Logger
@@ -84,10 +85,7 @@ type jobLimits struct {
 
 // defaultLimits fills in ProcessOptions' limit defaults.
 func defaultLimits(opts ProcessOptions) jobLimits {
-	l := jobLimits{memoryMB: opts.MemoryMB, pids: opts.Pids, cpus: opts.CPUs}
-	if l.memoryMB == 0 {
-		l.memoryMB = hostMemoryMB() / 2
-	}
+	l := jobLimits{memoryMB: memoryCapMB(opts.MemoryMB), pids: opts.Pids, cpus: opts.CPUs}
 	if l.pids == 0 {
 		l.pids = DefaultPids
 	}
@@ -95,6 +93,15 @@ func defaultLimits(opts ProcessOptions) jobLimits {
 		l.cpus = float64(max(1, goruntime.NumCPU()-1))
 	}
 	return l
+}
+
+// memoryCapMB is an executor's per-job memory cap from its option (0: the
+// default, half the host's RAM; < 0: none).
+func memoryCapMB(opt int) int {
+	if opt == 0 {
+		return hostMemoryMB() / 2
+	}
+	return opt
 }
 
 // jobMemoryMB is the memory limit of a job that asks for requested MiB (0:
@@ -107,6 +114,17 @@ func jobMemoryMB(requested, capMB int) int {
 		return requested
 	}
 	return min(requested, capMB)
+}
+
+// clampMemoryMB is jobMemoryMB, with a note in the job's log (nil: none)
+// when the cap lowered its request.
+func clampMemoryMB(requested, capMB int, log io.Writer) int {
+	mb := jobMemoryMB(requested, capMB)
+	if requested > 0 && mb < requested && log != nil {
+		fmt.Fprintf(log, "gpumesh: memory_mb %d is over this provider's cap of %d MiB per job; the job is limited to %d MiB\n",
+			requested, capMB, mb)
+	}
+	return mb
 }
 
 // DefaultWorkDirMB is the default size of a job's work dir.
@@ -143,7 +161,8 @@ type ProcessExecutor struct {
 // HOME and TMPDIR in the work dir, LANG, the spec's Env, CUDA_VISIBLE_DEVICES,
 // GPUMESH_JOB_ID and GPUMESH_OUTPUTS). When the daemon runs as root each job
 // runs under its own unprivileged uid and in its own network (loopback only,
-// unless AllowNetwork), mount and IPC namespaces, with fresh private /tmp,
+// unless AllowNetwork), mount, IPC and PID namespaces (its init ends the
+// whole job tree with it), under a seccomp filter, with fresh private /tmp,
 // /var/tmp and /dev/shm, and a size-limited tmpfs as its work dir; where a
 // cgroup hierarchy is writable each job gets a cgroup with its memory, pids
 // and CPU limits (the options' defaults unless the spec sets its memory).
@@ -329,12 +348,8 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	var cg *jobCgroup
 	if e.cg != nil {
 		lim := e.lim
-		lim.memoryMB = jobMemoryMB(spec.MemoryMB, e.lim.memoryMB)
+		lim.memoryMB = clampMemoryMB(spec.MemoryMB, e.lim.memoryMB, stderr)
 		lim.noSwap = spec.NoSwap
-		if spec.MemoryMB > 0 && lim.memoryMB < spec.MemoryMB && stderr != nil {
-			fmt.Fprintf(stderr, "gpumesh: memory_mb %d is over this provider's cap of %d MiB per job; the job is limited to %d MiB\n",
-				spec.MemoryMB, e.lim.memoryMB, lim.memoryMB)
-		}
 		cg, err = e.cg.create(fmt.Sprintf("%s-%d-%d", spec.ID, os.Getpid(), cgroupSeq.Add(1)), lim)
 		if err != nil {
 			if spec.MemoryMB > 0 || (spec.NoSwap && hostSwaps()) {
@@ -381,7 +396,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	if e.uids != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
 	}
-	err = spawn(cmd, cg, e.sb, wd, spec.Inputs)
+	ji, err := spawn(cmd, cg, e.sb, wd, spec.Inputs)
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -399,6 +414,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 		spec:        spec,
 		uid:         uid,
 		cg:          cg,
+		init:        ji,
 		proc:        cmd.Process,
 		pgid:        cmd.Process.Pid,
 		started:     time.Now(),
@@ -466,10 +482,13 @@ func lookPath(name, path string) (string, error) {
 
 // processHandle is a running process job.
 type processHandle struct {
-	e       *ProcessExecutor
-	spec    Spec
-	uid     int
-	cg      *jobCgroup
+	e    *ProcessExecutor
+	spec Spec
+	uid  int
+	cg   *jobCgroup
+	// init, when the job has one, reports its command's exit status;
+	// proc is then the init.
+	init    *jobInit
 	proc    *os.Process
 	pgid    int
 	started time.Time
@@ -485,7 +504,8 @@ type processHandle struct {
 	handleState
 }
 
-// Pid is the job's main process id, which is also its process group id.
+// Pid is the job's main process id (its init's, when it has one), which
+// is also its process group id.
 func (h *processHandle) Pid() int { return h.pgid }
 
 func (h *processHandle) Stop(grace time.Duration) error { return h.stop(ReasonStopped, grace) }
@@ -584,6 +604,11 @@ func (h *processHandle) killAll() {
 func (h *processHandle) wait() {
 	state, werr := h.proc.Wait()
 	ended := time.Now()
+	var ws syscall.WaitStatus
+	if state != nil {
+		ws, _ = state.Sys().(syscall.WaitStatus)
+	}
+	ws = h.init.exitStatus(ws)
 	if h.timer != nil {
 		h.timer.Stop()
 	}
@@ -629,11 +654,11 @@ func (h *processHandle) wait() {
 		if res.Reason == "" {
 			res.Reason = ReasonFailed
 		}
-	} else if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	} else if ws.Signaled() {
 		signaled = true
 		res.ExitCode = 128 + int(ws.Signal())
 	} else {
-		res.ExitCode = state.ExitCode()
+		res.ExitCode = ws.ExitStatus()
 	}
 	switch {
 	case res.Reason != "":

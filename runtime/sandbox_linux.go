@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpumesh/gpumesh/runtime/internal/jobinit"
 )
 
 // sandbox is what a process job gets around it besides its uid and cgroup:
@@ -23,11 +25,21 @@ import (
 // another's (or a previous tenant's with the same uid) scratch files, and
 // /proc is a fresh procfs with hidepid=2: a job sees its own processes only,
 // not the daemon's command line nor another tenant's (each job has its own
-// uid).
+// uid). Where the host allows, a job also gets its own PID namespace,
+// whose first process is the job's init (package jobinit), and runs under the
+// seccomp filter (see seccomp_linux.go).
 type sandbox struct {
 	network bool   // share the host's network namespace
 	tmpMB   int    // size of each private tmpfs; <= 0: the kernel default (half of RAM)
 	root    string // the work root: other jobs' work dirs under it are unmounted
+	// pidns: each job has its own PID namespace and init; else pidWhy
+	// says why not.
+	pidns  bool
+	pidWhy string
+	// seccomp: jobs run under the seccomp filter; else seccompWhy says
+	// why not.
+	seccomp    bool
+	seccompWhy string
 }
 
 // privateDirs get a fresh tmpfs in each job's mount namespace. Not all of
@@ -52,7 +64,9 @@ func procPerMount() bool {
 
 // detectSandbox reports whether this process can give jobs their own
 // namespaces (it needs root, i.e. CAP_SYS_ADMIN), by setting them up once on
-// a throwaway thread. It returns nil and the reason when it cannot.
+// a throwaway thread. It returns nil and the reason when it cannot. A host
+// that cannot give jobs a PID namespace or the seccomp filter still gets
+// the other namespaces, without them (describe says why).
 func detectSandbox(s sandbox) (*sandbox, string) {
 	if os.Geteuid() != 0 {
 		return nil, "job namespaces need root"
@@ -63,7 +77,53 @@ func detectSandbox(s sandbox) (*sandbox, string) {
 	if err := <-errc; err != nil {
 		return nil, err.Error()
 	}
+	s.pidns, s.pidWhy = detectPIDNamespace()
+	s.seccomp, s.seccompWhy = detectSeccomp()
 	return &s, ""
+}
+
+// detectPIDNamespace reports whether jobs can have PID namespaces of their
+// own: the kernel must have them, and the daemon's image must be there to
+// run as their init.
+func detectPIDNamespace() (bool, string) {
+	if _, err := os.Stat(initPath); err != nil {
+		return false, "the daemon cannot re-execute itself as a job's init: " + err.Error()
+	}
+	// Go checks, once, whether pidfds work by forking a child that exits
+	// at once: done here, that child is not the first one of a thread
+	// that unshared a job's PID namespace, where it would be PID 1 and
+	// leave the namespace dead for the job's init.
+	if p, err := os.FindProcess(os.Getpid()); err == nil {
+		p.Release()
+	}
+	errc := make(chan error, 1)
+	onSpareThread(func() { errc <- unix.Unshare(unix.CLONE_NEWPID) })
+	if err := <-errc; err != nil {
+		return false, "the kernel gives no PID namespace: " + err.Error()
+	}
+	return true, ""
+}
+
+// detectSeccomp reports whether jobs can run under the seccomp filter, by
+// installing it on a throwaway thread.
+func detectSeccomp() (bool, string) {
+	errc := make(chan error, 1)
+	onSpareThread(func() {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			errc <- err
+			return
+		}
+		prog, err := seccompProgram()
+		if err != nil {
+			errc <- err
+			return
+		}
+		errc <- jobinit.InstallFilter(prog, false)
+	})
+	if err := <-errc; err != nil {
+		return false, err.Error()
+	}
+	return true, ""
 }
 
 // flags are the namespaces a job gets.
@@ -72,6 +132,9 @@ func (s *sandbox) flags() int {
 	if !s.network {
 		f |= unix.CLONE_NEWNET
 	}
+	if s.pidns {
+		f |= unix.CLONE_NEWPID
+	}
 	return f
 }
 
@@ -79,7 +142,9 @@ func (s *sandbox) flags() int {
 // daemon code again, into fresh namespaces set up for a job whose work dir
 // is wd and whose input artifacts are in inputs ("": none). A work dir or
 // inputs dir under one of the private dirs is bound back into place (only
-// those: not their neighbours), the inputs read-only.
+// those: not their neighbours), the inputs read-only. With a PID namespace,
+// the thread's next child is its first process, the job's init, which
+// mounts the namespace's /proc.
 func (s *sandbox) enter(wd, inputs string) error {
 	if err := unix.Unshare(s.flags()); err != nil {
 		return fmt.Errorf("runtime: unshare job namespaces: %w", err)
@@ -143,7 +208,7 @@ func (s *sandbox) enter(wd, inputs string) error {
 			}
 		}
 	}
-	if procPerMount() {
+	if !s.pidns && procPerMount() {
 		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=2"); err != nil {
 			return fmt.Errorf("runtime: job mounts: /proc with hidepid: %w", err)
 		}
@@ -204,11 +269,20 @@ func (s *sandbox) describe() string {
 	if s.network {
 		net = "network: host"
 	}
-	procs := "other uids' processes visible in /proc (kernel before 5.8)"
-	if procPerMount() {
-		procs = "/proc shows the job's own processes only"
+	var procs string
+	switch {
+	case s.pidns:
+		procs = "own PID namespace: the job sees its own processes only, and none outlives its init"
+	case procPerMount():
+		procs = "PID namespace: none (" + s.pidWhy + "): /proc shows the job's own processes only"
+	default:
+		procs = "PID namespace: none (" + s.pidWhy + "): other uids' processes visible in /proc (kernel before 5.8)"
 	}
-	return net + "; " + tmp + "; own IPC namespace; " + procs
+	sec := seccompSummary
+	if !s.seccomp {
+		sec = "seccomp: none (" + s.seccompWhy + ")"
+	}
+	return net + "; " + tmp + "; own IPC namespace; " + procs + "; " + sec
 }
 
 // spawn starts cmd inside the job's cgroup and sandbox (either may be nil),
@@ -219,14 +293,22 @@ func (s *sandbox) describe() string {
 // forks from a fresh locked thread that it moves into them. The goroutine
 // exits still locked, and the Go runtime discards the thread rather than
 // letting daemon code run inside the job's cgroup, namespaces or
-// no_new_privs.
-func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd, inputs string) error {
-	return spawnIn(cmd, cg, func() error {
-		if sb != nil {
-			return sb.enter(wd, inputs)
-		}
-		return nil
-	})
+// no_new_privs. With a PID namespace or the seccomp filter, cmd starts
+// through the job's init (startViaInit): cmd.Process is the init's, and the
+// returned jobInit reads the command's exit status.
+func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd, inputs string) (*jobInit, error) {
+	start := func() error {
+		return spawnIn(cmd, cg, func() error {
+			if sb != nil {
+				return sb.enter(wd, inputs)
+			}
+			return nil
+		})
+	}
+	if sb == nil || !sb.pidns && !sb.seccomp {
+		return nil, start()
+	}
+	return startViaInit(cmd, sb.pidns, sb.seccomp, start)
 }
 
 // spawnIn starts cmd as spawn does, with enter moving the spare thread into

@@ -5,6 +5,7 @@ package runtime
 import (
 	"errors"
 	"os/exec"
+	"syscall"
 )
 
 type sandbox struct {
@@ -17,7 +18,14 @@ func detectSandbox(sandbox) (*sandbox, string) { return nil, "job namespaces exi
 
 func (*sandbox) describe() string { return "" }
 
-func spawn(cmd *exec.Cmd, _ *jobCgroup, _ *sandbox, _, _ string) error { return cmd.Start() }
+// jobInit exists only on linux: spawn never returns one here.
+type jobInit struct{}
+
+func (*jobInit) exitStatus(ws syscall.WaitStatus) syscall.WaitStatus { return ws }
+
+func spawn(cmd *exec.Cmd, _ *jobCgroup, _ *sandbox, _, _ string) (*jobInit, error) {
+	return nil, cmd.Start()
+}
 
 func mountQuota(string, int, int) error { return errors.New("work dir quotas exist only on linux") }
 

@@ -23,6 +23,9 @@
 //	jobhelper copy              copy stdin to stdout, then print "eof"
 //	jobhelper isatty            print "tty" if stdin is a terminal, else
 //	                            "notty"
+//	jobhelper syscalls          try the calls the seccomp filter is about,
+//	                            print "name=ok" or "name=ERRNO" for each
+//	jobhelper vhangup           vhangup(2), exit 0 or 100+errno
 package main
 
 import (
@@ -187,6 +190,10 @@ func main() {
 		} else {
 			fmt.Println("notty")
 		}
+	case "syscalls":
+		syscalls()
+	case "vhangup":
+		vhangup()
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
