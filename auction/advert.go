@@ -222,8 +222,9 @@ func (c Capability) Matches(q Query) bool {
 		return false
 	}
 	n := 0
+	want := gpumodel.Request(q.GPU)
 	for _, g := range c.GPUs {
-		if q.GPU != "" && !gpumodel.Match(g.Model, q.GPU) {
+		if q.GPU != "" && !g.Identity().Matches(want) {
 			continue
 		}
 		if g.VRAMGB < q.MinVRAM {

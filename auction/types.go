@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/gpumodel"
 )
 
 // Tier is a job's service level.
@@ -39,6 +41,11 @@ type GPU struct {
 	// ranking and discovery ignore it (TestDetectedFlagGivesNoAdvantage).
 	Detected bool `json:"detected" yaml:"-"`
 }
+
+// Identity is the device's canonical model: its name, sized by its VRAM
+// where the name does not say (gpumodel.Device). Matching a request,
+// grouping devices of one model and counting them all go through it.
+func (g GPU) Identity() gpumodel.Model { return gpumodel.Device(g.Model, g.VRAMGB) }
 
 // DeviceName is how device i of a GPU list is named between peers (GPU
 // challenges, scrubbing): its UUID, or its index when it has none
@@ -301,6 +308,22 @@ func (j *Job) Attempts() int {
 // (Evaluate, kind "excluded") and renters refuse their bids.
 func (j *Job) Excludes(provider string) bool {
 	return provider != "" && slices.Contains(j.Exclude, provider)
+}
+
+// AcceptsGPU reports whether device g is of a model the job asks for:
+// any, when it names none; else one of GPUModels, by family or by the
+// variant or memory size a request names (see GPU.Identity).
+func (j *Job) AcceptsGPU(g GPU) bool {
+	if len(j.GPUModels) == 0 {
+		return true
+	}
+	id := g.Identity()
+	for _, w := range j.GPUModels {
+		if id.Matches(gpumodel.Request(w)) {
+			return true
+		}
+	}
+	return false
 }
 
 // OutputFile is one result file a job left in its outputs directory.
