@@ -157,7 +157,8 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		}
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}/bids", func(w http.ResponseWriter, r *http.Request) {
-		replyJSON(w, 200, api.BidsView{JobID: r.PathValue("id"), Explain: "12D3KooWcheap won: lowest score", Bids: []auction.Ranked{
+		replyJSON(w, 200, api.BidsView{JobID: r.PathValue("id"), Explain: auction.Explanation{Winner: "12D3KooWcheap", Rank: 1,
+			Score: 1.111, Price: 1, Reliability: 0.9, Rule: auction.RuleOnlyEligible}, Bids: []auction.Ranked{
 			{Candidate: auction.Candidate{Bid: auction.Bid{Provider: "12D3KooWcheap", Price: 1, Datasets: []string{"c4"}}, Reliability: 0.9}, Score: 1.111},
 			{Candidate: auction.Candidate{Bid: auction.Bid{Provider: "12D3KooWdear", Price: 9}, Reliability: 0.5}, Rejected: "price above max"},
 		}})
@@ -279,7 +280,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		code, out, _ := gm("bids", "j1")
 		lines := strings.Split(out, "\n")
 		if code != 0 || !strings.HasPrefix(lines[1], "1 ") || !strings.HasPrefix(lines[2], "- ") ||
-			!strings.Contains(lines[1], "c4") || !strings.Contains(lines[2], "price above max") || !strings.Contains(out, "lowest score") {
+			!strings.Contains(lines[1], "c4") || !strings.Contains(lines[2], "price above max") || !strings.Contains(out, "the only eligible bid") {
 			t.Fatalf("code %d, out:\n%s", code, out)
 		}
 	})

@@ -162,9 +162,11 @@ type LeaseRecord struct {
 
 // BidsView is GET /v1/jobs/{id}/bids: ranked bids and why the winner won.
 type BidsView struct {
-	JobID   string           `json:"job_id"`
-	Bids    []auction.Ranked `json:"bids"`
-	Explain string           `json:"explain"`
+	JobID string           `json:"job_id"`
+	Bids  []auction.Ranked `json:"bids"`
+	// Explain names the bid that holds the lease and the rule that gave
+	// it the lease (auction.Explain).
+	Explain auction.Explanation `json:"explain"`
 	// Declines counts why providers did not bid, by Ineligible.Kind.
 	Declines map[string]int `json:"declines,omitempty"`
 }
