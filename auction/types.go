@@ -118,9 +118,14 @@ type Capability struct {
 	// image jobs (see ContainerSupport).
 	Containers ContainerSupport `json:"containers,omitempty"`
 	CUDA       string           `json:"cuda,omitempty"`
-	Seq        uint64           `json:"seq"`
-	IssuedAt   time.Time        `json:"issued_at"`
-	ExpiresAt  time.Time        `json:"expires_at"`
+	// FreeGPUs is how many of GPUs no lease holds at IssuedAt, as the
+	// provider's calendar says (none while it drains); the provider renews
+	// its record when the number changes. Nil in a record that does not
+	// say (an older provider's).
+	FreeGPUs  *int      `json:"free_gpus,omitempty"`
+	Seq       uint64    `json:"seq"`
+	IssuedAt  time.Time `json:"issued_at"`
+	ExpiresAt time.Time `json:"expires_at"`
 	// Artifacts are the complete artifacts the provider's store holds
 	// (most recently used first, at most MaxAdvertisedArtifacts): a
 	// public one by its id, a private one by its HeldToken (never its id);

@@ -27,7 +27,7 @@ func artifactCommand() *cli.Command {
 		}, {
 			Name:   "ls",
 			Usage:  "list the artifacts this node holds",
-			Flags:  []cli.Flag{jsonFlag()},
+			Flags:  []cli.Flag{noTruncFlag(), jsonFlag()},
 			Action: artifactLsAction,
 		}, {
 			Name:      "rm",
@@ -111,8 +111,9 @@ func artifactLsAction(c *cli.Context) error {
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, list)
 	}
+	peer := peerNames(c)
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSIZE\tFILES\tACCESS\tSTATE\tLAST USED")
+	fmt.Fprintln(tw, "ID\tNAME\tSIZE\tFILES\tOWNER\tACCESS\tSTATE\tLAST USED")
 	for _, in := range list {
 		access := "public"
 		if in.Private {
@@ -125,7 +126,8 @@ func artifactLsAction(c *cli.Context) error {
 		if in.Pins > 0 {
 			state += fmt.Sprintf(", in use by %d", in.Pins)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", in.ID, in.Name, fmtBytes(in.Size), in.Files, access, state, fmtTime(in.LastUsed))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", in.ID, in.Name, fmtBytes(in.Size), in.Files, orDash(peer(in.Owner)), access, state,
+			fmtTime(in.LastUsed))
 	}
 	return tw.Flush()
 }

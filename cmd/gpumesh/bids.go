@@ -16,7 +16,7 @@ func bidsCommand() *cli.Command {
 		Name:      "bids",
 		Usage:     "show a job's ranked bids and why the winner won",
 		ArgsUsage: "ID",
-		Flags:     []cli.Flag{jsonFlag()},
+		Flags:     []cli.Flag{noTruncFlag(), jsonFlag()},
 		Action: func(c *cli.Context) error {
 			id, err := jobArg(c, "job ID")
 			if err != nil {
@@ -29,7 +29,7 @@ func bidsCommand() *cli.Command {
 			if c.Bool("json") {
 				return printJSON(c.App.Writer, v)
 			}
-			w := c.App.Writer
+			w, peer := c.App.Writer, peerNames(c)
 			tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 			fmt.Fprintln(tw, "RANK\tPROVIDER\tPRICE\tRELIABILITY\tSCORE\tSTART\tCACHED DATASETS\tINPUT FETCH\tREJECTED")
 			rank := 0
@@ -42,7 +42,7 @@ func bidsCommand() *cli.Command {
 						r += " (lease)"
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t$%.4g\t%.3f\t%s\t%s\t%s\t%s\t%s\n", r, b.Bid.Provider, b.Bid.Price, b.Reliability, score,
+				fmt.Fprintf(tw, "%s\t%s\t$%.4g\t%.3f\t%s\t%s\t%s\t%s\t%s\n", r, peer(b.Bid.Provider), b.Bid.Price, b.Reliability, score,
 					fmtTime(b.Bid.Start), orDash(strings.Join(b.Bid.Datasets, ",")), fetchText(b.Bid.MissingBytes, b.Missing, b.Transfer), orDash(b.Rejected))
 			}
 			if err := tw.Flush(); err != nil {
@@ -52,7 +52,7 @@ func bidsCommand() *cli.Command {
 			if len(v.Declines) > 0 {
 				fmt.Fprintln(w, auction.DeclinesText(v.Declines))
 			}
-			fmt.Fprintln(w, explanationText(v.Explain, func(p string) string { return p }))
+			fmt.Fprintln(w, explanationText(v.Explain, peer))
 			return nil
 		},
 	}

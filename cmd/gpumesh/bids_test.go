@@ -37,11 +37,15 @@ func TestBidsNamesTheLeasedBid(t *testing.T) {
 		t.Fatalf("the ranking is printed %d times:\n%s", n, out)
 	}
 	lines := strings.Split(out, "\n")
-	if !strings.HasPrefix(lines[2], "2 (lease)") || !strings.Contains(lines[2], free) || strings.Contains(lines[1], "(lease)") {
+	if !strings.HasPrefix(lines[2], "2 (lease)  freeProvider ") || strings.Contains(lines[1], "(lease)") {
 		t.Fatalf("the second bid is not marked as the lease's:\n%s", out)
 	}
-	if !strings.Contains(out, "winner "+free+" (rank 2)") || !strings.Contains(out, busy+" starts later") {
+	if !strings.Contains(out, "winner freeProvider (rank 2)") || !strings.Contains(out, "busyProvider starts later") {
 		t.Fatalf("the explanation does not name the leased bid's provider and why the first was passed over:\n%s", out)
+	}
+	if code, out, _ = runCLI(t, "-d", dir, "bids", "j1", "--no-trunc"); code != 0 || !strings.Contains(out, "winner "+free+" (rank 2)") ||
+		!strings.Contains(out, "2 (lease)  "+free+" ") {
+		t.Fatalf("--no-trunc: code %d, peers not in full:\n%s", code, out)
 	}
 
 	code, out, _ = runCLI(t, "-d", dir, "bids", "j1", "--json")

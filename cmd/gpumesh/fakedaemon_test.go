@@ -245,7 +245,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 	})
 	t.Run("status escapes the id", func(t *testing.T) {
 		code, out, _ := gm("job", "status", "a/b c")
-		if code != 0 || statusID != "a/b c" || !strings.Contains(out, "winner:     12D3KooWprov") {
+		if code != 0 || statusID != "a/b c" || !strings.Contains(out, "winner:     prov\n") {
 			t.Fatalf("code %d, daemon saw id %q, out:\n%s", code, statusID, out)
 		}
 	})
@@ -255,7 +255,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		if code != 0 || len(lines) != 4 || strings.Fields(lines[0])[0] != "ID" {
 			t.Fatalf("code %d, out:\n%s", code, out)
 		}
-		if f := strings.Fields(lines[1]); !reflect.DeepEqual(f, []string{"j1", "silver", "leased", "running", "12D3KooWprov", "$1.5", "$0.0000"}) {
+		if f := strings.Fields(lines[1]); !reflect.DeepEqual(f, []string{"j1", "silver", "leased", "running", "prov", "$1.5", "$0.0000"}) {
 			t.Fatalf("row %q", f)
 		}
 		if f := strings.Fields(lines[2]); !reflect.DeepEqual(f, []string{"j2", "silver", "unplaceable", "-", "-", "-", "$0.0000"}) {

@@ -27,13 +27,13 @@ func jobCommand() *cli.Command {
 				Name:      "status",
 				Usage:     "show one job: auction, lease, run, telemetry, cost, receipt, history",
 				ArgsUsage: "ID",
-				Flags:     []cli.Flag{jsonFlag()},
+				Flags:     []cli.Flag{noTruncFlag(), jsonFlag()},
 				Action:    jobStatusAction,
 			},
 			{
 				Name:   "list",
 				Usage:  "list this node's jobs, newest first",
-				Flags:  []cli.Flag{jsonFlag()},
+				Flags:  []cli.Flag{noTruncFlag(), jsonFlag()},
 				Action: jobListAction,
 			},
 			{
@@ -78,11 +78,12 @@ func jobStatusAction(c *cli.Context) error {
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, v)
 	}
-	printJobView(c.App.Writer, &v)
+	printJobView(c.App.Writer, &v, peerNames(c))
 	return nil
 }
 
-func printJobView(w io.Writer, v *api.JobView) {
+// printJobView prints a job's status, peers named by peer.
+func printJobView(w io.Writer, v *api.JobView, peer func(string) string) {
 	j := &v.Job
 	fmt.Fprintf(w, "job:        %s (attempt %d)\n", j.ID, j.Attempt)
 	fmt.Fprintf(w, "state:      %s\n", v.State)
@@ -99,7 +100,7 @@ func printJobView(w io.Writer, v *api.JobView) {
 		fmt.Fprintf(w, "declines:   %s\n", auction.DeclinesText(v.Declines))
 	}
 	if v.Winner != "" {
-		fmt.Fprintf(w, "winner:     %s\n", v.Winner)
+		fmt.Fprintf(w, "winner:     %s\n", peer(v.Winner))
 	}
 	if l := v.Lease; l != nil {
 		fmt.Fprintf(w, "lease:      %s %s, $%.4g/GPU-h, %s .. %s\n", l.ID, l.State, l.Price, fmtTime(l.Start), fmtTime(l.End))
@@ -143,13 +144,13 @@ func printJobView(w io.Writer, v *api.JobView) {
 	for _, name := range slices.Sorted(maps.Keys(v.Job.Run.Inputs)) {
 		fmt.Fprintf(w, "input:      %s = artifact %s\n", name, v.Job.Run.Inputs[name])
 	}
-	printAttempts(w, v)
+	printAttempts(w, v, peer)
 }
 
 // printAttempts lists a job's leases, earlier ones (its history) and the
 // current one, when it had more than one or lost one: who ran each, how it
 // ended and through whose fault, its checkpoint and cost.
-func printAttempts(w io.Writer, v *api.JobView) {
+func printAttempts(w io.Writer, v *api.JobView, peer func(string) string) {
 	if len(v.History) == 0 && len(v.Job.Exclude) == 0 {
 		return
 	}
@@ -169,7 +170,7 @@ func printAttempts(w io.Writer, v *api.JobView) {
 	if len(v.Job.Exclude) > 0 {
 		ex := make([]string, len(v.Job.Exclude))
 		for i, p := range v.Job.Exclude {
-			ex[i] = shortID(p)
+			ex[i] = peer(p)
 		}
 		fmt.Fprintf(w, ", excluded %s", strings.Join(ex, ", "))
 	}
@@ -185,7 +186,7 @@ func printAttempts(w io.Writer, v *api.JobView) {
 		if !r.Receipt {
 			cost += " (unsettled)"
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, shortID(r.Lease.Provider), run, orDash(string(r.Fault)),
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, peer(r.Lease.Provider), run, orDash(string(r.Fault)),
 			attemptCheckpoints(r), cost, orDash(r.Detail))
 	}
 	tw.Flush()
@@ -249,6 +250,7 @@ func jobListAction(c *cli.Context) error {
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, vs)
 	}
+	peer := peerNames(c)
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTIER\tSTATE\tRUN\tPROVIDER\tPRICE\tCOST")
 	for _, v := range vs {
@@ -256,7 +258,7 @@ func jobListAction(c *cli.Context) error {
 		if v.Lease != nil {
 			provider, price = v.Lease.Provider, fmt.Sprintf("$%.4g", v.Lease.Price)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t$%.4f\n", v.Job.ID, v.Job.Tier, v.State, orDash(string(v.Run)), orDash(provider), price, v.CostUSD)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t$%.4f\n", v.Job.ID, v.Job.Tier, v.State, orDash(string(v.Run)), orDash(peer(provider)), price, v.CostUSD)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -18,7 +18,7 @@ func TestJobStatusShowsCheckpoint(t *testing.T) {
 		Checkpoint: &auction.Checkpoint{Seq: 3, Attempt: 1, Reason: auction.CheckpointPeriodic, Bytes: 2048, Work: 95 * time.Second, Artifact: id},
 		Restored:   &auction.Checkpoint{Seq: 7, Reason: auction.CheckpointStopped, Bytes: 1024, Work: time.Minute, Artifact: id}}
 	var b bytes.Buffer
-	printJobView(&b, v)
+	printJobView(&b, v, shortPeer)
 	out := b.String()
 	for _, want := range []string{
 		"checkpoint: seq 3 of attempt 1 (periodic), 2048 bytes, work saved 1m35s, artifact " + id + "\n",

@@ -44,7 +44,7 @@ func (c *Client) Peers(ctx context.Context) ([]PeerInfo, error) {
 }
 
 // Providers is GET /v1/providers: DHT discovery of providers matching q.
-func (c *Client) Providers(ctx context.Context, q auction.Query) ([]auction.Capability, error) {
+func (c *Client) Providers(ctx context.Context, q auction.Query) ([]ProviderView, error) {
 	v := url.Values{}
 	if q.GPU != "" {
 		v.Set("gpu", q.GPU)
@@ -58,7 +58,7 @@ func (c *Client) Providers(ctx context.Context, q auction.Query) ([]auction.Capa
 	if q.GPUCount != 0 {
 		v.Set("count", strconv.Itoa(q.GPUCount))
 	}
-	var caps []auction.Capability
+	var caps []ProviderView
 	err := c.Do(ctx, http.MethodGet, "/providers", v, nil, &caps)
 	return caps, err
 }

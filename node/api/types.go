@@ -51,6 +51,17 @@ type PeerInfo struct {
 	Addrs []string `json:"addrs"`
 }
 
+// ProviderView is one provider GET /v1/providers found: its capability
+// record (with FreeGPUs, the GPUs it had free when it issued the record),
+// what one GPU-hour starting now costs there at that occupancy
+// (auction.Capability.PriceNow), and its reliability as this node's
+// reputation book scores it: what its bids are ranked with.
+type ProviderView struct {
+	auction.Capability
+	PriceNow    float64 `json:"price_now"`
+	Reliability float64 `json:"reliability"`
+}
+
 // ErrorBody is the JSON body of every non-2xx answer.
 type ErrorBody struct {
 	Error string `json:"error"`

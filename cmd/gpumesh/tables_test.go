@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// A peer id as libp2p makes them, its short form in tables, and a second
+// one.
+const (
+	fullPeer  = "12D3KooWLqVY8r2F4mXgGxVq7DkqZs1oHHcq2s7yXJk5dWc3bD9a"
+	shortForm = "LqVY8r2F4mXg"
+	fullPeer2 = "12D3KooWQ5nB1mE6yW3TzKf2cWb7Hn8aUe1gQ9rVs4XpLdY2mN7k"
+)
+
+// TestProvidersShowAvailabilityPriceReliability: providers lists what
+// each has free now, its price for a GPU-hour now and its reliability;
+// --json carries the same fields (free_gpus, price_now, reliability).
+func TestProvidersShowAvailabilityPriceReliability(t *testing.T) {
+	one := 1
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/providers", func(w http.ResponseWriter, r *http.Request) {
+		replyJSON(w, 200, []api.ProviderView{
+			{Capability: auction.Capability{Peer: fullPeer, Region: "eu-west", GPUs: []auction.GPU{{Model: "A100", VRAMGB: 80}, {Model: "A100", VRAMGB: 80}},
+				Policy: auction.Policy{PriceFloor: 1.25}, FreeGPUs: &one}, PriceNow: 1.875, Reliability: 0.73},
+			{Capability: auction.Capability{Peer: fullPeer2, Region: "us-east", GPUs: []auction.GPU{{Model: "H100", VRAMGB: 80}},
+				Policy: auction.Policy{PriceFloor: 2}}, PriceNow: 2, Reliability: 0.5},
+		})
+	})
+	dir := fakeDaemon(t, mux)
+	code, out, errOut := runCLI(t, "-d", dir, "providers")
+	if code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	lines := strings.Split(out, "\n")
+	head := strings.Fields(strings.NewReplacer("$/GPU-h", "").Replace(lines[0]))
+	for i, want := range []string{"PEER", "REGION", "GPUS", "AVAILABLE", "PRICE", "FLOOR", "RELIABILITY"} {
+		if i >= len(head) || head[i] != want {
+			t.Fatalf("header %q: want columns PEER REGION GPUS AVAILABLE PRICE FLOOR RELIABILITY first", lines[0])
+		}
+	}
+	for i, want := range [][]string{{shortForm, "eu-west", "2xA100/80GB", "1/2", "1.88", "1.25", "0.730"},
+		{"Q5nB1mE6yW3T", "us-east", "1xH100/80GB", "-/1", "2.00", "2.00", "0.500"}} {
+		if f := strings.Fields(lines[i+1]); len(f) < len(want) || strings.Join(f[:len(want)], " ") != strings.Join(want, " ") {
+			t.Fatalf("row %d %q, want it to start %q", i+1, lines[i+1], want)
+		}
+	}
+	code, out, _ = runCLI(t, "-d", dir, "providers", "--json")
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got) != 2 {
+		t.Fatalf("--json: code %d, err %v:\n%s", code, err, out)
+	}
+	if got[0]["peer"] != fullPeer || got[0]["free_gpus"] != 1.0 || got[0]["price_now"] != 1.875 || got[0]["reliability"] != 0.73 {
+		t.Fatalf("--json %v: want the full peer id, free_gpus, price_now and reliability", got[0])
+	}
+}
+
+// TestTablesShortenPeerIDs: every table that names peers (providers,
+// bids, job list, job status, artifact ls, serve status) shortens them
+// the same way, to the 12 characters after 12D3KooW as Docker shortens
+// ids; --no-trunc and --json show them in full.
+func TestTablesShortenPeerIDs(t *testing.T) {
+	job := leasedView("j1", auction.RunRunning)
+	job.Winner, job.Lease.Provider = fullPeer, fullPeer
+	job.History = []api.LeaseRecord{{Lease: auction.Lease{ID: "lease-0", Provider: fullPeer2}, Run: auction.RunPreempted}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/providers", func(w http.ResponseWriter, r *http.Request) {
+		replyJSON(w, 200, []api.ProviderView{{Capability: auction.Capability{Peer: fullPeer, GPUs: []auction.GPU{{Model: "H100", VRAMGB: 80}}}}})
+	})
+	mux.HandleFunc("GET /v1/jobs/{id}/bids", func(w http.ResponseWriter, r *http.Request) {
+		replyJSON(w, 200, api.BidsView{JobID: "j1", Bids: []auction.Ranked{{Candidate: auction.Candidate{Bid: auction.Bid{Provider: fullPeer, Price: 1}}, Score: 2}},
+			Explain: auction.Explanation{Winner: fullPeer, Rank: 1, Rule: auction.RuleOnlyEligible}})
+	})
+	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, []api.JobView{job}) })
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, job) })
+	mux.HandleFunc("GET /v1/artifacts", func(w http.ResponseWriter, r *http.Request) {
+		replyJSON(w, 200, []api.ArtifactInfo{{ID: "a1", Name: "data", Owner: fullPeer, Complete: true}})
+	})
+	mux.HandleFunc("GET /v1/services/{id}", func(w http.ResponseWriter, r *http.Request) {
+		replyJSON(w, 200, api.ServiceView{ID: "s1", Replicas: []api.ReplicaView{{JobID: "r1", Provider: fullPeer, State: "ready"}}})
+	})
+	dir := fakeDaemon(t, mux)
+	for _, args := range [][]string{{"providers"}, {"bids", "j1"}, {"job", "list"}, {"job", "status", "j1"}, {"artifact", "ls"}, {"serve", "status", "s1"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, out, errOut := runCLI(t, append([]string{"-d", dir}, args...)...)
+			if code != 0 || !strings.Contains(out, shortForm) || strings.Contains(out, fullPeer) {
+				t.Fatalf("code %d, stderr %q: the table does not name %s as %s:\n%s", code, errOut, fullPeer, shortForm, out)
+			}
+			code, out, _ = runCLI(t, append(append([]string{"-d", dir}, args...), "--no-trunc")...)
+			if code != 0 || !strings.Contains(out, fullPeer) {
+				t.Fatalf("--no-trunc: code %d, %s not in full:\n%s", code, fullPeer, out)
+			}
+			code, out, _ = runCLI(t, append(append([]string{"-d", dir}, args...), "--json")...)
+			if code != 0 || !strings.Contains(out, fullPeer) {
+				t.Fatalf("--json: code %d, %s not in full:\n%s", code, fullPeer, out)
+			}
+		})
+	}
+	if code, out, _ := runCLI(t, "-d", dir, "job", "status", "j1"); code != 0 || !strings.Contains(out, "  1  Q5nB1mE6yW3T  preempted") {
+		t.Fatalf("job status attempts name the first lease's provider by its short id:\n%s", out)
+	}
+}
