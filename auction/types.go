@@ -446,6 +446,11 @@ const (
 	RunCancelled RunState = "cancelled"
 )
 
+// RunStates lists every RunState.
+func RunStates() []RunState {
+	return []RunState{RunPending, RunRunning, RunSucceeded, RunFailed, RunPreempted, RunExpired, RunCancelled}
+}
+
 // Terminal reports whether no further transition is possible.
 func (s RunState) Terminal() bool {
 	switch s {

@@ -196,3 +196,30 @@ func peerNames(c *cli.Context) func(string) string {
 	}
 	return shortPeer
 }
+
+// ago is t relative to now for tables, "3m ago" ("in 3m" ahead of now),
+// in the largest whole unit up to days; "-" for no time.
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d, ahead := now.Sub(t), false
+	if d < 0 {
+		d, ahead = -d, true
+	}
+	var s string
+	switch {
+	case d < time.Minute:
+		s = fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		s = fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%dh", int(d/time.Hour))
+	default:
+		s = fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+	}
+	if ahead {
+		return "in " + s
+	}
+	return s + " ago"
+}

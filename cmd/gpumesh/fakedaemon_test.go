@@ -255,10 +255,10 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		if code != 0 || len(lines) != 4 || strings.Fields(lines[0])[0] != "ID" {
 			t.Fatalf("code %d, out:\n%s", code, out)
 		}
-		if f := strings.Fields(lines[1]); !reflect.DeepEqual(f, []string{"j1", "silver", "leased", "running", "prov", "$1.5", "$0.0000"}) {
+		if f := strings.Fields(lines[1]); !reflect.DeepEqual(f, []string{"j1", "silver", "leased", "running", "prov", "$1.5", "$0.0000", "-", "-", "-"}) {
 			t.Fatalf("row %q", f)
 		}
-		if f := strings.Fields(lines[2]); !reflect.DeepEqual(f, []string{"j2", "silver", "unplaceable", "-", "-", "-", "$0.0000"}) {
+		if f := strings.Fields(lines[2]); !reflect.DeepEqual(f, []string{"j2", "silver", "unplaceable", "-", "-", "-", "$0.0000", "-", "-", "-"}) {
 			t.Fatalf("row %q", f)
 		}
 	})

@@ -31,9 +31,13 @@ func jobCommand() *cli.Command {
 				Action:    jobStatusAction,
 			},
 			{
-				Name:   "list",
-				Usage:  "list this node's jobs, newest first",
-				Flags:  []cli.Flag{noTruncFlag(), jsonFlag()},
+				Name:  "list",
+				Usage: "list this node's jobs, newest first",
+				Flags: []cli.Flag{
+					&cli.StringSliceFlag{Name: "state", Usage: "only jobs in state S: an auction state (" + joinStates(auction.JobStates()) +
+						") or their run's (" + joinStates(auction.RunStates()) + "); repeatable, or a comma list"},
+					&cli.IntFlag{Name: "limit", Value: 20, Usage: "show the newest N jobs (0: all)"},
+					noTruncFlag(), jsonFlag()},
 				Action: jobListAction,
 			},
 			{
@@ -243,28 +247,90 @@ func jobListAction(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
+	limit := c.Int("limit")
+	if limit < 0 {
+		return fmt.Errorf("--limit must be >= 0 (0: all), got %d", limit)
+	}
+	states, err := stateFilter(c.StringSlice("state"))
+	if err != nil {
+		return err
+	}
 	vs, err := client(c).Jobs(c.Context)
 	if err != nil {
 		return err
 	}
+	vs = slices.DeleteFunc(vs, func(v api.JobView) bool {
+		return len(states) > 0 && !states[string(v.State)] && !states[string(v.Run)]
+	})
+	slices.SortStableFunc(vs, func(a, b api.JobView) int { return jobCreated(b).Compare(jobCreated(a)) })
+	total := len(vs)
+	if limit > 0 && len(vs) > limit {
+		vs = vs[:limit]
+	}
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, vs)
 	}
-	peer := peerNames(c)
+	peer, now := peerNames(c), time.Now()
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTIER\tSTATE\tRUN\tPROVIDER\tPRICE\tCOST")
+	fmt.Fprintln(tw, "ID\tTIER\tSTATE\tRUN\tPROVIDER\tPRICE\tCOST\tCREATED\tSTARTED\tENDED")
 	for _, v := range vs {
 		provider, price := v.Winner, "-"
 		if v.Lease != nil {
 			provider, price = v.Lease.Provider, fmt.Sprintf("$%.4g", v.Lease.Price)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t$%.4f\n", v.Job.ID, v.Job.Tier, v.State, orDash(string(v.Run)), orDash(peer(provider)), price, v.CostUSD)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t$%.4f\t%s\t%s\t%s\n", v.Job.ID, v.Job.Tier, v.State, orDash(string(v.Run)),
+			orDash(peer(provider)), price, v.CostUSD, ago(jobCreated(v), now), ago(v.Started, now), ago(v.Ended, now))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.Writer, "%d job(s)\n", len(vs))
+	if len(vs) < total {
+		fmt.Fprintf(c.App.Writer, "%d of %d job(s), newest first (--limit 0 lists all)\n", len(vs), total)
+	} else {
+		fmt.Fprintf(c.App.Writer, "%d job(s)\n", len(vs))
+	}
 	return nil
+}
+
+// jobCreated is when a job was created: its CreatedAt, else when this node
+// posted it.
+func jobCreated(v api.JobView) time.Time {
+	if !v.Job.CreatedAt.IsZero() {
+		return v.Job.CreatedAt
+	}
+	return v.PostedAt
+}
+
+// stateFilter reads `job list --state`: each a job state or a run state
+// (the flag splits comma lists), nil for none.
+func stateFilter(given []string) (map[string]bool, error) {
+	known := map[string]bool{}
+	for _, s := range auction.JobStates() {
+		known[string(s)] = true
+	}
+	for _, s := range auction.RunStates() {
+		known[string(s)] = true
+	}
+	var out map[string]bool
+	for _, s := range given {
+		s = strings.ToLower(strings.TrimSpace(s))
+		if !known[s] {
+			return nil, fmt.Errorf("unknown --state %q (job states: %s; run states: %s)", s, joinStates(auction.JobStates()), joinStates(auction.RunStates()))
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[s] = true
+	}
+	return out, nil
+}
+
+func joinStates[S ~string](states []S) string {
+	parts := make([]string, len(states))
+	for i, s := range states {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func jobCancelAction(c *cli.Context) error {

@@ -2,9 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -104,4 +107,97 @@ func TestTablesShortenPeerIDs(t *testing.T) {
 	if code, out, _ := runCLI(t, "-d", dir, "job", "status", "j1"); code != 0 || !strings.Contains(out, "  1  Q5nB1mE6yW3T  preempted") {
 		t.Fatalf("job status attempts name the first lease's provider by its short id:\n%s", out)
 	}
+}
+
+// columns splits a table row into its cells (two or more spaces apart).
+var columns = regexp.MustCompile(`\s{2,}`)
+
+// jobAt is a job of this renter created at, in state st (run run), with
+// its run's times.
+func jobAt(id string, created time.Time, st auction.JobState, run auction.RunState) api.JobView {
+	v := leasedView(id, run)
+	v.Job.CreatedAt, v.PostedAt, v.State = created, created, st
+	if run != auction.RunPending {
+		v.Started = created.Add(time.Minute)
+	}
+	if run.Terminal() {
+		v.Ended = created.Add(2 * time.Minute)
+	}
+	return v
+}
+
+// TestJobListNewestFirstFilteredLimited: job list shows the newest jobs
+// first (the daemon answers oldest first), --state keeps the jobs in any
+// of the given auction or run states (repeatable, or a comma list),
+// --limit keeps the newest N (default 20, 0 for all), and the table gives
+// created, started and ended times relative to now, --json as RFC3339.
+func TestJobListNewestFirstFilteredLimited(t *testing.T) {
+	now := time.Now()
+	var jobs []api.JobView
+	for i := 30; i >= 1; i-- { // oldest first, as the daemon lists them
+		jobs = append(jobs, jobAt(fmt.Sprintf("old-%02d", i), now.Add(-time.Duration(i)*time.Hour-time.Hour), auction.JobFinished, auction.RunSucceeded))
+	}
+	jobs = append(jobs,
+		jobAt("failed", now.Add(-50*time.Minute), auction.JobFinished, auction.RunFailed),
+		jobAt("running", now.Add(-10*time.Minute), auction.JobLeased, auction.RunRunning),
+		jobAt("queued", now.Add(-3*time.Minute), auction.JobQueued, ""))
+	jobs[len(jobs)-1].Lease, jobs[len(jobs)-1].Winner, jobs[len(jobs)-1].Started = nil, "", time.Time{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, jobs) })
+	dir := fakeDaemon(t, mux)
+	ids := func(out string) []string {
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+			if f := strings.Fields(l); len(f) > 0 && f[0] != "" && !strings.Contains(l, "job(s)") {
+				got = append(got, f[0])
+			}
+		}
+		return got
+	}
+
+	code, out, errOut := runCLI(t, "-d", dir, "job", "list")
+	if code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	got := ids(out)
+	if len(got) != 20 || got[0] != "queued" || got[1] != "running" || got[2] != "failed" || got[3] != "old-01" || got[19] != "old-17" {
+		t.Fatalf("job list shows %v: want the 20 newest, newest first", got)
+	}
+	if !strings.HasSuffix(out, "20 of 33 job(s), newest first (--limit 0 lists all)\n") {
+		t.Fatalf("no note that the list is cut:\n%s", out)
+	}
+	lines := strings.Split(out, "\n")
+	if f := strings.Fields(lines[0]); strings.Join(f[len(f)-3:], " ") != "CREATED STARTED ENDED" {
+		t.Fatalf("header %q: want CREATED STARTED ENDED last", lines[0])
+	}
+	for i, want := range []string{"3m ago|-|-", "10m ago|9m ago|-", "50m ago|49m ago|48m ago", "2h ago|1h ago|1h ago"} {
+		cells := columns.Split(strings.TrimSpace(lines[i+1]), -1)
+		if got := strings.Join(cells[len(cells)-3:], "|"); got != want {
+			t.Fatalf("row %d: created|started|ended %q, want %q relative to now:\n%s", i+1, got, want, strings.Join(lines[:5], "\n"))
+		}
+	}
+	if code, out, _ = runCLI(t, "-d", dir, "job", "list", "--limit", "0"); code != 0 || len(ids(out)) != 33 || !strings.HasSuffix(out, "33 job(s)\n") {
+		t.Fatalf("--limit 0: code %d, %d jobs:\n%s", code, len(ids(out)), out)
+	}
+	for _, args := range [][]string{{"--state", "running,queued"}, {"--state", "running", "--state", "queued"}, {"--state", "leased", "--state", "QUEUED"}} {
+		if code, out, _ = runCLI(t, append([]string{"-d", dir, "job", "list"}, args...)...); code != 0 || strings.Join(ids(out), " ") != "queued running" {
+			t.Fatalf("%v: code %d, jobs %v, want queued and running", args, code, ids(out))
+		}
+	}
+	if code, out, _ = runCLI(t, "-d", dir, "job", "list", "--state", "failed", "--limit", "5"); code != 0 || strings.Join(ids(out), " ") != "failed" {
+		t.Fatalf("--state failed: code %d, jobs %v", code, ids(out))
+	}
+	code, out, _ = runCLI(t, "-d", dir, "job", "list", "--state", "finished", "--limit", "2", "--json")
+	var vs []api.JobView
+	if err := json.Unmarshal([]byte(out), &vs); code != 0 || err != nil || len(vs) != 2 || vs[0].Job.ID != "failed" || vs[1].Job.ID != "old-01" {
+		t.Fatalf("--json: code %d, err %v, %d jobs:\n%s", code, err, len(vs), out)
+	}
+	var raw []map[string]any
+	_ = json.Unmarshal([]byte(out), &raw)
+	if s, _ := raw[0]["started"].(string); s == "" || s != vs[0].Started.Format(time.RFC3339Nano) {
+		t.Fatalf("--json started %v, want RFC3339", raw[0]["started"])
+	}
+	oneLineError(t, `unknown --state "sleeping" (job states: bidding, awarding, queued, leased, finished, unplaceable, cancelled, failed; run states: pending, running, succeeded, failed, preempted, expired, cancelled)`,
+		"-d", dir, "job", "list", "--state", "running,sleeping")
+	oneLineError(t, "--limit must be >= 0 (0: all), got -1", "-d", dir, "job", "list", "--limit", "-1")
 }
