@@ -135,6 +135,18 @@ func TestCheckpointSurvivesPreemption(t *testing.T) {
 	if _, err := pa.artifacts.Store().Info(ck.Artifact); err == nil {
 		t.Fatal("the provider kept its copy of the checkpoint after the renter took it")
 	}
+	// The renter's artifact list says whose checkpoint it is.
+	cl := api.NewClient(boot.dir)
+	ctx := context.Background()
+	arts, err := cl.Artifacts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(arts, func(a api.ArtifactView) bool { return a.ID == ck.Artifact })
+	if i < 0 || arts[i].Job != bv.Job.ID || arts[i].Use != api.ArtifactCheckpoint || arts[i].Checkpoint == nil ||
+		arts[i].Checkpoint.Reason != auction.CheckpointStopped {
+		t.Fatalf("the renter lists the checkpoint as %+v, want job %s's stopped checkpoint", arts, bv.Job.ID)
+	}
 }
 
 // TestCorruptCheckpointRefused (issue 14, acceptance 5): the newest of a

@@ -82,7 +82,7 @@ func TestTablesShortenPeerIDs(t *testing.T) {
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, []api.JobView{job}) })
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, job) })
 	mux.HandleFunc("GET /v1/artifacts", func(w http.ResponseWriter, r *http.Request) {
-		replyJSON(w, 200, []api.ArtifactInfo{{ID: "a1", Name: "data", Owner: fullPeer, Complete: true}})
+		replyJSON(w, 200, []api.ArtifactView{{ArtifactInfo: api.ArtifactInfo{ID: "a1", Name: "data", Owner: fullPeer, Complete: true}}})
 	})
 	mux.HandleFunc("GET /v1/services/{id}", func(w http.ResponseWriter, r *http.Request) {
 		replyJSON(w, 200, api.ServiceView{ID: "s1", Replicas: []api.ReplicaView{{JobID: "r1", Provider: fullPeer, State: "ready"}}})
@@ -200,4 +200,74 @@ func TestJobListNewestFirstFilteredLimited(t *testing.T) {
 	oneLineError(t, `unknown --state "sleeping" (job states: bidding, awarding, queued, leased, finished, unplaceable, cancelled, failed; run states: pending, running, succeeded, failed, preempted, expired, cancelled)`,
 		"-d", dir, "job", "list", "--state", "running,sleeping")
 	oneLineError(t, "--limit must be >= 0 (0: all), got -1", "-d", dir, "job", "list", "--limit", "-1")
+}
+
+// TestArtifactLsJobsAndCheckpoints: artifact ls names the job each
+// artifact belongs to; a job's periodic checkpoints stay out of the list
+// (a line says how many) unless --checkpoints, which lists every
+// checkpoint under its job, newest first.
+func TestArtifactLsJobsAndCheckpoints(t *testing.T) {
+	at := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	ck := func(id, job string, seq int, reason string) api.ArtifactView {
+		return api.ArtifactView{ArtifactInfo: api.ArtifactInfo{ID: id, Name: "checkpoint", Size: 2048, Files: 1, Complete: true, Private: true},
+			Job: job, Use: api.ArtifactCheckpoint, Checkpoint: &auction.Checkpoint{JobID: job, Seq: seq, Attempt: 1, Reason: reason,
+				Work: time.Duration(seq) * time.Minute, Artifact: id, TakenAt: at.Add(time.Duration(seq) * time.Minute)}}
+	}
+	list := []api.ArtifactView{
+		{ArtifactInfo: api.ArtifactInfo{ID: "data1", Name: "imagenet", Size: 4096, Files: 3, Complete: true}},
+		{ArtifactInfo: api.ArtifactInfo{ID: "out1", Name: "outputs", Size: 100, Files: 1, Complete: true, Private: true}, Job: "job-a", Use: api.ArtifactOutputs},
+		ck("ckA1", "job-a", 1, auction.CheckpointPeriodic), ck("ckA2", "job-a", 2, auction.CheckpointPeriodic),
+		ck("ckB1", "job-b", 1, auction.CheckpointPeriodic), ck("ckB2", "job-b", 2, auction.CheckpointStopped),
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/artifacts", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, list) })
+	dir := fakeDaemon(t, mux)
+
+	code, out, errOut := runCLI(t, "-d", dir, "artifact", "ls")
+	if code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if f := strings.Fields(lines[0]); len(f) < 3 || f[2] != "JOB" {
+		t.Fatalf("header %q: no JOB column", lines[0])
+	}
+	rows := map[string][]string{}
+	for _, l := range lines[1 : len(lines)-1] {
+		f := strings.Fields(l)
+		rows[f[0]] = f
+	}
+	if len(rows) != 3 || rows["data1"][2] != "-" || rows["out1"][3] != "job-a" || rows["ckB2"][4] != "job-b" {
+		t.Fatalf("want the dataset (no job), job-a's outputs and job-b's stopped checkpoint, each with its job:\n%s", out)
+	}
+	if want := "3 periodic checkpoint(s) of 2 job(s) not listed: --checkpoints lists them; `gpumesh job status ID` shows a job's latest"; lines[len(lines)-1] != want {
+		t.Fatalf("last line %q, want %q", lines[len(lines)-1], want)
+	}
+	code, out, _ = runCLI(t, "-d", dir, "artifact", "ls", "--json")
+	var got []api.ArtifactView
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got) != 3 || got[1].Job != "job-a" {
+		t.Fatalf("--json: code %d, err %v: %s", code, err, out)
+	}
+
+	code, out, _ = runCLI(t, "-d", dir, "artifact", "ls", "--checkpoints")
+	a := strings.Index(out, "checkpoints of job job-a (newest first):\n")
+	b := strings.Index(out, "checkpoints of job job-b (newest first):\n")
+	if code != 0 || a < 0 || b < a {
+		t.Fatalf("--checkpoints: code %d, no group per job:\n%s", code, out)
+	}
+	main, groupA, groupB := out[:a], out[a:b], out[b:]
+	if strings.Contains(main, "ck") || !strings.Contains(main, "data1") || !strings.Contains(main, "out1") {
+		t.Fatalf("--checkpoints: the main table should hold the other artifacts only:\n%s", main)
+	}
+	if strings.Index(groupA, "ckA2") < 0 || strings.Index(groupA, "ckA2") > strings.Index(groupA, "ckA1") || strings.Contains(groupA, "ckB") {
+		t.Fatalf("job-a's checkpoints, newest first:\n%s", groupA)
+	}
+	var rowsB []string
+	for _, l := range strings.Split(groupB, "\n")[2:] {
+		if f := strings.Fields(l); len(f) >= 4 {
+			rowsB = append(rowsB, strings.Join(f[:4], " "))
+		}
+	}
+	if strings.Join(rowsB, "; ") != "ckB2 1 2 stopped; ckB1 1 1 periodic" {
+		t.Fatalf("job-b's checkpoints with their attempt, seq and reason, newest first: %q\n%s", rowsB, groupB)
+	}
 }
