@@ -272,7 +272,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 	})
 	t.Run("logs follow", func(t *testing.T) {
 		code, out, _ := gm("job", "logs", "--follow", "j1")
-		if code != 0 || out != "epoch 1\nepoch 2\n" || logQuery != "follow=1" {
+		if code != 0 || out != "epoch 1\nepoch 2\n" || logQuery != "attempt=1&follow=1" {
 			t.Fatalf("code %d, query %q, out %q", code, logQuery, out)
 		}
 	})

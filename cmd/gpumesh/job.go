@@ -7,6 +7,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -52,7 +53,9 @@ func jobCommand() *cli.Command {
 				Usage:     "print a job's stdout and stderr",
 				ArgsUsage: "ID",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming until the job ends"},
-					&cli.BoolFlag{Name: "raw", Usage: "print control characters and escape sequences as the job wrote them (by default they are made visible, e.g. ESC as ^[)"}},
+					&cli.BoolFlag{Name: "raw", Usage: "print control characters and escape sequences as the job wrote them (by default they are made visible, e.g. ESC as ^[)"},
+					&cli.IntFlag{Name: "attempt", Usage: "the log of attempt N (its Nth lease, as numbered in job status; default: the last)"},
+					&cli.BoolFlag{Name: "all-attempts", Usage: "the logs of every attempt, oldest first, each under a header line"}},
 				Action: jobLogsAction,
 			},
 			jobExecCommand(),
@@ -358,7 +361,61 @@ func jobLogsAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	logs, err := client(c).Logs(c.Context, id, c.Bool("follow"))
+	attempt, all := c.Int("attempt"), c.Bool("all-attempts")
+	switch {
+	case attempt < 0 || (c.IsSet("attempt") && attempt == 0):
+		return fmt.Errorf("--attempt must be 1 or more, got %d", attempt)
+	case all && attempt > 0:
+		return errors.New("give --attempt N or --all-attempts, not both")
+	}
+	cl := client(c)
+	v, err := cl.Job(c.Context, id)
+	if err != nil {
+		return err
+	}
+	leases := v.Leases()
+	n := len(leases)
+	if n == 0 {
+		return fmt.Errorf("job %s has no lease yet (state %s): no log", id, v.State)
+	}
+	if attempt > n {
+		return fmt.Errorf("job %s has no attempt %d (it had %d)", id, attempt, n)
+	}
+	first, last := n, n
+	switch {
+	case all:
+		first = 1
+	case attempt > 0:
+		first, last = attempt, attempt
+	}
+	w, peer := c.App.Writer, shortPeer
+	var failed []string
+	for a := first; a <= last; a++ {
+		if n > 1 {
+			l := leases[a-1]
+			fmt.Fprintf(w, "==> attempt %d of %d: lease %s on %s <==\n", a, n, l.ID, peer(l.Provider))
+		}
+		// Only the last attempt can still be running: earlier ones' logs
+		// are whole.
+		err := copyLog(c, cl, id, api.LogsOptions{Follow: c.Bool("follow") && a == n, Attempt: a})
+		if err != nil && !all {
+			return err
+		}
+		if err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "gpumesh: attempt %d: %s\n", a, oneLine(err.Error()))
+			failed = append(failed, strconv.Itoa(a))
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("the logs of attempt(s) %s of job %s are unavailable", strings.Join(failed, ", "), id)
+	}
+	return nil
+}
+
+// copyLog writes one attempt's log, control characters made visible
+// unless --raw.
+func copyLog(c *cli.Context, cl *api.Client, id string, o api.LogsOptions) error {
+	logs, err := cl.Logs(c.Context, id, o)
 	if err != nil {
 		return err
 	}

@@ -271,3 +271,59 @@ func TestArtifactLsJobsAndCheckpoints(t *testing.T) {
 		t.Fatalf("job-b's checkpoints with their attempt, seq and reason, newest first: %q\n%s", rowsB, groupB)
 	}
 }
+
+// TestJobLogsAttempts: job logs prints the last attempt's log, under a
+// header naming it when the job had several; --attempt N prints attempt
+// N's, --all-attempts each in turn under its header, going on past one
+// whose provider is gone and failing at the end.
+func TestJobLogsAttempts(t *testing.T) {
+	v := leasedView("j3", auction.RunRunning)
+	v.Lease.ID, v.Lease.Provider = "lease-c", fullPeer
+	v.History = []api.LeaseRecord{{Lease: auction.Lease{ID: "lease-a", Provider: fullPeer2}}, {Lease: auction.Lease{ID: "lease-b", Provider: fullPeer2}}}
+	var queries []string
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("id") == "one" {
+			replyJSON(w, 200, leasedView("one", auction.RunRunning))
+			return
+		}
+		replyJSON(w, 200, v)
+	})
+	mux.HandleFunc("GET /v1/jobs/{id}/logs", func(w http.ResponseWriter, r *http.Request) {
+		a := r.URL.Query().Get("attempt")
+		queries = append(queries, r.URL.RawQuery)
+		if a == "2" {
+			replyJSON(w, 502, api.ErrorBody{Error: "provider " + fullPeer2 + " unreachable"})
+			return
+		}
+		w.Write([]byte("log of attempt " + a + "\n"))
+	})
+	dir := fakeDaemon(t, mux)
+
+	code, out, errOut := runCLI(t, "-d", dir, "job", "logs", "j3")
+	if code != 0 || out != "==> attempt 3 of 3: lease lease-c on "+shortForm+" <==\nlog of attempt 3\n" {
+		t.Fatalf("code %d, stderr %q, out %q: want the last attempt's log under its header", code, errOut, out)
+	}
+	queries = nil
+	if code, out, _ = runCLI(t, "-d", dir, "job", "logs", "--attempt", "1", "-f", "j3"); code != 0 || queries[0] != "attempt=1" ||
+		out != "==> attempt 1 of 3: lease lease-a on Q5nB1mE6yW3T <==\nlog of attempt 1\n" {
+		t.Fatalf("--attempt 1: code %d, queries %v, out %q (an ended attempt is not followed)", code, queries, out)
+	}
+	queries = nil
+	code, out, errOut = runCLI(t, "-d", dir, "job", "logs", "--all-attempts", "j3")
+	if code != 1 || out != "==> attempt 1 of 3: lease lease-a on Q5nB1mE6yW3T <==\nlog of attempt 1\n"+
+		"==> attempt 2 of 3: lease lease-b on Q5nB1mE6yW3T <==\n"+
+		"==> attempt 3 of 3: lease lease-c on "+shortForm+" <==\nlog of attempt 3\n" {
+		t.Fatalf("--all-attempts: code %d, out %q", code, out)
+	}
+	if !strings.Contains(errOut, "gpumesh: attempt 2: provider "+fullPeer2+" unreachable\n") ||
+		!strings.HasSuffix(errOut, "gpumesh: the logs of attempt(s) 2 of job j3 are unavailable\n") {
+		t.Fatalf("--all-attempts stderr %q", errOut)
+	}
+	if code, out, _ = runCLI(t, "-d", dir, "job", "logs", "one"); code != 0 || out != "log of attempt 1\n" {
+		t.Fatalf("a job with one attempt: code %d, out %q (no header)", code, out)
+	}
+	oneLineError(t, "job j3 has no attempt 4 (it had 3)", "-d", dir, "job", "logs", "--attempt", "4", "j3")
+	oneLineError(t, "--attempt must be 1 or more, got 0", "-d", dir, "job", "logs", "--attempt", "0", "j3")
+	oneLineError(t, "give --attempt N or --all-attempts, not both", "-d", dir, "job", "logs", "--attempt", "2", "--all-attempts", "j3")
+}

@@ -153,6 +153,20 @@ type JobView struct {
 	Restored *auction.Checkpoint `json:"restored,omitempty"`
 }
 
+// Leases are the job's leases in the order they were awarded: its
+// history, then the current lease. Attempt N of a job (gpumesh job logs
+// --attempt N, the attempts table of job status) is Leases()[N-1].
+func (v *JobView) Leases() []auction.Lease {
+	out := make([]auction.Lease, 0, len(v.History)+1)
+	for _, r := range v.History {
+		out = append(out, r.Lease)
+	}
+	if v.Lease != nil {
+		out = append(out, *v.Lease)
+	}
+	return out
+}
+
 // LeaseRecord is one lease of a job and how it ended.
 type LeaseRecord struct {
 	Lease    auction.Lease    `json:"lease"`
