@@ -67,7 +67,22 @@ func OpenCapability(b []byte, now time.Time) (Capability, error) {
 	if err := checkCapabilityTTL(c); err != nil {
 		return c, err
 	}
+	if f := c.FreeGPUs; f != nil && (*f < 0 || *f > len(c.GPUs)) {
+		return c, fmt.Errorf("auction: capability record of %s has %d of its %d GPUs free", c.Peer, *f, len(c.GPUs))
+	}
 	return c, nil
+}
+
+// PriceNow is what the provider of record c would quote for one GPU-hour
+// starting at now (Quote of its policy) at the occupancy the record
+// reports (none, when it does not say): a renter's estimate before any
+// call for bids, whose bids carry the provider's quote of the moment.
+func (c Capability) PriceNow(now time.Time) float64 {
+	occ := 0.0
+	if c.FreeGPUs != nil && len(c.GPUs) > 0 {
+		occ = 1 - float64(*c.FreeGPUs)/float64(len(c.GPUs))
+	}
+	return Quote(c.Policy, now, time.Hour, occ)
 }
 
 // checkCapabilityTTL refuses a record without an issue time or valid for
@@ -222,8 +237,9 @@ func (c Capability) Matches(q Query) bool {
 		return false
 	}
 	n := 0
+	want := gpumodel.Request(q.GPU)
 	for _, g := range c.GPUs {
-		if q.GPU != "" && !gpumodel.Match(g.Model, q.GPU) {
+		if q.GPU != "" && !g.Identity().Matches(want) {
 			continue
 		}
 		if g.VRAMGB < q.MinVRAM {

@@ -119,3 +119,53 @@ func TestDiscoveryKeysAndMatches(t *testing.T) {
 		}
 	}
 }
+
+// TestCapabilityFreeGPUs: a record says how many of its GPUs are free,
+// and a renter's PriceNow quotes an hour at that occupancy; a provider
+// that signs a record claiming more free GPUs than it has, or fewer than
+// none, has it refused by the DHT's validator and by every reader.
+func TestCapabilityFreeGPUs(t *testing.T) {
+	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC) // a Monday, no peak windows
+	v := CapabilityValidator{Now: func() time.Time { return now }}
+	prov := signtest.New(t)
+	key := CapabilityKey(prov.ID())
+	rec := func(free *int) Capability {
+		c := testCap(prov, now, time.Minute)
+		c.GPUs = append(c.GPUs, c.GPUs[0], c.GPUs[0], c.GPUs[0])
+		c.Policy.OccupancySurcharge = 1
+		c.FreeGPUs = free
+		return c
+	}
+	n := func(i int) *int { return &i }
+	for _, c := range []struct {
+		free  *int
+		price float64
+	}{{nil, 2}, {n(4), 2}, {n(1), 3.5}, {n(0), 4}} {
+		b, err := SealCapability(prov, rec(c.free))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Validate(key, b); err != nil {
+			t.Fatalf("free %v of 4 rejected: %v", c.free, err)
+		}
+		got, err := OpenCapability(b, now)
+		if err != nil || (c.free != nil && (got.FreeGPUs == nil || *got.FreeGPUs != *c.free)) {
+			t.Fatalf("free %v of 4: opened %v, %v", c.free, got.FreeGPUs, err)
+		}
+		if p := got.PriceNow(now); p != c.price {
+			t.Errorf("free %v of 4: price now %v, want %v", c.free, p, c.price)
+		}
+	}
+	for _, free := range []int{5, -1} {
+		b, err := SealCapability(prov, rec(n(free)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Validate(key, b); err == nil || !strings.Contains(err.Error(), "GPUs free") {
+			t.Errorf("a record with %d of its 4 GPUs free passed the validator: %v", free, err)
+		}
+		if _, err := OpenCapability(b, now); err == nil {
+			t.Errorf("a record with %d of its 4 GPUs free opened", free)
+		}
+	}
+}

@@ -244,6 +244,39 @@ func TestNoLaterStartFallback(t *testing.T) {
 	}
 }
 
+// TestExplainNamesTheLeasedBid: a bronze job's best-ranked bid starts an
+// hour late (its cheap provider is busy) and a dearer one can start at
+// once: the lease goes to the one that starts now, and Explain names that
+// provider as the winner, ranked second, with the busy one passed over for
+// its later start (it named the top of the ranking, which got nothing).
+func TestExplainNamesTheLeasedBid(t *testing.T) {
+	m := newMarket(t, []provSpec{{"free", "eu-west", "A100", 80, 2, pol(1), 0.9}, {"busy", "eu-west", "A100", 80, 2, pol(0.5), 0.9}})
+	free, busy := m.provs[0], m.provs[1]
+	if err := busy.cal.Reserve(Booking{LeaseID: "busy", Start: m.now().Add(-time.Minute), End: m.now().Add(time.Hour), GPUs: 2}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := m.renter(t, RenterConfig{QuietClose: -1})
+	j := euJob(m.now())
+	j.Tier, j.Preemptible = Bronze, true
+	j.BidWindow, j.Deadline = 300*time.Millisecond, m.now().Add(2*time.Hour)
+	job, err := r.Post(context.Background(), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := r.Status(job.ID)
+	if len(st.Bids) != 2 || m.name(st.Bids[0].Bid.Provider) != "busy" || m.name(st.Winner) != "free" {
+		t.Fatalf("ranked %d bids, first %s, lease to %s: want busy ranked first and the lease on free", len(st.Bids),
+			m.name(st.Bids[0].Bid.Provider), m.name(st.Winner))
+	}
+	ex := Explain(st.Bids, st.Winner, st.Attempts)
+	if ex.Winner != free.s.ID().String() || ex.Rank != 2 || ex.Rule != RulePassedOver || ex.Price != 1 {
+		t.Fatalf("explanation %+v: want the free provider, ranked 2nd, passed_over", ex)
+	}
+	if len(ex.Passed) != 1 || ex.Passed[0].Provider != busy.s.ID().String() || !strings.HasPrefix(ex.Passed[0].Reason, "starts later") {
+		t.Fatalf("passed over: %+v, want the busy provider, for its later start", ex.Passed)
+	}
+}
+
 // TestOnlyHeldBidsAreReleased: the renter releases the losing bids that
 // hold GPUs on their provider's calendar (Bid.Held), and only those: a
 // bid without a hold expires by itself, and a release per losing bidder

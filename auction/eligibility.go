@@ -10,8 +10,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/gpumesh/gpumesh/auction/gpumodel"
 )
 
 // DefaultPatience is how far ahead a provider offers a start for a job
@@ -143,7 +141,7 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 	if err != nil {
 		return Offer{}, err
 	}
-	pool := modelDevices(ps.Cap.GPUs, model, jc.MinVRAMGB, ps.Cal.Capacity())
+	pool := modelDevices(ps.Cap.GPUs, GPU{Model: model, VRAMGB: vram}, jc.MinVRAMGB, ps.Cal.Capacity())
 	if len(pool) < jc.GPUCount {
 		return Offer{}, inelig("capacity", "calendar holds %d %s gpus < %d required", len(pool), model, jc.GPUCount)
 	}
@@ -234,13 +232,13 @@ func Holds(held []string, owner, id string) bool {
 }
 
 // modelDevices is the calendar devices (indices into gpus, below capacity)
-// of the given model with at least minVRAM: the devices a lease for that
-// model may hold.
-func modelDevices(gpus []GPU, model string, minVRAM, capacity int) []int {
-	key := gpumodel.Identify(model).Key()
+// of the model of device offered (pickModel's) with at least minVRAM: the
+// devices a lease for that model may hold.
+func modelDevices(gpus []GPU, offered GPU, minVRAM, capacity int) []int {
+	key := offered.Identity().Key()
 	var out []int
 	for i, g := range gpus {
-		if i < capacity && g.VRAMGB >= minVRAM && gpumodel.Identify(g.Model).Key() == key {
+		if i < capacity && g.VRAMGB >= minVRAM && g.Identity().Key() == key {
 			out = append(out, i)
 		}
 	}
@@ -379,7 +377,7 @@ func pickModel(gpus []GPU, j *Job) (string, int, error) {
 	groups := map[string]*group{}
 	var models, tooSmall int
 	for _, g := range gpus {
-		if len(j.GPUModels) > 0 && !matchesAny(g.Model, j.GPUModels) {
+		if !j.AcceptsGPU(g) {
 			continue
 		}
 		models++
@@ -387,7 +385,7 @@ func pickModel(gpus []GPU, j *Job) (string, int, error) {
 			tooSmall++
 			continue
 		}
-		key := gpumodel.Identify(g.Model).Key()
+		key := g.Identity().Key()
 		gr := groups[key]
 		if gr == nil {
 			gr = &group{name: g.Model, vram: g.VRAMGB}
@@ -395,7 +393,9 @@ func pickModel(gpus []GPU, j *Job) (string, int, error) {
 		}
 		gr.n++
 		if g.VRAMGB < gr.vram {
-			gr.vram = g.VRAMGB
+			// The smallest device names the group: modelDevices finds
+			// the group again by its identity.
+			gr.name, gr.vram = g.Model, g.VRAMGB
 		}
 	}
 	switch {
@@ -613,17 +613,6 @@ func pickEvictions(bs []Booking, start, end time.Time, gpus, capacity int, pool 
 func containsFold(list []string, s string) bool {
 	for _, x := range list {
 		if strings.EqualFold(strings.TrimSpace(x), strings.TrimSpace(s)) {
-			return true
-		}
-	}
-	return false
-}
-
-// matchesAny reports whether a device model satisfies one of the requested
-// models (by family, or by the variant/memory a request names).
-func matchesAny(model string, wanted []string) bool {
-	for _, w := range wanted {
-		if gpumodel.Match(model, w) {
 			return true
 		}
 	}

@@ -377,21 +377,21 @@ func TestRank(t *testing.T) {
 	if len(r) != len(cands) {
 		t.Fatalf("Rank dropped candidates: %d of %d", len(r), len(cands))
 	}
-	ex := Explain(r)
-	if !strings.Contains(ex, "winner best") || !strings.Contains(ex, "below runner-up cached") {
-		t.Fatalf("Explain:\n%s", ex)
+	ex := Explain(r, "best", nil)
+	if ex.Winner != "best" || ex.Rank != 1 || ex.Rule != RuleBestScore || ex.RunnerUp != "cached" || ex.Score != 1.25 {
+		t.Fatalf("Explain: %+v", ex)
 	}
 	// Tied winner: the explanation names the tiebreak.
-	ex = Explain(RankAt(j, cands[:4], now))
-	if !strings.Contains(ex, "winner cached") || !strings.Contains(ex, "datasets cached (1 vs 0)") {
-		t.Fatalf("Explain tie:\n%s", ex)
+	ex = Explain(RankAt(j, cands[:4], now), "cached", nil)
+	if ex.Winner != "cached" || ex.Rule != RuleTieBreak || !strings.Contains(ex.TieBreak, "datasets cached (1 vs 0)") {
+		t.Fatalf("Explain tie: %+v", ex)
 	}
 	// Unknown reliability floors at MinScoreReliability rather than dividing by zero.
 	if s := Score(1, 0); s != 1/MinScoreReliability {
 		t.Fatalf("Score(1, 0) = %v", s)
 	}
-	if !strings.Contains(Explain(nil), "no bids") {
-		t.Fatal("Explain(nil)")
+	if ex := Explain(nil, "", nil); ex.Rule != RuleNoBids {
+		t.Fatalf("Explain(nil): %+v", ex)
 	}
 }
 

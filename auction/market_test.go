@@ -192,8 +192,8 @@ func TestAuctionGoesToRankWinner(t *testing.T) {
 			t.Errorf("%s booked without winning", tp.spec.name)
 		}
 	}
-	if ex := Explain(st.Bids); !strings.Contains(ex, "winner") {
-		t.Fatalf("explain: %s", ex)
+	if ex := Explain(st.Bids, st.Winner, st.Attempts); ex.Winner != winner.s.ID().String() || ex.Rank != 1 || ex.Rule != RuleBestScore {
+		t.Fatalf("explain: %+v", ex)
 	}
 }
 

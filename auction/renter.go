@@ -98,6 +98,11 @@ const (
 	JobFinished JobState = "finished"
 )
 
+// JobStates lists every JobState.
+func JobStates() []JobState {
+	return []JobState{JobBidding, JobAwarding, JobQueued, JobLeased, JobFinished, JobUnplaceable, JobCancelled, JobFailed}
+}
+
 // Live reports whether a job in this state may still run, so that its
 // renter must keep what it needs (its input artifacts): in auction,
 // queued, or leased (a lease that ends and requeues goes back to auction;

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -286,51 +284,122 @@ func tieBreak(j *Job, x, y *Ranked) string {
 	return "provider id order"
 }
 
-// shortID abbreviates a peer id for tables.
-func shortID(id string) string {
-	if len(id) <= 12 {
-		return id
-	}
-	return "…" + id[len(id)-10:]
+// Explanation says where a job's ranked bids led: which bid holds the
+// lease and by which rule it got it, or why none does. It names peers in
+// full; how to show them is the reader's business.
+type Explanation struct {
+	// Winner is the provider whose bid holds the lease ("" while none
+	// does); Rank is that bid's place in the ranking (1: the best score).
+	Winner string `json:"winner,omitempty"`
+	Rank   int    `json:"rank,omitempty"`
+	// Score, Price and Reliability are the winning bid's, reliability as
+	// scored (at least MinScoreReliability).
+	Score       float64 `json:"score,omitempty"`
+	Price       float64 `json:"price,omitempty"`
+	Reliability float64 `json:"reliability,omitempty"`
+	// RunnerUp is the best eligible bid ranked after the winner's, and its
+	// score ("" when the winner's was the only one).
+	RunnerUp      string  `json:"runner_up,omitempty"`
+	RunnerUpScore float64 `json:"runner_up_score,omitempty"`
+	// Rule is what decided (see the Rule constants); TieBreak names the
+	// tie-break rule of RuleTieBreak.
+	Rule     string `json:"rule"`
+	TieBreak string `json:"tie_break,omitempty"`
+	// Passed are the eligible bids ranked ahead of the winner's (with
+	// RulePassedOver), or all of them while none holds the lease (with
+	// RuleNotAwarded), and why each has not got it.
+	Passed []PassedBid `json:"passed,omitempty"`
 }
 
-// Explain renders a ranking as a table followed by why the winner won (or
-// why nothing could be awarded).
-func Explain(r []Ranked) string {
-	var sb strings.Builder
-	tw := tabwriter.NewWriter(&sb, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tPROVIDER\tREGION\tPRICE\tRELIAB\tSCORE\tSTART\tCACHED\tLATENCY\tSTATUS")
-	for i, x := range r {
-		status := "ok"
-		if x.Rejected != "" {
-			status = "rejected: " + x.Rejected
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%.4f\t%.2f\t%.4f\t%s\t%d\t%v\t%s\n", i+1, shortID(x.Bid.Provider), orNone(x.Bid.Region),
-			x.Bid.Price, x.Reliability, x.Score, x.Bid.Start.UTC().Format("01-02 15:04"), len(x.Bid.Datasets), x.Latency, status)
-	}
-	tw.Flush()
+// PassedBid is an eligible bid that did not get the lease, and why.
+type PassedBid struct {
+	Provider string `json:"provider"`
+	Reason   string `json:"reason"`
+}
+
+// Explanation rules.
+const (
+	RuleNoBids       = "no_bids"       // no bid came
+	RuleNoneEligible = "none_eligible" // every bid was rejected (each Ranked says why)
+	RuleNotAwarded   = "not_awarded"   // eligible bids, but none holds the lease (yet, or its awards failed)
+	RuleOnlyEligible = "only_eligible" // the winner's was the only eligible bid
+	RuleBestScore    = "best_score"    // the best score, by more than TieTolerance
+	RuleTieBreak     = "tie_break"     // tied within TieTolerance, ahead on TieBreak
+	RulePassedOver   = "passed_over"   // the bids ranked ahead were not awarded or did not confirm (Passed)
+	RuleUnranked     = "unranked"      // the winner's bid is not in this ranking (an earlier auction's lease)
+)
+
+// Explain says where ranking r (RankAt's) led, given the provider that
+// holds the job's lease (winner, "" for none) and the job's award
+// attempts: the lease goes to the best bid that confirms its award, and
+// while a bid can start at once, none that starts later is awarded, so
+// the winner is not always the first ranked.
+func Explain(r []Ranked, winner string, attempts []AwardAttempt) Explanation {
 	if len(r) == 0 {
-		sb.WriteString("no bids\n")
-		return sb.String()
+		return Explanation{Winner: winner, Rule: RuleNoBids}
 	}
-	w := &r[0]
-	if w.Rejected != "" {
-		fmt.Fprintf(&sb, "no eligible bid: all %d rejected\n", len(r))
-		return sb.String()
+	if r[0].Rejected != "" {
+		return Explanation{Winner: winner, Rule: RuleNoneEligible}
 	}
-	fmt.Fprintf(&sb, "winner %s: score %.4f = price %.4f / reliability %.2f", shortID(w.Bid.Provider), w.Score, w.Bid.Price, math.Max(w.Reliability, MinScoreReliability))
-	if len(r) < 2 || r[1].Rejected != "" {
-		sb.WriteString("; the only eligible bid\n")
-		return sb.String()
+	eligible := 0
+	for eligible < len(r) && r[eligible].Rejected == "" {
+		eligible++
 	}
-	ru := &r[1]
-	if ru.Score > w.Score*(1+TieTolerance) {
-		fmt.Fprintf(&sb, "; best score, %.1f%% below runner-up %s (%.4f)\n", 100*(ru.Score-w.Score)/ru.Score, shortID(ru.Bid.Provider), ru.Score)
-		return sb.String()
+	r = r[:eligible]
+	at := slices.IndexFunc(r, func(x Ranked) bool { return x.Bid.Provider == winner })
+	if winner == "" || at < 0 {
+		e := Explanation{Winner: winner, Rule: RuleUnranked}
+		if winner == "" {
+			e.Rule = RuleNotAwarded
+			e.Passed = passedBids(r, nil, attempts)
+		}
+		return e
 	}
-	// Tied with the runner-up: the bids' dataset lists are already
-	// restricted to the job's datasets.
-	j := &Job{Datasets: append(append([]string(nil), w.Bid.Datasets...), ru.Bid.Datasets...)}
-	fmt.Fprintf(&sb, "; tied within %.0f%% with %s (%.4f), won on %s\n", 100*TieTolerance, shortID(ru.Bid.Provider), ru.Score, tieBreak(j, w, ru))
-	return sb.String()
+	w := &r[at]
+	e := Explanation{Winner: winner, Rank: at + 1, Score: w.Score, Price: w.Bid.Price,
+		Reliability: math.Max(w.Reliability, MinScoreReliability)}
+	if at+1 < len(r) {
+		e.RunnerUp, e.RunnerUpScore = r[at+1].Bid.Provider, r[at+1].Score
+	}
+	switch {
+	case at > 0:
+		e.Rule, e.Passed = RulePassedOver, passedBids(r[:at], w, attempts)
+	case len(r) == 1:
+		e.Rule = RuleOnlyEligible
+	case r[1].Score > w.Score*(1+TieTolerance):
+		e.Rule = RuleBestScore
+	default:
+		// The bids' dataset lists are already restricted to the job's.
+		j := &Job{Datasets: append(slices.Clone(w.Bid.Datasets), r[1].Bid.Datasets...)}
+		e.Rule, e.TieBreak = RuleTieBreak, tieBreak(j, w, &r[1])
+	}
+	return e
+}
+
+// passedBids says why each of bids has not got the lease: its award's
+// result when it was awarded, else why the renter did not award it (see
+// Renter.awardOrder): it starts after the winner's bid, which could start
+// at once, or its provider recently did not confirm an award.
+func passedBids(bids []Ranked, winner *Ranked, attempts []AwardAttempt) []PassedBid {
+	out := make([]PassedBid, 0, len(bids))
+	for _, b := range bids {
+		p := PassedBid{Provider: b.Bid.Provider}
+		for _, a := range attempts {
+			if a.Provider == b.Bid.Provider {
+				p.Reason = "award " + a.Result // the latest
+			}
+		}
+		switch {
+		case p.Reason != "":
+		case winner == nil:
+			p.Reason = "not awarded yet"
+		case b.Bid.Start.After(winner.Bid.Start):
+			p.Reason = fmt.Sprintf("starts later (%s), while the winner's bid could start at once (%s)",
+				b.Bid.Start.UTC().Format(time.RFC3339), winner.Bid.Start.UTC().Format(time.RFC3339))
+		default:
+			p.Reason = "awarded last: its provider recently did not confirm an award"
+		}
+		out = append(out, p)
+	}
+	return out
 }

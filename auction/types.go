@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/gpumodel"
 )
 
 // Tier is a job's service level.
@@ -39,6 +41,11 @@ type GPU struct {
 	// ranking and discovery ignore it (TestDetectedFlagGivesNoAdvantage).
 	Detected bool `json:"detected" yaml:"-"`
 }
+
+// Identity is the device's canonical model: its name, sized by its VRAM
+// where the name does not say (gpumodel.Device). Matching a request,
+// grouping devices of one model and counting them all go through it.
+func (g GPU) Identity() gpumodel.Model { return gpumodel.Device(g.Model, g.VRAMGB) }
 
 // DeviceName is how device i of a GPU list is named between peers (GPU
 // challenges, scrubbing): its UUID, or its index when it has none
@@ -125,9 +132,14 @@ type Capability struct {
 	// image jobs (see ContainerSupport).
 	Containers ContainerSupport `json:"containers,omitempty"`
 	CUDA       string           `json:"cuda,omitempty"`
-	Seq        uint64           `json:"seq"`
-	IssuedAt   time.Time        `json:"issued_at"`
-	ExpiresAt  time.Time        `json:"expires_at"`
+	// FreeGPUs is how many of GPUs no lease holds at IssuedAt, as the
+	// provider's calendar says (none while it drains); the provider renews
+	// its record when the number changes. Nil in a record that does not
+	// say (an older provider's).
+	FreeGPUs  *int      `json:"free_gpus,omitempty"`
+	Seq       uint64    `json:"seq"`
+	IssuedAt  time.Time `json:"issued_at"`
+	ExpiresAt time.Time `json:"expires_at"`
 	// Artifacts are the complete artifacts the provider's store holds
 	// (most recently used first, at most MaxAdvertisedArtifacts): a
 	// public one by its id, a private one by its HeldToken (never its id);
@@ -340,6 +352,22 @@ func (j *Job) Excludes(provider string) bool {
 	return provider != "" && slices.Contains(j.Exclude, provider)
 }
 
+// AcceptsGPU reports whether device g is of a model the job asks for:
+// any, when it names none; else one of GPUModels, by family or by the
+// variant or memory size a request names (see GPU.Identity).
+func (j *Job) AcceptsGPU(g GPU) bool {
+	if len(j.GPUModels) == 0 {
+		return true
+	}
+	id := g.Identity()
+	for _, w := range j.GPUModels {
+		if id.Matches(gpumodel.Request(w)) {
+			return true
+		}
+	}
+	return false
+}
+
 // OutputFile is one result file a job left in its outputs directory.
 type OutputFile struct {
 	Path   string `json:"path"` // slash-separated, relative to the outputs dir
@@ -454,6 +482,11 @@ const (
 	RunExpired   RunState = "expired" // stopped at the lease end
 	RunCancelled RunState = "cancelled"
 )
+
+// RunStates lists every RunState.
+func RunStates() []RunState {
+	return []RunState{RunPending, RunRunning, RunSucceeded, RunFailed, RunPreempted, RunExpired, RunCancelled}
+}
 
 // Terminal reports whether no further transition is possible.
 func (s RunState) Terminal() bool {

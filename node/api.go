@@ -184,10 +184,12 @@ func (d *Daemon) handleProviders(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if caps == nil {
-		caps = []auction.Capability{}
+	now := d.now()
+	out := make([]api.ProviderView, len(caps))
+	for i, c := range caps {
+		out[i] = api.ProviderView{Capability: c, PriceNow: c.PriceNow(now), Reliability: d.market.book.Score(c.Peer)}
 	}
-	return caps, nil
+	return out, nil
 }
 
 func sortCapabilities(cs []auction.Capability) {

@@ -295,7 +295,7 @@ func (d *Daemon) artifactRoutes(mux *http.ServeMux) {
 		}()
 		return st.Info(id)
 	})
-	d.route(mux, "GET /v1/artifacts", func(*http.Request) (any, error) { return st.List(), nil })
+	d.route(mux, "GET /v1/artifacts", func(*http.Request) (any, error) { return d.artifactViews(st.List()), nil })
 	d.route(mux, "GET /v1/artifacts/{id}", func(r *http.Request) (any, error) { return artifactInfo(st, r.PathValue("id")) })
 	d.route(mux, "DELETE /v1/artifacts/{id}", func(r *http.Request) (any, error) {
 		id := r.PathValue("id")
@@ -539,6 +539,30 @@ func (d *Daemon) outputsArtifact(dir, renter string) (string, error) {
 		d.announceArtifacts(id)
 	}()
 	return id, nil
+}
+
+// artifactViews are the store's artifacts with the job each belongs to,
+// as this node's renter records say: a checkpoint kept for one of its
+// jobs, or a job's outputs.
+func (d *Daemon) artifactViews(list []api.ArtifactInfo) []api.ArtifactView {
+	owned := map[string]api.ArtifactView{}
+	if d.market != nil {
+		for _, v := range d.market.tracker.List() {
+			for i := range v.Checkpoints {
+				c := v.Checkpoints[i]
+				owned[c.Artifact] = api.ArtifactView{Job: v.Job.ID, Use: api.ArtifactCheckpoint, Checkpoint: &c}
+			}
+			if v.OutputsArtifact != "" {
+				owned[v.OutputsArtifact] = api.ArtifactView{Job: v.Job.ID, Use: api.ArtifactOutputs}
+			}
+		}
+	}
+	out := make([]api.ArtifactView, len(list))
+	for i, in := range list {
+		out[i] = owned[in.ID]
+		out[i].ArtifactInfo = in
+	}
+	return out
 }
 
 // checkpointArtifact is the supervisor's hook: a snapshot of a job's

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,6 +135,33 @@ func TestCheckpointSurvivesPreemption(t *testing.T) {
 	}
 	if _, err := pa.artifacts.Store().Info(ck.Artifact); err == nil {
 		t.Fatal("the provider kept its copy of the checkpoint after the renter took it")
+	}
+	// The renter's artifact list says whose checkpoint it is.
+	cl := api.NewClient(boot.dir)
+	ctx := context.Background()
+	arts, err := cl.Artifacts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(arts, func(a api.ArtifactView) bool { return a.ID == ck.Artifact })
+	if i < 0 || arts[i].Job != bv.Job.ID || arts[i].Use != api.ArtifactCheckpoint || arts[i].Checkpoint == nil ||
+		arts[i].Checkpoint.Reason != auction.CheckpointStopped {
+		t.Fatalf("the renter lists the checkpoint as %+v, want job %s's stopped checkpoint", arts, bv.Job.ID)
+	}
+	// Each attempt's log comes from its own lease's provider.
+	for attempt, want := range map[int]string{1: "stopped, saved " + strconv.Itoa(saved) + "\n", 2: "resumed from " + strconv.Itoa(saved) + "\n"} {
+		rc, err := cl.Logs(ctx, bv.Job.ID, api.LogsOptions{Attempt: attempt})
+		if err != nil {
+			t.Fatalf("log of attempt %d: %v", attempt, err)
+		}
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		if !strings.Contains(string(b), want) {
+			t.Fatalf("log of attempt %d lacks %q:\n%s", attempt, want, b)
+		}
+	}
+	if _, err := cl.Logs(ctx, bv.Job.ID, api.LogsOptions{Attempt: 3}); err == nil || !strings.Contains(err.Error(), "has no attempt 3 (it had 2)") {
+		t.Fatalf("log of attempt 3 of 2: %v", err)
 	}
 }
 

@@ -320,6 +320,7 @@ func (d *Daemon) capability(ttl time.Duration) auction.Capability {
 		seq = last + 1
 	}
 	d.seq.Store(seq)
+	free := d.freeGPUs(now)
 	return auction.Capability{
 		Peer:        d.ID().String(),
 		Addrs:       d.Addrs(),
@@ -331,11 +332,37 @@ func (d *Daemon) capability(ttl time.Duration) auction.Capability {
 		Driver:      d.inv.Driver,
 		CUDA:        d.inv.CUDA,
 		Containers:  d.containers,
+		FreeGPUs:    &free,
 		Seq:         seq,
 		IssuedAt:    now,
 		ExpiresAt:   now.Add(ttl),
 		Artifacts:   d.artifacts.Store().Held(auction.MaxAdvertisedArtifacts),
 	}
+}
+
+// freeGPUs is how many GPUs no lease holds at now (none while the provider
+// drains: it takes no work).
+func (d *Daemon) freeGPUs(now time.Time) int {
+	if m := d.market; m == nil || m.cal == nil || (m.provider != nil && m.provider.Draining()) {
+		return 0
+	}
+	return d.market.cal.FreeGPUs(now, now)
+}
+
+// availabilityCheck is how often a provider compares its free GPUs with
+// what its capability record says and, when they differ, renews the
+// record: at most every 30 s (a tenth of the record's TTL when shorter),
+// so a change reaches renters listing providers that late, with a DHT put
+// only when something changed.
+func availabilityCheck(ttl time.Duration) time.Duration {
+	return min(30*time.Second, max(ttl/10, 100*time.Millisecond))
+}
+
+// availabilityChanged reports whether the provider's free GPUs differ
+// from its last advertised record's.
+func (d *Daemon) availabilityChanged() bool {
+	adv := d.Advertised()
+	return adv != nil && adv.FreeGPUs != nil && *adv.FreeGPUs != d.freeGPUs(d.now())
 }
 
 // Advertised returns the last capability record this node put in the DHT.
@@ -367,6 +394,8 @@ func (d *Daemon) advertiseLoop(ttl time.Duration) {
 	if addrs != nil {
 		addrCh = addrs.Out()
 	}
+	check := time.NewTicker(availabilityCheck(ttl))
+	defer check.Stop()
 	for {
 		// Renewal is scheduled from when the record was issued, not from
 		// when a (possibly slow) put finished, so records never lapse
@@ -379,15 +408,37 @@ func (d *Daemon) advertiseLoop(ttl time.Duration) {
 		if d.Advertised() == nil {
 			next = min(next, 2*time.Second)
 		}
-		wait := time.Until(issued.Add(next))
+		renew := time.NewTimer(time.Until(issued.Add(next)))
+		if !d.waitToAdvertise(renew.C, addrCh, check.C) {
+			renew.Stop()
+			return
+		}
+		renew.Stop()
+	}
+}
+
+// waitToAdvertise waits until the record is due again (renew), the node's
+// addresses changed, the artifacts it holds changed (readvertise) or its
+// free GPUs did (checked at each tick of check); false once the daemon
+// stops.
+func (d *Daemon) waitToAdvertise(renew <-chan time.Time, addrCh <-chan any, check <-chan time.Time) bool {
+	for {
 		select {
 		case <-d.ctx.Done():
-			return
-		case <-time.After(wait):
+			return false
+		case <-renew:
+			return true
 		case <-addrCh:
 			d.log.Debug("local addresses changed; re-advertising")
+			return true
 		case <-d.readvertise:
 			d.log.Debug("artifacts held changed; re-advertising")
+			return true
+		case <-check:
+			if d.availabilityChanged() {
+				d.log.Debug("free GPUs changed; re-advertising")
+				return true
+			}
 		}
 	}
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"testing"
@@ -266,4 +267,63 @@ func TestNVMLModelNamesOverDHT(t *testing.T) {
 	if c := boot.market.counters.Snapshot(); c["renter.heartbeat_rejected"] != 0 || c["renter.fingerprint_mismatch"] != 0 || c["renter.heartbeat_fraud"] != 0 {
 		t.Fatalf("renter counters %v", c)
 	}
+}
+
+// TestProvidersShowFreeGPUsAndPriceNow: GET /v1/providers gives each
+// provider's free GPUs, its price for an hour starting now at that
+// occupancy and its reliability as the renter's book scores it; a lease
+// taking one of two GPUs shows within seconds, sooner than the record's
+// renewal (the provider renews it when its free GPUs change), and so does
+// the lease's end.
+func TestProvidersShowFreeGPUsAndPriceNow(t *testing.T) {
+	cfg := fastConfig(withPolicy(providerConfig("eu-west", 1, h100, h100), func(p *auction.Policy) { p.OccupancySurcharge = 1 }))
+	boot, ns := startNet(t, cfg)
+	prov := ns[0]
+	waitAdvertised(t, boot, prov)
+	cl := api.NewClient(boot.dir)
+	ctx := context.Background()
+	// provider waits until the renter lists the provider with free GPUs
+	// free, and checks its price and reliability.
+	provider := func(free int, price float64) {
+		t.Helper()
+		// Sooner than the record's renewal (a third of its 30 s TTL).
+		deadline := time.Now().Add(8 * time.Second)
+		for {
+			vs, err := cl.Providers(ctx, auction.Query{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(vs) == 1 && vs[0].FreeGPUs != nil && *vs[0].FreeGPUs == free {
+				v := vs[0]
+				// The book's score moves with time: near is the same.
+				if book := boot.market.book.Score(prov.ID().String()); v.PriceNow != price || math.Abs(v.Reliability-book) > 1e-3 || v.Reliability <= 0 {
+					t.Fatalf("%d free: price now %v (want %v), reliability %v (the book says %v)", free, v.PriceNow, price,
+						v.Reliability, book)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				var listed []string
+				for _, v := range vs {
+					n := -1
+					if v.FreeGPUs != nil {
+						n = *v.FreeGPUs
+					}
+					listed = append(listed, fmt.Sprintf("%s with %d free", v.Peer, n))
+				}
+				t.Fatalf("the renter does not list the provider with %d of 2 GPUs free: %v", free, listed)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	provider(2, 1)
+	v := post(t, boot, shJob(auction.Silver, 5, "sleep 60"))
+	if !leased(v) {
+		t.Fatalf("job not leased: %s %v", v.State, v.Reasons)
+	}
+	provider(1, 1.5)
+	if _, err := cl.CancelJob(ctx, v.Job.ID); err != nil {
+		t.Fatal(err)
+	}
+	provider(2, 1)
 }

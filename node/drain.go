@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease"
 )
 
 // drain makes the provider stop taking new work and drains its leases
@@ -78,6 +79,16 @@ func (d *Daemon) Drain(ctx context.Context, grace time.Duration) (api.DrainView,
 	v.Draining = true
 	return v, err
 }
+
+// MaxDrainTime is the longest a daemon stopped by a signal drains with
+// the given grace before it closes: the grace, then lease.DrainSettleWait
+// for the renters to hear of the leases' ends. Whatever stops the daemon
+// must wait longer than that (for provider.drain_grace), with room to
+// close the ledger, or it kills the drain half way: systemd's
+// TimeoutStopSec, Kubernetes' terminationGracePeriodSeconds and docker
+// stop's timeout in cmd/gpumesh/deploy are set for DefaultDrainGrace, and
+// their test holds them to it.
+func MaxDrainTime(grace time.Duration) time.Duration { return grace + lease.DrainSettleWait }
 
 // DrainGrace is the configured drain grace (provider.drain_grace).
 func (d *Daemon) DrainGrace() time.Duration { return d.cfg.Provider.DrainGrace }

@@ -167,7 +167,7 @@ func TestExecAndPortForwardIntoAJob(t *testing.T) {
 	}
 	// The job's environment, CUDA_VISIBLE_DEVICES included.
 	r, _ = execJob(t, c, id, "", "sh", "-c", `echo "$MODEL $CUDA_VISIBLE_DEVICES $GPUMESH_JOB_ID"`)
-	want := fmt.Sprintf("m1 %d %s\n", v.Lease.Devices[0], v.Lease.ID)
+	want := fmt.Sprintf("m1 %d %s\n", v.Lease.Devices[0], v.Job.ID)
 	if len(v.Lease.Devices) != 1 || r.stdout != want {
 		t.Fatalf("exec env: %+v, want %q (lease devices %v)", r, want, v.Lease.Devices)
 	}

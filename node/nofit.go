@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/auction/gpumodel"
 )
 
 // noneCanFit fails a job that no provider this node knows could ever run:
@@ -135,7 +134,7 @@ func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability
 		most := 0
 		for _, c := range caps {
 			for _, g := range c.GPUs {
-				if wantedModel(g.Model, job) && g.VRAMGB > most {
+				if job.AcceptsGPU(g) && g.VRAMGB > most {
 					most = g.VRAMGB
 				}
 			}
@@ -146,8 +145,8 @@ func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability
 		for _, c := range caps {
 			per := map[string]int{}
 			for _, g := range c.GPUs {
-				if wantedModel(g.Model, job) && g.VRAMGB >= job.MinVRAMGB {
-					k := gpumodel.Identify(g.Model).Key()
+				if job.AcceptsGPU(g) && g.VRAMGB >= job.MinVRAMGB {
+					k := g.Identity().Key()
 					per[k]++
 					most = max(most, per[k])
 				}
@@ -198,19 +197,6 @@ func known(caps []auction.Capability, field func(*auction.Capability) []string) 
 	}
 	sort.Strings(out)
 	return strings.Join(out, ", ")
-}
-
-// wantedModel reports whether job accepts GPU model name.
-func wantedModel(name string, job *auction.Job) bool {
-	if len(job.GPUModels) == 0 {
-		return true
-	}
-	for _, w := range job.GPUModels {
-		if gpumodel.Match(name, w) {
-			return true
-		}
-	}
-	return false
 }
 
 func modelsText(job *auction.Job) string {

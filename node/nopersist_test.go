@@ -131,7 +131,7 @@ func TestNoPersistLeavesNothingOnProvider(t *testing.T) {
 	}
 
 	// The renter has the log and the outputs, from its own copy.
-	rc, err := cl.Logs(ctx, jobID, false)
+	rc, err := cl.Logs(ctx, jobID, api.LogsOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
@@ -127,24 +128,33 @@ func (m *market) serveOutputs(s network.Stream) {
 	}
 }
 
-// openLeaseStream asks a job's current (or last) provider for a stream.
-func (m *market) openLeaseStream(ctx context.Context, jobID string, proto protocol.ID, follow bool) (network.Stream, error) {
+// openLeaseStream asks the provider of one of a job's leases for a stream:
+// attempt N's (its Nth lease, api.JobView.Leases), or with attempt 0 its
+// current (or last) one's.
+func (m *market) openLeaseStream(ctx context.Context, jobID string, proto protocol.ID, follow bool, attempt int) (network.Stream, error) {
 	v, err := m.tracker.View(jobID)
 	if err != nil {
 		return nil, err
 	}
-	if v.Lease == nil {
+	l := v.Lease
+	if leases := v.Leases(); attempt > 0 {
+		if attempt > len(leases) {
+			return nil, notFound("job %s has no attempt %d (it had %d)", jobID, attempt, len(leases))
+		}
+		l = &leases[attempt-1]
+	}
+	if l == nil {
 		return nil, badRequest("job %s has no lease (state %s)", jobID, v.State)
 	}
-	prov, err := peer.Decode(v.Lease.Provider)
+	prov, err := peer.Decode(l.Provider)
 	if err != nil {
 		return nil, err
 	}
 	s, err := m.d.net.Host.NewStream(ctx, prov, proto)
 	if err != nil {
-		return nil, fmt.Errorf("provider %s unreachable: %w", v.Lease.Provider, err)
+		return nil, fmt.Errorf("provider %s unreachable: %w", l.Provider, err)
 	}
-	req, _ := json.Marshal(wire.StreamRequest{LeaseID: v.Lease.ID, Follow: follow})
+	req, _ := json.Marshal(wire.StreamRequest{LeaseID: l.ID, Follow: follow})
 	if err := p2p.WriteFrame(s, req); err != nil {
 		_ = s.Reset()
 		return nil, err
@@ -179,7 +189,16 @@ func (m *market) apiLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	follow := r.URL.Query().Get("follow") == "1" || r.URL.Query().Get("follow") == "true"
-	s, err := m.openLeaseStream(r.Context(), r.PathValue("id"), wire.ProtoLogs, follow)
+	attempt := 0
+	if a := r.URL.Query().Get("attempt"); a != "" {
+		n, err := strconv.Atoi(a)
+		if err != nil || n < 1 {
+			writeAPIError(w, badRequest("attempt must be a positive integer, got %q", a))
+			return
+		}
+		attempt = n
+	}
+	s, err := m.openLeaseStream(r.Context(), r.PathValue("id"), wire.ProtoLogs, follow, attempt)
 	if err != nil {
 		writeAPIError(w, err)
 		return
@@ -227,7 +246,7 @@ func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
 	defer cancel()
-	s, err := m.openLeaseStream(ctx, r.PathValue("id"), wire.ProtoOutputs, false)
+	s, err := m.openLeaseStream(ctx, r.PathValue("id"), wire.ProtoOutputs, false, 0)
 	if err != nil {
 		writeAPIError(w, err)
 		return

@@ -10,8 +10,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	mrand "math/rand"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -132,6 +134,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		if _, err := ma.NewMultiaddr(a); err != nil {
 			return nil, fmt.Errorf("p2p: listen address %q: %w", a, err)
 		}
+	}
+	if err := portsFree(listen); err != nil {
+		return nil, err
 	}
 	boot, err := ParseAddrInfos(cfg.Bootstrap)
 	if err != nil {
@@ -259,6 +264,51 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	return n, nil
+}
+
+// portsFree refuses listen addresses whose fixed TCP or UDP port a socket
+// already holds. libp2p's TCP transport listens with SO_REUSEPORT (dials
+// then leave from the listen port, which TCP hole punching needs), and
+// the kernel lets another SO_REUSEPORT socket of the same user bind the
+// same port: a second daemon on the port started and took half the
+// first's incoming connections. A probe bind without SO_REUSEPORT fails
+// while any socket holds the port, so the second stops here instead,
+// short of two starting in the same instant. Port 0 (any free port) is
+// not probed.
+func portsFree(listen []string) error {
+	for _, a := range listen {
+		m, err := ma.NewMultiaddr(a)
+		if err != nil {
+			return fmt.Errorf("p2p: listen address %q: %w", a, err)
+		}
+		var host string
+		for _, p := range []int{ma.P_IP4, ma.P_IP6} {
+			if v, err := m.ValueForProtocol(p); err == nil {
+				host = v
+			}
+		}
+		for _, p := range []struct {
+			code int
+			net  string
+		}{{ma.P_TCP, "tcp"}, {ma.P_UDP, "udp"}} {
+			port, err := m.ValueForProtocol(p.code)
+			if err != nil || port == "0" || host == "" {
+				continue
+			}
+			addr := net.JoinHostPort(host, port)
+			var c io.Closer
+			if p.net == "tcp" {
+				c, err = net.Listen("tcp", addr)
+			} else {
+				c, err = net.ListenPacket("udp", addr)
+			}
+			if err != nil {
+				return fmt.Errorf("p2p: listen port %s/%s on %s is in use (another gpumesh daemon?): %w", port, p.net, host, errors.Unwrap(err))
+			}
+			_ = c.Close()
+		}
+	}
+	return nil
 }
 
 // measureRTTEvery is how often a TCP connection's stream multiplexer pings

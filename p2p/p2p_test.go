@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -314,3 +317,51 @@ func TestGossipBurstReachesSlowSubscriber(t *testing.T) {
 		}
 	}
 }
+
+// TestSecondNodeOnAPortIsRefused: a node listening on a fixed TCP and
+// QUIC port makes a second one on the same port fail to start, with one
+// line naming the port: libp2p's TCP transport binds with SO_REUSEPORT,
+// so the second used to start and take half the first's incoming
+// connections. The first node still serves once the second gave up.
+func TestSecondNodeOnAPortIsRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	for _, listen := range [][]string{
+		{fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", port), fmt.Sprintf("/ip4/127.0.0.1/udp/%d/quic-v1", port)},
+		{fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", port)},
+	} {
+		t.Run(strings.Join(listen, ","), func(t *testing.T) {
+			key := func() crypto.PrivKey {
+				k, err := LoadOrCreateKey(filepath.Join(t.TempDir(), "k"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return k
+			}
+			first, err := New(context.Background(), Config{Key: key(), ListenAddrs: listen})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer first.Close()
+			second, err := New(context.Background(), Config{Key: key(), ListenAddrs: listen})
+			if err == nil {
+				second.Close()
+				t.Fatalf("a second node started on port %d", port)
+			}
+			if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("port %d/tcp", port)) || !strings.Contains(msg, "in use") || strings.Contains(msg, "\n") {
+				t.Fatalf("error %q: want one line saying port %d/tcp is in use", msg, port)
+			}
+			// The first is untouched: a peer reaches it on the port.
+			peer := newNode(t)
+			if err := peer.Host.Connect(context.Background(), peerInfo(first)); err != nil {
+				t.Fatalf("the first node no longer accepts connections: %v", err)
+			}
+		})
+	}
+}
+
+func peerInfo(n *Node) peer.AddrInfo { return peer.AddrInfo{ID: n.Host.ID(), Addrs: n.Host.Addrs()} }

@@ -457,7 +457,7 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 	rel, _ := spec.outputsRel()
 	env := []string{
 		"HOME=/work", "TMPDIR=/work/tmp",
-		EnvJobID + "=" + spec.ID,
+		EnvJobID + "=" + spec.jobID(),
 		EnvOutputs + "=" + path.Join("/work", rel),
 		EnvCheckpoint + "=" + path.Join("/work", CheckpointDir),
 		EnvCUDA + "=" + spec.cudaDevices(),

@@ -130,11 +130,11 @@ func TestDockerEndToEnd(t *testing.T) {
 		t.Fatalf("stderr: %+v %q", res, errOut)
 	}
 
-	res, out, _, _ = run(t, e, Spec{ID: "d-env", Image: testImage, Command: []string{"/jobhelper", "env"}, Env: map[string]string{"FOO": "bar"}})
+	res, out, _, _ = run(t, e, Spec{ID: "d-env", JobID: "job-d-env", Image: testImage, Command: []string{"/jobhelper", "env"}, Env: map[string]string{"FOO": "bar"}})
 	if res.ExitCode != 0 {
 		t.Fatalf("env: %+v", res)
 	}
-	for _, want := range []string{"FOO=bar", "HOME=/work", "GPUMESH_JOB_ID=d-env", "GPUMESH_OUTPUTS=/work/outputs", "GPUMESH_CHECKPOINT_DIR=/work/checkpoint", "CUDA_VISIBLE_DEVICES="} {
+	for _, want := range []string{"FOO=bar", "HOME=/work", "GPUMESH_JOB_ID=job-d-env", "GPUMESH_OUTPUTS=/work/outputs", "GPUMESH_CHECKPOINT_DIR=/work/checkpoint", "CUDA_VISIBLE_DEVICES="} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("container env lacks %s:\n%s", want, out)
 		}

@@ -21,7 +21,13 @@ import (
 // Spec is one leased job, as the executor runs it.
 type Spec struct {
 	// ID names the job's work dir; letters, digits, '.', '_' and '-' only.
-	ID      string
+	// It names one run of the job (the node runs each lease under its
+	// lease id).
+	ID string
+	// JobID is the job's own id, the same for all its runs, which the job
+	// sees as GPUMESH_JOB_ID (its renter knows the job by it); empty
+	// means ID.
+	JobID   string
 	Command []string
 	// Image is a container image; only the Docker backend runs images.
 	Image string
@@ -181,6 +187,9 @@ func (s *Spec) validate(now time.Time) error {
 	if !idRE.MatchString(s.ID) {
 		return bad("id %q must be 1-128 letters, digits, '.', '_' or '-', not starting with a symbol", s.ID)
 	}
+	if s.JobID != "" && !idRE.MatchString(s.JobID) {
+		return bad("job id %q must be 1-128 letters, digits, '.', '_' or '-', not starting with a symbol", s.JobID)
+	}
 	if len(s.Command) == 0 || s.Command[0] == "" {
 		return badJob("job %s: empty command", s.ID)
 	}
@@ -238,6 +247,14 @@ func (s *Spec) outputsRel() (string, error) {
 	return c, nil
 }
 
+// jobID is GPUMESH_JOB_ID: the job's id, else the run's.
+func (s *Spec) jobID() string {
+	if s.JobID != "" {
+		return s.JobID
+	}
+	return s.ID
+}
+
 // uuidRE is what a device UUID may look like ("GPU-8f6c...", "MIG-...").
 var uuidRE = regexp.MustCompile(`^[A-Za-z]+-[0-9A-Za-z-]+$`)
 
@@ -265,7 +282,7 @@ func jobEnv(s *Spec, path, home, outputs string) []string {
 	}
 	env["HOME"] = home
 	env["TMPDIR"] = filepath.Join(home, "tmp")
-	env[EnvJobID] = s.ID
+	env[EnvJobID] = s.jobID()
 	env[EnvOutputs] = outputs
 	env[EnvCheckpoint] = filepath.Join(home, CheckpointDir)
 	if s.Inputs != "" {

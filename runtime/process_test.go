@@ -53,6 +53,7 @@ func TestProcessEnvironmentScrubbed(t *testing.T) {
 	e := newTestExecutor(t, ProcessOptions{})
 	res, out, _, h := run(t, e, Spec{
 		ID:      "env",
+		JobID:   "job-env",
 		Command: []string{helperBin, "env"},
 		Env:     map[string]string{"FOO": "bar"},
 		GPUs:    []int{1, 3},
@@ -74,7 +75,7 @@ func TestProcessEnvironmentScrubbed(t *testing.T) {
 		"CUDA_VISIBLE_DEVICES":   "1,3",
 		"HOME":                   h.WorkDir(),
 		"TMPDIR":                 filepath.Join(h.WorkDir(), "tmp"),
-		"GPUMESH_JOB_ID":         "env",
+		"GPUMESH_JOB_ID":         "job-env",
 		"GPUMESH_OUTPUTS":        filepath.Join(h.WorkDir(), "out/dir"),
 		"GPUMESH_CHECKPOINT_DIR": filepath.Join(h.WorkDir(), "checkpoint"),
 		"PATH":                   "/usr/local/bin:/usr/bin:/bin",

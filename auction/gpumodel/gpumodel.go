@@ -276,6 +276,32 @@ func variantOf(words string) string {
 // catalogue where the name does not say.
 func Identify(name string) Model { return parse(name, true) }
 
+// Device identifies a device from its name and its memory in GB (NVML's
+// total, or the vram_gb a provider declares): where the name gives no
+// memory size, the device's own memory does, unless the catalogue's size
+// for the model is within rounding of it (NVML reports a 16 GB T4 as 15
+// GiB). So a declared "A100" of 80 GB is the 80 GB A100 that a request
+// for "A100 80GB" asks for, which the name alone cannot tell (the A100
+// comes in 40 and 80 GB). A memory of 0 means unknown: Identify(name).
+func Device(name string, memGB int) Model {
+	m := Identify(name)
+	if memGB <= 0 || m.Family == "" || Request(name).MemGB > 0 {
+		return m
+	}
+	if cat := m.MemGB; cat > 0 && 10*abs(cat-memGB) <= cat {
+		return m
+	}
+	m.MemGB = memGB
+	return m
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
 // Request maps what a renter asked for ("H100", "h100-sxm", "RTX4090",
 // "a100 80gb") to a model that constrains only what it names: a family
 // alone matches every variant and memory size of it.

@@ -206,3 +206,34 @@ func TestPeakInt32TOPS(t *testing.T) {
 		t.Fatal("a family without a figure has a rate")
 	}
 }
+
+// TestDeviceMemoryFillsTheSize: a device's memory sizes a model its name
+// leaves open (a declared "A100" of 80 GB is what "A100 80GB" asks for,
+// and no 40 GB request matches it), while a size the name gives, or the
+// catalogue's within rounding of the memory, stands.
+func TestDeviceMemoryFillsTheSize(t *testing.T) {
+	cases := []struct {
+		name string
+		mem  int
+		key  string
+	}{
+		{"A100", 80, "a100-80g"},
+		{"A100", 40, "a100-40g"},
+		{"A100", 0, "a100"},
+		{"A100 PCIe", 80, "a100-pcie-80g"},            // the catalogue says 40: the device says otherwise
+		{"NVIDIA A100-SXM4-40GB", 80, "a100-sxm-40g"}, // the name says
+		{"Tesla T4", 15, "t4-16g"},                    // NVML's 15 GiB of a 16 GB card
+		{"NVIDIA H100 80GB HBM3", 79, "h100-sxm-80g"},
+		{"RTX 3080", 12, "rtx-3080-12g"},
+		{"AMD Instinct MI300X", 192, "amd-instinct-mi300x-192g"},
+	}
+	for _, c := range cases {
+		if got := Device(c.name, c.mem).Key(); got != c.key {
+			t.Errorf("Device(%q, %d).Key() = %q, want %q", c.name, c.mem, got, c.key)
+		}
+	}
+	a100 := Device("A100", 80)
+	if !a100.Matches(Request("A100 80GB")) || !a100.Matches(Request("A100")) || a100.Matches(Request("A100 40GB")) {
+		t.Fatalf("a declared 80 GB A100 (%+v) must match A100 and A100 80GB, not A100 40GB", a100)
+	}
+}

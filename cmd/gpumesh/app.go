@@ -166,11 +166,60 @@ func countsText(m map[string]int) string {
 	return strings.Join(parts, " ")
 }
 
-// shortID abbreviates a long peer or job ID for tables: its first 8 and
-// last 6 characters.
-func shortID(id string) string {
-	if len(id) > 16 {
-		return id[:8] + "…" + id[len(id)-6:]
+// peerIDPrefix is how every Ed25519 libp2p peer id starts (the multihash
+// of an identity key): the characters after it are the ones that tell
+// peers apart.
+const peerIDPrefix = "12D3KooW"
+
+// shortPeer abbreviates a peer id for tables as Docker shortens container
+// ids: the first 12 characters after the prefix every Ed25519 peer id
+// shares, or of the id when it has another form. Tables name peers this
+// way, every one through peerNames; --no-trunc and --json show them whole.
+func shortPeer(id string) string {
+	s := strings.TrimPrefix(id, peerIDPrefix)
+	if len(s) > 12 {
+		s = s[:12]
 	}
-	return id
+	return s
+}
+
+// noTruncFlag is --no-trunc, on every command whose table names peers.
+func noTruncFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "no-trunc", Usage: "show peer ids in full (tables shorten them to 12 characters after the common 12D3KooW)"}
+}
+
+// peerNames is how c's table names peers: shortPeer, or in full with
+// --no-trunc.
+func peerNames(c *cli.Context) func(string) string {
+	if c.Bool("no-trunc") {
+		return func(id string) string { return id }
+	}
+	return shortPeer
+}
+
+// ago is t relative to now for tables, "3m ago" ("in 3m" ahead of now),
+// in the largest whole unit up to days; "-" for no time.
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d, ahead := now.Sub(t), false
+	if d < 0 {
+		d, ahead = -d, true
+	}
+	var s string
+	switch {
+	case d < time.Minute:
+		s = fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		s = fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%dh", int(d/time.Hour))
+	default:
+		s = fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+	}
+	if ahead {
+		return "in " + s
+	}
+	return s + " ago"
 }

@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/urfave/cli/v2"
 )
@@ -25,9 +29,11 @@ func artifactCommand() *cli.Command {
 				&cli.BoolFlag{Name: "public", Usage: "serve it to any peer (default: only to providers leasing a job that names it, and peers it is shared with)"}},
 			Action: artifactAddAction,
 		}, {
-			Name:   "ls",
-			Usage:  "list the artifacts this node holds",
-			Flags:  []cli.Flag{jsonFlag()},
+			Name:  "ls",
+			Usage: "list the artifacts this node holds, with the job each belongs to",
+			Flags: []cli.Flag{
+				&cli.BoolFlag{Name: "checkpoints", Usage: "also list the periodic checkpoints kept for jobs, grouped by job (job status shows a job's latest)"},
+				noTruncFlag(), jsonFlag()},
 			Action: artifactLsAction,
 		}, {
 			Name:      "rm",
@@ -108,26 +114,114 @@ func artifactLsAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// Periodic checkpoints pile up (a job keeps several): they are listed
+	// with --checkpoints only.
+	var shown, periodic []api.ArtifactView
+	for _, a := range list {
+		if a.Checkpoint != nil && a.Checkpoint.Reason == auction.CheckpointPeriodic {
+			periodic = append(periodic, a)
+		} else {
+			shown = append(shown, a)
+		}
+	}
+	withCheckpoints := c.Bool("checkpoints")
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, list)
+		if withCheckpoints {
+			return printJSON(c.App.Writer, list)
+		}
+		return printJSON(c.App.Writer, orEmpty(shown))
 	}
-	tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSIZE\tFILES\tACCESS\tSTATE\tLAST USED")
-	for _, in := range list {
-		access := "public"
-		if in.Private {
-			access = "private"
-		}
-		state := "complete"
-		if !in.Complete {
-			state = "partial"
-		}
-		if in.Pins > 0 {
-			state += fmt.Sprintf(", in use by %d", in.Pins)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", in.ID, in.Name, fmtBytes(in.Size), in.Files, access, state, fmtTime(in.LastUsed))
+	w, peer := c.App.Writer, peerNames(c)
+	if withCheckpoints {
+		// Every checkpoint goes under its job, below the other artifacts.
+		shown = slices.DeleteFunc(shown, func(a api.ArtifactView) bool { return a.Checkpoint != nil })
 	}
-	return tw.Flush()
+	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tJOB\tSIZE\tFILES\tOWNER\tACCESS\tSTATE\tLAST USED")
+	for _, in := range shown {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", in.ID, artifactName(in), orDash(in.Job), fmtBytes(in.Size), in.Files,
+			orDash(peer(in.Owner)), artifactAccess(in), artifactState(in), fmtTime(in.LastUsed))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if !withCheckpoints {
+		if len(periodic) > 0 {
+			jobs := map[string]bool{}
+			for _, a := range periodic {
+				jobs[a.Job] = true
+			}
+			fmt.Fprintf(w, "%d periodic checkpoint(s) of %d job(s) not listed: --checkpoints lists them; `gpumesh job status ID` shows a job's latest\n",
+				len(periodic), len(jobs))
+		}
+		return nil
+	}
+	return printCheckpoints(w, list)
+}
+
+// printCheckpoints lists the checkpoints among list under their job, jobs
+// in id order, each job's newest first.
+func printCheckpoints(w io.Writer, list []api.ArtifactView) error {
+	byJob := map[string][]api.ArtifactView{}
+	for _, a := range list {
+		if a.Checkpoint != nil {
+			byJob[a.Job] = append(byJob[a.Job], a)
+		}
+	}
+	for _, job := range slices.Sorted(maps.Keys(byJob)) {
+		cks := byJob[job]
+		slices.SortFunc(cks, func(a, b api.ArtifactView) int { return b.Checkpoint.TakenAt.Compare(a.Checkpoint.TakenAt) })
+		fmt.Fprintf(w, "\ncheckpoints of job %s (newest first):\n", job)
+		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ID\tATTEMPT\tSEQ\tREASON\tWORK SAVED\tSIZE\tTAKEN")
+		for _, a := range cks {
+			ck := a.Checkpoint
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\t%s\t%s\t%s\n", a.ID, ck.Attempt, ck.Seq, ck.Reason, ck.Work.Round(time.Second),
+				fmtBytes(a.Size), fmtTime(ck.TakenAt))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// artifactName is an artifact's name, and what it is to its job.
+func artifactName(a api.ArtifactView) string {
+	switch {
+	case a.Checkpoint != nil:
+		return fmt.Sprintf("%s (%s checkpoint)", a.Name, a.Checkpoint.Reason)
+	case a.Use != "":
+		return fmt.Sprintf("%s (%s)", a.Name, a.Use)
+	}
+	return a.Name
+}
+
+func artifactAccess(a api.ArtifactView) string {
+	if a.Private {
+		return "private"
+	}
+	return "public"
+}
+
+func artifactState(a api.ArtifactView) string {
+	state := "complete"
+	if !a.Complete {
+		state = "partial"
+	}
+	if a.Pins > 0 {
+		state += fmt.Sprintf(", in use by %d", a.Pins)
+	}
+	return state
+}
+
+// orEmpty is s, or an empty list rather than nil (JSON [] rather than
+// null).
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 func artifactRmAction(c *cli.Context) error {

@@ -16,7 +16,7 @@ func bidsCommand() *cli.Command {
 		Name:      "bids",
 		Usage:     "show a job's ranked bids and why the winner won",
 		ArgsUsage: "ID",
-		Flags:     []cli.Flag{jsonFlag()},
+		Flags:     []cli.Flag{noTruncFlag(), jsonFlag()},
 		Action: func(c *cli.Context) error {
 			id, err := jobArg(c, "job ID")
 			if err != nil {
@@ -29,7 +29,7 @@ func bidsCommand() *cli.Command {
 			if c.Bool("json") {
 				return printJSON(c.App.Writer, v)
 			}
-			w := c.App.Writer
+			w, peer := c.App.Writer, peerNames(c)
 			tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 			fmt.Fprintln(tw, "RANK\tPROVIDER\tPRICE\tRELIABILITY\tSCORE\tSTART\tCACHED DATASETS\tINPUT FETCH\tREJECTED")
 			rank := 0
@@ -38,8 +38,11 @@ func bidsCommand() *cli.Command {
 				if b.Rejected == "" {
 					rank++
 					r, score = strconv.Itoa(rank), fmt.Sprintf("%.4g", b.Score)
+					if b.Bid.Provider == v.Explain.Winner {
+						r += " (lease)"
+					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t$%.4g\t%.3f\t%s\t%s\t%s\t%s\t%s\n", r, b.Bid.Provider, b.Bid.Price, b.Reliability, score,
+				fmt.Fprintf(tw, "%s\t%s\t$%.4g\t%.3f\t%s\t%s\t%s\t%s\t%s\n", r, peer(b.Bid.Provider), b.Bid.Price, b.Reliability, score,
 					fmtTime(b.Bid.Start), orDash(strings.Join(b.Bid.Datasets, ",")), fetchText(b.Bid.MissingBytes, b.Missing, b.Transfer), orDash(b.Rejected))
 			}
 			if err := tw.Flush(); err != nil {
@@ -49,13 +52,45 @@ func bidsCommand() *cli.Command {
 			if len(v.Declines) > 0 {
 				fmt.Fprintln(w, auction.DeclinesText(v.Declines))
 			}
-			if v.Explain != "" {
-				fmt.Fprintln(w)
-				fmt.Fprintln(w, strings.TrimRight(v.Explain, "\n"))
-			}
+			fmt.Fprintln(w, explanationText(v.Explain, peer))
 			return nil
 		},
 	}
+}
+
+// explanationText is auction.Explain's verdict in words, one line, peers
+// named by peer.
+func explanationText(e auction.Explanation, peer func(string) string) string {
+	why := ""
+	switch e.Rule {
+	case auction.RuleNoBids:
+		return "no bids"
+	case auction.RuleNoneEligible:
+		return "no eligible bid: all rejected"
+	case auction.RuleNotAwarded:
+		return "no bid holds the lease: " + passedText(e.Passed, peer)
+	case auction.RuleUnranked:
+		return fmt.Sprintf("lease held by %s, from an earlier auction than these bids", peer(e.Winner))
+	case auction.RuleOnlyEligible:
+		why = "the only eligible bid"
+	case auction.RuleBestScore:
+		why = fmt.Sprintf("best score, %.1f%% below runner-up %s (%.4f)", 100*(e.RunnerUpScore-e.Score)/e.RunnerUpScore, peer(e.RunnerUp), e.RunnerUpScore)
+	case auction.RuleTieBreak:
+		why = fmt.Sprintf("tied within %.0f%% with %s (%.4f), won on %s", 100*auction.TieTolerance, peer(e.RunnerUp), e.RunnerUpScore, e.TieBreak)
+	case auction.RulePassedOver:
+		why = "the bids ranked ahead did not get it: " + passedText(e.Passed, peer)
+	default:
+		why = e.Rule
+	}
+	return fmt.Sprintf("winner %s (rank %d): score %.4f = price %.4f / reliability %.2f; %s", peer(e.Winner), e.Rank, e.Score, e.Price, e.Reliability, why)
+}
+
+func passedText(ps []auction.PassedBid, peer func(string) string) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = peer(p.Provider) + " " + p.Reason
+	}
+	return strings.Join(parts, "; ")
 }
 
 // fetchText shows what a bidder lacks of the job's inputs and the

@@ -12,7 +12,6 @@ import (
 
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
-	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/urfave/cli/v2"
 )
 
@@ -76,7 +75,7 @@ func daemonCommand() *cli.Command {
 func shutdown(d *node.Daemon, sigs <-chan os.Signal, sig os.Signal, log *slog.Logger) error {
 	grace := d.DrainGrace()
 	log.Info("shutting down: draining", "signal", sig, "grace", grace, "hint", "signal again to stop at once")
-	dctx, cancel := context.WithTimeout(context.Background(), grace+lease.DrainSettleWait)
+	dctx, cancel := context.WithTimeout(context.Background(), node.MaxDrainTime(grace))
 	defer cancel()
 	go func() {
 		select {

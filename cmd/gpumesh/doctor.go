@@ -66,7 +66,14 @@ func hostProbes(c *api.Client) doctorProbes {
 		Namespace: runtime.ProbeNamespace,
 		FreeSpace: ledger.FreeSpace,
 		Status:    c.Status,
-		Providers: func(ctx context.Context) ([]auction.Capability, error) { return c.Providers(ctx, auction.Query{}) },
+		Providers: func(ctx context.Context) ([]auction.Capability, error) {
+			vs, err := c.Providers(ctx, auction.Query{})
+			caps := make([]auction.Capability, len(vs))
+			for i, v := range vs {
+				caps[i] = v.Capability
+			}
+			return caps, err
+		},
 		Listen: func(network, addr string) error {
 			if network == "udp" {
 				l, err := net.ListenPacket("udp", addr)
@@ -429,7 +436,7 @@ func checkClock(ctx context.Context, env doctorEnv, p doctorProbes) checkResult 
 	}
 	if worst > maxClockSkew {
 		r.Status = checkWarn
-		r.Detail = fmt.Sprintf("peer %s signed a record %s ahead of our clock (%d peers compared)", shortID(worstPeer), worst.Round(time.Second), n)
+		r.Detail = fmt.Sprintf("peer %s signed a record %s ahead of our clock (%d peers compared)", shortPeer(worstPeer), worst.Round(time.Second), n)
 		r.Fix = "synchronise the clock (systemd-timesyncd, chrony or ntpd); leases and heartbeats carry absolute times"
 		return r
 	}
@@ -561,7 +568,7 @@ func checkBootstrap(ctx context.Context, env doctorEnv, p doctorProbes) checkRes
 			}
 			why = shortErr(err)
 		}
-		name := shortID(ai.ID.String())
+		name := shortPeer(ai.ID.String())
 		switch {
 		case reached:
 			ok = append(ok, name)

@@ -157,7 +157,8 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		}
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}/bids", func(w http.ResponseWriter, r *http.Request) {
-		replyJSON(w, 200, api.BidsView{JobID: r.PathValue("id"), Explain: "12D3KooWcheap won: lowest score", Bids: []auction.Ranked{
+		replyJSON(w, 200, api.BidsView{JobID: r.PathValue("id"), Explain: auction.Explanation{Winner: "12D3KooWcheap", Rank: 1,
+			Score: 1.111, Price: 1, Reliability: 0.9, Rule: auction.RuleOnlyEligible}, Bids: []auction.Ranked{
 			{Candidate: auction.Candidate{Bid: auction.Bid{Provider: "12D3KooWcheap", Price: 1, Datasets: []string{"c4"}}, Reliability: 0.9}, Score: 1.111},
 			{Candidate: auction.Candidate{Bid: auction.Bid{Provider: "12D3KooWdear", Price: 9}, Reliability: 0.5}, Rejected: "price above max"},
 		}})
@@ -244,7 +245,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 	})
 	t.Run("status escapes the id", func(t *testing.T) {
 		code, out, _ := gm("job", "status", "a/b c")
-		if code != 0 || statusID != "a/b c" || !strings.Contains(out, "winner:     12D3KooWprov") {
+		if code != 0 || statusID != "a/b c" || !strings.Contains(out, "winner:     prov\n") {
 			t.Fatalf("code %d, daemon saw id %q, out:\n%s", code, statusID, out)
 		}
 	})
@@ -254,10 +255,10 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		if code != 0 || len(lines) != 4 || strings.Fields(lines[0])[0] != "ID" {
 			t.Fatalf("code %d, out:\n%s", code, out)
 		}
-		if f := strings.Fields(lines[1]); !reflect.DeepEqual(f, []string{"j1", "silver", "leased", "running", "12D3KooWprov", "$1.5", "$0.0000"}) {
+		if f := strings.Fields(lines[1]); !reflect.DeepEqual(f, []string{"j1", "silver", "leased", "running", "prov", "$1.5", "$0.0000", "-", "-", "-"}) {
 			t.Fatalf("row %q", f)
 		}
-		if f := strings.Fields(lines[2]); !reflect.DeepEqual(f, []string{"j2", "silver", "unplaceable", "-", "-", "-", "$0.0000"}) {
+		if f := strings.Fields(lines[2]); !reflect.DeepEqual(f, []string{"j2", "silver", "unplaceable", "-", "-", "-", "$0.0000", "-", "-", "-"}) {
 			t.Fatalf("row %q", f)
 		}
 	})
@@ -271,7 +272,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 	})
 	t.Run("logs follow", func(t *testing.T) {
 		code, out, _ := gm("job", "logs", "--follow", "j1")
-		if code != 0 || out != "epoch 1\nepoch 2\n" || logQuery != "follow=1" {
+		if code != 0 || out != "epoch 1\nepoch 2\n" || logQuery != "attempt=1&follow=1" {
 			t.Fatalf("code %d, query %q, out %q", code, logQuery, out)
 		}
 	})
@@ -279,7 +280,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		code, out, _ := gm("bids", "j1")
 		lines := strings.Split(out, "\n")
 		if code != 0 || !strings.HasPrefix(lines[1], "1 ") || !strings.HasPrefix(lines[2], "- ") ||
-			!strings.Contains(lines[1], "c4") || !strings.Contains(lines[2], "price above max") || !strings.Contains(out, "lowest score") {
+			!strings.Contains(lines[1], "c4") || !strings.Contains(lines[2], "price above max") || !strings.Contains(out, "the only eligible bid") {
 			t.Fatalf("code %d, out:\n%s", code, out)
 		}
 	})

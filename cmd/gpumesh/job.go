@@ -7,6 +7,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,13 +29,17 @@ func jobCommand() *cli.Command {
 				Name:      "status",
 				Usage:     "show one job: auction, lease, run, telemetry, cost, receipt, history",
 				ArgsUsage: "ID",
-				Flags:     []cli.Flag{jsonFlag()},
+				Flags:     []cli.Flag{noTruncFlag(), jsonFlag()},
 				Action:    jobStatusAction,
 			},
 			{
-				Name:   "list",
-				Usage:  "list this node's jobs, newest first",
-				Flags:  []cli.Flag{jsonFlag()},
+				Name:  "list",
+				Usage: "list this node's jobs, newest first",
+				Flags: []cli.Flag{
+					&cli.StringSliceFlag{Name: "state", Usage: "only jobs in state S: an auction state (" + joinStates(auction.JobStates()) +
+						") or their run's (" + joinStates(auction.RunStates()) + "); repeatable, or a comma list"},
+					&cli.IntFlag{Name: "limit", Value: 20, Usage: "show the newest N jobs (0: all)"},
+					noTruncFlag(), jsonFlag()},
 				Action: jobListAction,
 			},
 			{
@@ -49,7 +54,9 @@ func jobCommand() *cli.Command {
 				Usage:     "print a job's stdout and stderr",
 				ArgsUsage: "ID",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming until the job ends"},
-					&cli.BoolFlag{Name: "raw", Usage: "print control characters and escape sequences as the job wrote them (by default they are made visible, e.g. ESC as ^[)"}},
+					&cli.BoolFlag{Name: "raw", Usage: "print control characters and escape sequences as the job wrote them (by default they are made visible, e.g. ESC as ^[)"},
+					&cli.IntFlag{Name: "attempt", Usage: "the log of attempt N (its Nth lease, as numbered in job status; default: the last)"},
+					&cli.BoolFlag{Name: "all-attempts", Usage: "the logs of every attempt, oldest first, each under a header line"}},
 				Action: jobLogsAction,
 			},
 			jobExecCommand(),
@@ -79,11 +86,12 @@ func jobStatusAction(c *cli.Context) error {
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, v)
 	}
-	printJobView(c.App.Writer, &v)
+	printJobView(c.App.Writer, &v, peerNames(c))
 	return nil
 }
 
-func printJobView(w io.Writer, v *api.JobView) {
+// printJobView prints a job's status, peers named by peer.
+func printJobView(w io.Writer, v *api.JobView, peer func(string) string) {
 	j := &v.Job
 	fmt.Fprintf(w, "job:        %s (attempt %d)\n", j.ID, j.Attempt)
 	fmt.Fprintf(w, "state:      %s\n", v.State)
@@ -103,7 +111,7 @@ func printJobView(w io.Writer, v *api.JobView) {
 		fmt.Fprintf(w, "declines:   %s\n", auction.DeclinesText(v.Declines))
 	}
 	if v.Winner != "" {
-		fmt.Fprintf(w, "winner:     %s\n", v.Winner)
+		fmt.Fprintf(w, "winner:     %s\n", peer(v.Winner))
 	}
 	if l := v.Lease; l != nil {
 		fmt.Fprintf(w, "lease:      %s %s, $%.4g/GPU-h, %s .. %s\n", l.ID, l.State, l.Price, fmtTime(l.Start), fmtTime(l.End))
@@ -153,7 +161,7 @@ func printJobView(w io.Writer, v *api.JobView) {
 	for _, name := range slices.Sorted(maps.Keys(v.Job.Run.Inputs)) {
 		fmt.Fprintf(w, "input:      %s = artifact %s\n", name, v.Job.Run.Inputs[name])
 	}
-	printAttempts(w, v)
+	printAttempts(w, v, peer)
 }
 
 // jobFilesText says what becomes of the job's files on its provider: a
@@ -186,7 +194,7 @@ func scrubText(s string) string {
 // printAttempts lists a job's leases, earlier ones (its history) and the
 // current one, when it had more than one or lost one: who ran each, how it
 // ended and through whose fault, its checkpoint and cost.
-func printAttempts(w io.Writer, v *api.JobView) {
+func printAttempts(w io.Writer, v *api.JobView, peer func(string) string) {
 	if len(v.History) == 0 && len(v.Job.Exclude) == 0 {
 		return
 	}
@@ -206,7 +214,7 @@ func printAttempts(w io.Writer, v *api.JobView) {
 	if len(v.Job.Exclude) > 0 {
 		ex := make([]string, len(v.Job.Exclude))
 		for i, p := range v.Job.Exclude {
-			ex[i] = shortID(p)
+			ex[i] = peer(p)
 		}
 		fmt.Fprintf(w, ", excluded %s", strings.Join(ex, ", "))
 	}
@@ -222,7 +230,7 @@ func printAttempts(w io.Writer, v *api.JobView) {
 		if !r.Receipt {
 			cost += " (unsettled)"
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, shortID(r.Lease.Provider), run, orDash(string(r.Fault)),
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, peer(r.Lease.Provider), run, orDash(string(r.Fault)),
 			attemptCheckpoints(r), cost, orDash(r.Detail))
 	}
 	tw.Flush()
@@ -279,27 +287,90 @@ func jobListAction(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
+	limit := c.Int("limit")
+	if limit < 0 {
+		return fmt.Errorf("--limit must be >= 0 (0: all), got %d", limit)
+	}
+	states, err := stateFilter(c.StringSlice("state"))
+	if err != nil {
+		return err
+	}
 	vs, err := client(c).Jobs(c.Context)
 	if err != nil {
 		return err
 	}
+	vs = slices.DeleteFunc(vs, func(v api.JobView) bool {
+		return len(states) > 0 && !states[string(v.State)] && !states[string(v.Run)]
+	})
+	slices.SortStableFunc(vs, func(a, b api.JobView) int { return jobCreated(b).Compare(jobCreated(a)) })
+	total := len(vs)
+	if limit > 0 && len(vs) > limit {
+		vs = vs[:limit]
+	}
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, vs)
 	}
+	peer, now := peerNames(c), time.Now()
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTIER\tSTATE\tRUN\tPROVIDER\tPRICE\tCOST")
+	fmt.Fprintln(tw, "ID\tTIER\tSTATE\tRUN\tPROVIDER\tPRICE\tCOST\tCREATED\tSTARTED\tENDED")
 	for _, v := range vs {
 		provider, price := v.Winner, "-"
 		if v.Lease != nil {
 			provider, price = v.Lease.Provider, fmt.Sprintf("$%.4g", v.Lease.Price)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t$%.4f\n", v.Job.ID, v.Job.Tier, v.State, orDash(string(v.Run)), orDash(provider), price, v.CostUSD)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t$%.4f\t%s\t%s\t%s\n", v.Job.ID, v.Job.Tier, v.State, orDash(string(v.Run)),
+			orDash(peer(provider)), price, v.CostUSD, ago(jobCreated(v), now), ago(v.Started, now), ago(v.Ended, now))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.Writer, "%d job(s)\n", len(vs))
+	if len(vs) < total {
+		fmt.Fprintf(c.App.Writer, "%d of %d job(s), newest first (--limit 0 lists all)\n", len(vs), total)
+	} else {
+		fmt.Fprintf(c.App.Writer, "%d job(s)\n", len(vs))
+	}
 	return nil
+}
+
+// jobCreated is when a job was created: its CreatedAt, else when this node
+// posted it.
+func jobCreated(v api.JobView) time.Time {
+	if !v.Job.CreatedAt.IsZero() {
+		return v.Job.CreatedAt
+	}
+	return v.PostedAt
+}
+
+// stateFilter reads `job list --state`: each a job state or a run state
+// (the flag splits comma lists), nil for none.
+func stateFilter(given []string) (map[string]bool, error) {
+	known := map[string]bool{}
+	for _, s := range auction.JobStates() {
+		known[string(s)] = true
+	}
+	for _, s := range auction.RunStates() {
+		known[string(s)] = true
+	}
+	var out map[string]bool
+	for _, s := range given {
+		s = strings.ToLower(strings.TrimSpace(s))
+		if !known[s] {
+			return nil, fmt.Errorf("unknown --state %q (job states: %s; run states: %s)", s, joinStates(auction.JobStates()), joinStates(auction.RunStates()))
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[s] = true
+	}
+	return out, nil
+}
+
+func joinStates[S ~string](states []S) string {
+	parts := make([]string, len(states))
+	for i, s := range states {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func jobCancelAction(c *cli.Context) error {
@@ -327,7 +398,61 @@ func jobLogsAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	logs, err := client(c).Logs(c.Context, id, c.Bool("follow"))
+	attempt, all := c.Int("attempt"), c.Bool("all-attempts")
+	switch {
+	case attempt < 0 || (c.IsSet("attempt") && attempt == 0):
+		return fmt.Errorf("--attempt must be 1 or more, got %d", attempt)
+	case all && attempt > 0:
+		return errors.New("give --attempt N or --all-attempts, not both")
+	}
+	cl := client(c)
+	v, err := cl.Job(c.Context, id)
+	if err != nil {
+		return err
+	}
+	leases := v.Leases()
+	n := len(leases)
+	if n == 0 {
+		return fmt.Errorf("job %s has no lease yet (state %s): no log", id, v.State)
+	}
+	if attempt > n {
+		return fmt.Errorf("job %s has no attempt %d (it had %d)", id, attempt, n)
+	}
+	first, last := n, n
+	switch {
+	case all:
+		first = 1
+	case attempt > 0:
+		first, last = attempt, attempt
+	}
+	w, peer := c.App.Writer, shortPeer
+	var failed []string
+	for a := first; a <= last; a++ {
+		if n > 1 {
+			l := leases[a-1]
+			fmt.Fprintf(w, "==> attempt %d of %d: lease %s on %s <==\n", a, n, l.ID, peer(l.Provider))
+		}
+		// Only the last attempt can still be running: earlier ones' logs
+		// are whole.
+		err := copyLog(c, cl, id, api.LogsOptions{Follow: c.Bool("follow") && a == n, Attempt: a})
+		if err != nil && !all {
+			return err
+		}
+		if err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "gpumesh: attempt %d: %s\n", a, oneLine(err.Error()))
+			failed = append(failed, strconv.Itoa(a))
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("the logs of attempt(s) %s of job %s are unavailable", strings.Join(failed, ", "), id)
+	}
+	return nil
+}
+
+// copyLog writes one attempt's log, control characters made visible
+// unless --raw.
+func copyLog(c *cli.Context, cl *api.Client, id string, o api.LogsOptions) error {
+	logs, err := cl.Logs(c.Context, id, o)
 	if err != nil {
 		return err
 	}

@@ -403,7 +403,7 @@ func jobPostAction(c *cli.Context) error {
 		}
 	} else {
 		fmt.Fprintln(w)
-		printJobView(w, &final)
+		printJobView(w, &final, shortPeer)
 	}
 	return jobExit(&final)
 }

@@ -19,7 +19,7 @@ func TestJobStatusShowsCheckpoint(t *testing.T) {
 		Checkpoint: &auction.Checkpoint{Seq: 3, Attempt: 1, Reason: auction.CheckpointPeriodic, Bytes: 2048, Work: 95 * time.Second, Artifact: id},
 		Restored:   &auction.Checkpoint{Seq: 7, Reason: auction.CheckpointStopped, Bytes: 1024, Work: time.Minute, Artifact: id}}
 	var b bytes.Buffer
-	printJobView(&b, v)
+	printJobView(&b, v, shortPeer)
 	out := b.String()
 	for _, want := range []string{
 		"checkpoint: seq 3 of attempt 1 (periodic), 2048 bytes, work saved 1m35s, artifact " + id + "\n",
@@ -58,7 +58,7 @@ func TestJobStatusShowsNoPersistAndScrub(t *testing.T) {
 			[]string{"scrub:      failed: gpu-scrub: exit status 2 (the GPUs' memory may hold what the job left in it)\n"}, []string{"files:"}},
 	} {
 		var b bytes.Buffer
-		printJobView(&b, &c.v)
+		printJobView(&b, &c.v, shortPeer)
 		out := b.String()
 		for _, want := range c.wants {
 			if !strings.Contains(out, want) {

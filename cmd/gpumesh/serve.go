@@ -39,7 +39,7 @@ func serveCommand() *cli.Command {
 				Name:      "status",
 				Usage:     "show one service: gateway, replicas, per-replica rate, latency and errors, events",
 				ArgsUsage: "ID",
-				Flags:     []cli.Flag{jsonFlag()},
+				Flags:     []cli.Flag{noTruncFlag(), jsonFlag()},
 				Action:    serveStatusAction,
 			},
 			{
@@ -222,7 +222,7 @@ func serveStatusAction(c *cli.Context) error {
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, v)
 	}
-	printServiceView(c.App.Writer, &v)
+	printServiceView(c.App.Writer, &v, peerNames(c))
 	return nil
 }
 
@@ -234,7 +234,8 @@ func printGatewayToken(w io.Writer, v *api.ServiceView) {
 	}
 }
 
-func printServiceView(w io.Writer, v *api.ServiceView) {
+// printServiceView prints a service's status, peers named by peer.
+func printServiceView(w io.Writer, v *api.ServiceView, peer func(string) string) {
 	j := &v.Spec.Job
 	state := "running"
 	if v.Stopped {
@@ -264,7 +265,7 @@ func printServiceView(w io.Writer, v *api.ServiceView) {
 			if !r.LeaseEnd.IsZero() {
 				end = r.LeaseEnd.Local().Format(time.TimeOnly)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\n", r.JobID, orDash(shortID(r.Provider)), st, end,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\n", r.JobID, orDash(peer(r.Provider)), st, end,
 				r.Outstanding, r.Requests, r.RatePerSec, r.P50MS, r.P95MS, r.P99MS, 100*r.ErrorRate)
 		}
 		_ = tw.Flush()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -106,6 +107,7 @@ func providersCommand() *cli.Command {
 			&cli.StringFlag{Name: "region", Usage: "region or region prefix, e.g. eu"},
 			&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU in GB"},
 			&cli.IntFlag{Name: "count", Usage: "minimum number of matching GPUs"},
+			noTruncFlag(),
 			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
@@ -120,23 +122,29 @@ func providersCommand() *cli.Command {
 				}
 				return errors.New(strings.Join(parts, "; "))
 			}
-			caps, err := client(c).Providers(c.Context, q)
+			ps, err := client(c).Providers(c.Context, q)
 			if err != nil {
 				return err
 			}
 			if c.Bool("json") {
-				return printJSON(c.App.Writer, caps)
+				return printJSON(c.App.Writer, ps)
 			}
+			peer := peerNames(c)
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "PEER\tREGION\tGPUS\tFLOOR $/GPU-h\tPREEMPTIBLE\tFINGERPRINT\tEXPIRES")
-			for _, cp := range caps {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%v\t%s\t%s\n", cp.Peer, orDash(cp.Region), gpuSummary(cp.GPUs),
-					cp.Policy.PriceFloor, cp.Policy.AcceptPreemptible, shortHash(cp.Fingerprint), time.Until(cp.ExpiresAt).Round(time.Second))
+			fmt.Fprintln(tw, "PEER\tREGION\tGPUS\tAVAILABLE\tPRICE $/GPU-h\tFLOOR $/GPU-h\tRELIABILITY\tPREEMPTIBLE\tFINGERPRINT\tEXPIRES")
+			for _, p := range ps {
+				free := "-"
+				if p.FreeGPUs != nil {
+					free = strconv.Itoa(*p.FreeGPUs)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%d\t%.2f\t%.2f\t%.3f\t%v\t%s\t%s\n", peer(p.Peer), orDash(p.Region), gpuSummary(p.GPUs),
+					free, len(p.GPUs), p.PriceNow, p.Policy.PriceFloor, p.Reliability, p.Policy.AcceptPreemptible, shortHash(p.Fingerprint),
+					time.Until(p.ExpiresAt).Round(time.Second))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.App.Writer, "%d provider(s)\n", len(caps))
+			fmt.Fprintf(c.App.Writer, "%d provider(s)\n", len(ps))
 			return nil
 		},
 	}

@@ -41,10 +41,12 @@ func (f *logFollower) see(v *api.JobView) {
 		return
 	}
 	f.lease = v.Lease.ID
+	// This lease's log, even if the job moves on to another meanwhile.
+	attempt := len(v.Leases())
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		rc, err := f.cl.Logs(f.ctx, f.id, true)
+		rc, err := f.cl.Logs(f.ctx, f.id, api.LogsOptions{Follow: true, Attempt: attempt})
 		if err != nil {
 			if f.ctx.Err() == nil {
 				_ = f.pr.above([]byte(fmt.Sprintf("  (log of job %s unavailable: %s)\n", f.id, oneLine(err.Error()))))

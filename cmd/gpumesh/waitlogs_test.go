@@ -79,8 +79,8 @@ func TestJobPostWaitStreamsLogs(t *testing.T) {
 	if errOut != "gpumesh: job w7 failed (exit code 7)\n" {
 		t.Fatalf("stderr %q", errOut)
 	}
-	if q, _ := logQuery.Load().(string); q != "follow=1" {
-		t.Fatalf("log requested with %q, want follow=1", q)
+	if q, _ := logQuery.Load().(string); q != "attempt=1&follow=1" {
+		t.Fatalf("log requested with %q, want the first attempt's, followed", q)
 	}
 	lines := strings.Split(out, "\n")
 	for _, want := range []string{"step 1", "partial", "^[[2Jdone"} {

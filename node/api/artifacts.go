@@ -9,11 +9,29 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/artifact"
 )
 
 // ArtifactInfo is what the daemon's store holds of one artifact.
 type ArtifactInfo = artifact.Info
+
+// ArtifactView is one artifact GET /v1/artifacts lists: the store's
+// record and, for an artifact of one of this node's jobs, which job and
+// what it is to it.
+type ArtifactView struct {
+	ArtifactInfo
+	Job string `json:"job,omitempty"`
+	// Use is ArtifactCheckpoint (Checkpoint says which) or ArtifactOutputs.
+	Use        string              `json:"use,omitempty"`
+	Checkpoint *auction.Checkpoint `json:"checkpoint,omitempty"`
+}
+
+// What an artifact is to its job (ArtifactView.Use).
+const (
+	ArtifactCheckpoint = "checkpoint" // one of the checkpoints kept for it
+	ArtifactOutputs    = "outputs"    // its output files
+)
 
 // ArtifactFetch says how a fetch went.
 type ArtifactFetch = artifact.FetchResult
@@ -101,8 +119,8 @@ func (c *Client) AddArtifact(ctx context.Context, req ArtifactAddRequest) (Artif
 
 // Artifacts is GET /v1/artifacts: every artifact held, most recently used
 // first.
-func (c *Client) Artifacts(ctx context.Context) ([]ArtifactInfo, error) {
-	var v []ArtifactInfo
+func (c *Client) Artifacts(ctx context.Context) ([]ArtifactView, error) {
+	var v []ArtifactView
 	err := c.Do(ctx, http.MethodGet, "/artifacts", nil, nil, &v)
 	return v, err
 }

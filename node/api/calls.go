@@ -44,7 +44,7 @@ func (c *Client) Peers(ctx context.Context) ([]PeerInfo, error) {
 }
 
 // Providers is GET /v1/providers: DHT discovery of providers matching q.
-func (c *Client) Providers(ctx context.Context, q auction.Query) ([]auction.Capability, error) {
+func (c *Client) Providers(ctx context.Context, q auction.Query) ([]ProviderView, error) {
 	v := url.Values{}
 	if q.GPU != "" {
 		v.Set("gpu", q.GPU)
@@ -58,7 +58,7 @@ func (c *Client) Providers(ctx context.Context, q auction.Query) ([]auction.Capa
 	if q.GPUCount != 0 {
 		v.Set("count", strconv.Itoa(q.GPUCount))
 	}
-	var caps []auction.Capability
+	var caps []ProviderView
 	err := c.Do(ctx, http.MethodGet, "/providers", v, nil, &caps)
 	return caps, err
 }
@@ -120,12 +120,25 @@ func (c *Client) Bids(ctx context.Context, id string) (BidsView, error) {
 	return v, err
 }
 
-// Logs is GET /v1/jobs/{id}/logs: the job's stdout and stderr as a stream,
-// which with follow lasts until the job ends. The caller closes it.
-func (c *Client) Logs(ctx context.Context, id string, follow bool) (io.ReadCloser, error) {
-	var q url.Values
-	if follow {
-		q = url.Values{"follow": {"1"}}
+// LogsOptions choose what GET /v1/jobs/{id}/logs streams.
+type LogsOptions struct {
+	// Follow streams on until the run ends.
+	Follow bool
+	// Attempt is the job's attempt whose log to stream, 1 for its first
+	// lease (JobView.Leases); 0 means its current lease.
+	Attempt int
+}
+
+// Logs is GET /v1/jobs/{id}/logs: the stdout and stderr of one of the
+// job's leases as a stream, which with Follow lasts until that run ends.
+// The caller closes it.
+func (c *Client) Logs(ctx context.Context, id string, o LogsOptions) (io.ReadCloser, error) {
+	q := url.Values{}
+	if o.Follow {
+		q.Set("follow", "1")
+	}
+	if o.Attempt > 0 {
+		q.Set("attempt", strconv.Itoa(o.Attempt))
 	}
 	resp, err := c.Raw(ctx, http.MethodGet, jobPath(id, "/logs"), q, nil)
 	if err != nil {

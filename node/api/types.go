@@ -51,6 +51,17 @@ type PeerInfo struct {
 	Addrs []string `json:"addrs"`
 }
 
+// ProviderView is one provider GET /v1/providers found: its capability
+// record (with FreeGPUs, the GPUs it had free when it issued the record),
+// what one GPU-hour starting now costs there at that occupancy
+// (auction.Capability.PriceNow), and its reliability as this node's
+// reputation book scores it: what its bids are ranked with.
+type ProviderView struct {
+	auction.Capability
+	PriceNow    float64 `json:"price_now"`
+	Reliability float64 `json:"reliability"`
+}
+
 // ErrorBody is the JSON body of every non-2xx answer.
 type ErrorBody struct {
 	Error string `json:"error"`
@@ -146,6 +157,20 @@ type JobView struct {
 	Restored *auction.Checkpoint `json:"restored,omitempty"`
 }
 
+// Leases are the job's leases in the order they were awarded: its
+// history, then the current lease. Attempt N of a job (gpumesh job logs
+// --attempt N, the attempts table of job status) is Leases()[N-1].
+func (v *JobView) Leases() []auction.Lease {
+	out := make([]auction.Lease, 0, len(v.History)+1)
+	for _, r := range v.History {
+		out = append(out, r.Lease)
+	}
+	if v.Lease != nil {
+		out = append(out, *v.Lease)
+	}
+	return out
+}
+
 // LeaseRecord is one lease of a job and how it ended.
 type LeaseRecord struct {
 	Lease    auction.Lease    `json:"lease"`
@@ -166,9 +191,11 @@ type LeaseRecord struct {
 
 // BidsView is GET /v1/jobs/{id}/bids: ranked bids and why the winner won.
 type BidsView struct {
-	JobID   string           `json:"job_id"`
-	Bids    []auction.Ranked `json:"bids"`
-	Explain string           `json:"explain"`
+	JobID string           `json:"job_id"`
+	Bids  []auction.Ranked `json:"bids"`
+	// Explain names the bid that holds the lease and the rule that gave
+	// it the lease (auction.Explain).
+	Explain auction.Explanation `json:"explain"`
 	// Declines counts why providers did not bid, by Ineligible.Kind.
 	Declines map[string]int `json:"declines,omitempty"`
 }

@@ -292,3 +292,26 @@ func TestOverTemperatureStopsBiddingAndPreemptsBronze(t *testing.T) {
 	}
 	p.exec.open("hot")
 }
+
+// TestJobSeesItsJobID: GPUMESH_JOB_ID holds the renter's job id, which
+// the job can look up (gpumesh job status), not the id of the lease it
+// runs under (it held the lease id, a new one at each attempt).
+func TestJobSeesItsJobID(t *testing.T) {
+	h := newHarness(t)
+	p := h.provider(provSpec{model: "A100", price: 1, exec: realProcessExec(t)})
+	v := h.renter().post(job(auction.Silver, 5, time.Minute, "/bin/sh", "-c", `echo "id=$GPUMESH_JOB_ID"`))
+	var got string
+	waitFor(t, 10*time.Second, "the job prints its GPUMESH_JOB_ID", func() bool {
+		b, _ := os.ReadFile(filepath.Join(p.jobsDir, "logs", v.Lease.ID+".log"))
+		for _, line := range strings.Split(string(b), "\n") {
+			if id, ok := strings.CutPrefix(line, "id="); ok {
+				got = id
+				return true
+			}
+		}
+		return false
+	})
+	if got != v.Job.ID {
+		t.Fatalf("GPUMESH_JOB_ID=%q, want the job id %q (lease %s)", got, v.Job.ID, v.Lease.ID)
+	}
+}

@@ -655,7 +655,7 @@ func (r *leaseRun) run() {
 	r.logw = lw
 	r.mu.Unlock()
 	gpus, uuids := s.leaseDevices(l)
-	spec := runtime.Spec{ID: l.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
+	spec := runtime.Spec{ID: l.ID, JobID: job.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
 		GPUs: gpus, UUIDs: uuids, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs, NoSwap: job.NoPersist}
 	if len(job.Run.Artifacts()) > 0 {
 		release, dir, image, err := r.prepareInputs(job)

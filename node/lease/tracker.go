@@ -682,7 +682,7 @@ func (t *Tracker) Bids(id string) (api.BidsView, error) {
 		ranked = []auction.Ranked{}
 	}
 	st, _ := t.renter.Status(id)
-	return api.BidsView{JobID: id, Bids: ranked, Explain: auction.Explain(ranked), Declines: st.Declines}, nil
+	return api.BidsView{JobID: id, Bids: ranked, Explain: auction.Explain(ranked, st.Winner, st.Attempts), Declines: st.Declines}, nil
 }
 
 // Cancel cancels a job in auction, or asks its provider to stop its
