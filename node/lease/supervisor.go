@@ -1037,9 +1037,9 @@ func (s *Supervisor) sendEvent(r *leaseRun, attempts int) (*attest.HeartbeatSumm
 	if !ev.Run.Terminal() {
 		return nil, nil
 	}
-	var sum attest.HeartbeatSummary
-	if err := json.Unmarshal(resp, &sum); err != nil {
-		return nil, fmt.Errorf("renter's heartbeat summary: %w", err)
+	sum, err := attest.DecodeHeartbeatSummary(resp)
+	if err != nil {
+		return nil, fmt.Errorf("renter's answer: %w", err)
 	}
 	return &sum, nil
 }
