@@ -1347,14 +1347,10 @@ func killOrphan(pgid int, root string) {
 // HandleCancel stops a lease at its renter's signed request
 // (wire.ProtoCancel).
 func (s *Supervisor) HandleCancel(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
-	var req wire.CancelRequest
-	if err := sign.OpenFrom(data, sign.DomainLeaseCancel, from, &req); err != nil {
+	req, err := openCancel(data, from)
+	if err != nil {
 		s.cfg.Counters.Add("provider.cancel_rejected")
 		return nil, err
-	}
-	if err := auction.ValidID(req.LeaseID); err != nil {
-		s.cfg.Counters.Add("provider.cancel_rejected")
-		return nil, fmt.Errorf("cancel: lease id: %w", err)
 	}
 	r := s.run(req.LeaseID)
 	if r == nil || r.lease().Renter != from.String() {
@@ -1363,6 +1359,19 @@ func (s *Supervisor) HandleCancel(_ context.Context, from peer.ID, data []byte) 
 	}
 	r.abort(auction.RunCancelled, "cancelled by the renter")
 	return nil, nil
+}
+
+// openCancel decodes a cancel (or release) of a lease sent by from: signed
+// by from, for a lease id that satisfies auction.ValidID.
+func openCancel(data []byte, from peer.ID) (wire.CancelRequest, error) {
+	var req wire.CancelRequest
+	if err := sign.OpenFrom(data, sign.DomainLeaseCancel, from, &req); err != nil {
+		return wire.CancelRequest{}, err
+	}
+	if err := auction.ValidID(req.LeaseID); err != nil {
+		return wire.CancelRequest{}, fmt.Errorf("cancel: lease id: %w", err)
+	}
+	return req, nil
 }
 
 // FillStats adds the supervisor's leases to a provider stats view: running
