@@ -76,6 +76,8 @@ func FuzzProverServe(f *testing.F) {
 	badPayload, _ := json.Marshal(bad)
 	f.Add(badPayload, frames(f, []byte("ping"), seed[:]))
 	f.Add([]byte(`{"n":8192,"k":64}`), []byte{0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add([]byte(`{"verifier":"a\nb"}`), []byte{})
+	f.Add([]byte(`{"verifier":"`+vs.ID().String()+`","provider":"a\nb"}`), []byte{})
 	f.Fuzz(func(t *testing.T, challenge, rest []byte) {
 		env := signtest.RawBytes(t, vs, sign.DomainGPUChallenge, challenge)
 		in := append(frames(t, env), rest...)

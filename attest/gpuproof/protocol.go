@@ -197,9 +197,9 @@ func (p *Prover) Serve(from peer.ID, rw io.ReadWriter) error {
 	now := p.now()
 	switch {
 	case c.Verifier != from.String():
-		return refuse(fmt.Errorf("gpuproof: challenge names verifier %s, sent by %s", c.Verifier, from))
+		return refuse(fmt.Errorf("gpuproof: challenge names verifier %q, sent by %s", c.Verifier, from))
 	case c.Provider != p.Signer.ID().String():
-		return refuse(fmt.Errorf("gpuproof: challenge is for %s, not this provider", c.Provider))
+		return refuse(fmt.Errorf("gpuproof: challenge is for %q, not this provider", c.Provider))
 	case p.Devices != nil && !p.Devices(c.Device):
 		return refuse(fmt.Errorf("gpuproof: no device %q here", c.Device))
 	}

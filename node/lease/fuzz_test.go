@@ -62,7 +62,8 @@ func FuzzLeaseEvent(f *testing.F) {
 		b, _ := json.Marshal(ev)
 		f.Add(b)
 	}
-	for _, s := range []string{"", "{}", "null", `{"moved":{}}`, `{"run":"pending","moved":{"start":"2026-03-01T11:00:00Z"}}`} {
+	for _, s := range []string{"", "{}", "null", `{"moved":{}}`, `{"run":"pending","moved":{"start":"2026-03-01T11:00:00Z"}}`,
+		`{"lease_id":"a\nb","run":"running","moved":{}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
@@ -147,7 +148,8 @@ func FuzzCheckpointNotice(f *testing.F) {
 		b, _ := json.Marshal(c)
 		f.Add(b)
 	}
-	for _, s := range []string{"", "{}", "null", `{"seq":-1}`, `{"bytes":9223372036854775807}`} {
+	for _, s := range []string{"", "{}", "null", `{"seq":-1}`, `{"bytes":9223372036854775807}`, `{"lease_id":"a\nb"}`,
+		`{"lease_id":"lease-1","job_id":"a\nb","provider":"` + prov.ID().String() + `"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, payload []byte) {

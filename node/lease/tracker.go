@@ -1066,7 +1066,7 @@ func (t *Tracker) moveLocked(jobID string, v *api.JobView, mon *attest.Heartbeat
 // begun, and only by auction.Lease.Moved's rule.
 func leaseMove(l auction.Lease, run auction.RunState, heard time.Time, ev wire.LeaseEvent, now time.Time) (auction.Lease, error) {
 	if ev.Run != auction.RunPending || run != auction.RunPending || !heard.IsZero() {
-		return auction.Lease{}, fmt.Errorf("lease %s already began: it does not move", ev.LeaseID)
+		return auction.Lease{}, fmt.Errorf("lease %q already began: it does not move", ev.LeaseID)
 	}
 	return l.Moved(ev.Moved.Start, ev.Moved.Devices, now)
 }
