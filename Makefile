@@ -3,7 +3,7 @@ export GOFLAGS := -buildvcs=false
 GO ?= go
 N ?= 5
 
-.PHONY: build test testnet testnet-down vet fmt sizes cross bench sim clean release
+.PHONY: build test testnet testnet-down vet fmt sizes cross bench fuzz sim clean release
 
 build:
 	$(GO) build -o bin/gpumesh ./cmd/gpumesh
@@ -42,6 +42,36 @@ testnet-down:
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+# fuzz runs every fuzz target for FUZZTIME each, one after another (their
+# seed corpora alone run with every `go test`). FUZZ_TARGETS is the one
+# list, package:target; a Fuzz function missing from it (or a stale entry)
+# fails the run. A new input the fuzzer finds is minimised for at most
+# FUZZMINIMIZE (Go's default, 60s, stalls slow targets for a minute each
+# time).
+FUZZTIME ?= 30s
+FUZZMINIMIZE ?= 5s
+FUZZ_TARGETS = \
+	p2p:FuzzReadFrame \
+	attest:FuzzOpenReceipt attest:FuzzUnmarshalEnvelope attest:FuzzOpenHeartbeat attest:FuzzOpenFingerprint \
+	attest:FuzzDecodeHeartbeatSummary \
+	attest/gpuproof:FuzzProverServe attest/gpuproof:FuzzVerifierRun attest/gpuproof:FuzzOpenVerdict \
+	auction:FuzzDecodeCall auction:FuzzDecodeBid auction:FuzzDecodeAward auction:FuzzDecodeBidRelease \
+	auction:FuzzDecodeDecline auction:FuzzDecodeConfirm auction:FuzzDecodeCapacityNotice auction:FuzzOpenCapability \
+	node/wire:FuzzDecodeStreamRequest node/wire:FuzzDecodeExecRequest node/wire:FuzzReadExecFrame node/wire:FuzzExtractBundle \
+	node/service:FuzzReadMsg \
+	node/artifact:FuzzDecodeManifest node/artifact:FuzzAnswer node/artifact:FuzzOpenWarm \
+	node/lease:FuzzLeaseEvent node/lease:FuzzCheckpointNotice node/lease:FuzzOpenCancel
+fuzz:
+	@found=$$(grep -ro --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | sed -E 's#^\./(.*)/[^/]*_test\.go:func #\1:#' | sort); \
+	listed=$$(printf '%s\n' $(FUZZ_TARGETS) | sort); \
+	if [ "$$found" != "$$listed" ]; then \
+		echo "FUZZ_TARGETS differs from the fuzz targets there are in:"; printf '%s\n' "$$listed" "$$found" | sort | uniq -u; exit 1; \
+	fi
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $$t for $(FUZZTIME)"; \
+		$(GO) test ./$${t%%:*} -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) || exit 1; \
+	done
 
 # release builds the binaries to dist/: linux/amd64 with cgo (NVML, for
 # providers; needs a linux/amd64 host with gcc), linux/arm64 with cgo when

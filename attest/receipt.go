@@ -201,11 +201,31 @@ func (r Receipt) validate() error {
 	if !r.Fault.Valid() || (r.Fault != auction.FaultNone && r.Outcome != auction.RunFailed && r.Outcome != auction.RunExpired) {
 		return bad("fault %q with outcome %s", r.Fault, r.Outcome)
 	}
-	hs := r.Heartbeats
-	if hs.Count < 0 || hs.Expected < 0 || hs.Rejected < 0 || hs.RateLimited < 0 || hs.RateLimited > hs.Rejected || !finite(hs.Coverage) || hs.Coverage < 0 || hs.Coverage > 1 || !finite(hs.MeanGPUUtil) {
+	if !r.Heartbeats.inRange() {
 		return bad("heartbeat summary out of range")
 	}
 	return nil
+}
+
+// inRange reports whether a summary's figures are ones a monitor can
+// give: what a receipt carrying it needs.
+func (hs HeartbeatSummary) inRange() bool {
+	return hs.Count >= 0 && hs.Expected >= 0 && hs.Rejected >= 0 && hs.RateLimited >= 0 && hs.RateLimited <= hs.Rejected &&
+		finite(hs.Coverage) && hs.Coverage >= 0 && hs.Coverage <= 1 && finite(hs.MeanGPUUtil)
+}
+
+// DecodeHeartbeatSummary decodes a renter's answer to a lease's final
+// report: the summary the provider's receipt carries, so one a receipt
+// cannot hold is refused as it comes, not when the receipt is made.
+func DecodeHeartbeatSummary(b []byte) (HeartbeatSummary, error) {
+	var hs HeartbeatSummary
+	if err := json.Unmarshal(b, &hs); err != nil {
+		return HeartbeatSummary{}, fmt.Errorf("attest: heartbeat summary: %v", err)
+	}
+	if !hs.inRange() {
+		return HeartbeatSummary{}, errors.New("attest: heartbeat summary out of range")
+	}
+	return hs, nil
 }
 
 // SignedReceipt is a receipt with the exact bytes both parties signed: the

@@ -565,7 +565,7 @@ const MoveSkew = 30 * time.Second
 // and terms kept: a confirmed lease that has not begun moves earlier when
 // its provider's GPUs free up before its start (a job ahead of it ended
 // early). Only a pending lease moves, only earlier, and onto as many
-// devices as it has GPUs (or none named). The provider moves its booking
+// distinct devices as it has GPUs (or none named). The provider moves its booking
 // by this rule and tells the renter, who checks the move by it too. A lease
 // moves no earlier than now (less MoveSkew for the two clocks): freed GPUs
 // are used from now on, never in the past.
@@ -580,9 +580,24 @@ func (l Lease) Moved(start time.Time, devices []int, now time.Time) (Lease, erro
 			start.Format(time.RFC3339Nano), now.Sub(start).Round(time.Millisecond))
 	case len(devices) > 0 && len(devices) != l.GPUCount:
 		return Lease{}, fmt.Errorf("%w: lease %s: %d devices for %d gpus", ErrBadMove, l.ID, len(devices), l.GPUCount)
+	case !distinctDevices(devices):
+		return Lease{}, fmt.Errorf("%w: lease %s: devices %v are not distinct device indices", ErrBadMove, l.ID, devices)
 	}
 	m := l
 	m.Start, m.End = start, start.Add(l.End.Sub(l.Start))
 	m.Devices = append([]int(nil), devices...)
 	return m, nil
+}
+
+// distinctDevices reports whether devices are device indices (not
+// negative), none named twice: a lease's GPUs are as many devices.
+func distinctDevices(devices []int) bool {
+	seen := make(map[int]bool, len(devices))
+	for _, d := range devices {
+		if d < 0 || seen[d] {
+			return false
+		}
+		seen[d] = true
+	}
+	return true
 }

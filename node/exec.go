@@ -48,7 +48,10 @@ func (m *market) serveExec(s network.Stream) {
 	b, release, err := p2p.ReadFrameOn(s, br, p2p.DefaultFrameTimeout)
 	release()
 	var req wire.ExecRequest
-	if err != nil || json.Unmarshal(b, &req) != nil || auction.ValidID(req.LeaseID) != nil {
+	if err == nil {
+		req, err = wire.DecodeExecRequest(b)
+	}
+	if err != nil {
 		m.counters.Add("provider.malformed_stream")
 		_ = s.Reset()
 		return

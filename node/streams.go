@@ -25,17 +25,13 @@ import (
 // caller may read the lease (only its renter may read a job's logs or
 // results).
 func (m *market) acceptStream(s network.Stream) (*lease.Access, wire.StreamRequest, bool) {
-	var req wire.StreamRequest
 	b, release, err := p2p.ReadFrameOn(s, bufio.NewReader(s), p2p.DefaultFrameTimeout)
 	release()
-	if err != nil || json.Unmarshal(b, &req) != nil {
-		m.counters.Add("provider.malformed_stream")
-		_ = s.Reset()
-		return nil, req, false
+	var req wire.StreamRequest
+	if err == nil {
+		req, err = wire.DecodeStreamRequest(b)
 	}
-	if auction.ValidID(req.LeaseID) != nil {
-		// The lease id names files under the data dir: never let one
-		// from the network reach a path unchecked.
+	if err != nil {
 		m.counters.Add("provider.malformed_stream")
 		_ = s.Reset()
 		return nil, req, false

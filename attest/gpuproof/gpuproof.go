@@ -99,13 +99,13 @@ func (c Challenge) ResultBytes() int64 { return int64(c.N) * int64(c.N) * 4 }
 // at now.
 func (c Challenge) Check(now time.Time) error {
 	switch {
-	case len(c.ID) != 32:
+	case !hexDigits(c.ID, 32):
 		return errors.New("gpuproof: challenge id must be 32 hex digits")
 	case c.N <= 0 || c.N%128 != 0 || c.N > MaxN:
 		return fmt.Errorf("gpuproof: matrix size %d is not a multiple of 128 up to %d", c.N, MaxN)
 	case c.K < 1 || c.K > MaxK:
 		return fmt.Errorf("gpuproof: power %d is not in [1, %d]", c.K, MaxK)
-	case len(c.SeedHash) != 64:
+	case !hexDigits(c.SeedHash, 64):
 		return errors.New("gpuproof: seed hash must be 64 hex digits")
 	case c.Issued.After(now.Add(ClockSkew)) || c.Issued.Before(now.Add(-ClockSkew)):
 		return fmt.Errorf("gpuproof: challenge issued at %s, more than %s from now", c.Issued.Format(time.RFC3339), ClockSkew)
@@ -115,6 +115,12 @@ func (c Challenge) Check(now time.Time) error {
 		return fmt.Errorf("gpuproof: challenge lives longer than %s", MaxLifetime)
 	}
 	return nil
+}
+
+// hexDigits reports whether s is n hex digits.
+func hexDigits(s string, n int) bool {
+	_, err := hex.DecodeString(s)
+	return len(s) == n && err == nil
 }
 
 // Size is the challenge size for a device of vramGB: n×n matrices and the

@@ -197,9 +197,9 @@ func (p *Prover) Serve(from peer.ID, rw io.ReadWriter) error {
 	now := p.now()
 	switch {
 	case c.Verifier != from.String():
-		return refuse(fmt.Errorf("gpuproof: challenge names verifier %s, sent by %s", c.Verifier, from))
+		return refuse(fmt.Errorf("gpuproof: challenge names verifier %q, sent by %s", c.Verifier, from))
 	case c.Provider != p.Signer.ID().String():
-		return refuse(fmt.Errorf("gpuproof: challenge is for %s, not this provider", c.Provider))
+		return refuse(fmt.Errorf("gpuproof: challenge is for %q, not this provider", c.Provider))
 	case p.Devices != nil && !p.Devices(c.Device):
 		return refuse(fmt.Errorf("gpuproof: no device %q here", c.Device))
 	}
@@ -373,13 +373,16 @@ func (v *Verifier) Run(ctx context.Context, rw io.ReadWriter, provider peer.ID, 
 	if err := sign.OpenFrom(raw, sign.DomainGPUCommit, provider, &cm); err != nil {
 		return seal(Failed, fmt.Sprintf("bad commitment: %v", err))
 	}
+	if cm.Challenge != c.ID {
+		// Not kept in the verdict: a commitment to another challenge
+		// would make the verdict one no book opens (SignedVerdict.Open),
+		// and the provider's failure would go unrecorded.
+		return seal(Failed, "commitment names another challenge")
+	}
 	cenv, _ := sign.UnmarshalEnvelope(raw)
 	verdict.Commit = cenv
 	verdict.Backend, verdict.DeviceName = cm.Backend, cm.DeviceName
 	verdict.Rate = c.Ops() / verdict.Elapsed.Seconds()
-	if cm.Challenge != c.ID {
-		return seal(Failed, "commitment names another challenge")
-	}
 	result, err := readResult(ctx, br, c.N)
 	if err != nil {
 		return seal(Failed, fmt.Sprintf("result: %v", err))

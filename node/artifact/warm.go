@@ -95,23 +95,10 @@ func (s *Service) Warm(ctx context.Context, id string, provider peer.ID, addrs [
 // answer, so that a refusal is reported; the chunks follow in the
 // background, from the requester and any other holder.
 func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]byte, error) {
-	env, err := sign.UnmarshalEnvelope(data)
-	if err != nil {
-		return nil, fmt.Errorf("bad warm request: %v", err)
-	}
-	var req wire.ArtifactWarm
-	signer, err := sign.Open(env, sign.DomainArtifactWarm, &req)
+	req, err := openWarm(data, from, s.cfg.Net.ID(), time.Now())
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("bad warm request: %v", err)
-	case signer != from:
-		return nil, fmt.Errorf("warm request signed by %s, sent by %s", signer, from)
-	case req.Provider != s.cfg.Net.ID().String():
-		return nil, fmt.Errorf("warm request is for %s, not this node", req.Provider)
-	case !time.Now().Before(req.Expires) || req.Expires.After(time.Now().Add(2*WarmTTL)):
-		return nil, errors.New("warm request expired (or its expiry is implausibly far off: check clocks)")
-	case !ValidID(req.ID):
-		return nil, fmt.Errorf("bad artifact id %q", req.ID)
+		return nil, err
 	case s.cfg.WarmMax <= 0:
 		s.count("artifact.warm_refused", 1)
 		return nil, errors.New("this node does not accept warm requests")
@@ -184,6 +171,31 @@ func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]
 	case <-ctx.Done():
 		return nil, fmt.Errorf("warm %s: manifest not received: %w", short(req.ID), ctx.Err())
 	}
+}
+
+// openWarm decodes a warm request sent by from to self at now: signed by
+// its sender, naming self, unexpired (and not valid implausibly long), for
+// a well-formed artifact id.
+func openWarm(data []byte, from, self peer.ID, now time.Time) (wire.ArtifactWarm, error) {
+	env, err := sign.UnmarshalEnvelope(data)
+	if err != nil {
+		return wire.ArtifactWarm{}, fmt.Errorf("bad warm request: %v", err)
+	}
+	var req wire.ArtifactWarm
+	signer, err := sign.Open(env, sign.DomainArtifactWarm, &req)
+	switch {
+	case err != nil:
+		return wire.ArtifactWarm{}, fmt.Errorf("bad warm request: %v", err)
+	case signer != from:
+		return wire.ArtifactWarm{}, fmt.Errorf("warm request signed by %s, sent by %s", signer, from)
+	case req.Provider != self.String():
+		return wire.ArtifactWarm{}, fmt.Errorf("warm request is for %q, not this node", req.Provider)
+	case !now.Before(req.Expires) || req.Expires.After(now.Add(2*WarmTTL)):
+		return wire.ArtifactWarm{}, errors.New("warm request expired (or its expiry is implausibly far off: check clocks)")
+	case !ValidID(req.ID):
+		return wire.ArtifactWarm{}, fmt.Errorf("bad artifact id %q", req.ID)
+	}
+	return req, nil
 }
 
 // warmFits is the warm policy on size: at most WarmMax, and no more

@@ -94,12 +94,12 @@ func (t *Tracker) HandleCheckpoint(ctx context.Context, from peer.ID, data []byt
 // checkpoint already held.
 func checkpointFits(v *api.JobView, c auction.Checkpoint, from peer.ID, now time.Time) (dup bool, err error) {
 	if v == nil || v.Lease == nil || v.Lease.ID != c.LeaseID || v.Lease.Provider != from.String() || c.Provider != from.String() {
-		return false, fmt.Errorf("no lease %s from %s", c.LeaseID, from)
+		return false, fmt.Errorf("no lease %q from %s", c.LeaseID, from)
 	}
 	l := v.Lease
 	switch {
 	case c.JobID != l.JobID || c.Attempt != l.Attempt:
-		return false, fmt.Errorf("checkpoint names job %s attempt %d; lease %s is job %s attempt %d", c.JobID, c.Attempt, l.ID, l.JobID, l.Attempt)
+		return false, fmt.Errorf("checkpoint names job %q attempt %d; lease %s is job %s attempt %d", c.JobID, c.Attempt, l.ID, l.JobID, l.Attempt)
 	case !auction.ValidArtifactID(c.Artifact):
 		return false, fmt.Errorf("checkpoint artifact %q is not an artifact id", c.Artifact)
 	case c.Bytes <= 0 || c.Bytes > auction.MaxCheckpointBytes:

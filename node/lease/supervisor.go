@@ -1201,9 +1201,9 @@ func (s *Supervisor) sendEvent(r *leaseRun, attempts int) (*attest.HeartbeatSumm
 	if !ev.Run.Terminal() {
 		return nil, nil
 	}
-	var sum attest.HeartbeatSummary
-	if err := json.Unmarshal(resp, &sum); err != nil {
-		return nil, fmt.Errorf("renter's heartbeat summary: %w", err)
+	sum, err := attest.DecodeHeartbeatSummary(resp)
+	if err != nil {
+		return nil, fmt.Errorf("renter's answer: %w", err)
 	}
 	return &sum, nil
 }
@@ -1521,14 +1521,10 @@ func killOrphan(pgid int, root string) {
 // HandleCancel stops a lease at its renter's signed request
 // (wire.ProtoCancel).
 func (s *Supervisor) HandleCancel(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
-	var req wire.CancelRequest
-	if err := sign.OpenFrom(data, sign.DomainLeaseCancel, from, &req); err != nil {
+	req, err := openCancel(data, from)
+	if err != nil {
 		s.cfg.Counters.Add("provider.cancel_rejected")
 		return nil, err
-	}
-	if err := auction.ValidID(req.LeaseID); err != nil {
-		s.cfg.Counters.Add("provider.cancel_rejected")
-		return nil, fmt.Errorf("cancel: lease id: %w", err)
 	}
 	r := s.run(req.LeaseID)
 	if r == nil || r.lease().Renter != from.String() {
@@ -1537,6 +1533,19 @@ func (s *Supervisor) HandleCancel(_ context.Context, from peer.ID, data []byte) 
 	}
 	r.abort(auction.RunCancelled, "cancelled by the renter")
 	return nil, nil
+}
+
+// openCancel decodes a cancel (or release) of a lease sent by from: signed
+// by from, for a lease id that satisfies auction.ValidID.
+func openCancel(data []byte, from peer.ID) (wire.CancelRequest, error) {
+	var req wire.CancelRequest
+	if err := sign.OpenFrom(data, sign.DomainLeaseCancel, from, &req); err != nil {
+		return wire.CancelRequest{}, err
+	}
+	if err := auction.ValidID(req.LeaseID); err != nil {
+		return wire.CancelRequest{}, fmt.Errorf("cancel: lease id: %w", err)
+	}
+	return req, nil
 }
 
 // FillStats adds the supervisor's leases to a provider stats view: running

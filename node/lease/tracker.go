@@ -1066,10 +1066,7 @@ func (t *Tracker) moveLocked(jobID string, v *api.JobView, mon *attest.Heartbeat
 		t.cfg.Counters.Add("renter.move_refused")
 		return nil, err
 	}
-	if ev.Run != auction.RunPending || v.Run != auction.RunPending || !mon.LastAccepted().IsZero() {
-		return refuse(fmt.Errorf("lease %s already began: it does not move", ev.LeaseID))
-	}
-	moved, err := v.Lease.Moved(ev.Moved.Start, ev.Moved.Devices, t.now())
+	moved, err := leaseMove(*v.Lease, v.Run, mon.LastAccepted(), ev, t.now())
 	if err != nil {
 		return refuse(err)
 	}
@@ -1084,6 +1081,16 @@ func (t *Tracker) moveLocked(jobID string, v *api.JobView, mon *attest.Heartbeat
 	// old end finds the lease settled by then).
 	t.watch(jobID, moved, time.Time{})
 	return nil, nil
+}
+
+// leaseMove is lease l (whose run is run, whose provider was last heard
+// at heard) as a provider's event ev moves it: only a lease that has not
+// begun, and only by auction.Lease.Moved's rule.
+func leaseMove(l auction.Lease, run auction.RunState, heard time.Time, ev wire.LeaseEvent, now time.Time) (auction.Lease, error) {
+	if ev.Run != auction.RunPending || run != auction.RunPending || !heard.IsZero() {
+		return auction.Lease{}, fmt.Errorf("lease %q already began: it does not move", ev.LeaseID)
+	}
+	return l.Moved(ev.Moved.Start, ev.Moved.Devices, now)
 }
 
 // eventTimesValid checks a lease event's claimed times: a start and an end

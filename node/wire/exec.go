@@ -2,9 +2,12 @@ package wire
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/gpumesh/gpumesh/auction"
 )
 
 // ExecRequest opens a ProtoExec stream: run Command in lease LeaseID's
@@ -17,6 +20,19 @@ type ExecRequest struct {
 	TTY     bool     `json:"tty,omitempty"`
 	Rows    uint16   `json:"rows,omitempty"`
 	Cols    uint16   `json:"cols,omitempty"`
+}
+
+// DecodeExecRequest reads an exec stream's request frame; its lease id
+// must satisfy auction.ValidID.
+func DecodeExecRequest(b []byte) (ExecRequest, error) {
+	var r ExecRequest
+	if err := json.Unmarshal(b, &r); err != nil {
+		return ExecRequest{}, fmt.Errorf("wire: exec request: %v", err)
+	}
+	if err := auction.ValidID(r.LeaseID); err != nil {
+		return ExecRequest{}, fmt.Errorf("wire: exec request: lease id: %w", err)
+	}
+	return r, nil
 }
 
 // ExecAck is the provider's answer to an ExecRequest: empty Error means
@@ -78,6 +94,10 @@ func ReadExecFrame(r io.Reader, buf []byte) (byte, []byte, error) {
 		return 0, nil, fmt.Errorf("wire: exec frame of %d bytes (max %d)", n, MaxExecFrame)
 	}
 	if _, err := io.ReadFull(r, buf[:n]); err != nil {
+		if errors.Is(err, io.EOF) {
+			// Past a header: the frame was cut, not the stream ended.
+			err = io.ErrUnexpectedEOF
+		}
 		return 0, nil, fmt.Errorf("wire: truncated exec frame: %w", err)
 	}
 	return hdr[0], buf[:n], nil

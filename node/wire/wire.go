@@ -11,6 +11,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -207,6 +208,20 @@ const UnknownLeaseBeats = 3
 type StreamRequest struct {
 	LeaseID string `json:"lease_id"`
 	Follow  bool   `json:"follow,omitempty"`
+}
+
+// DecodeStreamRequest reads a logs or outputs stream's request frame. Its
+// lease id must satisfy auction.ValidID: it names files under the
+// provider's data dir.
+func DecodeStreamRequest(b []byte) (StreamRequest, error) {
+	var r StreamRequest
+	if err := json.Unmarshal(b, &r); err != nil {
+		return StreamRequest{}, fmt.Errorf("wire: stream request: %v", err)
+	}
+	if err := auction.ValidID(r.LeaseID); err != nil {
+		return StreamRequest{}, fmt.Errorf("wire: stream request: lease id: %w", err)
+	}
+	return r, nil
 }
 
 // ArtifactKey is the DHT discovery key under which holders of an artifact
