@@ -85,9 +85,10 @@ func TestProviderKilledMidJob(t *testing.T) {
 	if v.State != auction.JobLeased {
 		t.Fatalf("not leased: %v", v.Reasons)
 	}
-	waitJob(t, boot, v.Job.ID, 20*time.Second, "running with telemetry", func(v api.JobView) bool {
+	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "running with telemetry", func(v api.JobView) bool {
 		return v.Run == auction.RunRunning && v.LastTelemetry != nil
 	})
+	leaseID := v.Lease.ID
 
 	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -101,9 +102,16 @@ func TestProviderKilledMidJob(t *testing.T) {
 	if st2.PeerID != st.PeerID {
 		t.Fatalf("peer id changed across restart: %s -> %s", st.PeerID, st2.PeerID)
 	}
-	v = waitJob(t, boot, v.Job.ID, 40*time.Second, "reported failed", func(v api.JobView) bool { return v.Run == auction.RunFailed })
-	if !strings.Contains(v.Detail, "restarted") {
-		t.Fatalf("failure detail %q does not say the provider restarted", v.Detail)
+	// The interrupted attempt is read wherever the view holds it: the
+	// job's current lease, or its history once the job was requeued
+	// (which may happen before any poll sees the failure).
+	var a api.LeaseRecord
+	waitJob(t, boot, v.Job.ID, 40*time.Second, "reported failed", func(v api.JobView) bool {
+		a = attemptOf(v, leaseID)
+		return a.Run == auction.RunFailed
+	})
+	if !strings.Contains(a.Detail, "restarted") {
+		t.Fatalf("failure detail %q does not say the provider restarted", a.Detail)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for markerRunning(marker) {
@@ -113,10 +121,30 @@ func TestProviderKilledMidJob(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	// The interrupted lease still settles: a receipt for the time used.
-	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
-	if v.Receipt.Outcome != "failed" {
-		t.Fatalf("receipt outcome %s", v.Receipt.Outcome)
+	waitJob(t, boot, v.Job.ID, 20*time.Second, "settled", func(v api.JobView) bool {
+		if v.Lease != nil && v.Lease.ID == leaseID && v.Receipt != nil && v.Receipt.Outcome != auction.RunFailed {
+			t.Fatalf("receipt outcome %s", v.Receipt.Outcome)
+		}
+		a = attemptOf(v, leaseID)
+		return a.Receipt
+	})
+	if a.Run != auction.RunFailed {
+		t.Fatalf("settled attempt ran %s, want failed", a.Run)
 	}
+}
+
+// attemptOf is the attempt of v that ran on leaseID: the current one, or
+// one in its history (zero if neither).
+func attemptOf(v api.JobView, leaseID string) api.LeaseRecord {
+	if v.Lease != nil && v.Lease.ID == leaseID {
+		return api.LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, Receipt: v.Receipt != nil}
+	}
+	for _, h := range v.History {
+		if h.Lease.ID == leaseID {
+			return h
+		}
+	}
+	return api.LeaseRecord{}
 }
 
 // TestAbandonedLeaseIsSlashed: a provider that dies mid-lease and never
