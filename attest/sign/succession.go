@@ -199,17 +199,17 @@ func NewSuccessions() *Successions {
 // compromised: the error is ErrCompromised, and its successor is no longer
 // followed. A succession whose new identity is itself retired, or already
 // succeeds another identity, is refused: an identity's successions form one
-// chain.
+// chain. A nil registry verifies ss and learns nothing.
 func (s *Successions) Learn(ss *SignedSuccession, now time.Time) (Succession, bool, error) {
-	if s == nil {
-		return Succession{}, false, errors.New("sign: no succession registry")
-	}
 	rec, err := ss.Open()
 	if err != nil {
 		return Succession{}, false, err
 	}
 	if rec.Issued.After(now.Add(MaxSuccessionSkew)) {
 		return rec, false, fmt.Errorf("%w: succession of %s issued in the future (%s)", ErrMalformed, rec.Old, rec.Issued.Format(time.RFC3339))
+	}
+	if s == nil {
+		return rec, false, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -311,6 +311,21 @@ func (s *Successions) Lineage(id string) []string {
 		out = append(out, old)
 	}
 	return out
+}
+
+// Of is the first valid succession of old the registry learned (also when
+// a later one showed old compromised).
+func (s *Successions) Of(old string) (Succession, bool) {
+	if s == nil {
+		return Succession{}, false
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r := s.retired[old]
+	if r == nil {
+		return Succession{}, false
+	}
+	return r.rec, true
 }
 
 // Compromised reports whether id has two different valid successions.

@@ -112,6 +112,9 @@ func TestSuccessionsFirstWinsSecondCompromises(t *testing.T) {
 	if err := reg.Check(B, s0.Add(time.Hour)); err != nil {
 		t.Fatalf("the successor's key: %v", err)
 	}
+	if rec, ok := reg.Of(A); !ok || rec.New != B {
+		t.Fatalf("Of(A) = %+v, %v", rec, ok)
+	}
 	if reg.Heir(A) != B || reg.Heir(B) != B || !slices.Equal(reg.Lineage(A), []string{B, A}) || !slices.Equal(reg.Lineage(B), []string{B, A}) {
 		t.Fatalf("heir(A) %s heir(B) %s lineage(B) %v", reg.Heir(A), reg.Heir(B), reg.Lineage(B))
 	}
@@ -152,7 +155,13 @@ func TestSuccessionsFirstWinsSecondCompromises(t *testing.T) {
 
 	// A nil registry knows of nothing.
 	var none *Successions
-	if none.Check(A, s0) != nil || none.Heir(A) != A || none.Len() != 0 || none.Compromised(A) {
+	if _, fresh, err := none.Learn(ab, s0); err != nil || fresh {
+		t.Fatalf("nil registry learning a valid succession: fresh %v, %v", fresh, err)
+	}
+	if _, _, err := none.Learn(&SignedSuccession{Payload: ab.Payload, NewSig: ab.NewSig}, s0); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("nil registry learning a forged succession: %v", err)
+	}
+	if _, ok := none.Of(A); ok || none.Check(A, s0) != nil || none.Heir(A) != A || none.Len() != 0 || none.Compromised(A) {
 		t.Fatal("nil registry retired something")
 	}
 }
