@@ -836,6 +836,10 @@ func (b *Book) provView(provider string) *provState {
 	return v
 }
 
+// Successions is the book's registry of identity successions, for the
+// other paths that open signed messages.
+func (b *Book) Successions() *sign.Successions { return b.succ }
+
 // Succeed learns an identity succession into the book's registry, which
 // verifies it (both keys must have signed it; sign.Successions.Learn).
 // From then on the new identity is scored with the old one's receipts,
