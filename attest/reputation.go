@@ -109,6 +109,10 @@ type BookOptions struct {
 	// as the renter is first-hand evidence (the owner took part in the lease
 	// and owes its amount), so it weighs with full standing.
 	Self string
+	// Successions is the node's registry of identity successions, shared
+	// with the other paths that open signed messages; nil gives the book
+	// one of its own. See Book.Succeed.
+	Successions *sign.Successions
 }
 
 // Evidence is a report of provider misbehaviour.
@@ -250,6 +254,7 @@ type Book struct {
 	newcomerCap  float64
 	maxIdent     int
 	self         string
+	succ         *sign.Successions
 
 	mu       sync.RWMutex
 	provs    map[string]*provState
@@ -272,12 +277,16 @@ func NewBook(opts BookOptions) *Book {
 		newcomerCap:  opts.NewcomerCap,
 		maxIdent:     opts.MaxIdentities,
 		self:         opts.Self,
+		succ:         opts.Successions,
 		provs:        make(map[string]*provState),
 		renters:      make(map[string]*renterState),
 		counters:     make(map[string]int),
 	}
 	if b.now == nil {
 		b.now = time.Now
+	}
+	if b.succ == nil {
+		b.succ = sign.NewSuccessions()
 	}
 	if b.halfLife <= 0 {
 		b.halfLife = DefaultHalfLife
@@ -326,6 +335,16 @@ const (
 	// Identities forgotten beyond BookOptions.MaxIdentities.
 	CountEvictedProvider = "evicted_provider"
 	CountEvictedRenter   = "evicted_renter"
+	// CountRetiredKey: a receipt or verdict its signer's old key signed
+	// after the identity's succession (see Book.Succeed).
+	CountRetiredKey = "retired_key"
+	// Successions learned, known already, refused (forged, malformed, or
+	// breaking the chain of an identity), and second successions of one
+	// identity (which mark it compromised).
+	CountSuccession          = "succession"
+	CountSuccessionDuplicate = "succession_duplicate"
+	CountSuccessionRejected  = "succession_rejected"
+	CountSuccessionConflict  = "succession_conflict"
 )
 
 // defaultNonNeg: zero (unset) means def, negative means zero.
@@ -357,7 +376,9 @@ func rejectReason(err error) string {
 
 // AddReceipt verifies sr and, if it is valid, counts it for its provider.
 // Forged, incomplete, tampered and self-dealing receipts are rejected with
-// an error and counted by reason; they do not change any score. Adding a
+// an error and counted by reason; they do not change any score. So is a
+// receipt either party's retired key signed (sign.Successions.Check, at its
+// IssuedAt, else its End): counted as "retired_key". Adding a
 // receipt the book already counted is a no-op (counted as "duplicate",
 // nil error); a different receipt for the same provider and lease is
 // rejected with ErrConflict. A receipt that overclaims GPU-seconds is
@@ -370,6 +391,16 @@ func (b *Book) AddReceipt(sr *SignedReceipt) error {
 		return fmt.Errorf("attest: receipt rejected: %w", err)
 	}
 	r := sr.Receipt
+	at := r.IssuedAt
+	if at.IsZero() {
+		at = r.End
+	}
+	for _, id := range []string{r.Provider, r.Renter} {
+		if err := b.succ.Check(id, at); err != nil {
+			b.count(CountRetiredKey)
+			return fmt.Errorf("attest: receipt rejected: %w", err)
+		}
+	}
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -447,15 +478,45 @@ func (b *Book) unspend(provider string, rec record) {
 
 // standing is renter's standing in [0,1] when scoring provider at now (see
 // Book); 1 for the book's owner, 0 for a renter the book does not know.
+//
+// Once the book knows of successions, renter and provider each stand for
+// their whole lineage: the renter's standing is that of all its identities
+// together (first seen by the earliest, owing what all owe), less what they
+// owe any identity of the provider's.
 func (b *Book) standing(renter, provider string, now time.Time) float64 {
-	if renter == b.self && renter != "" {
+	if b.succ.Len() == 0 {
+		if renter == b.self && renter != "" {
+			return 1
+		}
+		rs := b.renters[renter]
+		if rs == nil {
+			return 0
+		}
+		return b.standingOf(rs, rs.total-rs.spend[provider], now)
+	}
+	if b.self != "" && b.succ.Heir(renter) == b.succ.Heir(b.self) {
 		return 1
 	}
-	rs := b.renters[renter]
-	if rs == nil {
+	provs := b.succ.Lineage(provider)
+	var merged *renterState
+	var owed float64
+	for _, id := range b.succ.Lineage(renter) {
+		rs := b.renters[id]
+		if rs == nil {
+			continue
+		}
+		if merged == nil || rs.firstSeen.Before(merged.firstSeen) {
+			merged = &renterState{firstSeen: rs.firstSeen}
+		}
+		owed += rs.total
+		for _, p := range provs {
+			owed -= rs.spend[p]
+		}
+	}
+	if merged == nil {
 		return 0
 	}
-	return b.standingOf(rs, rs.total-rs.spend[provider], now)
+	return b.standingOf(merged, owed, now)
 }
 
 func (b *Book) standingOf(rs *renterState, owed float64, now time.Time) float64 {
@@ -635,12 +696,14 @@ func (b *Book) Score(provider string) float64 {
 // ReputationFunc adapts the book to the auction's func(provider) float64.
 func (b *Book) ReputationFunc() func(provider string) float64 { return b.Score }
 
-// Stats is provider's reputation with its components and counts.
+// Stats is provider's reputation with its components and counts. An
+// identity that succeeded others (Succeed) is scored with their receipts,
+// slashes and verdicts, and scoring any of them scores the whole lineage.
 func (b *Book) Stats(provider string) ProviderRep {
 	now := b.now()
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	ps := b.provs[provider]
+	ps := b.provView(provider)
 	if ps == nil {
 		return ProviderRep{Score: Prior, Completion: Prior, Coverage: Prior, Honesty: Prior}
 	}
@@ -732,6 +795,80 @@ func (b *Book) Stats(provider string) ProviderRep {
 	score *= gpuFactor
 	rep.Score = math.Max(0, math.Min(1, score))
 	return rep
+}
+
+// provView is provider's state as scored: its own while the book knows of
+// no succession; else the states of every identity of its lineage merged,
+// each renter and verifier named by its heir, so that an identity and its
+// successors count as one (toward the tight-cluster cap and the distinct
+// renters, and as one verifier's newest verdict).
+func (b *Book) provView(provider string) *provState {
+	if b.succ.Len() == 0 {
+		return b.provs[provider]
+	}
+	var v *provState
+	for _, id := range b.succ.Lineage(provider) {
+		ps := b.provs[id]
+		if ps == nil {
+			continue
+		}
+		if v == nil {
+			v = newProvState()
+		}
+		for _, rec := range ps.records {
+			rec.renter = b.succ.Heir(rec.renter)
+			v.records = append(v.records, rec)
+			v.groups[groupKey{rec.renter, rec.bucket}]++
+			v.renters[rec.renter]++
+		}
+		v.slashes = append(v.slashes, ps.slashes...)
+		for _, r := range ps.verdicts {
+			r.verifier = b.succ.Heir(r.verifier)
+			key := r.verifier + "\x00" + r.family
+			if v.verdicts == nil {
+				v.verdicts = map[string]verdictRec{}
+			}
+			if old, ok := v.verdicts[key]; !ok || r.at.After(old.at) {
+				v.verdicts[key] = r
+			}
+		}
+	}
+	return v
+}
+
+// Successions is the book's registry of identity successions, for the
+// other paths that open signed messages.
+func (b *Book) Successions() *sign.Successions { return b.succ }
+
+// Succeed learns an identity succession into the book's registry, which
+// verifies it (both keys must have signed it; sign.Successions.Learn).
+// From then on the new identity is scored with the old one's receipts,
+// slashes and verdicts as a provider and the old one's standing as a
+// renter (Stats), and what the old key signed after the succession's issue
+// time is refused (AddReceipt, AddVerdict). A second, different succession
+// of the same identity shows its key compromised (sign.ErrCompromised):
+// neither successor inherits anything. Each outcome is counted
+// (CountSuccession*).
+func (b *Book) Succeed(ss *sign.SignedSuccession) error {
+	_, fresh, err := b.succ.Learn(ss, b.now())
+	switch {
+	case errors.Is(err, sign.ErrCompromised):
+		if fresh {
+			b.count(CountSuccessionConflict)
+		} else {
+			b.count(CountSuccessionDuplicate)
+		}
+	case err != nil:
+		b.count(CountSuccessionRejected)
+	case fresh:
+		b.count(CountSuccession)
+	default:
+		b.count(CountSuccessionDuplicate)
+	}
+	if err != nil {
+		return fmt.Errorf("attest: succession: %w", err)
+	}
+	return nil
 }
 
 // Counters returns how many receipts and slashes the book accepted and

@@ -66,6 +66,10 @@ func (b *Book) AddVerdict(sv *gpuproof.SignedVerdict) error {
 		b.count("verdict_rejected")
 		return err
 	}
+	if err := b.succ.Check(v.Verifier(), v.Time); err != nil {
+		b.count(CountRetiredKey)
+		return fmt.Errorf("attest: verdict: %w", err)
+	}
 	now := b.now()
 	if v.Time.After(now.Add(verdictSkew)) || now.Sub(v.Time) > b.halfLife {
 		b.count("verdict_rejected")
@@ -156,12 +160,13 @@ func (b *Book) gpuLocked(provider string, ps *provState, now time.Time) ([]GPUSt
 }
 
 // GPUStandings is provider's GPU challenge standing per model family
-// (failed challenges also lower its Score).
+// (failed challenges also lower its Score), its lineage's verdicts
+// included (see Stats).
 func (b *Book) GPUStandings(provider string) []GPUStanding {
 	now := b.now()
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	ps := b.provs[provider]
+	ps := b.provView(provider)
 	if ps == nil {
 		return nil
 	}

@@ -99,10 +99,27 @@ func checkCapabilityTTL(c Capability) error {
 
 // CapabilityValidator is the DHT record validator for capability records.
 // It rejects unsigned, forged (signer is not the key's peer), expired and
-// overlong (more than MaxCapabilityTTL) records, and selects the newest of several valid ones.
+// overlong (more than MaxCapabilityTTL) records, and records a retired
+// identity's old key signed after its succession, and selects the newest of
+// several valid ones.
 type CapabilityValidator struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Successions is the node's registry of identity successions; nil
+	// retires no one.
+	Successions *sign.Successions
+}
+
+// open opens a record as Validate and Select take it.
+func (v CapabilityValidator) open(b []byte) (Capability, error) {
+	c, err := OpenCapability(b, v.now())
+	if err != nil {
+		return c, err
+	}
+	if err := v.Successions.Check(c.Peer, c.IssuedAt); err != nil {
+		return c, fmt.Errorf("auction: capability record: %w", err)
+	}
+	return c, nil
 }
 
 func (v CapabilityValidator) now() time.Time {
@@ -118,7 +135,7 @@ func (v CapabilityValidator) Validate(key string, value []byte) error {
 	if err != nil {
 		return err
 	}
-	c, err := OpenCapability(value, v.now())
+	c, err := v.open(value)
 	if err != nil {
 		return err
 	}
@@ -133,7 +150,7 @@ func (v CapabilityValidator) Validate(key string, value []byte) error {
 func (v CapabilityValidator) Select(key string, vals [][]byte) (int, error) {
 	best, bestSeq, bestAt := -1, uint64(0), time.Time{}
 	for i, b := range vals {
-		c, err := OpenCapability(b, v.now())
+		c, err := v.open(b)
 		if err != nil {
 			continue
 		}

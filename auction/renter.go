@@ -155,6 +155,10 @@ type RenterConfig struct {
 	// Verified reports whether the renter's book holds provider verified
 	// for the GPU model it bid with (Candidate.Verified); nil: never.
 	Verified func(provider, gpuModel string) bool
+	// Successions is the renter's registry of identity successions: a bid
+	// a retired identity's old key signed after its succession is refused
+	// (retired_key). Nil retires no one.
+	Successions *sign.Successions
 	// Now is the clock for timestamps and expiry; nil means time.Now.
 	Now func() time.Time
 	// Log receives protocol events; nil discards them.
@@ -1113,6 +1117,9 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 	}
 	if b.Provider != from.String() {
 		return r.reject("sender_mismatch", fmt.Errorf("bid from %s signed by %s", from, b.Provider))
+	}
+	if err := r.cfg.Successions.Check(b.Provider, b.IssuedAt); err != nil {
+		return r.reject("retired_key", err)
 	}
 	now := r.cfg.Now()
 	r.mu.Lock()

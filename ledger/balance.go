@@ -16,11 +16,11 @@ type Balance struct {
 }
 
 // Balances returns the balance per counterparty over the whole ledger.
-// Receipts do not move balances.
+// Receipts and successions do not move balances.
 func (db *DB) Balances() (map[string]Balance, error) {
 	out := make(map[string]Balance)
 	err := db.scan(Filter{}, func(e *Entry) error {
-		if e.Kind == KindReceipt {
+		if e.Kind == KindReceipt || e.Kind == KindSuccession {
 			return nil
 		}
 		b := out[e.Counterparty]

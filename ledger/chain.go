@@ -156,6 +156,49 @@ func seqOfKey(k []byte) (uint64, bool) {
 type chainHead struct {
 	Seq  uint64 `json:"seq"`
 	Hash string `json:"hash"`
+	// Owner is the new identity of the last succession entry, and
+	// Succession that entry's seq (none before the first rotation).
+	Owner      string `json:"owner,omitempty"`
+	Succession uint64 `json:"succession,omitempty"`
+}
+
+// ErrNotOwner matches (with errors.Is) the error Append and AppendAll
+// return for a succession that does not hand over from the ledger's
+// current owner. Nothing of the refused batch is stored.
+var ErrNotOwner = errors.New("ledger: succession from an identity that does not own the ledger")
+
+// handOver returns head with owner moved by the succession entry e
+// (already numbered), or ErrNotOwner.
+func handOver(head chainHead, e *Entry) (chainHead, error) {
+	if e.Kind != KindSuccession {
+		return head, nil
+	}
+	rec, err := successionOf(e)
+	if err != nil {
+		return head, err
+	}
+	if head.Owner != "" && rec.Old != head.Owner {
+		return head, fmt.Errorf("%w: succession of %s, but the ledger's owner is %s", ErrNotOwner, rec.Old, head.Owner)
+	}
+	head.Owner, head.Succession = rec.New, e.Seq
+	return head, nil
+}
+
+// Owner is the ledger's owner as its succession entries say: the new
+// identity of the last one, and that entry's seq; "" and 0 before the
+// first rotation.
+func (db *DB) Owner() (id string, seq uint64, err error) {
+	done, err := db.acquire()
+	if err != nil {
+		return "", 0, err
+	}
+	defer done()
+	db.appendMu.Lock()
+	defer db.appendMu.Unlock()
+	if db.headErr != nil {
+		return "", 0, db.headErr
+	}
+	return db.head.Owner, db.head.Succession, nil
 }
 
 func genesis() chainHead { return chainHead{Seq: 0, Hash: ZeroHash} }
@@ -235,10 +278,19 @@ func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 		return nil, fmt.Errorf("ledger: refusing to append: %w", db.headErr)
 	}
 	head := db.head
+	// Successions first, before anything is written: each must hand over
+	// from the owner the ledger has at its place in the batch.
+	owners := head
+	for i := range out {
+		out[i].Seq = head.Seq + uint64(i) + 1
+		var err error
+		if owners, err = handOver(owners, &out[i]); err != nil {
+			return nil, fmt.Errorf("ledger: %w", err)
+		}
+	}
 	err = db.bdb.Update(func(txn *badger.Txn) error {
 		for i := range out {
 			e := &out[i]
-			e.Seq = head.Seq + 1
 			e.PrevHash = head.Hash
 			e.Hash = e.ComputeHash()
 			v, err := encodeEntry(e)
@@ -251,8 +303,9 @@ func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 			if err := settle(txn, e); err != nil {
 				return err
 			}
-			head = chainHead{Seq: e.Seq, Hash: e.Hash}
+			head.Seq, head.Hash = e.Seq, e.Hash
 		}
+		head.Owner, head.Succession = owners.Owner, owners.Succession
 		hv, err := json.Marshal(head)
 		if err != nil {
 			return err
@@ -370,7 +423,7 @@ func (db *DB) scan(f Filter, fn func(*Entry) error) error {
 	if f.Limit < 0 {
 		return fmt.Errorf("ledger: negative limit %d", f.Limit)
 	}
-	if f.Kind != "" && !knownKind(f.Kind) {
+	if f.Kind != "" && !KnownKind(f.Kind) {
 		return fmt.Errorf("ledger: unknown entry kind %q in filter", f.Kind)
 	}
 	done, err := db.acquire()
@@ -406,12 +459,4 @@ func (db *DB) scan(f Filter, fn func(*Entry) error) error {
 		}
 		return nil
 	})
-}
-
-func knownKind(k Kind) bool {
-	switch k {
-	case KindReceipt, KindPaymentOwed, KindPaymentEarned, KindPreemptionCredit:
-		return true
-	}
-	return false
 }

@@ -16,6 +16,12 @@
 // hash elsewhere (for example in signed receipts exchanged with peers) is
 // what makes a rewrite detectable.
 //
+// The ledger has an owner once its node rotated its identity key: a
+// succession entry (KindSuccession) holds the succession signed by both the
+// old and the new key, and the chain goes on under the new identity (Owner).
+// Each succession must hand over from the owner before it, and Verify checks
+// both signatures of each, so even a rewrite of the chain cannot forge one.
+//
 // The same database also holds the daemon's own state (jobs, leases...)
 // through State, a tiny namespaced JSON key-value store whose keys live under
 // their own prefix, so they never collide with the ledger and Verify ignores

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gpumesh/gpumesh/attest/sign"
 )
 
 // Kind is what an entry records.
@@ -30,7 +32,38 @@ const (
 	// received from Counterparty (DirCreditReceived, in our favour) or
 	// granted to it (DirCreditGranted).
 	KindPreemptionCredit Kind = "preemption_credit"
+	// KindSuccession records that the ledger's owner rotated its identity
+	// key: Data holds the succession signed by both the old and the new key
+	// (sign.SignedSuccession), Counterparty is the old identity. It moves
+	// no money. From it on the ledger's owner is the new identity (Owner),
+	// and the next succession must hand over from that one: the chain goes
+	// on across rotations, one owner at a time.
+	KindSuccession Kind = "succession"
 )
+
+// Kinds are every entry kind, in the order they were introduced.
+func Kinds() []Kind {
+	return []Kind{KindReceipt, KindPaymentOwed, KindPaymentEarned, KindPreemptionCredit, KindSuccession}
+}
+
+// KindNames lists every entry kind for messages: "receipt, payment_owed, ...".
+func KindNames() string {
+	names := make([]string, 0, len(Kinds()))
+	for _, k := range Kinds() {
+		names = append(names, string(k))
+	}
+	return strings.Join(names, ", ")
+}
+
+// KnownKind reports whether k is an entry kind.
+func KnownKind(k Kind) bool {
+	for _, want := range Kinds() {
+		if k == want {
+			return true
+		}
+	}
+	return false
+}
 
 // Direction is which way an entry moves money between us and Counterparty.
 type Direction string
@@ -138,6 +171,10 @@ func prepare(e Entry, now time.Time) (Entry, error) {
 			return e, fmt.Errorf("%s needs direction %q or %q, got %q",
 				e.Kind, DirCreditReceived, DirCreditGranted, e.Direction)
 		}
+	case KindSuccession:
+		if err := checkSuccession(&e); err != nil {
+			return e, err
+		}
 	case "":
 		return e, fmt.Errorf("entry has no kind")
 	default:
@@ -154,7 +191,7 @@ func prepare(e Entry, now time.Time) (Entry, error) {
 	}
 	if e.Amount == 0 {
 		e.Amount = 0 // normalize -0
-		if e.Kind != KindReceipt {
+		if e.Kind != KindReceipt && e.Kind != KindSuccession {
 			return e, fmt.Errorf("%s needs a positive amount", e.Kind)
 		}
 	}
@@ -195,6 +232,31 @@ func prepare(e Entry, now time.Time) (Entry, error) {
 		e.Data = nil
 	}
 	return e, nil
+}
+
+// checkSuccession checks a succession entry: no money, no lease, and Data
+// a succession both keys signed whose old identity is the Counterparty.
+func checkSuccession(e *Entry) error {
+	if e.Direction != DirNone || e.Amount != 0 || e.LeaseID != "" || e.JobID != "" {
+		return fmt.Errorf("%s moves no money and names no lease or job", e.Kind)
+	}
+	rec, err := successionOf(e)
+	if err != nil {
+		return err
+	}
+	if e.Counterparty != rec.Old {
+		return fmt.Errorf("%s counterparty %q is not the succession's old identity %s", e.Kind, e.Counterparty, rec.Old)
+	}
+	return nil
+}
+
+// successionOf verifies a succession entry's Data (both signatures).
+func successionOf(e *Entry) (sign.Succession, error) {
+	_, rec, err := sign.OpenSuccession(e.Data)
+	if err != nil {
+		return rec, fmt.Errorf("%s data: %w", e.Kind, err)
+	}
+	return rec, nil
 }
 
 func wantDir(e *Entry, d Direction) error {

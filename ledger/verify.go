@@ -33,7 +33,9 @@ type VerifyReport struct {
 // Verify walks the whole chain from one consistent snapshot: it checks that
 // every stored entry is byte-for-byte in canonical form, that its hash
 // recomputes, that it links to its predecessor, that sequence numbers are
-// contiguous from 1, and that the stored head names the last entry. The
+// contiguous from 1, that every succession entry is signed by both its keys
+// and hands over from the owner before it, and that the stored head names
+// the last entry and the owner the successions give. The
 // first failure is returned as a *TamperError, with the report counting the
 // entries verified before it; other errors are I/O errors.
 func (db *DB) Verify() (VerifyReport, error) {
@@ -98,7 +100,18 @@ func (db *DB) Verify() (VerifyReport, error) {
 			if h := e.ComputeHash(); e.Hash != h {
 				return &TamperError{Seq: seq, Reason: "hash mismatch: entry content altered"}
 			}
-			prev = chainHead{Seq: seq, Hash: e.Hash}
+			if e.Kind == KindSuccession {
+				// Signed by both keys: a rewrite of the chain from here on
+				// cannot forge one.
+				if err := checkSuccession(&e); err != nil {
+					return &TamperError{Seq: seq, Reason: "succession does not verify: " + err.Error()}
+				}
+			}
+			owners, err := handOver(prev, &e)
+			if err != nil {
+				return &TamperError{Seq: seq, Reason: err.Error()}
+			}
+			prev = chainHead{Seq: seq, Hash: e.Hash, Owner: owners.Owner, Succession: owners.Succession}
 			rep.Entries++
 		}
 		if prev.Seq != head.Seq {
@@ -106,6 +119,10 @@ func (db *DB) Verify() (VerifyReport, error) {
 		}
 		if prev.Hash != head.Hash {
 			return &TamperError{Seq: head.Seq, Reason: "chain head hash does not match the last entry"}
+		}
+		if prev.Owner != head.Owner || prev.Succession != head.Succession {
+			return &TamperError{Seq: head.Seq, Reason: fmt.Sprintf("chain head names owner %q (succession %d), the chain's successions give %q (%d)",
+				head.Owner, head.Succession, prev.Owner, prev.Succession)}
 		}
 		return nil
 	})

@@ -325,6 +325,17 @@ type Paths struct{ Dir string }
 // Key is the identity key file (0600).
 func (p Paths) Key() string { return filepath.Join(p.Dir, "identity.key") }
 
+// KeyNext is the new identity key while a rotation is under way
+// (RotateIdentity): written before the ledger records the succession, put
+// in Key's place after.
+func (p Paths) KeyNext() string { return p.Key() + ".next" }
+
+// KeyRetired is where a rotation keeps the identity key it retired, named
+// by the succession's issue time (UTC).
+func (p Paths) KeyRetired(issued time.Time) string {
+	return p.Key() + ".old-" + issued.UTC().Format("20060102T150405Z")
+}
+
 // DB is the Badger directory (ledger and state).
 func (p Paths) DB() string { return filepath.Join(p.Dir, "db") }
 

@@ -73,6 +73,9 @@ type Options struct {
 	// VerdictRepublish overrides how often a node gossips its own recent
 	// GPU verdicts again (default DefaultVerdictRepublish).
 	VerdictRepublish time.Duration
+	// SuccessionRepublish overrides how often a rotated node publishes its
+	// identity succession again (default DefaultSuccessionRepublish).
+	SuccessionRepublish time.Duration
 }
 
 // ErrAlreadyRunning is returned when another daemon owns the data dir.
@@ -94,10 +97,14 @@ type Daemon struct {
 	// image is still on the engine does not fetch the artifact again.
 	imageIDs sync.Map
 	db       *ledger.DB
-	net      *p2p.Node
-	inv      runtime.Inventory
-	fp       attest.Fingerprint
-	fpHash   string
+	// succ is what this node knows of identity successions, its own
+	// included: the one registry every path that opens signed messages
+	// asks (the book's, the DHT validators').
+	succ   *sign.Successions
+	net    *p2p.Node
+	inv    runtime.Inventory
+	fp     attest.Fingerprint
+	fpHash string
 
 	market *market
 	// marketRef is market for the network handlers that may run before
@@ -171,6 +178,9 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if socketAlive(d.paths.Socket()) {
 		return nil, fmt.Errorf("%w (%s)", ErrAlreadyRunning, d.paths.Dir)
 	}
+	if err := unfinishedRotation(d.paths); err != nil {
+		return nil, err
+	}
 	key, err := p2p.LoadOrCreateKey(d.paths.Key())
 	if err != nil {
 		return nil, err
@@ -185,6 +195,10 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkOwner(d.paths, d.signer, d.db); err != nil {
+		return nil, err
+	}
+	d.succ = sign.NewSuccessions()
 	if d.cfg.Provider.Enabled || len(d.cfg.Provider.GPUs) > 0 {
 		d.inv, err = runtime.DetectGPUsFrom(opts.GPUDriver, d.cfg.Provider.GPUSource, d.cfg.Provider.GPUs, d.log)
 		if err != nil {
@@ -202,10 +216,13 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 
 	ttl := d.advertiseTTL()
 	d.net, err = p2p.New(ctx, p2p.Config{
-		Key:             key,
-		ListenAddrs:     d.cfg.Listen,
-		Bootstrap:       d.cfg.Bootstrap,
-		Validators:      map[string]record.Validator{auction.CapabilityNamespace: auction.CapabilityValidator{Now: d.now}},
+		Key:         key,
+		ListenAddrs: d.cfg.Listen,
+		Bootstrap:   d.cfg.Bootstrap,
+		Validators: map[string]record.Validator{
+			auction.CapabilityNamespace: auction.CapabilityValidator{Now: d.now, Successions: d.succ},
+			attest.SuccessionNamespace:  attest.SuccessionValidator{Now: d.now, Successions: d.succ},
+		},
 		ProvideValidity: provideValidity(ttl),
 		MDNS:            d.cfg.MDNS,
 		Reachability:    d.cfg.Reachability,

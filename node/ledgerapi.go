@@ -29,10 +29,8 @@ func ledgerFilter(r *http.Request) (ledger.Filter, error) {
 		}
 		f.Since = t
 	}
-	switch f.Kind {
-	case "", ledger.KindReceipt, ledger.KindPaymentOwed, ledger.KindPaymentEarned, ledger.KindPreemptionCredit:
-	default:
-		return f, badRequest("unknown entry kind %q (receipt, payment_owed, payment_earned, preemption_credit)", f.Kind)
+	if f.Kind != "" && !ledger.KnownKind(f.Kind) {
+		return f, badRequest("unknown entry kind %q (%s)", f.Kind, ledger.KindNames())
 	}
 	return f, nil
 }

@@ -62,11 +62,17 @@ func (t leaseTransport) Publish(ctx context.Context, topic string, data []byte) 
 }
 
 func newMarket(d *Daemon) (*market, error) {
-	m := &market{d: d, counters: lease.NewCounters(), book: attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String()}),
+	m := &market{d: d, counters: lease.NewCounters(),
+		book:    attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String(), Successions: d.succ}),
 		metrics: newMetrics()}
 	m.ctx, m.cancel = context.WithCancel(d.ctx)
 	lt := leaseTransport{d.net}
-	var err error
+	// This node's own successions first: the receipts replayed next that
+	// its old identities signed count for it.
+	own, err := m.learnOwnSuccessions()
+	if err != nil {
+		return nil, err
+	}
 	if m.receipts, err = lease.NewReceipts(m.ctx, lease.ReceiptsConfig{Ledger: d.db, Book: m.book, Transport: lt,
 		Counters: m.counters, Log: d.log}); err != nil {
 		return nil, err
@@ -113,7 +119,13 @@ func newMarket(d *Daemon) (*market, error) {
 	if err := n.Subscribe(m.ctx, wire.GPUVerdictTopic, m.handleVerdict); err != nil {
 		return nil, err
 	}
+	if err := n.Subscribe(m.ctx, wire.SuccessionTopic, m.handleSuccession); err != nil {
+		return nil, err
+	}
 	go m.republishVerdicts()
+	if own != nil {
+		go m.publishSuccessionLoop(own)
+	}
 	if err := m.svc.Restore(); err != nil {
 		return nil, err
 	}

@@ -623,27 +623,34 @@ func ParseAddrInfos(addrs []string) ([]peer.AddrInfo, error) {
 // LoadOrCreateKey reads the Ed25519 identity key at path, creating it (0600)
 // on first use. A key file readable by others is refused.
 func LoadOrCreateKey(path string) (crypto.PrivKey, error) {
+	priv, err := LoadKey(path)
+	if !errors.Is(err, os.ErrNotExist) {
+		return priv, err
+	}
+	if priv, err = NewKey(); err != nil {
+		return nil, err
+	}
+	if err := WriteKey(path, priv); err != nil {
+		return nil, err
+	}
+	return priv, nil
+}
+
+// NewKey makes a fresh Ed25519 identity key.
+func NewKey() (crypto.PrivKey, error) {
+	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: generate key: %w", err)
+	}
+	return priv, nil
+}
+
+// LoadKey reads the identity key at path. A missing file is an error
+// matching os.ErrNotExist; a key file readable by others is refused.
+func LoadKey(path string) (crypto.PrivKey, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
-		if err != nil {
-			return nil, fmt.Errorf("p2p: generate key: %w", err)
-		}
-		raw, err := crypto.MarshalPrivateKey(priv)
-		if err != nil {
-			return nil, err
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("p2p: key dir: %w", err)
-		}
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, raw, 0o600); err != nil {
-			return nil, fmt.Errorf("p2p: write key: %w", err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			return nil, fmt.Errorf("p2p: write key: %w", err)
-		}
-		return priv, nil
+		return nil, fmt.Errorf("p2p: no key file %s: %w", path, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("p2p: read key: %w", err)
@@ -656,4 +663,36 @@ func LoadOrCreateKey(path string) (crypto.PrivKey, error) {
 		return nil, fmt.Errorf("p2p: key file %s is corrupt: %w", path, err)
 	}
 	return priv, nil
+}
+
+// WriteKey writes priv to path (0600), replacing it atomically: the file
+// is written and synced aside, then renamed into place.
+func WriteKey(path string, priv crypto.PrivKey) error {
+	raw, err := crypto.MarshalPrivateKey(priv)
+	if err != nil {
+		return fmt.Errorf("p2p: encode key: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("p2p: key dir: %w", err)
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("p2p: write key: %w", err)
+	}
+	_, err = f.Write(raw)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("p2p: write key: %w", err)
+	}
+	return nil
 }

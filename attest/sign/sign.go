@@ -37,6 +37,7 @@ const (
 	DomainGPUChallenge    = "gpu-challenge/v1"    // verifier → provider, a GPU challenge (attest/gpuproof)
 	DomainGPUCommit       = "gpu-commit/v1"       // provider → verifier, the hash of its challenge result
 	DomainGPUVerdict      = "gpu-verdict/v1"      // a verifier's verdict on a challenge, gossiped
+	DomainSuccession      = "succession/v1"       // an identity's old and new keys, both: the old hands over to the new (Succession)
 )
 
 // MaxPayload bounds the size of any signed payload a node accepts.

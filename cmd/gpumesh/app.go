@@ -53,6 +53,7 @@ func newApp(stdout, stderr io.Writer, unknown *bool) *cli.App {
 			verifyCommand(),
 			gpuScrubCommand(),
 			ledgerCommand(),
+			identityCommand(),
 			artifactCommand(),
 			replay.Command(nil), // gpumesh sim (charts: go run ./testnet/sim): the market replay lives with the simulator
 		},

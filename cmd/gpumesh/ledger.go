@@ -8,7 +8,6 @@ import (
 	"io"
 	"sort"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/gpumesh/gpumesh/ledger"
@@ -16,12 +15,9 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// ledgerKinds are the entry kinds `ledger list --kind` accepts.
-var ledgerKinds = []ledger.Kind{ledger.KindReceipt, ledger.KindPaymentOwed, ledger.KindPaymentEarned, ledger.KindPreemptionCredit}
-
 func ledgerFilterFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "kind", Usage: "entry kind: receipt, payment_owed, payment_earned or preemption_credit"},
+		&cli.StringFlag{Name: "kind", Usage: "entry kind: " + ledger.KindNames()},
 		&cli.StringFlag{Name: "counterparty", Usage: "counterparty peer ID"},
 		&cli.StringFlag{Name: "lease", Usage: "lease ID"},
 		&cli.IntFlag{Name: "limit", Usage: "at most this many entries (0 = all)"},
@@ -33,16 +29,8 @@ func ledgerFilterFlags() []cli.Flag {
 func ledgerFilter(c *cli.Context) (ledger.Filter, error) {
 	var f ledger.Filter
 	if k := c.String("kind"); k != "" {
-		known := false
-		for _, want := range ledgerKinds {
-			known = known || ledger.Kind(k) == want
-		}
-		if !known {
-			names := make([]string, len(ledgerKinds))
-			for i, k := range ledgerKinds {
-				names[i] = string(k)
-			}
-			return f, fmt.Errorf("unknown --kind %q (%s)", k, strings.Join(names, ", "))
+		if !ledger.KnownKind(ledger.Kind(k)) {
+			return f, fmt.Errorf("unknown --kind %q (%s)", k, ledger.KindNames())
 		}
 		f.Kind = ledger.Kind(k)
 	}

@@ -189,8 +189,9 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score,
-		Verified: func(p, model string) bool { return cfg.Receipts.cfg.Book.Verified(p, gpumodel.FamilyOf(model)) },
-		Now:      cfg.Now, Log: log,
+		Verified:    func(p, model string) bool { return cfg.Receipts.cfg.Book.Verified(p, gpumodel.FamilyOf(model)) },
+		Successions: cfg.Receipts.cfg.Book.Successions(),
+		Now:         cfg.Now, Log: log,
 		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, OnCapacity: t.onCapacity, Release: t.release, Holdings: cfg.Holdings,
 		Expected: cfg.ExpectedBidders, Capacity: cfg.ProviderGPUs,
 	})
@@ -779,6 +780,10 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 	hb, err := attest.OpenHeartbeat(env)
 	if err != nil {
 		count("renter.heartbeat_bad_signature")
+		return nil, err
+	}
+	if err := t.cfg.Receipts.cfg.Book.Successions().Check(hb.Provider, hb.Time); err != nil {
+		count("renter.heartbeat_retired_key")
 		return nil, err
 	}
 	if err := auction.ValidID(hb.LeaseID); err != nil {

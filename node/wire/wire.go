@@ -71,6 +71,19 @@ type GPUVerdictGossip struct {
 	Sent    time.Time      `json:"sent"`
 }
 
+// SuccessionTopic carries identity successions (sign.SignedSuccession) to
+// every node's reputation book, each as a SuccessionGossip.
+const SuccessionTopic = "gpumesh/successions/1"
+
+// SuccessionGossip is one sending of a rotated node's succession. The node
+// sends it again now and then (gossip is best-effort; GossipSub drops a
+// byte-identical copy, so each sending carries its time); books learn it
+// once.
+type SuccessionGossip struct {
+	Succession *sign.SignedSuccession `json:"succession"`
+	Sent       time.Time              `json:"sent"`
+}
+
 // RequestProtocols are the protocols whose stream carries one request
 // frame and one answer; StreamProtocols carry data after their request
 // frame. Together: every protocol a daemon serves (each gets its stream
