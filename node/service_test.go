@@ -23,6 +23,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/net/websocket"
 )
 
 // buildServer builds testdata/svcserver, the replicas' HTTP server, into
@@ -286,6 +287,35 @@ func TestServiceGateway(t *testing.T) {
 		t.Fatalf("first event after %s, the stream ended after %s: events were buffered", firstAt, all)
 	}
 
+	// A WebSocket (an HTTP upgrade) goes through to a replica and stays
+	// open both ways.
+	wsCfg, err := websocket.NewConfig("ws://"+v.Gateway+"/ws", "http://"+v.Gateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsCfg.Header = http.Header{service.TokenHeader: {v.Token}}
+	ws, err := websocket.DialConfig(wsCfg)
+	if err != nil {
+		t.Fatalf("WebSocket through the gateway: %v", err)
+	}
+	_ = ws.SetDeadline(time.Now().Add(10 * time.Second))
+	var wsPID string
+	for _, msg := range []string{"ping", "pong"} {
+		var got string
+		if err := websocket.Message.Send(ws, msg); err != nil {
+			t.Fatal(err)
+		}
+		if err := websocket.Message.Receive(ws, &got); err != nil {
+			t.Fatal(err)
+		}
+		pid, echoed, _ := strings.Cut(got, ": ")
+		if echoed != msg || (wsPID != "" && pid != wsPID) {
+			t.Fatalf("WebSocket echo of %q: %q (earlier from %s)", msg, got, wsPID)
+		}
+		wsPID = pid
+	}
+	ws.Close()
+
 	// Only a lease's renter gets through to its replica: another peer is
 	// refused by the provider.
 	rep := st0.Replicas[0]
@@ -323,6 +353,10 @@ func TestServiceGateway(t *testing.T) {
 	}
 	var sum int64
 	for _, r := range st.Replicas {
+		// Shared evenly (issue 29: 52 of 54 requests went to one of two).
+		if share := float64(r.Requests) / total; share < 0.4 || share > 0.6 {
+			t.Errorf("replica %s served %d of %d requests", r.JobID, r.Requests, total)
+		}
 		if r.Requests == 0 || r.P50MS <= 0 || r.P95MS < r.P50MS || r.P99MS < r.P95MS {
 			t.Errorf("replica %s on %s: %d requests, p50 %.3f p95 %.3f p99 %.3f ms", r.JobID, r.Provider, r.Requests, r.P50MS, r.P95MS, r.P99MS)
 		}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"slices"
 	"sort"
 	"strings"
@@ -70,6 +71,9 @@ type Service struct {
 	wg      sync.WaitGroup
 	win     window // every request, for the autoscaler
 	retries atomic.Int64
+	proxy   *httputil.ReverseProxy
+	// turn makes replicas equally loaded take requests in turn.
+	turn atomic.Uint64
 
 	// routable is the replicas requests may go to (rebuilt on each state
 	// change, read lock-free per request).
@@ -101,6 +105,7 @@ func newService(m *Manager, spec api.ServiceSpec, ln net.Listener, token string)
 		s.hosts = gatewayHosts(ln.Addr().String())
 	}
 	s.ctx, s.cancel = context.WithCancel(m.ctx)
+	s.proxy = s.newProxy()
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}
 	s.routable.Store(&[]*replica{})
 	return s

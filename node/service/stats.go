@@ -20,7 +20,7 @@ type sample struct {
 }
 
 // window keeps a replica's (or a service's) totals and its recent requests
-// for rates and percentiles, and an EWMA of latency for routing.
+// for rates and percentiles.
 type window struct {
 	mu       sync.Mutex
 	buf      [windowSize]sample
@@ -28,11 +28,7 @@ type window struct {
 	requests int64
 	errors   int64
 	lastErr  string
-	ewma     float64 // seconds; 0: no sample yet
 }
-
-// ewmaAlpha weighs a new latency sample in the routing average.
-const ewmaAlpha = 0.2
 
 func (w *window) add(s sample, errMsg string) {
 	w.mu.Lock()
@@ -44,21 +40,7 @@ func (w *window) add(s sample, errMsg string) {
 	if s.err {
 		w.errors++
 		w.lastErr = errMsg
-		return
 	}
-	l := s.lat.Seconds()
-	if w.ewma == 0 {
-		w.ewma = l
-	} else {
-		w.ewma = ewmaAlpha*l + (1-ewmaAlpha)*w.ewma
-	}
-}
-
-// latency is the routing EWMA (0 before the first success).
-func (w *window) latency() float64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.ewma
 }
 
 // rateSpan is the span of a status view's request rate.

@@ -122,9 +122,13 @@ func (m *Manager) Restore() error {
 // newTransport is the HTTP transport to one replica: each connection is
 // a wire.ProtoService stream to its provider.
 func (s *Service) newTransport(prov peer.ID, leaseID string) *http.Transport {
+	return replicaTransport(s.m.cfg.Open, prov, leaseID)
+}
+
+func replicaTransport(open Opener, prov peer.ID, leaseID string) *http.Transport {
 	return &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return Connect(ctx, s.m.cfg.Open, prov, leaseID)
+			return Connect(ctx, open, prov, leaseID)
 		},
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 256,

@@ -6,6 +6,7 @@
 //	GET /stream?n=N    N server-sent events, 100 ms apart
 //	POST /echo         the request body
 //	GET /fail          500 (a failing handler)
+//	GET /ws            a WebSocket that sends back each message
 package main
 
 import (
@@ -15,6 +16,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"golang.org/x/net/websocket"
 )
 
 func main() {
@@ -43,6 +46,14 @@ func main() {
 		}
 	})
 	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(w, r.Body) })
+	mux.Handle("GET /ws", websocket.Handler(func(ws *websocket.Conn) {
+		var msg string
+		for websocket.Message.Receive(ws, &msg) == nil {
+			if websocket.Message.Send(ws, fmt.Sprintf("%d: %s", pid, msg)) != nil {
+				return
+			}
+		}
+	}))
 	mux.HandleFunc("GET /fail", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "failing", 500) })
 	fmt.Println("listening on 127.0.0.1:" + port)
 	if err := http.ListenAndServe("127.0.0.1:"+port, mux); err != nil {
