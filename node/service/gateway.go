@@ -133,7 +133,8 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 type credentialKey struct{}
 
 type credential struct {
-	query string // the query parameter that carried it
+	query  string // the query parameter that carried it
+	header string // the header that carried it
 }
 
 // newProxy is the service's reverse proxy: httputil.ReverseProxy (hop
@@ -157,10 +158,17 @@ func (s *Service) newProxy() *httputil.ReverseProxy {
 // client claims there is not known.
 func rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Header.Del(TokenHeader)
-	if c, ok := pr.In.Context().Value(credentialKey{}).(credential); ok && c.query != "" {
+	c, _ := pr.In.Context().Value(credentialKey{}).(credential)
+	if c.header != "" {
+		pr.Out.Header.Del(c.header)
+	}
+	if c.query != "" {
 		q := pr.Out.URL.Query()
 		q.Del(c.query)
 		pr.Out.URL.RawQuery = q.Encode()
+	}
+	if pr.Out.Body != nil {
+		pr.Out.Body = &clientBody{ReadCloser: pr.Out.Body}
 	}
 	pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "replica"
 	pr.Out.Host = pr.In.Host
@@ -168,13 +176,18 @@ func rewrite(pr *httputil.ProxyRequest) {
 }
 
 // proxyError answers a request no replica answered: 503 when none is
-// ready, else 502 with the reason.
+// ready, 413 when its body went over the public endpoint's limit on the
+// way, else 502 with the reason.
 func proxyError(w http.ResponseWriter, _ *http.Request, err error) {
-	if errors.Is(err, errNoReplica) {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.Is(err, errNoReplica):
 		http.Error(w, "gpumesh gateway: "+err.Error(), http.StatusServiceUnavailable)
-		return
+	case errors.As(err, &tooBig):
+		tooLarge(w, tooBig.Limit)
+	default:
+		http.Error(w, "gpumesh gateway: "+err.Error(), http.StatusBadGateway)
 	}
-	http.Error(w, "gpumesh gateway: "+err.Error(), http.StatusBadGateway)
 }
 
 var (
@@ -208,6 +221,12 @@ func (b balancer) RoundTrip(req *http.Request) (*http.Response, error) {
 			drain(resp)
 			err = fmt.Errorf("%w %s", errReplicaStatus, resp.Status)
 		}
+		if cerr := clientFailed(req); err != nil && cerr != nil {
+			// The client's body failed (cut off, over the limit): not the
+			// replica's doing, and not to be sent again.
+			r.outstanding.Add(-1)
+			return nil, cerr
+		}
 		if err != nil {
 			s.record(r, time.Since(start), err)
 			r.outstanding.Add(-1)
@@ -227,6 +246,35 @@ func (b balancer) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body = s.track(r, req, resp, time.Since(start))
 		return resp, nil
 	}
+}
+
+// clientBody is a request's body on its way to a replica; it keeps the
+// error reading it failed with.
+type clientBody struct {
+	io.ReadCloser
+	mu  sync.Mutex
+	err error
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.mu.Lock()
+		b.err = err
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+// clientFailed is the error reading req's body failed with, if it did.
+func clientFailed(req *http.Request) error {
+	b, ok := req.Body.(*clientBody)
+	if !ok {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }
 
 // drain discards and closes a response body, so its connection is reused.

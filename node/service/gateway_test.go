@@ -28,30 +28,29 @@ func serveGateway(t testing.TB, s *Service) {
 	t.Cleanup(func() { _ = s.srv.Close() })
 }
 
-// p2pReplica is a replica reached as in production: each connection is
-// a wire.ProtoService stream from one libp2p host to another (the
-// provider), which Serve connects to h, a local server standing in for
-// the server inside the job's sandbox.
-func p2pReplica(t testing.TB, name string, h http.Handler) *replica {
+// p2pProvider is a provider as the renter reaches it: a libp2p host
+// whose wire.ProtoService streams, from the renter's host that open opens
+// them on, Serve connects to h (a local server standing in for every
+// replica inside its job's sandbox).
+func p2pProvider(t testing.TB, h http.Handler) (open Opener, prov peer.ID) {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	prov, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
+	provider, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { prov.Close() })
+	t.Cleanup(func() { provider.Close() })
 	renter, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { renter.Close() })
-	const leaseID = "lease-1"
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	prov.SetStreamHandler(wire.ProtoService, func(st network.Stream) {
+	provider.SetStreamHandler(wire.ProtoService, func(st network.Stream) {
 		_ = Serve(ctx, st, func(lease string, from peer.ID) (Target, error) {
-			if lease != leaseID || from != renter.ID() {
+			if from != renter.ID() {
 				return nil, fmt.Errorf("lease %s: no such lease of yours", lease)
 			}
 			return DialFunc(func(ctx context.Context) (net.Conn, error) {
@@ -60,12 +59,20 @@ func p2pReplica(t testing.TB, name string, h http.Handler) *replica {
 			}), nil
 		})
 	})
-	renter.Peerstore().AddAddrs(prov.ID(), prov.Addrs(), peerstore.PermanentAddrTTL)
-	open := func(ctx context.Context, p peer.ID) (network.Stream, error) {
+	renter.Peerstore().AddAddrs(provider.ID(), provider.Addrs(), peerstore.PermanentAddrTTL)
+	return func(ctx context.Context, p peer.ID) (network.Stream, error) {
 		return renter.NewStream(ctx, p, wire.ProtoService)
-	}
-	return &replica{jobID: name, leaseID: leaseID, provider: prov.ID(), state: api.ReplicaReady, stop: make(chan struct{}),
-		transport: replicaTransport(open, prov.ID(), leaseID)}
+	}, provider.ID()
+}
+
+// p2pReplica is a replica reached as in production, over libp2p streams
+// to its provider (p2pProvider).
+func p2pReplica(t testing.TB, name string, h http.Handler) *replica {
+	t.Helper()
+	open, prov := p2pProvider(t, h)
+	const leaseID = "lease-1"
+	return &replica{jobID: name, leaseID: leaseID, provider: prov, state: api.ReplicaReady, stop: make(chan struct{}),
+		transport: replicaTransport(open, prov, leaseID)}
 }
 
 // wsEcho is a WebSocket server that sends back each message it gets.

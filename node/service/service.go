@@ -74,6 +74,14 @@ type Service struct {
 	proxy   *httputil.ReverseProxy
 	// turn makes replicas equally loaded take requests in turn.
 	turn atomic.Uint64
+	// public is the public endpoint (nil without one, or when it could not
+	// be served again after a restart: publicErr says why).
+	public    *public
+	publicErr string
+	publicRec *publicRecord // the record of a public endpoint not served
+	// tokens are the public endpoint's API tokens (read lock-free per
+	// request, replaced under mu).
+	tokens atomic.Pointer[[]*apiToken]
 
 	// routable is the replicas requests may go to (rebuilt on each state
 	// change, read lock-free per request).
@@ -108,6 +116,7 @@ func newService(m *Manager, spec api.ServiceSpec, ln net.Listener, token string)
 	s.proxy = s.newProxy()
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}
 	s.routable.Store(&[]*replica{})
+	s.tokens.Store(&[]*apiToken{})
 	return s
 }
 
@@ -573,11 +582,22 @@ func (s *Service) stop(why string) {
 	}
 	s.save()
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = s.srv.Shutdown(ctx)
-	cancel()
+	s.shutdown()
 	s.cancel()
 	s.wg.Wait()
+}
+
+// shutdown closes the gateway and the public endpoint, letting requests
+// in flight finish for a while.
+func (s *Service) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	if s.public != nil {
+		wg.Go(func() { _ = s.public.srv.Shutdown(ctx) })
+	}
+	_ = s.srv.Shutdown(ctx)
+	wg.Wait()
 }
 
 // halt stops serving because the daemon shuts down: the gateway closes
@@ -587,9 +607,7 @@ func (s *Service) halt() {
 	s.mu.Lock()
 	s.halted = true
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = s.srv.Shutdown(ctx)
-	cancel()
+	s.shutdown()
 	s.cancel()
 	s.wg.Wait()
 	s.mu.Lock()
@@ -625,5 +643,12 @@ func (s *Service) view() api.ServiceView {
 		v.Replicas = append(v.Replicas, rv)
 	}
 	v.Totals = s.win.view(now, outstanding)
+	if s.spec.Public != nil {
+		pv := &api.PublicView{Tokens: len(*s.tokens.Load()), Error: s.publicErr}
+		if p := s.public; p != nil {
+			pv.URL, pv.Fingerprint, pv.CertPEM, pv.NotAfter = "https://"+p.ln.Addr().String(), p.fingerprint, p.selfCert, p.notAfter
+		}
+		v.Public = pv
+	}
 	return v
 }
