@@ -432,9 +432,14 @@ func printServiceView(w io.Writer, v *api.ServiceView) {
 	t := v.Totals
 	fmt.Fprintf(w, "traffic:   %d requests, %d errors, %d retried, %.1f req/s, p50 %.2f p95 %.2f p99 %.2f ms\n",
 		t.Requests, t.Errors, v.Retries, t.RatePerSec, t.P50MS, t.P95MS, t.P99MS)
+	fmt.Fprintf(w, "cost:      %.3f GPU-h, $%.4f at the lease prices, $%.4f per 1,000 requests\n", t.GPUSeconds/3600, t.CostUSD, t.USDPer1kRequests)
+	if t.PromptTokens+t.CompletionTokens > 0 {
+		fmt.Fprintf(w, "tokens:    %d prompt + %d completion, %.1f tokens/s, $%.4f per 1M tokens\n",
+			t.PromptTokens, t.CompletionTokens, t.TokensPerSec, t.USDPer1MTokens)
+	}
 	if len(v.Replicas) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "JOB\tPROVIDER\tSTATE\tLEASE END\tINFLIGHT\tREQUESTS\tREQ/S\tP50 MS\tP95 MS\tP99 MS\tERR %")
+		fmt.Fprintln(tw, "JOB\tPROVIDER\tSTATE\tLEASE END\tINFLIGHT\tREQUESTS\tREQ/S\tP50 MS\tP95 MS\tP99 MS\tERR %\tCOST $\t$/1K REQ\tTOK/S\t$/1M TOK")
 		for _, r := range v.Replicas {
 			st := r.State
 			if r.Renewing {
@@ -444,8 +449,9 @@ func printServiceView(w io.Writer, v *api.ServiceView) {
 			if !r.LeaseEnd.IsZero() {
 				end = r.LeaseEnd.Local().Format(time.TimeOnly)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\n", r.JobID, orDash(shortID(r.Provider)), st, end,
-				r.Outstanding, r.Requests, r.RatePerSec, r.P50MS, r.P95MS, r.P99MS, 100*r.ErrorRate)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\t%.4f\t%.4f\t%.1f\t%.4f\n", r.JobID, orDash(shortID(r.Provider)), st, end,
+				r.Outstanding, r.Requests, r.RatePerSec, r.P50MS, r.P95MS, r.P99MS, 100*r.ErrorRate,
+				r.CostUSD, r.USDPer1kRequests, r.TokensPerSec, r.USDPer1MTokens)
 		}
 		_ = tw.Flush()
 	}

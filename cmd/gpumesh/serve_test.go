@@ -18,8 +18,10 @@ func TestServeCLIAgainstFakeDaemon(t *testing.T) {
 	view := func(spec api.ServiceSpec) api.ServiceView {
 		v := api.ServiceView{ID: "svc-1", Spec: spec, Gateway: "127.0.0.1:4242", Token: "tok-abc123", Desired: 2, Ready: 2,
 			Replicas: []api.ReplicaView{{JobID: "job-a", Provider: "12D3KooWprovider1", State: api.ReplicaReady,
-				ReplicaStats: api.ReplicaStats{Requests: 10, P50MS: 1.5, P95MS: 3.25, P99MS: 4}}},
-			Totals: api.ReplicaStats{Requests: 10, P95MS: 3.25}}
+				ReplicaStats: api.ReplicaStats{Requests: 10, P50MS: 1.5, P95MS: 3.25, P99MS: 4, CostUSD: 0.125, USDPer1kRequests: 12.5,
+					TokensPerSec: 37.5, USDPer1MTokens: 2.75}}},
+			Totals: api.ReplicaStats{Requests: 10, P95MS: 3.25, GPUSeconds: 1800, CostUSD: 0.125, USDPer1kRequests: 12.5,
+				PromptTokens: 1000, CompletionTokens: 4000, TokensPerSec: 37.5, USDPer1MTokens: 2.75}}
 		if spec.Public != nil {
 			v.Public = &api.PublicView{URL: "https://" + spec.Public.Addr, Fingerprint: "AB:CD", CertPEM: "-----BEGIN CERTIFICATE-----", Tokens: 1}
 		}
@@ -132,8 +134,11 @@ job:
 		{"post without port", []string{"serve", "post", "--max-price", "2", "--", "srv"}, 1, []string{"--port is required"}, nil},
 		{"post without command", []string{"serve", "post", "--max-price", "2", "--port", "80"}, 1, []string{"no command"}, nil},
 		{"list", []string{"serve", "list"}, 0, []string{"svc-1", "127.0.0.1:4242", "2/2", "3.2"}, nil},
-		{"status", []string{"serve", "status", "svc-1"}, 0, []string{"gateway:   http://127.0.0.1:4242", "token:     tok-abc123", "job-a", "ready", "3.25"}, nil},
-		{"status json", []string{"serve", "status", "--json", "svc-1"}, 0, []string{`"p95_ms": 3.25`}, nil},
+		{"status", []string{"serve", "status", "svc-1"}, 0, []string{"gateway:   http://127.0.0.1:4242", "token:     tok-abc123", "job-a", "ready", "3.25",
+			"cost:      0.500 GPU-h, $0.1250 at the lease prices, $12.5000 per 1,000 requests",
+			"tokens:    1000 prompt + 4000 completion, 37.5 tokens/s, $2.7500 per 1M tokens", "0.1250  12.5000   37.5   2.7500"}, nil},
+		{"status json", []string{"serve", "status", "--json", "svc-1"}, 0, []string{`"p95_ms": 3.25`, `"tokens_per_sec": 37.5`, `"usd_per_1m_tokens": 2.75`,
+			`"usd_per_1k_requests": 12.5`, `"gpu_seconds": 1800`}, nil},
 		{"status unknown", []string{"serve", "status", "nope"}, 1, []string{`no service "nope"`}, nil},
 		{"scale", []string{"serve", "scale", "--replicas", "3", "svc-1"}, 0, []string{"service svc-1: bounds"}, func(t *testing.T) {
 			if scaled.Replicas != 3 || scaled.MaxReplicas != 0 {

@@ -125,6 +125,9 @@ type ReplicaView struct {
 	Provider string    `json:"provider,omitempty"`
 	State    string    `json:"state"`
 	LeaseEnd time.Time `json:"lease_end,omitempty"`
+	// PriceUSD is the lease's price per GPU-hour, GPUs its GPUs.
+	PriceUSD float64 `json:"price_usd,omitempty"`
+	GPUs     int     `json:"gpus,omitempty"`
 	// Renewing is set once a successor has been asked for (the lease ends
 	// soon).
 	Renewing bool      `json:"renewing,omitempty"`
@@ -144,6 +147,22 @@ type ReplicaStats struct {
 	P95MS       float64 `json:"p95_ms"`
 	P99MS       float64 `json:"p99_ms"`
 	LastError   string  `json:"last_error,omitempty"`
+	// GPUSeconds is the GPU time of the lease(s) so far (a service's:
+	// every replica's, gone ones' too) and CostUSD what it costs at the
+	// lease price: the renter's estimate, receipts settle the actual sums.
+	// USDPer1kRequests is CostUSD per 1,000 requests.
+	GPUSeconds       float64 `json:"gpu_seconds"`
+	CostUSD          float64 `json:"cost_usd"`
+	USDPer1kRequests float64 `json:"usd_per_1k_requests"`
+	// PromptTokens and CompletionTokens add up the usage of answers that
+	// carry one (OpenAI-compatible servers: a JSON "usage" field, in the
+	// body or in the last server-sent event that has one);
+	// TokensPerSec is completion tokens per second over the last 10 s,
+	// USDPer1MTokens CostUSD per million tokens (prompt and completion).
+	PromptTokens     int64   `json:"prompt_tokens"`
+	CompletionTokens int64   `json:"completion_tokens"`
+	TokensPerSec     float64 `json:"tokens_per_sec"`
+	USDPer1MTokens   float64 `json:"usd_per_1m_tokens"`
 }
 
 // ServiceEvent is one entry of a service's recent history.

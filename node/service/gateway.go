@@ -228,7 +228,7 @@ func (b balancer) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, cerr
 		}
 		if err != nil {
-			s.record(r, time.Since(start), err)
+			s.record(r, time.Since(start), err, usage{})
 			r.outstanding.Add(-1)
 			if req.Context().Err() == nil && !errors.Is(err, errReplicaStatus) {
 				// A transport failure: keep requests off the replica until a
@@ -286,10 +286,11 @@ func drain(resp *http.Response) {
 // track wraps a replica's answer so that, once the proxy is done with it
 // (the body closed: copied to the client, or the upgraded connection
 // ended), the request leaves the replica's outstanding count and is
-// recorded: its time to first byte, and an error if reading the answer
-// failed while the client was still there, or the replica answered 5xx.
+// recorded: its time to first byte, the tokens the answer says it used,
+// and an error if reading the answer failed while the client was still
+// there, or the replica answered 5xx.
 func (s *Service) track(r *replica, req *http.Request, resp *http.Response, ttfb time.Duration) io.ReadCloser {
-	t := &tracked{ReadCloser: resp.Body, done: func(readErr error) {
+	done := func(readErr error, u usage) {
 		err := readErr
 		if req.Context().Err() != nil {
 			err = nil // the client went away: not the replica's failure
@@ -297,28 +298,33 @@ func (s *Service) track(r *replica, req *http.Request, resp *http.Response, ttfb
 		if err == nil && resp.StatusCode >= 500 {
 			err = fmt.Errorf("%w: %s", errReplicaStatus, resp.Status)
 		}
-		s.record(r, ttfb, err)
+		s.record(r, ttfb, err, u)
 		r.outstanding.Add(-1)
-	}}
+	}
 	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
 		// The proxy needs the upgraded connection writable; it reads and
 		// writes it from two goroutines and closes it while one may still
 		// be reading, so nothing of its reads is kept.
-		return &trackedConn{ReadWriteCloser: rw, done: t.done}
+		return &trackedConn{ReadWriteCloser: rw, done: done}
 	}
-	return t
+	return &tracked{ReadCloser: resp.Body, scan: newUsageScanner(resp), done: done}
 }
 
-// tracked is a replica's response body that reports its end once.
+// tracked is a replica's response body that reports its end once, with
+// the usage scanned from it as it passed.
 type tracked struct {
 	io.ReadCloser
 	once    sync.Once
 	readErr error
-	done    func(readErr error)
+	scan    *usageScanner // nil: the answer carries no usage
+	done    func(readErr error, u usage)
 }
 
 func (t *tracked) Read(p []byte) (int, error) {
 	n, err := t.ReadCloser.Read(p)
+	if n > 0 && t.scan != nil {
+		t.scan.write(p[:n])
+	}
 	if err != nil && err != io.EOF && t.readErr == nil {
 		t.readErr = err
 	}
@@ -327,7 +333,10 @@ func (t *tracked) Read(p []byte) (int, error) {
 
 func (t *tracked) Close() error {
 	err := t.ReadCloser.Close()
-	t.once.Do(func() { t.done(t.readErr) })
+	t.once.Do(func() {
+		u, _ := t.scan.result()
+		t.done(t.readErr, u)
+	})
 	return err
 }
 
@@ -335,17 +344,17 @@ func (t *tracked) Close() error {
 type trackedConn struct {
 	io.ReadWriteCloser
 	once sync.Once
-	done func(readErr error)
+	done func(readErr error, u usage)
 }
 
 func (c *trackedConn) Close() error {
 	err := c.ReadWriteCloser.Close()
-	c.once.Do(func() { c.done(nil) })
+	c.once.Do(func() { c.done(nil, usage{}) })
 	return err
 }
 
-func (s *Service) record(r *replica, lat time.Duration, err error) {
-	sm := sample{at: time.Now(), lat: lat, err: err != nil}
+func (s *Service) record(r *replica, lat time.Duration, err error, u usage) {
+	sm := sample{at: time.Now(), lat: lat, err: err != nil, prompt: u.Prompt, completion: u.Completion}
 	msg := ""
 	if err != nil {
 		msg = err.Error()

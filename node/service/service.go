@@ -37,12 +37,17 @@ type replica struct {
 	leaseID  string
 	provider peer.ID
 	leaseEnd time.Time
-	state    string
-	since    time.Time
-	leasedAt time.Time
-	renewing bool
-	failures int
-	probeErr string
+	// leaseStart, price (USD per GPU-hour) and gpus are the lease's, for
+	// what the replica costs.
+	leaseStart time.Time
+	price      float64
+	gpus       int
+	state      string
+	since      time.Time
+	leasedAt   time.Time
+	renewing   bool
+	failures   int
+	probeErr   string
 
 	suspect     atomic.Bool // a request failed at the transport: out of routing until a probe passes
 	outstanding atomic.Int64
@@ -97,6 +102,10 @@ type Service struct {
 	postFailures int  // auctions in a row that found no lease
 	dirty        bool // changed since last persisted
 	halted       bool // the daemon is shutting down: nothing is cancelled any more
+
+	// spentGPUSeconds and spentUSD are the GPU time and cost of the
+	// replicas gone (those running add theirs in the view).
+	spentGPUSeconds, spentUSD float64
 
 	// avoid is the providers that lost a replica through their own fault
 	// (went silent, restarted, broke), newest last: new replicas' auctions
@@ -246,6 +255,7 @@ func (s *Service) leased(r *replica, v api.JobView, err error) {
 	}
 	s.postFailures = 0
 	r.leaseID, r.provider, r.leaseEnd, r.leasedAt = v.Lease.ID, prov, v.Lease.End, s.now()
+	r.leaseStart, r.price, r.gpus = v.Lease.Start, v.Lease.Price, v.Lease.GPUCount
 	r.transport = s.newTransport(prov, r.leaseID)
 	if s.stopped {
 		s.retire(r, "service stopped")
@@ -310,6 +320,9 @@ func (s *Service) retire(r *replica, why string) {
 		return
 	}
 	s.reps = append(s.reps[:i], s.reps[i+1:]...)
+	gs, usd := r.spent(s.now())
+	s.spentGPUSeconds += gs
+	s.spentUSD += usd
 	close(r.stop)
 	s.reroute()
 	if r.transport != nil {
@@ -320,6 +333,23 @@ func (s *Service) retire(r *replica, why string) {
 	// queued on the renter and would be leased later, a replica nobody
 	// routes to holding a GPU.
 	s.cancelJob(r.jobID)
+}
+
+// spent is r's GPU time up to now (its lease's, from its start to now or
+// its end) and what that costs at the lease's price.
+func (r *replica) spent(now time.Time) (gpuSeconds, usd float64) {
+	if r.leaseID == "" || r.leaseStart.IsZero() {
+		return 0, 0
+	}
+	end := now
+	if !r.leaseEnd.IsZero() && r.leaseEnd.Before(end) {
+		end = r.leaseEnd
+	}
+	if !end.After(r.leaseStart) {
+		return 0, 0
+	}
+	gpuSeconds = end.Sub(r.leaseStart).Seconds() * float64(r.gpus)
+	return gpuSeconds, gpuSeconds / 3600 * r.price
 }
 
 // cancelJob cancels a replica's job in the background.
@@ -626,10 +656,15 @@ func (s *Service) view() api.ServiceView {
 		Retries: s.retries.Load(), Events: append([]api.ServiceEvent(nil), s.events...), Created: s.created,
 		Replicas: []api.ReplicaView{}}
 	outstanding := 0
+	gpuSeconds, usd := s.spentGPUSeconds, s.spentUSD
 	for _, r := range s.reps {
 		rv := api.ReplicaView{JobID: r.jobID, LeaseID: r.leaseID, Provider: r.provider.String(), State: r.state,
-			LeaseEnd: r.leaseEnd, Renewing: r.renewing, Since: r.since,
+			LeaseEnd: r.leaseEnd, PriceUSD: r.price, GPUs: r.gpus, Renewing: r.renewing, Since: r.since,
 			ReplicaStats: r.win.view(now, int(r.outstanding.Load()))}
+		gs, cost := r.spent(now)
+		setCost(&rv.ReplicaStats, gs, cost)
+		gpuSeconds += gs
+		usd += cost
 		if r.provider == "" {
 			rv.Provider = ""
 		}
@@ -643,6 +678,7 @@ func (s *Service) view() api.ServiceView {
 		v.Replicas = append(v.Replicas, rv)
 	}
 	v.Totals = s.win.view(now, outstanding)
+	setCost(&v.Totals, gpuSeconds, usd)
 	if s.spec.Public != nil {
 		pv := &api.PublicView{Tokens: len(*s.tokens.Load()), Error: s.publicErr}
 		if p := s.public; p != nil {

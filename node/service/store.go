@@ -35,6 +35,10 @@ type record struct {
 	// Public is the public endpoint as it ran; Tokens its API tokens.
 	Public *publicRecord `json:"public,omitempty"`
 	Tokens []tokenRecord `json:"tokens,omitempty"`
+	// SpentGPUSeconds and SpentUSD are the gone replicas' GPU time and
+	// cost.
+	SpentGPUSeconds float64 `json:"spent_gpu_seconds,omitempty"`
+	SpentUSD        float64 `json:"spent_usd,omitempty"`
 }
 
 type publicRecord struct {
@@ -53,11 +57,14 @@ type tokenRecord struct {
 }
 
 type replicaRecord struct {
-	JobID    string    `json:"job_id"`
-	LeaseID  string    `json:"lease_id"`
-	Provider string    `json:"provider"`
-	LeaseEnd time.Time `json:"lease_end"`
-	Renewing bool      `json:"renewing,omitempty"`
+	JobID      string    `json:"job_id"`
+	LeaseID    string    `json:"lease_id"`
+	Provider   string    `json:"provider"`
+	LeaseEnd   time.Time `json:"lease_end"`
+	Renewing   bool      `json:"renewing,omitempty"`
+	LeaseStart time.Time `json:"lease_start,omitzero"`
+	Price      float64   `json:"price,omitempty"`
+	GPUs       int       `json:"gpus,omitempty"`
 }
 
 // save persists the service; s.mu is held.
@@ -66,7 +73,8 @@ func (s *Service) save() {
 	if s.m.cfg.Store == nil {
 		return
 	}
-	rec := record{Spec: s.spec, Desired: s.desired, Gateway: s.Gateway(), Token: s.token, Stopped: s.stopped, Created: s.created, Avoid: s.avoid}
+	rec := record{Spec: s.spec, Desired: s.desired, Gateway: s.Gateway(), Token: s.token, Stopped: s.stopped, Created: s.created, Avoid: s.avoid,
+		SpentGPUSeconds: s.spentGPUSeconds, SpentUSD: s.spentUSD}
 	if p := s.public; p != nil {
 		rec.Public = &publicRecord{Addr: p.ln.Addr().String(), Cert: p.selfCert, Key: p.selfKey}
 	} else if s.spec.Public != nil {
@@ -78,7 +86,7 @@ func (s *Service) save() {
 	for _, r := range s.reps {
 		if r.leaseID != "" && r.state != api.ReplicaDraining {
 			rec.Replicas = append(rec.Replicas, replicaRecord{JobID: r.jobID, LeaseID: r.leaseID, Provider: r.provider.String(),
-				LeaseEnd: r.leaseEnd, Renewing: r.renewing})
+				LeaseEnd: r.leaseEnd, Renewing: r.renewing, LeaseStart: r.leaseStart, Price: r.price, GPUs: r.gpus})
 		}
 	}
 	if err := s.m.cfg.Store.Put(s.spec.ID, rec); err != nil {
@@ -119,6 +127,7 @@ func (m *Manager) Restore() error {
 		}
 		s := newService(m, rec.Spec, ln, rec.Token) // a record from before tokens gets a new one
 		s.created, s.avoid = rec.Created, rec.Avoid
+		s.spentGPUSeconds, s.spentUSD = rec.SpentGPUSeconds, rec.SpentUSD
 		s.desired = min(max(rec.Desired, rec.Spec.Replicas), rec.Spec.MaxReplicas)
 		s.mu.Lock()
 		if moved {
@@ -134,6 +143,7 @@ func (m *Manager) Restore() error {
 				continue
 			}
 			r := &replica{jobID: rr.JobID, leaseID: rr.LeaseID, provider: prov, leaseEnd: rr.LeaseEnd, renewing: rr.Renewing,
+				leaseStart: rr.LeaseStart, price: rr.Price, gpus: rr.GPUs,
 				state: api.ReplicaStarting, since: s.now(), leasedAt: s.now(), stop: make(chan struct{})}
 			r.transport = s.newTransport(prov, rr.LeaseID)
 			s.reps = append(s.reps, r)
