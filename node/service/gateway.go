@@ -139,15 +139,16 @@ type credential struct {
 
 // newProxy is the service's reverse proxy: httputil.ReverseProxy (hop
 // headers, protocol upgrades such as WebSockets, trailers), sending each
-// request through the balancer and flushing the answer as it comes
-// (chunked bodies and server-sent events pass through unbuffered).
+// request through the balancer. An answer of unknown length (chunked,
+// server-sent events) is flushed to the client as it comes; one of known
+// length goes out in full writes (flushing each piece cost every request
+// an extra write).
 func (s *Service) newProxy() *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
-		Rewrite:       rewrite,
-		Transport:     balancer{s},
-		FlushInterval: -1,
-		ErrorHandler:  proxyError,
-		ErrorLog:      slog.NewLogLogger(s.m.log.Handler(), slog.LevelDebug),
+		Rewrite:      rewrite,
+		Transport:    balancer{s},
+		ErrorHandler: proxyError,
+		ErrorLog:     slog.NewLogLogger(s.m.log.Handler(), slog.LevelDebug),
 	}
 }
 

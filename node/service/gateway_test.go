@@ -34,6 +34,14 @@ func serveGateway(t testing.TB, s *Service) {
 // replica inside its job's sandbox).
 func p2pProvider(t testing.TB, h http.Handler) (open Opener, prov peer.ID) {
 	t.Helper()
+	open, prov, _ = p2pProviderAt(t, h)
+	return open, prov
+}
+
+// p2pProviderAt is p2pProvider, also returning the local server's
+// address.
+func p2pProviderAt(t testing.TB, h http.Handler) (open Opener, prov peer.ID, addr string) {
+	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	provider, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
@@ -62,7 +70,7 @@ func p2pProvider(t testing.TB, h http.Handler) (open Opener, prov peer.ID) {
 	renter.Peerstore().AddAddrs(provider.ID(), provider.Addrs(), peerstore.PermanentAddrTTL)
 	return func(ctx context.Context, p peer.ID) (network.Stream, error) {
 		return renter.NewStream(ctx, p, wire.ProtoService)
-	}, provider.ID()
+	}, provider.ID(), srv.Listener.Addr().String()
 }
 
 // p2pReplica is a replica reached as in production, over libp2p streams

@@ -76,7 +76,7 @@ func TestWindowStats(t *testing.T) {
 
 // testService is a Service with replicas served by local HTTP servers
 // (no libp2p), for the gateway's routing and retry rules.
-func testService(t *testing.T, reps ...*replica) *Service {
+func testService(t testing.TB, reps ...*replica) *Service {
 	t.Helper()
 	m := &Manager{cfg: Config{Now: time.Now}, ctx: context.Background()}
 	m.log = slog.New(slog.DiscardHandler)
