@@ -152,7 +152,7 @@ func (s *Service) openPublic(addr, selfCert, selfKey string) (*public, error) {
 	// HTTP/1.1 only: upgrades (WebSockets) pass through as on loopback.
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
 	p.srv = &http.Server{Handler: http.HandlerFunc(s.servePublic), ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: s.proxy.ErrorLog}
+		IdleTimeout: 2 * time.Minute, ErrorLog: s.proxy.ErrorLog}
 	go func() { _ = p.srv.Serve(tls.NewListener(ln, cfg)) }()
 	return p, nil
 }

@@ -97,10 +97,15 @@ func (u *usageScanner) parse(b []byte) {
 	var msg struct {
 		Usage *usage `json:"usage"`
 	}
-	if json.Unmarshal(b, &msg) == nil && msg.Usage != nil {
+	if json.Unmarshal(b, &msg) == nil && msg.Usage != nil && plausible(msg.Usage.Prompt) && plausible(msg.Usage.Completion) {
 		u.got, u.ok = *msg.Usage, true
 	}
 }
+
+// plausible reports whether n can be one answer's token count: what the
+// replica (inside a provider's sandbox) says is not taken when no
+// server could have meant it, so that it cannot turn the sums negative.
+func plausible(n int64) bool { return n >= 0 && n <= 1<<32 }
 
 // result is the usage found, once the whole body has passed.
 func (u *usageScanner) result() (usage, bool) {

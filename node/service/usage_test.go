@@ -33,6 +33,9 @@ func TestUsageScanner(t *testing.T) {
 		{"not json", "text/plain", "", final, usage{}, false},
 		{"gzip", "application/json", "gzip", final, usage{}, false},
 		{"malformed", "application/json", "", `{"usage":{"prompt_tokens":"many"}}`, usage{}, false},
+		{"negative", "application/json", "", `{"usage":{"prompt_tokens":5,"completion_tokens":-3}}`, usage{}, false},
+		{"too large", "application/json", "", `{"usage":{"prompt_tokens":1e30}}`, usage{}, false},
+		{"implausible", "text/event-stream", "", "data: " + `{"usage":{"prompt_tokens":1,"completion_tokens":9000000000000000000}}` + "\n", usage{}, false},
 	}
 	for _, tc := range cases {
 		for _, step := range []int{1, 7, len(tc.body)} {
