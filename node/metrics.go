@@ -245,7 +245,85 @@ func (d *Daemon) registerState(reg *prometheus.Registry) {
 		}
 		return float64(len(m.tracker.List()))
 	})
-	reg.MustRegister(eventsCollector{m})
+	reg.MustRegister(eventsCollector{m}, servicesCollector{m})
+}
+
+// servicesCollector exports each service's figures (as `serve status`
+// shows them), for the service (gone replicas included) and for each of
+// its replicas, by job id.
+type servicesCollector struct{ m *market }
+
+// serviceFigure is one figure of ReplicaStats as a metric, exported as
+// gpumesh_service_NAME{service} and gpumesh_service_replica_NAME{service,
+// replica}.
+type serviceFigure struct {
+	name, help string
+	kind       prometheus.ValueType
+	value      func(api.ReplicaStats) float64
+	svc, rep   *prometheus.Desc
+}
+
+var serviceFigures = func() []serviceFigure {
+	fs := []serviceFigure{
+		{name: "requests_total", help: "Requests answered (or failed).", kind: prometheus.CounterValue,
+			value: func(s api.ReplicaStats) float64 { return float64(s.Requests) }},
+		{name: "errors_total", help: "Requests that failed (transport errors and 5xx answers).", kind: prometheus.CounterValue,
+			value: func(s api.ReplicaStats) float64 { return float64(s.Errors) }},
+		{name: "outstanding_requests", help: "Requests in flight.", kind: prometheus.GaugeValue,
+			value: func(s api.ReplicaStats) float64 { return float64(s.Outstanding) }},
+		{name: "error_ratio", help: "Failed requests / requests over the last minute.", kind: prometheus.GaugeValue,
+			value: func(s api.ReplicaStats) float64 { return s.ErrorRate }},
+		{name: "latency_p50_seconds", help: "Median time to first byte over the last minute.", kind: prometheus.GaugeValue,
+			value: func(s api.ReplicaStats) float64 { return s.P50MS / 1e3 }},
+		{name: "latency_p95_seconds", help: "95th percentile time to first byte over the last minute.", kind: prometheus.GaugeValue,
+			value: func(s api.ReplicaStats) float64 { return s.P95MS / 1e3 }},
+		{name: "latency_p99_seconds", help: "99th percentile time to first byte over the last minute.", kind: prometheus.GaugeValue,
+			value: func(s api.ReplicaStats) float64 { return s.P99MS / 1e3 }},
+		{name: "gpu_seconds_total", help: "GPU time of the replicas' leases so far.", kind: prometheus.CounterValue,
+			value: func(s api.ReplicaStats) float64 { return s.GPUSeconds }},
+		{name: "cost_usd_total", help: "What the replicas' GPU time costs at their lease prices (the renter's estimate).", kind: prometheus.CounterValue,
+			value: func(s api.ReplicaStats) float64 { return s.CostUSD }},
+		{name: "usd_per_1k_requests", help: "Cost per 1,000 requests.", kind: prometheus.GaugeValue,
+			value: func(s api.ReplicaStats) float64 { return s.USDPer1kRequests }},
+		{name: "prompt_tokens_total", help: "Prompt tokens of OpenAI-compatible answers (their usage).", kind: prometheus.CounterValue,
+			value: func(s api.ReplicaStats) float64 { return float64(s.PromptTokens) }},
+		{name: "completion_tokens_total", help: "Completion tokens of OpenAI-compatible answers (their usage).", kind: prometheus.CounterValue,
+			value: func(s api.ReplicaStats) float64 { return float64(s.CompletionTokens) }},
+		{name: "completion_tokens_per_second", help: "Completion tokens per second over the last 10 s.", kind: prometheus.GaugeValue,
+			value: func(s api.ReplicaStats) float64 { return s.TokensPerSec }},
+		{name: "usd_per_1m_tokens", help: "Cost per million tokens (prompt and completion).", kind: prometheus.GaugeValue,
+			value: func(s api.ReplicaStats) float64 { return s.USDPer1MTokens }},
+	}
+	for i := range fs {
+		f := &fs[i]
+		f.svc = prometheus.NewDesc(metricsNamespace+"_service_"+f.name, "Service: "+f.help, []string{"service"}, nil)
+		f.rep = prometheus.NewDesc(metricsNamespace+"_service_replica_"+f.name, "Service replica: "+f.help, []string{"service", "replica"}, nil)
+	}
+	return fs
+}()
+
+func (c servicesCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, f := range serviceFigures {
+		ch <- f.svc
+		ch <- f.rep
+	}
+}
+
+func (c servicesCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.m == nil || c.m.svc == nil {
+		return
+	}
+	for _, v := range c.m.svc.List() {
+		if v.Stopped {
+			continue
+		}
+		for _, f := range serviceFigures {
+			ch <- prometheus.MustNewConstMetric(f.svc, f.kind, f.value(v.Totals), v.ID)
+			for _, r := range v.Replicas {
+				ch <- prometheus.MustNewConstMetric(f.rep, f.kind, f.value(r.ReplicaStats), v.ID, r.JobID)
+			}
+		}
+	}
 }
 
 // ledgerSum adds f(earned, owed) over the ledger's balances.

@@ -3,9 +3,11 @@ package node
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -23,6 +25,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/net/websocket"
 )
 
 // buildServer builds testdata/svcserver, the replicas' HTTP server, into
@@ -286,6 +289,35 @@ func TestServiceGateway(t *testing.T) {
 		t.Fatalf("first event after %s, the stream ended after %s: events were buffered", firstAt, all)
 	}
 
+	// A WebSocket (an HTTP upgrade) goes through to a replica and stays
+	// open both ways.
+	wsCfg, err := websocket.NewConfig("ws://"+v.Gateway+"/ws", "http://"+v.Gateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsCfg.Header = http.Header{service.TokenHeader: {v.Token}}
+	ws, err := websocket.DialConfig(wsCfg)
+	if err != nil {
+		t.Fatalf("WebSocket through the gateway: %v", err)
+	}
+	_ = ws.SetDeadline(time.Now().Add(10 * time.Second))
+	var wsPID string
+	for _, msg := range []string{"ping", "pong"} {
+		var got string
+		if err := websocket.Message.Send(ws, msg); err != nil {
+			t.Fatal(err)
+		}
+		if err := websocket.Message.Receive(ws, &got); err != nil {
+			t.Fatal(err)
+		}
+		pid, echoed, _ := strings.Cut(got, ": ")
+		if echoed != msg || (wsPID != "" && pid != wsPID) {
+			t.Fatalf("WebSocket echo of %q: %q (earlier from %s)", msg, got, wsPID)
+		}
+		wsPID = pid
+	}
+	ws.Close()
+
 	// Only a lease's renter gets through to its replica: another peer is
 	// refused by the provider.
 	rep := st0.Replicas[0]
@@ -323,6 +355,10 @@ func TestServiceGateway(t *testing.T) {
 	}
 	var sum int64
 	for _, r := range st.Replicas {
+		// Shared evenly (issue 29: 52 of 54 requests went to one of two).
+		if share := float64(r.Requests) / total; share < 0.4 || share > 0.6 {
+			t.Errorf("replica %s served %d of %d requests", r.JobID, r.Requests, total)
+		}
 		if r.Requests == 0 || r.P50MS <= 0 || r.P95MS < r.P50MS || r.P99MS < r.P95MS {
 			t.Errorf("replica %s on %s: %d requests, p50 %.3f p95 %.3f p99 %.3f ms", r.JobID, r.Provider, r.Requests, r.P50MS, r.P95MS, r.P99MS)
 		}
@@ -546,4 +582,130 @@ func TestServiceSurvivesRenterRestart(t *testing.T) {
 	waitJob(t, r2, first.JobID, 15*time.Second, "the adopted replica's lease cancelled", func(j api.JobView) bool {
 		return j.Run.Terminal()
 	})
+}
+
+// TestServiceCostAndTokens: an OpenAI-compatible server as a service's
+// replica answers chat completions through the gateway, streamed and
+// not; the service's status counts the tokens the test read in its own
+// answers, its tokens/s is their completion tokens over the 10 s span,
+// and its costs follow the lease's GPU time and price (per 1,000
+// requests, per million tokens); the Prometheus metrics say the same.
+func TestServiceCostAndTokens(t *testing.T) {
+	bin := buildServer(t)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.25, a100)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+	cfg := renterConfig()
+	cfg.MetricsAddr = metricsAddr
+	rdir := filepath.Join(t.TempDir(), "renter")
+	r := startNode(t, rdir, cfg, boot.Daemon)
+	t.Cleanup(func() { r.Close() })
+	waitAdvertised(t, r, ns...)
+	c := api.NewClient(rdir)
+	v, err := c.PostService(context.Background(), serviceSpec(bin, 1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+
+	client := gatewayClient(v, 1)
+	type usage struct{ Prompt, Completion int64 }
+	var sum usage
+	for i, n := range []int{7, 12, 30, 1, 19, 4} {
+		stream := i%2 == 0
+		body := fmt.Sprintf(`{"model":"m","stream":%t,"max_tokens":%d,"messages":[{"role":"user","content":%q}]}`,
+			stream, n, strings.Repeat("word ", i+2))
+		resp, err := client.Post("http://"+v.Gateway+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("completion %d: %s %q %v", i, resp.Status, b, err)
+		}
+		// The usage as an OpenAI client reads it: the body's, or the last
+		// streamed chunk's.
+		type answer struct {
+			Usage *struct {
+				Prompt     int64 `json:"prompt_tokens"`
+				Completion int64 `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		var u answer
+		if stream {
+			for _, line := range strings.Split(string(b), "\n") {
+				if data, ok := strings.CutPrefix(line, "data: "); ok && data != "[DONE]" {
+					var chunk answer
+					if err := json.Unmarshal([]byte(data), &chunk); err != nil {
+						t.Fatalf("chunk %q: %v", data, err)
+					}
+					if chunk.Usage != nil {
+						u = chunk
+					}
+				}
+			}
+		} else if err := json.Unmarshal(b, &u); err != nil {
+			t.Fatal(err)
+		}
+		if u.Usage == nil {
+			t.Fatalf("completion %d carries no usage: %q", i, b)
+		}
+		sum.Prompt += u.Usage.Prompt
+		sum.Completion += u.Usage.Completion
+	}
+
+	st, err := c.Service(context.Background(), v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1e-12, math.Abs(b)) }
+	rep := st.Replicas[0]
+	for _, s := range []struct {
+		name string
+		st   api.ReplicaStats
+	}{{"service", st.Totals}, {"replica", rep.ReplicaStats}} {
+		f := s.st
+		t.Logf("%s: %d requests, %d + %d tokens, %.1f tokens/s, %.1f GPU-s, $%.6f, $%.4f per 1,000 requests, $%.4f per 1M tokens",
+			s.name, f.Requests, f.PromptTokens, f.CompletionTokens, f.TokensPerSec, f.GPUSeconds, f.CostUSD, f.USDPer1kRequests, f.USDPer1MTokens)
+		if f.Requests != 6 || f.PromptTokens != sum.Prompt || f.CompletionTokens != sum.Completion {
+			t.Fatalf("%s: %d requests, %d + %d tokens; the test read 6, %d + %d", s.name, f.Requests, f.PromptTokens, f.CompletionTokens, sum.Prompt, sum.Completion)
+		}
+		if want := float64(sum.Completion) / 10; !rel(f.TokensPerSec, want) {
+			t.Fatalf("%s: %v tokens/s, want %v (completion tokens over 10 s)", s.name, f.TokensPerSec, want)
+		}
+		if f.GPUSeconds <= 0 || f.GPUSeconds > time.Since(v.Created).Seconds()+1 || !rel(f.CostUSD, f.GPUSeconds/3600*rep.PriceUSD) {
+			t.Fatalf("%s: %v GPU-s costing $%v at $%v/GPU-h", s.name, f.GPUSeconds, f.CostUSD, rep.PriceUSD)
+		}
+		if !rel(f.USDPer1MTokens, f.CostUSD/float64(sum.Prompt+sum.Completion)*1e6) || !rel(f.USDPer1kRequests, f.CostUSD/6*1e3) {
+			t.Fatalf("%s: $%v per 1M tokens, $%v per 1,000 requests, for $%v", s.name, f.USDPer1MTokens, f.USDPer1kRequests, f.CostUSD)
+		}
+	}
+	if rep.PriceUSD < 1.25 || rep.PriceUSD > 2 || rep.GPUs != 1 {
+		t.Fatalf("replica lease: $%v/GPU-h, %d GPUs", rep.PriceUSD, rep.GPUs)
+	}
+
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		fmt.Sprintf(`gpumesh_service_completion_tokens_total{service=%q} %d`, v.ID, sum.Completion),
+		fmt.Sprintf(`gpumesh_service_prompt_tokens_total{service=%q} %d`, v.ID, sum.Prompt),
+		fmt.Sprintf(`gpumesh_service_requests_total{service=%q} 6`, v.ID),
+		fmt.Sprintf(`gpumesh_service_replica_completion_tokens_total{replica=%q,service=%q} %d`, rep.JobID, v.ID, sum.Completion),
+		`gpumesh_service_cost_usd_total{service="` + v.ID + `"}`,
+		`gpumesh_service_usd_per_1m_tokens{service="` + v.ID + `"}`,
+		`gpumesh_service_latency_p99_seconds{service="` + v.ID + `"}`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
 }

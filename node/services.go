@@ -91,4 +91,15 @@ func (m *market) serviceRoutes(mux *http.ServeMux) {
 		return m.svc.Scale(r.PathValue("id"), req)
 	})
 	d.route(mux, "POST /v1/services/{id}/stop", func(r *http.Request) (any, error) { return m.svc.Stop(r.PathValue("id")) })
+	d.route(mux, "POST /v1/services/{id}/tokens", func(r *http.Request) (any, error) {
+		var req api.TokenRequest
+		if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<16)).Decode(&req); err != nil {
+			return nil, badRequest("token request: %v", err)
+		}
+		return m.svc.AddToken(r.PathValue("id"), req.Name)
+	})
+	d.route(mux, "GET /v1/services/{id}/tokens", func(r *http.Request) (any, error) { return m.svc.Tokens(r.PathValue("id")) })
+	d.route(mux, "DELETE /v1/services/{id}/tokens/{name}", func(r *http.Request) (any, error) {
+		return m.svc.RevokeToken(r.PathValue("id"), r.PathValue("name"))
+	})
 }

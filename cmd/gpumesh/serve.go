@@ -7,6 +7,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -54,6 +55,33 @@ func serveCommand() *cli.Command {
 				Action: serveScaleAction,
 			},
 			{
+				Name:  "token",
+				Usage: "API tokens of a service's public endpoint (--public), for its end users",
+				Subcommands: []*cli.Command{
+					{
+						Name:      "add",
+						Usage:     "make an API token; it is printed once (only its hash is kept)",
+						ArgsUsage: "ID NAME",
+						Flags:     []cli.Flag{jsonFlag()},
+						Action:    serveTokenAddAction,
+					},
+					{
+						Name:      "list",
+						Usage:     "list a service's API tokens: name, made, requests, rate-limited requests",
+						ArgsUsage: "ID",
+						Flags:     []cli.Flag{jsonFlag()},
+						Action:    serveTokenListAction,
+					},
+					{
+						Name:      "revoke",
+						Usage:     "revoke an API token: it is refused from the next request on",
+						ArgsUsage: "ID NAME",
+						Flags:     []cli.Flag{jsonFlag()},
+						Action:    serveTokenRevokeAction,
+					},
+				},
+			},
+			{
 				Name:      "stop",
 				Usage:     "stop a service: its gateway closes and its leases are cancelled",
 				ArgsUsage: "ID",
@@ -86,8 +114,72 @@ func servePostFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "env", Value: &stringList{}, Usage: "environment variable KEY=VALUE (repeatable)"},
 		&cli.IntFlag{Name: "memory-mb", Usage: "memory cap per replica in MB, where the runtime can enforce it"},
 		&cli.DurationFlag{Name: "bid-window", DefaultText: auction.DefaultBidWindow.String(), Usage: "how long each replica's auction collects bids"},
+		&cli.StringFlag{Name: "public", Usage: "also serve the gateway on this public address, over TLS, to holders of API tokens (serve token add), e.g. 0.0.0.0:8443"},
+		&cli.StringSliceFlag{Name: "public-host", Usage: "a name clients reach the public endpoint by (the Host it accepts besides IP addresses; repeatable)"},
+		&cli.StringFlag{Name: "tls-cert", Usage: "the public endpoint's certificate, a PEM file (default: a self-signed one, its fingerprint printed)"},
+		&cli.StringFlag{Name: "tls-key", Usage: "the key of --tls-cert, a PEM file"},
+		&cli.StringFlag{Name: "max-body", DefaultText: "10MiB", Usage: "largest request body the public endpoint takes (413 above), e.g. 1MiB"},
+		&cli.Float64Flag{Name: "token-rate", DefaultText: "no limit", Usage: "requests per second each API token may make on average (429 above)"},
+		&cli.IntFlag{Name: "token-burst", DefaultText: "--token-rate, rounded up", Usage: "requests an API token may make at once"},
 		jsonFlag(),
 	}
+}
+
+// publicFlags are serve post's flags of the public endpoint.
+var publicFlags = []string{"public-host", "tls-cert", "tls-key", "max-body", "token-rate", "token-burst"}
+
+// buildPublic applies c's public endpoint flags to spec.Public (the
+// daemon checks the rest). Certificate paths are made absolute: the
+// daemon reads them from its own working directory.
+func buildPublic(c *cli.Context, spec *api.ServiceSpec) error {
+	set := c.IsSet
+	if set("public") {
+		if spec.Public == nil {
+			spec.Public = &api.PublicSpec{}
+		}
+		spec.Public.Addr = c.String("public")
+	}
+	for _, f := range publicFlags {
+		if set(f) && spec.Public == nil {
+			return fmt.Errorf("--%s is for the public endpoint: give --public ADDR too", f)
+		}
+	}
+	p := spec.Public
+	if p == nil {
+		return nil
+	}
+	if set("public-host") {
+		p.Hosts = c.StringSlice("public-host")
+	}
+	if set("tls-cert") {
+		p.TLSCert = c.String("tls-cert")
+	}
+	if set("tls-key") {
+		p.TLSKey = c.String("tls-key")
+	}
+	for _, f := range []*string{&p.TLSCert, &p.TLSKey} {
+		if *f != "" {
+			abs, err := filepath.Abs(*f)
+			if err != nil {
+				return err
+			}
+			*f = abs
+		}
+	}
+	if set("max-body") {
+		n, err := parseSize(c.String("max-body"))
+		if err != nil {
+			return fmt.Errorf("--max-body: %w", err)
+		}
+		p.MaxBody = n
+	}
+	if set("token-rate") {
+		p.Rate = c.Float64("token-rate")
+	}
+	if set("token-burst") {
+		p.Burst = c.Int("token-burst")
+	}
+	return nil
 }
 
 // buildService builds the service described by c's flags, the optional
@@ -156,6 +248,9 @@ func buildService(c *cli.Context) (api.ServiceSpec, error) {
 	if err := applyJobFlags(c, j, time.Now(), false); err != nil {
 		return spec, err
 	}
+	if err := buildPublic(c, &spec); err != nil {
+		return spec, err
+	}
 	if j.Run.ServicePort == 0 {
 		return spec, errors.New("--port is required (the port the server listens on)")
 	}
@@ -179,6 +274,90 @@ func servePostAction(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.Writer, "service %s: gateway http://%s (%d..%d replicas, leasing)\n", v.ID, v.Gateway, v.Spec.Replicas, v.Spec.MaxReplicas)
 	printGatewayToken(c.App.Writer, &v)
+	printPublic(c.App.Writer, &v)
+	if v.Public != nil {
+		fmt.Fprintf(c.App.Writer, "           its end users need API tokens: gpumesh serve token add %s NAME\n", v.ID)
+	}
+	return nil
+}
+
+// printPublic describes the public endpoint: where, its certificate, its
+// limits.
+func printPublic(w io.Writer, v *api.ServiceView) {
+	p, spec := v.Public, v.Spec.Public
+	if p == nil || spec == nil {
+		return
+	}
+	if p.Error != "" {
+		fmt.Fprintf(w, "public:    not served: %s\n", p.Error)
+		return
+	}
+	cert := "certificate"
+	if p.CertPEM != "" {
+		cert = "self-signed certificate (PEM in serve status --json: public.cert_pem)"
+	}
+	fmt.Fprintf(w, "public:    %s, %s sha256 %s\n", p.URL, cert, p.Fingerprint)
+	limit := "no rate limit"
+	if spec.Rate > 0 {
+		limit = fmt.Sprintf("%.4g req/s (burst %d) per token", spec.Rate, spec.Burst)
+	}
+	fmt.Fprintf(w, "           %d API token(s) (Authorization: Bearer), bodies up to %d bytes, %s%s\n", p.Tokens, spec.MaxBody, limit,
+		prefixed(", hosts ", strings.Join(spec.Hosts, " ")))
+}
+
+func serveTokenAddAction(c *cli.Context) error {
+	id, name, err := twoArgs(c, "service ID", "token NAME")
+	if err != nil {
+		return err
+	}
+	t, err := client(c).AddServiceToken(c.Context, id, name)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, t)
+	}
+	fmt.Fprintf(c.App.Writer, "token %s: %s\n(shown only now; send it as Authorization: Bearer TOKEN)\n", t.Name, t.Token)
+	return nil
+}
+
+func serveTokenListAction(c *cli.Context) error {
+	id, err := jobArg(c, "service ID")
+	if err != nil {
+		return err
+	}
+	ts, err := client(c).ServiceTokens(c.Context, id)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, ts)
+	}
+	if len(ts) == 0 {
+		fmt.Fprintln(c.App.Writer, "no API tokens")
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMADE\tREQUESTS\tRATE-LIMITED")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", t.Name, fmtTime(t.Created), t.Requests, t.Limited)
+	}
+	return tw.Flush()
+}
+
+func serveTokenRevokeAction(c *cli.Context) error {
+	id, name, err := twoArgs(c, "service ID", "token NAME")
+	if err != nil {
+		return err
+	}
+	t, err := client(c).RevokeServiceToken(c.Context, id, name)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, t)
+	}
+	fmt.Fprintf(c.App.Writer, "token %s revoked\n", t.Name)
 	return nil
 }
 
@@ -244,6 +423,7 @@ func printServiceView(w io.Writer, v *api.ServiceView, peer func(string) string)
 	fmt.Fprintf(w, "service:   %s (%s)\n", v.ID, state)
 	fmt.Fprintf(w, "gateway:   http://%s\n", v.Gateway)
 	printGatewayToken(w, v)
+	printPublic(w, v)
 	fmt.Fprintf(w, "command:   %s (port %d%s)\n", strings.Join(j.Run.Command, " "), j.Run.ServicePort, prefixed(", health ", v.Spec.Health))
 	fmt.Fprintf(w, "replicas:  %d ready, %d desired, bounds %d..%d\n", v.Ready, v.Desired, v.Spec.Replicas, v.Spec.MaxReplicas)
 	fmt.Fprintf(w, "leases:    %s, %d GPU(s) each, %s, max $%.4g/GPU-h%s\n", j.Tier, j.GPUCount, j.Duration, j.MaxPrice, prefixed(", region ", j.Region))
@@ -253,9 +433,14 @@ func printServiceView(w io.Writer, v *api.ServiceView, peer func(string) string)
 	t := v.Totals
 	fmt.Fprintf(w, "traffic:   %d requests, %d errors, %d retried, %.1f req/s, p50 %.2f p95 %.2f p99 %.2f ms\n",
 		t.Requests, t.Errors, v.Retries, t.RatePerSec, t.P50MS, t.P95MS, t.P99MS)
+	fmt.Fprintf(w, "cost:      %.3f GPU-h, $%.4f at the lease prices, $%.4f per 1,000 requests\n", t.GPUSeconds/3600, t.CostUSD, t.USDPer1kRequests)
+	if t.PromptTokens+t.CompletionTokens > 0 {
+		fmt.Fprintf(w, "tokens:    %d prompt + %d completion, %.1f tokens/s, $%.4f per 1M tokens\n",
+			t.PromptTokens, t.CompletionTokens, t.TokensPerSec, t.USDPer1MTokens)
+	}
 	if len(v.Replicas) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "JOB\tPROVIDER\tSTATE\tLEASE END\tINFLIGHT\tREQUESTS\tREQ/S\tP50 MS\tP95 MS\tP99 MS\tERR %")
+		fmt.Fprintln(tw, "JOB\tPROVIDER\tSTATE\tLEASE END\tINFLIGHT\tREQUESTS\tREQ/S\tP50 MS\tP95 MS\tP99 MS\tERR %\tCOST $\t$/1K REQ\tTOK/S\t$/1M TOK")
 		for _, r := range v.Replicas {
 			st := r.State
 			if r.Renewing {
@@ -265,8 +450,9 @@ func printServiceView(w io.Writer, v *api.ServiceView, peer func(string) string)
 			if !r.LeaseEnd.IsZero() {
 				end = r.LeaseEnd.Local().Format(time.TimeOnly)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\n", r.JobID, orDash(peer(r.Provider)), st, end,
-				r.Outstanding, r.Requests, r.RatePerSec, r.P50MS, r.P95MS, r.P99MS, 100*r.ErrorRate)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\t%.4f\t%.4f\t%.1f\t%.4f\n", r.JobID, orDash(peer(r.Provider)), st, end,
+				r.Outstanding, r.Requests, r.RatePerSec, r.P50MS, r.P95MS, r.P99MS, 100*r.ErrorRate,
+				r.CostUSD, r.USDPer1kRequests, r.TokensPerSec, r.USDPer1MTokens)
 		}
 		_ = tw.Flush()
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,10 +16,16 @@ func TestServeCLIAgainstFakeDaemon(t *testing.T) {
 	var posted api.ServiceSpec
 	var scaled api.ScaleRequest
 	view := func(spec api.ServiceSpec) api.ServiceView {
-		return api.ServiceView{ID: "svc-1", Spec: spec, Gateway: "127.0.0.1:4242", Token: "tok-abc123", Desired: 2, Ready: 2,
+		v := api.ServiceView{ID: "svc-1", Spec: spec, Gateway: "127.0.0.1:4242", Token: "tok-abc123", Desired: 2, Ready: 2,
 			Replicas: []api.ReplicaView{{JobID: "job-a", Provider: "12D3KooWprovider1", State: api.ReplicaReady,
-				ReplicaStats: api.ReplicaStats{Requests: 10, P50MS: 1.5, P95MS: 3.25, P99MS: 4}}},
-			Totals: api.ReplicaStats{Requests: 10, P95MS: 3.25}}
+				ReplicaStats: api.ReplicaStats{Requests: 10, P50MS: 1.5, P95MS: 3.25, P99MS: 4, CostUSD: 0.125, USDPer1kRequests: 12.5,
+					TokensPerSec: 37.5, USDPer1MTokens: 2.75}}},
+			Totals: api.ReplicaStats{Requests: 10, P95MS: 3.25, GPUSeconds: 1800, CostUSD: 0.125, USDPer1kRequests: 12.5,
+				PromptTokens: 1000, CompletionTokens: 4000, TokensPerSec: 37.5, USDPer1MTokens: 2.75}}
+		if spec.Public != nil {
+			v.Public = &api.PublicView{URL: "https://" + spec.Public.Addr, Fingerprint: "AB:CD", CertPEM: "-----BEGIN CERTIFICATE-----", Tokens: 1}
+		}
+		return v
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/services", func(w http.ResponseWriter, r *http.Request) {
@@ -46,6 +53,19 @@ func TestServeCLIAgainstFakeDaemon(t *testing.T) {
 		v := view(posted)
 		v.Stopped = true
 		replyJSON(w, 200, v)
+	})
+	var tokenAdded api.TokenRequest
+	var revoked string
+	mux.HandleFunc("POST /v1/services/{id}/tokens", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewDecoder(r.Body).Decode(&tokenAdded)
+		replyJSON(w, 200, api.APIToken{Name: tokenAdded.Name, Token: "secret-xyz"})
+	})
+	mux.HandleFunc("GET /v1/services/{id}/tokens", func(w http.ResponseWriter, r *http.Request) {
+		replyJSON(w, 200, []api.APIToken{{Name: "alice", Requests: 42, Limited: 7}})
+	})
+	mux.HandleFunc("DELETE /v1/services/{id}/tokens/{name}", func(w http.ResponseWriter, r *http.Request) {
+		revoked = r.PathValue("id") + "/" + r.PathValue("name")
+		replyJSON(w, 200, api.APIToken{Name: r.PathValue("name")})
 	})
 	dir := fakeDaemon(t, mux)
 	file := writeFile(t, "svc.yaml", `
@@ -86,11 +106,39 @@ job:
 					t.Fatalf("posted %+v", posted)
 				}
 			}},
+		{"post public", []string{"serve", "post", "--port", "8000", "--max-price", "3", "--public", "0.0.0.0:8443", "--public-host", "api.example",
+			"--tls-cert", "c.pem", "--tls-key", "/etc/k.pem", "--max-body", "1MiB", "--token-rate", "5", "--token-burst", "10", "--", "srv"},
+			0, []string{"public:    https://0.0.0.0:8443, self-signed certificate", "sha256 AB:CD", "serve token add svc-1 NAME"}, func(t *testing.T) {
+				p := posted.Public
+				if p == nil || p.Addr != "0.0.0.0:8443" || strings.Join(p.Hosts, ",") != "api.example" || !filepath.IsAbs(p.TLSCert) ||
+					!strings.HasSuffix(p.TLSCert, "/c.pem") || p.TLSKey != "/etc/k.pem" || p.MaxBody != 1<<20 || p.Rate != 5 || p.Burst != 10 {
+					t.Fatalf("posted public %+v", p)
+				}
+			}},
+		{"public flag without --public", []string{"serve", "post", "--port", "8000", "--max-price", "3", "--token-rate", "5", "--", "srv"},
+			1, []string{"--token-rate is for the public endpoint: give --public ADDR too"}, nil},
+		{"bad max body", []string{"serve", "post", "--port", "8000", "--max-price", "3", "--public", ":8443", "--max-body", "lots", "--", "srv"},
+			1, []string{"--max-body: invalid size"}, nil},
+		{"token add", []string{"serve", "token", "add", "svc-1", "alice"}, 0, []string{"token alice: secret-xyz"}, func(t *testing.T) {
+			if tokenAdded.Name != "alice" {
+				t.Fatalf("token request %+v", tokenAdded)
+			}
+		}},
+		{"token add without name", []string{"serve", "token", "add", "svc-1"}, 1, []string{"missing token NAME"}, nil},
+		{"token list", []string{"serve", "token", "list", "svc-1"}, 0, []string{"alice", "42", "7"}, nil},
+		{"token revoke", []string{"serve", "token", "revoke", "svc-1", "alice"}, 0, []string{"token alice revoked"}, func(t *testing.T) {
+			if revoked != "svc-1/alice" {
+				t.Fatalf("revoked %q", revoked)
+			}
+		}},
 		{"post without port", []string{"serve", "post", "--max-price", "2", "--", "srv"}, 1, []string{"--port is required"}, nil},
 		{"post without command", []string{"serve", "post", "--max-price", "2", "--port", "80"}, 1, []string{"no command"}, nil},
 		{"list", []string{"serve", "list"}, 0, []string{"svc-1", "127.0.0.1:4242", "2/2", "3.2"}, nil},
-		{"status", []string{"serve", "status", "svc-1"}, 0, []string{"gateway:   http://127.0.0.1:4242", "token:     tok-abc123", "job-a", "ready", "3.25"}, nil},
-		{"status json", []string{"serve", "status", "--json", "svc-1"}, 0, []string{`"p95_ms": 3.25`}, nil},
+		{"status", []string{"serve", "status", "svc-1"}, 0, []string{"gateway:   http://127.0.0.1:4242", "token:     tok-abc123", "job-a", "ready", "3.25",
+			"cost:      0.500 GPU-h, $0.1250 at the lease prices, $12.5000 per 1,000 requests",
+			"tokens:    1000 prompt + 4000 completion, 37.5 tokens/s, $2.7500 per 1M tokens", "0.1250  12.5000   37.5   2.7500"}, nil},
+		{"status json", []string{"serve", "status", "--json", "svc-1"}, 0, []string{`"p95_ms": 3.25`, `"tokens_per_sec": 37.5`, `"usd_per_1m_tokens": 2.75`,
+			`"usd_per_1k_requests": 12.5`, `"gpu_seconds": 1800`}, nil},
 		{"status unknown", []string{"serve", "status", "nope"}, 1, []string{`no service "nope"`}, nil},
 		{"scale", []string{"serve", "scale", "--replicas", "3", "svc-1"}, 0, []string{"service svc-1: bounds"}, func(t *testing.T) {
 			if scaled.Replicas != 3 || scaled.MaxReplicas != 0 {

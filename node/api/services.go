@@ -36,6 +36,74 @@ type ServiceSpec struct {
 	// StartTimeout bounds how long a leased replica may take to become
 	// ready before it is replaced; zero: 2m.
 	StartTimeout time.Duration `json:"start_timeout,omitempty" yaml:"start_timeout,omitempty"`
+	// Public, when set, also serves the gateway on a public address, over
+	// TLS, to end users holding one of the service's API tokens.
+	Public *PublicSpec `json:"public,omitempty" yaml:"public,omitempty"`
+}
+
+// PublicSpec is a service's public endpoint: the gateway on a public
+// address, over TLS, for end users. Each request must carry one of the
+// service's API tokens (`Authorization: Bearer TOKEN`; the owner's
+// gateway token is not accepted there) and name one of Hosts, or an IP
+// address, as its Host.
+type PublicSpec struct {
+	// Addr is the address to listen on, e.g. 0.0.0.0:8443.
+	Addr string `json:"addr" yaml:"addr"`
+	// Hosts are the names clients reach the endpoint by (the Host check
+	// accepts these and IP addresses; a self-signed certificate is made
+	// for them).
+	Hosts []string `json:"hosts,omitempty" yaml:"hosts,omitempty"`
+	// TLSCert and TLSKey are PEM files, on the daemon's machine, of the
+	// certificate (chain) and its key; neither: a self-signed certificate
+	// made when the service starts and kept with it.
+	TLSCert string `json:"tls_cert,omitempty" yaml:"tls_cert,omitempty"`
+	TLSKey  string `json:"tls_key,omitempty" yaml:"tls_key,omitempty"`
+	// MaxBody bounds a request's body, in bytes (413 above); zero:
+	// DefaultMaxBody.
+	MaxBody int64 `json:"max_body,omitempty" yaml:"max_body,omitempty"`
+	// Rate is the requests per second each API token may make on average,
+	// Burst how many at once (429 beyond); zero rate: no limit; zero
+	// burst: the rate, rounded up.
+	Rate  float64 `json:"rate,omitempty" yaml:"rate,omitempty"`
+	Burst int     `json:"burst,omitempty" yaml:"burst,omitempty"`
+}
+
+// DefaultMaxBody is PublicSpec.MaxBody's default: 10 MiB.
+const DefaultMaxBody = 10 << 20
+
+// PublicView is a service's public endpoint as it runs.
+type PublicView struct {
+	// URL is https:// and the address it listens on.
+	URL string `json:"url"`
+	// Fingerprint is the SHA-256 of its certificate, as openssl prints it
+	// (AB:CD:...).
+	Fingerprint string `json:"fingerprint"`
+	// CertPEM is the self-signed certificate, for clients to trust
+	// (empty with the owner's certificate files).
+	CertPEM  string    `json:"cert_pem,omitempty"`
+	NotAfter time.Time `json:"not_after"`
+	Tokens   int       `json:"tokens"`
+	// Error says why the endpoint is not served (after a restart: its
+	// address taken, its certificate unreadable).
+	Error string `json:"error,omitempty"`
+}
+
+// APIToken is one of a service's API tokens, as listed (the secret itself
+// is shown once, when it is made).
+type APIToken struct {
+	Name    string    `json:"name"`
+	Created time.Time `json:"created"`
+	// Requests and Limited count, since the daemon started, the requests
+	// the token was admitted for and those refused by its rate limit.
+	Requests int64 `json:"requests"`
+	Limited  int64 `json:"limited"`
+	// Token is the secret, only in the answer that made it.
+	Token string `json:"token,omitempty"`
+}
+
+// TokenRequest is the body of POST /v1/services/{id}/tokens.
+type TokenRequest struct {
+	Name string `json:"name"`
 }
 
 // DefaultTargetConcurrency is ServiceSpec.TargetConcurrency's default.
@@ -57,6 +125,9 @@ type ReplicaView struct {
 	Provider string    `json:"provider,omitempty"`
 	State    string    `json:"state"`
 	LeaseEnd time.Time `json:"lease_end,omitempty"`
+	// PriceUSD is the lease's price per GPU-hour, GPUs its GPUs.
+	PriceUSD float64 `json:"price_usd,omitempty"`
+	GPUs     int     `json:"gpus,omitempty"`
 	// Renewing is set once a successor has been asked for (the lease ends
 	// soon).
 	Renewing bool      `json:"renewing,omitempty"`
@@ -76,6 +147,22 @@ type ReplicaStats struct {
 	P95MS       float64 `json:"p95_ms"`
 	P99MS       float64 `json:"p99_ms"`
 	LastError   string  `json:"last_error,omitempty"`
+	// GPUSeconds is the GPU time of the lease(s) so far (a service's:
+	// every replica's, gone ones' too) and CostUSD what it costs at the
+	// lease price: the renter's estimate, receipts settle the actual sums.
+	// USDPer1kRequests is CostUSD per 1,000 requests.
+	GPUSeconds       float64 `json:"gpu_seconds"`
+	CostUSD          float64 `json:"cost_usd"`
+	USDPer1kRequests float64 `json:"usd_per_1k_requests"`
+	// PromptTokens and CompletionTokens add up the usage of answers that
+	// carry one (OpenAI-compatible servers: a JSON "usage" field, in the
+	// body or in the last server-sent event that has one);
+	// TokensPerSec is completion tokens per second over the last 10 s,
+	// USDPer1MTokens CostUSD per million tokens (prompt and completion).
+	PromptTokens     int64   `json:"prompt_tokens"`
+	CompletionTokens int64   `json:"completion_tokens"`
+	TokensPerSec     float64 `json:"tokens_per_sec"`
+	USDPer1MTokens   float64 `json:"usd_per_1m_tokens"`
 }
 
 // ServiceEvent is one entry of a service's recent history.
@@ -92,7 +179,9 @@ type ServiceView struct {
 	Gateway string `json:"gateway"`
 	// Token is the gateway's secret: every request must carry it, in the
 	// X-Gpumesh-Token header or as ?token=.
-	Token    string         `json:"token,omitempty"`
+	Token string `json:"token,omitempty"`
+	// Public is the public endpoint, when the spec asks for one.
+	Public   *PublicView    `json:"public,omitempty"`
 	Stopped  bool           `json:"stopped,omitempty"`
 	Desired  int            `json:"desired"`
 	Ready    int            `json:"ready"`
@@ -147,4 +236,27 @@ func (c *Client) StopService(ctx context.Context, id string) (ServiceView, error
 	var v ServiceView
 	err := c.Do(ctx, http.MethodPost, servicePath(id, "/stop"), nil, nil, &v)
 	return v, err
+}
+
+// AddServiceToken is POST /v1/services/{id}/tokens: a new API token for
+// the service's public endpoint, its secret in the answer (only there).
+func (c *Client) AddServiceToken(ctx context.Context, id, name string) (APIToken, error) {
+	var t APIToken
+	err := c.Do(ctx, http.MethodPost, servicePath(id, "/tokens"), nil, TokenRequest{Name: name}, &t)
+	return t, err
+}
+
+// ServiceTokens is GET /v1/services/{id}/tokens.
+func (c *Client) ServiceTokens(ctx context.Context, id string) ([]APIToken, error) {
+	var ts []APIToken
+	err := c.Do(ctx, http.MethodGet, servicePath(id, "/tokens"), nil, nil, &ts)
+	return ts, err
+}
+
+// RevokeServiceToken is DELETE /v1/services/{id}/tokens/{name}: the token
+// is refused from then on.
+func (c *Client) RevokeServiceToken(ctx context.Context, id, name string) (APIToken, error) {
+	var t APIToken
+	err := c.Do(ctx, http.MethodDelete, servicePath(id, "/tokens/"+url.PathEscape(name)), nil, nil, &t)
+	return t, err
 }

@@ -1,75 +1,46 @@
 package service
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"strings"
+	"sync"
 	"time"
 )
 
-// hopHeaders are per-connection headers a proxy must not forward.
-var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-	"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-func removeHopHeaders(h http.Header) {
-	for _, f := range h.Values("Connection") {
-		for _, name := range strings.Split(f, ",") {
-			h.Del(strings.TrimSpace(name))
-		}
-	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
-}
-
-// drain discards and closes a response body, so its connection is reused.
-func drain(resp *http.Response) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 256<<10))
-	_ = resp.Body.Close()
-}
-
-// pick chooses a replica by the power of two choices: of two random
-// routable replicas, the one with the lower (outstanding+1) × latency
-// EWMA. Replicas suspected after a failed request, and skip, are passed
-// over while another is routable.
+// pick chooses the replica for a request: the routable one with the
+// fewest requests in flight, equals taken in turn, so that load is shared
+// evenly whatever each replica's latency. Replicas suspected after a
+// failed request, and skip, are passed over.
 func (s *Service) pick(skip *replica) *replica {
 	all := *s.routable.Load()
-	cands := make([]*replica, 0, len(all))
+	var buf [16]*replica
+	least := buf[:0]
+	var low int64
 	for _, r := range all {
-		if r != skip && !r.suspect.Load() {
-			cands = append(cands, r)
+		if r == skip || r.suspect.Load() {
+			continue
+		}
+		switch o := r.outstanding.Load(); {
+		case len(least) == 0 || o < low:
+			least, low = append(least[:0], r), o
+		case o == low:
+			least = append(least, r)
 		}
 	}
-	switch len(cands) {
-	case 0:
+	if len(least) == 0 {
 		return nil
-	case 1:
-		return cands[0]
 	}
-	i := mrand.IntN(len(cands))
-	j := mrand.IntN(len(cands) - 1)
-	if j >= i {
-		j++
-	}
-	if score(cands[j]) < score(cands[i]) {
-		return cands[j]
-	}
-	return cands[i]
-}
-
-func score(r *replica) float64 {
-	lat := r.win.latency()
-	if lat == 0 {
-		lat = 1e-3 // unmeasured: a new replica is tried as a fast one
-	}
-	return float64(r.outstanding.Load()+1) * lat
+	return least[(s.turn.Add(1)-1)%uint64(len(least))]
 }
 
 // retryable reports whether a request may be sent again to another
@@ -142,41 +113,123 @@ func (s *Service) tokenMatches(tok string) bool {
 	return s.token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.token)) == 1
 }
 
-// ServeHTTP is the gateway: it routes the request to a replica over
-// libp2p and streams the answer back as it comes (chunked bodies and
-// server-sent events pass through, flushed per read). A failed idempotent
-// request is retried once on another replica.
+// ServeHTTP is the gateway: an admitted request goes to a replica
+// through the service's reverse proxy.
 func (s *Service) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	status, msg, inQuery := s.admit(req)
 	if status != 0 {
 		http.Error(w, msg, status)
 		return
 	}
+	if inQuery {
+		req = req.WithContext(context.WithValue(req.Context(), credentialKey{}, credential{query: TokenParam}))
+	}
+	s.proxy.ServeHTTP(w, req)
+}
+
+// credentialKey marks, in an admitted request's context, where its
+// gateway credential came apart from the TokenHeader (always removed), so
+// that the proxy removes it too.
+type credentialKey struct{}
+
+type credential struct {
+	query  string // the query parameter that carried it
+	header string // the header that carried it
+}
+
+// newProxy is the service's reverse proxy: httputil.ReverseProxy (hop
+// headers, protocol upgrades such as WebSockets, trailers), sending each
+// request through the balancer. An answer of unknown length (chunked,
+// server-sent events) is flushed to the client as it comes; one of known
+// length goes out in full writes (flushing each piece cost every request
+// an extra write).
+func (s *Service) newProxy() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite:      rewrite,
+		Transport:    balancer{s},
+		ErrorHandler: proxyError,
+		ErrorLog:     slog.NewLogLogger(s.m.log.Handler(), slog.LevelDebug),
+	}
+}
+
+// rewrite makes the request a replica gets: addressed to the replica
+// (whose transport dials it), with the client's Host and X-Forwarded-*
+// for it, and without the gateway's credential. The client's own
+// X-Forwarded-For is not passed on: the gateway is the edge, and what a
+// client claims there is not known.
+func rewrite(pr *httputil.ProxyRequest) {
+	pr.Out.Header.Del(TokenHeader)
+	c, _ := pr.In.Context().Value(credentialKey{}).(credential)
+	if c.header != "" {
+		pr.Out.Header.Del(c.header)
+	}
+	if c.query != "" {
+		q := pr.Out.URL.Query()
+		q.Del(c.query)
+		pr.Out.URL.RawQuery = q.Encode()
+	}
+	if pr.Out.Body != nil {
+		pr.Out.Body = &clientBody{ReadCloser: pr.Out.Body}
+	}
+	pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "replica"
+	pr.Out.Host = pr.In.Host
+	pr.SetXForwarded()
+}
+
+// proxyError answers a request no replica answered: 503 when none is
+// ready, 413 when its body went over the public endpoint's limit on the
+// way, else 502 with the reason.
+func proxyError(w http.ResponseWriter, _ *http.Request, err error) {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.Is(err, errNoReplica):
+		http.Error(w, "gpumesh gateway: "+err.Error(), http.StatusServiceUnavailable)
+	case errors.As(err, &tooBig):
+		tooLarge(w, tooBig.Limit)
+	default:
+		http.Error(w, "gpumesh gateway: "+err.Error(), http.StatusBadGateway)
+	}
+}
+
+var (
+	errNoReplica     = errors.New("no ready replica")
+	errReplicaStatus = errors.New("replica answered")
+)
+
+// balancer is the proxy's transport: it sends a request to the replica
+// pick chooses, over that replica's libp2p transport. A failed idempotent
+// request (the transport failed, or the replica answered 5xx other than
+// 501) is sent once more, to another replica.
+type balancer struct{ s *Service }
+
+func (b balancer) RoundTrip(req *http.Request) (*http.Response, error) {
+	s := b.s
 	canRetry := retryable(req)
 	var skip *replica
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		r := s.pick(skip)
 		if r == nil {
-			msg := "gpumesh gateway: no ready replica"
 			if lastErr != nil {
-				msg = "gpumesh gateway: " + lastErr.Error()
-				http.Error(w, msg, http.StatusBadGateway)
-				return
+				return nil, lastErr
 			}
-			http.Error(w, msg, http.StatusServiceUnavailable)
-			return
+			return nil, errNoReplica
 		}
 		r.outstanding.Add(1)
 		start := time.Now()
-		resp, err := r.transport.RoundTrip(s.outRequest(req, inQuery))
+		resp, err := r.transport.RoundTrip(req)
 		if err == nil && resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented && canRetry && attempt == 0 {
 			drain(resp)
 			err = fmt.Errorf("%w %s", errReplicaStatus, resp.Status)
-			resp = nil
+		}
+		if cerr := clientFailed(req); err != nil && cerr != nil {
+			// The client's body failed (cut off, over the limit): not the
+			// replica's doing, and not to be sent again.
+			r.outstanding.Add(-1)
+			return nil, cerr
 		}
 		if err != nil {
-			s.record(r, start, err)
+			s.record(r, time.Since(start), err, usage{})
 			r.outstanding.Add(-1)
 			if req.Context().Err() == nil && !errors.Is(err, errReplicaStatus) {
 				// A transport failure: keep requests off the replica until a
@@ -189,100 +242,124 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 				skip = r
 				continue
 			}
-			http.Error(w, "gpumesh gateway: "+err.Error(), http.StatusBadGateway)
-			return
+			return nil, err
 		}
-		ttfb := time.Since(start)
-		err = copyResponse(w, resp)
-		var rerr error
-		if err != nil && !errors.Is(err, errClient) {
-			rerr = err
-		} else if resp.StatusCode >= 500 {
-			rerr = fmt.Errorf("%w: %s", errReplicaStatus, resp.Status)
+		resp.Body = s.track(r, req, resp, time.Since(start))
+		return resp, nil
+	}
+}
+
+// clientBody is a request's body on its way to a replica; it keeps the
+// error reading it failed with.
+type clientBody struct {
+	io.ReadCloser
+	mu  sync.Mutex
+	err error
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.mu.Lock()
+		b.err = err
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+// clientFailed is the error reading req's body failed with, if it did.
+func clientFailed(req *http.Request) error {
+	b, ok := req.Body.(*clientBody)
+	if !ok {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// drain discards and closes a response body, so its connection is reused.
+func drain(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 256<<10))
+	_ = resp.Body.Close()
+}
+
+// track wraps a replica's answer so that, once the proxy is done with it
+// (the body closed: copied to the client, or the upgraded connection
+// ended), the request leaves the replica's outstanding count and is
+// recorded: its time to first byte, the tokens the answer says it used,
+// and an error if reading the answer failed while the client was still
+// there, or the replica answered 5xx.
+func (s *Service) track(r *replica, req *http.Request, resp *http.Response, ttfb time.Duration) io.ReadCloser {
+	done := func(readErr error, u usage) {
+		err := readErr
+		if req.Context().Err() != nil {
+			err = nil // the client went away: not the replica's failure
 		}
-		s.recordLatency(r, ttfb, rerr)
+		if err == nil && resp.StatusCode >= 500 {
+			err = fmt.Errorf("%w: %s", errReplicaStatus, resp.Status)
+		}
+		s.record(r, ttfb, err, u)
 		r.outstanding.Add(-1)
-		return
 	}
+	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+		// The proxy needs the upgraded connection writable; it reads and
+		// writes it from two goroutines and closes it while one may still
+		// be reading, so nothing of its reads is kept.
+		return &trackedConn{ReadWriteCloser: rw, done: done}
+	}
+	return &tracked{ReadCloser: resp.Body, scan: newUsageScanner(resp), done: done}
 }
 
-var (
-	errReplicaStatus = errors.New("replica answered")
-	errClient        = errors.New("client went away")
-)
-
-// outRequest is the request as sent to a replica: without the gateway's
-// token (in its header, and in the query when it came there).
-func (s *Service) outRequest(req *http.Request, tokenInQuery bool) *http.Request {
-	out := req.Clone(req.Context())
-	out.Header.Del(TokenHeader)
-	if tokenInQuery {
-		q := out.URL.Query()
-		q.Del(TokenParam)
-		out.URL.RawQuery = q.Encode()
-	}
-	out.RequestURI = ""
-	out.URL.Scheme, out.URL.Host = "http", "replica"
-	out.Host = req.Host
-	if req.ContentLength == 0 {
-		out.Body = nil
-	}
-	removeHopHeaders(out.Header)
-	if ip, _, err := net.SplitHostPort(req.RemoteAddr); err == nil {
-		if prior := out.Header.Get("X-Forwarded-For"); prior != "" {
-			ip = prior + ", " + ip
-		}
-		out.Header.Set("X-Forwarded-For", ip)
-	}
-	return out
+// tracked is a replica's response body that reports its end once, with
+// the usage scanned from it as it passed.
+type tracked struct {
+	io.ReadCloser
+	once    sync.Once
+	readErr error
+	scan    *usageScanner // nil: the answer carries no usage
+	done    func(readErr error, u usage)
 }
 
-func (s *Service) record(r *replica, start time.Time, err error) {
-	s.recordLatency(r, time.Since(start), err)
+func (t *tracked) Read(p []byte) (int, error) {
+	n, err := t.ReadCloser.Read(p)
+	if n > 0 && t.scan != nil {
+		t.scan.write(p[:n])
+	}
+	if err != nil && err != io.EOF && t.readErr == nil {
+		t.readErr = err
+	}
+	return n, err
 }
 
-func (s *Service) recordLatency(r *replica, lat time.Duration, err error) {
-	sm := sample{at: time.Now(), lat: lat, err: err != nil}
+func (t *tracked) Close() error {
+	err := t.ReadCloser.Close()
+	t.once.Do(func() {
+		u, _ := t.scan.result()
+		t.done(t.readErr, u)
+	})
+	return err
+}
+
+// trackedConn is an upgraded connection's tracked body.
+type trackedConn struct {
+	io.ReadWriteCloser
+	once sync.Once
+	done func(readErr error, u usage)
+}
+
+func (c *trackedConn) Close() error {
+	err := c.ReadWriteCloser.Close()
+	c.once.Do(func() { c.done(nil, usage{}) })
+	return err
+}
+
+func (s *Service) record(r *replica, lat time.Duration, err error, u usage) {
+	sm := sample{at: time.Now(), lat: lat, err: err != nil, prompt: u.Prompt, completion: u.Completion}
 	msg := ""
 	if err != nil {
 		msg = err.Error()
 	}
 	r.win.add(sm, msg)
 	s.win.add(sm, msg)
-}
-
-// copyResponse writes resp to w, flushing after every read so that
-// streamed answers reach the client as they are produced. A failure to
-// write to the client wraps errClient.
-func copyResponse(w http.ResponseWriter, resp *http.Response) error {
-	defer resp.Body.Close()
-	removeHopHeaders(resp.Header)
-	h := w.Header()
-	for k, vs := range resp.Header {
-		h[k] = vs
-	}
-	w.WriteHeader(resp.StatusCode)
-	rc := http.NewResponseController(w)
-	if resp.ContentLength < 0 {
-		// A streamed answer: the client sees its headers at once.
-		_ = rc.Flush()
-	}
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return fmt.Errorf("%w: %v", errClient, werr)
-			}
-			if err := rc.Flush(); err != nil {
-				return fmt.Errorf("%w: %v", errClient, err)
-			}
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
 }

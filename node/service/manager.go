@@ -109,6 +109,11 @@ func normalize(spec *api.ServiceSpec, now time.Time) error {
 	if spec.TargetP95 < 0 || spec.ScaleDownAfter < 0 || spec.ProbeInterval < 0 || spec.StartTimeout < 0 || spec.TargetConcurrency < 0 {
 		return badRequest("service: durations and targets must not be negative")
 	}
+	if spec.Public != nil {
+		if err := normalizePublic(spec.Public); err != nil {
+			return err
+		}
+	}
 	if job.Preemptible {
 		return badRequest("service: replicas must not be preemptible (a service is always on)")
 	}
@@ -166,10 +171,19 @@ func (m *Manager) Post(spec api.ServiceSpec) (api.ServiceView, error) {
 		return api.ServiceView{}, fmt.Errorf("service gateway: %w", err)
 	}
 	s := newService(m, spec, ln, "")
+	if spec.Public != nil {
+		if s.public, err = s.openPublic(spec.Public.Addr, "", ""); err != nil {
+			_ = ln.Close()
+			return api.ServiceView{}, badRequest("service public endpoint %s: %v", spec.Public.Addr, err)
+		}
+	}
 	m.mu.Lock()
 	if _, dup := m.svcs[spec.ID]; dup {
 		m.mu.Unlock()
 		_ = ln.Close()
+		if s.public != nil {
+			_ = s.public.srv.Close()
+		}
 		return api.ServiceView{}, badRequest("service id %s already used", spec.ID)
 	}
 	m.svcs[spec.ID] = s
@@ -179,7 +193,17 @@ func (m *Manager) Post(spec api.ServiceSpec) (api.ServiceView, error) {
 	s.mu.Unlock()
 	s.start()
 	m.log.Info("service started", "service", spec.ID, "gateway", s.Gateway(), "replicas", spec.Replicas, "max", spec.MaxReplicas)
+	s.logPublic()
 	return s.view(), nil
+}
+
+// logPublic logs where the public endpoint listens and its certificate's
+// fingerprint (which clients of a self-signed one check).
+func (s *Service) logPublic() {
+	if p := s.public; p != nil {
+		s.m.log.Info("service public endpoint", "service", s.spec.ID, "url", "https://"+p.ln.Addr().String(),
+			"sha256_fingerprint", p.fingerprint, "self_signed", p.selfCert != "")
+	}
 }
 
 func (m *Manager) get(id string) (*Service, error) {
@@ -227,6 +251,34 @@ func (m *Manager) Scale(id string, req api.ScaleRequest) (api.ServiceView, error
 		return api.ServiceView{}, err
 	}
 	return s.view(), nil
+}
+
+// AddToken makes a new API token for a service's public endpoint; its
+// secret is in the answer, and nowhere else.
+func (m *Manager) AddToken(id, name string) (api.APIToken, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return api.APIToken{}, err
+	}
+	return s.addToken(name)
+}
+
+// Tokens lists a service's API tokens.
+func (m *Manager) Tokens(id string) ([]api.APIToken, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return nil, err
+	}
+	return s.listTokens()
+}
+
+// RevokeToken removes one of a service's API tokens.
+func (m *Manager) RevokeToken(id, name string) (api.APIToken, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return api.APIToken{}, err
+	}
+	return s.revokeToken(name)
 }
 
 // Stop closes a service's gateway and cancels its replicas' leases.

@@ -22,6 +22,7 @@ type lossLeaser struct {
 	jobs     []auction.Job
 	lost     map[string]bool
 	canceled []string
+	provider string // testProvider when empty
 }
 
 func (f *lossLeaser) Post(job auction.Job) (api.JobView, error) {
@@ -33,7 +34,11 @@ func (f *lossLeaser) Post(job auction.Job) (api.JobView, error) {
 
 func (f *lossLeaser) viewLocked(job auction.Job) api.JobView {
 	v := api.JobView{JobStatus: auction.JobStatus{Job: job, State: auction.JobLeased}, Run: auction.RunRunning}
-	v.Lease = &auction.Lease{ID: "lease-" + job.ID, JobID: job.ID, Provider: testProvider, End: time.Now().Add(time.Hour)}
+	prov := f.provider
+	if prov == "" {
+		prov = testProvider
+	}
+	v.Lease = &auction.Lease{ID: "lease-" + job.ID, JobID: job.ID, Provider: prov, End: time.Now().Add(time.Hour)}
 	if f.lost[job.ID] {
 		v.State, v.Run, v.Fault, v.Detail = auction.JobFinished, auction.RunFailed, auction.FaultProvider, "provider lost: no heartbeat for 35s"
 	}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"slices"
 	"sort"
 	"strings"
@@ -36,12 +37,17 @@ type replica struct {
 	leaseID  string
 	provider peer.ID
 	leaseEnd time.Time
-	state    string
-	since    time.Time
-	leasedAt time.Time
-	renewing bool
-	failures int
-	probeErr string
+	// leaseStart, price (USD per GPU-hour) and gpus are the lease's, for
+	// what the replica costs.
+	leaseStart time.Time
+	price      float64
+	gpus       int
+	state      string
+	since      time.Time
+	leasedAt   time.Time
+	renewing   bool
+	failures   int
+	probeErr   string
 
 	suspect     atomic.Bool // a request failed at the transport: out of routing until a probe passes
 	outstanding atomic.Int64
@@ -70,6 +76,17 @@ type Service struct {
 	wg      sync.WaitGroup
 	win     window // every request, for the autoscaler
 	retries atomic.Int64
+	proxy   *httputil.ReverseProxy
+	// turn makes replicas equally loaded take requests in turn.
+	turn atomic.Uint64
+	// public is the public endpoint (nil without one, or when it could not
+	// be served again after a restart: publicErr says why).
+	public    *public
+	publicErr string
+	publicRec *publicRecord // the record of a public endpoint not served
+	// tokens are the public endpoint's API tokens (read lock-free per
+	// request, replaced under mu).
+	tokens atomic.Pointer[[]*apiToken]
 
 	// routable is the replicas requests may go to (rebuilt on each state
 	// change, read lock-free per request).
@@ -86,6 +103,10 @@ type Service struct {
 	dirty        bool // changed since last persisted
 	halted       bool // the daemon is shutting down: nothing is cancelled any more
 
+	// spentGPUSeconds and spentUSD are the GPU time and cost of the
+	// replicas gone (those running add theirs in the view).
+	spentGPUSeconds, spentUSD float64
+
 	// avoid is the providers that lost a replica through their own fault
 	// (went silent, restarted, broke), newest last: new replicas' auctions
 	// exclude them, as the renter's requeue excludes a lost provider.
@@ -101,8 +122,10 @@ func newService(m *Manager, spec api.ServiceSpec, ln net.Listener, token string)
 		s.hosts = gatewayHosts(ln.Addr().String())
 	}
 	s.ctx, s.cancel = context.WithCancel(m.ctx)
+	s.proxy = s.newProxy()
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}
 	s.routable.Store(&[]*replica{})
+	s.tokens.Store(&[]*apiToken{})
 	return s
 }
 
@@ -232,6 +255,7 @@ func (s *Service) leased(r *replica, v api.JobView, err error) {
 	}
 	s.postFailures = 0
 	r.leaseID, r.provider, r.leaseEnd, r.leasedAt = v.Lease.ID, prov, v.Lease.End, s.now()
+	r.leaseStart, r.price, r.gpus = v.Lease.Start, v.Lease.Price, v.Lease.GPUCount
 	r.transport = s.newTransport(prov, r.leaseID)
 	if s.stopped {
 		s.retire(r, "service stopped")
@@ -296,6 +320,9 @@ func (s *Service) retire(r *replica, why string) {
 		return
 	}
 	s.reps = append(s.reps[:i], s.reps[i+1:]...)
+	gs, usd := r.spent(s.now())
+	s.spentGPUSeconds += gs
+	s.spentUSD += usd
 	close(r.stop)
 	s.reroute()
 	if r.transport != nil {
@@ -306,6 +333,23 @@ func (s *Service) retire(r *replica, why string) {
 	// queued on the renter and would be leased later, a replica nobody
 	// routes to holding a GPU.
 	s.cancelJob(r.jobID)
+}
+
+// spent is r's GPU time up to now (its lease's, from its start to now or
+// its end) and what that costs at the lease's price.
+func (r *replica) spent(now time.Time) (gpuSeconds, usd float64) {
+	if r.leaseID == "" || r.leaseStart.IsZero() {
+		return 0, 0
+	}
+	end := now
+	if !r.leaseEnd.IsZero() && r.leaseEnd.Before(end) {
+		end = r.leaseEnd
+	}
+	if !end.After(r.leaseStart) {
+		return 0, 0
+	}
+	gpuSeconds = end.Sub(r.leaseStart).Seconds() * float64(r.gpus)
+	return gpuSeconds, gpuSeconds / 3600 * r.price
 }
 
 // cancelJob cancels a replica's job in the background.
@@ -568,11 +612,22 @@ func (s *Service) stop(why string) {
 	}
 	s.save()
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = s.srv.Shutdown(ctx)
-	cancel()
+	s.shutdown()
 	s.cancel()
 	s.wg.Wait()
+}
+
+// shutdown closes the gateway and the public endpoint, letting requests
+// in flight finish for a while.
+func (s *Service) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	if s.public != nil {
+		wg.Go(func() { _ = s.public.srv.Shutdown(ctx) })
+	}
+	_ = s.srv.Shutdown(ctx)
+	wg.Wait()
 }
 
 // halt stops serving because the daemon shuts down: the gateway closes
@@ -582,9 +637,7 @@ func (s *Service) halt() {
 	s.mu.Lock()
 	s.halted = true
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = s.srv.Shutdown(ctx)
-	cancel()
+	s.shutdown()
 	s.cancel()
 	s.wg.Wait()
 	s.mu.Lock()
@@ -603,10 +656,15 @@ func (s *Service) view() api.ServiceView {
 		Retries: s.retries.Load(), Events: append([]api.ServiceEvent(nil), s.events...), Created: s.created,
 		Replicas: []api.ReplicaView{}}
 	outstanding := 0
+	gpuSeconds, usd := s.spentGPUSeconds, s.spentUSD
 	for _, r := range s.reps {
 		rv := api.ReplicaView{JobID: r.jobID, LeaseID: r.leaseID, Provider: r.provider.String(), State: r.state,
-			LeaseEnd: r.leaseEnd, Renewing: r.renewing, Since: r.since,
+			LeaseEnd: r.leaseEnd, PriceUSD: r.price, GPUs: r.gpus, Renewing: r.renewing, Since: r.since,
 			ReplicaStats: r.win.view(now, int(r.outstanding.Load()))}
+		gs, cost := r.spent(now)
+		setCost(&rv.ReplicaStats, gs, cost)
+		gpuSeconds += gs
+		usd += cost
 		if r.provider == "" {
 			rv.Provider = ""
 		}
@@ -620,5 +678,13 @@ func (s *Service) view() api.ServiceView {
 		v.Replicas = append(v.Replicas, rv)
 	}
 	v.Totals = s.win.view(now, outstanding)
+	setCost(&v.Totals, gpuSeconds, usd)
+	if s.spec.Public != nil {
+		pv := &api.PublicView{Tokens: len(*s.tokens.Load()), Error: s.publicErr}
+		if p := s.public; p != nil {
+			pv.URL, pv.Fingerprint, pv.CertPEM, pv.NotAfter = "https://"+p.ln.Addr().String(), p.fingerprint, p.selfCert, p.notAfter
+		}
+		v.Public = pv
+	}
 	return v
 }

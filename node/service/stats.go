@@ -12,15 +12,17 @@ import (
 // windowSize is how many recent requests a window keeps.
 const windowSize = 2048
 
-// sample is one finished request.
+// sample is one finished request, with the tokens its answer said it
+// used (OpenAI-compatible servers).
 type sample struct {
-	at  time.Time
-	lat time.Duration
-	err bool
+	at                 time.Time
+	lat                time.Duration
+	err                bool
+	prompt, completion int64
 }
 
 // window keeps a replica's (or a service's) totals and its recent requests
-// for rates and percentiles, and an EWMA of latency for routing.
+// for rates and percentiles.
 type window struct {
 	mu       sync.Mutex
 	buf      [windowSize]sample
@@ -28,11 +30,9 @@ type window struct {
 	requests int64
 	errors   int64
 	lastErr  string
-	ewma     float64 // seconds; 0: no sample yet
+	// prompt and completion are the tokens of every answer that said.
+	prompt, completion int64
 }
-
-// ewmaAlpha weighs a new latency sample in the routing average.
-const ewmaAlpha = 0.2
 
 func (w *window) add(s sample, errMsg string) {
 	w.mu.Lock()
@@ -41,24 +41,12 @@ func (w *window) add(s sample, errMsg string) {
 	w.next = (w.next + 1) % windowSize
 	w.n = min(w.n+1, windowSize)
 	w.requests++
+	w.prompt += s.prompt
+	w.completion += s.completion
 	if s.err {
 		w.errors++
 		w.lastErr = errMsg
-		return
 	}
-	l := s.lat.Seconds()
-	if w.ewma == 0 {
-		w.ewma = l
-	} else {
-		w.ewma = ewmaAlpha*l + (1-ewmaAlpha)*w.ewma
-	}
-}
-
-// latency is the routing EWMA (0 before the first success).
-func (w *window) latency() float64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.ewma
 }
 
 // rateSpan is the span of a status view's request rate.
@@ -126,8 +114,28 @@ func (w *window) view(now time.Time, outstanding int) api.ReplicaStats {
 	if sum.count > 0 {
 		st.ErrorRate = float64(sum.errs) / float64(sum.count)
 	}
-	st.RatePerSec = float64(len(w.recentLocked(now, rateSpan))) / rateSpan.Seconds()
+	recent := w.recentLocked(now, rateSpan)
+	st.RatePerSec = float64(len(recent)) / rateSpan.Seconds()
+	st.PromptTokens, st.CompletionTokens = w.prompt, w.completion
+	var generated int64
+	for _, s := range recent {
+		generated += s.completion
+	}
+	st.TokensPerSec = float64(generated) / rateSpan.Seconds()
 	return st
+}
+
+// setCost fills st's cost figures from the GPU time its requests had
+// and what that cost.
+func setCost(st *api.ReplicaStats, gpuSeconds, usd float64) {
+	st.GPUSeconds, st.CostUSD = gpuSeconds, usd
+	st.USDPer1kRequests, st.USDPer1MTokens = 0, 0
+	if st.Requests > 0 {
+		st.USDPer1kRequests = usd / float64(st.Requests) * 1e3
+	}
+	if tokens := st.PromptTokens + st.CompletionTokens; tokens > 0 {
+		st.USDPer1MTokens = usd / float64(tokens) * 1e6
+	}
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d.Microseconds())) / 1000 }

@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -30,14 +32,39 @@ type record struct {
 	Replicas []replicaRecord `json:"replicas,omitempty"`
 	// Avoid is the providers left out of new replicas' auctions.
 	Avoid []string `json:"avoid,omitempty"`
+	// Public is the public endpoint as it ran; Tokens its API tokens.
+	Public *publicRecord `json:"public,omitempty"`
+	Tokens []tokenRecord `json:"tokens,omitempty"`
+	// SpentGPUSeconds and SpentUSD are the gone replicas' GPU time and
+	// cost.
+	SpentGPUSeconds float64 `json:"spent_gpu_seconds,omitempty"`
+	SpentUSD        float64 `json:"spent_usd,omitempty"`
+}
+
+type publicRecord struct {
+	// Addr is where it listened (its port chosen, when the spec's was 0).
+	Addr string `json:"addr"`
+	// Cert and Key are its self-signed certificate and key (PEM).
+	Cert string `json:"cert,omitempty"`
+	Key  string `json:"key,omitempty"`
+}
+
+// tokenRecord is an API token as persisted: its SHA-256, never itself.
+type tokenRecord struct {
+	Name    string    `json:"name"`
+	SHA256  string    `json:"sha256"`
+	Created time.Time `json:"created"`
 }
 
 type replicaRecord struct {
-	JobID    string    `json:"job_id"`
-	LeaseID  string    `json:"lease_id"`
-	Provider string    `json:"provider"`
-	LeaseEnd time.Time `json:"lease_end"`
-	Renewing bool      `json:"renewing,omitempty"`
+	JobID      string    `json:"job_id"`
+	LeaseID    string    `json:"lease_id"`
+	Provider   string    `json:"provider"`
+	LeaseEnd   time.Time `json:"lease_end"`
+	Renewing   bool      `json:"renewing,omitempty"`
+	LeaseStart time.Time `json:"lease_start,omitzero"`
+	Price      float64   `json:"price,omitempty"`
+	GPUs       int       `json:"gpus,omitempty"`
 }
 
 // save persists the service; s.mu is held.
@@ -46,11 +73,20 @@ func (s *Service) save() {
 	if s.m.cfg.Store == nil {
 		return
 	}
-	rec := record{Spec: s.spec, Desired: s.desired, Gateway: s.Gateway(), Token: s.token, Stopped: s.stopped, Created: s.created, Avoid: s.avoid}
+	rec := record{Spec: s.spec, Desired: s.desired, Gateway: s.Gateway(), Token: s.token, Stopped: s.stopped, Created: s.created, Avoid: s.avoid,
+		SpentGPUSeconds: s.spentGPUSeconds, SpentUSD: s.spentUSD}
+	if p := s.public; p != nil {
+		rec.Public = &publicRecord{Addr: p.ln.Addr().String(), Cert: p.selfCert, Key: p.selfKey}
+	} else if s.spec.Public != nil {
+		rec.Public = s.publicRec // not served this run: kept for the next
+	}
+	for _, t := range *s.tokens.Load() {
+		rec.Tokens = append(rec.Tokens, tokenRecord{Name: t.name, SHA256: hex.EncodeToString(t.hash[:]), Created: t.created})
+	}
 	for _, r := range s.reps {
 		if r.leaseID != "" && r.state != api.ReplicaDraining {
 			rec.Replicas = append(rec.Replicas, replicaRecord{JobID: r.jobID, LeaseID: r.leaseID, Provider: r.provider.String(),
-				LeaseEnd: r.leaseEnd, Renewing: r.renewing})
+				LeaseEnd: r.leaseEnd, Renewing: r.renewing, LeaseStart: r.leaseStart, Price: r.price, GPUs: r.gpus})
 		}
 	}
 	if err := s.m.cfg.Store.Put(s.spec.ID, rec); err != nil {
@@ -91,10 +127,15 @@ func (m *Manager) Restore() error {
 		}
 		s := newService(m, rec.Spec, ln, rec.Token) // a record from before tokens gets a new one
 		s.created, s.avoid = rec.Created, rec.Avoid
+		s.spentGPUSeconds, s.spentUSD = rec.SpentGPUSeconds, rec.SpentUSD
 		s.desired = min(max(rec.Desired, rec.Spec.Replicas), rec.Spec.MaxReplicas)
 		s.mu.Lock()
 		if moved {
 			s.event("gateway %s is taken: now on %s", rec.Gateway, s.Gateway())
+		}
+		s.restoreTokens(rec.Tokens)
+		if rec.Spec.Public != nil {
+			s.restorePublic(rec.Public)
 		}
 		for _, rr := range rec.Replicas {
 			prov, err := peer.Decode(rr.Provider)
@@ -102,6 +143,7 @@ func (m *Manager) Restore() error {
 				continue
 			}
 			r := &replica{jobID: rr.JobID, leaseID: rr.LeaseID, provider: prov, leaseEnd: rr.LeaseEnd, renewing: rr.Renewing,
+				leaseStart: rr.LeaseStart, price: rr.Price, gpus: rr.GPUs,
 				state: api.ReplicaStarting, since: s.now(), leasedAt: s.now(), stop: make(chan struct{})}
 			r.transport = s.newTransport(prov, rr.LeaseID)
 			s.reps = append(s.reps, r)
@@ -115,16 +157,58 @@ func (m *Manager) Restore() error {
 		m.mu.Unlock()
 		s.start()
 		m.log.Info("service restored", "service", rec.Spec.ID, "gateway", s.Gateway(), "replicas", len(rec.Replicas))
+		s.logPublic()
 	}
 	return nil
+}
+
+// restoreTokens takes a record's API tokens; s.mu is held.
+func (s *Service) restoreTokens(recs []tokenRecord) {
+	ts := make([]*apiToken, 0, len(recs))
+	for _, tr := range recs {
+		b, err := hex.DecodeString(tr.SHA256)
+		if err != nil || len(b) != sha256.Size {
+			s.m.log.Warn("service: unreadable API token record", "service", s.spec.ID, "token", tr.Name)
+			continue
+		}
+		ts = append(ts, s.newAPIToken(tr.Name, [sha256.Size]byte(b), tr.Created))
+	}
+	s.tokens.Store(&ts)
+}
+
+// restorePublic serves the public endpoint again where it listened, else
+// on the spec's address; when neither works (or its certificate does not
+// load) the service runs without it, its status saying why; s.mu is held.
+func (s *Service) restorePublic(rec *publicRecord) {
+	addr, cert, key := s.spec.Public.Addr, "", ""
+	if rec != nil {
+		addr, cert, key = rec.Addr, rec.Cert, rec.Key
+	}
+	p, err := s.openPublic(addr, cert, key)
+	if err != nil && addr != s.spec.Public.Addr {
+		p, err = s.openPublic(s.spec.Public.Addr, cert, key)
+	}
+	if err != nil {
+		s.publicRec, s.publicErr = rec, err.Error()
+		s.event("public endpoint not served: %v", err)
+		return
+	}
+	s.public = p
+	if got := p.ln.Addr().String(); got != addr {
+		s.event("public endpoint %s is taken: now on %s", addr, got)
+	}
 }
 
 // newTransport is the HTTP transport to one replica: each connection is
 // a wire.ProtoService stream to its provider.
 func (s *Service) newTransport(prov peer.ID, leaseID string) *http.Transport {
+	return replicaTransport(s.m.cfg.Open, prov, leaseID)
+}
+
+func replicaTransport(open Opener, prov peer.ID, leaseID string) *http.Transport {
 	return &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return Connect(ctx, s.m.cfg.Open, prov, leaseID)
+			return Connect(ctx, open, prov, leaseID)
 		},
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 256,

@@ -3,7 +3,8 @@
 // renter's daemon serves a loopback HTTP gateway that routes requests to
 // the replicas over libp2p streams (wire.ProtoService), which the provider
 // connects to the replica's port inside the job's sandbox. No replica ever
-// listens on a public port.
+// listens on a public port; a service may have a public endpoint, the
+// same gateway over TLS for its end users' API tokens (public.go).
 //
 // The renter side is the Manager (services, replicas, routing, health,
 // failover, autoscaling); the provider side is Serve, one call per stream.

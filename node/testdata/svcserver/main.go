@@ -6,15 +6,25 @@
 //	GET /stream?n=N    N server-sent events, 100 ms apart
 //	POST /echo         the request body
 //	GET /fail          500 (a failing handler)
+//	GET /ws            a WebSocket that sends back each message
+//	POST /v1/chat/completions
+//	                   an OpenAI-compatible chat completion: max_tokens
+//	                   completion tokens, one per word of the messages'
+//	                   content as prompt tokens; streamed as server-sent
+//	                   events (the usage in the last) when stream is true
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
+
+	"golang.org/x/net/websocket"
 )
 
 func main() {
@@ -43,10 +53,53 @@ func main() {
 		}
 	})
 	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(w, r.Body) })
+	mux.Handle("GET /ws", websocket.Handler(func(ws *websocket.Conn) {
+		var msg string
+		for websocket.Message.Receive(ws, &msg) == nil {
+			if websocket.Message.Send(ws, fmt.Sprintf("%d: %s", pid, msg)) != nil {
+				return
+			}
+		}
+	}))
+	mux.HandleFunc("POST /v1/chat/completions", chatCompletion)
 	mux.HandleFunc("GET /fail", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "failing", 500) })
 	fmt.Println("listening on 127.0.0.1:" + port)
 	if err := http.ListenAndServe("127.0.0.1:"+port, mux); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+func chatCompletion(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		MaxTokens int  `json:"max_tokens"`
+		Stream    bool `json:"stream"`
+		Messages  []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	prompt := 0
+	for _, m := range req.Messages {
+		prompt += len(strings.Fields(m.Content))
+	}
+	usage := map[string]int{"prompt_tokens": prompt, "completion_tokens": req.MaxTokens, "total_tokens": prompt + req.MaxTokens}
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"object": "chat.completion",
+			"choices": []any{map[string]any{"message": map[string]string{"role": "assistant", "content": strings.Repeat("tok ", req.MaxTokens)}}},
+			"usage":   usage})
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	rc := http.NewResponseController(w)
+	for range req.MaxTokens {
+		fmt.Fprint(w, `data: {"object":"chat.completion.chunk","choices":[{"delta":{"content":"tok "}}],"usage":null}`+"\n\n")
+		_ = rc.Flush()
+	}
+	last, _ := json.Marshal(map[string]any{"object": "chat.completion.chunk", "choices": []any{}, "usage": usage})
+	fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", last)
 }
