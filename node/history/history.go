@@ -36,13 +36,15 @@ func New[T any](size int) *Ring[T] {
 	return &Ring[T]{buf: make([]T, size)}
 }
 
-// Sample adds take()'s sample when one is due at now: the first call, and
-// then once at least Every has passed since the last sample. A clock that
-// went back delays the next sample rather than adding one. It reports
-// whether it sampled; take runs without the Ring's lock.
+// Sample adds take()'s sample when one is due at now: on the first call,
+// and then on the first call of each later period (periods are whole
+// minutes of the clock, so a caller's jitter neither skips one nor takes
+// two in one). A clock that went back adds nothing until it passes the
+// last sample's period. It reports whether it sampled; take runs without
+// the Ring's lock.
 func (r *Ring[T]) Sample(now time.Time, take func() T) bool {
 	r.mu.Lock()
-	due := r.last.IsZero() || now.Sub(r.last) >= Every
+	due := r.last.IsZero() || now.Truncate(Every).After(r.last.Truncate(Every))
 	if due {
 		r.last = now
 	}
@@ -68,4 +70,10 @@ func (r *Ring[T]) All() []T {
 		out = append(out, r.buf[(r.next-i+len(r.buf))%len(r.buf)])
 	}
 	return out
+}
+
+// Next is how long after now the next period begins: when a caller that
+// has nothing else to wake it should call Sample again.
+func Next(now time.Time) time.Duration {
+	return now.Truncate(Every).Add(Every).Sub(now)
 }
