@@ -79,9 +79,7 @@ func (d *Daemon) serveAPI() error {
 	d.route(mux, "GET /v1/version", func(*http.Request) (any, error) {
 		return map[string]string{"version": Version}, nil
 	})
-	d.route(mux, "GET /v1/status", func(*http.Request) (any, error) { return d.Status(), nil })
-	d.route(mux, "GET /v1/peers", func(*http.Request) (any, error) { return d.Peers(), nil })
-	d.route(mux, "GET /v1/providers", d.handleProviders)
+	d.viewRoutes(mux, false, false)
 	d.route(mux, "POST /v1/tasks/convert", func(r *http.Request) (any, error) {
 		var req api.ConvertTaskRequest
 		dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))

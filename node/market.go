@@ -19,6 +19,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -45,6 +46,10 @@ type market struct {
 	metrics  *metrics
 	scrubber runtime.Scrubber
 	verdicts ownVerdicts
+
+	// provHistory is the provider's earnings and occupancy a minute
+	// (sampleProvider; nil on a renter-only node).
+	provHistory *history.Ring[api.ProviderSample]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -135,6 +140,7 @@ func newMarket(d *Daemon) (*market, error) {
 func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d := m.d
 	m.cal = auction.NewCalendar(len(d.inv.GPUs))
+	m.provHistory = history.New[api.ProviderSample](history.Keep)
 	work, err := prepareWorkRoot(d.cfg.Provider.WorkDir, d.paths, d.log)
 	if err != nil {
 		return err
@@ -224,6 +230,11 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d.net.Host.SetStreamHandler(wire.ProtoExec, d.net.Guard(wire.ProtoExec, m.serveExec))
 	d.net.Host.SetStreamHandler(wire.ProtoPortForward, d.net.Guard(wire.ProtoPortForward, m.servePortForward))
 	m.serveChallenges()
+	d.wg.Add(1) // ends before the ledger closes
+	go func() {
+		defer d.wg.Done()
+		m.sampleProvider()
+	}()
 	for _, t := range auction.ProviderTopics(ptr(d.capability(time.Minute))) {
 		if err := d.net.Subscribe(m.ctx, t, func(from peer.ID, data []byte) {
 			if err := m.provider.HandleCall(from, data); err != nil {
@@ -355,19 +366,16 @@ func (m *market) badFrame(role string) func() {
 	return func() { m.counters.Add(role + ".malformed_frame") }
 }
 
+// routes registers the market's endpoints that act or that the console
+// does not show; its read-only views are viewRoutes'.
 func (m *market) routes(mux *http.ServeMux) {
 	d := m.d
 	t := m.tracker
 	d.route(mux, "POST /v1/jobs", m.apiPostJob)
-	d.route(mux, "GET /v1/jobs", func(*http.Request) (any, error) { return t.List(), nil })
-	d.route(mux, "GET /v1/jobs/{id}", func(r *http.Request) (any, error) { return t.View(r.PathValue("id")) })
 	d.route(mux, "POST /v1/jobs/{id}/cancel", func(r *http.Request) (any, error) { return t.Cancel(r.PathValue("id")) })
-	d.route(mux, "GET /v1/jobs/{id}/bids", func(r *http.Request) (any, error) { return t.Bids(r.PathValue("id")) })
-	mux.HandleFunc("GET /v1/jobs/{id}/logs", m.apiLogs)
 	mux.HandleFunc("GET /v1/jobs/{id}/outputs", m.apiOutputs)
 	mux.HandleFunc("POST /v1/jobs/{id}/exec", m.apiExec)
 	mux.HandleFunc("POST /v1/jobs/{id}/port-forward", m.apiPortForward)
-	d.route(mux, "GET /v1/provider/stats", func(*http.Request) (any, error) { return m.providerStats() })
 	d.route(mux, "GET /v1/reputation/{peer}", func(r *http.Request) (any, error) {
 		p := r.PathValue("peer")
 		if _, err := peer.Decode(p); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/console"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -339,7 +340,7 @@ func (d *Daemon) ledgerSum(f func(earned, owed float64) float64) float64 {
 	return s
 }
 
-// serveMetrics exposes the metrics and the status page (and, with
+// serveMetrics exposes the metrics and the web console (and, with
 // metrics_pprof, /debug/pprof/) on the configured loopback address
 // (opt-in: metrics_addr).
 func (d *Daemon) serveMetrics() error {
@@ -372,7 +373,9 @@ func (d *Daemon) serveMetrics() error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/", d.serveDashboard)
+	// The web console: its pages at /, the views they read at /v1/.
+	d.viewRoutes(mux, true, token != "")
+	mux.Handle("/", console.Handler())
 	if d.cfg.MetricsPprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -380,7 +383,8 @@ func (d *Daemon) serveMetrics() error {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	srv := &http.Server{Handler: metricsGuard(mux, ln.Addr().String(), d.cfg.MetricsAddr, token), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: metricsGuard(mux, ln.Addr().String(), d.cfg.MetricsAddr, token, console.Public),
+		ReadHeaderTimeout: 5 * time.Second}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
@@ -399,19 +403,22 @@ func (d *Daemon) serveMetrics() error {
 // Host names the listener (its address, the configured one, or
 // localhost on its port: a browser page on a name rebound to loopback is
 // refused) and, with a token, when it carries it (Authorization: Bearer,
-// or ?token= for the status page in a browser; compared in constant
-// time).
-func metricsGuard(next http.Handler, listenAddr, configured, token string) http.Handler {
+// or ?token= for the console in a browser; compared in constant time),
+// except what public says holds no data (the console's own files). No
+// answer of the listener is to be sniffed into another type (a job's log
+// is text, whatever it says).
+func metricsGuard(next http.Handler, listenAddr, configured, token string, public func(*http.Request) bool) http.Handler {
 	hosts := []string{listenAddr, configured}
 	if _, port, err := net.SplitHostPort(listenAddr); err == nil {
 		hosts = append(hosts, net.JoinHostPort("localhost", port))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if !slices.ContainsFunc(hosts, func(h string) bool { return strings.EqualFold(h, r.Host) }) {
 			http.Error(w, fmt.Sprintf("host %q is not this listener", r.Host), http.StatusMisdirectedRequest)
 			return
 		}
-		if token != "" {
+		if token != "" && !public(r) {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok {
 				got = r.URL.Query().Get("token")

@@ -81,8 +81,6 @@ func (m *market) serviceRoutes(mux *http.ServeMux) {
 		}
 		return m.svc.Post(spec)
 	})
-	d.route(mux, "GET /v1/services", func(*http.Request) (any, error) { return m.svc.List(), nil })
-	d.route(mux, "GET /v1/services/{id}", func(r *http.Request) (any, error) { return m.svc.View(r.PathValue("id")) })
 	d.route(mux, "POST /v1/services/{id}/scale", func(r *http.Request) (any, error) {
 		var req api.ScaleRequest
 		if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<16)).Decode(&req); err != nil {

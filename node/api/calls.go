@@ -175,6 +175,13 @@ func (c *Client) ProviderStats(ctx context.Context) (ProviderStatsView, error) {
 	return s, err
 }
 
+// ProviderHistory is GET /v1/provider/history.
+func (c *Client) ProviderHistory(ctx context.Context) (ProviderHistoryView, error) {
+	var v ProviderHistoryView
+	err := c.Do(ctx, http.MethodGet, "/provider/history", nil, nil, &v)
+	return v, err
+}
+
 // Reputation is GET /v1/reputation/{peer}.
 func (c *Client) Reputation(ctx context.Context, peer string) (ReputationView, error) {
 	var v ReputationView

@@ -192,6 +192,26 @@ type ServiceView struct {
 	Created  time.Time      `json:"created"`
 }
 
+// LatencySample is a service's requests through its gateway over the
+// minute before Time, as its status showed them then (Totals): how many,
+// how many failed, and the latency percentiles of the others.
+type LatencySample struct {
+	Time     time.Time `json:"time"`
+	Requests int       `json:"requests"`
+	Errors   int       `json:"errors"`
+	P50MS    float64   `json:"p50_ms"`
+	P95MS    float64   `json:"p95_ms"`
+}
+
+// ServiceHistoryView is GET /v1/services/{id}/history: a sample every
+// Every over the last day (kept in memory: since the daemon started at
+// most), oldest first, the last one taken at the call.
+type ServiceHistoryView struct {
+	ID      string          `json:"id"`
+	Every   time.Duration   `json:"every"`
+	Samples []LatencySample `json:"samples"`
+}
+
 // ScaleRequest is the body of POST /v1/services/{id}/scale: new bounds
 // (zero leaves one as it is).
 type ScaleRequest struct {
@@ -220,6 +240,13 @@ func (c *Client) Services(ctx context.Context) ([]ServiceView, error) {
 func (c *Client) Service(ctx context.Context, id string) (ServiceView, error) {
 	var v ServiceView
 	err := c.Do(ctx, http.MethodGet, servicePath(id, ""), nil, nil, &v)
+	return v, err
+}
+
+// ServiceHistory is GET /v1/services/{id}/history.
+func (c *Client) ServiceHistory(ctx context.Context, id string) (ServiceHistoryView, error) {
+	var v ServiceHistoryView
+	err := c.Do(ctx, http.MethodGet, servicePath(id, "/history"), nil, nil, &v)
 	return v, err
 }
 

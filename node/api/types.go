@@ -223,6 +223,24 @@ type ProviderStatsView struct {
 	Limits LimitsView `json:"limits"`
 }
 
+// ProviderSample is one point of a provider's recent past: what its
+// stats said then (ProviderStatsView's fields of the same names).
+type ProviderSample struct {
+	Time            time.Time `json:"time"`
+	Occupancy       float64   `json:"occupancy"`
+	Running         int       `json:"running"`
+	EarningsUSD     float64   `json:"earnings_usd"`
+	LedgerEarnedUSD float64   `json:"ledger_earned_usd"`
+}
+
+// ProviderHistoryView is GET /v1/provider/history: a sample every Every
+// over the last day (kept in memory: since the daemon started at most),
+// oldest first, the last one taken at the call.
+type ProviderHistoryView struct {
+	Every   time.Duration    `json:"every"`
+	Samples []ProviderSample `json:"samples"`
+}
+
 // LimitsView is a provider's last GPU sensor reading against its policy's
 // limits (0 = none) and what the limits did.
 type LimitsView struct {

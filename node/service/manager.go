@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/gpumesh/gpumesh/node/lease"
 )
 
@@ -223,6 +224,17 @@ func (m *Manager) View(id string) (api.ServiceView, error) {
 		return api.ServiceView{}, err
 	}
 	return s.view(), nil
+}
+
+// History is a service's latency over the last day: a sample a minute
+// (kept since this daemon started), then one of now.
+func (m *Manager) History(id string) (api.ServiceHistoryView, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return api.ServiceHistoryView{}, err
+	}
+	return api.ServiceHistoryView{ID: id, Every: history.Every,
+		Samples: append(s.latency.All(), s.win.sample(s.now()))}, nil
 }
 
 // List is every service's status, by id.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -87,6 +88,8 @@ type Service struct {
 	// tokens are the public endpoint's API tokens (read lock-free per
 	// request, replaced under mu).
 	tokens atomic.Pointer[[]*apiToken]
+	// latency is a sample of win's figures a minute (the console's chart).
+	latency *history.Ring[api.LatencySample]
 
 	// routable is the replicas requests may go to (rebuilt on each state
 	// change, read lock-free per request).
@@ -117,7 +120,8 @@ func newService(m *Manager, spec api.ServiceSpec, ln net.Listener, token string)
 	if token == "" {
 		token = newToken()
 	}
-	s := &Service{m: m, spec: spec, ln: ln, token: token, created: m.cfg.Now(), desired: spec.Replicas}
+	s := &Service{m: m, spec: spec, ln: ln, token: token, created: m.cfg.Now(), desired: spec.Replicas,
+		latency: history.New[api.LatencySample](history.Keep)}
 	if ln != nil {
 		s.hosts = gatewayHosts(ln.Addr().String())
 	}
@@ -463,6 +467,7 @@ func (s *Service) tick() {
 	if s.stopped || s.halted {
 		return
 	}
+	s.latency.Sample(now, func() api.LatencySample { return s.win.sample(now) })
 	for _, r := range slices.Clone(s.reps) {
 		if r.state == api.ReplicaBidding {
 			continue

@@ -251,3 +251,48 @@ func TestGatewayAdmitsOnlyItsOwnerOnItsOwnHost(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceLatencyHistory: the control loop keeps a sample of the
+// gateway's figures a minute, each what the status showed then (the
+// minute before it), and the history ends with one of now that equals
+// the status view's totals.
+func TestServiceLatencyHistory(t *testing.T) {
+	t0 := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	clock := t0
+	s := testService(t)
+	s.m.cfg.Now = func() time.Time { return clock }
+	s.m.svcs = map[string]*Service{s.spec.ID: s}
+	for i := 1; i <= 10; i++ {
+		s.win.add(sample{at: t0.Add(-10 * time.Second), lat: time.Duration(i) * time.Millisecond}, "")
+	}
+	s.tick()
+	clock = t0.Add(30 * time.Second) // not a minute yet: no sample
+	s.tick()
+	for range 4 {
+		s.win.add(sample{at: t0.Add(50 * time.Second), lat: 100 * time.Millisecond}, "")
+	}
+	s.win.add(sample{at: t0.Add(50 * time.Second), err: true}, "refused")
+	clock = t0.Add(time.Minute)
+	s.tick()
+	s.win.add(sample{at: t0.Add(70 * time.Second), lat: 300 * time.Millisecond}, "")
+	clock = t0.Add(80 * time.Second)
+	h, err := s.m.History(s.spec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []api.LatencySample{
+		{Time: t0, Requests: 10, P50MS: 5, P95MS: 10},
+		{Time: t0.Add(time.Minute), Requests: 5, Errors: 1, P50MS: 100, P95MS: 100},
+		{Time: clock, Requests: 6, Errors: 1, P50MS: 100, P95MS: 300},
+	}
+	if h.ID != s.spec.ID || h.Every != time.Minute || fmt.Sprint(h.Samples) != fmt.Sprint(want) {
+		t.Fatalf("history %s every %s:\n%v\nwant\n%v", h.ID, h.Every, h.Samples, want)
+	}
+	tot := s.view().Totals
+	if last := h.Samples[len(h.Samples)-1]; last.P50MS != tot.P50MS || last.P95MS != tot.P95MS {
+		t.Errorf("now's sample %+v, status totals p50 %v p95 %v", last, tot.P50MS, tot.P95MS)
+	}
+	if _, err := s.m.History("nope"); err == nil || !strings.Contains(err.Error(), `no service "nope"`) {
+		t.Errorf("history of an unknown service: %v", err)
+	}
+}

@@ -139,3 +139,10 @@ func setCost(st *api.ReplicaStats, gpuSeconds, usd float64) {
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d.Microseconds())) / 1000 }
+
+// sample is the window's figures over statsSpan before now: what a
+// status view shows of them at now, as a point of the service's history.
+func (w *window) sample(now time.Time) api.LatencySample {
+	sum := summarize(w.recent(now, statsSpan))
+	return api.LatencySample{Time: now, Requests: sum.count, Errors: sum.errs, P50MS: ms(sum.p50), P95MS: ms(sum.p95)}
+}

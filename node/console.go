@@ -1,0 +1,58 @@
+package node
+
+import (
+	"net/http"
+
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// viewRoutes registers the control API's read-only views (GET, changing
+// nothing): on the control socket, and on the metrics listener for the
+// web console (package console), whose pages read them there. Both are
+// the same handlers, so the console shows what `gpumesh ... --json` says.
+//
+// The metrics listener is reachable by every local user unless it has a
+// token (metrics_token_file), so onConsole leaves out what only the
+// owner's socket hands out: a service's gateway token (the key to the
+// service) always, and job logs unless the listener has a token.
+func (d *Daemon) viewRoutes(mux *http.ServeMux, onConsole, tokened bool) {
+	d.route(mux, "GET /v1/status", func(*http.Request) (any, error) { return d.Status(), nil })
+	d.route(mux, "GET /v1/peers", func(*http.Request) (any, error) { return d.Peers(), nil })
+	d.route(mux, "GET /v1/providers", d.handleProviders)
+	m := d.market
+	if m == nil {
+		return
+	}
+	t := m.tracker
+	d.route(mux, "GET /v1/jobs", func(*http.Request) (any, error) { return t.List(), nil })
+	d.route(mux, "GET /v1/jobs/{id}", func(r *http.Request) (any, error) { return t.View(r.PathValue("id")) })
+	d.route(mux, "GET /v1/jobs/{id}/bids", func(r *http.Request) (any, error) { return t.Bids(r.PathValue("id")) })
+	logs := m.apiLogs
+	if onConsole && !tokened {
+		logs = func(w http.ResponseWriter, _ *http.Request) {
+			writeAPIError(w, &httpError{http.StatusForbidden,
+				"job logs are on the console only when its listener requires a token (metrics_token_file): any local user can read it"})
+		}
+	}
+	mux.HandleFunc("GET /v1/jobs/{id}/logs", logs)
+	d.route(mux, "GET /v1/provider/stats", func(*http.Request) (any, error) { return m.providerStats() })
+	d.route(mux, "GET /v1/provider/history", func(*http.Request) (any, error) { return m.providerHistory() })
+	svc := func(v api.ServiceView) api.ServiceView {
+		if onConsole {
+			v.Token = ""
+		}
+		return v
+	}
+	d.route(mux, "GET /v1/services", func(*http.Request) (any, error) {
+		vs := m.svc.List()
+		for i := range vs {
+			vs[i] = svc(vs[i])
+		}
+		return vs, nil
+	})
+	d.route(mux, "GET /v1/services/{id}", func(r *http.Request) (any, error) {
+		v, err := m.svc.View(r.PathValue("id"))
+		return svc(v), err
+	})
+	d.route(mux, "GET /v1/services/{id}/history", func(r *http.Request) (any, error) { return m.svc.History(r.PathValue("id")) })
+}
