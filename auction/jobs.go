@@ -151,7 +151,9 @@ func SampledBidder(j *Job, provider string) bool {
 
 // Validate checks a job spec and fills defaults: a zero BidWindow becomes
 // DefaultBidWindow. It rejects an unknown tier, a MaxPrice that is not a
-// positive finite number, GPUCount outside [1, MaxGPUCount], a non-positive
+// positive finite number, GPUCount outside [1, MaxGPUCount], a GPUFraction
+// not in GPUFractions or with a GPUCount other than 1, an unknown
+// Isolation or one other than any without a fraction, a non-positive
 // Duration, a negative MinVRAMGB, MinReliability outside [0,1], an empty
 // command, a Run.Env variable no runtime would set (CheckEnvVar), a negative Run.MemoryMB, an empty GPU model or dataset name, a
 // preemptible gold job (gold is the protected tier), a negative attempt, a
@@ -175,6 +177,23 @@ func (j *Job) Validate() error {
 	}
 	if j.GPUCount < 1 || j.GPUCount > MaxGPUCount {
 		bad("gpu_count", "must be in [1, %d], got %d", MaxGPUCount, j.GPUCount)
+	}
+	if j.GPUFraction != 0 {
+		switch {
+		case !slices.Contains(GPUFractions, j.GPUFraction):
+			bad("gpu_fraction", "must be 0.125, 0.25 or 0.5 of one GPU (0: whole GPUs), got %v", j.GPUFraction)
+		case j.GPUCount != 1:
+			bad("gpu_fraction", "is a fraction of one GPU: gpu_count must be 1, got %d", j.GPUCount)
+		}
+	}
+	switch j.Isolation {
+	case "", IsolationAny:
+	case IsolationMPS, IsolationMIG:
+		if j.GPUFraction == 0 {
+			bad("isolation", "%s isolates a slice of a GPU: it needs gpu_fraction (whole GPUs are not shared)", j.Isolation)
+		}
+	default:
+		bad("isolation", "must be %s, %s or %s, got %q", IsolationMIG, IsolationMPS, IsolationAny, j.Isolation)
 	}
 	if j.Duration <= 0 {
 		bad("duration", "must be positive, got %v", j.Duration)
