@@ -451,6 +451,25 @@ func (c *Calendar) Booking(leaseID string) (Booking, bool) {
 	return b, ok
 }
 
+// Sharers is the other leases holding a slice of lease id's device at the
+// instant at (none for a whole-device or unknown lease): while they run,
+// the device is not the lease's alone to clear or test.
+func (c *Calendar) Sharers(leaseID string, at time.Time) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.books[leaseID]
+	if !ok || b.Fraction == 0 {
+		return nil
+	}
+	var out []string
+	for _, o := range c.list() {
+		if o.LeaseID != leaseID && !at.Before(o.Start) && at.Before(o.End) && slices.ContainsFunc(o.Devices, func(d int) bool { return slices.Contains(b.Devices, d) }) {
+			out = append(out, o.LeaseID)
+		}
+	}
+	return out
+}
+
 // Prune drops bookings that ended at or before the instant before.
 func (c *Calendar) Prune(before time.Time) {
 	c.mu.Lock()

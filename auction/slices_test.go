@@ -45,6 +45,9 @@ func TestCalendarPacksSlices(t *testing.T) {
 	if got := c.Occupancy(t0); got != 1 {
 		t.Fatalf("occupancy of four quarters = %v, want 1", got)
 	}
+	if got := c.Sharers("q1", t0); !slices.Equal(got, []string{"q2", "q3", "q4"}) {
+		t.Fatalf("Sharers(q1) = %v, want the other three quarters", got)
+	}
 	// One quarter ends early: the fifth fits in its slice.
 	c.Truncate("q2", t0.Add(10*time.Minute))
 	if err := c.Reserve(quarter("q5", t0.Add(30*time.Minute), time.Hour)); err != nil {

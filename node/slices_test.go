@@ -1,0 +1,157 @@
+package node
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// TestSliceQuartersShareOneGPU is issue 25's acceptance: four
+// `--count 0.25` jobs run at the same time on the one GPU of one provider
+// (declared, cut into four slices), each billed a quarter of the
+// GPU-seconds it ran; a fifth waits, queued, until one ends, then runs.
+func TestSliceQuartersShareOneGPU(t *testing.T) {
+	cfg := fastConfig(providerConfig("eu-west", 1, l4))
+	cfg.Provider.Policy.Slices = []auction.SliceRule{{Devices: []int{0}, Count: 4}}
+	boot, ns := startNet(t, cfg)
+	prov := ns[0]
+	waitAdvertised(t, boot, prov)
+	if c := prov.Advertised(); c == nil || c.GPUs[0].Isolation != auction.IsolationNone || c.Policy.SliceCount(0) != 4 {
+		t.Fatalf("the record should advertise device 0 in 4 slices, enforced by none (declared): %+v", c)
+	}
+
+	quarter := func() auction.Job {
+		j := shJob(auction.Silver, 2, "echo started; sleep 120")
+		j.GPUFraction, j.MinVRAMGB = 0.25, 6 // a quarter of the L4's 24 GB
+		return j
+	}
+	running := func(v api.JobView) bool {
+		return v.Run == auction.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count > 0
+	}
+	var ids []string
+	for i := 0; i < 4; i++ {
+		v := post(t, boot, quarter())
+		if !leased(v) || v.Lease.GPUFraction != 0.25 || v.Winner != prov.ID().String() {
+			t.Fatalf("quarter %d not leased as a quarter: %s %v %+v", i, v.State, v.Reasons, v.Lease)
+		}
+		ids = append(ids, v.Job.ID)
+	}
+	for _, id := range ids {
+		waitJob(t, boot, id, 30*time.Second, "running with heartbeats", running)
+	}
+	// All four at once: every one still running, on distinct slices of
+	// device 0 in the provider's book.
+	for _, id := range ids {
+		if v, _ := boot.market.tracker.View(id); !running(v) {
+			t.Fatalf("job %s no longer running beside the others: %s (%s)", id, v.Run, v.Detail)
+		}
+	}
+	var taken []int
+	for _, b := range prov.market.cal.Bookings() {
+		if !slices.Equal(b.Devices, []int{0}) || len(b.Slices) != 1 || slices.Contains(taken, b.Slices[0]) {
+			t.Fatalf("booking %s holds devices %v slices %v (taken: %v)", b.LeaseID, b.Devices, b.Slices, taken)
+		}
+		taken = append(taken, b.Slices[0])
+	}
+	if len(taken) != 4 {
+		t.Fatalf("%d slice bookings, want 4", len(taken))
+	}
+
+	// A fifth that must start within minutes finds every slice taken for
+	// the next ten: it waits on the renter, queued.
+	fifth := quarter()
+	fifth.Deadline = time.Now().Add(3 * time.Minute)
+	fv := post(t, boot, fifth)
+	if fv.State != auction.JobQueued {
+		t.Fatalf("fifth quarter: %s %v, want queued", fv.State, fv.Reasons)
+	}
+
+	// One ends: its slice frees and the fifth runs in it, at once (the
+	// provider's capacity notice), not at its queue's next try.
+	cl := api.NewClient(boot.dir)
+	ctx := context.Background()
+	if _, err := cl.CancelJob(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	first := waitJob(t, boot, ids[0], 30*time.Second, "first quarter settled", func(v api.JobView) bool { return v.Receipt != nil })
+	fv = waitJob(t, boot, fv.Job.ID, 30*time.Second, "fifth quarter running", running)
+	if fv.Lease == nil || fv.Lease.GPUFraction != 0.25 || fv.Started.Before(first.Ended) {
+		t.Fatalf("fifth quarter ran %s on %+v; the first ended %s", fv.Started, fv.Lease, first.Ended)
+	}
+	if n := boot.market.counters.Snapshot()["renter.capacity_notice"]; n == 0 {
+		t.Fatal("the fifth was not woken by the provider's capacity notice")
+	}
+
+	// Each receipt bills a quarter of its run's GPU-seconds.
+	for _, id := range append(ids[1:], fv.Job.ID) {
+		if _, err := cl.CancelJob(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range append(ids, fv.Job.ID) {
+		v := waitJob(t, boot, id, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
+		r := v.Receipt
+		span := r.End.Sub(r.Start).Seconds()
+		want := attest.BillableSeconds(*v.Lease, r.Start, r.End, r.End, r.Heartbeats) / 4
+		if r.GPUFraction != 0.25 || r.GPUCount != 1 || math.Abs(r.GPUSeconds-want) > 1e-6 || r.GPUSeconds > span/4+1e-6 || r.GPUSeconds <= 0 {
+			t.Fatalf("job %s receipt: fraction %v, %v GPU-seconds over a %vs span; want a quarter (%v)", id, r.GPUFraction, r.GPUSeconds, span, want)
+		}
+		if math.Abs(r.Amount-r.GPUSeconds/3600*v.Lease.Price) > 1e-12 || math.Abs(v.CostUSD-r.Amount) > 1e-12 {
+			t.Fatalf("job %s: amount %v, cost %v for %v GPU-seconds at $%v", id, r.Amount, v.CostUSD, r.GPUSeconds, v.Lease.Price)
+		}
+	}
+}
+
+// TestSliceScrubbedOnlyWhenAlone: a slice lease that ends while other
+// slices of its device still run does not clear the device's memory from
+// under them (its receipt says nothing was cleared: declared GPUs here);
+// the last slice lease to end on the device does.
+func TestSliceScrubbedOnlyWhenAlone(t *testing.T) {
+	root := t.TempDir()
+	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
+	rec := &recordingScrubber{}
+	cfg := fastConfig(providerConfig("eu-west", 1, l4))
+	cfg.Provider.Policy.Slices = []auction.SliceRule{{Devices: []int{0}, Count: 4}}
+	prov := startWith(t, filepath.Join(root, "prov"), cfg, renter.Daemon, Options{Scrubber: rec})
+	rec.cal = func() *auction.Calendar { return prov.market.cal }
+	waitAdvertised(t, renter, prov)
+	var ids []string
+	for i := 0; i < 2; i++ {
+		j := shJob(auction.Silver, 2, "sleep 120")
+		j.GPUFraction = 0.25
+		v := post(t, renter, j)
+		if !leased(v) {
+			t.Fatalf("quarter %d: %s %v", i, v.State, v.Reasons)
+		}
+		ids = append(ids, v.Job.ID)
+		waitJob(t, renter, v.Job.ID, 30*time.Second, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	}
+	cl := api.NewClient(renter.dir)
+	ctx := context.Background()
+	if _, err := cl.CancelJob(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	v := waitJob(t, renter, ids[0], 30*time.Second, "first settled", func(v api.JobView) bool { return v.Receipt != nil })
+	rec.mu.Lock()
+	calls := len(rec.calls)
+	rec.mu.Unlock()
+	if calls != 0 || v.Receipt.Scrub != attest.ScrubNoneDeclared {
+		t.Fatalf("a slice ending beside another running one: %d scrubs, receipt scrub %q", calls, v.Receipt.Scrub)
+	}
+	if _, err := cl.CancelJob(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	v = waitJob(t, renter, ids[1], 30*time.Second, "second settled", func(v api.JobView) bool { return v.Receipt != nil })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.calls) != 1 || v.Receipt.Scrub != attest.ScrubZeroed {
+		t.Fatalf("the last slice on the device: scrubs %v, receipt scrub %q", rec.calls, v.Receipt.Scrub)
+	}
+}
