@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,6 +71,34 @@ func NewID(prefix string) string {
 		return id
 	}
 	return prefix + "-" + id
+}
+
+// ParseGPUs reads a GPU request as people write it (job post --count, a
+// task file's accelerators "L4:0.25"): a whole number of GPUs, or a
+// fraction of one GPU (one of GPUFractions, as SkyPilot writes it). It
+// returns the request as a Job holds it: GPUCount, and GPUFraction (0 for
+// whole GPUs).
+func ParseGPUs(s string) (count int, fraction float64, err error) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.Atoi(s); err == nil && n >= 1 {
+		return n, 0, nil
+	}
+	f, ferr := strconv.ParseFloat(s, 64)
+	switch {
+	case ferr == nil && slices.Contains(GPUFractions, f):
+		return 1, f, nil
+	case ferr == nil && f >= 1 && f <= MaxGPUCount && f == math.Trunc(f):
+		return int(f), 0, nil
+	}
+	return 0, 0, fmt.Errorf("gpu count must be a whole number of GPUs (1 or more) or a fraction of one GPU (0.125, 0.25 or 0.5), got %q", s)
+}
+
+// GPUsText is a GPU request as people read it: "2 GPU(s)", "0.25 GPU".
+func GPUsText(count int, fraction float64) string {
+	if fraction > 0 {
+		return strconv.FormatFloat(fraction, 'g', -1, 64) + " GPU"
+	}
+	return strconv.Itoa(count) + " GPU(s)"
 }
 
 // ParseTier parses a tier name, case-insensitively.

@@ -452,3 +452,28 @@ func TestSliceJobAndPolicyRules(t *testing.T) {
 		t.Fatalf("policy %+v: %v", ok, err)
 	}
 }
+
+// TestParseGPUs: --count and a task file's accelerator count take whole
+// GPUs or a fraction of one, and refuse anything else in one line.
+func TestParseGPUs(t *testing.T) {
+	for in, want := range map[string]struct {
+		n int
+		f float64
+	}{"1": {1, 0}, " 8 ": {8, 0}, "2.0": {2, 0}, "0.5": {1, 0.5}, "0.25": {1, 0.25}, ".125": {1, 0.125}} {
+		n, f, err := ParseGPUs(in)
+		if err != nil || n != want.n || f != want.f {
+			t.Errorf("ParseGPUs(%q) = %d, %v, %v; want %d, %v", in, n, f, err, want.n, want.f)
+		}
+	}
+	for _, in := range []string{"0", "-1", "0.3", "1.5", "0.75", "NaN", "Inf", "", "two", "1e9"} {
+		if _, _, err := ParseGPUs(in); err == nil || strings.Contains(err.Error(), "\n") {
+			t.Errorf("ParseGPUs(%q): %v, want a one-line error", in, err)
+		}
+	}
+	if got := GPUsText(1, 0.25); got != "0.25 GPU" {
+		t.Errorf("GPUsText quarter = %q", got)
+	}
+	if got := GPUsText(2, 0); got != "2 GPU(s)" {
+		t.Errorf("GPUsText 2 = %q", got)
+	}
+}
