@@ -5,6 +5,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,5 +154,34 @@ func TestSliceScrubbedOnlyWhenAlone(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.calls) != 1 || v.Receipt.Scrub != attest.ScrubZeroed {
 		t.Fatalf("the last slice on the device: scrubs %v, receipt scrub %q", rec.calls, v.Receipt.Scrub)
+	}
+}
+
+// TestSliceConfig: provider.policy.slices and interruptible_discount load
+// from a config file; a bad rule, a key in the wrong place and a sliced
+// device the provider does not have are refused in one line.
+func TestSliceConfig(t *testing.T) {
+	good := "provider:\n  enabled: true\n  policy:\n    price_floor: 1\n    slices: [{devices: [0, 1], count: 4}]\n    interruptible_discount: 0.3\n"
+	cfg, err := LoadConfig(writeTestConfig(t, good), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Provider.Policy; p.SliceCount(1) != 4 || p.InterruptibleDiscount != 0.3 {
+		t.Fatalf("policy %+v", p)
+	}
+	for body, want := range map[string]string{
+		"provider:\n  enabled: true\n  policy:\n    slices: [{devices: [0], count: 3}]\n": "slices[0]: count must be 2, 4 or 8, got 3",
+		"provider:\n  enabled: true\n  policy:\n    interruptible_discount: 1\n":          "interruptible_discount must be in [0, 1)",
+		"provider:\n  slices: [{devices: [0], count: 4}]\n":                               "did you mean 'provider.policy.slices'?",
+	} {
+		if _, err := LoadConfig(writeTestConfig(t, body), true); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: %v, want one line with %q", body, err, want)
+		}
+	}
+	bad := providerConfig("eu-west", 1, l4)
+	bad.Provider.Policy.Slices = []auction.SliceRule{{Devices: []int{1}, Count: 4}}
+	_, err = Start(context.Background(), Options{DataDir: t.TempDir(), Config: bad, Log: testLogger(t)})
+	if err == nil || !strings.Contains(err.Error(), "provider.policy.slices") || !strings.Contains(err.Error(), "sliced device 1 is not one of the 1 gpus") {
+		t.Fatalf("a provider slicing a device it does not have: %v", err)
 	}
 }
