@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/runtime"
 )
 
 // TestSliceQuartersShareOneGPU is issue 25's acceptance: four
@@ -184,4 +187,38 @@ func TestSliceConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "provider.policy.slices") || !strings.Contains(err.Error(), "sliced device 1 is not one of the 1 gpus") {
 		t.Fatalf("a provider slicing a device it does not have: %v", err)
 	}
+}
+
+// TestSliceOnNVMLRunsUnderMPS: a provider whose (simulated) NVML device is
+// sold in slices advertises them as MPS-enforced, so a job asking
+// --isolation mps gets one, and the job runs with its slice's memory
+// limit and thread share in its environment. A declared provider's slice
+// (none) is not offered to it.
+func TestSliceOnNVMLRunsUnderMPS(t *testing.T) {
+	root := t.TempDir()
+	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
+	cfg := fastConfig(providerConfig("eu-west", 1))
+	cfg.Provider.GPUSource = "nvml"
+	cfg.Provider.Policy.Slices = []auction.SliceRule{{Devices: []int{0}, Count: 4}}
+	sim := runtime.NewSimulatedGPUs("550.54.15", runtime.SimulatedGPU{Name: "NVIDIA L4", UUID: "GPU-33333333-0000-4000-8000-000000000003",
+		MemTotalMB: 24576, TempC: 40, PowerW: 30})
+	rec := &recordingScrubber{} // no CUDA here to clear the simulated device with
+	prov := startWith(t, filepath.Join(root, "nvml"), cfg, renter.Daemon, Options{GPUDriver: sim, Scrubber: rec})
+	rec.cal = func() *auction.Calendar { return prov.market.cal }
+	declared := fastConfig(providerConfig("eu-west", 0.5, l4)) // cheaper, but its slices are not enforced
+	declared.Provider.Policy.Slices = []auction.SliceRule{{Devices: []int{0}, Count: 4}}
+	other := startWith(t, filepath.Join(root, "declared"), declared, renter.Daemon, Options{})
+	waitAdvertised(t, renter, prov, other)
+	c := prov.Advertised()
+	if c == nil || !c.GPUs[0].Detected || c.GPUs[0].Isolation != auction.IsolationMPS {
+		t.Fatalf("the NVML provider advertises %+v, want its device's slices enforced by mps", c)
+	}
+	j := shJob(auction.Silver, 2, `echo "mps=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT/$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"`)
+	j.GPUFraction, j.Isolation = 0.25, auction.IsolationMPS
+	v := post(t, renter, j)
+	if !leased(v) || v.Winner != prov.ID().String() {
+		t.Fatalf("an mps slice job: %s %v, winner %s; want the NVML provider %s", v.State, v.Reasons, v.Winner, prov.ID())
+	}
+	want := fmt.Sprintf("mps=0=%dM/25", c.GPUs[0].VRAMGB*1024/4)
+	waitLog(t, prov, v.Lease.ID, regexp.MustCompile(regexp.QuoteMeta(want)+"\n"), 30*time.Second)
 }
