@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -47,6 +48,10 @@ type Receipt struct {
 	Start    time.Time `json:"start"`
 	End      time.Time `json:"end"`
 	GPUCount int       `json:"gpu_count"`
+	// GPUFraction is the share of its one device a slice lease held
+	// (auction.Lease.GPUFraction); 0 for whole devices. GPUSeconds then
+	// count that share: a quarter of a device for an hour is 900.
+	GPUFraction float64 `json:"gpu_fraction,omitempty"`
 	// Devices names the devices the lease ran on: their UUIDs where known,
 	// else their indices on the provider (none for a receipt that does not
 	// say; otherwise one per GPU).
@@ -126,9 +131,11 @@ func validScrub(s string) bool {
 func AmountFor(gpuSeconds, price float64) float64 { return gpuSeconds / 3600 * price }
 
 // Overclaimed reports whether the receipt claims more GPU-seconds than its
-// span times its GPU count (with a one-second allowance for rounding).
+// span times the GPUs it held (its GPU count, or the fraction of one device
+// a slice lease held: auction.BilledGPUs), with a one-second allowance for
+// rounding.
 func (r Receipt) Overclaimed() bool {
-	limit := wallSpan(r.Start, r.End).Seconds()*float64(r.GPUCount) + 1
+	limit := wallSpan(r.Start, r.End).Seconds()*auction.BilledGPUs(r.GPUCount, r.GPUFraction) + 1
 	return r.GPUSeconds > limit
 }
 
@@ -160,6 +167,9 @@ func (r Receipt) validate() error {
 	}
 	if r.GPUCount < 1 {
 		return bad("gpu count %d", r.GPUCount)
+	}
+	if r.GPUFraction != 0 && (!slices.Contains(auction.GPUFractions, r.GPUFraction) || r.GPUCount != 1) {
+		return bad("gpu fraction %v of %d gpus (want 0.125, 0.25 or 0.5 of one)", r.GPUFraction, r.GPUCount)
 	}
 	if len(r.Devices) > 0 && len(r.Devices) != r.GPUCount {
 		return bad("%d devices for %d gpus", len(r.Devices), r.GPUCount)
@@ -372,7 +382,7 @@ func (sr *SignedReceipt) Verify() error {
 }
 
 // CheckReceipt compares a receipt with the checker's own record of the
-// lease at now: same lease, job, parties, price and GPU count, a span
+// lease at now: same lease, job, parties, price, GPU count and fraction, a span
 // within the lease's (a lease may end early, not late) and an End that is
 // not in the future of now (beyond HeartbeatSkew of clock skew). A renter
 // should also bound what it countersigns by what it observed
@@ -394,6 +404,8 @@ func CheckReceipt(r Receipt, l auction.Lease, now time.Time) error {
 		return mismatch("price", r.Price, l.Price)
 	case r.GPUCount != l.GPUCount:
 		return mismatch("gpu count", r.GPUCount, l.GPUCount)
+	case r.GPUFraction != l.GPUFraction:
+		return mismatch("gpu fraction", r.GPUFraction, l.GPUFraction)
 	case r.Start.Before(l.Start):
 		return mismatch("start", r.Start, l.Start)
 	case r.End.After(l.End):
@@ -408,7 +420,7 @@ func CheckReceipt(r Receipt, l auction.Lease, now time.Time) error {
 
 // BillableSeconds is the most lease time, in seconds, that a renter can
 // vouch for, and so the most it should countersign: a receipt's GPUSeconds
-// should not exceed BillableSeconds·GPUCount (plus the one-second rounding
+// should not exceed BillableSeconds·Lease.BilledGPUs (plus the one-second rounding
 // allowance of Receipt.Overclaimed). It is the span from the later of the
 // lease start and observedStart (when the renter saw the run start) to the
 // earliest of the lease end, observedEnd (when it saw the run end; zero

@@ -314,3 +314,46 @@ func TestReceiptPolicyStatements(t *testing.T) {
 		t.Fatalf("ScrubFailure of no reason: %q", got)
 	}
 }
+
+// TestSliceReceiptBillsItsFraction: a receipt for a quarter of a GPU bills
+// a quarter of the span's GPU-seconds at the GPU-hour price; a provider
+// that bills the whole span for it overclaims, and one that drops the
+// fraction from the receipt disagrees with the lease.
+func TestSliceReceiptBillsItsFraction(t *testing.T) {
+	prov, renter := signtest.Pair(t)
+	q := receipt("L1", prov, renter, t0) // one hour
+	q.GPUFraction, q.GPUSeconds = 0.25, 900
+	q.Amount = attest.AmountFor(q.GPUSeconds, q.Price)
+	sr := signed(t, prov, renter, q)
+	if err := sr.Verify(); err != nil || sr.Receipt.Amount != 0.5 {
+		t.Fatalf("a quarter gpu-hour at $2: amount %v, %v", sr.Receipt.Amount, err)
+	}
+	lease := auction.Lease{ID: "L1", JobID: "job-L1", Renter: q.Renter, Provider: q.Provider, Price: 2, Start: q.Start, End: q.End,
+		GPUCount: 1, GPUFraction: 0.25}
+	if err := attest.CheckReceipt(q, lease, q.End); err != nil {
+		t.Fatalf("quarter receipt against its lease: %v", err)
+	}
+	whole := q
+	whole.GPUSeconds, whole.Amount = 3600, 2
+	if _, err := attest.NewReceipt(prov, whole); !errors.Is(err, attest.ErrInvalidReceipt) {
+		t.Errorf("a whole hour billed for a quarter: %v", err)
+	}
+	if err := attest.CheckReceipt(whole, lease, q.End); !errors.Is(err, attest.ErrMismatch) {
+		t.Errorf("CheckReceipt of a whole hour billed for a quarter: %v", err)
+	}
+	dropped := whole
+	dropped.GPUFraction = 0
+	if err := attest.CheckReceipt(dropped, lease, q.End); !errors.Is(err, attest.ErrMismatch) {
+		t.Errorf("a quarter lease's receipt without its fraction: %v", err)
+	}
+	for name, m := range map[string]func(*attest.Receipt){
+		"fraction 0.3":       func(r *attest.Receipt) { r.GPUFraction = 0.3 },
+		"fraction of 2 gpus": func(r *attest.Receipt) { r.GPUCount = 2 },
+	} {
+		bad := q
+		m(&bad)
+		if err := forge(t, prov, renter, bad).Verify(); !errors.Is(err, attest.ErrInvalidReceipt) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

@@ -74,15 +74,16 @@ func OpenCapability(b []byte, now time.Time) (Capability, error) {
 }
 
 // PriceNow is what the provider of record c would quote for one GPU-hour
-// starting at now (Quote of its policy) at the occupancy the record
-// reports (none, when it does not say): a renter's estimate before any
-// call for bids, whose bids carry the provider's quote of the moment.
+// starting at now (Quote of its policy, for a job it may not interrupt) at
+// the occupancy the record reports (none, when it does not say): a
+// renter's estimate before any call for bids, whose bids carry the
+// provider's quote of the moment.
 func (c Capability) PriceNow(now time.Time) float64 {
 	occ := 0.0
 	if c.FreeGPUs != nil && len(c.GPUs) > 0 {
 		occ = 1 - float64(*c.FreeGPUs)/float64(len(c.GPUs))
 	}
-	return Quote(c.Policy, now, time.Hour, occ)
+	return Quote(c.Policy, now, time.Hour, occ, false)
 }
 
 // checkCapabilityTTL refuses a record without an issue time or valid for

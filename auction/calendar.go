@@ -3,7 +3,11 @@ package auction
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
+	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -30,15 +34,30 @@ type Booking struct {
 	// them that are free throughout the span, and the stored booking holds
 	// exactly those.
 	Devices []int `json:"devices,omitempty"`
+	// Fraction is the share of one device a slice booking holds (one of
+	// GPUFractions, with GPUs 1); 0 for whole devices. A slice booking
+	// holds Slices of a device the calendar cuts into slices (SetSlices):
+	// as many as its fraction of them, which the calendar picks as it
+	// picks devices.
+	Fraction float64 `json:"fraction,omitempty"`
+	Slices   []int   `json:"slices,omitempty"`
 }
+
+// billed is the GPUs the booking counts for: a slice booking its fraction
+// of one.
+func (b *Booking) billed() float64 { return BilledGPUs(b.GPUs, b.Fraction) }
 
 // Calendar is a provider's lease book: the only authority on capacity. It
 // books devices, indexed 0..capacity-1: no device is ever held by two
 // overlapping bookings (so at no instant may the GPUs of overlapping
-// bookings exceed its capacity). It is safe for concurrent use.
+// bookings exceed its capacity), except the slices of a device cut into
+// slices (SetSlices): overlapping slice bookings share such a device, each
+// on its own slices, and a whole-device booking never overlaps a slice
+// booking of its device. It is safe for concurrent use.
 type Calendar struct {
 	mu       sync.Mutex
 	capacity int
+	slices   []int // device -> slice count; 0 (or nil): sold whole
 	books    map[string]Booking
 	holds    map[string]hold // key (a bid's nonce) -> tentative booking
 }
@@ -60,6 +79,62 @@ func NewCalendar(capacity int) *Calendar {
 	return &Calendar{capacity: capacity, books: make(map[string]Booking), holds: make(map[string]hold)}
 }
 
+// SetSlices cuts devices into slices, device index → slice count (one of
+// SliceCounts), as the provider's policy says (Policy.SliceMap): slice
+// bookings (Booking.Fraction) go only on such devices, whole-device
+// bookings on any device. It fails, changing nothing, for a device outside
+// the calendar or a count not in SliceCounts.
+func (c *Calendar) SetSlices(m map[int]int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lay := make([]int, c.capacity)
+	for d, n := range m {
+		switch {
+		case d < 0 || d >= c.capacity:
+			return fmt.Errorf("%w: sliced device %d is not one of the %d gpus", ErrBadBooking, d, c.capacity)
+		case !slices.Contains(SliceCounts, n):
+			return fmt.Errorf("%w: device %d cut into %d slices, want 2, 4 or 8", ErrBadBooking, d, n)
+		}
+		lay[d] = n
+	}
+	c.slices = lay
+	return nil
+}
+
+// Slices is how many slices device d is cut into: 0 when it is booked
+// whole only.
+func (c *Calendar) Slices(d int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return sliceCount(c.slices, d)
+}
+
+// layout is how the calendar cuts each device (see SetSlices): the slice
+// counts, by device index; nil when it sells every device whole.
+func (c *Calendar) layout() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.slices
+}
+
+func sliceCount(lay []int, d int) int {
+	if d < 0 || d >= len(lay) {
+		return 0
+	}
+	return lay[d]
+}
+
+// slicesFor is how many of a device's n slices a booking of fraction
+// takes: 0 when its slices are larger than the fraction (or it is not
+// sliced), so that a slice never holds more than its lease pays for.
+func slicesFor(fraction float64, n int) int {
+	k := fraction * float64(n)
+	if n <= 0 || k < 1 || k != math.Trunc(k) {
+		return 0
+	}
+	return int(k)
+}
+
 // Hold books b tentatively under key (a bid's nonce, for owner's job) until until: the hold
 // counts against capacity for new bids (Planned) so that concurrent
 // auctions are not offered the same GPUs, but not for Reserve, so an
@@ -69,19 +144,36 @@ func (c *Calendar) Hold(key, owner string, b Booking, until time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b.LeaseID = "hold:" + key
+	delete(c.holds, key)
+	if b.Fraction > 0 {
+		// A slice hold holds the slices its award would take: those of
+		// its first device free throughout (none: it holds that device
+		// whole, see deviceUses).
+		b.Slices = nil
+		if len(b.Devices) > 0 {
+			bs := c.list()
+			for _, h := range c.holds {
+				bs = append(bs, h.b)
+			}
+			scanFree(bs, c.slices, c.capacity, b.Start, b.End, nil, b.Devices[:1], b.Fraction, func(_ int, sl []int) bool {
+				b.Slices = append([]int(nil), sl...)
+				return false
+			})
+		}
+	}
 	c.holds[key] = hold{b: b, owner: owner, until: until}
 }
 
 // HeldBy is the number of GPUs the live holds of one owner's bids hold at
-// now.
-func (c *Calendar) HeldBy(owner string, now time.Time) int {
+// now (a slice hold counting its fraction).
+func (c *Calendar) HeldBy(owner string, now time.Time) float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pruneHolds(now)
-	n := 0
+	n := 0.0
 	for _, h := range c.holds {
 		if h.owner == owner {
-			n += h.b.GPUs
+			n += h.b.billed()
 		}
 	}
 	return n
@@ -138,6 +230,8 @@ func (c *Calendar) check(b Booking) error {
 		return fmt.Errorf("%w: lease %s: end %s is not after start %s", ErrBadBooking, b.LeaseID, b.End.Format(time.RFC3339), b.Start.Format(time.RFC3339))
 	case b.GPUs < 1:
 		return fmt.Errorf("%w: lease %s: gpus %d < 1", ErrBadBooking, b.LeaseID, b.GPUs)
+	case b.Fraction != 0 && (!slices.Contains(GPUFractions, b.Fraction) || b.GPUs != 1):
+		return fmt.Errorf("%w: lease %s: fraction %v of %d gpus (want 0.125, 0.25 or 0.5 of one)", ErrBadBooking, b.LeaseID, b.Fraction, b.GPUs)
 	}
 	seen := make(map[int]bool, len(b.Devices))
 	for _, d := range b.Devices {
@@ -153,10 +247,14 @@ func (c *Calendar) check(b Booking) error {
 }
 
 // Reserve books b on b.GPUs devices (among b.Devices when set) free
-// throughout [b.Start, b.End). It fails with ErrOverbooked if there are not
-// that many, with ErrDuplicateLease if b.LeaseID is already booked, and with
-// ErrBadBooking for an empty lease id, an empty span, fewer than one GPU or
-// a device outside the calendar (or named twice).
+// throughout [b.Start, b.End); a slice booking (b.Fraction) on the slices
+// of one sliced device that are free throughout, as many as its fraction
+// of them, on a device no whole-device booking holds then. It fails with
+// ErrOverbooked if there is no such room, with ErrDuplicateLease if
+// b.LeaseID is already booked, and with ErrBadBooking for an empty lease
+// id, an empty span, fewer than one GPU, a fraction that is not one of
+// GPUFractions of one GPU, or a device outside the calendar (or named
+// twice).
 func (c *Calendar) Reserve(b Booking) error {
 	_, err := c.ReserveEvicting(b, nil)
 	return err
@@ -200,13 +298,14 @@ func (c *Calendar) reserveLocked(b Booking, evict []string) ([]Booking, error) {
 		}
 	}
 	bs := c.list()
-	free := freeDevices(bs, c.capacity, b.Start, b.End, func(o *Booking) bool { return skip[o.LeaseID] }, b.Devices)
-	if len(free) < b.GPUs {
+	devs, sl := pickRoom(bs, c.slices, c.capacity, b.Start, b.End, func(o *Booking) bool { return skip[o.LeaseID] }, b.Devices, b.GPUs, b.Fraction)
+	if devs == nil {
+		free := len(freeDevices(bs, c.slices, c.capacity, b.Start, b.End, func(o *Booking) bool { return skip[o.LeaseID] }, b.Devices, b.Fraction))
 		used := peakUse(bs, b.Start, b.End, func(o *Booking) bool { return skip[o.LeaseID] })
-		return nil, fmt.Errorf("%w: lease %s needs %d gpus over [%s, %s), %d free of %d offered (%d of %d booked at peak)", ErrOverbooked,
-			b.LeaseID, b.GPUs, b.Start.Format(time.RFC3339), b.End.Format(time.RFC3339), len(free), poolSize(b.Devices, c.capacity), used, c.capacity)
+		return nil, fmt.Errorf("%w: lease %s needs %s over [%s, %s), %d free of %d offered (%d of %d booked at peak)", ErrOverbooked,
+			b.LeaseID, shapeText(b.GPUs, b.Fraction), b.Start.Format(time.RFC3339), b.End.Format(time.RFC3339), free, poolSize(b.Devices, c.capacity), used, c.capacity)
 	}
-	b.Devices = append([]int(nil), free[:b.GPUs]...)
+	b.Devices, b.Slices = devs, sl
 	for _, e := range evicted {
 		delete(c.books, e.LeaseID)
 	}
@@ -263,30 +362,57 @@ func (c *Calendar) Move(leaseID string, start, end time.Time, pool []int) (Booki
 	for _, h := range c.holds {
 		bs = append(bs, h.b)
 	}
-	free := freeDevices(bs, c.capacity, start, end, func(o *Booking) bool { return o.LeaseID == leaseID }, pool)
-	if len(free) < old.GPUs {
-		return Booking{}, fmt.Errorf("%w: lease %s cannot move to [%s, %s): %d of its %d gpus free", ErrOverbooked,
-			leaseID, start.Format(time.RFC3339), end.Format(time.RFC3339), len(free), old.GPUs)
+	devs, sl := pickRoom(bs, c.slices, c.capacity, start, end, func(o *Booking) bool { return o.LeaseID == leaseID }, pool, old.GPUs, old.Fraction)
+	if devs == nil {
+		return Booking{}, fmt.Errorf("%w: lease %s cannot move to [%s, %s): no room for its %s", ErrOverbooked,
+			leaseID, start.Format(time.RFC3339), end.Format(time.RFC3339), shapeText(old.GPUs, old.Fraction))
 	}
 	moved := old
 	moved.Start, moved.End = start, end
-	moved.Devices = append([]int(nil), free[:old.GPUs]...)
+	moved.Devices, moved.Slices = devs, sl
 	c.books[leaseID] = moved
 	moved.Devices = append([]int(nil), moved.Devices...)
+	moved.Slices = append([]int(nil), moved.Slices...)
 	return moved, nil
 }
 
 // FreeDevices is the devices (among pool, in its order; all when pool is
 // empty) that no booking holds at any instant of [from, to) (at the instant
-// from if the span is empty).
+// from if the span is empty), not even a slice of.
 func (c *Calendar) FreeDevices(from, to time.Time, pool []int) []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return freeDevices(c.list(), c.capacity, from, to, nil, pool)
+	return freeDevices(c.list(), c.slices, c.capacity, from, to, nil, pool, 0)
+}
+
+// HasRoom reports whether gpus devices at fraction (0: whole devices;
+// else the fraction of one device) could be booked over [from, to) now,
+// among pool (any device when empty).
+func (c *Calendar) HasRoom(from, to time.Time, pool []int, gpus int, fraction float64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return hasFree(c.list(), c.slices, c.capacity, from, to, nil, pool, gpus, fraction)
+}
+
+// FreeFraction is the GPU share free at the instant at in the slices of
+// devices that slice bookings share then (those FreeDevices leaves out for
+// holding slices): room only slice bookings may take.
+func (c *Calendar) FreeFraction(at time.Time) float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	used := deviceUses(c.list(), c.capacity, at, at, nil)
+	share := 0.0
+	for d, u := range used {
+		if n := sliceCount(c.slices, d); n > 0 && !u.whole && u.slices != 0 {
+			share += float64(n-bits.OnesCount8(u.slices)) / float64(n)
+		}
+	}
+	return share
 }
 
 // FreeGPUs is the minimum number of free GPUs over [from, to) (at the
-// instant from if the span is empty).
+// instant from if the span is empty): devices no booking holds, a device
+// with a slice booked counting as held.
 func (c *Calendar) FreeGPUs(from, to time.Time) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -298,14 +424,14 @@ func (c *Calendar) FreeGPUs(from, to time.Time) int {
 }
 
 // Occupancy is the fraction of the capacity booked at the instant at (1 for
-// a calendar without capacity).
+// a calendar without capacity), a slice booking counting its fraction.
 func (c *Calendar) Occupancy(at time.Time) float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.capacity == 0 {
 		return 1
 	}
-	return float64(useAt(c.list(), at, nil)) / float64(c.capacity)
+	return billedAt(c.list(), at) / float64(c.capacity)
 }
 
 // Bookings returns a copy of the bookings, sorted by start then lease id.
@@ -321,7 +447,27 @@ func (c *Calendar) Booking(leaseID string) (Booking, bool) {
 	defer c.mu.Unlock()
 	b, ok := c.books[leaseID]
 	b.Devices = append([]int(nil), b.Devices...)
+	b.Slices = append([]int(nil), b.Slices...)
 	return b, ok
+}
+
+// Sharers is the other leases holding a slice of lease id's device at the
+// instant at (none for a whole-device or unknown lease): while they run,
+// the device is not the lease's alone to clear or test.
+func (c *Calendar) Sharers(leaseID string, at time.Time) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.books[leaseID]
+	if !ok || b.Fraction == 0 {
+		return nil
+	}
+	var out []string
+	for _, o := range c.list() {
+		if o.LeaseID != leaseID && !at.Before(o.Start) && at.Before(o.End) && slices.ContainsFunc(o.Devices, func(d int) bool { return slices.Contains(b.Devices, d) }) {
+			out = append(out, o.LeaseID)
+		}
+	}
+	return out
 }
 
 // Prune drops bookings that ended at or before the instant before.
@@ -339,6 +485,7 @@ func (c *Calendar) list() []Booking {
 	out := make([]Booking, 0, len(c.books))
 	for _, b := range c.books {
 		b.Devices = append([]int(nil), b.Devices...)
+		b.Slices = append([]int(nil), b.Slices...)
 		out = append(out, b)
 	}
 	sortBookings(out)
@@ -354,29 +501,30 @@ func sortBookings(out []Booking) {
 	})
 }
 
-// useAt is the GPUs booked at the instant at, ignoring bookings for which
-// skip returns true.
-func useAt(bs []Booking, at time.Time, skip func(*Booking) bool) int {
-	n := 0
+// billedAt is the GPUs booked at the instant at, a slice booking counting
+// its fraction.
+func billedAt(bs []Booking, at time.Time) float64 {
+	n := 0.0
 	for i := range bs {
-		b := &bs[i]
-		if (skip == nil || !skip(b)) && !at.Before(b.Start) && at.Before(b.End) {
-			n += b.GPUs
+		if b := &bs[i]; !at.Before(b.Start) && at.Before(b.End) {
+			n += b.billed()
 		}
 	}
 	return n
 }
 
-// peakUse is the maximum number of GPUs booked at any instant of [from, to)
-// (at the instant from if the span is empty), ignoring bookings for which
-// skip returns true.
+// peakUse is the maximum number of devices booked at any instant of
+// [from, to) (at the instant from if the span is empty), ignoring bookings
+// for which skip returns true: a device counts once however many slice
+// bookings share it, and a booking that names no devices counts its GPUs.
 func peakUse(bs []Booking, from, to time.Time, skip func(*Booking) bool) int {
 	if !to.After(from) {
-		return useAt(bs, from, skip)
+		to = from.Add(time.Nanosecond)
 	}
 	type event struct {
-		at    time.Time
-		delta int
+		at  time.Time
+		b   *Booking
+		add bool
 	}
 	var ev []event
 	for i := range bs {
@@ -388,21 +536,31 @@ func peakUse(bs []Booking, from, to time.Time, skip func(*Booking) bool) int {
 		if s.Before(from) {
 			s = from
 		}
-		ev = append(ev, event{s, b.GPUs}, event{b.End, -b.GPUs})
+		ev = append(ev, event{s, b, true}, event{b.End, b, false})
 	}
 	// Half-open spans: at equal instants, releases come before holds.
 	sort.Slice(ev, func(i, j int) bool {
 		if !ev[i].at.Equal(ev[j].at) {
 			return ev[i].at.Before(ev[j].at)
 		}
-		return ev[i].delta < ev[j].delta
+		return !ev[i].add && ev[j].add
 	})
-	cur, peak := 0, 0
+	holders := map[int]int{} // device -> bookings holding it
+	anonymous, peak := 0, 0
 	for _, e := range ev {
-		cur += e.delta
-		if cur > peak {
-			peak = cur
+		delta := 1
+		if !e.add {
+			delta = -1
 		}
+		if len(e.b.Devices) == 0 {
+			anonymous += delta * e.b.GPUs
+		}
+		for _, d := range e.b.Devices {
+			if holders[d] += delta; holders[d] <= 0 {
+				delete(holders, d)
+			}
+		}
+		peak = max(peak, anonymous+len(holders))
 	}
 	return peak
 }
@@ -414,62 +572,146 @@ func poolSize(pool []int, capacity int) int {
 	return len(pool)
 }
 
-// freeDevices is the devices among pool (0..capacity-1 when pool is empty),
-// in pool's order, that no booking of bs overlapping [from, to) holds,
-// ignoring bookings for which skip returns true. An empty span is the
-// instant from. Devices outside 0..capacity-1 are never free.
-func freeDevices(bs []Booking, capacity int, from, to time.Time, skip func(*Booking) bool, pool []int) []int {
+// shapeText names what a booking asks for: "2 gpus", "0.25 of a gpu".
+func shapeText(gpus int, fraction float64) string {
+	if fraction > 0 {
+		return strconv.FormatFloat(fraction, 'g', -1, 64) + " of a gpu"
+	}
+	return strconv.Itoa(gpus) + " gpus"
+}
+
+// freeDevices is the devices among pool (0..capacity-1 when pool is
+// empty), in pool's order, with room over [from, to) for a booking of
+// fraction (0: the whole device; see scanFree), ignoring bookings for
+// which skip returns true. An empty span is the instant from. Devices
+// outside 0..capacity-1 are never free.
+func freeDevices(bs []Booking, lay []int, capacity int, from, to time.Time, skip func(*Booking) bool, pool []int, fraction float64) []int {
 	var out []int
-	scanFree(bs, capacity, from, to, skip, pool, func(d int) bool {
+	scanFree(bs, lay, capacity, from, to, skip, pool, fraction, func(d int, _ []int) bool {
 		out = append(out, d)
 		return true
 	})
 	return out
 }
 
-// hasFree reports whether at least n devices of pool are free over
-// [from, to) (see freeDevices), without allocating for small hosts.
-func hasFree(bs []Booking, capacity int, from, to time.Time, skip func(*Booking) bool, pool []int, n int) bool {
-	if n <= 0 {
+// hasFree reports whether gpus devices of pool have room for fraction
+// over [from, to) (see freeDevices), without allocating for small hosts.
+func hasFree(bs []Booking, lay []int, capacity int, from, to time.Time, skip func(*Booking) bool, pool []int, gpus int, fraction float64) bool {
+	if gpus <= 0 {
 		return true
 	}
 	found := 0
-	scanFree(bs, capacity, from, to, skip, pool, func(int) bool {
+	scanFree(bs, lay, capacity, from, to, skip, pool, fraction, func(int, []int) bool {
 		found++
-		return found < n
+		return found < gpus
 	})
-	return found >= n
+	return found >= gpus
 }
 
-// scanFree calls yield with each free device of pool, in order, until it
-// returns false.
-func scanFree(bs []Booking, capacity int, from, to time.Time, skip func(*Booking) bool, pool []int, yield func(int) bool) {
+// pickRoom is the devices (and, for a slice booking, the slices of its
+// one device) that a booking of gpus devices at fraction takes among pool
+// over [from, to): the first with room; nil when there are not enough.
+func pickRoom(bs []Booking, lay []int, capacity int, from, to time.Time, skip func(*Booking) bool, pool []int, gpus int, fraction float64) ([]int, []int) {
+	var devs, sl []int
+	scanFree(bs, lay, capacity, from, to, skip, pool, fraction, func(d int, s []int) bool {
+		devs = append(devs, d)
+		sl = append(sl[:0], s...)
+		return len(devs) < gpus
+	})
+	if len(devs) < gpus || gpus < 1 {
+		return nil, nil
+	}
+	if fraction == 0 {
+		sl = nil
+	}
+	return devs, sl
+}
+
+// deviceUse is what the bookings overlapping a span hold of one device:
+// all of it, or the slices set in a bit mask (a device has at most 8).
+type deviceUse struct {
+	whole  bool
+	slices uint8
+}
+
+// deviceUses is what the bookings of bs overlapping [from, to) (the
+// instant from when the span is empty) hold of each device, ignoring
+// bookings for which skip returns true. A slice booking that names no
+// slices (a hold that found none) holds its device whole.
+func deviceUses(bs []Booking, capacity int, from, to time.Time, skip func(*Booking) bool) []deviceUse {
+	return fillUses(make([]deviceUse, 0, max(capacity, 0)), bs, capacity, from, to, skip)
+}
+
+// fillUses is deviceUses, in used's storage (a zero-length slice with room
+// for capacity devices).
+func fillUses(used []deviceUse, bs []Booking, capacity int, from, to time.Time, skip func(*Booking) bool) []deviceUse {
 	if !to.After(from) {
 		to = from.Add(time.Nanosecond)
 	}
-	var small [64]bool
-	held := small[:]
-	if capacity > len(small) {
-		held = make([]bool, capacity)
-	}
-	held = held[:max(capacity, 0)]
+	used = used[:max(capacity, 0)]
 	for i := range bs {
 		b := &bs[i]
 		if !b.Start.Before(to) || !b.End.After(from) || (skip != nil && skip(b)) {
 			continue
 		}
 		for _, d := range b.Devices {
-			if d >= 0 && d < capacity {
-				held[d] = true
+			if d < 0 || d >= capacity {
+				continue
+			}
+			if b.Fraction == 0 || len(b.Slices) == 0 {
+				used[d].whole = true
+				continue
+			}
+			for _, s := range b.Slices {
+				if s >= 0 && s < 8 {
+					used[d].slices |= 1 << s
+				}
 			}
 		}
 	}
+	return used
+}
+
+// scanFree calls yield with each device of pool (0..capacity-1 when pool
+// is empty), in order, that has room over [from, to) for a booking of
+// fraction, until it returns false: for a whole-device booking (fraction
+// 0) a device no booking holds, not even a slice of; for a slice booking
+// a device cut into slices (lay) no larger than the fraction that no
+// whole-device booking holds, with the slices it would take (its lowest
+// free ones; valid during the call only). A device named twice in pool
+// counts once.
+func scanFree(bs []Booking, lay []int, capacity int, from, to time.Time, skip func(*Booking) bool, pool []int, fraction float64, yield func(d int, slices []int) bool) {
+	var small [64]deviceUse
+	used := small[:0]
+	if capacity > len(small) {
+		used = make([]deviceUse, 0, capacity)
+	}
+	used = fillUses(used, bs, capacity, from, to, skip)
+	var picked [8]int
 	try := func(d int) bool {
-		if d < 0 || d >= capacity || held[d] {
+		if d < 0 || d >= capacity || used[d].whole {
 			return true
 		}
-		held[d] = true // a device named twice in pool counts once
-		return yield(d)
+		if fraction == 0 {
+			if used[d].slices != 0 {
+				return true
+			}
+			used[d].whole = true
+			return yield(d, nil)
+		}
+		n := sliceCount(lay, d)
+		need := slicesFor(fraction, n)
+		got := picked[:0]
+		for s := 0; s < n && len(got) < need; s++ {
+			if used[d].slices&(1<<s) == 0 {
+				got = append(got, s)
+			}
+		}
+		if need == 0 || len(got) < need {
+			return true
+		}
+		used[d].whole = true
+		return yield(d, got)
 	}
 	if len(pool) == 0 {
 		for d := 0; d < capacity; d++ {

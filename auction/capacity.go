@@ -2,6 +2,7 @@ package auction
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
@@ -18,11 +19,20 @@ import (
 // capacity is plentiful, reach nobody who did not ask, and each job is
 // named once per refusal.
 type CapacityNotice struct {
-	Provider string    `json:"provider"`
-	FreeGPUs int       `json:"free_gpus"`
-	Jobs     []string  `json:"jobs"`
-	IssuedAt time.Time `json:"issued_at"`
+	Provider string `json:"provider"`
+	FreeGPUs int    `json:"free_gpus"`
+	// FreeFraction is the GPU share free now in the slices of devices
+	// that other slice leases share (Calendar.FreeFraction): room for
+	// fractional jobs only, which FreeGPUs does not count.
+	FreeFraction float64   `json:"free_fraction,omitempty"`
+	Jobs         []string  `json:"jobs"`
+	IssuedAt     time.Time `json:"issued_at"`
 }
+
+// Free is the GPUs a notice says are free: whole devices and the share
+// free in slices. A renter wakes named jobs while their BilledGPUs fit
+// in it.
+func (n CapacityNotice) Free() float64 { return float64(n.FreeGPUs) + n.FreeFraction }
 
 // Bounds of what a provider remembers of the calls it turned away, and of
 // a notice.
@@ -35,10 +45,11 @@ const (
 
 // turnedAway is a call a provider refused for busy GPUs.
 type turnedAway struct {
-	owner peer.ID
-	jobID string
-	gpus  int
-	until time.Time
+	owner    peer.ID
+	jobID    string
+	gpus     int
+	fraction float64 // Job.GPUFraction
+	until    time.Time
 }
 
 // EncodeCapacityNotice seals a notice; its Provider must be the signer.
@@ -53,8 +64,8 @@ func DecodeCapacityNotice(data []byte) (CapacityNotice, error) {
 	if err != nil {
 		return CapacityNotice{}, err
 	}
-	if len(n.Jobs) > maxNoticeJobs || n.FreeGPUs < 1 {
-		return CapacityNotice{}, fmt.Errorf("auction: capacity notice: %d jobs, %d free gpus", len(n.Jobs), n.FreeGPUs)
+	if len(n.Jobs) > maxNoticeJobs || n.FreeGPUs < 0 || math.IsNaN(n.FreeFraction) || n.FreeFraction < 0 || n.Free() <= 0 {
+		return CapacityNotice{}, fmt.Errorf("auction: capacity notice: %d jobs, %d free gpus and %v in slices", len(n.Jobs), n.FreeGPUs, n.FreeFraction)
 	}
 	for _, j := range n.Jobs {
 		if err := ValidID(j); err != nil {
@@ -75,7 +86,7 @@ func (p *Provider) turnAwayLocked(job Job, owner peer.ID, now time.Time) {
 	if !job.Deadline.IsZero() && job.Deadline.Before(until) {
 		until = job.Deadline
 	}
-	p.away[key] = turnedAway{owner: owner, jobID: job.ID, gpus: job.GPUCount, until: until}
+	p.away[key] = turnedAway{owner: owner, jobID: job.ID, gpus: job.GPUCount, fraction: job.GPUFraction, until: until}
 }
 
 // announceFreed tells the renters whose calls were turned away for busy
@@ -90,7 +101,8 @@ func (p *Provider) announceFreed() {
 	}
 	p.mu.Unlock()
 	free := len(p.cfg.Calendar.FreeDevices(now, now, nil))
-	if free < 1 || p.draining.Load() {
+	inSlices := p.cfg.Calendar.FreeFraction(now)
+	if (free < 1 && inSlices <= 0) || p.draining.Load() {
 		return
 	}
 	byOwner := map[peer.ID]*CapacityNotice{}
@@ -100,12 +112,12 @@ func (p *Provider) announceFreed() {
 			delete(p.away, key)
 			continue
 		}
-		if a.gpus > free {
+		if !p.cfg.Calendar.HasRoom(now, now, nil, a.gpus, a.fraction) {
 			continue
 		}
 		nt := byOwner[a.owner]
 		if nt == nil {
-			nt = &CapacityNotice{Provider: p.cfg.Signer.ID().String(), FreeGPUs: free, IssuedAt: now}
+			nt = &CapacityNotice{Provider: p.cfg.Signer.ID().String(), FreeGPUs: free, FreeFraction: inSlices, IssuedAt: now}
 			byOwner[a.owner] = nt
 		}
 		if len(nt.Jobs) < maxNoticeJobs {

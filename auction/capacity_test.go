@@ -57,7 +57,13 @@ func TestCapacityNoticeChecks(t *testing.T) {
 	}
 	none := fresh
 	none.FreeGPUs = 0
-	for name, n := range map[string]CapacityNotice{"too many jobs": many, "no free gpu": none} {
+	// A slice free makes up for no whole GPU only when it is a share.
+	negative := fresh
+	negative.FreeGPUs, negative.FreeFraction = -1, 2
+	negSlice := fresh
+	negSlice.FreeGPUs, negSlice.FreeFraction = 2, -1.5
+	for name, n := range map[string]CapacityNotice{"too many jobs": many, "no free gpu": none,
+		"negative gpus, room in slices": negative, "negative slice room": negSlice} {
 		if err := r.HandleBid(prov.ID(), notice(n)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}

@@ -73,8 +73,8 @@ func (p *Provider) Rebook(l Lease, job Job) error {
 	if len(l.Devices) > 0 && len(l.Devices) != l.GPUCount {
 		return errors.New("auction: rebook lease " + l.ID + ": its devices do not match its gpu count")
 	}
-	b := Booking{LeaseID: l.ID, Start: l.Start, End: l.End, GPUs: l.GPUCount, Tier: l.Tier, Preemptible: l.Preemptible,
-		Devices: l.Devices}
+	b := Booking{LeaseID: l.ID, Start: l.Start, End: l.End, GPUs: l.GPUCount, Fraction: l.GPUFraction, Tier: l.Tier,
+		Preemptible: l.Preemptible, Devices: l.Devices}
 	if err := p.cfg.Calendar.Reserve(b); err != nil {
 		return fmt.Errorf("auction: rebook: %w", err)
 	}
@@ -88,6 +88,6 @@ func (p *Provider) Rebook(l Lease, job Job) error {
 	}
 	p.leases[l.ID] = &lease
 	p.jobs[l.ID] = job
-	p.stats.EarningsUSD += leaseValue(lease.Price, lease.GPUCount, lease.Start, lease.End)
+	p.stats.EarningsUSD += LeaseCost(lease.Price, lease.GPUCount, lease.GPUFraction, lease.End.Sub(lease.Start))
 	return nil
 }

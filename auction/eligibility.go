@@ -141,7 +141,7 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 	if err != nil {
 		return Offer{}, err
 	}
-	pool := modelDevices(ps.Cap.GPUs, GPU{Model: model, VRAMGB: vram}, jc.MinVRAMGB, ps.Cal.Capacity())
+	pool := modelDevices(ps.Cap, GPU{Model: model, VRAMGB: vram}, &jc, ps.Cal.Capacity())
 	if len(pool) < jc.GPUCount {
 		return Offer{}, inelig("capacity", "calendar holds %d %s gpus < %d required", len(pool), model, jc.GPUCount)
 	}
@@ -167,8 +167,8 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 		books = slices.DeleteFunc(books, func(b Booking) bool { return b.LeaseID == ps.Moving })
 	}
 	affordable := func(s, e time.Time) bool {
-		occ := float64(useAt(books, s, nil)) / float64(ps.Cal.Capacity())
-		q := Quote(p, s, e.Sub(s), occ)
+		occ := billedAt(books, s) / float64(ps.Cal.Capacity())
+		q := Quote(p, s, e.Sub(s), occ, jc.Preemptible)
 		if q > jc.MaxPrice {
 			if overQuote == 0 {
 				overQuote = q
@@ -193,7 +193,7 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 		VRAMGB:   vram,
 		Datasets: intersect(jc.Datasets, ps.Cap.Datasets),
 		Preempts: preempts,
-		Devices:  preferFree(books, ps.Cal.Capacity(), start, end, pool),
+		Devices:  preferFree(books, ps.Cal.layout(), ps.Cal.Capacity(), start, end, pool, jc.GPUFraction),
 	}
 	offer.MissingBytes = MissingBytes(&jc, ps.Cap.Artifacts)
 	return offer, nil
@@ -231,24 +231,47 @@ func Holds(held []string, owner, id string) bool {
 	return slices.Contains(held, id) || slices.Contains(held, HeldToken(owner, id))
 }
 
-// modelDevices is the calendar devices (indices into gpus, below capacity)
-// of the model of device offered (pickModel's) with at least minVRAM: the
-// devices a lease for that model may hold.
-func modelDevices(gpus []GPU, offered GPU, minVRAM, capacity int) []int {
+// modelDevices is the calendar devices (indices into c.GPUs, below
+// capacity) of the model of device offered (pickModel's) that can hold
+// j: with at least its MinVRAMGB (of a slice, for a fractional job) and,
+// for a fractional job, sold in slices no larger than its fraction and
+// enforced as it asks. They are the devices a lease for that model may
+// hold.
+func modelDevices(c *Capability, offered GPU, j *Job, capacity int) []int {
 	key := offered.Identity().Key()
 	var out []int
-	for i, g := range gpus {
-		if i < capacity && g.VRAMGB >= minVRAM && g.Identity().Key() == key {
+	for i, g := range c.GPUs {
+		if i < capacity && vramFits(g, j) && sliceFits(&c.Policy, i, j) && isolationFits(j, g) && g.Identity().Key() == key {
 			out = append(out, i)
 		}
 	}
 	return out
 }
 
-// preferFree orders pool with the devices free throughout [start, end)
-// first.
-func preferFree(bs []Booking, capacity int, start, end time.Time, pool []int) []int {
-	out := freeDevices(bs, capacity, start, end, nil, pool)
+// vramFits reports whether device g has the memory j asks for: MinVRAMGB
+// of the device, or of the slice a fractional job takes.
+func vramFits(g GPU, j *Job) bool {
+	return float64(g.VRAMGB)*BilledGPUs(1, j.GPUFraction) >= float64(j.MinVRAMGB)
+}
+
+// sliceFits reports whether device i of a provider with policy p can
+// hold j: any device for whole GPUs; for a fractional job, one the policy
+// cuts into slices no larger than its fraction.
+func sliceFits(p *Policy, i int, j *Job) bool {
+	return j.GPUFraction == 0 || slicesFor(j.GPUFraction, p.SliceCount(i)) > 0
+}
+
+// isolationFits reports whether a slice of device g is enforced as j asks
+// (Job.Isolation): any way for IsolationAny (or none asked), else exactly.
+// Whole devices need none.
+func isolationFits(j *Job, g GPU) bool {
+	return j.GPUFraction == 0 || j.Isolation == "" || j.Isolation == IsolationAny || j.Isolation == g.Isolation
+}
+
+// preferFree orders pool with the devices that have room for fraction
+// (0: whole devices) throughout [start, end) first.
+func preferFree(bs []Booking, lay []int, capacity int, start, end time.Time, pool []int, fraction float64) []int {
+	out := freeDevices(bs, lay, capacity, start, end, nil, pool, fraction)
 	in := map[int]bool{}
 	for _, d := range out {
 		in[d] = true
@@ -266,8 +289,10 @@ func preferFree(bs []Booking, capacity int, start, end time.Time, pool []int) []
 // temperature, power draw or reliability. It returns nil or the *Ineligible
 // naming the first rule that fails, checked in this order: residency,
 // workload kind, preemptible work, no-persistence, container support for an image job,
-// hardware (GPU model, VRAM, GPU count of
-// one model), price floor above the job's MaxPrice. Evaluate applies the same
+// hardware (GPU model; for a fractional job, devices sold in slices no
+// larger than its fraction, then enforced as it asks; VRAM, GPU count of
+// one model), price floor (less the interruptible discount for a
+// preemptible job, Policy.FloorFor) above the job's MaxPrice. Evaluate applies the same
 // checks first, so a provider that fails StaticFit never gets an Offer.
 // A nil capability or job is bad input (a plain error).
 func StaticFit(c *Capability, j *Job) error {
@@ -340,11 +365,11 @@ func staticChecks(c *Capability, j *Job, first bool) (model string, vram int, er
 	if err := containerFit(c, j); err != nil && fail(err) {
 		return "", 0, errs
 	}
-	model, vram, err := pickModel(c.GPUs, j)
+	model, vram, err := pickModel(c, j)
 	if err != nil && fail(err) {
 		return "", 0, errs
 	}
-	if p.PriceFloor > j.MaxPrice && fail(inelig("price", "price floor %.2f > max %.2f", p.PriceFloor, j.MaxPrice)) {
+	if floor := p.FloorFor(j); floor > j.MaxPrice && fail(inelig("price", "price floor %.2f > max %.2f", floor, j.MaxPrice)) {
 		return "", 0, errs
 	}
 	if len(errs) > 0 {
@@ -367,21 +392,32 @@ func noPersistFit(p *Policy, j *Job) error {
 }
 
 // pickModel chooses the GPU model to offer: among models the job accepts
-// with at least GPUCount devices of MinVRAMGB, the one with the most VRAM
-// (then by name). It returns the model and its smallest device's VRAM.
-func pickModel(gpus []GPU, j *Job) (string, int, error) {
+// with at least GPUCount devices that can hold it (MinVRAMGB; for a
+// fractional job, sold in slices no larger than its fraction and enforced
+// as it asks), the one with the most VRAM (then by name). It returns the
+// model and its smallest such device's VRAM.
+func pickModel(c *Capability, j *Job) (string, int, error) {
 	type group struct {
 		name    string
 		n, vram int
 	}
+	gpus := c.GPUs
 	groups := map[string]*group{}
-	var models, tooSmall int
-	for _, g := range gpus {
+	var models, sliced, isolated, tooSmall int
+	for i, g := range gpus {
 		if !j.AcceptsGPU(g) {
 			continue
 		}
 		models++
-		if g.VRAMGB < j.MinVRAMGB {
+		if !sliceFits(&c.Policy, i, j) {
+			continue
+		}
+		sliced++
+		if !isolationFits(j, g) {
+			continue
+		}
+		isolated++
+		if !vramFits(g, j) {
 			tooSmall++
 			continue
 		}
@@ -403,7 +439,13 @@ func pickModel(gpus []GPU, j *Job) (string, int, error) {
 		return "", 0, inelig("gpu_model", "no gpus")
 	case models == 0:
 		return "", 0, inelig("gpu_model", "gpu model %s not in %s", gpus[0].Model, strings.Join(j.GPUModels, ","))
-	case tooSmall == models:
+	case sliced == 0:
+		return "", 0, inelig("slices", "no gpu sold in slices of %v gpu or less (policy slices)", j.GPUFraction)
+	case isolated == 0:
+		return "", 0, inelig("isolation", "no gpu slice enforced by %s (here: %s)", j.Isolation, strings.Join(slicedIsolations(c, j), ","))
+	case tooSmall == isolated && j.GPUFraction > 0:
+		return "", 0, inelig("vram", "slice vram below required %dGB", j.MinVRAMGB)
+	case tooSmall == isolated:
 		return "", 0, inelig("vram", "vram below required %dGB", j.MinVRAMGB)
 	}
 	var best *group
@@ -423,6 +465,19 @@ func pickModel(gpus []GPU, j *Job) (string, int, error) {
 		return "", 0, inelig("gpu_count", "%d qualifying gpus < %d required", most, j.GPUCount)
 	}
 	return best.name, best.vram, nil
+}
+
+// slicedIsolations is how the slices of the devices that could hold j's
+// fraction are enforced, sorted and without repeats.
+func slicedIsolations(c *Capability, j *Job) []string {
+	var out []string
+	for i, g := range c.GPUs {
+		if v := orNone(g.Isolation); j.AcceptsGPU(g) && sliceFits(&c.Policy, i, j) && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // leaseLength is the longest lease a provider with policy p offers j: its
@@ -468,9 +523,9 @@ func placeLease(p Policy, cal *Calendar, bs []Booking, pool []int, j *Job, now t
 	}
 	latest := Horizon(j, now)
 	minSlice := MinSlice(p, j)
-	capacity := cal.Capacity()
+	capacity, lay := cal.Capacity(), cal.layout()
 	fits := func(s, e time.Time, skip func(*Booking) bool) bool {
-		return hasFree(bs, capacity, s, e, skip, pool, j.GPUCount)
+		return hasFree(bs, lay, capacity, s, e, skip, pool, j.GPUCount, j.GPUFraction)
 	}
 	// Peak windows end where a lease may become cheap enough.
 	var peakEnds []time.Time
@@ -543,19 +598,23 @@ func placeLease(p Policy, cal *Calendar, bs []Booking, pool []int, j *Job, now t
 	case !longEnough:
 		return start, end, nil, inelig("window", "no free window of %v before %s", minSlice, latest.UTC().Format(time.RFC3339))
 	default:
+		if j.GPUFraction > 0 {
+			return start, end, nil, inelig(KindBusy, "no free %v-gpu slice for %v before %s", j.GPUFraction, minSlice, latest.UTC().Format(time.RFC3339))
+		}
 		return start, end, nil, inelig(KindBusy, "no %d free gpus for %v before %s", j.GPUCount, minSlice, latest.UTC().Format(time.RFC3339))
 	}
 	if skip != nil && !fits(start, end, nil) {
-		preempts = pickEvictions(bs, start, end, j.GPUCount, capacity, pool)
+		preempts = pickEvictions(bs, lay, start, end, j.GPUCount, j.GPUFraction, capacity, pool)
 	}
 	return start, end, preempts, nil
 }
 
 // pickEvictions chooses preemptible bookings overlapping [start, end) to
-// evict so that gpus devices of pool are free: greedily the largest (then
-// latest-started), then drops any that turn out unnecessary, latest-added
-// first. Only bookings holding a device of pool are candidates.
-func pickEvictions(bs []Booking, start, end time.Time, gpus, capacity int, pool []int) []string {
+// evict so that gpus devices of pool have room for fraction (0: whole
+// devices): greedily the largest (then latest-started), then drops any
+// that turn out unnecessary, latest-added first. Only bookings holding a
+// device of pool are candidates.
+func pickEvictions(bs []Booking, lay []int, start, end time.Time, gpus int, fraction float64, capacity int, pool []int) []string {
 	inPool := map[int]bool{}
 	for _, d := range pool {
 		inPool[d] = true
@@ -575,8 +634,8 @@ func pickEvictions(bs []Booking, start, end time.Time, gpus, capacity int, pool 
 		}
 	}
 	sort.Slice(cands, func(a, b int) bool {
-		if cands[a].GPUs != cands[b].GPUs {
-			return cands[a].GPUs > cands[b].GPUs
+		if ga, gb := cands[a].billed(), cands[b].billed(); ga != gb {
+			return ga > gb
 		}
 		if !cands[a].Start.Equal(cands[b].Start) {
 			return cands[a].Start.After(cands[b].Start)
@@ -586,7 +645,7 @@ func pickEvictions(bs []Booking, start, end time.Time, gpus, capacity int, pool 
 	evict := map[string]bool{}
 	skip := func(b *Booking) bool { return evict[b.LeaseID] }
 	var chosen []string
-	fits := func() bool { return hasFree(bs, capacity, start, end, skip, pool, gpus) }
+	fits := func() bool { return hasFree(bs, lay, capacity, start, end, skip, pool, gpus, fraction) }
 	for _, c := range cands {
 		if fits() {
 			break

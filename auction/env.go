@@ -16,12 +16,17 @@ const (
 	// EnvCheckpoint names the job's checkpoint dir.
 	EnvCheckpoint = "GPUMESH_CHECKPOINT_DIR"
 	EnvCUDA       = "CUDA_VISIBLE_DEVICES"
+	// EnvMPSMemLimit and EnvMPSThreads confine a job on a slice of a
+	// device enforced by CUDA MPS (IsolationMPS) to the slice's memory and
+	// share of the device's threads.
+	EnvMPSMemLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvMPSThreads  = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 )
 
 // reservedEnv is every name the runtimes set for the job and a spec may
 // not set.
 var reservedEnv = map[string]bool{"HOME": true, "TMPDIR": true, EnvJobID: true, EnvOutputs: true, EnvInputs: true,
-	EnvCheckpoint: true, EnvCUDA: true, "NVIDIA_VISIBLE_DEVICES": true}
+	EnvCheckpoint: true, EnvCUDA: true, "NVIDIA_VISIBLE_DEVICES": true, EnvMPSMemLimit: true, EnvMPSThreads: true}
 
 // ReservedEnv reports whether name is set by the runtime for every job, so
 // a job's environment may not set it.

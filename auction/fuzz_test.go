@@ -394,7 +394,7 @@ func TestTopics(t *testing.T) {
 			eligible := regionSatisfies(jobs[ji].Region, caps[ci].Region)
 			jj := jobs[ji]
 			jj.GPUCount = 1
-			if _, _, err := pickModel(ps.Cap.GPUs, &jj); err != nil {
+			if _, _, err := pickModel(ps.Cap, &jj); err != nil {
 				eligible = false
 			}
 			heard := false

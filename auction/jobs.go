@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,6 +71,34 @@ func NewID(prefix string) string {
 		return id
 	}
 	return prefix + "-" + id
+}
+
+// ParseGPUs reads a GPU request as people write it (job post --count, a
+// task file's accelerators "L4:0.25"): a whole number of GPUs, or a
+// fraction of one GPU (one of GPUFractions, as SkyPilot writes it). It
+// returns the request as a Job holds it: GPUCount, and GPUFraction (0 for
+// whole GPUs).
+func ParseGPUs(s string) (count int, fraction float64, err error) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.Atoi(s); err == nil && n >= 1 {
+		return n, 0, nil
+	}
+	f, ferr := strconv.ParseFloat(s, 64)
+	switch {
+	case ferr == nil && slices.Contains(GPUFractions, f):
+		return 1, f, nil
+	case ferr == nil && f >= 1 && f <= MaxGPUCount && f == math.Trunc(f):
+		return int(f), 0, nil
+	}
+	return 0, 0, fmt.Errorf("gpu count must be a whole number of GPUs (1 or more) or a fraction of one GPU (0.125, 0.25 or 0.5), got %q", s)
+}
+
+// GPUsText is a GPU request as people read it: "2 GPU(s)", "0.25 GPU".
+func GPUsText(count int, fraction float64) string {
+	if fraction > 0 {
+		return strconv.FormatFloat(fraction, 'g', -1, 64) + " GPU"
+	}
+	return strconv.Itoa(count) + " GPU(s)"
 }
 
 // ParseTier parses a tier name, case-insensitively.
@@ -151,7 +180,9 @@ func SampledBidder(j *Job, provider string) bool {
 
 // Validate checks a job spec and fills defaults: a zero BidWindow becomes
 // DefaultBidWindow. It rejects an unknown tier, a MaxPrice that is not a
-// positive finite number, GPUCount outside [1, MaxGPUCount], a non-positive
+// positive finite number, GPUCount outside [1, MaxGPUCount], a GPUFraction
+// not in GPUFractions or with a GPUCount other than 1, an unknown
+// Isolation or one other than any without a fraction, a non-positive
 // Duration, a negative MinVRAMGB, MinReliability outside [0,1], an empty
 // command, a Run.Env variable no runtime would set (CheckEnvVar), a negative Run.MemoryMB, an empty GPU model or dataset name, a
 // preemptible gold job (gold is the protected tier), a negative attempt, a
@@ -175,6 +206,23 @@ func (j *Job) Validate() error {
 	}
 	if j.GPUCount < 1 || j.GPUCount > MaxGPUCount {
 		bad("gpu_count", "must be in [1, %d], got %d", MaxGPUCount, j.GPUCount)
+	}
+	if j.GPUFraction != 0 {
+		switch {
+		case !slices.Contains(GPUFractions, j.GPUFraction):
+			bad("gpu_fraction", "must be 0.125, 0.25 or 0.5 of one GPU (0: whole GPUs), got %v", j.GPUFraction)
+		case j.GPUCount != 1:
+			bad("gpu_fraction", "is a fraction of one GPU: gpu_count must be 1, got %d", j.GPUCount)
+		}
+	}
+	switch j.Isolation {
+	case "", IsolationAny:
+	case IsolationMPS, IsolationMIG:
+		if j.GPUFraction == 0 {
+			bad("isolation", "%s isolates a slice of a GPU: it needs gpu_fraction (whole GPUs are not shared)", j.Isolation)
+		}
+	default:
+		bad("isolation", "must be %s, %s or %s, got %q", IsolationMIG, IsolationMPS, IsolationAny, j.Isolation)
 	}
 	if j.Duration <= 0 {
 		bad("duration", "must be positive, got %v", j.Duration)

@@ -53,7 +53,7 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 	}
 	// The bronze lease earned only until the gold lease started; the gold
 	// one its full hour.
-	want := leaseValue(s.Leases[0].Price, 2, s.Leases[0].Start, s.Leases[0].End) + leaseValue(s.Leases[1].Price, 1, s.Leases[1].Start, s.Leases[1].End)
+	want := LeaseCost(s.Leases[0].Price, 2, 0, s.Leases[0].End.Sub(s.Leases[0].Start)) + LeaseCost(s.Leases[1].Price, 1, 0, s.Leases[1].End.Sub(s.Leases[1].Start))
 	if math.Abs(s.EarningsUSD-want) > 1e-9 || !s.Leases[0].End.Equal(gst.Lease.Start) {
 		t.Fatalf("earnings %v, want %v; leases %+v", s.EarningsUSD, want, s.Leases)
 	}
@@ -177,6 +177,10 @@ func TestProviderAwardRules(t *testing.T) {
 	}
 	if c, _ := award("l-cheap", func(a *Award) { a.Price /= 2 }); c.Accepted || !strings.Contains(c.Reason, "terms") {
 		t.Fatalf("underpriced award: %+v", c)
+	}
+	// A whole-GPU bid is not awarded as a slice (billed a quarter).
+	if c, _ := award("l-slice", func(a *Award) { a.GPUFraction = 0.25 }); c.Accepted || !strings.Contains(c.Reason, "terms") {
+		t.Fatalf("award of a slice for a whole-gpu bid: %+v", c)
 	}
 	if c, _ := award("l-nonce", func(a *Award) { a.BidNonce = "bid-other" }); c.Accepted || c.Reason != "no such bid" {
 		t.Fatalf("unknown nonce: %+v", c)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -64,6 +65,9 @@ func newMarket(t *testing.T, specs []provSpec) *market {
 	m := &market{net: NewMemNetwork(), now: newClock(), byID: map[string]*testProv{}}
 	for _, sp := range specs {
 		tp := &testProv{spec: sp, s: signtest.New(t), cal: NewCalendar(sp.n)}
+		if err := tp.cal.SetSlices(sp.policy.SliceMap()); err != nil {
+			t.Fatal(err)
+		}
 		tp.t = m.net.Join(tp.s.ID())
 		capab := Capability{Peer: tp.s.ID().String(), Region: sp.region, GPUs: gpus(sp.model, sp.vram, sp.n), Policy: sp.policy}
 		rel := sp.rel
@@ -280,18 +284,34 @@ func TestAuctionFailover(t *testing.T) {
 }
 
 // checkCalendar verifies that at every booking start the booked GPUs fit.
+// checkCalendar fails when c holds more than its capacity at some
+// instant, or two overlapping bookings share a device other than on
+// distinct slices of it.
 func checkCalendar(t *testing.T, name string, c *Calendar) {
 	t.Helper()
 	bs := c.Bookings()
-	for _, b := range bs {
-		n := 0
+	for i, b := range bs {
+		n := 0.0
 		for _, o := range bs {
 			if !b.Start.Before(o.Start) && b.Start.Before(o.End) {
-				n += o.GPUs
+				n += o.billed()
 			}
 		}
-		if n > c.Capacity() {
-			t.Errorf("%s overbooked: %d of %d gpus at %s", name, n, c.Capacity(), b.Start)
+		if n > float64(c.Capacity()) {
+			t.Errorf("%s overbooked: %v of %d gpus at %s", name, n, c.Capacity(), b.Start)
+		}
+		for _, o := range bs[i+1:] {
+			if !b.Start.Before(o.End) || !o.Start.Before(b.End) {
+				continue
+			}
+			for _, d := range b.Devices {
+				if !slices.Contains(o.Devices, d) {
+					continue
+				}
+				if b.Fraction == 0 || o.Fraction == 0 || slices.ContainsFunc(b.Slices, func(s int) bool { return slices.Contains(o.Slices, s) }) {
+					t.Errorf("%s: leases %s (slices %v) and %s (slices %v) overlap on device %d", name, b.LeaseID, b.Slices, o.LeaseID, o.Slices, d)
+				}
+			}
 		}
 	}
 }

@@ -36,15 +36,34 @@ func (p Policy) peakFraction(start time.Time, d time.Duration) float64 {
 	return float64(peak) / float64(d)
 }
 
+// FloorFor is the least the policy sells j's GPU-hour for: PriceFloor,
+// less InterruptibleDiscount for a job it may interrupt (Job.Preemptible).
+func (p Policy) FloorFor(j *Job) float64 {
+	return p.PriceFloor * p.discount(j.Preemptible)
+}
+
+// discount is the factor an interruptible job's price is multiplied by: 1
+// for any other, and for a discount that is not in [0, 1).
+func (p Policy) discount(interruptible bool) float64 {
+	d := p.InterruptibleDiscount
+	if !interruptible || math.IsNaN(d) || d <= 0 || d >= 1 {
+		return 1
+	}
+	return 1 - d
+}
+
 // Quote is the provider's price per GPU-hour, in USD, for a lease of d
 // starting at start while occupancy (in [0,1], clamped) of its GPUs is
-// booked:
+// booked, for a job it may interrupt (Job.Preemptible) or not:
 //
-//	PriceFloor × (1 + (PeakMultiplier−1) × peakFraction) × (1 + OccupancySurcharge × occupancy)
+//	PriceFloor × (1 + (PeakMultiplier−1) × peakFraction) × (1 + OccupancySurcharge × occupancy) × (1 − InterruptibleDiscount if interruptible)
 //
 // where peakFraction is the time-weighted share of [start, start+d) inside
 // peak windows, so a lease that is half peak pays half the peak premium.
-func Quote(p Policy, start time.Time, d time.Duration, occupancy float64) float64 {
+// The price is always per whole GPU-hour: a lease on a slice of a device
+// pays its fraction of it (LeaseCost), as its receipts bill its fraction
+// of the GPU-seconds.
+func Quote(p Policy, start time.Time, d time.Duration, occupancy float64, interruptible bool) float64 {
 	if math.IsNaN(occupancy) || occupancy < 0 {
 		occupancy = 0
 	} else if occupancy > 1 {
@@ -59,5 +78,5 @@ func Quote(p Policy, start time.Time, d time.Duration, occupancy float64) float6
 		surcharge = 0
 	}
 	peak := 1 + (p.peakMultiplier()-1)*p.peakFraction(start, d)
-	return floor * peak * (1 + surcharge*occupancy)
+	return floor * peak * (1 + surcharge*occupancy) * p.discount(interruptible)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -122,8 +121,8 @@ type ProviderStats struct {
 	Rejected    map[string]int `json:"rejected"`
 	Ineligible  map[string]int `json:"ineligible"` // by Ineligible.Kind
 	Occupancy   float64        `json:"occupancy"`
-	// EarningsUSD sums price × GPUs × hours over confirmed leases, as
-	// shortened by LeaseEnded. Leases lists live leases and the most recent
+	// EarningsUSD sums price × GPUs × hours over confirmed leases (a
+	// slice's fraction of a GPU: LeaseCost), as shortened by LeaseEnded. Leases lists live leases and the most recent
 	// ended ones.
 	EarningsUSD float64 `json:"earnings_usd"`
 	Leases      []Lease `json:"leases"`
@@ -429,12 +428,12 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 	// worth), so that calls nobody awards cannot hold a provider; beyond
 	// that its bids go without holds.
 	if err == nil && !held && p.cfg.HoldGrace > 0 &&
-		p.cfg.Calendar.HeldBy(job.Owner, now)+job.GPUCount <= max(p.cfg.Calendar.Capacity()/2, job.GPUCount) {
+		p.cfg.Calendar.HeldBy(job.Owner, now)+job.BilledGPUs() <= max(float64(p.cfg.Calendar.Capacity()/2), job.BilledGPUs()) {
 		// The hold covers the devices the award would take: the first of
 		// the offer's devices (those free throughout come first).
 		devs := offer.Devices[:min(len(offer.Devices), job.GPUCount)]
-		p.cfg.Calendar.Hold(nonce, job.Owner, Booking{Start: offer.Start, End: offer.End, GPUs: job.GPUCount, Tier: job.Tier,
-			Preemptible: job.Preemptible, Devices: devs}, now.Add(min(job.BidWindow, maxHold)+p.cfg.HoldGrace))
+		p.cfg.Calendar.Hold(nonce, job.Owner, Booking{Start: offer.Start, End: offer.End, GPUs: job.GPUCount, Fraction: job.GPUFraction,
+			Tier: job.Tier, Preemptible: job.Preemptible, Devices: devs}, now.Add(min(job.BidWindow, maxHold)+p.cfg.HoldGrace))
 		holding = true
 	}
 	p.evalMu.Unlock()
@@ -655,7 +654,8 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		return decline("bid expired")
 	case a.JobID != sb.bid.JobID || a.Attempt != sb.bid.Attempt:
 		return decline("award does not match the bid's job")
-	case a.Price != sb.bid.Price || !a.Start.Equal(sb.bid.Start) || !a.End.Equal(sb.bid.End) || a.GPUCount != sb.job.GPUCount:
+	case a.Price != sb.bid.Price || !a.Start.Equal(sb.bid.Start) || !a.End.Equal(sb.bid.End) || a.GPUCount != sb.job.GPUCount ||
+		a.GPUFraction != sb.job.GPUFraction:
 		return decline("award does not match the bid's terms")
 	case p.draining.Load():
 		delete(p.bids, a.BidNonce)
@@ -667,8 +667,8 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		defer func() { go p.retryParked() }()
 	}
 	job := sb.job
-	b := Booking{LeaseID: a.LeaseID, Start: a.Start, End: a.End, GPUs: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible,
-		Devices: sb.offer.Devices}
+	b := Booking{LeaseID: a.LeaseID, Start: a.Start, End: a.End, GPUs: a.GPUCount, Fraction: job.GPUFraction, Tier: job.Tier,
+		Preemptible: job.Preemptible, Devices: sb.offer.Devices}
 	var evict []string
 	if job.Tier == Gold {
 		evict = sb.offer.Preempts
@@ -695,14 +695,14 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		return nil, err
 	}
 	lease := Lease{ID: a.LeaseID, JobID: a.JobID, Attempt: a.Attempt, Renter: a.Renter, Provider: me, Price: a.Price,
-		Start: a.Start, End: a.End, GPUCount: a.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible, State: RunPending,
-		Devices: booked.Devices}
+		Start: a.Start, End: a.End, GPUCount: a.GPUCount, GPUFraction: job.GPUFraction, Tier: job.Tier, Preemptible: job.Preemptible,
+		State: RunPending, Devices: booked.Devices}
 	p.confirms[a.LeaseID] = confirmRec{c, now, a.Renter}
 	p.leases[lease.ID] = &lease
 	p.jobs[lease.ID] = job
 	p.order = append(p.order, lease.ID)
 	p.stats.Won++
-	p.stats.EarningsUSD += leaseValue(lease.Price, lease.GPUCount, lease.Start, lease.End)
+	p.stats.EarningsUSD += LeaseCost(lease.Price, lease.GPUCount, lease.GPUFraction, lease.End.Sub(lease.Start))
 	if p.cfg.OnLease != nil {
 		// Called with p.mu held, so that lease callbacks arrive in order;
 		// OnLease must not call back into the provider synchronously.
@@ -768,13 +768,6 @@ func (p *Provider) rejectLocked(reason string, err error) error {
 	return &Rejection{Reason: reason, Err: err}
 }
 
-func leaseValue(price float64, gpus int, start, end time.Time) float64 {
-	if !end.After(start) || math.IsNaN(price) {
-		return 0
-	}
-	return price * float64(gpus) * end.Sub(start).Hours()
-}
-
 // LeaseEnded records that a lease ended at end in state (the job finished
 // early, failed, was cancelled or preempted): the calendar frees the rest of
 // its span and earnings only count the time up to end. It is idempotent for
@@ -802,7 +795,7 @@ func (p *Provider) endLocked(leaseID string, end time.Time, state RunState) {
 		end = l.Start
 	}
 	if end.Before(l.End) {
-		p.stats.EarningsUSD -= leaseValue(l.Price, l.GPUCount, end, l.End)
+		p.stats.EarningsUSD -= LeaseCost(l.Price, l.GPUCount, l.GPUFraction, l.End.Sub(end))
 		l.End = end
 		if p.cfg.Calendar.Truncate(leaseID, end) {
 			// GPUs freed ahead of their booked end: later leases may

@@ -728,7 +728,7 @@ type awardResult struct {
 // leased: its concurrent auctions must not award them again.
 type claim struct {
 	start, end time.Time
-	gpus       int
+	gpus       float64 // BilledGPUs: a slice claims its fraction
 	// confirmed is when the provider confirmed the award (zero while in
 	// flight): bids issued after it were made against a calendar that
 	// holds the lease, so the claim does not count against them.
@@ -741,7 +741,7 @@ type claim struct {
 // span as the provider has (RenterConfig.Capacity): then two of its own
 // auctions would race for one GPU and one award would be declined as
 // overbooked. Without a known capacity every award goes ahead.
-func (r *Renter) claim(b Bid, gpus int) (*claim, bool) {
+func (r *Renter) claim(b Bid, gpus float64) (*claim, bool) {
 	c := &claim{start: b.Start, end: b.End, gpus: gpus}
 	capacity := 0
 	if r.cfg.Capacity != nil {
@@ -753,7 +753,7 @@ func (r *Renter) claim(b Bid, gpus int) (*claim, bool) {
 	if r.claims == nil {
 		r.claims = make(map[string][]*claim)
 	}
-	kept, used := r.claims[b.Provider][:0], 0
+	kept, used := r.claims[b.Provider][:0], 0.0
 	for _, o := range r.claims[b.Provider] {
 		if !o.end.After(now) {
 			continue
@@ -763,7 +763,7 @@ func (r *Renter) claim(b Bid, gpus int) (*claim, bool) {
 			used += o.gpus
 		}
 	}
-	if capacity > 0 && used+gpus > capacity {
+	if capacity > 0 && used+gpus > float64(capacity) {
 		r.claims[b.Provider] = kept
 		return nil, false
 	}
@@ -850,7 +850,7 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 				continue
 			}
 			r.mu.Unlock()
-			c, ok := r.claim(b, job.GPUCount)
+			c, ok := r.claim(b, job.BilledGPUs())
 			if !ok {
 				r.mu.Lock()
 				rj.status.Attempts[slot].Result = "skipped: its GPUs are awarded to another of this renter's jobs"
@@ -1058,11 +1058,12 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string) (Le
 	a := Award{
 		LeaseID: leaseID, JobID: job.ID, Attempt: job.Attempt,
 		Renter: job.Owner, Provider: b.Provider, BidNonce: b.Nonce,
-		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount,
+		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount, GPUFraction: job.GPUFraction,
 		Job: *job, IssuedAt: now,
 	}
 	lease := Lease{ID: a.LeaseID, JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: b.Provider,
-		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount, Tier: job.Tier, Preemptible: job.Preemptible, State: RunPending}
+		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount, GPUFraction: job.GPUFraction, Tier: job.Tier,
+		Preemptible: job.Preemptible, State: RunPending}
 	to, err := peer.Decode(b.Provider)
 	if err != nil {
 		return lease, "bad provider id: " + err.Error()

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -40,6 +41,56 @@ type GPU struct {
 	// sets it itself, so it is informational only: eligibility, pricing,
 	// ranking and discovery ignore it (TestDetectedFlagGivesNoAdvantage).
 	Detected bool `json:"detected" yaml:"-"`
+	// Isolation is how a slice of the device is enforced when the
+	// provider's policy sells it in slices (Policy.Slices): IsolationMPS,
+	// IsolationMIG or IsolationNone; empty for a device sold whole. The
+	// provider's runtime sets it from what it can enforce, not its config,
+	// and a job's Isolation picks among them.
+	Isolation string `json:"isolation,omitempty" yaml:"-"`
+}
+
+// Slice isolation: how a provider keeps the jobs sharing one device apart
+// (GPU.Isolation), and which of them a job takes (Job.Isolation).
+const (
+	// IsolationNone is accounting only: the slices share the device
+	// unchecked (declared GPUs, where there is no driver to enforce one).
+	IsolationNone = "none"
+	// IsolationMPS is CUDA MPS with a pinned device memory limit and an
+	// active thread percentage set to the slice's fraction.
+	IsolationMPS = "mps"
+	// IsolationMIG is a MIG instance per slice.
+	IsolationMIG = "mig"
+	// IsolationAny is a job's default: any slice will do, enforced or not.
+	IsolationAny = "any"
+)
+
+// GPUFractions are the fractions of one device a job may ask for
+// (Job.GPUFraction), the sizes of the slices a device may be cut into
+// (SliceCounts) allowing: an eighth, a quarter and a half.
+var GPUFractions = []float64{0.125, 0.25, 0.5}
+
+// SliceCounts are how many equal slices a provider may cut a device into
+// (SliceRule.Count).
+var SliceCounts = []int{2, 4, 8}
+
+// BilledGPUs is how many GPUs count devices amount to when each is held
+// at fraction (0: whole devices): what a lease is priced, billed and
+// counted against a provider's capacity by. A quarter of one device is
+// 0.25.
+func BilledGPUs(count int, fraction float64) float64 {
+	if fraction > 0 && fraction < 1 {
+		return float64(count) * fraction
+	}
+	return float64(count)
+}
+
+// LeaseCost is what count devices at fraction cost at price per GPU-hour
+// over d: a slice pays its fraction of the device's price.
+func LeaseCost(price float64, count int, fraction float64, d time.Duration) float64 {
+	if d <= 0 || math.IsNaN(price) {
+		return 0
+	}
+	return price * BilledGPUs(count, fraction) * d.Hours()
 }
 
 // Identity is the device's canonical model: its name, sized by its VRAM
@@ -106,6 +157,52 @@ type Policy struct {
 	// takes none, NoPersistOffer takes them beside others,
 	// NoPersistRequire takes no others.
 	NoPersist string `json:"no_persist,omitempty" yaml:"no_persist,omitempty"`
+	// Slices sells devices in slices, to jobs that ask for a fraction of
+	// one (Job.GPUFraction): several such jobs share a device at once,
+	// each on its own slices. A device no rule names is sold whole only,
+	// and a sliced device holds either one whole-GPU lease or slices at
+	// any instant, never both.
+	Slices []SliceRule `json:"slices,omitempty" yaml:"slices,omitempty"`
+	// InterruptibleDiscount takes this share off the price of a job the
+	// provider may interrupt (Job.Preemptible: bronze jobs by default),
+	// e.g. 0.3 for 30 % off; 0 prices it as any other. It applies to the
+	// floor too: an interruptible job's floor is PriceFloor×(1−discount).
+	InterruptibleDiscount float64 `json:"interruptible_discount,omitempty" yaml:"interruptible_discount,omitempty"`
+}
+
+// SliceRule cuts each of Devices (indices into the provider's GPUs) into
+// Count equal slices (one of SliceCounts): a slice is 1/Count of the
+// device's memory and compute.
+type SliceRule struct {
+	Devices []int `json:"devices" yaml:"devices"`
+	Count   int   `json:"count" yaml:"count"`
+}
+
+// SliceCount is how many slices the policy cuts device d into: 0 when it
+// is sold whole.
+func (p Policy) SliceCount(d int) int {
+	for _, r := range p.Slices {
+		if slices.Contains(r.Devices, d) {
+			return r.Count
+		}
+	}
+	return 0
+}
+
+// SliceMap is the policy's slicing as device index → slice count (nil when
+// it sells every device whole): what the provider's calendar books slices
+// by (Calendar.SetSlices).
+func (p Policy) SliceMap() map[int]int {
+	var m map[int]int
+	for _, r := range p.Slices {
+		for _, d := range r.Devices {
+			if m == nil {
+				m = map[int]int{}
+			}
+			m[d] = r.Count
+		}
+	}
+	return m
 }
 
 // Policy.NoPersist values. A provider that offers no-persist jobs keeps
@@ -204,8 +301,18 @@ type Job struct {
 	OwnerAddrs []string `json:"owner_addrs,omitempty" yaml:"-"`
 	Tier       Tier     `json:"tier" yaml:"tier"`
 	// MaxPrice is the most the renter pays per GPU-hour, in USD.
-	MaxPrice  float64  `json:"max_price" yaml:"max_price"`
-	GPUCount  int      `json:"gpu_count" yaml:"gpu_count"`
+	MaxPrice float64 `json:"max_price" yaml:"max_price"`
+	GPUCount int     `json:"gpu_count" yaml:"gpu_count"`
+	// GPUFraction, when set, asks for that fraction of one device (one of
+	// GPUFractions, with GPUCount 1) instead of whole devices: the job
+	// shares the device with others, each on its own slices of a device
+	// its provider sells in slices (Policy.Slices), and pays that fraction
+	// of the price (BilledGPUs). MinVRAMGB is then the slice's memory.
+	GPUFraction float64 `json:"gpu_fraction,omitempty" yaml:"gpu_fraction,omitempty"`
+	// Isolation is how the job's slice must be enforced: IsolationMPS,
+	// IsolationMIG, or IsolationAny (or empty: any, IsolationNone
+	// included). Only a fractional job sets it.
+	Isolation string   `json:"isolation,omitempty" yaml:"isolation,omitempty"`
 	MinVRAMGB int      `json:"min_vram_gb,omitempty" yaml:"min_vram_gb,omitempty"`
 	GPUModels []string `json:"gpu_models,omitempty" yaml:"gpu_models,omitempty"`
 	// Region is a residency constraint: a region ("eu-west") or a prefix of
@@ -337,6 +444,10 @@ func (j *Job) TotalDuration() time.Duration {
 	return j.Duration
 }
 
+// BilledGPUs is how many GPUs the job asks for: GPUCount, or the fraction
+// of one device it asks for (GPUFraction).
+func (j *Job) BilledGPUs() float64 { return BilledGPUs(j.GPUCount, j.GPUFraction) }
+
 // Attempts is the job's attempt budget.
 func (j *Job) Attempts() int {
 	if j.MaxAttempts > 0 {
@@ -430,8 +541,10 @@ type Award struct {
 	Start    time.Time `json:"start"`
 	End      time.Time `json:"end"`
 	GPUCount int       `json:"gpu_count"`
-	Job      Job       `json:"job"`
-	IssuedAt time.Time `json:"issued_at"`
+	// GPUFraction is the job's (Job.GPUFraction): 0 for whole devices.
+	GPUFraction float64   `json:"gpu_fraction,omitempty"`
+	Job         Job       `json:"job"`
+	IssuedAt    time.Time `json:"issued_at"`
 }
 
 // BidRelease tells a provider that its bid will not be awarded (the
@@ -537,22 +650,30 @@ func (f Fault) Valid() bool { return f == FaultNone || f == FaultJob || f == Fau
 
 // Lease is a confirmed reservation of a provider's GPUs for a job.
 type Lease struct {
-	ID          string    `json:"id"`
-	JobID       string    `json:"job_id"`
-	Attempt     int       `json:"attempt"`
-	Renter      string    `json:"renter"`
-	Provider    string    `json:"provider"`
-	Price       float64   `json:"price"`
-	Start       time.Time `json:"start"`
-	End         time.Time `json:"end"`
-	GPUCount    int       `json:"gpu_count"`
-	Tier        Tier      `json:"tier"`
-	Preemptible bool      `json:"preemptible"`
-	State       RunState  `json:"state"`
+	ID       string    `json:"id"`
+	JobID    string    `json:"job_id"`
+	Attempt  int       `json:"attempt"`
+	Renter   string    `json:"renter"`
+	Provider string    `json:"provider"`
+	Price    float64   `json:"price"`
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	GPUCount int       `json:"gpu_count"`
+	// GPUFraction is the share of its one device a slice lease holds
+	// (Job.GPUFraction); 0 for whole devices. The lease is billed for
+	// BilledGPUs GPUs.
+	GPUFraction float64  `json:"gpu_fraction,omitempty"`
+	Tier        Tier     `json:"tier"`
+	Preemptible bool     `json:"preemptible"`
+	State       RunState `json:"state"`
 	// Devices are the provider's device indices the lease holds (its
 	// calendar booking's devices).
 	Devices []int `json:"devices,omitempty"`
 }
+
+// BilledGPUs is how many GPUs the lease is billed for: its GPU count, or
+// the fraction of one device a slice lease holds.
+func (l Lease) BilledGPUs() float64 { return BilledGPUs(l.GPUCount, l.GPUFraction) }
 
 // ErrBadMove is a lease move that breaks Lease.Moved's rule.
 var ErrBadMove = errors.New("auction: invalid lease move")

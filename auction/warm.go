@@ -22,7 +22,7 @@ func WarmTargets(caps []Capability, reliability func(provider string) float64, n
 		if reliability != nil {
 			rel = reliability(c.Peer)
 		}
-		s = append(s, scored{c, Score(Quote(c.Policy, now, time.Hour, 0), rel)})
+		s = append(s, scored{c, Score(Quote(c.Policy, now, time.Hour, 0, false), rel)})
 	}
 	slices.SortStableFunc(s, func(x, y scored) int {
 		if c := cmp.Compare(x.score, y.score); c != 0 {

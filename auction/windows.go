@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -156,7 +157,9 @@ func (p Policy) location() *time.Location {
 // Validate checks a policy: windows are "HH:MM" (To may be "24:00") with
 // known day names, PriceFloor is a finite number >= 0, PeakMultiplier is 0
 // (default 1.5) or >= 1, OccupancySurcharge >= 0, the time zone is known,
-// reserved spans are non-empty and limits are not negative.
+// reserved spans are non-empty, limits are not negative,
+// InterruptibleDiscount is in [0, 1) and each slice rule cuts devices it
+// alone names into 2, 4 or 8 slices.
 func (p Policy) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -196,6 +199,24 @@ func (p Policy) Validate() error {
 	case "", NoPersistOffer, NoPersistRequire:
 	default:
 		bad("no_persist must be %s, %s or empty (no-persist jobs not taken), got %q", NoPersistOffer, NoPersistRequire, p.NoPersist)
+	}
+	if d := p.InterruptibleDiscount; math.IsNaN(d) || d < 0 || d >= 1 {
+		bad("interruptible_discount must be in [0, 1) (0.3: 30 %% off interruptible jobs), got %v", d)
+	}
+	sliced := map[int]bool{}
+	for i, r := range p.Slices {
+		if !slices.Contains(SliceCounts, r.Count) {
+			bad("slices[%d]: count must be 2, 4 or 8, got %d", i, r.Count)
+		}
+		if len(r.Devices) == 0 {
+			bad("slices[%d]: devices must name at least one device index", i)
+		}
+		for _, d := range r.Devices {
+			if d < 0 || sliced[d] {
+				bad("slices[%d]: device %d is negative or sliced twice", i, d)
+			}
+			sliced[d] = true
+		}
 	}
 	if len(errs) == 0 {
 		return nil

@@ -146,7 +146,7 @@ func TestQuote(t *testing.T) {
 		{"instant quote at peak", p, at(0, "10:00"), 0, 0, 4},
 	}
 	for _, c := range cases {
-		if got := Quote(c.p, c.start, c.d, c.occ); math.Abs(got-c.want) > 1e-9 {
+		if got := Quote(c.p, c.start, c.d, c.occ, false); math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("%s: Quote = %v, want %v", c.name, got, c.want)
 		}
 	}

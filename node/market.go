@@ -141,6 +141,16 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d := m.d
 	m.cal = auction.NewCalendar(len(d.inv.GPUs))
 	m.provHistory = history.New[api.ProviderSample](history.Keep)
+	if err := m.cal.SetSlices(d.cfg.Provider.Policy.SliceMap()); err != nil {
+		return fmt.Errorf("provider.policy.slices: %w", err)
+	}
+	// A sliced device says how its slices are enforced: what the runtime
+	// can do with it, not what the config says.
+	for i := range d.inv.GPUs {
+		if m.cal.Slices(i) > 0 {
+			d.inv.GPUs[i].Isolation = runtime.SliceIsolation(d.inv.GPUs[i])
+		}
+	}
 	work, err := prepareWorkRoot(d.cfg.Provider.WorkDir, d.paths, d.log)
 	if err != nil {
 		return err
@@ -497,6 +507,15 @@ func (m *market) scrubLease(id string) string {
 	b, ok := m.cal.Booking(id)
 	if !ok || len(b.Devices) == 0 {
 		return ""
+	}
+	if others := m.cal.Sharers(id, m.d.now()); len(others) > 0 {
+		// Its device's other slices still run: clearing the device's free
+		// memory would take it from under them.
+		if m.d.inv.Source == runtime.SourceDeclared {
+			return attest.ScrubNoneDeclared
+		}
+		m.counters.Add("provider.gpu_scrub_shared")
+		return attest.ScrubFailure(fmt.Sprintf("device shared with %d running slice lease(s): not cleared under them", len(others)))
 	}
 	names := make([]string, len(b.Devices))
 	for i, dev := range b.Devices {

@@ -29,7 +29,7 @@ func (d *Daemon) noneCanFit(job *auction.Job) error {
 }
 
 // misfitOrder is the order of auction.StaticFit's rules, by kind.
-var misfitOrder = []string{"excluded", "region", "workload", "preemptible", "no_persist", "image", "gpu_model", "vram", "gpu_count", "price"}
+var misfitOrder = []string{"excluded", "region", "workload", "preemptible", "no_persist", "image", "gpu_model", "slices", "isolation", "vram", "gpu_count", "price"}
 
 // noneFits is noneCanFit's verdict on the records caps: nil when caps is
 // empty or one of them fits job; else one line naming why. A rule every
@@ -139,6 +139,10 @@ func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability
 				}
 			}
 		}
+		if job.GPUFraction > 0 {
+			return fmt.Sprintf("no known provider has %s GPUs whose %v slice has %d GB of VRAM (most: %v GB)", modelsText(job),
+				job.GPUFraction, job.MinVRAMGB, float64(most)*job.GPUFraction)
+		}
 		return fmt.Sprintf("no known provider has %s GPUs with %d GB of VRAM (most: %d GB)", modelsText(job), job.MinVRAMGB, most)
 	case "gpu_count":
 		most := 0
@@ -156,8 +160,8 @@ func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability
 	case "price":
 		lowest := -1.0
 		for _, c := range caps {
-			if lowest < 0 || c.Policy.PriceFloor < lowest {
-				lowest = c.Policy.PriceFloor
+			if f := c.Policy.FloorFor(job); lowest < 0 || f < lowest {
+				lowest = f
 			}
 		}
 		return fmt.Sprintf("every known provider's price floor is above the max price $%.2f/GPU-h (lowest: $%.2f)", job.MaxPrice, lowest)

@@ -30,7 +30,7 @@ func TestPostTaskText(t *testing.T) {
 		t.Fatalf("converted: %+v", j)
 	}
 	if _, err := cl.ConvertTask(ctx, "t.yaml", strings.Replace(task, "A100:1", "A100:x", 1)); err == nil ||
-		!strings.Contains(err.Error(), `t.yaml:2: resources.accelerators: count must be a whole number ≥ 1, got "A100:x"`) {
+		!strings.Contains(err.Error(), `t.yaml:2: resources.accelerators: count must be a whole number ≥ 1 or a fraction of one GPU (0.125, 0.25 or 0.5), got "A100:x"`) {
 		t.Fatalf("bad accelerators: %v", err)
 	}
 	if _, err := cl.PostTask(ctx, "t.yaml", "max_price: 2\nrun: echo\n"); err == nil || !strings.Contains(err.Error(), "t.yaml: missing duration") {

@@ -466,6 +466,9 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 	for k, v := range spec.Env {
 		env = append(env, k+"="+v)
 	}
+	for k, v := range spec.mpsEnv() {
+		env = append(env, k+"="+v)
+	}
 	binds := []string{wd + ":/work"}
 	if spec.Inputs != "" {
 		binds = append(binds, spec.Inputs+":/inputs:ro")

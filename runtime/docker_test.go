@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
 )
 
 const testImage = "gpumesh-test-job:latest"
@@ -141,6 +143,14 @@ func TestDockerEndToEnd(t *testing.T) {
 	}
 	if strings.Contains(out, "hunter2") {
 		t.Fatalf("daemon env leaked into the container:\n%s", out)
+	}
+	// A job on an MPS slice gets the slice's limits in its container too.
+	mps := SliceMPS(auction.GPU{Model: "L4", VRAMGB: 24, Detected: true, Isolation: auction.IsolationMPS}, 0.25)
+	res, out, _, _ = run(t, e, Spec{ID: "d-mps", Image: testImage, Command: []string{"/jobhelper", "env"}, MPS: mps})
+	for _, want := range []string{EnvMPSMemLimit + "=0=6144M", EnvMPSThreads + "=25"} {
+		if res.ExitCode != 0 || !strings.Contains(out, want+"\n") {
+			t.Errorf("slice container env lacks %s: %+v\n%s", want, res, out)
+		}
 	}
 
 	// No network: only the loopback interface.

@@ -61,6 +61,70 @@ type Spec struct {
 	// GPUMESH_CHECKPOINT_DIR) before it starts; empty means the job
 	// starts with an empty checkpoint dir.
 	Restore string
+	// MPS, when set, confines the job to a slice of its one device as a
+	// CUDA MPS client (SliceMPS); nil for a job on whole devices.
+	MPS *MPSLimits
+}
+
+// MPSLimits are what confine a CUDA MPS client to a slice of its device:
+// its pinned device memory limit (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, for
+// the one device it sees) and its share of the device's threads
+// (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE).
+type MPSLimits struct {
+	MemoryMB      int
+	ThreadPercent int
+}
+
+// SliceIsolation is how this runtime enforces a slice of device g
+// (auction.GPU.Isolation) when the provider sells it in slices: CUDA MPS
+// on a device read from the driver while an MPS control daemon serves
+// this host (MPSRunning), whose jobs get SliceMPS's limits in their
+// environment; nothing (IsolationNone, accounting only) otherwise: on a
+// declared device, which has no driver to enforce it, and without an MPS
+// daemon, whose absence makes CUDA ignore the limits (the runtime does
+// not start one: it is the owner's to run, `nvidia-cuda-mps-control -d`).
+// MIG is not detected: a MIG-mode device would need each slice's MIG
+// instance handed to its job instead, which the runtime does not do.
+func SliceIsolation(g auction.GPU) string {
+	if g.Detected && MPSRunning() {
+		return auction.IsolationMPS
+	}
+	return auction.IsolationNone
+}
+
+// MPSRunning reports whether a CUDA MPS control daemon serves this host:
+// its control pipe exists in CUDA_MPS_PIPE_DIRECTORY (default
+// /tmp/nvidia-mps), where CUDA clients look for it.
+func MPSRunning() bool {
+	dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY")
+	if dir == "" {
+		dir = "/tmp/nvidia-mps"
+	}
+	fi, err := os.Stat(filepath.Join(dir, "control"))
+	return err == nil && fi.Mode()&(os.ModeNamedPipe|os.ModeSocket) != 0
+}
+
+// SliceMPS is the MPS limits of a job holding fraction of device g: the
+// fraction of its memory and of its threads (rounded down: a slice never
+// gets more than it pays for). Nil unless g's slices are enforced by MPS
+// (g.Isolation) and fraction is a share of it.
+func SliceMPS(g auction.GPU, fraction float64) *MPSLimits {
+	if g.Isolation != auction.IsolationMPS || fraction <= 0 || fraction >= 1 {
+		return nil
+	}
+	return &MPSLimits{MemoryMB: int(float64(g.VRAMGB) * 1024 * fraction), ThreadPercent: max(1, int(fraction*100))}
+}
+
+// mpsEnv is the environment that applies s.MPS (none when nil): the
+// memory limit names device 0, the only one a slice's job sees.
+func (s *Spec) mpsEnv() map[string]string {
+	if s.MPS == nil {
+		return nil
+	}
+	return map[string]string{
+		EnvMPSMemLimit: fmt.Sprintf("0=%dM", s.MPS.MemoryMB),
+		EnvMPSThreads:  strconv.Itoa(s.MPS.ThreadPercent),
+	}
 }
 
 // CheckpointDir is the job's checkpoint dir, relative to its work dir: it
@@ -143,6 +207,10 @@ const (
 	// EnvCheckpoint names the job's checkpoint dir (CheckpointDir).
 	EnvCheckpoint = auction.EnvCheckpoint
 	EnvCUDA       = auction.EnvCUDA
+	// EnvMPSMemLimit and EnvMPSThreads are set for a job on an MPS slice
+	// (Spec.MPS).
+	EnvMPSMemLimit = auction.EnvMPSMemLimit
+	EnvMPSThreads  = auction.EnvMPSThreads
 )
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -289,6 +357,9 @@ func jobEnv(s *Spec, path, home, outputs string) []string {
 		env[EnvInputs] = s.Inputs
 	}
 	env[EnvCUDA] = s.cudaDevices()
+	for k, v := range s.mpsEnv() {
+		env[k] = v
+	}
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		out = append(out, k+"="+v)

@@ -99,7 +99,7 @@ func printJobView(w io.Writer, v *api.JobView, peer func(string) string) {
 	if j.Preemptible {
 		tier += " (preemptible)"
 	}
-	fmt.Fprintf(w, "tier:       %s, %d GPU(s), %s, max $%.4g/GPU-h\n", tier, j.GPUCount, j.Duration, j.MaxPrice)
+	fmt.Fprintf(w, "tier:       %s, %s, %s, max $%.4g/GPU-h\n", tier, auction.GPUsText(j.GPUCount, j.GPUFraction), j.Duration, j.MaxPrice)
 	fmt.Fprintf(w, "command:    %s\n", strings.Join(j.Run.Command, " "))
 	if f := jobFilesText(v); f != "" {
 		fmt.Fprintf(w, "files:      %s\n", f)

@@ -27,8 +27,9 @@ func jobPostFlags() []cli.Flag {
 		&cli.StringFlag{Name: "tier", Value: string(auction.Silver), Usage: "gold, silver or bronze"},
 		&cli.Float64Flag{Name: "max-price", DefaultText: "required unless in --file", Usage: "most you pay per GPU-hour, in USD"},
 		&cli.StringSliceFlag{Name: "gpu", Usage: "acceptable GPU model, e.g. H100 (repeatable)"},
-		&cli.IntFlag{Name: "count", Value: 1, Usage: "number of GPUs"},
-		&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU, in GB"},
+		&cli.StringFlag{Name: "count", Value: "1", Usage: "number of GPUs, or a fraction of one GPU (0.125, 0.25 or 0.5): a slice of a device other jobs share, priced and billed by its fraction"},
+		&cli.StringFlag{Name: "isolation", DefaultText: auction.IsolationAny, Usage: "how a fractional job's slice must be enforced: mig, mps or any (any includes none: declared GPUs, accounting only)"},
+		&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU (of the slice, with a fractional --count), in GB"},
 		&cli.StringFlag{Name: "region", Usage: "residency constraint: a region or region prefix, e.g. eu"},
 		&cli.Float64Flag{Name: "min-reliability", Usage: "minimum provider reliability, 0..1"},
 		&cli.BoolFlag{Name: "verified", Usage: "only providers verified for their GPU model (a passed 'gpumesh verify' challenge in this node's book)"},
@@ -108,8 +109,15 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 		return auction.Job{}, errors.New("--max-price is required (USD per GPU-hour)")
 	}
 
-	if set("count") || !inFile["gpu_count"] {
-		job.GPUCount = c.Int("count")
+	switch {
+	case set("count") || (!inFile["gpu_count"] && !inFile["gpu_fraction"]):
+		n, f, err := auction.ParseGPUs(c.String("count"))
+		if err != nil {
+			return auction.Job{}, fmt.Errorf("invalid --count: %v", err)
+		}
+		job.GPUCount, job.GPUFraction = n, f
+	case !inFile["gpu_count"]:
+		job.GPUCount = 1 // the file's gpu_fraction is of one GPU
 	}
 	switch {
 	case set("preemptible"):
@@ -171,6 +179,9 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time, fileArg bool
 	}
 	if set("min-vram") {
 		job.MinVRAMGB = c.Int("min-vram")
+	}
+	if set("isolation") {
+		job.Isolation = strings.ToLower(strings.TrimSpace(c.String("isolation")))
 	}
 	if set("region") {
 		job.Region = strings.TrimSpace(c.String("region"))
@@ -259,7 +270,7 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time, fileArg bool
 
 // jobFlags names the job post flag that sets each of auction.Job's fields.
 var jobFlags = map[string]string{
-	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "min_vram_gb": "min-vram",
+	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "gpu_fraction": "count", "isolation": "isolation", "min_vram_gb": "min-vram",
 	"region": "region", "min_reliability": "min-reliability", "verified": "verified", "preemptible": "preemptible", "duration": "duration",
 	"deadline": "deadline", "datasets": "dataset", "workload": "workload", "bid_window": "bid-window", "max_attempts": "max-attempts",
 	"checkpoint_every": "checkpoint-every", "no_persist": "no-persist", "retain": "retain",
@@ -429,7 +440,7 @@ func printPosted(w io.Writer, v *api.JobView) {
 		return
 	}
 	fmt.Fprintf(w, "job %s leased to %s at $%.4g/GPU-h (start %s)\n", v.Job.ID, l.Provider, l.Price, fmtTime(l.Start))
-	fmt.Fprintf(w, "  lease %s: %s tier, %d GPU(s), until %s\n", l.ID, l.Tier, l.GPUCount, fmtTime(l.End))
+	fmt.Fprintf(w, "  lease %s: %s tier, %s, until %s\n", l.ID, l.Tier, auction.GPUsText(l.GPUCount, l.GPUFraction), fmtTime(l.End))
 	eligible := 0
 	for _, b := range v.Bids {
 		if b.Rejected == "" {
@@ -437,7 +448,7 @@ func printPosted(w io.Writer, v *api.JobView) {
 		}
 	}
 	fmt.Fprintf(w, "  %d bid(s), %d eligible; max $%.4g/GPU-h; est. cost $%.4f\n", len(v.Bids), eligible, v.Job.MaxPrice,
-		l.Price*float64(l.GPUCount)*l.End.Sub(l.Start).Hours())
+		auction.LeaseCost(l.Price, l.GPUCount, l.GPUFraction, l.End.Sub(l.Start)))
 }
 
 // lastReason is the newest of a job's reasons (a queued job's says why).

@@ -136,6 +136,21 @@ func TestBuildJob(t *testing.T) {
 				t.Fatalf("tier %s preemptible %v", j.Tier, j.Preemptible)
 			}
 		}},
+		{"a quarter of a gpu", with("--count", "0.25", "--isolation", "MPS", "--min-vram", "6", "--", "x"), func(t *testing.T, j auction.Job) {
+			if j.GPUCount != 1 || j.GPUFraction != 0.25 || j.Isolation != auction.IsolationMPS || j.MinVRAMGB != 6 {
+				t.Fatalf("count %d fraction %v isolation %q vram %d", j.GPUCount, j.GPUFraction, j.Isolation, j.MinVRAMGB)
+			}
+		}},
+		{"a file's fraction stays", with("--file", writeFile(t, "h.yaml", "gpu_fraction: 0.5\nrun: {command: [x]}\n")), func(t *testing.T, j auction.Job) {
+			if j.GPUCount != 1 || j.GPUFraction != 0.5 {
+				t.Fatalf("count %d fraction %v", j.GPUCount, j.GPUFraction)
+			}
+		}},
+		{"--count overrides a file's fraction", with("--file", writeFile(t, "q.yaml", "gpu_count: 1\ngpu_fraction: 0.5\nrun: {command: [x]}\n"), "--count", "2"), func(t *testing.T, j auction.Job) {
+			if j.GPUCount != 2 || j.GPUFraction != 0 {
+				t.Fatalf("count %d fraction %v", j.GPUCount, j.GPUFraction)
+			}
+		}},
 		{"checkpoint every", with("--checkpoint-every", "10m", "--", "x"), func(t *testing.T, j auction.Job) {
 			if j.CheckpointEvery != 10*time.Minute {
 				t.Fatalf("checkpoint every = %v, want 10m", j.CheckpointEvery)
@@ -249,7 +264,10 @@ func TestBuildJobErrors(t *testing.T) {
 		{"input bad id", withCmd("--input", "data=abc"), `invalid --input: data="abc": not an artifact id`},
 		{"image artifact without image", withCmd("--image-artifact", strings.Repeat("ef", 32)), "invalid --image-artifact: needs run.image"},
 		{"env without key", withCmd("--env", "=1"), "--env must be KEY=VALUE"},
-		{"zero count", withCmd("--count", "0"), "invalid --count: must be in [1, 1024], got 0"},
+		{"zero count", withCmd("--count", "0"), `invalid --count: gpu count must be a whole number of GPUs (1 or more) or a fraction of one GPU (0.125, 0.25 or 0.5), got "0"`},
+		{"odd fraction", withCmd("--count", "0.3"), `invalid --count: gpu count must be a whole number of GPUs (1 or more) or a fraction of one GPU (0.125, 0.25 or 0.5), got "0.3"`},
+		{"isolation of whole gpus", withCmd("--count", "2", "--isolation", "mps"), "invalid --isolation: mps isolates a slice of a GPU: it needs gpu_fraction (whole GPUs are not shared)"},
+		{"unknown isolation", withCmd("--count", "0.5", "--isolation", "vgpu"), `invalid --isolation: must be mig, mps or any, got "vgpu"`},
 		{"huge count", withCmd("--count", "5000"), "invalid --count: must be in [1, 1024], got 5000"},
 		{"negative vram", withCmd("--min-vram", "-1"), "invalid --min-vram: must not be negative, got -1"},
 		{"reliability above 1", withCmd("--min-reliability", "1.5"), "invalid --min-reliability: must be in [0, 1], got 1.5"},

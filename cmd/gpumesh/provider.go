@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/urfave/cli/v2"
 )
@@ -105,7 +106,7 @@ func providerStatsAction(c *cli.Context) error {
 			if pl.ExitCode != nil {
 				exit = strconv.Itoa(*pl.ExitCode)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t$%.4g\t%s\t%s\t%s\t%s\n", l.ID, l.JobID, l.Renter, l.Tier, l.GPUCount, l.Price,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t$%.4g\t%s\t%s\t%s\t%s\n", l.ID, l.JobID, l.Renter, l.Tier, gpusColumn(l), l.Price,
 				orDash(string(pl.Run)), fmtTime(pl.Started), fmtTime(pl.Ended), exit)
 		}
 		if err := tw.Flush(); err != nil {
@@ -214,4 +215,13 @@ func printDrainLeases(w io.Writer, v api.DrainView) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.LeaseID, l.JobID, l.Tier, fmtTime(l.Start), fmtTime(l.End), l.Action, l.Run)
 	}
 	_ = tw.Flush()
+}
+
+// gpusColumn is a lease's GPUS column: its GPU count, or the fraction of
+// one GPU a slice lease holds.
+func gpusColumn(l auction.Lease) string {
+	if l.GPUFraction > 0 {
+		return strconv.FormatFloat(l.GPUFraction, 'g', -1, 64)
+	}
+	return strconv.Itoa(l.GPUCount)
 }

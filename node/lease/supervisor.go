@@ -657,6 +657,11 @@ func (r *leaseRun) run() {
 	gpus, uuids := s.leaseDevices(l)
 	spec := runtime.Spec{ID: l.ID, JobID: job.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
 		GPUs: gpus, UUIDs: uuids, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs, NoSwap: job.NoPersist}
+	if l.GPUFraction > 0 && len(gpus) == 1 && gpus[0] < len(s.cfg.GPUs) {
+		// A slice of a device: confined to it where the runtime enforces
+		// slices (the capability record says how: GPU.Isolation).
+		spec.MPS = runtime.SliceMPS(s.cfg.GPUs[gpus[0]], l.GPUFraction)
+	}
 	if len(job.Run.Artifacts()) > 0 {
 		release, dir, image, err := r.prepareInputs(job)
 		if err != nil {
@@ -1373,7 +1378,7 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	// Bill what the renter can vouch for: the run's span less the gaps in
 	// the heartbeat summary the renter answered with (the renter checks
 	// the same bound, attest.BillableSeconds, before it countersigns).
-	gpuSec := attest.BillableSeconds(rec.Lease, rec.Started, rec.Ended, rec.Ended, *sum) * float64(rec.Lease.GPUCount)
+	gpuSec := attest.BillableSeconds(rec.Lease, rec.Started, rec.Ended, rec.Ended, *sum) * rec.Lease.BilledGPUs()
 	gpus, uuids := s.leaseDevices(rec.Lease)
 	devices := uuids
 	if devices == nil {
@@ -1383,7 +1388,8 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	}
 	rc := attest.Receipt{
 		LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Renter: rec.Lease.Renter, Provider: rec.Lease.Provider,
-		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, Devices: devices, GPUSeconds: gpuSec, Price: rec.Lease.Price,
+		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, GPUFraction: rec.Lease.GPUFraction, Devices: devices,
+		GPUSeconds: gpuSec, Price: rec.Lease.Price,
 		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run, Fault: rec.Fault,
 		ResultHash: auction.ManifestHash(outs), Checkpoint: ckpt, LogDigest: logDigest, Heartbeats: *sum, IssuedAt: s.now(),
 		NoPersist: noPersist, Scrub: scrub,

@@ -426,18 +426,18 @@ func (t *Tracker) giveUp(id, why string) {
 // notice names (it turned them away for busy GPUs and has room now), as
 // many as fit in the GPUs it has free, unless a job excludes it.
 func (t *Tracker) onCapacity(n auction.CapacityNotice) {
-	free, woken := n.FreeGPUs, 0
+	free, woken := n.Free(), 0
 	t.mu.Lock()
 	for _, id := range n.Jobs {
 		w, v := t.wake[id], t.jobs[id]
-		if w == nil || v == nil || v.State != auction.JobQueued || v.Job.GPUCount > free || v.Job.Excludes(n.Provider) {
+		if w == nil || v == nil || v.State != auction.JobQueued || v.Job.BilledGPUs() > free || v.Job.Excludes(n.Provider) {
 			continue
 		}
 		select {
 		case w <- struct{}{}:
 		default:
 		}
-		free -= v.Job.GPUCount
+		free -= v.Job.BilledGPUs()
 		woken++
 	}
 	t.mu.Unlock()
@@ -1299,7 +1299,7 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 	}
 	// Bill only what this renter saw: from its observed start to its
 	// observed end (or now), inside the lease, less heartbeat gaps.
-	billable := attest.BillableSeconds(lease, v.ObservedStart, v.ObservedEnd, now, mine) * float64(lease.GPUCount)
+	billable := attest.BillableSeconds(lease, v.ObservedStart, v.ObservedEnd, now, mine) * lease.BilledGPUs()
 	if r.GPUSeconds > billable+1 {
 		count("renter.receipt_overbilled")
 		return nil, fmt.Errorf("receipt bills %.1f GPU-seconds; the renter observed at most %.1f", r.GPUSeconds, billable)

@@ -57,7 +57,17 @@ class Job:
     no_persist: bool = False
     #: how long the provider keeps its log and outputs (Go nanoseconds; 0: its default)
     retain_ns: int = 0
+    #: the fraction of one GPU the job asks for (``accelerators: "L4:0.25"``,
+    #: ``job post --count 0.25``); 0.0 for whole GPUs
+    gpu_fraction: float = 0.0
+    #: how its slice must be enforced: ``mig``, ``mps`` or ``any`` ("" is any)
+    isolation: str = ""
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def gpus(self) -> float:
+        """How many GPUs the job asks for: ``gpu_count``, or its fraction of one."""
+        return self.gpu_fraction or float(self.gpu_count)
 
     @property
     def duration_s(self) -> float:
@@ -75,7 +85,8 @@ class Job:
                    duration_ns=d.get("duration", 0), checkpoint_every_ns=d.get("checkpoint_every", 0),
                    max_attempts=d.get("max_attempts", 0), verified=bool(d.get("verified")),
                    preemptible=bool(d.get("preemptible")), deadline=d.get("deadline", ""),
-                   no_persist=bool(d.get("no_persist")), retain_ns=d.get("retain", 0), raw=d)
+                   no_persist=bool(d.get("no_persist")), retain_ns=d.get("retain", 0),
+                   gpu_fraction=float(d.get("gpu_fraction", 0.0)), isolation=d.get("isolation", ""), raw=d)
 
 
 @dataclass
@@ -89,13 +100,16 @@ class Lease:
     gpu_count: int
     tier: str
     state: str
+    #: the share of its one GPU a slice lease holds (billed by it); 0.0 for whole GPUs
+    gpu_fraction: float = 0.0
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "Lease":
         return cls(id=d.get("id", ""), provider=d.get("provider", ""), price=d.get("price", 0.0),
                    start=d.get("start", ""), end=d.get("end", ""), gpu_count=d.get("gpu_count", 0),
-                   tier=d.get("tier", ""), state=d.get("state", ""), raw=d)
+                   tier=d.get("tier", ""), state=d.get("state", ""),
+                   gpu_fraction=float(d.get("gpu_fraction", 0.0)), raw=d)
 
 
 @dataclass

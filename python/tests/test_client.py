@@ -217,3 +217,11 @@ def test_no_persist_job_leaves_its_files_with_the_renter(net, tmp_path):
 def test_retain_is_a_jobs_field(renter):
     j = renter.convert({"run": "echo", "max_price": 1, "duration": "1h", "retain": "90m"})
     assert j.retain_ns == 90 * 60 * 10**9 and not j.no_persist
+
+
+def test_fraction_of_a_gpu_passes_through(renter):
+    j = renter.convert({"resources": {"accelerators": "L4:0.25", "isolation": "mps"}, "run": "echo",
+                        "max_price": 1, "duration": "1h"})
+    assert (j.gpu_count, j.gpu_fraction, j.gpus, j.isolation) == (1, 0.25, 0.25, "mps")
+    whole = renter.convert({"resources": {"accelerators": "L4:2"}, "run": "echo", "max_price": 1, "duration": "1h"})
+    assert (whole.gpu_count, whole.gpu_fraction, whole.gpus) == (2, 0.0, 2.0)

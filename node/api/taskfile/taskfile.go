@@ -8,8 +8,8 @@
 // /v1/tasks/convert), so the Python client and the CLI share the rule.
 //
 // Errors name the file and the line of the field at fault
-// ("train.yaml:7: resources.accelerators: count must be a whole number ≥ 1,
-// got "H100:0.5"").
+// ("train.yaml:7: resources.accelerators: count must be a whole number ≥ 1
+// or a fraction of one GPU (0.125, 0.25 or 0.5), got "H100:0.3"").
 package taskfile
 
 import (
@@ -209,7 +209,7 @@ var (
 	taskFields = []string{"name", "resources", "setup", "run", "envs", "inputs", "outputs", "checkpoint",
 		"tier", "max_price", "duration", "deadline", "max_attempts", "verified", "preemptible", "min_reliability",
 		"workload", "datasets", "bid_window", "no_persist", "retain"}
-	resourceFields = []string{"accelerators", "region", "min_vram_gb", "image", "image_id", "image_artifact", "memory_mb", "use_spot"}
+	resourceFields = []string{"accelerators", "isolation", "region", "min_vram_gb", "image", "image_id", "image_artifact", "memory_mb", "use_spot"}
 	// unsupported are SkyPilot fields with no meaning here, and why.
 	unsupported = map[string]string{
 		"num_nodes":     "a job runs on one provider: ask for more accelerators instead",
@@ -438,6 +438,11 @@ func (p *tp) resources(n *yaml.Node) {
 		switch kn.Value {
 		case "accelerators":
 			p.accelerators(v, k)
+		case "isolation":
+			if s, ok := p.str(v, k); ok {
+				j.Isolation = s
+				p.at("isolation", k, v)
+			}
 		case "region":
 			if s, ok := p.str(v, k); ok {
 				j.Region = s
@@ -479,13 +484,15 @@ func (p *tp) resources(n *yaml.Node) {
 	}
 }
 
-// accelerators reads "H100:8", "H100" (one), a list of such (any of the
-// models, all with the same count) or a mapping {H100: 8, A100: 8}.
+// accelerators reads "H100:8", "H100" (one), "L4:0.25" (a quarter of
+// one: auction.ParseGPUs), a list of such (any of the models, all with the
+// same count) or a mapping {H100: 8, A100: 8}.
 func (p *tp) accelerators(n *yaml.Node, key string) {
 	type acc struct {
-		model string
-		count int
-		n     *yaml.Node
+		model    string
+		count    int
+		fraction float64
+		n        *yaml.Node
 	}
 	var accs []acc
 	one := func(v *yaml.Node) {
@@ -495,20 +502,19 @@ func (p *tp) accelerators(n *yaml.Node, key string) {
 		}
 		model, cnt, hasCount := strings.Cut(v.Value, ":")
 		model = strings.TrimSpace(model)
-		c := 1
+		c, f := 1, 0.0
 		if hasCount {
-			x, err := strconv.Atoi(strings.TrimSpace(cnt))
-			if err != nil || x < 1 {
-				p.bad(v, key, "count must be a whole number ≥ 1, got %q", v.Value)
+			var err error
+			if c, f, err = auction.ParseGPUs(cnt); err != nil {
+				p.bad(v, key, "%s, got %q", countRule, v.Value)
 				return
 			}
-			c = x
 		}
 		if model == "" {
 			p.bad(v, key, `must be "MODEL:COUNT" (e.g. "H100:8"), got %q`, v.Value)
 			return
 		}
-		accs = append(accs, acc{model, c, v})
+		accs = append(accs, acc{model, c, f, v})
 	}
 	switch n.Kind {
 	case yaml.ScalarNode:
@@ -520,20 +526,19 @@ func (p *tp) accelerators(n *yaml.Node, key string) {
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
-			c := 1
+			c, f := 1, 0.0
 			if v.Tag != "!!null" {
-				x, err := strconv.Atoi(v.Value)
-				if v.Kind != yaml.ScalarNode || err != nil || x < 1 {
-					p.bad(v, key+"."+k.Value, "count must be a whole number ≥ 1, got %q", v.Value)
+				var err error
+				if c, f, err = auction.ParseGPUs(v.Value); v.Kind != yaml.ScalarNode || err != nil {
+					p.bad(v, key+"."+k.Value, "%s, got %q", countRule, v.Value)
 					continue
 				}
-				c = x
 			}
 			if strings.TrimSpace(k.Value) == "" {
 				p.bad(k, key, "empty model name")
 				continue
 			}
-			accs = append(accs, acc{strings.TrimSpace(k.Value), c, k})
+			accs = append(accs, acc{strings.TrimSpace(k.Value), c, f, k})
 		}
 	default:
 		p.bad(n, key, `must be "MODEL:COUNT" (e.g. "H100:8"), got %s`, kindName(n))
@@ -548,16 +553,28 @@ func (p *tp) accelerators(n *yaml.Node, key string) {
 	j := &p.f.Job
 	j.GPUModels = nil
 	for _, a := range accs {
-		if a.count != accs[0].count {
-			p.bad(a.n, key, "every model needs the same count (a job leases COUNT GPUs of any one listed model), got %s:%d and %s:%d",
-				accs[0].model, accs[0].count, a.model, a.count)
+		if a.count != accs[0].count || a.fraction != accs[0].fraction {
+			p.bad(a.n, key, "every model needs the same count (a job leases COUNT GPUs of any one listed model), got %s:%s and %s:%s",
+				accs[0].model, countText(accs[0].count, accs[0].fraction), a.model, countText(a.count, a.fraction))
 			return
 		}
 		j.GPUModels = append(j.GPUModels, a.model)
 	}
-	j.GPUCount = accs[0].count
+	j.GPUCount, j.GPUFraction = accs[0].count, accs[0].fraction
 	p.at("gpu_count", key, n)
+	p.at("gpu_fraction", key, n)
 	p.at("gpu_models", key, n)
+}
+
+// countRule is what an accelerator count may be (auction.ParseGPUs).
+const countRule = "count must be a whole number ≥ 1 or a fraction of one GPU (0.125, 0.25 or 0.5)"
+
+// countText is an accelerator count as a task file writes it: "8", "0.25".
+func countText(count int, fraction float64) string {
+	if fraction > 0 {
+		return strconv.FormatFloat(fraction, 'g', -1, 64)
+	}
+	return strconv.Itoa(count)
 }
 
 func (p *tp) checkpoint(n *yaml.Node) {

@@ -114,6 +114,16 @@ func TestJobShapedFile(t *testing.T) {
 	if j.GPUCount != 2 || j.GPUModels[0] != "A100" {
 		t.Fatalf("json task: %+v", j)
 	}
+	// A fraction of one GPU, SkyPilot's way, with the slice's isolation.
+	for _, acc := range []string{"L4:0.25", "{L4: 0.25}", "[L4:0.25, T4:0.25]"} {
+		j, err = Convert("slice.yaml", []byte("max_price: 1\nduration: 1h\nresources:\n  accelerators: "+acc+"\n  isolation: mps\nrun: echo hi\n"), now)
+		if err != nil {
+			t.Fatalf("%s: %v", acc, err)
+		}
+		if j.GPUCount != 1 || j.GPUFraction != 0.25 || j.GPUModels[0] != "L4" || j.Isolation != auction.IsolationMPS {
+			t.Fatalf("%s: %+v", acc, j)
+		}
+	}
 }
 
 func TestDetect(t *testing.T) {
@@ -142,10 +152,12 @@ func TestTaskErrorsNameTheLine(t *testing.T) {
 	for _, c := range []struct {
 		name, text, want string
 	}{
-		{"bad count", base + "resources:\n  accelerators: H100:0\nrun: x\n", `t.yaml:4: resources.accelerators: count must be a whole number ≥ 1, got "H100:0"`},
-		{"fractional count", base + "resources:\n  accelerators: H100:0.5\nrun: x\n", `t.yaml:4: resources.accelerators: count must be a whole number ≥ 1, got "H100:0.5"`},
+		{"bad count", base + "resources:\n  accelerators: H100:0\nrun: x\n", `t.yaml:4: resources.accelerators: count must be a whole number ≥ 1 or a fraction of one GPU (0.125, 0.25 or 0.5), got "H100:0"`},
+		{"fractional count", base + "resources:\n  accelerators: H100:0.3\nrun: x\n", `t.yaml:4: resources.accelerators: count must be a whole number ≥ 1 or a fraction of one GPU (0.125, 0.25 or 0.5), got "H100:0.3"`},
+		{"mixed fractions", base + "resources:\n  accelerators: [L4:0.25, T4:0.5]\nrun: x\n", "t.yaml:4: resources.accelerators: every model needs the same count (a job leases COUNT GPUs of any one listed model), got L4:0.25 and T4:0.5"},
+		{"bad isolation", base + "resources:\n  accelerators: L4:0.25\n  isolation: vgpu\nrun: x\n", `t.yaml:5: resources.isolation: must be mig, mps or any, got "vgpu"`},
 		{"mixed counts", base + "resources:\n  accelerators:\n    - H100:8\n    - A100:4\nrun: x\n", "t.yaml:6: resources.accelerators: every model needs the same count"},
-		{"map count", base + "resources:\n  accelerators: {H100: many}\nrun: x\n", `t.yaml:4: resources.accelerators.H100: count must be a whole number ≥ 1, got "many"`},
+		{"map count", base + "resources:\n  accelerators: {H100: many}\nrun: x\n", `t.yaml:4: resources.accelerators.H100: count must be a whole number ≥ 1 or a fraction of one GPU (0.125, 0.25 or 0.5), got "many"`},
 		{"unknown field", base + "run: x\nretries: 3\n", "t.yaml:4: retries: unknown field (task fields: name, resources"},
 		{"unknown resource", base + "resources:\n  gpus: 8\nrun: x\n", "t.yaml:4: resources.gpus: unknown field (resources fields: accelerators"},
 		{"skypilot field", base + "num_nodes: 2\nrun: x\n", "t.yaml:3: num_nodes: not supported by gpumesh: a job runs on one provider"},

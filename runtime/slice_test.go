@@ -1,0 +1,74 @@
+package runtime
+
+import (
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gpumesh/gpumesh/auction"
+)
+
+// TestSliceIsolationAndMPSLimits: a slice of a device read from the
+// driver is enforced by MPS, with the slice's share of its memory and
+// threads; a declared device's slice is accounting only, and gets no
+// limits; a job may not set the limits itself.
+func TestSliceIsolationAndMPSLimits(t *testing.T) {
+	nvml := auction.GPU{Model: "L4", VRAMGB: 24, Detected: true}
+	declared := auction.GPU{Model: "L4", VRAMGB: 24}
+	// No MPS daemon: CUDA would ignore the limits, so nothing enforces a
+	// slice, driver or not.
+	pipes := t.TempDir()
+	t.Setenv("CUDA_MPS_PIPE_DIRECTORY", pipes)
+	if got := SliceIsolation(nvml); got != auction.IsolationNone {
+		t.Fatalf("isolation of a driver's device with no MPS daemon %q", got)
+	}
+	// A control daemon's pipe (a FIFO, as nvidia-cuda-mps-control makes).
+	if err := syscall.Mkfifo(filepath.Join(pipes, "control"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := SliceIsolation(nvml); got != auction.IsolationMPS {
+		t.Fatalf("isolation of a driver's device %q", got)
+	}
+	if got := SliceIsolation(declared); got != auction.IsolationNone {
+		t.Fatalf("isolation of a declared device %q", got)
+	}
+	nvml.Isolation, declared.Isolation = SliceIsolation(nvml), SliceIsolation(declared)
+	if m := SliceMPS(nvml, 0.25); m == nil || m.MemoryMB != 6144 || m.ThreadPercent != 25 {
+		t.Fatalf("a quarter of 24 GB under MPS: %+v", m)
+	}
+	if m := SliceMPS(nvml, 0.125); m == nil || m.MemoryMB != 3072 || m.ThreadPercent != 12 {
+		t.Fatalf("an eighth of 24 GB under MPS: %+v", m)
+	}
+	if m := SliceMPS(declared, 0.25); m != nil {
+		t.Fatalf("a declared device's slice got MPS limits %+v", m)
+	}
+	if m := SliceMPS(nvml, 0); m != nil {
+		t.Fatalf("a whole device got MPS limits %+v", m)
+	}
+	for _, k := range []string{EnvMPSMemLimit, EnvMPSThreads} {
+		if err := auction.CheckEnvVar(k, "100"); err == nil {
+			t.Errorf("a job may set %s", k)
+		}
+	}
+}
+
+// TestProcessSliceJobEnv: a process job on an MPS slice runs with the
+// slice's limits in its environment; one on a whole device without them.
+func TestProcessSliceJobEnv(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	g := auction.GPU{Model: "L4", VRAMGB: 24, Detected: true, Isolation: auction.IsolationMPS}
+	res, out, _, _ := run(t, e, Spec{ID: "mps", Command: []string{helperBin, "env"}, GPUs: []int{0}, MPS: SliceMPS(g, 0.5)})
+	if res.ExitCode != 0 {
+		t.Fatalf("env: %+v", res)
+	}
+	for _, want := range []string{EnvMPSMemLimit + "=0=12288M\n", EnvMPSThreads + "=50\n", EnvCUDA + "=0\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("slice job env lacks %q:\n%s", want, out)
+		}
+	}
+	res, out, _, _ = run(t, e, Spec{ID: "whole", Command: []string{helperBin, "env"}, GPUs: []int{0}})
+	if res.ExitCode != 0 || strings.Contains(out, "CUDA_MPS_") {
+		t.Fatalf("whole-device job env: %+v\n%s", res, out)
+	}
+}
