@@ -57,6 +57,10 @@ class Job:
     no_persist: bool = False
     #: how long the provider keeps its log and outputs (Go nanoseconds; 0: its default)
     retain_ns: int = 0
+    #: the most round trip the renter may measure to its provider (Go nanoseconds; 0: no bound)
+    max_rtt_ns: int = 0
+    #: where its clients are: a region, or a client location's multiaddr ("": nowhere in particular)
+    near: str = ""
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
 
     @property
@@ -75,7 +79,8 @@ class Job:
                    duration_ns=d.get("duration", 0), checkpoint_every_ns=d.get("checkpoint_every", 0),
                    max_attempts=d.get("max_attempts", 0), verified=bool(d.get("verified")),
                    preemptible=bool(d.get("preemptible")), deadline=d.get("deadline", ""),
-                   no_persist=bool(d.get("no_persist")), retain_ns=d.get("retain", 0), raw=d)
+                   no_persist=bool(d.get("no_persist")), retain_ns=d.get("retain", 0),
+                   max_rtt_ns=d.get("max_rtt", 0), near=d.get("near", ""), raw=d)
 
 
 @dataclass
