@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 	ma "github.com/multiformats/go-multiaddr"
 )
 
@@ -137,14 +138,16 @@ func tcpAddr(t *testing.T, n *testNode) string {
 	return ""
 }
 
-// TestLatencyTermsOverLibp2p: a renter and two providers on loopback, the
-// cheaper one behind a link of 80 ms round trip (a TCP proxy delaying
-// every byte 40 ms each way; its only connection to the renter). The
-// renter really measures both with libp2p ping: the far one is rejected
-// from a MaxRTT 50ms job for its RTT (`bids` says so) and loses a Near
-// job to the dearer near one on the latency term, while a job without
-// latency terms still goes to it, the cheaper. A daemon also keeps the
-// round trips to the providers it knows fresh in the background.
+// TestLatencyTermsOverLibp2p: a renter and three providers on loopback:
+// near; far, cheaper, behind a link of 80 ms round trip (a TCP proxy
+// delaying every byte 40 ms each way; its only connection to the renter);
+// and mute, the cheapest, a hostile peer that does not answer pings (to
+// hide how far it is). The renter really measures them with libp2p ping:
+// far is rejected from a MaxRTT 50ms job for its RTT and mute for having
+// none (`bids` says so); both lose a Near job to the dearer near one on
+// the latency term; a job without latency terms goes to the cheapest. A
+// daemon also keeps the round trips to the providers it knows fresh in
+// the background.
 func TestLatencyTermsOverLibp2p(t *testing.T) {
 	root := t.TempDir()
 	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{RTTRefreshEvery: time.Hour})
@@ -155,7 +158,9 @@ func TestLatencyTermsOverLibp2p(t *testing.T) {
 	farCfg := fastConfig(providerConfig("eu-west", 0.7, a100, a100))
 	farCfg.Bootstrap = []string{"/ip4/127.0.0.1/tcp/" + strconv.Itoa(proxy.ln.Addr().(*net.TCPAddr).Port) + "/p2p/" + renter.ID().String()}
 	far := startWith(t, filepath.Join(root, "far"), farCfg, nil, Options{})
-	waitAdvertised(t, renter, near, far)
+	mute := startWith(t, filepath.Join(root, "mute"), fastConfig(providerConfig("eu-west", 0.5, a100, a100)), renter.Daemon, Options{})
+	mute.net.Host.RemoveStreamHandler(ping.ID)
+	waitAdvertised(t, renter, near, far, mute)
 	if err := proxy.proxied(renter, far); err != nil {
 		t.Fatalf("renter to far: %v", err)
 	}
@@ -170,8 +175,8 @@ func TestLatencyTermsOverLibp2p(t *testing.T) {
 		for _, b := range v.Bids {
 			out[b.Bid.Provider] = b
 		}
-		if len(out) != 2 {
-			t.Fatalf("job %s: bids from %d providers, want both", id, len(out))
+		if len(out) != 3 {
+			t.Fatalf("job %s: bids from %d providers, want all 3", id, len(out))
 		}
 		return out
 	}
@@ -191,6 +196,9 @@ func TestLatencyTermsOverLibp2p(t *testing.T) {
 	if n.RTT <= 0 || n.RTT >= job.MaxRTT || n.Rejected != "" {
 		t.Fatalf("near bid: rtt %v rejected %q, want measured under %v", n.RTT, n.Rejected, job.MaxRTT)
 	}
+	if m := bs[mute.ID().String()]; m.RTT != 0 || !strings.HasPrefix(m.Rejected, "rtt unknown") {
+		t.Fatalf("mute bid: rtt %v rejected %q, want unmeasured and rejected for it", m.RTT, m.Rejected)
+	}
 	t.Logf("MaxRTT job: near rtt %v, far rtt %v (%s)", n.RTT, f.RTT, f.Rejected)
 
 	// Near a client location: ranked on the renter's RTT, the far one
@@ -201,14 +209,18 @@ func TestLatencyTermsOverLibp2p(t *testing.T) {
 	if !leased(v) || v.Lease.Provider != near.ID().String() {
 		t.Fatalf("Near job: %s leased to %v, want the near provider; reasons %v", v.State, v.Lease, v.Reasons)
 	}
-	if f := bids(v.Job.ID)[far.ID().String()]; f.Rejected != "" || f.RTT < 2*oneWay {
+	bs = bids(v.Job.ID)
+	if f := bs[far.ID().String()]; f.Rejected != "" || f.RTT < 2*oneWay {
 		t.Fatalf("Near job, far bid: rtt %v rejected %q, want ranked (not rejected) at its RTT", f.RTT, f.Rejected)
 	}
+	if m := bs[mute.ID().String()]; m.Rejected != "" || m.RTT != 0 {
+		t.Fatalf("Near job, mute bid: rtt %v rejected %q, want ranked, unmeasured", m.RTT, m.Rejected)
+	}
 
-	// No latency terms: the cheaper far provider wins, as before.
+	// No latency terms: the cheapest wins, as before.
 	v = post(t, renter, shJob(auction.Silver, 2, "true"))
-	if !leased(v) || v.Lease.Provider != far.ID().String() {
-		t.Fatalf("plain job: %s leased to %v, want the cheaper far provider", v.State, v.Lease)
+	if !leased(v) || v.Lease.Provider != mute.ID().String() {
+		t.Fatalf("plain job: %s leased to %v, want the cheapest provider", v.State, v.Lease)
 	}
 	if err := proxy.proxied(renter, far); err != nil {
 		t.Fatalf("after the auctions, renter to far: %v", err)
