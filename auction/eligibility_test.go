@@ -406,7 +406,7 @@ func benchCands(n int) (*Job, []Candidate) {
 		if i%3 == 0 {
 			b.Datasets = []string{"a"}
 		}
-		cands[i] = Candidate{Bid: b, Reliability: float64(i%10+1) / 10, Latency: time.Duration(i%50) * time.Millisecond}
+		cands[i] = Candidate{Bid: b, Reliability: float64(i%10+1) / 10, RTT: time.Duration(i%50) * time.Millisecond}
 	}
 	return j, cands
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 // Bid window bounds. A job that does not set BidWindow gets DefaultBidWindow.
@@ -188,7 +189,9 @@ func SampledBidder(j *Job, provider string) bool {
 // preemptible gold job (gold is the protected tier), a negative attempt, a
 // BidWindow outside [MinBidWindow, MaxBidWindow], more than MaxBidInvited
 // invited bidders, one that is not a peer id or is invited twice, a
-// Deadline before CreatedAt, and an ID that breaks ValidID. ID, Owner and CreatedAt may be empty (the renter fills them
+// MaxRTT outside [MinMaxRTT, MaxMaxRTT] (other than 0), a Near that is
+// neither a region name nor a multiaddr, a Deadline before CreatedAt, and
+// an ID that breaks ValidID. ID, Owner and CreatedAt may be empty (the renter fills them
 // when it posts the job). Each problem is a *FieldError (see FieldErrors).
 func (j *Job) Validate() error {
 	if j == nil {
@@ -344,6 +347,12 @@ func (j *Job) Validate() error {
 			}
 		}
 	}
+	if j.MaxRTT < 0 || (j.MaxRTT > 0 && j.MaxRTT < MinMaxRTT) || j.MaxRTT > MaxMaxRTT {
+		bad("max_rtt", "must be in [%v, %v] (0: no bound), got %v", MinMaxRTT, MaxMaxRTT, j.MaxRTT)
+	}
+	if p := nearProblem(j.Near); p != "" {
+		bad("near", "%s", p)
+	}
 	if !j.Deadline.IsZero() && !j.CreatedAt.IsZero() && j.Deadline.Before(j.CreatedAt) {
 		bad("deadline", "%s is before created_at %s", j.Deadline.Format(time.RFC3339), j.CreatedAt.Format(time.RFC3339))
 	}
@@ -352,6 +361,54 @@ func (j *Job) Validate() error {
 	}
 	return fmt.Errorf("auction: invalid job %q: %w", j.ID, errors.Join(errs...))
 }
+
+// Bounds of Job.MaxRTT (when set) and of Job.Near.
+const (
+	MinMaxRTT = time.Millisecond
+	MaxMaxRTT = 10 * time.Second
+	// maxNearLen bounds Job.Near: a multiaddr of a client location, or a
+	// region.
+	maxNearLen = 256
+	// maxNearRegionLen bounds a region Job.Near names.
+	maxNearRegionLen = 64
+)
+
+// LatencySensitive reports whether the job ranks its bids by the
+// round-trip time to their providers: it sets MaxRTT or Near.
+func (j *Job) LatencySensitive() bool { return j.MaxRTT > 0 || j.Near != "" }
+
+// NearRegion is the region Job.Near names ("" when it names none, or a
+// client location's multiaddr).
+func (j *Job) NearRegion() string {
+	if nearIsAddr(j.Near) {
+		return ""
+	}
+	return strings.TrimSpace(j.Near)
+}
+
+// nearIsAddr reports whether a Job.Near value is a multiaddr (they all
+// start with "/") rather than a region.
+func nearIsAddr(near string) bool { return strings.HasPrefix(strings.TrimSpace(near), "/") }
+
+// nearProblem says what is wrong with a Job.Near value ("" when nothing
+// is): a multiaddr must parse, a region must be a region name.
+func nearProblem(near string) string {
+	switch s := strings.TrimSpace(near); {
+	case s == "":
+		return ""
+	case len(s) > maxNearLen:
+		return fmt.Sprintf("must be a region or a multiaddr of at most %d characters, got %d", maxNearLen, len(s))
+	case nearIsAddr(s):
+		if _, err := ma.NewMultiaddr(s); err != nil {
+			return fmt.Sprintf("%q is not a multiaddr (e.g. /ip4/203.0.113.7): %v", s, err)
+		}
+	case len(s) > maxNearRegionLen || !regionNameRE.MatchString(s):
+		return fmt.Sprintf("%q is neither a region (e.g. eu-west: letters, digits, '-', '_' or '.', at most %d) nor a multiaddr (starting with /)", s, maxNearRegionLen)
+	}
+	return ""
+}
+
+var regionNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 // regionSatisfies reports whether a provider in region have satisfies the
 // residency constraint want: want is empty (anywhere), equal to have, or a

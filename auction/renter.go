@@ -202,6 +202,18 @@ type RenterConfig struct {
 	Holdings func(ctx context.Context, provider string) (held []string, ok bool)
 	// HoldingsWait bounds that wait; 0 means DefaultHoldingsWait.
 	HoldingsWait time.Duration
+	// RTT is the round-trip time from the renter's host to a provider as
+	// the host last measured it (libp2p ping; ok false without a fresh
+	// sample): every job's ranking breaks ties by it. nil knows none.
+	RTT func(provider string) (time.Duration, bool)
+	// MeasureRTT is that round trip, measured now unless a fresh sample
+	// is at hand, within ctx. A latency-sensitive job's bidders
+	// (Job.LatencySensitive) are measured as their bids come in, each
+	// within the job's BidWindow, and ranking waits for the measurements
+	// under way (each bounded so): a bidder still unmeasured then has no
+	// RTT (its bid is rejected under MaxRTT, charged RTTChargeCap under
+	// Near). nil measures nobody.
+	MeasureRTT func(ctx context.Context, provider string) (time.Duration, bool)
 	// Expected, when set, names the providers expected to answer a job's
 	// call, with a bid or a decline: those the renter knows whose
 	// capability fits the job (StaticFit). Once every one of them has
@@ -236,10 +248,13 @@ type renterJob struct {
 	// any of its offers: the only ones whose capacity notice may name it.
 	busy   map[string]bool
 	cancel chan struct{}
-	bidIn  chan struct{} // signalled (never blocking) on each accepted bid
-	posted time.Time     // wall clock, for latency
+	// bidIn is signalled (never blocking) on each accepted bid, and when
+	// a bidder's RTT measurement ends.
+	bidIn chan struct{}
 	// held is each bidder's holdings lookup (RenterConfig.Holdings).
 	held map[string]*holdingsLookup
+	// rtts is each bidder's RTT measurement (RenterConfig.MeasureRTT).
+	rtts map[string]*rttLookup
 	// awaited are the expected providers that have not answered yet
 	// (RenterConfig.Expected) out of expected; allIn is closed when the
 	// last one does.
@@ -252,6 +267,13 @@ type renterJob struct {
 type holdingsLookup struct {
 	done chan struct{}
 	held []string
+	ok   bool
+}
+
+// rttLookup is one bidder's measured round trip, once done is closed.
+type rttLookup struct {
+	done chan struct{}
+	rtt  time.Duration
 	ok   bool
 }
 
@@ -368,8 +390,8 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		busy:      map[string]bool{},
 		cancel:    make(chan struct{}),
 		bidIn:     make(chan struct{}, 1),
-		posted:    time.Now(),
 		held:      map[string]*holdingsLookup{},
+		rtts:      map[string]*rttLookup{},
 	}
 	if len(expected) > 0 {
 		rj.awaited, rj.expected, rj.allIn = make(map[string]bool, len(expected)), len(expected), make(chan struct{})
@@ -431,6 +453,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		r.standing(&cands[i])
 	}
 	r.checkHoldings(ctx, rj, &job, cands, time.Now().Add(r.cfg.HoldingsWait))
+	r.fillRTTs(ctx, rj, cands, time.Now().Add(job.BidWindow))
 	ranked := RankAt(&job, cands, r.cfg.Now())
 	r.mu.Lock()
 	rj.status.Bids = ranked
@@ -557,6 +580,7 @@ func (r *Renter) bestStartsNow(rj *renterJob, job *Job) bool {
 		r.standing(&cands[i])
 	}
 	r.checkHoldings(context.Background(), rj, job, cands, time.Time{})
+	r.fillRTTs(context.Background(), rj, cands, time.Time{})
 	now := r.cfg.Now()
 	ranked := RankAt(job, cands, now)
 	return len(ranked) > 0 && ranked[0].Rejected == "" && startsNow(ranked[0].Bid, now)
@@ -614,6 +638,75 @@ func (r *Renter) checkHoldings(ctx context.Context, rj *renterJob, job *Job, can
 		case <-l.done:
 			if l.ok {
 				c.Held = l.held
+			}
+		default:
+		}
+	}
+}
+
+// measureRTTLocked starts measuring the round trip to a bidder of a
+// latency-sensitive job (r.mu held), once per bidder, within the job's
+// BidWindow; a bid the ranking will reject anyway (an excluded provider,
+// one outside the call's sample) is not measured. Its end signals bidIn,
+// so that a window waiting for an acceptable bid looks again.
+func (r *Renter) measureRTTLocked(rj *renterJob, provider string) {
+	j := &rj.status.Job
+	if r.cfg.MeasureRTT == nil || !j.LatencySensitive() || rj.rtts[provider] != nil ||
+		j.Excludes(provider) || !SampledBidder(j, provider) {
+		return
+	}
+	l := &rttLookup{done: make(chan struct{})}
+	rj.rtts[provider] = l
+	window := j.BidWindow
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), window)
+		l.rtt, l.ok = r.cfg.MeasureRTT(ctx, provider)
+		cancel()
+		close(l.done)
+		select {
+		case rj.bidIn <- struct{}{}:
+		default:
+		}
+	}()
+}
+
+// fillRTTs sets candidates' RTT: their bidder's measurement
+// (measureRTTLocked), waiting until deadline for those under way (a zero
+// deadline waits for none), or the fresh sample RenterConfig.RTT has of
+// a bidder not being measured.
+func (r *Renter) fillRTTs(ctx context.Context, rj *renterJob, cands []Candidate, deadline time.Time) {
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	for i := range cands {
+		c := &cands[i]
+		r.mu.Lock()
+		l := rj.rtts[c.Bid.Provider]
+		r.mu.Unlock()
+		if l == nil {
+			if r.cfg.RTT != nil {
+				if d, ok := r.cfg.RTT(c.Bid.Provider); ok {
+					c.RTT = d
+				}
+			}
+			continue
+		}
+		if timeout != nil {
+			select {
+			case <-l.done:
+			case <-timeout:
+				timeout = nil
+			case <-ctx.Done():
+				timeout = nil
+			}
+		}
+		select {
+		case <-l.done:
+			if l.ok {
+				c.RTT = l.rtt
 			}
 		default:
 		}
@@ -1143,9 +1236,10 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 	}
 	rj.nonces[b.Nonce] = true
 	rj.bidders[b.Provider] = true
-	rj.bids = append(rj.bids, Candidate{Bid: b, Latency: time.Since(rj.posted)})
+	rj.bids = append(rj.bids, Candidate{Bid: b})
 	rj.answeredLocked(b.Provider)
 	r.lookupHoldingsLocked(rj, b.Provider)
+	r.measureRTTLocked(rj, b.Provider)
 	select {
 	case rj.bidIn <- struct{}{}:
 	default:

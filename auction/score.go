@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -22,11 +23,15 @@ const (
 
 // Candidate is a bid as the renter sees it: with the provider's reliability
 // as the renter verified it (from attested receipts, never the provider's
-// own claim) and the measured latency to the provider.
+// own claim) and the round-trip time the renter measured to the provider.
 type Candidate struct {
 	Bid         Bid
 	Reliability float64
-	Latency     time.Duration
+	// RTT is the round-trip time from the renter's host to the provider's
+	// (libp2p ping: an average of recent samples), 0 when the renter has
+	// no fresh sample. A provider cannot make it smaller than its network
+	// path: a ping is answered only once it arrived.
+	RTT time.Duration `json:"rtt,omitempty"`
 	// Held and HeldChecked are what the renter verified of the artifacts
 	// the provider holds: with HeldChecked, Held is the ids its signed
 	// capability record advertises (nil when the renter found no record),
@@ -65,6 +70,9 @@ type Ranked struct {
 	// fetching (ChargedMissing): more than Bid.MissingBytes when the
 	// provider's advertised holdings do not back its claim.
 	Missing int64 `json:"missing,omitempty"`
+	// Nearness is how near the bid's region is to the region the job's
+	// Near names (see Nearness): bids rank by it before their score.
+	Nearness int `json:"nearness,omitempty"`
 }
 
 // Score is a bid's score: Price / max(reliability, MinScoreReliability).
@@ -112,6 +120,74 @@ func TransferFactor(j *Job, missing int64) float64 {
 	return 1 + TransferEstimate(missing).Seconds()/j.Duration.Seconds()
 }
 
+// Latency terms of a latency-sensitive job's ranking (see RTTFactor).
+const (
+	// RTTWeight is what a round trip as long as the job's reference
+	// costs, as a share of the bid's score: under MaxRTT 50ms a provider
+	// 45 ms away scores 1.9 times its price term, one 5 ms away 1.1
+	// times, so the near one wins unless the far one is over 40 %
+	// cheaper.
+	RTTWeight = 1.0
+	// RTTReference is the reference round trip of a job that sets Near
+	// but no MaxRTT.
+	RTTReference = 100 * time.Millisecond
+	// RTTChargeCap caps the round trip charged, in references: a Near
+	// job's bid from a provider it could not measure is charged the cap
+	// (it is as far as any).
+	RTTChargeCap = 2.0
+)
+
+// RTTFactor charges a latency-sensitive job's bid (Job.LatencySensitive)
+// for the round trip to its provider:
+//
+//	1 + RTTWeight × min(rtt / ref, RTTChargeCap)
+//
+// where ref is the job's MaxRTT, or RTTReference when it sets only Near,
+// and an unmeasured rtt (0) is charged RTTChargeCap. The score is
+// multiplied by it, so a near provider beats a cheaper far one unless the
+// far one is cheaper by more than the latency costs. Other jobs: 1.
+func RTTFactor(j *Job, rtt time.Duration) float64 {
+	if !j.LatencySensitive() {
+		return 1
+	}
+	ref := j.MaxRTT
+	if ref <= 0 {
+		ref = RTTReference
+	}
+	charge := RTTChargeCap
+	if rtt > 0 {
+		charge = min(float64(rtt)/float64(ref), RTTChargeCap)
+	}
+	return 1 + RTTWeight*charge
+}
+
+// Nearness is how near a provider in region have is to the region the
+// job's Near names: 2 in it (have satisfies it as Region would: "eu" is
+// near "eu-west"), 1 on the same continent (the regions' first parts
+// agree: "eu-west" and "eu-central"), else 0; 0 for every bid of a job
+// whose Near names no region.
+func Nearness(j *Job, have string) int {
+	want := j.NearRegion()
+	switch {
+	case want == "" || strings.TrimSpace(have) == "":
+		return 0
+	case regionSatisfies(want, have):
+		return 2
+	case strings.EqualFold(firstPart(want), firstPart(have)):
+		return 1
+	}
+	return 0
+}
+
+// firstPart is a region's first dash-separated part ("eu" of "eu-west").
+func firstPart(region string) string {
+	p, _, _ := strings.Cut(strings.TrimSpace(region), "-")
+	return p
+}
+
+// FormatRTT is a round-trip time as bids and reasons show it: to 0.1 ms.
+func FormatRTT(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }
+
 // Rank orders the bids for j at the current time; see RankAt.
 func Rank(j *Job, cands []Candidate) []Ranked {
 	return RankAt(j, cands, time.Now())
@@ -123,16 +199,21 @@ func Rank(j *Job, cands []Candidate) []Ranked {
 // a provider that already bid (the first is kept), has expired, has a
 // price that is not a positive number or above MaxPrice, comes from a
 // provider whose verified reliability is below MinReliability, is for a
-// region that does not satisfy the job's, has an empty span, starts after
-// the job's deadline, or (for a non-preemptible job) is shorter than the
-// job's duration.
+// region that does not satisfy the job's, comes from a provider whose
+// measured RTT exceeds the job's MaxRTT (or that the renter could not
+// measure, when MaxRTT is set), has an empty span, starts after the job's
+// deadline, or (for a non-preemptible job) is shorter than the job's
+// duration.
 //
-// Eligible bids are ordered by Score, times (1 + EvictionPenalty) for each
-// bronze lease the bid would preempt, times the TransferFactor of the
-// input bytes the provider lacks (ChargedMissing). Scores within TieTolerance (1%) of
-// the best score of their group are tied, and ties are broken by more of
-// the job's datasets cached (data-aware placement), then earlier start,
-// then lower latency, then provider id, so the order is deterministic.
+// Eligible bids are ordered verified providers first (Candidate.Verified),
+// then by Nearness to the job's Near region, then by Score, times (1 +
+// EvictionPenalty) for each bronze lease the bid would preempt, times the
+// TransferFactor of the input bytes the provider lacks (ChargedMissing),
+// times the RTTFactor of a latency-sensitive job. Scores within
+// TieTolerance (1%) of the best score of their group are tied, and ties
+// are broken by more of the job's datasets cached (data-aware placement),
+// then earlier start, then lower RTT (a measured one before none), then
+// provider id, so the order is deterministic.
 func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 	if j == nil {
 		return nil
@@ -149,6 +230,8 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 		missing := ChargedMissing(j, &c)
 		r.Score *= TransferFactor(j, missing)
 		r.Transfer, r.Missing = TransferEstimate(missing), missing
+		r.Score *= RTTFactor(j, c.RTT)
+		r.Nearness = Nearness(j, c.Bid.Region)
 		r.Rejected = rejectReason(j, c, now, seen)
 		seen[c.Bid.Provider] = true
 		if r.Rejected != "" {
@@ -169,6 +252,9 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 			}
 			return 1
 		}
+		if x.Nearness != y.Nearness {
+			return cmp.Compare(y.Nearness, x.Nearness)
+		}
 		if c := cmp.Compare(x.Score, y.Score); c != 0 {
 			return c
 		}
@@ -176,7 +262,8 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 	})
 	for lo := 0; lo < len(ok); {
 		hi := lo + 1
-		for hi < len(ok) && ok[hi].Verified == ok[lo].Verified && ok[hi].Score <= ok[lo].Score*(1+TieTolerance) {
+		for hi < len(ok) && ok[hi].Verified == ok[lo].Verified && ok[hi].Nearness == ok[lo].Nearness &&
+			ok[hi].Score <= ok[lo].Score*(1+TieTolerance) {
 			hi++
 		}
 		group := ok[lo:hi]
@@ -225,10 +312,24 @@ func (x *rankItem) less(y *rankItem) bool {
 	if !x.Bid.Start.Equal(y.Bid.Start) {
 		return x.Bid.Start.Before(y.Bid.Start)
 	}
-	if x.Latency != y.Latency {
-		return x.Latency < y.Latency
+	if c := compareRTT(x.RTT, y.RTT); c != 0 {
+		return c < 0
 	}
 	return x.Bid.Provider < y.Bid.Provider
+}
+
+// compareRTT orders round-trip times lowest first, an unmeasured one (0)
+// after every measured one.
+func compareRTT(x, y time.Duration) int {
+	switch {
+	case x == y:
+		return 0
+	case x == 0:
+		return 1
+	case y == 0:
+		return -1
+	}
+	return cmp.Compare(x, y)
 }
 
 func rejectReason(j *Job, c Candidate, now time.Time, seen map[string]bool) string {
@@ -258,6 +359,10 @@ func rejectReason(j *Job, c Candidate, now time.Time, seen map[string]bool) stri
 		return fmt.Sprintf("provider not verified for %s (gpumesh verify)", orNone(b.GPUModel))
 	case !regionSatisfies(j.Region, b.Region):
 		return fmt.Sprintf("region %s does not satisfy %s", orNone(b.Region), j.Region)
+	case j.MaxRTT > 0 && c.RTT <= 0:
+		return fmt.Sprintf("rtt unknown: no ping answered within the bid window (max %s)", FormatRTT(j.MaxRTT))
+	case j.MaxRTT > 0 && c.RTT > j.MaxRTT:
+		return fmt.Sprintf("rtt %s > max %s", FormatRTT(c.RTT), FormatRTT(j.MaxRTT))
 	case !b.End.After(b.Start):
 		return "empty lease span"
 	case !j.Deadline.IsZero() && b.Start.After(j.Deadline):
@@ -278,10 +383,18 @@ func tieBreak(j *Job, x, y *Ranked) string {
 	if !x.Bid.Start.Equal(y.Bid.Start) {
 		return fmt.Sprintf("earlier start (%s vs %s)", x.Bid.Start.UTC().Format(time.RFC3339), y.Bid.Start.UTC().Format(time.RFC3339))
 	}
-	if x.Latency != y.Latency {
-		return fmt.Sprintf("lower latency (%v vs %v)", x.Latency, y.Latency)
+	if compareRTT(x.RTT, y.RTT) != 0 {
+		return fmt.Sprintf("lower rtt (%s vs %s)", rttText(x.RTT), rttText(y.RTT))
 	}
 	return "provider id order"
+}
+
+// rttText is a measured round trip, or "unmeasured".
+func rttText(d time.Duration) string {
+	if d <= 0 {
+		return "unmeasured"
+	}
+	return FormatRTT(d)
 }
 
 // Explanation says where a job's ranked bids led: which bid holds the
@@ -297,6 +410,8 @@ type Explanation struct {
 	Score       float64 `json:"score,omitempty"`
 	Price       float64 `json:"price,omitempty"`
 	Reliability float64 `json:"reliability,omitempty"`
+	// RTT is the round trip the renter measured to the winner (0: none).
+	RTT time.Duration `json:"rtt,omitempty"`
 	// RunnerUp is the best eligible bid ranked after the winner's, and its
 	// score ("" when the winner's was the only one).
 	RunnerUp      string  `json:"runner_up,omitempty"`
@@ -324,6 +439,7 @@ const (
 	RuleNotAwarded   = "not_awarded"   // eligible bids, but none holds the lease (yet, or its awards failed)
 	RuleOnlyEligible = "only_eligible" // the winner's was the only eligible bid
 	RuleBestScore    = "best_score"    // the best score, by more than TieTolerance
+	RuleNearer       = "nearer"        // its region is nearer the job's Near region than the runner-up's (see Nearness)
 	RuleTieBreak     = "tie_break"     // tied within TieTolerance, ahead on TieBreak
 	RulePassedOver   = "passed_over"   // the bids ranked ahead were not awarded or did not confirm (Passed)
 	RuleUnranked     = "unranked"      // the winner's bid is not in this ranking (an earlier auction's lease)
@@ -357,7 +473,7 @@ func Explain(r []Ranked, winner string, attempts []AwardAttempt) Explanation {
 	}
 	w := &r[at]
 	e := Explanation{Winner: winner, Rank: at + 1, Score: w.Score, Price: w.Bid.Price,
-		Reliability: math.Max(w.Reliability, MinScoreReliability)}
+		Reliability: math.Max(w.Reliability, MinScoreReliability), RTT: w.RTT}
 	if at+1 < len(r) {
 		e.RunnerUp, e.RunnerUpScore = r[at+1].Bid.Provider, r[at+1].Score
 	}
@@ -366,6 +482,8 @@ func Explain(r []Ranked, winner string, attempts []AwardAttempt) Explanation {
 		e.Rule, e.Passed = RulePassedOver, passedBids(r[:at], w, attempts)
 	case len(r) == 1:
 		e.Rule = RuleOnlyEligible
+	case w.Verified == r[1].Verified && w.Nearness > r[1].Nearness:
+		e.Rule = RuleNearer
 	case r[1].Score > w.Score*(1+TieTolerance):
 		e.Rule = RuleBestScore
 	default:

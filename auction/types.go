@@ -318,7 +318,24 @@ type Job struct {
 	// Region is a residency constraint: a region ("eu-west") or a prefix of
 	// regions ("eu"). Empty means anywhere. It is hard: only compliant
 	// providers may bid.
-	Region         string  `json:"region,omitempty" yaml:"region,omitempty"`
+	Region string `json:"region,omitempty" yaml:"region,omitempty"`
+	// MaxRTT and Near make the job latency-sensitive (LatencySensitive):
+	// its renter measures the round-trip time to each bidder itself
+	// (libp2p ping from the renter's host; a provider's word is never
+	// taken) and ranks bids by it (RTTFactor). MaxRTT is a hard bound: a
+	// bid whose provider's measured RTT exceeds it, or that the renter
+	// could not measure within the bid window, is rejected. 0 means none;
+	// else in [MinMaxRTT, MaxMaxRTT].
+	MaxRTT time.Duration `json:"max_rtt,omitempty" yaml:"max_rtt,omitempty"`
+	// Near is where the job's clients are: a region, matched as Region is
+	// ("eu" is near "eu-west"), whose providers rank ahead of all others
+	// (others may still win), or the multiaddr of a client location
+	// ("/ip4/203.0.113.7"). The renter cannot measure from a client
+	// location, and no provider is asked to (providers never dial
+	// addresses a call names): the RTT ranked is the renter's own to each
+	// provider, an approximation that holds when the renter runs near its
+	// clients.
+	Near           string  `json:"near,omitempty" yaml:"near,omitempty"`
 	MinReliability float64 `json:"min_reliability,omitempty" yaml:"min_reliability,omitempty"`
 	// Verified takes bids only from providers the renter's reputation book
 	// holds verified (a passed GPU challenge, attest/gpuproof) for the

@@ -70,6 +70,9 @@ type Options struct {
 	// LearnEvery overrides how often the daemon discovers every
 	// provider's record in the background (default DefaultLearnEvery).
 	LearnEvery time.Duration
+	// RTTRefreshEvery overrides how often the daemon measures again the
+	// round trips to the providers it knows (default RTTRefreshEvery).
+	RTTRefreshEvery time.Duration
 	// VerdictRepublish overrides how often a node gossips its own recent
 	// GPU verdicts again (default DefaultVerdictRepublish).
 	VerdictRepublish time.Duration
@@ -270,6 +273,11 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		go func() {
 			defer d.wg.Done()
 			d.learnLoop(d.opts.LearnEvery)
+		}()
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.rttLoop(d.opts.RTTRefreshEvery)
 		}()
 		if d.cfg.Provider.Enabled {
 			d.advertiseLoop(ttl)

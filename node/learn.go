@@ -12,6 +12,15 @@ import (
 // capability record in the background.
 const DefaultLearnEvery = 5 * time.Minute
 
+// Background RTT refresh: every RTTRefreshEvery the daemon measures
+// again up to RTTRefreshLimit of the providers it knows whose sample is
+// due (p2p.RTTs.Refresh), so that a latency-sensitive job's bidders are
+// mostly measured before they bid, at a bounded rate of pings.
+const (
+	RTTRefreshEvery = time.Minute
+	RTTRefreshLimit = 30
+)
+
 // learnLoop keeps the capability cache filled without anyone running
 // `gpumesh providers`: the cache is who a renter expects to answer its calls
 // (expectedBidders), so a bid window can close once all have answered, and
@@ -60,4 +69,57 @@ func (d *Daemon) learnBidder(id peer.ID) {
 			d.log.Debug("learn bidder", "peer", id, "err", err)
 		}
 	}()
+}
+
+// rttLoop keeps the round trips to the providers this node knows fresh
+// (see RTTRefreshEvery), until the daemon stops.
+func (d *Daemon) rttLoop(every time.Duration) {
+	if every <= 0 {
+		every = RTTRefreshEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.net.RTTs().Refresh(d.ctx, d.knownProviders(), RTTRefreshLimit)
+	}
+}
+
+// knownProviders are the providers whose verified, unexpired capability
+// record this node holds (never itself).
+func (d *Daemon) knownProviders() []peer.ID {
+	now, self := d.now(), d.ID()
+	var out []peer.ID
+	d.capCache.Range(func(k, v any) bool {
+		if id := k.(peer.ID); id != self && v.(auction.Capability).ExpiresAt.After(now) {
+			out = append(out, id)
+		}
+		return true
+	})
+	return out
+}
+
+// providerRTT is the fresh round trip this node measured to provider
+// (auction.RenterConfig.RTT).
+func (d *Daemon) providerRTT(provider string) (time.Duration, bool) {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return 0, false
+	}
+	return d.net.RTTs().Fresh(id)
+}
+
+// measureRTT is the round trip to provider, measured now unless fresh
+// (auction.RenterConfig.MeasureRTT). The bid stream it came on is the
+// connection the ping takes: no address from a call is dialled.
+func (d *Daemon) measureRTT(ctx context.Context, provider string) (time.Duration, bool) {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return 0, false
+	}
+	return d.net.RTTs().Measure(ctx, id)
 }

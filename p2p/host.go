@@ -1,7 +1,8 @@
 // Package p2p owns the node's networking: the libp2p host (TCP and QUIC,
 // Noise), the Kademlia DHT under the private /gpumesh protocol prefix, the
-// shared GossipSub router, and small framed request/response helpers on top
-// of libp2p streams. It knows nothing about the market itself.
+// shared GossipSub router, small framed request/response helpers on top
+// of libp2p streams, and the round trips measured to peers (RTTs). It
+// knows nothing about the market itself.
 package p2p
 
 import (
@@ -103,6 +104,7 @@ type Node struct {
 	bootstrap []peer.AddrInfo
 	mdns      mdns.Service
 	relaySvc  *relay.Relay
+	rtts      *RTTs
 
 	natMu        sync.Mutex
 	reach        string
@@ -196,6 +198,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("p2p: start host: %w", err)
 	}
 	n.raw, n.Host = h, limitedOK{h}
+	// libp2p's ping service is on (libp2p.Ping is true by default): peers
+	// measure their round trips to this node with it, and it to them.
+	n.rtts = NewRTTs(func(ctx context.Context, p peer.ID) (time.Duration, error) { return PingRTT(ctx, n.Host, p) }, nil)
 	pctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	if err := n.watchReachability(pctx); err != nil {
@@ -417,6 +422,9 @@ func (n *Node) closeRelay() {
 		_ = n.relaySvc.Close()
 	}
 }
+
+// RTTs is what the node measured of the round trips to its peers.
+func (n *Node) RTTs() *RTTs { return n.rtts }
 
 // ID is the node's peer ID.
 func (n *Node) ID() peer.ID { return n.Host.ID() }

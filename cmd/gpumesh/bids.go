@@ -31,7 +31,7 @@ func bidsCommand() *cli.Command {
 			}
 			w, peer := c.App.Writer, peerNames(c)
 			tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "RANK\tPROVIDER\tPRICE\tRELIABILITY\tSCORE\tSTART\tCACHED DATASETS\tINPUT FETCH\tREJECTED")
+			fmt.Fprintln(tw, "RANK\tPROVIDER\tPRICE\tRELIABILITY\tRTT\tSCORE\tSTART\tCACHED DATASETS\tINPUT FETCH\tREJECTED")
 			rank := 0
 			for _, b := range v.Bids {
 				r, score := "-", "-"
@@ -42,7 +42,7 @@ func bidsCommand() *cli.Command {
 						r += " (lease)"
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t$%.4g\t%.3f\t%s\t%s\t%s\t%s\t%s\n", r, peer(b.Bid.Provider), b.Bid.Price, b.Reliability, score,
+				fmt.Fprintf(tw, "%s\t%s\t$%.4g\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\n", r, peer(b.Bid.Provider), b.Bid.Price, b.Reliability, rttText(b.RTT), score,
 					fmtTime(b.Bid.Start), orDash(strings.Join(b.Bid.Datasets, ",")), fetchText(b.Bid.MissingBytes, b.Missing, b.Transfer), orDash(b.Rejected))
 			}
 			if err := tw.Flush(); err != nil {
@@ -73,6 +73,8 @@ func explanationText(e auction.Explanation, peer func(string) string) string {
 		return fmt.Sprintf("lease held by %s, from an earlier auction than these bids", peer(e.Winner))
 	case auction.RuleOnlyEligible:
 		why = "the only eligible bid"
+	case auction.RuleNearer:
+		why = fmt.Sprintf("in or nearer the job's --near region than runner-up %s", peer(e.RunnerUp))
 	case auction.RuleBestScore:
 		why = fmt.Sprintf("best score, %.1f%% below runner-up %s (%.4f)", 100*(e.RunnerUpScore-e.Score)/e.RunnerUpScore, peer(e.RunnerUp), e.RunnerUpScore)
 	case auction.RuleTieBreak:
@@ -82,7 +84,19 @@ func explanationText(e auction.Explanation, peer func(string) string) string {
 	default:
 		why = e.Rule
 	}
-	return fmt.Sprintf("winner %s (rank %d): score %.4f = price %.4f / reliability %.2f; %s", peer(e.Winner), e.Rank, e.Score, e.Price, e.Reliability, why)
+	rtt := ""
+	if e.RTT > 0 {
+		rtt = ", rtt " + auction.FormatRTT(e.RTT)
+	}
+	return fmt.Sprintf("winner %s (rank %d): score %.4f = price %.4f / reliability %.2f%s; %s", peer(e.Winner), e.Rank, e.Score, e.Price, e.Reliability, rtt, why)
+}
+
+// rttText is a bid's measured round trip, or "-" when unmeasured.
+func rttText(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return auction.FormatRTT(d)
 }
 
 func passedText(ps []auction.PassedBid, peer func(string) string) string {

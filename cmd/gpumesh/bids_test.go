@@ -59,3 +59,53 @@ func TestBidsNamesTheLeasedBid(t *testing.T) {
 		t.Fatalf("--json explain %v: want the winner, its rank and the rule as fields", got.Explain)
 	}
 }
+
+// TestBidsShowRTT: `bids` shows the round trip the renter measured to
+// each bidder ("-" when it has none), a bid rejected for it with the
+// reason, and the winner's RTT and nearness rule; --json carries it as
+// each bid's "rtt" (nanoseconds).
+func TestBidsShowRTT(t *testing.T) {
+	now := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	near, far, mute := "12D3KooWnearProviderAAAAAAAA", "12D3KooWfarProviderBBBBBBBBB", "12D3KooWmuteProviderCCCCCCCC"
+	bid := func(p string, price float64) auction.Bid { return auction.Bid{Provider: p, Price: price, Start: now} }
+	view := api.BidsView{JobID: "j1", Bids: []auction.Ranked{
+		{Candidate: auction.Candidate{Bid: bid(near, 1), Reliability: 0.5, RTT: 4200 * time.Microsecond}, Score: 2.17, Nearness: 2},
+		{Candidate: auction.Candidate{Bid: bid(far, 0.6), Reliability: 0.5, RTT: 81230 * time.Microsecond}, Rejected: "rtt 81.2ms > max 50ms"},
+		{Candidate: auction.Candidate{Bid: bid(mute, 0.5), Reliability: 0.5}, Rejected: "rtt unknown: no ping answered within the bid window (max 50ms)"},
+	}, Explain: auction.Explanation{Winner: near, Rank: 1, Score: 2.17, Price: 1, Reliability: 0.5, RTT: 4200 * time.Microsecond,
+		RunnerUp: far, Rule: auction.RuleNearer}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/jobs/{id}/bids", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, view) })
+	dir := fakeDaemon(t, mux)
+
+	code, out, errOut := runCLI(t, "-d", dir, "bids", "j1")
+	if code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	lines := strings.Split(out, "\n")
+	if !strings.Contains(lines[0], " RTT ") {
+		t.Fatalf("no RTT column:\n%s", out)
+	}
+	col := strings.Index(lines[0], "RTT")
+	for i, want := range []string{"4.2ms", "81.2ms", "-"} {
+		if got := strings.Fields(lines[i+1][col:])[0]; got != want {
+			t.Fatalf("bid %d: RTT column %q, want %q:\n%s", i+1, got, want, out)
+		}
+	}
+	if !strings.Contains(lines[2], "rtt 81.2ms > max 50ms") || !strings.Contains(lines[3], "rtt unknown") {
+		t.Fatalf("the rejections for RTT are not shown:\n%s", out)
+	}
+	if !strings.Contains(out, "reliability 0.50, rtt 4.2ms; in or nearer the job's --near region than runner-up farProvider") {
+		t.Fatalf("the explanation does not give the winner's RTT and its nearness:\n%s", out)
+	}
+	code, out, _ = runCLI(t, "-d", dir, "bids", "j1", "--json")
+	var got struct {
+		Bids []map[string]any `json:"bids"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got.Bids) != 3 {
+		t.Fatalf("--json: code %d, err %v, out %s", code, err, out)
+	}
+	if got.Bids[1]["rtt"] != float64(81230*time.Microsecond) || got.Bids[2]["rtt"] != nil {
+		t.Fatalf("--json rtt fields %v, %v: want 81.23ms in ns, and none when unmeasured", got.Bids[1]["rtt"], got.Bids[2]["rtt"])
+	}
+}

@@ -66,7 +66,7 @@ func TestMarketCLIArgErrors(t *testing.T) {
 		{`unknown tier "platinum" (gold, silver, bronze)`, []string{"job", "post", "--tier", "platinum", "--max-price", "1", "--duration", "1h", "--", "x"}},
 		{"no command: put it after --", []string{"job", "post", "--max-price", "1", "--duration", "1h"}},
 		{"flag provided but not defined: -frob", []string{"job", "post", "--frob"}},
-		{"invalid value", []string{"job", "post", "--count", "many"}},
+		{"invalid --count", []string{"job", "post", "--count", "many", "--max-price", "1", "--duration", "1h", "--", "x"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

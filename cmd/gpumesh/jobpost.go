@@ -31,6 +31,7 @@ func jobPostFlags() []cli.Flag {
 		&cli.StringFlag{Name: "isolation", DefaultText: auction.IsolationAny, Usage: "how a fractional job's slice must be enforced: mig, mps or any (any includes none: declared GPUs, accounting only)"},
 		&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU (of the slice, with a fractional --count), in GB"},
 		&cli.StringFlag{Name: "region", Usage: "residency constraint: a region or region prefix, e.g. eu"},
+		nearFlag(), maxRTTFlag(),
 		&cli.Float64Flag{Name: "min-reliability", Usage: "minimum provider reliability, 0..1"},
 		&cli.BoolFlag{Name: "verified", Usage: "only providers verified for their GPU model (a passed 'gpumesh verify' challenge in this node's book)"},
 		&cli.BoolFlag{Name: "preemptible", DefaultText: "true for bronze, false otherwise", Usage: "the job may be interrupted"},
@@ -53,6 +54,20 @@ func jobPostFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "queue", Usage: "post it even when no provider this node knows could ever run it (GPU model, region, price...), to wait for providers that may appear"},
 		jsonFlag(),
 	}
+}
+
+// nearFlag is --near, where a job's clients are (auction.Job.Near).
+func nearFlag() cli.Flag {
+	return &cli.StringFlag{Name: "near", Usage: "where the job's clients are: a region (e.g. eu-west; providers in it rank first, others are allowed) " +
+		"or a client location's multiaddr (e.g. /ip4/203.0.113.7); bids are then ranked by the round trip this node measures to each provider " +
+		"(libp2p ping): from this node, not from that location, so run it near the clients"}
+}
+
+// maxRTTFlag is --max-rtt, a job's bound on the round trip to its
+// provider (auction.Job.MaxRTT).
+func maxRTTFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "max-rtt", Usage: fmt.Sprintf("reject providers whose round trip from this node (libp2p ping) exceeds this, "+
+		"%v to %v, e.g. 50ms; one this node cannot measure within the bid window is rejected too; bids rank by it", auction.MinMaxRTT, auction.MaxMaxRTT)}
 }
 
 // maxAttemptsFlag is --max-attempts, the job's attempt budget.
@@ -186,6 +201,12 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time, fileArg bool
 	if set("region") {
 		job.Region = strings.TrimSpace(c.String("region"))
 	}
+	if set("near") {
+		job.Near = strings.TrimSpace(c.String("near"))
+	}
+	if set("max-rtt") {
+		job.MaxRTT = c.Duration("max-rtt")
+	}
 	if set("min-reliability") {
 		job.MinReliability = c.Float64("min-reliability")
 	}
@@ -271,7 +292,7 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time, fileArg bool
 // jobFlags names the job post flag that sets each of auction.Job's fields.
 var jobFlags = map[string]string{
 	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "gpu_fraction": "count", "isolation": "isolation", "min_vram_gb": "min-vram",
-	"region": "region", "min_reliability": "min-reliability", "verified": "verified", "preemptible": "preemptible", "duration": "duration",
+	"region": "region", "near": "near", "max_rtt": "max-rtt", "min_reliability": "min-reliability", "verified": "verified", "preemptible": "preemptible", "duration": "duration",
 	"deadline": "deadline", "datasets": "dataset", "workload": "workload", "bid_window": "bid-window", "max_attempts": "max-attempts",
 	"checkpoint_every": "checkpoint-every", "no_persist": "no-persist", "retain": "retain",
 	"run.image": "image", "run.env": "env", "run.outputs": "outputs", "run.inputs": "input", "run.image_artifact": "image-artifact", "run.memory_mb": "memory-mb",

@@ -161,6 +161,22 @@ func TestBuildJob(t *testing.T) {
 				t.Fatalf("no persist %v, retain %v", j.NoPersist, j.Retain)
 			}
 		}},
+		{"latency terms", with("--near", " eu-west ", "--max-rtt", "50ms", "--", "x"), func(t *testing.T, j auction.Job) {
+			if j.Near != "eu-west" || j.MaxRTT != 50*time.Millisecond {
+				t.Fatalf("near %q max rtt %v, want eu-west and 50ms", j.Near, j.MaxRTT)
+			}
+		}},
+		{"near a client location", with("--near", "/ip4/203.0.113.7/tcp/443", "--", "x"), func(t *testing.T, j auction.Job) {
+			if j.Near != "/ip4/203.0.113.7/tcp/443" || j.MaxRTT != 0 {
+				t.Fatalf("near %q max rtt %v", j.Near, j.MaxRTT)
+			}
+		}},
+		{"latency terms from file, flag overrides", []string{"--file", writeFile(t, "rtt.yaml", "max_price: 1\nduration: 1h\nmax_rtt: 80ms\nnear: us\nrun:\n  command: [x]\n"),
+			"--max-rtt", "40ms"}, func(t *testing.T, j auction.Job) {
+			if j.MaxRTT != 40*time.Millisecond || j.Near != "us" {
+				t.Fatalf("max rtt %v near %q, want the flag's 40ms and the file's us", j.MaxRTT, j.Near)
+			}
+		}},
 		{"retention", with("--retain", "1h", "--", "x"), func(t *testing.T, j auction.Job) {
 			if j.Retain != time.Hour || j.NoPersist {
 				t.Fatalf("retain %v, no persist %v", j.Retain, j.NoPersist)
@@ -276,6 +292,11 @@ func TestBuildJobErrors(t *testing.T) {
 		{"long bid window", withCmd("--bid-window", "2m"), "invalid --bid-window: must be in [100ms, 1m0s], got 2m0s"},
 		{"too many attempts", withCmd("--max-attempts", "21"), "invalid --max-attempts: must be in [1, 20] (0: 3), got 21"},
 		{"negative attempts", withCmd("--max-attempts", "-1"), "invalid --max-attempts: must be in [1, 20] (0: 3), got -1"},
+		{"short max rtt", withCmd("--max-rtt", "500us"), "invalid --max-rtt: must be in [1ms, 10s] (0: no bound), got 500µs"},
+		{"long max rtt", withCmd("--max-rtt", "1m"), "invalid --max-rtt: must be in [1ms, 10s] (0: no bound), got 1m0s"},
+		{"near neither region nor multiaddr", withCmd("--near", "eu west"), `invalid --near: "eu west" is neither a region`},
+		{"near bad multiaddr", withCmd("--near", "/ip4/300.1.2.3"), `invalid --near: "/ip4/300.1.2.3" is not a multiaddr`},
+		{"file bad max rtt", withCmd("--file", file("max_rtt: 20s\n")), "invalid job: max_rtt must be in [1ms, 10s] (0: no bound), got 20s"},
 		{"short retention", withCmd("--retain", "1s"), "invalid --retain: must be in [1m0s, 8760h0m0s] (0: 168h0m0s), got 1s"},
 		{"retention of a no-persist job", withCmd("--no-persist", "--retain", "1h"), "invalid --retain: must not be set for a no_persist job: nothing of it is kept past its lease, got 1h0m0s"},
 		{"short checkpoint interval", withCmd("--checkpoint-every", "10ms"), "invalid --checkpoint-every: must be 0 (only when stopped early) or at least 1s, got 10ms"},

@@ -110,6 +110,7 @@ func servePostFlags() []cli.Flag {
 		&cli.IntFlag{Name: "count", Value: 1, Usage: "GPUs per replica"},
 		&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU, in GB"},
 		&cli.StringFlag{Name: "region", Usage: "residency constraint: a region or region prefix, e.g. eu"},
+		nearFlag(), maxRTTFlag(),
 		&cli.StringFlag{Name: "image", Usage: "container image to run the command in"},
 		&cli.GenericFlag{Name: "env", Value: &stringList{}, Usage: "environment variable KEY=VALUE (repeatable)"},
 		&cli.IntFlag{Name: "memory-mb", Usage: "memory cap per replica in MB, where the runtime can enforce it"},

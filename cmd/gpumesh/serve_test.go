@@ -91,11 +91,12 @@ job:
 		check    func(t *testing.T)
 	}{
 		{"post flags", []string{"serve", "post", "--port", "8000", "--replicas", "2", "--max-replicas", "6", "--tier", "gold",
-			"--max-price", "3", "--region", "eu", "--health", "/healthz", "--target-p95", "300ms", "--", "python", "serve.py"},
+			"--max-price", "3", "--region", "eu", "--near", "eu-west", "--max-rtt", "40ms", "--health", "/healthz", "--target-p95", "300ms", "--", "python", "serve.py"},
 			0, []string{"service svc-1: gateway http://127.0.0.1:4242", "token:     tok-abc123 (send it as the X-Gpumesh-Token header"}, func(t *testing.T) {
 				j := posted.Job
 				if posted.Replicas != 2 || posted.MaxReplicas != 6 || posted.Health != "/healthz" || posted.TargetP95 != 300*time.Millisecond ||
-					j.Run.ServicePort != 8000 || j.Tier != auction.Gold || j.MaxPrice != 3 || j.Region != "eu" || strings.Join(j.Run.Command, " ") != "python serve.py" {
+					j.Run.ServicePort != 8000 || j.Tier != auction.Gold || j.MaxPrice != 3 || j.Region != "eu" || strings.Join(j.Run.Command, " ") != "python serve.py" ||
+					j.Near != "eu-west" || j.MaxRTT != 40*time.Millisecond {
 					t.Fatalf("posted %+v", posted)
 				}
 			}},

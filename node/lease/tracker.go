@@ -60,6 +60,10 @@ type TrackerConfig struct {
 	// Holdings is the auction's check of bids' missing-bytes claims
 	// (auction.RenterConfig.Holdings); nil trusts the claims.
 	Holdings func(ctx context.Context, provider string) ([]string, bool)
+	// RTT and MeasureRTT are the round trips the renter's host measured
+	// to providers (auction.RenterConfig.RTT, MeasureRTT); nil: none.
+	RTT        func(provider string) (time.Duration, bool)
+	MeasureRTT func(ctx context.Context, provider string) (time.Duration, bool)
 	// ExpectedBidders names the providers expected to answer a job's call
 	// (auction.RenterConfig.Expected): its window closes once all have.
 	ExpectedBidders func(job *auction.Job) []string
@@ -193,7 +197,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		Successions: cfg.Receipts.cfg.Book.Successions(),
 		Now:         cfg.Now, Log: log,
 		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, OnCapacity: t.onCapacity, Release: t.release, Holdings: cfg.Holdings,
-		Expected: cfg.ExpectedBidders, Capacity: cfg.ProviderGPUs,
+		Expected: cfg.ExpectedBidders, Capacity: cfg.ProviderGPUs, RTT: cfg.RTT, MeasureRTT: cfg.MeasureRTT,
 	})
 	if err != nil {
 		return nil, err

@@ -62,6 +62,10 @@ class Job:
     gpu_fraction: float = 0.0
     #: how its slice must be enforced: ``mig``, ``mps`` or ``any`` ("" is any)
     isolation: str = ""
+    #: the most round trip the renter may measure to its provider (Go nanoseconds; 0: no bound)
+    max_rtt_ns: int = 0
+    #: where its clients are: a region, or a client location's multiaddr ("": nowhere in particular)
+    near: str = ""
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
 
     @property
@@ -86,7 +90,8 @@ class Job:
                    max_attempts=d.get("max_attempts", 0), verified=bool(d.get("verified")),
                    preemptible=bool(d.get("preemptible")), deadline=d.get("deadline", ""),
                    no_persist=bool(d.get("no_persist")), retain_ns=d.get("retain", 0),
-                   gpu_fraction=float(d.get("gpu_fraction", 0.0)), isolation=d.get("isolation", ""), raw=d)
+                   gpu_fraction=float(d.get("gpu_fraction", 0.0)), isolation=d.get("isolation", ""),
+                   max_rtt_ns=d.get("max_rtt", 0), near=d.get("near", ""), raw=d)
 
 
 @dataclass

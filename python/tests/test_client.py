@@ -225,3 +225,23 @@ def test_fraction_of_a_gpu_passes_through(renter):
     assert (j.gpu_count, j.gpu_fraction, j.gpus, j.isolation) == (1, 0.25, 0.25, "mps")
     whole = renter.convert({"resources": {"accelerators": "L4:2"}, "run": "echo", "max_price": 1, "duration": "1h"})
     assert (whole.gpu_count, whole.gpu_fraction, whole.gpus) == (2, 0.0, 2.0)
+
+
+def test_latency_terms_are_job_fields(renter):
+    j = renter.convert({"resources": {"accelerators": "A100", "near": "eu-west", "max_rtt": "50ms"},
+                        "run": "echo", "max_price": 1, "duration": "1h"})
+    assert j.max_rtt_ns == 50 * 10**6 and j.near == "eu-west"
+    with pytest.raises(GpumeshError, match=r"resources.max_rtt: must be in \[1ms, 10s\]"):
+        renter.convert({"resources": {"max_rtt": "20s"}, "run": "echo", "max_price": 1, "duration": "1h"})
+
+
+def test_max_rtt_job_is_ranked_by_measured_rtt(net):
+    v = net.renter.post({"resources": {"accelerators": "A100", "max_rtt": "2s"}, "run": "echo near",
+                         "max_price": 1.5, "duration": "1m"})
+    assert v.lease is not None and v.lease.provider == net.provider_id, v.outcome()
+    assert v.job.max_rtt_ns == 2 * 10**9
+    bids = net.renter.bids(v.id)["bids"]
+    mine = [b for b in bids if b["Bid"]["provider"] == net.provider_id]
+    # The renter pinged the provider (loopback): a round trip well under the bound.
+    assert mine and 0 < mine[0]["rtt"] < 2 * 10**9 and not mine[0].get("Rejected"), bids
+    net.renter.wait(v.id, timeout=60, check=True)

@@ -209,7 +209,7 @@ var (
 	taskFields = []string{"name", "resources", "setup", "run", "envs", "inputs", "outputs", "checkpoint",
 		"tier", "max_price", "duration", "deadline", "max_attempts", "verified", "preemptible", "min_reliability",
 		"workload", "datasets", "bid_window", "no_persist", "retain"}
-	resourceFields = []string{"accelerators", "isolation", "region", "min_vram_gb", "image", "image_id", "image_artifact", "memory_mb", "use_spot"}
+	resourceFields = []string{"accelerators", "isolation", "region", "near", "max_rtt", "min_vram_gb", "image", "image_id", "image_artifact", "memory_mb", "use_spot"}
 	// unsupported are SkyPilot fields with no meaning here, and why.
 	unsupported = map[string]string{
 		"num_nodes":     "a job runs on one provider: ask for more accelerators instead",
@@ -447,6 +447,16 @@ func (p *tp) resources(n *yaml.Node) {
 			if s, ok := p.str(v, k); ok {
 				j.Region = s
 				p.at("region", k, v)
+			}
+		case "near":
+			if s, ok := p.str(v, k); ok {
+				j.Near = s
+				p.at("near", k, v)
+			}
+		case "max_rtt":
+			if d, ok := p.duration(v, k); ok {
+				j.MaxRTT = d
+				p.at("max_rtt", k, v)
 			}
 		case "min_vram_gb":
 			if x, ok := p.int(v, k); ok {

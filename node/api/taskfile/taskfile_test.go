@@ -182,6 +182,9 @@ func TestTaskErrorsNameTheLine(t *testing.T) {
 		{"no_persist not a bool", base + "no_persist: please\nrun: x\n", "t.yaml:3: no_persist: must be true or false"},
 		{"short retain", base + "retain: 1s\nrun: x\n", "t.yaml:3: retain: must be in [1m0s, 8760h0m0s] (0: 168h0m0s), got 1s"},
 		{"retain of a no-persist task", base + "no_persist: true\nretain: 2h\nrun: x\n", "t.yaml:4: retain: must not be set for a no_persist job"},
+		{"short max_rtt", base + "resources:\n  max_rtt: 100us\nrun: x\n", "t.yaml:4: resources.max_rtt: must be in [1ms, 10s] (0: no bound), got 100µs"},
+		{"bare number max_rtt", base + "resources:\n  max_rtt: 50\nrun: x\n", `t.yaml:4: resources.max_rtt: must be a positive duration such as 10m or 2h, got "50"`},
+		{"bad near", base + "resources:\n  accelerators: H100\n  near: eu west\nrun: x\n", `t.yaml:5: resources.near: "eu west" is neither a region`},
 		{"bad yaml", base + "run: [x\n", "t.yaml: "},
 		{"not a mapping", "- run: x\n", "t.yaml:1: a job file is a mapping of fields"},
 	} {
@@ -210,6 +213,19 @@ func TestTaskNoPersistAndRetain(t *testing.T) {
 	j, err = Convert("t.yaml", []byte(base+"retain: 90m\n"), now)
 	if err != nil || j.Retain != 90*time.Minute || j.NoPersist {
 		t.Fatalf("retain: %+v %v", j, err)
+	}
+}
+
+// A task's resources.near and resources.max_rtt become the job's latency
+// terms, and so do a job-shaped file's near and max_rtt.
+func TestTaskLatencyTerms(t *testing.T) {
+	j, err := Convert("t.yaml", []byte("max_price: 1\nduration: 1h\nresources: {accelerators: H100, near: eu-west, max_rtt: 50ms}\nrun: x\n"), now)
+	if err != nil || j.Near != "eu-west" || j.MaxRTT != 50*time.Millisecond {
+		t.Fatalf("task: near %q max_rtt %v (%v)", j.Near, j.MaxRTT, err)
+	}
+	j, err = Convert("t.yaml", []byte("max_price: 1\nduration: 1h\nnear: /ip4/203.0.113.7\nmax_rtt: 80ms\nrun: {command: [x]}\n"), now)
+	if err != nil || j.Near != "/ip4/203.0.113.7" || j.MaxRTT != 80*time.Millisecond {
+		t.Fatalf("job-shaped: near %q max_rtt %v (%v)", j.Near, j.MaxRTT, err)
 	}
 }
 

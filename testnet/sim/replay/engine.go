@@ -584,7 +584,7 @@ func (s *sim) auction(j int, req *auction.Job) (bool, error) {
 				Datasets: off.Datasets, Evicts: len(off.Preempts), IssuedAt: now,
 			},
 			Reliability: p.observed(),
-			Latency:     p.lat,
+			RTT:         p.lat,
 		})
 		if sc := auction.Score(off.Price, p.observed()); sc < best {
 			best = sc

@@ -1,0 +1,467 @@
+// Package latency tests latency as an SLA term (job post --max-rtt) over
+// real network paths: gpumesh daemons in network namespaces, a renter and
+// two providers behind a router, one 5 ms of round trip away, the other,
+// cheaper, 80 ms away. The renter measures both with libp2p ping; the
+// far one loses a --max-rtt 50ms job, with the reason in `bids`, and wins
+// a job without latency terms.
+//
+// The delays are links of the test's own making: each provider's link to
+// the router is a pair of TUN devices (one in the provider's namespace,
+// one in the router's) whose packets this test carries across, each after
+// the link's one-way delay. That is netem's delay, in user space: the
+// kernels these tests run on do not all have sch_netem (this one was
+// built without CONFIG_NET_SCH_NETEM), and every packet still crosses
+// both kernels' IP stacks and the router's forwarding. It needs root,
+// `ip netns` and /dev/net/tun; otherwise it skips.
+//
+// All addresses are in 10.232.0.0/16 on interfaces inside the test's own
+// namespaces: the host's interfaces, routes and firewall are never
+// touched.
+package latency
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	renterIP = "10.232.1.1"
+	nearIP   = "10.232.2.1"
+	farIP    = "10.232.3.1"
+	// cmdTimeout bounds one setup or CLI command.
+	cmdTimeout = 2 * time.Minute
+	// The links' one-way delays: round trips of 5 ms and 80 ms.
+	nearOneWay = 2500 * time.Microsecond
+	farOneWay  = 40 * time.Millisecond
+)
+
+// requireNetns skips unless the test can create namespaces and TUN
+// devices.
+func requireNetns(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces and TUN devices")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skipf("ip not found: %v", err)
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skipf("no TUN device: %v", err)
+	}
+	probe := "glprobe" + randHex(t, 3)
+	if out, err := exec.Command("ip", "netns", "add", probe).CombinedOutput(); err != nil {
+		t.Skipf("network namespaces unavailable: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	_ = exec.Command("ip", "netns", "del", probe).Run()
+}
+
+func randHex(t *testing.T, n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// openTun creates TUN device name (raw IP packets, no header) in network
+// namespace ns and returns it open. The device lives in the namespace of
+// the thread that creates it: a locked thread enters ns for that, and
+// goes back; a thread that could not go back is never reused (it stays
+// locked, and ends with its goroutine).
+func openTun(t *testing.T, ns, name string) *os.File {
+	t.Helper()
+	type result struct {
+		f   *os.File
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		f, err, back := func() (*os.File, error, bool) {
+			self, err := os.Open("/proc/thread-self/ns/net")
+			if err != nil {
+				return nil, err, true
+			}
+			defer self.Close()
+			target, err := os.Open("/run/netns/" + ns)
+			if err != nil {
+				return nil, err, true
+			}
+			defer target.Close()
+			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+				return nil, fmt.Errorf("enter %s: %w", ns, err), true
+			}
+			fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+			if err == nil {
+				var ifr *unix.Ifreq
+				if ifr, err = unix.NewIfreq(name); err == nil {
+					ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+					err = unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
+				}
+				if err == nil {
+					err = unix.SetNonblock(fd, true)
+				}
+				if err != nil {
+					unix.Close(fd)
+				}
+			}
+			backErr := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET)
+			if err != nil {
+				return nil, fmt.Errorf("tun %s in %s: %w", name, ns, err), backErr == nil
+			}
+			// Non-blocking: reads and writes go through Go's poller.
+			return os.NewFile(uintptr(fd), name), nil, backErr == nil
+		}()
+		if back {
+			runtime.UnlockOSThread()
+		}
+		ch <- result{f, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { r.f.Close() })
+	return r.f
+}
+
+// carry copies packets from src to dst, each oneWay after it was read,
+// in order, until src is closed.
+func carry(src, dst *os.File, oneWay time.Duration) {
+	type packet struct {
+		b   []byte
+		due time.Time
+	}
+	q := make(chan packet, 8192)
+	go func() {
+		defer close(q)
+		for {
+			b := make([]byte, 65536)
+			n, err := src.Read(b)
+			if err != nil {
+				return
+			}
+			q <- packet{b[:n], time.Now().Add(oneWay)}
+		}
+	}()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for p := range q {
+		if wait := time.Until(p.due); wait > 0 {
+			timer.Reset(wait)
+			<-timer.C
+		}
+		// A write that fails (the router's device gone at cleanup) drops
+		// the packet, as a link would.
+		_, _ = dst.Write(p.b)
+	}
+}
+
+// topology is the test's namespaces.
+type topology struct{ router, renter, near, far string }
+
+// buildTopology creates four namespaces: router forwards between renter
+// (10.232.1.0/24, a veth), near (10.232.2.0/24) and far (10.232.3.0/24),
+// each provider's link a TUN pair carried with its delay. Everything is
+// removed in t.Cleanup.
+func buildTopology(t *testing.T) topology {
+	t.Helper()
+	p := "gl" + randHex(t, 3)
+	tp := topology{router: p + "-rtr", renter: p + "-rnt", near: p + "-near", far: p + "-far"}
+	for _, ns := range []string{tp.router, tp.renter, tp.near, tp.far} {
+		run(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() {
+			// Deleting a namespace deletes its devices.
+			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+				t.Errorf("ip netns del %s: %v: %s", ns, err, out)
+			}
+		})
+		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	run(t, "ip", "link", "add", p+"-r1", "netns", tp.router, "type", "veth", "peer", "name", p+"-l1", "netns", tp.renter)
+	run(t, "ip", "-n", tp.router, "addr", "add", "10.232.1.254/24", "dev", p+"-r1")
+	run(t, "ip", "-n", tp.router, "link", "set", p+"-r1", "up")
+	run(t, "ip", "-n", tp.renter, "addr", "add", renterIP+"/24", "dev", p+"-l1")
+	run(t, "ip", "-n", tp.renter, "link", "set", p+"-l1", "up")
+	run(t, "ip", "-n", tp.renter, "route", "add", "default", "via", "10.232.1.254")
+	delayed := func(leaf, tag, subnet string, oneWay time.Duration) {
+		rside, lside := p+"-r"+tag, p+"-l"+tag
+		r, l := openTun(t, tp.router, rside), openTun(t, leaf, lside)
+		go carry(l, r, oneWay)
+		go carry(r, l, oneWay)
+		run(t, "ip", "-n", tp.router, "addr", "add", subnet+".254/24", "dev", rside)
+		run(t, "ip", "-n", tp.router, "link", "set", rside, "up")
+		run(t, "ip", "-n", leaf, "addr", "add", subnet+".1/24", "dev", lside)
+		run(t, "ip", "-n", leaf, "link", "set", lside, "up")
+		run(t, "ip", "-n", leaf, "route", "add", "default", "dev", lside)
+	}
+	delayed(tp.near, "2", "10.232.2", nearOneWay)
+	delayed(tp.far, "3", "10.232.3", farOneWay)
+	run(t, "ip", "netns", "exec", tp.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	return tp
+}
+
+// daemon is one gpumesh daemon running in a namespace.
+type daemon struct {
+	name, dir, id string
+}
+
+func (d *daemon) logText() string {
+	b, _ := os.ReadFile(filepath.Join(d.dir, "daemon.log"))
+	return string(b)
+}
+
+type testNet struct {
+	t        *testing.T
+	bin, tmp string
+}
+
+// start writes config and runs `gpumesh daemon` in ns, waiting until its
+// control API answers.
+func (n *testNet) start(name, ns, config string) *daemon {
+	t := n.t
+	t.Helper()
+	d := &daemon{name: name, dir: filepath.Join(n.tmp, name)}
+	if err := os.MkdirAll(d.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(d.dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(d.dir, "daemon.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// `ip netns exec` enters the namespace and execs the daemon.
+	cmd := exec.Command("ip", "netns", "exec", ns, n.bin, "-d", d.dir, "daemon", "--config", cfg)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = logf.Close(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("--- %s log (tail) ---\n%s", name, tail(d.logText(), 4000))
+		}
+	})
+	st := await(t, name+" status", 30*time.Second, func() (api.StatusInfo, error) {
+		var st api.StatusInfo
+		err := n.cliJSON(d, &st, "status", "--json")
+		if err == nil && st.PeerID == "" {
+			err = errors.New("status without peer id")
+		}
+		return st, err
+	})
+	d.id = st.PeerID
+	t.Logf("%s up in %s: peer %s", name, ns, d.id)
+	return d
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// cli runs the gpumesh CLI against d's daemon (through its unix socket,
+// from the host's namespace).
+func (n *testNet) cli(d *daemon, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, n.bin, append([]string{"-d", d.dir}, args...)...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("gpumesh %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+func (n *testNet) cliJSON(d *daemon, v any, args ...string) error {
+	out, err := n.cli(d, args...)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		return fmt.Errorf("gpumesh %s: %v: %q", strings.Join(args, " "), err, tail(out, 500))
+	}
+	return nil
+}
+
+// await polls f until it returns nil error, failing the test after within.
+func await[T any](t *testing.T, what string, within time.Duration, f func() (T, error)) T {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		v, err := f()
+		if err == nil {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, within, err)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("%s: %v", what, t.Context().Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func providerConfig(ip, boot string, floor float64) string {
+	return `listen: [/ip4/` + ip + `/tcp/4001]
+reachability: public
+region: eu-west
+bootstrap: [` + boot + `]
+provider:
+  enabled: true
+  advertise_ttl: 15s
+  heartbeat_interval: 1s
+  executor: process
+  gpu_source: declared
+  gpus: [{model: RTX4090, vram_gb: 24}, {model: RTX4090, vram_gb: 24}]
+  policy: {price_floor: ` + fmt.Sprint(floor) + `}
+`
+}
+
+// TestMaxRTTOverDelayedLinks: the provider 80 ms away is the cheaper, and
+// wins a job without latency terms; a --max-rtt 50ms job goes to the one
+// 5 ms away, and `bids` shows the far one's measured round trip and why
+// it was rejected.
+func TestMaxRTTOverDelayedLinks(t *testing.T) {
+	requireNetns(t)
+	began := time.Now()
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "gpumesh")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/gpumesh")
+	build.Dir = filepath.Join("..", "..")
+	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations", "GOFLAGS=-buildvcs=false")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build gpumesh: %v: %s", err, out)
+	}
+	tp := buildTopology(t)
+	n := &testNet{t: t, bin: bin, tmp: tmp}
+
+	renter := n.start("renter", tp.renter, `listen: [/ip4/`+renterIP+`/tcp/4001]
+reachability: public
+region: eu-west
+`)
+	boot := "/ip4/" + renterIP + "/tcp/4001/p2p/" + renter.id
+	near := n.start("near", tp.near, providerConfig(nearIP, boot, 1.0))
+	far := n.start("far", tp.far, providerConfig(farIP, boot, 0.6))
+	name := map[string]string{near.id: "near", far.id: "far"}
+
+	await(t, "renter discovers both providers", 60*time.Second, func() (int, error) {
+		var caps []auction.Capability
+		if err := n.cliJSON(renter, &caps, "providers", "--json", "--gpu", "RTX4090"); err != nil {
+			return 0, err
+		}
+		seen := 0
+		for _, c := range caps {
+			if name[c.Peer] != "" {
+				seen++
+			}
+		}
+		if seen != 2 {
+			return seen, fmt.Errorf("%d of the 2 providers listed", seen)
+		}
+		return seen, nil
+	})
+
+	post := func(extra ...string) api.JobView {
+		t.Helper()
+		var v api.JobView
+		args := append([]string{"job", "post", "--gpu", "RTX4090", "--max-price", "5", "--duration", "5m", "--json"}, extra...)
+		if err := n.cliJSON(renter, &v, append(args, "--", "echo", "hi")...); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	bidsOf := func(id string) map[string]auction.Ranked {
+		t.Helper()
+		var bv api.BidsView
+		if err := n.cliJSON(renter, &bv, "bids", id, "--json"); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]auction.Ranked{}
+		for _, b := range bv.Bids {
+			out[name[b.Bid.Provider]] = b
+		}
+		return out
+	}
+
+	// Without latency terms the cheaper far provider wins, once the
+	// renter's calls reach it (its gossip mesh forms over the 80 ms link).
+	await(t, "a plain job leased to the far provider", 60*time.Second, func() (string, error) {
+		v := post()
+		if v.Lease == nil || v.Lease.Provider != far.id {
+			return "", fmt.Errorf("job %s %s, leased to %s", v.Job.ID, v.State, name[v.Winner])
+		}
+		return v.Job.ID, nil
+	})
+
+	v := post("--max-rtt", "50ms")
+	if v.Lease == nil || v.Lease.Provider != near.id {
+		t.Fatalf("--max-rtt 50ms job %s: %s, leased to %q, want the near provider; reasons %v", v.Job.ID, v.State, name[v.Winner], v.Reasons)
+	}
+	bs := bidsOf(v.Job.ID)
+	f, ok := bs["far"]
+	if !ok {
+		t.Fatalf("the far provider did not bid for job %s: %v", v.Job.ID, bs)
+	}
+	if f.RTT < 2*farOneWay || !strings.HasPrefix(f.Rejected, "rtt ") || !strings.HasSuffix(f.Rejected, " > max 50ms") {
+		t.Fatalf("far bid: rtt %v rejected %q, want at least %v and rejected for it", f.RTT, f.Rejected, 2*farOneWay)
+	}
+	if nb := bs["near"]; nb.RTT < 2*nearOneWay || nb.RTT >= 50*time.Millisecond || nb.Rejected != "" {
+		t.Fatalf("near bid: rtt %v rejected %q, want measured at 5 to 50 ms", nb.RTT, nb.Rejected)
+	}
+	table, err := n.cli(renter, "bids", v.Job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table, " RTT ") || !strings.Contains(table, f.Rejected) {
+		t.Fatalf("`bids` does not show the RTTs and the far bid's rejection:\n%s", table)
+	}
+	t.Logf("bids %s:\n%s", v.Job.ID, table)
+	t.Logf("latency test took %s", time.Since(began).Round(time.Millisecond))
+}
