@@ -161,8 +161,10 @@ func (s *sealWriter) Close() error { return s.flush(true) }
 
 // openReader reads the plaintext of a sealed artifact's bytes.
 type openReader struct {
-	r     *bufio.Reader
-	aead  interface{ Open(dst, nonce, sealed, ad []byte) ([]byte, error) }
+	r    *bufio.Reader
+	aead interface {
+		Open(dst, nonce, sealed, ad []byte) ([]byte, error)
+	}
 	seg   []byte // ciphertext buffer
 	plain []byte // what is left of the current segment
 	i     uint64
