@@ -540,6 +540,11 @@ func (d *Daemon) inputSizes(job *auction.Job) error {
 			job.Sealed = true
 		}
 	}
+	if job.Sealed && job.NoPersist {
+		// A no-persist renter takes the outputs over the outputs stream,
+		// which a sealed job's provider has no plaintext for.
+		return badRequest("a job reading sealed artifacts cannot be no-persist yet")
+	}
 	return nil
 }
 
