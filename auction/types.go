@@ -381,6 +381,12 @@ type Job struct {
 	// providers whose policy offers it (Policy.NoPersist) bid, and their
 	// receipts must state it held (attest.Receipt.NoPersist).
 	NoPersist bool `json:"no_persist,omitempty" yaml:"no_persist,omitempty"`
+	// Sealed says the job reads sealed (end-to-end encrypted) artifacts
+	// and its checkpoints and outputs are sealed to its renter: its
+	// provider asks the renter for the lease's keys, keeps them in memory
+	// only, and holds the plaintext on a tmpfs alone (node/artifact,
+	// seal.go). The renter sets it when an input is sealed.
+	Sealed bool `json:"sealed,omitempty" yaml:"sealed,omitempty"`
 	// Retain is how long the provider keeps the job's log and outputs
 	// after its lease ends, for the renter to fetch; 0 means DefaultRetain.
 	// A provider keeps them no longer than its own maximum, whatever the

@@ -17,6 +17,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -115,10 +116,14 @@ func (d *Daemon) advertisedArtifacts(ctx context.Context, provider string) ([]st
 // The owner is reached without the addresses its job names
 // (Job.OwnerAddrs, anyone's to fill): through the connection its award
 // came on, its own identify addresses, or the DHT.
-func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string) (release func(), image string, err error) {
+func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (release func(), image string, err error) {
 	owner, err := peer.Decode(job.Owner)
 	if err != nil {
 		return nil, "", badRequest("job %s: owner %q is not a peer id", job.ID, job.Owner)
+	}
+	_, arts, err := sealKeys(keys)
+	if err != nil {
+		return nil, "", err
 	}
 	forget := d.fetchedFor(job, job.Run.Artifacts()...)
 	releases := []func(){forget}
@@ -137,7 +142,7 @@ func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string)
 		image = imageID
 	}
 	if len(job.Run.Inputs) > 0 {
-		rel, err := d.artifacts.PrepareInputs(ctx, job.Run.Inputs, owner, nil, dir)
+		rel, err := d.artifacts.PrepareInputs(ctx, job.Run.Inputs, owner, nil, dir, arts)
 		if err != nil {
 			release()
 			return nil, "", err
@@ -274,10 +279,17 @@ func (d *Daemon) artifactRoutes(mux *http.ServeMux) {
 		switch {
 		case req.Image != "" && req.Path != "":
 			return nil, badRequest("give a path or an image, not both")
+		case req.Sealed && (req.Public || req.Image != ""):
+			return nil, badRequest("a sealed artifact is private and a path: not --public, not --image")
 		case req.Image != "":
 			id, err = d.addImage(r.Context(), req.Image, artifact.Meta{Private: !req.Public})
 		case !filepath.IsAbs(req.Path):
 			return nil, badRequest("artifact path %q must be absolute", req.Path)
+		case req.Sealed:
+			var k artifact.Key
+			if k, err = artifact.NewKey(); err == nil {
+				id, _, err = st.AddSealed(req.Path, k, artifact.Meta{Private: true})
+			}
 		default:
 			id, err = st.Add(req.Path, artifact.Meta{Private: !req.Public})
 		}
@@ -521,14 +533,26 @@ func (d *Daemon) inputSizes(job *auction.Job) error {
 			return badRequest("artifact %s is not held on this node; add it first (gpumesh artifact add)", id)
 		}
 		job.InputBytes[id] = in.Size
+		if in.Sealed {
+			if id == job.Run.ImageArtifact {
+				return badRequest("artifact %s is sealed: an image artifact cannot be (its image is loaded by the provider's engine)", id)
+			}
+			job.Sealed = true
+		}
+	}
+	if job.Sealed && job.NoPersist {
+		// A no-persist renter takes the outputs over the outputs stream,
+		// which a sealed job's provider has no plaintext for.
+		return badRequest("a job reading sealed artifacts cannot be no-persist yet")
 	}
 	return nil
 }
 
 // outputsArtifact is the supervisor's hook: a lease's outputs become an
-// artifact owned by its renter, announced so the renter can fetch it.
-func (d *Daemon) outputsArtifact(dir, renter string) (string, error) {
-	id, err := d.artifacts.Store().Add(dir, artifact.Meta{Private: true, Owner: renter})
+// artifact owned by its renter, announced so the renter can fetch it; a
+// sealed job's are sealed with its lease key.
+func (d *Daemon) outputsArtifact(dir, renter string, keys *wire.LeaseKeys) (string, error) {
+	id, _, err := d.addFor(dir, renter, keys)
 	if err != nil {
 		return "", err
 	}
@@ -568,9 +592,9 @@ func (d *Daemon) artifactViews(list []api.ArtifactInfo) []api.ArtifactView {
 // checkpointArtifact is the supervisor's hook: a snapshot of a job's
 // checkpoint dir becomes an artifact owned by its renter. It is not
 // announced: the renter fetches it from us at once, then we drop it.
-func (d *Daemon) checkpointArtifact(dir, renter string) (string, int64, func(), error) {
+func (d *Daemon) checkpointArtifact(dir, renter string, keys *wire.LeaseKeys) (string, int64, func(), error) {
 	st := d.artifacts.Store()
-	id, err := st.Add(dir, artifact.Meta{Private: true, Owner: renter})
+	id, _, err := d.addFor(dir, renter, keys)
 	if err != nil {
 		return "", 0, nil, err
 	}
@@ -592,7 +616,7 @@ func (d *Daemon) checkpointArtifact(dir, renter string) (string, int64, func(), 
 // for that provider (artifact.For): our store's copy of the id counts only
 // if the provider may read it, so a provider cannot name an artifact of
 // ours it never held as its checkpoint and have it kept and restored.
-func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, max int64) (int64, error) {
+func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, leaseID string, max int64) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	_, infoErr := d.artifacts.Store().Info(id)
@@ -614,6 +638,10 @@ func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, m
 		}
 		return 0, fmt.Errorf("checkpoint artifact %s is over the cap of %d bytes", id, max)
 	}
+	if err == nil {
+		// A sealed one is kept with its content key, once it opens.
+		err = d.adoptSealed(id, leaseID)
+	}
 	return res.Size, err
 }
 
@@ -621,10 +649,14 @@ func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, m
 // restores comes from its owner (the renter's daemon) or any other
 // holder, every chunk checked against its hash, and is written to dir.
 // Our store's copy serves only if the job's owner may read it.
-func (d *Daemon) restoreCheckpoint(ctx context.Context, job auction.Job, id, dir string) (func(), error) {
+func (d *Daemon) restoreCheckpoint(ctx context.Context, job auction.Job, id, dir string, keys *wire.LeaseKeys) (func(), error) {
 	owner, err := peer.Decode(job.Owner)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: owner %q is not a peer id", job.ID, job.Owner)
+	}
+	_, arts, err := sealKeys(keys)
+	if err != nil {
+		return nil, err
 	}
 	if !artifact.ValidID(id) {
 		return nil, fmt.Errorf("not an artifact id: %q", id)
@@ -645,9 +677,26 @@ func (d *Daemon) restoreCheckpoint(ctx context.Context, job auction.Job, id, dir
 		release()
 		return nil, err
 	}
-	if err := d.artifacts.Store().Export(id, dir, artifact.For(owner)); err != nil {
+	if err := d.artifacts.Store().ExportFor(id, dir, artifact.For(owner), arts); err != nil {
 		release()
 		return nil, err
 	}
 	return release, nil
+}
+
+// addFor stores dir as an artifact owned by renter: sealed with the
+// lease key when the renter gave one (a sealed job), else plain.
+func (d *Daemon) addFor(dir, renter string, keys *wire.LeaseKeys) (string, bool, error) {
+	st := d.artifacts.Store()
+	meta := artifact.Meta{Private: true, Owner: renter}
+	if keys == nil {
+		id, err := st.Add(dir, meta)
+		return id, false, err
+	}
+	lk, _, err := sealKeys(keys)
+	if err != nil {
+		return "", false, err
+	}
+	id, _, err := st.AddSealed(dir, lk, meta)
+	return id, true, err
 }

@@ -242,6 +242,21 @@ func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
 	defer cancel()
+	if v, err := m.tracker.View(r.PathValue("id")); err == nil && v.Job.Sealed {
+		// Its provider holds them sealed: they are opened here.
+		outs, body, err := m.d.sealedOutputs(ctx, v)
+		if err != nil {
+			writeAPIError(w, err)
+			return
+		}
+		defer body.Close()
+		hdr, _ := json.Marshal(outs)
+		w.Header().Set(api.ManifestHeader, string(hdr))
+		w.Header().Set("Content-Type", "application/x-tar")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.Copy(w, body)
+		return
+	}
 	s, err := m.openLeaseStream(ctx, r.PathValue("id"), wire.ProtoOutputs, false, 0)
 	if err != nil {
 		writeAPIError(w, err)

@@ -55,14 +55,14 @@ func TestProviderKeepsRentersApart(t *testing.T) {
 	defer cancel()
 	job := auction.Job{ID: "job-of-y", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs()}
 	restoreDir := filepath.Join(t.TempDir(), "restore")
-	if release, err := prov.restoreCheckpoint(ctx, job, id, restoreDir); err == nil {
+	if release, err := prov.restoreCheckpoint(ctx, job, id, restoreDir, nil); err == nil {
 		b, _ := os.ReadFile(filepath.Join(restoreDir, "state"))
 		release()
 		t.Errorf("renter Y's job restored renter X's checkpoint: %q", b)
 	}
 	job.Run.Inputs = map[string]string{"data": id}
 	inputsDir := filepath.Join(t.TempDir(), "inputs")
-	if release, _, err := prov.prepareInputs(ctx, job, inputsDir); err == nil {
+	if release, _, err := prov.prepareInputs(ctx, job, inputsDir, nil); err == nil {
 		b, _ := os.ReadFile(filepath.Join(inputsDir, "data", "state"))
 		release()
 		t.Errorf("renter Y's job read renter X's artifact as an input: %q", b)
@@ -78,7 +78,7 @@ func TestProviderKeepsRentersApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := boot.fetchCheckpoint(ctx, own, prov.ID(), auction.MaxCheckpointBytes); err == nil {
+	if n, err := boot.fetchCheckpoint(ctx, own, prov.ID(), "", auction.MaxCheckpointBytes); err == nil {
 		t.Fatalf("a provider's claim to the renter's own artifact was kept as a %d-byte checkpoint", n)
 	}
 	if _, err := boot.artifacts.Store().Info(own); err != nil {

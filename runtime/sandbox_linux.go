@@ -154,10 +154,11 @@ func (s *sandbox) enter(wd, inputs string) error {
 		return fmt.Errorf("runtime: job mounts: make / private: %w", err)
 	}
 	// Other jobs' quota mounts must not live on in this namespace after
-	// their jobs end (their memory would stay in use).
+	// their jobs end (their memory would stay in use); the scratch tmpfs
+	// holding this job's inputs (a sealed job's, MountScratch) stays.
 	if s.root != "" {
 		for _, mp := range mountsUnder(s.root) {
-			if mp != wd {
+			if mp != wd && (inputs == "" || !within(mp, inputs)) {
 				_ = unix.Unmount(mp, unix.MNT_DETACH)
 			}
 		}
@@ -419,3 +420,21 @@ func mountQuota(dir string, uid, sizeMB int) error {
 
 // unmountQuota detaches whatever is mounted on dir (nothing, usually).
 func unmountQuota(dir string) { _ = unix.Unmount(dir, unix.MNT_DETACH) }
+
+// MountScratch mounts a fresh tmpfs of sizeMB on dir (created, 0711 and
+// owned by the caller, so a job's uid can reach a dir inside it that it
+// is let read) and returns what unmounts and removes it: where a sealed
+// job's plaintext (its inputs, restored checkpoint, staged checkpoints
+// and collected outputs) lives, never reaching a disk. It needs the
+// privilege to mount (root).
+func MountScratch(dir string, sizeMB int) (release func() error, err error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("runtime: scratch tmpfs: %w", err)
+	}
+	opts := fmt.Sprintf("mode=0711,uid=%d,gid=%d,size=%dm", os.Getuid(), os.Getgid(), max(sizeMB, 1))
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		_ = os.Remove(dir)
+		return nil, fmt.Errorf("runtime: scratch tmpfs on %s: %w", dir, err)
+	}
+	return func() error { return removeWorkDir(dir) }, nil
+}

@@ -30,3 +30,8 @@ func spawn(cmd *exec.Cmd, _ *jobCgroup, _ *sandbox, _, _ string) (*jobInit, erro
 func mountQuota(string, int, int) error { return errors.New("work dir quotas exist only on linux") }
 
 func unmountQuota(string) {}
+
+// MountScratch needs linux (see sandbox_linux.go).
+func MountScratch(string, int) (func() error, error) {
+	return nil, errors.New("runtime: scratch tmpfs mounts exist only on linux")
+}

@@ -26,7 +26,8 @@ func artifactCommand() *cli.Command {
 			ArgsUsage: "PATH | --image REF",
 			Flags: []cli.Flag{jsonFlag(),
 				&cli.StringFlag{Name: "image", Usage: "save this container image of the local engine (docker save) as the artifact; run it with job post --image REF --image-artifact ID"},
-				&cli.BoolFlag{Name: "public", Usage: "serve it to any peer (default: only to providers leasing a job that names it, and peers it is shared with)"}},
+				&cli.BoolFlag{Name: "public", Usage: "serve it to any peer (default: only to providers leasing a job that names it, and peers it is shared with)"},
+				&cli.BoolFlag{Name: "sealed", Usage: "encrypt it end to end: holders keep ciphertext, a job's provider gets the key for its lease only, and the job's checkpoints and outputs come back sealed to you"}},
 			Action: artifactAddAction,
 		}, {
 			Name:  "ls",
@@ -81,7 +82,7 @@ func twoArgs(c *cli.Context, what1, what2 string) (string, string, error) {
 }
 
 func artifactAddAction(c *cli.Context) error {
-	req := api.ArtifactAddRequest{Image: c.String("image"), Public: c.Bool("public")}
+	req := api.ArtifactAddRequest{Image: c.String("image"), Public: c.Bool("public"), Sealed: c.Bool("sealed")}
 	if req.Image != "" {
 		if err := noArgs(c); err != nil {
 			return err
@@ -198,6 +199,9 @@ func artifactName(a api.ArtifactView) string {
 }
 
 func artifactAccess(a api.ArtifactView) string {
+	if a.Sealed {
+		return "sealed"
+	}
 	if a.Private {
 		return "private"
 	}

@@ -47,6 +47,10 @@ type ArtifactAddRequest struct {
 	// Public artifacts are served to any peer; private ones (the default)
 	// only to peers leasing a job that names them, or shared with.
 	Public bool `json:"public,omitempty"`
+	// Sealed artifacts are encrypted end to end (private; a path, not an
+	// image): providers and other holders store and serve ciphertext, and
+	// a job's provider is given the key for its lease alone.
+	Sealed bool `json:"sealed,omitempty"`
 }
 
 // ArtifactGetRequest is POST /v1/artifacts/{id}/get: fetch the artifact

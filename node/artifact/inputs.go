@@ -19,8 +19,9 @@ import (
 // artifacts stay pinned until release is called, which also removes dir.
 // A failure (an input no one serves, one that does not fit, an export
 // error) releases what was done and is returned: it fails the lease, never
-// the daemon.
-func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, origin peer.ID, addrs []string, dir string) (release func(), err error) {
+// the daemon. A sealed input is unsealed with its content key in keys
+// (given by the job's renter for the lease); one with no key there fails.
+func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, origin peer.ID, addrs []string, dir string, keys map[string]Key) (release func(), err error) {
 	var unpins []func()
 	// cleanup is not the named result: a failing return sets that to nil
 	// before the deferred call below runs.
@@ -52,7 +53,7 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 		}
 		unpins = append(unpins, unpin)
 		target := filepath.Join(dir, name)
-		if err := s.cfg.Store.Export(id, target, For(origin)); err != nil {
+		if err := s.cfg.Store.ExportFor(id, target, For(origin), keys); err != nil {
 			return nil, fmt.Errorf("input %s: %w", name, err)
 		}
 		if err := readOnly(target); err != nil {
@@ -138,4 +139,22 @@ func removeTree(root string) error {
 		return nil
 	})
 	return os.RemoveAll(root)
+}
+
+// ExportFor writes artifact id under dst for rd as Export does, or, a
+// sealed one, as Unseal does with its content key in keys: the one way a
+// job's inputs and restored checkpoints are laid out.
+func (s *Store) ExportFor(id, dst string, rd Reader, keys map[string]Key) error {
+	m, _, err := s.Manifest(id)
+	if err != nil {
+		return err
+	}
+	if !m.Sealed {
+		return s.Export(id, dst, rd)
+	}
+	k, ok := keys[id]
+	if !ok {
+		return fmt.Errorf("artifact %s is sealed and its owner gave no key for it", short(id))
+	}
+	return s.Unseal(id, dst, rd, k)
 }

@@ -23,7 +23,7 @@ func TestPrepareInputsFailureFailsTheLease(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "inputs")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	release, err := prov.svc.PrepareInputs(ctx, map[string]string{"data": missing}, renter.net.ID(), renter.addrs(), dir)
+	release, err := prov.svc.PrepareInputs(ctx, map[string]string{"data": missing}, renter.net.ID(), renter.addrs(), dir, nil)
 	if err == nil || release != nil {
 		t.Fatalf("an input no one serves: release %v, err %v", release != nil, err)
 	}
@@ -69,7 +69,7 @@ func TestDedupBombRefusedBeforeMaterialising(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "inputs")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	release, err := prov.svc.PrepareInputs(ctx, map[string]string{"data": id}, renter.net.ID(), renter.addrs(), dir)
+	release, err := prov.svc.PrepareInputs(ctx, map[string]string{"data": id}, renter.net.ID(), renter.addrs(), dir, nil)
 	if err == nil {
 		release()
 		t.Fatalf("a %d MiB dedup bomb was laid out under a %d MiB budget", copies, 16)

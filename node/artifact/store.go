@@ -58,6 +58,9 @@ type Manifest struct {
 	Dir     bool    `json:"dir,omitempty"`
 	Size    int64   `json:"size"`
 	Entries []Entry `json:"entries"`
+	// Sealed says the artifact's one file is ciphertext (seal.go): its
+	// name, files and bytes are readable only with its key.
+	Sealed bool `json:"sealed,omitempty"`
 }
 
 // ID is the artifact's id.
@@ -111,6 +114,9 @@ func (m *Manifest) Validate() error {
 	}
 	if !m.Dir && len(m.Entries) != 1 {
 		return errors.New("artifact manifest: a file artifact has exactly one entry")
+	}
+	if m.Sealed && m.Dir {
+		return errors.New("artifact manifest: a sealed artifact is a single file")
 	}
 	if err := printable(m.Name); err != nil {
 		return fmt.Errorf("artifact manifest: name %q: %v", m.Name, err)
@@ -227,6 +233,7 @@ type Info struct {
 	Files    int       `json:"files"`
 	Complete bool      `json:"complete"`
 	Private  bool      `json:"private"`
+	Sealed   bool      `json:"sealed,omitempty"`
 	Owner    string    `json:"owner,omitempty"` // peer that published it; "" for our own
 	Shares   []string  `json:"shares,omitempty"`
 	Added    time.Time `json:"added"`
@@ -245,6 +252,9 @@ type record struct {
 	Shares   []string  `json:"shares,omitempty"`
 	Added    time.Time `json:"added"`
 	LastUsed time.Time `json:"last_used"`
+	// Key is a sealed artifact's content key, where this node holds it:
+	// for its own, or one it was given (SetKey). Never served.
+	Key *Key `json:"key,omitempty"`
 }
 
 // Store holds artifacts under a directory within a byte budget.
@@ -714,12 +724,61 @@ func (s *Store) Add(src string, meta Meta) (string, error) {
 	return id, s.saveLocked(id)
 }
 
+// addReader imports what r reads as the one file (named name) of
+// manifest m, a file artifact, and returns its id (see Add).
+func (s *Store) addReader(m *Manifest, name string, r io.Reader, meta Meta) (string, error) {
+	k, err := NewKey()
+	if err != nil {
+		return "", err
+	}
+	tmpID := "import:" + hex.EncodeToString(k[:8])
+	s.mu.Lock()
+	s.pins[tmpID]++
+	s.recs[tmpID] = &record{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.pins, tmpID)
+		delete(s.recs, tmpID)
+		s.mu.Unlock()
+	}()
+	e, err := s.importReader(tmpID, r)
+	if err == nil {
+		e.Path = name
+		m.Entries, m.Size = []Entry{e}, e.Size
+		err = m.Validate()
+	}
+	if err != nil {
+		s.mu.Lock()
+		delete(s.recs, tmpID)
+		s.gcLocked()
+		s.mu.Unlock()
+		return "", err
+	}
+	id := m.ID()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if r, ok := s.recs[id]; ok {
+		r.LastUsed, r.Complete = now, true
+		return id, s.saveLocked(id)
+	}
+	s.recs[id] = &record{Manifest: *m, Complete: true, Private: meta.Private, Owner: meta.Owner, Added: now, LastUsed: now}
+	return id, s.saveLocked(id)
+}
+
 func (s *Store) importFile(pinID, p string) (Entry, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return Entry{}, err
 	}
 	defer f.Close()
+	return s.importReader(pinID, f)
+}
+
+// importReader cuts what f reads into chunks of the placeholder record
+// pinID (see Add).
+func (s *Store) importReader(pinID string, f io.Reader) (Entry, error) {
 	var e Entry
 	buf := make([]byte, ChunkSize)
 	for {
@@ -823,7 +882,7 @@ func (s *Store) Info(id string) (Info, error) {
 
 func (s *Store) infoLocked(id string, r *record) Info {
 	return Info{ID: id, Name: r.Manifest.Name, Size: r.Manifest.Size, Files: len(r.Manifest.Entries), Complete: r.Complete,
-		Private: r.Private, Owner: r.Owner, Shares: append([]string(nil), r.Shares...), Added: r.Added, LastUsed: r.LastUsed, Pins: s.pins[id]}
+		Private: r.Private, Sealed: r.Manifest.Sealed, Owner: r.Owner, Shares: append([]string(nil), r.Shares...), Added: r.Added, LastUsed: r.LastUsed, Pins: s.pins[id]}
 }
 
 // Held returns up to max complete artifacts, most recently used first:

@@ -54,7 +54,7 @@ func TestRenterCannotReadAnotherRentersArtifact(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dir := filepath.Join(t.TempDir(), "inputs")
-	if rel, err := prov.svc.PrepareInputs(ctx, map[string]string{"data": id}, y.net.ID(), y.addrs(), dir); err == nil {
+	if rel, err := prov.svc.PrepareInputs(ctx, map[string]string{"data": id}, y.net.ID(), y.addrs(), dir, nil); err == nil {
 		b, _ := os.ReadFile(filepath.Join(dir, "data"))
 		rel()
 		t.Fatalf("renter Y's job read renter X's private artifact (%d bytes, same: %v)", len(b), bytes.Equal(b, data))
@@ -68,7 +68,7 @@ func TestRenterCannotReadAnotherRentersArtifact(t *testing.T) {
 		t.Fatalf("Y's copy: %s %v", idY, err)
 	}
 	y.lease(prov)
-	rel, err := prov.svc.PrepareInputs(ctx, map[string]string{"data": id}, y.net.ID(), y.addrs(), dir)
+	rel, err := prov.svc.PrepareInputs(ctx, map[string]string{"data": id}, y.net.ID(), y.addrs(), dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,9 +78,13 @@ func (r *leaseRun) restoreCheckpoint(job auction.Job, lw io.Writer) (dir string,
 	l := r.lease()
 	ctx, cancel := r.untilStopped()
 	defer cancel()
+	seal := r.sealed()
+	if seal != nil {
+		root = seal.dir
+	}
 	for i, ck := range job.Restore {
 		dir = filepath.Join(root, fmt.Sprintf("restore-%s-%d", l.ID, i))
-		rel, err := s.cfg.Restore(ctx, job, ck.Artifact, dir)
+		rel, err := s.cfg.Restore(ctx, job, ck.Artifact, dir, seal.leaseKeys())
 		if err == nil {
 			fmt.Fprintf(lw, "gpumesh: restoring checkpoint %s (seq %d of attempt %d, %d bytes, work saved %v)\n",
 				ck.Artifact, ck.Seq, ck.Attempt, ck.Bytes, ck.Work.Round(time.Second))
@@ -157,6 +161,10 @@ func (r *leaseRun) snapshot(h runtime.Handle, reason string, started, at time.Ti
 	// A copy under a fixed name: the job may go on writing while the
 	// artifact is hashed, and equal contents make equal artifacts.
 	stage := filepath.Join(s.cfg.JobsDir, "checkpoints", l.ID)
+	seal := r.sealed()
+	if seal != nil {
+		stage = filepath.Join(seal.dir, "checkpoint")
+	}
 	_ = os.RemoveAll(stage)
 	defer os.RemoveAll(stage)
 	dst := filepath.Join(stage, runtime.CheckpointDir)
@@ -168,7 +176,7 @@ func (r *leaseRun) snapshot(h runtime.Handle, reason string, started, at time.Ti
 	if len(skipped) > 0 {
 		fmt.Fprintf(lw, "gpumesh: checkpoint: left out %s\n", strings.Join(skipped, "; "))
 	}
-	id, bytes, drop, err := s.cfg.CheckpointArtifact(dst, l.Renter)
+	id, bytes, drop, err := s.cfg.CheckpointArtifact(dst, l.Renter, seal.leaseKeys())
 	if err != nil {
 		fmt.Fprintf(lw, "gpumesh: checkpoint not saved: %v\n", err)
 		return

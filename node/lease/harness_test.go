@@ -313,7 +313,7 @@ type provSpec struct {
 	maxTempC int
 	// inputs, when set, fetches jobs' input artifacts
 	// (SupervisorConfig.Inputs).
-	inputs func(ctx context.Context, job auction.Job, dir string) (func(), string, error)
+	inputs func(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (func(), string, error)
 	// noPersist is the policy's no_persist; maxRetain the supervisor's
 	// JobFilesMaxRetain; now its clock (default time.Now); scrub its
 	// Scrub.

@@ -12,6 +12,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
 )
 
 // TestGoldEvictsFutureBronzeBooking: a bronze job booked on the only H100
@@ -130,8 +131,8 @@ func TestLossWhilePreparingInputs(t *testing.T) {
 	// others' do at once.
 	var fetching sync.Mutex
 	var stuck string
-	slowFor := func(id *string) func(ctx context.Context, job auction.Job, dir string) (func(), string, error) {
-		return func(ctx context.Context, job auction.Job, dir string) (func(), string, error) {
+	slowFor := func(id *string) func(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (func(), string, error) {
+		return func(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (func(), string, error) {
 			fetching.Lock()
 			first := stuck == ""
 			if first {

@@ -114,20 +114,22 @@ type SupervisorConfig struct {
 	// release unpins and removes them once the job ended. image, when not
 	// "", is what the job runs instead of job.Run.Image: the ID of the
 	// image loaded from its image artifact, which no other tenant's image
-	// can shadow. nil: jobs with artifacts fail to start.
-	Inputs func(ctx context.Context, job auction.Job, dir string) (release func(), image string, err error)
+	// can shadow. nil: jobs with artifacts fail to start. keys, for a
+	// sealed job only, opens its sealed inputs (and seals, in the hooks
+	// below, its checkpoints and outputs); nil otherwise.
+	Inputs func(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (release func(), image string, err error)
 	// OutputsArtifact stores a lease's collected outputs dir as an
 	// artifact owned by the renter and returns its id; nil: none.
-	OutputsArtifact func(dir, renter string) (string, error)
+	OutputsArtifact func(dir, renter string, keys *wire.LeaseKeys) (string, error)
 	// CheckpointArtifact stores a snapshot of a job's checkpoint dir as an
 	// artifact owned by the renter (not announced: the renter fetches it
 	// from us) and returns its id and size; drop removes our copy once
 	// the renter holds it. nil: no checkpoints are taken.
-	CheckpointArtifact func(dir, renter string) (id string, bytes int64, drop func(), err error)
+	CheckpointArtifact func(dir, renter string, keys *wire.LeaseKeys) (id string, bytes int64, drop func(), err error)
 	// Restore fetches checkpoint artifact id of job from its owner (and
 	// any other holder), verifying every chunk, and writes its files into
 	// dir; release removes them. nil: jobs start fresh.
-	Restore func(ctx context.Context, job auction.Job, id, dir string) (release func(), err error)
+	Restore func(ctx context.Context, job auction.Job, id, dir string, keys *wire.LeaseKeys) (release func(), err error)
 	// Observe, when set, is told of heartbeats sent and leases ended.
 	Observe *Observer
 }
@@ -197,6 +199,9 @@ type leaseRun struct {
 	// logw writes the job's log, keeping its digest (nil until opened).
 	logw *lockedWriter
 	stop chan struct{} // closed to abort a pending or running job
+	// seal is a sealed job's keys and scratch tmpfs while it runs (nil
+	// for other jobs, and before and after its run): in memory only.
+	seal *sealing
 	// stopAs is the run state recorded when the job is stopped on purpose.
 	stopAs     auction.RunState
 	stopDetail string
@@ -654,6 +659,14 @@ func (r *leaseRun) run() {
 	r.mu.Lock()
 	r.logw = lw
 	r.mu.Unlock()
+	if job.Sealed {
+		if err := r.openSeal(job); err != nil {
+			fmt.Fprintf(lw, "gpumesh: sealed job: %v\n", err)
+			fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: fmt.Errorf("sealed job: %w", err)})
+			return
+		}
+		defer r.closeSeal()
+	}
 	gpus, uuids := s.leaseDevices(l)
 	spec := runtime.Spec{ID: l.ID, JobID: job.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
 		GPUs: gpus, UUIDs: uuids, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs, NoSwap: job.NoPersist}
@@ -734,7 +747,12 @@ func (r *leaseRun) run() {
 		// it before it hears of the end (and requeues).
 		r.snapshot(h, auction.CheckpointStopped, started, maxTime(res.Ended, started), lw)
 	}
-	outs, err := runtime.CollectOutputs(h.WorkDir(), job.Run.Outputs, s.outDir(l.ID), MaxOutputBytes)
+	outDir := s.outDir(l.ID)
+	seal := r.sealed()
+	if seal != nil {
+		outDir = filepath.Join(seal.dir, "outputs")
+	}
+	outs, err := runtime.CollectOutputs(h.WorkDir(), job.Run.Outputs, outDir, MaxOutputBytes)
 	if err != nil {
 		fmt.Fprintf(lw, "gpumesh: collecting outputs: %v\n", err)
 	}
@@ -742,9 +760,11 @@ func (r *leaseRun) run() {
 		log.Warn("wipe work dir", "err", err)
 	}
 	// A no-persist job's outputs are not kept as an artifact: its renter
-	// takes them over the outputs stream before it settles.
-	if len(outs) > 0 && s.cfg.OutputsArtifact != nil && !job.NoPersist {
-		if id, err := s.cfg.OutputsArtifact(s.outDir(l.ID), l.Renter); err != nil {
+	// takes them over the outputs stream before it settles. A sealed
+	// job's are, sealed: its renter takes them from there, and nothing
+	// else of them is here.
+	if len(outs) > 0 && s.cfg.OutputsArtifact != nil && (!job.NoPersist || seal != nil) {
+		if id, err := s.cfg.OutputsArtifact(outDir, l.Renter, seal.leaseKeys()); err != nil {
 			log.Warn("outputs not stored as an artifact", "err", err)
 		} else {
 			r.mu.Lock()
@@ -967,9 +987,13 @@ func (r *leaseRun) prepareInputs(job auction.Job) (release func(), dir, image st
 		root = filepath.Join(s.cfg.JobsDir, "inputs")
 	}
 	dir = filepath.Join(root, "inputs-"+r.lease().ID)
+	seal := r.sealed()
+	if seal != nil {
+		dir = filepath.Join(seal.dir, "inputs")
+	}
 	ctx, cancel := r.untilStopped()
 	defer cancel()
-	release, image, err = s.cfg.Inputs(ctx, job, dir)
+	release, image, err = s.cfg.Inputs(ctx, job, dir, seal.leaseKeys())
 	return release, dir, image, err
 }
 

@@ -94,8 +94,10 @@ type TrackerConfig struct {
 	// FetchCheckpoint fetches a checkpoint artifact from the provider
 	// that took it into the renter's own store (refusing one over max
 	// bytes) and returns its size; PinCheckpoint keeps it from eviction
-	// until unpin. Both nil: checkpoints are refused.
-	FetchCheckpoint func(ctx context.Context, id string, from peer.ID, max int64) (int64, error)
+	// until unpin. Both nil: checkpoints are refused. leaseID is the
+	// lease that took it (a sealed job's checkpoint is sealed with that
+	// lease's key).
+	FetchCheckpoint func(ctx context.Context, id string, from peer.ID, leaseID string, max int64) (int64, error)
 	PinCheckpoint   func(id string) (unpin func())
 	// FetchLog opens the log of lease leaseID from its provider (the logs
 	// stream, not following): the evidence a succeeded run is paid on
@@ -1357,6 +1359,18 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 	t.save(jobID)
 	t.cfg.Receipts.gossip(sr)
 	return sr.Marshal()
+}
+
+// LeaseJob is the job of leaseID when it is the current, live lease of
+// a job of ours held by provider: whom a sealed job's keys go to.
+func (t *Tracker) LeaseJob(provider peer.ID, leaseID string) (auction.Job, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v := t.jobs[t.byLease[leaseID]]
+	if v == nil || v.Lease == nil || v.Lease.ID != leaseID || v.Lease.Provider != provider.String() || v.Run.Terminal() {
+		return auction.Job{}, false
+	}
+	return v.Job, true
 }
 
 // LeaseNamesInput reports whether provider holds a current lease (not yet

@@ -36,8 +36,13 @@ const (
 	// (sign.DomainCheckpoint); the renter's daemon fetches its artifact
 	// before it answers.
 	ProtoCheckpoint protocol.ID = "/gpumesh/checkpoint/1.0.0"
-	ProtoArtifact   protocol.ID = "/gpumesh/artifact/1.0.0"      // any → holder: ArtifactRequest frames, each answered by a manifest or a chunk
-	ProtoWarm       protocol.ID = "/gpumesh/artifact-warm/1.0.0" // renter → provider: a sealed ArtifactWarm, answered by an ArtifactWarmAck
+	// ProtoLeaseKeys: provider → renter, a LeaseKeysRequest for a sealed
+	// job's lease; the renter answers LeaseKeys to that lease's provider
+	// alone. The stream's libp2p security (authenticated to the
+	// provider's identity, encrypted) is the keys' seal.
+	ProtoLeaseKeys protocol.ID = "/gpumesh/lease-keys/1.0.0"
+	ProtoArtifact  protocol.ID = "/gpumesh/artifact/1.0.0"      // any → holder: ArtifactRequest frames, each answered by a manifest or a chunk
+	ProtoWarm      protocol.ID = "/gpumesh/artifact-warm/1.0.0" // renter → provider: a sealed ArtifactWarm, answered by an ArtifactWarmAck
 	// ProtoService carries a service replica's traffic: renter → provider,
 	// a ServiceRequest frame, the provider's one-frame answer (ServiceAck),
 	// then raw bytes both ways to and from the replica's port.
@@ -90,7 +95,7 @@ type SuccessionGossip struct {
 // and frame memory limits, p2p.ProtocolLimit).
 var (
 	RequestProtocols = []protocol.ID{ProtoBid, ProtoAward, ProtoHeartbeat, ProtoLeaseEvent, ProtoReceipt, ProtoCancel,
-		ProtoCheckpoint, ProtoWarm}
+		ProtoCheckpoint, ProtoWarm, ProtoLeaseKeys}
 	StreamProtocols = []protocol.ID{ProtoLogs, ProtoOutputs, ProtoArtifact, ProtoService, ProtoGPUChallenge,
 		ProtoExec, ProtoPortForward}
 )
@@ -298,4 +303,19 @@ type ArtifactManifest struct {
 	// Owner is the peer that published the artifact.
 	Owner string `json:"owner"`
 	Grant []byte `json:"grant,omitempty"`
+}
+
+// LeaseKeysRequest asks a renter for the keys of one of its leases.
+type LeaseKeysRequest struct {
+	LeaseID string `json:"lease_id"`
+}
+
+// LeaseKeys are what a sealed job's provider needs, for the lease only:
+// the content key of each sealed artifact the job reads (inputs,
+// checkpoints to restore) and the lease key its checkpoints and outputs
+// are sealed with, all hex (artifact.Key). The provider never writes
+// them down.
+type LeaseKeys struct {
+	Lease     string            `json:"lease"`
+	Artifacts map[string]string `json:"artifacts,omitempty"`
 }

@@ -1,0 +1,197 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/node/wire"
+)
+
+// holdsAny scans every regular file under roots, streaming (a marker
+// spanning two reads is found), and lists those holding any of markers.
+func holdsAny(t *testing.T, markers [][]byte, roots ...string) []string {
+	t.Helper()
+	longest := 0
+	for _, m := range markers {
+		longest = max(longest, len(m))
+	}
+	var found []string
+	buf := make([]byte, 1<<20+longest)
+	for _, root := range roots {
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if os.IsNotExist(err) {
+					return nil
+				}
+				return err
+			}
+			if !d.Type().IsRegular() {
+				return nil
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				if os.IsNotExist(err) {
+					return nil
+				}
+				return err
+			}
+			defer f.Close()
+			carry := 0
+			for {
+				n, rerr := f.Read(buf[carry:])
+				window := buf[:carry+n]
+				for i, m := range markers {
+					if bytes.Contains(window, m) {
+						found = append(found, p+" (holds marker "+string(rune('A'+i))+")")
+						return nil
+					}
+				}
+				if rerr == io.EOF {
+					return nil
+				}
+				if rerr != nil {
+					return rerr
+				}
+				carry = min(len(window), longest-1)
+				copy(buf, window[len(window)-carry:])
+			}
+		})
+		if err != nil {
+			t.Fatalf("scan %s: %v", root, err)
+		}
+	}
+	return found
+}
+
+// sealedScript finds the input's marker, derives a second one from it
+// (the sha256 of the first, so that no spec, log or record holds it),
+// writes both into its outputs and its checkpoint dir and waits to be
+// stopped. It prints neither: the job's log is not sealed.
+const sealedScript = `m=$(grep -ao 'SEALMARK[0-9a-f]\{32\}' "$GPUMESH_INPUTS/data" | head -n1)
+[ -n "$m" ] || { echo "no marker in the input"; exit 3; }
+m2=$(printf %s "$m" | sha256sum | cut -c1-64)
+printf '%s %s\n' "$m" "$m2" > "$GPUMESH_OUTPUTS/result.txt"
+printf '%s %s\n' "$m" "$m2" > "$GPUMESH_CHECKPOINT_DIR/state"
+echo "wrote outputs and checkpoint"
+while :; do sleep 0.2 & wait; done`
+
+// TestSealedJobLeavesNoPlaintextOnProvider (issue 27, item 1): a job
+// reads a sealed 64 MiB input holding a random marker and writes a
+// checkpoint and outputs holding it and a second marker. Once it ran, no
+// file under the provider's data dir (its artifact store included) or
+// work root holds either marker: the input's chunks there are ciphertext,
+// its plaintext and the job's checkpoint and outputs lived on tmpfs
+// only, and the checkpoint and outputs were sealed to the renter before
+// they reached the provider's store. The renter gets both back intact.
+func TestSealedJobLeavesNoPlaintextOnProvider(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a sealed job's provider mounts a tmpfs: needs root")
+	}
+	root := t.TempDir()
+	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
+	prov := startWith(t, filepath.Join(root, "prov"), fastConfig(providerConfig("eu-west", 0.5, h100)), renter.Daemon, Options{})
+	waitAdvertised(t, renter, prov)
+
+	var rnd [16]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		t.Fatal(err)
+	}
+	marker := []byte("SEALMARK" + hex.EncodeToString(rnd[:]))
+	sum := sha256.Sum256(marker)
+	marker2 := []byte(hex.EncodeToString(sum[:]))
+	data := make([]byte, 64<<20)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	copy(data[37<<20+12345:], marker)
+	src := filepath.Join(root, "data")
+	if err := os.WriteFile(src, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var add api.ArtifactInfo
+	if err := api.NewClient(renter.dir).Do(context.Background(), "POST", "/artifacts", nil,
+		api.ArtifactAddRequest{Path: src, Sealed: true}, &add); err != nil {
+		t.Fatal(err)
+	}
+	if !add.Sealed || !add.Private {
+		t.Fatalf("added %+v", add)
+	}
+	if err := os.Remove(src); err != nil { // only the renter's store holds it now
+		t.Fatal(err)
+	}
+
+	j := shJob(auction.Silver, 2, sealedScript)
+	j.Run.Outputs, j.CheckpointEvery = "out", time.Second
+	j.Run.Inputs = map[string]string{"data": add.ID}
+	v := post(t, renter, j)
+	if !leased(v) || v.Winner != prov.ID().String() {
+		t.Fatalf("job not leased: %s %v", v.State, v.Reasons)
+	}
+	if !v.Job.Sealed {
+		t.Fatal("a job reading a sealed input is not sealed")
+	}
+	jobID, leaseID := v.Job.ID, v.Lease.ID
+	waitLog(t, prov, leaseID, regexp.MustCompile(`wrote outputs and checkpoint\n`), 60*time.Second)
+	v = waitJob(t, renter, jobID, 30*time.Second, "a checkpoint kept by the renter", func(v api.JobView) bool { return v.Checkpoint != nil })
+	cl := api.NewClient(renter.dir)
+	ctx := context.Background()
+	if _, err := cl.CancelJob(ctx, jobID); err != nil {
+		t.Fatal(err)
+	}
+	v = waitJob(t, renter, jobID, 30*time.Second, "ended with its outputs", func(v api.JobView) bool {
+		return v.Run.Terminal() && v.OutputsArtifact != ""
+	})
+
+	work, err := prepareWorkRoot("", prov.paths, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The data dir holds the artifact store.
+	if left := holdsAny(t, [][]byte{marker, marker2}, prov.dir, work); len(left) > 0 {
+		t.Fatalf("the provider holds plaintext of the sealed job:\n%s", strings.Join(left, "\n"))
+	}
+	if in, err := prov.artifacts.Store().Info(add.ID); err != nil || !in.Complete {
+		t.Fatalf("the provider does not hold the (sealed) input: %v", err)
+	}
+
+	// The renter opens both.
+	want := string(marker) + " " + string(marker2) + "\n"
+	st := renter.artifacts.Store()
+	ck, ok := st.Key(v.Checkpoint.Artifact)
+	if !ok {
+		t.Fatal("the renter holds no key for its sealed checkpoint")
+	}
+	ckDir := filepath.Join(t.TempDir(), "ckpt")
+	if err := st.Unseal(v.Checkpoint.Artifact, ckDir, artifact.Local, ck); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ckDir, "state")); err != nil || string(b) != want {
+		t.Fatalf("checkpoint state %q, %v; want %q", b, err, want)
+	}
+	manifest, body, err := cl.Outputs(ctx, jobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer body.Close()
+	dst := t.TempDir()
+	if _, err := wire.ExtractBundle(body, manifest, dst, false); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "result.txt")); err != nil || string(b) != want {
+		t.Fatalf("outputs %q, %v; want %q", b, err, want)
+	}
+}
