@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/gpumodel"
 )
 
 // noneCanFit fails a job that no provider this node knows could ever run:
@@ -122,7 +123,15 @@ func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability
 		return fmt.Sprintf("no provider in region '%s' (known: %s)", job.Region,
 			known(caps, func(c *auction.Capability) []string { return []string{c.Region} }))
 	case "gpu_model":
-		return fmt.Sprintf("no known provider has GPU model '%s' (known: %s)", strings.Join(job.GPUModels, "' or '"),
+		// A name no catalogue lists is most likely a typo: say which
+		// models it is closest to.
+		var unknown []string
+		for _, m := range job.GPUModels {
+			if near := gpumodel.Nearest(m, 3); len(near) > 0 {
+				unknown = append(unknown, fmt.Sprintf("'%s' is not a GPU model gpumesh knows; did you mean %s?", m, strings.Join(near, ", ")))
+			}
+		}
+		why := fmt.Sprintf("no known provider has GPU model '%s' (known: %s)", strings.Join(job.GPUModels, "' or '"),
 			known(caps, func(c *auction.Capability) []string {
 				var ms []string
 				for _, g := range c.GPUs {
@@ -130,6 +139,7 @@ func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability
 				}
 				return ms
 			}))
+		return strings.Join(append(unknown, why), "; ")
 	case "vram":
 		most := 0
 		for _, c := range caps {

@@ -13,6 +13,7 @@ package gpumodel
 
 import (
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -381,4 +382,63 @@ func PeakInt32TOPS(m Model) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// Nearest is up to n catalogue models whose names are closest to name (an
+// unknown one, e.g. a typo: "H1000", "RTX 4900"), as shown to people, by
+// edit distance between normalised names; none when name is known or
+// nothing is within half its length.
+func Nearest(name string, n int) []string {
+	if Request(name).Known || n <= 0 {
+		return nil
+	}
+	words, _ := normalise(name)
+	want := strings.ReplaceAll(words, " ", "")
+	if want == "" {
+		return nil
+	}
+	type cand struct {
+		display string
+		d       int
+	}
+	var cs []cand
+	for _, f := range catalogue {
+		have := nonWord.ReplaceAllString(strings.ToLower(f.display), "")
+		if d := editDistance(want, have); 2*d <= len(want) {
+			cs = append(cs, cand{f.display, d})
+		}
+	}
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].d < cs[j].d })
+	var out []string
+	for _, c := range cs[:min(n, len(cs))] {
+		out = append(out, c.display)
+	}
+	return out
+}
+
+// editDistance is the edit distance between a and b counting insertions,
+// deletions, substitutions and swaps of adjacent characters (optimal
+// string alignment: "4900" is one swap from "4090", the commonest typo).
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }

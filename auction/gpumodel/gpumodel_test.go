@@ -237,3 +237,25 @@ func TestDeviceMemoryFillsTheSize(t *testing.T) {
 		t.Fatalf("a declared 80 GB A100 (%+v) must match A100 and A100 80GB, not A100 40GB", a100)
 	}
 }
+
+// TestNearest: an unknown name is answered with the catalogue's closest
+// names, a known one with none, and nonsense with none.
+func TestNearest(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		want string // the first suggestion; "" for none
+	}{
+		{"H1000", "H100"},
+		{"RTX 4900", "RTX 4090"},
+		{"a10O", "A100"},
+		{"H100", ""},
+		{"rtx-4090", ""},
+		{"zzzzzzzzzz", ""},
+		{"", ""},
+	} {
+		got := Nearest(c.name, 3)
+		if (c.want == "") != (len(got) == 0) || (len(got) > 0 && got[0] != c.want) || len(got) > 3 {
+			t.Errorf("Nearest(%q) = %q, want first %q", c.name, got, c.want)
+		}
+	}
+}
