@@ -616,7 +616,7 @@ func (d *Daemon) checkpointArtifact(dir, renter string, keys *wire.LeaseKeys) (s
 // for that provider (artifact.For): our store's copy of the id counts only
 // if the provider may read it, so a provider cannot name an artifact of
 // ours it never held as its checkpoint and have it kept and restored.
-func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, leaseID string, max int64) (int64, error) {
+func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, leaseID string, sealed bool, max int64) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	_, infoErr := d.artifacts.Store().Info(id)
@@ -639,8 +639,13 @@ func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, l
 		return 0, fmt.Errorf("checkpoint artifact %s is over the cap of %d bytes", id, max)
 	}
 	if err == nil {
-		// A sealed one is kept with its content key, once it opens.
-		err = d.adoptSealed(id, leaseID)
+		// A sealed one is kept with its content key, once it opens; a
+		// sealed job's checkpoint must be one (its provider never holds
+		// the job's plaintext on disk, and the renter takes none back).
+		err = d.adoptSealed(id, leaseID, sealed)
+	}
+	if err != nil && fresh {
+		_ = d.artifacts.Store().Remove(id)
 	}
 	return res.Size, err
 }

@@ -75,12 +75,19 @@ func sealKeys(keys *wire.LeaseKeys) (lease artifact.Key, arts map[string]artifac
 
 // adoptSealed records the content key of sealed artifact id, sealed by
 // the provider of lease leaseID with its lease key, once it opens every
-// segment. An artifact that is not sealed needs none.
-func (d *Daemon) adoptSealed(id, leaseID string) error {
+// segment. An artifact that is not sealed needs none, unless must: then
+// it is refused.
+func (d *Daemon) adoptSealed(id, leaseID string, must bool) error {
 	st := d.artifacts.Store()
 	m, _, err := st.Manifest(id)
-	if err != nil || !m.Sealed {
+	if err != nil {
 		return err
+	}
+	if !m.Sealed {
+		if must {
+			return fmt.Errorf("artifact %s is not sealed, and lease %s is of a sealed job", id, leaseID)
+		}
+		return nil
 	}
 	lk, err := st.LeaseKey(leaseID)
 	if err != nil {
@@ -108,7 +115,7 @@ func (d *Daemon) sealedOutputs(ctx context.Context, v api.JobView) ([]auction.Ou
 	if _, err := d.artifacts.Fetch(ctx, id, artifact.FetchOptions{Origin: &peer.AddrInfo{ID: prov}, NoDiscovery: true, For: artifact.For(prov)}); err != nil {
 		return nil, nil, fmt.Errorf("sealed outputs %s: %w", id, err)
 	}
-	if err := d.adoptSealed(id, v.Lease.ID); err != nil {
+	if err := d.adoptSealed(id, v.Lease.ID, true); err != nil {
 		return nil, nil, fmt.Errorf("sealed outputs %s: %w", id, err)
 	}
 	st := d.artifacts.Store()

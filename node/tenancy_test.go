@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,10 +79,32 @@ func TestProviderKeepsRentersApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := boot.fetchCheckpoint(ctx, own, prov.ID(), "", auction.MaxCheckpointBytes); err == nil {
+	if n, err := boot.fetchCheckpoint(ctx, own, prov.ID(), "", false, auction.MaxCheckpointBytes); err == nil {
 		t.Fatalf("a provider's claim to the renter's own artifact was kept as a %d-byte checkpoint", n)
 	}
 	if _, err := boot.artifacts.Store().Info(own); err != nil {
 		t.Fatalf("the refused claim cost the renter its artifact: %v", err)
+	}
+
+	// A checkpoint handed back in plaintext for a sealed job is refused
+	// and not kept: the provider of a sealed job holds none of its
+	// plaintext, and the renter takes none back. The same artifact for a
+	// job that is not sealed is kept (the path is open).
+	plain := t.TempDir()
+	if err := os.WriteFile(filepath.Join(plain, "state"), []byte("plaintext state of a sealed job"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := prov.artifacts.Store().Add(plain, artifact.Meta{Private: true, Owner: boot.ID().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := boot.fetchCheckpoint(ctx, cp, prov.ID(), "lease-sealed", true, auction.MaxCheckpointBytes); err == nil || !strings.Contains(err.Error(), "not sealed") {
+		t.Fatalf("a plaintext checkpoint of a sealed job: %v, want it refused as not sealed", err)
+	}
+	if _, err := boot.artifacts.Store().Info(cp); err == nil {
+		t.Error("the renter kept the refused plaintext checkpoint")
+	}
+	if _, err := boot.fetchCheckpoint(ctx, cp, prov.ID(), "lease-plain", false, auction.MaxCheckpointBytes); err != nil {
+		t.Fatalf("the same checkpoint of a job that is not sealed: %v", err)
 	}
 }

@@ -27,7 +27,7 @@ func TestCheckpointQuota(t *testing.T) {
 	r.tracker.cfg.CheckpointBytesPerHour = 8 << 30
 	const size = 3 << 30
 	fetched := 0
-	r.tracker.cfg.FetchCheckpoint = func(context.Context, string, peer.ID, string, int64) (int64, error) {
+	r.tracker.cfg.FetchCheckpoint = func(context.Context, string, peer.ID, string, bool, int64) (int64, error) {
 		fetched++
 		return size, nil
 	}

@@ -50,7 +50,7 @@ func (t *Tracker) HandleCheckpoint(ctx context.Context, from peer.ID, data []byt
 		t.log.Warn("checkpoint refused", "job", jobID, "lease", c.LeaseID, "seq", c.Seq, "err", err)
 		return nil, err
 	}
-	size, err := t.cfg.FetchCheckpoint(ctx, c.Artifact, from, c.LeaseID, auction.MaxCheckpointBytes)
+	size, err := t.cfg.FetchCheckpoint(ctx, c.Artifact, from, c.LeaseID, v.Job.Sealed, auction.MaxCheckpointBytes)
 	if err == nil && size != c.Bytes {
 		err = fmt.Errorf("checkpoint artifact holds %d bytes, the checkpoint says %d", size, c.Bytes)
 	}

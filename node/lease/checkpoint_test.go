@@ -73,7 +73,7 @@ func TestHandleCheckpoint(t *testing.T) {
 		defer pinMu.Unlock()
 		return pins[id]
 	}
-	r.tracker.cfg.FetchCheckpoint = func(_ context.Context, id string, from peer.ID, _ string, max int64) (int64, error) {
+	r.tracker.cfg.FetchCheckpoint = func(_ context.Context, id string, from peer.ID, _ string, _ bool, max int64) (int64, error) {
 		if from != pa.signer.ID() || max != auction.MaxCheckpointBytes {
 			t.Errorf("fetch %s from %s (max %d)", id, from, max)
 		}

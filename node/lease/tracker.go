@@ -95,9 +95,10 @@ type TrackerConfig struct {
 	// that took it into the renter's own store (refusing one over max
 	// bytes) and returns its size; PinCheckpoint keeps it from eviction
 	// until unpin. Both nil: checkpoints are refused. leaseID is the
-	// lease that took it (a sealed job's checkpoint is sealed with that
-	// lease's key).
-	FetchCheckpoint func(ctx context.Context, id string, from peer.ID, leaseID string, max int64) (int64, error)
+	// lease that took it; sealed says its job is sealed, so the
+	// checkpoint must be too, sealed with that lease's key (a provider
+	// handing back plaintext is refused).
+	FetchCheckpoint func(ctx context.Context, id string, from peer.ID, leaseID string, sealed bool, max int64) (int64, error)
 	PinCheckpoint   func(id string) (unpin func())
 	// FetchLog opens the log of lease leaseID from its provider (the logs
 	// stream, not following): the evidence a succeeded run is paid on
