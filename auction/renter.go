@@ -610,37 +610,61 @@ func (r *Renter) checkHoldings(ctx context.Context, rj *renterJob, job *Job, can
 	if r.cfg.Holdings == nil || len(job.Run.Artifacts()) == 0 {
 		return
 	}
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
+	w := newLookupWait(deadline)
+	defer w.stop()
 	for i := range cands {
 		c := &cands[i]
 		c.HeldChecked = true
 		r.mu.Lock()
 		l := rj.held[c.Bid.Provider]
 		r.mu.Unlock()
-		if l == nil {
-			continue
+		if l != nil && w.done(ctx, l.done) && l.ok {
+			c.Held = l.held
 		}
-		if timeout != nil {
-			select {
-			case <-l.done:
-			case <-timeout:
-				timeout = nil
-			case <-ctx.Done():
-				timeout = nil
-			}
-		}
+	}
+}
+
+// lookupWait waits for lookups under way (holdings, RTTs) until one
+// deadline shared by all of them: once it has passed (or the context
+// ended), the rest are taken as they are, without waiting.
+type lookupWait struct {
+	t       *time.Timer
+	timeout <-chan time.Time
+}
+
+// newLookupWait waits until deadline; a zero deadline waits for none.
+func newLookupWait(deadline time.Time) *lookupWait {
+	w := &lookupWait{}
+	if !deadline.IsZero() {
+		w.t = time.NewTimer(time.Until(deadline))
+		w.timeout = w.t.C
+	}
+	return w
+}
+
+func (w *lookupWait) stop() {
+	if w.t != nil {
+		w.t.Stop()
+	}
+}
+
+// done waits for a lookup's done channel while the deadline allows, and
+// reports whether it has closed.
+func (w *lookupWait) done(ctx context.Context, done <-chan struct{}) bool {
+	if w.timeout != nil {
 		select {
-		case <-l.done:
-			if l.ok {
-				c.Held = l.held
-			}
-		default:
+		case <-done:
+		case <-w.timeout:
+			w.timeout = nil
+		case <-ctx.Done():
+			w.timeout = nil
 		}
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -675,12 +699,8 @@ func (r *Renter) measureRTTLocked(rj *renterJob, provider string) {
 // deadline waits for none), or the fresh sample RenterConfig.RTT has of
 // a bidder not being measured.
 func (r *Renter) fillRTTs(ctx context.Context, rj *renterJob, cands []Candidate, deadline time.Time) {
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
+	w := newLookupWait(deadline)
+	defer w.stop()
 	for i := range cands {
 		c := &cands[i]
 		r.mu.Lock()
@@ -694,21 +714,8 @@ func (r *Renter) fillRTTs(ctx context.Context, rj *renterJob, cands []Candidate,
 			}
 			continue
 		}
-		if timeout != nil {
-			select {
-			case <-l.done:
-			case <-timeout:
-				timeout = nil
-			case <-ctx.Done():
-				timeout = nil
-			}
-		}
-		select {
-		case <-l.done:
-			if l.ok {
-				c.RTT = l.rtt
-			}
-		default:
+		if w.done(ctx, l.done) && l.ok {
+			c.RTT = l.rtt
 		}
 	}
 }
