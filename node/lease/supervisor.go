@@ -265,26 +265,28 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 		return nil, err
 	}
 	s.wg.Add(1)
-	go s.janitor()
+	go s.every(janitorEvery, s.expireJobFiles)
 	if cfg.Sensors != nil && cfg.Limits != nil {
 		s.checkLimits()
 		s.wg.Add(1)
-		go s.watchLimits()
+		go s.every(s.cfg.HeartbeatInterval, s.checkLimits)
 	}
 	return s, nil
 }
 
-// watchLimits samples the sensors every heartbeat interval until ctx ends.
-func (s *Supervisor) watchLimits() {
+// every runs f every period until the supervisor stops: its background
+// chores (the sensor check each heartbeat interval, the job-files janitor
+// each janitorEvery).
+func (s *Supervisor) every(period time.Duration, f func()) {
 	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.HeartbeatInterval)
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
-			s.checkLimits()
+			f()
 		}
 	}
 }
@@ -804,22 +806,6 @@ func (s *Supervisor) filesDue(pr *providerRecord) time.Time {
 		return pr.Rec.Lease.End.Add(s.cfg.SettleWindow)
 	}
 	return pr.Rec.Ended.Add(s.retention(pr.Job))
-}
-
-// janitor removes the job files past their retention every janitorEvery
-// until the supervisor stops.
-func (s *Supervisor) janitor() {
-	defer s.wg.Done()
-	t := time.NewTicker(janitorEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-			s.expireJobFiles()
-		}
-	}
 }
 
 // expireJobFiles removes the job log and outputs of each ended lease whose
