@@ -33,6 +33,9 @@ type ServiceSpec struct {
 	ScaleDownAfter time.Duration `json:"scale_down_after,omitempty" yaml:"scale_down_after,omitempty"`
 	// ProbeInterval is the readiness probe's period; zero: 1s.
 	ProbeInterval time.Duration `json:"probe_interval,omitempty" yaml:"probe_interval,omitempty"`
+	// ProbeTimeout bounds one readiness probe, for servers slow to answer
+	// it; zero: the probe interval (at least 500ms).
+	ProbeTimeout time.Duration `json:"probe_timeout,omitempty" yaml:"probe_timeout,omitempty"`
 	// StartTimeout bounds how long a leased replica may take to become
 	// ready before it is replaced; zero: 2m.
 	StartTimeout time.Duration `json:"start_timeout,omitempty" yaml:"start_timeout,omitempty"`
