@@ -44,6 +44,16 @@ type ServiceSpec struct {
 	Public *PublicSpec `json:"public,omitempty" yaml:"public,omitempty"`
 }
 
+// PostServiceRequest is the body of POST /v1/services: a ServiceSpec, or
+// Task, the text of a service file (a task file with a service: section,
+// or a YAML service spec), which the daemon converts with
+// taskfile.ConvertService. TaskName names it in errors.
+type PostServiceRequest struct {
+	ServiceSpec
+	Task     string `json:"task,omitempty"`
+	TaskName string `json:"task_name,omitempty"`
+}
+
 // PublicSpec is a service's public endpoint: the gateway on a public
 // address, over TLS, for end users. Each request must carry one of the
 // service's API tokens (`Authorization: Bearer TOKEN`; the owner's
@@ -229,6 +239,14 @@ func servicePath(id, suffix string) string { return "/services/" + url.PathEscap
 func (c *Client) PostService(ctx context.Context, spec ServiceSpec) (ServiceView, error) {
 	var v ServiceView
 	err := c.Do(ctx, http.MethodPost, "/services", nil, spec, &v)
+	return v, err
+}
+
+// PostServiceTask is POST /v1/services with a service file's text, which
+// the daemon converts (taskfile.ConvertService) and starts.
+func (c *Client) PostServiceTask(ctx context.Context, name, text string) (ServiceView, error) {
+	var v ServiceView
+	err := c.Do(ctx, http.MethodPost, "/services", nil, PostServiceRequest{Task: text, TaskName: name}, &v)
 	return v, err
 }
 
