@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -217,3 +219,47 @@ def test_no_persist_job_leaves_its_files_with_the_renter(net, tmp_path):
 def test_retain_is_a_jobs_field(renter):
     j = renter.convert({"run": "echo", "max_price": 1, "duration": "1h", "retain": "90m"})
     assert j.retain_ns == 90 * 60 * 10**9 and not j.no_persist
+
+
+SERVICE = """\
+name: py-web
+resources:
+  accelerators: A100
+  ports: 8000
+run: exec "$PYTHON" -m http.server "$PORT" --bind 127.0.0.1
+max_price: 2.0
+service:
+  readiness_probe:
+    path: /
+    initial_delay_seconds: 30
+  replicas: 1
+  probe_interval: 300ms
+  lease: 5m
+"""
+
+
+def test_serve_a_service_file_until_a_replica_answers(net, tmp_path):
+    p = tmp_path / "web.yaml"
+    p.write_text(SERVICE.replace('"$PYTHON"', sys.executable))
+    # A service file is no job, and a bad one is refused naming its line.
+    with pytest.raises(GpumeshError, match=r"web.yaml:7: service: the file describes a service: post it with `gpumesh serve post"):
+        net.renter.post(p)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SERVICE.replace("path: /", "path: index"))
+    with pytest.raises(GpumeshError, match=r"bad.yaml:9: service.readiness_probe.path: must be an HTTP path starting with /"):
+        net.renter.serve(bad)
+
+    v = net.renter.serve(p)
+    try:
+        assert v.id == "py-web" and v.gateway.startswith("127.0.0.1:") and v.token
+        deadline = time.monotonic() + 60
+        while net.renter.service(v.id).ready < 1:
+            assert time.monotonic() < deadline, f"no ready replica within 60 s: {net.renter.service(v.id).raw}"
+            time.sleep(0.2)
+        st = net.renter.service(v.id)
+        assert [r["provider"] for r in st.replicas if r["state"] == "ready"] == [net.provider_id], st.raw
+        req = urllib.request.Request(v.url + "/", headers={"X-Gpumesh-Token": v.token})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200 and b"Directory listing" in resp.read()
+    finally:
+        assert net.renter.stop_service(v.id).stopped
