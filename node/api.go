@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"time"
@@ -119,6 +120,32 @@ func (d *Daemon) convertTask(text, name string) (auction.Job, error) {
 		return auction.Job{}, badRequest("%v", err)
 	}
 	return job, nil
+}
+
+// convertService turns a service file's text into its service
+// (taskfile.ConvertService), as of now; its problems are bad requests. The
+// public endpoint's certificate files are read by this daemon, so a
+// client's relative path, which would name a file in the daemon's working
+// directory, is refused.
+func (d *Daemon) convertService(text, name string) (api.ServiceSpec, error) {
+	if name == "" {
+		name = "service"
+	}
+	if text == "" {
+		return api.ServiceSpec{}, badRequest("%s is empty", name)
+	}
+	spec, err := taskfile.ConvertService(name, []byte(text), d.now())
+	if err != nil {
+		return api.ServiceSpec{}, badRequest("%v", err)
+	}
+	if p := spec.Public; p != nil {
+		for _, f := range []string{p.TLSCert, p.TLSKey} {
+			if f != "" && !filepath.IsAbs(f) {
+				return api.ServiceSpec{}, badRequest("%s: public endpoint file %q: give an absolute path (the daemon reads it)", name, f)
+			}
+		}
+	}
+	return spec, nil
 }
 
 // Status reports the node's identity, connectivity and inventory.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -73,11 +74,21 @@ func (m *market) serveService(s network.Stream) {
 func (m *market) serviceRoutes(mux *http.ServeMux) {
 	d := m.d
 	d.route(mux, "POST /v1/services", func(r *http.Request) (any, error) {
-		var spec api.ServiceSpec
+		var req api.PostServiceRequest
 		dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&spec); err != nil {
+		if err := dec.Decode(&req); err != nil {
 			return nil, badRequest("service spec: %v", err)
+		}
+		spec := req.ServiceSpec
+		if req.Task != "" {
+			if !reflect.ValueOf(spec).IsZero() {
+				return nil, badRequest("give a service spec or a task, not both")
+			}
+			var err error
+			if spec, err = d.convertService(req.Task, req.TaskName); err != nil {
+				return nil, err
+			}
 		}
 		return m.svc.Post(spec)
 	})

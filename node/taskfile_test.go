@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +60,66 @@ func TestPostTaskText(t *testing.T) {
 	}
 	if got := jobLog(t, boot, v.Job.ID); got != "set\nrun 7" {
 		t.Fatalf("log %q", got)
+	}
+}
+
+// A service file's text posted to the daemon (what the Python client's
+// serve sends) is converted there by taskfile, and its replica, leased
+// and probed as the file says, serves requests through the gateway; a bad
+// one is refused naming its line, a service file posted as a job is sent
+// to serve post, and neither starts anything.
+func TestPostServiceTask(t *testing.T) {
+	bin := buildServer(t)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
+	waitAdvertised(t, boot, ns[0])
+	cl := api.NewClient(boot.dir)
+	ctx := context.Background()
+	task := "name: web\nresources: {accelerators: A100, region: eu, ports: 8000}\nrun: exec " + bin + "\n" +
+		"max_price: 2\nbid_window: 1s\n" +
+		"service:\n  readiness_probe: {path: /healthz, initial_delay_seconds: 20}\n  replicas: 1\n  probe_interval: 300ms\n  lease: 10m\n"
+
+	if _, err := cl.PostServiceTask(ctx, "web.yaml", strings.Replace(task, "path: /healthz", "path: healthz", 1)); err == nil ||
+		!strings.Contains(err.Error(), `web.yaml:7: service.readiness_probe.path: must be an HTTP path starting with /, got "healthz"`) {
+		t.Fatalf("bad probe path: %v", err)
+	}
+	if _, err := cl.PostTask(ctx, "web.yaml", task); err == nil ||
+		!strings.Contains(err.Error(), "web.yaml:6: service: the file describes a service: post it with `gpumesh serve post web.yaml`") {
+		t.Fatalf("service posted as a job: %v", err)
+	}
+	var v api.ServiceView
+	err := cl.Do(ctx, "POST", "/services", nil, api.PostServiceRequest{ServiceSpec: api.ServiceSpec{Replicas: 1}, Task: task}, &v)
+	if err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("spec and task: %v", err)
+	}
+	if svcs, _ := cl.Services(ctx); len(svcs) != 0 {
+		t.Fatalf("refused services started: %+v", svcs)
+	}
+	if jobs, _ := cl.Jobs(ctx); len(jobs) != 0 {
+		t.Fatalf("refused tasks were posted: %d jobs", len(jobs))
+	}
+
+	v, err = cl.PostServiceTask(ctx, "web.yaml", task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.ID != "web" || v.Spec.Health != "/healthz" || v.Spec.StartTimeout != 20*time.Second || v.Spec.Job.Run.ServicePort != 8000 ||
+		v.Spec.Job.Tier != auction.Gold || v.Spec.Job.Duration != 10*time.Minute {
+		t.Fatalf("posted %+v", v.Spec)
+	}
+	st := waitService(t, cl, v.ID, 30*time.Second, "a ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	if !readyOn(st, ns[0].ID().String()) {
+		t.Fatalf("replica not on the provider: %+v", st.Replicas)
+	}
+	resp, err := gatewayClient(v, 1).Get("http://" + v.Gateway + "/work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(b), "ok ") {
+		t.Fatalf("through the gateway: %s %q", resp.Status, b)
+	}
+	if _, err := cl.StopService(ctx, v.ID); err != nil {
+		t.Fatal(err)
 	}
 }

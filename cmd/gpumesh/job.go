@@ -15,6 +15,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/urfave/cli/v2"
 )
@@ -492,7 +493,7 @@ func jobFetchAction(c *cli.Context) error {
 		return fmt.Errorf("unexpected argument %q (%s)", args[2], usage)
 	}
 	id, dir := args[0], args[1]
-	maxSize, err := parseSize(c.String("max-size"))
+	maxSize, err := taskfile.ParseSize(c.String("max-size"))
 	if err != nil {
 		return fmt.Errorf("--max-size: %w", err)
 	}

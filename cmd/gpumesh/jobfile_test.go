@@ -59,6 +59,7 @@ func TestJobPostTaskFile(t *testing.T) {
 		{[]string{writeFile(t, "bad.yaml", "max_price: 1\nduration: 1h\nresources:\n  accelerators: H100:x\nrun: go\n")}, "bad.yaml:4: resources.accelerators: count must be a whole number"},
 		{[]string{writeFile(t, "zero.yaml", "max_price: 0\nduration: 1h\nrun: go\n")}, "zero.yaml:1: max_price: must be a positive number, got 0"},
 		{[]string{"--max-price", "0", task}, "invalid --max-price: must be a positive number"},
+		{[]string{"../../examples/vllm-service.yaml"}, "job file ../../examples/vllm-service.yaml:29: service: the file describes a service: post it with `gpumesh serve post ../../examples/vllm-service.yaml`"},
 	} {
 		_, err := parseJob(t, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

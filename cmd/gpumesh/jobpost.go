@@ -93,7 +93,7 @@ func jobPostCommand() *cli.Command {
 func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 	var job auction.Job
 	inFile := map[string]bool{}
-	path, err := jobFilePath(c)
+	path, err := fileArg(c, "job", "job post --wait")
 	if err != nil {
 		return auction.Job{}, err
 	}
@@ -157,20 +157,21 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 	return job, nil
 }
 
-// jobFilePath is the job file given by --file or as job post's argument
-// (gpumesh job post task.yaml): a single argument ending in .yaml, .yml
-// or .json is a job file, never a command.
-func jobFilePath(c *cli.Context) (string, error) {
+// fileArg is the kind ("job", "service") of file given by --file or as
+// the command's argument (gpumesh job post task.yaml): a single argument
+// ending in .yaml, .yml or .json is such a file, never a command. example
+// is the command with a flag, for the hint that flags go first.
+func fileArg(c *cli.Context, kind, example string) (string, error) {
 	p := c.String("file")
 	args := c.Args().Slice()
 	if len(args) == 0 || !isJobFileName(args[0]) {
 		return p, nil
 	}
 	if len(args) > 1 {
-		return "", fmt.Errorf("unexpected %q after the job file %s: flags go before it (e.g. gpumesh job post --wait %s)", args[1], args[0], args[0])
+		return "", fmt.Errorf("unexpected %q after the %s file %s: flags go before it (e.g. gpumesh %s %s)", args[1], kind, args[0], example, args[0])
 	}
 	if p != "" {
-		return "", fmt.Errorf("two job files: --file %s and %s; give one", p, args[0])
+		return "", fmt.Errorf("two %s files: --file %s and %s; give one", kind, p, args[0])
 	}
 	return args[0], nil
 }
@@ -336,7 +337,7 @@ func invalidJob(c *cli.Context, err error, file *taskfile.File) error {
 // which fields the file gave, so that defaults apply only to what it left
 // out.
 func loadJobFile(p string, now time.Time) (*taskfile.File, error) {
-	b, err := readJobFile(p)
+	b, err := readJobFile(p, "job")
 	if err != nil {
 		return nil, err
 	}
@@ -347,16 +348,17 @@ func loadJobFile(p string, now time.Time) (*taskfile.File, error) {
 	return f, nil
 }
 
-// readJobFile reads a job file, refusing one larger than taskfile.MaxSize.
-func readJobFile(p string) ([]byte, error) {
+// readJobFile reads a kind ("job", "service") of file, refusing one larger
+// than taskfile.MaxSize.
+func readJobFile(p, kind string) ([]byte, error) {
 	fh, err := os.Open(p)
 	if err != nil {
-		return nil, fmt.Errorf("job file: %w", err)
+		return nil, fmt.Errorf("%s file: %w", kind, err)
 	}
 	defer fh.Close()
 	b, err := io.ReadAll(io.LimitReader(fh, taskfile.MaxSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("job file: %w", err)
+		return nil, fmt.Errorf("%s file: %w", kind, err)
 	}
 	return b, nil
 }

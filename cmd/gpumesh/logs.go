@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -60,26 +59,4 @@ func (t *termSafeWriter) Flush() error {
 	t.pending = nil
 	_, err := io.WriteString(t.w, out.String())
 	return err
-}
-
-// parseSize reads a byte count: a number with an optional KiB, MiB, GiB or
-// TiB (or KB, MB, GB, TB: powers of 1000) suffix.
-func parseSize(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
-	num, mult := strings.TrimSpace(s), int64(1)
-	for _, u := range units {
-		if strings.HasSuffix(num, u.suffix) {
-			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("invalid size %q: want a positive number of bytes, optionally with KiB, MiB, GiB or TiB", s)
-	}
-	return n * mult, nil
 }

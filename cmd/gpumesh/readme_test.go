@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,8 +12,7 @@ import (
 )
 
 // readmeCommands returns the command lines of the README's "Using it"
-// block: one per `gpumesh` line (continuations joined, comments dropped),
-// as written.
+// block, where every line is a `gpumesh` command (see blockCommands).
 func readmeCommands(t *testing.T) []string {
 	t.Helper()
 	b, err := os.ReadFile("../../README.md")
@@ -30,25 +30,111 @@ func readmeCommands(t *testing.T) []string {
 	if start < 0 || end < 0 {
 		t.Fatal(`no code block in README's "Using it"`)
 	}
-	var lines []string
+	lines, bad := blockCommands(s[start+5 : start+5+end])
+	if bad != "" {
+		t.Fatalf("README Using it: line %q is not a gpumesh command", bad)
+	}
+	return lines
+}
+
+// blockCommands returns the `gpumesh` command lines of a code block, as
+// written: continuations joined, comments dropped, "gpumesh " cut off. bad
+// is the first line that is no gpumesh command (other blocks hold shell
+// lines beside them: make, export...).
+func blockCommands(block string) (lines []string, bad string) {
 	cont := false
-	for _, l := range strings.Split(s[start+5:start+5+end], "\n") {
+	for _, l := range strings.Split(block, "\n") {
 		if c := strings.Index(l, "#"); c >= 0 {
 			l = l[:c]
 		}
 		l = strings.TrimSpace(l)
 		joined := strings.TrimSuffix(l, "\\")
 		switch {
-		case cont:
+		case cont && lines != nil:
 			lines[len(lines)-1] += " " + joined
 		case strings.HasPrefix(l, "gpumesh "):
 			lines = append(lines, strings.TrimPrefix(joined, "gpumesh "))
-		case l != "":
-			t.Fatalf("README Using it: line %q is not a gpumesh command", l)
+		case l != "" && !cont && bad == "":
+			bad = l
 		}
-		cont = strings.HasSuffix(l, "\\")
+		cont = strings.HasSuffix(l, "\\") && (cont || strings.HasPrefix(l, "gpumesh "))
 	}
-	return lines
+	return lines, bad
+}
+
+// fence is a Markdown code block's opening line: its info string names
+// the language.
+var fence = regexp.MustCompile("(?m)^```([A-Za-z]*)\n")
+
+// docCommands returns, per file, the `gpumesh` command lines of every
+// command-line code block (no language, sh, bash, console, shell) of the
+// README and docs/*.md: the quick starts' as much as the command
+// reference's, so that no command shown anywhere escapes the check.
+func docCommands(t *testing.T) map[string][]string {
+	t.Helper()
+	files, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, f := range append([]string{"../../README.md"}, files...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		for len(s) > 0 {
+			m := fence.FindStringSubmatchIndex(s)
+			if m == nil {
+				break
+			}
+			lang := s[m[2]:m[3]]
+			body := s[m[1]:]
+			end := strings.Index(body, "\n```")
+			if end < 0 {
+				t.Fatalf("%s: a code block is not closed", f)
+			}
+			switch lang {
+			case "", "sh", "bash", "console", "shell":
+				lines, _ := blockCommands(body[:end])
+				out[filepath.Base(f)] = append(out[filepath.Base(f)], lines...)
+			}
+			s = body[end+4:]
+		}
+	}
+	return out
+}
+
+// shellFields splits s into words as a shell does: on blanks outside
+// quotes, which are dropped ("RTX 4090:24" is one word).
+func shellFields(s string) []string {
+	var out []string
+	var w strings.Builder
+	in, quote := false, byte(0)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote != 0 && c == quote:
+			quote = 0
+		case quote != 0:
+			w.WriteByte(c)
+		case c == '"' || c == '\'':
+			quote, in = c, true
+		case c == ' ' || c == '\t':
+			if in {
+				out = append(out, w.String())
+				w.Reset()
+				in = false
+			}
+		default:
+			w.WriteByte(c)
+			in = true
+		}
+	}
+	if in {
+		out = append(out, w.String())
+	}
+	return out
 }
 
 // splitTop splits s on sep outside [brackets].
@@ -86,7 +172,7 @@ func readmeInvocations(t *testing.T, app *cli.App, line string) [][]string {
 	for _, alt := range splitTop(line, '|') {
 		alt = strings.NewReplacer("[", " ", "]", " ", "...", " ").Replace(alt)
 		var toks []string
-		for _, tok := range strings.Fields(alt) {
+		for _, tok := range shellFields(alt) {
 			for _, p := range strings.Split(tok, "|") { // [--device UUID|INDEX], [--providers N | --provider PEER]
 				if p != "" {
 					toks = append(toks, p)
@@ -222,6 +308,30 @@ func TestReadmeCommands(t *testing.T) {
 		}
 		if !seen[path] {
 			t.Errorf("README's Using it shows no `gpumesh %s`", path)
+		}
+	}
+}
+
+// TestDocsCommands parses, as TestReadmeCommands does, every gpumesh
+// command line of every command-line code block of the README and
+// docs/*.md (the quick starts, operating a node...).
+func TestDocsCommands(t *testing.T) {
+	var unknown bool
+	app := newApp(io.Discard, io.Discard, &unknown)
+	all := docCommands(t)
+	if n := len(all["README.md"]); n < len(readmeCommands(t))+10 {
+		t.Fatalf("found only %d command lines in README.md's code blocks", n)
+	}
+	for file, lines := range all {
+		for _, line := range lines {
+			for _, args := range readmeInvocations(t, app, line) {
+				t.Run(file+": "+strings.Join(args, " "), func(t *testing.T) {
+					inv := runStubbed(t, args...)
+					if want := strings.Join(commandWords(app, args), " "); inv.path != want {
+						t.Fatalf("ran gpumesh %s, want gpumesh %s", inv.path, want)
+					}
+				})
+			}
 		}
 	}
 }

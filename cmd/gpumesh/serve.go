@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -14,8 +11,8 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/urfave/cli/v2"
-	"gopkg.in/yaml.v3"
 )
 
 func serveCommand() *cli.Command {
@@ -26,7 +23,7 @@ func serveCommand() *cli.Command {
 			{
 				Name:      "post",
 				Usage:     "start a service: each replica is a lease; prints the gateway's loopback address",
-				ArgsUsage: "-- CMD [ARGS...]",
+				ArgsUsage: "SERVICE.yaml | -- CMD [ARGS...]",
 				Flags:     servePostFlags(),
 				Action:    servePostAction,
 			},
@@ -94,7 +91,7 @@ func serveCommand() *cli.Command {
 
 func servePostFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "file", Usage: "YAML service spec (fields as in api.ServiceSpec, the replica job under job:); flags given explicitly override it"},
+		&cli.StringFlag{Name: "file", Usage: "service file: a task file with a service: section (readiness_probe, replicas... see examples/vllm-service.yaml) or a YAML service spec (fields as in api.ServiceSpec, the replica job under job:); flags given explicitly override it. Also given as the argument: serve post service.yaml"},
 		&cli.StringFlag{Name: "id", Usage: "service id (default: generated)"},
 		&cli.IntFlag{Name: "port", Usage: "the port the server listens on, inside its sandbox (also in $PORT)"},
 		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "minimum (and initial) number of replicas"},
@@ -168,7 +165,7 @@ func buildPublic(c *cli.Context, spec *api.ServiceSpec) error {
 		}
 	}
 	if set("max-body") {
-		n, err := parseSize(c.String("max-body"))
+		n, err := taskfile.ParseSize(c.String("max-body"))
 		if err != nil {
 			return fmt.Errorf("--max-body: %w", err)
 		}
@@ -184,23 +181,27 @@ func buildPublic(c *cli.Context, spec *api.ServiceSpec) error {
 }
 
 // buildService builds the service described by c's flags, the optional
-// --file spec and the command after `--`; explicitly given flags override
-// the file. The daemon checks the rest (as it checks each replica's job).
+// service file (--file, or serve post's argument: a service task file or
+// an api.ServiceSpec-shaped spec, read by taskfile.ParseService) and the
+// command after `--`; explicitly given flags override the file. The
+// daemon checks the rest (as it checks each replica's job), but a task
+// file's replica job is checked here, its problems naming its lines.
 func buildService(c *cli.Context) (api.ServiceSpec, error) {
 	var spec api.ServiceSpec
-	if p := c.String("file"); p != "" {
-		b, err := os.ReadFile(p)
+	path, err := fileArg(c, "service", "serve post --json")
+	if err != nil {
+		return spec, err
+	}
+	var file *taskfile.File
+	if path != "" {
+		b, err := readJobFile(path, "service")
 		if err != nil {
-			return spec, fmt.Errorf("service file: %w", err)
+			return spec, err
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		dec.KnownFields(true)
-		if err := dec.Decode(&spec); err != nil {
-			if errors.Is(err, io.EOF) {
-				return spec, fmt.Errorf("service file %s is empty", p)
-			}
-			return spec, fmt.Errorf("service file %s: %s", p, taskfile.YAMLMessage(err))
+		if file, err = taskfile.ParseService(path, b, time.Now()); err != nil {
+			return spec, fmt.Errorf("service file %w", err)
 		}
+		spec = file.ServiceSpec()
 	}
 	set := c.IsSet
 	j := &spec.Job
@@ -246,14 +247,22 @@ func buildService(c *cli.Context) (api.ServiceSpec, error) {
 	if set("count") || j.GPUCount == 0 {
 		j.GPUCount = c.Int("count")
 	}
-	if err := applyJobFlags(c, j, time.Now(), false); err != nil {
+	if err := applyJobFlags(c, j, time.Now(), path != "" && path != c.String("file")); err != nil {
 		return spec, err
 	}
 	if err := buildPublic(c, &spec); err != nil {
 		return spec, err
 	}
+	if j.Run.ServicePort == 0 && file != nil && file.Task {
+		return spec, fmt.Errorf("%s: missing resources.ports (the port the server listens on), or give --port", path)
+	}
 	if j.Run.ServicePort == 0 {
 		return spec, errors.New("--port is required (the port the server listens on)")
+	}
+	if file != nil && file.Task {
+		if err := taskfile.CheckReplica(*j); err != nil {
+			return spec, invalidJob(c, err, file)
+		}
 	}
 	if len(j.Run.Command) == 0 {
 		return spec, errors.New("no command: put it after -- (e.g. gpumesh serve post --port 8000 --max-price 2 -- python serve.py)")

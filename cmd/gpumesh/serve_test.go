@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/api/taskfile"
 )
 
 func TestServeCLIAgainstFakeDaemon(t *testing.T) {
@@ -82,6 +83,8 @@ job:
     command: [python, serve.py]
     service_port: 8000
 `)
+	const svcTask = "name: web\nresources:\n  accelerators: A100\n  ports: 8000\nrun: python3 serve.py\nmax_price: 2\nservice:\n  readiness_probe: /healthz\n"
+	task := writeFile(t, "web.yaml", svcTask)
 
 	cases := []struct {
 		name     string
@@ -107,6 +110,32 @@ job:
 					t.Fatalf("posted %+v", posted)
 				}
 			}},
+		{"post task file", []string{"serve", "post", "--max-replicas", "4", "../../examples/vllm-service.yaml"}, 0, []string{"service svc-1: gateway http://127.0.0.1:4242"},
+			func(t *testing.T) {
+				j := posted.Job
+				_, run, ok := taskfile.TaskScripts(j.Run.Command)
+				if posted.ID != "llama-chat" || posted.Health != "/v1/models" || posted.StartTimeout != 20*time.Minute || posted.ProbeTimeout != 15*time.Second ||
+					posted.Replicas != 2 || posted.MaxReplicas != 4 || j.Run.ServicePort != 8000 || j.Tier != auction.Gold || j.Duration != time.Hour ||
+					j.MaxPrice != 1.2 || !ok || !strings.Contains(run, "vllm.entrypoints.openai.api_server") {
+					t.Fatalf("posted %+v", posted)
+				}
+			}},
+		{"post task --file with override", []string{"serve", "post", "--file", task, "--max-price", "3", "--json"}, 0, []string{`"gateway": "127.0.0.1:4242"`},
+			func(t *testing.T) {
+				if posted.ID != "web" || posted.Health != "/healthz" || posted.Replicas != 1 || posted.Job.MaxPrice != 3 || posted.Job.Run.ServicePort != 8000 {
+					t.Fatalf("posted %+v", posted)
+				}
+			}},
+		{"task file bad field", []string{"serve", "post", writeFile(t, "bad.yaml", svcTask+"  replicas: none\n")}, 1,
+			[]string{`bad.yaml:9: service.replicas: must be a whole number, got "none"`}, nil},
+		{"task file bad price", []string{"serve", "post", writeFile(t, "neg.yaml", strings.Replace(svcTask, "max_price: 2", "max_price: -1", 1))}, 1,
+			[]string{"neg.yaml:6: max_price: must be a positive number, got -1"}, nil},
+		{"flag over a task file", []string{"serve", "post", "--max-price", "0", task}, 1, []string{"invalid --max-price: must be a positive number, got 0"}, nil},
+		{"task file without port", []string{"serve", "post", writeFile(t, "noport.yaml", strings.Replace(svcTask, "  ports: 8000\n", "", 1))}, 1,
+			[]string{"noport.yaml: missing resources.ports (the port the server listens on), or give --port"}, nil},
+		{"job task file", []string{"serve", "post", writeFile(t, "job.yaml", "run: x\nmax_price: 1\nduration: 1h\n")}, 1,
+			[]string{"a task file without one is a job: gpumesh job post"}, nil},
+		{"two service files", []string{"serve", "post", "--file", task, task}, 1, []string{"two service files"}, nil},
 		{"post public", []string{"serve", "post", "--port", "8000", "--max-price", "3", "--public", "0.0.0.0:8443", "--public-host", "api.example",
 			"--tls-cert", "c.pem", "--tls-key", "/etc/k.pem", "--max-body", "1MiB", "--token-rate", "5", "--token-burst", "10", "--", "srv"},
 			0, []string{"public:    https://0.0.0.0:8443, self-signed certificate", "sha256 AB:CD", "serve token add svc-1 NAME"}, func(t *testing.T) {

@@ -33,12 +33,25 @@ type ServiceSpec struct {
 	ScaleDownAfter time.Duration `json:"scale_down_after,omitempty" yaml:"scale_down_after,omitempty"`
 	// ProbeInterval is the readiness probe's period; zero: 1s.
 	ProbeInterval time.Duration `json:"probe_interval,omitempty" yaml:"probe_interval,omitempty"`
+	// ProbeTimeout bounds one readiness probe, for servers slow to answer
+	// it; zero: the probe interval (at least 500ms).
+	ProbeTimeout time.Duration `json:"probe_timeout,omitempty" yaml:"probe_timeout,omitempty"`
 	// StartTimeout bounds how long a leased replica may take to become
 	// ready before it is replaced; zero: 2m.
 	StartTimeout time.Duration `json:"start_timeout,omitempty" yaml:"start_timeout,omitempty"`
 	// Public, when set, also serves the gateway on a public address, over
 	// TLS, to end users holding one of the service's API tokens.
 	Public *PublicSpec `json:"public,omitempty" yaml:"public,omitempty"`
+}
+
+// PostServiceRequest is the body of POST /v1/services: a ServiceSpec, or
+// Task, the text of a service file (a task file with a service: section,
+// or a YAML service spec), which the daemon converts with
+// taskfile.ConvertService. TaskName names it in errors.
+type PostServiceRequest struct {
+	ServiceSpec
+	Task     string `json:"task,omitempty"`
+	TaskName string `json:"task_name,omitempty"`
 }
 
 // PublicSpec is a service's public endpoint: the gateway on a public
@@ -226,6 +239,14 @@ func servicePath(id, suffix string) string { return "/services/" + url.PathEscap
 func (c *Client) PostService(ctx context.Context, spec ServiceSpec) (ServiceView, error) {
 	var v ServiceView
 	err := c.Do(ctx, http.MethodPost, "/services", nil, spec, &v)
+	return v, err
+}
+
+// PostServiceTask is POST /v1/services with a service file's text, which
+// the daemon converts (taskfile.ConvertService) and starts.
+func (c *Client) PostServiceTask(ctx context.Context, name, text string) (ServiceView, error) {
+	var v ServiceView
+	err := c.Do(ctx, http.MethodPost, "/services", nil, PostServiceRequest{Task: text, TaskName: name}, &v)
 	return v, err
 }
 

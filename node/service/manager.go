@@ -107,7 +107,7 @@ func normalize(spec *api.ServiceSpec, now time.Time) error {
 	if spec.Health != "" && !strings.HasPrefix(spec.Health, "/") {
 		return badRequest("service: health path %q must start with /", spec.Health)
 	}
-	if spec.TargetP95 < 0 || spec.ScaleDownAfter < 0 || spec.ProbeInterval < 0 || spec.StartTimeout < 0 || spec.TargetConcurrency < 0 {
+	if spec.TargetP95 < 0 || spec.ScaleDownAfter < 0 || spec.ProbeInterval < 0 || spec.StartTimeout < 0 || spec.TargetConcurrency < 0 || spec.ProbeTimeout < 0 {
 		return badRequest("service: durations and targets must not be negative")
 	}
 	if spec.Public != nil {

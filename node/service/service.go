@@ -387,7 +387,7 @@ func (s *Service) probeLoop(r *replica) {
 // probe is one readiness check: GET the health path, or, without one,
 // connect to the replica's port through its provider.
 func (s *Service) probe(r *replica) error {
-	ctx, cancel := context.WithTimeout(s.ctx, max(s.spec.ProbeInterval, 500*time.Millisecond))
+	ctx, cancel := context.WithTimeout(s.ctx, s.probeTimeout())
 	defer cancel()
 	if s.spec.Health == "" {
 		c, err := Connect(ctx, s.m.cfg.Open, r.provider, r.leaseID)
@@ -409,6 +409,15 @@ func (s *Service) probe(r *replica) error {
 		return fmt.Errorf("health %s answered %s", s.spec.Health, resp.Status)
 	}
 	return nil
+}
+
+// probeTimeout bounds one probe: the spec's, else the interval (a probe
+// slower than that is a failed one), at least 500ms.
+func (s *Service) probeTimeout() time.Duration {
+	if s.spec.ProbeTimeout > 0 {
+		return s.spec.ProbeTimeout
+	}
+	return max(s.spec.ProbeInterval, 500*time.Millisecond)
 }
 
 // probed takes one probe's result.

@@ -296,3 +296,23 @@ func TestServiceLatencyHistory(t *testing.T) {
 		t.Errorf("history of an unknown service: %v", err)
 	}
 }
+
+// A readiness probe may take the spec's probe timeout: a server slower to
+// answer it than the probe interval (500ms at least) is still ready.
+func TestProbeTimeout(t *testing.T) {
+	slow := localReplica(t, "slow", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(time.Second): // a server slow to answer
+		case <-r.Context().Done():
+		}
+	}))
+	s := testService(t, slow)
+	s.spec.Health, s.spec.ProbeInterval = "/health", 100*time.Millisecond
+	if err := s.probe(slow); err == nil {
+		t.Fatal("a probe answered after 1s passed, bounded by the 100ms interval")
+	}
+	s.spec.ProbeTimeout = 20 * time.Second
+	if err := s.probe(slow); err != nil {
+		t.Fatalf("probe with a 20s timeout: %v", err)
+	}
+}

@@ -19,11 +19,11 @@ from .client import (
     default_data_dir,
     manifest_hash,
 )
-from .types import GPU, Artifact, Job, JobView, Lease, OutputFile, Provider, Status, VerifyResult
+from .types import GPU, Artifact, Job, JobView, Lease, OutputFile, Provider, ServiceView, Status, VerifyResult
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "GpumeshError", "DaemonNotRunning", "JobFailed", "SOCKET_NAME", "default_data_dir", "manifest_hash",
-    "GPU", "Artifact", "Job", "JobView", "Lease", "OutputFile", "Provider", "Status", "VerifyResult",
+    "GPU", "Artifact", "Job", "JobView", "Lease", "OutputFile", "Provider", "ServiceView", "Status", "VerifyResult",
 ]

@@ -26,6 +26,7 @@ from .types import (
     JobView,
     OutputFile,
     Provider,
+    ServiceView,
     Status,
     VerifyResult,
 )
@@ -291,6 +292,30 @@ class Client:
         finally:
             _close(resp)
 
+    # ---- services ----
+
+    def serve(self, spec: TaskSpec) -> ServiceView:
+        """Start an always-on service; returns once it exists (its replicas
+        are leased in the background: wait for :attr:`ServiceView.ready`
+        with :meth:`service`).
+
+        ``spec`` is a service file's path (``examples/vllm-service.yaml``:
+        a task file with a ``service:`` section, or a YAML service spec) or
+        a dict of either shape. The daemon converts it (the same rule as
+        ``gpumesh serve post service.yaml``); a bad field raises
+        :class:`GpumeshError` naming it.
+        """
+        name, text = _task_text(spec)
+        return ServiceView.from_json(self._call("POST", "/services", body={"task": text, "task_name": name}))
+
+    def service(self, service_id: str) -> ServiceView:
+        """One service's status (``gpumesh serve status``)."""
+        return ServiceView.from_json(self._call("GET", _service_path(service_id)))
+
+    def stop_service(self, service_id: str) -> ServiceView:
+        """Stop a service: its gateway closes and its replicas' leases are cancelled."""
+        return ServiceView.from_json(self._call("POST", _service_path(service_id, "/stop")))
+
     # ---- artifacts ----
 
     def artifacts(self) -> List[Artifact]:
@@ -345,6 +370,12 @@ def _job_path(job_id: str, suffix: str = "") -> str:
     if not job_id:
         raise GpumeshError("missing job id")
     return "/jobs/" + urllib.parse.quote(job_id, safe="") + suffix
+
+
+def _service_path(service_id: str, suffix: str = "") -> str:
+    if not service_id:
+        raise GpumeshError("missing service id")
+    return "/services/" + urllib.parse.quote(service_id, safe="") + suffix
 
 
 def _task_text(spec: TaskSpec):

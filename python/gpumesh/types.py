@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-__all__ = ["GPU", "Job", "Lease", "OutputFile", "JobView", "Provider", "Artifact", "VerifyResult", "Status",
-           "TERMINAL_RUNS", "TERMINAL_STATES"]
+__all__ = ["GPU", "Job", "Lease", "OutputFile", "JobView", "ServiceView", "Provider", "Artifact", "VerifyResult",
+           "Status", "TERMINAL_RUNS", "TERMINAL_STATES"]
 
 #: Job states after which nothing more happens.
 TERMINAL_STATES = frozenset({"unplaceable", "cancelled", "failed", "finished"})
@@ -200,6 +200,33 @@ class JobView:
         elif self.reasons and self.state in ("unplaceable", "failed"):
             s += f": {self.reasons[-1]}"
         return s
+
+
+@dataclass
+class ServiceView:
+    """A service's status (``gpumesh serve status``)."""
+    id: str
+    #: the loopback address of this node's gateway to the replicas
+    gateway: str
+    #: the gateway's secret: send it as the ``X-Gpumesh-Token`` header
+    token: str
+    ready: int
+    desired: int
+    stopped: bool
+    #: one dict per replica: job_id, provider, state (bidding, starting, ready, ...), requests...
+    replicas: List[Dict[str, Any]]
+    raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "ServiceView":
+        return cls(id=d.get("id", ""), gateway=d.get("gateway", ""), token=d.get("token", ""),
+                   ready=d.get("ready", 0), desired=d.get("desired", 0), stopped=bool(d.get("stopped")),
+                   replicas=list(d.get("replicas") or []), raw=d)
+
+    @property
+    def url(self) -> str:
+        """The gateway's base URL."""
+        return "http://" + self.gateway
 
 
 @dataclass

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -245,3 +247,47 @@ def test_max_rtt_job_is_ranked_by_measured_rtt(net):
     # The renter pinged the provider (loopback): a round trip well under the bound.
     assert mine and 0 < mine[0]["rtt"] < 2 * 10**9 and not mine[0].get("Rejected"), bids
     net.renter.wait(v.id, timeout=60, check=True)
+
+
+SERVICE = """\
+name: py-web
+resources:
+  accelerators: A100
+  ports: 8000
+run: exec "$PYTHON" -m http.server "$PORT" --bind 127.0.0.1
+max_price: 2.0
+service:
+  readiness_probe:
+    path: /
+    initial_delay_seconds: 30
+  replicas: 1
+  probe_interval: 300ms
+  lease: 5m
+"""
+
+
+def test_serve_a_service_file_until_a_replica_answers(net, tmp_path):
+    p = tmp_path / "web.yaml"
+    p.write_text(SERVICE.replace('"$PYTHON"', sys.executable))
+    # A service file is no job, and a bad one is refused naming its line.
+    with pytest.raises(GpumeshError, match=r"web.yaml:7: service: the file describes a service: post it with `gpumesh serve post"):
+        net.renter.post(p)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SERVICE.replace("path: /", "path: index"))
+    with pytest.raises(GpumeshError, match=r"bad.yaml:9: service.readiness_probe.path: must be an HTTP path starting with /"):
+        net.renter.serve(bad)
+
+    v = net.renter.serve(p)
+    try:
+        assert v.id == "py-web" and v.gateway.startswith("127.0.0.1:") and v.token
+        deadline = time.monotonic() + 60
+        while net.renter.service(v.id).ready < 1:
+            assert time.monotonic() < deadline, f"no ready replica within 60 s: {net.renter.service(v.id).raw}"
+            time.sleep(0.2)
+        st = net.renter.service(v.id)
+        assert [r["provider"] for r in st.replicas if r["state"] == "ready"] == [net.provider_id], st.raw
+        req = urllib.request.Request(v.url + "/", headers={"X-Gpumesh-Token": v.token})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200 and b"Directory listing" in resp.read()
+    finally:
+        assert net.renter.stop_service(v.id).stopped

@@ -7,6 +7,12 @@
 // task text a client sends (POST /v1/jobs with "task", or
 // /v1/tasks/convert), so the Python client and the CLI share the rule.
 //
+// A task file with a service: section (readiness_probe, replicas or
+// replica_policy, as SkyServe has them, and resources.ports) is a service:
+// ParseService and ConvertService turn it, or the api.ServiceSpec-shaped
+// YAML of `gpumesh serve post --file`, into an api.ServiceSpec, for the CLI
+// and for POST /v1/services with "task" alike.
+//
 // Errors name the file and the line of the field at fault
 // ("train.yaml:7: resources.accelerators: count must be a whole number ≥ 1
 // or a fraction of one GPU (0.125, 0.25 or 0.5), got "H100:0.3"").
@@ -24,10 +30,11 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
 	"gopkg.in/yaml.v3"
 )
 
-// MaxSize bounds a job file.
+// MaxSize bounds a job or service file.
 const MaxSize = 256 << 10
 
 // File is a parsed job file.
@@ -36,8 +43,12 @@ type File struct {
 	Name string
 	// Task: the file is a task file (else it is auction.Job-shaped).
 	Task bool
-	// Job is what the file says, before defaults.
+	// Job is what the file says, before defaults (a service's replica
+	// job).
 	Job auction.Job
+	// Service is a service file's service, but its replica job (which is
+	// Job; see ServiceSpec); nil for a job file.
+	Service *api.ServiceSpec
 	// Set holds the auction.Job yaml keys the file gave a value
 	// ("max_price", "gpu_count", "run.command", ...), so that defaults and
 	// command-line flags apply only to what it left out.
@@ -56,24 +67,14 @@ type position struct {
 // of a relative deadline ("deadline: 30m"). It checks the file's syntax and
 // field types, not the job (see Convert).
 func Parse(name string, b []byte, now time.Time) (*File, error) {
-	if len(b) > MaxSize {
-		return nil, fmt.Errorf("%s: %d bytes; a job file holds at most %d", name, len(b), MaxSize)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %s", name, YAMLMessage(err))
-	}
-	if doc.Kind == 0 || len(doc.Content) == 0 || doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null" {
-		return nil, fmt.Errorf("%s is empty", name)
-	}
-	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("%s:%d: a job file is a mapping of fields (name:, resources:, run: ...), got %s", name, root.Line, kindName(root))
+	root, err := parseRoot(name, b, "a job file is a mapping of fields (name:, resources:, run: ...)")
+	if err != nil {
+		return nil, err
 	}
 	f := &File{Name: name, Set: map[string]bool{}, pos: map[string]position{}}
 	if isTask(root) {
 		f.Task = true
-		if err := f.parseTask(root, now); err != nil {
+		if err := f.parseTask(root, now, false); err != nil {
 			return nil, err
 		}
 		return f, nil
@@ -84,10 +85,29 @@ func Parse(name string, b []byte, now time.Time) (*File, error) {
 	return f, nil
 }
 
+// parseRoot is a file's top mapping; notMapping says what it should be.
+func parseRoot(name string, b []byte, notMapping string) (*yaml.Node, error) {
+	if len(b) > MaxSize {
+		return nil, fmt.Errorf("%s: %d bytes; a job or service file holds at most %d", name, len(b), MaxSize)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %s", name, YAMLMessage(err))
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 || doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null" {
+		return nil, fmt.Errorf("%s is empty", name)
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s:%d: %s, got %s", name, root.Line, notMapping, kindName(root))
+	}
+	return root, nil
+}
+
 // IsTask reports whether b looks like a task file rather than an
 // auction.Job-shaped one: its run is a string (a shell script), or it has
 // a field only task files have (resources, setup, envs, name, inputs,
-// outputs, checkpoint).
+// outputs, checkpoint, service).
 func IsTask(b []byte) bool {
 	var doc yaml.Node
 	if yaml.Unmarshal(b, &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
@@ -96,7 +116,7 @@ func IsTask(b []byte) bool {
 	return isTask(doc.Content[0])
 }
 
-var taskOnly = []string{"resources", "setup", "envs", "name", "inputs", "outputs", "checkpoint"}
+var taskOnly = []string{"resources", "setup", "envs", "name", "inputs", "outputs", "checkpoint", "service"}
 
 func isTask(root *yaml.Node) bool {
 	for i := 0; i+1 < len(root.Content); i += 2 {
@@ -131,8 +151,21 @@ func (f *File) parseJob(b []byte, root *yaml.Node) error {
 }
 
 // Defaults fills what the file left out as `gpumesh job post` does: tier
-// silver, one GPU, preemptible for bronze only.
+// silver, one GPU, preemptible for bronze only; for a service, as `gpumesh
+// serve post` does: tier gold, one GPU a replica, one replica.
 func (f *File) Defaults() {
+	if f.Service != nil {
+		if !f.Set["tier"] {
+			f.Job.Tier = auction.Gold
+		}
+		if !f.Set["gpu_count"] {
+			f.Job.GPUCount = 1
+		}
+		if f.Service.Replicas == 0 {
+			f.Service.Replicas = 1
+		}
+		return
+	}
 	if !f.Set["tier"] {
 		f.Job.Tier = auction.Silver
 	}
@@ -171,7 +204,12 @@ func (f *File) Check() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%s: missing %s", f.Name, strings.Join(missing, " and "))
 	}
-	err := f.Job.Validate()
+	return f.explainAll(f.Job.Validate())
+}
+
+// explainAll is err, a job's validation error, on one line, each field
+// problem explained by the file's lines (nil for nil).
+func (f *File) explainAll(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -208,14 +246,13 @@ func Convert(name string, b []byte, now time.Time) (auction.Job, error) {
 var (
 	taskFields = []string{"name", "resources", "setup", "run", "envs", "inputs", "outputs", "checkpoint",
 		"tier", "max_price", "duration", "deadline", "max_attempts", "verified", "preemptible", "min_reliability",
-		"workload", "datasets", "bid_window", "no_persist", "retain"}
+		"workload", "datasets", "bid_window", "no_persist", "retain", "service"}
 	resourceFields = []string{"accelerators", "isolation", "region", "near", "max_rtt", "min_vram_gb", "image", "image_id", "image_artifact", "memory_mb", "use_spot"}
 	// unsupported are SkyPilot fields with no meaning here, and why.
 	unsupported = map[string]string{
 		"num_nodes":     "a job runs on one provider: ask for more accelerators instead",
 		"workdir":       "upload it with `gpumesh artifact add DIR` and name it under inputs:",
 		"file_mounts":   "upload each with `gpumesh artifact add PATH` and name it under inputs:",
-		"service":       "services are posted with `gpumesh serve post`",
 		"config":        "there is no launcher config: the daemon's config is its own",
 		"cloud":         "there are no clouds: providers bid; constrain resources.region instead",
 		"zone":          "constrain resources.region instead",
@@ -225,7 +262,7 @@ var (
 		"disk_size":     "not a bid criterion",
 		"disk_tier":     "not a bid criterion",
 		"instance_type": "there are no instance types: ask for accelerators",
-		"ports":         "jobs have no public ports; services are posted with `gpumesh serve post`",
+		"ports":         "a job has no ports: a service (a task file with a service: section) is posted with `gpumesh serve post`",
 		"any_of":        "list several models in accelerators (same count) instead",
 		"ordered":       "list several models in accelerators (same count) instead",
 		"job_recovery":  "set max_attempts (and checkpoint.every) instead",
@@ -237,6 +274,10 @@ type tp struct {
 	f    *File
 	errs []string
 	now  time.Time
+	// svc is the service a service file describes (nil: a job file).
+	svc *api.ServiceSpec
+	// svcNode is its service: section, once seen.
+	svcNode *yaml.Node
 }
 
 func (p *tp) bad(n *yaml.Node, key, format string, a ...any) {
@@ -249,8 +290,19 @@ func (p *tp) at(field, key string, n *yaml.Node) {
 	p.f.pos[field] = position{key, n.Line}
 }
 
-func (f *File) parseTask(root *yaml.Node, now time.Time) error {
+// parseTask decodes a task file; service: the file is read as a service
+// (ParseService), which a job file is not.
+func (f *File) parseTask(root *yaml.Node, now time.Time, service bool) error {
 	p := &tp{f: f, now: now}
+	if service {
+		p.svc = &api.ServiceSpec{}
+	}
+	for i := 0; i+1 < len(root.Content) && !service; i += 2 {
+		// A service posted as a job: that is the one thing to say.
+		if kn := root.Content[i]; kn.Value == "service" {
+			return fmt.Errorf("%s:%d: service: the file describes a service: post it with `gpumesh serve post %s` (the Python client: serve)", f.Name, kn.Line, f.Name)
+		}
+	}
 	var setup, run string
 	var runNode *yaml.Node
 	runOK := false
@@ -263,9 +315,21 @@ func (f *File) parseTask(root *yaml.Node, now time.Time) error {
 			continue
 		}
 		seen[k] = true
+		if why, ok := notForServices[k]; ok && p.svc != nil {
+			p.bad(kn, k, "not for a service: %s", why)
+			continue
+		}
 		switch k {
 		case "name":
-			if s, ok := p.str(v, k); ok && s != "" {
+			if s, ok := p.str(v, k); ok && s != "" && p.svc != nil {
+				// A service's name is its id: one service of a name at a
+				// time, and serve status NAME finds it.
+				if err := auction.ValidID(s); err != nil {
+					p.bad(v, k, "%q must be 1-%d letters, digits, '.', '_' or '-', starting with a letter or digit", s, auction.MaxIDLen)
+				} else {
+					p.svc.ID = s
+				}
+			} else if ok && s != "" {
 				if err := auction.ValidID(s); err != nil || len(s) > auction.MaxIDLen-25 {
 					p.bad(v, k, "%q must be 1-%d letters, digits, '.', '_' or '-', starting with a letter or digit", s, auction.MaxIDLen-25)
 				} else {
@@ -377,6 +441,9 @@ func (f *File) parseTask(root *yaml.Node, now time.Time) error {
 		case "datasets":
 			f.Job.Datasets = p.strings(v, k)
 			p.at("datasets", k, v)
+		case "service": // only in a service file (see above)
+			p.svcNode = kn
+			p.service(v)
 		default:
 			if why, ok := unsupported[k]; ok {
 				p.bad(kn, k, "not supported by gpumesh: %s", why)
@@ -396,6 +463,10 @@ func (f *File) parseTask(root *yaml.Node, now time.Time) error {
 	} else {
 		f.Job.Run.Command = Command(setup, run)
 		p.at("run.command", "run", runNode)
+	}
+	if p.svc != nil {
+		p.serviceChecks()
+		f.Service = p.svc
 	}
 	if len(p.errs) > 0 {
 		return errors.New(strings.Join(p.errs, "; "))
@@ -484,6 +555,12 @@ func (p *tp) resources(n *yaml.Node) {
 				j.Preemptible = b
 				p.at("preemptible", k, v)
 			}
+		case "ports":
+			if p.svc == nil {
+				p.bad(kn, k, "not supported by gpumesh: %s", unsupported["ports"])
+				continue
+			}
+			p.ports(v, k)
 		default:
 			if why, ok := unsupported[kn.Value]; ok {
 				p.bad(kn, k, "not supported by gpumesh: %s", why)

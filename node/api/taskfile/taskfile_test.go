@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
 )
 
 var now = time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
@@ -20,8 +21,8 @@ func TestExamplesConvert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(paths) < 3 {
-		t.Fatalf("want at least 3 examples, found %v", paths)
+	if len(paths) < 4 {
+		t.Fatalf("want at least 4 examples, found %v", paths)
 	}
 	want := map[string]func(t *testing.T, j auction.Job){
 		"finetune.yaml": func(t *testing.T, j auction.Job) {
@@ -48,6 +49,21 @@ func TestExamplesConvert(t *testing.T) {
 			check(t, "duration", j.Duration == 90*time.Minute && j.Deadline.Equal(now.Add(30*time.Minute)), j.Duration)
 		},
 	}
+	// Service files: what serve post posts; job post refuses them.
+	services := map[string]func(t *testing.T, s api.ServiceSpec){
+		"vllm-service.yaml": func(t *testing.T, s api.ServiceSpec) {
+			j := s.Job
+			check(t, "id", s.ID == "llama-chat", s.ID)
+			check(t, "probe", s.Health == "/v1/models" && s.StartTimeout == 20*time.Minute && s.ProbeTimeout == 15*time.Second,
+				s.Health, s.StartTimeout, s.ProbeTimeout)
+			check(t, "replicas", s.Replicas == 2 && s.MaxReplicas == 0, s.Replicas, s.MaxReplicas)
+			check(t, "port", j.Run.ServicePort == 8000, j.Run.ServicePort)
+			check(t, "lease", j.Duration == time.Hour && j.Tier == auction.Gold && !j.Preemptible && j.MaxPrice == 1.20, j.Duration, j.Tier)
+			check(t, "gpu", j.GPUCount == 1 && reflect.DeepEqual(j.GPUModels, []string{"L4", "A10G", "RTX4090"}) && j.MinVRAMGB == 24, j.GPUModels)
+			_, run, ok := TaskScripts(j.Run.Command)
+			check(t, "run", ok && strings.Contains(run, "vllm.entrypoints.openai.api_server") && strings.Contains(run, "--port 8000"), j.Run.Command)
+		},
+	}
 	for _, p := range paths {
 		name := filepath.Base(p)
 		t.Run(name, func(t *testing.T) {
@@ -57,6 +73,17 @@ func TestExamplesConvert(t *testing.T) {
 			}
 			if !IsTask(b) {
 				t.Fatalf("%s is not detected as a task file", name)
+			}
+			if w := services[name]; w != nil {
+				s, err := ConvertService(name, b, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				w(t, s)
+				if _, err := Convert(name, b, now); err == nil || !strings.Contains(err.Error(), "gpumesh serve post "+name) {
+					t.Fatalf("job post of a service file: %v", err)
+				}
+				return
 			}
 			j, err := Convert(name, b, now)
 			if err != nil {
