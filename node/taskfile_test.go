@@ -21,7 +21,9 @@ func TestPostTaskText(t *testing.T) {
 	waitAdvertised(t, boot, ns[0])
 	cl := api.NewClient(boot.dir)
 	ctx := context.Background()
-	const task = "name: hello\nresources: {accelerators: \"A100:1\"}\nsetup: echo set\nrun: echo \"run $X\"\nenvs: {X: 7}\n" +
+	// SkyPilot's shape as its users write it: num_nodes 1, MODEL:1, setup
+	// and run.
+	const task = "name: hello\nnum_nodes: 1\nresources: {accelerators: \"A100:1\"}\nsetup: echo set\nrun: echo \"run $X\"\nenvs: {X: 7}\n" +
 		"max_price: 2\nduration: 10m\nbid_window: 1500ms\n"
 
 	j, err := cl.ConvertTask(ctx, "t.yaml", task)
@@ -32,7 +34,7 @@ func TestPostTaskText(t *testing.T) {
 		t.Fatalf("converted: %+v", j)
 	}
 	if _, err := cl.ConvertTask(ctx, "t.yaml", strings.Replace(task, "A100:1", "A100:x", 1)); err == nil ||
-		!strings.Contains(err.Error(), `t.yaml:2: resources.accelerators: count must be a whole number ≥ 1 or a fraction of one GPU (0.125, 0.25 or 0.5), got "A100:x"`) {
+		!strings.Contains(err.Error(), `t.yaml:3: resources.accelerators: count must be a whole number ≥ 1 or a fraction of one GPU (0.125, 0.25 or 0.5), got "A100:x"`) {
 		t.Fatalf("bad accelerators: %v", err)
 	}
 	if _, err := cl.PostTask(ctx, "t.yaml", "max_price: 2\nrun: echo\n"); err == nil || !strings.Contains(err.Error(), "t.yaml: missing duration") {

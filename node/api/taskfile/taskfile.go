@@ -245,12 +245,11 @@ func Convert(name string, b []byte, now time.Time) (auction.Job, error) {
 // Task file fields, in the order the help lists them.
 var (
 	taskFields = []string{"name", "resources", "setup", "run", "envs", "inputs", "outputs", "checkpoint",
-		"tier", "max_price", "duration", "deadline", "max_attempts", "verified", "preemptible", "min_reliability",
+		"num_nodes", "tier", "max_price", "duration", "deadline", "max_attempts", "verified", "preemptible", "min_reliability",
 		"workload", "datasets", "bid_window", "no_persist", "retain", "service"}
 	resourceFields = []string{"accelerators", "isolation", "region", "near", "max_rtt", "min_vram_gb", "image", "image_id", "image_artifact", "memory_mb", "use_spot"}
 	// unsupported are SkyPilot fields with no meaning here, and why.
 	unsupported = map[string]string{
-		"num_nodes":     "a job runs on one provider: ask for more accelerators instead",
 		"workdir":       "upload it with `gpumesh artifact add DIR` and name it under inputs:",
 		"file_mounts":   "upload each with `gpumesh artifact add PATH` and name it under inputs:",
 		"config":        "there is no launcher config: the daemon's config is its own",
@@ -441,6 +440,12 @@ func (f *File) parseTask(root *yaml.Node, now time.Time, service bool) error {
 		case "datasets":
 			f.Job.Datasets = p.strings(v, k)
 			p.at("datasets", k, v)
+		case "num_nodes":
+			// One node is every job here; more would be a gang across
+			// providers, which gpumesh does not place yet.
+			if n, ok := p.int(v, k); ok && n != 1 {
+				p.bad(kn, k, "must be 1, got %d: a job runs on one provider (ask for more accelerators instead)", n)
+			}
 		case "service": // only in a service file (see above)
 			p.svcNode = kn
 			p.service(v)
