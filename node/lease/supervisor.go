@@ -619,6 +619,18 @@ func (r *leaseRun) run() {
 			return
 		}
 	}
+	if now := s.now(); !now.Before(l.End) {
+		// Taken up after its end (a slow host or store; the auction
+		// confirms no lease that late, auction.Lease.Late): started now,
+		// the job would run on devices the calendar has given to the next
+		// lease. It is not run; the lateness is the provider's, and its
+		// renter requeues the job.
+		s.cfg.Counters.Add("provider.lease_begun_late")
+		log.Warn("lease not run: its span was over when it could begin", "start", l.Start, "end", l.End)
+		r.finish(runtime.Result{ExitCode: -1, Ended: now, Err: fmt.Errorf("lease was over (its end %s passed by %s) before the provider started it",
+			l.End.Format(time.RFC3339Nano), now.Sub(l.End).Round(time.Millisecond))}, nil)
+		return
+	}
 	// Heartbeats go from the lease's start (Preparing until the job
 	// starts: inputs and a checkpoint may take a while to fetch) until the
 	// final report is ready (outputs collected): a renter hears the
@@ -1362,14 +1374,7 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	}
 	logDigest, scrub, noPersist := r.pr.LogDigest, r.pr.Scrub, r.pr.Job.NoPersist
 	r.mu.Unlock()
-	if rec.Started.Before(rec.Lease.Start) {
-		rec.Started = rec.Lease.Start
-	}
-	// A receipt spans a positive interval: a lease that never ran (or died
-	// before its first heartbeat) is settled as a 1ms span.
-	if !rec.Ended.After(rec.Started) {
-		rec.Ended = rec.Started.Add(time.Millisecond)
-	}
+	rec.Started, rec.Ended = receiptSpan(rec.Lease, rec.Started, rec.Ended)
 	// Bill what the renter can vouch for: the run's span less the gaps in
 	// the heartbeat summary the renter answered with (the renter checks
 	// the same bound, attest.BillableSeconds, before it countersigns).
@@ -1422,6 +1427,26 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	s.cfg.Receipts.gossip(full)
 	log.Info("lease settled", "amount_usd", fmt.Sprintf("%.6f", rc.Amount), "gpu_seconds", fmt.Sprintf("%.1f", gpuSec))
 	return nil
+}
+
+// receiptSpan is the span a receipt of lease l whose run went from started
+// to ended states: the run clipped to the lease (a job stopped at the
+// lease's end ends a moment after it; the renter refuses a receipt outside
+// the lease, attest.CheckReceipt), and a positive interval: a lease that
+// never ran (or died before its first heartbeat) is settled as a 1 ms span,
+// inside the lease.
+func receiptSpan(l auction.Lease, started, ended time.Time) (time.Time, time.Time) {
+	started = maxTime(started, l.Start)
+	if ended.After(l.End) {
+		ended = l.End
+	}
+	if !ended.After(started) {
+		if last := l.End.Add(-time.Millisecond); started.After(last) {
+			started = last
+		}
+		ended = started.Add(time.Millisecond)
+	}
+	return started, ended
 }
 
 func (r *leaseRun) markSettled() {
