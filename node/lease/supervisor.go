@@ -1293,18 +1293,36 @@ const DefaultSettleWindow = 24 * time.Hour
 // renter is unreachable, restarting, or its disk is full) is retried in
 // the background with a doubling wait until the lease is settled, the
 // supervisor stops (Recover takes it up again after a restart) or the
-// lease ended more than SettleWindow ago.
+// lease ended more than SettleWindow ago. A receipt the renter refuses
+// maxReceiptRefusals times disagrees with its view of the lease for good:
+// the settlement is given up as a dispute (dispute).
 func (s *Supervisor) settle(r *leaseRun) {
+	refusals := 0
+	// over reports whether the attempt that ended with err ends the
+	// settlement.
+	over := func(err error) bool {
+		var ref *refusal
+		switch {
+		case err == nil || s.ctx.Err() != nil:
+			return true
+		case errors.As(err, &ref):
+			s.cfg.Counters.Add("provider.settle_refused")
+			if refusals++; refusals >= maxReceiptRefusals {
+				s.dispute(r, refusals, ref.err)
+				return true
+			}
+		}
+		if s.settleExpired(r.lease()) {
+			s.giveUpSettle(r, err)
+			return true
+		}
+		return false
+	}
 	err := s.trySettle(r)
-	if err == nil {
+	if over(err) {
 		return
 	}
-	l := r.lease()
-	log := s.log.With("lease", l.ID)
-	if s.settleExpired(l) {
-		s.giveUpSettle(r, err)
-		return
-	}
+	log := s.log.With("lease", r.lease().ID)
 	log.Warn("lease not settled yet; retrying", "err", err, "retry_in", s.cfg.SettleRetry)
 	s.wg.Add(1)
 	go func() {
@@ -1317,11 +1335,7 @@ func (s *Supervisor) settle(r *leaseRun) {
 				return
 			}
 			err := s.trySettle(r)
-			if err == nil || s.ctx.Err() != nil {
-				return
-			}
-			if s.settleExpired(l) {
-				s.giveUpSettle(r, err)
+			if over(err) {
 				return
 			}
 			s.cfg.Counters.Add("provider.settle_retry")
@@ -1329,6 +1343,31 @@ func (s *Supervisor) settle(r *leaseRun) {
 			log.Info("lease not settled yet; retrying", "err", err, "retry_in", wait)
 		}
 	}()
+}
+
+// refusal is a settlement attempt whose receipt the renter, reached (it
+// answered the final report), refused to countersign.
+type refusal struct{ err error }
+
+func (e *refusal) Error() string { return "receipt not countersigned: " + e.err.Error() }
+func (e *refusal) Unwrap() error { return e.err }
+
+// dispute gives up settling a lease whose receipt its renter refused
+// refusals times, last saying err: the ledger records the dispute, and the
+// lease's record says so (its settlement is not taken up again).
+func (s *Supervisor) dispute(r *leaseRun, refusals int, err error) {
+	l := r.lease()
+	reason := fmt.Sprintf("receipt refused %d times by the renter: %v", refusals, err)
+	s.cfg.Counters.Add("provider.settle_disputed")
+	s.log.Error("lease settlement given up: the renter refuses its receipt", "lease", l.ID, "renter", l.Renter, "err", err)
+	if err := s.cfg.Receipts.dispute(l.ID, l.JobID, l.Renter, reason); err != nil {
+		s.log.Error("ledger: dispute not recorded", "lease", l.ID, "err", err)
+	}
+	r.mu.Lock()
+	r.pr.Rec.Dispute = reason
+	r.mu.Unlock()
+	s.saveRun(r)
+	s.purgeNoPersist(r)
 }
 
 // settleExpired reports whether a lease ended too long ago to keep trying
@@ -1347,7 +1386,7 @@ func (s *Supervisor) giveUpSettle(r *leaseRun, err error) {
 // trySettle makes one attempt at the final report and receipt exchange.
 func (s *Supervisor) trySettle(r *leaseRun) error {
 	r.mu.Lock()
-	done := r.pr.Settled
+	done := r.pr.Settled || r.pr.Rec.Dispute != ""
 	r.mu.Unlock()
 	if done {
 		return nil
@@ -1405,13 +1444,17 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	ctx, cancel := context.WithTimeout(s.ctx, 15*time.Second)
 	resp, err := s.cfg.Transport.Request(ctx, renter, wire.ProtoReceipt, b)
 	cancel()
-	if err != nil {
+	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		return fmt.Errorf("receipt not countersigned: %w", err)
+	}
+	if err != nil {
+		// It answered the final report a moment ago: it refused this one.
+		return &refusal{err}
 	}
 	full, err := attest.OpenReceipt(resp)
 	if err != nil || full.Receipt.LeaseID != rc.LeaseID || string(full.Payload) != string(sr.Payload) {
 		s.cfg.Counters.Add("provider.bad_countersign")
-		return fmt.Errorf("renter returned an invalid receipt: %v", err)
+		return &refusal{fmt.Errorf("renter returned an invalid receipt: %v", err)}
 	}
 	if err := s.cfg.Receipts.record(full, false); err != nil {
 		if errors.Is(err, ledger.ErrAlreadySettled) {
@@ -1460,7 +1503,8 @@ func (r *leaseRun) markSettled() {
 // ahead is booked again and scheduled (restore); any other lease that was
 // pending or running when the daemon stopped is reported failed (never
 // silently forgotten), its leftover processes are killed and its scratch
-// space wiped; unsettled leases are settled once the network is up (after
+// space wiped; unsettled leases (not given up as disputed) are settled
+// once the network is up (after
 // RecoverDelay).
 func (s *Supervisor) Recover() error {
 	var stale []providerRecord
@@ -1469,7 +1513,7 @@ func (s *Supervisor) Recover() error {
 		if err := json.Unmarshal(raw, &pr); err != nil {
 			return nil
 		}
-		if !pr.Rec.Run.Terminal() || !pr.Settled {
+		if !pr.Rec.Run.Terminal() || (!pr.Settled && pr.Rec.Dispute == "") {
 			stale = append(stale, pr)
 		}
 		return nil

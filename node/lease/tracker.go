@@ -144,6 +144,9 @@ type Tracker struct {
 	// error in keepErr).
 	keeping map[string]chan struct{}
 	keepErr map[string]error
+	// refusals counts the refused receipts of leases not settled yet (see
+	// refused).
+	refusals map[string]int
 }
 
 // NewTracker returns a Tracker with its auction.Renter and reloads the jobs
@@ -185,7 +188,8 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	}
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*api.JobView{},
 		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, leased: make(chan struct{}), wake: map[string]chan struct{}{},
-		archived: map[string]*archived{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{}}
+		archived: map[string]*archived{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
+		refusals: map[string]int{}}
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score,
@@ -495,7 +499,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.Started, v.Ended, v.ExitCode, v.Detail, v.Receipt, v.Heartbeats, v.LastTelemetry, v.Outputs =
 		time.Time{}, time.Time{}, nil, "", nil, nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
-	v.LogDigest, v.LogBytes, v.Evidence, v.Kept = "", 0, "", ""
+	v.LogDigest, v.LogBytes, v.Evidence, v.Kept, v.Dispute = "", 0, "", "", ""
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
 	v.Restored = nil
 	t.mons[l.ID] = mon
@@ -1195,12 +1199,12 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	t.keepArchivedLocked(jobID, snap, false)
 	v.History = append(v.History, api.LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, CostUSD: cost,
 		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode, Fault: v.Fault,
-		Checkpoint: leaseCheckpoint(v, v.Lease.ID), Restored: v.Restored})
+		Checkpoint: leaseCheckpoint(v, v.Lease.ID), Restored: v.Restored, Dispute: v.Dispute})
 	v.Restored = nil
 	// The current-lease fields describe the next lease from now on.
 	v.Lease, v.Receipt, v.ExitCode, v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil, nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
-	v.LogDigest, v.LogBytes, v.Evidence, v.Kept = "", 0, "", ""
+	v.LogDigest, v.LogBytes, v.Evidence, v.Kept, v.Dispute = "", 0, "", "", ""
 	v.Run, v.Started, v.Ended = "", time.Time{}, time.Time{}
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
 	v.State = auction.JobBidding
@@ -1211,7 +1215,7 @@ func (t *Tracker) archive(jobID, leaseID string) {
 // the lease and our heartbeat record, countersigns it, records it and
 // gossips it (wire.ProtoReceipt). It answers with the countersigned
 // receipt.
-func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) ([]byte, error) {
+func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) (_ []byte, err error) {
 	count := t.cfg.Counters.Add
 	sr, err := attest.UnmarshalReceipt(data)
 	if err != nil {
@@ -1259,6 +1263,11 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 		count("renter.receipt_duplicate")
 		return nil, fmt.Errorf("lease %s is already settled", r.LeaseID)
 	}
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			t.refused(jobID, lease, err)
+		}
+	}()
 	now := t.now()
 	if err := attest.CheckReceipt(r, lease, now); err != nil {
 		count("renter.receipt_mismatch")
@@ -1336,6 +1345,9 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 	if err := t.cfg.Receipts.record(sr, true); err != nil {
 		return nil, err
 	}
+	t.mu.Lock()
+	delete(t.refusals, r.LeaseID)
+	t.mu.Unlock()
 	if a != nil && t.settledArchived(r) {
 		t.save(jobID)
 		t.cfg.Receipts.gossip(sr)
@@ -1353,6 +1365,40 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 	t.save(jobID)
 	t.cfg.Receipts.gossip(sr)
 	return sr.Marshal()
+}
+
+// refused counts a refusal of lease l's receipt (job jobID), saying err:
+// at the maxReceiptRefusals-th the lease's settlement is given up as a
+// dispute, recorded in the ledger and shown in the job's record (its
+// provider gives up by the same count). A receipt that settles it later is
+// still taken.
+func (t *Tracker) refused(jobID string, l auction.Lease, err error) {
+	t.mu.Lock()
+	t.refusals[l.ID]++
+	n := t.refusals[l.ID]
+	if n >= maxReceiptRefusals {
+		delete(t.refusals, l.ID)
+	}
+	t.mu.Unlock()
+	if n < maxReceiptRefusals {
+		return
+	}
+	reason := fmt.Sprintf("receipt refused %d times: %v", n, err)
+	t.cfg.Counters.Add("renter.settle_disputed")
+	t.log.Error("lease settlement given up: its provider's receipt is refused", "job", jobID, "lease", l.ID, "provider", l.Provider, "err", err)
+	if err := t.cfg.Receipts.dispute(l.ID, jobID, l.Provider, reason); err != nil {
+		t.log.Error("ledger: dispute not recorded", "lease", l.ID, "err", err)
+	}
+	t.mu.Lock()
+	if v := t.jobs[jobID]; v != nil {
+		if v.Lease != nil && v.Lease.ID == l.ID {
+			v.Dispute = reason
+		} else if rec := historyRecordLocked(v, l.ID); rec != nil {
+			rec.Dispute = reason
+		}
+	}
+	t.mu.Unlock()
+	t.save(jobID)
 }
 
 // LeaseNamesInput reports whether provider holds a current lease (not yet
