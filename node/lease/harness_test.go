@@ -415,8 +415,10 @@ type harness struct {
 	// nodes are the started nodes by peer id (the latest start of each).
 	nodes sync.Map
 	// onSave, when set, sees every job record the renters persist
-	// (TrackerConfig.OnSave).
+	// (TrackerConfig.OnSave); onCall every call for bids as a provider
+	// takes it in.
 	onSave func(api.JobView)
+	onCall func(auction.Call)
 }
 
 func newHarness(t *testing.T) *harness {
@@ -509,6 +511,14 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			t.Fatal(err)
 		}
 		handlers.OnCall = n.provider.HandleCall
+		if see := h.onCall; see != nil {
+			handlers.OnCall = func(from peer.ID, data []byte) error {
+				if c, err := auction.DecodeCall(data); err == nil {
+					see(c)
+				}
+				return n.provider.HandleCall(from, data)
+			}
+		}
 		handlers.OnAward = n.provider.HandleAward
 		n.tr.OnRequest(wire.ProtoCancel, n.sup.HandleCancel)
 		n.tr.Subscribe(auction.ProviderTopics(&capab)...)

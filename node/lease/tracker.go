@@ -123,7 +123,7 @@ type Tracker struct {
 	jobs    map[string]*api.JobView
 	mons    map[string]*attest.HeartbeatMonitor
 	byLease map[string]string        // lease id → job id
-	leased  chan struct{}            // closed (and replaced) when a lease is recorded
+	changed chan struct{}            // closed (and replaced) at each change of a job's record (notify)
 	wake    map[string]chan struct{} // queued job id → offer it now
 	reoffer time.Time                // when the next re-offer may go out
 	wg      sync.WaitGroup
@@ -187,7 +187,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*api.JobView{},
-		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, leased: make(chan struct{}), wake: map[string]chan struct{}{},
+		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, changed: make(chan struct{}), wake: map[string]chan struct{}{},
 		archived: map[string]*archived{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
 		refusals: map[string]int{}}
 	var err error
@@ -504,8 +504,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.Restored = nil
 	t.mons[l.ID] = mon
 	t.byLease[l.ID] = job.ID
-	close(t.leased)
-	t.leased = make(chan struct{})
+	t.notifyLocked()
 	t.mu.Unlock()
 	t.fold(job.ID)
 	t.observeAuction(job.ID, OutcomeLeased)
@@ -560,10 +559,45 @@ func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
 	}()
 }
 
+// notifyLocked wakes whoever waits for a change of a job's record
+// (waitChange). t.mu is held.
+func (t *Tracker) notifyLocked() {
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// waitChange waits until done holds, checking it again at each change of
+// a job's record (every path that changes one saves it, and a save
+// notifies), until timeout or the tracker's end; it reports whether done
+// held.
+func (t *Tracker) waitChange(timeout time.Duration, done func() bool) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		t.mu.Lock()
+		ch := t.changed
+		t.mu.Unlock()
+		if done() {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		case <-t.ctx.Done():
+			return false
+		}
+	}
+}
+
 // save persists the record of a job. The saves of one job are serialised
 // (those of different jobs go in parallel), each reading the record as it
-// writes it, so a slow save never overwrites a newer one.
+// writes it, so a slow save never overwrites a newer one. Its waiters
+// (waitChange) are woken first: the record has changed already.
 func (t *Tracker) save(id string) {
+	t.mu.Lock()
+	t.notifyLocked()
+	t.mu.Unlock()
 	mu := &t.saveMu[stripe(id, len(t.saveMu))]
 	mu.Lock()
 	defer mu.Unlock()
@@ -881,29 +915,17 @@ const awaitLeaseFor = 2 * time.Second
 // provider's next try (seconds later), and the renter, hearing nothing,
 // could call a provider that had finished lost.
 func (t *Tracker) awaitLease(leaseID, jobID string) {
-	var deadline <-chan time.Time // armed only when the report must wait
-	for {
+	recorded := func() bool {
 		t.mu.Lock()
 		_, known := t.byLease[leaseID]
-		ch := t.leased
 		t.mu.Unlock()
-		if known || !t.awarding(leaseID, jobID) {
-			return
-		}
-		if deadline == nil {
-			t.cfg.Counters.Add("renter.event_before_lease")
-			timer := time.NewTimer(awaitLeaseFor)
-			defer timer.Stop()
-			deadline = timer.C
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			return
-		case <-t.ctx.Done():
-			return
-		}
+		return known || !t.awarding(leaseID, jobID)
 	}
+	if recorded() {
+		return
+	}
+	t.cfg.Counters.Add("renter.event_before_lease")
+	t.waitChange(awaitLeaseFor, recorded)
 }
 
 // awarding says whether this renter's auction of job jobID sent the award
@@ -1135,16 +1157,10 @@ func eventTimesValid(ev wire.LeaseEvent, l auction.Lease, now time.Time) error {
 // whose provider may never settle.
 func (t *Tracker) requeue(jobID string, lease auction.Lease, opts auction.RequeueOptions) {
 	// Give the receipt exchange a moment so history shows the settled cost.
-	deadline := time.Now().Add(t.cfg.SettleWait)
-	for time.Now().Before(deadline) && t.ctx.Err() == nil {
-		if v, _ := t.View(jobID); v.Receipt != nil || t.lostUnreported(lease.ID) || neverRan(v, lease.ID) {
-			break
-		}
-		select {
-		case <-time.After(100 * time.Millisecond):
-		case <-t.ctx.Done():
-		}
-	}
+	t.waitChange(t.cfg.SettleWait, func() bool {
+		v, _ := t.View(jobID)
+		return v.Receipt != nil || t.lostUnreported(lease.ID) || neverRan(v, lease.ID)
+	})
 	t.archive(jobID, lease.ID)
 	ctx, cancel := context.WithTimeout(t.ctx, 3*time.Minute)
 	defer cancel()
