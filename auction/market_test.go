@@ -61,8 +61,11 @@ type market struct {
 	byID  map[string]*testProv
 }
 
-func newMarket(t *testing.T, specs []provSpec) *market {
-	m := &market{net: NewMemNetwork(), now: newClock(), byID: map[string]*testProv{}}
+func newMarket(t *testing.T, specs []provSpec) *market { return newMarketAt(t, specs, newClock()) }
+
+// newMarketAt is newMarket on the clock now.
+func newMarketAt(t *testing.T, specs []provSpec, now func() time.Time) *market {
+	m := &market{net: NewMemNetwork(), now: now, byID: map[string]*testProv{}}
 	for _, sp := range specs {
 		tp := &testProv{spec: sp, s: signtest.New(t), cal: NewCalendar(sp.n)}
 		if err := tp.cal.SetSlices(sp.policy.SliceMap()); err != nil {

@@ -114,6 +114,7 @@ type ProviderStats struct {
 	Lost       int `json:"lost"`     // bids that expired without an award
 	Declined   int `json:"declined"` // awards declined (e.g. capacity taken meanwhile)
 	Moved      int `json:"moved"`    // leases moved earlier (GPUs freed before their start)
+	Retimed    int `json:"retimed"`  // late awards booked from their confirm on (Lease.Retimed)
 	Notices    int `json:"notices"`  // capacity notices sent to renters turned away
 	// Undelivered counts bids, declines and notices whose send failed
 	// (the renter could not be reached in time).
@@ -606,7 +607,10 @@ func (p *Provider) sendWorker() {
 // provider made (nonce, job, attempt, price, span, GPU count), or that the
 // calendar can no longer hold, gets a signed declined Confirm. Otherwise
 // the lease is reserved atomically (evicting the bid's planned bronze
-// preemptions for a gold job) and confirmed. Repeating an award with the
+// preemptions for a gold job) and confirmed: over the award's span, or, for
+// an award that came too late for it (Lease.Late), from now on for as long
+// (Lease.Retimed, said in the confirm) if the calendar has room then, else
+// declined. Repeating an award with the
 // same lease id returns the same confirm.
 func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	a, err := DecodeAward(data)
@@ -667,7 +671,20 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		defer func() { go p.retryParked() }()
 	}
 	job := sb.job
-	b := Booking{LeaseID: a.LeaseID, Start: a.Start, End: a.End, GPUs: a.GPUCount, Fraction: job.GPUFraction, Tier: job.Tier,
+	lease := Lease{ID: a.LeaseID, JobID: a.JobID, Attempt: a.Attempt, Renter: a.Renter, Provider: me, Price: a.Price,
+		Start: a.Start, End: a.End, GPUCount: a.GPUCount, GPUFraction: job.GPUFraction, Tier: job.Tier, Preemptible: job.Preemptible,
+		State: RunPending}
+	retimed := lease.Late(now)
+	if retimed {
+		// Booked as awarded, it would start after its end or run too
+		// short: it is booked from now on if the calendar has room.
+		l, err := lease.Retimed(now, job.Deadline, now)
+		if err != nil {
+			return decline("too late: " + err.Error())
+		}
+		lease = l
+	}
+	b := Booking{LeaseID: a.LeaseID, Start: lease.Start, End: lease.End, GPUs: a.GPUCount, Fraction: job.GPUFraction, Tier: job.Tier,
 		Preemptible: job.Preemptible, Devices: sb.offer.Devices}
 	var evict []string
 	if job.Tier == Gold {
@@ -675,6 +692,9 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	}
 	// Evict only if the planned preemptions are still needed.
 	evicted, err := p.cfg.Calendar.ReserveThenEvict(b, evict)
+	if err != nil && retimed {
+		return decline("too late: re-timed from now on, capacity: " + err.Error())
+	}
 	if err != nil {
 		return decline("capacity: " + err.Error())
 	}
@@ -683,20 +703,23 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	var preempted []string
 	for _, e := range evicted {
 		preempted = append(preempted, e.LeaseID)
-		end := a.Start
+		end := lease.Start
 		if end.Before(e.Start) {
 			end = e.Start
 		}
 		p.endLocked(e.LeaseID, end, RunPreempted)
 	}
-	c, err := EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: a.LeaseID, Accepted: true, Devices: booked.Devices})
+	conf := Confirm{LeaseID: a.LeaseID, Accepted: true, Devices: booked.Devices}
+	if retimed {
+		conf.Start, conf.End = lease.Start, lease.End
+		p.stats.Retimed++
+	}
+	c, err := EncodeConfirm(p.cfg.Signer, conf)
 	if err != nil {
 		p.cfg.Calendar.Release(a.LeaseID)
 		return nil, err
 	}
-	lease := Lease{ID: a.LeaseID, JobID: a.JobID, Attempt: a.Attempt, Renter: a.Renter, Provider: me, Price: a.Price,
-		Start: a.Start, End: a.End, GPUCount: a.GPUCount, GPUFraction: job.GPUFraction, Tier: job.Tier, Preemptible: job.Preemptible,
-		State: RunPending, Devices: booked.Devices}
+	lease.Devices = booked.Devices
 	p.confirms[a.LeaseID] = confirmRec{c, now, a.Renter}
 	p.leases[lease.ID] = &lease
 	p.jobs[lease.ID] = job

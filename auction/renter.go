@@ -871,16 +871,18 @@ func (r *Renter) claim(b Bid, gpus float64) (*claim, bool) {
 	return c, true
 }
 
-// settleClaim keeps a confirmed award's claim (marked confirmed) and drops
-// any other.
-func (r *Renter) settleClaim(provider string, c *claim, confirmed bool) {
+// settleClaim keeps the claim of an award confirmed as lease (marked
+// confirmed, over the lease's span: a late award is re-timed) and drops
+// any other (lease nil).
+func (r *Renter) settleClaim(provider string, c *claim, lease *Lease) {
 	if c == nil {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if confirmed {
+	if lease != nil {
 		c.confirmed = r.cfg.Now()
+		c.start, c.end = lease.Start, lease.End
 		return
 	}
 	r.claims[provider] = slices.DeleteFunc(r.claims[provider], func(o *claim) bool { return o == c })
@@ -986,7 +988,11 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 		// Only the lease keeps its claim: a failed award's GPUs, and a
 		// confirm released as not needed, are free for the renter's other
 		// auctions again.
-		r.settleClaim(res.bid.Provider, res.claim, result == "confirmed" && won == nil && stop == nil)
+		var kept *Lease
+		if result == "confirmed" && won == nil && stop == nil {
+			kept = &res.lease
+		}
+		r.settleClaim(res.bid.Provider, res.claim, kept)
 		switch {
 		case result != "confirmed":
 			r.noConfirm(res.bid.Provider)
@@ -1089,8 +1095,13 @@ func (r *Renter) awardResults(rj *renterJob, from int) string {
 // of award's results other than "confirmed") may still have been booked by
 // its provider: it timed out or failed in transport after being sent.
 func awardMayHaveBooked(result string) bool {
-	return result == "timeout" || strings.HasPrefix(result, "error: ")
+	return result == "timeout" || strings.HasPrefix(result, "error: ") || strings.HasPrefix(result, confirmRefused)
 }
+
+// confirmRefused begins the result of an award its provider confirmed on
+// terms the renter refuses (a re-time that breaks Lease.Retimed's rule):
+// the provider has booked it, so it is released.
+const confirmRefused = "confirm refused: "
 
 // releaseBids tells every provider whose bid for this auction holds GPUs
 // (Bid.Held) and was not awarded (no attempt since index from) that it
@@ -1191,6 +1202,21 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string) (Le
 		return lease, "confirm for another lease"
 	case !c.Accepted:
 		return lease, "declined: " + c.Reason
+	}
+	if !c.Start.IsZero() || !c.End.IsZero() {
+		// Re-timed: the award came too late for its span. The provider has
+		// booked it: a re-time that breaks the rule is released.
+		rt, err := lease.Retimed(c.Start, job.Deadline, r.cfg.Now())
+		if err == nil && !c.End.Equal(rt.End) {
+			err = fmt.Errorf("%w: lease %s: end %s is not its start plus its length", ErrBadRetime, lease.ID, c.End.Format(time.RFC3339Nano))
+		}
+		if err != nil {
+			return lease, confirmRefused + err.Error()
+		}
+		lease = rt
+		r.mu.Lock()
+		r.counters["award_retimed"]++
+		r.mu.Unlock()
 	}
 	if len(c.Devices) == lease.GPUCount {
 		lease.Devices = c.Devices

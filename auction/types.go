@@ -601,6 +601,12 @@ type Confirm struct {
 	// Devices are the provider's device indices booked for an accepted
 	// lease (Lease.Devices).
 	Devices []int `json:"devices,omitempty"`
+	// Start and End, when set, are the span an accepted lease was booked
+	// over instead of the award's: the award came too late for its own
+	// span (Lease.Late), and the provider re-timed the lease to begin at
+	// its confirm (Lease.Retimed). Unset: the award's span.
+	Start time.Time `json:"start,omitzero"`
+	End   time.Time `json:"end,omitzero"`
 }
 
 // RunState is where a lease is in its life: the one state vocabulary used by
@@ -730,6 +736,42 @@ func (l Lease) Moved(start time.Time, devices []int, now time.Time) (Lease, erro
 	m := l
 	m.Start, m.End = start, start.Add(l.End.Sub(l.Start))
 	m.Devices = append([]int(nil), devices...)
+	return m, nil
+}
+
+// MinRun is how much of a lease of length d must still lie ahead when it
+// is confirmed: max(1 s, 5 % of d), at most d.
+func MinRun(d time.Duration) time.Duration { return min(d, max(time.Second, d/20)) }
+
+// Late reports whether l, confirmed at now, has less than MinRun of its
+// span left. Its award came late (a long failover, a loaded renter or
+// network: a bid's span is fixed when it is made): run as it stands, the
+// lease would start after its end, or run too short to be of use and end
+// expired. Its provider re-times it (Retimed) or declines it.
+func (l Lease) Late(now time.Time) bool { return l.End.Sub(now) < MinRun(l.End.Sub(l.Start)) }
+
+// ErrBadRetime is a lease re-time that breaks Lease.Retimed's rule.
+var ErrBadRetime = errors.New("auction: invalid lease re-time")
+
+// Retimed returns l, confirmed late (Late) at start, re-timed to begin
+// then: its length, price and terms kept. Only a late lease is re-timed,
+// only to its confirm (within MoveSkew of now: the provider's and the
+// renter's clocks differ a little) and only before its job's start
+// deadline (zero: none). The provider books a late award by this rule and
+// says so in its confirm; the renter checks the confirm by it too.
+func (l Lease) Retimed(start, deadline, now time.Time) (Lease, error) {
+	switch {
+	case !l.Late(start):
+		return Lease{}, fmt.Errorf("%w: lease %s was not late at %s: %s of its span was left", ErrBadRetime, l.ID,
+			start.Format(time.RFC3339Nano), l.End.Sub(start).Round(time.Millisecond))
+	case start.Before(now.Add(-MoveSkew)) || start.After(now.Add(MoveSkew)):
+		return Lease{}, fmt.Errorf("%w: lease %s: new start %s is not now (%s)", ErrBadRetime, l.ID,
+			start.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+	case !deadline.IsZero() && !start.Before(deadline):
+		return Lease{}, fmt.Errorf("%w: lease %s: the job's start deadline %s has passed", ErrBadRetime, l.ID, deadline.Format(time.RFC3339))
+	}
+	m := l
+	m.Start, m.End = start, start.Add(l.End.Sub(l.Start))
 	return m, nil
 }
 

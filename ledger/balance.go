@@ -16,11 +16,11 @@ type Balance struct {
 }
 
 // Balances returns the balance per counterparty over the whole ledger.
-// Receipts and successions do not move balances.
+// Receipts, successions and disputes do not move balances.
 func (db *DB) Balances() (map[string]Balance, error) {
 	out := make(map[string]Balance)
 	err := db.scan(Filter{}, func(e *Entry) error {
-		if e.Kind == KindReceipt || e.Kind == KindSuccession {
+		if e.Kind == KindReceipt || e.Kind == KindSuccession || e.Kind == KindDispute {
 			return nil
 		}
 		b := out[e.Counterparty]

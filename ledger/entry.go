@@ -39,11 +39,17 @@ const (
 	// and the next succession must hand over from that one: the chain goes
 	// on across rotations, one owner at a time.
 	KindSuccession Kind = "succession"
+	// KindDispute records a lease whose settlement was given up: its
+	// receipt was refused, time after time, by the renter (or from the
+	// provider, on the renter's side), so the two parties disagree on it.
+	// Data holds why ({"reason": "..."}), Counterparty is the other party.
+	// It moves no money; a receipt may still settle the lease later.
+	KindDispute Kind = "dispute"
 )
 
 // Kinds are every entry kind, in the order they were introduced.
 func Kinds() []Kind {
-	return []Kind{KindReceipt, KindPaymentOwed, KindPaymentEarned, KindPreemptionCredit, KindSuccession}
+	return []Kind{KindReceipt, KindPaymentOwed, KindPaymentEarned, KindPreemptionCredit, KindSuccession, KindDispute}
 }
 
 // KindNames lists every entry kind for messages: "receipt, payment_owed, ...".
@@ -175,6 +181,10 @@ func prepare(e Entry, now time.Time) (Entry, error) {
 		if err := checkSuccession(&e); err != nil {
 			return e, err
 		}
+	case KindDispute:
+		if e.Direction != DirNone || e.Amount != 0 || e.LeaseID == "" {
+			return e, fmt.Errorf("%s moves no money and names a lease", e.Kind)
+		}
 	case "":
 		return e, fmt.Errorf("entry has no kind")
 	default:
@@ -191,7 +201,7 @@ func prepare(e Entry, now time.Time) (Entry, error) {
 	}
 	if e.Amount == 0 {
 		e.Amount = 0 // normalize -0
-		if e.Kind != KindReceipt && e.Kind != KindSuccession {
+		if e.Kind != KindReceipt && e.Kind != KindSuccession && e.Kind != KindDispute {
 			return e, fmt.Errorf("%s needs a positive amount", e.Kind)
 		}
 	}

@@ -134,6 +134,8 @@ func TestAppendRejectsBadInput(t *testing.T) {
 		{"bad utf8", func(e *Entry) { e.Counterparty = "\xff\xfe" }, "not valid UTF-8"},
 		{"long field", func(e *Entry) { e.LeaseID = strings.Repeat("l", MaxFieldLen+1) }, "limit"},
 		{"time range", func(e *Entry) { e.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "out of range"},
+		{"dispute with money", func(e *Entry) { e.Kind, e.LeaseID, e.Direction = KindDispute, "lease-1", "" }, "moves no money"},
+		{"dispute of no lease", func(e *Entry) { e.Kind, e.Direction, e.Amount = KindDispute, "", 0 }, "names a lease"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -157,6 +159,10 @@ func TestAppendRejectsBadInput(t *testing.T) {
 	// A valid receipt may have a zero amount and no counterparty.
 	if _, err := db.Append(Entry{Kind: KindReceipt, Data: json.RawMessage(`{"ok":true}`)}); err != nil {
 		t.Errorf("valid receipt rejected: %v", err)
+	}
+	// A dispute names its lease and counterparty, and moves no money.
+	if _, err := db.Append(Entry{Kind: KindDispute, LeaseID: "lease-1", Counterparty: "peer", Data: json.RawMessage(`{"reason":"refused"}`)}); err != nil {
+		t.Errorf("valid dispute rejected: %v", err)
 	}
 }
 
@@ -326,6 +332,7 @@ func TestBalances(t *testing.T) {
 		{Kind: KindPreemptionCredit, Direction: DirCreditGranted, Counterparty: "bob", Amount: 0.75},
 		{Kind: KindPaymentOwed, Counterparty: "bob", Amount: 3},
 		{Kind: KindPaymentEarned, Counterparty: "carol", Amount: 0.125},
+		{Kind: KindDispute, Counterparty: "dave", LeaseID: "lease-1"}, // no money
 	}
 	if _, err := db.AppendAll(seq); err != nil {
 		t.Fatal(err)

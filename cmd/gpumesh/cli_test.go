@@ -58,7 +58,7 @@ func TestMarketCLIArgErrors(t *testing.T) {
 		{"unexpected argument \"x\" (see `gpumesh job list --help`)", []string{"job", "list", "x"}},
 		{`unexpected argument "x"`, []string{"ledger", "verify", "x"}},
 		{`unexpected argument "x"`, []string{"provider", "stats", "x"}},
-		{`unknown --kind "bogus" (receipt, payment_owed, payment_earned, preemption_credit, succession)`, []string{"ledger", "list", "--kind", "bogus"}},
+		{`unknown --kind "bogus" (receipt, payment_owed, payment_earned, preemption_credit, succession, dispute)`, []string{"ledger", "list", "--kind", "bogus"}},
 		{"--limit must be >= 0", []string{"ledger", "list", "--limit", "-1"}},
 		{"choose exactly one of --json or --csv", []string{"ledger", "export"}},
 		{"choose exactly one of --json or --csv", []string{"ledger", "export", "--json", "--csv"}},

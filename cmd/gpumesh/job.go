@@ -144,6 +144,9 @@ func printJobView(w io.Writer, v *api.JobView, peer func(string) string) {
 			fmt.Fprintf(w, "scrub:      %s\n", scrubText(r.Scrub))
 		}
 	}
+	if v.Dispute != "" {
+		fmt.Fprintf(w, "dispute:    settlement given up, %s\n", v.Dispute)
+	}
 	for _, o := range v.Outputs {
 		fmt.Fprintf(w, "output:     %s (%d bytes, sha256 %s)\n", o.Path, o.Size, o.SHA256)
 	}

@@ -72,3 +72,16 @@ func TestJobStatusShowsNoPersistAndScrub(t *testing.T) {
 		}
 	}
 }
+
+// TestJobStatusShowsDispute: job status says that the current lease's
+// settlement was given up, and why.
+func TestJobStatusShowsDispute(t *testing.T) {
+	v := &api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-1"}, State: auction.JobFinished}, Run: auction.RunSucceeded,
+		Dispute: "receipt refused 5 times: attest: receipt disagrees with the lease: price 2, lease has 1"}
+	var b bytes.Buffer
+	printJobView(&b, v, shortPeer)
+	want := "dispute:    settlement given up, receipt refused 5 times: attest: receipt disagrees with the lease: price 2, lease has 1\n"
+	if out := b.String(); !strings.Contains(out, want) {
+		t.Fatalf("job status lacks %q:\n%s", want, out)
+	}
+}

@@ -122,6 +122,10 @@ type JobView struct {
 	LastTelemetry *attest.Heartbeat `json:"last_telemetry,omitempty"`
 	// Receipt is the two-party signed completion receipt, once settled.
 	Receipt *attest.Receipt `json:"receipt,omitempty"`
+	// Dispute says why this renter gave up settling the current lease:
+	// it refused its provider's receipt time after time (the ledger holds
+	// a dispute entry saying so).
+	Dispute string `json:"dispute,omitempty"`
 	// CostUSD is what the renter owes for this job so far (settled leases).
 	CostUSD float64 `json:"cost_usd"`
 	// History lists earlier leases of this job (e.g. preempted attempts).
@@ -187,6 +191,8 @@ type LeaseRecord struct {
 	// Restored is the one it started from.
 	Checkpoint *auction.Checkpoint `json:"checkpoint,omitempty"`
 	Restored   *auction.Checkpoint `json:"restored,omitempty"`
+	// Dispute says why the attempt's settlement was given up (JobView).
+	Dispute string `json:"dispute,omitempty"`
 }
 
 // BidsView is GET /v1/jobs/{id}/bids: ranked bids and why the winner won.
@@ -267,6 +273,10 @@ type ProviderLease struct {
 	ExitCode *int             `json:"exit_code,omitempty"`
 	Detail   string           `json:"detail,omitempty"`
 	Fault    auction.Fault    `json:"fault,omitempty"`
+	// Dispute says why the provider gave up settling the lease: its
+	// renter refused its receipt time after time (the ledger holds a
+	// dispute entry saying so).
+	Dispute string `json:"dispute,omitempty"`
 }
 
 // LedgerVerifyView is GET /v1/ledger/verify on success. On tampering the

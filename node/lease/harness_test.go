@@ -54,10 +54,15 @@ type fakeExec struct {
 	started chan string
 	// specs holds each started job's spec, by id.
 	specs sync.Map
+	// running holds the job running on each device, by index; overlaps
+	// lists every start on a device another job was still running on (a
+	// GPU booked twice).
+	running  map[int]string
+	overlaps []string
 }
 
 func newFakeExec(t *testing.T) *fakeExec {
-	return &fakeExec{dir: t.TempDir(), gates: map[string]chan struct{}{}, started: make(chan string, 64)}
+	return &fakeExec{dir: t.TempDir(), gates: map[string]chan struct{}{}, started: make(chan string, 64), running: map[int]string{}}
 }
 
 func (e *fakeExec) gate(name string) chan struct{} {
@@ -139,6 +144,8 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 	}
 	e.specs.Store(spec.ID, spec)
 	h := &fakeHandle{wd: wd, stop: make(chan struct{}), done: make(chan struct{}), started: time.Now()}
+	e.occupy(spec.ID, spec.GPUs)
+	h.free = func() { e.vacate(spec.ID, spec.GPUs) }
 	fmt.Fprintf(stdout, "fake job %s started\n", spec.ID)
 	go h.run(done, exit, spec.Deadline)
 	e.started <- spec.ID
@@ -148,7 +155,39 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 	return h, nil
 }
 
+// occupy marks devices running job id, noting each that another job still
+// runs on.
+func (e *fakeExec) occupy(id string, devices []int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, d := range devices {
+		if other, busy := e.running[d]; busy {
+			e.overlaps = append(e.overlaps, fmt.Sprintf("device %d: %s started while %s ran", d, id, other))
+		}
+		e.running[d] = id
+	}
+}
+
+// vacate frees the devices job id ran on.
+func (e *fakeExec) vacate(id string, devices []int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, d := range devices {
+		if e.running[d] == id {
+			delete(e.running, d)
+		}
+	}
+}
+
+// doubleBooked lists the starts on a device another job was running on.
+func (e *fakeExec) doubleBooked() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.overlaps...)
+}
+
 type fakeHandle struct {
+	free     func() // the job's devices are free again
 	wd       string
 	started  time.Time
 	stopOnce sync.Once
@@ -174,6 +213,9 @@ func (h *fakeHandle) run(exited <-chan struct{}, exit int, deadline time.Time) {
 	}
 	res.Ended = time.Now()
 	h.res = res
+	if h.free != nil {
+		h.free()
+	}
 	close(h.done)
 }
 
@@ -204,6 +246,10 @@ type crashable struct {
 	dropHeartbeats atomic.Bool
 	// dropMoves loses the node's lease events that tell of a move.
 	dropMoves atomic.Bool
+	// awardDelay is how long each award (or bid release) the node sends
+	// takes to reach its provider, in nanoseconds: a far or loaded
+	// network.
+	awardDelay atomic.Int64
 	// rewriteAward, when set, rewrites each award the node sends (a
 	// renter that lies about its lease id).
 	rewriteAward atomic.Pointer[func([]byte) []byte]
@@ -287,6 +333,15 @@ func (t crashTransport) SendAward(ctx context.Context, to peer.ID, data []byte) 
 	if rw := t.c.rewriteAward.Load(); rw != nil {
 		data = (*rw)(data)
 	}
+	if d := time.Duration(t.c.awardDelay.Load()); d > 0 {
+		in := time.NewTimer(d)
+		select {
+		case <-in.C:
+		case <-ctx.Done():
+			in.Stop()
+			return nil, ctx.Err()
+		}
+	}
 	resp, err := t.t.SendAward(ctx, to, data)
 	if hold := t.c.holdConfirm.Load(); hold != nil && err == nil {
 		(*hold)()
@@ -359,6 +414,11 @@ type harness struct {
 	queueBackoff, queueBackoffMax time.Duration
 	// nodes are the started nodes by peer id (the latest start of each).
 	nodes sync.Map
+	// onSave, when set, sees every job record the renters persist
+	// (TrackerConfig.OnSave); onCall every call for bids as a provider
+	// takes it in.
+	onSave func(api.JobView)
+	onCall func(auction.Call)
 }
 
 func newHarness(t *testing.T) *harness {
@@ -398,7 +458,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		Store: crashStore{n.crash, db.State("renter-jobs")}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
 		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: 2 * time.Second, Counters: n.counters,
 		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, FetchLog: h.fetchLog(s.ID()),
-		FetchOutputs: h.fetchOutputs(s.ID()), KeptDir: n.kept}); err != nil {
+		FetchOutputs: h.fetchOutputs(s.ID()), KeptDir: n.kept, OnSave: h.onSave, ProviderGPUs: h.providerGPUs}); err != nil {
 		t.Fatal(err)
 	}
 	handlers := auction.MemHandlers{OnBid: n.tracker.Auction().HandleBid}
@@ -451,6 +511,14 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			t.Fatal(err)
 		}
 		handlers.OnCall = n.provider.HandleCall
+		if see := h.onCall; see != nil {
+			handlers.OnCall = func(from peer.ID, data []byte) error {
+				if c, err := auction.DecodeCall(data); err == nil {
+					see(c)
+				}
+				return n.provider.HandleCall(from, data)
+			}
+		}
 		handlers.OnAward = n.provider.HandleAward
 		n.tr.OnRequest(wire.ProtoCancel, n.sup.HandleCancel)
 		n.tr.Subscribe(auction.ProviderTopics(&capab)...)
@@ -463,6 +531,23 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	t.Cleanup(n.close)
 	h.nodes.Store(s.ID(), n)
 	return n
+}
+
+// providerGPUs is a started provider's GPU count, as its capability
+// record says (the daemon's ProviderGPUs); 0 for anybody else.
+func (h *harness) providerGPUs(provider string) int {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return 0
+	}
+	x, ok := h.nodes.Load(id)
+	if !ok || x.(*node).spec == nil {
+		return 0
+	}
+	if n := len(x.(*node).spec.gpus); n > 0 {
+		return n
+	}
+	return 1
 }
 
 // fetchLog is renter's logs stream: it opens a lease's log on its provider

@@ -2,8 +2,10 @@ package lease
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,6 +96,37 @@ func (r *Receipts) record(sr *attest.SignedReceipt, asRenter bool) error {
 		r.log.Warn("reputation book refused own receipt", "err", err)
 	}
 	return nil
+}
+
+// maxReceiptRefusals is how many times a lease's receipt is refused (by
+// a renter that was reached and answered) before the lease's settlement
+// is given up as a dispute, on both sides: a receipt that disagrees with
+// the renter's view of the lease is refused again at every retry.
+const maxReceiptRefusals = 5
+
+// maxDisputeReason bounds the reason a dispute entry keeps (the other
+// party's refusal, which it words as it likes).
+const maxDisputeReason = 1 << 10
+
+// dispute records in the ledger that the settlement of lease leaseID (of
+// job jobID, with counterparty) was given up, and why; once per lease.
+func (r *Receipts) dispute(leaseID, jobID, counterparty, reason string) error {
+	if len(reason) > maxDisputeReason {
+		reason = strings.ToValidUTF8(reason[:maxDisputeReason], "")
+	}
+	prev, err := r.cfg.Ledger.List(ledger.Filter{Kind: ledger.KindDispute, LeaseID: leaseID, Limit: 1})
+	if err != nil || len(prev) > 0 {
+		return err
+	}
+	data, err := json.Marshal(struct {
+		Reason string `json:"reason"`
+	}{reason})
+	if err != nil {
+		return err
+	}
+	_, err = r.cfg.Ledger.AppendAll([]ledger.Entry{{Kind: ledger.KindDispute, LeaseID: leaseID, JobID: jobID,
+		Counterparty: counterparty, Data: data}})
+	return err
 }
 
 // gossip publishes a two-party receipt for everyone's reputation.

@@ -626,6 +626,18 @@ func (r *leaseRun) run() {
 			return
 		}
 	}
+	if now := s.now(); !now.Before(l.End) {
+		// Taken up after its end (a slow host or store; the auction
+		// confirms no lease that late, auction.Lease.Late): started now,
+		// the job would run on devices the calendar has given to the next
+		// lease. It is not run; the lateness is the provider's, and its
+		// renter requeues the job.
+		s.cfg.Counters.Add("provider.lease_begun_late")
+		log.Warn("lease not run: its span was over when it could begin", "start", l.Start, "end", l.End)
+		r.finish(runtime.Result{ExitCode: -1, Ended: now, Err: fmt.Errorf("lease was over (its end %s passed by %s) before the provider started it",
+			l.End.Format(time.RFC3339Nano), now.Sub(l.End).Round(time.Millisecond))}, nil)
+		return
+	}
 	// Heartbeats go from the lease's start (Preparing until the job
 	// starts: inputs and a checkpoint may take a while to fetch) until the
 	// final report is ready (outputs collected): a renter hears the
@@ -1296,18 +1308,36 @@ const DefaultSettleWindow = 24 * time.Hour
 // renter is unreachable, restarting, or its disk is full) is retried in
 // the background with a doubling wait until the lease is settled, the
 // supervisor stops (Recover takes it up again after a restart) or the
-// lease ended more than SettleWindow ago.
+// lease ended more than SettleWindow ago. A receipt the renter refuses
+// maxReceiptRefusals times disagrees with its view of the lease for good:
+// the settlement is given up as a dispute (dispute).
 func (s *Supervisor) settle(r *leaseRun) {
+	refusals := 0
+	// over reports whether the attempt that ended with err ends the
+	// settlement.
+	over := func(err error) bool {
+		var ref *refusal
+		switch {
+		case err == nil || s.ctx.Err() != nil:
+			return true
+		case errors.As(err, &ref):
+			s.cfg.Counters.Add("provider.settle_refused")
+			if refusals++; refusals >= maxReceiptRefusals {
+				s.dispute(r, refusals, ref.err)
+				return true
+			}
+		}
+		if s.settleExpired(r.lease()) {
+			s.giveUpSettle(r, err)
+			return true
+		}
+		return false
+	}
 	err := s.trySettle(r)
-	if err == nil {
+	if over(err) {
 		return
 	}
-	l := r.lease()
-	log := s.log.With("lease", l.ID)
-	if s.settleExpired(l) {
-		s.giveUpSettle(r, err)
-		return
-	}
+	log := s.log.With("lease", r.lease().ID)
 	log.Warn("lease not settled yet; retrying", "err", err, "retry_in", s.cfg.SettleRetry)
 	s.wg.Add(1)
 	go func() {
@@ -1320,11 +1350,7 @@ func (s *Supervisor) settle(r *leaseRun) {
 				return
 			}
 			err := s.trySettle(r)
-			if err == nil || s.ctx.Err() != nil {
-				return
-			}
-			if s.settleExpired(l) {
-				s.giveUpSettle(r, err)
+			if over(err) {
 				return
 			}
 			s.cfg.Counters.Add("provider.settle_retry")
@@ -1332,6 +1358,31 @@ func (s *Supervisor) settle(r *leaseRun) {
 			log.Info("lease not settled yet; retrying", "err", err, "retry_in", wait)
 		}
 	}()
+}
+
+// refusal is a settlement attempt whose receipt the renter, reached (it
+// answered the final report), refused to countersign.
+type refusal struct{ err error }
+
+func (e *refusal) Error() string { return "receipt not countersigned: " + e.err.Error() }
+func (e *refusal) Unwrap() error { return e.err }
+
+// dispute gives up settling a lease whose receipt its renter refused
+// refusals times, last saying err: the ledger records the dispute, and the
+// lease's record says so (its settlement is not taken up again).
+func (s *Supervisor) dispute(r *leaseRun, refusals int, err error) {
+	l := r.lease()
+	reason := fmt.Sprintf("receipt refused %d times by the renter: %v", refusals, err)
+	s.cfg.Counters.Add("provider.settle_disputed")
+	s.log.Error("lease settlement given up: the renter refuses its receipt", "lease", l.ID, "renter", l.Renter, "err", err)
+	if err := s.cfg.Receipts.dispute(l.ID, l.JobID, l.Renter, reason); err != nil {
+		s.log.Error("ledger: dispute not recorded", "lease", l.ID, "err", err)
+	}
+	r.mu.Lock()
+	r.pr.Rec.Dispute = reason
+	r.mu.Unlock()
+	s.saveRun(r)
+	s.purgeNoPersist(r)
 }
 
 // settleExpired reports whether a lease ended too long ago to keep trying
@@ -1350,7 +1401,7 @@ func (s *Supervisor) giveUpSettle(r *leaseRun, err error) {
 // trySettle makes one attempt at the final report and receipt exchange.
 func (s *Supervisor) trySettle(r *leaseRun) error {
 	r.mu.Lock()
-	done := r.pr.Settled
+	done := r.pr.Settled || r.pr.Rec.Dispute != ""
 	r.mu.Unlock()
 	if done {
 		return nil
@@ -1377,14 +1428,7 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	}
 	logDigest, scrub, noPersist := r.pr.LogDigest, r.pr.Scrub, r.pr.Job.NoPersist
 	r.mu.Unlock()
-	if rec.Started.Before(rec.Lease.Start) {
-		rec.Started = rec.Lease.Start
-	}
-	// A receipt spans a positive interval: a lease that never ran (or died
-	// before its first heartbeat) is settled as a 1ms span.
-	if !rec.Ended.After(rec.Started) {
-		rec.Ended = rec.Started.Add(time.Millisecond)
-	}
+	rec.Started, rec.Ended = receiptSpan(rec.Lease, rec.Started, rec.Ended)
 	// Bill what the renter can vouch for: the run's span less the gaps in
 	// the heartbeat summary the renter answered with (the renter checks
 	// the same bound, attest.BillableSeconds, before it countersigns).
@@ -1416,13 +1460,17 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	ctx, cancel := context.WithTimeout(s.ctx, 15*time.Second)
 	resp, err := s.cfg.Transport.Request(ctx, renter, wire.ProtoReceipt, b)
 	cancel()
-	if err != nil {
+	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		return fmt.Errorf("receipt not countersigned: %w", err)
+	}
+	if err != nil {
+		// It answered the final report a moment ago: it refused this one.
+		return &refusal{err}
 	}
 	full, err := attest.OpenReceipt(resp)
 	if err != nil || full.Receipt.LeaseID != rc.LeaseID || string(full.Payload) != string(sr.Payload) {
 		s.cfg.Counters.Add("provider.bad_countersign")
-		return fmt.Errorf("renter returned an invalid receipt: %v", err)
+		return &refusal{fmt.Errorf("renter returned an invalid receipt: %v", err)}
 	}
 	if err := s.cfg.Receipts.record(full, false); err != nil {
 		if errors.Is(err, ledger.ErrAlreadySettled) {
@@ -1440,6 +1488,26 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	return nil
 }
 
+// receiptSpan is the span a receipt of lease l whose run went from started
+// to ended states: the run clipped to the lease (a job stopped at the
+// lease's end ends a moment after it; the renter refuses a receipt outside
+// the lease, attest.CheckReceipt), and a positive interval: a lease that
+// never ran (or died before its first heartbeat) is settled as a 1 ms span,
+// inside the lease.
+func receiptSpan(l auction.Lease, started, ended time.Time) (time.Time, time.Time) {
+	started = maxTime(started, l.Start)
+	if ended.After(l.End) {
+		ended = l.End
+	}
+	if !ended.After(started) {
+		if last := l.End.Add(-time.Millisecond); started.After(last) {
+			started = last
+		}
+		ended = started.Add(time.Millisecond)
+	}
+	return started, ended
+}
+
 func (r *leaseRun) markSettled() {
 	r.mu.Lock()
 	r.pr.Settled = true
@@ -1451,7 +1519,8 @@ func (r *leaseRun) markSettled() {
 // ahead is booked again and scheduled (restore); any other lease that was
 // pending or running when the daemon stopped is reported failed (never
 // silently forgotten), its leftover processes are killed and its scratch
-// space wiped; unsettled leases are settled once the network is up (after
+// space wiped; unsettled leases (not given up as disputed) are settled
+// once the network is up (after
 // RecoverDelay).
 func (s *Supervisor) Recover() error {
 	var stale []providerRecord
@@ -1460,7 +1529,7 @@ func (s *Supervisor) Recover() error {
 		if err := json.Unmarshal(raw, &pr); err != nil {
 			return nil
 		}
-		if !pr.Rec.Run.Terminal() || !pr.Settled {
+		if !pr.Rec.Run.Terminal() || (!pr.Settled && pr.Rec.Dispute == "") {
 			stale = append(stale, pr)
 		}
 		return nil

@@ -130,7 +130,7 @@ type Tracker struct {
 	jobs    map[string]*api.JobView
 	mons    map[string]*attest.HeartbeatMonitor
 	byLease map[string]string        // lease id → job id
-	leased  chan struct{}            // closed (and replaced) when a lease is recorded
+	changed chan struct{}            // closed (and replaced) at each change of a job's record (notify)
 	wake    map[string]chan struct{} // queued job id → offer it now
 	reoffer time.Time                // when the next re-offer may go out
 	wg      sync.WaitGroup
@@ -151,6 +151,9 @@ type Tracker struct {
 	// error in keepErr).
 	keeping map[string]chan struct{}
 	keepErr map[string]error
+	// refusals counts the refused receipts of leases not settled yet (see
+	// refused).
+	refusals map[string]int
 }
 
 // NewTracker returns a Tracker with its auction.Renter and reloads the jobs
@@ -191,8 +194,9 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*api.JobView{},
-		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, leased: make(chan struct{}), wake: map[string]chan struct{}{},
-		archived: map[string]*archived{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{}}
+		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, changed: make(chan struct{}), wake: map[string]chan struct{}{},
+		archived: map[string]*archived{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
+		refusals: map[string]int{}}
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score,
@@ -502,13 +506,12 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.Started, v.Ended, v.ExitCode, v.Detail, v.Receipt, v.Heartbeats, v.LastTelemetry, v.Outputs =
 		time.Time{}, time.Time{}, nil, "", nil, nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
-	v.LogDigest, v.LogBytes, v.Evidence, v.Kept = "", 0, "", ""
+	v.LogDigest, v.LogBytes, v.Evidence, v.Kept, v.Dispute = "", 0, "", "", ""
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
 	v.Restored = nil
 	t.mons[l.ID] = mon
 	t.byLease[l.ID] = job.ID
-	close(t.leased)
-	t.leased = make(chan struct{})
+	t.notifyLocked()
 	t.mu.Unlock()
 	t.fold(job.ID)
 	t.observeAuction(job.ID, OutcomeLeased)
@@ -563,10 +566,45 @@ func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
 	}()
 }
 
+// notifyLocked wakes whoever waits for a change of a job's record
+// (waitChange). t.mu is held.
+func (t *Tracker) notifyLocked() {
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// waitChange waits until done holds, checking it again at each change of
+// a job's record (every path that changes one saves it, and a save
+// notifies), until timeout or the tracker's end; it reports whether done
+// held.
+func (t *Tracker) waitChange(timeout time.Duration, done func() bool) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		t.mu.Lock()
+		ch := t.changed
+		t.mu.Unlock()
+		if done() {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		case <-t.ctx.Done():
+			return false
+		}
+	}
+}
+
 // save persists the record of a job. The saves of one job are serialised
 // (those of different jobs go in parallel), each reading the record as it
-// writes it, so a slow save never overwrites a newer one.
+// writes it, so a slow save never overwrites a newer one. Its waiters
+// (waitChange) are woken first: the record has changed already.
 func (t *Tracker) save(id string) {
+	t.mu.Lock()
+	t.notifyLocked()
+	t.mu.Unlock()
 	mu := &t.saveMu[stripe(id, len(t.saveMu))]
 	mu.Lock()
 	defer mu.Unlock()
@@ -884,29 +922,17 @@ const awaitLeaseFor = 2 * time.Second
 // provider's next try (seconds later), and the renter, hearing nothing,
 // could call a provider that had finished lost.
 func (t *Tracker) awaitLease(leaseID, jobID string) {
-	var deadline <-chan time.Time // armed only when the report must wait
-	for {
+	recorded := func() bool {
 		t.mu.Lock()
 		_, known := t.byLease[leaseID]
-		ch := t.leased
 		t.mu.Unlock()
-		if known || !t.awarding(leaseID, jobID) {
-			return
-		}
-		if deadline == nil {
-			t.cfg.Counters.Add("renter.event_before_lease")
-			timer := time.NewTimer(awaitLeaseFor)
-			defer timer.Stop()
-			deadline = timer.C
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			return
-		case <-t.ctx.Done():
-			return
-		}
+		return known || !t.awarding(leaseID, jobID)
 	}
+	if recorded() {
+		return
+	}
+	t.cfg.Counters.Add("renter.event_before_lease")
+	t.waitChange(awaitLeaseFor, recorded)
 }
 
 // awarding says whether this renter's auction of job jobID sent the award
@@ -1138,16 +1164,10 @@ func eventTimesValid(ev wire.LeaseEvent, l auction.Lease, now time.Time) error {
 // whose provider may never settle.
 func (t *Tracker) requeue(jobID string, lease auction.Lease, opts auction.RequeueOptions) {
 	// Give the receipt exchange a moment so history shows the settled cost.
-	deadline := time.Now().Add(t.cfg.SettleWait)
-	for time.Now().Before(deadline) && t.ctx.Err() == nil {
-		if v, _ := t.View(jobID); v.Receipt != nil || t.lostUnreported(lease.ID) || neverRan(v, lease.ID) {
-			break
-		}
-		select {
-		case <-time.After(100 * time.Millisecond):
-		case <-t.ctx.Done():
-		}
-	}
+	t.waitChange(t.cfg.SettleWait, func() bool {
+		v, _ := t.View(jobID)
+		return v.Receipt != nil || t.lostUnreported(lease.ID) || neverRan(v, lease.ID)
+	})
 	t.archive(jobID, lease.ID)
 	ctx, cancel := context.WithTimeout(t.ctx, 3*time.Minute)
 	defer cancel()
@@ -1202,12 +1222,12 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	t.keepArchivedLocked(jobID, snap, false)
 	v.History = append(v.History, api.LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, CostUSD: cost,
 		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode, Fault: v.Fault,
-		Checkpoint: leaseCheckpoint(v, v.Lease.ID), Restored: v.Restored})
+		Checkpoint: leaseCheckpoint(v, v.Lease.ID), Restored: v.Restored, Dispute: v.Dispute})
 	v.Restored = nil
 	// The current-lease fields describe the next lease from now on.
 	v.Lease, v.Receipt, v.ExitCode, v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil, nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
-	v.LogDigest, v.LogBytes, v.Evidence, v.Kept = "", 0, "", ""
+	v.LogDigest, v.LogBytes, v.Evidence, v.Kept, v.Dispute = "", 0, "", "", ""
 	v.Run, v.Started, v.Ended = "", time.Time{}, time.Time{}
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
 	v.State = auction.JobBidding
@@ -1218,7 +1238,7 @@ func (t *Tracker) archive(jobID, leaseID string) {
 // the lease and our heartbeat record, countersigns it, records it and
 // gossips it (wire.ProtoReceipt). It answers with the countersigned
 // receipt.
-func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) ([]byte, error) {
+func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) (_ []byte, err error) {
 	count := t.cfg.Counters.Add
 	sr, err := attest.UnmarshalReceipt(data)
 	if err != nil {
@@ -1266,6 +1286,11 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 		count("renter.receipt_duplicate")
 		return nil, fmt.Errorf("lease %s is already settled", r.LeaseID)
 	}
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			t.refused(jobID, lease, err)
+		}
+	}()
 	now := t.now()
 	if err := attest.CheckReceipt(r, lease, now); err != nil {
 		count("renter.receipt_mismatch")
@@ -1343,6 +1368,9 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 	if err := t.cfg.Receipts.record(sr, true); err != nil {
 		return nil, err
 	}
+	t.mu.Lock()
+	delete(t.refusals, r.LeaseID)
+	t.mu.Unlock()
 	if a != nil && t.settledArchived(r) {
 		t.save(jobID)
 		t.cfg.Receipts.gossip(sr)
@@ -1372,6 +1400,40 @@ func (t *Tracker) LeaseJob(provider peer.ID, leaseID string) (auction.Job, bool)
 		return auction.Job{}, false
 	}
 	return v.Job, true
+}
+
+// refused counts a refusal of lease l's receipt (job jobID), saying err:
+// at the maxReceiptRefusals-th the lease's settlement is given up as a
+// dispute, recorded in the ledger and shown in the job's record (its
+// provider gives up by the same count). A receipt that settles it later is
+// still taken.
+func (t *Tracker) refused(jobID string, l auction.Lease, err error) {
+	t.mu.Lock()
+	t.refusals[l.ID]++
+	n := t.refusals[l.ID]
+	if n >= maxReceiptRefusals {
+		delete(t.refusals, l.ID)
+	}
+	t.mu.Unlock()
+	if n < maxReceiptRefusals {
+		return
+	}
+	reason := fmt.Sprintf("receipt refused %d times: %v", n, err)
+	t.cfg.Counters.Add("renter.settle_disputed")
+	t.log.Error("lease settlement given up: its provider's receipt is refused", "job", jobID, "lease", l.ID, "provider", l.Provider, "err", err)
+	if err := t.cfg.Receipts.dispute(l.ID, jobID, l.Provider, reason); err != nil {
+		t.log.Error("ledger: dispute not recorded", "lease", l.ID, "err", err)
+	}
+	t.mu.Lock()
+	if v := t.jobs[jobID]; v != nil {
+		if v.Lease != nil && v.Lease.ID == l.ID {
+			v.Dispute = reason
+		} else if rec := historyRecordLocked(v, l.ID); rec != nil {
+			rec.Dispute = reason
+		}
+	}
+	t.mu.Unlock()
+	t.save(jobID)
 }
 
 // LeaseNamesInput reports whether provider holds a current lease (not yet

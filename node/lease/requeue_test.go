@@ -1,0 +1,85 @@
+package lease
+
+import (
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// TestRequeueFollowsTheReceipt: a job whose lease failed through its
+// provider's fault goes back to auction as soon as that lease's receipt is
+// recorded (the requeue waits for it, so that history shows the settled
+// cost), not at the next tick of a poll: over nine such requeues the
+// re-offer's call follows the receipt within milliseconds, where the
+// 100 ms poll it replaces took 100 ms (the receipt comes just after the
+// requeue's first look).
+func TestRequeueFollowsTheReceipt(t *testing.T) {
+	const attempts = 10
+	h := newHarness(t)
+	var (
+		mu       sync.Mutex
+		receipts = map[int]time.Time{} // attempt → when its receipt was recorded
+		calls    = map[int]time.Time{} // attempt → when its call reached a provider
+		finished = make(chan api.JobView, 1)
+	)
+	h.onSave = func(v api.JobView) {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if v.Lease != nil && v.Receipt != nil && receipts[v.Lease.Attempt].IsZero() {
+			receipts[v.Lease.Attempt] = now
+		}
+		if v.State == auction.JobFinished && v.Receipt != nil {
+			select {
+			case finished <- v:
+			default:
+			}
+		}
+	}
+	h.onCall = func(c auction.Call) {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if calls[c.Job.Attempt].IsZero() {
+			calls[c.Job.Attempt] = now
+		}
+	}
+	r := h.renter()
+	for i := 0; i < attempts; i++ {
+		h.provider(provSpec{model: "A100", price: 1})
+	}
+	// Every provider's executor fails the job (its fault): the job is
+	// requeued elsewhere until its attempts are spent.
+	j := job(auction.Silver, 5, time.Minute, "panic", "-", "0")
+	j.MaxAttempts = attempts
+	r.post(j)
+	var v api.JobView
+	select {
+	case v = <-finished:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job did not finish its attempts within 30 s")
+	}
+	if len(v.History) != attempts-1 || v.Run != auction.RunFailed {
+		t.Fatalf("job finished %s after %d earlier attempts, want %d", v.Run, len(v.History), attempts-1)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var lags []time.Duration
+	for a := 0; a < attempts-1; a++ {
+		if receipts[a].IsZero() || calls[a+1].IsZero() {
+			t.Fatalf("attempt %d: receipt at %s, next call at %s", a, receipts[a], calls[a+1])
+		}
+		// (the receipt's time is taken once its record is written, and the
+		// requeue may go on before that)
+		lags = append(lags, max(calls[a+1].Sub(receipts[a]), 0))
+	}
+	sort.Slice(lags, func(i, k int) bool { return lags[i] < lags[k] })
+	// The median: a busy host may delay one wake-up or two.
+	if med := lags[len(lags)/2]; med > 50*time.Millisecond {
+		t.Fatalf("receipt → re-offer took %v (median %v): the requeue did not follow the receipt", lags, med)
+	}
+}
