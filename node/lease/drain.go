@@ -66,6 +66,7 @@ func (s *Supervisor) Drain(grace time.Duration, stopping bool) api.DrainView {
 	s.mu.Lock()
 	s.drain = d
 	s.mu.Unlock()
+	s.changed.notify()
 	for _, r := range handBack {
 		s.cfg.Counters.Add("provider.drain_handed_back")
 		r.abort(auction.RunPreempted, auction.HandBackDetail)
@@ -79,17 +80,28 @@ func (s *Supervisor) Undrain() {
 	s.mu.Lock()
 	s.drain = nil
 	s.mu.Unlock()
+	s.changed.notify()
 }
 
 // DrainView is the last drain's progress (Draining is the auction
 // provider's to say; the caller fills it).
 func (s *Supervisor) DrainView() api.DrainView {
+	v, _ := s.drainView()
+	return v
+}
+
+// drainView is DrainView and, while the drain is not done, the earliest
+// time it may be by the clock alone (an ended lease's DrainSettleWait
+// running out; zero when none): every other step is a save of a lease's
+// record.
+func (s *Supervisor) drainView() (api.DrainView, time.Time) {
 	s.mu.Lock()
 	d := s.drain
 	s.mu.Unlock()
 	v := api.DrainView{Leases: []api.DrainLease{}, Done: true}
+	var next time.Time
 	if d == nil {
-		return v
+		return v, next
 	}
 	v.Since, v.Grace = d.at, d.grace
 	now := s.now()
@@ -106,27 +118,42 @@ func (s *Supervisor) DrainView() api.DrainView {
 		if action == api.DrainKeep {
 			continue
 		}
-		if !rec.Run.Terminal() || (!settled && now.Sub(rec.Ended) < DrainSettleWait) {
+		switch {
+		case !rec.Run.Terminal():
 			v.Done = false
+		case !settled && now.Sub(rec.Ended) < DrainSettleWait:
+			v.Done = false
+			if due := rec.Ended.Add(DrainSettleWait); next.IsZero() || due.Before(next) {
+				next = due
+			}
 		}
 	}
 	sort.Slice(v.Leases, func(i, j int) bool { return v.Leases[i].End.Before(v.Leases[j].End) })
-	return v
+	return v, next
 }
 
-// DrainWait waits until the drain is done (DrainView.Done) or ctx ends.
+// DrainWait waits until the drain is done (DrainView.Done) or ctx ends. It
+// looks again at each save of a lease's record or change of the drain,
+// and once when the first settle wait runs out.
 func (s *Supervisor) DrainWait(ctx context.Context) (api.DrainView, error) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
+	settle := time.NewTimer(0)
+	defer settle.Stop()
 	for {
-		v := s.DrainView()
+		changed := s.changed.wait()
+		v, next := s.drainView()
 		if v.Done {
 			return v, nil
+		}
+		var due <-chan time.Time
+		if !next.IsZero() {
+			settle.Reset(next.Sub(s.now()))
+			due = settle.C
 		}
 		select {
 		case <-ctx.Done():
 			return v, fmt.Errorf("drain not done: %w", ctx.Err())
-		case <-t.C:
+		case <-changed:
+		case <-due:
 		}
 	}
 }

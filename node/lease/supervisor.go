@@ -150,7 +150,10 @@ type Supervisor struct {
 	heldJobs map[string]string
 	limits   api.LimitsView
 	drain    *drainState // the last drain, until Undrain
-	wg       sync.WaitGroup
+	// changed is at each save of a lease's record and each change of the
+	// drain (what DrainWait waits on).
+	changed broadcast
+	wg      sync.WaitGroup
 	// pruned is when job files were last pruned (unix nanoseconds).
 	pruned atomic.Int64
 	// jobBytes is what the job files held at the last size prune plus
@@ -348,7 +351,9 @@ func (s *Supervisor) outDir(leaseID string) string {
 
 // saveRun persists a lease's record. Saves of one lease are serialised,
 // each reading the record as it writes it, so a slow save (a heartbeat's)
-// never overwrites a newer one (the end's).
+// never overwrites a newer one (the end's). Its waiters (DrainWait) are
+// woken once it is written: a drain is done only when what it waited for
+// is in the store, for a daemon that stops next.
 func (s *Supervisor) saveRun(r *leaseRun) {
 	r.saveMu.Lock()
 	defer r.saveMu.Unlock()
@@ -358,6 +363,7 @@ func (s *Supervisor) saveRun(r *leaseRun) {
 	if err := s.cfg.Store.Put(pr.Rec.Lease.ID, pr); err != nil {
 		s.log.Error("persist lease", "lease", pr.Rec.Lease.ID, "err", err)
 	}
+	s.changed.notify()
 }
 
 func (s *Supervisor) run(id string) *leaseRun {

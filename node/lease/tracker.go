@@ -130,7 +130,7 @@ type Tracker struct {
 	jobs    map[string]*api.JobView
 	mons    map[string]*attest.HeartbeatMonitor
 	byLease map[string]string        // lease id → job id
-	changed chan struct{}            // closed (and replaced) at each change of a job's record (notify)
+	changed broadcast                // at each change of a job's record (save)
 	wake    map[string]chan struct{} // queued job id → offer it now
 	reoffer time.Time                // when the next re-offer may go out
 	wg      sync.WaitGroup
@@ -194,7 +194,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*api.JobView{},
-		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, changed: make(chan struct{}), wake: map[string]chan struct{}{},
+		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
 		archived: map[string]*archived{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
 		refusals: map[string]int{}}
 	var err error
@@ -511,7 +511,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.Restored = nil
 	t.mons[l.ID] = mon
 	t.byLease[l.ID] = job.ID
-	t.notifyLocked()
+	t.changed.notify()
 	t.mu.Unlock()
 	t.fold(job.ID)
 	t.observeAuction(job.ID, OutcomeLeased)
@@ -566,13 +566,6 @@ func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
 	}()
 }
 
-// notifyLocked wakes whoever waits for a change of a job's record
-// (waitChange). t.mu is held.
-func (t *Tracker) notifyLocked() {
-	close(t.changed)
-	t.changed = make(chan struct{})
-}
-
 // waitChange waits until done holds, checking it again at each change of
 // a job's record (every path that changes one saves it, and a save
 // notifies), until timeout or the tracker's end; it reports whether done
@@ -581,9 +574,7 @@ func (t *Tracker) waitChange(timeout time.Duration, done func() bool) bool {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
-		t.mu.Lock()
-		ch := t.changed
-		t.mu.Unlock()
+		ch := t.changed.wait()
 		if done() {
 			return true
 		}
@@ -602,9 +593,7 @@ func (t *Tracker) waitChange(timeout time.Duration, done func() bool) bool {
 // writes it, so a slow save never overwrites a newer one. Its waiters
 // (waitChange) are woken first: the record has changed already.
 func (t *Tracker) save(id string) {
-	t.mu.Lock()
-	t.notifyLocked()
-	t.mu.Unlock()
+	t.changed.notify()
 	mu := &t.saveMu[stripe(id, len(t.saveMu))]
 	mu.Lock()
 	defer mu.Unlock()
