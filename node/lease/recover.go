@@ -167,14 +167,15 @@ func (t *Tracker) guard(jobID string, l auction.Lease, since time.Time) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		tick := time.NewTicker(max(t.cfg.LossAfter/8, 5*time.Millisecond))
-		defer tick.Stop()
+		// One timer, armed for the moment the silence would pass
+		// LossAfter: a heartbeat meanwhile moves that moment on (seen
+		// when the timer fires, which arms it again); a change of the
+		// job's record (its lease moved earlier, or ended) is looked at
+		// as it happens.
+		due := time.NewTimer(t.cfg.LossAfter)
+		defer due.Stop()
 		for {
-			select {
-			case <-t.ctx.Done():
-				return
-			case <-tick.C:
-			}
+			changed := t.changed.wait()
 			t.mu.Lock()
 			v, mon := t.jobs[jobID], t.mons[l.ID]
 			if v == nil || mon == nil || v.Lease == nil || v.Lease.ID != l.ID || v.Run.Terminal() {
@@ -189,13 +190,21 @@ func (t *Tracker) guard(jobID string, l auction.Lease, since time.Time) {
 				return
 			}
 			heard := maxTime(maxTime(maxTime(seen, l.Start), since), mon.LastAccepted())
-			if silent := now.Sub(heard); silent > t.cfg.LossAfter {
+			silent := now.Sub(heard)
+			if silent > t.cfg.LossAfter {
 				detail := "provider lost: no heartbeat for " + roundSilence(silent)
 				if seen.IsZero() {
 					detail += " (the job had not started)"
 				}
 				t.lose(jobID, l, detail)
 				return
+			}
+			due.Reset(t.cfg.LossAfter - silent + time.Nanosecond)
+			select {
+			case <-t.ctx.Done():
+				return
+			case <-changed:
+			case <-due.C:
 			}
 		}
 	}()
