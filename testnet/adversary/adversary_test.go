@@ -361,11 +361,16 @@ func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
 		// windows wait for their bids (a renter that knows only the honest
 		// providers closes once those have answered, which the bidders
 		// may or may not beat).
+		// Each job's bidders stay up until the test ends: closed peers
+		// would linger in every routing table, and the next round's DHT
+		// announcements would wait on dials to them (QUIC handshakes to
+		// a dead port time out) instead of exercising the attack.
 		bidders, err := NonConfirmingBidders(ctx, nBidders, PeerConfig{Bootstrap: []string{renter.addr()}, Log: testLog()},
 			BidderConfig{Advertise: true})
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(bidders.Close)
 		waitFor(t, 20*time.Second, "the renter listing every non-confirming bidder", func() bool {
 			lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
 			defer lcancel()
@@ -385,7 +390,6 @@ func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
 			return true
 		})
 		v, took, returned := postWatched(t, renter, job())
-		bidders.Close()
 		if v.Lease == nil {
 			t.Fatalf("job %d not leased under attack: %s %v (attempts %+v)", i, v.State, v.Reasons, v.Attempts)
 		}

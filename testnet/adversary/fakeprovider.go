@@ -107,10 +107,27 @@ func (p *Peer) bidder(ctx context.Context, cfg BidderConfig, onLease func(auctio
 		if err := putRecord(actx, p, auction.CapabilityKey(p.ID()), b); err != nil {
 			return nil, fmt.Errorf("adversary: advertise: %w", err)
 		}
-		for _, k := range auction.DiscoveryKeys(capab) {
-			if err := p.Node.Provide(actx, k); err != nil {
-				return nil, fmt.Errorf("adversary: provide %s: %w", k, err)
+		// Announced concurrently, as the daemon does (provideKeys): one
+		// slow lookup does not hold up the others' announcements.
+		keys := auction.DiscoveryKeys(capab)
+		errs := make(chan error, len(keys))
+		for _, k := range keys {
+			go func() {
+				if err := p.Node.Provide(actx, k); err != nil {
+					errs <- fmt.Errorf("adversary: provide %s: %w", k, err)
+					return
+				}
+				errs <- nil
+			}()
+		}
+		var first error
+		for range keys {
+			if err := <-errs; err != nil && first == nil {
+				first = err
 			}
+		}
+		if first != nil {
+			return nil, first
 		}
 	}
 	return prov, nil
