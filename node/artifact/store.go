@@ -643,16 +643,7 @@ func (s *Store) Add(src string, meta Meta) (string, error) {
 	// Pin a placeholder so chunks written during the import are never
 	// evicted by it, and reclaimed if the import fails.
 	tmpID := "import:" + abs + ":" + s.now().String()
-	s.mu.Lock()
-	s.pins[tmpID]++
-	s.recs[tmpID] = &record{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.pins, tmpID)
-		delete(s.recs, tmpID)
-		s.mu.Unlock()
-	}()
+	defer s.pinImport(tmpID)()
 	addFile := func(p, rel string, mode fs.FileMode) error {
 		e, err := s.importFile(tmpID, p)
 		if err != nil {
@@ -732,16 +723,7 @@ func (s *Store) addReader(m *Manifest, name string, r io.Reader, meta Meta) (str
 		return "", err
 	}
 	tmpID := "import:" + hex.EncodeToString(k[:8])
-	s.mu.Lock()
-	s.pins[tmpID]++
-	s.recs[tmpID] = &record{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.pins, tmpID)
-		delete(s.recs, tmpID)
-		s.mu.Unlock()
-	}()
+	defer s.pinImport(tmpID)()
 	e, err := s.importReader(tmpID, r)
 	if err == nil {
 		e.Path = name
@@ -1115,4 +1097,20 @@ func short(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// pinImport pins a placeholder record for an import under way, so that
+// chunks written during it are never evicted by it; the returned func
+// drops it (and with it the chunks of an import that failed).
+func (s *Store) pinImport(tmpID string) (release func()) {
+	s.mu.Lock()
+	s.pins[tmpID]++
+	s.recs[tmpID] = &record{}
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.pins, tmpID)
+		delete(s.recs, tmpID)
+		s.mu.Unlock()
+	}
 }
