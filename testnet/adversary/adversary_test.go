@@ -338,18 +338,35 @@ func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	flooder := adversary(t, renter, provs[0], provs[1])
-	floodDone := make(chan FloodReport, 1)
-	go func() {
-		// 200 calls/s from 2 owners: over every owner's token bucket
-		// (auction.DefaultCallRate 50/s, burst 100).
-		rep, _ := CallFlood(ctx, flooder, FloodConfig{Owners: 2, Rate: 200})
-		floodDone <- rep
-	}()
-	// The flood reaches the honest providers (they drop it, per owner).
-	waitFor(t, 15*time.Second, "the flood reaching the providers", func() bool {
-		c := counters(t, provs[0])
-		return c["provider.rate_limited"]+c["provider.owner_inflight"] > 0
-	})
+	var fr FloodReport
+	// flood floods calls until the returned stop is called, once the
+	// flood has reached the honest providers (they drop it, per owner):
+	// 200 calls/s from 2 owners, over every owner's token bucket
+	// (auction.DefaultCallRate 50/s, burst 100). It runs while a job is
+	// posted, not while a round's bidders join and announce themselves:
+	// on 2 cores the flood's load (every bidder bids on every flood call)
+	// would hold their DHT announcements past any deadline, and joining
+	// is not what the test measures.
+	flood := func() (stop func()) {
+		dropped := func() int {
+			c := counters(t, provs[0])
+			return c["provider.rate_limited"] + c["provider.owner_inflight"]
+		}
+		before := dropped()
+		fctx, fcancel := context.WithCancel(ctx)
+		done := make(chan FloodReport, 1)
+		go func() {
+			rep, _ := CallFlood(fctx, flooder, FloodConfig{Owners: 2, Rate: 200})
+			done <- rep
+		}()
+		waitFor(t, 15*time.Second, "the flood reaching the providers", func() bool { return dropped() > before })
+		return func() {
+			fcancel()
+			rep := <-done
+			fr.Calls += rep.Calls
+			fr.BidsHeld += rep.BidsHeld
+		}
+	}
 
 	const jobs, nBidders = 2, 8
 	honest := map[string]bool{provs[0].ID().String(): true, provs[1].ID().String(): true}
@@ -361,16 +378,11 @@ func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
 		// windows wait for their bids (a renter that knows only the honest
 		// providers closes once those have answered, which the bidders
 		// may or may not beat).
-		// Each job's bidders stay up until the test ends: closed peers
-		// would linger in every routing table, and the next round's DHT
-		// announcements would wait on dials to them (QUIC handshakes to
-		// a dead port time out) instead of exercising the attack.
 		bidders, err := NonConfirmingBidders(ctx, nBidders, PeerConfig{Bootstrap: []string{renter.addr()}, Log: testLog()},
 			BidderConfig{Advertise: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(bidders.Close)
 		waitFor(t, 20*time.Second, "the renter listing every non-confirming bidder", func() bool {
 			lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
 			defer lcancel()
@@ -389,7 +401,10 @@ func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
 			}
 			return true
 		})
+		stopFlood := flood()
 		v, took, returned := postWatched(t, renter, job())
+		stopFlood()
+		bidders.Close()
 		if v.Lease == nil {
 			t.Fatalf("job %d not leased under attack: %s %v (attempts %+v)", i, v.State, v.Reasons, v.Attempts)
 		}
@@ -411,8 +426,6 @@ func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
 			t.Errorf("job %d took %v to lease, more than two bid windows (%v); attempts %+v", i, took, 2*window, v.Attempts)
 		}
 	}
-	cancel()
-	fr := <-floodDone
 	c0, c1 := counters(t, provs[0]), counters(t, provs[1])
 	t.Logf("flood: %d calls published, %d bids held by the flooder; provider drops: rate_limited %d/%d, owner_inflight %d/%d, send_queue_full %d/%d",
 		fr.Calls, fr.BidsHeld, c0["provider.rate_limited"], c1["provider.rate_limited"],
