@@ -224,6 +224,15 @@ func (m *market) apiLogs(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// writeOutputsHead starts an outputs answer: the manifest in its header,
+// the tar body to follow.
+func writeOutputsHead(w http.ResponseWriter, outs []auction.OutputFile) {
+	hdr, _ := json.Marshal(outs)
+	w.Header().Set(api.ManifestHeader, string(hdr))
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.WriteHeader(http.StatusOK)
+}
+
 // apiOutputs relays a job's outputs (manifest header + tar body) from its
 // provider, or from this renter's kept copy.
 func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
@@ -233,10 +242,7 @@ func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
 			writeAPIError(w, err)
 			return
 		}
-		hdr, _ := json.Marshal(outs)
-		w.Header().Set(api.ManifestHeader, string(hdr))
-		w.Header().Set("Content-Type", "application/x-tar")
-		w.WriteHeader(http.StatusOK)
+		writeOutputsHead(w, outs)
 		_ = wire.WriteBundle(w, outDir, outs)
 		return
 	}
@@ -250,10 +256,7 @@ func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer body.Close()
-		hdr, _ := json.Marshal(outs)
-		w.Header().Set(api.ManifestHeader, string(hdr))
-		w.Header().Set("Content-Type", "application/x-tar")
-		w.WriteHeader(http.StatusOK)
+		writeOutputsHead(w, outs)
 		_, _ = io.Copy(w, body)
 		return
 	}
@@ -268,10 +271,7 @@ func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	hdr, _ := json.Marshal(outs)
-	w.Header().Set(api.ManifestHeader, string(hdr))
-	w.Header().Set("Content-Type", "application/x-tar")
-	w.WriteHeader(http.StatusOK)
+	writeOutputsHead(w, outs)
 	_, _ = io.Copy(w, body)
 }
 

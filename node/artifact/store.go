@@ -688,31 +688,16 @@ func (s *Store) Add(src string, meta Meta) (string, error) {
 		}
 	}
 	if err != nil {
-		s.mu.Lock()
-		delete(s.recs, tmpID)
-		s.gcLocked()
-		s.mu.Unlock()
+		s.abandonImport(tmpID)
 		return "", fmt.Errorf("artifact add %s: %w", src, err)
 	}
 	sort.Slice(m.Entries, func(i, j int) bool { return m.Entries[i].Path < m.Entries[j].Path })
 	if err := m.Validate(); err != nil {
 		// What peers would refuse (a file name with a control character).
-		s.mu.Lock()
-		delete(s.recs, tmpID)
-		s.gcLocked()
-		s.mu.Unlock()
+		s.abandonImport(tmpID)
 		return "", fmt.Errorf("artifact add %s: %w", src, err)
 	}
-	id := m.ID()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	if r, ok := s.recs[id]; ok {
-		r.LastUsed, r.Complete = now, true
-		return id, s.saveLocked(id)
-	}
-	s.recs[id] = &record{Manifest: m, Complete: true, Private: meta.Private, Owner: meta.Owner, Added: now, LastUsed: now}
-	return id, s.saveLocked(id)
+	return s.recordImported(m, meta)
 }
 
 // addReader imports what r reads as the one file (named name) of
@@ -731,22 +716,10 @@ func (s *Store) addReader(m *Manifest, name string, r io.Reader, meta Meta) (str
 		err = m.Validate()
 	}
 	if err != nil {
-		s.mu.Lock()
-		delete(s.recs, tmpID)
-		s.gcLocked()
-		s.mu.Unlock()
+		s.abandonImport(tmpID)
 		return "", err
 	}
-	id := m.ID()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	if r, ok := s.recs[id]; ok {
-		r.LastUsed, r.Complete = now, true
-		return id, s.saveLocked(id)
-	}
-	s.recs[id] = &record{Manifest: *m, Complete: true, Private: meta.Private, Owner: meta.Owner, Added: now, LastUsed: now}
-	return id, s.saveLocked(id)
+	return s.recordImported(*m, meta)
 }
 
 func (s *Store) importFile(pinID, p string) (Entry, error) {
@@ -1113,4 +1086,28 @@ func (s *Store) pinImport(tmpID string) (release func()) {
 		delete(s.recs, tmpID)
 		s.mu.Unlock()
 	}
+}
+
+// abandonImport drops a failed import's placeholder record and reclaims
+// the chunks only it held.
+func (s *Store) abandonImport(tmpID string) {
+	s.mu.Lock()
+	delete(s.recs, tmpID)
+	s.gcLocked()
+	s.mu.Unlock()
+}
+
+// recordImported records the complete artifact m has become (or marks the
+// one already held as used and complete) and returns its id.
+func (s *Store) recordImported(m Manifest, meta Meta) (string, error) {
+	id := m.ID()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if r, ok := s.recs[id]; ok {
+		r.LastUsed, r.Complete = now, true
+		return id, s.saveLocked(id)
+	}
+	s.recs[id] = &record{Manifest: m, Complete: true, Private: meta.Private, Owner: meta.Owner, Added: now, LastUsed: now}
+	return id, s.saveLocked(id)
 }
