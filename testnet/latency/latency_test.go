@@ -20,24 +20,18 @@
 package latency
 
 import (
-	"bytes"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/testnet/internal/nstest"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,8 +39,6 @@ const (
 	renterIP = "10.232.1.1"
 	nearIP   = "10.232.2.1"
 	farIP    = "10.232.3.1"
-	// cmdTimeout bounds one setup or CLI command.
-	cmdTimeout = 2 * time.Minute
 	// The links' one-way delays: round trips of 5 ms and 80 ms.
 	nearOneWay = 2500 * time.Microsecond
 	farOneWay  = 40 * time.Millisecond
@@ -65,30 +57,11 @@ func requireNetns(t *testing.T) {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		t.Skipf("no TUN device: %v", err)
 	}
-	probe := "glprobe" + randHex(t, 3)
+	probe := "glprobe" + nstest.RandHex(t, 3)
 	if out, err := exec.Command("ip", "netns", "add", probe).CombinedOutput(); err != nil {
 		t.Skipf("network namespaces unavailable: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	_ = exec.Command("ip", "netns", "del", probe).Run()
-}
-
-func randHex(t *testing.T, n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
-func run(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
 }
 
 // openTun creates TUN device name (raw IP packets, no header) in network
@@ -194,159 +167,46 @@ type topology struct{ router, renter, near, far string }
 // removed in t.Cleanup.
 func buildTopology(t *testing.T) topology {
 	t.Helper()
-	p := "gl" + randHex(t, 3)
+	p := "gl" + nstest.RandHex(t, 3)
 	tp := topology{router: p + "-rtr", renter: p + "-rnt", near: p + "-near", far: p + "-far"}
 	for _, ns := range []string{tp.router, tp.renter, tp.near, tp.far} {
-		run(t, "ip", "netns", "add", ns)
+		nstest.Run(t, "ip", "netns", "add", ns)
 		t.Cleanup(func() {
 			// Deleting a namespace deletes its devices.
 			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
 				t.Errorf("ip netns del %s: %v: %s", ns, err, out)
 			}
 		})
-		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+		nstest.Run(t, "ip", "-n", ns, "link", "set", "lo", "up")
 	}
-	run(t, "ip", "link", "add", p+"-r1", "netns", tp.router, "type", "veth", "peer", "name", p+"-l1", "netns", tp.renter)
-	run(t, "ip", "-n", tp.router, "addr", "add", "10.232.1.254/24", "dev", p+"-r1")
-	run(t, "ip", "-n", tp.router, "link", "set", p+"-r1", "up")
-	run(t, "ip", "-n", tp.renter, "addr", "add", renterIP+"/24", "dev", p+"-l1")
-	run(t, "ip", "-n", tp.renter, "link", "set", p+"-l1", "up")
-	run(t, "ip", "-n", tp.renter, "route", "add", "default", "via", "10.232.1.254")
+	nstest.Run(t, "ip", "link", "add", p+"-r1", "netns", tp.router, "type", "veth", "peer", "name", p+"-l1", "netns", tp.renter)
+	nstest.Run(t, "ip", "-n", tp.router, "addr", "add", "10.232.1.254/24", "dev", p+"-r1")
+	nstest.Run(t, "ip", "-n", tp.router, "link", "set", p+"-r1", "up")
+	nstest.Run(t, "ip", "-n", tp.renter, "addr", "add", renterIP+"/24", "dev", p+"-l1")
+	nstest.Run(t, "ip", "-n", tp.renter, "link", "set", p+"-l1", "up")
+	nstest.Run(t, "ip", "-n", tp.renter, "route", "add", "default", "via", "10.232.1.254")
 	delayed := func(leaf, tag, subnet string, oneWay time.Duration) {
 		rside, lside := p+"-r"+tag, p+"-l"+tag
 		r, l := openTun(t, tp.router, rside), openTun(t, leaf, lside)
 		go carry(l, r, oneWay)
 		go carry(r, l, oneWay)
-		run(t, "ip", "-n", tp.router, "addr", "add", subnet+".254/24", "dev", rside)
-		run(t, "ip", "-n", tp.router, "link", "set", rside, "up")
-		run(t, "ip", "-n", leaf, "addr", "add", subnet+".1/24", "dev", lside)
-		run(t, "ip", "-n", leaf, "link", "set", lside, "up")
-		run(t, "ip", "-n", leaf, "route", "add", "default", "dev", lside)
+		nstest.Run(t, "ip", "-n", tp.router, "addr", "add", subnet+".254/24", "dev", rside)
+		nstest.Run(t, "ip", "-n", tp.router, "link", "set", rside, "up")
+		nstest.Run(t, "ip", "-n", leaf, "addr", "add", subnet+".1/24", "dev", lside)
+		nstest.Run(t, "ip", "-n", leaf, "link", "set", lside, "up")
+		nstest.Run(t, "ip", "-n", leaf, "route", "add", "default", "dev", lside)
 	}
 	delayed(tp.near, "2", "10.232.2", nearOneWay)
 	delayed(tp.far, "3", "10.232.3", farOneWay)
-	run(t, "ip", "netns", "exec", tp.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	nstest.Run(t, "ip", "netns", "exec", tp.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 	return tp
 }
 
 // daemon is one gpumesh daemon running in a namespace.
-type daemon struct {
-	name, dir, id string
-}
+type daemon = nstest.Daemon
 
-func (d *daemon) logText() string {
-	b, _ := os.ReadFile(filepath.Join(d.dir, "daemon.log"))
-	return string(b)
-}
-
-type testNet struct {
-	t        *testing.T
-	bin, tmp string
-}
-
-// start writes config and runs `gpumesh daemon` in ns, waiting until its
-// control API answers.
-func (n *testNet) start(name, ns, config string) *daemon {
-	t := n.t
-	t.Helper()
-	d := &daemon{name: name, dir: filepath.Join(n.tmp, name)}
-	if err := os.MkdirAll(d.dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(d.dir, "config.yaml")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(filepath.Join(d.dir, "daemon.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// `ip netns exec` enters the namespace and execs the daemon.
-	cmd := exec.Command("ip", "netns", "exec", ns, n.bin, "-d", d.dir, "daemon", "--config", cfg)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); _ = logf.Close(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("--- %s log (tail) ---\n%s", name, tail(d.logText(), 4000))
-		}
-	})
-	st := await(t, name+" status", 30*time.Second, func() (api.StatusInfo, error) {
-		var st api.StatusInfo
-		err := n.cliJSON(d, &st, "status", "--json")
-		if err == nil && st.PeerID == "" {
-			err = errors.New("status without peer id")
-		}
-		return st, err
-	})
-	d.id = st.PeerID
-	t.Logf("%s up in %s: peer %s", name, ns, d.id)
-	return d
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
-}
-
-// cli runs the gpumesh CLI against d's daemon (through its unix socket,
-// from the host's namespace).
-func (n *testNet) cli(d *daemon, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, n.bin, append([]string{"-d", d.dir}, args...)...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("gpumesh %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
-}
-
-func (n *testNet) cliJSON(d *daemon, v any, args ...string) error {
-	out, err := n.cli(d, args...)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal([]byte(out), v); err != nil {
-		return fmt.Errorf("gpumesh %s: %v: %q", strings.Join(args, " "), err, tail(out, 500))
-	}
-	return nil
-}
-
-// await polls f until it returns nil error, failing the test after within.
-func await[T any](t *testing.T, what string, within time.Duration, f func() (T, error)) T {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		v, err := f()
-		if err == nil {
-			return v
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, within, err)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("%s: %v", what, t.Context().Err())
-		case <-tick.C:
-		}
-	}
-}
+// testNet is the test's daemons.
+type testNet struct{ *nstest.Net }
 
 func providerConfig(ip, boot string, floor float64) string {
 	return `listen: [/ip4/` + ip + `/tcp/4001]
@@ -380,20 +240,20 @@ func TestMaxRTTOverDelayedLinks(t *testing.T) {
 		t.Fatalf("build gpumesh: %v: %s", err, out)
 	}
 	tp := buildTopology(t)
-	n := &testNet{t: t, bin: bin, tmp: tmp}
+	n := &testNet{&nstest.Net{T: t, Bin: bin, Tmp: tmp}}
 
-	renter := n.start("renter", tp.renter, `listen: [/ip4/`+renterIP+`/tcp/4001]
+	renter := n.Start("renter", tp.renter, `listen: [/ip4/`+renterIP+`/tcp/4001]
 reachability: public
 region: eu-west
 `)
-	boot := "/ip4/" + renterIP + "/tcp/4001/p2p/" + renter.id
-	near := n.start("near", tp.near, providerConfig(nearIP, boot, 1.0))
-	far := n.start("far", tp.far, providerConfig(farIP, boot, 0.6))
-	name := map[string]string{near.id: "near", far.id: "far"}
+	boot := "/ip4/" + renterIP + "/tcp/4001/p2p/" + renter.ID
+	near := n.Start("near", tp.near, providerConfig(nearIP, boot, 1.0))
+	far := n.Start("far", tp.far, providerConfig(farIP, boot, 0.6))
+	name := map[string]string{near.ID: "near", far.ID: "far"}
 
-	await(t, "renter discovers both providers", 60*time.Second, func() (int, error) {
+	nstest.Await(t, "renter discovers both providers", 60*time.Second, func() (int, error) {
 		var caps []auction.Capability
-		if err := n.cliJSON(renter, &caps, "providers", "--json", "--gpu", "RTX4090"); err != nil {
+		if err := n.CLIJSON(renter, &caps, "providers", "--json", "--gpu", "RTX4090"); err != nil {
 			return 0, err
 		}
 		seen := 0
@@ -412,7 +272,7 @@ region: eu-west
 		t.Helper()
 		var v api.JobView
 		args := append([]string{"job", "post", "--gpu", "RTX4090", "--max-price", "5", "--duration", "5m", "--json"}, extra...)
-		if err := n.cliJSON(renter, &v, append(args, "--", "echo", "hi")...); err != nil {
+		if err := n.CLIJSON(renter, &v, append(args, "--", "echo", "hi")...); err != nil {
 			t.Fatal(err)
 		}
 		return v
@@ -420,7 +280,7 @@ region: eu-west
 	bidsOf := func(id string) map[string]auction.Ranked {
 		t.Helper()
 		var bv api.BidsView
-		if err := n.cliJSON(renter, &bv, "bids", id, "--json"); err != nil {
+		if err := n.CLIJSON(renter, &bv, "bids", id, "--json"); err != nil {
 			t.Fatal(err)
 		}
 		out := map[string]auction.Ranked{}
@@ -432,16 +292,16 @@ region: eu-west
 
 	// Without latency terms the cheaper far provider wins, once the
 	// renter's calls reach it (its gossip mesh forms over the 80 ms link).
-	await(t, "a plain job leased to the far provider", 60*time.Second, func() (string, error) {
+	nstest.Await(t, "a plain job leased to the far provider", 60*time.Second, func() (string, error) {
 		v := post()
-		if v.Lease == nil || v.Lease.Provider != far.id {
+		if v.Lease == nil || v.Lease.Provider != far.ID {
 			return "", fmt.Errorf("job %s %s, leased to %s", v.Job.ID, v.State, name[v.Winner])
 		}
 		return v.Job.ID, nil
 	})
 
 	v := post("--max-rtt", "50ms")
-	if v.Lease == nil || v.Lease.Provider != near.id {
+	if v.Lease == nil || v.Lease.Provider != near.ID {
 		t.Fatalf("--max-rtt 50ms job %s: %s, leased to %q, want the near provider; reasons %v", v.Job.ID, v.State, name[v.Winner], v.Reasons)
 	}
 	bs := bidsOf(v.Job.ID)
@@ -455,7 +315,7 @@ region: eu-west
 	if nb := bs["near"]; nb.RTT < 2*nearOneWay || nb.RTT >= 50*time.Millisecond || nb.Rejected != "" {
 		t.Fatalf("near bid: rtt %v rejected %q, want measured at 5 to 50 ms", nb.RTT, nb.Rejected)
 	}
-	table, err := n.cli(renter, "bids", v.Job.ID)
+	table, err := n.CLI(renter, "bids", v.Job.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,23 +8,18 @@
 package nat
 
 import (
-	"bytes"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/testnet/internal/nstest"
 )
 
 const (
@@ -32,8 +27,6 @@ const (
 	homeIP   = "10.231.2.1"
 	renterIP = "10.231.3.1"
 	officeIP = "10.231.4.1"
-	// cmdTimeout bounds one setup or CLI command.
-	cmdTimeout = 2 * time.Minute
 )
 
 // requireNetns skips unless the test can create namespaces and run
@@ -48,7 +41,7 @@ func requireNetns(t *testing.T) {
 			t.Skipf("%s not found: %v", tool, err)
 		}
 	}
-	probe := "gmprobe" + randHex(t, 3)
+	probe := "gmprobe" + nstest.RandHex(t, 3)
 	if out, err := exec.Command("ip", "netns", "add", probe).CombinedOutput(); err != nil {
 		t.Skipf("network namespaces unavailable: %v: %s", err, strings.TrimSpace(string(out)))
 	}
@@ -56,25 +49,6 @@ func requireNetns(t *testing.T) {
 	if out, err := exec.Command("ip", "netns", "exec", probe, "iptables", "-t", "nat", "-S").CombinedOutput(); err != nil {
 		t.Skipf("iptables unusable inside a namespace: %v: %s", err, strings.TrimSpace(string(out)))
 	}
-}
-
-func randHex(t *testing.T, n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
-func run(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
 }
 
 // topology is the test's namespaces.
@@ -88,33 +62,33 @@ type topology struct{ router, relay, renter, home, office string }
 // t.Cleanup.
 func buildTopology(t *testing.T) topology {
 	t.Helper()
-	p := "gm" + randHex(t, 3)
+	p := "gm" + nstest.RandHex(t, 3)
 	tp := topology{router: p + "-rtr", relay: p + "-rly", renter: p + "-rnt", home: p + "-home", office: p + "-ofc"}
 	for _, ns := range []string{tp.router, tp.relay, tp.renter, tp.home, tp.office} {
-		run(t, "ip", "netns", "add", ns)
+		nstest.Run(t, "ip", "netns", "add", ns)
 		t.Cleanup(func() {
 			// Deleting a namespace deletes its veths and iptables rules.
 			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
 				t.Errorf("ip netns del %s: %v: %s", ns, err, out)
 			}
 		})
-		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+		nstest.Run(t, "ip", "-n", ns, "link", "set", "lo", "up")
 	}
 	link := func(leaf, tag, subnet string) string {
 		rside, lside := p+"-r"+tag, p+"-l"+tag
-		run(t, "ip", "link", "add", rside, "netns", tp.router, "type", "veth", "peer", "name", lside, "netns", leaf)
-		run(t, "ip", "-n", tp.router, "addr", "add", subnet+".254/24", "dev", rside)
-		run(t, "ip", "-n", tp.router, "link", "set", rside, "up")
-		run(t, "ip", "-n", leaf, "addr", "add", subnet+".1/24", "dev", lside)
-		run(t, "ip", "-n", leaf, "link", "set", lside, "up")
-		run(t, "ip", "-n", leaf, "route", "add", "default", "via", subnet+".254")
+		nstest.Run(t, "ip", "link", "add", rside, "netns", tp.router, "type", "veth", "peer", "name", lside, "netns", leaf)
+		nstest.Run(t, "ip", "-n", tp.router, "addr", "add", subnet+".254/24", "dev", rside)
+		nstest.Run(t, "ip", "-n", tp.router, "link", "set", rside, "up")
+		nstest.Run(t, "ip", "-n", leaf, "addr", "add", subnet+".1/24", "dev", lside)
+		nstest.Run(t, "ip", "-n", leaf, "link", "set", lside, "up")
+		nstest.Run(t, "ip", "-n", leaf, "route", "add", "default", "via", subnet+".254")
 		return rside
 	}
 	link(tp.relay, "1", "10.231.1")
 	homeSide := link(tp.home, "2", "10.231.2")
 	link(tp.renter, "3", "10.231.3")
 	officeSide := link(tp.office, "4", "10.231.4")
-	in := func(args ...string) { run(t, "ip", append([]string{"netns", "exec", tp.router}, args...)...) }
+	in := func(args ...string) { nstest.Run(t, "ip", append([]string{"netns", "exec", tp.router}, args...)...) }
 	in("sysctl", "-qw", "net.ipv4.ip_forward=1")
 	for _, nat := range []struct{ side, subnet string }{{homeSide, "10.231.2.0/24"}, {officeSide, "10.231.4.0/24"}} {
 		in("iptables", "-t", "nat", "-A", "POSTROUTING", "-s", nat.subnet, "!", "-o", nat.side, "-j", "MASQUERADE")
@@ -125,125 +99,10 @@ func buildTopology(t *testing.T) topology {
 }
 
 // daemon is one gpumesh daemon running in a namespace.
-type daemon struct {
-	name, ns, dir string
-	id            string
-	cmd           *exec.Cmd
-}
+type daemon = nstest.Daemon
 
-func (d *daemon) logText() string {
-	b, _ := os.ReadFile(filepath.Join(d.dir, "daemon.log"))
-	return string(b)
-}
-
-type net struct {
-	t   *testing.T
-	bin string
-	tmp string
-}
-
-// start writes config and runs `gpumesh daemon` in ns, waiting until its
-// control API answers.
-func (n *net) start(name, ns, config string) *daemon {
-	t := n.t
-	t.Helper()
-	d := &daemon{name: name, ns: ns, dir: filepath.Join(n.tmp, name)}
-	if err := os.MkdirAll(d.dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(d.dir, "config.yaml")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(filepath.Join(d.dir, "daemon.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// `ip netns exec` enters the namespace and execs the daemon: the pid is
-	// the daemon's.
-	d.cmd = exec.Command("ip", "netns", "exec", ns, n.bin, "-d", d.dir, "daemon", "--config", cfg)
-	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = d.cmd.Wait(); _ = logf.Close(); close(exited) }()
-	t.Cleanup(func() {
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = d.cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("--- %s log (tail) ---\n%s", name, tail(d.logText(), 4000))
-		}
-	})
-	st := await(t, name+" status", 30*time.Second, func() (api.StatusInfo, error) {
-		var st api.StatusInfo
-		err := n.cliJSON(d, &st, "status", "--json")
-		if err == nil && st.PeerID == "" {
-			err = fmt.Errorf("status without peer id")
-		}
-		return st, err
-	})
-	d.id = st.PeerID
-	t.Logf("%s up in %s: peer %s", name, ns, d.id)
-	return d
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
-}
-
-// cli runs the gpumesh CLI against d's daemon (through its unix socket, so
-// from the host's namespace).
-func (n *net) cli(d *daemon, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, n.bin, append([]string{"-d", d.dir}, args...)...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("gpumesh %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
-}
-
-func (n *net) cliJSON(d *daemon, v any, args ...string) error {
-	out, err := n.cli(d, args...)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal([]byte(out), v); err != nil {
-		return fmt.Errorf("gpumesh %s: %v: %q", strings.Join(args, " "), err, tail(out, 500))
-	}
-	return nil
-}
-
-// await polls f until it returns nil error, failing the test after within.
-func await[T any](t *testing.T, what string, within time.Duration, f func() (T, error)) T {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		v, err := f()
-		if err == nil {
-			return v
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, within, err)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("%s: %v", what, t.Context().Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
+// net is the test's daemons.
+type net struct{ *nstest.Net }
 
 func circuitAddrs(addrs []string) []string {
 	var out []string
@@ -271,7 +130,7 @@ func TestProviderBehindNAT(t *testing.T) {
 		t.Fatalf("build gpumesh: %v: %s", err, out)
 	}
 	tp := buildTopology(t)
-	n := &net{t: t, bin: bin, tmp: tmp}
+	n := &net{&nstest.Net{T: t, Bin: bin, Tmp: tmp}}
 
 	// Nothing outside home can open a connection into it: not the public
 	// side, not the office behind the same router.
@@ -283,17 +142,17 @@ func TestProviderBehindNAT(t *testing.T) {
 		}
 	}
 
-	relay := n.start("relay", tp.relay, `listen: [/ip4/`+relayIP+`/tcp/4001]
+	relay := n.Start("relay", tp.relay, `listen: [/ip4/`+relayIP+`/tcp/4001]
 reachability: public
 relay_service: true
 relay_limits: {max_reservations: 2, max_circuits: 4, limit_duration: 2m, limit_data: 1048576}
 `)
-	relayAddr := "/ip4/" + relayIP + "/tcp/4001/p2p/" + relay.id
-	renter := n.start("renter", tp.renter, `listen: [/ip4/`+renterIP+`/tcp/4001]
+	relayAddr := "/ip4/" + relayIP + "/tcp/4001/p2p/" + relay.ID
+	renter := n.Start("renter", tp.renter, `listen: [/ip4/`+renterIP+`/tcp/4001]
 reachability: public
 bootstrap: [`+relayAddr+`]
 `)
-	provider := n.start("provider", tp.home, `listen: [/ip4/`+homeIP+`/tcp/4001]
+	provider := n.Start("provider", tp.home, `listen: [/ip4/`+homeIP+`/tcp/4001]
 reachability: private
 bootstrap: [`+relayAddr+`]
 relays: [`+relayAddr+`]
@@ -309,39 +168,39 @@ provider:
 
 	// Both nodes behind NAT know they are private and hold a circuit
 	// through the relay.
-	office := n.start("office", tp.office, `listen: [/ip4/`+officeIP+`/tcp/4001]
+	office := n.Start("office", tp.office, `listen: [/ip4/`+officeIP+`/tcp/4001]
 reachability: private
 bootstrap: [`+relayAddr+`]
 relays: [`+relayAddr+`]
 `)
 	for _, d := range []*daemon{provider, office} {
-		n.awaitCircuit(d, relayAddr+"/p2p-circuit/p2p/"+d.id)
-		if !strings.Contains(d.logText(), "reachability=private") {
-			t.Fatalf("%s did not log its reachability", d.name)
+		n.awaitCircuit(d, relayAddr+"/p2p-circuit/p2p/"+d.ID)
+		if !strings.Contains(d.LogText(), "reachability=private") {
+			t.Fatalf("%s did not log its reachability", d.Name)
 		}
 	}
 	for _, d := range []*daemon{relay, renter} {
 		var st api.StatusInfo
-		if err := n.cliJSON(d, &st, "status", "--json"); err != nil || st.Reachability != "public" {
-			t.Fatalf("%s reachability %q (%v), want public", d.name, st.Reachability, err)
+		if err := n.CLIJSON(d, &st, "status", "--json"); err != nil || st.Reachability != "public" {
+			t.Fatalf("%s reachability %q (%v), want public", d.Name, st.Reachability, err)
 		}
 	}
 
 	// The relay's limit holds: a third node behind NAT is refused a
 	// reservation, the relay granting two.
-	third := n.start("third", tp.home, `listen: [/ip4/`+homeIP+`/tcp/4002]
+	third := n.Start("third", tp.home, `listen: [/ip4/`+homeIP+`/tcp/4002]
 reachability: private
 bootstrap: [`+relayAddr+`]
 relays: [`+relayAddr+`]
 `)
-	await(t, "third reservation refused", 30*time.Second, func() (struct{}, error) {
-		if !strings.Contains(third.logText(), "RESERVATION_REFUSED") {
+	nstest.Await(t, "third reservation refused", 30*time.Second, func() (struct{}, error) {
+		if !strings.Contains(third.LogText(), "RESERVATION_REFUSED") {
 			return struct{}{}, fmt.Errorf("no RESERVATION_REFUSED in the third node's log")
 		}
 		return struct{}{}, nil
 	})
 	var st3 api.StatusInfo
-	if err := n.cliJSON(third, &st3, "status", "--json"); err != nil {
+	if err := n.CLIJSON(third, &st3, "status", "--json"); err != nil {
 		t.Fatal(err)
 	}
 	if c := circuitAddrs(st3.Addrs); len(c) != 0 {
@@ -351,7 +210,7 @@ relays: [`+relayAddr+`]
 	// GossipSub does not run over relayed connections, so a job call from
 	// behind NAT reaches a provider behind NAT through a public member of
 	// the topic: here a public provider too expensive to bid.
-	forwarder := n.start("forwarder", tp.renter, `listen: [/ip4/`+renterIP+`/tcp/4002]
+	forwarder := n.Start("forwarder", tp.renter, `listen: [/ip4/`+renterIP+`/tcp/4002]
 reachability: public
 bootstrap: [`+relayAddr+`]
 provider:
@@ -364,13 +223,13 @@ provider:
 `)
 
 	// The provider behind NAT dials out to the forwarder and meshes with it.
-	await(t, "provider meshed with the forwarder", 60*time.Second, func() (struct{}, error) {
+	nstest.Await(t, "provider meshed with the forwarder", 60*time.Second, func() (struct{}, error) {
 		var peers []api.PeerInfo
-		if err := n.cliJSON(forwarder, &peers, "peers", "--json"); err != nil {
+		if err := n.CLIJSON(forwarder, &peers, "peers", "--json"); err != nil {
 			return struct{}{}, err
 		}
 		for _, p := range peers {
-			if p.ID == provider.id && len(circuitAddrs(p.Addrs)) < len(p.Addrs) {
+			if p.ID == provider.ID && len(circuitAddrs(p.Addrs)) < len(p.Addrs) {
 				return struct{}{}, nil
 			}
 		}
@@ -378,13 +237,13 @@ provider:
 	})
 
 	// The renter discovers the provider through the DHT, circuit included.
-	await(t, "renter discovers the provider", 60*time.Second, func() ([]auction.Capability, error) {
+	nstest.Await(t, "renter discovers the provider", 60*time.Second, func() ([]auction.Capability, error) {
 		var caps []auction.Capability
-		if err := n.cliJSON(renter, &caps, "providers", "--json", "--gpu", "RTX4090"); err != nil {
+		if err := n.CLIJSON(renter, &caps, "providers", "--json", "--gpu", "RTX4090"); err != nil {
 			return nil, err
 		}
 		for _, c := range caps {
-			if c.Peer == provider.id {
+			if c.Peer == provider.ID {
 				if len(circuitAddrs(c.Addrs)) == 0 {
 					return caps, fmt.Errorf("provider listed without a circuit address: %v", c.Addrs)
 				}
@@ -412,11 +271,11 @@ provider:
 // awaitCircuit waits until d's status lists exactly the circuit want, and
 // requires its reachability to be private.
 func (n *net) awaitCircuit(d *daemon, want string) {
-	t := n.t
+	t := n.T
 	t.Helper()
-	st := await(t, d.name+"'s circuit address", 30*time.Second, func() (api.StatusInfo, error) {
+	st := nstest.Await(t, d.Name+"'s circuit address", 30*time.Second, func() (api.StatusInfo, error) {
 		var st api.StatusInfo
-		if err := n.cliJSON(d, &st, "status", "--json"); err != nil {
+		if err := n.CLIJSON(d, &st, "status", "--json"); err != nil {
 			return st, err
 		}
 		if c := circuitAddrs(st.Addrs); len(c) != 1 || c[0] != want {
@@ -425,7 +284,7 @@ func (n *net) awaitCircuit(d *daemon, want string) {
 		return st, nil
 	})
 	if st.Reachability != "private" {
-		t.Fatalf("%s reachability %q, want private", d.name, st.Reachability)
+		t.Fatalf("%s reachability %q, want private", d.Name, st.Reachability)
 	}
 }
 
@@ -434,30 +293,30 @@ func (n *net) awaitCircuit(d *daemon, want string) {
 // receipt in the renter's job and in both ledgers. It returns how renter
 // is connected to provider afterwards: "relayed" or "direct".
 func (n *net) lease(renter, provider *daemon, word string) string {
-	t := n.t
+	t := n.T
 	t.Helper()
 	var v api.JobView
-	if err := n.cliJSON(renter, &v, "job", "post", "--gpu", "RTX4090", "--max-price", "5", "--duration", "5m",
+	if err := n.CLIJSON(renter, &v, "job", "post", "--gpu", "RTX4090", "--max-price", "5", "--duration", "5m",
 		"--wait", "--json", "--", "echo", word); err != nil {
 		t.Fatal(err)
 	}
-	if v.Lease == nil || v.Lease.Provider != provider.id {
-		t.Fatalf("%s's job %s leased to %v, want the provider behind NAT %s", renter.name, v.Job.ID, v.Lease, provider.id)
+	if v.Lease == nil || v.Lease.Provider != provider.ID {
+		t.Fatalf("%s's job %s leased to %v, want the provider behind NAT %s", renter.Name, v.Job.ID, v.Lease, provider.ID)
 	}
 	if v.Run != auction.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
-		t.Fatalf("%s's job %s: run %q exit %v detail %q, want succeeded", renter.name, v.Job.ID, v.Run, v.ExitCode, v.Detail)
+		t.Fatalf("%s's job %s: run %q exit %v detail %q, want succeeded", renter.Name, v.Job.ID, v.Run, v.ExitCode, v.Detail)
 	}
-	logs := await(t, renter.name+"'s job logs", 30*time.Second, func() (string, error) {
-		out, err := n.cli(renter, "job", "logs", v.Job.ID)
+	logs := nstest.Await(t, renter.Name+"'s job logs", 30*time.Second, func() (string, error) {
+		out, err := n.CLI(renter, "job", "logs", v.Job.ID)
 		if err == nil && !strings.Contains(out, word) {
-			err = fmt.Errorf("log %q lacks the job's output %q", tail(out, 300), word)
+			err = fmt.Errorf("log %q lacks the job's output %q", nstest.Tail(out, 300), word)
 		}
 		return out, err
 	})
-	t.Logf("%s's job %s log: %q", renter.name, v.Job.ID, strings.TrimSpace(logs))
-	await(t, renter.name+"'s receipt in the job's status", 30*time.Second, func() (api.JobView, error) {
+	t.Logf("%s's job %s log: %q", renter.Name, v.Job.ID, strings.TrimSpace(logs))
+	nstest.Await(t, renter.Name+"'s receipt in the job's status", 30*time.Second, func() (api.JobView, error) {
 		var jv api.JobView
-		if err := n.cliJSON(renter, &jv, "job", "status", "--json", v.Job.ID); err != nil {
+		if err := n.CLIJSON(renter, &jv, "job", "status", "--json", v.Job.ID); err != nil {
 			return jv, err
 		}
 		if jv.Receipt == nil {
@@ -466,9 +325,9 @@ func (n *net) lease(renter, provider *daemon, word string) string {
 		return jv, nil
 	})
 	for _, d := range []*daemon{renter, provider} {
-		await(t, d.name+"'s ledger receipt", 30*time.Second, func() ([]ledger.Entry, error) {
+		nstest.Await(t, d.Name+"'s ledger receipt", 30*time.Second, func() ([]ledger.Entry, error) {
 			var es []ledger.Entry
-			if err := n.cliJSON(d, &es, "ledger", "list", "--kind", "receipt", "--lease", v.Lease.ID, "--json"); err != nil {
+			if err := n.CLIJSON(d, &es, "ledger", "list", "--kind", "receipt", "--lease", v.Lease.ID, "--json"); err != nil {
 				return nil, err
 			}
 			if len(es) != 1 {
@@ -478,18 +337,18 @@ func (n *net) lease(renter, provider *daemon, word string) string {
 		})
 	}
 	var peers []api.PeerInfo
-	if err := n.cliJSON(renter, &peers, "peers", "--json"); err != nil {
+	if err := n.CLIJSON(renter, &peers, "peers", "--json"); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range peers {
-		if p.ID == provider.id {
-			t.Logf("%s's connections to the provider: %v", renter.name, p.Addrs)
+		if p.ID == provider.ID {
+			t.Logf("%s's connections to the provider: %v", renter.Name, p.Addrs)
 			if len(p.Addrs) > 0 && len(circuitAddrs(p.Addrs)) == len(p.Addrs) {
 				return "relayed"
 			}
 			return "direct"
 		}
 	}
-	t.Fatalf("%s is not connected to the provider after the lease", renter.name)
+	t.Fatalf("%s is not connected to the provider after the lease", renter.Name)
 	return ""
 }
