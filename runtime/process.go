@@ -525,8 +525,20 @@ func (h *processHandle) stop(reason string, grace time.Duration) error {
 }
 
 // members lists the job's live (non-zombie) processes: its process group,
-// and everything running under its dedicated uid.
+// and everything running under its dedicated uid. With both a dedicated
+// uid and a cgroup, that is the cgroup's processes: moving a process out
+// of a cgroup takes write access to another one, which only root has, so
+// nothing of the job leaves it (and no scan of every process is needed).
 func (h *processHandle) members() []int {
+	if h.cg != nil && h.e.uids != nil {
+		var out []int
+		for _, pid := range h.cg.pids() {
+			if st, err := readProcStat(pid); err == nil && st.state != 'Z' && st.state != 'X' {
+				out = append(out, pid)
+			}
+		}
+		return out
+	}
 	// Once the group is empty, only the job's own uid (when it has one)
 	// can still hold processes that left the group: a stat of each /proc
 	// entry finds them, without reading every process's stat.
@@ -572,7 +584,7 @@ func (h *processHandle) signalAll(sig syscall.Signal) {
 			_ = syscall.Kill(p, sig)
 		}
 	}
-	if h.e.uids != nil {
+	if h.e.uids != nil && h.cg == nil {
 		for _, p := range h.members() {
 			_ = syscall.Kill(p, sig)
 		}
