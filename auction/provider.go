@@ -473,6 +473,9 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 		Datasets: offer.Datasets, Evicts: len(offer.Preempts), Nonce: nonce, IssuedAt: now, ExpiresAt: now.Add(job.BidWindow + p.cfg.BidGrace),
 	}
 	bid.MissingBytes, bid.Held = offer.MissingBytes, holding
+	if job.GPUFraction == 0 {
+		bid.Free = p.cfg.Calendar.FreeGPUs(offer.Start, offer.End)
+	}
 	msg, err := EncodeBid(p.cfg.Signer, bid)
 	if err != nil {
 		p.cfg.Calendar.DropHold(nonce)

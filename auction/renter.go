@@ -838,9 +838,10 @@ type claim struct {
 // claim reserves job's GPUs of bid b's provider for an award, unless this
 // renter's awards in flight to that provider, and its leases there
 // confirmed after b was issued, already take as many of its GPUs over b's
-// span as the provider has (RenterConfig.Capacity): then two of its own
+// span as b said were free (Bid.Free; the provider's whole capacity,
+// RenterConfig.Capacity, when b does not say): then two of its own
 // auctions would race for one GPU and one award would be declined as
-// overbooked. Without a known capacity every award goes ahead.
+// overbooked. Knowing neither, every award goes ahead.
 func (r *Renter) claim(b Bid, gpus float64) (*claim, bool) {
 	c := &claim{start: b.Start, end: b.End, gpus: gpus}
 	capacity := 0
@@ -863,7 +864,11 @@ func (r *Renter) claim(b Bid, gpus float64) (*claim, bool) {
 			used += o.gpus
 		}
 	}
-	if capacity > 0 && used+gpus > float64(capacity) {
+	limit := float64(capacity)
+	if b.Free > 0 {
+		limit = float64(b.Free)
+	}
+	if limit > 0 && used+gpus > limit {
 		r.claims[b.Provider] = kept
 		return nil, false
 	}

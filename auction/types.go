@@ -550,6 +550,12 @@ type Bid struct {
 	// calendar (ProviderConfig.HoldGrace): the renter releases such a bid
 	// when it does not award it. A bid without a hold expires by itself.
 	Held bool `json:"held,omitempty"`
+	// Free is how many whole GPUs no booking held over [Start, End) when
+	// the bid was issued (0: not said, as for a slice of a GPU): with it
+	// the renter knows that its own awards confirmed before IssuedAt are
+	// already out of the offer, and that its awards in flight may take
+	// the rest, so it never races two of its auctions for one GPU.
+	Free int `json:"free,omitempty"`
 }
 
 // Award is the renter's signed acceptance of a bid.
