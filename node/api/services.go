@@ -42,6 +42,17 @@ type ServiceSpec struct {
 	// Public, when set, also serves the gateway on a public address, over
 	// TLS, to end users holding one of the service's API tokens.
 	Public *PublicSpec `json:"public,omitempty" yaml:"public,omitempty"`
+	// Regions spreads the replicas over regions (each a residency, as
+	// Job.Region: "eu" takes eu-west, eu-central...): ReplicasPerRegion of
+	// them in each at least, every replica's job taking its region as its
+	// Region. The gateway sends each request to the nearest region with a
+	// ready replica (Job.Near's region first, then the lowest measured
+	// round trip), and to the next when that one has none ready or all of
+	// its replicas are at the target concurrency. Replicas is then at
+	// least len(Regions) × ReplicasPerRegion (its default), and the job
+	// takes no Region of its own.
+	Regions           []string `json:"regions,omitempty" yaml:"regions,omitempty"`
+	ReplicasPerRegion int      `json:"replicas_per_region,omitempty" yaml:"replicas_per_region,omitempty"`
 }
 
 // PostServiceRequest is the body of POST /v1/services: a ServiceSpec, or
@@ -145,7 +156,27 @@ type ReplicaView struct {
 	// soon).
 	Renewing bool      `json:"renewing,omitempty"`
 	Since    time.Time `json:"since"`
+	// Region is the one of ServiceSpec.Regions the replica was leased in
+	// (empty for a service without regions); ProviderRegion the region
+	// its provider bid from.
+	Region         string `json:"region,omitempty"`
+	ProviderRegion string `json:"provider_region,omitempty"`
+	// RTTMS is the round trip this node measured to its provider, in
+	// milliseconds (0: not measured), which routing goes by.
+	RTTMS float64 `json:"rtt_ms,omitempty"`
 	ReplicaStats
+}
+
+// RegionView is one of a service's regions: its replicas ready and
+// wanted, and the round trip routing ranks it by (its nearest ready
+// replica's; 0: none measured). Rank is its place in routing now, 1 for
+// the region requests go to first (0: it has no ready replica).
+type RegionView struct {
+	Region string  `json:"region"`
+	Ready  int     `json:"ready"`
+	Want   int     `json:"want"`
+	RTTMS  float64 `json:"rtt_ms,omitempty"`
+	Rank   int     `json:"rank"`
 }
 
 // ReplicaStats are a replica's (or a service's) routing figures: totals
@@ -199,6 +230,7 @@ type ServiceView struct {
 	Desired  int            `json:"desired"`
 	Ready    int            `json:"ready"`
 	Replicas []ReplicaView  `json:"replicas"`
+	Regions  []RegionView   `json:"regions,omitempty"`
 	Totals   ReplicaStats   `json:"totals"`
 	Retries  int64          `json:"retries"`
 	Events   []ServiceEvent `json:"events,omitempty"`

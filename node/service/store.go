@@ -65,6 +65,10 @@ type replicaRecord struct {
 	LeaseStart time.Time `json:"lease_start,omitzero"`
 	Price      float64   `json:"price,omitempty"`
 	GPUs       int       `json:"gpus,omitempty"`
+	// Region and ProviderRegion are the replica's region of the spec's
+	// regions, and its provider's.
+	Region         string `json:"region,omitempty"`
+	ProviderRegion string `json:"provider_region,omitempty"`
 }
 
 // save persists the service; s.mu is held.
@@ -86,7 +90,8 @@ func (s *Service) save() {
 	for _, r := range s.reps {
 		if r.leaseID != "" && r.state != api.ReplicaDraining {
 			rec.Replicas = append(rec.Replicas, replicaRecord{JobID: r.jobID, LeaseID: r.leaseID, Provider: r.provider.String(),
-				LeaseEnd: r.leaseEnd, Renewing: r.renewing, LeaseStart: r.leaseStart, Price: r.price, GPUs: r.gpus})
+				LeaseEnd: r.leaseEnd, Renewing: r.renewing, LeaseStart: r.leaseStart, Price: r.price, GPUs: r.gpus,
+				Region: r.region, ProviderRegion: r.providerRegion})
 		}
 	}
 	if err := s.m.cfg.Store.Put(s.spec.ID, rec); err != nil {
@@ -143,7 +148,7 @@ func (m *Manager) Restore() error {
 				continue
 			}
 			r := &replica{jobID: rr.JobID, leaseID: rr.LeaseID, provider: prov, leaseEnd: rr.LeaseEnd, renewing: rr.Renewing,
-				leaseStart: rr.LeaseStart, price: rr.Price, gpus: rr.GPUs,
+				leaseStart: rr.LeaseStart, price: rr.Price, gpus: rr.GPUs, region: rr.Region, providerRegion: rr.ProviderRegion,
 				state: api.ReplicaStarting, since: s.now(), leasedAt: s.now(), stop: make(chan struct{})}
 			r.transport = s.newTransport(prov, rr.LeaseID)
 			s.reps = append(s.reps, r)
