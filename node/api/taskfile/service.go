@@ -29,6 +29,8 @@ import (
 //	  replicas: 2                  # or replica_policy: {min_replicas, max_replicas}
 //	  target_p95: 300ms
 //	  lease: 1h
+//	  regions: [eu, us]            # replicas spread over regions (serve post --regions)
+//	  replicas_per_region: 1
 //	max_price: 2.5
 //
 // The replica job is the task's job, less what a service decides for each
@@ -36,7 +38,7 @@ import (
 
 var (
 	serviceFields = []string{"readiness_probe", "replicas", "replica_policy", "target_p95", "target_concurrency",
-		"scale_down_after", "probe_interval", "lease", "public"}
+		"scale_down_after", "probe_interval", "lease", "public", "regions", "replicas_per_region"}
 	probeFields  = []string{"path", "initial_delay_seconds", "timeout_seconds"}
 	policyFields = []string{"min_replicas", "max_replicas", "downscale_delay_seconds"}
 	publicFields = []string{"addr", "hosts", "tls_cert", "tls_key", "max_body", "rate", "burst"}
@@ -202,6 +204,18 @@ func (p *tp) service(n *yaml.Node) {
 			if d, ok := p.duration(v, k); ok {
 				p.f.Job.Duration = d
 				p.at("duration", k, v)
+			}
+		case "regions":
+			for _, r := range p.strings(v, k) {
+				if why := auction.RegionProblem(r); why != "" {
+					p.bad(v, k, "%s", why)
+					continue
+				}
+				s.Regions = append(s.Regions, r)
+			}
+		case "replicas_per_region":
+			if x, ok := p.atLeast1(v, k); ok {
+				s.ReplicasPerRegion = x
 			}
 		case "public":
 			p.public(v, k)
