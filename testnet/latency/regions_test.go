@@ -95,6 +95,7 @@ func TestRegionalServingOverDelayedLinks(t *testing.T) {
 	n.awaitProviders(renter, map[string]string{near.ID: "near", far.ID: "far"})
 
 	var v api.ServiceView
+	posted := time.Now()
 	if err := n.CLIJSON(renter, &v, "serve", "post", "--id", "regional", "--port", "8000", "--max-price", "5", "--gpu", "RTX4090",
 		"--regions", "eu,us", "--replicas-per-region", "2", "--near", "eu-west", "--health", "/healthz", "--lease", "10m",
 		"--json", "--", srv); err != nil {
@@ -131,7 +132,7 @@ func TestRegionalServingOverDelayedLinks(t *testing.T) {
 			t.Fatalf("replica %s in %s on %s, want the provider there", r.JobID, r.Region, r.Provider)
 		}
 	}
-	t.Logf("regions: %+v", v.Regions)
+	t.Logf("4 replicas ready %s after the post (test at %s); regions %+v", time.Since(posted).Round(time.Millisecond), time.Since(began).Round(time.Millisecond), v.Regions)
 
 	client := nstest.HTTPClient(tp.renter)
 	base := "http://" + v.Gateway
