@@ -53,7 +53,21 @@ type ServiceSpec struct {
 	// takes no Region of its own.
 	Regions           []string `json:"regions,omitempty" yaml:"regions,omitempty"`
 	ReplicasPerRegion int      `json:"replicas_per_region,omitempty" yaml:"replicas_per_region,omitempty"`
+	// ScaleToZero lets the service run no replica while idle: once no
+	// request has come for IdleAfter (zero: DefaultIdleAfter; at least
+	// MinIdleAfter), its replicas drain and their leases are cancelled;
+	// the next request waits (up to StartTimeout) while Replicas replicas
+	// are leased and started again: a cold start, whose time the status
+	// reports.
+	ScaleToZero bool          `json:"scale_to_zero,omitempty" yaml:"scale_to_zero,omitempty"`
+	IdleAfter   time.Duration `json:"idle_after,omitempty" yaml:"idle_after,omitempty"`
 }
+
+// ServiceSpec.IdleAfter's default and least value.
+const (
+	DefaultIdleAfter = 5 * time.Minute
+	MinIdleAfter     = time.Second
+)
 
 // PostServiceRequest is the body of POST /v1/services: a ServiceSpec, or
 // Task, the text of a service file (a task file with a service: section,
@@ -231,6 +245,13 @@ type ServiceView struct {
 	Ready    int            `json:"ready"`
 	Replicas []ReplicaView  `json:"replicas"`
 	Regions  []RegionView   `json:"regions,omitempty"`
+	// ScaledToZero is set while a ScaleToZero service runs no replica
+	// for being idle. ColdStarts counts the times a request woke it, and
+	// LastColdStartMS is how long the latest took: from the request to
+	// its first replica ready.
+	ScaledToZero    bool    `json:"scaled_to_zero,omitempty"`
+	ColdStarts      int     `json:"cold_starts,omitempty"`
+	LastColdStartMS float64 `json:"last_cold_start_ms,omitempty"`
 	Totals   ReplicaStats   `json:"totals"`
 	Retries  int64          `json:"retries"`
 	Events   []ServiceEvent `json:"events,omitempty"`

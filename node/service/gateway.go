@@ -245,6 +245,7 @@ type balancer struct{ s *Service }
 
 func (b balancer) RoundTrip(req *http.Request) (*http.Response, error) {
 	s := b.s
+	s.requested()
 	canRetry := retryable(req)
 	body, err := keepBody(req, canRetry)
 	if err != nil {
@@ -257,6 +258,9 @@ func (b balancer) RoundTrip(req *http.Request) (*http.Response, error) {
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		r := s.pick(tried)
+		if r == nil && attempt == 0 {
+			r = s.awaitReplica(req.Context()) // a service scaled to zero wakes
+		}
 		if r == nil {
 			if lastErr != nil {
 				return nil, lastErr

@@ -103,6 +103,9 @@ func normalize(spec *api.ServiceSpec, now time.Time) error {
 	if err := normalizeRegions(spec); err != nil {
 		return err
 	}
+	if err := normalizeZero(spec); err != nil {
+		return err
+	}
 	if spec.Replicas < 1 {
 		return badRequest("service: replicas must be at least 1, got %d", spec.Replicas)
 	}

@@ -99,6 +99,15 @@ type Service struct {
 	// routable is the replicas requests may go to, by region, nearest
 	// first (rebuilt on each state change, read lock-free per request).
 	routable atomic.Pointer[[]group]
+	// routeChanged is closed (and replaced) each time routable is
+	// rebuilt: requests waiting for a replica watch it.
+	routeChanged atomic.Pointer[chan struct{}]
+	// lastRequest is when the latest request came (unix ns, by the
+	// service's clock), waiting how many wait for a replica (scale to
+	// zero); kick wakes the control loop at once.
+	lastRequest atomic.Int64
+	waiting     atomic.Int64
+	kick        chan struct{}
 
 	mu           sync.Mutex
 	desired      int
@@ -114,6 +123,15 @@ type Service struct {
 	// spentGPUSeconds and spentUSD are the GPU time and cost of the
 	// replicas gone (those running add theirs in the view).
 	spentGPUSeconds, spentUSD float64
+
+	// asleep is set while a ScaleToZero service runs no replica for being
+	// idle; wakeAt is when a request woke it, until its first replica is
+	// ready (a cold start); coldStarts counts them, lastColdStart is the
+	// latest's time.
+	asleep        bool
+	wakeAt        time.Time
+	coldStarts    int
+	lastColdStart time.Duration
 
 	// avoid is the providers that lost a replica through their own fault
 	// (went silent, restarted, broke), newest last: new replicas' auctions
@@ -134,6 +152,10 @@ func newService(m *Manager, spec api.ServiceSpec, ln net.Listener, token string)
 	s.proxy = s.newProxy()
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}
 	s.routable.Store(&[]group{})
+	changed := make(chan struct{})
+	s.routeChanged.Store(&changed)
+	s.kick = make(chan struct{}, 1)
+	s.lastRequest.Store(s.created.UnixNano())
 	s.tokens.Store(&[]*apiToken{})
 	return s
 }
@@ -170,6 +192,7 @@ func (s *Service) loop() {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
+		case <-s.kick:
 		}
 	}
 }
@@ -205,6 +228,8 @@ func (s *Service) reroute() {
 	}
 	gs := s.routeGroups(ready)
 	s.routable.Store(&gs)
+	changed := make(chan struct{})
+	close(*s.routeChanged.Swap(&changed))
 }
 
 // setState moves r to state; s.mu is held.
@@ -449,6 +474,7 @@ func (s *Service) probed(r *replica, err error) {
 		if r.state == api.ReplicaStarting || r.state == api.ReplicaUnhealthy {
 			s.event("replica %s ready (%s after its lease)", r.jobID, s.now().Sub(r.leasedAt).Round(time.Millisecond))
 			s.setState(r, api.ReplicaReady)
+			s.coldStarted(s.now())
 		}
 		return
 	}
@@ -520,6 +546,7 @@ func (s *Service) tick() {
 		}
 	}
 	s.autoscale(now)
+	s.sleepIfIdle(now)
 
 	var live []*replica
 	readyLive := 0
@@ -574,8 +601,12 @@ func (s *Service) tick() {
 	}
 }
 
-// autoscale moves the desired count on load and latency; s.mu is held.
+// autoscale moves the desired count on load and latency (not while
+// scaled to zero); s.mu is held.
 func (s *Service) autoscale(now time.Time) {
+	if s.asleep {
+		return
+	}
 	in := scaleInput{now: now, desired: s.desired, min: s.spec.Replicas, max: s.spec.MaxReplicas,
 		target: s.spec.TargetP95, targetConcurrency: s.spec.TargetConcurrency,
 		lowSince: s.lowSince, downAfter: s.spec.ScaleDownAfter}
@@ -622,7 +653,7 @@ func (s *Service) scale(req api.ScaleRequest) error {
 	}
 	s.spec.Replicas, s.spec.MaxReplicas = lo, hi
 	d := min(max(s.desired, lo), hi)
-	if d != s.desired {
+	if d != s.desired && !s.asleep {
 		s.event("scaled by its owner: %d → %d replicas (bounds %d..%d)", s.desired, d, lo, hi)
 		s.desired = d
 	}
@@ -710,6 +741,7 @@ func (s *Service) view() api.ServiceView {
 		v.Replicas = append(v.Replicas, rv)
 	}
 	v.Regions = s.regionViews()
+	v.ScaledToZero, v.ColdStarts, v.LastColdStartMS = s.asleep, s.coldStarts, ms(s.lastColdStart)
 	v.Totals = s.win.view(now, outstanding)
 	setCost(&v.Totals, gpuSeconds, usd)
 	if s.spec.Public != nil {

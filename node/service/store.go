@@ -39,6 +39,11 @@ type record struct {
 	// cost.
 	SpentGPUSeconds float64 `json:"spent_gpu_seconds,omitempty"`
 	SpentUSD        float64 `json:"spent_usd,omitempty"`
+	// Asleep is set while a ScaleToZero service is scaled to zero;
+	// ColdStarts and LastColdStart are its cold starts so far.
+	Asleep        bool          `json:"asleep,omitempty"`
+	ColdStarts    int           `json:"cold_starts,omitempty"`
+	LastColdStart time.Duration `json:"last_cold_start,omitempty"`
 }
 
 type publicRecord struct {
@@ -78,7 +83,7 @@ func (s *Service) save() {
 		return
 	}
 	rec := record{Spec: s.spec, Desired: s.desired, Gateway: s.Gateway(), Token: s.token, Stopped: s.stopped, Created: s.created, Avoid: s.avoid,
-		SpentGPUSeconds: s.spentGPUSeconds, SpentUSD: s.spentUSD}
+		SpentGPUSeconds: s.spentGPUSeconds, SpentUSD: s.spentUSD, Asleep: s.asleep, ColdStarts: s.coldStarts, LastColdStart: s.lastColdStart}
 	if p := s.public; p != nil {
 		rec.Public = &publicRecord{Addr: p.ln.Addr().String(), Cert: p.selfCert, Key: p.selfKey}
 	} else if s.spec.Public != nil {
@@ -134,6 +139,10 @@ func (m *Manager) Restore() error {
 		s.created, s.avoid = rec.Created, rec.Avoid
 		s.spentGPUSeconds, s.spentUSD = rec.SpentGPUSeconds, rec.SpentUSD
 		s.desired = min(max(rec.Desired, rec.Spec.Replicas), rec.Spec.MaxReplicas)
+		s.coldStarts, s.lastColdStart = rec.ColdStarts, rec.LastColdStart
+		if rec.Asleep && rec.Spec.ScaleToZero {
+			s.asleep, s.desired = true, 0
+		}
 		s.mu.Lock()
 		if moved {
 			s.event("gateway %s is taken: now on %s", rec.Gateway, s.Gateway())
