@@ -239,23 +239,23 @@ type ServiceView struct {
 	// X-Gpumesh-Token header or as ?token=.
 	Token string `json:"token,omitempty"`
 	// Public is the public endpoint, when the spec asks for one.
-	Public   *PublicView    `json:"public,omitempty"`
-	Stopped  bool           `json:"stopped,omitempty"`
-	Desired  int            `json:"desired"`
-	Ready    int            `json:"ready"`
-	Replicas []ReplicaView  `json:"replicas"`
-	Regions  []RegionView   `json:"regions,omitempty"`
+	Public   *PublicView   `json:"public,omitempty"`
+	Stopped  bool          `json:"stopped,omitempty"`
+	Desired  int           `json:"desired"`
+	Ready    int           `json:"ready"`
+	Replicas []ReplicaView `json:"replicas"`
+	Regions  []RegionView  `json:"regions,omitempty"`
 	// ScaledToZero is set while a ScaleToZero service runs no replica
 	// for being idle. ColdStarts counts the times a request woke it, and
 	// LastColdStartMS is how long the latest took: from the request to
 	// its first replica ready.
-	ScaledToZero    bool    `json:"scaled_to_zero,omitempty"`
-	ColdStarts      int     `json:"cold_starts,omitempty"`
-	LastColdStartMS float64 `json:"last_cold_start_ms,omitempty"`
-	Totals   ReplicaStats   `json:"totals"`
-	Retries  int64          `json:"retries"`
-	Events   []ServiceEvent `json:"events,omitempty"`
-	Created  time.Time      `json:"created"`
+	ScaledToZero    bool           `json:"scaled_to_zero,omitempty"`
+	ColdStarts      int            `json:"cold_starts,omitempty"`
+	LastColdStartMS float64        `json:"last_cold_start_ms,omitempty"`
+	Totals          ReplicaStats   `json:"totals"`
+	Retries         int64          `json:"retries"`
+	Events          []ServiceEvent `json:"events,omitempty"`
+	Created         time.Time      `json:"created"`
 }
 
 // LatencySample is a service's requests through its gateway over the
