@@ -100,6 +100,8 @@ func servePostFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "target-p95", Usage: "latency the autoscaler keeps the service under, e.g. 300ms"},
 		&cli.IntFlag{Name: "target-concurrency", DefaultText: fmt.Sprint(api.DefaultTargetConcurrency), Usage: "outstanding requests per replica above which one is added"},
 		&cli.DurationFlag{Name: "scale-down-after", DefaultText: "2m", Usage: "how long load must stay low before a replica is removed"},
+		&cli.BoolFlag{Name: "scale-to-zero", Usage: "run no replica while idle (see --idle-after): the next request waits for a cold start"},
+		&cli.DurationFlag{Name: "idle-after", DefaultText: "5m", Usage: "with --scale-to-zero: how long without a request before the replicas go"},
 		&cli.DurationFlag{Name: "lease", DefaultText: "1h", Usage: "length of each replica's lease (renewed before it ends)"},
 		&cli.StringFlag{Name: "tier", Value: string(auction.Gold), Usage: "gold or silver"},
 		&cli.Float64Flag{Name: "max-price", DefaultText: "required unless in --file", Usage: "most you pay per GPU-hour, in USD"},
@@ -237,6 +239,12 @@ func buildService(c *cli.Context) (api.ServiceSpec, error) {
 	}
 	if set("scale-down-after") {
 		spec.ScaleDownAfter = c.Duration("scale-down-after")
+	}
+	if set("scale-to-zero") {
+		spec.ScaleToZero = c.Bool("scale-to-zero")
+	}
+	if set("idle-after") {
+		spec.IdleAfter = c.Duration("idle-after")
 	}
 	if set("lease") {
 		j.Duration = c.Duration("lease")
@@ -445,6 +453,17 @@ func printServiceView(w io.Writer, v *api.ServiceView, peer func(string) string)
 	printPublic(w, v)
 	fmt.Fprintf(w, "command:   %s (port %d%s)\n", strings.Join(j.Run.Command, " "), j.Run.ServicePort, prefixed(", health ", v.Spec.Health))
 	fmt.Fprintf(w, "replicas:  %d ready, %d desired, bounds %d..%d\n", v.Ready, v.Desired, v.Spec.Replicas, v.Spec.MaxReplicas)
+	if v.Spec.ScaleToZero {
+		state := "awake"
+		if v.ScaledToZero {
+			state = "scaled to zero: the next request waits for a cold start"
+		}
+		cold := "none yet"
+		if v.ColdStarts > 0 {
+			cold = fmt.Sprintf("%d, the last %s", v.ColdStarts, time.Duration(v.LastColdStartMS*float64(time.Millisecond)).Round(time.Millisecond))
+		}
+		fmt.Fprintf(w, "idle:      scales to zero after %s idle; %s; cold starts: %s\n", v.Spec.IdleAfter, state, cold)
+	}
 	fmt.Fprintf(w, "leases:    %s, %d GPU(s) each, %s, max $%.4g/GPU-h%s%s\n", j.Tier, j.GPUCount, j.Duration, j.MaxPrice,
 		prefixed(", region ", j.Region), prefixed(", near ", j.Near))
 	for _, g := range v.Regions {

@@ -23,6 +23,9 @@ func TestServeCLIAgainstFakeDaemon(t *testing.T) {
 					TokensPerSec: 37.5, USDPer1MTokens: 2.75}}},
 			Totals: api.ReplicaStats{Requests: 10, P95MS: 3.25, GPUSeconds: 1800, CostUSD: 0.125, USDPer1kRequests: 12.5,
 				PromptTokens: 1000, CompletionTokens: 4000, TokensPerSec: 37.5, USDPer1MTokens: 2.75}}
+		if spec.ScaleToZero {
+			v.ScaledToZero, v.ColdStarts, v.LastColdStartMS = true, 2, 3400
+		}
 		if len(spec.Regions) > 0 {
 			v.Replicas[0].Region, v.Replicas[0].ProviderRegion, v.Replicas[0].RTTMS = "eu", "eu-west", 5.25
 			v.Regions = []api.RegionView{{Region: "eu", Ready: 1, Want: 2, RTTMS: 5.25, Rank: 1}, {Region: "us", Want: 2}}
@@ -138,6 +141,14 @@ job:
 		}},
 		{"status regions", []string{"serve", "status", "svc-1"}, 0, []string{"near eu-west", "region:    eu: 1 ready of 2, rtt 5.2 ms, routing rank 1",
 			"region:    us: 0 ready of 2, rtt -, not routed (none ready)", "eu (eu-west)  5.2"}, nil},
+		{"post scale to zero", []string{"serve", "post", "--port", "8000", "--max-price", "3", "--scale-to-zero", "--idle-after", "10m", "--", "srv"},
+			0, []string{"service svc-1: gateway"}, func(t *testing.T) {
+				if !posted.ScaleToZero || posted.IdleAfter != 10*time.Minute {
+					t.Fatalf("posted scale to zero %v after %s", posted.ScaleToZero, posted.IdleAfter)
+				}
+			}},
+		{"status scaled to zero", []string{"serve", "status", "svc-1"}, 0,
+			[]string{"idle:      scales to zero after 10m0s idle; scaled to zero: the next request waits for a cold start; cold starts: 2, the last 3.4s"}, nil},
 		{"task file bad field", []string{"serve", "post", writeFile(t, "bad.yaml", svcTask+"  replicas: none\n")}, 1,
 			[]string{`bad.yaml:9: service.replicas: must be a whole number, got "none"`}, nil},
 		{"task file bad price", []string{"serve", "post", writeFile(t, "neg.yaml", strings.Replace(svcTask, "max_price: 2", "max_price: -1", 1))}, 1,
