@@ -71,11 +71,14 @@ func (s *Service) leastLoaded(reps, tried []*replica) (*replica, int64) {
 const IdempotencyKey = "Idempotency-Key"
 
 // Retry bounds: a request is sent to at most maxTries replicas; a body
-// is kept for sending again up to maxRetryBody bytes (a longer one is
-// sent once).
+// is kept for sending again up to maxRetryBody bytes, and up to
+// maxKeptBodies for all the requests of a service in flight (past
+// either, it is sent once), so that clients cannot make the gateway hold
+// more than that.
 const (
-	maxTries     = 8
-	maxRetryBody = 1 << 20
+	maxTries      = 8
+	maxRetryBody  = 1 << 20
+	maxKeptBodies = 64 << 20
 )
 
 // retryable reports whether a request may be sent again to another
@@ -247,7 +250,8 @@ func (b balancer) RoundTrip(req *http.Request) (*http.Response, error) {
 	s := b.s
 	s.requested()
 	canRetry := retryable(req)
-	body, err := keepBody(req, canRetry)
+	body, release, err := s.keepBody(req, canRetry)
+	defer release()
 	if err != nil {
 		return nil, err
 	}
@@ -307,25 +311,38 @@ func (b balancer) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // keepBody reads the body of a retryable request that has one, to send
-// it again: nil when there is none, or it is over maxRetryBody (then the
-// part read is put back in front of the rest, and the request is sent
-// once). A failure reading it is the client's (clientFailed).
-func keepBody(req *http.Request, retry bool) ([]byte, error) {
+// it again, and returns it with the function that gives its room back
+// (to call once the request is done): nil when there is none, or it is
+// over maxRetryBody (then the part read is put back in front of the
+// rest, and the request is sent once), or the service's requests in
+// flight already keep maxKeptBodies. A failure reading it is the
+// client's (clientFailed).
+func (s *Service) keepBody(req *http.Request, retry bool) ([]byte, func(), error) {
+	none := func() {}
 	if !retry || req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0 || req.ContentLength > maxRetryBody {
-		return nil, nil
+		return nil, none, nil
 	}
+	room := req.ContentLength
+	if room < 0 {
+		room = maxRetryBody + 1 // unknown: as much as may be read
+	}
+	if s.keptBytes.Add(room) > maxKeptBodies {
+		s.keptBytes.Add(-room)
+		return nil, none, nil
+	}
+	release := func() { s.keptBytes.Add(-room) }
 	b, err := io.ReadAll(io.LimitReader(req.Body, maxRetryBody+1))
 	if err != nil {
-		return nil, err
+		return nil, release, err
 	}
 	if len(b) > maxRetryBody {
 		req.Body = struct {
 			io.Reader
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(b), req.Body), req.Body}
-		return nil, nil
+		return nil, release, nil
 	}
-	return b, nil
+	return b, release, nil
 }
 
 // clientBody is a request's body on its way to a replica; it keeps the

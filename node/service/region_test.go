@@ -230,3 +230,32 @@ func TestRegionFailover(t *testing.T) {
 		t.Fatalf("POST with a key and a long body, eu1 suspected: %d, %d bytes; want served whole by us2", w.Code, len(w.Body.String()))
 	}
 }
+
+// TestKeptBodiesBounded (hostile): the bodies kept to send again are
+// bounded per service: past maxKeptBodies in flight, a keyed request is
+// sent once (not held in memory), and every request gives its room back.
+func TestKeptBodiesBounded(t *testing.T) {
+	dead := deadReplica("dead")
+	ok := localReplica(t, "ok", echo("ok"))
+	s := regionService(t, testSpec(), dead, ok)
+	post := func() int {
+		dead.suspect.Store(false)
+		s.turn.Store(0) // the dead replica first
+		w := callWith(s, http.MethodPost, "/x", "payload", s.Gateway(), map[string]string{TokenHeader: s.token, IdempotencyKey: "k"})
+		return w.Code
+	}
+	s.keptBytes.Store(maxKeptBodies - 3)
+	if code := post(); code != http.StatusBadGateway {
+		t.Fatalf("keyed POST with the budget spent: %d, want 502 (sent once, not kept)", code)
+	}
+	if got := s.keptBytes.Load(); got != maxKeptBodies-3 {
+		t.Fatalf("kept bytes %d after a request not kept, want %d", got, maxKeptBodies-3)
+	}
+	s.keptBytes.Store(0)
+	if code := post(); code != http.StatusOK {
+		t.Fatalf("keyed POST with room: %d, want 200 (retried on ok)", code)
+	}
+	if got := s.keptBytes.Load(); got != 0 {
+		t.Fatalf("kept bytes %d after the request, want its room given back", got)
+	}
+}

@@ -82,6 +82,9 @@ type Service struct {
 	wg      sync.WaitGroup
 	win     window // every request, for the autoscaler
 	retries atomic.Int64
+	// keptBytes is the room taken by the bodies kept to send again of
+	// the requests in flight (keepBody).
+	keptBytes atomic.Int64
 	proxy   *httputil.ReverseProxy
 	// turn makes replicas equally loaded take requests in turn.
 	turn atomic.Uint64

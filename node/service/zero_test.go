@@ -1,6 +1,7 @@
 package service
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +78,27 @@ func TestAwaitReplicaWakesAndWaits(t *testing.T) {
 	plain := regionService(t, testSpec())
 	if r := plain.awaitReplica(t.Context()); r != nil {
 		t.Fatalf("a service that does not scale to zero held a request for %v", r)
+	}
+}
+
+// TestUnadmittedRequestDoesNotWake (hostile): a request without the
+// gateway's token is refused before it can wake a service scaled to zero.
+func TestUnadmittedRequestDoesNotWake(t *testing.T) {
+	spec := testSpec()
+	spec.ScaleToZero, spec.IdleAfter, spec.StartTimeout = true, time.Second, time.Second
+	s := regionService(t, spec)
+	s.asleep, s.desired = true, 0
+	for _, h := range []map[string]string{{}, {TokenHeader: "wrong"}} {
+		if w := callWith(s, http.MethodGet, "/x", "", s.Gateway(), h); w.Code != http.StatusUnauthorized {
+			t.Fatalf("request with %v: %d, want 401", h, w.Code)
+		}
+	}
+	if w := callWith(s, http.MethodGet, "/x", "", "evil.example", map[string]string{TokenHeader: s.token}); w.Code != http.StatusMisdirectedRequest {
+		t.Fatalf("request for another host: %d, want 421", w.Code)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.asleep || s.desired != 0 || s.waiting.Load() != 0 {
+		t.Fatalf("after refused requests: asleep %v, desired %d; want still scaled to zero", s.asleep, s.desired)
 	}
 }
