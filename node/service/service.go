@@ -85,7 +85,7 @@ type Service struct {
 	// keptBytes is the room taken by the bodies kept to send again of
 	// the requests in flight (keepBody).
 	keptBytes atomic.Int64
-	proxy   *httputil.ReverseProxy
+	proxy     *httputil.ReverseProxy
 	// turn makes replicas equally loaded take requests in turn.
 	turn atomic.Uint64
 	// public is the public endpoint (nil without one, or when it could not
