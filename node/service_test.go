@@ -718,8 +718,19 @@ func TestServiceCostAndTokens(t *testing.T) {
 func TestServiceScalesToZero(t *testing.T) {
 	bin := buildServer(t)
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
-	waitAdvertised(t, boot, ns...)
-	c := api.NewClient(boot.dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+	cfg := renterConfig()
+	cfg.MetricsAddr = metricsAddr
+	rdir := filepath.Join(t.TempDir(), "renter")
+	renter := startNode(t, rdir, cfg, boot.Daemon)
+	t.Cleanup(func() { renter.Close() })
+	waitAdvertised(t, renter, ns...)
+	c := api.NewClient(rdir)
 	spec := serviceSpec(bin, 1, 1)
 	spec.ScaleToZero, spec.IdleAfter = true, 2*time.Second
 	v, err := c.PostService(context.Background(), spec)
@@ -751,7 +762,7 @@ func TestServiceScalesToZero(t *testing.T) {
 	if idle := time.Since(lastCall); idle < spec.IdleAfter {
 		t.Fatalf("scaled to zero %s after the last request, before its %s idle_after", idle, spec.IdleAfter)
 	}
-	waitJob(t, boot, first, 20*time.Second, "the idle replica's lease ended", func(jv api.JobView) bool { return jv.Run.Terminal() })
+	waitJob(t, renter, first, 20*time.Second, "the idle replica's lease ended", func(jv api.JobView) bool { return jv.Run.Terminal() })
 	woke := time.Now()
 	if got := get(); !strings.HasPrefix(got, "ok ") {
 		t.Fatalf("the request that woke the service got %q", got)
@@ -765,6 +776,21 @@ func TestServiceScalesToZero(t *testing.T) {
 	}
 	if v.Replicas[0].JobID == first {
 		t.Fatalf("the woken service's replica is the idle one's job %s", first)
+	}
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		fmt.Sprintf(`gpumesh_service_cold_starts_total{service=%q} 1`, v.ID),
+		fmt.Sprintf(`gpumesh_service_scaled_to_zero{service=%q} 0`, v.ID),
+		fmt.Sprintf(`gpumesh_service_last_cold_start_seconds{service=%q} %g`, v.ID, v.LastColdStartMS/1e3),
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Fatalf("metrics lack %q", want)
+		}
 	}
 	t.Logf("cold start %.0f ms (the waking request took %s)", v.LastColdStartMS, took.Round(time.Millisecond))
 }

@@ -210,13 +210,13 @@ func buildGpumesh(t *testing.T) (bin, tmp string) {
 	return bin, tmp
 }
 
-// startRenter starts the renter in its namespace and returns it and the
-// bootstrap address providers join by.
-func (n *testNet) startRenter(tp topology) (*daemon, string) {
+// startRenter starts the renter in its namespace (with extra lines of
+// config) and returns it and the bootstrap address providers join by.
+func (n *testNet) startRenter(tp topology, extra ...string) (*daemon, string) {
 	renter := n.Start("renter", tp.renter, `listen: [/ip4/`+renterIP+`/tcp/4001]
 reachability: public
 region: eu-west
-`)
+`+strings.Join(extra, ""))
 	return renter, "/ip4/" + renterIP + "/tcp/4001/p2p/" + renter.ID
 }
 

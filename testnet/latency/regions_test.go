@@ -89,7 +89,7 @@ func TestRegionalServingOverDelayedLinks(t *testing.T) {
 	srv := buildServer(t)
 	tp := buildTopology(t)
 	n := &testNet{&nstest.Net{T: t, Bin: bin, Tmp: tmp}}
-	renter, boot := n.startRenter(tp)
+	renter, boot := n.startRenter(tp, "metrics_addr: 127.0.0.1:9464\n")
 	near := n.Start("near", tp.near, providerConfig(nearIP, boot, "eu-west", 1.0))
 	far := n.Start("far", tp.far, providerConfig(farIP, boot, "us-east", 1.0))
 	n.awaitProviders(renter, map[string]string{near.ID: "near", far.ID: "far"})
@@ -132,9 +132,21 @@ func TestRegionalServingOverDelayedLinks(t *testing.T) {
 			t.Fatalf("replica %s in %s on %s, want the provider there", r.JobID, r.Region, r.Provider)
 		}
 	}
+	client := nstest.HTTPClient(tp.renter)
+	resp, err := client.Get("http://127.0.0.1:9464/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`gpumesh_service_region_ready_replicas{region="eu",service="regional"} 2`,
+		`gpumesh_service_region_ready_replicas{region="us",service="regional"} 2`, `gpumesh_service_region_rtt_seconds{region="us",service="regional"} 0.0`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Fatalf("the renter's metrics lack %q", want)
+		}
+	}
 	t.Logf("4 replicas ready %s after the post (test at %s); regions %+v", time.Since(posted).Round(time.Millisecond), time.Since(began).Round(time.Millisecond), v.Regions)
 
-	client := nstest.HTTPClient(tp.renter)
 	base := "http://" + v.Gateway
 	do := func(method, path, key, body string) (time.Duration, error) {
 		var rd io.Reader
