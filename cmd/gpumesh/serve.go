@@ -407,8 +407,11 @@ func serveListAction(c *cli.Context) error {
 	fmt.Fprintln(tw, "ID\tGATEWAY\tREADY/DESIRED\tBOUNDS\tREQ/S\tP95 MS\tERRORS\tSTATE")
 	for _, v := range vs {
 		state := "running"
-		if v.Stopped {
+		switch {
+		case v.Stopped:
 			state = "stopped"
+		case v.ScaledToZero:
+			state = "scaled to zero"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d..%d\t%.1f\t%.1f\t%d\t%s\n", v.ID, v.Gateway, v.Ready, v.Desired,
 			v.Spec.Replicas, v.Spec.MaxReplicas, v.Totals.RatePerSec, v.Totals.P95MS, v.Totals.Errors, state)

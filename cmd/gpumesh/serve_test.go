@@ -149,6 +149,7 @@ job:
 			}},
 		{"status scaled to zero", []string{"serve", "status", "svc-1"}, 0,
 			[]string{"idle:      scales to zero after 10m0s idle; scaled to zero: the next request waits for a cold start; cold starts: 2, the last 3.4s"}, nil},
+		{"list scaled to zero", []string{"serve", "list"}, 0, []string{"scaled to zero"}, nil},
 		{"task file bad field", []string{"serve", "post", writeFile(t, "bad.yaml", svcTask+"  replicas: none\n")}, 1,
 			[]string{`bad.yaml:9: service.replicas: must be a whole number, got "none"`}, nil},
 		{"task file bad price", []string{"serve", "post", writeFile(t, "neg.yaml", strings.Replace(svcTask, "max_price: 2", "max_price: -1", 1))}, 1,

@@ -131,6 +131,9 @@ func TestRegionalServingOverDelayedLinks(t *testing.T) {
 		if want := map[string]string{"eu": near.ID, "us": far.ID}[r.Region]; r.Provider != want {
 			t.Fatalf("replica %s in %s on %s, want the provider there", r.JobID, r.Region, r.Provider)
 		}
+		if want := map[string]string{"eu": "eu-west", "us": "us-east"}[r.Region]; r.ProviderRegion != want || r.RTTMS <= 0 {
+			t.Fatalf("replica %s in %s: provider region %q, rtt %v ms; want %s, measured", r.JobID, r.Region, r.ProviderRegion, r.RTTMS, want)
+		}
 	}
 	client := nstest.HTTPClient(tp.renter)
 	resp, err := client.Get("http://127.0.0.1:9464/metrics")
