@@ -5,7 +5,7 @@
 //
 // A discrete-event loop (job arrivals, lease ends, a 15-minute retry tick)
 // calls the same functions a daemon calls, so months of trace replay in
-// seconds. Jobs come from a trace (LoadTrace; trace time zero is Epoch,
+// seconds. Jobs come from a trace (ReadTrace; trace time zero is Epoch,
 // Monday 2021-03-01 00:00 UTC) with their market attributes drawn from a
 // seeded Demand; providers come from a seeded Supply (night-and-weekend
 // owners, part-time reserved racks, always-on specialists) with a hidden
