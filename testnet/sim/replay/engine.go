@@ -205,7 +205,7 @@ type sim struct {
 	preemptGold  int
 	preemptGap   int
 	failures     int
-	wasted       float64 // GPU-seconds leased beyond what jobs asked for
+	wasted       float64 // GPU-seconds delivered beyond what jobs asked for
 	progress     io.Writer
 	lastPct      int
 }
@@ -790,11 +790,11 @@ func (s *sim) account(l *leaseState, t int64, failed bool) {
 	if to <= from {
 		return
 	}
-	s.wasted += (l.gpus - l.asked) * float64(to-from)
 	series := s.filled
 	if failed {
 		series = s.lost
 	} else {
+		s.wasted += (l.gpus - l.asked) * float64(to-from)
 		pay := auction.LeaseCost(l.price, l.count, l.fraction, time.Duration(to-from)*time.Second)
 		s.jobs[l.job].paid += pay
 		s.jobs[l.job].paidGPUSec += l.asked * float64(to-from)

@@ -78,7 +78,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 const footer = `
 fill % = delivered lease GPU-hours / idle GPU-hours offered (sum over providers of sellable spans x GPUs);
 a slice lease counts its fraction of a GPU, a gang every member's GPUs.
-lost = GPU-hours of leases that failed (work lost, not paid). idle billed = leased GPU-hours the jobs did
+lost = GPU-hours of leases that failed (work lost, not paid). idle billed = filled GPU-hours the jobs did
 not ask for (a fraction rounded up to its slice, or to a whole GPU when flat). $/GPU-h = what renters
 paid per GPU-hour they asked for. Job counts, waits and SLA cover placeable
 jobs only. Waits: submission to first start; jobs that never start are censored at the replay end.

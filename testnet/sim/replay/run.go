@@ -98,8 +98,9 @@ type PolicyReport struct {
 	FilledGPUHours float64 `json:"filled_gpu_hours"`
 	FillRate       float64 `json:"fill_rate"`
 	LostGPUHours   float64 `json:"lost_gpu_hours"`
-	// IdleBilledGPUHours are leased GPU-hours the jobs did not ask for: a
-	// fraction rounded up to the slice (or, Flat, the whole GPU) it got.
+	// IdleBilledGPUHours are delivered GPU-hours (of FilledGPUHours) the
+	// jobs did not ask for: a fraction rounded up to the slice (or, Flat,
+	// the whole GPU) it got.
 	IdleBilledGPUHours float64 `json:"idle_billed_gpu_hours"`
 	// CostPerGPUHour is what renters paid per GPU-hour they asked for.
 	CostPerGPUHour float64      `json:"cost_per_gpu_hour"`

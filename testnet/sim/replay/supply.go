@@ -40,7 +40,7 @@ var kindNames = []string{KindNights, KindRacks, KindAlways}
 //     floor $0.7-1.3, 1.3x on weekday office hours; 60% accept preemptible
 //     work; fail 1% (80%) or 3% of leases.
 //   - slices (sellSlices): 40% of nights owners sell each device in 2 or 4
-//     slices, 50% of always-on specialists in 2, 4 or 8; racks whole GPUs.
+//     slices, 50% of always-on specialists and 25% of racks in 2, 4 or 8.
 //
 // Regions are us-east (30%), us-west, eu-west, eu-central (20% each) and
 // ap-northeast (10%), each with its own time zone.
@@ -149,8 +149,8 @@ func buildSupply(s Supply, seed uint64, end time.Time) ([]Provider, error) {
 
 // sellSlices draws whether a provider sells its devices in slices, and
 // into how many: 40% of nights owners cut theirs into 2 or 4, 50% of
-// always-on specialists into 2, 4 or 8; racks sell whole GPUs only. A
-// slice is enforced by MIG on A100 and H100, by MPS on the others.
+// always-on specialists and 25% of racks into 2, 4 or 8. A slice is
+// enforced by MIG on A100 and H100, by MPS on the others.
 func sellSlices(p *Provider, r *rand.Rand) {
 	var counts weighted[int]
 	switch p.Kind {
@@ -164,8 +164,11 @@ func sellSlices(p *Provider, r *rand.Rand) {
 			return
 		}
 		counts = weighted[int]{{2, 0.3}, {4, 0.5}, {8, 0.2}}
-	default:
-		return
+	default: // KindRacks
+		if r.Float64() >= 0.25 {
+			return
+		}
+		counts = weighted[int]{{2, 0.3}, {4, 0.4}, {8, 0.3}}
 	}
 	c := &p.Capability
 	rule := auction.SliceRule{Count: counts.draw(r)}
