@@ -242,3 +242,52 @@ func TestBoundShapes(t *testing.T) {
 		}
 	}
 }
+
+// A gang member evicted by gold stops its whole gang, which keeps its work
+// (a checkpoint) and resumes once both providers are free again. A bronze
+// gang of 2 × 1 GPU for 4 h holds p0 and p1 (1 GPU each) from 0; a gold
+// job of 1 GPU for 1 h arrives at 1 h. Auction: gold evicts one member at
+// 1 h, so the gang has done 1 h; gold runs 1-2 h; the gang runs its last
+// 3 h from 2 h. FIFO never preempts: gold waits for the gang to end at 4 h.
+// Either way 2 × 4 + 1 = 9 GPU-hours are delivered.
+func TestGangEvictedTogether(t *testing.T) {
+	trace := []TraceJob{
+		{ID: "g", Duration: 4 * 3600, GPUs: 1, Nodes: 2},
+		{ID: "x", Submit: 3600, Duration: 3600, GPUs: 1},
+	}
+	demand := Demand{Tiers: Mix{"gold": 1, "bronze": 1}, Regions: Mix{"any": 1}, PriceScale: 3}
+	// The tiers are drawn: take the first seed that makes the gang bronze
+	// and the single job gold.
+	var seed uint64
+	for s := uint64(1); s < 100 && seed == 0; s++ {
+		jobs, _ := buildJobs(trace, demand, s, false)
+		if jobs[0].Tier == auction.Bronze && jobs[1].Tier == auction.Gold {
+			seed = s
+		}
+	}
+	if seed == 0 {
+		t.Fatal("no seed under 100 draws a bronze gang and a gold job")
+	}
+	r, err := Run(Config{Trace: trace, Demand: demand, Seed: seed, Providers: []Provider{alwaysOn("p0", 1), alwaysOn("p1", 1)}, Drain: 10 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auc, fifo := policy(t, r, PolicyAuction), policy(t, r, PolicyFIFO)
+	wait := func(p PolicyReport, tier auction.Tier) float64 {
+		for _, x := range p.Tiers {
+			if x.Tier == tier {
+				return x.WaitP50
+			}
+		}
+		t.Fatalf("%s: no %s tier", p.Policy, tier)
+		return 0
+	}
+	if auc.PreemptGold != 1 || auc.Completed != 2 || auc.FilledGPUHours != 9 || auc.LostGPUHours != 0 || wait(auc, auction.Gold) != 0 {
+		t.Errorf("auction: preemptions %d done %d filled %v lost %v gold wait %v; want 1, 2, 9, 0, 0",
+			auc.PreemptGold, auc.Completed, auc.FilledGPUHours, auc.LostGPUHours, wait(auc, auction.Gold))
+	}
+	if fifo.PreemptGold != 0 || fifo.Completed != 2 || fifo.FilledGPUHours != 9 || wait(fifo, auction.Gold) != 3 {
+		t.Errorf("fifo: preemptions %d done %d filled %v gold wait %v; want 0, 2, 9, 3 h",
+			fifo.PreemptGold, fifo.Completed, fifo.FilledGPUHours, wait(fifo, auction.Gold))
+	}
+}
