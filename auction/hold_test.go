@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/auctiontest"
 )
 
 func TestCalendarHolds(t *testing.T) {
@@ -182,7 +183,7 @@ func TestHeldCallBidsAfterRelease(t *testing.T) {
 	first, second := signtest.New(t), signtest.New(t)
 	tr1, bids1 := bidCollector(m, first.ID())
 	tr2, bids2 := bidCollector(m, second.ID())
-	post := func(tr *MemTransport, signer *sign.Signer, id string) Job {
+	post := func(tr *auctiontest.MemTransport, signer *sign.Signer, id string) Job {
 		j := ownedJob(t, m, signer.ID(), id)
 		// Must start within ten minutes: the held hour cannot be waited out.
 		j.BidWindow, j.Deadline = 5*time.Second, m.now().Add(10*time.Minute)
