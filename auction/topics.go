@@ -25,7 +25,7 @@ type Transport interface {
 	// addresses, the DHT).
 	SendBid(ctx context.Context, to peer.ID, data []byte) error
 	// SendAward delivers an award to a provider and returns its signed
-	// confirm.
+	// confirm (or a bid release, answered by nothing).
 	SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error)
 }
 

@@ -138,19 +138,22 @@ func ReuseLeaseID(ctx context.Context, p *Peer, leaseID string, job auction.Job)
 }
 
 // rewriteAwards re-signs each award the hostile renter sends after
-// rewrite changed it.
+// rewrite changed it (bid releases, on the same stream, pass unchanged).
 type rewriteAwards struct {
 	transport
 	rewrite func(*auction.Award)
 }
 
 func (t rewriteAwards) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
-	a, err := auction.DecodeAward(data)
+	msg, err := auction.DecodeAwardMessage(data)
 	if err != nil {
 		return nil, err
 	}
-	t.rewrite(&a)
-	b, err := auction.EncodeAward(t.p.Signer, a)
+	if msg.Award == nil { // a bid release travels as it is
+		return t.transport.SendAward(ctx, to, data)
+	}
+	t.rewrite(msg.Award)
+	b, err := auction.EncodeAward(t.p.Signer, *msg.Award)
 	if err != nil {
 		return nil, err
 	}
