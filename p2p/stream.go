@@ -230,6 +230,22 @@ func (n *Node) Request(ctx context.Context, to peer.ID, addrs []string, proto pr
 	return RequestOn(ctx, n.Host, to, proto, req)
 }
 
+// Direct is a node as the market's messages travel on it: requests to
+// peers it reaches by itself (a connection, the peerstore, the DHT; no
+// addresses named, see auction.Transport) and gossip. It is the
+// lease.Transport and wire.Carrier of the daemon and the harnesses.
+type Direct struct{ N *Node }
+
+// Request is N.Request without addresses.
+func (d Direct) Request(ctx context.Context, to peer.ID, proto protocol.ID, req []byte) ([]byte, error) {
+	return d.N.Request(ctx, to, nil, proto, req)
+}
+
+// Publish is N.Publish.
+func (d Direct) Publish(ctx context.Context, topic string, data []byte) error {
+	return d.N.Publish(ctx, topic, data)
+}
+
 // Resolve makes sure the peerstore has a way to p: nothing to do while
 // connected or while it holds p's addresses (learned from p itself,
 // through identify, or earlier lookups); otherwise p is looked up in the
