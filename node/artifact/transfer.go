@@ -15,6 +15,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -219,10 +220,10 @@ func (s *Service) serve(st network.Stream) {
 		resp, err := s.answer(from, b, authorised)
 		if err != nil {
 			_ = bw.WriteByte(statusErr)
-			_ = p2p.WriteFrame(bw, []byte(err.Error()))
+			_ = frame.Write(bw, []byte(err.Error()))
 		} else {
 			_ = bw.WriteByte(statusOK)
-			if err := p2p.WriteFrame(bw, resp); err != nil {
+			if err := frame.Write(bw, resp); err != nil {
 				_ = st.Reset()
 				return
 			}
@@ -324,14 +325,14 @@ func (s *Service) open(ctx context.Context, p peer.ID) (*session, error) {
 func (ss *session) call(req wire.ArtifactRequest, timeout time.Duration) ([]byte, error) {
 	b, _ := json.Marshal(req)
 	_ = ss.st.SetDeadline(time.Now().Add(timeout))
-	if err := p2p.WriteFrame(ss.st, b); err != nil {
+	if err := frame.Write(ss.st, b); err != nil {
 		return nil, err
 	}
 	status, err := ss.br.ReadByte()
 	if err != nil {
 		return nil, err
 	}
-	resp, err := p2p.ReadFrame(ss.br)
+	resp, err := frame.Read(ss.br)
 	if err != nil {
 		return nil, err
 	}
