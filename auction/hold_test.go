@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/auctiontest"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -184,7 +185,7 @@ func TestHeldCallBidsAfterRelease(t *testing.T) {
 	first, second := signtest.New(t), signtest.New(t)
 	tr1, bids1 := bidCollector(m, first.ID())
 	tr2, bids2 := bidCollector(m, second.ID())
-	post := func(tr *MemTransport, signer *sign.Signer, id string) Job {
+	post := func(tr *auctiontest.MemTransport, signer *sign.Signer, id string) Job {
 		j := ownedJob(t, m, signer.ID(), id)
 		// Must start within ten minutes: the held hour cannot be waited out.
 		j.BidWindow, j.Deadline = 5*time.Second, m.now().Add(10*time.Minute)
@@ -347,11 +348,11 @@ func (m *market) capacity(p string) int {
 
 // bidGateFree is bidGate, with the bids' Free kept (free) or taken out and
 // the bid signed again by its provider: a provider that does not say.
-func bidGateFree(t *testing.T, m *market, r *Renter, tr *MemTransport, n int, free bool) <-chan struct{} {
+func bidGateFree(t *testing.T, m *market, r *Renter, tr *auctiontest.MemTransport, n int, free bool) <-chan struct{} {
 	ch := make(chan struct{})
 	var mu sync.Mutex
 	got := 0
-	tr.Handle(MemHandlers{OnBid: func(from peer.ID, data []byte) error {
+	tr.Handle(auctiontest.MemHandlers{OnBid: func(from peer.ID, data []byte) error {
 		if !free {
 			b, err := DecodeBid(data)
 			if err != nil {

@@ -1229,24 +1229,24 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string) (Le
 	return lease, "confirmed"
 }
 
-// HandleBid takes a bid from a provider's direct stream. It verifies the
+// HandleBid takes a message from a provider's direct stream, decoded once
+// by its kind (DecodeBidMessage): a decline or a capacity notice goes to
+// its own handler, any other kind is refused. For a bid it verifies the
 // envelope and that its signer is both Bid.Provider and the sender, that
 // the bid is for a known job's current attempt whose window is open, that
 // its nonce is new, that it has not expired and that the provider has not
 // bid already. A refused bid returns a *Rejection and is counted by reason.
 func (r *Renter) HandleBid(from peer.ID, data []byte) error {
-	b, err := DecodeBid(data)
-	if errors.Is(err, sign.ErrWrongDomain) {
-		if d, derr := DecodeDecline(data); derr == nil {
-			return r.handleDecline(from, d)
-		}
-		if n, nerr := DecodeCapacityNotice(data); nerr == nil {
-			return r.handleNotice(from, n)
-		}
-	}
-	if err != nil {
+	msg, err := DecodeBidMessage(data)
+	switch {
+	case err != nil:
 		return r.reject(decodeReason(err), err)
+	case msg.Decline != nil:
+		return r.handleDecline(from, *msg.Decline)
+	case msg.Notice != nil:
+		return r.handleNotice(from, *msg.Notice)
 	}
+	b := *msg.Bid
 	if b.Provider != from.String() {
 		return r.reject("sender_mismatch", fmt.Errorf("bid from %s signed by %s", from, b.Provider))
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/node/artifact/transfer"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -35,7 +36,7 @@ func (d *Daemon) startArtifacts() error {
 	if err != nil {
 		return err
 	}
-	d.artifacts, err = artifact.NewService(artifact.ServiceConfig{
+	d.artifacts, err = transfer.NewService(transfer.ServiceConfig{
 		Store: st, Net: d.net, Signer: d.signer, Log: d.log,
 		Authorize: func(id string, from peer.ID) bool {
 			m := d.marketRef.Load()
@@ -499,7 +500,7 @@ func (d *Daemon) apiGetArtifact(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var last time.Time
-	res, err := d.artifacts.Fetch(r.Context(), id, artifact.FetchOptions{Peers: peers, For: artifact.Local, Progress: func(done, total int64) {
+	res, err := d.artifacts.Fetch(r.Context(), id, transfer.FetchOptions{Peers: peers, For: artifact.Local, Progress: func(done, total int64) {
 		if now := time.Now(); now.Sub(last) >= 200*time.Millisecond || done == total {
 			last = now
 			send(api.ArtifactProgress{Done: done, Total: total})
@@ -622,7 +623,7 @@ func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, l
 	_, infoErr := d.artifacts.Store().Info(id)
 	fresh := infoErr != nil
 	var tooBig atomic.Bool
-	res, err := d.artifacts.Fetch(ctx, id, artifact.FetchOptions{Origin: &peer.AddrInfo{ID: from}, NoDiscovery: true, For: artifact.For(from),
+	res, err := d.artifacts.Fetch(ctx, id, transfer.FetchOptions{Origin: &peer.AddrInfo{ID: from}, NoDiscovery: true, For: artifact.For(from),
 		Progress: func(_, total int64) {
 			if total > max {
 				tooBig.Store(true)

@@ -18,7 +18,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
-	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/node/artifact/transfer"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -113,7 +113,7 @@ type Daemon struct {
 	// marketRef is market for the network handlers that may run before
 	// it is set.
 	marketRef atomic.Pointer[market]
-	artifacts *artifact.Service
+	artifacts *transfer.Service
 	// inputPins pins the artifacts of this renter's live jobs.
 	inputPins *inputPins
 

@@ -26,7 +26,6 @@ import (
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
 // market wires the daemon's market roles: the auction (renter and
@@ -55,23 +54,12 @@ type market struct {
 	cancel context.CancelFunc
 }
 
-// leaseTransport carries the post-award protocol over libp2p.
-type leaseTransport struct{ n *p2p.Node }
-
-func (t leaseTransport) Request(ctx context.Context, to peer.ID, proto protocol.ID, data []byte) ([]byte, error) {
-	return t.n.Request(ctx, to, nil, proto, data)
-}
-
-func (t leaseTransport) Publish(ctx context.Context, topic string, data []byte) error {
-	return t.n.Publish(ctx, topic, data)
-}
-
 func newMarket(d *Daemon) (*market, error) {
 	m := &market{d: d, counters: lease.NewCounters(),
 		book:    attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String(), Successions: d.succ}),
 		metrics: newMetrics()}
 	m.ctx, m.cancel = context.WithCancel(d.ctx)
-	lt := leaseTransport{d.net}
+	lt := p2p.Direct{N: d.net}
 	// This node's own successions first: the receipts replayed next that
 	// its old identities signed count for it.
 	own, err := m.learnOwnSuccessions()
@@ -82,7 +70,7 @@ func newMarket(d *Daemon) (*market, error) {
 		Counters: m.counters, Log: d.log}); err != nil {
 		return nil, err
 	}
-	tr := &p2pTransport{m: m}
+	tr := wire.AuctionTransport(lt)
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
@@ -351,24 +339,6 @@ func (m *market) sensors() func() (int, int) {
 		t := runtime.Sample(m.d.inv)
 		return t.TempC, t.PowerW
 	}
-}
-
-// p2pTransport carries the auction's messages over libp2p.
-type p2pTransport struct{ m *market }
-
-func (t *p2pTransport) Publish(ctx context.Context, topic string, data []byte) error {
-	return t.m.d.net.Publish(ctx, topic, data)
-}
-
-// SendBid reaches a renter without the addresses its call named (see
-// auction.Transport): through a connection, the peerstore, or the DHT.
-func (t *p2pTransport) SendBid(ctx context.Context, to peer.ID, data []byte) error {
-	_, err := t.m.d.net.Request(ctx, to, nil, wire.ProtoBid, data)
-	return err
-}
-
-func (t *p2pTransport) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
-	return t.m.d.net.Request(ctx, to, nil, wire.ProtoAward, data)
 }
 
 // badFrame counts a request on one of this node's protocols whose frame

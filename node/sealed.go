@@ -9,6 +9,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/node/artifact/transfer"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -112,7 +113,7 @@ func (d *Daemon) sealedOutputs(ctx context.Context, v api.JobView) ([]auction.Ou
 		return nil, nil, err
 	}
 	id := v.OutputsArtifact
-	if _, err := d.artifacts.Fetch(ctx, id, artifact.FetchOptions{Origin: &peer.AddrInfo{ID: prov}, NoDiscovery: true, For: artifact.For(prov)}); err != nil {
+	if _, err := d.artifacts.Fetch(ctx, id, transfer.FetchOptions{Origin: &peer.AddrInfo{ID: prov}, NoDiscovery: true, For: artifact.For(prov)}); err != nil {
 		return nil, nil, fmt.Errorf("sealed outputs %s: %w", id, err)
 	}
 	if err := d.adoptSealed(id, v.Lease.ID, true); err != nil {

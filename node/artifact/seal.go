@@ -336,7 +336,7 @@ func (s *Store) openSealed(id string, rd Reader, k Key, derive bool) ([]auction.
 		return nil, false, nil, err
 	}
 	if !m.Sealed {
-		return nil, false, nil, fmt.Errorf("artifact %s is not sealed", short(id))
+		return nil, false, nil, fmt.Errorf("artifact %s is not sealed", ShortID(id))
 	}
 	rc, err := s.Open(id, rd)
 	if err != nil {
@@ -351,12 +351,12 @@ func (s *Store) openSealed(id string, rd Reader, k Key, derive bool) ([]auction.
 	var n [4]byte
 	if _, err := io.ReadFull(br, n[:]); err != nil {
 		rc.Close()
-		return nil, false, nil, fmt.Errorf("artifact %s: %w", short(id), err)
+		return nil, false, nil, fmt.Errorf("artifact %s: %w", ShortID(id), err)
 	}
 	size := binary.BigEndian.Uint32(n[:])
 	if size > maxSealedHeader {
 		rc.Close()
-		return nil, false, nil, fmt.Errorf("artifact %s: sealed header of %d bytes", short(id), size)
+		return nil, false, nil, fmt.Errorf("artifact %s: sealed header of %d bytes", ShortID(id), size)
 	}
 	hb := make([]byte, size)
 	var hdr sealedHeader
@@ -368,7 +368,7 @@ func (s *Store) openSealed(id string, rd Reader, k Key, derive bool) ([]auction.
 	}
 	if err != nil {
 		rc.Close()
-		return nil, false, nil, fmt.Errorf("artifact %s: sealed header: %w", short(id), err)
+		return nil, false, nil, fmt.Errorf("artifact %s: sealed header: %w", ShortID(id), err)
 	}
 	return hdr.Files, hdr.Dir, struct {
 		io.Reader
@@ -393,10 +393,10 @@ func (s *Store) Unseal(id, dst string, rd Reader, ck Key) error {
 		defer os.RemoveAll(target)
 	}
 	if _, err := wire.ExtractBundle(body, files, target, false); err != nil {
-		return fmt.Errorf("artifact %s: %w", short(id), err)
+		return fmt.Errorf("artifact %s: %w", ShortID(id), err)
 	}
 	if _, err := io.Copy(io.Discard, body); err != nil {
-		return fmt.Errorf("artifact %s: %w", short(id), err)
+		return fmt.Errorf("artifact %s: %w", ShortID(id), err)
 	}
 	if !dir {
 		return os.Rename(filepath.Join(target, filepath.FromSlash(files[0].Path)), dst)
@@ -414,7 +414,7 @@ func (s *Store) ContentKey(id string, k Key) (Key, error) {
 		return Key{}, err
 	}
 	if !m.Sealed {
-		return Key{}, fmt.Errorf("artifact %s is not sealed", short(id))
+		return Key{}, fmt.Errorf("artifact %s is not sealed", ShortID(id))
 	}
 	rc, err := s.Open(id, Local)
 	if err != nil {
@@ -423,7 +423,7 @@ func (s *Store) ContentKey(id string, k Key) (Key, error) {
 	defer rc.Close()
 	salt := make([]byte, saltSize)
 	if _, err := io.ReadFull(rc, salt); err != nil {
-		return Key{}, fmt.Errorf("artifact %s: %w", short(id), ErrSealed)
+		return Key{}, fmt.Errorf("artifact %s: %w", ShortID(id), ErrSealed)
 	}
 	return contentKey(k, salt), nil
 }
@@ -436,7 +436,7 @@ func (s *Store) verify(id string, ck Key) error {
 	}
 	defer body.Close()
 	if _, err := io.Copy(io.Discard, body); err != nil {
-		return fmt.Errorf("artifact %s: %w", short(id), err)
+		return fmt.Errorf("artifact %s: %w", ShortID(id), err)
 	}
 	return nil
 }
@@ -467,7 +467,7 @@ func (s *Store) setKey(id string, ck Key) error {
 	defer s.mu.Unlock()
 	r, ok := s.recs[id]
 	if !ok {
-		return fmt.Errorf("%s: %w", short(id), ErrNotFound)
+		return fmt.Errorf("%s: %w", ShortID(id), ErrNotFound)
 	}
 	if r.Key != nil && subtle.ConstantTimeCompare(r.Key[:], ck[:]) == 1 {
 		return nil

@@ -24,8 +24,8 @@ import (
 // except the stream requests, which are authorised by the stream's
 // authenticated remote peer.
 const (
-	ProtoBid        protocol.ID = "/gpumesh/bid/1.0.0"         // provider → renter: auction.Bid
-	ProtoAward      protocol.ID = "/gpumesh/award/1.0.0"       // renter → provider: auction.Award, answered by an auction.Confirm
+	ProtoBid        protocol.ID = "/gpumesh/bid/1.0.0"         // provider → renter: auction.BidMessage (a bid, decline or capacity notice, by its envelope's domain)
+	ProtoAward      protocol.ID = "/gpumesh/award/1.0.0"       // renter → provider: auction.AwardMessage (an award, answered by an auction.Confirm, or a bid release)
 	ProtoHeartbeat  protocol.ID = "/gpumesh/heartbeat/1.0.0"   // provider → renter: attest.Heartbeat
 	ProtoLeaseEvent protocol.ID = "/gpumesh/lease-event/1.0.0" // provider → renter: LeaseEvent, answered by the renter's attest.HeartbeatSummary
 	ProtoReceipt    protocol.ID = "/gpumesh/receipt/1.0.0"     // provider → renter: attest.SignedReceipt, answered countersigned
