@@ -247,30 +247,7 @@ func TestOwnAuctionsDoNotRaceForOneGPU(t *testing.T) {
 			}
 			r, tr := m.renter(t, cfg)
 			gate := bidGateFree(t, m, r, tr, 9, tc.free) // every auction collects all three bids first
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			leased, overbooked, skipped := 0, 0, 0
-			for i := 0; i < 3; i++ {
-				j := euJob(m.now())
-				j.ID, j.GPUCount, j.Deadline, j.BidWindow = NewID("job"), 1, m.now().Add(10*time.Minute), time.Second
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					job, err := r.Post(context.Background(), j)
-					st, _ := r.Status(job.ID)
-					mu.Lock()
-					defer mu.Unlock()
-					if err == nil {
-						leased++
-					}
-					for _, a := range st.Attempts {
-						overbooked += strings.Count(a.Result, "overbooked")
-						skipped += strings.Count(a.Result, "awarded to another of this renter's jobs")
-					}
-				}()
-			}
-			<-gate
-			wg.Wait()
+			leased, overbooked, skipped := postAtOnce(m, r, 3, gate)
 			for _, tp := range m.provs {
 				checkCalendar(t, tp.spec.name, tp.cal)
 			}
@@ -303,30 +280,7 @@ func TestOwnAuctionsSeeWhatTheirBidsLeaveFree(t *testing.T) {
 				t.Fatalf("first job: %v", err)
 			}
 			gate := bidGateFree(t, m, r, tr, 2, free) // both auctions hold their bid before either awards
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			leased, overbooked, skipped := 0, 0, 0
-			for i := 0; i < 2; i++ {
-				j := euJob(m.now())
-				j.ID, j.GPUCount, j.Deadline, j.BidWindow = NewID("job"), 1, m.now().Add(10*time.Minute), time.Second
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					job, err := r.Post(context.Background(), j)
-					st, _ := r.Status(job.ID)
-					mu.Lock()
-					defer mu.Unlock()
-					if err == nil {
-						leased++
-					}
-					for _, a := range st.Attempts {
-						overbooked += strings.Count(a.Result, "overbooked")
-						skipped += strings.Count(a.Result, "awarded to another of this renter's jobs")
-					}
-				}()
-			}
-			<-gate
-			wg.Wait()
+			leased, overbooked, skipped := postAtOnce(m, r, 2, gate)
 			checkCalendar(t, "a", m.provs[0].cal)
 			switch {
 			case free && (leased != 1 || overbooked != 0 || skipped != 1):
@@ -338,6 +292,37 @@ func TestOwnAuctionsSeeWhatTheirBidsLeaveFree(t *testing.T) {
 	}
 }
 
+// postAtOnce posts n one-GPU jobs at once, waits for gate (every auction
+// has its bids) and for the posts to return, and counts the jobs leased,
+// their awards declined as overbooked and those skipped as awarded to
+// another of the renter's jobs.
+func postAtOnce(m *market, r *Renter, n int, gate <-chan struct{}) (leased, overbooked, skipped int) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := 0; i < n; i++ {
+		j := euJob(m.now())
+		j.ID, j.GPUCount, j.Deadline, j.BidWindow = NewID("job"), 1, m.now().Add(10*time.Minute), time.Second
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			job, err := r.Post(context.Background(), j)
+			st, _ := r.Status(job.ID)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				leased++
+			}
+			for _, a := range st.Attempts {
+				overbooked += strings.Count(a.Result, "overbooked")
+				skipped += strings.Count(a.Result, "awarded to another of this renter's jobs")
+			}
+		}()
+	}
+	<-gate
+	wg.Wait()
+	return leased, overbooked, skipped
+}
+
 // capacity is a provider's GPU count (RenterConfig.Capacity).
 func (m *market) capacity(p string) int {
 	if tp, ok := m.byID[p]; ok {
@@ -346,8 +331,8 @@ func (m *market) capacity(p string) int {
 	return 0
 }
 
-// bidGateFree is bidGate, with the bids' Free kept (free) or taken out and
-// the bid signed again by its provider: a provider that does not say.
+// bidGateFree is bidGate with the bids' Free kept (free) or taken out and
+// the bid signed again by its provider (a provider that does not say).
 func bidGateFree(t *testing.T, m *market, r *Renter, tr *auctiontest.MemTransport, n int, free bool) <-chan struct{} {
 	ch := make(chan struct{})
 	var mu sync.Mutex

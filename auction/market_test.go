@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -207,21 +206,7 @@ func TestAuctionGoesToRankWinner(t *testing.T) {
 
 // bidGate forwards bids to the renter and signals once n have been accepted.
 func bidGate(r *Renter, tr *auctiontest.MemTransport, n int) <-chan struct{} {
-	ch := make(chan struct{})
-	var mu sync.Mutex
-	got := 0
-	tr.Handle(auctiontest.MemHandlers{OnBid: func(from peer.ID, data []byte) error {
-		err := r.HandleBid(from, data)
-		mu.Lock()
-		defer mu.Unlock()
-		if err == nil {
-			if got++; got == n {
-				close(ch)
-			}
-		}
-		return err
-	}})
-	return ch
+	return bidGateFree(nil, nil, r, tr, n, true)
 }
 
 func TestAuctionFailover(t *testing.T) {
