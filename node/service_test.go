@@ -593,18 +593,7 @@ func TestServiceSurvivesRenterRestart(t *testing.T) {
 func TestServiceCostAndTokens(t *testing.T) {
 	bin := buildServer(t)
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.25, a100)))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := ln.Addr().String()
-	ln.Close()
-	cfg := renterConfig()
-	cfg.MetricsAddr = metricsAddr
-	rdir := filepath.Join(t.TempDir(), "renter")
-	r := startNode(t, rdir, cfg, boot.Daemon)
-	t.Cleanup(func() { r.Close() })
-	waitAdvertised(t, r, ns...)
+	_, rdir, metricsAddr := metricsRenter(t, boot, ns)
 	c := api.NewClient(rdir)
 	v, err := c.PostService(context.Background(), serviceSpec(bin, 1, 1))
 	if err != nil {
@@ -718,18 +707,7 @@ func TestServiceCostAndTokens(t *testing.T) {
 func TestServiceScalesToZero(t *testing.T) {
 	bin := buildServer(t)
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := ln.Addr().String()
-	ln.Close()
-	cfg := renterConfig()
-	cfg.MetricsAddr = metricsAddr
-	rdir := filepath.Join(t.TempDir(), "renter")
-	renter := startNode(t, rdir, cfg, boot.Daemon)
-	t.Cleanup(func() { renter.Close() })
-	waitAdvertised(t, renter, ns...)
+	renter, rdir, metricsAddr := metricsRenter(t, boot, ns)
 	c := api.NewClient(rdir)
 	spec := serviceSpec(bin, 1, 1)
 	spec.ScaleToZero, spec.IdleAfter = true, 2*time.Second
@@ -793,4 +771,24 @@ func TestServiceScalesToZero(t *testing.T) {
 		}
 	}
 	t.Logf("cold start %.0f ms (the waking request took %s)", v.LastColdStartMS, took.Round(time.Millisecond))
+}
+
+// metricsRenter starts a renter with a metrics listener on a free loopback
+// port, joined to boot's network, once it sees the providers ns; it
+// returns the renter, its data dir and the metrics address.
+func metricsRenter(t *testing.T, boot *testNode, ns []*testNode) (*testNode, string, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+	cfg := renterConfig()
+	cfg.MetricsAddr = metricsAddr
+	rdir := filepath.Join(t.TempDir(), "renter")
+	r := startNode(t, rdir, cfg, boot.Daemon)
+	t.Cleanup(func() { r.Close() })
+	waitAdvertised(t, r, ns...)
+	return r, rdir, metricsAddr
 }
