@@ -10,11 +10,13 @@
 // the roster (Gang), proven by the stream's authenticated peer and a
 // digest of the roster that both members' providers hold.
 //
-// The seam with the lease supervisor is two calls: when a gang lease
-// starts, Net.Join (its roster as verified from the lease's signed
-// terms, and the member's rank) gives the Member whose Spec goes into the
-// job's runtime.Spec.Gang, and Member.Started hands over the started job;
-// when the lease ends, Member.Leave.
+// The seam with the lease supervisor is its Network hook
+// (lease.SupervisorConfig.Network), which Net.Hook makes: before a gang
+// lease's job starts, it joins the member (Net.Join: the roster as
+// verified from the lease's signed terms, and the member's rank) and puts
+// its network into the job's runtime.Spec.Gang; once the job started it
+// hands the job over (LocalMember.Started); when the job has ended, the
+// member leaves (LocalMember.Leave).
 package gangnet
 
 import (
@@ -197,6 +199,36 @@ func (n *Net) Join(g Gang, rank int) (*LocalMember, error) {
 	m := &LocalMember{n: n, gang: g, digest: g.Digest(), rank: rank, ctx: ctx, cancel: cancel}
 	n.members[k] = m
 	return m, nil
+}
+
+// RosterOf says which gang a lease is a member of, and at which rank, as
+// the lease's signed terms say (nil: the lease is no gang member's); an
+// error fails the lease.
+type RosterOf func(l auction.Lease, job auction.Job) (*Gang, int, error)
+
+// Hook is the lease supervisor's Network hook: a lease that rosterOf says
+// is a gang member joins that gang's network for its job's run.
+func (n *Net) Hook(rosterOf RosterOf) func(auction.Lease, auction.Job, *runtime.Spec) (func(runtime.Handle), func(), error) {
+	return func(l auction.Lease, job auction.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error) {
+		g, rank, err := rosterOf(l, job)
+		if err != nil || g == nil {
+			return nil, nil, err
+		}
+		m, err := n.Join(*g, rank)
+		if err != nil {
+			return nil, nil, err
+		}
+		if lease := g.Members[rank].LeaseID; lease != l.ID {
+			m.Leave()
+			return nil, nil, fmt.Errorf("gangnet: gang %s: member %d is lease %s, not %s", g.ID, rank, lease, l.ID)
+		}
+		spec.Gang = m.Spec()
+		return func(h runtime.Handle) {
+			if d, ok := h.(runtime.GangDialer); ok {
+				m.Started(d)
+			}
+		}, m.Leave, nil
+	}
 }
 
 // Spec is the member's network as the runtime sets it up.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
@@ -179,32 +180,32 @@ func (b *syncBuffer) String() string {
 
 // member is one started member's job and what it printed.
 type member struct {
-	lm  *LocalMember
 	h   runtime.Handle
 	out *syncBuffer
 }
 
-// startGang joins every provider to gang g and starts its member's job,
-// running gangring with args, as the supervisor would.
+// startGang starts each provider's member of gang g, running gangring
+// with args, as the lease supervisor does through its Network hook.
 func startGang(t *testing.T, ctx context.Context, g Gang, ps []*provider, args ...string) []member {
 	t.Helper()
 	ms := make([]member, len(ps))
 	for r, p := range ps {
-		lm, err := p.net.Join(g, r)
+		hook := p.net.Hook(func(auction.Lease, auction.Job) (*Gang, int, error) { return &g, r, nil })
+		spec := runtime.Spec{ID: g.Members[r].LeaseID, JobID: g.ID, Command: append([]string{ringBin}, args...),
+			Deadline: time.Now().Add(2 * time.Minute)}
+		started, end, err := hook(auction.Lease{ID: spec.ID}, auction.Job{ID: g.ID}, &spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(lm.Leave)
+		t.Cleanup(end)
 		out := newSyncBuffer()
-		h, err := p.exec.Start(ctx, runtime.Spec{ID: g.Members[r].LeaseID, JobID: g.ID,
-			Command: append([]string{ringBin}, args...), Gang: lm.Spec(),
-			Deadline: time.Now().Add(2 * time.Minute)}, out, out)
+		h, err := p.exec.Start(ctx, spec, out, out)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = h.Stop(0); h.Wait(); _ = h.Cleanup() })
-		lm.Started(h.(runtime.GangDialer))
-		ms[r] = member{lm, h, out}
+		started(h)
+		ms[r] = member{h, out}
 	}
 	return ms
 }
@@ -399,7 +400,85 @@ func TestGangJoinRefused(t *testing.T) {
 		t.Error("the same member joined twice")
 	}
 	m.Leave()
-	if _, err := a.net.Join(g, 0); err != nil {
+	if m, err = a.net.Join(g, 0); err != nil {
 		t.Errorf("join after leave: %v", err)
 	}
+	m.Leave()
+
+	// Through the supervisor's hook: a lease the roster does not name at
+	// that rank fails; one of no gang runs as it is.
+	hook := a.net.Hook(func(l auction.Lease, _ auction.Job) (*Gang, int, error) {
+		if l.ID == "plain" {
+			return nil, 0, nil
+		}
+		return &g, 0, nil
+	})
+	var spec runtime.Spec
+	if _, _, err := hook(auction.Lease{ID: g.Members[1].LeaseID}, auction.Job{}, &spec); err == nil || !strings.Contains(err.Error(), "member 0 is lease join-lease-0") || spec.Gang != nil {
+		t.Errorf("another member's lease: %v, gang %v", err, spec.Gang)
+	}
+	if started, end, err := hook(auction.Lease{ID: "plain"}, auction.Job{}, &spec); err != nil || started != nil || end != nil || spec.Gang != nil {
+		t.Errorf("a lease of no gang: %v, gang %v", err, spec.Gang)
+	}
+	_, end, err := hook(auction.Lease{ID: g.Members[0].LeaseID}, auction.Job{}, &spec)
+	if err != nil || spec.Gang == nil || spec.Gang.Rank != 0 || len(spec.Gang.Addrs) != 2 {
+		t.Fatalf("the member's lease: %v, gang %+v", err, spec.Gang)
+	}
+	end()
+}
+
+// TestGangOverlayBench measures the gang network between two members on
+// loopback (job → nat redirect → provider → libp2p stream over TCP →
+// provider → job) against a direct loopback TCP connection between the
+// same two programs: the round trip of a one-byte ping-pong and the
+// throughput of a bulk transfer, each checked to arrive whole.
+// GPUMESH_GANG_BENCH=1 runs it at full size (5000 pings, 1 GiB).
+func TestGangOverlayBench(t *testing.T) {
+	needJail(t)
+	pings, mib := "300", "32"
+	if os.Getenv("GPUMESH_GANG_BENCH") == "1" {
+		pings, mib = "5000", "1024"
+	}
+	figures := regexp.MustCompile(`bench rtt_us=([0-9.]+) throughput_mbps=([0-9.]+) bytes=(\d+)`)
+	// Direct: the same two programs on the host's loopback.
+	var direct []string
+	{
+		port := strconv.Itoa(20000 + int(time.Now().UnixNano()%20000))
+		var outs [2]*syncBuffer
+		var cmds [2]*exec.Cmd
+		for r := range cmds {
+			outs[r] = newSyncBuffer()
+			cmds[r] = exec.Command(ringBin, "bench", pings, mib)
+			cmds[r].Env = []string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
+				"GPUMESH_PEERS=127.0.0.1,127.0.0.2"}
+			cmds[r].Stdout, cmds[r].Stderr = outs[r], outs[r]
+			if err := cmds[r].Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for r, c := range cmds {
+			if err := c.Wait(); err != nil {
+				t.Fatalf("direct rank %d: %v: %s", r, err, outs[r].String())
+			}
+		}
+		if direct = figures.FindStringSubmatch(outs[1].String()); direct == nil {
+			t.Fatalf("direct: %s", outs[1].String())
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ps := []*provider{newProvider(t, ctx, true), newProvider(t, ctx, true)}
+	connect(t, ctx, ps...)
+	ms := startGang(t, ctx, roster("bench", ps...), ps, "bench", pings, mib)
+	for r, m := range ms {
+		if res := m.h.Wait(); res.ExitCode != 0 {
+			t.Fatalf("rank %d exited %d (%s): %s", r, res.ExitCode, res.Reason, m.out.String())
+		}
+	}
+	overlay := figures.FindStringSubmatch(ms[1].out.String())
+	if overlay == nil {
+		t.Fatalf("overlay: %s", ms[1].out.String())
+	}
+	t.Logf("%s pings, %s MiB: direct loopback TCP: rtt %s µs, %s MB/s; gang network: rtt %s µs, %s MB/s",
+		pings, mib, direct[1], direct[2], overlay[1], overlay[2])
 }
