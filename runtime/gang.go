@@ -43,6 +43,26 @@ type GangDialer interface {
 	DialGang(ctx context.Context, from netip.Addr, port int) (net.Conn, error)
 }
 
+// GangNetworks reports why e cannot run a gang member's job, or nil when
+// it can (given iptables-restore, which ProbeGangNetworks checks): only a
+// process executor whose jobs get a network namespace of their own can.
+func GangNetworks(e Executor) error {
+	switch x := e.(type) {
+	case *ProcessExecutor:
+		return x.gangNetworks()
+	case *AutoExecutor:
+		return x.Process().gangNetworks()
+	}
+	return fmt.Errorf("runtime: the %s executor runs no gang members (process jobs only)", e.Name())
+}
+
+func (e *ProcessExecutor) gangNetworks() error {
+	if e.sb == nil || e.sb.network {
+		return fmt.Errorf("runtime: a gang job needs a network namespace of its own, which this provider does not give jobs (%s)", e.Limits())
+	}
+	return nil
+}
+
 // check validates g for job id.
 func (g *GangNet) check(id string) error {
 	bad := func(format string, a ...any) error {

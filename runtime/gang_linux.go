@@ -187,3 +187,18 @@ func (h *processHandle) DialGang(ctx context.Context, from netip.Addr, port int)
 	}
 	return h.gang.dial(ctx, from, port)
 }
+
+// ProbeGangNetworks reports whether this host can give a gang member's
+// job its network (a network namespace of its own with nat rules loaded
+// by iptables-restore), by preparing one for a throwaway gang. It needs
+// root.
+func ProbeGangNetworks() error {
+	g := &GangNet{Addrs: []netip.Addr{netip.AddrFrom4([4]byte{127, 77, 0, 1}), netip.AddrFrom4([4]byte{127, 77, 0, 2})},
+		MasterPort: 1, Accept: func(c net.Conn, _ netip.AddrPort) { c.Close() }}
+	n, err := newGangNS("probe", g)
+	if err != nil {
+		return err
+	}
+	n.close()
+	return nil
+}

@@ -26,3 +26,6 @@ func (*gangNS) close() {}
 func (h *processHandle) DialGang(context.Context, netip.Addr, int) (net.Conn, error) {
 	return nil, errors.New("runtime: gang networks exist only on linux")
 }
+
+// ProbeGangNetworks: gang networks need linux.
+func ProbeGangNetworks() error { return errors.New("runtime: gang networks exist only on linux") }

@@ -113,3 +113,23 @@ func TestGangJobReachesOnlyItsMembers(t *testing.T) {
 		t.Errorf("a connection into an ended job: %v", err)
 	}
 }
+
+// TestProbeGangNetworks: the probe doctor runs agrees with what the
+// executors do on this host.
+func TestProbeGangNetworks(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	needSandbox(t, e)
+	if err := ProbeGangNetworks(); err != nil {
+		t.Fatalf("probe on a host that runs gang jobs: %v", err)
+	}
+	if err := GangNetworks(e); err != nil {
+		t.Fatalf("sandboxed process executor: %v", err)
+	}
+	if err := GangNetworks(newTestExecutor(t, ProcessOptions{AllowNetwork: true})); err == nil {
+		t.Fatal("an executor whose jobs share the host's network runs gang members")
+	}
+	t.Setenv("PATH", "/nonexistent")
+	if err := ProbeGangNetworks(); err == nil || !strings.Contains(err.Error(), "needs iptables-restore") {
+		t.Fatalf("probe without iptables-restore: %v", err)
+	}
+}

@@ -371,8 +371,8 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	var gang *gangNS
 	var netns *os.File
 	if spec.Gang != nil {
-		if e.sb == nil || e.sb.network {
-			return fail(fmt.Errorf("runtime: job %s: a gang job needs a network namespace of its own, which this provider does not give jobs (%s)", spec.ID, e.Limits()))
+		if err := e.gangNetworks(); err != nil {
+			return fail(fmt.Errorf("runtime: job %s: %s", spec.ID, strings.TrimPrefix(err.Error(), "runtime: ")))
 		}
 		if gang, err = newGangNS(spec.ID, spec.Gang); err != nil {
 			return fail(err)

@@ -141,9 +141,20 @@ type Net struct {
 	mu      sync.Mutex
 	members map[memberKey]*LocalMember
 
-	// Counters, for tests and metrics: connections carried out and in,
-	// and streams refused.
-	Out, In, Refused atomic.Int64
+	out, in, refused atomic.Int64
+}
+
+// Stats counts a provider's gang connections since it started.
+type Stats struct {
+	// Out are its members' connections carried to other members, In
+	// other members' connections let in to its members, Refused the
+	// streams it refused.
+	Out, In, Refused int64
+}
+
+// Stats are the connections carried so far.
+func (n *Net) Stats() Stats {
+	return Stats{Out: n.out.Load(), In: n.in.Load(), Refused: n.refused.Load()}
 }
 
 type memberKey struct {
@@ -289,7 +300,7 @@ func (m *LocalMember) carry(c net.Conn, dst netip.AddrPort) {
 		m.n.log.Debug("gang connection not carried", "gang", m.gang.ID, "from", m.rank, "to", to, "port", dst.Port(), "err", err)
 		return
 	}
-	m.n.Out.Add(1)
+	m.n.out.Add(1)
 	_ = service.Pipe(m.ctx, s, c)
 }
 
@@ -309,16 +320,16 @@ func (n *Net) Serve(ctx context.Context, s network.Stream) error {
 	err := service.ServeGang(ctx, s, func(req wire.GangRequest, from peer.ID) (service.Target, error) {
 		m, job, err := n.authorize(req, from)
 		if err != nil {
-			n.Refused.Add(1)
+			n.refused.Add(1)
 			return nil, err
 		}
 		if !m.track() {
-			n.Refused.Add(1)
+			n.refused.Add(1)
 			return nil, fmt.Errorf("gang %s: member %d has left", req.Gang, req.To)
 		}
 		held = m
 		stop = context.AfterFunc(m.ctx, cancel)
-		n.In.Add(1)
+		n.in.Add(1)
 		return service.DialFunc(func(ctx context.Context) (net.Conn, error) {
 			return job.DialGang(ctx, Addr(req.From), req.Port)
 		}), nil

@@ -249,8 +249,8 @@ func TestGangRingAllReduce(t *testing.T) {
 		}
 	}
 	for r, p := range ps {
-		if p.net.Out.Load() == 0 || p.net.In.Load() == 0 {
-			t.Errorf("provider %d carried %d connections out, %d in", r, p.net.Out.Load(), p.net.In.Load())
+		if st := p.net.Stats(); st.Out == 0 || st.In == 0 {
+			t.Errorf("provider %d: %+v", r, st)
 		}
 	}
 }
@@ -356,7 +356,7 @@ func TestGangHostile(t *testing.T) {
 			t.Errorf("%s: got %v, want a refusal saying %q", c.name, err, c.why)
 		}
 	}
-	if got := a.net.Refused.Load(); got != 7 {
+	if got := a.net.Stats().Refused; got != 7 {
 		t.Errorf("%d streams refused, want 7", got)
 	}
 	// The member's own peer gets through, from its gang address.
