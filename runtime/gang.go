@@ -120,7 +120,8 @@ func (g *GangNet) isPeer(a netip.Addr) bool {
 
 // Gang environment: what torchrun's env:// rendezvous reads, for one
 // process per member (a job that runs torchrun gets its PET_ options
-// too, so `torchrun train.py` needs no flags), and every member's address.
+// too, so `torchrun train.py` needs no flags), every member's address, and
+// the interface NCCL and Gloo take their address from.
 const (
 	EnvGangPeers = "GPUMESH_PEERS"
 )
@@ -152,5 +153,9 @@ func (g *GangNet) env(gpus int) map[string]string {
 		"PET_MASTER_ADDR":    master,
 		"PET_MASTER_PORT":    port,
 		EnvGangPeers:         strings.Join(addrs, ","),
+		// The member's address is lo's first (the job has no other
+		// interface): what NCCL and Gloo advertise to their peers.
+		"NCCL_SOCKET_IFNAME": "lo",
+		"GLOO_SOCKET_IFNAME": "lo",
 	}
 }

@@ -63,6 +63,10 @@ func newGangNS(id string, g *GangNet) (*gangNS, error) {
 			fail(err)
 			return
 		}
+		if err := ownAddressFirst(g.Addrs[g.Rank]); err != nil {
+			fail(err)
+			return
+		}
 		// Made on this thread, so in the new namespace.
 		ln, err := net.Listen("tcp4", "127.0.0.1:0")
 		if err != nil {
@@ -100,6 +104,71 @@ func newGangNS(id string, g *GangNet) (*gangNS, error) {
 	n.served.Add(1)
 	go n.serve()
 	return n, nil
+}
+
+// ownAddressFirst makes the member's own address lo's primary one, ahead
+// of 127.0.0.1 (which stays): connections to the other members come from
+// it, and what picks an interface's address to advertise to its peers
+// (NCCL_SOCKET_IFNAME=lo, GLOO_SOCKET_IFNAME=lo) picks it.
+func ownAddressFirst(own netip.Addr) error {
+	lo := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	if err := loAddr(unix.RTM_DELADDR, 0, lo); err != nil {
+		return fmt.Errorf("remove 127.0.0.1 from lo: %w", err)
+	}
+	if err := loAddr(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL, own); err != nil {
+		return fmt.Errorf("add %s to lo: %w", own, err)
+	}
+	if err := loAddr(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL, lo); err != nil {
+		return fmt.Errorf("add 127.0.0.1 to lo: %w", err)
+	}
+	return nil
+}
+
+// loAddr adds (RTM_NEWADDR) or removes (RTM_DELADDR) a/8 on lo in the
+// calling thread's network namespace, over rtnetlink.
+func loAddr(cmd, flags uint16, a netip.Addr) error {
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		return err
+	}
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ip := a.As4()
+	const hdr, ifa, attr = unix.SizeofNlMsghdr, unix.SizeofIfAddrmsg, unix.SizeofRtAttr + 4
+	b := make([]byte, hdr+ifa+2*attr)
+	ne := binary.NativeEndian
+	ne.PutUint32(b[0:], uint32(len(b)))
+	ne.PutUint16(b[4:], cmd)
+	ne.PutUint16(b[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags)
+	ne.PutUint32(b[8:], 1) // sequence
+	b[hdr] = unix.AF_INET
+	b[hdr+1] = 8 // prefix length
+	b[hdr+3] = unix.RT_SCOPE_HOST
+	ne.PutUint32(b[hdr+4:], uint32(lo.Index))
+	for i, typ := range []uint16{unix.IFA_LOCAL, unix.IFA_ADDRESS} {
+		o := hdr + ifa + i*attr
+		ne.PutUint16(b[o:], attr)
+		ne.PutUint16(b[o+2:], typ)
+		copy(b[o+4:], ip[:])
+	}
+	if err := unix.Sendto(fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return err
+	}
+	ack := make([]byte, 4096)
+	n, _, err := unix.Recvfrom(fd, ack, 0)
+	if err != nil {
+		return err
+	}
+	if n < hdr+4 || ne.Uint16(ack[4:]) != unix.NLMSG_ERROR {
+		return errors.New("no netlink acknowledgement")
+	}
+	if errno := int32(ne.Uint32(ack[hdr:])); errno != 0 {
+		return unix.Errno(-errno)
+	}
+	return nil
 }
 
 // nsFile is the namespace the job's spawn enters.

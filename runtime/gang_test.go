@@ -57,9 +57,10 @@ func TestGangNeedsOwnNetwork(t *testing.T) {
 
 // TestGangJobReachesOnlyItsMembers: in a gang job's network, connections
 // to the other members' addresses, on any port, are captured and handed
-// over with the address and port dialed; its own address, an address of
-// no member and the host stay unreachable, and a connection is delivered
-// into the job only from another member's address.
+// over with the address and port dialed, coming from the member's own
+// address; its own address, an address of no member and the host stay
+// unreachable while its own 127.0.0.1 works, and a connection is
+// delivered into the job only from another member's address.
 func TestGangJobReachesOnlyItsMembers(t *testing.T) {
 	e := newTestExecutor(t, ProcessOptions{})
 	needSandbox(t, e)
@@ -70,12 +71,13 @@ func TestGangJobReachesOnlyItsMembers(t *testing.T) {
 	defer host.Close()
 	caught := make(chan string, 8)
 	g := GangNet{Rank: 1, Addrs: gangAddrs(3), MasterPort: 29500, Accept: func(c net.Conn, dst netip.AddrPort) {
-		caught <- dst.String()
+		// From the member's own address: lo's first.
+		caught <- c.RemoteAddr().(*net.TCPAddr).IP.String() + "->" + dst.String()
 		c.Close()
 	}}
 	script := helperBin + " dial 127.77.0.1:4000; " + helperBin + " dial 127.77.0.3:65000; " +
 		helperBin + " dial 127.77.0.2:4000; " + helperBin + " dial 127.77.0.9:4000; " + helperBin + " dial " + host.Addr().String() +
-		"; echo done; exec " + helperBin + " sleep 60s"
+		"; " + helperBin + " dial self; echo done; exec " + helperBin + " sleep 60s"
 	var out syncBuffer
 	h, err := e.Start(context.Background(), Spec{ID: "gang-net", Command: []string{"/bin/sh", "-c", script}, Gang: &g}, &out, &out)
 	if err != nil {
@@ -87,7 +89,7 @@ func TestGangJobReachesOnlyItsMembers(t *testing.T) {
 	}
 	out.waitFor(t, "done", 30*time.Second)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 6 || lines[0] != "connected" || lines[1] != "connected" {
+	if len(lines) != 7 || lines[0] != "connected" || lines[1] != "connected" || lines[5] != "connected" {
 		t.Fatalf("the job's dials: %q", out.String())
 	}
 	for i, l := range lines[2:5] {
@@ -104,7 +106,8 @@ func TestGangJobReachesOnlyItsMembers(t *testing.T) {
 			t.Fatalf("captured only %q", got)
 		}
 	}
-	if strings.Join(got, " ") != "127.77.0.1:4000 127.77.0.3:65000" && strings.Join(got, " ") != "127.77.0.3:65000 127.77.0.1:4000" {
+	a, b := "127.77.0.2->127.77.0.1:4000", "127.77.0.2->127.77.0.3:65000"
+	if strings.Join(got, " ") != a+" "+b && strings.Join(got, " ") != b+" "+a {
 		t.Errorf("captured %q, want the two members' addresses and ports", got)
 	}
 	_ = h.Stop(0)

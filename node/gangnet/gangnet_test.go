@@ -280,7 +280,7 @@ func TestGangEnvironment(t *testing.T) {
 	}
 	for _, kv := range []string{"MASTER_ADDR=127.77.0.1", "MASTER_PORT=31000", "WORLD_SIZE=2", "RANK=0", "LOCAL_RANK=0",
 		"LOCAL_WORLD_SIZE=1", "GPUMESH_PEERS=127.77.0.1,127.77.0.2", "PET_NNODES=2", "PET_NODE_RANK=0",
-		"PET_NPROC_PER_NODE=2", "PET_MASTER_ADDR=127.77.0.1", "PET_MASTER_PORT=31000"} {
+		"PET_NPROC_PER_NODE=2", "PET_MASTER_ADDR=127.77.0.1", "PET_MASTER_PORT=31000", "NCCL_SOCKET_IFNAME=lo", "GLOO_SOCKET_IFNAME=lo"} {
 		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(kv) + `$`).MatchString(out.String()) {
 			t.Errorf("job environment lacks %s:\n%s", kv, out.String())
 		}
