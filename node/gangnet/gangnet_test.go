@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -469,16 +470,28 @@ func TestGangOverlayBench(t *testing.T) {
 	defer cancel()
 	ps := []*provider{newProvider(t, ctx, true), newProvider(t, ctx, true)}
 	connect(t, ctx, ps...)
+	cpu0 := selfCPU(t)
 	ms := startGang(t, ctx, roster("bench", ps...), ps, "bench", pings, mib)
 	for r, m := range ms {
 		if res := m.h.Wait(); res.ExitCode != 0 {
 			t.Fatalf("rank %d exited %d (%s): %s", r, res.ExitCode, res.Reason, m.out.String())
 		}
 	}
+	cpu := selfCPU(t) - cpu0
 	overlay := figures.FindStringSubmatch(ms[1].out.String())
 	if overlay == nil {
 		t.Fatalf("overlay: %s", ms[1].out.String())
 	}
-	t.Logf("%s pings, %s MiB: direct loopback TCP: rtt %s µs, %s MB/s; gang network: rtt %s µs, %s MB/s",
-		pings, mib, direct[1], direct[2], overlay[1], overlay[2])
+	bytes, _ := strconv.ParseFloat(overlay[3], 64)
+	t.Logf("%s pings, %s MiB: direct loopback TCP: rtt %s µs, %s MB/s; gang network: rtt %s µs, %s MB/s, both providers' CPU %.2f s per GB",
+		pings, mib, direct[1], direct[2], overlay[1], overlay[2], cpu.Seconds()/(bytes/1e9))
+}
+
+// selfCPU is the CPU time this process (both providers) has used.
+func selfCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
