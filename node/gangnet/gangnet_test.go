@@ -291,7 +291,8 @@ func TestGangEnvironment(t *testing.T) {
 // TestGangHostile: streams to a running member are refused to a peer that
 // is not in its gang's roster, to a member of another gang, to a member
 // claiming another's rank, and to one holding another roster for the same
-// gang id; nothing reaches the job. A member's own provider gets through.
+// gang id; nothing reaches the job. A member's own provider gets through,
+// until the member has left.
 func TestGangHostile(t *testing.T) {
 	needJail(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -367,6 +368,11 @@ func TestGangHostile(t *testing.T) {
 	out.waitFor(t, "got 127.77.0.2 hello from victim", 20*time.Second)
 	if strings.Count(out.String(), "got ") != 1 {
 		t.Errorf("the job got connections it should not have: %s", out.String())
+	}
+	// Once the member has left (its lease ended), nobody gets in.
+	lm.Leave()
+	if err := try(b, wire.GangRequest{Gang: g.ID, Roster: g.Digest(), From: 1, To: 0, Port: 7000}); err == nil || !strings.Contains(err.Error(), "no member 0 here") {
+		t.Errorf("member 1's provider after member 0 left: %v", err)
 	}
 }
 
