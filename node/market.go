@@ -189,7 +189,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	}
 	m.gangs = gangnet.New(d.ID(), func(ctx context.Context, p peer.ID) (network.Stream, error) {
 		return d.net.Host.NewStream(ctx, p, wire.ProtoGang)
-	}, d.log)
+	}, d.log, m.counters.Add)
 	if m.sup, err = lease.NewSupervisor(m.ctx, lease.SupervisorConfig{
 		Signer: d.signer, Transport: lt, Store: d.db.State("provider-leases"), Receipts: m.receipts, Exec: m.exec,
 		JobsDir: d.paths.Jobs(), JobFilesMaxBytes: int64(d.cfg.Provider.JobFilesMaxGB * (1 << 30)),

@@ -30,7 +30,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/service"
@@ -141,33 +140,32 @@ type Net struct {
 	mu      sync.Mutex
 	members map[memberKey]*LocalMember
 
-	out, in, refused atomic.Int64
+	count func(what string)
 }
 
-// Stats counts a provider's gang connections since it started.
-type Stats struct {
-	// Out are its members' connections carried to other members, In
-	// other members' connections let in to its members, Refused the
-	// streams it refused.
-	Out, In, Refused int64
-}
-
-// Stats are the connections carried so far.
-func (n *Net) Stats() Stats {
-	return Stats{Out: n.out.Load(), In: n.in.Load(), Refused: n.refused.Load()}
-}
+// Counter names: a member's connection carried to another member, another
+// member's connection let in, a stream refused.
+const (
+	CountOut     = "provider.gang_out"
+	CountIn      = "provider.gang_in"
+	CountRefused = "provider.gang_refused"
+)
 
 type memberKey struct {
 	gang string
 	rank int
 }
 
-// New is the gang network of the provider self, opening streams with open.
-func New(self peer.ID, open Opener, log *slog.Logger) *Net {
+// New is the gang network of the provider self, opening streams with
+// open and counting connections with count (CountOut, ...; nil: none).
+func New(self peer.ID, open Opener, log *slog.Logger, count func(what string)) *Net {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Net{self: self, open: open, log: log, members: make(map[memberKey]*LocalMember)}
+	if count == nil {
+		count = func(string) {}
+	}
+	return &Net{self: self, open: open, log: log, count: count, members: make(map[memberKey]*LocalMember)}
 }
 
 // LocalMember is a member of a gang that this provider runs, from Join to
@@ -300,7 +298,7 @@ func (m *LocalMember) carry(c net.Conn, dst netip.AddrPort) {
 		m.n.log.Debug("gang connection not carried", "gang", m.gang.ID, "from", m.rank, "to", to, "port", dst.Port(), "err", err)
 		return
 	}
-	m.n.out.Add(1)
+	m.n.count(CountOut)
 	_ = service.Pipe(m.ctx, s, c)
 }
 
@@ -320,16 +318,16 @@ func (n *Net) Serve(ctx context.Context, s network.Stream) error {
 	err := service.ServeGang(ctx, s, func(req wire.GangRequest, from peer.ID) (service.Target, error) {
 		m, job, err := n.authorize(req, from)
 		if err != nil {
-			n.refused.Add(1)
+			n.count(CountRefused)
 			return nil, err
 		}
 		if !m.track() {
-			n.refused.Add(1)
+			n.count(CountRefused)
 			return nil, fmt.Errorf("gang %s: member %d has left", req.Gang, req.To)
 		}
 		held = m
 		stop = context.AfterFunc(m.ctx, cancel)
-		n.in.Add(1)
+		n.count(CountIn)
 		return service.DialFunc(func(ctx context.Context) (net.Conn, error) {
 			return job.DialGang(ctx, Addr(req.From), req.Port)
 		}), nil
