@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/service"
@@ -42,6 +43,10 @@ import (
 // MaxMembers is the most members a gang has (each needs its own address
 // in 127.77.0.0/24).
 const MaxMembers = 254
+
+// startWait is how long a stream to a member that has joined waits for
+// its job to start (within the stream's handshake timeout).
+const startWait = 5 * time.Second
 
 // DefaultMasterPort is where rank 0's rendezvous listens (torchrun's
 // default MASTER_PORT).
@@ -178,9 +183,10 @@ type LocalMember struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu    sync.Mutex
-	job   runtime.GangDialer
-	conns sync.WaitGroup
+	mu      sync.Mutex
+	job     runtime.GangDialer
+	started chan struct{} // closed by Started
+	conns   sync.WaitGroup
 }
 
 // Join makes this provider member rank of gang g (its roster verified by
@@ -205,7 +211,7 @@ func (n *Net) Join(g Gang, rank int) (*LocalMember, error) {
 		return nil, fmt.Errorf("gangnet: gang %s: member %d has already joined", g.ID, rank)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &LocalMember{n: n, gang: g, digest: g.Digest(), rank: rank, ctx: ctx, cancel: cancel}
+	m := &LocalMember{n: n, gang: g, digest: g.Digest(), rank: rank, ctx: ctx, cancel: cancel, started: make(chan struct{})}
 	n.members[k] = m
 	return m, nil
 }
@@ -253,8 +259,11 @@ func (m *LocalMember) Spec() *runtime.GangNet {
 // connections reach from then on.
 func (m *LocalMember) Started(job runtime.GangDialer) {
 	m.mu.Lock()
-	m.job = job
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	if m.job == nil {
+		m.job = job
+		close(m.started)
+	}
 }
 
 // Leave ends the membership: the connections carried for it are cut and
@@ -296,6 +305,11 @@ func (m *LocalMember) carry(c net.Conn, dst netip.AddrPort) {
 	s, err := service.ConnectGang(m.ctx, service.Opener(m.n.open), m.gang.Members[to].Provider, req)
 	if err != nil {
 		m.n.log.Debug("gang connection not carried", "gang", m.gang.ID, "from", m.rank, "to", to, "port", dst.Port(), "err", err)
+		// The job's connect succeeded locally: a reset, not an orderly
+		// close, tells it the member could not be reached.
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
 		return
 	}
 	m.n.count(CountOut)
@@ -358,11 +372,19 @@ func (n *Net) authorize(req wire.GangRequest, from peer.ID) (*LocalMember, runti
 	if req.Port < 1 || req.Port > 65535 {
 		return nil, nil, fmt.Errorf("gang %s: invalid port %d", req.Gang, req.Port)
 	}
+	// Members start at slightly different times: one that joined but has
+	// not started yet is waited for a little.
+	t := time.NewTimer(startWait)
+	defer t.Stop()
+	select {
+	case <-m.started:
+	case <-m.ctx.Done():
+		return nil, nil, fmt.Errorf("gang %s: member %d has left", req.Gang, req.To)
+	case <-t.C:
+		return nil, nil, fmt.Errorf("gang %s: member %d has not started", req.Gang, req.To)
+	}
 	m.mu.Lock()
 	job := m.job
 	m.mu.Unlock()
-	if job == nil {
-		return nil, nil, fmt.Errorf("gang %s: member %d has not started", req.Gang, req.To)
-	}
 	return m, job, nil
 }

@@ -523,3 +523,36 @@ func selfCPU(t *testing.T) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestGangUnreachableMemberResets: a member's connection to a member that
+// cannot be reached (its provider runs no such member) was accepted in
+// the job's namespace; it is then reset, not closed in order, so that the
+// job sees a failed connection rather than a peer that said nothing.
+func TestGangUnreachableMemberResets(t *testing.T) {
+	needJail(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	absent, a := newProvider(t, ctx, false), newProvider(t, ctx, true)
+	connect(t, ctx, absent, a)
+	g := roster("lonely", absent, a)
+	hook := a.net.Hook(func(auction.Lease, auction.Job) (*Gang, int, error) { return &g, 1, nil })
+	spec := runtime.Spec{ID: g.Members[1].LeaseID, Command: []string{ringBin, "probe", "7000"}, Deadline: time.Now().Add(time.Minute)}
+	started, end, err := hook(auction.Lease{ID: spec.ID}, auction.Job{}, &spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer end()
+	out := newSyncBuffer()
+	h, err := a.exec.Start(ctx, spec, out, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	started(h)
+	if res := h.Wait(); res.ExitCode != 0 || strings.TrimSpace(out.String()) != "reset" {
+		t.Fatalf("probe exited %d: %q, want reset", res.ExitCode, out.String())
+	}
+	if absent.counts.get(CountRefused) != 1 || a.counts.get(CountOut) != 0 {
+		t.Errorf("refused %d there, carried %d here", absent.counts.get(CountRefused), a.counts.get(CountOut))
+	}
+}

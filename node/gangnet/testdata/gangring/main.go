@@ -4,11 +4,13 @@
 // ("allreduce N"), or, between two members, measures a ping-pong's round
 // trip and a bulk transfer's throughput ("bench PINGS MIB"), or listens
 // on its gang address at port and prints each connection's source and
-// first bytes ("listen PORT").
+// first bytes ("listen PORT"), or connects to rank 0's port and says how
+// the connection ended ("probe PORT").
 package main
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -60,7 +63,7 @@ func run(args []string) error {
 		return err
 	}
 	if len(args) != 3 && !(len(args) == 2 && args[0] != "bench") {
-		return fmt.Errorf("usage: gangring allreduce N | gangring bench PINGS MIB | gangring listen PORT")
+		return fmt.Errorf("usage: gangring allreduce N | gangring bench PINGS MIB | gangring listen PORT | gangring probe PORT")
 	}
 	a, err := strconv.Atoi(args[1])
 	if err != nil {
@@ -71,6 +74,8 @@ func run(args []string) error {
 		return allreduce(g, a)
 	case "listen":
 		return listen(g, a)
+	case "probe":
+		return probe(g, a)
 	case "bench":
 		b, err := strconv.Atoi(args[2])
 		if err != nil {
@@ -305,4 +310,30 @@ func listen(g gang, port int) error {
 		fmt.Printf("got %s %s\n", c.RemoteAddr().(*net.TCPAddr).IP, b)
 		c.Close()
 	}
+}
+
+// probe connects to rank 0 at port and prints how the connection ended
+// without a byte: "reset" or "closed".
+func probe(g gang, port int) error {
+	c, err := net.Dial("tcp", net.JoinHostPort(g.peers[0], strconv.Itoa(port)))
+	if errors.Is(err, syscall.ECONNRESET) {
+		fmt.Println("reset") // before connect returned
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	var b [1]byte
+	_, err = c.Read(b[:])
+	switch {
+	case errors.Is(err, syscall.ECONNRESET):
+		fmt.Println("reset")
+	case err == io.EOF:
+		fmt.Println("closed")
+	default:
+		return fmt.Errorf("read: %v", err)
+	}
+	return nil
 }
