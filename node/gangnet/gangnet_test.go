@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -472,7 +473,12 @@ func TestGangOverlayBench(t *testing.T) {
 	// Direct: the same two programs on the host's loopback.
 	var direct []string
 	{
-		port := strconv.Itoa(20000 + int(time.Now().UnixNano()%20000))
+		l, err := net.Listen("tcp", "127.0.0.1:0") // a free port for rank 0
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+		l.Close()
 		var outs [2]*syncBuffer
 		var cmds [2]*exec.Cmd
 		for r := range cmds {
