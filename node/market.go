@@ -19,12 +19,14 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/gangnet"
 	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -42,6 +44,9 @@ type market struct {
 	cal      *auction.Calendar
 	exec     runtime.Executor
 	svc      *service.Manager
+	// gangs carries the gangs' private networks this provider runs
+	// members of (nil on a renter-only node).
+	gangs    *gangnet.Net
 	metrics  *metrics
 	scrubber runtime.Scrubber
 	verdicts ownVerdicts
@@ -170,6 +175,9 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	if err != nil {
 		return fmt.Errorf("fingerprint: %w", err)
 	}
+	m.gangs = gangnet.New(d.ID(), func(ctx context.Context, p peer.ID) (network.Stream, error) {
+		return d.net.Host.NewStream(ctx, p, wire.ProtoGang)
+	}, d.log, m.counters.Add)
 	if m.sup, err = lease.NewSupervisor(m.ctx, lease.SupervisorConfig{
 		Signer: d.signer, Transport: lt, Store: d.db.State("provider-leases"), Receipts: m.receipts, Exec: m.exec,
 		JobsDir: d.paths.Jobs(), JobFilesMaxBytes: int64(d.cfg.Provider.JobFilesMaxGB * (1 << 30)),
@@ -229,6 +237,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d.net.Host.SetStreamHandler(wire.ProtoService, d.net.Guard(wire.ProtoService, m.serveService))
 	d.net.Host.SetStreamHandler(wire.ProtoExec, d.net.Guard(wire.ProtoExec, m.serveExec))
 	d.net.Host.SetStreamHandler(wire.ProtoPortForward, d.net.Guard(wire.ProtoPortForward, m.servePortForward))
+	d.net.Host.SetStreamHandler(wire.ProtoGang, d.net.Guard(wire.ProtoGang, func(s network.Stream) { _ = m.gangs.Serve(m.ctx, s) }))
 	m.serveChallenges()
 	d.wg.Add(1) // ends before the ledger closes
 	go func() {

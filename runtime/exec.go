@@ -64,6 +64,10 @@ type Spec struct {
 	// MPS, when set, confines the job to a slice of its one device as a
 	// CUDA MPS client (SliceMPS); nil for a job on whole devices.
 	MPS *MPSLimits
+	// Gang, when set, makes the job a member of a gang with a private
+	// network (GangNet) and its environment (MASTER_ADDR, RANK, ...);
+	// process jobs in a sandbox only.
+	Gang *GangNet
 }
 
 // MPSLimits are what confine a CUDA MPS client to a slice of its device:
@@ -287,6 +291,11 @@ func (s *Spec) validate(now time.Time) error {
 	if s.MemoryMB < 0 {
 		return badJob("job %s: negative memory limit %d", s.ID, s.MemoryMB)
 	}
+	if s.Gang != nil {
+		if err := s.Gang.check(s.ID); err != nil {
+			return err
+		}
+	}
 	if !s.Deadline.IsZero() && !s.Deadline.After(now) {
 		return bad("job %s: deadline %s already passed", s.ID, s.Deadline.Format(time.RFC3339))
 	}
@@ -359,6 +368,11 @@ func jobEnv(s *Spec, path, home, outputs string) []string {
 	env[EnvCUDA] = s.cudaDevices()
 	for k, v := range s.mpsEnv() {
 		env[k] = v
+	}
+	if s.Gang != nil {
+		for k, v := range s.Gang.env(len(s.GPUs)) {
+			env[k] = v
+		}
 	}
 	out := make([]string, 0, len(env))
 	for k, v := range env {

@@ -377,6 +377,8 @@ type provSpec struct {
 	maxRetain time.Duration
 	now       Clock
 	scrub     func(leaseID string) string
+	// network is the supervisor's Network hook.
+	network func(l auction.Lease, job auction.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error)
 }
 
 // node is one in-memory daemon.
@@ -490,7 +492,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			JobsDir: n.jobsDir, GPUs: devs, Inputs: spec.inputs, Telemetry: spec.telemetry, Fingerprint: fpEnv, Sensors: spec.sensors,
 			Limits: func() (int, int) { return spec.maxTempC, 0 }, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
 			LeaseEnded: func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
-			Scrub:      spec.scrub, JobFilesMaxRetain: spec.maxRetain, Now: spec.now,
+			Scrub:      spec.scrub, JobFilesMaxRetain: spec.maxRetain, Now: spec.now, Network: spec.network,
 			RecoverDelay: time.Millisecond, SettleRetry: 20 * time.Millisecond, SettleRetryMax: 100 * time.Millisecond,
 			Counters: n.counters}); err != nil {
 			t.Fatal(err)

@@ -130,6 +130,12 @@ type SupervisorConfig struct {
 	// any other holder), verifying every chunk, and writes its files into
 	// dir; release removes them. nil: jobs start fresh.
 	Restore func(ctx context.Context, job auction.Job, id, dir string, keys *wire.LeaseKeys) (release func(), err error)
+	// Network, when set, is asked before each lease's job starts what the
+	// lease adds to its runtime.Spec (a gang member's private network:
+	// node/gangnet's Net.Hook); started is then given the started job and
+	// end is called once the job has ended (either may be nil). An error
+	// fails the lease before its job starts.
+	Network func(l auction.Lease, job auction.Job, spec *runtime.Spec) (started func(runtime.Handle), end func(), err error)
 	// Observe, when set, is told of heartbeats sent and leases ended.
 	Observe *Observer
 }
@@ -718,12 +724,28 @@ func (r *leaseRun) run() {
 	}
 	defer releaseRestore()
 	spec.Restore = restoreDir
+	var netStarted func(runtime.Handle)
+	if s.cfg.Network != nil {
+		st, end, err := s.cfg.Network(l, job, &spec)
+		if err != nil {
+			fmt.Fprintf(lw, "gpumesh: job network: %v\n", err)
+			fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: fmt.Errorf("network: %w", err)})
+			return
+		}
+		if end != nil {
+			defer end()
+		}
+		netStarted = st
+	}
 	started := s.now()
 	h, err := s.cfg.Exec.Start(s.ctx, spec, lw, lw)
 	if err != nil {
 		fmt.Fprintf(lw, "gpumesh: job failed to start: %v\n", err)
 		fail(runtime.Result{ExitCode: -1, Started: started, Ended: s.now(), Err: err})
 		return
+	}
+	if netStarted != nil {
+		netStarted(h)
 	}
 	r.mu.Lock()
 	r.h = h

@@ -61,6 +61,12 @@ const (
 	// ProtoGPUChallenge: verifier → provider, a GPU challenge
 	// (attest/gpuproof: challenge, ready, ping, seed, commitment, result).
 	ProtoGPUChallenge protocol.ID = "/gpumesh/gpu-challenge/1.0.0"
+	// ProtoGang carries one connection between two members of a gang
+	// (node/gangnet): provider → provider, a GangRequest, the answer (a
+	// ServiceAck, framed as on ProtoService), then raw bytes both ways.
+	// Only the provider of another member of the same gang, while both
+	// members run.
+	ProtoGang protocol.ID = "/gpumesh/gang/1.0.0"
 )
 
 // GPUVerdictTopic carries signed GPU challenge verdicts to every node's
@@ -97,7 +103,7 @@ var (
 	RequestProtocols = []protocol.ID{ProtoBid, ProtoAward, ProtoHeartbeat, ProtoLeaseEvent, ProtoReceipt, ProtoCancel,
 		ProtoCheckpoint, ProtoWarm, ProtoLeaseKeys}
 	StreamProtocols = []protocol.ID{ProtoLogs, ProtoOutputs, ProtoArtifact, ProtoService, ProtoGPUChallenge,
-		ProtoExec, ProtoPortForward}
+		ProtoExec, ProtoPortForward, ProtoGang}
 )
 
 // ServiceRequest opens a ProtoService stream to one service lease; only the
