@@ -784,7 +784,8 @@ func (s *Store) Meta(id string) (Meta, []string, bool) {
 }
 
 // Share lets peer fetch a private artifact of ours (one held for another
-// peer is that peer's to grant).
+// peer is that peer's to grant). A sealed one is not shared: its key
+// stays with us.
 func (s *Store) Share(id, peerID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -794,6 +795,9 @@ func (s *Store) Share(id, peerID string) error {
 	}
 	if r.Owner != "" {
 		return fmt.Errorf("artifact %s is held for %s: only its owner can share it", short(id), r.Owner)
+	}
+	if r.Manifest.Sealed {
+		return fmt.Errorf("artifact %s is sealed, as every private file or tree is: a peer it is shared with could fetch only ciphertext (its key is not handed over); add the data with --public to share it", short(id))
 	}
 	for _, p := range r.Shares {
 		if p == peerID {
