@@ -89,22 +89,38 @@ printf '%s %s\n' "$m" "$m2" > "$GPUMESH_CHECKPOINT_DIR/state"
 echo "wrote outputs and checkpoint"
 while :; do sleep 0.2 & wait; done`
 
-// TestSealedJobLeavesNoPlaintextOnProvider (issue 27, item 1): a job
-// reads a sealed 64 MiB input holding a random marker and writes a
-// checkpoint and outputs holding it and a second marker. Once it ran, no
-// file under the provider's data dir (its artifact store included) or
-// work root holds either marker: the input's chunks there are ciphertext,
-// its plaintext and the job's checkpoint and outputs lived on tmpfs
-// only, and the checkpoint and outputs were sealed to the renter before
-// they reached the provider's store. The renter gets both back intact.
+// TestSealedJobLeavesNoPlaintextOnProvider (issue 27, acceptance 1): a
+// job reads a private (so sealed) 64 MiB input holding a random marker
+// and writes a checkpoint and outputs holding it and a second marker.
+// Once it ran, no file under the provider's data dir (its artifact store
+// included) or work root holds either marker: the input's chunks there
+// are ciphertext, its plaintext and the job's checkpoint and outputs
+// lived on tmpfs only (its work dir too), and the checkpoint and outputs
+// were sealed to the renter before they reached the provider's store.
+// The renter gets both back intact. It runs on the process executor and
+// on the Docker executor.
 func TestSealedJobLeavesNoPlaintextOnProvider(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("a sealed job's provider mounts a tmpfs: needs root")
 	}
+	t.Run("process", func(t *testing.T) { testSealedNoPlaintext(t, "") })
+	t.Run("docker", func(t *testing.T) { testSealedNoPlaintext(t, helperImage(t)) })
+}
+
+// testSealedNoPlaintext runs the sealed job as a process job, or with
+// image (helperImage's) as a container job.
+func testSealedNoPlaintext(t *testing.T, image string) {
 	root := t.TempDir()
 	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
-	prov := startWith(t, filepath.Join(root, "prov"), fastConfig(providerConfig("eu-west", 0.5, h100)), renter.Daemon, Options{})
+	pc := fastConfig(providerConfig("eu-west", 0.5, h100))
+	if image != "" {
+		pc.Provider.Executor = "docker"
+	}
+	prov := startWith(t, filepath.Join(root, "prov"), pc, renter.Daemon, Options{})
 	waitAdvertised(t, renter, prov)
+	if c := prov.Advertised(); c == nil || !c.Policy.Sealed {
+		t.Fatal("a provider running as root does not advertise that it runs sealed jobs")
+	}
 
 	var rnd [16]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
@@ -124,7 +140,7 @@ func TestSealedJobLeavesNoPlaintextOnProvider(t *testing.T) {
 	}
 	var add api.ArtifactInfo
 	if err := api.NewClient(renter.dir).Do(context.Background(), "POST", "/artifacts", nil,
-		api.ArtifactAddRequest{Path: src, Sealed: true}, &add); err != nil {
+		api.ArtifactAddRequest{Path: src}, &add); err != nil {
 		t.Fatal(err)
 	}
 	if !add.Sealed || !add.Private {
@@ -135,6 +151,9 @@ func TestSealedJobLeavesNoPlaintextOnProvider(t *testing.T) {
 	}
 
 	j := shJob(auction.Silver, 2, sealedScript)
+	if image != "" {
+		j.Run.Image, j.Run.Command = image, []string{"/jobhelper", "sealmark", "/inputs/data"}
+	}
 	j.Run.Outputs, j.CheckpointEvery = "out", time.Second
 	j.Run.Inputs = map[string]string{"data": add.ID}
 	v := post(t, renter, j)
