@@ -19,11 +19,27 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/wire"
+	"golang.org/x/sys/unix"
 )
 
 // holdsAny scans every regular file under roots, streaming (a marker
 // spanning two reads is found), and lists those holding any of markers.
 func holdsAny(t *testing.T, markers [][]byte, roots ...string) []string {
+	return scanFor(t, false, markers, roots...)
+}
+
+// diskHoldsAny is holdsAny for the files on a disk: it skips the tmpfs
+// mounts under roots (a running sealed job's plaintext is there).
+func diskHoldsAny(t *testing.T, markers [][]byte, roots ...string) []string {
+	return scanFor(t, true, markers, roots...)
+}
+
+func onTmpfs(p string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(p, &st) == nil && st.Type == unix.TMPFS_MAGIC
+}
+
+func scanFor(t *testing.T, skipTmpfs bool, markers [][]byte, roots ...string) []string {
 	t.Helper()
 	longest := 0
 	for _, m := range markers {
@@ -38,6 +54,9 @@ func holdsAny(t *testing.T, markers [][]byte, roots ...string) []string {
 					return nil
 				}
 				return err
+			}
+			if skipTmpfs && d.IsDir() && onTmpfs(p) {
+				return filepath.SkipDir
 			}
 			if !d.Type().IsRegular() {
 				return nil
@@ -166,6 +185,22 @@ func testSealedNoPlaintext(t *testing.T, image string) {
 	jobID, leaseID := v.Job.ID, v.Lease.ID
 	waitLog(t, prov, leaseID, regexp.MustCompile(`wrote outputs and checkpoint\n`), 60*time.Second)
 	v = waitJob(t, renter, jobID, 30*time.Second, "a checkpoint kept by the renter", func(v api.JobView) bool { return v.Checkpoint != nil })
+	work, err := prepareWorkRoot("", prov.paths, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// While it runs, its plaintext is on the provider's tmpfs mounts
+	// (the lease's scratch and the job's work dir) and on no disk.
+	if onTmpfs(prov.dir) || onTmpfs(work) {
+		t.Log("the provider's dirs are on a tmpfs: the scan while the job runs is skipped")
+	} else {
+		if left := holdsAny(t, [][]byte{marker, marker2}, prov.dir, work); len(left) == 0 {
+			t.Fatal("no file under the provider's dirs holds the running job's plaintext: the scan finds nothing")
+		}
+		if left := diskHoldsAny(t, [][]byte{marker, marker2}, prov.dir, work); len(left) > 0 {
+			t.Fatalf("while the job runs, the provider's disk holds its plaintext:\n%s", strings.Join(left, "\n"))
+		}
+	}
 	cl := api.NewClient(renter.dir)
 	ctx := context.Background()
 	if _, err := cl.CancelJob(ctx, jobID); err != nil {
@@ -175,10 +210,6 @@ func testSealedNoPlaintext(t *testing.T, image string) {
 		return v.Run.Terminal() && v.OutputsArtifact != ""
 	})
 
-	work, err := prepareWorkRoot("", prov.paths, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The data dir holds the artifact store.
 	if left := holdsAny(t, [][]byte{marker, marker2}, prov.dir, work); len(left) > 0 {
 		t.Fatalf("the provider holds plaintext of the sealed job:\n%s", strings.Join(left, "\n"))
