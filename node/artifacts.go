@@ -551,7 +551,7 @@ func (d *Daemon) inputSizes(job *auction.Job) error {
 			// Every private file or tree is sealed; a plain one (added
 			// before they were) would leave its bytes on the provider's
 			// disk.
-			return badRequest("artifact %s is private but not sealed (added before private artifacts were sealed): add the data again (gpumesh artifact add PATH), or with --public if anyone may read it", id)
+			return badRequest("artifact %s is private but not sealed (added before private files were sealed, or the outputs or checkpoint of a job that read no private input): add the data again (gpumesh artifact add PATH), or with --public if anyone may read it", id)
 		}
 	}
 	return nil

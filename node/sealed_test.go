@@ -245,3 +245,63 @@ func testSealedNoPlaintext(t *testing.T, image string) {
 		t.Fatalf("outputs %q, %v; want %q", b, err, want)
 	}
 }
+
+// TestPostRefusesUnsealedPrivateInput: a job is refused at once, in one
+// line, when it reads a plain private artifact (one added before private
+// files were sealed: its bytes would lie on the provider's disk) or names
+// a sealed artifact as its image; a job reading a sealed input is sealed
+// whatever its spec says, and a public input leaves it as it was.
+func TestPostRefusesUnsealedPrivateInput(t *testing.T) {
+	renter := startWith(t, filepath.Join(t.TempDir(), "renter"), renterConfig(), nil, Options{})
+	src := filepath.Join(t.TempDir(), "data")
+	if err := os.WriteFile(src, []byte("some data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st := renter.artifacts.Store()
+	plain, err := st.Add(src, artifact.Meta{Private: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := st.AddPrivate(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := filepath.Join(t.TempDir(), "public")
+	if err := os.WriteFile(pub, []byte("anyone's data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	public, err := st.Add(pub, artifact.Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(mut func(*auction.Job)) (auction.Job, error) {
+		j := shJob(auction.Silver, 2, "true")
+		mut(&j)
+		err := renter.inputSizes(&j)
+		return j, err
+	}
+	for _, c := range []struct {
+		name string
+		mut  func(*auction.Job)
+		want string
+	}{
+		{"plain private input", func(j *auction.Job) { j.Run.Inputs = map[string]string{"data": plain} }, "is private but not sealed"},
+		{"sealed image artifact", func(j *auction.Job) { j.Run.Image, j.Run.ImageArtifact = "x:1", sealed }, "an image artifact cannot be"},
+	} {
+		if _, err := post(c.mut); err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line saying %q", c.name, err, c.want)
+		}
+	}
+	if j, err := post(func(j *auction.Job) { j.Run.Inputs = map[string]string{"data": sealed} }); err != nil || !j.Sealed {
+		t.Fatalf("sealed input: sealed %v, %v", j.Sealed, err)
+	}
+	if j, err := post(func(j *auction.Job) { j.Run.Inputs = map[string]string{"data": public} }); err != nil || j.Sealed {
+		t.Fatalf("public input: sealed %v, %v", j.Sealed, err)
+	}
+	// Through the API too: the refusal is the post's answer.
+	j := shJob(auction.Silver, 2, "true")
+	j.Run.Inputs = map[string]string{"data": plain}
+	if _, err := api.NewClient(renter.dir).PostJob(context.Background(), j); err == nil || !strings.Contains(err.Error(), "is private but not sealed") {
+		t.Fatalf("post through the API: %v", err)
+	}
+}
