@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"io/fs"
 	"os"
@@ -19,6 +20,8 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/sys/unix"
 )
 
@@ -185,6 +188,30 @@ func testSealedNoPlaintext(t *testing.T, image string) {
 	jobID, leaseID := v.Job.ID, v.Lease.ID
 	waitLog(t, prov, leaseID, regexp.MustCompile(`wrote outputs and checkpoint\n`), 60*time.Second)
 	v = waitJob(t, renter, jobID, 30*time.Second, "a checkpoint kept by the renter", func(v api.JobView) bool { return v.Checkpoint != nil })
+	// The lease's keys go to its provider alone: a stranger asking for
+	// them (its peer id is authenticated by the stream), a request for
+	// another lease and a malformed one are refused.
+	req, _ := json.Marshal(wire.LeaseKeysRequest{LeaseID: leaseID})
+	_, pub, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := peer.IDFromPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := renter.market.handleLeaseKeys(context.Background(), stranger, req); err == nil {
+		t.Fatal("the lease's keys were handed to a peer that is not its provider")
+	}
+	other, _ := json.Marshal(wire.LeaseKeysRequest{LeaseID: "lease-" + leaseID})
+	for _, bad := range [][]byte{other, []byte("{"), nil} {
+		if _, err := renter.market.handleLeaseKeys(context.Background(), prov.ID(), bad); err == nil {
+			t.Fatalf("lease keys request %q answered", bad)
+		}
+	}
+	if b, err := renter.market.handleLeaseKeys(context.Background(), prov.ID(), req); err != nil || !bytes.Contains(b, []byte(add.ID)) {
+		t.Fatalf("the lease's provider is refused its keys: %v", err)
+	}
 	work, err := prepareWorkRoot("", prov.paths, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
