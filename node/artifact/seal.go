@@ -261,7 +261,25 @@ func (s *Store) AddPrivate(src string) (string, error) {
 		copy(k[:], b)
 		return k, b[KeySize:], nil
 	}, Meta{Private: true})
-	return id, err
+	if err != nil {
+		return "", err
+	}
+	return id, s.setLabel(id, filepath.Base(src))
+}
+
+// setLabel records the name our own sealed artifact id was added under.
+func (s *Store) setLabel(id, label string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[id]
+	if !ok {
+		return fmt.Errorf("%s: %w", short(id), ErrNotFound)
+	}
+	if r.Label == label {
+		return nil
+	}
+	r.Label = label
+	return s.saveLocked(id)
 }
 
 // addSealed is AddSealed with the key and salt (nil: random) that seal

@@ -246,8 +246,11 @@ func TestPrivateArtifactSealedOncePerOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	in, err := a.Info(id)
-	if err != nil || !in.Private || !in.Sealed || in.Owner != "" {
+	if err != nil || !in.Private || !in.Sealed || in.Owner != "" || in.Name != filepath.Base(src) {
 		t.Fatalf("added %+v %v", in, err)
+	}
+	if m, _, err := a.Manifest(id); err != nil || m.Name != sealedName {
+		t.Fatalf("manifest (served to holders) %+v %v: names the data", m, err)
 	}
 	if p := storeHolds(t, a, marker); p != "" {
 		t.Fatalf("the owner's store holds the plaintext in %s", p)

@@ -255,6 +255,9 @@ type record struct {
 	// Key is a sealed artifact's content key, where this node holds it:
 	// for its own, or one it was given (SetKey). Never served.
 	Key *Key `json:"key,omitempty"`
+	// Label is the name our own sealed artifact was added under (its
+	// manifest's is only "sealed"), shown as its Info.Name. Never served.
+	Label string `json:"label,omitempty"`
 }
 
 // Store holds artifacts under a directory within a byte budget.
@@ -840,7 +843,11 @@ func (s *Store) Info(id string) (Info, error) {
 }
 
 func (s *Store) infoLocked(id string, r *record) Info {
-	return Info{ID: id, Name: r.Manifest.Name, Size: r.Manifest.Size, Files: len(r.Manifest.Entries), Complete: r.Complete,
+	name := r.Manifest.Name
+	if r.Label != "" {
+		name = r.Label
+	}
+	return Info{ID: id, Name: name, Size: r.Manifest.Size, Files: len(r.Manifest.Entries), Complete: r.Complete,
 		Private: r.Private, Sealed: r.Manifest.Sealed, Owner: r.Owner, Shares: append([]string(nil), r.Shares...), Added: r.Added, LastUsed: r.LastUsed, Pins: s.pins[id]}
 }
 
