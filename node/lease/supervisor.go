@@ -660,6 +660,7 @@ func (r *leaseRun) run() {
 	defer stopBeats()
 	fail := func(res runtime.Result) {
 		stopBeats()
+		r.closeSeal() // as at a run's end (below)
 		r.finish(res, nil)
 	}
 	if err := os.MkdirAll(filepath.Dir(s.logPath(l.ID)), 0o700); err != nil {
@@ -798,6 +799,9 @@ func (r *leaseRun) run() {
 	}
 	s.pruneJobFiles(l.ID)
 	stopBeats()
+	// A sealed job's plaintext goes before its end is reported: once
+	// its renter hears of it, none is left here.
+	r.closeSeal()
 	r.finish(res, outs)
 }
 
