@@ -157,6 +157,10 @@ type Policy struct {
 	// takes none, NoPersistOffer takes them beside others,
 	// NoPersistRequire takes no others.
 	NoPersist string `json:"no_persist,omitempty" yaml:"no_persist,omitempty"`
+	// Sealed says the provider runs sealed jobs (Job.Sealed): it can
+	// mount a tmpfs for each one's plaintext (it runs as root). Its daemon
+	// finds it out (runtime.CanSeal), whatever a config says.
+	Sealed bool `json:"sealed,omitempty" yaml:"-"`
 	// Slices sells devices in slices, to jobs that ask for a fraction of
 	// one (Job.GPUFraction): several such jobs share a device at once,
 	// each on its own slices. A device no rule names is sold whole only,

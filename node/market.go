@@ -168,6 +168,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	d.containers = runtime.ContainersOf(m.exec)
+	d.canSeal = runtime.CanSeal(work)
 	if m.scrubber = d.opts.Scrubber; m.scrubber == nil {
 		m.scrubber = runtime.NewScrubber(d.inv)
 	}
@@ -199,7 +200,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		Rebook:            func(l auction.Lease, job auction.Job) error { return m.provider.Rebook(l, job) },
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
-		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact, Observe: m.metrics.observer(),
+		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact, RemoveArtifact: d.removeHeld, Observe: m.metrics.observer(),
 		CheckpointArtifact: d.checkpointArtifact, Restore: d.restoreCheckpoint,
 	}); err != nil {
 		return err

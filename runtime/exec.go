@@ -68,6 +68,12 @@ type Spec struct {
 	// network (GangNet) and its environment (MASTER_ADDR, RANK, ...);
 	// process jobs in a sandbox only.
 	Gang *GangNet
+	// Sealed says the job's plaintext must never reach the host's disk
+	// (a sealed job's: auction.Job.Sealed): its work dir, where it writes
+	// its outputs and checkpoints, is a tmpfs on every backend (of the
+	// backend's work dir size, DefaultWorkDirMB where it has none), and a
+	// backend that cannot mount one refuses to start the job.
+	Sealed bool
 }
 
 // MPSLimits are what confine a CUDA MPS client to a slice of its device:
@@ -501,6 +507,9 @@ func makeWorkDir(root string, s *Spec, uid int, quotaMB int) (string, string, er
 	fail := func(err error) (string, string, error) {
 		_ = removeWorkDir(wd)
 		return "", "", fmt.Errorf("runtime: job %s: prepare work dir: %w", s.ID, err)
+	}
+	if s.Sealed && quotaMB <= 0 {
+		quotaMB = DefaultWorkDirMB
 	}
 	if quotaMB > 0 {
 		if err := mountQuota(wd, uid, quotaMB); err != nil {

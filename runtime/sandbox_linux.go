@@ -448,3 +448,18 @@ func MountScratch(dir string, sizeMB int) (release func() error, err error) {
 	}
 	return func() error { return removeWorkDir(dir) }, nil
 }
+
+// CanSeal reports whether this host can run sealed jobs: a scratch tmpfs
+// (MountScratch) mounts under root, the provider's work root.
+func CanSeal(root string) bool {
+	dir, err := os.MkdirTemp(root, ".seal-probe-")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(dir)
+	release, err := MountScratch(dir, 1)
+	if err != nil {
+		return false
+	}
+	return release() == nil
+}

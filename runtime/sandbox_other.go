@@ -36,3 +36,6 @@ func unmountQuota(string) {}
 func MountScratch(string, int) (func() error, error) {
 	return nil, errors.New("runtime: scratch tmpfs mounts exist only on linux")
 }
+
+// CanSeal is false off linux: scratch tmpfs mounts need linux.
+func CanSeal(string) bool { return false }

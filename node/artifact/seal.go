@@ -111,12 +111,14 @@ type sealWriter struct {
 	i   uint64
 }
 
-// newSealWriter writes a fresh salt to w and returns the writer sealing
-// under the content key derived from k, and that key.
-func newSealWriter(w io.Writer, k Key) (*sealWriter, Key, error) {
-	salt := make([]byte, saltSize)
-	if _, err := rand.Read(salt); err != nil {
-		return nil, Key{}, err
+// newSealWriter writes salt (nil: a fresh random one) to w and returns
+// the writer sealing under the content key derived from k, and that key.
+func newSealWriter(w io.Writer, k Key, salt []byte) (*sealWriter, Key, error) {
+	if salt == nil {
+		salt = make([]byte, saltSize)
+		if _, err := rand.Read(salt); err != nil {
+			return nil, Key{}, err
+		}
 	}
 	ck := contentKey(k, salt)
 	aead, err := chacha20poly1305.NewX(ck[:])
@@ -234,6 +236,55 @@ const sealedName = "sealed"
 // is written; one sealed for a peer (a lease's outputs, sealed with its
 // lease key) keeps no key here. Symlinks and special files are left out.
 func (s *Store) AddSealed(src string, k Key, meta Meta) (id string, ck Key, err error) {
+	return s.addSealed(src, func([]byte) (Key, []byte, error) { return k, nil, nil }, meta)
+}
+
+// AddPrivate imports a file or directory tree of ours as a private
+// artifact, sealed (every private file or tree is): under a key derived
+// from this store's secret and its content (the sealed header: each
+// file's name, size and SHA-256), with a salt derived from that key, so
+// that the same data added twice is the same artifact (an owner's
+// re-add, a provider that holds it warm) while no one without the secret
+// can derive its key or tell it from any other data.
+func (s *Store) AddPrivate(src string) (string, error) {
+	id, _, err := s.addSealed(src, func(hdr []byte) (Key, []byte, error) {
+		secret, err := s.secret()
+		if err != nil {
+			return Key{}, nil, err
+		}
+		sum := sha256.Sum256(hdr)
+		b, err := hkdf.Key(sha256.New, secret, sum[:], "gpumesh private artifact v1", KeySize+saltSize)
+		if err != nil {
+			return Key{}, nil, err
+		}
+		var k Key
+		copy(k[:], b)
+		return k, b[KeySize:], nil
+	}, Meta{Private: true})
+	if err != nil {
+		return "", err
+	}
+	return id, s.setLabel(id, filepath.Base(src))
+}
+
+// setLabel records the name our own sealed artifact id was added under.
+func (s *Store) setLabel(id, label string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[id]
+	if !ok {
+		return fmt.Errorf("%s: %w", ShortID(id), ErrNotFound)
+	}
+	if r.Label == label {
+		return nil
+	}
+	r.Label = label
+	return s.saveLocked(id)
+}
+
+// addSealed is AddSealed with the key and salt (nil: random) that seal
+// the artifact chosen from its plaintext header.
+func (s *Store) addSealed(src string, keyFor func(hdr []byte) (Key, []byte, error), meta Meta) (id string, ck Key, err error) {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return "", Key{}, fmt.Errorf("artifact add: %w", err)
@@ -275,10 +326,14 @@ func (s *Store) AddSealed(src string, k Key, meta Meta) (id string, ck Key, err 
 	if err != nil {
 		return "", Key{}, err
 	}
+	k, salt, err := keyFor(hb)
+	if err != nil {
+		return "", Key{}, fmt.Errorf("artifact add %s: %w", src, err)
+	}
 	pr, pw := io.Pipe()
 	keyc := make(chan Key, 1)
 	go func() {
-		sw, ck, err := newSealWriter(pw, k)
+		sw, ck, err := newSealWriter(pw, k, salt)
 		keyc <- ck
 		if err == nil {
 			var n [4]byte

@@ -269,6 +269,9 @@ type record struct {
 	// Key is a sealed artifact's content key, where this node holds it:
 	// for its own, or one it was given (SetKey). Never served.
 	Key *Key `json:"key,omitempty"`
+	// Label is the name our own sealed artifact was added under (its
+	// manifest's is only "sealed"), shown as its Info.Name. Never served.
+	Label string `json:"label,omitempty"`
 }
 
 // Store holds artifacts under a directory within a byte budget.
@@ -798,7 +801,8 @@ func (s *Store) Meta(id string) (Meta, []string, bool) {
 }
 
 // Share lets peer fetch a private artifact of ours (one held for another
-// peer is that peer's to grant).
+// peer is that peer's to grant). A sealed one is not shared: its key
+// stays with us.
 func (s *Store) Share(id, peerID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -808,6 +812,9 @@ func (s *Store) Share(id, peerID string) error {
 	}
 	if r.Owner != "" {
 		return fmt.Errorf("artifact %s is held for %s: only its owner can share it", ShortID(id), r.Owner)
+	}
+	if r.Manifest.Sealed {
+		return fmt.Errorf("artifact %s is sealed, as every private file or tree is: a peer it is shared with could fetch only ciphertext (its key is not handed over); add the data with --public to share it", ShortID(id))
 	}
 	for _, p := range r.Shares {
 		if p == peerID {
@@ -850,7 +857,11 @@ func (s *Store) Info(id string) (Info, error) {
 }
 
 func (s *Store) infoLocked(id string, r *record) Info {
-	return Info{ID: id, Name: r.Manifest.Name, Size: r.Manifest.Size, Files: len(r.Manifest.Entries), Complete: r.Complete,
+	name := r.Manifest.Name
+	if r.Label != "" {
+		name = r.Label
+	}
+	return Info{ID: id, Name: name, Size: r.Manifest.Size, Files: len(r.Manifest.Entries), Complete: r.Complete,
 		Private: r.Private, Sealed: r.Manifest.Sealed, Owner: r.Owner, Shares: append([]string(nil), r.Shares...), Added: r.Added, LastUsed: r.LastUsed, Pins: s.pins[id]}
 }
 

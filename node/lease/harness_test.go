@@ -579,8 +579,8 @@ func (h *harness) fetchLog(renter peer.ID) func(context.Context, peer.ID, string
 // fetchOutputs is the renter's outputs stream, as the daemon's
 // serveOutputs answers it: the lease's whole manifest and its files'
 // bundle, once the job ended.
-func (h *harness) fetchOutputs(renter peer.ID) func(context.Context, peer.ID, string) ([]auction.OutputFile, io.ReadCloser, error) {
-	return func(_ context.Context, prov peer.ID, leaseID string) ([]auction.OutputFile, io.ReadCloser, error) {
+func (h *harness) fetchOutputs(renter peer.ID) func(context.Context, peer.ID, string, string) ([]auction.OutputFile, io.ReadCloser, error) {
+	return func(_ context.Context, prov peer.ID, leaseID, _ string) ([]auction.OutputFile, io.ReadCloser, error) {
 		x, ok := h.nodes.Load(prov)
 		if !ok {
 			return nil, nil, fmt.Errorf("provider %s unreachable", prov)
