@@ -363,3 +363,52 @@ func bidGateFree(t *testing.T, m *market, r *Renter, tr *auctiontest.MemTranspor
 	}})
 	return ch
 }
+
+// TestRenterStaysInsideProviderBounds: one renter posts 150 jobs at once
+// to a provider with the default bounds on an owner's calls (rate, burst,
+// bids in flight). The renter runs its auctions a few at a time and no
+// faster than those bounds (RenterConfig.MaxAuctions, CallRate), so the
+// provider drops none of its calls and answers every auction; without
+// the renter's bounds (the control) the burst is dropped.
+func TestRenterStaysInsideProviderBounds(t *testing.T) {
+	const jobs = 150
+	for _, bounded := range []bool{true, false} {
+		t.Run(fmt.Sprintf("bounded %v", bounded), func(t *testing.T) {
+			m := newMarket(t, []provSpec{{"a", "eu-west", "A100", 80, 8, pol(1), 0.9}})
+			cfg := RenterConfig{}
+			if !bounded {
+				cfg.MaxAuctions, cfg.CallRate = -1, -1
+			}
+			r, _ := m.renter(t, cfg)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			answered := 0
+			for i := 0; i < jobs; i++ {
+				j := euJob(m.now())
+				// Short jobs a week's deadline away: every one of them fits
+				// the provider's calendar, each GPU taking them in turn.
+				j.ID, j.GPUCount, j.Duration, j.Deadline, j.BidWindow = NewID("job"), 1, time.Minute, m.now().Add(7*24*time.Hour), 300*time.Millisecond
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					job, _ := r.Post(context.Background(), j)
+					if st, ok := r.Status(job.ID); ok && len(st.Bids) > 0 {
+						mu.Lock()
+						answered++
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			rej := m.provs[0].p.Stats().Rejected
+			dropped := rej["rate_limited"] + rej["owner_inflight"] + rej["send_queue_full"]
+			switch {
+			case bounded && (dropped != 0 || answered != jobs):
+				t.Fatalf("%d calls dropped (%v), %d of %d auctions answered", dropped, rej, answered, jobs)
+			case !bounded && dropped == 0:
+				t.Fatalf("control: no call dropped without the renter's bounds (%d answered); the test does not exercise them", answered)
+			}
+			t.Logf("%d calls dropped, %d of %d auctions answered", dropped, answered, jobs)
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
 )
 
 // DefaultConfirmTimeout bounds how long a renter waits for a provider to
@@ -177,6 +178,19 @@ type RenterConfig struct {
 	// 50-node market, and each extra confirm costs a release).
 	HedgeAfter        time.Duration
 	MaxParallelAwards int // 0 means DefaultMaxParallelAwards
+	// MaxAuctions is how many of this renter's auctions run at once, and
+	// CallRate (calls a second) and CallBurst how fast they start; the
+	// others wait their turn (their jobs stay bidding). A provider drops
+	// the calls of an owner over its own bounds (ProviderConfig.CallRate,
+	// CallBurst, MaxOwnerInflight), and a job whose call was dropped
+	// everywhere finds no bids and waits out a requeue: a renter posting
+	// hundreds of jobs at once stays inside the defaults of those bounds
+	// instead. 0 means the defaults (DefaultMaxOwnerInflight; 80 % of
+	// DefaultCallRate, half of DefaultCallBurst, for the calls' uneven
+	// arrival); a negative MaxAuctions or CallRate removes that bound.
+	MaxAuctions int
+	CallRate    float64
+	CallBurst   int
 	// NoConfirmPenalty is how long a provider that did not confirm an award
 	// (timed out, failed, declined) is ranked below every other bidder; 0
 	// means DefaultNoConfirmPenalty.
@@ -300,7 +314,11 @@ type Renter struct {
 	unconfirmed map[string]time.Time // provider -> until when it ranks last
 	claims      map[string][]*claim  // provider -> this renter's awards in flight and recent leases
 	declineTok  float64              // token bucket of declines taken
-	declineAt   time.Time
+	// slots and calls bound the auctions at once and the calls a second
+	// (admit); nil: unbounded.
+	slots     chan struct{}
+	calls     *rate.Limiter
+	declineAt time.Time
 	// wg counts the background waits for hedged awards outstanding once an
 	// auction won its lease.
 	wg sync.WaitGroup
@@ -349,12 +367,68 @@ func NewRenter(cfg RenterConfig) (*Renter, error) {
 	if cfg.MaxBidders == 0 {
 		cfg.MaxBidders = DefaultMaxBidders
 	}
+	if cfg.MaxAuctions == 0 {
+		cfg.MaxAuctions = DefaultMaxOwnerInflight
+	}
+	if cfg.CallRate == 0 {
+		cfg.CallRate = 0.8 * DefaultCallRate
+	}
+	if cfg.CallBurst <= 0 {
+		cfg.CallBurst = DefaultCallBurst / 2
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Renter{cfg: cfg, log: log.With("role", "renter"), jobs: map[string]*renterJob{}, counters: map[string]int{},
-		unconfirmed: map[string]time.Time{}}, nil
+	r := &Renter{cfg: cfg, log: log.With("role", "renter"), jobs: map[string]*renterJob{}, counters: map[string]int{},
+		unconfirmed: map[string]time.Time{}}
+	if cfg.MaxAuctions > 0 {
+		r.slots = make(chan struct{}, cfg.MaxAuctions)
+	}
+	if cfg.CallRate > 0 {
+		r.calls = rate.NewLimiter(rate.Limit(cfg.CallRate), cfg.CallBurst)
+	}
+	return r, nil
+}
+
+// admit waits until one more of the renter's auctions may start
+// (RenterConfig.MaxAuctions, CallRate): it returns the function that
+// frees the auction's slot, or an error once ctx ends or the job is
+// cancelled first.
+func (r *Renter) admit(ctx context.Context, rj *renterJob) (func(), error) {
+	done := func() {}
+	if r.slots != nil {
+		select {
+		case r.slots <- struct{}{}:
+			done = func() { <-r.slots }
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-rj.cancel:
+			return nil, ErrCancelled
+		}
+	}
+	if r.calls != nil {
+		wctx, stop := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-rj.cancel:
+				stop()
+			case <-wctx.Done():
+			}
+		}()
+		err := r.calls.Wait(wctx)
+		cancelled := ctx.Err() == nil && wctx.Err() != nil
+		stop()
+		switch {
+		case cancelled:
+			done()
+			return nil, ErrCancelled
+		case err != nil:
+			done()
+			return nil, err
+		}
+	}
+	return done, nil
 }
 
 // Post runs an auction for job: it fills ID (if empty), Owner and CreatedAt
@@ -417,6 +491,15 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	// However the auction ends, the bids it did not award are released so
 	// that their providers free the GPUs they hold for them.
 	defer r.releaseBids(rj, &job, len(history))
+
+	free, err := r.admit(ctx, rj)
+	if err != nil {
+		if errors.Is(err, ErrCancelled) {
+			return job, err
+		}
+		return job, r.finish(rj, JobFailed, "auction not started: "+err.Error(), nil, "", err)
+	}
+	defer free()
 
 	published := 0
 	var pubErr error
