@@ -138,6 +138,10 @@ type JobStatus struct {
 	// Declines counts, by Ineligible.Kind, the providers that said why
 	// they did not bid in the latest auction (Job.WantDeclines).
 	Declines map[string]int `json:"declines,omitempty"`
+	// Members are a gang job's member leases by rank (Job.Nodes > 1), once
+	// the whole gang is committed; Lease is then rank 0's. The gang is
+	// priced by its members: the sum of their prices.
+	Members []Lease `json:"members,omitempty"`
 }
 
 // RenterConfig configures a Renter.
@@ -459,12 +463,19 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	rj.status.Bids = ranked
 	r.mu.Unlock()
 
-	eligible, err := r.awardBest(ctx, rj, &job, ranked)
+	var eligible int
+	var reason string
+	var err error
+	if job.Nodes > 1 {
+		eligible, reason, err = r.awardGang(ctx, rj, &job, ranked)
+	} else {
+		eligible, err = r.awardBest(ctx, rj, &job, ranked)
+	}
 	if err != nil || eligible < 0 {
 		return job, err
 	}
-	var reason string
 	switch {
+	case reason != "" && eligible > 0:
 	case len(ranked) == 0:
 		reason = "no bids"
 		r.mu.Lock()
@@ -962,7 +973,7 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 			}
 			inflight++
 			go func() {
-				lease, result := r.award(actx, job, b, leaseID)
+				lease, result := r.award(actx, job, b, leaseID, nil)
 				results <- awardResult{slot: slot, bid: b, lease: lease, result: result, claim: c}
 			}()
 			return
@@ -1164,17 +1175,19 @@ const maxUnconfirmed = 4096
 
 // award sends one award and checks the confirm; result is "confirmed" or
 // why not.
-func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string) (Lease, string) {
+// A gang member's award carries its gang's terms (Gang): its provider
+// holds the confirmed lease until the gang's commit.
+func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string, gang *Gang) (Lease, string) {
 	now := r.cfg.Now()
 	a := Award{
 		LeaseID: leaseID, JobID: job.ID, Attempt: job.Attempt,
 		Renter: job.Owner, Provider: b.Provider, BidNonce: b.Nonce,
 		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount, GPUFraction: job.GPUFraction,
-		Job: *job, IssuedAt: now,
+		Job: *job, IssuedAt: now, Gang: gang,
 	}
 	lease := Lease{ID: a.LeaseID, JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: b.Provider,
 		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount, GPUFraction: job.GPUFraction, Tier: job.Tier,
-		Preemptible: job.Preemptible, State: RunPending}
+		Preemptible: job.Preemptible, State: RunPending, Gang: gang}
 	to, err := peer.Decode(b.Provider)
 	if err != nil {
 		return lease, "bad provider id: " + err.Error()
@@ -1422,6 +1435,7 @@ func (rj *renterJob) snapshot() JobStatus {
 	s.Bids = append([]Ranked(nil), s.Bids...)
 	s.Reasons = append([]string(nil), s.Reasons...)
 	s.Attempts = append([]AwardAttempt(nil), s.Attempts...)
+	s.Members = slices.Clone(s.Members)
 	if s.Declines != nil {
 		s.Declines = make(map[string]int, len(rj.status.Declines))
 		for k, v := range rj.status.Declines {

@@ -303,6 +303,10 @@ type Job struct {
 	// MaxPrice is the most the renter pays per GPU-hour, in USD.
 	MaxPrice float64 `json:"max_price" yaml:"max_price"`
 	GPUCount int     `json:"gpu_count" yaml:"gpu_count"`
+	// Nodes, when above 1, makes the job a gang: Nodes members on as many
+	// distinct providers, GPUCount GPUs each, placed all or nothing and
+	// living and dying together (see Gang). 0 or 1: one provider.
+	Nodes int `json:"nodes,omitempty" yaml:"nodes,omitempty"`
 	// GPUFraction, when set, asks for that fraction of one device (one of
 	// GPUFractions, with GPUCount 1) instead of whole devices: the job
 	// shares the device with others, each on its own slices of a device
@@ -568,6 +572,10 @@ type Award struct {
 	GPUFraction float64   `json:"gpu_fraction,omitempty"`
 	Job         Job       `json:"job"`
 	IssuedAt    time.Time `json:"issued_at"`
+	// Gang, for a gang job's member, is the gang's terms with this
+	// member's rank: the provider holds the award until the renter
+	// commits the whole gang (GangDecision).
+	Gang *Gang `json:"gang,omitempty"`
 }
 
 // BidRelease tells a provider that its bid will not be awarded (the
@@ -698,6 +706,9 @@ type Lease struct {
 	// Devices are the provider's device indices the lease holds (its
 	// calendar booking's devices).
 	Devices []int `json:"devices,omitempty"`
+	// Gang is set on a gang member's lease: the gang's terms as its
+	// renter signed them in the award, with this member's rank.
+	Gang *Gang `json:"gang,omitempty"`
 }
 
 // BilledGPUs is how many GPUs the lease is billed for: its GPU count, or
