@@ -295,11 +295,11 @@ func (j *Job) Validate() error {
 	if len(j.Exclude) > MaxAttempts {
 		bad("exclude", "at most %d providers, got %d", MaxAttempts, len(j.Exclude))
 	}
-	if len(j.Restore) > MaxRestore {
-		bad("restore", "at most %d checkpoints, got %d", MaxRestore, len(j.Restore))
+	if n := MaxRestore * max(j.Nodes, 1); len(j.Restore) > n {
+		bad("restore", "at most %d checkpoints (%d per member), got %d", n, MaxRestore, len(j.Restore))
 	}
 	for i, c := range j.Restore {
-		if !ValidArtifactID(c.Artifact) || c.Work < 0 || c.Bytes < 0 || c.Bytes > MaxCheckpointBytes {
+		if !ValidArtifactID(c.Artifact) || c.Work < 0 || c.Bytes < 0 || c.Bytes > MaxCheckpointBytes || c.Rank < 0 || c.Rank >= max(j.Nodes, 1) {
 			bad(fmt.Sprintf("restore[%d]", i), "not a checkpoint (artifact %q, %d bytes, work %v)", c.Artifact, c.Bytes, c.Work)
 		}
 	}

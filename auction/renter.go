@@ -1560,8 +1560,9 @@ type RequeueOptions struct {
 	// lost one of the job's attempts); it is added to Job.Exclude.
 	Exclude []string
 	// Restore is the job's good checkpoints, newest first (at most
-	// MaxRestore): the next attempt starts from the first that verifies
-	// and runs for what the newest one leaves of the job's duration.
+	// MaxRestore; per member of a gang, each with its Rank): the next
+	// attempt starts from the first that verifies and runs for what the
+	// newest one leaves of the job's duration (Job.SavedWork).
 	Restore []Checkpoint
 }
 
@@ -1589,17 +1590,15 @@ func (r *Renter) Requeue(ctx context.Context, jobID string, opt RequeueOptions) 
 	rj.status.Reasons = append(rj.status.Reasons, fmt.Sprintf("requeued after attempt %d: %s", job.Attempt, opt.Reason))
 	r.mu.Unlock()
 
-	if len(opt.Restore) > MaxRestore {
-		opt.Restore = opt.Restore[:MaxRestore]
+	if n := MaxRestore * max(job.Nodes, 1); len(opt.Restore) > n {
+		opt.Restore = opt.Restore[:n]
 	}
 	total := job.TotalDuration()
-	saved := time.Duration(0)
-	if len(opt.Restore) > 0 {
-		saved = opt.Restore[0].Work
-	}
-	remaining := total - saved
+	next := job
+	next.Restore = opt.Restore
+	remaining := total - next.SavedWork()
 	if remaining <= 0 {
-		return job, fmt.Errorf("auction: requeue %s: nothing left to run (checkpoint saved %v of %v)", jobID, saved, total)
+		return job, fmt.Errorf("auction: requeue %s: nothing left to run (checkpoint saved %v of %v)", jobID, next.SavedWork(), total)
 	}
 	job.Exclude = slices.Clone(job.Exclude)
 	for _, p := range opt.Exclude {

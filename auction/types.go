@@ -452,6 +452,10 @@ type Checkpoint struct {
 	Reason   string    `json:"reason"`
 	Provider string    `json:"provider"`
 	TakenAt  time.Time `json:"taken_at"`
+	// Rank is the gang member whose checkpoint dir this is (Gang.Rank),
+	// set by the renter in a gang's Restore: each member restores its own
+	// rank's (Job.RestoreOf).
+	Rank int `json:"rank,omitempty"`
 }
 
 // Why a checkpoint was taken.
@@ -465,10 +469,45 @@ const (
 // attempt that restores checkpoints runs for what the newest one
 // (Restore[0]) left, Duration.
 func (j *Job) TotalDuration() time.Duration {
-	if len(j.Restore) > 0 {
-		return j.Duration + j.Restore[0].Work
+	return j.Duration + j.SavedWork()
+}
+
+// SavedWork is the work the checkpoints the job restores hold: the newest
+// one's (Restore[0]); a gang's is its least advanced rank's newest, none
+// unless every rank has one.
+func (j *Job) SavedWork() time.Duration {
+	if len(j.Restore) == 0 {
+		return 0
 	}
-	return j.Duration
+	if j.Nodes <= 1 {
+		return j.Restore[0].Work
+	}
+	saved := time.Duration(-1)
+	for rank := range j.Nodes {
+		rs := j.RestoreOf(rank)
+		if len(rs) == 0 {
+			return 0
+		}
+		if saved < 0 || rs[0].Work < saved {
+			saved = rs[0].Work
+		}
+	}
+	return saved
+}
+
+// RestoreOf is the checkpoints the member of rank restores, newest
+// first: a gang's of that rank (Checkpoint.Rank), every one otherwise.
+func (j *Job) RestoreOf(rank int) []Checkpoint {
+	if j.Nodes <= 1 {
+		return j.Restore
+	}
+	var out []Checkpoint
+	for _, c := range j.Restore {
+		if c.Rank == rank {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // BilledGPUs is how many GPUs the job asks for: GPUCount, or the fraction
