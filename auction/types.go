@@ -495,6 +495,15 @@ func (j *Job) SavedWork() time.Duration {
 	return saved
 }
 
+// RestoreFor is the checkpoints lease l of the job restores: its gang
+// rank's (RestoreOf), or every one.
+func (j *Job) RestoreFor(l Lease) []Checkpoint {
+	if l.Gang == nil {
+		return j.Restore
+	}
+	return j.RestoreOf(l.Gang.Rank)
+}
+
 // RestoreOf is the checkpoints the member of rank restores, newest
 // first: a gang's of that rank (Checkpoint.Rank), every one otherwise.
 func (j *Job) RestoreOf(rank int) []Checkpoint {
