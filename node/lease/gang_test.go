@@ -145,3 +145,50 @@ func TestGangCancelStopsEveryMember(t *testing.T) {
 		return len(v.Gang) == 2 && v.Gang[0].Run == auction.RunCancelled && v.Gang[1].Run == auction.RunCancelled
 	})
 }
+
+// TestGangRenterRestart: a renter restarted while its gang runs takes
+// every member back from its store (their heartbeats, events and
+// receipts), lists the gang as one job, and never offers a member's
+// record as a job of its own; each member settles after the restart.
+func TestGangRenterRestart(t *testing.T) {
+	h := newHarness(t)
+	r := h.renter()
+	provs := []*node{h.provider(provSpec{model: "H100", price: 1}), h.provider(provSpec{model: "H100", price: 1.2})}
+	j := job(auction.Silver, 5, time.Minute, "gate", "work", "0")
+	j.Nodes = 2
+	v := r.post(j)
+	id := v.Job.ID
+	r.waitJob(id, "both members running", func(v api.JobView) bool { return gangRunning(v, 2) })
+	waitFor(t, 3*time.Second, "rank 1 running, persisted", func() bool {
+		var saved api.JobView
+		ok, err := r.db.State("renter-jobs").Get(gangKey(id, 1), &saved)
+		return err == nil && ok && saved.Run == auction.RunRunning
+	})
+	// A member's record between two placements of its gang (archived,
+	// bidding) is never offered on its own.
+	between := j
+	between.ID, between.Owner, between.CreatedAt = "job-between", r.id(), time.Now()
+	if err := r.db.State("renter-jobs").Put(gangKey(between.ID, 1), api.JobView{JobStatus: auction.JobStatus{Job: between, State: auction.JobBidding}}); err != nil {
+		t.Fatal(err)
+	}
+	r.kill()
+	r2 := r.restart()
+	if got := r2.tracker.List(); len(got) != 1 || got[0].Job.ID != id || len(got[0].Gang) != 2 {
+		t.Fatalf("after the restart: %d jobs listed", len(got))
+	}
+	for _, p := range provs {
+		p.exec.open("work")
+	}
+	v = r2.waitJobWithin(id, 5*time.Second, "every member settled after the restart", func(v api.JobView) bool {
+		return len(v.Gang) == 2 && v.Gang[0].Settled && v.Gang[1].Settled &&
+			v.Gang[0].Run == auction.RunSucceeded && v.Gang[1].Run == auction.RunSucceeded
+	})
+	for _, m := range v.Gang {
+		if es := r2.entries(ledger.KindReceipt, m.LeaseID); len(es) != 1 {
+			t.Fatalf("member %d's lease has %d receipts", m.Rank, len(es))
+		}
+	}
+	if n := counter(r2, "renter.job_queued"); n != 0 {
+		t.Fatalf("%d jobs queued after the restart", n)
+	}
+}

@@ -650,6 +650,9 @@ func (t *Tracker) load() ([]auction.Job, error) {
 		v := rec.JobView
 		t.reloadUnsettled(id, rec.Unsettled)
 		switch {
+		case isMemberKey(id):
+			// A gang member's record: its gang's own record is queued
+			// again, never the member alone.
 		case v.State == auction.JobBidding || v.State == auction.JobAwarding || v.State == auction.JobQueued:
 			if v.State != auction.JobQueued {
 				v.Reasons = append(v.Reasons, "queued: renter daemon restarted during the auction")
