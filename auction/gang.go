@@ -335,6 +335,8 @@ func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *Job, ranked 
 		select {
 		case <-rj.cancel:
 			return -1, "", ErrCancelled
+		case <-ctx.Done():
+			return -1, "", r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
 		default:
 		}
 	}
@@ -380,6 +382,11 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *Job, pick []
 	}
 	wg.Wait()
 	all := !slices.ContainsFunc(ms, func(m member) bool { return m.result != "confirmed" })
+	select {
+	case <-rj.cancel:
+		all = false // cancelled meanwhile: every held member is aborted
+	default:
+	}
 	committed := make([]bool, len(ms))
 	if all {
 		// Phase two: every member is held; commit them all.
@@ -420,7 +427,9 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *Job, pick []
 		default:
 			failed[m.bid.Provider] = true
 			reasons = append(reasons, m.result)
-			r.noConfirm(m.bid.Provider)
+			if m.claim != nil {
+				r.noConfirm(m.bid.Provider)
+			}
 			if awardMayHaveBooked(m.result) || strings.HasPrefix(m.result, "commit failed: ") {
 				wg.Add(1)
 				go func() {

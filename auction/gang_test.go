@@ -347,3 +347,42 @@ func TestGangHostile(t *testing.T) {
 		t.Fatalf("late commit answered %+v %v", c, err)
 	}
 }
+
+// TestGangCancelledWhileHeld: a gang cancelled while its members are
+// being awarded is never committed: every held member is aborted, nothing
+// stays booked and nothing starts.
+func TestGangCancelledWhileHeld(t *testing.T) {
+	m := newMarket(t, fourOneGPU())
+	r, _ := m.renter(t, RenterConfig{Expected: m.expectAll})
+	j := gangJob(m.now(), 2, 1)
+	j.ID = NewID("job")
+	var once sync.Once
+	started := 0
+	var mu sync.Mutex
+	for _, tp := range m.provs {
+		tp.p.cfg.OnLease = func(Lease, Job, []string) {
+			mu.Lock()
+			started++
+			mu.Unlock()
+		}
+		tp.t.Handle(MemHandlers{OnCall: tp.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
+			if _, err := DecodeAward(data); err == nil {
+				once.Do(func() { _ = r.Cancel(j.ID) })
+			}
+			return tp.p.HandleAward(from, data)
+		}})
+	}
+	if _, err := r.Post(context.Background(), j); !errors.Is(err, ErrCancelled) {
+		t.Fatalf("post: %v", err)
+	}
+	for _, tp := range m.provs {
+		if s := tp.p.Stats(); s.GangHeld != 0 || len(s.Leases) != 0 || len(tp.cal.Bookings()) != 0 {
+			t.Fatalf("%s after the cancel: %d held, %d leases, %d bookings", tp.spec.name, s.GangHeld, len(s.Leases), len(tp.cal.Bookings()))
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if started != 0 {
+		t.Fatalf("%d members started", started)
+	}
+}

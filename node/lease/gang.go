@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
@@ -120,9 +121,15 @@ func (t *Tracker) requeueGang(jobID, key string, size int, lease auction.Lease, 
 	t.cfg.Counters.Add("renter.gang_requeued")
 	t.log.Warn("gang member ended early: the gang stops and goes back to auction", "job", jobID, "member", key,
 		"provider", lease.Provider, "reason", opts.Reason, "stopping", len(stop))
+	var wg sync.WaitGroup
 	for _, l := range stop {
-		t.stopMember(l, true)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.stopMember(l, true)
+		}()
 	}
+	wg.Wait()
 	// Every member ended and settled (or was lost, or never ran): their
 	// checkpoints are in, their receipts countersigned.
 	t.waitChange(t.cfg.SettleWait+t.cfg.LossAfter, func() bool {
