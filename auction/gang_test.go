@@ -386,3 +386,37 @@ func TestGangCancelledWhileHeld(t *testing.T) {
 		t.Fatalf("%d members started", started)
 	}
 }
+
+// TestPickGang: the best bid leads; each further member is the closest to
+// it among the bids within GangTieTolerance of the best remaining score
+// (its region first, then the lowest measured RTT, unmeasured last), and
+// a bid clearly cheaper is taken over a closer one.
+func TestPickGang(t *testing.T) {
+	bid := func(name, region string, score float64, rtt time.Duration) Ranked {
+		return Ranked{Candidate: Candidate{Bid: Bid{Provider: name, Region: region}, RTT: rtt}, Score: score}
+	}
+	names := func(rs []Ranked) string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.Bid.Provider)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, c := range []struct {
+		name   string
+		ranked []Ranked
+		k      int
+		want   string
+	}{
+		{"same region first", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1.01, time.Millisecond), bid("c", "eu-west", 1.04, 0)}, 2, "a,c"},
+		{"then lowest rtt", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1.01, 0), bid("c", "us-east", 1.02, 40 * time.Millisecond),
+			bid("d", "us-east", 1.03, 5 * time.Millisecond)}, 2, "a,d"},
+		{"cheaper beats closer", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1.2, 0), bid("c", "eu-west", 1.5, 0)}, 2, "a,b"},
+		{"too few", []Ranked{bid("a", "eu-west", 1, 0)}, 2, "a"},
+		{"three", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1, 0), bid("c", "eu-west", 1.01, 0), bid("d", "eu-west", 1.02, 0)}, 3, "a,c,d"},
+	} {
+		if got := names(pickGang(c.ranked, c.k)); got != c.want {
+			t.Errorf("%s: picked %s, want %s", c.name, got, c.want)
+		}
+	}
+}
