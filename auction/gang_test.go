@@ -409,8 +409,8 @@ func TestPickGang(t *testing.T) {
 		want   string
 	}{
 		{"same region first", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1.01, time.Millisecond), bid("c", "eu-west", 1.04, 0)}, 2, "a,c"},
-		{"then lowest rtt", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1.01, 0), bid("c", "us-east", 1.02, 40 * time.Millisecond),
-			bid("d", "us-east", 1.03, 5 * time.Millisecond)}, 2, "a,d"},
+		{"then lowest rtt", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1.01, 0), bid("c", "us-east", 1.02, 40*time.Millisecond),
+			bid("d", "us-east", 1.03, 5*time.Millisecond)}, 2, "a,d"},
 		{"cheaper beats closer", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1.2, 0), bid("c", "eu-west", 1.5, 0)}, 2, "a,b"},
 		{"too few", []Ranked{bid("a", "eu-west", 1, 0)}, 2, "a"},
 		{"three", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1, 0), bid("c", "eu-west", 1.01, 0), bid("d", "eu-west", 1.02, 0)}, 3, "a,c,d"},
