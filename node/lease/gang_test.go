@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/wire"
 )
 
 // gangRunning reports whether every member of a gang of k runs, on k
@@ -190,5 +192,29 @@ func TestGangRenterRestart(t *testing.T) {
 	}
 	if n := counter(r2, "renter.job_queued"); n != 0 {
 		t.Fatalf("%d jobs queued after the restart", n)
+	}
+}
+
+// TestGangStopOnlyForGangs: a gang stop (a cancel marked Gang) of a lease
+// that is no gang member is a plain cancel: its renter cannot make a lease
+// end preempted, and so requeued, by asking for a gang stop. A stranger's
+// gang stop is refused like any cancel.
+func TestGangStopOnlyForGangs(t *testing.T) {
+	h := newHarness(t)
+	r, p, other := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
+	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "never", "0"))
+	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	stop := wire.CancelRequest{LeaseID: v.Lease.ID, JobID: v.Job.ID, Gang: true}
+	forged, err := sealed(other.signer, sign.DomainLeaseCancel, stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.tr.Request(t.Context(), p.signer.ID(), wire.ProtoCancel, forged); err == nil {
+		t.Fatal("a stranger's gang stop was accepted")
+	}
+	r.tracker.stopMember(*v.Lease, true)
+	v = r.waitJob(v.Job.ID, "cancelled and settled", func(v api.JobView) bool { return v.Run.Terminal() && settled(v) })
+	if v.Run != auction.RunCancelled || v.State != auction.JobFinished || len(v.History) != 0 {
+		t.Fatalf("a gang stop of a lone lease ended it %s (%s), state %s, %d earlier leases", v.Run, v.Detail, v.State, len(v.History))
 	}
 }
