@@ -229,3 +229,25 @@ func (t *Tracker) stopMember(l auction.Lease, gang bool) {
 		t.log.Info("stop gang member", "lease", l.ID, "provider", l.Provider, "err", fmt.Errorf("not delivered: %w", err))
 	}
 }
+
+// endMembers ends the records of gang job id's members between two
+// placements (no current lease, or one that has ended) once the job's own
+// record is over (not Live): they, and the checkpoints they pin, end with
+// it. Called by save.
+func (t *Tracker) endMembers(id string) {
+	t.mu.Lock()
+	var over []string
+	if v := t.jobs[id]; v != nil && v.Job.Nodes > 1 && !v.State.Live() {
+		for rank := 1; rank < v.Job.Nodes; rank++ {
+			k := gangKey(id, rank)
+			if m := t.jobs[k]; m != nil && m.State.Live() && (m.Lease == nil || m.Run.Terminal()) {
+				m.State = v.State
+				over = append(over, k)
+			}
+		}
+	}
+	t.mu.Unlock()
+	for _, k := range over {
+		t.save(k)
+	}
+}

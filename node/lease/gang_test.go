@@ -218,3 +218,32 @@ func TestGangStopOnlyForGangs(t *testing.T) {
 		t.Fatalf("a gang stop of a lone lease ended it %s (%s), state %s, %d earlier leases", v.Run, v.Detail, v.State, len(v.History))
 	}
 }
+
+// TestGangNotPlacedAgainEndsItsMembers: a gang of two on exactly two
+// providers loses one; with one provider left it cannot be placed again,
+// waits out its start window queued and ends; its member's record ends
+// with it (it no longer pins checkpoints nor counts as live).
+func TestGangNotPlacedAgainEndsItsMembers(t *testing.T) {
+	h := newHarness(t)
+	h.lossAfter = 300 * time.Millisecond
+	r := h.renter()
+	provs := map[string]*node{}
+	for _, price := range []float64{1, 1.2} {
+		p := h.provider(provSpec{model: "H100", price: price})
+		provs[p.id()] = p
+	}
+	j := job(auction.Silver, 5, time.Minute, "gate", "work", "0")
+	j.Nodes, j.Deadline = 2, time.Now().Add(2*time.Second)
+	v := r.post(j)
+	id := v.Job.ID
+	v = r.waitJob(id, "both members running", func(v api.JobView) bool { return gangRunning(v, 2) })
+	h.net.Drop(provs[v.Gang[1].Provider].signer.ID())
+	v = r.waitJobWithin(id, 15*time.Second, "the gang given up", func(v api.JobView) bool { return !v.State.Live() })
+	if len(v.History) != 1 || v.Lease != nil {
+		t.Fatalf("gang over with %d earlier leases, lease %v: %s %v", len(v.History), v.Lease, v.State, v.Reasons)
+	}
+	m, err := r.tracker.View(gangKey(id, 1))
+	if err != nil || m.State.Live() || m.State != v.State {
+		t.Fatalf("rank 1's record after its gang ended: %s (%v), the gang's %s", m.State, err, v.State)
+	}
+}

@@ -605,13 +605,23 @@ func (t *Tracker) waitChange(timeout time.Duration, done func() bool) bool {
 // writes it, so a slow save never overwrites a newer one. Its waiters
 // (waitChange) are woken first: the record has changed already.
 func (t *Tracker) save(id string) {
+	if over := t.saveOne(id); over && !isMemberKey(id) {
+		// Its gang's members end with it (they are saved on their own
+		// stripes, after this one's).
+		t.endMembers(id)
+	}
+}
+
+// saveOne is save of one record; it reports whether the record is over
+// for good (not Live).
+func (t *Tracker) saveOne(id string) bool {
 	t.changed.notify()
 	mu := &t.saveMu[stripe(id, len(t.saveMu))]
 	mu.Lock()
 	defer mu.Unlock()
 	v, err := t.view(id, false)
 	if err != nil {
-		return
+		return false
 	}
 	t.mu.Lock()
 	rec := jobRecord{JobView: v, Unsettled: t.unsettledLocked(id)}
@@ -627,7 +637,9 @@ func (t *Tracker) save(id string) {
 	if !v.State.Live() {
 		// Over for good: every path there saves the record.
 		t.releaseCheckpoints(id)
+		return true
 	}
+	return false
 }
 
 // stripe maps an id to one of n lock stripes.
