@@ -3,6 +3,7 @@ package auction
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -174,9 +175,21 @@ func TestGangMemberDeclinesAbortsTheRest(t *testing.T) {
 // (both auctions end within their deadline), none leaves a hold behind
 // (no provider holds an uncommitted member, every booking is a committed
 // member of a placed gang), each gang is placed whole or not at all, and
-// at least one gang is placed in every race (no livelock).
+// at least one gang is placed in every race (no livelock). It runs
+// without and with providers' bids holding their GPUs tentatively
+// (HoldGrace: then each provider bids for one gang only, and no hold of a
+// bid not awarded stays either).
 func TestGangRace(t *testing.T) {
-	rounds := 100
+	for _, grace := range []time.Duration{0, DefaultHoldGrace} {
+		t.Run(fmt.Sprintf("bid holds %v", grace), func(t *testing.T) { raceGangs(t, grace) })
+	}
+}
+
+func raceGangs(t *testing.T, grace time.Duration) {
+	rounds := 100 // the acceptance's count, where members collide
+	if grace > 0 {
+		rounds = 50 // bids' holds keep them apart: no collision to race
+	}
 	if testing.Short() {
 		rounds = 20
 	}
@@ -184,6 +197,9 @@ func TestGangRace(t *testing.T) {
 	var slowest time.Duration
 	for round := 0; round < rounds; round++ {
 		m := newMarket(t, fourOneGPU())
+		for _, tp := range m.provs {
+			tp.p.cfg.HoldGrace = grace
+		}
 		type res struct {
 			r   *Renter
 			j   Job
@@ -253,6 +269,8 @@ func TestGangRace(t *testing.T) {
 					t.Fatalf("race %d: %s keeps booking %s of no placed gang", round, tp.spec.name, b.LeaseID)
 				}
 			}
+			// Bids not awarded are released (in the background).
+			waitUntil(t, 3*time.Second, "every bid's hold released", func() bool { return tp.cal.Holds(m.now()) == 0 })
 		}
 	}
 	t.Logf("%d races: both gangs placed in %d, %d placement rounds aborted, slowest race %v", rounds, bothPlaced, aborts, slowest)
