@@ -230,31 +230,31 @@ func (p *Provider) handleGangDecision(from peer.ID, d GangDecision) ([]byte, err
 const GangTieTolerance = 0.05
 
 // pickGang chooses k members from the eligible bids, ranked best first:
-// the best bid leads; each next member is the closest to the leader among
-// the bids within GangTieTolerance of the best remaining score (same
-// region first, then lowest measured RTT; unmeasured last), else the best.
+// each member is the closest among the bids within GangTieTolerance of the
+// best remaining score: the first the one at the lowest round trip the
+// renter measured, each next one in the first one's region first, then at
+// the lowest round trip (unmeasured last; ties: the ranking's order).
 // It returns fewer than k when fewer bids are left.
 func pickGang(ranked []Ranked, k int) []Ranked {
 	left := slices.Clone(ranked)
 	var pick []Ranked
 	for len(pick) < k && len(left) > 0 {
 		best := 0
-		if len(pick) > 0 {
-			lead := pick[0].Bid.Region
-			band := left[0].Score * (1 + GangTieTolerance)
-			closer := func(a, b Ranked) bool {
-				if (a.Bid.Region == lead) != (b.Bid.Region == lead) {
+		band := left[0].Score * (1 + GangTieTolerance)
+		closer := func(a, b Ranked) bool {
+			if len(pick) > 0 {
+				if lead := pick[0].Bid.Region; (a.Bid.Region == lead) != (b.Bid.Region == lead) {
 					return a.Bid.Region == lead
 				}
-				if (a.RTT > 0) != (b.RTT > 0) {
-					return a.RTT > 0
-				}
-				return a.RTT < b.RTT
 			}
-			for i := 1; i < len(left) && left[i].Score <= band; i++ {
-				if closer(left[i], left[best]) {
-					best = i
-				}
+			if (a.RTT > 0) != (b.RTT > 0) {
+				return a.RTT > 0
+			}
+			return a.RTT < b.RTT
+		}
+		for i := 1; i < len(left) && left[i].Score <= band; i++ {
+			if closer(left[i], left[best]) {
+				best = i
 			}
 		}
 		pick = append(pick, left[best])

@@ -405,10 +405,10 @@ func TestGangCancelledWhileHeld(t *testing.T) {
 	}
 }
 
-// TestPickGang: the best bid leads; each further member is the closest to
-// it among the bids within GangTieTolerance of the best remaining score
-// (its region first, then the lowest measured RTT, unmeasured last), and
-// a bid clearly cheaper is taken over a closer one.
+// TestPickGang: each member is the closest among the bids within
+// GangTieTolerance of the best remaining score (the first: the lowest
+// measured RTT; the next: the first's region, then the lowest RTT,
+// unmeasured last), and a bid clearly cheaper is taken over a closer one.
 func TestPickGang(t *testing.T) {
 	bid := func(name, region string, score float64, rtt time.Duration) Ranked {
 		return Ranked{Candidate: Candidate{Bid: Bid{Provider: name, Region: region}, RTT: rtt}, Score: score}
@@ -426,15 +426,39 @@ func TestPickGang(t *testing.T) {
 		k      int
 		want   string
 	}{
-		{"same region first", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1.01, time.Millisecond), bid("c", "eu-west", 1.04, 0)}, 2, "a,c"},
-		{"then lowest rtt", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1.01, 0), bid("c", "us-east", 1.02, 40*time.Millisecond),
+		{"same region first", []Ranked{bid("a", "eu-west", 1, time.Millisecond), bid("b", "us-east", 1.01, 2*time.Millisecond), bid("c", "eu-west", 1.04, 0)}, 2, "a,c"},
+		{"then lowest rtt", []Ranked{bid("a", "eu-west", 1, time.Millisecond), bid("b", "us-east", 1.01, 0), bid("c", "us-east", 1.02, 40*time.Millisecond),
 			bid("d", "us-east", 1.03, 5*time.Millisecond)}, 2, "a,d"},
 		{"cheaper beats closer", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1.2, 0), bid("c", "eu-west", 1.5, 0)}, 2, "a,b"},
 		{"too few", []Ranked{bid("a", "eu-west", 1, 0)}, 2, "a"},
+		{"closest leads", []Ranked{bid("a", "eu-west", 1, 30*time.Millisecond), bid("b", "us-east", 1.01, 5*time.Millisecond),
+			bid("c", "eu-west", 1.5, 0)}, 2, "b,a"},
 		{"three", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1, 0), bid("c", "eu-west", 1.01, 0), bid("d", "eu-west", 1.02, 0)}, 3, "a,c,d"},
 	} {
 		if got := names(pickGang(c.ranked, c.k)); got != c.want {
 			t.Errorf("%s: picked %s, want %s", c.name, got, c.want)
 		}
+	}
+}
+
+// TestGangMeasuresRTT: the renter measures the round trip to a gang's
+// bidders as it does for a latency-sensitive job, and picks the members
+// closest among bids alike in price and reliability.
+func TestGangMeasuresRTT(t *testing.T) {
+	m := newMarket(t, fourOneGPU()[:3])
+	rtt := map[string]time.Duration{}
+	for _, p := range m.provs {
+		rtt[p.s.ID().String()] = map[string]time.Duration{"a": 30 * time.Millisecond, "b": 5 * time.Millisecond, "c": 50 * time.Millisecond}[p.spec.name]
+	}
+	r, _ := m.renter(t, RenterConfig{Expected: m.expectAll, MeasureRTT: func(ctx context.Context, p string) (time.Duration, bool) {
+		return rtt[p], true
+	}})
+	j, err := r.Post(context.Background(), gangJob(m.now(), 2, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := r.Status(j.ID)
+	if len(st.Members) != 2 || m.name(st.Members[0].Provider) != "b" || m.name(st.Members[1].Provider) != "a" {
+		t.Fatalf("members %s, %s; want the closest, b then a", m.name(st.Members[0].Provider), m.name(st.Members[1].Provider))
 	}
 }

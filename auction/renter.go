@@ -680,13 +680,14 @@ func (w *lookupWait) done(ctx context.Context, done <-chan struct{}) bool {
 }
 
 // measureRTTLocked starts measuring the round trip to a bidder of a
-// latency-sensitive job (r.mu held), once per bidder, within the job's
+// latency-sensitive job or a gang's (r.mu held), once per bidder, within the job's
 // BidWindow; a bid the ranking will reject anyway (an excluded provider,
 // one outside the call's sample) is not measured. Its end signals bidIn,
 // so that a window waiting for an acceptable bid looks again.
 func (r *Renter) measureRTTLocked(rj *renterJob, provider string) {
 	j := &rj.status.Job
-	if r.cfg.MeasureRTT == nil || !j.LatencySensitive() || rj.rtts[provider] != nil ||
+	// A gang measures too: its members are chosen closest first (pickGang).
+	if r.cfg.MeasureRTT == nil || (!j.LatencySensitive() && j.Nodes <= 1) || rj.rtts[provider] != nil ||
 		j.Excludes(provider) || !SampledBidder(j, provider) {
 		return
 	}
