@@ -40,22 +40,6 @@ type GangMember struct {
 	LeaseID  string `json:"lease_id"`
 }
 
-// Member returns the member of the given rank.
-func (g *Gang) Member(rank int) (GangMember, bool) {
-	if g == nil || rank < 0 || rank >= len(g.Members) {
-		return GangMember{}, false
-	}
-	return g.Members[rank], true
-}
-
-// Peers returns the providers of the other members, by rank.
-func (g *Gang) Peers() []GangMember {
-	if g == nil {
-		return nil
-	}
-	return slices.DeleteFunc(slices.Clone(g.Members), func(m GangMember) bool { return m.Rank == g.Rank })
-}
-
 // Check reports whether g is a well-formed gang in which the member of
 // g.Rank is lease leaseID on provider: a valid id, 2 to MaxNodes members,
 // ranked 0..Size-1 in order, on distinct providers, with distinct valid
