@@ -29,6 +29,8 @@ cross:
 		echo "cross build $$t (CGO_ENABLED=0)"; \
 		CGO_ENABLED=0 GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build -o /dev/null ./cmd/gpumesh || exit 1; \
 	done
+	@echo "job init without cgo (the Go init those builds carry)"
+	@CGO_ENABLED=0 $(GO) test -count=1 ./runtime/internal/jobinit
 
 test: build vet fmt sizes cross
 	$(GO) test -count=1 -timeout 15m ./...
@@ -61,7 +63,8 @@ FUZZ_TARGETS = \
 	node/wire:FuzzDecodeStreamRequest node/wire:FuzzDecodeExecRequest node/wire:FuzzReadExecFrame node/wire:FuzzExtractBundle \
 	node/service:FuzzReadMsg \
 	node/artifact:FuzzDecodeManifest node/artifact:FuzzAnswer node/artifact:FuzzOpenWarm \
-	node/lease:FuzzLeaseEvent node/lease:FuzzCheckpointNotice node/lease:FuzzOpenCancel
+	node/lease:FuzzLeaseEvent node/lease:FuzzCheckpointNotice node/lease:FuzzOpenCancel \
+	runtime/internal/jobinit:FuzzDecodeConfig
 fuzz:
 	@found=$$(grep -ro --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | sed -E 's#^\./(.*)/[^/]*_test\.go:func #\1:#' | sort); \
 	listed=$$(printf '%s\n' $(FUZZ_TARGETS) | sort); \

@@ -60,7 +60,11 @@ func EncodeCapacityNotice(s *sign.Signer, n CapacityNotice) ([]byte, error) {
 // DecodeCapacityNotice verifies a notice envelope, that its signer is its
 // Provider and that it names at most maxNoticeJobs valid job ids.
 func DecodeCapacityNotice(data []byte) (CapacityNotice, error) {
-	n, err := openAs(data, sign.DomainCapacityNotice, "capacity notice", func(n *CapacityNotice) string { return n.Provider })
+	return decode(data, sign.DomainCapacityNotice, decodeCapacityNotice)
+}
+
+func decodeCapacityNotice(env *sign.Envelope) (CapacityNotice, error) {
+	n, err := openAs(env, sign.DomainCapacityNotice, "capacity notice", func(n *CapacityNotice) string { return n.Provider })
 	if err != nil {
 		return CapacityNotice{}, err
 	}

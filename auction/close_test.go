@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/auctiontest"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -147,7 +148,7 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 	}
 	// setup builds a market of eu-west A100 boxes whose gated ones answer
 	// calls only once gate closes, and a renter that expects all of them.
-	setup := func(t *testing.T, boxes []box, gated ...string) (m *market, gate chan struct{}, r *Renter, tr *MemTransport) {
+	setup := func(t *testing.T, boxes []box, gated ...string) (m *market, gate chan struct{}, r *Renter, tr *auctiontest.MemTransport) {
 		var specs []provSpec
 		for _, b := range boxes {
 			specs = append(specs, provSpec{b.name, "eu-west", "A100", 80, 4, pol(b.floor), 0.9})
@@ -160,7 +161,7 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 				continue
 			}
 			p := tp.p
-			tp.t.Handle(MemHandlers{OnAward: p.HandleAward, OnCall: func(from peer.ID, data []byte) error {
+			tp.t.Handle(auctiontest.MemHandlers{OnAward: p.HandleAward, OnCall: func(from peer.ID, data []byte) error {
 				<-gate
 				return p.HandleCall(from, data)
 			}})
@@ -174,7 +175,7 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 		// The slow three answer four quiet spells after the fast bid: the
 		// latency of a farther network, not a synchronisation.
 		var once sync.Once
-		tr.Handle(MemHandlers{OnBid: func(from peer.ID, data []byte) error {
+		tr.Handle(auctiontest.MemHandlers{OnBid: func(from peer.ID, data []byte) error {
 			err := r.HandleBid(from, data)
 			if m.name(from.String()) == "fast" {
 				once.Do(func() { time.AfterFunc(4*quietFor, func() { close(gate) }) })
@@ -217,7 +218,7 @@ func TestNoLaterStartFallback(t *testing.T) {
 	if err := busy.cal.Reserve(Booking{LeaseID: "busy", Start: m.now().Add(-time.Minute), End: m.now().Add(time.Hour), GPUs: 2}); err != nil {
 		t.Fatal(err)
 	}
-	free.t.Handle(MemHandlers{OnCall: free.p.HandleCall, OnAward: func(peer.ID, []byte) ([]byte, error) {
+	free.t.Handle(auctiontest.MemHandlers{OnCall: free.p.HandleCall, OnAward: func(peer.ID, []byte) ([]byte, error) {
 		return nil, errors.New("gone")
 	}})
 	r, _ := m.renter(t, RenterConfig{QuietClose: -1})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/auctiontest"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -59,7 +60,7 @@ func TestDrainingProviderDeclinesAwards(t *testing.T) {
 	var drained bool
 	r, tr := m.renter(t, RenterConfig{})
 	// The bid is delivered; the provider starts draining before the award.
-	tr.Handle(MemHandlers{OnBid: func(from peer.ID, data []byte) error {
+	tr.Handle(auctiontest.MemHandlers{OnBid: func(from peer.ID, data []byte) error {
 		err := r.HandleBid(from, data)
 		if !drained {
 			drained = prov.p.SetDraining(true)

@@ -359,6 +359,9 @@ func staticChecks(c *Capability, j *Job, first bool) (model string, vram int, er
 	if j.Preemptible && !p.AcceptPreemptible && fail(inelig("preemptible", "preemptible work not accepted")) {
 		return "", 0, errs
 	}
+	if j.Sealed && !p.Sealed && fail(inelig("sealed", "sealed jobs not taken: this provider cannot keep their plaintext on a tmpfs (it does not run as root)")) {
+		return "", 0, errs
+	}
 	if err := noPersistFit(p, j); err != nil && fail(err) {
 		return "", 0, errs
 	}

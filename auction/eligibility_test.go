@@ -117,6 +117,8 @@ func TestStaticFit(t *testing.T) {
 		{"price floor", "price floor 2.10 > max 2.00", func(ps *ProviderState, j *Job) { ps.Cap.Policy.PriceFloor = 2.1 }},
 		{"excluded", "lost an earlier attempt", func(ps *ProviderState, j *Job) { j.Exclude = []string{"other", "prov"} }},
 		{"another excluded", "", func(ps *ProviderState, j *Job) { j.Exclude = []string{"other"} }},
+		{"sealed job where it cannot be kept off disk", "sealed jobs not taken", func(ps *ProviderState, j *Job) { j.Sealed = true }},
+		{"sealed job where it can", "", func(ps *ProviderState, j *Job) { j.Sealed, ps.Cap.Policy.Sealed = true, true }},
 		{"no-persist not offered", "no-persist jobs not offered", func(ps *ProviderState, j *Job) { j.NoPersist = true }},
 		{"no-persist offered", "", func(ps *ProviderState, j *Job) { j.NoPersist, ps.Cap.Policy.NoPersist = true, NoPersistOffer }},
 		{"no-persist required", "", func(ps *ProviderState, j *Job) { j.NoPersist, ps.Cap.Policy.NoPersist = true, NoPersistRequire }},

@@ -433,3 +433,122 @@ func TestTopics(t *testing.T) {
 		}
 	}
 }
+
+// streamDomains are the kinds a fuzzed stream message is signed as: those
+// the bid and award streams carry and some they do not.
+var streamDomains = []string{sign.DomainBid, sign.DomainDecline, sign.DomainCapacityNotice, sign.DomainAward,
+	sign.DomainBidRelease, sign.DomainConfirm, sign.DomainJob, "bid/v2"}
+
+// FuzzDecodeStreamMessage: the bid and award streams' decoders never panic
+// and refuse in one line; what they accept has exactly one field set, of
+// the kind its envelope names, and is what that kind's own decoder makes of
+// the same bytes; a kind a stream does not carry is refused as
+// sign.ErrWrongDomain.
+func FuzzDecodeStreamMessage(f *testing.F) {
+	fuzzSigner := signtest.Seeded(f, "auction")
+	me := fuzzSigner.ID().String()
+	now := at(0, "10:00")
+	j := fuzzJob(fuzzSigner)
+	var sealed [][]byte
+	for _, enc := range []func() ([]byte, error){
+		func() ([]byte, error) {
+			return EncodeBid(fuzzSigner, Bid{JobID: "job-1", Provider: me, Price: 1, Start: now, End: now.Add(time.Hour), Nonce: "n"})
+		},
+		func() ([]byte, error) {
+			return EncodeDecline(fuzzSigner, Decline{JobID: "job-1", Provider: me, Kind: KindBusy, IssuedAt: now})
+		},
+		func() ([]byte, error) {
+			return EncodeCapacityNotice(fuzzSigner, CapacityNotice{Provider: me, FreeGPUs: 1, Jobs: []string{"job-1"}, IssuedAt: now})
+		},
+		func() ([]byte, error) {
+			return EncodeAward(fuzzSigner, Award{LeaseID: "l", JobID: "job-1", Renter: me, Provider: "p", Job: j})
+		},
+		func() ([]byte, error) {
+			return EncodeBidRelease(fuzzSigner, BidRelease{JobID: "job-1", Attempt: 1, Renter: me, Provider: "p", BidNonce: "n", IssuedAt: now})
+		},
+		func() ([]byte, error) { return EncodeConfirm(fuzzSigner, Confirm{LeaseID: "l", Accepted: true}) },
+	} {
+		b, err := enc()
+		if err != nil {
+			f.Fatal(err)
+		}
+		sealed = append(sealed, b)
+	}
+	for i, b := range sealed {
+		f.Add(b, uint8(i), false)
+		f.Add(payloadOf(f, b), uint8(i), true)
+	}
+	for _, b := range [][]byte{nil, []byte("{}"), []byte(`{"domain":"bid/v1","signer":"x","payload":"","sig":"AA=="}`), []byte("null")} {
+		f.Add(b, uint8(0), false)
+		f.Add(b, uint8(7), true)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, kind uint8, signed bool) {
+		domain := streamDomains[int(kind)%len(streamDomains)]
+		wire := fuzzWire(t, fuzzSigner, domain, data, signed)
+		env, envErr := sign.UnmarshalEnvelope(wire)
+
+		bm, err := DecodeBidMessage(wire)
+		if err != nil {
+			oneLine(t, err)
+			if bm != (BidMessage{}) {
+				t.Fatalf("refused bid stream message has a field set: %+v", bm)
+			}
+			if envErr == nil && len(wire) <= MaxMessageSize && env.Domain != sign.DomainBid && env.Domain != sign.DomainDecline &&
+				env.Domain != sign.DomainCapacityNotice && !errors.Is(err, sign.ErrWrongDomain) {
+				t.Fatalf("kind %q refused on the bid stream as %v, not as a wrong domain", env.Domain, err)
+			}
+		} else {
+			switch {
+			case bm.Bid != nil && bm.Decline == nil && bm.Notice == nil:
+				b, err := DecodeBid(wire)
+				if err != nil {
+					t.Fatalf("bid stream took a bid DecodeBid refuses: %v", err)
+				}
+				sameJSON(t, "bid", b, *bm.Bid)
+			case bm.Decline != nil && bm.Bid == nil && bm.Notice == nil:
+				d, err := DecodeDecline(wire)
+				if err != nil {
+					t.Fatalf("bid stream took a decline DecodeDecline refuses: %v", err)
+				}
+				sameJSON(t, "decline", d, *bm.Decline)
+			case bm.Notice != nil && bm.Bid == nil && bm.Decline == nil:
+				n, err := DecodeCapacityNotice(wire)
+				if err != nil {
+					t.Fatalf("bid stream took a notice DecodeCapacityNotice refuses: %v", err)
+				}
+				sameJSON(t, "capacity notice", n, *bm.Notice)
+			default:
+				t.Fatalf("bid stream message has not exactly one field set: %+v", bm)
+			}
+		}
+
+		am, err := DecodeAwardMessage(wire)
+		if err != nil {
+			oneLine(t, err)
+			if am != (AwardMessage{}) {
+				t.Fatalf("refused award stream message has a field set: %+v", am)
+			}
+			if envErr == nil && len(wire) <= MaxMessageSize && env.Domain != sign.DomainAward && env.Domain != sign.DomainBidRelease &&
+				!errors.Is(err, sign.ErrWrongDomain) {
+				t.Fatalf("kind %q refused on the award stream as %v, not as a wrong domain", env.Domain, err)
+			}
+			return
+		}
+		switch {
+		case am.Award != nil && am.Release == nil:
+			a, err := DecodeAward(wire)
+			if err != nil {
+				t.Fatalf("award stream took an award DecodeAward refuses: %v", err)
+			}
+			sameJSON(t, "award", a, *am.Award)
+		case am.Release != nil && am.Award == nil:
+			r, err := DecodeBidRelease(wire)
+			if err != nil {
+				t.Fatalf("award stream took a release DecodeBidRelease refuses: %v", err)
+			}
+			sameJSON(t, "bid release", r, *am.Release)
+		default:
+			t.Fatalf("award stream message has not exactly one field set: %+v", am)
+		}
+	})
+}

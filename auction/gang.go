@@ -107,7 +107,11 @@ func EncodeGangDecision(s *sign.Signer, d GangDecision) ([]byte, error) {
 // DecodeGangDecision verifies a gang decision envelope, that its signer is
 // its Renter and that its ids satisfy ValidID.
 func DecodeGangDecision(data []byte) (GangDecision, error) {
-	d, err := openAs(data, sign.DomainGangDecision, "gang decision", func(d *GangDecision) string { return d.Renter })
+	return decode(data, sign.DomainGangDecision, decodeGangDecision)
+}
+
+func decodeGangDecision(env *sign.Envelope) (GangDecision, error) {
+	d, err := openAs(env, sign.DomainGangDecision, "gang decision", func(d *GangDecision) string { return d.Renter })
 	if err != nil {
 		return GangDecision{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/auctiontest"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -133,7 +134,7 @@ func TestGangMemberDeclinesAbortsTheRest(t *testing.T) {
 	var once sync.Once
 	var stolen string
 	for _, tp := range m.provs {
-		tp.t.Handle(MemHandlers{OnCall: tp.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
+		tp.t.Handle(auctiontest.MemHandlers{OnCall: tp.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
 			once.Do(func() {
 				stolen = tp.s.ID().String()
 				if err := tp.cal.Reserve(Booking{LeaseID: "l-owner", Start: m.now(), End: m.now().Add(2 * time.Hour), GPUs: 1}); err != nil {
@@ -310,7 +311,7 @@ func TestGangHostile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		reply, err := p0.p.HandleAward(tr.id, data)
+		reply, err := p0.p.HandleAward(tr.ID(), data)
 		if err != nil {
 			return err
 		}
@@ -346,7 +347,7 @@ func TestGangHostile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p0.p.HandleAward(otr.id, data); !errors.As(err, &rej) || rej.Reason != "unknown_gang_member" {
+	if _, err := p0.p.HandleAward(otr.ID(), data); !errors.As(err, &rej) || rej.Reason != "unknown_gang_member" {
 		t.Fatalf("a stranger's commit: %v", err)
 	}
 	// Uncommitted, the hold expires: booking freed, nothing started.
@@ -357,7 +358,7 @@ func TestGangHostile(t *testing.T) {
 	// A commit after the expiry is declined.
 	d.Renter = job.Owner
 	data, _ = EncodeGangDecision(r.cfg.Signer, d)
-	reply, err := p0.p.HandleAward(tr.id, data)
+	reply, err := p0.p.HandleAward(tr.ID(), data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +384,7 @@ func TestGangCancelledWhileHeld(t *testing.T) {
 			started++
 			mu.Unlock()
 		}
-		tp.t.Handle(MemHandlers{OnCall: tp.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
+		tp.t.Handle(auctiontest.MemHandlers{OnCall: tp.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
 			if _, err := DecodeAward(data); err == nil {
 				once.Do(func() { _ = r.Cancel(j.ID) })
 			}

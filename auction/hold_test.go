@@ -3,6 +3,7 @@ package auction
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 func TestCalendarHolds(t *testing.T) {
@@ -182,7 +185,7 @@ func TestHeldCallBidsAfterRelease(t *testing.T) {
 	first, second := signtest.New(t), signtest.New(t)
 	tr1, bids1 := bidCollector(m, first.ID())
 	tr2, bids2 := bidCollector(m, second.ID())
-	post := func(tr *MemTransport, signer *sign.Signer, id string) Job {
+	post := func(tr *auctiontest.MemTransport, signer *sign.Signer, id string) Job {
 		j := ownedJob(t, m, signer.ID(), id)
 		// Must start within ten minutes: the held hour cannot be waited out.
 		j.BidWindow, j.Deadline = 5*time.Second, m.now().Add(10*time.Minute)
@@ -220,15 +223,17 @@ func TestHeldCallBidsAfterRelease(t *testing.T) {
 // TestOwnAuctionsDoNotRaceForOneGPU: one renter posts three jobs at once to
 // three one-GPU providers that hold nothing on bidding. Every provider bids
 // for every job and the bids rank alike (a cheapest), so each auction would
-// award the same provider first. The renter knows each provider's GPU count: once one
-// of its auctions has awarded a provider's GPU, its others skip that
-// provider's bids issued before, and no award is declined as overbooked.
-// Without the capacity (the control) the race shows.
+// award the same provider first. Once one of the renter's auctions has
+// awarded a provider's GPU, its others skip that provider's bids issued
+// before, and no award is declined as overbooked: whether the bids say
+// how many GPUs they leave free (Bid.Free) or, for a provider that does not
+// say, the renter knows its GPU count. Knowing neither (the control), the
+// race shows.
 func TestOwnAuctionsDoNotRaceForOneGPU(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		known bool
-	}{{"capacity known", true}, {"control: capacity unknown", false}} {
+		name           string
+		capacity, free bool
+	}{{"bids say what is free", false, true}, {"capacity known", true, false}, {"control: neither", false, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Distinct prices: every auction ranks a, b, c in that order.
 			specs := []provSpec{{"a", "eu-west", "A100", 80, 1, pol(1), 0.9}, {"b", "eu-west", "A100", 80, 1, pol(1.2), 0.9},
@@ -237,49 +242,124 @@ func TestOwnAuctionsDoNotRaceForOneGPU(t *testing.T) {
 			// No quiet-spell close: every window runs its full second, so
 			// the three auctions award at the same moment.
 			cfg := RenterConfig{QuietClose: -1}
-			if tc.known {
-				cfg.Capacity = func(p string) int {
-					if tp, ok := m.byID[p]; ok {
-						return tp.spec.n
-					}
-					return 0
-				}
+			if tc.capacity {
+				cfg.Capacity = m.capacity
 			}
 			r, tr := m.renter(t, cfg)
-			gate := bidGate(r, tr, 9) // every auction collects all three bids first
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			leased, overbooked, skipped := 0, 0, 0
-			for i := 0; i < 3; i++ {
-				j := euJob(m.now())
-				j.ID, j.GPUCount, j.Deadline, j.BidWindow = NewID("job"), 1, m.now().Add(10*time.Minute), time.Second
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					job, err := r.Post(context.Background(), j)
-					st, _ := r.Status(job.ID)
-					mu.Lock()
-					defer mu.Unlock()
-					if err == nil {
-						leased++
-					}
-					for _, a := range st.Attempts {
-						overbooked += strings.Count(a.Result, "overbooked")
-						skipped += strings.Count(a.Result, "awarded to another of this renter's jobs")
-					}
-				}()
-			}
-			<-gate
-			wg.Wait()
+			gate := bidGateFree(t, m, r, tr, 9, tc.free) // every auction collects all three bids first
+			leased, overbooked, skipped := postAtOnce(m, r, 3, gate)
 			for _, tp := range m.provs {
 				checkCalendar(t, tp.spec.name, tp.cal)
 			}
+			protected := tc.capacity || tc.free
 			switch {
-			case tc.known && (leased != 3 || overbooked != 0 || skipped == 0):
+			case protected && (leased != 3 || overbooked != 0 || skipped == 0):
 				t.Fatalf("%d leased, %d awards overbooked, %d skipped: want 3 leased at once, none overbooked", leased, overbooked, skipped)
-			case !tc.known && overbooked == 0:
+			case !protected && overbooked == 0:
 				t.Fatal("control: no overbooked award without the capacity; the test does not exercise the race")
 			}
 		})
 	}
+}
+
+// TestOwnAuctionsSeeWhatTheirBidsLeaveFree is the race a testnet under load
+// showed: a two-GPU provider runs one of this renter's leases, confirmed
+// before the provider bids for two more of its jobs, and each bid offers
+// the one GPU left. Counting only its claims issued after the bids against
+// the provider's two GPUs, the renter awarded both, and one was declined as
+// overbooked; with the bids' Free it awards one and skips the other.
+func TestOwnAuctionsSeeWhatTheirBidsLeaveFree(t *testing.T) {
+	for _, free := range []bool{true, false} {
+		t.Run(fmt.Sprintf("free %v", free), func(t *testing.T) {
+			m := newMarket(t, []provSpec{{"a", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+			r, tr := m.renter(t, RenterConfig{QuietClose: -1, Capacity: m.capacity})
+			first := euJob(m.now())
+			first.ID, first.GPUCount, first.Deadline = NewID("job"), 1, m.now().Add(10*time.Minute)
+			bidGateFree(t, m, r, tr, 1, free)
+			if _, err := r.Post(context.Background(), first); err != nil {
+				t.Fatalf("first job: %v", err)
+			}
+			gate := bidGateFree(t, m, r, tr, 2, free) // both auctions hold their bid before either awards
+			leased, overbooked, skipped := postAtOnce(m, r, 2, gate)
+			checkCalendar(t, "a", m.provs[0].cal)
+			switch {
+			case free && (leased != 1 || overbooked != 0 || skipped != 1):
+				t.Fatalf("%d leased, %d overbooked, %d skipped: want 1 leased, the other skipped", leased, overbooked, skipped)
+			case !free && overbooked != 1:
+				t.Fatalf("control (bids without Free): %d leased, %d overbooked, %d skipped: want one award declined as overbooked", leased, overbooked, skipped)
+			}
+		})
+	}
+}
+
+// postAtOnce posts n one-GPU jobs at once, waits for gate (every auction
+// has its bids) and for the posts to return, and counts the jobs leased,
+// their awards declined as overbooked and those skipped as awarded to
+// another of the renter's jobs.
+func postAtOnce(m *market, r *Renter, n int, gate <-chan struct{}) (leased, overbooked, skipped int) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := 0; i < n; i++ {
+		j := euJob(m.now())
+		j.ID, j.GPUCount, j.Deadline, j.BidWindow = NewID("job"), 1, m.now().Add(10*time.Minute), time.Second
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			job, err := r.Post(context.Background(), j)
+			st, _ := r.Status(job.ID)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				leased++
+			}
+			for _, a := range st.Attempts {
+				overbooked += strings.Count(a.Result, "overbooked")
+				skipped += strings.Count(a.Result, "awarded to another of this renter's jobs")
+			}
+		}()
+	}
+	<-gate
+	wg.Wait()
+	return leased, overbooked, skipped
+}
+
+// capacity is a provider's GPU count (RenterConfig.Capacity).
+func (m *market) capacity(p string) int {
+	if tp, ok := m.byID[p]; ok {
+		return tp.spec.n
+	}
+	return 0
+}
+
+// bidGateFree is bidGate with the bids' Free kept (free) or taken out and
+// the bid signed again by its provider (a provider that does not say).
+func bidGateFree(t *testing.T, m *market, r *Renter, tr *auctiontest.MemTransport, n int, free bool) <-chan struct{} {
+	ch := make(chan struct{})
+	var mu sync.Mutex
+	got := 0
+	tr.Handle(auctiontest.MemHandlers{OnBid: func(from peer.ID, data []byte) error {
+		if !free {
+			b, err := DecodeBid(data)
+			if err != nil {
+				return err
+			}
+			if b.Free == 0 {
+				t.Errorf("bid %+v says nothing free", b)
+			}
+			b.Free = 0
+			if data, err = EncodeBid(m.byID[b.Provider].s, b); err != nil {
+				return err
+			}
+		}
+		err := r.HandleBid(from, data)
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			if got++; got == n {
+				close(ch)
+			}
+		}
+		return err
+	}})
+	return ch
 }

@@ -414,8 +414,18 @@ func nearProblem(near string) string {
 		if _, err := ma.NewMultiaddr(s); err != nil {
 			return fmt.Sprintf("%q is not a multiaddr (e.g. /ip4/203.0.113.7): %v", s, err)
 		}
-	case len(s) > maxNearRegionLen || !regionNameRE.MatchString(s):
+	case RegionProblem(s) != "":
 		return fmt.Sprintf("%q is neither a region (e.g. eu-west: letters, digits, '-', '_' or '.', at most %d) nor a multiaddr (starting with /)", s, maxNearRegionLen)
+	}
+	return ""
+}
+
+// RegionProblem says what is wrong with a region name ("" when nothing
+// is): letters, digits, '-', '_' or '.', not starting with a mark, at
+// most 64 characters (a region Job.Near names, a service's regions).
+func RegionProblem(region string) string {
+	if len(region) > maxNearRegionLen || !regionNameRE.MatchString(region) {
+		return fmt.Sprintf("%q is not a region (e.g. eu-west: letters, digits, '-', '_' or '.', at most %d)", region, maxNearRegionLen)
 	}
 	return ""
 }

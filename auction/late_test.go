@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/auction/auctiontest"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -33,7 +34,7 @@ func newLateMarket(t *testing.T) *lateMarket {
 // takes: the clock moves by late as the bid comes in.
 func (lm *lateMarket) renter(t *testing.T, late time.Duration, cfg RenterConfig) *Renter {
 	r, tr := lm.market.renter(t, cfg)
-	tr.Handle(MemHandlers{OnBid: func(from peer.ID, data []byte) error {
+	tr.Handle(auctiontest.MemHandlers{OnBid: func(from peer.ID, data []byte) error {
 		err := r.HandleBid(from, data)
 		if err == nil {
 			lm.ahead.Add(int64(late))
@@ -123,7 +124,7 @@ func TestHostileRetimeIsRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			lm := newLateMarket(t)
 			p := lm.prov
-			p.t.Handle(MemHandlers{OnCall: p.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
+			p.t.Handle(auctiontest.MemHandlers{OnCall: p.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
 				resp, err := p.p.HandleAward(from, data)
 				if err != nil {
 					return resp, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/auctiontest"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -136,7 +137,7 @@ func TestProviderAwardRules(t *testing.T) {
 	// The owner's transport collects the bid.
 	ot := m.net.Join(owner.ID())
 	bids := make(chan Bid, 4)
-	ot.Handle(MemHandlers{OnBid: func(_ peer.ID, data []byte) error {
+	ot.Handle(auctiontest.MemHandlers{OnBid: func(_ peer.ID, data []byte) error {
 		b, err := DecodeBid(data)
 		if err == nil {
 			bids <- b

@@ -7,12 +7,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/auctiontest"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -46,7 +46,7 @@ type provSpec struct {
 type testProv struct {
 	spec provSpec
 	s    *sign.Signer
-	t    *MemTransport
+	t    *auctiontest.MemTransport
 	p    *Provider
 	cal  *Calendar
 	// held is the artifacts the provider's store holds (set before the
@@ -55,7 +55,7 @@ type testProv struct {
 }
 
 type market struct {
-	net   *MemNetwork
+	net   *auctiontest.MemNetwork
 	now   func() time.Time
 	provs []*testProv
 	byID  map[string]*testProv
@@ -65,7 +65,7 @@ func newMarket(t *testing.T, specs []provSpec) *market { return newMarketAt(t, s
 
 // newMarketAt is newMarket on the clock now.
 func newMarketAt(t *testing.T, specs []provSpec, now func() time.Time) *market {
-	m := &market{net: NewMemNetwork(), now: now, byID: map[string]*testProv{}}
+	m := &market{net: auctiontest.NewMemNetwork(), now: now, byID: map[string]*testProv{}}
 	for _, sp := range specs {
 		tp := &testProv{spec: sp, s: signtest.New(t), cal: NewCalendar(sp.n)}
 		if err := tp.cal.SetSlices(sp.policy.SliceMap()); err != nil {
@@ -80,7 +80,7 @@ func newMarketAt(t *testing.T, specs []provSpec, now func() time.Time) *market {
 			t.Fatal(err)
 		}
 		tp.p = p
-		tp.t.Handle(MemHandlers{OnCall: p.HandleCall, OnAward: p.HandleAward})
+		tp.t.Handle(auctiontest.MemHandlers{OnCall: p.HandleCall, OnAward: p.HandleAward})
 		tp.t.Subscribe(ProviderTopics(&capab)...)
 		m.provs = append(m.provs, tp)
 		m.byID[tp.s.ID().String()] = tp
@@ -95,7 +95,7 @@ func (m *market) reputation(id string) float64 {
 	return NeutralReliability
 }
 
-func (m *market) renter(t *testing.T, cfg RenterConfig) (*Renter, *MemTransport) {
+func (m *market) renter(t *testing.T, cfg RenterConfig) (*Renter, *auctiontest.MemTransport) {
 	s := signtest.New(t)
 	tr := m.net.Join(s.ID())
 	cfg.Signer, cfg.Transport, cfg.Now = s, tr, m.now
@@ -106,7 +106,7 @@ func (m *market) renter(t *testing.T, cfg RenterConfig) (*Renter, *MemTransport)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr.Handle(MemHandlers{OnBid: r.HandleBid})
+	tr.Handle(auctiontest.MemHandlers{OnBid: r.HandleBid})
 	return r, tr
 }
 
@@ -205,22 +205,8 @@ func TestAuctionGoesToRankWinner(t *testing.T) {
 }
 
 // bidGate forwards bids to the renter and signals once n have been accepted.
-func bidGate(r *Renter, tr *MemTransport, n int) <-chan struct{} {
-	ch := make(chan struct{})
-	var mu sync.Mutex
-	got := 0
-	tr.Handle(MemHandlers{OnBid: func(from peer.ID, data []byte) error {
-		err := r.HandleBid(from, data)
-		mu.Lock()
-		defer mu.Unlock()
-		if err == nil {
-			if got++; got == n {
-				close(ch)
-			}
-		}
-		return err
-	}})
-	return ch
+func bidGate(r *Renter, tr *auctiontest.MemTransport, n int) <-chan struct{} {
+	return bidGateFree(nil, nil, r, tr, n, true)
 }
 
 func TestAuctionFailover(t *testing.T) {
@@ -235,7 +221,7 @@ func TestAuctionFailover(t *testing.T) {
 			_ = w.cal.Reserve(Booking{LeaseID: "local", Start: now.Add(-time.Hour), End: now.Add(5 * time.Hour), GPUs: 4})
 		}, "declined: capacity"},
 		{"winner hangs past the confirm timeout", func(m *market, w *testProv, release <-chan struct{}) {
-			w.t.Handle(MemHandlers{OnAward: func(from peer.ID, data []byte) ([]byte, error) {
+			w.t.Handle(auctiontest.MemHandlers{OnAward: func(from peer.ID, data []byte) ([]byte, error) {
 				<-release
 				return nil, errors.New("too late")
 			}})
@@ -409,7 +395,7 @@ func TestHostileInput(t *testing.T) {
 	m := newMarket(t, eightProviders()[:1])
 	prov := m.provs[0]
 	r, tr := m.renter(t, RenterConfig{})
-	renterID := tr.id
+	renterID := tr.ID()
 	j := euJob(m.now())
 	j.BidWindow = 2 * time.Second
 	j.ID = "job-hostile"

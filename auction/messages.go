@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -96,18 +97,46 @@ func seal(s *sign.Signer, domain string, v any) ([]byte, error) {
 }
 
 func open(data []byte, domain string, v any) (peer.ID, error) {
+	env, err := parse(data, domain)
+	if err != nil {
+		return "", err
+	}
+	return openEnv(env, domain, v)
+}
+
+// parse reads a message's envelope, once, without verifying it: what a
+// stream that carries several kinds of message tells them apart by (its
+// domain).
+func parse(data []byte, what string) (*sign.Envelope, error) {
 	if len(data) > MaxMessageSize {
-		return "", ErrOversized
+		return nil, ErrOversized
 	}
 	env, err := sign.UnmarshalEnvelope(data)
 	if err != nil {
-		return "", fmt.Errorf("auction: %s: %w", domain, err)
+		return nil, fmt.Errorf("auction: %s: %w", what, err)
 	}
+	return env, nil
+}
+
+// openEnv verifies a parsed envelope under domain and decodes its payload
+// into v.
+func openEnv(env *sign.Envelope, domain string, v any) (peer.ID, error) {
 	id, err := sign.Open(env, domain, v)
 	if err != nil {
 		return "", fmt.Errorf("auction: %s: %w", domain, err)
 	}
 	return id, nil
+}
+
+// decode parses data's envelope and hands it to dec: a DecodeX of one kind
+// of message is decode with that kind's decoder.
+func decode[T any](data []byte, domain string, dec func(*sign.Envelope) (T, error)) (T, error) {
+	env, err := parse(data, domain)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return dec(env)
 }
 
 // sealAs seals v, a message whose author (its provider or renter field)
@@ -121,9 +150,9 @@ func sealAs(s *sign.Signer, domain, what, author string, v any) ([]byte, error) 
 
 // openAs verifies an envelope of a message whose author (its provider or
 // renter field, read by author) must be the signer.
-func openAs[T any](data []byte, domain, what string, author func(*T) string) (T, error) {
+func openAs[T any](env *sign.Envelope, domain, what string, author func(*T) string) (T, error) {
 	var v, zero T
-	id, err := open(data, domain, &v)
+	id, err := openEnv(env, domain, &v)
 	if err != nil {
 		return zero, err
 	}
@@ -140,8 +169,10 @@ func EncodeBid(s *sign.Signer, b Bid) ([]byte, error) {
 
 // DecodeBid verifies a bid envelope, that its signer is Bid.Provider and
 // that its job id and nonce satisfy ValidID.
-func DecodeBid(data []byte) (Bid, error) {
-	b, err := openAs(data, sign.DomainBid, "bid", func(b *Bid) string { return b.Provider })
+func DecodeBid(data []byte) (Bid, error) { return decode(data, sign.DomainBid, decodeBid) }
+
+func decodeBid(env *sign.Envelope) (Bid, error) {
+	b, err := openAs(env, sign.DomainBid, "bid", func(b *Bid) string { return b.Provider })
 	if err != nil {
 		return Bid{}, err
 	}
@@ -162,9 +193,11 @@ func EncodeAward(s *sign.Signer, a Award) ([]byte, error) {
 // DecodeAward verifies an award envelope and that its signer is both the
 // award's Renter and its job's Owner, and that its lease id, job id (in
 // the award and in its job) and bid nonce satisfy ValidID.
-func DecodeAward(data []byte) (Award, error) {
+func DecodeAward(data []byte) (Award, error) { return decode(data, sign.DomainAward, decodeAward) }
+
+func decodeAward(env *sign.Envelope) (Award, error) {
 	var a Award
-	id, err := open(data, sign.DomainAward, &a)
+	id, err := openEnv(env, sign.DomainAward, &a)
 	if err != nil {
 		return Award{}, err
 	}
@@ -185,7 +218,11 @@ func EncodeBidRelease(s *sign.Signer, r BidRelease) ([]byte, error) {
 // DecodeBidRelease verifies a bid release envelope, that its signer is its
 // Renter and that its job id and bid nonce satisfy ValidID.
 func DecodeBidRelease(data []byte) (BidRelease, error) {
-	r, err := openAs(data, sign.DomainBidRelease, "release", func(r *BidRelease) string { return r.Renter })
+	return decode(data, sign.DomainBidRelease, decodeBidRelease)
+}
+
+func decodeBidRelease(env *sign.Envelope) (BidRelease, error) {
+	r, err := openAs(env, sign.DomainBidRelease, "release", func(r *BidRelease) string { return r.Renter })
 	if err != nil {
 		return BidRelease{}, err
 	}
@@ -203,7 +240,11 @@ func EncodeDecline(s *sign.Signer, d Decline) ([]byte, error) {
 // DecodeDecline verifies a decline envelope, that its signer is its
 // Provider, that its job id satisfies ValidID and that its kind is short.
 func DecodeDecline(data []byte) (Decline, error) {
-	d, err := openAs(data, sign.DomainDecline, "decline", func(d *Decline) string { return d.Provider })
+	return decode(data, sign.DomainDecline, decodeDecline)
+}
+
+func decodeDecline(env *sign.Envelope) (Decline, error) {
+	d, err := openAs(env, sign.DomainDecline, "decline", func(d *Decline) string { return d.Provider })
 	if err != nil {
 		return Decline{}, err
 	}
@@ -240,4 +281,84 @@ func validIDs(msg string, pairs ...string) error {
 		}
 	}
 	return nil
+}
+
+// BidMessage is one message on a renter's bid stream (wire.ProtoBid),
+// which carries three kinds told apart by their envelope's domain: exactly
+// one field is set.
+type BidMessage struct {
+	Bid     *Bid            // sign.DomainBid
+	Decline *Decline        // sign.DomainDecline
+	Notice  *CapacityNotice // sign.DomainCapacityNotice
+}
+
+// DecodeBidMessage reads the envelope once and decodes it by its kind (its
+// domain) with that kind's checks (DecodeBid, DecodeDecline,
+// DecodeCapacityNotice). Any other kind is refused: sign.ErrWrongDomain,
+// naming it.
+func DecodeBidMessage(data []byte) (BidMessage, error) {
+	env, err := parse(data, "bid stream")
+	if err != nil {
+		return BidMessage{}, err
+	}
+	switch env.Domain {
+	case sign.DomainBid:
+		b, err := one(decodeBid(env))
+		return BidMessage{Bid: b}, err
+	case sign.DomainDecline:
+		d, err := one(decodeDecline(env))
+		return BidMessage{Decline: d}, err
+	case sign.DomainCapacityNotice:
+		n, err := one(decodeCapacityNotice(env))
+		return BidMessage{Notice: n}, err
+	}
+	return BidMessage{}, unknownKind("bid stream", env.Domain, sign.DomainBid, sign.DomainDecline, sign.DomainCapacityNotice)
+}
+
+// AwardMessage is one message on a provider's award stream
+// (wire.ProtoAward), which carries two kinds told apart by their
+// envelope's domain: exactly one field is set.
+type AwardMessage struct {
+	Award   *Award        // sign.DomainAward, answered by a Confirm
+	Release *BidRelease   // sign.DomainBidRelease, answered by nothing
+	Gang    *GangDecision // sign.DomainGangDecision: a commit is answered by a Confirm, an abort by nothing
+}
+
+// DecodeAwardMessage reads the envelope once and decodes it by its kind
+// (DecodeAward, DecodeBidRelease, DecodeGangDecision); any other kind is
+// refused: sign.ErrWrongDomain, naming it.
+func DecodeAwardMessage(data []byte) (AwardMessage, error) {
+	env, err := parse(data, "award stream")
+	if err != nil {
+		return AwardMessage{}, err
+	}
+	switch env.Domain {
+	case sign.DomainAward:
+		a, err := one(decodeAward(env))
+		return AwardMessage{Award: a}, err
+	case sign.DomainBidRelease:
+		r, err := one(decodeBidRelease(env))
+		return AwardMessage{Release: r}, err
+	case sign.DomainGangDecision:
+		d, err := one(decodeGangDecision(env))
+		return AwardMessage{Gang: d}, err
+	}
+	return AwardMessage{}, unknownKind("award stream", env.Domain, sign.DomainAward, sign.DomainBidRelease, sign.DomainGangDecision)
+}
+
+// one is a decoder's answer as a message field: nil when it refused.
+func one[T any](v T, err error) (*T, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// unknownKind is the error for a message whose kind a stream does not
+// carry; a hostile kind is cut short so the error stays one short line.
+func unknownKind(stream, kind string, carries ...string) error {
+	if len(kind) > 40 {
+		kind = kind[:40] + "…"
+	}
+	return fmt.Errorf("auction: %s: %w: unknown message kind %q (it carries %s)", stream, sign.ErrWrongDomain, kind, strings.Join(carries, ", "))
 }

@@ -486,6 +486,9 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 		Datasets: offer.Datasets, Evicts: len(offer.Preempts), Nonce: nonce, IssuedAt: now, ExpiresAt: now.Add(job.BidWindow + p.cfg.BidGrace),
 	}
 	bid.MissingBytes, bid.Held = offer.MissingBytes, holding
+	if job.GPUFraction == 0 {
+		bid.Free = p.cfg.Calendar.FreeGPUs(offer.Start, offer.End)
+	}
 	msg, err := EncodeBid(p.cfg.Signer, bid)
 	if err != nil {
 		p.cfg.Calendar.DropHold(nonce)
@@ -613,8 +616,10 @@ func (p *Provider) sendWorker() {
 	}
 }
 
-// HandleAward takes an award from a renter's direct stream and returns the
-// signed Confirm. The award must be signed by the job's owner, who must be
+// HandleAward takes a message from a renter's direct stream, decoded once
+// by its kind (DecodeAwardMessage): a bid release goes to its own handler
+// and is answered by nothing, any other kind is refused. An award is
+// answered by the signed Confirm. The award must be signed by the job's owner, who must be
 // the sender, and name this provider; otherwise it is refused with a
 // *Rejection and no confirm. An award that does not match a live bid this
 // provider made (nonce, job, attempt, price, span, GPU count), or that the
@@ -626,18 +631,16 @@ func (p *Provider) sendWorker() {
 // declined. Repeating an award with the
 // same lease id returns the same confirm.
 func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
-	a, err := DecodeAward(data)
-	if errors.Is(err, sign.ErrWrongDomain) {
-		if rel, rerr := DecodeBidRelease(data); rerr == nil {
-			return nil, p.handleRelease(from, rel)
-		}
-		if d, derr := DecodeGangDecision(data); derr == nil {
-			return p.handleGangDecision(from, d)
-		}
-	}
-	if err != nil {
+	msg, err := DecodeAwardMessage(data)
+	switch {
+	case err != nil:
 		return nil, p.reject(decodeReason(err), err)
+	case msg.Release != nil:
+		return nil, p.handleRelease(from, *msg.Release)
+	case msg.Gang != nil:
+		return p.handleGangDecision(from, *msg.Gang)
 	}
+	a := *msg.Award
 	if a.Renter != from.String() {
 		return nil, p.reject("not_job_owner", fmt.Errorf("award from %s signed by %s", from, a.Renter))
 	}

@@ -850,9 +850,10 @@ type claim struct {
 // claim reserves job's GPUs of bid b's provider for an award, unless this
 // renter's awards in flight to that provider, and its leases there
 // confirmed after b was issued, already take as many of its GPUs over b's
-// span as the provider has (RenterConfig.Capacity): then two of its own
+// span as b said were free (Bid.Free; the provider's whole capacity,
+// RenterConfig.Capacity, when b does not say): then two of its own
 // auctions would race for one GPU and one award would be declined as
-// overbooked. Without a known capacity every award goes ahead.
+// overbooked. Knowing neither, every award goes ahead.
 func (r *Renter) claim(b Bid, gpus float64) (*claim, bool) {
 	c := &claim{start: b.Start, end: b.End, gpus: gpus}
 	capacity := 0
@@ -875,7 +876,11 @@ func (r *Renter) claim(b Bid, gpus float64) (*claim, bool) {
 			used += o.gpus
 		}
 	}
-	if capacity > 0 && used+gpus > float64(capacity) {
+	limit := float64(capacity)
+	if b.Free > 0 {
+		limit = float64(b.Free)
+	}
+	if limit > 0 && used+gpus > limit {
 		r.claims[b.Provider] = kept
 		return nil, false
 	}
@@ -1238,24 +1243,24 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string, gan
 	return lease, "confirmed"
 }
 
-// HandleBid takes a bid from a provider's direct stream. It verifies the
+// HandleBid takes a message from a provider's direct stream, decoded once
+// by its kind (DecodeBidMessage): a decline or a capacity notice goes to
+// its own handler, any other kind is refused. For a bid it verifies the
 // envelope and that its signer is both Bid.Provider and the sender, that
 // the bid is for a known job's current attempt whose window is open, that
 // its nonce is new, that it has not expired and that the provider has not
 // bid already. A refused bid returns a *Rejection and is counted by reason.
 func (r *Renter) HandleBid(from peer.ID, data []byte) error {
-	b, err := DecodeBid(data)
-	if errors.Is(err, sign.ErrWrongDomain) {
-		if d, derr := DecodeDecline(data); derr == nil {
-			return r.handleDecline(from, d)
-		}
-		if n, nerr := DecodeCapacityNotice(data); nerr == nil {
-			return r.handleNotice(from, n)
-		}
-	}
-	if err != nil {
+	msg, err := DecodeBidMessage(data)
+	switch {
+	case err != nil:
 		return r.reject(decodeReason(err), err)
+	case msg.Decline != nil:
+		return r.handleDecline(from, *msg.Decline)
+	case msg.Notice != nil:
+		return r.handleNotice(from, *msg.Notice)
 	}
+	b := *msg.Bid
 	if b.Provider != from.String() {
 		return r.reject("sender_mismatch", fmt.Errorf("bid from %s signed by %s", from, b.Provider))
 	}

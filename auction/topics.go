@@ -14,7 +14,7 @@ import (
 const TopicPrefix = "gpumesh/jobs/2/"
 
 // Transport carries the market's messages. The daemon implements it over
-// libp2p; MemNetwork implements it in memory.
+// libp2p; auctiontest.MemNetwork implements it in memory for tests.
 type Transport interface {
 	// Publish gossips a call for bids on a topic.
 	Publish(ctx context.Context, topic string, data []byte) error
@@ -25,7 +25,7 @@ type Transport interface {
 	// addresses, the DHT).
 	SendBid(ctx context.Context, to peer.ID, data []byte) error
 	// SendAward delivers an award to a provider and returns its signed
-	// confirm.
+	// confirm (or a bid release, answered by nothing).
 	SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/auctiontest"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -27,10 +28,10 @@ func ownedJob(t *testing.T, m *market, ownerID peer.ID, id string) Job {
 
 // bidCollector joins id to the market and returns a channel of the bids it
 // receives.
-func bidCollector(m *market, id peer.ID) (*MemTransport, <-chan Bid) {
+func bidCollector(m *market, id peer.ID) (*auctiontest.MemTransport, <-chan Bid) {
 	tr := m.net.Join(id)
 	bids := make(chan Bid, 64)
-	tr.Handle(MemHandlers{OnBid: func(_ peer.ID, data []byte) error {
+	tr.Handle(auctiontest.MemHandlers{OnBid: func(_ peer.ID, data []byte) error {
 		b, err := DecodeBid(data)
 		if err == nil {
 			bids <- b
@@ -321,7 +322,7 @@ func TestGossipNeverBlocksOnBids(t *testing.T) {
 	defer close(release)
 	var mu sync.Mutex
 	hung := 0
-	atr.Handle(MemHandlers{OnBid: func(peer.ID, []byte) error {
+	atr.Handle(auctiontest.MemHandlers{OnBid: func(peer.ID, []byte) error {
 		mu.Lock()
 		hung++
 		mu.Unlock()
@@ -384,7 +385,7 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 	fakes := map[string]bool{}
 	for _, tp := range m.provs[:8] {
 		fakes[tp.s.ID().String()] = true
-		tp.t.Handle(MemHandlers{OnCall: tp.p.HandleCall, OnAward: func(peer.ID, []byte) ([]byte, error) {
+		tp.t.Handle(auctiontest.MemHandlers{OnCall: tp.p.HandleCall, OnAward: func(peer.ID, []byte) ([]byte, error) {
 			<-release // never confirms
 			return nil, errors.New("gone")
 		}})
@@ -489,7 +490,7 @@ func TestLateConfirmIsReleased(t *testing.T) {
 		st, _ := r.Status(jobID)
 		return st.State == JobLeased && st.Winner == quick.s.ID().String()
 	}
-	slow.t.Handle(MemHandlers{OnCall: slow.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
+	slow.t.Handle(auctiontest.MemHandlers{OnCall: slow.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
 		// Confirms late: once the hedged award to quick won, within the
 		// confirm deadline.
 		for deadline := time.Now().Add(5 * time.Second); !quickWon() && time.Now().Before(deadline); {
@@ -550,7 +551,7 @@ func TestBidSendQueueBounded(t *testing.T) {
 		defer close(done)
 		for i := 0; i < 3; i++ {
 			owner := signtest.New(t)
-			m.net.Join(owner.ID()).Handle(MemHandlers{OnBid: func(peer.ID, []byte) error { <-release; return nil }})
+			m.net.Join(owner.ID()).Handle(auctiontest.MemHandlers{OnBid: func(peer.ID, []byte) error { <-release; return nil }})
 			j := ownedJob(t, m, owner.ID(), fmt.Sprintf("job-q-%d", i))
 			j.BidWindow = MaxBidWindow
 			call, _ := EncodeCall(owner, j, "t")

@@ -157,6 +157,10 @@ type Policy struct {
 	// takes none, NoPersistOffer takes them beside others,
 	// NoPersistRequire takes no others.
 	NoPersist string `json:"no_persist,omitempty" yaml:"no_persist,omitempty"`
+	// Sealed says the provider runs sealed jobs (Job.Sealed): it can
+	// mount a tmpfs for each one's plaintext (it runs as root). Its daemon
+	// finds it out (runtime.CanSeal), whatever a config says.
+	Sealed bool `json:"sealed,omitempty" yaml:"-"`
 	// Slices sells devices in slices, to jobs that ask for a fraction of
 	// one (Job.GPUFraction): several such jobs share a device at once,
 	// each on its own slices. A device no rule names is sold whole only,
@@ -602,6 +606,12 @@ type Bid struct {
 	// calendar (ProviderConfig.HoldGrace): the renter releases such a bid
 	// when it does not award it. A bid without a hold expires by itself.
 	Held bool `json:"held,omitempty"`
+	// Free is how many whole GPUs no booking held over [Start, End) when
+	// the bid was issued (0: not said, as for a slice of a GPU): with it
+	// the renter knows that its own awards confirmed before IssuedAt are
+	// already out of the offer, and that its awards in flight may take
+	// the rest, so it never races two of its auctions for one GPU.
+	Free int `json:"free,omitempty"`
 }
 
 // Award is the renter's signed acceptance of a bid.

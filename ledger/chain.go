@@ -387,26 +387,6 @@ func (db *DB) Get(seq uint64) (Entry, error) {
 	return e, nil
 }
 
-// Filter selects entries for List and the exports. Zero fields match
-// everything.
-type Filter struct {
-	Kind         Kind
-	Counterparty string
-	LeaseID      string
-	// Since keeps entries whose Time is at or after it.
-	Since time.Time
-	// Limit caps the number of entries returned (the first ones in seq
-	// order); 0 means no limit.
-	Limit int
-}
-
-func (f *Filter) match(e *Entry) bool {
-	return (f.Kind == "" || e.Kind == f.Kind) &&
-		(f.Counterparty == "" || e.Counterparty == f.Counterparty) &&
-		(f.LeaseID == "" || e.LeaseID == f.LeaseID) &&
-		(f.Since.IsZero() || !e.Time.Before(f.Since))
-}
-
 // List returns the entries matching f, in seq order.
 func (db *DB) List(f Filter) ([]Entry, error) {
 	var out []Entry
@@ -446,7 +426,7 @@ func (db *DB) scan(f Filter, fn func(*Entry) error) error {
 			if err != nil {
 				return fmt.Errorf("ledger: entry %d is corrupt: %w", seq, err)
 			}
-			if !f.match(&e) {
+			if !f.Match(&e) {
 				continue
 			}
 			if err := fn(&e); err != nil {

@@ -21,15 +21,6 @@ func (e *TamperError) Error() string {
 	return fmt.Sprintf("ledger: chain does not verify at seq %d: %s", e.Seq, e.Reason)
 }
 
-// VerifyReport summarizes a verified chain.
-type VerifyReport struct {
-	// Entries is the number of entries that verified.
-	Entries uint64
-	// HeadSeq and HeadHash are the stored chain head.
-	HeadSeq  uint64
-	HeadHash string
-}
-
 // Verify walks the whole chain from one consistent snapshot: it checks that
 // every stored entry is byte-for-byte in canonical form, that its hash
 // recomputes, that it links to its predecessor, that sequence numbers are

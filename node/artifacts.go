@@ -17,6 +17,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/node/artifact/transfer"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -35,7 +36,7 @@ func (d *Daemon) startArtifacts() error {
 	if err != nil {
 		return err
 	}
-	d.artifacts, err = artifact.NewService(artifact.ServiceConfig{
+	d.artifacts, err = transfer.NewService(transfer.ServiceConfig{
 		Store: st, Net: d.net, Signer: d.signer, Log: d.log,
 		Authorize: func(id string, from peer.ID) bool {
 			m := d.marketRef.Load()
@@ -280,18 +281,16 @@ func (d *Daemon) artifactRoutes(mux *http.ServeMux) {
 		case req.Image != "" && req.Path != "":
 			return nil, badRequest("give a path or an image, not both")
 		case req.Sealed && (req.Public || req.Image != ""):
-			return nil, badRequest("a sealed artifact is private and a path: not --public, not --image")
+			return nil, badRequest("a sealed artifact is a private file or tree: not --public, not --image")
 		case req.Image != "":
 			id, err = d.addImage(r.Context(), req.Image, artifact.Meta{Private: !req.Public})
 		case !filepath.IsAbs(req.Path):
 			return nil, badRequest("artifact path %q must be absolute", req.Path)
-		case req.Sealed:
-			var k artifact.Key
-			if k, err = artifact.NewKey(); err == nil {
-				id, _, err = st.AddSealed(req.Path, k, artifact.Meta{Private: true})
-			}
+		case req.Public:
+			id, err = st.Add(req.Path, artifact.Meta{})
 		default:
-			id, err = st.Add(req.Path, artifact.Meta{Private: !req.Public})
+			// Every private file or tree is sealed (Sealed only says so).
+			id, err = st.AddPrivate(req.Path)
 		}
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
@@ -499,15 +498,22 @@ func (d *Daemon) apiGetArtifact(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var last time.Time
-	res, err := d.artifacts.Fetch(r.Context(), id, artifact.FetchOptions{Peers: peers, For: artifact.Local, Progress: func(done, total int64) {
+	res, err := d.artifacts.Fetch(r.Context(), id, transfer.FetchOptions{Peers: peers, For: artifact.Local, Progress: func(done, total int64) {
 		if now := time.Now(); now.Sub(last) >= 200*time.Millisecond || done == total {
 			last = now
 			send(api.ArtifactProgress{Done: done, Total: total})
 		}
 	}})
 	if err == nil {
-		unpin := d.artifacts.Store().Pin(id)
-		err = d.artifacts.Store().Export(id, req.Dest, artifact.Local)
+		// One of our sealed artifacts (a private file or tree, a sealed
+		// job's checkpoint) is written out opened with its key.
+		st := d.artifacts.Store()
+		keys := map[string]artifact.Key{}
+		if k, ok := st.Key(id); ok {
+			keys[id] = k
+		}
+		unpin := st.Pin(id)
+		err = st.ExportFor(id, req.Dest, artifact.Local, keys)
 		unpin()
 	}
 	if err != nil {
@@ -533,17 +539,21 @@ func (d *Daemon) inputSizes(job *auction.Job) error {
 			return badRequest("artifact %s is not held on this node; add it first (gpumesh artifact add)", id)
 		}
 		job.InputBytes[id] = in.Size
-		if in.Sealed {
-			if id == job.Run.ImageArtifact {
+		switch {
+		case id == job.Run.ImageArtifact:
+			// Its image is loaded by the provider's engine, which keeps
+			// it on its disk: an image artifact is never sealed.
+			if in.Sealed {
 				return badRequest("artifact %s is sealed: an image artifact cannot be (its image is loaded by the provider's engine)", id)
 			}
+		case in.Sealed:
 			job.Sealed = true
+		case in.Private:
+			// Every private file or tree is sealed; a plain one (added
+			// before they were) would leave its bytes on the provider's
+			// disk.
+			return badRequest("artifact %s is private but not sealed (added before private files were sealed, or the outputs or checkpoint of a job that read no private input): add the data again (gpumesh artifact add PATH), or with --public if anyone may read it", id)
 		}
-	}
-	if job.Sealed && job.NoPersist {
-		// A no-persist renter takes the outputs over the outputs stream,
-		// which a sealed job's provider has no plaintext for.
-		return badRequest("a job reading sealed artifacts cannot be no-persist yet")
 	}
 	return nil
 }
@@ -563,6 +573,17 @@ func (d *Daemon) outputsArtifact(dir, renter string, keys *wire.LeaseKeys) (stri
 		d.announceArtifacts(id)
 	}()
 	return id, nil
+}
+
+// removeHeld is the supervisor's hook: it removes an artifact we hold
+// for a renter (a sealed no-persist lease's outputs); one already gone
+// is no error.
+func (d *Daemon) removeHeld(id string) error {
+	if err := d.artifacts.Store().Remove(id); err != nil && !errors.Is(err, artifact.ErrNotFound) {
+		return err
+	}
+	d.heldChanged()
+	return nil
 }
 
 // artifactViews are the store's artifacts with the job each belongs to,
@@ -622,7 +643,7 @@ func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, l
 	_, infoErr := d.artifacts.Store().Info(id)
 	fresh := infoErr != nil
 	var tooBig atomic.Bool
-	res, err := d.artifacts.Fetch(ctx, id, artifact.FetchOptions{Origin: &peer.AddrInfo{ID: from}, NoDiscovery: true, For: artifact.For(from),
+	res, err := d.artifacts.Fetch(ctx, id, transfer.FetchOptions{Origin: &peer.AddrInfo{ID: from}, NoDiscovery: true, For: artifact.For(from),
 		Progress: func(_, total int64) {
 			if total > max {
 				tooBig.Store(true)

@@ -91,7 +91,8 @@ func TestJobsReadRenterDataset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !in.Private || in.Size != int64(len(data)) {
+	// Private, so sealed: its size is the ciphertext's, a little more.
+	if !in.Private || !in.Sealed || in.Size < int64(len(data)) || in.Size > int64(len(data))+1<<20 {
 		t.Fatalf("added %+v", in)
 	}
 
@@ -139,13 +140,15 @@ func TestJobsReadRenterDataset(t *testing.T) {
 	}
 	fromRenter := boot.artifacts.Counters()["artifact.served_bytes"] - servedBefore
 	fromP1 := p1.artifacts.Counters()["artifact.served_bytes"]
-	if fromRenter <= 0 || fromP1 <= 0 || fromRenter+fromP1 != len(data) {
-		t.Fatalf("second fetch: %d bytes from the renter, %d from the first provider; want both, %d in all", fromRenter, fromP1, len(data))
+	if fromRenter <= 0 || fromP1 <= 0 || int64(fromRenter+fromP1) != in.Size {
+		t.Fatalf("second fetch: %d bytes from the renter, %d from the first provider; want both, %d in all", fromRenter, fromP1, in.Size)
 	}
 
-	// A node without a lease is refused the private dataset.
-	if _, err := api.NewClient(p1.dir).GetArtifact(context.Background(), in.ID, api.ArtifactGetRequest{Dest: filepath.Join(t.TempDir(), "x")}, nil); err != nil {
-		t.Fatalf("p1 holds it and exports locally: %v", err)
+	// A provider that ran a job reading it holds only its ciphertext,
+	// which it cannot open; a node without a lease is refused the private
+	// dataset.
+	if _, err := api.NewClient(p1.dir).GetArtifact(context.Background(), in.ID, api.ArtifactGetRequest{Dest: filepath.Join(t.TempDir(), "x")}, nil); err == nil || !strings.Contains(err.Error(), "is sealed") {
+		t.Fatalf("p1 holds it and exports it locally: %v, want a refusal (sealed)", err)
 	}
 	cl2 := api.NewClient(p2.dir)
 	if err := cl2.RemoveArtifact(context.Background(), in.ID); err != nil {
@@ -176,13 +179,14 @@ func TestPlacementPrefersWarmProvider(t *testing.T) {
 	if err := os.WriteFile(src, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	in, err := api.NewClient(boot.dir).AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src})
+	in, err := api.NewClient(boot.dir).AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src, Public: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The warm provider publishes the same dataset: a private copy of its
-	// own would not count for another renter's job (it would have to
-	// serve every byte to show it holds them).
+	// own would be another artifact (sealed under its own key), and would
+	// not count for another renter's job anyway (it would have to serve
+	// every byte to show it holds them).
 	if id, err := api.NewClient(warm.dir).AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src, Public: true}); err != nil || id.ID != in.ID {
 		t.Fatalf("warm provider's copy: %v %v", id, err)
 	}
@@ -414,7 +418,7 @@ func TestWarmedProviderWinsAuction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Results) != 1 || res.Results[0].Error != "" || !res.Results[0].Advertised || res.Results[0].Fetching != int64(len(data)) {
+	if len(res.Results) != 1 || res.Results[0].Error != "" || !res.Results[0].Advertised || res.Results[0].Fetching != in.Size {
 		t.Fatalf("warm: %+v", res)
 	}
 	if info, err := warm.artifacts.Store().Info(in.ID); err != nil || !info.Complete || !info.Private || info.Owner != boot.ID().String() {
@@ -438,7 +442,7 @@ func TestWarmedProviderWinsAuction(t *testing.T) {
 	for _, b := range bids.Bids {
 		want := int64(0)
 		if b.Bid.Provider == cold.ID().String() {
-			want = int64(len(data))
+			want = in.Size // the ciphertext's
 		}
 		if b.Bid.MissingBytes != want || b.Missing != want {
 			t.Fatalf("bid of %s: claims %d missing, charged %d; want %d", b.Bid.Provider, b.Bid.MissingBytes, b.Missing, want)
@@ -763,11 +767,10 @@ func TestImageArtifactCannotRetagAnotherImage(t *testing.T) {
 		if err := os.WriteFile(p, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		in, err := cl.AddArtifact(context.Background(), api.ArtifactAddRequest{Path: p})
+		// A tarball added as a file: public, since a private file is
+		// sealed and an image artifact never is.
+		in, err := cl.AddArtifact(context.Background(), api.ArtifactAddRequest{Path: p, Public: true})
 		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cl.ShareArtifact(context.Background(), in.ID, prov.ID().String()); err != nil {
 			t.Fatal(err)
 		}
 		return in.ID

@@ -18,7 +18,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
-	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/node/artifact/transfer"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -95,6 +95,8 @@ type Daemon struct {
 	// containers is what the provider's executor can do with image jobs
 	// (set once the executor exists; advertised in the capability).
 	containers auction.ContainerSupport
+	// canSeal says the provider runs sealed jobs (auction.Policy.Sealed).
+	canSeal bool
 	// imageIDs maps an owner and its image artifact (owner \x00 id) to
 	// the ID of the image loaded from it, so that owner's next job whose
 	// image is still on the engine does not fetch the artifact again.
@@ -113,7 +115,7 @@ type Daemon struct {
 	// marketRef is market for the network handlers that may run before
 	// it is set.
 	marketRef atomic.Pointer[market]
-	artifacts *artifact.Service
+	artifacts *transfer.Service
 	// inputPins pins the artifacts of this renter's live jobs.
 	inputPins *inputPins
 
@@ -346,12 +348,14 @@ func (d *Daemon) capability(ttl time.Duration) auction.Capability {
 	}
 	d.seq.Store(seq)
 	free := d.freeGPUs(now)
+	pol := d.cfg.Provider.Policy
+	pol.Sealed = d.canSeal
 	return auction.Capability{
 		Peer:        d.ID().String(),
 		Addrs:       d.Addrs(),
 		Region:      d.cfg.Region,
 		GPUs:        d.inv.GPUs,
-		Policy:      d.cfg.Provider.Policy,
+		Policy:      pol,
 		Datasets:    d.cfg.Provider.Datasets,
 		Fingerprint: d.fpHash,
 		Driver:      d.inv.Driver,

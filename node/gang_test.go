@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -40,7 +41,9 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 	waitSubscribed(t, boot.Daemon, c.ID(), c.Advertised())
 	jobsDir := map[string]string{st.PeerID: filepath.Join(dir, "jobs"), b.ID().String(): b.paths.Jobs(), c.ID().String(): c.paths.Jobs()}
 
-	job := shJob(auction.Silver, 2, sumCounterScript(n, "0.2"))
+	// Each rank says where it runs in its gang (the torchrun environment
+	// its gang network gives it, from the lease's signed gang terms).
+	job := shJob(auction.Silver, 2, `echo "rank $RANK of $WORLD_SIZE, master $MASTER_ADDR"; `+sumCounterScript(n, "0.2"))
 	job.Nodes, job.Duration, job.CheckpointEvery = 2, time.Minute, time.Second
 	v := post(t, boot, job)
 	if v.State != auction.JobLeased || len(v.Members) != 2 {
@@ -90,6 +93,9 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 		log, err := os.ReadFile(filepath.Join(jobsDir[m.Provider], "logs", m.LeaseID+".log"))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("rank %d of 2, master 127.77.0.1\n", rank); !strings.Contains(string(log), want) {
+			t.Fatalf("rank %d's log lacks %q:\n%s", rank, want, log)
 		}
 		got := regexp.MustCompile(`(?m)^resumed from (\d+)$`).FindStringSubmatch(string(log))
 		if got == nil || strings.Contains(string(log), "fresh start") || !strings.Contains(string(log), "done "+strconv.Itoa(n)+"\n") {

@@ -19,14 +19,15 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/gangnet"
 	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
 // market wires the daemon's market roles: the auction (renter and
@@ -43,6 +44,9 @@ type market struct {
 	cal      *auction.Calendar
 	exec     runtime.Executor
 	svc      *service.Manager
+	// gangs carries the gangs' private networks this provider runs
+	// members of (nil on a renter-only node).
+	gangs    *gangnet.Net
 	metrics  *metrics
 	scrubber runtime.Scrubber
 	verdicts ownVerdicts
@@ -55,23 +59,12 @@ type market struct {
 	cancel context.CancelFunc
 }
 
-// leaseTransport carries the post-award protocol over libp2p.
-type leaseTransport struct{ n *p2p.Node }
-
-func (t leaseTransport) Request(ctx context.Context, to peer.ID, proto protocol.ID, data []byte) ([]byte, error) {
-	return t.n.Request(ctx, to, nil, proto, data)
-}
-
-func (t leaseTransport) Publish(ctx context.Context, topic string, data []byte) error {
-	return t.n.Publish(ctx, topic, data)
-}
-
 func newMarket(d *Daemon) (*market, error) {
 	m := &market{d: d, counters: lease.NewCounters(),
 		book:    attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String(), Successions: d.succ}),
 		metrics: newMetrics()}
 	m.ctx, m.cancel = context.WithCancel(d.ctx)
-	lt := leaseTransport{d.net}
+	lt := p2p.Direct{N: d.net}
 	// This node's own successions first: the receipts replayed next that
 	// its old identities signed count for it.
 	own, err := m.learnOwnSuccessions()
@@ -82,7 +75,7 @@ func newMarket(d *Daemon) (*market, error) {
 		Counters: m.counters, Log: d.log}); err != nil {
 		return nil, err
 	}
-	tr := &p2pTransport{m: m}
+	tr := wire.AuctionTransport(lt)
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
@@ -175,6 +168,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	d.containers = runtime.ContainersOf(m.exec)
+	d.canSeal = runtime.CanSeal(work)
 	if m.scrubber = d.opts.Scrubber; m.scrubber == nil {
 		m.scrubber = runtime.NewScrubber(d.inv)
 	}
@@ -182,6 +176,9 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	if err != nil {
 		return fmt.Errorf("fingerprint: %w", err)
 	}
+	m.gangs = gangnet.New(d.ID(), func(ctx context.Context, p peer.ID) (network.Stream, error) {
+		return d.net.Host.NewStream(ctx, p, wire.ProtoGang)
+	}, d.log, m.counters.Add)
 	if m.sup, err = lease.NewSupervisor(m.ctx, lease.SupervisorConfig{
 		Signer: d.signer, Transport: lt, Store: d.db.State("provider-leases"), Receipts: m.receipts, Exec: m.exec,
 		JobsDir: d.paths.Jobs(), JobFilesMaxBytes: int64(d.cfg.Provider.JobFilesMaxGB * (1 << 30)),
@@ -203,8 +200,9 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		Rebook:            func(l auction.Lease, job auction.Job) error { return m.provider.Rebook(l, job) },
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
-		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact, Observe: m.metrics.observer(),
+		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact, RemoveArtifact: d.removeHeld, Observe: m.metrics.observer(),
 		CheckpointArtifact: d.checkpointArtifact, Restore: d.restoreCheckpoint,
+		Network: m.gangs.Hook(gangnet.LeaseRoster),
 	}); err != nil {
 		return err
 	}
@@ -241,6 +239,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d.net.Host.SetStreamHandler(wire.ProtoService, d.net.Guard(wire.ProtoService, m.serveService))
 	d.net.Host.SetStreamHandler(wire.ProtoExec, d.net.Guard(wire.ProtoExec, m.serveExec))
 	d.net.Host.SetStreamHandler(wire.ProtoPortForward, d.net.Guard(wire.ProtoPortForward, m.servePortForward))
+	d.net.Host.SetStreamHandler(wire.ProtoGang, d.net.Guard(wire.ProtoGang, func(s network.Stream) { _ = m.gangs.Serve(m.ctx, s) }))
 	m.serveChallenges()
 	d.wg.Add(1) // ends before the ledger closes
 	go func() {
@@ -351,24 +350,6 @@ func (m *market) sensors() func() (int, int) {
 		t := runtime.Sample(m.d.inv)
 		return t.TempC, t.PowerW
 	}
-}
-
-// p2pTransport carries the auction's messages over libp2p.
-type p2pTransport struct{ m *market }
-
-func (t *p2pTransport) Publish(ctx context.Context, topic string, data []byte) error {
-	return t.m.d.net.Publish(ctx, topic, data)
-}
-
-// SendBid reaches a renter without the addresses its call named (see
-// auction.Transport): through a connection, the peerstore, or the DHT.
-func (t *p2pTransport) SendBid(ctx context.Context, to peer.ID, data []byte) error {
-	_, err := t.m.d.net.Request(ctx, to, nil, wire.ProtoBid, data)
-	return err
-}
-
-func (t *p2pTransport) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
-	return t.m.d.net.Request(ctx, to, nil, wire.ProtoAward, data)
 }
 
 // badFrame counts a request on one of this node's protocols whose frame

@@ -303,10 +303,27 @@ var serviceFigures = func() []serviceFigure {
 	return fs
 }()
 
+// Figures of a service as a whole (scale to zero) and of its regions.
+var (
+	serviceColdStarts = prometheus.NewDesc(metricsNamespace+"_service_cold_starts_total",
+		"Service: requests that woke it from zero replicas.", []string{"service"}, nil)
+	serviceLastColdStart = prometheus.NewDesc(metricsNamespace+"_service_last_cold_start_seconds",
+		"Service: the latest cold start, from the waking request to its first replica ready.", []string{"service"}, nil)
+	serviceScaledToZero = prometheus.NewDesc(metricsNamespace+"_service_scaled_to_zero",
+		"Service: 1 while it runs no replica for being idle.", []string{"service"}, nil)
+	serviceRegionReady = prometheus.NewDesc(metricsNamespace+"_service_region_ready_replicas",
+		"Service region: replicas ready.", []string{"service", "region"}, nil)
+	serviceRegionRTT = prometheus.NewDesc(metricsNamespace+"_service_region_rtt_seconds",
+		"Service region: round trip to its nearest ready replica's provider, which routing ranks it by.", []string{"service", "region"}, nil)
+)
+
 func (c servicesCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, f := range serviceFigures {
 		ch <- f.svc
 		ch <- f.rep
+	}
+	for _, d := range []*prometheus.Desc{serviceColdStarts, serviceLastColdStart, serviceScaledToZero, serviceRegionReady, serviceRegionRTT} {
+		ch <- d
 	}
 }
 
@@ -323,6 +340,19 @@ func (c servicesCollector) Collect(ch chan<- prometheus.Metric) {
 			for _, r := range v.Replicas {
 				ch <- prometheus.MustNewConstMetric(f.rep, f.kind, f.value(r.ReplicaStats), v.ID, r.JobID)
 			}
+		}
+		if v.Spec.ScaleToZero {
+			asleep := 0.0
+			if v.ScaledToZero {
+				asleep = 1
+			}
+			ch <- prometheus.MustNewConstMetric(serviceColdStarts, prometheus.CounterValue, float64(v.ColdStarts), v.ID)
+			ch <- prometheus.MustNewConstMetric(serviceLastColdStart, prometheus.GaugeValue, v.LastColdStartMS/1e3, v.ID)
+			ch <- prometheus.MustNewConstMetric(serviceScaledToZero, prometheus.GaugeValue, asleep, v.ID)
+		}
+		for _, g := range v.Regions {
+			ch <- prometheus.MustNewConstMetric(serviceRegionReady, prometheus.GaugeValue, float64(g.Ready), v.ID, g.Region)
+			ch <- prometheus.MustNewConstMetric(serviceRegionRTT, prometheus.GaugeValue, g.RTTMS/1e3, v.ID, g.Region)
 		}
 	}
 }

@@ -30,7 +30,7 @@ func (d *Daemon) noneCanFit(job *auction.Job) error {
 }
 
 // misfitOrder is the order of auction.StaticFit's rules, by kind.
-var misfitOrder = []string{"excluded", "region", "workload", "preemptible", "no_persist", "image", "gpu_model", "slices", "isolation", "vram", "gpu_count", "price"}
+var misfitOrder = []string{"excluded", "region", "workload", "preemptible", "sealed", "no_persist", "image", "gpu_model", "slices", "isolation", "vram", "gpu_count", "price"}
 
 // noneFits is noneCanFit's verdict on the records caps: nil when caps is
 // empty or one of them fits job (a gang's member: Job.Nodes of them);
@@ -196,6 +196,8 @@ func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability
 			known(caps, func(c *auction.Capability) []string { return c.Policy.AllowedWorkloads }))
 	case "preemptible":
 		return "no known provider accepts preemptible work"
+	case "sealed":
+		return "no known provider runs sealed jobs (a job reading a private artifact is sealed; its provider must run as root to keep the plaintext on a tmpfs)"
 	case "no_persist":
 		if job.NoPersist {
 			return "no known provider offers no-persist jobs (provider policy no_persist)"

@@ -61,6 +61,8 @@ func TestNoneFits(t *testing.T) {
 		{"preemptible", job(func(j *auction.Job) { j.Tier, j.Preemptible, j.GPUModels = auction.Bronze, true, []string{"H100"} }),
 			// p2 refuses preemptible work, p1 has no H100, p3 neither.
 			[]string{"the closest miss 1: preemptible work not accepted (1 provider(s)); gpu model RTX 4090 not in H100 (1 provider(s))"}},
+		{"sealed", job(func(j *auction.Job) { j.Sealed = true }),
+			[]string{"no known provider runs sealed jobs (a job reading a private artifact is sealed; its provider must run as root"}},
 		{"no-persist", job(func(j *auction.Job) { j.NoPersist = true }),
 			[]string{"no known provider offers no-persist jobs (provider policy no_persist)"}},
 		{"closest", job(func(j *auction.Job) { j.Region, j.GPUModels = "eu", []string{"H100"} }),

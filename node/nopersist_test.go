@@ -14,7 +14,6 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
-	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
 
@@ -72,8 +71,21 @@ func leftovers(t *testing.T, marker []byte, ids []string, roots ...string) []str
 // once its lease is settled, nothing under the provider's data dir (its
 // job files and artifact store included) or its work root is named after
 // the job or holds a byte of the marker, while the renter has the log and
-// outputs (and the checkpoint), served by its own daemon.
+// outputs (and the checkpoint), served by its own daemon. It runs with a
+// public input (a plain job) and with a private one (a sealed job, whose
+// checkpoint and outputs are sealed to the renter: the strongest privacy
+// mode).
 func TestNoPersistLeavesNothingOnProvider(t *testing.T) {
+	t.Run("public input", func(t *testing.T) { testNoPersistLeavesNothing(t, false) })
+	t.Run("private input", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("a sealed job's provider mounts a tmpfs: needs root")
+		}
+		testNoPersistLeavesNothing(t, true)
+	})
+}
+
+func testNoPersistLeavesNothing(t *testing.T, private bool) {
 	root := t.TempDir()
 	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
 	cfg := fastConfig(providerConfig("eu-west", 0.5, h100))
@@ -81,23 +93,30 @@ func TestNoPersistLeavesNothingOnProvider(t *testing.T) {
 	prov := startWith(t, filepath.Join(root, "prov"), cfg, renter.Daemon, Options{})
 	waitAdvertised(t, renter, prov)
 
-	// The job's input: a private artifact of the renter's, with a marker
-	// of its own.
+	// The job's input: an artifact of the renter's, with a marker of its
+	// own.
 	inputMarker := []byte(auction.NewID("input"))
 	src := filepath.Join(root, "input.txt")
 	if err := os.WriteFile(src, inputMarker, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	input, err := renter.artifacts.Store().Add(src, artifact.Meta{Private: true})
+	in, err := api.NewClient(renter.dir).AddArtifact(context.Background(), api.ArtifactAddRequest{Path: src, Public: !private})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if in.Sealed != private {
+		t.Fatalf("added %+v: sealed %v, want %v", in, in.Sealed, private)
+	}
+	input := in.ID
 	j := shJob(auction.Silver, 2, `cat "$GPUMESH_INPUTS/data" >/dev/null && `+markerScript)
 	j.NoPersist, j.Run.Outputs, j.CheckpointEvery = true, "out", time.Second
 	j.Run.Inputs = map[string]string{"data": input}
 	v := post(t, renter, j)
 	if !leased(v) || v.Winner != prov.ID().String() {
 		t.Fatalf("no-persist job not leased on the provider that offers it: %s %v", v.State, v.Reasons)
+	}
+	if v.Job.Sealed != private {
+		t.Fatalf("job sealed %v, want %v", v.Job.Sealed, private)
 	}
 	lease, jobID := v.Lease.ID, v.Job.ID
 	m := waitLog(t, prov, lease, regexp.MustCompile(`marker=([0-9a-f]{32})\n`), 30*time.Second)
@@ -120,7 +139,14 @@ func TestNoPersistLeavesNothingOnProvider(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if left := leftovers(t, marker, []string{lease, jobID, input}, prov.dir, work); len(left) > 0 {
+	names := []string{lease, jobID, input, v.Checkpoint.Artifact}
+	if private {
+		if v.OutputsArtifact == "" {
+			t.Fatal("a sealed job's final report names no sealed outputs artifact")
+		}
+		names = append(names, v.OutputsArtifact)
+	}
+	if left := leftovers(t, marker, names, prov.dir, work); len(left) > 0 {
 		t.Fatalf("the provider kept files of the no-persist job:\n%s", strings.Join(left, "\n"))
 	}
 	if left := leftovers(t, inputMarker, nil, prov.dir, work); len(left) > 0 {

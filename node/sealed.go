@@ -9,6 +9,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/node/artifact/transfer"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -111,11 +112,25 @@ func (d *Daemon) sealedOutputs(ctx context.Context, v api.JobView) ([]auction.Ou
 	if err != nil {
 		return nil, nil, err
 	}
-	id := v.OutputsArtifact
-	if _, err := d.artifacts.Fetch(ctx, id, artifact.FetchOptions{Origin: &peer.AddrInfo{ID: prov}, NoDiscovery: true, For: artifact.For(prov)}); err != nil {
+	outs, body, err := d.openSealedOutputs(ctx, prov, v.Lease.ID, v.OutputsArtifact)
+	if err != nil {
+		return nil, nil, err
+	}
+	if got := auction.ManifestHash(outs); v.OutputsHash != "" && got != v.OutputsHash {
+		body.Close()
+		return nil, nil, fmt.Errorf("sealed outputs %s list files (hash %.12s) other than the final report's (%.12s)", v.OutputsArtifact, got, v.OutputsHash)
+	}
+	return outs, body, nil
+}
+
+// openSealedOutputs fetches outputs artifact id of lease leaseID from its
+// provider prov, records its content key once it opens with the lease's
+// key, and opens it: the outputs' manifest and their bundle.
+func (d *Daemon) openSealedOutputs(ctx context.Context, prov peer.ID, leaseID, id string) ([]auction.OutputFile, io.ReadCloser, error) {
+	if _, err := d.artifacts.Fetch(ctx, id, transfer.FetchOptions{Origin: &peer.AddrInfo{ID: prov}, NoDiscovery: true, For: artifact.For(prov)}); err != nil {
 		return nil, nil, fmt.Errorf("sealed outputs %s: %w", id, err)
 	}
-	if err := d.adoptSealed(id, v.Lease.ID, true); err != nil {
+	if err := d.adoptSealed(id, leaseID, true); err != nil {
 		return nil, nil, fmt.Errorf("sealed outputs %s: %w", id, err)
 	}
 	st := d.artifacts.Store()
@@ -124,12 +139,5 @@ func (d *Daemon) sealedOutputs(ctx context.Context, v api.JobView) ([]auction.Ou
 		return nil, nil, fmt.Errorf("outputs artifact %s of a sealed job is not sealed", id)
 	}
 	outs, _, body, err := st.OpenSealed(id, artifact.Local, ck)
-	if err != nil {
-		return nil, nil, err
-	}
-	if got := auction.ManifestHash(outs); v.OutputsHash != "" && got != v.OutputsHash {
-		body.Close()
-		return nil, nil, fmt.Errorf("sealed outputs %s list files (hash %.12s) other than the final report's (%.12s)", id, got, v.OutputsHash)
-	}
-	return outs, body, nil
+	return outs, body, err
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"io/fs"
 	"os"
@@ -19,11 +20,29 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/sys/unix"
 )
 
 // holdsAny scans every regular file under roots, streaming (a marker
 // spanning two reads is found), and lists those holding any of markers.
 func holdsAny(t *testing.T, markers [][]byte, roots ...string) []string {
+	return scanFor(t, false, markers, roots...)
+}
+
+// diskHoldsAny is holdsAny for the files on a disk: it skips the tmpfs
+// mounts under roots (a running sealed job's plaintext is there).
+func diskHoldsAny(t *testing.T, markers [][]byte, roots ...string) []string {
+	return scanFor(t, true, markers, roots...)
+}
+
+func onTmpfs(p string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(p, &st) == nil && st.Type == unix.TMPFS_MAGIC
+}
+
+func scanFor(t *testing.T, skipTmpfs bool, markers [][]byte, roots ...string) []string {
 	t.Helper()
 	longest := 0
 	for _, m := range markers {
@@ -38,6 +57,9 @@ func holdsAny(t *testing.T, markers [][]byte, roots ...string) []string {
 					return nil
 				}
 				return err
+			}
+			if skipTmpfs && d.IsDir() && onTmpfs(p) {
+				return filepath.SkipDir
 			}
 			if !d.Type().IsRegular() {
 				return nil
@@ -89,22 +111,38 @@ printf '%s %s\n' "$m" "$m2" > "$GPUMESH_CHECKPOINT_DIR/state"
 echo "wrote outputs and checkpoint"
 while :; do sleep 0.2 & wait; done`
 
-// TestSealedJobLeavesNoPlaintextOnProvider (issue 27, item 1): a job
-// reads a sealed 64 MiB input holding a random marker and writes a
-// checkpoint and outputs holding it and a second marker. Once it ran, no
-// file under the provider's data dir (its artifact store included) or
-// work root holds either marker: the input's chunks there are ciphertext,
-// its plaintext and the job's checkpoint and outputs lived on tmpfs
-// only, and the checkpoint and outputs were sealed to the renter before
-// they reached the provider's store. The renter gets both back intact.
+// TestSealedJobLeavesNoPlaintextOnProvider (issue 27, acceptance 1): a
+// job reads a private (so sealed) 64 MiB input holding a random marker
+// and writes a checkpoint and outputs holding it and a second marker.
+// Once it ran, no file under the provider's data dir (its artifact store
+// included) or work root holds either marker: the input's chunks there
+// are ciphertext, its plaintext and the job's checkpoint and outputs
+// lived on tmpfs only (its work dir too), and the checkpoint and outputs
+// were sealed to the renter before they reached the provider's store.
+// The renter gets both back intact. It runs on the process executor and
+// on the Docker executor.
 func TestSealedJobLeavesNoPlaintextOnProvider(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("a sealed job's provider mounts a tmpfs: needs root")
 	}
+	t.Run("process", func(t *testing.T) { testSealedNoPlaintext(t, "") })
+	t.Run("docker", func(t *testing.T) { testSealedNoPlaintext(t, helperImage(t)) })
+}
+
+// testSealedNoPlaintext runs the sealed job as a process job, or with
+// image (helperImage's) as a container job.
+func testSealedNoPlaintext(t *testing.T, image string) {
 	root := t.TempDir()
 	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
-	prov := startWith(t, filepath.Join(root, "prov"), fastConfig(providerConfig("eu-west", 0.5, h100)), renter.Daemon, Options{})
+	pc := fastConfig(providerConfig("eu-west", 0.5, h100))
+	if image != "" {
+		pc.Provider.Executor = "docker"
+	}
+	prov := startWith(t, filepath.Join(root, "prov"), pc, renter.Daemon, Options{})
 	waitAdvertised(t, renter, prov)
+	if c := prov.Advertised(); c == nil || !c.Policy.Sealed {
+		t.Fatal("a provider running as root does not advertise that it runs sealed jobs")
+	}
 
 	var rnd [16]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
@@ -124,7 +162,7 @@ func TestSealedJobLeavesNoPlaintextOnProvider(t *testing.T) {
 	}
 	var add api.ArtifactInfo
 	if err := api.NewClient(renter.dir).Do(context.Background(), "POST", "/artifacts", nil,
-		api.ArtifactAddRequest{Path: src, Sealed: true}, &add); err != nil {
+		api.ArtifactAddRequest{Path: src}, &add); err != nil {
 		t.Fatal(err)
 	}
 	if !add.Sealed || !add.Private {
@@ -135,6 +173,9 @@ func TestSealedJobLeavesNoPlaintextOnProvider(t *testing.T) {
 	}
 
 	j := shJob(auction.Silver, 2, sealedScript)
+	if image != "" {
+		j.Run.Image, j.Run.Command = image, []string{"/jobhelper", "sealmark", "/inputs/data"}
+	}
 	j.Run.Outputs, j.CheckpointEvery = "out", time.Second
 	j.Run.Inputs = map[string]string{"data": add.ID}
 	v := post(t, renter, j)
@@ -147,6 +188,46 @@ func TestSealedJobLeavesNoPlaintextOnProvider(t *testing.T) {
 	jobID, leaseID := v.Job.ID, v.Lease.ID
 	waitLog(t, prov, leaseID, regexp.MustCompile(`wrote outputs and checkpoint\n`), 60*time.Second)
 	v = waitJob(t, renter, jobID, 30*time.Second, "a checkpoint kept by the renter", func(v api.JobView) bool { return v.Checkpoint != nil })
+	// The lease's keys go to its provider alone: a stranger asking for
+	// them (its peer id is authenticated by the stream), a request for
+	// another lease and a malformed one are refused.
+	req, _ := json.Marshal(wire.LeaseKeysRequest{LeaseID: leaseID})
+	_, pub, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := peer.IDFromPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := renter.market.handleLeaseKeys(context.Background(), stranger, req); err == nil {
+		t.Fatal("the lease's keys were handed to a peer that is not its provider")
+	}
+	other, _ := json.Marshal(wire.LeaseKeysRequest{LeaseID: "lease-" + leaseID})
+	for _, bad := range [][]byte{other, []byte("{"), nil} {
+		if _, err := renter.market.handleLeaseKeys(context.Background(), prov.ID(), bad); err == nil {
+			t.Fatalf("lease keys request %q answered", bad)
+		}
+	}
+	if b, err := renter.market.handleLeaseKeys(context.Background(), prov.ID(), req); err != nil || !bytes.Contains(b, []byte(add.ID)) {
+		t.Fatalf("the lease's provider is refused its keys: %v", err)
+	}
+	work, err := prepareWorkRoot("", prov.paths, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// While it runs, its plaintext is on the provider's tmpfs mounts
+	// (the lease's scratch and the job's work dir) and on no disk.
+	if onTmpfs(prov.dir) || onTmpfs(work) {
+		t.Log("the provider's dirs are on a tmpfs: the scan while the job runs is skipped")
+	} else {
+		if left := holdsAny(t, [][]byte{marker, marker2}, prov.dir, work); len(left) == 0 {
+			t.Fatal("no file under the provider's dirs holds the running job's plaintext: the scan finds nothing")
+		}
+		if left := diskHoldsAny(t, [][]byte{marker, marker2}, prov.dir, work); len(left) > 0 {
+			t.Fatalf("while the job runs, the provider's disk holds its plaintext:\n%s", strings.Join(left, "\n"))
+		}
+	}
 	cl := api.NewClient(renter.dir)
 	ctx := context.Background()
 	if _, err := cl.CancelJob(ctx, jobID); err != nil {
@@ -156,10 +237,6 @@ func TestSealedJobLeavesNoPlaintextOnProvider(t *testing.T) {
 		return v.Run.Terminal() && v.OutputsArtifact != ""
 	})
 
-	work, err := prepareWorkRoot("", prov.paths, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The data dir holds the artifact store.
 	if left := holdsAny(t, [][]byte{marker, marker2}, prov.dir, work); len(left) > 0 {
 		t.Fatalf("the provider holds plaintext of the sealed job:\n%s", strings.Join(left, "\n"))
@@ -193,5 +270,65 @@ func TestSealedJobLeavesNoPlaintextOnProvider(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dst, "result.txt")); err != nil || string(b) != want {
 		t.Fatalf("outputs %q, %v; want %q", b, err, want)
+	}
+}
+
+// TestPostRefusesUnsealedPrivateInput: a job is refused at once, in one
+// line, when it reads a plain private artifact (one added before private
+// files were sealed: its bytes would lie on the provider's disk) or names
+// a sealed artifact as its image; a job reading a sealed input is sealed
+// whatever its spec says, and a public input leaves it as it was.
+func TestPostRefusesUnsealedPrivateInput(t *testing.T) {
+	renter := startWith(t, filepath.Join(t.TempDir(), "renter"), renterConfig(), nil, Options{})
+	src := filepath.Join(t.TempDir(), "data")
+	if err := os.WriteFile(src, []byte("some data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st := renter.artifacts.Store()
+	plain, err := st.Add(src, artifact.Meta{Private: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := st.AddPrivate(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := filepath.Join(t.TempDir(), "public")
+	if err := os.WriteFile(pub, []byte("anyone's data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	public, err := st.Add(pub, artifact.Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(mut func(*auction.Job)) (auction.Job, error) {
+		j := shJob(auction.Silver, 2, "true")
+		mut(&j)
+		err := renter.inputSizes(&j)
+		return j, err
+	}
+	for _, c := range []struct {
+		name string
+		mut  func(*auction.Job)
+		want string
+	}{
+		{"plain private input", func(j *auction.Job) { j.Run.Inputs = map[string]string{"data": plain} }, "is private but not sealed"},
+		{"sealed image artifact", func(j *auction.Job) { j.Run.Image, j.Run.ImageArtifact = "x:1", sealed }, "an image artifact cannot be"},
+	} {
+		if _, err := post(c.mut); err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line saying %q", c.name, err, c.want)
+		}
+	}
+	if j, err := post(func(j *auction.Job) { j.Run.Inputs = map[string]string{"data": sealed} }); err != nil || !j.Sealed {
+		t.Fatalf("sealed input: sealed %v, %v", j.Sealed, err)
+	}
+	if j, err := post(func(j *auction.Job) { j.Run.Inputs = map[string]string{"data": public} }); err != nil || j.Sealed {
+		t.Fatalf("public input: sealed %v, %v", j.Sealed, err)
+	}
+	// Through the API too: the refusal is the post's answer.
+	j := shJob(auction.Silver, 2, "true")
+	j.Run.Inputs = map[string]string{"data": plain}
+	if _, err := api.NewClient(renter.dir).PostJob(context.Background(), j); err == nil || !strings.Contains(err.Error(), "is private but not sealed") {
+		t.Fatalf("post through the API: %v", err)
 	}
 }

@@ -593,18 +593,7 @@ func TestServiceSurvivesRenterRestart(t *testing.T) {
 func TestServiceCostAndTokens(t *testing.T) {
 	bin := buildServer(t)
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.25, a100)))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := ln.Addr().String()
-	ln.Close()
-	cfg := renterConfig()
-	cfg.MetricsAddr = metricsAddr
-	rdir := filepath.Join(t.TempDir(), "renter")
-	r := startNode(t, rdir, cfg, boot.Daemon)
-	t.Cleanup(func() { r.Close() })
-	waitAdvertised(t, r, ns...)
+	_, rdir, metricsAddr := metricsRenter(t, boot, ns)
 	c := api.NewClient(rdir)
 	v, err := c.PostService(context.Background(), serviceSpec(bin, 1, 1))
 	if err != nil {
@@ -708,4 +697,98 @@ func TestServiceCostAndTokens(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+}
+
+// TestServiceScalesToZero: a service that scales to zero drains its
+// replica and cancels its lease once idle for its idle_after; the next
+// request wakes it, waits through the cold start (an auction, the
+// replica's start, its first passed probe) and is served; the status
+// reports the cold start's time.
+func TestServiceScalesToZero(t *testing.T) {
+	bin := buildServer(t)
+	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
+	renter, rdir, metricsAddr := metricsRenter(t, boot, ns)
+	c := api.NewClient(rdir)
+	spec := serviceSpec(bin, 1, 1)
+	spec.ScaleToZero, spec.IdleAfter = true, 2*time.Second
+	v, err := c.PostService(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	first := v.Replicas[0].JobID
+	client := gatewayClient(v, 1)
+	client.Timeout = 60 * time.Second
+	get := func() string {
+		t.Helper()
+		resp, err := client.Get("http://" + v.Gateway + "/work")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /work: %s: %s", resp.Status, b)
+		}
+		return string(b)
+	}
+	get()
+	lastCall := time.Now()
+	v = waitService(t, c, v.ID, 30*time.Second, "scaled to zero", func(v api.ServiceView) bool {
+		return v.ScaledToZero && v.Desired == 0 && len(v.Replicas) == 0
+	})
+	if idle := time.Since(lastCall); idle < spec.IdleAfter {
+		t.Fatalf("scaled to zero %s after the last request, before its %s idle_after", idle, spec.IdleAfter)
+	}
+	waitJob(t, renter, first, 20*time.Second, "the idle replica's lease ended", func(jv api.JobView) bool { return jv.Run.Terminal() })
+	woke := time.Now()
+	if got := get(); !strings.HasPrefix(got, "ok ") {
+		t.Fatalf("the request that woke the service got %q", got)
+	}
+	took := time.Since(woke)
+	v = waitService(t, c, v.ID, 5*time.Second, "awake with its cold start reported", func(v api.ServiceView) bool {
+		return !v.ScaledToZero && v.Ready == 1 && v.ColdStarts == 1
+	})
+	if cold := time.Duration(v.LastColdStartMS * float64(time.Millisecond)); cold <= 0 || cold > took {
+		t.Fatalf("cold start reported as %s; the request that woke the service took %s", cold, took)
+	}
+	if v.Replicas[0].JobID == first {
+		t.Fatalf("the woken service's replica is the idle one's job %s", first)
+	}
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		fmt.Sprintf(`gpumesh_service_cold_starts_total{service=%q} 1`, v.ID),
+		fmt.Sprintf(`gpumesh_service_scaled_to_zero{service=%q} 0`, v.ID),
+		fmt.Sprintf(`gpumesh_service_last_cold_start_seconds{service=%q} %g`, v.ID, v.LastColdStartMS/1e3),
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Fatalf("metrics lack %q", want)
+		}
+	}
+	t.Logf("cold start %.0f ms (the waking request took %s)", v.LastColdStartMS, took.Round(time.Millisecond))
+}
+
+// metricsRenter starts a renter with a metrics listener on a free loopback
+// port, joined to boot's network, once it sees the providers ns; it
+// returns the renter, its data dir and the metrics address.
+func metricsRenter(t *testing.T, boot *testNode, ns []*testNode) (*testNode, string, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+	cfg := renterConfig()
+	cfg.MetricsAddr = metricsAddr
+	rdir := filepath.Join(t.TempDir(), "renter")
+	r := startNode(t, rdir, cfg, boot.Daemon)
+	t.Cleanup(func() { r.Close() })
+	waitAdvertised(t, r, ns...)
+	return r, rdir, metricsAddr
 }

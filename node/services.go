@@ -36,6 +36,7 @@ func (m *market) newServices() error {
 		Now:    m.d.now,
 		Log:    m.d.log,
 		Store:  m.d.db.State("services"),
+		RTT:    m.d.net.RTTs().Measure,
 	})
 	return err
 }

@@ -297,9 +297,13 @@ func readOutputs(s io.Reader) ([]auction.OutputFile, io.Reader, error) {
 }
 
 // fetchOutputs opens a lease's outputs on its provider (the outputs
-// stream): a no-persist lease's renter keeps them before it settles
+// stream; a sealed job's from its sealed outputs artifact): a no-persist
+// lease's renter keeps them before it settles
 // (lease.TrackerConfig.FetchOutputs). The stream ends by ctx's deadline.
-func (d *Daemon) fetchOutputs(ctx context.Context, prov peer.ID, leaseID string) ([]auction.OutputFile, io.ReadCloser, error) {
+func (d *Daemon) fetchOutputs(ctx context.Context, prov peer.ID, leaseID, sealed string) ([]auction.OutputFile, io.ReadCloser, error) {
+	if sealed != "" {
+		return d.openSealedOutputs(ctx, prov, leaseID, sealed)
+	}
 	s, err := d.fetchLeaseStream(ctx, prov, wire.ProtoOutputs, leaseID)
 	if err != nil {
 		return nil, nil, err

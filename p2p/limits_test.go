@@ -1,14 +1,12 @@
 package p2p
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"io"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -17,25 +15,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
-
-// TestReadFrameGrowsWithWhatArrives: a header claiming MaxFrame followed by
-// a few bytes allocates about what arrived, not the claim.
-func TestReadFrameGrowsWithWhatArrives(t *testing.T) {
-	var hdr [binary.MaxVarintLen64]byte
-	n := binary.PutUvarint(hdr[:], MaxFrame)
-	raw := append(hdr[:n:n], bytes.Repeat([]byte("x"), 100)...)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	_, err := ReadFrame(bufio.NewReaderSize(bytes.NewReader(raw), 16))
-	runtime.ReadMemStats(&after)
-	if !errors.Is(err, io.ErrUnexpectedEOF) {
-		t.Fatalf("truncated frame: %v", err)
-	}
-	if got := after.TotalAlloc - before.TotalAlloc; got > 256<<10 {
-		t.Fatalf("a 100-byte frame claiming %d bytes allocated %d bytes", MaxFrame, got)
-	}
-}
 
 // TestHalfSentFramesAreBounded: peers that open many streams on a served
 // protocol, each with a MaxFrame header and a little of its payload, and

@@ -1,8 +1,6 @@
 package p2p
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,32 +17,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
-
-func TestFrames(t *testing.T) {
-	var buf bytes.Buffer
-	for _, msg := range [][]byte{nil, []byte("a"), bytes.Repeat([]byte("x"), 70000)} {
-		if err := WriteFrame(&buf, msg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r := bufio.NewReader(&buf)
-	for _, n := range []int{0, 1, 70000} {
-		b, err := ReadFrame(r)
-		if err != nil || len(b) != n {
-			t.Fatalf("frame of %d: got %d, %v", n, len(b), err)
-		}
-	}
-	if err := WriteFrame(&buf, make([]byte, MaxFrame+1)); !errors.Is(err, ErrFrameTooLarge) {
-		t.Fatalf("oversized write: %v", err)
-	}
-	// A peer announcing a huge frame is refused before anything is allocated.
-	if _, err := ReadFrame(bufio.NewReader(bytes.NewReader([]byte{0xff, 0xff, 0xff, 0xff, 0x0f}))); !errors.Is(err, ErrFrameTooLarge) {
-		t.Fatalf("oversized read: %v", err)
-	}
-	if _, err := ReadFrame(bufio.NewReader(bytes.NewReader([]byte{5, 'a'}))); err == nil {
-		t.Fatal("truncated frame accepted")
-	}
-}
 
 func TestIdentityKey(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "identity.key")

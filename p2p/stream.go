@@ -2,9 +2,7 @@ package p2p
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -21,65 +20,30 @@ import (
 )
 
 // MaxFrame bounds one framed message on a request/response stream.
-const MaxFrame = 1 << 20
+//
+// Deprecated: the framing is package frame's (frame.Max), which links no
+// network stack; this and WriteFrame, ReadFrame and ErrFrameTooLarge
+// forward to it until their callers in node/ move over.
+const MaxFrame = frame.Max
 
 // ErrFrameTooLarge is returned for frames above MaxFrame.
-var ErrFrameTooLarge = errors.New("p2p: frame too large")
+//
+// Deprecated: use frame.ErrTooLarge.
+var ErrFrameTooLarge = frame.ErrTooLarge
 
 // WriteFrame writes a uvarint length-prefixed frame.
-func WriteFrame(w io.Writer, b []byte) error {
-	if len(b) > MaxFrame {
-		return ErrFrameTooLarge
-	}
-	var hdr [binary.MaxVarintLen64]byte
-	n := binary.PutUvarint(hdr[:], uint64(len(b)))
-	if _, err := w.Write(hdr[:n]); err != nil {
-		return err
-	}
-	_, err := w.Write(b)
-	return err
-}
+//
+// Deprecated: use frame.Write.
+func WriteFrame(w io.Writer, b []byte) error { return frame.Write(w, b) }
 
 // DefaultFrameTimeout is how long a peer may take to send a request frame
 // on a served stream before the stream is reset.
 const DefaultFrameTimeout = 10 * time.Second
 
-// ReadFrame reads one frame written by WriteFrame. Its buffer grows with
-// the bytes that arrive, never ahead of them: a length header is a claim,
-// and a peer that claims MaxFrame and sends little costs little.
-func ReadFrame(r *bufio.Reader) ([]byte, error) {
-	n, err := readFrameLen(r)
-	if err != nil {
-		return nil, err
-	}
-	return readFrameBody(r, n)
-}
-
-func readFrameLen(r *bufio.Reader) (uint64, error) {
-	n, err := binary.ReadUvarint(r)
-	if err != nil {
-		return 0, err
-	}
-	if n > MaxFrame {
-		return 0, ErrFrameTooLarge
-	}
-	return n, nil
-}
-
-// frameChunk is the most a frame's buffer is grown by ahead of the bytes
-// that have arrived.
-const frameChunk = 32 << 10
-
-func readFrameBody(r io.Reader, n uint64) ([]byte, error) {
-	buf := bytes.NewBuffer(make([]byte, 0, min(n, frameChunk)))
-	if _, err := io.CopyN(buf, r, int64(n)); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
+// ReadFrame reads one frame written by WriteFrame.
+//
+// Deprecated: use frame.Read.
+func ReadFrame(r *bufio.Reader) ([]byte, error) { return frame.Read(r) }
 
 // ErrFrameMemory is ReadFrameOn's refusal of a frame whose length the
 // stream's resource scopes (its protocol's and its peer's frame memory)
@@ -97,7 +61,7 @@ func ReadFrameOn(s network.Stream, br *bufio.Reader, timeout time.Duration) (b [
 	release = func() {}
 	_ = s.SetReadDeadline(time.Now().Add(timeout))
 	defer func() { _ = s.SetReadDeadline(time.Time{}) }()
-	n, err := readFrameLen(br)
+	n, err := frame.ReadLen(br)
 	if err != nil {
 		return nil, release, err
 	}
@@ -106,7 +70,7 @@ func ReadFrameOn(s network.Stream, br *bufio.Reader, timeout time.Duration) (b [
 		return nil, release, fmt.Errorf("%w: %d bytes: %v", ErrFrameMemory, n, err)
 	}
 	release = sync.OnceFunc(func() { scope.ReleaseMemory(int(n)) })
-	b, err = readFrameBody(br, n)
+	b, err = frame.ReadBody(br, n)
 	if err != nil {
 		release()
 		return nil, func() {}, err
@@ -228,6 +192,22 @@ func (n *Node) Request(ctx context.Context, to peer.ID, addrs []string, proto pr
 	n.AddAddrs(to, addrs)
 	n.Resolve(ctx, to)
 	return RequestOn(ctx, n.Host, to, proto, req)
+}
+
+// Direct is a node as the market's messages travel on it: requests to
+// peers it reaches by itself (a connection, the peerstore, the DHT; no
+// addresses named, see auction.Transport) and gossip. It is the
+// lease.Transport and wire.Carrier of the daemon and the harnesses.
+type Direct struct{ N *Node }
+
+// Request is N.Request without addresses.
+func (d Direct) Request(ctx context.Context, to peer.ID, proto protocol.ID, req []byte) ([]byte, error) {
+	return d.N.Request(ctx, to, nil, proto, req)
+}
+
+// Publish is N.Publish.
+func (d Direct) Publish(ctx context.Context, topic string, data []byte) error {
+	return d.N.Publish(ctx, topic, data)
 }
 
 // Resolve makes sure the peerstore has a way to p: nothing to do while

@@ -99,6 +99,12 @@ func dialJobNet(ctx context.Context, id string, pid, port int, ownOnly bool, ver
 			return nil, err
 		}
 	}
+	return dialIn(ctx, id, ns, d, addr)
+}
+
+// dialIn connects to addr with d from inside the network namespace ns,
+// on a spare OS thread that enters it and is then discarded.
+func dialIn(ctx context.Context, id string, ns *os.File, d net.Dialer, addr string) (net.Conn, error) {
 	type result struct {
 		c   net.Conn
 		err error

@@ -17,7 +17,7 @@
 // /proc that shows only its own processes (hidepid, Linux 5.8+) and a
 // size-limited tmpfs as its work dir, and, where the kernel allows, its own
 // PID namespace, whose init (the daemon's binary re-executed, package
-// jobinit) takes every process of the job down with it, and a seccomp filter
+// jobinit: C run before the Go runtime starts, in cgo builds) takes every process of the job down with it, and a seccomp filter
 // refusing namespaces, mounts, keyrings, bpf, ptrace attach and the host's
 // clocks and modules (seccomp_linux.go); without root it runs without them
 // and Limits says so. Each job's

@@ -437,6 +437,9 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 	if spec.Image == "" {
 		return nil, fmt.Errorf("%w: job %s: the docker backend needs an image", ErrInvalidSpec, spec.ID)
 	}
+	if spec.Gang != nil {
+		return nil, fmt.Errorf("%w: job %s: gang networks run process jobs only, not containers", ErrInvalidSpec, spec.ID)
+	}
 	if len(spec.GPUs) > 0 && e.gpu == gpuNone {
 		return nil, fmt.Errorf("job %s: %w", spec.ID, ErrNoGPUContainers)
 	}

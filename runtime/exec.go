@@ -64,6 +64,16 @@ type Spec struct {
 	// MPS, when set, confines the job to a slice of its one device as a
 	// CUDA MPS client (SliceMPS); nil for a job on whole devices.
 	MPS *MPSLimits
+	// Gang, when set, makes the job a member of a gang with a private
+	// network (GangNet) and its environment (MASTER_ADDR, RANK, ...);
+	// process jobs in a sandbox only.
+	Gang *GangNet
+	// Sealed says the job's plaintext must never reach the host's disk
+	// (a sealed job's: auction.Job.Sealed): its work dir, where it writes
+	// its outputs and checkpoints, is a tmpfs on every backend (of the
+	// backend's work dir size, DefaultWorkDirMB where it has none), and a
+	// backend that cannot mount one refuses to start the job.
+	Sealed bool
 }
 
 // MPSLimits are what confine a CUDA MPS client to a slice of its device:
@@ -287,6 +297,11 @@ func (s *Spec) validate(now time.Time) error {
 	if s.MemoryMB < 0 {
 		return badJob("job %s: negative memory limit %d", s.ID, s.MemoryMB)
 	}
+	if s.Gang != nil {
+		if err := s.Gang.check(s.ID); err != nil {
+			return err
+		}
+	}
 	if !s.Deadline.IsZero() && !s.Deadline.After(now) {
 		return bad("job %s: deadline %s already passed", s.ID, s.Deadline.Format(time.RFC3339))
 	}
@@ -359,6 +374,11 @@ func jobEnv(s *Spec, path, home, outputs string) []string {
 	env[EnvCUDA] = s.cudaDevices()
 	for k, v := range s.mpsEnv() {
 		env[k] = v
+	}
+	if s.Gang != nil {
+		for k, v := range s.Gang.env(len(s.GPUs)) {
+			env[k] = v
+		}
 	}
 	out := make([]string, 0, len(env))
 	for k, v := range env {
@@ -487,6 +507,9 @@ func makeWorkDir(root string, s *Spec, uid int, quotaMB int) (string, string, er
 	fail := func(err error) (string, string, error) {
 		_ = removeWorkDir(wd)
 		return "", "", fmt.Errorf("runtime: job %s: prepare work dir: %w", s.ID, err)
+	}
+	if s.Sealed && quotaMB <= 0 {
+		quotaMB = DefaultWorkDirMB
 	}
 	if quotaMB > 0 {
 		if err := mountQuota(wd, uid, quotaMB); err != nil {

@@ -120,7 +120,7 @@ func TestJobInitFilterHoldsForRoot(t *testing.T) {
 	var out syncBuffer
 	cmd := &exec.Cmd{Path: helperBin, Args: []string{helperBin, "syscalls"}, Env: []string{"PATH=/usr/bin:/bin"},
 		Dir: traversableTempDir(t), Stdout: &out, Stderr: &out, SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
-	ji, err := spawn(cmd, nil, e.sb, cmd.Dir, "")
+	ji, err := spawn(cmd, nil, e.sb, cmd.Dir, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestJobOrphansDieWithTheirInit(t *testing.T) {
 	cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", helperBin + " spawn " + mark + " && echo spawned"},
 		Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, Stdout: &out, Stderr: &out,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}}
-	ji, err := spawn(cmd, nil, e.sb, dir, "")
+	ji, err := spawn(cmd, nil, e.sb, dir, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

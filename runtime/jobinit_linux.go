@@ -3,9 +3,9 @@
 package runtime
 
 import (
+	"bufio"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -41,7 +41,7 @@ var initToken = sync.OnceValue(func() string {
 // jobInit is the daemon's end of a job's init (PID1 only).
 type jobInit struct {
 	conn *os.File
-	dec  *json.Decoder
+	r    *bufio.Reader
 	pid  int // the job's command, in its namespace
 }
 
@@ -72,6 +72,10 @@ func startViaInit(cmd *exec.Cmd, pid1, filter bool, start func() error) (*jobIni
 		cfg.UID, cfg.GID = int(c.Uid), int(c.Gid)
 		sys.Credential = nil
 	}
+	wire, err := cfg.Encode()
+	if err != nil {
+		return nil, err
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("job init: socketpair: %w", err)
@@ -87,11 +91,11 @@ func startViaInit(cmd *exec.Cmd, pid1, filter bool, start func() error) (*jobIni
 		conn.Close()
 		return nil, err
 	}
-	ji := &jobInit{conn: conn, dec: json.NewDecoder(conn)}
+	ji := &jobInit{conn: conn, r: bufio.NewReaderSize(conn, 64)}
 	var m jobinit.Msg
-	err = json.NewEncoder(conn).Encode(cfg)
+	_, err = conn.Write(wire)
 	if err == nil {
-		err = ji.dec.Decode(&m)
+		m, err = jobinit.ReadMsg(ji.r)
 	}
 	switch {
 	case pid1 && err == nil && m.Err == "" && m.PID > 0:
@@ -124,8 +128,7 @@ func (ji *jobInit) exitStatus(ws syscall.WaitStatus) syscall.WaitStatus {
 		return ws
 	}
 	defer ji.conn.Close()
-	var m jobinit.Msg
-	if err := ji.dec.Decode(&m); err == nil && m.Status != nil {
+	if m, err := jobinit.ReadMsg(ji.r); err == nil && m.Status != nil {
 		return *m.Status
 	}
 	return ws

@@ -368,6 +368,19 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 		e.log.Warn("memory limit not enforced", "job", spec.ID, "memory_mb", spec.MemoryMB, "limits", e.Limits())
 	}
 
+	var gang *gangNS
+	var netns *os.File
+	if spec.Gang != nil {
+		if err := e.gangNetworks(); err != nil {
+			return fail(fmt.Errorf("runtime: job %s: %s", spec.ID, strings.TrimPrefix(err.Error(), "runtime: ")))
+		}
+		if gang, err = newGangNS(spec.ID, spec.Gang); err != nil {
+			return fail(err)
+		}
+		undo = append(undo, gang.close)
+		netns = gang.nsFile()
+	}
+
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		return fail(fmt.Errorf("runtime: open %s: %w", os.DevNull, err))
@@ -396,7 +409,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	if e.uids != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
 	}
-	ji, err := spawn(cmd, cg, e.sb, wd, spec.Inputs)
+	ji, err := spawn(cmd, cg, e.sb, wd, spec.Inputs, netns)
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -415,6 +428,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 		uid:         uid,
 		cg:          cg,
 		init:        ji,
+		gang:        gang,
 		proc:        cmd.Process,
 		pgid:        cmd.Process.Pid,
 		started:     time.Now(),
@@ -488,7 +502,10 @@ type processHandle struct {
 	cg   *jobCgroup
 	// init, when the job has one, reports its command's exit status;
 	// proc is then the init.
-	init    *jobInit
+	init *jobInit
+	// gang is a gang member's network (nil for other jobs), closed once
+	// the job's main process has ended.
+	gang    *gangNS
 	proc    *os.Process
 	pgid    int
 	started time.Time
@@ -525,8 +542,20 @@ func (h *processHandle) stop(reason string, grace time.Duration) error {
 }
 
 // members lists the job's live (non-zombie) processes: its process group,
-// and everything running under its dedicated uid.
+// and everything running under its dedicated uid. With both a dedicated
+// uid and a cgroup, that is the cgroup's processes: moving a process out
+// of a cgroup takes write access to another one, which only root has, so
+// nothing of the job leaves it (and no scan of every process is needed).
 func (h *processHandle) members() []int {
+	if h.cg != nil && h.e.uids != nil {
+		var out []int
+		for _, pid := range h.cg.pids() {
+			if st, err := readProcStat(pid); err == nil && st.state != 'Z' && st.state != 'X' {
+				out = append(out, pid)
+			}
+		}
+		return out
+	}
 	// Once the group is empty, only the job's own uid (when it has one)
 	// can still hold processes that left the group: a stat of each /proc
 	// entry finds them, without reading every process's stat.
@@ -572,7 +601,7 @@ func (h *processHandle) signalAll(sig syscall.Signal) {
 			_ = syscall.Kill(p, sig)
 		}
 	}
-	if h.e.uids != nil {
+	if h.e.uids != nil && h.cg == nil {
 		for _, p := range h.members() {
 			_ = syscall.Kill(p, sig)
 		}
@@ -619,6 +648,9 @@ func (h *processHandle) wait() {
 	h.mu.Lock()
 	close(h.exited)
 	h.mu.Unlock()
+	if h.gang != nil {
+		h.gang.close()
+	}
 	h.killAll()
 	h.execs.Wait()
 	h.killAll()

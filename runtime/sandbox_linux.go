@@ -73,7 +73,7 @@ func detectSandbox(s sandbox) (*sandbox, string) {
 	}
 	errc := make(chan error, 1)
 	// Exits locked: the runtime discards the thread and its namespaces.
-	onSpareThread(func() { errc <- s.enter("", "") })
+	onSpareThread(func() { errc <- s.enter("", "", nil) })
 	if err := <-errc; err != nil {
 		return nil, err.Error()
 	}
@@ -144,9 +144,18 @@ func (s *sandbox) flags() int {
 // inputs dir under one of the private dirs is bound back into place (only
 // those: not their neighbours), the inputs read-only. With a PID namespace,
 // the thread's next child is its first process, the job's init, which
-// mounts the namespace's /proc.
-func (s *sandbox) enter(wd, inputs string) error {
-	if err := unix.Unshare(s.flags()); err != nil {
+// mounts the namespace's /proc. A job whose network namespace was prepared
+// for it (netns: a gang job's, see gangNS) joins that one instead of a
+// fresh one.
+func (s *sandbox) enter(wd, inputs string, netns *os.File) error {
+	flags := s.flags()
+	if netns != nil {
+		if err := unix.Setns(int(netns.Fd()), unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("runtime: enter the job's network namespace: %w", err)
+		}
+		flags &^= unix.CLONE_NEWNET
+	}
+	if err := unix.Unshare(flags); err != nil {
 		return fmt.Errorf("runtime: unshare job namespaces: %w", err)
 	}
 	// Nothing mounted here may propagate back to the host.
@@ -214,7 +223,7 @@ func (s *sandbox) enter(wd, inputs string) error {
 			return fmt.Errorf("runtime: job mounts: /proc with hidepid: %w", err)
 		}
 	}
-	if !s.network {
+	if !s.network && netns == nil {
 		if err := loopbackUp(); err != nil {
 			return err
 		}
@@ -296,12 +305,13 @@ func (s *sandbox) describe() string {
 // letting daemon code run inside the job's cgroup, namespaces or
 // no_new_privs. With a PID namespace or the seccomp filter, cmd starts
 // through the job's init (startViaInit): cmd.Process is the init's, and the
-// returned jobInit reads the command's exit status.
-func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd, inputs string) (*jobInit, error) {
+// returned jobInit reads the command's exit status. netns, when not nil,
+// is the job's prepared network namespace (sandbox.enter).
+func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd, inputs string, netns *os.File) (*jobInit, error) {
 	start := func() error {
 		return spawnIn(cmd, cg, func() error {
 			if sb != nil {
-				return sb.enter(wd, inputs)
+				return sb.enter(wd, inputs, netns)
 			}
 			return nil
 		})
@@ -437,4 +447,19 @@ func MountScratch(dir string, sizeMB int) (release func() error, err error) {
 		return nil, fmt.Errorf("runtime: scratch tmpfs on %s: %w", dir, err)
 	}
 	return func() error { return removeWorkDir(dir) }, nil
+}
+
+// CanSeal reports whether this host can run sealed jobs: a scratch tmpfs
+// (MountScratch) mounts under root, the provider's work root.
+func CanSeal(root string) bool {
+	dir, err := os.MkdirTemp(root, ".seal-probe-")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(dir)
+	release, err := MountScratch(dir, 1)
+	if err != nil {
+		return false
+	}
+	return release() == nil
 }

@@ -4,6 +4,7 @@ package runtime
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -23,7 +24,7 @@ type jobInit struct{}
 
 func (*jobInit) exitStatus(ws syscall.WaitStatus) syscall.WaitStatus { return ws }
 
-func spawn(cmd *exec.Cmd, _ *jobCgroup, _ *sandbox, _, _ string) (*jobInit, error) {
+func spawn(cmd *exec.Cmd, _ *jobCgroup, _ *sandbox, _, _ string, _ *os.File) (*jobInit, error) {
 	return nil, cmd.Start()
 }
 
@@ -35,3 +36,6 @@ func unmountQuota(string) {}
 func MountScratch(string, int) (func() error, error) {
 	return nil, errors.New("runtime: scratch tmpfs mounts exist only on linux")
 }
+
+// CanSeal is false off linux: scratch tmpfs mounts need linux.
+func CanSeal(string) bool { return false }

@@ -8,12 +8,22 @@
 # is 10m).
 # GPUMESH_TESTNET_METRICS=1 gives node i a metrics listener (Prometheus and
 # /debug/pprof/) on 127.0.0.1:(port base + 1000 + i), for profiling.
+# GPUMESH_TESTNET_GPUS=K gives every provider K identical A100 80GB GPUs
+# (eu-west, floor 1.20, always available) instead of the varied inventory:
+# a uniform net for benchmarks (10 providers x 2 = 20 slots).
+# GPUMESH_TESTNET_RENTERS=R makes nodes 0..R-1 renters (no GPUs), the rest
+# providers: several users posting at once.
 set -euo pipefail
 umask 077 # data dirs, configs and daemon logs readable by this user only
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 n="${1:-5}"
 [[ "$n" =~ ^[0-9]+$ ]] && (( n >= 2 && n <= 200 )) || { echo "usage: $0 [N in 2..200]" >&2; exit 2; }
+if [[ -n "${GPUMESH_TESTNET_GPUS:-}" && ! "$GPUMESH_TESTNET_GPUS" =~ ^[1-9][0-9]?$ ]]; then
+  echo "GPUMESH_TESTNET_GPUS: want 1..99 GPUs per provider" >&2; exit 2
+fi
+renters="${GPUMESH_TESTNET_RENTERS:-1}"
+[[ "$renters" =~ ^[0-9]+$ ]] && (( renters >= 1 && renters < n )) || { echo "GPUMESH_TESTNET_RENTERS: want 1..$((n - 1)) renters" >&2; exit 2; }
 run="${GPUMESH_TESTNET_DIR:-$here/run}"
 bin="$root/bin/gpumesh"
 base_port="${GPUMESH_TESTNET_PORT:-4300}"
@@ -37,6 +47,9 @@ profiles=(
   "RTX4090 24 2 eu-west 0.50 true weekends"
   "A100 40 2 eu-west 1.10 true"
 )
+if [[ -n "${GPUMESH_TESTNET_GPUS:-}" ]]; then
+  profiles=("A100 80 $GPUMESH_TESTNET_GPUS eu-west 1.20 true")
+fi
 
 metrics_line() { # idx
   [[ -n "${GPUMESH_TESTNET_METRICS:-}" ]] && printf 'metrics_addr: 127.0.0.1:%d\nmetrics_pprof: true\n' "$((base_port + 1000 + $1))"
@@ -97,22 +110,27 @@ wait_ready() { # idx
   return 1
 }
 
-mkdir -p "$run/node0"
-cat >"$run/node0/config.yaml" <<CFG
+write_renter_config() { # idx
+  local i=$1
+  cat >"$run/node$i/config.yaml" <<CFG
 region: eu-west
-listen: [/ip4/127.0.0.1/tcp/$base_port, /ip4/127.0.0.1/udp/$base_port/quic-v1]
+listen: [/ip4/127.0.0.1/tcp/$((base_port + i)), /ip4/127.0.0.1/udp/$((base_port + i))/quic-v1]
 log_level: info
-$(metrics_line 0)
+$(metrics_line "$i")
 provider:
   heartbeat_interval: 2s   # what this renter expects from its providers
 CFG
+}
+
+mkdir -p "$run/node0"
+write_renter_config 0
 start 0
 wait_ready 0
 boot="/ip4/127.0.0.1/tcp/$base_port/p2p/$("$bin" -d "$run/node0" status --json | sed -n 's/.*"peer_id": *"\([^"]*\)".*/\1/p')"
 echo "$boot" >"$run/bootstrap"
 for ((i = 1; i < n; i++)); do
   mkdir -p "$run/node$i"
-  write_config "$i"
+  if (( i < renters )); then write_renter_config "$i"; else write_config "$i"; fi
   start "$i" "$boot"
 done
 for ((i = 1; i < n; i++)); do wait_ready "$i"; done

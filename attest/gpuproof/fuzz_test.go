@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 )
 
 // fuzzNow is the fuzz targets' clock.
@@ -36,7 +36,7 @@ func (instant) Close()             {}
 func frames(tb testing.TB, parts ...[]byte) []byte {
 	var b bytes.Buffer
 	for _, p := range parts {
-		if err := p2p.WriteFrame(&b, p); err != nil {
+		if err := frame.Write(&b, p); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -93,7 +93,7 @@ func FuzzProverServe(f *testing.F) {
 		}
 		br := bufio.NewReader(&out)
 		var ready Ready
-		if rb, rerr := p2p.ReadFrame(br); rerr != nil || json.Unmarshal(rb, &ready) != nil {
+		if rb, rerr := frame.Read(br); rerr != nil || json.Unmarshal(rb, &ready) != nil {
 			return // refused before an answer: the challenge did not open
 		}
 		if ready.Refused != "" {
@@ -102,10 +102,10 @@ func FuzzProverServe(f *testing.F) {
 			}
 			return
 		}
-		if _, perr := p2p.ReadFrame(br); perr != nil {
+		if _, perr := frame.Read(br); perr != nil {
 			return // the verifier sent no ping
 		}
-		cb, cerr := p2p.ReadFrame(br)
+		cb, cerr := frame.Read(br)
 		if cerr != nil {
 			return // no commitment
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 )
 
 // naive is C = A·B^k by the textbook triple loop.
@@ -204,12 +204,12 @@ func TestChallengeCannotBeReplayed(t *testing.T) {
 		t.Fatal(err)
 	}
 	env, _ := sign.Seal(p.verifier.Signer, sign.DomainGPUChallenge, c)
-	frame, _ := env.Marshal()
+	msg, _ := env.Marshal()
 	send := func(from *sign.Signer) Ready {
 		vc, pc := net.Pipe()
 		defer vc.Close()
 		go func() { defer pc.Close(); _ = p.prover.Serve(from.ID(), pc) }()
-		if err := p2p.WriteFrame(vc, frame); err != nil {
+		if err := frame.Write(vc, msg); err != nil {
 			t.Fatal(err)
 		}
 		var r Ready
@@ -229,8 +229,8 @@ func TestChallengeCannotBeReplayed(t *testing.T) {
 	third := signtest.New(t)
 	vc, pc := net.Pipe()
 	go func() { defer pc.Close(); _ = p.prover.Serve(third.ID(), pc) }()
-	_ = p2p.WriteFrame(vc, frame)
-	if _, err := p2p.ReadFrame(bufioReader(vc)); err == nil {
+	_ = frame.Write(vc, msg)
+	if _, err := frame.Read(bufioReader(vc)); err == nil {
 		t.Fatal("a challenge relayed by another peer was answered")
 	}
 	vc.Close()
@@ -253,11 +253,11 @@ func TestProverRefusesBadChallenges(t *testing.T) {
 		"too many powers":  mk(func(c *Challenge) { c.K = 1000 }),
 	} {
 		env, _ := sign.Seal(vs, sign.DomainGPUChallenge, c)
-		frame, _ := env.Marshal()
+		msg, _ := env.Marshal()
 		vc, pc := net.Pipe()
 		done := make(chan error, 1)
 		go func() { defer pc.Close(); done <- p.prover.Serve(vs.ID(), pc) }()
-		_ = p2p.WriteFrame(vc, frame)
+		_ = frame.Write(vc, msg)
 		var r Ready
 		if err := readJSON(bufioReader(vc), &r); err != nil || r.Refused == "" {
 			t.Errorf("%s: answered %+v (%v), want a refusal", name, r, err)

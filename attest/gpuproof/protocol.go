@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -167,11 +167,11 @@ func writeJSON(w io.Writer, v any) error {
 	if err != nil {
 		return err
 	}
-	return p2p.WriteFrame(w, b)
+	return frame.Write(w, b)
 }
 
 func readJSON(r *bufio.Reader, v any) error {
-	b, err := p2p.ReadFrame(r)
+	b, err := frame.Read(r)
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func readJSON(r *bufio.Reader, v any) error {
 // peer the transport authenticated).
 func (p *Prover) Serve(from peer.ID, rw io.ReadWriter) error {
 	br := bufio.NewReader(rw)
-	raw, err := p2p.ReadFrame(br)
+	raw, err := frame.Read(br)
 	if err != nil {
 		return err
 	}
@@ -221,14 +221,14 @@ func (p *Prover) Serve(from peer.ID, rw io.ReadWriter) error {
 	if err := writeJSON(rw, Ready{Backend: run.Backend(), DeviceName: run.DeviceName()}); err != nil {
 		return err
 	}
-	ping, err := p2p.ReadFrame(br)
+	ping, err := frame.Read(br)
 	if err != nil {
 		return err
 	}
-	if err := p2p.WriteFrame(rw, ping); err != nil {
+	if err := frame.Write(rw, ping); err != nil {
 		return err
 	}
-	seed, err := p2p.ReadFrame(br)
+	seed, err := frame.Read(br)
 	if err != nil {
 		return err
 	}
@@ -249,7 +249,7 @@ func (p *Prover) Serve(from peer.ID, rw io.ReadWriter) error {
 	if err != nil {
 		return err
 	}
-	if err := p2p.WriteFrame(rw, b); err != nil {
+	if err := frame.Write(rw, b); err != nil {
 		return err
 	}
 	return writeResult(rw, result)
@@ -317,7 +317,7 @@ func (v *Verifier) Run(ctx context.Context, rw io.ReadWriter, provider peer.ID, 
 	if err != nil {
 		return nil, err
 	}
-	if err := p2p.WriteFrame(rw, b); err != nil {
+	if err := frame.Write(rw, b); err != nil {
 		return nil, fmt.Errorf("gpuproof: send challenge: %w", err)
 	}
 	br := bufio.NewReader(rw)
@@ -340,10 +340,10 @@ func (v *Verifier) Run(ctx context.Context, rw io.ReadWriter, provider peer.ID, 
 		return seal(Unverifiable, fmt.Sprintf("the catalogue has no rate for model %q", model))
 	}
 	t0 := v.now()
-	if err := p2p.WriteFrame(rw, []byte("ping")); err != nil {
+	if err := frame.Write(rw, []byte("ping")); err != nil {
 		return seal(Failed, fmt.Sprintf("ping: %v", err))
 	}
-	if _, err := p2p.ReadFrame(br); err != nil {
+	if _, err := frame.Read(br); err != nil {
 		return seal(Failed, fmt.Sprintf("no pong: %v", err))
 	}
 	verdict.RTT = v.now().Sub(t0)
@@ -356,11 +356,11 @@ func (v *Verifier) Run(ctx context.Context, rw io.ReadWriter, provider peer.ID, 
 		}
 	})
 	start := v.now()
-	if err := p2p.WriteFrame(rw, seed[:]); err != nil {
+	if err := frame.Write(rw, seed[:]); err != nil {
 		timer.Stop()
 		return seal(Failed, fmt.Sprintf("send seed: %v", err))
 	}
-	raw, err := p2p.ReadFrame(br)
+	raw, err := frame.Read(br)
 	verdict.Elapsed = v.now().Sub(start)
 	timer.Stop()
 	if d, ok := rw.(interface{ SetReadDeadline(time.Time) error }); ok {

@@ -26,8 +26,8 @@ func artifactCommand() *cli.Command {
 			ArgsUsage: "PATH | --image REF",
 			Flags: []cli.Flag{jsonFlag(),
 				&cli.StringFlag{Name: "image", Usage: "save this container image of the local engine (docker save) as the artifact; run it with job post --image REF --image-artifact ID"},
-				&cli.BoolFlag{Name: "public", Usage: "serve it to any peer (default: only to providers leasing a job that names it, and peers it is shared with)"},
-				&cli.BoolFlag{Name: "sealed", Usage: "encrypt it end to end: holders keep ciphertext, a job's provider gets the key for its lease only, and the job's checkpoints and outputs come back sealed to you"}},
+				&cli.BoolFlag{Name: "public", Usage: "plain, and served to any peer (default: private, and so sealed: encrypted end to end, holders keep ciphertext, a job's provider gets the key for its lease only, and the job's checkpoints and outputs come back sealed to you)"},
+				&cli.BoolFlag{Name: "sealed", Usage: "what a private file or tree always is (kept for scripts; not with --public or --image)"}},
 			Action: artifactAddAction,
 		}, {
 			Name:  "ls",

@@ -82,27 +82,28 @@ func TestArtifactCLI(t *testing.T) {
 	oneLineError(t, "not an artifact id", "-d", bdir, "artifact", "rm", "xyz")
 	oneLineError(t, "missing destination", "-d", bdir, "artifact", "get", id)
 
-	// A private artifact needs a lease or a share.
-	code, out, _ = runCLI(t, "-d", adir, "artifact", "add", src+"")
-	if code != 0 || strings.TrimSpace(out) != id {
-		t.Fatalf("re-add as private: %q", out)
-	}
-	priv := filepath.Join(t.TempDir(), "private.bin")
-	if err := os.WriteFile(priv, data[:1000], 0o644); err != nil {
-		t.Fatal(err)
-	}
-	code, out, _ = runCLI(t, "-d", adir, "artifact", "add", "--json", priv)
+	// A private artifact is sealed: another artifact than the public one
+	// of the same bytes, the same one when added again; it needs a lease
+	// (a share would hand out ciphertext only, and is refused); its owner
+	// gets it back opened.
+	code, out, _ = runCLI(t, "-d", adir, "artifact", "add", "--json", src)
 	var in api.ArtifactInfo
-	if code != 0 || json.Unmarshal([]byte(out), &in) != nil || !in.Private {
-		t.Fatalf("add --json: %q", out)
+	if code != 0 || json.Unmarshal([]byte(out), &in) != nil || !in.Private || !in.Sealed || in.ID == id {
+		t.Fatalf("add as private: %q (public id %s)", out, id)
 	}
+	if code, out, _ = runCLI(t, "-d", adir, "artifact", "add", "--sealed", src); code != 0 || strings.TrimSpace(out) != in.ID {
+		t.Fatalf("re-add as private (--sealed, an alias): %q, want %s", out, in.ID)
+	}
+	oneLineError(t, "not --public", "-d", adir, "artifact", "add", "--sealed", "--public", src)
 	args = append(append([]string{"-d", bdir, "artifact", "get"}, peers()...), in.ID, filepath.Join(t.TempDir(), "p"))
 	oneLineError(t, "is private", args...)
-	if code, out, _ = runCLI(t, "-d", adir, "artifact", "share", in.ID, b.ID().String()); code != 0 {
-		t.Fatalf("share: %q", out)
+	oneLineError(t, "is sealed", "-d", adir, "artifact", "share", in.ID, b.ID().String())
+	mine := filepath.Join(t.TempDir(), "mine.bin")
+	if code, out, errOut = runCLI(t, "-d", adir, "artifact", "get", in.ID, mine); code != 0 {
+		t.Fatalf("owner's get: %q %q", out, errOut)
 	}
-	if code, out, errOut = runCLI(t, args...); code != 0 {
-		t.Fatalf("get after share: %q %q", out, errOut)
+	if got, _ := os.ReadFile(mine); !bytes.Equal(got, data) {
+		t.Fatal("the owner's get of its sealed artifact is not the data")
 	}
 }
 

@@ -44,6 +44,8 @@ type doctorProbes struct {
 	Docker    func(ctx context.Context) (runtime.DockerStatus, error)
 	Cgroups   func() runtime.CgroupStatus
 	Namespace func(kind string) error
+	// GangNet tries to prepare a gang member's network.
+	GangNet   func() error
 	FreeSpace func(dir string) (uint64, error)
 	// Status and Providers ask the running daemon; an error means none runs.
 	Status    func(ctx context.Context) (api.StatusInfo, error)
@@ -64,6 +66,7 @@ func hostProbes(c *api.Client) doctorProbes {
 		Docker:    func(ctx context.Context) (runtime.DockerStatus, error) { return runtime.ProbeDocker(ctx, "") },
 		Cgroups:   runtime.ProbeCgroups,
 		Namespace: runtime.ProbeNamespace,
+		GangNet:   runtime.ProbeGangNetworks,
 		FreeSpace: ledger.FreeSpace,
 		Status:    c.Status,
 		Providers: func(ctx context.Context) ([]auction.Capability, error) {
@@ -204,6 +207,7 @@ func runChecks(ctx context.Context, env doctorEnv, p doctorProbes) []checkResult
 		checkContainers(ctx, env, p),
 		checkCgroups(env, p),
 		checkNamespaces(env, p),
+		checkGangNet(env, p),
 		checkDisk(env, p),
 		checkClock(ctx, env, p),
 		checkPorts(env, p),
@@ -352,6 +356,23 @@ func checkNamespaces(env doctorEnv, p doctorProbes) checkResult {
 		r.Status, r.Fix = checkWarn, "run as root, or allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1), for stronger job isolation"
 	default:
 		r.Status = checkOK
+	}
+	return r
+}
+
+// checkGangNet says whether this provider can run members of gang jobs
+// (one job across providers), whose private network needs a network
+// namespace per job and nat rules in it.
+func checkGangNet(env doctorEnv, p doctorProbes) checkResult {
+	r := checkResult{Name: "gang network"}
+	switch err := p.GangNet(); {
+	case env.role == "renter":
+		r.Status, r.Detail = checkSkip, "renter role runs no jobs"
+	case err != nil:
+		r.Status, r.Detail = checkWarn, err.Error()
+		r.Fix = "run the daemon as root with iptables installed to host members of gang jobs (--nodes)"
+	default:
+		r.Status, r.Detail = checkOK, "gang members' jobs get a private network (own namespace, nat rules)"
 	}
 	return r
 }

@@ -33,6 +33,7 @@ func healthyProbes() doctorProbes {
 			return runtime.CgroupStatus{Version: 2, Controllers: []string{"cpu", "io", "memory", "pids"}, Usable: true, Detail: "cgroup v2 memory at /x"}
 		},
 		Namespace: func(string) error { return nil },
+		GangNet:   func() error { return nil },
 		FreeSpace: func(string) (uint64, error) { return 100 << 30, nil },
 		Status:    func(context.Context) (api.StatusInfo, error) { return api.StatusInfo{}, errProbe },
 		Providers: func(context.Context) ([]auction.Capability, error) { return nil, errProbe },
@@ -105,6 +106,11 @@ func TestDoctorChecks(t *testing.T) {
 				return nil
 			}
 		}, nsCheck, checkWarn, "cannot: user (probe says no)"},
+		{"gang network", "provider", provider, nil, nil, gangCheck, checkOK, "private network"},
+		{"gang network without iptables", "provider", provider, nil, func(p *doctorProbes) {
+			p.GangNet = func() error { return errProbe }
+		}, gangCheck, checkWarn, "probe says no"},
+		{"gang network renter", "renter", provider, nil, nil, gangCheck, checkSkip, "runs no jobs"},
 		{"disk plenty", "provider", provider, nil, nil, diskCheck, checkOK, "102400 MiB free"},
 		{"disk low", "provider", provider, nil, func(p *doctorProbes) {
 			p.FreeSpace = func(string) (uint64, error) { return 512 << 20, nil }
@@ -169,6 +175,7 @@ func cgroupCheck(_ context.Context, e doctorEnv, p doctorProbes) checkResult {
 func nsCheck(_ context.Context, e doctorEnv, p doctorProbes) checkResult {
 	return checkNamespaces(e, p)
 }
+func gangCheck(_ context.Context, e doctorEnv, p doctorProbes) checkResult  { return checkGangNet(e, p) }
 func diskCheck(_ context.Context, e doctorEnv, p doctorProbes) checkResult  { return checkDisk(e, p) }
 func portsCheck(_ context.Context, e doctorEnv, p doctorProbes) checkResult { return checkPorts(e, p) }
 func reachCheck(_ context.Context, e doctorEnv, _ doctorProbes) checkResult {
@@ -192,8 +199,8 @@ func TestDoctorCommand(t *testing.T) {
 		t.Fatalf("healthy host: exit %d\n%s%s", code, out, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 10 || !strings.HasPrefix(lines[1], "OK    gpu ") {
-		t.Fatalf("want 10 check lines with gpu second:\n%s", out)
+	if len(lines) != 11 || !strings.HasPrefix(lines[1], "OK    gpu ") {
+		t.Fatalf("want 11 check lines with gpu second:\n%s", out)
 	}
 
 	p := healthyProbes()

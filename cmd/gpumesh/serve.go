@@ -100,6 +100,8 @@ func servePostFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "target-p95", Usage: "latency the autoscaler keeps the service under, e.g. 300ms"},
 		&cli.IntFlag{Name: "target-concurrency", DefaultText: fmt.Sprint(api.DefaultTargetConcurrency), Usage: "outstanding requests per replica above which one is added"},
 		&cli.DurationFlag{Name: "scale-down-after", DefaultText: "2m", Usage: "how long load must stay low before a replica is removed"},
+		&cli.BoolFlag{Name: "scale-to-zero", Usage: "run no replica while idle (see --idle-after): the next request waits for a cold start"},
+		&cli.DurationFlag{Name: "idle-after", DefaultText: "5m", Usage: "with --scale-to-zero: how long without a request before the replicas go"},
 		&cli.DurationFlag{Name: "lease", DefaultText: "1h", Usage: "length of each replica's lease (renewed before it ends)"},
 		&cli.StringFlag{Name: "tier", Value: string(auction.Gold), Usage: "gold or silver"},
 		&cli.Float64Flag{Name: "max-price", DefaultText: "required unless in --file", Usage: "most you pay per GPU-hour, in USD"},
@@ -107,6 +109,8 @@ func servePostFlags() []cli.Flag {
 		&cli.IntFlag{Name: "count", Value: 1, Usage: "GPUs per replica"},
 		&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU, in GB"},
 		&cli.StringFlag{Name: "region", Usage: "residency constraint: a region or region prefix, e.g. eu"},
+		&cli.StringSliceFlag{Name: "regions", Usage: "spread the replicas over these regions (each a residency as --region), e.g. eu,us: the gateway routes each request to the nearest one with a ready replica (--near's, then the lowest round trip)"},
+		&cli.IntFlag{Name: "replicas-per-region", DefaultText: "1", Usage: "replicas in each of --regions at least (--replicas defaults to regions × this)"},
 		nearFlag(), maxRTTFlag(),
 		&cli.StringFlag{Name: "image", Usage: "container image to run the command in"},
 		&cli.GenericFlag{Name: "env", Value: &stringList{}, Usage: "environment variable KEY=VALUE (repeatable)"},
@@ -211,7 +215,14 @@ func buildService(c *cli.Context) (api.ServiceSpec, error) {
 	if set("port") {
 		j.Run.ServicePort = c.Int("port")
 	}
-	if set("replicas") || spec.Replicas == 0 {
+	if set("regions") {
+		spec.Regions = c.StringSlice("regions")
+	}
+	if set("replicas-per-region") {
+		spec.ReplicasPerRegion = c.Int("replicas-per-region")
+	}
+	if set("replicas") || spec.Replicas == 0 && len(spec.Regions) == 0 {
+		// With regions the daemon's default is regions × per region.
 		spec.Replicas = c.Int("replicas")
 	}
 	if set("max-replicas") {
@@ -228,6 +239,12 @@ func buildService(c *cli.Context) (api.ServiceSpec, error) {
 	}
 	if set("scale-down-after") {
 		spec.ScaleDownAfter = c.Duration("scale-down-after")
+	}
+	if set("scale-to-zero") {
+		spec.ScaleToZero = c.Bool("scale-to-zero")
+	}
+	if set("idle-after") {
+		spec.IdleAfter = c.Duration("idle-after")
 	}
 	if set("lease") {
 		j.Duration = c.Duration("lease")
@@ -390,8 +407,11 @@ func serveListAction(c *cli.Context) error {
 	fmt.Fprintln(tw, "ID\tGATEWAY\tREADY/DESIRED\tBOUNDS\tREQ/S\tP95 MS\tERRORS\tSTATE")
 	for _, v := range vs {
 		state := "running"
-		if v.Stopped {
+		switch {
+		case v.Stopped:
 			state = "stopped"
+		case v.ScaledToZero:
+			state = "scaled to zero"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d..%d\t%.1f\t%.1f\t%d\t%s\n", v.ID, v.Gateway, v.Ready, v.Desired,
 			v.Spec.Replicas, v.Spec.MaxReplicas, v.Totals.RatePerSec, v.Totals.P95MS, v.Totals.Errors, state)
@@ -436,7 +456,29 @@ func printServiceView(w io.Writer, v *api.ServiceView, peer func(string) string)
 	printPublic(w, v)
 	fmt.Fprintf(w, "command:   %s (port %d%s)\n", strings.Join(j.Run.Command, " "), j.Run.ServicePort, prefixed(", health ", v.Spec.Health))
 	fmt.Fprintf(w, "replicas:  %d ready, %d desired, bounds %d..%d\n", v.Ready, v.Desired, v.Spec.Replicas, v.Spec.MaxReplicas)
-	fmt.Fprintf(w, "leases:    %s, %d GPU(s) each, %s, max $%.4g/GPU-h%s\n", j.Tier, j.GPUCount, j.Duration, j.MaxPrice, prefixed(", region ", j.Region))
+	if v.Spec.ScaleToZero {
+		state := "awake"
+		if v.ScaledToZero {
+			state = "scaled to zero: the next request waits for a cold start"
+		}
+		cold := "none yet"
+		if v.ColdStarts > 0 {
+			cold = fmt.Sprintf("%d, the last %s", v.ColdStarts, time.Duration(v.LastColdStartMS*float64(time.Millisecond)).Round(time.Millisecond))
+		}
+		fmt.Fprintf(w, "idle:      scales to zero after %s idle; %s; cold starts: %s\n", v.Spec.IdleAfter, state, cold)
+	}
+	fmt.Fprintf(w, "leases:    %s, %d GPU(s) each, %s, max $%.4g/GPU-h%s%s\n", j.Tier, j.GPUCount, j.Duration, j.MaxPrice,
+		prefixed(", region ", j.Region), prefixed(", near ", j.Near))
+	for _, g := range v.Regions {
+		rank, rtt := "not routed (none ready)", "-"
+		if g.Rank > 0 {
+			rank = fmt.Sprintf("routing rank %d", g.Rank)
+		}
+		if g.RTTMS > 0 {
+			rtt = fmt.Sprintf("%.1f ms", g.RTTMS)
+		}
+		fmt.Fprintf(w, "region:    %s: %d ready of %d, rtt %s, %s\n", g.Region, g.Ready, g.Want, rtt, rank)
+	}
 	if v.Spec.TargetP95 > 0 {
 		fmt.Fprintf(w, "target:    p95 %s, scale down after %s\n", v.Spec.TargetP95, v.Spec.ScaleDownAfter)
 	}
@@ -450,7 +492,7 @@ func printServiceView(w io.Writer, v *api.ServiceView, peer func(string) string)
 	}
 	if len(v.Replicas) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "JOB\tPROVIDER\tSTATE\tLEASE END\tINFLIGHT\tREQUESTS\tREQ/S\tP50 MS\tP95 MS\tP99 MS\tERR %\tCOST $\t$/1K REQ\tTOK/S\t$/1M TOK")
+		fmt.Fprintln(tw, "JOB\tPROVIDER\tREGION\tRTT MS\tSTATE\tLEASE END\tINFLIGHT\tREQUESTS\tREQ/S\tP50 MS\tP95 MS\tP99 MS\tERR %\tCOST $\t$/1K REQ\tTOK/S\t$/1M TOK")
 		for _, r := range v.Replicas {
 			st := r.State
 			if r.Renewing {
@@ -460,7 +502,15 @@ func printServiceView(w io.Writer, v *api.ServiceView, peer func(string) string)
 			if !r.LeaseEnd.IsZero() {
 				end = r.LeaseEnd.Local().Format(time.TimeOnly)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\t%.4f\t%.4f\t%.1f\t%.4f\n", r.JobID, orDash(peer(r.Provider)), st, end,
+			region := orDash(r.ProviderRegion)
+			if r.Region != "" && r.Region != r.ProviderRegion {
+				region = r.Region + " (" + region + ")"
+			}
+			rtt := "-"
+			if r.RTTMS > 0 {
+				rtt = fmt.Sprintf("%.1f", r.RTTMS)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\t%.4f\t%.4f\t%.1f\t%.4f\n", r.JobID, orDash(peer(r.Provider)), region, rtt, st, end,
 				r.Outstanding, r.Requests, r.RatePerSec, r.P50MS, r.P95MS, r.P99MS, 100*r.ErrorRate,
 				r.CostUSD, r.USDPer1kRequests, r.TokensPerSec, r.USDPer1MTokens)
 		}

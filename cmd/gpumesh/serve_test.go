@@ -23,6 +23,13 @@ func TestServeCLIAgainstFakeDaemon(t *testing.T) {
 					TokensPerSec: 37.5, USDPer1MTokens: 2.75}}},
 			Totals: api.ReplicaStats{Requests: 10, P95MS: 3.25, GPUSeconds: 1800, CostUSD: 0.125, USDPer1kRequests: 12.5,
 				PromptTokens: 1000, CompletionTokens: 4000, TokensPerSec: 37.5, USDPer1MTokens: 2.75}}
+		if spec.ScaleToZero {
+			v.ScaledToZero, v.ColdStarts, v.LastColdStartMS = true, 2, 3400
+		}
+		if len(spec.Regions) > 0 {
+			v.Replicas[0].Region, v.Replicas[0].ProviderRegion, v.Replicas[0].RTTMS = "eu", "eu-west", 5.25
+			v.Regions = []api.RegionView{{Region: "eu", Ready: 1, Want: 2, RTTMS: 5.25, Rank: 1}, {Region: "us", Want: 2}}
+		}
 		if spec.Public != nil {
 			v.Public = &api.PublicView{URL: "https://" + spec.Public.Addr, Fingerprint: "AB:CD", CertPEM: "-----BEGIN CERTIFICATE-----", Tokens: 1}
 		}
@@ -126,6 +133,23 @@ job:
 					t.Fatalf("posted %+v", posted)
 				}
 			}},
+		{"post regions", []string{"serve", "post", "--port", "8000", "--max-price", "3", "--regions", "eu,us", "--replicas-per-region", "2",
+			"--near", "eu-west", "--", "srv"}, 0, []string{"service svc-1: gateway"}, func(t *testing.T) {
+			if strings.Join(posted.Regions, ",") != "eu,us" || posted.ReplicasPerRegion != 2 || posted.Replicas != 0 || posted.Job.Near != "eu-west" {
+				t.Fatalf("posted regions %q × %d, replicas %d, near %q; want eu,us × 2, replicas left to the daemon", posted.Regions, posted.ReplicasPerRegion, posted.Replicas, posted.Job.Near)
+			}
+		}},
+		{"status regions", []string{"serve", "status", "svc-1"}, 0, []string{"near eu-west", "region:    eu: 1 ready of 2, rtt 5.2 ms, routing rank 1",
+			"region:    us: 0 ready of 2, rtt -, not routed (none ready)", "eu (eu-west)  5.2"}, nil},
+		{"post scale to zero", []string{"serve", "post", "--port", "8000", "--max-price", "3", "--scale-to-zero", "--idle-after", "10m", "--", "srv"},
+			0, []string{"service svc-1: gateway"}, func(t *testing.T) {
+				if !posted.ScaleToZero || posted.IdleAfter != 10*time.Minute {
+					t.Fatalf("posted scale to zero %v after %s", posted.ScaleToZero, posted.IdleAfter)
+				}
+			}},
+		{"status scaled to zero", []string{"serve", "status", "svc-1"}, 0,
+			[]string{"idle:      scales to zero after 10m0s idle; scaled to zero: the next request waits for a cold start; cold starts: 2, the last 3.4s"}, nil},
+		{"list scaled to zero", []string{"serve", "list"}, 0, []string{"scaled to zero"}, nil},
 		{"task file bad field", []string{"serve", "post", writeFile(t, "bad.yaml", svcTask+"  replicas: none\n")}, 1,
 			[]string{`bad.yaml:9: service.replicas: must be a whole number, got "none"`}, nil},
 		{"task file bad price", []string{"serve", "post", writeFile(t, "neg.yaml", strings.Replace(svcTask, "max_price: 2", "max_price: -1", 1))}, 1,

@@ -44,12 +44,15 @@ type ArtifactAddRequest struct {
 	// Image, instead of Path, saves a container image of the daemon's
 	// engine (`docker save`) as the artifact.
 	Image string `json:"image,omitempty"`
-	// Public artifacts are served to any peer; private ones (the default)
-	// only to peers leasing a job that names them, or shared with.
+	// Public artifacts are plain and served to any peer. Private ones
+	// (the default) are served only to peers leasing a job that names
+	// them; a private file or tree is sealed: encrypted end to end, so
+	// that providers and other holders store and serve ciphertext, and a
+	// job's provider is given the key for its lease alone. An image
+	// artifact is never sealed (its provider's engine keeps the image).
 	Public bool `json:"public,omitempty"`
-	// Sealed artifacts are encrypted end to end (private; a path, not an
-	// image): providers and other holders store and serve ciphertext, and
-	// a job's provider is given the key for its lease alone.
+	// Sealed changes nothing: a private file or tree is always sealed. It
+	// is refused with Public or Image.
 	Sealed bool `json:"sealed,omitempty"`
 }
 

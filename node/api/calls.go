@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // The typed calls below are the control API's endpoints, one method each;
@@ -205,7 +205,7 @@ func (c *Client) Counters(ctx context.Context) (map[string]int, error) {
 }
 
 // ledgerQuery is f as the query of GET /v1/ledger and /v1/ledger/export.
-func ledgerQuery(f ledger.Filter) url.Values {
+func ledgerQuery(f record.Filter) url.Values {
 	q := url.Values{}
 	if f.Kind != "" {
 		q.Set("kind", string(f.Kind))
@@ -226,15 +226,15 @@ func ledgerQuery(f ledger.Filter) url.Values {
 }
 
 // Ledger is GET /v1/ledger: the entries matching f.
-func (c *Client) Ledger(ctx context.Context, f ledger.Filter) ([]ledger.Entry, error) {
-	var es []ledger.Entry
+func (c *Client) Ledger(ctx context.Context, f record.Filter) ([]record.Entry, error) {
+	var es []record.Entry
 	err := c.Do(ctx, http.MethodGet, "/ledger", ledgerQuery(f), nil, &es)
 	return es, err
 }
 
 // LedgerEntry is GET /v1/ledger/{seq}.
-func (c *Client) LedgerEntry(ctx context.Context, seq uint64) (ledger.Entry, error) {
-	var e ledger.Entry
+func (c *Client) LedgerEntry(ctx context.Context, seq uint64) (record.Entry, error) {
+	var e record.Entry
 	err := c.Do(ctx, http.MethodGet, "/ledger/"+strconv.FormatUint(seq, 10), nil, nil, &e)
 	return e, err
 }
@@ -249,8 +249,8 @@ func (c *Client) LedgerVerify(ctx context.Context) (LedgerVerifyView, error) {
 
 // LedgerBalances is GET /v1/ledger/balances: the money position per
 // counterparty.
-func (c *Client) LedgerBalances(ctx context.Context) (map[string]ledger.Balance, error) {
-	var bs map[string]ledger.Balance
+func (c *Client) LedgerBalances(ctx context.Context) (map[string]record.Balance, error) {
+	var bs map[string]record.Balance
 	err := c.Do(ctx, http.MethodGet, "/ledger/balances", nil, nil, &bs)
 	return bs, err
 }
@@ -263,7 +263,7 @@ const (
 
 // LedgerExport is GET /v1/ledger/export: the entries matching f in format
 // (ExportJSON or ExportCSV) as a stream the caller closes.
-func (c *Client) LedgerExport(ctx context.Context, f ledger.Filter, format string) (io.ReadCloser, error) {
+func (c *Client) LedgerExport(ctx context.Context, f record.Filter, format string) (io.ReadCloser, error) {
 	q := ledgerQuery(f)
 	q.Set("format", format)
 	resp, err := c.Raw(ctx, http.MethodGet, "/ledger/export", q, nil)

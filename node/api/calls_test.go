@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // serve answers the control API on a fresh data dir's socket with mux.
@@ -47,26 +47,26 @@ func reply(w http.ResponseWriter, code int, v any) {
 func TestCalls(t *testing.T) {
 	ctx := context.Background()
 	var seen []string
-	record := func(r *http.Request) { seen = append(seen, r.Method+" "+r.URL.EscapedPath()+"?"+r.URL.RawQuery) }
+	note := func(r *http.Request) { seen = append(seen, r.Method+" "+r.URL.EscapedPath()+"?"+r.URL.RawQuery) }
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/providers", func(w http.ResponseWriter, r *http.Request) {
-		record(r)
+		note(r)
 		reply(w, 200, []auction.Capability{{Peer: "p1"}})
 	})
 	mux.HandleFunc("POST /v1/jobs/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
-		record(r)
+		note(r)
 		reply(w, 200, JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: r.PathValue("id")}, State: auction.JobCancelled}})
 	})
 	mux.HandleFunc("GET /v1/ledger", func(w http.ResponseWriter, r *http.Request) {
-		record(r)
-		reply(w, 200, []ledger.Entry{{Seq: 7}})
+		note(r)
+		reply(w, 200, []record.Entry{{Seq: 7}})
 	})
 	mux.HandleFunc("GET /v1/ledger/export", func(w http.ResponseWriter, r *http.Request) {
-		record(r)
+		note(r)
 		io.WriteString(w, "seq,kind\n")
 	})
 	mux.HandleFunc("GET /v1/reputation/{peer}", func(w http.ResponseWriter, r *http.Request) {
-		record(r)
+		note(r)
 		reply(w, 404, ErrorBody{Error: "no receipts for " + r.PathValue("peer")})
 	})
 	c := serve(t, mux)
@@ -83,11 +83,11 @@ func TestCalls(t *testing.T) {
 		t.Fatalf("CancelJob = %+v, %v", v, err)
 	}
 	since := time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
-	es, err := c.Ledger(ctx, ledger.Filter{Kind: ledger.KindReceipt, Counterparty: "P", LeaseID: "L", Since: since, Limit: 5})
+	es, err := c.Ledger(ctx, record.Filter{Kind: record.KindReceipt, Counterparty: "P", LeaseID: "L", Since: since, Limit: 5})
 	if err != nil || len(es) != 1 || es[0].Seq != 7 {
 		t.Fatalf("Ledger = %+v, %v", es, err)
 	}
-	body, err := c.LedgerExport(ctx, ledger.Filter{Kind: ledger.KindPaymentOwed}, ExportCSV)
+	body, err := c.LedgerExport(ctx, record.Filter{Kind: record.KindPaymentOwed}, ExportCSV)
 	if err != nil {
 		t.Fatal(err)
 	}

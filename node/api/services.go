@@ -42,7 +42,32 @@ type ServiceSpec struct {
 	// Public, when set, also serves the gateway on a public address, over
 	// TLS, to end users holding one of the service's API tokens.
 	Public *PublicSpec `json:"public,omitempty" yaml:"public,omitempty"`
+	// Regions spreads the replicas over regions (each a residency, as
+	// Job.Region: "eu" takes eu-west, eu-central...): ReplicasPerRegion of
+	// them in each at least, every replica's job taking its region as its
+	// Region. The gateway sends each request to the nearest region with a
+	// ready replica (Job.Near's region first, then the lowest measured
+	// round trip), and to the next when that one has none ready or all of
+	// its replicas are at the target concurrency. Replicas is then at
+	// least len(Regions) × ReplicasPerRegion (its default), and the job
+	// takes no Region of its own.
+	Regions           []string `json:"regions,omitempty" yaml:"regions,omitempty"`
+	ReplicasPerRegion int      `json:"replicas_per_region,omitempty" yaml:"replicas_per_region,omitempty"`
+	// ScaleToZero lets the service run no replica while idle: once no
+	// request has come for IdleAfter (zero: DefaultIdleAfter; at least
+	// MinIdleAfter), its replicas drain and their leases are cancelled;
+	// the next request waits (up to StartTimeout) while Replicas replicas
+	// are leased and started again: a cold start, whose time the status
+	// reports.
+	ScaleToZero bool          `json:"scale_to_zero,omitempty" yaml:"scale_to_zero,omitempty"`
+	IdleAfter   time.Duration `json:"idle_after,omitempty" yaml:"idle_after,omitempty"`
 }
+
+// ServiceSpec.IdleAfter's default and least value.
+const (
+	DefaultIdleAfter = 5 * time.Minute
+	MinIdleAfter     = time.Second
+)
 
 // PostServiceRequest is the body of POST /v1/services: a ServiceSpec, or
 // Task, the text of a service file (a task file with a service: section,
@@ -145,7 +170,27 @@ type ReplicaView struct {
 	// soon).
 	Renewing bool      `json:"renewing,omitempty"`
 	Since    time.Time `json:"since"`
+	// Region is the one of ServiceSpec.Regions the replica was leased in
+	// (empty for a service without regions); ProviderRegion the region
+	// its provider bid from.
+	Region         string `json:"region,omitempty"`
+	ProviderRegion string `json:"provider_region,omitempty"`
+	// RTTMS is the round trip this node measured to its provider, in
+	// milliseconds (0: not measured), which routing goes by.
+	RTTMS float64 `json:"rtt_ms,omitempty"`
 	ReplicaStats
+}
+
+// RegionView is one of a service's regions: its replicas ready and
+// wanted, and the round trip routing ranks it by (its nearest ready
+// replica's; 0: none measured). Rank is its place in routing now, 1 for
+// the region requests go to first (0: it has no ready replica).
+type RegionView struct {
+	Region string  `json:"region"`
+	Ready  int     `json:"ready"`
+	Want   int     `json:"want"`
+	RTTMS  float64 `json:"rtt_ms,omitempty"`
+	Rank   int     `json:"rank"`
 }
 
 // ReplicaStats are a replica's (or a service's) routing figures: totals
@@ -194,15 +239,23 @@ type ServiceView struct {
 	// X-Gpumesh-Token header or as ?token=.
 	Token string `json:"token,omitempty"`
 	// Public is the public endpoint, when the spec asks for one.
-	Public   *PublicView    `json:"public,omitempty"`
-	Stopped  bool           `json:"stopped,omitempty"`
-	Desired  int            `json:"desired"`
-	Ready    int            `json:"ready"`
-	Replicas []ReplicaView  `json:"replicas"`
-	Totals   ReplicaStats   `json:"totals"`
-	Retries  int64          `json:"retries"`
-	Events   []ServiceEvent `json:"events,omitempty"`
-	Created  time.Time      `json:"created"`
+	Public   *PublicView   `json:"public,omitempty"`
+	Stopped  bool          `json:"stopped,omitempty"`
+	Desired  int           `json:"desired"`
+	Ready    int           `json:"ready"`
+	Replicas []ReplicaView `json:"replicas"`
+	Regions  []RegionView  `json:"regions,omitempty"`
+	// ScaledToZero is set while a ScaleToZero service runs no replica
+	// for being idle. ColdStarts counts the times a request woke it, and
+	// LastColdStartMS is how long the latest took: from the request to
+	// its first replica ready.
+	ScaledToZero    bool           `json:"scaled_to_zero,omitempty"`
+	ColdStarts      int            `json:"cold_starts,omitempty"`
+	LastColdStartMS float64        `json:"last_cold_start_ms,omitempty"`
+	Totals          ReplicaStats   `json:"totals"`
+	Retries         int64          `json:"retries"`
+	Events          []ServiceEvent `json:"events,omitempty"`
+	Created         time.Time      `json:"created"`
 }
 
 // LatencySample is a service's requests through its gateway over the

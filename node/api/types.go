@@ -11,7 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/gpuproof"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // Control API payloads (JSON). These are the daemon's public contract with
@@ -305,7 +305,7 @@ type ProviderLease struct {
 
 // LedgerVerifyView is GET /v1/ledger/verify on success. On tampering the
 // call fails with status 409 and an error naming the first bad entry.
-type LedgerVerifyView = ledger.VerifyReport
+type LedgerVerifyView = record.VerifyReport
 
 // ReputationView is GET /v1/reputation/{peer}.
 type ReputationView struct {

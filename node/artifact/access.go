@@ -3,8 +3,11 @@ package artifact
 import (
 	"fmt"
 	"slices"
+	"time"
 
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -95,9 +98,9 @@ func (g guard) admits(rd Reader, self peer.ID, lease func(string, peer.ID) bool)
 	return false
 }
 
-// setAccess tells the store who it is and who holds a lease naming one of
+// SetAccess tells the store who it is and who holds a lease naming one of
 // its own private artifacts (ServiceConfig.Authorize).
-func (s *Store) setAccess(self peer.ID, lease func(id string, from peer.ID) bool) {
+func (s *Store) SetAccess(self peer.ID, lease func(id string, from peer.ID) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.self, s.lease = self, lease
@@ -115,7 +118,7 @@ func (s *Store) MayRead(id string, rd Reader) error {
 	self, lease := s.self, s.lease
 	s.mu.Unlock()
 	if !ok || !ValidID(id) {
-		return fmt.Errorf("artifact %s: %w", short(id), ErrNotFound)
+		return fmt.Errorf("artifact %s: %w", ShortID(id), ErrNotFound)
 	}
 	if g.admits(rd, self, lease) {
 		return nil
@@ -124,7 +127,7 @@ func (s *Store) MayRead(id string, rd Reader) error {
 	if rd.Peer == "" {
 		who = "an anonymous reader"
 	}
-	return fmt.Errorf("artifact %s is private: %s is not its owner and shows no lease naming it, share or grant", short(id), who)
+	return fmt.Errorf("artifact %s is private: %s is not its owner and shows no lease naming it, share or grant", ShortID(id), who)
 }
 
 // HeldToken is what a provider's capability record lists for a private
@@ -132,3 +135,18 @@ func (s *Store) MayRead(id string, rd Reader) error {
 // what other renters keep), but a digest only a peer that knows the id
 // can match (auction.HeldToken).
 func HeldToken(owner, id string) string { return auction.HeldToken(owner, id) }
+
+// validGrant reports whether grant is owner's unexpired permission for
+// peer to to fetch artifact id.
+func validGrant(grant []byte, owner peer.ID, id string, to peer.ID) bool {
+	if len(grant) == 0 {
+		return false
+	}
+	env, err := sign.UnmarshalEnvelope(grant)
+	if err != nil {
+		return false
+	}
+	var g wire.ArtifactGrant
+	signer, err := sign.Open(env, sign.DomainArtifactGrant, &g)
+	return err == nil && signer == owner && g.ID == id && g.Peer == to.String() && time.Now().Before(g.Expires)
+}

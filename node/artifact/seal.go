@@ -111,12 +111,14 @@ type sealWriter struct {
 	i   uint64
 }
 
-// newSealWriter writes a fresh salt to w and returns the writer sealing
-// under the content key derived from k, and that key.
-func newSealWriter(w io.Writer, k Key) (*sealWriter, Key, error) {
-	salt := make([]byte, saltSize)
-	if _, err := rand.Read(salt); err != nil {
-		return nil, Key{}, err
+// newSealWriter writes salt (nil: a fresh random one) to w and returns
+// the writer sealing under the content key derived from k, and that key.
+func newSealWriter(w io.Writer, k Key, salt []byte) (*sealWriter, Key, error) {
+	if salt == nil {
+		salt = make([]byte, saltSize)
+		if _, err := rand.Read(salt); err != nil {
+			return nil, Key{}, err
+		}
 	}
 	ck := contentKey(k, salt)
 	aead, err := chacha20poly1305.NewX(ck[:])
@@ -234,6 +236,55 @@ const sealedName = "sealed"
 // is written; one sealed for a peer (a lease's outputs, sealed with its
 // lease key) keeps no key here. Symlinks and special files are left out.
 func (s *Store) AddSealed(src string, k Key, meta Meta) (id string, ck Key, err error) {
+	return s.addSealed(src, func([]byte) (Key, []byte, error) { return k, nil, nil }, meta)
+}
+
+// AddPrivate imports a file or directory tree of ours as a private
+// artifact, sealed (every private file or tree is): under a key derived
+// from this store's secret and its content (the sealed header: each
+// file's name, size and SHA-256), with a salt derived from that key, so
+// that the same data added twice is the same artifact (an owner's
+// re-add, a provider that holds it warm) while no one without the secret
+// can derive its key or tell it from any other data.
+func (s *Store) AddPrivate(src string) (string, error) {
+	id, _, err := s.addSealed(src, func(hdr []byte) (Key, []byte, error) {
+		secret, err := s.secret()
+		if err != nil {
+			return Key{}, nil, err
+		}
+		sum := sha256.Sum256(hdr)
+		b, err := hkdf.Key(sha256.New, secret, sum[:], "gpumesh private artifact v1", KeySize+saltSize)
+		if err != nil {
+			return Key{}, nil, err
+		}
+		var k Key
+		copy(k[:], b)
+		return k, b[KeySize:], nil
+	}, Meta{Private: true})
+	if err != nil {
+		return "", err
+	}
+	return id, s.setLabel(id, filepath.Base(src))
+}
+
+// setLabel records the name our own sealed artifact id was added under.
+func (s *Store) setLabel(id, label string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[id]
+	if !ok {
+		return fmt.Errorf("%s: %w", ShortID(id), ErrNotFound)
+	}
+	if r.Label == label {
+		return nil
+	}
+	r.Label = label
+	return s.saveLocked(id)
+}
+
+// addSealed is AddSealed with the key and salt (nil: random) that seal
+// the artifact chosen from its plaintext header.
+func (s *Store) addSealed(src string, keyFor func(hdr []byte) (Key, []byte, error), meta Meta) (id string, ck Key, err error) {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return "", Key{}, fmt.Errorf("artifact add: %w", err)
@@ -275,10 +326,14 @@ func (s *Store) AddSealed(src string, k Key, meta Meta) (id string, ck Key, err 
 	if err != nil {
 		return "", Key{}, err
 	}
+	k, salt, err := keyFor(hb)
+	if err != nil {
+		return "", Key{}, fmt.Errorf("artifact add %s: %w", src, err)
+	}
 	pr, pw := io.Pipe()
 	keyc := make(chan Key, 1)
 	go func() {
-		sw, ck, err := newSealWriter(pw, k)
+		sw, ck, err := newSealWriter(pw, k, salt)
 		keyc <- ck
 		if err == nil {
 			var n [4]byte
@@ -336,7 +391,7 @@ func (s *Store) openSealed(id string, rd Reader, k Key, derive bool) ([]auction.
 		return nil, false, nil, err
 	}
 	if !m.Sealed {
-		return nil, false, nil, fmt.Errorf("artifact %s is not sealed", short(id))
+		return nil, false, nil, fmt.Errorf("artifact %s is not sealed", ShortID(id))
 	}
 	rc, err := s.Open(id, rd)
 	if err != nil {
@@ -351,12 +406,12 @@ func (s *Store) openSealed(id string, rd Reader, k Key, derive bool) ([]auction.
 	var n [4]byte
 	if _, err := io.ReadFull(br, n[:]); err != nil {
 		rc.Close()
-		return nil, false, nil, fmt.Errorf("artifact %s: %w", short(id), err)
+		return nil, false, nil, fmt.Errorf("artifact %s: %w", ShortID(id), err)
 	}
 	size := binary.BigEndian.Uint32(n[:])
 	if size > maxSealedHeader {
 		rc.Close()
-		return nil, false, nil, fmt.Errorf("artifact %s: sealed header of %d bytes", short(id), size)
+		return nil, false, nil, fmt.Errorf("artifact %s: sealed header of %d bytes", ShortID(id), size)
 	}
 	hb := make([]byte, size)
 	var hdr sealedHeader
@@ -368,7 +423,7 @@ func (s *Store) openSealed(id string, rd Reader, k Key, derive bool) ([]auction.
 	}
 	if err != nil {
 		rc.Close()
-		return nil, false, nil, fmt.Errorf("artifact %s: sealed header: %w", short(id), err)
+		return nil, false, nil, fmt.Errorf("artifact %s: sealed header: %w", ShortID(id), err)
 	}
 	return hdr.Files, hdr.Dir, struct {
 		io.Reader
@@ -393,10 +448,10 @@ func (s *Store) Unseal(id, dst string, rd Reader, ck Key) error {
 		defer os.RemoveAll(target)
 	}
 	if _, err := wire.ExtractBundle(body, files, target, false); err != nil {
-		return fmt.Errorf("artifact %s: %w", short(id), err)
+		return fmt.Errorf("artifact %s: %w", ShortID(id), err)
 	}
 	if _, err := io.Copy(io.Discard, body); err != nil {
-		return fmt.Errorf("artifact %s: %w", short(id), err)
+		return fmt.Errorf("artifact %s: %w", ShortID(id), err)
 	}
 	if !dir {
 		return os.Rename(filepath.Join(target, filepath.FromSlash(files[0].Path)), dst)
@@ -414,7 +469,7 @@ func (s *Store) ContentKey(id string, k Key) (Key, error) {
 		return Key{}, err
 	}
 	if !m.Sealed {
-		return Key{}, fmt.Errorf("artifact %s is not sealed", short(id))
+		return Key{}, fmt.Errorf("artifact %s is not sealed", ShortID(id))
 	}
 	rc, err := s.Open(id, Local)
 	if err != nil {
@@ -423,7 +478,7 @@ func (s *Store) ContentKey(id string, k Key) (Key, error) {
 	defer rc.Close()
 	salt := make([]byte, saltSize)
 	if _, err := io.ReadFull(rc, salt); err != nil {
-		return Key{}, fmt.Errorf("artifact %s: %w", short(id), ErrSealed)
+		return Key{}, fmt.Errorf("artifact %s: %w", ShortID(id), ErrSealed)
 	}
 	return contentKey(k, salt), nil
 }
@@ -436,7 +491,7 @@ func (s *Store) verify(id string, ck Key) error {
 	}
 	defer body.Close()
 	if _, err := io.Copy(io.Discard, body); err != nil {
-		return fmt.Errorf("artifact %s: %w", short(id), err)
+		return fmt.Errorf("artifact %s: %w", ShortID(id), err)
 	}
 	return nil
 }
@@ -467,7 +522,7 @@ func (s *Store) setKey(id string, ck Key) error {
 	defer s.mu.Unlock()
 	r, ok := s.recs[id]
 	if !ok {
-		return fmt.Errorf("%s: %w", short(id), ErrNotFound)
+		return fmt.Errorf("%s: %w", ShortID(id), ErrNotFound)
 	}
 	if r.Key != nil && subtle.ConstantTimeCompare(r.Key[:], ck[:]) == 1 {
 		return nil

@@ -231,3 +231,54 @@ func mustKey(t *testing.T) Key {
 	}
 	return k
 }
+
+// TestPrivateArtifactSealedOncePerOwner: a private file or tree is
+// sealed (its store holds no byte of it) under a key of its owner's, and
+// the same data added again, also once evicted, is the same artifact; the
+// same data added by another store (another owner) is another, which the
+// first owner's key does not open, and the owner's key opens its own.
+func TestPrivateArtifactSealedOncePerOwner(t *testing.T) {
+	marker := []byte("MARKER-" + hex.EncodeToString([]byte("private artifact marker")))
+	src, big := sealedDir(t, marker)
+	a := openStore(t, 0)
+	id, err := a.AddPrivate(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := a.Info(id)
+	if err != nil || !in.Private || !in.Sealed || in.Owner != "" || in.Name != filepath.Base(src) {
+		t.Fatalf("added %+v %v", in, err)
+	}
+	if m, _, err := a.Manifest(id); err != nil || m.Name != sealedName {
+		t.Fatalf("manifest (served to holders) %+v %v: names the data", m, err)
+	}
+	if p := storeHolds(t, a, marker); p != "" {
+		t.Fatalf("the owner's store holds the plaintext in %s", p)
+	}
+	again, err := a.AddPrivate(src)
+	if err != nil || again != id {
+		t.Fatalf("added again: %s %v, want %s", again, err, id)
+	}
+	if err := a.Remove(id); err != nil {
+		t.Fatal(err)
+	}
+	if again, err = a.AddPrivate(src); err != nil || again != id {
+		t.Fatalf("added again once removed: %s %v, want %s", again, err, id)
+	}
+	b := openStore(t, 0)
+	other, err := b.AddPrivate(src)
+	if err != nil || other == id {
+		t.Fatalf("another owner's copy: %s %v (first owner's %s)", other, err, id)
+	}
+	ka, _ := a.Key(id)
+	if err := b.Unseal(other, filepath.Join(t.TempDir(), "x"), Local, ka); !errors.Is(err, ErrSealed) {
+		t.Fatalf("another owner's copy opened with the first owner's key: %v", err)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	if err := a.ExportFor(id, dst, Local, map[string]Key{id: ka}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dst, "sub/big.bin")); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("opened: %v", err)
+	}
+}

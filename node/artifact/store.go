@@ -241,6 +241,20 @@ type Info struct {
 	Pins     int       `json:"pins,omitempty"`
 }
 
+// FetchResult says how a fetch into the store went (the transfer
+// service's Fetch).
+type FetchResult struct {
+	ID   string `json:"id"`
+	Size int64  `json:"size"`
+	// Fetched is the bytes transferred by this fetch (chunks already held
+	// were skipped).
+	Fetched int64 `json:"fetched"`
+	// FromPeer is the bytes each peer served.
+	FromPeer map[string]int64 `json:"from_peer,omitempty"`
+	// BadPeers are the peers dropped for serving a bad chunk.
+	BadPeers []string `json:"bad_peers,omitempty"`
+}
+
 type record struct {
 	Manifest Manifest `json:"manifest"`
 	Complete bool     `json:"complete"`
@@ -255,6 +269,9 @@ type record struct {
 	// Key is a sealed artifact's content key, where this node holds it:
 	// for its own, or one it was given (SetKey). Never served.
 	Key *Key `json:"key,omitempty"`
+	// Label is the name our own sealed artifact was added under (its
+	// manifest's is only "sealed"), shown as its Info.Name. Never served.
+	Label string `json:"label,omitempty"`
 }
 
 // Store holds artifacts under a directory within a byte budget.
@@ -436,7 +453,7 @@ func (s *Store) HasChunk(h string) bool {
 func (s *Store) PutChunk(id, h string, data []byte, rd Reader) error {
 	sum := sha256.Sum256(data)
 	if hex.EncodeToString(sum[:]) != h {
-		return fmt.Errorf("chunk %s: content does not match its hash", short(h))
+		return fmt.Errorf("chunk %s: content does not match its hash", ShortID(h))
 	}
 	if err := s.writeChunk(id, h, data); err != nil {
 		return err
@@ -507,7 +524,7 @@ func (s *Store) ReadChunk(h string) ([]byte, error) {
 	}
 	b, err := os.ReadFile(s.chunkPath(h))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("chunk %s: %w", short(h), ErrNotFound)
+		return nil, fmt.Errorf("chunk %s: %w", ShortID(h), ErrNotFound)
 	}
 	return b, err
 }
@@ -550,11 +567,11 @@ func (s *Store) Complete(id string, rd Reader, meta Meta) error {
 	defer s.mu.Unlock()
 	r, ok := s.recs[id]
 	if !ok {
-		return fmt.Errorf("%s: %w", short(id), ErrNotFound)
+		return fmt.Errorf("%s: %w", ShortID(id), ErrNotFound)
 	}
 	for _, c := range r.Manifest.Chunks() {
 		if _, ok := s.chunks[c.Hash]; !ok {
-			return fmt.Errorf("artifact %s: chunk %s missing", short(id), short(c.Hash))
+			return fmt.Errorf("artifact %s: chunk %s missing", ShortID(id), ShortID(c.Hash))
 		}
 	}
 	switch {
@@ -767,7 +784,7 @@ func (s *Store) Manifest(id string) (Manifest, bool, error) {
 	defer s.mu.Unlock()
 	r, ok := s.recs[id]
 	if !ok {
-		return Manifest{}, false, fmt.Errorf("%s: %w", short(id), ErrNotFound)
+		return Manifest{}, false, fmt.Errorf("%s: %w", ShortID(id), ErrNotFound)
 	}
 	return r.Manifest, r.Complete, nil
 }
@@ -784,16 +801,20 @@ func (s *Store) Meta(id string) (Meta, []string, bool) {
 }
 
 // Share lets peer fetch a private artifact of ours (one held for another
-// peer is that peer's to grant).
+// peer is that peer's to grant). A sealed one is not shared: its key
+// stays with us.
 func (s *Store) Share(id, peerID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.recs[id]
 	if !ok {
-		return fmt.Errorf("%s: %w", short(id), ErrNotFound)
+		return fmt.Errorf("%s: %w", ShortID(id), ErrNotFound)
 	}
 	if r.Owner != "" {
-		return fmt.Errorf("artifact %s is held for %s: only its owner can share it", short(id), r.Owner)
+		return fmt.Errorf("artifact %s is held for %s: only its owner can share it", ShortID(id), r.Owner)
+	}
+	if r.Manifest.Sealed {
+		return fmt.Errorf("artifact %s is sealed, as every private file or tree is: a peer it is shared with could fetch only ciphertext (its key is not handed over); add the data with --public to share it", ShortID(id))
 	}
 	for _, p := range r.Shares {
 		if p == peerID {
@@ -830,13 +851,17 @@ func (s *Store) Info(id string) (Info, error) {
 	defer s.mu.Unlock()
 	r, ok := s.recs[id]
 	if !ok || !ValidID(id) {
-		return Info{}, fmt.Errorf("%s: %w", short(id), ErrNotFound)
+		return Info{}, fmt.Errorf("%s: %w", ShortID(id), ErrNotFound)
 	}
 	return s.infoLocked(id, r), nil
 }
 
 func (s *Store) infoLocked(id string, r *record) Info {
-	return Info{ID: id, Name: r.Manifest.Name, Size: r.Manifest.Size, Files: len(r.Manifest.Entries), Complete: r.Complete,
+	name := r.Manifest.Name
+	if r.Label != "" {
+		name = r.Label
+	}
+	return Info{ID: id, Name: name, Size: r.Manifest.Size, Files: len(r.Manifest.Entries), Complete: r.Complete,
 		Private: r.Private, Sealed: r.Manifest.Sealed, Owner: r.Owner, Shares: append([]string(nil), r.Shares...), Added: r.Added, LastUsed: r.LastUsed, Pins: s.pins[id]}
 }
 
@@ -878,12 +903,12 @@ func (s *Store) CompleteIDs(max int) []string {
 	return out
 }
 
-// fits says whether artifact id of manifest m may come into the store:
+// Fits says whether artifact id of manifest m may come into the store:
 // the size of its files (Manifest.Size, every repeat of a chunk counted,
 // as a job's copy of it holds them), not only the distinct chunks stored,
 // must fit the budget beside the other artifacts in use. A manifest
 // repeating one chunk cannot make a few stored bytes many on disk.
-func (s *Store) fits(m *Manifest, id string) error {
+func (s *Store) Fits(m *Manifest, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.budget <= 0 {
@@ -900,7 +925,7 @@ func (s *Store) fits(m *Manifest, id string) error {
 		for _, c := range m.Chunks() {
 			distinct += c.Size
 		}
-		return fmt.Errorf("%w: artifact %s has %d bytes of files (%d distinct), more than the %d the budget leaves beside the artifacts in use", ErrFull, short(id), m.Size, distinct, max(room, 0))
+		return fmt.Errorf("%w: artifact %s has %d bytes of files (%d distinct), more than the %d the budget leaves beside the artifacts in use", ErrFull, ShortID(id), m.Size, distinct, max(room, 0))
 	}
 	return nil
 }
@@ -924,10 +949,10 @@ func (s *Store) Remove(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.recs[id]; !ok || !ValidID(id) {
-		return fmt.Errorf("%s: %w", short(id), ErrNotFound)
+		return fmt.Errorf("%s: %w", ShortID(id), ErrNotFound)
 	}
 	if s.pins[id] > 0 {
-		return fmt.Errorf("artifact %s is in use by %d job(s); remove it after they end", short(id), s.pins[id])
+		return fmt.Errorf("artifact %s is in use by %d job(s); remove it after they end", ShortID(id), s.pins[id])
 	}
 	s.removeLocked(id)
 	return nil
@@ -968,7 +993,7 @@ func (s *Store) Export(id, dst string, rd Reader) error {
 		return err
 	}
 	if !complete {
-		return fmt.Errorf("artifact %s is incomplete; fetch it first", short(id))
+		return fmt.Errorf("artifact %s is incomplete; fetch it first", ShortID(id))
 	}
 	for _, e := range m.Entries {
 		target := dst
@@ -993,7 +1018,7 @@ func (s *Store) Open(id string, rd Reader) (io.ReadCloser, error) {
 		return nil, err
 	}
 	if !complete || m.Dir {
-		return nil, fmt.Errorf("artifact %s is not a complete single file", short(id))
+		return nil, fmt.Errorf("artifact %s is not a complete single file", ShortID(id))
 	}
 	return &chunkReader{s: s, chunks: m.Entries[0].Chunks}, nil
 }
@@ -1065,7 +1090,9 @@ func (s *Store) exportFile(e Entry, target string) error {
 	return f.Close()
 }
 
-func short(id string) string {
+// ShortID is an artifact id cut to its first 12 characters, for logs and
+// messages.
+func ShortID(id string) string {
 	if len(id) > 12 {
 		return id[:12]
 	}
@@ -1110,4 +1137,22 @@ func (s *Store) recordImported(m Manifest, meta Meta) (string, error) {
 	}
 	s.recs[id] = &record{Manifest: m, Complete: true, Private: meta.Private, Owner: meta.Owner, Added: now, LastUsed: now}
 	return id, s.saveLocked(id)
+}
+
+// ExportFor writes artifact id under dst for rd as Export does, or, a
+// sealed one, as Unseal does with its content key in keys: the one way a
+// job's inputs and restored checkpoints are laid out.
+func (s *Store) ExportFor(id, dst string, rd Reader, keys map[string]Key) error {
+	m, _, err := s.Manifest(id)
+	if err != nil {
+		return err
+	}
+	if !m.Sealed {
+		return s.Export(id, dst, rd)
+	}
+	k, ok := keys[id]
+	if !ok {
+		return fmt.Errorf("artifact %s is sealed and its owner gave no key for it", ShortID(id))
+	}
+	return s.Unseal(id, dst, rd, k)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -231,5 +232,32 @@ func TestManifestValidate(t *testing.T) {
 				t.Fatalf("error is not one clean line: %q", err)
 			}
 		})
+	}
+}
+
+func TestStoreOpenReadsFileInOrder(t *testing.T) {
+	dir := t.TempDir()
+	data := randFile(t, dir, "dataset.bin", 2*ChunkSize+5)
+	src := filepath.Join(dir, "dataset.bin")
+	s := openStore(t, 0)
+	id, err := s.Add(src, Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := s.Open(id, Local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes (%v), want the file's %d", len(got), err, len(data))
+	}
+	dirID, err := s.Add(filepath.Dir(src), Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Open(dirID, Local); err == nil {
+		t.Fatal("opened a directory artifact as a file")
 	}
 }

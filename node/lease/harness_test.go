@@ -18,6 +18,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/auctiontest"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -28,7 +29,7 @@ import (
 )
 
 // The harness runs whole nodes (renter Tracker, provider Supervisor and
-// auction Provider, Receipts) on an auction.MemNetwork, with real ledgers
+// auction Provider, Receipts) on an auctiontest.MemNetwork, with real ledgers
 // and reputation books and a fake executor whose jobs the test controls.
 
 const (
@@ -281,7 +282,7 @@ func (s crashStore) List(fn func(string, []byte) error) error { return s.s.List(
 
 type crashTransport struct {
 	c *crashable
-	t *auction.MemTransport
+	t *auctiontest.MemTransport
 }
 
 func (t crashTransport) Request(ctx context.Context, to peer.ID, proto protocol.ID, data []byte) ([]byte, error) {
@@ -376,6 +377,8 @@ type provSpec struct {
 	maxRetain time.Duration
 	now       Clock
 	scrub     func(leaseID string) string
+	// network is the supervisor's Network hook.
+	network func(l auction.Lease, job auction.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error)
 }
 
 // node is one in-memory daemon.
@@ -388,7 +391,7 @@ type node struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	crash    *crashable
-	tr       *auction.MemTransport
+	tr       *auctiontest.MemTransport
 	counters *Counters
 	book     *attest.Book
 	receipts *Receipts
@@ -403,7 +406,7 @@ type node struct {
 
 type harness struct {
 	t   *testing.T
-	net *auction.MemNetwork
+	net *auctiontest.MemNetwork
 	// abandonGrace is the renters' grace after a lease's end.
 	abandonGrace time.Duration
 	// lossAfter is how long a running lease's provider may stay silent
@@ -422,7 +425,7 @@ type harness struct {
 }
 
 func newHarness(t *testing.T) *harness {
-	return &harness{t: t, net: auction.NewMemNetwork(), abandonGrace: time.Minute, lossAfter: time.Second,
+	return &harness{t: t, net: auctiontest.NewMemNetwork(), abandonGrace: time.Minute, lossAfter: time.Second,
 		queueBackoff: 20 * time.Millisecond, queueBackoffMax: 200 * time.Millisecond}
 }
 
@@ -461,7 +464,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		FetchOutputs: h.fetchOutputs(s.ID()), KeptDir: n.kept, OnSave: h.onSave, ProviderGPUs: h.providerGPUs}); err != nil {
 		t.Fatal(err)
 	}
-	handlers := auction.MemHandlers{OnBid: n.tracker.Auction().HandleBid}
+	handlers := auctiontest.MemHandlers{OnBid: n.tracker.Auction().HandleBid}
 	if spec != nil {
 		n.exec = newFakeExec(t)
 		var exec runtime.Executor = n.exec
@@ -489,7 +492,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			JobsDir: n.jobsDir, GPUs: devs, Inputs: spec.inputs, Telemetry: spec.telemetry, Fingerprint: fpEnv, Sensors: spec.sensors,
 			Limits: func() (int, int) { return spec.maxTempC, 0 }, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
 			LeaseEnded: func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
-			Scrub:      spec.scrub, JobFilesMaxRetain: spec.maxRetain, Now: spec.now,
+			Scrub:      spec.scrub, JobFilesMaxRetain: spec.maxRetain, Now: spec.now, Network: spec.network,
 			RecoverDelay: time.Millisecond, SettleRetry: 20 * time.Millisecond, SettleRetryMax: 100 * time.Millisecond,
 			Counters: n.counters}); err != nil {
 			t.Fatal(err)
@@ -576,8 +579,8 @@ func (h *harness) fetchLog(renter peer.ID) func(context.Context, peer.ID, string
 // fetchOutputs is the renter's outputs stream, as the daemon's
 // serveOutputs answers it: the lease's whole manifest and its files'
 // bundle, once the job ended.
-func (h *harness) fetchOutputs(renter peer.ID) func(context.Context, peer.ID, string) ([]auction.OutputFile, io.ReadCloser, error) {
-	return func(_ context.Context, prov peer.ID, leaseID string) ([]auction.OutputFile, io.ReadCloser, error) {
+func (h *harness) fetchOutputs(renter peer.ID) func(context.Context, peer.ID, string, string) ([]auction.OutputFile, io.ReadCloser, error) {
+	return func(_ context.Context, prov peer.ID, leaseID, _ string) ([]auction.OutputFile, io.ReadCloser, error) {
 		x, ok := h.nodes.Load(prov)
 		if !ok {
 			return nil, nil, fmt.Errorf("provider %s unreachable", prov)

@@ -7,7 +7,7 @@
 // in the ledger and the reputation book and gossips them.
 //
 // The package talks to the world only through the small interfaces below,
-// so a whole market runs in memory in tests (auction.MemNetwork) and over
+// so a whole market runs in memory in tests (auction/auctiontest.MemNetwork) and over
 // libp2p in the daemon (package node wires the adapters).
 package lease
 

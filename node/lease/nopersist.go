@@ -61,12 +61,20 @@ type keepWant struct {
 	logDigest   string
 	logBytes    int64
 	outputsHash string
+	// sealedJob is whether the job is sealed, and sealed its outputs
+	// artifact, sealed to us: the outputs are taken from it (its provider
+	// holds no plaintext of them).
+	sealedJob bool
+	sealed    string
 }
 
 func keepWantOf(v api.JobView) keepWant {
 	w := keepWant{logDigest: v.LogDigest, logBytes: v.LogBytes, outputsHash: v.OutputsHash}
 	if v.Lease != nil {
 		w.lease = *v.Lease
+	}
+	if v.Job.Sealed {
+		w.sealedJob, w.sealed = true, v.OutputsArtifact
 	}
 	return w
 }
@@ -209,9 +217,12 @@ func (t *Tracker) takeOutputs(w keepWant, dir string) ([]auction.OutputFile, err
 	if err != nil {
 		return nil, fmt.Errorf("provider %q: %w", w.lease.Provider, err)
 	}
+	if w.sealedJob && w.sealed == "" {
+		return nil, errors.New("the job is sealed and the provider's final report names no sealed outputs artifact")
+	}
 	ctx, cancel := context.WithTimeout(t.ctx, evidenceTimeout)
 	defer cancel()
-	outs, body, err := t.cfg.FetchOutputs(ctx, prov, w.lease.ID)
+	outs, body, err := t.cfg.FetchOutputs(ctx, prov, w.lease.ID, w.sealed)
 	if err != nil {
 		return nil, fmt.Errorf("could not be fetched: %w", err)
 	}

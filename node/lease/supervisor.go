@@ -120,7 +120,10 @@ type SupervisorConfig struct {
 	Inputs func(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (release func(), image string, err error)
 	// OutputsArtifact stores a lease's collected outputs dir as an
 	// artifact owned by the renter and returns its id; nil: none.
+	// RemoveArtifact removes one from our store: a sealed no-persist
+	// lease's outputs artifact once the lease is settled.
 	OutputsArtifact func(dir, renter string, keys *wire.LeaseKeys) (string, error)
+	RemoveArtifact  func(id string) error
 	// CheckpointArtifact stores a snapshot of a job's checkpoint dir as an
 	// artifact owned by the renter (not announced: the renter fetches it
 	// from us) and returns its id and size; drop removes our copy once
@@ -130,6 +133,12 @@ type SupervisorConfig struct {
 	// any other holder), verifying every chunk, and writes its files into
 	// dir; release removes them. nil: jobs start fresh.
 	Restore func(ctx context.Context, job auction.Job, id, dir string, keys *wire.LeaseKeys) (release func(), err error)
+	// Network, when set, is asked before each lease's job starts what the
+	// lease adds to its runtime.Spec (a gang member's private network:
+	// node/gangnet's Net.Hook); started is then given the started job and
+	// end is called once the job has ended (either may be nil). An error
+	// fails the lease before its job starts.
+	Network func(l auction.Lease, job auction.Job, spec *runtime.Spec) (started func(runtime.Handle), end func(), err error)
 	// Observe, when set, is told of heartbeats sent and leases ended.
 	Observe *Observer
 }
@@ -657,6 +666,7 @@ func (r *leaseRun) run() {
 	defer stopBeats()
 	fail := func(res runtime.Result) {
 		stopBeats()
+		r.closeSeal() // as at a run's end (below)
 		r.finish(res, nil)
 	}
 	if err := os.MkdirAll(filepath.Dir(s.logPath(l.ID)), 0o700); err != nil {
@@ -689,7 +699,7 @@ func (r *leaseRun) run() {
 	}
 	gpus, uuids := s.leaseDevices(l)
 	spec := runtime.Spec{ID: l.ID, JobID: job.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
-		GPUs: gpus, UUIDs: uuids, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs, NoSwap: job.NoPersist}
+		GPUs: gpus, UUIDs: uuids, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs, NoSwap: job.NoPersist, Sealed: job.Sealed}
 	if l.GPUFraction > 0 && len(gpus) == 1 && gpus[0] < len(s.cfg.GPUs) {
 		// A slice of a device: confined to it where the runtime enforces
 		// slices (the capability record says how: GPU.Isolation).
@@ -718,12 +728,28 @@ func (r *leaseRun) run() {
 	}
 	defer releaseRestore()
 	spec.Restore = restoreDir
+	var netStarted func(runtime.Handle)
+	if s.cfg.Network != nil {
+		st, end, err := s.cfg.Network(l, job, &spec)
+		if err != nil {
+			fmt.Fprintf(lw, "gpumesh: job network: %v\n", err)
+			fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: fmt.Errorf("network: %w", err)})
+			return
+		}
+		if end != nil {
+			defer end()
+		}
+		netStarted = st
+	}
 	started := s.now()
 	h, err := s.cfg.Exec.Start(s.ctx, spec, lw, lw)
 	if err != nil {
 		fmt.Fprintf(lw, "gpumesh: job failed to start: %v\n", err)
 		fail(runtime.Result{ExitCode: -1, Started: started, Ended: s.now(), Err: err})
 		return
+	}
+	if netStarted != nil {
+		netStarted(h)
 	}
 	r.mu.Lock()
 	r.h = h
@@ -782,7 +808,8 @@ func (r *leaseRun) run() {
 	// A no-persist job's outputs are not kept as an artifact: its renter
 	// takes them over the outputs stream before it settles. A sealed
 	// job's are, sealed: its renter takes them from there, and nothing
-	// else of them is here.
+	// else of them is here (a no-persist one's artifact goes once the
+	// lease is settled, purgeNoPersist).
 	if len(outs) > 0 && s.cfg.OutputsArtifact != nil && (!job.NoPersist || seal != nil) {
 		if id, err := s.cfg.OutputsArtifact(outDir, l.Renter, seal.leaseKeys()); err != nil {
 			log.Warn("outputs not stored as an artifact", "err", err)
@@ -794,6 +821,9 @@ func (r *leaseRun) run() {
 	}
 	s.pruneJobFiles(l.ID)
 	stopBeats()
+	// A sealed job's plaintext goes before its end is reported: once
+	// its renter hears of it, none is left here.
+	r.closeSeal()
 	r.finish(res, outs)
 }
 
@@ -883,12 +913,12 @@ func (s *Supervisor) removeJobFiles(id string) error {
 }
 
 // purgeNoPersist removes what a settled (or given up) no-persist lease
-// left: its log and outputs, and its record's outputs manifest. What
-// else it had (work dir, inputs, restored and staged checkpoints) went
-// when its run ended.
+// left: its log and outputs (a sealed job's: its sealed outputs
+// artifact), and its record's outputs manifest. What else it had (work
+// dir, inputs, restored and staged checkpoints) went when its run ended.
 func (s *Supervisor) purgeNoPersist(r *leaseRun) {
 	r.mu.Lock()
-	l, noPersist := r.pr.Rec.Lease, r.pr.Job.NoPersist
+	l, noPersist, art := r.pr.Rec.Lease, r.pr.Job.NoPersist, r.pr.OutputsArtifact
 	if noPersist {
 		r.pr.Outputs = nil
 		r.pr.FilesUntil = s.now() // what a restart's janitor goes by
@@ -896,6 +926,11 @@ func (s *Supervisor) purgeNoPersist(r *leaseRun) {
 	r.mu.Unlock()
 	if !noPersist {
 		return
+	}
+	if art != "" && s.cfg.RemoveArtifact != nil {
+		if err := s.cfg.RemoveArtifact(art); err != nil {
+			s.log.Error("no-persist lease: its sealed outputs artifact is still held", "lease", l.ID, "artifact", art, "err", err)
+		}
 	}
 	s.saveRun(r)
 	if err := s.removeJobFiles(l.ID); err != nil {

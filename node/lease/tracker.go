@@ -105,13 +105,15 @@ type TrackerConfig struct {
 	// stream, not following): the evidence a succeeded run is paid on
 	// (evidence.go). Nil: no succeeded run is countersigned.
 	FetchLog func(ctx context.Context, provider peer.ID, leaseID string) (io.ReadCloser, error)
-	// FetchOutputs opens the outputs of lease leaseID on its provider (the
-	// outputs stream): their whole manifest and the bundle of their files
-	// (wire.WriteBundle). KeptDir holds the log and outputs of this
-	// renter's no-persist leases, taken from their providers before they
-	// settle (nopersist.go). Either unset: no no-persist lease is
-	// countersigned.
-	FetchOutputs func(ctx context.Context, provider peer.ID, leaseID string) ([]auction.OutputFile, io.ReadCloser, error)
+	// FetchOutputs opens the outputs of lease leaseID on its provider:
+	// their whole manifest and the bundle of their files
+	// (wire.WriteBundle), from the outputs stream, or, for a sealed job
+	// (sealed: the outputs artifact its final report named), from that
+	// artifact, fetched and opened here. KeptDir holds the log and
+	// outputs of this renter's no-persist leases, taken from their
+	// providers before they settle (nopersist.go). Either unset: no
+	// no-persist lease is countersigned.
+	FetchOutputs func(ctx context.Context, provider peer.ID, leaseID, sealed string) ([]auction.OutputFile, io.ReadCloser, error)
 	KeptDir      string
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/wire"
 )
 
-// FuzzReadMsg reads the handshake of a service or port-forward stream as
+// FuzzReadMsg reads the handshake of a service, port-forward or gang stream as
 // the provider does (readMsg: a 2-byte length, then JSON), and the
 // provider's answer as the renter does. An accepted message consumed
 // exactly its frame (the bytes after it belong to the replica), is at
@@ -20,7 +20,7 @@ import (
 // is refused without allocating it.
 func FuzzReadMsg(f *testing.F) {
 	for _, v := range []any{wire.ServiceRequest{LeaseID: "lease-1"}, wire.PortForwardRequest{LeaseID: "lease-1", Port: 8080},
-		wire.ServiceAck{Error: "no such lease"}} {
+		wire.ServiceAck{Error: "no such lease"}, wire.GangRequest{Gang: "g", Roster: "ab12", From: 1, To: 0, Port: 29500}} {
 		var b bytes.Buffer
 		if err := writeMsg(&b, v); err != nil {
 			f.Fatal(err)
@@ -32,7 +32,7 @@ func FuzzReadMsg(f *testing.F) {
 	f.Add([]byte{0, 2, '{', '}'})
 	f.Add([]byte{0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, v := range []any{&wire.PortForwardRequest{}, &wire.ServiceAck{}} {
+		for _, v := range []any{&wire.PortForwardRequest{}, &wire.ServiceAck{}, &wire.GangRequest{}} {
 			r := bytes.NewReader(data)
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
@@ -75,6 +75,8 @@ func newOf(v any) any {
 	switch v.(type) {
 	case *wire.PortForwardRequest:
 		return &wire.PortForwardRequest{}
+	case *wire.GangRequest:
+		return &wire.GangRequest{}
 	default:
 		return &wire.ServiceAck{}
 	}

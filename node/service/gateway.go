@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -12,22 +13,43 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 )
 
-// pick chooses the replica for a request: the routable one with the
-// fewest requests in flight, equals taken in turn, so that load is shared
-// evenly whatever each replica's latency. Replicas suspected after a
-// failed request, and skip, are passed over.
-func (s *Service) pick(skip *replica) *replica {
-	all := *s.routable.Load()
+// pick chooses the replica for a request: in the nearest region (the
+// first routing group) with a replica under the target concurrency, else
+// the least loaded of all, the one with the fewest requests in flight,
+// equals taken in turn, so that load is shared evenly whatever each
+// replica's latency. Replicas suspected after a failed request, and those
+// tried, are passed over.
+func (s *Service) pick(tried []*replica) *replica {
+	limit := int64(s.spec.TargetConcurrency)
+	var spill *replica
+	var spillLoad int64
+	for _, g := range *s.routable.Load() {
+		r, load := s.leastLoaded(g.reps, tried)
+		switch {
+		case r == nil:
+		case limit <= 0 || load < limit:
+			return r
+		case spill == nil || load < spillLoad:
+			spill, spillLoad = r, load
+		}
+	}
+	return spill
+}
+
+// leastLoaded is the replica of reps with the fewest requests in flight
+// (equals in turn), passing over suspected and tried ones, and its load.
+func (s *Service) leastLoaded(reps, tried []*replica) (*replica, int64) {
 	var buf [16]*replica
 	least := buf[:0]
 	var low int64
-	for _, r := range all {
-		if r == skip || r.suspect.Load() {
+	for _, r := range reps {
+		if r.suspect.Load() || slices.Contains(tried, r) {
 			continue
 		}
 		switch o := r.outstanding.Load(); {
@@ -38,16 +60,36 @@ func (s *Service) pick(skip *replica) *replica {
 		}
 	}
 	if len(least) == 0 {
-		return nil
+		return nil, 0
 	}
-	return least[(s.turn.Add(1)-1)%uint64(len(least))]
+	return least[(s.turn.Add(1)-1)%uint64(len(least))], low
 }
 
+// IdempotencyKey is the header (IETF draft-ietf-httpapi-idempotency-key)
+// by which a client marks a request safe to send again: the gateway
+// retries such a request on another replica as it does a GET.
+const IdempotencyKey = "Idempotency-Key"
+
+// Retry bounds: a request is sent to at most maxTries replicas; a body
+// is kept for sending again up to maxRetryBody bytes, and up to
+// maxKeptBodies for all the requests of a service in flight (past
+// either, it is sent once), so that clients cannot make the gateway hold
+// more than that.
+const (
+	maxTries      = 8
+	maxRetryBody  = 1 << 20
+	maxKeptBodies = 64 << 20
+)
+
 // retryable reports whether a request may be sent again to another
-// replica after a failure: idempotent methods without a body.
+// replica after a failure: idempotent methods without a body, and
+// requests with an Idempotency-Key (whose body, if any, the balancer
+// keeps to send again).
 func retryable(req *http.Request) bool {
-	switch req.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions:
+	switch {
+	case req.Header.Get(IdempotencyKey) != "":
+		return true
+	case req.Method == http.MethodGet, req.Method == http.MethodHead, req.Method == http.MethodOptions:
 		return req.ContentLength == 0
 	}
 	return false
@@ -197,27 +239,46 @@ var (
 )
 
 // balancer is the proxy's transport: it sends a request to the replica
-// pick chooses, over that replica's libp2p transport. A failed idempotent
-// request (the transport failed, or the replica answered 5xx other than
-// 501) is sent once more, to another replica.
+// pick chooses, over that replica's libp2p transport. A failed retryable
+// request is sent again to the next replica pick chooses, until one
+// answers or none is left (at most maxTries): the transport failed, or
+// the replica answered 5xx other than 501 (that, once). So a request in
+// flight when its region's replicas fail goes to the next region.
 type balancer struct{ s *Service }
 
 func (b balancer) RoundTrip(req *http.Request) (*http.Response, error) {
 	s := b.s
+	s.requested()
 	canRetry := retryable(req)
-	var skip *replica
+	body, release, err := s.keepBody(req, canRetry)
+	defer release()
+	if err != nil {
+		return nil, err
+	}
+	if body == nil && req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0 {
+		canRetry = false // a body too long to keep, or not retryable
+	}
+	var tried []*replica
 	var lastErr error
 	for attempt := 0; ; attempt++ {
-		r := s.pick(skip)
+		r := s.pick(tried)
+		if r == nil && attempt == 0 {
+			r = s.awaitReplica(req.Context()) // a service scaled to zero wakes
+		}
 		if r == nil {
 			if lastErr != nil {
 				return nil, lastErr
 			}
 			return nil, errNoReplica
 		}
+		out := req
+		if body != nil {
+			out = req.WithContext(req.Context())
+			out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		}
 		r.outstanding.Add(1)
 		start := time.Now()
-		resp, err := r.transport.RoundTrip(req)
+		resp, err := r.transport.RoundTrip(out)
 		if err == nil && resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented && canRetry && attempt == 0 {
 			drain(resp)
 			err = fmt.Errorf("%w %s", errReplicaStatus, resp.Status)
@@ -237,9 +298,9 @@ func (b balancer) RoundTrip(req *http.Request) (*http.Response, error) {
 				r.suspect.Store(true)
 			}
 			lastErr = err
-			if canRetry && attempt == 0 && req.Context().Err() == nil {
+			if canRetry && attempt+1 < maxTries && req.Context().Err() == nil {
 				s.retries.Add(1)
-				skip = r
+				tried = append(tried, r)
 				continue
 			}
 			return nil, err
@@ -247,6 +308,41 @@ func (b balancer) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body = s.track(r, req, resp, time.Since(start))
 		return resp, nil
 	}
+}
+
+// keepBody reads the body of a retryable request that has one, to send
+// it again, and returns it with the function that gives its room back
+// (to call once the request is done): nil when there is none, or it is
+// over maxRetryBody (then the part read is put back in front of the
+// rest, and the request is sent once), or the service's requests in
+// flight already keep maxKeptBodies. A failure reading it is the
+// client's (clientFailed).
+func (s *Service) keepBody(req *http.Request, retry bool) ([]byte, func(), error) {
+	none := func() {}
+	if !retry || req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0 || req.ContentLength > maxRetryBody {
+		return nil, none, nil
+	}
+	room := req.ContentLength
+	if room < 0 {
+		room = maxRetryBody + 1 // unknown: as much as may be read
+	}
+	if s.keptBytes.Add(room) > maxKeptBodies {
+		s.keptBytes.Add(-room)
+		return nil, none, nil
+	}
+	release := func() { s.keptBytes.Add(-room) }
+	b, err := io.ReadAll(io.LimitReader(req.Body, maxRetryBody+1))
+	if err != nil {
+		return nil, release, err
+	}
+	if len(b) > maxRetryBody {
+		req.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(b), req.Body), req.Body}
+		return nil, release, nil
+	}
+	return b, release, nil
 }
 
 // clientBody is a request's body on its way to a replica; it keeps the

@@ -13,10 +13,12 @@ import (
 // BenchmarkGatewayLatency measures what the gateway adds to a request:
 // sequential keep-alive GETs of a small answer from the same local
 // server directly, over a libp2p stream alone (the replica's transport,
-// as the gateway uses it), and through the gateway (its proxy, then that
-// stream), interleaved so that all three see the same machine load. It
-// reports each path's p50 and p99 and what the gateway adds to the
-// direct call, in microseconds.
+// as the gateway uses it), through the loopback gateway (its proxy, then
+// that stream) and through the public endpoint (TLS with a self-signed
+// certificate, an API token, then the same proxy), interleaved so that
+// all four see the same machine load. It reports each path's p50 and p99
+// and what the gateway and the public endpoint add to the direct call,
+// in microseconds.
 func BenchmarkGatewayLatency(b *testing.B) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	open, prov, addr := p2pProviderAt(b, h)
@@ -24,6 +26,22 @@ func BenchmarkGatewayLatency(b *testing.B) {
 		transport: replicaTransport(open, prov, "lease-1"), stop: make(chan struct{})}
 	s := testService(b, rep)
 	serveGateway(b, s)
+	s.spec.Public = &api.PublicSpec{Addr: "127.0.0.1:0"}
+	if err := normalizePublic(s.spec.Public); err != nil {
+		b.Fatal(err)
+	}
+	pub, err := s.openPublic(s.spec.Public.Addr, "", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.public = pub
+	b.Cleanup(func() { _ = pub.srv.Close() })
+	tok, err := s.addToken("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var served []byte
+	public := publicClient(b, pub.selfCert, &served)
 	direct := &http.Client{Transport: &http.Transport{}}
 	stream := &http.Client{Transport: replicaTransport(open, prov, "lease-1")}
 	gateway := &http.Client{Transport: &http.Transport{}}
@@ -36,6 +54,7 @@ func BenchmarkGatewayLatency(b *testing.B) {
 		{"direct", direct, "http://" + addr + "/", nil},
 		{"libp2p", stream, "http://replica/", nil},
 		{"gateway", gateway, "http://" + s.Gateway() + "/", http.Header{TokenHeader: {s.token}}},
+		{"public", public, "https://" + pub.ln.Addr().String() + "/", http.Header{"Authorization": {"Bearer " + tok.Token}}},
 	}
 	get := func(i int) time.Duration {
 		p := paths[i]
@@ -77,4 +96,6 @@ func BenchmarkGatewayLatency(b *testing.B) {
 	}
 	b.ReportMetric(pct(lats[2], 0.50)-pct(lats[0], 0.50), "added-p50-µs")
 	b.ReportMetric(pct(lats[2], 0.99)-pct(lats[0], 0.99), "added-p99-µs")
+	b.ReportMetric(pct(lats[3], 0.50)-pct(lats[0], 0.50), "public-added-p50-µs")
+	b.ReportMetric(pct(lats[3], 0.99)-pct(lats[0], 0.99), "public-added-p99-µs")
 }

@@ -217,11 +217,11 @@ func TestPickLeastOutstandingThenRoundRobin(t *testing.T) {
 	if r := s.pick(nil); r != b {
 		t.Fatalf("picked %s, want b (c suspected)", r.jobID)
 	}
-	if r := s.pick(b); r != a {
+	if r := s.pick([]*replica{b}); r != a {
 		t.Fatalf("picked %s, want a (b skipped, c suspected)", r.jobID)
 	}
 	a.suspect.Store(true)
-	if r := s.pick(b); r != nil {
+	if r := s.pick([]*replica{b}); r != nil {
 		t.Fatalf("picked %s with every other replica suspected", r.jobID)
 	}
 }

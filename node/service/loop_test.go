@@ -22,12 +22,14 @@ type fakeLeaser struct {
 	lease    bool
 	gate     chan struct{}
 	posts    []string
+	regions  []string // each posted job's Region
 	canceled []string
 }
 
 func (f *fakeLeaser) Post(job auction.Job) (api.JobView, error) {
 	f.mu.Lock()
 	f.posts = append(f.posts, job.ID)
+	f.regions = append(f.regions, job.Region)
 	gate, lease := f.gate, f.lease
 	f.mu.Unlock()
 	if gate != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/gpumesh/gpumesh/node/lease"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // Leaser is the renter's lease side (lease.Tracker): each replica is one
@@ -35,6 +36,10 @@ type Config struct {
 	Log  *slog.Logger
 	// Store persists services across restarts; nil keeps them in memory.
 	Store Store
+	// RTT is the round trip to a provider (p2p.RTTs.Measure: a fresh
+	// sample, else one measured now), by which the gateway ranks a
+	// service's regions; nil: regions rank by Near and name alone.
+	RTT func(ctx context.Context, p peer.ID) (time.Duration, bool)
 }
 
 // Defaults of a ServiceSpec's optional fields.
@@ -94,6 +99,12 @@ func normalize(spec *api.ServiceSpec, now time.Time) error {
 	}
 	if job.Run.ServicePort == 0 {
 		return badRequest("service: a port is required (the port the server listens on)")
+	}
+	if err := normalizeRegions(spec); err != nil {
+		return err
+	}
+	if err := normalizeZero(spec); err != nil {
+		return err
 	}
 	if spec.Replicas < 1 {
 		return badRequest("service: replicas must be at least 1, got %d", spec.Replicas)

@@ -21,7 +21,7 @@ import (
 // publicClient is an HTTPS client that trusts only certPEM (the
 // endpoint's self-signed certificate, as the daemon shows it) and
 // records the certificate it was served.
-func publicClient(t *testing.T, certPEM string, served *[]byte) *http.Client {
+func publicClient(t testing.TB, certPEM string, served *[]byte) *http.Client {
 	t.Helper()
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM([]byte(certPEM)) {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +49,12 @@ type replica struct {
 	failures   int
 	probeErr   string
 
+	// region is the one of the spec's regions it was leased in,
+	// providerRegion its provider's (as it bid); rtt the round trip to its
+	// provider as this node measured it (ns; 0: not yet).
+	region, providerRegion string
+	rtt                    atomic.Int64
+
 	suspect     atomic.Bool // a request failed at the transport: out of routing until a probe passes
 	outstanding atomic.Int64
 	win         window
@@ -77,7 +82,10 @@ type Service struct {
 	wg      sync.WaitGroup
 	win     window // every request, for the autoscaler
 	retries atomic.Int64
-	proxy   *httputil.ReverseProxy
+	// keptBytes is the room taken by the bodies kept to send again of
+	// the requests in flight (keepBody).
+	keptBytes atomic.Int64
+	proxy     *httputil.ReverseProxy
 	// turn makes replicas equally loaded take requests in turn.
 	turn atomic.Uint64
 	// public is the public endpoint (nil without one, or when it could not
@@ -91,9 +99,18 @@ type Service struct {
 	// latency is a sample of win's figures a minute (the console's chart).
 	latency *history.Ring[api.LatencySample]
 
-	// routable is the replicas requests may go to (rebuilt on each state
-	// change, read lock-free per request).
-	routable atomic.Pointer[[]*replica]
+	// routable is the replicas requests may go to, by region, nearest
+	// first (rebuilt on each state change, read lock-free per request).
+	routable atomic.Pointer[[]group]
+	// routeChanged is closed (and replaced) each time routable is
+	// rebuilt: requests waiting for a replica watch it.
+	routeChanged atomic.Pointer[chan struct{}]
+	// lastRequest is when the latest request came (unix ns, by the
+	// service's clock), waiting how many wait for a replica (scale to
+	// zero); kick wakes the control loop at once.
+	lastRequest atomic.Int64
+	waiting     atomic.Int64
+	kick        chan struct{}
 
 	mu           sync.Mutex
 	desired      int
@@ -109,6 +126,15 @@ type Service struct {
 	// spentGPUSeconds and spentUSD are the GPU time and cost of the
 	// replicas gone (those running add theirs in the view).
 	spentGPUSeconds, spentUSD float64
+
+	// asleep is set while a ScaleToZero service runs no replica for being
+	// idle; wakeAt is when a request woke it, until its first replica is
+	// ready (a cold start); coldStarts counts them, lastColdStart is the
+	// latest's time.
+	asleep        bool
+	wakeAt        time.Time
+	coldStarts    int
+	lastColdStart time.Duration
 
 	// avoid is the providers that lost a replica through their own fault
 	// (went silent, restarted, broke), newest last: new replicas' auctions
@@ -128,7 +154,11 @@ func newService(m *Manager, spec api.ServiceSpec, ln net.Listener, token string)
 	s.ctx, s.cancel = context.WithCancel(m.ctx)
 	s.proxy = s.newProxy()
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}
-	s.routable.Store(&[]*replica{})
+	s.routable.Store(&[]group{})
+	changed := make(chan struct{})
+	s.routeChanged.Store(&changed)
+	s.kick = make(chan struct{}, 1)
+	s.lastRequest.Store(s.created.UnixNano())
 	s.tokens.Store(&[]*apiToken{})
 	return s
 }
@@ -165,6 +195,7 @@ func (s *Service) loop() {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
+		case <-s.kick:
 		}
 	}
 }
@@ -198,7 +229,10 @@ func (s *Service) reroute() {
 	if len(ready) == 0 {
 		ready = draining
 	}
-	s.routable.Store(&ready)
+	gs := s.routeGroups(ready)
+	s.routable.Store(&gs)
+	changed := make(chan struct{})
+	close(*s.routeChanged.Swap(&changed))
 }
 
 // setState moves r to state; s.mu is held.
@@ -210,17 +244,21 @@ func (s *Service) setState(r *replica, state string) {
 	s.reroute()
 }
 
-// addReplica posts one more replica's auction; s.mu is held.
-func (s *Service) addReplica() {
+// addReplica posts one more replica's auction, in region (one of the
+// spec's regions, or "" without them); s.mu is held.
+func (s *Service) addReplica(region string) {
 	job := s.spec.Job
 	job.Run.Env = maps.Clone(job.Run.Env)
 	job.ID = auction.NewID("job")
+	if region != "" {
+		job.Region = region
+	}
 	// A replica is wanted now: a booking that starts later could not be
 	// ready within the start timeout, and would hold a slot while the
 	// service waits for it (a busy provider's later start is not a bid).
 	job.CreatedAt, job.Deadline = time.Time{}, s.now().Add(s.spec.StartTimeout/2)
 	job.Exclude = slices.Clone(s.avoid)
-	r := &replica{jobID: job.ID, state: api.ReplicaBidding, since: s.now(), stop: make(chan struct{})}
+	r := &replica{jobID: job.ID, region: region, state: api.ReplicaBidding, since: s.now(), stop: make(chan struct{})}
 	s.reps = append(s.reps, r)
 	s.wg.Add(1)
 	go func() {
@@ -260,6 +298,9 @@ func (s *Service) leased(r *replica, v api.JobView, err error) {
 	s.postFailures = 0
 	r.leaseID, r.provider, r.leaseEnd, r.leasedAt = v.Lease.ID, prov, v.Lease.End, s.now()
 	r.leaseStart, r.price, r.gpus = v.Lease.Start, v.Lease.Price, v.Lease.GPUCount
+	if i := slices.IndexFunc(v.Bids, func(b auction.Ranked) bool { return b.Bid.Provider == v.Lease.Provider }); i >= 0 {
+		r.providerRegion = v.Bids[i].Bid.Region
+	}
 	r.transport = s.newTransport(prov, r.leaseID)
 	if s.stopped {
 		s.retire(r, "service stopped")
@@ -374,6 +415,9 @@ func (s *Service) probeLoop(r *replica) {
 	for {
 		err := s.probe(r)
 		s.probed(r, err)
+		if err == nil {
+			s.measureRTT(r)
+		}
 		select {
 		case <-r.stop:
 			return
@@ -433,6 +477,7 @@ func (s *Service) probed(r *replica, err error) {
 		if r.state == api.ReplicaStarting || r.state == api.ReplicaUnhealthy {
 			s.event("replica %s ready (%s after its lease)", r.jobID, s.now().Sub(r.leasedAt).Round(time.Millisecond))
 			s.setState(r, api.ReplicaReady)
+			s.coldStarted(s.now())
 		}
 		return
 	}
@@ -504,6 +549,7 @@ func (s *Service) tick() {
 		}
 	}
 	s.autoscale(now)
+	s.sleepIfIdle(now)
 
 	var live []*replica
 	readyLive := 0
@@ -517,26 +563,24 @@ func (s *Service) tick() {
 		}
 	}
 	if len(live) < s.desired && now.Sub(s.postFailedAt) >= s.backoff() {
+		added := map[string]int{}
 		for range s.desired - len(live) {
-			s.addReplica()
+			region := s.regionFor(live, added)
+			added[region]++
+			s.addReplica(region)
 		}
 	}
 	if extra := len(live) - s.desired; extra > 0 {
-		// Drain the least useful first: starting or unhealthy, then the
-		// newest ready ones; auctions still running are left to finish.
-		rank := map[string]int{api.ReplicaUnhealthy: 0, api.ReplicaStarting: 1, api.ReplicaReady: 2}
+		// Drain the least useful first: in the regions most over their
+		// share, starting or unhealthy, then the newest ready ones;
+		// auctions still running are left to finish.
 		cands := make([]*replica, 0, len(live))
 		for _, r := range live {
 			if r.state != api.ReplicaBidding {
 				cands = append(cands, r)
 			}
 		}
-		sort.SliceStable(cands, func(i, j int) bool {
-			if rank[cands[i].state] != rank[cands[j].state] {
-				return rank[cands[i].state] < rank[cands[j].state]
-			}
-			return cands[i].leasedAt.After(cands[j].leasedAt)
-		})
+		s.drainOrder(cands, live)
 		for _, r := range cands[:min(extra, len(cands))] {
 			s.event("replica %s draining: %d replicas wanted", r.jobID, s.desired)
 			s.setState(r, api.ReplicaDraining)
@@ -560,8 +604,12 @@ func (s *Service) tick() {
 	}
 }
 
-// autoscale moves the desired count on load and latency; s.mu is held.
+// autoscale moves the desired count on load and latency (not while
+// scaled to zero); s.mu is held.
 func (s *Service) autoscale(now time.Time) {
+	if s.asleep {
+		return
+	}
 	in := scaleInput{now: now, desired: s.desired, min: s.spec.Replicas, max: s.spec.MaxReplicas,
 		target: s.spec.TargetP95, targetConcurrency: s.spec.TargetConcurrency,
 		lowSince: s.lowSince, downAfter: s.spec.ScaleDownAfter}
@@ -603,9 +651,12 @@ func (s *Service) scale(req api.ScaleRequest) error {
 	if lo < 1 || hi < lo || hi > MaxReplicas {
 		return badRequest("service: replicas %d..%d: need 1 <= replicas <= max replicas <= %d", lo, hi, MaxReplicas)
 	}
+	if floor := regionFloor(&s.spec); lo < floor {
+		return badRequest("service: replicas %d is fewer than its %d regions × %d per region", lo, len(s.spec.Regions), s.spec.ReplicasPerRegion)
+	}
 	s.spec.Replicas, s.spec.MaxReplicas = lo, hi
 	d := min(max(s.desired, lo), hi)
-	if d != s.desired {
+	if d != s.desired && !s.asleep {
 		s.event("scaled by its owner: %d → %d replicas (bounds %d..%d)", s.desired, d, lo, hi)
 		s.desired = d
 	}
@@ -674,6 +725,7 @@ func (s *Service) view() api.ServiceView {
 	for _, r := range s.reps {
 		rv := api.ReplicaView{JobID: r.jobID, LeaseID: r.leaseID, Provider: r.provider.String(), State: r.state,
 			LeaseEnd: r.leaseEnd, PriceUSD: r.price, GPUs: r.gpus, Renewing: r.renewing, Since: r.since,
+			Region: r.region, ProviderRegion: r.providerRegion, RTTMS: ms(time.Duration(r.rtt.Load())),
 			ReplicaStats: r.win.view(now, int(r.outstanding.Load()))}
 		gs, cost := r.spent(now)
 		setCost(&rv.ReplicaStats, gs, cost)
@@ -691,6 +743,8 @@ func (s *Service) view() api.ServiceView {
 		outstanding += rv.Outstanding
 		v.Replicas = append(v.Replicas, rv)
 	}
+	v.Regions = s.regionViews()
+	v.ScaledToZero, v.ColdStarts, v.LastColdStartMS = s.asleep, s.coldStarts, ms(s.lastColdStart)
 	v.Totals = s.win.view(now, outstanding)
 	setCost(&v.Totals, gpuSeconds, usd)
 	if s.spec.Public != nil {

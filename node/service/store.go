@@ -39,6 +39,11 @@ type record struct {
 	// cost.
 	SpentGPUSeconds float64 `json:"spent_gpu_seconds,omitempty"`
 	SpentUSD        float64 `json:"spent_usd,omitempty"`
+	// Asleep is set while a ScaleToZero service is scaled to zero;
+	// ColdStarts and LastColdStart are its cold starts so far.
+	Asleep        bool          `json:"asleep,omitempty"`
+	ColdStarts    int           `json:"cold_starts,omitempty"`
+	LastColdStart time.Duration `json:"last_cold_start,omitempty"`
 }
 
 type publicRecord struct {
@@ -65,6 +70,10 @@ type replicaRecord struct {
 	LeaseStart time.Time `json:"lease_start,omitzero"`
 	Price      float64   `json:"price,omitempty"`
 	GPUs       int       `json:"gpus,omitempty"`
+	// Region and ProviderRegion are the replica's region of the spec's
+	// regions, and its provider's.
+	Region         string `json:"region,omitempty"`
+	ProviderRegion string `json:"provider_region,omitempty"`
 }
 
 // save persists the service; s.mu is held.
@@ -74,7 +83,7 @@ func (s *Service) save() {
 		return
 	}
 	rec := record{Spec: s.spec, Desired: s.desired, Gateway: s.Gateway(), Token: s.token, Stopped: s.stopped, Created: s.created, Avoid: s.avoid,
-		SpentGPUSeconds: s.spentGPUSeconds, SpentUSD: s.spentUSD}
+		SpentGPUSeconds: s.spentGPUSeconds, SpentUSD: s.spentUSD, Asleep: s.asleep, ColdStarts: s.coldStarts, LastColdStart: s.lastColdStart}
 	if p := s.public; p != nil {
 		rec.Public = &publicRecord{Addr: p.ln.Addr().String(), Cert: p.selfCert, Key: p.selfKey}
 	} else if s.spec.Public != nil {
@@ -86,7 +95,8 @@ func (s *Service) save() {
 	for _, r := range s.reps {
 		if r.leaseID != "" && r.state != api.ReplicaDraining {
 			rec.Replicas = append(rec.Replicas, replicaRecord{JobID: r.jobID, LeaseID: r.leaseID, Provider: r.provider.String(),
-				LeaseEnd: r.leaseEnd, Renewing: r.renewing, LeaseStart: r.leaseStart, Price: r.price, GPUs: r.gpus})
+				LeaseEnd: r.leaseEnd, Renewing: r.renewing, LeaseStart: r.leaseStart, Price: r.price, GPUs: r.gpus,
+				Region: r.region, ProviderRegion: r.providerRegion})
 		}
 	}
 	if err := s.m.cfg.Store.Put(s.spec.ID, rec); err != nil {
@@ -129,6 +139,10 @@ func (m *Manager) Restore() error {
 		s.created, s.avoid = rec.Created, rec.Avoid
 		s.spentGPUSeconds, s.spentUSD = rec.SpentGPUSeconds, rec.SpentUSD
 		s.desired = min(max(rec.Desired, rec.Spec.Replicas), rec.Spec.MaxReplicas)
+		s.coldStarts, s.lastColdStart = rec.ColdStarts, rec.LastColdStart
+		if rec.Asleep && rec.Spec.ScaleToZero {
+			s.asleep, s.desired = true, 0
+		}
 		s.mu.Lock()
 		if moved {
 			s.event("gateway %s is taken: now on %s", rec.Gateway, s.Gateway())
@@ -143,7 +157,7 @@ func (m *Manager) Restore() error {
 				continue
 			}
 			r := &replica{jobID: rr.JobID, leaseID: rr.LeaseID, provider: prov, leaseEnd: rr.LeaseEnd, renewing: rr.Renewing,
-				leaseStart: rr.LeaseStart, price: rr.Price, gpus: rr.GPUs,
+				leaseStart: rr.LeaseStart, price: rr.Price, gpus: rr.GPUs, region: rr.Region, providerRegion: rr.ProviderRegion,
 				state: api.ReplicaStarting, since: s.now(), leasedAt: s.now(), stop: make(chan struct{})}
 			r.transport = s.newTransport(prov, rr.LeaseID)
 			s.reps = append(s.reps, r)

@@ -109,6 +109,21 @@ func ServePort(ctx context.Context, s network.Stream, authorize PortAuthorize) e
 	})
 }
 
+// GangAuthorize answers what a ProtoGang stream from peer from asking for
+// req may connect to, or why not.
+type GangAuthorize func(req wire.GangRequest, from peer.ID) (Target, error)
+
+// ServeGang handles one ProtoGang stream on a gang member's provider as
+// Serve does a service stream, the request naming the gang, the two
+// members and the port.
+func ServeGang(ctx context.Context, s network.Stream, authorize GangAuthorize) error {
+	var req wire.GangRequest
+	return serve(ctx, s, &req, func(from peer.ID) (Target, string, error) {
+		t, err := authorize(req, from)
+		return t, fmt.Sprintf("gang %s: member %d: connect to port %d", req.Gang, req.To, req.Port), err
+	})
+}
+
 // serve reads the request into req, asks authorize (which reads it) for
 // the target, and connects the stream to it; what names the connection in
 // its error.
@@ -140,12 +155,12 @@ func serve(ctx context.Context, s network.Stream, req any, authorize func(from p
 		return err
 	}
 	_ = s.SetDeadline(time.Time{})
-	return pipe(ctx, s, conn)
+	return Pipe(ctx, s, conn)
 }
 
-// pipe copies a and b into each other, half-closing each direction as it
-// ends, until both are done or ctx ends.
-func pipe(ctx context.Context, s network.Stream, conn net.Conn) error {
+// Pipe copies s and conn into each other, half-closing each direction as
+// it ends, until both are done or ctx ends.
+func Pipe(ctx context.Context, s network.Stream, conn net.Conn) error {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -192,6 +207,17 @@ func Connect(ctx context.Context, open Opener, provider peer.ID, leaseID string)
 // provider has connected it.
 func ConnectPort(ctx context.Context, open Opener, provider peer.ID, leaseID string, port int) (net.Conn, error) {
 	return connect(ctx, open, provider, wire.PortForwardRequest{LeaseID: leaseID, Port: port})
+}
+
+// ConnectGang opens a ProtoGang stream (open must open one) to the
+// provider of member req.To and returns it once that provider has
+// connected it to the member's job.
+func ConnectGang(ctx context.Context, open Opener, provider peer.ID, req wire.GangRequest) (network.Stream, error) {
+	c, err := connect(ctx, open, provider, req)
+	if err != nil {
+		return nil, err
+	}
+	return c.(streamConn).Stream, nil
 }
 
 func connect(ctx context.Context, open Opener, provider peer.ID, req any) (net.Conn, error) {

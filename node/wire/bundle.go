@@ -28,7 +28,9 @@ import (
 var ErrExists = errors.New("already exists in the destination")
 
 // WriteBundle writes the files outs, found under dir, to w as a tar
-// archive. Each file contributes exactly its manifest size.
+// archive. Each file contributes exactly its manifest size. The same
+// files make the same bytes (no times are written: ExtractBundle sets
+// none), so that a sealed artifact of the same data is the same.
 func WriteBundle(w io.Writer, dir string, outs []auction.OutputFile) error {
 	tw := tar.NewWriter(w)
 	for _, o := range outs {
@@ -36,7 +38,7 @@ func WriteBundle(w io.Writer, dir string, outs []auction.OutputFile) error {
 		if err != nil {
 			return err
 		}
-		hdr := &tar.Header{Name: o.Path, Mode: 0o644, Size: o.Size, ModTime: time.Now(), Typeflag: tar.TypeReg}
+		hdr := &tar.Header{Name: o.Path, Mode: 0o644, Size: o.Size, ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg}
 		if err = tw.WriteHeader(hdr); err == nil {
 			_, err = io.CopyN(tw, f, o.Size)
 		}

@@ -126,3 +126,14 @@ type PortForwardRequest struct {
 	LeaseID string `json:"lease_id"`
 	Port    int    `json:"port"`
 }
+
+// GangRequest opens a ProtoGang stream: member From of gang Gang (whose
+// roster, as its renter signed it, has digest Roster) connects to port
+// Port of member To's job, at To's gang address.
+type GangRequest struct {
+	Gang   string `json:"gang"`
+	Roster string `json:"roster"`
+	From   int    `json:"from"`
+	To     int    `json:"to"`
+	Port   int    `json:"port"`
+}

@@ -24,8 +24,8 @@ import (
 // except the stream requests, which are authorised by the stream's
 // authenticated remote peer.
 const (
-	ProtoBid        protocol.ID = "/gpumesh/bid/1.0.0"         // provider → renter: auction.Bid
-	ProtoAward      protocol.ID = "/gpumesh/award/1.0.0"       // renter → provider: auction.Award, answered by an auction.Confirm
+	ProtoBid        protocol.ID = "/gpumesh/bid/1.0.0"         // provider → renter: auction.BidMessage (a bid, decline or capacity notice, by its envelope's domain)
+	ProtoAward      protocol.ID = "/gpumesh/award/1.0.0"       // renter → provider: auction.AwardMessage (an award, answered by an auction.Confirm, or a bid release)
 	ProtoHeartbeat  protocol.ID = "/gpumesh/heartbeat/1.0.0"   // provider → renter: attest.Heartbeat
 	ProtoLeaseEvent protocol.ID = "/gpumesh/lease-event/1.0.0" // provider → renter: LeaseEvent, answered by the renter's attest.HeartbeatSummary
 	ProtoReceipt    protocol.ID = "/gpumesh/receipt/1.0.0"     // provider → renter: attest.SignedReceipt, answered countersigned
@@ -61,6 +61,12 @@ const (
 	// ProtoGPUChallenge: verifier → provider, a GPU challenge
 	// (attest/gpuproof: challenge, ready, ping, seed, commitment, result).
 	ProtoGPUChallenge protocol.ID = "/gpumesh/gpu-challenge/1.0.0"
+	// ProtoGang carries one connection between two members of a gang
+	// (node/gangnet): provider → provider, a GangRequest, the answer (a
+	// ServiceAck, framed as on ProtoService), then raw bytes both ways.
+	// Only the provider of another member of the same gang, while both
+	// members run.
+	ProtoGang protocol.ID = "/gpumesh/gang/1.0.0"
 )
 
 // GPUVerdictTopic carries signed GPU challenge verdicts to every node's
@@ -97,7 +103,7 @@ var (
 	RequestProtocols = []protocol.ID{ProtoBid, ProtoAward, ProtoHeartbeat, ProtoLeaseEvent, ProtoReceipt, ProtoCancel,
 		ProtoCheckpoint, ProtoWarm, ProtoLeaseKeys}
 	StreamProtocols = []protocol.ID{ProtoLogs, ProtoOutputs, ProtoArtifact, ProtoService, ProtoGPUChallenge,
-		ProtoExec, ProtoPortForward}
+		ProtoExec, ProtoPortForward, ProtoGang}
 )
 
 // ServiceRequest opens a ProtoService stream to one service lease; only the

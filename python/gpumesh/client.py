@@ -325,7 +325,9 @@ class Client:
     def add_artifact(self, path: Union[str, "os.PathLike[str]"], public: bool = False) -> Artifact:
         """Import a file or directory (on the daemon's host) as a
         content-addressed artifact; name its ``id`` under a task's
-        ``inputs``."""
+        ``inputs``. Private (the default), it is sealed: encrypted end to
+        end, and its jobs run only on providers that keep their plaintext
+        on a tmpfs; ``public`` artifacts are plain and served to anyone."""
         return Artifact.from_json(self._call("POST", "/artifacts",
                                              body={"path": os.path.abspath(os.fspath(path)), "public": public}))
 

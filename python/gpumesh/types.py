@@ -256,12 +256,15 @@ class Artifact:
     files: int
     complete: bool
     private: bool
+    # A private file or tree is sealed: encrypted end to end.
+    sealed: bool = False
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "Artifact":
         return cls(id=d.get("id", ""), name=d.get("name", ""), size=d.get("size", 0), files=d.get("files", 0),
-                   complete=bool(d.get("complete")), private=bool(d.get("private")), raw=d)
+                   complete=bool(d.get("complete")), private=bool(d.get("private")),
+                   sealed=bool(d.get("sealed")), raw=d)
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 import urllib.request
@@ -170,12 +171,16 @@ def test_providers(net):
     assert net.renter.providers(gpu="H100") == []
 
 
-def test_artifact_as_a_task_input(renter, tmp_path):
+@pytest.mark.parametrize("public", [True, False])
+def test_artifact_as_a_task_input(renter, tmp_path, public):
+    if not public and os.geteuid() != 0:
+        pytest.skip("a private artifact is sealed: its job's provider must run as root (a tmpfs for its plaintext)")
     d = tmp_path / "data"
     d.mkdir()
     (d / "hello.txt").write_text("from an artifact\n")
-    a = renter.add_artifact(d)
+    a = renter.add_artifact(d, public=public)
     assert len(a.id) == 64 and a.complete and a.files == 1
+    assert a.private == a.sealed == (not public), a
     assert a.id in [x.id for x in renter.artifacts()]
     v = renter.post({"resources": {"accelerators": "A100"}, "inputs": {"data": a.id},
                      "run": 'cat "$GPUMESH_INPUTS/data/hello.txt"', "max_price": 1.5, "duration": "1m"})

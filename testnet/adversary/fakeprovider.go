@@ -20,21 +20,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
-// transport carries an adversary's auction messages over its libp2p node.
-type transport struct{ p *Peer }
-
-func (t transport) Publish(ctx context.Context, topic string, data []byte) error {
-	return t.p.Node.Publish(ctx, topic, data)
-}
-
-func (t transport) SendBid(ctx context.Context, to peer.ID, data []byte) error {
-	_, err := t.p.Node.Request(ctx, to, nil, wire.ProtoBid, data)
-	return err
-}
-
-func (t transport) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
-	return t.p.Node.Request(ctx, to, nil, wire.ProtoAward, data)
-}
+// transport carries an adversary's auction messages over its libp2p node,
+// bound as the daemon's are.
+func (p *Peer) transport() auction.Transport { return wire.AuctionTransport(p2p.Direct{N: p.Node}) }
 
 // BidderConfig is what a hostile bidder claims to sell.
 type BidderConfig struct {
@@ -68,7 +56,7 @@ func (c BidderConfig) capability(id peer.ID) auction.Capability {
 // never confirms an award (see NonConfirmingBidders).
 func (p *Peer) bidder(ctx context.Context, cfg BidderConfig, onLease func(auction.Lease)) (*auction.Provider, error) {
 	capab := cfg.capability(p.ID())
-	prov, err := auction.NewProvider(auction.ProviderConfig{Signer: p.Signer, Transport: transport{p},
+	prov, err := auction.NewProvider(auction.ProviderConfig{Signer: p.Signer, Transport: p.transport(),
 		Calendar: auction.NewCalendar(len(capab.GPUs)), Log: p.Log,
 		Capability: func() auction.Capability { return cfg.capability(p.ID()) },
 		OnLease: func(l auction.Lease, _ auction.Job, _ []string) {

@@ -109,7 +109,7 @@ type ReuseReport struct {
 // provider bids on.
 func ReuseLeaseID(ctx context.Context, p *Peer, leaseID string, job auction.Job) (ReuseReport, error) {
 	var awards atomic.Int64
-	tr := rewriteAwards{transport: transport{p}, rewrite: func(a *auction.Award) {
+	tr := rewriteAwards{Transport: p.transport(), signer: p.Signer, rewrite: func(a *auction.Award) {
 		if leaseID != "" {
 			a.LeaseID = leaseID
 		}
@@ -138,23 +138,27 @@ func ReuseLeaseID(ctx context.Context, p *Peer, leaseID string, job auction.Job)
 }
 
 // rewriteAwards re-signs each award the hostile renter sends after
-// rewrite changed it.
+// rewrite changed it (bid releases, on the same stream, pass unchanged).
 type rewriteAwards struct {
-	transport
+	auction.Transport
+	signer  *sign.Signer
 	rewrite func(*auction.Award)
 }
 
 func (t rewriteAwards) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
-	a, err := auction.DecodeAward(data)
+	msg, err := auction.DecodeAwardMessage(data)
 	if err != nil {
 		return nil, err
 	}
-	t.rewrite(&a)
-	b, err := auction.EncodeAward(t.p.Signer, a)
+	if msg.Award == nil { // a bid release travels as it is
+		return t.Transport.SendAward(ctx, to, data)
+	}
+	t.rewrite(msg.Award)
+	b, err := auction.EncodeAward(t.signer, *msg.Award)
 	if err != nil {
 		return nil, err
 	}
-	return t.transport.SendAward(ctx, to, b)
+	return t.Transport.SendAward(ctx, to, b)
 }
 
 // CallNamingAddrs publishes a call for bids for job from a fresh owner

@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -65,65 +64,37 @@ func requireNetns(t *testing.T) {
 }
 
 // openTun creates TUN device name (raw IP packets, no header) in network
-// namespace ns and returns it open. The device lives in the namespace of
-// the thread that creates it: a locked thread enters ns for that, and
-// goes back; a thread that could not go back is never reused (it stays
-// locked, and ends with its goroutine).
+// namespace ns and returns it open (the device lives in the namespace of
+// the thread that creates it).
 func openTun(t *testing.T, ns, name string) *os.File {
 	t.Helper()
-	type result struct {
-		f   *os.File
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		f, err, back := func() (*os.File, error, bool) {
-			self, err := os.Open("/proc/thread-self/ns/net")
-			if err != nil {
-				return nil, err, true
-			}
-			defer self.Close()
-			target, err := os.Open("/run/netns/" + ns)
-			if err != nil {
-				return nil, err, true
-			}
-			defer target.Close()
-			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-				return nil, fmt.Errorf("enter %s: %w", ns, err), true
-			}
-			fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
-			if err == nil {
-				var ifr *unix.Ifreq
-				if ifr, err = unix.NewIfreq(name); err == nil {
-					ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
-					err = unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
-				}
-				if err == nil {
-					err = unix.SetNonblock(fd, true)
-				}
-				if err != nil {
-					unix.Close(fd)
-				}
-			}
-			backErr := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET)
-			if err != nil {
-				return nil, fmt.Errorf("tun %s in %s: %w", name, ns, err), backErr == nil
-			}
-			// Non-blocking: reads and writes go through Go's poller.
-			return os.NewFile(uintptr(fd), name), nil, backErr == nil
-		}()
-		if back {
-			runtime.UnlockOSThread()
+	var f *os.File
+	err := nstest.InNetns(ns, func() error {
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("tun %s in %s: %w", name, ns, err)
 		}
-		ch <- result{f, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
+		var ifr *unix.Ifreq
+		if ifr, err = unix.NewIfreq(name); err == nil {
+			ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+			err = unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
+		}
+		if err == nil {
+			err = unix.SetNonblock(fd, true)
+		}
+		if err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("tun %s in %s: %w", name, ns, err)
+		}
+		// Non-blocking: reads and writes go through Go's poller.
+		f = os.NewFile(uintptr(fd), name)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { r.f.Close() })
-	return r.f
+	t.Cleanup(func() { f.Close() })
+	return f
 }
 
 // carry copies packets from src to dst, each oneWay after it was read,
@@ -208,10 +179,10 @@ type daemon = nstest.Daemon
 // testNet is the test's daemons.
 type testNet struct{ *nstest.Net }
 
-func providerConfig(ip, boot string, floor float64) string {
+func providerConfig(ip, boot, region string, floor float64) string {
 	return `listen: [/ip4/` + ip + `/tcp/4001]
 reachability: public
-region: eu-west
+region: ` + region + `
 bootstrap: [` + boot + `]
 provider:
   enabled: true
@@ -224,34 +195,35 @@ provider:
 `
 }
 
-// TestMaxRTTOverDelayedLinks: the provider 80 ms away is the cheaper, and
-// wins a job without latency terms; a --max-rtt 50ms job goes to the one
-// 5 ms away, and `bids` shows the far one's measured round trip and why
-// it was rejected.
-func TestMaxRTTOverDelayedLinks(t *testing.T) {
-	requireNetns(t)
-	began := time.Now()
-	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "gpumesh")
+// buildGpumesh builds the gpumesh binary into a temporary directory and
+// returns it and the directory.
+func buildGpumesh(t *testing.T) (bin, tmp string) {
+	t.Helper()
+	tmp = t.TempDir()
+	bin = filepath.Join(tmp, "gpumesh")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/gpumesh")
 	build.Dir = filepath.Join("..", "..")
 	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations", "GOFLAGS=-buildvcs=false")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build gpumesh: %v: %s", err, out)
 	}
-	tp := buildTopology(t)
-	n := &testNet{&nstest.Net{T: t, Bin: bin, Tmp: tmp}}
+	return bin, tmp
+}
 
+// startRenter starts the renter in its namespace (with extra lines of
+// config) and returns it and the bootstrap address providers join by.
+func (n *testNet) startRenter(tp topology, extra ...string) (*daemon, string) {
 	renter := n.Start("renter", tp.renter, `listen: [/ip4/`+renterIP+`/tcp/4001]
 reachability: public
 region: eu-west
-`)
-	boot := "/ip4/" + renterIP + "/tcp/4001/p2p/" + renter.ID
-	near := n.Start("near", tp.near, providerConfig(nearIP, boot, 1.0))
-	far := n.Start("far", tp.far, providerConfig(farIP, boot, 0.6))
-	name := map[string]string{near.ID: "near", far.ID: "far"}
+`+strings.Join(extra, ""))
+	return renter, "/ip4/" + renterIP + "/tcp/4001/p2p/" + renter.ID
+}
 
-	nstest.Await(t, "renter discovers both providers", 60*time.Second, func() (int, error) {
+// awaitProviders waits until the renter lists every provider named.
+func (n *testNet) awaitProviders(renter *daemon, name map[string]string) {
+	n.T.Helper()
+	nstest.Await(n.T, "renter discovers the providers", 60*time.Second, func() (int, error) {
 		var caps []auction.Capability
 		if err := n.CLIJSON(renter, &caps, "providers", "--json", "--gpu", "RTX4090"); err != nil {
 			return 0, err
@@ -262,11 +234,29 @@ region: eu-west
 				seen++
 			}
 		}
-		if seen != 2 {
-			return seen, fmt.Errorf("%d of the 2 providers listed", seen)
+		if seen != len(name) {
+			return seen, fmt.Errorf("%d of the %d providers listed", seen, len(name))
 		}
 		return seen, nil
 	})
+}
+
+// TestMaxRTTOverDelayedLinks: the provider 80 ms away is the cheaper, and
+// wins a job without latency terms; a --max-rtt 50ms job goes to the one
+// 5 ms away, and `bids` shows the far one's measured round trip and why
+// it was rejected.
+func TestMaxRTTOverDelayedLinks(t *testing.T) {
+	requireNetns(t)
+	began := time.Now()
+	bin, tmp := buildGpumesh(t)
+	tp := buildTopology(t)
+	n := &testNet{&nstest.Net{T: t, Bin: bin, Tmp: tmp}}
+
+	renter, boot := n.startRenter(tp)
+	near := n.Start("near", tp.near, providerConfig(nearIP, boot, "eu-west", 1.0))
+	far := n.Start("far", tp.far, providerConfig(farIP, boot, "eu-west", 0.6))
+	name := map[string]string{near.ID: "near", far.ID: "far"}
+	n.awaitProviders(renter, name)
 
 	post := func(extra ...string) api.JobView {
 		t.Helper()

@@ -40,6 +40,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/discovery"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -266,7 +267,7 @@ func build(ctx context.Context, cfg Config) (*network, error) {
 	}
 	var err error
 	renter := n.nodes[0]
-	if n.renter, err = auction.NewRenter(auction.RenterConfig{Signer: renter.signer, Transport: renter}); err != nil {
+	if n.renter, err = auction.NewRenter(auction.RenterConfig{Signer: renter.signer, Transport: wire.AuctionTransport(renter)}); err != nil {
 		return nil, err
 	}
 	p2p.Serve(renter.h, readyProto, func(context.Context, peer.ID, []byte) ([]byte, error) { return nil, nil })
@@ -429,7 +430,7 @@ func (m *mnode) startProvider(pr profile) error {
 	}
 	capab := auction.Capability{Peer: m.h.ID().String(), Region: pr.region, GPUs: gpus, Policy: policy}
 	var err error
-	if m.prov, err = auction.NewProvider(auction.ProviderConfig{Signer: m.signer, Transport: m,
+	if m.prov, err = auction.NewProvider(auction.ProviderConfig{Signer: m.signer, Transport: wire.AuctionTransport(m),
 		Capability: func() auction.Capability { return capab }, Calendar: auction.NewCalendar(len(gpus))}); err != nil {
 		return err
 	}
@@ -475,7 +476,8 @@ func (m *mnode) topic(name string) (*pubsub.Topic, error) {
 	return t, nil
 }
 
-// Publish, SendBid and SendAward make a node an auction.Transport.
+// Publish and Request make a node a wire.Carrier, which
+// wire.AuctionTransport binds as the daemon's node is bound.
 func (m *mnode) Publish(ctx context.Context, topic string, data []byte) error {
 	t, err := m.topic(topic)
 	if err != nil {
@@ -484,19 +486,11 @@ func (m *mnode) Publish(ctx context.Context, topic string, data []byte) error {
 	return p2p.PublishTo(ctx, t, data)
 }
 
-func (m *mnode) SendBid(ctx context.Context, to peer.ID, data []byte) error {
-	if err := m.net.link(m.h.ID(), to); err != nil {
-		return err
-	}
-	_, err := p2p.RequestOn(ctx, m.h, to, wire.ProtoBid, data)
-	return err
-}
-
-func (m *mnode) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
+func (m *mnode) Request(ctx context.Context, to peer.ID, proto protocol.ID, data []byte) ([]byte, error) {
 	if err := m.net.link(m.h.ID(), to); err != nil {
 		return nil, err
 	}
-	return p2p.RequestOn(ctx, m.h, to, wire.ProtoAward, data)
+	return p2p.RequestOn(ctx, m.h, to, proto, data)
 }
 
 // rendezvous is the in-memory stand-in for topic discovery through the DHT.

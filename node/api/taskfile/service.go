@@ -29,6 +29,10 @@ import (
 //	  replicas: 2                  # or replica_policy: {min_replicas, max_replicas}
 //	  target_p95: 300ms
 //	  lease: 1h
+//	  regions: [eu, us]            # replicas spread over regions (serve post --regions)
+//	  replicas_per_region: 1
+//	  scale_to_zero: true          # no replica while idle for idle_after (default 5m)
+//	  idle_after: 10m
 //	max_price: 2.5
 //
 // The replica job is the task's job, less what a service decides for each
@@ -36,7 +40,8 @@ import (
 
 var (
 	serviceFields = []string{"readiness_probe", "replicas", "replica_policy", "target_p95", "target_concurrency",
-		"scale_down_after", "probe_interval", "lease", "public"}
+		"scale_down_after", "probe_interval", "lease", "public", "regions", "replicas_per_region",
+		"scale_to_zero", "idle_after"}
 	probeFields  = []string{"path", "initial_delay_seconds", "timeout_seconds"}
 	policyFields = []string{"min_replicas", "max_replicas", "downscale_delay_seconds"}
 	publicFields = []string{"addr", "hosts", "tls_cert", "tls_key", "max_body", "rate", "burst"}
@@ -203,6 +208,26 @@ func (p *tp) service(n *yaml.Node) {
 				p.f.Job.Duration = d
 				p.at("duration", k, v)
 			}
+		case "regions":
+			for _, r := range p.strings(v, k) {
+				if why := auction.RegionProblem(r); why != "" {
+					p.bad(v, k, "%s", why)
+					continue
+				}
+				s.Regions = append(s.Regions, r)
+			}
+		case "scale_to_zero":
+			if b, ok := p.bool(v, k); ok {
+				s.ScaleToZero = b
+			}
+		case "idle_after":
+			if d, ok := p.duration(v, k); ok {
+				s.IdleAfter = d
+			}
+		case "replicas_per_region":
+			if x, ok := p.atLeast1(v, k); ok {
+				s.ReplicasPerRegion = x
+			}
 		case "public":
 			p.public(v, k)
 		default:
@@ -287,7 +312,7 @@ func (p *tp) policy(n *yaml.Node, key string) {
 				continue
 			}
 			if x, err := strconv.Atoi(strings.TrimSpace(v.Value)); err == nil && x == 0 {
-				p.bad(v, k, "must be at least 1: a service always has a replica running (it does not scale to zero)")
+				p.bad(v, k, "must be at least 1 (the replicas a running service has; to run none while idle: service.scale_to_zero)")
 			} else if x, ok := p.atLeast1(v, k); ok {
 				s.Replicas = x
 			}

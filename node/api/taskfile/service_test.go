@@ -72,6 +72,16 @@ tier: silver
 	if err != nil || s.Replicas != 3 || s.Job.Run.ServicePort != 9000 || s.Health != "" {
 		t.Fatalf("replicas and a port list: %+v %v", s, err)
 	}
+	// Regions: the replica count is left to the daemon (regions × per
+	// region).
+	s, err = ConvertService("s.yaml", []byte(strings.Replace(svcBase, "resources:\n", "resources:\n  near: eu-west\n", 1)+"service:\n  regions: [eu, us-east]\n  replicas_per_region: 2\n"), now)
+	if err != nil || strings.Join(s.Regions, ",") != "eu,us-east" || s.ReplicasPerRegion != 2 || s.Replicas != 0 || s.Job.Near != "eu-west" {
+		t.Fatalf("regions: %+v %v", s, err)
+	}
+	s, err = ConvertService("s.yaml", []byte(svcBase+"service:\n  scale_to_zero: true\n  idle_after: 10m\n"), now)
+	if err != nil || !s.ScaleToZero || s.IdleAfter != 10*time.Minute || s.Replicas != 1 {
+		t.Fatalf("scale to zero: %+v %v", s, err)
+	}
 }
 
 // serve post --file's api.ServiceSpec-shaped YAML reads through the same
@@ -108,11 +118,14 @@ func TestServiceErrorsNameTheLine(t *testing.T) {
 		{"fractional delay", svcBase + "service:\n  readiness_probe: {path: /, initial_delay_seconds: 1.5}\n", `s.yaml:8: service.readiness_probe.initial_delay_seconds: must be a whole number of seconds ≥ 1, got "1.5"`},
 		{"zero replicas", svcBase + "service:\n  replicas: 0\n", "s.yaml:8: service.replicas: must be a whole number ≥ 1, got 0"},
 		{"replicas not a number", svcBase + "service:\n  replicas: two\n", `s.yaml:8: service.replicas: must be a whole number, got "two"`},
-		{"scale to zero", svcBase + "service:\n  replica_policy:\n    min_replicas: 0\n    max_replicas: 2\n", "s.yaml:9: service.replica_policy.min_replicas: must be at least 1: a service always has a replica running"},
+		{"scale to zero", svcBase + "service:\n  replica_policy:\n    min_replicas: 0\n    max_replicas: 2\n", "s.yaml:9: service.replica_policy.min_replicas: must be at least 1 (the replicas a running service has; to run none while idle: service.scale_to_zero)"},
 		{"max below min", svcBase + "service:\n  replica_policy:\n    min_replicas: 3\n    max_replicas: 2\n", "s.yaml:10: service.replica_policy.max_replicas: must be at least min_replicas (3), got 2"},
 		{"qps target", svcBase + "service:\n  replica_policy:\n    min_replicas: 1\n    target_qps_per_replica: 2.5\n", "s.yaml:10: service.replica_policy.target_qps_per_replica: not supported by gpumesh: the autoscaler keeps outstanding requests per replica under service.target_concurrency"},
 		{"replicas and policy", svcBase + "service:\n  replicas: 2\n  replica_policy: {min_replicas: 1}\n", "s.yaml:9: service.replica_policy: give replicas (a fixed count) or replica_policy (bounds), not both"},
 		{"unknown service field", svcBase + "service:\n  replicaz: 2\n", "s.yaml:8: service.replicaz: unknown field (service fields: readiness_probe, replicas"},
+		{"bad region", svcBase + "service:\n  regions: [eu, 'us east']\n", `s.yaml:8: service.regions: "us east" is not a region`},
+		{"zero per region", svcBase + "service:\n  regions: eu\n  replicas_per_region: 0\n", "s.yaml:9: service.replicas_per_region: must be a whole number ≥ 1, got 0"},
+		{"bad scale to zero", svcBase + "service:\n  scale_to_zero: sometimes\n", "s.yaml:8: service.scale_to_zero: must be true or false"},
 		{"bad p95", svcBase + "service:\n  target_p95: fast\n", `s.yaml:8: service.target_p95: must be a positive duration such as 10m or 2h, got "fast"`},
 		{"public without addr", svcBase + "service:\n  public:\n    rate: 5\n", "s.yaml:9: service.public: has no addr"},
 		{"public bad size", svcBase + "service:\n  public: {addr: ':8443', max_body: lots}\n", `s.yaml:8: service.public.max_body: invalid size "lots"`},

@@ -161,8 +161,8 @@ func (f *File) Defaults() {
 		if !f.Set["gpu_count"] {
 			f.Job.GPUCount = 1
 		}
-		if f.Service.Replicas == 0 {
-			f.Service.Replicas = 1
+		if f.Service.Replicas == 0 && len(f.Service.Regions) == 0 {
+			f.Service.Replicas = 1 // with regions the daemon's: regions × per region
 		}
 		return
 	}

@@ -13,15 +13,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/node/api"
+	"golang.org/x/sys/unix"
 )
 
 // CmdTimeout bounds one setup or CLI command.
@@ -118,6 +122,57 @@ func (n *Net) Start(name, ns, config string) *Daemon {
 	d.ID = st.PeerID
 	t.Logf("%s up in %s: peer %s", name, ns, d.ID)
 	return d
+}
+
+// InNetns runs f on a locked OS thread that has entered the network
+// namespace ns (named, under /run/netns), then brings the thread back:
+// sockets and devices f creates live in ns, and stay there after. A
+// thread that could not go back is never reused (it stays locked, and
+// ends with its goroutine).
+func InNetns(ns string, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		err, back := func() (error, bool) {
+			self, err := os.Open("/proc/thread-self/ns/net")
+			if err != nil {
+				return err, true
+			}
+			defer self.Close()
+			target, err := os.Open("/run/netns/" + ns)
+			if err != nil {
+				return err, true
+			}
+			defer target.Close()
+			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("enter %s: %w", ns, err), true
+			}
+			err = f()
+			return err, unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil
+		}()
+		if back {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
+}
+
+// HTTPClient is an HTTP client whose connections are made in the network
+// namespace ns (to reach an address only ns can, such as a daemon's
+// loopback gateway), kept alive between requests.
+func HTTPClient(ns string) *http.Client {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := InNetns(ns, func() error {
+			var err error
+			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}
+	return &http.Client{Transport: &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 64, DisableCompression: true},
+		Timeout: CmdTimeout}
 }
 
 // Tail is the last n bytes of s.

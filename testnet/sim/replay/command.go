@@ -21,9 +21,11 @@ func Command(chart ChartWriter) *cli.Command {
 	cmd := &cli.Command{
 		Name:  "sim",
 		Usage: "replay a GPU-cluster job trace through the market on a virtual clock",
-		Description: "Replays a trace (job_id,submission_time,duration,num_gpu) against a seeded provider population\n" +
-			"under the market's auction, a FIFO first-fit baseline and an upper bound, and reports fill rate,\n" +
-			"cost, waits, SLA violations, preemptions and provider earnings.",
+		Description: "Replays a trace (job_id,submission_time,duration,num_gpu[,num_nodes], or an Alibaba\n" +
+			"cluster-trace-gpu-v2023 pod list) against a seeded provider population under the market's auction,\n" +
+			"a FIFO first-fit baseline and an upper bound, and reports fill rate, cost, waits, SLA violations,\n" +
+			"preemptions and provider earnings. Fractions of a GPU are sold as slices of a device and jobs on\n" +
+			"several machines run as gangs across providers; --flat replays the market without either.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "trace", Usage: "trace CSV file", Value: "../shared/traces/itp/cluster04.csv"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed for every random draw", Value: 1},
@@ -34,6 +36,7 @@ func Command(chart ChartWriter) *cli.Command {
 			&cli.Float64Flag{Name: "price-scale", Usage: "multiplier on renters' price caps", Value: 1},
 			&cli.DurationFlag{Name: "drain", Usage: "how long to run past the last submission", Value: 7 * 24 * time.Hour},
 			&cli.StringSliceFlag{Name: "policy", Usage: "policies to compare (auction, fifo); default both"},
+			&cli.BoolFlag{Name: "flat", Usage: "without the two shapes: round fractions of a GPU up to whole GPUs and place multi-machine jobs on one provider"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON instead of tables"},
 			&cli.BoolFlag{Name: "progress", Usage: "show progress on stderr even when it is not a terminal"},
 		},
@@ -93,6 +96,7 @@ func configFromFlags(c *cli.Context) (Config, error) {
 		Supply:    DefaultSupply(),
 		Drain:     c.Duration("drain"),
 		Policies:  c.StringSlice("policy"),
+		Flat:      c.Bool("flat"),
 	}
 	var err error
 	if cfg.Supply.Kinds, err = ParseMix(c.String("provider-mix"), kindNames...); err != nil {

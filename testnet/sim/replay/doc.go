@@ -5,7 +5,7 @@
 //
 // A discrete-event loop (job arrivals, lease ends, a 15-minute retry tick)
 // calls the same functions a daemon calls, so months of trace replay in
-// seconds. Jobs come from a trace (LoadTrace; trace time zero is Epoch,
+// seconds. Jobs come from a trace (ReadTrace; trace time zero is Epoch,
 // Monday 2021-03-01 00:00 UTC) with their market attributes drawn from a
 // seeded Demand; providers come from a seeded Supply (night-and-weekend
 // owners, part-time reserved racks, always-on specialists) with a hidden
@@ -20,7 +20,12 @@
 // seed) and the data of a utilisation chart (Utilisation; package chart draws it). Command mounts it all as the
 // "sim" subcommand.
 //
-// Jobs wider than every provider (e.g. the traces' 64-GPU jobs, wider than
-// the largest 32-GPU rack) are not split into gangs: they are reported as
-// unplaceable for every policy and excluded from the bound.
+// A trace may carry fractions of a GPU and jobs on several machines: the
+// replay sells fractions as slices of a device (auction's Job.GPUFraction,
+// Policy.Slices and the calendar's slice booking) and runs multi-machine
+// jobs as gangs, one member per provider, all started at once or none, and
+// stopped together. Config.Flat replays the market without these shapes
+// (fractions rounded up to whole GPUs, a gang's GPUs on one provider).
+// Jobs that fit too few providers are reported as unplaceable for every
+// policy and excluded from the bound.
 package replay

@@ -104,6 +104,8 @@ func (p *provState) couldOffer(now, latest, minSlice int64) bool {
 
 type jobState struct {
 	spec       auction.Job
+	shape      shape
+	live       []int // the job's live leases: one, or a gang's members
 	submit     int64
 	remaining  int64 // seconds of work left
 	firstStart int64 // -1 until started
@@ -123,7 +125,10 @@ type leaseState struct {
 	start, end int64 // booked span
 	runEnd     int64 // when it actually ends (failure or booked end)
 	fails      bool
-	gpus       int
+	count      int     // GPUCount
+	fraction   float64 // GPUFraction: 0 for whole GPUs
+	gpus       float64 // billed: count, or the slice's fraction of one
+	asked      float64 // what the trace asked for of those (see shape)
 	price      float64
 	alive      bool
 	evicted    bool // preempted by a gold award
@@ -177,6 +182,7 @@ type world struct {
 	horizon   int64 // virtual end of the replay, seconds
 	bucket    int64 // chart bucket, seconds
 	placeable []bool
+	shapes    []shape
 }
 
 // sim is one policy's replay over a world.
@@ -199,6 +205,7 @@ type sim struct {
 	preemptGold  int
 	preemptGap   int
 	failures     int
+	wasted       float64 // GPU-seconds delivered beyond what jobs asked for
 	progress     io.Writer
 	lastPct      int
 }
@@ -248,13 +255,18 @@ func newSim(w *world, policy string, progress io.Writer) (*sim, error) {
 		ps.spans = w.spans[i]
 		ps.lastFree = -1
 		ps.changes = w.changes[i]
-		ps.ps = auction.ProviderState{Cap: &p.Capability, Cal: auction.NewCalendar(ps.gpus), Reliability: auction.NeutralReliability}
+		cal := auction.NewCalendar(ps.gpus)
+		if err := cal.SetSlices(p.Capability.Policy.SliceMap()); err != nil {
+			return nil, fmt.Errorf("replay: provider %s: slices: %w", p.Capability.Peer, err)
+		}
+		ps.ps = auction.ProviderState{Cap: &p.Capability, Cal: cal, Reliability: auction.NeutralReliability}
 		ps.lat = time.Duration(5+int(draw(w.seed, "latency", p.Capability.Peer)*145)) * time.Millisecond
 	}
 	s.jobs = make([]jobState, len(w.jobs))
 	for i := range w.jobs {
 		j := &s.jobs[i]
 		j.spec = w.jobs[i]
+		j.shape = w.shapes[i]
 		j.submit = int64(j.spec.CreatedAt.Sub(Epoch) / time.Second)
 		j.remaining = int64(j.spec.Duration / time.Second)
 		j.firstStart, j.doneAt, j.lastTry = -1, -1, -1
@@ -455,8 +467,18 @@ func (s *sim) anyChanged(cands []int32, t int64) bool {
 
 // call is one call for bids under the sim's policy.
 func (s *sim) call(j int, req *auction.Job) (bool, error) {
+	if n := s.jobs[j].shape.nodes; n > 1 {
+		// A gang starts all its members at once or waits: it asks for an
+		// immediate start of the whole remaining work on n providers.
+		now := *req
+		now.Deadline = vt(s.now)
+		if s.policy == PolicyFIFO {
+			return s.firstFit(j, &now, n)
+		}
+		return s.auction(j, &now, n)
+	}
 	if s.policy == PolicyFIFO {
-		return s.firstFit(j, req)
+		return s.firstFit(j, req, 1)
 	}
 	// The renter first asks for an immediate start (a deadline of now), and
 	// only when nobody can start now asks again for a reservation within
@@ -464,12 +486,18 @@ func (s *sim) call(j int, req *auction.Job) (bool, error) {
 	// worth more than a cheaper later one.
 	now := *req
 	now.Deadline = vt(s.now)
-	if ok, err := s.auction(j, &now); ok || err != nil || req.Preemptible {
+	if ok, err := s.auction(j, &now, 1); ok || err != nil || req.Preemptible {
 		// Spot (preemptible) work does not reserve: it waits for the next
 		// immediate slice rather than holding capacity ahead of time.
 		return ok, err
 	}
-	return s.auction(j, req)
+	return s.auction(j, req, 1)
+}
+
+// winner is one provider's offer awarded a job (a gang has several).
+type winner struct {
+	prov int
+	off  auction.Offer
 }
 
 // staticCandidates lists providers that can ever host the job
@@ -486,20 +514,22 @@ func (s *sim) staticCandidates(j *auction.Job) []int32 {
 	return out
 }
 
-// firstFit is the FIFO baseline's placement: the first provider, in fixed
-// provider order, whose auction.Evaluate offer starts now, covers the whole
-// remaining duration and evicts nobody.
-func (s *sim) firstFit(j int, req *auction.Job) (bool, error) {
+// firstFit is the FIFO baseline's placement: the first want providers, in
+// fixed provider order, whose auction.Evaluate offers start now, cover the
+// whole remaining duration and evict nobody (want is a gang's members:
+// all of them or none).
+func (s *sim) firstFit(j int, req *auction.Job, want int) (bool, error) {
 	js := &s.jobs[j]
 	now := vt(s.now)
 	end := s.now + js.remaining
+	var win []winner
 	for _, pi := range js.cands {
 		p := &s.provs[pi]
 		si := p.spanAt(s.now)
 		if si < 0 || p.spans[si].end < end {
 			continue
 		}
-		if p.ps.Cal.FreeGPUs(now, vt(end)) < req.GPUCount {
+		if !p.ps.Cal.HasRoom(now, vt(end), nil, req.GPUCount, req.GPUFraction) {
 			continue
 		}
 		off, err := auction.Evaluate(p.ps, req, now)
@@ -512,7 +542,9 @@ func (s *sim) firstFit(j int, req *auction.Job) (bool, error) {
 		if !off.Start.Equal(now) || !off.End.Equal(vt(end)) || len(off.Preempts) > 0 {
 			continue
 		}
-		return true, s.award(j, int(pi), off)
+		if win = append(win, winner{int(pi), off}); len(win) == want {
+			return true, s.award(j, win)
+		}
 	}
 	return false, nil
 }
@@ -524,11 +556,13 @@ type lbCand struct {
 
 // auction is the market's placement: solicit bids (auction.Evaluate at each
 // provider that could offer), rank them with auction.RankAt, award the
-// winner. Providers are asked in order of a lower bound on their score
-// (price floor / observed reliability); asking stops once no remaining
-// provider can reach the tie band of the best bid, which yields exactly the
-// winner that asking everyone would.
-func (s *sim) auction(j int, req *auction.Job) (bool, error) {
+// want best (one, or each member of a gang on a provider of its own).
+// Providers are asked in order of a lower bound on their score (price
+// floor / observed reliability); asking stops once no remaining provider
+// can reach the tie band of the want-th best bid, which yields exactly the
+// winners that asking everyone would. A gang's members must all start now
+// and run the whole remaining work: a bid that does not is no bid for it.
+func (s *sim) auction(j int, req *auction.Job, want int) (bool, error) {
 	js := &s.jobs[j]
 	now := vt(s.now)
 	latest := int64(auction.Horizon(req, now).Sub(Epoch) / time.Second)
@@ -549,22 +583,35 @@ func (s *sim) auction(j int, req *auction.Job) (bool, error) {
 	})
 	var cands []auction.Candidate
 	offers := map[string]auction.Offer{}
-	best := math.Inf(1)
+	// scores are the bids' scores since the last ranking, ascending: asking
+	// stops beyond the tie band of the want-th.
+	var scores []float64
+	bar := func() float64 {
+		if len(scores) < want {
+			return math.Inf(1)
+		}
+		return scores[want-1] * (1 + auction.TieTolerance)
+	}
+	gangEnd := vt(s.now + js.remaining)
 	for k := 0; k <= len(order); k++ {
-		if k == len(order) || order[k].lb > best*(1+auction.TieTolerance) {
-			if len(cands) == 0 {
+		if k == len(order) || order[k].lb > bar() {
+			if len(cands) < want {
 				return false, nil
 			}
-			ranked := auction.RankAt(req, cands, now)
-			if ranked[0].Rejected == "" {
-				w := ranked[0].Bid.Provider
-				return true, s.award(j, s.provIndex(w), offers[w])
+			var win []winner
+			for _, r := range auction.RankAt(req, cands, now) {
+				if r.Rejected == "" {
+					w := r.Bid.Provider
+					if win = append(win, winner{s.provIndex(w), offers[w]}); len(win) == want {
+						return true, s.award(j, win)
+					}
+				}
 			}
 			if k == len(order) {
 				return false, nil
 			}
-			// Every bid so far was rejected: keep asking.
-			best = math.Inf(1)
+			// Too many bids so far were rejected: keep asking.
+			scores = scores[:0]
 		}
 		p := &s.provs[order[k].prov]
 		p.ps.Reliability = p.observed()
@@ -574,6 +621,9 @@ func (s *sim) auction(j int, req *auction.Job) (bool, error) {
 				continue
 			}
 			return false, fmt.Errorf("replay: auction: job %s on %s: %w", req.ID, p.p.Capability.Peer, err)
+		}
+		if want > 1 && (!off.Start.Equal(now) || !off.End.Equal(gangEnd)) {
+			continue
 		}
 		peer := p.p.Capability.Peer
 		offers[peer] = off
@@ -586,9 +636,11 @@ func (s *sim) auction(j int, req *auction.Job) (bool, error) {
 			Reliability: p.observed(),
 			RTT:         p.lat,
 		})
-		if sc := auction.Score(off.Price, p.observed()); sc < best {
-			best = sc
-		}
+		sc := auction.Score(off.Price, p.observed())
+		i := sort.SearchFloat64s(scores, sc)
+		scores = append(scores, 0)
+		copy(scores[i+1:], scores[i:])
+		scores[i] = sc
 	}
 	return false, nil
 }
@@ -600,15 +652,39 @@ func (s *sim) provIndex(peer string) int {
 	return -1
 }
 
-// award books the winning offer, evicting the bronze leases it preempts.
-func (s *sim) award(j, pi int, off auction.Offer) error {
+// award books the winning offers, one lease each (a gang's members on
+// their own providers, all starting together), evicting the bronze leases
+// they preempt.
+func (s *sim) award(j int, win []winner) error {
+	js := &s.jobs[j]
+	for m, w := range win {
+		id := fmt.Sprintf("%s#%d", js.spec.ID, js.attempt)
+		if len(win) > 1 {
+			id = fmt.Sprintf("%s#%d.%d", js.spec.ID, js.attempt, m)
+		}
+		if err := s.book(j, w.prov, w.off, id); err != nil {
+			return err
+		}
+	}
+	js.leased = true
+	js.lastTry = -1
+	js.attempt++
+	if js.firstStart < 0 {
+		js.firstStart = s.leases[js.live[0]].start
+	}
+	return nil
+}
+
+// book books one lease of job j on provider pi, evicting the bronze leases
+// its offer preempts.
+func (s *sim) book(j, pi int, off auction.Offer, id string) error {
 	if pi < 0 {
 		return errors.New("replay: award to unknown provider")
 	}
 	js := &s.jobs[j]
 	p := &s.provs[pi]
-	id := fmt.Sprintf("%s#%d", js.spec.ID, js.attempt)
-	b := auction.Booking{LeaseID: id, Start: off.Start, End: off.End, GPUs: js.spec.GPUCount, Tier: js.spec.Tier, Preemptible: js.spec.Preemptible, Devices: off.Devices}
+	b := auction.Booking{LeaseID: id, Start: off.Start, End: off.End, GPUs: js.spec.GPUCount, Fraction: js.spec.GPUFraction,
+		Tier: js.spec.Tier, Preemptible: js.spec.Preemptible, Devices: off.Devices}
 	// As the provider daemon does: evict only if the planned preemptions
 	// are still needed.
 	evicted, err := p.ps.Cal.ReserveThenEvict(b, off.Preempts)
@@ -625,7 +701,8 @@ func (s *sim) award(j, pi int, off auction.Offer) error {
 		l.evicted = true
 		// The evicted lease runs until the gold lease starts (the daemon
 		// ends it at max(award start, its own start)); its booking is put
-		// back, shortened, so that nobody else is sold those GPUs.
+		// back, shortened, so that nobody else is sold those GPUs. An
+		// evicted gang member stops its whole gang then.
 		stop := min(max(int64(off.Start.Sub(Epoch)/time.Second), l.start), l.runEnd)
 		if stop <= s.now || stop <= l.start {
 			s.stopLease(li, s.now, false)
@@ -643,7 +720,11 @@ func (s *sim) award(j, pi int, off auction.Offer) error {
 	}
 	start := int64(off.Start.Sub(Epoch) / time.Second)
 	end := int64(off.End.Sub(Epoch) / time.Second)
-	l := leaseState{id: id, job: j, prov: pi, start: start, end: end, runEnd: end, gpus: b.GPUs, price: off.Price, alive: true}
+	l := leaseState{id: id, job: j, prov: pi, start: start, end: end, runEnd: end, count: b.GPUs, fraction: b.Fraction,
+		gpus: auction.BilledGPUs(b.GPUs, b.Fraction), asked: js.shape.asked, price: off.Price, alive: true}
+	if js.shape.nodes == 1 {
+		l.asked = min(js.shape.asked, l.gpus)
+	}
 	if u := draw(s.w.seed, "fail", js.spec.ID, fmt.Sprint(js.attempt), p.p.Capability.Peer); u < p.p.FailRate {
 		l.fails = true
 		l.runEnd = start + max(1, int64(draw(s.w.seed, "failat", id, p.p.Capability.Peer)*float64(end-start)))
@@ -651,37 +732,45 @@ func (s *sim) award(j, pi int, off auction.Offer) error {
 	s.leases = append(s.leases, l)
 	li := len(s.leases) - 1
 	s.byID[id] = li
-	js.leased = true
-	js.lastTry = -1
-	js.attempt++
-	if js.firstStart < 0 {
-		js.firstStart = start
-	}
+	js.live = append(js.live, li)
 	s.push(l.runEnd, evLeaseEnd, li)
 	return nil
 }
 
-// stopLease ends a lease at t: a preemption (work done so far is kept, the
-// job checkpoints) or a failure (the lease's work is lost).
+// stopLease ends lease li at t, and with it every other live lease of its
+// job (a gang lives and dies together): a preemption (work done so far is
+// kept, the job checkpoints) or a failure of li's provider (the work of
+// every member since their start is lost; only li's provider is counted
+// as having failed).
 func (s *sim) stopLease(li int, t int64, failed bool) {
 	l := &s.leases[li]
 	if !l.alive {
 		return
 	}
-	l.alive = false
-	p := &s.provs[l.prov]
-	p.ps.Cal.Release(l.id)
-	p.lastFree = t
-	delete(s.byID, l.id)
 	js := &s.jobs[l.job]
-	js.leased = false
 	ran := max(0, t-l.start)
-	s.account(l, t, failed)
-	if failed {
-		s.failures++
-		p.failed++
-	} else {
-		p.ok++
+	for _, m := range js.live {
+		ml := &s.leases[m]
+		if !ml.alive {
+			continue
+		}
+		ml.alive = false
+		p := &s.provs[ml.prov]
+		p.ps.Cal.Release(ml.id)
+		p.lastFree = t
+		delete(s.byID, ml.id)
+		s.account(ml, t, failed)
+		switch {
+		case !failed:
+			p.ok++
+		case m == li:
+			s.failures++
+			p.failed++
+		}
+	}
+	js.live = js.live[:0]
+	js.leased = false
+	if !failed {
 		js.remaining -= ran
 	}
 	if js.remaining <= 0 {
@@ -693,32 +782,31 @@ func (s *sim) stopLease(li int, t int64, failed bool) {
 }
 
 // account books the GPU-seconds of [l.start, t) into the chart buckets and
-// money into the renter's and the provider's accounts.
+// money into the renter's and the provider's accounts. A renter's cost is
+// counted per GPU-hour it asked for, so that a fraction rounded up to a
+// whole GPU shows what the rounding costs it.
 func (s *sim) account(l *leaseState, t int64, failed bool) {
 	from, to := l.start, min(t, s.w.horizon)
 	if to <= from {
 		return
 	}
-	gsec := float64(l.gpus) * float64(to-from)
 	series := s.filled
 	if failed {
 		series = s.lost
 	} else {
-		pay := gsec / 3600 * l.price
+		s.wasted += (l.gpus - l.asked) * float64(to-from)
+		pay := auction.LeaseCost(l.price, l.count, l.fraction, time.Duration(to-from)*time.Second)
 		s.jobs[l.job].paid += pay
-		s.jobs[l.job].paidGPUSec += gsec
+		s.jobs[l.job].paidGPUSec += l.asked * float64(to-from)
 		s.provs[l.prov].earned += pay
 	}
-	for b := from / s.w.bucket; b*s.w.bucket < to && int(b) < len(series); b++ {
-		lo, hi := max(from, b*s.w.bucket), min(to, (b+1)*s.w.bucket)
-		series[b] += float64(l.gpus) * float64(hi-lo)
-	}
+	addSpan(series, s.w.bucket, from, to, l.gpus)
 }
 
 func (s *sim) endLease(li int) error {
 	l := &s.leases[li]
 	if !l.alive || l.runEnd != s.now {
-		return nil // evicted earlier
+		return nil // evicted earlier, or its gang stopped
 	}
 	if !l.fails && !l.evicted && l.end < l.start+s.jobs[l.job].remaining {
 		s.preemptGap++

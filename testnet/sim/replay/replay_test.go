@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,13 +17,21 @@ import (
 )
 
 func TestLoadTrace(t *testing.T) {
-	in := "job_id,submission_time,duration,num_gpu\na,10,100,2\nb,5,50.4,1\n"
-	jobs, err := LoadTrace(strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
+	in := "job_id,submission_time,duration,num_gpu\na,10,100,2\nb,5,50.4,1\nc,6,7,0.25\nd,8,9,32\ne,8,9,12\n"
+	jobs, skipped, err := ReadTrace(strings.NewReader(in))
+	if err != nil || skipped != 0 {
+		t.Fatal(err, skipped)
 	}
-	want := []TraceJob{{"a", 10, 100, 2}, {"b", 5, 50, 1}}
-	if len(jobs) != 2 || jobs[0] != want[0] || jobs[1] != want[1] {
+	// 32 GPUs without num_nodes span 4 machines of MachineGPUs; 12 is not
+	// a multiple of it and stays on one.
+	want := []TraceJob{
+		{ID: "a", Submit: 10, Duration: 100, GPUs: 2, Nodes: 1},
+		{ID: "b", Submit: 5, Duration: 50, GPUs: 1, Nodes: 1},
+		{ID: "c", Submit: 6, Duration: 7, GPUs: 1, Fraction: 0.25, Nodes: 1},
+		{ID: "d", Submit: 8, Duration: 9, GPUs: 8, Nodes: 4},
+		{ID: "e", Submit: 8, Duration: 9, GPUs: 12, Nodes: 1},
+	}
+	if !slices.Equal(jobs, want) {
 		t.Fatalf("got %+v, want %+v", jobs, want)
 	}
 }
@@ -32,19 +41,19 @@ func TestLoadTraceErrors(t *testing.T) {
 	cases := []struct{ in, want string }{
 		{"", "empty input"},
 		{"id,t,d,n\n", "line 1: column 1"},
-		{head, "no jobs"},
+		{head, "no GPU jobs"},
 		{head + "a,1,2,1\nb,1,2\n", "line 3: 3 fields"},
 		{head + "a,1,2,1\nb,x,2,1\n", "line 3: submission_time"},
 		{head + "a,-1,2,1\n", "line 2: submission_time"},
 		{head + "a,1,0,1\n", "line 2: duration: must be positive"},
 		{head + "a,1,2,0\n", "line 2: num_gpu: 0 out of range"},
 		{head + "a,1,2,1.5\n", "line 2: num_gpu"},
-		{head + "a,1,2,1\n\nc,1,2,1\na,3,4,1\n", "line 5: duplicate job_id \"a\" (first on line 2)"},
-		{head + ",1,2,1\n", "line 2: empty job_id"},
+		{head + "a,1,2,1\n\nc,1,2,1\na,3,4,1\n", "line 5: duplicate job id \"a\" (first on line 2)"},
+		{head + ",1,2,1\n", "line 2: empty job id"},
 	}
 	for _, c := range cases {
 		t.Run(c.want, func(t *testing.T) {
-			_, err := LoadTrace(strings.NewReader(c.in))
+			_, _, err := ReadTrace(strings.NewReader(c.in))
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("LoadTrace(%q) = %v, want error containing %q", c.in, err, c.want)
 			}
@@ -230,8 +239,9 @@ func smallTrace(t *testing.T) string {
 	var b strings.Builder
 	b.WriteString("job_id,submission_time,duration,num_gpu\n")
 	for i := 0; i < 300; i++ {
-		g := []int{1, 1, 1, 2, 4, 8, 16}[i%7]
-		b.WriteString(strings.Join([]string{"job" + itoa(i), itoa(i * 1800), itoa(600 + (i*7919)%40000), itoa(g)}, ","))
+		// Whole GPUs, fractions of one, and 16-GPU jobs (two machines).
+		g := []string{"1", "0.25", "1", "2", "4", "8", "16", "0.5"}[i%8]
+		b.WriteString(strings.Join([]string{"job" + itoa(i), itoa(i * 1800), itoa(600 + (i*7919)%40000), g}, ","))
 		b.WriteString("\n")
 	}
 	path := filepath.Join(t.TempDir(), "trace.csv")
@@ -244,9 +254,15 @@ func smallTrace(t *testing.T) string {
 func itoa(i int) string { return strconv.Itoa(i) }
 
 func TestDeterministicAndBounded(t *testing.T) {
+	for _, flat := range []bool{false, true} {
+		t.Run("flat="+strconv.FormatBool(flat), func(t *testing.T) { deterministicAndBounded(t, flat) })
+	}
+}
+
+func deterministicAndBounded(t *testing.T, flat bool) {
 	path := smallTrace(t)
 	run := func(seed uint64) (*Report, []byte) {
-		r, err := Run(Config{TracePath: path, Seed: seed, Supply: Supply{Count: 120}})
+		r, err := Run(Config{TracePath: path, Seed: seed, Supply: Supply{Count: 120}, Flat: flat})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,6 +320,13 @@ func TestCommand(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
+	}
+	out.Reset()
+	if err := app.Run([]string{"gpumesh", "sim", "--trace", path, "--providers", "40", "--flat"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "flat: fractions rounded up to whole GPUs") || !strings.Contains(out.String(), "(75 fractional, 37 multi-machine jobs") {
+		t.Errorf("--flat table does not say so:\n%s", out.String())
 	}
 	if err := app.Run([]string{"gpumesh", "sim", "--trace", path, "--tier-mix", "platinum=1"}); err == nil {
 		t.Error("bad --tier-mix accepted")

@@ -13,7 +13,7 @@ import (
 
 // Config is one replay.
 type Config struct {
-	// TracePath is a trace CSV (see LoadTrace). Trace, when set, is used
+	// TracePath is a trace CSV (see ReadTrace). Trace, when set, is used
 	// instead; Jobs, when set, replaces both with ready-made job specs
 	// (CreatedAt is the submission time, Epoch is trace time zero).
 	TracePath string
@@ -32,6 +32,12 @@ type Config struct {
 	Drain time.Duration
 	// Policies to compare (default auction and fifo).
 	Policies []string
+	// Flat replays the market without the two shapes: a trace's fraction of
+	// a GPU is rounded up to a whole GPU, and a job on several machines asks
+	// one provider for all their GPUs. Without it (the default), fractions
+	// are sold as slices of a device and multi-machine jobs are gangs, one
+	// member per provider (see buildJobs). Ready-made Jobs are as given.
+	Flat bool
 	// Bucket is the chart's time resolution (default 6 h).
 	Bucket time.Duration
 	// Progress, when set, receives a progress line per policy.
@@ -40,13 +46,21 @@ type Config struct {
 
 // Report is a replay's result.
 type Report struct {
-	Trace     string    `json:"trace"`
-	Seed      uint64    `json:"seed"`
-	Start     time.Time `json:"start"`
-	End       time.Time `json:"end"`
-	Jobs      int       `json:"jobs"`
-	Providers int       `json:"providers"`
-	GPUs      int       `json:"gpus"`
+	Trace string `json:"trace"`
+	Seed  uint64 `json:"seed"`
+	// Flat is Config.Flat: the market without fractions and gangs.
+	Flat bool `json:"flat"`
+	// TraceSkipped are the trace's rows without GPU work (ReadTrace).
+	TraceSkipped int `json:"trace_rows_skipped,omitempty"`
+	// FractionalJobs ask for part of one GPU in the trace, GangJobs span
+	// several machines (as sliced or gang jobs, or rounded up when Flat).
+	FractionalJobs int       `json:"fractional_jobs"`
+	GangJobs       int       `json:"gang_jobs"`
+	Start          time.Time `json:"start"`
+	End            time.Time `json:"end"`
+	Jobs           int       `json:"jobs"`
+	Providers      int       `json:"providers"`
+	GPUs           int       `json:"gpus"`
 	// Unplaceable jobs fit no provider at all (too many GPUs, too much
 	// VRAM, residency, price cap below every floor): every policy misses
 	// them, and the bound excludes them.
@@ -81,9 +95,14 @@ type PolicyReport struct {
 	Policy string `json:"policy"`
 	// FilledGPUHours are delivered lease GPU-hours (failed leases excluded)
 	// within the replay; FillRate divides them by the offered idle hours.
-	FilledGPUHours float64      `json:"filled_gpu_hours"`
-	FillRate       float64      `json:"fill_rate"`
-	LostGPUHours   float64      `json:"lost_gpu_hours"`
+	FilledGPUHours float64 `json:"filled_gpu_hours"`
+	FillRate       float64 `json:"fill_rate"`
+	LostGPUHours   float64 `json:"lost_gpu_hours"`
+	// IdleBilledGPUHours are delivered GPU-hours (of FilledGPUHours) the
+	// jobs did not ask for: a fraction rounded up to the slice (or, Flat,
+	// the whole GPU) it got.
+	IdleBilledGPUHours float64 `json:"idle_billed_gpu_hours"`
+	// CostPerGPUHour is what renters paid per GPU-hour they asked for.
 	CostPerGPUHour float64      `json:"cost_per_gpu_hour"`
 	Completed      int          `json:"completed"`
 	NeverStarted   int          `json:"never_started"`
@@ -175,8 +194,9 @@ func Run(cfg Config) (*Report, error) {
 		cfg.Supply.Kinds = DefaultSupply().Kinds
 	}
 
-	rep := &Report{Trace: cfg.TracePath, Seed: cfg.Seed, bucket: cfg.Bucket}
+	rep := &Report{Trace: cfg.TracePath, Seed: cfg.Seed, Flat: cfg.Flat, bucket: cfg.Bucket}
 	jobs := cfg.Jobs
+	var shapes []shape
 	if jobs == nil {
 		trace := cfg.Trace
 		if trace == nil {
@@ -184,14 +204,25 @@ func Run(cfg Config) (*Report, error) {
 				return nil, errors.New("replay: no trace (set a trace file)")
 			}
 			var err error
-			if trace, err = LoadTraceFile(cfg.TracePath); err != nil {
+			if trace, rep.TraceSkipped, err = readTraceFile(cfg.TracePath); err != nil {
 				return nil, err
 			}
 		}
-		jobs = buildJobs(trace, cfg.Demand, cfg.Seed)
+		for _, t := range trace {
+			if t.Fraction > 0 {
+				rep.FractionalJobs++
+			}
+			if t.nodes() > 1 {
+				rep.GangJobs++
+			}
+		}
+		jobs, shapes = buildJobs(trace, cfg.Demand, cfg.Seed, cfg.Flat)
 	} else {
 		jobs = append([]auction.Job(nil), jobs...)
 		sort.SliceStable(jobs, func(a, b int) bool { return jobs[a].CreatedAt.Before(jobs[b].CreatedAt) })
+		for i := range jobs {
+			shapes = append(shapes, shape{nodes: 1, asked: jobs[i].BilledGPUs()})
+		}
 	}
 	if len(jobs) == 0 {
 		return nil, errors.New("replay: no jobs")
@@ -227,7 +258,7 @@ func Run(cfg Config) (*Report, error) {
 	if len(provs) == 0 {
 		return nil, errors.New("replay: no providers")
 	}
-	w := &world{seed: cfg.Seed, jobs: jobs, provs: provs, horizon: int64(end.Sub(Epoch) / time.Second), bucket: int64(cfg.Bucket / time.Second)}
+	w := &world{seed: cfg.Seed, jobs: jobs, shapes: shapes, provs: provs, horizon: int64(end.Sub(Epoch) / time.Second), bucket: int64(cfg.Bucket / time.Second)}
 	seen := map[string]bool{}
 	for i := range provs {
 		c := &provs[i].Capability
@@ -251,13 +282,18 @@ func Run(cfg Config) (*Report, error) {
 	}
 	w.placeable = make([]bool, len(jobs))
 	for i := range jobs {
+		// A job fits when as many providers as it has members could ever
+		// host one (auction.StaticFit).
+		fit := 0
 		for k := range provs {
 			if auction.StaticFit(&provs[k].Capability, &jobs[i]) == nil {
-				w.placeable[i] = true
-				break
+				if fit++; fit == shapes[i].nodes {
+					w.placeable[i] = true
+					break
+				}
 			}
 		}
-		gh := float64(jobs[i].GPUCount) * jobs[i].Duration.Hours()
+		gh := w.jobGPUs(i) * jobs[i].Duration.Hours()
 		rep.DemandGPUHours += gh
 		if !w.placeable[i] {
 			rep.Unplaceable++
@@ -286,7 +322,7 @@ func Run(cfg Config) (*Report, error) {
 	placeableDemand := 0.0
 	for i := range jobs {
 		if w.placeable[i] {
-			placeableDemand += float64(jobs[i].GPUCount) * jobs[i].Duration.Hours()
+			placeableDemand += w.jobGPUs(i) * jobs[i].Duration.Hours()
 		}
 	}
 	rep.Bound.Simple = math.Min(rep.OfferedGPUHours, placeableDemand)
@@ -310,6 +346,12 @@ func Run(cfg Config) (*Report, error) {
 	return rep, nil
 }
 
+// jobGPUs is the GPUs job i leases at once: its billed GPUs (a slice
+// counts its fraction) times its members.
+func (w *world) jobGPUs(i int) float64 {
+	return w.jobs[i].BilledGPUs() * float64(w.shapes[i].nodes)
+}
+
 func ratio(a, b float64) float64 {
 	if b <= 0 {
 		return 0
@@ -319,7 +361,8 @@ func ratio(a, b float64) float64 {
 
 func (s *sim) summarise() PolicyReport {
 	w := s.w
-	pr := PolicyReport{Policy: s.policy, PreemptGold: s.preemptGold, PreemptGap: s.preemptGap, Failures: s.failures, Events: s.nEvents}
+	pr := PolicyReport{Policy: s.policy, PreemptGold: s.preemptGold, PreemptGap: s.preemptGap, Failures: s.failures, Events: s.nEvents,
+		IdleBilledGPUHours: s.wasted / 3600}
 	for _, v := range s.filled {
 		pr.FilledGPUHours += v / 3600
 	}
@@ -458,6 +501,7 @@ func round(r *Report) {
 		p := &r.Policies[i]
 		f(&p.FilledGPUHours, 100)
 		f(&p.LostGPUHours, 100)
+		f(&p.IdleBilledGPUHours, 100)
 		f(&p.FillRate, 1e4)
 		f(&p.CostPerGPUHour, 1e4)
 		for k := range p.Tiers {

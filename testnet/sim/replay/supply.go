@@ -39,6 +39,8 @@ var kindNames = []string{KindNights, KindRacks, KindAlways}
 //   - always: 4 or 8 GPUs, A100 40 GB, L40S 48 GB or A10 24 GB, always on;
 //     floor $0.7-1.3, 1.3x on weekday office hours; 60% accept preemptible
 //     work; fail 1% (80%) or 3% of leases.
+//   - slices (sellSlices): 40% of nights owners sell each device in 2 or 4
+//     slices, 50% of always-on specialists and 25% of racks in 2, 4 or 8.
 //
 // Regions are us-east (30%), us-west, eu-west, eu-central (20% each) and
 // ap-northeast (10%), each with its own time zone.
@@ -136,7 +138,48 @@ func buildSupply(s Supply, seed uint64, end time.Time) ([]Provider, error) {
 		}
 		out[i] = p
 	}
+	// Slices come from a stream of their own, so that the population above
+	// is the same as before providers sold slices.
+	sr := rand.New(rand.NewPCG(seed, 0x736c6963)) // "slic"
+	for i := range out {
+		sellSlices(&out[i], sr)
+	}
 	return out, nil
+}
+
+// sellSlices draws whether a provider sells its devices in slices, and
+// into how many: 40% of nights owners cut theirs into 2 or 4, 50% of
+// always-on specialists and 25% of racks into 2, 4 or 8. A slice is
+// enforced by MIG on A100 and H100, by MPS on the others.
+func sellSlices(p *Provider, r *rand.Rand) {
+	var counts weighted[int]
+	switch p.Kind {
+	case KindNights:
+		if r.Float64() >= 0.4 {
+			return
+		}
+		counts = weighted[int]{{2, 0.5}, {4, 0.5}}
+	case KindAlways:
+		if r.Float64() >= 0.5 {
+			return
+		}
+		counts = weighted[int]{{2, 0.3}, {4, 0.5}, {8, 0.2}}
+	default: // KindRacks
+		if r.Float64() >= 0.25 {
+			return
+		}
+		counts = weighted[int]{{2, 0.3}, {4, 0.4}, {8, 0.3}}
+	}
+	c := &p.Capability
+	rule := auction.SliceRule{Count: counts.draw(r)}
+	for d := range c.GPUs {
+		rule.Devices = append(rule.Devices, d)
+		c.GPUs[d].Isolation = auction.IsolationMPS
+		if m := c.GPUs[d].Model; m == "A100" || m == "H100" {
+			c.GPUs[d].Isolation = auction.IsolationMIG
+		}
+	}
+	c.Policy.Slices = []auction.SliceRule{rule}
 }
 
 // reservations draws the owner's own bookings of a part-time rack: blocks of

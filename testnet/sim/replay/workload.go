@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"math"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -56,10 +57,40 @@ var (
 	vramWide   = weighted[int]{{24, 0.2}, {40, 0.4}, {80, 0.4}}
 )
 
+// shape is how a job spreads over GPUs beyond its auction.Job: the
+// machines it spans at once (each a member asking for GPUCount of the
+// job's spec), and the GPUs each member asked for in the trace (a
+// fraction below the market's slice it was rounded up to, or the member's
+// whole GPUs).
+type shape struct {
+	nodes int
+	asked float64
+}
+
+// marketFraction is the slice the market sells for a trace's fraction f
+// of a GPU: the smallest of auction.GPUFractions that holds it, or 0 (a
+// whole GPU) above the largest.
+func marketFraction(f float64) float64 {
+	for _, m := range auction.GPUFractions {
+		if f <= m {
+			return m
+		}
+	}
+	return 0
+}
+
 // buildJobs assigns job specs to trace rows, sorted by submission time then
 // ID. The draw for each job depends only on the seed and the order of rows
-// after sorting, so the same trace and seed give the same jobs.
-func buildJobs(trace []TraceJob, d Demand, seed uint64) []auction.Job {
+// after sorting, so the same trace and seed give the same jobs, with shapes
+// or flat.
+//
+// With shapes, a fractional row asks for the market's slice that holds it
+// (marketFraction; its MinVRAMGB is then the slice's share of the drawn
+// memory), and a row on several machines is a gang of as many members,
+// each asking for the row's GPUs per machine. Flat (the market without
+// these shapes), a fraction is rounded up to a whole GPU and a gang's
+// GPUs are asked of one provider.
+func buildJobs(trace []TraceJob, d Demand, seed uint64, flat bool) ([]auction.Job, []shape) {
 	rows := append([]TraceJob(nil), trace...)
 	sort.SliceStable(rows, func(a, b int) bool {
 		if rows[a].Submit != rows[b].Submit {
@@ -69,11 +100,12 @@ func buildJobs(trace []TraceJob, d Demand, seed uint64) []auction.Job {
 	})
 	r := rand.New(rand.NewPCG(seed, 0x6a6f6273)) // "jobs"
 	jobs := make([]auction.Job, len(rows))
+	shapes := make([]shape, len(rows))
 	for i, t := range rows {
 		tier := auction.Tier(d.Tiers.draw(r))
 		pc := priceCap[tier]
 		vram := vramNarrow
-		if t.GPUs > 2 {
+		if t.nodes()*t.GPUs > 2 {
 			vram = vramWide
 		}
 		region := d.Regions.draw(r)
@@ -86,7 +118,7 @@ func buildJobs(trace []TraceJob, d Demand, seed uint64) []auction.Job {
 			Owner:       "renter",
 			Tier:        tier,
 			MaxPrice:    round2(uniform(r, pc[0], pc[1]) * d.PriceScale),
-			GPUCount:    t.GPUs,
+			GPUCount:    t.nodes() * t.GPUs,
 			MinVRAMGB:   vram.draw(r),
 			Region:      region,
 			Preemptible: tier == auction.Bronze,
@@ -94,6 +126,18 @@ func buildJobs(trace []TraceJob, d Demand, seed uint64) []auction.Job {
 			Run:         auction.RunSpec{Command: []string{"replay"}},
 			CreatedAt:   created,
 		}
+		shapes[i] = shape{nodes: 1, asked: t.askedGPUs()}
+		if flat {
+			continue
+		}
+		if f := marketFraction(t.Fraction); t.Fraction > 0 && f > 0 {
+			jobs[i].GPUFraction = f
+			jobs[i].MinVRAMGB = int(math.Ceil(float64(jobs[i].MinVRAMGB) * f))
+		}
+		if t.nodes() > 1 {
+			jobs[i].GPUCount = t.GPUs
+			shapes[i] = shape{nodes: t.nodes(), asked: float64(t.GPUs)}
+		}
 	}
-	return jobs
+	return jobs, shapes
 }

@@ -1,4 +1,4 @@
-package artifact
+package transfer
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -33,18 +34,18 @@ func holdFor(t *testing.T, prov, owner *testPeer, id string) {
 // bytes itself gets them, by serving every byte.
 func TestRenterCannotReadAnotherRentersArtifact(t *testing.T) {
 	x, y, prov := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
-	src, data := writeRandom(t, 3*ChunkSize+9)
-	id, err := x.store.Add(src, Meta{Private: true})
+	src, data := writeRandom(t, 3*artifact.ChunkSize+9)
+	id, err := x.store.Add(src, artifact.Meta{Private: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	holdFor(t, prov, x, id)
-	pub, err := prov.store.Add(filepath.Join(t.TempDir(), "nothing"), Meta{})
+	pub, err := prov.store.Add(filepath.Join(t.TempDir(), "nothing"), artifact.Meta{})
 	if err == nil {
 		t.Fatal("added a missing file")
 	}
 	pubSrc, _ := writeRandom(t, 10)
-	if pub, err = prov.store.Add(pubSrc, Meta{}); err != nil {
+	if pub, err = prov.store.Add(pubSrc, artifact.Meta{}); err != nil {
 		t.Fatal(err)
 	}
 	if held := prov.store.Held(64); slices.Contains(held, id) || !slices.Contains(held, pub) {
@@ -64,7 +65,7 @@ func TestRenterCannotReadAnotherRentersArtifact(t *testing.T) {
 	}
 
 	// Y holds the same bytes (the same id): it serves all of them.
-	if idY, err := y.store.Add(src, Meta{Private: true}); err != nil || idY != id {
+	if idY, err := y.store.Add(src, artifact.Meta{Private: true}); err != nil || idY != id {
 		t.Fatalf("Y's copy: %s %v", idY, err)
 	}
 	y.lease(prov)
@@ -89,8 +90,8 @@ func TestRenterCannotReadAnotherRentersArtifact(t *testing.T) {
 func TestPublicManifestCannotClaimPrivateChunk(t *testing.T) {
 	x, y, prov := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
 	prov.svc.cfg.WarmMax = 1 << 30
-	src, _ := writeRandom(t, 2*ChunkSize)
-	id, err := x.store.Add(src, Meta{Private: true})
+	src, _ := writeRandom(t, 2*artifact.ChunkSize)
+	id, err := x.store.Add(src, artifact.Meta{Private: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,19 +100,17 @@ func TestPublicManifestCannotClaimPrivateChunk(t *testing.T) {
 	secret := mx.Entries[0].Chunks[0]
 
 	// Y's public artifact naming X's chunk, which Y cannot serve.
-	my := Manifest{Name: "probe", Size: ChunkSize, Entries: []Entry{{Path: "probe", Size: ChunkSize, Chunks: []string{secret}}}}
-	idY, _, err := y.store.Begin(my, Meta{})
+	my := artifact.Manifest{Name: "probe", Size: artifact.ChunkSize, Entries: []artifact.Entry{{Path: "probe", Size: artifact.ChunkSize, Chunks: []string{secret}}}}
+	idY, _, err := y.store.Begin(my, artifact.Meta{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	y.store.mu.Lock()
-	y.store.recs[idY].Complete = true // a hostile store claims it
-	y.store.mu.Unlock()
+	y.claimComplete(t, idY) // a hostile store claims it
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ack, err := y.svc.Warm(ctx, idY, prov.net.ID(), prov.addrs())
-	if err == nil && ack.Fetching != ChunkSize {
+	if err == nil && ack.Fetching != artifact.ChunkSize {
 		t.Fatalf("warm answer confirms the private chunk is held: fetching %d of %d", ack.Fetching, ack.Size)
 	}
 	if _, err := prov.svc.FetchForJob(ctx, idY, y.net.ID(), y.addrs()); err == nil {
@@ -128,31 +127,29 @@ func TestPublicManifestCannotClaimPrivateChunk(t *testing.T) {
 // the owner's terms (private), not the hostile renter's.
 func TestIncompleteRecordTakesCompletersTerms(t *testing.T) {
 	x, y, prov := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
-	src, _ := writeRandom(t, 2*ChunkSize+1)
-	id, err := x.store.Add(src, Meta{Private: true})
+	src, _ := writeRandom(t, 2*artifact.ChunkSize+1)
+	id, err := x.store.Add(src, artifact.Meta{Private: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mx, _, _ := x.store.Manifest(id)
-	if _, _, err := y.store.Begin(mx, Meta{}); err != nil { // public, and no bytes
+	if _, _, err := y.store.Begin(mx, artifact.Meta{}); err != nil { // public, and no bytes
 		t.Fatal(err)
 	}
-	y.store.mu.Lock()
-	y.store.recs[id].Complete = true
-	y.store.mu.Unlock()
+	y.claimComplete(t, id)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := prov.svc.Fetch(ctx, id, FetchOptions{Origin: &peer.AddrInfo{ID: y.net.ID(), Addrs: y.net.Host.Addrs()}, NoDiscovery: true, For: For(y.net.ID())}); err == nil {
+	if _, err := prov.svc.Fetch(ctx, id, FetchOptions{Origin: &peer.AddrInfo{ID: y.net.ID(), Addrs: y.net.Host.Addrs()}, NoDiscovery: true, For: artifact.For(y.net.ID())}); err == nil {
 		t.Fatal("Y served bytes it does not have")
 	}
 	if in, err := prov.store.Info(id); err != nil || in.Complete || in.Private {
 		t.Fatalf("after Y's attempt: %+v %v (want begun, public, incomplete)", in, err)
 	}
 	holdFor(t, prov, x, id)
-	if err := prov.store.MayRead(id, Reader{}); err == nil {
+	if err := prov.store.MayRead(id, artifact.Reader{}); err == nil {
 		t.Fatal("X's private artifact is public on the provider")
 	}
-	if err := prov.store.MayRead(id, For(y.net.ID())); err == nil {
+	if err := prov.store.MayRead(id, artifact.For(y.net.ID())); err == nil {
 		t.Fatal("Y may read X's artifact")
 	}
 	if slices.Contains(prov.store.Held(64), id) {

@@ -1,4 +1,4 @@
-package auction
+package auctiontest
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // ErrUnreachable is returned by MemTransport for unknown or dropped peers.
-var ErrUnreachable = errors.New("auction: peer unreachable")
+var ErrUnreachable = errors.New("auctiontest: peer unreachable")
 
 // MemHandlers are a peer's message handlers on a MemNetwork; nil handlers
 // refuse the message.
@@ -92,6 +92,9 @@ func (n *MemNetwork) reachable(from, to peer.ID) (*MemTransport, error) {
 	}
 	return t, nil
 }
+
+// ID is the peer this transport speaks for.
+func (t *MemTransport) ID() peer.ID { return t.id }
 
 // Handle sets the peer's handlers.
 func (t *MemTransport) Handle(h MemHandlers) {

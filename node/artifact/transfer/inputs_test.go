@@ -1,4 +1,4 @@
-package artifact
+package transfer
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/node/artifact"
 )
 
 // TestPrepareInputsFailureFailsTheLease: a job naming an input its renter
@@ -43,27 +45,27 @@ func TestPrepareInputsFailureFailsTheLease(t *testing.T) {
 // provider counts the files' size against its store's budget before it
 // fetches or lays out anything, and refuses clearly.
 func TestDedupBombRefusedBeforeMaterialising(t *testing.T) {
-	renter, prov := newTestPeer(t, 0), newTestPeer(t, 16*ChunkSize)
-	chunk := make([]byte, ChunkSize)
+	renter, prov := newTestPeer(t, 0), newTestPeer(t, 16*artifact.ChunkSize)
+	chunk := make([]byte, artifact.ChunkSize)
 	sum := sha256.Sum256(chunk)
 	h := hex.EncodeToString(sum[:])
 	const copies = 200
-	e := Entry{Path: "bomb", Size: copies * ChunkSize}
+	e := artifact.Entry{Path: "bomb", Size: copies * artifact.ChunkSize}
 	for range copies {
 		e.Chunks = append(e.Chunks, h)
 	}
-	m := Manifest{Name: "bomb", Size: e.Size, Entries: []Entry{e}}
-	id, _, err := renter.store.Begin(m, Meta{})
+	m := artifact.Manifest{Name: "bomb", Size: e.Size, Entries: []artifact.Entry{e}}
+	id, _, err := renter.store.Begin(m, artifact.Meta{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := renter.store.PutChunk(id, h, chunk, Local); err != nil {
+	if err := renter.store.PutChunk(id, h, chunk, artifact.Local); err != nil {
 		t.Fatal(err)
 	}
-	if err := renter.store.Complete(id, Local, Meta{}); err != nil {
+	if err := renter.store.Complete(id, artifact.Local, artifact.Meta{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, used := renter.store.Budget(); used != ChunkSize {
+	if _, used := renter.store.Budget(); used != artifact.ChunkSize {
 		t.Fatalf("the renter stores %d bytes", used)
 	}
 	dir := filepath.Join(t.TempDir(), "inputs")
@@ -74,7 +76,7 @@ func TestDedupBombRefusedBeforeMaterialising(t *testing.T) {
 		release()
 		t.Fatalf("a %d MiB dedup bomb was laid out under a %d MiB budget", copies, 16)
 	}
-	if !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "files") {
+	if !errors.Is(err, artifact.ErrFull) || !strings.Contains(err.Error(), "files") {
 		t.Fatalf("refusal %q: want ErrFull naming the files' size", err)
 	}
 	if _, serr := os.Stat(dir); !os.IsNotExist(serr) {

@@ -1,4 +1,4 @@
-package artifact
+package transfer
 
 import (
 	"bufio"
@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -37,7 +39,7 @@ const (
 
 // ServiceConfig configures a Service.
 type ServiceConfig struct {
-	Store  *Store
+	Store  *artifact.Store
 	Net    *p2p.Node
 	Signer *sign.Signer
 	// Authorize says whether peer may fetch our private artifact id (it
@@ -96,14 +98,14 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: cfg.Log, counters: map[string]int{}, badPeers: map[peer.ID]int{}, serving: map[peer.ID]int{},
 		warming: map[string]peer.ID{}}
-	cfg.Store.setAccess(cfg.Signer.ID(), cfg.Authorize)
+	cfg.Store.SetAccess(cfg.Signer.ID(), cfg.Authorize)
 	cfg.Net.Host.SetStreamHandler(wire.ProtoArtifact, cfg.Net.Guard(wire.ProtoArtifact, s.serve))
 	cfg.Net.Handle(wire.ProtoWarm, s.HandleWarm)
 	return s, nil
 }
 
 // Store is the service's store.
-func (s *Service) Store() *Store { return s.cfg.Store }
+func (s *Service) Store() *artifact.Store { return s.cfg.Store }
 
 func (s *Service) count(name string, n int) {
 	s.mu.Lock()
@@ -137,7 +139,7 @@ func (s *Service) BadPeers() map[peer.ID]int {
 // hold, so fetchers find us.
 func (s *Service) Announce(ctx context.Context, id string) error {
 	if _, complete, err := s.cfg.Store.Manifest(id); err != nil || !complete {
-		return fmt.Errorf("announce %s: not held complete", short(id))
+		return fmt.Errorf("announce %s: not held complete", artifact.ShortID(id))
 	}
 	return s.cfg.Net.Provide(ctx, wire.ArtifactKey(id))
 }
@@ -154,26 +156,11 @@ func (s *Service) Grant(id string, to peer.ID) ([]byte, error) {
 // allowed decides whether from may fetch artifact id, given the grant it
 // presented (Store.MayRead), and counts a refusal.
 func (s *Service) allowed(id string, from peer.ID, grant []byte) error {
-	err := s.cfg.Store.MayRead(id, Reader{Peer: from, Grant: grant})
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	err := s.cfg.Store.MayRead(id, artifact.Reader{Peer: from, Grant: grant})
+	if err != nil && !errors.Is(err, artifact.ErrNotFound) {
 		s.count("artifact.denied", 1)
 	}
 	return err
-}
-
-// validGrant reports whether grant is owner's unexpired permission for
-// peer to to fetch artifact id.
-func validGrant(grant []byte, owner peer.ID, id string, to peer.ID) bool {
-	if len(grant) == 0 {
-		return false
-	}
-	env, err := sign.UnmarshalEnvelope(grant)
-	if err != nil {
-		return false
-	}
-	var g wire.ArtifactGrant
-	signer, err := sign.Open(env, sign.DomainArtifactGrant, &g)
-	return err == nil && signer == owner && g.ID == id && g.Peer == to.String() && time.Now().Before(g.Expires)
 }
 
 const (
@@ -219,10 +206,10 @@ func (s *Service) serve(st network.Stream) {
 		resp, err := s.answer(from, b, authorised)
 		if err != nil {
 			_ = bw.WriteByte(statusErr)
-			_ = p2p.WriteFrame(bw, []byte(err.Error()))
+			_ = frame.Write(bw, []byte(err.Error()))
 		} else {
 			_ = bw.WriteByte(statusOK)
-			if err := p2p.WriteFrame(bw, resp); err != nil {
+			if err := frame.Write(bw, resp); err != nil {
 				_ = st.Reset()
 				return
 			}
@@ -239,7 +226,7 @@ func (s *Service) answer(from peer.ID, b []byte, authorised map[string]bool) ([]
 	if err := json.Unmarshal(b, &req); err != nil {
 		return nil, fmt.Errorf("bad artifact request: %v", err)
 	}
-	if !ValidID(req.ID) {
+	if !artifact.ValidID(req.ID) {
 		return nil, fmt.Errorf("bad artifact id %q", req.ID)
 	}
 	if !authorised[req.ID] {
@@ -255,7 +242,7 @@ func (s *Service) answer(from peer.ID, b []byte, authorised map[string]bool) ([]
 			return nil, err
 		}
 		if !complete {
-			return nil, fmt.Errorf("artifact %s: %w (still being fetched here)", short(req.ID), ErrNotFound)
+			return nil, fmt.Errorf("artifact %s: %w (still being fetched here)", artifact.ShortID(req.ID), artifact.ErrNotFound)
 		}
 		meta, _, _ := s.cfg.Store.Meta(req.ID)
 		s.cfg.Store.Pin(req.ID)() // served: recently used, last out
@@ -278,8 +265,8 @@ func (s *Service) answer(from peer.ID, b []byte, authorised map[string]bool) ([]
 		if err != nil {
 			return nil, err
 		}
-		if !m.hasChunk(req.Chunk) {
-			return nil, fmt.Errorf("chunk %s is not part of artifact %s", short(req.Chunk), short(req.ID))
+		if !hasChunk(&m, req.Chunk) {
+			return nil, fmt.Errorf("chunk %s is not part of artifact %s", artifact.ShortID(req.Chunk), artifact.ShortID(req.ID))
 		}
 		data, err := s.cfg.Store.ReadChunk(req.Chunk)
 		if err != nil {
@@ -291,7 +278,7 @@ func (s *Service) answer(from peer.ID, b []byte, authorised map[string]bool) ([]
 	return nil, fmt.Errorf("unknown artifact op %q", req.Op)
 }
 
-func (m *Manifest) hasChunk(h string) bool {
+func hasChunk(m *artifact.Manifest, h string) bool {
 	for _, e := range m.Entries {
 		for _, c := range e.Chunks {
 			if c == h {
@@ -324,14 +311,14 @@ func (s *Service) open(ctx context.Context, p peer.ID) (*session, error) {
 func (ss *session) call(req wire.ArtifactRequest, timeout time.Duration) ([]byte, error) {
 	b, _ := json.Marshal(req)
 	_ = ss.st.SetDeadline(time.Now().Add(timeout))
-	if err := p2p.WriteFrame(ss.st, b); err != nil {
+	if err := frame.Write(ss.st, b); err != nil {
 		return nil, err
 	}
 	status, err := ss.br.ReadByte()
 	if err != nil {
 		return nil, err
 	}
-	resp, err := p2p.ReadFrame(ss.br)
+	resp, err := frame.Read(ss.br)
 	if err != nil {
 		return nil, err
 	}
@@ -365,26 +352,13 @@ type FetchOptions struct {
 	Grant []byte
 	// Accept, when set, sees the verified manifest and the bytes still
 	// missing before any chunk is fetched; an error ends the fetch.
-	Accept func(m *Manifest, missing int64) error
+	Accept func(m *artifact.Manifest, missing int64) error
 	// For is who the artifact is fetched for (the job's renter, the warm
 	// request's sender, the provider claiming a checkpoint, Local): the
 	// store's copy counts only if For may read it (Store.MayRead), and a
 	// chunk only if it is held for For (Store.Missing). The zero Reader
 	// counts public artifacts only.
-	For Reader
-}
-
-// FetchResult says how a fetch went.
-type FetchResult struct {
-	ID   string `json:"id"`
-	Size int64  `json:"size"`
-	// Fetched is the bytes transferred by this fetch (chunks already held
-	// were skipped).
-	Fetched int64 `json:"fetched"`
-	// FromPeer is the bytes each peer served.
-	FromPeer map[string]int64 `json:"from_peer,omitempty"`
-	// BadPeers are the peers dropped for serving a bad chunk.
-	BadPeers []string `json:"bad_peers,omitempty"`
+	For artifact.Reader
 }
 
 // Fetch makes artifact id complete in the store for opt.For, pulling the
@@ -392,9 +366,9 @@ type FetchResult struct {
 // discovers, verifying each. The artifact is pinned while the fetch runs.
 // Chunks stored before an interruption are kept, so fetching again
 // resumes.
-func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (FetchResult, error) {
-	res := FetchResult{ID: id, FromPeer: map[string]int64{}}
-	if !ValidID(id) {
+func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (artifact.FetchResult, error) {
+	res := artifact.FetchResult{ID: id, FromPeer: map[string]int64{}}
+	if !artifact.ValidID(id) {
 		return res, fmt.Errorf("bad artifact id %q", id)
 	}
 	unpin := s.cfg.Store.Pin(id)
@@ -449,12 +423,12 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 		}
 	}
 	if len(sources) == 0 {
-		return res, fmt.Errorf("artifact %s: no peer holds it (none named, none found in the DHT)", short(id))
+		return res, fmt.Errorf("artifact %s: no peer holds it (none named, none found in the DHT)", artifact.ShortID(id))
 	}
 
 	// The manifest, from the first source that has it.
 	var (
-		m     Manifest
+		m     artifact.Manifest
 		mresp wire.ArtifactManifest
 		errs  []error
 		got   bool
@@ -471,7 +445,7 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 			err = json.Unmarshal(b, &mresp)
 		}
 		if err == nil {
-			m, err = DecodeManifest(mresp.Manifest, id)
+			m, err = artifact.DecodeManifest(mresp.Manifest, id)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))
@@ -481,10 +455,10 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 		break
 	}
 	if !got {
-		return res, fmt.Errorf("artifact %s: no source served its manifest: %w", short(id), errors.Join(errs...))
+		return res, fmt.Errorf("artifact %s: no source served its manifest: %w", artifact.ShortID(id), errors.Join(errs...))
 	}
 	res.Size = m.Size
-	if err := s.cfg.Store.fits(&m, id); err != nil {
+	if err := s.cfg.Store.Fits(&m, id); err != nil {
 		return res, err
 	}
 	if opt.Accept != nil {
@@ -502,7 +476,7 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 		// own rules, like an artifact we added.
 		owner = ""
 	}
-	meta := Meta{Private: mresp.Private, Owner: owner}
+	meta := artifact.Meta{Private: mresp.Private, Owner: owner}
 	if _, _, err := s.cfg.Store.Begin(m, meta); err != nil {
 		return res, err
 	}
@@ -530,19 +504,19 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (Fetch
 		actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := s.Announce(actx, id); err != nil {
-			s.log.Debug("announce artifact", "id", short(id), "err", err)
+			s.log.Debug("announce artifact", "id", artifact.ShortID(id), "err", err)
 		}
 	}()
 	return res, nil
 }
 
 type pullJob struct {
-	c      Chunk
+	c      artifact.Chunk
 	failed map[peer.ID]bool
 }
 
 // pull fetches the missing chunks from the sources.
-func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte, sources []peer.ID, missing []Chunk, rd Reader, progress func(int64, int64), res *FetchResult) error {
+func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte, sources []peer.ID, missing []artifact.Chunk, rd artifact.Reader, progress func(int64, int64), res *artifact.FetchResult) error {
 	if len(missing) == 0 {
 		return nil
 	}
@@ -616,7 +590,7 @@ func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte
 					mu.Lock()
 					tried := j.failed[p]
 					if tried && exhausted(j) {
-						finish(fmt.Errorf("artifact %s: chunk %s: every source left refused it", short(id), short(j.c.Hash)))
+						finish(fmt.Errorf("artifact %s: chunk %s: every source left refused it", artifact.ShortID(id), artifact.ShortID(j.c.Hash)))
 					}
 					mu.Unlock()
 					if tried {
@@ -652,7 +626,7 @@ func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte
 						mu.Lock()
 						j.failed[p] = true
 						if exhausted(j) {
-							finish(fmt.Errorf("artifact %s: chunk %s: every source refused it: %v", short(id), short(j.c.Hash), remote))
+							finish(fmt.Errorf("artifact %s: chunk %s: every source refused it: %v", artifact.ShortID(id), artifact.ShortID(j.c.Hash), remote))
 						}
 						mu.Unlock()
 						queue <- j
@@ -668,7 +642,7 @@ func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte
 					}
 					if perr := s.cfg.Store.PutChunk(id, j.c.Hash, data, rd); perr != nil {
 						queue <- j
-						if errors.Is(perr, ErrFull) {
+						if errors.Is(perr, artifact.ErrFull) {
 							mu.Lock()
 							finish(perr)
 							mu.Unlock()
@@ -683,7 +657,7 @@ func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte
 							mu.Lock()
 							res.BadPeers = append(res.BadPeers, p.String())
 							mu.Unlock()
-							s.log.Warn("artifact source served a bad chunk; dropped for this transfer", "peer", p, "chunk", short(j.c.Hash))
+							s.log.Warn("artifact source served a bad chunk; dropped for this transfer", "peer", p, "chunk", artifact.ShortID(j.c.Hash))
 						}
 						return
 					}
@@ -715,7 +689,7 @@ func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte
 				if len(res.BadPeers) > 0 {
 					why = fmt.Sprintf(" (%d source(s) served a chunk that did not match its hash)", len(res.BadPeers))
 				}
-				finish(fmt.Errorf("artifact %s: every source failed or left with %d chunk(s) missing%s; fetch again to resume", short(id), remaining, why))
+				finish(fmt.Errorf("artifact %s: every source failed or left with %d chunk(s) missing%s; fetch again to resume", artifact.ShortID(id), remaining, why))
 			}
 		}()
 	}
@@ -734,7 +708,7 @@ func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte
 		return fatal
 	}
 	if remaining > 0 {
-		return fmt.Errorf("artifact %s: interrupted with %d chunk(s) missing (fetch again to resume): %w", short(id), remaining, pctx.Err())
+		return fmt.Errorf("artifact %s: interrupted with %d chunk(s) missing (fetch again to resume): %w", artifact.ShortID(id), remaining, pctx.Err())
 	}
 	return nil
 }

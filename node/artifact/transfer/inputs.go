@@ -1,4 +1,4 @@
-package artifact
+package transfer
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -21,7 +22,7 @@ import (
 // error) releases what was done and is returned: it fails the lease, never
 // the daemon. A sealed input is unsealed with its content key in keys
 // (given by the job's renter for the lease); one with no key there fails.
-func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, origin peer.ID, addrs []string, dir string, keys map[string]Key) (release func(), err error) {
+func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, origin peer.ID, addrs []string, dir string, keys map[string]artifact.Key) (release func(), err error) {
 	var unpins []func()
 	// cleanup is not the named result: a failing return sets that to nil
 	// before the deferred call below runs.
@@ -53,7 +54,7 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 		}
 		unpins = append(unpins, unpin)
 		target := filepath.Join(dir, name)
-		if err := s.cfg.Store.ExportFor(id, target, For(origin), keys); err != nil {
+		if err := s.cfg.Store.ExportFor(id, target, artifact.For(origin), keys); err != nil {
 			return nil, fmt.Errorf("input %s: %w", name, err)
 		}
 		if err := readOnly(target); err != nil {
@@ -81,7 +82,7 @@ func (s *Service) FetchForJob(ctx context.Context, id string, origin peer.ID, ad
 	oi := peer.AddrInfo{ID: origin}
 	unpin = s.cfg.Store.Pin(id)
 	for attempt := 1; attempt <= 4; attempt++ {
-		if _, err = s.Fetch(ctx, id, FetchOptions{Origin: &oi, For: For(origin)}); err == nil || ctx.Err() != nil || errors.Is(err, ErrFull) {
+		if _, err = s.Fetch(ctx, id, FetchOptions{Origin: &oi, For: artifact.For(origin)}); err == nil || ctx.Err() != nil || errors.Is(err, artifact.ErrFull) {
 			break
 		}
 		select {
@@ -139,22 +140,4 @@ func removeTree(root string) error {
 		return nil
 	})
 	return os.RemoveAll(root)
-}
-
-// ExportFor writes artifact id under dst for rd as Export does, or, a
-// sealed one, as Unseal does with its content key in keys: the one way a
-// job's inputs and restored checkpoints are laid out.
-func (s *Store) ExportFor(id, dst string, rd Reader, keys map[string]Key) error {
-	m, _, err := s.Manifest(id)
-	if err != nil {
-		return err
-	}
-	if !m.Sealed {
-		return s.Export(id, dst, rd)
-	}
-	k, ok := keys[id]
-	if !ok {
-		return fmt.Errorf("artifact %s is sealed and its owner gave no key for it", short(id))
-	}
-	return s.Unseal(id, dst, rd, k)
 }

@@ -1,4 +1,4 @@
-package p2p
+package frame
 
 import (
 	"bufio"
@@ -10,22 +10,22 @@ import (
 	"testing"
 )
 
-// FuzzReadFrame feeds the frame reader (every request and answer between
+// FuzzRead feeds the frame reader (every request and answer between
 // daemons goes through it) what a hostile peer may send: whatever it
-// accepts is at most MaxFrame, is exactly the bytes its header announced,
+// accepts is at most Max, is exactly the bytes its header announced,
 // and reads back the same once written again; a header claiming more than
 // arrived costs about what arrived, not the claim.
-func FuzzReadFrame(f *testing.F) {
+func FuzzRead(f *testing.F) {
 	for _, body := range [][]byte{nil, []byte("a"), []byte(`{"lease_id":"l1"}`), bytes.Repeat([]byte("x"), 300)} {
 		var b bytes.Buffer
-		if err := WriteFrame(&b, body); err != nil {
+		if err := Write(&b, body); err != nil {
 			f.Fatal(err)
 		}
 		f.Add(b.Bytes())
 	}
 	var hdr [binary.MaxVarintLen64]byte
-	f.Add(append(hdr[:binary.PutUvarint(hdr[:], MaxFrame)], "short"...))
-	f.Add(hdr[:binary.PutUvarint(hdr[:], MaxFrame+1)])
+	f.Add(append(hdr[:binary.PutUvarint(hdr[:], Max)], "short"...))
+	f.Add(hdr[:binary.PutUvarint(hdr[:], Max+1)])
 	f.Add(hdr[:binary.PutUvarint(hdr[:], 1<<62)])
 	f.Add([]byte{0x80, 0x00})                                                       // zero, not minimally encoded
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}) // overflows 64 bits
@@ -34,23 +34,23 @@ func FuzzReadFrame(f *testing.F) {
 		r := bufio.NewReader(bytes.NewReader(data))
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		b, err := ReadFrame(r)
+		b, err := Read(r)
 		runtime.ReadMemStats(&after)
 		if err != nil {
-			if hn > 0 && claim <= MaxFrame && uint64(len(data)-hn) < claim {
+			if hn > 0 && claim <= Max && uint64(len(data)-hn) < claim {
 				if !errors.Is(err, io.ErrUnexpectedEOF) {
 					t.Fatalf("a frame cut short gave %v", err)
 				}
-				if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(2*frameChunk+4*len(data)); got > limit {
+				if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(2*Chunk+4*len(data)); got > limit {
 					t.Fatalf("%d bytes claiming %d allocated %d (limit %d)", len(data), claim, got, limit)
 				}
 			}
-			if hn > 0 && claim > MaxFrame && !errors.Is(err, ErrFrameTooLarge) {
+			if hn > 0 && claim > Max && !errors.Is(err, ErrTooLarge) {
 				t.Fatalf("a header claiming %d bytes gave %v", claim, err)
 			}
 			return
 		}
-		if hn <= 0 || uint64(len(b)) != claim || len(b) > MaxFrame {
+		if hn <= 0 || uint64(len(b)) != claim || len(b) > Max {
 			t.Fatalf("accepted %d bytes; the header (%d bytes) claimed %d", len(b), hn, claim)
 		}
 		if !bytes.Equal(b, data[hn:hn+len(b)]) {
@@ -61,10 +61,10 @@ func FuzzReadFrame(f *testing.F) {
 			t.Fatalf("the reader consumed %d bytes past the frame", len(data)-hn-len(b)-len(rest))
 		}
 		var again bytes.Buffer
-		if err := WriteFrame(&again, b); err != nil {
+		if err := Write(&again, b); err != nil {
 			t.Fatalf("an accepted frame does not write: %v", err)
 		}
-		b2, err := ReadFrame(bufio.NewReader(&again))
+		b2, err := Read(bufio.NewReader(&again))
 		if err != nil || !bytes.Equal(b2, b) || again.Len() != 0 {
 			t.Fatalf("written again, the frame reads back as %d bytes (%v), %d left", len(b2), err, again.Len())
 		}

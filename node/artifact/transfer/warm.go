@@ -1,4 +1,4 @@
-package artifact
+package transfer
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -50,17 +51,17 @@ func (s *Service) warmDeadline(missing int64) time.Duration {
 // runs on; the provider advertises the artifact when it holds it) or the
 // provider's refusal.
 func (s *Service) Warm(ctx context.Context, id string, provider peer.ID, addrs []string) (wire.ArtifactWarmAck, error) {
-	if !ValidID(id) {
+	if !artifact.ValidID(id) {
 		return wire.ArtifactWarmAck{}, fmt.Errorf("bad artifact id %q", id)
 	}
 	if _, complete, err := s.cfg.Store.Manifest(id); err != nil || !complete {
-		return wire.ArtifactWarmAck{}, fmt.Errorf("artifact %s is not held complete on this node; add or fetch it first", short(id))
+		return wire.ArtifactWarmAck{}, fmt.Errorf("artifact %s is not held complete on this node; add or fetch it first", artifact.ShortID(id))
 	}
 	meta, _, _ := s.cfg.Store.Meta(id)
 	req := wire.ArtifactWarm{ID: id, Provider: provider.String(), Expires: time.Now().Add(WarmTTL)}
 	if meta.Private {
 		if meta.Owner != "" {
-			return wire.ArtifactWarmAck{}, fmt.Errorf("artifact %s is private to its owner %s: only the owner can have it warmed", short(id), meta.Owner)
+			return wire.ArtifactWarmAck{}, fmt.Errorf("artifact %s is private to its owner %s: only the owner can have it warmed", artifact.ShortID(id), meta.Owner)
 		}
 		g, err := s.Grant(id, provider)
 		if err != nil {
@@ -103,7 +104,7 @@ func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]
 		s.count("artifact.warm_refused", 1)
 		return nil, errors.New("this node does not accept warm requests")
 	}
-	if m, complete, err := s.cfg.Store.Manifest(req.ID); err == nil && complete && s.cfg.Store.MayRead(req.ID, For(from)) == nil {
+	if m, complete, err := s.cfg.Store.Manifest(req.ID); err == nil && complete && s.cfg.Store.MayRead(req.ID, artifact.For(from)) == nil {
 		s.cfg.Store.Pin(req.ID)() // wanted again: recently used, last out
 		return json.Marshal(wire.ArtifactWarmAck{ID: req.ID, Size: m.Size})
 	}
@@ -123,7 +124,7 @@ func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]
 	s.mu.Unlock()
 	switch {
 	case already:
-		return nil, fmt.Errorf("artifact %s is already being warmed here", short(req.ID))
+		return nil, fmt.Errorf("artifact %s is already being warmed here", artifact.ShortID(req.ID))
 	case busy:
 		s.count("artifact.warm_refused", 1)
 		return nil, fmt.Errorf("busy: %d warm fetches under way; try again later", MaxWarming)
@@ -146,7 +147,7 @@ func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]
 		deadline := time.AfterFunc(s.warmDeadline(0), cancel)
 		defer deadline.Stop()
 		origin := peer.AddrInfo{ID: from}
-		_, err := s.Fetch(fctx, req.ID, FetchOptions{Origin: &origin, Grant: req.Grant, For: For(from), Accept: func(m *Manifest, missing int64) error {
+		_, err := s.Fetch(fctx, req.ID, FetchOptions{Origin: &origin, Grant: req.Grant, For: artifact.For(from), Accept: func(m *artifact.Manifest, missing int64) error {
 			if err := s.warmFits(m.Size, missing); err != nil {
 				return err
 			}
@@ -157,19 +158,19 @@ func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]
 		if err != nil {
 			failed <- err
 			s.count("artifact.warm_failed", 1)
-			s.log.Info("warm fetch failed", "artifact", short(req.ID), "for", from, "err", err)
+			s.log.Info("warm fetch failed", "artifact", artifact.ShortID(req.ID), "for", from, "err", err)
 			return
 		}
 		s.count("artifact.warmed", 1)
-		s.log.Info("artifact warmed", "artifact", short(req.ID), "for", from)
+		s.log.Info("artifact warmed", "artifact", artifact.ShortID(req.ID), "for", from)
 	}()
 	select {
 	case ack := <-accepted:
 		return json.Marshal(ack)
 	case err := <-failed:
-		return nil, fmt.Errorf("warm %s: %w", short(req.ID), err)
+		return nil, fmt.Errorf("warm %s: %w", artifact.ShortID(req.ID), err)
 	case <-ctx.Done():
-		return nil, fmt.Errorf("warm %s: manifest not received: %w", short(req.ID), ctx.Err())
+		return nil, fmt.Errorf("warm %s: manifest not received: %w", artifact.ShortID(req.ID), ctx.Err())
 	}
 }
 
@@ -192,7 +193,7 @@ func openWarm(data []byte, from, self peer.ID, now time.Time) (wire.ArtifactWarm
 		return wire.ArtifactWarm{}, fmt.Errorf("warm request is for %q, not this node", req.Provider)
 	case !now.Before(req.Expires) || req.Expires.After(now.Add(2*WarmTTL)):
 		return wire.ArtifactWarm{}, errors.New("warm request expired (or its expiry is implausibly far off: check clocks)")
-	case !ValidID(req.ID):
+	case !artifact.ValidID(req.ID):
 		return wire.ArtifactWarm{}, fmt.Errorf("bad artifact id %q", req.ID)
 	}
 	return req, nil
@@ -208,7 +209,7 @@ func (s *Service) warmFits(size, missing int64) error {
 	}
 	if budget, _ := s.cfg.Store.Budget(); budget > 0 && missing > budget-s.cfg.Store.PinnedBytes() {
 		s.count("artifact.warm_refused", 1)
-		return fmt.Errorf("%w: %d bytes to fetch do not fit beside the artifacts in use", ErrFull, missing)
+		return fmt.Errorf("%w: %d bytes to fetch do not fit beside the artifacts in use", artifact.ErrFull, missing)
 	}
 	return nil
 }

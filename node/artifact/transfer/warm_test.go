@@ -1,4 +1,4 @@
-package artifact
+package transfer
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 )
@@ -31,7 +32,7 @@ func TestWarmFetchesPrivateArtifactOnGrant(t *testing.T) {
 	var held atomic.Int32
 	prov.svc.cfg.OnHeld = func() { held.Add(1) }
 	src, data := writeRandom(t, 3<<20+5)
-	id, err := owner.store.Add(src, Meta{Private: true})
+	id, err := owner.store.Add(src, artifact.Meta{Private: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestWarmRefusals(t *testing.T) {
 	prov.svc.cfg.WarmMax = 10 << 20
 	small.svc.cfg.WarmMax = 1 << 20
 	src, _ := writeRandom(t, 2<<20)
-	id, err := owner.store.Add(src, Meta{Private: true})
+	id, err := owner.store.Add(src, artifact.Meta{Private: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,12 @@
-package artifact
+package transfer
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
-	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -22,7 +24,7 @@ import (
 // testPeer is a real libp2p host on loopback with a store and a service.
 type testPeer struct {
 	net   *p2p.Node
-	store *Store
+	store *artifact.Store
 	svc   *Service
 	dir   string
 
@@ -46,7 +48,7 @@ func newTestPeer(t testing.TB, budget int64) *testPeer {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	st, err := Open(dir, budget)
+	st, err := artifact.Open(dir, budget)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,10 +68,75 @@ func (tp *testPeer) info() peer.AddrInfo {
 	return peer.AddrInfo{ID: tp.net.ID(), Addrs: tp.net.Host.Addrs()}
 }
 
+// chunkFile is where tp's store keeps chunk h on disk (a file named by its
+// hash under the store's directory).
+func (tp *testPeer) chunkFile(t testing.TB, h string) string {
+	t.Helper()
+	var found string
+	_ = filepath.WalkDir(tp.dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == h {
+			found = p
+		}
+		return err
+	})
+	if found == "" {
+		t.Fatalf("chunk %s is not on disk", artifact.ShortID(h))
+	}
+	return found
+}
+
+// claimComplete makes tp's store claim artifact id complete without its
+// bytes, as a hostile peer's store may: its record is rewritten on disk
+// and the store reopened under tp's service.
+func (tp *testPeer) claimComplete(t testing.TB, id string) {
+	t.Helper()
+	p := filepath.Join(tp.dir, "meta", id+".json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec["complete"] = true
+	if b, err = json.Marshal(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := artifact.Open(tp.dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in, err := st.Info(id); err != nil || !in.Complete {
+		t.Fatalf("the rewritten record does not claim completion: %+v %v", in, err)
+	}
+	st.SetAccess(tp.net.ID(), tp.svc.cfg.Authorize)
+	tp.store, tp.svc.cfg.Store = st, st
+}
+
 func (tp *testPeer) lease(p *testPeer) {
 	tp.mu.Lock()
 	tp.leasees[p.net.ID()] = true
 	tp.mu.Unlock()
+}
+
+func randFile(t testing.TB, dir, name string, size int) []byte {
+	t.Helper()
+	b := make([]byte, size)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func writeRandom(t testing.TB, size int) (string, []byte) {
@@ -79,10 +146,10 @@ func writeRandom(t testing.TB, size int) (string, []byte) {
 	return p, data
 }
 
-func exported(t testing.TB, s *Store, id string) []byte {
+func exported(t testing.TB, s *artifact.Store, id string) []byte {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "out")
-	if err := s.Export(id, out, Local); err != nil {
+	if err := s.Export(id, out, artifact.Local); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(out)
@@ -93,9 +160,9 @@ func exported(t testing.TB, s *Store, id string) []byte {
 }
 
 func TestFetchPrivateFromOriginThenFromTwoHolders(t *testing.T) {
-	src, data := writeRandom(t, 24*ChunkSize+77)
+	src, data := writeRandom(t, 24*artifact.ChunkSize+77)
 	origin, first, second, stranger := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
-	id, err := origin.store.Add(src, Meta{Private: true})
+	id, err := origin.store.Add(src, artifact.Meta{Private: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,9 +219,9 @@ func TestFetchPrivateFromOriginThenFromTwoHolders(t *testing.T) {
 }
 
 func TestFetchDiscoversHoldersInTheDHT(t *testing.T) {
-	src, data := writeRandom(t, 3*ChunkSize)
+	src, data := writeRandom(t, 3*artifact.ChunkSize)
 	holder, fetcher := newTestPeer(t, 0), newTestPeer(t, 0)
-	id, err := holder.store.Add(src, Meta{})
+	id, err := holder.store.Add(src, artifact.Meta{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,19 +263,19 @@ func TestFetchDiscoversHoldersInTheDHT(t *testing.T) {
 }
 
 func TestFetchDropsCorruptPeer(t *testing.T) {
-	src, data := writeRandom(t, 16*ChunkSize)
+	src, data := writeRandom(t, 16*artifact.ChunkSize)
 	good, bad, fetcher := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
-	id, err := good.store.Add(src, Meta{})
+	id, err := good.store.Add(src, artifact.Meta{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bad.store.Add(src, Meta{}); err != nil {
+	if _, err := bad.store.Add(src, artifact.Meta{}); err != nil {
 		t.Fatal(err)
 	}
 	// The bad peer's disk rots: every chunk it holds is flipped.
 	m, _, _ := bad.store.Manifest(id)
 	for _, c := range m.Chunks() {
-		p := bad.store.chunkPath(c.Hash)
+		p := bad.chunkFile(t, c.Hash)
 		b, _ := os.ReadFile(p)
 		b[len(b)/2] ^= 0xff
 		if err := os.WriteFile(p, b, 0o600); err != nil {
@@ -234,13 +301,13 @@ func TestFetchDropsCorruptPeer(t *testing.T) {
 }
 
 func TestFetchSurvivesPeerKilledMidTransfer(t *testing.T) {
-	src, data := writeRandom(t, 32*ChunkSize)
+	src, data := writeRandom(t, 32*artifact.ChunkSize)
 	stay, dies, fetcher := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
-	id, err := stay.store.Add(src, Meta{})
+	id, err := stay.store.Add(src, artifact.Meta{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dies.store.Add(src, Meta{}); err != nil {
+	if _, err := dies.store.Add(src, artifact.Meta{}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -265,9 +332,9 @@ func TestFetchSurvivesPeerKilledMidTransfer(t *testing.T) {
 }
 
 func TestFetchResumesAfterInterruption(t *testing.T) {
-	src, data := writeRandom(t, 32*ChunkSize)
+	src, data := writeRandom(t, 32*artifact.ChunkSize)
 	holder, fetcher := newTestPeer(t, 0), newTestPeer(t, 0)
-	id, err := holder.store.Add(src, Meta{})
+	id, err := holder.store.Add(src, artifact.Meta{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +350,7 @@ func TestFetchResumesAfterInterruption(t *testing.T) {
 	}
 	m, complete, _ := fetcher.store.Manifest(id)
 	held := m.Size
-	for _, c := range fetcher.store.Missing(&m, Reader{}) {
+	for _, c := range fetcher.store.Missing(&m, artifact.Reader{}) {
 		held -= c.Size
 	}
 	if complete || held < m.Size/2 || held == m.Size {
@@ -304,9 +371,9 @@ func TestFetchResumesAfterInterruption(t *testing.T) {
 }
 
 func TestFetchOverBudgetFailsClearly(t *testing.T) {
-	src, _ := writeRandom(t, 8*ChunkSize)
-	holder, fetcher := newTestPeer(t, 0), newTestPeer(t, 4*ChunkSize)
-	id, err := holder.store.Add(src, Meta{})
+	src, _ := writeRandom(t, 8*artifact.ChunkSize)
+	holder, fetcher := newTestPeer(t, 0), newTestPeer(t, 4*artifact.ChunkSize)
+	id, err := holder.store.Add(src, artifact.Meta{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,10 +381,10 @@ func TestFetchOverBudgetFailsClearly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	_, err = fetcher.svc.Fetch(ctx, id, FetchOptions{Origin: &hi, NoDiscovery: true})
-	if !errors.Is(err, ErrFull) {
+	if !errors.Is(err, artifact.ErrFull) {
 		t.Fatalf("fetch beyond the budget: %v, want ErrFull", err)
 	}
-	if _, used := fetcher.store.Budget(); used > 4*ChunkSize {
+	if _, used := fetcher.store.Budget(); used > 4*artifact.ChunkSize {
 		t.Fatalf("store over budget: %d", used)
 	}
 }
@@ -327,7 +394,7 @@ func TestFetchOverBudgetFailsClearly(t *testing.T) {
 func TestServeLimitsStreamsPerPeer(t *testing.T) {
 	src, _ := writeRandom(t, 10)
 	holder, greedy := newTestPeer(t, 0), newTestPeer(t, 0)
-	id, err := holder.store.Add(src, Meta{})
+	id, err := holder.store.Add(src, artifact.Meta{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,47 +427,22 @@ func TestServeLimitsStreamsPerPeer(t *testing.T) {
 	}
 }
 
-func TestStoreOpenReadsFileInOrder(t *testing.T) {
-	src, data := writeRandom(t, 2*ChunkSize+5)
-	s := openStore(t, 0)
-	id, err := s.Add(src, Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := s.Open(id, Local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	got, err := io.ReadAll(rc)
-	if err != nil || !bytes.Equal(got, data) {
-		t.Fatalf("read %d bytes (%v), want the file's %d", len(got), err, len(data))
-	}
-	dirID, err := s.Add(filepath.Dir(src), Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Open(dirID, Local); err == nil {
-		t.Fatal("opened a directory artifact as a file")
-	}
-}
-
 // TestFetchSkipsHolderLackingChunks: a peer that holds only part of an
 // artifact refuses the chunks it lacks, and they come from another source.
 func TestFetchSkipsHolderLackingChunks(t *testing.T) {
-	src, data := writeRandom(t, 8*ChunkSize)
+	src, data := writeRandom(t, 8*artifact.ChunkSize)
 	full, partial, fetcher := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
-	id, err := full.store.Add(src, Meta{})
+	id, err := full.store.Add(src, artifact.Meta{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, _, _ := full.store.Manifest(id)
-	if _, _, err := partial.store.Begin(m, Meta{}); err != nil {
+	if _, _, err := partial.store.Begin(m, artifact.Meta{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range m.Chunks()[:3] {
 		b, _ := full.store.ReadChunk(c.Hash)
-		if err := partial.store.PutChunk(id, c.Hash, b, Local); err != nil {
+		if err := partial.store.PutChunk(id, c.Hash, b, artifact.Local); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -414,7 +456,7 @@ func TestFetchSkipsHolderLackingChunks(t *testing.T) {
 	if !bytes.Equal(exported(t, fetcher.store, id), data) || res.Fetched != int64(len(data)) {
 		t.Fatalf("fetch %+v", res)
 	}
-	if got := res.FromPeer[partial.net.ID().String()]; got > 3*ChunkSize {
+	if got := res.FromPeer[partial.net.ID().String()]; got > 3*artifact.ChunkSize {
 		t.Fatalf("partial holder served %d bytes, more than it holds", got)
 	}
 }

@@ -1,4 +1,4 @@
-package artifact
+package transfer
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -31,7 +32,7 @@ func BenchmarkFetch(b *testing.B) {
 	var id string
 	for _, h := range holders {
 		var err error
-		if id, err = h.store.Add(src, Meta{}); err != nil {
+		if id, err = h.store.Add(src, artifact.Meta{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,0 +1,419 @@
+// Package gangnet carries a gang's private network between its providers.
+// Each member of a gang (one job placed on K providers) runs in its own
+// network namespace where member r has the address Addr(r) (127.77.0.r+1);
+// the runtime captures every TCP connection the job opens to another
+// member's address, on any port (runtime.GangNet), and this package
+// carries it over a libp2p stream (wire.ProtoGang) to that member's
+// provider, which connects it to its job at the member's own address,
+// from the dialing member's address. Only the provider of another member
+// of the same gang may open such a stream: the one its renter signed into
+// the roster (Gang), proven by the stream's authenticated peer and a
+// digest of the roster that both members' providers hold.
+//
+// The seam with the lease supervisor is its Network hook
+// (lease.SupervisorConfig.Network), which Net.Hook makes: before a gang
+// lease's job starts, it joins the member (Net.Join: the roster as
+// verified from the lease's signed terms, and the member's rank) and puts
+// its network into the job's runtime.Spec.Gang; once the job started it
+// hands the job over (LocalMember.Started); when the job has ended, the
+// member leaves (LocalMember.Leave).
+package gangnet
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/service"
+	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/runtime"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// MaxMembers is the most members a gang has (each needs its own address
+// in 127.77.0.0/24).
+const MaxMembers = 254
+
+// startWait is how long a stream to a member that has joined waits for
+// its job to start (within the stream's handshake timeout).
+const startWait = 5 * time.Second
+
+// DefaultMasterPort is where rank 0's rendezvous listens (torchrun's
+// default MASTER_PORT).
+const DefaultMasterPort = 29500
+
+// Addr is the gang address of member rank, the same in every member's
+// namespace: MASTER_ADDR is Addr(0).
+func Addr(rank int) netip.Addr { return netip.AddrFrom4([4]byte{127, 77, 0, byte(rank + 1)}) }
+
+// rankOf is the rank whose address a is, or -1.
+func rankOf(a netip.Addr, k int) int {
+	b := a.As4()
+	if !a.Is4() || b[0] != 127 || b[1] != 77 || b[2] != 0 || int(b[3]) < 1 || int(b[3]) > k {
+		return -1
+	}
+	return int(b[3]) - 1
+}
+
+// Member is one member of a gang's roster.
+type Member struct {
+	Rank     int     `json:"rank"`
+	Provider peer.ID `json:"provider"`
+	LeaseID  string  `json:"lease_id"`
+}
+
+// Gang is a gang's roster as its renter signed it into each member's
+// lease terms: the members by rank.
+type Gang struct {
+	ID     string  `json:"id"`
+	Renter peer.ID `json:"renter"`
+	// Members are indexed by rank (Members[r].Rank == r).
+	Members []Member `json:"members"`
+	// MasterPort is rank 0's rendezvous port; 0 means DefaultMasterPort.
+	MasterPort int `json:"master_port,omitempty"`
+}
+
+// Validate checks the roster's shape.
+func (g Gang) Validate() error {
+	if err := auction.ValidID(g.ID); err != nil {
+		return fmt.Errorf("gangnet: gang id: %w", err)
+	}
+	if g.Renter == "" {
+		return fmt.Errorf("gangnet: gang %s: no renter", g.ID)
+	}
+	if len(g.Members) < 2 || len(g.Members) > MaxMembers {
+		return fmt.Errorf("gangnet: gang %s: %d members, want 2 to %d", g.ID, len(g.Members), MaxMembers)
+	}
+	leases := make(map[string]bool, len(g.Members))
+	for r, m := range g.Members {
+		if m.Rank != r {
+			return fmt.Errorf("gangnet: gang %s: member %d has rank %d", g.ID, r, m.Rank)
+		}
+		if m.Provider == "" {
+			return fmt.Errorf("gangnet: gang %s: member %d has no provider", g.ID, r)
+		}
+		if err := auction.ValidID(m.LeaseID); err != nil {
+			return fmt.Errorf("gangnet: gang %s: member %d's lease: %w", g.ID, r, err)
+		}
+		if leases[m.LeaseID] {
+			return fmt.Errorf("gangnet: gang %s: lease %s named twice", g.ID, m.LeaseID)
+		}
+		leases[m.LeaseID] = true
+	}
+	if g.MasterPort < 0 || g.MasterPort > 65535 {
+		return fmt.Errorf("gangnet: gang %s: master port %d", g.ID, g.MasterPort)
+	}
+	return nil
+}
+
+// Digest names the roster: two providers agree on a gang only when they
+// hold the same roster from the same renter.
+func (g Gang) Digest() string {
+	b, _ := json.Marshal(g) // plain fields: cannot fail
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func (g Gang) masterPort() int {
+	if g.MasterPort == 0 {
+		return DefaultMasterPort
+	}
+	return g.MasterPort
+}
+
+// Opener opens a ProtoGang stream to a provider.
+type Opener func(ctx context.Context, provider peer.ID) (network.Stream, error)
+
+// Net is this provider's side of every gang it runs a member of: the
+// members it runs, the streams it opens for their jobs and those it
+// serves to them.
+type Net struct {
+	self peer.ID
+	open Opener
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	members map[memberKey]*LocalMember
+
+	count func(what string)
+}
+
+// Counter names: a member's connection carried to another member, another
+// member's connection let in, a stream refused.
+const (
+	CountOut     = "provider.gang_out"
+	CountIn      = "provider.gang_in"
+	CountRefused = "provider.gang_refused"
+)
+
+type memberKey struct {
+	gang string
+	rank int
+}
+
+// New is the gang network of the provider self, opening streams with
+// open and counting connections with count (CountOut, ...; nil: none).
+func New(self peer.ID, open Opener, log *slog.Logger, count func(what string)) *Net {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if count == nil {
+		count = func(string) {}
+	}
+	return &Net{self: self, open: open, log: log, count: count, members: make(map[memberKey]*LocalMember)}
+}
+
+// LocalMember is a member of a gang that this provider runs, from Join to
+// Leave.
+type LocalMember struct {
+	n      *Net
+	gang   Gang
+	digest string
+	rank   int
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	job     runtime.GangDialer
+	started chan struct{} // closed by Started
+	conns   sync.WaitGroup
+}
+
+// Join makes this provider member rank of gang g (its roster verified by
+// the caller from the lease's signed terms): the roster must name this
+// provider at that rank. The returned member's Spec goes into the job's
+// runtime.Spec.Gang.
+func (n *Net) Join(g Gang, rank int) (*LocalMember, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	if rank < 0 || rank >= len(g.Members) {
+		return nil, fmt.Errorf("gangnet: gang %s: rank %d of %d members", g.ID, rank, len(g.Members))
+	}
+	if g.Members[rank].Provider != n.self {
+		return nil, fmt.Errorf("gangnet: gang %s: member %d is %s's, not this provider's", g.ID, rank, g.Members[rank].Provider)
+	}
+	g.Members = append([]Member(nil), g.Members...)
+	k := memberKey{g.ID, rank}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.members[k]; ok {
+		return nil, fmt.Errorf("gangnet: gang %s: member %d has already joined", g.ID, rank)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &LocalMember{n: n, gang: g, digest: g.Digest(), rank: rank, ctx: ctx, cancel: cancel, started: make(chan struct{})}
+	n.members[k] = m
+	return m, nil
+}
+
+// RosterOf says which gang a lease is a member of, and at which rank, as
+// the lease's signed terms say (nil: the lease is no gang member's); an
+// error fails the lease.
+type RosterOf func(l auction.Lease, job auction.Job) (*Gang, int, error)
+
+// LeaseRoster is the RosterOf of the daemon: a lease's gang as its terms
+// carry it (auction.Lease.Gang, which the renter signed in the award the
+// provider verified), checked to name this lease at its rank; nil for a
+// lease of no gang. A gang job's lease without gang terms fails.
+func LeaseRoster(l auction.Lease, job auction.Job) (*Gang, int, error) {
+	if l.Gang == nil {
+		if job.Nodes > 1 {
+			return nil, 0, fmt.Errorf("gangnet: lease %s of a gang of %d carries no gang terms", l.ID, job.Nodes)
+		}
+		return nil, 0, nil
+	}
+	if err := l.Gang.Check(l.ID, l.Provider); err != nil {
+		return nil, 0, err
+	}
+	renter, err := peer.Decode(l.Renter)
+	if err != nil {
+		return nil, 0, fmt.Errorf("gangnet: lease %s: renter: %w", l.ID, err)
+	}
+	g := Gang{ID: l.Gang.ID, Renter: renter, Members: make([]Member, len(l.Gang.Members))}
+	for r, m := range l.Gang.Members {
+		p, err := peer.Decode(m.Provider)
+		if err != nil {
+			return nil, 0, fmt.Errorf("gangnet: gang %s: member %d's provider: %w", l.Gang.ID, r, err)
+		}
+		g.Members[r] = Member{Rank: m.Rank, Provider: p, LeaseID: m.LeaseID}
+	}
+	return &g, l.Gang.Rank, nil
+}
+
+// Hook is the lease supervisor's Network hook: a lease that rosterOf says
+// is a gang member joins that gang's network for its job's run.
+func (n *Net) Hook(rosterOf RosterOf) func(auction.Lease, auction.Job, *runtime.Spec) (func(runtime.Handle), func(), error) {
+	return func(l auction.Lease, job auction.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error) {
+		g, rank, err := rosterOf(l, job)
+		if err != nil || g == nil {
+			return nil, nil, err
+		}
+		m, err := n.Join(*g, rank)
+		if err != nil {
+			return nil, nil, err
+		}
+		if lease := g.Members[rank].LeaseID; lease != l.ID {
+			m.Leave()
+			return nil, nil, fmt.Errorf("gangnet: gang %s: member %d is lease %s, not %s", g.ID, rank, lease, l.ID)
+		}
+		spec.Gang = m.Spec()
+		return func(h runtime.Handle) {
+			if d, ok := h.(runtime.GangDialer); ok {
+				m.Started(d)
+			}
+		}, m.Leave, nil
+	}
+}
+
+// Spec is the member's network as the runtime sets it up.
+func (m *LocalMember) Spec() *runtime.GangNet {
+	addrs := make([]netip.Addr, len(m.gang.Members))
+	for r := range addrs {
+		addrs[r] = Addr(r)
+	}
+	return &runtime.GangNet{Rank: m.rank, Addrs: addrs, MasterPort: m.gang.masterPort(), Accept: m.carry}
+}
+
+// Started hands over the member's started job, which other members'
+// connections reach from then on.
+func (m *LocalMember) Started(job runtime.GangDialer) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.job == nil {
+		m.job = job
+		close(m.started)
+	}
+}
+
+// Leave ends the membership: the connections carried for it are cut and
+// no other member reaches it any more.
+func (m *LocalMember) Leave() {
+	m.n.mu.Lock()
+	if m.n.members[memberKey{m.gang.ID, m.rank}] == m {
+		delete(m.n.members, memberKey{m.gang.ID, m.rank})
+	}
+	m.n.mu.Unlock()
+	m.mu.Lock()
+	m.cancel()
+	m.mu.Unlock()
+	m.conns.Wait()
+}
+
+// track counts a carried connection, unless the member has left.
+func (m *LocalMember) track() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ctx.Err() != nil {
+		return false
+	}
+	m.conns.Add(1)
+	return true
+}
+
+// carry takes a connection the member's job opened to member dst's
+// address and carries it to that member's provider (runtime.GangNet's
+// Accept).
+func (m *LocalMember) carry(c net.Conn, dst netip.AddrPort) {
+	defer c.Close()
+	to := rankOf(dst.Addr(), len(m.gang.Members))
+	if to < 0 || to == m.rank || !m.track() {
+		return
+	}
+	defer m.conns.Done()
+	req := wire.GangRequest{Gang: m.gang.ID, Roster: m.digest, From: m.rank, To: to, Port: int(dst.Port())}
+	s, err := service.ConnectGang(m.ctx, service.Opener(m.n.open), m.gang.Members[to].Provider, req)
+	if err != nil {
+		m.n.log.Debug("gang connection not carried", "gang", m.gang.ID, "from", m.rank, "to", to, "port", dst.Port(), "err", err)
+		// The job's connect succeeded locally: a reset, not an orderly
+		// close, tells it the member could not be reached.
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		return
+	}
+	m.n.count(CountOut)
+	_ = service.Pipe(m.ctx, s, c)
+}
+
+// Serve handles one ProtoGang stream: another member's connection to a
+// member this provider runs.
+func (n *Net) Serve(ctx context.Context, s network.Stream) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var held *LocalMember
+	stop := func() bool { return false }
+	defer func() {
+		if held != nil {
+			stop()
+			held.conns.Done()
+		}
+	}()
+	err := service.ServeGang(ctx, s, func(req wire.GangRequest, from peer.ID) (service.Target, error) {
+		m, job, err := n.authorize(req, from)
+		if err != nil {
+			n.count(CountRefused)
+			return nil, err
+		}
+		if !m.track() {
+			n.count(CountRefused)
+			return nil, fmt.Errorf("gang %s: member %d has left", req.Gang, req.To)
+		}
+		held = m
+		stop = context.AfterFunc(m.ctx, cancel)
+		n.count(CountIn)
+		return service.DialFunc(func(ctx context.Context) (net.Conn, error) {
+			return job.DialGang(ctx, Addr(req.From), req.Port)
+		}), nil
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		n.log.Debug("gang stream", "peer", s.Conn().RemotePeer(), "err", err)
+	}
+	return err
+}
+
+// authorize answers which member's job a stream from peer from asking for
+// req reaches: member req.To of a gang this provider runs a member of,
+// whose roster (the same, by digest) names from as member req.From's
+// provider.
+func (n *Net) authorize(req wire.GangRequest, from peer.ID) (*LocalMember, runtime.GangDialer, error) {
+	n.mu.Lock()
+	m, ok := n.members[memberKey{req.Gang, req.To}]
+	n.mu.Unlock()
+	if !ok {
+		return nil, nil, fmt.Errorf("gang %s: no member %d here", req.Gang, req.To)
+	}
+	if req.Roster != m.digest {
+		return nil, nil, fmt.Errorf("gang %s: another roster", req.Gang)
+	}
+	if req.From < 0 || req.From >= len(m.gang.Members) || req.From == req.To || m.gang.Members[req.From].Provider != from {
+		return nil, nil, fmt.Errorf("gang %s: %s is not member %d's provider", req.Gang, from, req.From)
+	}
+	if req.Port < 1 || req.Port > 65535 {
+		return nil, nil, fmt.Errorf("gang %s: invalid port %d", req.Gang, req.Port)
+	}
+	// Members start at slightly different times: one that joined but has
+	// not started yet is waited for a little.
+	t := time.NewTimer(startWait)
+	defer t.Stop()
+	select {
+	case <-m.started:
+	case <-m.ctx.Done():
+		return nil, nil, fmt.Errorf("gang %s: member %d has left", req.Gang, req.To)
+	case <-t.C:
+		return nil, nil, fmt.Errorf("gang %s: member %d has not started", req.Gang, req.To)
+	}
+	m.mu.Lock()
+	job := m.job
+	m.mu.Unlock()
+	return m, job, nil
+}
