@@ -16,8 +16,9 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
-// TestGangResumesFromCheckpointsAfterProviderKill (issue 25, item 3): a
-// gang of two counts to N on three one-GPU providers, each rank
+// TestGangResumesFromCheckpointsAfterProviderKill (issue 25, item 3 and
+// acceptance 1's kill): a gang of two members of two GPUs each counts to
+// N on three two-GPU providers, each rank
 // checkpointing its own state every second. Rank 0's provider, a daemon
 // of its own, is killed with SIGKILL mid-run. The renter calls its lease
 // lost, stops rank 1 (which checkpoints on its way out), and places the
@@ -31,10 +32,10 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 	boot := startNode(t, root+"/boot", fastConfig(renterConfig()), nil)
 	t.Cleanup(func() { boot.Close() })
 	dir := filepath.Join(root, "prov")
-	proc, st := startProviderProcessWith(t, bin, dir, boot, fastConfig(providerConfig("eu-west", 0.5, a100)))
-	b := startNode(t, root+"/b", fastConfig(providerConfig("eu-west", 1.0, a100)), boot.Daemon)
+	proc, st := startProviderProcessWith(t, bin, dir, boot, fastConfig(providerConfig("eu-west", 0.5, a100, a100)))
+	b := startNode(t, root+"/b", fastConfig(providerConfig("eu-west", 1.0, a100, a100)), boot.Daemon)
 	t.Cleanup(func() { b.Close() })
-	c := startNode(t, root+"/c", fastConfig(providerConfig("eu-west", 1.5, a100)), boot.Daemon)
+	c := startNode(t, root+"/c", fastConfig(providerConfig("eu-west", 1.5, a100, a100)), boot.Daemon)
 	t.Cleanup(func() { c.Close() })
 	eventuallyProviders(t, boot.Daemon, auction.Query{}, sortedIDs(st.PeerID, b.ID().String(), c.ID().String()), 30*time.Second)
 	waitSubscribed(t, boot.Daemon, b.ID(), b.Advertised())
@@ -44,7 +45,7 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 	// Each rank says where it runs in its gang (the torchrun environment
 	// its gang network gives it, from the lease's signed gang terms).
 	job := shJob(auction.Silver, 2, `echo "rank $RANK of $WORLD_SIZE, master $MASTER_ADDR"; `+sumCounterScript(n, "0.2"))
-	job.Nodes, job.Duration, job.CheckpointEvery = 2, time.Minute, time.Second
+	job.Nodes, job.GPUCount, job.Duration, job.CheckpointEvery = 2, 2, time.Minute, time.Second
 	v := post(t, boot, job)
 	if v.State != auction.JobLeased || len(v.Members) != 2 {
 		t.Fatalf("gang not placed: %s %v", v.State, v.Reasons)
@@ -52,6 +53,11 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 	// The cheapest two: the provider process (rank 0) and b.
 	if v.Members[0].Provider != st.PeerID || v.Members[1].Provider != b.ID().String() {
 		t.Fatalf("gang placed on %s, %s", v.Members[0].Provider, v.Members[1].Provider)
+	}
+	for _, l := range v.Members {
+		if l.GPUCount != 2 || len(l.Devices) != 2 {
+			t.Fatalf("member lease %s holds %d GPUs, devices %v", l.ID, l.GPUCount, l.Devices)
+		}
 	}
 	first := slices.Clone(v.Members)
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "every rank holds a second periodic checkpoint", func(v api.JobView) bool {
