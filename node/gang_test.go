@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -17,8 +18,9 @@ import (
 )
 
 // TestGangResumesFromCheckpointsAfterProviderKill (issue 25, item 3 and
-// acceptance 1's kill): a gang of two members of two GPUs each counts to
-// N on three two-GPU providers, each rank
+// acceptance 1): a gang of two members of two GPUs each, on three two-GPU
+// providers, does a ring all-reduce over its gang network (every rank
+// prints the same, correct sum), then counts to N, each rank
 // checkpointing its own state every second. Rank 0's provider, a daemon
 // of its own, is killed with SIGKILL mid-run. The renter calls its lease
 // lost, stops rank 1 (which checkpoints on its way out), and places the
@@ -43,8 +45,11 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 	jobsDir := map[string]string{st.PeerID: filepath.Join(dir, "jobs"), b.ID().String(): b.paths.Jobs(), c.ID().String(): c.paths.Jobs()}
 
 	// Each rank says where it runs in its gang (the torchrun environment
-	// its gang network gives it, from the lease's signed gang terms).
-	job := shJob(auction.Silver, 2, `echo "rank $RANK of $WORLD_SIZE, master $MASTER_ADDR"; `+sumCounterScript(n, "0.2"))
+	// its gang network gives it, from the lease's signed gang terms), does
+	// a ring all-reduce with the other over the gang network, then counts.
+	ring := gangRing(t)
+	job := shJob(auction.Silver, 2, `echo "rank $RANK of $WORLD_SIZE, master $MASTER_ADDR"; `+ring+` allreduce 1000 || exit 1; `+
+		sumCounterScript(n, "0.2"))
 	job.Nodes, job.GPUCount, job.Duration, job.CheckpointEvery = 2, 2, time.Minute, time.Second
 	v := post(t, boot, job)
 	if v.State != auction.JobLeased || len(v.Members) != 2 {
@@ -100,8 +105,12 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := fmt.Sprintf("rank %d of 2, master 127.77.0.1\n", rank); !strings.Contains(string(log), want) {
-			t.Fatalf("rank %d's log lacks %q:\n%s", rank, want, log)
+		// Each element i sums (r+1)(i+1) over the two ranks: 3(i+1).
+		for _, want := range []string{fmt.Sprintf("rank %d of 2, master 127.77.0.1\n", rank),
+			fmt.Sprintf("rank %d/2 allreduce n=1000 sum=1501500 first=3 last=3000 ", rank)} {
+			if !strings.Contains(string(log), want) {
+				t.Fatalf("rank %d's log lacks %q:\n%s", rank, want, log)
+			}
 		}
 		got := regexp.MustCompile(`(?m)^resumed from (\d+)$`).FindStringSubmatch(string(log))
 		if got == nil || strings.Contains(string(log), "fresh start") || !strings.Contains(string(log), "done "+strconv.Itoa(n)+"\n") {
@@ -124,4 +133,35 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 	if h := v.History[0]; h.Lease.ID != first[0].ID || h.Run != auction.RunFailed || h.Fault != auction.FaultProvider {
 		t.Fatalf("rank 0's first lease: %+v", h)
 	}
+}
+
+// gangRing builds node/gangnet's test program (gangring: a ring all-reduce
+// over the gang network) where every job uid can run it, and returns its
+// path; it skips a test where jobs get no network of their own.
+func gangRing(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("gang networks need job network namespaces, which need root")
+	}
+	if _, err := exec.LookPath("iptables-restore"); err != nil {
+		t.Skip("gang networks need iptables-restore: ", err)
+	}
+	base, err := os.MkdirTemp("/run", "gpumesh-gang-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(base, "gangring")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./gangnet/testdata/gangring")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build gangring: %v\n%s", err, out)
+	}
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
