@@ -220,6 +220,32 @@ func FuzzDecodeBidRelease(f *testing.F) {
 	})
 }
 
+func FuzzDecodeGangDecision(f *testing.F) {
+	fuzzSigner := signtest.Seeded(f, "auction")
+	d, err := EncodeGangDecision(fuzzSigner, GangDecision{GangID: "gang-1", JobID: "job-1", Attempt: 1, Renter: fuzzSigner.ID().String(),
+		Provider: "p", LeaseID: "lease-1", Commit: true, IssuedAt: at(0, "10:00")})
+	if err != nil {
+		f.Fatal(err)
+	}
+	addSeeds(f, d)
+	f.Fuzz(func(t *testing.T, data []byte, signed bool) {
+		g, err := DecodeGangDecision(fuzzWire(t, fuzzSigner, sign.DomainGangDecision, data, signed))
+		if err != nil {
+			oneLine(t, err)
+			return
+		}
+		again, err := EncodeGangDecision(fuzzSigner, g)
+		if !reencoded(t, "gang decision", err) {
+			return
+		}
+		g2, err := DecodeGangDecision(again)
+		if err != nil {
+			t.Fatalf("re-encoded gang decision refused: %v", err)
+		}
+		sameJSON(t, "gang decision", g, g2)
+	})
+}
+
 func FuzzDecodeDecline(f *testing.F) {
 	fuzzSigner := signtest.Seeded(f, "auction")
 	d, err := EncodeDecline(fuzzSigner, Decline{JobID: "job-1", Provider: fuzzSigner.ID().String(), Kind: KindBusy, IssuedAt: at(0, "10:00")})

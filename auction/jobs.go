@@ -26,8 +26,12 @@ const (
 	MaxBidWindow     = 60 * time.Second
 )
 
-// MaxGPUCount bounds how many GPUs one job may ask for.
+// MaxGPUCount bounds how many GPUs one job may ask for (a gang's members
+// together).
 const MaxGPUCount = 1024
+
+// MaxNodes bounds how many members a gang job (Job.Nodes) may have.
+const MaxNodes = 64
 
 // MaxIDLen bounds an identifier's length (see ValidID).
 const MaxIDLen = 128
@@ -218,6 +222,14 @@ func (j *Job) Validate() error {
 			bad("gpu_fraction", "is a fraction of one GPU: gpu_count must be 1, got %d", j.GPUCount)
 		}
 	}
+	switch {
+	case j.Nodes < 0 || j.Nodes > MaxNodes:
+		bad("nodes", "must be in [1, %d], got %d", MaxNodes, j.Nodes)
+	case j.Nodes > 1 && j.GPUFraction != 0:
+		bad("nodes", "a gang's members take whole GPUs: gpu_fraction must be unset with %d nodes", j.Nodes)
+	case j.Nodes > 1 && j.GPUCount*j.Nodes > MaxGPUCount:
+		bad("nodes", "%d nodes × %d GPUs is more than %d GPUs", j.Nodes, j.GPUCount, MaxGPUCount)
+	}
 	switch j.Isolation {
 	case "", IsolationAny:
 	case IsolationMPS, IsolationMIG:
@@ -283,11 +295,11 @@ func (j *Job) Validate() error {
 	if len(j.Exclude) > MaxAttempts {
 		bad("exclude", "at most %d providers, got %d", MaxAttempts, len(j.Exclude))
 	}
-	if len(j.Restore) > MaxRestore {
-		bad("restore", "at most %d checkpoints, got %d", MaxRestore, len(j.Restore))
+	if n := MaxRestore * max(j.Nodes, 1); len(j.Restore) > n {
+		bad("restore", "at most %d checkpoints (%d per member), got %d", n, MaxRestore, len(j.Restore))
 	}
 	for i, c := range j.Restore {
-		if !ValidArtifactID(c.Artifact) || c.Work < 0 || c.Bytes < 0 || c.Bytes > MaxCheckpointBytes {
+		if !ValidArtifactID(c.Artifact) || c.Work < 0 || c.Bytes < 0 || c.Bytes > MaxCheckpointBytes || c.Rank < 0 || c.Rank >= max(j.Nodes, 1) {
 			bad(fmt.Sprintf("restore[%d]", i), "not a checkpoint (artifact %q, %d bytes, work %v)", c.Artifact, c.Bytes, c.Work)
 		}
 	}

@@ -319,13 +319,14 @@ func DecodeBidMessage(data []byte) (BidMessage, error) {
 // (wire.ProtoAward), which carries two kinds told apart by their
 // envelope's domain: exactly one field is set.
 type AwardMessage struct {
-	Award   *Award      // sign.DomainAward, answered by a Confirm
-	Release *BidRelease // sign.DomainBidRelease, answered by nothing
+	Award   *Award        // sign.DomainAward, answered by a Confirm
+	Release *BidRelease   // sign.DomainBidRelease, answered by nothing
+	Gang    *GangDecision // sign.DomainGangDecision: a commit is answered by a Confirm, an abort by nothing
 }
 
 // DecodeAwardMessage reads the envelope once and decodes it by its kind
-// (DecodeAward, DecodeBidRelease); any other kind is refused:
-// sign.ErrWrongDomain, naming it.
+// (DecodeAward, DecodeBidRelease, DecodeGangDecision); any other kind is
+// refused: sign.ErrWrongDomain, naming it.
 func DecodeAwardMessage(data []byte) (AwardMessage, error) {
 	env, err := parse(data, "award stream")
 	if err != nil {
@@ -338,8 +339,11 @@ func DecodeAwardMessage(data []byte) (AwardMessage, error) {
 	case sign.DomainBidRelease:
 		r, err := one(decodeBidRelease(env))
 		return AwardMessage{Release: r}, err
+	case sign.DomainGangDecision:
+		d, err := one(decodeGangDecision(env))
+		return AwardMessage{Gang: d}, err
 	}
-	return AwardMessage{}, unknownKind("award stream", env.Domain, sign.DomainAward, sign.DomainBidRelease)
+	return AwardMessage{}, unknownKind("award stream", env.Domain, sign.DomainAward, sign.DomainBidRelease, sign.DomainGangDecision)
 }
 
 // one is a decoder's answer as a message field: nil when it refused.

@@ -58,6 +58,10 @@ type ProviderConfig struct {
 	// OnLease is called after a lease is confirmed, with the lease ids of
 	// the bronze bookings it evicted (the runtime must stop them).
 	OnLease func(lease Lease, job Job, preempts []string)
+	// GangHold is how long a confirmed gang member (an award with a Gang)
+	// is held booked for its renter's commit before it is freed; 0 means
+	// DefaultGangHold.
+	GangHold time.Duration
 	// Admit vets an award's lease and job ids before it is booked, with
 	// the provider's lock held: a non-nil error (the id is held already,
 	// in memory or in the runtime's persisted records, or the job id is
@@ -130,6 +134,11 @@ type ProviderStats struct {
 	// Draining is set while the provider drains (SetDraining): it takes
 	// no new work.
 	Draining bool `json:"draining,omitempty"`
+	// GangHeld is how many gang members are confirmed and booked, waiting
+	// for their renter's commit; GangAborted counts those freed
+	// uncommitted (aborted or expired).
+	GangHeld    int `json:"gang_held,omitempty"`
+	GangAborted int `json:"gang_aborted,omitempty"`
 }
 
 type confirmRec struct {
@@ -188,10 +197,11 @@ type Provider struct {
 	order     []string
 	stats     ProviderStats
 	lastPrune time.Time
-	buckets   map[string]*bucket // owner -> calls
-	inflight  map[peer.ID]int    // owner -> bids queued or being sent
-	parked    []parkedCall       // calls refused only for other bids' holds
-	draining  atomic.Bool        // takes no new work (SetDraining)
+	buckets   map[string]*bucket   // owner -> calls
+	inflight  map[peer.ID]int      // owner -> bids queued or being sent
+	parked    []parkedCall         // calls refused only for other bids' holds
+	draining  atomic.Bool          // takes no new work (SetDraining)
+	gangHeld  map[string]*gangHold // lease id -> a gang member confirmed, awaiting its commit
 
 	evalMu  sync.Mutex // makes a call's evaluation and its hold one step
 	sendMu  sync.Mutex // guards sendQ's senders and workers
@@ -210,6 +220,9 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	}
 	if cfg.BidGrace <= 0 {
 		cfg.BidGrace = DefaultBidGrace
+	}
+	if cfg.GangHold <= 0 {
+		cfg.GangHold = DefaultGangHold
 	}
 	if cfg.SendWorkers <= 0 {
 		cfg.SendWorkers = DefaultSendWorkers
@@ -624,6 +637,8 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		return nil, p.reject(decodeReason(err), err)
 	case msg.Release != nil:
 		return nil, p.handleRelease(from, *msg.Release)
+	case msg.Gang != nil:
+		return p.handleGangDecision(from, *msg.Gang)
 	}
 	a := *msg.Award
 	if a.Renter != from.String() {
@@ -670,6 +685,11 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		p.cfg.Calendar.DropHold(a.BidNonce)
 		return decline("provider " + KindDraining)
 	}
+	if a.Gang != nil || sb.job.Nodes > 1 {
+		if err := a.Gang.Check(a.LeaseID, me); err != nil || a.Gang.Size != sb.job.Nodes {
+			return nil, p.rejectLocked("bad_gang", fmt.Errorf("award of lease %s: gang of job with %d nodes: %v", a.LeaseID, sb.job.Nodes, err))
+		}
+	}
 	// The bid's award came: its tentative hold becomes a booking or goes.
 	if p.cfg.Calendar.DropHold(a.BidNonce) {
 		defer func() { go p.retryParked() }()
@@ -679,6 +699,10 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		Start: a.Start, End: a.End, GPUCount: a.GPUCount, GPUFraction: job.GPUFraction, Tier: job.Tier, Preemptible: job.Preemptible,
 		State: RunPending}
 	retimed := lease.Late(now)
+	if retimed && a.Gang != nil {
+		// A gang's members start together, as awarded.
+		return decline("too late: a gang member is booked as awarded or not at all")
+	}
 	if retimed {
 		// Booked as awarded, it would start after its end or run too
 		// short: it is booked from now on if the calendar has room.
@@ -691,7 +715,8 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	b := Booking{LeaseID: a.LeaseID, Start: lease.Start, End: lease.End, GPUs: a.GPUCount, Fraction: job.GPUFraction, Tier: job.Tier,
 		Preemptible: job.Preemptible, Devices: sb.offer.Devices}
 	var evict []string
-	if job.Tier == Gold {
+	// A gang member evicts nobody: it is only held until its gang commits.
+	if job.Tier == Gold && a.Gang == nil {
 		evict = sb.offer.Preempts
 	}
 	// Evict only if the planned preemptions are still needed.
@@ -725,6 +750,11 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	}
 	lease.Devices = booked.Devices
 	p.confirms[a.LeaseID] = confirmRec{c, now, a.Renter}
+	if a.Gang != nil {
+		lease.Gang = a.Gang
+		p.holdGangLocked(lease, sb)
+		return c, nil
+	}
 	p.leases[lease.ID] = &lease
 	p.jobs[lease.ID] = job
 	p.order = append(p.order, lease.ID)
@@ -756,6 +786,9 @@ func (p *Provider) leaseIDFreeLocked(a Award) error {
 	}
 	if _, ok := p.leases[a.LeaseID]; ok {
 		return fmt.Errorf("lease id %s is already booked", a.LeaseID)
+	}
+	if _, ok := p.gangHeld[a.LeaseID]; ok {
+		return fmt.Errorf("lease id %s is already held", a.LeaseID)
 	}
 	for _, l := range p.leases {
 		if l.JobID == a.JobID && l.Renter != a.Renter {
@@ -896,7 +929,8 @@ func (p *Provider) moveEarlier() {
 func (p *Provider) waitingLocked(now time.Time) []*Lease {
 	var waiting []*Lease
 	for id := range p.jobs {
-		if l := p.leases[id]; l != nil && l.State == RunPending && l.Start.After(now) {
+		// A gang member starts with its gang, never earlier alone.
+		if l := p.leases[id]; l != nil && l.Gang == nil && l.State == RunPending && l.Start.After(now) {
 			waiting = append(waiting, l)
 		}
 	}
@@ -926,6 +960,7 @@ func (p *Provider) Stats() ProviderStats {
 	}
 	s.Occupancy = p.cfg.Calendar.Occupancy(now)
 	s.Draining = p.draining.Load()
+	s.GangHeld = len(p.gangHeld)
 	s.Leases = make([]Lease, 0, len(p.order))
 	for _, id := range p.order {
 		s.Leases = append(s.Leases, *p.leases[id])

@@ -139,6 +139,10 @@ type JobStatus struct {
 	// Declines counts, by Ineligible.Kind, the providers that said why
 	// they did not bid in the latest auction (Job.WantDeclines).
 	Declines map[string]int `json:"declines,omitempty"`
+	// Members are a gang job's member leases by rank (Job.Nodes > 1), once
+	// the whole gang is committed; Lease is then rank 0's. The gang is
+	// priced by its members: the sum of their prices.
+	Members []Lease `json:"members,omitempty"`
 }
 
 // RenterConfig configures a Renter.
@@ -542,12 +546,19 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	rj.status.Bids = ranked
 	r.mu.Unlock()
 
-	eligible, err := r.awardBest(ctx, rj, &job, ranked)
+	var eligible int
+	var reason string
+	var err error
+	if job.Nodes > 1 {
+		eligible, reason, err = r.awardGang(ctx, rj, &job, ranked)
+	} else {
+		eligible, err = r.awardBest(ctx, rj, &job, ranked)
+	}
 	if err != nil || eligible < 0 {
 		return job, err
 	}
-	var reason string
 	switch {
+	case reason != "" && eligible > 0:
 	case len(ranked) == 0:
 		reason = "no bids"
 		r.mu.Lock()
@@ -752,13 +763,14 @@ func (w *lookupWait) done(ctx context.Context, done <-chan struct{}) bool {
 }
 
 // measureRTTLocked starts measuring the round trip to a bidder of a
-// latency-sensitive job (r.mu held), once per bidder, within the job's
+// latency-sensitive job or a gang's (r.mu held), once per bidder, within the job's
 // BidWindow; a bid the ranking will reject anyway (an excluded provider,
 // one outside the call's sample) is not measured. Its end signals bidIn,
 // so that a window waiting for an acceptable bid looks again.
 func (r *Renter) measureRTTLocked(rj *renterJob, provider string) {
 	j := &rj.status.Job
-	if r.cfg.MeasureRTT == nil || !j.LatencySensitive() || rj.rtts[provider] != nil ||
+	// A gang measures too: its members are chosen closest first (pickGang).
+	if r.cfg.MeasureRTT == nil || (!j.LatencySensitive() && j.Nodes <= 1) || rj.rtts[provider] != nil ||
 		j.Excludes(provider) || !SampledBidder(j, provider) {
 		return
 	}
@@ -1050,7 +1062,7 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 			}
 			inflight++
 			go func() {
-				lease, result := r.award(actx, job, b, leaseID)
+				lease, result := r.award(actx, job, b, leaseID, nil)
 				results <- awardResult{slot: slot, bid: b, lease: lease, result: result, claim: c}
 			}()
 			return
@@ -1252,17 +1264,19 @@ const maxUnconfirmed = 4096
 
 // award sends one award and checks the confirm; result is "confirmed" or
 // why not.
-func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string) (Lease, string) {
+// A gang member's award carries its gang's terms (Gang): its provider
+// holds the confirmed lease until the gang's commit.
+func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string, gang *Gang) (Lease, string) {
 	now := r.cfg.Now()
 	a := Award{
 		LeaseID: leaseID, JobID: job.ID, Attempt: job.Attempt,
 		Renter: job.Owner, Provider: b.Provider, BidNonce: b.Nonce,
 		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount, GPUFraction: job.GPUFraction,
-		Job: *job, IssuedAt: now,
+		Job: *job, IssuedAt: now, Gang: gang,
 	}
 	lease := Lease{ID: a.LeaseID, JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: b.Provider,
 		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount, GPUFraction: job.GPUFraction, Tier: job.Tier,
-		Preemptible: job.Preemptible, State: RunPending}
+		Preemptible: job.Preemptible, State: RunPending, Gang: gang}
 	to, err := peer.Decode(b.Provider)
 	if err != nil {
 		return lease, "bad provider id: " + err.Error()
@@ -1510,6 +1524,7 @@ func (rj *renterJob) snapshot() JobStatus {
 	s.Bids = append([]Ranked(nil), s.Bids...)
 	s.Reasons = append([]string(nil), s.Reasons...)
 	s.Attempts = append([]AwardAttempt(nil), s.Attempts...)
+	s.Members = slices.Clone(s.Members)
 	if s.Declines != nil {
 		s.Declines = make(map[string]int, len(rj.status.Declines))
 		for k, v := range rj.status.Declines {
@@ -1634,8 +1649,9 @@ type RequeueOptions struct {
 	// lost one of the job's attempts); it is added to Job.Exclude.
 	Exclude []string
 	// Restore is the job's good checkpoints, newest first (at most
-	// MaxRestore): the next attempt starts from the first that verifies
-	// and runs for what the newest one leaves of the job's duration.
+	// MaxRestore; per member of a gang, each with its Rank): the next
+	// attempt starts from the first that verifies and runs for what the
+	// newest one leaves of the job's duration (Job.SavedWork).
 	Restore []Checkpoint
 }
 
@@ -1663,17 +1679,15 @@ func (r *Renter) Requeue(ctx context.Context, jobID string, opt RequeueOptions) 
 	rj.status.Reasons = append(rj.status.Reasons, fmt.Sprintf("requeued after attempt %d: %s", job.Attempt, opt.Reason))
 	r.mu.Unlock()
 
-	if len(opt.Restore) > MaxRestore {
-		opt.Restore = opt.Restore[:MaxRestore]
+	if n := MaxRestore * max(job.Nodes, 1); len(opt.Restore) > n {
+		opt.Restore = opt.Restore[:n]
 	}
 	total := job.TotalDuration()
-	saved := time.Duration(0)
-	if len(opt.Restore) > 0 {
-		saved = opt.Restore[0].Work
-	}
-	remaining := total - saved
+	next := job
+	next.Restore = opt.Restore
+	remaining := total - next.SavedWork()
 	if remaining <= 0 {
-		return job, fmt.Errorf("auction: requeue %s: nothing left to run (checkpoint saved %v of %v)", jobID, saved, total)
+		return job, fmt.Errorf("auction: requeue %s: nothing left to run (checkpoint saved %v of %v)", jobID, next.SavedWork(), total)
 	}
 	job.Exclude = slices.Clone(job.Exclude)
 	for _, p := range opt.Exclude {

@@ -307,6 +307,10 @@ type Job struct {
 	// MaxPrice is the most the renter pays per GPU-hour, in USD.
 	MaxPrice float64 `json:"max_price" yaml:"max_price"`
 	GPUCount int     `json:"gpu_count" yaml:"gpu_count"`
+	// Nodes, when above 1, makes the job a gang: Nodes members on as many
+	// distinct providers, GPUCount GPUs each, placed all or nothing and
+	// living and dying together (see Gang). 0 or 1: one provider.
+	Nodes int `json:"nodes,omitempty" yaml:"nodes,omitempty"`
 	// GPUFraction, when set, asks for that fraction of one device (one of
 	// GPUFractions, with GPUCount 1) instead of whole devices: the job
 	// shares the device with others, each on its own slices of a device
@@ -452,6 +456,10 @@ type Checkpoint struct {
 	Reason   string    `json:"reason"`
 	Provider string    `json:"provider"`
 	TakenAt  time.Time `json:"taken_at"`
+	// Rank is the gang member whose checkpoint dir this is (Gang.Rank),
+	// set by the renter in a gang's Restore: each member restores its own
+	// rank's (Job.RestoreOf).
+	Rank int `json:"rank,omitempty"`
 }
 
 // Why a checkpoint was taken.
@@ -465,10 +473,54 @@ const (
 // attempt that restores checkpoints runs for what the newest one
 // (Restore[0]) left, Duration.
 func (j *Job) TotalDuration() time.Duration {
-	if len(j.Restore) > 0 {
-		return j.Duration + j.Restore[0].Work
+	return j.Duration + j.SavedWork()
+}
+
+// SavedWork is the work the checkpoints the job restores hold: the newest
+// one's (Restore[0]); a gang's is its least advanced rank's newest, none
+// unless every rank has one.
+func (j *Job) SavedWork() time.Duration {
+	if len(j.Restore) == 0 {
+		return 0
 	}
-	return j.Duration
+	if j.Nodes <= 1 {
+		return j.Restore[0].Work
+	}
+	saved := time.Duration(-1)
+	for rank := range j.Nodes {
+		rs := j.RestoreOf(rank)
+		if len(rs) == 0 {
+			return 0
+		}
+		if saved < 0 || rs[0].Work < saved {
+			saved = rs[0].Work
+		}
+	}
+	return saved
+}
+
+// RestoreFor is the checkpoints lease l of the job restores: its gang
+// rank's (RestoreOf), or every one.
+func (j *Job) RestoreFor(l Lease) []Checkpoint {
+	if l.Gang == nil {
+		return j.Restore
+	}
+	return j.RestoreOf(l.Gang.Rank)
+}
+
+// RestoreOf is the checkpoints the member of rank restores, newest
+// first: a gang's of that rank (Checkpoint.Rank), every one otherwise.
+func (j *Job) RestoreOf(rank int) []Checkpoint {
+	if j.Nodes <= 1 {
+		return j.Restore
+	}
+	var out []Checkpoint
+	for _, c := range j.Restore {
+		if c.Rank == rank {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // BilledGPUs is how many GPUs the job asks for: GPUCount, or the fraction
@@ -578,6 +630,10 @@ type Award struct {
 	GPUFraction float64   `json:"gpu_fraction,omitempty"`
 	Job         Job       `json:"job"`
 	IssuedAt    time.Time `json:"issued_at"`
+	// Gang, for a gang job's member, is the gang's terms with this
+	// member's rank: the provider holds the award until the renter
+	// commits the whole gang (GangDecision).
+	Gang *Gang `json:"gang,omitempty"`
 }
 
 // BidRelease tells a provider that its bid will not be awarded (the
@@ -708,6 +764,9 @@ type Lease struct {
 	// Devices are the provider's device indices the lease holds (its
 	// calendar booking's devices).
 	Devices []int `json:"devices,omitempty"`
+	// Gang is set on a gang member's lease: the gang's terms as its
+	// renter signed them in the award, with this member's rank.
+	Gang *Gang `json:"gang,omitempty"`
 }
 
 // BilledGPUs is how many GPUs the lease is billed for: its GPU count, or

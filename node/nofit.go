@@ -33,7 +33,8 @@ func (d *Daemon) noneCanFit(job *auction.Job) error {
 var misfitOrder = []string{"excluded", "region", "workload", "preemptible", "sealed", "no_persist", "image", "gpu_model", "slices", "isolation", "vram", "gpu_count", "price"}
 
 // noneFits is noneCanFit's verdict on the records caps: nil when caps is
-// empty or one of them fits job; else one line naming why. A rule every
+// empty or one of them fits job (a gang's member: Job.Nodes of them);
+// else one line naming why. A rule every
 // known provider fails (a GPU model none has, a region none is in) is
 // named with what the providers offer instead; when no rule fails
 // everywhere (each provider misses something else), the reasons of the
@@ -44,15 +45,24 @@ func noneFits(caps []auction.Capability, job *auction.Job) error {
 		return nil
 	}
 	all := make([][]*auction.Ineligible, len(caps))
-	fewest := -1
+	fewest, fit := -1, 0
 	for i := range caps {
 		all[i] = auction.StaticMisfits(&caps[i], job)
 		if len(all[i]) == 0 {
-			return nil
+			if fit++; fit >= max(job.Nodes, 1) {
+				return nil
+			}
+			continue
 		}
 		if fewest < 0 || len(all[i]) < fewest {
 			fewest = len(all[i])
 		}
+	}
+	if fit > 0 {
+		// A gang whose members fit too few providers.
+		return &httpError{http.StatusUnprocessableEntity, fmt.Sprintf(
+			"no known providers can run this job (%d known): a gang of %d needs %d providers, %d could run a member; post it with --queue to wait for providers that may appear",
+			len(caps), job.Nodes, job.Nodes, fit)}
 	}
 	everywhere := map[string]int{} // kind: providers failing it
 	closest := map[string]int{}    // kind: closest providers failing it
@@ -166,7 +176,13 @@ func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability
 				}
 			}
 		}
-		return fmt.Sprintf("no known provider has %d %s GPUs of one model (most: %d)", job.GPUCount, modelsText(job), most)
+		why := fmt.Sprintf("no known provider has %d %s GPUs of one model (most: %d)", job.GPUCount, modelsText(job), most)
+		if most > 0 && job.Nodes <= 1 {
+			// Several providers' GPUs together can: a gang.
+			k := (job.GPUCount + most - 1) / most
+			why += fmt.Sprintf(": spread it over several providers with --nodes (e.g. --nodes %d --count %d)", k, (job.GPUCount+k-1)/k)
+		}
+		return why
 	case "price":
 		lowest := -1.0
 		for _, c := range caps {

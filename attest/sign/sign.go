@@ -23,6 +23,7 @@ const (
 	DomainAward           = "award/v1"            // renter → provider
 	DomainConfirm         = "confirm/v1"          // provider → renter, answers an award
 	DomainBidRelease      = "bid-release/v1"      // renter → provider, a bid that will not be awarded
+	DomainGangDecision    = "gang-decision/v1"    // renter → provider, commit or abort a gang member's hold
 	DomainDecline         = "decline/v1"          // provider → renter, why it will not bid
 	DomainCapacityNotice  = "capacity-notice/v1"  // provider → renter, room freed for jobs it turned away
 	DomainLeaseEvent      = "lease-event/v1"      // provider → renter, a lease's run state

@@ -67,6 +67,9 @@ func TestMarketCLIArgErrors(t *testing.T) {
 		{"no command: put it after --", []string{"job", "post", "--max-price", "1", "--duration", "1h"}},
 		{"flag provided but not defined: -frob", []string{"job", "post", "--frob"}},
 		{"invalid --count", []string{"job", "post", "--count", "many", "--max-price", "1", "--duration", "1h", "--", "x"}},
+		{"invalid --nodes: must be in [1, 64], got 0", []string{"job", "post", "--nodes", "0", "--max-price", "1", "--duration", "1h", "--", "x"}},
+		{"invalid --nodes: must be in [1, 64], got 65", []string{"job", "post", "--nodes", "65", "--max-price", "1", "--duration", "1h", "--", "x"}},
+		{"invalid --nodes: a gang's members take whole GPUs", []string{"job", "post", "--nodes", "2", "--count", "0.5", "--max-price", "1", "--duration", "1h", "--", "x"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

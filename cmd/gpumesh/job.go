@@ -100,7 +100,11 @@ func printJobView(w io.Writer, v *api.JobView, peer func(string) string) {
 	if j.Preemptible {
 		tier += " (preemptible)"
 	}
-	fmt.Fprintf(w, "tier:       %s, %s, %s, max $%.4g/GPU-h\n", tier, auction.GPUsText(j.GPUCount, j.GPUFraction), j.Duration, j.MaxPrice)
+	gpus := auction.GPUsText(j.GPUCount, j.GPUFraction)
+	if j.Nodes > 1 {
+		gpus = fmt.Sprintf("gang of %d × %s", j.Nodes, gpus)
+	}
+	fmt.Fprintf(w, "tier:       %s, %s, %s, max $%.4g/GPU-h\n", tier, gpus, j.Duration, j.MaxPrice)
 	fmt.Fprintf(w, "command:    %s\n", strings.Join(j.Run.Command, " "))
 	if f := jobFilesText(v); f != "" {
 		fmt.Fprintf(w, "files:      %s\n", f)
@@ -165,7 +169,37 @@ func printJobView(w io.Writer, v *api.JobView, peer func(string) string) {
 	for _, name := range slices.Sorted(maps.Keys(v.Job.Run.Inputs)) {
 		fmt.Fprintf(w, "input:      %s = artifact %s\n", name, v.Job.Run.Inputs[name])
 	}
+	printGang(w, v, peer)
 	printAttempts(w, v, peer)
+}
+
+// printGang lists a gang job's members (the lease, run and checkpoint
+// fields above are rank 0's): each rank's provider, lease, run, cost and
+// newest checkpoint.
+func printGang(w io.Writer, v *api.JobView, peer func(string) string) {
+	if len(v.Gang) == 0 {
+		return
+	}
+	price := 0.0
+	for _, m := range v.Gang {
+		price += m.Price
+	}
+	fmt.Fprintf(w, "members:    %d, $%.4g/h together (the sum of their quotes, each for %s)\n", len(v.Gang), price*v.Job.BilledGPUs(),
+		auction.GPUsText(v.Job.GPUCount, v.Job.GPUFraction))
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  RANK\tPROVIDER\tLEASE\tRUN\tCOST\tCHECKPOINT\tDETAIL")
+	for _, m := range v.Gang {
+		cost := fmt.Sprintf("$%.4f", m.CostUSD)
+		if !m.Settled {
+			cost += " (unsettled)"
+		}
+		ck := "-"
+		if c := m.Checkpoint; c != nil {
+			ck = fmt.Sprintf("seq %d, %s of work", c.Seq, c.Work.Round(time.Second))
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Rank, peer(m.Provider), m.LeaseID, orDash(string(m.Run)), cost, ck, orDash(m.Detail))
+	}
+	tw.Flush()
 }
 
 // jobFilesText says what becomes of the job's files on its provider: a

@@ -28,6 +28,7 @@ func jobPostFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "max-price", DefaultText: "required unless in --file", Usage: "most you pay per GPU-hour, in USD"},
 		&cli.StringSliceFlag{Name: "gpu", Usage: "acceptable GPU model, e.g. H100 (repeatable)"},
 		&cli.StringFlag{Name: "count", Value: "1", Usage: "number of GPUs, or a fraction of one GPU (0.125, 0.25 or 0.5): a slice of a device other jobs share, priced and billed by its fraction"},
+		&cli.IntFlag{Name: "nodes", Value: 1, Usage: fmt.Sprintf("members of a gang job, up to %d: that many providers, --count GPUs each, placed all or nothing and stopped, saved and placed again together", auction.MaxNodes)},
 		&cli.StringFlag{Name: "isolation", DefaultText: auction.IsolationAny, Usage: "how a fractional job's slice must be enforced: mig, mps or any (any includes none: declared GPUs, accounting only)"},
 		&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU (of the slice, with a fractional --count), in GB"},
 		&cli.StringFlag{Name: "region", Usage: "residency constraint: a region or region prefix, e.g. eu"},
@@ -196,6 +197,11 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time, fileArg bool
 	if set("min-vram") {
 		job.MinVRAMGB = c.Int("min-vram")
 	}
+	if set("nodes") {
+		if job.Nodes = c.Int("nodes"); job.Nodes < 1 {
+			return fmt.Errorf("invalid --nodes: must be in [1, %d], got %d", auction.MaxNodes, job.Nodes)
+		}
+	}
 	if set("isolation") {
 		job.Isolation = strings.ToLower(strings.TrimSpace(c.String("isolation")))
 	}
@@ -292,7 +298,7 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time, fileArg bool
 
 // jobFlags names the job post flag that sets each of auction.Job's fields.
 var jobFlags = map[string]string{
-	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "gpu_fraction": "count", "isolation": "isolation", "min_vram_gb": "min-vram",
+	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "gpu_fraction": "count", "nodes": "nodes", "isolation": "isolation", "min_vram_gb": "min-vram",
 	"region": "region", "near": "near", "max_rtt": "max-rtt", "min_reliability": "min-reliability", "verified": "verified", "preemptible": "preemptible", "duration": "duration",
 	"deadline": "deadline", "datasets": "dataset", "workload": "workload", "bid_window": "bid-window", "max_attempts": "max-attempts",
 	"checkpoint_every": "checkpoint-every", "no_persist": "no-persist", "retain": "retain",

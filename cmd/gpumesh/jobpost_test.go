@@ -151,6 +151,16 @@ func TestBuildJob(t *testing.T) {
 				t.Fatalf("count %d fraction %v", j.GPUCount, j.GPUFraction)
 			}
 		}},
+		{"a gang", with("--nodes", "2", "--count", "2", "--", "x"), func(t *testing.T, j auction.Job) {
+			if j.Nodes != 2 || j.GPUCount != 2 {
+				t.Fatalf("nodes %d count %d", j.Nodes, j.GPUCount)
+			}
+		}},
+		{"--nodes overrides a file's num_nodes", with("--file", writeFile(t, "g.yaml", "num_nodes: 4\nresources: {accelerators: H100:8}\nrun: x\n"), "--nodes", "2"), func(t *testing.T, j auction.Job) {
+			if j.Nodes != 2 || j.GPUCount != 8 {
+				t.Fatalf("nodes %d count %d", j.Nodes, j.GPUCount)
+			}
+		}},
 		{"checkpoint every", with("--checkpoint-every", "10m", "--", "x"), func(t *testing.T, j auction.Job) {
 			if j.CheckpointEvery != 10*time.Minute {
 				t.Fatalf("checkpoint every = %v, want 10m", j.CheckpointEvery)

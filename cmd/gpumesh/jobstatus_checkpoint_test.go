@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,30 @@ func TestJobStatusShowsCheckpoint(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("job status lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestJobStatusShowsGang: a gang job's status names its shape and lists
+// its members, rank by rank.
+func TestJobStatusShowsGang(t *testing.T) {
+	v := &api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-g", Nodes: 2, GPUCount: 2, Tier: auction.Silver}, State: auction.JobLeased},
+		Gang: []api.GangMember{
+			{Rank: 0, Provider: "12D3KooWAAAAAAAAAAAA", LeaseID: "lease-0", Price: 1.5, Run: auction.RunRunning,
+				Checkpoint: &auction.Checkpoint{Seq: 2, Work: 30 * time.Second}},
+			{Rank: 1, Provider: "12D3KooWBBBBBBBBBBBB", LeaseID: "lease-1", Price: 2, Run: auction.RunSucceeded, Settled: true, CostUSD: 0.25},
+		}}
+	var b bytes.Buffer
+	printJobView(&b, v, shortPeer)
+	out := b.String()
+	for _, re := range []string{
+		`tier:       silver, gang of 2 × 2 GPU\(s\), `,
+		`members:    2, \$7/h together \(the sum of their quotes, each for 2 GPU\(s\)\)\n`,
+		`  0 +\S+ +lease-0 +running +\$0\.0000 \(unsettled\) +seq 2, 30s of work +-\n`,
+		`  1 +\S+ +lease-1 +succeeded +\$0\.2500 +- +-\n`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Fatalf("job status lacks %q:\n%s", re, out)
 		}
 	}
 }

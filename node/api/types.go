@@ -159,6 +159,30 @@ type JobView struct {
 	// Restored is the checkpoint the current lease started from, as its
 	// provider reported (nil: it started fresh).
 	Restored *auction.Checkpoint `json:"restored,omitempty"`
+	// Gang lists a gang job's members (Job.Nodes > 1) by rank, each on
+	// its latest lease; the record's own lease fields are rank 0's, and
+	// CostUSD is every member's.
+	Gang []GangMember `json:"gang,omitempty"`
+}
+
+// GangMember is one member of a gang job as its renter sees it: its rank,
+// its latest lease and how that lease runs or ended.
+type GangMember struct {
+	Rank     int              `json:"rank"`
+	Provider string           `json:"provider"`
+	LeaseID  string           `json:"lease_id"`
+	Attempt  int              `json:"attempt"`
+	Price    float64          `json:"price"`
+	Run      auction.RunState `json:"run,omitempty"`
+	Detail   string           `json:"detail,omitempty"`
+	Started  time.Time        `json:"started,omitempty"`
+	Ended    time.Time        `json:"ended,omitempty"`
+	// Settled says the lease's receipt is countersigned; CostUSD is its
+	// amount (each member lease settles with its own receipt).
+	Settled bool    `json:"settled,omitempty"`
+	CostUSD float64 `json:"cost_usd,omitempty"`
+	// Checkpoint is the newest checkpoint of this rank held.
+	Checkpoint *auction.Checkpoint `json:"checkpoint,omitempty"`
 }
 
 // Leases are the job's leases in the order they were awarded: its

@@ -221,6 +221,35 @@ func (n *Net) Join(g Gang, rank int) (*LocalMember, error) {
 // error fails the lease.
 type RosterOf func(l auction.Lease, job auction.Job) (*Gang, int, error)
 
+// LeaseRoster is the RosterOf of the daemon: a lease's gang as its terms
+// carry it (auction.Lease.Gang, which the renter signed in the award the
+// provider verified), checked to name this lease at its rank; nil for a
+// lease of no gang. A gang job's lease without gang terms fails.
+func LeaseRoster(l auction.Lease, job auction.Job) (*Gang, int, error) {
+	if l.Gang == nil {
+		if job.Nodes > 1 {
+			return nil, 0, fmt.Errorf("gangnet: lease %s of a gang of %d carries no gang terms", l.ID, job.Nodes)
+		}
+		return nil, 0, nil
+	}
+	if err := l.Gang.Check(l.ID, l.Provider); err != nil {
+		return nil, 0, err
+	}
+	renter, err := peer.Decode(l.Renter)
+	if err != nil {
+		return nil, 0, fmt.Errorf("gangnet: lease %s: renter: %w", l.ID, err)
+	}
+	g := Gang{ID: l.Gang.ID, Renter: renter, Members: make([]Member, len(l.Gang.Members))}
+	for r, m := range l.Gang.Members {
+		p, err := peer.Decode(m.Provider)
+		if err != nil {
+			return nil, 0, fmt.Errorf("gangnet: gang %s: member %d's provider: %w", l.Gang.ID, r, err)
+		}
+		g.Members[r] = Member{Rank: m.Rank, Provider: p, LeaseID: m.LeaseID}
+	}
+	return &g, l.Gang.Rank, nil
+}
+
 // Hook is the lease supervisor's Network hook: a lease that rosterOf says
 // is a gang member joins that gang's network for its job's run.
 func (n *Net) Hook(rosterOf RosterOf) func(auction.Lease, auction.Job, *runtime.Spec) (func(runtime.Handle), func(), error) {

@@ -64,6 +64,8 @@ func (r *leaseRun) stoppedEarly(res runtime.Result) bool {
 func (r *leaseRun) restoreCheckpoint(job auction.Job, lw io.Writer) (dir string, release func(), err error) {
 	s := r.s
 	release = func() {}
+	// A gang member restores its own rank's dir.
+	job.Restore = job.RestoreFor(r.lease())
 	if len(job.Restore) == 0 {
 		return "", release, nil
 	}

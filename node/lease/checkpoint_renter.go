@@ -124,8 +124,8 @@ func checkpointFits(v *api.JobView, c auction.Checkpoint, from peer.ID, now time
 	// The work a checkpoint captures: what the restored one held plus at
 	// most the time since the lease started.
 	limit := now.Sub(l.Start) + attest.HeartbeatSkew
-	if len(v.Job.Restore) > 0 {
-		limit += v.Job.Restore[0].Work
+	if rs := v.Job.RestoreFor(*l); len(rs) > 0 {
+		limit += rs[0].Work
 	}
 	if c.Work > limit {
 		return false, fmt.Errorf("checkpoint claims %v of work; at most %v can have been done", c.Work, limit)

@@ -261,6 +261,9 @@ func (t *Tracker) lose(jobID string, l auction.Lease, detail string) bool {
 	t.cfg.Observe.jobEnded(l, auction.RunFailed, started, last)
 	t.release(l) // if it still runs there, it stops
 	t.save(jobID)
+	if !again {
+		t.stopGang(jobID)
+	}
 	if again {
 		t.requeue(jobID, l, requeueOptions(l, auction.RunFailed, auction.FaultProvider, detail))
 	}
@@ -413,6 +416,11 @@ func (t *Tracker) settledArchived(r attest.Receipt) bool {
 func (t *Tracker) lostUnreported(leaseID string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.lostUnreportedLocked(leaseID)
+}
+
+// lostUnreportedLocked is lostUnreported with t.mu held.
+func (t *Tracker) lostUnreportedLocked(leaseID string) bool {
 	a := t.archived[leaseID]
 	return a != nil && a.lost && !a.reported
 }

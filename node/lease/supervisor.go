@@ -1657,6 +1657,12 @@ func (s *Supervisor) HandleCancel(_ context.Context, from peer.ID, data []byte) 
 		s.cfg.Counters.Add("provider.cancel_rejected")
 		return nil, fmt.Errorf("no lease %s for %s", req.LeaseID, from)
 	}
+	if req.Gang && r.lease().Gang != nil {
+		// Checkpointed on the way out, as a preemption is, and resumed
+		// with its gang elsewhere.
+		r.abort(auction.RunPreempted, "its gang lost a member: stopped with the gang, to resume together")
+		return nil, nil
+	}
 	r.abort(auction.RunCancelled, "cancelled by the renter")
 	return nil, nil
 }

@@ -55,7 +55,8 @@ type TrackerConfig struct {
 	// heartbeats carry must have that hash.
 	AdvertisedFingerprint func(provider string) string
 	// OnSave, when set, sees each job's record as it is persisted (every
-	// change of state): the daemon pins the inputs of live jobs.
+	// change of state; a gang member's record aside): the daemon pins the
+	// inputs of live jobs.
 	OnSave func(api.JobView)
 	// Holdings is the auction's check of bids' missing-bytes claims
 	// (auction.RenterConfig.Holdings); nil trusts the claims.
@@ -156,6 +157,9 @@ type Tracker struct {
 	// refusals counts the refused receipts of leases not settled yet (see
 	// refused).
 	refusals map[string]int
+	// gangBusy holds the gang jobs being stopped and requeued whole (see
+	// gang.go).
+	gangBusy map[string]bool
 }
 
 // NewTracker returns a Tracker with its auction.Renter and reloads the jobs
@@ -198,7 +202,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*api.JobView{},
 		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
 		archived: map[string]*archived{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
-		refusals: map[string]int{}}
+		refusals: map[string]int{}, gangBusy: map[string]bool{}}
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score,
@@ -494,14 +498,20 @@ func (t *Tracker) fold(id string) {
 	}
 }
 
-// onLease records a confirmed lease for one of our jobs.
+// onLease records a confirmed lease for one of our jobs (a gang's member
+// of rank above 0 in its own record: gang.go).
 func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	mon := t.monitor(l)
+	key := leaseKey(l)
 	t.mu.Lock()
-	v := t.jobs[job.ID]
+	v := t.jobs[key]
 	if v == nil {
 		v = &api.JobView{}
-		t.jobs[job.ID] = v
+		t.jobs[key] = v
+	}
+	if key != job.ID {
+		// A member's record: the gang's job, its own lease.
+		v.Job, v.State, v.PostedAt, v.Winner = job, auction.JobLeased, t.now(), l.Provider
 	}
 	v.Lease = &l
 	v.Run = auction.RunPending
@@ -512,15 +522,17 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
 	v.Restored = nil
 	t.mons[l.ID] = mon
-	t.byLease[l.ID] = job.ID
+	t.byLease[l.ID] = key
 	t.changed.notify()
 	t.mu.Unlock()
-	t.fold(job.ID)
-	t.observeAuction(job.ID, OutcomeLeased)
-	t.log.Info("job leased", "job", job.ID, "lease", l.ID, "provider", l.Provider, "price", l.Price, "attempt", job.Attempt)
-	t.save(job.ID)
-	t.watch(job.ID, l, time.Time{})
-	t.guard(job.ID, l, time.Time{})
+	if key == job.ID {
+		t.fold(job.ID)
+		t.observeAuction(job.ID, OutcomeLeased)
+	}
+	t.log.Info("job leased", "job", job.ID, "lease", l.ID, "provider", l.Provider, "price", l.Price, "attempt", job.Attempt, "record", key)
+	t.save(key)
+	t.watch(key, l, time.Time{})
+	t.guard(key, l, time.Time{})
 }
 
 // onUnplaceable only logs: whoever posted the job folds the outcome once
@@ -595,13 +607,23 @@ func (t *Tracker) waitChange(timeout time.Duration, done func() bool) bool {
 // writes it, so a slow save never overwrites a newer one. Its waiters
 // (waitChange) are woken first: the record has changed already.
 func (t *Tracker) save(id string) {
+	if over := t.saveOne(id); over && !isMemberKey(id) {
+		// Its gang's members end with it (they are saved on their own
+		// stripes, after this one's).
+		t.endMembers(id)
+	}
+}
+
+// saveOne is save of one record; it reports whether the record is over
+// for good (not Live).
+func (t *Tracker) saveOne(id string) bool {
 	t.changed.notify()
 	mu := &t.saveMu[stripe(id, len(t.saveMu))]
 	mu.Lock()
 	defer mu.Unlock()
-	v, err := t.View(id)
+	v, err := t.view(id, false)
 	if err != nil {
-		return
+		return false
 	}
 	t.mu.Lock()
 	rec := jobRecord{JobView: v, Unsettled: t.unsettledLocked(id)}
@@ -609,13 +631,17 @@ func (t *Tracker) save(id string) {
 	if err := t.cfg.Store.Put(id, rec); err != nil {
 		t.log.Error("persist job", "job", id, "err", err)
 	}
-	if t.cfg.OnSave != nil {
+	if t.cfg.OnSave != nil && !isMemberKey(id) {
+		// A gang member's record is not its job's: the job's own says
+		// whether the job is live.
 		t.cfg.OnSave(v)
 	}
 	if !v.State.Live() {
 		// Over for good: every path there saves the record.
 		t.releaseCheckpoints(id)
+		return true
 	}
+	return false
 }
 
 // stripe maps an id to one of n lock stripes.
@@ -638,6 +664,9 @@ func (t *Tracker) load() ([]auction.Job, error) {
 		v := rec.JobView
 		t.reloadUnsettled(id, rec.Unsettled)
 		switch {
+		case isMemberKey(id):
+			// A gang member's record: its gang's own record is queued
+			// again, never the member alone.
 		case v.State == auction.JobBidding || v.State == auction.JobAwarding || v.State == auction.JobQueued:
 			if v.State != auction.JobQueued {
 				v.Reasons = append(v.Reasons, "queued: renter daemon restarted during the auction")
@@ -665,8 +694,13 @@ func (t *Tracker) load() ([]auction.Job, error) {
 	return queued, err
 }
 
-// View returns a job's record.
-func (t *Tracker) View(id string) (api.JobView, error) {
+// View returns a job's record; a gang job's shows its members (Gang),
+// and its cost theirs too.
+func (t *Tracker) View(id string) (api.JobView, error) { return t.view(id, true) }
+
+// view is a record as View shows it (gang: with its members) or as it is
+// kept.
+func (t *Tracker) view(id string, gang bool) (api.JobView, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	v, ok := t.jobs[id]
@@ -674,6 +708,11 @@ func (t *Tracker) View(id string) (api.JobView, error) {
 		return api.JobView{}, notFound("no job %s on this node", id)
 	}
 	out := *v
+	if gang && out.Job.Nodes > 1 && !isMemberKey(id) {
+		var cost float64
+		out.Gang, cost = t.gangViewLocked(id, out.Job.Nodes)
+		out.CostUSD += cost
+	}
 	out.History = append([]api.LeaseRecord(nil), v.History...)
 	if out.Lease != nil {
 		if mon := t.mons[out.Lease.ID]; mon != nil && out.Receipt == nil && !out.Run.Terminal() {
@@ -693,7 +732,9 @@ func (t *Tracker) List() []api.JobView {
 	t.mu.Lock()
 	ids := make([]string, 0, len(t.jobs))
 	for id := range t.jobs {
-		ids = append(ids, id)
+		if !isMemberKey(id) { // shown in their gang's view
+			ids = append(ids, id)
+		}
 	}
 	t.mu.Unlock()
 	out := make([]api.JobView, 0, len(ids))
@@ -1062,6 +1103,9 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		t.log.Warn("provider handed the job back again: excluded from it", "job", jobID, "provider", lease.Provider,
 			"hand_backs", MaxHandBacks)
 	}
+	if !again && ev.Run != auction.RunSucceeded {
+		t.stopGang(jobID)
+	}
 	if again {
 		opts := requeueOptions(lease, ev.Run, ev.Fault, ev.Detail)
 		if churned && !slices.Contains(opts.Exclude, lease.Provider) {
@@ -1154,15 +1198,28 @@ func eventTimesValid(ev wire.LeaseEvent, l auction.Lease, now time.Time) error {
 // say how), once that lease has been settled: at once for a lost lease,
 // whose provider may never settle.
 func (t *Tracker) requeue(jobID string, lease auction.Lease, opts auction.RequeueOptions) {
+	t.mu.Lock()
+	gangID, size, gang := t.gangOfLocked(jobID)
+	t.mu.Unlock()
+	if gang {
+		t.requeueGang(gangID, jobID, size, lease, opts)
+		return
+	}
 	// Give the receipt exchange a moment so history shows the settled cost.
 	t.waitChange(t.cfg.SettleWait, func() bool {
 		v, _ := t.View(jobID)
 		return v.Receipt != nil || t.lostUnreported(lease.ID) || neverRan(v, lease.ID)
 	})
 	t.archive(jobID, lease.ID)
+	t.repost(jobID, t.restoreFor(jobID), opts)
+}
+
+// repost runs a requeued job's auction again (restoring restore), queueing
+// it when no provider takes it now.
+func (t *Tracker) repost(jobID string, restore []auction.Checkpoint, opts auction.RequeueOptions) {
 	ctx, cancel := context.WithTimeout(t.ctx, 3*time.Minute)
 	defer cancel()
-	opts.Restore = t.restoreFor(jobID)
+	opts.Restore = restore
 	if job, err := t.renter.Requeue(ctx, jobID, opts); err != nil {
 		t.log.Warn("requeue", "job", jobID, "err", err)
 		if errors.Is(err, auction.ErrUnplaceable) && t.ctx.Err() == nil && t.beforeDeadline(job) {

@@ -212,6 +212,10 @@ func (e LeaseEvent) CheckOutputs() error {
 type CancelRequest struct {
 	LeaseID string `json:"lease_id"`
 	JobID   string `json:"job_id"`
+	// Gang stops a gang member because its gang lost another member: the
+	// provider saves its checkpoint and ends it preempted (no fault), and
+	// the whole gang resumes elsewhere.
+	Gang bool `json:"gang,omitempty"`
 }
 
 // HeartbeatReply is a renter's answer to a heartbeat (ProtoHeartbeat). It

@@ -245,7 +245,7 @@ func Convert(name string, b []byte, now time.Time) (auction.Job, error) {
 // Task file fields, in the order the help lists them.
 var (
 	taskFields = []string{"name", "resources", "setup", "run", "envs", "inputs", "outputs", "checkpoint",
-		"num_nodes", "tier", "max_price", "duration", "deadline", "max_attempts", "verified", "preemptible", "min_reliability",
+		"num_nodes", "nodes", "tier", "max_price", "duration", "deadline", "max_attempts", "verified", "preemptible", "min_reliability",
 		"workload", "datasets", "bid_window", "no_persist", "retain", "service"}
 	resourceFields = []string{"accelerators", "isolation", "region", "near", "max_rtt", "min_vram_gb", "image", "image_id", "image_artifact", "memory_mb", "use_spot"}
 	// unsupported are SkyPilot fields with no meaning here, and why.
@@ -440,11 +440,15 @@ func (f *File) parseTask(root *yaml.Node, now time.Time, service bool) error {
 		case "datasets":
 			f.Job.Datasets = p.strings(v, k)
 			p.at("datasets", k, v)
-		case "num_nodes":
-			// One node is every job here; more would be a gang across
-			// providers, which gpumesh does not place yet.
-			if n, ok := p.int(v, k); ok && n != 1 {
-				p.bad(kn, k, "must be 1, got %d: a job runs on one provider (ask for more accelerators instead)", n)
+		case "num_nodes", "nodes":
+			// More than one node is a gang: that many providers, each
+			// with the accelerators asked for, placed all or nothing.
+			if n, ok := p.int(v, k); ok {
+				if n < 1 || n > auction.MaxNodes {
+					p.bad(kn, k, "must be in [1, %d], got %d", auction.MaxNodes, n)
+				}
+				f.Job.Nodes = n
+				p.at("nodes", k, v)
 			}
 		case "service": // only in a service file (see above)
 			p.svcNode = kn

@@ -141,6 +141,13 @@ func TestJobShapedFile(t *testing.T) {
 	if j.GPUCount != 2 || j.GPUModels[0] != "A100" {
 		t.Fatalf("json task: %+v", j)
 	}
+	// A gang, SkyPilot's way (num_nodes) or as a job spec names it (nodes).
+	for _, key := range []string{"num_nodes", "nodes"} {
+		j, err = Convert("gang.yaml", []byte("max_price: 1\nduration: 1h\n"+key+": 3\nresources: {accelerators: H100:2}\nrun: echo hi\n"), now)
+		if err != nil || j.Nodes != 3 || j.GPUCount != 2 {
+			t.Fatalf("%s: %+v %v", key, j, err)
+		}
+	}
 	// A fraction of one GPU, SkyPilot's way, with the slice's isolation.
 	for _, acc := range []string{"L4:0.25", "{L4: 0.25}", "[L4:0.25, T4:0.25]"} {
 		j, err = Convert("slice.yaml", []byte("max_price: 1\nduration: 1h\nresources:\n  accelerators: "+acc+"\n  isolation: mps\nrun: echo hi\n"), now)
@@ -187,7 +194,8 @@ func TestTaskErrorsNameTheLine(t *testing.T) {
 		{"map count", base + "resources:\n  accelerators: {H100: many}\nrun: x\n", `t.yaml:4: resources.accelerators.H100: count must be a whole number ≥ 1 or a fraction of one GPU (0.125, 0.25 or 0.5), got "many"`},
 		{"unknown field", base + "run: x\nretries: 3\n", "t.yaml:4: retries: unknown field (task fields: name, resources"},
 		{"unknown resource", base + "resources:\n  gpus: 8\nrun: x\n", "t.yaml:4: resources.gpus: unknown field (resources fields: accelerators"},
-		{"two nodes", base + "num_nodes: 2\nrun: x\n", "t.yaml:3: num_nodes: must be 1, got 2: a job runs on one provider"},
+		{"too many nodes", base + "num_nodes: 65\nrun: x\n", "t.yaml:3: num_nodes: must be in [1, 64], got 65"},
+		{"gang of slices", base + "nodes: 2\nresources: {accelerators: L4:0.5}\nrun: x\n", "t.yaml:3: nodes: a gang's members take whole GPUs"},
 		{"skypilot field", base + "workdir: .\nrun: x\n", "t.yaml:3: workdir: not supported by gpumesh: upload it"},
 		{"skypilot resource", base + "resources:\n  cloud: aws\nrun: x\n", "t.yaml:4: resources.cloud: not supported by gpumesh: there are no clouds"},
 		{"price not a number", "max_price: cheap\nduration: 1h\nrun: x\n", `t.yaml:1: max_price: must be a price in USD per GPU-hour, e.g. 2.5, got "cheap"`},

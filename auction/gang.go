@@ -1,0 +1,477 @@
+package auction
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Gang is a gang job's placement terms as one member's award and lease
+// carry them (Job.Nodes > 1): the gang's id, this member's rank, the
+// gang's size and every member (rank → provider, lease). The renter signs
+// it inside the award (DomainAward), so a provider that verified its award
+// knows who its gang peers are, and may admit exactly those: members of
+// the same gang, signed by the same renter. A gang is placed all or
+// nothing: each provider holds its member's booking until the renter
+// commits the whole gang (GangDecision), and it runs and bills nothing
+// before.
+type Gang struct {
+	ID   string `json:"id"`
+	Rank int    `json:"rank"`
+	// Size is the gang's world size K: Job.Nodes, len(Members).
+	Size int `json:"size"`
+	// Members lists every member by rank (Members[i].Rank == i).
+	Members []GangMember `json:"members"`
+}
+
+// GangMember is one member of a gang: its rank, the provider that runs it
+// and its lease there.
+type GangMember struct {
+	Rank     int    `json:"rank"`
+	Provider string `json:"provider"`
+	LeaseID  string `json:"lease_id"`
+}
+
+// Check reports whether g is a well-formed gang in which the member of
+// g.Rank is lease leaseID on provider: a valid id, 2 to MaxNodes members,
+// ranked 0..Size-1 in order, on distinct providers, with distinct valid
+// lease ids.
+func (g *Gang) Check(leaseID, provider string) error {
+	switch {
+	case g == nil:
+		return errors.New("auction: no gang")
+	case ValidID(g.ID) != nil:
+		return fmt.Errorf("auction: gang id: %w", ValidID(g.ID))
+	case g.Size < 2 || g.Size > MaxNodes || len(g.Members) != g.Size:
+		return fmt.Errorf("auction: gang of %d with %d members (2 to %d)", g.Size, len(g.Members), MaxNodes)
+	case g.Rank < 0 || g.Rank >= g.Size:
+		return fmt.Errorf("auction: gang rank %d of %d", g.Rank, g.Size)
+	}
+	providers, leases := map[string]bool{}, map[string]bool{}
+	for i, m := range g.Members {
+		if m.Rank != i {
+			return fmt.Errorf("auction: gang member %d has rank %d", i, m.Rank)
+		}
+		if err := ValidID(m.LeaseID); err != nil {
+			return fmt.Errorf("auction: gang member %d: lease id: %w", i, err)
+		}
+		if err := validPeerID(m.Provider); err != nil {
+			return fmt.Errorf("auction: gang member %d: provider: %w", i, err)
+		}
+		if providers[m.Provider] || leases[m.LeaseID] {
+			return fmt.Errorf("auction: gang member %d repeats a provider or lease", i)
+		}
+		providers[m.Provider], leases[m.LeaseID] = true, true
+	}
+	if me := g.Members[g.Rank]; me.LeaseID != leaseID || me.Provider != provider {
+		return fmt.Errorf("auction: gang rank %d is lease %s on %s, not this award", g.Rank, me.LeaseID, me.Provider)
+	}
+	return nil
+}
+
+// withRank returns a copy of g for the member of rank.
+func (g Gang) withRank(rank int) *Gang {
+	g.Rank = rank
+	g.Members = slices.Clone(g.Members)
+	return &g
+}
+
+// GangDecision is the renter's signed word on a gang member its provider
+// holds (an award with a Gang, confirmed): Commit runs it (every member
+// confirmed), else it is aborted and its booking freed. Sent on the award
+// stream; a commit is answered with a signed Confirm.
+type GangDecision struct {
+	GangID   string    `json:"gang_id"`
+	JobID    string    `json:"job_id"`
+	Attempt  int       `json:"attempt"`
+	Renter   string    `json:"renter"`
+	Provider string    `json:"provider"`
+	LeaseID  string    `json:"lease_id"`
+	Commit   bool      `json:"commit"`
+	IssuedAt time.Time `json:"issued_at"`
+}
+
+// EncodeGangDecision seals a gang decision; its Renter must be the signer.
+func EncodeGangDecision(s *sign.Signer, d GangDecision) ([]byte, error) {
+	return sealAs(s, sign.DomainGangDecision, "gang decision", d.Renter, d)
+}
+
+// DecodeGangDecision verifies a gang decision envelope, that its signer is
+// its Renter and that its ids satisfy ValidID.
+func DecodeGangDecision(data []byte) (GangDecision, error) {
+	return decode(data, sign.DomainGangDecision, decodeGangDecision)
+}
+
+func decodeGangDecision(env *sign.Envelope) (GangDecision, error) {
+	d, err := openAs(env, sign.DomainGangDecision, "gang decision", func(d *GangDecision) string { return d.Renter })
+	if err != nil {
+		return GangDecision{}, err
+	}
+	if err := validIDs("gang decision", "gang id", d.GangID, "job id", d.JobID, "lease id", d.LeaseID); err != nil {
+		return GangDecision{}, err
+	}
+	return d, nil
+}
+
+// DefaultGangHold is how long a provider holds a confirmed gang member for
+// its renter's commit (ProviderConfig.GangHold): the renter commits once
+// every member confirmed, each within its ConfirmTimeout. A hold not
+// committed by then is freed, so a renter that vanishes mid-placement
+// leaves no booking behind.
+const DefaultGangHold = 5 * time.Second
+
+// gangHold is a confirmed gang member awaiting its renter's decision.
+type gangHold struct {
+	lease Lease
+	sb    *sentBid
+	timer *time.Timer
+}
+
+// holdGangLocked keeps a confirmed gang member's lease until its decision
+// (or its expiry after GangHold). Called with p.mu held.
+func (p *Provider) holdGangLocked(lease Lease, sb *sentBid) {
+	if p.gangHeld == nil {
+		p.gangHeld = map[string]*gangHold{}
+	}
+	h := &gangHold{lease: lease, sb: sb}
+	id := lease.ID
+	h.timer = time.AfterFunc(p.cfg.GangHold, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.gangHeld[id] == h {
+			p.log.Info("gang hold expired", "lease", id, "job", lease.JobID)
+			p.dropGangLocked(id, h)
+		}
+	})
+	p.gangHeld[id] = h
+}
+
+// dropGangLocked frees a held gang member's booking; its bid may be
+// awarded again (in a new gang) while it has not expired. Called with
+// p.mu held.
+func (p *Provider) dropGangLocked(id string, h *gangHold) {
+	h.timer.Stop()
+	delete(p.gangHeld, id)
+	p.cfg.Calendar.Release(id)
+	if p.cfg.Now().Before(h.sb.bid.ExpiresAt) {
+		p.bids[h.sb.bid.Nonce] = h.sb
+	}
+	p.stats.GangAborted++
+	go p.retryParked()
+}
+
+// handleGangDecision takes a renter's commit or abort of a gang member it
+// holds. A commit starts the lease (OnLease) and is answered with a signed
+// Confirm (declined when the hold is gone: expired or aborted); an abort
+// frees the booking and is answered with nothing. Only the award's renter
+// decides.
+func (p *Provider) handleGangDecision(from peer.ID, d GangDecision) ([]byte, error) {
+	if d.Renter != from.String() {
+		return nil, p.reject("not_job_owner", fmt.Errorf("gang decision from %s signed by %s", from, d.Renter))
+	}
+	me := p.cfg.Signer.ID().String()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h, ok := p.gangHeld[d.LeaseID]
+	if d.Provider != me || (ok && (h.lease.Renter != d.Renter || h.lease.JobID != d.JobID || h.lease.Attempt != d.Attempt ||
+		h.lease.Gang.ID != d.GangID)) {
+		return nil, p.rejectLocked("unknown_gang_member", fmt.Errorf("gang decision for lease %q", d.LeaseID))
+	}
+	if !d.Commit {
+		if ok {
+			p.dropGangLocked(d.LeaseID, h)
+		}
+		return nil, nil
+	}
+	if !ok {
+		if l, live := p.leases[d.LeaseID]; live && l.Renter == d.Renter && l.Gang != nil && l.Gang.ID == d.GangID {
+			// A repeated commit.
+			return EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: d.LeaseID, Accepted: true, Devices: l.Devices})
+		}
+		return EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: d.LeaseID, Reason: "gang hold expired or aborted"})
+	}
+	h.timer.Stop()
+	delete(p.gangHeld, d.LeaseID)
+	lease := h.lease
+	p.leases[lease.ID] = &lease
+	p.jobs[lease.ID] = h.sb.job
+	p.order = append(p.order, lease.ID)
+	p.stats.Won++
+	p.stats.EarningsUSD += LeaseCost(lease.Price, lease.GPUCount, lease.GPUFraction, lease.End.Sub(lease.Start))
+	if p.cfg.OnLease != nil {
+		p.cfg.OnLease(lease, h.sb.job, nil)
+	}
+	return EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: lease.ID, Accepted: true, Devices: lease.Devices})
+}
+
+// GangTieTolerance is how far above the best remaining bid's score a bid
+// may rank and still be preferred for a gang for being closer to its
+// first member: in the same region, then at a lower measured round trip.
+const GangTieTolerance = 0.05
+
+// pickGang chooses k members from the eligible bids, ranked best first:
+// each member is the closest among the bids within GangTieTolerance of the
+// best remaining score: the first the one at the lowest round trip the
+// renter measured, each next one in the first one's region first, then at
+// the lowest round trip (unmeasured last; ties: the ranking's order).
+// It returns fewer than k when fewer bids are left.
+func pickGang(ranked []Ranked, k int) []Ranked {
+	left := slices.Clone(ranked)
+	var pick []Ranked
+	for len(pick) < k && len(left) > 0 {
+		best := 0
+		band := left[0].Score * (1 + GangTieTolerance)
+		closer := func(a, b Ranked) bool {
+			if len(pick) > 0 {
+				if lead := pick[0].Bid.Region; (a.Bid.Region == lead) != (b.Bid.Region == lead) {
+					return a.Bid.Region == lead
+				}
+			}
+			if (a.RTT > 0) != (b.RTT > 0) {
+				return a.RTT > 0
+			}
+			return a.RTT < b.RTT
+		}
+		for i := 1; i < len(left) && left[i].Score <= band; i++ {
+			if closer(left[i], left[best]) {
+				best = i
+			}
+		}
+		pick = append(pick, left[best])
+		left = slices.Delete(left, best, best+1)
+	}
+	return pick
+}
+
+// gangBackoff is the most a renter waits, jittered, before it tries a
+// gang's placement again after a round in which some member declined:
+// two gangs racing for the same providers abort and retry at different
+// moments instead of colliding again.
+const gangBackoff = 200 * time.Millisecond
+
+// awardGang places a gang job (Job.Nodes = K > 1) all or nothing: it picks
+// K providers among the eligible bids (pickGang), awards each its member
+// with the gang's terms (Gang) at once, and once every member confirmed
+// (each provider holds it booked, not running) commits them all; when any
+// member declines or fails, it aborts every one that may have booked, so
+// no hold is left, and tries again after a jittered pause with the members
+// that confirmed and the next bids in place of those that did not. Every
+// failed round rules out at least one provider, so it ends. A provider
+// never waits on another gang's member, and holds expire by themselves
+// (DefaultGangHold): two gangs competing for the same providers cannot
+// deadlock. It returns -1 and the error to return (nil once leased) or the
+// count of eligible bids with the reason no gang was placed.
+func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *Job, ranked []Ranked) (int, string, error) {
+	allowed := map[string]bool{}
+	for _, b := range r.awardOrder(ranked, r.cfg.Now()) {
+		allowed[b.Nonce] = true
+	}
+	pool := slices.DeleteFunc(slices.Clone(ranked), func(c Ranked) bool { return !allowed[c.Bid.Nonce] })
+	eligible, k := len(pool), job.Nodes
+	actx := context.WithoutCancel(ctx)
+	var last string
+	for round := 0; ; round++ {
+		pick := pickGang(pool, k)
+		if len(pick) < k {
+			why := fmt.Sprintf("a gang of %d needs %d providers, %d eligible bids", k, k, eligible)
+			if last != "" {
+				why += " (last round: " + last + ")"
+			}
+			return eligible, why, nil
+		}
+		if round > 0 {
+			t := time.NewTimer(rand.N(gangBackoff) + time.Millisecond)
+			select {
+			case <-t.C:
+			case <-rj.cancel:
+				t.Stop()
+				return -1, "", ErrCancelled
+			case <-ctx.Done():
+				t.Stop()
+				return -1, "", r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+			}
+		}
+		leases, failed, why := r.gangRound(actx, rj, job, pick)
+		if leases != nil {
+			members := make([]Lease, len(leases))
+			copy(members, leases)
+			r.mu.Lock()
+			rj.status.Members = members
+			r.counters["gang_placed"]++
+			r.mu.Unlock()
+			r.finish(rj, JobLeased, "", &members[0], members[0].Provider, nil)
+			if r.cfg.OnLease != nil {
+				for _, l := range members {
+					r.cfg.OnLease(l, *job)
+				}
+			}
+			return -1, "", nil
+		}
+		r.mu.Lock()
+		r.counters["gang_aborted"]++
+		r.mu.Unlock()
+		last = why
+		pool = slices.DeleteFunc(pool, func(c Ranked) bool { return failed[c.Bid.Provider] })
+		select {
+		case <-rj.cancel:
+			return -1, "", ErrCancelled
+		case <-ctx.Done():
+			return -1, "", r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+		default:
+		}
+	}
+}
+
+// gangRound awards one pick of members; it returns the committed leases
+// by rank, or nil with the providers that failed (to be left out) and
+// why, once every member that may have booked was aborted.
+func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *Job, pick []Ranked) ([]Lease, map[string]bool, string) {
+	g := Gang{ID: NewID("gang"), Size: len(pick)}
+	for i, c := range pick {
+		g.Members = append(g.Members, GangMember{Rank: i, Provider: c.Bid.Provider, LeaseID: NewID("lease")})
+	}
+	type member struct {
+		slot   int
+		bid    Bid
+		claim  *claim
+		lease  Lease
+		result string
+	}
+	ms := make([]member, len(pick))
+	failed := map[string]bool{}
+	r.mu.Lock()
+	for i, c := range pick {
+		ms[i] = member{slot: len(rj.status.Attempts), bid: c.Bid}
+		rj.status.Attempts = append(rj.status.Attempts, AwardAttempt{Provider: c.Bid.Provider, LeaseID: g.Members[i].LeaseID, Result: "pending"})
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for i := range ms {
+		m := &ms[i]
+		c, ok := r.claim(m.bid, job.BilledGPUs())
+		if !ok {
+			m.result = "skipped: its GPUs are awarded to another of this renter's jobs"
+			continue
+		}
+		m.claim = c
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.lease, m.result = r.award(ctx, job, m.bid, g.Members[i].LeaseID, g.withRank(i))
+		}()
+	}
+	wg.Wait()
+	all := !slices.ContainsFunc(ms, func(m member) bool { return m.result != "confirmed" })
+	select {
+	case <-rj.cancel:
+		all = false // cancelled meanwhile: every held member is aborted
+	default:
+	}
+	committed := make([]bool, len(ms))
+	if all {
+		// Phase two: every member is held; commit them all.
+		for i := range ms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := r.decideGang(ctx, g.ID, job, ms[i].lease, true); err != nil {
+					ms[i].result = "commit failed: " + err.Error()
+					return
+				}
+				committed[i] = true
+			}()
+		}
+		wg.Wait()
+		all = !slices.Contains(committed, false)
+	}
+	var reasons []string
+	for i := range ms {
+		m := &ms[i]
+		switch {
+		case all:
+			m.lease.Gang = g.withRank(i)
+		case committed[i]:
+			// Committed while another member's commit failed: it may be
+			// starting already; the lease is given back.
+			if r.cfg.Release != nil {
+				r.cfg.Release(m.lease)
+			}
+			m.result = "confirmed, released (gang incomplete)"
+		case m.result == "confirmed":
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.decideGang(ctx, g.ID, job, m.lease, false)
+			}()
+			m.result = "confirmed, aborted (gang incomplete)"
+		default:
+			failed[m.bid.Provider] = true
+			reasons = append(reasons, m.result)
+			if m.claim != nil {
+				r.noConfirm(m.bid.Provider)
+			}
+			if awardMayHaveBooked(m.result) || strings.HasPrefix(m.result, "commit failed: ") {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r.decideGang(ctx, g.ID, job, m.lease, false)
+				}()
+			}
+		}
+		var kept *Lease
+		if all {
+			kept = &m.lease
+		}
+		r.settleClaim(m.bid.Provider, m.claim, kept)
+		r.mu.Lock()
+		rj.status.Attempts[m.slot].Result = m.result
+		r.mu.Unlock()
+	}
+	wg.Wait()
+	if all {
+		leases := make([]Lease, len(ms))
+		for i := range ms {
+			leases[i] = ms[i].lease
+		}
+		return leases, nil, ""
+	}
+	return nil, failed, strings.Join(reasons, "; ")
+}
+
+// decideGang sends a gang member's commit (checking the provider's signed
+// answer) or abort.
+func (r *Renter) decideGang(ctx context.Context, gangID string, job *Job, l Lease, commit bool) error {
+	to, err := peer.Decode(l.Provider)
+	if err != nil {
+		return err
+	}
+	data, err := EncodeGangDecision(r.cfg.Signer, GangDecision{GangID: gangID, JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner,
+		Provider: l.Provider, LeaseID: l.ID, Commit: commit, IssuedAt: r.cfg.Now()})
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, r.cfg.ConfirmTimeout)
+	defer cancel()
+	reply, err := r.cfg.Transport.SendAward(dctx, to, data)
+	if err != nil || !commit {
+		return err
+	}
+	c, signer, err := DecodeConfirm(reply)
+	switch {
+	case err != nil:
+		return err
+	case signer != to || c.LeaseID != l.ID:
+		return errors.New("commit answered for another lease or by another peer")
+	case !c.Accepted:
+		return errors.New(c.Reason)
+	}
+	return nil
+}
