@@ -548,7 +548,6 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 
 	var eligible int
 	var reason string
-	var err error
 	if job.Nodes > 1 {
 		eligible, reason, err = r.awardGang(ctx, rj, &job, ranked)
 	} else {
