@@ -705,6 +705,7 @@ func (r *leaseRun) run() {
 		// slices (the capability record says how: GPU.Isolation).
 		spec.MPS = runtime.SliceMPS(s.cfg.GPUs[gpus[0]], l.GPUFraction)
 	}
+	releaseInputs := func() {}
 	if len(job.Run.Artifacts()) > 0 {
 		release, dir, image, err := r.prepareInputs(job)
 		if err != nil {
@@ -712,7 +713,8 @@ func (r *leaseRun) run() {
 			fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: fmt.Errorf("inputs: %w", err)})
 			return
 		}
-		defer release()
+		releaseInputs = sync.OnceFunc(release)
+		defer releaseInputs()
 		if len(job.Run.Inputs) > 0 {
 			spec.Inputs = dir
 		}
@@ -726,6 +728,7 @@ func (r *leaseRun) run() {
 		fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err})
 		return
 	}
+	releaseRestore = sync.OnceFunc(releaseRestore)
 	defer releaseRestore()
 	spec.Restore = restoreDir
 	var netStarted func(runtime.Handle)
@@ -824,6 +827,10 @@ func (r *leaseRun) run() {
 	// A sealed job's plaintext goes before its end is reported: once
 	// its renter hears of it, none is left here.
 	r.closeSeal()
+	// So are its inputs and restored checkpoint unpinned: once its renter
+	// hears of the end, nothing here is held for the job any more.
+	releaseInputs()
+	releaseRestore()
 	r.finish(res, outs)
 }
 
