@@ -556,6 +556,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	if err != nil || eligible < 0 {
 		return job, err
 	}
+	raced := false
 	switch {
 	case reason != "" && eligible > 0:
 	case len(ranked) == 0:
@@ -569,8 +570,13 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		reason = fmt.Sprintf("no eligible bids (%d rejected: %s)", len(ranked), ranked[0].Rejected)
 	default:
 		reason = fmt.Sprintf("all %d awards failed (%s)", eligible, r.awardResults(rj, len(history)))
+		raced = r.onlyClaimed(rj, len(history))
 	}
-	err = r.finish(rj, JobUnplaceable, reason, nil, "", fmt.Errorf("%w: %s: %s", ErrUnplaceable, job.ID, reason))
+	err = fmt.Errorf("%w: %s: %s", ErrUnplaceable, job.ID, reason)
+	if raced {
+		err = fmt.Errorf("%w (%w)", err, ErrRaced)
+	}
+	err = r.finish(rj, JobUnplaceable, reason, nil, "", err)
 	if r.cfg.OnUnplaceable != nil {
 		r.cfg.OnUnplaceable(job, reason)
 	}
@@ -929,6 +935,17 @@ type claim struct {
 	confirmed time.Time
 }
 
+// skippedClaimed is the result of an award not sent because its GPUs are
+// claimed by another of this renter's auctions (claim).
+const skippedClaimed = "skipped: its GPUs are awarded to another of this renter's jobs"
+
+// ErrRaced marks an auction that ended without a lease only because every
+// bid's GPUs were claimed by others of this renter's auctions at that
+// moment: a transient race among its own jobs, not a lack of providers,
+// so the job is offered again at once (a new call finds bids for what
+// those auctions left) rather than after a queue's backoff.
+var ErrRaced = errors.New("auction: every bid's GPUs went to another of this renter's auctions")
+
 // claim reserves job's GPUs of bid b's provider for an award, unless this
 // renter's awards in flight to that provider, and its leases there
 // confirmed after b was issued, already take as many of its GPUs over b's
@@ -1054,7 +1071,7 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 			c, ok := r.claim(b, job.BilledGPUs())
 			if !ok {
 				r.mu.Lock()
-				rj.status.Attempts[slot].Result = "skipped: its GPUs are awarded to another of this renter's jobs"
+				rj.status.Attempts[slot].Result = skippedClaimed
 				r.counters["award_skipped_claimed"]++
 				r.mu.Unlock()
 				continue
@@ -1174,6 +1191,21 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 // awardResults summarises the results of an auction's awards (those from
 // index from of its attempts), most frequent first ("2 × timeout;
 // declined: capacity: ...").
+// onlyClaimed reports whether every award attempt of the auction (those
+// from index from on) was skipped because its GPUs were claimed by
+// another of this renter's auctions (ErrRaced).
+func (r *Renter) onlyClaimed(rj *renterJob, from int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	attempts := rj.status.Attempts[min(from, len(rj.status.Attempts)):]
+	for _, a := range attempts {
+		if a.Result != skippedClaimed {
+			return false
+		}
+	}
+	return len(attempts) > 0
+}
+
 func (r *Renter) awardResults(rj *renterJob, from int) string {
 	r.mu.Lock()
 	counts := map[string]int{}

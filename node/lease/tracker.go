@@ -220,7 +220,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		return nil, err
 	}
 	for _, job := range queued {
-		t.queue(job)
+		t.queue(job, false)
 	}
 	return t, nil
 }
@@ -288,8 +288,8 @@ func (t *Tracker) PostChecked(job auction.Job, check func(*auction.Job) error) (
 	}
 	t.jobs[job.ID] = &api.JobView{JobStatus: auction.JobStatus{Job: job, State: auction.JobBidding, PostedAt: t.now()}}
 	t.mu.Unlock()
-	if t.offer(job) {
-		t.queue(job)
+	if queued, raced := t.offer(job); queued {
+		t.queue(job, raced)
 	}
 	return t.View(job.ID)
 }
@@ -297,7 +297,7 @@ func (t *Tracker) PostChecked(job auction.Job, check func(*auction.Job) error) (
 // offer runs one auction for job, persisting the job first (a renter that
 // restarts mid-auction queues it again). It reports whether the job is
 // queued: no bid became a lease and its start deadline has not passed.
-func (t *Tracker) offer(job auction.Job) (queued bool) {
+func (t *Tracker) offer(job auction.Job) (queued, raced bool) {
 	t.mu.Lock()
 	if v := t.jobs[job.ID]; v != nil {
 		v.Job, v.State = job, auction.JobBidding
@@ -308,8 +308,9 @@ func (t *Tracker) offer(job auction.Job) (queued bool) {
 	defer cancel()
 	_, err := t.renter.Post(ctx, job)
 	if err == nil {
-		return false
+		return false, false
 	}
+	raced = errors.Is(err, auction.ErrRaced)
 	t.log.Debug("auction ended without a lease", "job", job.ID, "err", err)
 	if errors.Is(err, auction.ErrUnplaceable) && t.ctx.Err() == nil {
 		reason := "no lease"
@@ -319,7 +320,7 @@ func (t *Tracker) offer(job auction.Job) (queued bool) {
 		queued = t.renter.Queue(job.ID, reason) == nil
 		if queued && !t.beforeDeadline(job) {
 			t.giveUp(job.ID, "start deadline passed while queued")
-			return false
+			return false, false
 		}
 	}
 	if _, known := t.renter.Status(job.ID); !known {
@@ -333,7 +334,7 @@ func (t *Tracker) offer(job auction.Job) (queued bool) {
 	}
 	t.fold(job.ID)
 	t.save(job.ID)
-	return queued
+	return queued, raced && queued
 }
 
 func (t *Tracker) beforeDeadline(job auction.Job) bool {
@@ -341,9 +342,11 @@ func (t *Tracker) beforeDeadline(job auction.Job) bool {
 }
 
 // queue offers a queued job again, with backoff (QueueBackoff doubling to
-// QueueBackoffMax) or at once when woken (a capacity notice), until it is
-// leased, cancelled or its start deadline passes.
-func (t *Tracker) queue(job auction.Job) {
+// QueueBackoffMax) or at once when woken (a capacity notice) or when its
+// last auction only lost a race among this renter's own auctions
+// (raced, auction.ErrRaced), until it is leased, cancelled or its start
+// deadline passes. Offers at once still take their turn at ReofferRate.
+func (t *Tracker) queue(job auction.Job, raced bool) {
 	wake := make(chan struct{}, 1)
 	t.mu.Lock()
 	t.wake[job.ID] = wake
@@ -362,6 +365,9 @@ func (t *Tracker) queue(job auction.Job) {
 		backoff := t.cfg.QueueBackoff
 		for {
 			wait := backoff
+			if raced {
+				wait = 0
+			}
 			if !job.Deadline.IsZero() {
 				wait = min(wait, max(job.Deadline.Sub(t.now()), 0))
 			}
@@ -390,10 +396,13 @@ func (t *Tracker) queue(job auction.Job) {
 			// A new attempt: providers answer each call once.
 			job.Attempt++
 			t.cfg.Counters.Add("renter.job_reoffered")
-			if !t.offer(job) {
+			var queued bool
+			if queued, raced = t.offer(job); !queued {
 				return
 			}
-			backoff = min(2*backoff, t.cfg.QueueBackoffMax)
+			if !raced {
+				backoff = min(2*backoff, t.cfg.QueueBackoffMax)
+			}
 		}
 	}()
 }
@@ -1230,7 +1239,7 @@ func (t *Tracker) repost(jobID string, restore []auction.Checkpoint, opts auctio
 			if t.renter.Queue(jobID, why) == nil {
 				t.fold(jobID)
 				t.save(jobID)
-				t.queue(job)
+				t.queue(job, false)
 				return
 			}
 		}
