@@ -246,12 +246,13 @@ func TestNoLaterStartFallback(t *testing.T) {
 }
 
 // TestExplainNamesTheLeasedBid: a bronze job's best-ranked bid starts an
-// hour late (its cheap provider is busy) and a dearer one can start at
-// once: the lease goes to the one that starts now, and Explain names that
+// hour late (its provider is busy, and so cheap that it ranks first even
+// charged for the wait, WaitFactor) and a dearer one can start at once:
+// the lease goes to the one that starts now, and Explain names that
 // provider as the winner, ranked second, with the busy one passed over for
 // its later start (it named the top of the ranking, which got nothing).
 func TestExplainNamesTheLeasedBid(t *testing.T) {
-	m := newMarket(t, []provSpec{{"free", "eu-west", "A100", 80, 2, pol(1), 0.9}, {"busy", "eu-west", "A100", 80, 2, pol(0.5), 0.9}})
+	m := newMarket(t, []provSpec{{"free", "eu-west", "A100", 80, 2, pol(1), 0.9}, {"busy", "eu-west", "A100", 80, 2, pol(0.2), 0.9}})
 	free, busy := m.provs[0], m.provs[1]
 	if err := busy.cal.Reserve(Booking{LeaseID: "busy", Start: m.now().Add(-time.Minute), End: m.now().Add(time.Hour), GPUs: 2}); err != nil {
 		t.Fatal(err)

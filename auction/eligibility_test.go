@@ -497,3 +497,28 @@ func TestMinSliceAndHorizon(t *testing.T) {
 		t.Fatalf("Horizon with deadline = %v", got)
 	}
 }
+
+// TestRankChargesWait: a bid queued behind its provider's bookings is
+// charged for the wait against the job's length (WaitFactor): a short job
+// takes the slightly dearer bid that starts now over a cheaper one thirty
+// seconds out, and an hours-long job keeps the cheaper one.
+func TestRankChargesWait(t *testing.T) {
+	now := at(0, "10:00")
+	bid := func(p string, price float64, wait, d time.Duration) Candidate {
+		return Candidate{Reliability: 0.5, Bid: Bid{JobID: "w", Provider: p, Region: "eu-west", Price: price, Start: now.Add(wait),
+			End: now.Add(wait + d), ExpiresAt: now.Add(time.Minute)}}
+	}
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{{3 * time.Second, "now"}, {4 * time.Hour, "queued"}} {
+		j := &Job{ID: "w", Tier: Silver, MaxPrice: 5, GPUCount: 1, Duration: tc.d, Run: RunSpec{Command: []string{"x"}}}
+		r := RankAt(j, []Candidate{bid("queued", 1.00, 30*time.Second, tc.d), bid("now", 1.20, 0, tc.d)}, now)
+		if r[0].Bid.Provider != tc.want {
+			t.Fatalf("a %v job ranks %s first, want %s (scores %v, %v)", tc.d, r[0].Bid.Provider, tc.want, r[0].Score, r[1].Score)
+		}
+	}
+	if f := WaitFactor(&Job{Duration: time.Minute}, now.Add(-time.Second), now); f != 1 {
+		t.Fatalf("a bid that started already: factor %v, want 1", f)
+	}
+}

@@ -161,6 +161,26 @@ func RTTFactor(j *Job, rtt time.Duration) float64 {
 	return 1 + RTTWeight*charge
 }
 
+// WaitFactor charges a bid that starts after now for the wait, measured
+// in the job's own length:
+//
+//	1 + max(0, start − now) / Duration
+//
+// so that a bid queued behind a provider's bookings loses to one that
+// starts sooner unless it is cheaper (or more reliable) by more than the
+// wait is long against the job: a two-second job does not wait thirty
+// seconds for a provider scored a little better while another is free
+// in three, and an hours-long job barely notices a minute. (Bids that
+// start within the same instant are still ordered by earlier start among
+// ties.)
+func WaitFactor(j *Job, start, now time.Time) float64 {
+	wait := start.Sub(now)
+	if wait <= 0 || j.Duration <= 0 {
+		return 1
+	}
+	return 1 + float64(wait)/float64(j.Duration)
+}
+
 // Nearness is how near a provider in region have is to the region the
 // job's Near names: 2 in it (have satisfies it as Region would: "eu" is
 // near "eu-west"), 1 on the same continent (the regions' first parts
@@ -209,7 +229,8 @@ func Rank(j *Job, cands []Candidate) []Ranked {
 // then by Nearness to the job's Near region, then by Score, times (1 +
 // EvictionPenalty) for each bronze lease the bid would preempt, times the
 // TransferFactor of the input bytes the provider lacks (ChargedMissing),
-// times the RTTFactor of a latency-sensitive job. Scores within
+// times the RTTFactor of a latency-sensitive job, times the WaitFactor of
+// a bid that starts later. Scores within
 // TieTolerance (1%) of the best score of their group are tied, and ties
 // are broken by more of the job's datasets cached (data-aware placement),
 // then earlier start, then lower RTT (a measured one before none), then
@@ -231,6 +252,7 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 		r.Score *= TransferFactor(j, missing)
 		r.Transfer, r.Missing = TransferEstimate(missing), missing
 		r.Score *= RTTFactor(j, c.RTT)
+		r.Score *= WaitFactor(j, c.Bid.Start, now)
 		r.Nearness = Nearness(j, c.Bid.Region)
 		r.Rejected = rejectReason(j, c, now, seen)
 		seen[c.Bid.Provider] = true
