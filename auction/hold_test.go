@@ -369,14 +369,14 @@ func bidGateFree(t *testing.T, m *market, r *Renter, tr *auctiontest.MemTranspor
 	return ch
 }
 
-// TestRenterStaysInsideProviderBounds: one renter posts 150 jobs at once
+// TestRenterStaysInsideProviderBounds: one renter posts 300 jobs at once
 // to a provider with the default bounds on an owner's calls (rate, burst,
 // bids in flight). The renter runs its auctions a few at a time and no
 // faster than those bounds (RenterConfig.MaxAuctions, CallRate), so the
 // provider drops none of its calls and answers every auction; without
 // the renter's bounds (the control) the burst is dropped.
 func TestRenterStaysInsideProviderBounds(t *testing.T) {
-	const jobs = 150
+	const jobs = 300
 	for _, bounded := range []bool{true, false} {
 		t.Run(fmt.Sprintf("bounded %v", bounded), func(t *testing.T) {
 			m := newMarket(t, []provSpec{{"a", "eu-west", "A100", 80, 8, pol(1), 0.9}})

@@ -27,9 +27,9 @@ const (
 	DefaultSendWorkers      = 64
 	DefaultSendQueue        = 256
 	DefaultSendTimeout      = 2 * time.Second
-	DefaultCallRate         = 50.0 // calls per second per owner: a busy renter posts tens of jobs a second
-	DefaultCallBurst        = 100
-	DefaultMaxOwnerInflight = 16 // a renter with many jobs in auction at once still hears from every provider
+	DefaultCallRate         = 200.0 // calls per second per owner: a busy renter posts a hundred jobs a second and more
+	DefaultCallBurst        = 200
+	DefaultMaxOwnerInflight = 32 // a renter with many jobs in auction at once still hears from every provider
 	// DefaultHoldGrace is how long past the job's bid window a bid's
 	// tentative hold on the calendar lasts (see ProviderConfig.HoldGrace);
 	// a hold never lasts longer than maxHold plus the grace.

@@ -189,7 +189,7 @@ type RenterConfig struct {
 	// CallBurst, MaxOwnerInflight), and a job whose call was dropped
 	// everywhere finds no bids and waits out a requeue: a renter posting
 	// hundreds of jobs at once stays inside the defaults of those bounds
-	// instead. 0 means the defaults (DefaultMaxOwnerInflight; 80 % of
+	// instead. 0 means the defaults (DefaultMaxOwnerInflight; 90 % of
 	// DefaultCallRate, half of DefaultCallBurst, for the calls' uneven
 	// arrival); a negative MaxAuctions or CallRate removes that bound.
 	MaxAuctions int
@@ -375,7 +375,7 @@ func NewRenter(cfg RenterConfig) (*Renter, error) {
 		cfg.MaxAuctions = DefaultMaxOwnerInflight
 	}
 	if cfg.CallRate == 0 {
-		cfg.CallRate = 0.8 * DefaultCallRate
+		cfg.CallRate = 0.9 * DefaultCallRate
 	}
 	if cfg.CallBurst <= 0 {
 		cfg.CallBurst = DefaultCallBurst / 2

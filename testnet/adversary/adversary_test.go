@@ -341,8 +341,8 @@ func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
 	var fr FloodReport
 	// flood floods calls until the returned stop is called, once the
 	// flood has reached the honest providers (they drop it, per owner):
-	// 200 calls/s from 2 owners, over every owner's token bucket
-	// (auction.DefaultCallRate 50/s, burst 100). It runs while a job is
+	// 300 calls/s from one owner, over its token bucket at every provider
+	// (auction.DefaultCallRate 200/s, burst 200). It runs while a job is
 	// posted, not while a round's bidders join and announce themselves:
 	// on 2 cores the flood's load (every bidder bids on every flood call)
 	// would hold their DHT announcements past any deadline, and joining
@@ -356,7 +356,7 @@ func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
 		fctx, fcancel := context.WithCancel(ctx)
 		done := make(chan FloodReport, 1)
 		go func() {
-			rep, _ := CallFlood(fctx, flooder, FloodConfig{Owners: 2, Rate: 200})
+			rep, _ := CallFlood(fctx, flooder, FloodConfig{Owners: 1, Rate: 300})
 			done <- rep
 		}()
 		waitFor(t, 15*time.Second, "the flood reaching the providers", func() bool { return dropped() > before })
