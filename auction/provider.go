@@ -29,7 +29,7 @@ const (
 	DefaultSendTimeout      = 2 * time.Second
 	DefaultCallRate         = 200.0 // calls per second per owner: a busy renter posts a hundred jobs a second and more
 	DefaultCallBurst        = 200
-	DefaultMaxOwnerInflight = 32 // a renter with many jobs in auction at once still hears from every provider
+	DefaultMaxOwnerInflight = 16 // a renter with many jobs in auction at once still hears from every provider
 	// DefaultHoldGrace is how long past the job's bid window a bid's
 	// tentative hold on the calendar lasts (see ProviderConfig.HoldGrace);
 	// a hold never lasts longer than maxHold plus the grace.
