@@ -412,24 +412,21 @@ func (r *Renter) admit(ctx context.Context, rj *renterJob) (func(), error) {
 		}
 	}
 	if r.calls != nil {
-		wctx, stop := context.WithCancel(ctx)
-		go func() {
+		res := r.calls.Reserve()
+		if d := res.Delay(); d > 0 {
+			t := time.NewTimer(d)
+			defer t.Stop()
 			select {
+			case <-t.C:
+			case <-ctx.Done():
+				res.Cancel()
+				done()
+				return nil, ctx.Err()
 			case <-rj.cancel:
-				stop()
-			case <-wctx.Done():
+				res.Cancel()
+				done()
+				return nil, ErrCancelled
 			}
-		}()
-		err := r.calls.Wait(wctx)
-		cancelled := ctx.Err() == nil && wctx.Err() != nil
-		stop()
-		switch {
-		case cancelled:
-			done()
-			return nil, ErrCancelled
-		case err != nil:
-			done()
-			return nil, err
 		}
 	}
 	return done, nil
