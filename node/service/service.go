@@ -364,15 +364,20 @@ func (s *Service) avoidProvider(p peer.ID) {
 	s.event("provider %s lost a replica through its own fault: left out of new replicas' auctions", shortPeer(p))
 }
 
-// endedMember is the first member of a gang other than rank 0 (whose end
-// is its job's own) whose lease has ended, or nil.
-func endedMember(gang []api.GangMember) *api.GangMember {
-	for i := range gang {
-		if gang[i].Rank > 0 && gang[i].Run.Terminal() {
-			return &gang[i]
+// endedWhy says why a replica's job ended: its lease's end or, for a
+// gang, the end of the member whose lease ended first (the renter stops
+// the others after it).
+func endedWhy(v api.JobView) string {
+	why, at := fmt.Sprintf("lease ended: %s %s", v.Run, v.Detail), v.Ended
+	if !v.Run.Terminal() {
+		at = time.Time{}
+	}
+	for _, m := range v.Gang {
+		if m.Rank > 0 && m.Run.Terminal() && (at.IsZero() || m.Ended.Before(at)) {
+			why, at = fmt.Sprintf("gang member %d ended: %s %s", m.Rank, m.Run, m.Detail), m.Ended
 		}
 	}
-	return nil
+	return why
 }
 
 // avoidGang keeps the providers of a gang's members that ended through
@@ -571,21 +576,17 @@ func (s *Service) tick() {
 			s.retire(r, "job lost: "+err.Error())
 		case v.Lease == nil || v.Lease.ID != r.leaseID:
 			s.retire(r, "lease "+r.leaseID+" replaced or gone")
-		case v.Run.Terminal():
+		case v.Run.Terminal() || slices.ContainsFunc(v.Gang, func(m api.GangMember) bool { return m.Run.Terminal() }):
 			// The renter never requeues a replica's job (auction.Job.Requeues):
-			// replacing it is the service's, below.
-			if v.Fault == auction.FaultProvider {
+			// replacing it is the service's, below. A gang replica lives
+			// and dies with each member: once one ended (its provider
+			// lost, its run failed), the renter stops the others, and the
+			// service replaces the whole gang.
+			if v.Run.Terminal() && v.Fault == auction.FaultProvider {
 				s.avoidProvider(r.provider)
 			}
 			s.avoidGang(v.Gang)
-			s.retire(r, fmt.Sprintf("lease ended: %s %s", v.Run, v.Detail))
-		case endedMember(v.Gang) != nil:
-			// A gang replica lives and dies with each member: once one
-			// ended (its provider lost, its run failed), the renter stops
-			// the others, and the service replaces the whole gang.
-			m := endedMember(v.Gang)
-			s.avoidGang(v.Gang)
-			s.retire(r, fmt.Sprintf("gang member %d ended: %s %s", m.Rank, m.Run, m.Detail))
+			s.retire(r, endedWhy(v))
 		case r.state == api.ReplicaUnhealthy && r.failures >= replaceAfter:
 			s.retire(r, fmt.Sprintf("failing its readiness probe (%d in a row): %s", r.failures, r.probeErr))
 		case r.state == api.ReplicaStarting && now.Sub(r.leasedAt) > s.spec.StartTimeout:
