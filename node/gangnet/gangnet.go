@@ -112,7 +112,7 @@ func (n *Net) rosterOf(l auction.Lease, job auction.Job) (*roster, error) {
 	r := &roster{id: g.ID, rank: g.Rank, providers: make([]peer.ID, g.Size), digest: digest(l.Renter, *g)}
 	for i, m := range g.Members {
 		p, err := peer.Decode(m.Provider)
-		if err != nil { // Check validated it: kept for safety
+		if err != nil { // Check decoded it already
 			return nil, fmt.Errorf("gangnet: gang %s: member %d's provider: %w", g.ID, i, err)
 		}
 		r.providers[i] = p

@@ -151,6 +151,39 @@ func TestGangReplicaReplacedAsAWhole(t *testing.T) {
 	}
 }
 
+// TestGangReplicasInRegions: each replica of a gang service in regions
+// is one gang job residing in its replica's region, so that every member
+// bids from there.
+func TestGangReplicasInRegions(t *testing.T) {
+	f := &gangLeaser{start: time.Now(), ended: map[string]api.GangMember{}}
+	for range 4 {
+		f.providers = append(f.providers, signtest.New(t).ID().String())
+	}
+	m, err := NewManager(context.Background(), Config{Leaser: f, Open: noStreams})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := testSpec()
+	spec.Job.Nodes, spec.Replicas, spec.Regions = 2, 0, []string{"eu", "us"}
+	v, err := m.Post(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Stop(v.ID)
+	waitFor(t, "both gangs leased", func() bool { return len(f.posted()) == 2 })
+	var regions []string
+	for _, j := range f.posted() {
+		if j.Nodes != 2 {
+			t.Fatalf("replica job of %d nodes", j.Nodes)
+		}
+		regions = append(regions, j.Region)
+	}
+	slices.Sort(regions)
+	if !slices.Equal(regions, []string{"eu", "us"}) {
+		t.Fatalf("gang replicas in regions %v, want one in eu and one in us", regions)
+	}
+}
+
 // TestNormalizeGang: a gang service's replica job is checked as the
 // auction checks a gang job; bad sizes and a gang of GPU fractions are
 // refused with one line, and a gang may scale to zero.

@@ -302,12 +302,15 @@ func (s *Service) leased(r *replica, v api.JobView, err error) {
 	s.postFailures = 0
 	r.leaseID, r.provider, r.leaseEnd, r.leasedAt = v.Lease.ID, prov, v.Lease.End, s.now()
 	r.leaseStart, r.price, r.gpus = v.Lease.Start, v.Lease.Price, v.Lease.GPUCount
-	if n := len(v.Gang); n > 1 {
+	if k := v.Job.Nodes; k > 1 {
 		// Every member's GPUs for the span of rank 0's lease (the
 		// members' leases are awarded together), at their mean price.
-		r.members, r.gpus, r.price = v.Gang, n*v.Lease.GPUCount, 0
-		for _, m := range v.Gang {
-			r.price += m.Price / float64(n)
+		r.members, r.gpus = v.Gang, k*v.Lease.GPUCount
+		if len(v.Gang) > 0 {
+			r.price = 0
+			for _, m := range v.Gang {
+				r.price += m.Price / float64(len(v.Gang))
+			}
 		}
 	}
 	if i := slices.IndexFunc(v.Bids, func(b auction.Ranked) bool { return b.Bid.Provider == v.Lease.Provider }); i >= 0 {
