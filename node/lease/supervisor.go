@@ -549,10 +549,14 @@ func (r *leaseRun) loopGuarded() (over bool) {
 		l := r.lease()
 		s.cfg.Counters.Add("provider.lease_panic")
 		s.log.Error("lease failed: internal error", "lease", l.ID, "job", l.JobID, "panic", p, "stack", string(debug.Stack()))
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error("lease could not be reported failed", "lease", l.ID, "panic", p, "stack", string(debug.Stack()))
+				over = true
+			}
+		}()
+		// The effects queued after the one that failed still follow.
 		now, err := s.now(), fmt.Sprintf("provider internal error: %v", p)
-		r.mu.Lock()
-		r.queue = nil // what was left of the failed step's effects
-		r.mu.Unlock()
 		switch r.phase() {
 		case lifecycle.Reporting:
 			r.step(lifecycle.ReportFailed{Err: err})
@@ -638,24 +642,7 @@ func (r *leaseRun) handle() runtime.Handle {
 // which the loop, blocked in it, could not do.
 func (r *leaseRun) step(ev lifecycle.Event) bool {
 	s := r.s
-	r.mu.Lock()
-	prev := r.pr.Rec
-	st, effs := s.rules().Step(prev, ev, s.now())
-	r.pr.Rec = st
-	for _, e := range effs {
-		switch e := e.(type) {
-		case lifecycle.Count:
-			s.cfg.Counters.Add(e.Name)
-			continue
-		case lifecycle.CancelPrepare:
-			r.closeStop()
-			continue
-		case lifecycle.StopExecutor:
-			r.closeStop()
-		}
-		r.queue = append(r.queue, e)
-	}
-	r.mu.Unlock()
+	prev, st, effs := r.apply(ev)
 	switch {
 	case st.Phase == prev.Phase:
 	case st.Phase == lifecycle.Abandoned:
@@ -670,6 +657,29 @@ func (r *leaseRun) step(ev lifecycle.Event) bool {
 	default:
 	}
 	return len(effs) > 0
+}
+
+// apply is step's change of the lease's state, under its lock.
+func (r *leaseRun) apply(ev lifecycle.Event) (prev, st lifecycle.Lease, effs []lifecycle.Effect) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev = r.pr.Rec
+	st, effs = r.s.rules().Step(prev, ev, r.s.now())
+	r.pr.Rec = st
+	for _, e := range effs {
+		switch e := e.(type) {
+		case lifecycle.Count:
+			r.s.cfg.Counters.Add(e.Name)
+			continue
+		case lifecycle.CancelPrepare:
+			r.closeStop()
+			continue
+		case lifecycle.StopExecutor:
+			r.closeStop()
+		}
+		r.queue = append(r.queue, e)
+	}
+	return prev, st, effs
 }
 
 func (r *leaseRun) closeStop() { r.stopOnce.Do(func() { close(r.stop) }) }
