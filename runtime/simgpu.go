@@ -76,3 +76,10 @@ func (l simLib) DeviceSample(i int) (deviceSample, nvml.Return) {
 	d := l.s.devices[i]
 	return deviceSample{Util: uint32(d.UtilPct), MemUsed: uint64(d.MemUsedMB) << 20, TempC: uint32(d.TempC), PowerMW: uint32(d.PowerW * 1000)}, nvml.SUCCESS
 }
+
+// A simulated device has no MIG.
+func (simLib) DeviceMIGMode(int) (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
+func (simLib) DeviceMIGSlots(int) (int, nvml.Return)     { return 0, nvml.ERROR_NOT_SUPPORTED }
+func (simLib) DeviceMIG(int, int) (migDevice, nvml.Return) {
+	return migDevice{}, nvml.ERROR_NOT_SUPPORTED
+}
