@@ -18,6 +18,9 @@ import (
 // with none, or with a count the calendar cannot cut a device into
 // (auction.SliceCounts: 2, 4 or 8), it is not sold, and log says why.
 func SliceRules(gpus []auction.GPU, configured []auction.SliceRule, log *slog.Logger) []auction.SliceRule {
+	if !slices.ContainsFunc(gpus, func(g auction.GPU) bool { return g.MIG.Partitioned() }) {
+		return configured
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

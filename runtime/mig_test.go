@@ -142,8 +142,9 @@ func TestSliceRulesFollowMIG(t *testing.T) {
 	if err := (auction.Policy{Slices: got}).Validate(); err != nil {
 		t.Fatalf("rules for a MIG host fail the policy's own check: %v", err)
 	}
-	if got := SliceRules([]auction.GPU{plain}, nil, nil); got != nil {
-		t.Fatalf("no rules, no MIG: %+v", got)
+	// Without MIG the owner's rules stand as written.
+	if got := SliceRules([]auction.GPU{plain, plain}, configured, nil); !reflect.DeepEqual(got, configured) {
+		t.Fatalf("no MIG: %+v, want the configured %+v", got, configured)
 	}
 }
 
