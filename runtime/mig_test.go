@@ -59,6 +59,12 @@ func TestDetectMIG(t *testing.T) {
 	if got := SliceIsolation(inv.GPUs[1]); got != auction.IsolationMIG {
 		t.Fatalf("isolation of a device in MIG mode %q", got)
 	}
+	// MIG off: as any device read from the driver, MPS when an MPS
+	// daemon runs (none here).
+	t.Setenv("CUDA_MPS_PIPE_DIRECTORY", t.TempDir())
+	if got := SliceIsolation(inv.GPUs[0]); got != auction.IsolationNone {
+		t.Fatalf("isolation of a device with MIG disabled and no MPS daemon %q", got)
+	}
 	inv, err = detectGPUs(twoGPUs(), GPUSourceNVML, nil, nil)
 	if err != nil || inv.GPUs[0].MIG != nil || inv.GPUs[1].MIG != nil {
 		t.Fatalf("no MIG on the host: %+v %v", inv.GPUs, err)
