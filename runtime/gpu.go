@@ -155,6 +155,10 @@ func (realNVML) DeviceSample(i int) (deviceSample, nvml.Return) {
 }
 
 func (realNVML) DeviceMIGMode(i int) (int, int, nvml.Return) {
+	if !nvml.HasSymbol("nvmlDeviceGetMigMode") {
+		// A driver older than MIG (R450).
+		return 0, 0, nvml.ERROR_NOT_SUPPORTED
+	}
 	d, ret := nvml.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
 		return 0, 0, ret

@@ -39,3 +39,7 @@ var (
 	DeviceGetCount             = real.DeviceGetCount
 	DeviceGetHandleByIndex     = real.DeviceGetHandleByIndex
 )
+
+// HasSymbol reports whether the loaded NVML library has function name:
+// calling one an older driver lacks would crash, not fail.
+func HasSymbol(name string) bool { return real.Extensions().LookupSymbol(name) == nil }

@@ -82,3 +82,7 @@ func SystemGetDriverVersion() (string, Return)    { return "", ERROR_LIBRARY_NOT
 func SystemGetCudaDriverVersion() (int, Return)   { return 0, ERROR_LIBRARY_NOT_FOUND }
 func DeviceGetCount() (int, Return)               { return 0, ERROR_LIBRARY_NOT_FOUND }
 func DeviceGetHandleByIndex(int) (Device, Return) { return nil, ERROR_LIBRARY_NOT_FOUND }
+
+// HasSymbol reports whether the loaded NVML library has function name:
+// this build loads none.
+func HasSymbol(string) bool { return false }
