@@ -88,6 +88,10 @@ type SupervisorConfig struct {
 	// lease whose start is still ahead only once it is booked again; nil
 	// reports every pending lease failed at recovery.
 	Rebook func(auction.Lease, auction.Job) error
+	// Slices is the slices of its device a slice lease holds on the
+	// calendar (auction.Booking.Slices): on a device in MIG mode they
+	// name its MIG instance (runtime.LeaseUUIDs). Nil: none known.
+	Slices func(leaseID string) []int
 	// HeartbeatInterval defaults to DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
 	// PreemptGrace is how long a stopped job has to checkpoint.
@@ -876,7 +880,17 @@ func (r *leaseRun) prepare() error {
 			return fmt.Errorf("sealed job: %w", err)
 		}
 	}
-	gpus, uuids := s.leaseDevices(l)
+	gpus, _ := s.leaseDevices(l)
+	var held []int
+	if l.GPUFraction > 0 && s.cfg.Slices != nil {
+		held = s.cfg.Slices(l.ID)
+	}
+	// The job sees the devices, or the MIG instances, it holds.
+	uuids, err := runtime.LeaseUUIDs(s.cfg.GPUs, gpus, l.GPUFraction, held)
+	if err != nil {
+		fmt.Fprintf(lw, "gpumesh: %v\n", err)
+		return err
+	}
 	spec := runtime.Spec{ID: l.ID, JobID: job.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
 		GPUs: gpus, UUIDs: uuids, Deadline: l.End, MemoryMB: job.Run.MemoryMB, Outputs: job.Run.Outputs, NoSwap: job.NoPersist, Sealed: job.Sealed}
 	if l.GPUFraction > 0 && len(gpus) == 1 && gpus[0] < len(s.cfg.GPUs) {
