@@ -135,3 +135,12 @@ func TestBreakPanic(t *testing.T) {
 	cfg.NewBook = func(capacity int) Book { return panicBook{auction.NewCalendar(capacity)} }
 	findViolation(t, cfg, invPanic)
 }
+
+// A provider that issues its receipt anew at each attempt has a lease its
+// renter settled (the countersigned answer lost) refused at every retry,
+// and disputes it: seed 1 found this in node/lease, fixed since.
+func TestBreakReissuedReceipt(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ReissueReceipts = true
+	findViolation(t, cfg, invAgree)
+}

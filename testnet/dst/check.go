@@ -22,6 +22,9 @@ const (
 	invJobLost      = "job-lost"           // no posted job lost
 	invLedger       = "ledger-verifies"    // every ledger verifies
 	invPanic        = "no-panic"           // no panic
+	// invAgree: a lease its renter settled (countersigned and recorded)
+	// is not given up as disputed by its provider: the two ledgers agree.
+	invAgree = "settlement-agrees"
 )
 
 // hold is a lease's hold on a provider's devices as the provider
@@ -51,9 +54,12 @@ func newChecker(s *sim) *checker {
 		rank: map[string]int{}, ledVer: map[*node]int{}, settled: map[string]string{}}
 }
 
-// booked records a provider's confirmation of a lease on b's devices.
+// booked records a provider's confirmation of a lease on b's devices:
+// from its start, or from now if that is later (a late award's span may
+// begin in the past, on devices a lease that ended since held then; it
+// cannot use them before it exists).
 func (c *checker) booked(p *node, id string, b auction.Booking) {
-	h := &hold{lease: id, devices: slices.Clone(b.Devices), start: b.Start.Add(-p.skew), end: b.End.Add(-p.skew)}
+	h := &hold{lease: id, devices: slices.Clone(b.Devices), start: maxTime(b.Start.Add(-p.skew), c.s.now), end: b.End.Add(-p.skew)}
 	c.holds[p] = append(c.holds[p], h)
 	c.fresh = append(c.fresh, h)
 	c.freshOf[h] = p
@@ -168,6 +174,13 @@ func (c *checker) ledgers() *Violation {
 			var e ledger.Entry
 			if err := json.Unmarshal(raw, &e); err != nil {
 				return s.violation(invLedger, fmt.Sprintf("%s entry %d: %v", n.name, seq, err))
+			}
+			if e.Kind == ledger.KindDispute && n.prov != nil {
+				if renter := s.byID(e.Counterparty); renter != nil {
+					if at, ok := c.settled[renter.name+"/receipt/"+e.LeaseID]; ok {
+						return s.violation(invAgree, fmt.Sprintf("%s disputes lease %s, which %s settled (%s)", n.name, e.LeaseID, renter.name, at))
+					}
+				}
 			}
 			class := ""
 			switch e.Kind {

@@ -50,6 +50,11 @@ type Config struct {
 	// SettleTwice makes a provider settle a lease again after it is
 	// settled (production: never).
 	SettleTwice bool
+	// ReissueReceipts makes a provider issue a new receipt (a new
+	// IssuedAt) at each settlement attempt, as node/lease did before a
+	// seed found that its renter then refuses the retry of a lease it
+	// settled (production: one receipt, issued as of the run's end).
+	ReissueReceipts bool
 }
 
 // ExecutorOdds are the weights of what a job's process does.

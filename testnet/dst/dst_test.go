@@ -86,3 +86,12 @@ func TestCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestSeedOneSettlementAgrees: seed 1 is where the simulator found a
+// provider disputing a lease its renter had settled (see
+// TestBreakReissuedReceipt); it must stay clean.
+func TestSeedOneSettlementAgrees(t *testing.T) {
+	if res := newSim(DefaultConfig(), 1, nil).run(); res.Violation != nil {
+		t.Fatalf("%v\n  %s", res.Violation, strings.Join(res.Violation.Tail, "\n  "))
+	}
+}

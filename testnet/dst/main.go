@@ -74,8 +74,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	st := sum.Stats
 	fmt.Fprintf(stdout, "%d seeds, %d violations, trace hash %s\n", *seeds, len(sum.Violations), sum.TraceHash)
-	fmt.Fprintf(stdout, "  %d steps; %d jobs: %d finished, %d failed, %d unplaceable; %d settled; %d refused; %d crashes, %d partitions, %d dropped, %d duplicated\n",
-		sum.Steps, st.Jobs, st.Finished, st.Failed, st.Unplaceable, st.Settled, st.Refused, st.Crashes, st.Partitions, st.Dropped, st.Duplicated)
+	fmt.Fprintf(stdout, "  %d steps; %d jobs: %d finished, %d failed, %d unplaceable; %d settled, %d disputed, %d abandoned; %d refused; %d crashes, %d partitions, %d dropped, %d duplicated\n",
+		sum.Steps, st.Jobs, st.Finished, st.Failed, st.Unplaceable, st.Settled, st.Disputed, st.Abandoned, st.Refused, st.Crashes, st.Partitions, st.Dropped, st.Duplicated)
 	if len(sum.Violations) > 0 {
 		return 1
 	}
@@ -139,6 +139,8 @@ func (s *Stats) add(o Stats) {
 	s.Failed += o.Failed
 	s.Unplaceable += o.Unplaceable
 	s.Settled += o.Settled
+	s.Disputed += o.Disputed
+	s.Abandoned += o.Abandoned
 	s.Crashes += o.Crashes
 	s.Partitions += o.Partitions
 	s.Dropped += o.Dropped

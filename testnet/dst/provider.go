@@ -72,10 +72,10 @@ func restartProvider(n *node, capacity int, price float64) *provider {
 		if r.st.Phase.Final() {
 			continue
 		}
-		rebook := r.st.Run == auction.RunPending && r.st.Lease.Start.After(n.now())
 		p.step(r, lifecycle.Restarted{})
-		if !rebook {
-			// Cut short by the crash: its devices are free again.
+		if r.st.Phase != lifecycle.Waiting {
+			// Not booked again for a start ahead: the crash cut it short
+			// (or it had ended), and its devices are free.
 			n.s.chk.freed(n, id, n.s.now)
 		}
 	}
@@ -214,6 +214,7 @@ func (p *provider) do(r *run, e lifecycle.Effect) {
 	case lifecycle.SendReceipt:
 		p.sendReceipt(r, e.Start, e.End)
 	case lifecycle.RecordDispute:
+		s.stats.Disputed++
 		data, _ := json.Marshal(struct {
 			Reason string `json:"reason"`
 		}{e.Reason})
@@ -227,6 +228,9 @@ func (p *provider) do(r *run, e lifecycle.Effect) {
 			feed(0, "rebooked", lifecycle.Rebooked{})
 		}
 	case lifecycle.Count:
+		if e.Name == "provider.settle_abandoned" {
+			s.stats.Abandoned++
+		}
 		s.logf("%s count %s (%s)", n.name, e.Name, id)
 	case lifecycle.AnnounceMove, lifecycle.Snapshot, lifecycle.Purge, lifecycle.Park, lifecycle.KillOrphan:
 		// Nothing to do here: no lease moves or parks in the
@@ -326,7 +330,8 @@ func (p *provider) onFinalAck(id string, from *node) {
 
 // sendReceipt bills start to end as node/lease's Supervisor.trySettle
 // does (attest.BillableSeconds of the span, on the renter's empty
-// heartbeat summary: the simulation sends no signed heartbeats) and sends
+// heartbeat summary: the simulation sends no signed heartbeats; issued
+// as of the end, so that every attempt sends the same receipt) and sends
 // the receipt for countersigning.
 func (p *provider) sendReceipt(r *run, start, end time.Time) {
 	s, n, l := p.n.s, p.n, r.st.Lease
@@ -334,7 +339,10 @@ func (p *provider) sendReceipt(r *run, start, end time.Time) {
 	gpuSec := attest.BillableSeconds(l, start, end, end, sum) * l.BilledGPUs()
 	rc := attest.Receipt{LeaseID: l.ID, JobID: l.JobID, Renter: l.Renter, Provider: l.Provider, Start: start, End: end,
 		GPUCount: l.GPUCount, GPUSeconds: gpuSec, Price: l.Price, Amount: attest.AmountFor(gpuSec, l.Price),
-		Outcome: r.st.Run, Fault: r.st.Fault, Heartbeats: sum, IssuedAt: n.now()}
+		Outcome: r.st.Run, Fault: r.st.Fault, Heartbeats: sum, IssuedAt: end}
+	if s.cfg.ReissueReceipts {
+		rc.IssuedAt = n.now()
+	}
 	sr, err := attest.NewReceipt(n.signer, rc)
 	if err != nil {
 		panic(fmt.Sprintf("provider %s: receipt of %s: %v", n.name, l.ID, err))

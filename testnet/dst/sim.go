@@ -70,7 +70,8 @@ type Result struct {
 // Stats count what a seed's run did, for the campaign's summary.
 type Stats struct {
 	Jobs, Finished, Failed, Unplaceable int
-	Settled, Crashes, Partitions        int
+	Settled, Disputed, Abandoned        int
+	Crashes, Partitions                 int
 	Dropped, Duplicated, Refused        int
 }
 
