@@ -144,3 +144,12 @@ func TestBreakReissuedReceipt(t *testing.T) {
 	cfg.ReissueReceipts = true
 	findViolation(t, cfg, invAgree)
 }
+
+// A renter that never gives up a lease whose provider went silent (the
+// hostile peer's, or one a crash cut short and whose report was lost)
+// keeps its job leased past its deadline.
+func TestBreakLostWatch(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NoLostWatch = true
+	findViolation(t, cfg, invJobState)
+}

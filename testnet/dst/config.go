@@ -50,6 +50,9 @@ type Config struct {
 	// SettleTwice makes a provider settle a lease again after it is
 	// settled (production: never).
 	SettleTwice bool
+	// NoLostWatch makes renters wait for ever for a lease's final report
+	// (production: a lease silent lostGrace past its end is given up).
+	NoLostWatch bool
 	// ReissueReceipts makes a provider issue a new receipt (a new
 	// IssuedAt) at each settlement attempt, as node/lease did before a
 	// seed found that its renter then refuses the retry of a lease it

@@ -57,7 +57,7 @@ func TestReplay(t *testing.T) {
 	}
 }
 
-// TestMain_ runs the command as a user does, and with bad arguments.
+// TestCommand runs the command as a user does, and with bad arguments.
 func TestCommand(t *testing.T) {
 	var out, errb bytes.Buffer
 	if rc := Main([]string{"-seeds", "3", "-from", "10"}, &out, &errb); rc != 0 {

@@ -222,6 +222,9 @@ func (r *renter) onDecline(l auction.Lease, from *node) {
 // watch gives a lease up as lost when no final report came by lostGrace
 // after its end.
 func (r *renter) watch(rec *jobRecord) {
+	if r.n.s.cfg.NoLostWatch {
+		return
+	}
 	l := *rec.Lease
 	r.n.atLocal(l.End.Add(lostGrace), "lost watch "+l.ID, func() {
 		rec := r.jobs[l.JobID]
