@@ -1498,7 +1498,7 @@ func (r *leaseRun) exchangeReceipt(start, end time.Time) error {
 		Start: start, End: end, GPUCount: rec.Lease.GPUCount, GPUFraction: rec.Lease.GPUFraction, Devices: devices,
 		GPUSeconds: gpuSec, Price: rec.Lease.Price,
 		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run, Fault: rec.Fault,
-		ResultHash: auction.ManifestHash(outs), Checkpoint: ckpt, LogDigest: logDigest, Heartbeats: *sum, IssuedAt: rec.Ended,
+		ResultHash: auction.ManifestHash(outs), Checkpoint: ckpt, LogDigest: logDigest, Heartbeats: *sum, IssuedAt: end,
 		NoPersist: noPersist, Scrub: scrub,
 	}
 	// Issued as of the run's end, not now: every attempt sends the same
