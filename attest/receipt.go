@@ -469,6 +469,19 @@ func BillableSeconds(l auction.Lease, observedStart, observedEnd, now time.Time,
 	return math.Max(0, billable.Seconds())
 }
 
+// CheckBilled refuses a receipt that bills more than its renter can
+// vouch for: GPUSeconds beyond BillableSeconds (of the renter's own
+// observed start and end, at now, less the gaps of its heartbeat summary
+// hs) times the lease's billed GPUs, plus the one-second rounding
+// allowance.
+func CheckBilled(r Receipt, l auction.Lease, observedStart, observedEnd, now time.Time, hs HeartbeatSummary) error {
+	billable := BillableSeconds(l, observedStart, observedEnd, now, hs) * l.BilledGPUs()
+	if r.GPUSeconds > billable+1 {
+		return fmt.Errorf("receipt bills %.1f GPU-seconds; the renter observed at most %.1f", r.GPUSeconds, billable)
+	}
+	return nil
+}
+
 // wireReceipt is the wire form: the signed bytes and the signatures. The
 // decoded receipt is not sent; it is rebuilt from the payload.
 type wireReceipt struct {

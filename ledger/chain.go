@@ -291,9 +291,7 @@ func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 	err = db.bdb.Update(func(txn *badger.Txn) error {
 		for i := range out {
 			e := &out[i]
-			e.PrevHash = head.Hash
-			e.Hash = e.ComputeHash()
-			v, err := encodeEntry(e)
+			v, err := Link(e, head.Hash)
 			if err != nil {
 				return err
 			}
@@ -327,6 +325,15 @@ func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 		return nil, fmt.Errorf("ledger: append: %w", err)
 	}
 	return out, nil
+}
+
+// Link chains e, a validated entry already numbered, after the entry whose
+// hash is prevHash: it sets e's PrevHash and Hash and returns the bytes
+// stored for it, which ChainVerifier (and so Verify) checks.
+func Link(e *Entry, prevHash string) ([]byte, error) {
+	e.PrevHash = prevHash
+	e.Hash = e.ComputeHash()
+	return encodeEntry(e)
 }
 
 // syncEntries forces what was committed to disk (the value log and the

@@ -98,7 +98,7 @@ func FuzzLeaseEvent(f *testing.F) {
 				t.Fatalf("move changed the lease's terms: %+v", m)
 			}
 		} else {
-			if err := eventTimesValid(ev, l, now); err != nil {
+			if err := EventTimesValid(ev, l, now); err != nil {
 				oneLine(t, err)
 				return
 			}

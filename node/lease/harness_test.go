@@ -263,6 +263,10 @@ type crashable struct {
 	// rewriteReceipt, when set, rewrites each receipt the node sends for
 	// countersigning (a provider that signs what it likes).
 	rewriteReceipt atomic.Pointer[func([]byte) []byte]
+	// loseReceiptAnswer delivers the node's next receipt but loses the
+	// renter's answer (the countersigned receipt): the stream broke after
+	// the renter recorded it.
+	loseReceiptAnswer atomic.Bool
 }
 
 var errCrashed = errors.New("node crashed")
@@ -305,6 +309,12 @@ func (t crashTransport) Request(ctx context.Context, to peer.ID, proto protocol.
 	}
 	if rw := t.c.rewriteReceipt.Load(); rw != nil && proto == wire.ProtoReceipt {
 		data = (*rw)(data)
+	}
+	if proto == wire.ProtoReceipt && t.c.loseReceiptAnswer.CompareAndSwap(true, false) {
+		if _, err := t.t.Request(ctx, to, proto, data); err != nil {
+			return nil, err
+		}
+		return nil, context.DeadlineExceeded
 	}
 	return t.t.Request(ctx, to, proto, data)
 }

@@ -325,7 +325,7 @@ func (t *Tracker) lostEvent(from peer.ID, ev wire.LeaseEvent, a *archived) ([]by
 		t.cfg.Counters.Add("renter.event_stale")
 		return nil, nil
 	}
-	if err := eventTimesValid(ev, *a.view.Lease, now); err != nil {
+	if err := EventTimesValid(ev, *a.view.Lease, now); err != nil {
 		t.cfg.Counters.Add("renter.event_bad_time")
 		return nil, err
 	}

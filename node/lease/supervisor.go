@@ -1522,9 +1522,13 @@ func (r *leaseRun) exchangeReceipt(start, end time.Time) error {
 		Start: start, End: end, GPUCount: rec.Lease.GPUCount, GPUFraction: rec.Lease.GPUFraction, Devices: devices,
 		GPUSeconds: gpuSec, Price: rec.Lease.Price,
 		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run, Fault: rec.Fault,
-		ResultHash: auction.ManifestHash(outs), Checkpoint: ckpt, LogDigest: logDigest, Heartbeats: *sum, IssuedAt: s.now(),
+		ResultHash: auction.ManifestHash(outs), Checkpoint: ckpt, LogDigest: logDigest, Heartbeats: *sum, IssuedAt: end,
 		NoPersist: noPersist, Scrub: scrub,
 	}
+	// Issued as of the run's end, not now: every attempt sends the same
+	// receipt, so that a renter which countersigned an earlier one whose
+	// answer was lost answers the retry with it, where it refuses any
+	// other receipt for a settled lease (a second settlement).
 	sr, err := attest.NewReceipt(s.cfg.Signer, rc)
 	if err != nil {
 		return fmt.Errorf("make receipt: %w", err)

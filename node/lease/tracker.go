@@ -1037,7 +1037,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		t.cfg.Counters.Add("renter.event_stale")
 		return nil, nil
 	}
-	if err := eventTimesValid(ev, *v.Lease, now); err != nil {
+	if err := EventTimesValid(ev, *v.Lease, now); err != nil {
 		t.mu.Unlock()
 		t.cfg.Counters.Add("renter.event_bad_time")
 		return nil, err
@@ -1175,12 +1175,12 @@ func leaseMove(l auction.Lease, run auction.RunState, heard time.Time, ev wire.L
 	return l.Moved(ev.Moved.Start, ev.Moved.Devices, now)
 }
 
-// eventTimesValid checks a lease event's claimed times: a start and an end
-// within the lease (an end may not precede the start) and neither in the
+// EventTimesValid checks a lease event's claimed times, the rule a renter
+// applies before it takes them: a start and an end within the lease (an end may not precede the start) and neither in the
 // future beyond the clock skew heartbeats are allowed. A final report
 // without a start is a lease that never ran (evicted or released ahead of
 // its start): its end may precede the lease's start.
-func eventTimesValid(ev wire.LeaseEvent, l auction.Lease, now time.Time) error {
+func EventTimesValid(ev wire.LeaseEvent, l auction.Lease, now time.Time) error {
 	latest := now.Add(attest.HeartbeatSkew)
 	for _, c := range []struct {
 		what string
@@ -1388,10 +1388,9 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 	}
 	// Bill only what this renter saw: from its observed start to its
 	// observed end (or now), inside the lease, less heartbeat gaps.
-	billable := attest.BillableSeconds(lease, v.ObservedStart, v.ObservedEnd, now, mine) * lease.BilledGPUs()
-	if r.GPUSeconds > billable+1 {
+	if err := attest.CheckBilled(r, lease, v.ObservedStart, v.ObservedEnd, now, mine); err != nil {
 		count("renter.receipt_overbilled")
-		return nil, fmt.Errorf("receipt bills %.1f GPU-seconds; the renter observed at most %.1f", r.GPUSeconds, billable)
+		return nil, err
 	}
 	// Last, as they may fetch the log: a no-persist lease's files must be
 	// kept here before its provider deletes them, and a succeeded run is

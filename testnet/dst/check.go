@@ -1,0 +1,251 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger"
+)
+
+// The invariants, checked after every step.
+const (
+	invBookedTwice  = "gpu-booked-twice"   // no GPU booked twice for overlapping time
+	invOverbilled   = "billed-beyond-seen" // no lease billed beyond what its renter observed
+	invSettledTwice = "settled-twice"      // no lease settled twice
+	invJobState     = "job-state"          // every job in one state, never moving back, terminal by its deadline
+	invJobLost      = "job-lost"           // no posted job lost
+	invLedger       = "ledger-verifies"    // every ledger verifies
+	invPanic        = "no-panic"           // no panic
+	// invAgree: a lease its renter settled (countersigned and recorded)
+	// is not given up as disputed by its provider: the two ledgers agree.
+	invAgree = "settlement-agrees"
+)
+
+// hold is a lease's hold on a provider's devices as the provider
+// promised it: from its confirmation until its devices were freed.
+type hold struct {
+	lease      string
+	devices    []int
+	start, end time.Time // end: the booking's, or when its devices were freed
+}
+
+// checker holds the omniscient view the invariants are checked against:
+// what each provider promised, what each renter was told it posted, and
+// what each node's ledger and jobs looked like at the last step.
+type checker struct {
+	s       *sim
+	holds   map[*node][]*hold
+	fresh   []*hold // holds made this step, checked against the others
+	freshOf map[*hold]*node
+	posts   map[*node][]string
+	rank    map[string]int    // renter/job -> the highest state rank seen
+	ledVer  map[*node]int     // disk version the ledger was last verified at
+	settled map[string]string // node/class/lease -> where it was first settled
+}
+
+func newChecker(s *sim) *checker {
+	return &checker{s: s, holds: map[*node][]*hold{}, freshOf: map[*hold]*node{}, posts: map[*node][]string{},
+		rank: map[string]int{}, ledVer: map[*node]int{}, settled: map[string]string{}}
+}
+
+// booked records a provider's confirmation of a lease on b's devices:
+// from its start, or from now if that is later (a late award's span may
+// begin in the past, on devices a lease that ended since held then; it
+// cannot use them before it exists).
+func (c *checker) booked(p *node, id string, b auction.Booking) {
+	h := &hold{lease: id, devices: slices.Clone(b.Devices), start: maxTime(b.Start.Add(-p.skew), c.s.now), end: b.End.Add(-p.skew)}
+	c.holds[p] = append(c.holds[p], h)
+	c.fresh = append(c.fresh, h)
+	c.freshOf[h] = p
+}
+
+// freed ends a lease's hold at the simulated instant at.
+func (c *checker) freed(p *node, id string, at time.Time) {
+	for _, h := range c.holds[p] {
+		if h.lease == id && at.Before(h.end) {
+			h.end = at
+		}
+	}
+}
+
+func (c *checker) posted(r *node, id string) { c.posts[r] = append(c.posts[r], id) }
+
+func (c *checker) check() *Violation {
+	for _, chk := range []func() *Violation{c.bookings, c.jobs, c.ledgers} {
+		if v := chk(); v != nil {
+			return v
+		}
+	}
+	return nil
+}
+
+// final checks what must hold when the seed's time is up.
+func (c *checker) final() *Violation { return c.check() }
+
+func (c *checker) bookings() *Violation {
+	defer func() { c.fresh = c.fresh[:0]; clear(c.freshOf) }()
+	for _, h := range c.fresh {
+		p := c.freshOf[h]
+		for _, o := range c.holds[p] {
+			if o == h || !o.start.Before(h.end) || !h.start.Before(o.end) {
+				continue
+			}
+			for _, d := range h.devices {
+				if slices.Contains(o.devices, d) {
+					return c.s.violation(invBookedTwice, fmt.Sprintf("%s device %d: lease %s [%s, %s) and lease %s [%s, %s)", p.name, d,
+						o.lease, o.start.Sub(epoch), o.end.Sub(epoch), h.lease, h.start.Sub(epoch), h.end.Sub(epoch)))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// stateRank orders job states: a job never moves to a lower rank.
+func stateRank(st auction.JobState) int {
+	switch st {
+	case auction.JobBidding:
+		return 0
+	case auction.JobLeased:
+		return 1
+	case auction.JobFinished, auction.JobUnplaceable:
+		return 2
+	}
+	return -1
+}
+
+func (c *checker) jobs() *Violation {
+	s := c.s
+	for _, r := range s.nodes {
+		if r.rent == nil || !r.up {
+			continue
+		}
+		for _, id := range c.posts[r] {
+			rec := r.rent.jobs[id]
+			if rec == nil {
+				return s.violation(invJobLost, fmt.Sprintf("%s posted job %s and no longer has it", r.name, id))
+			}
+			key := r.name + "/" + id
+			rk := stateRank(rec.State)
+			if rk < 0 {
+				return s.violation(invJobState, fmt.Sprintf("%s job %s in unknown state %q", r.name, id, rec.State))
+			}
+			if was, ok := c.rank[key]; ok && rk < was {
+				return s.violation(invJobState, fmt.Sprintf("%s job %s moved back to %s", r.name, id, rec.State))
+			}
+			c.rank[key] = rk
+			// Its latest start, then its run, then the renter's wait
+			// for a lost lease's report: by then it is over.
+			due := rec.Job.Deadline.Add(rec.Job.Duration + lostGrace + time.Minute).Add(-r.skew)
+			if rk < 2 && s.now.After(due) {
+				return s.violation(invJobState, fmt.Sprintf("%s job %s still %s at %s, past its deadline", r.name, id, rec.State, s.now.Sub(epoch)))
+			}
+		}
+	}
+	return nil
+}
+
+// ledgers verifies every changed ledger with ledger.ChainVerifier, and
+// checks its settlements: one receipt and one payment per lease, and no
+// renter's receipt billing beyond what that renter observed.
+func (c *checker) ledgers() *Violation {
+	s := c.s
+	for _, n := range s.nodes {
+		if n.hostile != nil || c.ledVer[n] == n.disk.ledgerVer {
+			continue
+		}
+		c.ledVer[n] = n.disk.ledgerVer
+		var cv ledger.ChainVerifier
+		for _, k := range n.disk.keys(ledgerPrefix) {
+			raw, _ := n.disk.get(k)
+			seq, err := strconv.ParseUint(strings.TrimPrefix(k, ledgerPrefix), 10, 64)
+			if err == nil {
+				err = cv.Next(seq, raw)
+			}
+			if err != nil {
+				return s.violation(invLedger, fmt.Sprintf("%s: %v", n.name, err))
+			}
+			var e ledger.Entry
+			if err := json.Unmarshal(raw, &e); err != nil {
+				return s.violation(invLedger, fmt.Sprintf("%s entry %d: %v", n.name, seq, err))
+			}
+			if e.Kind == ledger.KindDispute && n.prov != nil {
+				if renter := s.byID(e.Counterparty); renter != nil {
+					if at, ok := c.settled[renter.name+"/receipt/"+e.LeaseID]; ok {
+						return s.violation(invAgree, fmt.Sprintf("%s disputes lease %s, which %s settled (%s)", n.name, e.LeaseID, renter.name, at))
+					}
+				}
+			}
+			class := ""
+			switch e.Kind {
+			case ledger.KindReceipt:
+				class = "receipt"
+			case ledger.KindPaymentOwed, ledger.KindPaymentEarned:
+				class = "payment"
+			}
+			if class == "" {
+				continue
+			}
+			key := n.name + "/" + class + "/" + e.LeaseID
+			if first, ok := c.settled[key]; ok && first != k {
+				return s.violation(invSettledTwice, fmt.Sprintf("%s lease %s: %s at %s and again at %s", n.name, e.LeaseID, class, first, k))
+			}
+			c.settled[key] = k
+			if e.Kind == ledger.KindReceipt && n.rent != nil {
+				if v := c.billed(n, e); v != nil {
+					return v
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// billed checks a receipt a renter recorded against what it observed of
+// the run: from the first heartbeat or report of it running to the final
+// report, inside the lease, on the lease's GPUs, with a second of
+// rounding.
+func (c *checker) billed(r *node, e ledger.Entry) *Violation {
+	sr, err := attest.UnmarshalReceipt(e.Data)
+	if err != nil {
+		return c.s.violation(invLedger, fmt.Sprintf("%s receipt entry %d: %v", r.name, e.Seq, err))
+	}
+	rc := sr.Receipt
+	rec := r.rent.jobs[rc.JobID]
+	if rec == nil || rec.Lease == nil || rec.Lease.ID != rc.LeaseID {
+		return nil // the job's record is checked by job-lost
+	}
+	l := rec.Lease
+	seen := 0.0
+	if !rec.ObservedStart.IsZero() {
+		from, to := maxTime(rec.ObservedStart, l.Start), minTime(rec.ObservedEnd, l.End)
+		if to.After(from) {
+			seen = to.Sub(from).Seconds()
+		}
+	}
+	if allowed := seen*l.BilledGPUs() + 1; rc.GPUSeconds > allowed {
+		return c.s.violation(invOverbilled, fmt.Sprintf("%s countersigned lease %s billing %.1f GPU-seconds; it observed %.1f s on %v GPUs",
+			r.name, rc.LeaseID, rc.GPUSeconds, seen, l.BilledGPUs()))
+	}
+	return nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/auction"
+)
+
+// Config sizes a seed's world and sets its fault rates. Its hooks are
+// where a test injects a bug on purpose (to prove an invariant can fail);
+// left nil, each is the production rule.
+type Config struct {
+	Providers, Renters int
+	JobsPerRenter      int
+	Hostile            bool          // one hostile peer among the providers
+	Horizon            time.Duration // simulated time a seed runs at most
+
+	// Network faults, per message.
+	Drop, Duplicate float64
+	MinDelay        time.Duration
+	MaxDelay        time.Duration // reordering comes from delays drawn per message
+	// Partitions: how often one starts (per node pair, drawn at setup)
+	// and how long it lasts before it heals.
+	Partitions   int
+	PartitionFor time.Duration
+	// Crashes: how many daemon crashes a seed has (each at a random
+	// instant, of a random node, restarted after a random pause).
+	Crashes  int
+	MaxSkew  time.Duration // each node's clock is off by up to this
+	Executor ExecutorOdds
+
+	// Injection points (nil: production).
+	//
+	// NewBook makes a provider's lease book (production:
+	// auction.NewCalendar).
+	NewBook func(capacity int) Book
+	// CheckBilled is the renter's bound on a receipt's bill (production:
+	// attest.CheckBilled).
+	CheckBilled func(r attest.Receipt, l auction.Lease, observedStart, observedEnd, now time.Time, hs attest.HeartbeatSummary) error
+	// Follows is the renter's rule for taking a lease's run state
+	// (production: auction.RunState.Follows).
+	Follows func(next, prev auction.RunState) bool
+	// DropPersist, when it returns true, loses a write to a node's disk
+	// without telling the node (production: nothing is lost).
+	DropPersist func(node, key string) bool
+	// AlterStored changes the bytes a node's ledger stores for an entry
+	// (production: nothing is changed).
+	AlterStored func(raw []byte) []byte
+	// SettleTwice makes a provider settle a lease again after it is
+	// settled (production: never).
+	SettleTwice bool
+	// NoLostWatch makes renters wait for ever for a lease's final report
+	// (production: a lease silent lostGrace past its end is given up).
+	NoLostWatch bool
+	// ReissueReceipts makes a provider issue a new receipt (a new
+	// IssuedAt) at each settlement attempt, as node/lease did before a
+	// seed found that its renter then refuses the retry of a lease it
+	// settled (production: one receipt, issued as of the run's end).
+	ReissueReceipts bool
+}
+
+// ExecutorOdds are the weights of what a job's process does.
+type ExecutorOdds struct {
+	Succeed, Fail, Hang, Crash int
+}
+
+// Book is what a provider books leases with: auction.Calendar's methods.
+type Book interface {
+	Reserve(b auction.Booking) error
+	Release(leaseID string) bool
+	Truncate(leaseID string, end time.Time) bool
+	HasRoom(from, to time.Time, pool []int, gpus int, fraction float64) bool
+	Booking(leaseID string) (auction.Booking, bool)
+	Bookings() []auction.Booking
+}
+
+// DefaultConfig is the world `make test` and a campaign run: small
+// enough for hundreds of seeds a second, with every fault on.
+func DefaultConfig() Config {
+	return Config{
+		Providers: 4, Renters: 2, JobsPerRenter: 8, Hostile: true,
+		Horizon: 2 * time.Hour,
+		Drop:    0.05, Duplicate: 0.05,
+		MinDelay: time.Millisecond, MaxDelay: 800 * time.Millisecond,
+		Partitions: 2, PartitionFor: 2 * time.Minute,
+		Crashes: 2, MaxSkew: 300 * time.Millisecond,
+		Executor: ExecutorOdds{Succeed: 6, Fail: 2, Hang: 1, Crash: 1},
+	}
+}
+
+func (c Config) withDefaults() Config {
+	if c.NewBook == nil {
+		c.NewBook = func(capacity int) Book { return auction.NewCalendar(capacity) }
+	}
+	if c.CheckBilled == nil {
+		c.CheckBilled = attest.CheckBilled
+	}
+	if c.Follows == nil {
+		c.Follows = func(next, prev auction.RunState) bool { return next.Follows(prev) }
+	}
+	return c
+}
