@@ -19,6 +19,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -60,7 +61,7 @@ func (m *market) serveExec(s network.Stream) {
 	refuse := func(err error) {
 		ack, _ := json.Marshal(wire.ExecAck{Error: err.Error()})
 		_ = s.SetWriteDeadline(time.Now().Add(execHandshakeTimeout))
-		_ = p2p.WriteFrame(s, ack)
+		_ = frame.Write(s, ack)
 		_ = s.CloseWrite()
 		m.d.log.Debug("exec refused", "peer", from, "lease", req.LeaseID, "err", err)
 	}
@@ -79,7 +80,7 @@ func (m *market) serveExec(s network.Stream) {
 	}
 	ack, _ := json.Marshal(wire.ExecAck{})
 	_ = s.SetWriteDeadline(time.Now().Add(execHandshakeTimeout))
-	if err := p2p.WriteFrame(s, ack); err != nil {
+	if err := frame.Write(s, ack); err != nil {
 		_ = s.Reset()
 		return
 	}
@@ -267,12 +268,12 @@ func (m *market) apiExec(w http.ResponseWriter, r *http.Request) {
 	b, _ := json.Marshal(wire.ExecRequest{LeaseID: leaseID, Command: req.Command, Stdin: req.Stdin, TTY: req.TTY, Rows: req.Rows, Cols: req.Cols})
 	var ack wire.ExecAck
 	br := bufio.NewReader(s)
-	if err := p2p.WriteFrame(s, b); err != nil {
+	if err := frame.Write(s, b); err != nil {
 		_ = s.Reset()
 		writeAPIError(w, fmt.Errorf("exec on provider %s: %w", prov, err))
 		return
 	}
-	ab, err := p2p.ReadFrame(br)
+	ab, err := frame.Read(br)
 	if err == nil {
 		err = json.Unmarshal(ab, &ack)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -112,11 +113,11 @@ func (m *market) serveOutputs(s network.Stream) {
 	}
 	outs, done := r.Outputs()
 	if !done {
-		_ = p2p.WriteFrame(s, []byte(`{"error":"job has not finished"}`))
+		_ = frame.Write(s, []byte(`{"error":"job has not finished"}`))
 		return
 	}
 	man, _ := json.Marshal(map[string]any{"outputs": outs})
-	if err := p2p.WriteFrame(s, man); err != nil {
+	if err := frame.Write(s, man); err != nil {
 		return
 	}
 	if err := wire.WriteBundle(s, r.OutputDir(), outs); err != nil {
@@ -151,7 +152,7 @@ func (m *market) openLeaseStream(ctx context.Context, jobID string, proto protoc
 		return nil, fmt.Errorf("provider %s unreachable: %w", l.Provider, err)
 	}
 	req, _ := json.Marshal(wire.StreamRequest{LeaseID: l.ID, Follow: follow})
-	if err := p2p.WriteFrame(s, req); err != nil {
+	if err := frame.Write(s, req); err != nil {
 		_ = s.Reset()
 		return nil, err
 	}
@@ -279,7 +280,7 @@ func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
 // manifest and the rest of the stream, the outputs bundle.
 func readOutputs(s io.Reader) ([]auction.OutputFile, io.Reader, error) {
 	br := bufio.NewReader(s)
-	man, err := p2p.ReadFrame(br)
+	man, err := frame.Read(br)
 	if err != nil {
 		return nil, nil, fmt.Errorf("provider sent no output manifest: %w", err)
 	}
@@ -337,7 +338,7 @@ func (d *Daemon) fetchLeaseStream(ctx context.Context, prov peer.ID, proto proto
 		_ = s.SetDeadline(dl)
 	}
 	req, _ := json.Marshal(wire.StreamRequest{LeaseID: leaseID})
-	if err := p2p.WriteFrame(s, req); err != nil {
+	if err := frame.Write(s, req); err != nil {
 		_ = s.Reset()
 		return nil, err
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
-	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -296,9 +296,9 @@ func (t crashTransport) Request(ctx context.Context, to peer.ID, proto protocol.
 			return nil, errCrashed
 		}
 	}
-	if len(data) > p2p.MaxFrame {
+	if len(data) > frame.Max {
 		// What a libp2p stream refuses.
-		return nil, p2p.ErrFrameTooLarge
+		return nil, frame.ErrTooLarge
 	}
 	if proto == wire.ProtoLeaseEvent && int64(len(data)) > t.c.maxEvent.Load() {
 		t.c.maxEvent.Store(int64(len(data)))

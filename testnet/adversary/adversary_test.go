@@ -18,7 +18,7 @@ import (
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
-	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
@@ -711,7 +711,7 @@ func TestHalfSentFramesDoNotExhaustTheDaemon(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&during)
 	grew := int64(during.HeapAlloc) - int64(before.HeapAlloc)
-	claimed := int64(identities * streams * len(protos) * p2p.MaxFrame)
+	claimed := int64(identities * streams * len(protos) * frame.Max)
 	t.Logf("%d half-sent frames claiming %d MiB: heap grew %.1f MiB", opened, claimed>>20, float64(grew)/(1<<20))
 	if grew > 48<<20 {
 		t.Fatalf("heap grew %.1f MiB under %d half-sent frames (claiming %d MiB)", float64(grew)/(1<<20), opened, claimed>>20)
