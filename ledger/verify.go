@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // TamperError reports the first entry at which the chain does not verify.
@@ -29,13 +30,13 @@ func (e *TamperError) Error() string {
 // the last entry and the owner the successions give. The
 // first failure is returned as a *TamperError, with the report counting the
 // entries verified before it; other errors are I/O errors.
-func (db *DB) Verify() (VerifyReport, error) {
+func (db *DB) Verify() (record.VerifyReport, error) {
 	done, err := db.acquire()
 	if err != nil {
-		return VerifyReport{}, err
+		return record.VerifyReport{}, err
 	}
 	defer done()
-	var rep VerifyReport
+	var rep record.VerifyReport
 	err = db.bdb.View(func(txn *badger.Txn) error {
 		head, err := readHead(txn)
 		if err != nil {
@@ -60,7 +61,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 			if seq > head.Seq {
 				return &TamperError{Seq: seq, Reason: fmt.Sprintf("entry beyond the chain head %d", head.Seq)}
 			}
-			var e Entry
+			var e record.Entry
 			err := item.Value(func(v []byte) error {
 				var err error
 				if e, err = decodeEntry(v); err != nil {
@@ -91,7 +92,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 			if h := e.ComputeHash(); e.Hash != h {
 				return &TamperError{Seq: seq, Reason: "hash mismatch: entry content altered"}
 			}
-			if e.Kind == KindSuccession {
+			if e.Kind == record.KindSuccession {
 				// Signed by both keys: a rewrite of the chain from here on
 				// cannot forge one.
 				if err := checkSuccession(&e); err != nil {

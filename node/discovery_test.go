@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -92,7 +92,7 @@ func TestRestartKeepsIdentityAndDB(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, dir, renterConfig(), nil)
 	id := n.ID()
-	e, err := n.db.Append(ledger.Entry{Kind: ledger.KindPaymentOwed, Direction: ledger.DirOwed, Counterparty: "peer-x", LeaseID: "l1", Amount: 1.25})
+	e, err := n.db.Append(record.Entry{Kind: record.KindPaymentOwed, Direction: record.DirOwed, Counterparty: "peer-x", LeaseID: "l1", Amount: 1.25})
 	if err != nil {
 		t.Fatal(err)
 	}

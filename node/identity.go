@@ -9,13 +9,14 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/p2p"
 )
 
 // RotateIdentity gives the node of dataDir a new identity key that its old
 // one hands over to: it makes a fresh Ed25519 key, seals the succession
 // issued at now (signed by both keys, sign.SealSuccession), records it in
-// the ledger (ledger.KindSuccession: the ledger's owner becomes the new
+// the ledger (record.KindSuccession: the ledger's owner becomes the new
 // identity and its chain goes on) and puts the new key in place, keeping
 // the old one as Paths.KeyRetired (0600). It works on a stopped daemon's
 // data dir: a running daemon holds the ledger, and rotating under it is
@@ -99,7 +100,7 @@ func RotateIdentity(dataDir string, now time.Time) (sign.Succession, error) {
 	if err := p2p.WriteKey(paths.KeyNext(), nextKey); err != nil {
 		return sign.Succession{}, err
 	}
-	if _, err := db.Append(ledger.Entry{Kind: ledger.KindSuccession, Time: rec.Issued, Counterparty: rec.Old, Data: data}); err != nil {
+	if _, err := db.Append(record.Entry{Kind: record.KindSuccession, Time: rec.Issued, Counterparty: rec.Old, Data: data}); err != nil {
 		_ = os.Remove(paths.KeyNext())
 		return sign.Succession{}, err
 	}

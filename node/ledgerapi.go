@@ -8,14 +8,15 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/gpumesh/gpumesh/runtime"
 )
 
-func ledgerFilter(r *http.Request) (ledger.Filter, error) {
+func ledgerFilter(r *http.Request) (record.Filter, error) {
 	q := r.URL.Query()
-	f := ledger.Filter{Kind: ledger.Kind(q.Get("kind")), Counterparty: q.Get("counterparty"), LeaseID: q.Get("lease")}
+	f := record.Filter{Kind: record.Kind(q.Get("kind")), Counterparty: q.Get("counterparty"), LeaseID: q.Get("lease")}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
@@ -30,8 +31,8 @@ func ledgerFilter(r *http.Request) (ledger.Filter, error) {
 		}
 		f.Since = t
 	}
-	if f.Kind != "" && !ledger.KnownKind(f.Kind) {
-		return f, badRequest("unknown entry kind %q (%s)", f.Kind, ledger.KindNames())
+	if f.Kind != "" && !record.KnownKind(f.Kind) {
+		return f, badRequest("unknown entry kind %q (%s)", f.Kind, record.KindNames())
 	}
 	return f, nil
 }
@@ -45,7 +46,7 @@ func (m *market) ledgerRoutes(mux *http.ServeMux) {
 		}
 		es, err := db.List(f)
 		if es == nil {
-			es = []ledger.Entry{}
+			es = []record.Entry{}
 		}
 		return es, err
 	})

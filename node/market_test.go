@@ -15,7 +15,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -261,12 +261,12 @@ func TestJobRunsEndToEnd(t *testing.T) {
 	}
 	// The provider records the receipt once the renter's countersignature
 	// reaches it, just after the renter recorded it: wait for that.
-	var owed, earned, rr, pr []ledger.Entry
+	var owed, earned, rr, pr []record.Entry
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		owed, _ = boot.db.List(ledger.Filter{Kind: ledger.KindPaymentOwed, LeaseID: r.LeaseID})
-		earned, _ = prov.db.List(ledger.Filter{Kind: ledger.KindPaymentEarned, LeaseID: r.LeaseID})
-		rr, _ = boot.db.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: r.LeaseID})
-		pr, _ = prov.db.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: r.LeaseID})
+		owed, _ = boot.db.List(record.Filter{Kind: record.KindPaymentOwed, LeaseID: r.LeaseID})
+		earned, _ = prov.db.List(record.Filter{Kind: record.KindPaymentEarned, LeaseID: r.LeaseID})
+		rr, _ = boot.db.List(record.Filter{Kind: record.KindReceipt, LeaseID: r.LeaseID})
+		pr, _ = prov.db.List(record.Filter{Kind: record.KindReceipt, LeaseID: r.LeaseID})
 		if len(pr) > 0 && len(earned) > 0 || time.Now().After(deadline) {
 			break
 		}

@@ -16,13 +16,13 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/testnet/adversary"
 	dhtpb "github.com/libp2p/go-libp2p-kad-dht/pb"
-	record "github.com/libp2p/go-libp2p-record"
+	p2precord "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -61,7 +61,7 @@ func storedSuccession(t *testing.T, pm *dhtpb.ProtocolMessenger, n *testNode, ol
 func putSuccession(pm *dhtpb.ProtocolMessenger, n *testNode, old peer.ID, value []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return pm.PutValue(ctx, n.ID(), record.MakePutRecord(attest.SuccessionKey(old), value))
+	return pm.PutValue(ctx, n.ID(), p2precord.MakePutRecord(attest.SuccessionKey(old), value))
 }
 
 // TestRotatedProviderKeepsReputation is the rotation end to end: a
@@ -88,7 +88,7 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 	v := post(t, boot, shJob(auction.Silver, 2, "echo hi"))
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
 	waitFor(t, 10*time.Second, "the provider records the receipt", func() bool {
-		es, _ := prov.db.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: v.Receipt.LeaseID})
+		es, _ := prov.db.List(record.Filter{Kind: record.KindReceipt, LeaseID: v.Receipt.LeaseID})
 		return len(es) == 1
 	})
 	book := boot.market.book
@@ -147,7 +147,7 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 		t.Fatalf("the new identity in the renter's book: %+v, want the old one's %+v", after, before)
 	}
 	hostile, pm := hostilePeer(t, boot)
-	ledgerRec, _ := prov2.db.List(ledger.Filter{Kind: ledger.KindSuccession})
+	ledgerRec, _ := prov2.db.List(record.Filter{Kind: record.KindSuccession})
 	waitFor(t, 30*time.Second, "the succession in the renter's DHT store", func() bool {
 		return len(ledgerRec) == 1 && bytes.Equal(storedSuccession(t, pm, boot, oldID), ledgerRec[0].Data)
 	})

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -24,7 +24,7 @@ const DefaultSuccessionRepublish = 10 * time.Minute
 // identity (Start checked that the ledger's owner is this node), or nil
 // for a node that never rotated.
 func (m *market) learnOwnSuccessions() (*sign.SignedSuccession, error) {
-	es, err := m.d.db.List(ledger.Filter{Kind: ledger.KindSuccession})
+	es, err := m.d.db.List(record.Filter{Kind: record.KindSuccession})
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p/frame"
@@ -705,9 +706,9 @@ func (n *node) waitJobWithin(id string, within time.Duration, what string, cond 
 }
 
 // receipts returns the ledger's entries of kind for a lease.
-func (n *node) entries(kind ledger.Kind, leaseID string) []ledger.Entry {
+func (n *node) entries(kind record.Kind, leaseID string) []record.Entry {
 	n.h.t.Helper()
-	es, err := n.db.List(ledger.Filter{Kind: kind, LeaseID: leaseID})
+	es, err := n.db.List(record.Filter{Kind: kind, LeaseID: leaseID})
 	if err != nil {
 		n.h.t.Fatal(err)
 	}

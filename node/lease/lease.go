@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
@@ -38,8 +38,8 @@ type Store interface {
 
 // Ledger is the hash-chained ledger (ledger.DB).
 type Ledger interface {
-	AppendAll(entries []ledger.Entry) ([]ledger.Entry, error)
-	List(f ledger.Filter) ([]ledger.Entry, error)
+	AppendAll(entries []record.Entry) ([]record.Entry, error)
+	List(f record.Filter) ([]record.Entry, error)
 }
 
 // Clock is the time source.

@@ -3,8 +3,6 @@ package adversary
 import (
 	"context"
 	"fmt"
-	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/attest/gpuproof"
 	"log/slog"
 	"math"
 	"os"
@@ -13,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/gpuproof"
+	"github.com/gpumesh/gpumesh/ledger/record"
+
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -196,9 +197,9 @@ func counters(t *testing.T, d *daemon) map[string]int {
 	return c
 }
 
-func entries(t *testing.T, d *daemon, kind ledger.Kind, leaseID string) []ledger.Entry {
+func entries(t *testing.T, d *daemon, kind record.Kind, leaseID string) []record.Entry {
 	t.Helper()
-	es, err := d.api.Ledger(context.Background(), ledger.Filter{Kind: kind, LeaseID: leaseID})
+	es, err := d.api.Ledger(context.Background(), record.Filter{Kind: kind, LeaseID: leaseID})
 	if err != nil {
 		t.Fatalf("ledger: %v", err)
 	}
@@ -274,8 +275,8 @@ func TestFakeProvider(t *testing.T) {
 	if observed := rep.Observable.Seconds() + 1; signed > observed {
 		t.Errorf("renter countersigned %.1f GPU-seconds; it could observe the fake for %.1f s", signed, rep.Observable.Seconds())
 	}
-	receipts := entries(t, renter, ledger.KindReceipt, lease.ID)
-	owed := entries(t, renter, ledger.KindPaymentOwed, lease.ID)
+	receipts := entries(t, renter, record.KindReceipt, lease.ID)
+	owed := entries(t, renter, record.KindPaymentOwed, lease.ID)
 	if len(receipts) > 1 || len(owed) > 1 {
 		t.Fatalf("renter's ledger holds %d receipts and %d payments for lease %s", len(receipts), len(owed), lease.ID)
 	}
@@ -569,7 +570,7 @@ func TestReceiptReplayAndSybils(t *testing.T) {
 	if rep1.Rep.Receipts != rep0.Rep.Receipts || math.Abs(rep1.Rep.Score-rep0.Rep.Score) > 1e-6 {
 		t.Errorf("replays moved the provider's reputation: %+v → %+v", rep0.Rep, rep1.Rep)
 	}
-	if n := len(entries(t, renter, ledger.KindReceipt, jv.Lease.ID)); n != 1 {
+	if n := len(entries(t, renter, record.KindReceipt, jv.Lease.ID)); n != 1 {
 		t.Errorf("renter's ledger holds %d receipts for lease %s after the replays", n, jv.Lease.ID)
 	}
 	t.Logf("replay: %d gossiped + %d direct; reputation of %s stays %.4f over %d receipt(s); counted %v",
