@@ -220,3 +220,25 @@ func (d *Daemon) handleProviders(r *http.Request) (any, error) {
 func sortCapabilities(cs []auction.Capability) {
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Peer < cs[j].Peer })
 }
+
+// noneCanFit fails a job that no provider this node knows could ever run:
+// when it holds providers' capability records (verified, unexpired; never
+// its own) and the job fails auction.StaticFit on every one, the renter
+// says so at once (auction.NoneFits, a 422) rather than queueing it for
+// its whole start window. A node that knows no provider lets the job
+// through (it cannot tell), and so does POST /v1/jobs with queue set
+// (`job post --queue`).
+func (d *Daemon) noneCanFit(job *auction.Job) error {
+	now, self := d.now(), d.ID().String()
+	var caps []auction.Capability
+	d.capCache.Range(func(_, v any) bool {
+		if c := v.(auction.Capability); c.Peer != self && c.ExpiresAt.After(now) {
+			caps = append(caps, c)
+		}
+		return true
+	})
+	if err := auction.NoneFits(caps, job); err != nil {
+		return &httpError{http.StatusUnprocessableEntity, err.Error()}
+	}
+	return nil
+}
