@@ -205,7 +205,7 @@ func (d *Daemon) handleProviders(r *http.Request) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
 	defer cancel()
-	caps, err := d.FindProviders(ctx, q)
+	caps, err := d.disc.FindProviders(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -217,10 +217,6 @@ func (d *Daemon) handleProviders(r *http.Request) (any, error) {
 	return out, nil
 }
 
-func sortCapabilities(cs []auction.Capability) {
-	sort.Slice(cs, func(i, j int) bool { return cs[i].Peer < cs[j].Peer })
-}
-
 // noneCanFit fails a job that no provider this node knows could ever run:
 // when it holds providers' capability records (verified, unexpired; never
 // its own) and the job fails auction.StaticFit on every one, the renter
@@ -229,15 +225,7 @@ func sortCapabilities(cs []auction.Capability) {
 // through (it cannot tell), and so does POST /v1/jobs with queue set
 // (`job post --queue`).
 func (d *Daemon) noneCanFit(job *auction.Job) error {
-	now, self := d.now(), d.ID().String()
-	var caps []auction.Capability
-	d.capCache.Range(func(_, v any) bool {
-		if c := v.(auction.Capability); c.Peer != self && c.ExpiresAt.After(now) {
-			caps = append(caps, c)
-		}
-		return true
-	})
-	if err := auction.NoneFits(caps, job); err != nil {
+	if err := auction.NoneFits(d.disc.Records(), job); err != nil {
 		return &httpError{http.StatusUnprocessableEntity, err.Error()}
 	}
 	return nil

@@ -42,7 +42,10 @@ func (d *Daemon) startArtifacts() error {
 			m := d.marketRef.Load()
 			return m != nil && m.tracker.LeaseNamesInput(from, id)
 		},
-		OnHeld: d.heldChanged, WarmMax: d.cfg.warmMax(), Context: d.ctx,
+		// A provider advertises a fresh capability record (its Artifacts)
+		// at once when the store completes an artifact, so renters that
+		// check bids' missing-bytes claims against it see what it holds.
+		OnHeld: d.disc.Readvertise, WarmMax: d.cfg.warmMax(), Context: d.ctx,
 	})
 	return err
 }
@@ -84,16 +87,6 @@ func (p *inputPins) update(v api.JobView) {
 	}
 }
 
-// heldChanged is called when the store completes an artifact: a provider
-// advertises a fresh capability record (its Artifacts) at once, so renters
-// that check bids' missing-bytes claims against it see what it holds.
-func (d *Daemon) heldChanged() {
-	select {
-	case d.readvertise <- struct{}{}:
-	default:
-	}
-}
-
 // advertisedArtifacts is the renter's holdings check (auction
 // RenterConfig.Holdings): the artifacts a provider's signed capability
 // record advertises, looked up afresh.
@@ -102,7 +95,7 @@ func (d *Daemon) advertisedArtifacts(ctx context.Context, provider string) ([]st
 	if err != nil {
 		return nil, false
 	}
-	c, err := d.lookupCapability(ctx, id)
+	c, err := d.disc.Lookup(ctx, id)
 	if err != nil {
 		return nil, false
 	}
@@ -298,7 +291,7 @@ func (d *Daemon) artifactRoutes(mux *http.ServeMux) {
 			}
 			return nil, err
 		}
-		d.heldChanged()
+		d.disc.Readvertise()
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
@@ -384,7 +377,7 @@ func (d *Daemon) warmArtifact(ctx context.Context, id string, req api.ArtifactWa
 		targets = append(targets, t)
 	}
 	if len(targets) == 0 {
-		caps, err := d.FindProviders(ctx, auction.Query{})
+		caps, err := d.disc.FindProviders(ctx, auction.Query{})
 		if err != nil {
 			return api.ArtifactWarmResponse{}, err
 		}
@@ -566,7 +559,7 @@ func (d *Daemon) outputsArtifact(dir, renter string, keys *wire.LeaseKeys) (stri
 	if err != nil {
 		return "", err
 	}
-	d.heldChanged()
+	d.disc.Readvertise()
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
@@ -582,7 +575,7 @@ func (d *Daemon) removeHeld(id string) error {
 	if err := d.artifacts.Store().Remove(id); err != nil && !errors.Is(err, artifact.ErrNotFound) {
 		return err
 	}
-	d.heldChanged()
+	d.disc.Readvertise()
 	return nil
 }
 

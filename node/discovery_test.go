@@ -182,7 +182,7 @@ func TestFingerprintChangeVisible(t *testing.T) {
 	p := ns[0]
 	q := auction.Query{}
 	eventuallyProviders(t, boot.Daemon, q, idsOf(p), 20*time.Second)
-	caps, _ := boot.FindProviders(context.Background(), q)
+	caps, _ := boot.disc.FindProviders(context.Background(), q)
 	before := caps[0].Fingerprint
 	if before == "" || before != p.fpHash {
 		t.Fatalf("record fingerprint %q, provider's %q", before, p.fpHash)
@@ -199,7 +199,7 @@ func TestFingerprintChangeVisible(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		caps, _ := boot.FindProviders(context.Background(), auction.Query{GPU: "H100"})
+		caps, _ := boot.disc.FindProviders(context.Background(), auction.Query{GPU: "H100"})
 		if len(caps) == 1 && caps[0].Fingerprint != before {
 			break
 		}
@@ -208,8 +208,8 @@ func TestFingerprintChangeVisible(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	if boot.fpChanges.Load() != 1 || boot.market.allCounters()["discovery.fingerprint_changed"] != 1 {
-		t.Fatalf("fingerprint change not counted: %d", boot.fpChanges.Load())
+	if boot.disc.FingerprintChanges() != 1 || boot.market.allCounters()["discovery.fingerprint_changed"] != 1 {
+		t.Fatalf("fingerprint change not counted: %d", boot.disc.FingerprintChanges())
 	}
 }
 

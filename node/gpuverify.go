@@ -88,7 +88,7 @@ func (m *market) apiVerify(r *http.Request) (any, error) {
 		return nil, badRequest("give both n and k, or neither")
 	}
 	ctx := r.Context()
-	c, err := m.d.lookupCapability(ctx, id)
+	c, err := m.d.disc.Lookup(ctx, id)
 	if err != nil {
 		return nil, notFound("no capability record for %s: %v", id, err)
 	}

@@ -79,9 +79,9 @@ func newMarket(d *Daemon) (*market, error) {
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
-		AdvertisedFingerprint: d.advertisedFingerprint, Holdings: d.advertisedArtifacts, ExpectedBidders: d.expectedBidders,
+		AdvertisedFingerprint: d.disc.Fingerprint, Holdings: d.advertisedArtifacts, ExpectedBidders: d.disc.ExpectedBidders,
 		RTT: d.providerRTT, MeasureRTT: d.measureRTT,
-		ProviderGPUs: d.providerGPUs,
+		ProviderGPUs: d.disc.GPUs,
 		OnSave:       d.inputPins.update,
 		Now:          d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
 		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin, FetchLog: d.fetchLog,
@@ -105,7 +105,7 @@ func newMarket(d *Daemon) (*market, error) {
 	n.HandleCounted(wire.ProtoBid, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		// Learn the bidder even from a late or refused bid: the stream's
 		// peer is authenticated, and only its verified record is cached.
-		d.learnBidder(from)
+		d.disc.LearnBidder(from)
 		return nil, m.tracker.Auction().HandleBid(from, req)
 	}, m.badFrame("renter"))
 	n.HandleCounted(wire.ProtoHeartbeat, p2p.Handler(m.tracker.HandleHeartbeat), m.badFrame("renter"))
@@ -404,7 +404,7 @@ func (m *market) allCounters() map[string]int {
 	for k, v := range m.d.artifacts.Counters() {
 		out[k] += v
 	}
-	if n := m.d.fpChanges.Load(); n > 0 {
+	if n := m.d.disc.FingerprintChanges(); n > 0 {
 		out["discovery.fingerprint_changed"] = int(n)
 	}
 	return out

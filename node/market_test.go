@@ -173,7 +173,9 @@ func TestFailoverToRunnerUp(t *testing.T) {
 	// A renter that knows both providers closes the window once both
 	// answered; forgetting them, it runs the window's 4 s, time enough to
 	// lose the winner before the award.
-	boot.capCache.Clear()
+	for _, id := range boot.disc.Known() {
+		boot.disc.Forget(id)
+	}
 	job := shJob(auction.Silver, 2, "echo hi")
 	job.BidWindow = 4 * time.Second
 	done := make(chan api.JobView, 1)

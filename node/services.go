@@ -47,7 +47,7 @@ func (m *market) newServices() error {
 func (m *market) openService(ctx context.Context, p peer.ID) (network.Stream, error) {
 	h := m.d.net.Host
 	if h.Network().Connectedness(p) != network.Connected && len(h.Peerstore().Addrs(p)) == 0 {
-		if c, err := m.d.lookupCapability(ctx, p); err == nil {
+		if c, err := m.d.disc.Lookup(ctx, p); err == nil {
 			m.d.net.AddAddrs(p, c.Addrs)
 		}
 	}

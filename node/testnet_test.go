@@ -99,7 +99,7 @@ func eventuallyProviders(t *testing.T, d *Daemon, q auction.Query, want []string
 	var got []string
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		caps, err := d.FindProviders(ctx, q)
+		caps, err := d.disc.FindProviders(ctx, q)
 		cancel()
 		if err != nil {
 			t.Fatalf("FindProviders(%+v): %v", q, err)
