@@ -9,15 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/metrics"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	ma "github.com/multiformats/go-multiaddr"
@@ -290,31 +289,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("provider.advertise_ttl must be at most %s, got %s", auction.MaxCapabilityTTL, p.AdvertiseTTL)
 	}
 	if c.MetricsAddr != "" {
-		if err := checkLoopbackAddr(c.MetricsAddr); err != nil {
+		if err := metrics.CheckAddr(c.MetricsAddr); err != nil {
 			return fmt.Errorf("metrics_addr %q: %w", c.MetricsAddr, err)
 		}
 	} else if c.MetricsPprof || c.MetricsTokenFile != "" {
 		return errors.New("metrics_pprof and metrics_token_file need metrics_addr")
-	}
-	return nil
-}
-
-// checkLoopbackAddr accepts HOST:PORT where HOST is a loopback IP or
-// exactly "localhost" (never a name that merely starts like one, such as
-// 127.0.0.1.example.com) and PORT a port number.
-func checkLoopbackAddr(a string) error {
-	host, port, err := net.SplitHostPort(a)
-	if err != nil {
-		return fmt.Errorf("want a loopback HOST:PORT (127.0.0.1:9464, [::1]:9464 or localhost:9464): %v", err)
-	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-		return fmt.Errorf("port %q is not a port number (1-65535)", port)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("host %q is not a loopback address (127.0.0.1, ::1 or localhost): the metrics listener is never exposed", host)
 	}
 	return nil
 }

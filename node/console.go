@@ -1,9 +1,12 @@
 package node
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/console"
+	"github.com/gpumesh/gpumesh/node/metrics"
 )
 
 // viewRoutes registers the control API's read-only views (GET, changing
@@ -55,4 +58,52 @@ func (d *Daemon) viewRoutes(mux *http.ServeMux, onConsole, tokened bool) {
 		return svc(v), err
 	})
 	d.route(mux, "GET /v1/services/{id}/history", func(r *http.Request) (any, error) { return m.svc.History(r.PathValue("id")) })
+}
+
+// serveMetrics exposes the metrics and the web console (and, with
+// metrics_pprof, /debug/pprof/) on the configured loopback address
+// (opt-in: metrics_addr).
+func (d *Daemon) serveMetrics() error {
+	m := d.market
+	if d.cfg.MetricsAddr == "" || m == nil {
+		return nil
+	}
+	m.metrics.Register(metrics.State{
+		Peers: func() int { return len(d.net.Host.Network().Peers()) },
+		GPUs:  len(d.inv.GPUs),
+		ProviderStats: func() (api.ProviderStatsView, bool) {
+			if m.provider == nil {
+				return api.ProviderStatsView{}, false
+			}
+			v, err := m.providerStats()
+			return v, err == nil
+		},
+		Balances:   d.db.Balances,
+		Reputation: func() float64 { return m.book.Score(d.ID().String()) },
+		Jobs:       func() int { return len(m.tracker.List()) },
+		Counters:   m.allCounters,
+		Services:   m.svc.List,
+	})
+	srv, ln, err := m.metrics.Listen(metrics.ListenConfig{Addr: d.cfg.MetricsAddr, TokenFile: d.cfg.MetricsTokenFile,
+		Pprof: d.cfg.MetricsPprof, Public: console.Public,
+		// The web console: its pages at /, the views they read at /v1/.
+		Console: func(mux *http.ServeMux, tokened bool) {
+			d.viewRoutes(mux, true, tokened)
+			mux.Handle("/", console.Handler())
+		}})
+	if err != nil {
+		return err
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Warn("metrics server", "err", err)
+		}
+	}()
+	go func() {
+		<-d.ctx.Done()
+		_ = srv.Close()
+	}()
+	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/gangnet"
 	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/gpumesh/gpumesh/node/lease"
+	"github.com/gpumesh/gpumesh/node/metrics"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
@@ -47,7 +48,7 @@ type market struct {
 	// gangs carries the gangs' private networks this provider runs
 	// members of (nil on a renter-only node).
 	gangs    *gangnet.Net
-	metrics  *metrics
+	metrics  *metrics.Metrics
 	scrubber runtime.Scrubber
 	verdicts ownVerdicts
 
@@ -62,7 +63,7 @@ type market struct {
 func newMarket(d *Daemon) (*market, error) {
 	m := &market{d: d, counters: lease.NewCounters(),
 		book:    attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String(), Successions: d.succ}),
-		metrics: newMetrics()}
+		metrics: metrics.New()}
 	m.ctx, m.cancel = context.WithCancel(d.ctx)
 	lt := p2p.Direct{N: d.net}
 	// This node's own successions first: the receipts replayed next that
@@ -83,7 +84,7 @@ func newMarket(d *Daemon) (*market, error) {
 		RTT: d.providerRTT, MeasureRTT: d.measureRTT,
 		ProviderGPUs: d.disc.GPUs,
 		OnSave:       d.inputPins.update,
-		Now:          d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
+		Now:          d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.Observer(),
 		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin, FetchLog: d.fetchLog,
 		FetchOutputs: d.fetchOutputs, KeptDir: d.paths.Kept(),
 		CheckpointBytesPerHour: int64(d.cfg.CheckpointQuotaGBPerHour * (1 << 30)),
@@ -200,7 +201,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		Rebook:            func(l auction.Lease, job auction.Job) error { return m.provider.Rebook(l, job) },
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
-		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact, RemoveArtifact: d.removeHeld, Observe: m.metrics.observer(),
+		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact, RemoveArtifact: d.removeHeld, Observe: m.metrics.Observer(),
 		CheckpointArtifact: d.checkpointArtifact, Restore: d.restoreCheckpoint,
 		Network: m.gangs.Hook(gangnet.LeaseRoster),
 	}); err != nil {
