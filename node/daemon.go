@@ -73,7 +73,7 @@ type Options struct {
 	// round trips to the providers it knows (default RTTRefreshEvery).
 	RTTRefreshEvery time.Duration
 	// VerdictRepublish overrides how often a node gossips its own recent
-	// GPU verdicts again (default DefaultVerdictRepublish).
+	// GPU verdicts again (default gpuverify.DefaultRepublish).
 	VerdictRepublish time.Duration
 	// SuccessionRepublish overrides how often a rotated node publishes its
 	// identity succession again (default DefaultSuccessionRepublish).

@@ -20,6 +20,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/gangnet"
+	"github.com/gpumesh/gpumesh/node/gpuverify"
 	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/metrics"
@@ -50,7 +51,7 @@ type market struct {
 	gangs    *gangnet.Net
 	metrics  *metrics.Metrics
 	scrubber runtime.Scrubber
-	verdicts ownVerdicts
+	verify   *gpuverify.Service
 
 	// provHistory is the provider's earnings and occupancy a minute
 	// (sampleProvider; nil on a renter-only node).
@@ -65,6 +66,8 @@ func newMarket(d *Daemon) (*market, error) {
 		book:    attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String(), Successions: d.succ}),
 		metrics: metrics.New()}
 	m.ctx, m.cancel = context.WithCancel(d.ctx)
+	m.verify = gpuverify.New(m.ctx, gpuverify.Config{Net: d.net, Signer: d.signer, Book: m.book,
+		Policy: d.opts.ChallengePolicy, Republish: d.opts.VerdictRepublish, Count: m.counters.Add, Now: d.now, Log: d.log})
 	lt := p2p.Direct{N: d.net}
 	// This node's own successions first: the receipts replayed next that
 	// its old identities signed count for it.
@@ -117,13 +120,13 @@ func newMarket(d *Daemon) (*market, error) {
 	if err := n.Subscribe(m.ctx, wire.ReputationTopic, m.receipts.HandleGossip); err != nil {
 		return nil, err
 	}
-	if err := n.Subscribe(m.ctx, wire.GPUVerdictTopic, m.handleVerdict); err != nil {
+	if err := n.Subscribe(m.ctx, wire.GPUVerdictTopic, m.verify.HandleVerdict); err != nil {
 		return nil, err
 	}
 	if err := n.Subscribe(m.ctx, wire.SuccessionTopic, m.handleSuccession); err != nil {
 		return nil, err
 	}
-	go m.republishVerdicts()
+	go m.verify.Republish()
 	if own != nil {
 		go m.publishSuccessionLoop(own)
 	}
