@@ -7,20 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/leasestream"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
-	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/p2p/frame"
-	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -37,183 +33,6 @@ import (
 // socket (api.ExecUpgrade, api.PortForwardUpgrade) to a raw connection
 // that the daemon relays to the provider's stream, once the provider
 // accepted it; a refusal is an ordinary JSON error answer.
-
-// execHandshakeTimeout bounds the request/answer exchange of an exec
-// stream.
-const execHandshakeTimeout = 20 * time.Second
-
-// serveExec runs a renter's command in its running job (provider side).
-func (m *market) serveExec(s network.Stream) {
-	defer s.Close()
-	br := bufio.NewReader(s)
-	b, release, err := p2p.ReadFrameOn(s, br, p2p.DefaultFrameTimeout)
-	release()
-	var req wire.ExecRequest
-	if err == nil {
-		req, err = wire.DecodeExecRequest(b)
-	}
-	if err != nil {
-		m.counters.Add("provider.malformed_stream")
-		_ = s.Reset()
-		return
-	}
-	from := s.Conn().RemotePeer()
-	refuse := func(err error) {
-		ack, _ := json.Marshal(wire.ExecAck{Error: err.Error()})
-		_ = s.SetWriteDeadline(time.Now().Add(execHandshakeTimeout))
-		_ = frame.Write(s, ack)
-		_ = s.CloseWrite()
-		m.d.log.Debug("exec refused", "peer", from, "lease", req.LeaseID, "err", err)
-	}
-	a, ok := m.sup.Authorize(req.LeaseID, from)
-	if !ok {
-		refuse(fmt.Errorf("lease %s: no such lease of yours", req.LeaseID))
-		return
-	}
-	if len(req.Command) == 0 || req.Command[0] == "" {
-		refuse(errors.New("empty command"))
-		return
-	}
-	if err := a.Running(); err != nil {
-		refuse(err)
-		return
-	}
-	ack, _ := json.Marshal(wire.ExecAck{})
-	_ = s.SetWriteDeadline(time.Now().Add(execHandshakeTimeout))
-	if err := frame.Write(s, ack); err != nil {
-		_ = s.Reset()
-		return
-	}
-	_ = s.SetDeadline(time.Time{})
-	m.counters.Add("provider.exec")
-
-	ctx, cancel := context.WithCancel(m.ctx)
-	defer cancel()
-	out := &execFrameWriter{s: s}
-	var stdin io.Reader
-	var stdinW *io.PipeWriter
-	if req.Stdin {
-		var r *io.PipeReader
-		r, stdinW = io.Pipe()
-		stdin = r
-	}
-	resize := make(chan runtime.WinSize, 1)
-	go func(stdinW *io.PipeWriter) {
-		// The caller's frames: input, and its terminal's size. Its end of
-		// writing ends the input; a reset ends the command.
-		buf := make([]byte, wire.MaxExecFrame)
-		for {
-			kind, p, err := wire.ReadExecFrame(br, buf)
-			if err != nil {
-				if stdinW != nil {
-					_ = stdinW.Close()
-				}
-				if !errors.Is(err, io.EOF) {
-					cancel()
-				}
-				return
-			}
-			switch kind {
-			case wire.ExecFrameStdin:
-				if stdinW == nil {
-					continue
-				}
-				if _, err := stdinW.Write(p); err != nil {
-					stdinW = nil // the command no longer reads
-				}
-			case wire.ExecFrameResize:
-				rows, cols, err := wire.ParseResize(p)
-				if err != nil {
-					continue
-				}
-				select {
-				case <-resize:
-				default:
-				}
-				resize <- runtime.WinSize{Rows: rows, Cols: cols}
-			}
-		}
-	}(stdinW)
-	code, err := a.Exec(ctx, runtime.ExecRequest{
-		Command: req.Command, Stdin: stdin,
-		Stdout: out.kind(wire.ExecFrameStdout), Stderr: out.kind(wire.ExecFrameStderr),
-		TTY: req.TTY, Size: runtime.WinSize{Rows: req.Rows, Cols: req.Cols}, Resize: resize,
-	})
-	if stdinW != nil {
-		_ = stdinW.CloseWithError(io.ErrClosedPipe)
-	}
-	exit := wire.ExecExit{Code: code}
-	if err != nil {
-		exit.Error = err.Error()
-	}
-	eb, _ := json.Marshal(exit)
-	_ = s.SetWriteDeadline(time.Now().Add(execHandshakeTimeout))
-	if out.write(wire.ExecFrameExit, eb) == nil {
-		_ = s.CloseWrite()
-	}
-}
-
-// execFrameWriter writes a command's output to an exec stream, one frame
-// per write (split at MaxExecFrame).
-type execFrameWriter struct {
-	mu sync.Mutex
-	s  io.Writer
-}
-
-func (w *execFrameWriter) write(kind byte, p []byte) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return wire.WriteExecFrame(w.s, kind, p)
-}
-
-func (w *execFrameWriter) kind(kind byte) io.Writer {
-	return writerFunc(func(p []byte) (int, error) {
-		n := 0
-		for len(p) > 0 {
-			c := p[:min(len(p), wire.MaxExecFrame)]
-			if err := w.write(kind, c); err != nil {
-				return n, err
-			}
-			n += len(c)
-			p = p[len(c):]
-		}
-		return n, nil
-	})
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-// servePortForward connects a renter's stream to a port of its running
-// job, inside the job's own network namespace (provider side).
-func (m *market) servePortForward(s network.Stream) {
-	ctx, cancel := context.WithCancel(m.ctx)
-	defer cancel()
-	err := service.ServePort(ctx, s, func(req wire.PortForwardRequest, from peer.ID) (service.Target, error) {
-		if auction.ValidID(req.LeaseID) != nil {
-			m.counters.Add("provider.malformed_stream")
-			return nil, errors.New("malformed lease id")
-		}
-		a, ok := m.sup.Authorize(req.LeaseID, from)
-		if !ok {
-			return nil, fmt.Errorf("lease %s: no such lease of yours", req.LeaseID)
-		}
-		// The connection ends with the job.
-		go func() {
-			select {
-			case <-a.Done():
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		m.counters.Add("provider.port_forward")
-		return service.DialFunc(func(ctx context.Context) (net.Conn, error) { return a.DialPort(ctx, req.Port) }), nil
-	})
-	if err != nil {
-		m.d.log.Debug("port-forward stream", "peer", s.Conn().RemotePeer(), "err", err)
-	}
-}
 
 // leaseProvider is a job's current provider and lease id.
 func (m *market) leaseProvider(jobID string) (peer.ID, string, error) {
@@ -256,7 +75,7 @@ func (m *market) apiExec(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), execHandshakeTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), leasestream.HandshakeTimeout)
 	defer cancel()
 	s, err := m.d.net.Host.NewStream(ctx, prov, wire.ProtoExec)
 	if err != nil {
@@ -310,7 +129,7 @@ func (m *market) apiPortForward(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), execHandshakeTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), leasestream.HandshakeTimeout)
 	defer cancel()
 	open := func(ctx context.Context, p peer.ID) (network.Stream, error) {
 		return m.d.net.Host.NewStream(ctx, p, wire.ProtoPortForward)

@@ -23,6 +23,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/gpuverify"
 	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/gpumesh/gpumesh/node/lease"
+	"github.com/gpumesh/gpumesh/node/leasestream"
 	"github.com/gpumesh/gpumesh/node/metrics"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -238,11 +239,13 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		return m.provider.HandleAward(from, req)
 	}, m.badFrame("provider"))
 	d.net.HandleCounted(wire.ProtoCancel, p2p.Handler(m.sup.HandleCancel), m.badFrame("provider"))
-	d.net.Host.SetStreamHandler(wire.ProtoLogs, d.net.Guard(wire.ProtoLogs, m.serveLogs))
-	d.net.Host.SetStreamHandler(wire.ProtoOutputs, d.net.Guard(wire.ProtoOutputs, m.serveOutputs))
+	// A lease's streams, for its renter alone.
+	streams := leasestream.New(m.ctx, leasestream.Config{Authorize: m.sup.Authorize, Count: m.counters.Add, Log: d.log})
+	d.net.Host.SetStreamHandler(wire.ProtoLogs, d.net.Guard(wire.ProtoLogs, streams.Logs))
+	d.net.Host.SetStreamHandler(wire.ProtoOutputs, d.net.Guard(wire.ProtoOutputs, streams.Outputs))
 	d.net.Host.SetStreamHandler(wire.ProtoService, d.net.Guard(wire.ProtoService, m.serveService))
-	d.net.Host.SetStreamHandler(wire.ProtoExec, d.net.Guard(wire.ProtoExec, m.serveExec))
-	d.net.Host.SetStreamHandler(wire.ProtoPortForward, d.net.Guard(wire.ProtoPortForward, m.servePortForward))
+	d.net.Host.SetStreamHandler(wire.ProtoExec, d.net.Guard(wire.ProtoExec, streams.Exec))
+	d.net.Host.SetStreamHandler(wire.ProtoPortForward, d.net.Guard(wire.ProtoPortForward, streams.PortForward))
 	d.net.Host.SetStreamHandler(wire.ProtoGang, d.net.Guard(wire.ProtoGang, func(s network.Stream) { _ = m.gangs.Serve(m.ctx, s) }))
 	m.serveChallenges()
 	d.wg.Add(1) // ends before the ledger closes

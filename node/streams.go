@@ -1,10 +1,8 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -14,116 +12,12 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease"
+	"github.com/gpumesh/gpumesh/node/leasestream"
 	"github.com/gpumesh/gpumesh/node/wire"
-	"github.com/gpumesh/gpumesh/p2p"
-	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
-
-// acceptStream reads the request frame and asks the supervisor whether the
-// caller may read the lease (only its renter may read a job's logs or
-// results).
-func (m *market) acceptStream(s network.Stream) (*lease.Access, wire.StreamRequest, bool) {
-	b, release, err := p2p.ReadFrameOn(s, bufio.NewReader(s), p2p.DefaultFrameTimeout)
-	release()
-	var req wire.StreamRequest
-	if err == nil {
-		req, err = wire.DecodeStreamRequest(b)
-	}
-	if err != nil {
-		m.counters.Add("provider.malformed_stream")
-		_ = s.Reset()
-		return nil, req, false
-	}
-	r, ok := m.sup.Authorize(req.LeaseID, s.Conn().RemotePeer())
-	if !ok {
-		_ = s.Reset()
-		return nil, req, false
-	}
-	return r, req, true
-}
-
-// serveLogs streams a lease's log to its renter; with Follow it keeps
-// streaming until the job has ended.
-func (m *market) serveLogs(s network.Stream) {
-	defer s.Close()
-	r, req, ok := m.acceptStream(s)
-	if !ok {
-		return
-	}
-	path := r.LogPath()
-	var f *os.File
-	for f == nil {
-		var err error
-		f, err = os.Open(path)
-		if err == nil {
-			break
-		}
-		// Not started yet: wait for the log to appear (or the job to end).
-		if !req.Follow || r.Ended() {
-			return
-		}
-		select {
-		case <-time.After(200 * time.Millisecond):
-		case <-m.ctx.Done():
-			return
-		}
-	}
-	defer f.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := f.Read(buf)
-		if n > 0 {
-			if _, werr := s.Write(buf[:n]); werr != nil {
-				return
-			}
-			continue
-		}
-		if err != nil && err != io.EOF {
-			return
-		}
-		if !req.Follow {
-			return
-		}
-		if r.Ended() {
-			// Drain what the job wrote last, then stop.
-			if n, _ := f.Read(buf); n > 0 {
-				_, _ = s.Write(buf[:n])
-				continue
-			}
-			return
-		}
-		select {
-		case <-time.After(150 * time.Millisecond):
-		case <-m.ctx.Done():
-			return
-		}
-	}
-}
-
-// serveOutputs sends a finished lease's output manifest (one frame) and the
-// files as a tar stream.
-func (m *market) serveOutputs(s network.Stream) {
-	defer s.Close()
-	r, _, ok := m.acceptStream(s)
-	if !ok {
-		return
-	}
-	outs, done := r.Outputs()
-	if !done {
-		_ = frame.Write(s, []byte(`{"error":"job has not finished"}`))
-		return
-	}
-	man, _ := json.Marshal(map[string]any{"outputs": outs})
-	if err := frame.Write(s, man); err != nil {
-		return
-	}
-	if err := wire.WriteBundle(s, r.OutputDir(), outs); err != nil {
-		_ = s.Reset()
-	}
-}
 
 // openLeaseStream asks the provider of one of a job's leases for a stream:
 // attempt N's (its Nth lease, api.JobView.Leases), or with attempt 0 its
@@ -147,17 +41,7 @@ func (m *market) openLeaseStream(ctx context.Context, jobID string, proto protoc
 	if err != nil {
 		return nil, err
 	}
-	s, err := m.d.net.Host.NewStream(ctx, prov, proto)
-	if err != nil {
-		return nil, fmt.Errorf("provider %s unreachable: %w", l.Provider, err)
-	}
-	req, _ := json.Marshal(wire.StreamRequest{LeaseID: l.ID, Follow: follow})
-	if err := frame.Write(s, req); err != nil {
-		_ = s.Reset()
-		return nil, err
-	}
-	_ = s.CloseWrite()
-	return s, nil
+	return leasestream.Open(ctx, m.d.net.Host, prov, proto, l.ID, follow)
 }
 
 // keptLease is where this renter keeps the files of job jobID's current
@@ -267,34 +151,13 @@ func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.Close()
-	outs, body, err := readOutputs(s)
+	outs, body, err := leasestream.ReadOutputs(s)
 	if err != nil {
 		writeAPIError(w, err)
 		return
 	}
 	writeOutputsHead(w, outs)
 	_, _ = io.Copy(w, body)
-}
-
-// readOutputs reads an outputs stream's manifest frame and returns the
-// manifest and the rest of the stream, the outputs bundle.
-func readOutputs(s io.Reader) ([]auction.OutputFile, io.Reader, error) {
-	br := bufio.NewReader(s)
-	man, err := frame.Read(br)
-	if err != nil {
-		return nil, nil, fmt.Errorf("provider sent no output manifest: %w", err)
-	}
-	var mf struct {
-		Outputs []auction.OutputFile `json:"outputs"`
-		Error   string               `json:"error"`
-	}
-	if err := json.Unmarshal(man, &mf); err != nil {
-		return nil, nil, fmt.Errorf("bad output manifest: %w", err)
-	}
-	if mf.Error != "" {
-		return nil, nil, badRequest("%s", mf.Error)
-	}
-	return mf.Outputs, br, nil
 }
 
 // fetchOutputs opens a lease's outputs on its provider (the outputs
@@ -305,43 +168,12 @@ func (d *Daemon) fetchOutputs(ctx context.Context, prov peer.ID, leaseID, sealed
 	if sealed != "" {
 		return d.openSealedOutputs(ctx, prov, leaseID, sealed)
 	}
-	s, err := d.fetchLeaseStream(ctx, prov, wire.ProtoOutputs, leaseID)
-	if err != nil {
-		return nil, nil, err
-	}
-	outs, body, err := readOutputs(s)
-	if err != nil {
-		_ = s.Reset()
-		return nil, nil, err
-	}
-	return outs, struct {
-		io.Reader
-		io.Closer
-	}{body, s}, nil
+	return leasestream.FetchOutputs(ctx, d.net.Host, prov, leaseID)
 }
 
 // fetchLog opens a lease's whole log on its provider (the logs stream, not
 // following): the renter checks a succeeded run's evidence with it
 // (lease.TrackerConfig.FetchLog). The stream ends by ctx's deadline.
 func (d *Daemon) fetchLog(ctx context.Context, prov peer.ID, leaseID string) (io.ReadCloser, error) {
-	return d.fetchLeaseStream(ctx, prov, wire.ProtoLogs, leaseID)
-}
-
-// fetchLeaseStream opens stream proto on a lease's provider and asks for
-// the lease's files (not following); the stream ends by ctx's deadline.
-func (d *Daemon) fetchLeaseStream(ctx context.Context, prov peer.ID, proto protocol.ID, leaseID string) (network.Stream, error) {
-	s, err := d.net.Host.NewStream(ctx, prov, proto)
-	if err != nil {
-		return nil, fmt.Errorf("provider %s unreachable: %w", prov, err)
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = s.SetDeadline(dl)
-	}
-	req, _ := json.Marshal(wire.StreamRequest{LeaseID: leaseID})
-	if err := frame.Write(s, req); err != nil {
-		_ = s.Reset()
-		return nil, err
-	}
-	_ = s.CloseWrite()
-	return s, nil
+	return leasestream.Fetch(ctx, d.net.Host, prov, wire.ProtoLogs, leaseID)
 }
