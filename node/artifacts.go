@@ -11,14 +11,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/node/artifact/jobs"
 	"github.com/gpumesh/gpumesh/node/artifact/transfer"
-	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -47,44 +46,9 @@ func (d *Daemon) startArtifacts() error {
 		// check bids' missing-bytes claims against it see what it holds.
 		OnHeld: d.disc.Readvertise, WarmMax: d.cfg.warmMax(), Context: d.ctx,
 	})
+	d.jobArts = jobs.New(jobs.Config{Transfer: d.artifacts, LoadImage: d.loadImageArtifact,
+		Changed: d.disc.Readvertise, Announce: d.announceLater, Log: d.log})
 	return err
-}
-
-// inputPins keeps the artifacts our live jobs name (inputs, image)
-// pinned in our store, so that eviction never removes what a queued or
-// running job will fetch from us.
-type inputPins struct {
-	d     *Daemon
-	mu    sync.Mutex
-	byJob map[string]func()
-}
-
-// update pins a job's artifacts while its state is live and releases
-// them once it is not (the tracker's OnSave hook).
-func (p *inputPins) update(v api.JobView) {
-	ids := v.Job.Run.Artifacts()
-	if len(ids) == 0 {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	unpin, pinned := p.byJob[v.Job.ID]
-	switch live := v.State.Live(); {
-	case live && !pinned:
-		st := p.d.artifacts.Store()
-		unpins := make([]func(), 0, len(ids))
-		for _, id := range ids {
-			unpins = append(unpins, st.Pin(id))
-		}
-		p.byJob[v.Job.ID] = func() {
-			for _, u := range unpins {
-				u()
-			}
-		}
-	case !live && pinned:
-		unpin()
-		delete(p.byJob, v.Job.ID)
-	}
 }
 
 // advertisedArtifacts is the renter's holdings check (auction
@@ -102,76 +66,6 @@ func (d *Daemon) advertisedArtifacts(ctx context.Context, provider string) ([]st
 	return c.Artifacts, true
 }
 
-// prepareInputs is the supervisor's hook: a job's inputs and image
-// artifact come from its owner (the renter's daemon) and any other holder.
-// The image artifact's image is loaded into the container engine unless
-// the engine holds it already, and image is its ID, which the job runs.
-//
-// The owner is reached without the addresses its job names
-// (Job.OwnerAddrs, anyone's to fill): through the connection its award
-// came on, its own identify addresses, or the DHT.
-func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (release func(), image string, err error) {
-	owner, err := peer.Decode(job.Owner)
-	if err != nil {
-		return nil, "", badRequest("job %s: owner %q is not a peer id", job.ID, job.Owner)
-	}
-	_, arts, err := sealKeys(keys)
-	if err != nil {
-		return nil, "", err
-	}
-	forget := d.fetchedFor(job, job.Run.Artifacts()...)
-	releases := []func(){forget}
-	release = func() {
-		for i := len(releases) - 1; i >= 0; i-- {
-			releases[i]()
-		}
-	}
-	if id := job.Run.ImageArtifact; id != "" {
-		unpin, imageID, err := d.loadImageArtifact(ctx, id, job.Run.Image, owner, nil)
-		if err != nil {
-			release()
-			return nil, "", err
-		}
-		releases = append(releases, unpin)
-		image = imageID
-	}
-	if len(job.Run.Inputs) > 0 {
-		rel, err := d.artifacts.PrepareInputs(ctx, job.Run.Inputs, owner, nil, dir, arts)
-		if err != nil {
-			release()
-			return nil, "", err
-		}
-		releases = append(releases, rel)
-	}
-	return release, image, nil
-}
-
-// fetchedFor returns what a no-persist job's release calls once its run
-// ended: it removes from the store those of ids the store did not hold
-// (complete) before the job, so that nothing fetched for it (inputs, a
-// checkpoint it restored) stays here as an artifact. Artifacts held
-// before stay, as does one another job still uses (pinned). For other
-// jobs it does nothing: their artifacts are cached for the next.
-func (d *Daemon) fetchedFor(job auction.Job, ids ...string) func() {
-	if !job.NoPersist {
-		return func() {}
-	}
-	st := d.artifacts.Store()
-	var fresh []string
-	for _, id := range ids {
-		if in, err := st.Info(id); err != nil || !in.Complete {
-			fresh = append(fresh, id)
-		}
-	}
-	return func() {
-		for _, id := range fresh {
-			if err := st.Remove(id); err != nil && !errors.Is(err, artifact.ErrNotFound) {
-				d.log.Warn("no-persist job: artifact fetched for it is still held", "job", job.ID, "artifact", id, "err", err)
-			}
-		}
-	}
-}
-
 // loadImageArtifact fetches the image artifact id (a `docker save`
 // tarball) of a job that names image and makes it available to the
 // container engine, returning the ID the job must run. The tarball comes
@@ -179,7 +73,7 @@ func (d *Daemon) fetchedFor(job auction.Job, ids ...string) func() {
 // other image (it would re-tag another tenant's image) and loads it
 // without names, so the job runs by ID and no tag on the host moves. The
 // artifact stays pinned until unpin.
-func (d *Daemon) loadImageArtifact(ctx context.Context, id, image string, owner peer.ID, addrs []string) (unpin func(), imageID string, err error) {
+func (d *Daemon) loadImageArtifact(ctx context.Context, id, image string, owner peer.ID) (unpin func(), imageID string, err error) {
 	im := runtime.NewImages(runtime.DefaultDockerSocket)
 	// The cache is per owner: a hit skips the fetch, and with it the
 	// access check (Store.MayRead), so another renter naming the same
@@ -190,7 +84,7 @@ func (d *Daemon) loadImageArtifact(ctx context.Context, id, image string, owner 
 			return func() {}, v.(string), nil
 		}
 	}
-	unpin, err = d.artifacts.FetchForJob(ctx, id, owner, addrs)
+	unpin, err = d.artifacts.FetchForJob(ctx, id, owner, nil)
 	if err != nil {
 		return nil, "", fmt.Errorf("image artifact: %w", err)
 	}
@@ -261,6 +155,15 @@ func (d *Daemon) announceArtifacts(ids ...string) {
 	}
 }
 
+// announceLater announces artifact id in the background.
+func (d *Daemon) announceLater(id string) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.announceArtifacts(id)
+	}()
+}
+
 func (d *Daemon) artifactRoutes(mux *http.ServeMux) {
 	st := d.artifacts.Store()
 	d.route(mux, "POST /v1/artifacts", func(r *http.Request) (any, error) {
@@ -292,11 +195,7 @@ func (d *Daemon) artifactRoutes(mux *http.ServeMux) {
 			return nil, err
 		}
 		d.disc.Readvertise()
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			d.announceArtifacts(id)
-		}()
+		d.announceLater(id)
 		return st.Info(id)
 	})
 	d.route(mux, "GET /v1/artifacts", func(*http.Request) (any, error) { return d.artifactViews(st.List()), nil })
@@ -551,34 +450,6 @@ func (d *Daemon) inputSizes(job *auction.Job) error {
 	return nil
 }
 
-// outputsArtifact is the supervisor's hook: a lease's outputs become an
-// artifact owned by its renter, announced so the renter can fetch it; a
-// sealed job's are sealed with its lease key.
-func (d *Daemon) outputsArtifact(dir, renter string, keys *wire.LeaseKeys) (string, error) {
-	id, _, err := d.addFor(dir, renter, keys)
-	if err != nil {
-		return "", err
-	}
-	d.disc.Readvertise()
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		d.announceArtifacts(id)
-	}()
-	return id, nil
-}
-
-// removeHeld is the supervisor's hook: it removes an artifact we hold
-// for a renter (a sealed no-persist lease's outputs); one already gone
-// is no error.
-func (d *Daemon) removeHeld(id string) error {
-	if err := d.artifacts.Store().Remove(id); err != nil && !errors.Is(err, artifact.ErrNotFound) {
-		return err
-	}
-	d.disc.Readvertise()
-	return nil
-}
-
 // artifactViews are the store's artifacts with the job each belongs to,
 // as this node's renter records say: a checkpoint kept for one of its
 // jobs, or a job's outputs.
@@ -601,121 +472,4 @@ func (d *Daemon) artifactViews(list []api.ArtifactInfo) []api.ArtifactView {
 		out[i].ArtifactInfo = in
 	}
 	return out
-}
-
-// checkpointArtifact is the supervisor's hook: a snapshot of a job's
-// checkpoint dir becomes an artifact owned by its renter. It is not
-// announced: the renter fetches it from us at once, then we drop it.
-func (d *Daemon) checkpointArtifact(dir, renter string, keys *wire.LeaseKeys) (string, int64, func(), error) {
-	st := d.artifacts.Store()
-	id, _, err := d.addFor(dir, renter, keys)
-	if err != nil {
-		return "", 0, nil, err
-	}
-	in, err := st.Info(id)
-	if err != nil {
-		return "", 0, nil, err
-	}
-	drop := func() {
-		if err := st.Remove(id); err != nil && !errors.Is(err, artifact.ErrNotFound) {
-			d.log.Debug("drop checkpoint artifact", "id", id, "err", err)
-		}
-	}
-	return id, in.Size, drop, nil
-}
-
-// fetchCheckpoint is the tracker's hook: the renter fetches a checkpoint
-// from the provider that took it (it owns the artifact, so the provider
-// serves it) and keeps it; one larger than max is abandoned. The fetch is
-// for that provider (artifact.For): our store's copy of the id counts only
-// if the provider may read it, so a provider cannot name an artifact of
-// ours it never held as its checkpoint and have it kept and restored.
-func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, leaseID string, sealed bool, max int64) (int64, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	_, infoErr := d.artifacts.Store().Info(id)
-	fresh := infoErr != nil
-	var tooBig atomic.Bool
-	res, err := d.artifacts.Fetch(ctx, id, transfer.FetchOptions{Origin: &peer.AddrInfo{ID: from}, NoDiscovery: true, For: artifact.For(from),
-		Progress: func(_, total int64) {
-			if total > max {
-				tooBig.Store(true)
-				cancel()
-			}
-		}})
-	if err == nil && res.Size > max {
-		tooBig.Store(true)
-	}
-	if tooBig.Load() {
-		if fresh { // never drop what we held before
-			_ = d.artifacts.Store().Remove(id)
-		}
-		return 0, fmt.Errorf("checkpoint artifact %s is over the cap of %d bytes", id, max)
-	}
-	if err == nil {
-		// A sealed one is kept with its content key, once it opens; a
-		// sealed job's checkpoint must be one (its provider never holds
-		// the job's plaintext on disk, and the renter takes none back).
-		err = d.adoptSealed(id, leaseID, sealed)
-	}
-	if err != nil && fresh {
-		_ = d.artifacts.Store().Remove(id)
-	}
-	return res.Size, err
-}
-
-// restoreCheckpoint is the supervisor's hook: a checkpoint the job
-// restores comes from its owner (the renter's daemon) or any other
-// holder, every chunk checked against its hash, and is written to dir.
-// Our store's copy serves only if the job's owner may read it.
-func (d *Daemon) restoreCheckpoint(ctx context.Context, job auction.Job, id, dir string, keys *wire.LeaseKeys) (func(), error) {
-	owner, err := peer.Decode(job.Owner)
-	if err != nil {
-		return nil, fmt.Errorf("job %s: owner %q is not a peer id", job.ID, job.Owner)
-	}
-	_, arts, err := sealKeys(keys)
-	if err != nil {
-		return nil, err
-	}
-	if !artifact.ValidID(id) {
-		return nil, fmt.Errorf("not an artifact id: %q", id)
-	}
-	forget := d.fetchedFor(job, id)
-	unpin, err := d.artifacts.FetchForJob(ctx, id, owner, nil)
-	if err != nil {
-		forget()
-		return nil, err
-	}
-	release := func() {
-		_ = os.RemoveAll(dir)
-		unpin()
-		forget()
-	}
-	_ = os.RemoveAll(dir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		release()
-		return nil, err
-	}
-	if err := d.artifacts.Store().ExportFor(id, dir, artifact.For(owner), arts); err != nil {
-		release()
-		return nil, err
-	}
-	return release, nil
-}
-
-// addFor stores dir as an artifact owned by renter: sealed with the
-// lease key when the renter gave one (a sealed job), else plain.
-func (d *Daemon) addFor(dir, renter string, keys *wire.LeaseKeys) (string, bool, error) {
-	st := d.artifacts.Store()
-	meta := artifact.Meta{Private: true, Owner: renter}
-	if keys == nil {
-		id, err := st.Add(dir, meta)
-		return id, false, err
-	}
-	lk, _, err := sealKeys(keys)
-	if err != nil {
-		return "", false, err
-	}
-	id, _, err := st.AddSealed(dir, lk, meta)
-	return id, true, err
 }

@@ -295,7 +295,7 @@ func TestImageArtifactLoadedOnFirstUse(t *testing.T) {
 		Run: auction.RunSpec{Image: ref, ImageArtifact: in.ID, Command: []string{"/jobhelper", "echo", "from", "artifact"}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	release, image, err := prov.prepareInputs(ctx, job, filepath.Join(t.TempDir(), "inputs"), nil)
+	release, image, err := prov.jobArts.Inputs(ctx, job, filepath.Join(t.TempDir(), "inputs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -780,7 +780,7 @@ func TestImageArtifactCannotRetagAnotherImage(t *testing.T) {
 	prepare := func(image, art string) (string, error) {
 		job := auction.Job{ID: "retag-job", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs(),
 			Run: auction.RunSpec{Image: image, ImageArtifact: art, Command: []string{"/who"}}}
-		release, id, err := prov.prepareInputs(ctx, job, filepath.Join(t.TempDir(), "inputs"), nil)
+		release, id, err := prov.jobArts.Inputs(ctx, job, filepath.Join(t.TempDir(), "inputs"), nil)
 		if err == nil {
 			release()
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/artifact/jobs"
 	"github.com/gpumesh/gpumesh/node/artifact/transfer"
 	"github.com/gpumesh/gpumesh/node/discovery"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -115,8 +116,8 @@ type Daemon struct {
 	// it is set.
 	marketRef atomic.Pointer[market]
 	artifacts *transfer.Service
-	// inputPins pins the artifacts of this renter's live jobs.
-	inputPins *inputPins
+	// jobArts are the artifacts jobs read and leave.
+	jobArts *jobs.Artifacts
 
 	api     *http.Server
 	apiLn   net.Listener
@@ -150,7 +151,6 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	d := &Daemon{opts: opts, cfg: opts.Config, paths: Paths{opts.DataDir}, log: opts.Log, now: opts.Now, started: opts.Now()}
-	d.inputPins = &inputPins{d: d, byJob: map[string]func(){}}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {

@@ -87,16 +87,16 @@ func newMarket(d *Daemon) (*market, error) {
 		AdvertisedFingerprint: d.disc.Fingerprint, Holdings: d.advertisedArtifacts, ExpectedBidders: d.disc.ExpectedBidders,
 		RTT: d.providerRTT, MeasureRTT: d.measureRTT,
 		ProviderGPUs: d.disc.GPUs,
-		OnSave:       d.inputPins.update,
+		OnSave:       d.jobArts.PinLive,
 		Now:          d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.Observer(),
-		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin, FetchLog: d.fetchLog,
+		FetchCheckpoint: d.jobArts.FetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin, FetchLog: d.fetchLog,
 		FetchOutputs: d.fetchOutputs, KeptDir: d.paths.Kept(),
 		CheckpointBytesPerHour: int64(d.cfg.CheckpointQuotaGBPerHour * (1 << 30)),
 	}); err != nil {
 		return nil, err
 	}
 	for _, v := range m.tracker.List() {
-		d.inputPins.update(v) // live jobs restored after a restart
+		d.jobArts.PinLive(v) // live jobs restored after a restart
 	}
 	if err := m.newServices(); err != nil {
 		return nil, err
@@ -205,8 +205,8 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		Rebook:            func(l auction.Lease, job auction.Job) error { return m.provider.Rebook(l, job) },
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
-		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact, RemoveArtifact: d.removeHeld, Observe: m.metrics.Observer(),
-		CheckpointArtifact: d.checkpointArtifact, Restore: d.restoreCheckpoint,
+		Inputs: d.jobArts.Inputs, OutputsArtifact: d.jobArts.Outputs, RemoveArtifact: d.jobArts.Remove, Observe: m.metrics.Observer(),
+		CheckpointArtifact: d.jobArts.Checkpoint, Restore: d.jobArts.Restore,
 		Network: m.gangs.Hook(gangnet.LeaseRoster),
 	}); err != nil {
 		return err

@@ -166,7 +166,7 @@ func (m *market) apiOutputs(w http.ResponseWriter, r *http.Request) {
 // (lease.TrackerConfig.FetchOutputs). The stream ends by ctx's deadline.
 func (d *Daemon) fetchOutputs(ctx context.Context, prov peer.ID, leaseID, sealed string) ([]auction.OutputFile, io.ReadCloser, error) {
 	if sealed != "" {
-		return d.openSealedOutputs(ctx, prov, leaseID, sealed)
+		return d.jobArts.OpenSealedOutputs(ctx, prov, leaseID, sealed)
 	}
 	return leasestream.FetchOutputs(ctx, d.net.Host, prov, leaseID)
 }
