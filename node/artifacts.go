@@ -18,6 +18,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/artifact/jobs"
 	"github.com/gpumesh/gpumesh/node/artifact/transfer"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -29,7 +30,7 @@ import (
 func (d *Daemon) startArtifacts() error {
 	budget := d.cfg.ArtifactBudgetGB
 	if budget == 0 {
-		budget = DefaultArtifactBudgetGB
+		budget = config.DefaultArtifactBudgetGB
 	}
 	st, err := artifact.Open(d.paths.Artifacts(), int64(budget*(1<<30)))
 	if err != nil {
@@ -44,7 +45,7 @@ func (d *Daemon) startArtifacts() error {
 		// A provider advertises a fresh capability record (its Artifacts)
 		// at once when the store completes an artifact, so renters that
 		// check bids' missing-bytes claims against it see what it holds.
-		OnHeld: d.disc.Readvertise, WarmMax: d.cfg.warmMax(), Context: d.ctx,
+		OnHeld: d.disc.Readvertise, WarmMax: d.cfg.WarmMax(), Context: d.ctx,
 	})
 	d.jobArts = jobs.New(jobs.Config{Transfer: d.artifacts, LoadImage: d.loadImageArtifact,
 		Changed: d.disc.Readvertise, Announce: d.announceLater, Log: d.log})

@@ -9,48 +9,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/config"
 )
-
-// TestTightenDataDir: an existing data dir left open to other users (job
-// uids) is made private at start, with its config file and daemon log.
-func TestTightenDataDir(t *testing.T) {
-	p := Paths{Dir: filepath.Join(t.TempDir(), "data")}
-	if err := os.MkdirAll(p.Dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(p.Dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{p.Config(), p.DaemonLog()} {
-		if err := os.WriteFile(f, []byte("x: 1\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(f, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Tighten(); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]os.FileMode{p.Dir: 0o700, p.Config(): 0o600, p.DaemonLog(): 0o600}
-	for f, mode := range want {
-		fi, err := os.Stat(f)
-		if err != nil || fi.Mode().Perm() != mode {
-			t.Errorf("%s: mode %v (%v), want %v", f, fi.Mode().Perm(), err, mode)
-		}
-	}
-	// A fresh data dir is created private.
-	fresh := Paths{Dir: filepath.Join(t.TempDir(), "fresh")}
-	if err := fresh.Tighten(); err != nil {
-		t.Fatal(err)
-	}
-	if fi, err := os.Stat(fresh.Dir); err != nil || fi.Mode().Perm() != 0o700 {
-		t.Fatalf("fresh data dir mode %v (%v)", fi.Mode().Perm(), err)
-	}
-}
 
 // TestPlantedWorkRoot: another user's directory at the provider's default
 // work root does not stop it: it falls back to a fresh root of its own,
@@ -60,7 +22,7 @@ func TestPlantedWorkRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to plant a directory owned by another uid")
 	}
-	paths := Paths{Dir: t.TempDir()}
+	paths := config.Paths{Dir: t.TempDir()}
 	abs, _ := filepath.Abs(paths.Dir)
 	sum := sha256.Sum256([]byte(abs))
 	planted := filepath.Join(os.TempDir(), "gpumesh-"+hex.EncodeToString(sum[:6]))
@@ -100,13 +62,13 @@ func TestPlantedWorkRoot(t *testing.T) {
 // TestJobNetworkPolicy: jobs get no network unless the provider's config
 // allows it, for both backends.
 func TestJobNetworkPolicy(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	po, do := executorOptions(cfg.Provider, "/w", nil)
 	if po.AllowNetwork || do.Network != "" || do.Root != "/w" {
 		t.Fatalf("default: process network %v, docker network %q", po.AllowNetwork, do.Network)
 	}
 	p := writeTestConfig(t, "provider:\n  allow_job_network: true\n")
-	cfg, err := LoadConfig(p, true)
+	cfg, err := config.LoadConfig(p, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,30 +81,15 @@ func TestJobNetworkPolicy(t *testing.T) {
 // TestBidHoldsOptIn: bids hold GPUs only when the provider's config says
 // so (provider.bid_holds), with the auction's default hold grace.
 func TestBidHoldsOptIn(t *testing.T) {
-	if g := bidHoldGrace(DefaultConfig().Provider.BidHolds); g != 0 {
+	if g := bidHoldGrace(config.DefaultConfig().Provider.BidHolds); g != 0 {
 		t.Fatalf("default hold grace %v, want none", g)
 	}
-	cfg, err := LoadConfig(writeTestConfig(t, "provider:\n  bid_holds: true\n"), true)
+	cfg, err := config.LoadConfig(writeTestConfig(t, "provider:\n  bid_holds: true\n"), true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if g := bidHoldGrace(cfg.Provider.BidHolds); g != auction.DefaultHoldGrace {
 		t.Fatalf("bid_holds: true gives hold grace %v, want %v", g, auction.DefaultHoldGrace)
-	}
-}
-
-// TestEmptyConfig: an empty or comments-only config file is an error that
-// names it.
-func TestEmptyConfig(t *testing.T) {
-	for name, body := range map[string]string{"empty": "", "comments": "# listen: []\n\n#provider:\n", "blank": "\n  \n"} {
-		t.Run(name, func(t *testing.T) {
-			p := writeTestConfig(t, body)
-			for _, must := range []bool{true, false} {
-				if _, err := LoadConfig(p, must); err == nil || !strings.Contains(err.Error(), p+" is empty") {
-					t.Fatalf("LoadConfig(must=%v) = %v", must, err)
-				}
-			}
-		})
 	}
 }
 
@@ -155,35 +102,10 @@ func writeTestConfig(t *testing.T, body string) string {
 	return p
 }
 
-// TestConfigUnknownKeys: an unknown key is named with its place in the
-// file, its line and the key probably meant.
-func TestConfigUnknownKeys(t *testing.T) {
-	cases := []struct{ body, want string }{
-		{"lisen: []\n", "unknown config key 'lisen' (line 1); did you mean 'listen'?"},
-		{"region: eu\nLog_Level: info\n", "unknown config key 'Log_Level' (line 2); did you mean 'log_level'?"},
-		{"provider:\n  enabled: true\n  pricefloor: 1\n", "unknown config key 'provider.pricefloor' (line 3); did you mean 'provider.policy.price_floor'?"},
-		{"provider:\n  policy:\n    price_flor: 2\n", "unknown config key 'provider.policy.price_flor' (line 3); did you mean 'provider.policy.price_floor'?"},
-		{"provider:\n  policy:\n    peak_windows: [{dayz: [mon]}]\n", "unknown config key 'dayz' (line 3); did you mean 'days'?"},
-		{"price_floor: 1\n", "unknown config key 'price_floor' (line 1); did you mean 'provider.policy.price_floor'?"},
-		{"frobnicate: 1\n", "unknown config key 'frobnicate' (line 1)"},
-		{"lisen: []\nregoin: eu\n", "unknown config key 'lisen' (line 1); did you mean 'listen'?; unknown config key 'regoin' (line 2); did you mean 'region'?"},
-	}
-	for _, c := range cases {
-		p := filepath.Join(t.TempDir(), "config.yaml")
-		if err := os.WriteFile(p, []byte(c.body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		_, err := LoadConfig(p, true)
-		if err == nil || err.Error() != "config "+p+": "+c.want {
-			t.Errorf("%q: %v\nwant config %s: %s", c.body, err, p, c.want)
-		}
-	}
-}
-
 // TestJobUIDBase: provider.job_uid_base reaches both executors, and an
 // out-of-range base is refused with a clear error.
 func TestJobUIDBase(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Provider.JobUIDBase = 230000
 	po, do := executorOptions(cfg.Provider, t.TempDir(), nil)
 	if po.UIDBase != 230000 || do.UIDBase != 230000 {
@@ -193,32 +115,6 @@ func TestJobUIDBase(t *testing.T) {
 		cfg.Provider.JobUIDBase = bad
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "job_uid_base") {
 			t.Errorf("job_uid_base %d: %v, want an error naming it", bad, err)
-		}
-	}
-}
-
-// TestJobFilesRetainAndNoPersistConfig: provider.job_files_max_retain and
-// the policy's no_persist are read from a config file, and values outside
-// their ranges are refused naming the key.
-func TestJobFilesRetainAndNoPersistConfig(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "config.yaml")
-	load := func(text string) (Config, error) {
-		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return LoadConfig(p, true)
-	}
-	cfg, err := load("provider:\n  enabled: true\n  job_files_max_retain: 2h\n  policy: {price_floor: 1, no_persist: require}\n")
-	if err != nil || cfg.Provider.JobFilesMaxRetain != 2*time.Hour || cfg.Provider.Policy.NoPersist != auction.NoPersistRequire {
-		t.Fatalf("config: %+v, %v", cfg.Provider, err)
-	}
-	for text, want := range map[string]string{
-		"provider:\n  job_files_max_retain: 1s\n":                                   "provider.job_files_max_retain must be in [1m0s, 8760h0m0s]",
-		"provider:\n  job_files_max_retain: -1h\n":                                  "provider.job_files_max_retain",
-		"provider:\n  enabled: true\n  policy: {price_floor: 1, no_persist: yes}\n": `no_persist must be offer, require or empty`,
-	} {
-		if _, err := load(text); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: %v, want an error with %q", text, err, want)
 		}
 	}
 }

@@ -1,3 +1,7 @@
+// Package node wires a gpumesh daemon together: configuration, the data
+// directory, the libp2p node, capability advertisement, the auction roles,
+// job execution, attestation and the ledger, and the local control API that
+// the CLI talks to over a unix socket.
 package node
 
 import (
@@ -19,6 +23,7 @@ import (
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/artifact/jobs"
 	"github.com/gpumesh/gpumesh/node/artifact/transfer"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/node/discovery"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
@@ -36,7 +41,7 @@ type Options struct {
 	// DataDir holds the key, the DB, the socket and job dirs.
 	DataDir string
 	// Config is the parsed configuration.
-	Config Config
+	Config config.Config
 	// Log is the daemon's logger; nil discards.
 	Log *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -87,8 +92,8 @@ var ErrAlreadyRunning = errors.New("another gpumesh daemon is already running on
 // Daemon is a running gpumesh node.
 type Daemon struct {
 	opts   Options
-	cfg    Config
-	paths  Paths
+	cfg    config.Config
+	paths  config.Paths
 	log    *slog.Logger
 	now    func() time.Time
 	signer *sign.Signer
@@ -150,7 +155,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	d := &Daemon{opts: opts, cfg: opts.Config, paths: Paths{opts.DataDir}, log: opts.Log, now: opts.Now, started: opts.Now()}
+	d := &Daemon{opts: opts, cfg: opts.Config, paths: config.Paths{Dir: opts.DataDir}, log: opts.Log, now: opts.Now, started: opts.Now()}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -212,7 +217,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		MDNS:            d.cfg.MDNS,
 		Reachability:    d.cfg.Reachability,
 		Relays:          d.cfg.Relays,
-		RelayService:    d.cfg.relayService(),
+		RelayService:    d.cfg.RelayServiceLimits(),
 		Protocols:       protocolLimits(),
 		Log:             d.log,
 	})

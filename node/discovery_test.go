@@ -12,6 +12,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -99,7 +100,7 @@ func TestRestartKeepsIdentityAndDB(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	fi, err := os.Stat(Paths{dir}.Key())
+	fi, err := os.Stat(config.Paths{Dir: dir}.Key())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestSecondDaemonSameDataDir(t *testing.T) {
 func TestRedialsBootstrapWhenAlone(t *testing.T) {
 	root := t.TempDir()
 	bootDir := root + "/boot"
-	key, err := p2p.LoadOrCreateKey(Paths{bootDir}.Key())
+	key, err := p2p.LoadOrCreateKey(config.Paths{Dir: bootDir}.Key())
 	if err != nil {
 		t.Fatal(err)
 	}

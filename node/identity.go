@@ -10,6 +10,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/ledger/record"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/p2p"
 )
 
@@ -30,7 +31,7 @@ import (
 // there, and RotateIdentity run again finishes the rotation the ledger
 // recorded, or drops a key the ledger never took and rotates afresh.
 func RotateIdentity(dataDir string, now time.Time) (sign.Succession, error) {
-	paths := Paths{dataDir}
+	paths := config.Paths{Dir: dataDir}
 	if socketAlive(paths.Socket()) {
 		return sign.Succession{}, fmt.Errorf("%w (%s): stop it first, then rotate", ErrAlreadyRunning, dataDir)
 	}
@@ -118,7 +119,7 @@ func loadSigner(path string) (*sign.Signer, error) {
 
 // installKey finishes a rotation the ledger recorded: the old key (if
 // still in place) to its retired name, the new one into place.
-func installKey(paths Paths, rec sign.Succession) error {
+func installKey(paths config.Paths, rec sign.Succession) error {
 	cur, err := loadSigner(paths.Key())
 	switch {
 	case err == nil && cur.ID().String() == rec.Old:
@@ -139,7 +140,7 @@ func installKey(paths Paths, rec sign.Succession) error {
 // unfinishedRotation refuses to start a data dir whose rotation stopped
 // half-way: before the key is even loaded, so that none is made in its
 // place.
-func unfinishedRotation(paths Paths) error {
+func unfinishedRotation(paths config.Paths) error {
 	if _, err := os.Stat(paths.KeyNext()); err == nil {
 		return fmt.Errorf("an identity rotation did not finish (%s is there): run `gpumesh identity rotate` again to finish it", paths.KeyNext())
 	}
@@ -148,7 +149,7 @@ func unfinishedRotation(paths Paths) error {
 
 // checkOwner refuses to run under a key that is not its ledger's owner: a
 // key file from before a rotation.
-func checkOwner(paths Paths, self *sign.Signer, db *ledger.DB) error {
+func checkOwner(paths config.Paths, self *sign.Signer, db *ledger.DB) error {
 	owner, _, err := db.Owner()
 	if err != nil || owner == "" {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/node/gangnet"
 	"github.com/gpumesh/gpumesh/node/gpuverify"
 	"github.com/gpumesh/gpumesh/node/history"
@@ -268,7 +269,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 // executorOptions are the executors' options from the provider's config:
 // jobs get no network (an isolated network namespace, or Docker's "none")
 // unless the provider allows it.
-func executorOptions(p ProviderConfig, work string, log *slog.Logger) (runtime.ProcessOptions, runtime.DockerOptions) {
+func executorOptions(p config.ProviderConfig, work string, log *slog.Logger) (runtime.ProcessOptions, runtime.DockerOptions) {
 	po := runtime.ProcessOptions{Log: log, AllowNetwork: p.AllowJobNetwork, UIDBase: p.JobUIDBase}
 	do := runtime.DockerOptions{Root: work, Log: log, UIDBase: p.JobUIDBase}
 	if p.AllowJobNetwork {
@@ -426,7 +427,7 @@ var errNoProvider = errors.New("this node is not a provider (set provider.enable
 // stop the provider: it falls back to a fresh, unpredictable root under the
 // temp dir, recorded in the data dir (Paths.WorkRootRecord) so that restarts
 // reuse it, and logs where.
-func prepareWorkRoot(configured string, paths Paths, log *slog.Logger) (string, error) {
+func prepareWorkRoot(configured string, paths config.Paths, log *slog.Logger) (string, error) {
 	if configured != "" {
 		if err := ownWorkRoot(configured, true); err != nil {
 			return "", err

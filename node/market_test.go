@@ -17,6 +17,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -69,13 +70,13 @@ func leased(v api.JobView) bool {
 	return (v.State == auction.JobLeased || v.State == auction.JobFinished) && v.Lease != nil
 }
 
-func fastConfig(cfg Config) Config {
+func fastConfig(cfg config.Config) config.Config {
 	cfg.Provider.HeartbeatInterval = 300 * time.Millisecond
 	cfg.Provider.PreemptGrace = 2 * time.Second
 	return cfg
 }
 
-func withPolicy(cfg Config, f func(*auction.Policy)) Config {
+func withPolicy(cfg config.Config, f func(*auction.Policy)) config.Config {
 	f(&cfg.Provider.Policy)
 	return cfg
 }

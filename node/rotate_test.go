@@ -18,6 +18,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/testnet/adversary"
@@ -107,8 +108,8 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 	if rec.Old != oldID.String() || rec.New == rec.Old {
 		t.Fatalf("succession %+v of %s", rec, oldID)
 	}
-	retired := Paths{provDir}.KeyRetired(rec.Issued)
-	for _, f := range []string{retired, Paths{provDir}.Key()} {
+	retired := config.Paths{Dir: provDir}.KeyRetired(rec.Issued)
+	for _, f := range []string{retired, config.Paths{Dir: provDir}.Key()} {
 		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("%s: %v %v, want a 0600 key file", f, fi, err)
 		}
@@ -254,7 +255,7 @@ func TestRotateIdentityRefusesRunningAndMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	paths := Paths{dir}
+	paths := config.Paths{Dir: dir}
 	// The retired key put back in place: not the ledger's owner.
 	cur, _ := os.ReadFile(paths.Key())
 	retired, _ := os.ReadFile(paths.KeyRetired(rec.Issued))

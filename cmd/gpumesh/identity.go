@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/urfave/cli/v2"
 )
 
@@ -41,7 +42,7 @@ func identityRotateAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	r := rotation{Old: rec.Old, New: rec.New, Issued: rec.Issued, OldKey: node.Paths{Dir: dir}.KeyRetired(rec.Issued)}
+	r := rotation{Old: rec.Old, New: rec.New, Issued: rec.Issued, OldKey: config.Paths{Dir: dir}.KeyRetired(rec.Issued)}
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, r)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -46,13 +47,13 @@ type daemon struct {
 // addr is the daemon's first multiaddr with its /p2p/ id.
 func (d *daemon) addr() string { return d.Addrs()[0] }
 
-func renterConfig() node.Config {
-	cfg := node.DefaultConfig()
+func renterConfig() config.Config {
+	cfg := config.DefaultConfig()
 	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	return cfg
 }
 
-func providerConfig(floor float64) node.Config {
+func providerConfig(floor float64) config.Config {
 	cfg := renterConfig()
 	cfg.Region = "eu-west"
 	cfg.Provider.Enabled = true
@@ -65,7 +66,7 @@ func providerConfig(floor float64) node.Config {
 	return cfg
 }
 
-func start(t *testing.T, cfg node.Config, boot *daemon) *daemon {
+func start(t *testing.T, cfg config.Config, boot *daemon) *daemon {
 	t.Helper()
 	if boot != nil {
 		cfg.Bootstrap = []string{boot.addr()}

@@ -1,8 +1,7 @@
-// Package node wires a gpumesh daemon together: configuration, the data
-// directory, the libp2p node, capability advertisement, the auction roles,
-// job execution, attestation and the ledger, and the local control API that
-// the CLI talks to over a unix socket.
-package node
+// Package config is a gpumesh daemon's configuration file (YAML, read
+// over the defaults and validated, with a typo's nearest key named) and
+// the layout of its data directory.
+package config
 
 import (
 	"bytes"
@@ -77,9 +76,9 @@ type Config struct {
 // DefaultArtifactBudgetGB is the artifact store's default budget.
 const DefaultArtifactBudgetGB = 50
 
-// warmMax is the largest artifact a provider warms at a renter's request,
+// WarmMax is the largest artifact a provider warms at a renter's request,
 // in bytes; 0 refuses (renter-only nodes too).
-func (c Config) warmMax() int64 {
+func (c Config) WarmMax() int64 {
 	if !c.Provider.Enabled || c.Provider.WarmMaxGB < 0 {
 		return 0
 	}
@@ -161,8 +160,8 @@ type ProviderConfig struct {
 	BidHolds bool `yaml:"bid_holds"`
 }
 
-// relayService is the relay service's limits, nil when it is off.
-func (c Config) relayService() *p2p.RelayLimits {
+// RelayServiceLimits is the relay service's limits, nil when it is off.
+func (c Config) RelayServiceLimits() *p2p.RelayLimits {
 	if !c.RelayService {
 		return nil
 	}

@@ -1,0 +1,149 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/auction"
+)
+
+// TestTightenDataDir: an existing data dir left open to other users (job
+// uids) is made private at start, with its config file and daemon log.
+func TestTightenDataDir(t *testing.T) {
+	p := Paths{Dir: filepath.Join(t.TempDir(), "data")}
+	if err := os.MkdirAll(p.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{p.Config(), p.DaemonLog()} {
+		if err := os.WriteFile(f, []byte("x: 1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(f, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Tighten(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]os.FileMode{p.Dir: 0o700, p.Config(): 0o600, p.DaemonLog(): 0o600}
+	for f, mode := range want {
+		fi, err := os.Stat(f)
+		if err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v (%v), want %v", f, fi.Mode().Perm(), err, mode)
+		}
+	}
+	// A fresh data dir is created private.
+	fresh := Paths{Dir: filepath.Join(t.TempDir(), "fresh")}
+	if err := fresh.Tighten(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(fresh.Dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("fresh data dir mode %v (%v)", fi.Mode().Perm(), err)
+	}
+}
+
+// TestEmptyConfig: an empty or comments-only config file is an error that
+// names it.
+func TestEmptyConfig(t *testing.T) {
+	for name, body := range map[string]string{"empty": "", "comments": "# listen: []\n\n#provider:\n", "blank": "\n  \n"} {
+		t.Run(name, func(t *testing.T) {
+			p := writeTestConfig(t, body)
+			for _, must := range []bool{true, false} {
+				if _, err := LoadConfig(p, must); err == nil || !strings.Contains(err.Error(), p+" is empty") {
+					t.Fatalf("LoadConfig(must=%v) = %v", must, err)
+				}
+			}
+		})
+	}
+}
+
+func writeTestConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestConfigUnknownKeys: an unknown key is named with its place in the
+// file, its line and the key probably meant.
+func TestConfigUnknownKeys(t *testing.T) {
+	cases := []struct{ body, want string }{
+		{"lisen: []\n", "unknown config key 'lisen' (line 1); did you mean 'listen'?"},
+		{"region: eu\nLog_Level: info\n", "unknown config key 'Log_Level' (line 2); did you mean 'log_level'?"},
+		{"provider:\n  enabled: true\n  pricefloor: 1\n", "unknown config key 'provider.pricefloor' (line 3); did you mean 'provider.policy.price_floor'?"},
+		{"provider:\n  policy:\n    price_flor: 2\n", "unknown config key 'provider.policy.price_flor' (line 3); did you mean 'provider.policy.price_floor'?"},
+		{"provider:\n  policy:\n    peak_windows: [{dayz: [mon]}]\n", "unknown config key 'dayz' (line 3); did you mean 'days'?"},
+		{"price_floor: 1\n", "unknown config key 'price_floor' (line 1); did you mean 'provider.policy.price_floor'?"},
+		{"frobnicate: 1\n", "unknown config key 'frobnicate' (line 1)"},
+		{"lisen: []\nregoin: eu\n", "unknown config key 'lisen' (line 1); did you mean 'listen'?; unknown config key 'regoin' (line 2); did you mean 'region'?"},
+	}
+	for _, c := range cases {
+		p := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(p, []byte(c.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadConfig(p, true)
+		if err == nil || err.Error() != "config "+p+": "+c.want {
+			t.Errorf("%q: %v\nwant config %s: %s", c.body, err, p, c.want)
+		}
+	}
+}
+
+// TestMetricsAddrMustBeLoopback: metrics_addr is parsed, not matched by
+// prefix: only a loopback IP or exactly localhost, with a port, passes.
+func TestMetricsAddrMustBeLoopback(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:9464": true, "127.0.0.2:9464": true, "[::1]:9464": true, "localhost:9464": true,
+		"127.0.0.1.example.com:9464": false, "127.evil.example:9464": false, "localhost.example.com:9464": false,
+		"0.0.0.0:9999": false, ":9464": false, "[::]:9464": false, "10.0.0.1:9464": false, "[::ffff:10.0.0.1]:9464": false,
+		"127.0.0.1": false, "127.0.0.1:": false, "127.0.0.1:http": false, "127.0.0.1:99999": false, "127.0.0.1:0": false,
+		"localhost": false, "LOCALHOST.:9464": false,
+	} {
+		cfg := DefaultConfig()
+		cfg.MetricsAddr = addr
+		if err := cfg.Validate(); (err == nil) != ok {
+			t.Errorf("metrics_addr %q: Validate() = %v, want ok=%v", addr, err, ok)
+		} else if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Errorf("metrics_addr %q: a multi-line error %q", addr, err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.MetricsPprof = true
+	if err := cfg.Validate(); err == nil {
+		t.Error("metrics_pprof without metrics_addr was accepted")
+	}
+}
+
+// TestJobFilesRetainAndNoPersistConfig: provider.job_files_max_retain and
+// the policy's no_persist are read from a config file, and values outside
+// their ranges are refused naming the key.
+func TestJobFilesRetainAndNoPersistConfig(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	load := func(text string) (Config, error) {
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return LoadConfig(p, true)
+	}
+	cfg, err := load("provider:\n  enabled: true\n  job_files_max_retain: 2h\n  policy: {price_floor: 1, no_persist: require}\n")
+	if err != nil || cfg.Provider.JobFilesMaxRetain != 2*time.Hour || cfg.Provider.Policy.NoPersist != auction.NoPersistRequire {
+		t.Fatalf("config: %+v, %v", cfg.Provider, err)
+	}
+	for text, want := range map[string]string{
+		"provider:\n  job_files_max_retain: 1s\n":                                   "provider.job_files_max_retain must be in [1m0s, 8760h0m0s]",
+		"provider:\n  job_files_max_retain: -1h\n":                                  "provider.job_files_max_retain",
+		"provider:\n  enabled: true\n  policy: {price_floor: 1, no_persist: yes}\n": `no_persist must be offer, require or empty`,
+	} {
+		if _, err := load(text); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error with %q", text, err, want)
+		}
+	}
+}
