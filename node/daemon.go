@@ -25,6 +25,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/artifact/transfer"
 	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/node/discovery"
+	"github.com/gpumesh/gpumesh/node/identity"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -82,12 +83,9 @@ type Options struct {
 	// GPU verdicts again (default gpuverify.DefaultRepublish).
 	VerdictRepublish time.Duration
 	// SuccessionRepublish overrides how often a rotated node publishes its
-	// identity succession again (default DefaultSuccessionRepublish).
+	// identity succession again (default identity.DefaultRepublish).
 	SuccessionRepublish time.Duration
 }
-
-// ErrAlreadyRunning is returned when another daemon owns the data dir.
-var ErrAlreadyRunning = errors.New("another gpumesh daemon is already running on this data dir")
 
 // Daemon is a running gpumesh node.
 type Daemon struct {
@@ -165,10 +163,10 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err := d.paths.Tighten(); err != nil {
 		return nil, err
 	}
-	if socketAlive(d.paths.Socket()) {
-		return nil, fmt.Errorf("%w (%s)", ErrAlreadyRunning, d.paths.Dir)
+	if d.paths.Running() {
+		return nil, fmt.Errorf("%w (%s)", config.ErrAlreadyRunning, d.paths.Dir)
 	}
-	if err := unfinishedRotation(d.paths); err != nil {
+	if err := identity.Unfinished(d.paths); err != nil {
 		return nil, err
 	}
 	key, err := p2p.LoadOrCreateKey(d.paths.Key())
@@ -180,12 +178,12 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	d.db, err = ledger.Open(d.paths.DB(), ledger.WithLogger(d.log))
 	if errors.Is(err, ledger.ErrInUse) {
-		return nil, fmt.Errorf("%w (%s)", ErrAlreadyRunning, d.paths.Dir)
+		return nil, fmt.Errorf("%w (%s)", config.ErrAlreadyRunning, d.paths.Dir)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := checkOwner(d.paths, d.signer, d.db); err != nil {
+	if err := identity.CheckOwner(d.paths, d.signer, d.db); err != nil {
 		return nil, err
 	}
 	d.succ = sign.NewSuccessions()
@@ -364,15 +362,6 @@ func (d *Daemon) freeGPUs(now time.Time) int {
 
 // Advertised returns the last capability record this node put in the DHT.
 func (d *Daemon) Advertised() *auction.Capability { return d.disc.Advertised() }
-
-func socketAlive(path string) bool {
-	c, err := net.DialTimeout("unix", path, 500*time.Millisecond)
-	if err != nil {
-		return false
-	}
-	_ = c.Close()
-	return true
-}
 
 // protocolLimits are the stream and frame memory limits of the daemon's
 // own protocols (libp2p's resource manager enforces them): no peer, and

@@ -134,7 +134,7 @@ func TestSecondDaemonSameDataDir(t *testing.T) {
 	if err == nil {
 		t.Fatal("second daemon on the same data dir started")
 	}
-	if !errorsIs(err, ErrAlreadyRunning) {
+	if !errorsIs(err, config.ErrAlreadyRunning) {
 		t.Fatalf("err = %v, want ErrAlreadyRunning", err)
 	}
 	// First daemon still answers.

@@ -23,6 +23,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/gangnet"
 	"github.com/gpumesh/gpumesh/node/gpuverify"
 	"github.com/gpumesh/gpumesh/node/history"
+	"github.com/gpumesh/gpumesh/node/identity"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/leasestream"
 	"github.com/gpumesh/gpumesh/node/metrics"
@@ -54,6 +55,8 @@ type market struct {
 	metrics  *metrics.Metrics
 	scrubber runtime.Scrubber
 	verify   *gpuverify.Service
+	// successions spreads this node's identity successions.
+	successions *identity.Successions
 
 	// provHistory is the provider's earnings and occupancy a minute
 	// (sampleProvider; nil on a renter-only node).
@@ -73,7 +76,9 @@ func newMarket(d *Daemon) (*market, error) {
 	lt := p2p.Direct{N: d.net}
 	// This node's own successions first: the receipts replayed next that
 	// its old identities signed count for it.
-	own, err := m.learnOwnSuccessions()
+	m.successions = identity.NewSuccessions(m.ctx, identity.SuccessionsConfig{Net: d.net, Book: m.book, Ledger: d.db,
+		Republish: d.opts.SuccessionRepublish, Count: m.counters.Add, Now: d.now, Log: d.log})
+	own, err := m.successions.LearnOwn()
 	if err != nil {
 		return nil, err
 	}
@@ -125,12 +130,12 @@ func newMarket(d *Daemon) (*market, error) {
 	if err := n.Subscribe(m.ctx, wire.GPUVerdictTopic, m.verify.HandleVerdict); err != nil {
 		return nil, err
 	}
-	if err := n.Subscribe(m.ctx, wire.SuccessionTopic, m.handleSuccession); err != nil {
+	if err := n.Subscribe(m.ctx, wire.SuccessionTopic, m.successions.Handle); err != nil {
 		return nil, err
 	}
 	go m.verify.Republish()
 	if own != nil {
-		go m.publishSuccessionLoop(own)
+		go m.successions.Publish(own)
 	}
 	if err := m.svc.Restore(); err != nil {
 		return nil, err

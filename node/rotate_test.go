@@ -19,6 +19,7 @@ import (
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
+	"github.com/gpumesh/gpumesh/node/identity"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/testnet/adversary"
@@ -101,7 +102,7 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rec, err := RotateIdentity(provDir, time.Now())
+	rec, err := identity.Rotate(provDir, time.Now())
 	if err != nil {
 		t.Fatalf("rotate: %v", err)
 	}
@@ -242,16 +243,16 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 // while a rotation is unfinished, which a second rotate then finishes.
 func TestRotateIdentityRefusesRunningAndMismatch(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := RotateIdentity(dir, time.Now()); err == nil {
+	if _, err := identity.Rotate(dir, time.Now()); err == nil {
 		t.Fatal("rotated a data dir without a key")
 	}
 	n := startWith(t, dir, renterConfig(), nil, Options{})
-	if _, err := RotateIdentity(dir, time.Now()); !errors.Is(err, ErrAlreadyRunning) {
-		t.Fatalf("rotate under a running daemon: %v, want ErrAlreadyRunning", err)
+	if _, err := identity.Rotate(dir, time.Now()); !errors.Is(err, config.ErrAlreadyRunning) {
+		t.Fatalf("rotate under a running daemon: %v, want config.ErrAlreadyRunning", err)
 	}
 	old := n.ID()
 	n.Close()
-	rec, err := RotateIdentity(dir, time.Now())
+	rec, err := identity.Rotate(dir, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +280,7 @@ func TestRotateIdentityRefusesRunningAndMismatch(t *testing.T) {
 	if _, err := Start(context.Background(), Options{DataDir: dir, Config: renterConfig()}); err == nil || !bytes.Contains([]byte(err.Error()), []byte("did not finish")) {
 		t.Fatalf("start during an unfinished rotation: %v", err)
 	}
-	again, err := RotateIdentity(dir, time.Now())
+	again, err := identity.Rotate(dir, time.Now())
 	if err != nil || again != rec {
 		t.Fatalf("finishing the rotation: %+v, %v; want %+v", again, err, rec)
 	}

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/config"
+	"github.com/gpumesh/gpumesh/node/identity"
 	"github.com/urfave/cli/v2"
 )
 
@@ -38,7 +38,7 @@ func identityRotateAction(c *cli.Context) error {
 		return err
 	}
 	dir := c.String("data-dir")
-	rec, err := node.RotateIdentity(dir, time.Now())
+	rec, err := identity.Rotate(dir, time.Now())
 	if err != nil {
 		return err
 	}

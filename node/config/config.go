@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -297,6 +298,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// ErrAlreadyRunning is returned when another daemon owns the data dir.
+var ErrAlreadyRunning = errors.New("another gpumesh daemon is already running on this data dir")
+
+// Running says whether a daemon answers on the data dir's control socket.
+func (p Paths) Running() bool {
+	c, err := net.DialTimeout("unix", p.Socket(), 500*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
 // Paths of the files in a data directory.
 type Paths struct{ Dir string }
 
@@ -304,7 +318,7 @@ type Paths struct{ Dir string }
 func (p Paths) Key() string { return filepath.Join(p.Dir, "identity.key") }
 
 // KeyNext is the new identity key while a rotation is under way
-// (RotateIdentity): written before the ledger records the succession, put
+// (identity.Rotate): written before the ledger records the succession, put
 // in Key's place after.
 func (p Paths) KeyNext() string { return p.Key() + ".next" }
 
