@@ -14,6 +14,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -86,6 +87,15 @@ type RequestError struct {
 }
 
 func (e *RequestError) Error() string { return e.Msg }
+
+// HTTPStatus is the control API's answer to it (api.WriteError): 404 when
+// Missing, else 400.
+func (e *RequestError) HTTPStatus() int {
+	if e.Missing {
+		return http.StatusNotFound
+	}
+	return http.StatusBadRequest
+}
 
 func badRequest(format string, a ...any) error {
 	return &RequestError{Msg: fmt.Sprintf(format, a...)}
