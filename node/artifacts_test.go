@@ -375,11 +375,10 @@ func TestOutputsBecomeRenterArtifact(t *testing.T) {
 // list artifact id.
 func waitAdvertisesArtifact(t *testing.T, from *Daemon, prov peer.ID, id string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if !from.waitAdvertises(ctx, prov.String(), id) {
-		t.Fatalf("%s never saw %s advertise artifact %s", from.ID(), prov, id)
-	}
+	waitFor(t, 30*time.Second, "the provider advertising the artifact", func() bool {
+		held, ok := from.disc.Holdings(context.Background(), prov.String())
+		return ok && auction.Holds(held, from.ID().String(), id)
+	})
 }
 
 // TestWarmedProviderWinsAuction: the renter warms one of two equal-price

@@ -19,45 +19,45 @@ import (
 // owner's socket hands out: a service's gateway token (the key to the
 // service) always, and job logs unless the listener has a token.
 func (d *Daemon) viewRoutes(mux *http.ServeMux, onConsole, tokened bool) {
-	d.route(mux, "GET /v1/status", func(*http.Request) (any, error) { return d.Status(), nil })
-	d.route(mux, "GET /v1/peers", func(*http.Request) (any, error) { return d.Peers(), nil })
-	d.route(mux, "GET /v1/providers", d.handleProviders)
+	api.Handle(mux, "GET /v1/status", func(*http.Request) (any, error) { return d.Status(), nil })
+	api.Handle(mux, "GET /v1/peers", func(*http.Request) (any, error) { return d.Peers(), nil })
+	api.Handle(mux, "GET /v1/providers", d.handleProviders)
 	m := d.market
 	if m == nil {
 		return
 	}
 	t := m.tracker
-	d.route(mux, "GET /v1/jobs", func(*http.Request) (any, error) { return t.List(), nil })
-	d.route(mux, "GET /v1/jobs/{id}", func(r *http.Request) (any, error) { return t.View(r.PathValue("id")) })
-	d.route(mux, "GET /v1/jobs/{id}/bids", func(r *http.Request) (any, error) { return t.Bids(r.PathValue("id")) })
-	logs := m.apiLogs
+	api.Handle(mux, "GET /v1/jobs", func(*http.Request) (any, error) { return t.List(), nil })
+	api.Handle(mux, "GET /v1/jobs/{id}", func(r *http.Request) (any, error) { return t.View(r.PathValue("id")) })
+	api.Handle(mux, "GET /v1/jobs/{id}/bids", func(r *http.Request) (any, error) { return t.Bids(r.PathValue("id")) })
+	logs := m.relay().Logs
 	if onConsole && !tokened {
 		logs = func(w http.ResponseWriter, _ *http.Request) {
-			writeAPIError(w, &httpError{http.StatusForbidden,
-				"job logs are on the console only when its listener requires a token (metrics_token_file): any local user can read it"})
+			api.WriteError(w, &api.StatusError{Code: http.StatusForbidden,
+				Msg: "job logs are on the console only when its listener requires a token (metrics_token_file): any local user can read it"})
 		}
 	}
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", logs)
-	d.route(mux, "GET /v1/provider/stats", func(*http.Request) (any, error) { return m.providerStats() })
-	d.route(mux, "GET /v1/provider/history", func(*http.Request) (any, error) { return m.providerHistory() })
+	api.Handle(mux, "GET /v1/provider/stats", func(*http.Request) (any, error) { return m.providerStats() })
+	api.Handle(mux, "GET /v1/provider/history", func(*http.Request) (any, error) { return m.providerHistory() })
 	svc := func(v api.ServiceView) api.ServiceView {
 		if onConsole {
 			v.Token = ""
 		}
 		return v
 	}
-	d.route(mux, "GET /v1/services", func(*http.Request) (any, error) {
+	api.Handle(mux, "GET /v1/services", func(*http.Request) (any, error) {
 		vs := m.svc.List()
 		for i := range vs {
 			vs[i] = svc(vs[i])
 		}
 		return vs, nil
 	})
-	d.route(mux, "GET /v1/services/{id}", func(r *http.Request) (any, error) {
+	api.Handle(mux, "GET /v1/services/{id}", func(r *http.Request) (any, error) {
 		v, err := m.svc.View(r.PathValue("id"))
 		return svc(v), err
 	})
-	d.route(mux, "GET /v1/services/{id}/history", func(r *http.Request) (any, error) { return m.svc.History(r.PathValue("id")) })
+	api.Handle(mux, "GET /v1/services/{id}/history", func(r *http.Request) (any, error) { return m.svc.History(r.PathValue("id")) })
 }
 
 // serveMetrics exposes the metrics and the web console (and, with

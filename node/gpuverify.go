@@ -38,25 +38,25 @@ func (m *market) apiVerify(r *http.Request) (any, error) {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<16))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return nil, badRequest("verify request: %v", err)
+		return nil, api.BadRequest("verify request: %v", err)
 	}
 	id, err := peer.Decode(req.Peer)
 	if err != nil {
-		return nil, badRequest("not a peer id: %q", req.Peer)
+		return nil, api.BadRequest("not a peer id: %q", req.Peer)
 	}
 	if id == m.d.ID() {
-		return nil, badRequest("a node cannot verify itself")
+		return nil, api.BadRequest("a node cannot verify itself")
 	}
 	if req.N < 0 || req.K < 0 || (req.N == 0) != (req.K == 0) {
-		return nil, badRequest("give both n and k, or neither")
+		return nil, api.BadRequest("give both n and k, or neither")
 	}
 	ctx := r.Context()
 	c, err := m.d.disc.Lookup(ctx, id)
 	if err != nil {
-		return nil, notFound("no capability record for %s: %v", id, err)
+		return nil, api.NotFound("no capability record for %s: %v", id, err)
 	}
 	if len(c.GPUs) == 0 {
-		return nil, badRequest("%s offers no GPUs", id)
+		return nil, api.BadRequest("%s offers no GPUs", id)
 	}
 	m.d.net.AddAddrs(id, c.Addrs)
 	var out []api.VerifyResult
@@ -68,7 +68,7 @@ func (m *market) apiVerify(r *http.Request) (any, error) {
 		out = append(out, m.verify.Verify(ctx, id, dev, g.Model, g.VRAMGB, req.N, req.K))
 	}
 	if len(out) == 0 {
-		return nil, notFound("%s has no device %q", id, req.Device)
+		return nil, api.NotFound("%s has no device %q", id, req.Device)
 	}
 	return out, nil
 }

@@ -20,26 +20,26 @@ func ledgerFilter(r *http.Request) (record.Filter, error) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return f, badRequest("limit must be a non-negative integer, got %q", v)
+			return f, api.BadRequest("limit must be a non-negative integer, got %q", v)
 		}
 		f.Limit = n
 	}
 	if v := q.Get("since"); v != "" {
 		t, err := time.Parse(time.RFC3339, v)
 		if err != nil {
-			return f, badRequest("since must be RFC3339, got %q", v)
+			return f, api.BadRequest("since must be RFC3339, got %q", v)
 		}
 		f.Since = t
 	}
 	if f.Kind != "" && !record.KnownKind(f.Kind) {
-		return f, badRequest("unknown entry kind %q (%s)", f.Kind, record.KindNames())
+		return f, api.BadRequest("unknown entry kind %q (%s)", f.Kind, record.KindNames())
 	}
 	return f, nil
 }
 
 func (m *market) ledgerRoutes(mux *http.ServeMux) {
 	db := m.d.db
-	m.d.route(mux, "GET /v1/ledger", func(r *http.Request) (any, error) {
+	api.Handle(mux, "GET /v1/ledger", func(r *http.Request) (any, error) {
 		f, err := ledgerFilter(r)
 		if err != nil {
 			return nil, err
@@ -50,30 +50,30 @@ func (m *market) ledgerRoutes(mux *http.ServeMux) {
 		}
 		return es, err
 	})
-	m.d.route(mux, "GET /v1/ledger/verify", func(*http.Request) (any, error) {
+	api.Handle(mux, "GET /v1/ledger/verify", func(*http.Request) (any, error) {
 		rep, err := db.Verify()
 		var te *ledger.TamperError
 		if errors.As(err, &te) {
-			return nil, &httpError{http.StatusConflict, err.Error()}
+			return nil, &api.StatusError{Code: http.StatusConflict, Msg: err.Error()}
 		}
 		return rep, err
 	})
-	m.d.route(mux, "GET /v1/ledger/balances", func(*http.Request) (any, error) { return db.Balances() })
-	m.d.route(mux, "GET /v1/ledger/{seq}", func(r *http.Request) (any, error) {
+	api.Handle(mux, "GET /v1/ledger/balances", func(*http.Request) (any, error) { return db.Balances() })
+	api.Handle(mux, "GET /v1/ledger/{seq}", func(r *http.Request) (any, error) {
 		seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
 		if err != nil || seq == 0 {
-			return nil, badRequest("entry sequence number must be a positive integer, got %q", r.PathValue("seq"))
+			return nil, api.BadRequest("entry sequence number must be a positive integer, got %q", r.PathValue("seq"))
 		}
 		e, err := db.Get(seq)
 		if errors.Is(err, ledger.ErrNotFound) {
-			return nil, notFound("no ledger entry %d", seq)
+			return nil, api.NotFound("no ledger entry %d", seq)
 		}
 		return e, err
 	})
 	mux.HandleFunc("GET /v1/ledger/export", func(w http.ResponseWriter, r *http.Request) {
 		f, err := ledgerFilter(r)
 		if err != nil {
-			writeAPIError(w, err)
+			api.WriteError(w, err)
 			return
 		}
 		switch r.URL.Query().Get("format") {
@@ -84,7 +84,7 @@ func (m *market) ledgerRoutes(mux *http.ServeMux) {
 			w.Header().Set("Content-Type", "text/csv")
 			err = db.ExportCSV(w, f)
 		default:
-			writeAPIError(w, badRequest("format must be json or csv"))
+			api.WriteError(w, api.BadRequest("format must be json or csv"))
 			return
 		}
 		if err != nil {
@@ -97,7 +97,7 @@ func (m *market) ledgerRoutes(mux *http.ServeMux) {
 // leases, utilisation and reputation.
 func (m *market) providerStats() (api.ProviderStatsView, error) {
 	if m.provider == nil {
-		return api.ProviderStatsView{}, badRequest("%v", errNoProvider)
+		return api.ProviderStatsView{}, api.BadRequest("%v", errNoProvider)
 	}
 	v := api.ProviderStatsView{ProviderStats: m.provider.Stats(), Enabled: true, GPUs: len(m.d.inv.GPUs),
 		Reputation: m.book.Stats(m.d.ID().String())}
@@ -134,7 +134,7 @@ func (m *market) providerSample() (api.ProviderSample, error) {
 // day: the samples kept, then one of now (the stats it answers now).
 func (m *market) providerHistory() (api.ProviderHistoryView, error) {
 	if m.provider == nil {
-		return api.ProviderHistoryView{}, badRequest("%v", errNoProvider)
+		return api.ProviderHistoryView{}, api.BadRequest("%v", errNoProvider)
 	}
 	now, err := m.providerSample()
 	if err != nil {

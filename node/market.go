@@ -90,7 +90,7 @@ func newMarket(d *Daemon) (*market, error) {
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
-		AdvertisedFingerprint: d.disc.Fingerprint, Holdings: d.advertisedArtifacts, ExpectedBidders: d.disc.ExpectedBidders,
+		AdvertisedFingerprint: d.disc.Fingerprint, Holdings: d.disc.Holdings, ExpectedBidders: d.disc.ExpectedBidders,
 		RTT: d.providerRTT, MeasureRTT: d.measureRTT,
 		ProviderGPUs: d.disc.GPUs,
 		OnSave:       d.jobArts.PinLive,
@@ -313,12 +313,12 @@ func (m *market) apiPostJob(r *http.Request) (any, error) {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return nil, badRequest("job spec: %v", err)
+		return nil, api.BadRequest("job spec: %v", err)
 	}
 	job := req.Job
 	if req.Task != "" {
 		if !reflect.ValueOf(req.Job).IsZero() {
-			return nil, badRequest("give a job or a task, not both")
+			return nil, api.BadRequest("give a job or a task, not both")
 		}
 		var err error
 		if job, err = m.d.convertTask(req.Task, req.TaskName); err != nil {
@@ -326,7 +326,7 @@ func (m *market) apiPostJob(r *http.Request) (any, error) {
 		}
 	}
 	job.OwnerAddrs = m.d.Addrs()
-	if err := m.d.inputSizes(&job); err != nil {
+	if err := m.d.jobArts.InputSizes(&job); err != nil {
 		return nil, err
 	}
 	if req.Queue {
@@ -375,22 +375,22 @@ func (m *market) badFrame(role string) func() {
 // routes registers the market's endpoints that act or that the console
 // does not show; its read-only views are viewRoutes'.
 func (m *market) routes(mux *http.ServeMux) {
-	d := m.d
 	t := m.tracker
-	d.route(mux, "POST /v1/jobs", m.apiPostJob)
-	d.route(mux, "POST /v1/jobs/{id}/cancel", func(r *http.Request) (any, error) { return t.Cancel(r.PathValue("id")) })
-	mux.HandleFunc("GET /v1/jobs/{id}/outputs", m.apiOutputs)
-	mux.HandleFunc("POST /v1/jobs/{id}/exec", m.apiExec)
-	mux.HandleFunc("POST /v1/jobs/{id}/port-forward", m.apiPortForward)
-	d.route(mux, "GET /v1/reputation/{peer}", func(r *http.Request) (any, error) {
+	api.Handle(mux, "POST /v1/jobs", m.apiPostJob)
+	api.Handle(mux, "POST /v1/jobs/{id}/cancel", func(r *http.Request) (any, error) { return t.Cancel(r.PathValue("id")) })
+	relay := m.relay()
+	mux.HandleFunc("GET /v1/jobs/{id}/outputs", relay.Outputs)
+	mux.HandleFunc("POST /v1/jobs/{id}/exec", relay.Exec)
+	mux.HandleFunc("POST /v1/jobs/{id}/port-forward", relay.PortForward)
+	api.Handle(mux, "GET /v1/reputation/{peer}", func(r *http.Request) (any, error) {
 		p := r.PathValue("peer")
 		if _, err := peer.Decode(p); err != nil {
-			return nil, badRequest("not a peer id: %q", p)
+			return nil, api.BadRequest("not a peer id: %q", p)
 		}
 		return api.ReputationView{Peer: p, Rep: m.book.Stats(p), GPU: m.book.GPUStandings(p)}, nil
 	})
-	d.route(mux, "POST /v1/verify", m.apiVerify)
-	d.route(mux, "GET /v1/counters", func(*http.Request) (any, error) { return m.allCounters(), nil })
+	api.Handle(mux, "POST /v1/verify", m.apiVerify)
+	api.Handle(mux, "GET /v1/counters", func(*http.Request) (any, error) { return m.allCounters(), nil })
 	m.ledgerRoutes(mux)
 	m.serviceRoutes(mux)
 	m.drainRoutes(mux)

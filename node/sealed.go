@@ -44,7 +44,7 @@ func (m *market) handleLeaseKeys(_ context.Context, from peer.ID, data []byte) (
 // lease's final report named) and their bundle, read by the caller.
 func (d *Daemon) sealedOutputs(ctx context.Context, v api.JobView) ([]auction.OutputFile, io.ReadCloser, error) {
 	if v.Lease == nil || v.OutputsArtifact == "" {
-		return nil, nil, notFound("job %s has no sealed outputs (yet)", v.Job.ID)
+		return nil, nil, api.NotFound("job %s has no sealed outputs (yet)", v.Job.ID)
 	}
 	prov, err := peer.Decode(v.Lease.Provider)
 	if err != nil {

@@ -304,7 +304,7 @@ func TestPostRefusesUnsealedPrivateInput(t *testing.T) {
 	post := func(mut func(*auction.Job)) (auction.Job, error) {
 		j := shJob(auction.Silver, 2, "true")
 		mut(&j)
-		err := renter.inputSizes(&j)
+		err := renter.jobArts.InputSizes(&j)
 		return j, err
 	}
 	for _, c := range []struct {

@@ -362,6 +362,21 @@ func (d *Discovery) Lookup(ctx context.Context, id peer.ID) (auction.Capability,
 	return auction.Capability{}, err
 }
 
+// Holdings is the renter's holdings check (auction RenterConfig.Holdings):
+// the artifacts a provider's signed capability record advertises, looked
+// up afresh.
+func (d *Discovery) Holdings(ctx context.Context, provider string) ([]string, bool) {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return nil, false
+	}
+	c, err := d.Lookup(ctx, id)
+	if err != nil {
+		return nil, false
+	}
+	return c.Artifacts, true
+}
+
 // Forget drops the record of provider id this node keeps: until it is
 // looked up again, the node does not know it.
 func (d *Discovery) Forget(id peer.ID) { d.records.Delete(id) }

@@ -32,6 +32,19 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
+// Into a running job: `job exec` and `job port-forward`.
+//
+// Provider side: ProtoExec and ProtoPortForward streams, each authorised
+// for the lease's renter only (Supervisor.Authorize, as logs and outputs),
+// and only while the job runs; the command runs, and the port is reached,
+// with the job's identity and inside its sandbox (runtime.Execer,
+// runtime.Forwarder).
+//
+// Renter side: the control API upgrades an HTTP request on the unix
+// socket (api.ExecUpgrade, api.PortForwardUpgrade) to a raw connection
+// that the daemon relays to the provider's stream, once the provider
+// accepted it; a refusal is an ordinary JSON error answer.
+
 // HandshakeTimeout bounds the request/answer exchange of an exec or
 // port-forward stream.
 const HandshakeTimeout = 20 * time.Second

@@ -384,3 +384,40 @@ func (a *Artifacts) LeaseKeys(leaseID string, job auction.Job) (wire.LeaseKeys, 
 	}
 	return keys, nil
 }
+
+// InputSizes fills a renter's job's InputBytes from the store: the renter
+// is the origin of the job's inputs, so it must hold each of them. A job
+// reading a sealed artifact is sealed; an input the renter does not hold,
+// or cannot hand out safely, refuses the job (a bad request).
+func (a *Artifacts) InputSizes(job *auction.Job) error {
+	if len(job.Run.Artifacts()) == 0 {
+		return nil
+	}
+	job.InputBytes = map[string]int64{}
+	for _, id := range job.Run.Artifacts() {
+		if !artifact.ValidID(id) {
+			return api.BadRequest("not an artifact id (64 hex digits): %q", id)
+		}
+		in, err := a.cfg.Transfer.Store().Info(id)
+		if err != nil || !in.Complete {
+			return api.BadRequest("artifact %s is not held on this node; add it first (gpumesh artifact add)", id)
+		}
+		job.InputBytes[id] = in.Size
+		switch {
+		case id == job.Run.ImageArtifact:
+			// Its image is loaded by the provider's engine, which keeps
+			// it on its disk: an image artifact is never sealed.
+			if in.Sealed {
+				return api.BadRequest("artifact %s is sealed: an image artifact cannot be (its image is loaded by the provider's engine)", id)
+			}
+		case in.Sealed:
+			job.Sealed = true
+		case in.Private:
+			// Every private file or tree is sealed; a plain one (added
+			// before they were) would leave its bytes on the provider's
+			// disk.
+			return api.BadRequest("artifact %s is private but not sealed (added before private files were sealed, or the outputs or checkpoint of a job that read no private input): add the data again (gpumesh artifact add PATH), or with --public if anyone may read it", id)
+		}
+	}
+	return nil
+}
