@@ -1,63 +1,14 @@
 package node
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/config"
 )
-
-// TestPlantedWorkRoot: another user's directory at the provider's default
-// work root does not stop it: it falls back to a fresh root of its own,
-// records it in the data dir and reuses it after a restart; a configured
-// root planted by another user is still refused.
-func TestPlantedWorkRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to plant a directory owned by another uid")
-	}
-	paths := config.Paths{Dir: t.TempDir()}
-	abs, _ := filepath.Abs(paths.Dir)
-	sum := sha256.Sum256([]byte(abs))
-	planted := filepath.Join(os.TempDir(), "gpumesh-"+hex.EncodeToString(sum[:6]))
-	if err := os.Mkdir(planted, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(planted) })
-	if err := os.Chown(planted, 65534, 65534); err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	work, err := prepareWorkRoot("", paths, log)
-	if err != nil {
-		t.Fatalf("planted default root stops the provider: %v", err)
-	}
-	root := filepath.Dir(work)
-	t.Cleanup(func() { os.RemoveAll(root) })
-	fi, err := os.Lstat(root)
-	if err != nil || root == planted || strings.HasPrefix(work, planted+"/") || !strings.HasPrefix(root, os.TempDir()) {
-		t.Fatalf("fallback work root %s (%v)", root, err)
-	}
-	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Geteuid() || fi.Mode().Perm() != 0o711 {
-		t.Fatalf("fallback root owner %d mode %v", st.Uid, fi.Mode().Perm())
-	}
-	if b, err := os.ReadFile(paths.WorkRootRecord()); err != nil || strings.TrimSpace(string(b)) != root {
-		t.Fatalf("recorded root %q (%v), want %s", b, err, root)
-	}
-	again, err := prepareWorkRoot("", paths, log)
-	if err != nil || again != work {
-		t.Fatalf("after a restart: %s (%v), want %s", again, err, work)
-	}
-	if _, err := prepareWorkRoot(planted, paths, log); err == nil || !strings.Contains(err.Error(), "not a directory owned by this user") {
-		t.Fatalf("configured planted root: %v", err)
-	}
-}
 
 // TestJobNetworkPolicy: jobs get no network unless the provider's config
 // allows it, for both backends.

@@ -2,18 +2,12 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"reflect"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
@@ -157,7 +151,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 			d.inv.GPUs[i].Isolation = runtime.SliceIsolation(d.inv.GPUs[i])
 		}
 	}
-	work, err := prepareWorkRoot(d.cfg.Provider.WorkDir, d.paths, d.log)
+	work, err := d.paths.WorkRoot(d.cfg.Provider.WorkDir, d.log)
 	if err != nil {
 		return err
 	}
@@ -424,75 +418,6 @@ func (m *market) allCounters() map[string]int {
 }
 
 var errNoProvider = errors.New("this node is not a provider (set provider.enabled in its config)")
-
-// prepareWorkRoot returns the jobs' scratch root: the configured one, or a
-// directory under the system temp dir named after the data dir. Job uids
-// must be able to traverse to it (0711), and it must be ours: a directory
-// planted there by another user is refused. A planted default root does not
-// stop the provider: it falls back to a fresh, unpredictable root under the
-// temp dir, recorded in the data dir (Paths.WorkRootRecord) so that restarts
-// reuse it, and logs where.
-func prepareWorkRoot(configured string, paths config.Paths, log *slog.Logger) (string, error) {
-	if configured != "" {
-		if err := ownWorkRoot(configured, true); err != nil {
-			return "", err
-		}
-		return filepath.Join(configured, "work"), nil
-	}
-	// A fallback chosen by an earlier start.
-	if b, err := os.ReadFile(paths.WorkRootRecord()); err == nil {
-		root := strings.TrimSpace(string(b))
-		if filepath.IsAbs(root) && ownWorkRoot(root, false) == nil {
-			return filepath.Join(root, "work"), nil
-		}
-		log.Warn("recorded work root is unusable; choosing another", "root", root)
-	}
-	abs, err := filepath.Abs(paths.Dir)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256([]byte(abs))
-	root := filepath.Join(os.TempDir(), "gpumesh-"+hex.EncodeToString(sum[:6]))
-	err = ownWorkRoot(root, true)
-	if err == nil {
-		return filepath.Join(root, "work"), nil
-	}
-	fresh, ferr := os.MkdirTemp("", "gpumesh-work-")
-	if ferr != nil {
-		return "", fmt.Errorf("%v; and no fallback: %w", err, ferr)
-	}
-	if ferr = ownWorkRoot(fresh, false); ferr == nil {
-		ferr = os.WriteFile(paths.WorkRootRecord(), []byte(fresh+"\n"), 0o600)
-	}
-	if ferr != nil {
-		_ = os.RemoveAll(fresh)
-		return "", fmt.Errorf("%v; and no fallback: %w", err, ferr)
-	}
-	log.Warn("default work root refused; using a fresh one", "refused", root, "reason", err, "work_root", fresh)
-	return filepath.Join(fresh, "work"), nil
-}
-
-// ownWorkRoot makes sure root is a directory owned by this user, mode 0711
-// (creating it when create is set).
-func ownWorkRoot(root string, create bool) error {
-	if create {
-		if err := os.MkdirAll(root, 0o711); err != nil {
-			return fmt.Errorf("work dir: %w", err)
-		}
-	}
-	fi, err := os.Lstat(root)
-	if err != nil {
-		return fmt.Errorf("work dir: %w", err)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) {
-		return fmt.Errorf("work dir %s is not a directory owned by this user; refusing to run jobs there", root)
-	}
-	if err := os.Chmod(root, 0o711); err != nil {
-		return fmt.Errorf("work dir: %w", err)
-	}
-	return nil
-}
 
 // scrubLease clears the memory of the GPUs lease id was booked on
 // (runtime.Scrubber), logging and counting what it did, and returns what

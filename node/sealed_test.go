@@ -212,7 +212,7 @@ func testSealedNoPlaintext(t *testing.T, image string) {
 	if b, err := renter.market.handleLeaseKeys(context.Background(), prov.ID(), req); err != nil || !bytes.Contains(b, []byte(add.ID)) {
 		t.Fatalf("the lease's provider is refused its keys: %v", err)
 	}
-	work, err := prepareWorkRoot("", prov.paths, testLogger(t))
+	work, err := prov.paths.WorkRoot("", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

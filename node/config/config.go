@@ -5,13 +5,17 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
@@ -348,7 +352,7 @@ func (p Paths) Jobs() string { return filepath.Join(p.Dir, "jobs") }
 func (p Paths) Kept() string { return filepath.Join(p.Dir, "kept") }
 
 // WorkRootRecord records the jobs' scratch root chosen when the default
-// one was refused (see prepareWorkRoot).
+// one was refused (see WorkRoot).
 func (p Paths) WorkRootRecord() string { return filepath.Join(p.Dir, "work-root") }
 
 // DaemonLog is where the daemon's output is written when it runs in the
@@ -393,4 +397,73 @@ func DefaultDataDir() string {
 		return ".gpumesh"
 	}
 	return filepath.Join(home, ".gpumesh")
+}
+
+// WorkRoot returns the jobs' scratch root: the configured one, or a
+// directory under the system temp dir named after the data dir. Job uids
+// must be able to traverse to it (0711), and it must be ours: a directory
+// planted there by another user is refused. A planted default root does not
+// stop the provider: it falls back to a fresh, unpredictable root under the
+// temp dir, recorded in the data dir (WorkRootRecord) so that restarts
+// reuse it, and logs where.
+func (paths Paths) WorkRoot(configured string, log *slog.Logger) (string, error) {
+	if configured != "" {
+		if err := ownWorkRoot(configured, true); err != nil {
+			return "", err
+		}
+		return filepath.Join(configured, "work"), nil
+	}
+	// A fallback chosen by an earlier start.
+	if b, err := os.ReadFile(paths.WorkRootRecord()); err == nil {
+		root := strings.TrimSpace(string(b))
+		if filepath.IsAbs(root) && ownWorkRoot(root, false) == nil {
+			return filepath.Join(root, "work"), nil
+		}
+		log.Warn("recorded work root is unusable; choosing another", "root", root)
+	}
+	abs, err := filepath.Abs(paths.Dir)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(abs))
+	root := filepath.Join(os.TempDir(), "gpumesh-"+hex.EncodeToString(sum[:6]))
+	err = ownWorkRoot(root, true)
+	if err == nil {
+		return filepath.Join(root, "work"), nil
+	}
+	fresh, ferr := os.MkdirTemp("", "gpumesh-work-")
+	if ferr != nil {
+		return "", fmt.Errorf("%v; and no fallback: %w", err, ferr)
+	}
+	if ferr = ownWorkRoot(fresh, false); ferr == nil {
+		ferr = os.WriteFile(paths.WorkRootRecord(), []byte(fresh+"\n"), 0o600)
+	}
+	if ferr != nil {
+		_ = os.RemoveAll(fresh)
+		return "", fmt.Errorf("%v; and no fallback: %w", err, ferr)
+	}
+	log.Warn("default work root refused; using a fresh one", "refused", root, "reason", err, "work_root", fresh)
+	return filepath.Join(fresh, "work"), nil
+}
+
+// ownWorkRoot makes sure root is a directory owned by this user, mode 0711
+// (creating it when create is set).
+func ownWorkRoot(root string, create bool) error {
+	if create {
+		if err := os.MkdirAll(root, 0o711); err != nil {
+			return fmt.Errorf("work dir: %w", err)
+		}
+	}
+	fi, err := os.Lstat(root)
+	if err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) {
+		return fmt.Errorf("work dir %s is not a directory owned by this user; refusing to run jobs there", root)
+	}
+	if err := os.Chmod(root, 0o711); err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
+	return nil
 }
