@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"time"
@@ -40,7 +39,7 @@ func (d *Daemon) serveAPI() error {
 		if err := dec.Decode(&req); err != nil {
 			return nil, api.BadRequest("task: %v", err)
 		}
-		return d.convertTask(req.Task, req.TaskName)
+		return taskfile.ConvertRequest(req.Task, req.TaskName, d.now())
 	})
 	control.New(control.Config{Transfer: d.artifacts, Self: d.ID(), Find: d.disc.FindProviders, Holdings: d.disc.Holdings,
 		Reliability: func(p string) float64 {
@@ -69,48 +68,6 @@ func (d *Daemon) serveAPI() error {
 	d.apiLn = ln
 	go func() { _ = d.api.Serve(ln) }()
 	return nil
-}
-
-// convertTask turns a job file's text into its job (taskfile.Convert), as
-// of now; its problems are bad requests.
-func (d *Daemon) convertTask(text, name string) (auction.Job, error) {
-	if name == "" {
-		name = "task"
-	}
-	if text == "" {
-		return auction.Job{}, api.BadRequest("%s is empty", name)
-	}
-	job, err := taskfile.Convert(name, []byte(text), d.now())
-	if err != nil {
-		return auction.Job{}, api.BadRequest("%v", err)
-	}
-	return job, nil
-}
-
-// convertService turns a service file's text into its service
-// (taskfile.ConvertService), as of now; its problems are bad requests. The
-// public endpoint's certificate files are read by this daemon, so a
-// client's relative path, which would name a file in the daemon's working
-// directory, is refused.
-func (d *Daemon) convertService(text, name string) (api.ServiceSpec, error) {
-	if name == "" {
-		name = "service"
-	}
-	if text == "" {
-		return api.ServiceSpec{}, api.BadRequest("%s is empty", name)
-	}
-	spec, err := taskfile.ConvertService(name, []byte(text), d.now())
-	if err != nil {
-		return api.ServiceSpec{}, api.BadRequest("%v", err)
-	}
-	if p := spec.Public; p != nil {
-		for _, f := range []string{p.TLSCert, p.TLSKey} {
-			if f != "" && !filepath.IsAbs(f) {
-				return api.ServiceSpec{}, api.BadRequest("%s: public endpoint file %q: give an absolute path (the daemon reads it)", name, f)
-			}
-		}
-	}
-	return spec, nil
 }
 
 // Status reports the node's identity, connectivity and inventory.

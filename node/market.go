@@ -13,6 +13,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/node/gangnet"
 	"github.com/gpumesh/gpumesh/node/gpuverify"
@@ -315,7 +316,7 @@ func (m *market) apiPostJob(r *http.Request) (any, error) {
 			return nil, api.BadRequest("give a job or a task, not both")
 		}
 		var err error
-		if job, err = m.d.convertTask(req.Task, req.TaskName); err != nil {
+		if job, err = taskfile.ConvertRequest(req.Task, req.TaskName, m.d.now()); err != nil {
 			return nil, err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -87,7 +88,7 @@ func (m *market) serviceRoutes(mux *http.ServeMux) {
 				return nil, api.BadRequest("give a service spec or a task, not both")
 			}
 			var err error
-			if spec, err = d.convertService(req.Task, req.TaskName); err != nil {
+			if spec, err = taskfile.ConvertServiceRequest(req.Task, req.TaskName, d.now()); err != nil {
 				return nil, err
 			}
 		}
