@@ -21,6 +21,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/identity"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/leasestream"
+	"github.com/gpumesh/gpumesh/node/ledgerapi"
 	"github.com/gpumesh/gpumesh/node/metrics"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -386,7 +387,7 @@ func (m *market) routes(mux *http.ServeMux) {
 	})
 	api.Handle(mux, "POST /v1/verify", m.apiVerify)
 	api.Handle(mux, "GET /v1/counters", func(*http.Request) (any, error) { return m.allCounters(), nil })
-	m.ledgerRoutes(mux)
+	ledgerapi.Routes(mux, m.d.db, m.d.log)
 	m.serviceRoutes(mux)
 	m.drainRoutes(mux)
 }
