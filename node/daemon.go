@@ -77,7 +77,8 @@ type Options struct {
 	// discovery.DefaultLearnEvery).
 	LearnEvery time.Duration
 	// RTTRefreshEvery overrides how often the daemon measures again the
-	// round trips to the providers it knows (default RTTRefreshEvery).
+	// round trips to the providers it knows (default
+	// discovery.RTTRefreshEvery).
 	RTTRefreshEvery time.Duration
 	// VerdictRepublish overrides how often a node gossips its own recent
 	// GPU verdicts again (default gpuverify.DefaultRepublish).
@@ -264,7 +265,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			d.rttLoop(d.opts.RTTRefreshEvery)
+			d.disc.RefreshRTTs(d.opts.RTTRefreshEvery)
 		}()
 		if d.cfg.Provider.Enabled {
 			d.disc.Advertise(ttl, d.capability, d.freeGPUs)

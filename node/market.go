@@ -87,7 +87,7 @@ func newMarket(d *Daemon) (*market, error) {
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
 		AdvertisedFingerprint: d.disc.Fingerprint, Holdings: d.disc.Holdings, ExpectedBidders: d.disc.ExpectedBidders,
-		RTT: d.providerRTT, MeasureRTT: d.measureRTT,
+		RTT: d.disc.RTT, MeasureRTT: d.disc.MeasureRTT,
 		ProviderGPUs: d.disc.GPUs,
 		OnSave:       d.jobArts.PinLive,
 		Now:          d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.Observer(),

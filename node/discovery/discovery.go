@@ -4,7 +4,8 @@
 // the provider's addresses, artifacts or free GPUs change) and announces
 // it under its discovery keys; and it looks up other providers' records,
 // keeping the last verified one of each, which is what the market's
-// callers ask of the providers this node knows.
+// callers ask of the providers this node knows, and the round trips to
+// them, kept fresh.
 package discovery
 
 import (
@@ -505,4 +506,53 @@ func (d *Discovery) LearnBidder(id peer.ID) {
 			d.cfg.Log.Debug("learn bidder", "peer", id, "err", err)
 		}
 	}()
+}
+
+// Background RTT refresh: every RTTRefreshEvery a node measures
+// again up to RTTRefreshLimit of the providers it knows whose sample is
+// due (p2p.RTTs.Refresh), so that a latency-sensitive job's bidders are
+// mostly measured before they bid, at a bounded rate of pings.
+const (
+	RTTRefreshEvery = time.Minute
+	RTTRefreshLimit = 30
+)
+
+// RefreshRTTs keeps the round trips to the providers this node knows
+// fresh, every interval (RTTRefreshEvery when not positive), until New's
+// context ends.
+func (d *Discovery) RefreshRTTs(every time.Duration) {
+	if every <= 0 {
+		every = RTTRefreshEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.cfg.Net.RTTs().Refresh(d.ctx, d.Known(), RTTRefreshLimit)
+	}
+}
+
+// RTT is the fresh round trip this node measured to provider
+// (auction.RenterConfig.RTT).
+func (d *Discovery) RTT(provider string) (time.Duration, bool) {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return 0, false
+	}
+	return d.cfg.Net.RTTs().Fresh(id)
+}
+
+// MeasureRTT is the round trip to provider, measured now unless fresh
+// (auction.RenterConfig.MeasureRTT). The bid stream it came on is the
+// connection the ping takes: no address from a call is dialled.
+func (d *Discovery) MeasureRTT(ctx context.Context, provider string) (time.Duration, bool) {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return 0, false
+	}
+	return d.cfg.Net.RTTs().Measure(ctx, id)
 }

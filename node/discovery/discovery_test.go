@@ -138,6 +138,15 @@ func TestHostileNames(t *testing.T) {
 		if g, fp := n.disc.GPUs(name), n.disc.Fingerprint(name); g != 0 || fp != "" {
 			t.Fatalf("%q: %d GPUs, fingerprint %q", name, g, fp)
 		}
+		if _, ok := n.disc.RTT(name); ok {
+			t.Fatalf("%q: a round trip", name)
+		}
+		if _, ok := n.disc.MeasureRTT(context.Background(), name); ok {
+			t.Fatalf("%q: a round trip measured", name)
+		}
+		if _, ok := n.disc.Holdings(context.Background(), name); ok {
+			t.Fatalf("%q: holdings", name)
+		}
 	}
 	if _, err := n.disc.Lookup(context.Background(), n.net.ID()); err == nil {
 		t.Fatal("own record found before it was advertised")
