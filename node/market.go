@@ -119,7 +119,7 @@ func newMarket(d *Daemon) (*market, error) {
 	n.HandleCounted(wire.ProtoLeaseEvent, p2p.Handler(m.tracker.HandleLeaseEvent), m.badFrame("renter"))
 	n.HandleCounted(wire.ProtoReceipt, p2p.Handler(m.tracker.HandleReceipt), m.badFrame("renter"))
 	n.HandleCounted(wire.ProtoCheckpoint, p2p.Handler(m.tracker.HandleCheckpoint), m.badFrame("renter"))
-	n.HandleCounted(wire.ProtoLeaseKeys, m.handleLeaseKeys, m.badFrame("renter"))
+	n.HandleCounted(wire.ProtoLeaseKeys, d.jobArts.LeaseKeysHandler(m.tracker.LeaseJob), m.badFrame("renter"))
 	if err := n.Subscribe(m.ctx, wire.ReputationTopic, m.receipts.HandleGossip); err != nil {
 		return nil, err
 	}

@@ -32,5 +32,5 @@ func (d *Daemon) fetchLog(ctx context.Context, prov peer.ID, leaseID string) (io
 // API.
 func (m *market) relay() *leasestream.Relay {
 	return leasestream.NewRelay(m.ctx, leasestream.RelayConfig{Host: m.d.net.Host, View: m.tracker.View,
-		Kept: m.tracker.KeptDir, SealedOutputs: m.d.sealedOutputs})
+		Kept: m.tracker.KeptDir, SealedOutputs: m.d.jobArts.SealedOutputs})
 }

@@ -9,6 +9,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -363,10 +364,10 @@ func (a *Artifacts) OpenSealedOutputs(ctx context.Context, prov peer.ID, leaseID
 	return outs, body, err
 }
 
-// LeaseKeys are the keys of lease leaseID of the renter's sealed job:
+// leaseKeys are the keys of lease leaseID of the renter's sealed job:
 // the lease's, and the content keys of the artifacts the job reads and
 // the checkpoints it restores that the store holds.
-func (a *Artifacts) LeaseKeys(leaseID string, job auction.Job) (wire.LeaseKeys, error) {
+func (a *Artifacts) leaseKeys(leaseID string, job auction.Job) (wire.LeaseKeys, error) {
 	st := a.cfg.Transfer.Store()
 	lk, err := st.LeaseKey(leaseID)
 	if err != nil {
@@ -420,4 +421,56 @@ func (a *Artifacts) InputSizes(job *auction.Job) error {
 		}
 	}
 	return nil
+}
+
+// Sealed jobs (auction.Job.Sealed), the renter's side: it hands a lease's
+// keys to that lease's provider alone, records the content key of each
+// checkpoint the provider sealed, and opens the lease's sealed outputs
+// itself (node/artifact, seal.go; node/lease, seal.go).
+
+// LeaseKeysHandler answers a provider's wire.ProtoLeaseKeys request: the
+// keys of a current lease of a sealed job of this renter's that the
+// sender holds (leaseJob: lease.Tracker.LeaseJob), and nothing to anyone
+// else.
+func (a *Artifacts) LeaseKeysHandler(leaseJob func(provider peer.ID, leaseID string) (auction.Job, bool)) func(context.Context, peer.ID, []byte) ([]byte, error) {
+	return func(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
+		var req wire.LeaseKeysRequest
+		if err := json.Unmarshal(data, &req); err != nil {
+			return nil, fmt.Errorf("bad lease keys request: %v", err)
+		}
+		job, ok := leaseJob(from, req.LeaseID)
+		if !ok {
+			return nil, fmt.Errorf("lease %q is no current lease of %s", req.LeaseID, from)
+		}
+		if !job.Sealed {
+			return nil, fmt.Errorf("lease %s is not sealed", req.LeaseID)
+		}
+		keys, err := a.leaseKeys(req.LeaseID, job)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(keys)
+	}
+}
+
+// SealedOutputs fetches a sealed job's outputs artifact from the lease's
+// provider and opens it: the outputs' manifest (held to the one the
+// lease's final report named) and their bundle, read by the caller.
+func (a *Artifacts) SealedOutputs(ctx context.Context, v api.JobView) ([]auction.OutputFile, io.ReadCloser, error) {
+	if v.Lease == nil || v.OutputsArtifact == "" {
+		return nil, nil, api.NotFound("job %s has no sealed outputs (yet)", v.Job.ID)
+	}
+	prov, err := peer.Decode(v.Lease.Provider)
+	if err != nil {
+		return nil, nil, err
+	}
+	outs, body, err := a.OpenSealedOutputs(ctx, prov, v.Lease.ID, v.OutputsArtifact)
+	if err != nil {
+		return nil, nil, err
+	}
+	if got := auction.ManifestHash(outs); v.OutputsHash != "" && got != v.OutputsHash {
+		body.Close()
+		return nil, nil, fmt.Errorf("sealed outputs %s list files (hash %.12s) other than the final report's (%.12s)", v.OutputsArtifact, got, v.OutputsHash)
+	}
+	return outs, body, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/artifact/transfer"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // newArtifacts is a node's jobs' artifacts over a fresh store; changed
@@ -140,5 +141,30 @@ func TestHostileLeaseInput(t *testing.T) {
 	}
 	if _, err := a.Restore(ctx, job, "../../etc", t.TempDir(), nil); err == nil || !strings.Contains(err.Error(), "not an artifact id") {
 		t.Fatalf("restore of a path: %v", err)
+	}
+}
+
+// TestLeaseKeysToStrangers: a lease keys request that is no request, for
+// a lease that is not the sender's, or of a job that is not sealed, gets
+// no keys.
+func TestLeaseKeysToStrangers(t *testing.T) {
+	a, _, _, _ := newArtifacts(t)
+	prov := peer.ID("provider")
+	h := a.LeaseKeysHandler(func(from peer.ID, leaseID string) (auction.Job, bool) {
+		return auction.Job{ID: "j1", Sealed: leaseID == "sealed"}, from == prov && (leaseID == "sealed" || leaseID == "plain")
+	})
+	for _, c := range []struct {
+		from peer.ID
+		req  string
+		want string
+	}{
+		{prov, "{", "bad lease keys request"},
+		{"stranger", `{"lease_id":"sealed"}`, "is no current lease of"},
+		{prov, `{"lease_id":"other"}`, "is no current lease of"},
+		{prov, `{"lease_id":"plain"}`, "is not sealed"},
+	} {
+		if b, err := h(context.Background(), c.from, []byte(c.req)); err == nil || b != nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %s: %q %v, want %q", c.from, c.req, b, err, c.want)
+		}
 	}
 }
