@@ -67,7 +67,7 @@ func newMarket(d *Daemon) (*market, error) {
 		book:    attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String(), Successions: d.succ}),
 		metrics: metrics.New()}
 	m.ctx, m.cancel = context.WithCancel(d.ctx)
-	m.verify = gpuverify.New(m.ctx, gpuverify.Config{Net: d.net, Signer: d.signer, Book: m.book,
+	m.verify = gpuverify.New(m.ctx, gpuverify.Config{Net: d.net, Signer: d.signer, Book: m.book, Lookup: d.disc.Lookup,
 		Policy: d.opts.ChallengePolicy, Republish: d.opts.VerdictRepublish, Count: m.counters.Add, Now: d.now, Log: d.log})
 	lt := p2p.Direct{N: d.net}
 	// This node's own successions first: the receipts replayed next that
@@ -385,7 +385,7 @@ func (m *market) routes(mux *http.ServeMux) {
 		}
 		return api.ReputationView{Peer: p, Rep: m.book.Stats(p), GPU: m.book.GPUStandings(p)}, nil
 	})
-	api.Handle(mux, "POST /v1/verify", m.apiVerify)
+	api.Handle(mux, "POST /v1/verify", m.verify.HandleVerify)
 	api.Handle(mux, "GET /v1/counters", func(*http.Request) (any, error) { return m.allCounters(), nil })
 	ledgerapi.Routes(mux, m.d.db, m.d.log)
 	m.serviceRoutes(mux)

@@ -10,12 +10,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/gpuproof"
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
@@ -41,6 +44,8 @@ type Config struct {
 	// Policy judges the answers to this node's challenges; nil is
 	// gpuproof's rules.
 	Policy *gpuproof.Policy
+	// Lookup is a provider's verified capability record (its devices).
+	Lookup func(ctx context.Context, id peer.ID) (auction.Capability, error)
 	// Republish is how often the node's own verdicts are gossiped again
 	// (DefaultRepublish when not positive).
 	Republish time.Duration
@@ -131,6 +136,50 @@ func (s *Service) Verify(ctx context.Context, id peer.ID, dev, model string, vra
 	s.verdicts.add(sv.Env, verdict.Time)
 	s.publish(sv.Env)
 	return res
+}
+
+// HandleVerify is the control API's verify call (api.VerifyRequest): it
+// challenges one provider's devices (all, or the one named), as its
+// capability record lists them, one after another, and returns the
+// verdicts (Verify), which it records and gossips.
+func (s *Service) HandleVerify(r *http.Request) (any, error) {
+	var req api.VerifyRequest
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, api.BadRequest("verify request: %v", err)
+	}
+	id, err := peer.Decode(req.Peer)
+	if err != nil {
+		return nil, api.BadRequest("not a peer id: %q", req.Peer)
+	}
+	if id == s.cfg.Net.ID() {
+		return nil, api.BadRequest("a node cannot verify itself")
+	}
+	if req.N < 0 || req.K < 0 || (req.N == 0) != (req.K == 0) {
+		return nil, api.BadRequest("give both n and k, or neither")
+	}
+	ctx := r.Context()
+	c, err := s.cfg.Lookup(ctx, id)
+	if err != nil {
+		return nil, api.NotFound("no capability record for %s: %v", id, err)
+	}
+	if len(c.GPUs) == 0 {
+		return nil, api.BadRequest("%s offers no GPUs", id)
+	}
+	s.cfg.Net.AddAddrs(id, c.Addrs)
+	var out []api.VerifyResult
+	for i, g := range c.GPUs {
+		dev := auction.DeviceName(c.GPUs, i)
+		if req.Device != "" && req.Device != dev && req.Device != strconv.Itoa(i) {
+			continue
+		}
+		out = append(out, s.Verify(ctx, id, dev, g.Model, g.VRAMGB, req.N, req.K))
+	}
+	if len(out) == 0 {
+		return nil, api.NotFound("%s has no device %q", id, req.Device)
+	}
+	return out, nil
 }
 
 func (s *Service) publish(env *sign.Envelope) {

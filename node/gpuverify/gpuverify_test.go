@@ -1,12 +1,22 @@
 package gpuverify
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // TestOwnVerdictsBoundedAndExpire: a node republishes at most
@@ -41,5 +51,44 @@ func TestHandleVerdictHostile(t *testing.T) {
 	}
 	if c := book.Counters(); c["verdict_accepted"] != 0 || c["verdict_rejected"] == 0 {
 		t.Fatalf("book counters after forged gossip: %v", c)
+	}
+}
+
+// TestVerifyCallRefusals: a verify call that names no peer, this node,
+// half of n and k, a provider without a record or GPUs, or a device it
+// does not have is refused before any challenge.
+func TestVerifyCallRefusals(t *testing.T) {
+	key, err := p2p.LoadOrCreateKey(filepath.Join(t.TempDir(), "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := p2p.New(context.Background(), p2p.Config{Key: key, ListenAddrs: []string{"/ip4/127.0.0.1/tcp/0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	gpuless, withGPU := signtest.New(t).ID(), signtest.New(t).ID()
+	s := New(t.Context(), Config{Net: n, Now: time.Now, Log: slog.New(slog.DiscardHandler),
+		Lookup: func(_ context.Context, id peer.ID) (auction.Capability, error) {
+			switch id {
+			case gpuless:
+				return auction.Capability{Peer: id.String()}, nil
+			case withGPU:
+				return auction.Capability{Peer: id.String(), GPUs: []auction.GPU{{Model: "H100", VRAMGB: 80}}}, nil
+			}
+			return auction.Capability{}, errors.New("no record")
+		}})
+	stranger := signtest.New(t).ID()
+	for body, want := range map[string]int{
+		`{`: 400, `{"peer":"` + withGPU.String() + `","sudo":true}`: 400, `{"peer":"nobody"}`: 400,
+		`{"peer":"` + n.ID().String() + `"}`: 400, `{"peer":"` + withGPU.String() + `","n":4}`: 400,
+		`{"peer":"` + withGPU.String() + `","n":-1,"k":-1}`: 400, `{"peer":"` + stranger.String() + `"}`: 404,
+		`{"peer":"` + gpuless.String() + `"}`: 400, `{"peer":"` + withGPU.String() + `","device":"GPU-7"}`: 404,
+	} {
+		_, err := s.HandleVerify(httptest.NewRequest("POST", "/v1/verify", strings.NewReader(body)))
+		var se *api.StatusError
+		if !errors.As(err, &se) || se.Code != want {
+			t.Errorf("%s: %v, want %d", body, err, want)
+		}
 	}
 }
