@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"reflect"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
-	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/node/gangnet"
 	"github.com/gpumesh/gpumesh/node/gpuverify"
 	"github.com/gpumesh/gpumesh/node/history"
@@ -157,7 +155,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	if err != nil {
 		return err
 	}
-	po, do := executorOptions(d.cfg.Provider, work, d.log)
+	po, do := d.cfg.Provider.ExecutorOptions(work, d.log)
 	// Declared GPUs have no device to pass through: containers run GPU
 	// jobs as process jobs do, with the leased indices in the environment.
 	do.DeclaredGPUs = d.inv.Source == runtime.SourceDeclared
@@ -225,7 +223,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 			return d.capability(d.advertiseTTL())
 		},
 		Sensors:     m.sup.Reading,
-		HoldGrace:   bidHoldGrace(d.cfg.Provider.BidHolds),
+		HoldGrace:   d.cfg.Provider.HoldGrace(),
 		Reliability: func() float64 { return m.book.Score(d.ID().String()) },
 		OnLease:     m.sup.OnLease,
 		OnMove:      m.sup.OnMove,
@@ -267,28 +265,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	return nil
 }
 
-// executorOptions are the executors' options from the provider's config:
-// jobs get no network (an isolated network namespace, or Docker's "none")
-// unless the provider allows it.
-func executorOptions(p config.ProviderConfig, work string, log *slog.Logger) (runtime.ProcessOptions, runtime.DockerOptions) {
-	po := runtime.ProcessOptions{Log: log, AllowNetwork: p.AllowJobNetwork, UIDBase: p.JobUIDBase}
-	do := runtime.DockerOptions{Root: work, Log: log, UIDBase: p.JobUIDBase}
-	if p.AllowJobNetwork {
-		do.Network = "bridge"
-	}
-	return po, do
-}
-
 func ptr[T any](v T) *T { return &v }
-
-// bidHoldGrace is the provider's auction.ProviderConfig.HoldGrace: holds on
-// (provider.bid_holds) or off.
-func bidHoldGrace(on bool) time.Duration {
-	if on {
-		return auction.DefaultHoldGrace
-	}
-	return 0
-}
 
 func (m *market) close() {
 	m.cancel()

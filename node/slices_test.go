@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -230,4 +231,13 @@ func TestSliceOnNVMLRunsUnderMPS(t *testing.T) {
 	}
 	want := fmt.Sprintf("mps=0=%dM/25", c.GPUs[0].VRAMGB*1024/4)
 	waitLog(t, prov, v.Lease.ID, regexp.MustCompile(regexp.QuoteMeta(want)+"\n"), 30*time.Second)
+}
+
+func writeTestConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

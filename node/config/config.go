@@ -165,6 +165,27 @@ type ProviderConfig struct {
 	BidHolds bool `yaml:"bid_holds"`
 }
 
+// ExecutorOptions are the executors' options from the provider's config:
+// jobs get no network (an isolated network namespace, or Docker's "none")
+// unless the provider allows it.
+func (p ProviderConfig) ExecutorOptions(work string, log *slog.Logger) (runtime.ProcessOptions, runtime.DockerOptions) {
+	po := runtime.ProcessOptions{Log: log, AllowNetwork: p.AllowJobNetwork, UIDBase: p.JobUIDBase}
+	do := runtime.DockerOptions{Root: work, Log: log, UIDBase: p.JobUIDBase}
+	if p.AllowJobNetwork {
+		do.Network = "bridge"
+	}
+	return po, do
+}
+
+// HoldGrace is the provider's auction.ProviderConfig.HoldGrace: holds on
+// (provider.bid_holds) or off.
+func (p ProviderConfig) HoldGrace() time.Duration {
+	if p.BidHolds {
+		return auction.DefaultHoldGrace
+	}
+	return 0
+}
+
 // RelayServiceLimits is the relay service's limits, nil when it is off.
 func (c Config) RelayServiceLimits() *p2p.RelayLimits {
 	if !c.RelayService {
