@@ -38,8 +38,8 @@ func (d *Daemon) viewRoutes(mux *http.ServeMux, onConsole, tokened bool) {
 		}
 	}
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", logs)
-	api.Handle(mux, "GET /v1/provider/stats", func(*http.Request) (any, error) { return m.providerStats() })
-	api.Handle(mux, "GET /v1/provider/history", func(*http.Request) (any, error) { return m.providerHistory() })
+	api.Handle(mux, "GET /v1/provider/stats", func(*http.Request) (any, error) { return m.stats.Now() })
+	api.Handle(mux, "GET /v1/provider/history", func(*http.Request) (any, error) { return m.stats.History() })
 	svc := func(v api.ServiceView) api.ServiceView {
 		if onConsole {
 			v.Token = ""
@@ -72,10 +72,7 @@ func (d *Daemon) serveMetrics() error {
 		Peers: func() int { return len(d.net.Host.Network().Peers()) },
 		GPUs:  len(d.inv.GPUs),
 		ProviderStats: func() (api.ProviderStatsView, bool) {
-			if m.provider == nil {
-				return api.ProviderStatsView{}, false
-			}
-			v, err := m.providerStats()
+			v, err := m.stats.Now()
 			return v, err == nil
 		},
 		Balances:   d.db.Balances,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease"
+	"github.com/gpumesh/gpumesh/node/providerstats"
 )
 
 // drain makes the provider stop taking new work and drains its leases
@@ -15,7 +16,7 @@ import (
 // daemon stopped by a signal (stopping true) both come here.
 func (m *market) drain(grace time.Duration, stopping bool) (api.DrainView, error) {
 	if m.provider == nil {
-		return api.DrainView{}, api.BadRequest("%v", errNoProvider)
+		return api.DrainView{}, providerstats.ErrNotProvider
 	}
 	if grace < 0 {
 		return api.DrainView{}, api.BadRequest("drain grace must not be negative, got %s", grace)
@@ -29,7 +30,7 @@ func (m *market) drain(grace time.Duration, stopping bool) (api.DrainView, error
 // drainView is the provider's drain state and the last drain's progress.
 func (m *market) drainView() (api.DrainView, error) {
 	if m.provider == nil {
-		return api.DrainView{}, api.BadRequest("%v", errNoProvider)
+		return api.DrainView{}, providerstats.ErrNotProvider
 	}
 	v := m.sup.DrainView()
 	v.Draining = m.provider.Draining()
@@ -39,7 +40,7 @@ func (m *market) drainView() (api.DrainView, error) {
 // undrain makes the provider bid again.
 func (m *market) undrain() (api.DrainView, error) {
 	if m.provider == nil {
-		return api.DrainView{}, api.BadRequest("%v", errNoProvider)
+		return api.DrainView{}, providerstats.ErrNotProvider
 	}
 	m.provider.SetDraining(false)
 	m.sup.Undrain()

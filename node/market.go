@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -15,12 +14,12 @@ import (
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/gpumesh/gpumesh/node/gangnet"
 	"github.com/gpumesh/gpumesh/node/gpuverify"
-	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/gpumesh/gpumesh/node/identity"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/leasestream"
 	"github.com/gpumesh/gpumesh/node/ledgerapi"
 	"github.com/gpumesh/gpumesh/node/metrics"
+	"github.com/gpumesh/gpumesh/node/providerstats"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
@@ -52,9 +51,8 @@ type market struct {
 	// successions spreads this node's identity successions.
 	successions *identity.Successions
 
-	// provHistory is the provider's earnings and occupancy a minute
-	// (sampleProvider; nil on a renter-only node).
-	provHistory *history.Ring[api.ProviderSample]
+	// stats are the provider's figures (nil on a renter-only node).
+	stats *providerstats.Stats
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -140,7 +138,6 @@ func newMarket(d *Daemon) (*market, error) {
 func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d := m.d
 	m.cal = auction.NewCalendar(len(d.inv.GPUs))
-	m.provHistory = history.New[api.ProviderSample](history.Keep)
 	if err := m.cal.SetSlices(d.cfg.Provider.Policy.SliceMap()); err != nil {
 		return fmt.Errorf("provider.policy.slices: %w", err)
 	}
@@ -248,10 +245,12 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d.net.Host.SetStreamHandler(wire.ProtoPortForward, d.net.Guard(wire.ProtoPortForward, streams.PortForward))
 	d.net.Host.SetStreamHandler(wire.ProtoGang, d.net.Guard(wire.ProtoGang, func(s network.Stream) { _ = m.gangs.Serve(m.ctx, s) }))
 	m.serveChallenges()
+	m.stats = providerstats.New(providerstats.Config{Provider: m.provider, Supervisor: m.sup, Book: m.book,
+		Self: d.ID().String(), Inventory: d.inv, Balances: d.db.Balances, Now: d.now, Log: d.log})
 	d.wg.Add(1) // ends before the ledger closes
 	go func() {
 		defer d.wg.Done()
-		m.sampleProvider()
+		m.stats.Sample(m.ctx)
 	}()
 	for _, t := range auction.ProviderTopics(ptr(d.capability(time.Minute))) {
 		if err := d.net.Subscribe(m.ctx, t, func(from peer.ID, data []byte) {
@@ -395,8 +394,6 @@ func (m *market) allCounters() map[string]int {
 	}
 	return out
 }
-
-var errNoProvider = errors.New("this node is not a provider (set provider.enabled in its config)")
 
 // scrubLease clears the memory of the GPUs lease id was booked on
 // (runtime.Scrubber), logging and counting what it did, and returns what
