@@ -70,6 +70,19 @@ func OpenCapability(b []byte, now time.Time) (Capability, error) {
 	if f := c.FreeGPUs; f != nil && (*f < 0 || *f > len(c.GPUs)) {
 		return c, fmt.Errorf("auction: capability record of %s has %d of its %d GPUs free", c.Peer, *f, len(c.GPUs))
 	}
+	for i, g := range c.GPUs {
+		if g.MIG == nil {
+			continue
+		}
+		if n := len(g.MIG.Instances); n > MaxMIGInstances {
+			return c, fmt.Errorf("auction: capability record of %s: gpu %d has %d MIG instances, more than %d", c.Peer, i, n, MaxMIGInstances)
+		}
+		for _, in := range g.MIG.Instances {
+			if in.MemoryMB <= 0 {
+				return c, fmt.Errorf("auction: capability record of %s: gpu %d has a MIG instance of %d MB", c.Peer, i, in.MemoryMB)
+			}
+		}
+	}
 	return c, nil
 }
 

@@ -2,6 +2,7 @@ package auction
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +117,47 @@ func TestDiscoveryKeysAndMatches(t *testing.T) {
 	for _, q := range []Query{{GPU: "a100"}, {Region: "us"}, {Region: "europe"}, {MinVRAM: 81}, {GPU: "rtx4090", MinVRAM: 48}, {GPU: "h100", GPUCount: 2}} {
 		if c.Matches(q) {
 			t.Errorf("%+v should not match", q)
+		}
+	}
+}
+
+// TestCapabilityMIG: a record's MIG state survives sealing and opening,
+// and every reader refuses one claiming more MIG instances than a GPU can
+// hold or an instance without memory.
+func TestCapabilityMIG(t *testing.T) {
+	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	v := CapabilityValidator{Now: func() time.Time { return now }}
+	prov := signtest.New(t)
+	rec := func(n, memoryMB int) Capability {
+		c := testCap(prov, now, time.Minute)
+		c.GPUs[0].MIG = &MIG{Enabled: true}
+		for i := 0; i < n; i++ {
+			c.GPUs[0].MIG.Instances = append(c.GPUs[0].MIG.Instances, MIGInstance{UUID: fmt.Sprintf("MIG-%d", i), Profile: "1g.10gb", MemoryMB: memoryMB})
+		}
+		return c
+	}
+	b, err := SealCapability(prov, rec(2, 9984))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := OpenCapability(b, now)
+	if err != nil || !got.GPUs[0].MIG.Partitioned() || len(got.GPUs[0].MIG.Instances) != 2 || got.GPUs[0].MIG.Instances[1] != (MIGInstance{UUID: "MIG-1", Profile: "1g.10gb", MemoryMB: 9984}) {
+		t.Fatalf("a record of two MIG instances opened as %+v, %v", got.GPUs, err)
+	}
+	for want, c := range map[string]Capability{
+		"9 MIG instances, more than 8": rec(9, 9984),
+		"a MIG instance of 0 MB":       rec(1, 0),
+		"a MIG instance of -5 MB":      rec(1, -5),
+	} {
+		b, err := SealCapability(prov, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := OpenCapability(b, now); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("open: %v, want %q", err, want)
+		}
+		if err := v.Validate(CapabilityKey(prov.ID()), b); err == nil {
+			t.Errorf("the DHT's validator took a record with %s", want)
 		}
 	}
 }

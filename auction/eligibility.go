@@ -241,7 +241,7 @@ func modelDevices(c *Capability, offered GPU, j *Job, capacity int) []int {
 	key := offered.Identity().Key()
 	var out []int
 	for i, g := range c.GPUs {
-		if i < capacity && vramFits(g, j) && sliceFits(&c.Policy, i, j) && isolationFits(j, g) && g.Identity().Key() == key {
+		if i < capacity && vramFits(g, j) && sliceFits(c, i, j) && isolationFits(j, g) && g.Identity().Key() == key {
 			out = append(out, i)
 		}
 	}
@@ -249,16 +249,24 @@ func modelDevices(c *Capability, offered GPU, j *Job, capacity int) []int {
 }
 
 // vramFits reports whether device g has the memory j asks for: MinVRAMGB
-// of the device, or of the slice a fractional job takes.
+// of the device, or of the slice a fractional job takes (on a device in
+// MIG mode, of its instance).
 func vramFits(g GPU, j *Job) bool {
-	return float64(g.VRAMGB)*BilledGPUs(1, j.GPUFraction) >= float64(j.MinVRAMGB)
+	return g.sliceVRAMGB(j.GPUFraction) >= float64(j.MinVRAMGB)
 }
 
-// sliceFits reports whether device i of a provider with policy p can
-// hold j: any device for whole GPUs; for a fractional job, one the policy
-// cuts into slices no larger than its fraction.
-func sliceFits(p *Policy, i int, j *Job) bool {
-	return j.GPUFraction == 0 || slicesFor(j.GPUFraction, p.SliceCount(i)) > 0
+// sliceFits reports whether device i of provider c can hold j: for whole
+// GPUs any device but one in MIG mode with other than one instance (CUDA
+// sees only instances there, and a process only one of them); for a
+// fractional job, one the policy cuts into slices no larger than its
+// fraction, and in MIG mode exactly one slice, which is one instance.
+func sliceFits(c *Capability, i int, j *Job) bool {
+	mig := i < len(c.GPUs) && c.GPUs[i].MIG.Partitioned()
+	if j.GPUFraction == 0 {
+		return !mig || len(c.GPUs[i].MIG.Instances) == 1
+	}
+	k := slicesFor(j.GPUFraction, c.Policy.SliceCount(i))
+	return k == 1 || (k > 1 && !mig)
 }
 
 // isolationFits reports whether a slice of device g is enforced as j asks
@@ -412,7 +420,7 @@ func pickModel(c *Capability, j *Job) (string, int, error) {
 			continue
 		}
 		models++
-		if !sliceFits(&c.Policy, i, j) {
+		if !sliceFits(c, i, j) {
 			continue
 		}
 		sliced++
@@ -442,8 +450,10 @@ func pickModel(c *Capability, j *Job) (string, int, error) {
 		return "", 0, inelig("gpu_model", "no gpus")
 	case models == 0:
 		return "", 0, inelig("gpu_model", "gpu model %s not in %s", gpus[0].Model, strings.Join(j.GPUModels, ","))
+	case sliced == 0 && j.GPUFraction == 0:
+		return "", 0, inelig("slices", "no gpu sold whole (a gpu in MIG mode is sold as its MIG instances)")
 	case sliced == 0:
-		return "", 0, inelig("slices", "no gpu sold in slices of %v gpu or less (policy slices)", j.GPUFraction)
+		return "", 0, inelig("slices", "no gpu sold in slices of %v gpu or less (policy slices; a gpu in MIG mode only in slices of exactly that)", j.GPUFraction)
 	case isolated == 0:
 		return "", 0, inelig("isolation", "no gpu slice enforced by %s (here: %s)", j.Isolation, strings.Join(slicedIsolations(c, j), ","))
 	case tooSmall == isolated && j.GPUFraction > 0:
@@ -475,7 +485,7 @@ func pickModel(c *Capability, j *Job) (string, int, error) {
 func slicedIsolations(c *Capability, j *Job) []string {
 	var out []string
 	for i, g := range c.GPUs {
-		if v := orNone(g.Isolation); j.AcceptsGPU(g) && sliceFits(&c.Policy, i, j) && !slices.Contains(out, v) {
+		if v := orNone(g.Isolation); j.AcceptsGPU(g) && sliceFits(c, i, j) && !slices.Contains(out, v) {
 			out = append(out, v)
 		}
 	}

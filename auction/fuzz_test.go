@@ -338,6 +338,10 @@ func FuzzOpenCapability(f *testing.F) {
 	now := at(0, "10:00")
 	c := Capability{Peer: fuzzSigner.ID().String(), Region: "eu-west", GPUs: gpus("A100", 80, 2), Seq: 3,
 		Artifacts: []string{strings.Repeat("ab", 32)}, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}
+	// One device in MIG mode, sold as its two instances.
+	c.GPUs[1].Isolation = IsolationMIG
+	c.GPUs[1].MIG = &MIG{Enabled: true, Instances: []MIGInstance{{UUID: "MIG-a", Profile: "3g.40gb", MemoryMB: 40192}, {UUID: "MIG-b", MemoryMB: 40192}}}
+	c.Policy.Slices = []SliceRule{{Devices: []int{1}, Count: 2}}
 	b, err := SealCapability(fuzzSigner, c)
 	if err != nil {
 		f.Fatal(err)
@@ -348,6 +352,13 @@ func FuzzOpenCapability(f *testing.F) {
 		if err != nil {
 			oneLine(t, err)
 			return
+		}
+		// Eligibility reads the record's devices, MIG state included.
+		for _, f := range []float64{0, 0.25, 0.5} {
+			j := &Job{ID: "j", Tier: Silver, MaxPrice: 10, GPUCount: 1, GPUFraction: f, Duration: time.Hour, MinVRAMGB: 20, Run: RunSpec{Command: []string{"x"}}}
+			if err := StaticFit(&c, j); err != nil {
+				oneLine(t, err)
+			}
 		}
 		if err := (CapabilityValidator{Now: func() time.Time { return now }}).Validate(CapabilityKey(fuzzSigner.ID()), data); signed && err == nil {
 			t.Fatal("the validator took a payload for an envelope")

@@ -477,3 +477,89 @@ func TestParseGPUs(t *testing.T) {
 		t.Errorf("GPUsText 2 = %q", got)
 	}
 }
+
+// migState is a provider of one A100 80 GB in MIG mode with instances of
+// the given memory, each a slice (as the provider's runtime sells it).
+func migState(memoryMB ...int) ProviderState {
+	g := GPU{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, UUID: "GPU-a100", Isolation: IsolationMIG, MIG: &MIG{Enabled: true}}
+	for i, m := range memoryMB {
+		g.MIG.Instances = append(g.MIG.Instances, MIGInstance{UUID: "MIG-" + string(rune('a'+i)), MemoryMB: m})
+	}
+	ps := ProviderState{
+		Cap:         &Capability{Peer: "prov", Region: "eu-west", GPUs: []GPU{g}, Policy: Policy{PriceFloor: 2, AcceptPreemptible: true}},
+		Cal:         NewCalendar(1),
+		Reliability: 0.9,
+	}
+	if n := len(memoryMB); n > 1 {
+		ps.Cap.Policy.Slices = []SliceRule{{Devices: []int{0}, Count: n}}
+	}
+	if err := ps.Cal.SetSlices(ps.Cap.Policy.SliceMap()); err != nil {
+		panic(err)
+	}
+	return ps
+}
+
+// TestEvaluateMIGSlices: a device in MIG mode is sold as its instances: a
+// job takes exactly one (a half of a device of two 3g.40gb, not a half of
+// one of four), its memory is the instance's, --isolation mig finds it
+// and not an MPS or unenforced slice; a whole-GPU job takes a device in
+// MIG mode only when it has one instance, and none without instances.
+func TestEvaluateMIGSlices(t *testing.T) {
+	now := at(0, "10:00")
+	ineligible := func(ps ProviderState, j *Job, kind, reason string) {
+		t.Helper()
+		_, err := Evaluate(ps, j, now)
+		var in *Ineligible
+		if !errors.As(err, &in) || in.Kind != kind || !strings.Contains(in.Reason, reason) {
+			t.Errorf("%+v: %v, want ineligible %s %q", j, err, kind, reason)
+		}
+		if StaticFit(ps.Cap, j) == nil {
+			t.Errorf("StaticFit passes what Evaluate refuses as %s", kind)
+		}
+	}
+	half := quarterJob()
+	half.GPUFraction, half.Isolation, half.MinVRAMGB = 0.5, IsolationMIG, 39
+	two := migState(40192, 40192)
+	o, err := Evaluate(two, half, now)
+	if err != nil || !slices.Equal(o.Devices, []int{0}) {
+		t.Fatalf("a half of two 3g.40gb instances: %+v, %v", o, err)
+	}
+	half.MinVRAMGB = 40 // 40192 MiB is 39.25 GiB
+	ineligible(two, half, "vram", "slice vram below required 40GB")
+	half.MinVRAMGB = 0
+	// Four instances: a half would hold two, and a process sees one.
+	ineligible(migState(9984, 9984, 9984, 9984), half, "slices", "in MIG mode only in slices of exactly that")
+	quarterMIG := quarterJob()
+	quarterMIG.Isolation, quarterMIG.MinVRAMGB = IsolationMIG, 10
+	// A quarter of 80 GB would be 20 GB; a 1g.10gb instance has 9.75.
+	ineligible(migState(9984, 9984, 9984, 9984), quarterMIG, "vram", "slice vram below required 10GB")
+	quarterMIG.MinVRAMGB = 9
+	if _, err := Evaluate(migState(9984, 9984, 9984, 9984), quarterMIG, now); err != nil {
+		t.Fatalf("a quarter on one of four instances: %v", err)
+	}
+	ineligible(slicedState(IsolationMPS), quarterMIG, "isolation", "no gpu slice enforced by mig (here: mps)")
+	ineligible(slicedState(IsolationNone), quarterMIG, "isolation", "no gpu slice enforced by mig (here: none)")
+	anyQuarter := quarterJob()
+	if _, err := Evaluate(migState(9984, 9984, 9984, 9984), anyQuarter, now); err != nil {
+		t.Fatalf("an --isolation any quarter on a MIG slice: %v", err)
+	}
+	mps := quarterJob()
+	mps.Isolation = IsolationMPS
+	ineligible(migState(9984, 9984, 9984, 9984), mps, "isolation", "no gpu slice enforced by mps (here: mig)")
+
+	whole := quarterJob()
+	whole.GPUFraction, whole.MinVRAMGB = 0, 0
+	ineligible(migState(9984, 9984, 9984, 9984), whole, "slices", "no gpu sold whole")
+	ineligible(migState(), whole, "slices", "no gpu sold whole")
+	if _, err := Evaluate(migState(81152), whole, now); err != nil {
+		t.Fatalf("a whole GPU on a device of one 7g.80gb instance: %v", err)
+	}
+	whole.MinVRAMGB = 80
+	ineligible(migState(81152), whole, "vram", "vram below required 80GB")
+	// MIG mode off: the device is sold as any other.
+	off := migState()
+	off.Cap.GPUs[0].MIG.Enabled = false
+	if _, err := Evaluate(off, whole, now); err != nil {
+		t.Fatalf("a whole GPU with MIG disabled: %v", err)
+	}
+}

@@ -47,6 +47,57 @@ type GPU struct {
 	// provider's runtime sets it from what it can enforce, not its config,
 	// and a job's Isolation picks among them.
 	Isolation string `json:"isolation,omitempty" yaml:"-"`
+	// MIG is the device's Multi-Instance GPU state as the driver reports
+	// it; nil on a device without MIG (or a declared one).
+	MIG *MIG `json:"mig,omitempty" yaml:"-"`
+}
+
+// MIG is a device's Multi-Instance GPU state. In MIG mode CUDA sees only
+// the device's MIG instances, never the device itself, so such a device is
+// sold as its instances: one instance per slice (SliceRule.Count is their
+// count), or its one instance to a whole-GPU job. The instances are the
+// partition its owner made (nvidia-smi mig); gpumesh creates none.
+type MIG struct {
+	// Enabled is the current mode; Pending the mode after the next GPU
+	// reset (they differ while a change waits for one).
+	Enabled bool `json:"enabled"`
+	Pending bool `json:"pending,omitempty"`
+	// Instances are the MIG devices, in the driver's order: a sliced
+	// device's slice k is its instance k.
+	Instances []MIGInstance `json:"instances,omitempty"`
+}
+
+// MIGInstance is one MIG device: its UUID ("MIG-..."), profile (such as
+// "3g.40gb") and memory.
+type MIGInstance struct {
+	UUID     string `json:"uuid"`
+	Profile  string `json:"profile,omitempty"`
+	MemoryMB int    `json:"memory_mb"`
+}
+
+// MaxMIGInstances bounds the MIG devices of one GPU (NVIDIA's largest
+// have 7).
+const MaxMIGInstances = 8
+
+// Partitioned reports whether m is a device in MIG mode: then CUDA sees
+// only its instances (nil: no MIG).
+func (m *MIG) Partitioned() bool { return m != nil && m.Enabled }
+
+// sliceVRAMGB is the memory, in GB, a job holding fraction of device g
+// (0: all of it) gets: its share of the device's, or on a device in MIG
+// mode its smallest instance's, the most any one of them is sure to get.
+func (g GPU) sliceVRAMGB(fraction float64) float64 {
+	if !g.MIG.Partitioned() {
+		return float64(g.VRAMGB) * BilledGPUs(1, fraction)
+	}
+	if len(g.MIG.Instances) == 0 {
+		return 0
+	}
+	least := g.MIG.Instances[0].MemoryMB
+	for _, in := range g.MIG.Instances[1:] {
+		least = min(least, in.MemoryMB)
+	}
+	return float64(least) / 1024
 }
 
 // Slice isolation: how a provider keeps the jobs sharing one device apart

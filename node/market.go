@@ -135,9 +135,18 @@ func newMarket(d *Daemon) (*market, error) {
 	return m, nil
 }
 
+// bookedSlices is the slices of its device lease id holds on the calendar.
+func (m *market) bookedSlices(id string) []int {
+	b, _ := m.cal.Booking(id)
+	return b.Slices
+}
+
 func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d := m.d
 	m.cal = auction.NewCalendar(len(d.inv.GPUs))
+	// A device in MIG mode is sold as its MIG instances, whatever the
+	// config says of it.
+	d.cfg.Provider.Policy.Slices = runtime.SliceRules(d.inv.GPUs, d.cfg.Provider.Policy.Slices, d.log)
 	if err := m.cal.SetSlices(d.cfg.Provider.Policy.SliceMap()); err != nil {
 		return fmt.Errorf("provider.policy.slices: %w", err)
 	}
@@ -200,11 +209,12 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		LeaseEnded:        func(id string, end time.Time, st auction.RunState) error { return m.provider.LeaseEnded(id, end, st) },
 		Scrub:             m.scrubLease,
 		Rebook:            func(l auction.Lease, job auction.Job) error { return m.provider.Rebook(l, job) },
+		Slices:            m.bookedSlices,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
 		Inputs: d.jobArts.Inputs, OutputsArtifact: d.jobArts.Outputs, RemoveArtifact: d.jobArts.Remove, Observe: m.metrics.Observer(),
 		CheckpointArtifact: d.jobArts.Checkpoint, Restore: d.jobArts.Restore,
-		Network: m.gangs.Hook(gangnet.LeaseRoster),
+		Network: m.gangs.Hook,
 	}); err != nil {
 		return err
 	}

@@ -233,6 +233,56 @@ func TestSliceOnNVMLRunsUnderMPS(t *testing.T) {
 	waitLog(t, prov, v.Lease.ID, regexp.MustCompile(regexp.QuoteMeta(want)+"\n"), 30*time.Second)
 }
 
+// TestSliceOnMIGRunsOnItsInstance: a provider whose (simulated) NVML
+// device is in MIG mode with two 3g.40gb instances sells it in two slices,
+// one instance each, whatever its config says, and advertises them as
+// MIG-enforced with the instances in its signed record; a job asking
+// --isolation mig for half a GPU runs seeing only its instance's UUID,
+// never the device's; a whole-GPU job is not offered the device.
+func TestSliceOnMIGRunsOnItsInstance(t *testing.T) {
+	root := t.TempDir()
+	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
+	const (
+		parent = "GPU-44444444-0000-4000-8000-000000000004"
+		migA   = "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"
+		migB   = "MIG-0d5b7b8e-4f1a-5c2e-9b3d-1a2b3c4d5e6f"
+	)
+	cfg := fastConfig(providerConfig("eu-west", 1))
+	cfg.Provider.GPUSource = "nvml"
+	cfg.Provider.Policy.Slices = []auction.SliceRule{{Devices: []int{0}, Count: 4}} // the instances win
+	sim := runtime.NewSimulatedGPUs("550.54.15", runtime.SimulatedGPU{Name: "NVIDIA A100-SXM4-80GB", UUID: parent,
+		MemTotalMB: 81920, TempC: 40, PowerW: 60, MIG: []runtime.SimulatedMIG{
+			{UUID: migA, Slices: 3, MemTotalMB: 40192}, {UUID: migB, Slices: 3, MemTotalMB: 40192}}})
+	rec := &recordingScrubber{}
+	prov := startWith(t, filepath.Join(root, "mig"), cfg, renter.Daemon, Options{GPUDriver: sim, Scrubber: rec})
+	rec.cal = func() *auction.Calendar { return prov.market.cal }
+	waitAdvertised(t, renter, prov)
+	c := prov.Advertised()
+	if c == nil || c.GPUs[0].Isolation != auction.IsolationMIG || c.Policy.SliceCount(0) != 2 || !c.GPUs[0].MIG.Partitioned() ||
+		len(c.GPUs[0].MIG.Instances) != 2 || c.GPUs[0].MIG.Instances[1] != (auction.MIGInstance{UUID: migB, Profile: "3g.40gb", MemoryMB: 40192}) {
+		t.Fatalf("the MIG provider advertises %+v, want device 0 in 2 MIG-enforced slices, its instances listed", c)
+	}
+	if s := prov.market.cal.Slices(0); s != 2 {
+		t.Fatalf("the calendar cuts the device into %d slices, want its 2 instances", s)
+	}
+	_, err := api.NewClient(renter.dir).PostJobRequest(context.Background(), api.PostJobRequest{Job: shJob(auction.Silver, 2, "true")})
+	if err == nil || !strings.Contains(err.Error(), "no gpu sold whole (a gpu in MIG mode is sold as its MIG instances)") {
+		t.Fatalf("a whole-GPU job posted to a device in MIG mode with two instances: %v", err)
+	}
+	j := shJob(auction.Silver, 2, `echo "cuda=$CUDA_VISIBLE_DEVICES"`)
+	j.GPUFraction, j.Isolation, j.MinVRAMGB = 0.5, auction.IsolationMIG, 39
+	v := post(t, renter, j)
+	if !leased(v) || v.Winner != prov.ID().String() {
+		t.Fatalf("a mig slice job: %s %v, winner %s; want the MIG provider %s", v.State, v.Reasons, v.Winner, prov.ID())
+	}
+	b, ok := prov.market.cal.Booking(v.Lease.ID)
+	if !ok || len(b.Slices) != 1 {
+		t.Fatalf("booking %+v %v, want one slice", b, ok)
+	}
+	want := []string{migA, migB}[b.Slices[0]]
+	waitLog(t, prov, v.Lease.ID, regexp.MustCompile("cuda="+want+"\n"), 30*time.Second)
+}
+
 func writeTestConfig(t *testing.T, body string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "config.yaml")

@@ -51,6 +51,16 @@ func TestGPUPassthroughFromEngineInfo(t *testing.T) {
 				if r := got.deviceRequest([]int{1, 3}, []string{"GPU-b", "GPU-d"}); !reflect.DeepEqual(r, c.reqUUID) {
 					t.Fatalf("device request with uuids %v, want %v", r, c.reqUUID)
 				}
+				// A MIG slice's job asks for its instance alone, by UUID,
+				// however the engine passes GPUs: never its device.
+				const mig = "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"
+				want := mig
+				if got == gpuCDI {
+					want = "nvidia.com/gpu=" + mig
+				}
+				if ids := got.deviceRequest([]int{1}, []string{mig})["DeviceIDs"]; !reflect.DeepEqual(ids, []string{want}) {
+					t.Fatalf("MIG slice device request %v, want [%s]", ids, want)
+				}
 			}
 		})
 	}

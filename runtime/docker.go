@@ -271,11 +271,14 @@ func (i engineInfo) passthrough() gpuPassthrough {
 
 // deviceRequest asks the engine for exactly the given GPUs: by UUID through
 // the NVIDIA runtime when they are known (one per index), else by index.
+// A MIG instance (a "MIG-" UUID) is named by its UUID through CDI too: the
+// index would name its whole device (nvidia-ctk names MIG devices by UUID
+// with --device-name-strategy=uuid).
 func (g gpuPassthrough) deviceRequest(gpus []int, uuids []string) map[string]any {
 	ids := make([]string, len(gpus))
 	for i, n := range gpus {
 		ids[i] = strconv.Itoa(n)
-		if g != gpuCDI && len(uuids) == len(gpus) {
+		if len(uuids) == len(gpus) && (g != gpuCDI || strings.HasPrefix(uuids[i], "MIG-")) {
 			ids[i] = uuids[i]
 		}
 		if g == gpuCDI {

@@ -86,17 +86,20 @@ type MPSLimits struct {
 }
 
 // SliceIsolation is how this runtime enforces a slice of device g
-// (auction.GPU.Isolation) when the provider sells it in slices: CUDA MPS
-// on a device read from the driver while an MPS control daemon serves
-// this host (MPSRunning), whose jobs get SliceMPS's limits in their
-// environment; nothing (IsolationNone, accounting only) otherwise: on a
-// declared device, which has no driver to enforce it, and without an MPS
-// daemon, whose absence makes CUDA ignore the limits (the runtime does
-// not start one: it is the owner's to run, `nvidia-cuda-mps-control -d`).
-// MIG is not detected: a MIG-mode device would need each slice's MIG
-// instance handed to its job instead, which the runtime does not do.
+// (auction.GPU.Isolation) when the provider sells it in slices: by MIG on
+// a device in MIG mode, whose slices are its MIG instances (SliceRules),
+// each job seeing only its own (LeaseUUIDs); else CUDA MPS on a device
+// read from the driver while an MPS control daemon serves this host
+// (MPSRunning), whose jobs get SliceMPS's limits in their environment;
+// nothing (IsolationNone, accounting only) otherwise: on a declared
+// device, which has no driver to enforce it, and without an MPS daemon,
+// whose absence makes CUDA ignore the limits (the runtime does not start
+// one: it is the owner's to run, `nvidia-cuda-mps-control -d`).
 func SliceIsolation(g auction.GPU) string {
-	if g.Detected && MPSRunning() {
+	switch {
+	case g.MIG.Partitioned():
+		return auction.IsolationMIG
+	case g.Detected && MPSRunning():
 		return auction.IsolationMPS
 	}
 	return auction.IsolationNone

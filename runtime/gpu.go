@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 
 	"github.com/gpumesh/gpumesh/runtime/internal/nvml"
@@ -70,6 +71,14 @@ type deviceSample struct {
 	PowerMW uint32
 }
 
+// migDevice is what the inventory needs from one MIG device: its UUID,
+// its GPU-instance slices (the "3g" of "3g.40gb") and its memory.
+type migDevice struct {
+	UUID     string
+	Slices   uint32
+	MemTotal uint64 // bytes
+}
+
 // nvmlLib is the part of NVML the runtime uses, so that the mapping to an
 // Inventory can be tested without a driver.
 type nvmlLib interface {
@@ -80,6 +89,14 @@ type nvmlLib interface {
 	DeviceGetCount() (int, nvml.Return)
 	DeviceInfo(i int) (deviceInfo, nvml.Return)
 	DeviceSample(i int) (deviceSample, nvml.Return)
+	// DeviceMIGMode is device i's current and pending MIG mode
+	// (ERROR_NOT_SUPPORTED: it has no MIG).
+	DeviceMIGMode(i int) (current, pending int, ret nvml.Return)
+	// DeviceMIGSlots is how many MIG devices device i can hold.
+	DeviceMIGSlots(i int) (int, nvml.Return)
+	// DeviceMIG reads MIG device k of device i (ERROR_NOT_FOUND: that
+	// slot holds none).
+	DeviceMIG(i, k int) (migDevice, nvml.Return)
 }
 
 // realNVML is the thin adapter over github.com/NVIDIA/go-nvml.
@@ -135,6 +152,47 @@ func (realNVML) DeviceSample(i int) (deviceSample, nvml.Return) {
 		s.PowerMW = p
 	}
 	return s, nvml.SUCCESS
+}
+
+func (realNVML) DeviceMIGMode(i int) (int, int, nvml.Return) {
+	if !nvml.HasSymbol("nvmlDeviceGetMigMode") {
+		// A driver older than MIG (R450).
+		return 0, 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	d, ret := nvml.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return 0, 0, ret
+	}
+	return d.GetMigMode()
+}
+
+func (realNVML) DeviceMIGSlots(i int) (int, nvml.Return) {
+	d, ret := nvml.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return 0, ret
+	}
+	return d.GetMaxMigDeviceCount()
+}
+
+func (realNVML) DeviceMIG(i, k int) (migDevice, nvml.Return) {
+	d, ret := nvml.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return migDevice{}, ret
+	}
+	m, ret := d.GetMigDeviceHandleByIndex(k)
+	if ret != nvml.SUCCESS {
+		return migDevice{}, ret
+	}
+	var md migDevice
+	if md.UUID, ret = m.GetUUID(); ret != nvml.SUCCESS {
+		return migDevice{}, ret
+	}
+	a, ret := m.GetAttributes()
+	if ret != nvml.SUCCESS {
+		return migDevice{}, ret
+	}
+	md.Slices, md.MemTotal = a.GpuInstanceSliceCount, a.MemorySizeMB<<20
+	return md, nvml.SUCCESS
 }
 
 // errNoNVML means the NVML library or driver is not usable on this host.
@@ -241,6 +299,10 @@ func nvmlInventory(lib nvmlLib) (Inventory, error) {
 		if ret != nvml.SUCCESS {
 			return Inventory{}, fmt.Errorf("runtime: nvml device %d: %v", i, ret)
 		}
+		mig, err := readMIG(lib, i)
+		if err != nil {
+			return Inventory{}, err
+		}
 		inv.GPUs = append(inv.GPUs, auction.GPU{
 			Model: d.Name,
 			// Round to the nearest GiB: boards report slightly less than
@@ -248,9 +310,74 @@ func nvmlInventory(lib nvmlLib) (Inventory, error) {
 			VRAMGB:   int((d.MemTotal + (1<<30)/2) >> 30),
 			UUID:     d.UUID,
 			Detected: true,
+			MIG:      mig,
 		})
 	}
 	return inv, nil
+}
+
+// migUUIDRE is a MIG device's UUID as drivers since R470 name it (older
+// ones wrote MIG-GPU-<uuid>/<gi>/<ci>, which CUDA no longer takes).
+var migUUIDRE = regexp.MustCompile(`^MIG-[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$`)
+
+// readMIG is device i's MIG state: nil when it has no MIG, else its mode
+// and, in MIG mode, its MIG devices in slot order. A driver answer that
+// cannot name an instance a job could be given (a failed read, a UUID
+// that is not a MIG device's, one UUID twice, no memory) is an error: the
+// device would otherwise be sold by instances that do not exist.
+func readMIG(lib nvmlLib, i int) (*auction.MIG, error) {
+	cur, pend, ret := lib.DeviceMIGMode(i)
+	switch ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_NOT_SUPPORTED:
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("runtime: nvml device %d: mig mode: %v", i, ret)
+	}
+	m := &auction.MIG{Enabled: cur == nvml.DEVICE_MIG_ENABLE, Pending: pend == nvml.DEVICE_MIG_ENABLE}
+	if !m.Enabled {
+		return m, nil
+	}
+	slots, ret := lib.DeviceMIGSlots(i)
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("runtime: nvml device %d: mig device count: %v", i, ret)
+	}
+	if slots < 0 || slots > auction.MaxMIGInstances {
+		return nil, fmt.Errorf("runtime: nvml device %d: %d mig device slots, want 0 to %d", i, slots, auction.MaxMIGInstances)
+	}
+	for k := 0; k < slots; k++ {
+		d, ret := lib.DeviceMIG(i, k)
+		if ret == nvml.ERROR_NOT_FOUND {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("runtime: nvml device %d: mig device %d: %v", i, k, ret)
+		}
+		if !migUUIDRE.MatchString(d.UUID) {
+			return nil, fmt.Errorf("runtime: nvml device %d: mig device %d: uuid %q is not a MIG device's (MIG-<uuid>, driver R470 or later)", i, k, d.UUID)
+		}
+		for _, in := range m.Instances {
+			if in.UUID == d.UUID {
+				return nil, fmt.Errorf("runtime: nvml device %d: mig device %d: uuid %s seen twice", i, k, d.UUID)
+			}
+		}
+		if d.MemTotal < 1<<20 {
+			return nil, fmt.Errorf("runtime: nvml device %d: mig device %d (%s) reports no memory", i, k, d.UUID)
+		}
+		m.Instances = append(m.Instances, auction.MIGInstance{UUID: d.UUID, Profile: migProfile(d.Slices, d.MemTotal), MemoryMB: int(d.MemTotal >> 20)})
+	}
+	return m, nil
+}
+
+// migProfile names a MIG device as nvidia-smi does ("3g.40gb"): its
+// GPU-instance slices and its memory in GB, rounded up (a 3g.40gb
+// instance has 39.25 GiB).
+func migProfile(slices uint32, mem uint64) string {
+	gb := (mem + 1<<30 - 1) >> 30
+	if slices == 0 {
+		return fmt.Sprintf("%dgb", gb)
+	}
+	return fmt.Sprintf("%dg.%dgb", slices, gb)
 }
 
 // Sample takes one telemetry reading. For an NVML inventory it reads the GPUs;

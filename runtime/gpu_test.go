@@ -21,6 +21,38 @@ type fakeNVML struct {
 	failDev   int // index whose queries fail, -1 for none
 	inits     int
 	shutdowns int
+	// mig is each device's MIG as the driver answers (none: no MIG).
+	mig map[int]*fakeMIG
+}
+
+// fakeMIG is one device's MIG answers: its modes, slot count and slots
+// (a slot's ret, when set, is what reading it returns).
+type fakeMIG struct {
+	modeRet, slotsRet nvml.Return
+	cur, pend, slots  int
+	devs              []migDevice
+	rets              map[int]nvml.Return
+}
+
+func (f *fakeNVML) DeviceMIGMode(i int) (int, int, nvml.Return) {
+	m := f.mig[i]
+	if m == nil {
+		return 0, 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	return m.cur, m.pend, m.modeRet
+}
+func (f *fakeNVML) DeviceMIGSlots(i int) (int, nvml.Return) {
+	return f.mig[i].slots, f.mig[i].slotsRet
+}
+func (f *fakeNVML) DeviceMIG(i, k int) (migDevice, nvml.Return) {
+	m := f.mig[i]
+	if r, ok := m.rets[k]; ok {
+		return migDevice{}, r
+	}
+	if k >= len(m.devs) {
+		return migDevice{}, nvml.ERROR_NOT_FOUND
+	}
+	return m.devs[k], nvml.SUCCESS
 }
 
 func (f *fakeNVML) Init() nvml.Return { f.inits++; return f.initRet }

@@ -16,6 +16,15 @@ type SimulatedGPU struct {
 	MemUsedMB  int
 	TempC      int
 	PowerW     int
+	// MIG are its MIG instances: with any, the device is in MIG mode.
+	MIG []SimulatedMIG
+}
+
+// SimulatedMIG is one MIG instance of a SimulatedGPU.
+type SimulatedMIG struct {
+	UUID       string
+	Slices     int // GPU-instance slices: the 3 of 3g.40gb
+	MemTotalMB int
 }
 
 // SimulatedGPUs is a Driver standing in for NVML on a host without one
@@ -75,4 +84,35 @@ func (l simLib) DeviceSample(i int) (deviceSample, nvml.Return) {
 	}
 	d := l.s.devices[i]
 	return deviceSample{Util: uint32(d.UtilPct), MemUsed: uint64(d.MemUsedMB) << 20, TempC: uint32(d.TempC), PowerMW: uint32(d.PowerW * 1000)}, nvml.SUCCESS
+}
+
+func (l simLib) DeviceMIGMode(i int) (int, int, nvml.Return) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if i < 0 || i >= len(l.s.devices) {
+		return 0, 0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	if len(l.s.devices[i].MIG) == 0 {
+		return 0, 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	return nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
+}
+
+func (l simLib) DeviceMIGSlots(i int) (int, nvml.Return) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if i < 0 || i >= len(l.s.devices) {
+		return 0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return len(l.s.devices[i].MIG), nvml.SUCCESS
+}
+
+func (l simLib) DeviceMIG(i, k int) (migDevice, nvml.Return) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if i < 0 || i >= len(l.s.devices) || k < 0 || k >= len(l.s.devices[i].MIG) {
+		return migDevice{}, nvml.ERROR_INVALID_ARGUMENT
+	}
+	m := l.s.devices[i].MIG[k]
+	return migDevice{UUID: m.UUID, Slices: uint32(m.Slices), MemTotal: uint64(m.MemTotalMB) << 20}, nvml.SUCCESS
 }

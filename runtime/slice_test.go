@@ -72,3 +72,23 @@ func TestProcessSliceJobEnv(t *testing.T) {
 		t.Fatalf("whole-device job env: %+v\n%s", res, out)
 	}
 }
+
+// TestProcessMIGSliceJobEnv: a process job on a MIG slice sees its
+// instance, named by the lease (LeaseUUIDs), as its only device: not the
+// parent, not the sibling instance, and no MPS limits.
+func TestProcessMIGSliceJobEnv(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	g := migGPU(migA, migB)
+	g.Isolation = SliceIsolation(g)
+	uuids, err := LeaseUUIDs([]auction.GPU{g}, []int{0}, 0.5, []int{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, out, _, _ := run(t, e, Spec{ID: "mig", Command: []string{helperBin, "env"}, GPUs: []int{0}, UUIDs: uuids, MPS: SliceMPS(g, 0.5)})
+	if res.ExitCode != 0 {
+		t.Fatalf("env: %+v", res)
+	}
+	if !strings.Contains(out, EnvCUDA+"="+migB+"\n") || strings.Contains(out, migA) || strings.Contains(out, "GPU-bbbb") || strings.Contains(out, "CUDA_MPS_") {
+		t.Fatalf("MIG slice job env, want %s=%s alone:\n%s", EnvCUDA, migB, out)
+	}
+}

@@ -13,7 +13,15 @@
 #      model's rate): each must be verified;
 #   5. the verdicts reach the observer's reputation book by gossip;
 #   6. device memory is scrubbed between leases: a tenant's marker left in
-#      GPU memory is not found by the next tenant.
+#      GPU memory is not found by the next tenant;
+#   7. MIG: the daemon's MIG mode and instances of each device match
+#      nvidia-smi's ("absent" where the device has no MIG); where a device
+#      is in MIG mode with instances, a --isolation mig slice job sees
+#      exactly one of them, never the device;
+#   8. MPS: device 0 is sold in quarters; its record says they are enforced
+#      by mps exactly when an MPS control daemon serves the host, and a
+#      quarter job then runs with its slice's MPS limits (none otherwise).
+#      The check starts no MPS daemon and changes no MIG mode.
 # Writes a report (date, GPU, driver, each check) to $GPUMESH_GPU_CHECK_REPORT
 # (default testnet/gpu-check.md) and the daemons' logs to
 # $GPUMESH_GPU_CHECK_LOGS when set.
@@ -31,7 +39,10 @@ fail() { echo "gpu-check: $*" >&2; exit 1; }
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || fail "no NVIDIA GPU found (nvidia-smi -L fails or is absent)"
 devices=$(nvidia-smi -L | grep -c '^GPU ')
 (( devices > 0 )) || fail "no NVIDIA GPU found"
-jobs="${GPUMESH_GPU_CHECK_JOBS:-$devices}"
+# A device in MIG mode is sold as its instances, not whole: the 1-GPU jobs
+# go to the others.
+mig_on=$(nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader 2>/dev/null | grep -c Enabled || true)
+jobs="${GPUMESH_GPU_CHECK_JOBS:-$((devices - mig_on))}"
 report="${GPUMESH_GPU_CHECK_REPORT:-$root/testnet/gpu-check.md}"
 logs="${GPUMESH_GPU_CHECK_LOGS:-}"
 echo "gpu-check: $devices device(s):"
@@ -80,7 +91,7 @@ provider:
   executor: process
   heartbeat_interval: 1s
   advertise_ttl: 1m
-  policy: {price_floor: 0.01, accept_preemptible: true}
+  policy: {price_floor: 0.01, accept_preemptible: true, slices: [{devices: [0], count: 4}]}
 CFG
 g() { local n=$1; shift; "$bin" -d "$run/$n" "$@"; }
 wait_up() { for _ in $(seq 100); do g "$1" status >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
@@ -193,6 +204,83 @@ if [[ -n "$py" ]]; then
   fi
 else
   check "GPU memory scrubbed" SKIP "no python3 with CUDA PyTorch on this host"
+fi
+
+# 7. MIG: the daemon's view of each device against nvidia-smi's, then a
+#    slice job on a device in MIG mode with instances.
+st=$(g provider status)
+smi_migs=$(nvidia-smi -L | sed -n 's/.*(UUID: \(MIG-[^)]*\)).*/\1/p' | sort | paste -sd' ' -)
+daemon_migs=$(echo "$st" | sed -n 's/^  mig [0-9.]*: .* \(MIG-[^ ]*\)$/\1/p' | sort | paste -sd' ' -)
+mig_ok=1
+mig_detail=""
+while IFS=', ' read -r idx mode; do
+  [[ -n "$idx" ]] || continue
+  case "$mode" in
+    Enabled) want="MIG: enabled" ;;
+    Disabled) want="MIG: disabled" ;;
+    *) want="MIG: absent" ;; # [N/A]: the device has no MIG
+  esac
+  line=$(echo "$st" | grep "^gpu $idx: " || true)
+  if [[ "$line" == *"$want"* ]]; then
+    mig_detail+="gpu $idx ${want#MIG: }; "
+  else
+    mig_ok=0
+    mig_detail+="gpu $idx: nvidia-smi says $mode, the daemon: ${line:-nothing}; "
+  fi
+done < <(nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader 2>/dev/null)
+if [[ "$smi_migs" != "$daemon_migs" ]]; then
+  mig_ok=0
+  mig_detail+="instances differ: nvidia-smi [${smi_migs}], daemon [${daemon_migs}]; "
+fi
+# The first device in MIG mode sold in slices: 2, 4 or 8 instances.
+mig_dev=""
+mig_n=0
+for d in $(echo "$st" | sed -n 's/^gpu \([0-9]*\): .*MIG: enabled.*/\1/p'); do
+  n=$(echo "$st" | grep -c "^  mig $d\." || true)
+  if [[ $n == 2 || $n == 4 || $n == 8 ]]; then mig_dev=$d; mig_n=$n; break; fi
+done
+if (( mig_ok )) && [[ -n "$mig_dev" ]]; then
+  frac=$(awk -v n="$mig_n" 'BEGIN{printf "%g", 1/n}')
+  mig_job='echo "CVD=$CUDA_VISIBLE_DEVICES"'
+  [[ -n "$py" ]] && mig_job+="; $py -c 'import torch; print(\"visible:\", torch.cuda.device_count())'"
+  timeout 120 "$bin" -d "$run/renter" job post --tier gold --max-price 10 --count "$frac" --isolation mig --duration 2m --wait -- sh -c "$mig_job" >"$run/mig.out" 2>&1
+  id=$(sed -n 's/^job \([^ ]*\).*/\1/p' "$run/mig.out" | head -1)
+  log=$(g renter job logs "$id" 2>&1)
+  echo "$log" | sed 's/^/    /'
+  cvd=$(echo "$log" | sed -n 's/^CVD=//p' | head -1)
+  vis=$(echo "$log" | sed -n 's/^visible: //p' | head -1)
+  if [[ "$cvd" == MIG-* && " $daemon_migs " == *" $cvd "* && "${vis:-1}" == 1 ]]; then
+    mig_detail+="a $frac --isolation mig job saw only its instance $cvd${vis:+ (CUDA: $vis device)}"
+  else
+    mig_ok=0
+    mig_detail+="a $frac --isolation mig job saw CUDA_VISIBLE_DEVICES=${cvd:-nothing}${vis:+, $vis CUDA device(s)} ($(tail -1 "$run/mig.out"))"
+  fi
+elif (( mig_ok )); then
+  mig_detail+="no device in MIG mode with 2, 4 or 8 instances: no slice job run"
+fi
+if (( mig_ok )); then check "MIG" OK "$mig_detail"; else check "MIG" FAIL "$mig_detail"; fi
+
+# 8. MPS: device 0's quarters are enforced by mps exactly when an MPS
+#    control daemon serves the host (its control pipe), else by none.
+pipes="${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}"
+if [[ -p "$pipes/control" || -S "$pipes/control" ]]; then want_iso=mps; else want_iso=none; fi
+iso=$(g renter providers --json | grep -o '"isolation": *"[a-z]*"' | head -1 | grep -o '[a-z]*"$' | tr -d '"')
+if echo "$st" | grep -q '^gpu 0: .*MIG: enabled'; then
+  check "MPS" SKIP "device 0 is in MIG mode: its slices are MIG instances (isolation ${iso:-?})"
+elif [[ "$iso" != "$want_iso" ]]; then
+  check "MPS" FAIL "device 0's slices advertised as enforced by ${iso:-nothing}, want $want_iso (MPS control pipe in $pipes: $want_iso)"
+else
+  ask=any
+  [[ $want_iso == mps ]] && ask=mps
+  timeout 120 "$bin" -d "$run/renter" job post --tier gold --max-price 10 --count 0.25 --isolation "$ask" --duration 2m --wait -- \
+    sh -c 'echo "MPS=${CUDA_MPS_PINNED_DEVICE_MEM_LIMIT:-unset}/${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE:-unset}"' >"$run/mps.out" 2>&1
+  id=$(sed -n 's/^job \([^ ]*\).*/\1/p' "$run/mps.out" | head -1)
+  got=$(g renter job logs "$id" 2>&1 | sed -n 's/^MPS=//p' | head -1)
+  if [[ $want_iso == mps && "$got" == 0=*M/25 ]] || [[ $want_iso == none && "$got" == unset/unset ]]; then
+    check "MPS" OK "device 0's quarters enforced by $iso; a quarter job's MPS limits: $got"
+  else
+    check "MPS" FAIL "device 0's quarters enforced by $iso, but a quarter job's MPS limits were ${got:-not printed} ($(tail -1 "$run/mps.out"))"
+  fi
 fi
 
 {

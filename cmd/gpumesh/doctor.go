@@ -224,7 +224,7 @@ func checkGPU(env doctorEnv, p doctorProbes) checkResult {
 	switch {
 	case err == nil && len(inv.GPUs) > 0:
 		r.Status = checkOK
-		r.Detail = fmt.Sprintf("%d GPU(s) through NVML (%s), driver %s, CUDA %s", len(inv.GPUs), gpuModels(inv.GPUs), orDash(inv.Driver), orDash(inv.CUDA))
+		r.Detail = fmt.Sprintf("%d GPU(s) through NVML (%s), driver %s, CUDA %s; %s", len(inv.GPUs), gpuModels(inv.GPUs), orDash(inv.Driver), orDash(inv.CUDA), migSummary(inv.GPUs))
 		if src == runtime.GPUSourceDeclared {
 			r.Status, r.Fix = checkWarn, "gpu_source is declared: the daemon ignores the driver; set it to auto to sell what the driver sees"
 		}
@@ -251,6 +251,30 @@ func checkGPU(env doctorEnv, p doctorProbes) checkResult {
 		r.Fix = "install the NVIDIA driver, or declare the GPUs (`gpumesh provider init --gpu MODEL:VRAM_GB`)"
 	}
 	return r
+}
+
+// migSummary is how the detected devices stand with MIG: each one that
+// has it, with its instances' profiles in MIG mode, or "MIG: absent".
+func migSummary(gs []auction.GPU) string {
+	var parts []string
+	for i, g := range gs {
+		if g.MIG == nil || !g.Detected {
+			continue
+		}
+		p := fmt.Sprintf("gpu %d %s", i, migMode(g))
+		var profiles []string
+		for _, in := range migInstances(g) {
+			profiles = append(profiles, orDash(in.Profile))
+		}
+		if len(profiles) > 0 {
+			p += " (" + strings.Join(profiles, ", ") + ")"
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		return "MIG: absent"
+	}
+	return strings.Join(parts, "; ")
 }
 
 func gpuModels(gs []auction.GPU) string {

@@ -62,6 +62,16 @@ func TestDoctorChecks(t *testing.T) {
 	noNVML := func(p *doctorProbes) {
 		p.NVML = func() (runtime.Inventory, error) { return runtime.Inventory{}, errProbe }
 	}
+	// Device 0 in MIG mode with two instances, device 1 with MIG off.
+	mig := func(p *doctorProbes) {
+		p.NVML = func() (runtime.Inventory, error) {
+			in := auction.MIGInstance{UUID: "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", Profile: "3g.40gb", MemoryMB: 40192}
+			return runtime.Inventory{GPUs: []auction.GPU{
+				{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, Detected: true, MIG: &auction.MIG{Enabled: true, Pending: true, Instances: []auction.MIGInstance{in, in}}},
+				{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, Detected: true, MIG: &auction.MIG{}},
+			}, Source: "nvml"}, nil
+		}
+	}
 	cases := []struct {
 		name   string
 		role   string
@@ -72,7 +82,8 @@ func TestDoctorChecks(t *testing.T) {
 		want   string
 		detail string
 	}{
-		{"gpu detected", "provider", provider, nil, nil, gpuCheck, checkOK, "1 GPU(s) through NVML (1x NVIDIA A100-SXM4-80GB), driver 550.54"},
+		{"gpu detected", "provider", provider, nil, nil, gpuCheck, checkOK, "1 GPU(s) through NVML (1x NVIDIA A100-SXM4-80GB), driver 550.54, CUDA 12.4; MIG: absent"},
+		{"gpu mig", "provider", provider, nil, mig, gpuCheck, checkOK, "; gpu 0 MIG: enabled, 2 instances (3g.40gb, 3g.40gb); gpu 1 MIG: disabled"},
 		{"gpu none", "provider", provider, nil, noNVML, gpuCheck, checkFail, "no GPU"},
 		{"gpu declared only", "provider", declared, nil, noNVML, gpuCheck, checkWarn, "1 declared GPU(s) (1x RTX 4090)"},
 		{"gpu nvml required", "provider", nvmlOnly, nil, noNVML, gpuCheck, checkFail, "gpu_source is nvml"},

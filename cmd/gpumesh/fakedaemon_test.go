@@ -388,3 +388,36 @@ func outFile(name, body string) auction.OutputFile {
 	s := sha256.Sum256([]byte(body))
 	return auction.OutputFile{Path: name, Size: int64(len(body)), SHA256: hex.EncodeToString(s[:])}
 }
+
+// TestStatusShowsMIG: `gpumesh status` says of each detected GPU how it
+// stands with MIG and lists the instances of one in MIG mode; it says
+// nothing of MIG for a declared GPU.
+func TestStatusShowsMIG(t *testing.T) {
+	const migA = "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
+		replyJSON(w, 200, api.StatusInfo{PeerID: "self", Provider: true, GPUs: []auction.GPU{
+			{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, UUID: "GPU-a", Detected: true,
+				MIG: &auction.MIG{Enabled: true, Pending: true, Instances: []auction.MIGInstance{{UUID: migA, Profile: "3g.40gb", MemoryMB: 40192}}}},
+			{Model: "NVIDIA L4", VRAMGB: 24, UUID: "GPU-b", Detected: true},
+			{Model: "NVIDIA L4", VRAMGB: 24, UUID: "GPU-c", Detected: true, MIG: &auction.MIG{Pending: true}},
+			{Model: "RTX 4090", VRAMGB: 24},
+		}})
+	})
+	dir := fakeDaemon(t, mux)
+	code, out, errOut := runCLI(t, "-d", dir, "status")
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, errOut)
+	}
+	for _, want := range []string{
+		"gpu 0:     NVIDIA A100-SXM4-80GB 80GB (detected) GPU-a, MIG: enabled, 1 instance\n",
+		"  mig 0.0:  3g.40gb 40192MB " + migA + "\n",
+		"gpu 1:     NVIDIA L4 24GB (detected) GPU-b, MIG: absent\n",
+		"gpu 2:     NVIDIA L4 24GB (detected) GPU-c, MIG: disabled (enabled after the next GPU reset)\n",
+		"gpu 3:     RTX 4090 24GB (declared)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -55,7 +55,10 @@ func statusCommand() *cli.Command {
 				if g.Detected {
 					src = "detected"
 				}
-				fmt.Fprintf(w, "gpu %d:     %s %dGB (%s)%s\n", i, g.Model, g.VRAMGB, src, prefixed(" ", g.UUID))
+				fmt.Fprintf(w, "gpu %d:     %s %dGB (%s)%s%s\n", i, g.Model, g.VRAMGB, src, prefixed(" ", g.UUID), prefixed(", ", migMode(g)))
+				for k, in := range migInstances(g) {
+					fmt.Fprintf(w, "  mig %d.%d:  %s %dMB %s\n", i, k, orDash(in.Profile), in.MemoryMB, in.UUID)
+				}
 			}
 			if s.Advertised != nil {
 				fmt.Fprintf(w, "advertised: seq %d, expires %s, price floor $%.2f/GPU-h\n", s.Advertised.Seq,
@@ -207,4 +210,37 @@ func shortHash(h string) string {
 		return h[:12]
 	}
 	return orDash(h)
+}
+
+// migMode is how a detected device stands with MIG ("MIG: enabled, 2
+// instances", "MIG: disabled", "MIG: absent"); empty for a declared one,
+// which the driver has not been asked about.
+func migMode(g auction.GPU) string {
+	m := g.MIG
+	switch {
+	case !g.Detected:
+		return ""
+	case m == nil:
+		return "MIG: absent"
+	case !m.Enabled && m.Pending:
+		return "MIG: disabled (enabled after the next GPU reset)"
+	case !m.Enabled:
+		return "MIG: disabled"
+	}
+	s := fmt.Sprintf("MIG: enabled, %d instance", len(m.Instances))
+	if len(m.Instances) != 1 {
+		s += "s"
+	}
+	if !m.Pending {
+		s += " (disabled after the next GPU reset)"
+	}
+	return s
+}
+
+// migInstances is a device's MIG instances while it is in MIG mode.
+func migInstances(g auction.GPU) []auction.MIGInstance {
+	if !g.MIG.Partitioned() {
+		return nil
+	}
+	return g.MIG.Instances
 }

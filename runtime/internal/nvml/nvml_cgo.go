@@ -16,15 +16,19 @@ type (
 	Return             = real.Return
 	Device             = real.Device
 	TemperatureSensors = real.TemperatureSensors
+	DeviceAttributes   = real.DeviceAttributes
 )
 
 const (
 	SUCCESS                 = real.SUCCESS
 	ERROR_INVALID_ARGUMENT  = real.ERROR_INVALID_ARGUMENT
+	ERROR_NOT_SUPPORTED     = real.ERROR_NOT_SUPPORTED
+	ERROR_NOT_FOUND         = real.ERROR_NOT_FOUND
 	ERROR_DRIVER_NOT_LOADED = real.ERROR_DRIVER_NOT_LOADED
 	ERROR_LIBRARY_NOT_FOUND = real.ERROR_LIBRARY_NOT_FOUND
 	ERROR_GPU_IS_LOST       = real.ERROR_GPU_IS_LOST
 	TEMPERATURE_GPU         = real.TEMPERATURE_GPU
+	DEVICE_MIG_ENABLE       = real.DEVICE_MIG_ENABLE
 )
 
 var (
@@ -35,3 +39,7 @@ var (
 	DeviceGetCount             = real.DeviceGetCount
 	DeviceGetHandleByIndex     = real.DeviceGetHandleByIndex
 )
+
+// HasSymbol reports whether the loaded NVML library has function name:
+// calling one an older driver lacks would crash, not fail.
+func HasSymbol(name string) bool { return real.Extensions().LookupSymbol(name) == nil }

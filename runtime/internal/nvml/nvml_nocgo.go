@@ -13,6 +13,8 @@ type Return int32
 const (
 	SUCCESS                 Return = 0
 	ERROR_INVALID_ARGUMENT  Return = 2
+	ERROR_NOT_SUPPORTED     Return = 3
+	ERROR_NOT_FOUND         Return = 6
 	ERROR_DRIVER_NOT_LOADED Return = 9
 	ERROR_LIBRARY_NOT_FOUND Return = 12
 	ERROR_GPU_IS_LOST       Return = 15
@@ -24,6 +26,10 @@ func (r Return) String() string {
 		return "SUCCESS"
 	case ERROR_INVALID_ARGUMENT:
 		return "ERROR_INVALID_ARGUMENT"
+	case ERROR_NOT_SUPPORTED:
+		return "ERROR_NOT_SUPPORTED"
+	case ERROR_NOT_FOUND:
+		return "ERROR_NOT_FOUND"
 	case ERROR_DRIVER_NOT_LOADED:
 		return "ERROR_DRIVER_NOT_LOADED"
 	case ERROR_LIBRARY_NOT_FOUND:
@@ -41,11 +47,20 @@ type TemperatureSensors int32
 
 const TEMPERATURE_GPU TemperatureSensors = 0
 
+// DEVICE_MIG_ENABLE is the MIG mode of a device in MIG mode.
+const DEVICE_MIG_ENABLE = 1
+
 // Memory and Utilization are a device's readings.
 type (
 	Memory      struct{ Total, Free, Used uint64 }
 	Utilization struct{ Gpu, Memory uint32 }
 )
+
+// DeviceAttributes are a (MIG) device's sizes, as far as the runtime reads them.
+type DeviceAttributes struct {
+	GpuInstanceSliceCount uint32
+	MemorySizeMB          uint64
+}
 
 // Device is an NVML device handle; this build never has one.
 type Device interface {
@@ -55,6 +70,10 @@ type Device interface {
 	GetUtilizationRates() (Utilization, Return)
 	GetTemperature(TemperatureSensors) (uint32, Return)
 	GetPowerUsage() (uint32, Return)
+	GetMigMode() (int, int, Return)
+	GetMaxMigDeviceCount() (int, Return)
+	GetMigDeviceHandleByIndex(int) (Device, Return)
+	GetAttributes() (DeviceAttributes, Return)
 }
 
 func Init() Return                                { return ERROR_LIBRARY_NOT_FOUND }
@@ -63,3 +82,7 @@ func SystemGetDriverVersion() (string, Return)    { return "", ERROR_LIBRARY_NOT
 func SystemGetCudaDriverVersion() (int, Return)   { return 0, ERROR_LIBRARY_NOT_FOUND }
 func DeviceGetCount() (int, Return)               { return 0, ERROR_LIBRARY_NOT_FOUND }
 func DeviceGetHandleByIndex(int) (Device, Return) { return nil, ERROR_LIBRARY_NOT_FOUND }
+
+// HasSymbol reports whether the loaded NVML library has function name:
+// this build loads none.
+func HasSymbol(string) bool { return false }
