@@ -3,6 +3,8 @@ package ledger
 import (
 	"sync/atomic"
 	"testing"
+
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // BenchmarkAppend measures single synchronous appends (one fsync each).
@@ -38,7 +40,7 @@ func BenchmarkAppendParallel(b *testing.B) {
 // BenchmarkAppendAll100 measures synchronous batches of 100 entries.
 func BenchmarkAppendAll100(b *testing.B) {
 	db := openTest(b, "")
-	batch := make([]Entry, 100)
+	batch := make([]record.Entry, 100)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -58,7 +60,7 @@ func BenchmarkAppendAll100(b *testing.B) {
 func BenchmarkVerify100k(b *testing.B) {
 	const n, batchLen = 100_000, 1000
 	db := openTest(b, "", noSync())
-	batch := make([]Entry, batchLen)
+	batch := make([]record.Entry, batchLen)
 	for done := 0; done < n; done += batchLen {
 		for i := range batch {
 			batch[i] = sampleEntry(done + i)

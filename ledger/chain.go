@@ -8,6 +8,7 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // Key layout. Ledger and state keys have disjoint prefixes.
@@ -33,14 +34,14 @@ var ErrAlreadySettled = errors.New("ledger: lease already settled")
 // when it is not a settlement (or names no lease). A receipt and its
 // payment are one settlement's two classes, so both may be appended for one
 // lease, once each.
-func settlementClass(e *Entry) string {
+func settlementClass(e *record.Entry) string {
 	if e.LeaseID == "" {
 		return ""
 	}
 	switch e.Kind {
-	case KindReceipt:
+	case record.KindReceipt:
 		return "receipt"
-	case KindPaymentOwed, KindPaymentEarned:
+	case record.KindPaymentOwed, record.KindPaymentEarned:
 		return "payment"
 	}
 	return ""
@@ -55,7 +56,7 @@ func settledKey(class, lease string) []byte {
 // settle records in txn that e (already numbered) settles its lease, or
 // fails with ErrAlreadySettled when the lease already has a settlement of
 // e's class, in the store or earlier in the same transaction.
-func settle(txn *badger.Txn, e *Entry) error {
+func settle(txn *badger.Txn, e *record.Entry) error {
 	class := settlementClass(e)
 	if class == "" {
 		return nil
@@ -101,7 +102,7 @@ func (db *DB) buildSettledIndex() error {
 	txn := db.bdb.NewTransaction(true)
 	defer func() { txn.Discard() }()
 	seen := make(map[string]bool)
-	err = db.scan(Filter{}, func(e *Entry) error {
+	err = db.scan(record.Filter{}, func(e *record.Entry) error {
 		class := settlementClass(e)
 		if class == "" {
 			return nil
@@ -169,8 +170,8 @@ var ErrNotOwner = errors.New("ledger: succession from an identity that does not 
 
 // handOver returns head with owner moved by the succession entry e
 // (already numbered), or ErrNotOwner.
-func handOver(head chainHead, e *Entry) (chainHead, error) {
-	if e.Kind != KindSuccession {
+func handOver(head chainHead, e *record.Entry) (chainHead, error) {
+	if e.Kind != record.KindSuccession {
 		return head, nil
 	}
 	rec, err := successionOf(e)
@@ -201,7 +202,7 @@ func (db *DB) Owner() (id string, seq uint64, err error) {
 	return db.head.Owner, db.head.Succession, nil
 }
 
-func genesis() chainHead { return chainHead{Seq: 0, Hash: ZeroHash} }
+func genesis() chainHead { return chainHead{Seq: 0, Hash: record.ZeroHash} }
 
 // loadHead reads the stored chain head (genesis if there is none).
 func (db *DB) loadHead() (chainHead, error) {
@@ -234,10 +235,10 @@ func readHead(txn *badger.Txn) (chainHead, error) {
 // unset; Time defaults to now. It returns the stored entry. A second
 // settlement of a lease is refused with ErrAlreadySettled, in the same
 // transaction.
-func (db *DB) Append(e Entry) (Entry, error) {
-	out, err := db.AppendAll([]Entry{e})
+func (db *DB) Append(e record.Entry) (record.Entry, error) {
+	out, err := db.AppendAll([]record.Entry{e})
 	if err != nil {
-		return Entry{}, err
+		return record.Entry{}, err
 	}
 	return out[0], nil
 }
@@ -246,7 +247,7 @@ func (db *DB) Append(e Entry) (Entry, error) {
 // all of them are stored or none is. A batch too large for one Badger
 // transaction fails as a whole. Below the free-space floor it fails with
 // ErrDiskFull and writes nothing.
-func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
+func (db *DB) AppendAll(entries []record.Entry) ([]record.Entry, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
@@ -257,7 +258,7 @@ func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 	defer done()
 
 	now := time.Now()
-	out := make([]Entry, len(entries))
+	out := make([]record.Entry, len(entries))
 	for i, e := range entries {
 		p, err := prepare(e, now)
 		if err != nil {
@@ -330,7 +331,7 @@ func (db *DB) AppendAll(entries []Entry) ([]Entry, error) {
 // Link chains e, a validated entry already numbered, after the entry whose
 // hash is prevHash: it sets e's PrevHash and Hash and returns the bytes
 // stored for it, which ChainVerifier (and so Verify) checks.
-func Link(e *Entry, prevHash string) ([]byte, error) {
+func Link(e *record.Entry, prevHash string) ([]byte, error) {
 	e.PrevHash = prevHash
 	e.Hash = e.ComputeHash()
 	return encodeEntry(e)
@@ -365,13 +366,13 @@ func (db *DB) Head() (seq uint64, hash string, err error) {
 }
 
 // Get returns the entry with sequence number seq.
-func (db *DB) Get(seq uint64) (Entry, error) {
+func (db *DB) Get(seq uint64) (record.Entry, error) {
 	done, err := db.acquire()
 	if err != nil {
-		return Entry{}, err
+		return record.Entry{}, err
 	}
 	defer done()
-	var e Entry
+	var e record.Entry
 	err = db.bdb.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(entryKey(seq))
 		if errors.Is(err, badger.ErrKeyNotFound) {
@@ -389,15 +390,15 @@ func (db *DB) Get(seq uint64) (Entry, error) {
 		})
 	})
 	if err != nil {
-		return Entry{}, err
+		return record.Entry{}, err
 	}
 	return e, nil
 }
 
 // List returns the entries matching f, in seq order.
-func (db *DB) List(f Filter) ([]Entry, error) {
-	var out []Entry
-	err := db.scan(f, func(e *Entry) error {
+func (db *DB) List(f record.Filter) ([]record.Entry, error) {
+	var out []record.Entry
+	err := db.scan(f, func(e *record.Entry) error {
 		out = append(out, *e)
 		return nil
 	})
@@ -406,11 +407,11 @@ func (db *DB) List(f Filter) ([]Entry, error) {
 
 // scan calls fn for each entry matching f, in seq order, from one
 // consistent snapshot.
-func (db *DB) scan(f Filter, fn func(*Entry) error) error {
+func (db *DB) scan(f record.Filter, fn func(*record.Entry) error) error {
 	if f.Limit < 0 {
 		return fmt.Errorf("ledger: negative limit %d", f.Limit)
 	}
-	if f.Kind != "" && !KnownKind(f.Kind) {
+	if f.Kind != "" && !record.KnownKind(f.Kind) {
 		return fmt.Errorf("ledger: unknown entry kind %q in filter", f.Kind)
 	}
 	done, err := db.acquire()

@@ -5,16 +5,18 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // linked is n receipt entries chained with Link, as Append stores them.
 func linked(t *testing.T, n int) [][]byte {
 	t.Helper()
 	var out [][]byte
-	hash := ZeroHash
+	hash := record.ZeroHash
 	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := 1; i <= n; i++ {
-		e, err := prepare(Entry{Kind: KindReceipt, Direction: DirOwed, LeaseID: "l" + string(rune('a'+i)), Amount: float64(i)}, at)
+		e, err := prepare(record.Entry{Kind: record.KindReceipt, Direction: record.DirOwed, LeaseID: "l" + string(rune('a'+i)), Amount: float64(i)}, at)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +33,7 @@ func linked(t *testing.T, n int) [][]byte {
 
 func TestChainVerifierTakesALinkedChain(t *testing.T) {
 	var cv ChainVerifier
-	if seq, hash := cv.Head(); seq != 0 || hash != ZeroHash {
+	if seq, hash := cv.Head(); seq != 0 || hash != record.ZeroHash {
 		t.Fatalf("empty verifier head %d %q, want 0 and ZeroHash", seq, hash)
 	}
 	chain := linked(t, 3)

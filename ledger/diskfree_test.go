@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // withFreeSpace replaces the free-space probe.
@@ -30,7 +32,7 @@ func TestDiskFullRefusesWrites(t *testing.T) {
 		do   func() error
 	}{
 		{"append", func() error { _, err := db.Append(sampleEntry(3)); return err }},
-		{"append all", func() error { _, err := db.AppendAll([]Entry{sampleEntry(4), sampleEntry(5)}); return err }},
+		{"append all", func() error { _, err := db.AppendAll([]record.Entry{sampleEntry(4), sampleEntry(5)}); return err }},
 		{"state put", func() error { return db.State("jobs").Put("j", 1) }},
 	}
 	for _, w := range writes {

@@ -12,42 +12,6 @@ import (
 	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
-// The ledger's nouns are package record's, defined there so that the
-// control API's client links them without Badger; these are the same types
-// and values, for the store's code and its callers.
-type (
-	Kind         = record.Kind
-	Direction    = record.Direction
-	Entry        = record.Entry
-	Filter       = record.Filter
-	Balance      = record.Balance
-	VerifyReport = record.VerifyReport
-)
-
-// Entry kinds and directions (record's).
-const (
-	KindReceipt          = record.KindReceipt
-	KindPaymentOwed      = record.KindPaymentOwed
-	KindPaymentEarned    = record.KindPaymentEarned
-	KindPreemptionCredit = record.KindPreemptionCredit
-	KindSuccession       = record.KindSuccession
-	KindDispute          = record.KindDispute
-
-	DirNone           = record.DirNone
-	DirOwed           = record.DirOwed
-	DirEarned         = record.DirEarned
-	DirCreditReceived = record.DirCreditReceived
-	DirCreditGranted  = record.DirCreditGranted
-)
-
-// ZeroHash is the PrevHash of the first (genesis) entry (record.ZeroHash).
-var ZeroHash = record.ZeroHash
-
-// Kinds, KindNames and KnownKind are record's.
-func Kinds() []Kind         { return record.Kinds() }
-func KindNames() string     { return record.KindNames() }
-func KnownKind(k Kind) bool { return record.KnownKind(k) }
-
 // Limits on entry fields.
 const (
 	MaxFieldLen = 1 << 10 // LeaseID, JobID, Counterparty
@@ -58,36 +22,36 @@ const (
 // prepare validates a caller's entry and normalizes it for storage. It does
 // not touch Seq, PrevHash or Hash beyond checking they are unset. Its errors
 // carry no package prefix; the caller adds it.
-func prepare(e Entry, now time.Time) (Entry, error) {
+func prepare(e record.Entry, now time.Time) (record.Entry, error) {
 	if e.Seq != 0 || e.PrevHash != "" || e.Hash != "" {
 		return e, fmt.Errorf("Seq, PrevHash and Hash are assigned by Append and must be unset")
 	}
 	switch e.Kind {
-	case KindReceipt:
+	case record.KindReceipt:
 		switch e.Direction {
-		case DirNone, DirOwed, DirEarned, DirCreditReceived, DirCreditGranted:
+		case record.DirNone, record.DirOwed, record.DirEarned, record.DirCreditReceived, record.DirCreditGranted:
 		default:
 			return e, fmt.Errorf("unknown direction %q", e.Direction)
 		}
-	case KindPaymentOwed:
-		if err := wantDir(&e, DirOwed); err != nil {
+	case record.KindPaymentOwed:
+		if err := wantDir(&e, record.DirOwed); err != nil {
 			return e, err
 		}
-	case KindPaymentEarned:
-		if err := wantDir(&e, DirEarned); err != nil {
+	case record.KindPaymentEarned:
+		if err := wantDir(&e, record.DirEarned); err != nil {
 			return e, err
 		}
-	case KindPreemptionCredit:
-		if e.Direction != DirCreditReceived && e.Direction != DirCreditGranted {
+	case record.KindPreemptionCredit:
+		if e.Direction != record.DirCreditReceived && e.Direction != record.DirCreditGranted {
 			return e, fmt.Errorf("%s needs direction %q or %q, got %q",
-				e.Kind, DirCreditReceived, DirCreditGranted, e.Direction)
+				e.Kind, record.DirCreditReceived, record.DirCreditGranted, e.Direction)
 		}
-	case KindSuccession:
+	case record.KindSuccession:
 		if err := checkSuccession(&e); err != nil {
 			return e, err
 		}
-	case KindDispute:
-		if e.Direction != DirNone || e.Amount != 0 || e.LeaseID == "" {
+	case record.KindDispute:
+		if e.Direction != record.DirNone || e.Amount != 0 || e.LeaseID == "" {
 			return e, fmt.Errorf("%s moves no money and names a lease", e.Kind)
 		}
 	case "":
@@ -106,11 +70,11 @@ func prepare(e Entry, now time.Time) (Entry, error) {
 	}
 	if e.Amount == 0 {
 		e.Amount = 0 // normalize -0
-		if e.Kind != KindReceipt && e.Kind != KindSuccession && e.Kind != KindDispute {
+		if e.Kind != record.KindReceipt && e.Kind != record.KindSuccession && e.Kind != record.KindDispute {
 			return e, fmt.Errorf("%s needs a positive amount", e.Kind)
 		}
 	}
-	if e.Kind != KindReceipt && e.Counterparty == "" {
+	if e.Kind != record.KindReceipt && e.Counterparty == "" {
 		return e, fmt.Errorf("%s needs a counterparty", e.Kind)
 	}
 	for _, f := range []struct{ name, v string }{
@@ -151,8 +115,8 @@ func prepare(e Entry, now time.Time) (Entry, error) {
 
 // checkSuccession checks a succession entry: no money, no lease, and Data
 // a succession both keys signed whose old identity is the Counterparty.
-func checkSuccession(e *Entry) error {
-	if e.Direction != DirNone || e.Amount != 0 || e.LeaseID != "" || e.JobID != "" {
+func checkSuccession(e *record.Entry) error {
+	if e.Direction != record.DirNone || e.Amount != 0 || e.LeaseID != "" || e.JobID != "" {
 		return fmt.Errorf("%s moves no money and names no lease or job", e.Kind)
 	}
 	rec, err := successionOf(e)
@@ -166,7 +130,7 @@ func checkSuccession(e *Entry) error {
 }
 
 // successionOf verifies a succession entry's Data (both signatures).
-func successionOf(e *Entry) (sign.Succession, error) {
+func successionOf(e *record.Entry) (sign.Succession, error) {
 	_, rec, err := sign.OpenSuccession(e.Data)
 	if err != nil {
 		return rec, fmt.Errorf("%s data: %w", e.Kind, err)
@@ -174,8 +138,8 @@ func successionOf(e *Entry) (sign.Succession, error) {
 	return rec, nil
 }
 
-func wantDir(e *Entry, d Direction) error {
-	if e.Direction == DirNone {
+func wantDir(e *record.Entry, d record.Direction) error {
+	if e.Direction == record.DirNone {
 		e.Direction = d
 		return nil
 	}
@@ -188,7 +152,7 @@ func wantDir(e *Entry, d Direction) error {
 // encodeEntry is the stored form of an entry: JSON, compact, HTML not
 // escaped. The encoding is deterministic, which Verify relies on to detect
 // any change of the stored bytes.
-func encodeEntry(e *Entry) ([]byte, error) {
+func encodeEntry(e *record.Entry) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.Grow(384 + len(e.Data))
 	enc := json.NewEncoder(&buf)
@@ -201,10 +165,10 @@ func encodeEntry(e *Entry) ([]byte, error) {
 
 // decodeEntry decodes a stored entry. It is lenient (unknown fields are
 // ignored); Verify catches any deviation from the canonical encoding.
-func decodeEntry(b []byte) (Entry, error) {
-	var e Entry
+func decodeEntry(b []byte) (record.Entry, error) {
+	var e record.Entry
 	if err := json.Unmarshal(b, &e); err != nil {
-		return Entry{}, err
+		return record.Entry{}, err
 	}
 	return e, nil
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 	"time"
+
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // CSVHeader is the header row of ExportCSV; its columns are stable.
@@ -19,13 +21,13 @@ var CSVHeader = []string{
 // entry per line, in seq order. Data is written byte for byte as stored, so
 // each decoded entry's ComputeHash equals its Hash. It streams: the ledger
 // is not held in memory.
-func (db *DB) ExportJSON(w io.Writer, f Filter) error {
+func (db *DB) ExportJSON(w io.Writer, f record.Filter) error {
 	bw := bufio.NewWriter(w)
 	if _, err := bw.WriteString("["); err != nil {
 		return fmt.Errorf("ledger: export json: %w", err)
 	}
 	first := true
-	err := db.scan(f, func(e *Entry) error {
+	err := db.scan(f, func(e *record.Entry) error {
 		b, err := encodeEntry(e)
 		if err != nil {
 			return err
@@ -56,12 +58,12 @@ func (db *DB) ExportJSON(w io.Writer, f Filter) error {
 // ExportCSV writes the entries matching f to w as CSV with the CSVHeader
 // row, in seq order. Time is RFC 3339 with nanoseconds in UTC, amount is the
 // shortest decimal that round-trips, data is the compact JSON evidence.
-func (db *DB) ExportCSV(w io.Writer, f Filter) error {
+func (db *DB) ExportCSV(w io.Writer, f record.Filter) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(CSVHeader); err != nil {
 		return fmt.Errorf("ledger: export csv: %w", err)
 	}
-	err := db.scan(f, func(e *Entry) error {
+	err := db.scan(f, func(e *record.Entry) error {
 		return cw.Write([]string{
 			strconv.FormatUint(e.Seq, 10),
 			e.Time.UTC().Format(time.RFC3339Nano),

@@ -8,13 +8,15 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
-func exportFixture(t *testing.T) (*DB, []Entry) {
+func exportFixture(t *testing.T) (*DB, []record.Entry) {
 	db := openTest(t, "", noSync())
 	entries := appendN(t, db, 8)
-	e, err := db.Append(Entry{
-		Kind: KindReceipt, LeaseID: "l,\"quoted\"", Counterparty: "peer\nwith newline",
+	e, err := db.Append(record.Entry{
+		Kind: record.KindReceipt, LeaseID: "l,\"quoted\"", Counterparty: "peer\nwith newline",
 		Data: json.RawMessage(`{"html":"<a href=\"x\">&</a>","u":"\u2028é"}`),
 	})
 	if err != nil {
@@ -25,7 +27,7 @@ func exportFixture(t *testing.T) (*DB, []Entry) {
 
 // checkChain asserts that entries form a valid chain segment by themselves,
 // as an auditor of an export would.
-func checkChain(t *testing.T, entries []Entry) {
+func checkChain(t *testing.T, entries []record.Entry) {
 	t.Helper()
 	for i, e := range entries {
 		if e.ComputeHash() != e.Hash {
@@ -40,10 +42,10 @@ func checkChain(t *testing.T, entries []Entry) {
 func TestExportJSON(t *testing.T) {
 	db, want := exportFixture(t)
 	var buf bytes.Buffer
-	if err := db.ExportJSON(&buf, Filter{}); err != nil {
+	if err := db.ExportJSON(&buf, record.Filter{}); err != nil {
 		t.Fatal(err)
 	}
-	var got []Entry
+	var got []record.Entry
 	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
 		t.Fatalf("export does not parse: %v\n%s", err, buf.String())
 	}
@@ -53,7 +55,7 @@ func TestExportJSON(t *testing.T) {
 	checkChain(t, got)
 
 	buf.Reset()
-	if err := db.ExportJSON(&buf, Filter{Kind: KindPaymentEarned}); err != nil {
+	if err := db.ExportJSON(&buf, record.Filter{Kind: record.KindPaymentEarned}); err != nil {
 		t.Fatal(err)
 	}
 	got = nil
@@ -65,7 +67,7 @@ func TestExportJSON(t *testing.T) {
 	}
 
 	buf.Reset()
-	if err := db.ExportJSON(&buf, Filter{LeaseID: "none"}); err != nil {
+	if err := db.ExportJSON(&buf, record.Filter{LeaseID: "none"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(buf.Bytes(), &got); err != nil || len(got) != 0 {
@@ -76,7 +78,7 @@ func TestExportJSON(t *testing.T) {
 func TestExportCSV(t *testing.T) {
 	db, want := exportFixture(t)
 	var buf bytes.Buffer
-	if err := db.ExportCSV(&buf, Filter{}); err != nil {
+	if err := db.ExportCSV(&buf, record.Filter{}); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := csv.NewReader(&buf).ReadAll()
@@ -90,7 +92,7 @@ func TestExportCSV(t *testing.T) {
 	for i, name := range rows[0] {
 		col[name] = i
 	}
-	var got []Entry
+	var got []record.Entry
 	for _, r := range rows[1:] {
 		seq, err := strconv.ParseUint(r[col["seq"]], 10, 64)
 		if err != nil {
@@ -104,8 +106,8 @@ func TestExportCSV(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := Entry{
-			Seq: seq, Time: ts, Kind: Kind(r[col["kind"]]), Direction: Direction(r[col["direction"]]),
+		e := record.Entry{
+			Seq: seq, Time: ts, Kind: record.Kind(r[col["kind"]]), Direction: record.Direction(r[col["direction"]]),
 			Amount: amt, Counterparty: r[col["counterparty"]], LeaseID: r[col["lease_id"]],
 			JobID: r[col["job_id"]], PrevHash: r[col["prev_hash"]], Hash: r[col["hash"]],
 		}

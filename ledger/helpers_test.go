@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // noSync turns off synchronous writes; tests that do not exercise
@@ -27,9 +29,9 @@ func openTest(t testing.TB, dir string, opts ...Option) *DB {
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // sampleEntry returns a valid entry of a kind chosen by i.
-func sampleEntry(i int) Entry {
+func sampleEntry(i int) record.Entry {
 	cp := fmt.Sprintf("12D3KooPeer%d", i%3)
-	e := Entry{
+	e := record.Entry{
 		Time:         t0.Add(time.Duration(i) * time.Minute),
 		LeaseID:      fmt.Sprintf("lease-%d", i),
 		JobID:        fmt.Sprintf("job-%d", i/2),
@@ -38,21 +40,21 @@ func sampleEntry(i int) Entry {
 	}
 	switch i % 4 {
 	case 0:
-		e.Kind = KindPaymentOwed
+		e.Kind = record.KindPaymentOwed
 	case 1:
-		e.Kind = KindPaymentEarned
+		e.Kind = record.KindPaymentEarned
 	case 2:
-		e.Kind, e.Direction = KindPreemptionCredit, DirCreditReceived
+		e.Kind, e.Direction = record.KindPreemptionCredit, record.DirCreditReceived
 	case 3:
-		e.Kind = KindReceipt
+		e.Kind = record.KindReceipt
 		e.Data = json.RawMessage(fmt.Sprintf(`{"lease":"lease-%d","gpu_seconds":%d}`, i, 3600*i))
 	}
 	return e
 }
 
-func appendN(t testing.TB, db *DB, n int) []Entry {
+func appendN(t testing.TB, db *DB, n int) []record.Entry {
 	t.Helper()
-	out := make([]Entry, 0, n)
+	out := make([]record.Entry, 0, n)
 	for i := 0; i < n; i++ {
 		e, err := db.Append(sampleEntry(i))
 		if err != nil {

@@ -17,17 +17,18 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	bopt "github.com/dgraph-io/badger/v4/options"
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 func TestAppendLinksChain(t *testing.T) {
 	db := openTest(t, "", noSync())
 	seq, hash, err := db.Head()
-	if err != nil || seq != 0 || hash != ZeroHash {
+	if err != nil || seq != 0 || hash != record.ZeroHash {
 		t.Fatalf("empty Head() = %d, %q, %v; want 0, ZeroHash, nil", seq, hash, err)
 	}
 	before := time.Now()
 	got := appendN(t, db, 6)
-	noTime, err := db.Append(Entry{Kind: KindPaymentOwed, Counterparty: "p", Amount: 1})
+	noTime, err := db.Append(record.Entry{Kind: record.KindPaymentOwed, Counterparty: "p", Amount: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,14 +36,14 @@ func TestAppendLinksChain(t *testing.T) {
 	if noTime.Time.Before(before) || noTime.Time.After(time.Now()) || noTime.Time.Location() != time.UTC {
 		t.Errorf("zero Time became %v, want now in UTC", noTime.Time)
 	}
-	if noTime.Direction != DirOwed {
-		t.Errorf("payment_owed direction defaulted to %q, want %q", noTime.Direction, DirOwed)
+	if noTime.Direction != record.DirOwed {
+		t.Errorf("payment_owed direction defaulted to %q, want %q", noTime.Direction, record.DirOwed)
 	}
 	for i, e := range got {
 		if e.Seq != uint64(i+1) {
 			t.Errorf("entry %d: Seq = %d", i, e.Seq)
 		}
-		wantPrev := ZeroHash
+		wantPrev := record.ZeroHash
 		if i > 0 {
 			wantPrev = got[i-1].Hash
 		}
@@ -78,21 +79,21 @@ func TestAppendLinksChain(t *testing.T) {
 
 func TestHashCoversEveryField(t *testing.T) {
 	base := sampleEntry(3)
-	base.Seq, base.PrevHash = 9, ZeroHash
+	base.Seq, base.PrevHash = 9, record.ZeroHash
 	h := base.ComputeHash()
-	mutations := map[string]func(*Entry){
-		"seq":          func(e *Entry) { e.Seq++ },
-		"time":         func(e *Entry) { e.Time = e.Time.Add(time.Nanosecond) },
-		"kind":         func(e *Entry) { e.Kind = KindPaymentOwed },
-		"lease":        func(e *Entry) { e.LeaseID += "x" },
-		"job":          func(e *Entry) { e.JobID += "x" },
-		"counterparty": func(e *Entry) { e.Counterparty += "x" },
-		"amount":       func(e *Entry) { e.Amount = math.Nextafter(e.Amount, 10) },
-		"direction":    func(e *Entry) { e.Direction = DirEarned },
-		"data":         func(e *Entry) { e.Data = json.RawMessage(`{}`) },
-		"prev_hash":    func(e *Entry) { e.PrevHash = strings.Repeat("1", 64) },
+	mutations := map[string]func(*record.Entry){
+		"seq":          func(e *record.Entry) { e.Seq++ },
+		"time":         func(e *record.Entry) { e.Time = e.Time.Add(time.Nanosecond) },
+		"kind":         func(e *record.Entry) { e.Kind = record.KindPaymentOwed },
+		"lease":        func(e *record.Entry) { e.LeaseID += "x" },
+		"job":          func(e *record.Entry) { e.JobID += "x" },
+		"counterparty": func(e *record.Entry) { e.Counterparty += "x" },
+		"amount":       func(e *record.Entry) { e.Amount = math.Nextafter(e.Amount, 10) },
+		"direction":    func(e *record.Entry) { e.Direction = record.DirEarned },
+		"data":         func(e *record.Entry) { e.Data = json.RawMessage(`{}`) },
+		"prev_hash":    func(e *record.Entry) { e.PrevHash = strings.Repeat("1", 64) },
 		// Moving bytes across a field boundary must change the hash too.
-		"boundary": func(e *Entry) { e.LeaseID, e.JobID = e.LeaseID+e.JobID[:1], e.JobID[1:] },
+		"boundary": func(e *record.Entry) { e.LeaseID, e.JobID = e.LeaseID+e.JobID[:1], e.JobID[1:] },
 	}
 	for name, mut := range mutations {
 		e := base
@@ -110,32 +111,34 @@ func TestHashCoversEveryField(t *testing.T) {
 
 func TestAppendRejectsBadInput(t *testing.T) {
 	db := openTest(t, "", noSync())
-	ok := func() Entry { return Entry{Kind: KindPaymentEarned, Counterparty: "peer", Amount: 2} }
+	ok := func() record.Entry {
+		return record.Entry{Kind: record.KindPaymentEarned, Counterparty: "peer", Amount: 2}
+	}
 	cases := []struct {
 		name string
-		mut  func(*Entry)
+		mut  func(*record.Entry)
 		want string
 	}{
-		{"unknown kind", func(e *Entry) { e.Kind = "refund" }, `unknown entry kind "refund"`},
-		{"no kind", func(e *Entry) { e.Kind = "" }, "no kind"},
-		{"NaN", func(e *Entry) { e.Amount = math.NaN() }, "not a finite number"},
-		{"Inf", func(e *Entry) { e.Amount = math.Inf(1) }, "not a finite number"},
-		{"negative", func(e *Entry) { e.Amount = -1 }, "negative"},
-		{"huge", func(e *Entry) { e.Amount = 1e300 }, "exceeds the limit"},
-		{"zero payment", func(e *Entry) { e.Amount = 0 }, "positive amount"},
-		{"no counterparty", func(e *Entry) { e.Counterparty = "" }, "needs a counterparty"},
-		{"preset seq", func(e *Entry) { e.Seq = 4 }, "assigned by Append"},
-		{"preset hash", func(e *Entry) { e.Hash = "ab" }, "assigned by Append"},
-		{"preset prev", func(e *Entry) { e.PrevHash = ZeroHash }, "assigned by Append"},
-		{"wrong direction", func(e *Entry) { e.Direction = DirOwed }, `want "earned"`},
-		{"credit without direction", func(e *Entry) { e.Kind = KindPreemptionCredit }, "needs direction"},
-		{"receipt bad direction", func(e *Entry) { e.Kind, e.Direction = KindReceipt, "sideways" }, "unknown direction"},
-		{"bad json", func(e *Entry) { e.Data = json.RawMessage(`{"a":`) }, "not valid JSON"},
-		{"bad utf8", func(e *Entry) { e.Counterparty = "\xff\xfe" }, "not valid UTF-8"},
-		{"long field", func(e *Entry) { e.LeaseID = strings.Repeat("l", MaxFieldLen+1) }, "limit"},
-		{"time range", func(e *Entry) { e.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "out of range"},
-		{"dispute with money", func(e *Entry) { e.Kind, e.LeaseID, e.Direction = KindDispute, "lease-1", "" }, "moves no money"},
-		{"dispute of no lease", func(e *Entry) { e.Kind, e.Direction, e.Amount = KindDispute, "", 0 }, "names a lease"},
+		{"unknown kind", func(e *record.Entry) { e.Kind = "refund" }, `unknown entry kind "refund"`},
+		{"no kind", func(e *record.Entry) { e.Kind = "" }, "no kind"},
+		{"NaN", func(e *record.Entry) { e.Amount = math.NaN() }, "not a finite number"},
+		{"Inf", func(e *record.Entry) { e.Amount = math.Inf(1) }, "not a finite number"},
+		{"negative", func(e *record.Entry) { e.Amount = -1 }, "negative"},
+		{"huge", func(e *record.Entry) { e.Amount = 1e300 }, "exceeds the limit"},
+		{"zero payment", func(e *record.Entry) { e.Amount = 0 }, "positive amount"},
+		{"no counterparty", func(e *record.Entry) { e.Counterparty = "" }, "needs a counterparty"},
+		{"preset seq", func(e *record.Entry) { e.Seq = 4 }, "assigned by Append"},
+		{"preset hash", func(e *record.Entry) { e.Hash = "ab" }, "assigned by Append"},
+		{"preset prev", func(e *record.Entry) { e.PrevHash = record.ZeroHash }, "assigned by Append"},
+		{"wrong direction", func(e *record.Entry) { e.Direction = record.DirOwed }, `want "earned"`},
+		{"credit without direction", func(e *record.Entry) { e.Kind = record.KindPreemptionCredit }, "needs direction"},
+		{"receipt bad direction", func(e *record.Entry) { e.Kind, e.Direction = record.KindReceipt, "sideways" }, "unknown direction"},
+		{"bad json", func(e *record.Entry) { e.Data = json.RawMessage(`{"a":`) }, "not valid JSON"},
+		{"bad utf8", func(e *record.Entry) { e.Counterparty = "\xff\xfe" }, "not valid UTF-8"},
+		{"long field", func(e *record.Entry) { e.LeaseID = strings.Repeat("l", MaxFieldLen+1) }, "limit"},
+		{"time range", func(e *record.Entry) { e.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "out of range"},
+		{"dispute with money", func(e *record.Entry) { e.Kind, e.LeaseID, e.Direction = record.KindDispute, "lease-1", "" }, "moves no money"},
+		{"dispute of no lease", func(e *record.Entry) { e.Kind, e.Direction, e.Amount = record.KindDispute, "", 0 }, "names a lease"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -149,7 +152,7 @@ func TestAppendRejectsBadInput(t *testing.T) {
 	}
 	bad := ok()
 	bad.Amount = -3
-	_, err := db.AppendAll([]Entry{ok(), bad, ok()})
+	_, err := db.AppendAll([]record.Entry{ok(), bad, ok()})
 	if err == nil || !strings.Contains(err.Error(), "ledger: batch entry 1: amount -3 is negative") {
 		t.Errorf("AppendAll with a bad entry: error = %v, want one naming entry 1", err)
 	}
@@ -157,11 +160,11 @@ func TestAppendRejectsBadInput(t *testing.T) {
 		t.Fatalf("rejected entries were written: head seq %d", seq)
 	}
 	// A valid receipt may have a zero amount and no counterparty.
-	if _, err := db.Append(Entry{Kind: KindReceipt, Data: json.RawMessage(`{"ok":true}`)}); err != nil {
+	if _, err := db.Append(record.Entry{Kind: record.KindReceipt, Data: json.RawMessage(`{"ok":true}`)}); err != nil {
 		t.Errorf("valid receipt rejected: %v", err)
 	}
 	// A dispute names its lease and counterparty, and moves no money.
-	if _, err := db.Append(Entry{Kind: KindDispute, LeaseID: "lease-1", Counterparty: "peer", Data: json.RawMessage(`{"reason":"refused"}`)}); err != nil {
+	if _, err := db.Append(record.Entry{Kind: record.KindDispute, LeaseID: "lease-1", Counterparty: "peer", Data: json.RawMessage(`{"reason":"refused"}`)}); err != nil {
 		t.Errorf("valid dispute rejected: %v", err)
 	}
 }
@@ -169,7 +172,7 @@ func TestAppendRejectsBadInput(t *testing.T) {
 func TestAppendAllIsOneChainSegment(t *testing.T) {
 	db := openTest(t, "", noSync())
 	first := appendN(t, db, 2)
-	batch := []Entry{sampleEntry(10), sampleEntry(11), sampleEntry(12)}
+	batch := []record.Entry{sampleEntry(10), sampleEntry(11), sampleEntry(12)}
 	got, err := db.AppendAll(batch)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +193,7 @@ func TestConcurrentAppends(t *testing.T) {
 	db := openTest(t, "", noSync())
 	const workers, per = 8, 25
 	var wg sync.WaitGroup
-	results := make([][]Entry, workers)
+	results := make([][]record.Entry, workers)
 	errs := make(chan error, workers)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
@@ -252,7 +255,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	}
 	want := appendN(t, db, 9)
 	// Evidence with characters a JSON encoder likes to escape or reflow.
-	tricky, err := db.Append(Entry{Kind: KindReceipt, Data: json.RawMessage("{ \"html\": \"<b>&</b>\",\n \"sep\": \"\u2028\", \"n\": 1e3 }")})
+	tricky, err := db.Append(record.Entry{Kind: record.KindReceipt, Data: json.RawMessage("{ \"html\": \"<b>&</b>\",\n \"sep\": \"\u2028\", \"n\": 1e3 }")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,16 +326,16 @@ func TestClosed(t *testing.T) {
 
 func TestBalances(t *testing.T) {
 	db := openTest(t, "", noSync())
-	seq := []Entry{
-		{Kind: KindPaymentOwed, Counterparty: "alice", Amount: 10.5},
-		{Kind: KindPaymentOwed, Counterparty: "alice", Amount: 2.25},
-		{Kind: KindPreemptionCredit, Direction: DirCreditReceived, Counterparty: "alice", Amount: 1.5},
-		{Kind: KindReceipt, Counterparty: "alice", Amount: 99}, // informational
-		{Kind: KindPaymentEarned, Counterparty: "bob", Amount: 8},
-		{Kind: KindPreemptionCredit, Direction: DirCreditGranted, Counterparty: "bob", Amount: 0.75},
-		{Kind: KindPaymentOwed, Counterparty: "bob", Amount: 3},
-		{Kind: KindPaymentEarned, Counterparty: "carol", Amount: 0.125},
-		{Kind: KindDispute, Counterparty: "dave", LeaseID: "lease-1"}, // no money
+	seq := []record.Entry{
+		{Kind: record.KindPaymentOwed, Counterparty: "alice", Amount: 10.5},
+		{Kind: record.KindPaymentOwed, Counterparty: "alice", Amount: 2.25},
+		{Kind: record.KindPreemptionCredit, Direction: record.DirCreditReceived, Counterparty: "alice", Amount: 1.5},
+		{Kind: record.KindReceipt, Counterparty: "alice", Amount: 99}, // informational
+		{Kind: record.KindPaymentEarned, Counterparty: "bob", Amount: 8},
+		{Kind: record.KindPreemptionCredit, Direction: record.DirCreditGranted, Counterparty: "bob", Amount: 0.75},
+		{Kind: record.KindPaymentOwed, Counterparty: "bob", Amount: 3},
+		{Kind: record.KindPaymentEarned, Counterparty: "carol", Amount: 0.125},
+		{Kind: record.KindDispute, Counterparty: "dave", LeaseID: "lease-1"}, // no money
 	}
 	if _, err := db.AppendAll(seq); err != nil {
 		t.Fatal(err)
@@ -341,7 +344,7 @@ func TestBalances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]Balance{
+	want := map[string]record.Balance{
 		"alice": {Owed: 12.75, Credits: 1.5, Net: -11.25},
 		"bob":   {Owed: 3, Earned: 8, Credits: -0.75, Net: 4.25},
 		"carol": {Earned: 0.125, Net: 0.125},
@@ -354,8 +357,8 @@ func TestBalances(t *testing.T) {
 func TestListFilter(t *testing.T) {
 	db := openTest(t, "", noSync())
 	all := appendN(t, db, 20)
-	pick := func(pred func(Entry) bool) []Entry {
-		var out []Entry
+	pick := func(pred func(record.Entry) bool) []record.Entry {
+		var out []record.Entry
 		for _, e := range all {
 			if pred(e) {
 				out = append(out, e)
@@ -365,18 +368,18 @@ func TestListFilter(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		f    Filter
-		want []Entry
+		f    record.Filter
+		want []record.Entry
 	}{
-		{"all", Filter{}, all},
-		{"kind", Filter{Kind: KindPaymentEarned}, pick(func(e Entry) bool { return e.Kind == KindPaymentEarned })},
-		{"counterparty", Filter{Counterparty: "12D3KooPeer1"}, pick(func(e Entry) bool { return e.Counterparty == "12D3KooPeer1" })},
-		{"lease", Filter{LeaseID: "lease-7"}, all[7:8]},
-		{"since", Filter{Since: all[15].Time}, all[15:]},
-		{"limit", Filter{Limit: 3}, all[:3]},
-		{"kind+limit", Filter{Kind: KindPaymentOwed, Limit: 2}, []Entry{all[0], all[4]}},
-		{"kind+counterparty", Filter{Kind: KindPaymentOwed, Counterparty: "12D3KooPeer0"}, []Entry{all[0], all[12]}},
-		{"none", Filter{LeaseID: "nope"}, nil},
+		{"all", record.Filter{}, all},
+		{"kind", record.Filter{Kind: record.KindPaymentEarned}, pick(func(e record.Entry) bool { return e.Kind == record.KindPaymentEarned })},
+		{"counterparty", record.Filter{Counterparty: "12D3KooPeer1"}, pick(func(e record.Entry) bool { return e.Counterparty == "12D3KooPeer1" })},
+		{"lease", record.Filter{LeaseID: "lease-7"}, all[7:8]},
+		{"since", record.Filter{Since: all[15].Time}, all[15:]},
+		{"limit", record.Filter{Limit: 3}, all[:3]},
+		{"kind+limit", record.Filter{Kind: record.KindPaymentOwed, Limit: 2}, []record.Entry{all[0], all[4]}},
+		{"kind+counterparty", record.Filter{Kind: record.KindPaymentOwed, Counterparty: "12D3KooPeer0"}, []record.Entry{all[0], all[12]}},
+		{"none", record.Filter{LeaseID: "nope"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -392,15 +395,15 @@ func TestListFilter(t *testing.T) {
 			}
 		})
 	}
-	if _, err := db.List(Filter{Limit: -1}); err == nil {
+	if _, err := db.List(record.Filter{Limit: -1}); err == nil {
 		t.Error("negative limit accepted")
 	}
-	if _, err := db.List(Filter{Kind: "bogus"}); err == nil {
+	if _, err := db.List(record.Filter{Kind: "bogus"}); err == nil {
 		t.Error("unknown kind in filter accepted")
 	}
 }
 
-func seqs(es []Entry) []uint64 {
+func seqs(es []record.Entry) []uint64 {
 	out := make([]uint64, len(es))
 	for i, e := range es {
 		out[i] = e.Seq
@@ -514,10 +517,10 @@ func TestOpensSnappyTables(t *testing.T) {
 }
 
 // reopenHolds reopens the ledger in dir and fails unless it lists want.
-func reopenHolds(t *testing.T, dir string, want []Entry) *DB {
+func reopenHolds(t *testing.T, dir string, want []record.Entry) *DB {
 	t.Helper()
 	db := openTest(t, dir)
-	got, err := db.List(Filter{})
+	got, err := db.List(record.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,15 @@ import (
 	"testing"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
-func settlement(lease string, asRenter bool) []Entry {
-	pay := Entry{Kind: KindPaymentEarned, Counterparty: "renter", LeaseID: lease, JobID: "j-" + lease, Amount: 2}
+func settlement(lease string, asRenter bool) []record.Entry {
+	pay := record.Entry{Kind: record.KindPaymentEarned, Counterparty: "renter", LeaseID: lease, JobID: "j-" + lease, Amount: 2}
 	if asRenter {
-		pay = Entry{Kind: KindPaymentOwed, Counterparty: "provider", LeaseID: lease, JobID: "j-" + lease, Amount: 2}
+		pay = record.Entry{Kind: record.KindPaymentOwed, Counterparty: "provider", LeaseID: lease, JobID: "j-" + lease, Amount: 2}
 	}
-	return []Entry{{Kind: KindReceipt, Counterparty: pay.Counterparty, LeaseID: lease, JobID: "j-" + lease, Data: []byte(`{"lease":"` + lease + `"}`)}, pay}
+	return []record.Entry{{Kind: record.KindReceipt, Counterparty: pay.Counterparty, LeaseID: lease, JobID: "j-" + lease, Data: []byte(`{"lease":"` + lease + `"}`)}, pay}
 }
 
 // TestSecondSettlementRefused: a lease is settled (receipt and payment)
@@ -29,7 +30,7 @@ func TestSecondSettlementRefused(t *testing.T) {
 		seq, hash, _ := db.Head()
 		for _, c := range []struct {
 			name  string
-			batch []Entry
+			batch []record.Entry
 		}{
 			{"receipt and payment again", settlement("L1", false)},
 			{"receipt again", settlement("L1", false)[:1]},
@@ -47,21 +48,21 @@ func TestSecondSettlementRefused(t *testing.T) {
 				}
 			})
 		}
-		for _, kind := range []Kind{KindReceipt, KindPaymentEarned} {
-			if got, _ := db.List(Filter{LeaseID: "L1", Kind: kind}); len(got) != 1 {
+		for _, kind := range []record.Kind{record.KindReceipt, record.KindPaymentEarned} {
+			if got, _ := db.List(record.Filter{LeaseID: "L1", Kind: kind}); len(got) != 1 {
 				t.Fatalf("%d %s entries for L1", len(got), kind)
 			}
 		}
-		if got, _ := db.List(Filter{LeaseID: "L2"}); len(got) != 0 {
+		if got, _ := db.List(record.Filter{LeaseID: "L2"}); len(got) != 0 {
 			t.Fatalf("part of a refused batch was stored: %+v", got)
 		}
 	}
 	refused(t, db)
 	// Not settlements: a preemption credit, entries without a lease id.
-	if _, err := db.AppendAll([]Entry{
-		{Kind: KindPreemptionCredit, Direction: DirCreditGranted, Counterparty: "renter", LeaseID: "L1", Amount: 1},
-		{Kind: KindPaymentOwed, Counterparty: "x", Amount: 1},
-		{Kind: KindPaymentOwed, Counterparty: "x", Amount: 1},
+	if _, err := db.AppendAll([]record.Entry{
+		{Kind: record.KindPreemptionCredit, Direction: record.DirCreditGranted, Counterparty: "renter", LeaseID: "L1", Amount: 1},
+		{Kind: record.KindPaymentOwed, Counterparty: "x", Amount: 1},
+		{Kind: record.KindPaymentOwed, Counterparty: "x", Amount: 1},
 	}); err != nil {
 		t.Fatal(err)
 	}

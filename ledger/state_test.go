@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 type leaseRec struct {
@@ -106,7 +108,7 @@ func TestStateNamespacesAreIsolated(t *testing.T) {
 	if seq, hash, _ := db.Head(); seq != 3 || hash != entries[2].Hash {
 		t.Fatalf("Head = %d %s", seq, hash)
 	}
-	if l, _ := db.List(Filter{}); len(l) != 3 {
+	if l, _ := db.List(record.Filter{}); len(l) != 3 {
 		t.Fatalf("List sees %d entries, want 3", len(l))
 	}
 }

@@ -9,10 +9,11 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // successionEntry is the ledger entry of old's succession by next.
-func successionEntry(t *testing.T, old, next *sign.Signer, at time.Time) Entry {
+func successionEntry(t *testing.T, old, next *sign.Signer, at time.Time) record.Entry {
 	t.Helper()
 	ss, err := sign.SealSuccession(old, next, at)
 	if err != nil {
@@ -22,7 +23,7 @@ func successionEntry(t *testing.T, old, next *sign.Signer, at time.Time) Entry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Entry{Kind: KindSuccession, Time: at, Counterparty: old.ID().String(), Data: b}
+	return record.Entry{Kind: record.KindSuccession, Time: at, Counterparty: old.ID().String(), Data: b}
 }
 
 // appendRange appends sampleEntry(i) for i in [from, to).
@@ -61,7 +62,7 @@ func TestSuccessionContinuesTheChain(t *testing.T) {
 	appendRange(t, db, 3, 5)
 
 	headSeq, headHash, _ := db.Head()
-	for name, batch := range map[string][]Entry{
+	for name, batch := range map[string][]record.Entry{
 		"from an identity that does not own it": {successionEntry(t, x, c, t0)},
 		"from the owner before the last":        {sampleEntry(9), successionEntry(t, a, c, t0)},
 	} {
@@ -80,7 +81,7 @@ func TestSuccessionContinuesTheChain(t *testing.T) {
 	wrongCP.Counterparty = c.ID().String()
 	paid := successionEntry(t, b, c, t0)
 	paid.Amount = 1
-	for name, e := range map[string]Entry{"signed by the new key only": forged, "counterparty not the old identity": wrongCP, "with an amount": paid} {
+	for name, e := range map[string]record.Entry{"signed by the new key only": forged, "counterparty not the old identity": wrongCP, "with an amount": paid} {
 		if _, err := db.Append(e); err == nil {
 			t.Fatalf("%s: appended", name)
 		}
@@ -92,7 +93,7 @@ func TestSuccessionContinuesTheChain(t *testing.T) {
 
 	// Two successions in one batch hand over in order.
 	y := signtest.New(t)
-	out, err := db.AppendAll([]Entry{successionEntry(t, b, c, t0.Add(time.Hour)), sampleEntry(10), successionEntry(t, c, y, t0.Add(2*time.Hour))})
+	out, err := db.AppendAll([]record.Entry{successionEntry(t, b, c, t0.Add(time.Hour)), sampleEntry(10), successionEntry(t, c, y, t0.Add(2*time.Hour))})
 	if err != nil {
 		t.Fatalf("append B->C, C->Y: %v", err)
 	}
@@ -116,13 +117,13 @@ func TestSuccessionContinuesTheChain(t *testing.T) {
 // every entry after it and the head, as an attacker rewriting the chain
 // from seq on would (hashes recomputed), keeping the head's owner fields
 // as given.
-func rewriteFrom(t *testing.T, db *DB, seq uint64, edit func(*Entry), owner string, succession uint64) {
+func rewriteFrom(t *testing.T, db *DB, seq uint64, edit func(*record.Entry), owner string, succession uint64) {
 	t.Helper()
-	all, err := db.List(Filter{})
+	all, err := db.List(record.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev := ZeroHash
+	prev := record.ZeroHash
 	for i := range all {
 		e := all[i]
 		if e.Seq < seq {
@@ -161,7 +162,7 @@ func TestVerifyDetectsTamperedSuccession(t *testing.T) {
 	appendRange(t, db, 3, 6)
 	wantValid(t, db, 7)
 	restore := func() {
-		rewriteFrom(t, db, succ.Seq, func(e *Entry) { *e = succ }, b.ID().String(), succ.Seq)
+		rewriteFrom(t, db, succ.Seq, func(e *record.Entry) { *e = succ }, b.ID().String(), succ.Seq)
 		wantValid(t, db, 7)
 	}
 
@@ -174,16 +175,16 @@ func TestVerifyDetectsTamperedSuccession(t *testing.T) {
 	payload := strings.Replace(string(ss.Payload), b.ID().String(), thief.ID().String(), 1)
 	newSig, _ := thief.Sign(sign.DomainSuccession, []byte(payload))
 	forged, _ := json.Marshal(sign.SignedSuccession{Payload: []byte(payload), OldSig: ss.OldSig, NewSig: newSig})
-	rewriteFrom(t, db, succ.Seq, func(e *Entry) { e.Data = forged }, thief.ID().String(), succ.Seq)
+	rewriteFrom(t, db, succ.Seq, func(e *record.Entry) { e.Data = forged }, thief.ID().String(), succ.Seq)
 	wantTamper(t, db, succ.Seq, "succession does not verify")
 	restore()
 
-	rewriteFrom(t, db, succ.Seq, func(e *Entry) { e.Counterparty = thief.ID().String() }, b.ID().String(), succ.Seq)
+	rewriteFrom(t, db, succ.Seq, func(e *record.Entry) { e.Counterparty = thief.ID().String() }, b.ID().String(), succ.Seq)
 	wantTamper(t, db, succ.Seq, "succession does not verify")
 	restore()
 
 	// A head naming the thief as owner over the genuine chain.
-	rewriteFrom(t, db, succ.Seq, func(*Entry) {}, thief.ID().String(), succ.Seq)
+	rewriteFrom(t, db, succ.Seq, func(*record.Entry) {}, thief.ID().String(), succ.Seq)
 	wantTamper(t, db, 7, "chain head names owner")
 	restore()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // TamperError reports the first entry at which the chain does not verify.
@@ -29,13 +30,13 @@ func (e *TamperError) Error() string {
 // the last entry and the owner the successions give. The
 // first failure is returned as a *TamperError, with the report counting the
 // entries verified before it; other errors are I/O errors.
-func (db *DB) Verify() (VerifyReport, error) {
+func (db *DB) Verify() (record.VerifyReport, error) {
 	done, err := db.acquire()
 	if err != nil {
-		return VerifyReport{}, err
+		return record.VerifyReport{}, err
 	}
 	defer done()
-	var rep VerifyReport
+	var rep record.VerifyReport
 	err = db.bdb.View(func(txn *badger.Txn) error {
 		head, err := readHead(txn)
 		if err != nil {
@@ -128,7 +129,7 @@ func (cv *ChainVerifier) Next(seq uint64, raw []byte) error {
 	if h := e.ComputeHash(); e.Hash != h {
 		return &TamperError{Seq: seq, Reason: "hash mismatch: entry content altered"}
 	}
-	if e.Kind == KindSuccession {
+	if e.Kind == record.KindSuccession {
 		// Signed by both keys: a rewrite of the chain from here on
 		// cannot forge one.
 		if err := checkSuccession(&e); err != nil {

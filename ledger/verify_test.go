@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // The tamper helpers below bypass the ledger and edit Badger directly, the
@@ -209,7 +210,7 @@ func TestCorruptHeadBlocksAppend(t *testing.T) {
 func TestVerifyEmpty(t *testing.T) {
 	db := openTest(t, "", noSync())
 	rep, err := db.Verify()
-	if err != nil || rep.Entries != 0 || rep.HeadSeq != 0 || rep.HeadHash != ZeroHash {
+	if err != nil || rep.Entries != 0 || rep.HeadSeq != 0 || rep.HeadHash != record.ZeroHash {
 		t.Fatalf("Verify() on empty ledger = %+v, %v", rep, err)
 	}
 }

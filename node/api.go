@@ -3,12 +3,10 @@ package node
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"time"
@@ -16,55 +14,8 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
-	"github.com/gpumesh/gpumesh/node/lease"
+	"github.com/gpumesh/gpumesh/node/artifact/control"
 )
-
-// httpError carries a status code for the API.
-type httpError struct {
-	code int
-	msg  string
-}
-
-func (e *httpError) Error() string { return e.msg }
-
-func badRequest(format string, a ...any) error {
-	return &httpError{http.StatusBadRequest, fmt.Sprintf(format, a...)}
-}
-
-func notFound(format string, a ...any) error {
-	return &httpError{http.StatusNotFound, fmt.Sprintf(format, a...)}
-}
-
-type handlerFunc func(r *http.Request) (any, error)
-
-func (d *Daemon) route(mux *http.ServeMux, pattern string, h handlerFunc) {
-	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		v, err := h(r)
-		if err != nil {
-			writeAPIError(w, err)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(v)
-	})
-}
-
-func writeAPIError(w http.ResponseWriter, err error) {
-	code := http.StatusInternalServerError
-	var he *httpError
-	var le *lease.RequestError
-	switch {
-	case errors.As(err, &he):
-		code = he.code
-	case errors.As(err, &le) && le.Missing:
-		code = http.StatusNotFound
-	case errors.As(err, &le):
-		code = http.StatusBadRequest
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: err.Error()})
-}
 
 func (d *Daemon) serveAPI() error {
 	_ = os.Remove(d.paths.Socket())
@@ -77,20 +28,33 @@ func (d *Daemon) serveAPI() error {
 		return fmt.Errorf("control socket: %w", err)
 	}
 	mux := http.NewServeMux()
-	d.route(mux, "GET /v1/version", func(*http.Request) (any, error) {
+	api.Handle(mux, "GET /v1/version", func(*http.Request) (any, error) {
 		return map[string]string{"version": Version}, nil
 	})
 	d.viewRoutes(mux, false, false)
-	d.route(mux, "POST /v1/tasks/convert", func(r *http.Request) (any, error) {
+	api.Handle(mux, "POST /v1/tasks/convert", func(r *http.Request) (any, error) {
 		var req api.ConvertTaskRequest
 		dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return nil, badRequest("task: %v", err)
+			return nil, api.BadRequest("task: %v", err)
 		}
-		return d.convertTask(req.Task, req.TaskName)
+		return taskfile.ConvertRequest(req.Task, req.TaskName, d.now())
 	})
-	d.artifactRoutes(mux)
+	control.New(control.Config{Transfer: d.artifacts, Self: d.ID(), Find: d.disc.FindProviders, Holdings: d.disc.Holdings,
+		Reliability: func(p string) float64 {
+			if m := d.marketRef.Load(); m != nil {
+				return m.book.Score(p)
+			}
+			return auction.NeutralReliability
+		},
+		Jobs: func() []api.JobView {
+			if m := d.market; m != nil {
+				return m.tracker.List()
+			}
+			return nil
+		},
+		Changed: d.disc.Readvertise, Announce: d.announceLater, TempDir: d.paths.Artifacts(), Now: d.now}).Routes(mux)
 	if d.market != nil {
 		d.market.routes(mux)
 	}
@@ -104,48 +68,6 @@ func (d *Daemon) serveAPI() error {
 	d.apiLn = ln
 	go func() { _ = d.api.Serve(ln) }()
 	return nil
-}
-
-// convertTask turns a job file's text into its job (taskfile.Convert), as
-// of now; its problems are bad requests.
-func (d *Daemon) convertTask(text, name string) (auction.Job, error) {
-	if name == "" {
-		name = "task"
-	}
-	if text == "" {
-		return auction.Job{}, badRequest("%s is empty", name)
-	}
-	job, err := taskfile.Convert(name, []byte(text), d.now())
-	if err != nil {
-		return auction.Job{}, badRequest("%v", err)
-	}
-	return job, nil
-}
-
-// convertService turns a service file's text into its service
-// (taskfile.ConvertService), as of now; its problems are bad requests. The
-// public endpoint's certificate files are read by this daemon, so a
-// client's relative path, which would name a file in the daemon's working
-// directory, is refused.
-func (d *Daemon) convertService(text, name string) (api.ServiceSpec, error) {
-	if name == "" {
-		name = "service"
-	}
-	if text == "" {
-		return api.ServiceSpec{}, badRequest("%s is empty", name)
-	}
-	spec, err := taskfile.ConvertService(name, []byte(text), d.now())
-	if err != nil {
-		return api.ServiceSpec{}, badRequest("%v", err)
-	}
-	if p := spec.Public; p != nil {
-		for _, f := range []string{p.TLSCert, p.TLSKey} {
-			if f != "" && !filepath.IsAbs(f) {
-				return api.ServiceSpec{}, badRequest("%s: public endpoint file %q: give an absolute path (the daemon reads it)", name, f)
-			}
-		}
-	}
-	return spec, nil
 }
 
 // Status reports the node's identity, connectivity and inventory.
@@ -192,20 +114,20 @@ func (d *Daemon) handleProviders(r *http.Request) (any, error) {
 	var err error
 	if v := r.URL.Query().Get("min_vram"); v != "" {
 		if q.MinVRAM, err = strconv.Atoi(v); err != nil {
-			return nil, badRequest("min_vram must be an integer, got %q", v)
+			return nil, api.BadRequest("min_vram must be an integer, got %q", v)
 		}
 	}
 	if v := r.URL.Query().Get("count"); v != "" {
 		if q.GPUCount, err = strconv.Atoi(v); err != nil {
-			return nil, badRequest("count must be an integer, got %q", v)
+			return nil, api.BadRequest("count must be an integer, got %q", v)
 		}
 	}
 	if err := q.Validate(); err != nil {
-		return nil, badRequest("%v", err)
+		return nil, api.BadRequest("%v", err)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
 	defer cancel()
-	caps, err := d.FindProviders(ctx, q)
+	caps, err := d.disc.FindProviders(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -217,6 +139,16 @@ func (d *Daemon) handleProviders(r *http.Request) (any, error) {
 	return out, nil
 }
 
-func sortCapabilities(cs []auction.Capability) {
-	sort.Slice(cs, func(i, j int) bool { return cs[i].Peer < cs[j].Peer })
+// noneCanFit fails a job that no provider this node knows could ever run:
+// when it holds providers' capability records (verified, unexpired; never
+// its own) and the job fails auction.StaticFit on every one, the renter
+// says so at once (auction.NoneFits, a 422) rather than queueing it for
+// its whole start window. A node that knows no provider lets the job
+// through (it cannot tell), and so does POST /v1/jobs with queue set
+// (`job post --queue`).
+func (d *Daemon) noneCanFit(job *auction.Job) error {
+	if err := auction.NoneFits(d.disc.Records(), job); err != nil {
+		return &api.StatusError{Code: http.StatusUnprocessableEntity, Msg: err.Error()}
+	}
+	return nil
 }

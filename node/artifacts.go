@@ -2,24 +2,14 @@ package node
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/node/artifact/jobs"
 	"github.com/gpumesh/gpumesh/node/artifact/transfer"
-	"github.com/gpumesh/gpumesh/node/wire"
-	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -30,7 +20,7 @@ import (
 func (d *Daemon) startArtifacts() error {
 	budget := d.cfg.ArtifactBudgetGB
 	if budget == 0 {
-		budget = DefaultArtifactBudgetGB
+		budget = config.DefaultArtifactBudgetGB
 	}
 	st, err := artifact.Open(d.paths.Artifacts(), int64(budget*(1<<30)))
 	if err != nil {
@@ -42,141 +32,14 @@ func (d *Daemon) startArtifacts() error {
 			m := d.marketRef.Load()
 			return m != nil && m.tracker.LeaseNamesInput(from, id)
 		},
-		OnHeld: d.heldChanged, WarmMax: d.cfg.warmMax(), Context: d.ctx,
+		// A provider advertises a fresh capability record (its Artifacts)
+		// at once when the store completes an artifact, so renters that
+		// check bids' missing-bytes claims against it see what it holds.
+		OnHeld: d.disc.Readvertise, WarmMax: d.cfg.WarmMax(), Context: d.ctx,
 	})
+	d.jobArts = jobs.New(jobs.Config{Transfer: d.artifacts, LoadImage: d.loadImageArtifact,
+		Changed: d.disc.Readvertise, Announce: d.announceLater, Log: d.log})
 	return err
-}
-
-// inputPins keeps the artifacts our live jobs name (inputs, image)
-// pinned in our store, so that eviction never removes what a queued or
-// running job will fetch from us.
-type inputPins struct {
-	d     *Daemon
-	mu    sync.Mutex
-	byJob map[string]func()
-}
-
-// update pins a job's artifacts while its state is live and releases
-// them once it is not (the tracker's OnSave hook).
-func (p *inputPins) update(v api.JobView) {
-	ids := v.Job.Run.Artifacts()
-	if len(ids) == 0 {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	unpin, pinned := p.byJob[v.Job.ID]
-	switch live := v.State.Live(); {
-	case live && !pinned:
-		st := p.d.artifacts.Store()
-		unpins := make([]func(), 0, len(ids))
-		for _, id := range ids {
-			unpins = append(unpins, st.Pin(id))
-		}
-		p.byJob[v.Job.ID] = func() {
-			for _, u := range unpins {
-				u()
-			}
-		}
-	case !live && pinned:
-		unpin()
-		delete(p.byJob, v.Job.ID)
-	}
-}
-
-// heldChanged is called when the store completes an artifact: a provider
-// advertises a fresh capability record (its Artifacts) at once, so renters
-// that check bids' missing-bytes claims against it see what it holds.
-func (d *Daemon) heldChanged() {
-	select {
-	case d.readvertise <- struct{}{}:
-	default:
-	}
-}
-
-// advertisedArtifacts is the renter's holdings check (auction
-// RenterConfig.Holdings): the artifacts a provider's signed capability
-// record advertises, looked up afresh.
-func (d *Daemon) advertisedArtifacts(ctx context.Context, provider string) ([]string, bool) {
-	id, err := peer.Decode(provider)
-	if err != nil {
-		return nil, false
-	}
-	c, err := d.lookupCapability(ctx, id)
-	if err != nil {
-		return nil, false
-	}
-	return c.Artifacts, true
-}
-
-// prepareInputs is the supervisor's hook: a job's inputs and image
-// artifact come from its owner (the renter's daemon) and any other holder.
-// The image artifact's image is loaded into the container engine unless
-// the engine holds it already, and image is its ID, which the job runs.
-//
-// The owner is reached without the addresses its job names
-// (Job.OwnerAddrs, anyone's to fill): through the connection its award
-// came on, its own identify addresses, or the DHT.
-func (d *Daemon) prepareInputs(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (release func(), image string, err error) {
-	owner, err := peer.Decode(job.Owner)
-	if err != nil {
-		return nil, "", badRequest("job %s: owner %q is not a peer id", job.ID, job.Owner)
-	}
-	_, arts, err := sealKeys(keys)
-	if err != nil {
-		return nil, "", err
-	}
-	forget := d.fetchedFor(job, job.Run.Artifacts()...)
-	releases := []func(){forget}
-	release = func() {
-		for i := len(releases) - 1; i >= 0; i-- {
-			releases[i]()
-		}
-	}
-	if id := job.Run.ImageArtifact; id != "" {
-		unpin, imageID, err := d.loadImageArtifact(ctx, id, job.Run.Image, owner, nil)
-		if err != nil {
-			release()
-			return nil, "", err
-		}
-		releases = append(releases, unpin)
-		image = imageID
-	}
-	if len(job.Run.Inputs) > 0 {
-		rel, err := d.artifacts.PrepareInputs(ctx, job.Run.Inputs, owner, nil, dir, arts)
-		if err != nil {
-			release()
-			return nil, "", err
-		}
-		releases = append(releases, rel)
-	}
-	return release, image, nil
-}
-
-// fetchedFor returns what a no-persist job's release calls once its run
-// ended: it removes from the store those of ids the store did not hold
-// (complete) before the job, so that nothing fetched for it (inputs, a
-// checkpoint it restored) stays here as an artifact. Artifacts held
-// before stay, as does one another job still uses (pinned). For other
-// jobs it does nothing: their artifacts are cached for the next.
-func (d *Daemon) fetchedFor(job auction.Job, ids ...string) func() {
-	if !job.NoPersist {
-		return func() {}
-	}
-	st := d.artifacts.Store()
-	var fresh []string
-	for _, id := range ids {
-		if in, err := st.Info(id); err != nil || !in.Complete {
-			fresh = append(fresh, id)
-		}
-	}
-	return func() {
-		for _, id := range fresh {
-			if err := st.Remove(id); err != nil && !errors.Is(err, artifact.ErrNotFound) {
-				d.log.Warn("no-persist job: artifact fetched for it is still held", "job", job.ID, "artifact", id, "err", err)
-			}
-		}
-	}
 }
 
 // loadImageArtifact fetches the image artifact id (a `docker save`
@@ -186,7 +49,7 @@ func (d *Daemon) fetchedFor(job auction.Job, ids ...string) func() {
 // other image (it would re-tag another tenant's image) and loads it
 // without names, so the job runs by ID and no tag on the host moves. The
 // artifact stays pinned until unpin.
-func (d *Daemon) loadImageArtifact(ctx context.Context, id, image string, owner peer.ID, addrs []string) (unpin func(), imageID string, err error) {
+func (d *Daemon) loadImageArtifact(ctx context.Context, id, image string, owner peer.ID) (unpin func(), imageID string, err error) {
 	im := runtime.NewImages(runtime.DefaultDockerSocket)
 	// The cache is per owner: a hit skips the fetch, and with it the
 	// access check (Store.MayRead), so another renter naming the same
@@ -197,7 +60,7 @@ func (d *Daemon) loadImageArtifact(ctx context.Context, id, image string, owner 
 			return func() {}, v.(string), nil
 		}
 	}
-	unpin, err = d.artifacts.FetchForJob(ctx, id, owner, addrs)
+	unpin, err = d.artifacts.FetchForJob(ctx, id, owner, nil)
 	if err != nil {
 		return nil, "", fmt.Errorf("image artifact: %w", err)
 	}
@@ -209,29 +72,6 @@ func (d *Daemon) loadImageArtifact(ctx context.Context, id, image string, owner 
 	d.imageIDs.Store(key, imageID)
 	d.log.Info("image loaded from artifact", "image", image, "artifact", id, "id", imageID)
 	return unpin, imageID, nil
-}
-
-// addImage saves a container image from the engine as an artifact.
-func (d *Daemon) addImage(ctx context.Context, ref string, meta artifact.Meta) (string, error) {
-	tmp, err := os.MkdirTemp(d.paths.Artifacts(), "image-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	name := strings.NewReplacer("/", "_", ":", "_", "@", "_").Replace(ref) + ".tar"
-	p := filepath.Join(tmp, name)
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
-	if err != nil {
-		return "", err
-	}
-	err = runtime.NewImages(runtime.DefaultDockerSocket).Save(ctx, ref, f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return "", badRequest("artifact add --image %s: %v", ref, err)
-	}
-	return d.artifacts.Store().Add(p, meta)
 }
 
 // announceLoop announces the artifacts held now and again every
@@ -268,461 +108,11 @@ func (d *Daemon) announceArtifacts(ids ...string) {
 	}
 }
 
-func (d *Daemon) artifactRoutes(mux *http.ServeMux) {
-	st := d.artifacts.Store()
-	d.route(mux, "POST /v1/artifacts", func(r *http.Request) (any, error) {
-		var req api.ArtifactAddRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			return nil, badRequest("bad request body: %v", err)
-		}
-		var id string
-		var err error
-		switch {
-		case req.Image != "" && req.Path != "":
-			return nil, badRequest("give a path or an image, not both")
-		case req.Sealed && (req.Public || req.Image != ""):
-			return nil, badRequest("a sealed artifact is a private file or tree: not --public, not --image")
-		case req.Image != "":
-			id, err = d.addImage(r.Context(), req.Image, artifact.Meta{Private: !req.Public})
-		case !filepath.IsAbs(req.Path):
-			return nil, badRequest("artifact path %q must be absolute", req.Path)
-		case req.Public:
-			id, err = st.Add(req.Path, artifact.Meta{})
-		default:
-			// Every private file or tree is sealed (Sealed only says so).
-			id, err = st.AddPrivate(req.Path)
-		}
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil, badRequest("%v", err)
-			}
-			return nil, err
-		}
-		d.heldChanged()
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			d.announceArtifacts(id)
-		}()
-		return st.Info(id)
-	})
-	d.route(mux, "GET /v1/artifacts", func(*http.Request) (any, error) { return d.artifactViews(st.List()), nil })
-	d.route(mux, "GET /v1/artifacts/{id}", func(r *http.Request) (any, error) { return artifactInfo(st, r.PathValue("id")) })
-	d.route(mux, "DELETE /v1/artifacts/{id}", func(r *http.Request) (any, error) {
-		id := r.PathValue("id")
-		if _, err := artifactInfo(st, id); err != nil {
-			return nil, err
-		}
-		if err := st.Remove(id); err != nil {
-			return nil, &httpError{code: http.StatusConflict, msg: err.Error()}
-		}
-		return map[string]string{"removed": id}, nil
-	})
-	d.route(mux, "POST /v1/artifacts/{id}/share", func(r *http.Request) (any, error) {
-		id := r.PathValue("id")
-		var req api.ArtifactShareRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			return nil, badRequest("bad request body: %v", err)
-		}
-		if _, err := peer.Decode(req.Peer); err != nil {
-			return nil, badRequest("not a peer id: %q", req.Peer)
-		}
-		if _, err := artifactInfo(st, id); err != nil {
-			return nil, err
-		}
-		if err := st.Share(id, req.Peer); err != nil {
-			return nil, err
-		}
-		return st.Info(id)
-	})
-	mux.HandleFunc("POST /v1/artifacts/{id}/get", d.apiGetArtifact)
-	d.route(mux, "POST /v1/artifacts/{id}/warm", func(r *http.Request) (any, error) {
-		var req api.ArtifactWarmRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			return nil, badRequest("bad request body: %v", err)
-		}
-		id := r.PathValue("id")
-		if _, err := artifactInfo(st, id); err != nil {
-			return nil, err
-		}
-		return d.warmArtifact(r.Context(), id, req)
-	})
-}
-
-// warmTarget is a provider to warm and how to reach it.
-type warmTarget struct {
-	id    peer.ID
-	addrs []string
-	held  bool // its record already advertises the artifact
-}
-
-// warmArtifact has providers fetch an artifact we hold ahead of jobs: the
-// named ones, or the req.Count best-ranked ones found in the DHT
-// (auction.WarmTargets; those whose records already list it count).
-func (d *Daemon) warmArtifact(ctx context.Context, id string, req api.ArtifactWarmRequest) (api.ArtifactWarmResponse, error) {
-	if req.Count < 0 {
-		return api.ArtifactWarmResponse{}, badRequest("count must be at least 1, got %d", req.Count)
-	}
-	if req.Count == 0 {
-		req.Count = 1
-	}
-	var targets []warmTarget
-	for _, p := range req.Providers {
-		p = strings.TrimSpace(p)
-		if pid, err := peer.Decode(p); err == nil {
-			targets = append(targets, warmTarget{id: pid})
-			continue
-		}
-		ais, err := p2p.ParseAddrInfos([]string{p})
-		if err != nil {
-			return api.ArtifactWarmResponse{}, badRequest("provider %q is neither a peer id nor a multiaddr with /p2p/<peer id>", p)
-		}
-		t := warmTarget{id: ais[0].ID}
-		for _, a := range ais[0].Addrs {
-			t.addrs = append(t.addrs, a.String())
-		}
-		targets = append(targets, t)
-	}
-	if len(targets) == 0 {
-		caps, err := d.FindProviders(ctx, auction.Query{})
-		if err != nil {
-			return api.ArtifactWarmResponse{}, err
-		}
-		var rel func(string) float64
-		if m := d.marketRef.Load(); m != nil {
-			rel = m.book.Score
-		}
-		for _, c := range auction.WarmTargets(caps, rel, d.now()) {
-			if len(targets) == req.Count {
-				break
-			}
-			pid, err := peer.Decode(c.Peer)
-			if err != nil || pid == d.ID() {
-				continue
-			}
-			targets = append(targets, warmTarget{id: pid, addrs: c.Addrs, held: auction.Holds(c.Artifacts, d.ID().String(), id)})
-		}
-		if len(targets) == 0 {
-			return api.ArtifactWarmResponse{}, notFound("no provider found to warm")
-		}
-	}
-	out := api.ArtifactWarmResponse{ID: id, Results: make([]api.ArtifactWarmResult, len(targets))}
-	var wg sync.WaitGroup
-	for i, t := range targets {
-		out.Results[i].Provider = t.id.String()
-		if t.held {
-			out.Results[i].Held, out.Results[i].Advertised = true, true
-			continue
-		}
-		wg.Add(1)
-		go func(res *api.ArtifactWarmResult, t warmTarget) {
-			defer wg.Done()
-			ack, err := d.artifacts.Warm(ctx, id, t.id, t.addrs)
-			if err != nil {
-				res.Error = err.Error()
-				return
-			}
-			res.Size, res.Fetching = ack.Size, ack.Fetching
-			if req.Wait {
-				res.Advertised = d.waitAdvertises(ctx, t.id.String(), id)
-				if !res.Advertised {
-					res.Error = "accepted, but does not advertise it yet: " + context.Cause(ctx).Error()
-				}
-			}
-		}(&out.Results[i], t)
-	}
-	wg.Wait()
-	return out, nil
-}
-
-// waitAdvertises polls provider's capability record until it lists
-// artifact id of ours (by its id or, private, its auction.HeldToken) or
-// ctx ends.
-func (d *Daemon) waitAdvertises(ctx context.Context, provider, id string) bool {
-	for {
-		if held, ok := d.advertisedArtifacts(ctx, provider); ok && auction.Holds(held, d.ID().String(), id) {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-func artifactInfo(st *artifact.Store, id string) (artifact.Info, error) {
-	if !artifact.ValidID(id) {
-		return artifact.Info{}, badRequest("not an artifact id (64 hex digits): %q", id)
-	}
-	in, err := st.Info(id)
-	if errors.Is(err, artifact.ErrNotFound) {
-		return in, notFound("no artifact %s on this node", id)
-	}
-	return in, err
-}
-
-// apiGetArtifact fetches an artifact and writes it to the requested path,
-// answering NDJSON progress lines and a last line with the result.
-func (d *Daemon) apiGetArtifact(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	var req api.ArtifactGetRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeAPIError(w, badRequest("bad request body: %v", err))
-		return
-	}
-	if !artifact.ValidID(id) {
-		writeAPIError(w, badRequest("not an artifact id (64 hex digits): %q", id))
-		return
-	}
-	if !filepath.IsAbs(req.Dest) {
-		writeAPIError(w, badRequest("destination %q must be absolute", req.Dest))
-		return
-	}
-	peers, err := p2p.ParseAddrInfos(req.Peers)
-	if err != nil {
-		writeAPIError(w, badRequest("%v", err))
-		return
-	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	var mu sync.Mutex
-	enc := json.NewEncoder(w)
-	fl, _ := w.(http.Flusher)
-	send := func(p api.ArtifactProgress) {
-		mu.Lock()
-		defer mu.Unlock()
-		_ = enc.Encode(p)
-		if fl != nil {
-			fl.Flush()
-		}
-	}
-	var last time.Time
-	res, err := d.artifacts.Fetch(r.Context(), id, transfer.FetchOptions{Peers: peers, For: artifact.Local, Progress: func(done, total int64) {
-		if now := time.Now(); now.Sub(last) >= 200*time.Millisecond || done == total {
-			last = now
-			send(api.ArtifactProgress{Done: done, Total: total})
-		}
-	}})
-	if err == nil {
-		// One of our sealed artifacts (a private file or tree, a sealed
-		// job's checkpoint) is written out opened with its key.
-		st := d.artifacts.Store()
-		keys := map[string]artifact.Key{}
-		if k, ok := st.Key(id); ok {
-			keys[id] = k
-		}
-		unpin := st.Pin(id)
-		err = st.ExportFor(id, req.Dest, artifact.Local, keys)
-		unpin()
-	}
-	if err != nil {
-		send(api.ArtifactProgress{Error: err.Error()})
-		return
-	}
-	send(api.ArtifactProgress{Done: res.Size, Total: res.Size, Result: &res})
-}
-
-// inputSizes fills a job's InputBytes from the store: this daemon is the
-// origin of the job's inputs, so it must hold each of them.
-func (d *Daemon) inputSizes(job *auction.Job) error {
-	if len(job.Run.Artifacts()) == 0 {
-		return nil
-	}
-	job.InputBytes = map[string]int64{}
-	for _, id := range job.Run.Artifacts() {
-		if !artifact.ValidID(id) {
-			return badRequest("not an artifact id (64 hex digits): %q", id)
-		}
-		in, err := d.artifacts.Store().Info(id)
-		if err != nil || !in.Complete {
-			return badRequest("artifact %s is not held on this node; add it first (gpumesh artifact add)", id)
-		}
-		job.InputBytes[id] = in.Size
-		switch {
-		case id == job.Run.ImageArtifact:
-			// Its image is loaded by the provider's engine, which keeps
-			// it on its disk: an image artifact is never sealed.
-			if in.Sealed {
-				return badRequest("artifact %s is sealed: an image artifact cannot be (its image is loaded by the provider's engine)", id)
-			}
-		case in.Sealed:
-			job.Sealed = true
-		case in.Private:
-			// Every private file or tree is sealed; a plain one (added
-			// before they were) would leave its bytes on the provider's
-			// disk.
-			return badRequest("artifact %s is private but not sealed (added before private files were sealed, or the outputs or checkpoint of a job that read no private input): add the data again (gpumesh artifact add PATH), or with --public if anyone may read it", id)
-		}
-	}
-	return nil
-}
-
-// outputsArtifact is the supervisor's hook: a lease's outputs become an
-// artifact owned by its renter, announced so the renter can fetch it; a
-// sealed job's are sealed with its lease key.
-func (d *Daemon) outputsArtifact(dir, renter string, keys *wire.LeaseKeys) (string, error) {
-	id, _, err := d.addFor(dir, renter, keys)
-	if err != nil {
-		return "", err
-	}
-	d.heldChanged()
+// announceLater announces artifact id in the background.
+func (d *Daemon) announceLater(id string) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
 		d.announceArtifacts(id)
 	}()
-	return id, nil
-}
-
-// removeHeld is the supervisor's hook: it removes an artifact we hold
-// for a renter (a sealed no-persist lease's outputs); one already gone
-// is no error.
-func (d *Daemon) removeHeld(id string) error {
-	if err := d.artifacts.Store().Remove(id); err != nil && !errors.Is(err, artifact.ErrNotFound) {
-		return err
-	}
-	d.heldChanged()
-	return nil
-}
-
-// artifactViews are the store's artifacts with the job each belongs to,
-// as this node's renter records say: a checkpoint kept for one of its
-// jobs, or a job's outputs.
-func (d *Daemon) artifactViews(list []api.ArtifactInfo) []api.ArtifactView {
-	owned := map[string]api.ArtifactView{}
-	if d.market != nil {
-		for _, v := range d.market.tracker.List() {
-			for i := range v.Checkpoints {
-				c := v.Checkpoints[i]
-				owned[c.Artifact] = api.ArtifactView{Job: v.Job.ID, Use: api.ArtifactCheckpoint, Checkpoint: &c}
-			}
-			if v.OutputsArtifact != "" {
-				owned[v.OutputsArtifact] = api.ArtifactView{Job: v.Job.ID, Use: api.ArtifactOutputs}
-			}
-		}
-	}
-	out := make([]api.ArtifactView, len(list))
-	for i, in := range list {
-		out[i] = owned[in.ID]
-		out[i].ArtifactInfo = in
-	}
-	return out
-}
-
-// checkpointArtifact is the supervisor's hook: a snapshot of a job's
-// checkpoint dir becomes an artifact owned by its renter. It is not
-// announced: the renter fetches it from us at once, then we drop it.
-func (d *Daemon) checkpointArtifact(dir, renter string, keys *wire.LeaseKeys) (string, int64, func(), error) {
-	st := d.artifacts.Store()
-	id, _, err := d.addFor(dir, renter, keys)
-	if err != nil {
-		return "", 0, nil, err
-	}
-	in, err := st.Info(id)
-	if err != nil {
-		return "", 0, nil, err
-	}
-	drop := func() {
-		if err := st.Remove(id); err != nil && !errors.Is(err, artifact.ErrNotFound) {
-			d.log.Debug("drop checkpoint artifact", "id", id, "err", err)
-		}
-	}
-	return id, in.Size, drop, nil
-}
-
-// fetchCheckpoint is the tracker's hook: the renter fetches a checkpoint
-// from the provider that took it (it owns the artifact, so the provider
-// serves it) and keeps it; one larger than max is abandoned. The fetch is
-// for that provider (artifact.For): our store's copy of the id counts only
-// if the provider may read it, so a provider cannot name an artifact of
-// ours it never held as its checkpoint and have it kept and restored.
-func (d *Daemon) fetchCheckpoint(ctx context.Context, id string, from peer.ID, leaseID string, sealed bool, max int64) (int64, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	_, infoErr := d.artifacts.Store().Info(id)
-	fresh := infoErr != nil
-	var tooBig atomic.Bool
-	res, err := d.artifacts.Fetch(ctx, id, transfer.FetchOptions{Origin: &peer.AddrInfo{ID: from}, NoDiscovery: true, For: artifact.For(from),
-		Progress: func(_, total int64) {
-			if total > max {
-				tooBig.Store(true)
-				cancel()
-			}
-		}})
-	if err == nil && res.Size > max {
-		tooBig.Store(true)
-	}
-	if tooBig.Load() {
-		if fresh { // never drop what we held before
-			_ = d.artifacts.Store().Remove(id)
-		}
-		return 0, fmt.Errorf("checkpoint artifact %s is over the cap of %d bytes", id, max)
-	}
-	if err == nil {
-		// A sealed one is kept with its content key, once it opens; a
-		// sealed job's checkpoint must be one (its provider never holds
-		// the job's plaintext on disk, and the renter takes none back).
-		err = d.adoptSealed(id, leaseID, sealed)
-	}
-	if err != nil && fresh {
-		_ = d.artifacts.Store().Remove(id)
-	}
-	return res.Size, err
-}
-
-// restoreCheckpoint is the supervisor's hook: a checkpoint the job
-// restores comes from its owner (the renter's daemon) or any other
-// holder, every chunk checked against its hash, and is written to dir.
-// Our store's copy serves only if the job's owner may read it.
-func (d *Daemon) restoreCheckpoint(ctx context.Context, job auction.Job, id, dir string, keys *wire.LeaseKeys) (func(), error) {
-	owner, err := peer.Decode(job.Owner)
-	if err != nil {
-		return nil, fmt.Errorf("job %s: owner %q is not a peer id", job.ID, job.Owner)
-	}
-	_, arts, err := sealKeys(keys)
-	if err != nil {
-		return nil, err
-	}
-	if !artifact.ValidID(id) {
-		return nil, fmt.Errorf("not an artifact id: %q", id)
-	}
-	forget := d.fetchedFor(job, id)
-	unpin, err := d.artifacts.FetchForJob(ctx, id, owner, nil)
-	if err != nil {
-		forget()
-		return nil, err
-	}
-	release := func() {
-		_ = os.RemoveAll(dir)
-		unpin()
-		forget()
-	}
-	_ = os.RemoveAll(dir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		release()
-		return nil, err
-	}
-	if err := d.artifacts.Store().ExportFor(id, dir, artifact.For(owner), arts); err != nil {
-		release()
-		return nil, err
-	}
-	return release, nil
-}
-
-// addFor stores dir as an artifact owned by renter: sealed with the
-// lease key when the renter gave one (a sealed job), else plain.
-func (d *Daemon) addFor(dir, renter string, keys *wire.LeaseKeys) (string, bool, error) {
-	st := d.artifacts.Store()
-	meta := artifact.Meta{Private: true, Owner: renter}
-	if keys == nil {
-		id, err := st.Add(dir, meta)
-		return id, false, err
-	}
-	lk, _, err := sealKeys(keys)
-	if err != nil {
-		return "", false, err
-	}
-	id, _, err := st.AddSealed(dir, lk, meta)
-	return id, true, err
 }

@@ -295,7 +295,7 @@ func TestImageArtifactLoadedOnFirstUse(t *testing.T) {
 		Run: auction.RunSpec{Image: ref, ImageArtifact: in.ID, Command: []string{"/jobhelper", "echo", "from", "artifact"}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	release, image, err := prov.prepareInputs(ctx, job, filepath.Join(t.TempDir(), "inputs"), nil)
+	release, image, err := prov.jobArts.Inputs(ctx, job, filepath.Join(t.TempDir(), "inputs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,11 +375,10 @@ func TestOutputsBecomeRenterArtifact(t *testing.T) {
 // list artifact id.
 func waitAdvertisesArtifact(t *testing.T, from *Daemon, prov peer.ID, id string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if !from.waitAdvertises(ctx, prov.String(), id) {
-		t.Fatalf("%s never saw %s advertise artifact %s", from.ID(), prov, id)
-	}
+	waitFor(t, 30*time.Second, "the provider advertising the artifact", func() bool {
+		held, ok := from.disc.Holdings(context.Background(), prov.String())
+		return ok && auction.Holds(held, from.ID().String(), id)
+	})
 }
 
 // TestWarmedProviderWinsAuction: the renter warms one of two equal-price
@@ -780,7 +779,7 @@ func TestImageArtifactCannotRetagAnotherImage(t *testing.T) {
 	prepare := func(image, art string) (string, error) {
 		job := auction.Job{ID: "retag-job", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs(),
 			Run: auction.RunSpec{Image: image, ImageArtifact: art, Command: []string{"/who"}}}
-		release, id, err := prov.prepareInputs(ctx, job, filepath.Join(t.TempDir(), "inputs"), nil)
+		release, id, err := prov.jobArts.Inputs(ctx, job, filepath.Join(t.TempDir(), "inputs"), nil)
 		if err == nil {
 			release()
 		}

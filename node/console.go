@@ -1,9 +1,12 @@
 package node
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/console"
+	"github.com/gpumesh/gpumesh/node/metrics"
 )
 
 // viewRoutes registers the control API's read-only views (GET, changing
@@ -16,43 +19,88 @@ import (
 // owner's socket hands out: a service's gateway token (the key to the
 // service) always, and job logs unless the listener has a token.
 func (d *Daemon) viewRoutes(mux *http.ServeMux, onConsole, tokened bool) {
-	d.route(mux, "GET /v1/status", func(*http.Request) (any, error) { return d.Status(), nil })
-	d.route(mux, "GET /v1/peers", func(*http.Request) (any, error) { return d.Peers(), nil })
-	d.route(mux, "GET /v1/providers", d.handleProviders)
+	api.Handle(mux, "GET /v1/status", func(*http.Request) (any, error) { return d.Status(), nil })
+	api.Handle(mux, "GET /v1/peers", func(*http.Request) (any, error) { return d.Peers(), nil })
+	api.Handle(mux, "GET /v1/providers", d.handleProviders)
 	m := d.market
 	if m == nil {
 		return
 	}
 	t := m.tracker
-	d.route(mux, "GET /v1/jobs", func(*http.Request) (any, error) { return t.List(), nil })
-	d.route(mux, "GET /v1/jobs/{id}", func(r *http.Request) (any, error) { return t.View(r.PathValue("id")) })
-	d.route(mux, "GET /v1/jobs/{id}/bids", func(r *http.Request) (any, error) { return t.Bids(r.PathValue("id")) })
-	logs := m.apiLogs
+	api.Handle(mux, "GET /v1/jobs", func(*http.Request) (any, error) { return t.List(), nil })
+	api.Handle(mux, "GET /v1/jobs/{id}", func(r *http.Request) (any, error) { return t.View(r.PathValue("id")) })
+	api.Handle(mux, "GET /v1/jobs/{id}/bids", func(r *http.Request) (any, error) { return t.Bids(r.PathValue("id")) })
+	logs := m.relay().Logs
 	if onConsole && !tokened {
 		logs = func(w http.ResponseWriter, _ *http.Request) {
-			writeAPIError(w, &httpError{http.StatusForbidden,
-				"job logs are on the console only when its listener requires a token (metrics_token_file): any local user can read it"})
+			api.WriteError(w, &api.StatusError{Code: http.StatusForbidden,
+				Msg: "job logs are on the console only when its listener requires a token (metrics_token_file): any local user can read it"})
 		}
 	}
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", logs)
-	d.route(mux, "GET /v1/provider/stats", func(*http.Request) (any, error) { return m.providerStats() })
-	d.route(mux, "GET /v1/provider/history", func(*http.Request) (any, error) { return m.providerHistory() })
+	api.Handle(mux, "GET /v1/provider/stats", func(*http.Request) (any, error) { return m.stats.Now() })
+	api.Handle(mux, "GET /v1/provider/history", func(*http.Request) (any, error) { return m.stats.History() })
 	svc := func(v api.ServiceView) api.ServiceView {
 		if onConsole {
 			v.Token = ""
 		}
 		return v
 	}
-	d.route(mux, "GET /v1/services", func(*http.Request) (any, error) {
+	api.Handle(mux, "GET /v1/services", func(*http.Request) (any, error) {
 		vs := m.svc.List()
 		for i := range vs {
 			vs[i] = svc(vs[i])
 		}
 		return vs, nil
 	})
-	d.route(mux, "GET /v1/services/{id}", func(r *http.Request) (any, error) {
+	api.Handle(mux, "GET /v1/services/{id}", func(r *http.Request) (any, error) {
 		v, err := m.svc.View(r.PathValue("id"))
 		return svc(v), err
 	})
-	d.route(mux, "GET /v1/services/{id}/history", func(r *http.Request) (any, error) { return m.svc.History(r.PathValue("id")) })
+	api.Handle(mux, "GET /v1/services/{id}/history", func(r *http.Request) (any, error) { return m.svc.History(r.PathValue("id")) })
+}
+
+// serveMetrics exposes the metrics and the web console (and, with
+// metrics_pprof, /debug/pprof/) on the configured loopback address
+// (opt-in: metrics_addr).
+func (d *Daemon) serveMetrics() error {
+	m := d.market
+	if d.cfg.MetricsAddr == "" || m == nil {
+		return nil
+	}
+	m.metrics.Register(metrics.State{
+		Peers: func() int { return len(d.net.Host.Network().Peers()) },
+		GPUs:  len(d.inv.GPUs),
+		ProviderStats: func() (api.ProviderStatsView, bool) {
+			v, err := m.stats.Now()
+			return v, err == nil
+		},
+		Balances:   d.db.Balances,
+		Reputation: func() float64 { return m.book.Score(d.ID().String()) },
+		Jobs:       func() int { return len(m.tracker.List()) },
+		Counters:   m.allCounters,
+		Services:   m.svc.List,
+	})
+	srv, ln, err := m.metrics.Listen(metrics.ListenConfig{Addr: d.cfg.MetricsAddr, TokenFile: d.cfg.MetricsTokenFile,
+		Pprof: d.cfg.MetricsPprof, Public: console.Public,
+		// The web console: its pages at /, the views they read at /v1/.
+		Console: func(mux *http.ServeMux, tokened bool) {
+			d.viewRoutes(mux, true, tokened)
+			mux.Handle("/", console.Handler())
+		}})
+	if err != nil {
+		return err
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Warn("metrics server", "err", err)
+		}
+	}()
+	go func() {
+		<-d.ctx.Done()
+		_ = srv.Close()
+	}()
+	return nil
 }

@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -92,14 +93,14 @@ func TestRestartKeepsIdentityAndDB(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, dir, renterConfig(), nil)
 	id := n.ID()
-	e, err := n.db.Append(ledger.Entry{Kind: ledger.KindPaymentOwed, Direction: ledger.DirOwed, Counterparty: "peer-x", LeaseID: "l1", Amount: 1.25})
+	e, err := n.db.Append(record.Entry{Kind: record.KindPaymentOwed, Direction: record.DirOwed, Counterparty: "peer-x", LeaseID: "l1", Amount: 1.25})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	fi, err := os.Stat(Paths{dir}.Key())
+	fi, err := os.Stat(config.Paths{Dir: dir}.Key())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestSecondDaemonSameDataDir(t *testing.T) {
 	if err == nil {
 		t.Fatal("second daemon on the same data dir started")
 	}
-	if !errorsIs(err, ErrAlreadyRunning) {
+	if !errorsIs(err, config.ErrAlreadyRunning) {
 		t.Fatalf("err = %v, want ErrAlreadyRunning", err)
 	}
 	// First daemon still answers.
@@ -149,7 +150,7 @@ func TestSecondDaemonSameDataDir(t *testing.T) {
 func TestRedialsBootstrapWhenAlone(t *testing.T) {
 	root := t.TempDir()
 	bootDir := root + "/boot"
-	key, err := p2p.LoadOrCreateKey(Paths{bootDir}.Key())
+	key, err := p2p.LoadOrCreateKey(config.Paths{Dir: bootDir}.Key())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestFingerprintChangeVisible(t *testing.T) {
 	p := ns[0]
 	q := auction.Query{}
 	eventuallyProviders(t, boot.Daemon, q, idsOf(p), 20*time.Second)
-	caps, _ := boot.FindProviders(context.Background(), q)
+	caps, _ := boot.disc.FindProviders(context.Background(), q)
 	before := caps[0].Fingerprint
 	if before == "" || before != p.fpHash {
 		t.Fatalf("record fingerprint %q, provider's %q", before, p.fpHash)
@@ -199,7 +200,7 @@ func TestFingerprintChangeVisible(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		caps, _ := boot.FindProviders(context.Background(), auction.Query{GPU: "H100"})
+		caps, _ := boot.disc.FindProviders(context.Background(), auction.Query{GPU: "H100"})
 		if len(caps) == 1 && caps[0].Fingerprint != before {
 			break
 		}
@@ -208,8 +209,8 @@ func TestFingerprintChangeVisible(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	if boot.fpChanges.Load() != 1 || boot.market.allCounters()["discovery.fingerprint_changed"] != 1 {
-		t.Fatalf("fingerprint change not counted: %d", boot.fpChanges.Load())
+	if boot.disc.FingerprintChanges() != 1 || boot.market.allCounters()["discovery.fingerprint_changed"] != 1 {
+		t.Fatalf("fingerprint change not counted: %d", boot.disc.FingerprintChanges())
 	}
 }
 

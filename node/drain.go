@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease"
+	"github.com/gpumesh/gpumesh/node/providerstats"
 )
 
 // drain makes the provider stop taking new work and drains its leases
@@ -15,10 +16,10 @@ import (
 // daemon stopped by a signal (stopping true) both come here.
 func (m *market) drain(grace time.Duration, stopping bool) (api.DrainView, error) {
 	if m.provider == nil {
-		return api.DrainView{}, badRequest("%v", errNoProvider)
+		return api.DrainView{}, providerstats.ErrNotProvider
 	}
 	if grace < 0 {
-		return api.DrainView{}, badRequest("drain grace must not be negative, got %s", grace)
+		return api.DrainView{}, api.BadRequest("drain grace must not be negative, got %s", grace)
 	}
 	m.provider.SetDraining(true)
 	v := m.sup.Drain(grace, stopping)
@@ -29,7 +30,7 @@ func (m *market) drain(grace time.Duration, stopping bool) (api.DrainView, error
 // drainView is the provider's drain state and the last drain's progress.
 func (m *market) drainView() (api.DrainView, error) {
 	if m.provider == nil {
-		return api.DrainView{}, badRequest("%v", errNoProvider)
+		return api.DrainView{}, providerstats.ErrNotProvider
 	}
 	v := m.sup.DrainView()
 	v.Draining = m.provider.Draining()
@@ -39,7 +40,7 @@ func (m *market) drainView() (api.DrainView, error) {
 // undrain makes the provider bid again.
 func (m *market) undrain() (api.DrainView, error) {
 	if m.provider == nil {
-		return api.DrainView{}, badRequest("%v", errNoProvider)
+		return api.DrainView{}, providerstats.ErrNotProvider
 	}
 	m.provider.SetDraining(false)
 	m.sup.Undrain()
@@ -47,18 +48,17 @@ func (m *market) undrain() (api.DrainView, error) {
 }
 
 func (m *market) drainRoutes(mux *http.ServeMux) {
-	d := m.d
-	d.route(mux, "POST /v1/provider/drain", func(r *http.Request) (any, error) {
+	api.Handle(mux, "POST /v1/provider/drain", func(r *http.Request) (any, error) {
 		var req api.DrainRequest
 		dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<16))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return nil, badRequest("drain request: %v", err)
+			return nil, api.BadRequest("drain request: %v", err)
 		}
 		return m.drain(req.Grace, false)
 	})
-	d.route(mux, "GET /v1/provider/drain", func(*http.Request) (any, error) { return m.drainView() })
-	d.route(mux, "POST /v1/provider/undrain", func(*http.Request) (any, error) { return m.undrain() })
+	api.Handle(mux, "GET /v1/provider/drain", func(*http.Request) (any, error) { return m.drainView() })
+	api.Handle(mux, "POST /v1/provider/undrain", func(*http.Request) (any, error) { return m.undrain() })
 }
 
 // Drain is how a provider daemon stops gracefully: it stops taking work,

@@ -21,6 +21,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -256,11 +257,11 @@ func TestExecAndPortForwardIntoAJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := json.Marshal(wire.ExecRequest{LeaseID: v.Lease.ID, Command: []string{"id", "-u"}})
-	if err := p2p.WriteFrame(s, b); err != nil {
+	if err := frame.Write(s, b); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.SetDeadline(time.Now().Add(20 * time.Second))
-	ab, err := p2p.ReadFrame(bufio.NewReader(s))
+	ab, err := frame.Read(bufio.NewReader(s))
 	var ack wire.ExecAck
 	if err != nil || json.Unmarshal(ab, &ack) != nil || !strings.Contains(ack.Error, "no such lease of yours") {
 		t.Fatalf("a stranger's exec: answer %q (%v), want a refusal", ab, err)

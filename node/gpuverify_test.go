@@ -9,6 +9,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/gpuproof"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
 
@@ -28,7 +29,7 @@ func (fastRunner) Backend() string    { return gpuproof.BackendCUDA }
 func (fastRunner) DeviceName() string { return "NVIDIA H100 80GB HBM3 (test)" }
 func (fastRunner) Close()             {}
 
-func startWith(t *testing.T, dir string, cfg Config, boot *Daemon, opts Options) *testNode {
+func startWith(t *testing.T, dir string, cfg config.Config, boot *Daemon, opts Options) *testNode {
 	t.Helper()
 	if boot != nil {
 		cfg.Bootstrap = append([]string(nil), boot.Addrs()...)

@@ -20,6 +20,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
+	"github.com/gpumesh/gpumesh/node/config"
 )
 
 // hostileScript is a tenant that attacks its provider and the other
@@ -145,7 +146,7 @@ func TestHostileTenantAmongEight(t *testing.T) {
 	// process of that uid on the host: its own pool keeps it off the jobs
 	// of the other packages' tests running beside this one.
 	pc.Provider.JobUIDBase = 230000
-	cfgs := []Config{pc}
+	cfgs := []config.Config{pc}
 	for range 7 {
 		cfgs = append(cfgs, renterConfig())
 	}

@@ -15,7 +15,7 @@ func waitExpected(t *testing.T, n *testNode, job *auction.Job, want []string, wi
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		got := n.expectedBidders(job)
+		got := n.disc.ExpectedBidders(job)
 		slices.Sort(got)
 		if slices.Equal(got, want) {
 			return
@@ -43,7 +43,7 @@ func TestRenterLearnsProvidersWithoutListing(t *testing.T) {
 	// discovery, or its record expired) is learned from its first bid.
 	slow := startWith(t, filepath.Join(root, "renter2"), renterConfig(), renter.Daemon, Options{LearnEvery: time.Hour})
 	waitAdvertised(t, slow, p1, p2) // discovery fills the cache; then forget p2
-	slow.capCache.Delete(p2.ID())
+	slow.disc.Forget(p2.ID())
 	waitExpected(t, slow, &job, idsOf(p1), time.Second)
 	v := post(t, slow, job)
 	waitJob(t, slow, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })

@@ -2,26 +2,24 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"reflect"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/gpumesh/gpumesh/node/gangnet"
-	"github.com/gpumesh/gpumesh/node/history"
+	"github.com/gpumesh/gpumesh/node/gpuverify"
+	"github.com/gpumesh/gpumesh/node/identity"
 	"github.com/gpumesh/gpumesh/node/lease"
+	"github.com/gpumesh/gpumesh/node/leasestream"
+	"github.com/gpumesh/gpumesh/node/ledgerapi"
+	"github.com/gpumesh/gpumesh/node/metrics"
+	"github.com/gpumesh/gpumesh/node/providerstats"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
@@ -47,13 +45,14 @@ type market struct {
 	// gangs carries the gangs' private networks this provider runs
 	// members of (nil on a renter-only node).
 	gangs    *gangnet.Net
-	metrics  *metrics
+	metrics  *metrics.Metrics
 	scrubber runtime.Scrubber
-	verdicts ownVerdicts
+	verify   *gpuverify.Service
+	// successions spreads this node's identity successions.
+	successions *identity.Successions
 
-	// provHistory is the provider's earnings and occupancy a minute
-	// (sampleProvider; nil on a renter-only node).
-	provHistory *history.Ring[api.ProviderSample]
+	// stats are the provider's figures (nil on a renter-only node).
+	stats *providerstats.Stats
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -62,12 +61,16 @@ type market struct {
 func newMarket(d *Daemon) (*market, error) {
 	m := &market{d: d, counters: lease.NewCounters(),
 		book:    attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String(), Successions: d.succ}),
-		metrics: newMetrics()}
+		metrics: metrics.New()}
 	m.ctx, m.cancel = context.WithCancel(d.ctx)
+	m.verify = gpuverify.New(m.ctx, gpuverify.Config{Net: d.net, Signer: d.signer, Book: m.book, Lookup: d.disc.Lookup,
+		Policy: d.opts.ChallengePolicy, Republish: d.opts.VerdictRepublish, Count: m.counters.Add, Now: d.now, Log: d.log})
 	lt := p2p.Direct{N: d.net}
 	// This node's own successions first: the receipts replayed next that
 	// its old identities signed count for it.
-	own, err := m.learnOwnSuccessions()
+	m.successions = identity.NewSuccessions(m.ctx, identity.SuccessionsConfig{Net: d.net, Book: m.book, Ledger: d.db,
+		Republish: d.opts.SuccessionRepublish, Count: m.counters.Add, Now: d.now, Log: d.log})
+	own, err := m.successions.LearnOwn()
 	if err != nil {
 		return nil, err
 	}
@@ -79,19 +82,19 @@ func newMarket(d *Daemon) (*market, error) {
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
-		AdvertisedFingerprint: d.advertisedFingerprint, Holdings: d.advertisedArtifacts, ExpectedBidders: d.expectedBidders,
-		RTT: d.providerRTT, MeasureRTT: d.measureRTT,
-		ProviderGPUs: d.providerGPUs,
-		OnSave:       d.inputPins.update,
-		Now:          d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.observer(),
-		FetchCheckpoint: d.fetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin, FetchLog: d.fetchLog,
+		AdvertisedFingerprint: d.disc.Fingerprint, Holdings: d.disc.Holdings, ExpectedBidders: d.disc.ExpectedBidders,
+		RTT: d.disc.RTT, MeasureRTT: d.disc.MeasureRTT,
+		ProviderGPUs: d.disc.GPUs,
+		OnSave:       d.jobArts.PinLive,
+		Now:          d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.Observer(),
+		FetchCheckpoint: d.jobArts.FetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin, FetchLog: d.fetchLog,
 		FetchOutputs: d.fetchOutputs, KeptDir: d.paths.Kept(),
 		CheckpointBytesPerHour: int64(d.cfg.CheckpointQuotaGBPerHour * (1 << 30)),
 	}); err != nil {
 		return nil, err
 	}
 	for _, v := range m.tracker.List() {
-		d.inputPins.update(v) // live jobs restored after a restart
+		d.jobArts.PinLive(v) // live jobs restored after a restart
 	}
 	if err := m.newServices(); err != nil {
 		return nil, err
@@ -105,26 +108,26 @@ func newMarket(d *Daemon) (*market, error) {
 	n.HandleCounted(wire.ProtoBid, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		// Learn the bidder even from a late or refused bid: the stream's
 		// peer is authenticated, and only its verified record is cached.
-		d.learnBidder(from)
+		d.disc.LearnBidder(from)
 		return nil, m.tracker.Auction().HandleBid(from, req)
 	}, m.badFrame("renter"))
 	n.HandleCounted(wire.ProtoHeartbeat, p2p.Handler(m.tracker.HandleHeartbeat), m.badFrame("renter"))
 	n.HandleCounted(wire.ProtoLeaseEvent, p2p.Handler(m.tracker.HandleLeaseEvent), m.badFrame("renter"))
 	n.HandleCounted(wire.ProtoReceipt, p2p.Handler(m.tracker.HandleReceipt), m.badFrame("renter"))
 	n.HandleCounted(wire.ProtoCheckpoint, p2p.Handler(m.tracker.HandleCheckpoint), m.badFrame("renter"))
-	n.HandleCounted(wire.ProtoLeaseKeys, m.handleLeaseKeys, m.badFrame("renter"))
+	n.HandleCounted(wire.ProtoLeaseKeys, d.jobArts.LeaseKeysHandler(m.tracker.LeaseJob), m.badFrame("renter"))
 	if err := n.Subscribe(m.ctx, wire.ReputationTopic, m.receipts.HandleGossip); err != nil {
 		return nil, err
 	}
-	if err := n.Subscribe(m.ctx, wire.GPUVerdictTopic, m.handleVerdict); err != nil {
+	if err := n.Subscribe(m.ctx, wire.GPUVerdictTopic, m.verify.HandleVerdict); err != nil {
 		return nil, err
 	}
-	if err := n.Subscribe(m.ctx, wire.SuccessionTopic, m.handleSuccession); err != nil {
+	if err := n.Subscribe(m.ctx, wire.SuccessionTopic, m.successions.Handle); err != nil {
 		return nil, err
 	}
-	go m.republishVerdicts()
+	go m.verify.Republish()
 	if own != nil {
-		go m.publishSuccessionLoop(own)
+		go m.successions.Publish(own)
 	}
 	if err := m.svc.Restore(); err != nil {
 		return nil, err
@@ -141,7 +144,6 @@ func (m *market) bookedSlices(id string) []int {
 func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d := m.d
 	m.cal = auction.NewCalendar(len(d.inv.GPUs))
-	m.provHistory = history.New[api.ProviderSample](history.Keep)
 	// A device in MIG mode is sold as its MIG instances, whatever the
 	// config says of it.
 	d.cfg.Provider.Policy.Slices = runtime.SliceRules(d.inv.GPUs, d.cfg.Provider.Policy.Slices, d.log)
@@ -155,11 +157,11 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 			d.inv.GPUs[i].Isolation = runtime.SliceIsolation(d.inv.GPUs[i])
 		}
 	}
-	work, err := prepareWorkRoot(d.cfg.Provider.WorkDir, d.paths, d.log)
+	work, err := d.paths.WorkRoot(d.cfg.Provider.WorkDir, d.log)
 	if err != nil {
 		return err
 	}
-	po, do := executorOptions(d.cfg.Provider, work, d.log)
+	po, do := d.cfg.Provider.ExecutorOptions(work, d.log)
 	// Declared GPUs have no device to pass through: containers run GPU
 	// jobs as process jobs do, with the leased indices in the environment.
 	do.DeclaredGPUs = d.inv.Source == runtime.SourceDeclared
@@ -210,8 +212,8 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		Slices:            m.bookedSlices,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
-		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact, RemoveArtifact: d.removeHeld, Observe: m.metrics.observer(),
-		CheckpointArtifact: d.checkpointArtifact, Restore: d.restoreCheckpoint,
+		Inputs: d.jobArts.Inputs, OutputsArtifact: d.jobArts.Outputs, RemoveArtifact: d.jobArts.Remove, Observe: m.metrics.Observer(),
+		CheckpointArtifact: d.jobArts.Checkpoint, Restore: d.jobArts.Restore,
 		Network: m.gangs.Hook,
 	}); err != nil {
 		return err
@@ -228,7 +230,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 			return d.capability(d.advertiseTTL())
 		},
 		Sensors:     m.sup.Reading,
-		HoldGrace:   bidHoldGrace(d.cfg.Provider.BidHolds),
+		HoldGrace:   d.cfg.Provider.HoldGrace(),
 		Reliability: func() float64 { return m.book.Score(d.ID().String()) },
 		OnLease:     m.sup.OnLease,
 		OnMove:      m.sup.OnMove,
@@ -244,17 +246,21 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		return m.provider.HandleAward(from, req)
 	}, m.badFrame("provider"))
 	d.net.HandleCounted(wire.ProtoCancel, p2p.Handler(m.sup.HandleCancel), m.badFrame("provider"))
-	d.net.Host.SetStreamHandler(wire.ProtoLogs, d.net.Guard(wire.ProtoLogs, m.serveLogs))
-	d.net.Host.SetStreamHandler(wire.ProtoOutputs, d.net.Guard(wire.ProtoOutputs, m.serveOutputs))
+	// A lease's streams, for its renter alone.
+	streams := leasestream.New(m.ctx, leasestream.Config{Authorize: m.sup.Authorize, Count: m.counters.Add, Log: d.log})
+	d.net.Host.SetStreamHandler(wire.ProtoLogs, d.net.Guard(wire.ProtoLogs, streams.Logs))
+	d.net.Host.SetStreamHandler(wire.ProtoOutputs, d.net.Guard(wire.ProtoOutputs, streams.Outputs))
 	d.net.Host.SetStreamHandler(wire.ProtoService, d.net.Guard(wire.ProtoService, m.serveService))
-	d.net.Host.SetStreamHandler(wire.ProtoExec, d.net.Guard(wire.ProtoExec, m.serveExec))
-	d.net.Host.SetStreamHandler(wire.ProtoPortForward, d.net.Guard(wire.ProtoPortForward, m.servePortForward))
+	d.net.Host.SetStreamHandler(wire.ProtoExec, d.net.Guard(wire.ProtoExec, streams.Exec))
+	d.net.Host.SetStreamHandler(wire.ProtoPortForward, d.net.Guard(wire.ProtoPortForward, streams.PortForward))
 	d.net.Host.SetStreamHandler(wire.ProtoGang, d.net.Guard(wire.ProtoGang, func(s network.Stream) { _ = m.gangs.Serve(m.ctx, s) }))
 	m.serveChallenges()
+	m.stats = providerstats.New(providerstats.Config{Provider: m.provider, Supervisor: m.sup, Book: m.book,
+		Self: d.ID().String(), Inventory: d.inv, Balances: d.db.Balances, Now: d.now, Log: d.log})
 	d.wg.Add(1) // ends before the ledger closes
 	go func() {
 		defer d.wg.Done()
-		m.sampleProvider()
+		m.stats.Sample(m.ctx)
 	}()
 	for _, t := range auction.ProviderTopics(ptr(d.capability(time.Minute))) {
 		if err := d.net.Subscribe(m.ctx, t, func(from peer.ID, data []byte) {
@@ -268,28 +274,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	return nil
 }
 
-// executorOptions are the executors' options from the provider's config:
-// jobs get no network (an isolated network namespace, or Docker's "none")
-// unless the provider allows it.
-func executorOptions(p ProviderConfig, work string, log *slog.Logger) (runtime.ProcessOptions, runtime.DockerOptions) {
-	po := runtime.ProcessOptions{Log: log, AllowNetwork: p.AllowJobNetwork, UIDBase: p.JobUIDBase}
-	do := runtime.DockerOptions{Root: work, Log: log, UIDBase: p.JobUIDBase}
-	if p.AllowJobNetwork {
-		do.Network = "bridge"
-	}
-	return po, do
-}
-
 func ptr[T any](v T) *T { return &v }
-
-// bidHoldGrace is the provider's auction.ProviderConfig.HoldGrace: holds on
-// (provider.bid_holds) or off.
-func bidHoldGrace(on bool) time.Duration {
-	if on {
-		return auction.DefaultHoldGrace
-	}
-	return 0
-}
 
 func (m *market) close() {
 	m.cancel()
@@ -310,20 +295,20 @@ func (m *market) apiPostJob(r *http.Request) (any, error) {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return nil, badRequest("job spec: %v", err)
+		return nil, api.BadRequest("job spec: %v", err)
 	}
 	job := req.Job
 	if req.Task != "" {
 		if !reflect.ValueOf(req.Job).IsZero() {
-			return nil, badRequest("give a job or a task, not both")
+			return nil, api.BadRequest("give a job or a task, not both")
 		}
 		var err error
-		if job, err = m.d.convertTask(req.Task, req.TaskName); err != nil {
+		if job, err = taskfile.ConvertRequest(req.Task, req.TaskName, m.d.now()); err != nil {
 			return nil, err
 		}
 	}
 	job.OwnerAddrs = m.d.Addrs()
-	if err := m.d.inputSizes(&job); err != nil {
+	if err := m.d.jobArts.InputSizes(&job); err != nil {
 		return nil, err
 	}
 	if req.Queue {
@@ -372,23 +357,23 @@ func (m *market) badFrame(role string) func() {
 // routes registers the market's endpoints that act or that the console
 // does not show; its read-only views are viewRoutes'.
 func (m *market) routes(mux *http.ServeMux) {
-	d := m.d
 	t := m.tracker
-	d.route(mux, "POST /v1/jobs", m.apiPostJob)
-	d.route(mux, "POST /v1/jobs/{id}/cancel", func(r *http.Request) (any, error) { return t.Cancel(r.PathValue("id")) })
-	mux.HandleFunc("GET /v1/jobs/{id}/outputs", m.apiOutputs)
-	mux.HandleFunc("POST /v1/jobs/{id}/exec", m.apiExec)
-	mux.HandleFunc("POST /v1/jobs/{id}/port-forward", m.apiPortForward)
-	d.route(mux, "GET /v1/reputation/{peer}", func(r *http.Request) (any, error) {
+	api.Handle(mux, "POST /v1/jobs", m.apiPostJob)
+	api.Handle(mux, "POST /v1/jobs/{id}/cancel", func(r *http.Request) (any, error) { return t.Cancel(r.PathValue("id")) })
+	relay := m.relay()
+	mux.HandleFunc("GET /v1/jobs/{id}/outputs", relay.Outputs)
+	mux.HandleFunc("POST /v1/jobs/{id}/exec", relay.Exec)
+	mux.HandleFunc("POST /v1/jobs/{id}/port-forward", relay.PortForward)
+	api.Handle(mux, "GET /v1/reputation/{peer}", func(r *http.Request) (any, error) {
 		p := r.PathValue("peer")
 		if _, err := peer.Decode(p); err != nil {
-			return nil, badRequest("not a peer id: %q", p)
+			return nil, api.BadRequest("not a peer id: %q", p)
 		}
 		return api.ReputationView{Peer: p, Rep: m.book.Stats(p), GPU: m.book.GPUStandings(p)}, nil
 	})
-	d.route(mux, "POST /v1/verify", m.apiVerify)
-	d.route(mux, "GET /v1/counters", func(*http.Request) (any, error) { return m.allCounters(), nil })
-	m.ledgerRoutes(mux)
+	api.Handle(mux, "POST /v1/verify", m.verify.HandleVerify)
+	api.Handle(mux, "GET /v1/counters", func(*http.Request) (any, error) { return m.allCounters(), nil })
+	ledgerapi.Routes(mux, m.d.db, m.d.log)
 	m.serviceRoutes(mux)
 	m.drainRoutes(mux)
 }
@@ -414,81 +399,10 @@ func (m *market) allCounters() map[string]int {
 	for k, v := range m.d.artifacts.Counters() {
 		out[k] += v
 	}
-	if n := m.d.fpChanges.Load(); n > 0 {
+	if n := m.d.disc.FingerprintChanges(); n > 0 {
 		out["discovery.fingerprint_changed"] = int(n)
 	}
 	return out
-}
-
-var errNoProvider = errors.New("this node is not a provider (set provider.enabled in its config)")
-
-// prepareWorkRoot returns the jobs' scratch root: the configured one, or a
-// directory under the system temp dir named after the data dir. Job uids
-// must be able to traverse to it (0711), and it must be ours: a directory
-// planted there by another user is refused. A planted default root does not
-// stop the provider: it falls back to a fresh, unpredictable root under the
-// temp dir, recorded in the data dir (Paths.WorkRootRecord) so that restarts
-// reuse it, and logs where.
-func prepareWorkRoot(configured string, paths Paths, log *slog.Logger) (string, error) {
-	if configured != "" {
-		if err := ownWorkRoot(configured, true); err != nil {
-			return "", err
-		}
-		return filepath.Join(configured, "work"), nil
-	}
-	// A fallback chosen by an earlier start.
-	if b, err := os.ReadFile(paths.WorkRootRecord()); err == nil {
-		root := strings.TrimSpace(string(b))
-		if filepath.IsAbs(root) && ownWorkRoot(root, false) == nil {
-			return filepath.Join(root, "work"), nil
-		}
-		log.Warn("recorded work root is unusable; choosing another", "root", root)
-	}
-	abs, err := filepath.Abs(paths.Dir)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256([]byte(abs))
-	root := filepath.Join(os.TempDir(), "gpumesh-"+hex.EncodeToString(sum[:6]))
-	err = ownWorkRoot(root, true)
-	if err == nil {
-		return filepath.Join(root, "work"), nil
-	}
-	fresh, ferr := os.MkdirTemp("", "gpumesh-work-")
-	if ferr != nil {
-		return "", fmt.Errorf("%v; and no fallback: %w", err, ferr)
-	}
-	if ferr = ownWorkRoot(fresh, false); ferr == nil {
-		ferr = os.WriteFile(paths.WorkRootRecord(), []byte(fresh+"\n"), 0o600)
-	}
-	if ferr != nil {
-		_ = os.RemoveAll(fresh)
-		return "", fmt.Errorf("%v; and no fallback: %w", err, ferr)
-	}
-	log.Warn("default work root refused; using a fresh one", "refused", root, "reason", err, "work_root", fresh)
-	return filepath.Join(fresh, "work"), nil
-}
-
-// ownWorkRoot makes sure root is a directory owned by this user, mode 0711
-// (creating it when create is set).
-func ownWorkRoot(root string, create bool) error {
-	if create {
-		if err := os.MkdirAll(root, 0o711); err != nil {
-			return fmt.Errorf("work dir: %w", err)
-		}
-	}
-	fi, err := os.Lstat(root)
-	if err != nil {
-		return fmt.Errorf("work dir: %w", err)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) {
-		return fmt.Errorf("work dir %s is not a directory owned by this user; refusing to run jobs there", root)
-	}
-	if err := os.Chmod(root, 0o711); err != nil {
-		return fmt.Errorf("work dir: %w", err)
-	}
-	return nil
 }
 
 // scrubLease clears the memory of the GPUs lease id was booked on

@@ -15,8 +15,9 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -69,13 +70,13 @@ func leased(v api.JobView) bool {
 	return (v.State == auction.JobLeased || v.State == auction.JobFinished) && v.Lease != nil
 }
 
-func fastConfig(cfg Config) Config {
+func fastConfig(cfg config.Config) config.Config {
 	cfg.Provider.HeartbeatInterval = 300 * time.Millisecond
 	cfg.Provider.PreemptGrace = 2 * time.Second
 	return cfg
 }
 
-func withPolicy(cfg Config, f func(*auction.Policy)) Config {
+func withPolicy(cfg config.Config, f func(*auction.Policy)) config.Config {
 	f(&cfg.Provider.Policy)
 	return cfg
 }
@@ -173,7 +174,9 @@ func TestFailoverToRunnerUp(t *testing.T) {
 	// A renter that knows both providers closes the window once both
 	// answered; forgetting them, it runs the window's 4 s, time enough to
 	// lose the winner before the award.
-	boot.capCache.Clear()
+	for _, id := range boot.disc.Known() {
+		boot.disc.Forget(id)
+	}
 	job := shJob(auction.Silver, 2, "echo hi")
 	job.BidWindow = 4 * time.Second
 	done := make(chan api.JobView, 1)
@@ -261,12 +264,12 @@ func TestJobRunsEndToEnd(t *testing.T) {
 	}
 	// The provider records the receipt once the renter's countersignature
 	// reaches it, just after the renter recorded it: wait for that.
-	var owed, earned, rr, pr []ledger.Entry
+	var owed, earned, rr, pr []record.Entry
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		owed, _ = boot.db.List(ledger.Filter{Kind: ledger.KindPaymentOwed, LeaseID: r.LeaseID})
-		earned, _ = prov.db.List(ledger.Filter{Kind: ledger.KindPaymentEarned, LeaseID: r.LeaseID})
-		rr, _ = boot.db.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: r.LeaseID})
-		pr, _ = prov.db.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: r.LeaseID})
+		owed, _ = boot.db.List(record.Filter{Kind: record.KindPaymentOwed, LeaseID: r.LeaseID})
+		earned, _ = prov.db.List(record.Filter{Kind: record.KindPaymentEarned, LeaseID: r.LeaseID})
+		rr, _ = boot.db.List(record.Filter{Kind: record.KindReceipt, LeaseID: r.LeaseID})
+		pr, _ = prov.db.List(record.Filter{Kind: record.KindReceipt, LeaseID: r.LeaseID})
 		if len(pr) > 0 && len(earned) > 0 || time.Now().After(deadline) {
 			break
 		}

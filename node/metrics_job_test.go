@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	dto "github.com/prometheus/client_model/go"
@@ -183,49 +182,4 @@ func TestMetricsAfterAJob(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(b), "goroutine profile") {
 		t.Fatalf("pprof: %d %.200s", resp.StatusCode, b)
 	}
-}
-
-// TestMetricsHeartbeatGauges: while a lease runs, the provider exports its
-// last heartbeat's GPU readings and the renter the ones it verified.
-func TestMetricsHeartbeatGauges(t *testing.T) {
-	m := newMetrics()
-	o := m.observer()
-	now := time.Now()
-	l := auction.Lease{ID: "l1"}
-	o.HeartbeatSent(hbAt("l1", now, 87.5), l)
-	o.HeartbeatReceived(hbAt("l1", now, 87.5), now.Add(250*time.Millisecond))
-	fams, err := m.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byName := map[string]*dto.MetricFamily{}
-	for _, f := range fams {
-		byName[f.GetName()] = f
-	}
-	for _, role := range []string{"provider", "renter"} {
-		if got := value(t, byName, "gpumesh_lease_gpu_utilization_percent", map[string]string{"role": role, "lease": "l1"}); got != 87.5 {
-			t.Errorf("%s utilisation %v", role, got)
-		}
-		if got := value(t, byName, "gpumesh_lease_gpu_temperature_celsius", map[string]string{"role": role}); got != 71 {
-			t.Errorf("%s temperature %v", role, got)
-		}
-		if got := value(t, byName, "gpumesh_lease_gpu_power_watts", map[string]string{"role": role}); got != 300 {
-			t.Errorf("%s power %v", role, got)
-		}
-	}
-	if h := byName["gpumesh_renter_heartbeat_lag_seconds"].Metric[0].Histogram; h.GetSampleCount() != 1 || absf(h.GetSampleSum()-0.25) > 1e-9 {
-		t.Errorf("lag histogram %v", h)
-	}
-	o.LeaseEnded(l, auction.RunSucceeded, time.Second)
-	o.JobEnded(l, auction.RunSucceeded, time.Second)
-	fams, _ = m.reg.Gather()
-	for _, f := range fams {
-		if strings.HasPrefix(f.GetName(), "gpumesh_lease_") && len(f.Metric) > 0 {
-			t.Errorf("%s outlives the lease", f.GetName())
-		}
-	}
-}
-
-func hbAt(leaseID string, at time.Time, util float64) attest.Heartbeat {
-	return attest.Heartbeat{LeaseID: leaseID, Provider: "p", Seq: 1, Time: at, GPUUtil: util, TempC: 71, PowerW: 300, Source: attest.SourceNVML}
 }

@@ -135,7 +135,7 @@ func testNoPersistLeavesNothing(t *testing.T, private bool) {
 		return prov.market.counters.Snapshot()["provider.no_persist_purged"] == 1
 	})
 
-	work, err := prepareWorkRoot("", prov.paths, testLogger(t))
+	work, err := prov.paths.WorkRoot("", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

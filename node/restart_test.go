@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"gopkg.in/yaml.v3"
 )
@@ -195,7 +196,7 @@ func startProviderProcess(t *testing.T, bin, dir string, boot *testNode) (*exec.
 
 // startProviderProcessWith is startProviderProcess with the provider's
 // config.
-func startProviderProcessWith(t *testing.T, bin, dir string, boot *testNode, cfg Config) (*exec.Cmd, api.StatusInfo) {
+func startProviderProcessWith(t *testing.T, bin, dir string, boot *testNode, cfg config.Config) (*exec.Cmd, api.StatusInfo) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)

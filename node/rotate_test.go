@@ -16,13 +16,15 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
+	"github.com/gpumesh/gpumesh/node/identity"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/testnet/adversary"
 	dhtpb "github.com/libp2p/go-libp2p-kad-dht/pb"
-	record "github.com/libp2p/go-libp2p-record"
+	p2precord "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -61,7 +63,7 @@ func storedSuccession(t *testing.T, pm *dhtpb.ProtocolMessenger, n *testNode, ol
 func putSuccession(pm *dhtpb.ProtocolMessenger, n *testNode, old peer.ID, value []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return pm.PutValue(ctx, n.ID(), record.MakePutRecord(attest.SuccessionKey(old), value))
+	return pm.PutValue(ctx, n.ID(), p2precord.MakePutRecord(attest.SuccessionKey(old), value))
 }
 
 // TestRotatedProviderKeepsReputation is the rotation end to end: a
@@ -88,7 +90,7 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 	v := post(t, boot, shJob(auction.Silver, 2, "echo hi"))
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
 	waitFor(t, 10*time.Second, "the provider records the receipt", func() bool {
-		es, _ := prov.db.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: v.Receipt.LeaseID})
+		es, _ := prov.db.List(record.Filter{Kind: record.KindReceipt, LeaseID: v.Receipt.LeaseID})
 		return len(es) == 1
 	})
 	book := boot.market.book
@@ -100,15 +102,15 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rec, err := RotateIdentity(provDir, time.Now())
+	rec, err := identity.Rotate(provDir, time.Now())
 	if err != nil {
 		t.Fatalf("rotate: %v", err)
 	}
 	if rec.Old != oldID.String() || rec.New == rec.Old {
 		t.Fatalf("succession %+v of %s", rec, oldID)
 	}
-	retired := Paths{provDir}.KeyRetired(rec.Issued)
-	for _, f := range []string{retired, Paths{provDir}.Key()} {
+	retired := config.Paths{Dir: provDir}.KeyRetired(rec.Issued)
+	for _, f := range []string{retired, config.Paths{Dir: provDir}.Key()} {
 		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("%s: %v %v, want a 0600 key file", f, fi, err)
 		}
@@ -147,7 +149,7 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 		t.Fatalf("the new identity in the renter's book: %+v, want the old one's %+v", after, before)
 	}
 	hostile, pm := hostilePeer(t, boot)
-	ledgerRec, _ := prov2.db.List(ledger.Filter{Kind: ledger.KindSuccession})
+	ledgerRec, _ := prov2.db.List(record.Filter{Kind: record.KindSuccession})
 	waitFor(t, 30*time.Second, "the succession in the renter's DHT store", func() bool {
 		return len(ledgerRec) == 1 && bytes.Equal(storedSuccession(t, pm, boot, oldID), ledgerRec[0].Data)
 	})
@@ -241,20 +243,20 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 // while a rotation is unfinished, which a second rotate then finishes.
 func TestRotateIdentityRefusesRunningAndMismatch(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := RotateIdentity(dir, time.Now()); err == nil {
+	if _, err := identity.Rotate(dir, time.Now()); err == nil {
 		t.Fatal("rotated a data dir without a key")
 	}
 	n := startWith(t, dir, renterConfig(), nil, Options{})
-	if _, err := RotateIdentity(dir, time.Now()); !errors.Is(err, ErrAlreadyRunning) {
-		t.Fatalf("rotate under a running daemon: %v, want ErrAlreadyRunning", err)
+	if _, err := identity.Rotate(dir, time.Now()); !errors.Is(err, config.ErrAlreadyRunning) {
+		t.Fatalf("rotate under a running daemon: %v, want config.ErrAlreadyRunning", err)
 	}
 	old := n.ID()
 	n.Close()
-	rec, err := RotateIdentity(dir, time.Now())
+	rec, err := identity.Rotate(dir, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	paths := Paths{dir}
+	paths := config.Paths{Dir: dir}
 	// The retired key put back in place: not the ledger's owner.
 	cur, _ := os.ReadFile(paths.Key())
 	retired, _ := os.ReadFile(paths.KeyRetired(rec.Issued))
@@ -278,7 +280,7 @@ func TestRotateIdentityRefusesRunningAndMismatch(t *testing.T) {
 	if _, err := Start(context.Background(), Options{DataDir: dir, Config: renterConfig()}); err == nil || !bytes.Contains([]byte(err.Error()), []byte("did not finish")) {
 		t.Fatalf("start during an unfinished rotation: %v", err)
 	}
-	again, err := RotateIdentity(dir, time.Now())
+	again, err := identity.Rotate(dir, time.Now())
 	if err != nil || again != rec {
 		t.Fatalf("finishing the rotation: %+v, %v; want %+v", again, err, rec)
 	}

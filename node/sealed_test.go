@@ -200,19 +200,19 @@ func testSealedNoPlaintext(t *testing.T, image string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := renter.market.handleLeaseKeys(context.Background(), stranger, req); err == nil {
+	if _, err := renter.jobArts.LeaseKeysHandler(renter.market.tracker.LeaseJob)(context.Background(), stranger, req); err == nil {
 		t.Fatal("the lease's keys were handed to a peer that is not its provider")
 	}
 	other, _ := json.Marshal(wire.LeaseKeysRequest{LeaseID: "lease-" + leaseID})
 	for _, bad := range [][]byte{other, []byte("{"), nil} {
-		if _, err := renter.market.handleLeaseKeys(context.Background(), prov.ID(), bad); err == nil {
+		if _, err := renter.jobArts.LeaseKeysHandler(renter.market.tracker.LeaseJob)(context.Background(), prov.ID(), bad); err == nil {
 			t.Fatalf("lease keys request %q answered", bad)
 		}
 	}
-	if b, err := renter.market.handleLeaseKeys(context.Background(), prov.ID(), req); err != nil || !bytes.Contains(b, []byte(add.ID)) {
+	if b, err := renter.jobArts.LeaseKeysHandler(renter.market.tracker.LeaseJob)(context.Background(), prov.ID(), req); err != nil || !bytes.Contains(b, []byte(add.ID)) {
 		t.Fatalf("the lease's provider is refused its keys: %v", err)
 	}
-	work, err := prepareWorkRoot("", prov.paths, testLogger(t))
+	work, err := prov.paths.WorkRoot("", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func TestPostRefusesUnsealedPrivateInput(t *testing.T) {
 	post := func(mut func(*auction.Job)) (auction.Job, error) {
 		j := shJob(auction.Silver, 2, "true")
 		mut(&j)
-		err := renter.inputSizes(&j)
+		err := renter.jobArts.InputSizes(&j)
 		return j, err
 	}
 	for _, c := range []struct {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -47,7 +48,7 @@ func (m *market) newServices() error {
 func (m *market) openService(ctx context.Context, p peer.ID) (network.Stream, error) {
 	h := m.d.net.Host
 	if h.Network().Connectedness(p) != network.Connected && len(h.Peerstore().Addrs(p)) == 0 {
-		if c, err := m.d.lookupCapability(ctx, p); err == nil {
+		if c, err := m.d.disc.Lookup(ctx, p); err == nil {
 			m.d.net.AddAddrs(p, c.Addrs)
 		}
 	}
@@ -74,42 +75,42 @@ func (m *market) serveService(s network.Stream) {
 
 func (m *market) serviceRoutes(mux *http.ServeMux) {
 	d := m.d
-	d.route(mux, "POST /v1/services", func(r *http.Request) (any, error) {
+	api.Handle(mux, "POST /v1/services", func(r *http.Request) (any, error) {
 		var req api.PostServiceRequest
 		dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return nil, badRequest("service spec: %v", err)
+			return nil, api.BadRequest("service spec: %v", err)
 		}
 		spec := req.ServiceSpec
 		if req.Task != "" {
 			if !reflect.ValueOf(spec).IsZero() {
-				return nil, badRequest("give a service spec or a task, not both")
+				return nil, api.BadRequest("give a service spec or a task, not both")
 			}
 			var err error
-			if spec, err = d.convertService(req.Task, req.TaskName); err != nil {
+			if spec, err = taskfile.ConvertServiceRequest(req.Task, req.TaskName, d.now()); err != nil {
 				return nil, err
 			}
 		}
 		return m.svc.Post(spec)
 	})
-	d.route(mux, "POST /v1/services/{id}/scale", func(r *http.Request) (any, error) {
+	api.Handle(mux, "POST /v1/services/{id}/scale", func(r *http.Request) (any, error) {
 		var req api.ScaleRequest
 		if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<16)).Decode(&req); err != nil {
-			return nil, badRequest("scale request: %v", err)
+			return nil, api.BadRequest("scale request: %v", err)
 		}
 		return m.svc.Scale(r.PathValue("id"), req)
 	})
-	d.route(mux, "POST /v1/services/{id}/stop", func(r *http.Request) (any, error) { return m.svc.Stop(r.PathValue("id")) })
-	d.route(mux, "POST /v1/services/{id}/tokens", func(r *http.Request) (any, error) {
+	api.Handle(mux, "POST /v1/services/{id}/stop", func(r *http.Request) (any, error) { return m.svc.Stop(r.PathValue("id")) })
+	api.Handle(mux, "POST /v1/services/{id}/tokens", func(r *http.Request) (any, error) {
 		var req api.TokenRequest
 		if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<16)).Decode(&req); err != nil {
-			return nil, badRequest("token request: %v", err)
+			return nil, api.BadRequest("token request: %v", err)
 		}
 		return m.svc.AddToken(r.PathValue("id"), req.Name)
 	})
-	d.route(mux, "GET /v1/services/{id}/tokens", func(r *http.Request) (any, error) { return m.svc.Tokens(r.PathValue("id")) })
-	d.route(mux, "DELETE /v1/services/{id}/tokens/{name}", func(r *http.Request) (any, error) {
+	api.Handle(mux, "GET /v1/services/{id}/tokens", func(r *http.Request) (any, error) { return m.svc.Tokens(r.PathValue("id")) })
+	api.Handle(mux, "DELETE /v1/services/{id}/tokens/{name}", func(r *http.Request) (any, error) {
 		return m.svc.RevokeToken(r.PathValue("id"), r.PathValue("name"))
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/runtime"
 )
 
@@ -166,7 +168,7 @@ func TestSliceScrubbedOnlyWhenAlone(t *testing.T) {
 // device the provider does not have are refused in one line.
 func TestSliceConfig(t *testing.T) {
 	good := "provider:\n  enabled: true\n  policy:\n    price_floor: 1\n    slices: [{devices: [0, 1], count: 4}]\n    interruptible_discount: 0.3\n"
-	cfg, err := LoadConfig(writeTestConfig(t, good), true)
+	cfg, err := config.LoadConfig(writeTestConfig(t, good), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +180,7 @@ func TestSliceConfig(t *testing.T) {
 		"provider:\n  enabled: true\n  policy:\n    interruptible_discount: 1\n":          "interruptible_discount must be in [0, 1)",
 		"provider:\n  slices: [{devices: [0], count: 4}]\n":                               "did you mean 'provider.policy.slices'?",
 	} {
-		if _, err := LoadConfig(writeTestConfig(t, body), true); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+		if _, err := config.LoadConfig(writeTestConfig(t, body), true); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%q: %v, want one line with %q", body, err, want)
 		}
 	}
@@ -279,4 +281,13 @@ func TestSliceOnMIGRunsOnItsInstance(t *testing.T) {
 	}
 	want := []string{migA, migB}[b.Slices[0]]
 	waitLog(t, prov, v.Lease.ID, regexp.MustCompile("cuda="+want+"\n"), 30*time.Second)
+}
+
+func writeTestConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
@@ -50,7 +51,7 @@ func TestPathLeaseIDsRefused(t *testing.T) {
 			}
 			defer s.Close()
 			req, _ := json.Marshal(wire.StreamRequest{LeaseID: evil, Follow: true})
-			if err := p2p.WriteFrame(s, req); err != nil {
+			if err := frame.Write(s, req); err != nil {
 				t.Fatal(err)
 			}
 			_ = s.CloseWrite()

@@ -56,14 +56,14 @@ func TestProviderKeepsRentersApart(t *testing.T) {
 	defer cancel()
 	job := auction.Job{ID: "job-of-y", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs()}
 	restoreDir := filepath.Join(t.TempDir(), "restore")
-	if release, err := prov.restoreCheckpoint(ctx, job, id, restoreDir, nil); err == nil {
+	if release, err := prov.jobArts.Restore(ctx, job, id, restoreDir, nil); err == nil {
 		b, _ := os.ReadFile(filepath.Join(restoreDir, "state"))
 		release()
 		t.Errorf("renter Y's job restored renter X's checkpoint: %q", b)
 	}
 	job.Run.Inputs = map[string]string{"data": id}
 	inputsDir := filepath.Join(t.TempDir(), "inputs")
-	if release, _, err := prov.prepareInputs(ctx, job, inputsDir, nil); err == nil {
+	if release, _, err := prov.jobArts.Inputs(ctx, job, inputsDir, nil); err == nil {
 		b, _ := os.ReadFile(filepath.Join(inputsDir, "data", "state"))
 		release()
 		t.Errorf("renter Y's job read renter X's artifact as an input: %q", b)
@@ -79,7 +79,7 @@ func TestProviderKeepsRentersApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := boot.fetchCheckpoint(ctx, own, prov.ID(), "", false, auction.MaxCheckpointBytes); err == nil {
+	if n, err := boot.jobArts.FetchCheckpoint(ctx, own, prov.ID(), "", false, auction.MaxCheckpointBytes); err == nil {
 		t.Fatalf("a provider's claim to the renter's own artifact was kept as a %d-byte checkpoint", n)
 	}
 	if _, err := boot.artifacts.Store().Info(own); err != nil {
@@ -98,13 +98,13 @@ func TestProviderKeepsRentersApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := boot.fetchCheckpoint(ctx, cp, prov.ID(), "lease-sealed", true, auction.MaxCheckpointBytes); err == nil || !strings.Contains(err.Error(), "not sealed") {
+	if _, err := boot.jobArts.FetchCheckpoint(ctx, cp, prov.ID(), "lease-sealed", true, auction.MaxCheckpointBytes); err == nil || !strings.Contains(err.Error(), "not sealed") {
 		t.Fatalf("a plaintext checkpoint of a sealed job: %v, want it refused as not sealed", err)
 	}
 	if _, err := boot.artifacts.Store().Info(cp); err == nil {
 		t.Error("the renter kept the refused plaintext checkpoint")
 	}
-	if _, err := boot.fetchCheckpoint(ctx, cp, prov.ID(), "lease-plain", false, auction.MaxCheckpointBytes); err != nil {
+	if _, err := boot.jobArts.FetchCheckpoint(ctx, cp, prov.ID(), "lease-plain", false, auction.MaxCheckpointBytes); err != nil {
 		t.Fatalf("the same checkpoint of a job that is not sealed: %v", err)
 	}
 }

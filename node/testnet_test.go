@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/config"
 )
 
 // testNode is one daemon of an in-process loopback network.
 type testNode struct {
 	*Daemon
 	dir string
-	cfg Config
+	cfg config.Config
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -28,8 +29,8 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-func providerConfig(region string, floor float64, gpus ...auction.GPU) Config {
-	cfg := DefaultConfig()
+func providerConfig(region string, floor float64, gpus ...auction.GPU) config.Config {
+	cfg := config.DefaultConfig()
 	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	cfg.Region = region
 	cfg.Provider.Enabled = true
@@ -41,14 +42,14 @@ func providerConfig(region string, floor float64, gpus ...auction.GPU) Config {
 	return cfg
 }
 
-func renterConfig() Config {
-	cfg := DefaultConfig()
+func renterConfig() config.Config {
+	cfg := config.DefaultConfig()
 	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	return cfg
 }
 
 // startNode starts a daemon in dir with cfg, bootstrapped from boot.
-func startNode(t testing.TB, dir string, cfg Config, boot *Daemon) *testNode {
+func startNode(t testing.TB, dir string, cfg config.Config, boot *Daemon) *testNode {
 	t.Helper()
 	if boot != nil {
 		cfg.Bootstrap = append([]string(nil), boot.Addrs()...)
@@ -61,7 +62,7 @@ func startNode(t testing.TB, dir string, cfg Config, boot *Daemon) *testNode {
 }
 
 // startNet starts a bootstrap (renter) node then one node per config.
-func startNet(t testing.TB, cfgs ...Config) (boot *testNode, nodes []*testNode) {
+func startNet(t testing.TB, cfgs ...config.Config) (boot *testNode, nodes []*testNode) {
 	t.Helper()
 	root := t.TempDir()
 	boot = startNode(t, root+"/boot", renterConfig(), nil)
@@ -99,7 +100,7 @@ func eventuallyProviders(t *testing.T, d *Daemon, q auction.Query, want []string
 	var got []string
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		caps, err := d.FindProviders(ctx, q)
+		caps, err := d.disc.FindProviders(ctx, q)
 		cancel()
 		if err != nil {
 			t.Fatalf("FindProviders(%+v): %v", q, err)

@@ -3,6 +3,7 @@ package p2p
 import (
 	"fmt"
 
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -28,12 +29,12 @@ type ProtocolLimit struct {
 // (bids, awards, heartbeats, lease events, receipts): a busy renter hears
 // from many providers at once, but no peer needs more than a few dozen
 // requests in flight, nor more than two frames of the largest size.
-var RequestLimit = ProtocolLimit{PeerStreams: 64, Streams: 1024, PeerMemory: 2 * MaxFrame, Memory: 8 * MaxFrame}
+var RequestLimit = ProtocolLimit{PeerStreams: 64, Streams: 1024, PeerMemory: 2 * frame.Max, Memory: 8 * frame.Max}
 
 // BulkLimit suits a protocol that streams data after one small request
 // frame (logs, outputs, artifacts, service traffic): more streams, the
 // same bound on request frames.
-var BulkLimit = ProtocolLimit{PeerStreams: 128, Streams: 2048, PeerMemory: 2 * MaxFrame, Memory: 8 * MaxFrame}
+var BulkLimit = ProtocolLimit{PeerStreams: 128, Streams: 2048, PeerMemory: 2 * frame.Max, Memory: 8 * frame.Max}
 
 // largeFrame is the size from which a request frame is reserved at medium
 // priority (it fits while its scopes are at most 60 % used): large frames

@@ -11,20 +11,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
 // TestHalfSentFramesAreBounded: peers that open many streams on a served
-// protocol, each with a MaxFrame header and a little of its payload, and
+// protocol, each with a frame.Max header and a little of its payload, and
 // hold them, get no more streams than the protocol's per-peer limit and no
 // more frame memory than its limits allow; an honest request is answered
 // meanwhile, and the held streams are reset once the frame timeout passes,
 // giving all their memory back.
 func TestHalfSentFramesAreBounded(t *testing.T) {
 	const proto protocol.ID = "/gpumesh-test/req/1.0.0"
-	lim := ProtocolLimit{PeerStreams: 8, Streams: 64, PeerMemory: 2 * MaxFrame, Memory: 8 * MaxFrame}
+	lim := ProtocolLimit{PeerStreams: 8, Streams: 64, PeerMemory: 2 * frame.Max, Memory: 8 * frame.Max}
 	key, err := LoadOrCreateKey(filepath.Join(t.TempDir(), "k"))
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func TestHalfSentFramesAreBounded(t *testing.T) {
 	}
 
 	var hdr [binary.MaxVarintLen64]byte
-	n := binary.PutUvarint(hdr[:], MaxFrame)
+	n := binary.PutUvarint(hdr[:], frame.Max)
 	half := append(hdr[:n:n], bytes.Repeat([]byte("x"), 4<<10)...)
 	const attackers, perPeer = 3, 12
 	var ended sync.WaitGroup

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"runtime/debug"
 	"sync"
@@ -19,31 +18,9 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 )
 
-// MaxFrame bounds one framed message on a request/response stream.
-//
-// Deprecated: the framing is package frame's (frame.Max), which links no
-// network stack; this and WriteFrame, ReadFrame and ErrFrameTooLarge
-// forward to it until their callers in node/ move over.
-const MaxFrame = frame.Max
-
-// ErrFrameTooLarge is returned for frames above MaxFrame.
-//
-// Deprecated: use frame.ErrTooLarge.
-var ErrFrameTooLarge = frame.ErrTooLarge
-
-// WriteFrame writes a uvarint length-prefixed frame.
-//
-// Deprecated: use frame.Write.
-func WriteFrame(w io.Writer, b []byte) error { return frame.Write(w, b) }
-
 // DefaultFrameTimeout is how long a peer may take to send a request frame
 // on a served stream before the stream is reset.
 const DefaultFrameTimeout = 10 * time.Second
-
-// ReadFrame reads one frame written by WriteFrame.
-//
-// Deprecated: use frame.Read.
-func ReadFrame(r *bufio.Reader) ([]byte, error) { return frame.Read(r) }
 
 // ErrFrameMemory is ReadFrameOn's refusal of a frame whose length the
 // stream's resource scopes (its protocol's and its peer's frame memory)
@@ -92,7 +69,7 @@ const (
 func (n *Node) Handle(proto protocol.ID, h Handler) { n.HandleCounted(proto, h, nil) }
 
 // HandleCounted is Handle with onBad called for each request whose frame
-// cannot be read (garbage, truncated, or a length over MaxFrame): such a
+// cannot be read (garbage, truncated, or a length over frame.Max): such a
 // stream is reset before the handler sees anything, so this is the only
 // place it can be counted.
 func (n *Node) HandleCounted(proto protocol.ID, h Handler, onBad func()) {
@@ -129,11 +106,11 @@ func serve(hst host.Host, proto protocol.ID, h Handler, onBad func(), frameTimeo
 		resp, herr := callHandler(ctx, log, h, proto, s.Conn().RemotePeer(), req)
 		if herr != nil {
 			_, _ = s.Write([]byte{statusErr})
-			_ = WriteFrame(s, []byte(herr.Error()))
+			_ = frame.Write(s, []byte(herr.Error()))
 			return
 		}
 		_, _ = s.Write([]byte{statusOK})
-		_ = WriteFrame(s, resp)
+		_ = frame.Write(s, resp)
 	})
 }
 
@@ -244,7 +221,7 @@ func RequestOn(ctx context.Context, h host.Host, to peer.ID, proto protocol.ID, 
 	} else {
 		_ = s.SetDeadline(time.Now().Add(30 * time.Second))
 	}
-	if err := WriteFrame(s, req); err != nil {
+	if err := frame.Write(s, req); err != nil {
 		_ = s.Reset()
 		return nil, err
 	}
@@ -254,7 +231,7 @@ func RequestOn(ctx context.Context, h host.Host, to peer.ID, proto protocol.ID, 
 	if err != nil {
 		return nil, fmt.Errorf("p2p: %s response from %s: %w", proto, to, err)
 	}
-	resp, err := ReadFrame(br)
+	resp, err := frame.Read(br)
 	if err != nil {
 		return nil, fmt.Errorf("p2p: %s response from %s: %w", proto, to, err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/testnet/sim/replay"
 	"github.com/urfave/cli/v2"
 )
@@ -25,7 +26,7 @@ func newApp(stdout, stderr io.Writer, unknown *bool) *cli.App {
 		EnableBashCompletion: true,
 		HideHelpCommand:      true,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "data-dir", Aliases: []string{"d"}, Usage: "daemon data directory", EnvVars: []string{"GPUMESH_HOME"}, Value: node.DefaultDataDir()},
+			&cli.StringFlag{Name: "data-dir", Aliases: []string{"d"}, Usage: "daemon data directory", EnvVars: []string{"GPUMESH_HOME"}, Value: config.DefaultDataDir()},
 		},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return fmt.Errorf("%v (see `gpumesh %s --help`)", err, c.Command.FullName())

@@ -12,12 +12,13 @@ import (
 
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 )
 
 func startTestDaemon(t *testing.T, boot *node.Daemon) (*node.Daemon, string) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := node.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	if boot != nil {
 		cfg.Bootstrap = boot.Addrs()

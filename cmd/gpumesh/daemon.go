@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/urfave/cli/v2"
 )
 
@@ -33,9 +34,9 @@ func daemonCommand() *cli.Command {
 			dataDir := c.String("data-dir")
 			path, must := c.String("config"), true
 			if path == "" {
-				path, must = node.Paths{Dir: dataDir}.Config(), false
+				path, must = config.Paths{Dir: dataDir}.Config(), false
 			}
-			cfg, err := node.LoadConfig(path, must)
+			cfg, err := config.LoadConfig(path, must)
 			if err != nil {
 				return err
 			}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
-	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	ma "github.com/multiformats/go-multiaddr"
@@ -107,7 +107,7 @@ func hostProbes(c *api.Client) doctorProbes {
 type doctorEnv struct {
 	role    string // "provider" or "renter"
 	dataDir string
-	cfg     node.Config
+	cfg     config.Config
 	// daemon is the running daemon's status (nil when none answers).
 	daemon *api.StatusInfo
 }
@@ -142,14 +142,14 @@ func doctorAction(c *cli.Context, p doctorProbes) error {
 	dataDir := c.String("data-dir")
 	path, must := c.String("config"), true
 	if path == "" {
-		path, must = node.Paths{Dir: dataDir}.Config(), false
+		path, must = config.Paths{Dir: dataDir}.Config(), false
 	}
 	env := doctorEnv{dataDir: dataDir}
 	var results []checkResult
-	cfg, err := node.LoadConfig(path, must)
+	cfg, err := config.LoadConfig(path, must)
 	if err != nil {
 		results = append(results, checkResult{Name: "config", Status: checkFail, Detail: err.Error(), Fix: "fix the file, or write one with `gpumesh provider init`"})
-		cfg = node.DefaultConfig()
+		cfg = config.DefaultConfig()
 	} else {
 		detail := path
 		if _, serr := os.Stat(path); serr != nil {

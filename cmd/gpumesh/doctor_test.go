@@ -12,8 +12,8 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
-	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/runtime"
 )
 
@@ -46,7 +46,7 @@ func healthyProbes() doctorProbes {
 const bootPeer = "/ip4/192.0.2.1/tcp/4001/p2p/12D3KooWGRYZDHBembyGJQqQ6WgLqJWbJ4eTGnV8aEvG6E3Q9Eqh"
 
 func TestDoctorChecks(t *testing.T) {
-	provider := node.DefaultConfig()
+	provider := config.DefaultConfig()
 	provider.Provider.Enabled = true
 	provider.Bootstrap = []string{bootPeer}
 	daemon := &api.StatusInfo{PeerID: "self", Peers: 3, Addrs: []string{"/ip4/10.0.0.5/tcp/4001", "/ip4/127.0.0.1/tcp/4001"}}
@@ -75,7 +75,7 @@ func TestDoctorChecks(t *testing.T) {
 	cases := []struct {
 		name   string
 		role   string
-		cfg    node.Config
+		cfg    config.Config
 		daemon *api.StatusInfo
 		fake   func(*doctorProbes)
 		check  func(context.Context, doctorEnv, doctorProbes) checkResult

@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -165,17 +165,17 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 	})
 	mux.HandleFunc("GET /v1/ledger", func(w http.ResponseWriter, r *http.Request) {
 		ledgerQueryStr = r.URL.RawQuery
-		replyJSON(w, 200, []ledger.Entry{{Seq: 1, Kind: ledger.KindPaymentOwed, Amount: 2.5, Counterparty: "12D3KooWprov", Direction: ledger.DirOwed}})
+		replyJSON(w, 200, []record.Entry{{Seq: 1, Kind: record.KindPaymentOwed, Amount: 2.5, Counterparty: "12D3KooWprov", Direction: record.DirOwed}})
 	})
 	mux.HandleFunc("GET /v1/ledger/verify", func(w http.ResponseWriter, r *http.Request) {
 		if tampered {
 			replyJSON(w, 409, map[string]string{"error": "ledger: chain does not verify at seq 2: hash mismatch"})
 			return
 		}
-		replyJSON(w, 200, ledger.VerifyReport{Entries: 3, HeadSeq: 3, HeadHash: "abc123"})
+		replyJSON(w, 200, record.VerifyReport{Entries: 3, HeadSeq: 3, HeadHash: "abc123"})
 	})
 	mux.HandleFunc("GET /v1/ledger/balances", func(w http.ResponseWriter, r *http.Request) {
-		replyJSON(w, 200, map[string]ledger.Balance{
+		replyJSON(w, 200, map[string]record.Balance{
 			"12D3KooWb": {Owed: 2, Net: -2},
 			"12D3KooWa": {Earned: 5, Credits: 0.5, Net: 5.5},
 		})

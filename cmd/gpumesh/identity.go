@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/config"
+	"github.com/gpumesh/gpumesh/node/identity"
 	"github.com/urfave/cli/v2"
 )
 
@@ -37,11 +38,11 @@ func identityRotateAction(c *cli.Context) error {
 		return err
 	}
 	dir := c.String("data-dir")
-	rec, err := node.RotateIdentity(dir, time.Now())
+	rec, err := identity.Rotate(dir, time.Now())
 	if err != nil {
 		return err
 	}
-	r := rotation{Old: rec.Old, New: rec.New, Issued: rec.Issued, OldKey: node.Paths{Dir: dir}.KeyRetired(rec.Issued)}
+	r := rotation{Old: rec.Old, New: rec.New, Issued: rec.Issued, OldKey: config.Paths{Dir: dir}.KeyRetired(rec.Issued)}
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, r)
 	}

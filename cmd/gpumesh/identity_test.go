@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/config"
 )
 
 func startDaemonIn(t *testing.T, dir string) *node.Daemon {
 	t.Helper()
-	cfg := node.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	d, err := node.Start(context.Background(), node.Options{DataDir: dir, Config: cfg})
 	if err != nil {

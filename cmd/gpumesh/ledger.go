@@ -10,14 +10,14 @@ import (
 	"strconv"
 	"text/tabwriter"
 
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/urfave/cli/v2"
 )
 
 func ledgerFilterFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "kind", Usage: "entry kind: " + ledger.KindNames()},
+		&cli.StringFlag{Name: "kind", Usage: "entry kind: " + record.KindNames()},
 		&cli.StringFlag{Name: "counterparty", Usage: "counterparty peer ID"},
 		&cli.StringFlag{Name: "lease", Usage: "lease ID"},
 		&cli.IntFlag{Name: "limit", Usage: "at most this many entries (0 = all)"},
@@ -26,13 +26,13 @@ func ledgerFilterFlags() []cli.Flag {
 
 // ledgerFilter turns the filter flags into the ledger filter of `ledger
 // list` and `ledger export`.
-func ledgerFilter(c *cli.Context) (ledger.Filter, error) {
-	var f ledger.Filter
+func ledgerFilter(c *cli.Context) (record.Filter, error) {
+	var f record.Filter
 	if k := c.String("kind"); k != "" {
-		if !ledger.KnownKind(ledger.Kind(k)) {
-			return f, fmt.Errorf("unknown --kind %q (%s)", k, ledger.KindNames())
+		if !record.KnownKind(record.Kind(k)) {
+			return f, fmt.Errorf("unknown --kind %q (%s)", k, record.KindNames())
 		}
-		f.Kind = ledger.Kind(k)
+		f.Kind = record.Kind(k)
 	}
 	f.Counterparty, f.LeaseID = c.String("counterparty"), c.String("lease")
 	if f.Limit = c.Int("limit"); f.Limit < 0 {
@@ -182,7 +182,7 @@ func ledgerBalancesAction(c *cli.Context) error {
 	sort.Strings(peers)
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 2, 2, ' ', 0)
 	fmt.Fprintln(tw, "COUNTERPARTY\tOWED\tEARNED\tCREDITS\tNET")
-	var total ledger.Balance
+	var total record.Balance
 	for _, p := range peers {
 		b := bs[p]
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", orDash(p), usd(b.Owed), usd(b.Earned), usd(b.Credits), usd(b.Net))

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/config"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -84,7 +85,7 @@ func TestCLIErrors(t *testing.T) {
 
 func TestCLISecondDaemon(t *testing.T) {
 	dir := t.TempDir()
-	cfg := node.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	d, err := node.Start(context.Background(), node.Options{DataDir: dir, Config: cfg})
 	if err != nil {

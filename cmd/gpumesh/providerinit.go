@@ -15,7 +15,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/auction/gpumodel"
-	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/urfave/cli/v2"
 )
@@ -107,7 +107,7 @@ type initAnswers struct {
 func providerInitAction(c *cli.Context, p doctorProbes) error {
 	path := c.String("config")
 	if path == "" {
-		path = node.Paths{Dir: c.String("data-dir")}.Config()
+		path = config.Paths{Dir: c.String("data-dir")}.Config()
 	}
 	if _, err := os.Stat(path); err == nil && !c.Bool("force") {
 		return fmt.Errorf("%s exists; pass --force to overwrite it", path)
@@ -115,7 +115,7 @@ func providerInitAction(c *cli.Context, p doctorProbes) error {
 	a := initAnswers{Region: c.String("region"), Timezone: c.String("timezone"), Listen: c.StringSlice("listen"),
 		Bootstrap: c.StringSlice("bootstrap"), MetricsAddr: c.String("metrics-addr")}
 	if len(a.Listen) == 0 {
-		a.Listen = node.DefaultConfig().Listen
+		a.Listen = config.DefaultConfig().Listen
 	}
 	for _, s := range c.StringSlice("gpu") {
 		g, err := parseGPUFlag(s)
@@ -201,7 +201,7 @@ func providerInitAction(c *cli.Context, p doctorProbes) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if _, err := node.LoadConfig(tmp.Name(), true); err != nil {
+	if _, err := config.LoadConfig(tmp.Name(), true); err != nil {
 		return fmt.Errorf("generated config does not load (a bug or a bad flag): %w", err)
 	}
 	if err := os.Chmod(tmp.Name(), 0o600); err != nil {

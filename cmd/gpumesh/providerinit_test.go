@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/runtime"
 )
 
@@ -19,7 +19,7 @@ func TestProviderInit(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d: %s%s", code, out, errOut)
 		}
-		cfg, err := node.LoadConfig(filepath.Join(dir, "config.yaml"), true)
+		cfg, err := config.LoadConfig(filepath.Join(dir, "config.yaml"), true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +41,7 @@ func TestProviderInit(t *testing.T) {
 		if code, out, errOut := runCLI(t, "-d", dir, "provider", "init", "--yes", "--force", "--price-floor", "2.5"); code != 0 {
 			t.Fatalf("--force: exit %d %s%s", code, out, errOut)
 		}
-		if cfg, _ := node.LoadConfig(filepath.Join(dir, "config.yaml"), true); cfg.Provider.Policy.PriceFloor != 2.5 {
+		if cfg, _ := config.LoadConfig(filepath.Join(dir, "config.yaml"), true); cfg.Provider.Policy.PriceFloor != 2.5 {
 			t.Fatalf("--price-floor not written: %v", cfg.Provider.Policy.PriceFloor)
 		}
 	})
@@ -55,7 +55,7 @@ func TestProviderInit(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d: %s%s", code, out, errOut)
 		}
-		cfg, err := node.LoadConfig(path, true)
+		cfg, err := config.LoadConfig(path, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -58,12 +58,12 @@ func TestDisagreeingReceiptIsDisputed(t *testing.T) {
 		t.Fatalf("provider's lease: dispute %q", pl.Dispute)
 	}
 	for _, n := range []*node{r, p} {
-		es := n.entries(ledger.KindDispute, l.ID)
+		es := n.entries(record.KindDispute, l.ID)
 		var d struct{ Reason string }
 		if len(es) != 1 || json.Unmarshal(es[0].Data, &d) != nil || !strings.Contains(d.Reason, "disagrees with the lease: price") || es[0].JobID != l.JobID {
 			t.Fatalf("ledger disputes of the lease: %+v", es)
 		}
-		if got := n.entries(ledger.KindReceipt, l.ID); len(got) != 0 {
+		if got := n.entries(record.KindReceipt, l.ID); len(got) != 0 {
 			t.Fatalf("a refused receipt was recorded: %+v", got)
 		}
 	}

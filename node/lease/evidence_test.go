@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -32,7 +32,7 @@ func TestSucceededRunIsPaidOnItsLog(t *testing.T) {
 	if !strings.HasPrefix(v.Evidence, evidenceVerified) {
 		t.Fatalf("evidence %q", v.Evidence)
 	}
-	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(ledger.KindReceipt, v.Lease.ID)) == 1 })
+	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
 }
 
 // TestSilentJobIsPaidOnItsEmptyLog: a job that writes no log and no
@@ -76,10 +76,10 @@ func TestForgedLogIsNotPaid(t *testing.T) {
 		t.Fatalf("second attempt on %s (honest %s): run %s, excluded %v", v.Lease.Provider, honest.id(), v.Run, v.Job.Exclude)
 	}
 	waitFor(t, 3*time.Second, "the liar's receipt refused", func() bool { return counter(liar, "provider.settle_retry") >= 1 })
-	if es := r.entries(ledger.KindPaymentOwed, first); len(es) != 0 {
+	if es := r.entries(record.KindPaymentOwed, first); len(es) != 0 {
 		t.Fatalf("renter owes %v for the forged run", es)
 	}
-	if es := liar.entries(ledger.KindReceipt, first); len(es) != 0 {
+	if es := liar.entries(record.KindReceipt, first); len(es) != 0 {
 		t.Fatalf("liar holds %d receipts for the forged run", len(es))
 	}
 	if got := counter(r, "renter.no_evidence"); got != 1 {
@@ -116,7 +116,7 @@ func TestSuccessWithoutEvidenceIsNotCountersigned(t *testing.T) {
 	if _, err := claim(t, p, r, rc); err == nil {
 		t.Fatal("a succeeded receipt without evidence was countersigned")
 	}
-	if es := r.entries(ledger.KindPaymentOwed, l.ID); len(es) != 0 {
+	if es := r.entries(record.KindPaymentOwed, l.ID); len(es) != 0 {
 		t.Fatalf("renter owes %v for a run it has no evidence of", es)
 	}
 	got := r.waitJob(v.Job.ID, "attempt archived", func(v api.JobView) bool { return len(v.History) == 1 })

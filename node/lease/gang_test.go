@@ -9,7 +9,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -77,9 +77,9 @@ func TestGangLivesAndDiesTogether(t *testing.T) {
 		t.Fatalf("renter.gang_requeued = %d, want 1", n)
 	}
 	waitFor(t, 5*time.Second, "the stopped member's lease settled", func() bool {
-		return len(r.entries(ledger.KindReceipt, first[0].LeaseID)) == 1
+		return len(r.entries(record.KindReceipt, first[0].LeaseID)) == 1
 	})
-	if es := r.entries(ledger.KindReceipt, first[1].LeaseID); len(es) != 0 {
+	if es := r.entries(record.KindReceipt, first[1].LeaseID); len(es) != 0 {
 		t.Fatalf("the lost member's silent lease has %d receipts", len(es))
 	}
 
@@ -107,11 +107,11 @@ func TestGangLivesAndDiesTogether(t *testing.T) {
 	})
 	total := 0.0
 	for _, lid := range []string{first[0].LeaseID, v.Gang[0].LeaseID, v.Gang[1].LeaseID} {
-		es := r.entries(ledger.KindReceipt, lid)
+		es := r.entries(record.KindReceipt, lid)
 		if len(es) != 1 {
 			t.Fatalf("lease %s has %d receipts, want its own one", lid, len(es))
 		}
-		owed := r.entries(ledger.KindPaymentOwed, lid)
+		owed := r.entries(record.KindPaymentOwed, lid)
 		if len(owed) != 1 {
 			rc, _ := attest.UnmarshalReceipt(es[0].Data)
 			t.Fatalf("lease %s has %d payments owed: receipt %+v", lid, len(owed), rc.Receipt)
@@ -186,7 +186,7 @@ func TestGangRenterRestart(t *testing.T) {
 			v.Gang[0].Run == auction.RunSucceeded && v.Gang[1].Run == auction.RunSucceeded
 	})
 	for _, m := range v.Gang {
-		if es := r2.entries(ledger.KindReceipt, m.LeaseID); len(es) != 1 {
+		if es := r2.entries(record.KindReceipt, m.LeaseID); len(es) != 1 {
 			t.Fatalf("member %d's lease has %d receipts", m.Rank, len(es))
 		}
 	}

@@ -20,9 +20,10 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
-	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -300,9 +301,9 @@ func (t crashTransport) Request(ctx context.Context, to peer.ID, proto protocol.
 			return nil, errCrashed
 		}
 	}
-	if len(data) > p2p.MaxFrame {
+	if len(data) > frame.Max {
 		// What a libp2p stream refuses.
-		return nil, p2p.ErrFrameTooLarge
+		return nil, frame.ErrTooLarge
 	}
 	if proto == wire.ProtoLeaseEvent && int64(len(data)) > t.c.maxEvent.Load() {
 		t.c.maxEvent.Store(int64(len(data)))
@@ -715,9 +716,9 @@ func (n *node) waitJobWithin(id string, within time.Duration, what string, cond 
 }
 
 // receipts returns the ledger's entries of kind for a lease.
-func (n *node) entries(kind ledger.Kind, leaseID string) []ledger.Entry {
+func (n *node) entries(kind record.Kind, leaseID string) []record.Entry {
 	n.h.t.Helper()
-	es, err := n.db.List(ledger.Filter{Kind: kind, LeaseID: leaseID})
+	es, err := n.db.List(record.Filter{Kind: kind, LeaseID: leaseID})
 	if err != nil {
 		n.h.t.Fatal(err)
 	}

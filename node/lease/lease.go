@@ -16,10 +16,11 @@ package lease
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
@@ -40,8 +41,8 @@ type Store interface {
 
 // Ledger is the hash-chained ledger (ledger.DB).
 type Ledger interface {
-	AppendAll(entries []ledger.Entry) ([]ledger.Entry, error)
-	List(f ledger.Filter) ([]ledger.Entry, error)
+	AppendAll(entries []record.Entry) ([]record.Entry, error)
+	List(f record.Filter) ([]record.Entry, error)
 }
 
 // Clock is the time source.
@@ -88,6 +89,15 @@ type RequestError struct {
 }
 
 func (e *RequestError) Error() string { return e.Msg }
+
+// HTTPStatus is the control API's answer to it (api.WriteError): 404 when
+// Missing, else 400.
+func (e *RequestError) HTTPStatus() int {
+	if e.Missing {
+		return http.StatusNotFound
+	}
+	return http.StatusBadRequest
+}
 
 func badRequest(format string, a ...any) error {
 	return &RequestError{Msg: fmt.Sprintf(format, a...)}

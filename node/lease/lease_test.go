@@ -12,7 +12,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -42,9 +42,9 @@ func TestRunToSuccess(t *testing.T) {
 	if rc.Outcome != auction.RunSucceeded || rc.Heartbeats.Count < 2 || rc.Heartbeats.Rejected != 0 || rc.Amount <= 0 || v.CostUSD != rc.Amount {
 		t.Fatalf("receipt %+v, cost %v", rc, v.CostUSD)
 	}
-	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(ledger.KindReceipt, v.Lease.ID)) == 1 })
-	owed, earned := r.entries(ledger.KindPaymentOwed, rc.LeaseID), p.entries(ledger.KindPaymentEarned, rc.LeaseID)
-	rr, pr := r.entries(ledger.KindReceipt, rc.LeaseID), p.entries(ledger.KindReceipt, rc.LeaseID)
+	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
+	owed, earned := r.entries(record.KindPaymentOwed, rc.LeaseID), p.entries(record.KindPaymentEarned, rc.LeaseID)
+	rr, pr := r.entries(record.KindReceipt, rc.LeaseID), p.entries(record.KindReceipt, rc.LeaseID)
 	if len(owed) != 1 || len(earned) != 1 || owed[0].Amount != rc.Amount || earned[0].Amount != rc.Amount ||
 		len(rr) != 1 || len(pr) != 1 || string(rr[0].Data) != string(pr[0].Data) {
 		t.Fatalf("ledgers: owed %v earned %v receipts %d/%d", owed, earned, len(rr), len(pr))
@@ -181,7 +181,7 @@ func TestGoldPreemptsBronze(t *testing.T) {
 	// heartbeat gaps in the summary both sides agreed on (exactly what
 	// attest.BillableSeconds allows); the gaps are scheduling jitter here,
 	// never most of the run.
-	es := r.entries(ledger.KindReceipt, first.Lease.ID)
+	es := r.entries(record.KindReceipt, first.Lease.ID)
 	if len(es) != 1 {
 		t.Fatalf("%d receipts for the preempted lease", len(es))
 	}
@@ -253,12 +253,12 @@ func TestReceiptMismatchRejected(t *testing.T) {
 			}
 		})
 	}
-	if es := r.entries(ledger.KindReceipt, l.ID); len(es) != 0 {
+	if es := r.entries(record.KindReceipt, l.ID); len(es) != 0 {
 		t.Fatalf("renter recorded %d receipts for tampered claims", len(es))
 	}
 	p.exec.open("done")
 	v = r.waitJob(v.Job.ID, "settled", settled)
-	if es := r.entries(ledger.KindReceipt, l.ID); len(es) != 1 || v.Receipt.Outcome != auction.RunSucceeded {
+	if es := r.entries(record.KindReceipt, l.ID); len(es) != 1 || v.Receipt.Outcome != auction.RunSucceeded {
 		t.Fatalf("honest receipt: %d entries, outcome %s", len(es), v.Receipt.Outcome)
 	}
 }
@@ -318,7 +318,7 @@ func TestProviderRestartRecovery(t *testing.T) {
 	if v.Lease.Provider != other.id() || !v.Job.Excludes(p.id()) || v.Job.Duration != time.Minute {
 		t.Fatalf("second attempt on %s, exclude %v, duration %v", v.Lease.Provider, v.Job.Exclude, v.Job.Duration)
 	}
-	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p2.entries(ledger.KindReceipt, first.Lease.ID)) == 1 })
+	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p2.entries(record.KindReceipt, first.Lease.ID)) == 1 })
 	if pl, ok := p2.lease(first.Lease.ID); !ok || pl.Run != auction.RunFailed {
 		t.Fatalf("restarted provider's record %+v", pl)
 	}
@@ -366,7 +366,7 @@ func TestRenterRestartReload(t *testing.T) {
 	if got.Run != auction.RunSucceeded || got.State != auction.JobFinished {
 		t.Fatalf("run %s state %s", got.Run, got.State)
 	}
-	if es := r2.entries(ledger.KindPaymentOwed, v.Lease.ID); len(es) != 1 || es[0].Amount != got.Receipt.Amount {
+	if es := r2.entries(record.KindPaymentOwed, v.Lease.ID); len(es) != 1 || es[0].Amount != got.Receipt.Amount {
 		t.Fatalf("renter ledger after restart: %v", es)
 	}
 	if n := len(r2.tracker.List()); n != 2 {

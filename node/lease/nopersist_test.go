@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/runtime"
 )
@@ -105,7 +105,7 @@ func TestNoPersistReceiptMustStateIt(t *testing.T) {
 		return r.counters.Snapshot()["renter.receipt_no_persist_unstated"] >= 2 // and the retry
 	})
 	v, _ = r.tracker.View(v.Job.ID)
-	if v.Receipt != nil || len(r.entries(ledger.KindReceipt, v.Lease.ID)) != 0 || len(p.entries(ledger.KindReceipt, v.Lease.ID)) != 0 {
+	if v.Receipt != nil || len(r.entries(record.KindReceipt, v.Lease.ID)) != 0 || len(p.entries(record.KindReceipt, v.Lease.ID)) != 0 {
 		t.Fatalf("a receipt without the no-persist statement was settled: %+v", v.Receipt)
 	}
 	if rewritten.Load() == 0 {

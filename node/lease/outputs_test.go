@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/runtime"
 )
@@ -72,7 +72,7 @@ func TestManyOutputFilesSettle(t *testing.T) {
 	if v.Receipt.ResultHash != v.OutputsHash {
 		t.Fatalf("receipt result hash %s, outputs hash %s", v.Receipt.ResultHash, v.OutputsHash)
 	}
-	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(ledger.KindReceipt, l.ID)) == 1 })
+	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, l.ID)) == 1 })
 	// Past the lease's end and the abandonment grace: still not slashed.
 	waitFor(t, 15*time.Second, "lease end and grace", func() bool { return time.Now().After(l.End.Add(h.abandonGrace)) })
 	if st := r.book.Stats(p.id()); st.Slashes != 0 || st.Completed != 1 {

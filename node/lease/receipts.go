@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -52,7 +52,7 @@ func NewReceipts(ctx context.Context, cfg ReceiptsConfig) (*Receipts, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Receipts{cfg: cfg, log: log, ctx: ctx}
-	entries, err := cfg.Ledger.List(ledger.Filter{Kind: ledger.KindReceipt})
+	entries, err := cfg.Ledger.List(record.Filter{Kind: record.KindReceipt})
 	if err != nil {
 		return nil, err
 	}
@@ -77,15 +77,15 @@ func (r *Receipts) record(sr *attest.SignedReceipt, asRenter bool) error {
 		return err
 	}
 	rc := sr.Receipt
-	pay := ledger.Entry{Kind: ledger.KindPaymentEarned, Direction: ledger.DirEarned, Counterparty: rc.Renter,
+	pay := record.Entry{Kind: record.KindPaymentEarned, Direction: record.DirEarned, Counterparty: rc.Renter,
 		LeaseID: rc.LeaseID, JobID: rc.JobID, Amount: rc.Amount}
 	counter := rc.Renter
 	if asRenter {
-		pay = ledger.Entry{Kind: ledger.KindPaymentOwed, Direction: ledger.DirOwed, Counterparty: rc.Provider,
+		pay = record.Entry{Kind: record.KindPaymentOwed, Direction: record.DirOwed, Counterparty: rc.Provider,
 			LeaseID: rc.LeaseID, JobID: rc.JobID, Amount: rc.Amount}
 		counter = rc.Provider
 	}
-	entries := []ledger.Entry{{Kind: ledger.KindReceipt, Counterparty: counter, LeaseID: rc.LeaseID, JobID: rc.JobID, Data: raw}}
+	entries := []record.Entry{{Kind: record.KindReceipt, Counterparty: counter, LeaseID: rc.LeaseID, JobID: rc.JobID, Data: raw}}
 	if rc.Amount > 0 {
 		entries = append(entries, pay)
 	}
@@ -114,7 +114,7 @@ func (r *Receipts) dispute(leaseID, jobID, counterparty, reason string) error {
 	if len(reason) > maxDisputeReason {
 		reason = strings.ToValidUTF8(reason[:maxDisputeReason], "")
 	}
-	prev, err := r.cfg.Ledger.List(ledger.Filter{Kind: ledger.KindDispute, LeaseID: leaseID, Limit: 1})
+	prev, err := r.cfg.Ledger.List(record.Filter{Kind: record.KindDispute, LeaseID: leaseID, Limit: 1})
 	if err != nil || len(prev) > 0 {
 		return err
 	}
@@ -124,7 +124,7 @@ func (r *Receipts) dispute(leaseID, jobID, counterparty, reason string) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.cfg.Ledger.AppendAll([]ledger.Entry{{Kind: ledger.KindDispute, LeaseID: leaseID, JobID: jobID,
+	_, err = r.cfg.Ledger.AppendAll([]record.Entry{{Kind: record.KindDispute, LeaseID: leaseID, JobID: jobID,
 		Counterparty: counterparty, Data: data}})
 	return err
 }
@@ -169,7 +169,7 @@ func (r *Receipts) HandleGossip(_ peer.ID, data []byte) {
 // settled returns the two-party receipt this node recorded for a lease, or
 // nil when it recorded none.
 func (r *Receipts) settled(leaseID string) (*attest.SignedReceipt, error) {
-	entries, err := r.cfg.Ledger.List(ledger.Filter{Kind: ledger.KindReceipt, LeaseID: leaseID, Limit: 1})
+	entries, err := r.cfg.Ledger.List(record.Filter{Kind: record.KindReceipt, LeaseID: leaseID, Limit: 1})
 	if err != nil || len(entries) == 0 {
 		return nil, err
 	}

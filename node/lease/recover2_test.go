@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -68,7 +68,7 @@ func TestGoldEvictsFutureBronzeBooking(t *testing.T) {
 		pl, ok := pa.lease(first.Lease.ID)
 		return ok && pl.Run == auction.RunPreempted && pl.Started.IsZero()
 	})
-	if n := len(r.entries(ledger.KindReceipt, first.Lease.ID)) + len(pa.entries(ledger.KindReceipt, first.Lease.ID)); n != 0 {
+	if n := len(r.entries(record.KindReceipt, first.Lease.ID)) + len(pa.entries(record.KindReceipt, first.Lease.ID)); n != 0 {
 		t.Fatalf("%d receipts for a booking that never ran", n)
 	}
 	pa.exec.open("silver")
@@ -227,7 +227,7 @@ func TestLostLeaseSettlesAfterRenterRestart(t *testing.T) {
 		got, err := r.tracker.View(v.Job.ID)
 		return err == nil && len(got.History) == 1 && got.History[0].Receipt
 	})
-	es := r.entries(ledger.KindReceipt, first.Lease.ID)
+	es := r.entries(record.KindReceipt, first.Lease.ID)
 	if len(es) != 1 {
 		t.Fatalf("%d receipts for the lost lease", len(es))
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -68,7 +68,7 @@ func TestSilentProviderJobRecoversElsewhere(t *testing.T) {
 		got, err := r.tracker.View(v.Job.ID)
 		return err == nil && len(got.History) == 1 && got.History[0].Receipt
 	})
-	es := r.entries(ledger.KindReceipt, first.Lease.ID)
+	es := r.entries(record.KindReceipt, first.Lease.ID)
 	if len(es) != 1 {
 		t.Fatalf("%d receipts for the lost lease", len(es))
 	}

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -24,15 +24,15 @@ func TestSettlementAnswerLost(t *testing.T) {
 	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
 	p.exec.open("end")
 	v = r.waitJob(v.Job.ID, "settled", settled)
-	waitFor(t, 5*time.Second, "provider settled", func() bool { return len(p.entries(ledger.KindReceipt, v.Lease.ID)) == 1 })
+	waitFor(t, 5*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
 	if p.crash.loseReceiptAnswer.Load() {
 		t.Fatal("no receipt answer was lost")
 	}
-	rr, pr := r.entries(ledger.KindReceipt, v.Lease.ID), p.entries(ledger.KindReceipt, v.Lease.ID)
+	rr, pr := r.entries(record.KindReceipt, v.Lease.ID), p.entries(record.KindReceipt, v.Lease.ID)
 	if len(rr) != 1 || len(pr) != 1 || string(rr[0].Data) != string(pr[0].Data) {
 		t.Fatalf("receipts: renter %d, provider %d (the same: %v)", len(rr), len(pr), len(rr) == 1 && len(pr) == 1 && string(rr[0].Data) == string(pr[0].Data))
 	}
-	if d := p.entries(ledger.KindDispute, v.Lease.ID); len(d) != 0 {
+	if d := p.entries(record.KindDispute, v.Lease.ID); len(d) != 0 {
 		t.Fatalf("provider disputed a lease its renter settled: %s", d[0].Data)
 	}
 	if n := r.counters.Snapshot()["renter.receipt_duplicate"]; n != 0 {

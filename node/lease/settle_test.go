@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -40,7 +40,7 @@ func TestSettlementSurvivesRenterOutage(t *testing.T) {
 			if pl, ok := p.lease(v.Lease.ID); !ok || pl.Run != auction.RunSucceeded {
 				t.Fatalf("provider's record %+v", pl)
 			}
-			if len(p.entries(ledger.KindReceipt, v.Lease.ID)) != 0 {
+			if len(p.entries(record.KindReceipt, v.Lease.ID)) != 0 {
 				t.Fatal("settled without the renter")
 			}
 			if tc.restartProvider {
@@ -53,8 +53,8 @@ func TestSettlementSurvivesRenterOutage(t *testing.T) {
 			if v.Run != auction.RunSucceeded || v.Receipt.Outcome != auction.RunSucceeded || v.State != auction.JobFinished {
 				t.Fatalf("run %s outcome %s state %s (%s)", v.Run, v.Receipt.Outcome, v.State, v.Detail)
 			}
-			waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(ledger.KindReceipt, v.Lease.ID)) == 1 })
-			rr, pr := r.entries(ledger.KindReceipt, v.Lease.ID), p.entries(ledger.KindReceipt, v.Lease.ID)
+			waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
+			rr, pr := r.entries(record.KindReceipt, v.Lease.ID), p.entries(record.KindReceipt, v.Lease.ID)
 			if len(rr) != 1 || string(rr[0].Data) != string(pr[0].Data) {
 				t.Fatalf("receipts: renter %d, provider %d", len(rr), len(pr))
 			}

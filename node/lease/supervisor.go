@@ -27,6 +27,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -424,7 +425,7 @@ func (s *Supervisor) loadHeld() error {
 	if err != nil {
 		return fmt.Errorf("lease records: %w", err)
 	}
-	entries, err := s.cfg.Receipts.cfg.Ledger.List(ledger.Filter{Kind: ledger.KindReceipt})
+	entries, err := s.cfg.Receipts.cfg.Ledger.List(record.Filter{Kind: record.KindReceipt})
 	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -131,10 +131,10 @@ func TestProviderIsPaidOnlyForWhatTheRenterSaw(t *testing.T) {
 	waitFor(t, 3*time.Second, "provider's own settlement attempt refused", func() bool {
 		return counter(r, "renter.receipt_duplicate") >= 2
 	})
-	if es := r.entries(ledger.KindPaymentOwed, l.ID); len(es) != 1 || es[0].Amount != fair.Amount {
+	if es := r.entries(record.KindPaymentOwed, l.ID); len(es) != 1 || es[0].Amount != fair.Amount {
 		t.Fatalf("renter owes %v for the lease, want one payment of %v", es, fair.Amount)
 	}
-	if es := r.entries(ledger.KindReceipt, l.ID); len(es) != 1 {
+	if es := r.entries(record.KindReceipt, l.ID); len(es) != 1 {
 		t.Fatalf("renter recorded %d receipts", len(es))
 	}
 }

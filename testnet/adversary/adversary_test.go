@@ -3,8 +3,6 @@ package adversary
 import (
 	"context"
 	"fmt"
-	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/attest/gpuproof"
 	"log/slog"
 	"math"
 	"os"
@@ -13,12 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/gpuproof"
+	"github.com/gpumesh/gpumesh/ledger/record"
+
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/node/wire"
-	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
@@ -45,13 +47,13 @@ type daemon struct {
 // addr is the daemon's first multiaddr with its /p2p/ id.
 func (d *daemon) addr() string { return d.Addrs()[0] }
 
-func renterConfig() node.Config {
-	cfg := node.DefaultConfig()
+func renterConfig() config.Config {
+	cfg := config.DefaultConfig()
 	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	return cfg
 }
 
-func providerConfig(floor float64) node.Config {
+func providerConfig(floor float64) config.Config {
 	cfg := renterConfig()
 	cfg.Region = "eu-west"
 	cfg.Provider.Enabled = true
@@ -64,7 +66,7 @@ func providerConfig(floor float64) node.Config {
 	return cfg
 }
 
-func start(t *testing.T, cfg node.Config, boot *daemon) *daemon {
+func start(t *testing.T, cfg config.Config, boot *daemon) *daemon {
 	t.Helper()
 	if boot != nil {
 		cfg.Bootstrap = []string{boot.addr()}
@@ -196,9 +198,9 @@ func counters(t *testing.T, d *daemon) map[string]int {
 	return c
 }
 
-func entries(t *testing.T, d *daemon, kind ledger.Kind, leaseID string) []ledger.Entry {
+func entries(t *testing.T, d *daemon, kind record.Kind, leaseID string) []record.Entry {
 	t.Helper()
-	es, err := d.api.Ledger(context.Background(), ledger.Filter{Kind: kind, LeaseID: leaseID})
+	es, err := d.api.Ledger(context.Background(), record.Filter{Kind: kind, LeaseID: leaseID})
 	if err != nil {
 		t.Fatalf("ledger: %v", err)
 	}
@@ -274,8 +276,8 @@ func TestFakeProvider(t *testing.T) {
 	if observed := rep.Observable.Seconds() + 1; signed > observed {
 		t.Errorf("renter countersigned %.1f GPU-seconds; it could observe the fake for %.1f s", signed, rep.Observable.Seconds())
 	}
-	receipts := entries(t, renter, ledger.KindReceipt, lease.ID)
-	owed := entries(t, renter, ledger.KindPaymentOwed, lease.ID)
+	receipts := entries(t, renter, record.KindReceipt, lease.ID)
+	owed := entries(t, renter, record.KindPaymentOwed, lease.ID)
 	if len(receipts) > 1 || len(owed) > 1 {
 		t.Fatalf("renter's ledger holds %d receipts and %d payments for lease %s", len(receipts), len(owed), lease.ID)
 	}
@@ -569,7 +571,7 @@ func TestReceiptReplayAndSybils(t *testing.T) {
 	if rep1.Rep.Receipts != rep0.Rep.Receipts || math.Abs(rep1.Rep.Score-rep0.Rep.Score) > 1e-6 {
 		t.Errorf("replays moved the provider's reputation: %+v → %+v", rep0.Rep, rep1.Rep)
 	}
-	if n := len(entries(t, renter, ledger.KindReceipt, jv.Lease.ID)); n != 1 {
+	if n := len(entries(t, renter, record.KindReceipt, jv.Lease.ID)); n != 1 {
 		t.Errorf("renter's ledger holds %d receipts for lease %s after the replays", n, jv.Lease.ID)
 	}
 	t.Logf("replay: %d gossiped + %d direct; reputation of %s stays %.4f over %d receipt(s); counted %v",
@@ -711,7 +713,7 @@ func TestHalfSentFramesDoNotExhaustTheDaemon(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&during)
 	grew := int64(during.HeapAlloc) - int64(before.HeapAlloc)
-	claimed := int64(identities * streams * len(protos) * p2p.MaxFrame)
+	claimed := int64(identities * streams * len(protos) * frame.Max)
 	t.Logf("%d half-sent frames claiming %d MiB: heap grew %.1f MiB", opened, claimed>>20, float64(grew)/(1<<20))
 	if grew > 48<<20 {
 		t.Fatalf("heap grew %.1f MiB under %d half-sent frames (claiming %d MiB)", float64(grew)/(1<<20), opened, claimed>>20)

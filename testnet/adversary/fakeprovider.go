@@ -15,6 +15,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	lpnet "github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -242,7 +243,7 @@ func FakeProvider(ctx context.Context, p *Peer, cfg FakeProviderConfig) (FakePro
 	logDigest := hex.EncodeToString(logSum[:])
 	p.Node.Host.SetStreamHandler(wire.ProtoLogs, func(s lpnet.Stream) {
 		defer s.Close()
-		if _, err := p2p.ReadFrame(bufio.NewReader(s)); err == nil {
+		if _, err := frame.Read(bufio.NewReader(s)); err == nil {
 			_, _ = s.Write(fakeLog)
 		}
 	})

@@ -10,7 +10,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/gpuproof"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/node/wire"
-	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -28,7 +28,7 @@ func ChallengeReplay(ctx context.Context, p *Peer, provider peer.ID, device stri
 	if err != nil {
 		return first, replay, err
 	}
-	frame, err := env.Marshal()
+	msg, err := env.Marshal()
 	if err != nil {
 		return first, replay, err
 	}
@@ -42,10 +42,10 @@ func ChallengeReplay(ctx context.Context, p *Peer, provider peer.ID, device stri
 		}
 		defer s.Reset()
 		_ = s.SetDeadline(time.Now().Add(10 * time.Second))
-		if err := p2p.WriteFrame(s, frame); err != nil {
+		if err := frame.Write(s, msg); err != nil {
 			return r, err
 		}
-		b, err := p2p.ReadFrame(bufio.NewReader(s))
+		b, err := frame.Read(bufio.NewReader(s))
 		if err != nil {
 			return r, fmt.Errorf("adversary: challenge answer: %w", err)
 		}

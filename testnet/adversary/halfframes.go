@@ -5,14 +5,14 @@ import (
 	"encoding/binary"
 	"time"
 
-	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	lpnet "github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
 // HalfFrames is the slow-loris of framed protocols: streams each carrying a
-// length header that claims p2p.MaxFrame and only part of the payload,
+// length header that claims frame.Max and only part of the payload,
 // held open. A daemon that allocates a frame's claimed length up front
 // holds a megabyte per stream for as long as the peer likes.
 type HalfFrames struct {
@@ -23,11 +23,11 @@ type HalfFrames struct {
 	streams []lpnet.Stream
 }
 
-// SendHalfFrames opens n streams on proto to target, writes a MaxFrame
+// SendHalfFrames opens n streams on proto to target, writes a frame.Max
 // header and sent bytes of payload on each, and holds them until Close.
 func SendHalfFrames(ctx context.Context, p *Peer, target peer.ID, proto protocol.ID, n, sent int) *HalfFrames {
 	var hdr [binary.MaxVarintLen64]byte
-	k := binary.PutUvarint(hdr[:], p2p.MaxFrame)
+	k := binary.PutUvarint(hdr[:], frame.Max)
 	raw := append(hdr[:k:k], make([]byte, sent)...)
 	h := &HalfFrames{}
 	for range n {

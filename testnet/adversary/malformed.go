@@ -15,7 +15,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/wire"
-	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
@@ -53,8 +53,8 @@ type Case struct {
 	raw []byte
 }
 
-// frame is a well-framed payload.
-func frame(b []byte) []byte {
+// framed is a well-framed payload.
+func framed(b []byte) []byte {
 	var hdr [binary.MaxVarintLen64]byte
 	n := binary.PutUvarint(hdr[:], uint64(len(b)))
 	return append(hdr[:n:n], b...)
@@ -119,21 +119,21 @@ func traversal(p *Peer, target peer.ID, proto protocol.ID) ([]byte, error) {
 
 // MalformedCases are the malformed frames for every protocol: garbage,
 // an empty frame, a frame over the protocol's size bound, a length header
-// beyond p2p.MaxFrame, a truncated frame, a valid envelope of the wrong
+// beyond frame.Max, a truncated frame, a valid envelope of the wrong
 // signature domain, and a correctly signed message whose ids try path
 // traversal.
 func MalformedCases(p *Peer, target peer.ID) ([]Case, error) {
 	var out []Case
 	garbage := make([]byte, 512)
 	_, _ = rand.Read(garbage)
-	big := make([]byte, 600<<10) // over every message bound, under p2p.MaxFrame
+	big := make([]byte, 600<<10) // over every message bound, under frame.Max
 	for i := range big {
 		big[i] = 'A'
 	}
 	big[0], big[len(big)-1] = '"', '"'
 	for _, proto := range Protocols {
 		var hdr [binary.MaxVarintLen64]byte
-		n := binary.PutUvarint(hdr[:], uint64(p2p.MaxFrame)+1)
+		n := binary.PutUvarint(hdr[:], uint64(frame.Max)+1)
 		tooLong := append(hdr[:n:n], garbage...)
 		n = binary.PutUvarint(hdr[:], 1000)
 		truncated := append(hdr[:n:n], garbage[:10]...)
@@ -146,13 +146,13 @@ func MalformedCases(p *Peer, target peer.ID) ([]Case, error) {
 			return nil, err
 		}
 		out = append(out,
-			Case{proto, "garbage", frame(garbage)},
-			Case{proto, "empty", frame(nil)},
-			Case{proto, "oversized", frame(big)},
+			Case{proto, "garbage", framed(garbage)},
+			Case{proto, "empty", framed(nil)},
+			Case{proto, "oversized", framed(big)},
 			Case{proto, "header_over_max_frame", tooLong},
 			Case{proto, "truncated", truncated},
-			Case{proto, "wrong_domain", frame(wd)},
-			Case{proto, "path_traversal_id", frame(tr)},
+			Case{proto, "wrong_domain", framed(wd)},
+			Case{proto, "path_traversal_id", framed(tr)},
 		)
 	}
 	return out, nil
@@ -195,7 +195,7 @@ func (c Case) Send(ctx context.Context, p *Peer, target peer.ID) Outcome {
 		o.Refused, o.Answer = true, "reset: "+err.Error()
 		return o
 	}
-	resp, err := p2p.ReadFrame(br)
+	resp, err := frame.Read(br)
 	if err != nil {
 		o.Refused, o.Answer = true, "reset: "+err.Error()
 		return o

@@ -11,6 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
 // The invariants, checked after every step.
@@ -171,11 +172,11 @@ func (c *checker) ledgers() *Violation {
 			if err != nil {
 				return s.violation(invLedger, fmt.Sprintf("%s: %v", n.name, err))
 			}
-			var e ledger.Entry
+			var e record.Entry
 			if err := json.Unmarshal(raw, &e); err != nil {
 				return s.violation(invLedger, fmt.Sprintf("%s entry %d: %v", n.name, seq, err))
 			}
-			if e.Kind == ledger.KindDispute && n.prov != nil {
+			if e.Kind == record.KindDispute && n.prov != nil {
 				if renter := s.byID(e.Counterparty); renter != nil {
 					if at, ok := c.settled[renter.name+"/receipt/"+e.LeaseID]; ok {
 						return s.violation(invAgree, fmt.Sprintf("%s disputes lease %s, which %s settled (%s)", n.name, e.LeaseID, renter.name, at))
@@ -184,9 +185,9 @@ func (c *checker) ledgers() *Violation {
 			}
 			class := ""
 			switch e.Kind {
-			case ledger.KindReceipt:
+			case record.KindReceipt:
 				class = "receipt"
-			case ledger.KindPaymentOwed, ledger.KindPaymentEarned:
+			case record.KindPaymentOwed, record.KindPaymentEarned:
 				class = "payment"
 			}
 			if class == "" {
@@ -197,7 +198,7 @@ func (c *checker) ledgers() *Violation {
 				return s.violation(invSettledTwice, fmt.Sprintf("%s lease %s: %s at %s and again at %s", n.name, e.LeaseID, class, first, k))
 			}
 			c.settled[key] = k
-			if e.Kind == ledger.KindReceipt && n.rent != nil {
+			if e.Kind == record.KindReceipt && n.rent != nil {
 				if v := c.billed(n, e); v != nil {
 					return v
 				}
@@ -211,7 +212,7 @@ func (c *checker) ledgers() *Violation {
 // the run: from the first heartbeat or report of it running to the final
 // report, inside the lease, on the lease's GPUs, with a second of
 // rounding.
-func (c *checker) billed(r *node, e ledger.Entry) *Violation {
+func (c *checker) billed(r *node, e record.Entry) *Violation {
 	sr, err := attest.UnmarshalReceipt(e.Data)
 	if err != nil {
 		return c.s.violation(invLedger, fmt.Sprintf("%s receipt entry %d: %v", r.name, e.Seq, err))

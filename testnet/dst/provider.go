@@ -7,7 +7,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -218,7 +218,7 @@ func (p *provider) do(r *run, e lifecycle.Effect) {
 		data, _ := json.Marshal(struct {
 			Reason string `json:"reason"`
 		}{e.Reason})
-		n.led.append(ledger.Entry{Kind: ledger.KindDispute, LeaseID: id, JobID: r.st.Lease.JobID, Counterparty: r.st.Lease.Renter, Data: data})
+		n.led.append(record.Entry{Kind: record.KindDispute, LeaseID: id, JobID: r.st.Lease.JobID, Counterparty: r.st.Lease.Renter, Data: data})
 	case lifecycle.Rebook:
 		err := p.book.Reserve(auction.Booking{LeaseID: id, Start: r.st.Lease.Start, End: r.st.Lease.End, GPUs: r.st.Lease.GPUCount, Devices: r.st.Lease.Devices})
 		if err != nil {

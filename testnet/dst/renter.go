@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -380,15 +380,15 @@ func (r *renter) onReceipt(raw []byte, from *node) {
 // recordReceipt appends a two-party receipt and the payment it implies,
 // the entries node/lease's Receipts.record appends.
 func recordReceipt(n *node, rc attest.Receipt, full []byte, asRenter bool) {
-	pay := ledger.Entry{Kind: ledger.KindPaymentEarned, Direction: ledger.DirEarned, Counterparty: rc.Renter,
+	pay := record.Entry{Kind: record.KindPaymentEarned, Direction: record.DirEarned, Counterparty: rc.Renter,
 		LeaseID: rc.LeaseID, JobID: rc.JobID, Amount: rc.Amount}
 	counter := rc.Renter
 	if asRenter {
-		pay = ledger.Entry{Kind: ledger.KindPaymentOwed, Direction: ledger.DirOwed, Counterparty: rc.Provider,
+		pay = record.Entry{Kind: record.KindPaymentOwed, Direction: record.DirOwed, Counterparty: rc.Provider,
 			LeaseID: rc.LeaseID, JobID: rc.JobID, Amount: rc.Amount}
 		counter = rc.Provider
 	}
-	entries := []ledger.Entry{{Kind: ledger.KindReceipt, Counterparty: counter, LeaseID: rc.LeaseID, JobID: rc.JobID, Data: full}}
+	entries := []record.Entry{{Kind: record.KindReceipt, Counterparty: counter, LeaseID: rc.LeaseID, JobID: rc.JobID, Data: full}}
 	if rc.Amount > 0 {
 		entries = append(entries, pay)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/libp2p/go-libp2p/core/crypto"
 )
 
@@ -222,22 +223,22 @@ func ledgerKey(seq uint64) string { return fmt.Sprintf("%s%012d", ledgerPrefix, 
 
 // load finds the chain's head on disk after a restart.
 func (l *nodeLedger) load() {
-	l.seq, l.hash = 0, ledger.ZeroHash
+	l.seq, l.hash = 0, record.ZeroHash
 	keys := l.n.disk.keys(ledgerPrefix)
 	if len(keys) == 0 {
 		return
 	}
 	raw, _ := l.n.disk.get(keys[len(keys)-1])
-	var e ledger.Entry
+	var e record.Entry
 	if json.Unmarshal(raw, &e) == nil {
 		l.seq, l.hash = e.Seq, e.Hash
 	}
 }
 
 // append links and stores entries, in order.
-func (l *nodeLedger) append(entries ...ledger.Entry) {
+func (l *nodeLedger) append(entries ...record.Entry) {
 	if l.hash == "" {
-		l.hash = ledger.ZeroHash
+		l.hash = record.ZeroHash
 	}
 	for _, e := range entries {
 		e.Seq = l.seq + 1

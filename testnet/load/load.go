@@ -23,6 +23,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/runtime"
 )
 
@@ -215,7 +216,7 @@ func startNetwork(ctx context.Context, cfg Config, dir string) ([]*node.Daemon, 
 		return nil, err
 	}
 	for i := 0; i < cfg.Nodes; i++ {
-		c := node.DefaultConfig()
+		c := config.DefaultConfig()
 		c.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 		c.Bootstrap = boot
 		c.Region = "eu-west"

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/testnet/internal/nstest"
 )
@@ -325,8 +325,8 @@ func (n *net) lease(renter, provider *daemon, word string) string {
 		return jv, nil
 	})
 	for _, d := range []*daemon{renter, provider} {
-		nstest.Await(t, d.Name+"'s ledger receipt", 30*time.Second, func() ([]ledger.Entry, error) {
-			var es []ledger.Entry
+		nstest.Await(t, d.Name+"'s ledger receipt", 30*time.Second, func() ([]record.Entry, error) {
+			var es []record.Entry
 			if err := n.CLIJSON(d, &es, "ledger", "list", "--kind", "receipt", "--lease", v.Lease.ID, "--json"); err != nil {
 				return nil, err
 			}

@@ -186,7 +186,7 @@ func TestDaemonSetManifest(t *testing.T) {
 }
 
 // TestDashboardNamesOnlyExportedMetrics: every metric a dashboard query
-// names is one the daemon exports (as listed by node's metrics, read from
+// names is one the daemon exports (as listed by node/metrics, read from
 // its source), so no panel stays empty after a rename.
 func TestDashboardNamesOnlyExportedMetrics(t *testing.T) {
 	b, err := os.ReadFile("grafana-dashboard.json")
@@ -254,12 +254,12 @@ func TestDashboardNamesOnlyExportedMetrics(t *testing.T) {
 	t.Logf("exported but not on the dashboard: %v", unused)
 }
 
-// exportedMetrics reads node/metrics.go for the metric names it registers
+// exportedMetrics reads node/metrics/metrics.go for the metric names it registers
 // and their kinds (name → "counter", "gauge" or "histogram").
 func exportedMetrics(t *testing.T) map[string]string {
 	t.Helper()
 	_, self, _, _ := runtime.Caller(0)
-	src, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "..", "node", "metrics.go"))
+	src, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "..", "node", "metrics", "metrics.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func exportedMetrics(t *testing.T) map[string]string {
 		"histogram": regexp.MustCompile(`prometheus\.NewHistogram(?:Vec)?\(prometheus\.HistogramOpts\{Namespace: ns, Name: "([a-z0-9_]+)"`),
 		"counter":   regexp.MustCompile(`(?:prometheus\.NewCounter(?:Vec)?\(prometheus\.CounterOpts\{Namespace: ns, Name: |\bcounter\()"([a-z0-9_]+)"`),
 		"gauge":     regexp.MustCompile(`\bgauge\("([a-z0-9_]+)"`),
-		"desc":      regexp.MustCompile(`NewDesc\(metricsNamespace\+"(_[a-z0-9_]+)"`),
+		"desc":      regexp.MustCompile(`NewDesc\(namespace\+"(_[a-z0-9_]+)"`),
 	}
 	for kind, re := range patterns {
 		for _, m := range re.FindAllStringSubmatch(string(src), -1) {
@@ -286,7 +286,7 @@ func exportedMetrics(t *testing.T) map[string]string {
 		}
 	}
 	if len(out) < 15 {
-		t.Fatalf("found only %d metrics in node/metrics.go: %v", len(out), out)
+		t.Fatalf("found only %d metrics in node/metrics/metrics.go: %v", len(out), out)
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/config"
 	"gopkg.in/yaml.v3"
 )
 
@@ -24,12 +25,12 @@ const closeRoom = 30 * time.Second
 // (they were 30 s, 40 s and docker's 10 s against a 2m15s drain). The
 // image stops the daemon with SIGTERM, the signal that drains.
 func TestStopTimeoutsOutlastTheDrain(t *testing.T) {
-	need := node.MaxDrainTime(node.DefaultDrainGrace) + closeRoom
+	need := node.MaxDrainTime(config.DefaultDrainGrace) + closeRoom
 	check := func(where string, got time.Duration) {
 		t.Helper()
 		if got < need {
 			t.Errorf("%s gives the daemon %s to stop; its drain takes up to %s (default drain_grace %s), and closing %s more",
-				where, got, node.MaxDrainTime(node.DefaultDrainGrace), node.DefaultDrainGrace, closeRoom)
+				where, got, node.MaxDrainTime(config.DefaultDrainGrace), config.DefaultDrainGrace, closeRoom)
 		}
 	}
 

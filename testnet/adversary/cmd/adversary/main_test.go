@@ -8,13 +8,14 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/testnet/adversary"
 )
 
 // TestRunMalformed runs the command's malformed attack against a provider
 // daemon by its multiaddr, as `adversary --target <addr> malformed` does.
 func TestRunMalformed(t *testing.T) {
-	cfg := node.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	cfg.Region = "eu-west"
 	cfg.Provider.Enabled = true

@@ -1,38 +1,19 @@
-package node
+package auction
 
 import (
 	"fmt"
-	"net/http"
 	"slices"
 	"sort"
 	"strings"
 
-	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/auction/gpumodel"
 )
 
-// noneCanFit fails a job that no provider this node knows could ever run:
-// when it holds providers' capability records (verified, unexpired; never
-// its own) and the job fails auction.StaticFit on every one, the renter
-// says so at once rather than queueing it for its whole start window. A
-// node that knows no provider lets the job through (it cannot tell), and
-// so does POST /v1/jobs with queue set (`job post --queue`).
-func (d *Daemon) noneCanFit(job *auction.Job) error {
-	now, self := d.now(), d.ID().String()
-	var caps []auction.Capability
-	d.capCache.Range(func(_, v any) bool {
-		if c := v.(auction.Capability); c.Peer != self && c.ExpiresAt.After(now) {
-			caps = append(caps, c)
-		}
-		return true
-	})
-	return noneFits(caps, job)
-}
-
-// misfitOrder is the order of auction.StaticFit's rules, by kind.
+// misfitOrder is the order of StaticFit's rules, by kind.
 var misfitOrder = []string{"excluded", "region", "workload", "preemptible", "sealed", "no_persist", "image", "gpu_model", "slices", "isolation", "vram", "gpu_count", "price"}
 
-// noneFits is noneCanFit's verdict on the records caps: nil when caps is
+// NoneFits is a renter's verdict on whether any provider it knows could
+// ever run job, given their capability records caps: nil when caps is
 // empty or one of them fits job (a gang's member: Job.Nodes of them);
 // else one line naming why. A rule every
 // known provider fails (a GPU model none has, a region none is in) is
@@ -40,14 +21,14 @@ var misfitOrder = []string{"excluded", "region", "workload", "preemptible", "sea
 // everywhere (each provider misses something else), the reasons of the
 // closest providers (those failing the fewest rules) are named, with how
 // many of them each rules out.
-func noneFits(caps []auction.Capability, job *auction.Job) error {
+func NoneFits(caps []Capability, job *Job) error {
 	if len(caps) == 0 {
 		return nil
 	}
-	all := make([][]*auction.Ineligible, len(caps))
+	all := make([][]*Ineligible, len(caps))
 	fewest, fit := -1, 0
 	for i := range caps {
-		all[i] = auction.StaticMisfits(&caps[i], job)
+		all[i] = StaticMisfits(&caps[i], job)
 		if len(all[i]) == 0 {
 			if fit++; fit >= max(job.Nodes, 1) {
 				return nil
@@ -60,13 +41,13 @@ func noneFits(caps []auction.Capability, job *auction.Job) error {
 	}
 	if fit > 0 {
 		// A gang whose members fit too few providers.
-		return &httpError{http.StatusUnprocessableEntity, fmt.Sprintf(
+		return fmt.Errorf(
 			"no known providers can run this job (%d known): a gang of %d needs %d providers, %d could run a member; post it with --queue to wait for providers that may appear",
-			len(caps), job.Nodes, job.Nodes, fit)}
+			len(caps), job.Nodes, job.Nodes, fit)
 	}
 	everywhere := map[string]int{} // kind: providers failing it
 	closest := map[string]int{}    // kind: closest providers failing it
-	first := map[string]*auction.Ineligible{}
+	first := map[string]*Ineligible{}
 	for _, ms := range all {
 		for _, m := range ms {
 			everywhere[m.Kind]++
@@ -90,9 +71,9 @@ func noneFits(caps []auction.Capability, job *auction.Job) error {
 		}
 		reasons[0] = fmt.Sprintf("none meets all its constraints; the closest miss %d: %s", fewest, reasons[0])
 	}
-	return &httpError{http.StatusUnprocessableEntity, fmt.Sprintf(
+	return fmt.Errorf(
 		"no known provider can run this job (%d known): %s; post it with --queue to wait for providers that may appear",
-		len(caps), strings.Join(reasons, "; "))}
+		len(caps), strings.Join(reasons, "; "))
 }
 
 // misfitKinds is the kinds counted in m, in StaticFit's order.
@@ -114,7 +95,7 @@ func misfitKinds(m map[string]int) []string {
 }
 
 // firstOf is the first misfit of kind among the providers failing n rules.
-func firstOf(all [][]*auction.Ineligible, kind string, n int) *auction.Ineligible {
+func firstOf(all [][]*Ineligible, kind string, n int) *Ineligible {
 	for _, ms := range all {
 		for _, m := range ms {
 			if len(ms) == n && m.Kind == kind {
@@ -127,11 +108,11 @@ func firstOf(all [][]*auction.Ineligible, kind string, n int) *auction.Ineligibl
 
 // misfitReason says what no known provider offers for rule kind, with what
 // they offer instead.
-func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability, job *auction.Job) string {
+func misfitReason(kind string, in *Ineligible, caps []Capability, job *Job) string {
 	switch kind {
 	case "region":
 		return fmt.Sprintf("no provider in region '%s' (known: %s)", job.Region,
-			known(caps, func(c *auction.Capability) []string { return []string{c.Region} }))
+			known(caps, func(c *Capability) []string { return []string{c.Region} }))
 	case "gpu_model":
 		// A name no catalogue lists is most likely a typo: say which
 		// models it is closest to.
@@ -142,7 +123,7 @@ func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability
 			}
 		}
 		why := fmt.Sprintf("no known provider has GPU model '%s' (known: %s)", strings.Join(job.GPUModels, "' or '"),
-			known(caps, func(c *auction.Capability) []string {
+			known(caps, func(c *Capability) []string {
 				var ms []string
 				for _, g := range c.GPUs {
 					ms = append(ms, g.Model)
@@ -193,7 +174,7 @@ func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability
 		return fmt.Sprintf("every known provider's price floor is above the max price $%.2f/GPU-h (lowest: $%.2f)", job.MaxPrice, lowest)
 	case "workload":
 		return fmt.Sprintf("no known provider accepts workload '%s' (accepted: %s)", job.Workload,
-			known(caps, func(c *auction.Capability) []string { return c.Policy.AllowedWorkloads }))
+			known(caps, func(c *Capability) []string { return c.Policy.AllowedWorkloads }))
 	case "preemptible":
 		return "no known provider accepts preemptible work"
 	case "sealed":
@@ -213,7 +194,7 @@ func misfitReason(kind string, in *auction.Ineligible, caps []auction.Capability
 
 // known is the distinct non-empty values of field over caps, sorted, or
 // "none".
-func known(caps []auction.Capability, field func(*auction.Capability) []string) string {
+func known(caps []Capability, field func(*Capability) []string) string {
 	seen := map[string]bool{}
 	var out []string
 	for i := range caps {
@@ -231,7 +212,7 @@ func known(caps []auction.Capability, field func(*auction.Capability) []string) 
 	return strings.Join(out, ", ")
 }
 
-func modelsText(job *auction.Job) string {
+func modelsText(job *Job) string {
 	if len(job.GPUModels) == 0 {
 		return "matching"
 	}

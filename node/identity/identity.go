@@ -1,4 +1,8 @@
-package node
+// Package identity is a node's identity over time: rotating its key (a
+// succession both keys sign, recorded in the ledger), refusing to start
+// under a key that is not the ledger's owner or mid-rotation, and
+// spreading its successions (DHT and gossip) while taking in others'.
+package identity
 
 import (
 	"errors"
@@ -9,29 +13,31 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/ledger/record"
+	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/p2p"
 )
 
-// RotateIdentity gives the node of dataDir a new identity key that its old
+// Rotate gives the node of dataDir a new identity key that its old
 // one hands over to: it makes a fresh Ed25519 key, seals the succession
 // issued at now (signed by both keys, sign.SealSuccession), records it in
-// the ledger (ledger.KindSuccession: the ledger's owner becomes the new
+// the ledger (record.KindSuccession: the ledger's owner becomes the new
 // identity and its chain goes on) and puts the new key in place, keeping
 // the old one as Paths.KeyRetired (0600). It works on a stopped daemon's
 // data dir: a running daemon holds the ledger, and rotating under it is
-// ErrAlreadyRunning. The next start runs under the new key and publishes
+// config.ErrAlreadyRunning. The next start runs under the new key and publishes
 // the succession (DHT and gossip), and peers move the old identity's
 // reputation to the new one.
 //
 // A crash cannot leave a ledger and a key that disagree unnoticed: the new
 // key is written aside (Paths.KeyNext) before the ledger records the
 // succession and put in place after; a daemon refuses to start while it is
-// there, and RotateIdentity run again finishes the rotation the ledger
+// there, and Rotate run again finishes the rotation the ledger
 // recorded, or drops a key the ledger never took and rotates afresh.
-func RotateIdentity(dataDir string, now time.Time) (sign.Succession, error) {
-	paths := Paths{dataDir}
-	if socketAlive(paths.Socket()) {
-		return sign.Succession{}, fmt.Errorf("%w (%s): stop it first, then rotate", ErrAlreadyRunning, dataDir)
+func Rotate(dataDir string, now time.Time) (sign.Succession, error) {
+	paths := config.Paths{Dir: dataDir}
+	if paths.Running() {
+		return sign.Succession{}, fmt.Errorf("%w (%s): stop it first, then rotate", config.ErrAlreadyRunning, dataDir)
 	}
 	if _, err := os.Stat(paths.Key()); errors.Is(err, os.ErrNotExist) {
 		if _, err := os.Stat(paths.KeyNext()); errors.Is(err, os.ErrNotExist) {
@@ -40,7 +46,7 @@ func RotateIdentity(dataDir string, now time.Time) (sign.Succession, error) {
 	}
 	db, err := ledger.Open(paths.DB(), ledger.WithLogger(slog.New(slog.DiscardHandler)))
 	if errors.Is(err, ledger.ErrInUse) {
-		return sign.Succession{}, fmt.Errorf("%w (%s): stop it first, then rotate", ErrAlreadyRunning, dataDir)
+		return sign.Succession{}, fmt.Errorf("%w (%s): stop it first, then rotate", config.ErrAlreadyRunning, dataDir)
 	}
 	if err != nil {
 		return sign.Succession{}, err
@@ -73,7 +79,7 @@ func RotateIdentity(dataDir string, now time.Time) (sign.Succession, error) {
 	if err != nil {
 		return sign.Succession{}, err
 	}
-	if err := checkOwner(paths, old, db); err != nil {
+	if err := CheckOwner(paths, old, db); err != nil {
 		return sign.Succession{}, err
 	}
 	nextKey, err := p2p.NewKey()
@@ -99,7 +105,7 @@ func RotateIdentity(dataDir string, now time.Time) (sign.Succession, error) {
 	if err := p2p.WriteKey(paths.KeyNext(), nextKey); err != nil {
 		return sign.Succession{}, err
 	}
-	if _, err := db.Append(ledger.Entry{Kind: ledger.KindSuccession, Time: rec.Issued, Counterparty: rec.Old, Data: data}); err != nil {
+	if _, err := db.Append(record.Entry{Kind: record.KindSuccession, Time: rec.Issued, Counterparty: rec.Old, Data: data}); err != nil {
 		_ = os.Remove(paths.KeyNext())
 		return sign.Succession{}, err
 	}
@@ -117,7 +123,7 @@ func loadSigner(path string) (*sign.Signer, error) {
 
 // installKey finishes a rotation the ledger recorded: the old key (if
 // still in place) to its retired name, the new one into place.
-func installKey(paths Paths, rec sign.Succession) error {
+func installKey(paths config.Paths, rec sign.Succession) error {
 	cur, err := loadSigner(paths.Key())
 	switch {
 	case err == nil && cur.ID().String() == rec.Old:
@@ -135,19 +141,19 @@ func installKey(paths Paths, rec sign.Succession) error {
 	return nil
 }
 
-// unfinishedRotation refuses to start a data dir whose rotation stopped
+// Unfinished refuses to start a data dir whose rotation stopped
 // half-way: before the key is even loaded, so that none is made in its
 // place.
-func unfinishedRotation(paths Paths) error {
+func Unfinished(paths config.Paths) error {
 	if _, err := os.Stat(paths.KeyNext()); err == nil {
 		return fmt.Errorf("an identity rotation did not finish (%s is there): run `gpumesh identity rotate` again to finish it", paths.KeyNext())
 	}
 	return nil
 }
 
-// checkOwner refuses to run under a key that is not its ledger's owner: a
+// CheckOwner refuses to run under a key that is not its ledger's owner: a
 // key file from before a rotation.
-func checkOwner(paths Paths, self *sign.Signer, db *ledger.DB) error {
+func CheckOwner(paths config.Paths, self *sign.Signer, db *ledger.DB) error {
 	owner, _, err := db.Owner()
 	if err != nil || owner == "" {
 		return err

@@ -1,8 +1,12 @@
-package node
+// Package metrics is the daemon's Prometheus metrics and the opt-in
+// loopback listener that serves them, beside the web console and pprof.
+// Events of the lease lifecycle are observed where they happen (Observer);
+// levels and totals the daemon already keeps are read at scrape time
+// (Register).
+package metrics
 
 import (
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,26 +14,27 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
-	"github.com/gpumesh/gpumesh/node/console"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// metrics are the daemon's Prometheus metrics. Events of the lease
+// Metrics are the daemon's Prometheus metrics. Events of the lease
 // lifecycle (auctions ending, heartbeats, jobs ending) are observed where
 // they happen, through lease.Observer; levels and totals the daemon already
 // keeps (peers, occupancy, bids, the ledger's sums, protocol counters) are
 // read at scrape time. They are served only on the opt-in loopback
 // listener (metrics_addr), with /debug/pprof/.
-type metrics struct {
+type Metrics struct {
 	reg *prometheus.Registry
 
 	auctions     *prometheus.CounterVec
@@ -52,11 +57,12 @@ type leaseKey struct{ role, lease string }
 
 // Metric names the daemon exports, in one place (the Grafana dashboard in
 // cmd/gpumesh/deploy may only query these; a test checks it).
-const metricsNamespace = "gpumesh"
+const namespace = "gpumesh"
 
-func newMetrics() *metrics {
-	ns := metricsNamespace
-	m := &metrics{reg: prometheus.NewRegistry(), last: map[leaseKey]attest.Heartbeat{}}
+// New returns the lifecycle's metrics, registered.
+func New() *Metrics {
+	ns := namespace
+	m := &Metrics{reg: prometheus.NewRegistry(), last: map[leaseKey]attest.Heartbeat{}}
 	runBuckets := []float64{1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 24 * 3600}
 	m.auctions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "renter_auctions_total",
 		Help: "Auctions of this node's jobs that ended, by outcome (leased, unplaceable)."}, []string{"outcome"})
@@ -82,8 +88,8 @@ func newMetrics() *metrics {
 	return m
 }
 
-// observer is what the lease lifecycle tells the metrics.
-func (m *metrics) observer() *lease.Observer {
+// Observer is what the lease lifecycle tells the metrics.
+func (m *Metrics) Observer() *lease.Observer {
 	return &lease.Observer{
 		AuctionEnded: func(_ auction.Job, outcome string, bids int, wait time.Duration) {
 			m.auctions.WithLabelValues(outcome).Inc()
@@ -111,13 +117,13 @@ func (m *metrics) observer() *lease.Observer {
 	}
 }
 
-func (m *metrics) setLast(role string, hb attest.Heartbeat) {
+func (m *Metrics) setLast(role string, hb attest.Heartbeat) {
 	m.mu.Lock()
 	m.last[leaseKey{role, hb.LeaseID}] = hb
 	m.mu.Unlock()
 }
 
-func (m *metrics) forget(role, leaseID string) {
+func (m *Metrics) forget(role, leaseID string) {
 	m.mu.Lock()
 	delete(m.last, leaseKey{role, leaseID})
 	m.mu.Unlock()
@@ -128,16 +134,16 @@ func (m *metrics) forget(role, leaseID string) {
 // and power (sum), as the provider sent them or the renter verified them.
 // A heartbeat describes a lease's devices together, so the lease is the
 // finest grain.
-type leaseGPUCollector struct{ m *metrics }
+type leaseGPUCollector struct{ m *Metrics }
 
 var (
-	descUtil = prometheus.NewDesc(metricsNamespace+"_lease_gpu_utilization_percent",
+	descUtil = prometheus.NewDesc(namespace+"_lease_gpu_utilization_percent",
 		"Mean GPU utilisation of a live lease's GPUs in its last heartbeat.", []string{"role", "lease", "source"}, nil)
-	descTemp = prometheus.NewDesc(metricsNamespace+"_lease_gpu_temperature_celsius",
+	descTemp = prometheus.NewDesc(namespace+"_lease_gpu_temperature_celsius",
 		"Hottest GPU of a live lease in its last heartbeat.", []string{"role", "lease", "source"}, nil)
-	descPower = prometheus.NewDesc(metricsNamespace+"_lease_gpu_power_watts",
+	descPower = prometheus.NewDesc(namespace+"_lease_gpu_power_watts",
 		"Power drawn by a live lease's GPUs in its last heartbeat.", []string{"role", "lease", "source"}, nil)
-	descHBAge = prometheus.NewDesc(metricsNamespace+"_lease_heartbeat_timestamp_seconds",
+	descHBAge = prometheus.NewDesc(namespace+"_lease_heartbeat_timestamp_seconds",
 		"When a live lease's last heartbeat was signed (Unix time).", []string{"role", "lease", "source"}, nil)
 )
 
@@ -171,19 +177,16 @@ func (c leaseGPUCollector) Collect(ch chan<- prometheus.Metric) {
 
 // eventsCollector exports the daemon's protocol counters (the per-reason
 // table of /v1/counters) as one counter with the event as a label.
-type eventsCollector struct{ m *market }
+type eventsCollector struct{ counters func() map[string]int }
 
-var descEvents = prometheus.NewDesc(metricsNamespace+"_protocol_events_total",
+var descEvents = prometheus.NewDesc(namespace+"_protocol_events_total",
 	"Protocol events by kind: rejected or invalid messages by reason, accepted and duplicate receipts (as in `gpumesh counters`).",
 	[]string{"event"}, nil)
 
 func (c eventsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descEvents }
 
 func (c eventsCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.m == nil {
-		return
-	}
-	counts := c.m.allCounters()
+	counts := c.counters()
 	keys := make([]string, 0, len(counts))
 	for k := range counts {
 		keys = append(keys, k)
@@ -194,26 +197,43 @@ func (c eventsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// registerState adds the metrics read from the daemon's state at scrape
-// time.
-func (d *Daemon) registerState(reg *prometheus.Registry) {
-	ns := metricsNamespace
+// State is what the metrics read from the daemon at scrape time.
+type State struct {
+	// Peers is the number of connected libp2p peers.
+	Peers func() int
+	// GPUs is the number of GPUs the node offers.
+	GPUs int
+	// ProviderStats is the provider's figures; false when the node is not
+	// a provider or cannot read them now.
+	ProviderStats func() (api.ProviderStatsView, bool)
+	// Balances are the ledger's balances per counterparty.
+	Balances func() (map[string]record.Balance, error)
+	// Reputation is the node's own score in its own book.
+	Reputation func() float64
+	// Jobs is the number of jobs the node has posted (all states).
+	Jobs func() int
+	// Counters are the protocol counters (as `gpumesh counters` shows).
+	Counters func() map[string]int
+	// Services are the node's services (as `serve status` shows them).
+	Services func() []api.ServiceView
+}
+
+// Register adds the metrics read from s at scrape time.
+func (m *Metrics) Register(s State) {
+	ns := namespace
+	reg := m.reg
 	gauge := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, f))
 	}
 	counter := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, f))
 	}
-	m := d.market
-	gauge("peers", "Connected libp2p peers.", func() float64 { return float64(len(d.net.Host.Network().Peers())) })
-	gauge("gpus", "GPUs offered by this node.", func() float64 { return float64(len(d.inv.GPUs)) })
+	gauge("peers", "Connected libp2p peers.", func() float64 { return float64(s.Peers()) })
+	gauge("gpus", "GPUs offered by this node.", func() float64 { return float64(s.GPUs) })
 	stats := func(f func(api.ProviderStatsView) float64) func() float64 {
 		return func() float64 {
-			if m == nil || m.provider == nil {
-				return 0
-			}
-			v, err := m.providerStats()
-			if err != nil {
+			v, ok := s.ProviderStats()
+			if !ok {
 				return 0
 			}
 			return f(v)
@@ -229,30 +249,20 @@ func (d *Daemon) registerState(reg *prometheus.Registry) {
 	gauge("provider_gpu_utilization_percent", "GPU utilisation now over running leases (NVML; 0 without it).",
 		stats(func(v api.ProviderStatsView) float64 { return v.UtilizationPct }))
 	counter("provider_earned_usd_total", "Earnings settled in the ledger (payments earned).", func() float64 {
-		return d.ledgerSum(func(earned, _ float64) float64 { return earned })
+		return ledgerSum(s.Balances, func(earned, _ float64) float64 { return earned })
 	})
 	counter("renter_spent_usd_total", "Spending settled in the ledger (payments owed).", func() float64 {
-		return d.ledgerSum(func(_, owed float64) float64 { return owed })
+		return ledgerSum(s.Balances, func(_, owed float64) float64 { return owed })
 	})
-	gauge("reputation_score", "This node's reputation as its own book sees it.", func() float64 {
-		if m == nil {
-			return 0
-		}
-		return m.book.Score(d.ID().String())
-	})
-	gauge("renter_jobs", "Jobs this node has posted (all states).", func() float64 {
-		if m == nil {
-			return 0
-		}
-		return float64(len(m.tracker.List()))
-	})
-	reg.MustRegister(eventsCollector{m}, servicesCollector{m})
+	gauge("reputation_score", "This node's reputation as its own book sees it.", s.Reputation)
+	gauge("renter_jobs", "Jobs this node has posted (all states).", func() float64 { return float64(s.Jobs()) })
+	reg.MustRegister(eventsCollector{s.Counters}, servicesCollector{s.Services})
 }
 
 // servicesCollector exports each service's figures (as `serve status`
 // shows them), for the service (gone replicas included) and for each of
 // its replicas, by job id.
-type servicesCollector struct{ m *market }
+type servicesCollector struct{ list func() []api.ServiceView }
 
 // serviceFigure is one figure of ReplicaStats as a metric, exported as
 // gpumesh_service_NAME{service} and gpumesh_service_replica_NAME{service,
@@ -297,23 +307,23 @@ var serviceFigures = func() []serviceFigure {
 	}
 	for i := range fs {
 		f := &fs[i]
-		f.svc = prometheus.NewDesc(metricsNamespace+"_service_"+f.name, "Service: "+f.help, []string{"service"}, nil)
-		f.rep = prometheus.NewDesc(metricsNamespace+"_service_replica_"+f.name, "Service replica: "+f.help, []string{"service", "replica"}, nil)
+		f.svc = prometheus.NewDesc(namespace+"_service_"+f.name, "Service: "+f.help, []string{"service"}, nil)
+		f.rep = prometheus.NewDesc(namespace+"_service_replica_"+f.name, "Service replica: "+f.help, []string{"service", "replica"}, nil)
 	}
 	return fs
 }()
 
 // Figures of a service as a whole (scale to zero) and of its regions.
 var (
-	serviceColdStarts = prometheus.NewDesc(metricsNamespace+"_service_cold_starts_total",
+	serviceColdStarts = prometheus.NewDesc(namespace+"_service_cold_starts_total",
 		"Service: requests that woke it from zero replicas.", []string{"service"}, nil)
-	serviceLastColdStart = prometheus.NewDesc(metricsNamespace+"_service_last_cold_start_seconds",
+	serviceLastColdStart = prometheus.NewDesc(namespace+"_service_last_cold_start_seconds",
 		"Service: the latest cold start, from the waking request to its first replica ready.", []string{"service"}, nil)
-	serviceScaledToZero = prometheus.NewDesc(metricsNamespace+"_service_scaled_to_zero",
+	serviceScaledToZero = prometheus.NewDesc(namespace+"_service_scaled_to_zero",
 		"Service: 1 while it runs no replica for being idle.", []string{"service"}, nil)
-	serviceRegionReady = prometheus.NewDesc(metricsNamespace+"_service_region_ready_replicas",
+	serviceRegionReady = prometheus.NewDesc(namespace+"_service_region_ready_replicas",
 		"Service region: replicas ready.", []string{"service", "region"}, nil)
-	serviceRegionRTT = prometheus.NewDesc(metricsNamespace+"_service_region_rtt_seconds",
+	serviceRegionRTT = prometheus.NewDesc(namespace+"_service_region_rtt_seconds",
 		"Service region: round trip to its nearest ready replica's provider, which routing ranks it by.", []string{"service", "region"}, nil)
 )
 
@@ -328,10 +338,7 @@ func (c servicesCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c servicesCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.m == nil || c.m.svc == nil {
-		return
-	}
-	for _, v := range c.m.svc.List() {
+	for _, v := range c.list() {
 		if v.Stopped {
 			continue
 		}
@@ -358,8 +365,8 @@ func (c servicesCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // ledgerSum adds f(earned, owed) over the ledger's balances.
-func (d *Daemon) ledgerSum(f func(earned, owed float64) float64) float64 {
-	bal, err := d.db.Balances()
+func ledgerSum(balances func() (map[string]record.Balance, error), f func(earned, owed float64) float64) float64 {
+	bal, err := balances()
 	if err != nil {
 		return 0
 	}
@@ -370,66 +377,86 @@ func (d *Daemon) ledgerSum(f func(earned, owed float64) float64) float64 {
 	return s
 }
 
-// serveMetrics exposes the metrics and the web console (and, with
-// metrics_pprof, /debug/pprof/) on the configured loopback address
-// (opt-in: metrics_addr).
-func (d *Daemon) serveMetrics() error {
-	if d.cfg.MetricsAddr == "" || d.market == nil {
-		return nil
-	}
-	if err := checkLoopbackAddr(d.cfg.MetricsAddr); err != nil {
-		return fmt.Errorf("metrics_addr %q: %w", d.cfg.MetricsAddr, err)
+// ListenConfig is the metrics listener's.
+type ListenConfig struct {
+	// Addr is where it listens (metrics_addr), a loopback address
+	// (CheckAddr).
+	Addr string
+	// TokenFile, when set, names the file holding the token every request
+	// but Public's must carry (metrics_token_file).
+	TokenFile string
+	// Pprof adds /debug/pprof/ (metrics_pprof).
+	Pprof bool
+	// Console adds the web console's pages and views to mux; tokened
+	// says a token guards them.
+	Console func(mux *http.ServeMux, tokened bool)
+	// Public says which requests hold no data (the console's own files).
+	Public func(*http.Request) bool
+}
+
+// Listen opens the metrics listener: the metrics at /metrics, the web
+// console (and, with Pprof, /debug/pprof/) on cfg.Addr, loopback only.
+// The caller serves srv on ln and closes srv.
+func (m *Metrics) Listen(cfg ListenConfig) (srv *http.Server, ln net.Listener, err error) {
+	if err := CheckAddr(cfg.Addr); err != nil {
+		return nil, nil, fmt.Errorf("metrics_addr %q: %w", cfg.Addr, err)
 	}
 	var token string
-	if f := d.cfg.MetricsTokenFile; f != "" {
+	if f := cfg.TokenFile; f != "" {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return fmt.Errorf("metrics_token_file: %w", err)
+			return nil, nil, fmt.Errorf("metrics_token_file: %w", err)
 		}
 		if token = strings.TrimSpace(string(b)); len(token) < 16 {
-			return fmt.Errorf("metrics_token_file %s: the token must be at least 16 characters", f)
+			return nil, nil, fmt.Errorf("metrics_token_file %s: the token must be at least 16 characters", f)
 		}
 	}
-	reg := d.market.metrics.reg
-	d.registerState(reg)
-	ln, err := net.Listen("tcp", d.cfg.MetricsAddr)
+	ln, err = net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("metrics_addr %s: %w", d.cfg.MetricsAddr, err)
+		return nil, nil, fmt.Errorf("metrics_addr %s: %w", cfg.Addr, err)
 	}
 	if a, ok := ln.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
 		// localhost resolved to something else.
 		_ = ln.Close()
-		return fmt.Errorf("metrics_addr %s: listening on %s, not loopback", d.cfg.MetricsAddr, ln.Addr())
+		return nil, nil, fmt.Errorf("metrics_addr %s: listening on %s, not loopback", cfg.Addr, ln.Addr())
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	// The web console: its pages at /, the views they read at /v1/.
-	d.viewRoutes(mux, true, token != "")
-	mux.Handle("/", console.Handler())
-	if d.cfg.MetricsPprof {
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	cfg.Console(mux, token != "")
+	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	srv := &http.Server{Handler: metricsGuard(mux, ln.Addr().String(), d.cfg.MetricsAddr, token, console.Public),
+	srv = &http.Server{Handler: guard(mux, ln.Addr().String(), cfg.Addr, token, cfg.Public),
 		ReadHeaderTimeout: 5 * time.Second}
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Warn("metrics server", "err", err)
-		}
-	}()
-	go func() {
-		<-d.ctx.Done()
-		_ = srv.Close()
-	}()
+	return srv, ln, nil
+}
+
+// CheckAddr accepts HOST:PORT where HOST is a loopback IP or exactly
+// "localhost" (never a name that merely starts like one, such as
+// 127.0.0.1.example.com) and PORT a port number: the metrics listener is
+// never exposed.
+func CheckAddr(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("want a loopback HOST:PORT (127.0.0.1:9464, [::1]:9464 or localhost:9464): %v", err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("port %q is not a port number (1-65535)", port)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("host %q is not a loopback address (127.0.0.1, ::1 or localhost): the metrics listener is never exposed", host)
+	}
 	return nil
 }
 
-// metricsGuard admits a request to the metrics listener only when its
+// guard admits a request to the metrics listener only when its
 // Host names the listener (its address, the configured one, or
 // localhost on its port: a browser page on a name rebound to loopback is
 // refused) and, with a token, when it carries it (Authorization: Bearer,
@@ -437,7 +464,7 @@ func (d *Daemon) serveMetrics() error {
 // except what public says holds no data (the console's own files). No
 // answer of the listener is to be sniffed into another type (a job's log
 // is text, whatever it says).
-func metricsGuard(next http.Handler, listenAddr, configured, token string, public func(*http.Request) bool) http.Handler {
+func guard(next http.Handler, listenAddr, configured, token string, public func(*http.Request) bool) http.Handler {
 	hosts := []string{listenAddr, configured}
 	if _, port, err := net.SplitHostPort(listenAddr); err == nil {
 		hosts = append(hosts, net.JoinHostPort("localhost", port))

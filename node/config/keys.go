@@ -1,4 +1,4 @@
-package node
+package config
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 )
 
 // configKeys maps each struct type a config file decodes into (by its
-// name in YAML's errors, e.g. "node.ProviderConfig") to where it sits
+// name in YAML's errors, e.g. "config.ProviderConfig") to where it sits
 // ("provider"; "" for the top level, or when it sits in several places)
 // and the keys it accepts.
 type configKeys map[string]*keySet

@@ -1,23 +1,26 @@
-// Package node wires a gpumesh daemon together: configuration, the data
-// directory, the libp2p node, capability advertisement, the auction roles,
-// job execution, attestation and the ledger, and the local control API that
-// the CLI talks to over a unix socket.
-package node
+// Package config is a gpumesh daemon's configuration file (YAML, read
+// over the defaults and validated, with a typo's nearest key named) and
+// the layout of its data directory.
+package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/metrics"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	ma "github.com/multiformats/go-multiaddr"
@@ -78,9 +81,9 @@ type Config struct {
 // DefaultArtifactBudgetGB is the artifact store's default budget.
 const DefaultArtifactBudgetGB = 50
 
-// warmMax is the largest artifact a provider warms at a renter's request,
+// WarmMax is the largest artifact a provider warms at a renter's request,
 // in bytes; 0 refuses (renter-only nodes too).
-func (c Config) warmMax() int64 {
+func (c Config) WarmMax() int64 {
 	if !c.Provider.Enabled || c.Provider.WarmMaxGB < 0 {
 		return 0
 	}
@@ -162,8 +165,29 @@ type ProviderConfig struct {
 	BidHolds bool `yaml:"bid_holds"`
 }
 
-// relayService is the relay service's limits, nil when it is off.
-func (c Config) relayService() *p2p.RelayLimits {
+// ExecutorOptions are the executors' options from the provider's config:
+// jobs get no network (an isolated network namespace, or Docker's "none")
+// unless the provider allows it.
+func (p ProviderConfig) ExecutorOptions(work string, log *slog.Logger) (runtime.ProcessOptions, runtime.DockerOptions) {
+	po := runtime.ProcessOptions{Log: log, AllowNetwork: p.AllowJobNetwork, UIDBase: p.JobUIDBase}
+	do := runtime.DockerOptions{Root: work, Log: log, UIDBase: p.JobUIDBase}
+	if p.AllowJobNetwork {
+		do.Network = "bridge"
+	}
+	return po, do
+}
+
+// HoldGrace is the provider's auction.ProviderConfig.HoldGrace: holds on
+// (provider.bid_holds) or off.
+func (p ProviderConfig) HoldGrace() time.Duration {
+	if p.BidHolds {
+		return auction.DefaultHoldGrace
+	}
+	return 0
+}
+
+// RelayServiceLimits is the relay service's limits, nil when it is off.
+func (c Config) RelayServiceLimits() *p2p.RelayLimits {
 	if !c.RelayService {
 		return nil
 	}
@@ -290,7 +314,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("provider.advertise_ttl must be at most %s, got %s", auction.MaxCapabilityTTL, p.AdvertiseTTL)
 	}
 	if c.MetricsAddr != "" {
-		if err := checkLoopbackAddr(c.MetricsAddr); err != nil {
+		if err := metrics.CheckAddr(c.MetricsAddr); err != nil {
 			return fmt.Errorf("metrics_addr %q: %w", c.MetricsAddr, err)
 		}
 	} else if c.MetricsPprof || c.MetricsTokenFile != "" {
@@ -299,24 +323,17 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// checkLoopbackAddr accepts HOST:PORT where HOST is a loopback IP or
-// exactly "localhost" (never a name that merely starts like one, such as
-// 127.0.0.1.example.com) and PORT a port number.
-func checkLoopbackAddr(a string) error {
-	host, port, err := net.SplitHostPort(a)
+// ErrAlreadyRunning is returned when another daemon owns the data dir.
+var ErrAlreadyRunning = errors.New("another gpumesh daemon is already running on this data dir")
+
+// Running says whether a daemon answers on the data dir's control socket.
+func (p Paths) Running() bool {
+	c, err := net.DialTimeout("unix", p.Socket(), 500*time.Millisecond)
 	if err != nil {
-		return fmt.Errorf("want a loopback HOST:PORT (127.0.0.1:9464, [::1]:9464 or localhost:9464): %v", err)
+		return false
 	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-		return fmt.Errorf("port %q is not a port number (1-65535)", port)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("host %q is not a loopback address (127.0.0.1, ::1 or localhost): the metrics listener is never exposed", host)
-	}
-	return nil
+	_ = c.Close()
+	return true
 }
 
 // Paths of the files in a data directory.
@@ -326,7 +343,7 @@ type Paths struct{ Dir string }
 func (p Paths) Key() string { return filepath.Join(p.Dir, "identity.key") }
 
 // KeyNext is the new identity key while a rotation is under way
-// (RotateIdentity): written before the ledger records the succession, put
+// (identity.Rotate): written before the ledger records the succession, put
 // in Key's place after.
 func (p Paths) KeyNext() string { return p.Key() + ".next" }
 
@@ -356,7 +373,7 @@ func (p Paths) Jobs() string { return filepath.Join(p.Dir, "jobs") }
 func (p Paths) Kept() string { return filepath.Join(p.Dir, "kept") }
 
 // WorkRootRecord records the jobs' scratch root chosen when the default
-// one was refused (see prepareWorkRoot).
+// one was refused (see WorkRoot).
 func (p Paths) WorkRootRecord() string { return filepath.Join(p.Dir, "work-root") }
 
 // DaemonLog is where the daemon's output is written when it runs in the
@@ -401,4 +418,73 @@ func DefaultDataDir() string {
 		return ".gpumesh"
 	}
 	return filepath.Join(home, ".gpumesh")
+}
+
+// WorkRoot returns the jobs' scratch root: the configured one, or a
+// directory under the system temp dir named after the data dir. Job uids
+// must be able to traverse to it (0711), and it must be ours: a directory
+// planted there by another user is refused. A planted default root does not
+// stop the provider: it falls back to a fresh, unpredictable root under the
+// temp dir, recorded in the data dir (WorkRootRecord) so that restarts
+// reuse it, and logs where.
+func (paths Paths) WorkRoot(configured string, log *slog.Logger) (string, error) {
+	if configured != "" {
+		if err := ownWorkRoot(configured, true); err != nil {
+			return "", err
+		}
+		return filepath.Join(configured, "work"), nil
+	}
+	// A fallback chosen by an earlier start.
+	if b, err := os.ReadFile(paths.WorkRootRecord()); err == nil {
+		root := strings.TrimSpace(string(b))
+		if filepath.IsAbs(root) && ownWorkRoot(root, false) == nil {
+			return filepath.Join(root, "work"), nil
+		}
+		log.Warn("recorded work root is unusable; choosing another", "root", root)
+	}
+	abs, err := filepath.Abs(paths.Dir)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(abs))
+	root := filepath.Join(os.TempDir(), "gpumesh-"+hex.EncodeToString(sum[:6]))
+	err = ownWorkRoot(root, true)
+	if err == nil {
+		return filepath.Join(root, "work"), nil
+	}
+	fresh, ferr := os.MkdirTemp("", "gpumesh-work-")
+	if ferr != nil {
+		return "", fmt.Errorf("%v; and no fallback: %w", err, ferr)
+	}
+	if ferr = ownWorkRoot(fresh, false); ferr == nil {
+		ferr = os.WriteFile(paths.WorkRootRecord(), []byte(fresh+"\n"), 0o600)
+	}
+	if ferr != nil {
+		_ = os.RemoveAll(fresh)
+		return "", fmt.Errorf("%v; and no fallback: %w", err, ferr)
+	}
+	log.Warn("default work root refused; using a fresh one", "refused", root, "reason", err, "work_root", fresh)
+	return filepath.Join(fresh, "work"), nil
+}
+
+// ownWorkRoot makes sure root is a directory owned by this user, mode 0711
+// (creating it when create is set).
+func ownWorkRoot(root string, create bool) error {
+	if create {
+		if err := os.MkdirAll(root, 0o711); err != nil {
+			return fmt.Errorf("work dir: %w", err)
+		}
+	}
+	fi, err := os.Lstat(root)
+	if err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) {
+		return fmt.Errorf("work dir %s is not a directory owned by this user; refusing to run jobs there", root)
+	}
+	if err := os.Chmod(root, 0o711); err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
+	return nil
 }

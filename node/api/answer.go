@@ -1,0 +1,60 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// The daemon's side of the answers: a call's value as JSON, a refusal as
+// an ErrorBody with its status. Every package that serves calls answers
+// through these, so the client reads one contract.
+
+// StatusError refuses a call with an HTTP status.
+type StatusError struct {
+	Code int
+	Msg  string
+}
+
+func (e *StatusError) Error() string { return e.Msg }
+
+// HTTPStatus is the answer's status.
+func (e *StatusError) HTTPStatus() int { return e.Code }
+
+// BadRequest refuses a call's input (400).
+func BadRequest(format string, a ...any) error {
+	return &StatusError{http.StatusBadRequest, fmt.Sprintf(format, a...)}
+}
+
+// NotFound refuses a call about something the daemon does not have (404).
+func NotFound(format string, a ...any) error {
+	return &StatusError{http.StatusNotFound, fmt.Sprintf(format, a...)}
+}
+
+// Handle registers h for pattern on mux: its value is answered as JSON,
+// its error as WriteError does.
+func Handle(mux *http.ServeMux, pattern string, h func(r *http.Request) (any, error)) {
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		v, err := h(r)
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v)
+	})
+}
+
+// WriteError answers err as an ErrorBody, with the status of the first
+// error in its chain that has one (HTTPStatus), else 500.
+func WriteError(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	var se interface{ HTTPStatus() int }
+	if errors.As(err, &se) {
+		code = se.HTTPStatus()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(ErrorBody{Error: err.Error()})
+}

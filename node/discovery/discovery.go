@@ -1,0 +1,558 @@
+// Package discovery is how a daemon finds providers and is found by
+// renters, through the DHT only: it keeps this provider's signed
+// capability record in the DHT (renewed before it lapses, at once when
+// the provider's addresses, artifacts or free GPUs change) and announces
+// it under its discovery keys; and it looks up other providers' records,
+// keeping the last verified one of each, which is what the market's
+// callers ask of the providers this node knows, and the round trips to
+// them, kept fresh.
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/p2p"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// DefaultLearnEvery is how often a daemon discovers every provider's
+// capability record in the background (Learn).
+const DefaultLearnEvery = 5 * time.Minute
+
+// Config is what a Discovery works with.
+type Config struct {
+	// Net is the node's libp2p host and DHT.
+	Net *p2p.Node
+	// Signer signs this provider's capability records.
+	Signer *sign.Signer
+	// Now is the clock.
+	Now func() time.Time
+	// Log receives what goes wrong in the background.
+	Log *slog.Logger
+	// Bootstrap says the node has bootstrap peers: its first record waits
+	// (a little) for the routing table to fill.
+	Bootstrap bool
+}
+
+// Discovery advertises this node and holds what it learned of providers.
+type Discovery struct {
+	cfg Config
+	ctx context.Context
+	wg  sync.WaitGroup
+
+	advMu  sync.Mutex
+	advert *auction.Capability
+	// readvertise asks the advertise loop for a fresh record now.
+	readvertise chan struct{}
+	// providing is set while a round of provider announcements runs.
+	providing atomic.Bool
+	// provMu guards the record of the last complete round of provider
+	// announcements: the keys announced, when, and the routing table's
+	// size then (see provideDue).
+	provMu     sync.Mutex
+	provKeys   string
+	provAt     time.Time
+	provRTSize int
+
+	// records holds the last verified capability record of each provider
+	// (peer.ID → auction.Capability).
+	records sync.Map
+	// learning holds the providers whose record Learn is looking up.
+	learning sync.Map
+	// fpChanges counts fingerprint changes seen in providers' records.
+	fpChanges atomic.Int64
+}
+
+// New returns a Discovery whose work ends with ctx (Wait waits for it).
+func New(ctx context.Context, cfg Config) *Discovery {
+	return &Discovery{cfg: cfg, ctx: ctx, readvertise: make(chan struct{}, 1)}
+}
+
+// Wait waits for the lookups and announcements still running in the
+// background; they end with New's context.
+func (d *Discovery) Wait() { d.wg.Wait() }
+
+// ProvideValidity is how long this node's provider records live in the
+// DHT (p2p.Config.ProvideValidity); they are announced again every third
+// of it (reprovideEvery).
+func ProvideValidity(ttl time.Duration) time.Duration { return max(3*ttl, 30*time.Minute) }
+
+func reprovideEvery(ttl time.Duration) time.Duration { return ProvideValidity(ttl) / 3 }
+
+// availabilityCheck is how often a provider compares its free GPUs with
+// what its capability record says and, when they differ, renews the
+// record: at most every 30 s (a tenth of the record's TTL when shorter),
+// so a change reaches renters listing providers that late, with a DHT put
+// only when something changed.
+func availabilityCheck(ttl time.Duration) time.Duration {
+	return min(30*time.Second, max(ttl/10, 100*time.Millisecond))
+}
+
+// Advertised returns the last capability record this node put in the DHT.
+func (d *Discovery) Advertised() *auction.Capability {
+	d.advMu.Lock()
+	defer d.advMu.Unlock()
+	return d.advert
+}
+
+// Readvertise asks Advertise for a fresh record now (the artifacts the
+// node holds changed).
+func (d *Discovery) Readvertise() {
+	select {
+	case d.readvertise <- struct{}{}:
+	default:
+	}
+}
+
+// Advertise keeps this provider's capability record, as record builds it
+// for a TTL of ttl, in the DHT until New's context ends: renewed every
+// third of ttl, and at once when the node's addresses change, Readvertise
+// is called or the free GPUs (free at a time) differ from the record's.
+func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) auction.Capability, free func(time.Time) int) {
+	// Give the routing table a moment to fill after bootstrap, so the first
+	// record is not put into an empty table.
+	for i := 0; i < 50 && d.cfg.Net.DHT.RoutingTable().Size() == 0 && d.cfg.Bootstrap; i++ {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	// A change of our addresses (new interface, new IP after a partition)
+	// is re-advertised at once, so renters never dial stale addresses.
+	addrs, err := d.cfg.Net.Host.EventBus().Subscribe(new(event.EvtLocalAddressesUpdated))
+	if err != nil {
+		d.cfg.Log.Warn("address updates", "err", err)
+	} else {
+		defer addrs.Close()
+	}
+	var addrCh <-chan any
+	if addrs != nil {
+		addrCh = addrs.Out()
+	}
+	changed := func() bool {
+		adv := d.Advertised()
+		return adv != nil && adv.FreeGPUs != nil && *adv.FreeGPUs != free(d.cfg.Now())
+	}
+	check := time.NewTicker(availabilityCheck(ttl))
+	defer check.Stop()
+	for {
+		// Renewal is scheduled from when the record was issued, not from
+		// when a (possibly slow) put finished, so records never lapse
+		// while a peer is unresponsive.
+		issued := d.cfg.Now()
+		if err := d.advertise(record(ttl), ttl); err != nil && d.ctx.Err() == nil {
+			d.cfg.Log.Warn("advertise", "err", err)
+		}
+		next := ttl / 3
+		if d.Advertised() == nil {
+			next = min(next, 2*time.Second)
+		}
+		renew := time.NewTimer(time.Until(issued.Add(next)))
+		if !d.waitToAdvertise(renew.C, addrCh, check.C, changed) {
+			renew.Stop()
+			return
+		}
+		renew.Stop()
+	}
+}
+
+// waitToAdvertise waits until the record is due again (renew), the node's
+// addresses changed, the artifacts it holds changed (readvertise) or its
+// free GPUs did (changed, asked at each tick of check); false once New's
+// context ends.
+func (d *Discovery) waitToAdvertise(renew <-chan time.Time, addrCh <-chan any, check <-chan time.Time, changed func() bool) bool {
+	for {
+		select {
+		case <-d.ctx.Done():
+			return false
+		case <-renew:
+			return true
+		case <-addrCh:
+			d.cfg.Log.Debug("local addresses changed; re-advertising")
+			return true
+		case <-d.readvertise:
+			d.cfg.Log.Debug("artifacts held changed; re-advertising")
+			return true
+		case <-check:
+			if changed() {
+				d.cfg.Log.Debug("free GPUs changed; re-advertising")
+				return true
+			}
+		}
+	}
+}
+
+// advertise puts the signed capability record c in the DHT, bounded by a
+// third of the TTL so one unresponsive peer cannot stall renewal, and
+// (re-)announces this node under each of its discovery keys in the
+// background. Provider records are only an index and outlive the TTL;
+// liveness is the capability record's expiry.
+func (d *Discovery) advertise(c auction.Capability, ttl time.Duration) error {
+	b, err := auction.SealCapability(d.cfg.Signer, c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, max(ttl/3, 3*time.Second))
+	defer cancel()
+	put := d.cfg.Net.DHT.PutValue(ctx, auction.CapabilityKey(d.cfg.Net.ID()), b)
+	if put != nil && d.Advertised() == nil {
+		return fmt.Errorf("put capability: %w", put)
+	}
+	// A put that timed out waiting on a silent peer has still reached the
+	// responsive ones; the record counts as advertised.
+	d.advMu.Lock()
+	d.advert = &c
+	d.advMu.Unlock()
+	if keys := auction.DiscoveryKeys(c); d.provideDue(keys, ttl) && d.providing.CompareAndSwap(false, true) {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			defer d.providing.Store(false)
+			d.provideKeys(keys)
+		}()
+	}
+	if put != nil {
+		return fmt.Errorf("put capability (partial): %w", put)
+	}
+	return nil
+}
+
+// provideDue says whether this node's provider records need announcing
+// again. The capability record is renewed every third of its TTL (it is
+// what says a provider is alive), but provider records are only an index
+// that lives ProvideValidity, so they are announced again only when the
+// discovery keys changed, the last round did not complete, a third of
+// their validity has passed, or the routing table has more than doubled
+// since (a node that announced into a small, still-growing network
+// announces again to reach the peers closest to its keys).
+func (d *Discovery) provideDue(keys []string, ttl time.Duration) bool {
+	d.provMu.Lock()
+	defer d.provMu.Unlock()
+	return d.provKeys != strings.Join(keys, "\n") || d.cfg.Now().Sub(d.provAt) >= reprovideEvery(ttl) ||
+		d.cfg.Net.DHT.RoutingTable().Size() > 2*d.provRTSize
+}
+
+// provideKeys announces this node under its discovery keys, concurrently,
+// and records a complete round for provideDue.
+func (d *Discovery) provideKeys(keys []string) {
+	ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
+	defer cancel()
+	rt, started := d.cfg.Net.DHT.RoutingTable().Size(), d.cfg.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Bool
+	for _, k := range keys {
+		wg.Add(1)
+		go func(k string) {
+			defer wg.Done()
+			if err := d.cfg.Net.Provide(ctx, k); err != nil {
+				failed.Store(true)
+				if d.ctx.Err() == nil {
+					d.cfg.Log.Debug("provide", "key", k, "err", err)
+				}
+			}
+		}(k)
+	}
+	wg.Wait()
+	if failed.Load() {
+		return
+	}
+	d.provMu.Lock()
+	d.provKeys, d.provAt, d.provRTSize = strings.Join(keys, "\n"), started, rt
+	d.provMu.Unlock()
+}
+
+// FindProviders discovers, through the DHT only, providers whose signed
+// capability records match q, sorted by peer. Expired or forged records
+// are dropped by the validator.
+func (d *Discovery) FindProviders(ctx context.Context, q auction.Query) ([]auction.Capability, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	// The provider-record search and each record lookup have their own
+	// deadlines, and lookups start as provider records stream in: a silent
+	// peer slows discovery down but cannot blank it.
+	findCtx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		out  []auction.Capability
+		seen = map[peer.ID]bool{}
+	)
+	sem := make(chan struct{}, 16)
+	n := d.cfg.Net
+	for ai := range n.DHT.FindProvidersAsync(findCtx, p2p.KeyCID(auction.QueryKey(q)), 1000) {
+		if seen[ai.ID] {
+			continue
+		}
+		seen[ai.ID] = true
+		if len(ai.Addrs) > 0 {
+			n.Host.Peerstore().AddAddrs(ai.ID, ai.Addrs, time.Minute)
+		}
+		wg.Add(1)
+		go func(id peer.ID) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			c, err := d.Lookup(ctx, id)
+			if err != nil {
+				d.cfg.Log.Debug("capability lookup", "peer", id, "err", err)
+				return
+			}
+			if c.Matches(q) {
+				mu.Lock()
+				out = append(out, c)
+				mu.Unlock()
+			}
+		}(ai.ID)
+	}
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool { return out[i].Peer < out[j].Peer })
+	return out, nil
+}
+
+// Lookup is provider id's verified, unexpired capability record (this
+// node's own advertised one for its own id), which it keeps.
+func (d *Discovery) Lookup(ctx context.Context, id peer.ID) (auction.Capability, error) {
+	now := d.cfg.Now()
+	if id == d.cfg.Net.ID() {
+		if c := d.Advertised(); c != nil && c.ExpiresAt.After(now) {
+			return *c, nil
+		}
+		return auction.Capability{}, errors.New("own record not advertised")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// The first valid answer is enough: any valid (signed, unexpired)
+	// record is the provider's own word, and bids are evaluated live.
+	b, err := d.cfg.Net.DHT.GetValue(cctx, auction.CapabilityKey(id), dht.Quorum(1))
+	if err == nil {
+		var c auction.Capability
+		if c, err = auction.OpenCapability(b, d.cfg.Now()); err == nil {
+			if prev, ok := d.records.Swap(id, c); ok && prev.(auction.Capability).Fingerprint != c.Fingerprint {
+				// Renters see hardware changes: the record's fingerprint
+				// hash covers GPU UUIDs, models, VRAM, driver and CUDA.
+				d.cfg.Log.Warn("provider hardware fingerprint changed", "peer", id,
+					"was", prev.(auction.Capability).Fingerprint, "now", c.Fingerprint)
+				d.fpChanges.Add(1)
+			}
+			return c, nil
+		}
+	}
+	// A lookup stalled by an unresponsive peer falls back to the last
+	// verified record, while it has not expired.
+	if v, ok := d.records.Load(id); ok {
+		if c := v.(auction.Capability); c.ExpiresAt.After(d.cfg.Now()) {
+			return c, nil
+		}
+		d.Forget(id)
+	}
+	return auction.Capability{}, err
+}
+
+// Holdings is the renter's holdings check (auction RenterConfig.Holdings):
+// the artifacts a provider's signed capability record advertises, looked
+// up afresh.
+func (d *Discovery) Holdings(ctx context.Context, provider string) ([]string, bool) {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return nil, false
+	}
+	c, err := d.Lookup(ctx, id)
+	if err != nil {
+		return nil, false
+	}
+	return c.Artifacts, true
+}
+
+// Forget drops the record of provider id this node keeps: until it is
+// looked up again, the node does not know it.
+func (d *Discovery) Forget(id peer.ID) { d.records.Delete(id) }
+
+// FingerprintChanges is how many times a provider's record came with
+// another hardware fingerprint than its last.
+func (d *Discovery) FingerprintChanges() int64 { return d.fpChanges.Load() }
+
+// Records are the verified, unexpired capability records this node keeps
+// of other providers (never its own).
+func (d *Discovery) Records() []auction.Capability {
+	now, self := d.cfg.Now(), d.cfg.Net.ID().String()
+	var out []auction.Capability
+	d.records.Range(func(_, v any) bool {
+		if c := v.(auction.Capability); c.Peer != self && c.ExpiresAt.After(now) {
+			out = append(out, c)
+		}
+		return true
+	})
+	return out
+}
+
+// Known are the providers whose verified, unexpired capability record
+// this node keeps (never itself).
+func (d *Discovery) Known() []peer.ID {
+	now, self := d.cfg.Now(), d.cfg.Net.ID()
+	var out []peer.ID
+	d.records.Range(func(k, v any) bool {
+		if id := k.(peer.ID); id != self && v.(auction.Capability).ExpiresAt.After(now) {
+			out = append(out, id)
+		}
+		return true
+	})
+	return out
+}
+
+// ExpectedBidders is the providers this node knows (their verified,
+// unexpired capability records; never itself: a provider does not bid on
+// its own jobs) whose capability fits job and that the job does not
+// exclude: those that hear its call and answer it, with a bid or a
+// decline. A bid window closes once all have.
+func (d *Discovery) ExpectedBidders(job *auction.Job) []string {
+	var out []string
+	for _, c := range d.Records() {
+		if !job.Excludes(c.Peer) && auction.StaticFit(&c, job) == nil {
+			out = append(out, c.Peer)
+		}
+	}
+	return out
+}
+
+// GPUs is a provider's GPU count in its last verified, unexpired
+// capability record this node keeps (0 when it keeps none).
+func (d *Discovery) GPUs(provider string) int {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return 0
+	}
+	if v, ok := d.records.Load(id); ok {
+		if c := v.(auction.Capability); c.ExpiresAt.After(d.cfg.Now()) {
+			return len(c.GPUs)
+		}
+	}
+	return 0
+}
+
+// Fingerprint is the fingerprint hash of a provider's last verified
+// capability record this node saw ("" when it saw none).
+func (d *Discovery) Fingerprint(provider string) string {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return ""
+	}
+	if v, ok := d.records.Load(id); ok {
+		return v.(auction.Capability).Fingerprint
+	}
+	return ""
+}
+
+// Learn keeps the records filled without anyone running `gpumesh
+// providers`: they are who a renter expects to answer its calls
+// (ExpectedBidders), so a bid window can close once all have answered,
+// and bid sampling works, from a renter's first job. It discovers every
+// provider now and every interval (DefaultLearnEvery when not positive)
+// until New's context ends; LearnBidder adds a provider that bids in
+// between. Only verified records are kept (Lookup).
+func (d *Discovery) Learn(every time.Duration) {
+	if every <= 0 {
+		every = DefaultLearnEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
+		if _, err := d.FindProviders(ctx, auction.Query{}); err != nil && d.ctx.Err() == nil {
+			d.cfg.Log.Debug("learn providers", "err", err)
+		}
+		cancel()
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// LearnBidder looks up, in the background, the record of a provider whose
+// signed bid arrived while this node keeps no unexpired record of it (a
+// provider that joined since the last discovery, or whose record expired),
+// so that it is expected to answer this renter's next calls. One lookup
+// per provider at a time.
+func (d *Discovery) LearnBidder(id peer.ID) {
+	if v, ok := d.records.Load(id); ok && v.(auction.Capability).ExpiresAt.After(d.cfg.Now()) {
+		return
+	}
+	if _, busy := d.learning.LoadOrStore(id, true); busy {
+		return
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer d.learning.Delete(id)
+		ctx, cancel := context.WithTimeout(d.ctx, 10*time.Second)
+		defer cancel()
+		if _, err := d.Lookup(ctx, id); err != nil && d.ctx.Err() == nil {
+			d.cfg.Log.Debug("learn bidder", "peer", id, "err", err)
+		}
+	}()
+}
+
+// Background RTT refresh: every RTTRefreshEvery a node measures
+// again up to RTTRefreshLimit of the providers it knows whose sample is
+// due (p2p.RTTs.Refresh), so that a latency-sensitive job's bidders are
+// mostly measured before they bid, at a bounded rate of pings.
+const (
+	RTTRefreshEvery = time.Minute
+	RTTRefreshLimit = 30
+)
+
+// RefreshRTTs keeps the round trips to the providers this node knows
+// fresh, every interval (RTTRefreshEvery when not positive), until New's
+// context ends.
+func (d *Discovery) RefreshRTTs(every time.Duration) {
+	if every <= 0 {
+		every = RTTRefreshEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.cfg.Net.RTTs().Refresh(d.ctx, d.Known(), RTTRefreshLimit)
+	}
+}
+
+// RTT is the fresh round trip this node measured to provider
+// (auction.RenterConfig.RTT).
+func (d *Discovery) RTT(provider string) (time.Duration, bool) {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return 0, false
+	}
+	return d.cfg.Net.RTTs().Fresh(id)
+}
+
+// MeasureRTT is the round trip to provider, measured now unless fresh
+// (auction.RenterConfig.MeasureRTT). The bid stream it came on is the
+// connection the ping takes: no address from a call is dialled.
+func (d *Discovery) MeasureRTT(ctx context.Context, provider string) (time.Duration, bool) {
+	id, err := peer.Decode(provider)
+	if err != nil {
+		return 0, false
+	}
+	return d.cfg.Net.RTTs().Measure(ctx, id)
+}

@@ -1,0 +1,175 @@
+package discovery
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/p2p"
+	record "github.com/libp2p/go-libp2p-record"
+)
+
+// testNode is a libp2p node that validates capability records, and its
+// Discovery.
+type testNode struct {
+	net  *p2p.Node
+	disc *Discovery
+}
+
+func start(t *testing.T, boot ...string) *testNode {
+	t.Helper()
+	key, err := p2p.LoadOrCreateKey(filepath.Join(t.TempDir(), "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := sign.NewSigner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := p2p.New(context.Background(), p2p.Config{Key: key, ListenAddrs: []string{"/ip4/127.0.0.1/tcp/0"}, Bootstrap: boot,
+		Validators:      map[string]record.Validator{auction.CapabilityNamespace: auction.CapabilityValidator{}},
+		ProvideValidity: ProvideValidity(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := New(ctx, Config{Net: n, Signer: signer, Now: time.Now, Log: slog.New(slog.DiscardHandler), Bootstrap: len(boot) > 0})
+	t.Cleanup(func() {
+		cancel()
+		d.Wait()
+		n.Close()
+	})
+	if len(boot) > 0 {
+		if err := n.Bootstrap(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &testNode{net: n, disc: d}
+}
+
+// waitFor polls cond until it holds or within has passed.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAdvertiseFindForget: a provider's record reaches a renter through
+// the DHT; the renter keeps it (what it expects to bid, the provider's
+// GPUs and fingerprint), re-advertised at once when the provider's free
+// GPUs change, until it forgets it.
+func TestAdvertiseFindForget(t *testing.T) {
+	renter := start(t)
+	prov := start(t, renter.net.Addrs()...)
+	var free atomic.Int64
+	free.Store(2)
+	build := func(ttl time.Duration) auction.Capability {
+		now := time.Now()
+		f := int(free.Load())
+		return auction.Capability{Peer: prov.net.ID().String(), Addrs: prov.net.Addrs(), Region: "eu-west",
+			GPUs:   []auction.GPU{{Model: "H100", VRAMGB: 80}, {Model: "H100", VRAMGB: 80}},
+			Policy: auction.Policy{PriceFloor: 1}, Fingerprint: "fp1", FreeGPUs: &f,
+			Seq: uint64(now.UnixNano()), IssuedAt: now, ExpiresAt: now.Add(ttl)}
+	}
+	// Renewed every 10 s, its free GPUs checked every 3 s.
+	go prov.disc.Advertise(30*time.Second, build, func(time.Time) int { return int(free.Load()) })
+	waitFor(t, 10*time.Second, "the provider's first record", func() bool { return prov.disc.Advertised() != nil })
+
+	var caps []auction.Capability
+	waitFor(t, 20*time.Second, "the renter finding the provider", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		caps, err = renter.disc.FindProviders(ctx, auction.Query{GPU: "H100"})
+		return err == nil && len(caps) == 1
+	})
+	id := prov.net.ID().String()
+	if caps[0].Peer != id || len(caps[0].GPUs) != 2 {
+		t.Fatalf("found %+v", caps)
+	}
+	if g, fp := renter.disc.GPUs(id), renter.disc.Fingerprint(id); g != 2 || fp != "fp1" {
+		t.Fatalf("renter keeps %d GPUs, fingerprint %q; want 2, fp1", g, fp)
+	}
+	fits := &auction.Job{Tier: auction.Silver, MaxPrice: 3, GPUCount: 1, Duration: time.Hour}
+	if got := renter.disc.ExpectedBidders(fits); len(got) != 1 || got[0] != id {
+		t.Fatalf("expected bidders %v, want the provider", got)
+	}
+	tooBig := &auction.Job{Tier: auction.Silver, MaxPrice: 3, GPUCount: 4, Duration: time.Hour}
+	if got := renter.disc.ExpectedBidders(tooBig); len(got) != 0 {
+		t.Fatalf("expected bidders for a job no one fits: %v", got)
+	}
+	// The provider never keeps (nor expects bids from) itself.
+	if _, err := prov.disc.Lookup(context.Background(), prov.net.ID()); err != nil {
+		t.Fatalf("own record: %v", err)
+	}
+	if len(prov.disc.Records()) != 0 || len(prov.disc.Known()) != 0 {
+		t.Fatalf("provider keeps itself: %v", prov.disc.Records())
+	}
+
+	free.Store(1)
+	waitFor(t, 6*time.Second, "a record with 1 free GPU, before its renewal", func() bool {
+		c := prov.disc.Advertised()
+		return c.FreeGPUs != nil && *c.FreeGPUs == 1
+	})
+
+	renter.disc.Forget(prov.net.ID())
+	if len(renter.disc.Known()) != 0 || renter.disc.GPUs(id) != 0 || len(renter.disc.ExpectedBidders(fits)) != 0 {
+		t.Fatal("renter still knows the provider it forgot")
+	}
+	renter.disc.LearnBidder(prov.net.ID())
+	waitFor(t, 10*time.Second, "the renter learning the bidder again", func() bool { return renter.disc.GPUs(id) == 2 })
+}
+
+// TestHostileNames: names that are no peer ID, and queries that are no
+// query, get nothing and an error, not a panic.
+func TestHostileNames(t *testing.T) {
+	n := start(t)
+	for _, name := range []string{"", "garbage", "12D3KooW", string([]byte{0xff, 0x00})} {
+		if g, fp := n.disc.GPUs(name), n.disc.Fingerprint(name); g != 0 || fp != "" {
+			t.Fatalf("%q: %d GPUs, fingerprint %q", name, g, fp)
+		}
+		if _, ok := n.disc.RTT(name); ok {
+			t.Fatalf("%q: a round trip", name)
+		}
+		if _, ok := n.disc.MeasureRTT(context.Background(), name); ok {
+			t.Fatalf("%q: a round trip measured", name)
+		}
+		if _, ok := n.disc.Holdings(context.Background(), name); ok {
+			t.Fatalf("%q: holdings", name)
+		}
+	}
+	if _, err := n.disc.Lookup(context.Background(), n.net.ID()); err == nil {
+		t.Fatal("own record found before it was advertised")
+	}
+	if _, err := n.disc.FindProviders(context.Background(), auction.Query{MinVRAM: -1}); err == nil {
+		t.Fatal("a negative min VRAM query accepted")
+	}
+}
+
+func TestProvideValidity(t *testing.T) {
+	for _, c := range []struct{ ttl, want time.Duration }{
+		{time.Second, 30 * time.Minute},
+		{10 * time.Minute, 30 * time.Minute},
+		{time.Hour, 3 * time.Hour},
+	} {
+		if got := ProvideValidity(c.ttl); got != c.want || reprovideEvery(c.ttl) != c.want/3 {
+			t.Fatalf("ProvideValidity(%v) = %v, want %v", c.ttl, got, c.want)
+		}
+	}
+	if got := availabilityCheck(10 * time.Minute); got != 30*time.Second {
+		t.Fatalf("availabilityCheck(10m) = %v", got)
+	}
+	if got := availabilityCheck(time.Second); got != 100*time.Millisecond {
+		t.Fatalf("availabilityCheck(1s) = %v", got)
+	}
+}
