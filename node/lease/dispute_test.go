@@ -50,7 +50,7 @@ func TestDisagreeingReceiptIsDisputed(t *testing.T) {
 		t.Fatalf("job: run %s, receipt %v, dispute %q", v.Run, v.Receipt, v.Dispute)
 	}
 	var pl api.ProviderLease
-	waitFor(t, 3*time.Second, "the provider gives the settlement up", func() bool {
+	h.waitFor(3*time.Second, "the provider gives the settlement up", func() bool {
 		pl, _ = p.lease(l.ID)
 		return pl.Dispute != ""
 	})
