@@ -41,6 +41,18 @@ func TestBidWindowClosesEarly(t *testing.T) {
 			t.Fatalf("gold auction took %v of a %v window", took, window)
 		}
 	})
+	t.Run("a gold gang closes at its members' first acceptable bids", func(t *testing.T) {
+		m := newMarket(t, fourOneGPU())
+		r, _ := m.renter(t, RenterConfig{QuietClose: 2 * window})
+		j := gangJob(m.now(), 3, 1)
+		j.Tier, j.BidWindow = Gold, window
+		job, took := postTimed(t, r, j)
+		if took >= window/2 {
+			t.Fatalf("gold gang auction took %v of a %v window", took, window)
+		}
+		st, _ := r.Status(job.ID)
+		checkGang(t, m, st, 3)
+	})
 	t.Run("a bid that starts later does not close the window early", func(t *testing.T) {
 		m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 		box := m.provs[0]

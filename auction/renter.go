@@ -665,9 +665,11 @@ func (r *Renter) mostAnswered(rj *renterJob) bool {
 // close early.
 const earlyCloseSlack = time.Second
 
-// bestStartsNow reports whether the bid that would be awarded now is
-// acceptable and starts at once: only then may a window close early (a
-// busy provider's later start must not win just by answering first).
+// bestStartsNow reports whether the bid that would be awarded now (a
+// gang's: the Job.Nodes best) is acceptable and starts at once: only then
+// may a window close early (a busy provider's later start must not win
+// just by answering first, nor a gang's first bid close a window its
+// other members have not bid in yet).
 func (r *Renter) bestStartsNow(rj *renterJob, job *Job) bool {
 	r.mu.Lock()
 	cands := append([]Candidate(nil), rj.bids...)
@@ -679,7 +681,8 @@ func (r *Renter) bestStartsNow(rj *renterJob, job *Job) bool {
 	r.fillRTTs(context.Background(), rj, cands, time.Time{})
 	now := r.cfg.Now()
 	ranked := RankAt(job, cands, now)
-	return len(ranked) > 0 && ranked[0].Rejected == "" && startsNow(ranked[0].Bid, now)
+	k := max(job.Nodes, 1)
+	return len(ranked) >= k && !slices.ContainsFunc(ranked[:k], func(c Ranked) bool { return c.Rejected != "" || !startsNow(c.Bid, now) })
 }
 
 // lookupHoldingsLocked starts looking up a bidder's advertised artifacts for a

@@ -140,12 +140,7 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 // path; it skips a test where jobs get no network of their own.
 func gangRing(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("gang networks need job network namespaces, which need root")
-	}
-	if _, err := exec.LookPath("iptables-restore"); err != nil {
-		t.Skip("gang networks need iptables-restore: ", err)
-	}
+	needGangNetworks(t)
 	base, err := os.MkdirTemp("/run", "gpumesh-gang-test-")
 	if err != nil {
 		t.Fatal(err)
@@ -164,4 +159,16 @@ func gangRing(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// needGangNetworks skips a test where jobs get no network of their own,
+// which a gang's members need.
+func needGangNetworks(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("gang networks need job network namespaces, which need root")
+	}
+	if _, err := exec.LookPath("iptables-restore"); err != nil {
+		t.Skip("gang networks need iptables-restore: ", err)
+	}
 }

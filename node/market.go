@@ -202,7 +202,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
 		Inputs: d.prepareInputs, OutputsArtifact: d.outputsArtifact, RemoveArtifact: d.removeHeld, Observe: m.metrics.observer(),
 		CheckpointArtifact: d.checkpointArtifact, Restore: d.restoreCheckpoint,
-		Network: m.gangs.Hook(gangnet.LeaseRoster),
+		Network: m.gangs.Hook,
 	}); err != nil {
 		return err
 	}

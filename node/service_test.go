@@ -799,3 +799,123 @@ func metricsRenter(t *testing.T, boot *testNode, ns []*testNode) (*testNode, str
 	waitAdvertised(t, r, ns...)
 	return r, rdir, metricsAddr
 }
+
+// TestServiceGangReplicas (issue 25, item 1): a service whose replicas
+// are gangs of two members (Job.Nodes 2), on five one-GPU providers: each
+// replica is placed all or nothing on two providers; requests through the
+// gateway reach rank 0, which reaches rank 1 over the gang network. When
+// the provider of one replica's rank 1 is killed (rank 0 still answers its
+// probes), the renter calls that member lost, and the service replaces
+// the whole replica with a gang elsewhere, leaving that provider out; the
+// load of idempotent requests keeps being answered throughout.
+func TestServiceGangReplicas(t *testing.T) {
+	needGangNetworks(t)
+	bin := buildServer(t)
+	root := t.TempDir()
+	boot := startNode(t, root+"/boot", fastConfig(renterConfig()), nil)
+	t.Cleanup(func() { boot.Close() })
+	var ns []*testNode
+	for i := range 5 {
+		n := startNode(t, fmt.Sprintf("%s/n%02d", root, i), fastConfig(providerConfig("eu-west", 1.0, a100)), boot.Daemon)
+		t.Cleanup(func() { n.Close() })
+		ns = append(ns, n)
+	}
+	waitAdvertised(t, boot, ns...)
+	c := api.NewClient(boot.dir)
+	spec := serviceSpec(bin, 2, 2)
+	spec.Job.Nodes = 2
+	v, err := c.PostService(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = waitService(t, c, v.ID, 60*time.Second, "2 ready gang replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
+	used := map[string]bool{}
+	for _, r := range v.Replicas {
+		if len(r.Members) != 2 || r.Members[0].Provider != r.Provider || r.Members[0].LeaseID != r.LeaseID || r.GPUs != 2 {
+			t.Fatalf("replica %s: lease %s on %s, %d GPUs, members %+v; want two, rank 0's lease its own", r.JobID, r.LeaseID, r.Provider, r.GPUs, r.Members)
+		}
+		for _, m := range r.Members {
+			if used[m.Provider] {
+				t.Fatalf("provider %s holds two members: %+v", m.Provider, v.Replicas)
+			}
+			used[m.Provider] = true
+		}
+	}
+
+	// Through the gateway: rank 0 answers, and reaches rank 1 at its gang
+	// address (each request goes to either replica).
+	client := gatewayClient(v, 2)
+	get := func(path string) string {
+		t.Helper()
+		resp, err := client.Get("http://" + v.Gateway + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s %s", path, resp.Status, b)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	for range 4 {
+		if got := get("/whoami"); got != "rank 0" {
+			t.Fatalf("the gateway reached %q, want rank 0", got)
+		}
+		if got := get("/peer?rank=1"); got != "rank 1" {
+			t.Fatalf("rank 0 reached %q over the gang network, want rank 1", got)
+		}
+	}
+
+	lost := v.Replicas[0]
+	victim := lost.Members[1].Provider
+	var dead *testNode
+	for _, n := range ns {
+		if n.ID().String() == victim {
+			dead = n
+		}
+	}
+	l := startLoad(v, "/whoami", 4)
+	l.waitOK(t, 100)
+	killed := time.Now()
+	if err := dead.Close(); err != nil {
+		t.Logf("close provider: %v", err)
+	}
+	v = waitService(t, c, v.ID, 60*time.Second, "the lost gang replaced by 2 ready replicas", func(v api.ServiceView) bool {
+		if v.Ready != 2 {
+			return false
+		}
+		for _, r := range v.Replicas {
+			if r.JobID == lost.JobID {
+				return false
+			}
+			for _, m := range r.Members {
+				if m.Provider == victim {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	replaced := time.Since(killed)
+	ok, failed := l.end()
+	t.Logf("gang replica replaced %s after its rank 1's provider was killed; %d ok, %d failed (last error %q), %d retries",
+		replaced.Round(time.Millisecond), ok, failed, l.lastErr, v.Retries)
+	if ok == 0 || float64(ok) < 0.99*float64(ok+failed) {
+		t.Fatalf("%d of %d requests succeeded, want at least 99%%", ok, ok+failed)
+	}
+	var said, avoided bool
+	for _, e := range v.Events {
+		said = said || strings.Contains(e.What, "replica "+lost.JobID+" removed: gang member 1 ended: failed")
+		avoided = avoided || strings.Contains(e.What, "lost a replica through its own fault")
+	}
+	if !said || !avoided {
+		t.Fatalf("events do not say the gang lost member 1 (%v) and its provider is left out (%v): %+v", said, avoided, v.Events)
+	}
+	// The replacement is a working gang too.
+	for range 4 {
+		if got := get("/peer?rank=1"); got != "rank 1" {
+			t.Fatalf("after the replacement, rank 0 reached %q, want rank 1", got)
+		}
+	}
+}

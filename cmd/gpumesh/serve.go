@@ -22,7 +22,7 @@ func serveCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:      "post",
-				Usage:     "start a service: each replica is a lease; prints the gateway's loopback address",
+				Usage:     "start a service: each replica is a lease (with --nodes K, a gang of K leases); prints the gateway's loopback address",
 				ArgsUsage: "SERVICE.yaml | -- CMD [ARGS...]",
 				Flags:     servePostFlags(),
 				Action:    servePostAction,
@@ -106,7 +106,8 @@ func servePostFlags() []cli.Flag {
 		&cli.StringFlag{Name: "tier", Value: string(auction.Gold), Usage: "gold or silver"},
 		&cli.Float64Flag{Name: "max-price", DefaultText: "required unless in --file", Usage: "most you pay per GPU-hour, in USD"},
 		&cli.StringSliceFlag{Name: "gpu", Usage: "acceptable GPU model, e.g. H100 (repeatable)"},
-		&cli.IntFlag{Name: "count", Value: 1, Usage: "GPUs per replica"},
+		&cli.IntFlag{Name: "count", Value: 1, Usage: "GPUs per replica (with --nodes: per member)"},
+		&cli.IntFlag{Name: "nodes", Value: 1, Usage: fmt.Sprintf("members of each replica, up to %d: a gang on that many providers, --count whole GPUs each, placed all or nothing; rank 0 serves --port (the gateway routes to it) and reaches the other ranks over the gang network (MASTER_ADDR, RANK, GPUMESH_PEERS...); a replica that loses a member is replaced whole", auction.MaxNodes)},
 		&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU, in GB"},
 		&cli.StringFlag{Name: "region", Usage: "residency constraint: a region or region prefix, e.g. eu"},
 		&cli.StringSliceFlag{Name: "regions", Usage: "spread the replicas over these regions (each a residency as --region), e.g. eu,us: the gateway routes each request to the nearest one with a ready replica (--near's, then the lowest round trip)"},
@@ -467,7 +468,11 @@ func printServiceView(w io.Writer, v *api.ServiceView, peer func(string) string)
 		}
 		fmt.Fprintf(w, "idle:      scales to zero after %s idle; %s; cold starts: %s\n", v.Spec.IdleAfter, state, cold)
 	}
-	fmt.Fprintf(w, "leases:    %s, %d GPU(s) each, %s, max $%.4g/GPU-h%s%s\n", j.Tier, j.GPUCount, j.Duration, j.MaxPrice,
+	gpus := fmt.Sprintf("%d GPU(s) each", j.GPUCount)
+	if j.Nodes > 1 {
+		gpus = fmt.Sprintf("each a gang of %d × %d GPU(s)", j.Nodes, j.GPUCount)
+	}
+	fmt.Fprintf(w, "leases:    %s, %s, %s, max $%.4g/GPU-h%s%s\n", j.Tier, gpus, j.Duration, j.MaxPrice,
 		prefixed(", region ", j.Region), prefixed(", near ", j.Near))
 	for _, g := range v.Regions {
 		rank, rtt := "not routed (none ready)", "-"
@@ -515,6 +520,17 @@ func printServiceView(w io.Writer, v *api.ServiceView, peer func(string) string)
 				r.CostUSD, r.USDPer1kRequests, r.TokensPerSec, r.USDPer1MTokens)
 		}
 		_ = tw.Flush()
+	}
+	for _, r := range v.Replicas {
+		if len(r.Members) == 0 {
+			continue
+		}
+		// A gang replica's members: the row above is rank 0's.
+		ms := make([]string, len(r.Members))
+		for i, m := range r.Members {
+			ms[i] = fmt.Sprintf("%d %s %s", m.Rank, orDash(peer(m.Provider)), orDash(string(m.Run)))
+		}
+		fmt.Fprintf(w, "gang:      %s: %s\n", r.JobID, strings.Join(ms, ", "))
 	}
 	for _, e := range v.Events[max(0, len(v.Events)-10):] {
 		fmt.Fprintf(w, "event:     %s %s\n", fmtTime(e.Time), e.What)

@@ -23,6 +23,10 @@ func TestServeCLIAgainstFakeDaemon(t *testing.T) {
 					TokensPerSec: 37.5, USDPer1MTokens: 2.75}}},
 			Totals: api.ReplicaStats{Requests: 10, P95MS: 3.25, GPUSeconds: 1800, CostUSD: 0.125, USDPer1kRequests: 12.5,
 				PromptTokens: 1000, CompletionTokens: 4000, TokensPerSec: 37.5, USDPer1MTokens: 2.75}}
+		if spec.Job.Nodes > 1 {
+			v.Replicas[0].Members = []api.GangMember{{Rank: 0, Provider: "12D3KooWprovider1", Run: auction.RunRunning},
+				{Rank: 1, Provider: "12D3KooWprovider2", Run: auction.RunPending}}
+		}
 		if spec.ScaleToZero {
 			v.ScaledToZero, v.ColdStarts, v.LastColdStartMS = true, 2, 3400
 		}
@@ -141,6 +145,27 @@ job:
 		}},
 		{"status regions", []string{"serve", "status", "svc-1"}, 0, []string{"near eu-west", "region:    eu: 1 ready of 2, rtt 5.2 ms, routing rank 1",
 			"region:    us: 0 ready of 2, rtt -, not routed (none ready)", "eu (eu-west)  5.2"}, nil},
+		{"post gang", []string{"serve", "post", "--port", "8000", "--max-price", "3", "--nodes", "2", "--count", "4", "--", "srv"},
+			0, []string{"service svc-1: gateway"}, func(t *testing.T) {
+				if posted.Job.Nodes != 2 || posted.Job.GPUCount != 4 {
+					t.Fatalf("posted %d nodes × %d GPUs, want 2 × 4", posted.Job.Nodes, posted.Job.GPUCount)
+				}
+			}},
+		{"status gang", []string{"serve", "status", "svc-1"}, 0, []string{"leases:    gold, each a gang of 2 × 4 GPU(s)",
+			"gang:      job-a: 0 provider1 running, 1 provider2 pending"}, nil},
+		{"gang of no nodes", []string{"serve", "post", "--port", "8000", "--max-price", "3", "--nodes", "0", "--", "srv"},
+			1, []string{"invalid --nodes: must be in [1, 64], got 0"}, nil},
+		{"gang of negative nodes", []string{"serve", "post", "--port", "8000", "--max-price", "3", "--nodes", "-2", "--", "srv"},
+			1, []string{"invalid --nodes: must be in [1, 64], got -2"}, nil},
+		{"gang of GPU fractions", []string{"serve", "post", "--port", "8000", "--max-price", "3", "--nodes", "2", "--count", "0.5", "--", "srv"},
+			1, []string{`invalid value "0.5" for flag -count`}, nil},
+		{"gang task file of GPU fractions", []string{"serve", "post", writeFile(t, "frac.yaml",
+			strings.Replace(svcTask, "accelerators: A100\n", "accelerators: A100:0.5\n", 1)+"num_nodes: 2\n")}, 1,
+			[]string{"frac.yaml:9: num_nodes: a gang's members take whole GPUs"}, nil},
+		{"gang task file of no nodes", []string{"serve", "post", writeFile(t, "zero.yaml", svcTask+"num_nodes: 0\n")}, 1,
+			[]string{"zero.yaml:9: num_nodes: must be in [1, 64], got 0"}, nil},
+		{"gang task file of too many nodes", []string{"serve", "post", "--nodes", "65", task}, 1,
+			[]string{"invalid --nodes: must be in [1, 64], got 65"}, nil},
 		{"post scale to zero", []string{"serve", "post", "--port", "8000", "--max-price", "3", "--scale-to-zero", "--idle-after", "10m", "--", "srv"},
 			0, []string{"service svc-1: gateway"}, func(t *testing.T) {
 				if !posted.ScaleToZero || posted.IdleAfter != 10*time.Minute {

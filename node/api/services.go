@@ -12,7 +12,10 @@ import (
 // ServiceSpec is what `gpumesh serve post` asks for: an always-on service
 // of Replicas..MaxReplicas replicas, each one lease of Job (whose
 // Run.ServicePort is the port the server listens on and whose Duration is
-// one lease's length: the service re-leases before each lease ends).
+// one lease's length: the service re-leases before each lease ends). With
+// Job.Nodes K > 1 each replica is a gang of K members on K providers,
+// placed all or nothing; rank 0 serves the port, and the replica is
+// replaced as a whole when any member ends.
 type ServiceSpec struct {
 	ID  string      `json:"id,omitempty" yaml:"id,omitempty"`
 	Job auction.Job `json:"job" yaml:"job"`
@@ -178,6 +181,12 @@ type ReplicaView struct {
 	// RTTMS is the round trip this node measured to its provider, in
 	// milliseconds (0: not measured), which routing goes by.
 	RTTMS float64 `json:"rtt_ms,omitempty"`
+	// Members are a gang replica's members by rank (Job.Nodes > 1), as
+	// its job's view shows them (JobView.Gang): the replica's own lease,
+	// provider and region are rank 0's, which serves its port and which
+	// the gateway routes to; GPUs and PriceUSD are every member's GPUs
+	// and their mean price.
+	Members []GangMember `json:"members,omitempty"`
 	ReplicaStats
 }
 

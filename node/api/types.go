@@ -174,9 +174,11 @@ type GangMember struct {
 	Attempt  int              `json:"attempt"`
 	Price    float64          `json:"price"`
 	Run      auction.RunState `json:"run,omitempty"`
-	Detail   string           `json:"detail,omitempty"`
-	Started  time.Time        `json:"started,omitempty"`
-	Ended    time.Time        `json:"ended,omitempty"`
+	// Fault says who caused an unsuccessful run (as JobView.Fault).
+	Fault   auction.Fault `json:"fault,omitempty"`
+	Detail  string        `json:"detail,omitempty"`
+	Started time.Time     `json:"started,omitempty"`
+	Ended   time.Time     `json:"ended,omitempty"`
 	// Settled says the lease's receipt is countersigned; CostUSD is its
 	// amount (each member lease settles with its own receipt).
 	Settled bool    `json:"settled,omitempty"`

@@ -7,16 +7,17 @@
 // provider, which connects it to its job at the member's own address,
 // from the dialing member's address. Only the provider of another member
 // of the same gang may open such a stream: the one its renter signed into
-// the roster (Gang), proven by the stream's authenticated peer and a
-// digest of the roster that both members' providers hold.
+// the gang's terms (auction.Gang, in each member's lease), proven by the
+// stream's authenticated peer and a digest of those terms that both
+// members' providers hold.
 //
 // The seam with the lease supervisor is its Network hook
-// (lease.SupervisorConfig.Network), which Net.Hook makes: before a gang
-// lease's job starts, it joins the member (Net.Join: the roster as
-// verified from the lease's signed terms, and the member's rank) and puts
-// its network into the job's runtime.Spec.Gang; once the job started it
-// hands the job over (LocalMember.Started); when the job has ended, the
-// member leaves (LocalMember.Leave).
+// (lease.SupervisorConfig.Network), which Net.Hook is: before a gang
+// lease's job starts, it joins the member (Net.Join: the lease's signed
+// gang terms, checked to name it) and puts its network into the job's
+// runtime.Spec.Gang; once the job started it hands the job over
+// (LocalMember.Started); when the job has ended, the member leaves
+// (LocalMember.Leave).
 package gangnet
 
 import (
@@ -40,20 +41,17 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// MaxMembers is the most members a gang has (each needs its own address
-// in 127.77.0.0/24).
-const MaxMembers = 254
-
 // startWait is how long a stream to a member that has joined waits for
 // its job to start (within the stream's handshake timeout).
 const startWait = 5 * time.Second
 
-// DefaultMasterPort is where rank 0's rendezvous listens (torchrun's
-// default MASTER_PORT).
-const DefaultMasterPort = 29500
+// MasterPort is where rank 0's rendezvous listens (torchrun's default
+// MASTER_PORT).
+const MasterPort = 29500
 
 // Addr is the gang address of member rank, the same in every member's
-// namespace: MASTER_ADDR is Addr(0).
+// namespace: MASTER_ADDR is Addr(0). A gang has at most auction.MaxNodes
+// members, well within 127.77.0.0/24.
 func Addr(rank int) netip.Addr { return netip.AddrFrom4([4]byte{127, 77, 0, byte(rank + 1)}) }
 
 // rankOf is the rank whose address a is, or -1.
@@ -65,70 +63,61 @@ func rankOf(a netip.Addr, k int) int {
 	return int(b[3]) - 1
 }
 
-// Member is one member of a gang's roster.
-type Member struct {
-	Rank     int     `json:"rank"`
-	Provider peer.ID `json:"provider"`
-	LeaseID  string  `json:"lease_id"`
+// roster is what the network needs of a gang, derived from its terms as
+// the renter signed them into a member's lease (auction.Gang, the one
+// definition of a gang): its id, the member this provider runs, each
+// member's provider by rank, and the digest both members' providers must
+// agree on.
+type roster struct {
+	id        string
+	rank      int
+	providers []peer.ID
+	digest    string
 }
 
-// Gang is a gang's roster as its renter signed it into each member's
-// lease terms: the members by rank.
-type Gang struct {
-	ID     string  `json:"id"`
-	Renter peer.ID `json:"renter"`
-	// Members are indexed by rank (Members[r].Rank == r).
-	Members []Member `json:"members"`
-	// MasterPort is rank 0's rendezvous port; 0 means DefaultMasterPort.
-	MasterPort int `json:"master_port,omitempty"`
-}
-
-// Validate checks the roster's shape.
-func (g Gang) Validate() error {
-	if err := auction.ValidID(g.ID); err != nil {
-		return fmt.Errorf("gangnet: gang id: %w", err)
-	}
-	if g.Renter == "" {
-		return fmt.Errorf("gangnet: gang %s: no renter", g.ID)
-	}
-	if len(g.Members) < 2 || len(g.Members) > MaxMembers {
-		return fmt.Errorf("gangnet: gang %s: %d members, want 2 to %d", g.ID, len(g.Members), MaxMembers)
-	}
-	leases := make(map[string]bool, len(g.Members))
-	for r, m := range g.Members {
-		if m.Rank != r {
-			return fmt.Errorf("gangnet: gang %s: member %d has rank %d", g.ID, r, m.Rank)
-		}
-		if m.Provider == "" {
-			return fmt.Errorf("gangnet: gang %s: member %d has no provider", g.ID, r)
-		}
-		if err := auction.ValidID(m.LeaseID); err != nil {
-			return fmt.Errorf("gangnet: gang %s: member %d's lease: %w", g.ID, r, err)
-		}
-		if leases[m.LeaseID] {
-			return fmt.Errorf("gangnet: gang %s: lease %s named twice", g.ID, m.LeaseID)
-		}
-		leases[m.LeaseID] = true
-	}
-	if g.MasterPort < 0 || g.MasterPort > 65535 {
-		return fmt.Errorf("gangnet: gang %s: master port %d", g.ID, g.MasterPort)
-	}
-	return nil
-}
-
-// Digest names the roster: two providers agree on a gang only when they
-// hold the same roster from the same renter.
-func (g Gang) Digest() string {
-	b, _ := json.Marshal(g) // plain fields: cannot fail
+// digest names a gang: two providers agree on it only when they hold the
+// same terms (every member's rank, provider and lease) from the same
+// renter. The terms differ only in whose rank they are, which the digest
+// leaves out.
+func digest(renter string, g auction.Gang) string {
+	g.Rank = 0
+	b, _ := json.Marshal(struct {
+		Renter string       `json:"renter"`
+		Gang   auction.Gang `json:"gang"`
+	}{renter, g}) // plain fields: cannot fail
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
 
-func (g Gang) masterPort() int {
-	if g.MasterPort == 0 {
-		return DefaultMasterPort
+// rosterOf is the roster of the gang lease l is a member of, from its
+// terms (l.Gang), checked to name l at its rank on this provider; nil for
+// a lease of no gang. A gang job's lease without gang terms fails.
+func (n *Net) rosterOf(l auction.Lease, job auction.Job) (*roster, error) {
+	g := l.Gang
+	if g == nil {
+		if job.Nodes > 1 {
+			return nil, fmt.Errorf("gangnet: lease %s of a gang of %d carries no gang terms", l.ID, job.Nodes)
+		}
+		return nil, nil
 	}
-	return g.MasterPort
+	if l.Provider != n.self.String() {
+		return nil, fmt.Errorf("gangnet: lease %s is %s's, not this provider's", l.ID, l.Provider)
+	}
+	if err := g.Check(l.ID, l.Provider); err != nil {
+		return nil, fmt.Errorf("gangnet: lease %s: %w", l.ID, err)
+	}
+	if _, err := peer.Decode(l.Renter); err != nil {
+		return nil, fmt.Errorf("gangnet: lease %s: renter: %w", l.ID, err)
+	}
+	r := &roster{id: g.ID, rank: g.Rank, providers: make([]peer.ID, g.Size), digest: digest(l.Renter, *g)}
+	for i, m := range g.Members {
+		p, err := peer.Decode(m.Provider)
+		if err != nil { // Check decoded it already
+			return nil, fmt.Errorf("gangnet: gang %s: member %d's provider: %w", g.ID, i, err)
+		}
+		r.providers[i] = p
+	}
+	return r, nil
 }
 
 // Opener opens a ProtoGang stream to a provider.
@@ -177,9 +166,7 @@ func New(self peer.ID, open Opener, log *slog.Logger, count func(what string)) *
 // Leave.
 type LocalMember struct {
 	n      *Net
-	gang   Gang
-	digest string
-	rank   int
+	gang   *roster
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -189,99 +176,51 @@ type LocalMember struct {
 	conns   sync.WaitGroup
 }
 
-// Join makes this provider member rank of gang g (its roster verified by
-// the caller from the lease's signed terms): the roster must name this
-// provider at that rank. The returned member's Spec goes into the job's
-// runtime.Spec.Gang.
-func (n *Net) Join(g Gang, rank int) (*LocalMember, error) {
-	if err := g.Validate(); err != nil {
+// Join makes this provider's lease l a member of the gang its terms
+// carry (l.Gang, which the renter signed in the award the provider
+// verified): they must name l at its rank, on this provider. The
+// returned member's Spec goes into the job's runtime.Spec.Gang. A lease
+// of no gang joins nothing (nil, nil); a gang job's lease (job.Nodes > 1)
+// without gang terms fails.
+func (n *Net) Join(l auction.Lease, job auction.Job) (*LocalMember, error) {
+	g, err := n.rosterOf(l, job)
+	if err != nil || g == nil {
 		return nil, err
 	}
-	if rank < 0 || rank >= len(g.Members) {
-		return nil, fmt.Errorf("gangnet: gang %s: rank %d of %d members", g.ID, rank, len(g.Members))
-	}
-	if g.Members[rank].Provider != n.self {
-		return nil, fmt.Errorf("gangnet: gang %s: member %d is %s's, not this provider's", g.ID, rank, g.Members[rank].Provider)
-	}
-	g.Members = append([]Member(nil), g.Members...)
-	k := memberKey{g.ID, rank}
+	k := memberKey{g.id, g.rank}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.members[k]; ok {
-		return nil, fmt.Errorf("gangnet: gang %s: member %d has already joined", g.ID, rank)
+		return nil, fmt.Errorf("gangnet: gang %s: member %d has already joined", g.id, g.rank)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &LocalMember{n: n, gang: g, digest: g.Digest(), rank: rank, ctx: ctx, cancel: cancel, started: make(chan struct{})}
+	m := &LocalMember{n: n, gang: g, ctx: ctx, cancel: cancel, started: make(chan struct{})}
 	n.members[k] = m
 	return m, nil
 }
 
-// RosterOf says which gang a lease is a member of, and at which rank, as
-// the lease's signed terms say (nil: the lease is no gang member's); an
-// error fails the lease.
-type RosterOf func(l auction.Lease, job auction.Job) (*Gang, int, error)
-
-// LeaseRoster is the RosterOf of the daemon: a lease's gang as its terms
-// carry it (auction.Lease.Gang, which the renter signed in the award the
-// provider verified), checked to name this lease at its rank; nil for a
-// lease of no gang. A gang job's lease without gang terms fails.
-func LeaseRoster(l auction.Lease, job auction.Job) (*Gang, int, error) {
-	if l.Gang == nil {
-		if job.Nodes > 1 {
-			return nil, 0, fmt.Errorf("gangnet: lease %s of a gang of %d carries no gang terms", l.ID, job.Nodes)
-		}
-		return nil, 0, nil
+// Hook is the lease supervisor's Network hook: a lease whose terms make
+// it a gang member joins that gang's network for its job's run.
+func (n *Net) Hook(l auction.Lease, job auction.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error) {
+	m, err := n.Join(l, job)
+	if err != nil || m == nil {
+		return nil, nil, err
 	}
-	if err := l.Gang.Check(l.ID, l.Provider); err != nil {
-		return nil, 0, err
-	}
-	renter, err := peer.Decode(l.Renter)
-	if err != nil {
-		return nil, 0, fmt.Errorf("gangnet: lease %s: renter: %w", l.ID, err)
-	}
-	g := Gang{ID: l.Gang.ID, Renter: renter, Members: make([]Member, len(l.Gang.Members))}
-	for r, m := range l.Gang.Members {
-		p, err := peer.Decode(m.Provider)
-		if err != nil {
-			return nil, 0, fmt.Errorf("gangnet: gang %s: member %d's provider: %w", l.Gang.ID, r, err)
+	spec.Gang = m.Spec()
+	return func(h runtime.Handle) {
+		if d, ok := h.(runtime.GangDialer); ok {
+			m.Started(d)
 		}
-		g.Members[r] = Member{Rank: m.Rank, Provider: p, LeaseID: m.LeaseID}
-	}
-	return &g, l.Gang.Rank, nil
-}
-
-// Hook is the lease supervisor's Network hook: a lease that rosterOf says
-// is a gang member joins that gang's network for its job's run.
-func (n *Net) Hook(rosterOf RosterOf) func(auction.Lease, auction.Job, *runtime.Spec) (func(runtime.Handle), func(), error) {
-	return func(l auction.Lease, job auction.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error) {
-		g, rank, err := rosterOf(l, job)
-		if err != nil || g == nil {
-			return nil, nil, err
-		}
-		m, err := n.Join(*g, rank)
-		if err != nil {
-			return nil, nil, err
-		}
-		if lease := g.Members[rank].LeaseID; lease != l.ID {
-			m.Leave()
-			return nil, nil, fmt.Errorf("gangnet: gang %s: member %d is lease %s, not %s", g.ID, rank, lease, l.ID)
-		}
-		spec.Gang = m.Spec()
-		return func(h runtime.Handle) {
-			if d, ok := h.(runtime.GangDialer); ok {
-				m.Started(d)
-			}
-		}, m.Leave, nil
-	}
+	}, m.Leave, nil
 }
 
 // Spec is the member's network as the runtime sets it up.
 func (m *LocalMember) Spec() *runtime.GangNet {
-	addrs := make([]netip.Addr, len(m.gang.Members))
+	addrs := make([]netip.Addr, len(m.gang.providers))
 	for r := range addrs {
 		addrs[r] = Addr(r)
 	}
-	return &runtime.GangNet{Rank: m.rank, Addrs: addrs, MasterPort: m.gang.masterPort(), Accept: m.carry}
+	return &runtime.GangNet{Rank: m.gang.rank, Addrs: addrs, MasterPort: MasterPort, Accept: m.carry}
 }
 
 // Started hands over the member's started job, which other members'
@@ -299,8 +238,8 @@ func (m *LocalMember) Started(job runtime.GangDialer) {
 // no other member reaches it any more.
 func (m *LocalMember) Leave() {
 	m.n.mu.Lock()
-	if m.n.members[memberKey{m.gang.ID, m.rank}] == m {
-		delete(m.n.members, memberKey{m.gang.ID, m.rank})
+	if k := (memberKey{m.gang.id, m.gang.rank}); m.n.members[k] == m {
+		delete(m.n.members, k)
 	}
 	m.n.mu.Unlock()
 	m.mu.Lock()
@@ -325,15 +264,15 @@ func (m *LocalMember) track() bool {
 // Accept).
 func (m *LocalMember) carry(c net.Conn, dst netip.AddrPort) {
 	defer c.Close()
-	to := rankOf(dst.Addr(), len(m.gang.Members))
-	if to < 0 || to == m.rank || !m.track() {
+	to := rankOf(dst.Addr(), len(m.gang.providers))
+	if to < 0 || to == m.gang.rank || !m.track() {
 		return
 	}
 	defer m.conns.Done()
-	req := wire.GangRequest{Gang: m.gang.ID, Roster: m.digest, From: m.rank, To: to, Port: int(dst.Port())}
-	s, err := service.ConnectGang(m.ctx, service.Opener(m.n.open), m.gang.Members[to].Provider, req)
+	req := wire.GangRequest{Gang: m.gang.id, Roster: m.gang.digest, From: m.gang.rank, To: to, Port: int(dst.Port())}
+	s, err := service.ConnectGang(m.ctx, service.Opener(m.n.open), m.gang.providers[to], req)
 	if err != nil {
-		m.n.log.Debug("gang connection not carried", "gang", m.gang.ID, "from", m.rank, "to", to, "port", dst.Port(), "err", err)
+		m.n.log.Debug("gang connection not carried", "gang", m.gang.id, "from", m.gang.rank, "to", to, "port", dst.Port(), "err", err)
 		// The job's connect succeeded locally: a reset, not an orderly
 		// close, tells it the member could not be reached.
 		if tc, ok := c.(*net.TCPConn); ok {
@@ -392,10 +331,10 @@ func (n *Net) authorize(req wire.GangRequest, from peer.ID) (*LocalMember, runti
 	if !ok {
 		return nil, nil, fmt.Errorf("gang %s: no member %d here", req.Gang, req.To)
 	}
-	if req.Roster != m.digest {
+	if req.Roster != m.gang.digest {
 		return nil, nil, fmt.Errorf("gang %s: another roster", req.Gang)
 	}
-	if req.From < 0 || req.From >= len(m.gang.Members) || req.From == req.To || m.gang.Members[req.From].Provider != from {
+	if req.From < 0 || req.From >= len(m.gang.providers) || req.From == req.To || m.gang.providers[req.From] != from {
 		return nil, nil, fmt.Errorf("gang %s: %s is not member %d's provider", req.Gang, from, req.From)
 	}
 	if req.Port < 1 || req.Port > 65535 {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -150,14 +152,35 @@ func connect(t *testing.T, ctx context.Context, ps ...*provider) {
 	}
 }
 
-// roster is a gang of one member per provider, rank = index.
-func roster(id string, ps ...*provider) Gang {
-	g := Gang{ID: id, Renter: peer.ID("renter-" + id)}
+// gang is a gang's terms as its renter signs them into each member's
+// lease.
+type gang struct {
+	renter string
+	terms  auction.Gang
+}
+
+// newGang is a gang of one member per provider, rank = index.
+func newGang(t *testing.T, id string, ps ...*provider) gang {
+	g := gang{renter: signtest.New(t).ID().String(), terms: auction.Gang{ID: id, Size: len(ps)}}
 	for r, p := range ps {
-		g.Members = append(g.Members, Member{Rank: r, Provider: p.node.ID(), LeaseID: fmt.Sprintf("%s-lease-%d", id, r)})
+		g.terms.Members = append(g.terms.Members, auction.GangMember{Rank: r, Provider: p.node.ID().String(), LeaseID: fmt.Sprintf("%s-lease-%d", id, r)})
 	}
 	return g
 }
+
+// lease is member rank's lease, its terms naming it at its rank.
+func (g gang) lease(rank int) auction.Lease {
+	terms := g.terms
+	terms.Rank = rank
+	return auction.Lease{ID: terms.Members[rank].LeaseID, JobID: "job-" + terms.ID, Renter: g.renter,
+		Provider: terms.Members[rank].Provider, Gang: &terms}
+}
+
+// job is the gang's job.
+func (g gang) job() auction.Job { return auction.Job{ID: "job-" + g.terms.ID, Nodes: g.terms.Size} }
+
+// digest is what each member's provider names the gang's terms by.
+func (g gang) digest() string { return digest(g.renter, g.terms) }
 
 // syncBuffer is a goroutine-safe job output sink that can wait for
 // content.
@@ -210,14 +233,14 @@ type member struct {
 
 // startGang starts each provider's member of gang g, running gangring
 // with args, as the lease supervisor does through its Network hook.
-func startGang(t *testing.T, ctx context.Context, g Gang, ps []*provider, args ...string) []member {
+func startGang(t *testing.T, ctx context.Context, g gang, ps []*provider, args ...string) []member {
 	t.Helper()
 	ms := make([]member, len(ps))
 	for r, p := range ps {
-		hook := p.net.Hook(func(auction.Lease, auction.Job) (*Gang, int, error) { return &g, r, nil })
-		spec := runtime.Spec{ID: g.Members[r].LeaseID, JobID: g.ID, Command: append([]string{ringBin}, args...),
+		l := g.lease(r)
+		spec := runtime.Spec{ID: l.ID, JobID: l.JobID, Command: append([]string{ringBin}, args...),
 			Deadline: time.Now().Add(2 * time.Minute)}
-		started, end, err := hook(auction.Lease{ID: spec.ID}, auction.Job{ID: g.ID}, &spec)
+		started, end, err := p.net.Hook(l, g.job(), &spec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,8 +272,7 @@ func TestGangRingAllReduce(t *testing.T) {
 		ps[i] = newProvider(t, ctx, true)
 	}
 	connect(t, ctx, ps...)
-	g := roster("ring", ps...)
-	ms := startGang(t, ctx, g, ps, "allreduce", strconv.Itoa(n))
+	ms := startGang(t, ctx, newGang(t, "ring", ps...), ps, "allreduce", strconv.Itoa(n))
 
 	// Each element i sums (r+1)(i+1) over the ranks: (i+1)k(k+1)/2.
 	per := int64(k * (k + 1) / 2)
@@ -286,9 +308,8 @@ func TestGangEnvironment(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ps := []*provider{newProvider(t, ctx, true), newProvider(t, ctx, false)}
-	g := roster("env", ps...)
-	g.MasterPort = 31000
-	lm, err := ps[0].net.Join(g, 0)
+	g := newGang(t, "env", ps...)
+	lm, err := ps[0].net.Join(g.lease(0), g.job())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,9 +323,9 @@ func TestGangEnvironment(t *testing.T) {
 	if res := h.Wait(); res.ExitCode != 0 {
 		t.Fatalf("env exited %d: %s", res.ExitCode, out.String())
 	}
-	for _, kv := range []string{"MASTER_ADDR=127.77.0.1", "MASTER_PORT=31000", "WORLD_SIZE=2", "RANK=0", "LOCAL_RANK=0",
+	for _, kv := range []string{"MASTER_ADDR=127.77.0.1", "MASTER_PORT=29500", "WORLD_SIZE=2", "RANK=0", "LOCAL_RANK=0",
 		"LOCAL_WORLD_SIZE=1", "GPUMESH_PEERS=127.77.0.1,127.77.0.2", "PET_NNODES=2", "PET_NODE_RANK=0",
-		"PET_NPROC_PER_NODE=2", "PET_MASTER_ADDR=127.77.0.1", "PET_MASTER_PORT=31000", "NCCL_SOCKET_IFNAME=lo", "GLOO_SOCKET_IFNAME=lo"} {
+		"PET_NPROC_PER_NODE=2", "PET_MASTER_ADDR=127.77.0.1", "PET_MASTER_PORT=29500", "NCCL_SOCKET_IFNAME=lo", "GLOO_SOCKET_IFNAME=lo"} {
 		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(kv) + `$`).MatchString(out.String()) {
 			t.Errorf("job environment lacks %s:\n%s", kv, out.String())
 		}
@@ -323,10 +344,10 @@ func TestGangHostile(t *testing.T) {
 	a, b := newProvider(t, ctx, true), newProvider(t, ctx, false)
 	stranger, other := newProvider(t, ctx, false), newProvider(t, ctx, false)
 	connect(t, ctx, a, b, stranger, other)
-	g := roster("victim", a, b)
+	g := newGang(t, "victim", a, b)
 	// Member 0 (on a) listens on its gang address; its job prints every
 	// connection it gets, and the probe's one line.
-	lm, err := a.net.Join(g, 0)
+	lm, err := a.net.Join(g.lease(0), g.job())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,13 +363,13 @@ func TestGangHostile(t *testing.T) {
 	out.waitFor(t, "listening", 20*time.Second)
 
 	// A member of another gang, whose own roster names it.
-	og := roster("other", other, b)
-	if _, err := other.net.Join(og, 0); err != nil {
+	og := newGang(t, "other", other, b)
+	if _, err := other.net.Join(og.lease(0), og.job()); err != nil {
 		t.Fatal(err)
 	}
 	forged := g
-	forged.Members = append([]Member(nil), g.Members...)
-	forged.Members[1].Provider = stranger.node.ID()
+	forged.terms.Members = slices.Clone(g.terms.Members)
+	forged.terms.Members[1].Provider = stranger.node.ID().String()
 	try := func(who *provider, req wire.GangRequest) error {
 		open := func(ctx context.Context, to peer.ID) (network.Stream, error) {
 			return who.node.Host.NewStream(ctx, to, wire.ProtoGang)
@@ -368,13 +389,13 @@ func TestGangHostile(t *testing.T) {
 		req  wire.GangRequest
 		why  string
 	}{
-		{"stranger", stranger, wire.GangRequest{Gang: g.ID, Roster: g.Digest(), From: 1, To: 0, Port: 7000}, "is not member 1's provider"},
-		{"stranger with a forged roster", stranger, wire.GangRequest{Gang: g.ID, Roster: forged.Digest(), From: 1, To: 0, Port: 7000}, "another roster"},
-		{"other gang's member", other, wire.GangRequest{Gang: og.ID, Roster: og.Digest(), From: 0, To: 0, Port: 7000}, "no member 0 here"},
-		{"other gang's member naming this gang", other, wire.GangRequest{Gang: g.ID, Roster: g.Digest(), From: 1, To: 0, Port: 7000}, "is not member 1's provider"},
-		{"member claiming its peer's rank", b, wire.GangRequest{Gang: g.ID, Roster: g.Digest(), From: 0, To: 0, Port: 7000}, "is not member 0's provider"},
-		{"member naming no port", b, wire.GangRequest{Gang: g.ID, Roster: g.Digest(), From: 1, To: 0, Port: 0}, "invalid port"},
-		{"member naming another member", b, wire.GangRequest{Gang: g.ID, Roster: g.Digest(), From: 1, To: 1, Port: 7000}, "no member 1 here"},
+		{"stranger", stranger, wire.GangRequest{Gang: g.terms.ID, Roster: g.digest(), From: 1, To: 0, Port: 7000}, "is not member 1's provider"},
+		{"stranger with a forged roster", stranger, wire.GangRequest{Gang: g.terms.ID, Roster: forged.digest(), From: 1, To: 0, Port: 7000}, "another roster"},
+		{"other gang's member", other, wire.GangRequest{Gang: og.terms.ID, Roster: og.digest(), From: 0, To: 0, Port: 7000}, "no member 0 here"},
+		{"other gang's member naming this gang", other, wire.GangRequest{Gang: g.terms.ID, Roster: g.digest(), From: 1, To: 0, Port: 7000}, "is not member 1's provider"},
+		{"member claiming its peer's rank", b, wire.GangRequest{Gang: g.terms.ID, Roster: g.digest(), From: 0, To: 0, Port: 7000}, "is not member 0's provider"},
+		{"member naming no port", b, wire.GangRequest{Gang: g.terms.ID, Roster: g.digest(), From: 1, To: 0, Port: 0}, "invalid port"},
+		{"member naming another member", b, wire.GangRequest{Gang: g.terms.ID, Roster: g.digest(), From: 1, To: 1, Port: 7000}, "no member 1 here"},
 	} {
 		err := try(c.who, c.req)
 		if err == nil || !strings.Contains(err.Error(), c.why) {
@@ -385,7 +406,7 @@ func TestGangHostile(t *testing.T) {
 		t.Errorf("%d streams refused, want 7", got)
 	}
 	// The member's own peer gets through, from its gang address.
-	if err := try(b, wire.GangRequest{Gang: g.ID, Roster: g.Digest(), From: 1, To: 0, Port: 7000}); err != nil {
+	if err := try(b, wire.GangRequest{Gang: g.terms.ID, Roster: g.digest(), From: 1, To: 0, Port: 7000}); err != nil {
 		t.Fatalf("member 1's provider: %v", err)
 	}
 	out.waitFor(t, "got 127.77.0.2 hello from victim", 20*time.Second)
@@ -394,64 +415,95 @@ func TestGangHostile(t *testing.T) {
 	}
 	// Once the member has left (its lease ended), nobody gets in.
 	lm.Leave()
-	if err := try(b, wire.GangRequest{Gang: g.ID, Roster: g.Digest(), From: 1, To: 0, Port: 7000}); err == nil || !strings.Contains(err.Error(), "no member 0 here") {
+	if err := try(b, wire.GangRequest{Gang: g.terms.ID, Roster: g.digest(), From: 1, To: 0, Port: 7000}); err == nil || !strings.Contains(err.Error(), "no member 0 here") {
 		t.Errorf("member 1's provider after member 0 left: %v", err)
 	}
 }
 
-// TestGangJoinRefused: a roster that does not name this provider at the
-// rank, or is malformed, is refused at Join with a one-line error.
+// TestGangJoinRefused: a lease whose gang terms do not name it on this
+// provider at their rank, or are malformed, or a gang job's lease without
+// terms, is refused at Join with a one-line error; a lease of no gang
+// joins nothing. Every member's provider names the gang by the same
+// digest, which any change to the terms or their renter changes.
 func TestGangJoinRefused(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	a, b := newProvider(t, ctx, false), newProvider(t, ctx, false)
-	g := roster("join", a, b)
+	g := newGang(t, "join", a, b)
+	with := func(f func(*auction.Lease)) auction.Lease {
+		l := g.lease(0)
+		terms := *l.Gang
+		terms.Members = slices.Clone(terms.Members)
+		l.Gang = &terms
+		f(&l)
+		return l
+	}
 	for _, c := range []struct {
 		name string
-		g    Gang
-		rank int
+		l    auction.Lease
+		job  auction.Job
 		why  string
 	}{
-		{"another's rank", g, 1, "not this provider's"},
-		{"rank out of range", g, 2, "rank 2 of 2"},
-		{"one member", Gang{ID: "solo", Renter: g.Renter, Members: g.Members[:1]}, 0, "1 members"},
-		{"bad id", Gang{ID: "../x", Renter: g.Renter, Members: g.Members}, 0, "gang id"},
-		{"ranks out of order", Gang{ID: "swap", Renter: g.Renter, Members: []Member{g.Members[1], g.Members[0]}}, 0, "has rank 1"},
+		{"another provider's member", g.lease(1), g.job(), "not this provider's"},
+		{"rank out of range", with(func(l *auction.Lease) { l.Gang.Rank = 2 }), g.job(), "gang rank 2 of 2"},
+		{"one member", with(func(l *auction.Lease) { l.Gang.Size, l.Gang.Members = 1, l.Gang.Members[:1] }), g.job(), "gang of 1 with 1 members"},
+		{"bad id", with(func(l *auction.Lease) { l.Gang.ID = "../x" }), g.job(), "gang id"},
+		{"ranks out of order", with(func(l *auction.Lease) {
+			l.Gang.Members[0], l.Gang.Members[1] = l.Gang.Members[1], l.Gang.Members[0]
+		}), g.job(), "member 0 has rank 1"},
+		{"terms naming another lease at its rank", with(func(l *auction.Lease) { l.ID = "join-lease-9" }), g.job(), "not this award"},
+		{"no renter", with(func(l *auction.Lease) { l.Renter = "nobody" }), g.job(), "renter"},
+		{"a gang job's lease without terms", with(func(l *auction.Lease) { l.Gang = nil }), g.job(), "carries no gang terms"},
 	} {
-		if _, err := a.net.Join(c.g, c.rank); err == nil || !strings.Contains(err.Error(), c.why) {
-			t.Errorf("%s: got %v, want an error saying %q", c.name, err, c.why)
+		m, err := a.net.Join(c.l, c.job)
+		if err == nil || m != nil || !strings.Contains(err.Error(), c.why) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: got %v, want a one-line error saying %q", c.name, err, c.why)
 		}
 	}
-	m, err := a.net.Join(g, 0)
+	plain := auction.Lease{ID: "plain", Provider: a.node.ID().String()}
+	if m, err := a.net.Join(plain, auction.Job{ID: "job-plain"}); m != nil || err != nil {
+		t.Errorf("a lease of no gang: %v, %v", m, err)
+	}
+	m, err := a.net.Join(g.lease(0), g.job())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.net.Join(g, 0); err == nil {
+	if _, err := a.net.Join(g.lease(0), g.job()); err == nil {
 		t.Error("the same member joined twice")
 	}
+	peerM, err := b.net.Join(g.lease(1), g.job())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.gang.digest != peerM.gang.digest || m.gang.digest != g.digest() {
+		t.Errorf("members' providers name the gang %s and %s", m.gang.digest, peerM.gang.digest)
+	}
+	peerM.Leave()
+	other := g
+	other.renter = signtest.New(t).ID().String()
+	moved := g
+	moved.terms.Members = slices.Clone(g.terms.Members)
+	moved.terms.Members[1].LeaseID = "join-lease-9"
+	if other.digest() == g.digest() || moved.digest() == g.digest() {
+		t.Error("another renter's or another member's terms have the same digest")
+	}
 	m.Leave()
-	if m, err = a.net.Join(g, 0); err != nil {
+	if m, err = a.net.Join(g.lease(0), g.job()); err != nil {
 		t.Errorf("join after leave: %v", err)
 	}
 	m.Leave()
 
-	// Through the supervisor's hook: a lease the roster does not name at
-	// that rank fails; one of no gang runs as it is.
-	hook := a.net.Hook(func(l auction.Lease, _ auction.Job) (*Gang, int, error) {
-		if l.ID == "plain" {
-			return nil, 0, nil
-		}
-		return &g, 0, nil
-	})
+	// Through the supervisor's hook: a refused lease fails with no
+	// network; one of no gang runs as it is.
 	var spec runtime.Spec
-	if _, _, err := hook(auction.Lease{ID: g.Members[1].LeaseID}, auction.Job{}, &spec); err == nil || !strings.Contains(err.Error(), "member 0 is lease join-lease-0") || spec.Gang != nil {
+	if _, _, err := a.net.Hook(g.lease(1), g.job(), &spec); err == nil || spec.Gang != nil {
 		t.Errorf("another member's lease: %v, gang %v", err, spec.Gang)
 	}
-	if started, end, err := hook(auction.Lease{ID: "plain"}, auction.Job{}, &spec); err != nil || started != nil || end != nil || spec.Gang != nil {
+	if started, end, err := a.net.Hook(plain, auction.Job{ID: "job-plain"}, &spec); err != nil || started != nil || end != nil || spec.Gang != nil {
 		t.Errorf("a lease of no gang: %v, gang %v", err, spec.Gang)
 	}
-	_, end, err := hook(auction.Lease{ID: g.Members[0].LeaseID}, auction.Job{}, &spec)
-	if err != nil || spec.Gang == nil || spec.Gang.Rank != 0 || len(spec.Gang.Addrs) != 2 {
+	_, end, err := a.net.Hook(g.lease(0), g.job(), &spec)
+	if err != nil || spec.Gang == nil || spec.Gang.Rank != 0 || len(spec.Gang.Addrs) != 2 || spec.Gang.MasterPort != MasterPort {
 		t.Fatalf("the member's lease: %v, gang %+v", err, spec.Gang)
 	}
 	end()
@@ -505,7 +557,7 @@ func TestGangOverlayBench(t *testing.T) {
 	ps := []*provider{newProvider(t, ctx, true), newProvider(t, ctx, true)}
 	connect(t, ctx, ps...)
 	cpu0 := selfCPU(t)
-	ms := startGang(t, ctx, roster("bench", ps...), ps, "bench", pings, mib)
+	ms := startGang(t, ctx, newGang(t, "bench", ps...), ps, "bench", pings, mib)
 	for r, m := range ms {
 		if res := m.h.Wait(); res.ExitCode != 0 {
 			t.Fatalf("rank %d exited %d (%s): %s", r, res.ExitCode, res.Reason, m.out.String())
@@ -540,10 +592,9 @@ func TestGangUnreachableMemberResets(t *testing.T) {
 	defer cancel()
 	absent, a := newProvider(t, ctx, false), newProvider(t, ctx, true)
 	connect(t, ctx, absent, a)
-	g := roster("lonely", absent, a)
-	hook := a.net.Hook(func(auction.Lease, auction.Job) (*Gang, int, error) { return &g, 1, nil })
-	spec := runtime.Spec{ID: g.Members[1].LeaseID, Command: []string{ringBin, "probe", "7000"}, Deadline: time.Now().Add(time.Minute)}
-	started, end, err := hook(auction.Lease{ID: spec.ID}, auction.Job{}, &spec)
+	g := newGang(t, "lonely", absent, a)
+	spec := runtime.Spec{ID: g.lease(1).ID, Command: []string{ringBin, "probe", "7000"}, Deadline: time.Now().Add(time.Minute)}
+	started, end, err := a.net.Hook(g.lease(1), g.job(), &spec)
 	if err != nil {
 		t.Fatal(err)
 	}

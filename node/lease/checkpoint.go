@@ -40,24 +40,6 @@ type ckptState struct {
 	lastID string
 }
 
-// backfillGapEnded reports whether a bronze job that reached its lease's
-// end had taken a backfill gap shorter than itself: a preemption, and its
-// renter requeues the rest.
-func backfillGapEnded(job auction.Job, l auction.Lease, state auction.RunState) bool {
-	return state == auction.RunExpired && job.Preemptible && l.End.Before(l.Start.Add(job.Duration))
-}
-
-// stoppedEarly reports whether a job that ended with res was stopped
-// before it was done through no fault of its own: its checkpoint is taken
-// once more after it exited.
-func (r *leaseRun) stoppedEarly(res runtime.Result) bool {
-	r.mu.Lock()
-	stopAs, detail, job, l := r.stopAs, r.stopDetail, r.pr.Job, r.pr.Rec.Lease
-	r.mu.Unlock()
-	state, _, _ := classify(res, stopAs, detail)
-	return state == auction.RunPreempted || backfillGapEnded(job, l, state)
-}
-
 // restoreCheckpoint fetches the job's checkpoints to restore, newest
 // first, until one verifies, and returns the dir holding its files (""
 // when the job starts fresh). Each refusal is said in the job's log.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
 )
 
 // DrainSettleWait is how long a drain waits, after a lease it finished or
@@ -49,7 +50,7 @@ func (s *Supervisor) Drain(grace time.Duration, stopping bool) api.DrainView {
 		l := rec.Lease
 		switch {
 		case rec.Run == auction.RunPending && l.Start.After(now) && (stopping || l.End.After(cut)):
-			if stopping && !r.keepPending(now) {
+			if stopping && !r.keepPending() {
 				// It started meanwhile, or was stopped: let it end with
 				// the others.
 				d.actions[l.ID] = api.DrainFinish
@@ -111,7 +112,7 @@ func (s *Supervisor) drainView() (api.DrainView, time.Time) {
 			continue
 		}
 		r.mu.Lock()
-		rec, settled := r.pr.Rec, r.pr.Settled
+		rec, settled := r.pr.Rec, r.pr.Rec.Phase.Final()
 		r.mu.Unlock()
 		v.Leases = append(v.Leases, api.DrainLease{LeaseID: id, JobID: rec.Lease.JobID, Tier: rec.Lease.Tier,
 			Start: rec.Lease.Start, End: rec.Lease.End, Action: action, Run: rec.Run, Detail: rec.Detail, Settled: settled})
@@ -173,49 +174,4 @@ func (s *Supervisor) snapshot() []*leaseRun {
 // lease stays pending in the store, for Recover to book and schedule again.
 // It reports whether the lease was parked (false once it started or was
 // stopped).
-func (r *leaseRun) keepPending(now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.pr.Rec.Run != auction.RunPending || !r.pr.Rec.Lease.Start.After(now) || r.stopAs != "" {
-		return false
-	}
-	r.kept = true
-	// Should the start come first after all, the job is stopped as the
-	// daemon's shutdown.
-	r.stopAs, r.stopDetail = auction.RunFailed, "provider daemon shut down during the lease"
-	close(r.stop)
-	return true
-}
-
-func (r *leaseRun) isKept() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.kept
-}
-
-// restore books again and schedules, at recovery, a confirmed lease that
-// was still pending when the daemon stopped and whose start is ahead. It
-// reports false when it did not (the lease is then reported failed).
-func (s *Supervisor) restore(pr providerRecord) bool {
-	l := pr.Rec.Lease
-	if pr.Rec.Run != auction.RunPending || !l.Start.After(s.now()) || s.cfg.Rebook == nil {
-		return false
-	}
-	l.State = auction.RunPending
-	if err := s.cfg.Rebook(l, pr.Job); err != nil {
-		s.log.Warn("reservation not restored", "lease", l.ID, "err", err)
-		return false
-	}
-	r := &leaseRun{s: s, pr: pr, stop: make(chan struct{}), done: make(chan struct{}), moved: make(chan struct{}, 1), confirmed: s.now()}
-	s.mu.Lock()
-	s.runs[l.ID] = r
-	s.mu.Unlock()
-	s.cfg.Counters.Add("provider.reservation_restored")
-	s.log.Info("reservation restored", "lease", l.ID, "job", l.JobID, "start", l.Start)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		r.run()
-	}()
-	return true
-}
+func (r *leaseRun) keepPending() bool { return r.step(lifecycle.Keep{}) }

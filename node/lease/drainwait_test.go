@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
 )
 
 // putStore keeps nothing: DrainWait only needs saves to happen.
@@ -54,7 +55,7 @@ func TestDrainWaitWokenBySettlement(t *testing.T) {
 		default:
 		}
 		r.mu.Lock()
-		r.pr.Rec.Run, r.pr.Rec.Ended, r.pr.Settled = auction.RunSucceeded, time.Now(), true
+		r.pr.Rec.Run, r.pr.Rec.Ended, r.pr.Rec.Phase = auction.RunSucceeded, time.Now(), lifecycle.Settled
 		r.mu.Unlock()
 		s.saveRun(r)
 		synctest.Wait()

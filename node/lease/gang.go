@@ -79,13 +79,13 @@ func (t *Tracker) gangViewLocked(id string, size int) ([]api.GangMember, float64
 		if v == nil || (v.Lease == nil && len(v.History) == 0) {
 			continue
 		}
-		m := api.GangMember{Rank: rank, Run: v.Run, Started: v.Started, Ended: v.Ended, Detail: v.Detail, Settled: v.Receipt != nil,
-			Checkpoint: v.Checkpoint}
+		m := api.GangMember{Rank: rank, Run: v.Run, Fault: v.Fault, Started: v.Started, Ended: v.Ended, Detail: v.Detail,
+			Settled: v.Receipt != nil, Checkpoint: v.Checkpoint}
 		l := v.Lease
 		if l == nil {
 			l = &v.History[len(v.History)-1].Lease
 			r := v.History[len(v.History)-1]
-			m.Run, m.Started, m.Ended, m.Detail, m.Settled = r.Run, r.Started, r.Ended, r.Detail, r.Receipt
+			m.Run, m.Fault, m.Started, m.Ended, m.Detail, m.Settled = r.Run, r.Fault, r.Started, r.Ended, r.Detail, r.Receipt
 		}
 		m.Provider, m.LeaseID, m.Attempt, m.Price = l.Provider, l.ID, l.Attempt, l.Price
 		if v.Receipt != nil {

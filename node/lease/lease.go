@@ -1,10 +1,12 @@
 // Package lease is the post-award half of the market: what happens to a
 // lease once a provider has confirmed it. The Supervisor runs leases on a
 // provider (start, heartbeats, stop, outputs, lease events, settlement,
-// recovery after a restart); the Tracker is a renter's one record of each
-// of its jobs (auction outcome, heartbeats, lease events, receipt checks,
-// requeue, abandonment, persistence); Receipts records two-party receipts
-// in the ledger and the reputation book and gossips them.
+// recovery after a restart): each lease's decisions are its state
+// machine's (package lifecycle), whose effects the Supervisor carries out;
+// the Tracker is a renter's one record of each of its jobs (auction
+// outcome, heartbeats, lease events, receipt checks, requeue, abandonment,
+// persistence); Receipts records two-party receipts in the ledger and the
+// reputation book and gossips them.
 //
 // The package talks to the world only through the small interfaces below,
 // so a whole market runs in memory in tests (auction/auctiontest.MemNetwork) and over

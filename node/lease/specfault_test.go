@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
 	"github.com/gpumesh/gpumesh/runtime"
 )
 
@@ -104,7 +105,7 @@ func TestRuntimeSpecFaultsClassify(t *testing.T) {
 			h.Cleanup()
 			t.Fatalf("%s: started", c.name)
 		}
-		run, detail, fault := classify(runtime.Result{ExitCode: -1, Err: err}, "", "")
+		run, detail, fault := lifecycle.Classify(exitOf(runtime.Result{ExitCode: -1, Err: err}), nil)
 		if run != auction.RunFailed || fault != c.fault {
 			t.Fatalf("%s: %s fault %q (%s), want fault %q", c.name, run, fault, detail, c.fault)
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -176,12 +177,16 @@ type Supervisor struct {
 // providerRecord is what a provider persists per lease, so a restart never
 // forgets a job.
 type providerRecord struct {
-	Rec      api.ProviderLease    `json:"rec"`
+	// Rec is the lease's state, its machine's (view is what the API shows
+	// of it).
+	Rec      lifecycle.Lease      `json:"rec"`
 	Job      auction.Job          `json:"job"`
 	Pgid     int                  `json:"pgid,omitempty"`
 	LastBeat time.Time            `json:"last_beat,omitempty"`
-	Settled  bool                 `json:"settled"`
 	Outputs  []auction.OutputFile `json:"outputs,omitempty"`
+	// OldSettled is the settled flag of a record stored before the
+	// lease's phase was (read by upgrade only).
+	OldSettled bool `json:"settled,omitempty"`
 	// OutputsArtifact is the artifact id of the collected outputs.
 	OutputsArtifact string `json:"outputs_artifact,omitempty"`
 	// Checkpoint is the last checkpoint the renter took; Restored the one
@@ -201,33 +206,44 @@ type providerRecord struct {
 	FilesUntil time.Time `json:"files_until,omitempty"`
 }
 
-// leaseRun executes one confirmed lease on the provider.
+// leaseRun drives one confirmed lease on the provider. Its state is its
+// record's Rec, which only its machine changes (step); its goroutine (loop)
+// carries out the machine's effects and feeds their results back.
 type leaseRun struct {
 	s      *Supervisor
 	saveMu sync.Mutex
 	mu     sync.Mutex
 	pr     providerRecord
-	h      runtime.Handle
+	// queue holds the effects stepped and not yet carried out; wake is
+	// signalled when it grows.
+	queue []lifecycle.Effect
+	wake  chan struct{}
+	h     runtime.Handle
 	// logw writes the job's log, keeping its digest (nil until opened).
 	logw *lockedWriter
-	stop chan struct{} // closed to abort a pending or running job
+	// stop is closed once the lease is told to stop: it ends the fetches
+	// made before the job starts and its checkpoint loop.
+	stop     chan struct{}
+	stopOnce sync.Once
 	// seal is a sealed job's keys and scratch tmpfs while it runs (nil
 	// for other jobs, and before and after its run): in memory only.
-	seal *sealing
-	// stopAs is the run state recorded when the job is stopped on purpose.
-	stopAs     auction.RunState
-	stopDetail string
-	done       chan struct{}
-	confirmed  time.Time // when the lease was confirmed (for start latency)
-	// moved is signalled when the lease moved earlier (OnMove); began is
-	// set once the run stopped waiting for its start (it moves no more).
-	moved chan struct{}
-	began bool
+	seal      *sealing
+	done      chan struct{}
+	doneOnce  sync.Once
+	confirmed time.Time // when the lease was confirmed (for start latency)
+	ck        ckptState
 
-	// kept is set when the daemon stops before the lease's start: the
-	// lease stays pending in the store, for the next start (keepPending).
-	kept bool
-	ck   ckptState
+	// The loop's own: its timer, the job's spec and exit, what the run
+	// holds until it is released, the renter's answer to the final
+	// report.
+	timer                *time.Timer
+	spec                 runtime.Spec
+	netStarted           func(runtime.Handle)
+	releases             []func()
+	exits                chan runtime.Result
+	ckptDone             chan struct{}
+	beatsStop, beatsDone chan struct{}
+	sum                  *attest.HeartbeatSummary
 }
 
 // NewSupervisor returns a Supervisor; ctx bounds its jobs and messages.
@@ -350,6 +366,12 @@ func (s *Supervisor) Reading() (tempC, powerW int) {
 }
 
 func (s *Supervisor) now() time.Time { return s.cfg.Now() }
+
+// rules are the leases' machines' policy, from the configuration.
+func (s *Supervisor) rules() lifecycle.Rules {
+	return lifecycle.Rules{Grace: s.cfg.PreemptGrace, SettleRetry: s.cfg.SettleRetry, SettleRetryMax: s.cfg.SettleRetryMax,
+		SettleWindow: s.cfg.SettleWindow, MaxRefusals: maxReceiptRefusals, RecoverDelay: s.cfg.RecoverDelay}
+}
 
 func (s *Supervisor) logPath(leaseID string) string {
 	return filepath.Join(s.cfg.JobsDir, "logs", leaseID+".log")
@@ -478,8 +500,16 @@ func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string
 			victim.abort(auction.RunPreempted, fmt.Sprintf("preempted by %s lease %s", job.Tier, l.ID))
 		}
 	}
-	r := &leaseRun{s: s, stop: make(chan struct{}), done: make(chan struct{}), moved: make(chan struct{}, 1), confirmed: s.now(),
-		pr: providerRecord{Rec: api.ProviderLease{Lease: l, Run: auction.RunPending}, Job: job}}
+	r := s.newRun(providerRecord{Job: job})
+	// Its first save is the loop's, not this callback's: the auction
+	// calls OnLease with its lock held, and a store write there stalled
+	// every call, bid and award of a busy provider. A crash before this
+	// write loses the lease like a crash during it would: the renter
+	// hears no heartbeat and recovers the job elsewhere.
+	if !r.step(lifecycle.Confirmed{Lease: l, Job: job}) {
+		s.log.Error("lease not run: its span is empty", "lease", l.ID, "start", l.Start, "end", l.End)
+		return
+	}
 	s.mu.Lock()
 	s.runs[l.ID] = r
 	s.bindLocked(l.ID, l.JobID, l.Renter)
@@ -487,21 +517,29 @@ func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		// Persisted here, not in the callback: the auction calls OnLease
-		// with its lock held, and a store write there stalled every call,
-		// bid and award of a busy provider. A crash before this write
-		// loses the lease like a crash during it would: the renter hears
-		// no heartbeat and recovers the job elsewhere.
-		s.saveRun(r)
 		r.runGuarded()
 	}()
 }
 
-// runGuarded is run, with a failure inside it (a panic in the lease's own
+// newRun returns the run of a lease whose record is pr; step starts it.
+func (s *Supervisor) newRun(pr providerRecord) *leaseRun {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &leaseRun{s: s, pr: pr, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		confirmed: s.now(), timer: t}
+}
+
+// runGuarded is loop, with a failure inside it (a panic in the lease's own
 // path: its executor, its inputs, a bug) ending this lease, never the
 // daemon: the stack is logged and the lease reported failed, the
-// provider's fault (it was the provider's software).
+// provider's fault (it was the provider's software); a settlement attempt
+// that failed so is tried again.
 func (r *leaseRun) runGuarded() {
+	for !r.loopGuarded() {
+	}
+}
+
+func (r *leaseRun) loopGuarded() (over bool) {
 	defer func() {
 		p := recover()
 		if p == nil {
@@ -511,18 +549,25 @@ func (r *leaseRun) runGuarded() {
 		l := r.lease()
 		s.cfg.Counters.Add("provider.lease_panic")
 		s.log.Error("lease failed: internal error", "lease", l.ID, "job", l.JobID, "panic", p, "stack", string(debug.Stack()))
-		if r.state().Terminal() {
-			return // it had ended already (the panic came after its report)
-		}
 		defer func() {
 			if p := recover(); p != nil {
 				s.log.Error("lease could not be reported failed", "lease", l.ID, "panic", p, "stack", string(debug.Stack()))
+				over = true
 			}
 		}()
-		now := s.now()
-		r.finish(runtime.Result{ExitCode: -1, Started: now, Ended: now, Err: fmt.Errorf("provider internal error: %v", p)}, nil)
+		// The effects queued after the one that failed still follow.
+		now, err := s.now(), fmt.Sprintf("provider internal error: %v", p)
+		switch r.phase() {
+		case lifecycle.Reporting:
+			r.step(lifecycle.ReportFailed{Err: err})
+		case lifecycle.Receipting:
+			r.step(lifecycle.ReceiptFailed{Err: err})
+		default:
+			r.step(lifecycle.Failed{Exit: lifecycle.Exit{Code: -1, Started: now, Ended: now, Err: err}})
+		}
 	}()
-	r.run()
+	r.loop()
+	return true
 }
 
 // OnMove is the auction provider's callback for a confirmed lease it moved
@@ -531,21 +576,7 @@ func (r *leaseRun) runGuarded() {
 // unknown): the provider then keeps the lease where it was.
 func (s *Supervisor) OnMove(moved auction.Lease, _ auction.Job) bool {
 	r := s.run(moved.ID)
-	if r == nil {
-		return false
-	}
-	r.mu.Lock()
-	if r.began || r.pr.Rec.Run != auction.RunPending {
-		r.mu.Unlock()
-		return false
-	}
-	r.pr.Rec.Lease = moved
-	r.mu.Unlock()
-	select {
-	case r.moved <- struct{}{}:
-	default:
-	}
-	return true
+	return r != nil && r.step(lifecycle.Moved{Lease: moved})
 }
 
 // Close stops every job (the daemon is stopping: they are reported failed),
@@ -560,7 +591,7 @@ func (s *Supervisor) Close() {
 	}
 	s.mu.Unlock()
 	for _, r := range runs {
-		r.keepPending(s.now())
+		r.keepPending()
 	}
 	for _, r := range runs {
 		r.shutdown()
@@ -568,19 +599,15 @@ func (s *Supervisor) Close() {
 	s.wg.Wait()
 }
 
-// abort stops a pending or running job, recording why.
+// abort stops a pending or running job, recording why (the first stop
+// counts).
 func (r *leaseRun) abort(as auction.RunState, detail string) {
-	r.mu.Lock()
-	if r.stopAs == "" {
-		r.stopAs, r.stopDetail = as, detail
-		close(r.stop)
-	}
-	r.mu.Unlock()
+	r.step(lifecycle.StopRequested{As: as, Detail: detail})
 }
 
 // shutdown stops the job because the daemon is stopping and waits for it.
 func (r *leaseRun) shutdown() {
-	r.abort(auction.RunFailed, "provider daemon shut down during the lease")
+	r.abort(auction.RunFailed, lifecycle.ShutdownDetail)
 	<-r.done
 }
 
@@ -596,106 +623,258 @@ func (r *leaseRun) state() auction.RunState {
 	return r.pr.Rec.Run
 }
 
-func (r *leaseRun) run() {
-	defer close(r.done)
+func (r *leaseRun) phase() lifecycle.Phase {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pr.Rec.Phase
+}
+
+func (r *leaseRun) handle() runtime.Handle {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.h
+}
+
+// step applies ev to the lease's machine (lifecycle.Rules.Step) and queues
+// its effects for the lease's loop; it reports whether ev changed
+// anything. The effects that only signal are done at once: a count, and
+// the stop of what the lease waits on (a fetch, the checkpoint loop),
+// which the loop, blocked in it, could not do.
+func (r *leaseRun) step(ev lifecycle.Event) bool {
+	s := r.s
+	prev, st, effs := r.apply(ev)
+	switch {
+	case st.Phase == prev.Phase:
+	case st.Phase == lifecycle.Abandoned:
+		s.log.Error("lease could not be settled within the settlement window; giving up", "lease", st.Lease.ID, "window", s.cfg.SettleWindow)
+	case st.Phase == lifecycle.Disputed && prev.Phase != "":
+		s.log.Error("lease settlement given up: the renter refuses its receipt", "lease", st.Lease.ID, "renter", st.Lease.Renter, "reason", st.Dispute)
+	case st.Phase == lifecycle.Retrying && prev.Phase != "":
+		s.log.Info("lease not settled yet; retrying", "lease", st.Lease.ID, "retry_in", st.Due.Sub(s.now()).Round(time.Millisecond))
+	}
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	return len(effs) > 0
+}
+
+// apply is step's change of the lease's state, under its lock.
+func (r *leaseRun) apply(ev lifecycle.Event) (prev, st lifecycle.Lease, effs []lifecycle.Effect) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev = r.pr.Rec
+	st, effs = r.s.rules().Step(prev, ev, r.s.now())
+	r.pr.Rec = st
+	for _, e := range effs {
+		switch e := e.(type) {
+		case lifecycle.Count:
+			r.s.cfg.Counters.Add(e.Name)
+			continue
+		case lifecycle.CancelPrepare:
+			r.closeStop()
+			continue
+		case lifecycle.StopExecutor:
+			r.closeStop()
+		}
+		r.queue = append(r.queue, e)
+	}
+	return prev, st, effs
+}
+
+func (r *leaseRun) closeStop() { r.stopOnce.Do(func() { close(r.stop) }) }
+
+func (r *leaseRun) closeDone() { r.doneOnce.Do(func() { close(r.done) }) }
+
+// next takes the next effect queued (false: none).
+func (r *leaseRun) next() (lifecycle.Effect, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.queue) == 0 {
+		return nil, false
+	}
+	e := r.queue[0]
+	r.queue = r.queue[1:]
+	return e, true
+}
+
+// effects carries out the queued effects, in order, with those their
+// results queue; it reports false once the lease is parked.
+func (r *leaseRun) effects() bool {
+	for e, ok := r.next(); ok; e, ok = r.next() {
+		if !r.do(e) {
+			return false
+		}
+	}
+	return true
+}
+
+// loop is the lease's goroutine: it carries out the lease's effects and
+// waits for what comes next (a step from a caller, its timer, its job's
+// exit), until the lease is done here: settled or given up, parked for
+// the next start, or, its run over, the supervisor stopping (Recover takes
+// its settlement up again at the next start). done is closed once the
+// run ended and its first settlement attempt was made.
+func (r *leaseRun) loop() {
+	defer r.closeDone()
+	for {
+		if !r.effects() {
+			return
+		}
+		r.mu.Lock()
+		st := r.pr.Rec
+		r.mu.Unlock()
+		if st.Phase.Final() {
+			return
+		}
+		var stopping <-chan struct{}
+		if st.Run.Terminal() {
+			r.closeDone()
+			stopping = r.s.ctx.Done()
+		}
+		select {
+		case <-r.wake:
+		case <-r.timer.C:
+			r.step(lifecycle.TimerDue{})
+		case res := <-r.exits:
+			r.exits = nil
+			<-r.ckptDone
+			r.step(lifecycle.Exited{Exit: exitOf(res)})
+		case <-stopping:
+			return
+		}
+	}
+}
+
+// do carries out one effect, feeding its result back (step); it reports
+// false when the lease is parked.
+func (r *leaseRun) do(e lifecycle.Effect) bool {
+	s := r.s
+	switch e := e.(type) {
+	case lifecycle.Persist:
+		s.saveRun(r)
+	case lifecycle.ArmTimer:
+		r.timer.Reset(e.At.Sub(s.now()))
+	case lifecycle.AnnounceMove:
+		r.announceMove(e.Lease)
+	case lifecycle.StartHeartbeats:
+		stop, done := make(chan struct{}), make(chan struct{})
+		r.beatsStop, r.beatsDone = stop, done
+		go func() {
+			defer close(done)
+			r.heartbeats(stop)
+		}()
+	case lifecycle.Prepare:
+		if err := r.prepare(); err != nil {
+			now := s.now()
+			r.step(lifecycle.Failed{Exit: lifecycle.Exit{Code: -1, Started: now, Ended: now, Err: err.Error(), SpecFault: runtime.JobFault(err)}})
+			break
+		}
+		r.step(lifecycle.Prepared{})
+	case lifecycle.StartExecutor:
+		r.startExec()
+	case lifecycle.Notify:
+		pr := r.record() // the state as it is now, however late the report goes
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			_, _ = s.sendEvent(pr, 5)
+		}()
+	case lifecycle.StopExecutor:
+		if h := r.handle(); h != nil {
+			_ = h.Stop(e.Grace)
+		}
+	case lifecycle.Snapshot:
+		r.mu.Lock()
+		h, started, ended := r.h, r.pr.Rec.Started, r.pr.Rec.Exit.Ended
+		r.mu.Unlock()
+		r.snapshot(h, auction.CheckpointStopped, started, maxTime(ended, started), r.logw)
+	case lifecycle.CollectOutputs:
+		r.collect()
+		r.step(lifecycle.OutputsCollected{})
+	case lifecycle.Release:
+		r.release()
+	case lifecycle.Free:
+		r.mu.Lock()
+		st := r.pr.Rec
+		r.mu.Unlock()
+		s.cfg.Observe.leaseEnded(st.Lease, st.Run, st.Started, st.Ended)
+		if s.cfg.LeaseEnded != nil {
+			_ = s.cfg.LeaseEnded(st.Lease.ID, st.Ended, st.Run)
+		}
+		s.log.Info("job ended", "lease", st.Lease.ID, "run", st.Run, "detail", st.Detail)
+	case lifecycle.SendReport:
+		r.sendReport()
+	case lifecycle.SendReceipt:
+		r.sendReceipt(e.Start, e.End)
+	case lifecycle.RecordDispute:
+		l := r.lease()
+		if err := s.cfg.Receipts.dispute(l.ID, l.JobID, l.Renter, e.Reason); err != nil {
+			s.log.Error("ledger: dispute not recorded", "lease", l.ID, "err", err)
+		}
+	case lifecycle.Purge:
+		s.purgeNoPersist(r)
+	case lifecycle.Park:
+		s.log.Info("reservation kept for the next start", "lease", r.lease().ID)
+		return false
+	case lifecycle.Rebook:
+		r.rebook()
+	case lifecycle.KillOrphan:
+		r.mu.Lock()
+		pgid, id, detail := r.pr.Pgid, r.pr.Rec.Lease.ID, r.pr.Rec.Detail
+		r.mu.Unlock()
+		killOrphan(pgid, s.cfg.WorkRoot)
+		s.log.Warn("lease interrupted by a daemon restart", "lease", id, "detail", detail)
+	}
+	return true
+}
+
+// exitOf is the machine's account of an executor's result.
+func exitOf(res runtime.Result) lifecycle.Exit {
+	e := lifecycle.Exit{Started: res.Started, Ended: res.Ended, Code: res.ExitCode, Reason: res.Reason, How: lifecycle.HowOther}
+	switch res.Reason {
+	case runtime.ReasonExited:
+		e.How = lifecycle.HowExited
+	case runtime.ReasonDeadline:
+		e.How = lifecycle.HowDeadline
+	case runtime.ReasonOOM:
+		e.How = lifecycle.HowOOM
+	}
+	if res.Err != nil {
+		e.Err, e.SpecFault = res.Err.Error(), runtime.JobFault(res.Err)
+	}
+	return e
+}
+
+// prepare lays out what the job needs before it starts: its log, its
+// sealed scratch and keys, its inputs, the checkpoint it restores and its
+// network. What it holds is freed at release.
+func (r *leaseRun) prepare() error {
 	s := r.s
 	l, job := r.lease(), r.pr.Job
 	log := s.log.With("lease", l.ID, "job", l.JobID)
-	stoppedAhead := func() {
-		if r.isKept() {
-			log.Info("reservation kept for the next start")
-			return
-		}
-		// Stopped ahead of its start (evicted for gold, released, its
-		// move untold): it never ran, and its report carries no start.
-		r.finish(runtime.Result{Ended: s.now(), ExitCode: -1}, nil)
-	}
-	for {
-		wait := l.Start.Sub(s.now())
-		if wait <= 0 {
-			r.mu.Lock()
-			r.began = true
-			r.mu.Unlock()
-			select {
-			case <-r.moved: // moved (earlier still) as the wait ended
-				l = r.movedTo(l)
-			default:
-			}
-			select {
-			case <-r.stop:
-				stoppedAhead()
-				return
-			default:
-			}
-			break
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-timer.C:
-		case <-r.moved:
-			timer.Stop()
-			l = r.movedTo(l)
-		case <-r.stop:
-			timer.Stop()
-			stoppedAhead()
-			return
-		}
-	}
-	if now := s.now(); !now.Before(l.End) {
-		// Taken up after its end (a slow host or store; the auction
-		// confirms no lease that late, auction.Lease.Late): started now,
-		// the job would run on devices the calendar has given to the next
-		// lease. It is not run; the lateness is the provider's, and its
-		// renter requeues the job.
-		s.cfg.Counters.Add("provider.lease_begun_late")
-		log.Warn("lease not run: its span was over when it could begin", "start", l.Start, "end", l.End)
-		r.finish(runtime.Result{ExitCode: -1, Ended: now, Err: fmt.Errorf("lease was over (its end %s passed by %s) before the provider started it",
-			l.End.Format(time.RFC3339Nano), now.Sub(l.End).Round(time.Millisecond))}, nil)
-		return
-	}
-	// Heartbeats go from the lease's start (Preparing until the job
-	// starts: inputs and a checkpoint may take a while to fetch) until the
-	// final report is ready (outputs collected): a renter hears the
-	// provider all along, or calls it lost.
-	beatsStop, beatsDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(beatsDone)
-		r.heartbeats(beatsStop)
-	}()
-	stopBeats := sync.OnceFunc(func() { close(beatsStop); <-beatsDone })
-	defer stopBeats()
-	fail := func(res runtime.Result) {
-		stopBeats()
-		r.closeSeal() // as at a run's end (below)
-		r.finish(res, nil)
-	}
 	if err := os.MkdirAll(filepath.Dir(s.logPath(l.ID)), 0o700); err != nil {
-		fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err})
-		return
+		return err
 	}
 	logf, err := os.OpenFile(s.logPath(l.ID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err})
-		return
+		return err
 	}
-	defer logf.Close()
+	r.releases = append(r.releases, func() { _ = logf.Close() })
 	lw := &lockedWriter{w: logf, sum: sha256.New()}
 	if err := lw.seed(logf); err != nil {
-		fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err})
-		return
+		return err
 	}
 	// Whatever ends the run from here, its report names the log as
-	// written (finish takes its digest).
+	// written (release takes its digest).
 	r.mu.Lock()
 	r.logw = lw
 	r.mu.Unlock()
 	if job.Sealed {
 		if err := r.openSeal(job); err != nil {
 			fmt.Fprintf(lw, "gpumesh: sealed job: %v\n", err)
-			fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: fmt.Errorf("sealed job: %w", err)})
-			return
+			return fmt.Errorf("sealed job: %w", err)
 		}
-		defer r.closeSeal()
 	}
 	gpus, uuids := s.leaseDevices(l)
 	spec := runtime.Spec{ID: l.ID, JobID: job.ID, Command: job.Run.Command, Image: job.Run.Image, Env: job.Run.Env,
@@ -705,16 +884,13 @@ func (r *leaseRun) run() {
 		// slices (the capability record says how: GPU.Isolation).
 		spec.MPS = runtime.SliceMPS(s.cfg.GPUs[gpus[0]], l.GPUFraction)
 	}
-	releaseInputs := func() {}
 	if len(job.Run.Artifacts()) > 0 {
 		release, dir, image, err := r.prepareInputs(job)
 		if err != nil {
 			fmt.Fprintf(lw, "gpumesh: job inputs: %v\n", err)
-			fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: fmt.Errorf("inputs: %w", err)})
-			return
+			return fmt.Errorf("inputs: %w", err)
 		}
-		releaseInputs = sync.OnceFunc(release)
-		defer releaseInputs()
+		r.releases = append(r.releases, release)
 		if len(job.Run.Inputs) > 0 {
 			spec.Inputs = dir
 		}
@@ -725,77 +901,66 @@ func (r *leaseRun) run() {
 	}
 	restoreDir, releaseRestore, err := r.restoreCheckpoint(job, lw)
 	if err != nil {
-		fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: err})
-		return
+		return err
 	}
-	releaseRestore = sync.OnceFunc(releaseRestore)
-	defer releaseRestore()
+	r.releases = append(r.releases, releaseRestore)
 	spec.Restore = restoreDir
-	var netStarted func(runtime.Handle)
 	if s.cfg.Network != nil {
-		st, end, err := s.cfg.Network(l, job, &spec)
+		started, end, err := s.cfg.Network(l, job, &spec)
 		if err != nil {
 			fmt.Fprintf(lw, "gpumesh: job network: %v\n", err)
-			fail(runtime.Result{ExitCode: -1, Started: s.now(), Ended: s.now(), Err: fmt.Errorf("network: %w", err)})
-			return
+			return fmt.Errorf("network: %w", err)
 		}
 		if end != nil {
-			defer end()
+			r.releases = append(r.releases, end)
 		}
-		netStarted = st
+		r.netStarted = started
 	}
+	r.spec = spec
+	return nil
+}
+
+// startExec starts the prepared job, and the goroutines that wait for its
+// exit and take its periodic checkpoints.
+func (r *leaseRun) startExec() {
+	s := r.s
+	l, job, lw := r.lease(), r.pr.Job, r.logw
 	started := s.now()
-	h, err := s.cfg.Exec.Start(s.ctx, spec, lw, lw)
+	h, err := s.cfg.Exec.Start(s.ctx, r.spec, lw, lw)
 	if err != nil {
 		fmt.Fprintf(lw, "gpumesh: job failed to start: %v\n", err)
-		fail(runtime.Result{ExitCode: -1, Started: started, Ended: s.now(), Err: err})
+		r.step(lifecycle.Failed{Exit: lifecycle.Exit{Code: -1, Started: started, Ended: s.now(), Err: err.Error(), SpecFault: runtime.JobFault(err)}})
 		return
 	}
-	if netStarted != nil {
-		netStarted(h)
+	if r.netStarted != nil {
+		r.netStarted(h)
 	}
 	r.mu.Lock()
 	r.h = h
-	r.pr.Rec.Run = auction.RunRunning
-	// The run (and its bill) starts once the executor started it: what
-	// Start took (an image pulled, files laid out) was preparation, as
-	// the heartbeats said, and is not billed.
-	r.pr.Rec.Started = s.now()
-	r.pr.Rec.Backend = backendName(s.cfg.Exec, spec)
 	if p, ok := h.(interface{ Pid() int }); ok {
 		r.pr.Pgid = p.Pid()
 	}
 	r.mu.Unlock()
-	s.saveRun(r)
-	log.Info("job started", "backend", r.pr.Rec.Backend, "start_latency", started.Sub(maxTime(l.Start, r.confirmed)).Round(time.Microsecond))
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		_, _ = s.sendEvent(r, 5)
-	}()
-
-	ckptDone := make(chan struct{})
+	exits, ckptDone := make(chan runtime.Result, 1), make(chan struct{})
+	r.exits, r.ckptDone = exits, ckptDone
+	go func() { exits <- h.Wait() }()
 	go func() {
 		defer close(ckptDone)
 		if job.CheckpointEvery > 0 {
 			r.checkpointLoop(h, job.CheckpointEvery, started, lw)
 		}
 	}()
-	resultCh := make(chan runtime.Result, 1)
-	go func() { resultCh <- h.Wait() }()
-	var res runtime.Result
-	select {
-	case res = <-resultCh:
-	case <-r.stop:
-		_ = h.Stop(s.cfg.PreemptGrace)
-		res = <-resultCh
-	}
-	<-ckptDone
-	if r.stoppedEarly(res) {
-		// The job had its grace period to save its state: the renter holds
-		// it before it hears of the end (and requeues).
-		r.snapshot(h, auction.CheckpointStopped, started, maxTime(res.Ended, started), lw)
-	}
+	backend := backendName(s.cfg.Exec, r.spec)
+	r.step(lifecycle.ExecStarted{Backend: backend})
+	s.log.Info("job started", "lease", l.ID, "job", l.JobID, "backend", backend,
+		"start_latency", started.Sub(maxTime(l.Start, r.confirmed)).Round(time.Microsecond))
+}
+
+// collect takes the exited job's outputs (into its outputs artifact, when
+// kept as one) and wipes its work dir.
+func (r *leaseRun) collect() {
+	s := r.s
+	l, job, h, lw := r.lease(), r.pr.Job, r.handle(), r.logw
 	outDir := s.outDir(l.ID)
 	seal := r.sealed()
 	if seal != nil {
@@ -806,32 +971,61 @@ func (r *leaseRun) run() {
 		fmt.Fprintf(lw, "gpumesh: collecting outputs: %v\n", err)
 	}
 	if err := h.Cleanup(); err != nil {
-		log.Warn("wipe work dir", "err", err)
+		s.log.Warn("wipe work dir", "lease", l.ID, "err", err)
 	}
 	// A no-persist job's outputs are not kept as an artifact: its renter
 	// takes them over the outputs stream before it settles. A sealed
 	// job's are, sealed: its renter takes them from there, and nothing
 	// else of them is here (a no-persist one's artifact goes once the
 	// lease is settled, purgeNoPersist).
+	art := ""
 	if len(outs) > 0 && s.cfg.OutputsArtifact != nil && (!job.NoPersist || seal != nil) {
 		if id, err := s.cfg.OutputsArtifact(outDir, l.Renter, seal.leaseKeys()); err != nil {
-			log.Warn("outputs not stored as an artifact", "err", err)
+			s.log.Warn("outputs not stored as an artifact", "lease", l.ID, "err", err)
 		} else {
-			r.mu.Lock()
-			r.pr.OutputsArtifact = id
-			r.mu.Unlock()
+			art = id
 		}
 	}
+	// Set while the run is not over yet: its renter reads the outputs
+	// once it is.
+	r.mu.Lock()
+	r.pr.Outputs, r.pr.OutputsArtifact = outs, art
+	r.mu.Unlock()
 	s.pruneJobFiles(l.ID)
-	stopBeats()
-	// A sealed job's plaintext goes before its end is reported: once
-	// its renter hears of it, none is left here.
+}
+
+// release ends what the run held once it is over: its heartbeats (its
+// final report is ready), a sealed job's plaintext (none is left once its
+// renter hears of the end), its inputs, restored checkpoint and network,
+// and its log (whose digest the report names); the devices' memory is
+// cleared before the calendar frees them (Free).
+func (r *leaseRun) release() {
+	s := r.s
+	if r.beatsStop != nil {
+		close(r.beatsStop)
+		<-r.beatsDone
+		r.beatsStop = nil
+	}
 	r.closeSeal()
-	// So are its inputs and restored checkpoint unpinned: once its renter
-	// hears of the end, nothing here is held for the job any more.
-	releaseInputs()
-	releaseRestore()
-	r.finish(res, outs)
+	for i := len(r.releases) - 1; i >= 0; i-- {
+		r.releases[i]() // last taken, first freed
+	}
+	r.releases = nil
+	scrub := ""
+	if s.cfg.Scrub != nil {
+		scrub = s.cfg.Scrub(r.lease().ID)
+	}
+	r.mu.Lock()
+	r.pr.Scrub = scrub
+	if r.logw != nil {
+		r.pr.LogDigest, r.pr.LogBytes = r.logw.digest()
+	}
+	r.pr.FilesUntil = s.filesDue(&r.pr)
+	id, until := r.pr.Rec.Lease.ID, r.pr.FilesUntil
+	r.mu.Unlock()
+	s.mu.Lock()
+	s.filesUntil[id] = until
+	s.mu.Unlock()
 }
 
 // pruneEvery is how often, at most, a lease's end prunes job files by
@@ -1065,103 +1259,6 @@ func backendName(e runtime.Executor, spec runtime.Spec) string {
 	return e.Name()
 }
 
-// finish records how the job ended, frees the calendar and settles.
-func (r *leaseRun) finish(res runtime.Result, outs []auction.OutputFile) {
-	s := r.s
-	scrub := ""
-	if s.cfg.Scrub != nil {
-		// Before the calendar frees the devices (LeaseEnded), so that no
-		// later lease gets them uncleared.
-		scrub = s.cfg.Scrub(r.lease().ID)
-	}
-	r.mu.Lock()
-	r.pr.Scrub = scrub
-	state, detail, fault := classify(res, r.stopAs, r.stopDetail)
-	rec := &r.pr.Rec
-	if backfillGapEnded(r.pr.Job, rec.Lease, state) {
-		// A bronze job took a backfill gap shorter than itself: reaching the
-		// gap's end is a preemption, and its renter requeues the rest.
-		state, detail, fault = auction.RunPreempted, "backfill gap ended before the job did", auction.FaultNone
-	}
-	rec.Run, rec.Detail, rec.Fault = state, detail, fault
-	if r.logw != nil {
-		r.pr.LogDigest, r.pr.LogBytes = r.logw.digest()
-	}
-	if rec.Started.IsZero() {
-		rec.Started = res.Started
-	}
-	rec.Ended = res.Ended
-	if rec.Ended.IsZero() {
-		rec.Ended = s.now()
-	}
-	if rec.Ended.Before(rec.Started) {
-		// It ended before the executor's Start returned (milliseconds of
-		// work on a busy host): its run, and bill, is empty from the
-		// recorded start. An end before the start would be refused.
-		rec.Ended = rec.Started
-	}
-	if res.Started.IsZero() && rec.Run != auction.RunRunning && !endedAhead(*rec) {
-		// never started: no time used.
-		rec.Started = rec.Ended
-	}
-	if res.ExitCode >= 0 && (res.Reason != "" || res.Err == nil) && !res.Started.IsZero() {
-		ec := res.ExitCode
-		rec.ExitCode = &ec
-	}
-	r.pr.Outputs = outs
-	lease := rec.Lease
-	started, ended := rec.Started, rec.Ended
-	r.pr.FilesUntil = s.filesDue(&r.pr)
-	until := r.pr.FilesUntil
-	r.mu.Unlock()
-	s.mu.Lock()
-	s.filesUntil[lease.ID] = until
-	s.mu.Unlock()
-	s.saveRun(r)
-	s.cfg.Observe.leaseEnded(lease, state, started, ended)
-	if s.cfg.LeaseEnded != nil {
-		_ = s.cfg.LeaseEnded(lease.ID, ended, state)
-	}
-	s.log.Info("job ended", "lease", lease.ID, "run", state, "detail", detail)
-	s.settle(r)
-}
-
-// endedAhead reports whether a lease was stopped before its start came
-// (evicted by a gold award, released by its renter): it never ran, has no
-// start, and there is nothing to bill, so it is reported but not settled
-// with a receipt (none could span time inside the lease).
-func endedAhead(rec api.ProviderLease) bool {
-	return rec.Started.IsZero() && !rec.Ended.IsZero() && rec.Ended.Before(rec.Lease.Start)
-}
-
-// classify maps an executor result to a run state.
-func classify(res runtime.Result, stopAs auction.RunState, stopDetail string) (auction.RunState, string, auction.Fault) {
-	switch {
-	case stopAs == auction.RunFailed:
-		return stopAs, stopDetail, auction.FaultProvider // the provider stopped it (shut down)
-	case stopAs != "":
-		return stopAs, stopDetail, auction.FaultNone // preempted or cancelled as agreed
-	case res.Err != nil && res.Reason == "" && runtime.JobFault(res.Err):
-		// The runtime refused the job's own spec (its environment, a
-		// command missing from its image or the host): every provider
-		// would, so it is not requeued nor held against this one.
-		return auction.RunFailed, res.Err.Error(), auction.FaultJob
-	case res.Err != nil && res.Reason == "":
-		return auction.RunFailed, res.Err.Error(), auction.FaultProvider
-	case res.Reason == runtime.ReasonDeadline:
-		return auction.RunExpired, "lease ended before the job did (stopped at the lease end)", auction.FaultJob
-	case res.Reason == runtime.ReasonOOM:
-		return auction.RunFailed, "killed: memory limit exceeded", auction.FaultJob
-	case res.Reason == runtime.ReasonExited && res.ExitCode == 0:
-		return auction.RunSucceeded, "", auction.FaultNone
-	case res.Reason == runtime.ReasonExited:
-		return auction.RunFailed, fmt.Sprintf("exit code %d", res.ExitCode), auction.FaultJob
-	case res.Err != nil:
-		return auction.RunFailed, res.Err.Error(), auction.FaultProvider
-	}
-	return auction.RunFailed, "job ended: " + res.Reason, auction.FaultProvider
-}
-
 // leaseDevices is the device indices a lease holds (0..GPUCount-1 for a
 // lease booked without devices) and their UUIDs, when all are known.
 func (s *Supervisor) leaseDevices(l auction.Lease) ([]int, []string) {
@@ -1253,22 +1350,29 @@ func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 	}
 }
 
-// sendEvent reports the run's state to the renter and returns the renter's
-// heartbeat summary (for terminal states).
-func (s *Supervisor) sendEvent(r *leaseRun, attempts int) (*attest.HeartbeatSummary, error) {
+// record is a copy of the lease's record.
+func (r *leaseRun) record() providerRecord {
 	r.mu.Lock()
-	rec := r.pr.Rec
+	defer r.mu.Unlock()
+	return r.pr
+}
+
+// sendEvent reports the run's state in its record pr to the renter and
+// returns the renter's heartbeat summary (for terminal states).
+func (s *Supervisor) sendEvent(pr providerRecord, attempts int) (*attest.HeartbeatSummary, error) {
+	rec := pr.Rec
 	ev := wire.LeaseEvent{LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Provider: s.cfg.Signer.ID().String(), Run: rec.Run,
 		Detail: rec.Detail, ExitCode: rec.ExitCode, Fault: rec.Fault, Started: rec.Started, Ended: rec.Ended, Time: s.now()}
-	ev.SetOutputs(r.pr.Outputs)
-	ev.OutputsArtifact = r.pr.OutputsArtifact
 	if rec.Run.Terminal() {
-		ev.LogDigest, ev.LogBytes = r.pr.LogDigest, r.pr.LogBytes
+		// (a report of the run under way names no outputs yet: they are
+		// collected just before it ends)
+		ev.SetOutputs(pr.Outputs)
+		ev.OutputsArtifact = pr.OutputsArtifact
+		ev.LogDigest, ev.LogBytes = pr.LogDigest, pr.LogBytes
 	}
-	if r.pr.Restored != nil {
-		ev.Restored = r.pr.Restored.Artifact
+	if pr.Restored != nil {
+		ev.Restored = pr.Restored.Artifact
 	}
-	r.mu.Unlock()
 	resp, err := s.deliverEvent(rec.Lease.Renter, ev, attempts)
 	if err != nil {
 		return nil, err
@@ -1283,41 +1387,20 @@ func (s *Supervisor) sendEvent(r *leaseRun, attempts int) (*attest.HeartbeatSumm
 	return &sum, nil
 }
 
-// movedTo takes up the move of a pending lease that was at l: it is
-// persisted, and the renter hears of it before the lease's first heartbeat
-// (so it watches and bills the new span); a move the renter could not be
-// told of stops the lease unstarted. It returns the lease as moved.
-func (r *leaseRun) movedTo(l auction.Lease) auction.Lease {
+// announceMove tells the renter its pending lease moved earlier to l (a
+// lease event carrying the new start and devices), before the lease's
+// first heartbeat, so that it watches and bills the new span.
+func (r *leaseRun) announceMove(l auction.Lease) {
 	s := r.s
-	moved := r.lease()
-	s.log.Info("lease moved earlier", "lease", l.ID, "job", l.JobID, "from", l.Start, "to", moved.Start)
-	s.cfg.Counters.Add("provider.lease_moved")
-	s.saveRun(r)
-	if err := s.announceMove(r); err != nil {
-		// A renter that does not know of the move would refuse the
-		// lease's heartbeats and report before its old start: the lease
-		// is not run. Its record keeps the lease the renter knows, so its
-		// report says it ended ahead of that start (no start), and the
-		// job goes back to auction.
-		s.log.Warn("renter not told of the lease's move: the lease is not run", "lease", l.ID, "err", err)
-		s.cfg.Counters.Add("provider.move_untold")
-		r.mu.Lock()
-		r.pr.Rec.Lease = l
-		r.mu.Unlock()
-		r.abort(auction.RunFailed, "renter not told of the lease's move earlier: "+err.Error())
-		return l
-	}
-	return moved
-}
-
-// announceMove tells the renter its pending lease moved earlier (a lease
-// event carrying the new start and devices).
-func (s *Supervisor) announceMove(r *leaseRun) error {
-	l := r.lease()
+	s.log.Info("lease moved earlier", "lease", l.ID, "job", l.JobID, "to", l.Start)
 	ev := wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: s.cfg.Signer.ID().String(), Run: auction.RunPending,
 		Time: s.now(), Moved: &wire.LeaseMove{Start: l.Start, Devices: l.Devices}}
-	_, err := s.deliverEvent(l.Renter, ev, 3)
-	return err
+	if _, err := s.deliverEvent(l.Renter, ev, 3); err != nil {
+		s.log.Warn("renter not told of the lease's move: the lease is not run", "lease", l.ID, "err", err)
+		r.step(lifecycle.MoveUntold{Err: err.Error()})
+		return
+	}
+	r.step(lifecycle.MoveTold{Lease: l})
 }
 
 // deliverEvent seals a lease event and sends it to the renter, trying up
@@ -1351,61 +1434,40 @@ func (s *Supervisor) deliverEvent(renterID string, ev wire.LeaseEvent, attempts 
 // trying to settle it with an unreachable or refusing renter.
 const DefaultSettleWindow = 24 * time.Hour
 
-// settle reports the end to the renter, exchanges the two-party receipt and
-// records it in the ledger and the reputation book. A failed attempt (the
-// renter is unreachable, restarting, or its disk is full) is retried in
-// the background with a doubling wait until the lease is settled, the
-// supervisor stops (Recover takes it up again after a restart) or the
-// lease ended more than SettleWindow ago. A receipt the renter refuses
-// maxReceiptRefusals times disagrees with its view of the lease for good:
-// the settlement is given up as a dispute (dispute).
-func (s *Supervisor) settle(r *leaseRun) {
-	refusals := 0
-	// over reports whether the attempt that ended with err ends the
-	// settlement.
-	over := func(err error) bool {
-		var ref *refusal
-		switch {
-		case err == nil || s.ctx.Err() != nil:
-			return true
-		case errors.As(err, &ref):
-			s.cfg.Counters.Add("provider.settle_refused")
-			if refusals++; refusals >= maxReceiptRefusals {
-				s.dispute(r, refusals, ref.err)
-				return true
-			}
-		}
-		if s.settleExpired(r.lease()) {
-			s.giveUpSettle(r, err)
-			return true
-		}
-		return false
-	}
-	err := s.trySettle(r)
-	if over(err) {
+// sendReport sends the final report of the lease's run, the first half of
+// its settlement; the renter answers with its heartbeat summary, which the
+// receipt bills by. When and how often a failed settlement is tried again,
+// and when it is given up, is the lease's machine's to say.
+func (r *leaseRun) sendReport() {
+	s := r.s
+	sum, err := s.sendEvent(r.record(), 1)
+	if err != nil {
+		s.log.Warn("lease not settled: renter unreachable for the final report", "lease", r.lease().ID, "err", err)
+		r.step(lifecycle.ReportFailed{Err: err.Error()})
 		return
 	}
-	log := s.log.With("lease", r.lease().ID)
-	log.Warn("lease not settled yet; retrying", "err", err, "retry_in", s.cfg.SettleRetry)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		wait := s.cfg.SettleRetry
-		for {
-			select {
-			case <-time.After(wait):
-			case <-s.ctx.Done():
-				return
-			}
-			err := s.trySettle(r)
-			if over(err) {
-				return
-			}
-			s.cfg.Counters.Add("provider.settle_retry")
-			wait = min(2*wait, s.cfg.SettleRetryMax)
-			log.Info("lease not settled yet; retrying", "err", err, "retry_in", wait)
-		}
-	}()
+	r.sum = sum
+	r.step(lifecycle.ReportDelivered{})
+	if r.phase() == lifecycle.Settled {
+		s.log.Info("lease ended before its start: reported, nothing to settle", "lease", r.lease().ID)
+	}
+}
+
+// sendReceipt makes the lease's receipt billing start to end, has its
+// renter countersign it and records it in the ledger and the reputation
+// book.
+func (r *leaseRun) sendReceipt(start, end time.Time) {
+	s := r.s
+	switch err := r.exchangeReceipt(start, end); {
+	case err == nil:
+		r.step(lifecycle.ReceiptCountersigned{})
+	case errors.As(err, new(*refusal)):
+		s.log.Warn("lease not settled: receipt refused", "lease", r.lease().ID, "err", err)
+		r.step(lifecycle.ReceiptRefused{Err: errors.Unwrap(err).Error()})
+	default:
+		s.log.Warn("lease not settled", "lease", r.lease().ID, "err", err)
+		r.step(lifecycle.ReceiptFailed{Err: err.Error()})
+	}
 }
 
 // refusal is a settlement attempt whose receipt the renter, reached (it
@@ -1415,72 +1477,25 @@ type refusal struct{ err error }
 func (e *refusal) Error() string { return "receipt not countersigned: " + e.err.Error() }
 func (e *refusal) Unwrap() error { return e.err }
 
-// dispute gives up settling a lease whose receipt its renter refused
-// refusals times, last saying err: the ledger records the dispute, and the
-// lease's record says so (its settlement is not taken up again).
-func (s *Supervisor) dispute(r *leaseRun, refusals int, err error) {
-	l := r.lease()
-	reason := fmt.Sprintf("receipt refused %d times by the renter: %v", refusals, err)
-	s.cfg.Counters.Add("provider.settle_disputed")
-	s.log.Error("lease settlement given up: the renter refuses its receipt", "lease", l.ID, "renter", l.Renter, "err", err)
-	if err := s.cfg.Receipts.dispute(l.ID, l.JobID, l.Renter, reason); err != nil {
-		s.log.Error("ledger: dispute not recorded", "lease", l.ID, "err", err)
-	}
+// exchangeReceipt is one receipt exchange (sendReceipt).
+func (r *leaseRun) exchangeReceipt(start, end time.Time) error {
+	s := r.s
 	r.mu.Lock()
-	r.pr.Rec.Dispute = reason
-	r.mu.Unlock()
-	s.saveRun(r)
-	s.purgeNoPersist(r)
-}
-
-// settleExpired reports whether a lease ended too long ago to keep trying
-// to settle it.
-func (s *Supervisor) settleExpired(l auction.Lease) bool {
-	return s.now().After(l.End.Add(s.cfg.SettleWindow))
-}
-
-func (s *Supervisor) giveUpSettle(r *leaseRun, err error) {
-	s.cfg.Counters.Add("provider.settle_abandoned")
-	s.log.Error("lease could not be settled within the settlement window; giving up", "lease", r.lease().ID,
-		"window", s.cfg.SettleWindow, "err", err)
-	s.purgeNoPersist(r)
-}
-
-// trySettle makes one attempt at the final report and receipt exchange.
-func (s *Supervisor) trySettle(r *leaseRun) error {
-	r.mu.Lock()
-	done := r.pr.Settled || r.pr.Rec.Dispute != ""
-	r.mu.Unlock()
-	if done {
-		return nil
-	}
-	log := s.log.With("lease", r.lease().ID)
-	sum, err := s.sendEvent(r, 1)
-	if err != nil {
-		return fmt.Errorf("renter unreachable for the final report: %w", err)
-	}
-	r.mu.Lock()
-	rec := r.pr.Rec
+	rec, sum := r.pr.Rec, r.sum
 	outs := r.pr.Outputs
 	ckpt := ""
-	if endedAhead(rec) {
-		// Reported: the renter requeues it; no time to settle.
-		r.mu.Unlock()
-		r.markSettled()
-		s.purgeNoPersist(r)
-		log.Info("lease ended before its start: reported, nothing to settle")
-		return nil
-	}
 	if r.pr.Checkpoint != nil {
 		ckpt = r.pr.Checkpoint.Artifact
 	}
 	logDigest, scrub, noPersist := r.pr.LogDigest, r.pr.Scrub, r.pr.Job.NoPersist
 	r.mu.Unlock()
-	rec.Started, rec.Ended = receiptSpan(rec.Lease, rec.Started, rec.Ended)
+	if sum == nil {
+		return errors.New("no heartbeat summary from the renter to bill by")
+	}
 	// Bill what the renter can vouch for: the run's span less the gaps in
 	// the heartbeat summary the renter answered with (the renter checks
 	// the same bound, attest.BillableSeconds, before it countersigns).
-	gpuSec := attest.BillableSeconds(rec.Lease, rec.Started, rec.Ended, rec.Ended, *sum) * rec.Lease.BilledGPUs()
+	gpuSec := attest.BillableSeconds(rec.Lease, start, end, end, *sum) * rec.Lease.BilledGPUs()
 	gpus, uuids := s.leaseDevices(rec.Lease)
 	devices := uuids
 	if devices == nil {
@@ -1490,7 +1505,7 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	}
 	rc := attest.Receipt{
 		LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Renter: rec.Lease.Renter, Provider: rec.Lease.Provider,
-		Start: rec.Started, End: rec.Ended, GPUCount: rec.Lease.GPUCount, GPUFraction: rec.Lease.GPUFraction, Devices: devices,
+		Start: start, End: end, GPUCount: rec.Lease.GPUCount, GPUFraction: rec.Lease.GPUFraction, Devices: devices,
 		GPUSeconds: gpuSec, Price: rec.Lease.Price,
 		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run, Fault: rec.Fault,
 		ResultHash: auction.ManifestHash(outs), Checkpoint: ckpt, LogDigest: logDigest, Heartbeats: *sum, IssuedAt: s.now(),
@@ -1522,62 +1537,31 @@ func (s *Supervisor) trySettle(r *leaseRun) error {
 	}
 	if err := s.cfg.Receipts.record(full, false); err != nil {
 		if errors.Is(err, ledger.ErrAlreadySettled) {
-			r.markSettled()
-			s.purgeNoPersist(r)
 			return nil
 		}
 		return fmt.Errorf("ledger: %w", err)
 	}
-	r.markSettled()
-	// The renter countersigned once it held the log and outputs.
-	s.purgeNoPersist(r)
 	s.cfg.Receipts.gossip(full)
-	log.Info("lease settled", "amount_usd", fmt.Sprintf("%.6f", rc.Amount), "gpu_seconds", fmt.Sprintf("%.1f", gpuSec))
+	s.log.Info("lease settled", "lease", rec.Lease.ID, "amount_usd", fmt.Sprintf("%.6f", rc.Amount), "gpu_seconds", fmt.Sprintf("%.1f", gpuSec))
 	return nil
 }
 
-// receiptSpan is the span a receipt of lease l whose run went from started
-// to ended states: the run clipped to the lease (a job stopped at the
-// lease's end ends a moment after it; the renter refuses a receipt outside
-// the lease, attest.CheckReceipt), and a positive interval: a lease that
-// never ran (or died before its first heartbeat) is settled as a 1 ms span,
-// inside the lease.
-func receiptSpan(l auction.Lease, started, ended time.Time) (time.Time, time.Time) {
-	started = maxTime(started, l.Start)
-	if ended.After(l.End) {
-		ended = l.End
-	}
-	if !ended.After(started) {
-		if last := l.End.Add(-time.Millisecond); started.After(last) {
-			started = last
-		}
-		ended = started.Add(time.Millisecond)
-	}
-	return started, ended
-}
-
-func (r *leaseRun) markSettled() {
-	r.mu.Lock()
-	r.pr.Settled = true
-	r.mu.Unlock()
-	r.s.saveRun(r)
-}
-
-// Recover runs at start: a confirmed lease still pending whose start is
-// ahead is booked again and scheduled (restore); any other lease that was
+// Recover runs at start and takes up every lease the store holds that is
+// not done (lifecycle.Restarted): a confirmed lease still pending whose
+// start is ahead is booked again and scheduled; any other lease that was
 // pending or running when the daemon stopped is reported failed (never
 // silently forgotten), its leftover processes are killed and its scratch
-// space wiped; unsettled leases (not given up as disputed) are settled
-// once the network is up (after
+// space wiped; unsettled leases are settled once the network is up (after
 // RecoverDelay).
 func (s *Supervisor) Recover() error {
 	var stale []providerRecord
 	err := s.cfg.Store.List(func(_ string, raw []byte) error {
 		var pr providerRecord
-		if err := json.Unmarshal(raw, &pr); err != nil {
+		if err := json.Unmarshal(raw, &pr); err != nil || pr.Rec.Lease.ID == "" {
 			return nil
 		}
-		if !pr.Rec.Run.Terminal() || (!pr.Settled && pr.Rec.Dispute == "") {
+		pr.upgrade()
+		if !pr.Rec.Phase.Final() {
 			stale = append(stale, pr)
 		}
 		return nil
@@ -1586,44 +1570,28 @@ func (s *Supervisor) Recover() error {
 		return err
 	}
 	for _, pr := range stale {
-		if s.restore(pr) {
-			continue
+		r := s.newRun(pr)
+		r.step(lifecycle.Restarted{LastBeat: pr.LastBeat})
+		r.mu.Lock()
+		ended := r.pr.Rec.Run.Terminal()
+		if ended && r.pr.FilesUntil.IsZero() {
+			r.pr.FilesUntil = s.filesDue(&r.pr)
 		}
-		if !pr.Rec.Run.Terminal() {
-			was := pr.Rec.Run
-			killOrphan(pr.Pgid, s.cfg.WorkRoot)
-			pr.Rec.Run, pr.Rec.Fault = auction.RunFailed, auction.FaultProvider
-			pr.Rec.Detail = fmt.Sprintf("provider daemon restarted while the job was %s; the job was stopped", was)
-			pr.Rec.Ended = pr.LastBeat
-			// (its last heartbeat may precede the start: one sent while
-			// the job's inputs were prepared)
-			if pr.Rec.Ended.IsZero() || pr.Rec.Started.IsZero() || pr.Rec.Ended.Before(pr.Rec.Started) {
-				pr.Rec.Ended = pr.Rec.Started
-			}
-			s.log.Warn("lease interrupted by a daemon restart", "lease", pr.Rec.Lease.ID, "was", was)
-		}
-		if pr.FilesUntil.IsZero() {
-			pr.FilesUntil = s.filesDue(&pr)
-		}
-		if err := s.cfg.Store.Put(pr.Rec.Lease.ID, pr); err != nil {
-			return err
-		}
-		r := &leaseRun{s: s, pr: pr, stop: make(chan struct{}), done: make(chan struct{})}
-		close(r.done)
+		id, until := r.pr.Rec.Lease.ID, r.pr.FilesUntil
+		r.mu.Unlock()
+		// Carried out now, before the auction takes calls: the booking
+		// again, the orphan's kill, the record's save.
+		r.effects()
 		s.mu.Lock()
-		s.runs[pr.Rec.Lease.ID] = r
-		s.filesUntil[pr.Rec.Lease.ID] = pr.FilesUntil
+		s.runs[id] = r
+		if ended {
+			s.filesUntil[id] = until
+		}
 		s.mu.Unlock()
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			// Wait for the network before telling the renter.
-			select {
-			case <-time.After(s.cfg.RecoverDelay):
-			case <-s.ctx.Done():
-				return
-			}
-			s.settle(r)
+			r.runGuarded()
 		}()
 	}
 	s.pruneJobFiles("")
@@ -1636,6 +1604,40 @@ func (s *Supervisor) Recover() error {
 		s.log.Info("wiped orphaned work dirs", "count", n)
 	}
 	return nil
+}
+
+// upgrade reads a record stored before the lease's machine was: its phase
+// from the old settled flag and dispute, its job's terms from its job.
+func (pr *providerRecord) upgrade() {
+	if pr.Rec.Phase != "" {
+		return
+	}
+	pr.Rec.Terms = lifecycle.TermsOf(pr.Job)
+	switch {
+	case pr.OldSettled:
+		pr.Rec.Phase = lifecycle.Settled
+	case pr.Rec.Dispute != "" && pr.Rec.Run.Terminal():
+		pr.Rec.Phase = lifecycle.Disputed
+	}
+}
+
+// rebook books a lease taken up at recovery on the auction's calendar
+// again (it lives in memory).
+func (r *leaseRun) rebook() {
+	s := r.s
+	l, job := r.lease(), r.pr.Job
+	l.State = auction.RunPending
+	err := errors.New("no calendar to book it on")
+	if s.cfg.Rebook != nil {
+		err = s.cfg.Rebook(l, job)
+	}
+	if err != nil {
+		s.log.Warn("reservation not restored", "lease", l.ID, "err", err)
+		r.step(lifecycle.RebookFailed{Err: err.Error()})
+		return
+	}
+	s.log.Info("reservation restored", "lease", l.ID, "job", l.JobID, "start", l.Start)
+	r.step(lifecycle.Rebooked{})
 }
 
 // killOrphan kills a process group left behind by a previous daemon, if it
@@ -1700,12 +1702,12 @@ func (s *Supervisor) FillStats(v *api.ProviderStatsView) {
 		rec := r.pr.Rec
 		r.mu.Unlock()
 		if rec.Run.Terminal() {
-			v.Recent = append(v.Recent, rec)
+			v.Recent = append(v.Recent, view(rec))
 			if !rec.Started.IsZero() && rec.Ended.After(rec.Started) {
 				durations = append(durations, rec.Ended.Sub(rec.Started).Seconds())
 			}
 		} else {
-			v.Running = append(v.Running, rec)
+			v.Running = append(v.Running, view(rec))
 		}
 		price += rec.Lease.Price
 		n++
@@ -1722,6 +1724,12 @@ func (s *Supervisor) FillStats(v *api.ProviderStatsView) {
 	if n > 0 {
 		v.USDPerGPUHour = price / n
 	}
+}
+
+// view is what the API shows of a lease.
+func view(st lifecycle.Lease) api.ProviderLease {
+	return api.ProviderLease{Lease: st.Lease, Run: st.Run, Backend: st.Backend, Started: st.Started, Ended: st.Ended,
+		ExitCode: st.ExitCode, Detail: st.Detail, Fault: st.Fault, Dispute: st.Dispute}
 }
 
 // Access is what a lease's renter may read of it: its log and, once it

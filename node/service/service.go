@@ -31,7 +31,8 @@ const (
 	maxEvents = 64
 )
 
-// replica is one lease of a service.
+// replica is one lease of a service: for a gang service (Job.Nodes > 1),
+// one gang, whose rank 0 serves the port.
 type replica struct {
 	jobID    string
 	leaseID  string
@@ -54,6 +55,9 @@ type replica struct {
 	// provider as this node measured it (ns; 0: not yet).
 	region, providerRegion string
 	rtt                    atomic.Int64
+	// members are a gang replica's members (Job.Nodes > 1) as its job's
+	// view last showed them; the replica's own lease is rank 0's.
+	members []api.GangMember
 
 	suspect     atomic.Bool // a request failed at the transport: out of routing until a probe passes
 	outstanding atomic.Int64
@@ -298,6 +302,17 @@ func (s *Service) leased(r *replica, v api.JobView, err error) {
 	s.postFailures = 0
 	r.leaseID, r.provider, r.leaseEnd, r.leasedAt = v.Lease.ID, prov, v.Lease.End, s.now()
 	r.leaseStart, r.price, r.gpus = v.Lease.Start, v.Lease.Price, v.Lease.GPUCount
+	if k := v.Job.Nodes; k > 1 {
+		// Every member's GPUs for the span of rank 0's lease (the
+		// members' leases are awarded together), at their mean price.
+		r.members, r.gpus = v.Gang, k*v.Lease.GPUCount
+		if len(v.Gang) > 0 {
+			r.price = 0
+			for _, m := range v.Gang {
+				r.price += m.Price / float64(len(v.Gang))
+			}
+		}
+	}
 	if i := slices.IndexFunc(v.Bids, func(b auction.Ranked) bool { return b.Bid.Provider == v.Lease.Provider }); i >= 0 {
 		r.providerRegion = v.Bids[i].Bid.Region
 	}
@@ -350,6 +365,35 @@ func (s *Service) avoidProvider(p peer.ID) {
 		s.avoid = s.avoid[len(s.avoid)-auction.MaxAttempts:]
 	}
 	s.event("provider %s lost a replica through its own fault: left out of new replicas' auctions", shortPeer(p))
+}
+
+// endedWhy says why a replica's job ended: its lease's end or, for a
+// gang, the end of the member whose lease ended first (the renter stops
+// the others after it).
+func endedWhy(v api.JobView) string {
+	why, at := fmt.Sprintf("lease ended: %s %s", v.Run, v.Detail), v.Ended
+	if !v.Run.Terminal() {
+		at = time.Time{}
+	}
+	for _, m := range v.Gang {
+		if m.Rank > 0 && m.Run.Terminal() && (at.IsZero() || m.Ended.Before(at)) {
+			why, at = fmt.Sprintf("gang member %d ended: %s %s", m.Rank, m.Run, m.Detail), m.Ended
+		}
+	}
+	return why
+}
+
+// avoidGang keeps the providers of a gang's members that ended through
+// their own fault out of the service's next auctions; s.mu is held.
+func (s *Service) avoidGang(gang []api.GangMember) {
+	for _, m := range gang {
+		if m.Rank == 0 || m.Fault != auction.FaultProvider {
+			continue // rank 0's fault is its job's own
+		}
+		if p, err := peer.Decode(m.Provider); err == nil {
+			s.avoidProvider(p)
+		}
+	}
 }
 
 // retire removes r from the service and cancels its lease (in the
@@ -527,18 +571,25 @@ func (s *Service) tick() {
 			continue
 		}
 		v, err := s.m.cfg.Leaser.View(r.jobID)
+		if err == nil && len(v.Gang) > 0 {
+			r.members = v.Gang
+		}
 		switch {
 		case err != nil:
 			s.retire(r, "job lost: "+err.Error())
 		case v.Lease == nil || v.Lease.ID != r.leaseID:
 			s.retire(r, "lease "+r.leaseID+" replaced or gone")
-		case v.Run.Terminal():
+		case v.Run.Terminal() || slices.ContainsFunc(v.Gang, func(m api.GangMember) bool { return m.Run.Terminal() }):
 			// The renter never requeues a replica's job (auction.Job.Requeues):
-			// replacing it is the service's, below.
-			if v.Fault == auction.FaultProvider {
+			// replacing it is the service's, below. A gang replica lives
+			// and dies with each member: once one ended (its provider
+			// lost, its run failed), the renter stops the others, and the
+			// service replaces the whole gang.
+			if v.Run.Terminal() && v.Fault == auction.FaultProvider {
 				s.avoidProvider(r.provider)
 			}
-			s.retire(r, fmt.Sprintf("lease ended: %s %s", v.Run, v.Detail))
+			s.avoidGang(v.Gang)
+			s.retire(r, endedWhy(v))
 		case r.state == api.ReplicaUnhealthy && r.failures >= replaceAfter:
 			s.retire(r, fmt.Sprintf("failing its readiness probe (%d in a row): %s", r.failures, r.probeErr))
 		case r.state == api.ReplicaStarting && now.Sub(r.leasedAt) > s.spec.StartTimeout:
@@ -726,7 +777,7 @@ func (s *Service) view() api.ServiceView {
 		rv := api.ReplicaView{JobID: r.jobID, LeaseID: r.leaseID, Provider: r.provider.String(), State: r.state,
 			LeaseEnd: r.leaseEnd, PriceUSD: r.price, GPUs: r.gpus, Renewing: r.renewing, Since: r.since,
 			Region: r.region, ProviderRegion: r.providerRegion, RTTMS: ms(time.Duration(r.rtt.Load())),
-			ReplicaStats: r.win.view(now, int(r.outstanding.Load()))}
+			Members: slices.Clone(r.members), ReplicaStats: r.win.view(now, int(r.outstanding.Load()))}
 		gs, cost := r.spent(now)
 		setCost(&rv.ReplicaStats, gs, cost)
 		gpuSeconds += gs

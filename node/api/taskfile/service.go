@@ -34,6 +34,7 @@ import (
 //	  scale_to_zero: true          # no replica while idle for idle_after (default 5m)
 //	  idle_after: 10m
 //	max_price: 2.5
+//	num_nodes: 2                   # each replica a gang of 2 providers (serve post --nodes)
 //
 // The replica job is the task's job, less what a service decides for each
 // replica itself (notForServices).

@@ -82,6 +82,12 @@ tier: silver
 	if err != nil || !s.ScaleToZero || s.IdleAfter != 10*time.Minute || s.Replicas != 1 {
 		t.Fatalf("scale to zero: %+v %v", s, err)
 	}
+	// Gang replicas: each replica is num_nodes members of the task's
+	// resources.
+	s, err = ConvertService("s.yaml", []byte(strings.Replace(svcBase, "A100", "A100:4", 1)+"num_nodes: 2\nservice: {replicas: 2}\n"), now)
+	if err != nil || s.Job.Nodes != 2 || s.Job.GPUCount != 4 || s.Replicas != 2 {
+		t.Fatalf("gang replicas: %+v %v", s, err)
+	}
 }
 
 // serve post --file's api.ServiceSpec-shaped YAML reads through the same
@@ -99,6 +105,8 @@ func TestServiceSpecShapedFile(t *testing.T) {
 		{spec + "replicaz: 3\n", "svc.yaml: line 8: field replicaz not found in type api.ServiceSpec"},
 		{strings.Replace(spec, "2.5", "-1", 1), "svc.yaml: job.max_price must be a positive number, got -1"},
 		{strings.Replace(spec, "    service_port: 8000\n", "", 1), "svc.yaml: missing resources.ports"},
+		{spec + "  nodes: -1\n", "svc.yaml: job.nodes must be in [1, 64], got -1"},
+		{spec + "  nodes: 2\n  gpu_fraction: 0.5\n", "svc.yaml: job.nodes a gang's members take whole GPUs"},
 	} {
 		if _, err := ConvertService("svc.yaml", []byte(c.text), now); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("error %v, want %q", err, c.want)
@@ -140,6 +148,9 @@ func TestServiceErrorsNameTheLine(t *testing.T) {
 		{"no port", strings.Replace(svcBase, "  ports: 8000\n", "", 1) + "service: {}\n", "s.yaml: missing resources.ports (the port the server listens on, e.g. 8000)"},
 		{"no price", strings.Replace(svcBase, "max_price: 2\n", "", 1) + "service: {}\n", "s.yaml: missing max_price"},
 		{"a job", strings.Replace(svcBase, "  ports: 8000\n", "", 1), "s.yaml: missing service (readiness_probe:, replicas: ...); a task file without one is a job: gpumesh job post s.yaml"},
+		{"zero nodes", svcBase + "num_nodes: 0\nservice: {}\n", "s.yaml:7: num_nodes: must be in [1, 64], got 0"},
+		{"negative nodes", svcBase + "num_nodes: -3\nservice: {}\n", "s.yaml:7: num_nodes: must be in [1, 64], got -3"},
+		{"gang of fractions", strings.Replace(svcBase, "A100", "A100:0.5", 1) + "num_nodes: 2\nservice: {}\n", "s.yaml:7: num_nodes: a gang's members take whole GPUs"},
 		{"bad name", strings.Replace(svcBase, "name: web", "name: my web", 1) + "service: {}\n", `s.yaml:1: name: "my web" must be 1-128 letters`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,11 +1,16 @@
 // Command svcserver is the HTTP server the service tests run as a replica:
-// it listens on 127.0.0.1:$PORT (the job's own loopback).
+// it listens on 127.0.0.1:$PORT (the job's own loopback); as a gang's
+// member ($RANK set), on every address of its own network namespace, so
+// that the other members reach it at its gang address too.
 //
 //	GET /healthz       200 "ok"
 //	GET /work?ms=N     sleeps N ms, then answers "ok <pid>"
 //	GET /stream?n=N    N server-sent events, 100 ms apart
 //	POST /echo         the request body
 //	GET /fail          500 (a failing handler)
+//	GET /whoami        "rank $RANK"
+//	GET /peer?rank=N   what GET /whoami answers on gang member N, reached
+//	                   at its gang address (GPUMESH_PEERS)
 //	GET /ws            a WebSocket that sends back each message
 //	POST /v1/chat/completions
 //	                   an OpenAI-compatible chat completion: max_tokens
@@ -18,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -63,8 +69,29 @@ func main() {
 	}))
 	mux.HandleFunc("POST /v1/chat/completions", chatCompletion)
 	mux.HandleFunc("GET /fail", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "failing", 500) })
-	fmt.Println("listening on 127.0.0.1:" + port)
-	if err := http.ListenAndServe("127.0.0.1:"+port, mux); err != nil {
+	mux.HandleFunc("GET /whoami", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintf(w, "rank %s\n", os.Getenv("RANK")) })
+	mux.HandleFunc("GET /peer", func(w http.ResponseWriter, r *http.Request) {
+		peers := strings.Split(os.Getenv("GPUMESH_PEERS"), ",")
+		n, err := strconv.Atoi(r.URL.Query().Get("rank"))
+		if err != nil || n < 0 || n >= len(peers) || peers[n] == "" {
+			http.Error(w, "no such gang member", http.StatusBadRequest)
+			return
+		}
+		c := &http.Client{Timeout: 5 * time.Second}
+		resp, err := c.Get("http://" + net.JoinHostPort(peers[n], port) + "/whoami")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(w, resp.Body)
+	})
+	addr := "127.0.0.1:" + port
+	if os.Getenv("RANK") != "" {
+		addr = ":" + port
+	}
+	fmt.Println("listening on " + addr)
+	if err := http.ListenAndServe(addr, mux); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
