@@ -57,6 +57,8 @@ func TestDisagreeingReceiptIsDisputed(t *testing.T) {
 	if !strings.Contains(pl.Dispute, "refused 5 times by the renter") || !strings.Contains(pl.Dispute, "disagrees with the lease: price") {
 		t.Fatalf("provider's lease: dispute %q", pl.Dispute)
 	}
+	// The provider records its dispute once its record says so.
+	h.waitFor(3*time.Second, "the provider's dispute in its ledger", func() bool { return len(p.entries(ledger.KindDispute, l.ID)) != 0 })
 	for _, n := range []*node{r, p} {
 		es := n.entries(ledger.KindDispute, l.ID)
 		var d struct{ Reason string }

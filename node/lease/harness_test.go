@@ -425,7 +425,8 @@ type harness struct {
 	onCall func(auction.Call)
 	// changed is notified at each thing that can move a node's state: a
 	// message a node handled, a save (or other change) its tracker or
-	// supervisor announces, a line it logs (what its timers do is logged).
+	// supervisor announces, a ledger append, a line it logs (what its
+	// timers do is logged).
 	// waitFor re-checks its condition at each.
 	changed broadcast
 }
@@ -461,7 +462,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	ct := crashTransport{c: n.crash, t: n.tr}
 	log := slog.New(notifyLog{&h.changed})
 	var err error
-	if n.receipts, err = NewReceipts(n.ctx, ReceiptsConfig{Ledger: db, Book: n.book, Transport: ct, Counters: n.counters, Log: log}); err != nil {
+	if n.receipts, err = NewReceipts(n.ctx, ReceiptsConfig{Ledger: notifyingLedger{db, &h.changed}, Book: n.book, Transport: ct, Counters: n.counters, Log: log}); err != nil {
 		t.Fatal(err)
 	}
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
@@ -586,6 +587,17 @@ func (h *harness) notifyingHandlers(hs auctiontest.MemHandlers) auctiontest.MemH
 		out.OnAward = func(from peer.ID, data []byte) ([]byte, error) { defer h.changed.notify(); return f(from, data) }
 	}
 	return out
+}
+
+// notifyingLedger is a node's ledger, notifying b after each append.
+type notifyingLedger struct {
+	Ledger
+	b *broadcast
+}
+
+func (l notifyingLedger) AppendAll(entries []ledger.Entry) ([]ledger.Entry, error) {
+	defer l.b.notify()
+	return l.Ledger.AppendAll(entries)
 }
 
 // notifyLog is a log that keeps nothing and notifies b at each line.
