@@ -316,13 +316,7 @@ func TestOnlyHeldBidsAreReleased(t *testing.T) {
 			t.Fatalf("bid of %s held %v, want %v", m.name(b.Bid.Provider), b.Bid.Held, want)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for holder.p.Stats().Lost == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the holding bid was not released")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	m.waitHandled(t, 5*time.Second, "the holding bid released", func() bool { return holder.p.Stats().Lost != 0 })
 	if n := holder.cal.Holds(m.now()); n != 0 {
 		t.Fatalf("%d holds left after the release", n)
 	}

@@ -64,11 +64,9 @@ func TestDeclineChecks(t *testing.T) {
 	prov, other := signtest.New(t), signtest.New(t)
 	j := euJob(m.now())
 	j.ID, j.BidWindow = "job-d", 2*time.Second
+	heard := m.hearCall(t, j)
 	go r.Post(context.Background(), j)
-	waitUntil(t, 2*time.Second, "auction open", func() bool {
-		st, ok := r.Status("job-d")
-		return ok && st.State == JobBidding
-	})
+	waitCall(t, heard, 2*time.Second)
 	d, err := EncodeDecline(prov, Decline{JobID: "job-d", Provider: prov.ID().String(), Kind: "price", IssuedAt: m.now()})
 	if err != nil {
 		t.Fatal(err)

@@ -271,7 +271,7 @@ func raceGangs(t *testing.T, grace time.Duration) {
 				}
 			}
 			// Bids not awarded are released (in the background).
-			waitUntil(t, 3*time.Second, "every bid's hold released", func() bool { return tp.cal.Holds(m.now()) == 0 })
+			m.waitHandled(t, 3*time.Second, "every bid's hold released", func() bool { return tp.cal.Holds(m.now()) == 0 })
 		}
 	}
 	t.Logf("%d races: both gangs placed in %d, %d placement rounds aborted, slowest race %v", rounds, bothPlaced, aborts, slowest)
@@ -351,7 +351,7 @@ func TestGangHostile(t *testing.T) {
 		t.Fatalf("a stranger's commit: %v", err)
 	}
 	// Uncommitted, the hold expires: booking freed, nothing started.
-	waitUntil(t, 3*time.Second, "held member freed", func() bool { return p0.p.Stats().GangHeld == 0 })
+	m.waitHandled(t, 3*time.Second, "held member freed", func() bool { return p0.p.Stats().GangHeld == 0 })
 	if len(p0.cal.Bookings()) != 0 || len(p0.p.Stats().Leases) != 0 {
 		t.Fatal("an expired gang hold left a booking or a lease")
 	}

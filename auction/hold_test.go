@@ -201,7 +201,7 @@ func TestHeldCallBidsAfterRelease(t *testing.T) {
 	j1 := post(tr1, first, "job-first")
 	b := nextBid(t, bids1)
 	post(tr2, second, "job-second")
-	waitUntil(t, 5*time.Second, "second call refused for the hold", func() bool { return box.p.Stats().Ineligible["held"] == 1 })
+	m.waitHandled(t, 5*time.Second, "second call refused for the hold", func() bool { return box.p.Stats().Ineligible["held"] == 1 })
 	select {
 	case b2 := <-bids2:
 		t.Fatalf("bid %+v while the GPUs were held", b2)

@@ -236,11 +236,9 @@ func TestRenterCancelAndNoBids(t *testing.T) {
 	j.BidWindow = 10 * time.Second
 	j.ID = "job-c"
 	done := make(chan error, 1)
+	heard := m.hearCall(t, j)
 	go func() { _, err := r.Post(context.Background(), j); done <- err }()
-	waitUntil(t, 5*time.Second, "job-c never started bidding", func() bool {
-		st, ok := r.Status("job-c")
-		return ok && st.State == JobBidding
-	})
+	waitCall(t, heard, 5*time.Second)
 	if err := r.Cancel("job-c"); err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,15 +18,88 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// waitUntil polls cond until it holds, failing t with msg after timeout.
-func waitUntil(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
+// signal is closed and renewed at each change it stands for.
+type signal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// wait returns the channel closed at the next change.
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}
+
+// waitHandled checks cond after each message a provider of m handled and
+// each line one logged, failing t with msg when it does not hold within
+// timeout.
+func (m *market) waitHandled(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		next := m.handled.wait()
+		if cond() {
+			return
+		}
+		select {
+		case <-next:
+		case <-deadline.C:
 			t.Fatalf("%s within %v", msg, timeout)
 		}
-		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// notifyHandler is a log that keeps nothing and notifies s at each line.
+type notifyHandler struct{ s *signal }
+
+func (h notifyHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h notifyHandler) Handle(context.Context, slog.Record) error {
+	h.s.notify()
+	return nil
+}
+
+func (h notifyHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h notifyHandler) WithGroup(string) slog.Handler      { return h }
+
+// hearCall returns a channel closed when the call of job id is published
+// on any of j's topics (heard by a bystander of m's network).
+func (m *market) hearCall(t testing.TB, j Job) <-chan struct{} {
+	t.Helper()
+	heard := make(chan struct{})
+	var once sync.Once
+	tr := m.net.Join(signtest.New(t).ID())
+	for _, topic := range JobTopics(&j) {
+		tr.OnTopic(topic, func(_ peer.ID, data []byte) {
+			if c, err := DecodeCall(data); err == nil && c.Job.ID == j.ID {
+				once.Do(func() { close(heard) })
+			}
+		})
+	}
+	return heard
+}
+
+// waitCall waits until heard (hearCall) is closed: the auction is open.
+func waitCall(t testing.TB, heard <-chan struct{}, within time.Duration) {
+	t.Helper()
+	select {
+	case <-heard:
+	case <-time.After(within):
+		t.Fatalf("no call published within %v", within)
 	}
 }
 
@@ -55,10 +130,14 @@ type testProv struct {
 }
 
 type market struct {
-	net   *auctiontest.MemNetwork
-	now   func() time.Time
-	provs []*testProv
-	byID  map[string]*testProv
+	// handled is notified after each message a provider handled and at
+	// each line one logs (what its timers do, such as a hold's expiry, is
+	// logged).
+	handled signal
+	net     *auctiontest.MemNetwork
+	now     func() time.Time
+	provs   []*testProv
+	byID    map[string]*testProv
 }
 
 func newMarket(t *testing.T, specs []provSpec) *market { return newMarketAt(t, specs, newClock()) }
@@ -75,12 +154,20 @@ func newMarketAt(t *testing.T, specs []provSpec, now func() time.Time) *market {
 		capab := Capability{Peer: tp.s.ID().String(), Region: sp.region, GPUs: gpus(sp.model, sp.vram, sp.n), Policy: sp.policy}
 		rel := sp.rel
 		p, err := NewProvider(ProviderConfig{Signer: tp.s, Transport: tp.t, Capability: func() Capability { c := capab; c.Artifacts = tp.held; return c },
-			Calendar: tp.cal, Reliability: func() float64 { return rel }, Now: m.now})
+			Calendar: tp.cal, Reliability: func() float64 { return rel }, Now: m.now, Log: slog.New(notifyHandler{&m.handled})})
 		if err != nil {
 			t.Fatal(err)
 		}
 		tp.p = p
-		tp.t.Handle(auctiontest.MemHandlers{OnCall: p.HandleCall, OnAward: p.HandleAward})
+		tp.t.Handle(auctiontest.MemHandlers{
+			OnCall: func(from peer.ID, data []byte) error {
+				defer m.handled.notify()
+				return p.HandleCall(from, data)
+			},
+			OnAward: func(from peer.ID, data []byte) ([]byte, error) {
+				defer m.handled.notify()
+				return p.HandleAward(from, data)
+			}})
 		tp.t.Subscribe(ProviderTopics(&capab)...)
 		m.provs = append(m.provs, tp)
 		m.byID[tp.s.ID().String()] = tp
@@ -399,11 +486,9 @@ func TestHostileInput(t *testing.T) {
 	j := euJob(m.now())
 	j.BidWindow = 2 * time.Second
 	j.ID = "job-hostile"
+	heard := m.hearCall(t, j)
 	go func() { _, _ = r.Post(context.Background(), j) }()
-	waitUntil(t, 5*time.Second, "job not posted", func() bool {
-		st, ok := r.Status(j.ID)
-		return ok && st.State == JobBidding
-	})
+	waitCall(t, heard, 5*time.Second)
 	defer func() { _ = r.Cancel(j.ID) }()
 
 	attacker, victim := signtest.Pair(t)
@@ -471,7 +556,7 @@ func TestHostileInput(t *testing.T) {
 	// The provider saw the real call and bid; an award for that bid signed
 	// by anyone but the job's owner is refused.
 	var sb *sentBid
-	waitUntil(t, 5*time.Second, "provider did not bid", func() bool {
+	m.waitHandled(t, 5*time.Second, "provider did not bid", func() bool {
 		prov.p.mu.Lock()
 		defer prov.p.mu.Unlock()
 		for _, b := range prov.p.bids {

@@ -62,11 +62,9 @@ func TestBidFromRetiredIdentityRefused(t *testing.T) {
 	j := euJob(m.now())
 	j.BidWindow = 2 * time.Second
 	j.ID = "job-retired"
+	heard := m.hearCall(t, j)
 	go func() { _, _ = r.Post(context.Background(), j) }()
-	waitUntil(t, 5*time.Second, "job not posted", func() bool {
-		st, ok := r.Status(j.ID)
-		return ok && st.State == JobBidding
-	})
+	waitCall(t, heard, 5*time.Second)
 	defer func() { _ = r.Cancel(j.ID) }()
 
 	old := signtest.New(t)

@@ -484,23 +484,27 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 func TestLateConfirmIsReleased(t *testing.T) {
 	m := newMarket(t, []provSpec{{"slow", "eu-west", "A100", 80, 4, pol(0.5), 0.9}, {"quick", "eu-west", "A100", 80, 4, pol(1), 0.9}})
 	slow, quick := m.provs[0], m.provs[1]
-	var r *Renter
 	const jobID = "job-late"
-	quickWon := func() bool {
-		st, _ := r.Status(jobID)
-		return st.State == JobLeased && st.Winner == quick.s.ID().String()
-	}
+	// quickWon is closed once the renter recorded the lease to quick
+	// (OnLease follows the record).
+	quickWon := make(chan struct{})
+	var wonOnce sync.Once
 	slow.t.Handle(auctiontest.MemHandlers{OnCall: slow.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
 		// Confirms late: once the hedged award to quick won, within the
 		// confirm deadline.
-		for deadline := time.Now().Add(5 * time.Second); !quickWon() && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
+		select {
+		case <-quickWon:
+		case <-time.After(5 * time.Second):
 		}
 		return slow.p.HandleAward(from, data)
 	}})
 	var mu sync.Mutex
 	var released []Lease
-	r, _ = m.renter(t, RenterConfig{ConfirmTimeout: 2 * time.Second, Release: func(l Lease) {
+	r, _ := m.renter(t, RenterConfig{ConfirmTimeout: 2 * time.Second, OnLease: func(l Lease, _ Job) {
+		if l.Provider == quick.s.ID().String() {
+			wonOnce.Do(func() { close(quickWon) })
+		}
+	}, Release: func(l Lease) {
 		mu.Lock()
 		released = append(released, l)
 		mu.Unlock()

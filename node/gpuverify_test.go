@@ -11,6 +11,8 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // fastDevice stands in for a GPU: it computes on the CPU and answers as
@@ -133,16 +135,9 @@ func waitTopicPeer(t *testing.T, from *testNode, topic string, n *testNode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		for _, p := range tp.ListPeers() {
-			if p == n.ID() {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never saw %s on %s", from.ID(), n.ID(), topic)
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := p2p.WaitTopicPeer(ctx, tp, func(p peer.ID) bool { return p == n.ID() }); err != nil {
+		t.Fatalf("%s never saw %s on %s: %v", from.ID(), n.ID(), topic, err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
+	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -99,17 +100,15 @@ func waitSubscribed(t *testing.T, from *Daemon, id peer.ID, c *auction.Capabilit
 	if c == nil {
 		t.Fatalf("provider %s has advertised no capability", id)
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
 	for _, name := range auction.ProviderTopics(c) {
 		topic, err := from.net.Topic(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for !slices.Contains(topic.ListPeers(), id) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never saw provider %s subscribe to %s", from.ID(), id, name)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := p2p.WaitTopicPeer(ctx, topic, func(p peer.ID) bool { return p == id }); err != nil {
+			t.Fatalf("%s never saw provider %s subscribe to %s: %v", from.ID(), id, name, err)
 		}
 	}
 }

@@ -95,6 +95,7 @@ func readyOn(v api.ServiceView, provider string) bool {
 // stop is closed, counting successes and failures.
 type load struct {
 	ok, failed atomic.Int64
+	okAdded    chan struct{} // holds a wake-up after ok grew (waitOK)
 	wg         sync.WaitGroup
 	stop       chan struct{}
 	mu         sync.Mutex
@@ -120,7 +121,7 @@ func gatewayClient(v api.ServiceView, conns int) *http.Client {
 }
 
 func startLoad(v api.ServiceView, path string, workers int) *load {
-	l := &load{stop: make(chan struct{})}
+	l := &load{stop: make(chan struct{}), okAdded: make(chan struct{}, 1)}
 	client := gatewayClient(v, workers)
 	gateway := v.Gateway
 	for range workers {
@@ -149,6 +150,10 @@ func startLoad(v api.ServiceView, path string, workers int) *load {
 					continue
 				}
 				l.ok.Add(1)
+				select {
+				case l.okAdded <- struct{}{}:
+				default: // a wake-up is pending already
+				}
 			}
 		}()
 	}
@@ -158,12 +163,14 @@ func startLoad(v api.ServiceView, path string, workers int) *load {
 // waitOK waits until n requests have succeeded.
 func (l *load) waitOK(t *testing.T, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
 	for l.ok.Load() < n {
-		if time.Now().After(deadline) {
+		select {
+		case <-l.okAdded:
+		case <-deadline.C:
 			t.Fatalf("only %d requests succeeded (%d failed, last %q)", l.ok.Load(), l.failed.Load(), l.lastErr)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -559,15 +559,35 @@ func (n *Node) Publish(ctx context.Context, topic string, data []byte) error {
 
 // PublishTo is Publish on a joined topic of any GossipSub router.
 func PublishTo(ctx context.Context, t *pubsub.Topic, data []byte) error {
-	deadline := time.Now().Add(3 * time.Second)
-	for len(t.ListPeers()) == 0 && time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+	if len(t.ListPeers()) == 0 {
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_ = WaitTopicPeer(wctx, t, nil)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 	}
 	return t.Publish(ctx, data)
+}
+
+// WaitTopicPeer waits until t knows a subscriber that want accepts (any,
+// when want is nil) or ctx ends. It wakes on the router's join events, not
+// on a timer: the peers known already come first, as joins.
+func WaitTopicPeer(ctx context.Context, t *pubsub.Topic, want func(peer.ID) bool) error {
+	h, err := t.EventHandler()
+	if err != nil {
+		return err
+	}
+	defer h.Cancel()
+	for {
+		ev, err := h.NextPeerEvent(ctx)
+		if err != nil {
+			return err
+		}
+		if ev.Type == pubsub.PeerJoin && (want == nil || want(ev.Peer)) {
+			return nil
+		}
+	}
 }
 
 // Subscribe delivers every message on topic (except our own) to fn until ctx

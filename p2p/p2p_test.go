@@ -82,12 +82,36 @@ func waitSubscriber(t *testing.T, n *Node, topic string, p peer.ID) *pubsub.Topi
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(tp.ListPeers(), p); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no subscribe to %s seen (peers %v)", topic, tp.ListPeers())
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := WaitTopicPeer(ctx, tp, func(q peer.ID) bool { return q == p }); err != nil {
+		t.Fatalf("no subscribe to %s seen (peers %v): %v", topic, tp.ListPeers(), err)
 	}
 	return tp
+}
+
+// TestWaitTopicPeer: the wait ends at the subscribe of the peer asked for,
+// not at another's, and with ctx's error when that peer never comes.
+func TestWaitTopicPeer(t *testing.T) {
+	a, b := pair(t)
+	tp, err := a.Topic("w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := WaitTopicPeer(short, tp, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("no subscriber: %v, want the deadline", err)
+	}
+	if err := b.Subscribe(t.Context(), "w", func(peer.ID, []byte) {}); err != nil {
+		t.Fatal(err)
+	}
+	waitSubscriber(t, a, "w", b.ID())
+	other, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel2()
+	if err := WaitTopicPeer(other, tp, func(p peer.ID) bool { return p == a.ID() }); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiting for a peer that is not subscribed: %v", err)
+	}
 }
 
 func TestRequestResponseAndGossip(t *testing.T) {

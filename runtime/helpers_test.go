@@ -56,15 +56,21 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is a goroutine-safe output sink that can wait for content.
+// syncBuffer is a goroutine-safe output sink that can wait for content:
+// each write wakes the waiters.
 type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	grew chan struct{} // closed at the next write
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.grew != nil {
+		close(b.grew)
+		b.grew = nil
+	}
 	return b.buf.Write(p)
 }
 
@@ -74,14 +80,30 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// next returns the output so far and a channel closed at the next write.
+func (b *syncBuffer) next() (string, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.grew == nil {
+		b.grew = make(chan struct{})
+	}
+	return b.buf.String(), b.grew
+}
+
 func (b *syncBuffer) waitFor(t *testing.T, s string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !strings.Contains(b.String(), s) {
-		if time.Now().After(deadline) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		out, grew := b.next()
+		if strings.Contains(out, s) {
+			return
+		}
+		select {
+		case <-grew:
+		case <-deadline.C:
 			t.Fatalf("timed out waiting for %q in output %q", s, b.String())
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

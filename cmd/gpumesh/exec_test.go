@@ -153,14 +153,29 @@ func TestJobExecCLI(t *testing.T) {
 
 // syncWriter is a goroutine-safe buffer.
 type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	grew chan struct{} // closed at the next write
 }
 
 func (w *syncWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.grew != nil {
+		close(w.grew)
+		w.grew = nil
+	}
 	return w.buf.Write(p)
+}
+
+// next returns the output so far and a channel closed at the next write.
+func (w *syncWriter) next() (string, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.grew == nil {
+		w.grew = make(chan struct{})
+	}
+	return w.buf.String(), w.grew
 }
 
 func (w *syncWriter) String() string {
@@ -220,15 +235,19 @@ func TestJobPortForwardCLI(t *testing.T) {
 		done <- run([]string{"gpumesh", "-d", dir, "job", "port-forward", "job-1", ":8000"}, &out, &errOut)
 	}()
 	var addr string
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
 	for addr == "" {
-		if _, rest, ok := strings.Cut(out.String(), "forwarding "); ok {
+		printed, grew := out.next()
+		if _, rest, ok := strings.Cut(printed, "forwarding "); ok {
 			addr, _, _ = strings.Cut(rest, " ")
+			continue
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-grew:
+		case <-deadline.C:
 			t.Fatalf("port-forward printed no address: %q %q", out.String(), errOut.String())
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	if !strings.HasPrefix(addr, "127.0.0.1:") {
 		t.Fatalf("port-forward listens on %q, not on loopback", addr)

@@ -51,13 +51,20 @@ func TestMarketFigures(t *testing.T) {
 			t.Errorf("post: %v", err)
 			return 0
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
+		deadline := time.NewTimer(30 * time.Second)
+		defer deadline.Stop()
+	wait:
+		for {
+			next := h.changed.wait()
 			v, _ = r.tracker.View(v.Job.ID)
 			if v.State == auction.JobFinished || v.State == auction.JobUnplaceable || v.State == auction.JobFailed {
 				break
 			}
-			time.Sleep(2 * time.Millisecond)
+			select {
+			case <-next:
+			case <-deadline.C:
+				break wait
+			}
 		}
 		if v.Run != auction.RunSucceeded {
 			t.Errorf("job %s: state %s run %s %v", v.Job.ID, v.State, v.Run, v.Reasons)

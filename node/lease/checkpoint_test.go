@@ -85,6 +85,7 @@ func TestHandleCheckpoint(t *testing.T) {
 		defer pinMu.Unlock()
 		pins[id]++
 		return func() {
+			defer h.changed.notify()
 			pinMu.Lock()
 			defer pinMu.Unlock()
 			pins[id]--
@@ -122,7 +123,7 @@ func TestHandleCheckpoint(t *testing.T) {
 	if v.Run != auction.RunSucceeded || len(v.Checkpoints) != 2 {
 		t.Fatalf("finished job: run %s, checkpoints %+v", v.Run, v.Checkpoints)
 	}
-	if pinned(art('b')) != 0 || pinned(art('c')) != 0 {
-		t.Fatalf("a finished job's checkpoints are still pinned: %v", pins)
-	}
+	// The pins are released after the record's save, which the view
+	// precedes.
+	h.waitFor(3*time.Second, "the finished job's checkpoints unpinned", func() bool { return pinned(art('b')) == 0 && pinned(art('c')) == 0 })
 }

@@ -47,21 +47,27 @@ func realProcessExec(t *testing.T) runtime.Executor {
 // jobDevices waits for a lease's job to print its CUDA_VISIBLE_DEVICES.
 func (n *node) jobDevices(leaseID string) string {
 	n.h.t.Helper()
-	var dev string
-	waitFor(n.h.t, 10*time.Second, "lease "+leaseID+" job prints its devices", func() bool {
-		b, err := os.ReadFile(filepath.Join(n.jobsDir, "logs", leaseID+".log"))
-		if err != nil {
-			return false
-		}
+	return n.jobPrints(leaseID, "dev=", "lease "+leaseID+" job prints its devices")
+}
+
+// jobPrints waits for a line of a lease's job log that starts with prefix,
+// and returns the rest of it.
+func (n *node) jobPrints(leaseID, prefix, what string) string {
+	n.h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(filepath.Join(n.jobsDir, "logs", leaseID+".log"))
 		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "dev="); ok {
-				dev = v
-				return true
+			if v, ok := strings.CutPrefix(line, prefix); ok {
+				return v
 			}
 		}
-		return false
-	})
-	return dev
+		if time.Now().After(deadline) {
+			n.h.t.Fatalf("%s: not within 10s", what)
+		}
+		// A real process writes the log, and nothing announces its lines.
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // On an 8-GPU host, 8 concurrent one-GPU jobs run by the real process
@@ -151,7 +157,7 @@ func TestMixedHostLeasesTheRightModel(t *testing.T) {
 		j.GPUModels = []string{model}
 		v := r.post(j)
 		var pl api.ProviderLease
-		waitFor(t, 3*time.Second, "provider records lease "+v.Lease.ID, func() bool {
+		h.waitFor(3*time.Second, "provider records lease "+v.Lease.ID, func() bool {
 			var ok bool
 			pl, ok = p.lease(v.Lease.ID)
 			return ok
@@ -208,7 +214,7 @@ func TestHeartbeatWithForeignDeviceIsFraud(t *testing.T) {
 	mu.Lock()
 	foreign = true
 	mu.Unlock()
-	waitFor(t, 3*time.Second, "foreign-device heartbeat counted as fraud", func() bool {
+	h.waitFor(3*time.Second, "foreign-device heartbeat counted as fraud", func() bool {
 		return r.counters.Snapshot()["renter.heartbeat_fraud"] > 0
 	})
 	after := r.book.Stats(p.id())
@@ -242,7 +248,7 @@ func TestOverTemperatureStopsBiddingAndPreemptsBronze(t *testing.T) {
 	bronze := r.post(job(auction.Bronze, 5, time.Minute, "gate", "hot", "0"))
 	silver := r.post(job(auction.Silver, 5, time.Minute, "gate", "hot", "0"))
 	for _, v := range []string{bronze.Lease.ID, silver.Lease.ID} {
-		waitFor(t, 3*time.Second, "lease "+v+" running", func() bool {
+		h.waitFor(3*time.Second, "lease "+v+" running", func() bool {
 			pl, ok := p.lease(v)
 			return ok && pl.Run == auction.RunRunning
 		})
@@ -252,7 +258,7 @@ func TestOverTemperatureStopsBiddingAndPreemptsBronze(t *testing.T) {
 	mu.Unlock()
 	hot := time.Now()
 	var st api.ProviderStatsView
-	waitFor(t, 3*time.Second, "provider sees its temperature over the limit", func() bool {
+	h.waitFor(3*time.Second, "provider sees its temperature over the limit", func() bool {
 		st = api.ProviderStatsView{}
 		p.sup.FillStats(&st)
 		return st.Limits.Over == "thermal"
@@ -262,7 +268,7 @@ func TestOverTemperatureStopsBiddingAndPreemptsBronze(t *testing.T) {
 	if took := time.Since(hot); took > hbEvery+time.Second {
 		t.Fatalf("over-temperature noticed after %s, heartbeat interval %s", took, hbEvery)
 	}
-	waitFor(t, 3*time.Second, "bronze lease preempted", func() bool {
+	h.waitFor(3*time.Second, "bronze lease preempted", func() bool {
 		pl, ok := p.lease(bronze.Lease.ID)
 		return ok && pl.Run == auction.RunPreempted && strings.Contains(pl.Detail, "temperature 95C above limit 85C")
 	})
@@ -300,17 +306,7 @@ func TestJobSeesItsJobID(t *testing.T) {
 	h := newHarness(t)
 	p := h.provider(provSpec{model: "A100", price: 1, exec: realProcessExec(t)})
 	v := h.renter().post(job(auction.Silver, 5, time.Minute, "/bin/sh", "-c", `echo "id=$GPUMESH_JOB_ID"`))
-	var got string
-	waitFor(t, 10*time.Second, "the job prints its GPUMESH_JOB_ID", func() bool {
-		b, _ := os.ReadFile(filepath.Join(p.jobsDir, "logs", v.Lease.ID+".log"))
-		for _, line := range strings.Split(string(b), "\n") {
-			if id, ok := strings.CutPrefix(line, "id="); ok {
-				got = id
-				return true
-			}
-		}
-		return false
-	})
+	got := p.jobPrints(v.Lease.ID, "id=", "the job prints its GPUMESH_JOB_ID")
 	if got != v.Job.ID {
 		t.Fatalf("GPUMESH_JOB_ID=%q, want the job id %q (lease %s)", got, v.Job.ID, v.Lease.ID)
 	}

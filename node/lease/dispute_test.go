@@ -50,13 +50,15 @@ func TestDisagreeingReceiptIsDisputed(t *testing.T) {
 		t.Fatalf("job: run %s, receipt %v, dispute %q", v.Run, v.Receipt, v.Dispute)
 	}
 	var pl api.ProviderLease
-	waitFor(t, 3*time.Second, "the provider gives the settlement up", func() bool {
+	h.waitFor(3*time.Second, "the provider gives the settlement up", func() bool {
 		pl, _ = p.lease(l.ID)
 		return pl.Dispute != ""
 	})
 	if !strings.Contains(pl.Dispute, "refused 5 times by the renter") || !strings.Contains(pl.Dispute, "disagrees with the lease: price") {
 		t.Fatalf("provider's lease: dispute %q", pl.Dispute)
 	}
+	// The provider records its dispute once its record says so.
+	h.waitFor(3*time.Second, "the provider's dispute in its ledger", func() bool { return len(p.entries(record.KindDispute, l.ID)) != 0 })
 	for _, n := range []*node{r, p} {
 		es := n.entries(record.KindDispute, l.ID)
 		var d struct{ Reason string }

@@ -32,7 +32,7 @@ func TestSucceededRunIsPaidOnItsLog(t *testing.T) {
 	if !strings.HasPrefix(v.Evidence, evidenceVerified) {
 		t.Fatalf("evidence %q", v.Evidence)
 	}
-	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
+	h.waitFor(3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
 }
 
 // TestSilentJobIsPaidOnItsEmptyLog: a job that writes no log and no
@@ -75,7 +75,7 @@ func TestForgedLogIsNotPaid(t *testing.T) {
 	if v.Lease.Provider != honest.id() || v.Run != auction.RunSucceeded || !v.Job.Excludes(liar.id()) {
 		t.Fatalf("second attempt on %s (honest %s): run %s, excluded %v", v.Lease.Provider, honest.id(), v.Run, v.Job.Exclude)
 	}
-	waitFor(t, 3*time.Second, "the liar's receipt refused", func() bool { return counter(liar, "provider.settle_retry") >= 1 })
+	h.waitFor(3*time.Second, "the liar's receipt refused", func() bool { return counter(liar, "provider.settle_retry") >= 1 })
 	if es := r.entries(record.KindPaymentOwed, first); len(es) != 0 {
 		t.Fatalf("renter owes %v for the forged run", es)
 	}

@@ -76,7 +76,7 @@ func TestGangLivesAndDiesTogether(t *testing.T) {
 	if n := counter(r, "renter.gang_requeued"); n != 1 {
 		t.Fatalf("renter.gang_requeued = %d, want 1", n)
 	}
-	waitFor(t, 5*time.Second, "the stopped member's lease settled", func() bool {
+	h.waitFor(5*time.Second, "the stopped member's lease settled", func() bool {
 		return len(r.entries(record.KindReceipt, first[0].LeaseID)) == 1
 	})
 	if es := r.entries(record.KindReceipt, first[1].LeaseID); len(es) != 0 {
@@ -161,7 +161,7 @@ func TestGangRenterRestart(t *testing.T) {
 	v := r.post(j)
 	id := v.Job.ID
 	r.waitJob(id, "both members running", func(v api.JobView) bool { return gangRunning(v, 2) })
-	waitFor(t, 3*time.Second, "rank 1 running, persisted", func() bool {
+	h.waitFor(3*time.Second, "rank 1 running, persisted", func() bool {
 		var saved api.JobView
 		ok, err := r.db.State("renter-jobs").Get(gangKey(id, 1), &saved)
 		return err == nil && ok && saved.Run == auction.RunRunning
@@ -242,8 +242,9 @@ func TestGangNotPlacedAgainEndsItsMembers(t *testing.T) {
 	if len(v.History) != 1 || v.Lease != nil {
 		t.Fatalf("gang over with %d earlier leases, lease %v: %s %v", len(v.History), v.Lease, v.State, v.Reasons)
 	}
-	m, err := r.tracker.View(gangKey(id, 1))
-	if err != nil || m.State.Live() || m.State != v.State {
-		t.Fatalf("rank 1's record after its gang ended: %s (%v), the gang's %s", m.State, err, v.State)
+	// The members' records end after the gang's (on their own saves).
+	m := r.waitJob(gangKey(id, 1), "rank 1's record ended", func(m api.JobView) bool { return !m.State.Live() })
+	if m.State != v.State {
+		t.Fatalf("rank 1's record after its gang ended: %s, the gang's %s", m.State, v.State)
 	}
 }

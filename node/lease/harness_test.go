@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -433,6 +434,12 @@ type harness struct {
 	// takes it in.
 	onSave func(api.JobView)
 	onCall func(auction.Call)
+	// changed is notified at each thing that can move a node's state: a
+	// message a node handled, a save (or other change) its tracker or
+	// supervisor announces, a ledger append, a line it logs (what its
+	// timers do is logged).
+	// waitFor re-checks its condition at each.
+	changed broadcast
 }
 
 func newHarness(t *testing.T) *harness {
@@ -464,17 +471,19 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	n.kept = h.keptDir(s.ID())
 	n.tr = h.net.Join(s.ID())
 	ct := crashTransport{c: n.crash, t: n.tr}
+	log := slog.New(notifyLog{&h.changed})
 	var err error
-	if n.receipts, err = NewReceipts(n.ctx, ReceiptsConfig{Ledger: db, Book: n.book, Transport: ct, Counters: n.counters}); err != nil {
+	if n.receipts, err = NewReceipts(n.ctx, ReceiptsConfig{Ledger: notifyingLedger{db, &h.changed}, Book: n.book, Transport: ct, Counters: n.counters, Log: log}); err != nil {
 		t.Fatal(err)
 	}
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
 		Store: crashStore{n.crash, db.State("renter-jobs")}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
 		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: 2 * time.Second, Counters: n.counters,
 		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, FetchLog: h.fetchLog(s.ID()),
-		FetchOutputs: h.fetchOutputs(s.ID()), KeptDir: n.kept, OnSave: h.onSave, ProviderGPUs: h.providerGPUs}); err != nil {
+		FetchOutputs: h.fetchOutputs(s.ID()), KeptDir: n.kept, OnSave: h.onSave, ProviderGPUs: h.providerGPUs, Log: log}); err != nil {
 		t.Fatal(err)
 	}
+	h.forward(n.ctx, &n.tracker.changed)
 	handlers := auctiontest.MemHandlers{OnBid: n.tracker.Auction().HandleBid}
 	if spec != nil {
 		n.exec = newFakeExec(t)
@@ -505,15 +514,16 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			LeaseEnded: func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
 			Scrub:      spec.scrub, JobFilesMaxRetain: spec.maxRetain, Now: spec.now, Network: spec.network,
 			RecoverDelay: time.Millisecond, SettleRetry: 20 * time.Millisecond, SettleRetryMax: 100 * time.Millisecond,
-			Counters: n.counters}); err != nil {
+			Counters: n.counters, Log: log}); err != nil {
 			t.Fatal(err)
 		}
+		h.forward(n.ctx, &n.sup.changed)
 		capab := auction.Capability{Peer: s.ID().String(), Region: "eu-west",
 			GPUs: devs,
 			Policy: auction.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt, MaxTempC: spec.maxTempC,
 				NoPersist: spec.noPersist}}
 		if n.provider, err = auction.NewProvider(auction.ProviderConfig{Signer: s, Transport: ct,
-			Calendar: auction.NewCalendar(len(devs)), OnLease: n.sup.OnLease, OnMove: n.sup.OnMove, Admit: n.sup.Admit, Sensors: n.sup.Reading,
+			Calendar: auction.NewCalendar(len(devs)), Log: log, OnLease: n.sup.OnLease, OnMove: n.sup.OnMove, Admit: n.sup.Admit, Sensors: n.sup.Reading,
 			Capability: func() auction.Capability {
 				c := capab
 				c.IssuedAt, c.ExpiresAt = time.Now(), time.Now().Add(time.Hour)
@@ -534,18 +544,85 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			}
 		}
 		handlers.OnAward = n.provider.HandleAward
-		n.tr.OnRequest(wire.ProtoCancel, n.sup.HandleCancel)
+		n.tr.OnRequest(wire.ProtoCancel, h.notifying(n.sup.HandleCancel))
 		n.tr.Subscribe(auction.ProviderTopics(&capab)...)
 	}
-	n.tr.Handle(handlers)
-	n.tr.OnRequest(wire.ProtoHeartbeat, n.tracker.HandleHeartbeat)
-	n.tr.OnRequest(wire.ProtoLeaseEvent, n.tracker.HandleLeaseEvent)
-	n.tr.OnRequest(wire.ProtoReceipt, n.tracker.HandleReceipt)
-	n.tr.OnTopic(wire.ReputationTopic, n.receipts.HandleGossip)
+	n.tr.Handle(h.notifyingHandlers(handlers))
+	n.tr.OnRequest(wire.ProtoHeartbeat, h.notifying(n.tracker.HandleHeartbeat))
+	n.tr.OnRequest(wire.ProtoLeaseEvent, h.notifying(n.tracker.HandleLeaseEvent))
+	n.tr.OnRequest(wire.ProtoReceipt, h.notifying(n.tracker.HandleReceipt))
+	n.tr.OnTopic(wire.ReputationTopic, func(from peer.ID, data []byte) {
+		defer h.changed.notify()
+		n.receipts.HandleGossip(from, data)
+	})
 	t.Cleanup(n.close)
 	h.nodes.Store(s.ID(), n)
 	return n
 }
+
+// forward notifies h.changed at each notify of b until ctx ends. It waits
+// on b again before notifying, so no change of b's is missed.
+func (h *harness) forward(ctx context.Context, b *broadcast) {
+	next := b.wait()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-next:
+			}
+			next = b.wait()
+			h.changed.notify()
+		}
+	}()
+}
+
+// notifying is handle, notifying h.changed once it has answered.
+func (h *harness) notifying(handle auctiontest.MemRequestHandler) auctiontest.MemRequestHandler {
+	return func(ctx context.Context, from peer.ID, data []byte) ([]byte, error) {
+		defer h.changed.notify()
+		return handle(ctx, from, data)
+	}
+}
+
+// notifyingHandlers are hs, notifying h.changed once each has answered.
+func (h *harness) notifyingHandlers(hs auctiontest.MemHandlers) auctiontest.MemHandlers {
+	out := hs
+	if f := hs.OnCall; f != nil {
+		out.OnCall = func(from peer.ID, data []byte) error { defer h.changed.notify(); return f(from, data) }
+	}
+	if f := hs.OnBid; f != nil {
+		out.OnBid = func(from peer.ID, data []byte) error { defer h.changed.notify(); return f(from, data) }
+	}
+	if f := hs.OnAward; f != nil {
+		out.OnAward = func(from peer.ID, data []byte) ([]byte, error) { defer h.changed.notify(); return f(from, data) }
+	}
+	return out
+}
+
+// notifyingLedger is a node's ledger, notifying b after each append.
+type notifyingLedger struct {
+	Ledger
+	b *broadcast
+}
+
+func (l notifyingLedger) AppendAll(entries []record.Entry) ([]record.Entry, error) {
+	defer l.b.notify()
+	return l.Ledger.AppendAll(entries)
+}
+
+// notifyLog is a log that keeps nothing and notifies b at each line.
+type notifyLog struct{ b *broadcast }
+
+func (l notifyLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l notifyLog) Handle(context.Context, slog.Record) error {
+	l.b.notify()
+	return nil
+}
+
+func (l notifyLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l notifyLog) WithGroup(string) slog.Handler      { return l }
 
 // providerGPUs is a started provider's GPU count, as its capability
 // record says (the daemon's ProviderGPUs); 0 for anybody else.
@@ -685,15 +762,22 @@ func (n *node) post(j auction.Job) api.JobView {
 	return v
 }
 
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s", what, within)
+// waitFor checks cond at each change of h's nodes (h.changed) until it
+// holds, failing the test after within.
+func (h *harness) waitFor(within time.Duration, what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for {
+		next := h.changed.wait()
+		if cond() {
+			return
 		}
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case <-next:
+		case <-deadline.C:
+			h.t.Fatalf("%s: not reached within %s", what, within)
+		}
 	}
 }
 
@@ -707,7 +791,7 @@ func (n *node) waitJob(id, what string, cond func(api.JobView) bool) api.JobView
 func (n *node) waitJobWithin(id string, within time.Duration, what string, cond func(api.JobView) bool) api.JobView {
 	n.h.t.Helper()
 	var v api.JobView
-	waitFor(n.h.t, within, "job "+id+": "+what, func() bool {
+	n.h.waitFor(within, "job "+id+": "+what, func() bool {
 		var err error
 		v, err = n.tracker.View(id)
 		return err == nil && cond(v)

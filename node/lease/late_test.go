@@ -42,7 +42,7 @@ func TestLeaseNotStartedAfterItsEnd(t *testing.T) {
 		End: now.Add(-time.Second), GPUCount: 1, Tier: j.Tier, State: auction.RunPending}
 	p.sup.OnLease(l, j, nil)
 	var pl api.ProviderLease
-	waitFor(t, 3*time.Second, "the late lease reported", func() bool {
+	h.waitFor(3*time.Second, "the late lease reported", func() bool {
 		pl, _ = p.lease(l.ID)
 		return pl.Run.Terminal()
 	})

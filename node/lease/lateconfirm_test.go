@@ -38,7 +38,7 @@ func TestTimedOutAwardIsReleased(t *testing.T) {
 	// release frees the GPU.
 	p.crash.dropHeartbeats.Store(true)
 	jobID, lost := lostAward(t, r, p)
-	waitFor(t, 5*time.Second, "the unconfirmed lease cancelled on the provider", func() bool {
+	h.waitFor(5*time.Second, "the unconfirmed lease cancelled on the provider", func() bool {
 		pl, _ := p.lease(lost)
 		return pl.Run == auction.RunCancelled
 	})
@@ -68,7 +68,7 @@ func TestLeaseUnknownToRenterStops(t *testing.T) {
 	p := h.provider(provSpec{model: "H100", price: 1})
 	r.crash.dropCancels.Store(true)
 	_, lost := lostAward(t, r, p)
-	waitFor(t, 5*time.Second, "the lease unknown to its renter stopped", func() bool {
+	h.waitFor(5*time.Second, "the lease unknown to its renter stopped", func() bool {
 		pl, _ := p.lease(lost)
 		return pl.Run.Terminal()
 	})

@@ -42,7 +42,7 @@ func TestRunToSuccess(t *testing.T) {
 	if rc.Outcome != auction.RunSucceeded || rc.Heartbeats.Count < 2 || rc.Heartbeats.Rejected != 0 || rc.Amount <= 0 || v.CostUSD != rc.Amount {
 		t.Fatalf("receipt %+v, cost %v", rc, v.CostUSD)
 	}
-	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
+	h.waitFor(3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
 	owed, earned := r.entries(record.KindPaymentOwed, rc.LeaseID), p.entries(record.KindPaymentEarned, rc.LeaseID)
 	rr, pr := r.entries(record.KindReceipt, rc.LeaseID), p.entries(record.KindReceipt, rc.LeaseID)
 	if len(owed) != 1 || len(earned) != 1 || owed[0].Amount != rc.Amount || earned[0].Amount != rc.Amount ||
@@ -75,7 +75,7 @@ func TestRunToSuccess(t *testing.T) {
 	if log, err := os.ReadFile(acc.LogPath()); err != nil || !strings.Contains(string(log), "fake job "+v.Lease.ID+" started") {
 		t.Fatalf("log %q (%v)", log, err)
 	}
-	waitFor(t, 3*time.Second, "observer heard the receipt", func() bool { return observer.book.Stats(p.id()).Receipts == 1 })
+	h.waitFor(3*time.Second, "observer heard the receipt", func() bool { return observer.book.Stats(p.id()).Receipts == 1 })
 	if st := r.book.Stats(p.id()); st.Completed != 1 {
 		t.Fatalf("renter's book %+v", st)
 	}
@@ -285,7 +285,7 @@ func TestAbandonedLeaseSlashed(t *testing.T) {
 	if !v.Job.Excludes(p.id()) {
 		t.Fatalf("requeued job excludes %v, not the provider that abandoned it", v.Job.Exclude)
 	}
-	waitFor(t, 3*time.Second, "provider slashed", func() bool { return r.book.Stats(p.id()).Slashes == 1 })
+	h.waitFor(3*time.Second, "provider slashed", func() bool { return r.book.Stats(p.id()).Slashes == 1 })
 	if rep := r.book.Stats(p.id()); rep.Score >= attest.Prior {
 		t.Fatalf("abandoning provider's score %.3f, not below the prior %.3f", rep.Score, attest.Prior)
 	}
@@ -318,7 +318,7 @@ func TestProviderRestartRecovery(t *testing.T) {
 	if v.Lease.Provider != other.id() || !v.Job.Excludes(p.id()) || v.Job.Duration != time.Minute {
 		t.Fatalf("second attempt on %s, exclude %v, duration %v", v.Lease.Provider, v.Job.Exclude, v.Job.Duration)
 	}
-	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p2.entries(record.KindReceipt, first.Lease.ID)) == 1 })
+	h.waitFor(3*time.Second, "provider settled", func() bool { return len(p2.entries(record.KindReceipt, first.Lease.ID)) == 1 })
 	if pl, ok := p2.lease(first.Lease.ID); !ok || pl.Run != auction.RunFailed {
 		t.Fatalf("restarted provider's record %+v", pl)
 	}
@@ -338,7 +338,7 @@ func TestRenterRestartReload(t *testing.T) {
 	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "done", "0"))
 	r.waitJob(v.Job.ID, "running with telemetry", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
 	// The crash comes once the running state is on disk.
-	waitFor(t, 3*time.Second, "running state persisted", func() bool {
+	h.waitFor(3*time.Second, "running state persisted", func() bool {
 		var saved api.JobView
 		ok, err := r.db.State("renter-jobs").Get(v.Job.ID, &saved)
 		return err == nil && ok && saved.Run == auction.RunRunning

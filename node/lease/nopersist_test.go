@@ -59,7 +59,7 @@ func TestNoPersistLeaseLeavesNothing(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(outDir, "r.txt")); err != nil || string(b) != "result\n" {
 		t.Fatalf("kept output %q, %v", b, err)
 	}
-	waitFor(t, 3*time.Second, "provider purges the settled lease", func() bool {
+	h.waitFor(3*time.Second, "provider purges the settled lease", func() bool {
 		return p.counters.Snapshot()["provider.no_persist_purged"] == 1
 	})
 	for _, f := range []string{p.sup.logPath(l.ID), p.sup.outDir(l.ID)} {
@@ -101,7 +101,7 @@ func TestNoPersistReceiptMustStateIt(t *testing.T) {
 	}
 	p.crash.rewriteReceipt.Store(&omit)
 	v := r.post(noPersistJob())
-	waitFor(t, 5*time.Second, "renter refuses the receipt", func() bool {
+	h.waitFor(5*time.Second, "renter refuses the receipt", func() bool {
 		return r.counters.Snapshot()["renter.receipt_no_persist_unstated"] >= 2 // and the retry
 	})
 	v, _ = r.tracker.View(v.Job.ID)

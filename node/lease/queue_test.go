@@ -26,7 +26,7 @@ func (n *node) waitAllSucceeded(ids []string, within time.Duration) {
 	deadline := time.Now().Add(within)
 	for _, id := range ids {
 		var v api.JobView
-		waitFor(n.h.t, time.Until(deadline), "job "+id+" succeeded", func() bool {
+		n.h.waitFor(time.Until(deadline), "job "+id+" succeeded", func() bool {
 			v, _ = n.tracker.View(id)
 			return v.Run == auction.RunSucceeded || v.State == auction.JobUnplaceable || v.State == auction.JobFailed
 		})
@@ -131,7 +131,7 @@ func TestRenterRestartMidAuction(t *testing.T) {
 		defer close(done)
 		r.tracker.Post(j)
 	}()
-	waitFor(t, 3*time.Second, "job persisted while bidding", func() bool {
+	h.waitFor(3*time.Second, "job persisted while bidding", func() bool {
 		var saved api.JobView
 		ok, err := r.db.State("renter-jobs").Get(j.ID, &saved)
 		return err == nil && ok && saved.State == auction.JobBidding
@@ -144,7 +144,7 @@ func TestRenterRestartMidAuction(t *testing.T) {
 	if !strings.Contains(strings.Join(v.Reasons, ";"), "renter daemon restarted during the auction") {
 		t.Fatalf("reasons %v", v.Reasons)
 	}
-	waitFor(t, 10*time.Second, "requeued job succeeded", func() bool {
+	h.waitFor(10*time.Second, "requeued job succeeded", func() bool {
 		v, _ = r2.tracker.View(j.ID)
 		return v.Run == auction.RunSucceeded
 	})

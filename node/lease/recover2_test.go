@@ -64,7 +64,7 @@ func TestGoldEvictsFutureBronzeBooking(t *testing.T) {
 	}
 	// Nothing to settle: the provider holds the booking reported and
 	// settled without a receipt, and neither ledger has one.
-	waitFor(t, 3*time.Second, "evicted booking closed on the provider", func() bool {
+	h.waitFor(3*time.Second, "evicted booking closed on the provider", func() bool {
 		pl, ok := pa.lease(first.Lease.ID)
 		return ok && pl.Run == auction.RunPreempted && pl.Started.IsZero()
 	})
@@ -223,7 +223,7 @@ func TestLostLeaseSettlesAfterRenterRestart(t *testing.T) {
 	r = r.restart()
 	h.net.Restore(lost.signer.ID())
 	lost.exec.open("work")
-	waitFor(t, 5*time.Second, "the lost lease settled with the restarted renter", func() bool {
+	h.waitFor(5*time.Second, "the lost lease settled with the restarted renter", func() bool {
 		got, err := r.tracker.View(v.Job.ID)
 		return err == nil && len(got.History) == 1 && got.History[0].Receipt
 	})

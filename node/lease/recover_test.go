@@ -60,11 +60,11 @@ func TestSilentProviderJobRecoversElsewhere(t *testing.T) {
 	// heartbeats are refused, and its late report settles for what the
 	// renter saw.
 	h.net.Restore(lost.signer.ID())
-	waitFor(t, 3*time.Second, "the lost provider's heartbeats refused", func() bool {
+	h.waitFor(3*time.Second, "the lost provider's heartbeats refused", func() bool {
 		return counter(r, "renter.heartbeat_after_loss") > 0
 	})
 	lost.exec.open("work")
-	waitFor(t, 5*time.Second, "lost lease settled", func() bool {
+	h.waitFor(5*time.Second, "lost lease settled", func() bool {
 		got, err := r.tracker.View(v.Job.ID)
 		return err == nil && len(got.History) == 1 && got.History[0].Receipt
 	})
@@ -158,7 +158,7 @@ func TestJobFaultIsNotRequeuedNorHeldAgainstTheProvider(t *testing.T) {
 	if v.Run != auction.RunFailed || v.Fault != auction.FaultJob || v.State != auction.JobFinished || len(v.History) != 0 || v.Job.Attempt != 0 {
 		t.Fatalf("job that exited 1: run %s fault %q state %s, %d earlier attempts", v.Run, v.Fault, v.State, len(v.History))
 	}
-	waitFor(t, 3*time.Second, "third node heard the receipt", func() bool { return third.book.Stats(p.id()).JobFaults == 1 })
+	h.waitFor(3*time.Second, "third node heard the receipt", func() bool { return third.book.Stats(p.id()).JobFaults == 1 })
 	if st := third.book.Stats(p.id()); math.Abs(st.Score-before) > 1e-12 || st.Failed != 0 {
 		t.Fatalf("third node's view of the provider: score %.6f (was %.6f), %+v", st.Score, before, st)
 	}
@@ -169,7 +169,7 @@ func TestJobFaultIsNotRequeuedNorHeldAgainstTheProvider(t *testing.T) {
 	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
 	p.kill()
 	p.restart()
-	waitFor(t, 5*time.Second, "third node heard the provider's failure", func() bool { return third.book.Stats(p.id()).Failed == 1 })
+	h.waitFor(5*time.Second, "third node heard the provider's failure", func() bool { return third.book.Stats(p.id()).Failed == 1 })
 	if st := third.book.Stats(p.id()); st.Completion >= attest.Prior {
 		t.Fatalf("third node's view after a provider fault: completion %.6f, prior %.6f", st.Completion, attest.Prior)
 	}

@@ -24,7 +24,7 @@ func TestSettlementAnswerLost(t *testing.T) {
 	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
 	p.exec.open("end")
 	v = r.waitJob(v.Job.ID, "settled", settled)
-	waitFor(t, 5*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
+	h.waitFor(5*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
 	if p.crash.loseReceiptAnswer.Load() {
 		t.Fatal("no receipt answer was lost")
 	}

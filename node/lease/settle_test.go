@@ -36,7 +36,7 @@ func TestSettlementSurvivesRenterOutage(t *testing.T) {
 			retried := func(n *node) func() bool {
 				return func() bool { return n.counters.Snapshot()["provider.settle_retry"] >= 8 }
 			}
-			waitFor(t, 3*time.Second, "provider retries the settlement", retried(p))
+			h.waitFor(3*time.Second, "provider retries the settlement", retried(p))
 			if pl, ok := p.lease(v.Lease.ID); !ok || pl.Run != auction.RunSucceeded {
 				t.Fatalf("provider's record %+v", pl)
 			}
@@ -46,14 +46,14 @@ func TestSettlementSurvivesRenterOutage(t *testing.T) {
 			if tc.restartProvider {
 				p.kill()
 				p = p.restart()
-				waitFor(t, 3*time.Second, "restarted provider retries the settlement", retried(p))
+				h.waitFor(3*time.Second, "restarted provider retries the settlement", retried(p))
 			}
 			r = r.restart()
 			v = r.waitJob(v.Job.ID, "settled", settled)
 			if v.Run != auction.RunSucceeded || v.Receipt.Outcome != auction.RunSucceeded || v.State != auction.JobFinished {
 				t.Fatalf("run %s outcome %s state %s (%s)", v.Run, v.Receipt.Outcome, v.State, v.Detail)
 			}
-			waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
+			h.waitFor(3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
 			rr, pr := r.entries(record.KindReceipt, v.Lease.ID), p.entries(record.KindReceipt, v.Lease.ID)
 			if len(rr) != 1 || string(rr[0].Data) != string(pr[0].Data) {
 				t.Fatalf("receipts: renter %d, provider %d", len(rr), len(pr))
@@ -82,7 +82,7 @@ func TestSettlementGivesUpAfterWindow(t *testing.T) {
 	// renter then ignores as stale): started is what matters here.
 	r.waitJob(v.Job.ID, "started", func(v api.JobView) bool { return v.Run == auction.RunRunning || v.Run.Terminal() })
 	r.kill()
-	waitFor(t, 3*time.Second, "provider gives up", func() bool { return p.counters.Snapshot()["provider.settle_abandoned"] == 1 })
+	h.waitFor(3*time.Second, "provider gives up", func() bool { return p.counters.Snapshot()["provider.settle_abandoned"] == 1 })
 	n := p.counters.Snapshot()["provider.settle_retry"]
 	time.Sleep(200 * time.Millisecond)
 	if m := p.counters.Snapshot()["provider.settle_retry"]; m != n {

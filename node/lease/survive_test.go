@@ -23,7 +23,7 @@ func TestLeaseIDNeverReusedAfterRestart(t *testing.T) {
 	v := alice.post(job(auction.Silver, 2, time.Minute, "run", "20", "0"))
 	v = alice.waitJob(v.Job.ID, "settled", settled)
 	victim := *v.Lease
-	waitFor(t, 3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, victim.ID)) == 1 })
+	h.waitFor(3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, victim.ID)) == 1 })
 	p.kill()
 	p = p.restart()
 

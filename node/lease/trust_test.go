@@ -128,7 +128,7 @@ func TestProviderIsPaidOnlyForWhatTheRenterSaw(t *testing.T) {
 	}
 	// 5. The real job ends later: its report and receipt change nothing.
 	p.exec.open("done")
-	waitFor(t, 3*time.Second, "provider's own settlement attempt refused", func() bool {
+	h.waitFor(3*time.Second, "provider's own settlement attempt refused", func() bool {
 		return counter(r, "renter.receipt_duplicate") >= 2
 	})
 	if es := r.entries(record.KindPaymentOwed, l.ID); len(es) != 1 || es[0].Amount != fair.Amount {
@@ -156,10 +156,9 @@ func TestLateEventsNeverMoveStateBack(t *testing.T) {
 	if got := counter(r, "renter.event_stale"); got != 1 {
 		t.Fatalf("renter.event_stale = %d", got)
 	}
-	// Time passing past the lease end and the grace is what is under test.
-	waitFor(t, 3*time.Second, "lease end and abandon grace passed", func() bool {
-		return time.Now().After(l.End.Add(4 * h.abandonGrace))
-	})
+	// Time passing past the lease end and the grace is what is under test
+	// (the renter's abandon timer is a real one).
+	time.Sleep(time.Until(l.End.Add(4 * h.abandonGrace)))
 	got, err := r.tracker.View(v.Job.ID)
 	if err != nil || got.Run != auction.RunSucceeded || got.State != auction.JobFinished {
 		t.Fatalf("after a late event: run %s state %s (%v)", got.Run, got.State, err)

@@ -29,6 +29,7 @@ type gangLeaser struct {
 }
 
 func (f *gangLeaser) Post(job auction.Job) (api.JobView, error) {
+	defer changes.notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.jobs = append(f.jobs, job)
@@ -63,6 +64,7 @@ func (f *gangLeaser) View(id string) (api.JobView, error) {
 }
 
 func (f *gangLeaser) Cancel(id string) (api.JobView, error) {
+	defer changes.notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.canceled = append(f.canceled, id)
@@ -87,7 +89,7 @@ func TestGangReplicaReplacedAsAWhole(t *testing.T) {
 	for range 4 {
 		f.providers = append(f.providers, signtest.New(t).ID().String())
 	}
-	m, err := NewManager(context.Background(), Config{Leaser: f, Open: noStreams})
+	m, err := NewManager(context.Background(), Config{Log: testLog, Leaser: f, Open: noStreams})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,12 +137,12 @@ func TestGangReplicaReplacedAsAWhole(t *testing.T) {
 		return len(v.Replicas) == 1 && v.Replicas[0].JobID == second.ID && len(v.Replicas[0].Members) == 2 &&
 			v.Replicas[0].Members[0].Provider == f.providers[2]
 	})
-	f.mu.Lock()
-	canceled := slices.Clone(f.canceled)
-	f.mu.Unlock()
-	if !slices.Contains(canceled, first.ID) {
-		t.Fatalf("cancelled %v: the lost gang's job %s was not", canceled, first.ID)
-	}
+	// The lost gang's job is cancelled in the background (cancelJob).
+	waitFor(t, "the lost gang's job "+first.ID+" cancelled", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Contains(f.canceled, first.ID)
+	})
 	sv, _ := m.View(v.ID)
 	var said bool
 	for _, e := range sv.Events {
@@ -159,7 +161,7 @@ func TestGangReplicasInRegions(t *testing.T) {
 	for range 4 {
 		f.providers = append(f.providers, signtest.New(t).ID().String())
 	}
-	m, err := NewManager(context.Background(), Config{Leaser: f, Open: noStreams})
+	m, err := NewManager(context.Background(), Config{Log: testLog, Leaser: f, Open: noStreams})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +34,7 @@ func (f *fakeLeaser) Post(job auction.Job) (api.JobView, error) {
 	f.regions = append(f.regions, job.Region)
 	gate, lease := f.gate, f.lease
 	f.mu.Unlock()
+	changes.notify()
 	if gate != nil {
 		<-gate
 	}
@@ -48,6 +51,7 @@ func (f *fakeLeaser) View(id string) (api.JobView, error) {
 }
 
 func (f *fakeLeaser) Cancel(id string) (api.JobView, error) {
+	defer changes.notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.canceled = append(f.canceled, id)
@@ -69,14 +73,81 @@ func testSpec() api.ServiceSpec {
 		Replicas: 1, ProbeInterval: 100 * time.Millisecond}
 }
 
+// signal is closed and renewed at each change it stands for.
+type signal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// wait returns the channel closed at the next change.
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}
+
+// changes is notified at each call to a test's leaser and at each line a
+// manager logs (testLog: every event of a service is logged with the
+// change it reports), which is what waitFor waits on.
+var changes signal
+
+// notifyLog is a log that keeps nothing and notifies changes at each line.
+type notifyLog struct{}
+
+func (notifyLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (notifyLog) Handle(context.Context, slog.Record) error {
+	changes.notify()
+	return nil
+}
+
+func (l notifyLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l notifyLog) WithGroup(string) slog.Handler      { return l }
+
+// testLog is the managers' log in tests.
+var testLog = slog.New(notifyLog{})
+
+// waitFor checks cond at each of changes until it holds, failing the test
+// after 5 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for {
+		next := changes.wait()
+		if cond() {
+			return
+		}
+		select {
+		case <-next:
+		case <-deadline.C:
 			t.Fatalf("%s not reached", what)
 		}
-		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// tickOnce returns once the control loop of service id ran a whole tick
+// that began after the call.
+func tickOnce(m *Manager, id string) {
+	m.mu.Lock()
+	s := m.svcs[id]
+	m.mu.Unlock()
+	// kick holds one: the third send goes in only once the loop took the
+	// second, that is after the tick the first one started.
+	for range 3 {
+		s.kick <- struct{}{}
 	}
 }
 
@@ -84,7 +155,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // ends after its service stopped is cancelled, not left running.
 func TestStopDuringAuctionCancelsTheLease(t *testing.T) {
 	f := &fakeLeaser{lease: true, gate: make(chan struct{})}
-	m, err := NewManager(context.Background(), Config{Leaser: f, Open: noStreams})
+	m, err := NewManager(context.Background(), Config{Log: testLog, Leaser: f, Open: noStreams})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +184,7 @@ func TestAuctionFailuresBackOff(t *testing.T) {
 	now := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	m, err := NewManager(context.Background(), Config{Leaser: f, Open: noStreams, Now: clock})
+	m, err := NewManager(context.Background(), Config{Log: testLog, Leaser: f, Open: noStreams, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,8 +204,13 @@ func TestAuctionFailuresBackOff(t *testing.T) {
 		if st.want > posts() {
 			waitFor(t, "the next auction", func() bool { return posts() == st.want })
 		}
-		// No further auction within several control-loop periods.
-		time.Sleep(300 * time.Millisecond)
+		// No further auction at a tick after the advance: none bidding
+		// once its failed auctions are retired.
+		tickOnce(m, v.ID)
+		waitFor(t, "no replica bidding", func() bool {
+			v, _ := m.View(v.ID)
+			return !slices.ContainsFunc(v.Replicas, func(r api.ReplicaView) bool { return r.State == api.ReplicaBidding })
+		})
 		if got := posts(); got != st.want {
 			t.Fatalf("after advancing to %s: %d auctions, want %d", clock().Format(time.TimeOnly), got, st.want)
 		}
@@ -150,7 +226,7 @@ func TestAuctionFailuresBackOff(t *testing.T) {
 // replica it does not route to ever holds a GPU.
 func TestReplicaWithoutLeaseCancelsItsQueuedJob(t *testing.T) {
 	f := &fakeLeaser{}
-	m, err := NewManager(context.Background(), Config{Leaser: f, Open: noStreams})
+	m, err := NewManager(context.Background(), Config{Log: testLog, Leaser: f, Open: noStreams})
 	if err != nil {
 		t.Fatal(err)
 	}

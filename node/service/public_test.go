@@ -58,7 +58,7 @@ func TestPublicEndpoint(t *testing.T) {
 	}))
 	f := &lossLeaser{lost: map[string]bool{}, provider: prov.String()}
 	store := &memStore{m: map[string][]byte{}}
-	m, err := NewManager(context.Background(), Config{Leaser: f, Open: open, Store: store})
+	m, err := NewManager(context.Background(), Config{Log: testLog, Leaser: f, Open: open, Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestPublicEndpoint(t *testing.T) {
 	// A restarted daemon serves the same endpoint and certificate, and
 	// the tokens (with fresh rate limits).
 	m.Close()
-	m2, err := NewManager(context.Background(), Config{Leaser: f, Open: open, Store: store})
+	m2, err := NewManager(context.Background(), Config{Log: testLog, Leaser: f, Open: open, Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestPublicEndpointServesTheOwnersCertificate(t *testing.T) {
 	if os.WriteFile(certFile, []byte(certPEM), 0o600) != nil || os.WriteFile(keyFile, []byte(keyPEM), 0o600) != nil {
 		t.Fatal("write certificate files")
 	}
-	m, err := NewManager(context.Background(), Config{Leaser: &fakeLeaser{}, Open: noStreams})
+	m, err := NewManager(context.Background(), Config{Log: testLog, Leaser: &fakeLeaser{}, Open: noStreams})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestPublicSpecChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	m, err := NewManager(context.Background(), Config{Leaser: &fakeLeaser{}, Open: noStreams})
+	m, err := NewManager(context.Background(), Config{Log: testLog, Leaser: &fakeLeaser{}, Open: noStreams})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func TestNormalizeRegions(t *testing.T) {
 func TestRegionsSpreadReplicas(t *testing.T) {
 	f := &fakeLeaser{gate: make(chan struct{})}
 	defer close(f.gate)
-	m, err := NewManager(context.Background(), Config{Leaser: f, Open: noStreams})
+	m, err := NewManager(context.Background(), Config{Log: testLog, Leaser: f, Open: noStreams})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ type lossLeaser struct {
 }
 
 func (f *lossLeaser) Post(job auction.Job) (api.JobView, error) {
+	defer changes.notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.jobs = append(f.jobs, job)
@@ -57,6 +58,7 @@ func (f *lossLeaser) View(id string) (api.JobView, error) {
 }
 
 func (f *lossLeaser) Cancel(id string) (api.JobView, error) {
+	defer changes.notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.canceled = append(f.canceled, id)
@@ -78,7 +80,7 @@ func (f *lossLeaser) posted() []auction.Job {
 func TestLostReplicaReplacedByTheService(t *testing.T) {
 	f := &lossLeaser{lost: map[string]bool{}}
 	store := &memStore{m: map[string][]byte{}}
-	m, err := NewManager(context.Background(), Config{Leaser: f, Open: noStreams, Store: store})
+	m, err := NewManager(context.Background(), Config{Log: testLog, Leaser: f, Open: noStreams, Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,7 @@ func TestLostReplicaReplacedByTheService(t *testing.T) {
 	m.Close()
 
 	// A restarted daemon keeps the provider out.
-	m2, err := NewManager(context.Background(), Config{Leaser: f, Open: noStreams, Store: store})
+	m2, err := NewManager(context.Background(), Config{Log: testLog, Leaser: f, Open: noStreams, Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
