@@ -469,12 +469,58 @@ func BillableSeconds(l auction.Lease, observedStart, observedEnd, now time.Time,
 	return math.Max(0, billable.Seconds())
 }
 
+// ClockOffset is a renter's estimate of how far its provider's clock runs
+// ahead of its own (negative: behind), taken from the provider's signed
+// times as they arrive. A time cannot arrive before it was stamped, so each
+// sample (stamped minus arrived) is at most the true offset, and the
+// estimate is the largest sample: within one message's delay of the truth
+// for an honest provider. A provider may lie in its stamps; CheckBilled
+// bounds what that can earn it (see there). The zero value is no estimate.
+type ClockOffset struct {
+	Ahead   time.Duration `json:"ahead,omitempty"`
+	Samples int           `json:"samples,omitempty"`
+}
+
+// Note takes one sample: a time the provider signed, and this renter's
+// clock when the message carrying it arrived. Zero times are ignored.
+func (o *ClockOffset) Note(signed, arrived time.Time) {
+	if signed.IsZero() || arrived.IsZero() {
+		return
+	}
+	d := signed.Round(0).Sub(arrived.Round(0))
+	if o.Samples == 0 || d > o.Ahead {
+		o.Ahead = d
+	}
+	o.Samples++
+}
+
+// OnProvider is t, a reading of the renter's clock, on its provider's clock
+// as far as the estimate goes: moved by it, but never by more than the clock
+// skew peers are allowed (HeartbeatSkew either way), so no estimate, however
+// wild, moves a time further. A zero t stays zero.
+func (o ClockOffset) OnProvider(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.Add(max(-HeartbeatSkew, min(HeartbeatSkew, o.Ahead)))
+}
+
 // CheckBilled refuses a receipt that bills more than its renter can
 // vouch for: GPUSeconds beyond BillableSeconds (of the renter's own
 // observed start and end, at now, less the gaps of its heartbeat summary
 // hs) times the lease's billed GPUs, plus the one-second rounding
 // allowance.
-func CheckBilled(r Receipt, l auction.Lease, observedStart, observedEnd, now time.Time, hs HeartbeatSummary) error {
+//
+// The renter's times are its own clock's, the lease's and the heartbeats'
+// its provider's: the renter's are put on the provider's clock first
+// (off.OnProvider: the renter's ClockOffset of the provider), so honest
+// peers whose clocks differ by seconds agree. What the renter pays for is
+// still at most the span it saw the run for, and at most the lease's
+// length: a provider that lies about its clock only moves that span, and
+// gains at most HeartbeatSkew of time its renter saw it run, just outside
+// the lease.
+func CheckBilled(r Receipt, l auction.Lease, observedStart, observedEnd, now time.Time, off ClockOffset, hs HeartbeatSummary) error {
+	observedStart, observedEnd, now = off.OnProvider(observedStart), off.OnProvider(observedEnd), off.OnProvider(now)
 	billable := BillableSeconds(l, observedStart, observedEnd, now, hs) * l.BilledGPUs()
 	if r.GPUSeconds > billable+1 {
 		return fmt.Errorf("receipt bills %.1f GPU-seconds; the renter observed at most %.1f", r.GPUSeconds, billable)

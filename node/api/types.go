@@ -116,6 +116,10 @@ type JobView struct {
 	// what it countersigns (attest.BillableSeconds).
 	ObservedStart time.Time `json:"observed_start,omitempty"`
 	ObservedEnd   time.Time `json:"observed_end,omitempty"`
+	// ProviderClock is how far this renter measured the provider's clock
+	// ahead of its own, from the times the provider signed: how the lease's
+	// window is moved onto ObservedStart/End's clock (attest.CheckBilled).
+	ProviderClock attest.ClockOffset `json:"provider_clock,omitzero"`
 	// Heartbeats summarises the verified telemetry received so far.
 	Heartbeats *attest.HeartbeatSummary `json:"heartbeats,omitempty"`
 	// LastTelemetry is the latest verified heartbeat.

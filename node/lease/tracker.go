@@ -529,6 +529,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.OutputCount, v.OutputsHash = 0, ""
 	v.LogDigest, v.LogBytes, v.Evidence, v.Kept, v.Dispute = "", 0, "", "", ""
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
+	v.ProviderClock = attest.ClockOffset{}
 	v.Restored = nil
 	t.mons[l.ID] = mon
 	t.byLease[l.ID] = key
@@ -725,7 +726,7 @@ func (t *Tracker) view(id string, gang bool) (api.JobView, error) {
 	out.History = append([]api.LeaseRecord(nil), v.History...)
 	if out.Lease != nil {
 		if mon := t.mons[out.Lease.ID]; mon != nil && out.Receipt == nil && !out.Run.Terminal() {
-			end := t.now()
+			end := out.ProviderClock.OnProvider(t.now())
 			if !out.Ended.IsZero() {
 				end = out.Ended
 			}
@@ -908,6 +909,7 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 	t.mu.Lock()
 	if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == hb.LeaseID {
 		v.LastTelemetry = &hb
+		v.ProviderClock.Note(hb.Time, t.now())
 		if v.ObservedStart.IsZero() && !hb.Preparing {
 			v.ObservedStart = t.now()
 		}
@@ -1024,7 +1026,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		// lost): answer it again with the same summary, change nothing.
 		sum := v.Heartbeats
 		if sum == nil {
-			s := mon.Summary(v.ObservedEnd)
+			s := mon.Summary(v.ProviderClock.OnProvider(v.ObservedEnd))
 			sum = &s
 		}
 		t.mu.Unlock()
@@ -1057,6 +1059,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	if ev.Run.Terminal() {
 		v.LogDigest, v.LogBytes = ev.LogDigest, ev.LogBytes
 	}
+	v.ProviderClock.Note(ev.Time, now)
 	if v.ObservedStart.IsZero() && ev.Run != auction.RunPending && !ev.NeverRan() {
 		v.ObservedStart = now
 	}
@@ -1067,7 +1070,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	if ck := restoredOf(v.Job, ev.Restored); ck != nil {
 		v.Restored = ck
 	}
-	lease := *v.Lease
+	lease, clock := *v.Lease, v.ProviderClock
 	started, ended := v.Started, v.Ended
 	var keep *keepWant
 	if ev.Run.Terminal() && v.Job.NoPersist && !ev.NeverRan() {
@@ -1093,9 +1096,10 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	if !prevRun.Terminal() {
 		t.cfg.Observe.jobEnded(lease, ev.Run, started, ended)
 	}
+	// Heartbeats carry the provider's clock: so does the summary's end.
 	end := ev.Ended
-	if end.IsZero() || end.After(now) {
-		end = now
+	if pnow := clock.OnProvider(now); end.IsZero() || end.After(pnow) {
+		end = pnow
 	}
 	// The summary answered here is what the provider's receipt must carry:
 	// it is kept with the job, so the receipt is checked against it even
@@ -1287,6 +1291,7 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	v.LogDigest, v.LogBytes, v.Evidence, v.Kept, v.Dispute = "", 0, "", "", ""
 	v.Run, v.Started, v.Ended = "", time.Time{}, time.Time{}
 	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
+	v.ProviderClock = attest.ClockOffset{}
 	v.State = auction.JobBidding
 	v.Detail = fmt.Sprintf("requeued after attempt %d was %s", v.History[len(v.History)-1].Attempt, v.History[len(v.History)-1].Run)
 }
@@ -1388,7 +1393,7 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 	}
 	// Bill only what this renter saw: from its observed start to its
 	// observed end (or now), inside the lease, less heartbeat gaps.
-	if err := attest.CheckBilled(r, lease, v.ObservedStart, v.ObservedEnd, now, mine); err != nil {
+	if err := attest.CheckBilled(r, lease, v.ObservedStart, v.ObservedEnd, now, v.ProviderClock, mine); err != nil {
 		count("renter.receipt_overbilled")
 		return nil, err
 	}

@@ -94,8 +94,8 @@ func TestBreakLeasePersist(t *testing.T) {
 func TestBreakBilling(t *testing.T) {
 	cfg := DefaultConfig()
 	// Bills the booked span, not the observed one.
-	cfg.CheckBilled = func(r attest.Receipt, l auction.Lease, _, _, now time.Time, hs attest.HeartbeatSummary) error {
-		return attest.CheckBilled(r, l, l.Start, l.End, now, hs)
+	cfg.CheckBilled = func(r attest.Receipt, l auction.Lease, _, _, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error {
+		return attest.CheckBilled(r, l, l.Start, l.End, now, off, hs)
 	}
 	findViolation(t, cfg, invOverbilled)
 }

@@ -223,14 +223,24 @@ func (c *checker) billed(r *node, e record.Entry) *Violation {
 		return nil // the job's record is checked by job-lost
 	}
 	l := rec.Lease
+	// The lease's times are its provider's clock: moved onto the renter's
+	// by the clocks' true offset. A provider that lies about its clock may
+	// move the renter's estimate off the truth, and gain that much (at most
+	// attest.HeartbeatSkew) of time its renter saw it run.
+	offset, slack := time.Duration(0), time.Duration(0)
+	if p := c.s.byID(l.Provider); p != nil {
+		offset = p.skew - r.skew
+		est := max(-attest.HeartbeatSkew, min(attest.HeartbeatSkew, rec.ProviderClock.Ahead))
+		slack = min(attest.HeartbeatSkew, (est - offset).Abs())
+	}
 	seen := 0.0
 	if !rec.ObservedStart.IsZero() {
-		from, to := maxTime(rec.ObservedStart, l.Start), minTime(rec.ObservedEnd, l.End)
+		from, to := maxTime(rec.ObservedStart, l.Start.Add(-offset)), minTime(rec.ObservedEnd, l.End.Add(-offset))
 		if to.After(from) {
 			seen = to.Sub(from).Seconds()
 		}
 	}
-	if allowed := seen*l.BilledGPUs() + 1; rc.GPUSeconds > allowed {
+	if allowed := (seen+slack.Seconds())*l.BilledGPUs() + 1; rc.GPUSeconds > allowed {
 		return c.s.violation(invOverbilled, fmt.Sprintf("%s countersigned lease %s billing %.1f GPU-seconds; it observed %.1f s on %v GPUs",
 			r.name, rc.LeaseID, rc.GPUSeconds, seen, l.BilledGPUs()))
 	}

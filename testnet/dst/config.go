@@ -37,7 +37,7 @@ type Config struct {
 	NewBook func(capacity int) Book
 	// CheckBilled is the renter's bound on a receipt's bill (production:
 	// attest.CheckBilled).
-	CheckBilled func(r attest.Receipt, l auction.Lease, observedStart, observedEnd, now time.Time, hs attest.HeartbeatSummary) error
+	CheckBilled func(r attest.Receipt, l auction.Lease, observedStart, observedEnd, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error
 	// Follows is the renter's rule for taking a lease's run state
 	// (production: auction.RunState.Follows).
 	Follows func(next, prev auction.RunState) bool
@@ -84,7 +84,7 @@ func DefaultConfig() Config {
 		Drop:    0.05, Duplicate: 0.05,
 		MinDelay: time.Millisecond, MaxDelay: 800 * time.Millisecond,
 		Partitions: 2, PartitionFor: 2 * time.Minute,
-		Crashes: 2, MaxSkew: 300 * time.Millisecond,
+		Crashes: 2, MaxSkew: 3 * time.Second, // home machines' clocks differ by seconds
 		Executor: ExecutorOdds{Succeed: 6, Fail: 2, Hang: 1, Crash: 1},
 	}
 }

@@ -34,6 +34,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	from := fs.Uint64("from", 1, "the first seed of -seeds")
 	one := fs.Uint64("seed", 0, "replay one seed (prints its trace hash)")
 	verbose := fs.Bool("v", false, "with -seed: print the seed's trace")
+	skew := fs.Duration("skew", DefaultConfig().MaxSkew, "each node's clock is off by up to this")
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "seeds run at once (each seed runs in one goroutine)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -45,11 +46,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case (*seeds == 0) == (*one == 0):
 		fmt.Fprintln(stderr, "dst: give -seeds N (with -from S) or -seed S")
 		return 2
+	case *skew < 0:
+		fmt.Fprintln(stderr, "dst: -skew must not be negative")
+		return 2
 	case *workers < 1:
 		fmt.Fprintln(stderr, "dst: -workers must be at least 1")
 		return 2
 	}
 	cfg := DefaultConfig()
+	cfg.MaxSkew = *skew
 	if *one != 0 {
 		var w io.Writer
 		if *verbose {

@@ -36,6 +36,10 @@ type jobRecord struct {
 	ObservedEnd   time.Time        `json:"observed_end,omitempty"`
 	Lost          bool             `json:"lost,omitempty"`
 	Receipt       []byte           `json:"receipt,omitempty"` // the countersigned receipt, once settled
+
+	// ProviderClock is the provider's clock as measured from its lease
+	// events' times (Tracker's JobView.ProviderClock).
+	ProviderClock attest.ClockOffset `json:"provider_clock,omitzero"`
 }
 
 // pendingAward is an award sent and not answered yet, with the bids left
@@ -203,6 +207,7 @@ func (r *renter) onConfirm(l auction.Lease, from *node) {
 	lc.Devices = append([]int(nil), l.Devices...)
 	rec.Lease = &lc
 	rec.Run = auction.RunPending
+	rec.ProviderClock = attest.ClockOffset{}
 	r.setState(rec, auction.JobLeased)
 	r.byLease[lc.ID] = rec.Job.ID
 	r.save(rec)
@@ -286,6 +291,7 @@ func (r *renter) onEvent(ev wire.LeaseEvent, from *node) {
 		s.logf("%s refuses event %s %s: %v", r.n.name, ev.LeaseID, ev.Run, err)
 		return
 	}
+	rec.ProviderClock.Note(ev.Time, r.n.now())
 	if s.cfg.Follows(ev.Run, rec.Run) {
 		rec.Run, rec.Fault = ev.Run, ev.Fault
 		if ev.Run == auction.RunRunning && rec.ObservedStart.IsZero() {
@@ -357,7 +363,7 @@ func (r *renter) onReceipt(raw []byte, from *node) {
 		answer(nil, fmt.Errorf("receipt says %s, the final report said %s", rc.Outcome, rec.Run))
 		return
 	}
-	if err := s.cfg.CheckBilled(rc, *rec.Lease, rec.ObservedStart, rec.ObservedEnd, now, attest.HeartbeatSummary{}); err != nil {
+	if err := s.cfg.CheckBilled(rc, *rec.Lease, rec.ObservedStart, rec.ObservedEnd, now, rec.ProviderClock, attest.HeartbeatSummary{}); err != nil {
 		answer(nil, err)
 		return
 	}
