@@ -412,6 +412,9 @@ type harness struct {
 	// lossAfter is how long a running lease's provider may stay silent
 	// before its renter calls it lost.
 	lossAfter time.Duration
+	// settleWait bounds a renter's wait for a failed lease's receipt
+	// before it requeues the job (TrackerConfig.SettleWait).
+	settleWait time.Duration
 	// queueBackoff is the renters' first and longest wait before a queued
 	// job is offered again (default 20 ms doubling to 200 ms).
 	queueBackoff, queueBackoffMax time.Duration
@@ -426,7 +429,7 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	return &harness{t: t, net: auctiontest.NewMemNetwork(), abandonGrace: time.Minute, lossAfter: time.Second,
-		queueBackoff: 20 * time.Millisecond, queueBackoffMax: 200 * time.Millisecond}
+		settleWait: 2 * time.Second, queueBackoff: 20 * time.Millisecond, queueBackoffMax: 200 * time.Millisecond}
 }
 
 // renter starts a renter-only node.
@@ -459,7 +462,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	}
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
 		Store: crashStore{n.crash, db.State("renter-jobs")}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
-		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: 2 * time.Second, Counters: n.counters,
+		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: h.settleWait, Counters: n.counters,
 		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, FetchLog: h.fetchLog(s.ID()),
 		FetchOutputs: h.fetchOutputs(s.ID()), KeptDir: n.kept, OnSave: h.onSave, ProviderGPUs: h.providerGPUs}); err != nil {
 		t.Fatal(err)
