@@ -100,14 +100,17 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 		return nil, err
 	}
 	var done <-chan struct{}
+	started := time.Now()
+	var endsAt time.Time // when a "run" job exits of itself
 	switch spec.Command[0] {
 	case "run":
 		ms, err := strconv.Atoi(spec.Command[1])
 		if err != nil {
 			return nil, err
 		}
+		endsAt = started.Add(time.Duration(ms) * time.Millisecond)
 		c := make(chan struct{})
-		time.AfterFunc(time.Duration(ms)*time.Millisecond, func() { close(c) })
+		time.AfterFunc(time.Until(endsAt), func() { close(c) })
 		done = c
 	case "gate":
 		done = e.gate(spec.Command[1])
@@ -144,7 +147,7 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 		}
 	}
 	e.specs.Store(spec.ID, spec)
-	h := &fakeHandle{wd: wd, stop: make(chan struct{}), done: make(chan struct{}), started: time.Now()}
+	h := &fakeHandle{wd: wd, stop: make(chan struct{}), done: make(chan struct{}), started: started, endsAt: endsAt}
 	e.occupy(spec.ID, spec.GPUs)
 	h.free = func() { e.vacate(spec.ID, spec.GPUs) }
 	fmt.Fprintf(stdout, "fake job %s started\n", spec.ID)
@@ -191,6 +194,7 @@ type fakeHandle struct {
 	free     func() // the job's devices are free again
 	wd       string
 	started  time.Time
+	endsAt   time.Time // when it exits of itself (zero: on a gate)
 	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
@@ -208,11 +212,21 @@ func (h *fakeHandle) run(exited <-chan struct{}, exit int, deadline time.Time) {
 	select {
 	case <-exited:
 	case <-dl:
+		if !h.endsAt.IsZero() && h.endsAt.Before(deadline) {
+			// It exits before its deadline: that the deadline's timer
+			// came first to this goroutine is the host's scheduling (a
+			// busy host runs both late), not the job overrunning.
+			<-exited
+			res.Ended = h.endsAt
+			break
+		}
 		res.ExitCode, res.Reason = 143, runtime.ReasonDeadline
 	case <-h.stop:
 		res.ExitCode, res.Reason = 0, runtime.ReasonStopped
 	}
-	res.Ended = time.Now()
+	if res.Ended.IsZero() {
+		res.Ended = time.Now()
+	}
 	h.res = res
 	if h.free != nil {
 		h.free()
