@@ -26,7 +26,11 @@
 //	                 TimerDue                           after MaxRefusals refusals: Disputed)
 //
 // A lease that ended before its start (stopped while waiting) is reported
-// and then Settled with no receipt: it has nothing to bill. Restarted (the
+// and then Settled with no receipt: it has nothing to bill. A lease whose
+// start is taken up, or whose preparing ends, after its end is not run,
+// and one whose job the executor started only after it is not called
+// expired: a slow host's lateness is the provider's (failed, and its
+// renter requeues the job), never the job's. Restarted (the
 // daemon started again with the lease's persisted state) re-books a lease
 // still waiting for a start ahead (Rebook, then Rebooked or RebookFailed),
 // reports any other unfinished lease failed, and takes up an unsettled
