@@ -48,20 +48,24 @@ func shJob(tier auction.Tier, maxPrice float64, script string) auction.Job {
 		Run: auction.RunSpec{Command: []string{"sh", "-c", script}}}
 }
 
-// waitJob polls the renter's view of a job until cond holds.
+// waitJob waits until the renter's view of a job satisfies cond, checking
+// it again at each change of a job's record.
 func waitJob(t *testing.T, n *testNode, id string, within time.Duration, what string, cond func(api.JobView) bool) api.JobView {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
 	for {
+		next := n.market.tracker.Changed()
 		v, err := n.market.tracker.View(id)
 		if err == nil && cond(v) {
 			return v
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-next:
+		case <-deadline.C:
 			b, _ := json.MarshalIndent(v, "", " ")
 			t.Fatalf("job %s: %s not reached within %s; last view:\n%s", id, what, within, b)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
