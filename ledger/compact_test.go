@@ -51,7 +51,7 @@ func TestCompactsAfterWrites(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("30s after the writes: %d compactions, level 0 has %d tables", db.compactions(), db.bdb.Levels()[0].NumTables)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // badger flushes memtables to level 0 in its own background work
 	}
 	check := func(db *DB) {
 		t.Helper()

@@ -3,9 +3,12 @@ package node
 import (
 	"errors"
 	"net/http"
+	"reflect"
+	"time"
 
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/console"
+	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/metrics"
 )
 
@@ -28,7 +31,7 @@ func (d *Daemon) viewRoutes(mux *http.ServeMux, onConsole, tokened bool) {
 	}
 	t := m.tracker
 	api.Handle(mux, "GET /v1/jobs", func(*http.Request) (any, error) { return t.List(), nil })
-	api.Handle(mux, "GET /v1/jobs/{id}", func(r *http.Request) (any, error) { return t.View(r.PathValue("id")) })
+	api.Handle(mux, "GET /v1/jobs/{id}", func(r *http.Request) (any, error) { return jobView(r, t) })
 	api.Handle(mux, "GET /v1/jobs/{id}/bids", func(r *http.Request) (any, error) { return t.Bids(r.PathValue("id")) })
 	logs := m.relay().Logs
 	if onConsole && !tokened {
@@ -103,4 +106,44 @@ func (d *Daemon) serveMetrics() error {
 		_ = srv.Close()
 	}()
 	return nil
+}
+
+// maxJobWait bounds the long poll of GET /v1/jobs/{id}?wait=D, so a
+// caller cannot hold a connection open for ever.
+const maxJobWait = time.Minute
+
+// jobView is GET /v1/jobs/{id}: the job's view now or, with wait=D (a Go
+// duration up to maxJobWait), a long poll that answers as soon as the
+// view differs from the one when the call came, or after D, so a waiter
+// hears of a change at once without polling.
+func jobView(r *http.Request, t *lease.Tracker) (api.JobView, error) {
+	id := r.PathValue("id")
+	q := r.URL.Query().Get("wait")
+	if q == "" {
+		return t.View(id)
+	}
+	d, err := time.ParseDuration(q)
+	if err != nil || d < 0 || d > maxJobWait {
+		return api.JobView{}, api.BadRequest("wait: want a duration from 0s to %s, got %q", maxJobWait, q)
+	}
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	next := t.Changed()
+	first, err := t.View(id)
+	if err != nil {
+		return first, err
+	}
+	for {
+		select {
+		case <-next:
+		case <-deadline.C:
+			return t.View(id)
+		case <-r.Context().Done():
+			return api.JobView{}, r.Context().Err()
+		}
+		next = t.Changed()
+		if v, err := t.View(id); err != nil || !reflect.DeepEqual(v, first) {
+			return v, err
+		}
+	}
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -233,24 +234,20 @@ func TestSigtermDrainsAndKeepsReservations(t *testing.T) {
 	// end). The renter hears of each move and end on its own, so the
 	// check waits a moment for the records to settle; a calendar that
 	// forgot the reservation booked the later job over it, and that stays.
-	deadline = time.Now().Add(5 * time.Second)
-	for {
-		rcur, _ := boot.market.tracker.View(rv.Job.ID)
-		lcur, _ := boot.market.tracker.View(lj.Job.ID)
+	var rcur, lcur api.JobView
+	waitRecords(t, boot, 5*time.Second, "the later job off the reservation", func() bool {
+		rcur, _ = boot.market.tracker.View(rv.Job.ID)
+		lcur, _ = boot.market.tracker.View(lj.Job.ID)
 		r, l := rcur.Lease, lcur.Lease
 		rEnd := r.End
 		if rcur.Run.Terminal() && !rcur.Ended.IsZero() {
 			rEnd = rcur.Ended
 		}
-		if !l.Start.Before(rEnd) || !r.Start.Before(l.End) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("later job booked over [%s, %s), the reservation is at [%s, %s) (booked [%s, %s)), run %s ended %s: the restart forgot it",
-				l.Start, l.End, r.Start, r.End, rv.Lease.Start, rv.Lease.End, rcur.Run, rcur.Ended)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return !l.Start.Before(rEnd) || !r.Start.Before(l.End)
+	}, func() string {
+		return fmt.Sprintf("later job booked over [%s, %s), the reservation is at [%s, %s) (booked [%s, %s)), run %s ended %s: the restart forgot it",
+			lcur.Lease.Start, lcur.Lease.End, rcur.Lease.Start, rcur.Lease.End, rv.Lease.Start, rv.Lease.End, rcur.Run, rcur.Ended)
+	})
 
 	rv = waitJob(t, boot, rv.Job.ID, time.Until(rv.Lease.Start)+30*time.Second, "reservation ran", func(v api.JobView) bool {
 		return v.Receipt != nil

@@ -211,9 +211,10 @@ func TestHostileTenantAmongEight(t *testing.T) {
 	hr := renters[hostileAt]
 	hid := jobs[hostileAt].ID
 	checked := map[string]bool{}
-	deadline := time.Now().Add(45 * time.Second)
+	// A checkpoint is fetched and pinned before the renter records it, so
+	// each change of a record is the moment to look.
 	var hv api.JobView
-	for {
+	waitRecords(t, hr, 45*time.Second, "hostile job ended and settled", func() bool {
 		if hv, err = hr.market.tracker.View(hid); err != nil {
 			t.Fatal(err)
 		}
@@ -230,14 +231,8 @@ func TestHostileTenantAmongEight(t *testing.T) {
 				t.Errorf("the hostile tenant's checkpoint %d (%s) holds the provider's identity key: %s", ck.Seq, ck.Artifact, f)
 			}
 		}
-		if hv.Run.Terminal() && hv.Receipt != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hostile job: not ended and settled within 45 s: run %s (%s), state %s", hv.Run, hv.Detail, hv.State)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return hv.Run.Terminal() && hv.Receipt != nil
+	}, func() string { return fmt.Sprintf("run %s (%s), state %s", hv.Run, hv.Detail, hv.State) })
 	if len(checked) == 0 {
 		t.Errorf("the hostile tenant's renter kept no checkpoint: the attack on checkpoints did not engage (run %s, %s, fault %q; log:\n%s)",
 			hv.Run, hv.Detail, hv.Fault, withoutFlood(leaseLog(prov, hv.Lease.ID)))

@@ -48,20 +48,38 @@ func shJob(tier auction.Tier, maxPrice float64, script string) auction.Job {
 		Run: auction.RunSpec{Command: []string{"sh", "-c", script}}}
 }
 
-// waitJob polls the renter's view of a job until cond holds.
+// waitJob waits until the renter's view of a job satisfies cond.
 func waitJob(t *testing.T, n *testNode, id string, within time.Duration, what string, cond func(api.JobView) bool) api.JobView {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	var v api.JobView
+	waitRecords(t, n, within, "job "+id+": "+what, func() bool {
+		var err error
+		v, err = n.market.tracker.View(id)
+		return err == nil && cond(v)
+	}, func() string {
+		b, _ := json.MarshalIndent(v, "", " ")
+		return "last view:\n" + string(b)
+	})
+	return v
+}
+
+// waitRecords waits until cond holds, checking it again at each change of
+// a job's record on n's tracker; past within it fails with what and last
+// (what cond saw last).
+func waitRecords(t *testing.T, n *testNode, within time.Duration, what string, cond func() bool, last func() string) {
+	t.Helper()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
 	for {
-		v, err := n.market.tracker.View(id)
-		if err == nil && cond(v) {
-			return v
+		next := n.market.tracker.Changed()
+		if cond() {
+			return
 		}
-		if time.Now().After(deadline) {
-			b, _ := json.MarshalIndent(v, "", " ")
-			t.Fatalf("job %s: %s not reached within %s; last view:\n%s", id, what, within, b)
+		select {
+		case <-next:
+		case <-deadline.C:
+			t.Fatalf("%s: not reached within %s; %s", what, within, last())
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -538,10 +539,10 @@ func waitJob(c *cli.Context, id string, last auction.RunState, pr *progress) (ap
 		logs = newLogFollower(c.Context, cl, id, pr)
 		defer logs.stop()
 	}
-	t := time.NewTicker(waitInterval)
-	defer t.Stop()
+	// Each ask after the first is a long poll: it answers at the job's
+	// next change, or after waitInterval to refresh the heartbeat count.
+	v, err := cl.Job(c.Context, id)
 	for {
-		v, err := cl.Job(c.Context, id)
 		if err != nil {
 			return v, fmt.Errorf("wait for job %s: %w", id, err)
 		}
@@ -559,10 +560,17 @@ func waitJob(c *cli.Context, id string, last auction.RunState, pr *progress) (ap
 			}
 			return v, nil
 		}
+		asked, prev := time.Now(), v
+		v, err = cl.JobChange(c.Context, id, waitInterval)
+		if err != nil || !reflect.DeepEqual(v, prev) {
+			continue
+		}
+		// Unchanged at once: a daemon without the long poll. Wait the
+		// rest of the turn rather than ask again at once.
 		select {
 		case <-c.Context.Done():
 			return v, c.Context.Err()
-		case <-t.C:
+		case <-time.After(waitInterval - time.Since(asked)):
 		}
 	}
 }

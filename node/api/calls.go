@@ -99,6 +99,15 @@ func (c *Client) Job(ctx context.Context, id string) (JobView, error) {
 	return v, err
 }
 
+// JobChange is GET /v1/jobs/{id}?wait=D: the job's view at its next
+// change, or after D (at most a minute). A daemon from before the long
+// poll answers at once.
+func (c *Client) JobChange(ctx context.Context, id string, wait time.Duration) (JobView, error) {
+	var v JobView
+	err := c.Do(ctx, http.MethodGet, jobPath(id, ""), url.Values{"wait": {wait.String()}}, nil, &v)
+	return v, err
+}
+
 // Jobs is GET /v1/jobs: this node's jobs, newest first.
 func (c *Client) Jobs(ctx context.Context) ([]JobView, error) {
 	var vs []JobView

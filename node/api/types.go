@@ -98,7 +98,9 @@ type ConvertTaskRequest struct {
 	TaskName string `json:"task_name,omitempty"`
 }
 
-// JobView is the renter's full view of one job (GET /v1/jobs/{id}).
+// JobView is the renter's full view of one job (GET /v1/jobs/{id}; with
+// ?wait=D, up to a minute, a long poll that answers at the view's next
+// change or after D).
 type JobView struct {
 	auction.JobStatus
 	// Run is the execution state of the current lease (empty before one).

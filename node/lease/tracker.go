@@ -636,6 +636,10 @@ func (t *Tracker) waitChange(timeout time.Duration, done func() bool) bool {
 	}
 }
 
+// Changed returns a channel closed at the next change of a job's record.
+// Take it before reading a view, then wait on it: no change is missed.
+func (t *Tracker) Changed() <-chan struct{} { return t.changed.wait() }
+
 // save persists the record of a job. The saves of one job are serialised
 // (those of different jobs go in parallel), each reading the record as it
 // writes it, so a slow save never overwrites a newer one. Its waiters

@@ -240,7 +240,7 @@ func TestFetchDiscoversHoldersInTheDHT(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("announce: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the DHT's routing table fills over real connections, signalling nothing
 	}
 	// ... and until the fetcher's DHT lookups reach it.
 	for found := false; !found; {

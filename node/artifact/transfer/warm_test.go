@@ -55,7 +55,7 @@ func TestWarmFetchesPrivateArtifactOnGrant(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the warm fetch never completed")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the warm fetch runs on its own over a real stream and signals only the store
 	}
 	if got := exported(t, prov.store, id); !bytes.Equal(got, data) {
 		t.Fatal("warmed copy differs")
@@ -139,6 +139,7 @@ func TestWarmRefusals(t *testing.T) {
 	if _, err := owner.svc.Warm(ctx, id, prov.net.ID(), prov.addrs()); err != nil {
 		t.Fatal(err)
 	}
+	// The warm fetch runs on its own over a real stream and signals only the store.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if info, err := prov.store.Info(id); err == nil && info.Complete {
 			break

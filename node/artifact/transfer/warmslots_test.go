@@ -117,7 +117,7 @@ func TestWarmDeadline(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("a stalled warm fetch was never given up")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the warm fetch runs on its own over a real stream and signals only its counters
 	}
 	// Its slot is free: the same peer may ask again.
 	slow.startWarm(t, prov, fakeID(2))
