@@ -57,9 +57,7 @@ func (t *Tracker) checkEvidence(jobID string, l auction.Lease) <-chan struct{} {
 	}
 	digest, size := v.LogDigest, v.LogBytes
 	want, noPersist := keepWantOf(*v), v.Job.NoPersist
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
+	started := t.spawnLocked(func() {
 		defer close(ch)
 		var err error
 		if noPersist {
@@ -90,7 +88,12 @@ func (t *Tracker) checkEvidence(jobID string, l auction.Lease) <-chan struct{} {
 			return // stopping: checked again after the restart
 		}
 		t.noEvidence(jobID, l, err)
-	}()
+	})
+	if !started {
+		// Stopping: checked after the restart, as one cut short.
+		delete(t.checking, l.ID)
+		close(ch)
+	}
 	return ch
 }
 
@@ -156,11 +159,7 @@ func (t *Tracker) noEvidence(jobID string, l auction.Lease, why error) {
 	t.log.Warn("succeeded run not accepted", "job", jobID, "lease", l.ID, "provider", l.Provider, "why", why, "requeue", again)
 	t.save(jobID)
 	if again {
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			t.requeue(jobID, l, requeueOptions(l, auction.RunFailed, auction.FaultProvider, detail))
-		}()
+		t.spawn(func() { t.requeue(jobID, l, requeueOptions(l, auction.RunFailed, auction.FaultProvider, detail)) })
 	}
 }
 

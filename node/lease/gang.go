@@ -201,11 +201,7 @@ func (t *Tracker) stopGang(key string) {
 	}
 	t.mu.Unlock()
 	for _, l := range stop {
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			t.stopMember(l, false)
-		}()
+		t.spawn(func() { t.stopMember(l, false) })
 	}
 }
 

@@ -102,14 +102,17 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 		return nil, err
 	}
 	var done <-chan struct{}
+	started := time.Now()
+	var endsAt time.Time // when a "run" job exits of itself
 	switch spec.Command[0] {
 	case "run":
 		ms, err := strconv.Atoi(spec.Command[1])
 		if err != nil {
 			return nil, err
 		}
+		endsAt = started.Add(time.Duration(ms) * time.Millisecond)
 		c := make(chan struct{})
-		time.AfterFunc(time.Duration(ms)*time.Millisecond, func() { close(c) })
+		time.AfterFunc(time.Until(endsAt), func() { close(c) })
 		done = c
 	case "gate":
 		done = e.gate(spec.Command[1])
@@ -146,7 +149,7 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 		}
 	}
 	e.specs.Store(spec.ID, spec)
-	h := &fakeHandle{wd: wd, stop: make(chan struct{}), done: make(chan struct{}), started: time.Now()}
+	h := &fakeHandle{wd: wd, stop: make(chan struct{}), done: make(chan struct{}), started: started, endsAt: endsAt}
 	e.occupy(spec.ID, spec.GPUs)
 	h.free = func() { e.vacate(spec.ID, spec.GPUs) }
 	fmt.Fprintf(stdout, "fake job %s started\n", spec.ID)
@@ -193,6 +196,7 @@ type fakeHandle struct {
 	free     func() // the job's devices are free again
 	wd       string
 	started  time.Time
+	endsAt   time.Time // when it exits of itself (zero: on a gate)
 	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
@@ -210,11 +214,21 @@ func (h *fakeHandle) run(exited <-chan struct{}, exit int, deadline time.Time) {
 	select {
 	case <-exited:
 	case <-dl:
+		if !h.endsAt.IsZero() && h.endsAt.Before(deadline) {
+			// It exits before its deadline: that the deadline's timer
+			// came first to this goroutine is the host's scheduling (a
+			// busy host runs both late), not the job overrunning.
+			<-exited
+			res.Ended = h.endsAt
+			break
+		}
 		res.ExitCode, res.Reason = 143, runtime.ReasonDeadline
 	case <-h.stop:
 		res.ExitCode, res.Reason = 0, runtime.ReasonStopped
 	}
-	res.Ended = time.Now()
+	if res.Ended.IsZero() {
+		res.Ended = time.Now()
+	}
 	h.res = res
 	if h.free != nil {
 		h.free()
@@ -424,6 +438,9 @@ type harness struct {
 	// lossAfter is how long a running lease's provider may stay silent
 	// before its renter calls it lost.
 	lossAfter time.Duration
+	// settleWait bounds a renter's wait for a failed lease's receipt
+	// before it requeues the job (TrackerConfig.SettleWait).
+	settleWait time.Duration
 	// queueBackoff is the renters' first and longest wait before a queued
 	// job is offered again (default 20 ms doubling to 200 ms).
 	queueBackoff, queueBackoffMax time.Duration
@@ -444,7 +461,7 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	return &harness{t: t, net: auctiontest.NewMemNetwork(), abandonGrace: time.Minute, lossAfter: time.Second,
-		queueBackoff: 20 * time.Millisecond, queueBackoffMax: 200 * time.Millisecond}
+		settleWait: 2 * time.Second, queueBackoff: 20 * time.Millisecond, queueBackoffMax: 200 * time.Millisecond}
 }
 
 // renter starts a renter-only node.
@@ -478,7 +495,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	}
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
 		Store: crashStore{n.crash, db.State("renter-jobs")}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
-		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: 2 * time.Second, Counters: n.counters,
+		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: h.settleWait, Counters: n.counters,
 		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, FetchLog: h.fetchLog(s.ID()),
 		FetchOutputs: h.fetchOutputs(s.ID()), KeptDir: n.kept, OnSave: h.onSave, ProviderGPUs: h.providerGPUs, Log: log}); err != nil {
 		t.Fatal(err)

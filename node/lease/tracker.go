@@ -231,10 +231,38 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 // Auction is the renter's auction state machine (bid handling, counters).
 func (t *Tracker) Auction() *auction.Renter { return t.renter }
 
-// Wait waits for the tracker's background work (cancel ctx first).
+// Wait waits for the tracker's background work (cancel ctx first). Its
+// handlers may still be called meanwhile (the daemon closes its network
+// after its market): they start no more work (spawnLocked).
 func (t *Tracker) Wait() {
+	t.mu.Lock()
+	t.mu.Unlock() //nolint:staticcheck // orders spawnLocked's Add before Wait
 	t.wg.Wait()
 	t.renter.Wait()
+}
+
+// spawn runs f on a goroutine of the tracker's background work (Wait waits
+// for it), unless the tracker's context is done: then it runs nothing and
+// returns false. The check and the count are made under t.mu, so no work
+// starts once Wait began (a WaitGroup may not grow from zero while it is
+// waited for).
+func (t *Tracker) spawn(f func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.spawnLocked(f)
+}
+
+// spawnLocked is spawn with t.mu held.
+func (t *Tracker) spawnLocked(f func()) bool {
+	if t.ctx.Err() != nil {
+		return false
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+	return true
 }
 
 func (t *Tracker) now() time.Time { return t.cfg.Now() }
@@ -355,9 +383,7 @@ func (t *Tracker) queue(job auction.Job, raced bool) {
 	t.wake[job.ID] = wake
 	t.mu.Unlock()
 	t.cfg.Counters.Add("renter.job_queued")
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
+	t.spawn(func() {
 		defer func() {
 			t.mu.Lock()
 			if t.wake[job.ID] == wake {
@@ -407,7 +433,7 @@ func (t *Tracker) queue(job auction.Job, raced bool) {
 				backoff = min(2*backoff, t.cfg.QueueBackoffMax)
 			}
 		}
-	}()
+	})
 }
 
 // reofferTurn waits for the re-offer rate (ReofferRate) to allow one more
@@ -572,9 +598,7 @@ func setRun(v *api.JobView, run auction.RunState) {
 // from its return: its own outage is not the provider's silence, and the
 // provider keeps retrying its final report.
 func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
+	t.spawn(func() {
 		wait := maxTime(l.End, since).Add(t.cfg.AbandonGrace).Sub(t.now())
 		select {
 		case <-t.ctx.Done():
@@ -590,7 +614,7 @@ func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
 		}
 		t.slashAbandoned(l)
 		t.log.Warn("lease abandoned by its provider", "job", jobID, "lease", l.ID, "provider", l.Provider)
-	}()
+	})
 }
 
 // waitChange waits until done holds, checking it again at each change of
@@ -843,9 +867,7 @@ func (t *Tracker) release(l auction.Lease) {
 	if err != nil {
 		return
 	}
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
+	t.spawn(func() {
 		ctx, cancel := context.WithTimeout(t.ctx, 15*time.Second)
 		defer cancel()
 		if _, err := t.cfg.Transport.Request(ctx, prov, wire.ProtoCancel, b); err != nil {
@@ -853,7 +875,7 @@ func (t *Tracker) release(l auction.Lease) {
 			t.log.Info("release lease", "lease", l.ID, "provider", l.Provider, "err", err)
 		}
 		t.save(l.JobID) // with the release remembered
-	}()
+	})
 }
 
 func orNone(s string) string {
@@ -1136,11 +1158,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		if churned && !slices.Contains(opts.Exclude, lease.Provider) {
 			opts.Exclude = append(opts.Exclude, lease.Provider)
 		}
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			t.requeue(jobID, lease, opts)
-		}()
+		t.spawn(func() { t.requeue(jobID, lease, opts) })
 	}
 	if ev.Run == auction.RunSucceeded {
 		// Checked before the receipt comes: payment needs evidence.

@@ -28,7 +28,11 @@
 //	Reporting ──ReportReleased──► Settled (it never ran) or Disputed (it ran)
 //
 // A lease that ended before its start (stopped while waiting) is reported
-// and then Settled with no receipt: it has nothing to bill. Restarted (the
+// and then Settled with no receipt: it has nothing to bill. A lease whose
+// start is taken up, or whose preparing ends, after its end is not run,
+// and one whose job the executor started only after it is not called
+// expired: a slow host's lateness is the provider's (failed, and its
+// renter requeues the job), never the job's. Restarted (the
 // daemon started again with the lease's persisted state) re-books a lease
 // still waiting for a start ahead (Rebook, then Rebooked or RebookFailed),
 // reports any other unfinished lease failed, and takes up an unsettled
@@ -251,10 +255,18 @@ func Classify(e Exit, stop *Stop) (auction.RunState, string, auction.Fault) {
 }
 
 // outcome is the terminal state of a lease whose job ended with e: Classify,
-// and the end of a backfill gap shorter than the job (a bronze job reaching
-// its lease's end) is a preemption, whose renter requeues the rest.
+// but a job the executor started only after its lease's end (a slow host)
+// and that was stopped there at once had none of its lease: the lateness
+// is the provider's, as for a lease not started at all (over), and its
+// renter requeues the job. The end of a backfill gap shorter than the job
+// (a bronze job reaching its lease's end) is a preemption, whose renter
+// requeues the rest.
 func (l *Lease) outcome(e Exit) (auction.RunState, string, auction.Fault) {
 	state, detail, fault := Classify(e, l.Stop)
+	if state == auction.RunExpired && !l.Started.IsZero() && !l.Started.Before(l.Lease.End) {
+		return auction.RunFailed, fmt.Sprintf("lease was over (its end %s passed by %s) before the provider started the job",
+			l.Lease.End.Format(time.RFC3339Nano), l.Started.Sub(l.Lease.End).Round(time.Millisecond)), auction.FaultProvider
+	}
 	if state == auction.RunExpired && l.Terms.Preemptible && l.Lease.End.Before(l.Lease.Start.Add(l.Terms.Duration)) {
 		return auction.RunPreempted, "backfill gap ended before the job did", auction.FaultNone
 	}

@@ -87,6 +87,9 @@ func (s *stepper) step(ev Event) {
 		}
 	case Prepared:
 		if st.Phase == Preparing {
+			if s.over() {
+				return // prepared after its end (a slow host)
+			}
 			st.Phase = Starting
 			s.do(StartExecutor{})
 		}
@@ -230,15 +233,9 @@ func (s *stepper) timer() {
 			return
 		}
 		st.Due = time.Time{}
-		if !s.now.Before(st.Lease.End) {
+		if s.over() {
 			// Taken up after its end (a slow host or store; the auction
-			// confirms no lease that late, auction.Lease.Late): started
-			// now, the job would run on devices the calendar has given
-			// to the next lease. It is not run; the lateness is the
-			// provider's, and its renter requeues the job.
-			s.do(Count{"provider.lease_begun_late"})
-			s.end(Exit{Code: -1, Ended: s.now, Err: fmt.Sprintf("lease was over (its end %s passed by %s) before the provider started it",
-				st.Lease.End.Format(time.RFC3339Nano), s.now.Sub(st.Lease.End).Round(time.Millisecond))})
+			// confirms no lease that late, auction.Lease.Late).
 			return
 		}
 		// Heartbeats go from the lease's start (preparing until the job
@@ -258,6 +255,22 @@ func (s *stepper) timer() {
 		st.Phase = Reporting
 		s.do(SendReport{})
 	}
+}
+
+// over ends, unstarted, a lease whose job is about to start when its end
+// has passed, and reports whether it did. Started now, the job would run
+// on devices the calendar has given to the next lease (and be stopped at
+// once, expired, as if the job were at fault). It is not run; the
+// lateness is the provider's, and its renter requeues the job.
+func (s *stepper) over() bool {
+	st := &s.st
+	if s.now.Before(st.Lease.End) {
+		return false
+	}
+	s.do(Count{"provider.lease_begun_late"})
+	s.end(Exit{Code: -1, Ended: s.now, Err: fmt.Sprintf("lease was over (its end %s passed by %s) before the provider started it",
+		st.Lease.End.Format(time.RFC3339Nano), s.now.Sub(st.Lease.End).Round(time.Millisecond))})
+	return true
 }
 
 // stop takes a stop request: the first one counts.

@@ -135,6 +135,47 @@ func TestStepStart(t *testing.T) {
 	}
 }
 
+// TestStepStartsLate: a job whose preparing, or whose executor's start,
+// ran past its lease's end (a slow host) had none of its lease: it is the
+// provider's lateness (the renter requeues the job), never the job's
+// expiry. A job started before the end and stopped there expired.
+func TestStepStartsLate(t *testing.T) {
+	took := at(time.Minute, TimerDue{})
+	deadline := func(started time.Duration) timed {
+		return at(started, Exited{Exit{Started: t0.Add(started), Ended: t0.Add(started), How: HowDeadline, Reason: "deadline"}})
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []timed
+		run   auction.RunState
+		fault auction.Fault
+		late  bool // counted as provider.lease_begun_late, the executor never asked to start
+	}{
+		{"prepared at its end", []timed{took, at(11*time.Minute, Prepared{})}, auction.RunFailed, auction.FaultProvider, true},
+		{"prepared after its end", []timed{took, at(time.Hour, Prepared{})}, auction.RunFailed, auction.FaultProvider, true},
+		{"executor started at its end", []timed{took, at(time.Minute, Prepared{}), at(11*time.Minute, ExecStarted{}),
+			deadline(11 * time.Minute), at(11*time.Minute, OutputsCollected{})}, auction.RunFailed, auction.FaultProvider, false},
+		{"executor started before its end", []timed{took, at(time.Minute, Prepared{}), at(11*time.Minute-time.Millisecond, ExecStarted{}),
+			deadline(11 * time.Minute), at(11*time.Minute, OutputsCollected{})}, auction.RunExpired, auction.FaultJob, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, effs := run(t, rules, append([]timed{confirmed()}, tc.steps...)...)
+			if st.Phase != Reporting || st.Run != tc.run || st.Fault != tc.fault {
+				t.Fatalf("phase %s run %s fault %q: %q", st.Phase, st.Run, st.Fault, st.Detail)
+			}
+			if tc.fault == auction.FaultProvider && !strings.Contains(st.Detail, "lease was over") {
+				t.Fatalf("detail %q", st.Detail)
+			}
+			if late := counted(effs, "provider.lease_begun_late") == 1; late != tc.late || late == has(effs, StartExecutor{}) {
+				t.Fatalf("counted late %v, executor asked to start %v", late, has(effs, StartExecutor{}))
+			}
+			if !has(effs, Free{}) || !has(effs, SendReport{}) {
+				t.Fatalf("devices not freed or not reported: %#v", effs)
+			}
+		})
+	}
+}
+
 func TestStepStops(t *testing.T) {
 	cancel := StopRequested{As: auction.RunCancelled, Detail: "cancelled by the renter"}
 	preempt := StopRequested{As: auction.RunPreempted, Detail: "preempted"}
