@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -156,5 +157,29 @@ func TestReleasedBounded(t *testing.T) {
 	tr2.reloadReleased(tr.releasedOfLocked("j"))
 	if len(tr2.released) != maxReleased-9 {
 		t.Fatalf("%d reloaded", len(tr2.released))
+	}
+}
+
+// TestForgedReleaseIsRetried: a "release" its renter did not sign (or for
+// another lease) ends nothing: the provider tries its report again, and
+// settles once the renter answers it.
+func TestForgedReleaseIsRetried(t *testing.T) {
+	h := newHarness(t)
+	r := h.renter()
+	p := h.provider(provSpec{model: "H100", price: 1})
+	forger := signtest.New(t)
+	r.tr.OnRequest(wire.ProtoLeaseEvent, h.notifying(func(ctx context.Context, from peer.ID, data []byte) ([]byte, error) {
+		var ev wire.LeaseEvent
+		if err := sign.OpenFrom(data, sign.DomainLeaseEvent, from, &ev); err == nil && ev.Run.Terminal() {
+			return ReleasedAnswer(forger, ev.LeaseID, ev.JobID)
+		}
+		return r.tracker.HandleLeaseEvent(ctx, from, data)
+	}))
+	v := r.post(job(auction.Silver, 5, time.Minute, "run", "10", "0"))
+	h.waitFor(5*time.Second, "the forged release's report tried again", func() bool { return counter(p, "provider.settle_retry") >= 1 })
+	r.tr.OnRequest(wire.ProtoLeaseEvent, h.notifying(r.tracker.HandleLeaseEvent))
+	v = r.waitJob(v.Job.ID, "settled", settled)
+	if pl, _ := p.lease(v.Lease.ID); pl.Dispute != "" || counter(p, "provider.settle_released") != 0 {
+		t.Fatalf("provider's lease: dispute %q, settle_released %d", pl.Dispute, counter(p, "provider.settle_released"))
 	}
 }
