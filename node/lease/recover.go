@@ -51,6 +51,8 @@ type archived struct {
 type jobRecord struct {
 	api.JobView
 	Unsettled []unsettledLease `json:"unsettled,omitempty"`
+	// Released are the job's leases the renter released (released.go).
+	Released []releasedLease `json:"released,omitempty"`
 }
 
 // unsettledLease is an archived lease as persisted.

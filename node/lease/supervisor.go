@@ -653,7 +653,7 @@ func (r *leaseRun) step(ev lifecycle.Event) bool {
 	case st.Phase == lifecycle.Abandoned:
 		s.log.Error("lease could not be settled within the settlement window; giving up", "lease", st.Lease.ID, "window", s.cfg.SettleWindow)
 	case st.Phase == lifecycle.Disputed && prev.Phase != "":
-		s.log.Error("lease settlement given up: the renter refuses its receipt", "lease", st.Lease.ID, "renter", st.Lease.Renter, "reason", st.Dispute)
+		s.log.Error("lease settlement given up as a dispute", "lease", st.Lease.ID, "renter", st.Lease.Renter, "reason", st.Dispute)
 	case st.Phase == lifecycle.Retrying && prev.Phase != "":
 		s.log.Info("lease not settled yet; retrying", "lease", st.Lease.ID, "retry_in", st.Due.Sub(s.now()).Round(time.Millisecond))
 	}
@@ -1372,8 +1372,13 @@ func (r *leaseRun) record() providerRecord {
 	return r.pr
 }
 
+// errReleased is sendEvent's error when the renter answered a final
+// report with its signed release of the lease.
+var errReleased = errors.New("the renter released the lease")
+
 // sendEvent reports the run's state in its record pr to the renter and
-// returns the renter's heartbeat summary (for terminal states).
+// returns the renter's heartbeat summary (for terminal states), or
+// errReleased if the renter answered with its release of the lease.
 func (s *Supervisor) sendEvent(pr providerRecord, attempts int) (*attest.HeartbeatSummary, error) {
 	rec := pr.Rec
 	ev := wire.LeaseEvent{LeaseID: rec.Lease.ID, JobID: rec.Lease.JobID, Provider: s.cfg.Signer.ID().String(), Run: rec.Run,
@@ -1394,6 +1399,20 @@ func (s *Supervisor) sendEvent(pr providerRecord, attempts int) (*attest.Heartbe
 	}
 	if !ev.Run.Terminal() {
 		return nil, nil
+	}
+	var ans wire.LeaseEventAnswer
+	if err := json.Unmarshal(resp, &ans); err != nil {
+		return nil, fmt.Errorf("renter's answer: %w", err)
+	}
+	if ans.Released != nil {
+		renter, err := peer.Decode(rec.Lease.Renter)
+		if err != nil {
+			return nil, err
+		}
+		if err := ans.CheckReleased(renter, rec.Lease.ID, rec.Lease.JobID); err != nil {
+			return nil, fmt.Errorf("renter's answer: %w", err)
+		}
+		return nil, errReleased
 	}
 	sum, err := attest.DecodeHeartbeatSummary(resp)
 	if err != nil {
@@ -1456,6 +1475,11 @@ const DefaultSettleWindow = 24 * time.Hour
 func (r *leaseRun) sendReport() {
 	s := r.s
 	sum, err := s.sendEvent(r.record(), 1)
+	if errors.Is(err, errReleased) {
+		s.log.Info("lease released by its renter: its settlement ends", "lease", r.lease().ID)
+		r.step(lifecycle.ReportReleased{})
+		return
+	}
 	if err != nil {
 		s.log.Warn("lease not settled: renter unreachable for the final report", "lease", r.lease().ID, "err", err)
 		r.step(lifecycle.ReportFailed{Err: err.Error()})

@@ -144,6 +144,9 @@ type Tracker struct {
 	// archived holds leases no longer their job's current attempt whose
 	// provider may still report and settle them (see recover.go).
 	archived map[string]*archived
+	// released holds the leases the renter released, by id (see
+	// released.go).
+	released map[string]releasedLease
 	ckPins   map[string]func()      // checkpoint artifact → its pin
 	ckQuota  map[string]*byteBucket // job → its checkpoint bytes quota
 	// checking holds the evidence checks started, by lease id (closed
@@ -201,7 +204,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	}
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*api.JobView{},
 		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
-		archived: map[string]*archived{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
+		archived: map[string]*archived{}, released: map[string]releasedLease{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
 		refusals: map[string]int{}, gangBusy: map[string]bool{}}
 	var err error
 	t.renter, err = auction.NewRenter(auction.RenterConfig{
@@ -664,7 +667,7 @@ func (t *Tracker) saveOne(id string) bool {
 		return false
 	}
 	t.mu.Lock()
-	rec := jobRecord{JobView: v, Unsettled: t.unsettledLocked(id)}
+	rec := jobRecord{JobView: v, Unsettled: t.unsettledLocked(id), Released: t.releasedOfLocked(id)}
 	t.mu.Unlock()
 	if err := t.cfg.Store.Put(id, rec); err != nil {
 		t.log.Error("persist job", "job", id, "err", err)
@@ -701,6 +704,7 @@ func (t *Tracker) load() ([]auction.Job, error) {
 		}
 		v := rec.JobView
 		t.reloadUnsettled(id, rec.Unsettled)
+		t.reloadReleased(rec.Released)
 		switch {
 		case isMemberKey(id):
 			// A gang member's record: its gang's own record is queued
@@ -855,6 +859,9 @@ func (t *Tracker) Cancel(id string) (api.JobView, error) {
 // does not use (a hedged award that confirmed after another won).
 func (t *Tracker) release(l auction.Lease) {
 	t.cfg.Counters.Add("renter.lease_released")
+	t.mu.Lock()
+	t.rememberReleasedLocked(l)
+	t.mu.Unlock()
 	b, err := sealed(t.cfg.Signer, sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: l.ID, JobID: l.JobID})
 	if err != nil {
 		t.log.Warn("release lease", "lease", l.ID, "err", err)
@@ -871,6 +878,7 @@ func (t *Tracker) release(l auction.Lease) {
 			t.cfg.Counters.Add("renter.release_failed")
 			t.log.Info("release lease", "lease", l.ID, "provider", l.Provider, "err", err)
 		}
+		t.save(l.JobID) // with the release remembered
 	})
 }
 
@@ -1031,6 +1039,10 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	if a := t.archivedLease(ev.LeaseID); a != nil {
 		return t.lostEvent(from, ev, a)
+	}
+	if b, ok, err := t.releasedAnswer(from.String(), ev.LeaseID); ok {
+		// Released, never the job's lease: no need to wait for it.
+		return b, err
 	}
 	t.awaitLease(ev.LeaseID, ev.JobID)
 	t.mu.Lock()

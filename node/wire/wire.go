@@ -15,8 +15,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
@@ -27,7 +29,7 @@ const (
 	ProtoBid        protocol.ID = "/gpumesh/bid/1.0.0"         // provider → renter: auction.BidMessage (a bid, decline or capacity notice, by its envelope's domain)
 	ProtoAward      protocol.ID = "/gpumesh/award/1.0.0"       // renter → provider: auction.AwardMessage (an award, answered by an auction.Confirm, or a bid release)
 	ProtoHeartbeat  protocol.ID = "/gpumesh/heartbeat/1.0.0"   // provider → renter: attest.Heartbeat
-	ProtoLeaseEvent protocol.ID = "/gpumesh/lease-event/1.0.0" // provider → renter: LeaseEvent, answered by the renter's attest.HeartbeatSummary
+	ProtoLeaseEvent protocol.ID = "/gpumesh/lease-event/1.0.0" // provider → renter: LeaseEvent, answered by a LeaseEventAnswer
 	ProtoReceipt    protocol.ID = "/gpumesh/receipt/1.0.0"     // provider → renter: attest.SignedReceipt, answered countersigned
 	ProtoLogs       protocol.ID = "/gpumesh/logs/1.0.0"        // renter → provider: StreamRequest, then the job's log
 	ProtoOutputs    protocol.ID = "/gpumesh/outputs/1.0.0"     // renter → provider: StreamRequest, then an outputs bundle
@@ -216,6 +218,35 @@ type CancelRequest struct {
 	// provider saves its checkpoint and ends it preempted (no fault), and
 	// the whole gang resumes elsewhere.
 	Gang bool `json:"gang,omitempty"`
+}
+
+// LeaseEventAnswer is a renter's answer to a lease's final report
+// (ProtoLeaseEvent): the heartbeat summary the receipt bills by (the
+// fields of attest.HeartbeatSummary, inline, as before this type), or,
+// for a lease the renter released or cancelled and holds no more,
+// Released: the renter's signed CancelRequest for it
+// (sign.DomainLeaseCancel). Released is the renter's definitive word: the
+// provider stops trying to settle the lease (CheckReleased says whether
+// it holds).
+type LeaseEventAnswer struct {
+	attest.HeartbeatSummary
+	Released *sign.Envelope `json:"released,omitempty"`
+}
+
+// CheckReleased checks a's Released for the lease leaseID of job jobID:
+// signed by the lease's renter, for that very lease, and not a gang stop.
+func (a LeaseEventAnswer) CheckReleased(renter peer.ID, leaseID, jobID string) error {
+	var req CancelRequest
+	signer, err := sign.Open(a.Released, sign.DomainLeaseCancel, &req)
+	switch {
+	case err != nil:
+		return fmt.Errorf("release of lease %s: %w", leaseID, err)
+	case signer != renter:
+		return fmt.Errorf("release of lease %s signed by %s, not its renter %s", leaseID, signer, renter)
+	case req.LeaseID != leaseID || req.JobID != jobID || req.Gang:
+		return fmt.Errorf("release names lease %q of job %q (gang %t), not lease %s of job %s", req.LeaseID, req.JobID, req.Gang, leaseID, jobID)
+	}
+	return nil
 }
 
 // HeartbeatReply is a renter's answer to a heartbeat (ProtoHeartbeat). It

@@ -39,6 +39,12 @@ func (n *node) onFinalAck(id string, from *node) {
 	}
 }
 
+func (n *node) onReleased(id string, answer []byte, from *node) {
+	if n.prov != nil {
+		n.prov.onReleased(id, answer, from)
+	}
+}
+
 func (n *node) onReceiptAnswer(id string, b []byte, refusal error, from *node) {
 	switch {
 	case n.prov != nil:

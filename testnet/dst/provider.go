@@ -319,6 +319,23 @@ func (p *provider) report(r *run) {
 	})
 }
 
+// onReleased takes a renter's answer to a final report that it released
+// the lease, checked as node/lease's Supervisor checks it.
+func (p *provider) onReleased(id string, answer []byte, from *node) {
+	r := p.runs[id]
+	if r == nil || r.st.Phase != lifecycle.Reporting || from.id != r.st.Lease.Renter {
+		return
+	}
+	var ans wire.LeaseEventAnswer
+	if err := json.Unmarshal(answer, &ans); err != nil || ans.Released == nil ||
+		ans.CheckReleased(from.signer.ID(), id, r.st.Lease.JobID) != nil {
+		p.n.s.stats.Refused++
+		return // the report's timeout retries it
+	}
+	r.waiting++
+	p.step(r, lifecycle.ReportReleased{})
+}
+
 func (p *provider) onFinalAck(id string, from *node) {
 	r := p.runs[id]
 	if r == nil || r.st.Phase != lifecycle.Reporting || from.id != r.st.Lease.Renter {

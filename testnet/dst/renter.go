@@ -36,6 +36,10 @@ type jobRecord struct {
 	ObservedEnd   time.Time        `json:"observed_end,omitempty"`
 	Lost          bool             `json:"lost,omitempty"`
 	Receipt       []byte           `json:"receipt,omitempty"` // the countersigned receipt, once settled
+	// Released are the job's leases this renter released (a late or
+	// unwanted confirm), as node/lease's Tracker remembers them: their
+	// final reports are answered with the signed release.
+	Released []auction.Lease `json:"released,omitempty"`
 
 	// ProviderClock is the provider's clock as measured from its lease
 	// events' times (Tracker's JobView.ProviderClock).
@@ -190,6 +194,10 @@ func (r *renter) cancel(l auction.Lease) {
 	if to == nil {
 		return
 	}
+	if rec := r.jobs[l.JobID]; rec != nil && (rec.Lease == nil || rec.Lease.ID != l.ID) && r.releasedOf(l.ID, to) == nil {
+		rec.Released = append(rec.Released, l)
+		r.save(rec)
+	}
 	r.n.s.net.send(r.n, to, "cancel "+l.ID, func() { to.onCancel(l.ID, r.n) })
 }
 
@@ -252,6 +260,19 @@ func (r *renter) setState(rec *jobRecord, st auction.JobState) {
 	rec.State = st
 }
 
+// releasedOf is the lease id, held by from, that this renter released
+// (nil if none).
+func (r *renter) releasedOf(id string, from *node) *auction.Lease {
+	for _, rec := range r.jobs {
+		for i, l := range rec.Released {
+			if l.ID == id && l.Provider == from.id {
+				return &rec.Released[i]
+			}
+		}
+	}
+	return nil
+}
+
 // leaseOf is the job record whose current lease is id, held by from.
 func (r *renter) leaseOf(id string, from *node) (*jobRecord, error) {
 	rec := r.jobs[r.byLease[id]]
@@ -283,6 +304,15 @@ func (r *renter) onHeartbeat(leaseID string, from *node) {
 func (r *renter) onEvent(ev wire.LeaseEvent, from *node) {
 	s := r.n.s
 	rec, err := r.leaseOf(ev.LeaseID, from)
+	if l := r.releasedOf(ev.LeaseID, from); err != nil && l != nil && ev.Run.Terminal() {
+		// Released: answered with the release, as Tracker.HandleLeaseEvent does.
+		b, err := lease.ReleasedAnswer(r.n.signer, l.ID, l.JobID)
+		if err != nil {
+			panic(fmt.Sprintf("renter %s: seal the release of %s: %v", r.n.name, l.ID, err))
+		}
+		s.net.send(r.n, from, "released "+ev.LeaseID, func() { from.onReleased(ev.LeaseID, b, r.n) })
+		return
+	}
 	if err == nil {
 		err = lease.EventTimesValid(ev, *rec.Lease, r.n.now())
 	}

@@ -48,6 +48,10 @@ type (
 	// ReportFailed: it could not be reached.
 	ReportDelivered struct{}
 	ReportFailed    struct{ Err string }
+	// ReportReleased: the renter answered the final report with its
+	// signed word that it released (or cancelled) the lease before it
+	// ran: there is no one to bill, and nothing to try again.
+	ReportReleased struct{}
 	// ReceiptCountersigned: the renter countersigned the receipt (and
 	// the ledger holds it); ReceiptRefused: the renter, reached, refused
 	// it; ReceiptFailed: the exchange failed otherwise.
@@ -77,6 +81,7 @@ func (Exited) event()               {}
 func (OutputsCollected) event()     {}
 func (ReportDelivered) event()      {}
 func (ReportFailed) event()         {}
+func (ReportReleased) event()       {}
 func (ReceiptCountersigned) event() {}
 func (ReceiptRefused) event()       {}
 func (ReceiptFailed) event()        {}

@@ -25,7 +25,7 @@ func event(b, c byte, l auction.Lease) (Event, time.Duration) {
 	evs := []Event{
 		Moved{Lease: moved}, MoveTold{Lease: moved}, MoveUntold{Err: "x"}, TimerDue{}, TimerDue{}, TimerDue{},
 		StopRequested{As: auction.RunStates()[c%7], Detail: "d"}, Keep{}, Prepared{}, ExecStarted{Backend: "b"},
-		Failed{Exit: exit}, Exited{Exit: exit}, OutputsCollected{}, ReportDelivered{}, ReportFailed{Err: "x"},
+		Failed{Exit: exit}, Exited{Exit: exit}, OutputsCollected{}, ReportDelivered{}, ReportFailed{Err: "x"}, ReportReleased{},
 		ReceiptCountersigned{}, ReceiptRefused{Err: "x"}, ReceiptFailed{Err: "x"}, Restarted{LastBeat: exit.Ended},
 		Rebooked{}, RebookFailed{Err: "x"}, Confirmed{Lease: l},
 	}

@@ -25,6 +25,8 @@
 //	            └── Retrying ◄────────────────────┘   (until the settlement window closes: Abandoned;
 //	                 TimerDue                           after MaxRefusals refusals: Disputed)
 //
+//	Reporting ──ReportReleased──► Settled (it never ran) or Disputed (it ran)
+//
 // A lease that ended before its start (stopped while waiting) is reported
 // and then Settled with no receipt: it has nothing to bill. A lease whose
 // start is taken up, or whose preparing ends, after its end is not run,

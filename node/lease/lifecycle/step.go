@@ -142,6 +142,10 @@ func (s *stepper) step(ev Event) {
 		if st.Phase == Reporting {
 			s.retry()
 		}
+	case ReportReleased:
+		if st.Phase == Reporting {
+			s.released()
+		}
 	case ReceiptCountersigned:
 		if st.Phase == Receipting {
 			s.final(Settled)
@@ -174,6 +178,28 @@ func (s *stepper) step(ev Event) {
 			s.interrupted(time.Time{})
 		}
 	}
+}
+
+// ReleasedDispute is the dispute of a lease whose job ran on the provider
+// while its renter says it had released it.
+const ReleasedDispute = "released by its renter, but the job ran on the provider"
+
+// released takes the renter's word that it released the lease: retrying
+// the report would only hear it again, so the settlement ends now. A lease
+// that never ran has nothing to bill and is settled. One whose job ran
+// (the release reached the provider late, or the renter says "released"
+// to avoid paying) is not settled as a silent zero: it is disputed, so the
+// provider's ledger shows the unpaid run.
+func (s *stepper) released() {
+	st := &s.st
+	s.do(Count{"provider.settle_released"})
+	if st.Started.IsZero() || !st.Ended.After(st.Started) {
+		s.final(Settled)
+		return
+	}
+	st.Dispute = ReleasedDispute
+	s.do(Count{"provider.settle_disputed"}, RecordDispute{Reason: st.Dispute})
+	s.final(Disputed)
 }
 
 // confirm starts the machine for a confirmed lease.

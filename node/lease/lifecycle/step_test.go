@@ -474,3 +474,83 @@ func TestReceiptSpan(t *testing.T) {
 		t.Errorf("tiny lease: %v..%v", s, e)
 	}
 }
+
+// TestStepReportReleased: a renter that answers the final report with its
+// release ends the settlement at once: settled with nothing billed when
+// the lease never ran, disputed (never a silent zero) when its job ran.
+func TestStepReportReleased(t *testing.T) {
+	t.Run("ahead of its start", func(t *testing.T) {
+		st, effs := run(t, rules, confirmed(),
+			at(10*time.Second, StopRequested{As: auction.RunCancelled, Detail: "cancelled by the renter"}),
+			at(11*time.Second, ReportReleased{}))
+		if st.Phase != Settled || st.Dispute != "" || st.Due != (time.Time{}) {
+			t.Fatalf("state %+v", st)
+		}
+		for _, e := range effs {
+			switch e.(type) {
+			case SendReceipt, RecordDispute:
+				t.Fatalf("effect %#v for a lease that never ran", e)
+			}
+		}
+		if counted(effs, "provider.settle_released") != 1 || counted(effs, "provider.settle_retry") != 0 {
+			t.Fatalf("effects %+v", effs)
+		}
+	})
+	t.Run("stopped while preparing", func(t *testing.T) {
+		st, effs := run(t, rules, confirmed(), at(time.Minute, TimerDue{}),
+			at(time.Minute+time.Second, StopRequested{As: auction.RunCancelled, Detail: "cancelled by the renter"}),
+			at(time.Minute+2*time.Second, Failed{Exit{Code: -1, Err: "preparation cancelled"}}),
+			at(time.Minute+3*time.Second, ReportReleased{}))
+		if st.Phase != Settled || st.Dispute != "" || has(effs, RecordDispute{Reason: ReleasedDispute}) {
+			t.Fatalf("state %+v", st)
+		}
+	})
+	t.Run("after a failed try", func(t *testing.T) {
+		st, effs := run(t, rules, confirmed(),
+			at(10*time.Second, StopRequested{As: auction.RunCancelled}),
+			at(11*time.Second, ReportFailed{Err: "unreachable"}),
+			at(16*time.Second, TimerDue{}),
+			at(16*time.Second, ReportReleased{}))
+		if st.Phase != Settled || st.Failures != 0 || !st.Due.IsZero() {
+			t.Fatalf("state %+v", st)
+		}
+		if counted(effs, "provider.settle_released") != 1 {
+			t.Fatalf("effects %+v", effs)
+		}
+	})
+	t.Run("the job ran", func(t *testing.T) {
+		// A hostile renter that watched the run and then says it released
+		// the lease: the provider's ledger shows a dispute.
+		steps := append(ran(),
+			at(3*time.Minute, Exited{Exit{Started: t0.Add(61 * time.Second), Ended: t0.Add(3 * time.Minute), Code: 0, How: HowExited, Reason: "exited"}}),
+			at(3*time.Minute, OutputsCollected{}),
+			at(3*time.Minute, ReportReleased{}))
+		st, effs := run(t, rules, steps...)
+		if st.Phase != Disputed || st.Dispute != ReleasedDispute || !has(effs, RecordDispute{Reason: ReleasedDispute}) {
+			t.Fatalf("state %+v, effects %+v", st, effs)
+		}
+		if counted(effs, "provider.settle_disputed") != 1 {
+			t.Fatalf("effects %+v", effs)
+		}
+		// Final: nothing more happens to it.
+		if st2, effs2 := rules.Step(st, ReportReleased{}, t0.Add(4*time.Minute)); !reflect.DeepEqual(st2, st) || len(effs2) != 0 {
+			t.Fatalf("after final: %+v, %+v", st2, effs2)
+		}
+	})
+	t.Run("out of phase", func(t *testing.T) {
+		// Only an answer to a report counts: a running or receipting lease
+		// ignores it.
+		st, effs := run(t, rules, append(ran(), at(2*time.Minute, ReportReleased{}))...)
+		if st.Phase != Running || counted(effs, "provider.settle_released") != 0 {
+			t.Fatalf("state %+v", st)
+		}
+		steps := append(ran(),
+			at(3*time.Minute, Exited{Exit{Started: t0.Add(61 * time.Second), Ended: t0.Add(3 * time.Minute), Code: 0, How: HowExited, Reason: "exited"}}),
+			at(3*time.Minute, OutputsCollected{}),
+			at(3*time.Minute, ReportDelivered{}),
+			at(3*time.Minute, ReportReleased{}))
+		if st, _ := run(t, rules, steps...); st.Phase != Receipting {
+			t.Fatalf("state %+v", st)
+		}
+	})
+}
