@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -488,7 +489,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	n.kept = h.keptDir(s.ID())
 	n.tr = h.net.Join(s.ID())
 	ct := crashTransport{c: n.crash, t: n.tr}
-	log := slog.New(notifyLog{&h.changed})
+	log := slog.New(notifyLog{b: &h.changed})
 	var err error
 	if n.receipts, err = NewReceipts(n.ctx, ReceiptsConfig{Ledger: notifyingLedger{db, &h.changed}, Book: n.book, Transport: ct, Counters: n.counters, Log: log}); err != nil {
 		t.Fatal(err)
@@ -628,18 +629,34 @@ func (l notifyingLedger) AppendAll(entries []record.Entry) ([]record.Entry, erro
 	return l.Ledger.AppendAll(entries)
 }
 
-// notifyLog is a log that keeps nothing and notifies b at each line.
-type notifyLog struct{ b *broadcast }
+// notifyLog is a log that notifies b at each line and keeps nothing, or
+// writes each line to stderr when GPUMESH_TEST_LOG is set (to read what
+// led to a failure).
+type notifyLog struct {
+	b     *broadcast
+	attrs []slog.Attr
+}
 
 func (l notifyLog) Enabled(context.Context, slog.Level) bool { return true }
 
-func (l notifyLog) Handle(context.Context, slog.Record) error {
+func (l notifyLog) Handle(ctx context.Context, r slog.Record) error {
 	l.b.notify()
+	if os.Getenv("GPUMESH_TEST_LOG") != "" {
+		var sb strings.Builder
+		sb.WriteString(r.Time.Format("15:04:05.000") + " " + r.Message)
+		for _, a := range l.attrs {
+			sb.WriteString(" " + a.String())
+		}
+		r.Attrs(func(a slog.Attr) bool { sb.WriteString(" " + a.String()); return true })
+		fmt.Fprintln(os.Stderr, sb.String())
+	}
 	return nil
 }
 
-func (l notifyLog) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l notifyLog) WithGroup(string) slog.Handler      { return l }
+func (l notifyLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return notifyLog{b: l.b, attrs: append(append([]slog.Attr{}, l.attrs...), as...)}
+}
+func (l notifyLog) WithGroup(string) slog.Handler { return l }
 
 // providerGPUs is a started provider's GPU count, as its capability
 // record says (the daemon's ProviderGPUs); 0 for anybody else.
