@@ -196,7 +196,7 @@ func (t *Tracker) guard(jobID string, l auction.Lease, since time.Time) {
 				if seen.IsZero() {
 					detail += " (the job had not started)"
 				}
-				t.lose(jobID, l, detail)
+				t.lose(jobID, l, detail, false)
 				return
 			}
 			due.Reset(t.cfg.LossAfter - silent + time.Nanosecond)
@@ -222,8 +222,9 @@ func roundSilence(d time.Duration) string {
 // the lease ended or changed meanwhile). The attempt ends failed through
 // the provider's fault, billed up to the last heartbeat the renter
 // verified; the provider is asked to stop it; the job goes back to auction
-// without that provider, unless its attempt budget is spent.
-func (t *Tracker) lose(jobID string, l auction.Lease, detail string) bool {
+// without that provider, unless its attempt budget is spent. An abandoned
+// lease's provider is slashed before that auction, which weighs it.
+func (t *Tracker) lose(jobID string, l auction.Lease, detail string, abandoned bool) bool {
 	t.mu.Lock()
 	v, mon := t.jobs[jobID], t.mons[l.ID]
 	if v == nil || mon == nil || v.Lease == nil || v.Lease.ID != l.ID || v.Run.Terminal() {
@@ -261,6 +262,9 @@ func (t *Tracker) lose(jobID string, l auction.Lease, detail string) bool {
 	t.cfg.Observe.jobEnded(l, auction.RunFailed, started, last)
 	t.release(l) // if it still runs there, it stops
 	t.save(jobID)
+	if abandoned {
+		t.slashAbandoned(l)
+	}
 	if !again {
 		t.stopGang(jobID)
 	}

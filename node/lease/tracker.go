@@ -608,11 +608,13 @@ func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
 		// The current lease: it is lost, and the job requeued elsewhere.
 		// A lease lost earlier (its provider went silent) whose provider
 		// never reported since: only the slash, the job has moved on.
-		abandoned := t.lose(jobID, l, "provider abandoned the lease: no final report by the lease end") || t.lostUnreported(l.ID)
-		if !abandoned {
+		switch {
+		case t.lose(jobID, l, "provider abandoned the lease: no final report by the lease end", true):
+		case t.lostUnreported(l.ID):
+			t.slashAbandoned(l)
+		default:
 			return
 		}
-		t.slashAbandoned(l)
 		t.log.Warn("lease abandoned by its provider", "job", jobID, "lease", l.ID, "provider", l.Provider)
 	})
 }
@@ -949,6 +951,9 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 		}
 	}
 	t.mu.Unlock()
+	// The job's view changed (its heartbeats and telemetry): whoever waits
+	// on a change of it (a long poll, a test) looks again.
+	t.changed.notify()
 	t.cfg.Observe.heartbeatReceived(hb, t.now())
 	return nil, nil
 }
