@@ -3,7 +3,6 @@ package node
 import (
 	"errors"
 	"net/http"
-	"reflect"
 	"time"
 
 	"github.com/gpumesh/gpumesh/node/api"
@@ -113,9 +112,7 @@ func (d *Daemon) serveMetrics() error {
 const maxJobWait = time.Minute
 
 // jobView is GET /v1/jobs/{id}: the job's view now or, with wait=D (a Go
-// duration up to maxJobWait), a long poll that answers as soon as the
-// view differs from the one when the call came, or after D, so a waiter
-// hears of a change at once without polling.
+// duration up to maxJobWait), a long poll (lease.Tracker.WaitView).
 func jobView(r *http.Request, t *lease.Tracker) (api.JobView, error) {
 	id := r.PathValue("id")
 	q := r.URL.Query().Get("wait")
@@ -126,24 +123,5 @@ func jobView(r *http.Request, t *lease.Tracker) (api.JobView, error) {
 	if err != nil || d < 0 || d > maxJobWait {
 		return api.JobView{}, api.BadRequest("wait: want a duration from 0s to %s, got %q", maxJobWait, q)
 	}
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	next := t.Changed()
-	first, err := t.View(id)
-	if err != nil {
-		return first, err
-	}
-	for {
-		select {
-		case <-next:
-		case <-deadline.C:
-			return t.View(id)
-		case <-r.Context().Done():
-			return api.JobView{}, r.Context().Err()
-		}
-		next = t.Changed()
-		if v, err := t.View(id); err != nil || !reflect.DeepEqual(v, first) {
-			return v, err
-		}
-	}
+	return t.WaitView(r.Context(), id, d)
 }

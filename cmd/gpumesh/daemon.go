@@ -50,7 +50,7 @@ func daemonCommand() *cli.Command {
 			if err := cfg.Validate(); err != nil {
 				return fmt.Errorf("config: %w", err)
 			}
-			log, err := node.NewLogger(c.App.ErrWriter, cfg.LogLevel, c.String("log-format"))
+			log, err := config.NewLogger(c.App.ErrWriter, cfg.LogLevel, c.String("log-format"))
 			if err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sort"
 	"sync"
@@ -637,6 +638,32 @@ func (t *Tracker) waitChange(timeout time.Duration, done func() bool) bool {
 			return false
 		case <-t.ctx.Done():
 			return false
+		}
+	}
+}
+
+// WaitView is job id's view as soon as it differs from its view now, or
+// after d, or at ctx's end: a long poll, so that a waiter hears of a
+// change at once without polling.
+func (t *Tracker) WaitView(ctx context.Context, id string, d time.Duration) (api.JobView, error) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	next := t.changed.wait()
+	first, err := t.View(id)
+	if err != nil {
+		return first, err
+	}
+	for {
+		select {
+		case <-next:
+		case <-deadline.C:
+			return t.View(id)
+		case <-ctx.Done():
+			return api.JobView{}, ctx.Err()
+		}
+		next = t.changed.wait()
+		if v, err := t.View(id); err != nil || !reflect.DeepEqual(v, first) {
+			return v, err
 		}
 	}
 }
