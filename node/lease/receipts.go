@@ -66,17 +66,11 @@ func NewReceipts(ctx context.Context, cfg ReceiptsConfig) (*Receipts, error) {
 	return r, nil
 }
 
-// record appends a verified two-party receipt and the payment it implies
-// to the ledger (atomically), and feeds the reputation book.
-func (r *Receipts) record(sr *attest.SignedReceipt, asRenter bool) error {
-	if err := sr.Verify(); err != nil {
-		return err
-	}
-	raw, err := sr.Marshal()
-	if err != nil {
-		return err
-	}
-	rc := sr.Receipt
+// ReceiptEntries are the ledger entries a two-party receipt rc (raw: its
+// signed bytes) is recorded as, on the renter's side (asRenter) or the
+// provider's: the receipt, and the payment it implies when it bills
+// anything (owed by a renter, earned by a provider).
+func ReceiptEntries(rc attest.Receipt, raw []byte, asRenter bool) []record.Entry {
 	pay := record.Entry{Kind: record.KindPaymentEarned, Direction: record.DirEarned, Counterparty: rc.Renter,
 		LeaseID: rc.LeaseID, JobID: rc.JobID, Amount: rc.Amount}
 	counter := rc.Renter
@@ -89,6 +83,20 @@ func (r *Receipts) record(sr *attest.SignedReceipt, asRenter bool) error {
 	if rc.Amount > 0 {
 		entries = append(entries, pay)
 	}
+	return entries
+}
+
+// record appends a verified two-party receipt and the payment it implies
+// to the ledger (atomically), and feeds the reputation book.
+func (r *Receipts) record(sr *attest.SignedReceipt, asRenter bool) error {
+	if err := sr.Verify(); err != nil {
+		return err
+	}
+	raw, err := sr.Marshal()
+	if err != nil {
+		return err
+	}
+	entries := ReceiptEntries(sr.Receipt, raw, asRenter)
 	if _, err := r.cfg.Ledger.AppendAll(entries); err != nil {
 		return err
 	}

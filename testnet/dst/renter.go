@@ -8,7 +8,6 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -414,19 +413,7 @@ func (r *renter) onReceipt(raw []byte, from *node) {
 }
 
 // recordReceipt appends a two-party receipt and the payment it implies,
-// the entries node/lease's Receipts.record appends.
+// as node/lease records them.
 func recordReceipt(n *node, rc attest.Receipt, full []byte, asRenter bool) {
-	pay := record.Entry{Kind: record.KindPaymentEarned, Direction: record.DirEarned, Counterparty: rc.Renter,
-		LeaseID: rc.LeaseID, JobID: rc.JobID, Amount: rc.Amount}
-	counter := rc.Renter
-	if asRenter {
-		pay = record.Entry{Kind: record.KindPaymentOwed, Direction: record.DirOwed, Counterparty: rc.Provider,
-			LeaseID: rc.LeaseID, JobID: rc.JobID, Amount: rc.Amount}
-		counter = rc.Provider
-	}
-	entries := []record.Entry{{Kind: record.KindReceipt, Counterparty: counter, LeaseID: rc.LeaseID, JobID: rc.JobID, Data: full}}
-	if rc.Amount > 0 {
-		entries = append(entries, pay)
-	}
-	n.led.append(entries...)
+	n.led.append(lease.ReceiptEntries(rc, full, asRenter)...)
 }
