@@ -194,11 +194,15 @@ func (c *checker) ledgers() *Violation {
 				continue
 			}
 			key := n.name + "/" + class + "/" + e.LeaseID
-			if first, ok := c.settled[key]; ok && first != k {
+			first, seen := c.settled[key]
+			if seen && first != k {
 				return s.violation(invSettledTwice, fmt.Sprintf("%s lease %s: %s at %s and again at %s", n.name, e.LeaseID, class, first, k))
 			}
 			c.settled[key] = k
-			if e.Kind == record.KindReceipt && n.rent != nil {
+			// A receipt is judged once, as it is recorded, against what its
+			// renter knew then (its estimate of the provider's clock moves
+			// on later).
+			if !seen && e.Kind == record.KindReceipt && n.rent != nil {
 				if v := c.billed(n, e); v != nil {
 					return v
 				}

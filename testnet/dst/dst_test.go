@@ -95,3 +95,17 @@ func TestSeedOneSettlementAgrees(t *testing.T) {
 		t.Fatalf("%v\n  %s", res.Violation, strings.Join(res.Violation.Tail, "\n  "))
 	}
 }
+
+// TestReceiptJudgedAsRecorded: seeds a 30,000-seed campaign reported as
+// billed-beyond-seen, because the check judged receipts recorded long
+// before against the renter's later, better estimate of its provider's
+// clock (an honest provider billing from its job's start, 0.8 s before
+// its renter heard of it, on 2 GPUs). A receipt is judged once, as it is
+// recorded, against what its renter knew then.
+func TestReceiptJudgedAsRecorded(t *testing.T) {
+	for _, seed := range []uint64{201958, 220470, 221746, 222442} {
+		if res := newSim(DefaultConfig(), seed, nil).run(); res.Violation != nil {
+			t.Fatalf("%v\n  %s", res.Violation, strings.Join(res.Violation.Tail, "\n  "))
+		}
+	}
+}
