@@ -101,6 +101,8 @@ func TestBidWindowClosesEarly(t *testing.T) {
 // providers will answer a call (RenterConfig.Expected) closes the window
 // as soon as each has bid or declined, even with quiet closing disabled;
 // one that stays silent leaves the window to run its course.
+// (Every expected provider is asked: MaxBidders -1; sampling has its own
+// tests.)
 func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 	const window = 5 * time.Second
 	fitting := func(m *market, j *Job) []string {
@@ -116,7 +118,7 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 	t.Run("all answered", func(t *testing.T) {
 		m := newMarket(t, eightProviders())
 		var expected []string
-		r, _ := m.renter(t, RenterConfig{QuietClose: -1, Expected: func(j *Job) []string {
+		r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: -1, Expected: func(j *Job) []string {
 			expected = fitting(m, j)
 			return expected
 		}})
@@ -139,7 +141,7 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 	t.Run("one silent", func(t *testing.T) {
 		m := newMarket(t, eightProviders())
 		silent := signtest.New(t).ID().String()
-		r, _ := m.renter(t, RenterConfig{QuietClose: -1, Expected: func(j *Job) []string { return append(fitting(m, j), silent) }})
+		r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: -1, Expected: func(j *Job) []string { return append(fitting(m, j), silent) }})
 		j := euJob(m.now())
 		j.BidWindow, j.WantDeclines = 300*time.Millisecond, true
 		if _, took := postTimed(t, r, j); took < j.BidWindow {

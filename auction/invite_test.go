@@ -55,7 +55,8 @@ func TestEstablishedProvidersAskedAmongSybilRecords(t *testing.T) {
 		all = append(all, id)
 	}
 	tap := &callTap{}
-	r, err := NewRenter(RenterConfig{Signer: signtest.New(t), Transport: tap,
+	const maxBidders = 16 // room to invite all five by name (up to half)
+	r, err := NewRenter(RenterConfig{Signer: signtest.New(t), Transport: tap, MaxBidders: maxBidders,
 		Reputation: func(p string) float64 {
 			if s, ok := established[p]; ok {
 				return s
@@ -97,8 +98,8 @@ func TestEstablishedProvidersAskedAmongSybilRecords(t *testing.T) {
 		}
 		asked += n
 		most = max(most, n)
-		if len(job.BidInvited) > DefaultMaxBidders/2 || n > 3*DefaultMaxBidders {
-			t.Fatalf("call %d asks %d of %d providers, %d by name (MaxBidders %d)", i, n, len(all), len(job.BidInvited), DefaultMaxBidders)
+		if len(job.BidInvited) > maxBidders/2 || n > 3*maxBidders {
+			t.Fatalf("call %d asks %d of %d providers, %d by name (MaxBidders %d)", i, n, len(all), len(job.BidInvited), maxBidders)
 		}
 	}
 	t.Logf("%d calls: %d left out an established provider; %.1f providers asked on average, at most %d",
@@ -106,8 +107,8 @@ func TestEstablishedProvidersAskedAmongSybilRecords(t *testing.T) {
 	if missed > 0 {
 		t.Fatalf("%d of %d calls did not ask all %d established providers", missed, calls, len(established))
 	}
-	if avg := float64(asked) / calls; avg > 1.25*DefaultMaxBidders {
-		t.Fatalf("calls ask %.1f providers on average, want about MaxBidders (%d)", avg, DefaultMaxBidders)
+	if avg := float64(asked) / calls; avg > 1.25*maxBidders {
+		t.Fatalf("calls ask %.1f providers on average, want about MaxBidders (%d)", avg, maxBidders)
 	}
 }
 

@@ -52,6 +52,35 @@ func EncodeCall(s *sign.Signer, job Job, topic string) ([]byte, error) {
 	return b, nil
 }
 
+// CallAsks reports whether a gossiped call asks provider to answer
+// (SampledBidder) as its unverified bytes say, so that a provider outside a
+// sampled call's share drops it without checking its signature: a call
+// whose sample was forged to leave a provider out only spares that
+// provider the work, and one that names it is verified by DecodeCall as
+// any other. Bytes that do not parse ask everyone: DecodeCall judges them.
+func CallAsks(data []byte, provider string) bool {
+	if len(data) > MaxMessageSize {
+		return true
+	}
+	var w struct {
+		Job *struct {
+			Payload []byte `json:"payload"`
+		} `json:"job"`
+	}
+	if json.Unmarshal(data, &w) != nil || w.Job == nil {
+		return true
+	}
+	var j struct {
+		BidSample  float64  `json:"bid_sample"`
+		BidSeed    string   `json:"bid_seed"`
+		BidInvited []string `json:"bid_invited"`
+	}
+	if json.Unmarshal(w.Job.Payload, &j) != nil {
+		return true
+	}
+	return SampledBidder(&Job{BidSample: j.BidSample, BidSeed: j.BidSeed, BidInvited: j.BidInvited}, provider)
+}
+
 // DecodeCall verifies a gossiped call: the job envelope's signature under
 // sign.DomainJob, that its signer is the job's Owner and that the job id
 // satisfies ValidID. It does not validate the rest of the job spec.

@@ -323,6 +323,10 @@ func (p *Provider) prune(now time.Time) {
 // the *Ineligible error (counted by kind). from is the gossip peer that
 // relayed the call and is not trusted.
 func (p *Provider) HandleCall(from peer.ID, data []byte) error {
+	if !CallAsks(data, p.cfg.Signer.ID().String()) {
+		p.notSampled()
+		return nil
+	}
 	c, err := DecodeCall(data)
 	if err != nil {
 		return p.reject(decodeReason(err), err)
@@ -339,10 +343,7 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 		return p.reject("malformed", fmt.Errorf("job owner: %w", err))
 	}
 	if !SampledBidder(&job, p.cfg.Signer.ID().String()) {
-		// The renter asked another share of the providers this time.
-		p.mu.Lock()
-		p.stats.Ineligible["not_sampled"]++
-		p.mu.Unlock()
+		p.notSampled()
 		return nil
 	}
 	now := p.cfg.Now()
@@ -363,6 +364,13 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	p.stats.Calls++
 	p.mu.Unlock()
 	return p.bidFor(job, owner, now, true)
+}
+
+// notSampled counts a call that asked another share of the providers.
+func (p *Provider) notSampled() {
+	p.mu.Lock()
+	p.stats.Ineligible["not_sampled"]++
+	p.mu.Unlock()
 }
 
 // maxParked bounds the calls a provider keeps to evaluate again when a

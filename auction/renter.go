@@ -29,10 +29,13 @@ const (
 	// early (see RenterConfig.QuietClose).
 	DefaultQuietClose = 150 * time.Millisecond
 	// DefaultMaxBidders is how many of the providers expected to answer a
-	// call are asked to (RenterConfig.MaxBidders): enough for a price, and
-	// a job costs a 50-node market a third of what it did with every one
-	// of 45 fitting providers bidding.
-	DefaultMaxBidders = 16
+	// call are asked to (RenterConfig.MaxBidders): the established ones
+	// the renter would pick anyway (up to half) and a fresh random draw of
+	// the others, enough for a price. Every further bidder costs the
+	// market a call checked, a bid signed, sent, verified and ranked, and
+	// a release: with 16, a job cost an 11-daemon network twice what
+	// Bacalhau's orchestrator spends on one.
+	DefaultMaxBidders = 4
 	// DefaultHoldingsWait bounds how long ranking waits for the holdings
 	// lookups of a job's bidders (see RenterConfig.Holdings).
 	DefaultHoldingsWait = 2 * time.Second
@@ -452,7 +455,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	job.BidSample, job.BidSeed, job.BidInvited = 0, "", nil
 	if r.cfg.Expected != nil {
 		expected = r.cfg.Expected(&job)
-		if n := len(expected); r.cfg.MaxBidders > 0 && n > r.cfg.MaxBidders {
+		if n := len(expected); r.cfg.MaxBidders > 0 && n > r.bidders(&job) {
 			expected = r.sample(&job, expected)
 		}
 	}
@@ -830,7 +833,7 @@ func (r *Renter) fillRTTs(ctx context.Context, rj *renterJob, cands []Candidate,
 func (r *Renter) sample(job *Job, expected []string) []string {
 	job.BidInvited = r.invitees(job, expected)
 	rest := slices.DeleteFunc(slices.Clone(expected), func(p string) bool { return slices.Contains(job.BidInvited, p) })
-	want := r.cfg.MaxBidders - len(job.BidInvited)
+	want := r.bidders(job) - len(job.BidInvited)
 	job.BidSample = float64(want) / float64(len(rest))
 	var drawn []string
 	for range 16 {
@@ -841,6 +844,14 @@ func (r *Renter) sample(job *Job, expected []string) []string {
 		}
 	}
 	return append(slices.Clone(job.BidInvited), drawn...)
+}
+
+// bidders is how many providers job's call asks (MaxBidders, positive):
+// twice as many at each new attempt, so that a job whose sample found no
+// free GPU (queued, or raced by this renter's other auctions) widens its
+// next call until it asks everyone, instead of drawing from the same few.
+func (r *Renter) bidders(job *Job) int {
+	return r.cfg.MaxBidders << min(max(job.Attempt, 0), 16)
 }
 
 // invitees are the providers among expected that the renter holds
@@ -872,7 +883,7 @@ func (r *Renter) invitees(job *Job, expected []string) []string {
 		}
 		return est[i].id < est[j].id
 	})
-	out := make([]string, 0, min(len(est), r.cfg.MaxBidders/2, MaxBidInvited))
+	out := make([]string, 0, min(len(est), r.bidders(job)/2, MaxBidInvited))
 	for _, e := range est[:cap(out)] {
 		out = append(out, e.id)
 	}

@@ -1,0 +1,138 @@
+package auction
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+)
+
+// forgeInvite rewrites a signed call's job so that it invites provider by
+// name and asks nobody else, without signing it again.
+func forgeInvite(t *testing.T, call []byte, invite string) []byte {
+	t.Helper()
+	var w callWire
+	if err := json.Unmarshal(call, &w); err != nil {
+		t.Fatal(err)
+	}
+	var job Job
+	if err := json.Unmarshal(w.Job.Payload, &job); err != nil {
+		t.Fatal(err)
+	}
+	job.BidInvited, job.BidSample, job.BidSeed = []string{invite}, 1e-9, "forged"
+	payload, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Job = &sign.Envelope{Domain: w.Job.Domain, Signer: w.Job.Signer, Payload: payload, Sig: w.Job.Sig}
+	out, err := json.Marshal(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestCallOutsideTheSampleIsDroppedUnverified: a provider a sampled call
+// does not ask drops it before checking its signature (counted
+// not_sampled), so a large market's providers spend nothing on the calls
+// of others' samples; a forged call that names the provider is still
+// verified, and refused. Bytes that do not parse are refused as before.
+func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
+	m := newMarket(t, eightProviders())
+	p := m.provs[0]
+	me := p.s.ID().String()
+	renter := signtest.New(t)
+	job := euJob(m.now())
+	job.ID, job.Owner, job.CreatedAt = NewID("job"), renter.ID().String(), m.now()
+	other := signtest.New(t).ID().String()
+	job.BidInvited, job.BidSample, job.BidSeed = []string{other}, 1e-9, "seed"
+	if SampledBidder(&job, me) {
+		t.Fatal("the call asks the provider: pick another seed")
+	}
+	call, err := EncodeCall(renter, job, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if CallAsks(call, me) {
+		t.Fatal("CallAsks: a call that asks another provider asks this one")
+	}
+	// Its signature broken: dropped all the same, unchecked.
+	var w callWire
+	if err := json.Unmarshal(call, &w); err != nil {
+		t.Fatal(err)
+	}
+	w.Job.Sig = append([]byte(nil), w.Job.Sig...)
+	w.Job.Sig[0] ^= 0xff
+	broken, _ := json.Marshal(w)
+	before := p.p.Stats()
+	if err := p.p.HandleCall(renter.ID(), broken); err != nil {
+		t.Fatalf("a call outside the sample: %v, want it dropped", err)
+	}
+	after := p.p.Stats()
+	if after.Ineligible["not_sampled"] != before.Ineligible["not_sampled"]+1 || after.Calls != before.Calls {
+		t.Fatalf("not_sampled %d → %d, calls %d → %d: want one more not_sampled, no call taken",
+			before.Ineligible["not_sampled"], after.Ineligible["not_sampled"], before.Calls, after.Calls)
+	}
+	// Forged to name the provider: verified, and refused.
+	forged := forgeInvite(t, call, me)
+	if !CallAsks(forged, me) {
+		t.Fatal("CallAsks: the forged call names the provider")
+	}
+	err = p.p.HandleCall(renter.ID(), forged)
+	var rej *Rejection
+	if !errors.As(err, &rej) || !errors.Is(err, sign.ErrBadSignature) {
+		t.Fatalf("forged call naming the provider: %v, want a bad-signature rejection", err)
+	}
+	for _, junk := range [][]byte{nil, []byte("{"), []byte(`{"job":{"payload":"!!"}}`), []byte(`{"job":null}`)} {
+		if !CallAsks(junk, me) {
+			t.Fatalf("CallAsks(%q) = false: bytes that do not parse must reach DecodeCall", junk)
+		}
+		if err := p.p.HandleCall(renter.ID(), junk); err == nil {
+			t.Fatalf("HandleCall(%q) took junk", junk)
+		}
+	}
+}
+
+// TestRetriedCallAsksMore: each new attempt of a job (a re-offer after a
+// sample found no free GPU) asks twice as many providers as the one
+// before, up to all of them.
+func TestRetriedCallAsksMore(t *testing.T) {
+	var all []string
+	for range 40 {
+		all = append(all, signtest.New(t).ID().String())
+	}
+	tap := &callTap{}
+	r, err := NewRenter(RenterConfig{Signer: signtest.New(t), Transport: tap, MaxBidders: 4,
+		Reputation: func(string) float64 { return NeutralReliability }, Expected: func(*Job) []string { return all }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for attempt, want := range []float64{4, 8, 16, 32, 40} {
+		ctx, cancel := context.WithCancel(context.Background())
+		tap.stop = cancel
+		j := euJob(time.Now())
+		j.Attempt = attempt
+		if _, err := r.Post(ctx, j); !errors.Is(err, context.Canceled) {
+			t.Fatalf("attempt %d: %v", attempt, err)
+		}
+		cancel()
+		c, err := DecodeCall(tap.calls[len(tap.calls)-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.Job.BidSample * float64(len(all))
+		if want == 40 {
+			if c.Job.BidSample != 0 {
+				t.Fatalf("attempt %d samples %v of the providers, want all asked", attempt, c.Job.BidSample)
+			}
+			continue
+		}
+		if got < want-0.01 || got > want+0.01 {
+			t.Fatalf("attempt %d asks %.1f of %d providers, want %v", attempt, got, len(all), want)
+		}
+	}
+}
