@@ -332,9 +332,9 @@ func TestOnlyHeldBidsAreReleased(t *testing.T) {
 
 // TestCallAsksASampleOfALargeMarket: with more providers expected to
 // answer than the renter needs bids from (MaxBidders), the call asks a
-// random share of them (Job.BidSample, seeded per call): exactly those
-// bid, the others stay silent, and the window closes once the share has
-// answered.
+// random share of them (Job.BidSample, seeded per call), sent to each
+// directly: exactly those bid, the others never hear of it, and the window
+// closes once the share has answered.
 func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 	var specs []provSpec
 	for i := 0; i < 20; i++ {
@@ -354,6 +354,7 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 	unknown := func(string) float64 { return NeutralReliability }
 	r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: 5, Expected: all, Reputation: unknown})
 	const window = 5 * time.Second
+	askedAll := 0
 	for round := 0; round < 20; round++ {
 		j := euJob(m.now())
 		j.BidWindow = window
@@ -371,6 +372,7 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 		for _, b := range st.Bids {
 			bid = append(bid, b.Bid.Provider)
 		}
+		askedAll += len(asked)
 		slices.Sort(asked)
 		slices.Sort(bid)
 		// At least half the 5 wanted: the renter draws again when a seed asks fewer.
@@ -381,12 +383,15 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 			t.Fatalf("round %d: auction took %v of its %v window once the %d asked providers had answered", round, took, window, len(asked))
 		}
 	}
-	silent := 0
+	// The call went to the asked providers alone: none outside a sample
+	// took it, or even dropped it (it was sent, not gossiped).
+	took, dropped := 0, 0
 	for _, tp := range m.provs {
-		silent += tp.p.Stats().Ineligible["not_sampled"]
+		took += tp.p.Stats().Calls
+		dropped += tp.p.Stats().Ineligible["not_sampled"]
 	}
-	if silent == 0 {
-		t.Fatal("no provider stayed silent")
+	if took != askedAll || dropped != 0 {
+		t.Fatalf("providers took %d calls and dropped %d outside the sample; %d were asked", took, dropped, askedAll)
 	}
 }
 

@@ -30,6 +30,28 @@ func (c *callTap) Publish(_ context.Context, _ string, data []byte) error {
 	return nil
 }
 
+// armed makes the next call delivered stop the auction (stop), and
+// forgets the calls before.
+func (c *callTap) armed(stop context.CancelFunc) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls, c.stop = nil, stop
+}
+
+// last is the last call delivered since armed.
+func (c *callTap) last() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.calls) == 0 {
+		return nil
+	}
+	return c.calls[len(c.calls)-1]
+}
+
+func (c *callTap) SendCall(_ context.Context, _ peer.ID, data []byte) error {
+	return c.Publish(context.Background(), "", data)
+}
+
 func (c *callTap) SendBid(context.Context, peer.ID, []byte) error {
 	return errors.New("callTap: no bids")
 }
@@ -71,12 +93,12 @@ func TestEstablishedProvidersAskedAmongSybilRecords(t *testing.T) {
 	missed, asked, most := 0, 0, 0
 	for i := range calls {
 		ctx, cancel := context.WithCancel(context.Background())
-		tap.stop = cancel
+		tap.armed(cancel)
 		if _, err := r.Post(ctx, euJob(time.Now())); !errors.Is(err, context.Canceled) {
 			t.Fatalf("call %d: auction ended with %v, want it stopped once the call was out", i, err)
 		}
 		cancel()
-		c, err := DecodeCall(tap.calls[len(tap.calls)-1])
+		c, err := DecodeCall(tap.last())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -452,11 +452,12 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		return job, err
 	}
 	var expected []string
+	sampled := false
 	job.BidSample, job.BidSeed, job.BidInvited = 0, "", nil
 	if r.cfg.Expected != nil {
 		expected = r.cfg.Expected(&job)
 		if n := len(expected); r.cfg.MaxBidders > 0 && n > r.bidders(&job) {
-			expected = r.sample(&job, expected)
+			expected, sampled = r.sample(&job, expected), true
 		}
 	}
 	rj := &renterJob{
@@ -505,23 +506,27 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	}
 	defer free()
 
-	published := 0
-	var pubErr error
-	for _, topic := range JobTopics(&job) {
-		data, err := EncodeCall(r.cfg.Signer, job, topic)
-		if err != nil {
-			return job, r.finish(rj, JobFailed, "encode call: "+err.Error(), nil, "", err)
+	var sends sync.WaitGroup
+	defer sends.Wait()
+	if !sampled || !r.sendCalls(ctx, rj, &job, expected, &sends) {
+		published := 0
+		var pubErr error
+		for _, topic := range JobTopics(&job) {
+			data, err := EncodeCall(r.cfg.Signer, job, topic)
+			if err != nil {
+				return job, r.finish(rj, JobFailed, "encode call: "+err.Error(), nil, "", err)
+			}
+			if err := r.cfg.Transport.Publish(ctx, topic, data); err != nil {
+				pubErr = errors.Join(pubErr, fmt.Errorf("publish %s: %w", topic, err))
+				continue
+			}
+			published++
 		}
-		if err := r.cfg.Transport.Publish(ctx, topic, data); err != nil {
-			pubErr = errors.Join(pubErr, fmt.Errorf("publish %s: %w", topic, err))
-			continue
+		if published == 0 {
+			return job, r.finish(rj, JobFailed, "publish failed", nil, "", fmt.Errorf("auction: post %s: %w", job.ID, pubErr))
 		}
-		published++
+		r.log.Debug("call published", "job", job.ID, "attempt", job.Attempt, "window", job.BidWindow)
 	}
-	if published == 0 {
-		return job, r.finish(rj, JobFailed, "publish failed", nil, "", fmt.Errorf("auction: post %s: %w", job.ID, pubErr))
-	}
-	r.log.Debug("call published", "job", job.ID, "attempt", job.Attempt, "window", job.BidWindow)
 
 	if err := r.collect(ctx, rj, &job); err != nil {
 		return job, err
@@ -653,6 +658,73 @@ func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
 			return ErrCancelled
 		}
 	}
+}
+
+// sendCalls sends a sampled call to each provider it asks (asked: the
+// providers this renter knows, see sample) directly, instead of gossiping
+// it to every provider of its topics, most of which would only drop it.
+// A provider the call cannot reach stops being awaited. It reports
+// whether any call went out; when none did, the call is gossiped.
+func (r *Renter) sendCalls(ctx context.Context, rj *renterJob, job *Job, asked []string, sends *sync.WaitGroup) bool {
+	topics := JobTopics(job)
+	if len(topics) == 0 || len(asked) == 0 {
+		return false
+	}
+	data, err := EncodeCall(r.cfg.Signer, *job, topics[0])
+	if err != nil {
+		return false
+	}
+	// The sends outlive this call, not the auction (sends: a slow
+	// provider must not hold the window back): the first delivery, or the
+	// last failure, decides.
+	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), job.BidWindow)
+	first := make(chan bool, 1)
+	var mu sync.Mutex
+	left, sent := len(asked), 0
+	done := func(ok bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		left--
+		if ok {
+			sent++
+		}
+		switch {
+		case ok && sent == 1:
+			first <- true
+		case left == 0 && sent == 0:
+			first <- false
+		}
+		if left == 0 {
+			cancel()
+		}
+	}
+	for _, p := range asked {
+		to, err := peer.Decode(p)
+		if err != nil {
+			r.answered(rj, p)
+			done(false)
+			continue
+		}
+		sends.Add(1)
+		go func() {
+			defer sends.Done()
+			err := r.cfg.Transport.SendCall(sendCtx, to, data)
+			if err != nil {
+				r.log.Debug("call not delivered", "job", job.ID, "provider", p, "err", err)
+				r.answered(rj, p)
+			}
+			done(err == nil)
+		}()
+	}
+	return <-first
+}
+
+// answered notes that provider will not answer the job's call (it was
+// not reached), as if it had.
+func (r *Renter) answered(rj *renterJob, provider string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rj.answeredLocked(provider)
 }
 
 // mostAnswered reports whether a quiet spell may close the job's window:

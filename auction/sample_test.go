@@ -113,14 +113,14 @@ func TestRetriedCallAsksMore(t *testing.T) {
 	}
 	for attempt, want := range []float64{4, 8, 16, 32, 40} {
 		ctx, cancel := context.WithCancel(context.Background())
-		tap.stop = cancel
+		tap.armed(cancel)
 		j := euJob(time.Now())
 		j.Attempt = attempt
 		if _, err := r.Post(ctx, j); !errors.Is(err, context.Canceled) {
 			t.Fatalf("attempt %d: %v", attempt, err)
 		}
 		cancel()
-		c, err := DecodeCall(tap.calls[len(tap.calls)-1])
+		c, err := DecodeCall(tap.last())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -84,7 +84,7 @@ func newMarket(d *Daemon) (*market, error) {
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
 		AdvertisedFingerprint: d.disc.Fingerprint, Holdings: d.disc.Holdings, ExpectedBidders: d.disc.ExpectedBidders,
 		RTT: d.disc.RTT, MeasureRTT: d.disc.MeasureRTT,
-		ProviderGPUs: d.disc.GPUs,
+		ProviderGPUs: d.disc.GPUs, MaxBidders: d.cfg.MaxBidders,
 		OnSave:       d.jobArts.PinLive,
 		Now:          d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.Observer(),
 		FetchCheckpoint: d.jobArts.FetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin, FetchLog: d.fetchLog,
@@ -242,6 +242,9 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	if err := m.sup.Recover(); err != nil {
 		return err
 	}
+	d.net.HandleCounted(wire.ProtoCall, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
+		return nil, m.provider.HandleCall(from, req)
+	}, m.badFrame("provider"))
 	d.net.HandleCounted(wire.ProtoAward, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		return m.provider.HandleAward(from, req)
 	}, m.badFrame("provider"))

@@ -224,6 +224,25 @@ func (t *MemTransport) Publish(ctx context.Context, topic string, data []byte) e
 	return nil
 }
 
+// SendCall calls the provider's call handler (OnCall) and returns its
+// error, or the context's error if it does not answer in time.
+func (t *MemTransport) SendCall(ctx context.Context, to peer.ID, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dst, err := t.net.reachable(t.id, to)
+	if err != nil {
+		return err
+	}
+	h := dst.handlers().OnCall
+	if h == nil {
+		return fmt.Errorf("%w: %s takes no calls", ErrUnreachable, to)
+	}
+	msg := append([]byte(nil), data...)
+	_, err = call(ctx, func() ([]byte, error) { return nil, h(t.id, msg) })
+	return err
+}
+
 // SendBid calls the renter's bid handler and returns its error, or the
 // context's error if it does not answer in time (like a stream deadline).
 func (t *MemTransport) SendBid(ctx context.Context, to peer.ID, data []byte) error {

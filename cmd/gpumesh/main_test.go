@@ -74,6 +74,7 @@ func TestCLIErrors(t *testing.T) {
 		{"empty config in the data dir", filepath.Join(emptyDir, "config.yaml") + " is empty", []string{"-d", emptyDir, "daemon"}},
 		{"bad gpu", "vram_gb must be > 0", []string{"-d", dir, "daemon", "--config", writeConfig(t, "provider:\n  enabled: true\n  gpus: [{model: H100}]\n")}},
 		{"negative artifact budget", "artifact_budget_gb must not be negative", []string{"-d", dir, "daemon", "--config", writeConfig(t, "artifact_budget_gb: -1\n")}},
+		{"max bidders below -1", "max_bidders must be 1..1024", []string{"-d", dir, "daemon", "--config", writeConfig(t, "max_bidders: -2\n")}},
 		{"bad log level", "log_level", []string{"-d", dir, "daemon", "--log-level", "loud"}},
 		{"bad listen", "listen address", []string{"-d", dir, "daemon", "--listen", "not-a-multiaddr"}},
 		{"bad bootstrap", "bootstrap address", []string{"-d", dir, "daemon", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", "/ip4/127.0.0.1/tcp/1"}},

@@ -74,6 +74,11 @@ type Config struct {
 	// GiB an hour (a bucket of an hour's worth, at least one 4 GiB
 	// checkpoint). Default 16.
 	CheckpointQuotaGBPerHour float64 `yaml:"checkpoint_quota_gb_per_hour"`
+	// MaxBidders is how many of the providers that fit a job its call asks
+	// for bids when this renter knows more (the established ones by name,
+	// the rest drawn at random; twice as many at each new attempt): 0
+	// means auction.DefaultMaxBidders, -1 asks every provider.
+	MaxBidders int `yaml:"max_bidders"`
 	// Provider configures selling GPU time; absent means renter only.
 	Provider ProviderConfig `yaml:"provider"`
 }
@@ -250,6 +255,9 @@ func (c Config) Validate() error {
 	}
 	if c.CheckpointQuotaGBPerHour < 0 || c.CheckpointQuotaGBPerHour != c.CheckpointQuotaGBPerHour || c.CheckpointQuotaGBPerHour > 1<<20 {
 		return fmt.Errorf("checkpoint_quota_gb_per_hour must be a positive number of GiB (default 16), got %v", c.CheckpointQuotaGBPerHour)
+	}
+	if c.MaxBidders < -1 || c.MaxBidders > 1024 {
+		return fmt.Errorf("max_bidders must be 1..1024, 0 (default %d) or -1 (every provider), got %d", auction.DefaultMaxBidders, c.MaxBidders)
 	}
 	if b := c.Provider.JobUIDBase; b != 0 && (b < 1000 || b > 1<<30) {
 		return fmt.Errorf("provider.job_uid_base must be a uid from 1000 to %d (default 200000), got %d", 1<<30, b)

@@ -341,6 +341,12 @@ func (t crashTransport) Publish(ctx context.Context, topic string, data []byte) 
 	}
 	return t.t.Publish(ctx, topic, data)
 }
+func (t crashTransport) SendCall(ctx context.Context, to peer.ID, data []byte) error {
+	if t.c.dead.Load() {
+		return errCrashed
+	}
+	return t.t.SendCall(ctx, to, data)
+}
 func (t crashTransport) SendBid(ctx context.Context, to peer.ID, data []byte) error {
 	if t.c.dead.Load() {
 		return errCrashed

@@ -30,6 +30,8 @@ const DefaultAbandonGrace = time.Minute
 
 // TrackerConfig configures a Tracker.
 type TrackerConfig struct {
+	// MaxBidders is auction.RenterConfig.MaxBidders (0: the default).
+	MaxBidders int
 	Signer *sign.Signer
 	// Transport carries the post-award protocol (cancel requests).
 	Transport Transport
@@ -215,6 +217,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		Now:         cfg.Now, Log: log,
 		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, OnCapacity: t.onCapacity, Release: t.release, Holdings: cfg.Holdings,
 		Expected: cfg.ExpectedBidders, Capacity: cfg.ProviderGPUs, RTT: cfg.RTT, MeasureRTT: cfg.MeasureRTT,
+		MaxBidders: cfg.MaxBidders,
 	})
 	if err != nil {
 		return nil, err

@@ -18,7 +18,8 @@ type Carrier interface {
 
 // AuctionTransport is the one binding of auction.Transport to the
 // daemons' protocols, used by the daemon and every harness: calls for bids
-// are gossiped on their topics, bids (and declines, capacity notices) go
+// are gossiped on their topics (a sampled call is sent on ProtoCall to each
+// provider it asks), bids (and declines, capacity notices) go
 // on ProtoBid, awards (and bid releases) on ProtoAward, whose answer is the
 // provider's confirm.
 func AuctionTransport(c Carrier) auction.Transport { return auctionTransport{c} }
@@ -27,6 +28,11 @@ type auctionTransport struct{ c Carrier }
 
 func (t auctionTransport) Publish(ctx context.Context, topic string, data []byte) error {
 	return t.c.Publish(ctx, topic, data)
+}
+
+func (t auctionTransport) SendCall(ctx context.Context, to peer.ID, data []byte) error {
+	_, err := t.c.Request(ctx, to, ProtoCall, data)
+	return err
 }
 
 func (t auctionTransport) SendBid(ctx context.Context, to peer.ID, data []byte) error {

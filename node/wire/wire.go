@@ -26,6 +26,7 @@ import (
 // except the stream requests, which are authorised by the stream's
 // authenticated remote peer.
 const (
+	ProtoCall       protocol.ID = "/gpumesh/call/1.0.0"        // renter → provider: a sampled call for bids (auction.EncodeCall), sent to each provider it asks instead of gossiped
 	ProtoBid        protocol.ID = "/gpumesh/bid/1.0.0"         // provider → renter: auction.BidMessage (a bid, decline or capacity notice, by its envelope's domain)
 	ProtoAward      protocol.ID = "/gpumesh/award/1.0.0"       // renter → provider: auction.AwardMessage (an award, answered by an auction.Confirm, or a bid release)
 	ProtoHeartbeat  protocol.ID = "/gpumesh/heartbeat/1.0.0"   // provider → renter: attest.Heartbeat
@@ -102,7 +103,7 @@ type SuccessionGossip struct {
 // frame. Together: every protocol a daemon serves (each gets its stream
 // and frame memory limits, p2p.ProtocolLimit).
 var (
-	RequestProtocols = []protocol.ID{ProtoBid, ProtoAward, ProtoHeartbeat, ProtoLeaseEvent, ProtoReceipt, ProtoCancel,
+	RequestProtocols = []protocol.ID{ProtoCall, ProtoBid, ProtoAward, ProtoHeartbeat, ProtoLeaseEvent, ProtoReceipt, ProtoCancel,
 		ProtoCheckpoint, ProtoWarm, ProtoLeaseKeys}
 	StreamProtocols = []protocol.ID{ProtoLogs, ProtoOutputs, ProtoArtifact, ProtoService, ProtoGPUChallenge,
 		ProtoExec, ProtoPortForward, ProtoGang}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -114,8 +115,13 @@ func (p *Peer) Connect(ctx context.Context, addr string) (peer.ID, error) {
 }
 
 // SubscribeCalls makes the peer hear calls for bids for a capability (the
-// topics an honest provider of it subscribes to) and hands each to fn.
+// topics an honest provider of it subscribes to, and the calls sent to it
+// directly on wire.ProtoCall, as a sampled call is) and hands each to fn.
 func (p *Peer) SubscribeCalls(ctx context.Context, c *auction.Capability, fn func(from peer.ID, data []byte)) error {
+	p.Node.Handle(wire.ProtoCall, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
+		fn(from, req)
+		return nil, nil
+	})
 	for _, t := range auction.ProviderTopics(c) {
 		if err := p.Node.Subscribe(ctx, t, fn); err != nil {
 			return err

@@ -25,7 +25,7 @@ const Traversal = "../../../../identity.key"
 
 // Protocols are every request protocol a daemon serves, in the order the
 // malformed-frame attack tries them.
-var Protocols = []protocol.ID{wire.ProtoBid, wire.ProtoAward, wire.ProtoHeartbeat, wire.ProtoLeaseEvent,
+var Protocols = []protocol.ID{wire.ProtoCall, wire.ProtoBid, wire.ProtoAward, wire.ProtoHeartbeat, wire.ProtoLeaseEvent,
 	wire.ProtoReceipt, wire.ProtoCancel, wire.ProtoLogs, wire.ProtoOutputs}
 
 // streamProtocols answer with a stream rather than a status and a frame.
