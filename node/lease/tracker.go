@@ -32,7 +32,7 @@ const DefaultAbandonGrace = time.Minute
 type TrackerConfig struct {
 	// MaxBidders is auction.RenterConfig.MaxBidders (0: the default).
 	MaxBidders int
-	Signer *sign.Signer
+	Signer     *sign.Signer
 	// Transport carries the post-award protocol (cancel requests).
 	Transport Transport
 	// Auction carries the auction's calls, bids and awards.
