@@ -106,7 +106,7 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 	fitting := func(m *market, j *Job) []string {
 		var out []string
 		for _, tp := range m.provs {
-			c := tp.p.cfg.Capability()
+			c := tp.p.cfg.Self.Capability()
 			if StaticFit(&c, j) == nil {
 				out = append(out, c.Peer)
 			}
@@ -116,10 +116,10 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 	t.Run("all answered", func(t *testing.T) {
 		m := newMarket(t, eightProviders())
 		var expected []string
-		r, _ := m.renter(t, RenterConfig{QuietClose: -1, Expected: func(j *Job) []string {
+		r, _ := m.renter(t, RenterConfig{QuietClose: -1, Directory: hooks{expected: func(j *Job) []string {
 			expected = fitting(m, j)
 			return expected
-		}})
+		}}})
 		j := euJob(m.now())
 		j.BidWindow, j.WantDeclines = window, true
 		job, took := postTimed(t, r, j)
@@ -139,7 +139,7 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 	t.Run("one silent", func(t *testing.T) {
 		m := newMarket(t, eightProviders())
 		silent := signtest.New(t).ID().String()
-		r, _ := m.renter(t, RenterConfig{QuietClose: -1, Expected: func(j *Job) []string { return append(fitting(m, j), silent) }})
+		r, _ := m.renter(t, RenterConfig{QuietClose: -1, Directory: hooks{expected: func(j *Job) []string { return append(fitting(m, j), silent) }}})
 		j := euJob(m.now())
 		j.BidWindow, j.WantDeclines = 300*time.Millisecond, true
 		if _, took := postTimed(t, r, j); took < j.BidWindow {
@@ -178,7 +178,7 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 				return p.HandleCall(from, data)
 			}})
 		}
-		r, tr = m.renter(t, RenterConfig{QuietClose: quietFor, Expected: func(*Job) []string { return all }})
+		r, tr = m.renter(t, RenterConfig{QuietClose: quietFor, Directory: hooks{expected: func(*Job) []string { return all }}})
 		return m, gate, r, tr
 	}
 	t.Run("one of four in", func(t *testing.T) {
@@ -350,7 +350,7 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 	// A market the renter's book knows nothing of: the draw alone picks
 	// whom to ask (invitations: TestEstablishedProvidersAskedAmongSybilRecords).
 	unknown := func(string) float64 { return NeutralReliability }
-	r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: 5, Expected: all, Reputation: unknown})
+	r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: 5, Directory: hooks{expected: all}, Reputation: hooks{reliability: unknown}})
 	const window = 5 * time.Second
 	for round := 0; round < 20; round++ {
 		j := euJob(m.now())

@@ -28,18 +28,22 @@ func (d *Daemon) startArtifacts() error {
 	}
 	d.artifacts, err = transfer.NewService(transfer.ServiceConfig{
 		Store: st, Net: d.net, Signer: d.signer, Log: d.log,
-		Authorize: func(id string, from peer.ID) bool {
-			m := d.marketRef.Load()
-			return m != nil && m.tracker.LeaseNamesInput(from, id)
-		},
+		Leases: marketView{d},
 		// A provider advertises a fresh capability record (its Artifacts)
 		// at once when the store completes an artifact, so renters that
 		// check bids' missing-bytes claims against it see what it holds.
-		OnHeld: d.disc.Readvertise, WarmMax: d.cfg.WarmMax(), Context: d.ctx,
+		Advertiser: d.disc, WarmMax: d.cfg.WarmMax(), Context: d.ctx,
 	})
-	d.jobArts = jobs.New(jobs.Config{Transfer: d.artifacts, LoadImage: d.loadImageArtifact,
-		Changed: d.disc.Readvertise, Announce: d.announceLater, Log: d.log})
+	d.jobArts = jobs.New(jobs.Config{Transfer: d.artifacts, Images: images{d}, Advertiser: advertiser{d}, Log: d.log})
 	return err
+}
+
+// images loads the image artifacts of the provider's jobs (jobs.Images).
+type images struct{ d *Daemon }
+
+// LoadImage is loadImageArtifact.
+func (i images) LoadImage(ctx context.Context, id, image string, owner peer.ID) (unpin func(), imageID string, err error) {
+	return i.d.loadImageArtifact(ctx, id, image, owner)
 }
 
 // loadImageArtifact fetches the image artifact id (a `docker save`

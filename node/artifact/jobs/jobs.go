@@ -26,21 +26,33 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
+// Images loads image artifacts into the container engine.
+type Images interface {
+	// LoadImage fetches image artifact id of owner's job that names image
+	// into the container engine and returns the ID the job runs; unpin
+	// releases the artifact.
+	LoadImage(ctx context.Context, id, image string, owner peer.ID) (unpin func(), imageID string, err error)
+}
+
+// Advertiser spreads what the node's store holds.
+type Advertiser interface {
+	// Readvertise is called when the artifacts held change (a provider
+	// advertises what it holds).
+	Readvertise()
+	// Announce announces artifact id to the DHT, in the background.
+	Announce(id string)
+}
+
 // Config is what an Artifacts works with.
 type Config struct {
 	// Transfer is the node's artifact store, served and fetched over
 	// libp2p.
 	Transfer *transfer.Service
-	// LoadImage fetches image artifact id of owner's job that names image
-	// into the container engine and returns the ID the job runs; unpin
-	// releases the artifact.
-	LoadImage func(ctx context.Context, id, image string, owner peer.ID) (unpin func(), imageID string, err error)
-	// Changed is called when the artifacts held change (a provider
-	// advertises what it holds).
-	Changed func()
-	// Announce announces artifact id to the DHT, in the background.
-	Announce func(id string)
-	Log      *slog.Logger
+	// Images loads the image artifacts of provider's jobs.
+	Images Images
+	// Advertiser spreads what the store holds.
+	Advertiser Advertiser
+	Log        *slog.Logger
 }
 
 // Artifacts are the jobs' artifacts.
@@ -111,7 +123,7 @@ func (a *Artifacts) Inputs(ctx context.Context, job auction.Job, dir string, key
 		}
 	}
 	if id := job.Run.ImageArtifact; id != "" {
-		unpin, imageID, err := a.cfg.LoadImage(ctx, id, job.Run.Image, owner)
+		unpin, imageID, err := a.cfg.Images.LoadImage(ctx, id, job.Run.Image, owner)
 		if err != nil {
 			release()
 			return nil, "", err
@@ -164,8 +176,8 @@ func (a *Artifacts) Outputs(dir, renter string, keys *wire.LeaseKeys) (string, e
 	if err != nil {
 		return "", err
 	}
-	a.cfg.Changed()
-	a.cfg.Announce(id)
+	a.cfg.Advertiser.Readvertise()
+	a.cfg.Advertiser.Announce(id)
 	return id, nil
 }
 
@@ -176,7 +188,7 @@ func (a *Artifacts) Remove(id string) error {
 	if err := a.cfg.Transfer.Store().Remove(id); err != nil && !errors.Is(err, artifact.ErrNotFound) {
 		return err
 	}
-	a.cfg.Changed()
+	a.cfg.Advertiser.Readvertise()
 	return nil
 }
 
@@ -199,6 +211,11 @@ func (a *Artifacts) Checkpoint(dir, renter string, keys *wire.LeaseKeys) (string
 		}
 	}
 	return id, in.Size, drop, nil
+}
+
+// PinCheckpoint keeps checkpoint artifact id from eviction until unpin.
+func (a *Artifacts) PinCheckpoint(id string) (unpin func()) {
+	return a.cfg.Transfer.Store().Pin(id)
 }
 
 // FetchCheckpoint is the tracker's hook (lease.TrackerConfig.FetchCheckpoint): the renter fetches a checkpoint
