@@ -63,13 +63,13 @@ func newMarket(d *Daemon) (*market, error) {
 		book:    attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String(), Successions: d.succ}),
 		metrics: metrics.New()}
 	m.ctx, m.cancel = context.WithCancel(d.ctx)
-	m.verify = gpuverify.New(m.ctx, gpuverify.Config{Net: d.net, Signer: d.signer, Book: m.book, Lookup: d.disc.Lookup,
-		Policy: d.opts.ChallengePolicy, Republish: d.opts.VerdictRepublish, Count: m.counters.Add, Now: d.now, Log: d.log})
+	m.verify = gpuverify.New(m.ctx, gpuverify.Config{Net: d.net, Signer: d.signer, Book: m.book, Directory: d.disc,
+		Policy: d.opts.ChallengePolicy, Republish: d.opts.VerdictRepublish, Counters: m.counters, Now: d.now, Log: d.log})
 	lt := p2p.Direct{N: d.net}
 	// This node's own successions first: the receipts replayed next that
 	// its old identities signed count for it.
 	m.successions = identity.NewSuccessions(m.ctx, identity.SuccessionsConfig{Net: d.net, Book: m.book, Ledger: d.db,
-		Republish: d.opts.SuccessionRepublish, Count: m.counters.Add, Now: d.now, Log: d.log})
+		Republish: d.opts.SuccessionRepublish, Counters: m.counters, Now: d.now, Log: d.log})
 	own, err := m.successions.LearnOwn()
 	if err != nil {
 		return nil, err
@@ -207,7 +207,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	}, m.badFrame("provider"))
 	d.net.HandleCounted(wire.ProtoCancel, p2p.Handler(m.sup.HandleCancel), m.badFrame("provider"))
 	// A lease's streams, for its renter alone.
-	streams := leasestream.New(m.ctx, leasestream.Config{Authorize: m.sup.Authorize, Count: m.counters.Add, Log: d.log})
+	streams := leasestream.New(m.ctx, leasestream.Config{Leases: m.sup, Counters: m.counters, Log: d.log})
 	d.net.Host.SetStreamHandler(wire.ProtoLogs, d.net.Guard(wire.ProtoLogs, streams.Logs))
 	d.net.Host.SetStreamHandler(wire.ProtoOutputs, d.net.Guard(wire.ProtoOutputs, streams.Outputs))
 	d.net.Host.SetStreamHandler(wire.ProtoService, d.net.Guard(wire.ProtoService, m.serveService))

@@ -35,6 +35,6 @@ func (e evidence) FetchLog(ctx context.Context, prov peer.ID, leaseID string) (i
 // relay is the renter's side of its jobs' lease streams, for the control
 // API.
 func (m *market) relay() *leasestream.Relay {
-	return leasestream.NewRelay(m.ctx, leasestream.RelayConfig{Host: m.d.net.Host, View: m.tracker.View,
-		Kept: m.tracker.KeptDir, SealedOutputs: m.d.jobArts.SealedOutputs})
+	return leasestream.NewRelay(m.ctx, leasestream.RelayConfig{Host: m.d.net.Host, Jobs: m.tracker,
+		Sealed: m.d.jobArts})
 }
