@@ -216,7 +216,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d.net.Host.SetStreamHandler(wire.ProtoGang, d.net.Guard(wire.ProtoGang, func(s network.Stream) { _ = m.gangs.Serve(m.ctx, s) }))
 	m.serveChallenges()
 	m.stats = providerstats.New(providerstats.Config{Provider: m.provider, Supervisor: m.sup, Book: m.book,
-		Self: d.ID().String(), Inventory: d.inv, Balances: d.db.Balances, Now: d.now, Log: d.log})
+		Self: d.ID().String(), Inventory: d.inv, Ledger: d.db, Now: d.now, Log: d.log})
 	d.wg.Add(1) // ends before the ledger closes
 	go func() {
 		defer d.wg.Done()
