@@ -98,7 +98,7 @@ func TestBidWindowClosesEarly(t *testing.T) {
 }
 
 // TestWindowClosesWhenExpectedAnswered: a renter that knows which
-// providers will answer a call (RenterConfig.Expected) closes the window
+// providers will answer a call (Directory.ExpectedBidders) closes the window
 // as soon as each has bid or declined, even with quiet closing disabled;
 // one that stays silent leaves the window to run its course.
 func TestWindowClosesWhenExpectedAnswered(t *testing.T) {

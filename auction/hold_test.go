@@ -328,7 +328,7 @@ func postAtOnce(m *market, r *Renter, n int, gate <-chan struct{}) (leased, over
 	return leased, overbooked, skipped, raced
 }
 
-// capacity is a provider's GPU count (RenterConfig.Capacity).
+// capacity is a provider's GPU count (Directory.GPUs).
 func (m *market) capacity(p string) int {
 	if tp, ok := m.byID[p]; ok {
 		return tp.spec.n

@@ -395,7 +395,7 @@ type provSpec struct {
 	sensors  func() (tempC, powerW int)
 	maxTempC int
 	// inputs, when set, fetches jobs' input artifacts
-	// (SupervisorConfig.Inputs).
+	// (SupervisorConfig.Artifacts).
 	inputs func(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (func(), string, error)
 	// noPersist is the policy's no_persist; maxRetain the supervisor's
 	// JobFilesMaxRetain; now its clock (default time.Now); scrub its
@@ -502,7 +502,7 @@ type harness struct {
 	// nodes are the started nodes by peer id (the latest start of each).
 	nodes sync.Map
 	// onSave, when set, sees every job record the renters persist
-	// (TrackerConfig.OnSave); onCall every call for bids as a provider
+	// (TrackerConfig.Pins); onCall every call for bids as a provider
 	// takes it in.
 	onSave func(api.JobView)
 	onCall func(auction.Call)

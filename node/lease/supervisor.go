@@ -273,7 +273,7 @@ type providerRecord struct {
 	LogDigest string `json:"log_digest,omitempty"`
 	LogBytes  int64  `json:"log_bytes,omitempty"`
 	// Scrub is what was done to the lease's devices' memory as it ended
-	// (SupervisorConfig.Scrub), for its receipt.
+	// (SupervisorConfig.Scrub, a Scrubber), for its receipt.
 	Scrub string `json:"scrub,omitempty"`
 	// FilesUntil is when the lease's job log and outputs are removed: its
 	// end plus its job's retention, or for a no-persist job the end of
@@ -524,7 +524,7 @@ func (s *Supervisor) bindLocked(leaseID, jobID, renter string) {
 var ErrLeaseIDInUse = errors.New("lease id in use")
 
 // Admit is the auction provider's check of an award's ids
-// (auction.ProviderConfig.Admit): a lease id this provider ever held (a
+// (auction.Runtime.Admit): a lease id this provider ever held (a
 // live run, a persisted record, a receipt in its ledger, or a log or
 // outputs left on disk) is refused whoever awards it, and a job id is
 // refused when it belongs to another renter's lease. Lease ids are chosen

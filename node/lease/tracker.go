@@ -97,7 +97,7 @@ type TrackerConfig struct {
 	// their capabilities advertise. Nil knows none.
 	Directory Directory
 	// Holdings is the auction's check of bids' missing-bytes claims
-	// (auction.RenterConfig.Holdings); nil trusts the claims.
+	// (auction.RenterConfig.Holdings: discovery); nil trusts the claims.
 	Holdings auction.Holdings
 	// Latency is the round trips the renter's host measured to providers
 	// (auction.RenterConfig.Latency); nil: none.

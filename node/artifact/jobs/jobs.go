@@ -70,7 +70,7 @@ func New(cfg Config) *Artifacts { return &Artifacts{cfg: cfg, pins: map[string]f
 // image) pinned in the store, so that eviction never removes what a
 // queued or running job will fetch from it: it pins a job's artifacts
 // while its state is live and releases them once it is not (the
-// tracker's OnSave hook).
+// tracker's Pins, lease.JobPins).
 func (a *Artifacts) PinLive(v api.JobView) {
 	ids := v.Job.Run.Artifacts()
 	if len(ids) == 0 {
@@ -97,7 +97,7 @@ func (a *Artifacts) PinLive(v api.JobView) {
 	}
 }
 
-// Inputs is the supervisor's hook (lease.SupervisorConfig.Inputs): a
+// Inputs serves the supervisor (lease.Artifacts): a
 // job's inputs and image artifact come from its owner (the renter's
 // daemon) and any other holder. The image artifact's image is loaded into
 // the container engine (Config.LoadImage), and image is its ID, which the
@@ -168,7 +168,7 @@ func (a *Artifacts) fetchedFor(job auction.Job, ids ...string) func() {
 	}
 }
 
-// Outputs is the supervisor's hook (lease.SupervisorConfig.OutputsArtifact):
+// Outputs serves the supervisor (lease.Artifacts):
 // a lease's outputs become an artifact owned by its renter, announced so
 // the renter can fetch it; a sealed job's are sealed with its lease key.
 func (a *Artifacts) Outputs(dir, renter string, keys *wire.LeaseKeys) (string, error) {
@@ -181,7 +181,7 @@ func (a *Artifacts) Outputs(dir, renter string, keys *wire.LeaseKeys) (string, e
 	return id, nil
 }
 
-// Remove is the supervisor's hook (lease.SupervisorConfig.RemoveArtifact):
+// Remove serves the supervisor (lease.Artifacts):
 // it removes an artifact held for a renter (a sealed no-persist lease's
 // outputs); one already gone is no error.
 func (a *Artifacts) Remove(id string) error {
@@ -192,7 +192,7 @@ func (a *Artifacts) Remove(id string) error {
 	return nil
 }
 
-// Checkpoint is the supervisor's hook (lease.SupervisorConfig.CheckpointArtifact): a snapshot of a job's
+// Checkpoint serves the supervisor (lease.Checkpoints): a snapshot of a job's
 // checkpoint dir becomes an artifact owned by its renter. It is not
 // announced: the renter fetches it from us at once, then we drop it.
 func (a *Artifacts) Checkpoint(dir, renter string, keys *wire.LeaseKeys) (string, int64, func(), error) {
@@ -218,7 +218,7 @@ func (a *Artifacts) PinCheckpoint(id string) (unpin func()) {
 	return a.cfg.Transfer.Store().Pin(id)
 }
 
-// FetchCheckpoint is the tracker's hook (lease.TrackerConfig.FetchCheckpoint): the renter fetches a checkpoint
+// FetchCheckpoint serves the tracker (lease.CheckpointStore): the renter fetches a checkpoint
 // from the provider that took it (it owns the artifact, so the provider
 // serves it) and keeps it; one larger than max is abandoned. The fetch is
 // for that provider (artifact.For): our store's copy of the id counts only
@@ -258,7 +258,7 @@ func (a *Artifacts) FetchCheckpoint(ctx context.Context, id string, from peer.ID
 	return res.Size, err
 }
 
-// Restore is the supervisor's hook (lease.SupervisorConfig.Restore): a checkpoint the job
+// Restore serves the supervisor (lease.Checkpoints): a checkpoint the job
 // restores comes from its owner (the renter's daemon) or any other
 // holder, every chunk checked against its hash, and is written to dir.
 // Our store's copy serves only if the job's owner may read it.
