@@ -15,7 +15,6 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/gpumesh/gpumesh/node/artifact/control"
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 func (d *Daemon) serveAPI() error {
@@ -140,41 +139,4 @@ func (d *Daemon) noneCanFit(job *auction.Job) error {
 		return &api.StatusError{Code: http.StatusUnprocessableEntity, Msg: err.Error()}
 	}
 	return nil
-}
-
-// advertiser spreads what the node's store holds (control.Advertiser).
-type advertiser struct{ d *Daemon }
-
-// Readvertise advertises the node's capability again, with what the store
-// holds now.
-func (a advertiser) Readvertise() { a.d.disc.Readvertise() }
-
-// Announce announces artifact id to the DHT, in the background.
-func (a advertiser) Announce(id string) { a.d.announceLater(id) }
-
-// marketView is the daemon's market as the artifacts API reads it
-// (control.Market): neutral and empty before the market runs.
-type marketView struct{ d *Daemon }
-
-// Reliability is a provider's score in the market's reputation book.
-func (v marketView) Reliability(p string) float64 {
-	if m := v.d.marketRef.Load(); m != nil {
-		return m.book.Score(p)
-	}
-	return auction.NeutralReliability
-}
-
-// Jobs are this renter's jobs.
-func (v marketView) Jobs() []api.JobView {
-	if m := v.d.market; m != nil {
-		return m.tracker.List()
-	}
-	return nil
-}
-
-// MayFetch says whether peer from holds a current lease of ours whose job
-// names artifact id as an input.
-func (v marketView) MayFetch(id string, from peer.ID) bool {
-	m := v.d.marketRef.Load()
-	return m != nil && m.tracker.LeaseNamesInput(from, id)
 }
