@@ -15,7 +15,7 @@ import (
 func TestCapacityNoticeChecks(t *testing.T) {
 	m := newMarket(t, nil)
 	var got []CapacityNotice
-	r, _ := m.renter(t, RenterConfig{OnCapacity: func(n CapacityNotice) { got = append(got, n) }})
+	r, _ := m.renter(t, RenterConfig{Listener: hooks{capacity: func(n CapacityNotice) { got = append(got, n) }}})
 	prov, other := signtest.New(t), signtest.New(t)
 	notice := func(n CapacityNotice) []byte {
 		t.Helper()

@@ -98,7 +98,7 @@ func TestBidWindowClosesEarly(t *testing.T) {
 }
 
 // TestWindowClosesWhenExpectedAnswered: a renter that knows which
-// providers will answer a call (RenterConfig.Expected) closes the window
+// providers will answer a call (Directory.ExpectedBidders) closes the window
 // as soon as each has bid or declined, even with quiet closing disabled;
 // one that stays silent leaves the window to run its course.
 // (Every expected provider is asked: MaxBidders -1; sampling has its own
@@ -108,7 +108,7 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 	fitting := func(m *market, j *Job) []string {
 		var out []string
 		for _, tp := range m.provs {
-			c := tp.p.cfg.Capability()
+			c := tp.p.cfg.Self.Capability()
 			if StaticFit(&c, j) == nil {
 				out = append(out, c.Peer)
 			}
@@ -118,10 +118,10 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 	t.Run("all answered", func(t *testing.T) {
 		m := newMarket(t, eightProviders())
 		var expected []string
-		r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: -1, Expected: func(j *Job) []string {
+		r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: -1, Directory: hooks{expected: func(j *Job) []string {
 			expected = fitting(m, j)
 			return expected
-		}})
+		}}})
 		j := euJob(m.now())
 		j.BidWindow, j.WantDeclines = window, true
 		job, took := postTimed(t, r, j)
@@ -141,7 +141,7 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 	t.Run("one silent", func(t *testing.T) {
 		m := newMarket(t, eightProviders())
 		silent := signtest.New(t).ID().String()
-		r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: -1, Expected: func(j *Job) []string { return append(fitting(m, j), silent) }})
+		r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: -1, Directory: hooks{expected: func(j *Job) []string { return append(fitting(m, j), silent) }}})
 		j := euJob(m.now())
 		j.BidWindow, j.WantDeclines = 300*time.Millisecond, true
 		if _, took := postTimed(t, r, j); took < j.BidWindow {
@@ -180,7 +180,7 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 				return p.HandleCall(from, data)
 			}})
 		}
-		r, tr = m.renter(t, RenterConfig{QuietClose: quietFor, Expected: func(*Job) []string { return all }})
+		r, tr = m.renter(t, RenterConfig{QuietClose: quietFor, Directory: hooks{expected: func(*Job) []string { return all }}})
 		return m, gate, r, tr
 	}
 	t.Run("one of four in", func(t *testing.T) {
@@ -352,7 +352,7 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 	// A market the renter's book knows nothing of: the draw alone picks
 	// whom to ask (invitations: TestEstablishedProvidersAskedAmongSybilRecords).
 	unknown := func(string) float64 { return NeutralReliability }
-	r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: 5, Expected: all, Reputation: unknown})
+	r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: 5, Directory: hooks{expected: all}, Reputation: hooks{reliability: unknown}})
 	const window = 5 * time.Second
 	askedAll := 0
 	for round := 0; round < 20; round++ {

@@ -100,7 +100,7 @@ func TestRebook(t *testing.T) {
 	// A one-hour job cannot start before the rebooked lease ends.
 	j := euJob(now)
 	j.Deadline = now.Add(3 * time.Hour)
-	offer, err := Evaluate(ProviderState{Cap: ptrCap(prov.p.cfg.Capability()), Cal: prov.cal, Reliability: 0.9}, &j, now)
+	offer, err := Evaluate(ProviderState{Cap: ptrCap(prov.p.cfg.Self.Capability()), Cal: prov.cal, Reliability: 0.9}, &j, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,8 +206,8 @@ func (p *Provider) handleGangDecision(from peer.ID, d GangDecision) ([]byte, err
 	p.order = append(p.order, lease.ID)
 	p.stats.Won++
 	p.stats.EarningsUSD += LeaseCost(lease.Price, lease.GPUCount, lease.GPUFraction, lease.End.Sub(lease.Start))
-	if p.cfg.OnLease != nil {
-		p.cfg.OnLease(lease, h.sb.job, nil)
+	if p.cfg.Runtime != nil {
+		p.cfg.Runtime.OnLease(lease, h.sb.job, nil)
 	}
 	return EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: lease.ID, Accepted: true, Devices: lease.Devices})
 }
@@ -308,9 +308,9 @@ func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *Job, ranked 
 			r.counters["gang_placed"]++
 			r.mu.Unlock()
 			r.finish(rj, JobLeased, "", &members[0], members[0].Provider, nil)
-			if r.cfg.OnLease != nil {
+			if r.cfg.Listener != nil {
 				for _, l := range members {
-					r.cfg.OnLease(l, *job)
+					r.cfg.Listener.OnLease(l, *job)
 				}
 			}
 			return -1, "", nil
@@ -402,7 +402,7 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *Job, pick []
 			// Committed while another member's commit failed: it may be
 			// starting already; the lease is given back.
 			if r.cfg.Release != nil {
-				r.cfg.Release(m.lease)
+				r.cfg.Release.Release(m.lease)
 			}
 			m.result = "confirmed, released (gang incomplete)"
 		case m.result == "confirmed":

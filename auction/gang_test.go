@@ -68,11 +68,11 @@ func TestGangPlacedAllOrNothing(t *testing.T) {
 	m := newMarket(t, fourOneGPU())
 	var leased []Lease
 	var mu sync.Mutex
-	r, _ := m.renter(t, RenterConfig{Expected: m.expectAll, OnLease: func(l Lease, _ Job) {
+	r, _ := m.renter(t, RenterConfig{Directory: hooks{expected: m.expectAll}, Listener: hooks{lease: func(l Lease, _ Job) {
 		mu.Lock()
 		leased = append(leased, l)
 		mu.Unlock()
-	}})
+	}}})
 	j, err := r.Post(context.Background(), gangJob(m.now(), 3, 1))
 	if err != nil {
 		t.Fatal(err)
@@ -122,13 +122,13 @@ func TestGangMemberDeclinesAbortsTheRest(t *testing.T) {
 	var started []Lease
 	var mu sync.Mutex
 	for _, tp := range m.provs {
-		tp.p.cfg.OnLease = func(l Lease, _ Job, _ []string) {
+		tp.p.cfg.Runtime = runtimeHooks{lease: func(l Lease, _ Job, _ []string) {
 			mu.Lock()
 			started = append(started, l)
 			mu.Unlock()
-		}
+		}}
 	}
-	r, _ := m.renter(t, RenterConfig{Expected: m.expectAll})
+	r, _ := m.renter(t, RenterConfig{Directory: hooks{expected: m.expectAll}})
 	// The first provider awarded a member finds its GPU booked by its
 	// owner meanwhile, and declines.
 	var once sync.Once
@@ -208,7 +208,7 @@ func raceGangs(t *testing.T, grace time.Duration) {
 		}
 		results := make([]res, 2)
 		for i := range results {
-			r, _ := m.renter(t, RenterConfig{Expected: m.expectAll})
+			r, _ := m.renter(t, RenterConfig{Directory: hooks{expected: m.expectAll}})
 			results[i] = res{r: r, j: gangJob(m.now(), 2, 1)}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -372,18 +372,18 @@ func TestGangHostile(t *testing.T) {
 // stays booked and nothing starts.
 func TestGangCancelledWhileHeld(t *testing.T) {
 	m := newMarket(t, fourOneGPU())
-	r, _ := m.renter(t, RenterConfig{Expected: m.expectAll})
+	r, _ := m.renter(t, RenterConfig{Directory: hooks{expected: m.expectAll}})
 	j := gangJob(m.now(), 2, 1)
 	j.ID = NewID("job")
 	var once sync.Once
 	started := 0
 	var mu sync.Mutex
 	for _, tp := range m.provs {
-		tp.p.cfg.OnLease = func(Lease, Job, []string) {
+		tp.p.cfg.Runtime = runtimeHooks{lease: func(Lease, Job, []string) {
 			mu.Lock()
 			started++
 			mu.Unlock()
-		}
+		}}
 		tp.t.Handle(auctiontest.MemHandlers{OnCall: tp.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
 			if _, err := DecodeAward(data); err == nil {
 				once.Do(func() { _ = r.Cancel(j.ID) })
@@ -451,9 +451,9 @@ func TestGangMeasuresRTT(t *testing.T) {
 	for _, p := range m.provs {
 		rtt[p.s.ID().String()] = map[string]time.Duration{"a": 30 * time.Millisecond, "b": 5 * time.Millisecond, "c": 50 * time.Millisecond}[p.spec.name]
 	}
-	r, _ := m.renter(t, RenterConfig{Expected: m.expectAll, MeasureRTT: func(ctx context.Context, p string) (time.Duration, bool) {
+	r, _ := m.renter(t, RenterConfig{Directory: hooks{expected: m.expectAll}, Latency: hooks{measure: func(ctx context.Context, p string) (time.Duration, bool) {
 		return rtt[p], true
-	}})
+	}}})
 	j, err := r.Post(context.Background(), gangJob(m.now(), 2, 1))
 	if err != nil {
 		t.Fatal(err)

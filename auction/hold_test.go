@@ -243,7 +243,7 @@ func TestOwnAuctionsDoNotRaceForOneGPU(t *testing.T) {
 			// the three auctions award at the same moment.
 			cfg := RenterConfig{QuietClose: -1}
 			if tc.capacity {
-				cfg.Capacity = m.capacity
+				cfg.Directory = hooks{gpus: m.capacity}
 			}
 			r, tr := m.renter(t, cfg)
 			gate := bidGateFree(t, m, r, tr, 9, tc.free) // every auction collects all three bids first
@@ -272,7 +272,7 @@ func TestOwnAuctionsSeeWhatTheirBidsLeaveFree(t *testing.T) {
 	for _, free := range []bool{true, false} {
 		t.Run(fmt.Sprintf("free %v", free), func(t *testing.T) {
 			m := newMarket(t, []provSpec{{"a", "eu-west", "A100", 80, 2, pol(1), 0.9}})
-			r, tr := m.renter(t, RenterConfig{QuietClose: -1, Capacity: m.capacity})
+			r, tr := m.renter(t, RenterConfig{QuietClose: -1, Directory: hooks{gpus: m.capacity}})
 			first := euJob(m.now())
 			first.ID, first.GPUCount, first.Deadline = NewID("job"), 1, m.now().Add(10*time.Minute)
 			bidGateFree(t, m, r, tr, 1, free)
@@ -328,7 +328,7 @@ func postAtOnce(m *market, r *Renter, n int, gate <-chan struct{}) (leased, over
 	return leased, overbooked, skipped, raced
 }
 
-// capacity is a provider's GPU count (RenterConfig.Capacity).
+// capacity is a provider's GPU count (Directory.GPUs).
 func (m *market) capacity(p string) int {
 	if tp, ok := m.byID[p]; ok {
 		return tp.spec.n

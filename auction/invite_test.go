@@ -79,13 +79,13 @@ func TestEstablishedProvidersAskedAmongSybilRecords(t *testing.T) {
 	tap := &callTap{}
 	const maxBidders = 16 // room to invite all five by name (up to half)
 	r, err := NewRenter(RenterConfig{Signer: signtest.New(t), Transport: tap, MaxBidders: maxBidders,
-		Reputation: func(p string) float64 {
+		Reputation: hooks{reliability: func(p string) float64 {
 			if s, ok := established[p]; ok {
 				return s
 			}
 			return NeutralReliability
-		},
-		Expected: func(*Job) []string { return all }})
+		}},
+		Directory: hooks{expected: func(*Job) []string { return all }}})
 	if err != nil {
 		t.Fatal(err)
 	}

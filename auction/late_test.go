@@ -138,7 +138,7 @@ func TestHostileRetimeIsRefused(t *testing.T) {
 			}})
 			var mu sync.Mutex
 			var released []Lease
-			r := lm.renter(t, tc.late, RenterConfig{Release: func(l Lease) { mu.Lock(); released = append(released, l); mu.Unlock() }})
+			r := lm.renter(t, tc.late, RenterConfig{Release: hooks{release: func(l Lease) { mu.Lock(); released = append(released, l); mu.Unlock() }}})
 			job, err := r.Post(context.Background(), lateJob(lm.now()))
 			if !errors.Is(err, ErrUnplaceable) {
 				t.Fatalf("hostile re-time: %v, want unplaceable", err)

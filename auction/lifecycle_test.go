@@ -21,11 +21,11 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 	box := m.provs[0]
 	var mu sync.Mutex
 	var evictions []string
-	box.p.cfg.OnLease = func(l Lease, j Job, preempts []string) {
+	box.p.cfg.Runtime = runtimeHooks{lease: func(l Lease, j Job, preempts []string) {
 		mu.Lock()
 		evictions = append(evictions, preempts...)
 		mu.Unlock()
-	}
+	}}
 	r, _ := m.renter(t, RenterConfig{})
 	bronze := euJob(m.now())
 	bronze.Tier, bronze.Preemptible, bronze.GPUCount = Bronze, true, 2
@@ -228,7 +228,7 @@ func TestProviderAwardRules(t *testing.T) {
 func TestRenterCancelAndNoBids(t *testing.T) {
 	m := newMarket(t, nil)
 	var unplaceable []string
-	r, _ := m.renter(t, RenterConfig{OnUnplaceable: func(_ Job, reason string) { unplaceable = append(unplaceable, reason) }})
+	r, _ := m.renter(t, RenterConfig{Listener: hooks{unplaceable: func(_ Job, reason string) { unplaceable = append(unplaceable, reason) }}})
 	j := euJob(m.now())
 	if _, err := r.Post(context.Background(), j); !errors.Is(err, ErrUnplaceable) || len(unplaceable) != 1 || unplaceable[0] != "no bids" {
 		t.Fatalf("no providers: %v %v", err, unplaceable)
@@ -281,7 +281,7 @@ func TestGoldEvictsOnlyWhenStillNeeded(t *testing.T) {
 		}
 	}
 	var got []string
-	box.p.cfg.OnLease = func(_ Lease, _ Job, preempts []string) { got = preempts }
+	box.p.cfg.Runtime = runtimeHooks{lease: func(_ Lease, _ Job, preempts []string) { got = preempts }}
 	// The full window, so that the award comes after the release below (a
 	// gold job's window otherwise closes at its first acceptable bid).
 	r, tr := m.renter(t, RenterConfig{QuietClose: -1})

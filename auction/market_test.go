@@ -127,7 +127,13 @@ type testProv struct {
 	// held is the artifacts the provider's store holds (set before the
 	// market runs): what its bids' MissingBytes claims come from.
 	held []string
+	// capab is its capability record, less held.
+	capab Capability
 }
+
+// Capability is the provider's record, with what its store holds.
+func (tp *testProv) Capability() Capability { c := tp.capab; c.Artifacts = tp.held; return c }
+func (tp *testProv) Reliability() float64   { return tp.spec.rel }
 
 type market struct {
 	// handled is notified after each message a provider handled and at
@@ -151,10 +157,9 @@ func newMarketAt(t *testing.T, specs []provSpec, now func() time.Time) *market {
 			t.Fatal(err)
 		}
 		tp.t = m.net.Join(tp.s.ID())
-		capab := Capability{Peer: tp.s.ID().String(), Region: sp.region, GPUs: gpus(sp.model, sp.vram, sp.n), Policy: sp.policy}
-		rel := sp.rel
-		p, err := NewProvider(ProviderConfig{Signer: tp.s, Transport: tp.t, Capability: func() Capability { c := capab; c.Artifacts = tp.held; return c },
-			Calendar: tp.cal, Reliability: func() float64 { return rel }, Now: m.now, Log: slog.New(notifyHandler{&m.handled})})
+		tp.capab = Capability{Peer: tp.s.ID().String(), Region: sp.region, GPUs: gpus(sp.model, sp.vram, sp.n), Policy: sp.policy}
+		p, err := NewProvider(ProviderConfig{Signer: tp.s, Transport: tp.t, Self: tp,
+			Calendar: tp.cal, Now: m.now, Log: slog.New(notifyHandler{&m.handled})})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +173,7 @@ func newMarketAt(t *testing.T, specs []provSpec, now func() time.Time) *market {
 				defer m.handled.notify()
 				return p.HandleAward(from, data)
 			}})
-		tp.t.Subscribe(ProviderTopics(&capab)...)
+		tp.t.Subscribe(ProviderTopics(&tp.capab)...)
 		m.provs = append(m.provs, tp)
 		m.byID[tp.s.ID().String()] = tp
 	}
@@ -187,7 +192,7 @@ func (m *market) renter(t *testing.T, cfg RenterConfig) (*Renter, *auctiontest.M
 	tr := m.net.Join(s.ID())
 	cfg.Signer, cfg.Transport, cfg.Now = s, tr, m.now
 	if cfg.Reputation == nil {
-		cfg.Reputation = m.reputation
+		cfg.Reputation = hooks{reliability: m.reputation}
 	}
 	r, err := NewRenter(cfg)
 	if err != nil {
@@ -231,7 +236,7 @@ func eightProviders() []provSpec {
 func TestAuctionGoesToRankWinner(t *testing.T) {
 	m := newMarket(t, eightProviders())
 	var leased []Lease
-	r, _ := m.renter(t, RenterConfig{OnLease: func(l Lease, _ Job) { leased = append(leased, l) }})
+	r, _ := m.renter(t, RenterConfig{Listener: hooks{lease: func(l Lease, _ Job) { leased = append(leased, l) }}})
 	ej := euJob(m.now())
 	// europe-trap also listens on the EU topic: its own evaluation must
 	// still refuse; us-cheapest never hears the call (topic routing).
@@ -601,3 +606,104 @@ func mustMarshal(e *sign.Envelope) []byte {
 	}
 	return b
 }
+
+// runtimeHooks is a provider's runtime in tests: each hook that is set
+// sees what the provider hands it; without its hook a move is refused
+// (and undone) and every award admitted.
+type runtimeHooks struct {
+	lease func(Lease, Job, []string)
+	move  func(Lease, Job) bool
+}
+
+func (h runtimeHooks) OnLease(l Lease, j Job, preempts []string) {
+	if h.lease != nil {
+		h.lease(l, j, preempts)
+	}
+}
+func (h runtimeHooks) OnMove(l Lease, j Job) bool       { return h.move != nil && h.move(l, j) }
+func (runtimeHooks) Admit(string, string, string) error { return nil }
+
+// hooks are a renter's collaborators in tests, each answering from the
+// test's hook for it: a Listener and a Releaser tell the hooks set, a
+// Directory, Latency, Reputation or Holdings without its hook knows
+// nothing (as a nil collaborator does).
+type hooks struct {
+	lease       func(Lease, Job)
+	unplaceable func(Job, string)
+	capacity    func(CapacityNotice)
+	release     func(Lease)
+	expected    func(*Job) []string
+	gpus        func(provider string) int
+	holdings    func(ctx context.Context, provider string) ([]string, bool)
+	rtt         func(provider string) (time.Duration, bool)
+	measure     func(ctx context.Context, provider string) (time.Duration, bool)
+	reliability func(provider string) float64
+}
+
+func (h hooks) OnLease(l Lease, j Job) {
+	if h.lease != nil {
+		h.lease(l, j)
+	}
+}
+
+func (h hooks) OnUnplaceable(j Job, reason string) {
+	if h.unplaceable != nil {
+		h.unplaceable(j, reason)
+	}
+}
+
+func (h hooks) OnCapacity(n CapacityNotice) {
+	if h.capacity != nil {
+		h.capacity(n)
+	}
+}
+
+func (h hooks) Release(l Lease) {
+	if h.release != nil {
+		h.release(l)
+	}
+}
+
+func (h hooks) ExpectedBidders(j *Job) []string {
+	if h.expected == nil {
+		return nil
+	}
+	return h.expected(j)
+}
+
+func (h hooks) GPUs(provider string) int {
+	if h.gpus == nil {
+		return 0
+	}
+	return h.gpus(provider)
+}
+
+func (h hooks) Holdings(ctx context.Context, provider string) ([]string, bool) {
+	if h.holdings == nil {
+		return nil, false
+	}
+	return h.holdings(ctx, provider)
+}
+
+func (h hooks) RTT(provider string) (time.Duration, bool) {
+	if h.rtt == nil {
+		return 0, false
+	}
+	return h.rtt(provider)
+}
+
+func (h hooks) MeasureRTT(ctx context.Context, provider string) (time.Duration, bool) {
+	if h.measure == nil {
+		return 0, false
+	}
+	return h.measure(ctx, provider)
+}
+
+func (h hooks) Reliability(provider string) float64 {
+	if h.reliability == nil {
+		return NeutralReliability
+	}
+	return h.reliability(provider)
+}
+
+func (hooks) Verified(string, string) bool { return false }

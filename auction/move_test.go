@@ -23,10 +23,10 @@ func twoBookedLeases(t *testing.T, accept bool) (*testProv, Lease, Lease, chan m
 	m := newMarket(t, []provSpec{{"only", "eu-west", "A100", 80, 2, pol(1.0), 0.9}})
 	prov := m.provs[0]
 	moves := make(chan movedLease, 4)
-	prov.p.cfg.OnMove = func(l Lease, j Job) bool {
+	prov.p.cfg.Runtime = runtimeHooks{move: func(l Lease, j Job) bool {
 		moves <- movedLease{l, j}
 		return accept
-	}
+	}}
 	now := m.now()
 	renter := signtest.New(t).ID().String()
 	me := prov.s.ID().String()

@@ -37,45 +37,65 @@ const (
 	maxHold          = 2 * time.Second
 )
 
-// ProviderConfig configures a Provider.
-type ProviderConfig struct {
-	Signer    *sign.Signer
-	Transport Transport
-	// Capability returns the provider's current capability record.
-	Capability func() Capability
-	// Calendar is the provider's lease book, the only authority on capacity.
-	Calendar *Calendar
-	// Sensors returns the current GPU temperature and power draw; nil means
-	// no readings (limits are not enforced).
-	Sensors func() (tempC, powerW int)
-	// Reliability returns the provider's own verified reliability; nil
-	// means NeutralReliability.
-	Reliability func() float64
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// Log receives protocol events; nil discards them.
-	Log *slog.Logger
+// Self is what a provider knows of itself.
+type Self interface {
+	// Capability is the provider's current capability record.
+	Capability() Capability
+	// Reliability is the provider's own verified reliability
+	// (NeutralReliability when it has none).
+	Reliability() float64
+}
+
+// Sensors reads the provider's GPUs: the hottest device's temperature and
+// all devices' power draw.
+type Sensors interface {
+	Reading() (tempC, powerW int)
+}
+
+// Runtime runs the leases a provider confirms (node/lease's Supervisor).
+type Runtime interface {
 	// OnLease is called after a lease is confirmed, with the lease ids of
 	// the bronze bookings it evicted (the runtime must stop them).
-	OnLease func(lease Lease, job Job, preempts []string)
-	// GangHold is how long a confirmed gang member (an award with a Gang)
-	// is held booked for its renter's commit before it is freed; 0 means
-	// DefaultGangHold.
-	GangHold time.Duration
-	// Admit vets an award's lease and job ids before it is booked, with
-	// the provider's lock held: a non-nil error (the id is held already,
-	// in memory or in the runtime's persisted records, or the job id is
-	// another renter's) refuses the award. The provider itself refuses a
-	// lease id it confirmed or booked before; Admit adds what survives a
-	// restart. nil: only the provider's own memory is checked.
-	Admit func(leaseID, jobID, renter string) error
+	OnLease(lease Lease, job Job, preempts []string)
 	// OnMove is told of a confirmed lease moved earlier (Lease.Moved:
 	// GPUs freed before its start); the runtime runs it at its new start
 	// and tells its renter. It reports false when the lease already began
 	// there (or is unknown), and the move is undone. Called with the
 	// provider's lock held, in order with OnLease; it must not call back
-	// into the provider synchronously. nil: leases never move.
-	OnMove func(moved Lease, job Job) bool
+	// into the provider synchronously.
+	OnMove(moved Lease, job Job) bool
+	// Admit vets an award's lease and job ids before it is booked, with
+	// the provider's lock held: a non-nil error (the id is held already,
+	// in memory or in the runtime's persisted records, or the job id is
+	// another renter's) refuses the award. The provider itself refuses a
+	// lease id it confirmed or booked before; Admit adds what survives a
+	// restart.
+	Admit(leaseID, jobID, renter string) error
+}
+
+// ProviderConfig configures a Provider.
+type ProviderConfig struct {
+	Signer    *sign.Signer
+	Transport Transport
+	// Self is the provider's own capability record and reliability.
+	Self Self
+	// Calendar is the provider's lease book, the only authority on capacity.
+	Calendar *Calendar
+	// Sensors reads the GPUs' temperature and power draw; nil means no
+	// readings (limits are not enforced).
+	Sensors Sensors
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Log receives protocol events; nil discards them.
+	Log *slog.Logger
+	// Runtime runs the confirmed leases; nil: nobody is told of them,
+	// only the provider's own memory vets an award's ids, and leases
+	// never move.
+	Runtime Runtime
+	// GangHold is how long a confirmed gang member (an award with a Gang)
+	// is held booked for its renter's commit before it is freed; 0 means
+	// DefaultGangHold.
+	GangHold time.Duration
 	// BidGrace is added to the job's bid window to set a bid's expiry; 0
 	// means DefaultBidGrace.
 	BidGrace time.Duration
@@ -212,7 +232,7 @@ type Provider struct {
 // NewProvider returns a provider. Signer, Transport, Capability and
 // Calendar are required.
 func NewProvider(cfg ProviderConfig) (*Provider, error) {
-	if cfg.Signer == nil || cfg.Transport == nil || cfg.Capability == nil || cfg.Calendar == nil {
+	if cfg.Signer == nil || cfg.Transport == nil || cfg.Self == nil || cfg.Calendar == nil {
 		return nil, errors.New("auction: provider needs a signer, a transport, a capability and a calendar")
 	}
 	if cfg.Now == nil {
@@ -404,13 +424,10 @@ func (p *Provider) retryParked() {
 // state is what Evaluate judges this provider by now: its capability,
 // calendar, sensor readings and own reliability.
 func (p *Provider) state() ProviderState {
-	capab := p.cfg.Capability()
-	ps := ProviderState{Cap: &capab, Cal: p.cfg.Calendar, Reliability: NeutralReliability}
+	capab := p.cfg.Self.Capability()
+	ps := ProviderState{Cap: &capab, Cal: p.cfg.Calendar, Reliability: p.cfg.Self.Reliability()}
 	if p.cfg.Sensors != nil {
-		ps.TempC, ps.PowerW = p.cfg.Sensors()
-	}
-	if p.cfg.Reliability != nil {
-		ps.Reliability = p.cfg.Reliability()
+		ps.TempC, ps.PowerW = p.cfg.Sensors.Reading()
 	}
 	return ps
 }
@@ -768,10 +785,10 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	p.order = append(p.order, lease.ID)
 	p.stats.Won++
 	p.stats.EarningsUSD += LeaseCost(lease.Price, lease.GPUCount, lease.GPUFraction, lease.End.Sub(lease.Start))
-	if p.cfg.OnLease != nil {
+	if p.cfg.Runtime != nil {
 		// Called with p.mu held, so that lease callbacks arrive in order;
 		// OnLease must not call back into the provider synchronously.
-		p.cfg.OnLease(lease, job, preempted)
+		p.cfg.Runtime.OnLease(lease, job, preempted)
 	}
 	if lease.Start.After(now) {
 		// Booked behind a span its bid saw taken, which may have freed
@@ -803,8 +820,8 @@ func (p *Provider) leaseIDFreeLocked(a Award) error {
 			return fmt.Errorf("job id %s belongs to another renter's lease", a.JobID)
 		}
 	}
-	if p.cfg.Admit != nil {
-		return p.cfg.Admit(a.LeaseID, a.JobID, a.Renter)
+	if p.cfg.Runtime != nil {
+		return p.cfg.Runtime.Admit(a.LeaseID, a.JobID, a.Renter)
 	}
 	return nil
 }
@@ -834,6 +851,13 @@ func (p *Provider) handleRelease(from peer.ID, rel BidRelease) error {
 func (p *Provider) rejectLocked(reason string, err error) error {
 	p.stats.Rejected[reason]++
 	return &Rejection{Reason: reason, Err: err}
+}
+
+// Slices is the slices of its device a slice lease holds on the calendar
+// (Booking.Slices); nil for an unknown lease or a whole-device one.
+func (p *Provider) Slices(leaseID string) []int {
+	b, _ := p.cfg.Calendar.Booking(leaseID)
+	return b.Slices
 }
 
 // LeaseEnded records that a lease ended at end in state (the job finished
@@ -887,7 +911,7 @@ func (p *Provider) endLocked(leaseID string, end time.Time, state RunState) {
 // is told (OnMove) and tells the renter. A draining provider moves
 // nothing: it hands its long leases back.
 func (p *Provider) moveEarlier() {
-	if p.cfg.OnMove == nil || p.draining.Load() {
+	if p.cfg.Runtime == nil || p.draining.Load() {
 		return
 	}
 	p.mu.Lock()
@@ -922,7 +946,7 @@ func (p *Provider) moveEarlier() {
 			continue
 		}
 		moved.Devices = b.Devices
-		if !p.cfg.OnMove(moved, job) {
+		if !p.cfg.Runtime.OnMove(moved, job) {
 			_, _ = p.cfg.Calendar.Move(l.ID, old.Start, old.End, old.Devices)
 			continue
 		}

@@ -148,21 +148,76 @@ type JobStatus struct {
 	Members []Lease `json:"members,omitempty"`
 }
 
+// Reputation is what a renter's book says of providers.
+type Reputation interface {
+	// Reliability is a provider's verified reliability score in [0,1].
+	Reliability(provider string) float64
+	// Verified reports whether the book holds provider verified for the
+	// GPU model it bid with (Candidate.Verified).
+	Verified(provider, gpuModel string) bool
+}
+
+// Directory is what a renter's host knows of the providers it learned of.
+type Directory interface {
+	// GPUs is a provider's GPU count as its verified capability record
+	// says (0: unknown). With it the renter never awards one provider
+	// more GPUs at once than it has across its own concurrent auctions
+	// (see Renter.claim); 0 leaves every award to the provider's calendar.
+	GPUs(provider string) int
+	// ExpectedBidders names the providers expected to answer a job's
+	// call, with a bid or a decline: those the renter knows whose
+	// capability fits the job (StaticFit). Once every one of them has
+	// answered, the window closes, whatever the tier: no later answer is
+	// expected. An empty answer leaves the window to run as usual, and so
+	// does a provider that stays silent (gone, or its decline sampled).
+	ExpectedBidders(job *Job) []string
+}
+
+// Holdings looks up the artifact ids a provider's signed capability record
+// advertises (ok false when none was found).
+type Holdings interface {
+	Holdings(ctx context.Context, provider string) (held []string, ok bool)
+}
+
+// Latency is the round trips from a renter's host to providers.
+type Latency interface {
+	// RTT is the round trip to a provider as the host last measured it
+	// (libp2p ping; ok false without a fresh sample).
+	RTT(provider string) (time.Duration, bool)
+	// MeasureRTT is that round trip, measured now unless a fresh sample
+	// is at hand, within ctx.
+	MeasureRTT(ctx context.Context, provider string) (time.Duration, bool)
+}
+
+// Listener is told of a renter's auctions' outcomes.
+type Listener interface {
+	// OnLease is called when a provider confirms a lease.
+	OnLease(Lease, Job)
+	// OnUnplaceable is called when an auction ends without a lease.
+	OnUnplaceable(job Job, reason string)
+	// OnCapacity is told of a provider's verified capacity notice (it has
+	// room now for jobs of ours it turned away): whoever queues jobs
+	// offers them again.
+	OnCapacity(CapacityNotice)
+}
+
+// Releaser gives back a lease a provider confirmed that the renter does not
+// use (RenterConfig.Release).
+type Releaser interface {
+	Release(Lease)
+}
+
 // RenterConfig configures a Renter.
 type RenterConfig struct {
 	Signer    *sign.Signer
 	Transport Transport
-	// Reputation is the renter's verified reliability score of a provider
-	// in [0,1] (attest's reputation book); nil means NeutralReliability.
-	Reputation func(provider string) float64
-	// Capacity is a provider's GPU count as its verified capability record
-	// says (0: unknown). With it the renter never awards one provider more
-	// GPUs at once than it has across its own concurrent auctions (see
-	// Renter.claim); nil or 0 leaves every award to the provider's calendar.
-	Capacity func(provider string) int
-	// Verified reports whether the renter's book holds provider verified
-	// for the GPU model it bid with (Candidate.Verified); nil: never.
-	Verified func(provider, gpuModel string) bool
+	// Reputation is what the renter's book (attest's reputation book)
+	// says of providers; nil: every provider has NeutralReliability and
+	// none is verified.
+	Reputation Reputation
+	// Directory is what the renter's host knows of the providers it
+	// learned of (their verified capability records); nil knows none.
+	Directory Directory
 	// Successions is the renter's registry of identity successions: a bid
 	// a retired identity's old key signed after its succession is refused
 	// (retired_key). Nil retires no one.
@@ -178,7 +233,7 @@ type RenterConfig struct {
 	// not use: a hedged award that confirmed after another one won (or
 	// after the job was cancelled). The daemon asks the provider to cancel
 	// it. Hedging needs it: with Release nil awards are strictly sequential.
-	Release func(Lease)
+	Release Releaser
 	// HedgeAfter is how long awards may go unanswered before as many more
 	// bids are awarded in parallel (up to MaxParallelAwards outstanding); 0
 	// means half of ConfirmTimeout (a quarter hedged most awards of a busy
@@ -205,7 +260,7 @@ type RenterConfig struct {
 	// QuietClose closes a bid window early once this long has passed
 	// since the last bid: providers answer a call within milliseconds, so
 	// a quiet spell means everybody who could bid has, and the best price
-	// is in. With Expected set, a quiet spell counts only once at least
+	// is in. With a Directory set, a quiet spell counts only once at least
 	// half the expected providers have answered: while most have not, the
 	// rest are slower (a loaded host, a farther network), not absent, and
 	// one of them may beat the best bid so far. A gold job's window closes
@@ -214,48 +269,32 @@ type RenterConfig struct {
 	// disables early closing (every window runs its full BidWindow, still
 	// extended once when empty).
 	QuietClose time.Duration
-	// Holdings looks up the artifact ids a provider's signed capability
-	// record advertises (ok false when none was found). With it set, the
-	// renter checks the MissingBytes of bids for jobs that name artifacts
-	// against them (Candidate.HeldChecked): each bidder is looked up as
-	// its bid comes in, and ranking waits up to HoldingsWait for lookups
-	// under way; one that has not answered by then counts as no record.
-	Holdings func(ctx context.Context, provider string) (held []string, ok bool)
+	// Holdings looks up the artifacts providers advertise. With it set,
+	// the renter checks the MissingBytes of bids for jobs that name
+	// artifacts against them (Candidate.HeldChecked): each bidder is
+	// looked up as its bid comes in, and ranking waits up to HoldingsWait
+	// for lookups under way; one that has not answered by then counts as
+	// no record.
+	Holdings Holdings
 	// HoldingsWait bounds that wait; 0 means DefaultHoldingsWait.
 	HoldingsWait time.Duration
-	// RTT is the round-trip time from the renter's host to a provider as
-	// the host last measured it (libp2p ping; ok false without a fresh
-	// sample): every job's ranking breaks ties by it. nil knows none.
-	RTT func(provider string) (time.Duration, bool)
-	// MeasureRTT is that round trip, measured now unless a fresh sample
-	// is at hand, within ctx. A latency-sensitive job's bidders
-	// (Job.LatencySensitive) are measured as their bids come in, each
-	// within the job's BidWindow, and ranking waits for the measurements
-	// under way (each bounded so): a bidder still unmeasured then has no
-	// RTT (its bid is rejected under MaxRTT, charged RTTChargeCap under
-	// Near). nil measures nobody.
-	MeasureRTT func(ctx context.Context, provider string) (time.Duration, bool)
-	// Expected, when set, names the providers expected to answer a job's
-	// call, with a bid or a decline: those the renter knows whose
-	// capability fits the job (StaticFit). Once every one of them has
-	// answered, the window closes, whatever the tier: no later answer is
-	// expected. An empty answer leaves the window to run as usual, and so
-	// does a provider that stays silent (gone, or its decline sampled).
-	Expected func(job *Job) []string
+	// Latency is the round trips from the renter's host to providers:
+	// every job's ranking breaks ties by the last one measured (RTT), and
+	// a latency-sensitive job's bidders (Job.LatencySensitive) are
+	// measured as their bids come in (MeasureRTT), each within the job's
+	// BidWindow, and ranking waits for the measurements under way (each
+	// bounded so): a bidder still unmeasured then has no RTT (its bid is
+	// rejected under MaxRTT, charged RTTChargeCap under Near). nil knows
+	// and measures none.
+	Latency Latency
 	// MaxBidders caps the bids a call asks for: when more providers are
 	// expected to answer, the call invites the established ones by name
 	// (Job.BidInvited, up to half) and asks a random share of the others
 	// (Job.BidSample, a fresh seed per call) for the rest, and waits only
 	// for those. 0 means DefaultMaxBidders; negative asks every provider.
 	MaxBidders int
-	// OnLease is called when a provider confirms a lease.
-	OnLease func(Lease, Job)
-	// OnUnplaceable is called when an auction ends without a lease.
-	OnUnplaceable func(Job, string)
-	// OnCapacity is told of a provider's verified capacity notice (it has
-	// room now for jobs of ours it turned away): whoever queues jobs
-	// offers them again. nil: notices are counted and dropped.
-	OnCapacity func(CapacityNotice)
+	// Listener is told of the auctions' outcomes; nil: nobody is.
+	Listener Listener
 }
 
 type renterJob struct {
@@ -274,10 +313,10 @@ type renterJob struct {
 	bidIn chan struct{}
 	// held is each bidder's holdings lookup (RenterConfig.Holdings).
 	held map[string]*holdingsLookup
-	// rtts is each bidder's RTT measurement (RenterConfig.MeasureRTT).
+	// rtts is each bidder's RTT measurement (RenterConfig.Latency).
 	rtts map[string]*rttLookup
 	// awaited are the expected providers that have not answered yet
-	// (RenterConfig.Expected) out of expected; allIn is closed when the
+	// (Directory.ExpectedBidders) out of expected; allIn is closed when the
 	// last one does.
 	awaited  map[string]bool
 	expected int
@@ -454,8 +493,8 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	var expected []string
 	sampled := false
 	job.BidSample, job.BidSeed, job.BidInvited = 0, "", nil
-	if r.cfg.Expected != nil {
-		expected = r.cfg.Expected(&job)
+	if r.cfg.Directory != nil {
+		expected = r.cfg.Directory.ExpectedBidders(&job)
 		if n := len(expected); r.cfg.MaxBidders > 0 && n > r.bidders(&job) {
 			expected, sampled = r.sample(&job, expected), true
 		}
@@ -582,8 +621,8 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		err = fmt.Errorf("%w (%w)", err, ErrRaced)
 	}
 	err = r.finish(rj, JobUnplaceable, reason, nil, "", err)
-	if r.cfg.OnUnplaceable != nil {
-		r.cfg.OnUnplaceable(job, reason)
+	if r.cfg.Listener != nil {
+		r.cfg.Listener.OnUnplaceable(job, reason)
 	}
 	return job, err
 }
@@ -772,7 +811,7 @@ func (r *Renter) lookupHoldingsLocked(rj *renterJob, provider string) {
 		defer close(l.done)
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.HoldingsWait)
 		defer cancel()
-		l.held, l.ok = r.cfg.Holdings(ctx, provider)
+		l.held, l.ok = r.cfg.Holdings.Holdings(ctx, provider)
 	}()
 }
 
@@ -850,7 +889,7 @@ func (w *lookupWait) done(ctx context.Context, done <-chan struct{}) bool {
 func (r *Renter) measureRTTLocked(rj *renterJob, provider string) {
 	j := &rj.status.Job
 	// A gang measures too: its members are chosen closest first (pickGang).
-	if r.cfg.MeasureRTT == nil || (!j.LatencySensitive() && j.Nodes <= 1) || rj.rtts[provider] != nil ||
+	if r.cfg.Latency == nil || (!j.LatencySensitive() && j.Nodes <= 1) || rj.rtts[provider] != nil ||
 		j.Excludes(provider) || !SampledBidder(j, provider) {
 		return
 	}
@@ -859,7 +898,7 @@ func (r *Renter) measureRTTLocked(rj *renterJob, provider string) {
 	window := j.BidWindow
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), window)
-		l.rtt, l.ok = r.cfg.MeasureRTT(ctx, provider)
+		l.rtt, l.ok = r.cfg.Latency.MeasureRTT(ctx, provider)
 		cancel()
 		close(l.done)
 		select {
@@ -871,7 +910,7 @@ func (r *Renter) measureRTTLocked(rj *renterJob, provider string) {
 
 // fillRTTs sets candidates' RTT: their bidder's measurement
 // (measureRTTLocked), waiting until deadline for those under way (a zero
-// deadline waits for none), or the fresh sample RenterConfig.RTT has of
+// deadline waits for none), or the fresh sample RenterConfig.Latency has of
 // a bidder not being measured.
 func (r *Renter) fillRTTs(ctx context.Context, rj *renterJob, cands []Candidate, deadline time.Time) {
 	w := newLookupWait(deadline)
@@ -882,8 +921,8 @@ func (r *Renter) fillRTTs(ctx context.Context, rj *renterJob, cands []Candidate,
 		l := rj.rtts[c.Bid.Provider]
 		r.mu.Unlock()
 		if l == nil {
-			if r.cfg.RTT != nil {
-				if d, ok := r.cfg.RTT(c.Bid.Provider); ok {
+			if r.cfg.Latency != nil {
+				if d, ok := r.cfg.Latency.RTT(c.Bid.Provider); ok {
 					c.RTT = d
 				}
 			}
@@ -965,24 +1004,24 @@ func (r *Renter) invitees(job *Job, expected []string) []string {
 // verifiedFor reports whether the renter holds provider verified for a
 // GPU model job names (none named: it cannot tell which it would bid).
 func (r *Renter) verifiedFor(job *Job, provider string) bool {
-	if r.cfg.Verified == nil {
+	if r.cfg.Reputation == nil {
 		return false
 	}
-	return slices.ContainsFunc(job.GPUModels, func(m string) bool { return r.cfg.Verified(provider, m) })
+	return slices.ContainsFunc(job.GPUModels, func(m string) bool { return r.cfg.Reputation.Verified(provider, m) })
 }
 
 // standing fills what the renter's book says of a bid's provider: its
 // reliability and whether it is verified for the bid's GPU model.
 func (r *Renter) standing(c *Candidate) {
 	c.Reliability = r.reputation(c.Bid.Provider)
-	c.Verified = r.cfg.Verified != nil && r.cfg.Verified(c.Bid.Provider, c.Bid.GPUModel)
+	c.Verified = r.cfg.Reputation != nil && r.cfg.Reputation.Verified(c.Bid.Provider, c.Bid.GPUModel)
 }
 
 func (r *Renter) reputation(provider string) float64 {
 	if r.cfg.Reputation == nil {
 		return NeutralReliability
 	}
-	return r.cfg.Reputation(provider)
+	return r.cfg.Reputation.Reliability(provider)
 }
 
 // finish records an auction's end and returns err.
@@ -1033,14 +1072,14 @@ var ErrRaced = errors.New("auction: every bid's GPUs went to another of this ren
 // renter's awards in flight to that provider, and its leases there
 // confirmed after b was issued, already take as many of its GPUs over b's
 // span as b said were free (Bid.Free; the provider's whole capacity,
-// RenterConfig.Capacity, when b does not say): then two of its own
+// Directory.GPUs, when b does not say): then two of its own
 // auctions would race for one GPU and one award would be declined as
 // overbooked. Knowing neither, every award goes ahead.
 func (r *Renter) claim(b Bid, gpus float64) (*claim, bool) {
 	c := &claim{start: b.Start, end: b.End, gpus: gpus}
 	capacity := 0
-	if r.cfg.Capacity != nil {
-		capacity = r.cfg.Capacity(b.Provider)
+	if r.cfg.Directory != nil {
+		capacity = r.cfg.Directory.GPUs(b.Provider)
 	}
 	now := r.cfg.Now()
 	r.mu.Lock()
@@ -1200,13 +1239,13 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 				// The provider may have booked the lease and confirmed
 				// too late: release it, or its GPUs stay held for a lease
 				// nobody will use.
-				r.cfg.Release(res.lease)
+				r.cfg.Release.Release(res.lease)
 			}
 		case won == nil && stop == nil:
 			won = &res
 		case r.cfg.Release != nil:
 			result = "confirmed, released (not needed)"
-			r.cfg.Release(res.lease)
+			r.cfg.Release.Release(res.lease)
 		default:
 			// Only after a cancellation: nothing to release it with, the
 			// provider expires the unclaimed reservation.
@@ -1217,8 +1256,8 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 		r.mu.Unlock()
 		if won == &res {
 			r.finish(rj, JobLeased, "", &won.lease, won.bid.Provider, nil)
-			if r.cfg.OnLease != nil {
-				r.cfg.OnLease(won.lease, *job)
+			if r.cfg.Listener != nil {
+				r.cfg.Listener.OnLease(won.lease, *job)
 			}
 		}
 		if won == nil && stop == nil {
@@ -1522,8 +1561,8 @@ func (r *Renter) handleNotice(from peer.ID, n CapacityNotice) error {
 	}
 	r.mu.Unlock()
 	n.Jobs = jobs
-	if r.cfg.OnCapacity != nil {
-		r.cfg.OnCapacity(n)
+	if r.cfg.Listener != nil {
+		r.cfg.Listener.OnCapacity(n)
 	}
 	return nil
 }

@@ -204,8 +204,7 @@ func TestRenterMeasuresLatencySensitiveBidders(t *testing.T) {
 	var mu sync.Mutex
 	measured := map[string]int{}
 	r, _ := m.renter(t, RenterConfig{
-		RTT: func(p string) (time.Duration, bool) { return rtt[p], rtt[p] > 0 },
-		MeasureRTT: func(ctx context.Context, p string) (time.Duration, bool) {
+		Latency: hooks{rtt: func(p string) (time.Duration, bool) { return rtt[p], rtt[p] > 0 }, measure: func(ctx context.Context, p string) (time.Duration, bool) {
 			mu.Lock()
 			measured[m.name(p)]++
 			mu.Unlock()
@@ -221,8 +220,7 @@ func TestRenterMeasuresLatencySensitiveBidders(t *testing.T) {
 			case <-ctx.Done():
 				return 0, false
 			}
-		},
-	})
+		}}})
 	j := euJob(m.now())
 	j.GPUCount, j.MaxRTT = 1, 50*time.Millisecond
 	posted := time.Now()

@@ -107,7 +107,8 @@ func TestRetriedCallAsksMore(t *testing.T) {
 	}
 	tap := &callTap{}
 	r, err := NewRenter(RenterConfig{Signer: signtest.New(t), Transport: tap, MaxBidders: 4,
-		Reputation: func(string) float64 { return NeutralReliability }, Expected: func(*Job) []string { return all }})
+		Reputation: hooks{reliability: func(string) float64 { return NeutralReliability }},
+		Directory:  hooks{expected: func(*Job) []string { return all }}})
 	if err != nil {
 		t.Fatal(err)
 	}

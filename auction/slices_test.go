@@ -303,7 +303,7 @@ func TestSliceAuctionPacksFourQuarters(t *testing.T) {
 	m := newMarket(t, []provSpec{{"box", "eu-west", "L4", 24, 1, p, 0.9}})
 	box := m.provs[0]
 	moved := make(chan Lease, 1)
-	box.p.cfg.OnMove = func(l Lease, _ Job) bool { moved <- l; return true }
+	box.p.cfg.Runtime = runtimeHooks{move: func(l Lease, _ Job) bool { moved <- l; return true }}
 	r, _ := m.renter(t, RenterConfig{})
 	job := func() Job {
 		j := euJob(m.now())
@@ -367,7 +367,7 @@ func TestCapacityNoticeNamesSliceJob(t *testing.T) {
 	m := newMarket(t, []provSpec{{"box", "eu-west", "L4", 24, 1, p, 0.9}})
 	box := m.provs[0]
 	notices := make(chan CapacityNotice, 4)
-	r, _ := m.renter(t, RenterConfig{OnCapacity: func(n CapacityNotice) { notices <- n }})
+	r, _ := m.renter(t, RenterConfig{Listener: hooks{capacity: func(n CapacityNotice) { notices <- n }}})
 	job := func() Job {
 		j := euJob(m.now())
 		j.GPUCount, j.GPUFraction, j.MinVRAMGB, j.WantDeclines = 1, 0.25, 6, true

@@ -149,7 +149,7 @@ func TestRenterDistrustsUnadvertisedHoldings(t *testing.T) {
 	}
 	var mu sync.Mutex
 	looked := map[string]int{}
-	r, _ := m.renter(t, RenterConfig{Holdings: func(_ context.Context, provider string) ([]string, bool) {
+	r, _ := m.renter(t, RenterConfig{Holdings: hooks{holdings: func(_ context.Context, provider string) ([]string, bool) {
 		mu.Lock()
 		looked[provider]++
 		mu.Unlock()
@@ -157,7 +157,7 @@ func TestRenterDistrustsUnadvertisedHoldings(t *testing.T) {
 			return []string{a}, true
 		}
 		return []string{artifactID('c')}, true // the liar's record lacks a
-	}})
+	}}})
 	job := euJob(m.now())
 	job.GPUCount = 1
 	job.Duration = 10 * time.Minute

@@ -107,7 +107,7 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	prov := m.provs[0]
 	var leases []Lease
-	prov.p.cfg.OnLease = func(l Lease, _ Job, _ []string) { leases = append(leases, l) }
+	prov.p.cfg.Runtime = runtimeHooks{lease: func(l Lease, _ Job, _ []string) { leases = append(leases, l) }}
 	owner := signtest.New(t)
 	_, bids := bidCollector(m, owner.ID())
 
@@ -352,7 +352,7 @@ func TestGossipNeverBlocksOnBids(t *testing.T) {
 
 	// An honest renter's job is bid on and leased within its window.
 	var got []Lease
-	r, _ := m.renter(t, RenterConfig{OnLease: func(l Lease, _ Job) { got = append(got, l) }})
+	r, _ := m.renter(t, RenterConfig{Listener: hooks{lease: func(l Lease, _ Job) { got = append(got, l) }}})
 	start := time.Now()
 	job, err := r.Post(context.Background(), euJob(m.now()))
 	if err != nil {
@@ -395,12 +395,12 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 	var released []Lease
 	var start time.Time
 	r, _ := m.renter(t, RenterConfig{
-		OnLease: func(Lease, Job) {
+		Listener: hooks{lease: func(Lease, Job) {
 			mu.Lock()
 			leasedAt = append(leasedAt, time.Since(start))
 			mu.Unlock()
-		},
-		Release: func(l Lease) {
+		}},
+		Release: hooks{release: func(l Lease) {
 			mu.Lock()
 			released = append(released, l)
 			mu.Unlock()
@@ -411,8 +411,7 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 			if err := m.byID[l.Provider].p.LeaseEnded(l.ID, m.now(), RunCancelled); err != nil {
 				t.Errorf("release %s: %v", l.ID, err)
 			}
-		},
-	})
+		}}})
 	pendingAtReturn := 0
 	post := func() JobStatus {
 		t.Helper()
@@ -500,18 +499,18 @@ func TestLateConfirmIsReleased(t *testing.T) {
 	}})
 	var mu sync.Mutex
 	var released []Lease
-	r, _ := m.renter(t, RenterConfig{ConfirmTimeout: 2 * time.Second, OnLease: func(l Lease, _ Job) {
+	r, _ := m.renter(t, RenterConfig{ConfirmTimeout: 2 * time.Second, Listener: hooks{lease: func(l Lease, _ Job) {
 		if l.Provider == quick.s.ID().String() {
 			wonOnce.Do(func() { close(quickWon) })
 		}
-	}, Release: func(l Lease) {
+	}}, Release: hooks{release: func(l Lease) {
 		mu.Lock()
 		released = append(released, l)
 		mu.Unlock()
 		if err := m.byID[l.Provider].p.LeaseEnded(l.ID, m.now(), RunCancelled); err != nil {
 			t.Errorf("release: %v", err)
 		}
-	}})
+	}}})
 	j := euJob(m.now())
 	j.ID = jobID
 	job, err := r.Post(context.Background(), j)
@@ -543,7 +542,7 @@ func TestBidSendQueueBounded(t *testing.T) {
 	m := newMarket(t, nil)
 	s := signtest.New(t)
 	capab := Capability{Peer: s.ID().String(), Region: "eu-west", GPUs: gpus("A100", 80, 8), Policy: pol(1)}
-	p, err := NewProvider(ProviderConfig{Signer: s, Transport: m.net.Join(s.ID()), Capability: func() Capability { return capab },
+	p, err := NewProvider(ProviderConfig{Signer: s, Transport: m.net.Join(s.ID()), Self: fixedSelf(capab),
 		Calendar: NewCalendar(8), Now: m.now, SendWorkers: 1, SendQueue: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -572,3 +571,10 @@ func TestBidSendQueueBounded(t *testing.T) {
 		t.Fatalf("stats: %d bids, rejected %v", st.Bids, st.Rejected)
 	}
 }
+
+// fixedSelf is a provider's capability record, the same at every call, and
+// a neutral reliability.
+type fixedSelf Capability
+
+func (c fixedSelf) Capability() Capability { return Capability(c) }
+func (fixedSelf) Reliability() float64     { return NeutralReliability }

@@ -41,20 +41,8 @@ func (d *Daemon) serveAPI() error {
 		}
 		return taskfile.ConvertRequest(req.Task, req.TaskName, d.now())
 	})
-	control.New(control.Config{Transfer: d.artifacts, Self: d.ID(), Find: d.disc.FindProviders, Holdings: d.disc.Holdings,
-		Reliability: func(p string) float64 {
-			if m := d.marketRef.Load(); m != nil {
-				return m.book.Score(p)
-			}
-			return auction.NeutralReliability
-		},
-		Jobs: func() []api.JobView {
-			if m := d.market; m != nil {
-				return m.tracker.List()
-			}
-			return nil
-		},
-		Changed: d.disc.Readvertise, Announce: d.announceLater, TempDir: d.paths.Artifacts(), Now: d.now}).Routes(mux)
+	control.New(control.Config{Transfer: d.artifacts, Self: d.ID(), Providers: d.disc, Market: marketView{d},
+		Advertiser: advertiser{d}, TempDir: d.paths.Artifacts(), Now: d.now}).Routes(mux)
 	if d.market != nil {
 		d.market.routes(mux)
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/artifact/jobs"
 	"github.com/gpumesh/gpumesh/node/artifact/transfer"
@@ -28,18 +30,22 @@ func (d *Daemon) startArtifacts() error {
 	}
 	d.artifacts, err = transfer.NewService(transfer.ServiceConfig{
 		Store: st, Net: d.net, Signer: d.signer, Log: d.log,
-		Authorize: func(id string, from peer.ID) bool {
-			m := d.marketRef.Load()
-			return m != nil && m.tracker.LeaseNamesInput(from, id)
-		},
+		Leases: marketView{d},
 		// A provider advertises a fresh capability record (its Artifacts)
 		// at once when the store completes an artifact, so renters that
 		// check bids' missing-bytes claims against it see what it holds.
-		OnHeld: d.disc.Readvertise, WarmMax: d.cfg.WarmMax(), Context: d.ctx,
+		Advertiser: d.disc, WarmMax: d.cfg.WarmMax(), Context: d.ctx,
 	})
-	d.jobArts = jobs.New(jobs.Config{Transfer: d.artifacts, LoadImage: d.loadImageArtifact,
-		Changed: d.disc.Readvertise, Announce: d.announceLater, Log: d.log})
+	d.jobArts = jobs.New(jobs.Config{Transfer: d.artifacts, Images: images{d}, Advertiser: advertiser{d}, Log: d.log})
 	return err
+}
+
+// images loads the image artifacts of the provider's jobs (jobs.Images).
+type images struct{ d *Daemon }
+
+// LoadImage is loadImageArtifact.
+func (i images) LoadImage(ctx context.Context, id, image string, owner peer.ID) (unpin func(), imageID string, err error) {
+	return i.d.loadImageArtifact(ctx, id, image, owner)
 }
 
 // loadImageArtifact fetches the image artifact id (a `docker save`
@@ -115,4 +121,41 @@ func (d *Daemon) announceLater(id string) {
 		defer d.wg.Done()
 		d.announceArtifacts(id)
 	}()
+}
+
+// advertiser spreads what the node's store holds (control.Advertiser).
+type advertiser struct{ d *Daemon }
+
+// Readvertise advertises the node's capability again, with what the store
+// holds now.
+func (a advertiser) Readvertise() { a.d.disc.Readvertise() }
+
+// Announce announces artifact id to the DHT, in the background.
+func (a advertiser) Announce(id string) { a.d.announceLater(id) }
+
+// marketView is the daemon's market as the artifacts API reads it
+// (control.Market): neutral and empty before the market runs.
+type marketView struct{ d *Daemon }
+
+// Reliability is a provider's score in the market's reputation book.
+func (v marketView) Reliability(p string) float64 {
+	if m := v.d.marketRef.Load(); m != nil {
+		return m.book.Score(p)
+	}
+	return auction.NeutralReliability
+}
+
+// Jobs are this renter's jobs.
+func (v marketView) Jobs() []api.JobView {
+	if m := v.d.market; m != nil {
+		return m.tracker.List()
+	}
+	return nil
+}
+
+// MayFetch says whether peer from holds a current lease of ours whose job
+// names artifact id as an input.
+func (v marketView) MayFetch(id string, from peer.ID) bool {
+	m := v.d.marketRef.Load()
+	return m != nil && m.tracker.LeaseNamesInput(from, id)
 }

@@ -63,13 +63,13 @@ func newMarket(d *Daemon) (*market, error) {
 		book:    attest.NewBook(attest.BookOptions{Now: d.now, Self: d.ID().String(), Successions: d.succ}),
 		metrics: metrics.New()}
 	m.ctx, m.cancel = context.WithCancel(d.ctx)
-	m.verify = gpuverify.New(m.ctx, gpuverify.Config{Net: d.net, Signer: d.signer, Book: m.book, Lookup: d.disc.Lookup,
-		Policy: d.opts.ChallengePolicy, Republish: d.opts.VerdictRepublish, Count: m.counters.Add, Now: d.now, Log: d.log})
+	m.verify = gpuverify.New(m.ctx, gpuverify.Config{Net: d.net, Signer: d.signer, Book: m.book, Directory: d.disc,
+		Policy: d.opts.ChallengePolicy, Republish: d.opts.VerdictRepublish, Counters: m.counters, Now: d.now, Log: d.log})
 	lt := p2p.Direct{N: d.net}
 	// This node's own successions first: the receipts replayed next that
 	// its old identities signed count for it.
 	m.successions = identity.NewSuccessions(m.ctx, identity.SuccessionsConfig{Net: d.net, Book: m.book, Ledger: d.db,
-		Republish: d.opts.SuccessionRepublish, Count: m.counters.Add, Now: d.now, Log: d.log})
+		Republish: d.opts.SuccessionRepublish, Counters: m.counters, Now: d.now, Log: d.log})
 	own, err := m.successions.LearnOwn()
 	if err != nil {
 		return nil, err
@@ -82,13 +82,9 @@ func newMarket(d *Daemon) (*market, error) {
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
-		AdvertisedFingerprint: d.disc.Fingerprint, Holdings: d.disc.Holdings, ExpectedBidders: d.disc.ExpectedBidders,
-		RTT: d.disc.RTT, MeasureRTT: d.disc.MeasureRTT,
-		ProviderGPUs: d.disc.GPUs, MaxBidders: d.cfg.MaxBidders,
-		OnSave: d.jobArts.PinLive,
-		Now:    d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.Observer(),
-		FetchCheckpoint: d.jobArts.FetchCheckpoint, PinCheckpoint: d.artifacts.Store().Pin, FetchLog: d.fetchLog,
-		FetchOutputs: d.fetchOutputs, KeptDir: d.paths.Kept(),
+		Directory: d.disc, Holdings: d.disc, Latency: d.disc, Pins: d.jobArts, MaxBidders: d.cfg.MaxBidders,
+		Now: d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.Observer(),
+		Checkpoints: d.jobArts, Evidence: evidence{d}, KeptDir: d.paths.Kept(),
 		CheckpointBytesPerHour: int64(d.cfg.CheckpointQuotaGBPerHour * (1 << 30)),
 	}); err != nil {
 		return nil, err
@@ -133,12 +129,6 @@ func newMarket(d *Daemon) (*market, error) {
 		return nil, err
 	}
 	return m, nil
-}
-
-// bookedSlices is the slices of its device lease id holds on the calendar.
-func (m *market) bookedSlices(id string) []int {
-	b, _ := m.cal.Booking(id)
-	return b.Slices
 }
 
 func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
@@ -194,51 +184,21 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 		Signer: d.signer, Transport: lt, Store: d.db.State("provider-leases"), Receipts: m.receipts, Exec: m.exec,
 		JobsDir: d.paths.Jobs(), JobFilesMaxBytes: int64(d.cfg.Provider.JobFilesMaxGB * (1 << 30)),
 		JobFilesMaxRetain: d.cfg.Provider.JobFilesMaxRetain, WorkRoot: work, GPUs: d.inv.GPUs,
-		Telemetry: func(pgid int, devices []int) runtime.Telemetry {
-			if pgid > 0 {
-				return runtime.SampleDevices(d.inv, devices, pgid)
-			}
-			return runtime.SampleDevices(d.inv, devices)
-		},
-		Fingerprint: fpEnv,
-		Sensors:     m.sensors(),
-		Limits: func() (int, int) {
-			p := d.cfg.Provider.Policy
-			return p.MaxTempC, p.MaxPowerW
-		},
-		LeaseEnded:        func(id string, end time.Time, st auction.RunState) error { return m.provider.LeaseEnded(id, end, st) },
-		Scrub:             m.scrubLease,
-		Rebook:            func(l auction.Lease, job auction.Job) error { return m.provider.Rebook(l, job) },
-		Slices:            m.bookedSlices,
+		Telemetry: host{d}, Fingerprint: fpEnv, Thermal: m.thermal(), Scrub: m,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, PreemptGrace: d.cfg.Provider.PreemptGrace,
 		DropHeartbeat: d.opts.DropHeartbeats, Now: d.now, Log: d.log, Counters: m.counters,
-		Inputs: d.jobArts.Inputs, OutputsArtifact: d.jobArts.Outputs, RemoveArtifact: d.jobArts.Remove, Observe: m.metrics.Observer(),
-		CheckpointArtifact: d.jobArts.Checkpoint, Restore: d.jobArts.Restore,
-		Network: m.gangs.Hook,
+		Artifacts: d.jobArts, Checkpoints: d.jobArts, Network: m.gangs, Observe: m.metrics.Observer(),
 	}); err != nil {
 		return err
 	}
 	m.provider, err = auction.NewProvider(auction.ProviderConfig{
 		Signer: d.signer, Transport: tr, Calendar: m.cal, Now: d.now, Log: d.log,
-		Capability: func() auction.Capability {
-			if c := d.Advertised(); c != nil {
-				cc := *c
-				// What the store holds now, not at the last advertisement.
-				cc.Artifacts = d.artifacts.Store().Held(auction.MaxAdvertisedArtifacts)
-				return cc
-			}
-			return d.capability(d.advertiseTTL())
-		},
-		Sensors:     m.sup.Reading,
-		HoldGrace:   d.cfg.Provider.HoldGrace(),
-		Reliability: func() float64 { return m.book.Score(d.ID().String()) },
-		OnLease:     m.sup.OnLease,
-		OnMove:      m.sup.OnMove,
-		Admit:       m.sup.Admit,
+		Self: providerSelf{m}, Sensors: m.sup, Runtime: m.sup, HoldGrace: d.cfg.Provider.HoldGrace(),
 	})
 	if err != nil {
 		return err
 	}
+	m.sup.SetBookings(m.provider)
 	if err := m.sup.Recover(); err != nil {
 		return err
 	}
@@ -250,7 +210,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	}, m.badFrame("provider"))
 	d.net.HandleCounted(wire.ProtoCancel, p2p.Handler(m.sup.HandleCancel), m.badFrame("provider"))
 	// A lease's streams, for its renter alone.
-	streams := leasestream.New(m.ctx, leasestream.Config{Authorize: m.sup.Authorize, Count: m.counters.Add, Log: d.log})
+	streams := leasestream.New(m.ctx, leasestream.Config{Leases: m.sup, Counters: m.counters, Log: d.log})
 	d.net.Host.SetStreamHandler(wire.ProtoLogs, d.net.Guard(wire.ProtoLogs, streams.Logs))
 	d.net.Host.SetStreamHandler(wire.ProtoOutputs, d.net.Guard(wire.ProtoOutputs, streams.Outputs))
 	d.net.Host.SetStreamHandler(wire.ProtoService, d.net.Guard(wire.ProtoService, m.serveService))
@@ -259,7 +219,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d.net.Host.SetStreamHandler(wire.ProtoGang, d.net.Guard(wire.ProtoGang, func(s network.Stream) { _ = m.gangs.Serve(m.ctx, s) }))
 	m.serveChallenges()
 	m.stats = providerstats.New(providerstats.Config{Provider: m.provider, Supervisor: m.sup, Book: m.book,
-		Self: d.ID().String(), Inventory: d.inv, Balances: d.db.Balances, Now: d.now, Log: d.log})
+		Self: d.ID().String(), Inventory: d.inv, Ledger: d.db, Now: d.now, Log: d.log})
 	d.wg.Add(1) // ends before the ledger closes
 	go func() {
 		defer d.wg.Done()
@@ -340,14 +300,54 @@ func (m *market) executorName() string {
 // which the Supervisor samples every heartbeat interval. Declared GPUs
 // have no sensors (nil): there is nothing to sample, so nothing polls, and
 // a reading is never over a limit.
-func (m *market) sensors() func() (int, int) {
+// providerSelf is what the auction's provider knows of itself.
+type providerSelf struct{ m *market }
+
+// Capability is the node's advertised capability record, with what the
+// store holds now, not at the last advertisement.
+func (p providerSelf) Capability() auction.Capability {
+	d := p.m.d
+	if c := d.Advertised(); c != nil {
+		cc := *c
+		cc.Artifacts = d.artifacts.Store().Held(auction.MaxAdvertisedArtifacts)
+		return cc
+	}
+	return d.capability(d.advertiseTTL())
+}
+
+// Reliability is the node's own reputation score.
+func (p providerSelf) Reliability() float64 { return p.m.book.Score(p.m.d.ID().String()) }
+
+// host is the node's GPUs as the lease supervisor samples them.
+type host struct{ d *Daemon }
+
+// Telemetry samples a lease's devices, and its job's process group when
+// pgid > 0.
+func (h host) Telemetry(pgid int, devices []int) runtime.Telemetry {
+	if pgid > 0 {
+		return runtime.SampleDevices(h.d.inv, devices, pgid)
+	}
+	return runtime.SampleDevices(h.d.inv, devices)
+}
+
+// Sensors reads the hottest device's temperature and all devices' power.
+func (h host) Sensors() (tempC, powerW int) {
+	t := runtime.Sample(h.d.inv)
+	return t.TempC, t.PowerW
+}
+
+// Limits are the policy's MaxTempC and MaxPowerW.
+func (h host) Limits() (maxTempC, maxPowerW int) {
+	p := h.d.cfg.Provider.Policy
+	return p.MaxTempC, p.MaxPowerW
+}
+
+// thermal is the host's sensors, when it has any to read (NVML).
+func (m *market) thermal() lease.Thermal {
 	if m.d.inv.Source != runtime.SourceNVML {
 		return nil
 	}
-	return func() (int, int) {
-		t := runtime.Sample(m.d.inv)
-		return t.TempC, t.PowerW
-	}
+	return host{m.d}
 }
 
 // badFrame counts a request on one of this node's protocols whose frame
@@ -408,12 +408,12 @@ func (m *market) allCounters() map[string]int {
 	return out
 }
 
-// scrubLease clears the memory of the GPUs lease id was booked on
+// Scrub clears the memory of the GPUs lease id was booked on
 // (runtime.Scrubber), logging and counting what it did, and returns what
 // the lease's receipt says of it (runtime.ScrubReport.Statement; "" for a
 // lease no longer booked). A failed scrub is logged as an error and
 // counted (provider.gpu_scrub_failed); the devices are still freed.
-func (m *market) scrubLease(id string) string {
+func (m *market) Scrub(id string) string {
 	b, ok := m.cal.Booking(id)
 	if !ok || len(b.Devices) == 0 {
 		return ""

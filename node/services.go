@@ -32,12 +32,12 @@ func (l serviceLeaser) Cancel(id string) (api.JobView, error) { return l.m.track
 func (m *market) newServices() error {
 	var err error
 	m.svc, err = service.NewManager(m.ctx, service.Config{
-		Leaser: serviceLeaser{m},
-		Open:   m.openService,
-		Now:    m.d.now,
-		Log:    m.d.log,
-		Store:  m.d.db.State("services"),
-		RTT:    m.d.net.RTTs().Measure,
+		Leaser:  serviceLeaser{m},
+		Open:    m.openService,
+		Now:     m.d.now,
+		Log:     m.d.log,
+		Store:   m.d.db.State("services"),
+		Latency: m.d.net.RTTs(),
 	})
 	return err
 }

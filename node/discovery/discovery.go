@@ -363,7 +363,7 @@ func (d *Discovery) Lookup(ctx context.Context, id peer.ID) (auction.Capability,
 	return auction.Capability{}, err
 }
 
-// Holdings is the renter's holdings check (auction RenterConfig.Holdings):
+// Holdings is the renter's holdings check (auction.Holdings):
 // the artifacts a provider's signed capability record advertises, looked
 // up afresh.
 func (d *Discovery) Holdings(ctx context.Context, provider string) ([]string, bool) {
@@ -537,7 +537,7 @@ func (d *Discovery) RefreshRTTs(every time.Duration) {
 }
 
 // RTT is the fresh round trip this node measured to provider
-// (auction.RenterConfig.RTT).
+// (auction.Latency.RTT).
 func (d *Discovery) RTT(provider string) (time.Duration, bool) {
 	id, err := peer.Decode(provider)
 	if err != nil {
@@ -547,7 +547,7 @@ func (d *Discovery) RTT(provider string) (time.Duration, bool) {
 }
 
 // MeasureRTT is the round trip to provider, measured now unless fresh
-// (auction.RenterConfig.MeasureRTT). The bid stream it came on is the
+// (auction.Latency.MeasureRTT). The bid stream it came on is the
 // connection the ping takes: no address from a call is dialled.
 func (d *Discovery) MeasureRTT(ctx context.Context, provider string) (time.Duration, bool) {
 	id, err := peer.Decode(provider)

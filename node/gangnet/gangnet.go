@@ -12,7 +12,7 @@
 // members' providers hold.
 //
 // The seam with the lease supervisor is its Network hook
-// (lease.SupervisorConfig.Network), which Net.Hook is: before a gang
+// (lease.Network), which Net.Hook is: before a gang
 // lease's job starts, it joins the member (Net.Join: the lease's signed
 // gang terms, checked to name it) and puts its network into the job's
 // runtime.Spec.Gang; once the job started it hands the job over

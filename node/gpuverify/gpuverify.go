@@ -35,6 +35,17 @@ const DefaultRepublish = 10 * time.Minute
 // maxOwnVerdicts bounds the verdicts a node republishes.
 const maxOwnVerdicts = 64
 
+// Directory holds the providers' verified capability records.
+type Directory interface {
+	// Lookup is a provider's verified capability record (its devices).
+	Lookup(ctx context.Context, id peer.ID) (auction.Capability, error)
+}
+
+// Counter counts protocol events (lease.Counters).
+type Counter interface {
+	Add(event string)
+}
+
 // Config is what a Service works with.
 type Config struct {
 	Net    *p2p.Node
@@ -44,15 +55,15 @@ type Config struct {
 	// Policy judges the answers to this node's challenges; nil is
 	// gpuproof's rules.
 	Policy *gpuproof.Policy
-	// Lookup is a provider's verified capability record (its devices).
-	Lookup func(ctx context.Context, id peer.ID) (auction.Capability, error)
+	// Directory holds the providers' verified capability records.
+	Directory Directory
 	// Republish is how often the node's own verdicts are gossiped again
 	// (DefaultRepublish when not positive).
 	Republish time.Duration
-	// Count counts a protocol event (a challenge answered or refused).
-	Count func(event string)
-	Now   func() time.Time
-	Log   *slog.Logger
+	// Counters count protocol events (a challenge answered or refused).
+	Counters Counter
+	Now      func() time.Time
+	Log      *slog.Logger
 }
 
 // Service answers, issues and gossips GPU challenges' verdicts.
@@ -77,11 +88,11 @@ func (s *Service) Serve(prover *gpuproof.Prover) {
 		defer st.Close()
 		_ = st.SetDeadline(time.Now().Add(gpuproof.MaxLifetime))
 		if err := prover.Serve(st.Conn().RemotePeer(), st); err != nil {
-			s.cfg.Count("provider.gpu_challenge_refused")
+			s.cfg.Counters.Add("provider.gpu_challenge_refused")
 			s.cfg.Log.Debug("gpu challenge", "from", st.Conn().RemotePeer(), "err", err)
 			return
 		}
-		s.cfg.Count("provider.gpu_challenge_answered")
+		s.cfg.Counters.Add("provider.gpu_challenge_answered")
 	}))
 }
 
@@ -160,7 +171,7 @@ func (s *Service) HandleVerify(r *http.Request) (any, error) {
 		return nil, api.BadRequest("give both n and k, or neither")
 	}
 	ctx := r.Context()
-	c, err := s.cfg.Lookup(ctx, id)
+	c, err := s.cfg.Directory.Lookup(ctx, id)
 	if err != nil {
 		return nil, api.NotFound("no capability record for %s: %v", id, err)
 	}

@@ -69,15 +69,8 @@ func TestVerifyCallRefusals(t *testing.T) {
 	defer n.Close()
 	gpuless, withGPU := signtest.New(t).ID(), signtest.New(t).ID()
 	s := New(t.Context(), Config{Net: n, Now: time.Now, Log: slog.New(slog.DiscardHandler),
-		Lookup: func(_ context.Context, id peer.ID) (auction.Capability, error) {
-			switch id {
-			case gpuless:
-				return auction.Capability{Peer: id.String()}, nil
-			case withGPU:
-				return auction.Capability{Peer: id.String(), GPUs: []auction.GPU{{Model: "H100", VRAMGB: 80}}}, nil
-			}
-			return auction.Capability{}, errors.New("no record")
-		}})
+		Directory: records{gpuless: {Peer: gpuless.String()},
+			withGPU: {Peer: withGPU.String(), GPUs: []auction.GPU{{Model: "H100", VRAMGB: 80}}}}})
 	stranger := signtest.New(t).ID()
 	for body, want := range map[string]int{
 		`{`: 400, `{"peer":"` + withGPU.String() + `","sudo":true}`: 400, `{"peer":"nobody"}`: 400,
@@ -91,4 +84,14 @@ func TestVerifyCallRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want %d", body, err, want)
 		}
 	}
+}
+
+// records are the providers' capability records the test knows.
+type records map[peer.ID]auction.Capability
+
+func (r records) Lookup(_ context.Context, id peer.ID) (auction.Capability, error) {
+	if c, ok := r[id]; ok {
+		return c, nil
+	}
+	return auction.Capability{}, errors.New("no record")
 }

@@ -74,11 +74,7 @@ func TestRotate(t *testing.T) {
 func TestHandleHostileSuccession(t *testing.T) {
 	n := 0
 	s := NewSuccessions(t.Context(), SuccessionsConfig{Book: attest.NewBook(attest.BookOptions{Now: time.Now, Self: "self"}),
-		Count: func(e string) {
-			if e == "reputation.succession_malformed" {
-				n++
-			}
-		}, Now: time.Now, Log: slog.New(slog.DiscardHandler)})
+		Counters: malformed{&n}, Now: time.Now, Log: slog.New(slog.DiscardHandler)})
 	for _, data := range []string{"", "{", "null", `{"succession":null}`, strings.Repeat("x", 1<<20)} {
 		s.Handle("", []byte(data))
 	}
@@ -86,4 +82,13 @@ func TestHandleHostileSuccession(t *testing.T) {
 		t.Fatalf("%d of 5 malformed successions counted", n)
 	}
 	s.Handle("", []byte(`{"succession":{}}`)) // well-formed, forged: the book refuses it
+}
+
+// malformed counts the malformed successions.
+type malformed struct{ n *int }
+
+func (m malformed) Add(e string) {
+	if e == "reputation.succession_malformed" {
+		*m.n++
+	}
 }

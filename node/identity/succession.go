@@ -22,6 +22,11 @@ import (
 // DHT take each succession once, however often they hear it.
 const DefaultRepublish = 10 * time.Minute
 
+// Counter counts protocol events (lease.Counters).
+type Counter interface {
+	Add(event string)
+}
+
 // SuccessionsConfig is what a Successions works with.
 type SuccessionsConfig struct {
 	Net *p2p.Node
@@ -32,10 +37,10 @@ type SuccessionsConfig struct {
 	// Republish is how often this node's succession is published again
 	// (DefaultRepublish when not positive).
 	Republish time.Duration
-	// Count counts a protocol event (a malformed succession).
-	Count func(event string)
-	Now   func() time.Time
-	Log   *slog.Logger
+	// Counters count protocol events (a malformed succession).
+	Counters Counter
+	Now      func() time.Time
+	Log      *slog.Logger
 }
 
 // Successions spreads this node's identity succession and takes in the
@@ -81,7 +86,7 @@ func (s *Successions) LearnOwn() (*sign.SignedSuccession, error) {
 func (s *Successions) Handle(from peer.ID, data []byte) {
 	var g wire.SuccessionGossip
 	if len(data) > 2*sign.MaxSuccessionSize || json.Unmarshal(data, &g) != nil || g.Succession == nil {
-		s.cfg.Count("reputation.succession_malformed")
+		s.cfg.Counters.Add("reputation.succession_malformed")
 		return
 	}
 	if err := s.cfg.Book.Succeed(g.Succession); err != nil {

@@ -51,7 +51,7 @@ func (r *leaseRun) restoreCheckpoint(job auction.Job, lw io.Writer) (dir string,
 	if len(job.Restore) == 0 {
 		return "", release, nil
 	}
-	if s.cfg.Restore == nil {
+	if s.cfg.Checkpoints == nil {
 		fmt.Fprintf(lw, "gpumesh: this provider cannot restore checkpoints; starting fresh\n")
 		return "", release, nil
 	}
@@ -68,7 +68,7 @@ func (r *leaseRun) restoreCheckpoint(job auction.Job, lw io.Writer) (dir string,
 	}
 	for i, ck := range job.Restore {
 		dir = filepath.Join(root, fmt.Sprintf("restore-%s-%d", l.ID, i))
-		rel, err := s.cfg.Restore(ctx, job, ck.Artifact, dir, seal.leaseKeys())
+		rel, err := s.cfg.Checkpoints.Restore(ctx, job, ck.Artifact, dir, seal.leaseKeys())
 		if err == nil {
 			fmt.Fprintf(lw, "gpumesh: restoring checkpoint %s (seq %d of attempt %d, %d bytes, work saved %v)\n",
 				ck.Artifact, ck.Seq, ck.Attempt, ck.Bytes, ck.Work.Round(time.Second))
@@ -119,7 +119,7 @@ func (r *leaseRun) checkpointLoop(h runtime.Handle, every time.Duration, started
 // dir's state stands for (now, or the job's exit).
 func (r *leaseRun) snapshot(h runtime.Handle, reason string, started, at time.Time, lw io.Writer) {
 	s := r.s
-	if s.cfg.CheckpointArtifact == nil {
+	if s.cfg.Checkpoints == nil {
 		return
 	}
 	l := r.lease()
@@ -160,7 +160,7 @@ func (r *leaseRun) snapshot(h runtime.Handle, reason string, started, at time.Ti
 	if len(skipped) > 0 {
 		fmt.Fprintf(lw, "gpumesh: checkpoint: left out %s\n", strings.Join(skipped, "; "))
 	}
-	id, bytes, drop, err := s.cfg.CheckpointArtifact(dst, l.Renter, seal.leaseKeys())
+	id, bytes, drop, err := s.cfg.Checkpoints.Checkpoint(dst, l.Renter, seal.leaseKeys())
 	if err != nil {
 		fmt.Fprintf(lw, "gpumesh: checkpoint not saved: %v\n", err)
 		return

@@ -27,11 +27,12 @@ func TestCheckpointQuota(t *testing.T) {
 	r.tracker.cfg.CheckpointBytesPerHour = 8 << 30
 	const size = 3 << 30
 	fetched := 0
-	r.tracker.cfg.FetchCheckpoint = func(context.Context, string, peer.ID, string, bool, int64) (int64, error) {
-		fetched++
-		return size, nil
-	}
-	r.tracker.cfg.PinCheckpoint = func(string) func() { return func() {} }
+	r.tracker.cfg.Checkpoints = checkpointHooks{
+		fetch: func(context.Context, string, peer.ID, string, bool, int64) (int64, error) {
+			fetched++
+			return size, nil
+		},
+		pin: func(string) func() { return func() {} }}
 	var errs []error
 	for seq := 1; seq <= 6; seq++ {
 		c := auction.Checkpoint{JobID: l.JobID, LeaseID: l.ID, Attempt: l.Attempt, Seq: seq, Artifact: strings.Repeat(string("abcdef"[seq-1]), 64),

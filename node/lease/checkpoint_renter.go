@@ -41,7 +41,7 @@ func (t *Tracker) HandleCheckpoint(ctx context.Context, from peer.ID, data []byt
 	if dup {
 		return nil, nil // a retry of one we hold: the first answer was lost
 	}
-	if t.cfg.FetchCheckpoint == nil || t.cfg.PinCheckpoint == nil {
+	if t.cfg.Checkpoints == nil {
 		count("renter.checkpoint_rejected")
 		return nil, errors.New("this renter does not keep checkpoints")
 	}
@@ -50,7 +50,7 @@ func (t *Tracker) HandleCheckpoint(ctx context.Context, from peer.ID, data []byt
 		t.log.Warn("checkpoint refused", "job", jobID, "lease", c.LeaseID, "seq", c.Seq, "err", err)
 		return nil, err
 	}
-	size, err := t.cfg.FetchCheckpoint(ctx, c.Artifact, from, c.LeaseID, v.Job.Sealed, auction.MaxCheckpointBytes)
+	size, err := t.cfg.Checkpoints.FetchCheckpoint(ctx, c.Artifact, from, c.LeaseID, v.Job.Sealed, auction.MaxCheckpointBytes)
 	if err == nil && size != c.Bytes {
 		err = fmt.Errorf("checkpoint artifact holds %d bytes, the checkpoint says %d", size, c.Bytes)
 	}
@@ -59,7 +59,7 @@ func (t *Tracker) HandleCheckpoint(ctx context.Context, from peer.ID, data []byt
 		t.log.Warn("checkpoint not kept", "job", jobID, "lease", c.LeaseID, "seq", c.Seq, "err", err)
 		return nil, fmt.Errorf("checkpoint %d of lease %s not kept: %w", c.Seq, c.LeaseID, err)
 	}
-	unpin := t.cfg.PinCheckpoint(c.Artifact)
+	unpin := t.cfg.Checkpoints.PinCheckpoint(c.Artifact)
 	t.mu.Lock()
 	v = t.jobs[jobID]
 	if _, err := checkpointFits(v, c, from, t.now()); err != nil {
@@ -184,12 +184,12 @@ func (t *Tracker) releaseCheckpoints(jobID string) {
 
 // repinCheckpoints pins the checkpoints a job keeps (after a restart).
 func (t *Tracker) repinCheckpoints(v *api.JobView) {
-	if !v.State.Live() || t.cfg.PinCheckpoint == nil {
+	if !v.State.Live() || t.cfg.Checkpoints == nil {
 		return // no attempt will restore them
 	}
 	for _, k := range v.Checkpoints {
 		if t.ckPins[k.Artifact] == nil {
-			t.keepPin(k.Artifact, t.cfg.PinCheckpoint(k.Artifact))
+			t.keepPin(k.Artifact, t.cfg.Checkpoints.PinCheckpoint(k.Artifact))
 		}
 	}
 }

@@ -73,24 +73,25 @@ func TestHandleCheckpoint(t *testing.T) {
 		defer pinMu.Unlock()
 		return pins[id]
 	}
-	r.tracker.cfg.FetchCheckpoint = func(_ context.Context, id string, from peer.ID, _ string, _ bool, max int64) (int64, error) {
-		if from != pa.signer.ID() || max != auction.MaxCheckpointBytes {
-			t.Errorf("fetch %s from %s (max %d)", id, from, max)
-		}
-		fetched[id]++
-		return 10, nil
-	}
-	r.tracker.cfg.PinCheckpoint = func(id string) func() {
-		pinMu.Lock()
-		defer pinMu.Unlock()
-		pins[id]++
-		return func() {
-			defer h.changed.notify()
+	r.tracker.cfg.Checkpoints = checkpointHooks{
+		fetch: func(_ context.Context, id string, from peer.ID, _ string, _ bool, max int64) (int64, error) {
+			if from != pa.signer.ID() || max != auction.MaxCheckpointBytes {
+				t.Errorf("fetch %s from %s (max %d)", id, from, max)
+			}
+			fetched[id]++
+			return 10, nil
+		},
+		pin: func(id string) func() {
 			pinMu.Lock()
 			defer pinMu.Unlock()
-			pins[id]--
-		}
-	}
+			pins[id]++
+			return func() {
+				defer h.changed.notify()
+				pinMu.Lock()
+				defer pinMu.Unlock()
+				pins[id]--
+			}
+		}}
 	bad := good(1, art('a'))
 	bad.Bytes = 11
 	if err := send(pa, pa.signer.ID(), bad); err == nil || !strings.Contains(err.Error(), "holds 10 bytes") {
@@ -127,3 +128,15 @@ func TestHandleCheckpoint(t *testing.T) {
 	// precedes.
 	h.waitFor(3*time.Second, "the finished job's checkpoints unpinned", func() bool { return pinned(art('b')) == 0 && pinned(art('c')) == 0 })
 }
+
+// checkpointHooks is a renter's checkpoint store in tests: what each test
+// fetches and pins.
+type checkpointHooks struct {
+	fetch func(ctx context.Context, id string, from peer.ID, leaseID string, sealed bool, max int64) (int64, error)
+	pin   func(id string) (unpin func())
+}
+
+func (c checkpointHooks) FetchCheckpoint(ctx context.Context, id string, from peer.ID, leaseID string, sealed bool, max int64) (int64, error) {
+	return c.fetch(ctx, id, from, leaseID, sealed, max)
+}
+func (c checkpointHooks) PinCheckpoint(id string) func() { return c.pin(id) }

@@ -106,7 +106,7 @@ func (t *Tracker) verifyLog(l auction.Lease, digest string, size int64, sink io.
 	if size < 0 || size > MaxEvidenceLog {
 		return fmt.Errorf("the provider reports a log of %d bytes, over the %d this renter checks", size, MaxEvidenceLog)
 	}
-	if t.cfg.FetchLog == nil {
+	if t.cfg.Evidence == nil {
 		return errors.New("this renter cannot fetch job logs")
 	}
 	prov, err := peer.Decode(l.Provider)
@@ -115,7 +115,7 @@ func (t *Tracker) verifyLog(l auction.Lease, digest string, size int64, sink io.
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, evidenceTimeout)
 	defer cancel()
-	rc, err := t.cfg.FetchLog(ctx, prov, l.ID)
+	rc, err := t.cfg.Evidence.FetchLog(ctx, prov, l.ID)
 	if err != nil {
 		return fmt.Errorf("the job's log could not be fetched: %w", err)
 	}

@@ -401,7 +401,7 @@ type provSpec struct {
 	sensors  func() (tempC, powerW int)
 	maxTempC int
 	// inputs, when set, fetches jobs' input artifacts
-	// (SupervisorConfig.Inputs).
+	// (SupervisorConfig.Artifacts).
 	inputs func(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (func(), string, error)
 	// noPersist is the policy's no_persist; maxRetain the supervisor's
 	// JobFilesMaxRetain; now its clock (default time.Now); scrub its
@@ -413,6 +413,60 @@ type provSpec struct {
 	// network is the supervisor's Network hook.
 	network func(l auction.Lease, job auction.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error)
 }
+
+// specHost is a provider's host as its provSpec describes it: the
+// supervisor's collaborators its hooks stand for.
+type specHost struct{ spec *provSpec }
+
+func (p *provSpec) host() specHost { return specHost{p} }
+
+// wire sets the collaborators whose hooks the spec sets.
+func (h specHost) wire(cfg *SupervisorConfig) {
+	if h.spec.telemetry != nil {
+		cfg.Telemetry = h
+	}
+	if h.spec.sensors != nil {
+		cfg.Thermal = h
+	}
+	if h.spec.inputs != nil {
+		cfg.Artifacts = h
+	}
+	if h.spec.scrub != nil {
+		cfg.Scrub = h
+	}
+	if h.spec.network != nil {
+		cfg.Network = h
+	}
+}
+
+func (h specHost) Telemetry(pgid int, devices []int) runtime.Telemetry {
+	return h.spec.telemetry(pgid, devices)
+}
+func (h specHost) Sensors() (int, int) { return h.spec.sensors() }
+func (h specHost) Limits() (int, int)  { return h.spec.maxTempC, 0 }
+func (h specHost) Inputs(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (func(), string, error) {
+	return h.spec.inputs(ctx, job, dir, keys)
+}
+
+// Outputs stores no outputs artifact: the spec's host has no store.
+func (h specHost) Outputs(string, string, *wire.LeaseKeys) (string, error) {
+	return "", errors.New("no artifact store")
+}
+func (h specHost) Remove(string) error         { return nil }
+func (h specHost) Scrub(leaseID string) string { return h.spec.scrub(leaseID) }
+func (h specHost) Hook(l auction.Lease, job auction.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error) {
+	return h.spec.network(l, job, spec)
+}
+
+// freshSelf is a provider's capability, issued afresh at each call.
+type freshSelf auction.Capability
+
+func (c freshSelf) Capability() auction.Capability {
+	cc := auction.Capability(c)
+	cc.IssuedAt, cc.ExpiresAt = time.Now(), time.Now().Add(time.Hour)
+	return cc
+}
+func (freshSelf) Reliability() float64 { return auction.NeutralReliability }
 
 // node is one in-memory daemon.
 type node struct {
@@ -454,7 +508,7 @@ type harness struct {
 	// nodes are the started nodes by peer id (the latest start of each).
 	nodes sync.Map
 	// onSave, when set, sees every job record the renters persist
-	// (TrackerConfig.OnSave); onCall every call for bids as a provider
+	// (TrackerConfig.Pins); onCall every call for bids as a provider
 	// takes it in.
 	onSave func(api.JobView)
 	onCall func(auction.Call)
@@ -503,8 +557,8 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
 		Store: crashStore{n.crash, db.State("renter-jobs")}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
 		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: h.settleWait, Counters: n.counters,
-		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, FetchLog: h.fetchLog(s.ID()),
-		FetchOutputs: h.fetchOutputs(s.ID()), KeptDir: n.kept, OnSave: h.onSave, ProviderGPUs: h.providerGPUs, Log: log}); err != nil {
+		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, Evidence: streams{h, s.ID()},
+		KeptDir: n.kept, Pins: h.pins(), Directory: directory{h}, Log: log}); err != nil {
 		t.Fatal(err)
 	}
 	h.forward(n.ctx, &n.tracker.changed)
@@ -531,14 +585,14 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 				t.Fatal(err)
 			}
 		}
-		if n.sup, err = NewSupervisor(n.ctx, SupervisorConfig{Signer: s, Transport: ct,
+		cfg := SupervisorConfig{Signer: s, Transport: ct,
 			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: exec,
-			JobsDir: n.jobsDir, GPUs: devs, Inputs: spec.inputs, Telemetry: spec.telemetry, Fingerprint: fpEnv, Sensors: spec.sensors,
-			Limits: func() (int, int) { return spec.maxTempC, 0 }, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
-			LeaseEnded: func(id string, end time.Time, st auction.RunState) error { return n.provider.LeaseEnded(id, end, st) },
-			Scrub:      spec.scrub, JobFilesMaxRetain: spec.maxRetain, Now: spec.now, Network: spec.network,
+			JobsDir: n.jobsDir, GPUs: devs, Fingerprint: fpEnv, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
+			JobFilesMaxRetain: spec.maxRetain, Now: spec.now,
 			RecoverDelay: time.Millisecond, SettleRetry: 20 * time.Millisecond, SettleRetryMax: 100 * time.Millisecond,
-			Counters: n.counters, Log: log}); err != nil {
+			Counters: n.counters, Log: log}
+		spec.host().wire(&cfg)
+		if n.sup, err = NewSupervisor(n.ctx, cfg); err != nil {
 			t.Fatal(err)
 		}
 		h.forward(n.ctx, &n.sup.changed)
@@ -547,14 +601,10 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			Policy: auction.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt, MaxTempC: spec.maxTempC,
 				NoPersist: spec.noPersist}}
 		if n.provider, err = auction.NewProvider(auction.ProviderConfig{Signer: s, Transport: ct,
-			Calendar: auction.NewCalendar(len(devs)), Log: log, OnLease: n.sup.OnLease, OnMove: n.sup.OnMove, Admit: n.sup.Admit, Sensors: n.sup.Reading,
-			Capability: func() auction.Capability {
-				c := capab
-				c.IssuedAt, c.ExpiresAt = time.Now(), time.Now().Add(time.Hour)
-				return c
-			}}); err != nil {
+			Calendar: auction.NewCalendar(len(devs)), Log: log, Runtime: n.sup, Sensors: n.sup, Self: freshSelf(capab)}); err != nil {
 			t.Fatal(err)
 		}
+		n.sup.SetBookings(n.provider)
 		if err := n.sup.Recover(); err != nil {
 			t.Fatal(err)
 		}
@@ -664,8 +714,29 @@ func (l notifyLog) WithAttrs(as []slog.Attr) slog.Handler {
 }
 func (l notifyLog) WithGroup(string) slog.Handler { return l }
 
+// pins is the renters' JobPins: h.onSave, when set.
+func (h *harness) pins() JobPins {
+	if h.onSave == nil {
+		return nil
+	}
+	return savePins(h.onSave)
+}
+
+// savePins hands each job record a renter persists to a test.
+type savePins func(api.JobView)
+
+func (f savePins) PinLive(v api.JobView) { f(v) }
+
+// directory is what the renters know of the started providers: their GPU
+// counts; no advertised fingerprint, no expected bidders.
+type directory struct{ h *harness }
+
+func (d directory) GPUs(provider string) int            { return d.h.providerGPUs(provider) }
+func (directory) ExpectedBidders(*auction.Job) []string { return nil }
+func (directory) Fingerprint(string) string             { return "" }
+
 // providerGPUs is a started provider's GPU count, as its capability
-// record says (the daemon's ProviderGPUs); 0 for anybody else.
+// record says (the daemon's discovery.GPUs); 0 for anybody else.
 func (h *harness) providerGPUs(provider string) int {
 	id, err := peer.Decode(provider)
 	if err != nil {
@@ -681,54 +752,58 @@ func (h *harness) providerGPUs(provider string) int {
 	return 1
 }
 
-// fetchLog is renter's logs stream: it opens a lease's log on its provider
-// as the daemon's serveLogs does (only the lease's renter may read it).
-func (h *harness) fetchLog(renter peer.ID) func(context.Context, peer.ID, string) (io.ReadCloser, error) {
-	return func(_ context.Context, prov peer.ID, leaseID string) (io.ReadCloser, error) {
-		x, ok := h.nodes.Load(prov)
-		if !ok {
-			return nil, fmt.Errorf("provider %s unreachable", prov)
-		}
-		p := x.(*node)
-		if p.sup == nil || p.crash.dead.Load() {
-			return nil, fmt.Errorf("provider %s unreachable", prov)
-		}
-		a, ok := p.sup.Authorize(leaseID, renter)
-		if !ok {
-			return nil, errors.New("stream reset")
-		}
-		if serve := p.crash.serveLog.Load(); serve != nil {
-			return (*serve)(leaseID)
-		}
-		return os.Open(a.LogPath())
-	}
+// streams is a renter's lease streams to its providers (its Evidence).
+type streams struct {
+	h      *harness
+	renter peer.ID
 }
 
-// fetchOutputs is the renter's outputs stream, as the daemon's
+// FetchLog is renter's logs stream: it opens a lease's log on its provider
+// as the daemon's serveLogs does (only the lease's renter may read it).
+func (st streams) FetchLog(_ context.Context, prov peer.ID, leaseID string) (io.ReadCloser, error) {
+	h, renter := st.h, st.renter
+	x, ok := h.nodes.Load(prov)
+	if !ok {
+		return nil, fmt.Errorf("provider %s unreachable", prov)
+	}
+	p := x.(*node)
+	if p.sup == nil || p.crash.dead.Load() {
+		return nil, fmt.Errorf("provider %s unreachable", prov)
+	}
+	a, ok := p.sup.Authorize(leaseID, renter)
+	if !ok {
+		return nil, errors.New("stream reset")
+	}
+	if serve := p.crash.serveLog.Load(); serve != nil {
+		return (*serve)(leaseID)
+	}
+	return os.Open(a.LogPath())
+}
+
+// FetchOutputs is the renter's outputs stream, as the daemon's
 // serveOutputs answers it: the lease's whole manifest and its files'
 // bundle, once the job ended.
-func (h *harness) fetchOutputs(renter peer.ID) func(context.Context, peer.ID, string, string) ([]auction.OutputFile, io.ReadCloser, error) {
-	return func(_ context.Context, prov peer.ID, leaseID, _ string) ([]auction.OutputFile, io.ReadCloser, error) {
-		x, ok := h.nodes.Load(prov)
-		if !ok {
-			return nil, nil, fmt.Errorf("provider %s unreachable", prov)
-		}
-		p := x.(*node)
-		if p.sup == nil || p.crash.dead.Load() {
-			return nil, nil, fmt.Errorf("provider %s unreachable", prov)
-		}
-		a, ok := p.sup.Authorize(leaseID, renter)
-		if !ok {
-			return nil, nil, errors.New("stream reset")
-		}
-		outs, done := a.Outputs()
-		if !done {
-			return nil, nil, errors.New("job has not finished")
-		}
-		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(wire.WriteBundle(pw, a.OutputDir(), outs)) }()
-		return outs, pr, nil
+func (st streams) FetchOutputs(_ context.Context, prov peer.ID, leaseID, _ string) ([]auction.OutputFile, io.ReadCloser, error) {
+	h, renter := st.h, st.renter
+	x, ok := h.nodes.Load(prov)
+	if !ok {
+		return nil, nil, fmt.Errorf("provider %s unreachable", prov)
 	}
+	p := x.(*node)
+	if p.sup == nil || p.crash.dead.Load() {
+		return nil, nil, fmt.Errorf("provider %s unreachable", prov)
+	}
+	a, ok := p.sup.Authorize(leaseID, renter)
+	if !ok {
+		return nil, nil, errors.New("stream reset")
+	}
+	outs, done := a.Outputs()
+	if !done {
+		return nil, nil, errors.New("job has not finished")
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(wire.WriteBundle(pw, a.OutputDir(), outs)) }()
+	return outs, pr, nil
 }
 
 // keptDir is a renter's KeptDir, the same across its restarts.

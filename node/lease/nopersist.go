@@ -173,7 +173,7 @@ func (t *Tracker) kept(ctx context.Context, w keepWant) error {
 // them against its final report and moves them into KeptDir at once
 // (staged beside it: a failed fetch leaves nothing).
 func (t *Tracker) takeFiles(w keepWant) error {
-	if t.cfg.KeptDir == "" || t.cfg.FetchOutputs == nil {
+	if t.cfg.KeptDir == "" || t.cfg.Evidence == nil {
 		return errors.New("this renter cannot keep no-persist jobs' files")
 	}
 	dir := filepath.Join(t.cfg.KeptDir, w.lease.ID)
@@ -226,7 +226,7 @@ func (t *Tracker) takeOutputs(w keepWant, dir string) ([]auction.OutputFile, err
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, evidenceTimeout)
 	defer cancel()
-	outs, body, err := t.cfg.FetchOutputs(ctx, prov, w.lease.ID, w.sealed)
+	outs, body, err := t.cfg.Evidence.FetchOutputs(ctx, prov, w.lease.ID, w.sealed)
 	if err != nil {
 		return nil, fmt.Errorf("could not be fetched: %w", err)
 	}

@@ -38,6 +38,82 @@ import (
 // MaxOutputBytes caps the result files one lease may return.
 const MaxOutputBytes = 256 << 20
 
+// Sampler samples the node's GPUs for a lease's heartbeat: the devices
+// it holds, and its job's process group when pgid > 0.
+type Sampler interface {
+	Telemetry(pgid int, devices []int) runtime.Telemetry
+}
+
+// Thermal is the host's GPU sensors and the policy's limits on them.
+type Thermal interface {
+	// Sensors reads the hottest device's temperature and all devices'
+	// power draw.
+	Sensors() (tempC, powerW int)
+	// Limits are the policy's MaxTempC and MaxPowerW (0: no limit).
+	Limits() (maxTempC, maxPowerW int)
+}
+
+// Bookings is the auction's lease book as the supervisor uses it
+// (auction.Provider satisfies it).
+type Bookings interface {
+	// LeaseEnded frees a lease's GPUs once it ended.
+	LeaseEnded(leaseID string, end time.Time, state auction.RunState) error
+	// Rebook books a confirmed lease again at recovery (the book lives in
+	// memory).
+	Rebook(l auction.Lease, job auction.Job) error
+	// Slices is the slices of its device a slice lease holds
+	// (auction.Booking.Slices): on a device in MIG mode they name its MIG
+	// instance (runtime.LeaseUUIDs).
+	Slices(leaseID string) []int
+}
+
+// Scrubber clears the memory of the devices a lease was booked on as it
+// ends, and returns what the lease's receipt says of it
+// (attest.Receipt.Scrub).
+type Scrubber interface {
+	Scrub(leaseID string) string
+}
+
+// Artifacts stores and fetches the artifacts of the provider's jobs.
+// keys, for a sealed job only, opens its sealed inputs and seals its
+// outputs; nil otherwise.
+type Artifacts interface {
+	// Inputs fetches a job's input artifacts and lays them out read-only
+	// in dir (dir/NAME), and makes its image artifact's image available;
+	// release unpins and removes them once the job ended. image, when
+	// not "", is what the job runs instead of job.Run.Image: the ID of
+	// the image loaded from its image artifact, which no other tenant's
+	// image can shadow.
+	Inputs(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (release func(), image string, err error)
+	// Outputs stores a lease's collected outputs dir as an artifact owned
+	// by the renter and returns its id.
+	Outputs(dir, renter string, keys *wire.LeaseKeys) (string, error)
+	// Remove removes an artifact from our store: a sealed no-persist
+	// lease's outputs artifact once the lease is settled.
+	Remove(id string) error
+}
+
+// Checkpoints takes and restores the provider's jobs' checkpoints.
+type Checkpoints interface {
+	// Checkpoint stores a snapshot of a job's checkpoint dir as an
+	// artifact owned by the renter (not announced: the renter fetches it
+	// from us) and returns its id and size; drop removes our copy once
+	// the renter holds it.
+	Checkpoint(dir, renter string, keys *wire.LeaseKeys) (id string, bytes int64, drop func(), err error)
+	// Restore fetches checkpoint artifact id of job from its owner (and
+	// any other holder), verifying every chunk, and writes its files into
+	// dir; release removes them.
+	Restore(ctx context.Context, job auction.Job, id, dir string, keys *wire.LeaseKeys) (release func(), err error)
+}
+
+// Network is what a lease adds to its job's runtime.Spec (a gang member's
+// private network): Hook is asked before the job starts; started is then
+// given the started job and end is called once the job has ended (either
+// may be nil).
+type Network interface {
+	Hook(l auction.Lease, job auction.Job, spec *runtime.Spec) (started func(runtime.Handle), end func(), err error)
+}
+
 // SupervisorConfig configures a Supervisor.
 type SupervisorConfig struct {
 	Signer    *sign.Signer
@@ -62,37 +138,29 @@ type SupervisorConfig struct {
 	// GPUs are the node's devices, indexed as the calendar books them: a
 	// lease's devices are run with their UUIDs where known.
 	GPUs []auction.GPU
-	// Telemetry samples a lease's devices (and the job's process group
-	// when pgid > 0) for a heartbeat; nil sends empty process telemetry.
-	Telemetry func(pgid int, devices []int) runtime.Telemetry
-	// Sensors reads the host's GPU temperature (hottest device) and power
-	// draw (all devices); Limits are the policy's MaxTempC and MaxPowerW
-	// (0 = no limit). With both set the supervisor samples every heartbeat
-	// interval: over a limit it preempts the running preemptible (bronze)
-	// leases, and Reading, which the auction's bidding reads, reports it.
-	// Nil Sensors (declared GPUs) read as 0 °C and 0 W and are not polled.
-	Sensors func() (tempC, powerW int)
-	Limits  func() (maxTempC, maxPowerW int)
+	// Telemetry samples a lease's devices (and the job's process group)
+	// for a heartbeat; nil sends empty process telemetry.
+	Telemetry Sampler
+	// Thermal reads the host's sensors against the policy's limits. Set,
+	// the supervisor samples it every heartbeat interval: over a limit it
+	// preempts the running preemptible (bronze) leases, and Reading, which
+	// the auction's bidding reads, reports it. Nil (declared GPUs) reads
+	// as 0 °C and 0 W and is not polled.
+	Thermal Thermal
 	// Fingerprint is the node's signed hardware fingerprint (its hash is
 	// in the capability): heartbeats carry it, so the renter can hold the
 	// telemetry to it.
 	Fingerprint *sign.Envelope
-	// LeaseEnded tells the auction's calendar a lease ended (it frees the
-	// GPUs); nil when there is none.
-	LeaseEnded func(leaseID string, end time.Time, state auction.RunState) error
+	// Bookings is the auction's lease book (the provider): leases that
+	// end are freed on it, and confirmed leases booked on it again at
+	// recovery. The provider is built after the supervisor (it hands the
+	// supervisor its leases), so it may instead be set with SetBookings
+	// before Recover. Nil: nothing is freed, and every pending lease is
+	// reported failed at recovery.
+	Bookings Bookings
 	// Scrub clears the memory of the devices a lease was booked on as it
-	// ends, before LeaseEnded frees them, and returns what the lease's
-	// receipt says of it (attest.Receipt.Scrub); nil says nothing.
-	Scrub func(leaseID string) string
-	// Rebook books a confirmed lease on the auction's calendar again at
-	// recovery (the calendar lives in memory): Recover schedules a pending
-	// lease whose start is still ahead only once it is booked again; nil
-	// reports every pending lease failed at recovery.
-	Rebook func(auction.Lease, auction.Job) error
-	// Slices is the slices of its device a slice lease holds on the
-	// calendar (auction.Booking.Slices): on a device in MIG mode they
-	// name its MIG instance (runtime.LeaseUUIDs). Nil: none known.
-	Slices func(leaseID string) []int
+	// ends, before its booking is freed; nil says nothing.
+	Scrub Scrubber
 	// HeartbeatInterval defaults to DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
 	// PreemptGrace is how long a stopped job has to checkpoint.
@@ -115,36 +183,17 @@ type SupervisorConfig struct {
 	Log          *slog.Logger
 	Counters     *Counters
 
-	// Inputs fetches a job's input artifacts and lays them out read-only
-	// in dir (dir/NAME), and makes its image artifact's image available;
-	// release unpins and removes them once the job ended. image, when not
-	// "", is what the job runs instead of job.Run.Image: the ID of the
-	// image loaded from its image artifact, which no other tenant's image
-	// can shadow. nil: jobs with artifacts fail to start. keys, for a
-	// sealed job only, opens its sealed inputs (and seals, in the hooks
-	// below, its checkpoints and outputs); nil otherwise.
-	Inputs func(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (release func(), image string, err error)
-	// OutputsArtifact stores a lease's collected outputs dir as an
-	// artifact owned by the renter and returns its id; nil: none.
-	// RemoveArtifact removes one from our store: a sealed no-persist
-	// lease's outputs artifact once the lease is settled.
-	OutputsArtifact func(dir, renter string, keys *wire.LeaseKeys) (string, error)
-	RemoveArtifact  func(id string) error
-	// CheckpointArtifact stores a snapshot of a job's checkpoint dir as an
-	// artifact owned by the renter (not announced: the renter fetches it
-	// from us) and returns its id and size; drop removes our copy once
-	// the renter holds it. nil: no checkpoints are taken.
-	CheckpointArtifact func(dir, renter string, keys *wire.LeaseKeys) (id string, bytes int64, drop func(), err error)
-	// Restore fetches checkpoint artifact id of job from its owner (and
-	// any other holder), verifying every chunk, and writes its files into
-	// dir; release removes them. nil: jobs start fresh.
-	Restore func(ctx context.Context, job auction.Job, id, dir string, keys *wire.LeaseKeys) (release func(), err error)
+	// Artifacts stores and fetches the artifacts of the leases' jobs: their
+	// inputs and images, and their collected outputs. Nil: jobs with
+	// artifacts fail to start, and outputs are kept in JobsDir only.
+	Artifacts Artifacts
+	// Checkpoints takes and restores the jobs' checkpoints. Nil: no
+	// checkpoints are taken and jobs start fresh.
+	Checkpoints Checkpoints
 	// Network, when set, is asked before each lease's job starts what the
 	// lease adds to its runtime.Spec (a gang member's private network:
-	// node/gangnet's Net.Hook); started is then given the started job and
-	// end is called once the job has ended (either may be nil). An error
-	// fails the lease before its job starts.
-	Network func(l auction.Lease, job auction.Job, spec *runtime.Spec) (started func(runtime.Handle), end func(), err error)
+	// node/gangnet's Net). An error fails the lease before its job starts.
+	Network Network
 	// Observe, when set, is told of heartbeats sent and leases ended.
 	Observe *Observer
 }
@@ -177,6 +226,27 @@ type Supervisor struct {
 	// filesUntil is when each ended lease's job files go (its record's
 	// FilesUntil), for those whose files may still be on disk.
 	filesUntil map[string]time.Time
+	// book is the auction's lease book (cfg.Bookings, or SetBookings').
+	book atomic.Pointer[Bookings]
+}
+
+// SetBookings sets the auction's lease book the supervisor frees ended
+// leases on and books recovered ones on again (SupervisorConfig.Bookings),
+// for the provider built after it. Call it before Recover.
+func (s *Supervisor) SetBookings(b Bookings) {
+	if b == nil {
+		s.book.Store(nil)
+		return
+	}
+	s.book.Store(&b)
+}
+
+// bookings is the auction's lease book; nil when there is none.
+func (s *Supervisor) bookings() Bookings {
+	if b := s.book.Load(); b != nil {
+		return *b
+	}
+	return nil
 }
 
 // providerRecord is what a provider persists per lease, so a restart never
@@ -203,7 +273,7 @@ type providerRecord struct {
 	LogDigest string `json:"log_digest,omitempty"`
 	LogBytes  int64  `json:"log_bytes,omitempty"`
 	// Scrub is what was done to the lease's devices' memory as it ended
-	// (SupervisorConfig.Scrub), for its receipt.
+	// (SupervisorConfig.Scrub, a Scrubber), for its receipt.
 	Scrub string `json:"scrub,omitempty"`
 	// FilesUntil is when the lease's job log and outputs are removed: its
 	// end plus its job's retention, or for a no-persist job the end of
@@ -278,9 +348,6 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 	if cfg.SettleWindow <= 0 {
 		cfg.SettleWindow = DefaultSettleWindow
 	}
-	if cfg.Telemetry == nil {
-		cfg.Telemetry = func(int, []int) runtime.Telemetry { return runtime.Telemetry{} }
-	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -294,12 +361,13 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 	s := &Supervisor{cfg: cfg, log: log, ctx: ctx, runs: map[string]*leaseRun{}, held: map[string]string{}, heldJobs: map[string]string{},
 		filesUntil: map[string]time.Time{}}
 	s.jobBytes.Store(-1) // unknown: the first prune scans
+	s.SetBookings(cfg.Bookings)
 	if err := s.loadHeld(); err != nil {
 		return nil, err
 	}
 	s.wg.Add(1)
 	go s.every(janitorEvery, s.expireJobFiles)
-	if cfg.Sensors != nil && cfg.Limits != nil {
+	if cfg.Thermal != nil {
 		s.checkLimits()
 		s.wg.Add(1)
 		go s.every(s.cfg.HeartbeatInterval, s.checkLimits)
@@ -328,8 +396,8 @@ func (s *Supervisor) every(period time.Duration, f func()) {
 // preemptible leases not yet ended. Non-preemptible work keeps running:
 // the provider only stops taking more.
 func (s *Supervisor) checkLimits() {
-	temp, power := s.cfg.Sensors()
-	maxT, maxP := s.cfg.Limits()
+	temp, power := s.cfg.Thermal.Sensors()
+	maxT, maxP := s.cfg.Thermal.Limits()
 	over, detail := "", ""
 	switch {
 	case maxT > 0 && temp > maxT:
@@ -456,7 +524,7 @@ func (s *Supervisor) bindLocked(leaseID, jobID, renter string) {
 var ErrLeaseIDInUse = errors.New("lease id in use")
 
 // Admit is the auction provider's check of an award's ids
-// (auction.ProviderConfig.Admit): a lease id this provider ever held (a
+// (auction.Runtime.Admit): a lease id this provider ever held (a
 // live run, a persisted record, a receipt in its ledger, or a log or
 // outputs left on disk) is refused whoever awards it, and a job id is
 // refused when it belongs to another renter's lease. Lease ids are chosen
@@ -804,8 +872,8 @@ func (r *leaseRun) do(e lifecycle.Effect) bool {
 		st := r.pr.Rec
 		r.mu.Unlock()
 		s.cfg.Observe.leaseEnded(st.Lease, st.Run, st.Started, st.Ended)
-		if s.cfg.LeaseEnded != nil {
-			_ = s.cfg.LeaseEnded(st.Lease.ID, st.Ended, st.Run)
+		if b := s.bookings(); b != nil {
+			_ = b.LeaseEnded(st.Lease.ID, st.Ended, st.Run)
 		}
 		s.log.Info("job ended", "lease", st.Lease.ID, "run", st.Run, "detail", st.Detail)
 	case lifecycle.SendReport:
@@ -883,8 +951,8 @@ func (r *leaseRun) prepare() error {
 	}
 	gpus, _ := s.leaseDevices(l)
 	var held []int
-	if l.GPUFraction > 0 && s.cfg.Slices != nil {
-		held = s.cfg.Slices(l.ID)
+	if b := s.bookings(); l.GPUFraction > 0 && b != nil {
+		held = b.Slices(l.ID)
 	}
 	// The job sees the devices, or the MIG instances, it holds.
 	uuids, err := runtime.LeaseUUIDs(s.cfg.GPUs, gpus, l.GPUFraction, held)
@@ -921,7 +989,7 @@ func (r *leaseRun) prepare() error {
 	r.releases = append(r.releases, releaseRestore)
 	spec.Restore = restoreDir
 	if s.cfg.Network != nil {
-		started, end, err := s.cfg.Network(l, job, &spec)
+		started, end, err := s.cfg.Network.Hook(l, job, &spec)
 		if err != nil {
 			fmt.Fprintf(lw, "gpumesh: job network: %v\n", err)
 			return fmt.Errorf("network: %w", err)
@@ -994,8 +1062,8 @@ func (r *leaseRun) collect() {
 	// else of them is here (a no-persist one's artifact goes once the
 	// lease is settled, purgeNoPersist).
 	art := ""
-	if len(outs) > 0 && s.cfg.OutputsArtifact != nil && (!job.NoPersist || seal != nil) {
-		if id, err := s.cfg.OutputsArtifact(outDir, l.Renter, seal.leaseKeys()); err != nil {
+	if len(outs) > 0 && s.cfg.Artifacts != nil && (!job.NoPersist || seal != nil) {
+		if id, err := s.cfg.Artifacts.Outputs(outDir, l.Renter, seal.leaseKeys()); err != nil {
 			s.log.Warn("outputs not stored as an artifact", "lease", l.ID, "err", err)
 		} else {
 			art = id
@@ -1028,7 +1096,7 @@ func (r *leaseRun) release() {
 	r.releases = nil
 	scrub := ""
 	if s.cfg.Scrub != nil {
-		scrub = s.cfg.Scrub(r.lease().ID)
+		scrub = s.cfg.Scrub.Scrub(r.lease().ID)
 	}
 	r.mu.Lock()
 	r.pr.Scrub = scrub
@@ -1143,8 +1211,8 @@ func (s *Supervisor) purgeNoPersist(r *leaseRun) {
 	if !noPersist {
 		return
 	}
-	if art != "" && s.cfg.RemoveArtifact != nil {
-		if err := s.cfg.RemoveArtifact(art); err != nil {
+	if art != "" && s.cfg.Artifacts != nil {
+		if err := s.cfg.Artifacts.Remove(art); err != nil {
 			s.log.Error("no-persist lease: its sealed outputs artifact is still held", "lease", l.ID, "artifact", art, "err", err)
 		}
 	}
@@ -1234,7 +1302,7 @@ func treeSize(path string) int64 {
 // removes it.
 func (r *leaseRun) prepareInputs(job auction.Job) (release func(), dir, image string, err error) {
 	s := r.s
-	if s.cfg.Inputs == nil {
+	if s.cfg.Artifacts == nil {
 		return nil, "", "", errors.New("this provider cannot fetch input artifacts")
 	}
 	root := s.cfg.WorkRoot
@@ -1248,7 +1316,7 @@ func (r *leaseRun) prepareInputs(job auction.Job) (release func(), dir, image st
 	}
 	ctx, cancel := r.untilStopped()
 	defer cancel()
-	release, image, err = s.cfg.Inputs(ctx, job, dir, seal.leaseKeys())
+	release, image, err = s.cfg.Artifacts.Inputs(ctx, job, dir, seal.leaseKeys())
 	return release, dir, image, err
 }
 
@@ -1320,7 +1388,10 @@ func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 		r.mu.Lock()
 		pgid, preparing := r.pr.Pgid, r.pr.Rec.Run == auction.RunPending
 		r.mu.Unlock()
-		tel := s.cfg.Telemetry(pgid, devices)
+		var tel runtime.Telemetry
+		if s.cfg.Telemetry != nil {
+			tel = s.cfg.Telemetry.Telemetry(pgid, devices)
+		}
 		hb := attest.Heartbeat{LeaseID: l.ID, Provider: s.cfg.Signer.ID().String(), Seq: seq, Time: s.now(),
 			GPUUtil: tel.GPUUtil, TempC: tel.TempC, PowerW: tel.PowerW, CPUSeconds: tel.CPUSeconds, Source: attest.SourceProcess,
 			Fingerprint: s.cfg.Fingerprint, Preparing: preparing}
@@ -1671,8 +1742,8 @@ func (r *leaseRun) rebook() {
 	l, job := r.lease(), r.pr.Job
 	l.State = auction.RunPending
 	err := errors.New("no calendar to book it on")
-	if s.cfg.Rebook != nil {
-		err = s.cfg.Rebook(l, job)
+	if b := s.bookings(); b != nil {
+		err = b.Rebook(l, job)
 	}
 	if err != nil {
 		s.log.Warn("reservation not restored", "lease", l.ID, "err", err)

@@ -28,6 +28,47 @@ import (
 // its provider's final report before it calls the lease abandoned.
 const DefaultAbandonGrace = time.Minute
 
+// Directory is what a renter's node knows of the providers it learned of.
+type Directory interface {
+	auction.Directory
+	// Fingerprint is the fingerprint hash a provider's capability
+	// advertises ("" when unknown): the signed fingerprint its heartbeats
+	// carry must have that hash.
+	Fingerprint(provider string) string
+}
+
+// JobPins keeps the inputs of a renter's live jobs from eviction.
+type JobPins interface {
+	// PinLive sees each job's record as it is persisted.
+	PinLive(v api.JobView)
+}
+
+// CheckpointStore keeps the checkpoints of a renter's jobs in its own
+// artifact store.
+type CheckpointStore interface {
+	// FetchCheckpoint fetches a checkpoint artifact from the provider
+	// that took it into the store (refusing one over max bytes) and
+	// returns its size. leaseID is the lease that took it; sealed says
+	// its job is sealed, so the checkpoint must be too, sealed with that
+	// lease's key (a provider handing back plaintext is refused).
+	FetchCheckpoint(ctx context.Context, id string, from peer.ID, leaseID string, sealed bool, max int64) (int64, error)
+	// PinCheckpoint keeps it from eviction until unpin.
+	PinCheckpoint(id string) (unpin func())
+}
+
+// Evidence fetches what a lease's provider kept of it.
+type Evidence interface {
+	// FetchLog opens the log of lease leaseID from its provider (the
+	// logs stream, not following).
+	FetchLog(ctx context.Context, provider peer.ID, leaseID string) (io.ReadCloser, error)
+	// FetchOutputs opens the outputs of lease leaseID on its provider:
+	// their whole manifest and the bundle of their files
+	// (wire.WriteBundle), from the outputs stream, or, for a sealed job
+	// (sealed: the outputs artifact its final report named), from that
+	// artifact, fetched and opened here.
+	FetchOutputs(ctx context.Context, provider peer.ID, leaseID, sealed string) ([]auction.OutputFile, io.ReadCloser, error)
+}
+
 // TrackerConfig configures a Tracker.
 type TrackerConfig struct {
 	// MaxBidders is auction.RenterConfig.MaxBidders (0: the default).
@@ -53,28 +94,20 @@ type TrackerConfig struct {
 	// SettleWait bounds how long a requeue waits for the preempted lease's
 	// receipt (so history shows its settled cost); default 10s.
 	SettleWait time.Duration
-	// AdvertisedFingerprint is the fingerprint hash a provider's
-	// capability advertises ("" when unknown): the signed fingerprint its
-	// heartbeats carry must have that hash.
-	AdvertisedFingerprint func(provider string) string
-	// OnSave, when set, sees each job's record as it is persisted (every
+	// Directory is what the node knows of the providers it learned of:
+	// the auction's (auction.RenterConfig.Directory), and the fingerprint
+	// their capabilities advertise. Nil knows none.
+	Directory Directory
+	// Holdings is the auction's check of bids' missing-bytes claims
+	// (auction.RenterConfig.Holdings: discovery); nil trusts the claims.
+	Holdings auction.Holdings
+	// Latency is the round trips the renter's host measured to providers
+	// (auction.RenterConfig.Latency); nil: none.
+	Latency auction.Latency
+	// Pins, when set, sees each job's record as it is persisted (every
 	// change of state; a gang member's record aside): the daemon pins the
 	// inputs of live jobs.
-	OnSave func(api.JobView)
-	// Holdings is the auction's check of bids' missing-bytes claims
-	// (auction.RenterConfig.Holdings); nil trusts the claims.
-	Holdings func(ctx context.Context, provider string) ([]string, bool)
-	// RTT and MeasureRTT are the round trips the renter's host measured
-	// to providers (auction.RenterConfig.RTT, MeasureRTT); nil: none.
-	RTT        func(provider string) (time.Duration, bool)
-	MeasureRTT func(ctx context.Context, provider string) (time.Duration, bool)
-	// ExpectedBidders names the providers expected to answer a job's call
-	// (auction.RenterConfig.Expected): its window closes once all have.
-	ExpectedBidders func(job *auction.Job) []string
-	// ProviderGPUs is a provider's GPU count from its verified capability
-	// record (0: unknown): the renter's own concurrent auctions never award
-	// it more GPUs at once (auction.RenterConfig.Capacity).
-	ProviderGPUs func(provider string) int
+	Pins JobPins
 	// QueueBackoff is how long a queued job (no acceptable bid yet) first
 	// waits before it is offered again, doubling up to QueueBackoffMax;
 	// a capacity notice offers it at once. Defaults 1s and 30s.
@@ -95,29 +128,17 @@ type TrackerConfig struct {
 	// evict the renter's own artifacts. Default
 	// DefaultCheckpointBytesPerHour.
 	CheckpointBytesPerHour int64
-	// FetchCheckpoint fetches a checkpoint artifact from the provider
-	// that took it into the renter's own store (refusing one over max
-	// bytes) and returns its size; PinCheckpoint keeps it from eviction
-	// until unpin. Both nil: checkpoints are refused. leaseID is the
-	// lease that took it; sealed says its job is sealed, so the
-	// checkpoint must be too, sealed with that lease's key (a provider
-	// handing back plaintext is refused).
-	FetchCheckpoint func(ctx context.Context, id string, from peer.ID, leaseID string, sealed bool, max int64) (int64, error)
-	PinCheckpoint   func(id string) (unpin func())
-	// FetchLog opens the log of lease leaseID from its provider (the logs
-	// stream, not following): the evidence a succeeded run is paid on
-	// (evidence.go). Nil: no succeeded run is countersigned.
-	FetchLog func(ctx context.Context, provider peer.ID, leaseID string) (io.ReadCloser, error)
-	// FetchOutputs opens the outputs of lease leaseID on its provider:
-	// their whole manifest and the bundle of their files
-	// (wire.WriteBundle), from the outputs stream, or, for a sealed job
-	// (sealed: the outputs artifact its final report named), from that
-	// artifact, fetched and opened here. KeptDir holds the log and
-	// outputs of this renter's no-persist leases, taken from their
-	// providers before they settle (nopersist.go). Either unset: no
-	// no-persist lease is countersigned.
-	FetchOutputs func(ctx context.Context, provider peer.ID, leaseID, sealed string) ([]auction.OutputFile, io.ReadCloser, error)
-	KeptDir      string
+	// Checkpoints keeps the checkpoints the providers of this renter's
+	// jobs take. Nil: checkpoints are refused.
+	Checkpoints CheckpointStore
+	// Evidence fetches what a lease's provider kept of it: the log a
+	// succeeded run is paid on (evidence.go), and a no-persist lease's
+	// outputs. KeptDir holds the log and outputs of this renter's
+	// no-persist leases, taken from their providers before they settle
+	// (nopersist.go). Evidence nil: no succeeded run is countersigned;
+	// either unset: no no-persist lease is countersigned.
+	Evidence Evidence
+	KeptDir  string
 }
 
 // Tracker is a renter's one record of each of its jobs: the auction's
@@ -210,15 +231,14 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		archived: map[string]*archived{}, released: map[string]releasedLease{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
 		refusals: map[string]int{}, gangBusy: map[string]bool{}}
 	var err error
-	t.renter, err = auction.NewRenter(auction.RenterConfig{
-		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: cfg.Receipts.cfg.Book.Score,
-		Verified:    func(p, model string) bool { return cfg.Receipts.cfg.Book.Verified(p, gpumodel.FamilyOf(model)) },
+	rc := auction.RenterConfig{
+		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: reputation{cfg.Receipts.cfg.Book},
 		Successions: cfg.Receipts.cfg.Book.Successions(),
 		Now:         cfg.Now, Log: log,
-		OnLease: t.onLease, OnUnplaceable: t.onUnplaceable, OnCapacity: t.onCapacity, Release: t.release, Holdings: cfg.Holdings,
-		Expected: cfg.ExpectedBidders, Capacity: cfg.ProviderGPUs, RTT: cfg.RTT, MeasureRTT: cfg.MeasureRTT,
-		MaxBidders: cfg.MaxBidders,
-	})
+		Listener: auctionListener{t}, Release: auctionListener{t}, Directory: cfg.Directory, Holdings: cfg.Holdings,
+		Latency: cfg.Latency, MaxBidders: cfg.MaxBidders,
+	}
+	t.renter, err = auction.NewRenter(rc)
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +251,26 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	}
 	return t, nil
 }
+
+// reputation is the renter's book as its auction reads it: a bid's GPU
+// model is verified when its family is.
+type reputation struct{ book *attest.Book }
+
+func (r reputation) Reliability(provider string) float64 { return r.book.Score(provider) }
+func (r reputation) Verified(provider, model string) bool {
+	return r.book.Verified(provider, gpumodel.FamilyOf(model))
+}
+
+// auctionListener is the tracker as its auction tells it of outcomes and
+// asks it to give back leases it does not use.
+type auctionListener struct{ t *Tracker }
+
+func (l auctionListener) OnLease(le auction.Lease, job auction.Job) { l.t.onLease(le, job) }
+func (l auctionListener) OnUnplaceable(job auction.Job, reason string) {
+	l.t.onUnplaceable(job, reason)
+}
+func (l auctionListener) OnCapacity(n auction.CapacityNotice) { l.t.onCapacity(n) }
+func (l auctionListener) Release(le auction.Lease)            { l.t.release(le) }
 
 // Auction is the renter's auction state machine (bid handling, counters).
 func (t *Tracker) Auction() *auction.Renter { return t.renter }
@@ -704,10 +744,10 @@ func (t *Tracker) saveOne(id string) bool {
 	if err := t.cfg.Store.Put(id, rec); err != nil {
 		t.log.Error("persist job", "job", id, "err", err)
 	}
-	if t.cfg.OnSave != nil && !isMemberKey(id) {
+	if t.cfg.Pins != nil && !isMemberKey(id) {
 		// A gang member's record is not its job's: the job's own says
 		// whether the job is live.
-		t.cfg.OnSave(v)
+		t.cfg.Pins.PinLive(v)
 	}
 	if !v.State.Live() {
 		// Over for good: every path there saves the record.
@@ -1000,8 +1040,8 @@ func (t *Tracker) holdToFingerprint(mon *attest.HeartbeatMonitor, hb attest.Hear
 		t.cfg.Counters.Add("renter.fingerprint_invalid")
 		return err
 	}
-	if t.cfg.AdvertisedFingerprint != nil {
-		if want := t.cfg.AdvertisedFingerprint(hb.Provider); want != "" && fp.Hash() != want {
+	if t.cfg.Directory != nil {
+		if want := t.cfg.Directory.Fingerprint(hb.Provider); want != "" && fp.Hash() != want {
 			t.cfg.Counters.Add("renter.fingerprint_mismatch")
 			return fmt.Errorf("provider %s sent a fingerprint with hash %s, its capability advertises %s", hb.Provider, fp.Hash(), want)
 		}

@@ -47,7 +47,7 @@ func counter(n *node, key string) int { return n.counters.Snapshot()[key] }
 // renter r for a lease, as r's own fetch reads it.
 func logDigest(t *testing.T, p, r *node, leaseID string) (string, int64) {
 	t.Helper()
-	rc, err := p.h.fetchLog(r.signer.ID())(t.Context(), p.signer.ID(), leaseID)
+	rc, err := streams{p.h, r.signer.ID()}.FetchLog(t.Context(), p.signer.ID(), leaseID)
 	if err != nil {
 		t.Fatal(err)
 	}

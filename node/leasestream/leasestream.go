@@ -49,14 +49,25 @@ import (
 // port-forward stream.
 const HandshakeTimeout = 20 * time.Second
 
-// Config is what a Server works with.
-type Config struct {
+// Leases are a provider's leases as their streams are served.
+type Leases interface {
 	// Authorize is the lease's access for its renter from (false for
 	// anyone else, or no such lease).
-	Authorize func(leaseID string, from peer.ID) (*lease.Access, bool)
-	// Count counts a protocol event (a malformed stream, an exec).
-	Count func(event string)
-	Log   *slog.Logger
+	Authorize(leaseID string, from peer.ID) (*lease.Access, bool)
+}
+
+// Counter counts protocol events (lease.Counters).
+type Counter interface {
+	Add(event string)
+}
+
+// Config is what a Server works with.
+type Config struct {
+	// Leases are the provider's leases (lease.Supervisor).
+	Leases Leases
+	// Counters count protocol events (a malformed stream, an exec).
+	Counters Counter
+	Log      *slog.Logger
 }
 
 // Server serves a provider's lease streams.
@@ -79,11 +90,11 @@ func (sv *Server) accept(s network.Stream) (*lease.Access, wire.StreamRequest, b
 		req, err = wire.DecodeStreamRequest(b)
 	}
 	if err != nil {
-		sv.cfg.Count("provider.malformed_stream")
+		sv.cfg.Counters.Add("provider.malformed_stream")
 		_ = s.Reset()
 		return nil, req, false
 	}
-	r, ok := sv.cfg.Authorize(req.LeaseID, s.Conn().RemotePeer())
+	r, ok := sv.cfg.Leases.Authorize(req.LeaseID, s.Conn().RemotePeer())
 	if !ok {
 		_ = s.Reset()
 		return nil, req, false
@@ -182,7 +193,7 @@ func (sv *Server) Exec(s network.Stream) {
 		req, err = wire.DecodeExecRequest(b)
 	}
 	if err != nil {
-		sv.cfg.Count("provider.malformed_stream")
+		sv.cfg.Counters.Add("provider.malformed_stream")
 		_ = s.Reset()
 		return
 	}
@@ -194,7 +205,7 @@ func (sv *Server) Exec(s network.Stream) {
 		_ = s.CloseWrite()
 		sv.cfg.Log.Debug("exec refused", "peer", from, "lease", req.LeaseID, "err", err)
 	}
-	a, ok := sv.cfg.Authorize(req.LeaseID, from)
+	a, ok := sv.cfg.Leases.Authorize(req.LeaseID, from)
 	if !ok {
 		refuse(fmt.Errorf("lease %s: no such lease of yours", req.LeaseID))
 		return
@@ -214,7 +225,7 @@ func (sv *Server) Exec(s network.Stream) {
 		return
 	}
 	_ = s.SetDeadline(time.Time{})
-	sv.cfg.Count("provider.exec")
+	sv.cfg.Counters.Add("provider.exec")
 
 	ctx, cancel := context.WithCancel(sv.ctx)
 	defer cancel()
@@ -321,10 +332,10 @@ func (sv *Server) PortForward(s network.Stream) {
 	defer cancel()
 	err := service.ServePort(ctx, s, func(req wire.PortForwardRequest, from peer.ID) (service.Target, error) {
 		if auction.ValidID(req.LeaseID) != nil {
-			sv.cfg.Count("provider.malformed_stream")
+			sv.cfg.Counters.Add("provider.malformed_stream")
 			return nil, errors.New("malformed lease id")
 		}
-		a, ok := sv.cfg.Authorize(req.LeaseID, from)
+		a, ok := sv.cfg.Leases.Authorize(req.LeaseID, from)
 		if !ok {
 			return nil, fmt.Errorf("lease %s: no such lease of yours", req.LeaseID)
 		}
@@ -336,7 +347,7 @@ func (sv *Server) PortForward(s network.Stream) {
 			case <-ctx.Done():
 			}
 		}()
-		sv.cfg.Count("provider.port_forward")
+		sv.cfg.Counters.Add("provider.port_forward")
 		return service.DialFunc(func(ctx context.Context) (net.Conn, error) { return a.DialPort(ctx, req.Port) }), nil
 	})
 	if err != nil {

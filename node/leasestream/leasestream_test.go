@@ -83,16 +83,8 @@ func TestStrangersGetNothing(t *testing.T) {
 	var mu sync.Mutex
 	counted := map[string]int{}
 	var asked []string
-	srv := New(t.Context(), Config{
-		Authorize: func(leaseID string, from peer.ID) (*lease.Access, bool) {
-			mu.Lock()
-			defer mu.Unlock()
-			asked = append(asked, leaseID)
-			return nil, false
-		},
-		Count: func(e string) { mu.Lock(); counted[e]++; mu.Unlock() },
-		Log:   slog.New(slog.DiscardHandler),
-	})
+	pr := &probe{mu: &mu, asked: &asked, counted: counted}
+	srv := New(t.Context(), Config{Leases: pr, Counters: pr, Log: slog.New(slog.DiscardHandler)})
 	for p, h := range map[protocol.ID]network.StreamHandler{wire.ProtoLogs: srv.Logs, wire.ProtoOutputs: srv.Outputs, wire.ProtoExec: srv.Exec} {
 		prov.Host.SetStreamHandler(p, h)
 	}
@@ -133,4 +125,25 @@ func TestStrangersGetNothing(t *testing.T) {
 	if counted["provider.malformed_stream"] != 3 || counted["provider.exec"] != 0 || len(asked) != 3 {
 		t.Fatalf("counted %v, asked about %v", counted, asked)
 	}
+}
+
+// probe is a provider that holds no lease: it lists the leases asked for
+// and counts the events.
+type probe struct {
+	mu      *sync.Mutex
+	asked   *[]string
+	counted map[string]int
+}
+
+func (p *probe) Authorize(leaseID string, _ peer.ID) (*lease.Access, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	*p.asked = append(*p.asked, leaseID)
+	return nil, false
+}
+
+func (p *probe) Add(e string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.counted[e]++
 }

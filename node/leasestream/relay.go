@@ -28,18 +28,29 @@ import (
 // The renter's side of a lease's streams: the control API calls that
 // relay them to the CLI (logs, outputs, exec and port-forward of a job).
 
+// Jobs are a renter's jobs as its relay reads them (lease.Tracker).
+type Jobs interface {
+	// View is a job as this renter tracks it.
+	View(jobID string) (api.JobView, error)
+	// KeptDir is where this renter keeps the files of a lease it took
+	// from a no-persist job's provider.
+	KeptDir(leaseID string) (string, bool)
+}
+
+// SealedOutputs opens a sealed job's outputs: their manifest and their
+// bundle, which the caller closes.
+type SealedOutputs interface {
+	SealedOutputs(ctx context.Context, v api.JobView) ([]auction.OutputFile, io.ReadCloser, error)
+}
+
 // RelayConfig is what a Relay works with.
 type RelayConfig struct {
 	// Host opens streams to providers.
 	Host host.Host
-	// View is a job as this renter tracks it.
-	View func(jobID string) (api.JobView, error)
-	// Kept is where this renter keeps the files of a lease it took from a
-	// no-persist job's provider (lease.Tracker.KeptDir).
-	Kept func(leaseID string) (string, bool)
-	// SealedOutputs opens a sealed job's outputs: their manifest and
-	// their bundle, which the caller closes.
-	SealedOutputs func(ctx context.Context, v api.JobView) ([]auction.OutputFile, io.ReadCloser, error)
+	// Jobs are this renter's jobs.
+	Jobs Jobs
+	// Sealed opens sealed jobs' outputs.
+	Sealed SealedOutputs
 }
 
 // Relay serves the renter's calls on its jobs' lease streams.
@@ -55,7 +66,7 @@ func NewRelay(ctx context.Context, cfg RelayConfig) *Relay { return &Relay{cfg: 
 // attempt N's (its Nth lease, api.JobView.Leases), or with attempt 0 its
 // current (or last) one's.
 func (rl *Relay) open(ctx context.Context, jobID string, proto protocol.ID, follow bool, attempt int) (network.Stream, error) {
-	v, err := rl.cfg.View(jobID)
+	v, err := rl.cfg.Jobs.View(jobID)
 	if err != nil {
 		return nil, err
 	}
@@ -80,11 +91,11 @@ func (rl *Relay) open(ctx context.Context, jobID string, proto protocol.ID, foll
 // lease, when it took them from a no-persist job's provider (which deletes
 // its copies): its logs and outputs are served from there.
 func (rl *Relay) kept(jobID string) (string, bool) {
-	v, err := rl.cfg.View(jobID)
+	v, err := rl.cfg.Jobs.View(jobID)
 	if err != nil || v.Lease == nil {
 		return "", false
 	}
-	return rl.cfg.Kept(v.Lease.ID)
+	return rl.cfg.Jobs.KeptDir(v.Lease.ID)
 }
 
 // Logs streams a job's log from its provider (or this renter's kept
@@ -165,9 +176,9 @@ func (rl *Relay) Outputs(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
 	defer cancel()
-	if v, err := rl.cfg.View(r.PathValue("id")); err == nil && v.Job.Sealed {
+	if v, err := rl.cfg.Jobs.View(r.PathValue("id")); err == nil && v.Job.Sealed {
 		// Its provider holds them sealed: they are opened here.
-		outs, body, err := rl.cfg.SealedOutputs(ctx, v)
+		outs, body, err := rl.cfg.Sealed.SealedOutputs(ctx, v)
 		if err != nil {
 			api.WriteError(w, err)
 			return
@@ -194,7 +205,7 @@ func (rl *Relay) Outputs(w http.ResponseWriter, r *http.Request) {
 
 // leaseProvider is a job's current provider and lease id.
 func (rl *Relay) leaseProvider(jobID string) (peer.ID, string, error) {
-	v, err := rl.cfg.View(jobID)
+	v, err := rl.cfg.Jobs.View(jobID)
 	if err != nil {
 		return "", "", err
 	}

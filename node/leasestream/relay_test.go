@@ -29,15 +29,7 @@ func TestRelayRefusals(t *testing.T) {
 	done := api.JobView{}
 	done.Job.ID, done.Lease = "done", &auction.Lease{ID: "l-kept", Provider: "p"}
 	jobs["done"] = done
-	rl := NewRelay(context.Background(), RelayConfig{
-		View: func(id string) (api.JobView, error) {
-			if v, ok := jobs[id]; ok {
-				return v, nil
-			}
-			return api.JobView{}, &lease.RequestError{Missing: true, Msg: "no job " + id}
-		},
-		Kept: func(leaseID string) (string, bool) { return kept, leaseID == "l-kept" },
-	})
+	rl := NewRelay(context.Background(), RelayConfig{Jobs: fakeJobs{jobs: jobs, kept: kept}})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", rl.Logs)
 	mux.HandleFunc("POST /v1/jobs/{id}/exec", rl.Exec)
@@ -81,3 +73,19 @@ func TestRelayRefusals(t *testing.T) {
 		t.Fatalf("kept log: %d %q", w.Code, w.Body.String())
 	}
 }
+
+// fakeJobs are a renter's jobs: those of the map, and one no-persist lease
+// (l-kept) whose files it kept in kept.
+type fakeJobs struct {
+	jobs map[string]api.JobView
+	kept string
+}
+
+func (f fakeJobs) View(id string) (api.JobView, error) {
+	if v, ok := f.jobs[id]; ok {
+		return v, nil
+	}
+	return api.JobView{}, &lease.RequestError{Missing: true, Msg: "no job " + id}
+}
+
+func (f fakeJobs) KeptDir(leaseID string) (string, bool) { return f.kept, leaseID == "l-kept" }

@@ -377,6 +377,15 @@ func ledgerSum(balances func() (map[string]record.Balance, error), f func(earned
 	return s
 }
 
+// Console is the web console the metrics listener serves.
+type Console interface {
+	// Routes adds the console's pages and views to mux; tokened says a
+	// token guards them.
+	Routes(mux *http.ServeMux, tokened bool)
+	// Public says which requests hold no data (the console's own files).
+	Public(r *http.Request) bool
+}
+
 // ListenConfig is the metrics listener's.
 type ListenConfig struct {
 	// Addr is where it listens (metrics_addr), a loopback address
@@ -387,11 +396,8 @@ type ListenConfig struct {
 	TokenFile string
 	// Pprof adds /debug/pprof/ (metrics_pprof).
 	Pprof bool
-	// Console adds the web console's pages and views to mux; tokened
-	// says a token guards them.
-	Console func(mux *http.ServeMux, tokened bool)
-	// Public says which requests hold no data (the console's own files).
-	Public func(*http.Request) bool
+	// Console is the web console served beside the metrics.
+	Console Console
 }
 
 // Listen opens the metrics listener: the metrics at /metrics, the web
@@ -422,7 +428,7 @@ func (m *Metrics) Listen(cfg ListenConfig) (srv *http.Server, ln net.Listener, e
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	cfg.Console(mux, token != "")
+	cfg.Console.Routes(mux, token != "")
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -430,7 +436,7 @@ func (m *Metrics) Listen(cfg ListenConfig) (srv *http.Server, ln net.Listener, e
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	srv = &http.Server{Handler: guard(mux, ln.Addr().String(), cfg.Addr, token, cfg.Public),
+	srv = &http.Server{Handler: guard(mux, ln.Addr().String(), cfg.Addr, token, cfg.Console.Public),
 		ReadHeaderTimeout: 5 * time.Second}
 	return srv, ln, nil
 }

@@ -22,6 +22,13 @@ import (
 // ErrNotProvider refuses the figures of a node that is not a provider.
 var ErrNotProvider = &api.StatusError{Code: http.StatusBadRequest, Msg: "this node is not a provider (set provider.enabled in its config)"}
 
+// Ledger is the node's ledger as the provider's figures read it
+// (ledger.DB).
+type Ledger interface {
+	// Balances are the ledger's balances per counterparty.
+	Balances() (map[string]record.Balance, error)
+}
+
 // Config is what the figures are read from.
 type Config struct {
 	Provider   *auction.Provider
@@ -31,10 +38,10 @@ type Config struct {
 	Self string
 	// Inventory is the provider's GPUs (utilisation read off NVML).
 	Inventory runtime.Inventory
-	// Balances are the ledger's balances (earnings settled).
-	Balances func() (map[string]record.Balance, error)
-	Now      func() time.Time
-	Log      *slog.Logger
+	// Ledger holds the earnings settled.
+	Ledger Ledger
+	Now    func() time.Time
+	Log    *slog.Logger
 }
 
 // Stats are a provider's figures; a nil *Stats is a node that is not a
@@ -70,7 +77,7 @@ func (s *Stats) Now() (api.ProviderStatsView, error) {
 	if len(v.Running) > 0 && c.Inventory.Source == "nvml" {
 		v.UtilizationPct = runtime.Sample(c.Inventory).GPUUtil
 	}
-	bal, err := c.Balances()
+	bal, err := c.Ledger.Balances()
 	if err != nil {
 		return v, err
 	}

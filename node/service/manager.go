@@ -27,6 +27,13 @@ type Leaser interface {
 	Cancel(id string) (api.JobView, error)
 }
 
+// Latency is the round trips from this node to providers.
+type Latency interface {
+	// Measure is the round trip to provider p: a fresh sample, else one
+	// measured now within ctx.
+	Measure(ctx context.Context, p peer.ID) (time.Duration, bool)
+}
+
 // Config configures a Manager.
 type Config struct {
 	Leaser Leaser
@@ -36,10 +43,10 @@ type Config struct {
 	Log  *slog.Logger
 	// Store persists services across restarts; nil keeps them in memory.
 	Store Store
-	// RTT is the round trip to a provider (p2p.RTTs.Measure: a fresh
-	// sample, else one measured now), by which the gateway ranks a
-	// service's regions; nil: regions rank by Near and name alone.
-	RTT func(ctx context.Context, p peer.ID) (time.Duration, bool)
+	// Latency is the round trips to providers (p2p.RTTs), by which the
+	// gateway ranks a service's regions; nil: regions rank by Near and
+	// name alone.
+	Latency Latency
 }
 
 // Defaults of a ServiceSpec's optional fields.

@@ -179,17 +179,17 @@ func compareRTT(a, b time.Duration) int {
 	return cmp.Compare(a, b)
 }
 
-// measureRTT takes the round trip to r's provider (Config.RTT: a fresh
+// measureRTT takes the round trip to r's provider (Config.Latency: a fresh
 // sample, else one measured now) after a passed probe, and reroutes a
 // service with regions when it changed (the region's rank may have);
 // s.mu is not held.
 func (s *Service) measureRTT(r *replica) {
-	if s.m.cfg.RTT == nil {
+	if s.m.cfg.Latency == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.probeTimeout())
 	defer cancel()
-	d, ok := s.m.cfg.RTT(ctx, r.provider)
+	d, ok := s.m.cfg.Latency.Measure(ctx, r.provider)
 	if !ok || time.Duration(r.rtt.Swap(int64(d))) == d || len(s.spec.Regions) == 0 {
 		return
 	}

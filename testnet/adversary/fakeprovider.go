@@ -51,6 +51,27 @@ func (c BidderConfig) capability(id peer.ID) auction.Capability {
 		Policy: auction.Policy{PriceFloor: c.Price, AcceptPreemptible: true}, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}
 }
 
+// bidderSelf is a bidder's capability, issued afresh at each call.
+type bidderSelf struct {
+	cfg BidderConfig
+	id  peer.ID
+}
+
+func (b bidderSelf) Capability() auction.Capability { return b.cfg.capability(b.id) }
+func (bidderSelf) Reliability() float64             { return auction.NeutralReliability }
+
+// bidderRuntime hands a bidder's confirmed leases to onLease (nil: to
+// nobody); it runs nothing, so it neither vets awards nor moves leases.
+type bidderRuntime struct{ onLease func(auction.Lease) }
+
+func (r bidderRuntime) OnLease(l auction.Lease, _ auction.Job, _ []string) {
+	if r.onLease != nil {
+		r.onLease(l)
+	}
+}
+func (bidderRuntime) OnMove(auction.Lease, auction.Job) bool { return false }
+func (bidderRuntime) Admit(string, string, string) error     { return nil }
+
 // bidder runs the project's own auction.Provider on a hostile peer, so its
 // bids are well formed and signed: it hears calls and bids on them at its
 // (low) price. onLease receives each confirmed lease; nil means the peer
@@ -59,12 +80,7 @@ func (p *Peer) bidder(ctx context.Context, cfg BidderConfig, onLease func(auctio
 	capab := cfg.capability(p.ID())
 	prov, err := auction.NewProvider(auction.ProviderConfig{Signer: p.Signer, Transport: p.transport(),
 		Calendar: auction.NewCalendar(len(capab.GPUs)), Log: p.Log,
-		Capability: func() auction.Capability { return cfg.capability(p.ID()) },
-		OnLease: func(l auction.Lease, _ auction.Job, _ []string) {
-			if onLease != nil {
-				onLease(l)
-			}
-		}})
+		Self: bidderSelf{cfg, p.ID()}, Runtime: bidderRuntime{onLease}})
 	if err != nil {
 		return nil, err
 	}

@@ -74,11 +74,49 @@ func (b *looseBook) Release(id string) bool {
 	return b.Calendar.Release(id)
 }
 
+// looseBooks gives providers a lease book that lets a booking through
+// twice.
+type looseBooks struct{ Production }
+
+func (looseBooks) NewBook(capacity int) Book {
+	return &looseBook{Calendar: auction.NewCalendar(capacity), extra: map[string]auction.Booking{}}
+}
+
+// bookedBilling bills the booked span, not the observed one.
+type bookedBilling struct{ Production }
+
+func (bookedBilling) CheckBilled(r attest.Receipt, l auction.Lease, _, _, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error {
+	return attest.CheckBilled(r, l, l.Start, l.End, now, off, hs)
+}
+
+// anyRunState takes any run state after any other.
+type anyRunState struct{ Production }
+
+func (anyRunState) Follows(next, _ auction.RunState) bool { return next != "" }
+
+// panicBooks gives providers a lease book that panics as it books.
+type panicBooks struct{ Production }
+
+func (panicBooks) NewBook(capacity int) Book { return panicBook{auction.NewCalendar(capacity)} }
+
+// dropWrites is a disk that loses the writes of keys with its prefix.
+type dropWrites string
+
+func (d dropWrites) DropPersist(_, key string) bool { return strings.HasPrefix(key, string(d)) }
+func (dropWrites) AlterStored(raw []byte) []byte    { return raw }
+
+// alterAmounts is a ledger's disk that stores an entry altered after it
+// was hashed.
+type alterAmounts struct{}
+
+func (alterAmounts) DropPersist(string, string) bool { return false }
+func (alterAmounts) AlterStored(raw []byte) []byte {
+	return bytes.Replace(raw, []byte(`"amount":0.`), []byte(`"amount":1.`), 1)
+}
+
 func TestBreakCalendarCheck(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.NewBook = func(capacity int) Book {
-		return &looseBook{Calendar: auction.NewCalendar(capacity), extra: map[string]auction.Booking{}}
-	}
+	cfg.Rules = looseBooks{}
 	findViolation(t, cfg, invBookedTwice)
 }
 
@@ -87,16 +125,13 @@ func TestBreakCalendarCheck(t *testing.T) {
 func TestBreakLeasePersist(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Crashes = 6
-	cfg.DropPersist = func(node, key string) bool { return strings.HasPrefix(key, "lease/") }
+	cfg.Disk = dropWrites("lease/")
 	findViolation(t, cfg, invBookedTwice)
 }
 
 func TestBreakBilling(t *testing.T) {
 	cfg := DefaultConfig()
-	// Bills the booked span, not the observed one.
-	cfg.CheckBilled = func(r attest.Receipt, l auction.Lease, _, _, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error {
-		return attest.CheckBilled(r, l, l.Start, l.End, now, off, hs)
-	}
+	cfg.Rules = bookedBilling{}
 	findViolation(t, cfg, invOverbilled)
 }
 
@@ -108,20 +143,19 @@ func TestBreakSettleOnce(t *testing.T) {
 
 func TestBreakRunStateOrder(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Follows = func(next, prev auction.RunState) bool { return next != "" }
+	cfg.Rules = anyRunState{}
 	findViolation(t, cfg, invJobState)
 }
 
 func TestBreakJobPersist(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.DropPersist = func(node, key string) bool { return strings.HasPrefix(key, "job/") }
+	cfg.Disk = dropWrites("job/")
 	findViolation(t, cfg, invJobLost)
 }
 
 func TestBreakLedger(t *testing.T) {
 	cfg := DefaultConfig()
-	// A ledger that stores an entry altered after it was hashed.
-	cfg.AlterStored = func(raw []byte) []byte { return bytes.Replace(raw, []byte(`"amount":0.`), []byte(`"amount":1.`), 1) }
+	cfg.Disk = alterAmounts{}
 	findViolation(t, cfg, invLedger)
 }
 
@@ -132,7 +166,7 @@ func (panicBook) Reserve(auction.Booking) error { panic("calendar corrupted") }
 
 func TestBreakPanic(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.NewBook = func(capacity int) Book { return panicBook{auction.NewCalendar(capacity)} }
+	cfg.Rules = panicBooks{}
 	findViolation(t, cfg, invPanic)
 }
 

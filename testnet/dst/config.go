@@ -32,21 +32,12 @@ type Config struct {
 
 	// Injection points (nil: production).
 	//
-	// NewBook makes a provider's lease book (production:
-	// auction.NewCalendar).
-	NewBook func(capacity int) Book
-	// CheckBilled is the renter's bound on a receipt's bill (production:
-	// attest.CheckBilled).
-	CheckBilled func(r attest.Receipt, l auction.Lease, observedStart, observedEnd, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error
-	// Follows is the renter's rule for taking a lease's run state
-	// (production: auction.RunState.Follows).
-	Follows func(next, prev auction.RunState) bool
-	// DropPersist, when it returns true, loses a write to a node's disk
-	// without telling the node (production: nothing is lost).
-	DropPersist func(node, key string) bool
-	// AlterStored changes the bytes a node's ledger stores for an entry
-	// (production: nothing is changed).
-	AlterStored func(raw []byte) []byte
+	// Rules are the protocol's rules the simulated nodes follow (nil:
+	// production's).
+	Rules Rules
+	// Disk is the faults of the nodes' disks (nil: nothing is lost or
+	// changed).
+	Disk Disk
 	// SettleTwice makes a provider settle a lease again after it is
 	// settled (production: never).
 	SettleTwice bool
@@ -90,14 +81,47 @@ func DefaultConfig() Config {
 }
 
 func (c Config) withDefaults() Config {
-	if c.NewBook == nil {
-		c.NewBook = func(capacity int) Book { return auction.NewCalendar(capacity) }
+	if c.Rules == nil {
+		c.Rules = Production{}
 	}
-	if c.CheckBilled == nil {
-		c.CheckBilled = attest.CheckBilled
-	}
-	if c.Follows == nil {
-		c.Follows = func(next, prev auction.RunState) bool { return next.Follows(prev) }
+	if c.Disk == nil {
+		c.Disk = soundDisk{}
 	}
 	return c
 }
+
+// Rules are the protocol's rules a simulated node follows: a test breaks
+// one to see the simulator's invariants catch it.
+type Rules interface {
+	// NewBook makes a provider's lease book.
+	NewBook(capacity int) Book
+	// CheckBilled is the renter's bound on a receipt's bill.
+	CheckBilled(r attest.Receipt, l auction.Lease, observedStart, observedEnd, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error
+	// Follows is the renter's rule for taking a lease's run state.
+	Follows(next, prev auction.RunState) bool
+}
+
+// Production is the rules production follows: auction.NewCalendar,
+// attest.CheckBilled and auction.RunState.Follows.
+type Production struct{}
+
+func (Production) NewBook(capacity int) Book { return auction.NewCalendar(capacity) }
+func (Production) CheckBilled(r attest.Receipt, l auction.Lease, observedStart, observedEnd, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error {
+	return attest.CheckBilled(r, l, observedStart, observedEnd, now, off, hs)
+}
+func (Production) Follows(next, prev auction.RunState) bool { return next.Follows(prev) }
+
+// Disk is the faults of a simulated node's disk.
+type Disk interface {
+	// DropPersist, when it returns true, loses a write to a node's disk
+	// without telling the node.
+	DropPersist(node, key string) bool
+	// AlterStored changes the bytes a node's ledger stores for an entry.
+	AlterStored(raw []byte) []byte
+}
+
+// soundDisk loses and changes nothing (production).
+type soundDisk struct{}
+
+func (soundDisk) DropPersist(string, string) bool { return false }
+func (soundDisk) AlterStored(raw []byte) []byte   { return raw }

@@ -50,7 +50,7 @@ type provider struct {
 }
 
 func newProvider(n *node, capacity int, price float64) *provider {
-	return &provider{n: n, capacity: capacity, price: price, book: n.s.cfg.NewBook(capacity), runs: map[string]*run{}}
+	return &provider{n: n, capacity: capacity, price: price, book: n.s.cfg.Rules.NewBook(capacity), runs: map[string]*run{}}
 }
 
 // restartProvider starts a provider again from its disk: each lease's

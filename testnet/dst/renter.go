@@ -321,7 +321,7 @@ func (r *renter) onEvent(ev wire.LeaseEvent, from *node) {
 		return
 	}
 	rec.ProviderClock.Note(ev.Time, r.n.now())
-	if s.cfg.Follows(ev.Run, rec.Run) {
+	if s.cfg.Rules.Follows(ev.Run, rec.Run) {
 		rec.Run, rec.Fault = ev.Run, ev.Fault
 		if ev.Run == auction.RunRunning && rec.ObservedStart.IsZero() {
 			rec.ObservedStart = r.n.now()
@@ -392,7 +392,7 @@ func (r *renter) onReceipt(raw []byte, from *node) {
 		answer(nil, fmt.Errorf("receipt says %s, the final report said %s", rc.Outcome, rec.Run))
 		return
 	}
-	if err := s.cfg.CheckBilled(rc, *rec.Lease, rec.ObservedStart, rec.ObservedEnd, now, rec.ProviderClock, attest.HeartbeatSummary{}); err != nil {
+	if err := s.cfg.Rules.CheckBilled(rc, *rec.Lease, rec.ObservedStart, rec.ObservedEnd, now, rec.ProviderClock, attest.HeartbeatSummary{}); err != nil {
 		answer(nil, err)
 		return
 	}

@@ -164,7 +164,7 @@ type disk struct {
 }
 
 func (d *disk) put(key string, v []byte) {
-	if d.s.cfg.DropPersist != nil && d.s.cfg.DropPersist(d.owner, key) {
+	if d.s.cfg.Disk.DropPersist(d.owner, key) {
 		d.s.logf("disk %s: write of %s lost", d.owner, key)
 		return
 	}
@@ -247,9 +247,7 @@ func (l *nodeLedger) append(entries ...record.Entry) {
 		if err != nil {
 			panic(err)
 		}
-		if alter := l.n.s.cfg.AlterStored; alter != nil {
-			raw = alter(raw)
-		}
+		raw = l.n.s.cfg.Disk.AlterStored(raw)
 		l.n.disk.put(ledgerKey(e.Seq), raw)
 		l.seq, l.hash = e.Seq, e.Hash
 		l.n.s.logf("%s ledger %d %s lease %s amount %.6f", l.n.name, e.Seq, e.Kind, e.LeaseID, e.Amount)

@@ -423,6 +423,12 @@ func (n *network) post(ctx context.Context, window time.Duration) (JobCost, erro
 	return c, nil
 }
 
+// fixedSelf is a provider's capability record, the same at every call.
+type fixedSelf auction.Capability
+
+func (c fixedSelf) Capability() auction.Capability { return auction.Capability(c) }
+func (fixedSelf) Reliability() float64             { return auction.NeutralReliability }
+
 func (m *mnode) startProvider(pr profile) error {
 	gpus := make([]auction.GPU, 8)
 	for i := range gpus {
@@ -431,7 +437,7 @@ func (m *mnode) startProvider(pr profile) error {
 	capab := auction.Capability{Peer: m.h.ID().String(), Region: pr.region, GPUs: gpus, Policy: policy}
 	var err error
 	if m.prov, err = auction.NewProvider(auction.ProviderConfig{Signer: m.signer, Transport: wire.AuctionTransport(m),
-		Capability: func() auction.Capability { return capab }, Calendar: auction.NewCalendar(len(gpus))}); err != nil {
+		Self: fixedSelf(capab), Calendar: auction.NewCalendar(len(gpus))}); err != nil {
 		return err
 	}
 	p2p.Serve(m.h, wire.ProtoAward, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {

@@ -24,6 +24,30 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
+// Providers is what the node knows of the providers it learned of.
+type Providers interface {
+	// FindProviders lists the providers whose records match q.
+	FindProviders(ctx context.Context, q auction.Query) ([]auction.Capability, error)
+	// Holdings are the artifacts a provider's record advertises now.
+	Holdings(ctx context.Context, provider string) ([]string, bool)
+}
+
+// Market is the node's market as the artifacts API reads it.
+type Market interface {
+	// Reliability is a provider's reputation (auction.WarmTargets).
+	Reliability(provider string) float64
+	// Jobs are this renter's jobs.
+	Jobs() []api.JobView
+}
+
+// Advertiser spreads what the node's store holds.
+type Advertiser interface {
+	// Readvertise is called when the artifacts held change.
+	Readvertise()
+	// Announce announces artifact id to the DHT, in the background.
+	Announce(id string)
+}
+
 // Config is what the calls work with.
 type Config struct {
 	// Transfer is the node's artifact store, served and fetched over
@@ -31,18 +55,14 @@ type Config struct {
 	Transfer *transfer.Service
 	// Self is this node.
 	Self peer.ID
-	// Find lists the providers whose records match q (warm's targets).
-	Find func(ctx context.Context, q auction.Query) ([]auction.Capability, error)
-	// Holdings are the artifacts a provider's record advertises now.
-	Holdings func(ctx context.Context, provider string) ([]string, bool)
-	// Reliability is a provider's reputation (auction.WarmTargets).
-	Reliability func(provider string) float64
-	// Jobs are this renter's jobs (which own checkpoints and outputs).
-	Jobs func() []api.JobView
-	// Changed is called when the artifacts held change.
-	Changed func()
-	// Announce announces artifact id to the DHT, in the background.
-	Announce func(id string)
+	// Providers is what the node knows of the providers: warm's targets
+	// and their holdings.
+	Providers Providers
+	// Market is the node's market: its reputation book and this renter's
+	// jobs (which own checkpoints and outputs).
+	Market Market
+	// Advertiser spreads what the store holds.
+	Advertiser Advertiser
 	// TempDir is where a container image is saved before it is added
 	// (on the store's file system).
 	TempDir string
@@ -86,8 +106,8 @@ func (c *Calls) Routes(mux *http.ServeMux) {
 			}
 			return nil, err
 		}
-		c.cfg.Changed()
-		c.cfg.Announce(id)
+		c.cfg.Advertiser.Readvertise()
+		c.cfg.Advertiser.Announce(id)
 		return st.Info(id)
 	})
 	api.Handle(mux, "GET /v1/artifacts", func(*http.Request) (any, error) { return c.views(st.List()), nil })
@@ -168,12 +188,12 @@ func (c *Calls) warm(ctx context.Context, id string, req api.ArtifactWarmRequest
 		targets = append(targets, t)
 	}
 	if len(targets) == 0 {
-		caps, err := c.cfg.Find(ctx, auction.Query{})
+		caps, err := c.cfg.Providers.FindProviders(ctx, auction.Query{})
 		if err != nil {
 			return api.ArtifactWarmResponse{}, err
 		}
 		self := c.cfg.Self
-		for _, cp := range auction.WarmTargets(caps, c.cfg.Reliability, c.cfg.Now()) {
+		for _, cp := range auction.WarmTargets(caps, c.cfg.Market.Reliability, c.cfg.Now()) {
 			if len(targets) == req.Count {
 				break
 			}
@@ -221,7 +241,7 @@ func (c *Calls) warm(ctx context.Context, id string, req api.ArtifactWarmRequest
 // ctx ends.
 func (c *Calls) waitAdvertises(ctx context.Context, provider, id string) bool {
 	for {
-		if held, ok := c.cfg.Holdings(ctx, provider); ok && auction.Holds(held, c.cfg.Self.String(), id) {
+		if held, ok := c.cfg.Providers.Holdings(ctx, provider); ok && auction.Holds(held, c.cfg.Self.String(), id) {
 			return true
 		}
 		select {
@@ -332,7 +352,7 @@ func (c *Calls) addImage(ctx context.Context, ref string, meta artifact.Meta) (s
 // jobs, or a job's outputs.
 func (c *Calls) views(list []api.ArtifactInfo) []api.ArtifactView {
 	owned := map[string]api.ArtifactView{}
-	for _, v := range c.cfg.Jobs() {
+	for _, v := range c.cfg.Market.Jobs() {
 		for i := range v.Checkpoints {
 			ck := v.Checkpoints[i]
 			owned[ck.Artifact] = api.ArtifactView{Job: v.Job.ID, Use: api.ArtifactCheckpoint, Checkpoint: &ck}

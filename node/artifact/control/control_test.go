@@ -49,14 +49,28 @@ func newMux(t *testing.T, jobs *[]api.JobView) (mux *http.ServeMux, changed *int
 	}
 	changed, announced = new(int), new([]string)
 	mux = http.NewServeMux()
-	New(Config{Transfer: svc, Self: n.ID(),
-		Find:     func(context.Context, auction.Query) ([]auction.Capability, error) { return nil, nil },
-		Holdings: func(context.Context, string) ([]string, bool) { return nil, false },
-		Jobs:     func() []api.JobView { return *jobs },
-		Changed:  func() { *changed++ }, Announce: func(id string) { *announced = append(*announced, id) },
+	node := &fakeNode{jobs: jobs, changed: changed, announced: announced}
+	New(Config{Transfer: svc, Self: n.ID(), Providers: node, Market: node, Advertiser: node,
 		TempDir: dir, Now: time.Now}).Routes(mux)
 	return mux, changed, announced
 }
+
+// fakeNode is the node as the artifacts API sees it: no providers known,
+// the test's jobs, and the advertisements and announcements it counts.
+type fakeNode struct {
+	jobs      *[]api.JobView
+	changed   *int
+	announced *[]string
+}
+
+func (*fakeNode) FindProviders(context.Context, auction.Query) ([]auction.Capability, error) {
+	return nil, nil
+}
+func (*fakeNode) Holdings(context.Context, string) ([]string, bool) { return nil, false }
+func (*fakeNode) Reliability(string) float64                        { return auction.NeutralReliability }
+func (f *fakeNode) Jobs() []api.JobView                             { return *f.jobs }
+func (f *fakeNode) Readvertise()                                    { *f.changed++ }
+func (f *fakeNode) Announce(id string)                              { *f.announced = append(*f.announced, id) }
 
 func call(t *testing.T, mux *http.ServeMux, method, target, body string) (int, string) {
 	t.Helper()

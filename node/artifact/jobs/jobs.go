@@ -26,21 +26,33 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
+// Images loads image artifacts into the container engine.
+type Images interface {
+	// LoadImage fetches image artifact id of owner's job that names image
+	// into the container engine and returns the ID the job runs; unpin
+	// releases the artifact.
+	LoadImage(ctx context.Context, id, image string, owner peer.ID) (unpin func(), imageID string, err error)
+}
+
+// Advertiser spreads what the node's store holds.
+type Advertiser interface {
+	// Readvertise is called when the artifacts held change (a provider
+	// advertises what it holds).
+	Readvertise()
+	// Announce announces artifact id to the DHT, in the background.
+	Announce(id string)
+}
+
 // Config is what an Artifacts works with.
 type Config struct {
 	// Transfer is the node's artifact store, served and fetched over
 	// libp2p.
 	Transfer *transfer.Service
-	// LoadImage fetches image artifact id of owner's job that names image
-	// into the container engine and returns the ID the job runs; unpin
-	// releases the artifact.
-	LoadImage func(ctx context.Context, id, image string, owner peer.ID) (unpin func(), imageID string, err error)
-	// Changed is called when the artifacts held change (a provider
-	// advertises what it holds).
-	Changed func()
-	// Announce announces artifact id to the DHT, in the background.
-	Announce func(id string)
-	Log      *slog.Logger
+	// Images loads the image artifacts of provider's jobs.
+	Images Images
+	// Advertiser spreads what the store holds.
+	Advertiser Advertiser
+	Log        *slog.Logger
 }
 
 // Artifacts are the jobs' artifacts.
@@ -58,7 +70,7 @@ func New(cfg Config) *Artifacts { return &Artifacts{cfg: cfg, pins: map[string]f
 // image) pinned in the store, so that eviction never removes what a
 // queued or running job will fetch from it: it pins a job's artifacts
 // while its state is live and releases them once it is not (the
-// tracker's OnSave hook).
+// tracker's Pins, lease.JobPins).
 func (a *Artifacts) PinLive(v api.JobView) {
 	ids := v.Job.Run.Artifacts()
 	if len(ids) == 0 {
@@ -85,7 +97,7 @@ func (a *Artifacts) PinLive(v api.JobView) {
 	}
 }
 
-// Inputs is the supervisor's hook (lease.SupervisorConfig.Inputs): a
+// Inputs serves the supervisor (lease.Artifacts): a
 // job's inputs and image artifact come from its owner (the renter's
 // daemon) and any other holder. The image artifact's image is loaded into
 // the container engine (Config.LoadImage), and image is its ID, which the
@@ -111,7 +123,7 @@ func (a *Artifacts) Inputs(ctx context.Context, job auction.Job, dir string, key
 		}
 	}
 	if id := job.Run.ImageArtifact; id != "" {
-		unpin, imageID, err := a.cfg.LoadImage(ctx, id, job.Run.Image, owner)
+		unpin, imageID, err := a.cfg.Images.LoadImage(ctx, id, job.Run.Image, owner)
 		if err != nil {
 			release()
 			return nil, "", err
@@ -156,7 +168,7 @@ func (a *Artifacts) fetchedFor(job auction.Job, ids ...string) func() {
 	}
 }
 
-// Outputs is the supervisor's hook (lease.SupervisorConfig.OutputsArtifact):
+// Outputs serves the supervisor (lease.Artifacts):
 // a lease's outputs become an artifact owned by its renter, announced so
 // the renter can fetch it; a sealed job's are sealed with its lease key.
 func (a *Artifacts) Outputs(dir, renter string, keys *wire.LeaseKeys) (string, error) {
@@ -164,23 +176,23 @@ func (a *Artifacts) Outputs(dir, renter string, keys *wire.LeaseKeys) (string, e
 	if err != nil {
 		return "", err
 	}
-	a.cfg.Changed()
-	a.cfg.Announce(id)
+	a.cfg.Advertiser.Readvertise()
+	a.cfg.Advertiser.Announce(id)
 	return id, nil
 }
 
-// Remove is the supervisor's hook (lease.SupervisorConfig.RemoveArtifact):
+// Remove serves the supervisor (lease.Artifacts):
 // it removes an artifact held for a renter (a sealed no-persist lease's
 // outputs); one already gone is no error.
 func (a *Artifacts) Remove(id string) error {
 	if err := a.cfg.Transfer.Store().Remove(id); err != nil && !errors.Is(err, artifact.ErrNotFound) {
 		return err
 	}
-	a.cfg.Changed()
+	a.cfg.Advertiser.Readvertise()
 	return nil
 }
 
-// Checkpoint is the supervisor's hook (lease.SupervisorConfig.CheckpointArtifact): a snapshot of a job's
+// Checkpoint serves the supervisor (lease.Checkpoints): a snapshot of a job's
 // checkpoint dir becomes an artifact owned by its renter. It is not
 // announced: the renter fetches it from us at once, then we drop it.
 func (a *Artifacts) Checkpoint(dir, renter string, keys *wire.LeaseKeys) (string, int64, func(), error) {
@@ -201,7 +213,12 @@ func (a *Artifacts) Checkpoint(dir, renter string, keys *wire.LeaseKeys) (string
 	return id, in.Size, drop, nil
 }
 
-// FetchCheckpoint is the tracker's hook (lease.TrackerConfig.FetchCheckpoint): the renter fetches a checkpoint
+// PinCheckpoint keeps checkpoint artifact id from eviction until unpin.
+func (a *Artifacts) PinCheckpoint(id string) (unpin func()) {
+	return a.cfg.Transfer.Store().Pin(id)
+}
+
+// FetchCheckpoint serves the tracker (lease.CheckpointStore): the renter fetches a checkpoint
 // from the provider that took it (it owns the artifact, so the provider
 // serves it) and keeps it; one larger than max is abandoned. The fetch is
 // for that provider (artifact.For): our store's copy of the id counts only
@@ -241,7 +258,7 @@ func (a *Artifacts) FetchCheckpoint(ctx context.Context, id string, from peer.ID
 	return res.Size, err
 }
 
-// Restore is the supervisor's hook (lease.SupervisorConfig.Restore): a checkpoint the job
+// Restore serves the supervisor (lease.Checkpoints): a checkpoint the job
 // restores comes from its owner (the renter's daemon) or any other
 // holder, every chunk checked against its hash, and is written to dir.
 // Our store's copy serves only if the job's owner may read it.

@@ -43,10 +43,19 @@ func newArtifacts(t *testing.T) (a *Artifacts, st *artifact.Store, changed *int,
 		t.Fatal(err)
 	}
 	changed, announced = new(int), new([]string)
-	a = New(Config{Transfer: svc, Changed: func() { *changed++ }, Announce: func(id string) { *announced = append(*announced, id) },
-		Log: slog.New(slog.DiscardHandler)})
+	a = New(Config{Transfer: svc, Advertiser: &counting{changed, announced}, Log: slog.New(slog.DiscardHandler)})
 	return a, st, changed, announced
 }
+
+// counting is the node's advertiser: it counts readvertisements and lists
+// the announcements.
+type counting struct {
+	changed   *int
+	announced *[]string
+}
+
+func (c *counting) Readvertise()       { *c.changed++ }
+func (c *counting) Announce(id string) { *c.announced = append(*c.announced, id) }
 
 func writeDir(t *testing.T, content string) string {
 	t.Helper()

@@ -37,23 +37,36 @@ const (
 	MaxServeStreams = 2 * DefaultPerPeer
 )
 
+// Leases are the leases this node's jobs hold, as the store's access rule
+// reads them.
+type Leases interface {
+	// MayFetch says whether peer from may fetch our private artifact id:
+	// it holds a current lease naming it.
+	MayFetch(id string, from peer.ID) bool
+}
+
+// Advertiser re-advertises what the node holds.
+type Advertiser interface {
+	Readvertise()
+}
+
 // ServiceConfig configures a Service.
 type ServiceConfig struct {
 	Store  *artifact.Store
 	Net    *p2p.Node
 	Signer *sign.Signer
-	// Authorize says whether peer may fetch our private artifact id (it
-	// holds a current lease naming it): the lease part of the access rule
-	// (Store.MayRead). nil admits no one by lease.
-	Authorize func(id string, from peer.ID) bool
+	// Leases say whether a peer may fetch our private artifact by lease:
+	// the lease part of the access rule (Store.MayRead). nil admits no one
+	// by lease.
+	Leases Leases
 	// WarmMax is the largest artifact this node fetches at a peer's warm
 	// request (see HandleWarm); 0 refuses every warm request.
 	WarmMax int64
 	// Context bounds background work (warm fetches); nil means none.
 	Context context.Context
-	// OnHeld, when set, is called after a fetch completes an artifact in
+	// Advertiser, when set, is told after a fetch completes an artifact in
 	// the store (the daemon re-advertises what it holds).
-	OnHeld func()
+	Advertiser Advertiser
 	// WarmBaseTimeout and WarmMinRate set a warm fetch's deadline (see
 	// warmDeadline); zero: DefaultWarmBaseTimeout, DefaultWarmMinRate.
 	WarmBaseTimeout time.Duration
@@ -79,6 +92,11 @@ type Service struct {
 	warming map[string]peer.ID
 }
 
+// mayFetch is the lease part of the store's access rule (Leases).
+func (s *Service) mayFetch(id string, from peer.ID) bool {
+	return s.cfg.Leases != nil && s.cfg.Leases.MayFetch(id, from)
+}
+
 // NewService registers the artifact protocol handler on cfg.Net.
 func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.Store == nil || cfg.Net == nil || cfg.Signer == nil {
@@ -98,7 +116,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: cfg.Log, counters: map[string]int{}, badPeers: map[peer.ID]int{}, serving: map[peer.ID]int{},
 		warming: map[string]peer.ID{}}
-	cfg.Store.SetAccess(cfg.Signer.ID(), cfg.Authorize)
+	cfg.Store.SetAccess(cfg.Signer.ID(), s.mayFetch)
 	cfg.Net.Host.SetStreamHandler(wire.ProtoArtifact, cfg.Net.Guard(wire.ProtoArtifact, s.serve))
 	cfg.Net.Handle(wire.ProtoWarm, s.HandleWarm)
 	return s, nil
@@ -497,8 +515,8 @@ func (s *Service) Fetch(ctx context.Context, id string, opt FetchOptions) (artif
 		return res, err
 	}
 	s.count("artifact.fetched", 1)
-	if s.cfg.OnHeld != nil {
-		s.cfg.OnHeld()
+	if s.cfg.Advertiser != nil {
+		s.cfg.Advertiser.Readvertise()
 	}
 	go func() {
 		actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -32,6 +32,13 @@ type testPeer struct {
 	leasees map[peer.ID]bool // peers holding a "lease" naming our artifacts
 }
 
+// MayFetch admits the peers the test leased to.
+func (tp *testPeer) MayFetch(_ string, from peer.ID) bool {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return tp.leasees[from]
+}
+
 func newTestPeer(t testing.TB, budget int64) *testPeer {
 	t.Helper()
 	key, _, err := crypto.GenerateEd25519Key(rand.Reader)
@@ -53,11 +60,7 @@ func newTestPeer(t testing.TB, budget int64) *testPeer {
 		t.Fatal(err)
 	}
 	tp := &testPeer{net: n, store: st, dir: dir, leasees: map[peer.ID]bool{}}
-	tp.svc, err = NewService(ServiceConfig{Store: st, Net: n, Signer: signer, Authorize: func(_ string, from peer.ID) bool {
-		tp.mu.Lock()
-		defer tp.mu.Unlock()
-		return tp.leasees[from]
-	}})
+	tp.svc, err = NewService(ServiceConfig{Store: st, Net: n, Signer: signer, Leases: tp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +116,7 @@ func (tp *testPeer) claimComplete(t testing.TB, id string) {
 	if in, err := st.Info(id); err != nil || !in.Complete {
 		t.Fatalf("the rewritten record does not claim completion: %+v %v", in, err)
 	}
-	st.SetAccess(tp.net.ID(), tp.svc.cfg.Authorize)
+	st.SetAccess(tp.net.ID(), tp.svc.mayFetch)
 	tp.store, tp.svc.cfg.Store = st, st
 }
 

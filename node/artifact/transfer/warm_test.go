@@ -30,7 +30,7 @@ func TestWarmFetchesPrivateArtifactOnGrant(t *testing.T) {
 	owner, prov := newTestPeer(t, 0), newTestPeer(t, 0)
 	prov.svc.cfg.WarmMax = 10 << 20
 	var held atomic.Int32
-	prov.svc.cfg.OnHeld = func() { held.Add(1) }
+	prov.svc.cfg.Advertiser = heldCount{&held}
 	src, data := writeRandom(t, 3<<20+5)
 	id, err := owner.store.Add(src, artifact.Meta{Private: true})
 	if err != nil {
@@ -152,3 +152,8 @@ func TestWarmRefusals(t *testing.T) {
 		t.Fatalf("a holder warming the owner's private artifact: %v", err)
 	}
 }
+
+// heldCount counts the readvertisements of what a peer holds.
+type heldCount struct{ n *atomic.Int32 }
+
+func (h heldCount) Readvertise() { h.n.Add(1) }
