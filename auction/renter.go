@@ -171,6 +171,10 @@ type RenterConfig struct {
 	// ConfirmTimeout bounds each award's round trip; 0 means
 	// DefaultConfirmTimeout.
 	ConfirmTimeout time.Duration
+	// OnAward, when set, is told of each award as it is sent (the lease
+	// its provider books once it confirms): the provider may report on
+	// the lease before its confirmation is back.
+	OnAward func(Lease)
 	// Release gives back a lease a provider confirmed that the renter does
 	// not use: a hedged award that confirmed after another one won (or
 	// after the job was cancelled). The daemon asks the provider to cancel
@@ -1315,6 +1319,9 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string, gan
 	data, err := EncodeAward(r.cfg.Signer, a)
 	if err != nil {
 		return lease, "encode award: " + err.Error()
+	}
+	if r.cfg.OnAward != nil {
+		r.cfg.OnAward(lease)
 	}
 	actx, cancel := context.WithTimeout(ctx, r.cfg.ConfirmTimeout)
 	defer cancel()

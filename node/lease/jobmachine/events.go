@@ -84,10 +84,12 @@ type (
 	// Restarted: the daemon started again with this stored record. State
 	// is the record's stored API state (read when the record has no phase:
 	// one stored before phases were); Leases the leases the record shows
-	// (read when it has no count).
+	// (read when it has no count); Unverified says its lease succeeded
+	// but the renter had not checked its evidence yet.
 	Restarted struct {
-		State  auction.JobState
-		Leases int
+		State      auction.JobState
+		Leases     int
+		Unverified bool
 	}
 )
 

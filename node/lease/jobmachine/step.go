@@ -1,6 +1,7 @@
 package jobmachine
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
@@ -128,8 +129,12 @@ func (s *stepper) step(ev Event) {
 		s.receipt(ev)
 	case Reauctioned:
 		if st.Phase == Requeued {
+			detail := ""
+			if st.Lease != nil {
+				detail = fmt.Sprintf("requeued after attempt %d was %s", st.Lease.Attempt, st.Run)
+			}
 			st.Phase, st.Job = Auctioning, ev.Job
-			st.Lease, st.Run, st.ExitCode, st.Detail, st.Fault, st.Receipt = nil, "", nil, "", auction.FaultNone, nil
+			st.Lease, st.Run, st.ExitCode, st.Detail, st.Fault, st.Receipt = nil, "", nil, detail, auction.FaultNone, nil
 			st.Started, st.Ended, st.Due = time.Time{}, time.Time{}, time.Time{}
 			s.do(Persist{})
 		}
@@ -312,6 +317,9 @@ func (s *stepper) restarted(ev Restarted) {
 		st.Phase = PhaseOf(ev.State, st.Run, again)
 		if st.Phase == "" {
 			st.Phase = Failed // an unknown state: never offered again
+		}
+		if st.Phase == Finished && st.Run == auction.RunSucceeded && st.Receipt == nil && ev.Unverified {
+			st.Phase = Verifying // its evidence is checked when its receipt comes
 		}
 	}
 	if st.Leases <= 0 && ev.Leases > 0 {
