@@ -89,7 +89,9 @@ const (
 	JobUnplaceable JobState = "unplaceable"
 	// JobQueued: no bid could be turned into a lease yet; the job waits on
 	// its renter's daemon to be offered again when capacity may have
-	// changed, until its start deadline (its last reason says why).
+	// changed, until its start deadline (its last reason says why). The
+	// renter's job machine (node/lease/jobmachine) keeps it; an auction's
+	// own status never is.
 	JobQueued    JobState = "queued"
 	JobCancelled JobState = "cancelled"
 	JobFailed    JobState = "failed"
@@ -1594,7 +1596,9 @@ func (r *Renter) List() []JobStatus {
 }
 
 // Cancel stops a job's auction while it is still bidding or awarding (Post
-// then returns ErrCancelled) or while it is queued. A leased job is the runtime's to cancel.
+// then returns ErrCancelled). A leased job is the runtime's to cancel, a
+// queued one its renter's (the auction keeps no queue: it runs one call
+// at a time for a job, each ending leased or not).
 func (r *Renter) Cancel(id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -1602,60 +1606,13 @@ func (r *Renter) Cancel(id string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
 	}
-	if rj.status.State != JobBidding && rj.status.State != JobAwarding && rj.status.State != JobQueued {
+	if rj.status.State != JobBidding && rj.status.State != JobAwarding {
 		return fmt.Errorf("auction: job %s is %s, not in auction", id, rj.status.State)
 	}
-	queued := rj.status.State == JobQueued
 	rj.open = false
 	rj.status.State = JobCancelled
 	rj.status.Reasons = append(rj.status.Reasons, "cancelled")
-	if !queued {
-		close(rj.cancel)
-	}
-	return nil
-}
-
-// Queue marks a job whose auction ended unplaceable as queued for another
-// offer (see JobQueued), with why; Post offers it again.
-func (r *Renter) Queue(id, why string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rj, ok := r.jobs[id]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
-	}
-	if rj.status.State != JobUnplaceable {
-		return fmt.Errorf("auction: job %s is %s, not unplaceable", id, rj.status.State)
-	}
-	rj.status.State = JobQueued
-	// One line says why, however often the job was offered: it replaces
-	// the auction's own reason and the previous offer's.
-	rs := rj.status.Reasons
-	if n := len(rs); n > 0 && rs[n-1] == why {
-		rs = rs[:n-1]
-	}
-	if n := len(rs); n > 0 && strings.HasPrefix(rs[n-1], queuedPrefix) {
-		rs = rs[:n-1]
-	}
-	rj.status.Reasons = append(rs, fmt.Sprintf("%s%s (offered %d times)", queuedPrefix, why, rj.status.Offers))
-	return nil
-}
-
-const queuedPrefix = "queued: "
-
-// GiveUp ends a queued job's wait: it becomes unplaceable, with why.
-func (r *Renter) GiveUp(id, why string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rj, ok := r.jobs[id]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
-	}
-	if rj.status.State != JobQueued {
-		return fmt.Errorf("auction: job %s is %s, not queued", id, rj.status.State)
-	}
-	rj.status.State = JobUnplaceable
-	rj.status.Reasons = append(rj.status.Reasons, why)
+	close(rj.cancel)
 	return nil
 }
 

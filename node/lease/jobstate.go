@@ -51,6 +51,10 @@ type jobFacts struct {
 	Checkpoint      *auction.Checkpoint      `json:"checkpoint,omitempty"`
 	Checkpoints     []auction.Checkpoint     `json:"checkpoints,omitempty"`
 	Restored        *auction.Checkpoint      `json:"restored,omitempty"`
+
+	// reasonsFolded is how many of the auction's reasons for the job were
+	// folded into its record (the auction forgets the job at a restart).
+	reasonsFolded int
 }
 
 // view is the API's job view of s: a projection (a gang job's members are
@@ -105,18 +109,24 @@ func cloneLease(l *auction.Lease) *auction.Lease {
 	return &c
 }
 
-// fold copies the auction's call state of a job (its job as the auction
-// last offered it, bids, award attempts, reasons) into its record: the
-// auction's status is not the job's state, which is the machine's.
-func (s *jobState) fold(st auction.JobStatus) {
-	s.Job = st.Job
+// fold takes the auction's call state of a job (t.mu held): its bids,
+// award attempts and offers are the tracker's facts; the job as the
+// auction offered it and the reasons it gave since it was last folded go
+// to the machine (Folded). The auction's status is not the job's state,
+// which is the machine's.
+func (t *Tracker) foldLocked(s *jobState, st auction.JobStatus) {
 	s.Winner, s.Bids, s.Attempts, s.Offers, s.Declines, s.Members = st.Winner, st.Bids, st.Attempts, st.Offers, st.Declines, st.Members
-	if len(st.Reasons) > 0 {
-		s.Reasons = st.Reasons
-	}
 	if s.Lease != nil {
 		s.Winner = s.Lease.Provider
 	}
+	var said []string
+	if n := len(st.Reasons); n > s.reasonsFolded {
+		said = st.Reasons[s.reasonsFolded:]
+		s.reasonsFolded = n
+	} else if n < s.reasonsFolded {
+		s.reasonsFolded = n // the auction forgot the job (a restart) and began again
+	}
+	t.stepLocked(s, jobmachine.Folded{Job: st.Job, Reasons: said})
 }
 
 // step applies ev to job s (t.mu held) by the tracker's rules, and returns

@@ -351,9 +351,9 @@ func (t *Tracker) offer(job auction.Job) (queued bool) {
 }
 
 // noLease feeds an auction that ended without a lease (err) to the job's
-// machine: a job no acceptable bid took now is queued in the auction too
-// (its reasons say so) and offered again, unless the machine gives it up;
-// and reports whether it is queued.
+// machine: a job no acceptable bid took now is queued (its reasons say so)
+// and offered again, unless the machine gives it up; it reports whether
+// the job is queued.
 func (t *Tracker) noLease(id string, err error) bool {
 	ev := jobmachine.NoLease{Reason: err.Error(), Raced: errors.Is(err, auction.ErrRaced)}
 	st, known := t.renter.Status(id)
@@ -361,12 +361,11 @@ func (t *Tracker) noLease(id string, err error) bool {
 	case !known:
 		ev.As = jobmachine.Failed // refused before its auction began (e.g. an invalid job)
 	case errors.Is(err, auction.ErrUnplaceable) && t.ctx.Err() == nil:
-		reason := "no lease"
+		ev.Reason = "no lease"
 		if len(st.Reasons) > 0 {
-			reason = st.Reasons[len(st.Reasons)-1]
+			ev.Reason = st.Reasons[len(st.Reasons)-1]
 		}
-		ev.Retry = t.renter.Queue(id, reason) == nil
-		ev.Reason = reason
+		ev.Retry, ev.Offers = true, st.Offers
 	default:
 		ev.As = finalPhase(st.State)
 		ev.Reason = ""
@@ -505,12 +504,8 @@ func (t *Tracker) reofferTurn() bool {
 }
 
 // gaveUp carries out the machine's giving up of a queued job (its start
-// deadline passed): the auction's record of the job says so too.
+// deadline passed).
 func (t *Tracker) gaveUp(id, why string) {
-	if err := t.renter.GiveUp(id, why); err == nil {
-		t.fold(id)
-	}
-	// else: queued before a restart, the auction never knew it.
 	t.log.Info("job unplaceable", "job", id, "reason", why)
 	t.observeAuction(id, OutcomeUnplaceable)
 	t.save(id)
@@ -563,7 +558,7 @@ func (t *Tracker) fold(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if v := t.jobs[id]; v != nil {
-		v.fold(st)
+		t.foldLocked(v, st)
 	}
 }
 

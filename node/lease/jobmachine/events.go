@@ -30,11 +30,21 @@ type (
 	// it only lost a race among this renter's own auctions, and is
 	// offered again at once); otherwise it ends As (Unplaceable when
 	// unset).
+	// Offers is how many auctions the job had (its queued reason says
+	// so).
 	NoLease struct {
 		Reason string
 		Retry  bool
 		Raced  bool
 		As     Phase
+		Offers int
+	}
+	// Folded: the job's auction says where its call is: the job as it
+	// offered it last (its attempt, restored checkpoints, exclusions),
+	// and the reasons it gave since it was last folded.
+	Folded struct {
+		Job     auction.Job
+		Reasons []string
 	}
 	// TimerDue: the timer armed last (ArmTimer) fired.
 	TimerDue struct{}
@@ -97,6 +107,7 @@ func (Posted) event()          {}
 func (Awarded) event()         {}
 func (Confirmed) event()       {}
 func (NoLease) event()         {}
+func (Folded) event()          {}
 func (TimerDue) event()        {}
 func (Wake) event()            {}
 func (Cancel) event()          {}

@@ -216,6 +216,10 @@ func (r *Record) BudgetSpent() (bool, string) {
 // up.
 const DeadlineDetail = "start deadline passed while queued"
 
+// QueuedPrefix begins the reason of a queued job (the last of its
+// reasons): "queued: <why> (offered N times)".
+const QueuedPrefix = "queued: "
+
 // RestartDetail is the reason of a job queued again because its renter
 // restarted during its auction.
 const RestartDetail = "queued: renter daemon restarted during the auction"

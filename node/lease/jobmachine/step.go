@@ -2,6 +2,7 @@ package jobmachine
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
@@ -77,6 +78,11 @@ func (s *stepper) step(ev Event) {
 		if s.inAuction() {
 			s.noLease(ev)
 		}
+	case Folded:
+		if ev.Job.ID == st.Job.ID {
+			st.Job = ev.Job
+		}
+		st.Reasons = append(st.Reasons, ev.Reasons...)
 	case TimerDue:
 		if st.Phase == Queued {
 			s.offerDue()
@@ -189,6 +195,16 @@ func (s *stepper) noLease(ev NoLease) {
 		return
 	}
 	st.Phase = Queued
+	// One line says why, however often the job was offered: it replaces
+	// the auction's own reason and the previous offer's.
+	rs := st.Reasons
+	if n := len(rs); n > 0 && rs[n-1] == ev.Reason {
+		rs = rs[:n-1]
+	}
+	if n := len(rs); n > 0 && strings.HasPrefix(rs[n-1], QueuedPrefix) {
+		rs = rs[:n-1]
+	}
+	st.Reasons = append(rs, fmt.Sprintf("%s%s (offered %d times)", QueuedPrefix, ev.Reason, ev.Offers))
 	switch {
 	case ev.Raced:
 		st.Due = s.now // lost only to another of this renter's auctions

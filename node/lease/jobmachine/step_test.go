@@ -143,9 +143,13 @@ func TestQueueBacksOffUntilTheDeadline(t *testing.T) {
 	var waits []time.Duration
 	for i := 0; i < 5; i++ {
 		raced := i == 2
-		st, effs = rules.Step(st, NoLease{Reason: "no bids", Retry: true, Raced: raced}, now)
+		st, _ = rules.Step(st, Folded{Job: st.Job, Reasons: []string{"no bids"}}, now) // the auction's own reason
+		st, effs = rules.Step(st, NoLease{Reason: "no bids", Retry: true, Raced: raced, Offers: i + 1}, now)
 		if st.Phase == Unplaceable {
 			break
+		}
+		if want := []string{fmt.Sprintf("queued: no bids (offered %d times)", i+1)}; !reflect.DeepEqual(st.Reasons, want) {
+			t.Fatalf("reasons %q, want %q", st.Reasons, want)
 		}
 		arm := effs[len(effs)-1].(ArmTimer)
 		waits = append(waits, st.Due.Sub(now))
