@@ -601,11 +601,6 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 		v = &jobState{}
 		t.jobs[key] = v
 	}
-	if key != job.ID && v.Phase.Final() {
-		// A member's record follows its gang: a new placement of the
-		// gang starts it again.
-		v.Record = jobmachine.Record{Job: job, PostedAt: v.PostedAt, Reasons: v.Reasons, Leases: v.Leases}
-	}
 	awarded := v.Awarded
 	effs := t.stepLocked(v, jobmachine.Confirmed{Lease: l, Job: job})
 	t.forgetAwardsLocked(key, awarded, v)
@@ -1391,17 +1386,20 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	}
 	snap := v.view()
 	snap.History = nil
-	t.keepArchivedLocked(jobID, snap, false)
 	rec := api.LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, CostUSD: cost,
 		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode, Fault: v.Fault,
 		Checkpoint: leaseCheckpoint(v.Checkpoints, v.Lease.ID), Restored: v.Restored, Dispute: v.Dispute}
-	if v.Phase != jobmachine.Requeued {
-		// A gang's member that ended otherwise (the gang requeues as a
-		// whole): its record follows the gang back to auction.
-		v.Record = jobmachine.Record{Job: v.Job, Phase: jobmachine.Requeued, PostedAt: v.PostedAt, Reasons: v.Reasons,
-			Lease: v.Lease, Run: v.Run, Leases: v.Leases}
+	if _, _, gang := t.gangOfLocked(jobID); gang {
+		t.stepLocked(v, jobmachine.GangRequeued{Job: v.Job})
+	} else {
+		t.stepLocked(v, jobmachine.Reauctioned{Job: v.Job})
 	}
-	t.stepLocked(v, jobmachine.Reauctioned{Job: v.Job})
+	if v.Lease != nil {
+		// Still running (or not requeued): the machine keeps it.
+		t.log.Warn("lease not archived: its job is not going back to auction", "job", jobID, "lease", leaseID, "phase", v.Phase)
+		return
+	}
+	t.keepArchivedLocked(jobID, snap, false)
 	v.History = append(v.History, rec)
 	v.Restored = nil
 	// The current-lease facts describe the next lease from now on.

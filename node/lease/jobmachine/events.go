@@ -88,6 +88,13 @@ type (
 	// Reauctioned: a requeued job's lease is archived and its auction
 	// begins again.
 	Reauctioned struct{ Job auction.Job }
+	// GangRequeued: the gang job this record is part of (a gang's member,
+	// or its rank 0) goes back to auction as a whole, every member's
+	// lease archived: the record goes with it, whatever its own lease's
+	// end (a member that succeeded while another was lost runs again). It
+	// is the one event a final phase takes; a record whose lease still
+	// runs ignores it (its lease is stopped first).
+	GangRequeued struct{ Job auction.Job }
 	// Closed: the job ends As (a final phase) with the job it is part of
 	// (a gang member's record with its gang).
 	Closed struct{ As Phase }
@@ -118,6 +125,7 @@ func (Evidence) event()        {}
 func (ReceiptRecorded) event() {}
 func (Reauctioned) event()     {}
 func (Closed) event()          {}
+func (GangRequeued) event()    {}
 func (Restarted) event()       {}
 
 // Effect is what the driver does for a step, in order.

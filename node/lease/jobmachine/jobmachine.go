@@ -27,7 +27,9 @@
 //	or Failed (the job was refused before its auction began).
 //
 // Finished, Unplaceable, Cancelled and Failed are final: no event moves a
-// job out of them (a receipt of its last lease is still recorded). A lease
+// job out of them (a receipt of its last lease is still recorded), but
+// one: a gang job lives and dies together, and when it goes back to
+// auction as a whole (GangRequeued) each of its records goes with it. A lease
 // is the job's from the moment its award is sent (Awarded), so that its
 // provider, which runs it as soon as it confirms, is never told the lease
 // is unknown while the confirmation makes its way back.

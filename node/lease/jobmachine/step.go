@@ -50,6 +50,15 @@ func (s *stepper) step(ev Event) {
 		}
 		return
 	}
+	if ev, ok := ev.(GangRequeued); ok {
+		// The one event a final phase takes: a gang lives and dies
+		// together.
+		if st.Lease != nil && !st.Run.Terminal() {
+			return // its lease is stopped first
+		}
+		s.reauction(ev.Job)
+		return
+	}
 	if st.Phase.Final() {
 		if ev, ok := ev.(Confirmed); ok && !st.Knows(ev.Lease.ID) {
 			// Confirmed after the job ended (cancelled while awarding): a
@@ -135,14 +144,7 @@ func (s *stepper) step(ev Event) {
 		s.receipt(ev)
 	case Reauctioned:
 		if st.Phase == Requeued {
-			detail := ""
-			if st.Lease != nil {
-				detail = fmt.Sprintf("requeued after attempt %d was %s", st.Lease.Attempt, st.Run)
-			}
-			st.Phase, st.Job = Auctioning, ev.Job
-			st.Lease, st.Run, st.ExitCode, st.Detail, st.Fault, st.Receipt = nil, "", nil, detail, auction.FaultNone, nil
-			st.Started, st.Ended, st.Due = time.Time{}, time.Time{}, time.Time{}
-			s.do(Persist{})
+			s.reauction(ev.Job)
 		}
 	case Closed:
 		if ev.As.Final() {
@@ -152,6 +154,19 @@ func (s *stepper) step(ev Event) {
 	case Restarted:
 		s.restarted(ev)
 	}
+}
+
+// reauction sends the job, its lease archived, back to auction.
+func (s *stepper) reauction(job auction.Job) {
+	st := &s.st
+	detail := ""
+	if st.Lease != nil {
+		detail = fmt.Sprintf("requeued after attempt %d was %s", st.Lease.Attempt, st.Run)
+	}
+	st.Phase, st.Job, st.Awarded = Auctioning, job, nil
+	st.Lease, st.Run, st.ExitCode, st.Detail, st.Fault, st.Receipt = nil, "", nil, detail, auction.FaultNone, nil
+	st.Started, st.Ended, st.Due = time.Time{}, time.Time{}, time.Time{}
+	s.do(Persist{})
 }
 
 // inAuction reports whether the job's auction runs.
