@@ -120,12 +120,17 @@ type TrackerConfig struct {
 	KeptDir      string
 }
 
-// Tracker is a renter's one record of each of its jobs: the auction's
-// outcome is folded into the record when the auction reports it (lease,
-// unplaceable, cancelled, requeued), and the lease's execution state as the
-// provider reports it. It verifies heartbeats, takes lease events, checks
-// and countersigns receipts, requeues preempted jobs, watches for abandoned
-// leases and persists every record.
+// Tracker is a renter's one record of each of its jobs, and the driver of
+// each job's machine (jobmachine): where a job is (in auction, queued,
+// leased, requeued, over) is the machine's record, changed only by
+// jobmachine.Rules.Step; the tracker feeds it the auction's results, its
+// timers and the providers' reports, and carries out what a step asks
+// (auctions, stops, releases, requeues, saves). Beside it the tracker
+// records its own facts (the auction's call state, telemetry, outputs,
+// evidence, checkpoints, history), and the API's view is built from both.
+// It verifies heartbeats, takes lease events, checks and countersigns
+// receipts, watches for lost and abandoned leases and persists every
+// record.
 type Tracker struct {
 	cfg    TrackerConfig
 	log    *slog.Logger
@@ -209,7 +214,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*jobState{},
-		rules: jobmachine.Rules{QueueBackoff: cfg.QueueBackoff, QueueBackoffMax: cfg.QueueBackoffMax, SettleWait: cfg.SettleWait},
+		rules: jobmachine.Rules{QueueBackoff: cfg.QueueBackoff, QueueBackoffMax: cfg.QueueBackoffMax},
 		mons:  map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
 		archived: map[string]*archived{}, released: map[string]releasedLease{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
 		refusals: map[string]int{}, gangBusy: map[string]bool{}}

@@ -154,7 +154,7 @@ type (
 	Release struct{ Lease auction.Lease }
 	// Requeue: Lease ended in Run (through Fault, its provider saying
 	// Detail) and the job goes back to auction: once the lease settled
-	// (or within the rules' SettleWait), archive it and feed back
+	// (or the driver's wait for it passed), archive it and feed back
 	// Reauctioned.
 	Requeue struct {
 		Lease  auction.Lease

@@ -10,16 +10,15 @@
 //
 // The phases of a job (Record.Phase), and the events that move it on:
 //
-//	(new) ──Posted──► Auctioning ──Awarded──► Awarding ──Confirmed──► Leased ──Reported (ended) / Lost / Evidence──┐
-//	                     ▲  │ NoLease (retry, before its deadline)       │                                              │
-//	                     │  ▼                                            │              requeues (Requeues: budget)     │
-//	                     └─ Queued ──TimerDue past its deadline──► Unplaceable           ┌─────────────────────────────┤
-//	        TimerDue (due) │                                                            ▼                             ▼
-//	                       │                                                       Requeued ──Reauctioned──►    Finished
-//	                       └──────────────── Auctioning ◄──────────────────────────────┘
-//
-//	Leased ──Reported (succeeded)──► Verifying ──Evidence ok──► Finished
-//	                                   └──Evidence not ok──► Requeued or Finished (as a failed run)
+//	(new) ──Posted──► Auctioning ──Awarded──► Awarding ──Confirmed──► Leased
+//	                   ▲  ▲   │ NoLease, to retry                        │
+//	                   │  │   ▼                                          ├─Reported succeeded─► Verifying ──Evidence ok──► Finished
+//	                   │  └─ Queued ──TimerDue past its start deadline──► Unplaceable               │ Evidence not ok
+//	                   │   TimerDue (due):                               │                           ▼
+//	                   │   a new attempt                                 └─Reported otherwise, Lost─► (requeues?)
+//	                   │                                                   within the attempt budget: Requeued
+//	                   └──────────────────Reauctioned─────────────────────────────────────────────── Requeued
+//	                                                                       otherwise: Finished
 //
 //	Cancel: Auctioning, Awarding, Queued ─► Cancelled; a Leased job's
 //	running lease is asked to stop (StopLease) and ends as its provider
@@ -183,9 +182,6 @@ type Rules struct {
 	// QueueBackoff is how long a queued job first waits before it is
 	// offered again, doubling up to QueueBackoffMax.
 	QueueBackoff, QueueBackoffMax time.Duration
-	// SettleWait bounds how long a requeued job waits for its ended
-	// lease's receipt before it goes back to auction.
-	SettleWait time.Duration
 }
 
 // Requeues reports whether job r goes back to auction now that its

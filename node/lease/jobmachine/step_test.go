@@ -13,7 +13,7 @@ import (
 
 var (
 	t0    = time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	rules = Rules{QueueBackoff: time.Second, QueueBackoffMax: 8 * time.Second, SettleWait: 10 * time.Second}
+	rules = Rules{QueueBackoff: time.Second, QueueBackoffMax: 8 * time.Second}
 )
 
 func job() auction.Job {
