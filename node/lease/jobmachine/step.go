@@ -41,7 +41,7 @@ func (s *stepper) step(ev Event) {
 		case Confirmed:
 			if ev.Job.ID != "" {
 				*st = Record{Job: ev.Job, PostedAt: s.now, Phase: Auctioning}
-				s.confirm(ev.Lease)
+				s.confirm(ev.Lease, ev.Job)
 			}
 		case Restarted:
 			if st.Job.ID != "" {
@@ -79,7 +79,7 @@ func (s *stepper) step(ev Event) {
 	case Confirmed:
 		switch {
 		case s.inAuction() || st.Phase == Queued:
-			s.confirm(ev.Lease)
+			s.confirm(ev.Lease, ev.Job)
 		case st.Lease == nil || st.Lease.ID != ev.Lease.ID:
 			s.do(Release{Lease: ev.Lease}) // one lease at a time
 		}
@@ -175,11 +175,15 @@ func (s *stepper) inAuction() bool {
 	return p == Auctioning || p == Awarding
 }
 
-// confirm makes l the job's current lease.
-func (s *stepper) confirm(l auction.Lease) {
+// confirm makes l, a lease of job as its auction leased it (its attempt,
+// the checkpoints it restores), the job's current lease.
+func (s *stepper) confirm(l auction.Lease, job auction.Job) {
 	st := &s.st
 	if l.ID == "" {
 		return
+	}
+	if job.ID == st.Job.ID {
+		st.Job = job
 	}
 	l.State = auction.RunPending
 	st.Phase, st.Lease, st.Run = Leased, &l, auction.RunPending

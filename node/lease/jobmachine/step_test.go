@@ -198,8 +198,11 @@ func TestRequeueWithinTheBudget(t *testing.T) {
 		if st, effs = rules.Step(st, Awarded{LeaseID: id}, t0); !st.Knows(id) || st.Phase != Awarding || len(effs) != 0 {
 			t.Fatalf("award %s not known: %+v", id, st)
 		}
-		st, _ = rules.Step(st, Confirmed{Lease: lease(id), Job: st.Job}, t0)
-		if st.Leases != n || st.Phase != Leased || len(st.Awarded) != 0 {
+		leased := st.Job
+		leased.Attempt = n - 1
+		leased.Restore = []auction.Checkpoint{{LeaseID: fmt.Sprintf("l%d", n-1), Seq: n}}
+		st, _ = rules.Step(st, Confirmed{Lease: lease(id), Job: leased}, t0)
+		if st.Leases != n || st.Phase != Leased || len(st.Awarded) != 0 || !reflect.DeepEqual(st.Job, leased) {
 			t.Fatalf("confirm %d: %+v", n, st)
 		}
 		st, effs = rules.Step(st, Reported{LeaseID: id, Run: auction.RunFailed, Fault: auction.FaultProvider, Detail: "gpu fell off"}, t0)
