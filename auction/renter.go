@@ -92,7 +92,9 @@ const (
 	JobUnplaceable JobState = "unplaceable"
 	// JobQueued: no bid could be turned into a lease yet; the job waits on
 	// its renter's daemon to be offered again when capacity may have
-	// changed, until its start deadline (its last reason says why).
+	// changed, until its start deadline (its last reason says why). The
+	// renter's job machine (node/lease/jobmachine) keeps it; an auction's
+	// own status never is.
 	JobQueued    JobState = "queued"
 	JobCancelled JobState = "cancelled"
 	JobFailed    JobState = "failed"
@@ -199,6 +201,13 @@ type Listener interface {
 	// room now for jobs of ours it turned away): whoever queues jobs
 	// offers them again.
 	OnCapacity(CapacityNotice)
+}
+
+// AwardListener is a Listener that is also told of each award as it is
+// sent (the lease its provider books once it confirms): the provider may
+// report on the lease before its confirmation is back.
+type AwardListener interface {
+	OnAward(Lease)
 }
 
 // Releaser gives back a lease a provider confirmed that the renter does not
@@ -1438,6 +1447,9 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string, gan
 	if err != nil {
 		return lease, "encode award: " + err.Error()
 	}
+	if al, ok := r.cfg.Listener.(AwardListener); ok {
+		al.OnAward(lease)
+	}
 	actx, cancel := context.WithTimeout(ctx, r.cfg.ConfirmTimeout)
 	defer cancel()
 	reply, err := r.cfg.Transport.SendAward(actx, to, data)
@@ -1709,7 +1721,9 @@ func (r *Renter) List() []JobStatus {
 }
 
 // Cancel stops a job's auction while it is still bidding or awarding (Post
-// then returns ErrCancelled) or while it is queued. A leased job is the runtime's to cancel.
+// then returns ErrCancelled). A leased job is the runtime's to cancel, a
+// queued one its renter's (the auction keeps no queue: it runs one call
+// at a time for a job, each ending leased or not).
 func (r *Renter) Cancel(id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -1717,60 +1731,13 @@ func (r *Renter) Cancel(id string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
 	}
-	if rj.status.State != JobBidding && rj.status.State != JobAwarding && rj.status.State != JobQueued {
+	if rj.status.State != JobBidding && rj.status.State != JobAwarding {
 		return fmt.Errorf("auction: job %s is %s, not in auction", id, rj.status.State)
 	}
-	queued := rj.status.State == JobQueued
 	rj.open = false
 	rj.status.State = JobCancelled
 	rj.status.Reasons = append(rj.status.Reasons, "cancelled")
-	if !queued {
-		close(rj.cancel)
-	}
-	return nil
-}
-
-// Queue marks a job whose auction ended unplaceable as queued for another
-// offer (see JobQueued), with why; Post offers it again.
-func (r *Renter) Queue(id, why string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rj, ok := r.jobs[id]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
-	}
-	if rj.status.State != JobUnplaceable {
-		return fmt.Errorf("auction: job %s is %s, not unplaceable", id, rj.status.State)
-	}
-	rj.status.State = JobQueued
-	// One line says why, however often the job was offered: it replaces
-	// the auction's own reason and the previous offer's.
-	rs := rj.status.Reasons
-	if n := len(rs); n > 0 && rs[n-1] == why {
-		rs = rs[:n-1]
-	}
-	if n := len(rs); n > 0 && strings.HasPrefix(rs[n-1], queuedPrefix) {
-		rs = rs[:n-1]
-	}
-	rj.status.Reasons = append(rs, fmt.Sprintf("%s%s (offered %d times)", queuedPrefix, why, rj.status.Offers))
-	return nil
-}
-
-const queuedPrefix = "queued: "
-
-// GiveUp ends a queued job's wait: it becomes unplaceable, with why.
-func (r *Renter) GiveUp(id, why string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rj, ok := r.jobs[id]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
-	}
-	if rj.status.State != JobQueued {
-		return fmt.Errorf("auction: job %s is %s, not queued", id, rj.status.State)
-	}
-	rj.status.State = JobUnplaceable
-	rj.status.Reasons = append(rj.status.Reasons, why)
+	close(rj.cancel)
 	return nil
 }
 

@@ -92,7 +92,7 @@ func (t *Tracker) HandleCheckpoint(ctx context.Context, from peer.ID, data []byt
 // that lease's provider, newer than the lease's last one, within the size
 // cap and claim no more work than the job could have done. dup reports a
 // checkpoint already held.
-func checkpointFits(v *api.JobView, c auction.Checkpoint, from peer.ID, now time.Time) (dup bool, err error) {
+func checkpointFits(v *jobState, c auction.Checkpoint, from peer.ID, now time.Time) (dup bool, err error) {
 	if v == nil || v.Lease == nil || v.Lease.ID != c.LeaseID || v.Lease.Provider != from.String() || c.Provider != from.String() {
 		return false, fmt.Errorf("no lease %q from %s", c.LeaseID, from)
 	}
@@ -149,7 +149,7 @@ func (t *Tracker) keepPin(id string, unpin func()) {
 // the same one.
 func (t *Tracker) unpinCheckpoint(id string) {
 	for _, v := range t.jobs {
-		if !v.State.Live() {
+		if !v.Live() {
 			continue // it will not restore anything again
 		}
 		for _, k := range v.Checkpoints {
@@ -174,7 +174,7 @@ func (t *Tracker) releaseCheckpoints(jobID string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	v := t.jobs[jobID]
-	if v == nil || v.State.Live() {
+	if v == nil || v.Live() {
 		return
 	}
 	for _, k := range v.Checkpoints {
@@ -183,8 +183,8 @@ func (t *Tracker) releaseCheckpoints(jobID string) {
 }
 
 // repinCheckpoints pins the checkpoints a job keeps (after a restart).
-func (t *Tracker) repinCheckpoints(v *api.JobView) {
-	if !v.State.Live() || t.cfg.Checkpoints == nil {
+func (t *Tracker) repinCheckpoints(v *jobState) {
+	if !v.Live() || t.cfg.Checkpoints == nil {
 		return // no attempt will restore them
 	}
 	for _, k := range v.Checkpoints {
@@ -219,8 +219,8 @@ func restoredOf(job auction.Job, id string) *auction.Checkpoint {
 
 // leaseCheckpoint is the newest checkpoint a job keeps of lease leaseID
 // (nil for none).
-func leaseCheckpoint(v *api.JobView, leaseID string) *auction.Checkpoint {
-	for _, k := range v.Checkpoints {
+func leaseCheckpoint(held []auction.Checkpoint, leaseID string) *auction.Checkpoint {
+	for _, k := range held {
 		if k.LeaseID == leaseID {
 			kk := k
 			return &kk
@@ -233,7 +233,7 @@ func leaseCheckpoint(v *api.JobView, leaseID string) *auction.Checkpoint {
 // renter holds ("" when it holds none of that lease).
 func checkReceiptCheckpoint(v *api.JobView, r attest.Receipt) error {
 	want := ""
-	if k := leaseCheckpoint(v, r.LeaseID); k != nil {
+	if k := leaseCheckpoint(v.Checkpoints, r.LeaseID); k != nil {
 		want = k.Artifact
 	}
 	if r.Checkpoint != want {
@@ -277,7 +277,7 @@ func (t *Tracker) chargeCheckpoint(jobID string, n int64) error {
 		b = &byteBucket{tokens: capacity, last: now}
 		t.ckQuota[jobID] = b
 		for id := range t.ckQuota { // forget jobs that take no more checkpoints
-			if v := t.jobs[id]; v == nil || !v.State.Live() {
+			if v := t.jobs[id]; v == nil || !v.Live() {
 				delete(t.ckQuota, id)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -56,7 +57,7 @@ func (t *Tracker) checkEvidence(jobID string, l auction.Lease) <-chan struct{} {
 		return ch
 	}
 	digest, size := v.LogDigest, v.LogBytes
-	want, noPersist := keepWantOf(*v), v.Job.NoPersist
+	want, noPersist := keepWantOf(v.view()), v.Job.NoPersist
 	started := t.spawnLocked(func() {
 		defer close(ch)
 		var err error
@@ -79,6 +80,7 @@ func (t *Tracker) checkEvidence(jobID string, l auction.Lease) <-chan struct{} {
 			t.mu.Lock()
 			if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == l.ID {
 				v.Evidence = fmt.Sprintf("%s (%d bytes)", evidenceVerified, size)
+				t.stepLocked(v, jobmachine.Evidence{LeaseID: l.ID, OK: true})
 			}
 			t.mu.Unlock()
 			t.save(jobID)
@@ -145,15 +147,7 @@ func (t *Tracker) noEvidence(jobID string, l auction.Lease, why error) {
 		return
 	}
 	v.Evidence = detail
-	setRun(v, auction.RunFailed)
-	v.Fault, v.Detail = auction.FaultProvider, detail
-	again, budget := requeuesLocked(v, auction.RunFailed, auction.FaultProvider)
-	if !again {
-		v.Detail = joinDetail(v.Detail, budget)
-		v.State = auction.JobFinished
-	} else {
-		v.State = auction.JobLeased
-	}
+	_, again := has[jobmachine.Requeue](t.stepLocked(v, jobmachine.Evidence{LeaseID: l.ID, Why: why.Error()}))
 	t.mu.Unlock()
 	t.cfg.Counters.Add("renter.no_evidence")
 	t.log.Warn("succeeded run not accepted", "job", jobID, "lease", l.ID, "provider", l.Provider, "why", why, "requeue", again)

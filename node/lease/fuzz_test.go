@@ -10,7 +10,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
 
@@ -159,7 +159,7 @@ func FuzzCheckpointNotice(f *testing.F) {
 			return
 		}
 		lease := l
-		v := &api.JobView{JobStatus: auction.JobStatus{Job: job, Lease: &lease}, Run: auction.RunRunning, Checkpoints: []auction.Checkpoint{held}}
+		v := &jobState{Record: jobmachine.Record{Job: job, Lease: &lease, Run: auction.RunRunning}, jobFacts: jobFacts{Checkpoints: []auction.Checkpoint{held}}}
 		dup, err := checkpointFits(v, c, prov.ID(), fuzzNow)
 		if err != nil {
 			oneLine(t, err)

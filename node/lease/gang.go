@@ -11,6 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -140,7 +141,7 @@ func (t *Tracker) requeueGang(jobID, key string, size int, lease auction.Lease, 
 			if v == nil || v.Lease == nil {
 				continue
 			}
-			if !v.Run.Terminal() || (v.Receipt == nil && !t.lostUnreportedLocked(v.Lease.ID) && !neverRan(*v, v.Lease.ID)) {
+			if !v.Run.Terminal() || (v.Receipt == nil && !t.lostUnreportedLocked(v.Lease.ID) && !neverRan(v.Lease, v.Run, v.Started, v.Lease.ID)) {
 				return false
 			}
 		}
@@ -233,11 +234,15 @@ func (t *Tracker) stopMember(l auction.Lease, gang bool) {
 func (t *Tracker) endMembers(id string) {
 	t.mu.Lock()
 	var over []string
-	if v := t.jobs[id]; v != nil && v.Job.Nodes > 1 && !v.State.Live() {
+	if v := t.jobs[id]; v != nil && v.Job.Nodes > 1 && !v.Live() {
+		as := v.Phase
+		if !as.Final() {
+			as = jobmachine.Finished // its evidence checked yet
+		}
 		for rank := 1; rank < v.Job.Nodes; rank++ {
 			k := gangKey(id, rank)
-			if m := t.jobs[k]; m != nil && m.State.Live() && (m.Lease == nil || m.Run.Terminal()) {
-				m.State = v.State
+			if m := t.jobs[k]; m != nil && m.Live() && (m.Lease == nil || m.Run.Terminal()) {
+				t.stepLocked(m, jobmachine.Closed{As: as})
 				over = append(over, k)
 			}
 		}

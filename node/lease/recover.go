@@ -10,6 +10,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -45,11 +46,15 @@ type archived struct {
 	lost, reported, reloaded bool
 }
 
-// jobRecord is a job as the tracker persists it: its view, and its
+// jobRecord is a job as the tracker persists it: its state, and its
 // earlier leases that may still settle late (archived), so that a renter
 // that restarts still takes their providers' late reports and receipts.
 type jobRecord struct {
-	api.JobView
+	jobState
+	// State is the job's state as the API shows it: stored for whoever
+	// reads a record as a job view, and read from a record stored before
+	// the machine's phase was (jobmachine.Restarted).
+	State     auction.JobState `json:"state"`
 	Unsettled []unsettledLease `json:"unsettled,omitempty"`
 	// Released are the job's leases the renter released (released.go).
 	Released []releasedLease `json:"released,omitempty"`
@@ -120,7 +125,7 @@ func handBack(l auction.Lease, run auction.RunState, detail string) bool {
 
 // handBacksLocked counts the earlier leases of v's job that provider
 // handed back. t.mu is held.
-func handBacksLocked(v *api.JobView, provider string) int {
+func handBacksLocked(v *jobState, provider string) int {
 	n := 0
 	for _, h := range v.History {
 		if h.Lease.Provider == provider && handBack(h.Lease, h.Run, h.Detail) {
@@ -128,34 +133,6 @@ func handBacksLocked(v *api.JobView, provider string) int {
 		}
 	}
 	return n
-}
-
-// requeuesLocked reports whether the job of v goes back to auction now
-// that its current lease ended in run through fault (Job.Requeues, within
-// its attempt budget); when a run that would requeue does not, why not.
-// t.mu is held.
-func requeuesLocked(v *api.JobView, run auction.RunState, fault auction.Fault) (bool, string) {
-	switch {
-	case !run.Requeues(fault):
-		return false, ""
-	case !v.Job.Requeues(run, fault):
-		return false, "a service replica: its service replaces it"
-	}
-	if spent, why := budgetSpentLocked(v); spent {
-		return false, why
-	}
-	return true, ""
-}
-
-// budgetSpentLocked reports whether the job's current lease is its last
-// allowed attempt (the leases in its history and the current one against
-// Job.Attempts), and a detail saying so. t.mu is held.
-func budgetSpentLocked(v *api.JobView) (bool, string) {
-	used, budget := len(v.History)+1, v.Job.Attempts()
-	if used < budget {
-		return false, ""
-	}
-	return true, fmt.Sprintf("attempt budget spent (%d of %d attempts used): the job is not run again", used, budget)
 }
 
 // guard calls the lease l of job lost when, from the lease's start, its
@@ -237,7 +214,7 @@ func (t *Tracker) lose(jobID string, l auction.Lease, detail string, abandoned b
 	}
 	// What the provider may still settle: its run as last seen, observed
 	// up to its last heartbeat.
-	snap := *v
+	snap := v.view()
 	snap.History = nil
 	snap.ObservedEnd = last
 	// The heartbeats seen up to the loss: what the provider's late report
@@ -245,16 +222,8 @@ func (t *Tracker) lose(jobID string, l auction.Lease, detail string, abandoned b
 	sum := mon.Summary(last)
 	snap.Heartbeats = &sum
 	t.keepArchivedLocked(jobID, snap, true)
-	setRun(v, auction.RunFailed)
-	v.Fault, v.Detail, v.ObservedEnd = auction.FaultProvider, detail, last
-	if v.Ended.IsZero() {
-		v.Ended = last
-	}
-	again, why := requeuesLocked(v, auction.RunFailed, auction.FaultProvider)
-	if !again {
-		v.Detail = joinDetail(v.Detail, why)
-		v.State = auction.JobFinished
-	}
+	v.ObservedEnd = last
+	_, again := has[jobmachine.Requeue](t.stepLocked(v, jobmachine.Lost{LeaseID: l.ID, Detail: detail, At: last}))
 	started := v.Started
 	t.mu.Unlock()
 	t.cfg.Counters.Add("renter.lease_lost")
@@ -380,7 +349,7 @@ func (t *Tracker) lostEvent(from peer.ID, ev wire.LeaseEvent, a *archived) ([]by
 
 // historyRecordLocked is the job's archived attempt on lease id (nil if
 // none). t.mu is held.
-func historyRecordLocked(v *api.JobView, id string) *api.LeaseRecord {
+func historyRecordLocked(v *jobState, id string) *api.LeaseRecord {
 	for i := range v.History {
 		if v.History[i].Lease.ID == id {
 			return &v.History[i]
@@ -409,8 +378,7 @@ func (t *Tracker) settledArchived(r attest.Receipt) bool {
 		rec.CostUSD, rec.Receipt = r.Amount, true
 	} else if v.Lease != nil && v.Lease.ID == r.LeaseID {
 		// Lost on its last attempt: the lease is still the job's.
-		rc := r
-		v.Receipt = &rc
+		t.stepLocked(v, jobmachine.ReceiptRecorded{Receipt: r})
 	}
 	return true
 }

@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -141,20 +143,28 @@ type TrackerConfig struct {
 	KeptDir  string
 }
 
-// Tracker is a renter's one record of each of its jobs: the auction's
-// outcome is folded into the record when the auction reports it (lease,
-// unplaceable, cancelled, requeued), and the lease's execution state as the
-// provider reports it. It verifies heartbeats, takes lease events, checks
-// and countersigns receipts, requeues preempted jobs, watches for abandoned
-// leases and persists every record.
+// Tracker is a renter's one record of each of its jobs, and the driver of
+// each job's machine (jobmachine): where a job is (in auction, queued,
+// leased, requeued, over) is the machine's record, changed only by
+// jobmachine.Rules.Step; the tracker feeds it the auction's results, its
+// timers and the providers' reports, and carries out what a step asks
+// (auctions, stops, releases, requeues, saves). Beside it the tracker
+// records its own facts (the auction's call state, telemetry, outputs,
+// evidence, checkpoints, history), and the API's view is built from both.
+// It verifies heartbeats, takes lease events, checks and countersigns
+// receipts, watches for lost and abandoned leases and persists every
+// record.
 type Tracker struct {
 	cfg    TrackerConfig
 	log    *slog.Logger
 	ctx    context.Context
 	renter *auction.Renter
 
-	mu      sync.Mutex
-	jobs    map[string]*api.JobView
+	mu sync.Mutex
+	// jobs holds each job's state (its machine's record and the
+	// tracker's facts): the one owner of where a job is.
+	jobs    map[string]*jobState
+	rules   jobmachine.Rules
 	mons    map[string]*attest.HeartbeatMonitor
 	byLease map[string]string        // lease id → job id
 	changed broadcast                // at each change of a job's record (save)
@@ -226,8 +236,9 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*api.JobView{},
-		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
+	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*jobState{},
+		rules: jobmachine.Rules{QueueBackoff: cfg.QueueBackoff, QueueBackoffMax: cfg.QueueBackoffMax},
+		mons:  map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
 		archived: map[string]*archived{}, released: map[string]releasedLease{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
 		refusals: map[string]int{}, gangBusy: map[string]bool{}}
 	var err error
@@ -246,8 +257,8 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, job := range queued {
-		t.queue(job, false)
+	for _, id := range queued {
+		t.queue(id)
 	}
 	return t, nil
 }
@@ -270,6 +281,7 @@ func (l auctionListener) OnUnplaceable(job auction.Job, reason string) {
 	l.t.onUnplaceable(job, reason)
 }
 func (l auctionListener) OnCapacity(n auction.CapacityNotice) { l.t.onCapacity(n) }
+func (l auctionListener) OnAward(le auction.Lease)            { l.t.onAward(le) }
 func (l auctionListener) Release(le auction.Lease)            { l.t.release(le) }
 
 // Auction is the renter's auction state machine (bid handling, counters).
@@ -361,120 +373,157 @@ func (t *Tracker) PostChecked(job auction.Job, check func(*auction.Job) error) (
 		t.mu.Unlock()
 		return api.JobView{}, badRequest("job id %s already used", job.ID)
 	}
-	t.jobs[job.ID] = &api.JobView{JobStatus: auction.JobStatus{Job: job, State: auction.JobBidding, PostedAt: t.now()}}
+	s := &jobState{}
+	t.stepLocked(s, jobmachine.Posted{Job: job}) // its auction starts here
+	t.jobs[job.ID] = s
 	t.mu.Unlock()
-	if queued, raced := t.offer(job); queued {
-		t.queue(job, raced)
+	if t.offer(job) {
+		t.queue(job.ID)
 	}
 	return t.View(job.ID)
 }
 
-// offer runs one auction for job, persisting the job first (a renter that
-// restarts mid-auction queues it again). It reports whether the job is
+// offer runs one auction for job (the machine's StartAuction), persisting
+// the job first (a renter that restarts mid-auction queues it again), and
+// feeds its end back to the machine. It reports whether the job is
 // queued: no bid became a lease and its start deadline has not passed.
-func (t *Tracker) offer(job auction.Job) (queued, raced bool) {
-	t.mu.Lock()
-	if v := t.jobs[job.ID]; v != nil {
-		v.Job, v.State = job, auction.JobBidding
-	}
-	t.mu.Unlock()
+func (t *Tracker) offer(job auction.Job) (queued bool) {
 	t.save(job.ID)
 	ctx, cancel := context.WithTimeout(t.ctx, 2*job.BidWindow+2*time.Minute)
 	defer cancel()
 	_, err := t.renter.Post(ctx, job)
 	if err == nil {
-		return false, false
+		return false // leased (onLease)
 	}
-	raced = errors.Is(err, auction.ErrRaced)
 	t.log.Debug("auction ended without a lease", "job", job.ID, "err", err)
-	if errors.Is(err, auction.ErrUnplaceable) && t.ctx.Err() == nil {
-		reason := "no lease"
-		if st, ok := t.renter.Status(job.ID); ok && len(st.Reasons) > 0 {
-			reason = st.Reasons[len(st.Reasons)-1]
+	return t.noLease(job.ID, err)
+}
+
+// noLease feeds an auction that ended without a lease (err) to the job's
+// machine: a job no acceptable bid took now is queued (its reasons say so)
+// and offered again, unless the machine gives it up; it reports whether
+// the job is queued.
+func (t *Tracker) noLease(id string, err error) bool {
+	ev := jobmachine.NoLease{Reason: err.Error(), Raced: errors.Is(err, auction.ErrRaced)}
+	st, known := t.renter.Status(id)
+	switch {
+	case !known:
+		ev.As = jobmachine.Failed // refused before its auction began (e.g. an invalid job)
+	case errors.Is(err, auction.ErrUnplaceable) && t.ctx.Err() == nil:
+		ev.Reason = "no lease"
+		if len(st.Reasons) > 0 {
+			ev.Reason = st.Reasons[len(st.Reasons)-1]
 		}
-		queued = t.renter.Queue(job.ID, reason) == nil
-		if queued && !t.beforeDeadline(job) {
-			t.giveUp(job.ID, "start deadline passed while queued")
-			return false, false
+		ev.Retry, ev.Offers = true, st.Offers
+	default:
+		ev.As = finalPhase(st.State)
+		ev.Reason = ""
+	}
+	t.fold(id)
+	t.mu.Lock()
+	var effs []jobmachine.Effect
+	queued := false
+	if s := t.jobs[id]; s != nil {
+		awarded := s.Awarded
+		effs = t.stepLocked(s, ev)
+		t.forgetAwardsLocked(id, awarded, s)
+		queued = s.Phase == jobmachine.Queued
+	}
+	t.mu.Unlock()
+	t.carryOut(id, effs)
+	t.save(id)
+	return queued
+}
+
+// finalPhase is the phase of a job whose auction ended in st without a
+// lease, not to be offered again.
+func finalPhase(st auction.JobState) jobmachine.Phase {
+	switch st {
+	case auction.JobCancelled:
+		return jobmachine.Cancelled
+	case auction.JobFailed:
+		return jobmachine.Failed
+	case auction.JobLeased, auction.JobFinished:
+		// The auction did not run again (nothing left to run): the
+		// lease before was the job's last.
+		return jobmachine.Finished
+	}
+	return jobmachine.Unplaceable
+}
+
+// carryOut does the effects of a job's step that need no more than the
+// job's id (the others are the caller's): giving up a queued job.
+func (t *Tracker) carryOut(id string, effs []jobmachine.Effect) {
+	for _, e := range effs {
+		if g, ok := e.(jobmachine.GiveUp); ok {
+			t.gaveUp(id, g.Reason)
 		}
 	}
-	if _, known := t.renter.Status(job.ID); !known {
-		// Refused before its auction began (e.g. an invalid job).
-		t.mu.Lock()
-		if v := t.jobs[job.ID]; v != nil {
-			v.State = auction.JobFailed
-			v.Reasons = append(v.Reasons, err.Error())
-		}
-		t.mu.Unlock()
-	}
-	t.fold(job.ID)
-	t.save(job.ID)
-	return queued, raced && queued
 }
 
 func (t *Tracker) beforeDeadline(job auction.Job) bool {
 	return job.Deadline.IsZero() || t.now().Before(job.Deadline)
 }
 
-// queue offers a queued job again, with backoff (QueueBackoff doubling to
-// QueueBackoffMax) or at once when woken (a capacity notice) or when its
-// last auction only lost a race among this renter's own auctions
-// (raced, auction.ErrRaced), until it is leased, cancelled or its start
-// deadline passes. Offers at once still take their turn at ReofferRate.
-func (t *Tracker) queue(job auction.Job, raced bool) {
+// queue drives a queued job's wait: it sleeps until the machine's timer
+// (the next offer, QueueBackoff doubling to QueueBackoffMax, at once
+// after a lost race or a capacity notice, or the start deadline) and
+// feeds it TimerDue, running the auction the machine starts, until the
+// job is leased, cancelled or given up. Offers take their turn at
+// ReofferRate.
+func (t *Tracker) queue(id string) {
 	wake := make(chan struct{}, 1)
 	t.mu.Lock()
-	t.wake[job.ID] = wake
+	t.wake[id] = wake
 	t.mu.Unlock()
 	t.cfg.Counters.Add("renter.job_queued")
 	t.spawn(func() {
 		defer func() {
 			t.mu.Lock()
-			if t.wake[job.ID] == wake {
-				delete(t.wake, job.ID)
+			if t.wake[id] == wake {
+				delete(t.wake, id)
 			}
 			t.mu.Unlock()
 		}()
-		backoff := t.cfg.QueueBackoff
 		for {
-			wait := backoff
-			if raced {
-				wait = 0
+			t.mu.Lock()
+			s := t.jobs[id]
+			if s == nil || s.Phase != jobmachine.Queued {
+				t.mu.Unlock()
+				return // leased meanwhile, cancelled or given up
 			}
-			if !job.Deadline.IsZero() {
-				wait = min(wait, max(job.Deadline.Sub(t.now()), 0))
+			at := s.Due
+			if d := s.Job.Deadline; !d.IsZero() && d.Before(at) {
+				at = d
 			}
-			timer := time.NewTimer(wait)
+			t.mu.Unlock()
+			timer := time.NewTimer(max(at.Sub(t.now()), 0))
 			select {
 			case <-t.ctx.Done():
 				timer.Stop()
 				return
 			case <-wake:
 				timer.Stop()
+				continue // woken: look at the timer again
 			case <-timer.C:
-			}
-			if v, err := t.View(job.ID); err != nil || v.State != auction.JobQueued {
-				return // leased meanwhile, or cancelled
-			}
-			if !t.beforeDeadline(job) {
-				t.giveUp(job.ID, "start deadline passed while queued")
-				return
 			}
 			if !t.reofferTurn() {
 				return
 			}
-			if v, err := t.View(job.ID); err != nil || v.State != auction.JobQueued {
-				return
+			t.mu.Lock()
+			var effs []jobmachine.Effect
+			if s := t.jobs[id]; s != nil {
+				effs = t.stepLocked(s, jobmachine.TimerDue{})
 			}
-			// A new attempt: providers answer each call once.
-			job.Attempt++
+			t.mu.Unlock()
+			t.carryOut(id, effs)
+			start, ok := has[jobmachine.StartAuction](effs)
+			if !ok {
+				continue // early (woken, or its deadline first), or over
+			}
 			t.cfg.Counters.Add("renter.job_reoffered")
-			var queued bool
-			if queued, raced = t.offer(job); !queued {
+			if !t.offer(start.Job) {
 				return
-			}
-			if !raced {
-				backoff = min(2*backoff, t.cfg.QueueBackoffMax)
 			}
 		}
 	})
@@ -503,19 +552,9 @@ func (t *Tracker) reofferTurn() bool {
 	return true
 }
 
-// giveUp ends a queued job's wait: it is unplaceable.
-func (t *Tracker) giveUp(id, why string) {
-	if err := t.renter.GiveUp(id, why); err == nil {
-		t.fold(id)
-	} else {
-		// Queued before a restart: the auction never knew it.
-		t.mu.Lock()
-		if v := t.jobs[id]; v != nil && v.State == auction.JobQueued {
-			v.State = auction.JobUnplaceable
-			v.Reasons = append(v.Reasons, why)
-		}
-		t.mu.Unlock()
-	}
+// gaveUp carries out the machine's giving up of a queued job (its start
+// deadline passed).
+func (t *Tracker) gaveUp(id, why string) {
 	t.log.Info("job unplaceable", "job", id, "reason", why)
 	t.observeAuction(id, OutcomeUnplaceable)
 	t.save(id)
@@ -529,9 +568,10 @@ func (t *Tracker) onCapacity(n auction.CapacityNotice) {
 	t.mu.Lock()
 	for _, id := range n.Jobs {
 		w, v := t.wake[id], t.jobs[id]
-		if w == nil || v == nil || v.State != auction.JobQueued || v.Job.BilledGPUs() > free || v.Job.Excludes(n.Provider) {
+		if w == nil || v == nil || v.Phase != jobmachine.Queued || v.Job.BilledGPUs() > free || v.Job.Excludes(n.Provider) {
 			continue
 		}
+		t.stepLocked(v, jobmachine.Wake{})
 		select {
 		case w <- struct{}{}:
 		default:
@@ -557,9 +597,8 @@ func defaultStartWindow(tier auction.Tier) time.Duration {
 	return 24 * time.Hour
 }
 
-// fold copies the auction's status of a job into its record. The current
-// lease is the record's own (it is cleared while a preempted job is
-// requeued).
+// fold copies the auction's call state of a job into its record
+// (jobState.fold).
 func (t *Tracker) fold(id string) {
 	st, ok := t.renter.Status(id)
 	if !ok {
@@ -567,17 +606,37 @@ func (t *Tracker) fold(id string) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	v := t.jobs[id]
-	if v == nil {
-		v = &api.JobView{}
-		t.jobs[id] = v
+	if v := t.jobs[id]; v != nil {
+		t.foldLocked(v, st)
 	}
-	keep := v.Lease
-	v.JobStatus = st
-	v.Lease = keep
-	if keep != nil {
-		v.Winner = keep.Provider
+}
+
+// forgetAwardsLocked drops the leases job key's auction awarded that the
+// job no longer knows (awarded before its step to s): their providers'
+// reports are no longer its. t.mu is held.
+func (t *Tracker) forgetAwardsLocked(key string, awarded []string, s *jobState) {
+	for _, id := range awarded {
+		if !s.Knows(id) && t.byLease[id] == key && t.mons[id] == nil {
+			delete(t.byLease, id)
+		}
 	}
+}
+
+// onAward takes an award the job's auction is sending: the lease is the
+// job's from now on, so that its provider, which runs it as soon as it
+// confirms, is never told it is unknown (a heartbeat answered Unknown
+// three times cancels it) while the confirmation makes its way back.
+func (t *Tracker) onAward(l auction.Lease) {
+	key := leaseKey(l)
+	t.mu.Lock()
+	if v := t.jobs[key]; v != nil {
+		t.stepLocked(v, jobmachine.Awarded{LeaseID: l.ID})
+		if v.Knows(l.ID) {
+			t.byLease[l.ID] = key
+		}
+	}
+	t.changed.notify()
+	t.mu.Unlock()
 }
 
 // onLease records a confirmed lease for one of our jobs (a gang's member
@@ -588,20 +647,24 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	t.mu.Lock()
 	v := t.jobs[key]
 	if v == nil {
-		v = &api.JobView{}
+		v = &jobState{}
 		t.jobs[key] = v
 	}
-	if key != job.ID {
-		// A member's record: the gang's job, its own lease.
-		v.Job, v.State, v.PostedAt, v.Winner = job, auction.JobLeased, t.now(), l.Provider
+	awarded := v.Awarded
+	effs := t.stepLocked(v, jobmachine.Confirmed{Lease: l, Job: job})
+	t.forgetAwardsLocked(key, awarded, v)
+	if r, ok := has[jobmachine.Release](effs); ok {
+		// The job cannot use it (cancelled while it was awarded).
+		t.mu.Unlock()
+		t.log.Info("lease confirmed for a job that ended: released", "job", job.ID, "lease", l.ID, "phase", v.Phase)
+		t.release(r.Lease)
+		return
 	}
-	v.Lease = &l
-	v.Run = auction.RunPending
-	v.Started, v.Ended, v.ExitCode, v.Detail, v.Receipt, v.Heartbeats, v.LastTelemetry, v.Outputs =
-		time.Time{}, time.Time{}, nil, "", nil, nil, nil, nil
+	v.Winner = l.Provider
+	v.Heartbeats, v.LastTelemetry, v.Outputs = nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
 	v.LogDigest, v.LogBytes, v.Evidence, v.Kept, v.Dispute = "", 0, "", "", ""
-	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
+	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	v.ProviderClock = attest.ClockOffset{}
 	v.Restored = nil
 	t.mons[l.ID] = mon
@@ -614,25 +677,16 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	}
 	t.log.Info("job leased", "job", job.ID, "lease", l.ID, "provider", l.Provider, "price", l.Price, "attempt", job.Attempt, "record", key)
 	t.save(key)
-	t.watch(key, l, time.Time{})
-	t.guard(key, l, time.Time{})
+	if w, ok := has[jobmachine.Watch](effs); ok {
+		t.watch(key, w.Lease, time.Time{})
+		t.guard(key, w.Lease, time.Time{})
+	}
 }
 
 // onUnplaceable only logs: whoever posted the job folds the outcome once
 // it decided whether the job is queued.
 func (t *Tracker) onUnplaceable(job auction.Job, reason string) {
 	t.log.Info("auction without a lease", "job", job.ID, "attempt", job.Attempt, "reason", reason)
-}
-
-// setRun records the current lease's run state (the lease's own state
-// follows it once the job runs).
-func setRun(v *api.JobView, run auction.RunState) {
-	v.Run = run
-	if v.Lease != nil && (run == auction.RunRunning || run.Terminal()) {
-		l := *v.Lease
-		l.State = run
-		v.Lease = &l
-	}
 }
 
 // watch marks a lease abandoned, and slashes its provider, when the
@@ -734,12 +788,14 @@ func (t *Tracker) saveOne(id string) bool {
 	mu := &t.saveMu[stripe(id, len(t.saveMu))]
 	mu.Lock()
 	defer mu.Unlock()
-	v, err := t.view(id, false)
-	if err != nil {
+	t.mu.Lock()
+	s := t.jobs[id]
+	if s == nil {
+		t.mu.Unlock()
 		return false
 	}
-	t.mu.Lock()
-	rec := jobRecord{JobView: v, Unsettled: t.unsettledLocked(id), Released: t.releasedOfLocked(id)}
+	v := s.view()
+	rec := jobRecord{jobState: *s, State: v.State, Unsettled: t.unsettledLocked(id), Released: t.releasedOfLocked(id)}
 	t.mu.Unlock()
 	if err := t.cfg.Store.Put(id, rec); err != nil {
 		t.log.Error("persist job", "job", id, "err", err)
@@ -764,32 +820,30 @@ func stripe(id string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// load restores the jobs after a restart and returns those to queue again:
-// jobs in auction or queued when the renter stopped.
-func (t *Tracker) load() ([]auction.Job, error) {
-	var queued []auction.Job
+// load restores the jobs after a restart and returns those to queue again
+// (the machine queues a job that was in auction or queued when the renter
+// stopped).
+func (t *Tracker) load() ([]string, error) {
+	var queued []string
 	err := t.cfg.Store.List(func(id string, raw []byte) error {
 		var rec jobRecord
 		if err := json.Unmarshal(raw, &rec); err != nil {
 			t.log.Warn("unreadable job record", "job", id, "err", err)
 			return nil
 		}
-		v := rec.JobView
+		v := rec.jobState
 		t.reloadUnsettled(id, rec.Unsettled)
 		t.reloadReleased(rec.Released)
-		switch {
-		case isMemberKey(id):
+		leases := len(v.History)
+		if v.Lease != nil {
+			leases++
+		}
+		effs := t.stepLocked(&v, jobmachine.Restarted{State: rec.State, Leases: leases,
+			Unverified: !strings.HasPrefix(v.Evidence, evidenceVerified)})
+		if v.Phase == jobmachine.Queued && !isMemberKey(id) {
 			// A gang member's record: its gang's own record is queued
 			// again, never the member alone.
-		case v.State == auction.JobBidding || v.State == auction.JobAwarding || v.State == auction.JobQueued:
-			if v.State != auction.JobQueued {
-				v.Reasons = append(v.Reasons, "queued: renter daemon restarted during the auction")
-			}
-			v.State = auction.JobQueued
-			queued = append(queued, v.Job)
-		case v.State == auction.JobLeased && v.Lease != nil && v.Run.Terminal() && !v.Job.Requeues(v.Run, v.Fault):
-			// A record written before JobFinished existed.
-			v.State = auction.JobFinished
+			queued = append(queued, id)
 		}
 		t.jobs[id] = &v
 		t.repinCheckpoints(&v)
@@ -798,10 +852,10 @@ func (t *Tracker) load() ([]auction.Job, error) {
 			// receipt again, and watch for its abandonment again.
 			t.mons[v.Lease.ID] = t.monitorFrom(*v.Lease, t.now())
 			t.byLease[v.Lease.ID] = id
-			if !v.Run.Terminal() {
-				t.watch(id, *v.Lease, t.now())
-				t.guard(id, *v.Lease, t.now())
-			}
+		}
+		if w, ok := has[jobmachine.Watch](effs); ok {
+			t.watch(id, w.Lease, t.now())
+			t.guard(id, w.Lease, t.now())
 		}
 		return nil
 	})
@@ -821,13 +875,12 @@ func (t *Tracker) view(id string, gang bool) (api.JobView, error) {
 	if !ok {
 		return api.JobView{}, notFound("no job %s on this node", id)
 	}
-	out := *v
+	out := v.view()
 	if gang && out.Job.Nodes > 1 && !isMemberKey(id) {
 		var cost float64
 		out.Gang, cost = t.gangViewLocked(id, out.Job.Nodes)
 		out.CostUSD += cost
 	}
-	out.History = append([]api.LeaseRecord(nil), v.History...)
 	if out.Lease != nil {
 		if mon := t.mons[out.Lease.ID]; mon != nil && out.Receipt == nil && !out.Run.Terminal() {
 			end := out.ProviderClock.OnProvider(t.now())
@@ -880,27 +933,21 @@ func (t *Tracker) Bids(id string) (api.BidsView, error) {
 // Cancel cancels a job in auction, or asks its provider to stop its
 // running lease.
 func (t *Tracker) Cancel(id string) (api.JobView, error) {
-	v, err := t.View(id)
-	if err != nil {
-		return v, err
+	t.mu.Lock()
+	s := t.jobs[id]
+	if s == nil {
+		t.mu.Unlock()
+		return api.JobView{}, notFound("no job %s on this node", id)
 	}
-	switch {
-	case v.State == auction.JobBidding || v.State == auction.JobAwarding || v.State == auction.JobQueued:
-		err := t.renter.Cancel(id)
-		switch {
-		case err == nil:
+	effs := t.stepLocked(s, jobmachine.Cancel{})
+	state, run := s.Phase.State(), s.Run
+	t.mu.Unlock()
+	if _, ok := has[jobmachine.CancelAuction](effs); ok {
+		if err := t.renter.Cancel(id); err == nil {
 			t.fold(id)
-		case errors.Is(err, auction.ErrUnknownJob) && v.State == auction.JobQueued:
-			// Queued before a restart and not offered since.
-			t.mu.Lock()
-			if v := t.jobs[id]; v != nil {
-				v.State = auction.JobCancelled
-				v.Reasons = append(v.Reasons, "cancelled")
-			}
-			t.mu.Unlock()
-		default:
-			return v, badRequest("%v", err)
 		}
+		// else: queued before a restart and not offered since, or its
+		// auction ended meanwhile (a lease confirmed now is released).
 		t.save(id)
 		t.mu.Lock()
 		if w := t.wake[id]; w != nil {
@@ -910,19 +957,23 @@ func (t *Tracker) Cancel(id string) (api.JobView, error) {
 			}
 		}
 		t.mu.Unlock()
-	case v.Lease != nil && !v.Run.Terminal():
-		b, err := sealed(t.cfg.Signer, sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: v.Lease.ID, JobID: id})
-		if err != nil {
-			return v, err
-		}
-		prov, _ := peer.Decode(v.Lease.Provider)
-		ctx, cancel := context.WithTimeout(t.ctx, 15*time.Second)
-		defer cancel()
-		if _, err := t.cfg.Transport.Request(ctx, prov, wire.ProtoCancel, b); err != nil {
-			return v, fmt.Errorf("ask provider to stop the job: %w", err)
-		}
-	default:
-		return v, badRequest("job %s is %s (run %s): nothing to cancel", id, v.State, orNone(string(v.Run)))
+		return t.View(id)
+	}
+	stop, ok := has[jobmachine.StopLease](effs)
+	if !ok {
+		v, _ := t.View(id)
+		return v, badRequest("job %s is %s (run %s): nothing to cancel", id, state, orNone(string(run)))
+	}
+	b, err := sealed(t.cfg.Signer, sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: stop.Lease.ID, JobID: id})
+	if err != nil {
+		return api.JobView{}, err
+	}
+	prov, _ := peer.Decode(stop.Lease.Provider)
+	ctx, cancel := context.WithTimeout(t.ctx, 15*time.Second)
+	defer cancel()
+	if _, err := t.cfg.Transport.Request(ctx, prov, wire.ProtoCancel, b); err != nil {
+		v, _ := t.View(id)
+		return v, fmt.Errorf("ask provider to stop the job: %w", err)
 	}
 	return t.View(id)
 }
@@ -983,13 +1034,19 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 		count("renter.heartbeat_malformed")
 		return nil, fmt.Errorf("heartbeat: lease id: %w", err)
 	}
-	t.mu.Lock()
-	mon := t.mons[hb.LeaseID]
-	jobID := t.byLease[hb.LeaseID]
-	t.mu.Unlock()
 	if hb.Provider != from.String() {
 		count("renter.heartbeat_relayed")
 		return nil, errors.New("heartbeat not sent by its provider")
+	}
+	mon, jobID, awarded := t.leaseMonitor(hb.LeaseID)
+	if mon == nil && awarded {
+		// Awarded, its confirmation not taken yet: the lease is ours.
+		key, _, _ := strings.Cut(jobID, gangSep)
+		t.awaitLease(hb.LeaseID, key)
+		if mon, jobID, awarded = t.leaseMonitor(hb.LeaseID); mon == nil && awarded {
+			count("renter.heartbeat_before_lease")
+			return nil, fmt.Errorf("lease %s is being awarded: its confirmation is not taken yet", hb.LeaseID)
+		}
 	}
 	if mon == nil {
 		// Not ours: an award this renter gave up on (its confirm came too
@@ -1026,6 +1083,19 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 	t.changed.notify()
 	t.cfg.Observe.heartbeatReceived(hb, t.now())
 	return nil, nil
+}
+
+// leaseMonitor is the heartbeat monitor of lease id, and the record key of
+// its job; awarded reports that the job's auction awarded the lease and
+// has not heard its confirmation (no monitor yet).
+func (t *Tracker) leaseMonitor(id string) (mon *attest.HeartbeatMonitor, key string, awarded bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	mon, key = t.mons[id], t.byLease[id]
+	if v := t.jobs[key]; mon == nil && v != nil && v.Knows(id) {
+		awarded = true
+	}
+	return mon, key, awarded
 }
 
 // holdToFingerprint gives a lease's monitor the provider's signed
@@ -1076,7 +1146,7 @@ const awaitLeaseFor = 2 * time.Second
 func (t *Tracker) awaitLease(leaseID, jobID string) {
 	recorded := func() bool {
 		t.mu.Lock()
-		_, known := t.byLease[leaseID]
+		known := t.mons[leaseID] != nil
 		t.mu.Unlock()
 		return known || !t.awarding(leaseID, jobID)
 	}
@@ -1162,12 +1232,9 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		t.cfg.Counters.Add("renter.event_bad_outputs")
 		return nil, err
 	}
-	setRun(v, ev.Run)
-	v.Detail, v.ExitCode, v.Fault = ev.Detail, ev.ExitCode, ev.Fault
-	if !ev.Started.IsZero() {
-		v.Started = ev.Started
-	}
-	v.Ended = ev.Ended
+	churned := ev.Run.Terminal() && handBack(*v.Lease, ev.Run, ev.Detail) && handBacksLocked(v, v.Lease.Provider) >= MaxHandBacks-1
+	effs := t.stepLocked(v, jobmachine.Reported{LeaseID: ev.LeaseID, Run: ev.Run, Fault: ev.Fault, Detail: ev.Detail,
+		ExitCode: ev.ExitCode, Started: ev.Started, Ended: ev.Ended})
 	v.Outputs, v.OutputCount, v.OutputsHash = ev.Outputs, ev.OutputCount, ev.OutputsHash
 	if ev.Run.Terminal() {
 		v.LogDigest, v.LogBytes = ev.LogDigest, ev.LogBytes
@@ -1187,19 +1254,11 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	started, ended := v.Started, v.Ended
 	var keep *keepWant
 	if ev.Run.Terminal() && v.Job.NoPersist && !ev.NeverRan() {
-		w := keepWantOf(*v)
+		w := keepWantOf(v.view())
 		keep = &w
 	}
-	again, why := false, ""
-	churned := false
-	if ev.Run.Terminal() {
-		again, why = requeuesLocked(v, ev.Run, ev.Fault)
-		v.Detail = joinDetail(v.Detail, why)
-		churned = handBack(lease, ev.Run, ev.Detail) && handBacksLocked(v, lease.Provider) >= MaxHandBacks-1
-	}
-	if ev.Run.Terminal() && !again {
-		v.State = auction.JobFinished
-	}
+	_, again := has[jobmachine.Requeue](effs)
+	_, verify := has[jobmachine.CheckEvidence](effs)
 	t.mu.Unlock()
 	t.log.Info("lease event", "job", jobID, "lease", ev.LeaseID, "run", ev.Run, "detail", ev.Detail)
 	if !ev.Run.Terminal() {
@@ -1239,7 +1298,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		}
 		t.spawn(func() { t.requeue(jobID, lease, opts) })
 	}
-	if ev.Run == auction.RunSucceeded {
+	if verify {
 		// Checked before the receipt comes: payment needs evidence.
 		t.checkEvidence(jobID, lease)
 	} else if keep != nil {
@@ -1255,7 +1314,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 // by auction.Lease.Moved, and watched and billed over its new span. A lease
 // that began, or whose provider was already heard from, does not move.
 // Called with t.mu held; it unlocks it.
-func (t *Tracker) moveLocked(jobID string, v *api.JobView, mon *attest.HeartbeatMonitor, ev wire.LeaseEvent) ([]byte, error) {
+func (t *Tracker) moveLocked(jobID string, v *jobState, mon *attest.HeartbeatMonitor, ev wire.LeaseEvent) ([]byte, error) {
 	refuse := func(err error) ([]byte, error) {
 		t.mu.Unlock()
 		t.cfg.Counters.Add("renter.move_refused")
@@ -1266,7 +1325,9 @@ func (t *Tracker) moveLocked(jobID string, v *api.JobView, mon *attest.Heartbeat
 		return refuse(err)
 	}
 	from := v.Lease.Start
-	v.Lease = &moved
+	if _, ok := has[jobmachine.Watch](t.stepLocked(v, jobmachine.Moved{Lease: moved})); !ok {
+		return refuse(fmt.Errorf("lease %q does not move", ev.LeaseID))
+	}
 	t.mons[moved.ID] = t.monitor(moved)
 	t.mu.Unlock()
 	t.cfg.Counters.Add("renter.lease_moved")
@@ -1330,7 +1391,7 @@ func (t *Tracker) requeue(jobID string, lease auction.Lease, opts auction.Requeu
 	// Give the receipt exchange a moment so history shows the settled cost.
 	t.waitChange(t.cfg.SettleWait, func() bool {
 		v, _ := t.View(jobID)
-		return v.Receipt != nil || t.lostUnreported(lease.ID) || neverRan(v, lease.ID)
+		return v.Receipt != nil || t.lostUnreported(lease.ID) || neverRan(v.Lease, v.Run, v.Started, lease.ID)
 	})
 	t.archive(jobID, lease.ID)
 	t.repost(jobID, t.restoreFor(jobID), opts)
@@ -1342,40 +1403,25 @@ func (t *Tracker) repost(jobID string, restore []auction.Checkpoint, opts auctio
 	ctx, cancel := context.WithTimeout(t.ctx, 3*time.Minute)
 	defer cancel()
 	opts.Restore = restore
-	if job, err := t.renter.Requeue(ctx, jobID, opts); err != nil {
+	if _, err := t.renter.Requeue(ctx, jobID, opts); err != nil {
 		t.log.Warn("requeue", "job", jobID, "err", err)
-		if errors.Is(err, auction.ErrUnplaceable) && t.ctx.Err() == nil && t.beforeDeadline(job) {
-			why := "no lease"
-			if st, ok := t.renter.Status(jobID); ok && len(st.Reasons) > 0 {
-				why = st.Reasons[len(st.Reasons)-1]
-			}
-			if t.renter.Queue(jobID, why) == nil {
-				t.fold(jobID)
-				t.save(jobID)
-				t.queue(job, false)
-				return
-			}
+		if t.noLease(jobID, err) {
+			t.queue(jobID)
 		}
-		t.fold(jobID)
-		t.mu.Lock()
-		if v := t.jobs[jobID]; v != nil && v.State == auction.JobLeased && v.Lease == nil {
-			// The auction did not run again (nothing left to run): the
-			// preempted lease was the job's last.
-			v.State = auction.JobFinished
-		}
-		t.mu.Unlock()
+		return
 	}
 	t.save(jobID)
 }
 
-// neverRan reports whether lease id, the job's current one, ended without
-// ever starting (its final report has no start): no receipt follows.
-func neverRan(v api.JobView, id string) bool {
-	return v.Lease != nil && v.Lease.ID == id && v.Run.Terminal() && v.Started.IsZero()
+// neverRan reports whether lease id, the job's current one (l, whose run
+// is run, started at started), ended without ever starting (its final
+// report has no start): no receipt follows.
+func neverRan(l *auction.Lease, run auction.RunState, started time.Time, id string) bool {
+	return l != nil && l.ID == id && run.Terminal() && started.IsZero()
 }
 
 // archive moves the current lease of a job into its history; the job goes
-// back to auction.
+// back to auction (the machine's Reauctioned).
 func (t *Tracker) archive(jobID, leaseID string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -1387,22 +1433,30 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	if v.Receipt != nil {
 		cost = v.Receipt.Amount
 	}
-	snap := *v
+	snap := v.view()
 	snap.History = nil
-	t.keepArchivedLocked(jobID, snap, false)
-	v.History = append(v.History, api.LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, CostUSD: cost,
+	rec := api.LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, CostUSD: cost,
 		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode, Fault: v.Fault,
-		Checkpoint: leaseCheckpoint(v, v.Lease.ID), Restored: v.Restored, Dispute: v.Dispute})
+		Checkpoint: leaseCheckpoint(v.Checkpoints, v.Lease.ID), Restored: v.Restored, Dispute: v.Dispute}
+	if _, _, gang := t.gangOfLocked(jobID); gang {
+		t.stepLocked(v, jobmachine.GangRequeued{Job: v.Job})
+	} else {
+		t.stepLocked(v, jobmachine.Reauctioned{Job: v.Job})
+	}
+	if v.Lease != nil {
+		// Still running (or not requeued): the machine keeps it.
+		t.log.Warn("lease not archived: its job is not going back to auction", "job", jobID, "lease", leaseID, "phase", v.Phase)
+		return
+	}
+	t.keepArchivedLocked(jobID, snap, false)
+	v.History = append(v.History, rec)
 	v.Restored = nil
-	// The current-lease fields describe the next lease from now on.
-	v.Lease, v.Receipt, v.ExitCode, v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil, nil, nil, nil
+	// The current-lease facts describe the next lease from now on.
+	v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
 	v.LogDigest, v.LogBytes, v.Evidence, v.Kept, v.Dispute = "", 0, "", "", ""
-	v.Run, v.Started, v.Ended = "", time.Time{}, time.Time{}
-	v.ObservedStart, v.ObservedEnd, v.Fault = time.Time{}, time.Time{}, auction.FaultNone
+	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	v.ProviderClock = attest.ClockOffset{}
-	v.State = auction.JobBidding
-	v.Detail = fmt.Sprintf("requeued after attempt %d was %s", v.History[len(v.History)-1].Attempt, v.History[len(v.History)-1].Run)
 }
 
 // HandleReceipt checks a provider-signed receipt against our own view of
@@ -1427,7 +1481,7 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 		snap := a.view
 		v = &snap
 	} else if cur := t.jobs[jobID]; cur != nil {
-		snap := *cur
+		snap := cur.view()
 		v = &snap
 	}
 	mon := t.mons[r.LeaseID]
@@ -1548,8 +1602,7 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 	}
 	t.mu.Lock()
 	if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == r.LeaseID {
-		rc := r
-		v.Receipt = &rc
+		t.stepLocked(v, jobmachine.ReceiptRecorded{Receipt: r})
 		v.CostUSD += r.Amount
 		sum := r.Heartbeats
 		v.Heartbeats = &sum

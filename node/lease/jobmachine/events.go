@@ -1,0 +1,179 @@
+package jobmachine
+
+import (
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/auction"
+)
+
+// Event is something that happened to a job: a caller's request, a
+// timer, a provider's report, or the result of an effect the driver
+// carried out.
+type Event interface{ event() }
+
+// Events.
+type (
+	// Posted: the job was posted. It starts the machine (on a zero
+	// Record); a job without an id is ignored.
+	Posted struct{ Job auction.Job }
+	// Awarded: the job's auction sent the award of lease LeaseID.
+	Awarded struct{ LeaseID string }
+	// Confirmed: the provider confirmed Lease of Job (a gang member's
+	// record starts with it).
+	Confirmed struct {
+		Lease auction.Lease
+		Job   auction.Job
+	}
+	// NoLease: the job's auction ended without a lease, saying Reason.
+	// Retry: no acceptable bid now, the job may be offered again (Raced:
+	// it only lost a race among this renter's own auctions, and is
+	// offered again at once); otherwise it ends As (Unplaceable when
+	// unset).
+	// Offers is how many auctions the job had (its queued reason says
+	// so).
+	NoLease struct {
+		Reason string
+		Retry  bool
+		Raced  bool
+		As     Phase
+		Offers int
+	}
+	// Folded: the job's auction says where its call is: the job as it
+	// offered it last (its attempt, restored checkpoints, exclusions),
+	// and the reasons it gave since it was last folded.
+	Folded struct {
+		Job     auction.Job
+		Reasons []string
+	}
+	// TimerDue: the timer armed last (ArmTimer) fired.
+	TimerDue struct{}
+	// Wake: a provider has room for the queued job now (a capacity
+	// notice): it is offered at once.
+	Wake struct{}
+	// Cancel: the job's poster cancels it.
+	Cancel struct{}
+	// Reported: the provider of the current lease reported its run state
+	// (and, once it ended, how).
+	Reported struct {
+		LeaseID  string
+		Run      auction.RunState
+		Fault    auction.Fault
+		Detail   string
+		ExitCode *int
+		Started  time.Time
+		Ended    time.Time
+	}
+	// Moved: the provider moved the current, pending lease earlier (the
+	// driver checked the move: auction.Lease.Moved).
+	Moved struct{ Lease auction.Lease }
+	// Lost: the current lease's provider went silent (or never reported
+	// by the lease's end): the lease failed, the provider's fault, ended
+	// At (the last heartbeat heard; zero: unknown).
+	Lost struct {
+		LeaseID string
+		Detail  string
+		At      time.Time
+	}
+	// Evidence: the check of a succeeded run's evidence (its log) ended:
+	// OK, or the run is not accepted, why saying so.
+	Evidence struct {
+		LeaseID string
+		OK      bool
+		Why     string
+	}
+	// ReceiptRecorded: the current lease's receipt was countersigned and
+	// recorded.
+	ReceiptRecorded struct{ Receipt attest.Receipt }
+	// Reauctioned: a requeued job's lease is archived and its auction
+	// begins again.
+	Reauctioned struct{ Job auction.Job }
+	// GangRequeued: the gang job this record is part of (a gang's member,
+	// or its rank 0) goes back to auction as a whole, every member's
+	// lease archived: the record goes with it, whatever its own lease's
+	// end (a member that succeeded while another was lost runs again). It
+	// is the one event a final phase takes; a record whose lease still
+	// runs ignores it (its lease is stopped first).
+	GangRequeued struct{ Job auction.Job }
+	// Closed: the job ends As (a final phase) with the job it is part of
+	// (a gang member's record with its gang).
+	Closed struct{ As Phase }
+	// Restarted: the daemon started again with this stored record. State
+	// is the record's stored API state (read when the record has no phase:
+	// one stored before phases were); Leases the leases the record shows
+	// (read when it has no count); Unverified says its lease succeeded
+	// but the renter had not checked its evidence yet.
+	Restarted struct {
+		State      auction.JobState
+		Leases     int
+		Unverified bool
+	}
+)
+
+func (Posted) event()          {}
+func (Awarded) event()         {}
+func (Confirmed) event()       {}
+func (NoLease) event()         {}
+func (Folded) event()          {}
+func (TimerDue) event()        {}
+func (Wake) event()            {}
+func (Cancel) event()          {}
+func (Reported) event()        {}
+func (Moved) event()           {}
+func (Lost) event()            {}
+func (Evidence) event()        {}
+func (ReceiptRecorded) event() {}
+func (Reauctioned) event()     {}
+func (Closed) event()          {}
+func (GangRequeued) event()    {}
+func (Restarted) event()       {}
+
+// Effect is what the driver does for a step, in order.
+type Effect interface{ effect() }
+
+// Effects.
+type (
+	// Persist: store the job's record.
+	Persist struct{}
+	// StartAuction: run an auction for Job; feed back Awarded,
+	// Confirmed and NoLease.
+	StartAuction struct{ Job auction.Job }
+	// CancelAuction: stop the job's auction (or its queue's wait).
+	CancelAuction struct{}
+	// GiveUp: the job's wait in the queue ended, saying Reason.
+	GiveUp struct{ Reason string }
+	// ArmTimer: fire TimerDue at At (replacing any armed timer).
+	ArmTimer struct{ At time.Time }
+	// Watch: watch Lease for its provider's silence and for the end of
+	// its lease without a final report; feed back Lost.
+	Watch struct{ Lease auction.Lease }
+	// StopLease: ask the provider of Lease to stop it (it reports how it
+	// ended).
+	StopLease struct{ Lease auction.Lease }
+	// Release: tell the provider of Lease that the job does not use it.
+	Release struct{ Lease auction.Lease }
+	// Requeue: Lease ended in Run (through Fault, its provider saying
+	// Detail) and the job goes back to auction: once the lease settled
+	// (or the driver's wait for it passed), archive it and feed back
+	// Reauctioned.
+	Requeue struct {
+		Lease  auction.Lease
+		Run    auction.RunState
+		Fault  auction.Fault
+		Detail string
+	}
+	// CheckEvidence: check the succeeded run of Lease (its log); feed
+	// back Evidence.
+	CheckEvidence struct{ Lease auction.Lease }
+)
+
+func (Persist) effect()       {}
+func (StartAuction) effect()  {}
+func (CancelAuction) effect() {}
+func (GiveUp) effect()        {}
+func (ArmTimer) effect()      {}
+func (Watch) effect()         {}
+func (StopLease) effect()     {}
+func (Release) effect()       {}
+func (Requeue) effect()       {}
+func (CheckEvidence) effect() {}
