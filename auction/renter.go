@@ -967,12 +967,17 @@ func (r *Renter) sample(job *Job, expected []string) []string {
 }
 
 // bidders is how many providers job's call asks (MaxBidders, positive):
-// twice as many at each new attempt, so that a job whose sample found no
-// free GPU (queued, or raced by this renter's other auctions) widens its
-// next call until it asks everyone, instead of drawing from the same few.
+// twice as many at each of its next two attempts, so that a job whose
+// sample found no free GPU (queued, or raced by this renter's other
+// auctions) widens its next calls instead of drawing from the same few;
+// no further, so that retries in a market too loaded to answer in time
+// do not load it more.
 func (r *Renter) bidders(job *Job) int {
-	return r.cfg.MaxBidders << min(max(job.Attempt, 0), 16)
+	return r.cfg.MaxBidders << min(max(job.Attempt, 0), maxWiden)
 }
+
+// maxWiden is how many times a retried call doubles its bidders.
+const maxWiden = 2
 
 // invitees are the providers among expected that the renter holds
 // established, best first, up to half of MaxBidders (and MaxBidInvited):
