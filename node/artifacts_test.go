@@ -165,7 +165,6 @@ func TestJobsReadRenterDataset(t *testing.T) {
 // their store holds; at an equal price the one holding the job's input
 // wins, and a cold one wins when it is cheap enough to pay for the fetch.
 func TestPlacementPrefersWarmProvider(t *testing.T) {
-	t.Parallel()
 	boot, ns := startNet(t,
 		fastConfig(providerConfig("eu-west", 1.0, a100)), // warm
 		fastConfig(providerConfig("eu-west", 1.0, a100)), // cold, same price

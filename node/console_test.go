@@ -198,7 +198,6 @@ func without(v any, drop []string) any {
 // job's log streams in as it is written, and a hostile log line stays
 // text.
 func TestConsole(t *testing.T) {
-	t.Parallel()
 	const token = "console-secret-0123456789"
 	root := t.TempDir()
 	tokenFile := filepath.Join(root, "token")
