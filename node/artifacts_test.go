@@ -72,6 +72,7 @@ func waitHolder(t *testing.T, from *Daemon, id string, holder peer.ID) {
 // job, on another provider, fetches it from both holders: the renter and
 // the first provider, which serves it on the renter's grant.
 func TestJobsReadRenterDataset(t *testing.T) {
+	t.Parallel()
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), fastConfig(providerConfig("eu-west", 1.0, h100)))
 	p1, p2 := ns[0], ns[1]
 	waitAdvertised(t, boot, p1, p2)
@@ -389,6 +390,7 @@ func waitAdvertisesArtifact(t *testing.T, from *Daemon, prov peer.ID, id string)
 // as holding it), not the dearer third; a provider whose policy caps warm
 // requests below the artifact's size refuses, clearly.
 func TestWarmedProviderWinsAuction(t *testing.T) {
+	t.Parallel()
 	dear := fastConfig(providerConfig("eu-west", 2.0, h100))
 	dear.Provider.WarmMaxGB = 1.0 / 1024 // 1 MiB
 	boot, ns := startNet(t,
@@ -488,6 +490,7 @@ func TestWarmedProviderWinsAuction(t *testing.T) {
 // budget cannot evict it; once the job is over (cancelled, finished) it is
 // an ordinary, evictable artifact again.
 func TestRenterPinsInputsOfLiveJobs(t *testing.T) {
+	t.Parallel()
 	rc := renterConfig()
 	rc.ArtifactBudgetGB = 3.0 / 1024 // 3 MiB: one 2 MiB artifact at a time
 	_, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), rc)

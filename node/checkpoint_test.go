@@ -81,6 +81,7 @@ func waitLogIn(t *testing.T, jobsDir, leaseID string, re *regexp.Regexp, within 
 // another provider, starts from the checkpoint the first one saved as it
 // stopped, not from zero, and counts on to the end.
 func TestCheckpointSurvivesPreemption(t *testing.T) {
+	t.Parallel()
 	a := fastConfig(providerConfig("eu-west", 0.5, h100))
 	a.Provider.Policy.AllowPreemption = true
 	b := fastConfig(providerConfig("eu-west", 0.8, a100))
@@ -169,6 +170,7 @@ func TestCheckpointSurvivesPreemption(t *testing.T) {
 // job's checkpoints has a flipped byte in the renter's store; the next
 // attempt refuses it, says so in its log, and restores the previous one.
 func TestCorruptCheckpointRefused(t *testing.T) {
+	t.Parallel()
 	a := fastConfig(providerConfig("eu-west", 0.5, h100))
 	a.Provider.Policy.AllowPreemption = true
 	boot, ns := startNet(t, a)
@@ -298,6 +300,7 @@ echo "done $i"; echo "count $i sum $h" > "$GPUMESH_OUTPUTS/result"`
 // the job's output equals an uninterrupted run's, and the work repeated is
 // at most one checkpoint interval's.
 func TestCheckpointSurvivesProviderKill(t *testing.T) {
+	t.Parallel()
 	const n, stepEvery, every = 50, 200 * time.Millisecond, time.Second
 	script := sumCounterScript(n, "0.2")
 

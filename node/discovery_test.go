@@ -64,6 +64,7 @@ func TestDiscoveryThroughDHT(t *testing.T) {
 // TestProviderExpiresAfterTTL: a provider that stops is gone from discovery
 // once its record's TTL has passed, while live providers stay.
 func TestProviderExpiresAfterTTL(t *testing.T) {
+	t.Parallel()
 	short := providerConfig("eu-west", 1, h100)
 	short.Provider.AdvertiseTTL = 3 * time.Second
 	stay := providerConfig("eu-west", 1, h100)
@@ -148,6 +149,7 @@ func TestSecondDaemonSameDataDir(t *testing.T) {
 // bootstrap peer (or lost every connection) re-dials it and becomes
 // discoverable without a restart.
 func TestRedialsBootstrapWhenAlone(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	bootDir := root + "/boot"
 	key, err := p2p.LoadOrCreateKey(config.Paths{Dir: bootDir}.Key())
@@ -277,6 +279,7 @@ func TestNVMLModelNamesOverDHT(t *testing.T) {
 // renewal (the provider renews it when its free GPUs change), and so does
 // the lease's end.
 func TestProvidersShowFreeGPUsAndPriceNow(t *testing.T) {
+	t.Parallel()
 	cfg := fastConfig(withPolicy(providerConfig("eu-west", 1, h100, h100), func(p *auction.Policy) { p.OccupancySurcharge = 1 }))
 	boot, ns := startNet(t, cfg)
 	prov := ns[0]

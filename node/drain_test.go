@@ -25,6 +25,7 @@ import (
 // provider declines new calls with the reason "draining"; undrained, it
 // bids again.
 func TestDrainFinishesShortHandsBackLong(t *testing.T) {
+	t.Parallel()
 	a := fastConfig(providerConfig("eu-west", 0.5, h100, h100))
 	b := fastConfig(providerConfig("eu-west", 0.8, a100))
 	boot, ns := startNet(t, a, b)
@@ -127,6 +128,7 @@ func TestDrainFinishesShortHandsBackLong(t *testing.T) {
 // reservation again (a new job is offered only the time after it) and the
 // reserved job runs there at its start.
 func TestSigtermDrainsAndKeepsReservations(t *testing.T) {
+	t.Parallel()
 	bin := buildDaemon(t)
 	root := t.TempDir()
 	boot := startNode(t, root+"/boot", fastConfig(renterConfig()), nil)

@@ -140,6 +140,7 @@ func httpGet(t *testing.T, conn net.Conn, path string) (int, string) {
 // peer's exec and port-forward streams are refused, and nothing reaches
 // the job once it has ended.
 func TestExecAndPortForwardIntoAJob(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("a job's own uid and network namespace need a provider running as root; this test runs as uid " + strconv.Itoa(os.Geteuid()))
 	}

@@ -28,6 +28,7 @@ import (
 // own checkpoint and counts on to N. Each member lease settles with its
 // own receipt.
 func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
+	t.Parallel()
 	const n = 80 // 16 s of counting: rank 1 still runs when rank 0's loss is called (about 9 s in)
 	bin := buildDaemon(t)
 	root := t.TempDir()

@@ -136,6 +136,7 @@ func containsIn(t *testing.T, dir string, needle []byte) string {
 // and kills -9 -1; without root these parts are left out (a job running
 // as the daemon's user could kill the test itself), and logged.
 func TestHostileTenantAmongEight(t *testing.T) {
+	t.Parallel()
 	root := os.Geteuid() == 0
 	if !root {
 		t.Log("not root: jobs run as the test's own user without namespaces, so the hostile tenant's /proc reading, " +

@@ -13,6 +13,7 @@ import (
 // period, re-leased elsewhere and finishes; the gold job runs; the bronze
 // renter pays only for the time the first lease actually ran.
 func TestGoldPreemptsBronze(t *testing.T) {
+	t.Parallel()
 	a := fastConfig(providerConfig("eu-west", 0.5, h100))
 	a.Provider.Policy.AllowPreemption = true
 	b := fastConfig(providerConfig("eu-west", 0.8, a100))
@@ -78,6 +79,7 @@ func absf(x float64) float64 {
 // heartbeats ends with a lower score than an honest one and loses the next
 // auction at equal price.
 func TestDroppedHeartbeatsCostReputation(t *testing.T) {
+	t.Parallel()
 	honest := fastConfig(providerConfig("eu-west", 1.0, a100))
 	flaky := fastConfig(providerConfig("eu-west", 1.0, l4))
 	root := t.TempDir()

@@ -135,6 +135,7 @@ func waitSubscribed(t *testing.T, from *Daemon, id peer.ID, c *auction.Capabilit
 // prices, GPUs, regions and policies, only eligible providers bid and the
 // job goes to the provider the scoring rule picks.
 func TestAuctionOnTestnet(t *testing.T) {
+	t.Parallel()
 	now := time.Now().UTC()
 	later := auction.Window{From: now.Add(2 * time.Hour).Format("15:04"), To: now.Add(3 * time.Hour).Format("15:04")}
 	boot, ns := startNet(t,
@@ -221,6 +222,7 @@ func TestFailoverToRunnerUp(t *testing.T) {
 // the gossip counts the receipt but, the renter being new to it, does not
 // lift the provider above the prior.
 func TestJobRunsEndToEnd(t *testing.T) {
+	t.Parallel()
 	third := renterConfig()
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), third)
 	prov, observer := ns[0], ns[1]

@@ -14,6 +14,7 @@ import (
 // a job none of them could ever run, saying why, unless it is posted with
 // queue; a job one of them fits is auctioned as before.
 func TestPostJobNoProviderFits(t *testing.T) {
+	t.Parallel()
 	boot, ns := startNet(t, providerConfig("eu-west", 0.5, r4090), providerConfig("us-east", 1, h100))
 	waitAdvertised(t, boot, ns...)
 	cl := api.NewClient(boot.dir)

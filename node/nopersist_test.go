@@ -76,6 +76,7 @@ func leftovers(t *testing.T, marker []byte, ids []string, roots ...string) []str
 // checkpoint and outputs are sealed to the renter: the strongest privacy
 // mode).
 func TestNoPersistLeavesNothingOnProvider(t *testing.T) {
+	t.Parallel()
 	t.Run("public input", func(t *testing.T) { testNoPersistLeavesNothing(t, false) })
 	t.Run("private input", func(t *testing.T) {
 		if os.Geteuid() != 0 {

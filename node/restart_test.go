@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,16 +19,46 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// buildDaemon builds the gpumesh binary for subprocess tests.
+// daemonBin is the gpumesh binary the subprocess tests run: built once
+// per test binary (a link of the whole daemon costs seconds of CPU each
+// time), into a directory TestMain removes.
+var daemonBin struct {
+	sync.Mutex
+	dir, path string
+	out       []byte
+	err       error
+}
+
+// buildDaemon builds the gpumesh binary for subprocess tests (once: later
+// callers get the same binary, or the same build failure).
 func buildDaemon(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "gpumesh")
-	cmd := exec.Command("go", "build", "-o", bin, "../cmd/gpumesh")
-	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build gpumesh: %v\n%s", err, out)
+	daemonBin.Lock()
+	defer daemonBin.Unlock()
+	if daemonBin.path == "" && daemonBin.err == nil {
+		daemonBin.dir, daemonBin.err = os.MkdirTemp("", "gpumesh-node-test-bin-")
+		if daemonBin.err == nil {
+			bin := filepath.Join(daemonBin.dir, "gpumesh")
+			cmd := exec.Command("go", "build", "-o", bin, "../cmd/gpumesh")
+			cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
+			if daemonBin.out, daemonBin.err = cmd.CombinedOutput(); daemonBin.err == nil {
+				daemonBin.path = bin
+			}
+		}
 	}
-	return bin
+	if daemonBin.err != nil {
+		t.Fatalf("build gpumesh: %v\n%s", daemonBin.err, daemonBin.out)
+	}
+	return daemonBin.path
+}
+
+// TestMain removes the daemon binary buildDaemon built, if any.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if daemonBin.dir != "" {
+		_ = os.RemoveAll(daemonBin.dir)
+	}
+	os.Exit(code)
 }
 
 func startDaemonProcess(t *testing.T, bin, dir string) *exec.Cmd {
@@ -73,6 +104,7 @@ func markerRunning(marker string) bool {
 // job runs and restarted on the same data dir: the job is reported failed,
 // honestly, to the renter; no process of it survives; its peer ID is kept.
 func TestProviderKilledMidJob(t *testing.T) {
+	t.Parallel()
 	bin := buildDaemon(t)
 	root := t.TempDir()
 	boot := startNode(t, root+"/boot", fastConfig(renterConfig()), nil)
@@ -152,6 +184,7 @@ func attemptOf(v api.JobView, leaseID string) api.LeaseRecord {
 // comes back is reported as having abandoned the lease once it is over, the
 // renter slashes its reputation and requeues the job without it.
 func TestAbandonedLeaseIsSlashed(t *testing.T) {
+	t.Parallel()
 	bin := buildDaemon(t)
 	root := t.TempDir()
 	d, err := Start(context.Background(), Options{DataDir: root + "/boot", Config: fastConfig(renterConfig()),

@@ -79,6 +79,7 @@ func putSuccession(pm *dhtpb.ProtocolMessenger, n *testNode, old peer.ID, value 
 // succession of the old identity, made with its stolen key, marks it
 // compromised and the new identity loses what it inherited.
 func TestRotatedProviderKeepsReputation(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	boot := startWith(t, filepath.Join(root, "boot"), renterConfig(), nil, Options{})
 	provDir := filepath.Join(root, "prov")

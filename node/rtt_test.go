@@ -149,6 +149,7 @@ func tcpAddr(t *testing.T, n *testNode) string {
 // daemon also keeps the round trips to the providers it knows fresh in
 // the background.
 func TestLatencyTermsOverLibp2p(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{RTTRefreshEvery: time.Hour})
 	const oneWay = 40 * time.Millisecond

@@ -122,6 +122,7 @@ while :; do sleep 0.2 & wait; done`
 // The renter gets both back intact. It runs on the process executor and
 // on the Docker executor.
 func TestSealedJobLeavesNoPlaintextOnProvider(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("a sealed job's provider mounts a tmpfs: needs root")
 	}

@@ -186,6 +186,7 @@ func (l *load) end() (ok, failed int64) {
 // pass through; the replicas' port is not on the host's loopback; and the
 // status shows each replica's requests and latency.
 func TestServiceGateway(t *testing.T) {
+	t.Parallel()
 	bin := buildServer(t)
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), fastConfig(providerConfig("eu-west", 1.0, a100)))
 	waitAdvertised(t, boot, ns...)
@@ -389,6 +390,7 @@ func TestServiceGateway(t *testing.T) {
 // replacement leased through a new auction serves within 30 s, and at
 // least 99 % of the requests succeed throughout.
 func TestServiceFailover(t *testing.T) {
+	t.Parallel()
 	bin := buildServer(t)
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), fastConfig(providerConfig("eu-west", 1.0, a100)),
 		fastConfig(providerConfig("eu-west", 1.0, a100)))
@@ -457,6 +459,7 @@ func TestServiceFailover(t *testing.T) {
 // the service up to its max replicas, one step at a time; once the load
 // is gone, it scales back down to its min, each step after the hysteresis.
 func TestServiceAutoscale(t *testing.T) {
+	t.Parallel()
 	bin := buildServer(t)
 	// One provider with three GPUs: the three replicas listen on the same
 	// port, each in its own sandbox.
@@ -508,6 +511,7 @@ func TestServiceAutoscale(t *testing.T) {
 // each replica before its lease ends and drains the old one once the
 // successor is ready; requests keep succeeding across the handover.
 func TestServiceOutlivesLease(t *testing.T) {
+	t.Parallel()
 	bin := buildServer(t)
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100, a100)))
 	waitAdvertised(t, boot, ns...)
@@ -541,6 +545,7 @@ func TestServiceOutlivesLease(t *testing.T) {
 // had leased (adopted, not leased again: the provider's one GPU is
 // taken), and stopping it afterwards cancels that lease.
 func TestServiceSurvivesRenterRestart(t *testing.T) {
+	t.Parallel()
 	bin := buildServer(t)
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
 	rdir := filepath.Join(t.TempDir(), "renter")
@@ -712,6 +717,7 @@ func TestServiceCostAndTokens(t *testing.T) {
 // replica's start, its first passed probe) and is served; the status
 // reports the cold start's time.
 func TestServiceScalesToZero(t *testing.T) {
+	t.Parallel()
 	bin := buildServer(t)
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
 	renter, rdir, metricsAddr := metricsRenter(t, boot, ns)
@@ -809,6 +815,7 @@ func metricsRenter(t *testing.T, boot *testNode, ns []*testNode) (*testNode, str
 // the whole replica with a gang elsewhere, leaving that provider out; the
 // load of idempotent requests keeps being answered throughout.
 func TestServiceGangReplicas(t *testing.T) {
+	t.Parallel()
 	needGangNetworks(t)
 	bin := buildServer(t)
 	root := t.TempDir()

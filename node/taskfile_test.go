@@ -71,6 +71,7 @@ func TestPostTaskText(t *testing.T) {
 // one is refused naming its line, a service file posted as a job is sent
 // to serve post, and neither starts anything.
 func TestPostServiceTask(t *testing.T) {
+	t.Parallel()
 	bin := buildServer(t)
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
 	waitAdvertised(t, boot, ns[0])

@@ -37,6 +37,7 @@ func randomPeer(t *testing.T) peer.ID {
 // provider naming an artifact of the renter's as its checkpoint does not
 // have the renter's own copy counted as fetched.
 func TestProviderKeepsRentersApart(t *testing.T) {
+	t.Parallel()
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
 	prov := ns[0]
 	x := randomPeer(t)
