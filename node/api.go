@@ -121,8 +121,9 @@ func (d *Daemon) handleProviders(r *http.Request) (any, error) {
 	}
 	now := d.now()
 	out := make([]api.ProviderView, len(caps))
+	book := d.market.reputation()
 	for i, c := range caps {
-		out[i] = api.ProviderView{Capability: c, PriceNow: c.PriceNow(now), Reliability: d.market.book.Score(c.Peer)}
+		out[i] = api.ProviderView{Capability: c, PriceNow: c.PriceNow(now), Reliability: book.Score(c.Peer)}
 	}
 	return out, nil
 }

@@ -140,7 +140,7 @@ type marketView struct{ d *Daemon }
 // Reliability is a provider's score in the market's reputation book.
 func (v marketView) Reliability(p string) float64 {
 	if m := v.d.marketRef.Load(); m != nil {
-		return m.book.Score(p)
+		return m.reputation().Score(p)
 	}
 	return auction.NeutralReliability
 }

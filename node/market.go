@@ -75,7 +75,7 @@ func newMarket(d *Daemon) (*market, error) {
 		return nil, err
 	}
 	if m.receipts, err = lease.NewReceipts(m.ctx, lease.ReceiptsConfig{Ledger: d.db, Book: m.book, Transport: lt,
-		Counters: m.counters, Log: d.log}); err != nil {
+		Counters: m.counters, Log: d.log, Deferred: d.cfg.Provider.Enabled}); err != nil {
 		return nil, err
 	}
 	tr := wire.AuctionTransport(lt)
@@ -237,6 +237,14 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	return nil
 }
 
+// reputation is the market's reputation book, for reading other peers'
+// standing: the receipts gossip brought while it waited (a provider's,
+// lease.ReceiptsConfig.Deferred) are taken in first.
+func (m *market) reputation() *attest.Book {
+	m.receipts.Activate()
+	return m.book
+}
+
 func ptr[T any](v T) *T { return &v }
 
 func (m *market) close() {
@@ -372,7 +380,8 @@ func (m *market) routes(mux *http.ServeMux) {
 		if _, err := peer.Decode(p); err != nil {
 			return nil, api.BadRequest("not a peer id: %q", p)
 		}
-		return api.ReputationView{Peer: p, Rep: m.book.Stats(p), GPU: m.book.GPUStandings(p)}, nil
+		book := m.reputation()
+		return api.ReputationView{Peer: p, Rep: book.Stats(p), GPU: book.GPUStandings(p)}, nil
 	})
 	api.Handle(mux, "POST /v1/verify", m.verify.HandleVerify)
 	api.Handle(mux, "GET /v1/counters", func(*http.Request) (any, error) { return m.allCounters(), nil })

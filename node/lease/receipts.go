@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,7 +23,16 @@ type ReceiptsConfig struct {
 	Transport Transport
 	Counters  *Counters
 	Log       *slog.Logger
+	// Deferred makes gossiped receipts wait, unverified, until Activate:
+	// a provider that has never rented ranks no one, and checking both
+	// signatures of every receipt the market settles was the largest part
+	// of what a job cost the providers it did not run on. At most
+	// maxDeferred wait (the oldest are dropped, counted).
+	Deferred bool
 }
+
+// maxDeferred bounds the gossiped receipts a deferred Receipts keeps.
+const maxDeferred = 1024
 
 // Receipts records verified two-party receipts (ledger and reputation
 // book) and gossips them so every node's reputation book learns of them.
@@ -35,6 +45,11 @@ type Receipts struct {
 	// node).
 	mu sync.Mutex
 	wg sync.WaitGroup
+	// pmu guards the deferred receipts (pending) and whether gossip is
+	// taken in at once (active).
+	pmu     sync.Mutex
+	pending [][]byte
+	active  bool
 }
 
 // NewReceipts returns Receipts and replays the receipts already in the
@@ -164,6 +179,53 @@ func (r *Receipts) gossip(sr *attest.SignedReceipt) {
 // reputation book, which verifies both signatures and rejects (and counts)
 // forgeries.
 func (r *Receipts) HandleGossip(_ peer.ID, data []byte) {
+	if r.deferred(data) {
+		return
+	}
+	r.take(data)
+}
+
+// deferred keeps a gossiped receipt for Activate when gossip waits
+// (ReceiptsConfig.Deferred, not yet active).
+func (r *Receipts) deferred(data []byte) bool {
+	if !r.cfg.Deferred {
+		return false
+	}
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	if r.active {
+		return false
+	}
+	if len(r.pending) >= maxDeferred {
+		r.pending = r.pending[1:]
+		r.cfg.Counters.Add("reputation.deferred_dropped")
+	}
+	r.pending = append(r.pending, bytes.Clone(data))
+	r.cfg.Counters.Add("reputation.deferred")
+	return true
+}
+
+// Activate takes in the receipts gossip brought while they waited
+// (ReceiptsConfig.Deferred), in the order they came, and every later one
+// as it comes: the daemon calls it before its reputation book is read for
+// other peers (its first job posted, a reputation or providers query).
+func (r *Receipts) Activate() {
+	r.pmu.Lock()
+	if r.active || !r.cfg.Deferred {
+		r.pmu.Unlock()
+		return
+	}
+	r.active = true
+	pending := r.pending
+	r.pending = nil
+	r.pmu.Unlock()
+	for _, data := range pending {
+		r.take(data)
+	}
+}
+
+// take feeds one gossiped receipt to the book.
+func (r *Receipts) take(data []byte) {
 	sr, err := attest.UnmarshalReceipt(data)
 	if err != nil {
 		r.cfg.Counters.Add("reputation.gossip_malformed")

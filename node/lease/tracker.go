@@ -243,7 +243,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		refusals: map[string]int{}, gangBusy: map[string]bool{}}
 	var err error
 	rc := auction.RenterConfig{
-		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: reputation{cfg.Receipts.cfg.Book},
+		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: reputation{cfg.Receipts},
 		Successions: cfg.Receipts.cfg.Book.Successions(),
 		Now:         cfg.Now, Log: log,
 		Listener: auctionListener{t}, Release: auctionListener{t}, Directory: cfg.Directory, Holdings: cfg.Holdings,
@@ -265,11 +265,17 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 
 // reputation is the renter's book as its auction reads it: a bid's GPU
 // model is verified when its family is.
-type reputation struct{ book *attest.Book }
+// reputation is the book as the auction ranks providers by it: the
+// receipts gossip brought while they waited are taken in first (its
+// first ranking, see ReceiptsConfig.Deferred).
+type reputation struct{ r *Receipts }
 
-func (r reputation) Reliability(provider string) float64 { return r.book.Score(provider) }
+func (r reputation) Reliability(provider string) float64 {
+	r.r.Activate()
+	return r.r.cfg.Book.Score(provider)
+}
 func (r reputation) Verified(provider, model string) bool {
-	return r.book.Verified(provider, gpumodel.FamilyOf(model))
+	return r.r.cfg.Book.Verified(provider, gpumodel.FamilyOf(model))
 }
 
 // auctionListener is the tracker as its auction tells it of outcomes and
