@@ -54,6 +54,9 @@ type Clock func() time.Time
 type Counters struct {
 	mu sync.Mutex
 	m  map[string]int
+	// changed is notified at each count, so that a waiter for one needs
+	// no polling.
+	changed broadcast
 }
 
 // NewCounters returns empty counters.
@@ -67,6 +70,7 @@ func (c *Counters) AddN(what string, n int) {
 	c.mu.Lock()
 	c.m[what] += n
 	c.mu.Unlock()
+	c.changed.notify()
 }
 
 // Snapshot returns a copy of the counts.

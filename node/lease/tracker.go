@@ -606,6 +606,9 @@ func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
 			return
 		case <-time.After(wait):
 		}
+		// Counted once the check is done, whatever it found: what a
+		// waiter for the check (a test) waits on.
+		defer t.cfg.Counters.Add("renter.abandon_checked")
 		// The current lease: it is lost, and the job requeued elsewhere.
 		// A lease lost earlier (its provider went silent) whose provider
 		// never reported since: only the slash, the job has moved on.
