@@ -59,6 +59,10 @@ type Counters struct {
 	changed broadcast
 }
 
+// Changed returns a channel closed at the next count: take it before
+// reading the counts it waits on.
+func (c *Counters) Changed() <-chan struct{} { return c.changed.wait() }
+
 // NewCounters returns empty counters.
 func NewCounters() *Counters { return &Counters{m: map[string]int{}} }
 

@@ -35,7 +35,15 @@ type Receipts struct {
 	// node).
 	mu sync.Mutex
 	wg sync.WaitGroup
+	// changed is notified once a receipt was recorded or a gossiped one
+	// was taken in (or refused), so that a waiter for one needs no polling.
+	changed broadcast
 }
+
+// Changed returns a channel closed at the next receipt recorded in the
+// ledger and book, or gossiped receipt handled: take it before checking
+// what it waits for.
+func (r *Receipts) Changed() <-chan struct{} { return r.changed.wait() }
 
 // NewReceipts returns Receipts and replays the receipts already in the
 // ledger into the book (reputation survives restarts; the ledger is its
@@ -89,6 +97,7 @@ func ReceiptEntries(rc attest.Receipt, raw []byte, asRenter bool) []record.Entry
 // record appends a verified two-party receipt and the payment it implies
 // to the ledger (atomically), and feeds the reputation book.
 func (r *Receipts) record(sr *attest.SignedReceipt, asRenter bool) error {
+	defer r.changed.notify()
 	if err := sr.Verify(); err != nil {
 		return err
 	}
@@ -164,6 +173,7 @@ func (r *Receipts) gossip(sr *attest.SignedReceipt) {
 // reputation book, which verifies both signatures and rejects (and counts)
 // forgeries.
 func (r *Receipts) HandleGossip(_ peer.ID, data []byte) {
+	defer r.changed.notify()
 	sr, err := attest.UnmarshalReceipt(data)
 	if err != nil {
 		r.cfg.Counters.Add("reputation.gossip_malformed")
