@@ -280,9 +280,12 @@ type Store struct {
 	budget int64
 	now    func() time.Time
 
-	mu     sync.Mutex
-	recs   map[string]*record
-	pins   map[string]int
+	mu   sync.Mutex
+	recs map[string]*record
+	pins map[string]int
+	// pinned is closed, and dropped, at the next change of pins
+	// (PinsChanged).
+	pinned chan struct{}
 	chunks map[string]int64 // chunk hash → size on disk
 	used   int64
 	// pending counts bytes reserved by chunk writes under way.
@@ -964,6 +967,7 @@ func (s *Store) Remove(id string) error {
 func (s *Store) Pin(id string) (unpin func()) {
 	s.mu.Lock()
 	s.pins[id]++
+	s.pinsChangedLocked()
 	if r, ok := s.recs[id]; ok {
 		r.LastUsed = s.now()
 		_ = s.saveLocked(id)
@@ -976,8 +980,28 @@ func (s *Store) Pin(id string) (unpin func()) {
 			if s.pins[id]--; s.pins[id] <= 0 {
 				delete(s.pins, id)
 			}
+			s.pinsChangedLocked()
 			s.mu.Unlock()
 		})
+	}
+}
+
+// PinsChanged returns a channel closed at the next pin or unpin: take it
+// before reading the pins it waits on, so that no change is missed.
+func (s *Store) PinsChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pinned == nil {
+		s.pinned = make(chan struct{})
+	}
+	return s.pinned
+}
+
+// pinsChangedLocked wakes PinsChanged's waiters; s.mu is held.
+func (s *Store) pinsChangedLocked() {
+	if s.pinned != nil {
+		close(s.pinned)
+		s.pinned = nil
 	}
 }
 
