@@ -435,10 +435,8 @@ func TestCheckpointSurvivesProviderKill(t *testing.T) {
 	}
 	// The job is over: the renter no longer pins its checkpoints (nor
 	// anything else: the job had no inputs). The pins follow the record's
-	// save, after its change signal, so this polls.
-	for deadline := time.Now().Add(5 * time.Second); boot.artifacts.Store().PinnedBytes() != 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the finished job's checkpoints are still pinned (%d bytes)", boot.artifacts.Store().PinnedBytes())
-		}
-	}
+	// save, after its change signal: the store's own signal says when.
+	waitChange(t, 5*time.Second, "the finished job's checkpoints unpinned", func() bool {
+		return boot.artifacts.Store().PinnedBytes() == 0
+	}, boot.artifacts.Store().PinsChanged)
 }
