@@ -1160,6 +1160,20 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	if ev.Run.Terminal() && !again {
 		v.State = auction.JobFinished
 	}
+	// The summary answered to a final report is what the provider's
+	// receipt must carry: it is kept with the job, set with the terminal
+	// run (a view never shows the one without the other), so the receipt
+	// is checked against it even after this renter restarts. Heartbeats
+	// carry the provider's clock: so does the summary's end.
+	var sum attest.HeartbeatSummary
+	if ev.Run.Terminal() {
+		end := ev.Ended
+		if pnow := clock.OnProvider(now); end.IsZero() || end.After(pnow) {
+			end = pnow
+		}
+		sum = mon.Summary(end)
+		v.Heartbeats = &sum
+	}
 	t.mu.Unlock()
 	t.log.Info("lease event", "job", jobID, "lease", ev.LeaseID, "run", ev.Run, "detail", ev.Detail)
 	if !ev.Run.Terminal() {
@@ -1169,20 +1183,6 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	if !prevRun.Terminal() {
 		t.cfg.Observe.jobEnded(lease, ev.Run, started, ended)
 	}
-	// Heartbeats carry the provider's clock: so does the summary's end.
-	end := ev.Ended
-	if pnow := clock.OnProvider(now); end.IsZero() || end.After(pnow) {
-		end = pnow
-	}
-	// The summary answered here is what the provider's receipt must carry:
-	// it is kept with the job, so the receipt is checked against it even
-	// after this renter restarts.
-	sum := mon.Summary(end)
-	t.mu.Lock()
-	if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == ev.LeaseID {
-		v.Heartbeats = &sum
-	}
-	t.mu.Unlock()
 	t.save(jobID)
 	if churned {
 		t.cfg.Counters.Add("renter.hand_back_churn")
