@@ -72,7 +72,7 @@ func waitLogIn(t *testing.T, jobsDir, leaseID string, re *regexp.Regexp, within 
 		if time.Now().After(deadline) {
 			t.Fatalf("lease %s: log never matched %q:\n%s", leaseID, re, b)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // a real process writes the log, and nothing announces its lines
 	}
 }
 

@@ -252,7 +252,7 @@ func TestConsole(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the job's log never showed its first lines: %q", readLog())
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // a real job process writes the log the renter streams, and nothing announces its lines
 	}
 
 	t.Run("a running job's log streams in", func(t *testing.T) {
