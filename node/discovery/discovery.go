@@ -54,6 +54,8 @@ type Discovery struct {
 
 	advMu  sync.Mutex
 	advert *auction.Capability
+	// advCh is closed, and dropped, at the next record put (advMu).
+	advCh chan struct{}
 	// readvertise asks the advertise loop for a fresh record now.
 	readvertise chan struct{}
 	// providing is set while a round of provider announcements runs.
@@ -105,6 +107,17 @@ func (d *Discovery) Advertised() *auction.Capability {
 	d.advMu.Lock()
 	defer d.advMu.Unlock()
 	return d.advert
+}
+
+// AdvertisedChanged returns a channel closed at the next record this node
+// puts: take it before reading Advertised, so that no put is missed.
+func (d *Discovery) AdvertisedChanged() <-chan struct{} {
+	d.advMu.Lock()
+	defer d.advMu.Unlock()
+	if d.advCh == nil {
+		d.advCh = make(chan struct{})
+	}
+	return d.advCh
 }
 
 // Readvertise asks Advertise for a fresh record now (the artifacts the
@@ -215,6 +228,10 @@ func (d *Discovery) advertise(c auction.Capability, ttl time.Duration) error {
 	// responsive ones; the record counts as advertised.
 	d.advMu.Lock()
 	d.advert = &c
+	if d.advCh != nil {
+		close(d.advCh)
+		d.advCh = nil
+	}
 	d.advMu.Unlock()
 	if keys := auction.DiscoveryKeys(c); d.provideDue(keys, ttl) && d.providing.CompareAndSwap(false, true) {
 		d.wg.Add(1)
