@@ -118,7 +118,7 @@ func TestJobsReadRenterDataset(t *testing.T) {
 			t.Fatalf("provider's copy: %+v %v", info, err)
 		}
 		return info.Pins == 0
-	}, p1.artifacts.Store().PinsChanged)
+	}, p1.artifacts.Store().Changed)
 	waitHolder(t, p2.Daemon, in.ID, p1.ID())
 	servedBefore := boot.artifacts.Counters()["artifact.served_bytes"]
 
@@ -517,7 +517,7 @@ func TestRenterPinsInputsOfLiveJobs(t *testing.T) {
 	// The renter's view of a job changes before the record of the change
 	// is saved, and the pins follow the save: wait for them.
 	pinsBecome := func(want int) int {
-		waitChange(t, 5*time.Second, "the input pinned "+strconv.Itoa(want)+" times", func() bool { return pins() == want }, st.PinsChanged)
+		waitChange(t, 5*time.Second, "the input pinned "+strconv.Itoa(want)+" times", func() bool { return pins() == want }, st.Changed)
 		return pins()
 	}
 
@@ -614,7 +614,7 @@ func TestImageArtifactJobThroughAuction(t *testing.T) {
 			t.Fatalf("provider's copy of the image artifact: %+v %v", info, err)
 		}
 		return info.Pins == 0
-	}, prov.artifacts.Store().PinsChanged)
+	}, prov.artifacts.Store().Changed)
 	if n := prov.artifacts.Counters()["artifact.fetched"]; n != 1 {
 		t.Fatalf("provider fetched %d artifacts, want the image", n)
 	}

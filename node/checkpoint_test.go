@@ -438,5 +438,5 @@ func TestCheckpointSurvivesProviderKill(t *testing.T) {
 	// save, after its change signal: the store's own signal says when.
 	waitChange(t, 5*time.Second, "the finished job's checkpoints unpinned", func() bool {
 		return boot.artifacts.Store().PinnedBytes() == 0
-	}, boot.artifacts.Store().PinsChanged)
+	}, boot.artifacts.Store().Changed)
 }
