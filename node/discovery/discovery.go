@@ -71,6 +71,10 @@ type Discovery struct {
 	// records holds the last verified capability record of each provider
 	// (peer.ID → auction.Capability).
 	records sync.Map
+	// recCh is closed, and dropped, at the next record kept or forgotten
+	// (recMu).
+	recMu sync.Mutex
+	recCh chan struct{}
 	// learning holds the providers whose record Learn is looking up.
 	learning sync.Map
 	// fpChanges counts fingerprint changes seen in providers' records.
@@ -366,6 +370,7 @@ func (d *Discovery) Lookup(ctx context.Context, id peer.ID) (auction.Capability,
 					"was", prev.(auction.Capability).Fingerprint, "now", c.Fingerprint)
 				d.fpChanges.Add(1)
 			}
+			d.recordsChanged()
 			return c, nil
 		}
 	}
@@ -397,7 +402,31 @@ func (d *Discovery) Holdings(ctx context.Context, provider string) ([]string, bo
 
 // Forget drops the record of provider id this node keeps: until it is
 // looked up again, the node does not know it.
-func (d *Discovery) Forget(id peer.ID) { d.records.Delete(id) }
+func (d *Discovery) Forget(id peer.ID) {
+	d.records.Delete(id)
+	d.recordsChanged()
+}
+
+// RecordsChanged returns a channel closed at the next provider record this
+// node keeps (a lookup's) or forgets: take it before reading the records,
+// so that no change is missed. Records that expire announce nothing.
+func (d *Discovery) RecordsChanged() <-chan struct{} {
+	d.recMu.Lock()
+	defer d.recMu.Unlock()
+	if d.recCh == nil {
+		d.recCh = make(chan struct{})
+	}
+	return d.recCh
+}
+
+func (d *Discovery) recordsChanged() {
+	d.recMu.Lock()
+	defer d.recMu.Unlock()
+	if d.recCh != nil {
+		close(d.recCh)
+		d.recCh = nil
+	}
+}
 
 // FingerprintChanges is how many times a provider's record came with
 // another hardware fingerprint than its last.
