@@ -728,6 +728,9 @@ func stripe(id string, n int) int {
 // jobs in auction or queued when the renter stopped.
 func (t *Tracker) load() ([]auction.Job, error) {
 	var queued []auction.Job
+	// The watches start once every record is in: their goroutines read
+	// the maps this loop fills.
+	var watches []func()
 	err := t.cfg.Store.List(func(id string, raw []byte) error {
 		var rec jobRecord
 		if err := json.Unmarshal(raw, &rec); err != nil {
@@ -759,12 +762,18 @@ func (t *Tracker) load() ([]auction.Job, error) {
 			t.mons[v.Lease.ID] = t.monitorFrom(*v.Lease, t.now())
 			t.byLease[v.Lease.ID] = id
 			if !v.Run.Terminal() {
-				t.watch(id, *v.Lease, t.now())
-				t.guard(id, *v.Lease, t.now())
+				l, since := *v.Lease, t.now()
+				watches = append(watches, func() {
+					t.watch(id, l, since)
+					t.guard(id, l, since)
+				})
 			}
 		}
 		return nil
 	})
+	for _, w := range watches {
+		w()
+	}
 	return queued, err
 }
 
