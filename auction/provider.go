@@ -627,9 +627,6 @@ func (p *Provider) sendWorker() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 		err := p.cfg.Transport.SendBid(ctx, s.owner, s.msg)
 		cancel()
-		if err != nil {
-			p.log.Info("bid not delivered", "job", s.jobID, "err", err)
-		}
 		p.mu.Lock()
 		if err != nil {
 			p.stats.Undelivered++
@@ -638,6 +635,10 @@ func (p *Provider) sendWorker() {
 			delete(p.inflight, s.owner)
 		}
 		p.mu.Unlock()
+		if err != nil {
+			// Logged once counted: a reader of the log finds the count.
+			p.log.Info("bid not delivered", "job", s.jobID, "err", err)
+		}
 	}
 }
 

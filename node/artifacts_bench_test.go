@@ -66,15 +66,11 @@ func TestBenchJobReadsLargeDataset(t *testing.T) {
 		// The post returns once the lease is confirmed: the provider is
 		// fetching from then until its copy is complete.
 		awarded := time.Now()
-		for {
-			if info, err := c.prov.artifacts.Store().Info(in.ID); err == nil && info.Complete {
-				break
-			}
-			if time.Since(awarded) > 10*time.Minute {
-				t.Fatalf("job %d: provider never completed the fetch", i+1)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		st := c.prov.artifacts.Store()
+		waitChange(t, 10*time.Minute, "job "+strconv.Itoa(i+1)+": the provider completes the fetch", func() bool {
+			info, err := st.Info(in.ID)
+			return err == nil && info.Complete
+		}, st.Changed)
 		fetch := time.Since(awarded)
 		v = waitJob(t, boot, v.Job.ID, 10*time.Minute, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
 		total := time.Since(t0)

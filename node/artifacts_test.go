@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,20 +113,13 @@ func TestJobsReadRenterDataset(t *testing.T) {
 	}
 	// The provider keeps the artifact, unpinned once the job is over, and
 	// announces it.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitChange(t, 10*time.Second, "the provider's copy unpinned after the job", func() bool {
 		info, err := p1.artifacts.Store().Info(in.ID)
 		if err != nil || !info.Complete {
 			t.Fatalf("provider's copy: %+v %v", info, err)
 		}
-		if info.Pins == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("provider's copy still pinned after the job: %+v", info)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return info.Pins == 0
+	}, p1.artifacts.Store().Changed)
 	waitHolder(t, p2.Daemon, in.ID, p1.ID())
 	servedBefore := boot.artifacts.Counters()["artifact.served_bytes"]
 
@@ -526,13 +520,8 @@ func TestRenterPinsInputsOfLiveJobs(t *testing.T) {
 	// The renter's view of a job changes before the record of the change
 	// is saved, and the pins follow the save: wait for them.
 	pinsBecome := func(want int) int {
-		deadline := time.Now().Add(5 * time.Second)
-		n := pins()
-		for n != want && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-			n = pins()
-		}
-		return n
+		waitChange(t, 5*time.Second, "the input pinned "+strconv.Itoa(want)+" times", func() bool { return pins() == want }, st.Changed)
+		return pins()
 	}
 
 	// Queued: no provider has an H100 (posted with queue, to wait for one).
@@ -622,18 +611,13 @@ func TestImageArtifactJobThroughAuction(t *testing.T) {
 	if got := jobLog(t, boot, v.Job.ID); v.Run != auction.RunSucceeded || got != "ran from the artifact" {
 		t.Fatalf("image job %s: %s, log %q", v.Run, v.Detail, got)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	waitChange(t, 10*time.Second, "the image artifact unpinned after the job", func() bool {
 		info, err := prov.artifacts.Store().Info(in.ID)
 		if err != nil || !info.Complete {
 			t.Fatalf("provider's copy of the image artifact: %+v %v", info, err)
 		}
-		if info.Pins == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("image artifact still pinned after the job: %+v", info)
-		}
-	}
+		return info.Pins == 0
+	}, prov.artifacts.Store().Changed)
 	if n := prov.artifacts.Counters()["artifact.fetched"]; n != 1 {
 		t.Fatalf("provider fetched %d artifacts, want the image", n)
 	}

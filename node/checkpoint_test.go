@@ -72,7 +72,7 @@ func waitLogIn(t *testing.T, jobsDir, leaseID string, re *regexp.Regexp, within 
 		if time.Now().After(deadline) {
 			t.Fatalf("lease %s: log never matched %q:\n%s", leaseID, re, b)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // a real process writes the log, and nothing announces its lines
 	}
 }
 
@@ -438,10 +438,8 @@ func TestCheckpointSurvivesProviderKill(t *testing.T) {
 	}
 	// The job is over: the renter no longer pins its checkpoints (nor
 	// anything else: the job had no inputs). The pins follow the record's
-	// save, after its change signal, so this polls.
-	for deadline := time.Now().Add(5 * time.Second); boot.artifacts.Store().PinnedBytes() != 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the finished job's checkpoints are still pinned (%d bytes)", boot.artifacts.Store().PinnedBytes())
-		}
-	}
+	// save, after its change signal: the store's own signal says when.
+	waitChange(t, 5*time.Second, "the finished job's checkpoints unpinned", func() bool {
+		return boot.artifacts.Store().PinnedBytes() == 0
+	}, boot.artifacts.Store().Changed)
 }

@@ -82,9 +82,14 @@ func TestProviderExpiresAfterTTL(t *testing.T) {
 	if el := time.Since(stopped); el > 3*time.Second+12*time.Second {
 		t.Fatalf("provider removed only after %s", el)
 	}
-	// And the live one keeps renewing past several TTLs: time passing is
-	// what is under test here, so this wait is the test, not a sync.
-	time.Sleep(4 * time.Second)
+	// And the live one keeps renewing: once it has put a record a whole
+	// TTL younger than the one it holds now (its renewals, each
+	// announced), the renter still lists it.
+	held := ns[1].disc.Advertised().IssuedAt
+	waitChange(t, 4*stay.Provider.AdvertiseTTL, "the live provider renews its record past a TTL", func() bool {
+		a := ns[1].disc.Advertised()
+		return a != nil && a.IssuedAt.After(held.Add(stay.Provider.AdvertiseTTL))
+	}, ns[1].disc.AdvertisedChanged)
 	eventuallyProviders(t, boot.Daemon, q, idsOf(ns[1]), 5*time.Second)
 }
 

@@ -72,15 +72,16 @@ func TestDrainFinishesShortHandsBackLong(t *testing.T) {
 	if sv.Run != auction.RunSucceeded || sv.Lease.Provider != pa.ID().String() || len(sv.History) != 0 {
 		t.Fatalf("short job: run %s (%s) on %s, %d earlier attempts", sv.Run, sv.Detail, sv.Lease.Provider, len(sv.History))
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for dv, err = cl.DrainStatus(context.Background()); err == nil && !dv.Done; dv, err = cl.DrainStatus(context.Background()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("drain not done: %+v", dv)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	// The supervisor's own wait: it looks again at each change of its
+	// leases and of the drain. The API then says the same.
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	dv, err = pa.market.sup.DrainWait(wctx)
+	wcancel()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v: %+v", err, dv)
+	}
+	if dv, err = cl.DrainStatus(context.Background()); err != nil || !dv.Done {
+		t.Fatalf("drain status after the drain: %+v %v", dv, err)
 	}
 	st, err := cl.ProviderStats(context.Background())
 	if err != nil || !st.Draining || st.Drain == nil || !st.Drain.Done {
@@ -214,7 +215,7 @@ func TestSigtermDrainsAndKeepsReservations(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("restarted provider never advertised")
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // a real daemon process restarting: nothing here is notified
 		_ = api.NewClient(dir).Do(context.Background(), "GET", "/status", nil, nil, &adv)
 	}
 	waitSubscribed(t, boot.Daemon, pid, adv.Advertised)

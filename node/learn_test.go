@@ -3,6 +3,7 @@ package node
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,21 +11,15 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
-// waitExpected polls until the renter expects exactly want to answer job.
+// waitExpected waits until the renter expects exactly want to answer job,
+// looking again at each record its discovery keeps or forgets.
 func waitExpected(t *testing.T, n *testNode, job *auction.Job, want []string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	waitChange(t, within, "the renter expects "+strings.Join(want, ", ")+" to answer", func() bool {
 		got := n.disc.ExpectedBidders(job)
 		slices.Sort(got)
-		if slices.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("renter expects %v to answer, want %v", got, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return slices.Equal(got, want)
+	}, n.disc.RecordsChanged)
 }
 
 // TestRenterLearnsProvidersWithoutListing: a renter that never ran

@@ -284,15 +284,13 @@ func TestJobRunsEndToEnd(t *testing.T) {
 	// The provider records the receipt once the renter's countersignature
 	// reaches it, just after the renter recorded it: wait for that.
 	var owed, earned, rr, pr []record.Entry
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitChange(t, 10*time.Second, "the provider records the receipt", func() bool {
 		owed, _ = boot.db.List(record.Filter{Kind: record.KindPaymentOwed, LeaseID: r.LeaseID})
 		earned, _ = prov.db.List(record.Filter{Kind: record.KindPaymentEarned, LeaseID: r.LeaseID})
 		rr, _ = boot.db.List(record.Filter{Kind: record.KindReceipt, LeaseID: r.LeaseID})
 		pr, _ = prov.db.List(record.Filter{Kind: record.KindReceipt, LeaseID: r.LeaseID})
-		if len(pr) > 0 && len(earned) > 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+		return len(pr) > 0 && len(earned) > 0
+	}, prov.market.receipts.Changed)
 	if len(owed) != 1 || len(earned) != 1 || len(rr) != 1 || len(pr) != 1 || owed[0].Amount != r.Amount || earned[0].Amount != r.Amount {
 		t.Fatalf("ledgers: owed %v earned %v receipts %d/%d", owed, earned, len(rr), len(pr))
 	}
@@ -305,13 +303,9 @@ func TestJobRunsEndToEnd(t *testing.T) {
 		t.Fatal("the two ledgers hold different receipts")
 	}
 	// The observer only heard the gossip.
-	deadline := time.Now().Add(15 * time.Second)
-	for observer.market.book.Stats(prov.ID().String()).Receipts != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("observer never verified the gossiped receipt; counters %v", observer.market.book.Counters())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitChange(t, 15*time.Second, "the observer verifies the gossiped receipt", func() bool {
+		return observer.market.book.Stats(prov.ID().String()).Receipts == 1
+	}, observer.market.receipts.Changed)
 	if after := observer.market.book.Stats(prov.ID().String()); after.Weight <= 0 || math.Abs(after.Score-before) > 1e-9 {
 		t.Fatalf("observer's view of the provider after a newcomer's receipt: %.3f -> %+v, want counted at %.3f", before, after, before)
 	}

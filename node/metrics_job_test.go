@@ -101,19 +101,13 @@ func TestMetricsAfterAJob(t *testing.T) {
 		t.Fatalf("run %s: %s", v.Run, v.Detail)
 	}
 	// The provider settles its side once the renter countersigned.
-	deadline := time.Now().Add(15 * time.Second)
 	var provBody []byte
 	var provFams map[string]*dto.MetricFamily
-	for {
+	waitChange(t, 15*time.Second, "provider settled", func() bool {
 		provBody, provFams = scrape(t, provCfg.MetricsAddr)
-		if f := provFams["gpumesh_provider_earned_usd_total"]; f != nil && f.Metric[0].Counter.GetValue() > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("provider never settled:\n%s", provBody)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		f := provFams["gpumesh_provider_earned_usd_total"]
+		return f != nil && f.Metric[0].Counter.GetValue() > 0
+	}, prov.market.receipts.Changed)
 	renterBody, renterFams := scrape(t, renterCfg.MetricsAddr)
 
 	checks := []struct {

@@ -151,7 +151,7 @@ func TestProviderKilledMidJob(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the killed daemon's job is still running after the restart")
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // a real process dying: nothing here is told
 	}
 	// The interrupted lease still settles: a receipt for the time used.
 	waitJob(t, boot, v.Job.ID, 20*time.Second, "settled", func(v api.JobView) bool {

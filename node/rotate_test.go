@@ -90,10 +90,10 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 
 	v := post(t, boot, shJob(auction.Silver, 2, "echo hi"))
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
-	waitFor(t, 10*time.Second, "the provider records the receipt", func() bool {
+	waitChange(t, 10*time.Second, "the provider records the receipt", func() bool {
 		es, _ := prov.db.List(record.Filter{Kind: record.KindReceipt, LeaseID: v.Receipt.LeaseID})
 		return len(es) == 1
-	})
+	}, prov.market.receipts.Changed)
 	book := boot.market.book
 	before := book.Stats(oldID.String())
 	if before.Receipts != 1 || before.Score <= attest.Prior+0.01 {

@@ -55,13 +55,9 @@ func TestLeaseGPUsScrubbedBeforeFreed(t *testing.T) {
 	if v.Run != auction.RunSucceeded {
 		t.Fatalf("job %s: %s", v.Run, v.Detail)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for prov.market.counters.Snapshot()["provider.gpu_scrubbed"] == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the lease's GPUs were never scrubbed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitChange(t, 10*time.Second, "the lease's GPUs scrubbed", func() bool {
+		return prov.market.counters.Snapshot()["provider.gpu_scrubbed"] != 0
+	}, prov.market.counters.Changed)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.calls) != 1 || len(rec.calls[0]) != 1 {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"slices"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,11 +24,86 @@ type testNode struct {
 	cfg config.Config
 }
 
+// testLogger is a test daemon's log: each line notifies logged (what a
+// daemon's timers and handlers do is logged), and is written to stderr
+// when GPUMESH_TEST_LOG is set.
 func testLogger(t testing.TB) *slog.Logger {
+	var out slog.Handler = slog.DiscardHandler
 	if os.Getenv("GPUMESH_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		out = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})
 	}
-	return slog.New(slog.DiscardHandler)
+	return slog.New(notifyLog{out})
+}
+
+// logged is notified at each line any test daemon logs.
+var logged broadcast
+
+// loggedNext is logged's next change, for waitChange.
+func loggedNext() <-chan struct{} { return logged.wait() }
+
+type notifyLog struct{ slog.Handler }
+
+func (notifyLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l notifyLog) Handle(ctx context.Context, r slog.Record) error {
+	defer logged.notify()
+	if !l.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return l.Handler.Handle(ctx, r)
+}
+
+func (l notifyLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return notifyLog{l.Handler.WithAttrs(as)}
+}
+func (l notifyLog) WithGroup(g string) slog.Handler { return notifyLog{l.Handler.WithGroup(g)} }
+
+// broadcast wakes every waiter at each change of some state (as
+// lease's): a waiter takes the channel (wait) before it checks the state.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) notify() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+}
+
+// waitChange waits until cond holds, checking it again at each change
+// that one of next announces (each returns the channel closed at its
+// subject's next change: a tracker's, counters', receipts', or
+// loggedNext), failing the test with what after within.
+func waitChange(t testing.TB, within time.Duration, what string, cond func() bool, next ...func() <-chan struct{}) {
+	t.Helper()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	cases := make([]reflect.SelectCase, len(next)+1)
+	cases[0] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(deadline.C)}
+	for {
+		for i, n := range next {
+			cases[i+1] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(n())}
+		}
+		if cond() {
+			return
+		}
+		if i, _, _ := reflect.Select(cases); i == 0 {
+			t.Fatalf("%s: not reached within %s", what, within)
+		}
+	}
 }
 
 func providerConfig(region string, floor float64, gpus ...auction.GPU) config.Config {

@@ -49,7 +49,7 @@ func TestDialReachesJobLoopback(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("dial job port %d: %v (job output %q)", port, err, out.String())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // a real job process opening a real socket: nothing announces it listens
 	}
 	if !strings.HasPrefix(line, "hello from ") {
 		t.Fatalf("greeting = %q", line)
@@ -96,6 +96,6 @@ func TestDockerDialReachesContainerLoopback(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("dial the container's port: %v (output %q)", err, out.String())
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // a real container opening a real socket: nothing announces it listens
 	}
 }

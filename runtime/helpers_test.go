@@ -202,7 +202,7 @@ func waitProcs(t *testing.T, marker string, n int, timeout time.Duration) {
 		if time.Now().After(deadline) {
 			t.Fatalf("want %d processes with %q, have %v", n, marker, procsWith(t, marker))
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // real processes starting: the kernel announces nothing to wait on
 	}
 }
 

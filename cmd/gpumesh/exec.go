@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -191,10 +190,6 @@ func parsePortPair(s string) (local, remote int, err error) {
 	return local, remote, nil
 }
 
-// forwardCheckInterval is how often port-forward checks that its job
-// still runs.
-var forwardCheckInterval = 2 * time.Second
-
 func jobPortForwardAction(c *cli.Context) error {
 	usage := "usage: " + commandPath(c) + " " + c.Command.ArgsUsage
 	args := c.Args().Slice()
@@ -225,20 +220,18 @@ func jobPortForwardAction(c *cli.Context) error {
 	defer cancel()
 	ended := make(chan error, 1)
 	go func() {
-		// Stop once the job does.
-		t := time.NewTicker(forwardCheckInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
+		// Stop once the job does (heard at its view's change: a long
+		// poll).
+		v, err := cl.Job(ctx, id)
+		for err == nil {
+			if err = running(id, v); err != nil {
+				break
 			}
-			if err := jobRunning(ctx, cl, id); err != nil && ctx.Err() == nil {
-				ended <- err
-				_ = ln.Close()
-				return
-			}
+			v, err = nextJobView(ctx, cl, id, v)
+		}
+		if ctx.Err() == nil {
+			ended <- err
+			_ = ln.Close()
 		}
 	}()
 	go func() {
@@ -283,6 +276,11 @@ func jobRunning(ctx context.Context, cl *api.Client, id string) error {
 	if err != nil {
 		return err
 	}
+	return running(id, v)
+}
+
+// running checks that v, job id's view, has a running lease.
+func running(id string, v api.JobView) error {
 	if v.Lease == nil || v.Run != auction.RunRunning {
 		run := string(v.Run)
 		if run == "" {

@@ -188,8 +188,8 @@ func (w *syncWriter) String() string {
 // carries each connection through its own API upgrade to the job's port,
 // both ways, and ends once the job has.
 func TestJobPortForwardCLI(t *testing.T) {
-	defer func(d time.Duration) { forwardCheckInterval = d }(forwardCheckInterval)
-	forwardCheckInterval = 20 * time.Millisecond
+	defer func(d time.Duration) { waitInterval = d }(waitInterval)
+	waitInterval = 20 * time.Millisecond
 	var ended atomic.Bool
 	var ports sync.Map
 	mux := http.NewServeMux()

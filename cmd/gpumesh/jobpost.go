@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -381,9 +382,10 @@ func parseDeadline(s string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
-// waitInterval is how often `job post --wait` polls the job's status and
-// `provider drain` the drain's progress (a variable so tests can shorten
-// it).
+// waitInterval bounds each long poll of a job's view (`job post --wait`,
+// `job port-forward`; a daemon without the long poll is asked once per
+// interval) and is how often `provider drain` polls the drain's progress
+// (a variable so tests can shorten it).
 var waitInterval = time.Second
 
 func jobPostAction(c *cli.Context) error {
@@ -489,24 +491,19 @@ func lastReason(rs []string) string {
 	return rs[len(rs)-1]
 }
 
-// waitLeased polls a queued job until it is no longer queued.
+// waitLeased follows a queued job (long polls) until it is no longer
+// queued.
 func waitLeased(c *cli.Context, id string) (api.JobView, error) {
 	cl := client(c)
-	t := time.NewTicker(waitInterval)
-	defer t.Stop()
+	v, err := cl.Job(c.Context, id)
 	for {
-		select {
-		case <-c.Context.Done():
-			return api.JobView{}, c.Context.Err()
-		case <-t.C:
-		}
-		v, err := cl.Job(c.Context, id)
 		if err != nil {
 			return v, fmt.Errorf("wait for job %s: %w", id, err)
 		}
 		if v.State != auction.JobQueued && v.State != auction.JobBidding && v.State != auction.JobAwarding {
 			return v, nil
 		}
+		v, err = nextJobView(c.Context, cl, id, v)
 	}
 }
 
@@ -527,6 +524,25 @@ func runTerminal(v *api.JobView) bool {
 		return !v.Job.Preemptible
 	}
 	return false
+}
+
+// nextJobView is job id's view at its next change after prev, or after
+// waitInterval when it has not changed: a long poll
+// (GET /v1/jobs/{id}?wait=D). A daemon from before the long poll answers
+// at once: the rest of the turn is waited out rather than asking again at
+// once.
+func nextJobView(ctx context.Context, cl *api.Client, id string, prev api.JobView) (api.JobView, error) {
+	asked := time.Now()
+	v, err := cl.JobChange(ctx, id, waitInterval)
+	if err != nil || !reflect.DeepEqual(v, prev) {
+		return v, err
+	}
+	select {
+	case <-ctx.Done():
+		return v, ctx.Err()
+	case <-time.After(waitInterval - time.Since(asked)):
+	}
+	return v, nil
 }
 
 // waitJob polls the job until runTerminal, printing run-state changes and
@@ -560,18 +576,7 @@ func waitJob(c *cli.Context, id string, last auction.RunState, pr *progress) (ap
 			}
 			return v, nil
 		}
-		asked, prev := time.Now(), v
-		v, err = cl.JobChange(c.Context, id, waitInterval)
-		if err != nil || !reflect.DeepEqual(v, prev) {
-			continue
-		}
-		// Unchanged at once: a daemon without the long poll. Wait the
-		// rest of the turn rather than ask again at once.
-		select {
-		case <-c.Context.Done():
-			return v, c.Context.Err()
-		case <-time.After(waitInterval - time.Since(asked)):
-		}
+		v, err = nextJobView(c.Context, cl, id, v)
 	}
 }
 

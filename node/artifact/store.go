@@ -280,11 +280,14 @@ type Store struct {
 	budget int64
 	now    func() time.Time
 
-	mu     sync.Mutex
-	recs   map[string]*record
-	pins   map[string]int
-	chunks map[string]int64 // chunk hash → size on disk
-	used   int64
+	mu   sync.Mutex
+	recs map[string]*record
+	pins map[string]int
+	// changed is closed, and dropped, at the next pin, unpin or
+	// completion (Changed).
+	changed chan struct{}
+	chunks  map[string]int64 // chunk hash → size on disk
+	used    int64
 	// pending counts bytes reserved by chunk writes under way.
 	pending int64
 	// brought is, per reader (Reader.key), the chunks a fetch for it
@@ -578,6 +581,7 @@ func (s *Store) Complete(id string, rd Reader, meta Meta) error {
 	case !r.Complete:
 		r.Complete = true
 		r.Private, r.Owner, r.Owners, r.Shares = meta.Private, meta.Owner, nil, nil
+		s.changedLocked()
 	case !admitted && rd.Peer != "":
 		r.Owners = append(r.Owners, rd.Peer.String())
 	}
@@ -964,6 +968,7 @@ func (s *Store) Remove(id string) error {
 func (s *Store) Pin(id string) (unpin func()) {
 	s.mu.Lock()
 	s.pins[id]++
+	s.changedLocked()
 	if r, ok := s.recs[id]; ok {
 		r.LastUsed = s.now()
 		_ = s.saveLocked(id)
@@ -976,8 +981,29 @@ func (s *Store) Pin(id string) (unpin func()) {
 			if s.pins[id]--; s.pins[id] <= 0 {
 				delete(s.pins, id)
 			}
+			s.changedLocked()
 			s.mu.Unlock()
 		})
+	}
+}
+
+// Changed returns a channel closed at the next pin, unpin or artifact
+// completed: take it before reading what it waits on, so that no change
+// is missed.
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
+}
+
+// changedLocked wakes Changed's waiters; s.mu is held.
+func (s *Store) changedLocked() {
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
 	}
 }
 

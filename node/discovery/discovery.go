@@ -54,6 +54,8 @@ type Discovery struct {
 
 	advMu  sync.Mutex
 	advert *auction.Capability
+	// advCh is closed, and dropped, at the next record put (advMu).
+	advCh chan struct{}
 	// readvertise asks the advertise loop for a fresh record now.
 	readvertise chan struct{}
 	// providing is set while a round of provider announcements runs.
@@ -69,6 +71,10 @@ type Discovery struct {
 	// records holds the last verified capability record of each provider
 	// (peer.ID → auction.Capability).
 	records sync.Map
+	// recCh is closed, and dropped, at the next record kept or forgotten
+	// (recMu).
+	recMu sync.Mutex
+	recCh chan struct{}
 	// learning holds the providers whose record Learn is looking up.
 	learning sync.Map
 	// fpChanges counts fingerprint changes seen in providers' records.
@@ -105,6 +111,17 @@ func (d *Discovery) Advertised() *auction.Capability {
 	d.advMu.Lock()
 	defer d.advMu.Unlock()
 	return d.advert
+}
+
+// AdvertisedChanged returns a channel closed at the next record this node
+// puts: take it before reading Advertised, so that no put is missed.
+func (d *Discovery) AdvertisedChanged() <-chan struct{} {
+	d.advMu.Lock()
+	defer d.advMu.Unlock()
+	if d.advCh == nil {
+		d.advCh = make(chan struct{})
+	}
+	return d.advCh
 }
 
 // Readvertise asks Advertise for a fresh record now (the artifacts the
@@ -215,6 +232,10 @@ func (d *Discovery) advertise(c auction.Capability, ttl time.Duration) error {
 	// responsive ones; the record counts as advertised.
 	d.advMu.Lock()
 	d.advert = &c
+	if d.advCh != nil {
+		close(d.advCh)
+		d.advCh = nil
+	}
 	d.advMu.Unlock()
 	if keys := auction.DiscoveryKeys(c); d.provideDue(keys, ttl) && d.providing.CompareAndSwap(false, true) {
 		d.wg.Add(1)
@@ -349,6 +370,7 @@ func (d *Discovery) Lookup(ctx context.Context, id peer.ID) (auction.Capability,
 					"was", prev.(auction.Capability).Fingerprint, "now", c.Fingerprint)
 				d.fpChanges.Add(1)
 			}
+			d.recordsChanged()
 			return c, nil
 		}
 	}
@@ -380,7 +402,31 @@ func (d *Discovery) Holdings(ctx context.Context, provider string) ([]string, bo
 
 // Forget drops the record of provider id this node keeps: until it is
 // looked up again, the node does not know it.
-func (d *Discovery) Forget(id peer.ID) { d.records.Delete(id) }
+func (d *Discovery) Forget(id peer.ID) {
+	d.records.Delete(id)
+	d.recordsChanged()
+}
+
+// RecordsChanged returns a channel closed at the next provider record this
+// node keeps (a lookup's) or forgets: take it before reading the records,
+// so that no change is missed. Records that expire announce nothing.
+func (d *Discovery) RecordsChanged() <-chan struct{} {
+	d.recMu.Lock()
+	defer d.recMu.Unlock()
+	if d.recCh == nil {
+		d.recCh = make(chan struct{})
+	}
+	return d.recCh
+}
+
+func (d *Discovery) recordsChanged() {
+	d.recMu.Lock()
+	defer d.recMu.Unlock()
+	if d.recCh != nil {
+		close(d.recCh)
+		d.recCh = nil
+	}
+}
 
 // FingerprintChanges is how many times a provider's record came with
 // another hardware fingerprint than its last.

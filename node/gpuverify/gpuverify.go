@@ -106,7 +106,9 @@ func (s *Service) HandleVerdict(_ peer.ID, data []byte) {
 	}
 	if err != nil {
 		s.cfg.Log.Debug("gpu verdict rejected", "err", err)
+		return
 	}
+	s.cfg.Log.Debug("gpu verdict recorded", "verifier", g.Verdict.Signer)
 }
 
 // Verify challenges provider id's device dev (its model and VRAM as its

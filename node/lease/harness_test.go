@@ -562,6 +562,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		t.Fatal(err)
 	}
 	h.forward(n.ctx, &n.tracker.changed)
+	h.forward(n.ctx, &n.counters.changed)
 	handlers := auctiontest.MemHandlers{OnBid: n.tracker.Auction().HandleBid}
 	if spec != nil {
 		n.exec = newFakeExec(t)

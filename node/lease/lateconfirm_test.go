@@ -97,8 +97,18 @@ func TestReportBeforeConfirmWaits(t *testing.T) {
 	// waiting for the lease (bounded: without the wait the award would
 	// time out instead).
 	hold := func() {
-		for deadline := time.Now().Add(5 * time.Second); counter(r, "renter.event_before_lease") == 0 && time.Now().Before(deadline); {
-			time.Sleep(5 * time.Millisecond)
+		deadline := time.NewTimer(5 * time.Second)
+		defer deadline.Stop()
+		for {
+			next := r.counters.changed.wait()
+			if counter(r, "renter.event_before_lease") != 0 {
+				return
+			}
+			select {
+			case <-next:
+			case <-deadline.C:
+				return
+			}
 		}
 	}
 	r.crash.holdConfirm.Store(&hold)

@@ -54,7 +54,14 @@ type Clock func() time.Time
 type Counters struct {
 	mu sync.Mutex
 	m  map[string]int
+	// changed is notified at each count, so that a waiter for one needs
+	// no polling.
+	changed broadcast
 }
+
+// Changed returns a channel closed at the next count: take it before
+// reading the counts it waits on.
+func (c *Counters) Changed() <-chan struct{} { return c.changed.wait() }
 
 // NewCounters returns empty counters.
 func NewCounters() *Counters { return &Counters{m: map[string]int{}} }
@@ -67,6 +74,7 @@ func (c *Counters) AddN(what string, n int) {
 	c.mu.Lock()
 	c.m[what] += n
 	c.mu.Unlock()
+	c.changed.notify()
 }
 
 // Snapshot returns a copy of the counts.

@@ -73,10 +73,9 @@ func TestManyOutputFilesSettle(t *testing.T) {
 		t.Fatalf("receipt result hash %s, outputs hash %s", v.Receipt.ResultHash, v.OutputsHash)
 	}
 	h.waitFor(3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, l.ID)) == 1 })
-	// Past the lease's end and the abandonment grace: still not slashed.
-	// Time passing is what is under test: the renter's abandon timer is a
-	// real one, and nothing announces that it found nothing to do.
-	time.Sleep(time.Until(l.End.Add(h.abandonGrace)))
+	// Past the lease's end and the abandonment grace, once the renter's
+	// abandonment check ran: still not slashed.
+	h.waitFor(time.Until(l.End.Add(h.abandonGrace))+3*time.Second, "abandonment checked", func() bool { return counter(r, "renter.abandon_checked") != 0 })
 	if st := r.book.Stats(p.id()); st.Slashes != 0 || st.Completed != 1 {
 		t.Fatalf("provider's reputation %+v", st)
 	}

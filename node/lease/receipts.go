@@ -50,7 +50,15 @@ type Receipts struct {
 	pmu     sync.Mutex
 	pending [][]byte
 	active  bool
+	// changed is notified once a receipt was recorded or a gossiped one
+	// was taken in (or refused), so that a waiter for one needs no polling.
+	changed broadcast
 }
+
+// Changed returns a channel closed at the next receipt recorded in the
+// ledger and book, or gossiped receipt handled: take it before checking
+// what it waits for.
+func (r *Receipts) Changed() <-chan struct{} { return r.changed.wait() }
 
 // NewReceipts returns Receipts and replays the receipts already in the
 // ledger into the book (reputation survives restarts; the ledger is its
@@ -104,6 +112,7 @@ func ReceiptEntries(rc attest.Receipt, raw []byte, asRenter bool) []record.Entry
 // record appends a verified two-party receipt and the payment it implies
 // to the ledger (atomically), and feeds the reputation book.
 func (r *Receipts) record(sr *attest.SignedReceipt, asRenter bool) error {
+	defer r.changed.notify()
 	if err := sr.Verify(); err != nil {
 		return err
 	}
@@ -226,6 +235,7 @@ func (r *Receipts) Activate() {
 
 // take feeds one gossiped receipt to the book.
 func (r *Receipts) take(data []byte) {
+	defer r.changed.notify()
 	sr, err := attest.UnmarshalReceipt(data)
 	if err != nil {
 		r.cfg.Counters.Add("reputation.gossip_malformed")

@@ -106,8 +106,15 @@ func TestLostServiceReplicaIsNotRequeued(t *testing.T) {
 	if n := counter(r, "renter.lease_lost"); n != 1 {
 		t.Fatalf("renter.lease_lost = %d", n)
 	}
-	// No auction follows: the other provider is never called for it.
-	time.Sleep(3 * h.lossAfter)
+	// No auction follows: the loss left the job finished (a requeue
+	// would have left it queued), no re-offer of it waits, and the other
+	// provider holds no lease.
+	r.tracker.mu.Lock()
+	_, queued := r.tracker.wake[v.Job.ID]
+	r.tracker.mu.Unlock()
+	if queued {
+		t.Fatal("the lost replica's job waits to be offered again")
+	}
 	for _, p := range provs {
 		if s := p.provider.Stats(); len(s.Leases) != 0 {
 			t.Fatalf("the other provider got %d leases", len(s.Leases))

@@ -7,6 +7,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
 )
 
 // TestSettlementSurvivesRenterOutage: the renter is down when the job
@@ -62,11 +63,7 @@ func TestSettlementSurvivesRenterOutage(t *testing.T) {
 				t.Fatalf("provider slashed for the renter's outage: %+v", st)
 			}
 			// Settled: the provider stops retrying.
-			n := p.counters.Snapshot()["provider.settle_retry"]
-			time.Sleep(300 * time.Millisecond)
-			if m := p.counters.Snapshot()["provider.settle_retry"]; m != n {
-				t.Fatalf("provider still retrying after settlement: %d → %d", n, m)
-			}
+			p.waitFinal(v.Lease.ID, lifecycle.Settled)
 		})
 	}
 }
@@ -83,9 +80,24 @@ func TestSettlementGivesUpAfterWindow(t *testing.T) {
 	r.waitJob(v.Job.ID, "started", func(v api.JobView) bool { return v.Run == auction.RunRunning || v.Run.Terminal() })
 	r.kill()
 	h.waitFor(3*time.Second, "provider gives up", func() bool { return p.counters.Snapshot()["provider.settle_abandoned"] == 1 })
-	n := p.counters.Snapshot()["provider.settle_retry"]
-	time.Sleep(200 * time.Millisecond)
-	if m := p.counters.Snapshot()["provider.settle_retry"]; m != n {
-		t.Fatalf("provider retries after giving up: %d → %d", n, m)
+	p.waitFinal(v.Lease.ID, lifecycle.Abandoned)
+}
+
+// waitFinal waits until the provider's machine of lease id reaches the
+// final phase want, and fails unless it then has no timer armed: a final
+// phase takes no timer (lifecycle's rule), so the lease's settlement is
+// tried no more.
+func (n *node) waitFinal(id string, want lifecycle.Phase) {
+	n.h.t.Helper()
+	r := n.sup.run(id)
+	if r == nil {
+		n.h.t.Fatalf("provider runs no lease %s", id)
+	}
+	n.h.waitFor(3*time.Second, "lease "+id+" "+string(want), func() bool { return r.phase() == want })
+	r.mu.Lock()
+	due := r.pr.Rec.Due
+	r.mu.Unlock()
+	if !due.IsZero() {
+		n.h.t.Fatalf("lease %s %s with a timer due at %s", id, want, due)
 	}
 }

@@ -709,6 +709,9 @@ func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
 			return
 		case <-time.After(wait):
 		}
+		// Counted once the check is done, whatever it found: what a
+		// waiter for the check (a test) waits on.
+		defer t.cfg.Counters.Add("renter.abandon_checked")
 		// The current lease: it is lost, and the job requeued elsewhere.
 		// A lease lost earlier (its provider went silent) whose provider
 		// never reported since: only the slash, the job has moved on.
@@ -831,6 +834,9 @@ func stripe(id string, n int) int {
 // stopped).
 func (t *Tracker) load() ([]string, error) {
 	var queued []string
+	// The watches start once every record is in: their goroutines read
+	// the maps this loop fills.
+	var watches []func()
 	err := t.cfg.Store.List(func(id string, raw []byte) error {
 		var rec jobRecord
 		if err := json.Unmarshal(raw, &rec); err != nil {
@@ -860,11 +866,17 @@ func (t *Tracker) load() ([]string, error) {
 			t.byLease[v.Lease.ID] = id
 		}
 		if w, ok := has[jobmachine.Watch](effs); ok {
-			t.watch(id, w.Lease, t.now())
-			t.guard(id, w.Lease, t.now())
+			l, since := w.Lease, t.now()
+			watches = append(watches, func() {
+				t.watch(id, l, since)
+				t.guard(id, l, since)
+			})
 		}
 		return nil
 	})
+	for _, w := range watches {
+		w()
+	}
 	return queued, err
 }
 
@@ -1265,6 +1277,20 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	_, again := has[jobmachine.Requeue](effs)
 	_, verify := has[jobmachine.CheckEvidence](effs)
+	// The summary answered to a final report is what the provider's
+	// receipt must carry: it is kept with the job, set with the terminal
+	// run (a view never shows the one without the other), so the receipt
+	// is checked against it even after this renter restarts. Heartbeats
+	// carry the provider's clock: so does the summary's end.
+	var sum attest.HeartbeatSummary
+	if ev.Run.Terminal() {
+		end := ev.Ended
+		if pnow := clock.OnProvider(now); end.IsZero() || end.After(pnow) {
+			end = pnow
+		}
+		sum = mon.Summary(end)
+		v.Heartbeats = &sum
+	}
 	t.mu.Unlock()
 	t.log.Info("lease event", "job", jobID, "lease", ev.LeaseID, "run", ev.Run, "detail", ev.Detail)
 	if !ev.Run.Terminal() {
@@ -1274,20 +1300,6 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	if !prevRun.Terminal() {
 		t.cfg.Observe.jobEnded(lease, ev.Run, started, ended)
 	}
-	// Heartbeats carry the provider's clock: so does the summary's end.
-	end := ev.Ended
-	if pnow := clock.OnProvider(now); end.IsZero() || end.After(pnow) {
-		end = pnow
-	}
-	// The summary answered here is what the provider's receipt must carry:
-	// it is kept with the job, so the receipt is checked against it even
-	// after this renter restarts.
-	sum := mon.Summary(end)
-	t.mu.Lock()
-	if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == ev.LeaseID {
-		v.Heartbeats = &sum
-	}
-	t.mu.Unlock()
 	t.save(jobID)
 	if churned {
 		t.cfg.Counters.Add("renter.hand_back_churn")

@@ -156,9 +156,9 @@ func TestLateEventsNeverMoveStateBack(t *testing.T) {
 	if got := counter(r, "renter.event_stale"); got != 1 {
 		t.Fatalf("renter.event_stale = %d", got)
 	}
-	// Time passing past the lease end and the grace is what is under test
-	// (the renter's abandon timer is a real one).
-	time.Sleep(time.Until(l.End.Add(4 * h.abandonGrace)))
+	// Past the lease end and the grace, once the renter's abandonment
+	// check ran.
+	h.waitFor(time.Until(l.End.Add(h.abandonGrace))+3*time.Second, "abandonment checked", func() bool { return counter(r, "renter.abandon_checked") != 0 })
 	got, err := r.tracker.View(v.Job.ID)
 	if err != nil || got.Run != auction.RunSucceeded || got.State != auction.JobFinished {
 		t.Fatalf("after a late event: run %s state %s (%v)", got.Run, got.State, err)

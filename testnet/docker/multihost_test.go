@@ -240,6 +240,7 @@ func (c *cluster) start(name, config string) *daemon {
 	c.nodes = append(c.nodes, d)
 	var st api.StatusInfo
 	var lastErr error
+	// A daemon in a real container starting up: nothing here is notified.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		out, err := c.gpumesh(d, "status", "--json")
 		if err == nil {

@@ -294,7 +294,7 @@ func waitFor(t *testing.T, within time.Duration, what string, f func() (bool, st
 		if time.Now().After(deadline) {
 			t.Fatalf("%s not reached within %s; last: %s", what, within, last)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // real containers and daemons, over docker and HTTP: nothing here is notified
 	}
 }
 

@@ -44,18 +44,8 @@ func TestWarmFetchesPrivateArtifactOnGrant(t *testing.T) {
 	if ack.ID != id || ack.Size != int64(len(data)) || ack.Fetching != int64(len(data)) {
 		t.Fatalf("ack %+v", ack)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if info, err := prov.store.Info(id); err == nil && info.Complete {
-			if !info.Private || info.Owner != owner.net.ID().String() {
-				t.Fatalf("warmed copy held as %+v", info)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the warm fetch never completed")
-		}
-		time.Sleep(20 * time.Millisecond) // the warm fetch runs on its own over a real stream and signals only the store
+	if info := waitComplete(t, prov.store, id); !info.Private || info.Owner != owner.net.ID().String() {
+		t.Fatalf("warmed copy held as %+v", info)
 	}
 	if got := exported(t, prov.store, id); !bytes.Equal(got, data) {
 		t.Fatal("warmed copy differs")
@@ -139,15 +129,7 @@ func TestWarmRefusals(t *testing.T) {
 	if _, err := owner.svc.Warm(ctx, id, prov.net.ID(), prov.addrs()); err != nil {
 		t.Fatal(err)
 	}
-	// The warm fetch runs on its own over a real stream and signals only the store.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if info, err := prov.store.Info(id); err == nil && info.Complete {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the warm fetch never completed")
-		}
-	}
+	waitComplete(t, prov.store, id)
 	if _, err := prov.svc.Warm(ctx, id, small.net.ID(), small.addrs()); err == nil || !strings.Contains(err.Error(), "only the owner") {
 		t.Fatalf("a holder warming the owner's private artifact: %v", err)
 	}
@@ -157,3 +139,23 @@ func TestWarmRefusals(t *testing.T) {
 type heldCount struct{ n *atomic.Int32 }
 
 func (h heldCount) Readvertise() { h.n.Add(1) }
+
+// waitComplete waits until st holds artifact id complete, and returns its
+// info: the warm fetch runs on its own, and the store announces the
+// completion (Store.Changed).
+func waitComplete(t *testing.T, st *artifact.Store, id string) artifact.Info {
+	t.Helper()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	for {
+		next := st.Changed()
+		if info, err := st.Info(id); err == nil && info.Complete {
+			return info
+		}
+		select {
+		case <-next:
+		case <-deadline.C:
+			t.Fatal("the warm fetch never completed")
+		}
+	}
+}
