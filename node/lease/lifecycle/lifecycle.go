@@ -270,8 +270,20 @@ func (l *Lease) outcome(e Exit) (auction.RunState, string, auction.Fault) {
 	if state == auction.RunExpired && l.Terms.Preemptible && l.Lease.End.Before(l.Lease.Start.Add(l.Terms.Duration)) {
 		return auction.RunPreempted, "backfill gap ended before the job did", auction.FaultNone
 	}
+	if late := l.Started.Sub(l.Lease.Start); state == auction.RunExpired && !l.Started.IsZero() && late > LateStartSlack {
+		// The job had its lease only from a late start (a slow host):
+		// stopped at the end it was promised, it lost what the provider
+		// took, and its renter requeues it.
+		return auction.RunFailed, fmt.Sprintf("started %s into its lease (a slow start on the provider), stopped at the lease end",
+			late.Round(time.Millisecond)), auction.FaultProvider
+	}
 	return state, detail, fault
 }
+
+// LateStartSlack is how late into its lease a job may start before a stop
+// at the lease's end is the provider's fault rather than the job's (a job
+// that declared too short a duration).
+const LateStartSlack = 500 * time.Millisecond
 
 // StoppedEarly reports whether a job that ended with e was stopped before
 // it was done through no fault of its own (preempted, drained, its backfill

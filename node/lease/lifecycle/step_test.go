@@ -138,7 +138,9 @@ func TestStepStart(t *testing.T) {
 // TestStepStartsLate: a job whose preparing, or whose executor's start,
 // ran past its lease's end (a slow host) had none of its lease: it is the
 // provider's lateness (the renter requeues the job), never the job's
-// expiry. A job started before the end and stopped there expired.
+// expiry; so is one the executor started more than LateStartSlack into
+// its lease and that was stopped at its end (it lost what the provider
+// took). A job started within the slack and stopped there expired.
 func TestStepStartsLate(t *testing.T) {
 	took := at(time.Minute, TimerDue{})
 	deadline := func(started time.Duration) timed {
@@ -155,7 +157,9 @@ func TestStepStartsLate(t *testing.T) {
 		{"prepared after its end", []timed{took, at(time.Hour, Prepared{})}, auction.RunFailed, auction.FaultProvider, true},
 		{"executor started at its end", []timed{took, at(time.Minute, Prepared{}), at(11*time.Minute, ExecStarted{}),
 			deadline(11 * time.Minute), at(11*time.Minute, OutputsCollected{})}, auction.RunFailed, auction.FaultProvider, false},
-		{"executor started before its end", []timed{took, at(time.Minute, Prepared{}), at(11*time.Minute-time.Millisecond, ExecStarted{}),
+		{"executor started late, before its end", []timed{took, at(time.Minute, Prepared{}), at(11*time.Minute-time.Millisecond, ExecStarted{}),
+			deadline(11 * time.Minute), at(11*time.Minute, OutputsCollected{})}, auction.RunFailed, auction.FaultProvider, false},
+		{"executor started within the slack", []timed{took, at(time.Minute, Prepared{}), at(time.Minute+LateStartSlack, ExecStarted{}),
 			deadline(11 * time.Minute), at(11*time.Minute, OutputsCollected{})}, auction.RunExpired, auction.FaultJob, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,7 +167,7 @@ func TestStepStartsLate(t *testing.T) {
 			if st.Phase != Reporting || st.Run != tc.run || st.Fault != tc.fault {
 				t.Fatalf("phase %s run %s fault %q: %q", st.Phase, st.Run, st.Fault, st.Detail)
 			}
-			if tc.fault == auction.FaultProvider && !strings.Contains(st.Detail, "lease was over") {
+			if tc.fault == auction.FaultProvider && !strings.Contains(st.Detail, "lease was over") && !strings.Contains(st.Detail, "slow start") {
 				t.Fatalf("detail %q", st.Detail)
 			}
 			if late := counted(effs, "provider.lease_begun_late") == 1; late != tc.late || late == has(effs, StartExecutor{}) {
