@@ -138,7 +138,12 @@ func TestAuctionOnTestnet(t *testing.T) {
 	t.Parallel()
 	now := time.Now().UTC()
 	later := auction.Window{From: now.Add(2 * time.Hour).Format("15:04"), To: now.Add(3 * time.Hour).Format("15:04")}
-	boot, ns := startNet(t,
+	// The renter asks every provider whose hardware fits (six): a sampled
+	// call (max_bidders) would ask four, and might leave out an eligible
+	// one, which is not what this test is about.
+	rc := renterConfig()
+	rc.MaxBidders = -1
+	boot, ns := startNetWith(t, rc,
 		providerConfig("eu-west", 2.0, h100),                                  // 0: over the price cap
 		providerConfig("eu-central", 1.1, a100),                               // 1: eligible
 		providerConfig("eu-west", 1.3, a100b),                                 // 2: eligible

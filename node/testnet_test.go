@@ -141,8 +141,14 @@ func startNode(t testing.TB, dir string, cfg config.Config, boot *Daemon) *testN
 // startNet starts a bootstrap (renter) node then one node per config.
 func startNet(t testing.TB, cfgs ...config.Config) (boot *testNode, nodes []*testNode) {
 	t.Helper()
+	return startNetWith(t, renterConfig(), cfgs...)
+}
+
+// startNetWith is startNet with the bootstrap renter's config.
+func startNetWith(t testing.TB, rc config.Config, cfgs ...config.Config) (boot *testNode, nodes []*testNode) {
+	t.Helper()
 	root := t.TempDir()
-	boot = startNode(t, root+"/boot", renterConfig(), nil)
+	boot = startNode(t, root+"/boot", rc, nil)
 	t.Cleanup(func() { boot.Close() })
 	for i, cfg := range cfgs {
 		n := startNode(t, fmt.Sprintf("%s/n%02d", root, i), cfg, boot.Daemon)
