@@ -62,14 +62,11 @@ func CallAsks(data []byte, provider string) bool {
 	if len(data) > MaxMessageSize {
 		return true
 	}
-	var w struct {
-		Job *struct {
-			Payload []byte `json:"payload"`
-		} `json:"job"`
-	}
+	var w callWire
 	if json.Unmarshal(data, &w) != nil || w.Job == nil {
 		return true
 	}
+	// Only the sample's fields: the rest of the job is DecodeCall's.
 	var j struct {
 		BidSample  float64  `json:"bid_sample"`
 		BidSeed    string   `json:"bid_seed"`
