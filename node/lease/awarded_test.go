@@ -28,7 +28,7 @@ func TestHeartbeatOnAwardedLeaseIsNotUnknown(t *testing.T) {
 	jb.ID, jb.Owner = "job-awarded", r.id()
 	r.tracker.mu.Lock()
 	s := &jobState{}
-	r.tracker.stepLocked(s, jobmachine.Posted{Job: jb})
+	r.tracker.stepLocked(jb.ID, s, jobmachine.Posted{Job: jb}) // its auction is not run
 	r.tracker.jobs[jb.ID] = s
 	r.tracker.mu.Unlock()
 	now := time.Now()

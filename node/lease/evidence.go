@@ -78,12 +78,13 @@ func (t *Tracker) checkEvidence(jobID string, l auction.Lease) <-chan struct{} {
 		}
 		if err == nil {
 			t.mu.Lock()
+			rd := ready{key: jobID}
 			if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == l.ID {
 				v.Evidence = fmt.Sprintf("%s (%d bytes)", evidenceVerified, size)
-				t.stepLocked(v, jobmachine.Evidence{LeaseID: l.ID, OK: true})
+				rd = t.stepLocked(jobID, v, jobmachine.Evidence{LeaseID: l.ID, OK: true})
 			}
 			t.mu.Unlock()
-			t.save(jobID)
+			_ = t.advanceWithFacts(rd)
 			return
 		}
 		if t.ctx.Err() != nil {
@@ -147,14 +148,12 @@ func (t *Tracker) noEvidence(jobID string, l auction.Lease, why error) {
 		return
 	}
 	v.Evidence = detail
-	_, again := has[jobmachine.Requeue](t.stepLocked(v, jobmachine.Evidence{LeaseID: l.ID, Why: why.Error()}))
+	rd := t.stepLocked(jobID, v, jobmachine.Evidence{LeaseID: l.ID, Why: why.Error()})
+	again := v.Phase == jobmachine.Requeued
 	t.mu.Unlock()
 	t.cfg.Counters.Add("renter.no_evidence")
 	t.log.Warn("succeeded run not accepted", "job", jobID, "lease", l.ID, "provider", l.Provider, "why", why, "requeue", again)
-	t.save(jobID)
-	if again {
-		t.spawn(func() { t.requeue(jobID, l, requeueOptions(l, auction.RunFailed, auction.FaultProvider, detail)) })
-	}
+	_ = t.advanceWithFacts(rd) // its requeue, its budget permitting
 }
 
 // awaitEvidence waits (at most evidenceWait, or ctx) for the check of a

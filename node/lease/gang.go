@@ -158,10 +158,7 @@ func (t *Tracker) requeueGang(jobID, key string, size int, lease auction.Lease, 
 		}
 		t.mu.Unlock()
 		if id != "" {
-			t.archive(k, id)
-			if k != jobID {
-				t.save(k)
-			}
+			t.archive(k, id) // persisted by its machine's step
 		}
 		cks := t.restoreFor(k)
 		complete = complete && len(cks) > 0
@@ -233,7 +230,7 @@ func (t *Tracker) stopMember(l auction.Lease, gang bool) {
 // it. Called by save.
 func (t *Tracker) endMembers(id string) {
 	t.mu.Lock()
-	var over []string
+	var over []ready
 	if v := t.jobs[id]; v != nil && v.Job.Nodes > 1 && !v.Live() {
 		as := v.Phase
 		if !as.Final() {
@@ -242,13 +239,12 @@ func (t *Tracker) endMembers(id string) {
 		for rank := 1; rank < v.Job.Nodes; rank++ {
 			k := gangKey(id, rank)
 			if m := t.jobs[k]; m != nil && m.Live() && (m.Lease == nil || m.Run.Terminal()) {
-				t.stepLocked(m, jobmachine.Closed{As: as})
-				over = append(over, k)
+				over = append(over, t.stepLocked(k, m, jobmachine.Closed{As: as}))
 			}
 		}
 	}
 	t.mu.Unlock()
-	for _, k := range over {
-		t.save(k)
+	for _, rd := range over {
+		_ = t.advance(rd)
 	}
 }

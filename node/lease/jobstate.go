@@ -109,12 +109,12 @@ func cloneLease(l *auction.Lease) *auction.Lease {
 	return &c
 }
 
-// fold takes the auction's call state of a job (t.mu held): its bids,
-// award attempts and offers are the tracker's facts; the job as the
+// foldLocked takes the auction's call state of a job (t.mu held): its
+// bids, award attempts and offers are the tracker's facts; the job as the
 // auction offered it and the reasons it gave since it was last folded go
-// to the machine (Folded). The auction's status is not the job's state,
-// which is the machine's.
-func (t *Tracker) foldLocked(s *jobState, st auction.JobStatus) {
+// to the machine (Folded), whose step it returns. The auction's status is
+// not the job's state, which is the machine's.
+func (t *Tracker) foldLocked(key string, s *jobState, st auction.JobStatus) ready {
 	s.Winner, s.Bids, s.Attempts, s.Offers, s.Declines, s.Members = st.Winner, st.Bids, st.Attempts, st.Offers, st.Declines, st.Members
 	if s.Lease != nil {
 		s.Winner = s.Lease.Provider
@@ -126,24 +126,5 @@ func (t *Tracker) foldLocked(s *jobState, st auction.JobStatus) {
 	} else if n < s.reasonsFolded {
 		s.reasonsFolded = n // the auction forgot the job (a restart) and began again
 	}
-	t.stepLocked(s, jobmachine.Folded{Job: st.Job, Reasons: said})
-}
-
-// step applies ev to job s (t.mu held) by the tracker's rules, and returns
-// the effects the tracker carries out.
-func (t *Tracker) stepLocked(s *jobState, ev jobmachine.Event) []jobmachine.Effect {
-	var effs []jobmachine.Effect
-	s.Record, effs = t.rules.Step(s.Record, ev, t.now())
-	return effs
-}
-
-// has reports whether effs hold an effect of type E, and the first one.
-func has[E jobmachine.Effect](effs []jobmachine.Effect) (E, bool) {
-	for _, e := range effs {
-		if e, ok := e.(E); ok {
-			return e, true
-		}
-	}
-	var zero E
-	return zero, false
+	return t.stepLocked(key, s, jobmachine.Folded{Job: st.Job, Reasons: said})
 }

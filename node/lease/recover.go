@@ -143,7 +143,17 @@ func handBacksLocked(v *jobState, provider string) int {
 // dies while it runs. since is when the renter began watching (its
 // restart): its own outage is not the provider's silence.
 func (t *Tracker) guard(jobID string, l auction.Lease, since time.Time) {
-	t.spawn(func() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.guarded[l.ID] {
+		return // guarded already (a lease moved earlier keeps its guard, which follows it)
+	}
+	if !t.spawnLocked(func() {
+		defer func() {
+			t.mu.Lock()
+			delete(t.guarded, l.ID)
+			t.mu.Unlock()
+		}()
 		// One timer, armed for the moment the silence would pass
 		// LossAfter: a heartbeat meanwhile moves that moment on (seen
 		// when the timer fires, which arms it again); a change of the
@@ -184,7 +194,10 @@ func (t *Tracker) guard(jobID string, l auction.Lease, since time.Time) {
 			case <-due.C:
 			}
 		}
-	})
+	}) {
+		return
+	}
+	t.guarded[l.ID] = true
 }
 
 func roundSilence(d time.Duration) string {
@@ -223,23 +236,18 @@ func (t *Tracker) lose(jobID string, l auction.Lease, detail string, abandoned b
 	snap.Heartbeats = &sum
 	t.keepArchivedLocked(jobID, snap, true)
 	v.ObservedEnd = last
-	_, again := has[jobmachine.Requeue](t.stepLocked(v, jobmachine.Lost{LeaseID: l.ID, Detail: detail, At: last}))
-	started := v.Started
+	rd := t.stepLocked(jobID, v, jobmachine.Lost{LeaseID: l.ID, Detail: detail, At: last})
+	again, started := v.Phase == jobmachine.Requeued, v.Started
 	t.mu.Unlock()
 	t.cfg.Counters.Add("renter.lease_lost")
 	t.log.Warn("lease lost", "job", jobID, "lease", l.ID, "provider", l.Provider, "detail", detail, "requeue", again)
 	t.cfg.Observe.jobEnded(l, auction.RunFailed, started, last)
-	t.release(l) // if it still runs there, it stops
-	t.save(jobID)
 	if abandoned {
 		t.slashAbandoned(l)
 	}
-	if !again {
-		t.stopGang(jobID)
-	}
-	if again {
-		t.requeue(jobID, l, requeueOptions(l, auction.RunFailed, auction.FaultProvider, detail))
-	}
+	// The machine's release of the lease (if it still runs there, it
+	// stops), and its requeue or the gang's stop.
+	_ = t.advanceWithFacts(rd)
 	return true
 }
 
@@ -360,27 +368,28 @@ func historyRecordLocked(v *jobState, id string) *api.LeaseRecord {
 
 // settledArchived records the countersigned receipt of an archived lease
 // in its attempt's history and the job's cost. It reports whether the
-// lease was still waiting for it.
-func (t *Tracker) settledArchived(r attest.Receipt) bool {
+// lease was still waiting for it, and the step of the job's machine that
+// records it if the lease is still the job's.
+func (t *Tracker) settledArchived(r attest.Receipt) (bool, ready) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.archived[r.LeaseID]
 	if a == nil {
-		return false
+		return false, ready{}
 	}
 	delete(t.archived, r.LeaseID)
 	v := t.jobs[a.jobID]
 	if v == nil {
-		return true
+		return true, ready{}
 	}
 	v.CostUSD += r.Amount
 	if rec := historyRecordLocked(v, r.LeaseID); rec != nil {
 		rec.CostUSD, rec.Receipt = r.Amount, true
 	} else if v.Lease != nil && v.Lease.ID == r.LeaseID {
 		// Lost on its last attempt: the lease is still the job's.
-		t.stepLocked(v, jobmachine.ReceiptRecorded{Receipt: r})
+		return true, t.stepLocked(a.jobID, v, jobmachine.ReceiptRecorded{Receipt: r})
 	}
-	return true
+	return true, ready{key: a.jobID}
 }
 
 // lostUnreported reports whether a lease was given up as lost and its

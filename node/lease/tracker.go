@@ -197,6 +197,9 @@ type Tracker struct {
 	// gangBusy holds the gang jobs being stopped and requeued whole (see
 	// gang.go).
 	gangBusy map[string]bool
+	// guarded holds the leases whose provider's silence is watched
+	// (guard).
+	guarded map[string]bool
 }
 
 // NewTracker returns a Tracker with its auction.Renter and reloads the jobs
@@ -240,7 +243,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		rules: jobmachine.Rules{QueueBackoff: cfg.QueueBackoff, QueueBackoffMax: cfg.QueueBackoffMax},
 		mons:  map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
 		archived: map[string]*archived{}, released: map[string]releasedLease{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
-		refusals: map[string]int{}, gangBusy: map[string]bool{}}
+		refusals: map[string]int{}, gangBusy: map[string]bool{}, guarded: map[string]bool{}}
 	var err error
 	rc := auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: reputation{cfg.Receipts},
@@ -253,12 +256,14 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	if err != nil {
 		return nil, err
 	}
-	queued, err := t.load()
+	rds, err := t.load()
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range queued {
-		t.queue(id)
+	// The jobs' machines take up where they were: queued jobs wait for
+	// their next offer, running leases are watched again.
+	for _, rd := range rds {
+		_ = t.advance(rd)
 	}
 	return t, nil
 }
@@ -380,36 +385,30 @@ func (t *Tracker) PostChecked(job auction.Job, check func(*auction.Job) error) (
 		return api.JobView{}, badRequest("job id %s already used", job.ID)
 	}
 	s := &jobState{}
-	t.stepLocked(s, jobmachine.Posted{Job: job}) // its auction starts here
 	t.jobs[job.ID] = s
+	rd := t.stepLocked(job.ID, s, jobmachine.Posted{Job: job})
 	t.mu.Unlock()
-	if t.offer(job) {
-		t.queue(job.ID)
-	}
+	_ = t.advance(rd) // its auction runs here; a job no bid took now is queued
 	return t.View(job.ID)
 }
 
-// offer runs one auction for job (the machine's StartAuction), persisting
-// the job first (a renter that restarts mid-auction queues it again), and
-// feeds its end back to the machine. It reports whether the job is
-// queued: no bid became a lease and its start deadline has not passed.
-func (t *Tracker) offer(job auction.Job) (queued bool) {
-	t.save(job.ID)
+// offer runs one auction for job (the machine's StartAuction, which
+// follows its Persist: a renter that restarts mid-auction queues the job
+// again) and feeds an end without a lease back to the machine (a lease
+// comes back through onLease).
+func (t *Tracker) offer(job auction.Job) {
 	ctx, cancel := context.WithTimeout(t.ctx, 2*job.BidWindow+2*time.Minute)
 	defer cancel()
-	_, err := t.renter.Post(ctx, job)
-	if err == nil {
-		return false // leased (onLease)
+	if _, err := t.renter.Post(ctx, job); err != nil {
+		t.log.Debug("auction ended without a lease", "job", job.ID, "err", err)
+		t.noLease(job.ID, err)
 	}
-	t.log.Debug("auction ended without a lease", "job", job.ID, "err", err)
-	return t.noLease(job.ID, err)
 }
 
 // noLease feeds an auction that ended without a lease (err) to the job's
 // machine: a job no acceptable bid took now is queued (its reasons say so)
-// and offered again, unless the machine gives it up; it reports whether
-// the job is queued.
-func (t *Tracker) noLease(id string, err error) bool {
+// and offered again, unless the machine gives it up.
+func (t *Tracker) noLease(id string, err error) {
 	ev := jobmachine.NoLease{Reason: err.Error(), Raced: errors.Is(err, auction.ErrRaced)}
 	st, known := t.renter.Status(id)
 	switch {
@@ -427,18 +426,12 @@ func (t *Tracker) noLease(id string, err error) bool {
 	}
 	t.fold(id)
 	t.mu.Lock()
-	var effs []jobmachine.Effect
-	queued := false
+	rd := ready{key: id}
 	if s := t.jobs[id]; s != nil {
-		awarded := s.Awarded
-		effs = t.stepLocked(s, ev)
-		t.forgetAwardsLocked(id, awarded, s)
-		queued = s.Phase == jobmachine.Queued
+		rd = t.stepLocked(id, s, ev)
 	}
 	t.mu.Unlock()
-	t.carryOut(id, effs)
-	t.save(id)
-	return queued
+	_ = t.advanceWithFacts(rd) // the auction's facts were folded in
 }
 
 // finalPhase is the phase of a job whose auction ended in st without a
@@ -457,46 +450,30 @@ func finalPhase(st auction.JobState) jobmachine.Phase {
 	return jobmachine.Unplaceable
 }
 
-// carryOut does the effects of a job's step that need no more than the
-// job's id (the others are the caller's): giving up a queued job.
-func (t *Tracker) carryOut(id string, effs []jobmachine.Effect) {
-	for _, e := range effs {
-		if g, ok := e.(jobmachine.GiveUp); ok {
-			t.gaveUp(id, g.Reason)
-		}
-	}
-}
-
 func (t *Tracker) beforeDeadline(job auction.Job) bool {
 	return job.Deadline.IsZero() || t.now().Before(job.Deadline)
 }
 
-// queue drives a queued job's wait: it sleeps until the machine's timer
-// (the next offer, QueueBackoff doubling to QueueBackoffMax, at once
-// after a lost race or a capacity notice, or the start deadline) and
-// feeds it TimerDue, running the auction the machine starts, until the
-// job is leased, cancelled or given up. Offers take their turn at
-// ReofferRate.
-func (t *Tracker) queue(id string) {
+// queueLocked begins job id's wait in the queue (the machine's ArmTimer,
+// through arm): a goroutine that sleeps until the machine's timer (the
+// next offer, QueueBackoff doubling to QueueBackoffMax, at once after a
+// lost race or a capacity notice, or the start deadline) and feeds it
+// TimerDue, while the job is queued; arm wakes it to look at the timer
+// again. Offers take their turn at ReofferRate. t.mu is held.
+func (t *Tracker) queueLocked(id string) {
 	wake := make(chan struct{}, 1)
-	t.mu.Lock()
-	t.wake[id] = wake
-	t.mu.Unlock()
-	t.cfg.Counters.Add("renter.job_queued")
-	t.spawn(func() {
-		defer func() {
-			t.mu.Lock()
-			if t.wake[id] == wake {
-				delete(t.wake, id)
-			}
-			t.mu.Unlock()
-		}()
+	started := t.spawnLocked(func() {
 		for {
 			t.mu.Lock()
 			s := t.jobs[id]
-			if s == nil || s.Phase != jobmachine.Queued {
+			if s == nil || s.Phase != jobmachine.Queued || t.ctx.Err() != nil {
+				// Leased meanwhile, cancelled or given up (or stopping):
+				// an ArmTimer from now on begins a wait of its own.
+				if t.wake[id] == wake {
+					delete(t.wake, id)
+				}
 				t.mu.Unlock()
-				return // leased meanwhile, cancelled or given up
+				return
 			}
 			at := s.Due
 			if d := s.Job.Deadline; !d.IsZero() && d.Before(at) {
@@ -507,32 +484,22 @@ func (t *Tracker) queue(id string) {
 			select {
 			case <-t.ctx.Done():
 				timer.Stop()
-				return
+				continue
 			case <-wake:
 				timer.Stop()
 				continue // woken: look at the timer again
 			case <-timer.C:
 			}
 			if !t.reofferTurn() {
-				return
+				continue
 			}
-			t.mu.Lock()
-			var effs []jobmachine.Effect
-			if s := t.jobs[id]; s != nil {
-				effs = t.stepLocked(s, jobmachine.TimerDue{})
-			}
-			t.mu.Unlock()
-			t.carryOut(id, effs)
-			start, ok := has[jobmachine.StartAuction](effs)
-			if !ok {
-				continue // early (woken, or its deadline first), or over
-			}
-			t.cfg.Counters.Add("renter.job_reoffered")
-			if !t.offer(start.Job) {
-				return
-			}
+			_ = t.apply(id, jobmachine.TimerDue{}) // an offer runs here, or the job is given up
 		}
 	})
+	if started {
+		t.wake[id] = wake
+		t.cfg.Counters.Add("renter.job_queued")
+	}
 }
 
 // reofferTurn waits for the re-offer rate (ReofferRate) to allow one more
@@ -558,34 +525,26 @@ func (t *Tracker) reofferTurn() bool {
 	return true
 }
 
-// gaveUp carries out the machine's giving up of a queued job (its start
-// deadline passed).
-func (t *Tracker) gaveUp(id, why string) {
-	t.log.Info("job unplaceable", "job", id, "reason", why)
-	t.observeAuction(id, OutcomeUnplaceable)
-	t.save(id)
-}
-
 // onCapacity offers again at once the queued jobs a provider's capacity
 // notice names (it turned them away for busy GPUs and has room now), as
 // many as fit in the GPUs it has free, unless a job excludes it.
 func (t *Tracker) onCapacity(n auction.CapacityNotice) {
 	free, woken := n.Free(), 0
+	var rds []ready
 	t.mu.Lock()
 	for _, id := range n.Jobs {
 		w, v := t.wake[id], t.jobs[id]
 		if w == nil || v == nil || v.Phase != jobmachine.Queued || v.Job.BilledGPUs() > free || v.Job.Excludes(n.Provider) {
 			continue
 		}
-		t.stepLocked(v, jobmachine.Wake{})
-		select {
-		case w <- struct{}{}:
-		default:
-		}
+		rds = append(rds, t.stepLocked(id, v, jobmachine.Wake{}))
 		free -= v.Job.BilledGPUs()
 		woken++
 	}
 	t.mu.Unlock()
+	for _, rd := range rds {
+		_ = t.advance(rd)
+	}
 	t.cfg.Counters.Add("renter.capacity_notice")
 	t.cfg.Counters.AddN("renter.queued_woken", woken)
 }
@@ -611,44 +570,34 @@ func (t *Tracker) fold(id string) {
 		return
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	rd := ready{key: id}
 	if v := t.jobs[id]; v != nil {
-		t.foldLocked(v, st)
+		rd = t.foldLocked(id, v, st)
 	}
-}
-
-// forgetAwardsLocked drops the leases job key's auction awarded that the
-// job no longer knows (awarded before its step to s): their providers'
-// reports are no longer its. t.mu is held.
-func (t *Tracker) forgetAwardsLocked(key string, awarded []string, s *jobState) {
-	for _, id := range awarded {
-		if !s.Knows(id) && t.byLease[id] == key && t.mons[id] == nil {
-			delete(t.byLease, id)
-		}
-	}
+	t.mu.Unlock()
+	_ = t.advance(rd)
 }
 
 // onAward takes an award the job's auction is sending: the lease is the
-// job's from now on, so that its provider, which runs it as soon as it
-// confirms, is never told it is unknown (a heartbeat answered Unknown
-// three times cancels it) while the confirmation makes its way back.
+// job's from now on (indexLocked), so that its provider, which runs it as
+// soon as it confirms, is never told it is unknown (a heartbeat answered
+// Unknown three times cancels it) while the confirmation makes its way
+// back.
 func (t *Tracker) onAward(l auction.Lease) {
 	key := leaseKey(l)
 	t.mu.Lock()
+	rd := ready{key: key}
 	if v := t.jobs[key]; v != nil {
-		t.stepLocked(v, jobmachine.Awarded{LeaseID: l.ID})
-		if v.Knows(l.ID) {
-			t.byLease[l.ID] = key
-		}
+		rd = t.stepLocked(key, v, jobmachine.Awarded{LeaseID: l.ID})
 	}
 	t.changed.notify()
 	t.mu.Unlock()
+	_ = t.advance(rd)
 }
 
 // onLease records a confirmed lease for one of our jobs (a gang's member
 // of rank above 0 in its own record: gang.go).
 func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
-	mon := t.monitor(l)
 	key := leaseKey(l)
 	t.mu.Lock()
 	v := t.jobs[key]
@@ -656,16 +605,20 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 		v = &jobState{}
 		t.jobs[key] = v
 	}
-	awarded := v.Awarded
-	effs := t.stepLocked(v, jobmachine.Confirmed{Lease: l, Job: job})
-	t.forgetAwardsLocked(key, awarded, v)
-	if r, ok := has[jobmachine.Release](effs); ok {
-		// The job cannot use it (cancelled while it was awarded).
+	had := v.Lease != nil && v.Lease.ID == l.ID
+	rd := t.stepLocked(key, v, jobmachine.Confirmed{Lease: l, Job: job})
+	if had || v.Lease == nil || v.Lease.ID != l.ID {
+		// Not taken (the job ended, or holds another lease: the machine
+		// releases it), or taken already.
+		phase := v.Phase
 		t.mu.Unlock()
-		t.log.Info("lease confirmed for a job that ended: released", "job", job.ID, "lease", l.ID, "phase", v.Phase)
-		t.release(r.Lease)
+		if !had {
+			t.log.Info("lease confirmed that its job does not take", "job", job.ID, "lease", l.ID, "phase", phase)
+		}
+		_ = t.advance(rd)
 		return
 	}
+	// The current-lease facts describe this lease from now on.
 	v.Winner = l.Provider
 	v.Heartbeats, v.LastTelemetry, v.Outputs = nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
@@ -673,8 +626,6 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	v.ProviderClock = attest.ClockOffset{}
 	v.Restored = nil
-	t.mons[l.ID] = mon
-	t.byLease[l.ID] = key
 	t.changed.notify()
 	t.mu.Unlock()
 	if key == job.ID {
@@ -682,11 +633,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 		t.observeAuction(job.ID, OutcomeLeased)
 	}
 	t.log.Info("job leased", "job", job.ID, "lease", l.ID, "provider", l.Provider, "price", l.Price, "attempt", job.Attempt, "record", key)
-	t.save(key)
-	if w, ok := has[jobmachine.Watch](effs); ok {
-		t.watch(key, w.Lease, time.Time{})
-		t.guard(key, w.Lease, time.Time{})
-	}
+	_ = t.advance(rd)
 }
 
 // onUnplaceable only logs: whoever posted the job folds the outcome once
@@ -829,14 +776,12 @@ func stripe(id string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// load restores the jobs after a restart and returns those to queue again
-// (the machine queues a job that was in auction or queued when the renter
-// stopped).
-func (t *Tracker) load() ([]string, error) {
-	var queued []string
-	// The watches start once every record is in: their goroutines read
-	// the maps this loop fills.
-	var watches []func()
+// load restores the jobs after a restart: each record's machine takes it
+// up (jobmachine.Restarted), and what the steps ask for (a queued job's
+// next offer, a running lease's watch) is returned, to be carried out once
+// every record is in: the goroutines it starts read the maps this fills.
+func (t *Tracker) load() ([]ready, error) {
+	var rds []ready
 	err := t.cfg.Store.List(func(id string, raw []byte) error {
 		var rec jobRecord
 		if err := json.Unmarshal(raw, &rec); err != nil {
@@ -850,34 +795,19 @@ func (t *Tracker) load() ([]string, error) {
 		if v.Lease != nil {
 			leases++
 		}
-		effs := t.stepLocked(&v, jobmachine.Restarted{State: rec.State, Leases: leases,
-			Unverified: !strings.HasPrefix(v.Evidence, evidenceVerified)})
-		if v.Phase == jobmachine.Queued && !isMemberKey(id) {
-			// A gang member's record: its gang's own record is queued
-			// again, never the member alone.
-			queued = append(queued, id)
-		}
 		t.jobs[id] = &v
+		rds = append(rds, t.stepLocked(id, &v, jobmachine.Restarted{State: rec.State, Leases: leases,
+			Unverified: !strings.HasPrefix(v.Evidence, evidenceVerified)}))
 		t.repinCheckpoints(&v)
 		if v.Lease != nil && (!v.Run.Terminal() || v.Receipt == nil) {
 			// Running, or ended but not settled: take its events and
-			// receipt again, and watch for its abandonment again.
+			// receipt again.
 			t.mons[v.Lease.ID] = t.monitorFrom(*v.Lease, t.now())
 			t.byLease[v.Lease.ID] = id
 		}
-		if w, ok := has[jobmachine.Watch](effs); ok {
-			l, since := w.Lease, t.now()
-			watches = append(watches, func() {
-				t.watch(id, l, since)
-				t.guard(id, l, since)
-			})
-		}
 		return nil
 	})
-	for _, w := range watches {
-		w()
-	}
-	return queued, err
+	return rds, err
 }
 
 // View returns a job's record; a gang job's shows its members (Gang),
@@ -957,41 +887,16 @@ func (t *Tracker) Cancel(id string) (api.JobView, error) {
 		t.mu.Unlock()
 		return api.JobView{}, notFound("no job %s on this node", id)
 	}
-	effs := t.stepLocked(s, jobmachine.Cancel{})
+	rd := t.stepLocked(id, s, jobmachine.Cancel{})
 	state, run := s.Phase.State(), s.Run
 	t.mu.Unlock()
-	if _, ok := has[jobmachine.CancelAuction](effs); ok {
-		if err := t.renter.Cancel(id); err == nil {
-			t.fold(id)
-		}
-		// else: queued before a restart and not offered since, or its
-		// auction ended meanwhile (a lease confirmed now is released).
-		t.save(id)
-		t.mu.Lock()
-		if w := t.wake[id]; w != nil {
-			select {
-			case w <- struct{}{}:
-			default:
-			}
-		}
-		t.mu.Unlock()
-		return t.View(id)
-	}
-	stop, ok := has[jobmachine.StopLease](effs)
-	if !ok {
+	if rd.empty() {
 		v, _ := t.View(id)
 		return v, badRequest("job %s is %s (run %s): nothing to cancel", id, state, orNone(string(run)))
 	}
-	b, err := sealed(t.cfg.Signer, sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: stop.Lease.ID, JobID: id})
-	if err != nil {
-		return api.JobView{}, err
-	}
-	prov, _ := peer.Decode(stop.Lease.Provider)
-	ctx, cancel := context.WithTimeout(t.ctx, 15*time.Second)
-	defer cancel()
-	if _, err := t.cfg.Transport.Request(ctx, prov, wire.ProtoCancel, b); err != nil {
+	if err := t.advance(rd); err != nil {
 		v, _ := t.View(id)
-		return v, fmt.Errorf("ask provider to stop the job: %w", err)
+		return v, err
 	}
 	return t.View(id)
 }
@@ -1250,8 +1155,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		t.cfg.Counters.Add("renter.event_bad_outputs")
 		return nil, err
 	}
-	churned := ev.Run.Terminal() && handBack(*v.Lease, ev.Run, ev.Detail) && handBacksLocked(v, v.Lease.Provider) >= MaxHandBacks-1
-	effs := t.stepLocked(v, jobmachine.Reported{LeaseID: ev.LeaseID, Run: ev.Run, Fault: ev.Fault, Detail: ev.Detail,
+	rd := t.stepLocked(jobID, v, jobmachine.Reported{LeaseID: ev.LeaseID, Run: ev.Run, Fault: ev.Fault, Detail: ev.Detail,
 		ExitCode: ev.ExitCode, Started: ev.Started, Ended: ev.Ended})
 	v.Outputs, v.OutputCount, v.OutputsHash = ev.Outputs, ev.OutputCount, ev.OutputsHash
 	if ev.Run.Terminal() {
@@ -1275,8 +1179,6 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		w := keepWantOf(v.view())
 		keep = &w
 	}
-	_, again := has[jobmachine.Requeue](effs)
-	_, verify := has[jobmachine.CheckEvidence](effs)
 	// The summary answered to a final report is what the provider's
 	// receipt must carry: it is kept with the job, set with the terminal
 	// run (a view never shows the one without the other), so the receipt
@@ -1293,36 +1195,20 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	}
 	t.mu.Unlock()
 	t.log.Info("lease event", "job", jobID, "lease", ev.LeaseID, "run", ev.Run, "detail", ev.Detail)
-	if !ev.Run.Terminal() {
-		t.save(jobID)
-		return nil, nil
-	}
-	if !prevRun.Terminal() {
+	if ev.Run.Terminal() && !prevRun.Terminal() {
 		t.cfg.Observe.jobEnded(lease, ev.Run, started, ended)
 	}
-	t.save(jobID)
-	if churned {
-		t.cfg.Counters.Add("renter.hand_back_churn")
-		t.log.Warn("provider handed the job back again: excluded from it", "job", jobID, "provider", lease.Provider,
-			"hand_backs", MaxHandBacks)
-	}
-	if !again && ev.Run != auction.RunSucceeded {
-		t.stopGang(jobID)
-	}
-	if again {
-		opts := requeueOptions(lease, ev.Run, ev.Fault, ev.Detail)
-		if churned && !slices.Contains(opts.Exclude, lease.Provider) {
-			opts.Exclude = append(opts.Exclude, lease.Provider)
-		}
-		t.spawn(func() { t.requeue(jobID, lease, opts) })
-	}
-	if verify {
-		// Checked before the receipt comes: payment needs evidence.
-		t.checkEvidence(jobID, lease)
-	} else if keep != nil {
+	if keep != nil {
 		// Taken before the receipt comes: the provider deletes them once
-		// the lease is settled.
+		// the lease is settled (a succeeded run's evidence check waits
+		// for them).
 		t.keepFiles(*keep)
+	}
+	// The machine's effects: a requeue, the check of a succeeded run's
+	// evidence (payment needs it, before the receipt comes), a gang stop.
+	_ = t.advanceWithFacts(rd)
+	if !ev.Run.Terminal() {
+		return nil, nil
 	}
 	return json.Marshal(sum)
 }
@@ -1343,17 +1229,17 @@ func (t *Tracker) moveLocked(jobID string, v *jobState, mon *attest.HeartbeatMon
 		return refuse(err)
 	}
 	from := v.Lease.Start
-	if _, ok := has[jobmachine.Watch](t.stepLocked(v, jobmachine.Moved{Lease: moved})); !ok {
+	rd := t.stepLocked(jobID, v, jobmachine.Moved{Lease: moved})
+	if rd.empty() {
 		return refuse(fmt.Errorf("lease %q does not move", ev.LeaseID))
 	}
 	t.mons[moved.ID] = t.monitor(moved)
 	t.mu.Unlock()
 	t.cfg.Counters.Add("renter.lease_moved")
 	t.log.Info("lease moved earlier", "job", jobID, "lease", moved.ID, "from", from, "to", moved.Start)
-	t.save(jobID)
-	// The abandonment watch follows the new end (the one armed for the
-	// old end finds the lease settled by then).
-	t.watch(jobID, moved, time.Time{})
+	// Persisted, and watched to its new end (the watch armed for the old
+	// end finds the lease settled by then).
+	_ = t.advance(rd)
 	return nil, nil
 }
 
@@ -1423,9 +1309,7 @@ func (t *Tracker) repost(jobID string, restore []auction.Checkpoint, opts auctio
 	opts.Restore = restore
 	if _, err := t.renter.Requeue(ctx, jobID, opts); err != nil {
 		t.log.Warn("requeue", "job", jobID, "err", err)
-		if t.noLease(jobID, err) {
-			t.queue(jobID)
-		}
+		t.noLease(jobID, err) // queued, unless given up
 		return
 	}
 	t.save(jobID)
@@ -1442,9 +1326,9 @@ func neverRan(l *auction.Lease, run auction.RunState, started time.Time, id stri
 // back to auction (the machine's Reauctioned).
 func (t *Tracker) archive(jobID, leaseID string) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	v := t.jobs[jobID]
 	if v == nil || v.Lease == nil || v.Lease.ID != leaseID {
+		t.mu.Unlock()
 		return
 	}
 	cost := 0.0
@@ -1456,14 +1340,17 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	rec := api.LeaseRecord{Lease: *v.Lease, Run: v.Run, Detail: v.Detail, CostUSD: cost,
 		Started: v.Started, Ended: v.Ended, Attempt: v.Lease.Attempt, Receipt: v.Receipt != nil, ExitCode: v.ExitCode, Fault: v.Fault,
 		Checkpoint: leaseCheckpoint(v.Checkpoints, v.Lease.ID), Restored: v.Restored, Dispute: v.Dispute}
+	var ev jobmachine.Event = jobmachine.Reauctioned{Job: v.Job}
 	if _, _, gang := t.gangOfLocked(jobID); gang {
-		t.stepLocked(v, jobmachine.GangRequeued{Job: v.Job})
-	} else {
-		t.stepLocked(v, jobmachine.Reauctioned{Job: v.Job})
+		ev = jobmachine.GangRequeued{Job: v.Job}
 	}
+	rd := t.stepLocked(jobID, v, ev)
 	if v.Lease != nil {
 		// Still running (or not requeued): the machine keeps it.
-		t.log.Warn("lease not archived: its job is not going back to auction", "job", jobID, "lease", leaseID, "phase", v.Phase)
+		phase := v.Phase
+		t.mu.Unlock()
+		t.log.Warn("lease not archived: its job is not going back to auction", "job", jobID, "lease", leaseID, "phase", phase)
+		_ = t.advance(rd)
 		return
 	}
 	t.keepArchivedLocked(jobID, snap, false)
@@ -1475,6 +1362,8 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	v.LogDigest, v.LogBytes, v.Evidence, v.Kept, v.Dispute = "", 0, "", "", ""
 	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	v.ProviderClock = attest.ClockOffset{}
+	t.mu.Unlock()
+	_ = t.advance(rd)
 }
 
 // HandleReceipt checks a provider-signed receipt against our own view of
@@ -1613,20 +1502,23 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 	t.mu.Lock()
 	delete(t.refusals, r.LeaseID)
 	t.mu.Unlock()
-	if a != nil && t.settledArchived(r) {
-		t.save(jobID)
-		t.cfg.Receipts.gossip(sr)
-		return sr.Marshal()
+	if a != nil {
+		if ok, rd := t.settledArchived(r); ok {
+			_ = t.advanceWithFacts(rd)
+			t.cfg.Receipts.gossip(sr)
+			return sr.Marshal()
+		}
 	}
 	t.mu.Lock()
+	rd := ready{key: jobID}
 	if v := t.jobs[jobID]; v != nil && v.Lease != nil && v.Lease.ID == r.LeaseID {
-		t.stepLocked(v, jobmachine.ReceiptRecorded{Receipt: r})
+		rd = t.stepLocked(jobID, v, jobmachine.ReceiptRecorded{Receipt: r})
 		v.CostUSD += r.Amount
 		sum := r.Heartbeats
 		v.Heartbeats = &sum
 	}
 	t.mu.Unlock()
-	t.save(jobID)
+	_ = t.advanceWithFacts(rd)
 	t.cfg.Receipts.gossip(sr)
 	return sr.Marshal()
 }

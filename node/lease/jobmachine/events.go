@@ -136,8 +136,11 @@ type (
 	// Persist: store the job's record.
 	Persist struct{}
 	// StartAuction: run an auction for Job; feed back Awarded,
-	// Confirmed and NoLease.
-	StartAuction struct{ Job auction.Job }
+	// Confirmed and NoLease. Reoffer: a queued job offered again.
+	StartAuction struct {
+		Job     auction.Job
+		Reoffer bool
+	}
 	// CancelAuction: stop the job's auction (or its queue's wait).
 	CancelAuction struct{}
 	// GiveUp: the job's wait in the queue ended, saying Reason.
@@ -145,8 +148,13 @@ type (
 	// ArmTimer: fire TimerDue at At (replacing any armed timer).
 	ArmTimer struct{ At time.Time }
 	// Watch: watch Lease for its provider's silence and for the end of
-	// its lease without a final report; feed back Lost.
-	Watch struct{ Lease auction.Lease }
+	// its lease without a final report, from Since (zero: the lease's
+	// start; a renter that restarted watches from its restart, so that
+	// its own outage is not the provider's silence); feed back Lost.
+	Watch struct {
+		Lease auction.Lease
+		Since time.Time
+	}
 	// StopLease: ask the provider of Lease to stop it (it reports how it
 	// ended).
 	StopLease struct{ Lease auction.Lease }
@@ -165,6 +173,10 @@ type (
 	// CheckEvidence: check the succeeded run of Lease (its log); feed
 	// back Evidence.
 	CheckEvidence struct{ Lease auction.Lease }
+	// StopGang: the record is a gang job's (Job.Nodes > 1) and its lease
+	// ended for good without success: stop the gang's other members (a
+	// gang lives and dies together).
+	StopGang struct{}
 )
 
 func (Persist) effect()       {}
@@ -177,3 +189,4 @@ func (StopLease) effect()     {}
 func (Release) effect()       {}
 func (Requeue) effect()       {}
 func (CheckEvidence) effect() {}
+func (StopGang) effect()      {}

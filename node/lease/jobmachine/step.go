@@ -273,7 +273,7 @@ func (s *stepper) offerDue() {
 		// A new attempt: providers answer each call once.
 		st.Phase, st.Due = Auctioning, time.Time{}
 		st.Job.Attempt++
-		s.do(Persist{}, StartAuction{Job: st.Job})
+		s.do(Persist{}, StartAuction{Job: st.Job, Reoffer: true})
 	}
 }
 
@@ -326,6 +326,9 @@ func (s *stepper) ended(detail string) {
 		st.Detail = joinDetail(st.Detail, why)
 		st.Phase = Finished
 		s.do(Persist{})
+		if st.Job.Nodes > 1 {
+			s.do(StopGang{})
+		}
 		return
 	}
 	st.Phase = Requeued
@@ -371,7 +374,7 @@ func (s *stepper) restarted(ev Restarted) {
 		s.arm()
 	case Leased:
 		if st.Lease != nil && !st.Run.Terminal() {
-			s.do(Watch{Lease: *st.Lease})
+			s.do(Watch{Lease: *st.Lease, Since: s.now})
 		}
 	}
 }

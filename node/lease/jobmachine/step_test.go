@@ -302,7 +302,7 @@ func TestOldRecordsReadAsMachineState(t *testing.T) {
 				t.Fatalf("%s: queued again without a timer: %#v", c.state, effs)
 			}
 		case Leased:
-			if !reflect.DeepEqual(effs, []Effect{Watch{Lease: l}}) {
+			if !reflect.DeepEqual(effs, []Effect{Watch{Lease: l, Since: t0}}) {
 				t.Fatalf("running lease not watched again: %#v", effs)
 			}
 		}
