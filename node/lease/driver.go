@@ -112,6 +112,8 @@ func (t *Tracker) do(key string, e jobmachine.Effect) error {
 		t.spawn(func() { t.requeue(key, e.Lease, opts) })
 	case jobmachine.CheckEvidence:
 		t.checkEvidence(key, e.Lease)
+	case jobmachine.RecordDispute:
+		t.recordDispute(key, e)
 	case jobmachine.StopGang:
 		t.stopGang(key)
 	default:
@@ -227,4 +229,23 @@ func (t *Tracker) advanceWithFacts(rd ready) error {
 		t.save(rd.key)
 	}
 	return t.advance(rd)
+}
+
+// recordDispute carries out RecordDispute: the ledger records the dispute
+// of the lease's settlement, and so does the attempt's history if the
+// lease is archived (the machine's record shows the current lease's).
+func (t *Tracker) recordDispute(key string, e jobmachine.RecordDispute) {
+	l := e.Lease
+	t.cfg.Counters.Add("renter.settle_disputed")
+	t.log.Error("lease settlement given up: its provider's receipt is refused", "job", key, "lease", l.ID, "provider", l.Provider, "reason", e.Reason)
+	if err := t.cfg.Receipts.dispute(l.ID, key, l.Provider, e.Reason); err != nil {
+		t.log.Error("ledger: dispute not recorded", "lease", l.ID, "err", err)
+	}
+	t.mu.Lock()
+	if v := t.jobs[key]; v != nil && (v.Lease == nil || v.Lease.ID != l.ID) {
+		if rec := historyRecordLocked(v, l.ID); rec != nil {
+			rec.Dispute = e.Reason
+		}
+	}
+	t.mu.Unlock()
 }

@@ -37,7 +37,6 @@ type jobFacts struct {
 	ProviderClock   attest.ClockOffset       `json:"provider_clock,omitzero"`
 	Heartbeats      *attest.HeartbeatSummary `json:"heartbeats,omitempty"`
 	LastTelemetry   *attest.Heartbeat        `json:"last_telemetry,omitempty"`
-	Dispute         string                   `json:"dispute,omitempty"`
 	CostUSD         float64                  `json:"cost_usd"`
 	History         []api.LeaseRecord        `json:"history,omitempty"`
 	Outputs         []auction.OutputFile     `json:"outputs,omitempty"`
@@ -68,7 +67,7 @@ func (s *jobState) view() api.JobView {
 			Members: append([]auction.Lease(nil), f.Members...)},
 		Run: r.Run, ExitCode: r.ExitCode, Detail: r.Detail, Fault: r.Fault, Started: r.Started, Ended: r.Ended,
 		ObservedStart: f.ObservedStart, ObservedEnd: f.ObservedEnd, ProviderClock: f.ProviderClock,
-		Heartbeats: f.Heartbeats, LastTelemetry: f.LastTelemetry, Receipt: r.Receipt, Dispute: f.Dispute,
+		Heartbeats: f.Heartbeats, LastTelemetry: f.LastTelemetry, Receipt: r.Receipt, Dispute: r.Dispute,
 		CostUSD: f.CostUSD, History: append([]api.LeaseRecord(nil), f.History...), Outputs: f.Outputs,
 		OutputCount: f.OutputCount, OutputsHash: f.OutputsHash, OutputsArtifact: f.OutputsArtifact,
 		LogDigest: f.LogDigest, LogBytes: f.LogBytes, Evidence: f.Evidence, Kept: f.Kept,

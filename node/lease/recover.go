@@ -369,7 +369,7 @@ func historyRecordLocked(v *jobState, id string) *api.LeaseRecord {
 // settledArchived records the countersigned receipt of an archived lease
 // in its attempt's history and the job's cost. It reports whether the
 // lease was still waiting for it, and the step of the job's machine that
-// records it if the lease is still the job's.
+// records it.
 func (t *Tracker) settledArchived(r attest.Receipt) (bool, ready) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -385,11 +385,10 @@ func (t *Tracker) settledArchived(r attest.Receipt) (bool, ready) {
 	v.CostUSD += r.Amount
 	if rec := historyRecordLocked(v, r.LeaseID); rec != nil {
 		rec.CostUSD, rec.Receipt = r.Amount, true
-	} else if v.Lease != nil && v.Lease.ID == r.LeaseID {
-		// Lost on its last attempt: the lease is still the job's.
-		return true, t.stepLocked(a.jobID, v, jobmachine.ReceiptRecorded{Receipt: r})
 	}
-	return true, ready{key: a.jobID}
+	// Its refusals are over; lost on its last attempt, the lease is still
+	// the job's, and the machine records its receipt.
+	return true, t.stepLocked(a.jobID, v, jobmachine.ReceiptRecorded{Receipt: r})
 }
 
 // lostUnreported reports whether a lease was given up as lost and its

@@ -191,9 +191,6 @@ type Tracker struct {
 	// error in keepErr).
 	keeping map[string]chan struct{}
 	keepErr map[string]error
-	// refusals counts the refused receipts of leases not settled yet (see
-	// refused).
-	refusals map[string]int
 	// gangBusy holds the gang jobs being stopped and requeued whole (see
 	// gang.go).
 	gangBusy map[string]bool
@@ -240,10 +237,10 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*jobState{},
-		rules: jobmachine.Rules{QueueBackoff: cfg.QueueBackoff, QueueBackoffMax: cfg.QueueBackoffMax},
+		rules: jobmachine.Rules{QueueBackoff: cfg.QueueBackoff, QueueBackoffMax: cfg.QueueBackoffMax, MaxRefusals: maxReceiptRefusals},
 		mons:  map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
 		archived: map[string]*archived{}, released: map[string]releasedLease{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
-		refusals: map[string]int{}, gangBusy: map[string]bool{}, guarded: map[string]bool{}}
+		gangBusy: map[string]bool{}, guarded: map[string]bool{}}
 	var err error
 	rc := auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: reputation{cfg.Receipts},
@@ -622,7 +619,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.Winner = l.Provider
 	v.Heartbeats, v.LastTelemetry, v.Outputs = nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
-	v.LogDigest, v.LogBytes, v.Evidence, v.Kept, v.Dispute = "", 0, "", "", ""
+	v.LogDigest, v.LogBytes, v.Evidence, v.Kept = "", 0, "", ""
 	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	v.ProviderClock = attest.ClockOffset{}
 	v.Restored = nil
@@ -1359,7 +1356,7 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	// The current-lease facts describe the next lease from now on.
 	v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
-	v.LogDigest, v.LogBytes, v.Evidence, v.Kept, v.Dispute = "", 0, "", "", ""
+	v.LogDigest, v.LogBytes, v.Evidence, v.Kept = "", 0, "", ""
 	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	v.ProviderClock = attest.ClockOffset{}
 	t.mu.Unlock()
@@ -1499,9 +1496,6 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 	if err := t.cfg.Receipts.record(sr, true); err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
-	delete(t.refusals, r.LeaseID)
-	t.mu.Unlock()
 	if a != nil {
 		if ok, rd := t.settledArchived(r); ok {
 			_ = t.advanceWithFacts(rd)
@@ -1535,38 +1529,13 @@ func (t *Tracker) LeaseJob(provider peer.ID, leaseID string) (auction.Job, bool)
 	return v.Job, true
 }
 
-// refused counts a refusal of lease l's receipt (job jobID), saying err:
-// at the maxReceiptRefusals-th the lease's settlement is given up as a
-// dispute, recorded in the ledger and shown in the job's record (its
-// provider gives up by the same count). A receipt that settles it later is
-// still taken.
+// refused feeds a refusal of lease l's receipt (job jobID), saying err, to
+// the job's machine: at the maxReceiptRefusals-th the lease's settlement
+// is given up as a dispute (RecordDispute), shown in the job's record;
+// its provider gives up by the same count. A receipt that settles it
+// later is still taken.
 func (t *Tracker) refused(jobID string, l auction.Lease, err error) {
-	t.mu.Lock()
-	t.refusals[l.ID]++
-	n := t.refusals[l.ID]
-	if n >= maxReceiptRefusals {
-		delete(t.refusals, l.ID)
-	}
-	t.mu.Unlock()
-	if n < maxReceiptRefusals {
-		return
-	}
-	reason := fmt.Sprintf("receipt refused %d times: %v", n, err)
-	t.cfg.Counters.Add("renter.settle_disputed")
-	t.log.Error("lease settlement given up: its provider's receipt is refused", "job", jobID, "lease", l.ID, "provider", l.Provider, "err", err)
-	if err := t.cfg.Receipts.dispute(l.ID, jobID, l.Provider, reason); err != nil {
-		t.log.Error("ledger: dispute not recorded", "lease", l.ID, "err", err)
-	}
-	t.mu.Lock()
-	if v := t.jobs[jobID]; v != nil {
-		if v.Lease != nil && v.Lease.ID == l.ID {
-			v.Dispute = reason
-		} else if rec := historyRecordLocked(v, l.ID); rec != nil {
-			rec.Dispute = reason
-		}
-	}
-	t.mu.Unlock()
-	t.save(jobID)
+	_ = t.apply(jobID, jobmachine.ReceiptRefused{Lease: l, Why: err.Error()})
 }
 
 // LeaseNamesInput reports whether provider holds a current lease (not yet

@@ -82,9 +82,18 @@ type (
 		OK      bool
 		Why     string
 	}
-	// ReceiptRecorded: the current lease's receipt was countersigned and
+	// ReceiptRecorded: the receipt of a lease of the job (its current
+	// one, or one archived before it settled) was countersigned and
 	// recorded.
 	ReceiptRecorded struct{ Receipt attest.Receipt }
+	// ReceiptRefused: the renter refused the receipt of Lease, a lease of
+	// the job (its current one, or one archived before it settled),
+	// saying Why. At the Rules.MaxRefusals-th refusal the lease's
+	// settlement is given up as a dispute (RecordDispute).
+	ReceiptRefused struct {
+		Lease auction.Lease
+		Why   string
+	}
 	// Reauctioned: a requeued job's lease is archived and its auction
 	// begins again.
 	Reauctioned struct{ Job auction.Job }
@@ -123,6 +132,7 @@ func (Moved) event()           {}
 func (Lost) event()            {}
 func (Evidence) event()        {}
 func (ReceiptRecorded) event() {}
+func (ReceiptRefused) event()  {}
 func (Reauctioned) event()     {}
 func (Closed) event()          {}
 func (GangRequeued) event()    {}
@@ -173,6 +183,12 @@ type (
 	// CheckEvidence: check the succeeded run of Lease (its log); feed
 	// back Evidence.
 	CheckEvidence struct{ Lease auction.Lease }
+	// RecordDispute: the settlement of Lease is given up, saying Reason:
+	// record the dispute (the ledger; an archived lease's history).
+	RecordDispute struct {
+		Lease  auction.Lease
+		Reason string
+	}
 	// StopGang: the record is a gang job's (Job.Nodes > 1) and its lease
 	// ended for good without success: stop the gang's other members (a
 	// gang lives and dies together).
@@ -189,4 +205,5 @@ func (StopLease) effect()     {}
 func (Release) effect()       {}
 func (Requeue) effect()       {}
 func (CheckEvidence) effect() {}
+func (RecordDispute) effect() {}
 func (StopGang) effect()      {}

@@ -26,7 +26,8 @@
 //	or Failed (the job was refused before its auction began).
 //
 // Finished, Unplaceable, Cancelled and Failed are final: no event moves a
-// job out of them (a receipt of its last lease is still recorded), but
+// job out of them (a receipt of its last lease is still recorded, or
+// refused), but
 // one: a gang job lives and dies together, and when it goes back to
 // auction as a whole (GangRequeued) each of its records goes with it. A lease
 // is the job's from the moment its award is sent (Awarded), so that its
@@ -148,8 +149,15 @@ type Record struct {
 	Fault    auction.Fault    `json:"fault,omitempty"`
 	Started  time.Time        `json:"started,omitempty"`
 	Ended    time.Time        `json:"ended,omitempty"`
-	// Receipt is the current lease's countersigned receipt, once settled.
+	// Receipt is the current lease's countersigned receipt, once settled;
+	// Dispute why its settlement was given up instead (its receipt
+	// refused Rules.MaxRefusals times).
 	Receipt *attest.Receipt `json:"receipt,omitempty"`
+	Dispute string          `json:"dispute,omitempty"`
+	// Refused counts the refused receipts of the job's leases (the
+	// current one, or one archived before it settled), by lease id, until
+	// the lease settles or its settlement is given up.
+	Refused map[string]int `json:"refused,omitempty"`
 	// Leases counts the leases the job was confirmed (the current one
 	// too): its attempts against Job.Attempts.
 	Leases int `json:"leases,omitempty"`
@@ -182,6 +190,10 @@ type Rules struct {
 	// QueueBackoff is how long a queued job first waits before it is
 	// offered again, doubling up to QueueBackoffMax.
 	QueueBackoff, QueueBackoffMax time.Duration
+	// MaxRefusals is how many refusals of one lease's receipt give its
+	// settlement up as a dispute (0: never); its provider gives up by the
+	// same count.
+	MaxRefusals int
 }
 
 // Requeues reports whether job r goes back to auction now that its

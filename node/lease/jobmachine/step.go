@@ -2,6 +2,7 @@ package jobmachine
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ func (r Rules) Step(st Record, ev Event, now time.Time) (Record, []Effect) {
 	s := stepper{r: r, st: st, now: now}
 	s.st.Reasons = append([]string(nil), st.Reasons...)
 	s.st.Awarded = append([]string(nil), st.Awarded...)
+	s.st.Refused = maps.Clone(st.Refused)
 	s.step(ev)
 	return s.st, s.effs
 }
@@ -65,8 +67,11 @@ func (s *stepper) step(ev Event) {
 			// lease it cannot use.
 			s.do(Release{Lease: ev.Lease})
 		}
-		if ev, ok := ev.(ReceiptRecorded); ok {
+		switch ev := ev.(type) {
+		case ReceiptRecorded:
 			s.receipt(ev) // its last lease settles after the job ended
+		case ReceiptRefused:
+			s.refused(ev)
 		}
 		return
 	}
@@ -142,6 +147,8 @@ func (s *stepper) step(ev Event) {
 		}
 	case ReceiptRecorded:
 		s.receipt(ev)
+	case ReceiptRefused:
+		s.refused(ev)
 	case Reauctioned:
 		if st.Phase == Requeued {
 			s.reauction(ev.Job)
@@ -165,7 +172,7 @@ func (s *stepper) reauction(job auction.Job) {
 	}
 	st.Phase, st.Job, st.Awarded = Auctioning, job, nil
 	st.Lease, st.Run, st.ExitCode, st.Detail, st.Fault, st.Receipt = nil, "", nil, detail, auction.FaultNone, nil
-	st.Started, st.Ended, st.Due = time.Time{}, time.Time{}, time.Time{}
+	st.Started, st.Ended, st.Due, st.Dispute = time.Time{}, time.Time{}, time.Time{}, ""
 	s.do(Persist{})
 }
 
@@ -187,7 +194,7 @@ func (s *stepper) confirm(l auction.Lease, job auction.Job) {
 	}
 	l.State = auction.RunPending
 	st.Phase, st.Lease, st.Run = Leased, &l, auction.RunPending
-	st.ExitCode, st.Detail, st.Fault, st.Receipt = nil, "", auction.FaultNone, nil
+	st.ExitCode, st.Detail, st.Fault, st.Receipt, st.Dispute = nil, "", auction.FaultNone, nil, ""
 	st.Started, st.Ended, st.Due, st.Awarded = time.Time{}, time.Time{}, time.Time{}, nil
 	st.Leases++
 	s.do(Persist{}, Watch{Lease: l})
@@ -337,11 +344,43 @@ func (s *stepper) ended(detail string) {
 
 func (s *stepper) receipt(ev ReceiptRecorded) {
 	st := &s.st
+	delete(st.Refused, ev.Receipt.LeaseID) // settled: its refusals are over
+	if len(st.Refused) == 0 {
+		st.Refused = nil
+	}
 	if st.Lease != nil && st.Lease.ID == ev.Receipt.LeaseID && st.Receipt == nil {
 		r := ev.Receipt
 		st.Receipt = &r
 		s.do(Persist{})
 	}
+}
+
+// refused counts a refusal of a lease's receipt: at the MaxRefusals-th
+// its settlement is given up as a dispute (a receipt that settles it later
+// is still taken).
+func (s *stepper) refused(ev ReceiptRefused) {
+	st := &s.st
+	id := ev.Lease.ID
+	if id == "" || s.r.MaxRefusals <= 0 || (st.Lease != nil && st.Lease.ID == id && st.Receipt != nil) {
+		return
+	}
+	if st.Refused == nil {
+		st.Refused = map[string]int{}
+	}
+	st.Refused[id]++
+	n := st.Refused[id]
+	if n < s.r.MaxRefusals {
+		return
+	}
+	delete(st.Refused, id)
+	if len(st.Refused) == 0 {
+		st.Refused = nil
+	}
+	reason := fmt.Sprintf("receipt refused %d times: %s", n, ev.Why)
+	if st.Lease != nil && st.Lease.ID == id {
+		st.Dispute = reason
+	}
+	s.do(RecordDispute{Lease: ev.Lease, Reason: reason}, Persist{})
 }
 
 // restarted takes up a record the daemon had stored before it stopped.

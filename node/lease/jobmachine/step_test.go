@@ -13,7 +13,7 @@ import (
 
 var (
 	t0    = time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	rules = Rules{QueueBackoff: time.Second, QueueBackoffMax: 8 * time.Second}
+	rules = Rules{QueueBackoff: time.Second, QueueBackoffMax: 8 * time.Second, MaxRefusals: 2}
 )
 
 func job() auction.Job {
@@ -67,6 +67,7 @@ func events() map[string]Event {
 		"evidence-ok":    Evidence{LeaseID: "l1", OK: true},
 		"evidence-bad":   Evidence{LeaseID: "l1", Why: "log digest differs"},
 		"receipt":        ReceiptRecorded{Receipt: attest.Receipt{LeaseID: "l1", Amount: 1}},
+		"refused":        ReceiptRefused{Lease: lease("l1"), Why: "overbilled"},
 		"reauctioned":    Reauctioned{Job: job()},
 		"closed":         Closed{As: Finished},
 		"restarted":      Restarted{State: auction.JobLeased, Leases: 1},
@@ -120,6 +121,12 @@ func TestEveryEventInEveryPhase(t *testing.T) {
 					if name == "receipt" && before.Lease != nil {
 						if got.Receipt == nil || !reflect.DeepEqual(effs, []Effect{Persist{}}) {
 							t.Fatalf("receipt of a final job not recorded: %+v %#v", got.Receipt, effs)
+						}
+						return
+					}
+					if name == "refused" { // its last lease, or one archived before it settled
+						if got.Refused["l1"] != 1 || len(effs) != 0 {
+							t.Fatalf("refused receipt of a final job not counted: %+v %#v", got.Refused, effs)
 						}
 						return
 					}
@@ -306,5 +313,47 @@ func TestOldRecordsReadAsMachineState(t *testing.T) {
 				t.Fatalf("running lease not watched again: %#v", effs)
 			}
 		}
+	}
+}
+
+// TestRefusedReceiptsBecomeADispute: a lease's receipt refused
+// MaxRefusals times gives its settlement up as a dispute, shown in the
+// record if the lease is the current one and recorded either way; a
+// receipt that settles a lease ends its count.
+func TestRefusedReceiptsBecomeADispute(t *testing.T) {
+	for _, p := range []Phase{Leased, Finished, Auctioning} {
+		st := at(p)
+		l := lease("l1")
+		if p == Auctioning {
+			l = lease("l0") // archived before it settled
+		}
+		var effs []Effect
+		st, effs = rules.Step(st, ReceiptRefused{Lease: l, Why: "overbilled"}, t0)
+		if st.Refused[l.ID] != 1 || st.Dispute != "" || len(effs) != 0 {
+			t.Fatalf("%s: first refusal: %+v %#v", p, st, effs)
+		}
+		st, effs = rules.Step(st, ReceiptRefused{Lease: l, Why: "overbilled"}, t0)
+		want := "receipt refused 2 times: overbilled"
+		if !reflect.DeepEqual(effs, []Effect{RecordDispute{Lease: l, Reason: want}, Persist{}}) || st.Refused != nil || st.Phase != p {
+			t.Fatalf("%s: second refusal: %+v %#v", p, st, effs)
+		}
+		if current := st.Lease != nil && st.Lease.ID == l.ID; (st.Dispute == want) != current {
+			t.Fatalf("%s: dispute %q shown for lease %s (current %v)", p, st.Dispute, l.ID, current)
+		}
+	}
+	st, _ := rules.Step(at(Leased), ReceiptRefused{Lease: lease("l1"), Why: "early"}, t0)
+	st, _ = rules.Step(st, ReceiptRecorded{Receipt: attest.Receipt{LeaseID: "l1"}}, t0)
+	if st.Refused != nil || st.Receipt == nil {
+		t.Fatalf("settled: %+v", st)
+	}
+	if st, effs := rules.Step(st, ReceiptRefused{Lease: lease("l1"), Why: "again"}, t0); st.Refused != nil || len(effs) != 0 {
+		t.Fatalf("a settled lease's refusal counted: %+v %#v", st, effs)
+	}
+	// A new lease's settlement starts without the last one's dispute.
+	st = at(Leased)
+	st.Dispute = "receipt refused 2 times: x"
+	st, _ = rules.Step(st, Reported{LeaseID: "l1", Run: auction.RunPreempted}, t0)
+	if st, _ = rules.Step(st, Reauctioned{Job: st.Job}, t0); st.Dispute != "" {
+		t.Fatalf("dispute kept past the lease: %q", st.Dispute)
 	}
 }

@@ -16,7 +16,8 @@ import (
 // a gang's requeue; a lease's run state only moves forward (a succeeded
 // run not accepted for want of evidence aside); the leases counted never
 // go down; a change of phase is persisted (but the award's, which a
-// restart takes back to the queue anyway, and the restart's own).
+// restart takes back to the queue anyway, and the restart's own); a
+// receipt refused MaxRefusals times is a dispute, recorded and persisted.
 func TestRandomWalksKeepTheRules(t *testing.T) {
 	runs := []auction.RunState{auction.RunPending, auction.RunRunning, auction.RunSucceeded, auction.RunFailed,
 		auction.RunPreempted, auction.RunExpired, auction.RunCancelled}
@@ -40,7 +41,7 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 		for i := 0; i < 60; i++ {
 			now = now.Add(time.Duration(rnd.IntN(4000)) * time.Millisecond)
 			var ev Event
-			switch rnd.IntN(17) {
+			switch rnd.IntN(18) {
 			case 0:
 				ev = Posted{Job: job()}
 			case 1:
@@ -69,6 +70,8 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 				ev = Folded{Job: st.Job, Reasons: []string{"r"}}
 			case 15:
 				ev = Restarted{State: auction.JobLeased, Leases: 1}
+			case 17:
+				ev = ReceiptRefused{Lease: lease(leaseID()), Why: "refused"}
 			case 16:
 				if rnd.IntN(4) == 0 {
 					ev = GangRequeued{Job: st.Job}
@@ -104,6 +107,21 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 			}
 			if st.Phase == Queued && st.Due.IsZero() {
 				fail("queued without a due offer")
+			}
+			for id, n := range st.Refused {
+				if n <= 0 || n >= rules.MaxRefusals {
+					fail("lease %s: %d refusals counted (disputed at %d)", id, n, rules.MaxRefusals)
+				}
+			}
+			if d, ok := has[RecordDispute](effs); ok {
+				if _, p := has[Persist](effs); !p || (st.Lease != nil && st.Lease.ID == d.Lease.ID && st.Dispute != d.Reason) {
+					fail("dispute of %s not shown and persisted: %+v %#v", d.Lease.ID, st, effs)
+				}
+			}
+			if st.Dispute != before.Dispute && st.Dispute != "" {
+				if _, ok := has[RecordDispute](effs); !ok {
+					fail("dispute %q shown, not recorded", st.Dispute)
+				}
 			}
 		}
 	}
