@@ -103,7 +103,7 @@ func (t *Tracker) do(key string, e jobmachine.Effect) error {
 	case jobmachine.StopLease:
 		return t.stopLease(e)
 	case jobmachine.Release:
-		t.release(e.Lease)
+		t.release(key, e.Lease)
 	case jobmachine.Requeue:
 		opts := requeueOptions(e.Lease, e.Run, e.Fault, e.Detail)
 		if t.churned(key, e) && !slices.Contains(opts.Exclude, e.Lease.Provider) {
@@ -140,6 +140,7 @@ func (t *Tracker) indexLocked(key string, before jobmachine.Record, s *jobState)
 		t.byLease[l.ID] = key
 		t.mons[l.ID] = t.monitor(*l)
 	}
+	t.indexReleasedLocked(key, before.Released, s.Released)
 }
 
 // churned reports whether the lease a Requeue effect gives up was handed

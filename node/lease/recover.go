@@ -56,8 +56,6 @@ type jobRecord struct {
 	// the machine's phase was (jobmachine.Restarted).
 	State     auction.JobState `json:"state"`
 	Unsettled []unsettledLease `json:"unsettled,omitempty"`
-	// Released are the job's leases the renter released (released.go).
-	Released []releasedLease `json:"released,omitempty"`
 }
 
 // unsettledLease is an archived lease as persisted.

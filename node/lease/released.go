@@ -2,11 +2,10 @@ package lease
 
 import (
 	"encoding/json"
-	"sort"
-	"time"
+	"slices"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
 
@@ -16,66 +15,50 @@ import (
 // reports get a definitive answer, the renter's signed release
 // (wire.LeaseEventAnswer.Released), instead of "no such lease", which a
 // provider retries for its whole settlement window. They are kept for
-// that window, at most maxReleased of them, and persisted with their
-// job's record so that a restarted renter still answers.
+// that window, at most maxReleased of them a job, in the job's record,
+// which its machine keeps (jobmachine.Record.Released: the machine's
+// Release remembers it), so that a restarted renter still answers.
 
-// maxReleased bounds the released leases a renter remembers (the oldest
-// go first): a provider whose report meets none retries, as before.
+// maxReleased bounds the released leases one job's record remembers
+// (jobmachine.Rules.MaxReleased; the oldest go first): a provider whose
+// report meets none retries, as before.
 const maxReleased = 4096
 
-// releasedLease is a lease the renter released, as remembered and
-// persisted.
-type releasedLease struct {
-	Lease    string    `json:"lease"`
-	Job      string    `json:"job"`
-	Provider string    `json:"provider"`
-	End      time.Time `json:"end"`
-}
-
-// rememberReleasedLocked notes that the renter released lease l, and drops what
-// is past its settlement window or over maxReleased. t.mu is held.
-func (t *Tracker) rememberReleasedLocked(l auction.Lease) {
-	now := t.now()
-	t.released[l.ID] = releasedLease{Lease: l.ID, Job: l.JobID, Provider: l.Provider, End: l.End}
-	for id, r := range t.released {
-		if now.After(r.End.Add(DefaultSettleWindow)) {
-			delete(t.released, id)
-		}
+// indexReleasedLocked brings the index of released leases in line with
+// job key's record (its released leases were was and are now): the record,
+// which the machine keeps, is their one owner. Entries past their
+// settlement window go too, whoever's they were. t.mu is held.
+func (t *Tracker) indexReleasedLocked(key string, was, now []jobmachine.Released) {
+	for _, r := range now {
+		t.released[r.Lease] = key
 	}
-	if over := len(t.released) - maxReleased; over > 0 {
-		all := make([]releasedLease, 0, len(t.released))
-		for _, r := range t.released {
-			all = append(all, r)
-		}
-		sort.Slice(all, func(i, j int) bool { return all[i].End.Before(all[j].End) })
-		for _, r := range all[:over] {
+	for _, r := range was {
+		if !slices.ContainsFunc(now, func(n jobmachine.Released) bool { return n.Lease == r.Lease }) && t.released[r.Lease] == key {
 			delete(t.released, r.Lease)
 		}
 	}
-}
-
-// releasedOfLocked is job jobID's released leases, as persisted. t.mu is
-// held.
-func (t *Tracker) releasedOfLocked(jobID string) []releasedLease {
-	var out []releasedLease
-	for _, r := range t.released {
-		if r.Job == jobID {
-			out = append(out, r)
+	if len(t.released) > maxReleased {
+		for id, k := range t.released {
+			if _, ok := t.releasedLocked(id); !ok || t.jobs[k] == nil {
+				delete(t.released, id)
+			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Lease < out[j].Lease })
-	return out
 }
 
-// reloadReleased takes back, at a restart, a job's released leases still
-// in their settlement window.
-func (t *Tracker) reloadReleased(rs []releasedLease) {
-	now := t.now()
-	for _, r := range rs {
-		if r.Lease != "" && !now.After(r.End.Add(DefaultSettleWindow)) {
-			t.released[r.Lease] = r
+// releasedLocked is lease id as the record that released it remembers it,
+// within its settlement window. t.mu is held.
+func (t *Tracker) releasedLocked(id string) (jobmachine.Released, bool) {
+	v := t.jobs[t.released[id]]
+	if v == nil {
+		return jobmachine.Released{}, false
+	}
+	for _, r := range v.Released {
+		if r.Lease == id && !t.now().After(r.End.Add(DefaultSettleWindow)) {
+			return r, true
 		}
 	}
+	return jobmachine.Released{}, false
 }
 
 // releasedAnswer is the answer to provider's report on lease leaseID if
@@ -83,7 +66,7 @@ func (t *Tracker) reloadReleased(rs []releasedLease) {
 // release.
 func (t *Tracker) releasedAnswer(provider, leaseID string) (_ []byte, ok bool, _ error) {
 	t.mu.Lock()
-	r, ok := t.released[leaseID]
+	r, ok := t.releasedLocked(leaseID)
 	t.mu.Unlock()
 	if !ok || r.Provider != provider {
 		return nil, false, nil

@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
@@ -120,43 +119,6 @@ func TestRenterSayingReleasedForARunIsDisputed(t *testing.T) {
 	}
 	if n := counter(p, "provider.settle_released"); n != 1 {
 		t.Fatalf("provider.settle_released = %d", n)
-	}
-}
-
-// TestReleasedBounded: the released leases remembered are dropped past
-// their settlement window and kept to maxReleased, the oldest going first.
-func TestReleasedBounded(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	tr := &Tracker{released: map[string]releasedLease{}}
-	tr.cfg.Now = func() time.Time { return now }
-	lease := func(i int, end time.Time) auction.Lease {
-		return auction.Lease{ID: fmt.Sprintf("l%d", i), JobID: "j", Provider: "p", End: end}
-	}
-	tr.rememberReleasedLocked(lease(0, now.Add(-DefaultSettleWindow-time.Second))) // over already
-	if _, ok := tr.released["l0"]; ok {
-		t.Fatal("a lease past its settlement window kept")
-	}
-	for i := 1; i <= maxReleased+10; i++ {
-		tr.rememberReleasedLocked(lease(i, now.Add(time.Duration(i)*time.Second)))
-	}
-	if len(tr.released) != maxReleased {
-		t.Fatalf("%d released leases kept, want %d", len(tr.released), maxReleased)
-	}
-	for i := 1; i <= 10; i++ {
-		if _, ok := tr.released[fmt.Sprintf("l%d", i)]; ok {
-			t.Fatalf("l%d, among the oldest, kept", i)
-		}
-	}
-	if _, ok := tr.released[fmt.Sprintf("l%d", maxReleased+10)]; !ok {
-		t.Fatal("the newest release dropped")
-	}
-	// A restart takes back only what is still in its window (l11 to l19
-	// ended before now+20s are over).
-	tr2 := &Tracker{released: map[string]releasedLease{}}
-	tr2.cfg.Now = func() time.Time { return now.Add(DefaultSettleWindow + 20*time.Second) }
-	tr2.reloadReleased(tr.releasedOfLocked("j"))
-	if len(tr2.released) != maxReleased-9 {
-		t.Fatalf("%d reloaded", len(tr2.released))
 	}
 }
 

@@ -178,9 +178,9 @@ type Tracker struct {
 	// archived holds leases no longer their job's current attempt whose
 	// provider may still report and settle them (see recover.go).
 	archived map[string]*archived
-	// released holds the leases the renter released, by id (see
-	// released.go).
-	released map[string]releasedLease
+	// released indexes the leases the jobs' records remember as
+	// released: lease id → record key (see released.go).
+	released map[string]string
 	ckPins   map[string]func()      // checkpoint artifact → its pin
 	ckQuota  map[string]*byteBucket // job → its checkpoint bytes quota
 	// checking holds the evidence checks started, by lease id (closed
@@ -237,9 +237,10 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*jobState{},
-		rules: jobmachine.Rules{QueueBackoff: cfg.QueueBackoff, QueueBackoffMax: cfg.QueueBackoffMax, MaxRefusals: maxReceiptRefusals},
-		mons:  map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
-		archived: map[string]*archived{}, released: map[string]releasedLease{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
+		rules: jobmachine.Rules{QueueBackoff: cfg.QueueBackoff, QueueBackoffMax: cfg.QueueBackoffMax, MaxRefusals: maxReceiptRefusals,
+			SettleWindow: DefaultSettleWindow, MaxReleased: maxReleased},
+		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
+		archived: map[string]*archived{}, released: map[string]string{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
 		gangBusy: map[string]bool{}, guarded: map[string]bool{}}
 	var err error
 	rc := auction.RenterConfig{
@@ -290,7 +291,7 @@ func (l auctionListener) OnUnplaceable(job auction.Job, reason string) {
 }
 func (l auctionListener) OnCapacity(n auction.CapacityNotice) { l.t.onCapacity(n) }
 func (l auctionListener) OnAward(le auction.Lease)            { l.t.onAward(le) }
-func (l auctionListener) Release(le auction.Lease)            { l.t.release(le) }
+func (l auctionListener) Release(le auction.Lease)            { l.t.unused(le) }
 
 // Auction is the renter's auction state machine (bid handling, counters).
 func (t *Tracker) Auction() *auction.Renter { return t.renter }
@@ -748,7 +749,7 @@ func (t *Tracker) saveOne(id string) bool {
 		return false
 	}
 	v := s.view()
-	rec := jobRecord{jobState: *s, State: v.State, Unsettled: t.unsettledLocked(id), Released: t.releasedOfLocked(id)}
+	rec := jobRecord{jobState: *s, State: v.State, Unsettled: t.unsettledLocked(id)}
 	t.mu.Unlock()
 	if err := t.cfg.Store.Put(id, rec); err != nil {
 		t.log.Error("persist job", "job", id, "err", err)
@@ -787,7 +788,6 @@ func (t *Tracker) load() ([]ready, error) {
 		}
 		v := rec.jobState
 		t.reloadUnsettled(id, rec.Unsettled)
-		t.reloadReleased(rec.Released)
 		leases := len(v.History)
 		if v.Lease != nil {
 			leases++
@@ -898,13 +898,11 @@ func (t *Tracker) Cancel(id string) (api.JobView, error) {
 	return t.View(id)
 }
 
-// release asks a provider to cancel a lease it confirmed that the auction
-// does not use (a hedged award that confirmed after another won).
-func (t *Tracker) release(l auction.Lease) {
+// release carries out the machine's Release: it asks the provider of lease
+// l, which job key's record remembers as released, to cancel it (a lease
+// confirmed that the job does not use, or one given up as lost).
+func (t *Tracker) release(key string, l auction.Lease) {
 	t.cfg.Counters.Add("renter.lease_released")
-	t.mu.Lock()
-	t.rememberReleasedLocked(l)
-	t.mu.Unlock()
 	b, err := sealed(t.cfg.Signer, sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: l.ID, JobID: l.JobID})
 	if err != nil {
 		t.log.Warn("release lease", "lease", l.ID, "err", err)
@@ -921,8 +919,20 @@ func (t *Tracker) release(l auction.Lease) {
 			t.cfg.Counters.Add("renter.release_failed")
 			t.log.Info("release lease", "lease", l.ID, "provider", l.Provider, "err", err)
 		}
-		t.save(l.JobID) // with the release remembered
+		t.save(key) // with the release remembered
 	})
+}
+
+// unused takes a lease the auction confirmed and does not use (a hedged
+// award that confirmed after another won): the job's machine releases it.
+func (t *Tracker) unused(l auction.Lease) {
+	key := leaseKey(l)
+	t.mu.Lock()
+	if t.jobs[key] == nil {
+		key = l.JobID // a gang member with no record of its own yet: its gang's
+	}
+	t.mu.Unlock()
+	_ = t.apply(key, jobmachine.Unused{Lease: l})
 }
 
 func orNone(s string) string {

@@ -107,6 +107,9 @@ type (
 	// Closed: the job ends As (a final phase) with the job it is part of
 	// (a gang member's record with its gang).
 	Closed struct{ As Phase }
+	// Unused: the job's auction gives back Lease, confirmed and not used
+	// (a hedged award another beat): it is released.
+	Unused struct{ Lease auction.Lease }
 	// Restarted: the daemon started again with this stored record. State
 	// is the record's stored API state (read when the record has no phase:
 	// one stored before phases were); Leases the leases the record shows
@@ -136,6 +139,7 @@ func (ReceiptRefused) event()  {}
 func (Reauctioned) event()     {}
 func (Closed) event()          {}
 func (GangRequeued) event()    {}
+func (Unused) event()          {}
 func (Restarted) event()       {}
 
 // Effect is what the driver does for a step, in order.
@@ -168,7 +172,8 @@ type (
 	// StopLease: ask the provider of Lease to stop it (it reports how it
 	// ended).
 	StopLease struct{ Lease auction.Lease }
-	// Release: tell the provider of Lease that the job does not use it.
+	// Release: tell the provider of Lease that the job does not use it
+	// (the record remembers the release: Record.Released).
 	Release struct{ Lease auction.Lease }
 	// Requeue: Lease ended in Run (through Fault, its provider saying
 	// Detail) and the job goes back to auction: once the lease settled

@@ -164,11 +164,24 @@ type Record struct {
 	// Awarded are the leases the job's current auction sent awards for,
 	// not confirmed yet: the job's, should their providers report first.
 	Awarded []string `json:"awarded,omitempty"`
+	// Released are the leases the job released (a lease confirmed that it
+	// could not use, one given up as lost, a hedged award another beat),
+	// within their settlement window: their providers' final reports are
+	// answered with the renter's signed release.
+	Released []Released `json:"released,omitempty"`
 	// Due is when a queued job is offered again, or a requeued one goes
 	// back to auction without its lease's receipt; Backoff the wait
 	// before the last offer.
 	Due     time.Time     `json:"due,omitzero"`
 	Backoff time.Duration `json:"backoff,omitempty"`
+}
+
+// Released is a lease a job released, as its record keeps it.
+type Released struct {
+	Lease    string    `json:"lease"`
+	Job      string    `json:"job"`
+	Provider string    `json:"provider"`
+	End      time.Time `json:"end"`
 }
 
 // Knows reports whether lease id is the job's: its current lease, or one
@@ -194,6 +207,12 @@ type Rules struct {
 	// settlement up as a dispute (0: never); its provider gives up by the
 	// same count.
 	MaxRefusals int
+	// SettleWindow is how long after its end a lease may still be
+	// settled: a released lease is remembered that long (0: forever).
+	// MaxReleased bounds the released leases a record keeps, the oldest
+	// going first (0: no bound).
+	SettleWindow time.Duration
+	MaxReleased  int
 }
 
 // Requeues reports whether job r goes back to auction now that its

@@ -3,6 +3,7 @@ package jobmachine
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,7 +19,11 @@ func (r Rules) Step(st Record, ev Event, now time.Time) (Record, []Effect) {
 	s.st.Reasons = append([]string(nil), st.Reasons...)
 	s.st.Awarded = append([]string(nil), st.Awarded...)
 	s.st.Refused = maps.Clone(st.Refused)
+	s.st.Released = append([]Released(nil), st.Released...)
 	s.step(ev)
+	if len(s.st.Released) == 0 {
+		s.st.Released = nil
+	}
 	return s.st, s.effs
 }
 
@@ -52,6 +57,14 @@ func (s *stepper) step(ev Event) {
 		}
 		return
 	}
+	if ev, ok := ev.(Unused); ok {
+		// Whatever the job's phase: the lease was never its to run (its
+		// current lease is not the auction's to give back).
+		if st.Lease == nil || st.Lease.ID != ev.Lease.ID {
+			s.release(ev.Lease)
+		}
+		return
+	}
 	if ev, ok := ev.(GangRequeued); ok {
 		// The one event a final phase takes: a gang lives and dies
 		// together.
@@ -65,7 +78,7 @@ func (s *stepper) step(ev Event) {
 		if ev, ok := ev.(Confirmed); ok && !st.Knows(ev.Lease.ID) {
 			// Confirmed after the job ended (cancelled while awarding): a
 			// lease it cannot use.
-			s.do(Release{Lease: ev.Lease})
+			s.release(ev.Lease)
 		}
 		switch ev := ev.(type) {
 		case ReceiptRecorded:
@@ -86,7 +99,7 @@ func (s *stepper) step(ev Event) {
 		case s.inAuction() || st.Phase == Queued:
 			s.confirm(ev.Lease, ev.Job)
 		case st.Lease == nil || st.Lease.ID != ev.Lease.ID:
-			s.do(Release{Lease: ev.Lease}) // one lease at a time
+			s.release(ev.Lease) // one lease at a time
 		}
 	case NoLease:
 		if s.inAuction() {
@@ -130,7 +143,7 @@ func (s *stepper) step(ev Event) {
 				st.Ended = ev.At
 			}
 			s.setRun(auction.RunFailed)
-			s.do(Release{Lease: *st.Lease}) // if it still runs there, it stops
+			s.release(*st.Lease) // if it still runs there, it stops
 			s.ended(ev.Detail)
 		}
 	case Evidence:
@@ -383,6 +396,33 @@ func (s *stepper) refused(ev ReceiptRefused) {
 	s.do(RecordDispute{Lease: ev.Lease, Reason: reason}, Persist{})
 }
 
+// release releases lease l (Release) and remembers it, within its
+// settlement window and MaxReleased.
+func (s *stepper) release(l auction.Lease) {
+	st := &s.st
+	if l.ID == "" {
+		return
+	}
+	if !slices.ContainsFunc(st.Released, func(r Released) bool { return r.Lease == l.ID }) {
+		st.Released = append(st.Released, Released{Lease: l.ID, Job: l.JobID, Provider: l.Provider, End: l.End})
+	}
+	s.pruneReleased()
+	s.do(Release{Lease: l})
+}
+
+// pruneReleased forgets the released leases past their settlement window,
+// and the oldest beyond MaxReleased.
+func (s *stepper) pruneReleased() {
+	st := &s.st
+	if w := s.r.SettleWindow; w > 0 {
+		st.Released = slices.DeleteFunc(st.Released, func(r Released) bool { return s.now.After(r.End.Add(w)) })
+	}
+	if over := len(st.Released) - s.r.MaxReleased; s.r.MaxReleased > 0 && over > 0 {
+		slices.SortStableFunc(st.Released, func(a, b Released) int { return a.End.Compare(b.End) })
+		st.Released = st.Released[over:]
+	}
+}
+
 // restarted takes up a record the daemon had stored before it stopped.
 func (s *stepper) restarted(ev Restarted) {
 	st := &s.st
@@ -402,6 +442,7 @@ func (s *stepper) restarted(ev Restarted) {
 	if st.Leases <= 0 && ev.Leases > 0 {
 		st.Leases = ev.Leases
 	}
+	s.pruneReleased()
 	switch st.Phase {
 	case Auctioning, Awarding, Queued:
 		if st.Phase != Queued {

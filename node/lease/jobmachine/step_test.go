@@ -68,6 +68,7 @@ func events() map[string]Event {
 		"evidence-bad":   Evidence{LeaseID: "l1", Why: "log digest differs"},
 		"receipt":        ReceiptRecorded{Receipt: attest.Receipt{LeaseID: "l1", Amount: 1}},
 		"refused":        ReceiptRefused{Lease: lease("l1"), Why: "overbilled"},
+		"unused":         Unused{Lease: lease("l3")},
 		"reauctioned":    Reauctioned{Job: job()},
 		"closed":         Closed{As: Finished},
 		"restarted":      Restarted{State: auction.JobLeased, Leases: 1},
@@ -127,6 +128,16 @@ func TestEveryEventInEveryPhase(t *testing.T) {
 					if name == "refused" { // its last lease, or one archived before it settled
 						if got.Refused["l1"] != 1 || len(effs) != 0 {
 							t.Fatalf("refused receipt of a final job not counted: %+v %#v", got.Refused, effs)
+						}
+						return
+					}
+					if name == "unused" || name == "confirmed" {
+						l := lease("l2")
+						if name == "unused" {
+							l = lease("l3")
+						}
+						if !reflect.DeepEqual(effs, []Effect{Release{Lease: l}}) || len(got.Released) != 1 || got.Released[0].Lease != l.ID {
+							t.Fatalf("%s: a lease the ended job cannot use is not released: %#v %+v", name, effs, got.Released)
 						}
 						return
 					}
@@ -355,5 +366,47 @@ func TestRefusedReceiptsBecomeADispute(t *testing.T) {
 	st, _ = rules.Step(st, Reported{LeaseID: "l1", Run: auction.RunPreempted}, t0)
 	if st, _ = rules.Step(st, Reauctioned{Job: st.Job}, t0); st.Dispute != "" {
 		t.Fatalf("dispute kept past the lease: %q", st.Dispute)
+	}
+}
+
+// TestReleasedBounded: a job's record remembers the leases it released
+// (a lease it could not use, one lost, a hedged award its auction gave
+// back) so that their providers' reports are answered, within their
+// settlement window and MaxReleased, the oldest going first; a restart
+// forgets those whose window passed.
+func TestReleasedBounded(t *testing.T) {
+	r := Rules{SettleWindow: time.Hour, MaxReleased: 3}
+	l := func(i int, end time.Time) auction.Lease {
+		return auction.Lease{ID: fmt.Sprintf("u%d", i), JobID: "job-1", Provider: "p", End: end}
+	}
+	st := at(Auctioning)
+	st, effs := r.Step(st, Unused{Lease: l(0, t0.Add(-time.Hour-time.Second))}, t0) // over already
+	if len(st.Released) != 0 || !reflect.DeepEqual(effs, []Effect{Release{Lease: l(0, t0.Add(-time.Hour-time.Second))}}) {
+		t.Fatalf("a lease past its window: %+v %#v", st.Released, effs)
+	}
+	for i := 1; i <= 5; i++ {
+		st, _ = r.Step(st, Unused{Lease: l(i, t0.Add(time.Duration(i)*time.Minute))}, t0)
+	}
+	var kept []string
+	for _, x := range st.Released {
+		kept = append(kept, x.Lease)
+	}
+	if !reflect.DeepEqual(kept, []string{"u3", "u4", "u5"}) {
+		t.Fatalf("kept %v, want the newest 3", kept)
+	}
+	// A lease given up as lost, and one confirmed for a job that ended,
+	// are remembered too.
+	lost, _ := r.Step(at(Leased), Lost{LeaseID: "l1", Detail: "silent"}, t0)
+	if len(lost.Released) != 1 || lost.Released[0].Lease != "l1" {
+		t.Fatalf("lost lease not remembered: %+v", lost.Released)
+	}
+	ended, _ := r.Step(at(Cancelled), Confirmed{Lease: lease("l2"), Job: job()}, t0)
+	if len(ended.Released) != 1 || ended.Released[0].Lease != "l2" {
+		t.Fatalf("lease confirmed after the end not remembered: %+v", ended.Released)
+	}
+	// Restarted after u3 and u4's windows passed.
+	st, _ = r.Step(st, Restarted{}, t0.Add(time.Hour+4*time.Minute+time.Second))
+	if len(st.Released) != 1 || st.Released[0].Lease != "u5" {
+		t.Fatalf("after the restart: %+v", st.Released)
 	}
 }

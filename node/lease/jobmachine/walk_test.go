@@ -3,6 +3,7 @@ package jobmachine
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 // run not accepted for want of evidence aside); the leases counted never
 // go down; a change of phase is persisted (but the award's, which a
 // restart takes back to the queue anyway, and the restart's own); a
-// receipt refused MaxRefusals times is a dispute, recorded and persisted.
+// receipt refused MaxRefusals times is a dispute, recorded and persisted;
+// a lease released is remembered.
 func TestRandomWalksKeepTheRules(t *testing.T) {
 	runs := []auction.RunState{auction.RunPending, auction.RunRunning, auction.RunSucceeded, auction.RunFailed,
 		auction.RunPreempted, auction.RunExpired, auction.RunCancelled}
@@ -41,7 +43,7 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 		for i := 0; i < 60; i++ {
 			now = now.Add(time.Duration(rnd.IntN(4000)) * time.Millisecond)
 			var ev Event
-			switch rnd.IntN(18) {
+			switch rnd.IntN(19) {
 			case 0:
 				ev = Posted{Job: job()}
 			case 1:
@@ -72,6 +74,8 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 				ev = Restarted{State: auction.JobLeased, Leases: 1}
 			case 17:
 				ev = ReceiptRefused{Lease: lease(leaseID()), Why: "refused"}
+			case 18:
+				ev = Unused{Lease: lease(leaseID())}
 			case 16:
 				if rnd.IntN(4) == 0 {
 					ev = GangRequeued{Job: st.Job}
@@ -107,6 +111,9 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 			}
 			if st.Phase == Queued && st.Due.IsZero() {
 				fail("queued without a due offer")
+			}
+			if rel, ok := has[Release](effs); ok && !slices.ContainsFunc(st.Released, func(r Released) bool { return r.Lease == rel.Lease.ID }) {
+				fail("lease %s released, not remembered: %+v", rel.Lease.ID, st.Released)
 			}
 			for id, n := range st.Refused {
 				if n <= 0 || n >= rules.MaxRefusals {
