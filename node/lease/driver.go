@@ -234,7 +234,8 @@ func (t *Tracker) advanceWithFacts(rd ready) error {
 
 // recordDispute carries out RecordDispute: the ledger records the dispute
 // of the lease's settlement, and so does the attempt's history if the
-// lease is archived (the machine's record shows the current lease's).
+// lease is archived; then the machine takes it (Disputed), showing the
+// current lease's.
 func (t *Tracker) recordDispute(key string, e jobmachine.RecordDispute) {
 	l := e.Lease
 	t.cfg.Counters.Add("renter.settle_disputed")
@@ -249,4 +250,7 @@ func (t *Tracker) recordDispute(key string, e jobmachine.RecordDispute) {
 		}
 	}
 	t.mu.Unlock()
+	// Recorded: the job's record shows it from now on (never before the
+	// ledger has it).
+	_ = t.apply(key, jobmachine.Disputed{LeaseID: l.ID, Reason: e.Reason})
 }

@@ -146,11 +146,13 @@ type TrackerConfig struct {
 // Tracker is a renter's one record of each of its jobs, and the driver of
 // each job's machine (jobmachine): where a job is (in auction, queued,
 // leased, requeued, over) is the machine's record, changed only by
-// jobmachine.Rules.Step; the tracker feeds it the auction's results, its
-// timers and the providers' reports, and carries out what a step asks
-// (auctions, stops, releases, requeues, saves). Beside it the tracker
-// records its own facts (the auction's call state, telemetry, outputs,
-// evidence, checkpoints, history), and the API's view is built from both.
+// jobmachine.Rules.Step (its settlement disputes and released leases
+// too); the tracker feeds it the auction's results, its timers and the
+// providers' reports, and carries out what a step asks (auctions, stops,
+// releases, requeues, saves) in one loop (driver.go: stepLocked, advance,
+// do). Beside it the tracker records its own facts (the auction's call
+// state, telemetry, outputs, evidence, checkpoints, history, the leases
+// archived before they settled), and the API's view is built from both.
 // It verifies heartbeats, takes lease events, checks and countersigns
 // receipts, watches for lost and abandoned leases and persists every
 // record.

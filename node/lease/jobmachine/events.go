@@ -94,6 +94,13 @@ type (
 		Lease auction.Lease
 		Why   string
 	}
+	// Disputed: the dispute of lease LeaseID's settlement (RecordDispute)
+	// is recorded, saying Reason: the record shows it if the lease is the
+	// current one.
+	Disputed struct {
+		LeaseID string
+		Reason  string
+	}
 	// Reauctioned: a requeued job's lease is archived and its auction
 	// begins again.
 	Reauctioned struct{ Job auction.Job }
@@ -136,6 +143,7 @@ func (Lost) event()            {}
 func (Evidence) event()        {}
 func (ReceiptRecorded) event() {}
 func (ReceiptRefused) event()  {}
+func (Disputed) event()        {}
 func (Reauctioned) event()     {}
 func (Closed) event()          {}
 func (GangRequeued) event()    {}
@@ -189,7 +197,8 @@ type (
 	// back Evidence.
 	CheckEvidence struct{ Lease auction.Lease }
 	// RecordDispute: the settlement of Lease is given up, saying Reason:
-	// record the dispute (the ledger; an archived lease's history).
+	// record the dispute (the ledger; an archived lease's history); feed
+	// back Disputed.
 	RecordDispute struct {
 		Lease  auction.Lease
 		Reason string

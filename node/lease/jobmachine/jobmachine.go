@@ -33,6 +33,14 @@
 // is the job's from the moment its award is sent (Awarded), so that its
 // provider, which runs it as soon as it confirms, is never told the lease
 // is unknown while the confirmation makes its way back.
+//
+// The record also keeps what the job owes its leases' settlement, in any
+// phase: the refusals of a lease's receipt (ReceiptRefused), counted to a
+// dispute at Rules.MaxRefusals (RecordDispute; shown in Dispute once
+// recorded: Disputed), and the leases
+// the job released (Release; Unused for a hedged award its auction gave
+// back), remembered within their settlement window so that their
+// providers' final reports are answered.
 package jobmachine
 
 import (

@@ -85,6 +85,8 @@ func (s *stepper) step(ev Event) {
 			s.receipt(ev) // its last lease settles after the job ended
 		case ReceiptRefused:
 			s.refused(ev)
+		case Disputed:
+			s.disputed(ev)
 		}
 		return
 	}
@@ -162,6 +164,8 @@ func (s *stepper) step(ev Event) {
 		s.receipt(ev)
 	case ReceiptRefused:
 		s.refused(ev)
+	case Disputed:
+		s.disputed(ev)
 	case Reauctioned:
 		if st.Phase == Requeued {
 			s.reauction(ev.Job)
@@ -389,11 +393,19 @@ func (s *stepper) refused(ev ReceiptRefused) {
 	if len(st.Refused) == 0 {
 		st.Refused = nil
 	}
-	reason := fmt.Sprintf("receipt refused %d times: %s", n, ev.Why)
-	if st.Lease != nil && st.Lease.ID == id {
-		st.Dispute = reason
+	s.do(RecordDispute{Lease: ev.Lease, Reason: fmt.Sprintf("receipt refused %d times: %s", n, ev.Why)})
+}
+
+// disputed takes a recorded dispute: the current lease's is shown.
+func (s *stepper) disputed(ev Disputed) {
+	st := &s.st
+	if ev.LeaseID == "" || ev.Reason == "" {
+		return
 	}
-	s.do(RecordDispute{Lease: ev.Lease, Reason: reason}, Persist{})
+	if st.Lease != nil && st.Lease.ID == ev.LeaseID && st.Receipt == nil {
+		st.Dispute = ev.Reason
+	}
+	s.do(Persist{}) // an archived lease's dispute is in the job's history
 }
 
 // release releases lease l (Release) and remembers it, within its

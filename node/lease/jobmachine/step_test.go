@@ -69,6 +69,7 @@ func events() map[string]Event {
 		"receipt":        ReceiptRecorded{Receipt: attest.Receipt{LeaseID: "l1", Amount: 1}},
 		"refused":        ReceiptRefused{Lease: lease("l1"), Why: "overbilled"},
 		"unused":         Unused{Lease: lease("l3")},
+		"disputed":       Disputed{LeaseID: "l1", Reason: "receipt refused 2 times: x"},
 		"reauctioned":    Reauctioned{Job: job()},
 		"closed":         Closed{As: Finished},
 		"restarted":      Restarted{State: auction.JobLeased, Leases: 1},
@@ -122,6 +123,18 @@ func TestEveryEventInEveryPhase(t *testing.T) {
 					if name == "receipt" && before.Lease != nil {
 						if got.Receipt == nil || !reflect.DeepEqual(effs, []Effect{Persist{}}) {
 							t.Fatalf("receipt of a final job not recorded: %+v %#v", got.Receipt, effs)
+						}
+						return
+					}
+					if name == "disputed" && before.Lease != nil {
+						if got.Dispute == "" || !reflect.DeepEqual(effs, []Effect{Persist{}}) {
+							t.Fatalf("dispute of a final job's last lease not shown: %+v %#v", got, effs)
+						}
+						return
+					}
+					if name == "disputed" { // an archived lease's: in the job's history
+						if !reflect.DeepEqual(effs, []Effect{Persist{}}) || got.Dispute != "" {
+							t.Fatalf("dispute of an archived lease: %+v %#v", got, effs)
 						}
 						return
 					}
@@ -345,8 +358,13 @@ func TestRefusedReceiptsBecomeADispute(t *testing.T) {
 		}
 		st, effs = rules.Step(st, ReceiptRefused{Lease: l, Why: "overbilled"}, t0)
 		want := "receipt refused 2 times: overbilled"
-		if !reflect.DeepEqual(effs, []Effect{RecordDispute{Lease: l, Reason: want}, Persist{}}) || st.Refused != nil || st.Phase != p {
+		if !reflect.DeepEqual(effs, []Effect{RecordDispute{Lease: l, Reason: want}}) || st.Refused != nil || st.Phase != p || st.Dispute != "" {
 			t.Fatalf("%s: second refusal: %+v %#v", p, st, effs)
+		}
+		// Shown once recorded (the ledger first).
+		st, effs = rules.Step(st, Disputed{LeaseID: l.ID, Reason: want}, t0)
+		if !reflect.DeepEqual(effs, []Effect{Persist{}}) || st.Phase != p {
+			t.Fatalf("%s: disputed: %+v %#v", p, st, effs)
 		}
 		if current := st.Lease != nil && st.Lease.ID == l.ID; (st.Dispute == want) != current {
 			t.Fatalf("%s: dispute %q shown for lease %s (current %v)", p, st.Dispute, l.ID, current)
