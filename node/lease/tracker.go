@@ -933,7 +933,12 @@ func (t *Tracker) unused(l auction.Lease) {
 	if t.jobs[key] == nil {
 		key = l.JobID // a gang member with no record of its own yet: its gang's
 	}
+	known := t.jobs[key] != nil
 	t.mu.Unlock()
+	if !known {
+		t.release(key, l) // no record to remember it: released all the same
+		return
+	}
 	_ = t.apply(key, jobmachine.Unused{Lease: l})
 }
 

@@ -38,6 +38,14 @@ func (s *stepper) do(e ...Effect) { s.effs = append(s.effs, e...) }
 
 func (s *stepper) step(ev Event) {
 	st := &s.st
+	if ev, ok := ev.(Unused); ok {
+		// Whatever the job's phase: the lease was never its to run (its
+		// current lease is not the auction's to give back).
+		if st.Lease == nil || st.Lease.ID != ev.Lease.ID {
+			s.release(ev.Lease)
+		}
+		return
+	}
 	if st.Phase == "" {
 		switch ev := ev.(type) {
 		case Posted:
@@ -54,14 +62,6 @@ func (s *stepper) step(ev Event) {
 			if st.Job.ID != "" {
 				s.restarted(ev)
 			}
-		}
-		return
-	}
-	if ev, ok := ev.(Unused); ok {
-		// Whatever the job's phase: the lease was never its to run (its
-		// current lease is not the auction's to give back).
-		if st.Lease == nil || st.Lease.ID != ev.Lease.ID {
-			s.release(ev.Lease)
 		}
 		return
 	}
