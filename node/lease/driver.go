@@ -141,6 +141,11 @@ func (t *Tracker) indexLocked(key string, before jobmachine.Record, s *jobState)
 		t.mons[l.ID] = t.monitor(*l)
 	}
 	t.indexReleasedLocked(key, before.Released, s.Released)
+	for _, a := range before.Archived {
+		if _, still := s.ArchivedLease(a.Lease); !still && t.archived[a.Lease] != nil && t.archived[a.Lease].jobID == key {
+			delete(t.archived, a.Lease) // settled, or past its window: what the tracker saw of it goes too
+		}
+	}
 }
 
 // churned reports whether the lease a Requeue effect gives up was handed

@@ -31,19 +31,28 @@ func DefaultLossAfter(interval time.Duration) time.Duration {
 	return 3*interval + 5*time.Second
 }
 
-// archived is a lease that is no longer its job's current attempt but is
-// not settled yet: its provider may still send its final report and
-// receipt, and is paid for what the renter saw of it.
+// archived is what the tracker saw of a lease that is no longer its job's
+// current attempt but is not settled yet (the job's machine keeps which
+// leases those are, and whether each was lost or has reported since:
+// jobmachine.Record.Archived): its provider may still send its final
+// report and receipt, and is paid for what the renter saw of it.
 type archived struct {
 	jobID string
 	// view is the job's record as it was for this lease: what the receipt
 	// is checked against.
 	view api.JobView
-	// lost: the renter gave the lease up (silence or abandonment) before
-	// any final report; reported: the provider has since sent one;
 	// reloaded: taken back from the job's record at a restart (its
 	// heartbeats are no longer held).
-	lost, reported, reloaded bool
+	reloaded bool
+}
+
+// archivedStateLocked is archived lease id as its job's record keeps it
+// (ok false: the record no longer does). t.mu is held.
+func (t *Tracker) archivedStateLocked(a *archived, id string) (jobmachine.Archived, bool) {
+	if v := t.jobs[a.jobID]; v != nil {
+		return v.ArchivedLease(id)
+	}
+	return jobmachine.Archived{}, false
 }
 
 // jobRecord is a job as the tracker persists it: its state, and its
@@ -58,7 +67,9 @@ type jobRecord struct {
 	Unsettled []unsettledLease `json:"unsettled,omitempty"`
 }
 
-// unsettledLease is an archived lease as persisted.
+// unsettledLease is an archived lease as persisted: what the tracker saw
+// of it (Lost and Reported are read from records stored before the
+// machine kept them).
 type unsettledLease struct {
 	View     api.JobView `json:"view"`
 	Lost     bool        `json:"lost,omitempty"`
@@ -69,30 +80,36 @@ type unsettledLease struct {
 // window, as persisted. t.mu is held.
 func (t *Tracker) unsettledLocked(jobID string) []unsettledLease {
 	var out []unsettledLease
-	for _, a := range t.archived {
+	for id, a := range t.archived {
 		if a.jobID == jobID && a.view.Lease != nil {
-			out = append(out, unsettledLease{View: a.view, Lost: a.lost, Reported: a.reported})
+			st, _ := t.archivedStateLocked(a, id)
+			out = append(out, unsettledLease{View: a.view, Lost: st.Lost, Reported: st.Reported})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].View.Lease.Start.Before(out[j].View.Lease.Start) })
 	return out
 }
 
-// reloadUnsettled takes back, at a restart, a job's archived leases still
-// in their settlement window: their providers may still report and settle
-// them. The monitor of each only serves to take them: a lost lease's
-// answer is the heartbeat summary kept at its loss.
-func (t *Tracker) reloadUnsettled(jobID string, us []unsettledLease) {
+// reloadUnsettled takes back, at a restart, what the tracker saw of a
+// job's archived leases still in their settlement window: their providers
+// may still report and settle them. The monitor of each only serves to
+// take them: a lost lease's answer is the heartbeat summary kept at its
+// loss. It returns them as the machine kept them in a record stored before
+// it did (jobmachine.Restarted.Archived).
+func (t *Tracker) reloadUnsettled(jobID string, us []unsettledLease) []jobmachine.Archived {
 	now := t.now()
+	var old []jobmachine.Archived
 	for _, u := range us {
 		l := u.View.Lease
 		if l == nil || now.After(l.End.Add(DefaultSettleWindow)) {
 			continue
 		}
-		t.archived[l.ID] = &archived{jobID: jobID, view: u.View, lost: u.Lost, reported: u.Reported, reloaded: true}
+		t.archived[l.ID] = &archived{jobID: jobID, view: u.View, reloaded: true}
 		t.mons[l.ID] = t.monitorFrom(*l, now)
 		t.byLease[l.ID] = jobID
+		old = append(old, jobmachine.Archived{Lease: l.ID, End: l.End, Lost: u.Lost, Reported: u.Reported})
 	}
+	return old
 }
 
 // requeueOptions says how a job whose lease l ended in run, through
@@ -232,7 +249,7 @@ func (t *Tracker) lose(jobID string, l auction.Lease, detail string, abandoned b
 	// is answered with (kept with the job across a renter restart).
 	sum := mon.Summary(last)
 	snap.Heartbeats = &sum
-	t.keepArchivedLocked(jobID, snap, true)
+	t.keepArchivedLocked(jobID, snap)
 	v.ObservedEnd = last
 	rd := t.stepLocked(jobID, v, jobmachine.Lost{LeaseID: l.ID, Detail: detail, At: last})
 	again, started := v.Phase == jobmachine.Requeued, v.Started
@@ -249,10 +266,11 @@ func (t *Tracker) lose(jobID string, l auction.Lease, detail string, abandoned b
 	return true
 }
 
-// keepArchivedLocked remembers an unsettled lease that stops being its
-// job's current attempt, so that its provider can still report and settle
-// it; entries past the settlement window are dropped. t.mu is held.
-func (t *Tracker) keepArchivedLocked(jobID string, v api.JobView, lost bool) {
+// keepArchivedLocked keeps what the tracker saw of an unsettled lease that
+// stops being its job's current attempt (the machine archives it), so that
+// its provider can still report and settle it; entries past the
+// settlement window are dropped. t.mu is held.
+func (t *Tracker) keepArchivedLocked(jobID string, v api.JobView) {
 	if v.Lease == nil || v.Receipt != nil {
 		return
 	}
@@ -265,7 +283,7 @@ func (t *Tracker) keepArchivedLocked(jobID string, v api.JobView, lost bool) {
 	if _, ok := t.archived[v.Lease.ID]; ok {
 		return // lost first: keep what the renter saw then
 	}
-	t.archived[v.Lease.ID] = &archived{jobID: jobID, view: v, lost: lost, reported: !lost && v.Run.Terminal()}
+	t.archived[v.Lease.ID] = &archived{jobID: jobID, view: v}
 }
 
 // archivedLease returns the unsettled, archived lease id (nil if none).
@@ -289,7 +307,8 @@ func (t *Tracker) lostEvent(from peer.ID, ev wire.LeaseEvent, a *archived) ([]by
 		t.cfg.Counters.Add("renter.event_unknown_lease")
 		return nil, fmt.Errorf("no lease %s from %s", ev.LeaseID, from)
 	}
-	if a.reported {
+	st, _ := t.archivedStateLocked(a, ev.LeaseID)
+	if st.Reported {
 		sum := a.view.Heartbeats
 		run := a.view.Run
 		t.mu.Unlock()
@@ -321,15 +340,18 @@ func (t *Tracker) lostEvent(from peer.ID, ev wire.LeaseEvent, a *archived) ([]by
 	// that restarted since the loss no longer holds those heartbeats: it
 	// answers with the summary kept at the loss, silent after it.
 	sum := mon.Summary(end)
-	if last := a.view.ObservedEnd; a.lost && a.reloaded && a.view.Heartbeats != nil {
+	if last := a.view.ObservedEnd; st.Lost && a.reloaded && a.view.Heartbeats != nil {
 		sum = a.view.Heartbeats.SilentUntil(a.view.Lease.Start, last, end, t.cfg.HeartbeatInterval)
 	}
 	t.mu.Lock()
-	if a.reported {
+	if st, _ := t.archivedStateLocked(a, ev.LeaseID); st.Reported {
 		t.mu.Unlock()
 		return nil, fmt.Errorf("lease %s: final report already taken", ev.LeaseID)
 	}
-	a.reported = true
+	rd := ready{key: a.jobID}
+	if v := t.jobs[a.jobID]; v != nil {
+		rd = t.stepLocked(a.jobID, v, jobmachine.LateReport{LeaseID: ev.LeaseID})
+	}
 	w := &a.view
 	w.Run, w.Detail, w.ExitCode, w.Fault = ev.Run, ev.Detail, ev.ExitCode, ev.Fault
 	if !ev.Started.IsZero() {
@@ -349,7 +371,7 @@ func (t *Tracker) lostEvent(from peer.ID, ev wire.LeaseEvent, a *archived) ([]by
 	t.mu.Unlock()
 	t.cfg.Counters.Add("renter.event_after_loss")
 	t.log.Info("late report on a lost lease", "job", a.jobID, "lease", ev.LeaseID, "run", ev.Run, "detail", ev.Detail)
-	t.save(a.jobID)
+	_ = t.advanceWithFacts(rd)
 	return json.Marshal(sum)
 }
 
@@ -400,7 +422,11 @@ func (t *Tracker) lostUnreported(leaseID string) bool {
 // lostUnreportedLocked is lostUnreported with t.mu held.
 func (t *Tracker) lostUnreportedLocked(leaseID string) bool {
 	a := t.archived[leaseID]
-	return a != nil && a.lost && !a.reported
+	if a == nil {
+		return false
+	}
+	st, ok := t.archivedStateLocked(a, leaseID)
+	return ok && st.Lost && !st.Reported
 }
 
 // refuseArchivedHeartbeat refuses a heartbeat for a lease that is no

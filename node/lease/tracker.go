@@ -146,13 +146,14 @@ type TrackerConfig struct {
 // Tracker is a renter's one record of each of its jobs, and the driver of
 // each job's machine (jobmachine): where a job is (in auction, queued,
 // leased, requeued, over) is the machine's record, changed only by
-// jobmachine.Rules.Step (its settlement disputes and released leases
-// too); the tracker feeds it the auction's results, its timers and the
-// providers' reports, and carries out what a step asks (auctions, stops,
-// releases, requeues, saves) in one loop (driver.go: stepLocked, advance,
-// do). Beside it the tracker records its own facts (the auction's call
-// state, telemetry, outputs, evidence, checkpoints, history, the leases
-// archived before they settled), and the API's view is built from both.
+// jobmachine.Rules.Step (its settlement disputes, released leases and
+// leases archived before they settled too); the tracker feeds it the
+// auction's results, its timers and the providers' reports, and carries
+// out what a step asks (auctions, stops, releases, requeues, saves) in one
+// loop (driver.go: stepLocked, advance, do). Beside it the tracker records
+// its own facts (the auction's call state, telemetry, outputs, evidence,
+// checkpoints, history, what it saw of each archived lease), and the API's
+// view is built from both.
 // It verifies heartbeats, takes lease events, checks and countersigns
 // receipts, watches for lost and abandoned leases and persists every
 // record.
@@ -177,8 +178,9 @@ type Tracker struct {
 	// different jobs, each a store write, go in parallel).
 	saveMu [32]sync.Mutex
 
-	// archived holds leases no longer their job's current attempt whose
-	// provider may still report and settle them (see recover.go).
+	// archived holds what the tracker saw of the leases its jobs' records
+	// keep as archived (jobmachine.Record.Archived), by lease id: their
+	// providers may still report and settle them (see recover.go).
 	archived map[string]*archived
 	// released indexes the leases the jobs' records remember as
 	// released: lease id → record key (see released.go).
@@ -789,14 +791,14 @@ func (t *Tracker) load() ([]ready, error) {
 			return nil
 		}
 		v := rec.jobState
-		t.reloadUnsettled(id, rec.Unsettled)
+		old := t.reloadUnsettled(id, rec.Unsettled)
 		leases := len(v.History)
 		if v.Lease != nil {
 			leases++
 		}
 		t.jobs[id] = &v
 		rds = append(rds, t.stepLocked(id, &v, jobmachine.Restarted{State: rec.State, Leases: leases,
-			Unverified: !strings.HasPrefix(v.Evidence, evidenceVerified)}))
+			Unverified: !strings.HasPrefix(v.Evidence, evidenceVerified), Archived: old}))
 		t.repinCheckpoints(&v)
 		if v.Lease != nil && (!v.Run.Terminal() || v.Receipt == nil) {
 			// Running, or ended but not settled: take its events and
@@ -1367,7 +1369,7 @@ func (t *Tracker) archive(jobID, leaseID string) {
 		_ = t.advance(rd)
 		return
 	}
-	t.keepArchivedLocked(jobID, snap, false)
+	t.keepArchivedLocked(jobID, snap)
 	v.History = append(v.History, rec)
 	v.Restored = nil
 	// The current-lease facts describe the next lease from now on.

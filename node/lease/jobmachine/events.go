@@ -114,6 +114,9 @@ type (
 	// Closed: the job ends As (a final phase) with the job it is part of
 	// (a gang member's record with its gang).
 	Closed struct{ As Phase }
+	// LateReport: the provider of archived lease LeaseID sent its final
+	// report (taken once).
+	LateReport struct{ LeaseID string }
 	// Unused: the job's auction gives back Lease, confirmed and not used
 	// (a hedged award another beat): it is released.
 	Unused struct{ Lease auction.Lease }
@@ -121,11 +124,14 @@ type (
 	// is the record's stored API state (read when the record has no phase:
 	// one stored before phases were); Leases the leases the record shows
 	// (read when it has no count); Unverified says its lease succeeded
-	// but the renter had not checked its evidence yet.
+	// but the renter had not checked its evidence yet. Archived are the
+	// unsettled leases a record stored before the machine kept them
+	// (read when it has none).
 	Restarted struct {
 		State      auction.JobState
 		Leases     int
 		Unverified bool
+		Archived   []Archived
 	}
 )
 
@@ -148,6 +154,7 @@ func (Reauctioned) event()     {}
 func (Closed) event()          {}
 func (GangRequeued) event()    {}
 func (Unused) event()          {}
+func (LateReport) event()      {}
 func (Restarted) event()       {}
 
 // Effect is what the driver does for a step, in order.

@@ -39,8 +39,10 @@
 // dispute at Rules.MaxRefusals (RecordDispute; shown in Dispute once
 // recorded: Disputed), and the leases
 // the job released (Release; Unused for a hedged award its auction gave
-// back), remembered within their settlement window so that their
-// providers' final reports are answered.
+// back), and those archived before they settled (Archived: a lost lease,
+// or one the job went back to auction without), remembered within their
+// settlement window so that their providers' final reports and receipts
+// are answered.
 package jobmachine
 
 import (
@@ -177,6 +179,10 @@ type Record struct {
 	// within their settlement window: their providers' final reports are
 	// answered with the renter's signed release.
 	Released []Released `json:"released,omitempty"`
+	// Archived are the job's leases no longer its current attempt (or
+	// given up as lost) that have not settled: their providers may still
+	// report and settle them, within their settlement window.
+	Archived []Archived `json:"archived,omitempty"`
 	// Due is when a queued job is offered again, or a requeued one goes
 	// back to auction without its lease's receipt; Backoff the wait
 	// before the last offer.
@@ -190,6 +196,27 @@ type Released struct {
 	Job      string    `json:"job"`
 	Provider string    `json:"provider"`
 	End      time.Time `json:"end"`
+}
+
+// Archived is a lease of a job, no longer its current attempt, that has
+// not settled. Lost: the renter gave it up (its provider went silent, or
+// never reported by its end) before any final report; Reported: its
+// provider's final report was taken.
+type Archived struct {
+	Lease    string    `json:"lease"`
+	End      time.Time `json:"end"`
+	Lost     bool      `json:"lost,omitempty"`
+	Reported bool      `json:"reported,omitempty"`
+}
+
+// ArchivedLease is lease id among the job's archived leases.
+func (r *Record) ArchivedLease(id string) (Archived, bool) {
+	for _, a := range r.Archived {
+		if a.Lease == id {
+			return a, true
+		}
+	}
+	return Archived{}, false
 }
 
 // Knows reports whether lease id is the job's: its current lease, or one
@@ -216,7 +243,8 @@ type Rules struct {
 	// same count.
 	MaxRefusals int
 	// SettleWindow is how long after its end a lease may still be
-	// settled: a released lease is remembered that long (0: forever).
+	// settled: a released or archived lease is remembered that long (0:
+	// forever).
 	// MaxReleased bounds the released leases a record keeps, the oldest
 	// going first (0: no bound).
 	SettleWindow time.Duration

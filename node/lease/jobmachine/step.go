@@ -20,9 +20,13 @@ func (r Rules) Step(st Record, ev Event, now time.Time) (Record, []Effect) {
 	s.st.Awarded = append([]string(nil), st.Awarded...)
 	s.st.Refused = maps.Clone(st.Refused)
 	s.st.Released = append([]Released(nil), st.Released...)
+	s.st.Archived = append([]Archived(nil), st.Archived...)
 	s.step(ev)
 	if len(s.st.Released) == 0 {
 		s.st.Released = nil
+	}
+	if len(s.st.Archived) == 0 {
+		s.st.Archived = nil
 	}
 	return s.st, s.effs
 }
@@ -87,6 +91,8 @@ func (s *stepper) step(ev Event) {
 			s.refused(ev)
 		case Disputed:
 			s.disputed(ev)
+		case LateReport:
+			s.lateReport(ev)
 		}
 		return
 	}
@@ -144,6 +150,7 @@ func (s *stepper) step(ev Event) {
 			if st.Ended.IsZero() {
 				st.Ended = ev.At
 			}
+			s.archive(true) // its provider may still report and settle it
 			s.setRun(auction.RunFailed)
 			s.release(*st.Lease) // if it still runs there, it stops
 			s.ended(ev.Detail)
@@ -166,6 +173,8 @@ func (s *stepper) step(ev Event) {
 		s.refused(ev)
 	case Disputed:
 		s.disputed(ev)
+	case LateReport:
+		s.lateReport(ev)
 	case Reauctioned:
 		if st.Phase == Requeued {
 			s.reauction(ev.Job)
@@ -186,6 +195,7 @@ func (s *stepper) reauction(job auction.Job) {
 	detail := ""
 	if st.Lease != nil {
 		detail = fmt.Sprintf("requeued after attempt %d was %s", st.Lease.Attempt, st.Run)
+		s.archive(false)
 	}
 	st.Phase, st.Job, st.Awarded = Auctioning, job, nil
 	st.Lease, st.Run, st.ExitCode, st.Detail, st.Fault, st.Receipt = nil, "", nil, detail, auction.FaultNone, nil
@@ -365,6 +375,7 @@ func (s *stepper) receipt(ev ReceiptRecorded) {
 	if len(st.Refused) == 0 {
 		st.Refused = nil
 	}
+	st.Archived = slices.DeleteFunc(st.Archived, func(a Archived) bool { return a.Lease == ev.Receipt.LeaseID })
 	if st.Lease != nil && st.Lease.ID == ev.Receipt.LeaseID && st.Receipt == nil {
 		r := ev.Receipt
 		st.Receipt = &r
@@ -406,6 +417,35 @@ func (s *stepper) disputed(ev Disputed) {
 		st.Dispute = ev.Reason
 	}
 	s.do(Persist{}) // an archived lease's dispute is in the job's history
+}
+
+// archive keeps the current lease, unsettled, among the job's archived
+// leases (lost: given up before any final report), unless it is there
+// already (lost first: it stays as it was then); past their settlement
+// window the archived leases are forgotten.
+func (s *stepper) archive(lost bool) {
+	st := &s.st
+	if w := s.r.SettleWindow; w > 0 {
+		st.Archived = slices.DeleteFunc(st.Archived, func(a Archived) bool { return s.now.After(a.End.Add(w)) })
+	}
+	if st.Lease == nil || st.Receipt != nil {
+		return
+	}
+	if _, ok := st.ArchivedLease(st.Lease.ID); ok {
+		return
+	}
+	st.Archived = append(st.Archived, Archived{Lease: st.Lease.ID, End: st.Lease.End, Lost: lost, Reported: !lost && st.Run.Terminal()})
+}
+
+// lateReport takes the final report of an archived lease (once).
+func (s *stepper) lateReport(ev LateReport) {
+	st := &s.st
+	for i := range st.Archived {
+		if a := &st.Archived[i]; a.Lease == ev.LeaseID && !a.Reported {
+			a.Reported = true
+			s.do(Persist{})
+		}
+	}
 }
 
 // release releases lease l (Release) and remembers it, within its
@@ -453,6 +493,12 @@ func (s *stepper) restarted(ev Restarted) {
 	}
 	if st.Leases <= 0 && ev.Leases > 0 {
 		st.Leases = ev.Leases
+	}
+	if len(st.Archived) == 0 {
+		st.Archived = append([]Archived(nil), ev.Archived...)
+	}
+	if w := s.r.SettleWindow; w > 0 {
+		st.Archived = slices.DeleteFunc(st.Archived, func(a Archived) bool { return s.now.After(a.End.Add(w)) })
 	}
 	s.pruneReleased()
 	switch st.Phase {

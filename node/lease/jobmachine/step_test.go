@@ -69,6 +69,7 @@ func events() map[string]Event {
 		"receipt":        ReceiptRecorded{Receipt: attest.Receipt{LeaseID: "l1", Amount: 1}},
 		"refused":        ReceiptRefused{Lease: lease("l1"), Why: "overbilled"},
 		"unused":         Unused{Lease: lease("l3")},
+		"late-report":    LateReport{LeaseID: "l0"},
 		"disputed":       Disputed{LeaseID: "l1", Reason: "receipt refused 2 times: x"},
 		"reauctioned":    Reauctioned{Job: job()},
 		"closed":         Closed{As: Finished},
@@ -426,5 +427,57 @@ func TestReleasedBounded(t *testing.T) {
 	st, _ = r.Step(st, Restarted{}, t0.Add(time.Hour+4*time.Minute+time.Second))
 	if len(st.Released) != 1 || st.Released[0].Lease != "u5" {
 		t.Fatalf("after the restart: %+v", st.Released)
+	}
+}
+
+// TestArchivedLeasesUntilTheySettle: a lease the job gives up unsettled
+// (lost, or left behind when the job goes back to auction) is kept as
+// archived, lost or reported as it was, until its receipt comes or its
+// settlement window passes; its provider's late report is taken once.
+func TestArchivedLeasesUntilTheySettle(t *testing.T) {
+	r := rules
+	r.SettleWindow = time.Hour
+	st, _ := r.Step(at(Leased), Lost{LeaseID: "l1", Detail: "silent", At: t0}, t0)
+	if a, ok := st.ArchivedLease("l1"); !ok || !a.Lost || a.Reported || st.Phase != Requeued {
+		t.Fatalf("lost lease: %+v", st)
+	}
+	st, effs := r.Step(st, LateReport{LeaseID: "l1"}, t0)
+	if a, _ := st.ArchivedLease("l1"); !a.Reported || !reflect.DeepEqual(effs, []Effect{Persist{}}) {
+		t.Fatalf("late report: %+v %#v", st.Archived, effs)
+	}
+	if again, effs := r.Step(st, LateReport{LeaseID: "l1"}, t0); len(effs) != 0 || !reflect.DeepEqual(again.Archived, st.Archived) {
+		t.Fatalf("second late report taken: %#v", effs)
+	}
+	// Back to auction: the lost lease stays as it was (lost first).
+	st, _ = r.Step(st, Reauctioned{Job: st.Job}, t0)
+	if a, _ := st.ArchivedLease("l1"); len(st.Archived) != 1 || !a.Lost || st.Lease != nil {
+		t.Fatalf("reauctioned: %+v", st)
+	}
+	// A preempted lease archived on its way back to auction has reported.
+	pre, _ := r.Step(at(Leased), Reported{LeaseID: "l1", Run: auction.RunPreempted}, t0)
+	pre, _ = r.Step(pre, Reauctioned{Job: pre.Job}, t0)
+	if a, ok := pre.ArchivedLease("l1"); !ok || a.Lost || !a.Reported {
+		t.Fatalf("preempted and archived: %+v", pre.Archived)
+	}
+	// Settled: no longer archived.
+	if st, _ = r.Step(st, ReceiptRecorded{Receipt: attest.Receipt{LeaseID: "l1"}}, t0); st.Archived != nil {
+		t.Fatalf("settled, still archived: %+v", st.Archived)
+	}
+	// A settled lease is never archived; past its window it is forgotten
+	// (a restart forgets it too).
+	settled := at(Requeued)
+	settled.Receipt = &attest.Receipt{LeaseID: "l1"}
+	if settled, _ = r.Step(settled, Reauctioned{Job: settled.Job}, t0); settled.Archived != nil {
+		t.Fatalf("a settled lease archived: %+v", settled.Archived)
+	}
+	st, _ = r.Step(at(Leased), Lost{LeaseID: "l1", Detail: "silent"}, t0)
+	if late, _ := r.Step(st, Restarted{}, lease("l1").End.Add(time.Hour+time.Second)); late.Archived != nil {
+		t.Fatalf("archived past its window after a restart: %+v", late.Archived)
+	}
+	// A record stored before the machine kept them takes its archived
+	// leases from the restart.
+	old := []Archived{{Lease: "l0", End: t0.Add(time.Hour), Lost: true}}
+	if st, _ = r.Step(at(Auctioning), Restarted{State: auction.JobBidding, Archived: old}, t0); !reflect.DeepEqual(st.Archived, old) {
+		t.Fatalf("old archived leases not taken: %+v", st.Archived)
 	}
 }

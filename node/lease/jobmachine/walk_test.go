@@ -20,7 +20,8 @@ import (
 // restart takes back to the queue anyway, and the restart's own); a
 // receipt refused MaxRefusals times is a dispute, shown only once
 // recorded, and persisted;
-// a lease released is remembered.
+// a lease released is remembered; a lease lost is archived, lost, until
+// it settles, and a report taken stays taken.
 func TestRandomWalksKeepTheRules(t *testing.T) {
 	runs := []auction.RunState{auction.RunPending, auction.RunRunning, auction.RunSucceeded, auction.RunFailed,
 		auction.RunPreempted, auction.RunExpired, auction.RunCancelled}
@@ -44,7 +45,7 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 		for i := 0; i < 60; i++ {
 			now = now.Add(time.Duration(rnd.IntN(4000)) * time.Millisecond)
 			var ev Event
-			switch rnd.IntN(20) {
+			switch rnd.IntN(21) {
 			case 0:
 				ev = Posted{Job: job()}
 			case 1:
@@ -79,6 +80,8 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 				ev = Unused{Lease: lease(leaseID())}
 			case 19:
 				ev = Disputed{LeaseID: leaseID(), Reason: "receipt refused"}
+			case 20:
+				ev = LateReport{LeaseID: leaseID()}
 			case 16:
 				if rnd.IntN(4) == 0 {
 					ev = GangRequeued{Job: st.Job}
@@ -117,6 +120,19 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 			}
 			if rel, ok := has[Release](effs); ok && !slices.ContainsFunc(st.Released, func(r Released) bool { return r.Lease == rel.Lease.ID }) {
 				fail("lease %s released, not remembered: %+v", rel.Lease.ID, st.Released)
+			}
+			for _, a := range st.Archived {
+				if st.Lease != nil && st.Lease.ID == a.Lease && st.Receipt != nil {
+					fail("settled lease %s still archived", a.Lease)
+				}
+				if b, ok := before.ArchivedLease(a.Lease); ok && b.Reported && !a.Reported {
+					fail("archived lease %s un-reported", a.Lease)
+				}
+			}
+			if _, lost := ev.(Lost); lost && before.Lease != nil && before.Receipt == nil && st.Run == auction.RunFailed && before.Run != st.Run {
+				if a, ok := st.ArchivedLease(before.Lease.ID); !ok || !a.Lost {
+					fail("lost lease %s not archived as lost: %+v", before.Lease.ID, st.Archived)
+				}
 			}
 			for id, n := range st.Refused {
 				if n <= 0 || n >= rules.MaxRefusals {
