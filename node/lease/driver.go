@@ -117,7 +117,11 @@ func (t *Tracker) do(key string, e jobmachine.Effect) error {
 	case jobmachine.StopGang:
 		t.stopGang(key)
 	default:
-		panic(fmt.Sprintf("lease: job machine effect %T not carried out", e))
+		// A new effect kind the driver does not know yet: a programming
+		// error, reported (and counted) rather than taken down with the
+		// daemon, whose other jobs go on.
+		t.cfg.Counters.Add("renter.effect_unknown")
+		return fmt.Errorf("lease: job machine effect %T not carried out", e)
 	}
 	return nil
 }
