@@ -26,6 +26,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -216,7 +217,7 @@ type Supervisor struct {
 	drain    *drainState // the last drain, until Undrain
 	// changed is at each save of a lease's record and each change of the
 	// drain (what DrainWait waits on).
-	changed broadcast
+	changed broadcast.Signal
 	wg      sync.WaitGroup
 	// pruned is when job files were last pruned (unix nanoseconds).
 	pruned atomic.Int64
@@ -467,7 +468,7 @@ func (s *Supervisor) saveRun(r *leaseRun) {
 	if err := s.cfg.Store.Put(pr.Rec.Lease.ID, pr); err != nil {
 		s.log.Error("persist lease", "lease", pr.Rec.Lease.ID, "err", err)
 	}
-	s.changed.notify()
+	s.changed.Notify()
 }
 
 func (s *Supervisor) run(id string) *leaseRun {
