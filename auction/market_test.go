@@ -145,6 +145,10 @@ func newMarketAt(t *testing.T, specs []provSpec, now func() time.Time) *market {
 				defer m.handled.Notify()
 				return p.HandleCall(from, data)
 			},
+			OnGossipedCall: func(from peer.ID, data []byte) error {
+				defer m.handled.Notify()
+				return p.HandleGossipedCall(from, data)
+			},
 			OnAward: func(from peer.ID, data []byte) ([]byte, error) {
 				defer m.handled.Notify()
 				return p.HandleAward(from, data)

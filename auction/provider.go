@@ -329,10 +329,24 @@ func (p *Provider) prune(now time.Time) {
 	}
 }
 
-// HandleCall takes a gossiped call for bids. It verifies the job envelope
-// (signed by the job's owner), validates the job, skips its own jobs and
-// calls it already answered (same owner, job id and attempt), and evaluates the
-// job. When eligible it queues a signed bid for the job's owner, to be sent
+// HandleGossipedCall takes a call for bids heard on a provider topic: one
+// that does not ask this provider as its unverified bytes say (callAsks)
+// is dropped, counted not_sampled, before its signature is checked, so
+// that a large market's providers spend nothing on others' samples; any
+// other goes on to HandleCall.
+func (p *Provider) HandleGossipedCall(from peer.ID, data []byte) error {
+	if !callAsks(data, p.cfg.Signer.ID().String()) {
+		p.notSampled()
+		return nil
+	}
+	return p.HandleCall(from, data)
+}
+
+// HandleCall takes a call for bids sent to this provider (ProtoCall), or
+// one heard on gossip that asks it (HandleGossipedCall), parsing it once.
+// It verifies the job envelope (signed by the job's owner), validates the
+// job, skips its own jobs and calls it already answered (same owner, job
+// id and attempt), and evaluates the job. When eligible it queues a signed bid for the job's owner, to be sent
 // by a bounded pool of send workers within SendTimeout; the addresses a
 // call names for its owner (Job.OwnerAddrs) are never dialled, since
 // anyone can fill them (Transport.SendBid). HandleCall never waits for the
@@ -340,13 +354,9 @@ func (p *Provider) prune(now time.Time) {
 // MaxOwnerInflight bids still in flight, and a bid that finds the send
 // queue full, are dropped and counted. A refused
 // call returns a *Rejection (counted by reason); an ineligible one returns
-// the *Ineligible error (counted by kind). from is the gossip peer that
+// the *Ineligible error (counted by kind). from is the peer that sent or
 // relayed the call and is not trusted.
 func (p *Provider) HandleCall(from peer.ID, data []byte) error {
-	if !CallAsks(data, p.cfg.Signer.ID().String()) {
-		p.notSampled()
-		return nil
-	}
 	c, err := DecodeCall(data)
 	if err != nil {
 		return p.reject(decodeReason(err), err)

@@ -227,7 +227,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	}()
 	for _, t := range auction.ProviderTopics(ptr(d.capability(time.Minute))) {
 		if err := d.net.Subscribe(m.ctx, t, func(from peer.ID, data []byte) {
-			if err := m.provider.HandleCall(from, data); err != nil {
+			if err := m.provider.HandleGossipedCall(from, data); err != nil {
 				d.log.Debug("call not bid on", "err", err)
 			}
 		}); err != nil {

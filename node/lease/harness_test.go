@@ -610,14 +610,17 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		if err := n.sup.Recover(); err != nil {
 			t.Fatal(err)
 		}
-		handlers.OnCall = n.provider.HandleCall
+		handlers.OnCall, handlers.OnGossipedCall = n.provider.HandleCall, n.provider.HandleGossipedCall
 		if see := h.onCall; see != nil {
-			handlers.OnCall = func(from peer.ID, data []byte) error {
-				if c, err := auction.DecodeCall(data); err == nil {
-					see(c)
+			seeing := func(handle func(peer.ID, []byte) error) func(peer.ID, []byte) error {
+				return func(from peer.ID, data []byte) error {
+					if c, err := auction.DecodeCall(data); err == nil {
+						see(c)
+					}
+					return handle(from, data)
 				}
-				return n.provider.HandleCall(from, data)
 			}
+			handlers.OnCall, handlers.OnGossipedCall = seeing(n.provider.HandleCall), seeing(n.provider.HandleGossipedCall)
 		}
 		handlers.OnAward = n.provider.HandleAward
 		n.tr.OnRequest(wire.ProtoCancel, h.notifying(n.sup.HandleCancel))
@@ -666,6 +669,9 @@ func (h *harness) notifyingHandlers(hs auctiontest.MemHandlers) auctiontest.MemH
 	out := hs
 	if f := hs.OnCall; f != nil {
 		out.OnCall = func(from peer.ID, data []byte) error { defer h.changed.Notify(); return f(from, data) }
+	}
+	if f := hs.OnGossipedCall; f != nil {
+		out.OnGossipedCall = func(from peer.ID, data []byte) error { defer h.changed.Notify(); return f(from, data) }
 	}
 	if f := hs.OnBid; f != nil {
 		out.OnBid = func(from peer.ID, data []byte) error { defer h.changed.Notify(); return f(from, data) }
