@@ -1,7 +1,8 @@
 // Package leasestream carries a lease's streams between its renter and
 // its provider: the job's log (followed as it grows), its outputs (a
 // manifest and a tar bundle), a command run in its sandbox (exec) and a
-// connection to one of its ports (port-forward). The provider serves each
+// connection to one of its ports (port-forward) or, for a service
+// replica, to its service port (service). The provider serves each
 // to the lease's renter alone (lease.Supervisor.Authorize), exec and
 // port-forward only while the job runs; the renter opens them.
 package leasestream
@@ -352,6 +353,24 @@ func (sv *Server) PortForward(s network.Stream) {
 	})
 	if err != nil {
 		sv.cfg.Log.Debug("port-forward stream", "peer", s.Conn().RemotePeer(), "err", err)
+	}
+}
+
+// Service connects a renter's stream to one of its service replicas: the
+// service port of a lease's job (provider side).
+func (sv *Server) Service(s network.Stream) {
+	err := service.Serve(sv.ctx, s, func(leaseID string, from peer.ID) (service.Target, error) {
+		a, ok := sv.cfg.Leases.Authorize(leaseID, from)
+		if !ok {
+			return nil, fmt.Errorf("lease %s: no such lease of yours", leaseID)
+		}
+		if a.ServicePort() == 0 {
+			return nil, fmt.Errorf("lease %s is not a service", leaseID)
+		}
+		return a, nil
+	})
+	if err != nil {
+		sv.cfg.Log.Debug("service stream", "peer", s.Conn().RemotePeer(), "err", err)
 	}
 }
 
