@@ -112,19 +112,24 @@ func (sv *Server) Logs(s network.Stream) {
 		return
 	}
 	path := r.LogPath()
+	// over: the run has ended, so what the log holds now is all of it.
+	over := false
 	var f *os.File
 	for f == nil {
+		grew := r.LogGrew()
 		var err error
 		f, err = os.Open(path)
 		if err == nil {
 			break
 		}
 		// Not started yet: wait for the log to appear (or the job to end).
-		if !req.Follow || r.Ended() {
+		if !req.Follow || over || r.Ended() {
 			return
 		}
 		select {
-		case <-time.After(200 * time.Millisecond):
+		case <-grew:
+		case <-r.Done():
+			over = true
 		case <-sv.ctx.Done():
 			return
 		}
@@ -132,6 +137,7 @@ func (sv *Server) Logs(s network.Stream) {
 	defer f.Close()
 	buf := make([]byte, 32<<10)
 	for {
+		grew := r.LogGrew()
 		n, err := f.Read(buf)
 		if n > 0 {
 			if _, werr := s.Write(buf[:n]); werr != nil {
@@ -142,19 +148,18 @@ func (sv *Server) Logs(s network.Stream) {
 		if err != nil && err != io.EOF {
 			return
 		}
-		if !req.Follow {
+		if !req.Follow || over {
 			return
 		}
 		if r.Ended() {
 			// Drain what the job wrote last, then stop.
-			if n, _ := f.Read(buf); n > 0 {
-				_, _ = s.Write(buf[:n])
-				continue
-			}
-			return
+			over = true
+			continue
 		}
 		select {
-		case <-time.After(150 * time.Millisecond):
+		case <-grew:
+		case <-r.Done():
+			over = true
 		case <-sv.ctx.Done():
 			return
 		}
