@@ -113,7 +113,9 @@ func (d *Discovery) Advertised() *auction.Capability {
 }
 
 // AdvertisedChanged returns a channel closed at the next record this node
-// puts: take it before reading Advertised, so that no put is missed.
+// puts, and at the next complete round of its provider records
+// (Provided): take it before reading Advertised, so that no put is
+// missed.
 func (d *Discovery) AdvertisedChanged() <-chan struct{} { return d.advPut.Wait() }
 
 // Readvertise asks Advertise for a fresh record now (the artifacts the
@@ -282,6 +284,20 @@ func (d *Discovery) provideKeys(keys []string) {
 	d.provMu.Lock()
 	d.provKeys, d.provAt, d.provRTSize = strings.Join(keys, "\n"), started, rt
 	d.provMu.Unlock()
+	d.advPut.Notify()
+}
+
+// Provided says whether this node's provider records under the discovery
+// keys of its last record were all announced (a complete round), so that
+// a lookup by those keys finds it.
+func (d *Discovery) Provided() bool {
+	adv := d.Advertised()
+	if adv == nil {
+		return false
+	}
+	d.provMu.Lock()
+	defer d.provMu.Unlock()
+	return !d.provAt.IsZero() && d.provKeys == strings.Join(auction.DiscoveryKeys(*adv), "\n")
 }
 
 // FindProviders discovers, through the DHT only, providers whose signed
