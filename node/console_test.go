@@ -438,7 +438,7 @@ func TestConsole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitService(t, rc, sv.ID, 30*time.Second, "a ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	waitService(t, rc, renter.Daemon, sv.ID, 30*time.Second, "a ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
 	client := gatewayClient(sv, 1)
 	for i := range 20 {
 		resp, err := client.Get(fmt.Sprintf("http://%s/work?ms=%d", sv.Gateway, 2+i%5))

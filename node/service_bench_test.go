@@ -37,7 +37,7 @@ func TestServiceGatewayBenchmark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	v = waitService(t, c, boot.Daemon, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
 
 	// The same server, directly on the host's loopback.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
