@@ -209,7 +209,7 @@ func TestFailoverToRunnerUp(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("cheap provider never bid")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the provider's bid count: auction.Provider's stats announce no change (yet)
 	}
 	ns[0].Close() // gone before the award
 	v := <-done

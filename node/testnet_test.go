@@ -170,7 +170,7 @@ func eventuallyProviders(t *testing.T, d *Daemon, q auction.Query, want []string
 		if time.Now().After(deadline) {
 			t.Fatalf("FindProviders(%+v) = %v, want exactly %v", q, got, want)
 		}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // DHT lookups over real sockets; providers that are subprocesses announce nothing here
 	}
 }
 
