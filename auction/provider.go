@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -207,15 +208,17 @@ type Provider struct {
 	cfg ProviderConfig
 	log *slog.Logger
 
-	mu        sync.Mutex
-	seen      map[callKey]time.Time // owner, job id, attempt -> when
-	bids      map[string]*sentBid   // nonce -> bid
-	confirms  map[string]confirmRec // lease id -> signed confirm
-	leases    map[string]*Lease
-	jobs      map[string]Job        // lease id -> its job, while the lease has not ended (to move it)
-	away      map[string]turnedAway // owner/job id -> a call turned away for busy GPUs
-	order     []string
-	stats     ProviderStats
+	mu       sync.Mutex
+	seen     map[callKey]time.Time // owner, job id, attempt -> when
+	bids     map[string]*sentBid   // nonce -> bid
+	confirms map[string]confirmRec // lease id -> signed confirm
+	leases   map[string]*Lease
+	jobs     map[string]Job        // lease id -> its job, while the lease has not ended (to move it)
+	away     map[string]turnedAway // owner/job id -> a call turned away for busy GPUs
+	order    []string
+	stats    ProviderStats
+	// bidQueued is notified at each bid queued (Stats.Bids).
+	bidQueued broadcast.Signal
 	lastPrune time.Time
 	buckets   map[string]*bucket   // owner -> calls
 	inflight  map[peer.ID]int      // owner -> bids queued or being sent
@@ -540,6 +543,7 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 	p.bids[bid.Nonce] = &sentBid{bid: bid, job: job, offer: offer}
 	p.stats.Bids++
 	p.mu.Unlock()
+	p.bidQueued.Notify()
 	timeout := min(p.cfg.SendTimeout, job.BidWindow)
 	if !p.enqueue(bidSend{owner: owner, jobID: job.ID, msg: msg, timeout: timeout}) {
 		p.mu.Lock()
@@ -985,6 +989,11 @@ func (p *Provider) waitingLocked(now time.Time) []*Lease {
 	})
 	return waiting
 }
+
+// BidQueued returns a channel closed at the next bid the provider queues
+// for sending (counted in Stats.Bids): take it before reading Stats, so
+// that no bid is missed.
+func (p *Provider) BidQueued() <-chan struct{} { return p.bidQueued.Wait() }
 
 // Stats returns a snapshot of the provider's market activity.
 func (p *Provider) Stats() ProviderStats {
