@@ -178,6 +178,9 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 			tp.t.Handle(auctiontest.MemHandlers{OnAward: p.HandleAward, OnCall: func(from peer.ID, data []byte) error {
 				<-gate
 				return p.HandleCall(from, data)
+			}, OnGossipedCall: func(from peer.ID, data []byte) error {
+				<-gate
+				return p.HandleGossipedCall(from, data)
 			}})
 		}
 		r, tr = m.renter(t, RenterConfig{QuietClose: quietFor, Directory: hooks{expected: func(*Job) []string { return all }}})
@@ -232,7 +235,7 @@ func TestNoLaterStartFallback(t *testing.T) {
 	if err := busy.cal.Reserve(Booking{LeaseID: "busy", Start: m.now().Add(-time.Minute), End: m.now().Add(time.Hour), GPUs: 2}); err != nil {
 		t.Fatal(err)
 	}
-	free.t.Handle(auctiontest.MemHandlers{OnCall: free.p.HandleCall, OnAward: func(peer.ID, []byte) ([]byte, error) {
+	free.t.Handle(auctiontest.MemHandlers{OnCall: free.p.HandleCall, OnGossipedCall: free.p.HandleGossipedCall, OnAward: func(peer.ID, []byte) ([]byte, error) {
 		return nil, errors.New("gone")
 	}})
 	r, _ := m.renter(t, RenterConfig{QuietClose: -1})

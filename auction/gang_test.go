@@ -134,7 +134,7 @@ func TestGangMemberDeclinesAbortsTheRest(t *testing.T) {
 	var once sync.Once
 	var stolen string
 	for _, tp := range m.provs {
-		tp.t.Handle(auctiontest.MemHandlers{OnCall: tp.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
+		tp.t.Handle(auctiontest.MemHandlers{OnCall: tp.p.HandleCall, OnGossipedCall: tp.p.HandleGossipedCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
 			once.Do(func() {
 				stolen = tp.s.ID().String()
 				if err := tp.cal.Reserve(Booking{LeaseID: "l-owner", Start: m.now(), End: m.now().Add(2 * time.Hour), GPUs: 1}); err != nil {
@@ -384,7 +384,7 @@ func TestGangCancelledWhileHeld(t *testing.T) {
 			started++
 			mu.Unlock()
 		}}
-		tp.t.Handle(auctiontest.MemHandlers{OnCall: tp.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
+		tp.t.Handle(auctiontest.MemHandlers{OnCall: tp.p.HandleCall, OnGossipedCall: tp.p.HandleGossipedCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
 			if _, err := DecodeAward(data); err == nil {
 				once.Do(func() { _ = r.Cancel(j.ID) })
 			}

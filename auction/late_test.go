@@ -124,7 +124,7 @@ func TestHostileRetimeIsRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			lm := newLateMarket(t)
 			p := lm.prov
-			p.t.Handle(auctiontest.MemHandlers{OnCall: p.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
+			p.t.Handle(auctiontest.MemHandlers{OnCall: p.p.HandleCall, OnGossipedCall: p.p.HandleGossipedCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
 				resp, err := p.p.HandleAward(from, data)
 				if err != nil {
 					return resp, err

@@ -15,33 +15,9 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
-
-// signal is closed and renewed at each change it stands for.
-type signal struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-// wait returns the channel closed at the next change.
-func (s *signal) wait() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch == nil {
-		s.ch = make(chan struct{})
-	}
-	return s.ch
-}
-
-func (s *signal) notify() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch != nil {
-		close(s.ch)
-		s.ch = nil
-	}
-}
 
 // waitHandled checks cond after each message a provider of m handled and
 // each line one logged, failing t with msg when it does not hold within
@@ -51,7 +27,7 @@ func (m *market) waitHandled(t testing.TB, timeout time.Duration, msg string, co
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
-		next := m.handled.wait()
+		next := m.handled.Wait()
 		if cond() {
 			return
 		}
@@ -64,12 +40,12 @@ func (m *market) waitHandled(t testing.TB, timeout time.Duration, msg string, co
 }
 
 // notifyHandler is a log that keeps nothing and notifies s at each line.
-type notifyHandler struct{ s *signal }
+type notifyHandler struct{ s *broadcast.Signal }
 
 func (h notifyHandler) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h notifyHandler) Handle(context.Context, slog.Record) error {
-	h.s.notify()
+	h.s.Notify()
 	return nil
 }
 
@@ -139,7 +115,7 @@ type market struct {
 	// handled is notified after each message a provider handled and at
 	// each line one logs (what its timers do, such as a hold's expiry, is
 	// logged).
-	handled signal
+	handled broadcast.Signal
 	net     *auctiontest.MemNetwork
 	now     func() time.Time
 	provs   []*testProv
@@ -166,11 +142,15 @@ func newMarketAt(t *testing.T, specs []provSpec, now func() time.Time) *market {
 		tp.p = p
 		tp.t.Handle(auctiontest.MemHandlers{
 			OnCall: func(from peer.ID, data []byte) error {
-				defer m.handled.notify()
+				defer m.handled.Notify()
 				return p.HandleCall(from, data)
 			},
+			OnGossipedCall: func(from peer.ID, data []byte) error {
+				defer m.handled.Notify()
+				return p.HandleGossipedCall(from, data)
+			},
 			OnAward: func(from peer.ID, data []byte) ([]byte, error) {
-				defer m.handled.notify()
+				defer m.handled.Notify()
 				return p.HandleAward(from, data)
 			}})
 		tp.t.Subscribe(ProviderTopics(&tp.capab)...)

@@ -52,13 +52,13 @@ func EncodeCall(s *sign.Signer, job Job, topic string) ([]byte, error) {
 	return b, nil
 }
 
-// CallAsks reports whether a gossiped call asks provider to answer
+// callAsks reports whether a gossiped call asks provider to answer
 // (SampledBidder) as its unverified bytes say, so that a provider outside a
 // sampled call's share drops it without checking its signature: a call
 // whose sample was forged to leave a provider out only spares that
 // provider the work, and one that names it is verified by DecodeCall as
 // any other. Bytes that do not parse ask everyone: DecodeCall judges them.
-func CallAsks(data []byte, provider string) bool {
+func callAsks(data []byte, provider string) bool {
 	if len(data) > MaxMessageSize {
 		return true
 	}

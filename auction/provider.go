@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -207,15 +208,17 @@ type Provider struct {
 	cfg ProviderConfig
 	log *slog.Logger
 
-	mu        sync.Mutex
-	seen      map[callKey]time.Time // owner, job id, attempt -> when
-	bids      map[string]*sentBid   // nonce -> bid
-	confirms  map[string]confirmRec // lease id -> signed confirm
-	leases    map[string]*Lease
-	jobs      map[string]Job        // lease id -> its job, while the lease has not ended (to move it)
-	away      map[string]turnedAway // owner/job id -> a call turned away for busy GPUs
-	order     []string
-	stats     ProviderStats
+	mu       sync.Mutex
+	seen     map[callKey]time.Time // owner, job id, attempt -> when
+	bids     map[string]*sentBid   // nonce -> bid
+	confirms map[string]confirmRec // lease id -> signed confirm
+	leases   map[string]*Lease
+	jobs     map[string]Job        // lease id -> its job, while the lease has not ended (to move it)
+	away     map[string]turnedAway // owner/job id -> a call turned away for busy GPUs
+	order    []string
+	stats    ProviderStats
+	// bidQueued is notified at each bid queued (Stats.Bids).
+	bidQueued broadcast.Signal
 	lastPrune time.Time
 	buckets   map[string]*bucket   // owner -> calls
 	inflight  map[peer.ID]int      // owner -> bids queued or being sent
@@ -329,10 +332,24 @@ func (p *Provider) prune(now time.Time) {
 	}
 }
 
-// HandleCall takes a gossiped call for bids. It verifies the job envelope
-// (signed by the job's owner), validates the job, skips its own jobs and
-// calls it already answered (same owner, job id and attempt), and evaluates the
-// job. When eligible it queues a signed bid for the job's owner, to be sent
+// HandleGossipedCall takes a call for bids heard on a provider topic: one
+// that does not ask this provider as its unverified bytes say (callAsks)
+// is dropped, counted not_sampled, before its signature is checked, so
+// that a large market's providers spend nothing on others' samples; any
+// other goes on to HandleCall.
+func (p *Provider) HandleGossipedCall(from peer.ID, data []byte) error {
+	if !callAsks(data, p.cfg.Signer.ID().String()) {
+		p.notSampled()
+		return nil
+	}
+	return p.HandleCall(from, data)
+}
+
+// HandleCall takes a call for bids sent to this provider (ProtoCall), or
+// one heard on gossip that asks it (HandleGossipedCall), parsing it once.
+// It verifies the job envelope (signed by the job's owner), validates the
+// job, skips its own jobs and calls it already answered (same owner, job
+// id and attempt), and evaluates the job. When eligible it queues a signed bid for the job's owner, to be sent
 // by a bounded pool of send workers within SendTimeout; the addresses a
 // call names for its owner (Job.OwnerAddrs) are never dialled, since
 // anyone can fill them (Transport.SendBid). HandleCall never waits for the
@@ -340,13 +357,9 @@ func (p *Provider) prune(now time.Time) {
 // MaxOwnerInflight bids still in flight, and a bid that finds the send
 // queue full, are dropped and counted. A refused
 // call returns a *Rejection (counted by reason); an ineligible one returns
-// the *Ineligible error (counted by kind). from is the gossip peer that
+// the *Ineligible error (counted by kind). from is the peer that sent or
 // relayed the call and is not trusted.
 func (p *Provider) HandleCall(from peer.ID, data []byte) error {
-	if !CallAsks(data, p.cfg.Signer.ID().String()) {
-		p.notSampled()
-		return nil
-	}
 	c, err := DecodeCall(data)
 	if err != nil {
 		return p.reject(decodeReason(err), err)
@@ -530,6 +543,7 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 	p.bids[bid.Nonce] = &sentBid{bid: bid, job: job, offer: offer}
 	p.stats.Bids++
 	p.mu.Unlock()
+	p.bidQueued.Notify()
 	timeout := min(p.cfg.SendTimeout, job.BidWindow)
 	if !p.enqueue(bidSend{owner: owner, jobID: job.ID, msg: msg, timeout: timeout}) {
 		p.mu.Lock()
@@ -975,6 +989,11 @@ func (p *Provider) waitingLocked(now time.Time) []*Lease {
 	})
 	return waiting
 }
+
+// BidQueued returns a channel closed at the next bid the provider queues
+// for sending (counted in Stats.Bids): take it before reading Stats, so
+// that no bid is missed.
+func (p *Provider) BidQueued() <-chan struct{} { return p.bidQueued.Wait() }
 
 // Stats returns a snapshot of the provider's market activity.
 func (p *Provider) Stats() ProviderStats {

@@ -36,11 +36,13 @@ func forgeInvite(t *testing.T, call []byte, invite string) []byte {
 	return out
 }
 
-// TestCallOutsideTheSampleIsDroppedUnverified: a provider a sampled call
-// does not ask drops it before checking its signature (counted
-// not_sampled), so a large market's providers spend nothing on the calls
-// of others' samples; a forged call that names the provider is still
-// verified, and refused. Bytes that do not parse are refused as before.
+// TestCallOutsideTheSampleIsDroppedUnverified: a provider that hears on
+// gossip a sampled call that does not ask it drops it before checking its
+// signature (counted not_sampled), so a large market's providers spend
+// nothing on the calls of others' samples; a forged call that names the
+// provider is still verified, and refused. A call sent to the provider
+// directly is not pre-parsed: it is verified, and refused when forged.
+// Bytes that do not parse are refused either way.
 func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
 	m := newMarket(t, eightProviders())
 	p := m.provs[0]
@@ -57,8 +59,8 @@ func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if CallAsks(call, me) {
-		t.Fatal("CallAsks: a call that asks another provider asks this one")
+	if callAsks(call, me) {
+		t.Fatal("callAsks: a call that asks another provider asks this one")
 	}
 	// Its signature broken: dropped all the same, unchecked.
 	var w callWire
@@ -69,27 +71,37 @@ func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
 	w.Job.Sig[0] ^= 0xff
 	broken, _ := json.Marshal(w)
 	before := p.p.Stats()
-	if err := p.p.HandleCall(renter.ID(), broken); err != nil {
-		t.Fatalf("a call outside the sample: %v, want it dropped", err)
+	if err := p.p.HandleGossipedCall(renter.ID(), broken); err != nil {
+		t.Fatalf("a gossiped call outside the sample: %v, want it dropped", err)
 	}
 	after := p.p.Stats()
 	if after.Ineligible["not_sampled"] != before.Ineligible["not_sampled"]+1 || after.Calls != before.Calls {
 		t.Fatalf("not_sampled %d → %d, calls %d → %d: want one more not_sampled, no call taken",
 			before.Ineligible["not_sampled"], after.Ineligible["not_sampled"], before.Calls, after.Calls)
 	}
+	var rej *Rejection
+	// The same bytes sent directly: verified, and refused.
+	if err := p.p.HandleCall(renter.ID(), broken); !errors.As(err, &rej) || !errors.Is(err, sign.ErrBadSignature) {
+		t.Fatalf("a broken call sent directly: %v, want a bad-signature rejection", err)
+	}
+	if p.p.Stats().Ineligible["not_sampled"] != after.Ineligible["not_sampled"] {
+		t.Fatal("a call sent directly was dropped as not sampled before it was verified")
+	}
 	// Forged to name the provider: verified, and refused.
 	forged := forgeInvite(t, call, me)
-	if !CallAsks(forged, me) {
-		t.Fatal("CallAsks: the forged call names the provider")
+	if !callAsks(forged, me) {
+		t.Fatal("callAsks: the forged call names the provider")
 	}
-	err = p.p.HandleCall(renter.ID(), forged)
-	var rej *Rejection
+	err = p.p.HandleGossipedCall(renter.ID(), forged)
 	if !errors.As(err, &rej) || !errors.Is(err, sign.ErrBadSignature) {
 		t.Fatalf("forged call naming the provider: %v, want a bad-signature rejection", err)
 	}
 	for _, junk := range [][]byte{nil, []byte("{"), []byte(`{"job":{"payload":"!!"}}`), []byte(`{"job":null}`)} {
-		if !CallAsks(junk, me) {
-			t.Fatalf("CallAsks(%q) = false: bytes that do not parse must reach DecodeCall", junk)
+		if !callAsks(junk, me) {
+			t.Fatalf("callAsks(%q) = false: bytes that do not parse must reach DecodeCall", junk)
+		}
+		if err := p.p.HandleGossipedCall(renter.ID(), junk); err == nil {
+			t.Fatalf("HandleGossipedCall(%q) took junk", junk)
 		}
 		if err := p.p.HandleCall(renter.ID(), junk); err == nil {
 			t.Fatalf("HandleCall(%q) took junk", junk)

@@ -385,7 +385,7 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 	fakes := map[string]bool{}
 	for _, tp := range m.provs[:8] {
 		fakes[tp.s.ID().String()] = true
-		tp.t.Handle(auctiontest.MemHandlers{OnCall: tp.p.HandleCall, OnAward: func(peer.ID, []byte) ([]byte, error) {
+		tp.t.Handle(auctiontest.MemHandlers{OnCall: tp.p.HandleCall, OnGossipedCall: tp.p.HandleGossipedCall, OnAward: func(peer.ID, []byte) ([]byte, error) {
 			<-release // never confirms
 			return nil, errors.New("gone")
 		}})
@@ -488,7 +488,7 @@ func TestLateConfirmIsReleased(t *testing.T) {
 	// (OnLease follows the record).
 	quickWon := make(chan struct{})
 	var wonOnce sync.Once
-	slow.t.Handle(auctiontest.MemHandlers{OnCall: slow.p.HandleCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
+	slow.t.Handle(auctiontest.MemHandlers{OnCall: slow.p.HandleCall, OnGossipedCall: slow.p.HandleGossipedCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
 		// Confirms late: once the hedged award to quick won, within the
 		// confirm deadline.
 		select {

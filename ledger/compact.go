@@ -5,6 +5,8 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 )
 
 // Compaction. Badger's own compactors each wake every 50 ms to look for
@@ -31,9 +33,11 @@ type compactor struct {
 	kick chan struct{}
 	quit chan struct{}
 	wg   sync.WaitGroup
-	// compacted counts compactions run (for tests).
+	// compacted counts compactions run, and looked is notified after each
+	// look at the tree (for tests).
 	mu        sync.Mutex
 	compacted int
+	looked    broadcast.Signal
 }
 
 // wrote tells the compactor a write committed. It never blocks.
@@ -66,6 +70,7 @@ func (db *DB) compactLoop() {
 		case <-db.comp.kick:
 		}
 		db.compactIfDue()
+		db.comp.looked.Notify()
 		select {
 		case <-db.comp.quit:
 			return

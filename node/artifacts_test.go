@@ -186,7 +186,7 @@ func TestPlacementPrefersWarmProvider(t *testing.T) {
 		t.Fatalf("warm provider's copy: %v %v", id, err)
 	}
 	// The renter checks bids' claims against the providers' records.
-	waitAdvertisesArtifact(t, boot.Daemon, warm.ID(), in.ID)
+	waitAdvertisesArtifact(t, boot.Daemon, warm, in.ID)
 
 	// 64 MiB at auction.TransferRate is 0.67s: 3% of a 20s job.
 	job := readsInput(in.ID)
@@ -366,14 +366,18 @@ func TestOutputsBecomeRenterArtifact(t *testing.T) {
 	}
 }
 
-// waitAdvertisesArtifact waits until from sees prov's capability record
-// list artifact id.
-func waitAdvertisesArtifact(t *testing.T, from *Daemon, prov peer.ID, id string) {
+// waitAdvertisesArtifact waits until prov has put a capability record
+// that lists artifact id (to every other node of the test's DHT), and
+// checks that from sees it.
+func waitAdvertisesArtifact(t *testing.T, from *Daemon, prov *testNode, id string) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "the provider advertising the artifact", func() bool {
-		held, ok := from.disc.Holdings(context.Background(), prov.String())
-		return ok && auction.Holds(held, from.ID().String(), id)
-	})
+	waitChange(t, 30*time.Second, "the provider advertising the artifact", func() bool {
+		adv := prov.disc.Advertised()
+		return adv != nil && auction.Holds(adv.Artifacts, from.ID().String(), id)
+	}, prov.disc.AdvertisedChanged)
+	if held, ok := from.disc.Holdings(context.Background(), prov.ID().String()); !ok || !auction.Holds(held, from.ID().String(), id) {
+		t.Fatalf("%s does not see %s's record list the artifact: %v", from.ID(), prov.ID(), held)
+	}
 }
 
 // TestWarmedProviderWinsAuction: the renter warms one of two equal-price

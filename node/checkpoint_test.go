@@ -53,14 +53,20 @@ func leaseLog(n *testNode, leaseID string) string {
 	return string(b)
 }
 
-// waitLog polls a lease's log on its provider until it matches re.
+// waitLog reads a lease's log on its provider, a daemon of this process,
+// at each write to it (lease.Supervisor.LogGrew) until it matches re.
 func waitLog(t *testing.T, n *testNode, leaseID string, re *regexp.Regexp, within time.Duration) []string {
 	t.Helper()
-	return waitLogIn(t, n.paths.Jobs(), leaseID, re, within)
+	var m []string
+	waitChange(t, within, "lease "+leaseID+": log matches "+re.String(), func() bool {
+		m = re.FindStringSubmatch(leaseLog(n, leaseID))
+		return m != nil
+	}, func() <-chan struct{} { return n.market.sup.LogGrew(leaseID) })
+	return m
 }
 
-// waitLogIn polls a lease's log under a provider's jobs dir (a daemon
-// subprocess's is <data dir>/jobs) until it matches re.
+// waitLogIn polls a lease's log under the jobs dir of a provider that is a
+// daemon subprocess (<data dir>/jobs) until it matches re.
 func waitLogIn(t *testing.T, jobsDir, leaseID string, re *regexp.Regexp, within time.Duration) []string {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -72,7 +78,7 @@ func waitLogIn(t *testing.T, jobsDir, leaseID string, re *regexp.Regexp, within 
 		if time.Now().After(deadline) {
 			t.Fatalf("lease %s: log never matched %q:\n%s", leaseID, re, b)
 		}
-		time.Sleep(50 * time.Millisecond) // a real process writes the log, and nothing announces its lines
+		time.Sleep(50 * time.Millisecond) // a daemon subprocess writes the log: nothing in this process is told
 	}
 }
 

@@ -62,19 +62,6 @@ func (d *Daemon) viewRoutes(mux *http.ServeMux, onConsole, tokened bool) {
 	api.Handle(mux, "GET /v1/services/{id}/history", func(r *http.Request) (any, error) { return m.svc.History(r.PathValue("id")) })
 }
 
-// webConsole is the web console the metrics listener serves: its pages
-// at /, the views they read at /v1/.
-type webConsole struct{ d *Daemon }
-
-func (w webConsole) Routes(mux *http.ServeMux, tokened bool) {
-	w.d.viewRoutes(mux, true, tokened)
-	mux.Handle("/", console.Handler())
-}
-
-// Public says which requests are the console's own files (they hold no
-// data).
-func (webConsole) Public(r *http.Request) bool { return console.Public(r) }
-
 // serveMetrics exposes the metrics and the web console (and, with
 // metrics_pprof, /debug/pprof/) on the configured loopback address
 // (opt-in: metrics_addr).
@@ -97,7 +84,7 @@ func (d *Daemon) serveMetrics() error {
 		Services:   m.svc.List,
 	})
 	srv, ln, err := m.metrics.Listen(metrics.ListenConfig{Addr: d.cfg.MetricsAddr, TokenFile: d.cfg.MetricsTokenFile,
-		Pprof: d.cfg.MetricsPprof, Console: webConsole{d}})
+		Pprof: d.cfg.MetricsPprof, Console: console.Site{Views: func(mux *http.ServeMux, tokened bool) { d.viewRoutes(mux, true, tokened) }}})
 	if err != nil {
 		return err
 	}

@@ -247,13 +247,22 @@ func TestConsole(t *testing.T) {
 		b, _ := io.ReadAll(r)
 		return string(b)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(readLog(), hostile) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the job's log never showed its first lines: %q", readLog())
-		}
-		time.Sleep(100 * time.Millisecond) // a real job process writes the log the renter streams, and nothing announces its lines
+	// The log followed as it grows, until its first lines are in.
+	fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
+	follow, err := rc.Logs(fctx, id, api.LogsOptions{Follow: true})
+	if err != nil {
+		t.Fatal(err)
 	}
+	var first []byte
+	for buf := make([]byte, 4096); !strings.Contains(string(first), hostile); {
+		n, err := follow.Read(buf)
+		first = append(first, buf[:n]...)
+		if err != nil {
+			t.Fatalf("the job's log never showed its first lines: %q (%v)", first, err)
+		}
+	}
+	follow.Close()
+	fcancel()
 
 	t.Run("a running job's log streams in", func(t *testing.T) {
 		if br == "" {
@@ -429,7 +438,7 @@ func TestConsole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitService(t, rc, sv.ID, 30*time.Second, "a ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	waitService(t, rc, renter.Daemon, sv.ID, 30*time.Second, "a ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
 	client := gatewayClient(sv, 1)
 	for i := range 20 {
 		resp, err := client.Get(fmt.Sprintf("http://%s/work?ms=%d", sv.Gateway, 2+i%5))

@@ -205,16 +205,11 @@ func TestFingerprintChangeVisible(t *testing.T) {
 	if p2.ID() != p.ID() {
 		t.Fatal("identity changed")
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		caps, _ := boot.disc.FindProviders(context.Background(), auction.Query{GPU: "H100"})
-		if len(caps) == 1 && caps[0].Fingerprint != before {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("new hardware never showed up with a new fingerprint: %+v", caps)
-		}
-		time.Sleep(300 * time.Millisecond)
+	// Its new record put and its provider records announced (to boot,
+	// the DHT's only other node): a lookup finds them.
+	waitChange(t, 20*time.Second, "the restarted provider's new record", p2.disc.Provided, p2.disc.AdvertisedChanged)
+	if caps, _ := boot.disc.FindProviders(context.Background(), auction.Query{GPU: "H100"}); len(caps) != 1 || caps[0].Fingerprint == before {
+		t.Fatalf("new hardware did not show up with a new fingerprint: %+v", caps)
 	}
 	if boot.disc.FingerprintChanges() != 1 || boot.market.allCounters()["discovery.fingerprint_changed"] != 1 {
 		t.Fatalf("fingerprint change not counted: %d", boot.disc.FingerprintChanges())
@@ -295,9 +290,14 @@ func TestProvidersShowFreeGPUsAndPriceNow(t *testing.T) {
 	// free, and checks its price and reliability.
 	provider := func(free int, price float64) {
 		t.Helper()
-		// Sooner than the record's renewal (a third of its 30 s TTL).
-		deadline := time.Now().Add(8 * time.Second)
-		for {
+		// Sooner than the record's renewal (a third of its 30 s TTL), the
+		// provider puts a record with free GPUs free (to boot, the DHT's
+		// only other node).
+		waitChange(t, 8*time.Second, fmt.Sprintf("the provider's record with %d free", free), func() bool {
+			c := prov.disc.Advertised()
+			return c != nil && c.FreeGPUs != nil && *c.FreeGPUs == free
+		}, prov.disc.AdvertisedChanged)
+		{
 			vs, err := cl.Providers(ctx, auction.Query{})
 			if err != nil {
 				t.Fatal(err)
@@ -311,18 +311,15 @@ func TestProvidersShowFreeGPUsAndPriceNow(t *testing.T) {
 				}
 				return
 			}
-			if time.Now().After(deadline) {
-				var listed []string
-				for _, v := range vs {
-					n := -1
-					if v.FreeGPUs != nil {
-						n = *v.FreeGPUs
-					}
-					listed = append(listed, fmt.Sprintf("%s with %d free", v.Peer, n))
+			var listed []string
+			for _, v := range vs {
+				n := -1
+				if v.FreeGPUs != nil {
+					n = *v.FreeGPUs
 				}
-				t.Fatalf("the renter does not list the provider with %d of 2 GPUs free: %v", free, listed)
+				listed = append(listed, fmt.Sprintf("%s with %d free", v.Peer, n))
 			}
-			time.Sleep(200 * time.Millisecond)
+			t.Fatalf("the renter does not list the provider with %d of 2 GPUs free: %v", free, listed)
 		}
 	}
 	provider(2, 1)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -200,17 +201,9 @@ func TestExecAndPortForwardIntoAJob(t *testing.T) {
 	}
 
 	// Port-forward reaches the server on the job's own loopback, once
-	// it listens there ("running" means its process started; 1F40 is
-	// port 8000, 0A is LISTEN).
-	waitFor(t, 30*time.Second, "the job's server listening on its port 8000", func() bool {
-		r, _ := execJob(t, c, id, "", "sh", "-c", "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")
-		for _, line := range strings.Split(r.stdout, "\n") {
-			if f := strings.Fields(line); len(f) > 3 && strings.HasSuffix(f[1], ":1F40") && f[3] == "0A" {
-				return true
-			}
-		}
-		return false
-	})
+	// it listens there ("running" means its process started): the server
+	// says so in its log.
+	waitLog(t, prov, v.Lease.ID, regexp.MustCompile(`listening on 127\.0\.0\.1:8000\n`), 30*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	fc, err := c.PortForward(ctx, id, 8000)

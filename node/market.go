@@ -12,6 +12,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
+	"github.com/gpumesh/gpumesh/node/drainapi"
 	"github.com/gpumesh/gpumesh/node/gangnet"
 	"github.com/gpumesh/gpumesh/node/gpuverify"
 	"github.com/gpumesh/gpumesh/node/identity"
@@ -39,6 +40,7 @@ type market struct {
 	tracker  *lease.Tracker
 	sup      *lease.Supervisor // nil on a renter-only node
 	provider *auction.Provider // nil on a renter-only node
+	drainer  *drainapi.Drainer // nil on a renter-only node
 	cal      *auction.Calendar
 	exec     runtime.Executor
 	svc      *service.Manager
@@ -198,6 +200,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	if err != nil {
 		return err
 	}
+	m.drainer = drainapi.New(m.provider, m.sup)
 	m.sup.SetBookings(m.provider)
 	if err := m.sup.Recover(); err != nil {
 		return err
@@ -213,7 +216,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	streams := leasestream.New(m.ctx, leasestream.Config{Leases: m.sup, Counters: m.counters, Log: d.log})
 	d.net.Host.SetStreamHandler(wire.ProtoLogs, d.net.Guard(wire.ProtoLogs, streams.Logs))
 	d.net.Host.SetStreamHandler(wire.ProtoOutputs, d.net.Guard(wire.ProtoOutputs, streams.Outputs))
-	d.net.Host.SetStreamHandler(wire.ProtoService, d.net.Guard(wire.ProtoService, m.serveService))
+	d.net.Host.SetStreamHandler(wire.ProtoService, d.net.Guard(wire.ProtoService, streams.Service))
 	d.net.Host.SetStreamHandler(wire.ProtoExec, d.net.Guard(wire.ProtoExec, streams.Exec))
 	d.net.Host.SetStreamHandler(wire.ProtoPortForward, d.net.Guard(wire.ProtoPortForward, streams.PortForward))
 	d.net.Host.SetStreamHandler(wire.ProtoGang, d.net.Guard(wire.ProtoGang, func(s network.Stream) { _ = m.gangs.Serve(m.ctx, s) }))
@@ -227,7 +230,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	}()
 	for _, t := range auction.ProviderTopics(ptr(d.capability(time.Minute))) {
 		if err := d.net.Subscribe(m.ctx, t, func(from peer.ID, data []byte) {
-			if err := m.provider.HandleCall(from, data); err != nil {
+			if err := m.provider.HandleGossipedCall(from, data); err != nil {
 				d.log.Debug("call not bid on", "err", err)
 			}
 		}); err != nil {
@@ -386,8 +389,8 @@ func (m *market) routes(mux *http.ServeMux) {
 	api.Handle(mux, "POST /v1/verify", m.verify.HandleVerify)
 	api.Handle(mux, "GET /v1/counters", func(*http.Request) (any, error) { return m.allCounters(), nil })
 	ledgerapi.Routes(mux, m.d.db, m.d.log)
-	m.serviceRoutes(mux)
-	m.drainRoutes(mux)
+	m.svc.Routes(mux)
+	drainapi.Routes(mux, m.drainer)
 }
 
 // allCounters merges every rejection counter of the node's roles.

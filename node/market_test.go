@@ -204,13 +204,8 @@ func TestFailoverToRunnerUp(t *testing.T) {
 	job.BidWindow = 4 * time.Second
 	done := make(chan api.JobView, 1)
 	go func() { done <- post(t, boot, job) }()
-	deadline := time.Now().Add(4 * time.Second)
-	for ns[0].market.provider.Stats().Bids == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("cheap provider never bid")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cheap := ns[0].market.provider
+	waitChange(t, 4*time.Second, "the cheap provider bidding", func() bool { return cheap.Stats().Bids > 0 }, cheap.BidQueued)
 	ns[0].Close() // gone before the award
 	v := <-done
 	if !leased(v) || v.Winner != ns[1].ID().String() {

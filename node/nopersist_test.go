@@ -183,19 +183,3 @@ func testNoPersistLeavesNothing(t *testing.T, private bool) {
 		t.Fatalf("renter's outputs: %q, %v", b, err)
 	}
 }
-
-// waitFor polls cond until it holds, failing the test after within: only
-// for what the real network or a real process brings about (a DHT lookup's
-// answer, gossip resent until the mesh carries it, a job's server
-// listening), which nothing here announces; a change a daemon announces is
-// waited for with waitChange.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s", what, within)
-		}
-		time.Sleep(20 * time.Millisecond) // the real network or process: see above
-	}
-}

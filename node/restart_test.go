@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/sys/unix"
 	"gopkg.in/yaml.v3"
 )
 
@@ -89,15 +91,57 @@ func startDaemonProcess(t *testing.T, bin, dir string) *exec.Cmd {
 }
 
 // markerRunning reports whether any process's command line contains marker.
-func markerRunning(marker string) bool {
+func markerRunning(marker string) bool { return len(markerPids(marker)) > 0 }
+
+// markerPids are the processes whose command line holds marker.
+func markerPids(marker string) []int {
+	var pids []int
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
 		if err == nil && strings.Contains(string(b), marker) && !strings.Contains(string(b), "go test") {
-			return true
+			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+				pids = append(pids, pid)
+			}
 		}
 	}
-	return false
+	return pids
+}
+
+// waitMarkerGone waits until the processes whose command line holds
+// marker have exited, on the kernel's word: a process's pidfd turns
+// readable when it exits.
+func waitMarkerGone(t *testing.T, marker string, within time.Duration) {
+	t.Helper()
+	var fds []unix.PollFd
+	for _, pid := range markerPids(marker) {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue // gone already
+		}
+		defer unix.Close(fd)
+		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+	}
+	deadline := time.Now().Add(within)
+	for len(fds) > 0 {
+		left := time.Until(deadline)
+		if left <= 0 {
+			t.Fatalf("%d of the killed daemon's job processes still run %s after the restart", len(fds), within)
+		}
+		if _, err := unix.Poll(fds, int(left.Milliseconds())+1); err != nil && err != unix.EINTR {
+			t.Fatal(err)
+		}
+		kept := fds[:0]
+		for _, f := range fds {
+			if f.Revents == 0 {
+				kept = append(kept, f)
+			}
+		}
+		fds = kept
+	}
+	if markerRunning(marker) {
+		t.Fatal("a process of the killed daemon's job started after the restart")
+	}
 }
 
 // TestProviderKilledMidJob: the provider daemon is killed (SIGKILL) while a
@@ -146,13 +190,7 @@ func TestProviderKilledMidJob(t *testing.T) {
 	if !strings.Contains(a.Detail, "restarted") {
 		t.Fatalf("failure detail %q does not say the provider restarted", a.Detail)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for markerRunning(marker) {
-		if time.Now().After(deadline) {
-			t.Fatal("the killed daemon's job is still running after the restart")
-		}
-		time.Sleep(200 * time.Millisecond) // a real process dying: nothing here is told
-	}
+	waitMarkerGone(t, marker, 10*time.Second)
 	// The interrupted lease still settles: a receipt for the time used.
 	waitJob(t, boot, v.Job.ID, 20*time.Second, "settled", func(v api.JobView) bool {
 		if v.Lease != nil && v.Lease.ID == leaseID && v.Receipt != nil && v.Receipt.Outcome != auction.RunFailed {

@@ -290,3 +290,19 @@ func TestRotateIdentityRefusesRunningAndMismatch(t *testing.T) {
 		t.Fatalf("after finishing: %s, want %s", n2.ID(), rec.New)
 	}
 }
+
+// waitFor polls cond until it holds, failing the test after within: for
+// what the real network brings about and nothing here announces, gossip
+// resent until GossipSub's mesh carries it and what it then changes in the
+// renter's book and DHT store; a change a daemon announces is waited for
+// with waitChange.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %s", what, within)
+		}
+		time.Sleep(20 * time.Millisecond) // a real GossipSub mesh forming over real sockets: see above
+	}
+}

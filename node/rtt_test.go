@@ -231,16 +231,15 @@ func TestLatencyTermsOverLibp2p(t *testing.T) {
 	// background, without any job of its own.
 	deadline := time.NewTimer(30 * time.Second)
 	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
 	for {
+		changed := near.net.RTTs().Changed()
 		if d, ok := near.net.RTTs().Fresh(far.ID()); ok && d > 0 {
 			break
 		}
 		select {
 		case <-deadline.C:
 			t.Fatal("the near provider's daemon never measured the far provider in the background")
-		case <-tick.C:
+		case <-changed:
 		}
 	}
 }

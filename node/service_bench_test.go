@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,7 +37,7 @@ func TestServiceGatewayBenchmark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	v = waitService(t, c, boot.Daemon, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
 
 	// The same server, directly on the host's loopback.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -46,10 +48,18 @@ func TestServiceGatewayBenchmark(t *testing.T) {
 	l.Close()
 	direct := exec.Command(bin)
 	direct.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
+	said, err := direct.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := direct.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = direct.Process.Kill(); _ = direct.Wait() })
+	// The server says so once its socket listens.
+	if line, err := bufio.NewReader(said).ReadString('\n'); err != nil || !strings.HasPrefix(line, "listening on ") {
+		t.Fatalf("the direct server: %q, %v", line, err)
+	}
 	directAddr := "127.0.0.1:" + strconv.Itoa(port)
 
 	client := gatewayClient(v, 64) // its token is sent to the direct server too, which ignores it
@@ -62,12 +72,8 @@ func TestServiceGatewayBenchmark(t *testing.T) {
 		resp.Body.Close()
 		return err
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for get(directAddr) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the direct server never answered")
-		}
-		time.Sleep(20 * time.Millisecond) // a real server process opening a real socket: nothing announces it listens
+	if err := get(directAddr); err != nil {
+		t.Fatalf("the direct server: %v", err)
 	}
 	const n = 2000
 	seq := func(addr string) (p50, p99 time.Duration) {

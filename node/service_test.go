@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -65,20 +67,30 @@ func serviceSpec(bin string, replicas, maxReplicas int) api.ServiceSpec {
 	}
 }
 
-// waitService polls a service's status until cond holds.
-func waitService(t *testing.T, c *api.Client, id string, within time.Duration, what string, cond func(api.ServiceView) bool) api.ServiceView {
+// waitService reads a service's status through c, the control API of
+// renter d, at each change of d's services (service.Manager.Changed) and
+// of what next announces (a load's requests, for their figures) until
+// cond holds.
+func waitService(t *testing.T, c *api.Client, d *Daemon, id string, within time.Duration, what string, cond func(api.ServiceView) bool,
+	next ...func() <-chan struct{}) api.ServiceView {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	next = append(next, d.market.svc.Changed)
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	cases := make([]reflect.SelectCase, len(next)+1)
+	cases[0] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(deadline.C)}
 	for {
+		for i, n := range next {
+			cases[i+1] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(n())}
+		}
 		v, err := c.Service(context.Background(), id)
 		if err == nil && cond(v) {
 			return v
 		}
-		if time.Now().After(deadline) {
+		if i, _, _ := reflect.Select(cases); i == 0 {
 			t.Fatalf("service %s: %s not reached within %s (err %v); last view: desired %d ready %d replicas %+v events %+v",
 				id, what, within, err, v.Desired, v.Ready, v.Replicas, v.Events)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -95,7 +107,8 @@ func readyOn(v api.ServiceView, provider string) bool {
 // stop is closed, counting successes and failures.
 type load struct {
 	ok, failed atomic.Int64
-	okAdded    chan struct{} // holds a wake-up after ok grew (waitOK)
+	okAdded    chan struct{}    // holds a wake-up after ok grew (waitOK)
+	served     broadcast.Signal // at each request answered, or failed
 	wg         sync.WaitGroup
 	stop       chan struct{}
 	mu         sync.Mutex
@@ -142,6 +155,7 @@ func startLoad(v api.ServiceView, path string, workers int) *load {
 						err = fmt.Errorf("status %s", resp.Status)
 					}
 				}
+				l.served.Notify()
 				if err != nil {
 					l.failed.Add(1)
 					l.mu.Lock()
@@ -198,7 +212,7 @@ func TestServiceGateway(t *testing.T) {
 	if !strings.HasPrefix(v.Gateway, "127.0.0.1:") {
 		t.Fatalf("gateway %q is not on loopback", v.Gateway)
 	}
-	st0 := waitService(t, c, v.ID, 30*time.Second, "2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
+	st0 := waitService(t, c, boot.Daemon, v.ID, 30*time.Second, "2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
 
 	// Only the service's owner gets through its gateway: another local
 	// user without the token, or a browser page on a rebound name, is
@@ -400,7 +414,7 @@ func TestServiceFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v = waitService(t, c, v.ID, 30*time.Second, "2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
+	v = waitService(t, c, boot.Daemon, v.ID, 30*time.Second, "2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
 	victim, victimJob := v.Replicas[0].Provider, v.Replicas[0].JobID
 	var dead *testNode
 	for _, n := range ns {
@@ -418,16 +432,16 @@ func TestServiceFailover(t *testing.T) {
 	if err := dead.Close(); err != nil {
 		t.Logf("close provider: %v", err)
 	}
-	waitService(t, c, v.ID, 3*time.Second, "the dead provider's replica out of routing", func(v api.ServiceView) bool {
+	waitService(t, c, boot.Daemon, v.ID, 3*time.Second, "the dead provider's replica out of routing", func(v api.ServiceView) bool {
 		return !readyOn(v, victim)
 	})
 	dropped := time.Since(killed)
-	v = waitService(t, c, v.ID, 30*time.Second, "2 ready replicas again", func(v api.ServiceView) bool {
+	v = waitService(t, c, boot.Daemon, v.ID, 30*time.Second, "2 ready replicas again", func(v api.ServiceView) bool {
 		return v.Ready == 2 && !readyOn(v, victim)
 	})
 	replaced := time.Since(killed)
 	// The replacement carries load.
-	v = waitService(t, c, v.ID, 10*time.Second, "both replicas serving requests", func(v api.ServiceView) bool {
+	v = waitService(t, c, boot.Daemon, v.ID, 10*time.Second, "both replicas serving requests", func(v api.ServiceView) bool {
 		serving := 0
 		for _, r := range v.Replicas {
 			if r.State == api.ReplicaReady && r.Requests > 0 {
@@ -435,7 +449,7 @@ func TestServiceFailover(t *testing.T) {
 			}
 		}
 		return serving == 2
-	})
+	}, l.served.Wait)
 	ok, failed := l.end()
 	t.Logf("dropped from routing after %s, replacement ready after %s; %d ok, %d failed (last error %q), %d retries",
 		dropped.Round(time.Millisecond), replaced.Round(time.Millisecond), ok, failed, l.lastErr, v.Retries)
@@ -473,9 +487,9 @@ func TestServiceAutoscale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	waitService(t, c, boot.Daemon, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
 	l := startLoad(v, "/work?ms=120", 4)
-	waitService(t, c, v.ID, 40*time.Second, "3 ready replicas under load", func(v api.ServiceView) bool {
+	waitService(t, c, boot.Daemon, v.ID, 40*time.Second, "3 ready replicas under load", func(v api.ServiceView) bool {
 		return v.Desired == 3 && v.Ready == 3
 	})
 	ok, failed := l.end()
@@ -483,7 +497,7 @@ func TestServiceAutoscale(t *testing.T) {
 	if failed != 0 {
 		t.Errorf("%d of %d requests failed under load (last %q)", failed, ok+failed, l.lastErr)
 	}
-	v = waitService(t, c, v.ID, 30*time.Second, "back to 1 replica", func(v api.ServiceView) bool {
+	v = waitService(t, c, boot.Daemon, v.ID, 30*time.Second, "back to 1 replica", func(v api.ServiceView) bool {
 		return v.Desired == 1 && len(v.Replicas) == 1 && v.Ready == 1
 	})
 	var ups, downs []time.Time
@@ -522,12 +536,12 @@ func TestServiceOutlivesLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	v = waitService(t, c, boot.Daemon, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
 	first := v.Replicas[0]
 	l := startLoad(v, "/work?ms=5", 4)
-	v = waitService(t, c, v.ID, 20*time.Second, "a successor serving alone", func(v api.ServiceView) bool {
+	v = waitService(t, c, boot.Daemon, v.ID, 20*time.Second, "a successor serving alone", func(v api.ServiceView) bool {
 		return len(v.Replicas) == 1 && v.Replicas[0].JobID != first.JobID && v.Ready == 1 && v.Replicas[0].Requests > 0
-	})
+	}, l.served.Wait)
 	ok, failed := l.end()
 	if !time.Now().Before(first.LeaseEnd.Add(time.Second)) {
 		t.Errorf("the successor took over only at %s, after the first lease's end %s", time.Now().Format(time.TimeOnly), first.LeaseEnd.Format(time.TimeOnly))
@@ -557,7 +571,7 @@ func TestServiceSurvivesRenterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	v = waitService(t, c, r.Daemon, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
 	first := v.Replicas[0]
 	get := func() error {
 		resp, err := gatewayClient(v, 1).Get("http://" + v.Gateway + "/work")
@@ -579,7 +593,7 @@ func TestServiceSurvivesRenterRestart(t *testing.T) {
 	}
 	r2 := startNode(t, rdir, renterConfig(), boot.Daemon)
 	t.Cleanup(func() { r2.Close() })
-	v2 := waitService(t, c, v.ID, 20*time.Second, "the replica adopted and ready", func(v api.ServiceView) bool {
+	v2 := waitService(t, c, r2.Daemon, v.ID, 20*time.Second, "the replica adopted and ready", func(v api.ServiceView) bool {
 		return v.Ready == 1 && len(v.Replicas) == 1 && v.Replicas[0].JobID == first.JobID
 	})
 	if v2.Gateway != v.Gateway || v2.Token != v.Token {
@@ -605,13 +619,13 @@ func TestServiceSurvivesRenterRestart(t *testing.T) {
 func TestServiceCostAndTokens(t *testing.T) {
 	bin := buildServer(t)
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.25, a100)))
-	_, rdir, metricsAddr := metricsRenter(t, boot, ns)
+	rn, rdir, metricsAddr := metricsRenter(t, boot, ns)
 	c := api.NewClient(rdir)
 	v, err := c.PostService(context.Background(), serviceSpec(bin, 1, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	v = waitService(t, c, rn.Daemon, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
 
 	client := gatewayClient(v, 1)
 	type usage struct{ Prompt, Completion int64 }
@@ -728,7 +742,7 @@ func TestServiceScalesToZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v = waitService(t, c, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	v = waitService(t, c, renter.Daemon, v.ID, 30*time.Second, "1 ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
 	first := v.Replicas[0].JobID
 	client := gatewayClient(v, 1)
 	client.Timeout = 60 * time.Second
@@ -747,7 +761,7 @@ func TestServiceScalesToZero(t *testing.T) {
 	}
 	get()
 	lastCall := time.Now()
-	v = waitService(t, c, v.ID, 30*time.Second, "scaled to zero", func(v api.ServiceView) bool {
+	v = waitService(t, c, renter.Daemon, v.ID, 30*time.Second, "scaled to zero", func(v api.ServiceView) bool {
 		return v.ScaledToZero && v.Desired == 0 && len(v.Replicas) == 0
 	})
 	if idle := time.Since(lastCall); idle < spec.IdleAfter {
@@ -759,7 +773,7 @@ func TestServiceScalesToZero(t *testing.T) {
 		t.Fatalf("the request that woke the service got %q", got)
 	}
 	took := time.Since(woke)
-	v = waitService(t, c, v.ID, 5*time.Second, "awake with its cold start reported", func(v api.ServiceView) bool {
+	v = waitService(t, c, renter.Daemon, v.ID, 5*time.Second, "awake with its cold start reported", func(v api.ServiceView) bool {
 		return !v.ScaledToZero && v.Ready == 1 && v.ColdStarts == 1
 	})
 	if cold := time.Duration(v.LastColdStartMS * float64(time.Millisecond)); cold <= 0 || cold > took {
@@ -835,7 +849,7 @@ func TestServiceGangReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v = waitService(t, c, v.ID, 60*time.Second, "2 ready gang replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
+	v = waitService(t, c, boot.Daemon, v.ID, 60*time.Second, "2 ready gang replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
 	used := map[string]bool{}
 	for _, r := range v.Replicas {
 		if len(r.Members) != 2 || r.Members[0].Provider != r.Provider || r.Members[0].LeaseID != r.LeaseID || r.GPUs != 2 {
@@ -888,7 +902,7 @@ func TestServiceGangReplicas(t *testing.T) {
 	if err := dead.Close(); err != nil {
 		t.Logf("close provider: %v", err)
 	}
-	v = waitService(t, c, v.ID, 60*time.Second, "the lost gang replaced by 2 ready replicas", func(v api.ServiceView) bool {
+	v = waitService(t, c, boot.Daemon, v.ID, 60*time.Second, "the lost gang replaced by 2 ready replicas", func(v api.ServiceView) bool {
 		if v.Ready != 2 {
 			return false
 		}

@@ -109,7 +109,7 @@ func TestPostServiceTask(t *testing.T) {
 		v.Spec.Job.Tier != auction.Gold || v.Spec.Job.Duration != 10*time.Minute {
 		t.Fatalf("posted %+v", v.Spec)
 	}
-	st := waitService(t, cl, v.ID, 30*time.Second, "a ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
+	st := waitService(t, cl, boot.Daemon, v.ID, 30*time.Second, "a ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })
 	if !readyOn(st, ns[0].ID().String()) {
 		t.Fatalf("replica not on the provider: %+v", st.Replicas)
 	}

@@ -9,11 +9,11 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/node/config"
 )
 
@@ -36,17 +36,17 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // logged is notified at each line any test daemon logs.
-var logged broadcast
+var logged broadcast.Signal
 
 // loggedNext is logged's next change, for waitChange.
-func loggedNext() <-chan struct{} { return logged.wait() }
+func loggedNext() <-chan struct{} { return logged.Wait() }
 
 type notifyLog struct{ slog.Handler }
 
 func (notifyLog) Enabled(context.Context, slog.Level) bool { return true }
 
 func (l notifyLog) Handle(ctx context.Context, r slog.Record) error {
-	defer logged.notify()
+	defer logged.Notify()
 	if !l.Handler.Enabled(ctx, r.Level) {
 		return nil
 	}
@@ -57,31 +57,6 @@ func (l notifyLog) WithAttrs(as []slog.Attr) slog.Handler {
 	return notifyLog{l.Handler.WithAttrs(as)}
 }
 func (l notifyLog) WithGroup(g string) slog.Handler { return notifyLog{l.Handler.WithGroup(g)} }
-
-// broadcast wakes every waiter at each change of some state (as
-// lease's): a waiter takes the channel (wait) before it checks the state.
-type broadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (b *broadcast) wait() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch == nil {
-		b.ch = make(chan struct{})
-	}
-	return b.ch
-}
-
-func (b *broadcast) notify() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch != nil {
-		close(b.ch)
-		b.ch = nil
-	}
-}
 
 // waitChange waits until cond holds, checking it again at each change
 // that one of next announces (each returns the channel closed at its
@@ -195,7 +170,7 @@ func eventuallyProviders(t *testing.T, d *Daemon, q auction.Query, want []string
 		if time.Now().After(deadline) {
 			t.Fatalf("FindProviders(%+v) = %v, want exactly %v", q, got, want)
 		}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // DHT lookups over real sockets; providers that are subprocesses announce nothing here
 	}
 }
 

@@ -42,6 +42,8 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
 	mh "github.com/multiformats/go-multihash"
+
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 )
 
 // ProtocolPrefix keeps gpumesh's DHT apart from the public IPFS DHT.
@@ -108,7 +110,7 @@ type Node struct {
 
 	natMu        sync.Mutex
 	reach        string
-	reachChanged chan struct{}
+	reachChanged broadcast.Signal
 	circuits     map[peer.ID][]ma.Multiaddr
 	firstReserve []chan struct{}
 
@@ -157,7 +159,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n := &Node{log: cfg.Log, bootstrap: boot, topics: map[string]*pubsub.Topic{},
-		reach: ReachabilityUnknown, reachChanged: make(chan struct{}), circuits: map[peer.ID][]ma.Multiaddr{},
+		reach: ReachabilityUnknown, circuits: map[peer.ID][]ma.Multiaddr{},
 		frameTimeout: cfg.FrameTimeout}
 	if n.frameTimeout <= 0 {
 		n.frameTimeout = DefaultFrameTimeout

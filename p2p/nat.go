@@ -116,11 +116,7 @@ func (n *Node) Reachability() string {
 }
 
 // reachabilityChanged is closed at the next change of reachability.
-func (n *Node) reachabilityChanged() <-chan struct{} {
-	n.natMu.Lock()
-	defer n.natMu.Unlock()
-	return n.reachChanged
-}
+func (n *Node) reachabilityChanged() <-chan struct{} { return n.reachChanged.Wait() }
 
 // watchReachability logs every change of reachability and remembers it.
 func (n *Node) watchReachability(ctx context.Context) error {
@@ -143,8 +139,7 @@ func (n *Node) watchReachability(ctx context.Context) error {
 				changed := r != n.reach
 				n.reach = r
 				if changed {
-					close(n.reachChanged)
-					n.reachChanged = make(chan struct{})
+					n.reachChanged.Notify()
 				}
 				n.natMu.Unlock()
 				if changed {

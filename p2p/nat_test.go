@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -90,14 +91,20 @@ func TestRelayReservationAndLimitedStreams(t *testing.T) {
 	kad := ProtocolPrefix + "/kad/1.0.0"
 	waitServing := func(n *Node, want bool) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); slices.Contains(n.Host.Mux().Protocols(), kad) != want; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s serves the DHT: %v, want %v", n.ID(), !want, want)
-			}
+		// The host announces each change of the protocols it serves.
+		sub, err := n.Host.EventBus().Subscribe(new(event.EvtLocalProtocolsUpdated))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		deadline := time.After(10 * time.Second)
+		for slices.Contains(n.Host.Mux().Protocols(), kad) != want {
 			select {
+			case <-sub.Out():
+			case <-deadline:
+				t.Fatalf("%s serves the DHT: %v, want %v", n.ID(), !want, want)
 			case <-ctx.Done():
 				t.Fatal(ctx.Err())
-			case <-time.After(20 * time.Millisecond):
 			}
 		}
 	}

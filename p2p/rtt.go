@@ -11,6 +11,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
+
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 )
 
 // Round-trip measurement bounds.
@@ -52,7 +54,15 @@ type RTTs struct {
 	mu      sync.Mutex
 	peers   map[peer.ID]rttEntry
 	running map[peer.ID]*rttRun
+	// changed is notified at each sample taken and each caller that
+	// joins a measurement.
+	changed broadcast.Signal
 }
+
+// Changed returns a channel closed at the next sample the table takes or
+// caller that joins a measurement: take it before reading the table, so
+// that no change is missed.
+func (t *RTTs) Changed() <-chan struct{} { return t.changed.Wait() }
 
 type rttEntry struct {
 	avg time.Duration
@@ -183,6 +193,7 @@ func (t *RTTs) measure(ctx context.Context, p peer.ID) error {
 	}
 	run.callers++
 	t.mu.Unlock()
+	t.changed.Notify()
 	if !joined {
 		go t.run(p, run)
 	}
@@ -216,6 +227,7 @@ func (t *RTTs) run(p peer.ID, run *rttRun) {
 		t.addLocked(p, run.rtt)
 	}
 	t.mu.Unlock()
+	t.changed.Notify()
 	close(run.done)
 }
 

@@ -167,6 +167,7 @@ func TestRTTsShareOneMeasurement(t *testing.T) {
 	}
 	deadline := time.After(5 * time.Second)
 	for {
+		changed := tbl.Changed()
 		tbl.mu.Lock()
 		run := tbl.running[p]
 		joined := run != nil && run.callers == callers
@@ -177,7 +178,7 @@ func TestRTTsShareOneMeasurement(t *testing.T) {
 		select {
 		case <-deadline:
 			t.Fatal("the callers never all joined one measurement")
-		case <-time.After(time.Millisecond):
+		case <-changed:
 		}
 	}
 	close(f.hold)

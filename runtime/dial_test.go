@@ -33,23 +33,17 @@ func TestDialReachesJobLoopback(t *testing.T) {
 	if !ok {
 		t.Fatalf("process handle %T is not a Dialer", h)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	var line string
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := d.Dial(ctx, port)
-		cancel()
-		if err == nil {
-			line, err = bufio.NewReader(c).ReadString('\n')
-			c.Close()
-			if err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dial job port %d: %v (job output %q)", port, err, out.String())
-		}
-		time.Sleep(50 * time.Millisecond) // a real job process opening a real socket: nothing announces it listens
+	out.waitFor(t, "listening", 10*time.Second) // the job says so once its socket listens
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := d.Dial(ctx, port)
+	if err != nil {
+		t.Fatalf("dial job port %d: %v (job output %q)", port, err, out.String())
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	c.Close()
+	if err != nil {
+		t.Fatalf("read the job's greeting: %v", err)
 	}
 	if !strings.HasPrefix(line, "hello from ") {
 		t.Fatalf("greeting = %q", line)
@@ -80,22 +74,15 @@ func TestDockerDialReachesContainerLoopback(t *testing.T) {
 	if !ok {
 		t.Fatalf("docker handle %T is not a Dialer", h)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := d.Dial(ctx, 8000)
-		cancel()
-		if err == nil {
-			line, rerr := bufio.NewReader(c).ReadString('\n')
-			c.Close()
-			if rerr == nil && strings.HasPrefix(line, "hello from ") {
-				return
-			}
-			err = rerr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dial the container's port: %v (output %q)", err, out.String())
-		}
-		time.Sleep(100 * time.Millisecond) // a real container opening a real socket: nothing announces it listens
+	out.waitFor(t, "listening", 15*time.Second) // the job says so once its socket listens
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := d.Dial(ctx, 8000)
+	if err != nil {
+		t.Fatalf("dial the container's port: %v (output %q)", err, out.String())
+	}
+	defer c.Close()
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.HasPrefix(line, "hello from ") {
+		t.Fatalf("the container's greeting: %q, %v", line, err)
 	}
 }

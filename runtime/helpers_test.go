@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 )
 
 // helperBin is the jobhelper test binary (testdata/jobhelper), built static
@@ -61,16 +63,13 @@ func TestMain(m *testing.M) {
 type syncBuffer struct {
 	mu   sync.Mutex
 	buf  bytes.Buffer
-	grew chan struct{} // closed at the next write
+	grew broadcast.Signal // at each write
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.grew != nil {
-		close(b.grew)
-		b.grew = nil
-	}
+	defer b.grew.Notify()
 	return b.buf.Write(p)
 }
 
@@ -82,12 +81,10 @@ func (b *syncBuffer) String() string {
 
 // next returns the output so far and a channel closed at the next write.
 func (b *syncBuffer) next() (string, <-chan struct{}) {
+	grew := b.grew.Wait()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.grew == nil {
-		b.grew = make(chan struct{})
-	}
-	return b.buf.String(), b.grew
+	return b.buf.String(), grew
 }
 
 func (b *syncBuffer) waitFor(t *testing.T, s string, timeout time.Duration) {

@@ -14,11 +14,14 @@ import (
 var ErrUnreachable = errors.New("auctiontest: peer unreachable")
 
 // MemHandlers are a peer's message handlers on a MemNetwork; nil handlers
-// refuse the message.
+// refuse the message. A call comes to OnCall when sent to the peer
+// (SendCall, a provider's ProtoCall) and to OnGossipedCall when heard on a
+// topic it subscribes to (Publish), as a daemon tells them apart.
 type MemHandlers struct {
-	OnCall  func(from peer.ID, data []byte) error
-	OnBid   func(from peer.ID, data []byte) error
-	OnAward func(from peer.ID, data []byte) ([]byte, error)
+	OnCall         func(from peer.ID, data []byte) error
+	OnGossipedCall func(from peer.ID, data []byte) error
+	OnBid          func(from peer.ID, data []byte) error
+	OnAward        func(from peer.ID, data []byte) ([]byte, error)
 }
 
 // MemNetwork is an in-memory Transport fabric for tests and simulations:
@@ -121,7 +124,7 @@ func (t *MemTransport) OnRequest(proto protocol.ID, h MemRequestHandler) {
 }
 
 // OnTopic subscribes the peer to topic with its own handler (instead of
-// OnCall).
+// OnGossipedCall).
 func (t *MemTransport) OnTopic(topic string, fn func(from peer.ID, data []byte)) {
 	t.mu.Lock()
 	t.topics[topic] = fn
@@ -135,10 +138,10 @@ func (t *MemTransport) topicHandler(topic string) func(peer.ID, []byte) {
 	if fn := t.topics[topic]; fn != nil {
 		return fn
 	}
-	if t.h.OnCall == nil {
+	if t.h.OnGossipedCall == nil {
 		return nil
 	}
-	return func(from peer.ID, data []byte) { _ = t.h.OnCall(from, data) }
+	return func(from peer.ID, data []byte) { _ = t.h.OnGossipedCall(from, data) }
 }
 
 // Request calls the target's handler of proto and returns its answer, or

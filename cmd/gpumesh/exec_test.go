@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -155,27 +156,22 @@ func TestJobExecCLI(t *testing.T) {
 type syncWriter struct {
 	mu   sync.Mutex
 	buf  bytes.Buffer
-	grew chan struct{} // closed at the next write
+	grew broadcast.Signal // at each write
 }
 
 func (w *syncWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.grew != nil {
-		close(w.grew)
-		w.grew = nil
-	}
+	defer w.grew.Notify()
 	return w.buf.Write(p)
 }
 
 // next returns the output so far and a channel closed at the next write.
 func (w *syncWriter) next() (string, <-chan struct{}) {
+	grew := w.grew.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.grew == nil {
-		w.grew = make(chan struct{})
-	}
-	return w.buf.String(), w.grew
+	return w.buf.String(), grew
 }
 
 func (w *syncWriter) String() string {

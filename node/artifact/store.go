@@ -26,6 +26,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -283,9 +284,8 @@ type Store struct {
 	mu   sync.Mutex
 	recs map[string]*record
 	pins map[string]int
-	// changed is closed, and dropped, at the next pin, unpin or
-	// completion (Changed).
-	changed chan struct{}
+	// changed is notified at each pin, unpin or completion (Changed).
+	changed broadcast.Signal
 	chunks  map[string]int64 // chunk hash → size on disk
 	used    int64
 	// pending counts bytes reserved by chunk writes under way.
@@ -581,7 +581,7 @@ func (s *Store) Complete(id string, rd Reader, meta Meta) error {
 	case !r.Complete:
 		r.Complete = true
 		r.Private, r.Owner, r.Owners, r.Shares = meta.Private, meta.Owner, nil, nil
-		s.changedLocked()
+		s.changed.Notify()
 	case !admitted && rd.Peer != "":
 		r.Owners = append(r.Owners, rd.Peer.String())
 	}
@@ -968,7 +968,7 @@ func (s *Store) Remove(id string) error {
 func (s *Store) Pin(id string) (unpin func()) {
 	s.mu.Lock()
 	s.pins[id]++
-	s.changedLocked()
+	s.changed.Notify()
 	if r, ok := s.recs[id]; ok {
 		r.LastUsed = s.now()
 		_ = s.saveLocked(id)
@@ -981,7 +981,7 @@ func (s *Store) Pin(id string) (unpin func()) {
 			if s.pins[id]--; s.pins[id] <= 0 {
 				delete(s.pins, id)
 			}
-			s.changedLocked()
+			s.changed.Notify()
 			s.mu.Unlock()
 		})
 	}
@@ -990,22 +990,7 @@ func (s *Store) Pin(id string) (unpin func()) {
 // Changed returns a channel closed at the next pin, unpin or artifact
 // completed: take it before reading what it waits on, so that no change
 // is missed.
-func (s *Store) Changed() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.changed == nil {
-		s.changed = make(chan struct{})
-	}
-	return s.changed
-}
-
-// changedLocked wakes Changed's waiters; s.mu is held.
-func (s *Store) changedLocked() {
-	if s.changed != nil {
-		close(s.changed)
-		s.changed = nil
-	}
-}
+func (s *Store) Changed() <-chan struct{} { return s.changed.Wait() }
 
 // Export writes a complete artifact's files under dst for rd (MayRead): a
 // file artifact becomes dst itself, a directory artifact's tree is created

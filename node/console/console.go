@@ -71,3 +71,20 @@ func Public(r *http.Request) bool {
 	fi, err := fs.Stat(files(), name)
 	return err == nil && !fi.IsDir()
 }
+
+// Site is the console as the metrics listener serves it (its Console):
+// the pages at /, and at /v1/ the read-only views they read, which Views
+// registers (told whether the listener requires a token).
+type Site struct {
+	Views func(mux *http.ServeMux, tokened bool)
+}
+
+// Routes registers the views and the pages on mux.
+func (s Site) Routes(mux *http.ServeMux, tokened bool) {
+	s.Views(mux, tokened)
+	mux.Handle("/", Handler())
+}
+
+// Public says which requests are the console's own files (they hold no
+// data).
+func (Site) Public(r *http.Request) bool { return Public(r) }

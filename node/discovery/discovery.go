@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/p2p"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	"github.com/libp2p/go-libp2p/core/event"
@@ -54,8 +55,8 @@ type Discovery struct {
 
 	advMu  sync.Mutex
 	advert *auction.Capability
-	// advCh is closed, and dropped, at the next record put (advMu).
-	advCh chan struct{}
+	// advPut is notified at each record put.
+	advPut broadcast.Signal
 	// readvertise asks the advertise loop for a fresh record now.
 	readvertise chan struct{}
 	// providing is set while a round of provider announcements runs.
@@ -71,10 +72,8 @@ type Discovery struct {
 	// records holds the last verified capability record of each provider
 	// (peer.ID → auction.Capability).
 	records sync.Map
-	// recCh is closed, and dropped, at the next record kept or forgotten
-	// (recMu).
-	recMu sync.Mutex
-	recCh chan struct{}
+	// recChanged is notified at each record kept or forgotten.
+	recChanged broadcast.Signal
 	// learning holds the providers whose record Learn is looking up.
 	learning sync.Map
 	// fpChanges counts fingerprint changes seen in providers' records.
@@ -114,15 +113,10 @@ func (d *Discovery) Advertised() *auction.Capability {
 }
 
 // AdvertisedChanged returns a channel closed at the next record this node
-// puts: take it before reading Advertised, so that no put is missed.
-func (d *Discovery) AdvertisedChanged() <-chan struct{} {
-	d.advMu.Lock()
-	defer d.advMu.Unlock()
-	if d.advCh == nil {
-		d.advCh = make(chan struct{})
-	}
-	return d.advCh
-}
+// puts, and at the next complete round of its provider records
+// (Provided): take it before reading Advertised, so that no put is
+// missed.
+func (d *Discovery) AdvertisedChanged() <-chan struct{} { return d.advPut.Wait() }
 
 // Readvertise asks Advertise for a fresh record now (the artifacts the
 // node holds changed).
@@ -232,11 +226,8 @@ func (d *Discovery) advertise(c auction.Capability, ttl time.Duration) error {
 	// responsive ones; the record counts as advertised.
 	d.advMu.Lock()
 	d.advert = &c
-	if d.advCh != nil {
-		close(d.advCh)
-		d.advCh = nil
-	}
 	d.advMu.Unlock()
+	d.advPut.Notify()
 	if keys := auction.DiscoveryKeys(c); d.provideDue(keys, ttl) && d.providing.CompareAndSwap(false, true) {
 		d.wg.Add(1)
 		go func() {
@@ -293,6 +284,20 @@ func (d *Discovery) provideKeys(keys []string) {
 	d.provMu.Lock()
 	d.provKeys, d.provAt, d.provRTSize = strings.Join(keys, "\n"), started, rt
 	d.provMu.Unlock()
+	d.advPut.Notify()
+}
+
+// Provided says whether this node's provider records under the discovery
+// keys of its last record were all announced (a complete round), so that
+// a lookup by those keys finds it.
+func (d *Discovery) Provided() bool {
+	adv := d.Advertised()
+	if adv == nil {
+		return false
+	}
+	d.provMu.Lock()
+	defer d.provMu.Unlock()
+	return !d.provAt.IsZero() && d.provKeys == strings.Join(auction.DiscoveryKeys(*adv), "\n")
 }
 
 // FindProviders discovers, through the DHT only, providers whose signed
@@ -410,23 +415,9 @@ func (d *Discovery) Forget(id peer.ID) {
 // RecordsChanged returns a channel closed at the next provider record this
 // node keeps (a lookup's) or forgets: take it before reading the records,
 // so that no change is missed. Records that expire announce nothing.
-func (d *Discovery) RecordsChanged() <-chan struct{} {
-	d.recMu.Lock()
-	defer d.recMu.Unlock()
-	if d.recCh == nil {
-		d.recCh = make(chan struct{})
-	}
-	return d.recCh
-}
+func (d *Discovery) RecordsChanged() <-chan struct{} { return d.recChanged.Wait() }
 
-func (d *Discovery) recordsChanged() {
-	d.recMu.Lock()
-	defer d.recMu.Unlock()
-	if d.recCh != nil {
-		close(d.recCh)
-		d.recCh = nil
-	}
-}
+func (d *Discovery) recordsChanged() { d.recChanged.Notify() }
 
 // FingerprintChanges is how many times a provider's record came with
 // another hardware fingerprint than its last.

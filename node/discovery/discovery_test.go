@@ -52,15 +52,22 @@ func start(t *testing.T, boot ...string) *testNode {
 	return &testNode{net: n, disc: d}
 }
 
-// waitFor polls cond until it holds or within has passed.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+// waitFor checks cond at each change next announces (AdvertisedChanged,
+// RecordsChanged) until it holds, failing after within.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool, next func() <-chan struct{}) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for {
+		changed := next()
+		if cond() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -83,16 +90,15 @@ func TestAdvertiseFindForget(t *testing.T) {
 	}
 	// Renewed every 10 s, its free GPUs checked every 3 s.
 	go prov.disc.Advertise(30*time.Second, build, func(time.Time) int { return int(free.Load()) })
-	waitFor(t, 10*time.Second, "the provider's first record", func() bool { return prov.disc.Advertised() != nil })
-
-	var caps []auction.Capability
-	waitFor(t, 20*time.Second, "the renter finding the provider", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		var err error
-		caps, err = renter.disc.FindProviders(ctx, auction.Query{GPU: "H100"})
-		return err == nil && len(caps) == 1
-	})
+	// Its record put and its provider records announced, to the renter
+	// (the DHT's only other node): a lookup finds it.
+	waitFor(t, 20*time.Second, "the provider's first record and provider records", prov.disc.Provided, prov.disc.AdvertisedChanged)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	caps, err := renter.disc.FindProviders(ctx, auction.Query{GPU: "H100"})
+	if err != nil || len(caps) != 1 {
+		t.Fatalf("the renter finding the provider: %+v, %v", caps, err)
+	}
 	id := prov.net.ID().String()
 	if caps[0].Peer != id || len(caps[0].GPUs) != 2 {
 		t.Fatalf("found %+v", caps)
@@ -120,14 +126,14 @@ func TestAdvertiseFindForget(t *testing.T) {
 	waitFor(t, 6*time.Second, "a record with 1 free GPU, before its renewal", func() bool {
 		c := prov.disc.Advertised()
 		return c.FreeGPUs != nil && *c.FreeGPUs == 1
-	})
+	}, prov.disc.AdvertisedChanged)
 
 	renter.disc.Forget(prov.net.ID())
 	if len(renter.disc.Known()) != 0 || renter.disc.GPUs(id) != 0 || len(renter.disc.ExpectedBidders(fits)) != 0 {
 		t.Fatal("renter still knows the provider it forgot")
 	}
 	renter.disc.LearnBidder(prov.net.ID())
-	waitFor(t, 10*time.Second, "the renter learning the bidder again", func() bool { return renter.disc.GPUs(id) == 2 })
+	waitFor(t, 10*time.Second, "the renter learning the bidder again", func() bool { return renter.disc.GPUs(id) == 2 }, renter.disc.RecordsChanged)
 }
 
 // TestHostileNames: names that are no peer ID, and queries that are no

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
@@ -187,16 +188,15 @@ func (g gang) digest() string { return digest(g.renter, g.terms) }
 type syncBuffer struct {
 	mu      sync.Mutex
 	b       strings.Builder
-	changed chan struct{} // closed and replaced on each write
+	changed broadcast.Signal // at each write
 }
 
-func newSyncBuffer() *syncBuffer { return &syncBuffer{changed: make(chan struct{})} }
+func newSyncBuffer() *syncBuffer { return &syncBuffer{} }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	close(b.changed)
-	b.changed = make(chan struct{})
+	defer b.changed.Notify()
 	return b.b.Write(p)
 }
 
@@ -205,10 +205,8 @@ func (b *syncBuffer) waitFor(t *testing.T, s string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.After(timeout)
 	for {
-		b.mu.Lock()
-		done, changed := strings.Contains(b.b.String(), s), b.changed
-		b.mu.Unlock()
-		if done {
+		changed := b.changed.Wait()
+		if strings.Contains(b.String(), s) {
 			return
 		}
 		select {

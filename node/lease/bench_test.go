@@ -55,7 +55,7 @@ func TestMarketFigures(t *testing.T) {
 		defer deadline.Stop()
 	wait:
 		for {
-			next := h.changed.wait()
+			next := h.changed.Wait()
 			v, _ = r.tracker.View(v.Job.ID)
 			if v.State == auction.JobFinished || v.State == auction.JobUnplaceable || v.State == auction.JobFailed {
 				break

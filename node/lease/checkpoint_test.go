@@ -86,7 +86,7 @@ func TestHandleCheckpoint(t *testing.T) {
 			defer pinMu.Unlock()
 			pins[id]++
 			return func() {
-				defer h.changed.notify()
+				defer h.changed.Notify()
 				pinMu.Lock()
 				defer pinMu.Unlock()
 				pins[id]--

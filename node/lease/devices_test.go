@@ -51,22 +51,25 @@ func (n *node) jobDevices(leaseID string) string {
 }
 
 // jobPrints waits for a line of a lease's job log that starts with prefix,
-// and returns the rest of it.
+// and returns the rest of it: read again at each write to the log
+// (Supervisor.LogGrew).
 func (n *node) jobPrints(leaseID, prefix, what string) string {
 	n.h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
 	for {
+		grew := n.sup.LogGrew(leaseID)
 		b, _ := os.ReadFile(filepath.Join(n.jobsDir, "logs", leaseID+".log"))
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, prefix); ok {
 				return v
 			}
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-grew:
+		case <-deadline.C:
 			n.h.t.Fatalf("%s: not within 10s", what)
 		}
-		// A real process writes the log, and nothing announces its lines.
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

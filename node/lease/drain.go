@@ -67,7 +67,7 @@ func (s *Supervisor) Drain(grace time.Duration, stopping bool) api.DrainView {
 	s.mu.Lock()
 	s.drain = d
 	s.mu.Unlock()
-	s.changed.notify()
+	s.changed.Notify()
 	for _, r := range handBack {
 		s.cfg.Counters.Add("provider.drain_handed_back")
 		r.abort(auction.RunPreempted, auction.HandBackDetail)
@@ -81,7 +81,7 @@ func (s *Supervisor) Undrain() {
 	s.mu.Lock()
 	s.drain = nil
 	s.mu.Unlock()
-	s.changed.notify()
+	s.changed.Notify()
 }
 
 // DrainView is the last drain's progress (Draining is the auction
@@ -140,7 +140,7 @@ func (s *Supervisor) DrainWait(ctx context.Context) (api.DrainView, error) {
 	settle := time.NewTimer(0)
 	defer settle.Stop()
 	for {
-		changed := s.changed.wait()
+		changed := s.changed.Wait()
 		v, next := s.drainView()
 		if v.Done {
 			return v, nil

@@ -21,6 +21,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -517,7 +518,7 @@ type harness struct {
 	// supervisor announces, a ledger append, a line it logs (what its
 	// timers do is logged).
 	// waitFor re-checks its condition at each.
-	changed broadcast
+	changed broadcast.Signal
 }
 
 func newHarness(t *testing.T) *harness {
@@ -609,14 +610,17 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		if err := n.sup.Recover(); err != nil {
 			t.Fatal(err)
 		}
-		handlers.OnCall = n.provider.HandleCall
+		handlers.OnCall, handlers.OnGossipedCall = n.provider.HandleCall, n.provider.HandleGossipedCall
 		if see := h.onCall; see != nil {
-			handlers.OnCall = func(from peer.ID, data []byte) error {
-				if c, err := auction.DecodeCall(data); err == nil {
-					see(c)
+			seeing := func(handle func(peer.ID, []byte) error) func(peer.ID, []byte) error {
+				return func(from peer.ID, data []byte) error {
+					if c, err := auction.DecodeCall(data); err == nil {
+						see(c)
+					}
+					return handle(from, data)
 				}
-				return n.provider.HandleCall(from, data)
 			}
+			handlers.OnCall, handlers.OnGossipedCall = seeing(n.provider.HandleCall), seeing(n.provider.HandleGossipedCall)
 		}
 		handlers.OnAward = n.provider.HandleAward
 		n.tr.OnRequest(wire.ProtoCancel, h.notifying(n.sup.HandleCancel))
@@ -627,7 +631,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	n.tr.OnRequest(wire.ProtoLeaseEvent, h.notifying(n.tracker.HandleLeaseEvent))
 	n.tr.OnRequest(wire.ProtoReceipt, h.notifying(n.tracker.HandleReceipt))
 	n.tr.OnTopic(wire.ReputationTopic, func(from peer.ID, data []byte) {
-		defer h.changed.notify()
+		defer h.changed.Notify()
 		n.receipts.HandleGossip(from, data)
 	})
 	t.Cleanup(n.close)
@@ -637,8 +641,8 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 
 // forward notifies h.changed at each notify of b until ctx ends. It waits
 // on b again before notifying, so no change of b's is missed.
-func (h *harness) forward(ctx context.Context, b *broadcast) {
-	next := b.wait()
+func (h *harness) forward(ctx context.Context, b *broadcast.Signal) {
+	next := b.Wait()
 	go func() {
 		for {
 			select {
@@ -646,8 +650,8 @@ func (h *harness) forward(ctx context.Context, b *broadcast) {
 				return
 			case <-next:
 			}
-			next = b.wait()
-			h.changed.notify()
+			next = b.Wait()
+			h.changed.Notify()
 		}
 	}()
 }
@@ -655,7 +659,7 @@ func (h *harness) forward(ctx context.Context, b *broadcast) {
 // notifying is handle, notifying h.changed once it has answered.
 func (h *harness) notifying(handle auctiontest.MemRequestHandler) auctiontest.MemRequestHandler {
 	return func(ctx context.Context, from peer.ID, data []byte) ([]byte, error) {
-		defer h.changed.notify()
+		defer h.changed.Notify()
 		return handle(ctx, from, data)
 	}
 }
@@ -664,13 +668,16 @@ func (h *harness) notifying(handle auctiontest.MemRequestHandler) auctiontest.Me
 func (h *harness) notifyingHandlers(hs auctiontest.MemHandlers) auctiontest.MemHandlers {
 	out := hs
 	if f := hs.OnCall; f != nil {
-		out.OnCall = func(from peer.ID, data []byte) error { defer h.changed.notify(); return f(from, data) }
+		out.OnCall = func(from peer.ID, data []byte) error { defer h.changed.Notify(); return f(from, data) }
+	}
+	if f := hs.OnGossipedCall; f != nil {
+		out.OnGossipedCall = func(from peer.ID, data []byte) error { defer h.changed.Notify(); return f(from, data) }
 	}
 	if f := hs.OnBid; f != nil {
-		out.OnBid = func(from peer.ID, data []byte) error { defer h.changed.notify(); return f(from, data) }
+		out.OnBid = func(from peer.ID, data []byte) error { defer h.changed.Notify(); return f(from, data) }
 	}
 	if f := hs.OnAward; f != nil {
-		out.OnAward = func(from peer.ID, data []byte) ([]byte, error) { defer h.changed.notify(); return f(from, data) }
+		out.OnAward = func(from peer.ID, data []byte) ([]byte, error) { defer h.changed.Notify(); return f(from, data) }
 	}
 	return out
 }
@@ -678,11 +685,11 @@ func (h *harness) notifyingHandlers(hs auctiontest.MemHandlers) auctiontest.MemH
 // notifyingLedger is a node's ledger, notifying b after each append.
 type notifyingLedger struct {
 	Ledger
-	b *broadcast
+	b *broadcast.Signal
 }
 
 func (l notifyingLedger) AppendAll(entries []record.Entry) ([]record.Entry, error) {
-	defer l.b.notify()
+	defer l.b.Notify()
 	return l.Ledger.AppendAll(entries)
 }
 
@@ -690,14 +697,14 @@ func (l notifyingLedger) AppendAll(entries []record.Entry) ([]record.Entry, erro
 // writes each line to stderr when GPUMESH_TEST_LOG is set (to read what
 // led to a failure).
 type notifyLog struct {
-	b     *broadcast
+	b     *broadcast.Signal
 	attrs []slog.Attr
 }
 
 func (l notifyLog) Enabled(context.Context, slog.Level) bool { return true }
 
 func (l notifyLog) Handle(ctx context.Context, r slog.Record) error {
-	l.b.notify()
+	l.b.Notify()
 	if os.Getenv("GPUMESH_TEST_LOG") != "" {
 		var sb strings.Builder
 		sb.WriteString(r.Time.Format("15:04:05.000") + " " + r.Message)
@@ -885,7 +892,7 @@ func (h *harness) waitFor(within time.Duration, what string, cond func() bool) {
 	deadline := time.NewTimer(within)
 	defer deadline.Stop()
 	for {
-		next := h.changed.wait()
+		next := h.changed.Wait()
 		if cond() {
 			return
 		}

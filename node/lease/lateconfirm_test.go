@@ -100,7 +100,7 @@ func TestReportBeforeConfirmWaits(t *testing.T) {
 		deadline := time.NewTimer(5 * time.Second)
 		defer deadline.Stop()
 		for {
-			next := r.counters.changed.wait()
+			next := r.counters.changed.Wait()
 			if counter(r, "renter.event_before_lease") != 0 {
 				return
 			}

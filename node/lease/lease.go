@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -56,12 +57,12 @@ type Counters struct {
 	m  map[string]int
 	// changed is notified at each count, so that a waiter for one needs
 	// no polling.
-	changed broadcast
+	changed broadcast.Signal
 }
 
 // Changed returns a channel closed at the next count: take it before
 // reading the counts it waits on.
-func (c *Counters) Changed() <-chan struct{} { return c.changed.wait() }
+func (c *Counters) Changed() <-chan struct{} { return c.changed.Wait() }
 
 // NewCounters returns empty counters.
 func NewCounters() *Counters { return &Counters{m: map[string]int{}} }
@@ -74,7 +75,7 @@ func (c *Counters) AddN(what string, n int) {
 	c.mu.Lock()
 	c.m[what] += n
 	c.mu.Unlock()
-	c.changed.notify()
+	c.changed.Notify()
 }
 
 // Snapshot returns a copy of the counts.

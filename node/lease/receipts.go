@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -52,13 +53,13 @@ type Receipts struct {
 	active  bool
 	// changed is notified once a receipt was recorded or a gossiped one
 	// was taken in (or refused), so that a waiter for one needs no polling.
-	changed broadcast
+	changed broadcast.Signal
 }
 
 // Changed returns a channel closed at the next receipt recorded in the
 // ledger and book, or gossiped receipt handled: take it before checking
 // what it waits for.
-func (r *Receipts) Changed() <-chan struct{} { return r.changed.wait() }
+func (r *Receipts) Changed() <-chan struct{} { return r.changed.Wait() }
 
 // NewReceipts returns Receipts and replays the receipts already in the
 // ledger into the book (reputation survives restarts; the ledger is its
@@ -112,7 +113,7 @@ func ReceiptEntries(rc attest.Receipt, raw []byte, asRenter bool) []record.Entry
 // record appends a verified two-party receipt and the payment it implies
 // to the ledger (atomically), and feeds the reputation book.
 func (r *Receipts) record(sr *attest.SignedReceipt, asRenter bool) error {
-	defer r.changed.notify()
+	defer r.changed.Notify()
 	if err := sr.Verify(); err != nil {
 		return err
 	}
@@ -235,7 +236,7 @@ func (r *Receipts) Activate() {
 
 // take feeds one gossiped receipt to the book.
 func (r *Receipts) take(data []byte) {
-	defer r.changed.notify()
+	defer r.changed.Notify()
 	sr, err := attest.UnmarshalReceipt(data)
 	if err != nil {
 		r.cfg.Counters.Add("reputation.gossip_malformed")

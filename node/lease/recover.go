@@ -177,7 +177,7 @@ func (t *Tracker) guard(jobID string, l auction.Lease, since time.Time) {
 		due := time.NewTimer(t.cfg.LossAfter)
 		defer due.Stop()
 		for {
-			changed := t.changed.wait()
+			changed := t.changed.Wait()
 			t.mu.Lock()
 			v, mon := t.jobs[jobID], t.mons[l.ID]
 			if v == nil || mon == nil || v.Lease == nil || v.Lease.ID != l.ID || v.Run.Terminal() {

@@ -26,6 +26,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -216,7 +217,7 @@ type Supervisor struct {
 	drain    *drainState // the last drain, until Undrain
 	// changed is at each save of a lease's record and each change of the
 	// drain (what DrainWait waits on).
-	changed broadcast
+	changed broadcast.Signal
 	wg      sync.WaitGroup
 	// pruned is when job files were last pruned (unix nanoseconds).
 	pruned atomic.Int64
@@ -296,6 +297,8 @@ type leaseRun struct {
 	h     runtime.Handle
 	// logw writes the job's log, keeping its digest (nil until opened).
 	logw *lockedWriter
+	// logGrew is notified as the log is created and at each write to it.
+	logGrew broadcast.Signal
 	// stop is closed once the lease is told to stop: it ends the fetches
 	// made before the job starts and its checkpoint loop.
 	stop     chan struct{}
@@ -467,7 +470,7 @@ func (s *Supervisor) saveRun(r *leaseRun) {
 	if err := s.cfg.Store.Put(pr.Rec.Lease.ID, pr); err != nil {
 		s.log.Error("persist lease", "lease", pr.Rec.Lease.ID, "err", err)
 	}
-	s.changed.notify()
+	s.changed.Notify()
 }
 
 func (s *Supervisor) run(id string) *leaseRun {
@@ -934,7 +937,8 @@ func (r *leaseRun) prepare() error {
 		return err
 	}
 	r.releases = append(r.releases, func() { _ = logf.Close() })
-	lw := &lockedWriter{w: logf, sum: sha256.New()}
+	r.logGrew.Notify()
+	lw := &lockedWriter{w: logf, sum: sha256.New(), grew: &r.logGrew}
 	if err := lw.seed(logf); err != nil {
 		return err
 	}
@@ -1872,6 +1876,22 @@ func (s *Supervisor) Authorize(leaseID string, from peer.ID) (*Access, bool) {
 // LogPath is where the lease's log is written.
 func (a *Access) LogPath() string { return a.s.logPath(a.r.lease().ID) }
 
+// LogGrew returns a channel closed when the lease's log is created or
+// next written to: take it before reading the log, so that no line is
+// missed.
+func (a *Access) LogGrew() <-chan struct{} { return a.r.logGrew.Wait() }
+
+// LogGrew is Access.LogGrew for a lease running here, and while there is
+// none by that id the channel closed at the next change of any lease
+// (its run may be next).
+func (s *Supervisor) LogGrew(leaseID string) <-chan struct{} {
+	changed := s.changed.Wait()
+	if r := s.run(leaseID); r != nil {
+		return r.logGrew.Wait()
+	}
+	return changed
+}
+
 // OutputDir holds the lease's collected outputs.
 func (a *Access) OutputDir() string { return a.s.outDir(a.r.lease().ID) }
 
@@ -1970,6 +1990,8 @@ type lockedWriter struct {
 	// everything written.
 	sum hash.Hash
 	n   int64
+	// grew, when set, is notified at each write.
+	grew *broadcast.Signal
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
@@ -1979,6 +2001,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	if l.sum != nil && n > 0 {
 		l.sum.Write(p[:n])
 		l.n += int64(n)
+	}
+	if l.grew != nil && n > 0 {
+		l.grew.Notify()
 	}
 	return n, err
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -170,7 +171,7 @@ type Tracker struct {
 	rules   jobmachine.Rules
 	mons    map[string]*attest.HeartbeatMonitor
 	byLease map[string]string        // lease id → job id
-	changed broadcast                // at each change of a job's record (save)
+	changed broadcast.Signal         // at each change of a job's record (save)
 	wake    map[string]chan struct{} // queued job id → offer it now
 	reoffer time.Time                // when the next re-offer may go out
 	wg      sync.WaitGroup
@@ -592,7 +593,7 @@ func (t *Tracker) onAward(l auction.Lease) {
 	if v := t.jobs[key]; v != nil {
 		rd = t.stepLocked(key, v, jobmachine.Awarded{LeaseID: l.ID})
 	}
-	t.changed.notify()
+	t.changed.Notify()
 	t.mu.Unlock()
 	_ = t.advance(rd)
 }
@@ -628,7 +629,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	v.ProviderClock = attest.ClockOffset{}
 	v.Restored = nil
-	t.changed.notify()
+	t.changed.Notify()
 	t.mu.Unlock()
 	if key == job.ID {
 		t.fold(job.ID)
@@ -683,7 +684,7 @@ func (t *Tracker) waitChange(timeout time.Duration, done func() bool) bool {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
-		ch := t.changed.wait()
+		ch := t.changed.Wait()
 		if done() {
 			return true
 		}
@@ -703,7 +704,7 @@ func (t *Tracker) waitChange(timeout time.Duration, done func() bool) bool {
 func (t *Tracker) WaitView(ctx context.Context, id string, d time.Duration) (api.JobView, error) {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
-	next := t.changed.wait()
+	next := t.changed.Wait()
 	first, err := t.View(id)
 	if err != nil {
 		return first, err
@@ -716,7 +717,7 @@ func (t *Tracker) WaitView(ctx context.Context, id string, d time.Duration) (api
 		case <-ctx.Done():
 			return api.JobView{}, ctx.Err()
 		}
-		next = t.changed.wait()
+		next = t.changed.Wait()
 		if v, err := t.View(id); err != nil || !reflect.DeepEqual(v, first) {
 			return v, err
 		}
@@ -725,7 +726,7 @@ func (t *Tracker) WaitView(ctx context.Context, id string, d time.Duration) (api
 
 // Changed returns a channel closed at the next change of a job's record.
 // Take it before reading a view, then wait on it: no change is missed.
-func (t *Tracker) Changed() <-chan struct{} { return t.changed.wait() }
+func (t *Tracker) Changed() <-chan struct{} { return t.changed.Wait() }
 
 // save persists the record of a job. The saves of one job are serialised
 // (those of different jobs go in parallel), each reading the record as it
@@ -742,7 +743,7 @@ func (t *Tracker) save(id string) {
 // saveOne is save of one record; it reports whether the record is over
 // for good (not Live).
 func (t *Tracker) saveOne(id string) bool {
-	t.changed.notify()
+	t.changed.Notify()
 	mu := &t.saveMu[stripe(id, len(t.saveMu))]
 	mu.Lock()
 	defer mu.Unlock()
@@ -1019,7 +1020,7 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 	t.mu.Unlock()
 	// The job's view changed (its heartbeats and telemetry): whoever waits
 	// on a change of it (a long poll, a test) looks again.
-	t.changed.notify()
+	t.changed.Notify()
 	t.cfg.Observe.heartbeatReceived(hb, t.now())
 	return nil, nil
 }

@@ -1,7 +1,8 @@
 // Package leasestream carries a lease's streams between its renter and
 // its provider: the job's log (followed as it grows), its outputs (a
 // manifest and a tar bundle), a command run in its sandbox (exec) and a
-// connection to one of its ports (port-forward). The provider serves each
+// connection to one of its ports (port-forward) or, for a service
+// replica, to its service port (service). The provider serves each
 // to the lease's renter alone (lease.Supervisor.Authorize), exec and
 // port-forward only while the job runs; the renter opens them.
 package leasestream
@@ -111,19 +112,24 @@ func (sv *Server) Logs(s network.Stream) {
 		return
 	}
 	path := r.LogPath()
+	// over: the run has ended, so what the log holds now is all of it.
+	over := false
 	var f *os.File
 	for f == nil {
+		grew := r.LogGrew()
 		var err error
 		f, err = os.Open(path)
 		if err == nil {
 			break
 		}
 		// Not started yet: wait for the log to appear (or the job to end).
-		if !req.Follow || r.Ended() {
+		if !req.Follow || over || r.Ended() {
 			return
 		}
 		select {
-		case <-time.After(200 * time.Millisecond):
+		case <-grew:
+		case <-r.Done():
+			over = true
 		case <-sv.ctx.Done():
 			return
 		}
@@ -131,6 +137,7 @@ func (sv *Server) Logs(s network.Stream) {
 	defer f.Close()
 	buf := make([]byte, 32<<10)
 	for {
+		grew := r.LogGrew()
 		n, err := f.Read(buf)
 		if n > 0 {
 			if _, werr := s.Write(buf[:n]); werr != nil {
@@ -141,19 +148,18 @@ func (sv *Server) Logs(s network.Stream) {
 		if err != nil && err != io.EOF {
 			return
 		}
-		if !req.Follow {
+		if !req.Follow || over {
 			return
 		}
 		if r.Ended() {
 			// Drain what the job wrote last, then stop.
-			if n, _ := f.Read(buf); n > 0 {
-				_, _ = s.Write(buf[:n])
-				continue
-			}
-			return
+			over = true
+			continue
 		}
 		select {
-		case <-time.After(150 * time.Millisecond):
+		case <-grew:
+		case <-r.Done():
+			over = true
 		case <-sv.ctx.Done():
 			return
 		}
@@ -352,6 +358,24 @@ func (sv *Server) PortForward(s network.Stream) {
 	})
 	if err != nil {
 		sv.cfg.Log.Debug("port-forward stream", "peer", s.Conn().RemotePeer(), "err", err)
+	}
+}
+
+// Service connects a renter's stream to one of its service replicas: the
+// service port of a lease's job (provider side).
+func (sv *Server) Service(s network.Stream) {
+	err := service.Serve(sv.ctx, s, func(leaseID string, from peer.ID) (service.Target, error) {
+		a, ok := sv.cfg.Leases.Authorize(leaseID, from)
+		if !ok {
+			return nil, fmt.Errorf("lease %s: no such lease of yours", leaseID)
+		}
+		if a.ServicePort() == 0 {
+			return nil, fmt.Errorf("lease %s is not a service", leaseID)
+		}
+		return a, nil
+	})
+	if err != nil {
+		sv.cfg.Log.Debug("service stream", "peer", s.Conn().RemotePeer(), "err", err)
 	}
 }
 

@@ -29,7 +29,7 @@ type gangLeaser struct {
 }
 
 func (f *gangLeaser) Post(job auction.Job) (api.JobView, error) {
-	defer changes.notify()
+	defer changes.Notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.jobs = append(f.jobs, job)
@@ -64,7 +64,7 @@ func (f *gangLeaser) View(id string) (api.JobView, error) {
 }
 
 func (f *gangLeaser) Cancel(id string) (api.JobView, error) {
-	defer changes.notify()
+	defer changes.Notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.canceled = append(f.canceled, id)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"net"
@@ -156,13 +157,17 @@ func TestGatewayCarriesWebSockets(t *testing.T) {
 // (issue 29: 52 of 54 went to the faster one).
 func TestGatewaySplitsLoadEvenly(t *testing.T) {
 	count := map[string]int{}
-	rep := func(name string, delay time.Duration) *replica {
+	// The replica's own work: hashing its input, 4 MiB for the slow one
+	// (a few milliseconds), nothing for the fast one.
+	input := make([]byte, 4<<20)
+	rep := func(name string, work []byte) *replica {
 		return localReplica(t, name, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			time.Sleep(delay) // the replica's own work
+			sum := sha256.Sum256(work)
 			fmt.Fprint(w, name)
+			_ = sum
 		}))
 	}
-	s := testService(t, rep("fast", 0), rep("slow", 3*time.Millisecond))
+	s := testService(t, rep("fast", nil), rep("slow", input))
 	serveGateway(t, s)
 	client := &http.Client{Timeout: 10 * time.Second}
 	for i := range 100 {

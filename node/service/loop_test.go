@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -34,7 +35,7 @@ func (f *fakeLeaser) Post(job auction.Job) (api.JobView, error) {
 	f.regions = append(f.regions, job.Region)
 	gate, lease := f.gate, f.lease
 	f.mu.Unlock()
-	changes.notify()
+	changes.Notify()
 	if gate != nil {
 		<-gate
 	}
@@ -51,7 +52,7 @@ func (f *fakeLeaser) View(id string) (api.JobView, error) {
 }
 
 func (f *fakeLeaser) Cancel(id string) (api.JobView, error) {
-	defer changes.notify()
+	defer changes.Notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.canceled = append(f.canceled, id)
@@ -73,35 +74,10 @@ func testSpec() api.ServiceSpec {
 		Replicas: 1, ProbeInterval: 100 * time.Millisecond}
 }
 
-// signal is closed and renewed at each change it stands for.
-type signal struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-// wait returns the channel closed at the next change.
-func (s *signal) wait() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch == nil {
-		s.ch = make(chan struct{})
-	}
-	return s.ch
-}
-
-func (s *signal) notify() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch != nil {
-		close(s.ch)
-		s.ch = nil
-	}
-}
-
 // changes is notified at each call to a test's leaser and at each line a
 // manager logs (testLog: every event of a service is logged with the
 // change it reports), which is what waitFor waits on.
-var changes signal
+var changes broadcast.Signal
 
 // notifyLog is a log that keeps nothing and notifies changes at each line.
 type notifyLog struct{}
@@ -109,7 +85,7 @@ type notifyLog struct{}
 func (notifyLog) Enabled(context.Context, slog.Level) bool { return true }
 
 func (notifyLog) Handle(context.Context, slog.Record) error {
-	changes.notify()
+	changes.Notify()
 	return nil
 }
 
@@ -126,7 +102,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	deadline := time.NewTimer(5 * time.Second)
 	defer deadline.Stop()
 	for {
-		next := changes.wait()
+		next := changes.Wait()
 		if cond() {
 			return
 		}

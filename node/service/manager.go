@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/gpumesh/gpumesh/node/lease"
@@ -71,7 +72,15 @@ type Manager struct {
 
 	mu   sync.Mutex
 	svcs map[string]*Service
+	// changed is notified at each change of a service's state: an event,
+	// its routing rebuilt, a turn of its control loop.
+	changed broadcast.Signal
 }
+
+// Changed returns a channel closed at the next change of a service's
+// state (what its View shows but its request figures): take it before
+// reading the views, so that no change is missed.
+func (m *Manager) Changed() <-chan struct{} { return m.changed.Wait() }
 
 // NewManager returns a Manager; ctx bounds every service's background work.
 func NewManager(ctx context.Context, cfg Config) (*Manager, error) {

@@ -26,7 +26,7 @@ type lossLeaser struct {
 }
 
 func (f *lossLeaser) Post(job auction.Job) (api.JobView, error) {
-	defer changes.notify()
+	defer changes.Notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.jobs = append(f.jobs, job)
@@ -58,7 +58,7 @@ func (f *lossLeaser) View(id string) (api.JobView, error) {
 }
 
 func (f *lossLeaser) Cancel(id string) (api.JobView, error) {
-	defer changes.notify()
+	defer changes.Notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.canceled = append(f.canceled, id)

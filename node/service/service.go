@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -106,9 +107,9 @@ type Service struct {
 	// routable is the replicas requests may go to, by region, nearest
 	// first (rebuilt on each state change, read lock-free per request).
 	routable atomic.Pointer[[]group]
-	// routeChanged is closed (and replaced) each time routable is
-	// rebuilt: requests waiting for a replica watch it.
-	routeChanged atomic.Pointer[chan struct{}]
+	// routeChanged is notified each time routable is rebuilt: requests
+	// waiting for a replica watch it.
+	routeChanged broadcast.Signal
 	// lastRequest is when the latest request came (unix ns, by the
 	// service's clock), waiting how many wait for a replica (scale to
 	// zero); kick wakes the control loop at once.
@@ -159,8 +160,6 @@ func newService(m *Manager, spec api.ServiceSpec, ln net.Listener, token string)
 	s.proxy = s.newProxy()
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}
 	s.routable.Store(&[]group{})
-	changed := make(chan struct{})
-	s.routeChanged.Store(&changed)
 	s.kick = make(chan struct{}, 1)
 	s.lastRequest.Store(s.created.UnixNano())
 	s.tokens.Store(&[]*apiToken{})
@@ -195,6 +194,7 @@ func (s *Service) loop() {
 	defer t.Stop()
 	for {
 		s.tick()
+		s.m.changed.Notify()
 		select {
 		case <-s.ctx.Done():
 			return
@@ -210,6 +210,7 @@ func (s *Service) event(format string, a ...any) {
 	what := fmt.Sprintf(format, a...)
 	s.dirty = true
 	s.m.log.Info("service: "+what, "service", s.spec.ID)
+	defer s.m.changed.Notify()
 	s.events = append(s.events, api.ServiceEvent{Time: s.now(), What: what})
 	if len(s.events) > maxEvents {
 		s.events = s.events[len(s.events)-maxEvents:]
@@ -235,8 +236,8 @@ func (s *Service) reroute() {
 	}
 	gs := s.routeGroups(ready)
 	s.routable.Store(&gs)
-	changed := make(chan struct{})
-	close(*s.routeChanged.Swap(&changed))
+	s.routeChanged.Notify()
+	s.m.changed.Notify()
 }
 
 // setState moves r to state; s.mu is held.

@@ -82,7 +82,7 @@ func (s *Service) awaitReplica(ctx context.Context) *replica {
 	t := time.NewTimer(s.spec.StartTimeout)
 	defer t.Stop()
 	for {
-		changed := *s.routeChanged.Load()
+		changed := s.routeChanged.Wait()
 		if r := s.pick(nil); r != nil {
 			return r
 		}

@@ -45,13 +45,16 @@ func TestAwaitReplicaWakesAndWaits(t *testing.T) {
 	s.asleep, s.desired = true, 0
 	got := make(chan *replica, 1)
 	go func() { got <- s.awaitReplica(t.Context()) }()
+	// The request counts itself waiting, then kicks the control loop
+	// (which this test runs none of).
 	deadline := time.After(5 * time.Second)
-	for s.waiting.Load() == 0 {
-		select {
-		case <-deadline:
-			t.Fatal("the request never waited")
-		case <-time.After(time.Millisecond):
-		}
+	select {
+	case <-s.kick:
+	case <-deadline:
+		t.Fatal("the request never woke the service")
+	}
+	if n := s.waiting.Load(); n != 1 {
+		t.Fatalf("%d requests waiting, want 1", n)
 	}
 	s.mu.Lock()
 	if s.asleep || s.desired != 1 || s.wakeAt.IsZero() {

@@ -114,16 +114,17 @@ func (p *Peer) Connect(ctx context.Context, addr string) (peer.ID, error) {
 	return ais[0].ID, nil
 }
 
-// SubscribeCalls makes the peer hear calls for bids for a capability (the
-// topics an honest provider of it subscribes to, and the calls sent to it
-// directly on wire.ProtoCall, as a sampled call is) and hands each to fn.
-func (p *Peer) SubscribeCalls(ctx context.Context, c *auction.Capability, fn func(from peer.ID, data []byte)) error {
+// SubscribeCalls makes the peer hear calls for bids for a capability, as
+// an honest provider of it does: the calls sent to it directly on
+// wire.ProtoCall (a sampled call) go to direct, those heard on the topics
+// it subscribes to go to gossiped.
+func (p *Peer) SubscribeCalls(ctx context.Context, c *auction.Capability, direct, gossiped func(from peer.ID, data []byte)) error {
 	p.Node.Handle(wire.ProtoCall, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
-		fn(from, req)
+		direct(from, req)
 		return nil, nil
 	})
 	for _, t := range auction.ProviderTopics(c) {
-		if err := p.Node.Subscribe(ctx, t, fn); err != nil {
+		if err := p.Node.Subscribe(ctx, t, gossiped); err != nil {
 			return err
 		}
 	}

@@ -191,7 +191,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not reached within %s", what, within)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // daemons read through their control API: gossip and DHT over real sockets, nothing here is told
 	}
 }
 

@@ -98,7 +98,8 @@ func (p *Peer) bidder(ctx context.Context, cfg BidderConfig, onLease func(auctio
 			return nil, errors.New("no")
 		})
 	}
-	if err := p.SubscribeCalls(ctx, &capab, func(from peer.ID, data []byte) { _ = prov.HandleCall(from, data) }); err != nil {
+	if err := p.SubscribeCalls(ctx, &capab, func(from peer.ID, data []byte) { _ = prov.HandleCall(from, data) },
+		func(from peer.ID, data []byte) { _ = prov.HandleGossipedCall(from, data) }); err != nil {
 		return nil, err
 	}
 	if cfg.Advertise {

@@ -460,7 +460,7 @@ func (m *mnode) startProvider(pr profile) error {
 					return
 				}
 				if msg.ReceivedFrom != m.h.ID() {
-					_ = m.prov.HandleCall(msg.ReceivedFrom, msg.Data)
+					_ = m.prov.HandleGossipedCall(msg.ReceivedFrom, msg.Data)
 				}
 			}
 		}()

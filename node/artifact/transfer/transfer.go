@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
@@ -90,6 +91,8 @@ type Service struct {
 	// warming is the warm fetches under way: artifact id to the peer that
 	// asked for it.
 	warming map[string]peer.ID
+	// changed is notified at each count and each warm fetch's end.
+	changed broadcast.Signal
 }
 
 // mayFetch is the lease part of the store's access rule (Leases).
@@ -129,7 +132,13 @@ func (s *Service) count(name string, n int) {
 	s.mu.Lock()
 	s.counters[name] += n
 	s.mu.Unlock()
+	s.changed.Notify()
 }
+
+// Changed returns a channel closed at the next change of the counters or
+// the end of a warm fetch (its slot freed): take it before reading them,
+// so that no change is missed.
+func (s *Service) Changed() <-chan struct{} { return s.changed.Wait() }
 
 // Counters returns the service's counters (artifact.*).
 func (s *Service) Counters() map[string]int {
@@ -672,6 +681,7 @@ func (s *Service) pull(ctx context.Context, id string, total int64, grant []byte
 							s.badPeers[p]++
 							s.counters["artifact.bad_chunk"]++
 							s.mu.Unlock()
+							s.changed.Notify()
 							mu.Lock()
 							res.BadPeers = append(res.BadPeers, p.String())
 							mu.Unlock()

@@ -139,6 +139,7 @@ func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]
 			s.mu.Lock()
 			delete(s.warming, req.ID)
 			s.mu.Unlock()
+			s.changed.Notify()
 		}()
 		fctx, cancel := context.WithCancel(s.cfg.Context)
 		defer cancel()

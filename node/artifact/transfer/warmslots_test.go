@@ -112,12 +112,21 @@ func TestWarmDeadline(t *testing.T) {
 	prov.svc.cfg.WarmBaseTimeout = 300 * time.Millisecond
 	slow := newStallingOrigin(t)
 	slow.startWarm(t, prov, fakeID(1))
-	deadline := time.Now().Add(20 * time.Second)
-	for prov.svc.Counters()["artifact.warm_failed"] == 0 {
-		if time.Now().After(deadline) {
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	for {
+		changed := prov.svc.Changed()
+		prov.svc.mu.Lock()
+		warming := len(prov.svc.warming)
+		prov.svc.mu.Unlock()
+		if prov.svc.Counters()["artifact.warm_failed"] > 0 && warming == 0 {
+			break
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
 			t.Fatal("a stalled warm fetch was never given up")
 		}
-		time.Sleep(20 * time.Millisecond) // the warm fetch runs on its own over a real stream and signals only its counters
 	}
 	// Its slot is free: the same peer may ask again.
 	slow.startWarm(t, prov, fakeID(2))
