@@ -6,7 +6,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
-	"github.com/gpumesh/gpumesh/internal/broadcast"
+	"github.com/gpumesh/gpumesh/p2p/broadcast"
 )
 
 // Compaction. Badger's own compactors each wake every 50 ms to look for

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/node/config"
+	"github.com/gpumesh/gpumesh/p2p/broadcast"
 )
 
 // testNode is one daemon of an in-process loopback network.

@@ -43,7 +43,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	mh "github.com/multiformats/go-multihash"
 
-	"github.com/gpumesh/gpumesh/internal/broadcast"
+	"github.com/gpumesh/gpumesh/p2p/broadcast"
 )
 
 // ProtocolPrefix keeps gpumesh's DHT apart from the public IPFS DHT.

@@ -12,7 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 
-	"github.com/gpumesh/gpumesh/internal/broadcast"
+	"github.com/gpumesh/gpumesh/p2p/broadcast"
 )
 
 // Round-trip measurement bounds.

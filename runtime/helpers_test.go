@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/internal/broadcast"
+	"github.com/gpumesh/gpumesh/p2p/broadcast"
 )
 
 // helperBin is the jobhelper test binary (testdata/jobhelper), built static

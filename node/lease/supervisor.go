@@ -26,12 +26,12 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
 	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/p2p/broadcast"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
 )

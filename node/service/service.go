@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
-	"github.com/gpumesh/gpumesh/internal/broadcast"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/history"
+	"github.com/gpumesh/gpumesh/p2p/broadcast"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 

@@ -1,7 +1,8 @@
 // Package broadcast is the one change signal of this module: a Signal
 // wakes every waiter at once at each change of some state, so that no one
 // polls it. Standard library only, so any package (production or test, the
-// auction's included) may use it.
+// auction's included) may use it; it lives in p2p/, the lowest layer that
+// signals with it (reachability).
 package broadcast
 
 import "sync"
