@@ -20,6 +20,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/runtime"
+	"golang.org/x/sys/unix"
 )
 
 // counterJob counts to 40, a step every 250 ms, saving its counter in its
@@ -65,20 +66,43 @@ func waitLog(t *testing.T, n *testNode, leaseID string, re *regexp.Regexp, withi
 	return m
 }
 
-// waitLogIn polls a lease's log under the jobs dir of a provider that is a
-// daemon subprocess (<data dir>/jobs) until it matches re.
+// waitLogIn reads a lease's log under the jobs dir of a provider that is a
+// daemon subprocess (<data dir>/jobs) at each write the kernel reports on
+// its logs directory (inotify: the file is created or grows) until it
+// matches re.
 func waitLogIn(t *testing.T, jobsDir, leaseID string, re *regexp.Regexp, within time.Duration) []string {
 	t.Helper()
+	dir := filepath.Join(jobsDir, "logs") // the provider made it before the job ran
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Fatalf("inotify: %v", err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MODIFY|unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO); err != nil {
+		t.Fatalf("inotify watch %s: %v", dir, err)
+	}
 	deadline := time.Now().Add(within)
+	buf := make([]byte, 64<<10)
 	for {
-		b, _ := os.ReadFile(filepath.Join(jobsDir, "logs", leaseID+".log"))
+		// The watch is set before this read, so a write after it is
+		// reported below and never missed.
+		b, _ := os.ReadFile(filepath.Join(dir, leaseID+".log"))
 		if m := re.FindStringSubmatch(string(b)); m != nil {
 			return m
 		}
-		if time.Now().After(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			t.Fatalf("lease %s: log never matched %q:\n%s", leaseID, re, b)
 		}
-		time.Sleep(50 * time.Millisecond) // a daemon subprocess writes the log: nothing in this process is told
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, int(left.Milliseconds())+1); err != nil && err != unix.EINTR {
+			t.Fatalf("poll inotify: %v", err)
+		}
+		for { // drain the events: any of them means read the log again
+			if n, err := unix.Read(fd, buf); n <= 0 || err != nil {
+				break
+			}
+		}
 	}
 }
 
