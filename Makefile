@@ -36,8 +36,11 @@ cross:
 	@echo "job init without cgo (the Go init those builds carry)"
 	@CGO_ENABLED=0 $(GO) test -count=1 ./runtime/internal/jobinit
 
+# GPUMESH_BIN: the tests that run the daemon as a process use the
+# bin/gpumesh `build` just linked from this tree (cmd/gpumesh/gpumeshtest)
+# instead of each linking it again.
 test: build vet fmt sizes cross
-	$(GO) test -count=1 -timeout 15m ./...
+	GPUMESH_BIN=$(CURDIR)/bin/gpumesh $(GO) test -count=1 -timeout 15m ./...
 
 testnet: build
 	./testnet/up.sh $(N)

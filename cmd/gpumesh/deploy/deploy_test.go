@@ -14,9 +14,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/cmd/gpumesh/gpumeshtest"
 )
 
-// gpumeshBin is the CLI built once for these tests (with cgo, as shipped).
+// gpumeshBin is the CLI these tests install and run (with cgo, as
+// shipped): gpumeshtest.Binary's, once for all of them.
 var gpumeshBin string
 
 func TestMain(m *testing.M) {
@@ -25,9 +28,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	gpumeshBin = filepath.Join(dir, "gpumesh")
-	if out, err := goBuild(gpumeshBin, nil); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+	if gpumeshBin, err = gpumeshtest.Binary(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
