@@ -3,7 +3,7 @@ export GOFLAGS := -buildvcs=false
 GO ?= go
 N ?= 5
 
-.PHONY: build test testnet testnet-down vet fmt sizes cross bench fuzz sim clean release
+.PHONY: build test test-packages testnet testnet-down vet fmt sizes cross cross-idle bench fuzz sim clean release
 
 build:
 	$(GO) build -o bin/gpumesh ./cmd/gpumesh
@@ -36,8 +36,28 @@ cross:
 	@echo "job init without cgo (the Go init those builds carry)"
 	@CGO_ENABLED=0 $(GO) test -count=1 ./runtime/internal/jobinit
 
-test: build vet fmt sizes cross
-	$(GO) test -count=1 -timeout 15m ./...
+# test runs the checks that share the host's compiles one after another
+# (build, then vet, whose compiles the tests reuse), then every package's
+# tests with `cross` beside them:
+# - GPUMESH_BIN: the tests that run the daemon as a process use the
+#   bin/gpumesh `build` just linked from this tree (cmd/gpumesh/gpumeshtest)
+#   instead of each linking it again.
+# - TEST_P test binaries or compiles at once, not one per core: the longest
+#   packages (node, testnet/docker, the deploy tests) mostly wait on
+#   timers, daemons and containers, and with -p at the core count (2 on
+#   CI) two of them held both slots while every other package queued.
+# - cross compiles only for other targets (no compile the tests could
+#   share) at the lowest CPU priority, so it takes the CPU the waiting
+#   tests leave idle; its failure fails the target as before.
+TEST_P ?= 4
+test: build vet fmt sizes
+	@$(MAKE) --no-print-directory -j2 test-packages cross-idle
+
+test-packages:
+	GPUMESH_BIN=$(CURDIR)/bin/gpumesh $(GO) test -p $(TEST_P) -count=1 -timeout 15m ./...
+
+cross-idle:
+	@nice -n 19 $(MAKE) --no-print-directory cross
 
 testnet: build
 	./testnet/up.sh $(N)

@@ -182,7 +182,10 @@ func TestGangMemberDeclinesAbortsTheRest(t *testing.T) {
 // bid not awarded stays either).
 func TestGangRace(t *testing.T) {
 	for _, grace := range []time.Duration{0, DefaultHoldGrace} {
-		t.Run(fmt.Sprintf("bid holds %v", grace), func(t *testing.T) { raceGangs(t, grace) })
+		t.Run(fmt.Sprintf("bid holds %v", grace), func(t *testing.T) {
+			t.Parallel() // each races on a market of its own
+			raceGangs(t, grace)
+		})
 	}
 }
 

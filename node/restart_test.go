@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/cmd/gpumesh/gpumeshtest"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -21,18 +22,18 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// daemonBin is the gpumesh binary the subprocess tests run: built once
-// per test binary (a link of the whole daemon costs seconds of CPU each
-// time), into a directory TestMain removes.
+// daemonBin is the gpumesh binary the subprocess tests run: $GPUMESH_BIN
+// (make test's), or built once per test binary (a link of the whole
+// daemon costs seconds of CPU each time) into a directory TestMain
+// removes.
 var daemonBin struct {
 	sync.Mutex
 	dir, path string
-	out       []byte
 	err       error
 }
 
-// buildDaemon builds the gpumesh binary for subprocess tests (once: later
-// callers get the same binary, or the same build failure).
+// buildDaemon returns the gpumesh binary for subprocess tests (built
+// once: later callers get the same binary, or the same build failure).
 func buildDaemon(t *testing.T) string {
 	t.Helper()
 	daemonBin.Lock()
@@ -40,16 +41,11 @@ func buildDaemon(t *testing.T) string {
 	if daemonBin.path == "" && daemonBin.err == nil {
 		daemonBin.dir, daemonBin.err = os.MkdirTemp("", "gpumesh-node-test-bin-")
 		if daemonBin.err == nil {
-			bin := filepath.Join(daemonBin.dir, "gpumesh")
-			cmd := exec.Command("go", "build", "-o", bin, "../cmd/gpumesh")
-			cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
-			if daemonBin.out, daemonBin.err = cmd.CombinedOutput(); daemonBin.err == nil {
-				daemonBin.path = bin
-			}
+			daemonBin.path, daemonBin.err = gpumeshtest.Binary(daemonBin.dir)
 		}
 	}
 	if daemonBin.err != nil {
-		t.Fatalf("build gpumesh: %v\n%s", daemonBin.err, daemonBin.out)
+		t.Fatalf("gpumesh binary: %v", daemonBin.err)
 	}
 	return daemonBin.path
 }

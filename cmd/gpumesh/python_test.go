@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/cmd/gpumesh/gpumeshtest"
 )
 
 // pythonWithPytest is the first Python 3 that has pytest: $GPUMESH_PYTHON,
@@ -49,11 +51,9 @@ func TestPythonClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "gpumesh")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gpumesh: %v\n%s", err, out)
+	bin, err := gpumeshtest.Binary(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

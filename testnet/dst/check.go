@@ -40,19 +40,20 @@ type hold struct {
 // what each provider promised, what each renter was told it posted, and
 // what each node's ledger and jobs looked like at the last step.
 type checker struct {
-	s       *sim
-	holds   map[*node][]*hold
-	fresh   []*hold // holds made this step, checked against the others
-	freshOf map[*hold]*node
-	posts   map[*node][]string
-	rank    map[string]int    // renter/job -> the highest state rank seen
-	ledVer  map[*node]int     // disk version the ledger was last verified at
-	settled map[string]string // node/class/lease -> where it was first settled
+	s        *sim
+	holds    map[*node][]*hold
+	fresh    []*hold // holds made this step, checked against the others
+	freshOf  map[*hold]*node
+	posts    map[*node][]string
+	rank     map[string]int // renter/job -> the highest state rank seen
+	led      map[*node]*ledgerView
+	settled  map[string]string // node/class/lease -> where it was first settled
+	disputed map[string]string // renter/receipt/lease -> the provider that disputed it
 }
 
 func newChecker(s *sim) *checker {
 	return &checker{s: s, holds: map[*node][]*hold{}, freshOf: map[*hold]*node{}, posts: map[*node][]string{},
-		rank: map[string]int{}, ledVer: map[*node]int{}, settled: map[string]string{}}
+		rank: map[string]int{}, led: map[*node]*ledgerView{}, settled: map[string]string{}, disputed: map[string]string{}}
 }
 
 // booked records a provider's confirmation of a lease on b's devices:
@@ -152,62 +153,106 @@ func (c *checker) jobs() *Violation {
 	return nil
 }
 
+// ledgerView is how far the checker has verified one node's ledger: the
+// chain up to and including key last, whose verifier carries on from
+// there.
+type ledgerView struct {
+	cv   ledger.ChainVerifier
+	last string
+}
+
 // ledgers verifies every changed ledger with ledger.ChainVerifier, and
-// checks its settlements: one receipt and one payment per lease, and no
-// renter's receipt billing beyond what that renter observed.
+// checks its settlements: one receipt and one payment per lease, no
+// renter's receipt billing beyond what that renter observed, and no
+// provider disputing a lease its renter settled. A ledger that only grew
+// past the last key verified is verified from there on; any other change
+// (an entry rewritten or deleted) verifies it again from its first
+// entry, as if never seen.
 func (c *checker) ledgers() *Violation {
 	s := c.s
 	for _, n := range s.nodes {
-		if n.hostile != nil || c.ledVer[n] == n.disk.ledgerVer {
+		if n.hostile != nil {
 			continue
 		}
-		c.ledVer[n] = n.disk.ledgerVer
-		var cv ledger.ChainVerifier
-		for _, k := range n.disk.keys(ledgerPrefix) {
-			raw, _ := n.disk.get(k)
+		changed := n.disk.takeLedgerChanges()
+		if len(changed) == 0 {
+			continue
+		}
+		lv := c.led[n]
+		if lv == nil {
+			lv = &ledgerView{}
+			c.led[n] = lv
+		}
+		keys := changed
+		if changed[0] <= lv.last {
+			*lv = ledgerView{}
+			keys = n.disk.keys(ledgerPrefix)
+		}
+		for _, k := range keys {
+			raw, ok := n.disk.get(k)
+			if !ok {
+				continue // written and deleted again since the last step
+			}
 			seq, err := strconv.ParseUint(strings.TrimPrefix(k, ledgerPrefix), 10, 64)
 			if err == nil {
-				err = cv.Next(seq, raw)
+				err = lv.cv.Next(seq, raw)
 			}
 			if err != nil {
 				return s.violation(invLedger, fmt.Sprintf("%s: %v", n.name, err))
 			}
+			lv.last = k
 			var e record.Entry
 			if err := json.Unmarshal(raw, &e); err != nil {
 				return s.violation(invLedger, fmt.Sprintf("%s entry %d: %v", n.name, seq, err))
 			}
-			if e.Kind == record.KindDispute && n.prov != nil {
-				if renter := s.byID(e.Counterparty); renter != nil {
-					if at, ok := c.settled[renter.name+"/receipt/"+e.LeaseID]; ok {
-						return s.violation(invAgree, fmt.Sprintf("%s disputes lease %s, which %s settled (%s)", n.name, e.LeaseID, renter.name, at))
-					}
-				}
-			}
-			class := ""
-			switch e.Kind {
-			case record.KindReceipt:
-				class = "receipt"
-			case record.KindPaymentOwed, record.KindPaymentEarned:
-				class = "payment"
-			}
-			if class == "" {
-				continue
-			}
-			key := n.name + "/" + class + "/" + e.LeaseID
-			first, seen := c.settled[key]
-			if seen && first != k {
-				return s.violation(invSettledTwice, fmt.Sprintf("%s lease %s: %s at %s and again at %s", n.name, e.LeaseID, class, first, k))
-			}
-			c.settled[key] = k
-			// A receipt is judged once, as it is recorded, against what its
-			// renter knew then (its estimate of the provider's clock moves
-			// on later).
-			if !seen && e.Kind == record.KindReceipt && n.rent != nil {
-				if v := c.billed(n, e); v != nil {
-					return v
-				}
+			if v := c.entry(n, k, e); v != nil {
+				return v
 			}
 		}
+	}
+	return nil
+}
+
+// entry checks one verified entry of n's ledger, stored under key k, as
+// it is recorded.
+func (c *checker) entry(n *node, k string, e record.Entry) *Violation {
+	s := c.s
+	if e.Kind == record.KindDispute && n.prov != nil {
+		if renter := s.byID(e.Counterparty); renter != nil {
+			key := renter.name + "/receipt/" + e.LeaseID
+			if at, ok := c.settled[key]; ok {
+				return s.violation(invAgree, fmt.Sprintf("%s disputes lease %s, which %s settled (%s)", n.name, e.LeaseID, renter.name, at))
+			}
+			c.disputed[key] = n.name
+		}
+	}
+	class := ""
+	switch e.Kind {
+	case record.KindReceipt:
+		class = "receipt"
+	case record.KindPaymentOwed, record.KindPaymentEarned:
+		class = "payment"
+	}
+	if class == "" {
+		return nil
+	}
+	key := n.name + "/" + class + "/" + e.LeaseID
+	first, seen := c.settled[key]
+	if seen && first != k {
+		return s.violation(invSettledTwice, fmt.Sprintf("%s lease %s: %s at %s and again at %s", n.name, e.LeaseID, class, first, k))
+	}
+	c.settled[key] = k
+	if seen {
+		return nil // the same entry again, its ledger verified anew
+	}
+	if prov, ok := c.disputed[key]; ok {
+		return s.violation(invAgree, fmt.Sprintf("%s disputes lease %s, which %s settled (%s)", prov, e.LeaseID, n.name, k))
+	}
+	// A receipt is judged once, as it is recorded, against what its
+	// renter knew then (its estimate of the provider's clock moves on
+	// later).
+	if e.Kind == record.KindReceipt && n.rent != nil {
+		return c.billed(n, e)
 	}
 	return nil
 }

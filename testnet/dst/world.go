@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -158,9 +159,10 @@ type disk struct {
 	s     *sim
 	owner string
 	data  map[string][]byte
-	// ledgerVer is bumped on every change to the ledger's keys: the
-	// checker verifies a ledger again only when it changed.
-	ledgerVer int
+	// ledgerChanged are the ledger's keys written or deleted since the
+	// checker last took them (takeLedgerChanges): it verifies what
+	// changed, not the whole ledger again.
+	ledgerChanged []string
 }
 
 func (d *disk) put(key string, v []byte) {
@@ -187,8 +189,17 @@ func (d *disk) del(key string) {
 
 func (d *disk) changed(key string) {
 	if strings.HasPrefix(key, ledgerPrefix) {
-		d.ledgerVer++
+		d.ledgerChanged = append(d.ledgerChanged, key)
 	}
+}
+
+// takeLedgerChanges returns the ledger's keys changed since the last
+// call, sorted and each once, and forgets them.
+func (d *disk) takeLedgerChanges() []string {
+	ks := d.ledgerChanged
+	d.ledgerChanged = nil
+	slices.Sort(ks)
+	return slices.Compact(ks)
 }
 
 func (d *disk) get(key string) ([]byte, bool) {

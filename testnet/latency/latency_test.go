@@ -23,12 +23,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/cmd/gpumesh/gpumeshtest"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/testnet/internal/nstest"
 	"golang.org/x/sys/unix"
@@ -195,17 +195,14 @@ provider:
 `
 }
 
-// buildGpumesh builds the gpumesh binary into a temporary directory and
-// returns it and the directory.
+// buildGpumesh returns the gpumesh binary (gpumeshtest.Binary) and a
+// temporary directory for the test's daemons.
 func buildGpumesh(t *testing.T) (bin, tmp string) {
 	t.Helper()
 	tmp = t.TempDir()
-	bin = filepath.Join(tmp, "gpumesh")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/gpumesh")
-	build.Dir = filepath.Join("..", "..")
-	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations", "GOFLAGS=-buildvcs=false")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gpumesh: %v: %s", err, out)
+	bin, err := gpumeshtest.Binary(tmp)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin, tmp
 }

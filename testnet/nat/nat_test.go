@@ -11,12 +11,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/cmd/gpumesh/gpumeshtest"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/testnet/internal/nstest"
@@ -122,12 +122,9 @@ func TestProviderBehindNAT(t *testing.T) {
 	requireNetns(t)
 	began := time.Now()
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "gpumesh")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/gpumesh")
-	build.Dir = filepath.Join("..", "..")
-	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations", "GOFLAGS=-buildvcs=false")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gpumesh: %v: %s", err, out)
+	bin, err := gpumeshtest.Binary(tmp)
+	if err != nil {
+		t.Fatal(err)
 	}
 	tp := buildTopology(t)
 	n := &net{&nstest.Net{T: t, Bin: bin, Tmp: tmp}}

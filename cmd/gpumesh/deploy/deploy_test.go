@@ -14,9 +14,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/cmd/gpumesh/gpumeshtest"
 )
 
-// gpumeshBin is the CLI built once for these tests (with cgo, as shipped).
+// gpumeshBin is the CLI these tests install and run (with cgo, as
+// shipped): gpumeshtest.Binary's, once for all of them.
 var gpumeshBin string
 
 func TestMain(m *testing.M) {
@@ -25,9 +28,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	gpumeshBin = filepath.Join(dir, "gpumesh")
-	if out, err := goBuild(gpumeshBin, nil); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+	if gpumeshBin, err = gpumeshtest.Binary(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -73,6 +75,7 @@ func tree(t *testing.T, root string) string {
 // and the unit (paths substituted, enabled by a wants link) in place, and a
 // second run changes nothing.
 func TestInstallScript(t *testing.T) {
+	t.Parallel()
 	prefix := t.TempDir()
 	run := func(args ...string) string {
 		t.Helper()
@@ -137,6 +140,7 @@ func TestInstallScript(t *testing.T) {
 // compiles, runs as a renter, and refuses provider mode with no declared
 // GPUs, saying why.
 func TestNoCgoBuild(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "gpumesh")
 	if out, err := goBuild(bin, []string{"CGO_ENABLED=0"}); err != nil {
 		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", err, out)
@@ -304,6 +308,7 @@ func waitFor(t *testing.T, within time.Duration, what string, f func() (bool, st
 // provider that a renter in another container on a private network
 // discovers and leases.
 func TestFreshContainerProvider(t *testing.T) {
+	t.Parallel()
 	dockerOrSkip(t)
 	run := runID(t)
 	image := "gpumesh-deploy-test:" + run
@@ -405,6 +410,7 @@ exec su -s /bin/sh gpumesh -c 'exec gpumesh -d /var/lib/gpumesh daemon'`
 // compiling (the compile branch needs the golang image from a registry and
 // is not exercised here). The image's entrypoint is the daemon's CLI.
 func TestDockerfile(t *testing.T) {
+	t.Parallel()
 	dockerOrSkip(t)
 	run := runID(t)
 	base := "gpumesh-deploy-base:" + run
