@@ -13,6 +13,7 @@ vet:
 
 fmt:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1)
+	@! git grep -nE '^(<<<<<<<|>>>>>>>) ' -- . || (echo 'merge conflict markers committed'; exit 1)
 
 # sizes keeps generated data out of the repository: no tracked file may exceed
 # 1 MiB (data a script can make again belongs under an ignored path).
