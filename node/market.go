@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/gpumesh/gpumesh/node/gangnet"
@@ -313,11 +314,11 @@ type providerSelf struct{ m *market }
 
 // Capability is the node's advertised capability record, with what the
 // store holds now, not at the last advertisement.
-func (p providerSelf) Capability() auction.Capability {
+func (p providerSelf) Capability() terms.Capability {
 	d := p.m.d
 	if c := d.Advertised(); c != nil {
 		cc := *c
-		cc.Artifacts = d.artifacts.Store().Held(auction.MaxAdvertisedArtifacts)
+		cc.Artifacts = d.artifacts.Store().Held(terms.MaxAdvertisedArtifacts)
 		return cc
 	}
 	return d.capability(d.advertiseTTL())

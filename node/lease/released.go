@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
 
@@ -34,7 +34,7 @@ type releasedLease struct {
 
 // rememberReleasedLocked notes that the renter released lease l, and drops what
 // is past its settlement window or over maxReleased. t.mu is held.
-func (t *Tracker) rememberReleasedLocked(l auction.Lease) {
+func (t *Tracker) rememberReleasedLocked(l terms.Lease) {
 	now := t.now()
 	t.released[l.ID] = releasedLease{Lease: l.ID, Job: l.JobID, Provider: l.Provider, End: l.End}
 	for id, r := range t.released {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
@@ -33,7 +33,7 @@ func TestReleasedLeaseSettlesAtOnce(t *testing.T) {
 		return counter(p, "provider.settle_released") == 1
 	})
 	pl, _ := p.lease(lost)
-	if pl.Run != auction.RunCancelled || pl.Detail != "cancelled by the renter" {
+	if pl.Run != terms.RunCancelled || pl.Detail != "cancelled by the renter" {
 		t.Fatalf("released lease ended %s: %q", pl.Run, pl.Detail)
 	}
 	// The gated job had started when the release came: it ran, unbilled.
@@ -104,14 +104,14 @@ func TestRenterSayingReleasedForARunIsDisputed(t *testing.T) {
 		}
 		return r.tracker.HandleLeaseEvent(ctx, from, data)
 	}))
-	v := r.post(job(auction.Silver, 5, time.Minute, "run", "10", "0"))
+	v := r.post(job(terms.Silver, 5, time.Minute, "run", "10", "0"))
 	l := *v.Lease
 	var pl api.ProviderLease
 	h.waitFor(5*time.Second, "the provider's settlement disputed", func() bool {
 		pl, _ = p.lease(l.ID)
 		return pl.Dispute != ""
 	})
-	if pl.Run != auction.RunSucceeded || pl.Dispute != lifecycle.ReleasedDispute {
+	if pl.Run != terms.RunSucceeded || pl.Dispute != lifecycle.ReleasedDispute {
 		t.Fatalf("provider's lease: run %s, dispute %q", pl.Run, pl.Dispute)
 	}
 	h.waitFor(3*time.Second, "the provider's dispute in its ledger", func() bool { return len(p.entries(record.KindDispute, l.ID)) == 1 })
@@ -129,8 +129,8 @@ func TestReleasedBounded(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	tr := &Tracker{released: map[string]releasedLease{}}
 	tr.cfg.Now = func() time.Time { return now }
-	lease := func(i int, end time.Time) auction.Lease {
-		return auction.Lease{ID: fmt.Sprintf("l%d", i), JobID: "j", Provider: "p", End: end}
+	lease := func(i int, end time.Time) terms.Lease {
+		return terms.Lease{ID: fmt.Sprintf("l%d", i), JobID: "j", Provider: "p", End: end}
 	}
 	tr.rememberReleasedLocked(lease(0, now.Add(-DefaultSettleWindow-time.Second))) // over already
 	if _, ok := tr.released["l0"]; ok {
@@ -175,7 +175,7 @@ func TestForgedReleaseIsRetried(t *testing.T) {
 		}
 		return r.tracker.HandleLeaseEvent(ctx, from, data)
 	}))
-	v := r.post(job(auction.Silver, 5, time.Minute, "run", "10", "0"))
+	v := r.post(job(terms.Silver, 5, time.Minute, "run", "10", "0"))
 	h.waitFor(5*time.Second, "the forged release's report tried again", func() bool { return counter(p, "provider.settle_retry") >= 1 })
 	r.tr.OnRequest(wire.ProtoLeaseEvent, h.notifying(r.tracker.HandleLeaseEvent))
 	v = r.waitJob(v.Job.ID, "settled", settled)

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Event is something that happened to a job: a caller's request, a
@@ -16,14 +16,14 @@ type Event interface{ event() }
 type (
 	// Posted: the job was posted. It starts the machine (on a zero
 	// Record); a job without an id is ignored.
-	Posted struct{ Job auction.Job }
+	Posted struct{ Job terms.Job }
 	// Awarded: the job's auction sent the award of lease LeaseID.
 	Awarded struct{ LeaseID string }
 	// Confirmed: the provider confirmed Lease of Job (a gang member's
 	// record starts with it).
 	Confirmed struct {
-		Lease auction.Lease
-		Job   auction.Job
+		Lease terms.Lease
+		Job   terms.Job
 	}
 	// NoLease: the job's auction ended without a lease, saying Reason.
 	// Retry: no acceptable bid now, the job may be offered again (Raced:
@@ -43,7 +43,7 @@ type (
 	// offered it last (its attempt, restored checkpoints, exclusions),
 	// and the reasons it gave since it was last folded.
 	Folded struct {
-		Job     auction.Job
+		Job     terms.Job
 		Reasons []string
 	}
 	// TimerDue: the timer armed last (ArmTimer) fired.
@@ -57,16 +57,16 @@ type (
 	// (and, once it ended, how).
 	Reported struct {
 		LeaseID  string
-		Run      auction.RunState
-		Fault    auction.Fault
+		Run      terms.RunState
+		Fault    terms.Fault
 		Detail   string
 		ExitCode *int
 		Started  time.Time
 		Ended    time.Time
 	}
 	// Moved: the provider moved the current, pending lease earlier (the
-	// driver checked the move: auction.Lease.Moved).
-	Moved struct{ Lease auction.Lease }
+	// driver checked the move: terms.Lease.Moved).
+	Moved struct{ Lease terms.Lease }
 	// Lost: the current lease's provider went silent (or never reported
 	// by the lease's end): the lease failed, the provider's fault, ended
 	// At (the last heartbeat heard; zero: unknown).
@@ -87,14 +87,14 @@ type (
 	ReceiptRecorded struct{ Receipt attest.Receipt }
 	// Reauctioned: a requeued job's lease is archived and its auction
 	// begins again.
-	Reauctioned struct{ Job auction.Job }
+	Reauctioned struct{ Job terms.Job }
 	// GangRequeued: the gang job this record is part of (a gang's member,
 	// or its rank 0) goes back to auction as a whole, every member's
 	// lease archived: the record goes with it, whatever its own lease's
 	// end (a member that succeeded while another was lost runs again). It
 	// is the one event a final phase takes; a record whose lease still
 	// runs ignores it (its lease is stopped first).
-	GangRequeued struct{ Job auction.Job }
+	GangRequeued struct{ Job terms.Job }
 	// Closed: the job ends As (a final phase) with the job it is part of
 	// (a gang member's record with its gang).
 	Closed struct{ As Phase }
@@ -104,7 +104,7 @@ type (
 	// (read when it has no count); Unverified says its lease succeeded
 	// but the renter had not checked its evidence yet.
 	Restarted struct {
-		State      auction.JobState
+		State      terms.JobState
 		Leases     int
 		Unverified bool
 	}
@@ -137,7 +137,7 @@ type (
 	Persist struct{}
 	// StartAuction: run an auction for Job; feed back Awarded,
 	// Confirmed and NoLease.
-	StartAuction struct{ Job auction.Job }
+	StartAuction struct{ Job terms.Job }
 	// CancelAuction: stop the job's auction (or its queue's wait).
 	CancelAuction struct{}
 	// GiveUp: the job's wait in the queue ended, saying Reason.
@@ -146,25 +146,25 @@ type (
 	ArmTimer struct{ At time.Time }
 	// Watch: watch Lease for its provider's silence and for the end of
 	// its lease without a final report; feed back Lost.
-	Watch struct{ Lease auction.Lease }
+	Watch struct{ Lease terms.Lease }
 	// StopLease: ask the provider of Lease to stop it (it reports how it
 	// ended).
-	StopLease struct{ Lease auction.Lease }
+	StopLease struct{ Lease terms.Lease }
 	// Release: tell the provider of Lease that the job does not use it.
-	Release struct{ Lease auction.Lease }
+	Release struct{ Lease terms.Lease }
 	// Requeue: Lease ended in Run (through Fault, its provider saying
 	// Detail) and the job goes back to auction: once the lease settled
 	// (or the driver's wait for it passed), archive it and feed back
 	// Reauctioned.
 	Requeue struct {
-		Lease  auction.Lease
-		Run    auction.RunState
-		Fault  auction.Fault
+		Lease  terms.Lease
+		Run    terms.RunState
+		Fault  terms.Fault
 		Detail string
 	}
 	// CheckEvidence: check the succeeded run of Lease (its log); feed
 	// back Evidence.
-	CheckEvidence struct{ Lease auction.Lease }
+	CheckEvidence struct{ Lease terms.Lease }
 )
 
 func (Persist) effect()       {}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Step applies ev, which happened at now, to st: it returns the next state
@@ -113,18 +113,18 @@ func (s *stepper) step(ev Event) {
 	case Reported:
 		s.reported(ev)
 	case Moved:
-		if st.Phase == Leased && st.Lease != nil && st.Lease.ID == ev.Lease.ID && st.Run == auction.RunPending {
+		if st.Phase == Leased && st.Lease != nil && st.Lease.ID == ev.Lease.ID && st.Run == terms.RunPending {
 			l := ev.Lease
 			st.Lease = &l
 			s.do(Persist{}, Watch{Lease: l})
 		}
 	case Lost:
 		if st.Phase == Leased && st.Lease != nil && st.Lease.ID == ev.LeaseID && !st.Run.Terminal() {
-			st.Fault, st.Detail = auction.FaultProvider, ev.Detail
+			st.Fault, st.Detail = terms.FaultProvider, ev.Detail
 			if st.Ended.IsZero() {
 				st.Ended = ev.At
 			}
-			s.setRun(auction.RunFailed)
+			s.setRun(terms.RunFailed)
 			s.do(Release{Lease: *st.Lease}) // if it still runs there, it stops
 			s.ended(ev.Detail)
 		}
@@ -136,8 +136,8 @@ func (s *stepper) step(ev Event) {
 				return
 			}
 			detail := "no evidence of work: " + ev.Why
-			st.Fault, st.Detail = auction.FaultProvider, detail
-			s.setRun(auction.RunFailed)
+			st.Fault, st.Detail = terms.FaultProvider, detail
+			s.setRun(terms.RunFailed)
 			s.ended(detail)
 		}
 	case ReceiptRecorded:
@@ -157,14 +157,14 @@ func (s *stepper) step(ev Event) {
 }
 
 // reauction sends the job, its lease archived, back to auction.
-func (s *stepper) reauction(job auction.Job) {
+func (s *stepper) reauction(job terms.Job) {
 	st := &s.st
 	detail := ""
 	if st.Lease != nil {
 		detail = fmt.Sprintf("requeued after attempt %d was %s", st.Lease.Attempt, st.Run)
 	}
 	st.Phase, st.Job, st.Awarded = Auctioning, job, nil
-	st.Lease, st.Run, st.ExitCode, st.Detail, st.Fault, st.Receipt = nil, "", nil, detail, auction.FaultNone, nil
+	st.Lease, st.Run, st.ExitCode, st.Detail, st.Fault, st.Receipt = nil, "", nil, detail, terms.FaultNone, nil
 	st.Started, st.Ended, st.Due = time.Time{}, time.Time{}, time.Time{}
 	s.do(Persist{})
 }
@@ -177,7 +177,7 @@ func (s *stepper) inAuction() bool {
 
 // confirm makes l, a lease of job as its auction leased it (its attempt,
 // the checkpoints it restores), the job's current lease.
-func (s *stepper) confirm(l auction.Lease, job auction.Job) {
+func (s *stepper) confirm(l terms.Lease, job terms.Job) {
 	st := &s.st
 	if l.ID == "" {
 		return
@@ -185,9 +185,9 @@ func (s *stepper) confirm(l auction.Lease, job auction.Job) {
 	if job.ID == st.Job.ID {
 		st.Job = job
 	}
-	l.State = auction.RunPending
-	st.Phase, st.Lease, st.Run = Leased, &l, auction.RunPending
-	st.ExitCode, st.Detail, st.Fault, st.Receipt = nil, "", auction.FaultNone, nil
+	l.State = terms.RunPending
+	st.Phase, st.Lease, st.Run = Leased, &l, terms.RunPending
+	st.ExitCode, st.Detail, st.Fault, st.Receipt = nil, "", terms.FaultNone, nil
 	st.Started, st.Ended, st.Due, st.Awarded = time.Time{}, time.Time{}, time.Time{}, nil
 	st.Leases++
 	s.do(Persist{}, Watch{Lease: l})
@@ -279,10 +279,10 @@ func (s *stepper) offerDue() {
 
 // setRun records the current lease's run state (the lease's own state
 // follows it once the job runs).
-func (s *stepper) setRun(run auction.RunState) {
+func (s *stepper) setRun(run terms.RunState) {
 	st := &s.st
 	st.Run = run
-	if st.Lease != nil && (run == auction.RunRunning || run.Terminal()) {
+	if st.Lease != nil && (run == terms.RunRunning || run.Terminal()) {
 		l := *st.Lease
 		l.State = run
 		st.Lease = &l
@@ -306,7 +306,7 @@ func (s *stepper) reported(ev Reported) {
 		s.do(Persist{})
 		return
 	}
-	if ev.Run == auction.RunSucceeded {
+	if ev.Run == terms.RunSucceeded {
 		// Paid on evidence: checked before the receipt comes.
 		st.Phase = Verifying
 		s.do(Persist{}, CheckEvidence{Lease: *st.Lease})
@@ -353,7 +353,7 @@ func (s *stepper) restarted(ev Restarted) {
 		if st.Phase == "" {
 			st.Phase = Failed // an unknown state: never offered again
 		}
-		if st.Phase == Finished && st.Run == auction.RunSucceeded && st.Receipt == nil && ev.Unverified {
+		if st.Phase == Finished && st.Run == terms.RunSucceeded && st.Receipt == nil && ev.Unverified {
 			st.Phase = Verifying // its evidence is checked when its receipt comes
 		}
 	}

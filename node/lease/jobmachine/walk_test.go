@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestRandomWalksKeepTheRules steps random sequences of events (for the
@@ -18,9 +18,9 @@ import (
 // go down; a change of phase is persisted (but the award's, which a
 // restart takes back to the queue anyway, and the restart's own).
 func TestRandomWalksKeepTheRules(t *testing.T) {
-	runs := []auction.RunState{auction.RunPending, auction.RunRunning, auction.RunSucceeded, auction.RunFailed,
-		auction.RunPreempted, auction.RunExpired, auction.RunCancelled}
-	faults := []auction.Fault{auction.FaultNone, auction.FaultJob, auction.FaultProvider}
+	runs := []terms.RunState{terms.RunPending, terms.RunRunning, terms.RunSucceeded, terms.RunFailed,
+		terms.RunPreempted, terms.RunExpired, terms.RunCancelled}
+	faults := []terms.Fault{terms.FaultNone, terms.FaultJob, terms.FaultProvider}
 	for seed := uint64(0); seed < 500; seed++ {
 		rnd := rand.New(rand.NewPCG(seed, 1))
 		now := t0
@@ -68,7 +68,7 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 			case 14:
 				ev = Folded{Job: st.Job, Reasons: []string{"r"}}
 			case 15:
-				ev = Restarted{State: auction.JobLeased, Leases: 1}
+				ev = Restarted{State: terms.JobLeased, Leases: 1}
 			case 16:
 				if rnd.IntN(4) == 0 {
 					ev = GangRequeued{Job: st.Job}
@@ -91,7 +91,7 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 			}
 			if before.Lease != nil && st.Lease != nil && before.Lease.ID == st.Lease.ID && st.Run != before.Run &&
 				!st.Run.Follows(before.Run) {
-				if _, evidence := ev.(Evidence); !(evidence && before.Run == auction.RunSucceeded && st.Run == auction.RunFailed) {
+				if _, evidence := ev.(Evidence); !(evidence && before.Run == terms.RunSucceeded && st.Run == terms.RunFailed) {
 					fail("run moved back: %s -> %s", before.Run, st.Run)
 				}
 			}

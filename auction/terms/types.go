@@ -1,12 +1,15 @@
-// Package auction is the market: job specs with SLAs, provider capability
-// records and policies, the eligibility and pricing rules a provider applies
-// to a call for bids, the reliability-weighted scoring a renter applies to
-// bids, and the lease calendar that keeps a provider from double booking.
+// Package terms is the market's vocabulary: the nouns that cross the wire
+// or the control API (jobs with their SLAs, GPUs, policies, capability
+// records, bids, awards, leases, run states, faults, checkpoints, a gang's
+// terms, the renter's and provider's status views), each with its own
+// validity (Job.Validate, ValidID, Lease.Moved's rule, ...) and, for the
+// signed messages, their encoding under attest/sign (EncodeBid,
+// DecodeBidMessage, SealCapability, ...).
 //
-// The rules here are pure functions of their inputs and an explicit clock, so
-// the daemon (over libp2p) and the market replay (over a virtual clock) run
-// exactly the same code.
-package auction
+// It holds no rules of the market (eligibility, pricing, ranking, the
+// calendar: package auction) and no engines: no goroutines and no clock
+// but the explicit now its callers pass.
+package terms
 
 import (
 	"crypto/sha256"
@@ -82,23 +85,6 @@ const MaxMIGInstances = 8
 // Partitioned reports whether m is a device in MIG mode: then CUDA sees
 // only its instances (nil: no MIG).
 func (m *MIG) Partitioned() bool { return m != nil && m.Enabled }
-
-// sliceVRAMGB is the memory, in GB, a job holding fraction of device g
-// (0: all of it) gets: its share of the device's, or on a device in MIG
-// mode its smallest instance's, the most any one of them is sure to get.
-func (g GPU) sliceVRAMGB(fraction float64) float64 {
-	if !g.MIG.Partitioned() {
-		return float64(g.VRAMGB) * BilledGPUs(1, fraction)
-	}
-	if len(g.MIG.Instances) == 0 {
-		return 0
-	}
-	least := g.MIG.Instances[0].MemoryMB
-	for _, in := range g.MIG.Instances[1:] {
-		least = min(least, in.MemoryMB)
-	}
-	return float64(least) / 1024
-}
 
 // Slice isolation: how a provider keeps the jobs sharing one device apart
 // (GPU.Isolation), and which of them a job takes (Job.Isolation).
@@ -906,4 +892,32 @@ func distinctDevices(devices []int) bool {
 		seen[d] = true
 	}
 	return true
+}
+
+// HandBackDetail is the run detail of a lease its provider handed back
+// while draining (RunPreempted, FaultNone): its renter requeues it,
+// whatever its tier.
+const HandBackDetail = "provider draining: handed back"
+
+// Requeues reports whether a lease that ended in run, through fault, goes
+// back to auction for the rest of its job. A preempted lease does, of any
+// tier: a bronze lease evicted for gold, stopped over the provider's
+// thermal or power limits or at the end of its backfill gap, and a lease of
+// any tier its provider handed back while draining (HandBackDetail: a
+// provider preempts non-preemptible work only then). So does a lease that
+// failed through its provider's fault (a lost, restarted or broken
+// provider), of any tier. A job's own failure never does. The renter's
+// lease lifecycle asks this and nothing else.
+func (s RunState) Requeues(fault Fault) bool {
+	return s == RunPreempted || (s == RunFailed && fault == FaultProvider)
+}
+
+// Requeues reports whether j goes back to auction after a lease of it ended
+// in run, through fault: RunState.Requeues, except for a service replica
+// (Run.ServicePort > 0). A service owns its replicas' replacement: it sees
+// the lease end, retires the replica and leases a new one with its own
+// readiness and failover, so the renter never requeues a replica's job (two
+// owners would race, one auction wasted, its attempt budget meaningless).
+func (j *Job) Requeues(run RunState, fault Fault) bool {
+	return j.Run.ServicePort == 0 && run.Requeues(fault)
 }

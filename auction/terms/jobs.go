@@ -1,4 +1,4 @@
-package auction
+package terms
 
 import (
 	"crypto/rand"
@@ -157,9 +157,9 @@ const MaxBidInvited = 32
 // characters.
 const maxPeerIDLen = 128
 
-// validPeerID is the rule for a peer id a job names: a libp2p peer id of
+// ValidPeerID is the rule for a peer id a job names: a libp2p peer id of
 // at most maxPeerIDLen characters.
-func validPeerID(s string) error {
+func ValidPeerID(s string) error {
 	if s == "" || len(s) > maxPeerIDLen {
 		return fmt.Errorf("peer id of %d characters, want 1 to %d", len(s), maxPeerIDLen)
 	}
@@ -352,7 +352,7 @@ func (j *Job) Validate() error {
 		bad("bid_invited", "at most %d providers, got %d", MaxBidInvited, len(j.BidInvited))
 	} else {
 		for i, p := range j.BidInvited {
-			if err := validPeerID(p); err != nil {
+			if err := ValidPeerID(p); err != nil {
 				bad(fmt.Sprintf("bid_invited[%d]", i), "%v", err)
 			} else if slices.Index(j.BidInvited, p) < i {
 				bad(fmt.Sprintf("bid_invited[%d]", i), "%s is invited twice", p)
@@ -431,18 +431,6 @@ func RegionProblem(region string) string {
 }
 
 var regionNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-
-// regionSatisfies reports whether a provider in region have satisfies the
-// residency constraint want: want is empty (anywhere), equal to have, or a
-// dash-delimited prefix of it ("eu" matches "eu-west" but not "europe-x").
-func regionSatisfies(want, have string) bool {
-	want = strings.ToLower(strings.TrimSpace(want))
-	if want == "" {
-		return true
-	}
-	have = strings.ToLower(strings.TrimSpace(have))
-	return have == want || strings.HasPrefix(have, want+"-")
-}
 
 // MaxInputs bounds a job's input artifacts.
 const MaxInputs = 32

@@ -1,4 +1,4 @@
-package auction
+package terms
 
 import (
 	"errors"
@@ -27,7 +27,7 @@ func TestStreamMessageKinds(t *testing.T) {
 		return b
 	}
 	bid := must(EncodeBid(s, Bid{JobID: "job-1", Provider: me, Price: 1, Start: now, End: now.Add(time.Hour), Nonce: "n"}))
-	decline := must(EncodeDecline(s, Decline{JobID: "job-1", Provider: me, Kind: KindBusy, IssuedAt: now}))
+	decline := must(EncodeDecline(s, Decline{JobID: "job-1", Provider: me, Kind: "busy", IssuedAt: now}))
 	notice := must(EncodeCapacityNotice(s, CapacityNotice{Provider: me, FreeGPUs: 1, Jobs: []string{"job-1"}, IssuedAt: now}))
 	award := must(EncodeAward(s, Award{LeaseID: "l", JobID: "job-1", Renter: me, Provider: "p", Job: fuzzJob(s)}))
 	release := must(EncodeBidRelease(s, BidRelease{JobID: "job-1", Attempt: 1, Renter: me, Provider: "p", BidNonce: "n", IssuedAt: now}))
