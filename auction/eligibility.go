@@ -119,8 +119,9 @@ func inelig(kind, format string, args ...any) error {
 //
 // Offer.Datasets is the intersection of Job.Datasets and the provider's;
 // Offer.MissingBytes is what the provider lacks of the job's inputs.
-// Errors other than *Ineligible report bad input (nil state, invalid job or
-// policy).
+// Errors other than *Ineligible report bad input (nil state, invalid
+// policy). j must be valid (Job.Validate): a provider's jobs were validated
+// where they entered it, in their call's decoding (terms.DecodeCall).
 func Evaluate(ps ProviderState, j *terms.Job, now time.Time) (Offer, error) {
 	if ps.Cap == nil || ps.Cal == nil {
 		return Offer{}, errors.New("auction: evaluate: provider state needs a capability and a calendar")
@@ -128,22 +129,18 @@ func Evaluate(ps ProviderState, j *terms.Job, now time.Time) (Offer, error) {
 	if j == nil {
 		return Offer{}, errors.New("auction: evaluate: nil job")
 	}
-	jc := *j
-	if err := jc.Validate(); err != nil {
-		return Offer{}, fmt.Errorf("auction: evaluate: %w", err)
-	}
 	p := ps.Cap.Policy
 	if err := p.Validate(); err != nil {
 		return Offer{}, fmt.Errorf("auction: evaluate: provider %s: %w", ps.Cap.Peer, err)
 	}
 
-	model, vram, err := staticFit(ps.Cap, &jc)
+	model, vram, err := staticFit(ps.Cap, j)
 	if err != nil {
 		return Offer{}, err
 	}
-	pool := modelDevices(ps.Cap, terms.GPU{Model: model, VRAMGB: vram}, &jc, ps.Cal.Capacity())
-	if len(pool) < jc.GPUCount {
-		return Offer{}, inelig("capacity", "calendar holds %d %s gpus < %d required", len(pool), model, jc.GPUCount)
+	pool := modelDevices(ps.Cap, terms.GPU{Model: model, VRAMGB: vram}, j, ps.Cal.Capacity())
+	if len(pool) < j.GPUCount {
+		return Offer{}, inelig("capacity", "calendar holds %d %s gpus < %d required", len(pool), model, j.GPUCount)
 	}
 	if p.MaxTempC > 0 && ps.TempC > p.MaxTempC {
 		return Offer{}, inelig("thermal", "gpu temperature %dC above limit %dC", ps.TempC, p.MaxTempC)
@@ -151,11 +148,11 @@ func Evaluate(ps ProviderState, j *terms.Job, now time.Time) (Offer, error) {
 	if p.MaxPowerW > 0 && ps.PowerW > p.MaxPowerW {
 		return Offer{}, inelig("power", "power draw %dW above limit %dW", ps.PowerW, p.MaxPowerW)
 	}
-	if math.IsNaN(ps.Reliability) || ps.Reliability < jc.MinReliability {
-		return Offer{}, inelig("reliability", "reliability %.2f below required %.2f", ps.Reliability, jc.MinReliability)
+	if math.IsNaN(ps.Reliability) || ps.Reliability < j.MinReliability {
+		return Offer{}, inelig("reliability", "reliability %.2f below required %.2f", ps.Reliability, j.MinReliability)
 	}
-	if jc.GPUCount > ps.Cal.Capacity() {
-		return Offer{}, inelig("capacity", "calendar capacity %d gpus < %d required", ps.Cal.Capacity(), jc.GPUCount)
+	if j.GPUCount > ps.Cal.Capacity() {
+		return Offer{}, inelig("capacity", "calendar capacity %d gpus < %d required", ps.Cal.Capacity(), j.GPUCount)
 	}
 
 	var price, overQuote float64
@@ -168,8 +165,8 @@ func Evaluate(ps ProviderState, j *terms.Job, now time.Time) (Offer, error) {
 	}
 	affordable := func(s, e time.Time) bool {
 		occ := billedAt(books, s) / float64(ps.Cal.Capacity())
-		q := Quote(p, s, e.Sub(s), occ, jc.Preemptible)
-		if q > jc.MaxPrice {
+		q := Quote(p, s, e.Sub(s), occ, j.Preemptible)
+		if q > j.MaxPrice {
 			if overQuote == 0 {
 				overQuote = q
 			}
@@ -178,10 +175,10 @@ func Evaluate(ps ProviderState, j *terms.Job, now time.Time) (Offer, error) {
 		price = q
 		return true
 	}
-	start, end, preempts, err := placeLease(p, ps.Cal, books, pool, &jc, now, affordable)
+	start, end, preempts, err := placeLease(p, ps.Cal, books, pool, j, now, affordable)
 	if err != nil {
 		if overQuote > 0 {
-			return Offer{}, inelig("price", "quote %.2f > max %.2f", overQuote, jc.MaxPrice)
+			return Offer{}, inelig("price", "quote %.2f > max %.2f", overQuote, j.MaxPrice)
 		}
 		return Offer{}, err
 	}
@@ -191,11 +188,11 @@ func Evaluate(ps ProviderState, j *terms.Job, now time.Time) (Offer, error) {
 		End:      end,
 		GPUModel: model,
 		VRAMGB:   vram,
-		Datasets: intersect(jc.Datasets, ps.Cap.Datasets),
+		Datasets: intersect(j.Datasets, ps.Cap.Datasets),
 		Preempts: preempts,
-		Devices:  preferFree(books, ps.Cal.layout(), ps.Cal.Capacity(), start, end, pool, jc.GPUFraction),
+		Devices:  preferFree(books, ps.Cal.layout(), ps.Cal.Capacity(), start, end, pool, j.GPUFraction),
 	}
-	offer.MissingBytes = MissingBytes(&jc, ps.Cap.Artifacts)
+	offer.MissingBytes = MissingBytes(j, ps.Cap.Artifacts)
 	return offer, nil
 }
 

@@ -3,6 +3,7 @@ package auction
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -263,10 +264,31 @@ func TestRenterCancelAndNoBids(t *testing.T) {
 	if _, err := r.Bids("nope"); !errors.Is(err, ErrUnknownJob) {
 		t.Fatal("Bids of unknown job")
 	}
-	bad := j
-	bad.ID, bad.GPUCount = "", 0
-	if _, err := r.Post(context.Background(), bad); err == nil || errors.Is(err, ErrUnplaceable) {
-		t.Fatalf("invalid job: %v", err)
+	// An invalid job is refused where it enters the daemon (the control
+	// API's post, node/lease.Tracker), not by Post: see
+	// TestRequeueValidatesTheNewAttempt and TestHandleCallRefusesInvalidJob.
+}
+
+// TestHandleCallRefusesInvalidJob: a call is where a job enters a
+// provider; a call whose job, however well signed, is invalid is refused
+// there (counted invalid_job) and never evaluated.
+func TestHandleCallRefusesInvalidJob(t *testing.T) {
+	m := newMarket(t, []provSpec{{"cheap", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+	renter := signtest.New(t)
+	j := euJob(m.now())
+	j.ID, j.Owner, j.GPUCount = "job-bad", renter.ID().String(), 0
+	call, err := terms.EncodeCall(renter, j, TopicPrefix+"eu/a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := m.provs[0].p
+	var rej *Rejection
+	if err := p.HandleCall(renter.ID(), call); !errors.As(err, &rej) || rej.Reason != "invalid_job" || !errors.Is(err, terms.ErrInvalidJob) {
+		t.Fatalf("call of an invalid job: %v, want refused as invalid_job", err)
+	}
+	st := p.Stats()
+	if st.Rejected["invalid_job"] != 1 || st.Bids != 0 || len(st.Ineligible) != 0 {
+		t.Fatalf("provider stats after an invalid call: rejected %v, %d bids, ineligible %v", st.Rejected, st.Bids, st.Ineligible)
 	}
 }
 
@@ -340,5 +362,38 @@ func TestLostLeaseRequeuedElsewhere(t *testing.T) {
 	}
 	if n := m.provs[0].p.Stats().Ineligible["excluded"]; n != 1 {
 		t.Fatalf("lost provider's ineligible counts %v", m.provs[0].p.Stats().Ineligible)
+	}
+}
+
+// TestRequeueValidatesTheNewAttempt: Post trusts its job (validated where
+// it entered the daemon), but Requeue builds a new attempt itself, from
+// what its leases reported (excluded providers, checkpoints): that attempt
+// enters the market there and is validated before it is posted. One that
+// breaks a bound (more excluded providers than any job may name) is
+// refused, and no call for it goes out.
+func TestRequeueValidatesTheNewAttempt(t *testing.T) {
+	m := newMarket(t, []provSpec{{"cheap", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+	r, _ := m.renter(t, RenterConfig{})
+	job, err := r.Post(context.Background(), euJob(m.now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := m.provs[0].p.Stats().Calls
+	exclude := make([]string, terms.MaxAttempts+1)
+	for i := range exclude {
+		exclude[i] = fmt.Sprintf("lost-%d", i)
+	}
+	_, err = r.Requeue(context.Background(), job.ID, RequeueOptions{Reason: "lost", Exclude: exclude})
+	if !errors.Is(err, terms.ErrInvalidJob) {
+		t.Fatalf("requeue naming %d excluded providers: %v, want an invalid job", len(exclude), err)
+	}
+	if fes := terms.FieldErrors(err); len(fes) != 1 || fes[0].Field != "exclude" {
+		t.Fatalf("field errors %v, want one on exclude", fes)
+	}
+	if st, _ := r.Status(job.ID); st.State != terms.JobLeased || st.Offers != 1 {
+		t.Fatalf("after a refused requeue the job is %s after %d offers, want leased after 1", st.State, st.Offers)
+	}
+	if n := m.provs[0].p.Stats().Calls; n != calls {
+		t.Fatalf("provider heard %d calls after the refused requeue", n-calls)
 	}
 }

@@ -299,7 +299,7 @@ func (p *Provider) prune(now time.Time) {
 }
 
 // HandleCall takes a gossiped call for bids. It verifies the job envelope
-// (signed by the job's owner), validates the job, skips its own jobs and
+// (signed by the job's owner) and validates the job (DecodeCall), skips its own jobs and
 // calls it already answered (same owner, job id and attempt), and evaluates the
 // job. When eligible it queues a signed bid for the job's owner, to be sent
 // by a bounded pool of send workers within SendTimeout; the addresses a
@@ -320,10 +320,7 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	if err != nil {
 		return p.reject(decodeReason(err), err)
 	}
-	job := c.Job
-	if err := job.Validate(); err != nil {
-		return p.reject("invalid_job", err)
-	}
+	job := c.Job // valid: DecodeCall validated it
 	if job.Owner == p.cfg.Signer.ID().String() {
 		return nil
 	}

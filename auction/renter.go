@@ -78,6 +78,8 @@ func decodeReason(err error) string {
 		return "wrong_domain"
 	case errors.Is(err, terms.ErrBadID):
 		return "bad_id"
+	case errors.Is(err, terms.ErrInvalidJob):
+		return "invalid_job"
 	}
 	return "malformed"
 }
@@ -416,10 +418,15 @@ func (r *Renter) admit(ctx context.Context, rj *renterJob) (func(), error) {
 }
 
 // Post runs an auction for job: it fills ID (if empty), Owner and CreatedAt
-// (if zero), validates the job, publishes the call and returns when the
-// auction ends. The error is nil once leased, wraps ErrUnplaceable (with
-// the reason) when no bid could be turned into a lease, ErrCancelled after
-// Cancel, or reports an invalid job or a failed publish.
+// (if zero), publishes the call and returns when the auction ends. The
+// error is nil once leased, wraps ErrUnplaceable (with the reason) when no
+// bid could be turned into a lease, ErrCancelled after Cancel, or reports
+// a failed publish.
+//
+// job must be valid (Job.Validate): a job is validated once, where it
+// enters the daemon (the control API's post, node/lease.Tracker), and the
+// engine trusts it. Requeue, which builds a new attempt of a job itself,
+// validates that attempt before posting it.
 func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 	job.Owner = r.cfg.Signer.ID().String()
 	if job.ID == "" {
@@ -427,9 +434,6 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 	}
 	if job.CreatedAt.IsZero() {
 		job.CreatedAt = r.cfg.Now()
-	}
-	if err := job.Validate(); err != nil {
-		return job, err
 	}
 	var expected []string
 	sampled := false
@@ -1761,5 +1765,10 @@ func (r *Renter) Requeue(ctx context.Context, jobID string, opt RequeueOptions) 
 	job.Attempt++
 	job.Duration = remaining
 	job.Restore = append([]terms.Checkpoint(nil), opt.Restore...)
+	// The new attempt is a job this renter made, from checkpoints and
+	// excluded providers its leases reported: it enters the market here.
+	if err := job.Validate(); err != nil {
+		return job, fmt.Errorf("auction: requeue %s: %w", jobID, err)
+	}
 	return r.Post(ctx, job)
 }

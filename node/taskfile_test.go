@@ -40,6 +40,12 @@ func TestPostTaskText(t *testing.T) {
 	if _, err := cl.PostTask(ctx, "t.yaml", "max_price: 2\nrun: echo\n"); err == nil || !strings.Contains(err.Error(), "t.yaml: missing duration") {
 		t.Fatalf("no duration: %v", err)
 	}
+	// The daemon validates a posted task's job once, where it enters (the
+	// tracker), and explains that validation's problems by the task's lines.
+	if _, err := cl.PostTask(ctx, "t.yaml", strings.Replace(task, "bid_window: 1500ms", "bid_window: 90s", 1)); err == nil ||
+		!strings.Contains(err.Error(), "t.yaml:9: bid_window: must be in [100ms, 1m0s], got 1m30s") {
+		t.Fatalf("bid window out of bounds: %v", err)
+	}
 	var v api.JobView
 	err = cl.Do(ctx, "POST", "/jobs", nil, api.PostJobRequest{Job: terms.Job{MaxPrice: 1}, Task: task}, &v)
 	if err == nil || !strings.Contains(err.Error(), "not both") {

@@ -115,9 +115,11 @@ func FuzzDecodeCall(f *testing.F) {
 			oneLine(t, err)
 			return
 		}
-		// A decoded call is re-validatable without panicking, and its owner
-		// is a real peer id (the signer).
-		_ = c.Job.Validate()
+		// A decoded call's job is valid (DecodeCall validated it: nobody
+		// validates it again), and its owner is a real peer id (the signer).
+		if err := c.Job.Validate(); err != nil {
+			t.Fatalf("decoded a call of an invalid job: %v", err)
+		}
 		if c.Job.Owner != fuzzSigner.ID().String() {
 			t.Fatalf("decoded a call of %q, signed by %s", c.Job.Owner, fuzzSigner.ID())
 		}

@@ -39,6 +39,10 @@ const MaxIDLen = 128
 // ErrBadID is wrapped by ValidID's errors.
 var ErrBadID = errors.New("auction: invalid id")
 
+// ErrInvalidJob is wrapped by Job.Validate's errors (and so by DecodeCall's
+// for a call whose job is invalid).
+var ErrInvalidJob = errors.New("auction: invalid job")
+
 // ValidID is the one rule for every identifier that crosses the network (job
 // ids, lease ids, bid nonces): 1 to MaxIDLen characters from [A-Za-z0-9._-],
 // starting with a letter or digit, and no "..". Such an id is safe as a file
@@ -199,7 +203,7 @@ func SampledBidder(j *Job, provider string) bool {
 // when it posts the job). Each problem is a *FieldError (see FieldErrors).
 func (j *Job) Validate() error {
 	if j == nil {
-		return errors.New("auction: nil job")
+		return fmt.Errorf("%w: nil job", ErrInvalidJob)
 	}
 	var errs []error
 	bad := func(field, format string, args ...any) {
@@ -371,7 +375,7 @@ func (j *Job) Validate() error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("auction: invalid job %q: %w", j.ID, errors.Join(errs...))
+	return fmt.Errorf("%w %q: %w", ErrInvalidJob, j.ID, errors.Join(errs...))
 }
 
 // Bounds of Job.MaxRTT (when set) and of Job.Near.

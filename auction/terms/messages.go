@@ -79,8 +79,10 @@ func CallAsks(data []byte, provider string) bool {
 }
 
 // DecodeCall verifies a gossiped call: the job envelope's signature under
-// sign.DomainJob, that its signer is the job's Owner and that the job id
-// satisfies ValidID. It does not validate the rest of the job spec.
+// sign.DomainJob, that its signer is the job's Owner, that the job id
+// satisfies ValidID and that the job is valid (Job.Validate, which fills
+// its defaults; its errors wrap ErrInvalidJob). A call is where a job
+// enters a provider: what DecodeCall returns is not validated again.
 func DecodeCall(data []byte) (Call, error) {
 	if len(data) > MaxMessageSize {
 		return Call{}, ErrOversized
@@ -102,6 +104,9 @@ func DecodeCall(data []byte) (Call, error) {
 	}
 	if err := ValidID(c.Job.ID); err != nil {
 		return Call{}, fmt.Errorf("auction: call: job id: %w", err)
+	}
+	if err := c.Job.Validate(); err != nil {
+		return Call{}, err
 	}
 	c.Topic = w.Topic
 	return c, nil

@@ -77,3 +77,33 @@ func TestStreamMessageKinds(t *testing.T) {
 		t.Errorf("a 5000-byte kind is not refused by a short error: %v", err)
 	}
 }
+
+// TestDecodeCallValidatesTheJob: a call is where a job enters a provider,
+// so DecodeCall validates it: a signed call of an invalid job is refused
+// (ErrInvalidJob, its FieldErrors naming the problem), and what it returns
+// is valid with its defaults filled (a bid window), needing no check again.
+func TestDecodeCallValidatesTheJob(t *testing.T) {
+	s := signtest.New(t)
+	j := validJob()
+	j.ID, j.Owner = "job-1", s.ID().String()
+	data, err := EncodeCall(s, j, "topic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := DecodeCall(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Job.BidWindow != DefaultBidWindow {
+		t.Fatalf("decoded job's bid window %v, want the default %v filled", c.Job.BidWindow, DefaultBidWindow)
+	}
+	j.MaxPrice = -1
+	data, err = EncodeCall(s, j, "topic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = DecodeCall(data)
+	if fes := FieldErrors(err); !errors.Is(err, ErrInvalidJob) || len(fes) != 1 || fes[0].Field != "max_price" {
+		t.Fatalf("call of a job with a negative price: %v, want an invalid job on max_price", err)
+	}
+}

@@ -367,8 +367,11 @@ func (t *Tracker) PostChecked(job terms.Job, check func(*terms.Job) error) (api.
 	}
 	// Providers that will not bid say why: job status and bids show it.
 	job.WantDeclines = true
+	// Where a job enters the daemon (the control API's post, a service's
+	// replica): validated here once, and trusted from here on (the renter's
+	// auction engine does not validate it again).
 	if err := job.Validate(); err != nil {
-		return api.JobView{}, badRequest("%v", err)
+		return api.JobView{}, invalidRequest(err)
 	}
 	if check != nil {
 		if err := check(&job); err != nil {

@@ -25,6 +25,25 @@ func ConvertRequest(text, name string, now time.Time) (terms.Job, error) {
 	return job, nil
 }
 
+// ReadRequest is Read of a client's job post with a task (POST /v1/jobs):
+// name defaults to "task", no text is an error, and every problem is a bad
+// request (api.BadRequest). Its job is not validated here: the post
+// validates it where it enters the daemon, and File.ExplainPost explains
+// that validation's problems by the task's lines.
+func ReadRequest(text, name string, now time.Time) (*File, error) {
+	if name == "" {
+		name = "task"
+	}
+	if text == "" {
+		return nil, api.BadRequest("%s is empty", name)
+	}
+	f, err := Read(name, []byte(text), now)
+	if err != nil {
+		return nil, api.BadRequest("%v", err)
+	}
+	return f, nil
+}
+
 // ConvertServiceRequest is ConvertService of a client's call (a service
 // start with a service file): name defaults to "service", no text is an
 // error, and every problem is a bad request (api.BadRequest). The public

@@ -194,6 +194,14 @@ func (f *File) Explain(fe *terms.FieldError) string {
 // Check validates the file's job (after Defaults and whatever the caller
 // changed), explaining each problem by the file's lines, all on one line.
 func (f *File) Check() error {
+	if err := f.checkMissing(); err != nil {
+		return err
+	}
+	return f.explainAll(f.Job.Validate())
+}
+
+// checkMissing says which of the fields a job file must set it left out.
+func (f *File) checkMissing() error {
 	var missing []string
 	if !f.Set["max_price"] && f.Job.MaxPrice == 0 {
 		missing = append(missing, "max_price (the most you pay per GPU-hour, USD)")
@@ -204,7 +212,7 @@ func (f *File) Check() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%s: missing %s", f.Name, strings.Join(missing, " and "))
 	}
-	return f.explainAll(f.Job.Validate())
+	return nil
 }
 
 // explainAll is err, a job's validation error, on one line, each field
@@ -228,16 +236,43 @@ func (f *File) explainAll(err error) error {
 // Convert reads a job file of either shape and returns its job, with
 // `gpumesh job post`'s defaults, created at now and valid.
 func Convert(name string, b []byte, now time.Time) (terms.Job, error) {
-	f, err := Parse(name, b, now)
+	f, err := Read(name, b, now)
 	if err != nil {
 		return terms.Job{}, err
 	}
-	f.Defaults()
-	f.Job.CreatedAt = now
-	if err := f.Check(); err != nil {
+	if err := f.explainAll(f.Job.Validate()); err != nil {
 		return terms.Job{}, err
 	}
 	return f.Job, nil
+}
+
+// Read reads a job file of either shape, with `gpumesh job post`'s
+// defaults and created at now, and checks that it sets the fields a job
+// file must (max_price, duration), but does not validate its job: for a
+// caller that posts it to what validates a job where it enters the daemon
+// (the control API's post, node/lease.Tracker), whose errors ExplainPost
+// explains by the file's lines.
+func Read(name string, b []byte, now time.Time) (*File, error) {
+	f, err := Parse(name, b, now)
+	if err != nil {
+		return nil, err
+	}
+	f.Defaults()
+	f.Job.CreatedAt = now
+	if err := f.checkMissing(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// ExplainPost is err, the error of posting the file's job, with a
+// validation error's field problems explained by the file's lines, on one
+// line, as a bad request; any other error is returned as it is.
+func (f *File) ExplainPost(err error) error {
+	if len(terms.FieldErrors(err)) == 0 {
+		return err
+	}
+	return api.BadRequest("%v", f.explainAll(err))
 }
 
 // ---- task files ----
