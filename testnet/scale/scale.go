@@ -405,8 +405,14 @@ func ptr[T any](v T) *T { return &v }
 
 // post posts one job and waits for its auction to end.
 func (n *network) post(ctx context.Context, window time.Duration) (JobCost, error) {
+	// The harness is where its jobs enter, as the control API's post is a
+	// daemon's: the renter engine trusts what it is given.
+	spec := job(window)
+	if err := spec.Validate(); err != nil {
+		return JobCost{}, fmt.Errorf("scale: job: %w", err)
+	}
 	start := time.Now()
-	j, err := n.renter.Post(ctx, job(window))
+	j, err := n.renter.Post(ctx, spec)
 	c := JobCost{Latency: time.Since(start), Leased: err == nil}
 	if err != nil && !errors.Is(err, auction.ErrUnplaceable) {
 		return c, fmt.Errorf("scale: post: %w", err)
