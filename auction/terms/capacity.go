@@ -9,7 +9,7 @@ import (
 )
 
 // Capacity notices. A provider that turned a call away because its GPUs
-// were busy (Ineligible kind "busy") remembers the job; when GPUs free up
+// were busy (auction.Ineligible kind "busy") remembers the job; when GPUs free up
 // before their booked end (a lease ended early) and room is left once the
 // leases booked behind it moved earlier, it tells each renter it turned
 // away which of those jobs it now has room for. The renter offers them
@@ -21,7 +21,7 @@ type CapacityNotice struct {
 	Provider string `json:"provider"`
 	FreeGPUs int    `json:"free_gpus"`
 	// FreeFraction is the GPU share free now in the slices of devices
-	// that other slice leases share (Calendar.FreeFraction): room for
+	// that other slice leases share (auction.Calendar.FreeFraction): room for
 	// fractional jobs only, which FreeGPUs does not count.
 	FreeFraction float64   `json:"free_fraction,omitempty"`
 	Jobs         []string  `json:"jobs"`

@@ -67,7 +67,7 @@ type JobStatus struct {
 	// Offers counts the auctions this renter ran for the job (a queued job
 	// is offered again).
 	Offers int `json:"offers,omitempty"`
-	// Declines counts, by Ineligible.Kind, the providers that said why
+	// Declines counts, by auction.Ineligible.Kind, the providers that said why
 	// they did not bid in the latest auction (Job.WantDeclines).
 	Declines map[string]int `json:"declines,omitempty"`
 	// Members are a gang job's member leases by rank (Job.Nodes > 1), once
@@ -91,14 +91,14 @@ type ProviderStats struct {
 	// (the renter could not be reached in time).
 	Undelivered int            `json:"undelivered"`
 	Rejected    map[string]int `json:"rejected"`
-	Ineligible  map[string]int `json:"ineligible"` // by Ineligible.Kind
+	Ineligible  map[string]int `json:"ineligible"` // by auction.Ineligible.Kind
 	Occupancy   float64        `json:"occupancy"`
 	// EarningsUSD sums price × GPUs × hours over confirmed leases (a
 	// slice's fraction of a GPU: LeaseCost), as shortened by LeaseEnded. Leases lists live leases and the most recent
 	// ended ones.
 	EarningsUSD float64 `json:"earnings_usd"`
 	Leases      []Lease `json:"leases"`
-	// Draining is set while the provider drains (SetDraining): it takes
+	// Draining is set while the provider drains (auction.Provider.SetDraining): it takes
 	// no new work.
 	Draining bool `json:"draining,omitempty"`
 	// GangHeld is how many gang members are confirmed and booked, waiting
@@ -123,7 +123,7 @@ type Candidate struct {
 	// the provider holds: with HeldChecked, Held is the ids its signed
 	// capability record advertises (nil when the renter found no record),
 	// and the bid's MissingBytes is not taken on its word (see
-	// ChargedMissing). Without HeldChecked the claim is used as is.
+	// auction.ChargedMissing). Without HeldChecked the claim is used as is.
 	Held        []string `json:"-"`
 	HeldChecked bool     `json:"-"`
 	// Verified is whether the renter's book holds the provider verified
@@ -139,14 +139,14 @@ type Ranked struct {
 	Score    float64
 	Rejected string
 	// Transfer is the estimated time the provider spends fetching the
-	// job's inputs it lacks (charged in the score, see TransferFactor).
+	// job's inputs it lacks (charged in the score, see auction.TransferFactor).
 	Transfer time.Duration `json:"transfer,omitempty"`
 	// Missing is the input bytes the ranking charged the bid for
-	// fetching (ChargedMissing): more than Bid.MissingBytes when the
+	// fetching (auction.ChargedMissing): more than Bid.MissingBytes when the
 	// provider's advertised holdings do not back its claim.
 	Missing int64 `json:"missing,omitempty"`
 	// Nearness is how near the bid's region is to the region the job's
-	// Near names (see Nearness): bids rank by it before their score.
+	// Near names (see auction.Nearness): bids rank by it before their score.
 	Nearness int `json:"nearness,omitempty"`
 }
 
@@ -159,7 +159,7 @@ type Explanation struct {
 	Winner string `json:"winner,omitempty"`
 	Rank   int    `json:"rank,omitempty"`
 	// Score, Price and Reliability are the winning bid's, reliability as
-	// scored (at least MinScoreReliability).
+	// scored (at least auction.MinScoreReliability).
 	Score       float64 `json:"score,omitempty"`
 	Price       float64 `json:"price,omitempty"`
 	Reliability float64 `json:"reliability,omitempty"`
@@ -191,9 +191,9 @@ const (
 	RuleNoneEligible = "none_eligible" // every bid was rejected (each Ranked says why)
 	RuleNotAwarded   = "not_awarded"   // eligible bids, but none holds the lease (yet, or its awards failed)
 	RuleOnlyEligible = "only_eligible" // the winner's was the only eligible bid
-	RuleBestScore    = "best_score"    // the best score, by more than TieTolerance
-	RuleNearer       = "nearer"        // its region is nearer the job's Near region than the runner-up's (see Nearness)
-	RuleTieBreak     = "tie_break"     // tied within TieTolerance, ahead on TieBreak
+	RuleBestScore    = "best_score"    // the best score, by more than auction.TieTolerance
+	RuleNearer       = "nearer"        // its region is nearer the job's Near region than the runner-up's (see auction.Nearness)
+	RuleTieBreak     = "tie_break"     // tied within auction.TieTolerance, ahead on TieBreak
 	RulePassedOver   = "passed_over"   // the bids ranked ahead were not awarded or did not confirm (Passed)
 	RuleUnranked     = "unranked"      // the winner's bid is not in this ranking (an earlier auction's lease)
 )

@@ -232,7 +232,7 @@ func (p Policy) SliceCount(d int) int {
 
 // SliceMap is the policy's slicing as device index → slice count (nil when
 // it sells every device whole): what the provider's calendar books slices
-// by (Calendar.SetSlices).
+// by (auction.Calendar.SetSlices).
 func (p Policy) SliceMap() map[int]int {
 	var m map[int]int
 	for _, r := range p.Slices {
@@ -337,7 +337,7 @@ type Job struct {
 	ID    string `json:"id" yaml:"id,omitempty"`
 	Owner string `json:"owner" yaml:"-"`
 	// OwnerAddrs are the renter's addresses as it announces them. Anyone
-	// can fill them, so providers never dial them (see Transport.SendBid);
+	// can fill them, so providers never dial them (see auction.Transport.SendBid);
 	// they are kept for older peers.
 	OwnerAddrs []string `json:"owner_addrs,omitempty" yaml:"-"`
 	Tier       Tier     `json:"tier" yaml:"tier"`
@@ -367,7 +367,7 @@ type Job struct {
 	// MaxRTT and Near make the job latency-sensitive (LatencySensitive):
 	// its renter measures the round-trip time to each bidder itself
 	// (libp2p ping from the renter's host; a provider's word is never
-	// taken) and ranks bids by it (RTTFactor). MaxRTT is a hard bound: a
+	// taken) and ranks bids by it (auction.RTTFactor). MaxRTT is a hard bound: a
 	// bid whose provider's measured RTT exceeds it, or that the renter
 	// could not measure within the bid window, is rejected. 0 means none;
 	// else in [MinMaxRTT, MaxMaxRTT].
@@ -406,14 +406,14 @@ type Job struct {
 	// BidSample, when in (0, 1), asks only that share of the providers
 	// that hear the call to answer it: those SampledBidder picks with
 	// BidSeed. The renter sets both when more providers fit the job than
-	// it needs bids from (RenterConfig.MaxBidders), so that a job's cost
+	// it needs bids from (auction.RenterConfig.MaxBidders), so that a job's cost
 	// does not grow with every fitting provider of a large market.
 	BidSample float64 `json:"bid_sample,omitempty" yaml:"-"`
 	BidSeed   string  `json:"bid_seed,omitempty" yaml:"-"`
 	// BidInvited names providers a sampled call asks to answer whatever
 	// the draw: the renter invites those its own book holds established,
 	// so that fresh capability records, however many, cannot crowd them
-	// out of the sample (see Renter.Post). At most MaxBidInvited.
+	// out of the sample (see auction.Renter.Post). At most MaxBidInvited.
 	BidInvited []string `json:"bid_invited,omitempty" yaml:"-"`
 	// CheckpointEvery is how often the provider saves the job's checkpoint
 	// dir (GPUMESH_CHECKPOINT_DIR) as an artifact while it runs; 0 saves it
@@ -574,7 +574,7 @@ func (j *Job) Attempts() int {
 
 // Excludes reports whether provider lost an earlier attempt of the job, so
 // that it may not bid for this one: providers decline such a job
-// (Evaluate, kind "excluded") and renters refuse their bids.
+// (auction.Evaluate, kind "excluded") and renters refuse their bids.
 func (j *Job) Excludes(provider string) bool {
 	return provider != "" && slices.Contains(j.Exclude, provider)
 }
@@ -640,7 +640,7 @@ type Bid struct {
 	// lacks and would fetch before the job starts.
 	MissingBytes int64 `json:"missing_bytes,omitempty"`
 	// Held says the provider holds the bid's span tentatively on its
-	// calendar (ProviderConfig.HoldGrace): the renter releases such a bid
+	// calendar (auction.ProviderConfig.HoldGrace): the renter releases such a bid
 	// when it does not award it. A bid without a hold expires by itself.
 	Held bool `json:"held,omitempty"`
 	// Free is how many whole GPUs no booking held over [Start, End) when
@@ -686,7 +686,7 @@ type BidRelease struct {
 }
 
 // Decline is a provider's signed word that it will not bid for a job's
-// call, and why: Kind is the Ineligible.Kind (price, vram, region,
+// call, and why: Kind is the auction.Ineligible.Kind (price, vram, region,
 // availability, ...). Sent only when the call asked (Job.WantDeclines).
 type Decline struct {
 	JobID    string    `json:"job_id"`
