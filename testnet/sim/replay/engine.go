@@ -443,6 +443,12 @@ func (s *sim) place(j int) (bool, error) {
 		return true, nil
 	}
 	req := s.request(j)
+	// Each attempt's call enters the market here, as a requeued attempt
+	// enters a renter's (auction.Renter.Requeue): validated once, and
+	// trusted by the providers' Evaluate.
+	if err := req.Validate(); err != nil {
+		return false, fmt.Errorf("replay: job %s attempt %d: %w", req.ID, req.Attempt, err)
+	}
 	if js.cands == nil {
 		js.cands = s.staticCandidates(&req)
 	}
