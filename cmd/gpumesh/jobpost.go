@@ -25,7 +25,7 @@ func (s *stringList) String() string     { return strings.Join(*s, " ") }
 
 func jobPostFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "file", Usage: "job file: a task file (name, resources, setup, run... see examples/) or a YAML job spec (fields as in auction.Job); flags given explicitly override it. Also given as the argument: job post task.yaml"},
+		&cli.StringFlag{Name: "file", Usage: "job file: a task file (name, resources, setup, run... see examples/) or a YAML job spec (fields as in terms.Job, package auction/terms); flags given explicitly override it. Also given as the argument: job post task.yaml"},
 		&cli.StringFlag{Name: "tier", Value: string(terms.Silver), Usage: "gold, silver or bronze"},
 		&cli.Float64Flag{Name: "max-price", DefaultText: "required unless in --file", Usage: "most you pay per GPU-hour, in USD"},
 		&cli.StringSliceFlag{Name: "gpu", Usage: "acceptable GPU model, e.g. H100 (repeatable)"},
