@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestCheckBilled: a receipt may bill what its renter observed times the
 // lease's GPUs, plus a second of rounding, and no more; a hostile bill
 // (the booked span, a NaN, an infinity) is refused.
 func TestCheckBilled(t *testing.T) {
-	lease := auction.Lease{ID: "L1", Start: t0, End: t0.Add(time.Hour), GPUCount: 2}
+	lease := terms.Lease{ID: "L1", Start: t0, End: t0.Add(time.Hour), GPUCount: 2}
 	obsStart, obsEnd := t0.Add(10*time.Minute), t0.Add(40*time.Minute)
 	now := t0.Add(time.Hour)
 	seen := 30 * 60 * 2.0 // 30 minutes on 2 GPUs
@@ -80,7 +80,7 @@ func TestClockOffsetNote(t *testing.T) {
 // clock never gets more than its renter saw it run, nor more than
 // HeartbeatSkew outside the lease.
 func TestCheckBilledAcrossSkew(t *testing.T) {
-	lease := auction.Lease{ID: "L1", Start: t0, End: t0.Add(time.Hour), GPUCount: 1}
+	lease := terms.Lease{ID: "L1", Start: t0, End: t0.Add(time.Hour), GPUCount: 1}
 	r := attest.Receipt{LeaseID: "L1", GPUSeconds: 3600}
 	check := func(bill float64, from, to time.Time, off attest.ClockOffset) error {
 		r := r

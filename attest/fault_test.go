@@ -9,7 +9,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestJobFaultsDoNotCountAgainstTheProvider: failures the job caused itself
@@ -22,12 +22,12 @@ func TestJobFaultsDoNotCountAgainstTheProvider(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		for _, p := range []struct {
 			prov  *sign.Signer
-			fault auction.Fault
-		}{{innocent, auction.FaultJob}, {guilty, auction.FaultProvider}} {
+			fault terms.Fault
+		}{{innocent, terms.FaultJob}, {guilty, terms.FaultProvider}} {
 			renter := signtest.New(t)
 			establish(t, b, c, renter)
 			r := receipt(fmt.Sprintf("%s-%d", p.fault, i), p.prov, renter, t0.Add(-time.Duration(i)*time.Hour))
-			r.Outcome, r.Fault = auction.RunFailed, p.fault
+			r.Outcome, r.Fault = terms.RunFailed, p.fault
 			mustAdd(t, b, signed(t, p.prov, renter, r))
 		}
 	}
@@ -50,17 +50,17 @@ func TestJobFaultsDoNotCountAgainstTheProvider(t *testing.T) {
 func TestFaultOnlyWithAFailure(t *testing.T) {
 	prov, renter := signtest.Pair(t)
 	for _, c := range []struct {
-		outcome auction.RunState
-		fault   auction.Fault
+		outcome terms.RunState
+		fault   terms.Fault
 		ok      bool
 	}{
-		{auction.RunFailed, auction.FaultJob, true},
-		{auction.RunExpired, auction.FaultJob, true},
-		{auction.RunFailed, auction.FaultProvider, true},
-		{auction.RunSucceeded, auction.FaultNone, true},
-		{auction.RunSucceeded, auction.FaultJob, false},
-		{auction.RunPreempted, auction.FaultProvider, false},
-		{auction.RunFailed, "renter", false},
+		{terms.RunFailed, terms.FaultJob, true},
+		{terms.RunExpired, terms.FaultJob, true},
+		{terms.RunFailed, terms.FaultProvider, true},
+		{terms.RunSucceeded, terms.FaultNone, true},
+		{terms.RunSucceeded, terms.FaultJob, false},
+		{terms.RunPreempted, terms.FaultProvider, false},
+		{terms.RunFailed, "renter", false},
 	} {
 		t.Run(fmt.Sprintf("%s/%q", c.outcome, c.fault), func(t *testing.T) {
 			r := receipt("L", prov, renter, time.Now())

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Telemetry and hardware sources.
@@ -36,12 +36,12 @@ var ErrInvalidFingerprint = errors.New("attest: invalid fingerprint")
 // stack. Source says how it was obtained: SourceNVML when read from the
 // driver, SourceDeclared when copied from configuration.
 type Fingerprint struct {
-	Peer     string        `json:"peer"`
-	GPUs     []auction.GPU `json:"gpus"`
-	Driver   string        `json:"driver,omitempty"`
-	CUDA     string        `json:"cuda,omitempty"`
-	Source   string        `json:"source"`
-	IssuedAt time.Time     `json:"issued_at"`
+	Peer     string      `json:"peer"`
+	GPUs     []terms.GPU `json:"gpus"`
+	Driver   string      `json:"driver,omitempty"`
+	CUDA     string      `json:"cuda,omitempty"`
+	Source   string      `json:"source"`
+	IssuedAt time.Time   `json:"issued_at"`
 }
 
 func (fp Fingerprint) validate() error {
@@ -73,7 +73,7 @@ func (fp Fingerprint) validate() error {
 // new identity is recognisable. Any change of GPU, driver or source changes
 // the hash.
 func (fp Fingerprint) Hash() string {
-	gpus := make([]auction.GPU, len(fp.GPUs))
+	gpus := make([]terms.GPU, len(fp.GPUs))
 	copy(gpus, fp.GPUs)
 	sort.Slice(gpus, func(i, j int) bool {
 		a, b := gpus[i], gpus[j]

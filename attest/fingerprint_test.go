@@ -7,13 +7,13 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 func nvmlFingerprint(s *sign.Signer) attest.Fingerprint {
 	return attest.Fingerprint{
 		Peer: s.ID().String(),
-		GPUs: []auction.GPU{
+		GPUs: []terms.GPU{
 			{Model: "RTX 4090", VRAMGB: 24, UUID: "GPU-aaaa", Detected: true},
 			{Model: "RTX 4090", VRAMGB: 24, UUID: "GPU-bbbb", Detected: true},
 		},

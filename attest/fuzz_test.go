@@ -11,7 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 func FuzzOpenReceipt(f *testing.F) {
@@ -205,7 +205,7 @@ func FuzzOpenFingerprint(f *testing.F) {
 	prov := signtest.Seeded(f, "provider")
 	var envs []*sign.Envelope
 	for _, fp := range []attest.Fingerprint{nvmlFingerprint(prov), {Peer: prov.ID().String(), Source: attest.SourceDeclared,
-		GPUs: []auction.GPU{{Model: "H100", VRAMGB: 80}}, IssuedAt: t0}} {
+		GPUs: []terms.GPU{{Model: "H100", VRAMGB: 80}}, IssuedAt: t0}} {
 		env, err := attest.SignFingerprint(prov, fp)
 		if err != nil {
 			f.Fatal(err)
@@ -242,7 +242,7 @@ func FuzzDecodeHeartbeatSummary(f *testing.F) {
 	prov, renter := signtest.Seeded(f, "provider"), signtest.Seeded(f, "renter")
 	for _, hs := range []attest.HeartbeatSummary{{Count: 360, Expected: 360, Coverage: 1},
 		{Count: 3, Expected: 360, Coverage: 0.01, Rejected: 2, RateLimited: 1, MaxTempC: 80, MeanGPUUtil: 50,
-			Gaps: []auction.Interval{{Start: t0.Add(-time.Hour), End: t0.Add(-time.Minute)}}}} {
+			Gaps: []terms.Interval{{Start: t0.Add(-time.Hour), End: t0.Add(-time.Minute)}}}} {
 		b, err := json.Marshal(hs)
 		if err != nil {
 			f.Fatal(err)
@@ -261,7 +261,7 @@ func FuzzDecodeHeartbeatSummary(f *testing.F) {
 		}
 		r := receipt("L1", prov, renter, t0)
 		r.Heartbeats = hs
-		lease := auction.Lease{Start: r.Start, End: r.End, GPUCount: 1}
+		lease := terms.Lease{Start: r.Start, End: r.End, GPUCount: 1}
 		if s := attest.BillableSeconds(lease, r.Start, r.End, r.End, hs); s < 0 || s > r.End.Sub(r.Start).Seconds() {
 			t.Fatalf("the summary bills %v seconds of a %v lease", s, r.End.Sub(r.Start))
 		}

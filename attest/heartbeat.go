@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -249,7 +249,7 @@ type HeartbeatSummary struct {
 	Coverage float64 `json:"coverage"`
 	// Gaps are the spans longer than two intervals with no heartbeat, in
 	// time order; at most MaxSummaryGaps of them (the longest).
-	Gaps []auction.Interval `json:"gaps,omitempty"`
+	Gaps []terms.Interval `json:"gaps,omitempty"`
 	// Rejected counts heartbeats that failed verification, RateLimited
 	// those among them refused by the monitor's rate limit.
 	Rejected    int     `json:"rejected"`
@@ -498,7 +498,7 @@ func (m *HeartbeatMonitor) Summary(end time.Time) HeartbeatSummary {
 			continue
 		}
 		if t.Sub(prev) > 2*m.interval {
-			s.Gaps = append(s.Gaps, auction.Interval{Start: prev, End: t})
+			s.Gaps = append(s.Gaps, terms.Interval{Start: prev, End: t})
 		}
 		prev = t
 	}
@@ -511,7 +511,7 @@ func (m *HeartbeatMonitor) Summary(end time.Time) HeartbeatSummary {
 		sort.SliceStable(idx, func(a, b int) bool { return dur(idx[a]) > dur(idx[b]) })
 		idx = idx[:MaxSummaryGaps]
 		sort.Ints(idx)
-		kept := make([]auction.Interval, len(idx))
+		kept := make([]terms.Interval, len(idx))
 		for i, j := range idx {
 			kept[i] = s.Gaps[j]
 		}
@@ -530,7 +530,7 @@ func (s HeartbeatSummary) SilentUntil(start, from, end time.Time, interval time.
 		return s
 	}
 	out := s
-	out.Gaps = append(append([]auction.Interval(nil), s.Gaps...), auction.Interval{Start: from, End: end})
+	out.Gaps = append(append([]terms.Interval(nil), s.Gaps...), terms.Interval{Start: from, End: end})
 	if span := end.Sub(start); span > 0 {
 		out.Expected = int(span / interval)
 		if old := from.Sub(start); old > 0 {

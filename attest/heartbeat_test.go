@@ -9,7 +9,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 const iv = 10 * time.Second
@@ -182,7 +182,7 @@ func TestCheckHeartbeatAgainstFingerprint(t *testing.T) {
 	fp := nvmlFingerprint(s)
 	declared := fp
 	declared.Source = attest.SourceDeclared
-	declared.GPUs = []auction.GPU{{Model: "RTX 4090", VRAMGB: 24}}
+	declared.GPUs = []terms.GPU{{Model: "RTX 4090", VRAMGB: 24}}
 	ok := attest.Heartbeat{LeaseID: "L", Provider: s.ID().String(), Seq: 1, Time: t0,
 		Source: attest.SourceNVML, GPUUUIDs: []string{"GPU-bbbb"}, MemUsedMB: 20000}
 	if err := attest.CheckHeartbeatAgainstFingerprint(ok, fp); err != nil {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -24,7 +24,7 @@ func receipt(lease string, prov, renter *sign.Signer, end time.Time) attest.Rece
 		GPUSeconds: 3600,
 		Price:      2,
 		Amount:     2,
-		Outcome:    auction.RunSucceeded,
+		Outcome:    terms.RunSucceeded,
 		Heartbeats: attest.HeartbeatSummary{Count: 360, Expected: 360, Coverage: 1},
 		IssuedAt:   end,
 	}

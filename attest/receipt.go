@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -49,21 +49,21 @@ type Receipt struct {
 	End      time.Time `json:"end"`
 	GPUCount int       `json:"gpu_count"`
 	// GPUFraction is the share of its one device a slice lease held
-	// (auction.Lease.GPUFraction); 0 for whole devices. GPUSeconds then
+	// (terms.Lease.GPUFraction); 0 for whole devices. GPUSeconds then
 	// count that share: a quarter of a device for an hour is 900.
 	GPUFraction float64 `json:"gpu_fraction,omitempty"`
 	// Devices names the devices the lease ran on: their UUIDs where known,
 	// else their indices on the provider (none for a receipt that does not
 	// say; otherwise one per GPU).
-	Devices    []string         `json:"devices,omitempty"`
-	GPUSeconds float64          `json:"gpu_seconds"`
-	Price      float64          `json:"price"` // per GPU-hour
-	Amount     float64          `json:"amount"`
-	Outcome    auction.RunState `json:"outcome"` // the lease's terminal state
+	Devices    []string       `json:"devices,omitempty"`
+	GPUSeconds float64        `json:"gpu_seconds"`
+	Price      float64        `json:"price"` // per GPU-hour
+	Amount     float64        `json:"amount"`
+	Outcome    terms.RunState `json:"outcome"` // the lease's terminal state
 	// Fault says who caused an unsuccessful outcome (the job or the
 	// provider); empty for success, preemption and cancellation.
-	Fault      auction.Fault `json:"fault,omitempty"`
-	ResultHash string        `json:"result_hash,omitempty"`
+	Fault      terms.Fault `json:"fault,omitempty"`
+	ResultHash string      `json:"result_hash,omitempty"`
 	// Checkpoint is the artifact id of the last checkpoint of the job the
 	// lease saved and its renter acknowledged ("" for none).
 	Checkpoint string `json:"checkpoint,omitempty"`
@@ -72,7 +72,7 @@ type Receipt struct {
 	// succeeded run is paid on ("" on receipts from before it was kept).
 	LogDigest string `json:"log_digest,omitempty"`
 	// NoPersist is the provider's word that the lease ran under the
-	// no-persistence policy (auction.Job.NoPersist): its log and outputs
+	// no-persistence policy (terms.Job.NoPersist): its log and outputs
 	// went to the renter and are deleted once the lease is settled, none
 	// were kept as artifacts, and the job's memory could not swap. A
 	// renter does not countersign a no-persist job's receipt without it.
@@ -132,10 +132,10 @@ func AmountFor(gpuSeconds, price float64) float64 { return gpuSeconds / 3600 * p
 
 // Overclaimed reports whether the receipt claims more GPU-seconds than its
 // span times the GPUs it held (its GPU count, or the fraction of one device
-// a slice lease held: auction.BilledGPUs), with a one-second allowance for
+// a slice lease held: terms.BilledGPUs), with a one-second allowance for
 // rounding.
 func (r Receipt) Overclaimed() bool {
-	limit := wallSpan(r.Start, r.End).Seconds()*auction.BilledGPUs(r.GPUCount, r.GPUFraction) + 1
+	limit := wallSpan(r.Start, r.End).Seconds()*terms.BilledGPUs(r.GPUCount, r.GPUFraction) + 1
 	return r.GPUSeconds > limit
 }
 
@@ -168,7 +168,7 @@ func (r Receipt) validate() error {
 	if r.GPUCount < 1 {
 		return bad("gpu count %d", r.GPUCount)
 	}
-	if r.GPUFraction != 0 && (!slices.Contains(auction.GPUFractions, r.GPUFraction) || r.GPUCount != 1) {
+	if r.GPUFraction != 0 && (!slices.Contains(terms.GPUFractions, r.GPUFraction) || r.GPUCount != 1) {
 		return bad("gpu fraction %v of %d gpus (want 0.125, 0.25 or 0.5 of one)", r.GPUFraction, r.GPUCount)
 	}
 	if len(r.Devices) > 0 && len(r.Devices) != r.GPUCount {
@@ -194,21 +194,21 @@ func (r Receipt) validate() error {
 	if math.Abs(r.Amount-want) > 1e-9*math.Max(1, math.Abs(want)) {
 		return bad("amount %v, gpu seconds and price give %v", r.Amount, want)
 	}
-	if r.LogDigest != "" && !auction.ValidArtifactID(r.LogDigest) {
+	if r.LogDigest != "" && !terms.ValidArtifactID(r.LogDigest) {
 		return bad("log digest %q is not a SHA-256", r.LogDigest)
 	}
-	if r.Checkpoint != "" && !auction.ValidArtifactID(r.Checkpoint) {
+	if r.Checkpoint != "" && !terms.ValidArtifactID(r.Checkpoint) {
 		return bad("checkpoint %q is not an artifact id", r.Checkpoint)
 	}
 	if !validScrub(r.Scrub) {
 		return bad("scrub %.64q is not %q, %q or %q followed by why on one line", r.Scrub, ScrubZeroed, ScrubNoneDeclared, ScrubFailed)
 	}
 	switch r.Outcome {
-	case auction.RunSucceeded, auction.RunFailed, auction.RunPreempted, auction.RunExpired, auction.RunCancelled:
+	case terms.RunSucceeded, terms.RunFailed, terms.RunPreempted, terms.RunExpired, terms.RunCancelled:
 	default:
 		return bad("outcome %q", r.Outcome)
 	}
-	if !r.Fault.Valid() || (r.Fault != auction.FaultNone && r.Outcome != auction.RunFailed && r.Outcome != auction.RunExpired) {
+	if !r.Fault.Valid() || (r.Fault != terms.FaultNone && r.Outcome != terms.RunFailed && r.Outcome != terms.RunExpired) {
 		return bad("fault %q with outcome %s", r.Fault, r.Outcome)
 	}
 	if !r.Heartbeats.inRange() {
@@ -387,7 +387,7 @@ func (sr *SignedReceipt) Verify() error {
 // not in the future of now (beyond HeartbeatSkew of clock skew). A renter
 // should also bound what it countersigns by what it observed
 // (BillableSeconds).
-func CheckReceipt(r Receipt, l auction.Lease, now time.Time) error {
+func CheckReceipt(r Receipt, l terms.Lease, now time.Time) error {
 	mismatch := func(field string, got, want any) error {
 		return fmt.Errorf("%w: %s %v, lease has %v", ErrMismatch, field, got, want)
 	}
@@ -434,7 +434,7 @@ func CheckReceipt(r Receipt, l auction.Lease, now time.Time) error {
 // a bill worked out from a process's own clock readings equals the one
 // anyone works out from the same times as signed and sent, even when the
 // wall clock was stepped or slewed between them.
-func BillableSeconds(l auction.Lease, observedStart, observedEnd, now time.Time, hs HeartbeatSummary) float64 {
+func BillableSeconds(l terms.Lease, observedStart, observedEnd, now time.Time, hs HeartbeatSummary) float64 {
 	if observedStart.IsZero() {
 		return 0
 	}
@@ -519,7 +519,7 @@ func (o ClockOffset) OnProvider(t time.Time) time.Time {
 // length: a provider that lies about its clock only moves that span, and
 // gains at most HeartbeatSkew of time its renter saw it run, just outside
 // the lease.
-func CheckBilled(r Receipt, l auction.Lease, observedStart, observedEnd, now time.Time, off ClockOffset, hs HeartbeatSummary) error {
+func CheckBilled(r Receipt, l terms.Lease, observedStart, observedEnd, now time.Time, off ClockOffset, hs HeartbeatSummary) error {
 	observedStart, observedEnd, now = off.OnProvider(observedStart), off.OnProvider(observedEnd), off.OnProvider(now)
 	billable := BillableSeconds(l, observedStart, observedEnd, now, hs) * l.BilledGPUs()
 	if r.GPUSeconds > billable+1 {

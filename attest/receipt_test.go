@@ -11,7 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // forge signs r's exact encoding with the given keys for each role, without
@@ -180,13 +180,13 @@ func TestReceiptForgeries(t *testing.T) {
 func TestCheckReceipt(t *testing.T) {
 	prov, renter := signtest.Pair(t)
 	r := receipt("L1", prov, renter, t0)
-	terms := auction.Lease{ID: "L1", JobID: "job-L1", Renter: r.Renter, Provider: r.Provider,
+	leased := terms.Lease{ID: "L1", JobID: "job-L1", Renter: r.Renter, Provider: r.Provider,
 		Price: 2, Start: r.Start, End: r.End.Add(time.Hour), GPUCount: 1}
 	now := r.End.Add(time.Minute)
-	if err := attest.CheckReceipt(r, terms, now); err != nil {
+	if err := attest.CheckReceipt(r, leased, now); err != nil {
 		t.Fatalf("matching receipt (ended early): %v", err)
 	}
-	if err := attest.CheckReceipt(r, terms, r.End.Add(-attest.HeartbeatSkew)); err != nil {
+	if err := attest.CheckReceipt(r, leased, r.End.Add(-attest.HeartbeatSkew)); err != nil {
 		t.Fatalf("receipt ending within the clock skew: %v", err)
 	}
 	mutate := map[string]func(*attest.Receipt){
@@ -194,8 +194,8 @@ func TestCheckReceipt(t *testing.T) {
 		"lease":     func(r *attest.Receipt) { r.LeaseID = "L9" },
 		"job":       func(r *attest.Receipt) { r.JobID = "other" },
 		"gpus":      func(r *attest.Receipt) { r.GPUCount = 2 },
-		"late end":  func(r *attest.Receipt) { r.End = terms.End.Add(time.Minute) },
-		"early":     func(r *attest.Receipt) { r.Start = terms.Start.Add(-time.Minute) },
+		"late end":  func(r *attest.Receipt) { r.End = leased.End.Add(time.Minute) },
+		"early":     func(r *attest.Receipt) { r.Start = leased.Start.Add(-time.Minute) },
 		"overclaim": func(r *attest.Receipt) { r.GPUSeconds = 3600 * 2 },
 		"renter":    func(r *attest.Receipt) { r.Renter = prov.ID().String() },
 		// Within the lease, but after the checker's now.
@@ -204,7 +204,7 @@ func TestCheckReceipt(t *testing.T) {
 	for name, m := range mutate {
 		rr := r
 		m(&rr)
-		if err := attest.CheckReceipt(rr, terms, now); !errors.Is(err, attest.ErrMismatch) {
+		if err := attest.CheckReceipt(rr, leased, now); !errors.Is(err, attest.ErrMismatch) {
 			t.Errorf("%s: got %v", name, err)
 		}
 	}
@@ -215,7 +215,7 @@ func TestCheckReceipt(t *testing.T) {
 // recorded.
 func TestBillableSeconds(t *testing.T) {
 	prov := signtest.New(t)
-	lease := auction.Lease{ID: "L1", Start: t0, End: t0.Add(time.Hour), GPUCount: 2}
+	lease := terms.Lease{ID: "L1", Start: t0, End: t0.Add(time.Hour), GPUCount: 2}
 	// The renter's own monitor: one heartbeat per interval for the first
 	// 30 minutes, nothing for 20 minutes, then again until the end.
 	mon := attest.NewHeartbeatMonitor("L1", prov.ID(), t0, iv)
@@ -328,7 +328,7 @@ func TestSliceReceiptBillsItsFraction(t *testing.T) {
 	if err := sr.Verify(); err != nil || sr.Receipt.Amount != 0.5 {
 		t.Fatalf("a quarter gpu-hour at $2: amount %v, %v", sr.Receipt.Amount, err)
 	}
-	lease := auction.Lease{ID: "L1", JobID: "job-L1", Renter: q.Renter, Provider: q.Provider, Price: 2, Start: q.Start, End: q.End,
+	lease := terms.Lease{ID: "L1", JobID: "job-L1", Renter: q.Renter, Provider: q.Provider, Price: 2, Start: q.Start, End: q.End,
 		GPUCount: 1, GPUFraction: 0.25}
 	if err := attest.CheckReceipt(q, lease, q.End); err != nil {
 		t.Fatalf("quarter receipt against its lease: %v", err)

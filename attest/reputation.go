@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Slash evidence kinds, and the penalty each applies (see Book.Slash).
@@ -35,7 +35,7 @@ const (
 	// Prior is the score of an identity the book knows nothing about: the
 	// auction's neutral reliability, above which a renter invites a
 	// provider to its calls by name.
-	Prior = auction.NeutralReliability
+	Prior = terms.NeutralReliability
 )
 
 // Book defaults.
@@ -162,7 +162,7 @@ type record struct {
 	amount   float64
 	end      time.Time
 	bucket   int64
-	outcome  auction.RunState
+	outcome  terms.RunState
 	jobFault bool // failed through the job's own fault: not the provider's
 	coverage float64
 	hasCov   bool
@@ -431,7 +431,7 @@ func (b *Book) AddReceipt(sr *SignedReceipt) error {
 		end:      r.End,
 		bucket:   floorDiv(r.End.UnixNano(), int64(b.renterWindow)),
 		outcome:  r.Outcome,
-		jobFault: r.Fault == auction.FaultJob,
+		jobFault: r.Fault == terms.FaultJob,
 		coverage: r.Heartbeats.Coverage,
 		hasCov:   r.Heartbeats.Expected > 0,
 		honest:   !r.Overclaimed(),
@@ -747,18 +747,18 @@ func (b *Book) Stats(provider string) ProviderRep {
 		}
 		rep.Weight += w
 		switch rec.outcome {
-		case auction.RunSucceeded:
+		case terms.RunSucceeded:
 			rep.Completed++
 			compW += w
 			compX += x(1)
-		case auction.RunFailed, auction.RunExpired:
+		case terms.RunFailed, terms.RunExpired:
 			if rec.jobFault {
 				rep.JobFaults++ // and overclaimed: only its honesty counts
 				break
 			}
 			rep.Failed++
 			compW += w
-		case auction.RunPreempted:
+		case terms.RunPreempted:
 			k := renterJob{rec.renter, rec.job}
 			if !stopped[k] || rec.job == "" {
 				stopped[k] = true
@@ -768,7 +768,7 @@ func (b *Book) Stats(provider string) ProviderRep {
 			rep.Churned++
 			rep.Failed++
 			compW += w
-		case auction.RunCancelled:
+		case terms.RunCancelled:
 			rep.Cancelled++
 		}
 		if rec.hasCov {

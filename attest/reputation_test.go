@@ -11,7 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 type vclock struct {
@@ -54,7 +54,7 @@ func establish(t *testing.T, b *attest.Book, c *vclock, renters ...*sign.Signer)
 
 // history gives prov n receipts from n distinct established renters,
 // ending one hour apart before end, with the given outcome and coverage.
-func history(t *testing.T, b *attest.Book, c *vclock, prov *sign.Signer, tag string, n int, end time.Time, outcome auction.RunState, coverage float64) {
+func history(t *testing.T, b *attest.Book, c *vclock, prov *sign.Signer, tag string, n int, end time.Time, outcome terms.RunState, coverage float64) {
 	t.Helper()
 	for i := 0; i < n; i++ {
 		renter := signtest.New(t)
@@ -78,7 +78,7 @@ func TestScoreUnknownAndNewIdentity(t *testing.T) {
 	if one := b.Stats(prov.ID().String()); one.Receipts != 1 || one.Weight <= 0 || math.Abs(one.Score-attest.Prior) > 1e-12 {
 		t.Fatalf("one perfect receipt from a new renter: %+v; want counted, at the prior", one)
 	}
-	history(t, b, c, prov, "more", 30, t0, auction.RunSucceeded, 1)
+	history(t, b, c, prov, "more", 30, t0, terms.RunSucceeded, 1)
 	if many := b.Score(prov.ID().String()); many < 0.9 {
 		t.Fatalf("31 perfect receipts only reach %v", many)
 	}
@@ -95,13 +95,13 @@ func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
 	b, c := newBook(t0)
 	prov, renter := signtest.Pair(t)
 	pid := prov.ID().String()
-	history(t, b, c, prov, "base", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, c, prov, "base", 5, t0, terms.RunSucceeded, 1)
 	before := b.Stats(pid)
 
 	// A bad receipt that would, if counted, move the score a lot: a failure.
 	bad := func(lease string) attest.Receipt {
 		r := receipt(lease, prov, renter, t0)
-		r.Outcome = auction.RunFailed
+		r.Outcome = terms.RunFailed
 		return r
 	}
 	oneSig, err := attest.NewReceipt(prov, bad("F1"))
@@ -109,7 +109,7 @@ func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
 		t.Fatal(err)
 	}
 	tampered := signed(t, prov, renter, receipt("F2", prov, renter, t0))
-	tampered.Receipt.Outcome = auction.RunFailed
+	tampered.Receipt.Outcome = terms.RunFailed
 	tamperedAmount := signed(t, prov, renter, receipt("F3", prov, renter, t0))
 	tamperedAmount.Receipt.Amount = 1e6
 	swapped := signed(t, prov, renter, bad("F4"))
@@ -174,8 +174,8 @@ func TestForgeriesRejectedCountedAndHarmless(t *testing.T) {
 func TestDroppedHeartbeatsScoreLower(t *testing.T) {
 	b, c := newBook(t0)
 	honest, flaky := signtest.Pair(t)
-	history(t, b, c, honest, "h", 10, t0, auction.RunSucceeded, 1)
-	history(t, b, c, flaky, "f", 10, t0, auction.RunSucceeded, 0.5)
+	history(t, b, c, honest, "h", 10, t0, terms.RunSucceeded, 1)
+	history(t, b, c, flaky, "f", 10, t0, terms.RunSucceeded, 0.5)
 	h, f := b.Stats(honest.ID().String()), b.Stats(flaky.ID().String())
 	if !(f.Score < h.Score) {
 		t.Fatalf("coverage 0.5 scores %v, full coverage %v", f.Score, h.Score)
@@ -196,10 +196,10 @@ func TestRecencyWeighting(t *testing.T) {
 			b := attest.NewBook(attest.BookOptions{Now: c.Now, HalfLife: tc.halfLife})
 			reformed, decaying := signtest.Pair(t)
 			old := now.AddDate(0, -4, 0)
-			history(t, b, c, reformed, "ro", 8, old, auction.RunFailed, 1)
-			history(t, b, c, reformed, "rn", 8, now, auction.RunSucceeded, 1)
-			history(t, b, c, decaying, "do", 8, old, auction.RunSucceeded, 1)
-			history(t, b, c, decaying, "dn", 8, now, auction.RunFailed, 1)
+			history(t, b, c, reformed, "ro", 8, old, terms.RunFailed, 1)
+			history(t, b, c, reformed, "rn", 8, now, terms.RunSucceeded, 1)
+			history(t, b, c, decaying, "do", 8, old, terms.RunSucceeded, 1)
+			history(t, b, c, decaying, "dn", 8, now, terms.RunFailed, 1)
 			r, d := b.Score(reformed.ID().String()), b.Score(decaying.ID().String())
 			if tc.wantGap && !(r > d+0.1) {
 				t.Errorf("half-life %v: old failures (%v) should weigh less than new ones (%v)", tc.halfLife, r, d)
@@ -212,7 +212,7 @@ func TestRecencyWeighting(t *testing.T) {
 	// Time passing alone pulls a record back toward the prior.
 	b, c := newBook(t0)
 	p := signtest.New(t)
-	history(t, b, c, p, "x", 10, t0, auction.RunSucceeded, 1)
+	history(t, b, c, p, "x", 10, t0, terms.RunSucceeded, 1)
 	fresh := b.Score(p.ID().String())
 	c.Set(t0.AddDate(2, 0, 0))
 	if aged := b.Score(p.ID().String()); !(aged < fresh && aged > attest.Prior) {
@@ -223,10 +223,10 @@ func TestRecencyWeighting(t *testing.T) {
 func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
 	b, c := newBook(t0)
 	pre, fail := signtest.Pair(t)
-	history(t, b, c, pre, "s", 5, t0, auction.RunSucceeded, 1)
-	history(t, b, c, pre, "p", 5, t0.Add(-24*time.Hour), auction.RunPreempted, 1)
-	history(t, b, c, fail, "s", 5, t0, auction.RunSucceeded, 1)
-	history(t, b, c, fail, "p", 5, t0.Add(-24*time.Hour), auction.RunFailed, 1)
+	history(t, b, c, pre, "s", 5, t0, terms.RunSucceeded, 1)
+	history(t, b, c, pre, "p", 5, t0.Add(-24*time.Hour), terms.RunPreempted, 1)
+	history(t, b, c, fail, "s", 5, t0, terms.RunSucceeded, 1)
+	history(t, b, c, fail, "p", 5, t0.Add(-24*time.Hour), terms.RunFailed, 1)
 	p, f := b.Stats(pre.ID().String()), b.Stats(fail.ID().String())
 	if p.Preempted != 5 || p.Failed != 0 || f.Failed != 5 {
 		t.Fatalf("outcome counts: %+v / %+v", p, f)
@@ -236,7 +236,7 @@ func TestPreemptionIsNotTheProvidersFault(t *testing.T) {
 	}
 	// Preemptions count neither for nor against completion.
 	only := signtest.New(t)
-	history(t, b, c, only, "s", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, c, only, "s", 5, t0, terms.RunSucceeded, 1)
 	if o := b.Stats(only.ID().String()); math.Abs(o.Completion-p.Completion) > 1e-9 {
 		t.Fatalf("completion with preemptions %v, without %v", p.Completion, o.Completion)
 	}
@@ -257,7 +257,7 @@ func TestTightClusterCap(t *testing.T) {
 		r.Heartbeats = attest.HeartbeatSummary{}
 		mustAdd(t, b, signed(t, pump, friend, r))
 	}
-	history(t, b, c, broad, "b", 10, t0, auction.RunSucceeded, 1)
+	history(t, b, c, broad, "b", 10, t0, terms.RunSucceeded, 1)
 	p, q := b.Stats(pump.ID().String()), b.Stats(broad.ID().String())
 	if p.Receipts != 200 || p.Renters != 1 {
 		t.Fatalf("pump stats %+v", p)
@@ -274,7 +274,7 @@ func TestOverclaimIsFraud(t *testing.T) {
 	b, c := newBook(t0)
 	prov, renter := signtest.Pair(t)
 	pid := prov.ID().String()
-	history(t, b, c, prov, "ok", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, c, prov, "ok", 5, t0, terms.RunSucceeded, 1)
 	before := b.Stats(pid)
 	r := receipt("over", prov, renter, t0)
 	r.GPUSeconds, r.Amount = 36000, 20 // ten hours on one GPU in one hour
@@ -303,7 +303,7 @@ func TestSlash(t *testing.T) {
 	b, c := newBook(t0)
 	prov := signtest.New(t)
 	pid := prov.ID().String()
-	history(t, b, c, prov, "s", 10, t0, auction.RunSucceeded, 1)
+	history(t, b, c, prov, "s", 10, t0, terms.RunSucceeded, 1)
 	s0 := b.Score(pid)
 	ev := attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: "L7", Detail: "no heartbeats after 10m"}
 	if err := b.Slash(pid, ev); err != nil {
@@ -430,8 +430,8 @@ func TestBookForgetsOldestBeyondMaxRecords(t *testing.T) {
 	c := &vclock{t: t0}
 	b := attest.NewBook(attest.BookOptions{Now: c.Now, MaxRecords: 5})
 	prov := signtest.New(t)
-	history(t, b, c, prov, "old", 3, t0.AddDate(0, -1, 0), auction.RunFailed, 1)
-	history(t, b, c, prov, "new", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, c, prov, "old", 3, t0.AddDate(0, -1, 0), terms.RunFailed, 1)
+	history(t, b, c, prov, "new", 5, t0, terms.RunSucceeded, 1)
 	st := b.Stats(prov.ID().String())
 	if st.Receipts != 5 || st.Failed != 0 || st.Completed != 5 || st.Renters != 5 {
 		t.Fatalf("after overflow: %+v", st)
@@ -468,13 +468,13 @@ func TestSybilRentersCannotFarmReputation(t *testing.T) {
 				mustAdd(t, b, signed(t, accomplice, sybil, pad))
 				// A newcomer's lease that failed on its provider.
 				r := receipt(fmt.Sprintf("failed-%d", i), failing, sybil, t0)
-				r.Outcome, r.Heartbeats.Coverage = auction.RunFailed, 0.2
+				r.Outcome, r.Heartbeats.Coverage = terms.RunFailed, 0.2
 				mustAdd(t, b, signed(t, failing, sybil, r))
 			}
 			// The honest provider: 6 leases from established renters, four
 			// failed, half the heartbeats: just above the prior.
-			history(t, b, c, honest, "ok", 2, t0, auction.RunSucceeded, 0.5)
-			history(t, b, c, honest, "ko", 4, t0.Add(-24*time.Hour), auction.RunFailed, 0.5)
+			history(t, b, c, honest, "ok", 2, t0, terms.RunSucceeded, 0.5)
+			history(t, b, c, honest, "ko", 4, t0.Add(-24*time.Hour), terms.RunFailed, 0.5)
 			f, h, l := b.Stats(fake.ID().String()), b.Stats(honest.ID().String()), b.Stats(failing.ID().String())
 			t.Logf("fake (40 sybil receipts) %.4f weight %.2f; honest (6 established) %.4f weight %.2f; failing (40 newcomer failures) %.4f",
 				f.Score, f.Weight, h.Score, h.Weight, l.Score)
@@ -507,7 +507,7 @@ func TestBookBoundsIdentities(t *testing.T) {
 	c := &vclock{t: t0}
 	b := attest.NewBook(attest.BookOptions{Now: c.Now, MaxIdentities: max})
 	good, slashed := signtest.Pair(t)
-	history(t, b, c, good, "g", 3, t0, auction.RunSucceeded, 1)
+	history(t, b, c, good, "g", 3, t0, terms.RunSucceeded, 1)
 	if err := b.Slash(slashed.ID().String(), attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: "gone"}); err != nil {
 		t.Fatal(err)
 	}
@@ -573,17 +573,17 @@ func TestOwnReceiptsAreFirstHand(t *testing.T) {
 func TestRepeatedHandBacksCountAgainstStanding(t *testing.T) {
 	b, c := newBook(t0)
 	churner, honest := signtest.Pair(t)
-	history(t, b, c, churner, "s", 5, t0, auction.RunSucceeded, 1)
-	history(t, b, c, honest, "s", 5, t0, auction.RunSucceeded, 1)
+	history(t, b, c, churner, "s", 5, t0, terms.RunSucceeded, 1)
+	history(t, b, c, honest, "s", 5, t0, terms.RunSucceeded, 1)
 	renter := signtest.New(t)
 	establish(t, b, c, renter)
 	for i := range 3 {
 		end := t0.Add(-time.Duration(i+1) * time.Hour)
 		r := receipt(fmt.Sprintf("churn-%d", i), churner, renter, end)
-		r.JobID, r.Outcome = "job-churned", auction.RunPreempted
+		r.JobID, r.Outcome = "job-churned", terms.RunPreempted
 		mustAdd(t, b, signed(t, churner, renter, r))
 		r = receipt(fmt.Sprintf("once-%d", i), honest, renter, end)
-		r.Outcome = auction.RunPreempted // one preemption of each of three jobs
+		r.Outcome = terms.RunPreempted // one preemption of each of three jobs
 		mustAdd(t, b, signed(t, honest, renter, r))
 	}
 	ch, ho := b.Stats(churner.ID().String()), b.Stats(honest.ID().String())

@@ -11,7 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/gpuproof"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -40,7 +40,7 @@ func wire(t *testing.T, ss *sign.SignedSuccession) []byte {
 func TestSucceededIdentityKeepsItsReputation(t *testing.T) {
 	b, c := newBook(t0)
 	old, next := signtest.Pair(t)
-	history(t, b, c, old, "h", 6, t0.Add(-time.Hour), auction.RunSucceeded, 0.9)
+	history(t, b, c, old, "h", 6, t0.Add(-time.Hour), terms.RunSucceeded, 0.9)
 	if err := b.Slash(old.ID().String(), attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: "gone", Time: t0.Add(-2 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestForgedAndConflictingSuccessions(t *testing.T) {
 	b, c := newBook(t0)
 	old, next := signtest.Pair(t)
 	thief := signtest.New(t)
-	history(t, b, c, old, "h", 4, t0.Add(-time.Hour), auction.RunSucceeded, 1)
+	history(t, b, c, old, "h", 4, t0.Add(-time.Hour), terms.RunSucceeded, 1)
 	want := b.Stats(old.ID().String())
 
 	genuine := seal(t, old, next, t0)

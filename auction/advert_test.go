@@ -9,20 +9,21 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
-func testCap(s *sign.Signer, now time.Time, ttl time.Duration) Capability {
-	return Capability{Peer: s.ID().String(), Region: "eu-west", GPUs: []GPU{{Model: "H100", VRAMGB: 80}},
-		Policy: Policy{PriceFloor: 2}, Seq: 1, IssuedAt: now, ExpiresAt: now.Add(ttl)}
+func testCap(s *sign.Signer, now time.Time, ttl time.Duration) terms.Capability {
+	return terms.Capability{Peer: s.ID().String(), Region: "eu-west", GPUs: []terms.GPU{{Model: "H100", VRAMGB: 80}},
+		Policy: terms.Policy{PriceFloor: 2}, Seq: 1, IssuedAt: now, ExpiresAt: now.Add(ttl)}
 }
 
 func TestCapabilityValidator(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	v := CapabilityValidator{Now: func() time.Time { return now }}
+	v := terms.CapabilityValidator{Now: func() time.Time { return now }}
 	prov, other := signtest.Pair(t)
-	key := CapabilityKey(prov.ID())
+	key := terms.CapabilityKey(prov.ID())
 
-	good, err := SealCapability(prov, testCap(prov, now, time.Minute))
+	good, err := terms.SealCapability(prov, testCap(prov, now, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,10 +56,10 @@ func TestCapabilityValidator(t *testing.T) {
 		return b
 	}()
 	// Someone else's valid record stored under prov's key.
-	misfiled, _ := SealCapability(other, testCap(other, now, time.Minute))
+	misfiled, _ := terms.SealCapability(other, testCap(other, now, time.Minute))
 	// Expired and issued-in-the-future records.
-	expired, _ := SealCapability(prov, testCap(prov, now.Add(-2*time.Minute), time.Minute))
-	future, _ := SealCapability(prov, testCap(prov, now.Add(10*time.Minute), time.Hour))
+	expired, _ := terms.SealCapability(prov, testCap(prov, now.Add(-2*time.Minute), time.Minute))
+	future, _ := terms.SealCapability(prov, testCap(prov, now.Add(10*time.Minute), time.Hour))
 	// Right signature, wrong domain (a signature made for another message kind).
 	wrongDomain := func() []byte {
 		env, _ := sign.Seal(prov, sign.DomainBid, testCap(prov, now, time.Minute))
@@ -84,7 +85,7 @@ func TestCapabilityValidator(t *testing.T) {
 	// Select: newest sequence wins; invalid ones are never selected.
 	c2 := testCap(prov, now, time.Minute)
 	c2.Seq = 2
-	newer, _ := SealCapability(prov, c2)
+	newer, _ := terms.SealCapability(prov, c2)
 	i, err := v.Select(key, [][]byte{good, forged, newer, expired})
 	if err != nil || i != 2 {
 		t.Fatalf("Select = %d, %v; want 2", i, err)
@@ -95,8 +96,8 @@ func TestCapabilityValidator(t *testing.T) {
 }
 
 func TestDiscoveryKeysAndMatches(t *testing.T) {
-	c := Capability{Region: "eu-west-1", GPUs: []GPU{{Model: "NVIDIA H100", VRAMGB: 80}, {Model: "RTX 4090", VRAMGB: 24}}}
-	keys := strings.Join(DiscoveryKeys(c), " ")
+	c := terms.Capability{Region: "eu-west-1", GPUs: []terms.GPU{{Model: "NVIDIA H100", VRAMGB: 80}, {Model: "RTX 4090", VRAMGB: 24}}}
+	keys := strings.Join(terms.DiscoveryKeys(c), " ")
 	for _, k := range []string{"all", "region/eu", "region/eu-west", "region/eu-west-1", "gpu/h100", "gpu/rtx-4090", "vram/80", "vram/24", "vram/8"} {
 		if !strings.Contains(" "+keys+" ", " "+k+" ") {
 			t.Errorf("missing discovery key %s in %s", k, keys)
@@ -106,15 +107,15 @@ func TestDiscoveryKeysAndMatches(t *testing.T) {
 		t.Errorf("advertises a VRAM class it does not reach: %s", keys)
 	}
 	// Every query's lookup key is one the matching provider announced.
-	for _, q := range []Query{{GPU: "h100"}, {Region: "eu"}, {MinVRAM: 50}, {MinVRAM: 80}, {}} {
+	for _, q := range []terms.Query{{GPU: "h100"}, {Region: "eu"}, {MinVRAM: 50}, {MinVRAM: 80}, {}} {
 		if !c.Matches(q) {
 			t.Errorf("%+v should match", q)
 		}
-		if !strings.Contains(" "+keys+" ", " "+QueryKey(q)+" ") {
-			t.Errorf("QueryKey(%+v) = %s not announced by a match", q, QueryKey(q))
+		if !strings.Contains(" "+keys+" ", " "+terms.QueryKey(q)+" ") {
+			t.Errorf("QueryKey(%+v) = %s not announced by a match", q, terms.QueryKey(q))
 		}
 	}
-	for _, q := range []Query{{GPU: "a100"}, {Region: "us"}, {Region: "europe"}, {MinVRAM: 81}, {GPU: "rtx4090", MinVRAM: 48}, {GPU: "h100", GPUCount: 2}} {
+	for _, q := range []terms.Query{{GPU: "a100"}, {Region: "us"}, {Region: "europe"}, {MinVRAM: 81}, {GPU: "rtx4090", MinVRAM: 48}, {GPU: "h100", GPUCount: 2}} {
 		if c.Matches(q) {
 			t.Errorf("%+v should not match", q)
 		}
@@ -126,37 +127,37 @@ func TestDiscoveryKeysAndMatches(t *testing.T) {
 // hold or an instance without memory.
 func TestCapabilityMIG(t *testing.T) {
 	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
-	v := CapabilityValidator{Now: func() time.Time { return now }}
+	v := terms.CapabilityValidator{Now: func() time.Time { return now }}
 	prov := signtest.New(t)
-	rec := func(n, memoryMB int) Capability {
+	rec := func(n, memoryMB int) terms.Capability {
 		c := testCap(prov, now, time.Minute)
-		c.GPUs[0].MIG = &MIG{Enabled: true}
+		c.GPUs[0].MIG = &terms.MIG{Enabled: true}
 		for i := 0; i < n; i++ {
-			c.GPUs[0].MIG.Instances = append(c.GPUs[0].MIG.Instances, MIGInstance{UUID: fmt.Sprintf("MIG-%d", i), Profile: "1g.10gb", MemoryMB: memoryMB})
+			c.GPUs[0].MIG.Instances = append(c.GPUs[0].MIG.Instances, terms.MIGInstance{UUID: fmt.Sprintf("MIG-%d", i), Profile: "1g.10gb", MemoryMB: memoryMB})
 		}
 		return c
 	}
-	b, err := SealCapability(prov, rec(2, 9984))
+	b, err := terms.SealCapability(prov, rec(2, 9984))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := OpenCapability(b, now)
-	if err != nil || !got.GPUs[0].MIG.Partitioned() || len(got.GPUs[0].MIG.Instances) != 2 || got.GPUs[0].MIG.Instances[1] != (MIGInstance{UUID: "MIG-1", Profile: "1g.10gb", MemoryMB: 9984}) {
+	got, err := terms.OpenCapability(b, now)
+	if err != nil || !got.GPUs[0].MIG.Partitioned() || len(got.GPUs[0].MIG.Instances) != 2 || got.GPUs[0].MIG.Instances[1] != (terms.MIGInstance{UUID: "MIG-1", Profile: "1g.10gb", MemoryMB: 9984}) {
 		t.Fatalf("a record of two MIG instances opened as %+v, %v", got.GPUs, err)
 	}
-	for want, c := range map[string]Capability{
+	for want, c := range map[string]terms.Capability{
 		"9 MIG instances, more than 8": rec(9, 9984),
 		"a MIG instance of 0 MB":       rec(1, 0),
 		"a MIG instance of -5 MB":      rec(1, -5),
 	} {
-		b, err := SealCapability(prov, c)
+		b, err := terms.SealCapability(prov, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := OpenCapability(b, now); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := terms.OpenCapability(b, now); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("open: %v, want %q", err, want)
 		}
-		if err := v.Validate(CapabilityKey(prov.ID()), b); err == nil {
+		if err := v.Validate(terms.CapabilityKey(prov.ID()), b); err == nil {
 			t.Errorf("the DHT's validator took a record with %s", want)
 		}
 	}
@@ -168,10 +169,10 @@ func TestCapabilityMIG(t *testing.T) {
 // none, has it refused by the DHT's validator and by every reader.
 func TestCapabilityFreeGPUs(t *testing.T) {
 	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC) // a Monday, no peak windows
-	v := CapabilityValidator{Now: func() time.Time { return now }}
+	v := terms.CapabilityValidator{Now: func() time.Time { return now }}
 	prov := signtest.New(t)
-	key := CapabilityKey(prov.ID())
-	rec := func(free *int) Capability {
+	key := terms.CapabilityKey(prov.ID())
+	rec := func(free *int) terms.Capability {
 		c := testCap(prov, now, time.Minute)
 		c.GPUs = append(c.GPUs, c.GPUs[0], c.GPUs[0], c.GPUs[0])
 		c.Policy.OccupancySurcharge = 1
@@ -183,30 +184,30 @@ func TestCapabilityFreeGPUs(t *testing.T) {
 		free  *int
 		price float64
 	}{{nil, 2}, {n(4), 2}, {n(1), 3.5}, {n(0), 4}} {
-		b, err := SealCapability(prov, rec(c.free))
+		b, err := terms.SealCapability(prov, rec(c.free))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := v.Validate(key, b); err != nil {
 			t.Fatalf("free %v of 4 rejected: %v", c.free, err)
 		}
-		got, err := OpenCapability(b, now)
+		got, err := terms.OpenCapability(b, now)
 		if err != nil || (c.free != nil && (got.FreeGPUs == nil || *got.FreeGPUs != *c.free)) {
 			t.Fatalf("free %v of 4: opened %v, %v", c.free, got.FreeGPUs, err)
 		}
-		if p := got.PriceNow(now); p != c.price {
+		if p := PriceNow(got, now); p != c.price {
 			t.Errorf("free %v of 4: price now %v, want %v", c.free, p, c.price)
 		}
 	}
 	for _, free := range []int{5, -1} {
-		b, err := SealCapability(prov, rec(n(free)))
+		b, err := terms.SealCapability(prov, rec(n(free)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := v.Validate(key, b); err == nil || !strings.Contains(err.Error(), "GPUs free") {
 			t.Errorf("a record with %d of its 4 GPUs free passed the validator: %v", free, err)
 		}
-		if _, err := OpenCapability(b, now); err == nil {
+		if _, err := terms.OpenCapability(b, now); err == nil {
 			t.Errorf("a record with %d of its 4 GPUs free opened", free)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Calendar errors.
@@ -22,12 +24,12 @@ var (
 
 // Booking is one lease's hold on a provider's GPUs over [Start, End).
 type Booking struct {
-	LeaseID     string    `json:"lease_id"`
-	Start       time.Time `json:"start"`
-	End         time.Time `json:"end"`
-	GPUs        int       `json:"gpus"`
-	Tier        Tier      `json:"tier"`
-	Preemptible bool      `json:"preemptible"`
+	LeaseID     string     `json:"lease_id"`
+	Start       time.Time  `json:"start"`
+	End         time.Time  `json:"end"`
+	GPUs        int        `json:"gpus"`
+	Tier        terms.Tier `json:"tier"`
+	Preemptible bool       `json:"preemptible"`
 	// Devices are the device indices (0..capacity-1) the booking holds. On
 	// Reserve they name the devices the booking may take, in order of
 	// preference (empty: any device); the calendar books the first GPUs of
@@ -45,7 +47,7 @@ type Booking struct {
 
 // billed is the GPUs the booking counts for: a slice booking its fraction
 // of one.
-func (b *Booking) billed() float64 { return BilledGPUs(b.GPUs, b.Fraction) }
+func (b *Booking) billed() float64 { return terms.BilledGPUs(b.GPUs, b.Fraction) }
 
 // Calendar is a provider's lease book: the only authority on capacity. It
 // books devices, indexed 0..capacity-1: no device is ever held by two
@@ -92,7 +94,7 @@ func (c *Calendar) SetSlices(m map[int]int) error {
 		switch {
 		case d < 0 || d >= c.capacity:
 			return fmt.Errorf("%w: sliced device %d is not one of the %d gpus", ErrBadBooking, d, c.capacity)
-		case !slices.Contains(SliceCounts, n):
+		case !slices.Contains(terms.SliceCounts, n):
 			return fmt.Errorf("%w: device %d cut into %d slices, want 2, 4 or 8", ErrBadBooking, d, n)
 		}
 		lay[d] = n
@@ -230,7 +232,7 @@ func (c *Calendar) check(b Booking) error {
 		return fmt.Errorf("%w: lease %s: end %s is not after start %s", ErrBadBooking, b.LeaseID, b.End.Format(time.RFC3339), b.Start.Format(time.RFC3339))
 	case b.GPUs < 1:
 		return fmt.Errorf("%w: lease %s: gpus %d < 1", ErrBadBooking, b.LeaseID, b.GPUs)
-	case b.Fraction != 0 && (!slices.Contains(GPUFractions, b.Fraction) || b.GPUs != 1):
+	case b.Fraction != 0 && (!slices.Contains(terms.GPUFractions, b.Fraction) || b.GPUs != 1):
 		return fmt.Errorf("%w: lease %s: fraction %v of %d gpus (want 0.125, 0.25 or 0.5 of one)", ErrBadBooking, b.LeaseID, b.Fraction, b.GPUs)
 	}
 	seen := make(map[int]bool, len(b.Devices))

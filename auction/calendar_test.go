@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // maxBooked is a brute-force check: GPUs booked at every minute boundary.
@@ -149,9 +151,9 @@ func TestCalendarOperations(t *testing.T) {
 func TestReserveEvicting(t *testing.T) {
 	c := NewCalendar(2)
 	t0 := monday
-	_ = c.Reserve(Booking{LeaseID: "bronze", Start: t0, End: t0.Add(4 * time.Hour), GPUs: 2, Tier: Bronze, Preemptible: true})
-	_ = c.Reserve(Booking{LeaseID: "silver", Start: t0.Add(5 * time.Hour), End: t0.Add(6 * time.Hour), GPUs: 1, Tier: Silver})
-	gold := Booking{LeaseID: "gold", Start: t0.Add(time.Hour), End: t0.Add(6 * time.Hour), GPUs: 2, Tier: Gold}
+	_ = c.Reserve(Booking{LeaseID: "bronze", Start: t0, End: t0.Add(4 * time.Hour), GPUs: 2, Tier: terms.Bronze, Preemptible: true})
+	_ = c.Reserve(Booking{LeaseID: "silver", Start: t0.Add(5 * time.Hour), End: t0.Add(6 * time.Hour), GPUs: 1, Tier: terms.Silver})
+	gold := Booking{LeaseID: "gold", Start: t0.Add(time.Hour), End: t0.Add(6 * time.Hour), GPUs: 2, Tier: terms.Gold}
 	// Even evicting bronze, the silver booking is in the way: nothing changes.
 	if _, err := c.ReserveEvicting(gold, []string{"bronze", "silver"}); !errors.Is(err, ErrOverbooked) {
 		t.Fatalf("want overbooked, got %v", err)
@@ -173,9 +175,9 @@ func TestReserveEvicting(t *testing.T) {
 func TestReserveThenEvict(t *testing.T) {
 	t0 := monday
 	c := NewCalendar(2)
-	_ = c.Reserve(Booking{LeaseID: "bronze", Start: t0, End: t0.Add(4 * time.Hour), GPUs: 1, Tier: Bronze, Preemptible: true})
+	_ = c.Reserve(Booking{LeaseID: "bronze", Start: t0, End: t0.Add(4 * time.Hour), GPUs: 1, Tier: terms.Bronze, Preemptible: true})
 	// One GPU is free: the planned eviction is no longer needed.
-	ev, err := c.ReserveThenEvict(Booking{LeaseID: "g1", Start: t0, End: t0.Add(time.Hour), GPUs: 1, Tier: Gold}, []string{"bronze"})
+	ev, err := c.ReserveThenEvict(Booking{LeaseID: "g1", Start: t0, End: t0.Add(time.Hour), GPUs: 1, Tier: terms.Gold}, []string{"bronze"})
 	if err != nil || len(ev) != 0 {
 		t.Fatalf("fitting booking: evicted %v, err %v; want none, nil", ev, err)
 	}
@@ -183,7 +185,7 @@ func TestReserveThenEvict(t *testing.T) {
 		t.Fatal("bronze evicted although the booking fit")
 	}
 	// Now it does not fit without evicting bronze.
-	ev, err = c.ReserveThenEvict(Booking{LeaseID: "g2", Start: t0.Add(2 * time.Hour), End: t0.Add(3 * time.Hour), GPUs: 2, Tier: Gold}, []string{"bronze"})
+	ev, err = c.ReserveThenEvict(Booking{LeaseID: "g2", Start: t0.Add(2 * time.Hour), End: t0.Add(3 * time.Hour), GPUs: 2, Tier: terms.Gold}, []string{"bronze"})
 	if err != nil || len(ev) != 1 || ev[0].LeaseID != "bronze" {
 		t.Fatalf("ReserveThenEvict = %v, %v; want bronze evicted", ev, err)
 	}

@@ -1,45 +1,17 @@
 package auction
 
 import (
-	"fmt"
-	"math"
 	"time"
 
-	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
-
-// Capacity notices. A provider that turned a call away because its GPUs
-// were busy (Ineligible kind "busy") remembers the job; when GPUs free up
-// before their booked end (a lease ended early) and room is left once the
-// leases booked behind it moved earlier, it tells each renter it turned
-// away which of those jobs it now has room for. The renter offers them
-// again at once instead of waiting out its queue backoff. Notices go
-// directly to those renters, on the bid stream: they cost nothing while
-// capacity is plentiful, reach nobody who did not ask, and each job is
-// named once per refusal.
-type CapacityNotice struct {
-	Provider string `json:"provider"`
-	FreeGPUs int    `json:"free_gpus"`
-	// FreeFraction is the GPU share free now in the slices of devices
-	// that other slice leases share (Calendar.FreeFraction): room for
-	// fractional jobs only, which FreeGPUs does not count.
-	FreeFraction float64   `json:"free_fraction,omitempty"`
-	Jobs         []string  `json:"jobs"`
-	IssuedAt     time.Time `json:"issued_at"`
-}
-
-// Free is the GPUs a notice says are free: whole devices and the share
-// free in slices. A renter wakes named jobs while their BilledGPUs fit
-// in it.
-func (n CapacityNotice) Free() float64 { return float64(n.FreeGPUs) + n.FreeFraction }
 
 // Bounds of what a provider remembers of the calls it turned away, and of
 // a notice.
 const (
 	maxTurnedAway  = 256
 	turnedAwayTTL  = 10 * time.Minute
-	maxNoticeJobs  = 16
 	noticeMaxDelay = 5 * time.Second // a notice older than this is stale
 )
 
@@ -52,36 +24,9 @@ type turnedAway struct {
 	until    time.Time
 }
 
-// EncodeCapacityNotice seals a notice; its Provider must be the signer.
-func EncodeCapacityNotice(s *sign.Signer, n CapacityNotice) ([]byte, error) {
-	return sealAs(s, sign.DomainCapacityNotice, "capacity notice", n.Provider, n)
-}
-
-// DecodeCapacityNotice verifies a notice envelope, that its signer is its
-// Provider and that it names at most maxNoticeJobs valid job ids.
-func DecodeCapacityNotice(data []byte) (CapacityNotice, error) {
-	return decode(data, sign.DomainCapacityNotice, decodeCapacityNotice)
-}
-
-func decodeCapacityNotice(env *sign.Envelope) (CapacityNotice, error) {
-	n, err := openAs(env, sign.DomainCapacityNotice, "capacity notice", func(n *CapacityNotice) string { return n.Provider })
-	if err != nil {
-		return CapacityNotice{}, err
-	}
-	if len(n.Jobs) > maxNoticeJobs || n.FreeGPUs < 0 || math.IsNaN(n.FreeFraction) || n.FreeFraction < 0 || n.Free() <= 0 {
-		return CapacityNotice{}, fmt.Errorf("auction: capacity notice: %d jobs, %d free gpus and %v in slices", len(n.Jobs), n.FreeGPUs, n.FreeFraction)
-	}
-	for _, j := range n.Jobs {
-		if err := ValidID(j); err != nil {
-			return CapacityNotice{}, fmt.Errorf("auction: capacity notice: job id: %w", err)
-		}
-	}
-	return n, nil
-}
-
 // turnAwayLocked remembers a call refused for busy GPUs, until the job's
 // start deadline (at most turnedAwayTTL). Called with p.mu held.
-func (p *Provider) turnAwayLocked(job Job, owner peer.ID, now time.Time) {
+func (p *Provider) turnAwayLocked(job terms.Job, owner peer.ID, now time.Time) {
 	key := owner.String() + "/" + job.ID
 	if _, ok := p.away[key]; !ok && len(p.away) >= maxTurnedAway {
 		return
@@ -109,7 +54,7 @@ func (p *Provider) announceFreed() {
 	if (free < 1 && inSlices <= 0) || p.draining.Load() {
 		return
 	}
-	byOwner := map[peer.ID]*CapacityNotice{}
+	byOwner := map[peer.ID]*terms.CapacityNotice{}
 	p.mu.Lock()
 	for key, a := range p.away {
 		if !now.Before(a.until) {
@@ -121,10 +66,10 @@ func (p *Provider) announceFreed() {
 		}
 		nt := byOwner[a.owner]
 		if nt == nil {
-			nt = &CapacityNotice{Provider: p.cfg.Signer.ID().String(), FreeGPUs: free, FreeFraction: inSlices, IssuedAt: now}
+			nt = &terms.CapacityNotice{Provider: p.cfg.Signer.ID().String(), FreeGPUs: free, FreeFraction: inSlices, IssuedAt: now}
 			byOwner[a.owner] = nt
 		}
-		if len(nt.Jobs) < maxNoticeJobs {
+		if len(nt.Jobs) < terms.MaxNoticeJobs {
 			nt.Jobs = append(nt.Jobs, a.jobID)
 			delete(p.away, key)
 		}
@@ -132,7 +77,7 @@ func (p *Provider) announceFreed() {
 	p.stats.Notices += len(byOwner)
 	p.mu.Unlock()
 	for owner, nt := range byOwner {
-		msg, err := EncodeCapacityNotice(p.cfg.Signer, *nt)
+		msg, err := terms.EncodeCapacityNotice(p.cfg.Signer, *nt)
 		if err != nil {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestCapacityNoticeChecks: a renter passes on a fresh notice signed by its
@@ -14,12 +15,12 @@ import (
 // naming too many jobs or no free GPU.
 func TestCapacityNoticeChecks(t *testing.T) {
 	m := newMarket(t, nil)
-	var got []CapacityNotice
-	r, _ := m.renter(t, RenterConfig{Listener: hooks{capacity: func(n CapacityNotice) { got = append(got, n) }}})
+	var got []terms.CapacityNotice
+	r, _ := m.renter(t, RenterConfig{Listener: hooks{capacity: func(n terms.CapacityNotice) { got = append(got, n) }}})
 	prov, other := signtest.New(t), signtest.New(t)
-	notice := func(n CapacityNotice) []byte {
+	notice := func(n terms.CapacityNotice) []byte {
 		t.Helper()
-		b, err := EncodeCapacityNotice(prov, n)
+		b, err := terms.EncodeCapacityNotice(prov, n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +32,7 @@ func TestCapacityNoticeChecks(t *testing.T) {
 	r.jobs["job-a"] = &renterJob{busy: map[string]bool{prov.ID().String(): true}}
 	r.jobs["job-b"] = &renterJob{busy: map[string]bool{other.ID().String(): true}}
 	r.mu.Unlock()
-	fresh := CapacityNotice{Provider: prov.ID().String(), FreeGPUs: 2, Jobs: []string{"job-a", "job-b", "job-z"}, IssuedAt: m.now()}
+	fresh := terms.CapacityNotice{Provider: prov.ID().String(), FreeGPUs: 2, Jobs: []string{"job-a", "job-b", "job-z"}, IssuedAt: m.now()}
 	if err := r.HandleBid(prov.ID(), notice(fresh)); err != nil || len(got) != 1 || len(got[0].Jobs) != 1 || got[0].Jobs[0] != "job-a" {
 		t.Fatalf("fresh notice: %v, passed on %v (want job-a only)", err, got)
 	}
@@ -52,7 +53,7 @@ func TestCapacityNoticeChecks(t *testing.T) {
 	}
 	many := fresh
 	many.Jobs = nil
-	for i := 0; i <= maxNoticeJobs; i++ {
+	for i := 0; i <= terms.MaxNoticeJobs; i++ {
 		many.Jobs = append(many.Jobs, fmt.Sprintf("job-%d", i))
 	}
 	none := fresh
@@ -62,13 +63,13 @@ func TestCapacityNoticeChecks(t *testing.T) {
 	negative.FreeGPUs, negative.FreeFraction = -1, 2
 	negSlice := fresh
 	negSlice.FreeGPUs, negSlice.FreeFraction = 2, -1.5
-	for name, n := range map[string]CapacityNotice{"too many jobs": many, "no free gpu": none,
+	for name, n := range map[string]terms.CapacityNotice{"too many jobs": many, "no free gpu": none,
 		"negative gpus, room in slices": negative, "negative slice room": negSlice} {
 		if err := r.HandleBid(prov.ID(), notice(n)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := EncodeCapacityNotice(other, fresh); !errors.Is(err, ErrSignerMismatch) {
+	if _, err := terms.EncodeCapacityNotice(other, fresh); !errors.Is(err, terms.ErrSignerMismatch) {
 		t.Fatalf("notice sealed by another signer: %v", err)
 	}
 	if len(got) != 1 {

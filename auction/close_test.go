@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -36,7 +37,7 @@ func TestBidWindowClosesEarly(t *testing.T) {
 		// A quiet spell longer than the window: only the gold rule closes early.
 		r, _ := m.renter(t, RenterConfig{QuietClose: 2 * window})
 		j := euJob(m.now())
-		j.Tier, j.BidWindow = Gold, window
+		j.Tier, j.BidWindow = terms.Gold, window
 		if _, took := postTimed(t, r, j); took >= window/2 {
 			t.Fatalf("gold auction took %v of a %v window", took, window)
 		}
@@ -45,7 +46,7 @@ func TestBidWindowClosesEarly(t *testing.T) {
 		m := newMarket(t, fourOneGPU())
 		r, _ := m.renter(t, RenterConfig{QuietClose: 2 * window})
 		j := gangJob(m.now(), 3, 1)
-		j.Tier, j.BidWindow = Gold, window
+		j.Tier, j.BidWindow = terms.Gold, window
 		job, took := postTimed(t, r, j)
 		if took >= window/2 {
 			t.Fatalf("gold gang auction took %v of a %v window", took, window)
@@ -61,7 +62,7 @@ func TestBidWindowClosesEarly(t *testing.T) {
 		}
 		r, _ := m.renter(t, RenterConfig{QuietClose: 50 * time.Millisecond})
 		j := euJob(m.now())
-		j.Tier, j.BidWindow, j.Deadline = Gold, 600*time.Millisecond, m.now().Add(2*time.Hour)
+		j.Tier, j.BidWindow, j.Deadline = terms.Gold, 600*time.Millisecond, m.now().Add(2*time.Hour)
 		job, took := postTimed(t, r, j)
 		st, _ := r.Status(job.ID)
 		if len(st.Bids) != 1 || !st.Bids[0].Bid.Start.After(m.now().Add(30*time.Minute)) {
@@ -105,7 +106,7 @@ func TestBidWindowClosesEarly(t *testing.T) {
 // tests.)
 func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 	const window = 5 * time.Second
-	fitting := func(m *market, j *Job) []string {
+	fitting := func(m *market, j *terms.Job) []string {
 		var out []string
 		for _, tp := range m.provs {
 			c := tp.p.cfg.Self.Capability()
@@ -118,7 +119,7 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 	t.Run("all answered", func(t *testing.T) {
 		m := newMarket(t, eightProviders())
 		var expected []string
-		r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: -1, Directory: hooks{expected: func(j *Job) []string {
+		r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: -1, Directory: hooks{expected: func(j *terms.Job) []string {
 			expected = fitting(m, j)
 			return expected
 		}}})
@@ -141,7 +142,7 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 	t.Run("one silent", func(t *testing.T) {
 		m := newMarket(t, eightProviders())
 		silent := signtest.New(t).ID().String()
-		r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: -1, Directory: hooks{expected: func(j *Job) []string { return append(fitting(m, j), silent) }}})
+		r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: -1, Directory: hooks{expected: func(j *terms.Job) []string { return append(fitting(m, j), silent) }}})
 		j := euJob(m.now())
 		j.BidWindow, j.WantDeclines = 300*time.Millisecond, true
 		if _, took := postTimed(t, r, j); took < j.BidWindow {
@@ -183,7 +184,7 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 				return p.HandleGossipedCall(from, data)
 			}})
 		}
-		r, tr = m.renter(t, RenterConfig{QuietClose: quietFor, Directory: hooks{expected: func(*Job) []string { return all }}})
+		r, tr = m.renter(t, RenterConfig{QuietClose: quietFor, Directory: hooks{expected: func(*terms.Job) []string { return all }}})
 		return m, gate, r, tr
 	}
 	t.Run("one of four in", func(t *testing.T) {
@@ -276,7 +277,7 @@ func TestExplainNamesTheLeasedBid(t *testing.T) {
 	}
 	r, _ := m.renter(t, RenterConfig{QuietClose: -1})
 	j := euJob(m.now())
-	j.Tier, j.Preemptible = Bronze, true
+	j.Tier, j.Preemptible = terms.Bronze, true
 	j.BidWindow, j.Deadline = 300*time.Millisecond, m.now().Add(2*time.Hour)
 	job, err := r.Post(context.Background(), j)
 	if err != nil {
@@ -288,7 +289,7 @@ func TestExplainNamesTheLeasedBid(t *testing.T) {
 			m.name(st.Bids[0].Bid.Provider), m.name(st.Winner))
 	}
 	ex := Explain(st.Bids, st.Winner, st.Attempts)
-	if ex.Winner != free.s.ID().String() || ex.Rank != 2 || ex.Rule != RulePassedOver || ex.Price != 1 {
+	if ex.Winner != free.s.ID().String() || ex.Rank != 2 || ex.Rule != terms.RulePassedOver || ex.Price != 1 {
 		t.Fatalf("explanation %+v: want the free provider, ranked 2nd, passed_over", ex)
 	}
 	if len(ex.Passed) != 1 || ex.Passed[0].Provider != busy.s.ID().String() || !strings.HasPrefix(ex.Passed[0].Reason, "starts later") {
@@ -345,7 +346,7 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 		specs = append(specs, provSpec{fmt.Sprintf("p%02d", i), "eu-west", "A100", 80, 4, pol(1 + float64(i)/100), 0.9})
 	}
 	m := newMarket(t, specs)
-	all := func(*Job) []string {
+	all := func(*terms.Job) []string {
 		var out []string
 		for _, tp := range m.provs {
 			out = append(out, tp.s.ID().String())
@@ -354,7 +355,7 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 	}
 	// A market the renter's book knows nothing of: the draw alone picks
 	// whom to ask (invitations: TestEstablishedProvidersAskedAmongSybilRecords).
-	unknown := func(string) float64 { return NeutralReliability }
+	unknown := func(string) float64 { return terms.NeutralReliability }
 	r, _ := m.renter(t, RenterConfig{QuietClose: -1, MaxBidders: 5, Directory: hooks{expected: all}, Reputation: hooks{reliability: unknown}})
 	const window = 5 * time.Second
 	askedAll := 0
@@ -368,7 +369,7 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 		st, _ := r.Status(job.ID)
 		var asked, bid []string
 		for _, tp := range m.provs {
-			if SampledBidder(&job, tp.s.ID().String()) {
+			if terms.SampledBidder(&job, tp.s.ID().String()) {
 				asked = append(asked, tp.s.ID().String())
 			}
 		}
@@ -400,7 +401,7 @@ func TestCallAsksASampleOfALargeMarket(t *testing.T) {
 
 // postTimed posts j, failing the test on an error, and returns the job as
 // posted and how long its auction took.
-func postTimed(t *testing.T, r *Renter, j Job) (Job, time.Duration) {
+func postTimed(t *testing.T, r *Renter, j terms.Job) (terms.Job, time.Duration) {
 	t.Helper()
 	start := time.Now()
 	job, err := r.Post(context.Background(), j)

@@ -3,6 +3,8 @@ package auction
 import (
 	"strings"
 	"testing"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestImageJobsNeedAContainerEngineWithGPUs: an image job gets no offer from
@@ -12,14 +14,14 @@ func TestImageJobsNeedAContainerEngineWithGPUs(t *testing.T) {
 	now := at(0, "10:00")
 	cases := []struct {
 		name       string
-		containers ContainerSupport
+		containers terms.ContainerSupport
 		image      string
 		want       string // "" = eligible
 	}{
-		{"command job without engine", ContainersNone, "", ""},
-		{"image job without engine", ContainersNone, "pytorch:2", "no container engine"},
-		{"image job, engine without gpu passthrough", ContainersNoGPU, "pytorch:2", "cannot give containers their GPUs"},
-		{"image job, engine with gpus", ContainersGPU, "pytorch:2", ""},
+		{"command job without engine", terms.ContainersNone, "", ""},
+		{"image job without engine", terms.ContainersNone, "pytorch:2", "no container engine"},
+		{"image job, engine without gpu passthrough", terms.ContainersNoGPU, "pytorch:2", "cannot give containers their GPUs"},
+		{"image job, engine with gpus", terms.ContainersGPU, "pytorch:2", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

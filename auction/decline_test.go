@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestDeclinesExplained: a job no provider will take reports, aggregated
@@ -67,7 +68,7 @@ func TestDeclineChecks(t *testing.T) {
 	heard := m.hearCall(t, j)
 	go r.Post(context.Background(), j)
 	waitCall(t, heard, 2*time.Second)
-	d, err := EncodeDecline(prov, Decline{JobID: "job-d", Provider: prov.ID().String(), Kind: "price", IssuedAt: m.now()})
+	d, err := terms.EncodeDecline(prov, terms.Decline{JobID: "job-d", Provider: prov.ID().String(), Kind: "price", IssuedAt: m.now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestDeclineChecks(t *testing.T) {
 	if err := r.HandleBid(prov.ID(), d); !isRejection(err, "duplicate_provider") {
 		t.Fatalf("second decline: %v", err)
 	}
-	u, _ := EncodeDecline(prov, Decline{JobID: "job-unknown", Provider: prov.ID().String(), Kind: "price", IssuedAt: m.now()})
+	u, _ := terms.EncodeDecline(prov, terms.Decline{JobID: "job-unknown", Provider: prov.ID().String(), Kind: "price", IssuedAt: m.now()})
 	if err := r.HandleBid(prov.ID(), u); !isRejection(err, "unknown_job") {
 		t.Fatalf("decline for an unknown job: %v", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // The calendar books devices: concurrent leases get distinct devices, a
@@ -34,7 +36,7 @@ func TestCalendarBooksDevices(t *testing.T) {
 	}
 	// A gold lease evicting l3 gets exactly l3's device.
 	l3, _ := c.Booking("l3")
-	ev, err := c.ReserveThenEvict(Booking{LeaseID: "gold", Start: t0, End: t0.Add(time.Hour), GPUs: 1, Tier: Gold}, []string{"l3"})
+	ev, err := c.ReserveThenEvict(Booking{LeaseID: "gold", Start: t0, End: t0.Add(time.Hour), GPUs: 1, Tier: terms.Gold}, []string{"l3"})
 	if err != nil || len(ev) != 1 || ev[0].LeaseID != "l3" {
 		t.Fatalf("evict l3: %v, %v", ev, err)
 	}
@@ -81,12 +83,12 @@ func TestEvaluateMixedHostDevices(t *testing.T) {
 	ps := baseState()
 	ps.Cap.GPUs = append(gpus("NVIDIA GeForce RTX 4090", 24, 2), gpus("NVIDIA GeForce RTX 3060", 12, 1)...)
 	ps.Cal = NewCalendar(3)
-	job := func(model string) *Job {
+	job := func(model string) *terms.Job {
 		j := evalJob()
 		j.GPUCount, j.GPUModels, j.Datasets = 1, []string{model}, nil
 		return j
 	}
-	book := func(id string, j *Job) []int {
+	book := func(id string, j *terms.Job) []int {
 		t.Helper()
 		o, err := Evaluate(ps, j, now)
 		if err != nil {

@@ -3,6 +3,8 @@ package auction
 import (
 	"errors"
 	"fmt"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Draining: a provider that is about to stop (its operator drains it, or
@@ -15,33 +17,7 @@ const (
 	// KindDraining is the Ineligible and Decline kind of a draining
 	// provider.
 	KindDraining = "draining"
-	// HandBackDetail is the run detail of a lease its provider handed back
-	// while draining.
-	HandBackDetail = "provider draining: handed back"
 )
-
-// Requeues reports whether a lease that ended in run, through fault, goes
-// back to auction for the rest of its job. A preempted lease does, of any
-// tier: a bronze lease evicted for gold, stopped over the provider's
-// thermal or power limits or at the end of its backfill gap, and a lease of
-// any tier its provider handed back while draining (HandBackDetail: a
-// provider preempts non-preemptible work only then). So does a lease that
-// failed through its provider's fault (a lost, restarted or broken
-// provider), of any tier. A job's own failure never does. The renter's
-// lease lifecycle asks this and nothing else.
-func (s RunState) Requeues(fault Fault) bool {
-	return s == RunPreempted || (s == RunFailed && fault == FaultProvider)
-}
-
-// Requeues reports whether j goes back to auction after a lease of it ended
-// in run, through fault: RunState.Requeues, except for a service replica
-// (Run.ServicePort > 0). A service owns its replicas' replacement: it sees
-// the lease end, retires the replica and leases a new one with its own
-// readiness and failover, so the renter never requeues a replica's job (two
-// owners would race, one auction wasted, its attempt budget meaningless).
-func (j *Job) Requeues(run RunState, fault Fault) bool {
-	return j.Run.ServicePort == 0 && run.Requeues(fault)
-}
 
 // SetDraining starts (on) or ends (!on) draining; it reports whether the
 // state changed. While draining the provider is ineligible for every call
@@ -63,7 +39,7 @@ func (p *Provider) Draining() bool { return p.draining.Load() }
 // bid is offered them; job is the lease's job (so the lease may move
 // earlier). It fails when the lease is not this provider's or
 // the calendar cannot hold it (ErrOverbooked, ErrDuplicateLease).
-func (p *Provider) Rebook(l Lease, job Job) error {
+func (p *Provider) Rebook(l terms.Lease, job terms.Job) error {
 	if me := p.cfg.Signer.ID().String(); l.Provider != me {
 		return fmt.Errorf("auction: rebook lease %s: it is %s's, not ours", l.ID, l.Provider)
 	}
@@ -88,6 +64,6 @@ func (p *Provider) Rebook(l Lease, job Job) error {
 	}
 	p.leases[l.ID] = &lease
 	p.jobs[l.ID] = job
-	p.stats.EarningsUSD += LeaseCost(lease.Price, lease.GPUCount, lease.GPUFraction, lease.End.Sub(lease.Start))
+	p.stats.EarningsUSD += terms.LeaseCost(lease.Price, lease.GPUCount, lease.GPUFraction, lease.End.Sub(lease.Start))
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -28,7 +29,7 @@ func TestDrainingProviderDeclines(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := r.Status(job.ID)
-	if st.State != JobLeased || st.Winner == good.s.ID().String() {
+	if st.State != terms.JobLeased || st.Winner == good.s.ID().String() {
 		t.Fatalf("state %s winner %s: the draining provider must not win", st.State, m.name(st.Winner))
 	}
 	if st.Declines[KindDraining] != 1 {
@@ -84,10 +85,10 @@ func TestRebook(t *testing.T) {
 	prov := m.provs[0]
 	now := m.now()
 	me := prov.s.ID().String()
-	l := Lease{ID: "lease-r1", JobID: "job-r1", Renter: signtest.New(t).ID().String(), Provider: me, Price: 1,
-		Start: now.Add(10 * time.Minute), End: now.Add(70 * time.Minute), GPUCount: 2, Tier: Silver, State: RunPending,
+	l := terms.Lease{ID: "lease-r1", JobID: "job-r1", Renter: signtest.New(t).ID().String(), Provider: me, Price: 1,
+		Start: now.Add(10 * time.Minute), End: now.Add(70 * time.Minute), GPUCount: 2, Tier: terms.Silver, State: terms.RunPending,
 		Devices: []int{1, 0}}
-	if err := prov.p.Rebook(l, Job{}); err != nil {
+	if err := prov.p.Rebook(l, terms.Job{}); err != nil {
 		t.Fatal(err)
 	}
 	b, ok := prov.cal.Booking(l.ID)
@@ -112,9 +113,9 @@ func TestRebook(t *testing.T) {
 	overlap := l
 	overlap.ID, overlap.Devices = "lease-r3", nil
 	ended := l
-	ended.ID, ended.State = "lease-r4", RunSucceeded
-	for name, bad := range map[string]Lease{"another provider's": other, "overlapping": overlap, "ended": ended, "the same again": l} {
-		if err := prov.p.Rebook(bad, Job{}); err == nil {
+	ended.ID, ended.State = "lease-r4", terms.RunSucceeded
+	for name, bad := range map[string]terms.Lease{"another provider's": other, "overlapping": overlap, "ended": ended, "the same again": l} {
+		if err := prov.p.Rebook(bad, terms.Job{}); err == nil {
 			t.Errorf("rebook of %s lease accepted", name)
 		}
 	}
@@ -123,4 +124,4 @@ func TestRebook(t *testing.T) {
 	}
 }
 
-func ptrCap(c Capability) *Capability { return &c }
+func ptrCap(c terms.Capability) *terms.Capability { return &c }

@@ -1,8 +1,6 @@
 package auction
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -10,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // DefaultPatience is how far ahead a provider offers a start for a job
@@ -22,7 +22,7 @@ const MinBackfill = 5 * time.Minute
 
 // ProviderState is what a provider knows about itself when a call arrives.
 type ProviderState struct {
-	Cap         *Capability
+	Cap         *terms.Capability
 	Cal         *Calendar
 	TempC       int
 	PowerW      int
@@ -119,31 +119,28 @@ func inelig(kind, format string, args ...any) error {
 //
 // Offer.Datasets is the intersection of Job.Datasets and the provider's;
 // Offer.MissingBytes is what the provider lacks of the job's inputs.
-// Errors other than *Ineligible report bad input (nil state, invalid job or
-// policy).
-func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
+// Errors other than *Ineligible report bad input (nil state, invalid
+// policy). j must be valid (Job.Validate): a provider's jobs were validated
+// where they entered it, in their call's decoding (terms.DecodeCall).
+func Evaluate(ps ProviderState, j *terms.Job, now time.Time) (Offer, error) {
 	if ps.Cap == nil || ps.Cal == nil {
 		return Offer{}, errors.New("auction: evaluate: provider state needs a capability and a calendar")
 	}
 	if j == nil {
 		return Offer{}, errors.New("auction: evaluate: nil job")
 	}
-	jc := *j
-	if err := jc.Validate(); err != nil {
-		return Offer{}, fmt.Errorf("auction: evaluate: %w", err)
-	}
 	p := ps.Cap.Policy
 	if err := p.Validate(); err != nil {
 		return Offer{}, fmt.Errorf("auction: evaluate: provider %s: %w", ps.Cap.Peer, err)
 	}
 
-	model, vram, err := staticFit(ps.Cap, &jc)
+	model, vram, err := staticFit(ps.Cap, j)
 	if err != nil {
 		return Offer{}, err
 	}
-	pool := modelDevices(ps.Cap, GPU{Model: model, VRAMGB: vram}, &jc, ps.Cal.Capacity())
-	if len(pool) < jc.GPUCount {
-		return Offer{}, inelig("capacity", "calendar holds %d %s gpus < %d required", len(pool), model, jc.GPUCount)
+	pool := modelDevices(ps.Cap, terms.GPU{Model: model, VRAMGB: vram}, j, ps.Cal.Capacity())
+	if len(pool) < j.GPUCount {
+		return Offer{}, inelig("capacity", "calendar holds %d %s gpus < %d required", len(pool), model, j.GPUCount)
 	}
 	if p.MaxTempC > 0 && ps.TempC > p.MaxTempC {
 		return Offer{}, inelig("thermal", "gpu temperature %dC above limit %dC", ps.TempC, p.MaxTempC)
@@ -151,11 +148,11 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 	if p.MaxPowerW > 0 && ps.PowerW > p.MaxPowerW {
 		return Offer{}, inelig("power", "power draw %dW above limit %dW", ps.PowerW, p.MaxPowerW)
 	}
-	if math.IsNaN(ps.Reliability) || ps.Reliability < jc.MinReliability {
-		return Offer{}, inelig("reliability", "reliability %.2f below required %.2f", ps.Reliability, jc.MinReliability)
+	if math.IsNaN(ps.Reliability) || ps.Reliability < j.MinReliability {
+		return Offer{}, inelig("reliability", "reliability %.2f below required %.2f", ps.Reliability, j.MinReliability)
 	}
-	if jc.GPUCount > ps.Cal.Capacity() {
-		return Offer{}, inelig("capacity", "calendar capacity %d gpus < %d required", ps.Cal.Capacity(), jc.GPUCount)
+	if j.GPUCount > ps.Cal.Capacity() {
+		return Offer{}, inelig("capacity", "calendar capacity %d gpus < %d required", ps.Cal.Capacity(), j.GPUCount)
 	}
 
 	var price, overQuote float64
@@ -168,8 +165,8 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 	}
 	affordable := func(s, e time.Time) bool {
 		occ := billedAt(books, s) / float64(ps.Cal.Capacity())
-		q := Quote(p, s, e.Sub(s), occ, jc.Preemptible)
-		if q > jc.MaxPrice {
+		q := Quote(p, s, e.Sub(s), occ, j.Preemptible)
+		if q > j.MaxPrice {
 			if overQuote == 0 {
 				overQuote = q
 			}
@@ -178,10 +175,10 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 		price = q
 		return true
 	}
-	start, end, preempts, err := placeLease(p, ps.Cal, books, pool, &jc, now, affordable)
+	start, end, preempts, err := placeLease(p, ps.Cal, books, pool, j, now, affordable)
 	if err != nil {
 		if overQuote > 0 {
-			return Offer{}, inelig("price", "quote %.2f > max %.2f", overQuote, jc.MaxPrice)
+			return Offer{}, inelig("price", "quote %.2f > max %.2f", overQuote, j.MaxPrice)
 		}
 		return Offer{}, err
 	}
@@ -191,44 +188,29 @@ func Evaluate(ps ProviderState, j *Job, now time.Time) (Offer, error) {
 		End:      end,
 		GPUModel: model,
 		VRAMGB:   vram,
-		Datasets: intersect(jc.Datasets, ps.Cap.Datasets),
+		Datasets: intersect(j.Datasets, ps.Cap.Datasets),
 		Preempts: preempts,
-		Devices:  preferFree(books, ps.Cal.layout(), ps.Cal.Capacity(), start, end, pool, jc.GPUFraction),
+		Devices:  preferFree(books, ps.Cal.layout(), ps.Cal.Capacity(), start, end, pool, j.GPUFraction),
 	}
-	offer.MissingBytes = MissingBytes(&jc, ps.Cap.Artifacts)
+	offer.MissingBytes = MissingBytes(j, ps.Cap.Artifacts)
 	return offer, nil
 }
 
 // MissingBytes is how many bytes of j's artifacts (inputs and image) a
 // provider holding the artifacts held lacks (each distinct artifact
 // counted once, at its size in j.InputBytes).
-func MissingBytes(j *Job, held []string) int64 {
+func MissingBytes(j *terms.Job, held []string) int64 {
 	have := make(map[string]bool, len(held))
 	for _, id := range held {
 		have[id] = true
 	}
 	var n int64
 	for _, id := range j.Run.Artifacts() {
-		if !have[id] && !have[HeldToken(j.Owner, id)] {
+		if !have[id] && !have[terms.HeldToken(j.Owner, id)] {
 			n += j.InputBytes[id]
 		}
 	}
 	return n
-}
-
-// HeldToken is how a capability record lists a private artifact held for
-// owner (Capability.Artifacts): a digest of the owner and the id, which
-// only a peer that knows the id can match, so a record never tells one
-// renter what another keeps.
-func HeldToken(owner, id string) string {
-	s := sha256.Sum256([]byte("gpumesh/held/v1\x00" + owner + "\x00" + id))
-	return hex.EncodeToString(s[:])
-}
-
-// Holds reports whether held (a capability record's Artifacts) lists
-// artifact id of owner: public, by its id, or private, by its HeldToken.
-func Holds(held []string, owner, id string) bool {
-	return slices.Contains(held, id) || slices.Contains(held, HeldToken(owner, id))
 }
 
 // modelDevices is the calendar devices (indices into c.GPUs, below
@@ -237,7 +219,7 @@ func Holds(held []string, owner, id string) bool {
 // for a fractional job, sold in slices no larger than its fraction and
 // enforced as it asks. They are the devices a lease for that model may
 // hold.
-func modelDevices(c *Capability, offered GPU, j *Job, capacity int) []int {
+func modelDevices(c *terms.Capability, offered terms.GPU, j *terms.Job, capacity int) []int {
 	key := offered.Identity().Key()
 	var out []int
 	for i, g := range c.GPUs {
@@ -251,8 +233,8 @@ func modelDevices(c *Capability, offered GPU, j *Job, capacity int) []int {
 // vramFits reports whether device g has the memory j asks for: MinVRAMGB
 // of the device, or of the slice a fractional job takes (on a device in
 // MIG mode, of its instance).
-func vramFits(g GPU, j *Job) bool {
-	return g.sliceVRAMGB(j.GPUFraction) >= float64(j.MinVRAMGB)
+func vramFits(g terms.GPU, j *terms.Job) bool {
+	return sliceVRAMGB(g, j.GPUFraction) >= float64(j.MinVRAMGB)
 }
 
 // sliceFits reports whether device i of provider c can hold j: for whole
@@ -260,7 +242,7 @@ func vramFits(g GPU, j *Job) bool {
 // sees only instances there, and a process only one of them); for a
 // fractional job, one the policy cuts into slices no larger than its
 // fraction, and in MIG mode exactly one slice, which is one instance.
-func sliceFits(c *Capability, i int, j *Job) bool {
+func sliceFits(c *terms.Capability, i int, j *terms.Job) bool {
 	mig := i < len(c.GPUs) && c.GPUs[i].MIG.Partitioned()
 	if j.GPUFraction == 0 {
 		return !mig || len(c.GPUs[i].MIG.Instances) == 1
@@ -272,8 +254,8 @@ func sliceFits(c *Capability, i int, j *Job) bool {
 // isolationFits reports whether a slice of device g is enforced as j asks
 // (Job.Isolation): any way for IsolationAny (or none asked), else exactly.
 // Whole devices need none.
-func isolationFits(j *Job, g GPU) bool {
-	return j.GPUFraction == 0 || j.Isolation == "" || j.Isolation == IsolationAny || j.Isolation == g.Isolation
+func isolationFits(j *terms.Job, g terms.GPU) bool {
+	return j.GPUFraction == 0 || j.Isolation == "" || j.Isolation == terms.IsolationAny || j.Isolation == g.Isolation
 }
 
 // preferFree orders pool with the devices that have room for fraction
@@ -303,7 +285,7 @@ func preferFree(bs []Booking, lay []int, capacity int, start, end time.Time, poo
 // preemptible job, Policy.FloorFor) above the job's MaxPrice. Evaluate applies the same
 // checks first, so a provider that fails StaticFit never gets an Offer.
 // A nil capability or job is bad input (a plain error).
-func StaticFit(c *Capability, j *Job) error {
+func StaticFit(c *terms.Capability, j *terms.Job) error {
 	if c == nil || j == nil {
 		return errors.New("auction: static fit: nil capability or job")
 	}
@@ -315,7 +297,7 @@ func StaticFit(c *Capability, j *Job) error {
 // c fails for j, in StaticFit's order, so the first is StaticFit's error:
 // nil when it fits. It tells a renter everything it would have to change
 // for this provider, not only the first thing.
-func StaticMisfits(c *Capability, j *Job) []*Ineligible {
+func StaticMisfits(c *terms.Capability, j *terms.Job) []*Ineligible {
 	if c == nil || j == nil {
 		return nil
 	}
@@ -336,7 +318,7 @@ func StaticMisfits(c *Capability, j *Job) []*Ineligible {
 
 // staticFit is StaticFit, also returning the GPU model to offer and its
 // smallest device's VRAM (see pickModel).
-func staticFit(c *Capability, j *Job) (string, int, error) {
+func staticFit(c *terms.Capability, j *terms.Job) (string, int, error) {
 	model, vram, errs := staticChecks(c, j, true)
 	if len(errs) > 0 {
 		return "", 0, errs[0]
@@ -347,7 +329,7 @@ func staticFit(c *Capability, j *Job) (string, int, error) {
 // staticChecks applies StaticFit's rules in order, stopping at the first
 // that fails when first is set, and returns the GPU model to offer and its
 // smallest device's VRAM with the rules that failed.
-func staticChecks(c *Capability, j *Job, first bool) (model string, vram int, errs []error) {
+func staticChecks(c *terms.Capability, j *terms.Job, first bool) (model string, vram int, errs []error) {
 	p := &c.Policy
 	// fail records err and says whether to stop.
 	fail := func(err error) bool {
@@ -380,7 +362,7 @@ func staticChecks(c *Capability, j *Job, first bool) (model string, vram int, er
 	if err != nil && fail(err) {
 		return "", 0, errs
 	}
-	if floor := p.FloorFor(j); floor > j.MaxPrice && fail(inelig("price", "price floor %.2f > max %.2f", floor, j.MaxPrice)) {
+	if floor := FloorFor(*p, j); floor > j.MaxPrice && fail(inelig("price", "price floor %.2f > max %.2f", floor, j.MaxPrice)) {
 		return "", 0, errs
 	}
 	if len(errs) > 0 {
@@ -392,12 +374,12 @@ func staticChecks(c *Capability, j *Job, first bool) (model string, vram int, er
 // noPersistFit is the no-persistence rule: a no-persist job goes only to
 // a provider whose policy offers it, and a provider that requires it
 // takes no other job.
-func noPersistFit(p *Policy, j *Job) error {
+func noPersistFit(p *terms.Policy, j *terms.Job) error {
 	switch {
-	case j.NoPersist && p.NoPersist != NoPersistOffer && p.NoPersist != NoPersistRequire:
-		return inelig("no_persist", "no-persist jobs not offered (policy no_persist is not %s or %s)", NoPersistOffer, NoPersistRequire)
-	case !j.NoPersist && p.NoPersist == NoPersistRequire:
-		return inelig("no_persist", "only no-persist jobs taken (policy no_persist: %s)", NoPersistRequire)
+	case j.NoPersist && p.NoPersist != terms.NoPersistOffer && p.NoPersist != terms.NoPersistRequire:
+		return inelig("no_persist", "no-persist jobs not offered (policy no_persist is not %s or %s)", terms.NoPersistOffer, terms.NoPersistRequire)
+	case !j.NoPersist && p.NoPersist == terms.NoPersistRequire:
+		return inelig("no_persist", "only no-persist jobs taken (policy no_persist: %s)", terms.NoPersistRequire)
 	}
 	return nil
 }
@@ -407,7 +389,7 @@ func noPersistFit(p *Policy, j *Job) error {
 // fractional job, sold in slices no larger than its fraction and enforced
 // as it asks), the one with the most VRAM (then by name). It returns the
 // model and its smallest such device's VRAM.
-func pickModel(c *Capability, j *Job) (string, int, error) {
+func pickModel(c *terms.Capability, j *terms.Job) (string, int, error) {
 	type group struct {
 		name    string
 		n, vram int
@@ -482,7 +464,7 @@ func pickModel(c *Capability, j *Job) (string, int, error) {
 
 // slicedIsolations is how the slices of the devices that could hold j's
 // fraction are enforced, sorted and without repeats.
-func slicedIsolations(c *Capability, j *Job) []string {
+func slicedIsolations(c *terms.Capability, j *terms.Job) []string {
 	var out []string
 	for i, g := range c.GPUs {
 		if v := orNone(g.Isolation); j.AcceptsGPU(g) && sliceFits(c, i, j) && !slices.Contains(out, v) {
@@ -495,7 +477,7 @@ func slicedIsolations(c *Capability, j *Job) []string {
 
 // leaseLength is the longest lease a provider with policy p offers j: its
 // Duration, capped at MaxLease.
-func leaseLength(p Policy, j *Job) time.Duration {
+func leaseLength(p terms.Policy, j *terms.Job) time.Duration {
 	if p.MaxLease > 0 && j.Duration > p.MaxLease {
 		return p.MaxLease
 	}
@@ -506,7 +488,7 @@ func leaseLength(p Policy, j *Job) time.Duration {
 // job's Duration capped at MaxLease, and for a preemptible job at most
 // MinBackfill (it may take a shorter gap and be requeued). A free span
 // shorter than this can never hold j's lease.
-func MinSlice(p Policy, j *Job) time.Duration {
+func MinSlice(p terms.Policy, j *terms.Job) time.Duration {
 	d := leaseLength(p, j)
 	if j.Preemptible && d > MinBackfill {
 		d = MinBackfill
@@ -516,7 +498,7 @@ func MinSlice(p Policy, j *Job) time.Duration {
 
 // Horizon is the latest start Evaluate offers j at now: its Deadline, or
 // now+DefaultPatience without one.
-func Horizon(j *Job, now time.Time) time.Time {
+func Horizon(j *terms.Job, now time.Time) time.Time {
 	if j.Deadline.IsZero() {
 		return now.Add(DefaultPatience)
 	}
@@ -526,7 +508,7 @@ func Horizon(j *Job, now time.Time) time.Time {
 // placeLease finds the earliest lease span for j that accept takes, with
 // j.GPUCount devices of pool free throughout; see Evaluate. bs is a snapshot
 // of cal's bookings.
-func placeLease(p Policy, cal *Calendar, bs []Booking, pool []int, j *Job, now time.Time, accept func(s, e time.Time) bool) (start, end time.Time, preempts []string, err error) {
+func placeLease(p terms.Policy, cal *Calendar, bs []Booking, pool []int, j *terms.Job, now time.Time, accept func(s, e time.Time) bool) (start, end time.Time, preempts []string, err error) {
 	d := leaseLength(p, j)
 	if d < j.Duration && !j.Preemptible {
 		return start, end, nil, inelig("max_lease", "duration %v exceeds max lease %v", j.Duration, p.MaxLease)
@@ -542,11 +524,11 @@ func placeLease(p Policy, cal *Calendar, bs []Booking, pool []int, j *Job, now t
 	}
 	// Peak windows end where a lease may become cheap enough.
 	var peakEnds []time.Time
-	for _, iv := range windowSpans(p.PeakWindows, p.location(), now, latest) {
+	for _, iv := range p.PeakSpans(now, latest) {
 		peakEnds = append(peakEnds, iv.End)
 	}
 	var skip func(*Booking) bool
-	if j.Tier == Gold && p.AllowPreemption {
+	if j.Tier == terms.Gold && p.AllowPreemption {
 		skip = func(b *Booking) bool { return b.Preemptible }
 	}
 	spans := p.FreeSpans(now, latest.Add(d))
@@ -716,4 +698,48 @@ func orNone(s string) string {
 		return "(none)"
 	}
 	return s
+}
+
+// sliceVRAMGB is the memory, in GB, a job holding fraction of device g
+// (0: all of it) gets: its share of the device's, or on a device in MIG
+// mode its smallest instance's, the most any one of them is sure to get.
+func sliceVRAMGB(g terms.GPU, fraction float64) float64 {
+	if !g.MIG.Partitioned() {
+		return float64(g.VRAMGB) * terms.BilledGPUs(1, fraction)
+	}
+	if len(g.MIG.Instances) == 0 {
+		return 0
+	}
+	least := g.MIG.Instances[0].MemoryMB
+	for _, in := range g.MIG.Instances[1:] {
+		least = min(least, in.MemoryMB)
+	}
+	return float64(least) / 1024
+}
+
+// regionSatisfies reports whether a provider in region have satisfies the
+// residency constraint want: want is empty (anywhere), equal to have, or a
+// dash-delimited prefix of it ("eu" matches "eu-west" but not "europe-x").
+func regionSatisfies(want, have string) bool {
+	want = strings.ToLower(strings.TrimSpace(want))
+	if want == "" {
+		return true
+	}
+	have = strings.ToLower(strings.TrimSpace(have))
+	return have == want || strings.HasPrefix(have, want+"-")
+}
+
+// containerFit is the image rule of eligibility: a job with an image needs
+// a container engine, and one that uses GPUs needs GPU passthrough.
+func containerFit(c *terms.Capability, j *terms.Job) error {
+	if j.Run.Image == "" {
+		return nil
+	}
+	switch {
+	case c.Containers == terms.ContainersNone:
+		return inelig("image", "no container engine here: image jobs are not run")
+	case j.GPUCount > 0 && c.Containers != terms.ContainersGPU:
+		return inelig("image", "the container engine cannot give containers their GPUs (no NVIDIA runtime or CDI devices)")
+	}
+	return nil
 }

@@ -1,27 +1,28 @@
 package auction
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
-func gpus(model string, vram, n int) []GPU {
-	out := make([]GPU, n)
+func gpus(model string, vram, n int) []terms.GPU {
+	out := make([]terms.GPU, n)
 	for i := range out {
-		out[i] = GPU{Model: model, VRAMGB: vram}
+		out[i] = terms.GPU{Model: model, VRAMGB: vram}
 	}
 	return out
 }
 
 func baseState() ProviderState {
 	return ProviderState{
-		Cap: &Capability{Peer: "prov", Region: "eu-west", GPUs: gpus("A100", 80, 4), Datasets: []string{"imagenet", "c4"},
-			Policy: Policy{PriceFloor: 1, AcceptPreemptible: true}},
+		Cap: &terms.Capability{Peer: "prov", Region: "eu-west", GPUs: gpus("A100", 80, 4), Datasets: []string{"imagenet", "c4"},
+			Policy: terms.Policy{PriceFloor: 1, AcceptPreemptible: true}},
 		Cal:         NewCalendar(4),
 		TempC:       60,
 		PowerW:      300,
@@ -29,51 +30,51 @@ func baseState() ProviderState {
 	}
 }
 
-func evalJob() *Job {
-	return &Job{ID: "j1", Tier: Silver, MaxPrice: 2, GPUCount: 2, Duration: time.Hour, Region: "eu",
-		Datasets: []string{"c4", "laion"}, Run: RunSpec{Command: []string{"run"}}}
+func evalJob() *terms.Job {
+	return &terms.Job{ID: "j1", Tier: terms.Silver, MaxPrice: 2, GPUCount: 2, Duration: time.Hour, Region: "eu",
+		Datasets: []string{"c4", "laion"}, Run: terms.RunSpec{Command: []string{"run"}}}
 }
 
 func TestEvaluateIneligible(t *testing.T) {
 	now := at(0, "10:00")
 	cases := []struct {
 		want string
-		mut  func(*ProviderState, *Job)
+		mut  func(*ProviderState, *terms.Job)
 	}{
-		{"region us-east does not satisfy eu", func(ps *ProviderState, j *Job) { ps.Cap.Region = "us-east" }},
-		{"region europe-x does not satisfy eu", func(ps *ProviderState, j *Job) { ps.Cap.Region = "europe-x" }},
-		{"gpu model A100 not in h100", func(ps *ProviderState, j *Job) { j.GPUModels = []string{"h100"} }},
-		{"vram below required 96GB", func(ps *ProviderState, j *Job) { j.MinVRAMGB = 96 }},
-		{"4 qualifying gpus < 8 required", func(ps *ProviderState, j *Job) { j.GPUCount = 8 }},
-		{"workload training not accepted", func(ps *ProviderState, j *Job) {
+		{"region us-east does not satisfy eu", func(ps *ProviderState, j *terms.Job) { ps.Cap.Region = "us-east" }},
+		{"region europe-x does not satisfy eu", func(ps *ProviderState, j *terms.Job) { ps.Cap.Region = "europe-x" }},
+		{"gpu model A100 not in h100", func(ps *ProviderState, j *terms.Job) { j.GPUModels = []string{"h100"} }},
+		{"vram below required 96GB", func(ps *ProviderState, j *terms.Job) { j.MinVRAMGB = 96 }},
+		{"4 qualifying gpus < 8 required", func(ps *ProviderState, j *terms.Job) { j.GPUCount = 8 }},
+		{"workload training not accepted", func(ps *ProviderState, j *terms.Job) {
 			ps.Cap.Policy.AllowedWorkloads = []string{"inference"}
 			j.Workload = "training"
 		}},
-		{"preemptible work not accepted", func(ps *ProviderState, j *Job) {
+		{"preemptible work not accepted", func(ps *ProviderState, j *terms.Job) {
 			ps.Cap.Policy.AcceptPreemptible = false
-			j.Tier, j.Preemptible = Bronze, true
+			j.Tier, j.Preemptible = terms.Bronze, true
 		}},
-		{"gpu temperature 90C above limit 85C", func(ps *ProviderState, j *Job) { ps.Cap.Policy.MaxTempC = 85; ps.TempC = 90 }},
-		{"power draw 300W above limit 250W", func(ps *ProviderState, j *Job) { ps.Cap.Policy.MaxPowerW = 250 }},
-		{"reliability 0.90 below required 0.95", func(ps *ProviderState, j *Job) { j.MinReliability = 0.95 }},
-		{"price floor 2.10 > max 2.00", func(ps *ProviderState, j *Job) { ps.Cap.Policy.PriceFloor = 2.1 }},
-		{"quote 3.00 > max 2.00", func(ps *ProviderState, j *Job) {
-			ps.Cap.Policy.PeakWindows = []Window{{From: "08:00", To: "18:00"}}
+		{"gpu temperature 90C above limit 85C", func(ps *ProviderState, j *terms.Job) { ps.Cap.Policy.MaxTempC = 85; ps.TempC = 90 }},
+		{"power draw 300W above limit 250W", func(ps *ProviderState, j *terms.Job) { ps.Cap.Policy.MaxPowerW = 250 }},
+		{"reliability 0.90 below required 0.95", func(ps *ProviderState, j *terms.Job) { j.MinReliability = 0.95 }},
+		{"price floor 2.10 > max 2.00", func(ps *ProviderState, j *terms.Job) { ps.Cap.Policy.PriceFloor = 2.1 }},
+		{"quote 3.00 > max 2.00", func(ps *ProviderState, j *terms.Job) {
+			ps.Cap.Policy.PeakWindows = []terms.Window{{From: "08:00", To: "18:00"}}
 			ps.Cap.Policy.PriceFloor = 1.5
 			ps.Cap.Policy.PeakMultiplier = 2
 			j.Deadline = now.Add(2 * time.Hour) // no off-peak start in time
 		}},
-		{"duration 1h0m0s exceeds max lease 30m0s", func(ps *ProviderState, j *Job) { ps.Cap.Policy.MaxLease = 30 * time.Minute }},
-		{"not available before", func(ps *ProviderState, j *Job) {
-			ps.Cap.Policy.Availability = []Window{{From: "22:00", To: "06:00"}}
+		{"duration 1h0m0s exceeds max lease 30m0s", func(ps *ProviderState, j *terms.Job) { ps.Cap.Policy.MaxLease = 30 * time.Minute }},
+		{"not available before", func(ps *ProviderState, j *terms.Job) {
+			ps.Cap.Policy.Availability = []terms.Window{{From: "22:00", To: "06:00"}}
 			j.Deadline = now.Add(2 * time.Hour)
 		}},
-		{"no free window of 1h0m0s", func(ps *ProviderState, j *Job) {
+		{"no free window of 1h0m0s", func(ps *ProviderState, j *terms.Job) {
 			// 40-minute gaps only.
-			ps.Cap.Policy.Reserved = []Interval{{now.Add(40 * time.Minute), now.Add(3 * time.Hour)}}
+			ps.Cap.Policy.Reserved = []terms.Interval{{Start: now.Add(40 * time.Minute), End: now.Add(3 * time.Hour)}}
 			j.Deadline = now.Add(2 * time.Hour)
 		}},
-		{"no 2 free gpus", func(ps *ProviderState, j *Job) {
+		{"no 2 free gpus", func(ps *ProviderState, j *terms.Job) {
 			_ = ps.Cal.Reserve(Booking{LeaseID: "x", Start: now, End: now.Add(5 * time.Hour), GPUs: 3})
 			j.Deadline = now.Add(4 * time.Hour)
 		}},
@@ -97,37 +98,41 @@ func TestStaticFit(t *testing.T) {
 	now := at(0, "10:00")
 	cases := []struct {
 		name, want string // want "" means StaticFit passes
-		mut        func(*ProviderState, *Job)
+		mut        func(*ProviderState, *terms.Job)
 	}{
-		{"region", "region us-east does not satisfy eu", func(ps *ProviderState, j *Job) { ps.Cap.Region = "us-east" }},
-		{"region case", "", func(ps *ProviderState, j *Job) { ps.Cap.Region, j.Region = "EU-West", "Eu" }},
-		{"workload", "workload training not accepted", func(ps *ProviderState, j *Job) {
+		{"region", "region us-east does not satisfy eu", func(ps *ProviderState, j *terms.Job) { ps.Cap.Region = "us-east" }},
+		{"region case", "", func(ps *ProviderState, j *terms.Job) { ps.Cap.Region, j.Region = "EU-West", "Eu" }},
+		{"workload", "workload training not accepted", func(ps *ProviderState, j *terms.Job) {
 			ps.Cap.Policy.AllowedWorkloads = []string{"inference"}
 			j.Workload = "training"
 		}},
-		{"preemptible", "preemptible work not accepted", func(ps *ProviderState, j *Job) {
+		{"preemptible", "preemptible work not accepted", func(ps *ProviderState, j *terms.Job) {
 			ps.Cap.Policy.AcceptPreemptible = false
-			j.Tier, j.Preemptible = Bronze, true
+			j.Tier, j.Preemptible = terms.Bronze, true
 		}},
-		{"model", "gpu model A100 not in h100", func(ps *ProviderState, j *Job) { j.GPUModels = []string{"h100"} }},
-		{"gpu count of one model", "2 qualifying gpus < 3 required", func(ps *ProviderState, j *Job) {
+		{"model", "gpu model A100 not in h100", func(ps *ProviderState, j *terms.Job) { j.GPUModels = []string{"h100"} }},
+		{"gpu count of one model", "2 qualifying gpus < 3 required", func(ps *ProviderState, j *terms.Job) {
 			ps.Cap.GPUs = append(gpus("A100", 80, 2), gpus("H100", 80, 2)...)
 			j.GPUCount = 3
 		}},
-		{"price floor", "price floor 2.10 > max 2.00", func(ps *ProviderState, j *Job) { ps.Cap.Policy.PriceFloor = 2.1 }},
-		{"excluded", "lost an earlier attempt", func(ps *ProviderState, j *Job) { j.Exclude = []string{"other", "prov"} }},
-		{"another excluded", "", func(ps *ProviderState, j *Job) { j.Exclude = []string{"other"} }},
-		{"sealed job where it cannot be kept off disk", "sealed jobs not taken", func(ps *ProviderState, j *Job) { j.Sealed = true }},
-		{"sealed job where it can", "", func(ps *ProviderState, j *Job) { j.Sealed, ps.Cap.Policy.Sealed = true, true }},
-		{"no-persist not offered", "no-persist jobs not offered", func(ps *ProviderState, j *Job) { j.NoPersist = true }},
-		{"no-persist offered", "", func(ps *ProviderState, j *Job) { j.NoPersist, ps.Cap.Policy.NoPersist = true, NoPersistOffer }},
-		{"no-persist required", "", func(ps *ProviderState, j *Job) { j.NoPersist, ps.Cap.Policy.NoPersist = true, NoPersistRequire }},
-		{"persisting job on a no-persist-only provider", "only no-persist jobs taken", func(ps *ProviderState, j *Job) {
-			ps.Cap.Policy.NoPersist = NoPersistRequire
+		{"price floor", "price floor 2.10 > max 2.00", func(ps *ProviderState, j *terms.Job) { ps.Cap.Policy.PriceFloor = 2.1 }},
+		{"excluded", "lost an earlier attempt", func(ps *ProviderState, j *terms.Job) { j.Exclude = []string{"other", "prov"} }},
+		{"another excluded", "", func(ps *ProviderState, j *terms.Job) { j.Exclude = []string{"other"} }},
+		{"sealed job where it cannot be kept off disk", "sealed jobs not taken", func(ps *ProviderState, j *terms.Job) { j.Sealed = true }},
+		{"sealed job where it can", "", func(ps *ProviderState, j *terms.Job) { j.Sealed, ps.Cap.Policy.Sealed = true, true }},
+		{"no-persist not offered", "no-persist jobs not offered", func(ps *ProviderState, j *terms.Job) { j.NoPersist = true }},
+		{"no-persist offered", "", func(ps *ProviderState, j *terms.Job) {
+			j.NoPersist, ps.Cap.Policy.NoPersist = true, terms.NoPersistOffer
 		}},
-		{"persisting job where no-persist is offered", "", func(ps *ProviderState, j *Job) { ps.Cap.Policy.NoPersist = NoPersistOffer }},
-		{"thermal", "", func(ps *ProviderState, j *Job) { ps.Cap.Policy.MaxTempC = 85; ps.TempC = 90 }},
-		{"busy", "", func(ps *ProviderState, j *Job) {
+		{"no-persist required", "", func(ps *ProviderState, j *terms.Job) {
+			j.NoPersist, ps.Cap.Policy.NoPersist = true, terms.NoPersistRequire
+		}},
+		{"persisting job on a no-persist-only provider", "only no-persist jobs taken", func(ps *ProviderState, j *terms.Job) {
+			ps.Cap.Policy.NoPersist = terms.NoPersistRequire
+		}},
+		{"persisting job where no-persist is offered", "", func(ps *ProviderState, j *terms.Job) { ps.Cap.Policy.NoPersist = terms.NoPersistOffer }},
+		{"thermal", "", func(ps *ProviderState, j *terms.Job) { ps.Cap.Policy.MaxTempC = 85; ps.TempC = 90 }},
+		{"busy", "", func(ps *ProviderState, j *terms.Job) {
 			_ = ps.Cal.Reserve(Booking{LeaseID: "x", Start: now, End: now.Add(5 * time.Hour), GPUs: 3})
 			j.Deadline = now.Add(4 * time.Hour)
 		}},
@@ -168,7 +173,7 @@ func TestStaticMisfits(t *testing.T) {
 	ps.Cap.Policy.PriceFloor = 2.1
 	ps.Cap.Policy.AcceptPreemptible = false
 	j.GPUModels = []string{"h100"}
-	j.Tier, j.Preemptible = Bronze, true
+	j.Tier, j.Preemptible = terms.Bronze, true
 	var kinds []string
 	for _, in := range StaticMisfits(ps.Cap, j) {
 		kinds = append(kinds, in.Kind)
@@ -213,17 +218,15 @@ func TestEvaluateOffer(t *testing.T) {
 	if _, err := Evaluate(ProviderState{}, j, now); err == nil {
 		t.Fatal("nil capability accepted")
 	}
-	bad := *j
-	bad.GPUCount = 0
-	if _, err := Evaluate(ps, &bad, now); err == nil || errors.As(err, new(*Ineligible)) {
-		t.Fatalf("invalid job: %v", err)
-	}
+	// An invalid job never reaches Evaluate: a provider's jobs are
+	// validated where they enter it, in their call's decoding
+	// (TestHandleCallRefusesInvalidJob).
 }
 
 func TestEvaluateWaitsForOffPeak(t *testing.T) {
 	now := at(0, "10:00")
 	ps, j := baseState(), evalJob()
-	ps.Cap.Policy.PeakWindows = []Window{{From: "08:00", To: "18:00"}}
+	ps.Cap.Policy.PeakWindows = []terms.Window{{From: "08:00", To: "18:00"}}
 	ps.Cap.Policy.PriceFloor, ps.Cap.Policy.PeakMultiplier = 1.5, 2
 	// Peak price 3.00 > max 2.00 now: without a deadline the provider
 	// offers the end of the peak window instead of not bidding.
@@ -236,7 +239,7 @@ func TestEvaluateWaitsForOffPeak(t *testing.T) {
 
 func TestEvaluateBackfill(t *testing.T) {
 	now := at(0, "10:00")
-	reserved := []Interval{{now.Add(40 * time.Minute), now.Add(2 * time.Hour)}}
+	reserved := []terms.Interval{{Start: now.Add(40 * time.Minute), End: now.Add(2 * time.Hour)}}
 
 	// A 30-minute job fits the 40-minute gap before the reservation.
 	ps, j := baseState(), evalJob()
@@ -253,7 +256,7 @@ func TestEvaluateBackfill(t *testing.T) {
 		t.Fatalf("long job: %+v %v", o, err)
 	}
 	// A bronze job takes the gap and is preempted at its end.
-	j.Tier, j.Preemptible = Bronze, true
+	j.Tier, j.Preemptible = terms.Bronze, true
 	o, err = Evaluate(ps, j, now)
 	if err != nil || !o.Start.Equal(now) || !o.End.Equal(now.Add(40*time.Minute)) {
 		t.Fatalf("bronze backfill: %+v %v", o, err)
@@ -282,7 +285,7 @@ func TestEvaluateBackfill(t *testing.T) {
 	// Outside its nightly window, a provider offers tonight's start, and
 	// none if the deadline comes first.
 	ps, j = baseState(), evalJob()
-	ps.Cap.Policy.Availability = []Window{{From: "22:00", To: "06:00"}}
+	ps.Cap.Policy.Availability = []terms.Window{{From: "22:00", To: "06:00"}}
 	if o, err = Evaluate(ps, j, now); err != nil || !o.Start.Equal(at(0, "22:00")) {
 		t.Fatalf("night window: %+v %v", o, err)
 	}
@@ -296,12 +299,12 @@ func TestEvaluateGoldPreempts(t *testing.T) {
 	now := at(0, "10:00")
 	ps, j := baseState(), evalJob()
 	ps.Cap.Policy.AllowPreemption = true
-	j.Tier = Gold
+	j.Tier = terms.Gold
 	cal := ps.Cal
-	_ = cal.Reserve(Booking{LeaseID: "silver", Start: now.Add(-time.Hour), End: now.Add(5 * time.Hour), GPUs: 1, Tier: Silver})
-	_ = cal.Reserve(Booking{LeaseID: "b-old", Start: now.Add(-2 * time.Hour), End: now.Add(5 * time.Hour), GPUs: 1, Tier: Bronze, Preemptible: true})
-	_ = cal.Reserve(Booking{LeaseID: "b-new", Start: now.Add(-time.Minute), End: now.Add(5 * time.Hour), GPUs: 1, Tier: Bronze, Preemptible: true})
-	_ = cal.Reserve(Booking{LeaseID: "b-big", Start: now.Add(-time.Hour), End: now.Add(5 * time.Hour), GPUs: 1, Tier: Bronze, Preemptible: true})
+	_ = cal.Reserve(Booking{LeaseID: "silver", Start: now.Add(-time.Hour), End: now.Add(5 * time.Hour), GPUs: 1, Tier: terms.Silver})
+	_ = cal.Reserve(Booking{LeaseID: "b-old", Start: now.Add(-2 * time.Hour), End: now.Add(5 * time.Hour), GPUs: 1, Tier: terms.Bronze, Preemptible: true})
+	_ = cal.Reserve(Booking{LeaseID: "b-new", Start: now.Add(-time.Minute), End: now.Add(5 * time.Hour), GPUs: 1, Tier: terms.Bronze, Preemptible: true})
+	_ = cal.Reserve(Booking{LeaseID: "b-big", Start: now.Add(-time.Hour), End: now.Add(5 * time.Hour), GPUs: 1, Tier: terms.Bronze, Preemptible: true})
 	// 2 of 4 GPUs needed, 1 held by silver: two of the three bronze must go;
 	// all are one GPU, so the two latest-started.
 	o, err := Evaluate(ps, j, now)
@@ -309,12 +312,12 @@ func TestEvaluateGoldPreempts(t *testing.T) {
 		t.Fatalf("gold preempt: %+v %v", o, err)
 	}
 	// The preemption plan actually makes room.
-	if _, err := cal.ReserveEvicting(Booking{LeaseID: "gold", Start: o.Start, End: o.End, GPUs: 2, Tier: Gold}, o.Preempts); err != nil {
+	if _, err := cal.ReserveEvicting(Booking{LeaseID: "gold", Start: o.Start, End: o.End, GPUs: 2, Tier: terms.Gold}, o.Preempts); err != nil {
 		t.Fatal(err)
 	}
 	// Without AllowPreemption the gold job waits.
 	ps2, j2 := baseState(), evalJob()
-	j2.Tier, j2.GPUCount = Gold, 3
+	j2.Tier, j2.GPUCount = terms.Gold, 3
 	_ = ps2.Cal.Reserve(Booking{LeaseID: "b", Start: now, End: now.Add(2 * time.Hour), GPUs: 2, Preemptible: true})
 	if o, err = Evaluate(ps2, j2, now); err != nil || !o.Start.Equal(now.Add(2*time.Hour)) || len(o.Preempts) != 0 {
 		t.Fatalf("gold without preemption: %+v %v", o, err)
@@ -323,12 +326,12 @@ func TestEvaluateGoldPreempts(t *testing.T) {
 
 func TestRank(t *testing.T) {
 	now := at(0, "10:00")
-	j := &Job{ID: "j", Attempt: 1, Tier: Silver, MaxPrice: 3, GPUCount: 1, Duration: time.Hour, Region: "eu",
-		MinReliability: 0.3, Datasets: []string{"d1", "d2"}, Run: RunSpec{Command: []string{"x"}}, Exclude: []string{"lost"}}
-	bid := func(p string, price float64) Bid {
-		return Bid{JobID: "j", Attempt: 1, Provider: p, Region: "eu-west", Price: price, Start: now, End: now.Add(time.Hour), ExpiresAt: now.Add(time.Minute)}
+	j := &terms.Job{ID: "j", Attempt: 1, Tier: terms.Silver, MaxPrice: 3, GPUCount: 1, Duration: time.Hour, Region: "eu",
+		MinReliability: 0.3, Datasets: []string{"d1", "d2"}, Run: terms.RunSpec{Command: []string{"x"}}, Exclude: []string{"lost"}}
+	bid := func(p string, price float64) terms.Bid {
+		return terms.Bid{JobID: "j", Attempt: 1, Provider: p, Region: "eu-west", Price: price, Start: now, End: now.Add(time.Hour), ExpiresAt: now.Add(time.Minute)}
 	}
-	c := func(b Bid, rel float64) Candidate { return Candidate{Bid: b, Reliability: rel} }
+	c := func(b terms.Bid, rel float64) terms.Candidate { return terms.Candidate{Bid: b, Reliability: rel} }
 	withDS := bid("cached", 1.005)
 	withDS.Datasets = []string{"d1"}
 	later := bid("later", 1.0)
@@ -341,7 +344,7 @@ func TestRank(t *testing.T) {
 	us.Region = "us-east"
 	short := bid("short", 0.1)
 	short.End = now.Add(30 * time.Minute)
-	cands := []Candidate{
+	cands := []terms.Candidate{
 		c(bid("reliable", 1.8), 0.9), // score 2.0
 		c(bid("cheap", 1.0), 0.5),    // score 2.0, tied
 		c(withDS, 0.5),               // 2.01, tied, caches a dataset
@@ -380,35 +383,35 @@ func TestRank(t *testing.T) {
 		t.Fatalf("Rank dropped candidates: %d of %d", len(r), len(cands))
 	}
 	ex := Explain(r, "best", nil)
-	if ex.Winner != "best" || ex.Rank != 1 || ex.Rule != RuleBestScore || ex.RunnerUp != "cached" || ex.Score != 1.25 {
+	if ex.Winner != "best" || ex.Rank != 1 || ex.Rule != terms.RuleBestScore || ex.RunnerUp != "cached" || ex.Score != 1.25 {
 		t.Fatalf("Explain: %+v", ex)
 	}
 	// Tied winner: the explanation names the tiebreak.
 	ex = Explain(RankAt(j, cands[:4], now), "cached", nil)
-	if ex.Winner != "cached" || ex.Rule != RuleTieBreak || !strings.Contains(ex.TieBreak, "datasets cached (1 vs 0)") {
+	if ex.Winner != "cached" || ex.Rule != terms.RuleTieBreak || !strings.Contains(ex.TieBreak, "datasets cached (1 vs 0)") {
 		t.Fatalf("Explain tie: %+v", ex)
 	}
 	// Unknown reliability floors at MinScoreReliability rather than dividing by zero.
 	if s := Score(1, 0); s != 1/MinScoreReliability {
 		t.Fatalf("Score(1, 0) = %v", s)
 	}
-	if ex := Explain(nil, "", nil); ex.Rule != RuleNoBids {
+	if ex := Explain(nil, "", nil); ex.Rule != terms.RuleNoBids {
 		t.Fatalf("Explain(nil): %+v", ex)
 	}
 }
 
-func benchCands(n int) (*Job, []Candidate) {
+func benchCands(n int) (*terms.Job, []terms.Candidate) {
 	now := at(0, "10:00")
-	j := &Job{ID: "j", Tier: Silver, MaxPrice: 5, GPUCount: 1, Duration: time.Hour, Datasets: []string{"a", "b"}, Run: RunSpec{Command: []string{"x"}}}
-	cands := make([]Candidate, n)
+	j := &terms.Job{ID: "j", Tier: terms.Silver, MaxPrice: 5, GPUCount: 1, Duration: time.Hour, Datasets: []string{"a", "b"}, Run: terms.RunSpec{Command: []string{"x"}}}
+	cands := make([]terms.Candidate, n)
 	for i := range cands {
-		b := Bid{JobID: "j", Provider: fmt.Sprintf("p%06d", i), Price: 0.5 + float64(i%97)/20, Start: now.Add(time.Duration(i%13) * time.Minute),
+		b := terms.Bid{JobID: "j", Provider: fmt.Sprintf("p%06d", i), Price: 0.5 + float64(i%97)/20, Start: now.Add(time.Duration(i%13) * time.Minute),
 			ExpiresAt: now.Add(time.Hour)}
 		b.End = b.Start.Add(time.Hour)
 		if i%3 == 0 {
 			b.Datasets = []string{"a"}
 		}
-		cands[i] = Candidate{Bid: b, Reliability: float64(i%10+1) / 10, RTT: time.Duration(i%50) * time.Millisecond}
+		cands[i] = terms.Candidate{Bid: b, Reliability: float64(i%10+1) / 10, RTT: time.Duration(i%50) * time.Millisecond}
 	}
 	return j, cands
 }
@@ -430,9 +433,9 @@ func BenchmarkRank10000(b *testing.B) { benchRank(b, 10000) }
 func BenchmarkEvaluate(b *testing.B) {
 	now := at(0, "10:00")
 	ps, j := baseState(), evalJob()
-	ps.Cap.Policy.PeakWindows = []Window{{From: "09:00", To: "17:00"}}
-	ps.Cap.Policy.Availability = []Window{{From: "06:00", To: "23:00"}}
-	ps.Cap.Policy.Reserved = []Interval{{now.Add(30 * time.Minute), now.Add(time.Hour)}}
+	ps.Cap.Policy.PeakWindows = []terms.Window{{From: "09:00", To: "17:00"}}
+	ps.Cap.Policy.Availability = []terms.Window{{From: "06:00", To: "23:00"}}
+	ps.Cap.Policy.Reserved = []terms.Interval{{Start: now.Add(30 * time.Minute), End: now.Add(time.Hour)}}
 	for i := 0; i < 20; i++ {
 		s := now.Add(time.Duration(i) * 20 * time.Minute)
 		_ = ps.Cal.Reserve(Booking{LeaseID: fmt.Sprint(i), Start: s, End: s.Add(30 * time.Minute), GPUs: 1})
@@ -450,16 +453,16 @@ func BenchmarkEvaluate(b *testing.B) {
 // one far dearer.
 func TestRankChargesEvictions(t *testing.T) {
 	now := at(0, "10:00")
-	j := &Job{ID: "g", Tier: Gold, MaxPrice: 5, GPUCount: 1, Duration: time.Hour, Run: RunSpec{Command: []string{"x"}}}
-	bid := func(p string, price float64, evicts int) Candidate {
-		return Candidate{Reliability: 0.5, Bid: Bid{JobID: "g", Provider: p, Region: "eu-west", Price: price, Start: now,
+	j := &terms.Job{ID: "g", Tier: terms.Gold, MaxPrice: 5, GPUCount: 1, Duration: time.Hour, Run: terms.RunSpec{Command: []string{"x"}}}
+	bid := func(p string, price float64, evicts int) terms.Candidate {
+		return terms.Candidate{Reliability: 0.5, Bid: terms.Bid{JobID: "g", Provider: p, Region: "eu-west", Price: price, Start: now,
 			End: now.Add(time.Hour), ExpiresAt: now.Add(time.Minute), Evicts: evicts}}
 	}
-	r := RankAt(j, []Candidate{bid("evicting", 1.00, 1), bid("idle", 1.05, 0)}, now)
+	r := RankAt(j, []terms.Candidate{bid("evicting", 1.00, 1), bid("idle", 1.05, 0)}, now)
 	if r[0].Bid.Provider != "idle" {
 		t.Fatalf("winner %s, want the idle provider 5%% dearer", r[0].Bid.Provider)
 	}
-	r = RankAt(j, []Candidate{bid("evicting", 1.00, 1), bid("idle", 1.20, 0)}, now)
+	r = RankAt(j, []terms.Candidate{bid("evicting", 1.00, 1), bid("idle", 1.20, 0)}, now)
 	if r[0].Bid.Provider != "evicting" {
 		t.Fatalf("winner %s, want the evicting provider when the idle one is 20%% dearer", r[0].Bid.Provider)
 	}
@@ -483,17 +486,17 @@ func TestMinSliceAndHorizon(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			j := &Job{Duration: 2 * h, Preemptible: c.preemptible}
-			if got := MinSlice(Policy{MaxLease: c.maxLease}, j); got != c.want {
+			j := &terms.Job{Duration: 2 * h, Preemptible: c.preemptible}
+			if got := MinSlice(terms.Policy{MaxLease: c.maxLease}, j); got != c.want {
 				t.Fatalf("MinSlice = %v, want %v", got, c.want)
 			}
 		})
 	}
 	now := at(0, "10:00")
-	if got := Horizon(&Job{}, now); !got.Equal(now.Add(DefaultPatience)) {
+	if got := Horizon(&terms.Job{}, now); !got.Equal(now.Add(DefaultPatience)) {
 		t.Fatalf("Horizon without deadline = %v", got)
 	}
-	if got := Horizon(&Job{Deadline: now.Add(h)}, now); !got.Equal(now.Add(h)) {
+	if got := Horizon(&terms.Job{Deadline: now.Add(h)}, now); !got.Equal(now.Add(h)) {
 		t.Fatalf("Horizon with deadline = %v", got)
 	}
 }
@@ -504,21 +507,21 @@ func TestMinSliceAndHorizon(t *testing.T) {
 // seconds out, and an hours-long job keeps the cheaper one.
 func TestRankChargesWait(t *testing.T) {
 	now := at(0, "10:00")
-	bid := func(p string, price float64, wait, d time.Duration) Candidate {
-		return Candidate{Reliability: 0.5, Bid: Bid{JobID: "w", Provider: p, Region: "eu-west", Price: price, Start: now.Add(wait),
+	bid := func(p string, price float64, wait, d time.Duration) terms.Candidate {
+		return terms.Candidate{Reliability: 0.5, Bid: terms.Bid{JobID: "w", Provider: p, Region: "eu-west", Price: price, Start: now.Add(wait),
 			End: now.Add(wait + d), ExpiresAt: now.Add(time.Minute)}}
 	}
 	for _, tc := range []struct {
 		d    time.Duration
 		want string
 	}{{3 * time.Second, "now"}, {4 * time.Hour, "queued"}} {
-		j := &Job{ID: "w", Tier: Silver, MaxPrice: 5, GPUCount: 1, Duration: tc.d, Run: RunSpec{Command: []string{"x"}}}
-		r := RankAt(j, []Candidate{bid("queued", 1.00, 30*time.Second, tc.d), bid("now", 1.20, 0, tc.d)}, now)
+		j := &terms.Job{ID: "w", Tier: terms.Silver, MaxPrice: 5, GPUCount: 1, Duration: tc.d, Run: terms.RunSpec{Command: []string{"x"}}}
+		r := RankAt(j, []terms.Candidate{bid("queued", 1.00, 30*time.Second, tc.d), bid("now", 1.20, 0, tc.d)}, now)
 		if r[0].Bid.Provider != tc.want {
 			t.Fatalf("a %v job ranks %s first, want %s (scores %v, %v)", tc.d, r[0].Bid.Provider, tc.want, r[0].Score, r[1].Score)
 		}
 	}
-	if f := WaitFactor(&Job{Duration: time.Minute}, now.Add(-time.Second), now); f != 1 {
+	if f := WaitFactor(&terms.Job{Duration: time.Minute}, now.Add(-time.Second), now); f != 1 {
 		t.Fatalf("a bid that started already: factor %v, want 1", f)
 	}
 }

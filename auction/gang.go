@@ -10,116 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
-
-// Gang is a gang job's placement terms as one member's award and lease
-// carry them (Job.Nodes > 1): the gang's id, this member's rank, the
-// gang's size and every member (rank → provider, lease). The renter signs
-// it inside the award (DomainAward), so a provider that verified its award
-// knows who its gang peers are, and may admit exactly those: members of
-// the same gang, signed by the same renter. A gang is placed all or
-// nothing: each provider holds its member's booking until the renter
-// commits the whole gang (GangDecision), and it runs and bills nothing
-// before.
-type Gang struct {
-	ID   string `json:"id"`
-	Rank int    `json:"rank"`
-	// Size is the gang's world size K: Job.Nodes, len(Members).
-	Size int `json:"size"`
-	// Members lists every member by rank (Members[i].Rank == i).
-	Members []GangMember `json:"members"`
-}
-
-// GangMember is one member of a gang: its rank, the provider that runs it
-// and its lease there.
-type GangMember struct {
-	Rank     int    `json:"rank"`
-	Provider string `json:"provider"`
-	LeaseID  string `json:"lease_id"`
-}
-
-// Check reports whether g is a well-formed gang in which the member of
-// g.Rank is lease leaseID on provider: a valid id, 2 to MaxNodes members,
-// ranked 0..Size-1 in order, on distinct providers, with distinct valid
-// lease ids.
-func (g *Gang) Check(leaseID, provider string) error {
-	switch {
-	case g == nil:
-		return errors.New("auction: no gang")
-	case ValidID(g.ID) != nil:
-		return fmt.Errorf("auction: gang id: %w", ValidID(g.ID))
-	case g.Size < 2 || g.Size > MaxNodes || len(g.Members) != g.Size:
-		return fmt.Errorf("auction: gang of %d with %d members (2 to %d)", g.Size, len(g.Members), MaxNodes)
-	case g.Rank < 0 || g.Rank >= g.Size:
-		return fmt.Errorf("auction: gang rank %d of %d", g.Rank, g.Size)
-	}
-	providers, leases := map[string]bool{}, map[string]bool{}
-	for i, m := range g.Members {
-		if m.Rank != i {
-			return fmt.Errorf("auction: gang member %d has rank %d", i, m.Rank)
-		}
-		if err := ValidID(m.LeaseID); err != nil {
-			return fmt.Errorf("auction: gang member %d: lease id: %w", i, err)
-		}
-		if err := validPeerID(m.Provider); err != nil {
-			return fmt.Errorf("auction: gang member %d: provider: %w", i, err)
-		}
-		if providers[m.Provider] || leases[m.LeaseID] {
-			return fmt.Errorf("auction: gang member %d repeats a provider or lease", i)
-		}
-		providers[m.Provider], leases[m.LeaseID] = true, true
-	}
-	if me := g.Members[g.Rank]; me.LeaseID != leaseID || me.Provider != provider {
-		return fmt.Errorf("auction: gang rank %d is lease %s on %s, not this award", g.Rank, me.LeaseID, me.Provider)
-	}
-	return nil
-}
-
-// withRank returns a copy of g for the member of rank.
-func (g Gang) withRank(rank int) *Gang {
-	g.Rank = rank
-	g.Members = slices.Clone(g.Members)
-	return &g
-}
-
-// GangDecision is the renter's signed word on a gang member its provider
-// holds (an award with a Gang, confirmed): Commit runs it (every member
-// confirmed), else it is aborted and its booking freed. Sent on the award
-// stream; a commit is answered with a signed Confirm.
-type GangDecision struct {
-	GangID   string    `json:"gang_id"`
-	JobID    string    `json:"job_id"`
-	Attempt  int       `json:"attempt"`
-	Renter   string    `json:"renter"`
-	Provider string    `json:"provider"`
-	LeaseID  string    `json:"lease_id"`
-	Commit   bool      `json:"commit"`
-	IssuedAt time.Time `json:"issued_at"`
-}
-
-// EncodeGangDecision seals a gang decision; its Renter must be the signer.
-func EncodeGangDecision(s *sign.Signer, d GangDecision) ([]byte, error) {
-	return sealAs(s, sign.DomainGangDecision, "gang decision", d.Renter, d)
-}
-
-// DecodeGangDecision verifies a gang decision envelope, that its signer is
-// its Renter and that its ids satisfy ValidID.
-func DecodeGangDecision(data []byte) (GangDecision, error) {
-	return decode(data, sign.DomainGangDecision, decodeGangDecision)
-}
-
-func decodeGangDecision(env *sign.Envelope) (GangDecision, error) {
-	d, err := openAs(env, sign.DomainGangDecision, "gang decision", func(d *GangDecision) string { return d.Renter })
-	if err != nil {
-		return GangDecision{}, err
-	}
-	if err := validIDs("gang decision", "gang id", d.GangID, "job id", d.JobID, "lease id", d.LeaseID); err != nil {
-		return GangDecision{}, err
-	}
-	return d, nil
-}
 
 // DefaultGangHold is how long a provider holds a confirmed gang member for
 // its renter's commit (ProviderConfig.GangHold): the renter commits once
@@ -130,14 +23,14 @@ const DefaultGangHold = 5 * time.Second
 
 // gangHold is a confirmed gang member awaiting its renter's decision.
 type gangHold struct {
-	lease Lease
+	lease terms.Lease
 	sb    *sentBid
 	timer *time.Timer
 }
 
 // holdGangLocked keeps a confirmed gang member's lease until its decision
 // (or its expiry after GangHold). Called with p.mu held.
-func (p *Provider) holdGangLocked(lease Lease, sb *sentBid) {
+func (p *Provider) holdGangLocked(lease terms.Lease, sb *sentBid) {
 	if p.gangHeld == nil {
 		p.gangHeld = map[string]*gangHold{}
 	}
@@ -173,7 +66,7 @@ func (p *Provider) dropGangLocked(id string, h *gangHold) {
 // Confirm (declined when the hold is gone: expired or aborted); an abort
 // frees the booking and is answered with nothing. Only the award's renter
 // decides.
-func (p *Provider) handleGangDecision(from peer.ID, d GangDecision) ([]byte, error) {
+func (p *Provider) handleGangDecision(from peer.ID, d terms.GangDecision) ([]byte, error) {
 	if d.Renter != from.String() {
 		return nil, p.reject("not_job_owner", fmt.Errorf("gang decision from %s signed by %s", from, d.Renter))
 	}
@@ -194,9 +87,9 @@ func (p *Provider) handleGangDecision(from peer.ID, d GangDecision) ([]byte, err
 	if !ok {
 		if l, live := p.leases[d.LeaseID]; live && l.Renter == d.Renter && l.Gang != nil && l.Gang.ID == d.GangID {
 			// A repeated commit.
-			return EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: d.LeaseID, Accepted: true, Devices: l.Devices})
+			return terms.EncodeConfirm(p.cfg.Signer, terms.Confirm{LeaseID: d.LeaseID, Accepted: true, Devices: l.Devices})
 		}
-		return EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: d.LeaseID, Reason: "gang hold expired or aborted"})
+		return terms.EncodeConfirm(p.cfg.Signer, terms.Confirm{LeaseID: d.LeaseID, Reason: "gang hold expired or aborted"})
 	}
 	h.timer.Stop()
 	delete(p.gangHeld, d.LeaseID)
@@ -205,11 +98,11 @@ func (p *Provider) handleGangDecision(from peer.ID, d GangDecision) ([]byte, err
 	p.jobs[lease.ID] = h.sb.job
 	p.order = append(p.order, lease.ID)
 	p.stats.Won++
-	p.stats.EarningsUSD += LeaseCost(lease.Price, lease.GPUCount, lease.GPUFraction, lease.End.Sub(lease.Start))
+	p.stats.EarningsUSD += terms.LeaseCost(lease.Price, lease.GPUCount, lease.GPUFraction, lease.End.Sub(lease.Start))
 	if p.cfg.Runtime != nil {
 		p.cfg.Runtime.OnLease(lease, h.sb.job, nil)
 	}
-	return EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: lease.ID, Accepted: true, Devices: lease.Devices})
+	return terms.EncodeConfirm(p.cfg.Signer, terms.Confirm{LeaseID: lease.ID, Accepted: true, Devices: lease.Devices})
 }
 
 // GangTieTolerance is how far above the best remaining bid's score a bid
@@ -223,13 +116,13 @@ const GangTieTolerance = 0.05
 // renter measured, each next one in the first one's region first, then at
 // the lowest round trip (unmeasured last; ties: the ranking's order).
 // It returns fewer than k when fewer bids are left.
-func pickGang(ranked []Ranked, k int) []Ranked {
+func pickGang(ranked []terms.Ranked, k int) []terms.Ranked {
 	left := slices.Clone(ranked)
-	var pick []Ranked
+	var pick []terms.Ranked
 	for len(pick) < k && len(left) > 0 {
 		best := 0
 		band := left[0].Score * (1 + GangTieTolerance)
-		closer := func(a, b Ranked) bool {
+		closer := func(a, b terms.Ranked) bool {
 			if len(pick) > 0 {
 				if lead := pick[0].Bid.Region; (a.Bid.Region == lead) != (b.Bid.Region == lead) {
 					return a.Bid.Region == lead
@@ -269,12 +162,12 @@ const gangBackoff = 200 * time.Millisecond
 // (DefaultGangHold): two gangs competing for the same providers cannot
 // deadlock. It returns -1 and the error to return (nil once leased) or the
 // count of eligible bids with the reason no gang was placed.
-func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *Job, ranked []Ranked) (int, string, error) {
+func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *terms.Job, ranked []terms.Ranked) (int, string, error) {
 	allowed := map[string]bool{}
 	for _, b := range r.awardOrder(ranked, r.cfg.Now()) {
 		allowed[b.Nonce] = true
 	}
-	pool := slices.DeleteFunc(slices.Clone(ranked), func(c Ranked) bool { return !allowed[c.Bid.Nonce] })
+	pool := slices.DeleteFunc(slices.Clone(ranked), func(c terms.Ranked) bool { return !allowed[c.Bid.Nonce] })
 	eligible, k := len(pool), job.Nodes
 	actx := context.WithoutCancel(ctx)
 	var last string
@@ -296,18 +189,18 @@ func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *Job, ranked 
 				return -1, "", ErrCancelled
 			case <-ctx.Done():
 				t.Stop()
-				return -1, "", r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+				return -1, "", r.finish(rj, terms.JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
 			}
 		}
 		leases, failed, why := r.gangRound(actx, rj, job, pick)
 		if leases != nil {
-			members := make([]Lease, len(leases))
+			members := make([]terms.Lease, len(leases))
 			copy(members, leases)
 			r.mu.Lock()
 			rj.status.Members = members
 			r.counters["gang_placed"]++
 			r.mu.Unlock()
-			r.finish(rj, JobLeased, "", &members[0], members[0].Provider, nil)
+			r.finish(rj, terms.JobLeased, "", &members[0], members[0].Provider, nil)
 			if r.cfg.Listener != nil {
 				for _, l := range members {
 					r.cfg.Listener.OnLease(l, *job)
@@ -319,12 +212,12 @@ func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *Job, ranked 
 		r.counters["gang_aborted"]++
 		r.mu.Unlock()
 		last = why
-		pool = slices.DeleteFunc(pool, func(c Ranked) bool { return failed[c.Bid.Provider] })
+		pool = slices.DeleteFunc(pool, func(c terms.Ranked) bool { return failed[c.Bid.Provider] })
 		select {
 		case <-rj.cancel:
 			return -1, "", ErrCancelled
 		case <-ctx.Done():
-			return -1, "", r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+			return -1, "", r.finish(rj, terms.JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
 		default:
 		}
 	}
@@ -333,16 +226,16 @@ func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *Job, ranked 
 // gangRound awards one pick of members; it returns the committed leases
 // by rank, or nil with the providers that failed (to be left out) and
 // why, once every member that may have booked was aborted.
-func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *Job, pick []Ranked) ([]Lease, map[string]bool, string) {
-	g := Gang{ID: NewID("gang"), Size: len(pick)}
+func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *terms.Job, pick []terms.Ranked) ([]terms.Lease, map[string]bool, string) {
+	g := terms.Gang{ID: terms.NewID("gang"), Size: len(pick)}
 	for i, c := range pick {
-		g.Members = append(g.Members, GangMember{Rank: i, Provider: c.Bid.Provider, LeaseID: NewID("lease")})
+		g.Members = append(g.Members, terms.GangMember{Rank: i, Provider: c.Bid.Provider, LeaseID: terms.NewID("lease")})
 	}
 	type member struct {
 		slot   int
-		bid    Bid
+		bid    terms.Bid
 		claim  *claim
-		lease  Lease
+		lease  terms.Lease
 		result string
 	}
 	ms := make([]member, len(pick))
@@ -350,7 +243,7 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *Job, pick []
 	r.mu.Lock()
 	for i, c := range pick {
 		ms[i] = member{slot: len(rj.status.Attempts), bid: c.Bid}
-		rj.status.Attempts = append(rj.status.Attempts, AwardAttempt{Provider: c.Bid.Provider, LeaseID: g.Members[i].LeaseID, Result: "pending"})
+		rj.status.Attempts = append(rj.status.Attempts, terms.AwardAttempt{Provider: c.Bid.Provider, LeaseID: g.Members[i].LeaseID, Result: "pending"})
 	}
 	r.mu.Unlock()
 	var wg sync.WaitGroup
@@ -365,7 +258,7 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *Job, pick []
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.lease, m.result = r.award(ctx, job, m.bid, g.Members[i].LeaseID, g.withRank(i))
+			m.lease, m.result = r.award(ctx, job, m.bid, g.Members[i].LeaseID, g.WithRank(i))
 		}()
 	}
 	wg.Wait()
@@ -397,7 +290,7 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *Job, pick []
 		m := &ms[i]
 		switch {
 		case all:
-			m.lease.Gang = g.withRank(i)
+			m.lease.Gang = g.WithRank(i)
 		case committed[i]:
 			// Committed while another member's commit failed: it may be
 			// starting already; the lease is given back.
@@ -426,7 +319,7 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *Job, pick []
 				}()
 			}
 		}
-		var kept *Lease
+		var kept *terms.Lease
 		if all {
 			kept = &m.lease
 		}
@@ -437,7 +330,7 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *Job, pick []
 	}
 	wg.Wait()
 	if all {
-		leases := make([]Lease, len(ms))
+		leases := make([]terms.Lease, len(ms))
 		for i := range ms {
 			leases[i] = ms[i].lease
 		}
@@ -448,12 +341,12 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *Job, pick []
 
 // decideGang sends a gang member's commit (checking the provider's signed
 // answer) or abort.
-func (r *Renter) decideGang(ctx context.Context, gangID string, job *Job, l Lease, commit bool) error {
+func (r *Renter) decideGang(ctx context.Context, gangID string, job *terms.Job, l terms.Lease, commit bool) error {
 	to, err := peer.Decode(l.Provider)
 	if err != nil {
 		return err
 	}
-	data, err := EncodeGangDecision(r.cfg.Signer, GangDecision{GangID: gangID, JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner,
+	data, err := terms.EncodeGangDecision(r.cfg.Signer, terms.GangDecision{GangID: gangID, JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner,
 		Provider: l.Provider, LeaseID: l.ID, Commit: commit, IssuedAt: r.cfg.Now()})
 	if err != nil {
 		return err
@@ -464,7 +357,7 @@ func (r *Renter) decideGang(ctx context.Context, gangID string, job *Job, l Leas
 	if err != nil || !commit {
 		return err
 	}
-	c, signer, err := DecodeConfirm(reply)
+	c, signer, err := terms.DecodeConfirm(reply)
 	switch {
 	case err != nil:
 		return err

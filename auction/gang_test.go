@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -20,15 +21,15 @@ func fourOneGPU() []provSpec {
 		{"c", "eu-west", "A100", 80, 1, pol(1), 0.9}, {"d", "eu-west", "A100", 80, 1, pol(1), 0.9}}
 }
 
-func gangJob(now time.Time, nodes, count int) Job {
+func gangJob(now time.Time, nodes, count int) terms.Job {
 	j := euJob(now)
-	j.ID, j.Nodes, j.GPUCount, j.BidWindow = NewID("job"), nodes, count, time.Second
+	j.ID, j.Nodes, j.GPUCount, j.BidWindow = terms.NewID("job"), nodes, count, time.Second
 	return j
 }
 
 // expectAll makes a renter wait for every provider of m to answer, so a
 // test's bid windows close as soon as they have.
-func (m *market) expectAll(*Job) []string {
+func (m *market) expectAll(*terms.Job) []string {
 	var ids []string
 	for _, tp := range m.provs {
 		ids = append(ids, tp.s.ID().String())
@@ -38,9 +39,9 @@ func (m *market) expectAll(*Job) []string {
 
 // checkGang asserts that a placed gang's members are committed on distinct
 // providers, each holding its own rank's terms.
-func checkGang(t *testing.T, m *market, st JobStatus, k int) {
+func checkGang(t *testing.T, m *market, st terms.JobStatus, k int) {
 	t.Helper()
-	if st.State != JobLeased || len(st.Members) != k {
+	if st.State != terms.JobLeased || len(st.Members) != k {
 		t.Fatalf("gang state %s with %d members, want leased with %d", st.State, len(st.Members), k)
 	}
 	seen := map[string]bool{}
@@ -52,7 +53,7 @@ func checkGang(t *testing.T, m *market, st JobStatus, k int) {
 		if l.Gang == nil || l.Gang.Rank != i || l.Gang.Size != k || l.Gang.Members[i].LeaseID != l.ID || l.Gang.Check(l.ID, l.Provider) != nil {
 			t.Fatalf("member %d's gang terms %+v", i, l.Gang)
 		}
-		var live *Lease
+		var live *terms.Lease
 		for _, pl := range m.byID[l.Provider].p.Stats().Leases {
 			if pl.ID == l.ID {
 				live = &pl
@@ -66,9 +67,9 @@ func checkGang(t *testing.T, m *market, st JobStatus, k int) {
 
 func TestGangPlacedAllOrNothing(t *testing.T) {
 	m := newMarket(t, fourOneGPU())
-	var leased []Lease
+	var leased []terms.Lease
 	var mu sync.Mutex
-	r, _ := m.renter(t, RenterConfig{Directory: hooks{expected: m.expectAll}, Listener: hooks{lease: func(l Lease, _ Job) {
+	r, _ := m.renter(t, RenterConfig{Directory: hooks{expected: m.expectAll}, Listener: hooks{lease: func(l terms.Lease, _ terms.Job) {
 		mu.Lock()
 		leased = append(leased, l)
 		mu.Unlock()
@@ -119,10 +120,10 @@ func TestGangPlacedAllOrNothing(t *testing.T) {
 // others.
 func TestGangMemberDeclinesAbortsTheRest(t *testing.T) {
 	m := newMarket(t, fourOneGPU())
-	var started []Lease
+	var started []terms.Lease
 	var mu sync.Mutex
 	for _, tp := range m.provs {
-		tp.p.cfg.Runtime = runtimeHooks{lease: func(l Lease, _ Job, _ []string) {
+		tp.p.cfg.Runtime = runtimeHooks{lease: func(l terms.Lease, _ terms.Job, _ []string) {
 			mu.Lock()
 			started = append(started, l)
 			mu.Unlock()
@@ -206,7 +207,7 @@ func raceGangs(t *testing.T, grace time.Duration) {
 		}
 		type res struct {
 			r   *Renter
-			j   Job
+			j   terms.Job
 			err error
 		}
 		results := make([]res, 2)
@@ -298,19 +299,19 @@ func TestGangHostile(t *testing.T) {
 	go func() { _, _ = r.Post(context.Background(), job) }()
 	<-gate
 	r.mu.Lock()
-	bids := append([]Candidate(nil), r.jobs[job.ID].bids...)
+	bids := append([]terms.Candidate(nil), r.jobs[job.ID].bids...)
 	r.mu.Unlock()
 	r.Cancel(job.ID)
 	if len(bids) != 2 {
 		t.Fatalf("%d bids", len(bids))
 	}
 	p0 := m.byID[bids[0].Bid.Provider]
-	g := Gang{ID: "gang-x", Size: 2, Members: []GangMember{{0, bids[0].Bid.Provider, "lease-a"}, {1, bids[1].Bid.Provider, "lease-b"}}}
-	award := func(leaseID string, gang *Gang) error {
+	g := terms.Gang{ID: "gang-x", Size: 2, Members: []terms.GangMember{{Rank: 0, Provider: bids[0].Bid.Provider, LeaseID: "lease-a"}, {Rank: 1, Provider: bids[1].Bid.Provider, LeaseID: "lease-b"}}}
+	award := func(leaseID string, gang *terms.Gang) error {
 		b := bids[0].Bid
-		a := Award{LeaseID: leaseID, JobID: job.ID, Renter: job.Owner, Provider: b.Provider, BidNonce: b.Nonce, Price: b.Price,
+		a := terms.Award{LeaseID: leaseID, JobID: job.ID, Renter: job.Owner, Provider: b.Provider, BidNonce: b.Nonce, Price: b.Price,
 			Start: b.Start, End: b.End, GPUCount: 1, Job: job, IssuedAt: m.now(), Gang: gang}
-		data, err := EncodeAward(r.cfg.Signer, a)
+		data, err := terms.EncodeAward(r.cfg.Signer, a)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -318,7 +319,7 @@ func TestGangHostile(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		c, _, err := DecodeConfirm(reply)
+		c, _, err := terms.DecodeConfirm(reply)
 		if err != nil || !c.Accepted {
 			t.Fatalf("confirm %+v %v", c, err)
 		}
@@ -328,15 +329,15 @@ func TestGangHostile(t *testing.T) {
 	if err := award("lease-a", nil); !errors.As(err, &rej) || rej.Reason != "bad_gang" {
 		t.Fatalf("gang job awarded without terms: %v", err)
 	}
-	if err := award("lease-a", g.withRank(1)); !errors.As(err, &rej) || rej.Reason != "bad_gang" {
+	if err := award("lease-a", g.WithRank(1)); !errors.As(err, &rej) || rej.Reason != "bad_gang" {
 		t.Fatalf("award naming another rank's provider: %v", err)
 	}
-	dup := g.withRank(0)
+	dup := g.WithRank(0)
 	dup.Members[1].Provider = dup.Members[0].Provider
 	if err := award("lease-a", dup); !errors.As(err, &rej) || rej.Reason != "bad_gang" {
 		t.Fatalf("gang with a provider twice: %v", err)
 	}
-	if err := award("lease-a", g.withRank(0)); err != nil {
+	if err := award("lease-a", g.WithRank(0)); err != nil {
 		t.Fatal(err)
 	}
 	if s := p0.p.Stats(); s.GangHeld != 1 || len(s.Leases) != 0 || len(p0.cal.Bookings()) != 1 {
@@ -345,8 +346,8 @@ func TestGangHostile(t *testing.T) {
 	// Another renter cannot commit it.
 	other := signtest.New(t)
 	otr := m.net.Join(other.ID())
-	d := GangDecision{GangID: "gang-x", JobID: job.ID, Renter: other.ID().String(), Provider: bids[0].Bid.Provider, LeaseID: "lease-a", Commit: true}
-	data, err := EncodeGangDecision(other, d)
+	d := terms.GangDecision{GangID: "gang-x", JobID: job.ID, Renter: other.ID().String(), Provider: bids[0].Bid.Provider, LeaseID: "lease-a", Commit: true}
+	data, err := terms.EncodeGangDecision(other, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,12 +361,12 @@ func TestGangHostile(t *testing.T) {
 	}
 	// A commit after the expiry is declined.
 	d.Renter = job.Owner
-	data, _ = EncodeGangDecision(r.cfg.Signer, d)
+	data, _ = terms.EncodeGangDecision(r.cfg.Signer, d)
 	reply, err := p0.p.HandleAward(tr.ID(), data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, _, err := DecodeConfirm(reply); err != nil || c.Accepted {
+	if c, _, err := terms.DecodeConfirm(reply); err != nil || c.Accepted {
 		t.Fatalf("late commit answered %+v %v", c, err)
 	}
 }
@@ -377,18 +378,18 @@ func TestGangCancelledWhileHeld(t *testing.T) {
 	m := newMarket(t, fourOneGPU())
 	r, _ := m.renter(t, RenterConfig{Directory: hooks{expected: m.expectAll}})
 	j := gangJob(m.now(), 2, 1)
-	j.ID = NewID("job")
+	j.ID = terms.NewID("job")
 	var once sync.Once
 	started := 0
 	var mu sync.Mutex
 	for _, tp := range m.provs {
-		tp.p.cfg.Runtime = runtimeHooks{lease: func(Lease, Job, []string) {
+		tp.p.cfg.Runtime = runtimeHooks{lease: func(terms.Lease, terms.Job, []string) {
 			mu.Lock()
 			started++
 			mu.Unlock()
 		}}
 		tp.t.Handle(auctiontest.MemHandlers{OnCall: tp.p.HandleCall, OnGossipedCall: tp.p.HandleGossipedCall, OnAward: func(from peer.ID, data []byte) ([]byte, error) {
-			if _, err := DecodeAward(data); err == nil {
+			if _, err := terms.DecodeAward(data); err == nil {
 				once.Do(func() { _ = r.Cancel(j.ID) })
 			}
 			return tp.p.HandleAward(from, data)
@@ -414,10 +415,10 @@ func TestGangCancelledWhileHeld(t *testing.T) {
 // measured RTT; the next: the first's region, then the lowest RTT,
 // unmeasured last), and a bid clearly cheaper is taken over a closer one.
 func TestPickGang(t *testing.T) {
-	bid := func(name, region string, score float64, rtt time.Duration) Ranked {
-		return Ranked{Candidate: Candidate{Bid: Bid{Provider: name, Region: region}, RTT: rtt}, Score: score}
+	bid := func(name, region string, score float64, rtt time.Duration) terms.Ranked {
+		return terms.Ranked{Candidate: terms.Candidate{Bid: terms.Bid{Provider: name, Region: region}, RTT: rtt}, Score: score}
 	}
-	names := func(rs []Ranked) string {
+	names := func(rs []terms.Ranked) string {
 		var out []string
 		for _, r := range rs {
 			out = append(out, r.Bid.Provider)
@@ -426,18 +427,18 @@ func TestPickGang(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name   string
-		ranked []Ranked
+		ranked []terms.Ranked
 		k      int
 		want   string
 	}{
-		{"same region first", []Ranked{bid("a", "eu-west", 1, time.Millisecond), bid("b", "us-east", 1.01, 2*time.Millisecond), bid("c", "eu-west", 1.04, 0)}, 2, "a,c"},
-		{"then lowest rtt", []Ranked{bid("a", "eu-west", 1, time.Millisecond), bid("b", "us-east", 1.01, 0), bid("c", "us-east", 1.02, 40*time.Millisecond),
+		{"same region first", []terms.Ranked{bid("a", "eu-west", 1, time.Millisecond), bid("b", "us-east", 1.01, 2*time.Millisecond), bid("c", "eu-west", 1.04, 0)}, 2, "a,c"},
+		{"then lowest rtt", []terms.Ranked{bid("a", "eu-west", 1, time.Millisecond), bid("b", "us-east", 1.01, 0), bid("c", "us-east", 1.02, 40*time.Millisecond),
 			bid("d", "us-east", 1.03, 5*time.Millisecond)}, 2, "a,d"},
-		{"cheaper beats closer", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1.2, 0), bid("c", "eu-west", 1.5, 0)}, 2, "a,b"},
-		{"too few", []Ranked{bid("a", "eu-west", 1, 0)}, 2, "a"},
-		{"closest leads", []Ranked{bid("a", "eu-west", 1, 30*time.Millisecond), bid("b", "us-east", 1.01, 5*time.Millisecond),
+		{"cheaper beats closer", []terms.Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1.2, 0), bid("c", "eu-west", 1.5, 0)}, 2, "a,b"},
+		{"too few", []terms.Ranked{bid("a", "eu-west", 1, 0)}, 2, "a"},
+		{"closest leads", []terms.Ranked{bid("a", "eu-west", 1, 30*time.Millisecond), bid("b", "us-east", 1.01, 5*time.Millisecond),
 			bid("c", "eu-west", 1.5, 0)}, 2, "b,a"},
-		{"three", []Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1, 0), bid("c", "eu-west", 1.01, 0), bid("d", "eu-west", 1.02, 0)}, 3, "a,c,d"},
+		{"three", []terms.Ranked{bid("a", "eu-west", 1, 0), bid("b", "us-east", 1, 0), bid("c", "eu-west", 1.01, 0), bid("d", "eu-west", 1.02, 0)}, 3, "a,c,d"},
 	} {
 		if got := names(pickGang(c.ranked, c.k)); got != c.want {
 			t.Errorf("%s: picked %s, want %s", c.name, got, c.want)

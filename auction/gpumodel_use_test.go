@@ -4,6 +4,8 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestSpellingsShareTopicsAndMatch: a renter asking for "RTX 4090" and a
@@ -19,8 +21,8 @@ func TestSpellingsShareTopicsAndMatch(t *testing.T) {
 		{"h100-pcie", "NVIDIA H100 PCIe"},
 	} {
 		t.Run(c.want+" for "+c.provider, func(t *testing.T) {
-			j := &Job{Region: "eu", GPUModels: []string{c.want}}
-			capa := &Capability{Region: "eu-west", GPUs: []GPU{{Model: c.provider, VRAMGB: 80}}}
+			j := &terms.Job{Region: "eu", GPUModels: []string{c.want}}
+			capa := &terms.Capability{Region: "eu-west", GPUs: []terms.GPU{{Model: c.provider, VRAMGB: 80}}}
 			jt := JobTopics(j)
 			pt := ProviderTopics(capa)
 			if len(jt) != 1 || !slices.Contains(pt, jt[0]) {
@@ -49,13 +51,13 @@ func TestSpellingsShareTopicsAndMatch(t *testing.T) {
 // cannot size an A100), while a 40 GB one is not taken for them; a
 // request for the family still finds both.
 func TestDeclaredVRAMSizesTheModel(t *testing.T) {
-	big := &Capability{Region: "eu", GPUs: gpus("A100", 80, 2)}
-	small := &Capability{Region: "eu", GPUs: gpus("A100", 40, 2)}
+	big := &terms.Capability{Region: "eu", GPUs: gpus("A100", 80, 2)}
+	small := &terms.Capability{Region: "eu", GPUs: gpus("A100", 40, 2)}
 	for _, c := range []struct {
 		gpu        string
 		big, small bool
 	}{{"A100 80GB", true, false}, {"a100-80g", true, false}, {"A100 40GB", false, true}, {"A100", true, true}} {
-		q := Query{GPU: c.gpu}
+		q := terms.Query{GPU: c.gpu}
 		if got := big.Matches(q); got != c.big {
 			t.Errorf("80 GB A100s match %q: %v, want %v", c.gpu, got, c.big)
 		}

@@ -3,6 +3,8 @@ package auction
 import (
 	"strings"
 	"testing"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestMissingBytesMatchesHeldTokens: a record lists a private artifact by
@@ -10,9 +12,9 @@ import (
 // and never shows the id itself.
 func TestMissingBytesMatchesHeldTokens(t *testing.T) {
 	id := strings.Repeat("ab", 32)
-	job := Job{Owner: "renter-x", InputBytes: map[string]int64{id: 100}, Run: RunSpec{Inputs: map[string]string{"data": id}}}
-	tok := HeldToken("renter-x", id)
-	if tok == id || !ValidArtifactID(tok) {
+	job := terms.Job{Owner: "renter-x", InputBytes: map[string]int64{id: 100}, Run: terms.RunSpec{Inputs: map[string]string{"data": id}}}
+	tok := terms.HeldToken("renter-x", id)
+	if tok == id || !terms.ValidArtifactID(tok) {
 		t.Fatalf("token %q", tok)
 	}
 	if n := MissingBytes(&job, []string{tok}); n != 0 {
@@ -23,7 +25,7 @@ func TestMissingBytesMatchesHeldTokens(t *testing.T) {
 	if n := MissingBytes(&other, []string{tok}); n != 100 {
 		t.Fatalf("another renter's job: %d missing, want 100", n)
 	}
-	if !Holds([]string{id}, "anyone", id) || Holds([]string{tok}, "renter-y", id) {
+	if !terms.Holds([]string{id}, "anyone", id) || terms.Holds([]string{tok}, "renter-y", id) {
 		t.Fatal("Holds")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -61,13 +62,13 @@ func TestConcurrentAuctionsDoNotOverbook(t *testing.T) {
 			leased, overbooked := 0, 0
 			type post struct {
 				r *Renter
-				j Job
+				j terms.Job
 			}
 			var posts []post
 			for i := 0; i < 6; i++ {
 				r, _ := m.renter(t, RenterConfig{QuietClose: 200 * time.Millisecond})
 				j := euJob(m.now())
-				j.ID, j.GPUCount, j.Deadline, j.BidWindow = NewID("job"), 1, m.now().Add(10*time.Minute), time.Second
+				j.ID, j.GPUCount, j.Deadline, j.BidWindow = terms.NewID("job"), 1, m.now().Add(10*time.Minute), time.Second
 				posts = append(posts, post{r, j})
 			}
 			// Rounds of concurrent auctions; the jobs left without a lease
@@ -136,7 +137,7 @@ func TestBidRelease(t *testing.T) {
 	tr, bids := bidCollector(m, owner.ID())
 	m.net.Join(other.ID())
 	j := ownedJob(t, m, owner.ID(), "job-held")
-	call, err := EncodeCall(owner, j, JobTopics(&j)[0])
+	call, err := terms.EncodeCall(owner, j, JobTopics(&j)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,17 +148,17 @@ func TestBidRelease(t *testing.T) {
 	if n := box.cal.Holds(m.now()); n != 1 {
 		t.Fatalf("%d holds after a bid, want 1", n)
 	}
-	rel := BidRelease{JobID: j.ID, Attempt: j.Attempt, Renter: owner.ID().String(), Provider: b.Provider, BidNonce: b.Nonce, IssuedAt: m.now()}
+	rel := terms.BidRelease{JobID: j.ID, Attempt: j.Attempt, Renter: owner.ID().String(), Provider: b.Provider, BidNonce: b.Nonce, IssuedAt: m.now()}
 	forged := rel
 	forged.Renter = other.ID().String()
-	fdata, err := EncodeBidRelease(other, forged)
+	fdata, err := terms.EncodeBidRelease(other, forged)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := box.p.HandleAward(other.ID(), fdata); err == nil {
 		t.Fatal("a release by another renter was taken")
 	}
-	data, err := EncodeBidRelease(owner, rel)
+	data, err := terms.EncodeBidRelease(owner, rel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,11 +186,11 @@ func TestHeldCallBidsAfterRelease(t *testing.T) {
 	first, second := signtest.New(t), signtest.New(t)
 	tr1, bids1 := bidCollector(m, first.ID())
 	tr2, bids2 := bidCollector(m, second.ID())
-	post := func(tr *auctiontest.MemTransport, signer *sign.Signer, id string) Job {
+	post := func(tr *auctiontest.MemTransport, signer *sign.Signer, id string) terms.Job {
 		j := ownedJob(t, m, signer.ID(), id)
 		// Must start within ten minutes: the held hour cannot be waited out.
 		j.BidWindow, j.Deadline = 5*time.Second, m.now().Add(10*time.Minute)
-		call, err := EncodeCall(signer, j, JobTopics(&j)[0])
+		call, err := terms.EncodeCall(signer, j, JobTopics(&j)[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +208,7 @@ func TestHeldCallBidsAfterRelease(t *testing.T) {
 		t.Fatalf("bid %+v while the GPUs were held", b2)
 	default:
 	}
-	data, err := EncodeBidRelease(first, BidRelease{JobID: j1.ID, Attempt: j1.Attempt, Renter: first.ID().String(),
+	data, err := terms.EncodeBidRelease(first, terms.BidRelease{JobID: j1.ID, Attempt: j1.Attempt, Renter: first.ID().String(),
 		Provider: b.Provider, BidNonce: b.Nonce, IssuedAt: m.now()})
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +275,7 @@ func TestOwnAuctionsSeeWhatTheirBidsLeaveFree(t *testing.T) {
 			m := newMarket(t, []provSpec{{"a", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 			r, tr := m.renter(t, RenterConfig{QuietClose: -1, Directory: hooks{gpus: m.capacity}})
 			first := euJob(m.now())
-			first.ID, first.GPUCount, first.Deadline = NewID("job"), 1, m.now().Add(10*time.Minute)
+			first.ID, first.GPUCount, first.Deadline = terms.NewID("job"), 1, m.now().Add(10*time.Minute)
 			bidGateFree(t, m, r, tr, 1, free)
 			if _, err := r.Post(context.Background(), first); err != nil {
 				t.Fatalf("first job: %v", err)
@@ -303,7 +304,7 @@ func postAtOnce(m *market, r *Renter, n int, gate <-chan struct{}) (leased, over
 	var mu sync.Mutex
 	for i := 0; i < n; i++ {
 		j := euJob(m.now())
-		j.ID, j.GPUCount, j.Deadline, j.BidWindow = NewID("job"), 1, m.now().Add(10*time.Minute), time.Second
+		j.ID, j.GPUCount, j.Deadline, j.BidWindow = terms.NewID("job"), 1, m.now().Add(10*time.Minute), time.Second
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -344,7 +345,7 @@ func bidGateFree(t *testing.T, m *market, r *Renter, tr *auctiontest.MemTranspor
 	got := 0
 	tr.Handle(auctiontest.MemHandlers{OnBid: func(from peer.ID, data []byte) error {
 		if !free {
-			b, err := DecodeBid(data)
+			b, err := terms.DecodeBid(data)
 			if err != nil {
 				return err
 			}
@@ -352,7 +353,7 @@ func bidGateFree(t *testing.T, m *market, r *Renter, tr *auctiontest.MemTranspor
 				t.Errorf("bid %+v says nothing free", b)
 			}
 			b.Free = 0
-			if data, err = EncodeBid(m.byID[b.Provider].s, b); err != nil {
+			if data, err = terms.EncodeBid(m.byID[b.Provider].s, b); err != nil {
 				return err
 			}
 		}
@@ -400,7 +401,7 @@ func TestRenterStaysInsideProviderBounds(t *testing.T) {
 				j := euJob(m.now())
 				// Short jobs a week's deadline away: every one of them fits
 				// the provider's calendar, each GPU taking them in turn.
-				j.ID, j.GPUCount, j.Duration, j.Deadline, j.BidWindow = NewID("job"), 1, time.Minute, m.now().Add(7*24*time.Hour), 300*time.Millisecond
+				j.ID, j.GPUCount, j.Duration, j.Deadline, j.BidWindow = terms.NewID("job"), 1, time.Minute, m.now().Add(7*24*time.Hour), 300*time.Millisecond
 				wg.Add(1)
 				go func() {
 					defer wg.Done()

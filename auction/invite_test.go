@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -83,9 +84,9 @@ func TestEstablishedProvidersAskedAmongSybilRecords(t *testing.T) {
 			if s, ok := established[p]; ok {
 				return s
 			}
-			return NeutralReliability
+			return terms.NeutralReliability
 		}},
-		Directory: hooks{expected: func(*Job) []string { return all }}})
+		Directory: hooks{expected: func(*terms.Job) []string { return all }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestEstablishedProvidersAskedAmongSybilRecords(t *testing.T) {
 			t.Fatalf("call %d: auction ended with %v, want it stopped once the call was out", i, err)
 		}
 		cancel()
-		c, err := DecodeCall(tap.last())
+		c, err := terms.DecodeCall(tap.last())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,14 +108,14 @@ func TestEstablishedProvidersAskedAmongSybilRecords(t *testing.T) {
 			t.Fatalf("call %d is invalid to its providers: %v", i, err)
 		}
 		for p := range established {
-			if !SampledBidder(&job, p) {
+			if !terms.SampledBidder(&job, p) {
 				missed++
 				break
 			}
 		}
 		n := 0
 		for _, p := range all {
-			if SampledBidder(&job, p) {
+			if terms.SampledBidder(&job, p) {
 				n++
 			}
 		}
@@ -138,20 +139,20 @@ func TestEstablishedProvidersAskedAmongSybilRecords(t *testing.T) {
 // asked, and its bid taken, whatever the draw says of it.
 func TestInvitedBidderIsAsked(t *testing.T) {
 	now := time.Now()
-	j := &Job{ID: "j", MaxPrice: 2, Duration: time.Hour, BidSample: 0.5, BidSeed: "seed"}
+	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour, BidSample: 0.5, BidSeed: "seed"}
 	var out string
 	for i := 0; out == ""; i++ {
-		if p := signtest.New(t).ID().String(); !SampledBidder(j, p) {
+		if p := signtest.New(t).ID().String(); !terms.SampledBidder(j, p) {
 			out = p
 		}
 	}
 	j.BidInvited = []string{out}
-	if !SampledBidder(j, out) {
+	if !terms.SampledBidder(j, out) {
 		t.Fatal("an invited provider outside the draw is not asked")
 	}
-	bid := Candidate{Bid: Bid{JobID: j.ID, Provider: out, Price: 1, Start: now, End: now.Add(j.Duration),
+	bid := terms.Candidate{Bid: terms.Bid{JobID: j.ID, Provider: out, Price: 1, Start: now, End: now.Add(j.Duration),
 		ExpiresAt: now.Add(time.Minute)}, Reliability: 0.5}
-	if got := RankAt(j, []Candidate{bid}, now); got[0].Rejected != "" {
+	if got := RankAt(j, []terms.Candidate{bid}, now); got[0].Rejected != "" {
 		t.Fatalf("the invited provider's bid was rejected: %s", got[0].Rejected)
 	}
 }
@@ -159,8 +160,8 @@ func TestInvitedBidderIsAsked(t *testing.T) {
 // TestBidInvitedValidated: a call inviting too many providers, a name that
 // is not a peer id, or one provider twice is invalid, each with its field.
 func TestBidInvitedValidated(t *testing.T) {
-	valid := func() Job {
-		return Job{Tier: Silver, MaxPrice: 2, GPUCount: 1, Duration: time.Hour, Run: RunSpec{Command: []string{"true"}},
+	valid := func() terms.Job {
+		return terms.Job{Tier: terms.Silver, MaxPrice: 2, GPUCount: 1, Duration: time.Hour, Run: terms.RunSpec{Command: []string{"true"}},
 			BidSample: 0.5, BidSeed: "seed"}
 	}
 	a, b := signtest.New(t).ID().String(), signtest.New(t).ID().String()
@@ -170,7 +171,7 @@ func TestBidInvitedValidated(t *testing.T) {
 		t.Fatalf("two invited providers: %v", err)
 	}
 	var many []string
-	for range MaxBidInvited + 1 {
+	for range terms.MaxBidInvited + 1 {
 		many = append(many, signtest.New(t).ID().String())
 	}
 	for _, c := range []struct {
@@ -188,7 +189,7 @@ func TestBidInvitedValidated(t *testing.T) {
 			j := valid()
 			j.BidInvited = c.invited
 			err := j.Validate()
-			fe := FieldErrors(err)
+			fe := terms.FieldErrors(err)
 			if len(fe) != 1 || fe[0].Field != c.field || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("Validate = %v, want one error on %s", err, c.field)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -46,7 +47,7 @@ func (lm *lateMarket) renter(t *testing.T, late time.Duration, cfg RenterConfig)
 
 // lateJob is a one-GPU job of ten seconds: its bids stay valid long after
 // its span began (DefaultBidGrace).
-func lateJob(now time.Time) Job {
+func lateJob(now time.Time) terms.Job {
 	j := euJob(now)
 	j.GPUCount, j.Duration, j.BidWindow = 1, 10*time.Second, 200*time.Millisecond
 	return j
@@ -90,7 +91,7 @@ func TestLateAwardIsRetimed(t *testing.T) {
 func TestLateAwardWithoutRoomIsDeclined(t *testing.T) {
 	lm := newLateMarket(t)
 	next := lm.now().Add(10500 * time.Millisecond)
-	if err := lm.prov.cal.Reserve(Booking{LeaseID: "lease-next", Start: next, End: next.Add(time.Hour), GPUs: 1, Tier: Silver}); err != nil {
+	if err := lm.prov.cal.Reserve(Booking{LeaseID: "lease-next", Start: next, End: next.Add(time.Hour), GPUs: 1, Tier: terms.Silver}); err != nil {
 		t.Fatal(err)
 	}
 	r := lm.renter(t, 9500*time.Millisecond, RenterConfig{})
@@ -114,12 +115,12 @@ func TestHostileRetimeIsRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		late  time.Duration
-		spoil func(c *Confirm, now time.Time)
+		spoil func(c *terms.Confirm, now time.Time)
 		why   string
 	}{
-		{"not late", 0, func(c *Confirm, now time.Time) { c.Start, c.End = now, now.Add(10*time.Second) }, "was not late"},
-		{"into the future", 9500 * time.Millisecond, func(c *Confirm, _ time.Time) { c.Start, c.End = c.Start.Add(time.Hour), c.End.Add(time.Hour) }, "is not now"},
-		{"stretched", 9500 * time.Millisecond, func(c *Confirm, _ time.Time) { c.End = c.End.Add(time.Hour) }, "is not its start plus its length"},
+		{"not late", 0, func(c *terms.Confirm, now time.Time) { c.Start, c.End = now, now.Add(10*time.Second) }, "was not late"},
+		{"into the future", 9500 * time.Millisecond, func(c *terms.Confirm, _ time.Time) { c.Start, c.End = c.Start.Add(time.Hour), c.End.Add(time.Hour) }, "is not now"},
+		{"stretched", 9500 * time.Millisecond, func(c *terms.Confirm, _ time.Time) { c.End = c.End.Add(time.Hour) }, "is not its start plus its length"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lm := newLateMarket(t)
@@ -129,16 +130,16 @@ func TestHostileRetimeIsRefused(t *testing.T) {
 				if err != nil {
 					return resp, err
 				}
-				c, _, err := DecodeConfirm(resp)
+				c, _, err := terms.DecodeConfirm(resp)
 				if err != nil || !c.Accepted {
 					return resp, err
 				}
 				tc.spoil(&c, lm.now())
-				return EncodeConfirm(p.s, c)
+				return terms.EncodeConfirm(p.s, c)
 			}})
 			var mu sync.Mutex
-			var released []Lease
-			r := lm.renter(t, tc.late, RenterConfig{Release: hooks{release: func(l Lease) { mu.Lock(); released = append(released, l); mu.Unlock() }}})
+			var released []terms.Lease
+			r := lm.renter(t, tc.late, RenterConfig{Release: hooks{release: func(l terms.Lease) { mu.Lock(); released = append(released, l); mu.Unlock() }}})
 			job, err := r.Post(context.Background(), lateJob(lm.now()))
 			if !errors.Is(err, ErrUnplaceable) {
 				t.Fatalf("hostile re-time: %v, want unplaceable", err)

@@ -3,6 +3,7 @@ package auction
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -21,27 +23,27 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 	box := m.provs[0]
 	var mu sync.Mutex
 	var evictions []string
-	box.p.cfg.Runtime = runtimeHooks{lease: func(l Lease, j Job, preempts []string) {
+	box.p.cfg.Runtime = runtimeHooks{lease: func(l terms.Lease, j terms.Job, preempts []string) {
 		mu.Lock()
 		evictions = append(evictions, preempts...)
 		mu.Unlock()
 	}}
 	r, _ := m.renter(t, RenterConfig{})
 	bronze := euJob(m.now())
-	bronze.Tier, bronze.Preemptible, bronze.GPUCount = Bronze, true, 2
+	bronze.Tier, bronze.Preemptible, bronze.GPUCount = terms.Bronze, true, 2
 	bj, err := r.Post(context.Background(), bronze)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bst, _ := r.Status(bj.ID)
 	gold := euJob(m.now())
-	gold.Tier, gold.GPUCount = Gold, 1
+	gold.Tier, gold.GPUCount = terms.Gold, 1
 	gj, err := r.Post(context.Background(), gold)
 	if err != nil {
 		t.Fatal(err)
 	}
 	gst, _ := r.Status(gj.ID)
-	if gst.State != JobLeased || len(evictions) != 1 || evictions[0] != bst.Lease.ID {
+	if gst.State != terms.JobLeased || len(evictions) != 1 || evictions[0] != bst.Lease.ID {
 		t.Fatalf("gold %+v, evictions %v", gst, evictions)
 	}
 	if _, ok := box.cal.Booking(bst.Lease.ID); ok {
@@ -49,12 +51,12 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 	}
 	checkCalendar(t, "box", box.cal)
 	s := box.p.Stats()
-	if len(s.Leases) != 2 || s.Leases[0].State != RunPreempted || s.Leases[1].Tier != Gold {
+	if len(s.Leases) != 2 || s.Leases[0].State != terms.RunPreempted || s.Leases[1].Tier != terms.Gold {
 		t.Fatalf("leases %+v", s.Leases)
 	}
 	// The bronze lease earned only until the gold lease started; the gold
 	// one its full hour.
-	want := LeaseCost(s.Leases[0].Price, 2, 0, s.Leases[0].End.Sub(s.Leases[0].Start)) + LeaseCost(s.Leases[1].Price, 1, 0, s.Leases[1].End.Sub(s.Leases[1].Start))
+	want := terms.LeaseCost(s.Leases[0].Price, 2, 0, s.Leases[0].End.Sub(s.Leases[0].Start)) + terms.LeaseCost(s.Leases[1].Price, 1, 0, s.Leases[1].End.Sub(s.Leases[1].Start))
 	if math.Abs(s.EarningsUSD-want) > 1e-9 || !s.Leases[0].End.Equal(gst.Lease.Start) {
 		t.Fatalf("earnings %v, want %v; leases %+v", s.EarningsUSD, want, s.Leases)
 	}
@@ -63,12 +65,12 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 	// and fits again. It saved a checkpoint of 10 minutes' work: the next
 	// attempt restores it and runs for the rest. (Work no checkpoint saved
 	// is lost, so the time the lease ran does not count.)
-	if err := box.p.LeaseEnded(gst.Lease.ID, m.now(), RunSucceeded); err != nil {
+	if err := box.p.LeaseEnded(gst.Lease.ID, m.now(), terms.RunSucceeded); err != nil {
 		t.Fatal(err)
 	}
-	ck := Checkpoint{JobID: bj.ID, LeaseID: bst.Lease.ID, Seq: 1, Artifact: strings.Repeat("ab", 32), Bytes: 10, Work: 10 * time.Minute,
-		Reason: CheckpointStopped, Provider: bst.Lease.Provider}
-	rj, err := r.Requeue(context.Background(), bj.ID, RequeueOptions{Reason: "preempted by gold", Restore: []Checkpoint{ck}})
+	ck := terms.Checkpoint{JobID: bj.ID, LeaseID: bst.Lease.ID, Seq: 1, Artifact: strings.Repeat("ab", 32), Bytes: 10, Work: 10 * time.Minute,
+		Reason: terms.CheckpointStopped, Provider: bst.Lease.Provider}
+	rj, err := r.Requeue(context.Background(), bj.ID, RequeueOptions{Reason: "preempted by gold", Restore: []terms.Checkpoint{ck}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 		t.Fatalf("requeued %+v", rj)
 	}
 	st, _ := r.Status(bj.ID)
-	if st.State != JobLeased || st.Lease.Attempt != 1 || st.Lease.GPUCount != 2 || st.Lease.End.Sub(st.Lease.Start) != rj.Duration {
+	if st.State != terms.JobLeased || st.Lease.Attempt != 1 || st.Lease.GPUCount != 2 || st.Lease.End.Sub(st.Lease.Start) != rj.Duration {
 		t.Fatalf("requeued job %+v", st)
 	}
 	if !strings.Contains(strings.Join(st.Reasons, ";"), "preempted by gold") {
@@ -84,7 +86,7 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 	}
 	// Requeued again without a checkpoint, it starts over: its whole
 	// duration, not what the restored attempt had left.
-	if err := box.p.LeaseEnded(st.Lease.ID, m.now(), RunPreempted); err != nil {
+	if err := box.p.LeaseEnded(st.Lease.ID, m.now(), terms.RunPreempted); err != nil {
 		t.Fatal(err)
 	}
 	rj2, err := r.Requeue(context.Background(), bj.ID, RequeueOptions{Reason: "lost"})
@@ -99,11 +101,11 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 func TestBronzeBackfillAndRequeue(t *testing.T) {
 	now := newClock()()
 	p := pol(1)
-	p.Reserved = []Interval{{now.Add(20 * time.Minute), now.Add(24 * time.Hour)}}
+	p.Reserved = []terms.Interval{{Start: now.Add(20 * time.Minute), End: now.Add(24 * time.Hour)}}
 	m := newMarket(t, []provSpec{{"gap", "eu-west", "A100", 80, 2, p, 0.9}})
 	r, _ := m.renter(t, RenterConfig{})
 	j := euJob(m.now())
-	j.Tier, j.Preemptible, j.GPUCount = Bronze, true, 1
+	j.Tier, j.Preemptible, j.GPUCount = terms.Bronze, true, 1
 	job, err := r.Post(context.Background(), j)
 	if err != nil {
 		t.Fatal(err)
@@ -136,15 +138,15 @@ func TestProviderAwardRules(t *testing.T) {
 	}
 	// The owner's transport collects the bid.
 	ot := m.net.Join(owner.ID())
-	bids := make(chan Bid, 4)
+	bids := make(chan terms.Bid, 4)
 	ot.Handle(auctiontest.MemHandlers{OnBid: func(_ peer.ID, data []byte) error {
-		b, err := DecodeBid(data)
+		b, err := terms.DecodeBid(data)
 		if err == nil {
 			bids <- b
 		}
 		return err
 	}})
-	call, _ := EncodeCall(owner, j, "t")
+	call, _ := terms.EncodeCall(owner, j, "t")
 	if err := prov.p.HandleCall(owner.ID(), call); err != nil {
 		t.Fatal(err)
 	}
@@ -156,34 +158,34 @@ func TestProviderAwardRules(t *testing.T) {
 	if s := prov.p.Stats(); s.Bids != 1 || s.Duplicates != 1 {
 		t.Fatalf("stats %+v", s)
 	}
-	award := func(leaseID string, mut func(*Award)) (Confirm, error) {
-		a := Award{LeaseID: leaseID, JobID: j.ID, Renter: j.Owner, Provider: b.Provider, BidNonce: b.Nonce,
+	award := func(leaseID string, mut func(*terms.Award)) (terms.Confirm, error) {
+		a := terms.Award{LeaseID: leaseID, JobID: j.ID, Renter: j.Owner, Provider: b.Provider, BidNonce: b.Nonce,
 			Price: b.Price, Start: b.Start, End: b.End, GPUCount: j.GPUCount, Job: j, IssuedAt: m.now()}
 		if mut != nil {
 			mut(&a)
 		}
-		data, err := EncodeAward(owner, a)
+		data, err := terms.EncodeAward(owner, a)
 		if err != nil {
 			t.Fatal(err)
 		}
 		reply, err := prov.p.HandleAward(owner.ID(), data)
 		if err != nil {
-			return Confirm{}, err
+			return terms.Confirm{}, err
 		}
-		c, signer, err := DecodeConfirm(reply)
+		c, signer, err := terms.DecodeConfirm(reply)
 		if err != nil || signer != prov.s.ID() || c.LeaseID != leaseID {
 			t.Fatalf("confirm %+v from %s: %v", c, signer, err)
 		}
 		return c, nil
 	}
-	if c, _ := award("l-cheap", func(a *Award) { a.Price /= 2 }); c.Accepted || !strings.Contains(c.Reason, "terms") {
+	if c, _ := award("l-cheap", func(a *terms.Award) { a.Price /= 2 }); c.Accepted || !strings.Contains(c.Reason, "terms") {
 		t.Fatalf("underpriced award: %+v", c)
 	}
 	// A whole-GPU bid is not awarded as a slice (billed a quarter).
-	if c, _ := award("l-slice", func(a *Award) { a.GPUFraction = 0.25 }); c.Accepted || !strings.Contains(c.Reason, "terms") {
+	if c, _ := award("l-slice", func(a *terms.Award) { a.GPUFraction = 0.25 }); c.Accepted || !strings.Contains(c.Reason, "terms") {
 		t.Fatalf("award of a slice for a whole-gpu bid: %+v", c)
 	}
-	if c, _ := award("l-nonce", func(a *Award) { a.BidNonce = "bid-other" }); c.Accepted || c.Reason != "no such bid" {
+	if c, _ := award("l-nonce", func(a *terms.Award) { a.BidNonce = "bid-other" }); c.Accepted || c.Reason != "no such bid" {
 		t.Fatalf("unknown nonce: %+v", c)
 	}
 	c1, err := award("l-1", nil)
@@ -203,23 +205,23 @@ func TestProviderAwardRules(t *testing.T) {
 	// Ending early frees the calendar and cuts earnings.
 	full := prov.p.Stats().EarningsUSD
 	half := b.Start.Add(b.End.Sub(b.Start) / 2)
-	if err := prov.p.LeaseEnded("l-1", half, RunSucceeded); err != nil {
+	if err := prov.p.LeaseEnded("l-1", half, terms.RunSucceeded); err != nil {
 		t.Fatal(err)
 	}
 	s := prov.p.Stats()
-	if math.Abs(s.EarningsUSD-full/2) > 1e-9 || s.Leases[0].State != RunSucceeded || prov.cal.FreeGPUs(half, b.End) != 2 {
+	if math.Abs(s.EarningsUSD-full/2) > 1e-9 || s.Leases[0].State != terms.RunSucceeded || prov.cal.FreeGPUs(half, b.End) != 2 {
 		t.Fatalf("after early end: %+v", s)
 	}
-	if err := prov.p.LeaseEnded("l-1", b.Start, RunFailed); err != nil || prov.p.Stats().EarningsUSD != s.EarningsUSD {
+	if err := prov.p.LeaseEnded("l-1", b.Start, terms.RunFailed); err != nil || prov.p.Stats().EarningsUSD != s.EarningsUSD {
 		t.Fatal("terminal lease changed")
 	}
-	if err := prov.p.LeaseEnded("nope", half, RunFailed); !errors.Is(err, ErrUnknownLease) {
+	if err := prov.p.LeaseEnded("nope", half, terms.RunFailed); !errors.Is(err, ErrUnknownLease) {
 		t.Fatalf("unknown lease: %v", err)
 	}
 	// Own jobs are skipped.
 	mine := j
 	mine.ID, mine.Owner = "job-mine", prov.s.ID().String()
-	call, _ = EncodeCall(prov.s, mine, "t")
+	call, _ = terms.EncodeCall(prov.s, mine, "t")
 	if err := prov.p.HandleCall(prov.s.ID(), call); err != nil || prov.p.Stats().Calls != 1 {
 		t.Fatalf("own job: %v %+v", err, prov.p.Stats())
 	}
@@ -228,7 +230,7 @@ func TestProviderAwardRules(t *testing.T) {
 func TestRenterCancelAndNoBids(t *testing.T) {
 	m := newMarket(t, nil)
 	var unplaceable []string
-	r, _ := m.renter(t, RenterConfig{Listener: hooks{unplaceable: func(_ Job, reason string) { unplaceable = append(unplaceable, reason) }}})
+	r, _ := m.renter(t, RenterConfig{Listener: hooks{unplaceable: func(_ terms.Job, reason string) { unplaceable = append(unplaceable, reason) }}})
 	j := euJob(m.now())
 	if _, err := r.Post(context.Background(), j); !errors.Is(err, ErrUnplaceable) || len(unplaceable) != 1 || unplaceable[0] != "no bids" {
 		t.Fatalf("no providers: %v %v", err, unplaceable)
@@ -250,7 +252,7 @@ func TestRenterCancelAndNoBids(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("cancel did not stop the auction")
 	}
-	if st, _ := r.Status("job-c"); st.State != JobCancelled {
+	if st, _ := r.Status("job-c"); st.State != terms.JobCancelled {
 		t.Fatalf("state %s", st.State)
 	}
 	if err := r.Cancel("job-c"); err == nil {
@@ -262,10 +264,31 @@ func TestRenterCancelAndNoBids(t *testing.T) {
 	if _, err := r.Bids("nope"); !errors.Is(err, ErrUnknownJob) {
 		t.Fatal("Bids of unknown job")
 	}
-	bad := j
-	bad.ID, bad.GPUCount = "", 0
-	if _, err := r.Post(context.Background(), bad); err == nil || errors.Is(err, ErrUnplaceable) {
-		t.Fatalf("invalid job: %v", err)
+	// An invalid job is refused where it enters the daemon (the control
+	// API's post, node/lease.Tracker), not by Post: see
+	// TestRequeueValidatesTheNewAttempt and TestHandleCallRefusesInvalidJob.
+}
+
+// TestHandleCallRefusesInvalidJob: a call is where a job enters a
+// provider; a call whose job, however well signed, is invalid is refused
+// there (counted invalid_job) and never evaluated.
+func TestHandleCallRefusesInvalidJob(t *testing.T) {
+	m := newMarket(t, []provSpec{{"cheap", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+	renter := signtest.New(t)
+	j := euJob(m.now())
+	j.ID, j.Owner, j.GPUCount = "job-bad", renter.ID().String(), 0
+	call, err := terms.EncodeCall(renter, j, TopicPrefix+"eu/a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := m.provs[0].p
+	var rej *Rejection
+	if err := p.HandleCall(renter.ID(), call); !errors.As(err, &rej) || rej.Reason != "invalid_job" || !errors.Is(err, terms.ErrInvalidJob) {
+		t.Fatalf("call of an invalid job: %v, want refused as invalid_job", err)
+	}
+	st := p.Stats()
+	if st.Rejected["invalid_job"] != 1 || st.Bids != 0 || len(st.Ineligible) != 0 {
+		t.Fatalf("provider stats after an invalid call: rejected %v, %d bids, ineligible %v", st.Rejected, st.Bids, st.Ineligible)
 	}
 }
 
@@ -276,19 +299,19 @@ func TestGoldEvictsOnlyWhenStillNeeded(t *testing.T) {
 	box := m.provs[0]
 	now := m.now()
 	for _, id := range []string{"bronze-1", "bronze-2"} {
-		if err := box.cal.Reserve(Booking{LeaseID: id, Start: now.Add(-time.Minute), End: now.Add(3 * time.Hour), GPUs: 1, Tier: Bronze, Preemptible: true}); err != nil {
+		if err := box.cal.Reserve(Booking{LeaseID: id, Start: now.Add(-time.Minute), End: now.Add(3 * time.Hour), GPUs: 1, Tier: terms.Bronze, Preemptible: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var got []string
-	box.p.cfg.Runtime = runtimeHooks{lease: func(_ Lease, _ Job, preempts []string) { got = preempts }}
+	box.p.cfg.Runtime = runtimeHooks{lease: func(_ terms.Lease, _ terms.Job, preempts []string) { got = preempts }}
 	// The full window, so that the award comes after the release below (a
 	// gold job's window otherwise closes at its first acceptable bid).
 	r, tr := m.renter(t, RenterConfig{QuietClose: -1})
 	gate := bidGate(r, tr, 1)
 	done := make(chan error, 1)
 	gold := euJob(m.now())
-	gold.Tier, gold.GPUCount = Gold, 1
+	gold.Tier, gold.GPUCount = terms.Gold, 1
 	go func() { _, err := r.Post(context.Background(), gold); done <- err }()
 	<-gate
 	// The bid planned to evict one bronze lease; one ends on its own first.
@@ -334,10 +357,43 @@ func TestLostLeaseRequeuedElsewhere(t *testing.T) {
 		t.Fatalf("start window not renewed: deadline %s, want after %s", rj.Deadline, min)
 	}
 	st, _ = r.Status(job.ID)
-	if st.State != JobLeased || m.name(st.Lease.Provider) != "dear" || st.Lease.End.Sub(st.Lease.Start) != j.Duration {
+	if st.State != terms.JobLeased || m.name(st.Lease.Provider) != "dear" || st.Lease.End.Sub(st.Lease.Start) != j.Duration {
 		t.Fatalf("requeued job %s on %s", st.State, m.name(st.Lease.Provider))
 	}
 	if n := m.provs[0].p.Stats().Ineligible["excluded"]; n != 1 {
 		t.Fatalf("lost provider's ineligible counts %v", m.provs[0].p.Stats().Ineligible)
+	}
+}
+
+// TestRequeueValidatesTheNewAttempt: Post trusts its job (validated where
+// it entered the daemon), but Requeue builds a new attempt itself, from
+// what its leases reported (excluded providers, checkpoints): that attempt
+// enters the market there and is validated before it is posted. One that
+// breaks a bound (more excluded providers than any job may name) is
+// refused, and no call for it goes out.
+func TestRequeueValidatesTheNewAttempt(t *testing.T) {
+	m := newMarket(t, []provSpec{{"cheap", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+	r, _ := m.renter(t, RenterConfig{})
+	job, err := r.Post(context.Background(), euJob(m.now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := m.provs[0].p.Stats().Calls
+	exclude := make([]string, terms.MaxAttempts+1)
+	for i := range exclude {
+		exclude[i] = fmt.Sprintf("lost-%d", i)
+	}
+	_, err = r.Requeue(context.Background(), job.ID, RequeueOptions{Reason: "lost", Exclude: exclude})
+	if !errors.Is(err, terms.ErrInvalidJob) {
+		t.Fatalf("requeue naming %d excluded providers: %v, want an invalid job", len(exclude), err)
+	}
+	if fes := terms.FieldErrors(err); len(fes) != 1 || fes[0].Field != "exclude" {
+		t.Fatalf("field errors %v, want one on exclude", fes)
+	}
+	if st, _ := r.Status(job.ID); st.State != terms.JobLeased || st.Offers != 1 {
+		t.Fatalf("after a refused requeue the job is %s after %d offers, want leased after 1", st.State, st.Offers)
+	}
+	if n := m.provs[0].p.Stats().Calls; n != calls {
+		t.Fatalf("provider heard %d calls after the refused requeue", n-calls)
 	}
 }

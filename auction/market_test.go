@@ -15,6 +15,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/p2p/broadcast"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -54,14 +55,14 @@ func (h notifyHandler) WithGroup(string) slog.Handler      { return h }
 
 // hearCall returns a channel closed when the call of job id is published
 // on any of j's topics (heard by a bystander of m's network).
-func (m *market) hearCall(t testing.TB, j Job) <-chan struct{} {
+func (m *market) hearCall(t testing.TB, j terms.Job) <-chan struct{} {
 	t.Helper()
 	heard := make(chan struct{})
 	var once sync.Once
 	tr := m.net.Join(signtest.New(t).ID())
 	for _, topic := range JobTopics(&j) {
 		tr.OnTopic(topic, func(_ peer.ID, data []byte) {
-			if c, err := DecodeCall(data); err == nil && c.Job.ID == j.ID {
+			if c, err := terms.DecodeCall(data); err == nil && c.Job.ID == j.ID {
 				once.Do(func() { close(heard) })
 			}
 		})
@@ -90,7 +91,7 @@ type provSpec struct {
 	region  string
 	model   string
 	vram, n int
-	policy  Policy
+	policy  terms.Policy
 	rel     float64 // self and renter-verified reliability
 }
 
@@ -104,12 +105,12 @@ type testProv struct {
 	// market runs): what its bids' MissingBytes claims come from.
 	held []string
 	// capab is its capability record, less held.
-	capab Capability
+	capab terms.Capability
 }
 
 // Capability is the provider's record, with what its store holds.
-func (tp *testProv) Capability() Capability { c := tp.capab; c.Artifacts = tp.held; return c }
-func (tp *testProv) Reliability() float64   { return tp.spec.rel }
+func (tp *testProv) Capability() terms.Capability { c := tp.capab; c.Artifacts = tp.held; return c }
+func (tp *testProv) Reliability() float64         { return tp.spec.rel }
 
 type market struct {
 	// handled is notified after each message a provider handled and at
@@ -133,7 +134,7 @@ func newMarketAt(t *testing.T, specs []provSpec, now func() time.Time) *market {
 			t.Fatal(err)
 		}
 		tp.t = m.net.Join(tp.s.ID())
-		tp.capab = Capability{Peer: tp.s.ID().String(), Region: sp.region, GPUs: gpus(sp.model, sp.vram, sp.n), Policy: sp.policy}
+		tp.capab = terms.Capability{Peer: tp.s.ID().String(), Region: sp.region, GPUs: gpus(sp.model, sp.vram, sp.n), Policy: sp.policy}
 		p, err := NewProvider(ProviderConfig{Signer: tp.s, Transport: tp.t, Self: tp,
 			Calendar: tp.cal, Now: m.now, Log: slog.New(notifyHandler{&m.handled})})
 		if err != nil {
@@ -164,7 +165,7 @@ func (m *market) reputation(id string) float64 {
 	if tp, ok := m.byID[id]; ok {
 		return tp.spec.rel
 	}
-	return NeutralReliability
+	return terms.NeutralReliability
 }
 
 func (m *market) renter(t *testing.T, cfg RenterConfig) (*Renter, *auctiontest.MemTransport) {
@@ -189,18 +190,18 @@ func (m *market) name(id string) string {
 	return id
 }
 
-var cheapOpen = Policy{PriceFloor: 1, AcceptPreemptible: true}
+var cheapOpen = terms.Policy{PriceFloor: 1, AcceptPreemptible: true}
 
-func pol(floor float64) Policy { p := cheapOpen; p.PriceFloor = floor; return p }
+func pol(floor float64) terms.Policy { p := cheapOpen; p.PriceFloor = floor; return p }
 
-func euJob(now time.Time) Job {
-	return Job{Tier: Silver, MaxPrice: 3, GPUCount: 2, MinVRAMGB: 40, Region: "eu", Duration: time.Hour,
-		Deadline: now.Add(time.Hour), MinReliability: 0.3, BidWindow: 500 * time.Millisecond, Run: RunSpec{Command: []string{"train"}}}
+func euJob(now time.Time) terms.Job {
+	return terms.Job{Tier: terms.Silver, MaxPrice: 3, GPUCount: 2, MinVRAMGB: 40, Region: "eu", Duration: time.Hour,
+		Deadline: now.Add(time.Hour), MinReliability: 0.3, BidWindow: 500 * time.Millisecond, Run: terms.RunSpec{Command: []string{"train"}}}
 }
 
 func eightProviders() []provSpec {
 	night := pol(0.5)
-	night.Availability = []Window{{From: "22:00", To: "06:00"}}
+	night.Availability = []terms.Window{{From: "22:00", To: "06:00"}}
 	return []provSpec{
 		{"eu-good", "eu-west", "A100", 80, 4, pol(1.0), 0.9},         // score 1.11: winner
 		{"eu-cheap-new", "eu-central", "A100", 80, 8, pol(0.8), 0.5}, // score 1.60
@@ -215,8 +216,8 @@ func eightProviders() []provSpec {
 
 func TestAuctionGoesToRankWinner(t *testing.T) {
 	m := newMarket(t, eightProviders())
-	var leased []Lease
-	r, _ := m.renter(t, RenterConfig{Listener: hooks{lease: func(l Lease, _ Job) { leased = append(leased, l) }}})
+	var leased []terms.Lease
+	r, _ := m.renter(t, RenterConfig{Listener: hooks{lease: func(l terms.Lease, _ terms.Job) { leased = append(leased, l) }}})
 	ej := euJob(m.now())
 	// europe-trap also listens on the EU topic: its own evaluation must
 	// still refuse; us-cheapest never hears the call (topic routing).
@@ -226,7 +227,7 @@ func TestAuctionGoesToRankWinner(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, ok := r.Status(job.ID)
-	if !ok || st.State != JobLeased || st.Lease == nil || len(leased) != 1 {
+	if !ok || st.State != terms.JobLeased || st.Lease == nil || len(leased) != 1 {
 		t.Fatalf("status %+v", st)
 	}
 	var bidders []string
@@ -238,9 +239,9 @@ func TestAuctionGoesToRankWinner(t *testing.T) {
 		t.Fatalf("bidders %v, want only the eligible %v", bidders, want)
 	}
 	// The lease goes to whoever Rank puts first, re-ranked independently.
-	var cands []Candidate
+	var cands []terms.Candidate
 	for _, b := range st.Bids {
-		cands = append(cands, Candidate{Bid: b.Bid, Reliability: m.reputation(b.Bid.Provider)})
+		cands = append(cands, terms.Candidate{Bid: b.Bid, Reliability: m.reputation(b.Bid.Provider)})
 	}
 	top := RankAt(&job, cands, job.CreatedAt)[0].Bid.Provider
 	if st.Winner != top || m.name(top) != "eu-good" || st.Lease.Provider != top {
@@ -271,7 +272,7 @@ func TestAuctionGoesToRankWinner(t *testing.T) {
 			t.Errorf("%s booked without winning", tp.spec.name)
 		}
 	}
-	if ex := Explain(st.Bids, st.Winner, st.Attempts); ex.Winner != winner.s.ID().String() || ex.Rank != 1 || ex.Rule != RuleBestScore {
+	if ex := Explain(st.Bids, st.Winner, st.Attempts); ex.Winner != winner.s.ID().String() || ex.Rank != 1 || ex.Rule != terms.RuleBestScore {
 		t.Fatalf("explain: %+v", ex)
 	}
 }
@@ -307,7 +308,7 @@ func TestAuctionFailover(t *testing.T) {
 			release := make(chan struct{})
 			defer close(release)
 			type res struct {
-				job Job
+				job terms.Job
 				err error
 			}
 			done := make(chan res, 1)
@@ -327,7 +328,7 @@ func TestAuctionFailover(t *testing.T) {
 				t.Fatal(out.err)
 			}
 			st, _ := r.Status(out.job.ID)
-			if st.State != JobLeased || m.name(st.Winner) != "eu-h100" {
+			if st.State != terms.JobLeased || m.name(st.Winner) != "eu-h100" {
 				t.Fatalf("runner-up did not get the lease: %+v", st)
 			}
 			if len(st.Attempts) != 2 || m.name(st.Attempts[0].Provider) != "eu-good" || !strings.HasPrefix(st.Attempts[0].Result, c.result) ||
@@ -391,7 +392,7 @@ func TestAuctionConcurrentJobs(t *testing.T) {
 	}
 	type res struct {
 		r   *Renter
-		job Job
+		job terms.Job
 		err error
 	}
 	out := make(chan res, 50)
@@ -411,7 +412,7 @@ func TestAuctionConcurrentJobs(t *testing.T) {
 	}
 	leased := 0
 	leaseIDs := map[string]string{}
-	attempts := map[string]AwardAttempt{}
+	attempts := map[string]terms.AwardAttempt{}
 	for i := 0; i < 50; i++ {
 		o := <-out
 		st, ok := o.r.Status(o.job.ID)
@@ -422,7 +423,7 @@ func TestAuctionConcurrentJobs(t *testing.T) {
 			attempts[a.LeaseID] = a
 		}
 		switch st.State {
-		case JobLeased:
+		case terms.JobLeased:
 			if o.err != nil {
 				t.Errorf("leased with error %v", o.err)
 			}
@@ -431,7 +432,7 @@ func TestAuctionConcurrentJobs(t *testing.T) {
 			if o.job.Region == "eu" && !regionSatisfies("eu", m.byID[st.Winner].spec.region) {
 				t.Errorf("EU job leased in %s", m.byID[st.Winner].spec.region)
 			}
-		case JobUnplaceable:
+		case terms.JobUnplaceable:
 			if !errors.Is(o.err, ErrUnplaceable) || len(st.Reasons) == 0 || st.Reasons[len(st.Reasons)-1] == "" {
 				t.Errorf("unplaceable without reason: %+v %v", st, o.err)
 			}
@@ -478,11 +479,11 @@ func TestHostileInput(t *testing.T) {
 
 	attacker, victim := signtest.Pair(t)
 	now := m.now()
-	mkBid := func(s *sign.Signer, provider, jobID, nonce string) Bid {
-		return Bid{JobID: jobID, Provider: provider, Region: "eu-west", Price: 1, Start: now, End: now.Add(time.Hour),
+	mkBid := func(s *sign.Signer, provider, jobID, nonce string) terms.Bid {
+		return terms.Bid{JobID: jobID, Provider: provider, Region: "eu-west", Price: 1, Start: now, End: now.Add(time.Hour),
 			Nonce: nonce, IssuedAt: now, ExpiresAt: now.Add(time.Minute)}
 	}
-	good, _ := EncodeBid(attacker, mkBid(attacker, attacker.ID().String(), j.ID, "n1"))
+	good, _ := terms.EncodeBid(attacker, mkBid(attacker, attacker.ID().String(), j.ID, "n1"))
 	forgedEnv, _ := sign.Seal(attacker, sign.DomainBid, mkBid(attacker, victim.ID().String(), j.ID, "n2"))
 	forged, _ := forgedEnv.Marshal()
 	unsignedEnv := *forgedEnv
@@ -491,11 +492,11 @@ func TestHostileInput(t *testing.T) {
 	tampered := *forgedEnv
 	tampered.Signer = victim.ID().String()
 	tamperedB, _ := tampered.Marshal()
-	unknown, _ := EncodeBid(attacker, mkBid(attacker, attacker.ID().String(), "job-nope", "n3"))
+	unknown, _ := terms.EncodeBid(attacker, mkBid(attacker, attacker.ID().String(), "job-nope", "n3"))
 	expiredBid := mkBid(attacker, attacker.ID().String(), j.ID, "n4")
 	expiredBid.ExpiresAt = now.Add(-time.Second)
-	expired, _ := EncodeBid(attacker, expiredBid)
-	awardEnv, _ := sign.Seal(attacker, sign.DomainAward, Award{LeaseID: "l"})
+	expired, _ := terms.EncodeBid(attacker, expiredBid)
+	awardEnv, _ := sign.Seal(attacker, sign.DomainAward, terms.Award{LeaseID: "l"})
 
 	cases := []struct {
 		name   string
@@ -505,7 +506,7 @@ func TestHostileInput(t *testing.T) {
 	}{
 		{"malformed json", attacker.ID(), []byte("{not json"), "malformed"},
 		{"empty", attacker.ID(), nil, "malformed"},
-		{"oversized", attacker.ID(), make([]byte, MaxMessageSize+1), "oversized"},
+		{"oversized", attacker.ID(), make([]byte, terms.MaxMessageSize+1), "oversized"},
 		{"unsigned", attacker.ID(), unsigned, "malformed"},
 		{"claims another provider", victim.ID(), forged, "signer_mismatch"},
 		{"tampered signer", victim.ID(), tamperedB, "bad_signature"},
@@ -551,16 +552,16 @@ func TestHostileInput(t *testing.T) {
 	})
 	fake := sb.job
 	fake.Owner = attacker.ID().String()
-	aw := Award{LeaseID: "lease-x", JobID: fake.ID, Renter: fake.Owner, Provider: prov.s.ID().String(), BidNonce: sb.bid.Nonce,
+	aw := terms.Award{LeaseID: "lease-x", JobID: fake.ID, Renter: fake.Owner, Provider: prov.s.ID().String(), BidNonce: sb.bid.Nonce,
 		Price: sb.bid.Price, Start: sb.bid.Start, End: sb.bid.End, GPUCount: fake.GPUCount, Job: fake}
-	data, _ := EncodeAward(attacker, aw)
+	data, _ := terms.EncodeAward(attacker, aw)
 	if c, err := prov.p.HandleAward(attacker.ID(), data); err == nil || c != nil {
 		t.Fatalf("award from non-owner accepted: %v", err)
 	}
 	if c, err := prov.p.HandleAward(renterID, data); err == nil || c != nil {
 		t.Fatalf("award relayed by the owner but signed by another accepted: %v", err)
 	}
-	for _, junk := range [][]byte{nil, []byte("]]"), make([]byte, MaxMessageSize+1), good} {
+	for _, junk := range [][]byte{nil, []byte("]]"), make([]byte, terms.MaxMessageSize+1), good} {
 		if _, err := prov.p.HandleAward(attacker.ID(), junk); err == nil {
 			t.Fatal("junk award accepted")
 		}
@@ -569,7 +570,7 @@ func TestHostileInput(t *testing.T) {
 		}
 	}
 	// A call whose job claims another owner than its signer.
-	callEnv, _ := sign.Seal(attacker, sign.DomainJob, Job{ID: "x", Owner: victim.ID().String()})
+	callEnv, _ := sign.Seal(attacker, sign.DomainJob, terms.Job{ID: "x", Owner: victim.ID().String()})
 	if err := prov.p.HandleCall(attacker.ID(), []byte(`{"topic":"t","job":`+string(mustMarshal(callEnv))+`}`)); err == nil {
 		t.Fatal("call with a foreign owner accepted")
 	}
@@ -591,28 +592,28 @@ func mustMarshal(e *sign.Envelope) []byte {
 // sees what the provider hands it; without its hook a move is refused
 // (and undone) and every award admitted.
 type runtimeHooks struct {
-	lease func(Lease, Job, []string)
-	move  func(Lease, Job) bool
+	lease func(terms.Lease, terms.Job, []string)
+	move  func(terms.Lease, terms.Job) bool
 }
 
-func (h runtimeHooks) OnLease(l Lease, j Job, preempts []string) {
+func (h runtimeHooks) OnLease(l terms.Lease, j terms.Job, preempts []string) {
 	if h.lease != nil {
 		h.lease(l, j, preempts)
 	}
 }
-func (h runtimeHooks) OnMove(l Lease, j Job) bool       { return h.move != nil && h.move(l, j) }
-func (runtimeHooks) Admit(string, string, string) error { return nil }
+func (h runtimeHooks) OnMove(l terms.Lease, j terms.Job) bool { return h.move != nil && h.move(l, j) }
+func (runtimeHooks) Admit(string, string, string) error       { return nil }
 
 // hooks are a renter's collaborators in tests, each answering from the
 // test's hook for it: a Listener and a Releaser tell the hooks set, a
 // Directory, Latency, Reputation or Holdings without its hook knows
 // nothing (as a nil collaborator does).
 type hooks struct {
-	lease       func(Lease, Job)
-	unplaceable func(Job, string)
-	capacity    func(CapacityNotice)
-	release     func(Lease)
-	expected    func(*Job) []string
+	lease       func(terms.Lease, terms.Job)
+	unplaceable func(terms.Job, string)
+	capacity    func(terms.CapacityNotice)
+	release     func(terms.Lease)
+	expected    func(*terms.Job) []string
 	gpus        func(provider string) int
 	holdings    func(ctx context.Context, provider string) ([]string, bool)
 	rtt         func(provider string) (time.Duration, bool)
@@ -620,31 +621,31 @@ type hooks struct {
 	reliability func(provider string) float64
 }
 
-func (h hooks) OnLease(l Lease, j Job) {
+func (h hooks) OnLease(l terms.Lease, j terms.Job) {
 	if h.lease != nil {
 		h.lease(l, j)
 	}
 }
 
-func (h hooks) OnUnplaceable(j Job, reason string) {
+func (h hooks) OnUnplaceable(j terms.Job, reason string) {
 	if h.unplaceable != nil {
 		h.unplaceable(j, reason)
 	}
 }
 
-func (h hooks) OnCapacity(n CapacityNotice) {
+func (h hooks) OnCapacity(n terms.CapacityNotice) {
 	if h.capacity != nil {
 		h.capacity(n)
 	}
 }
 
-func (h hooks) Release(l Lease) {
+func (h hooks) Release(l terms.Lease) {
 	if h.release != nil {
 		h.release(l)
 	}
 }
 
-func (h hooks) ExpectedBidders(j *Job) []string {
+func (h hooks) ExpectedBidders(j *terms.Job) []string {
 	if h.expected == nil {
 		return nil
 	}
@@ -681,7 +682,7 @@ func (h hooks) MeasureRTT(ctx context.Context, provider string) (time.Duration, 
 
 func (h hooks) Reliability(provider string) float64 {
 	if h.reliability == nil {
-		return NeutralReliability
+		return terms.NeutralReliability
 	}
 	return h.reliability(provider)
 }

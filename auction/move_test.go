@@ -6,36 +6,37 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // movedLease is what a provider's OnMove was told.
 type movedLease struct {
-	l   Lease
-	job Job
+	l   terms.Lease
+	job terms.Job
 }
 
 // twoBookedLeases books, on a provider with two GPUs, a running lease
 // holding both for an hour and, behind it, a lease of one GPU for an hour
 // that starts when the first ends; OnMove reports each move on the
 // returned channel and answers accept.
-func twoBookedLeases(t *testing.T, accept bool) (*testProv, Lease, Lease, chan movedLease, time.Time) {
+func twoBookedLeases(t *testing.T, accept bool) (*testProv, terms.Lease, terms.Lease, chan movedLease, time.Time) {
 	t.Helper()
 	m := newMarket(t, []provSpec{{"only", "eu-west", "A100", 80, 2, pol(1.0), 0.9}})
 	prov := m.provs[0]
 	moves := make(chan movedLease, 4)
-	prov.p.cfg.Runtime = runtimeHooks{move: func(l Lease, j Job) bool {
+	prov.p.cfg.Runtime = runtimeHooks{move: func(l terms.Lease, j terms.Job) bool {
 		moves <- movedLease{l, j}
 		return accept
 	}}
 	now := m.now()
 	renter := signtest.New(t).ID().String()
 	me := prov.s.ID().String()
-	first := Lease{ID: "lease-first", JobID: "job-first", Renter: renter, Provider: me, Price: 1,
-		Start: now.Add(-time.Minute), End: now.Add(59 * time.Minute), GPUCount: 2, Tier: Silver, State: RunPending}
+	first := terms.Lease{ID: "lease-first", JobID: "job-first", Renter: renter, Provider: me, Price: 1,
+		Start: now.Add(-time.Minute), End: now.Add(59 * time.Minute), GPUCount: 2, Tier: terms.Silver, State: terms.RunPending}
 	job := euJob(now)
 	job.ID, job.GPUCount, job.Deadline = "job-behind", 1, now.Add(2*time.Hour)
-	behind := Lease{ID: "lease-behind", JobID: job.ID, Renter: renter, Provider: me, Price: 1,
-		Start: first.End, End: first.End.Add(time.Hour), GPUCount: 1, Tier: Silver, State: RunPending}
+	behind := terms.Lease{ID: "lease-behind", JobID: job.ID, Renter: renter, Provider: me, Price: 1,
+		Start: first.End, End: first.End.Add(time.Hour), GPUCount: 1, Tier: terms.Silver, State: terms.RunPending}
 	if err := prov.p.Rebook(first, euJob(now)); err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func twoBookedLeases(t *testing.T, accept bool) (*testProv, Lease, Lease, chan m
 // to start now, keeping its length and price; the runtime is told.
 func TestEarlyEndMovesLeaseEarlier(t *testing.T) {
 	prov, first, behind, moves, now := twoBookedLeases(t, true)
-	if err := prov.p.LeaseEnded(first.ID, now, RunSucceeded); err != nil {
+	if err := prov.p.LeaseEnded(first.ID, now, terms.RunSucceeded); err != nil {
 		t.Fatal(err)
 	}
 	var mv movedLease
@@ -88,7 +89,7 @@ func TestMoveRespectsHoldsAndRuntime(t *testing.T) {
 	prov, first, behind, moves, now := twoBookedLeases(t, true)
 	// Bids hold both GPUs over the next two hours.
 	prov.cal.Hold("bid-a", "someone", Booking{Start: now, End: now.Add(2 * time.Hour), GPUs: 2, Devices: []int{0, 1}}, now.Add(time.Hour))
-	if err := prov.p.LeaseEnded(first.ID, now, RunSucceeded); err != nil {
+	if err := prov.p.LeaseEnded(first.ID, now, terms.RunSucceeded); err != nil {
 		t.Fatal(err)
 	}
 	// moveEarlier runs in the background: once more here, in line, so
@@ -116,7 +117,7 @@ func TestMoveRespectsHoldsAndRuntime(t *testing.T) {
 	}
 
 	prov2, first2, behind2, moves2, now2 := twoBookedLeases(t, false)
-	if err := prov2.p.LeaseEnded(first2.ID, now2, RunSucceeded); err != nil {
+	if err := prov2.p.LeaseEnded(first2.ID, now2, terms.RunSucceeded); err != nil {
 		t.Fatal(err)
 	}
 	prov2.p.moveEarlier()
@@ -137,15 +138,15 @@ func TestMoveRespectsHoldsAndRuntime(t *testing.T) {
 // TestLeaseMovedRule: the one rule both sides check a move by.
 func TestLeaseMovedRule(t *testing.T) {
 	now := time.Now()
-	l := Lease{ID: "l", Start: now.Add(time.Hour), End: now.Add(2 * time.Hour), GPUCount: 2, State: RunPending}
+	l := terms.Lease{ID: "l", Start: now.Add(time.Hour), End: now.Add(2 * time.Hour), GPUCount: 2, State: terms.RunPending}
 	m, err := l.Moved(now, []int{1, 0}, now)
 	if err != nil || !m.Start.Equal(now) || !m.End.Equal(now.Add(time.Hour)) || len(m.Devices) != 2 {
 		t.Fatalf("moved %+v %v", m, err)
 	}
 	running := l
-	running.State = RunRunning
+	running.State = terms.RunRunning
 	for name, c := range map[string]struct {
-		l     Lease
+		l     terms.Lease
 		start time.Time
 		devs  []int
 	}{
@@ -155,9 +156,9 @@ func TestLeaseMovedRule(t *testing.T) {
 		"wrong devices":  {l, now, []int{0}},
 		"zero start":     {l, time.Time{}, nil},
 		"3h in the past": {l, now.Add(-3 * time.Hour), nil},
-		"past the skew":  {l, now.Add(-MoveSkew - time.Second), nil},
+		"past the skew":  {l, now.Add(-terms.MoveSkew - time.Second), nil},
 	} {
-		if _, err := c.l.Moved(c.start, c.devs, now); !errors.Is(err, ErrBadMove) {
+		if _, err := c.l.Moved(c.start, c.devs, now); !errors.Is(err, terms.ErrBadMove) {
 			t.Errorf("%s: %v, want ErrBadMove", name, err)
 		}
 	}

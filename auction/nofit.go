@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpumesh/gpumesh/auction/gpumodel"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // misfitOrder is the order of StaticFit's rules, by kind.
@@ -21,7 +22,7 @@ var misfitOrder = []string{"excluded", "region", "workload", "preemptible", "sea
 // everywhere (each provider misses something else), the reasons of the
 // closest providers (those failing the fewest rules) are named, with how
 // many of them each rules out.
-func NoneFits(caps []Capability, job *Job) error {
+func NoneFits(caps []terms.Capability, job *terms.Job) error {
 	if len(caps) == 0 {
 		return nil
 	}
@@ -108,11 +109,11 @@ func firstOf(all [][]*Ineligible, kind string, n int) *Ineligible {
 
 // misfitReason says what no known provider offers for rule kind, with what
 // they offer instead.
-func misfitReason(kind string, in *Ineligible, caps []Capability, job *Job) string {
+func misfitReason(kind string, in *Ineligible, caps []terms.Capability, job *terms.Job) string {
 	switch kind {
 	case "region":
 		return fmt.Sprintf("no provider in region '%s' (known: %s)", job.Region,
-			known(caps, func(c *Capability) []string { return []string{c.Region} }))
+			known(caps, func(c *terms.Capability) []string { return []string{c.Region} }))
 	case "gpu_model":
 		// A name no catalogue lists is most likely a typo: say which
 		// models it is closest to.
@@ -123,7 +124,7 @@ func misfitReason(kind string, in *Ineligible, caps []Capability, job *Job) stri
 			}
 		}
 		why := fmt.Sprintf("no known provider has GPU model '%s' (known: %s)", strings.Join(job.GPUModels, "' or '"),
-			known(caps, func(c *Capability) []string {
+			known(caps, func(c *terms.Capability) []string {
 				var ms []string
 				for _, g := range c.GPUs {
 					ms = append(ms, g.Model)
@@ -167,14 +168,14 @@ func misfitReason(kind string, in *Ineligible, caps []Capability, job *Job) stri
 	case "price":
 		lowest := -1.0
 		for _, c := range caps {
-			if f := c.Policy.FloorFor(job); lowest < 0 || f < lowest {
+			if f := FloorFor(c.Policy, job); lowest < 0 || f < lowest {
 				lowest = f
 			}
 		}
 		return fmt.Sprintf("every known provider's price floor is above the max price $%.2f/GPU-h (lowest: $%.2f)", job.MaxPrice, lowest)
 	case "workload":
 		return fmt.Sprintf("no known provider accepts workload '%s' (accepted: %s)", job.Workload,
-			known(caps, func(c *Capability) []string { return c.Policy.AllowedWorkloads }))
+			known(caps, func(c *terms.Capability) []string { return c.Policy.AllowedWorkloads }))
 	case "preemptible":
 		return "no known provider accepts preemptible work"
 	case "sealed":
@@ -194,7 +195,7 @@ func misfitReason(kind string, in *Ineligible, caps []Capability, job *Job) stri
 
 // known is the distinct non-empty values of field over caps, sorted, or
 // "none".
-func known(caps []Capability, field func(*Capability) []string) string {
+func known(caps []terms.Capability, field func(*terms.Capability) []string) string {
 	seen := map[string]bool{}
 	var out []string
 	for i := range caps {
@@ -212,7 +213,7 @@ func known(caps []Capability, field func(*Capability) []string) string {
 	return strings.Join(out, ", ")
 }
 
-func modelsText(job *Job) string {
+func modelsText(job *terms.Job) string {
 	if len(job.GPUModels) == 0 {
 		return "matching"
 	}

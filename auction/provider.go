@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/p2p/broadcast"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -41,7 +42,7 @@ const (
 // Self is what a provider knows of itself.
 type Self interface {
 	// Capability is the provider's current capability record.
-	Capability() Capability
+	Capability() terms.Capability
 	// Reliability is the provider's own verified reliability
 	// (NeutralReliability when it has none).
 	Reliability() float64
@@ -57,14 +58,14 @@ type Sensors interface {
 type Runtime interface {
 	// OnLease is called after a lease is confirmed, with the lease ids of
 	// the bronze bookings it evicted (the runtime must stop them).
-	OnLease(lease Lease, job Job, preempts []string)
+	OnLease(lease terms.Lease, job terms.Job, preempts []string)
 	// OnMove is told of a confirmed lease moved earlier (Lease.Moved:
 	// GPUs freed before its start); the runtime runs it at its new start
 	// and tells its renter. It reports false when the lease already began
 	// there (or is unknown), and the move is undone. Called with the
 	// provider's lock held, in order with OnLease; it must not call back
 	// into the provider synchronously.
-	OnMove(moved Lease, job Job) bool
+	OnMove(moved terms.Lease, job terms.Job) bool
 	// Admit vets an award's lease and job ids before it is booked, with
 	// the provider's lock held: a non-nil error (the id is held already,
 	// in memory or in the runtime's persisted records, or the job id is
@@ -130,38 +131,6 @@ type ProviderConfig struct {
 	MaxOwnerInflight int
 }
 
-// ProviderStats is a provider's market activity.
-type ProviderStats struct {
-	Calls      int `json:"calls"`
-	Duplicates int `json:"duplicates"`
-	Bids       int `json:"bids"`
-	Won        int `json:"won"`
-	Lost       int `json:"lost"`     // bids that expired without an award
-	Declined   int `json:"declined"` // awards declined (e.g. capacity taken meanwhile)
-	Moved      int `json:"moved"`    // leases moved earlier (GPUs freed before their start)
-	Retimed    int `json:"retimed"`  // late awards booked from their confirm on (Lease.Retimed)
-	Notices    int `json:"notices"`  // capacity notices sent to renters turned away
-	// Undelivered counts bids, declines and notices whose send failed
-	// (the renter could not be reached in time).
-	Undelivered int            `json:"undelivered"`
-	Rejected    map[string]int `json:"rejected"`
-	Ineligible  map[string]int `json:"ineligible"` // by Ineligible.Kind
-	Occupancy   float64        `json:"occupancy"`
-	// EarningsUSD sums price × GPUs × hours over confirmed leases (a
-	// slice's fraction of a GPU: LeaseCost), as shortened by LeaseEnded. Leases lists live leases and the most recent
-	// ended ones.
-	EarningsUSD float64 `json:"earnings_usd"`
-	Leases      []Lease `json:"leases"`
-	// Draining is set while the provider drains (SetDraining): it takes
-	// no new work.
-	Draining bool `json:"draining,omitempty"`
-	// GangHeld is how many gang members are confirmed and booked, waiting
-	// for their renter's commit; GangAborted counts those freed
-	// uncommitted (aborted or expired).
-	GangHeld    int `json:"gang_held,omitempty"`
-	GangAborted int `json:"gang_aborted,omitempty"`
-}
-
 type confirmRec struct {
 	data   []byte
 	at     time.Time
@@ -195,8 +164,8 @@ type bidSend struct {
 }
 
 type sentBid struct {
-	bid   Bid
-	job   Job
+	bid   terms.Bid
+	job   terms.Job
 	offer Offer
 }
 
@@ -212,11 +181,11 @@ type Provider struct {
 	seen     map[callKey]time.Time // owner, job id, attempt -> when
 	bids     map[string]*sentBid   // nonce -> bid
 	confirms map[string]confirmRec // lease id -> signed confirm
-	leases   map[string]*Lease
-	jobs     map[string]Job        // lease id -> its job, while the lease has not ended (to move it)
+	leases   map[string]*terms.Lease
+	jobs     map[string]terms.Job  // lease id -> its job, while the lease has not ended (to move it)
 	away     map[string]turnedAway // owner/job id -> a call turned away for busy GPUs
 	order    []string
-	stats    ProviderStats
+	stats    terms.ProviderStats
 	// bidQueued is notified at each bid queued (Stats.Bids).
 	bidQueued broadcast.Signal
 	lastPrune time.Time
@@ -271,8 +240,8 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	}
 	return &Provider{
 		cfg: cfg, log: log.With("role", "provider"),
-		seen: map[callKey]time.Time{}, bids: map[string]*sentBid{}, confirms: map[string]confirmRec{}, leases: map[string]*Lease{}, jobs: map[string]Job{}, away: map[string]turnedAway{},
-		stats:   ProviderStats{Rejected: map[string]int{}, Ineligible: map[string]int{}},
+		seen: map[callKey]time.Time{}, bids: map[string]*sentBid{}, confirms: map[string]confirmRec{}, leases: map[string]*terms.Lease{}, jobs: map[string]terms.Job{}, away: map[string]turnedAway{},
+		stats:   terms.ProviderStats{Rejected: map[string]int{}, Ineligible: map[string]int{}},
 		buckets: map[string]*bucket{}, inflight: map[peer.ID]int{},
 		sendQ: make(chan bidSend, cfg.SendQueue),
 	}, nil
@@ -333,12 +302,12 @@ func (p *Provider) prune(now time.Time) {
 }
 
 // HandleGossipedCall takes a call for bids heard on a provider topic: one
-// that does not ask this provider as its unverified bytes say (callAsks)
+// that does not ask this provider as its unverified bytes say (terms.CallAsks)
 // is dropped, counted not_sampled, before its signature is checked, so
 // that a large market's providers spend nothing on others' samples; any
 // other goes on to HandleCall.
 func (p *Provider) HandleGossipedCall(from peer.ID, data []byte) error {
-	if !callAsks(data, p.cfg.Signer.ID().String()) {
+	if !terms.CallAsks(data, p.cfg.Signer.ID().String()) {
 		p.notSampled()
 		return nil
 	}
@@ -347,8 +316,8 @@ func (p *Provider) HandleGossipedCall(from peer.ID, data []byte) error {
 
 // HandleCall takes a call for bids sent to this provider (ProtoCall), or
 // one heard on gossip that asks it (HandleGossipedCall), parsing it once.
-// It verifies the job envelope (signed by the job's owner), validates the
-// job, skips its own jobs and calls it already answered (same owner, job
+// It verifies the job envelope (signed by the job's owner) and validates
+// the job (both in DecodeCall), skips its own jobs and calls it already answered (same owner, job
 // id and attempt), and evaluates the job. When eligible it queues a signed bid for the job's owner, to be sent
 // by a bounded pool of send workers within SendTimeout; the addresses a
 // call names for its owner (Job.OwnerAddrs) are never dialled, since
@@ -360,14 +329,11 @@ func (p *Provider) HandleGossipedCall(from peer.ID, data []byte) error {
 // the *Ineligible error (counted by kind). from is the peer that sent or
 // relayed the call and is not trusted.
 func (p *Provider) HandleCall(from peer.ID, data []byte) error {
-	c, err := DecodeCall(data)
+	c, err := terms.DecodeCall(data)
 	if err != nil {
 		return p.reject(decodeReason(err), err)
 	}
-	job := c.Job
-	if err := job.Validate(); err != nil {
-		return p.reject("invalid_job", err)
-	}
+	job := c.Job // valid: DecodeCall validated it
 	if job.Owner == p.cfg.Signer.ID().String() {
 		return nil
 	}
@@ -375,7 +341,7 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	if err != nil {
 		return p.reject("malformed", fmt.Errorf("job owner: %w", err))
 	}
-	if !SampledBidder(&job, p.cfg.Signer.ID().String()) {
+	if !terms.SampledBidder(&job, p.cfg.Signer.ID().String()) {
 		p.notSampled()
 		return nil
 	}
@@ -412,7 +378,7 @@ const maxParked = 64
 
 // parkedCall is a call refused only because other bids hold the GPUs.
 type parkedCall struct {
-	job   Job
+	job   terms.Job
 	owner peer.ID
 	until time.Time // the call's bid window ends
 }
@@ -448,7 +414,7 @@ func (p *Provider) state() ProviderState {
 // bidFor evaluates a job and, when eligible, queues a bid for it (see
 // HandleCall). A call refused only because of other bids' holds is parked
 // (when park) and evaluated again when a hold is released.
-func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) error {
+func (p *Provider) bidFor(job terms.Job, owner peer.ID, now time.Time, park bool) error {
 	if p.draining.Load() {
 		p.mu.Lock()
 		p.stats.Ineligible[KindDraining]++
@@ -463,7 +429,7 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 	// this bid's span as taken.
 	p.evalMu.Lock()
 	offer, err := Evaluate(ps, &job, now)
-	nonce := NewID("bid")
+	nonce := terms.NewID("bid")
 	held := false
 	holding := false // this bid holds its span
 	if p.cfg.HoldGrace > 0 && p.cfg.Calendar.Holds(now) > 0 {
@@ -518,7 +484,7 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 		}
 		return p.reject("evaluate", err)
 	}
-	bid := Bid{
+	bid := terms.Bid{
 		JobID: job.ID, Attempt: job.Attempt, Provider: p.cfg.Signer.ID().String(), Region: ps.Cap.Region,
 		Price: offer.Price, Start: offer.Start, End: offer.End, GPUModel: offer.GPUModel, VRAMGB: offer.VRAMGB,
 		Datasets: offer.Datasets, Evicts: len(offer.Preempts), Nonce: nonce, IssuedAt: now, ExpiresAt: now.Add(job.BidWindow + p.cfg.BidGrace),
@@ -527,7 +493,7 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 	if job.GPUFraction == 0 {
 		bid.Free = p.cfg.Calendar.FreeGPUs(offer.Start, offer.End)
 	}
-	msg, err := EncodeBid(p.cfg.Signer, bid)
+	msg, err := terms.EncodeBid(p.cfg.Signer, bid)
 	if err != nil {
 		p.cfg.Calendar.DropHold(nonce)
 		return p.reject("encode", err)
@@ -560,8 +526,8 @@ func (p *Provider) bidFor(job Job, owner peer.ID, now time.Time, park bool) erro
 // decline sends the job's owner a signed Decline saying why we do not bid,
 // through the bid send workers and under the same per-owner limit (at most
 // one per call: calls are deduplicated before they are evaluated).
-func (p *Provider) decline(job Job, owner peer.ID, kind string, now time.Time) {
-	msg, err := EncodeDecline(p.cfg.Signer, Decline{JobID: job.ID, Attempt: job.Attempt, Provider: p.cfg.Signer.ID().String(),
+func (p *Provider) decline(job terms.Job, owner peer.ID, kind string, now time.Time) {
+	msg, err := terms.EncodeDecline(p.cfg.Signer, terms.Decline{JobID: job.ID, Attempt: job.Attempt, Provider: p.cfg.Signer.ID().String(),
 		Kind: kind, IssuedAt: now})
 	if err != nil {
 		return
@@ -671,7 +637,7 @@ func (p *Provider) sendWorker() {
 // declined. Repeating an award with the
 // same lease id returns the same confirm.
 func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
-	msg, err := DecodeAwardMessage(data)
+	msg, err := terms.DecodeAwardMessage(data)
 	switch {
 	case err != nil:
 		return nil, p.reject(decodeReason(err), err)
@@ -702,7 +668,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	decline := func(reason string) ([]byte, error) {
 		p.stats.Declined++
 		p.log.Info("award declined", "lease", a.LeaseID, "job", a.JobID, "reason", reason)
-		c, err := EncodeConfirm(p.cfg.Signer, Confirm{LeaseID: a.LeaseID, Accepted: false, Reason: reason})
+		c, err := terms.EncodeConfirm(p.cfg.Signer, terms.Confirm{LeaseID: a.LeaseID, Accepted: false, Reason: reason})
 		if err == nil {
 			p.confirms[a.LeaseID] = confirmRec{c, now, a.Renter}
 		}
@@ -735,9 +701,9 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		defer func() { go p.retryParked() }()
 	}
 	job := sb.job
-	lease := Lease{ID: a.LeaseID, JobID: a.JobID, Attempt: a.Attempt, Renter: a.Renter, Provider: me, Price: a.Price,
+	lease := terms.Lease{ID: a.LeaseID, JobID: a.JobID, Attempt: a.Attempt, Renter: a.Renter, Provider: me, Price: a.Price,
 		Start: a.Start, End: a.End, GPUCount: a.GPUCount, GPUFraction: job.GPUFraction, Tier: job.Tier, Preemptible: job.Preemptible,
-		State: RunPending}
+		State: terms.RunPending}
 	retimed := lease.Late(now)
 	if retimed && a.Gang != nil {
 		// A gang's members start together, as awarded.
@@ -756,7 +722,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		Preemptible: job.Preemptible, Devices: sb.offer.Devices}
 	var evict []string
 	// A gang member evicts nobody: it is only held until its gang commits.
-	if job.Tier == Gold && a.Gang == nil {
+	if job.Tier == terms.Gold && a.Gang == nil {
 		evict = sb.offer.Preempts
 	}
 	// Evict only if the planned preemptions are still needed.
@@ -776,14 +742,14 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		if end.Before(e.Start) {
 			end = e.Start
 		}
-		p.endLocked(e.LeaseID, end, RunPreempted)
+		p.endLocked(e.LeaseID, end, terms.RunPreempted)
 	}
-	conf := Confirm{LeaseID: a.LeaseID, Accepted: true, Devices: booked.Devices}
+	conf := terms.Confirm{LeaseID: a.LeaseID, Accepted: true, Devices: booked.Devices}
 	if retimed {
 		conf.Start, conf.End = lease.Start, lease.End
 		p.stats.Retimed++
 	}
-	c, err := EncodeConfirm(p.cfg.Signer, conf)
+	c, err := terms.EncodeConfirm(p.cfg.Signer, conf)
 	if err != nil {
 		p.cfg.Calendar.Release(a.LeaseID)
 		return nil, err
@@ -799,7 +765,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 	p.jobs[lease.ID] = job
 	p.order = append(p.order, lease.ID)
 	p.stats.Won++
-	p.stats.EarningsUSD += LeaseCost(lease.Price, lease.GPUCount, lease.GPUFraction, lease.End.Sub(lease.Start))
+	p.stats.EarningsUSD += terms.LeaseCost(lease.Price, lease.GPUCount, lease.GPUFraction, lease.End.Sub(lease.Start))
 	if p.cfg.Runtime != nil {
 		// Called with p.mu held, so that lease callbacks arrive in order;
 		// OnLease must not call back into the provider synchronously.
@@ -820,7 +786,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 // another renter. Lease ids are chosen by renters and seen by everybody in
 // gossiped receipts: reusing one must never make a new renter the owner of
 // an old lease's records, logs or outputs. Called with p.mu held.
-func (p *Provider) leaseIDFreeLocked(a Award) error {
+func (p *Provider) leaseIDFreeLocked(a terms.Award) error {
 	if c, ok := p.confirms[a.LeaseID]; ok && c.renter != a.Renter {
 		return fmt.Errorf("lease id %s was awarded by another renter", a.LeaseID)
 	}
@@ -844,7 +810,7 @@ func (p *Provider) leaseIDFreeLocked(a Award) error {
 // handleRelease takes a renter's word that one of our bids to it will not
 // be awarded (it comes on the award stream): the bid is forgotten and its
 // tentative hold freed. Only the bid's own renter can release it.
-func (p *Provider) handleRelease(from peer.ID, rel BidRelease) error {
+func (p *Provider) handleRelease(from peer.ID, rel terms.BidRelease) error {
 	if rel.Renter != from.String() {
 		return p.reject("not_job_owner", fmt.Errorf("release from %s signed by %s", from, rel.Renter))
 	}
@@ -879,7 +845,7 @@ func (p *Provider) Slices(leaseID string) []int {
 // early, failed, was cancelled or preempted): the calendar frees the rest of
 // its span and earnings only count the time up to end. It is idempotent for
 // a lease already in a terminal state.
-func (p *Provider) LeaseEnded(leaseID string, end time.Time, state RunState) error {
+func (p *Provider) LeaseEnded(leaseID string, end time.Time, state terms.RunState) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.leases[leaseID]; !ok {
@@ -889,7 +855,7 @@ func (p *Provider) LeaseEnded(leaseID string, end time.Time, state RunState) err
 	return nil
 }
 
-func (p *Provider) endLocked(leaseID string, end time.Time, state RunState) {
+func (p *Provider) endLocked(leaseID string, end time.Time, state terms.RunState) {
 	l, ok := p.leases[leaseID]
 	if !ok {
 		p.cfg.Calendar.Truncate(leaseID, end)
@@ -902,7 +868,7 @@ func (p *Provider) endLocked(leaseID string, end time.Time, state RunState) {
 		end = l.Start
 	}
 	if end.Before(l.End) {
-		p.stats.EarningsUSD -= LeaseCost(l.Price, l.GPUCount, l.GPUFraction, l.End.Sub(end))
+		p.stats.EarningsUSD -= terms.LeaseCost(l.Price, l.GPUCount, l.GPUFraction, l.End.Sub(end))
 		l.End = end
 		if p.cfg.Calendar.Truncate(leaseID, end) {
 			// GPUs freed ahead of their booked end: later leases may
@@ -973,11 +939,11 @@ func (p *Provider) moveEarlier() {
 
 // waitingLocked is the confirmed leases that have not begun by now (those
 // that may move earlier), earliest first. Called with p.mu held.
-func (p *Provider) waitingLocked(now time.Time) []*Lease {
-	var waiting []*Lease
+func (p *Provider) waitingLocked(now time.Time) []*terms.Lease {
+	var waiting []*terms.Lease
 	for id := range p.jobs {
 		// A gang member starts with its gang, never earlier alone.
-		if l := p.leases[id]; l != nil && l.Gang == nil && l.State == RunPending && l.Start.After(now) {
+		if l := p.leases[id]; l != nil && l.Gang == nil && l.State == terms.RunPending && l.Start.After(now) {
 			waiting = append(waiting, l)
 		}
 	}
@@ -996,7 +962,7 @@ func (p *Provider) waitingLocked(now time.Time) []*Lease {
 func (p *Provider) BidQueued() <-chan struct{} { return p.bidQueued.Wait() }
 
 // Stats returns a snapshot of the provider's market activity.
-func (p *Provider) Stats() ProviderStats {
+func (p *Provider) Stats() terms.ProviderStats {
 	now := p.cfg.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -1013,7 +979,7 @@ func (p *Provider) Stats() ProviderStats {
 	s.Occupancy = p.cfg.Calendar.Occupancy(now)
 	s.Draining = p.draining.Load()
 	s.GangHeld = len(p.gangHeld)
-	s.Leases = make([]Lease, 0, len(p.order))
+	s.Leases = make([]terms.Lease, 0, len(p.order))
 	for _, id := range p.order {
 		s.Leases = append(s.Leases, *p.leases[id])
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
 )
@@ -67,87 +68,20 @@ func (r *Rejection) Unwrap() error { return r.Err }
 // decodeReason classifies a decoding error as a counter key.
 func decodeReason(err error) string {
 	switch {
-	case errors.Is(err, ErrOversized), errors.Is(err, sign.ErrOversized):
+	case errors.Is(err, terms.ErrOversized), errors.Is(err, sign.ErrOversized):
 		return "oversized"
-	case errors.Is(err, ErrSignerMismatch):
+	case errors.Is(err, terms.ErrSignerMismatch):
 		return "signer_mismatch"
 	case errors.Is(err, sign.ErrBadSignature):
 		return "bad_signature"
 	case errors.Is(err, sign.ErrWrongDomain):
 		return "wrong_domain"
-	case errors.Is(err, ErrBadID):
+	case errors.Is(err, terms.ErrBadID):
 		return "bad_id"
+	case errors.Is(err, terms.ErrInvalidJob):
+		return "invalid_job"
 	}
 	return "malformed"
-}
-
-// JobState is where a posted job is in its auction.
-type JobState string
-
-// Job states.
-const (
-	JobBidding     JobState = "bidding"
-	JobAwarding    JobState = "awarding"
-	JobLeased      JobState = "leased"
-	JobUnplaceable JobState = "unplaceable"
-	// JobQueued: no bid could be turned into a lease yet; the job waits on
-	// its renter's daemon to be offered again when capacity may have
-	// changed, until its start deadline (its last reason says why). The
-	// renter's job machine (node/lease/jobmachine) keeps it; an auction's
-	// own status never is.
-	JobQueued    JobState = "queued"
-	JobCancelled JobState = "cancelled"
-	JobFailed    JobState = "failed"
-	// JobFinished: the job's last lease ended (its run state says how) and
-	// the job is not going back to auction. The renter's lease tracking
-	// sets it; the auction itself ends at JobLeased.
-	JobFinished JobState = "finished"
-)
-
-// JobStates lists every JobState.
-func JobStates() []JobState {
-	return []JobState{JobBidding, JobAwarding, JobQueued, JobLeased, JobFinished, JobUnplaceable, JobCancelled, JobFailed}
-}
-
-// Live reports whether a job in this state may still run, so that its
-// renter must keep what it needs (its input artifacts): in auction,
-// queued, or leased (a lease that ends and requeues goes back to auction;
-// the renter's lease tracking marks a job's end JobFinished).
-func (s JobState) Live() bool {
-	switch s {
-	case JobBidding, JobAwarding, JobQueued, JobLeased:
-		return true
-	}
-	return false
-}
-
-// AwardAttempt records one award sent to a provider and what came of it.
-type AwardAttempt struct {
-	Provider string `json:"provider"`
-	LeaseID  string `json:"lease_id"`
-	Result   string `json:"result"` // "confirmed", or why not
-}
-
-// JobStatus is a renter's view of one job's auction.
-type JobStatus struct {
-	Job      Job            `json:"job"`
-	State    JobState       `json:"state"`
-	Lease    *Lease         `json:"lease,omitempty"`
-	Winner   string         `json:"winner,omitempty"`
-	Bids     []Ranked       `json:"bids,omitempty"`
-	Reasons  []string       `json:"reasons,omitempty"`
-	Attempts []AwardAttempt `json:"attempts,omitempty"`
-	PostedAt time.Time      `json:"posted_at"`
-	// Offers counts the auctions this renter ran for the job (a queued job
-	// is offered again).
-	Offers int `json:"offers,omitempty"`
-	// Declines counts, by Ineligible.Kind, the providers that said why
-	// they did not bid in the latest auction (Job.WantDeclines).
-	Declines map[string]int `json:"declines,omitempty"`
-	// Members are a gang job's member leases by rank (Job.Nodes > 1), once
-	// the whole gang is committed; Lease is then rank 0's. The gang is
-	// priced by its members: the sum of their prices.
-	Members []Lease `json:"members,omitempty"`
 }
 
 // Reputation is what a renter's book says of providers.
@@ -172,7 +106,7 @@ type Directory interface {
 	// answered, the window closes, whatever the tier: no later answer is
 	// expected. An empty answer leaves the window to run as usual, and so
 	// does a provider that stays silent (gone, or its decline sampled).
-	ExpectedBidders(job *Job) []string
+	ExpectedBidders(job *terms.Job) []string
 }
 
 // Holdings looks up the artifact ids a provider's signed capability record
@@ -194,26 +128,26 @@ type Latency interface {
 // Listener is told of a renter's auctions' outcomes.
 type Listener interface {
 	// OnLease is called when a provider confirms a lease.
-	OnLease(Lease, Job)
+	OnLease(terms.Lease, terms.Job)
 	// OnUnplaceable is called when an auction ends without a lease.
-	OnUnplaceable(job Job, reason string)
+	OnUnplaceable(job terms.Job, reason string)
 	// OnCapacity is told of a provider's verified capacity notice (it has
 	// room now for jobs of ours it turned away): whoever queues jobs
 	// offers them again.
-	OnCapacity(CapacityNotice)
+	OnCapacity(terms.CapacityNotice)
 }
 
 // AwardListener is a Listener that is also told of each award as it is
 // sent (the lease its provider books once it confirms): the provider may
 // report on the lease before its confirmation is back.
 type AwardListener interface {
-	OnAward(Lease)
+	OnAward(terms.Lease)
 }
 
 // Releaser gives back a lease a provider confirmed that the renter does not
 // use (RenterConfig.Release).
 type Releaser interface {
-	Release(Lease)
+	Release(terms.Lease)
 }
 
 // RenterConfig configures a Renter.
@@ -307,9 +241,9 @@ type RenterConfig struct {
 }
 
 type renterJob struct {
-	status    JobStatus
+	status    terms.JobStatus
 	open      bool
-	bids      []Candidate
+	bids      []terms.Candidate
 	nonces    map[string]bool
 	bidders   map[string]bool
 	decliners map[string]bool
@@ -484,20 +418,22 @@ func (r *Renter) admit(ctx context.Context, rj *renterJob) (func(), error) {
 }
 
 // Post runs an auction for job: it fills ID (if empty), Owner and CreatedAt
-// (if zero), validates the job, publishes the call and returns when the
-// auction ends. The error is nil once leased, wraps ErrUnplaceable (with
-// the reason) when no bid could be turned into a lease, ErrCancelled after
-// Cancel, or reports an invalid job or a failed publish.
-func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
+// (if zero), publishes the call and returns when the auction ends. The
+// error is nil once leased, wraps ErrUnplaceable (with the reason) when no
+// bid could be turned into a lease, ErrCancelled after Cancel, or reports
+// a failed publish.
+//
+// job must be valid (Job.Validate): a job is validated once, where it
+// enters the daemon (the control API's post, node/lease.Tracker), and the
+// engine trusts it. Requeue, which builds a new attempt of a job itself,
+// validates that attempt before posting it.
+func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 	job.Owner = r.cfg.Signer.ID().String()
 	if job.ID == "" {
-		job.ID = NewID("job")
+		job.ID = terms.NewID("job")
 	}
 	if job.CreatedAt.IsZero() {
 		job.CreatedAt = r.cfg.Now()
-	}
-	if err := job.Validate(); err != nil {
-		return job, err
 	}
 	var expected []string
 	sampled := false
@@ -509,7 +445,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		}
 	}
 	rj := &renterJob{
-		status:    JobStatus{Job: job, State: JobBidding, PostedAt: r.cfg.Now()},
+		status:    terms.JobStatus{Job: job, State: terms.JobBidding, PostedAt: r.cfg.Now()},
 		open:      true,
 		nonces:    map[string]bool{},
 		bidders:   map[string]bool{},
@@ -527,11 +463,11 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		}
 	}
 	r.mu.Lock()
-	if old, ok := r.jobs[job.ID]; ok && (old.status.State == JobBidding || old.status.State == JobAwarding) {
+	if old, ok := r.jobs[job.ID]; ok && (old.status.State == terms.JobBidding || old.status.State == terms.JobAwarding) {
 		r.mu.Unlock()
 		return job, fmt.Errorf("auction: job %s is already being auctioned", job.ID)
 	}
-	var history []AwardAttempt
+	var history []terms.AwardAttempt
 	var reasons []string
 	offers := 0
 	if old, ok := r.jobs[job.ID]; ok {
@@ -550,7 +486,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		if errors.Is(err, ErrCancelled) {
 			return job, err
 		}
-		return job, r.finish(rj, JobFailed, "auction not started: "+err.Error(), nil, "", err)
+		return job, r.finish(rj, terms.JobFailed, "auction not started: "+err.Error(), nil, "", err)
 	}
 	defer free()
 
@@ -560,9 +496,9 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 		published := 0
 		var pubErr error
 		for _, topic := range JobTopics(&job) {
-			data, err := EncodeCall(r.cfg.Signer, job, topic)
+			data, err := terms.EncodeCall(r.cfg.Signer, job, topic)
 			if err != nil {
-				return job, r.finish(rj, JobFailed, "encode call: "+err.Error(), nil, "", err)
+				return job, r.finish(rj, terms.JobFailed, "encode call: "+err.Error(), nil, "", err)
 			}
 			if err := r.cfg.Transport.Publish(ctx, topic, data); err != nil {
 				pubErr = errors.Join(pubErr, fmt.Errorf("publish %s: %w", topic, err))
@@ -571,7 +507,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 			published++
 		}
 		if published == 0 {
-			return job, r.finish(rj, JobFailed, "publish failed", nil, "", fmt.Errorf("auction: post %s: %w", job.ID, pubErr))
+			return job, r.finish(rj, terms.JobFailed, "publish failed", nil, "", fmt.Errorf("auction: post %s: %w", job.ID, pubErr))
 		}
 		r.log.Debug("call published", "job", job.ID, "attempt", job.Attempt, "window", job.BidWindow)
 	}
@@ -581,13 +517,13 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	}
 
 	r.mu.Lock()
-	if rj.status.State != JobBidding {
+	if rj.status.State != terms.JobBidding {
 		r.mu.Unlock()
 		return job, ErrCancelled
 	}
 	rj.open = false
-	rj.status.State = JobAwarding
-	cands := append([]Candidate(nil), rj.bids...)
+	rj.status.State = terms.JobAwarding
+	cands := append([]terms.Candidate(nil), rj.bids...)
 	r.mu.Unlock()
 	for i := range cands {
 		r.standing(&cands[i])
@@ -629,7 +565,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 	if raced {
 		err = fmt.Errorf("%w (%w)", err, ErrRaced)
 	}
-	err = r.finish(rj, JobUnplaceable, reason, nil, "", err)
+	err = r.finish(rj, terms.JobUnplaceable, reason, nil, "", err)
 	if r.cfg.Listener != nil {
 		r.cfg.Listener.OnUnplaceable(job, reason)
 	}
@@ -644,7 +580,7 @@ func (r *Renter) Post(ctx context.Context, job Job) (Job, error) {
 // acceptable bid, in the last two cases only when the best bid can start
 // at once. It returns ErrCancelled or the context's error when the auction
 // ended otherwise.
-func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
+func (r *Renter) collect(ctx context.Context, rj *renterJob, job *terms.Job) error {
 	window := time.NewTimer(job.BidWindow)
 	defer window.Stop()
 	var quiet <-chan time.Time
@@ -676,7 +612,7 @@ func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
 			if r.cfg.QuietClose < 0 {
 				continue
 			}
-			if job.Tier == Gold && r.bestStartsNow(rj, job) {
+			if job.Tier == terms.Gold && r.bestStartsNow(rj, job) {
 				return nil
 			}
 			if quietT == nil {
@@ -701,7 +637,7 @@ func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
 			// may still answer): the window runs on, and the next bid
 			// starts another quiet spell.
 		case <-ctx.Done():
-			return r.finish(rj, JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+			return r.finish(rj, terms.JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
 		case <-rj.cancel:
 			return ErrCancelled
 		}
@@ -713,12 +649,12 @@ func (r *Renter) collect(ctx context.Context, rj *renterJob, job *Job) error {
 // it to every provider of its topics, most of which would only drop it.
 // A provider the call cannot reach stops being awaited. It reports
 // whether any call went out; when none did, the call is gossiped.
-func (r *Renter) sendCalls(ctx context.Context, rj *renterJob, job *Job, asked []string, sends *sync.WaitGroup) bool {
+func (r *Renter) sendCalls(ctx context.Context, rj *renterJob, job *terms.Job, asked []string, sends *sync.WaitGroup) bool {
 	topics := JobTopics(job)
 	if len(topics) == 0 || len(asked) == 0 {
 		return false
 	}
-	data, err := EncodeCall(r.cfg.Signer, *job, topics[0])
+	data, err := terms.EncodeCall(r.cfg.Signer, *job, topics[0])
 	if err != nil {
 		return false
 	}
@@ -793,9 +729,9 @@ const earlyCloseSlack = time.Second
 // may a window close early (a busy provider's later start must not win
 // just by answering first, nor a gang's first bid close a window its
 // other members have not bid in yet).
-func (r *Renter) bestStartsNow(rj *renterJob, job *Job) bool {
+func (r *Renter) bestStartsNow(rj *renterJob, job *terms.Job) bool {
 	r.mu.Lock()
-	cands := append([]Candidate(nil), rj.bids...)
+	cands := append([]terms.Candidate(nil), rj.bids...)
 	r.mu.Unlock()
 	for i := range cands {
 		r.standing(&cands[i])
@@ -805,7 +741,7 @@ func (r *Renter) bestStartsNow(rj *renterJob, job *Job) bool {
 	now := r.cfg.Now()
 	ranked := RankAt(job, cands, now)
 	k := max(job.Nodes, 1)
-	return len(ranked) >= k && !slices.ContainsFunc(ranked[:k], func(c Ranked) bool { return c.Rejected != "" || !startsNow(c.Bid, now) })
+	return len(ranked) >= k && !slices.ContainsFunc(ranked[:k], func(c terms.Ranked) bool { return c.Rejected != "" || !startsNow(c.Bid, now) })
 }
 
 // lookupHoldingsLocked starts looking up a bidder's advertised artifacts for a
@@ -828,7 +764,7 @@ func (r *Renter) lookupHoldingsLocked(rj *renterJob, provider string) {
 // checked against their providers' advertised holdings, waiting until
 // deadline for lookups under way (a zero deadline waits for none): a
 // lookup not done by then, or that found no record, leaves Held nil.
-func (r *Renter) checkHoldings(ctx context.Context, rj *renterJob, job *Job, cands []Candidate, deadline time.Time) {
+func (r *Renter) checkHoldings(ctx context.Context, rj *renterJob, job *terms.Job, cands []terms.Candidate, deadline time.Time) {
 	if r.cfg.Holdings == nil || len(job.Run.Artifacts()) == 0 {
 		return
 	}
@@ -899,7 +835,7 @@ func (r *Renter) measureRTTLocked(rj *renterJob, provider string) {
 	j := &rj.status.Job
 	// A gang measures too: its members are chosen closest first (pickGang).
 	if r.cfg.Latency == nil || (!j.LatencySensitive() && j.Nodes <= 1) || rj.rtts[provider] != nil ||
-		j.Excludes(provider) || !SampledBidder(j, provider) {
+		j.Excludes(provider) || !terms.SampledBidder(j, provider) {
 		return
 	}
 	l := &rttLookup{done: make(chan struct{})}
@@ -921,7 +857,7 @@ func (r *Renter) measureRTTLocked(rj *renterJob, provider string) {
 // (measureRTTLocked), waiting until deadline for those under way (a zero
 // deadline waits for none), or the fresh sample RenterConfig.Latency has of
 // a bidder not being measured.
-func (r *Renter) fillRTTs(ctx context.Context, rj *renterJob, cands []Candidate, deadline time.Time) {
+func (r *Renter) fillRTTs(ctx context.Context, rj *renterJob, cands []terms.Candidate, deadline time.Time) {
 	w := newLookupWait(deadline)
 	defer w.stop()
 	for i := range cands {
@@ -950,15 +886,15 @@ func (r *Renter) fillRTTs(ctx context.Context, rj *renterJob, cands []Candidate,
 // half the bidders wanted: an unlucky draw would ask too few, so a few
 // seeds are tried at most). However many records fresh identities
 // publish, they only dilute the draw, never the invitations.
-func (r *Renter) sample(job *Job, expected []string) []string {
+func (r *Renter) sample(job *terms.Job, expected []string) []string {
 	job.BidInvited = r.invitees(job, expected)
 	rest := slices.DeleteFunc(slices.Clone(expected), func(p string) bool { return slices.Contains(job.BidInvited, p) })
 	want := r.bidders(job) - len(job.BidInvited)
 	job.BidSample = float64(want) / float64(len(rest))
 	var drawn []string
 	for range 16 {
-		job.BidSeed = NewID("seed")
-		drawn = slices.DeleteFunc(slices.Clone(rest), func(p string) bool { return !SampledBidder(job, p) })
+		job.BidSeed = terms.NewID("seed")
+		drawn = slices.DeleteFunc(slices.Clone(rest), func(p string) bool { return !terms.SampledBidder(job, p) })
 		if 2*len(drawn) >= want {
 			break
 		}
@@ -972,7 +908,7 @@ func (r *Renter) sample(job *Job, expected []string) []string {
 // auctions) widens its next calls instead of drawing from the same few;
 // no further, so that retries in a market too loaded to answer in time
 // do not load it more.
-func (r *Renter) bidders(job *Job) int {
+func (r *Renter) bidders(job *terms.Job) int {
 	return r.cfg.MaxBidders << min(max(job.Attempt, 0), maxWiden)
 }
 
@@ -985,7 +921,7 @@ const maxWiden = 2
 // own leases or from renters with standing: fresh identities cannot lift
 // a provider there, see attest.Book) or that it holds verified for a GPU
 // model the job names.
-func (r *Renter) invitees(job *Job, expected []string) []string {
+func (r *Renter) invitees(job *terms.Job, expected []string) []string {
 	type invitee struct {
 		id    string
 		score float64
@@ -998,7 +934,7 @@ func (r *Renter) invitees(job *Job, expected []string) []string {
 		}
 		seen[p] = true
 		// (An id that is not a peer id would make the call invalid.)
-		if s := r.reputation(p); (s > NeutralReliability || r.verifiedFor(job, p)) && validPeerID(p) == nil {
+		if s := r.reputation(p); (s > terms.NeutralReliability || r.verifiedFor(job, p)) && terms.ValidPeerID(p) == nil {
 			est = append(est, invitee{p, s})
 		}
 	}
@@ -1008,7 +944,7 @@ func (r *Renter) invitees(job *Job, expected []string) []string {
 		}
 		return est[i].id < est[j].id
 	})
-	out := make([]string, 0, min(len(est), r.bidders(job)/2, MaxBidInvited))
+	out := make([]string, 0, min(len(est), r.bidders(job)/2, terms.MaxBidInvited))
 	for _, e := range est[:cap(out)] {
 		out = append(out, e.id)
 	}
@@ -1017,7 +953,7 @@ func (r *Renter) invitees(job *Job, expected []string) []string {
 
 // verifiedFor reports whether the renter holds provider verified for a
 // GPU model job names (none named: it cannot tell which it would bid).
-func (r *Renter) verifiedFor(job *Job, provider string) bool {
+func (r *Renter) verifiedFor(job *terms.Job, provider string) bool {
 	if r.cfg.Reputation == nil {
 		return false
 	}
@@ -1026,20 +962,20 @@ func (r *Renter) verifiedFor(job *Job, provider string) bool {
 
 // standing fills what the renter's book says of a bid's provider: its
 // reliability and whether it is verified for the bid's GPU model.
-func (r *Renter) standing(c *Candidate) {
+func (r *Renter) standing(c *terms.Candidate) {
 	c.Reliability = r.reputation(c.Bid.Provider)
 	c.Verified = r.cfg.Reputation != nil && r.cfg.Reputation.Verified(c.Bid.Provider, c.Bid.GPUModel)
 }
 
 func (r *Renter) reputation(provider string) float64 {
 	if r.cfg.Reputation == nil {
-		return NeutralReliability
+		return terms.NeutralReliability
 	}
 	return r.cfg.Reputation.Reliability(provider)
 }
 
 // finish records an auction's end and returns err.
-func (r *Renter) finish(rj *renterJob, st JobState, reason string, lease *Lease, winner string, err error) error {
+func (r *Renter) finish(rj *renterJob, st terms.JobState, reason string, lease *terms.Lease, winner string, err error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rj.open = false
@@ -1054,8 +990,8 @@ func (r *Renter) finish(rj *renterJob, st JobState, reason string, lease *Lease,
 
 type awardResult struct {
 	slot   int // index in the job's Attempts
-	bid    Bid
-	lease  Lease
+	bid    terms.Bid
+	lease  terms.Lease
 	result string
 	claim  *claim
 }
@@ -1089,7 +1025,7 @@ var ErrRaced = errors.New("auction: every bid's GPUs went to another of this ren
 // Directory.GPUs, when b does not say): then two of its own
 // auctions would race for one GPU and one award would be declined as
 // overbooked. Knowing neither, every award goes ahead.
-func (r *Renter) claim(b Bid, gpus float64) (*claim, bool) {
+func (r *Renter) claim(b terms.Bid, gpus float64) (*claim, bool) {
 	c := &claim{start: b.Start, end: b.End, gpus: gpus}
 	capacity := 0
 	if r.cfg.Directory != nil {
@@ -1126,7 +1062,7 @@ func (r *Renter) claim(b Bid, gpus float64) (*claim, bool) {
 // settleClaim keeps the claim of an award confirmed as lease (marked
 // confirmed, over the lease's span: a late award is re-timed) and drops
 // any other (lease nil).
-func (r *Renter) settleClaim(provider string, c *claim, lease *Lease) {
+func (r *Renter) settleClaim(provider string, c *claim, lease *terms.Lease) {
 	if c == nil {
 		return
 	}
@@ -1142,10 +1078,10 @@ func (r *Renter) settleClaim(provider string, c *claim, lease *Lease) {
 
 // awardOrder lists the eligible bids best first, providers that recently
 // did not confirm an award after all others.
-func (r *Renter) awardOrder(ranked []Ranked, now time.Time) []Bid {
+func (r *Renter) awardOrder(ranked []terms.Ranked, now time.Time) []terms.Bid {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var good, late []Bid
+	var good, late []terms.Bid
 	for _, c := range ranked {
 		if c.Rejected != "" {
 			continue
@@ -1162,15 +1098,15 @@ func (r *Renter) awardOrder(ranked []Ranked, now time.Time) []Bid {
 	// provider was busy when it bid, and the bids that could start now
 	// lost their GPUs to concurrent auctions a moment ago. The job is
 	// better queued and offered again than booked behind a busy GPU.
-	if slices.ContainsFunc(order, func(b Bid) bool { return startsNow(b, now) }) {
-		order = slices.DeleteFunc(order, func(b Bid) bool { return !startsNow(b, now) })
+	if slices.ContainsFunc(order, func(b terms.Bid) bool { return startsNow(b, now) }) {
+		order = slices.DeleteFunc(order, func(b terms.Bid) bool { return !startsNow(b, now) })
 	}
 	return order
 }
 
 // startsNow reports whether a bid starts at once (within earlyCloseSlack
 // of now).
-func startsNow(b Bid, now time.Time) bool { return !b.Start.After(now.Add(earlyCloseSlack)) }
+func startsNow(b terms.Bid, now time.Time) bool { return !b.Start.After(now.Add(earlyCloseSlack)) }
 
 // awardBest awards the ranked bids (see Renter) until one is confirmed. It
 // returns how many bids were eligible, or -1 and the error to return when
@@ -1178,7 +1114,7 @@ func startsNow(b Bid, now time.Time) bool { return !b.Start.After(now.Add(earlyC
 // the lease is won, or once no award is outstanding; awards still
 // outstanding at the win are waited for in the background (Wait), and
 // every confirm but the winner's is released.
-func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked []Ranked) (int, error) {
+func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *terms.Job, ranked []terms.Ranked) (int, error) {
 	order := r.awardOrder(ranked, r.cfg.Now())
 	if len(order) == 0 {
 		return 0, nil
@@ -1194,10 +1130,10 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 		for next < len(order) {
 			b := order[next]
 			next++
-			leaseID := NewID("lease")
+			leaseID := terms.NewID("lease")
 			r.mu.Lock()
 			slot := len(rj.status.Attempts)
-			rj.status.Attempts = append(rj.status.Attempts, AwardAttempt{Provider: b.Provider, LeaseID: leaseID, Result: "pending"})
+			rj.status.Attempts = append(rj.status.Attempts, terms.AwardAttempt{Provider: b.Provider, LeaseID: leaseID, Result: "pending"})
 			if !b.ExpiresAt.IsZero() && !r.cfg.Now().Before(b.ExpiresAt) {
 				rj.status.Attempts[slot].Result = "skipped: bid expired"
 				r.mu.Unlock()
@@ -1240,7 +1176,7 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 		// Only the lease keeps its claim: a failed award's GPUs, and a
 		// confirm released as not needed, are free for the renter's other
 		// auctions again.
-		var kept *Lease
+		var kept *terms.Lease
 		if result == "confirmed" && won == nil && stop == nil {
 			kept = &res.lease
 		}
@@ -1269,7 +1205,7 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 		rj.status.Attempts[res.slot].Result = result
 		r.mu.Unlock()
 		if won == &res {
-			r.finish(rj, JobLeased, "", &won.lease, won.bid.Provider, nil)
+			r.finish(rj, terms.JobLeased, "", &won.lease, won.bid.Provider, nil)
 			if r.cfg.Listener != nil {
 				r.cfg.Listener.OnLease(won.lease, *job)
 			}
@@ -1311,7 +1247,7 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 	case errors.Is(stop, ErrCancelled):
 		return -1, ErrCancelled
 	case stop != nil:
-		return -1, r.finish(rj, JobCancelled, "context: "+stop.Error(), nil, "", stop)
+		return -1, r.finish(rj, terms.JobCancelled, "context: "+stop.Error(), nil, "", stop)
 	}
 	select {
 	case <-rj.cancel:
@@ -1319,7 +1255,7 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *Job, ranked 
 	default:
 	}
 	if err := ctx.Err(); err != nil {
-		return -1, r.finish(rj, JobCancelled, "context: "+err.Error(), nil, "", err)
+		return -1, r.finish(rj, terms.JobCancelled, "context: "+err.Error(), nil, "", err)
 	}
 	return len(order), nil
 }
@@ -1375,16 +1311,16 @@ const confirmRefused = "confirm refused: "
 // will not be, in the background and best effort. A bid without a hold
 // needs no release: it expires by itself, and sparing one signed message
 // per losing bidder halves what a job costs a large market.
-func (r *Renter) releaseBids(rj *renterJob, job *Job, from int) {
+func (r *Renter) releaseBids(rj *renterJob, job *terms.Job, from int) {
 	r.mu.Lock()
 	awarded := map[string]bool{}
 	for _, a := range rj.status.Attempts[min(from, len(rj.status.Attempts)):] {
 		awarded[a.Provider] = true
 	}
-	var rels []BidRelease
+	var rels []terms.BidRelease
 	for _, c := range rj.bids {
 		if c.Bid.Held && !awarded[c.Bid.Provider] {
-			rels = append(rels, BidRelease{JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: c.Bid.Provider,
+			rels = append(rels, terms.BidRelease{JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: c.Bid.Provider,
 				BidNonce: c.Bid.Nonce, IssuedAt: r.cfg.Now()})
 		}
 	}
@@ -1394,7 +1330,7 @@ func (r *Renter) releaseBids(rj *renterJob, job *Job, from int) {
 		if err != nil {
 			continue
 		}
-		data, err := EncodeBidRelease(r.cfg.Signer, rel)
+		data, err := terms.EncodeBidRelease(r.cfg.Signer, rel)
 		if err != nil {
 			continue
 		}
@@ -1433,22 +1369,22 @@ const maxUnconfirmed = 4096
 // why not.
 // A gang member's award carries its gang's terms (Gang): its provider
 // holds the confirmed lease until the gang's commit.
-func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string, gang *Gang) (Lease, string) {
+func (r *Renter) award(ctx context.Context, job *terms.Job, b terms.Bid, leaseID string, gang *terms.Gang) (terms.Lease, string) {
 	now := r.cfg.Now()
-	a := Award{
+	a := terms.Award{
 		LeaseID: leaseID, JobID: job.ID, Attempt: job.Attempt,
 		Renter: job.Owner, Provider: b.Provider, BidNonce: b.Nonce,
 		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount, GPUFraction: job.GPUFraction,
 		Job: *job, IssuedAt: now, Gang: gang,
 	}
-	lease := Lease{ID: a.LeaseID, JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: b.Provider,
+	lease := terms.Lease{ID: a.LeaseID, JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: b.Provider,
 		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount, GPUFraction: job.GPUFraction, Tier: job.Tier,
-		Preemptible: job.Preemptible, State: RunPending, Gang: gang}
+		Preemptible: job.Preemptible, State: terms.RunPending, Gang: gang}
 	to, err := peer.Decode(b.Provider)
 	if err != nil {
 		return lease, "bad provider id: " + err.Error()
 	}
-	data, err := EncodeAward(r.cfg.Signer, a)
+	data, err := terms.EncodeAward(r.cfg.Signer, a)
 	if err != nil {
 		return lease, "encode award: " + err.Error()
 	}
@@ -1464,7 +1400,7 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string, gan
 		}
 		return lease, "error: " + err.Error()
 	}
-	c, signer, err := DecodeConfirm(reply)
+	c, signer, err := terms.DecodeConfirm(reply)
 	switch {
 	case err != nil:
 		return lease, "bad confirm: " + err.Error()
@@ -1480,7 +1416,7 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string, gan
 		// booked it: a re-time that breaks the rule is released.
 		rt, err := lease.Retimed(c.Start, job.Deadline, r.cfg.Now())
 		if err == nil && !c.End.Equal(rt.End) {
-			err = fmt.Errorf("%w: lease %s: end %s is not its start plus its length", ErrBadRetime, lease.ID, c.End.Format(time.RFC3339Nano))
+			err = fmt.Errorf("%w: lease %s: end %s is not its start plus its length", terms.ErrBadRetime, lease.ID, c.End.Format(time.RFC3339Nano))
 		}
 		if err != nil {
 			return lease, confirmRefused + err.Error()
@@ -1504,7 +1440,7 @@ func (r *Renter) award(ctx context.Context, job *Job, b Bid, leaseID string, gan
 // its nonce is new, that it has not expired and that the provider has not
 // bid already. A refused bid returns a *Rejection and is counted by reason.
 func (r *Renter) HandleBid(from peer.ID, data []byte) error {
-	msg, err := DecodeBidMessage(data)
+	msg, err := terms.DecodeBidMessage(data)
 	switch {
 	case err != nil:
 		return r.reject(decodeReason(err), err)
@@ -1541,7 +1477,7 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 	}
 	rj.nonces[b.Nonce] = true
 	rj.bidders[b.Provider] = true
-	rj.bids = append(rj.bids, Candidate{Bid: b})
+	rj.bids = append(rj.bids, terms.Candidate{Bid: b})
 	rj.answeredLocked(b.Provider)
 	r.lookupHoldingsLocked(rj, b.Provider)
 	r.measureRTTLocked(rj, b.Provider)
@@ -1557,7 +1493,7 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 // the jobs that provider turned away as busy (a notice is the answer to
 // such a decline; from anybody else it would defeat the queue's backoff).
 // A notice that names none of those is refused (unsolicited_notice).
-func (r *Renter) handleNotice(from peer.ID, n CapacityNotice) error {
+func (r *Renter) handleNotice(from peer.ID, n terms.CapacityNotice) error {
 	if n.Provider != from.String() {
 		return r.reject("sender_mismatch", fmt.Errorf("capacity notice from %s signed by %s", from, n.Provider))
 	}
@@ -1587,7 +1523,7 @@ func (r *Renter) handleNotice(from peer.ID, n CapacityNotice) error {
 // handleDecline takes a provider's signed reason for not bidding (it comes
 // on the bid stream): counted by kind for the job's current auction while
 // its window is open, once per provider, within the renter's decline rate.
-func (r *Renter) handleDecline(from peer.ID, d Decline) error {
+func (r *Renter) handleDecline(from peer.ID, d terms.Decline) error {
 	if d.Provider != from.String() {
 		return r.reject("sender_mismatch", fmt.Errorf("decline from %s signed by %s", from, d.Provider))
 	}
@@ -1679,21 +1615,21 @@ func (r *Renter) rejectLocked(reason string, err error) error {
 }
 
 // Status returns a job's auction status.
-func (r *Renter) Status(id string) (JobStatus, bool) {
+func (r *Renter) Status(id string) (terms.JobStatus, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rj, ok := r.jobs[id]
 	if !ok {
-		return JobStatus{}, false
+		return terms.JobStatus{}, false
 	}
 	return rj.snapshot(), true
 }
 
-func (rj *renterJob) snapshot() JobStatus {
+func (rj *renterJob) snapshot() terms.JobStatus {
 	s := rj.status
-	s.Bids = append([]Ranked(nil), s.Bids...)
+	s.Bids = append([]terms.Ranked(nil), s.Bids...)
 	s.Reasons = append([]string(nil), s.Reasons...)
-	s.Attempts = append([]AwardAttempt(nil), s.Attempts...)
+	s.Attempts = append([]terms.AwardAttempt(nil), s.Attempts...)
 	s.Members = slices.Clone(s.Members)
 	if s.Declines != nil {
 		s.Declines = make(map[string]int, len(rj.status.Declines))
@@ -1709,9 +1645,9 @@ func (rj *renterJob) snapshot() JobStatus {
 }
 
 // List returns every job's status, newest first.
-func (r *Renter) List() []JobStatus {
+func (r *Renter) List() []terms.JobStatus {
 	r.mu.Lock()
-	out := make([]JobStatus, 0, len(r.jobs))
+	out := make([]terms.JobStatus, 0, len(r.jobs))
 	for _, rj := range r.jobs {
 		out = append(out, rj.snapshot())
 	}
@@ -1736,18 +1672,18 @@ func (r *Renter) Cancel(id string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownJob, id)
 	}
-	if rj.status.State != JobBidding && rj.status.State != JobAwarding {
+	if rj.status.State != terms.JobBidding && rj.status.State != terms.JobAwarding {
 		return fmt.Errorf("auction: job %s is %s, not in auction", id, rj.status.State)
 	}
 	rj.open = false
-	rj.status.State = JobCancelled
+	rj.status.State = terms.JobCancelled
 	rj.status.Reasons = append(rj.status.Reasons, "cancelled")
 	close(rj.cancel)
 	return nil
 }
 
 // Bids returns a job's ranked bids (available once its window closed).
-func (r *Renter) Bids(id string) ([]Ranked, error) {
+func (r *Renter) Bids(id string) ([]terms.Ranked, error) {
 	s, ok := r.Status(id)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownJob, id)
@@ -1777,7 +1713,7 @@ type RequeueOptions struct {
 	// MaxRestore; per member of a gang, each with its Rank): the next
 	// attempt starts from the first that verifies and runs for what the
 	// newest one leaves of the job's duration (Job.SavedWork).
-	Restore []Checkpoint
+	Restore []terms.Checkpoint
 }
 
 // Requeue posts a leased job again after its lease ended early (a bronze
@@ -1788,14 +1724,14 @@ type RequeueOptions struct {
 // opened again from now (a Deadline at least as far from now as it was
 // from CreatedAt). Work no checkpoint saved is lost: without one the job
 // starts over and needs its whole duration. It returns like Post.
-func (r *Renter) Requeue(ctx context.Context, jobID string, opt RequeueOptions) (Job, error) {
+func (r *Renter) Requeue(ctx context.Context, jobID string, opt RequeueOptions) (terms.Job, error) {
 	r.mu.Lock()
 	rj, ok := r.jobs[jobID]
 	if !ok {
 		r.mu.Unlock()
-		return Job{}, fmt.Errorf("%w: %s", ErrUnknownJob, jobID)
+		return terms.Job{}, fmt.Errorf("%w: %s", ErrUnknownJob, jobID)
 	}
-	if rj.status.State != JobLeased || rj.status.Lease == nil {
+	if rj.status.State != terms.JobLeased || rj.status.Lease == nil {
 		st := rj.status.State
 		r.mu.Unlock()
 		return rj.status.Job, fmt.Errorf("auction: requeue %s: job is %s, not leased", jobID, st)
@@ -1804,7 +1740,7 @@ func (r *Renter) Requeue(ctx context.Context, jobID string, opt RequeueOptions) 
 	rj.status.Reasons = append(rj.status.Reasons, fmt.Sprintf("requeued after attempt %d: %s", job.Attempt, opt.Reason))
 	r.mu.Unlock()
 
-	if n := MaxRestore * max(job.Nodes, 1); len(opt.Restore) > n {
+	if n := terms.MaxRestore * max(job.Nodes, 1); len(opt.Restore) > n {
 		opt.Restore = opt.Restore[:n]
 	}
 	total := job.TotalDuration()
@@ -1828,6 +1764,11 @@ func (r *Renter) Requeue(ctx context.Context, jobID string, opt RequeueOptions) 
 	}
 	job.Attempt++
 	job.Duration = remaining
-	job.Restore = append([]Checkpoint(nil), opt.Restore...)
+	job.Restore = append([]terms.Checkpoint(nil), opt.Restore...)
+	// The new attempt is a job this renter made, from checkpoints and
+	// excluded providers its leases reported: it enters the market here.
+	if err := job.Validate(); err != nil {
+		return job, fmt.Errorf("auction: requeue %s: %w", jobID, err)
+	}
 	return r.Post(ctx, job)
 }

@@ -6,14 +6,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // rttCands are bids for j from providers at known round trips (0: none
 // measured), in regions, all starting now.
-func rttCands(j *Job, now time.Time, bids ...rttBid) []Candidate {
-	out := make([]Candidate, len(bids))
+func rttCands(j *terms.Job, now time.Time, bids ...rttBid) []terms.Candidate {
+	out := make([]terms.Candidate, len(bids))
 	for i, b := range bids {
-		out[i] = Candidate{Bid: Bid{JobID: j.ID, Attempt: j.Attempt, Provider: b.name, Region: b.region, Price: b.price,
+		out[i] = terms.Candidate{Bid: terms.Bid{JobID: j.ID, Attempt: j.Attempt, Provider: b.name, Region: b.region, Price: b.price,
 			Start: now, End: now.Add(j.Duration), ExpiresAt: now.Add(time.Minute)}, Reliability: 0.5, RTT: b.rtt}
 	}
 	return out
@@ -25,7 +27,7 @@ type rttBid struct {
 	rtt          time.Duration
 }
 
-func rankedBy(t *testing.T, rs []Ranked, name string) Ranked {
+func rankedBy(t *testing.T, rs []terms.Ranked, name string) terms.Ranked {
 	t.Helper()
 	for _, r := range rs {
 		if r.Bid.Provider == name {
@@ -33,7 +35,7 @@ func rankedBy(t *testing.T, rs []Ranked, name string) Ranked {
 		}
 	}
 	t.Fatalf("no bid of %s in %v", name, providersOf(rs))
-	return Ranked{}
+	return terms.Ranked{}
 }
 
 // TestMaxRTTRanksAndRejectsByMeasuredRTT: under MaxRTT 50ms a provider
@@ -43,7 +45,7 @@ func rankedBy(t *testing.T, rs []Ranked, name string) Ranked {
 // job without MaxRTT rank by price as before.
 func TestMaxRTTRanksAndRejectsByMeasuredRTT(t *testing.T) {
 	now := time.Now()
-	j := &Job{ID: "j", MaxPrice: 2, Duration: time.Hour, MaxRTT: 50 * time.Millisecond}
+	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour, MaxRTT: 50 * time.Millisecond}
 	bids := []rttBid{
 		{"far", "eu-west", 0.7, 45 * time.Millisecond},
 		{"near", "eu-west", 1.0, 5 * time.Millisecond},
@@ -67,7 +69,7 @@ func TestMaxRTTRanksAndRejectsByMeasuredRTT(t *testing.T) {
 		t.Fatalf("near's ranked RTT %v, want 5ms", r.RTT)
 	}
 
-	plain := &Job{ID: "j", MaxPrice: 2, Duration: time.Hour}
+	plain := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour}
 	got = RankAt(plain, rttCands(plain, now, bids...), now)
 	if want := []string{"unmeasured", "too-far", "far", "near"}; strings.Join(providersOf(got), ",") != strings.Join(want, ",") {
 		t.Fatalf("without MaxRTT ranked %v, want by price %v", providersOf(got), want)
@@ -82,7 +84,7 @@ func TestMaxRTTRanksAndRejectsByMeasuredRTT(t *testing.T) {
 // others are still allowed; Explain says when a bid won on nearness.
 func TestNearRegionRanksFirst(t *testing.T) {
 	now := time.Now()
-	j := &Job{ID: "j", MaxPrice: 2, Duration: time.Hour, Near: "eu-west"}
+	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour, Near: "eu-west"}
 	got := RankAt(j, rttCands(j, now,
 		rttBid{"us", "us-east", 0.3, 80 * time.Millisecond},
 		rttBid{"central", "eu-central", 0.5, 20 * time.Millisecond},
@@ -98,13 +100,13 @@ func TestNearRegionRanksFirst(t *testing.T) {
 			t.Fatalf("%s: nearness %d rejected %q, want nearness %d and allowed", got[i].Bid.Provider, got[i].Nearness, got[i].Rejected, n)
 		}
 	}
-	if e := Explain(got, "west", nil); e.Rule != RuleBestScore || e.RunnerUp != "west-far" || e.RTT != 10*time.Millisecond {
+	if e := Explain(got, "west", nil); e.Rule != terms.RuleBestScore || e.RunnerUp != "west-far" || e.RTT != 10*time.Millisecond {
 		t.Fatalf("explanation %+v: want the best score of the region, over west-far, with rtt 10ms", e)
 	}
 	// west-far beats central, whose score is a third of its own, on
 	// nearness alone.
-	if e := Explain(got[1:], "west-far", nil); e.Rule != RuleNearer || e.RunnerUp != "central" {
-		t.Fatalf("west-far over central: %+v, want rule %s", e, RuleNearer)
+	if e := Explain(got[1:], "west-far", nil); e.Rule != terms.RuleNearer || e.RunnerUp != "central" {
+		t.Fatalf("west-far over central: %+v, want rule %s", e, terms.RuleNearer)
 	}
 }
 
@@ -114,7 +116,7 @@ func TestNearRegionRanksFirst(t *testing.T) {
 // could not be measured, which is charged the cap.
 func TestNearAddrRanksByRTT(t *testing.T) {
 	now := time.Now()
-	j := &Job{ID: "j", MaxPrice: 2, Duration: time.Hour, Near: "/ip4/203.0.113.7/tcp/443"}
+	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour, Near: "/ip4/203.0.113.7/tcp/443"}
 	got := RankAt(j, rttCands(j, now,
 		rttBid{"far", "eu-west", 0.7, 150 * time.Millisecond},
 		rttBid{"unmeasured", "eu-west", 0.5, 0},
@@ -135,7 +137,7 @@ func TestNearAddrRanksByRTT(t *testing.T) {
 // a measured one before an unmeasured one.
 func TestRTTBreaksTies(t *testing.T) {
 	now := time.Now()
-	j := &Job{ID: "j", MaxPrice: 2, Duration: time.Hour}
+	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour}
 	got := RankAt(j, rttCands(j, now,
 		rttBid{"a-unmeasured", "eu-west", 1, 0},
 		rttBid{"b-far", "eu-west", 1, 40 * time.Millisecond},
@@ -144,7 +146,7 @@ func TestRTTBreaksTies(t *testing.T) {
 	if want := []string{"c-near", "b-far", "a-unmeasured"}; strings.Join(providersOf(got), ",") != strings.Join(want, ",") {
 		t.Fatalf("ranked %v, want %v", providersOf(got), want)
 	}
-	if e := Explain(got, "c-near", nil); e.Rule != RuleTieBreak || e.TieBreak != "lower rtt (4ms vs 40ms)" {
+	if e := Explain(got, "c-near", nil); e.Rule != terms.RuleTieBreak || e.TieBreak != "lower rtt (4ms vs 40ms)" {
 		t.Fatalf("explanation %+v: want a tie broken on lower rtt", e)
 	}
 }
@@ -152,7 +154,7 @@ func TestRTTBreaksTies(t *testing.T) {
 // TestJobValidatesLatencyTerms: MaxRTT is 0 or 1ms..10s; Near is a region
 // name or a multiaddr; each problem names its field.
 func TestJobValidatesLatencyTerms(t *testing.T) {
-	base := Job{Tier: Silver, MaxPrice: 1, GPUCount: 1, Duration: time.Hour, Run: RunSpec{Command: []string{"x"}}}
+	base := terms.Job{Tier: terms.Silver, MaxPrice: 1, GPUCount: 1, Duration: time.Hour, Run: terms.RunSpec{Command: []string{"x"}}}
 	for _, c := range []struct {
 		maxRTT time.Duration
 		near   string
@@ -173,7 +175,7 @@ func TestJobValidatesLatencyTerms(t *testing.T) {
 	} {
 		j := base
 		j.MaxRTT, j.Near = c.maxRTT, c.near
-		fes := FieldErrors(j.Validate())
+		fes := terms.FieldErrors(j.Validate())
 		switch {
 		case c.field == "" && len(fes) > 0:
 			t.Errorf("max_rtt %v near %q refused: %v", c.maxRTT, c.near, fes)

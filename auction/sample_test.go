@@ -9,17 +9,26 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
+
+// rawCall is a call's wire form as a hostile peer handles it: the topic
+// and the owner's job envelope, which it may rewrite without signing it
+// again.
+type rawCall struct {
+	Topic string         `json:"topic"`
+	Job   *sign.Envelope `json:"job"`
+}
 
 // forgeInvite rewrites a signed call's job so that it invites provider by
 // name and asks nobody else, without signing it again.
 func forgeInvite(t *testing.T, call []byte, invite string) []byte {
 	t.Helper()
-	var w callWire
+	var w rawCall
 	if err := json.Unmarshal(call, &w); err != nil {
 		t.Fatal(err)
 	}
-	var job Job
+	var job terms.Job
 	if err := json.Unmarshal(w.Job.Payload, &job); err != nil {
 		t.Fatal(err)
 	}
@@ -49,21 +58,21 @@ func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
 	me := p.s.ID().String()
 	renter := signtest.New(t)
 	job := euJob(m.now())
-	job.ID, job.Owner, job.CreatedAt = NewID("job"), renter.ID().String(), m.now()
+	job.ID, job.Owner, job.CreatedAt = terms.NewID("job"), renter.ID().String(), m.now()
 	other := signtest.New(t).ID().String()
 	job.BidInvited, job.BidSample, job.BidSeed = []string{other}, 1e-9, "seed"
-	if SampledBidder(&job, me) {
+	if terms.SampledBidder(&job, me) {
 		t.Fatal("the call asks the provider: pick another seed")
 	}
-	call, err := EncodeCall(renter, job, "t")
+	call, err := terms.EncodeCall(renter, job, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if callAsks(call, me) {
-		t.Fatal("callAsks: a call that asks another provider asks this one")
+	if terms.CallAsks(call, me) {
+		t.Fatal("CallAsks: a call that asks another provider asks this one")
 	}
 	// Its signature broken: dropped all the same, unchecked.
-	var w callWire
+	var w rawCall
 	if err := json.Unmarshal(call, &w); err != nil {
 		t.Fatal(err)
 	}
@@ -89,16 +98,16 @@ func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
 	}
 	// Forged to name the provider: verified, and refused.
 	forged := forgeInvite(t, call, me)
-	if !callAsks(forged, me) {
-		t.Fatal("callAsks: the forged call names the provider")
+	if !terms.CallAsks(forged, me) {
+		t.Fatal("CallAsks: the forged call names the provider")
 	}
 	err = p.p.HandleGossipedCall(renter.ID(), forged)
 	if !errors.As(err, &rej) || !errors.Is(err, sign.ErrBadSignature) {
 		t.Fatalf("forged call naming the provider: %v, want a bad-signature rejection", err)
 	}
 	for _, junk := range [][]byte{nil, []byte("{"), []byte(`{"job":{"payload":"!!"}}`), []byte(`{"job":null}`)} {
-		if !callAsks(junk, me) {
-			t.Fatalf("callAsks(%q) = false: bytes that do not parse must reach DecodeCall", junk)
+		if !terms.CallAsks(junk, me) {
+			t.Fatalf("terms.CallAsks(%q) = false: bytes that do not parse must reach DecodeCall", junk)
 		}
 		if err := p.p.HandleGossipedCall(renter.ID(), junk); err == nil {
 			t.Fatalf("HandleGossipedCall(%q) took junk", junk)
@@ -119,8 +128,8 @@ func TestRetriedCallAsksMore(t *testing.T) {
 	}
 	tap := &callTap{}
 	r, err := NewRenter(RenterConfig{Signer: signtest.New(t), Transport: tap, MaxBidders: 4,
-		Reputation: hooks{reliability: func(string) float64 { return NeutralReliability }},
-		Directory:  hooks{expected: func(*Job) []string { return all }}})
+		Reputation: hooks{reliability: func(string) float64 { return terms.NeutralReliability }},
+		Directory:  hooks{expected: func(*terms.Job) []string { return all }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +142,7 @@ func TestRetriedCallAsksMore(t *testing.T) {
 			t.Fatalf("attempt %d: %v", attempt, err)
 		}
 		cancel()
-		c, err := DecodeCall(tap.last())
+		c, err := terms.DecodeCall(tap.last())
 		if err != nil {
 			t.Fatal(err)
 		}

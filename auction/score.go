@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Scoring constants.
@@ -14,65 +16,20 @@ const (
 	// MinScoreReliability floors reliability in the score so that a provider
 	// with no track record cannot divide by zero.
 	MinScoreReliability = 0.05
-	// NeutralReliability is the prior for a provider without verified
-	// receipts (applied by the renter's reputation source, not by Rank).
-	NeutralReliability = 0.5
 	// TieTolerance: scores within this fraction of each other are tied.
 	TieTolerance = 0.01
 )
-
-// Candidate is a bid as the renter sees it: with the provider's reliability
-// as the renter verified it (from attested receipts, never the provider's
-// own claim) and the round-trip time the renter measured to the provider.
-type Candidate struct {
-	Bid         Bid
-	Reliability float64
-	// RTT is the round-trip time from the renter's host to the provider's
-	// (libp2p ping: an average of recent samples), 0 when the renter has
-	// no fresh sample. A provider cannot make it smaller than its network
-	// path: a ping is answered only once it arrived.
-	RTT time.Duration `json:"rtt,omitempty"`
-	// Held and HeldChecked are what the renter verified of the artifacts
-	// the provider holds: with HeldChecked, Held is the ids its signed
-	// capability record advertises (nil when the renter found no record),
-	// and the bid's MissingBytes is not taken on its word (see
-	// ChargedMissing). Without HeldChecked the claim is used as is.
-	Held        []string `json:"-"`
-	HeldChecked bool     `json:"-"`
-	// Verified is whether the renter's book holds the provider verified
-	// for the model it bid with (a passed GPU challenge): verified bids
-	// rank ahead of all others, and a Job.Verified job takes no other.
-	Verified bool `json:"verified,omitempty"`
-}
 
 // ChargedMissing is the missing input bytes the renter charges a bid for:
 // its MissingBytes claim, or, when the renter checked the provider's
 // advertised holdings, the larger of the claim and the bytes of the job's
 // artifacts those holdings do not include. A bid claiming to hold an
 // artifact its provider does not advertise is charged for fetching it.
-func ChargedMissing(j *Job, c *Candidate) int64 {
+func ChargedMissing(j *terms.Job, c *terms.Candidate) int64 {
 	if !c.HeldChecked {
 		return c.Bid.MissingBytes
 	}
 	return max(c.Bid.MissingBytes, MissingBytes(j, c.Held))
-}
-
-// Ranked is a scored candidate. Rejected is non-empty when the bid was
-// excluded, and says why.
-type Ranked struct {
-	Candidate
-	Score    float64
-	Rejected string
-	// Transfer is the estimated time the provider spends fetching the
-	// job's inputs it lacks (charged in the score, see TransferFactor).
-	Transfer time.Duration `json:"transfer,omitempty"`
-	// Missing is the input bytes the ranking charged the bid for
-	// fetching (ChargedMissing): more than Bid.MissingBytes when the
-	// provider's advertised holdings do not back its claim.
-	Missing int64 `json:"missing,omitempty"`
-	// Nearness is how near the bid's region is to the region the job's
-	// Near names (see Nearness): bids rank by it before their score.
-	Nearness int `json:"nearness,omitempty"`
 }
 
 // Score is a bid's score: Price / max(reliability, MinScoreReliability).
@@ -113,7 +70,7 @@ func TransferEstimate(missing int64) time.Duration {
 // duration: 1 + TransferEstimate(missing)/Duration. A provider that holds
 // the data (warm) beats an equally priced one that must fetch it (cold); a
 // cold one wins when it is cheaper by more than the fetch costs.
-func TransferFactor(j *Job, missing int64) float64 {
+func TransferFactor(j *terms.Job, missing int64) float64 {
 	if missing <= 0 || j.Duration <= 0 {
 		return 1
 	}
@@ -146,7 +103,7 @@ const (
 // and an unmeasured rtt (0) is charged RTTChargeCap. The score is
 // multiplied by it, so a near provider beats a cheaper far one unless the
 // far one is cheaper by more than the latency costs. Other jobs: 1.
-func RTTFactor(j *Job, rtt time.Duration) float64 {
+func RTTFactor(j *terms.Job, rtt time.Duration) float64 {
 	if !j.LatencySensitive() {
 		return 1
 	}
@@ -173,7 +130,7 @@ func RTTFactor(j *Job, rtt time.Duration) float64 {
 // in three, and an hours-long job barely notices a minute. (Bids that
 // start within the same instant are still ordered by earlier start among
 // ties.)
-func WaitFactor(j *Job, start, now time.Time) float64 {
+func WaitFactor(j *terms.Job, start, now time.Time) float64 {
 	wait := start.Sub(now)
 	if wait <= 0 || j.Duration <= 0 {
 		return 1
@@ -186,7 +143,7 @@ func WaitFactor(j *Job, start, now time.Time) float64 {
 // near "eu-west"), 1 on the same continent (the regions' first parts
 // agree: "eu-west" and "eu-central"), else 0; 0 for every bid of a job
 // whose Near names no region.
-func Nearness(j *Job, have string) int {
+func Nearness(j *terms.Job, have string) int {
 	want := j.NearRegion()
 	switch {
 	case want == "" || strings.TrimSpace(have) == "":
@@ -209,7 +166,7 @@ func firstPart(region string) string {
 func FormatRTT(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }
 
 // Rank orders the bids for j at the current time; see RankAt.
-func Rank(j *Job, cands []Candidate) []Ranked {
+func Rank(j *terms.Job, cands []terms.Candidate) []terms.Ranked {
 	return RankAt(j, cands, time.Now())
 }
 
@@ -235,7 +192,7 @@ func Rank(j *Job, cands []Candidate) []Ranked {
 // are broken by more of the job's datasets cached (data-aware placement),
 // then earlier start, then lower RTT (a measured one before none), then
 // provider id, so the order is deterministic.
-func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
+func RankAt(j *terms.Job, cands []terms.Candidate, now time.Time) []terms.Ranked {
 	if j == nil {
 		return nil
 	}
@@ -245,9 +202,9 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 		jobDS[d] = true
 	}
 	items := make([]rankItem, 0, len(cands))
-	var rejected []Ranked
+	var rejected []terms.Ranked
 	for _, c := range cands {
-		r := Ranked{Candidate: c, Score: Score(c.Bid.Price, c.Reliability) * evictionFactor(c.Bid.Evicts)}
+		r := terms.Ranked{Candidate: c, Score: Score(c.Bid.Price, c.Reliability) * evictionFactor(c.Bid.Evicts)}
 		missing := ChargedMissing(j, &c)
 		r.Score *= TransferFactor(j, missing)
 		r.Transfer, r.Missing = TransferEstimate(missing), missing
@@ -302,7 +259,7 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 		}
 		lo = hi
 	}
-	out := make([]Ranked, 0, len(cands))
+	out := make([]terms.Ranked, 0, len(cands))
 	for i := range ok {
 		out = append(out, ok[i].Ranked)
 	}
@@ -311,7 +268,7 @@ func RankAt(j *Job, cands []Candidate, now time.Time) []Ranked {
 
 // rankItem caches a candidate's count of the job's datasets.
 type rankItem struct {
-	Ranked
+	terms.Ranked
 	cached int
 	idx    int // input order, for a stable sort
 }
@@ -354,7 +311,7 @@ func compareRTT(x, y time.Duration) int {
 	return cmp.Compare(x, y)
 }
 
-func rejectReason(j *Job, c Candidate, now time.Time, seen map[string]bool) string {
+func rejectReason(j *terms.Job, c terms.Candidate, now time.Time, seen map[string]bool) string {
 	b := &c.Bid
 	switch {
 	case b.JobID != j.ID || b.Attempt != j.Attempt:
@@ -365,7 +322,7 @@ func rejectReason(j *Job, c Candidate, now time.Time, seen map[string]bool) stri
 		return "duplicate bid from provider"
 	case j.Excludes(b.Provider):
 		return "provider excluded: it lost an earlier attempt of the job"
-	case !SampledBidder(j, b.Provider):
+	case !terms.SampledBidder(j, b.Provider):
 		// An honest provider outside the call's sample does not bid: a bid
 		// from one is a peer pushing in where the renter did not ask.
 		return "provider not asked: outside the call's bid sample"
@@ -395,10 +352,10 @@ func rejectReason(j *Job, c Candidate, now time.Time, seen map[string]bool) stri
 	return ""
 }
 
-func cachedCount(j *Job, b *Bid) int { return len(intersect(j.Datasets, b.Datasets)) }
+func cachedCount(j *terms.Job, b *terms.Bid) int { return len(intersect(j.Datasets, b.Datasets)) }
 
 // tieBreak names the rule that put x ahead of a tied y.
-func tieBreak(j *Job, x, y *Ranked) string {
+func tieBreak(j *terms.Job, x, y *terms.Ranked) string {
 	if cx, cy := cachedCount(j, &x.Bid), cachedCount(j, &y.Bid); cx != cy {
 		return fmt.Sprintf("more of the job's datasets cached (%d vs %d)", cx, cy)
 	}
@@ -419,99 +376,51 @@ func rttText(d time.Duration) string {
 	return FormatRTT(d)
 }
 
-// Explanation says where a job's ranked bids led: which bid holds the
-// lease and by which rule it got it, or why none does. It names peers in
-// full; how to show them is the reader's business.
-type Explanation struct {
-	// Winner is the provider whose bid holds the lease ("" while none
-	// does); Rank is that bid's place in the ranking (1: the best score).
-	Winner string `json:"winner,omitempty"`
-	Rank   int    `json:"rank,omitempty"`
-	// Score, Price and Reliability are the winning bid's, reliability as
-	// scored (at least MinScoreReliability).
-	Score       float64 `json:"score,omitempty"`
-	Price       float64 `json:"price,omitempty"`
-	Reliability float64 `json:"reliability,omitempty"`
-	// RTT is the round trip the renter measured to the winner (0: none).
-	RTT time.Duration `json:"rtt,omitempty"`
-	// RunnerUp is the best eligible bid ranked after the winner's, and its
-	// score ("" when the winner's was the only one).
-	RunnerUp      string  `json:"runner_up,omitempty"`
-	RunnerUpScore float64 `json:"runner_up_score,omitempty"`
-	// Rule is what decided (see the Rule constants); TieBreak names the
-	// tie-break rule of RuleTieBreak.
-	Rule     string `json:"rule"`
-	TieBreak string `json:"tie_break,omitempty"`
-	// Passed are the eligible bids ranked ahead of the winner's (with
-	// RulePassedOver), or all of them while none holds the lease (with
-	// RuleNotAwarded), and why each has not got it.
-	Passed []PassedBid `json:"passed,omitempty"`
-}
-
-// PassedBid is an eligible bid that did not get the lease, and why.
-type PassedBid struct {
-	Provider string `json:"provider"`
-	Reason   string `json:"reason"`
-}
-
-// Explanation rules.
-const (
-	RuleNoBids       = "no_bids"       // no bid came
-	RuleNoneEligible = "none_eligible" // every bid was rejected (each Ranked says why)
-	RuleNotAwarded   = "not_awarded"   // eligible bids, but none holds the lease (yet, or its awards failed)
-	RuleOnlyEligible = "only_eligible" // the winner's was the only eligible bid
-	RuleBestScore    = "best_score"    // the best score, by more than TieTolerance
-	RuleNearer       = "nearer"        // its region is nearer the job's Near region than the runner-up's (see Nearness)
-	RuleTieBreak     = "tie_break"     // tied within TieTolerance, ahead on TieBreak
-	RulePassedOver   = "passed_over"   // the bids ranked ahead were not awarded or did not confirm (Passed)
-	RuleUnranked     = "unranked"      // the winner's bid is not in this ranking (an earlier auction's lease)
-)
-
 // Explain says where ranking r (RankAt's) led, given the provider that
 // holds the job's lease (winner, "" for none) and the job's award
 // attempts: the lease goes to the best bid that confirms its award, and
 // while a bid can start at once, none that starts later is awarded, so
 // the winner is not always the first ranked.
-func Explain(r []Ranked, winner string, attempts []AwardAttempt) Explanation {
+func Explain(r []terms.Ranked, winner string, attempts []terms.AwardAttempt) terms.Explanation {
 	if len(r) == 0 {
-		return Explanation{Winner: winner, Rule: RuleNoBids}
+		return terms.Explanation{Winner: winner, Rule: terms.RuleNoBids}
 	}
 	if r[0].Rejected != "" {
-		return Explanation{Winner: winner, Rule: RuleNoneEligible}
+		return terms.Explanation{Winner: winner, Rule: terms.RuleNoneEligible}
 	}
 	eligible := 0
 	for eligible < len(r) && r[eligible].Rejected == "" {
 		eligible++
 	}
 	r = r[:eligible]
-	at := slices.IndexFunc(r, func(x Ranked) bool { return x.Bid.Provider == winner })
+	at := slices.IndexFunc(r, func(x terms.Ranked) bool { return x.Bid.Provider == winner })
 	if winner == "" || at < 0 {
-		e := Explanation{Winner: winner, Rule: RuleUnranked}
+		e := terms.Explanation{Winner: winner, Rule: terms.RuleUnranked}
 		if winner == "" {
-			e.Rule = RuleNotAwarded
+			e.Rule = terms.RuleNotAwarded
 			e.Passed = passedBids(r, nil, attempts)
 		}
 		return e
 	}
 	w := &r[at]
-	e := Explanation{Winner: winner, Rank: at + 1, Score: w.Score, Price: w.Bid.Price,
+	e := terms.Explanation{Winner: winner, Rank: at + 1, Score: w.Score, Price: w.Bid.Price,
 		Reliability: math.Max(w.Reliability, MinScoreReliability), RTT: w.RTT}
 	if at+1 < len(r) {
 		e.RunnerUp, e.RunnerUpScore = r[at+1].Bid.Provider, r[at+1].Score
 	}
 	switch {
 	case at > 0:
-		e.Rule, e.Passed = RulePassedOver, passedBids(r[:at], w, attempts)
+		e.Rule, e.Passed = terms.RulePassedOver, passedBids(r[:at], w, attempts)
 	case len(r) == 1:
-		e.Rule = RuleOnlyEligible
+		e.Rule = terms.RuleOnlyEligible
 	case w.Verified == r[1].Verified && w.Nearness > r[1].Nearness:
-		e.Rule = RuleNearer
+		e.Rule = terms.RuleNearer
 	case r[1].Score > w.Score*(1+TieTolerance):
-		e.Rule = RuleBestScore
+		e.Rule = terms.RuleBestScore
 	default:
 		// The bids' dataset lists are already restricted to the job's.
-		j := &Job{Datasets: append(slices.Clone(w.Bid.Datasets), r[1].Bid.Datasets...)}
-		e.Rule, e.TieBreak = RuleTieBreak, tieBreak(j, w, &r[1])
+		j := &terms.Job{Datasets: append(slices.Clone(w.Bid.Datasets), r[1].Bid.Datasets...)}
+		e.Rule, e.TieBreak = terms.RuleTieBreak, tieBreak(j, w, &r[1])
 	}
 	return e
 }
@@ -520,10 +429,10 @@ func Explain(r []Ranked, winner string, attempts []AwardAttempt) Explanation {
 // result when it was awarded, else why the renter did not award it (see
 // Renter.awardOrder): it starts after the winner's bid, which could start
 // at once, or its provider recently did not confirm an award.
-func passedBids(bids []Ranked, winner *Ranked, attempts []AwardAttempt) []PassedBid {
-	out := make([]PassedBid, 0, len(bids))
+func passedBids(bids []terms.Ranked, winner *terms.Ranked, attempts []terms.AwardAttempt) []terms.PassedBid {
+	out := make([]terms.PassedBid, 0, len(bids))
 	for _, b := range bids {
-		p := PassedBid{Provider: b.Bid.Provider}
+		p := terms.PassedBid{Provider: b.Bid.Provider}
 		for _, a := range attempts {
 			if a.Provider == b.Bid.Provider {
 				p.Reason = "award " + a.Result // the latest

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // quarter is a booking of a quarter of one device over [start, start+d).
@@ -152,8 +154,8 @@ func TestCalendarSlicesExcludeWholeDevices(t *testing.T) {
 // enforced as isolation says.
 func slicedState(isolation string) ProviderState {
 	ps := ProviderState{
-		Cap: &Capability{Peer: "prov", Region: "eu-west", GPUs: []GPU{{Model: "L4", VRAMGB: 24, Isolation: isolation}},
-			Policy: Policy{PriceFloor: 2, AcceptPreemptible: true, Slices: []SliceRule{{Devices: []int{0}, Count: 4}}}},
+		Cap: &terms.Capability{Peer: "prov", Region: "eu-west", GPUs: []terms.GPU{{Model: "L4", VRAMGB: 24, Isolation: isolation}},
+			Policy: terms.Policy{PriceFloor: 2, AcceptPreemptible: true, Slices: []terms.SliceRule{{Devices: []int{0}, Count: 4}}}},
 		Cal:         NewCalendar(1),
 		Reliability: 0.9,
 	}
@@ -163,9 +165,9 @@ func slicedState(isolation string) ProviderState {
 	return ps
 }
 
-func quarterJob() *Job {
-	return &Job{ID: "q", Tier: Silver, MaxPrice: 3, GPUCount: 1, GPUFraction: 0.25, Duration: time.Hour,
-		Run: RunSpec{Command: []string{"run"}}}
+func quarterJob() *terms.Job {
+	return &terms.Job{ID: "q", Tier: terms.Silver, MaxPrice: 3, GPUCount: 1, GPUFraction: 0.25, Duration: time.Hour,
+		Run: terms.RunSpec{Command: []string{"run"}}}
 }
 
 // TestEvaluateSlices: a fractional job is offered a slice only of a
@@ -175,7 +177,7 @@ func quarterJob() *Job {
 // is offered the first slice to free up.
 func TestEvaluateSlices(t *testing.T) {
 	now := at(0, "10:00")
-	ineligible := func(ps ProviderState, j *Job, kind, reason string) {
+	ineligible := func(ps ProviderState, j *terms.Job, kind, reason string) {
 		t.Helper()
 		_, err := Evaluate(ps, j, now)
 		var in *Ineligible
@@ -186,32 +188,32 @@ func TestEvaluateSlices(t *testing.T) {
 			t.Errorf("StaticFit passes what Evaluate refuses as %s", kind)
 		}
 	}
-	whole := slicedState(IsolationNone)
+	whole := slicedState(terms.IsolationNone)
 	whole.Cap.Policy.Slices = nil
 	ineligible(whole, quarterJob(), "slices", "no gpu sold in slices of 0.25 gpu or less")
 	eighth := quarterJob()
 	eighth.GPUFraction = 0.125
-	ineligible(slicedState(IsolationNone), eighth, "slices", "0.125")
+	ineligible(slicedState(terms.IsolationNone), eighth, "slices", "0.125")
 	mps := quarterJob()
-	mps.Isolation = IsolationMPS
-	ineligible(slicedState(IsolationNone), mps, "isolation", "no gpu slice enforced by mps (here: none)")
-	if _, err := Evaluate(slicedState(IsolationMPS), mps, now); err != nil {
+	mps.Isolation = terms.IsolationMPS
+	ineligible(slicedState(terms.IsolationNone), mps, "isolation", "no gpu slice enforced by mps (here: none)")
+	if _, err := Evaluate(slicedState(terms.IsolationMPS), mps, now); err != nil {
 		t.Errorf("an mps slice for a job asking mps: %v", err)
 	}
 	mig := quarterJob()
-	mig.Isolation = IsolationMIG
-	ineligible(slicedState(IsolationMPS), mig, "isolation", "mig")
+	mig.Isolation = terms.IsolationMIG
+	ineligible(slicedState(terms.IsolationMPS), mig, "isolation", "mig")
 	big := quarterJob()
 	big.MinVRAMGB = 7 // a quarter of 24 GB is 6
-	ineligible(slicedState(IsolationNone), big, "vram", "slice vram below required 7GB")
+	ineligible(slicedState(terms.IsolationNone), big, "vram", "slice vram below required 7GB")
 	big.MinVRAMGB = 6
-	if _, err := Evaluate(slicedState(IsolationNone), big, now); err != nil {
+	if _, err := Evaluate(slicedState(terms.IsolationNone), big, now); err != nil {
 		t.Errorf("6 GB of a quarter of 24 GB: %v", err)
 	}
 
 	// Four quarters, offered and booked in turn, start at once on the one
 	// device; a fifth is offered the first slice that frees.
-	ps := slicedState(IsolationNone)
+	ps := slicedState(terms.IsolationNone)
 	for i := 0; i < 4; i++ {
 		o, err := Evaluate(ps, quarterJob(), now)
 		if err != nil {
@@ -249,7 +251,7 @@ func TestEvaluateSlices(t *testing.T) {
 // off anyone else's; a preemptible job is eligible below the floor a
 // job that may not be interrupted pays.
 func TestQuoteInterruptibleDiscount(t *testing.T) {
-	p := Policy{PriceFloor: 2, OccupancySurcharge: 0.5, InterruptibleDiscount: 0.3, AcceptPreemptible: true}
+	p := terms.Policy{PriceFloor: 2, OccupancySurcharge: 0.5, InterruptibleDiscount: 0.3, AcceptPreemptible: true}
 	now := at(0, "10:00")
 	if got := Quote(p, now, time.Hour, 1, false); got != 3 {
 		t.Fatalf("uninterruptible quote %v, want 3", got)
@@ -269,12 +271,12 @@ func TestQuoteInterruptibleDiscount(t *testing.T) {
 	if err := StaticFit(ps.Cap, j); err == nil || !strings.Contains(err.Error(), "price floor 1.00 > max 0.80") {
 		t.Fatalf("silver job below the floor: %v", err)
 	}
-	j.Tier, j.Preemptible = Bronze, true
+	j.Tier, j.Preemptible = terms.Bronze, true
 	o, err := Evaluate(ps, j, now)
 	if err != nil || math.Abs(o.Price-0.7) > 1e-12 {
 		t.Fatalf("bronze job offered %+v, %v; want the floor less 30%% (0.7)", o, err)
 	}
-	if got := ps.Cap.Policy.FloorFor(j); math.Abs(got-0.7) > 1e-12 {
+	if got := FloorFor(ps.Cap.Policy, j); math.Abs(got-0.7) > 1e-12 {
 		t.Fatalf("FloorFor bronze = %v", got)
 	}
 }
@@ -282,13 +284,13 @@ func TestQuoteInterruptibleDiscount(t *testing.T) {
 // TestSliceCostIsItsFraction: a slice lease costs its fraction of the
 // device's price per GPU-hour, in the provider's earnings as in LeaseCost.
 func TestSliceCostIsItsFraction(t *testing.T) {
-	if got := LeaseCost(2, 1, 0.25, time.Hour); got != 0.5 {
+	if got := terms.LeaseCost(2, 1, 0.25, time.Hour); got != 0.5 {
 		t.Fatalf("a quarter gpu-hour at $2 = %v", got)
 	}
-	if got := LeaseCost(2, 3, 0, 30*time.Minute); got != 3 {
+	if got := terms.LeaseCost(2, 3, 0, 30*time.Minute); got != 3 {
 		t.Fatalf("3 gpus for half an hour at $2 = %v", got)
 	}
-	if got := (Lease{GPUCount: 1, GPUFraction: 0.125}).BilledGPUs(); got != 0.125 {
+	if got := (terms.Lease{GPUCount: 1, GPUFraction: 0.125}).BilledGPUs(); got != 0.125 {
 		t.Fatalf("an eighth lease bills %v gpus", got)
 	}
 }
@@ -299,25 +301,25 @@ func TestSliceCostIsItsFraction(t *testing.T) {
 // fifth waits for a slice, and moves in when one ends early.
 func TestSliceAuctionPacksFourQuarters(t *testing.T) {
 	p := pol(2)
-	p.Slices = []SliceRule{{Devices: []int{0}, Count: 4}}
+	p.Slices = []terms.SliceRule{{Devices: []int{0}, Count: 4}}
 	m := newMarket(t, []provSpec{{"box", "eu-west", "L4", 24, 1, p, 0.9}})
 	box := m.provs[0]
-	moved := make(chan Lease, 1)
-	box.p.cfg.Runtime = runtimeHooks{move: func(l Lease, _ Job) bool { moved <- l; return true }}
+	moved := make(chan terms.Lease, 1)
+	box.p.cfg.Runtime = runtimeHooks{move: func(l terms.Lease, _ terms.Job) bool { moved <- l; return true }}
 	r, _ := m.renter(t, RenterConfig{})
-	job := func() Job {
+	job := func() terms.Job {
 		j := euJob(m.now())
 		j.GPUCount, j.GPUFraction, j.MinVRAMGB, j.Deadline = 1, 0.25, 6, m.now().Add(3*time.Hour)
 		return j
 	}
-	var leases []Lease
+	var leases []terms.Lease
 	for i := 0; i < 4; i++ {
 		j, err := r.Post(context.Background(), job())
 		if err != nil {
 			t.Fatal(err)
 		}
 		st, _ := r.Status(j.ID)
-		if st.State != JobLeased || st.Lease.GPUFraction != 0.25 {
+		if st.State != terms.JobLeased || st.Lease.GPUFraction != 0.25 {
 			t.Fatalf("quarter %d: %+v", i, st)
 		}
 		leases = append(leases, *st.Lease)
@@ -341,10 +343,10 @@ func TestSliceAuctionPacksFourQuarters(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := r.Status(fifth.ID)
-	if st.State != JobLeased || st.Lease.Start.Before(leases[0].End) {
+	if st.State != terms.JobLeased || st.Lease.Start.Before(leases[0].End) {
 		t.Fatalf("fifth quarter should wait for a slice: %+v", st)
 	}
-	if err := box.p.LeaseEnded(leases[2].ID, m.now(), RunSucceeded); err != nil {
+	if err := box.p.LeaseEnded(leases[2].ID, m.now(), terms.RunSucceeded); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -363,25 +365,25 @@ func TestSliceAuctionPacksFourQuarters(t *testing.T) {
 // early, which says the room is a slice (FreeFraction), not a whole GPU.
 func TestCapacityNoticeNamesSliceJob(t *testing.T) {
 	p := pol(2)
-	p.Slices = []SliceRule{{Devices: []int{0}, Count: 4}}
+	p.Slices = []terms.SliceRule{{Devices: []int{0}, Count: 4}}
 	m := newMarket(t, []provSpec{{"box", "eu-west", "L4", 24, 1, p, 0.9}})
 	box := m.provs[0]
-	notices := make(chan CapacityNotice, 4)
-	r, _ := m.renter(t, RenterConfig{Listener: hooks{capacity: func(n CapacityNotice) { notices <- n }}})
-	job := func() Job {
+	notices := make(chan terms.CapacityNotice, 4)
+	r, _ := m.renter(t, RenterConfig{Listener: hooks{capacity: func(n terms.CapacityNotice) { notices <- n }}})
+	job := func() terms.Job {
 		j := euJob(m.now())
 		j.GPUCount, j.GPUFraction, j.MinVRAMGB, j.WantDeclines = 1, 0.25, 6, true
 		j.Deadline = m.now().Add(10 * time.Minute) // it will not wait an hour
 		return j
 	}
-	var first Lease
+	var first terms.Lease
 	for i := 0; i < 4; i++ {
 		j, err := r.Post(context.Background(), job())
 		if err != nil {
 			t.Fatal(err)
 		}
 		st, _ := r.Status(j.ID)
-		if st.State != JobLeased {
+		if st.State != terms.JobLeased {
 			t.Fatalf("quarter %d: %+v", i, st)
 		}
 		if i == 0 {
@@ -389,10 +391,10 @@ func TestCapacityNoticeNamesSliceJob(t *testing.T) {
 		}
 	}
 	fifth, _ := r.Post(context.Background(), job())
-	if st, _ := r.Status(fifth.ID); st.State == JobLeased {
+	if st, _ := r.Status(fifth.ID); st.State == terms.JobLeased {
 		t.Fatalf("fifth quarter leased while every slice is booked: %+v", st)
 	}
-	if err := box.p.LeaseEnded(first.ID, m.now(), RunSucceeded); err != nil {
+	if err := box.p.LeaseEnded(first.ID, m.now(), terms.RunSucceeded); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -411,43 +413,43 @@ func TestCapacityNoticeNamesSliceJob(t *testing.T) {
 // and its interruptible discount is in [0, 1).
 func TestSliceJobAndPolicyRules(t *testing.T) {
 	for name, c := range map[string]struct {
-		mut   func(*Job)
+		mut   func(*terms.Job)
 		field string
 	}{
-		"fraction 0.3":        {func(j *Job) { j.GPUFraction = 0.3 }, "gpu_fraction"},
-		"fraction 1":          {func(j *Job) { j.GPUFraction = 1 }, "gpu_fraction"},
-		"fraction of 2 gpus":  {func(j *Job) { j.GPUCount = 2 }, "gpu_fraction"},
-		"unknown isolation":   {func(j *Job) { j.Isolation = "vgpu" }, "isolation"},
-		"mps for a whole gpu": {func(j *Job) { j.GPUFraction, j.Isolation = 0, IsolationMPS }, "isolation"},
+		"fraction 0.3":        {func(j *terms.Job) { j.GPUFraction = 0.3 }, "gpu_fraction"},
+		"fraction 1":          {func(j *terms.Job) { j.GPUFraction = 1 }, "gpu_fraction"},
+		"fraction of 2 gpus":  {func(j *terms.Job) { j.GPUCount = 2 }, "gpu_fraction"},
+		"unknown isolation":   {func(j *terms.Job) { j.Isolation = "vgpu" }, "isolation"},
+		"mps for a whole gpu": {func(j *terms.Job) { j.GPUFraction, j.Isolation = 0, terms.IsolationMPS }, "isolation"},
 	} {
 		j := quarterJob()
 		c.mut(j)
-		fe := FieldErrors(j.Validate())
+		fe := terms.FieldErrors(j.Validate())
 		if len(fe) != 1 || fe[0].Field != c.field {
 			t.Errorf("%s: %v, want one problem with %s", name, fe, c.field)
 		}
 	}
-	for _, f := range GPUFractions {
+	for _, f := range terms.GPUFractions {
 		j := quarterJob()
-		j.GPUFraction, j.Isolation = f, IsolationAny
+		j.GPUFraction, j.Isolation = f, terms.IsolationAny
 		if err := j.Validate(); err != nil {
 			t.Errorf("fraction %v: %v", f, err)
 		}
 	}
-	for name, p := range map[string]Policy{
-		"3 slices":       {Slices: []SliceRule{{Devices: []int{0}, Count: 3}}},
-		"no devices":     {Slices: []SliceRule{{Count: 4}}},
-		"sliced twice":   {Slices: []SliceRule{{Devices: []int{0}, Count: 4}, {Devices: []int{1, 0}, Count: 2}}},
+	for name, p := range map[string]terms.Policy{
+		"3 slices":       {Slices: []terms.SliceRule{{Devices: []int{0}, Count: 3}}},
+		"no devices":     {Slices: []terms.SliceRule{{Count: 4}}},
+		"sliced twice":   {Slices: []terms.SliceRule{{Devices: []int{0}, Count: 4}, {Devices: []int{1, 0}, Count: 2}}},
 		"discount 1":     {InterruptibleDiscount: 1},
 		"discount -0.1":  {InterruptibleDiscount: -0.1},
 		"discount NaN":   {InterruptibleDiscount: math.NaN()},
-		"negative index": {Slices: []SliceRule{{Devices: []int{-1}, Count: 2}}},
+		"negative index": {Slices: []terms.SliceRule{{Devices: []int{-1}, Count: 2}}},
 	} {
 		if err := p.Validate(); err == nil {
 			t.Errorf("policy %s accepted", name)
 		}
 	}
-	ok := Policy{InterruptibleDiscount: 0.3, Slices: []SliceRule{{Devices: []int{0, 1}, Count: 4}, {Devices: []int{2}, Count: 8}}}
+	ok := terms.Policy{InterruptibleDiscount: 0.3, Slices: []terms.SliceRule{{Devices: []int{0, 1}, Count: 4}, {Devices: []int{2}, Count: 8}}}
 	if err := ok.Validate(); err != nil || ok.SliceCount(1) != 4 || ok.SliceCount(2) != 8 || ok.SliceCount(3) != 0 {
 		t.Fatalf("policy %+v: %v", ok, err)
 	}
@@ -460,20 +462,20 @@ func TestParseGPUs(t *testing.T) {
 		n int
 		f float64
 	}{"1": {1, 0}, " 8 ": {8, 0}, "2.0": {2, 0}, "0.5": {1, 0.5}, "0.25": {1, 0.25}, ".125": {1, 0.125}} {
-		n, f, err := ParseGPUs(in)
+		n, f, err := terms.ParseGPUs(in)
 		if err != nil || n != want.n || f != want.f {
 			t.Errorf("ParseGPUs(%q) = %d, %v, %v; want %d, %v", in, n, f, err, want.n, want.f)
 		}
 	}
 	for _, in := range []string{"0", "-1", "0.3", "1.5", "0.75", "NaN", "Inf", "", "two", "1e9"} {
-		if _, _, err := ParseGPUs(in); err == nil || strings.Contains(err.Error(), "\n") {
+		if _, _, err := terms.ParseGPUs(in); err == nil || strings.Contains(err.Error(), "\n") {
 			t.Errorf("ParseGPUs(%q): %v, want a one-line error", in, err)
 		}
 	}
-	if got := GPUsText(1, 0.25); got != "0.25 GPU" {
+	if got := terms.GPUsText(1, 0.25); got != "0.25 GPU" {
 		t.Errorf("GPUsText quarter = %q", got)
 	}
-	if got := GPUsText(2, 0); got != "2 GPU(s)" {
+	if got := terms.GPUsText(2, 0); got != "2 GPU(s)" {
 		t.Errorf("GPUsText 2 = %q", got)
 	}
 }
@@ -481,17 +483,17 @@ func TestParseGPUs(t *testing.T) {
 // migState is a provider of one A100 80 GB in MIG mode with instances of
 // the given memory, each a slice (as the provider's runtime sells it).
 func migState(memoryMB ...int) ProviderState {
-	g := GPU{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, UUID: "GPU-a100", Isolation: IsolationMIG, MIG: &MIG{Enabled: true}}
+	g := terms.GPU{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, UUID: "GPU-a100", Isolation: terms.IsolationMIG, MIG: &terms.MIG{Enabled: true}}
 	for i, m := range memoryMB {
-		g.MIG.Instances = append(g.MIG.Instances, MIGInstance{UUID: "MIG-" + string(rune('a'+i)), MemoryMB: m})
+		g.MIG.Instances = append(g.MIG.Instances, terms.MIGInstance{UUID: "MIG-" + string(rune('a'+i)), MemoryMB: m})
 	}
 	ps := ProviderState{
-		Cap:         &Capability{Peer: "prov", Region: "eu-west", GPUs: []GPU{g}, Policy: Policy{PriceFloor: 2, AcceptPreemptible: true}},
+		Cap:         &terms.Capability{Peer: "prov", Region: "eu-west", GPUs: []terms.GPU{g}, Policy: terms.Policy{PriceFloor: 2, AcceptPreemptible: true}},
 		Cal:         NewCalendar(1),
 		Reliability: 0.9,
 	}
 	if n := len(memoryMB); n > 1 {
-		ps.Cap.Policy.Slices = []SliceRule{{Devices: []int{0}, Count: n}}
+		ps.Cap.Policy.Slices = []terms.SliceRule{{Devices: []int{0}, Count: n}}
 	}
 	if err := ps.Cal.SetSlices(ps.Cap.Policy.SliceMap()); err != nil {
 		panic(err)
@@ -506,7 +508,7 @@ func migState(memoryMB ...int) ProviderState {
 // MIG mode only when it has one instance, and none without instances.
 func TestEvaluateMIGSlices(t *testing.T) {
 	now := at(0, "10:00")
-	ineligible := func(ps ProviderState, j *Job, kind, reason string) {
+	ineligible := func(ps ProviderState, j *terms.Job, kind, reason string) {
 		t.Helper()
 		_, err := Evaluate(ps, j, now)
 		var in *Ineligible
@@ -518,7 +520,7 @@ func TestEvaluateMIGSlices(t *testing.T) {
 		}
 	}
 	half := quarterJob()
-	half.GPUFraction, half.Isolation, half.MinVRAMGB = 0.5, IsolationMIG, 39
+	half.GPUFraction, half.Isolation, half.MinVRAMGB = 0.5, terms.IsolationMIG, 39
 	two := migState(40192, 40192)
 	o, err := Evaluate(two, half, now)
 	if err != nil || !slices.Equal(o.Devices, []int{0}) {
@@ -530,21 +532,21 @@ func TestEvaluateMIGSlices(t *testing.T) {
 	// Four instances: a half would hold two, and a process sees one.
 	ineligible(migState(9984, 9984, 9984, 9984), half, "slices", "in MIG mode only in slices of exactly that")
 	quarterMIG := quarterJob()
-	quarterMIG.Isolation, quarterMIG.MinVRAMGB = IsolationMIG, 10
+	quarterMIG.Isolation, quarterMIG.MinVRAMGB = terms.IsolationMIG, 10
 	// A quarter of 80 GB would be 20 GB; a 1g.10gb instance has 9.75.
 	ineligible(migState(9984, 9984, 9984, 9984), quarterMIG, "vram", "slice vram below required 10GB")
 	quarterMIG.MinVRAMGB = 9
 	if _, err := Evaluate(migState(9984, 9984, 9984, 9984), quarterMIG, now); err != nil {
 		t.Fatalf("a quarter on one of four instances: %v", err)
 	}
-	ineligible(slicedState(IsolationMPS), quarterMIG, "isolation", "no gpu slice enforced by mig (here: mps)")
-	ineligible(slicedState(IsolationNone), quarterMIG, "isolation", "no gpu slice enforced by mig (here: none)")
+	ineligible(slicedState(terms.IsolationMPS), quarterMIG, "isolation", "no gpu slice enforced by mig (here: mps)")
+	ineligible(slicedState(terms.IsolationNone), quarterMIG, "isolation", "no gpu slice enforced by mig (here: none)")
 	anyQuarter := quarterJob()
 	if _, err := Evaluate(migState(9984, 9984, 9984, 9984), anyQuarter, now); err != nil {
 		t.Fatalf("an --isolation any quarter on a MIG slice: %v", err)
 	}
 	mps := quarterJob()
-	mps.Isolation = IsolationMPS
+	mps.Isolation = terms.IsolationMPS
 	ineligible(migState(9984, 9984, 9984, 9984), mps, "isolation", "no gpu slice enforced by mps (here: mig)")
 
 	whole := quarterJob()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // retire makes the registry hold old succeeded by a fresh identity at at.
@@ -29,13 +30,13 @@ func retire(t *testing.T, reg *sign.Successions, old *sign.Signer, at time.Time)
 func TestCapabilityOfRetiredIdentityRefused(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	reg := sign.NewSuccessions()
-	v := CapabilityValidator{Now: func() time.Time { return now }, Successions: reg}
+	v := terms.CapabilityValidator{Now: func() time.Time { return now }, Successions: reg}
 	old := signtest.New(t)
-	before, _ := SealCapability(old, testCap(old, now.Add(-time.Minute), 10*time.Minute))
+	before, _ := terms.SealCapability(old, testCap(old, now.Add(-time.Minute), 10*time.Minute))
 	late := testCap(old, now, 10*time.Minute)
 	late.Seq = 2
-	after, _ := SealCapability(old, late)
-	key := CapabilityKey(old.ID())
+	after, _ := terms.SealCapability(old, late)
+	key := terms.CapabilityKey(old.ID())
 	for _, rec := range [][]byte{before, after} {
 		if err := v.Validate(key, rec); err != nil {
 			t.Fatalf("before any succession: %v", err)
@@ -70,7 +71,7 @@ func TestBidFromRetiredIdentityRefused(t *testing.T) {
 	old := signtest.New(t)
 	now := m.now()
 	retire(t, reg, old, now.Add(-time.Minute))
-	bid, err := EncodeBid(old, Bid{JobID: j.ID, Provider: old.ID().String(), Region: "eu-west", Price: 1, Start: now,
+	bid, err := terms.EncodeBid(old, terms.Bid{JobID: j.ID, Provider: old.ID().String(), Region: "eu-west", Price: 1, Start: now,
 		End: now.Add(time.Hour), Nonce: "n1", IssuedAt: now, ExpiresAt: now.Add(time.Minute)})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpumesh/gpumesh/auction/gpumodel"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -64,7 +65,7 @@ func continent(region string) string {
 // JobTopics are the topics a job's call is published on:
 // TopicPrefix + "<continent or any>/<model or any>", one per GPU model the
 // job accepts. The continent is the first segment of the job's region.
-func JobTopics(j *Job) []string {
+func JobTopics(j *terms.Job) []string {
 	cont := continent(j.Region)
 	if len(j.GPUModels) == 0 {
 		return []string{TopicPrefix + cont + "/any"}
@@ -79,7 +80,7 @@ func JobTopics(j *Job) []string {
 // ProviderTopics are the topics a provider must subscribe to in order to
 // hear every call it could be eligible for: its continent and "any", each
 // crossed with each of its GPU models and "any".
-func ProviderTopics(c *Capability) []string {
+func ProviderTopics(c *terms.Capability) []string {
 	set := map[string]bool{}
 	for _, cont := range []string{continent(c.Region), "any"} {
 		set[TopicPrefix+cont+"/any"] = true

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 func artifactID(c byte) string { return strings.Repeat(string(c), 64) }
@@ -50,10 +52,10 @@ func TestRankChargesInputTransfer(t *testing.T) {
 	now := at(0, "10:00")
 	// 6 GB at TransferRate is a minute: 10% of a 10-minute job.
 	const size = 6e9
-	j := &Job{ID: "j", Tier: Silver, MaxPrice: 5, GPUCount: 1, Duration: 10 * time.Minute, Run: RunSpec{Command: []string{"x"},
+	j := &terms.Job{ID: "j", Tier: terms.Silver, MaxPrice: 5, GPUCount: 1, Duration: 10 * time.Minute, Run: terms.RunSpec{Command: []string{"x"},
 		Inputs: map[string]string{"data": artifactID('a')}}, InputBytes: map[string]int64{artifactID('a'): size}}
-	bid := func(p string, price float64, missing int64) Candidate {
-		return Candidate{Reliability: 0.5, Bid: Bid{JobID: "j", Provider: p, Region: "eu-west", Price: price, Start: now,
+	bid := func(p string, price float64, missing int64) terms.Candidate {
+		return terms.Candidate{Reliability: 0.5, Bid: terms.Bid{JobID: "j", Provider: p, Region: "eu-west", Price: price, Start: now,
 			End: now.Add(time.Hour), ExpiresAt: now.Add(time.Minute), MissingBytes: missing}}
 	}
 	cases := []struct {
@@ -67,7 +69,7 @@ func TestRankChargesInputTransfer(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := RankAt(j, []Candidate{bid("cold", c.coldPrice, size), bid("warm", 1.00, 0)}, now)
+			r := RankAt(j, []terms.Candidate{bid("cold", c.coldPrice, size), bid("warm", 1.00, 0)}, now)
 			if r[0].Bid.Provider != c.wantWinner {
 				t.Fatalf("winner %s, want %s (scores %v %v)", r[0].Bid.Provider, c.wantWinner, r[0].Score, r[1].Score)
 			}
@@ -94,7 +96,7 @@ func TestRankChargesInputTransfer(t *testing.T) {
 func TestRankChecksMissingClaims(t *testing.T) {
 	now := at(0, "10:00")
 	a := artifactID('a')
-	j := &Job{ID: "j", Tier: Silver, MaxPrice: 5, GPUCount: 1, Duration: 10 * time.Minute, Run: RunSpec{Command: []string{"x"},
+	j := &terms.Job{ID: "j", Tier: terms.Silver, MaxPrice: 5, GPUCount: 1, Duration: 10 * time.Minute, Run: terms.RunSpec{Command: []string{"x"},
 		Inputs: map[string]string{"data": a}}, InputBytes: map[string]int64{a: 6e9}}
 	cases := []struct {
 		name    string
@@ -111,9 +113,9 @@ func TestRankChecksMissingClaims(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cand := Candidate{Reliability: 0.5, Held: c.held, HeldChecked: c.checked, Bid: Bid{JobID: "j", Provider: "p", Region: "eu-west",
+			cand := terms.Candidate{Reliability: 0.5, Held: c.held, HeldChecked: c.checked, Bid: terms.Bid{JobID: "j", Provider: "p", Region: "eu-west",
 				Price: 1, Start: now, End: now.Add(time.Hour), ExpiresAt: now.Add(time.Minute), MissingBytes: c.claim}}
-			r := RankAt(j, []Candidate{cand}, now)
+			r := RankAt(j, []terms.Candidate{cand}, now)
 			if r[0].Rejected != "" {
 				t.Fatal(r[0].Rejected)
 			}
@@ -191,11 +193,11 @@ func TestRenterDistrustsUnadvertisedHoldings(t *testing.T) {
 // reliability) first, ties by peer id.
 func TestWarmTargetsRankByScore(t *testing.T) {
 	now := at(0, "10:00")
-	caps := []Capability{
-		{Peer: "dear", Policy: Policy{PriceFloor: 3}},
-		{Peer: "b-cheap", Policy: Policy{PriceFloor: 1}},
-		{Peer: "unreliable", Policy: Policy{PriceFloor: 1}},
-		{Peer: "a-cheap", Policy: Policy{PriceFloor: 1}},
+	caps := []terms.Capability{
+		{Peer: "dear", Policy: terms.Policy{PriceFloor: 3}},
+		{Peer: "b-cheap", Policy: terms.Policy{PriceFloor: 1}},
+		{Peer: "unreliable", Policy: terms.Policy{PriceFloor: 1}},
+		{Peer: "a-cheap", Policy: terms.Policy{PriceFloor: 1}},
 	}
 	rel := func(p string) float64 {
 		if p == "unreliable" {

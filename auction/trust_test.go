@@ -12,11 +12,12 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // ownedJob is a valid eu job of owner with id.
-func ownedJob(t *testing.T, m *market, ownerID peer.ID, id string) Job {
+func ownedJob(t *testing.T, m *market, ownerID peer.ID, id string) terms.Job {
 	t.Helper()
 	j := euJob(m.now())
 	j.ID, j.Owner, j.CreatedAt = id, ownerID.String(), m.now()
@@ -28,11 +29,11 @@ func ownedJob(t *testing.T, m *market, ownerID peer.ID, id string) Job {
 
 // bidCollector joins id to the market and returns a channel of the bids it
 // receives.
-func bidCollector(m *market, id peer.ID) (*auctiontest.MemTransport, <-chan Bid) {
+func bidCollector(m *market, id peer.ID) (*auctiontest.MemTransport, <-chan terms.Bid) {
 	tr := m.net.Join(id)
-	bids := make(chan Bid, 64)
+	bids := make(chan terms.Bid, 64)
 	tr.Handle(auctiontest.MemHandlers{OnBid: func(_ peer.ID, data []byte) error {
-		b, err := DecodeBid(data)
+		b, err := terms.DecodeBid(data)
 		if err == nil {
 			bids <- b
 		}
@@ -42,14 +43,14 @@ func bidCollector(m *market, id peer.ID) (*auctiontest.MemTransport, <-chan Bid)
 }
 
 // nextBid waits up to 5 s for a bid on bids.
-func nextBid(t *testing.T, bids <-chan Bid) Bid {
+func nextBid(t *testing.T, bids <-chan terms.Bid) terms.Bid {
 	t.Helper()
 	select {
 	case b := <-bids:
 		return b
 	case <-time.After(5 * time.Second):
 		t.Fatal("no bid within 5 s")
-		return Bid{}
+		return terms.Bid{}
 	}
 }
 
@@ -66,9 +67,9 @@ func TestValidID(t *testing.T) {
 	}{
 		{"job id", "job-3f9c0a", true},
 		{"dots and underscores", "a.b_c-1", true},
-		{"max length", strings.Repeat("a", MaxIDLen), true},
+		{"max length", strings.Repeat("a", terms.MaxIDLen), true},
 		{"empty", "", false},
-		{"too long", strings.Repeat("a", MaxIDLen+1), false},
+		{"too long", strings.Repeat("a", terms.MaxIDLen+1), false},
 		{"path traversal", "../../../../tmp/x/evil", false},
 		{"slash", "a/b", false},
 		{"backslash", `a\b`, false},
@@ -81,14 +82,14 @@ func TestValidID(t *testing.T) {
 		{"unicode", "jöb", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := ValidID(c.id)
-			if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrBadID)) {
+			err := terms.ValidID(c.id)
+			if (err == nil) != c.ok || (err != nil && !errors.Is(err, terms.ErrBadID)) {
 				t.Fatalf("ValidID(%q) = %v, want ok=%v", c.id, err, c.ok)
 			}
 		})
 	}
 	for _, prefix := range []string{"", "job", "lease", "bid", "m", "../x", "a b", strings.Repeat("p", 200)} {
-		if id := NewID(prefix); ValidID(id) != nil {
+		if id := terms.NewID(prefix); terms.ValidID(id) != nil {
 			t.Errorf("NewID(%q) = %q breaks ValidID", prefix, id)
 		}
 	}
@@ -106,15 +107,15 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 	const evil = "../../../../tmp/x/evil"
 	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	prov := m.provs[0]
-	var leases []Lease
-	prov.p.cfg.Runtime = runtimeHooks{lease: func(l Lease, _ Job, _ []string) { leases = append(leases, l) }}
+	var leases []terms.Lease
+	prov.p.cfg.Runtime = runtimeHooks{lease: func(l terms.Lease, _ terms.Job, _ []string) { leases = append(leases, l) }}
 	owner := signtest.New(t)
 	_, bids := bidCollector(m, owner.ID())
 
 	t.Run("call with a traversal job id", func(t *testing.T) {
 		j := euJob(m.now())
 		j.ID, j.Owner, j.CreatedAt = evil, owner.ID().String(), m.now()
-		call, err := EncodeCall(owner, j, "t")
+		call, err := terms.EncodeCall(owner, j, "t")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,26 +128,26 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 	})
 
 	j := ownedJob(t, m, owner.ID(), "job-good")
-	call, _ := EncodeCall(owner, j, "t")
+	call, _ := terms.EncodeCall(owner, j, "t")
 	if err := prov.p.HandleCall(owner.ID(), call); err != nil {
 		t.Fatal(err)
 	}
 	b := nextBid(t, bids)
-	award := Award{LeaseID: "lease-ok", JobID: j.ID, Renter: j.Owner, Provider: b.Provider, BidNonce: b.Nonce,
+	award := terms.Award{LeaseID: "lease-ok", JobID: j.ID, Renter: j.Owner, Provider: b.Provider, BidNonce: b.Nonce,
 		Price: b.Price, Start: b.Start, End: b.End, GPUCount: j.GPUCount, Job: j, IssuedAt: m.now()}
 	for _, c := range []struct {
 		name string
-		mut  func(*Award)
+		mut  func(*terms.Award)
 	}{
-		{"award with a traversal lease id", func(a *Award) { a.LeaseID = evil }},
-		{"award with a traversal job id", func(a *Award) { a.JobID = evil }},
-		{"award whose job has a traversal id", func(a *Award) { a.Job.ID = evil }},
-		{"award with a slash in its nonce", func(a *Award) { a.BidNonce = "x/" + b.Nonce }},
+		{"award with a traversal lease id", func(a *terms.Award) { a.LeaseID = evil }},
+		{"award with a traversal job id", func(a *terms.Award) { a.JobID = evil }},
+		{"award whose job has a traversal id", func(a *terms.Award) { a.Job.ID = evil }},
+		{"award with a slash in its nonce", func(a *terms.Award) { a.BidNonce = "x/" + b.Nonce }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a := award
 			c.mut(&a)
-			data, err := EncodeAward(owner, a)
+			data, err := terms.EncodeAward(owner, a)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -167,7 +168,7 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 		r, _ := m.renter(t, RenterConfig{})
 		bad := b
 		bad.JobID, bad.Provider = evil, owner.ID().String()
-		data, err := EncodeBid(owner, bad)
+		data, err := terms.EncodeBid(owner, bad)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,18 +177,18 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 		}
 	})
 	t.Run("confirm with a traversal lease id", func(t *testing.T) {
-		data, err := EncodeConfirm(owner, Confirm{LeaseID: evil, Accepted: true})
+		data, err := terms.EncodeConfirm(owner, terms.Confirm{LeaseID: evil, Accepted: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := DecodeConfirm(data); !errors.Is(err, ErrBadID) {
+		if _, _, err := terms.DecodeConfirm(data); !errors.Is(err, terms.ErrBadID) {
 			t.Fatalf("DecodeConfirm: %v", err)
 		}
 	})
 	// The valid award still works.
-	data, _ := EncodeAward(owner, award)
+	data, _ := terms.EncodeAward(owner, award)
 	reply, err := prov.p.HandleAward(owner.ID(), data)
-	if c, _, derr := DecodeConfirm(reply); err != nil || derr != nil || !c.Accepted || len(leases) != 1 {
+	if c, _, derr := terms.DecodeConfirm(reply); err != nil || derr != nil || !c.Accepted || len(leases) != 1 {
 		t.Fatalf("valid award: %+v %v %v", c, err, derr)
 	}
 }
@@ -205,7 +206,7 @@ func TestCallSquatting(t *testing.T) {
 		t.Run(fmt.Sprintf("attempt %d", attempt), func(t *testing.T) {
 			sq := ownedJob(t, m, squatter.ID(), "job-victim")
 			sq.Attempt = attempt
-			call, _ := EncodeCall(squatter, sq, "t")
+			call, _ := terms.EncodeCall(squatter, sq, "t")
 			if err := prov.p.HandleCall(squatter.ID(), call); err != nil {
 				t.Fatal(err)
 			}
@@ -214,7 +215,7 @@ func TestCallSquatting(t *testing.T) {
 			}
 			j := ownedJob(t, m, owner.ID(), "job-victim")
 			j.Attempt = attempt
-			call, _ = EncodeCall(owner, j, "t")
+			call, _ = terms.EncodeCall(owner, j, "t")
 			if err := prov.p.HandleCall(owner.ID(), call); err != nil {
 				t.Fatal(err)
 			}
@@ -237,19 +238,19 @@ func TestCallSquatting(t *testing.T) {
 // refused by the DHT validator (and cannot be sealed).
 func TestCapabilityTTLBounded(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	v := CapabilityValidator{Now: func() time.Time { return now }}
+	v := terms.CapabilityValidator{Now: func() time.Time { return now }}
 	prov := signtest.New(t)
-	key := CapabilityKey(prov.ID())
+	key := terms.CapabilityKey(prov.ID())
 	for _, c := range []struct {
 		name string
-		cap  Capability
+		cap  terms.Capability
 		ok   bool
 	}{
-		{"exactly 24 h", testCap(prov, now, MaxCapabilityTTL), true},
-		{"a week", testCap(prov, now, 7*MaxCapabilityTTL), false},
-		{"24 h and a second", testCap(prov, now, MaxCapabilityTTL+time.Second), false},
+		{"exactly 24 h", testCap(prov, now, terms.MaxCapabilityTTL), true},
+		{"a week", testCap(prov, now, 7*terms.MaxCapabilityTTL), false},
+		{"24 h and a second", testCap(prov, now, terms.MaxCapabilityTTL+time.Second), false},
 		{"issued long ago, expiring far ahead", testCap(prov, now.Add(-48*time.Hour), 72*time.Hour), false},
-		{"no issue time", func() Capability { c := testCap(prov, now, time.Hour); c.IssuedAt = time.Time{}; return c }(), false},
+		{"no issue time", func() terms.Capability { c := testCap(prov, now, time.Hour); c.IssuedAt = time.Time{}; return c }(), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			// Sealed directly, as an attacker would, bypassing SealCapability.
@@ -264,7 +265,7 @@ func TestCapabilityTTLBounded(t *testing.T) {
 			if _, err := v.Select(key, [][]byte{mustMarshal(env)}); (err == nil) != c.ok {
 				t.Fatalf("Select = %v, want ok=%v", err, c.ok)
 			}
-			if _, err := SealCapability(prov, c.cap); (err == nil) != c.ok {
+			if _, err := terms.SealCapability(prov, c.cap); (err == nil) != c.ok {
 				t.Fatalf("SealCapability = %v, want ok=%v", err, c.ok)
 			}
 		})
@@ -277,15 +278,15 @@ func TestCapabilityTTLBounded(t *testing.T) {
 // query matches, and (bids carry no such flag) the same rank.
 func TestDetectedFlagGivesNoAdvantage(t *testing.T) {
 	now := at(0, "10:00")
-	mk := func(detected bool) Capability {
+	mk := func(detected bool) terms.Capability {
 		gs := gpus("A100", 80, 4)
 		for i := range gs {
 			gs[i].Detected = detected
 		}
-		return Capability{Peer: "p", Region: "eu-west", GPUs: gs, Policy: pol(1)}
+		return terms.Capability{Peer: "p", Region: "eu-west", GPUs: gs, Policy: pol(1)}
 	}
 	declared, detected := mk(false), mk(true)
-	for _, j := range []*Job{evalJob(), func() *Job { j := evalJob(); j.GPUModels = []string{"a100"}; j.MinVRAMGB = 80; return j }()} {
+	for _, j := range []*terms.Job{evalJob(), func() *terms.Job { j := evalJob(); j.GPUModels = []string{"a100"}; j.MinVRAMGB = 80; return j }()} {
 		o1, err1 := Evaluate(ProviderState{Cap: &declared, Cal: NewCalendar(4), Reliability: 0.5}, j, now)
 		o2, err2 := Evaluate(ProviderState{Cap: &detected, Cal: NewCalendar(4), Reliability: 0.5}, j, now)
 		if fmt.Sprint(o1, err1) != fmt.Sprint(o2, err2) {
@@ -295,10 +296,10 @@ func TestDetectedFlagGivesNoAdvantage(t *testing.T) {
 			t.Fatalf("job not eligible, the comparison proves nothing: %v", err1)
 		}
 	}
-	if a, b := DiscoveryKeys(declared), DiscoveryKeys(detected); fmt.Sprint(a) != fmt.Sprint(b) {
+	if a, b := terms.DiscoveryKeys(declared), terms.DiscoveryKeys(detected); fmt.Sprint(a) != fmt.Sprint(b) {
 		t.Fatalf("discovery keys differ: %v vs %v", a, b)
 	}
-	for _, q := range []Query{{}, {GPU: "A100", GPUCount: 4}, {Region: "eu", MinVRAM: 80}, {GPUCount: 5}} {
+	for _, q := range []terms.Query{{}, {GPU: "A100", GPUCount: 4}, {Region: "eu", MinVRAM: 80}, {GPUCount: 5}} {
 		if declared.Matches(q) != detected.Matches(q) {
 			t.Fatalf("query %+v matches differently", q)
 		}
@@ -335,8 +336,8 @@ func TestGossipNeverBlocksOnBids(t *testing.T) {
 		defer close(done)
 		for i := 0; i < flood; i++ {
 			j := ownedJob(t, m, attacker.ID(), fmt.Sprintf("job-flood-%d", i))
-			j.BidWindow = MaxBidWindow
-			call, _ := EncodeCall(attacker, j, "t")
+			j.BidWindow = terms.MaxBidWindow
+			call, _ := terms.EncodeCall(attacker, j, "t")
 			_ = prov.p.HandleCall(attacker.ID(), call)
 		}
 	}()
@@ -351,8 +352,8 @@ func TestGossipNeverBlocksOnBids(t *testing.T) {
 	}
 
 	// An honest renter's job is bid on and leased within its window.
-	var got []Lease
-	r, _ := m.renter(t, RenterConfig{Listener: hooks{lease: func(l Lease, _ Job) { got = append(got, l) }}})
+	var got []terms.Lease
+	r, _ := m.renter(t, RenterConfig{Listener: hooks{lease: func(l terms.Lease, _ terms.Job) { got = append(got, l) }}})
 	start := time.Now()
 	job, err := r.Post(context.Background(), euJob(m.now()))
 	if err != nil {
@@ -392,15 +393,15 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var leasedAt []time.Duration
-	var released []Lease
+	var released []terms.Lease
 	var start time.Time
 	r, _ := m.renter(t, RenterConfig{
-		Listener: hooks{lease: func(Lease, Job) {
+		Listener: hooks{lease: func(terms.Lease, terms.Job) {
 			mu.Lock()
 			leasedAt = append(leasedAt, time.Since(start))
 			mu.Unlock()
 		}},
-		Release: hooks{release: func(l Lease) {
+		Release: hooks{release: func(l terms.Lease) {
 			mu.Lock()
 			released = append(released, l)
 			mu.Unlock()
@@ -408,12 +409,12 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 				return // a timed-out award released: the fake booked nothing
 			}
 			// What the daemon's cancel request does on the provider.
-			if err := m.byID[l.Provider].p.LeaseEnded(l.ID, m.now(), RunCancelled); err != nil {
+			if err := m.byID[l.Provider].p.LeaseEnded(l.ID, m.now(), terms.RunCancelled); err != nil {
 				t.Errorf("release %s: %v", l.ID, err)
 			}
 		}}})
 	pendingAtReturn := 0
-	post := func() JobStatus {
+	post := func() terms.JobStatus {
 		t.Helper()
 		j := euJob(m.now())
 		j.BidWindow = 2 * time.Second
@@ -424,7 +425,7 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 		}
 		// Post returned once the lease was won: the fakes' awards, each
 		// waiting out its confirm deadline, are still outstanding.
-		if st, _ := r.Status(job.ID); st.State == JobLeased {
+		if st, _ := r.Status(job.ID); st.State == terms.JobLeased {
 			for _, a := range st.Attempts {
 				if fakes[a.Provider] && a.Result == "pending" {
 					pendingAtReturn++
@@ -433,7 +434,7 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 		}
 		r.Wait() // the awards outstanding when the lease was won
 		st, _ := r.Status(job.ID)
-		if fakes[st.Winner] || st.State != JobLeased {
+		if fakes[st.Winner] || st.State != terms.JobLeased {
 			t.Fatalf("state %s, winner %s", st.State, m.name(st.Winner))
 		}
 		mu.Lock()
@@ -498,16 +499,16 @@ func TestLateConfirmIsReleased(t *testing.T) {
 		return slow.p.HandleAward(from, data)
 	}})
 	var mu sync.Mutex
-	var released []Lease
-	r, _ := m.renter(t, RenterConfig{ConfirmTimeout: 2 * time.Second, Listener: hooks{lease: func(l Lease, _ Job) {
+	var released []terms.Lease
+	r, _ := m.renter(t, RenterConfig{ConfirmTimeout: 2 * time.Second, Listener: hooks{lease: func(l terms.Lease, _ terms.Job) {
 		if l.Provider == quick.s.ID().String() {
 			wonOnce.Do(func() { close(quickWon) })
 		}
-	}}, Release: hooks{release: func(l Lease) {
+	}}, Release: hooks{release: func(l terms.Lease) {
 		mu.Lock()
 		released = append(released, l)
 		mu.Unlock()
-		if err := m.byID[l.Provider].p.LeaseEnded(l.ID, m.now(), RunCancelled); err != nil {
+		if err := m.byID[l.Provider].p.LeaseEnded(l.ID, m.now(), terms.RunCancelled); err != nil {
 			t.Errorf("release: %v", err)
 		}
 	}}})
@@ -541,7 +542,7 @@ func TestLateConfirmIsReleased(t *testing.T) {
 func TestBidSendQueueBounded(t *testing.T) {
 	m := newMarket(t, nil)
 	s := signtest.New(t)
-	capab := Capability{Peer: s.ID().String(), Region: "eu-west", GPUs: gpus("A100", 80, 8), Policy: pol(1)}
+	capab := terms.Capability{Peer: s.ID().String(), Region: "eu-west", GPUs: gpus("A100", 80, 8), Policy: pol(1)}
 	p, err := NewProvider(ProviderConfig{Signer: s, Transport: m.net.Join(s.ID()), Self: fixedSelf(capab),
 		Calendar: NewCalendar(8), Now: m.now, SendWorkers: 1, SendQueue: 1})
 	if err != nil {
@@ -556,8 +557,8 @@ func TestBidSendQueueBounded(t *testing.T) {
 			owner := signtest.New(t)
 			m.net.Join(owner.ID()).Handle(auctiontest.MemHandlers{OnBid: func(peer.ID, []byte) error { <-release; return nil }})
 			j := ownedJob(t, m, owner.ID(), fmt.Sprintf("job-q-%d", i))
-			j.BidWindow = MaxBidWindow
-			call, _ := EncodeCall(owner, j, "t")
+			j.BidWindow = terms.MaxBidWindow
+			call, _ := terms.EncodeCall(owner, j, "t")
 			_ = p.HandleCall(owner.ID(), call)
 		}
 	}()
@@ -574,7 +575,7 @@ func TestBidSendQueueBounded(t *testing.T) {
 
 // fixedSelf is a provider's capability record, the same at every call, and
 // a neutral reliability.
-type fixedSelf Capability
+type fixedSelf terms.Capability
 
-func (c fixedSelf) Capability() Capability { return Capability(c) }
-func (fixedSelf) Reliability() float64     { return NeutralReliability }
+func (c fixedSelf) Capability() terms.Capability { return terms.Capability(c) }
+func (fixedSelf) Reliability() float64           { return terms.NeutralReliability }

@@ -5,14 +5,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
-func verifiedCands(j *Job, now time.Time) []Candidate {
-	bid := func(p string, price float64, verified bool) Candidate {
-		return Candidate{Bid: Bid{JobID: j.ID, Attempt: j.Attempt, Provider: p, Price: price, GPUModel: "NVIDIA H100 80GB HBM3",
+func verifiedCands(j *terms.Job, now time.Time) []terms.Candidate {
+	bid := func(p string, price float64, verified bool) terms.Candidate {
+		return terms.Candidate{Bid: terms.Bid{JobID: j.ID, Attempt: j.Attempt, Provider: p, Price: price, GPUModel: "NVIDIA H100 80GB HBM3",
 			Start: now, End: now.Add(j.Duration), ExpiresAt: now.Add(time.Minute)}, Reliability: 0.5, Verified: verified}
 	}
-	return []Candidate{bid("cheap", 1.0, false), bid("verified-dear", 1.5, true), bid("verified-cheap", 1.2, true), bid("mid", 1.1, false)}
+	return []terms.Candidate{bid("cheap", 1.0, false), bid("verified-dear", 1.5, true), bid("verified-cheap", 1.2, true), bid("mid", 1.1, false)}
 }
 
 // TestVerifiedBidsRankFirst: a provider verified for its model (a passed
@@ -20,7 +22,7 @@ func verifiedCands(j *Job, now time.Time) []Candidate {
 // the usual score decides.
 func TestVerifiedBidsRankFirst(t *testing.T) {
 	now := time.Now()
-	j := &Job{ID: "j", MaxPrice: 2, Duration: time.Hour}
+	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour}
 	got := RankAt(j, verifiedCands(j, now), now)
 	want := []string{"verified-cheap", "verified-dear", "cheap", "mid"}
 	for i, w := range want {
@@ -34,7 +36,7 @@ func TestVerifiedBidsRankFirst(t *testing.T) {
 // bids of providers its renter's book does not hold verified.
 func TestVerifiedJobTakesOnlyVerified(t *testing.T) {
 	now := time.Now()
-	j := &Job{ID: "j", MaxPrice: 2, Duration: time.Hour, Verified: true}
+	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour, Verified: true}
 	got := RankAt(j, verifiedCands(j, now), now)
 	for i, r := range got {
 		if ok := r.Rejected == ""; ok != r.Verified {
@@ -46,7 +48,7 @@ func TestVerifiedJobTakesOnlyVerified(t *testing.T) {
 	}
 }
 
-func providersOf(rs []Ranked) []string {
+func providersOf(rs []terms.Ranked) []string {
 	var out []string
 	for _, r := range rs {
 		out = append(out, r.Bid.Provider)
@@ -60,21 +62,21 @@ func providersOf(rs []Ranked) []string {
 // a bid is a peer pushing in where the renter did not ask.
 func TestUnsampledBidRejected(t *testing.T) {
 	now := time.Now()
-	j := &Job{ID: "j", MaxPrice: 2, Duration: time.Hour, BidSample: 0.5, BidSeed: "seed"}
+	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour, BidSample: 0.5, BidSeed: "seed"}
 	var in, out string
 	for i := 0; in == "" || out == ""; i++ {
 		p := fmt.Sprintf("provider-%d", i)
-		if SampledBidder(j, p) {
+		if terms.SampledBidder(j, p) {
 			in = p
 		} else {
 			out = p
 		}
 	}
-	bid := func(p string, price float64) Candidate {
-		return Candidate{Bid: Bid{JobID: j.ID, Provider: p, Price: price, Start: now, End: now.Add(j.Duration),
+	bid := func(p string, price float64) terms.Candidate {
+		return terms.Candidate{Bid: terms.Bid{JobID: j.ID, Provider: p, Price: price, Start: now, End: now.Add(j.Duration),
 			ExpiresAt: now.Add(time.Minute)}, Reliability: 0.5}
 	}
-	got := RankAt(j, []Candidate{bid(out, 0.5), bid(in, 1.5)}, now)
+	got := RankAt(j, []terms.Candidate{bid(out, 0.5), bid(in, 1.5)}, now)
 	if got[0].Bid.Provider != in || got[0].Rejected != "" {
 		t.Fatalf("winner %s (%q), want the sampled provider", got[0].Bid.Provider, got[0].Rejected)
 	}
@@ -83,7 +85,7 @@ func TestUnsampledBidRejected(t *testing.T) {
 	}
 	// Without sampling everyone may bid.
 	j.BidSample = 0
-	if got := RankAt(j, []Candidate{bid(out, 0.5), bid(in, 1.5)}, now); got[0].Bid.Provider != out {
+	if got := RankAt(j, []terms.Candidate{bid(out, 0.5), bid(in, 1.5)}, now); got[0].Bid.Provider != out {
 		t.Fatalf("without a sample the cheapest bid lost: %+v", got[0])
 	}
 }

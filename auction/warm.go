@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // WarmTargets orders providers for pre-staging a job's data (cache
@@ -11,14 +13,14 @@ import (
 // for an hour starting now at zero occupancy and the renter-verified
 // reliability, best first, ties by peer id. reliability nil means
 // NeutralReliability.
-func WarmTargets(caps []Capability, reliability func(provider string) float64, now time.Time) []Capability {
+func WarmTargets(caps []terms.Capability, reliability func(provider string) float64, now time.Time) []terms.Capability {
 	type scored struct {
-		c     Capability
+		c     terms.Capability
 		score float64
 	}
 	s := make([]scored, 0, len(caps))
 	for _, c := range caps {
-		rel := NeutralReliability
+		rel := terms.NeutralReliability
 		if reliability != nil {
 			rel = reliability(c.Peer)
 		}
@@ -30,7 +32,7 @@ func WarmTargets(caps []Capability, reliability func(provider string) float64, n
 		}
 		return cmp.Compare(x.c.Peer, y.c.Peer)
 	})
-	out := make([]Capability, len(s))
+	out := make([]terms.Capability, len(s))
 	for i := range s {
 		out[i] = s[i].c
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/gpumesh/gpumesh/node/artifact/control"
@@ -75,7 +76,7 @@ func (d *Daemon) Status() api.StatusInfo {
 		}
 	}
 	if s.GPUs == nil {
-		s.GPUs = []auction.GPU{}
+		s.GPUs = []terms.GPU{}
 	}
 	return s
 }
@@ -98,7 +99,7 @@ func (d *Daemon) Peers() []api.PeerInfo {
 }
 
 func (d *Daemon) handleProviders(r *http.Request) (any, error) {
-	q := auction.Query{GPU: r.URL.Query().Get("gpu"), Region: r.URL.Query().Get("region")}
+	q := terms.Query{GPU: r.URL.Query().Get("gpu"), Region: r.URL.Query().Get("region")}
 	var err error
 	if v := r.URL.Query().Get("min_vram"); v != "" {
 		if q.MinVRAM, err = strconv.Atoi(v); err != nil {
@@ -123,7 +124,7 @@ func (d *Daemon) handleProviders(r *http.Request) (any, error) {
 	out := make([]api.ProviderView, len(caps))
 	book := d.market.reputation()
 	for i, c := range caps {
-		out[i] = api.ProviderView{Capability: c, PriceNow: c.PriceNow(now), Reliability: book.Score(c.Peer)}
+		out[i] = api.ProviderView{Capability: c, PriceNow: auction.PriceNow(c, now), Reliability: book.Score(c.Peer)}
 	}
 	return out, nil
 }
@@ -135,7 +136,7 @@ func (d *Daemon) handleProviders(r *http.Request) (any, error) {
 // its whole start window. A node that knows no provider lets the job
 // through (it cannot tell), and so does POST /v1/jobs with queue set
 // (`job post --queue`).
-func (d *Daemon) noneCanFit(job *auction.Job) error {
+func (d *Daemon) noneCanFit(job *terms.Job) error {
 	if err := auction.NoneFits(d.disc.Records(), job); err != nil {
 		return &api.StatusError{Code: http.StatusUnprocessableEntity, Msg: err.Error()}
 	}

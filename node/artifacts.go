@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/artifact/jobs"
@@ -142,7 +142,7 @@ func (v marketView) Reliability(p string) float64 {
 	if m := v.d.marketRef.Load(); m != nil {
 		return m.reputation().Score(p)
 	}
-	return auction.NeutralReliability
+	return terms.NeutralReliability
 }
 
 // Jobs are this renter's jobs.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -74,7 +74,7 @@ func TestBenchJobReadsLargeDataset(t *testing.T) {
 		fetch := time.Since(awarded)
 		v = waitJob(t, boot, v.Job.ID, 10*time.Minute, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
 		total := time.Since(t0)
-		if v.Run != auction.RunSucceeded || jobLog(t, boot, v.Job.ID) != want {
+		if v.Run != terms.RunSucceeded || jobLog(t, boot, v.Job.ID) != want {
 			t.Fatalf("job %d: %s %s", i+1, v.Run, v.Detail)
 		}
 		t.Logf("job %d on %s: post→end %v (auction, fetch, export, sha256sum); award→fetched %v: %.0f MB/s; counters %v",

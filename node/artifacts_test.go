@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
@@ -28,8 +28,8 @@ import (
 
 // readsInput is a job that prints the SHA-256 of its input "data" and
 // fails if it can write to it.
-func readsInput(id string) auction.Job {
-	job := shJob(auction.Silver, 3, `f="$GPUMESH_INPUTS/data"
+func readsInput(id string) terms.Job {
+	job := shJob(terms.Silver, 3, `f="$GPUMESH_INPUTS/data"
 if ( echo x >> "$f" ) 2>/dev/null; then echo "input is writable"; exit 3; fi
 sha256sum "$f" | cut -c1-64`)
 	job.BidWindow = 2 * time.Second
@@ -105,7 +105,7 @@ func TestJobsReadRenterDataset(t *testing.T) {
 		t.Fatalf("first job: state %s winner %s: %v", v.State, v.Winner, v.Reasons)
 	}
 	v = waitJob(t, boot, v.Job.ID, 60*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
-	if v.Run != auction.RunSucceeded {
+	if v.Run != terms.RunSucceeded {
 		t.Fatalf("first job %s: %s; log %q", v.Run, v.Detail, jobLog(t, boot, v.Job.ID))
 	}
 	if got := jobLog(t, boot, v.Job.ID); got != want {
@@ -130,7 +130,7 @@ func TestJobsReadRenterDataset(t *testing.T) {
 		t.Fatalf("second job: state %s winner %s: %v", v2.State, v2.Winner, v2.Reasons)
 	}
 	v2 = waitJob(t, boot, v2.Job.ID, 60*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
-	if v2.Run != auction.RunSucceeded || jobLog(t, boot, v2.Job.ID) != want {
+	if v2.Run != terms.RunSucceeded || jobLog(t, boot, v2.Job.ID) != want {
 		t.Fatalf("second job %s: %s; log %q", v2.Run, v2.Detail, jobLog(t, boot, v2.Job.ID))
 	}
 	fromRenter := boot.artifacts.Counters()["artifact.served_bytes"] - servedBefore
@@ -218,7 +218,7 @@ func TestPlacementPrefersWarmProvider(t *testing.T) {
 		t.Fatalf("cold at half the price: winner %s, want %s; bids %+v", v2.Winner, cheap.ID(), v2.Bids)
 	}
 	v2 = waitJob(t, boot, v2.Job.ID, 60*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
-	if v2.Run != auction.RunSucceeded {
+	if v2.Run != terms.RunSucceeded {
 		t.Fatalf("job on the cold provider: %s %s", v2.Run, v2.Detail)
 	}
 }
@@ -286,8 +286,8 @@ func TestImageArtifactLoadedOnFirstUse(t *testing.T) {
 	if out, err := exec.Command("docker", "rmi", ref).CombinedOutput(); err != nil {
 		t.Fatalf("docker rmi: %v: %s", err, out)
 	}
-	job := auction.Job{ID: "img-job", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs(),
-		Run: auction.RunSpec{Image: ref, ImageArtifact: in.ID, Command: []string{"/jobhelper", "echo", "from", "artifact"}}}
+	job := terms.Job{ID: "img-job", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs(),
+		Run: terms.RunSpec{Image: ref, ImageArtifact: in.ID, Command: []string{"/jobhelper", "echo", "from", "artifact"}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	release, image, err := prov.jobArts.Inputs(ctx, job, filepath.Join(t.TempDir(), "inputs"), nil)
@@ -333,14 +333,14 @@ func TestOutputsBecomeRenterArtifact(t *testing.T) {
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)), renterConfig())
 	prov, other := ns[0], ns[1]
 	waitAdvertised(t, boot, prov)
-	job := shJob(auction.Silver, 2, `mkdir -p out/sub; echo result > out/r.txt; echo deep > out/sub/d.txt`)
+	job := shJob(terms.Silver, 2, `mkdir -p out/sub; echo result > out/r.txt; echo deep > out/sub/d.txt`)
 	job.Run.Outputs = "out"
 	v := post(t, boot, job)
 	if !leased(v) {
 		t.Fatalf("not leased: %v", v.Reasons)
 	}
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
-	if v.Run != auction.RunSucceeded || v.OutputsArtifact == "" {
+	if v.Run != terms.RunSucceeded || v.OutputsArtifact == "" {
 		t.Fatalf("run %s, outputs artifact %q", v.Run, v.OutputsArtifact)
 	}
 	meta, _, ok := prov.artifacts.Store().Meta(v.OutputsArtifact)
@@ -373,9 +373,9 @@ func waitAdvertisesArtifact(t *testing.T, from *Daemon, prov *testNode, id strin
 	t.Helper()
 	waitChange(t, 30*time.Second, "the provider advertising the artifact", func() bool {
 		adv := prov.disc.Advertised()
-		return adv != nil && auction.Holds(adv.Artifacts, from.ID().String(), id)
+		return adv != nil && terms.Holds(adv.Artifacts, from.ID().String(), id)
 	}, prov.disc.AdvertisedChanged)
-	if held, ok := from.disc.Holdings(context.Background(), prov.ID().String()); !ok || !auction.Holds(held, from.ID().String(), id) {
+	if held, ok := from.disc.Holdings(context.Background(), prov.ID().String()); !ok || !terms.Holds(held, from.ID().String(), id) {
 		t.Fatalf("%s does not see %s's record list the artifact: %v", from.ID(), prov.ID(), held)
 	}
 }
@@ -449,7 +449,7 @@ func TestWarmedProviderWinsAuction(t *testing.T) {
 	}
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
 	sum := sha256.Sum256(data)
-	if got := jobLog(t, boot, v.Job.ID); v.Run != auction.RunSucceeded || got != hex.EncodeToString(sum[:]) {
+	if got := jobLog(t, boot, v.Job.ID); v.Run != terms.RunSucceeded || got != hex.EncodeToString(sum[:]) {
 		t.Fatalf("job on the warmed provider: %s %s, log %q", v.Run, v.Detail, got)
 	}
 
@@ -533,7 +533,7 @@ func TestRenterPinsInputsOfLiveJobs(t *testing.T) {
 	job.GPUModels = []string{"H100"}
 	job.Deadline = time.Now().Add(10 * time.Minute)
 	v := postQueued(t, renter, job)
-	if v.State != auction.JobQueued {
+	if v.State != terms.JobQueued {
 		t.Fatalf("job %s, want queued: %v", v.State, v.Reasons)
 	}
 	if n := pins(); n != 1 {
@@ -567,12 +567,12 @@ func TestRenterPinsInputsOfLiveJobs(t *testing.T) {
 	if !leased(v) {
 		t.Fatalf("not leased: %v", v.Reasons)
 	}
-	waitJob(t, renter, v.Job.ID, 30*time.Second, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning || v.Run.Terminal() })
+	waitJob(t, renter, v.Job.ID, 30*time.Second, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning || v.Run.Terminal() })
 	if n := pinsBecome(1); n != 1 {
 		t.Fatalf("running job's input pinned %d times, want 1", n)
 	}
-	v = waitJob(t, renter, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.State == auction.JobFinished })
-	if v.Run != auction.RunSucceeded {
+	v = waitJob(t, renter, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.State == terms.JobFinished })
+	if v.Run != terms.RunSucceeded {
 		t.Fatalf("job %s: %s", v.Run, v.Detail)
 	}
 	if n := pinsBecome(0); n != 0 {
@@ -592,8 +592,8 @@ func TestImageArtifactJobThroughAuction(t *testing.T) {
 	boot, ns := startNet(t, pc)
 	prov := ns[0]
 	waitAdvertised(t, boot, prov)
-	if c := prov.Advertised(); c == nil || c.Containers != auction.ContainersGPU {
-		t.Fatalf("provider with declared GPUs advertises containers %q, want %q", c.Containers, auction.ContainersGPU)
+	if c := prov.Advertised(); c == nil || c.Containers != terms.ContainersGPU {
+		t.Fatalf("provider with declared GPUs advertises containers %q, want %q", c.Containers, terms.ContainersGPU)
 	}
 	cl := api.NewClient(boot.dir)
 	in, err := cl.AddArtifact(context.Background(), api.ArtifactAddRequest{Image: ref})
@@ -605,14 +605,14 @@ func TestImageArtifactJobThroughAuction(t *testing.T) {
 	if out, err := exec.Command("docker", "rmi", ref).CombinedOutput(); err != nil {
 		t.Fatalf("docker rmi: %v: %s", err, out)
 	}
-	job := shJob(auction.Silver, 3, "")
-	job.Run = auction.RunSpec{Image: ref, ImageArtifact: in.ID, Command: []string{"/jobhelper", "echo", "ran", "from", "the", "artifact"}}
+	job := shJob(terms.Silver, 3, "")
+	job.Run = terms.RunSpec{Image: ref, ImageArtifact: in.ID, Command: []string{"/jobhelper", "echo", "ran", "from", "the", "artifact"}}
 	v := post(t, boot, job)
 	if !leased(v) || v.Winner != prov.ID().String() {
 		t.Fatalf("not leased to the provider: %s %v", v.State, v.Reasons)
 	}
 	v = waitJob(t, boot, v.Job.ID, 90*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
-	if got := jobLog(t, boot, v.Job.ID); v.Run != auction.RunSucceeded || got != "ran from the artifact" {
+	if got := jobLog(t, boot, v.Job.ID); v.Run != terms.RunSucceeded || got != "ran from the artifact" {
 		t.Fatalf("image job %s: %s, log %q", v.Run, v.Detail, got)
 	}
 	waitChange(t, 10*time.Second, "the image artifact unpinned after the job", func() bool {
@@ -768,8 +768,8 @@ func TestImageArtifactCannotRetagAnotherImage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	prepare := func(image, art string) (string, error) {
-		job := auction.Job{ID: "retag-job", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs(),
-			Run: auction.RunSpec{Image: image, ImageArtifact: art, Command: []string{"/who"}}}
+		job := terms.Job{ID: "retag-job", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs(),
+			Run: terms.RunSpec{Image: image, ImageArtifact: art, Command: []string{"/who"}}}
 		release, id, err := prov.jobArts.Inputs(ctx, job, filepath.Join(t.TempDir(), "inputs"), nil)
 		if err == nil {
 			release()

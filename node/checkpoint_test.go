@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/lease"
@@ -25,8 +25,8 @@ import (
 
 // counterJob counts to 40, a step every 250 ms, saving its counter in its
 // checkpoint dir at each step (write, then rename) and resuming from it.
-func counterJob(every time.Duration) auction.Job {
-	j := shJob(auction.Bronze, 1.0, counterScript(40))
+func counterJob(every time.Duration) terms.Job {
+	j := shJob(terms.Bronze, 1.0, counterScript(40))
 	j.Duration = time.Minute
 	j.CheckpointEvery = every
 	// It must run within two minutes: once the H100 node is busy with
@@ -120,15 +120,15 @@ func TestCheckpointSurvivesPreemption(t *testing.T) {
 	waitAdvertised(t, boot, ns...)
 
 	bv := post(t, boot, counterJob(0))
-	if bv.State != auction.JobLeased || bv.Winner != pa.ID().String() {
+	if bv.State != terms.JobLeased || bv.Winner != pa.ID().String() {
 		t.Fatalf("bronze job should go to the cheaper H100 node: %s winner %s", bv.State, bv.Winner)
 	}
 	first := bv.Lease.ID
 	waitLog(t, pa, first, regexp.MustCompile(`step 6\n`), 30*time.Second)
 
-	gold := shJob(auction.Gold, 5, "sleep 30")
+	gold := shJob(terms.Gold, 5, "sleep 30")
 	gold.GPUModels = []string{"H100"}
-	if gv := post(t, boot, gold); gv.State != auction.JobLeased || gv.Winner != pa.ID().String() {
+	if gv := post(t, boot, gold); gv.State != terms.JobLeased || gv.Winner != pa.ID().String() {
 		t.Fatalf("gold job not leased on the H100 node: %s %v", gv.State, gv.Reasons)
 	}
 	m := waitLog(t, pa, first, regexp.MustCompile(`stopped, saved (\d+)\n`), 20*time.Second)
@@ -137,14 +137,14 @@ func TestCheckpointSurvivesPreemption(t *testing.T) {
 		return len(v.History) == 1 && v.Lease != nil && v.Run.Terminal() && v.Receipt != nil
 	})
 	h := bv.History[0]
-	if h.Run != auction.RunPreempted || h.Checkpoint == nil || h.Checkpoint.Reason != auction.CheckpointStopped || h.Restored != nil || !h.Receipt {
+	if h.Run != terms.RunPreempted || h.Checkpoint == nil || h.Checkpoint.Reason != terms.CheckpointStopped || h.Restored != nil || !h.Receipt {
 		t.Fatalf("first attempt: %+v", h)
 	}
 	ck := *h.Checkpoint
 	if ck.LeaseID != first || ck.Provider != pa.ID().String() || ck.Seq != 1 || ck.Work <= 0 || ck.Work > h.Ended.Sub(h.Started)+time.Second {
 		t.Fatalf("checkpoint %+v of a lease that ran %v", ck, h.Ended.Sub(h.Started))
 	}
-	if bv.Lease.Provider != pb.ID().String() || bv.Run != auction.RunSucceeded || bv.Restored == nil || bv.Restored.Artifact != ck.Artifact {
+	if bv.Lease.Provider != pb.ID().String() || bv.Run != terms.RunSucceeded || bv.Restored == nil || bv.Restored.Artifact != ck.Artifact {
 		t.Fatalf("second attempt: provider %s run %s (%s), restored %+v", bv.Lease.Provider, bv.Run, bv.Detail, bv.Restored)
 	}
 	// It ran for what the checkpoint left of the job's minute.
@@ -176,7 +176,7 @@ func TestCheckpointSurvivesPreemption(t *testing.T) {
 	}
 	i := slices.IndexFunc(arts, func(a api.ArtifactView) bool { return a.ID == ck.Artifact })
 	if i < 0 || arts[i].Job != bv.Job.ID || arts[i].Use != api.ArtifactCheckpoint || arts[i].Checkpoint == nil ||
-		arts[i].Checkpoint.Reason != auction.CheckpointStopped {
+		arts[i].Checkpoint.Reason != terms.CheckpointStopped {
 		t.Fatalf("the renter lists the checkpoint as %+v, want job %s's stopped checkpoint", arts, bv.Job.ID)
 	}
 	// Each attempt's log comes from its own lease's provider.
@@ -208,20 +208,20 @@ func TestCorruptCheckpointRefused(t *testing.T) {
 	waitAdvertised(t, boot, pa)
 
 	bv := post(t, boot, counterJob(time.Second))
-	if bv.State != auction.JobLeased || bv.Winner != pa.ID().String() {
+	if bv.State != terms.JobLeased || bv.Winner != pa.ID().String() {
 		t.Fatalf("bronze job: %s winner %s", bv.State, bv.Winner)
 	}
 	first := bv.Lease.ID
 	// Periodic checkpoints while it runs.
 	waitLog(t, pa, first, regexp.MustCompile(`checkpoint 2 saved \(periodic`), 30*time.Second)
-	gold := shJob(auction.Gold, 5, "sleep 300")
+	gold := shJob(terms.Gold, 5, "sleep 300")
 	gold.GPUModels = []string{"H100"}
-	if gv := post(t, boot, gold); gv.State != auction.JobLeased {
+	if gv := post(t, boot, gold); gv.State != terms.JobLeased {
 		t.Fatalf("gold job not leased: %s %v", gv.State, gv.Reasons)
 	}
 	// Preempted, and nowhere to go: queued with its checkpoints.
 	bv = waitJob(t, boot, bv.Job.ID, 30*time.Second, "bronze requeued", func(v api.JobView) bool {
-		return len(v.History) == 1 && len(v.Checkpoints) == 2 && v.Lease == nil && v.State == auction.JobQueued
+		return len(v.History) == 1 && len(v.Checkpoints) == 2 && v.Lease == nil && v.State == terms.JobQueued
 	})
 	newest, prev := bv.Checkpoints[0], bv.Checkpoints[1]
 	if newest.LeaseID != first || prev.LeaseID != first || newest.Seq <= prev.Seq {
@@ -281,7 +281,7 @@ func TestCorruptCheckpointRefused(t *testing.T) {
 		!strings.Contains(log, "; restoring the previous checkpoint "+prev.Artifact+"\n") {
 		t.Fatalf("the corrupt checkpoint was not refused with a clear message:\n%s", log)
 	}
-	if !strings.Contains(log, "resumed from "+want+"\n") || !strings.Contains(log, "done 40\n") || bv.Run != auction.RunSucceeded {
+	if !strings.Contains(log, "resumed from "+want+"\n") || !strings.Contains(log, "done 40\n") || bv.Run != terms.RunSucceeded {
 		t.Fatalf("the job should resume from the previous checkpoint's %s and finish (run %s %s):\n%s", want, bv.Run, bv.Detail, log)
 	}
 	if bv.Restored == nil || bv.Restored.Artifact != prev.Artifact {
@@ -356,21 +356,21 @@ func TestCheckpointSurvivesProviderKill(t *testing.T) {
 	proc, st := startProviderProcessWith(t, bin, dir, boot, fastConfig(providerConfig("eu-west", 0.5, a100)))
 	other := startNode(t, root+"/other", fastConfig(providerConfig("eu-west", 1.5, a100)), boot.Daemon)
 	t.Cleanup(func() { other.Close() })
-	eventuallyProviders(t, boot.Daemon, auction.Query{}, sortedIDs(st.PeerID, other.ID().String()), 30*time.Second)
+	eventuallyProviders(t, boot.Daemon, terms.Query{}, sortedIDs(st.PeerID, other.ID().String()), 30*time.Second)
 	waitSubscribed(t, boot.Daemon, other.ID(), other.Advertised())
 
-	job := shJob(auction.Silver, 2, script)
+	job := shJob(terms.Silver, 2, script)
 	job.Duration, job.CheckpointEvery = time.Minute, every
 	v := post(t, boot, job)
-	if v.State != auction.JobLeased || v.Lease.Provider != st.PeerID {
+	if v.State != terms.JobLeased || v.Lease.Provider != st.PeerID {
 		t.Fatalf("job should be leased on the cheaper provider process: %s winner %s %v", v.State, v.Winner, v.Reasons)
 	}
 	first := v.Lease.ID
 	// Mid-job: the renter holds a periodic checkpoint, the second.
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "second periodic checkpoint held", func(v api.JobView) bool {
-		return v.Checkpoint != nil && v.Checkpoint.LeaseID == first && v.Checkpoint.Seq >= 2 && v.Run == auction.RunRunning
+		return v.Checkpoint != nil && v.Checkpoint.LeaseID == first && v.Checkpoint.Seq >= 2 && v.Run == terms.RunRunning
 	})
-	if v.Checkpoint.Reason != auction.CheckpointPeriodic {
+	if v.Checkpoint.Reason != terms.CheckpointPeriodic {
 		t.Fatalf("checkpoint %+v, want a periodic one", v.Checkpoint)
 	}
 	// Kill it between two checkpoints: a few steps past the one held.
@@ -392,13 +392,13 @@ func TestCheckpointSurvivesProviderKill(t *testing.T) {
 		t.Fatalf("%d earlier attempts, want 1", len(v.History))
 	}
 	h := v.History[0]
-	if h.Lease.ID != first || h.Run != auction.RunFailed || h.Fault != auction.FaultProvider || !strings.Contains(h.Detail, "no heartbeat") {
+	if h.Lease.ID != first || h.Run != terms.RunFailed || h.Fault != terms.FaultProvider || !strings.Contains(h.Detail, "no heartbeat") {
 		t.Fatalf("first attempt: lease %s run %s fault %q detail %q", h.Lease.ID, h.Run, h.Fault, h.Detail)
 	}
 	if !slices.Contains(v.Job.Exclude, st.PeerID) {
 		t.Fatalf("the killed provider is not excluded from the job: %v", v.Job.Exclude)
 	}
-	if v.Lease.Provider != other.ID().String() || v.Run != auction.RunSucceeded || v.State != auction.JobFinished {
+	if v.Lease.Provider != other.ID().String() || v.Run != terms.RunSucceeded || v.State != terms.JobFinished {
 		t.Fatalf("second attempt: provider %s run %s (%s) state %s", v.Lease.Provider, v.Run, v.Detail, v.State)
 	}
 	if h.Checkpoint == nil || v.Restored == nil || v.Restored.Artifact != h.Checkpoint.Artifact || v.Restored.LeaseID != first {

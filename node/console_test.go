@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/console"
 	"golang.org/x/net/html"
@@ -233,7 +233,7 @@ func TestConsole(t *testing.T) {
 	// The job writes a line meant to run script in the console, and waits
 	// for the test before it ends.
 	const hostile = `<img src=x onerror="document.body.dataset.pwned=1">`
-	v := post(t, renter, shJob(auction.Silver, 2, `echo first line; echo '`+hostile+`'; until [ -e go ]; do sleep 0.1; done; echo second line`))
+	v := post(t, renter, shJob(terms.Silver, 2, `echo first line; echo '`+hostile+`'; until [ -e go ]; do sleep 0.1; done; echo second line`))
 	if !leased(v) {
 		t.Fatalf("not leased: %v", v.Reasons)
 	}
@@ -274,7 +274,7 @@ func TestConsole(t *testing.T) {
 		if attr(body, "data-log") != "streaming" || !strings.HasPrefix(logText, "first line\n"+hostile+"\n") || strings.Contains(logText, "second line") {
 			t.Errorf("log %s: %q", attr(body, "data-log"), logText)
 		}
-		if f := fields(one(t, doc, "status", hasAttr("id", "job"))); f["run"] != string(auction.RunRunning) {
+		if f := fields(one(t, doc, "status", hasAttr("id", "job"))); f["run"] != string(terms.RunRunning) {
 			t.Errorf("run %q while it runs", f["run"])
 		}
 		if attr(body, "data-pwned") != "" || len(all(doc, isTag("img"))) > 0 {
@@ -286,7 +286,7 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("exec touch go: %+v %v", r, err)
 	}
 	v = waitJob(t, renter, id, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
-	if v.Run != auction.RunSucceeded {
+	if v.Run != terms.RunSucceeded {
 		t.Fatalf("run %s: %s", v.Run, v.Detail)
 	}
 	waitChange(t, 15*time.Second, "the provider settled", func() bool {
@@ -324,7 +324,7 @@ func TestConsole(t *testing.T) {
 				t.Errorf("POST %s on the console: %d %.100q", p, code, b)
 			}
 		}
-		if js, _ := rc.Jobs(ctx); len(js) != 1 || js[0].Run != auction.RunSucceeded {
+		if js, _ := rc.Jobs(ctx); len(js) != 1 || js[0].Run != terms.RunSucceeded {
 			t.Errorf("jobs after the POSTs: %+v", js)
 		}
 		// Without a token any local user reads the listener: no logs there.
@@ -381,7 +381,7 @@ func TestConsole(t *testing.T) {
 
 		// Providers: providers --json (free GPUs, price now, reliability).
 		doc, _ = renderConsole(t, br, page(rAddr, "/providers.html"))
-		ps, err := rc.Providers(ctx, auction.Query{})
+		ps, err := rc.Providers(ctx, terms.Query{})
 		if err != nil || len(ps) != 1 {
 			t.Fatalf("providers: %v %v", ps, err)
 		}
@@ -412,7 +412,7 @@ func TestConsole(t *testing.T) {
 		e := bids.Explain
 		sameFields(t, "why the winner won", fields(one(t, doc, "explanation", hasAttr("id", "explanation"))), map[string]string{
 			"explain.winner": e.Winner, "explain.rank": fmt.Sprint(e.Rank), "explain.rule": e.Rule, "explain.score": fmt.Sprintf("%.4f", e.Score)})
-		if e.Winner != prov.ID().String() || e.Rule != auction.RuleOnlyEligible {
+		if e.Winner != prov.ID().String() || e.Rule != terms.RuleOnlyEligible {
 			t.Errorf("explanation %+v", e)
 		}
 		bidRows := all(one(t, doc, "bids", hasAttr("id", "bids")), hasAttr("data-bid", prov.ID().String()))

@@ -19,7 +19,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/gpuproof"
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/artifact/jobs"
 	"github.com/gpumesh/gpumesh/node/artifact/transfer"
@@ -98,8 +98,8 @@ type Daemon struct {
 	signer *sign.Signer
 	// containers is what the provider's executor can do with image jobs
 	// (set once the executor exists; advertised in the capability).
-	containers auction.ContainerSupport
-	// canSeal says the provider runs sealed jobs (auction.Policy.Sealed).
+	containers terms.ContainerSupport
+	// canSeal says the provider runs sealed jobs (terms.Policy.Sealed).
 	canSeal bool
 	// imageIDs maps an owner and its image artifact (owner \x00 id) to
 	// the ID of the image loaded from it, so that owner's next job whose
@@ -199,7 +199,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	d.fp = attest.Fingerprint{Peer: d.signer.ID().String(), Driver: d.inv.Driver, CUDA: d.inv.CUDA, Source: d.inv.Source, IssuedAt: d.now()}
 	for _, g := range d.inv.GPUs {
-		d.fp.GPUs = append(d.fp.GPUs, auction.GPU{Model: g.Model, VRAMGB: g.VRAMGB, UUID: g.UUID, Detected: g.Detected})
+		d.fp.GPUs = append(d.fp.GPUs, terms.GPU{Model: g.Model, VRAMGB: g.VRAMGB, UUID: g.UUID, Detected: g.Detected})
 	}
 	d.fpHash = d.fp.Hash()
 
@@ -209,8 +209,8 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		ListenAddrs: d.cfg.Listen,
 		Bootstrap:   d.cfg.Bootstrap,
 		Validators: map[string]record.Validator{
-			auction.CapabilityNamespace: auction.CapabilityValidator{Now: d.now, Successions: d.succ},
-			attest.SuccessionNamespace:  attest.SuccessionValidator{Now: d.now, Successions: d.succ},
+			terms.CapabilityNamespace:  terms.CapabilityValidator{Now: d.now, Successions: d.succ},
+			attest.SuccessionNamespace: attest.SuccessionValidator{Now: d.now, Successions: d.succ},
 		},
 		ProvideValidity: discovery.ProvideValidity(ttl),
 		MDNS:            d.cfg.MDNS,
@@ -323,7 +323,7 @@ func (d *Daemon) advertiseTTL() time.Duration {
 }
 
 // capability builds the node's current capability record.
-func (d *Daemon) capability(ttl time.Duration) auction.Capability {
+func (d *Daemon) capability(ttl time.Duration) terms.Capability {
 	now := d.now()
 	seq := uint64(now.UnixNano())
 	if last := d.seq.Load(); seq <= last {
@@ -333,7 +333,7 @@ func (d *Daemon) capability(ttl time.Duration) auction.Capability {
 	free := d.freeGPUs(now)
 	pol := d.cfg.Provider.Policy
 	pol.Sealed = d.canSeal
-	return auction.Capability{
+	return terms.Capability{
 		Peer:        d.ID().String(),
 		Addrs:       d.Addrs(),
 		Region:      d.cfg.Region,
@@ -348,7 +348,7 @@ func (d *Daemon) capability(ttl time.Duration) auction.Capability {
 		Seq:         seq,
 		IssuedAt:    now,
 		ExpiresAt:   now.Add(ttl),
-		Artifacts:   d.artifacts.Store().Held(auction.MaxAdvertisedArtifacts),
+		Artifacts:   d.artifacts.Store().Held(terms.MaxAdvertisedArtifacts),
 	}
 }
 
@@ -362,7 +362,7 @@ func (d *Daemon) freeGPUs(now time.Time) int {
 }
 
 // Advertised returns the last capability record this node put in the DHT.
-func (d *Daemon) Advertised() *auction.Capability { return d.disc.Advertised() }
+func (d *Daemon) Advertised() *terms.Capability { return d.disc.Advertised() }
 
 // protocolLimits are the stream and frame memory limits of the daemon's
 // own protocols (libp2p's resource manager enforces them): no peer, and

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestProviderDialsNoAddressACallNames: a stranger's call for bids names
@@ -28,13 +29,13 @@ func TestProviderDialsNoAddressACallNames(t *testing.T) {
 	prov := startNode(t, t.TempDir(), providerConfig("eu-west", 1.0, a100), nil)
 	defer prov.Close()
 	stranger := signtest.New(t)
-	job := shJob(auction.Silver, 2, "true")
-	job.ID, job.Owner, job.CreatedAt, job.BidWindow = auction.NewID("job"), stranger.ID().String(), time.Now(), time.Second
+	job := shJob(terms.Silver, 2, "true")
+	job.ID, job.Owner, job.CreatedAt, job.BidWindow = terms.NewID("job"), stranger.ID().String(), time.Now(), time.Second
 	job.OwnerAddrs = []string{
 		"/ip4/127.0.0.1/tcp/" + strconv.Itoa(port),
 		"/ip4/127.0.0.1/tcp/" + strconv.Itoa(port) + "/p2p/" + stranger.ID().String(),
 	}
-	call, err := auction.EncodeCall(stranger, job, auction.JobTopics(&job)[0])
+	call, err := terms.EncodeCall(stranger, job, auction.JobTopics(&job)[0])
 	if err != nil {
 		t.Fatal(err)
 	}

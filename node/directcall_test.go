@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
 )
@@ -21,7 +21,7 @@ func TestSampledCallsGoOnlyToTheAsked(t *testing.T) {
 	}
 	boot, ns := startNet(t, cfgs...)
 	waitAdvertised(t, boot, ns...)
-	job := shJob(auction.Silver, 2, "true")
+	job := shJob(terms.Silver, 2, "true")
 	job.GPUCount = 1
 	waitExpected(t, boot, &job, idsOf(ns...), 30*time.Second)
 	asked := 0
@@ -31,12 +31,12 @@ func TestSampledCallsGoOnlyToTheAsked(t *testing.T) {
 			t.Fatalf("call not sampled (BidSample %v) with %d providers expected", v.Job.BidSample, len(ns))
 		}
 		for _, n := range ns {
-			if auction.SampledBidder(&v.Job, n.ID().String()) {
+			if terms.SampledBidder(&v.Job, n.ID().String()) {
 				asked++
 			}
 		}
 		for _, b := range v.Bids {
-			if !auction.SampledBidder(&v.Job, b.Bid.Provider) {
+			if !terms.SampledBidder(&v.Job, b.Bid.Provider) {
 				t.Fatalf("provider %s bid without being asked", b.Bid.Provider)
 			}
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
@@ -19,11 +19,11 @@ import (
 )
 
 var (
-	h100  = auction.GPU{Model: "H100", VRAMGB: 80}
-	a100  = auction.GPU{Model: "A100", VRAMGB: 40}
-	a100b = auction.GPU{Model: "A100", VRAMGB: 80}
-	r4090 = auction.GPU{Model: "RTX4090", VRAMGB: 24}
-	l4    = auction.GPU{Model: "L4", VRAMGB: 24}
+	h100  = terms.GPU{Model: "H100", VRAMGB: 80}
+	a100  = terms.GPU{Model: "A100", VRAMGB: 40}
+	a100b = terms.GPU{Model: "A100", VRAMGB: 80}
+	r4090 = terms.GPU{Model: "RTX4090", VRAMGB: 24}
+	l4    = terms.GPU{Model: "L4", VRAMGB: 24}
 )
 
 // TestDiscoveryThroughDHT: a renter finds, through the DHT only, exactly the
@@ -39,20 +39,20 @@ func TestDiscoveryThroughDHT(t *testing.T) {
 	)
 	euH100, usH100, euA100, euA100b, us4090, apMix := ns[0], ns[1], ns[2], ns[3], ns[4], ns[5]
 	cases := []struct {
-		q    auction.Query
+		q    terms.Query
 		want []*testNode
 	}{
-		{auction.Query{GPU: "H100"}, []*testNode{euH100, usH100}},
-		{auction.Query{GPU: "h100", Region: "eu"}, []*testNode{euH100}},
-		{auction.Query{Region: "eu"}, []*testNode{euH100, euA100, euA100b}},
-		{auction.Query{Region: "eu-west"}, []*testNode{euH100, euA100b}},
-		{auction.Query{GPU: "A100", MinVRAM: 80}, []*testNode{euA100b}},
-		{auction.Query{MinVRAM: 40}, []*testNode{euH100, usH100, euA100, euA100b}},
-		{auction.Query{MinVRAM: 24, Region: "ap"}, []*testNode{apMix}},
-		{auction.Query{GPU: "RTX 4090"}, []*testNode{us4090, apMix}},
-		{auction.Query{GPU: "H100", GPUCount: 2}, []*testNode{euH100}},
-		{auction.Query{GPU: "B200"}, nil},
-		{auction.Query{Region: "europe"}, nil},
+		{terms.Query{GPU: "H100"}, []*testNode{euH100, usH100}},
+		{terms.Query{GPU: "h100", Region: "eu"}, []*testNode{euH100}},
+		{terms.Query{Region: "eu"}, []*testNode{euH100, euA100, euA100b}},
+		{terms.Query{Region: "eu-west"}, []*testNode{euH100, euA100b}},
+		{terms.Query{GPU: "A100", MinVRAM: 80}, []*testNode{euA100b}},
+		{terms.Query{MinVRAM: 40}, []*testNode{euH100, usH100, euA100, euA100b}},
+		{terms.Query{MinVRAM: 24, Region: "ap"}, []*testNode{apMix}},
+		{terms.Query{GPU: "RTX 4090"}, []*testNode{us4090, apMix}},
+		{terms.Query{GPU: "H100", GPUCount: 2}, []*testNode{euH100}},
+		{terms.Query{GPU: "B200"}, nil},
+		{terms.Query{Region: "europe"}, nil},
 	}
 	for _, c := range cases {
 		// The renter (bootstrap node) and a provider both see the same answer.
@@ -70,7 +70,7 @@ func TestProviderExpiresAfterTTL(t *testing.T) {
 	stay := providerConfig("eu-west", 1, h100)
 	stay.Provider.AdvertiseTTL = 3 * time.Second
 	boot, ns := startNet(t, short, stay)
-	q := auction.Query{GPU: "H100"}
+	q := terms.Query{GPU: "H100"}
 	eventuallyProviders(t, boot.Daemon, q, idsOf(ns...), 20*time.Second)
 
 	// Kill the first provider (no goodbye message: it simply stops renewing).
@@ -179,7 +179,7 @@ func TestRedialsBootstrapWhenAlone(t *testing.T) {
 	bc.Listen = []string{bootAddr}
 	boot := startNode(t, bootDir, bc, nil)
 	defer boot.Close()
-	eventuallyProviders(t, boot.Daemon, auction.Query{GPU: "A100"}, idsOf(prov), 30*time.Second)
+	eventuallyProviders(t, boot.Daemon, terms.Query{GPU: "A100"}, idsOf(prov), 30*time.Second)
 }
 
 // TestFingerprintChangeVisible: a provider that comes back with different
@@ -188,7 +188,7 @@ func TestRedialsBootstrapWhenAlone(t *testing.T) {
 func TestFingerprintChangeVisible(t *testing.T) {
 	boot, ns := startNet(t, providerConfig("eu-west", 1, a100))
 	p := ns[0]
-	q := auction.Query{}
+	q := terms.Query{}
 	eventuallyProviders(t, boot.Daemon, q, idsOf(p), 20*time.Second)
 	caps, _ := boot.disc.FindProviders(context.Background(), q)
 	before := caps[0].Fingerprint
@@ -208,7 +208,7 @@ func TestFingerprintChangeVisible(t *testing.T) {
 	// Its new record put and its provider records announced (to boot,
 	// the DHT's only other node): a lookup finds them.
 	waitChange(t, 20*time.Second, "the restarted provider's new record", p2.disc.Provided, p2.disc.AdvertisedChanged)
-	if caps, _ := boot.disc.FindProviders(context.Background(), auction.Query{GPU: "H100"}); len(caps) != 1 || caps[0].Fingerprint == before {
+	if caps, _ := boot.disc.FindProviders(context.Background(), terms.Query{GPU: "H100"}); len(caps) != 1 || caps[0].Fingerprint == before {
 		t.Fatalf("new hardware did not show up with a new fingerprint: %+v", caps)
 	}
 	if boot.disc.FingerprintChanges() != 1 || boot.market.allCounters()["discovery.fingerprint_changed"] != 1 {
@@ -245,14 +245,14 @@ func TestNVMLModelNamesOverDHT(t *testing.T) {
 		runtime.SimulatedGPU{Name: "NVIDIA H100 80GB HBM3", UUID: "GPU-11111111-0000-4000-8000-000000000001", MemTotalMB: 81559, TempC: 40, PowerW: 90})
 	r4090n := startSimulated(t, root+"/4090", "eu-west", boot.Daemon,
 		runtime.SimulatedGPU{Name: "NVIDIA GeForce RTX 4090", UUID: "GPU-22222222-0000-4000-8000-000000000002", MemTotalMB: 24564, TempC: 40, PowerW: 60})
-	eventuallyProviders(t, boot.Daemon, auction.Query{GPU: "H100"}, idsOf(h100n), 30*time.Second)
+	eventuallyProviders(t, boot.Daemon, terms.Query{GPU: "H100"}, idsOf(h100n), 30*time.Second)
 	if c := h100n.Advertised(); c == nil || len(c.GPUs) != 1 || !c.GPUs[0].Detected || c.GPUs[0].Model != "NVIDIA H100 80GB HBM3" {
 		t.Fatalf("H100 provider advertises %+v, want its NVML device", c)
 	}
 	waitAdvertised(t, boot, h100n, r4090n)
 	for _, model := range []string{"RTX 4090", "RTX4090"} {
 		t.Run(model, func(t *testing.T) {
-			j := shJob(auction.Silver, 5, "echo dev=$CUDA_VISIBLE_DEVICES")
+			j := shJob(terms.Silver, 5, "echo dev=$CUDA_VISIBLE_DEVICES")
 			j.GPUModels = []string{model}
 			v := post(t, boot, j)
 			if !leased(v) || v.Lease.Provider != r4090n.ID().String() {
@@ -260,7 +260,7 @@ func TestNVMLModelNamesOverDHT(t *testing.T) {
 			}
 			// It runs on the NVML device, and the receipt names it.
 			v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
-			if v.Run != auction.RunSucceeded || len(v.Receipt.Devices) != 1 || v.Receipt.Devices[0] != "GPU-22222222-0000-4000-8000-000000000002" {
+			if v.Run != terms.RunSucceeded || len(v.Receipt.Devices) != 1 || v.Receipt.Devices[0] != "GPU-22222222-0000-4000-8000-000000000002" {
 				t.Fatalf("job for %q: run %s, receipt devices %v", model, v.Run, v.Receipt.Devices)
 			}
 		})
@@ -280,7 +280,7 @@ func TestNVMLModelNamesOverDHT(t *testing.T) {
 // the lease's end.
 func TestProvidersShowFreeGPUsAndPriceNow(t *testing.T) {
 	t.Parallel()
-	cfg := fastConfig(withPolicy(providerConfig("eu-west", 1, h100, h100), func(p *auction.Policy) { p.OccupancySurcharge = 1 }))
+	cfg := fastConfig(withPolicy(providerConfig("eu-west", 1, h100, h100), func(p *terms.Policy) { p.OccupancySurcharge = 1 }))
 	boot, ns := startNet(t, cfg)
 	prov := ns[0]
 	waitAdvertised(t, boot, prov)
@@ -298,7 +298,7 @@ func TestProvidersShowFreeGPUsAndPriceNow(t *testing.T) {
 			return c != nil && c.FreeGPUs != nil && *c.FreeGPUs == free
 		}, prov.disc.AdvertisedChanged)
 		{
-			vs, err := cl.Providers(ctx, auction.Query{})
+			vs, err := cl.Providers(ctx, terms.Query{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -323,7 +323,7 @@ func TestProvidersShowFreeGPUsAndPriceNow(t *testing.T) {
 		}
 	}
 	provider(2, 1)
-	v := post(t, boot, shJob(auction.Silver, 5, "sleep 60"))
+	v := post(t, boot, shJob(terms.Silver, 5, "sleep 60"))
 	if !leased(v) {
 		t.Fatalf("job not leased: %s %v", v.State, v.Reasons)
 	}

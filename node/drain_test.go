@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -32,17 +33,17 @@ func TestDrainFinishesShortHandsBackLong(t *testing.T) {
 	pa, pb := ns[0], ns[1]
 	waitAdvertised(t, boot, ns...)
 
-	short := shJob(auction.Silver, 2, "sleep 3; echo short-done")
+	short := shJob(terms.Silver, 2, "sleep 3; echo short-done")
 	short.Duration = 10 * time.Second
 	sv := post(t, boot, short)
-	long := shJob(auction.Silver, 2, "echo long-started; sleep 600")
+	long := shJob(terms.Silver, 2, "echo long-started; sleep 600")
 	lv := post(t, boot, long)
 	for _, v := range []api.JobView{sv, lv} {
-		if v.State != auction.JobLeased || v.Winner != pa.ID().String() {
+		if v.State != terms.JobLeased || v.Winner != pa.ID().String() {
 			t.Fatalf("job %s should be leased on the cheaper provider: %s winner %s %v", v.Job.ID, v.State, v.Winner, v.Reasons)
 		}
 	}
-	waitJob(t, boot, lv.Job.ID, 20*time.Second, "long running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	waitJob(t, boot, lv.Job.ID, 20*time.Second, "long running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 
 	cl := api.NewClient(pa.dir)
 	dv, err := cl.Drain(context.Background(), 30*time.Second)
@@ -58,18 +59,18 @@ func TestDrainFinishesShortHandsBackLong(t *testing.T) {
 	}
 
 	lv = waitJob(t, boot, lv.Job.ID, 30*time.Second, "long job requeued on the other provider", func(v api.JobView) bool {
-		return len(v.History) == 1 && v.Lease != nil && v.Lease.Provider == pb.ID().String() && v.Run == auction.RunRunning
+		return len(v.History) == 1 && v.Lease != nil && v.Lease.Provider == pb.ID().String() && v.Run == terms.RunRunning
 	})
 	first := lv.History[0]
-	if first.Run != auction.RunPreempted || first.Detail != auction.HandBackDetail || first.Fault != auction.FaultNone ||
+	if first.Run != terms.RunPreempted || first.Detail != terms.HandBackDetail || first.Fault != terms.FaultNone ||
 		first.Lease.Provider != pa.ID().String() {
 		t.Fatalf("handed-back lease: run %s detail %q fault %q provider %s", first.Run, first.Detail, first.Fault, first.Lease.Provider)
 	}
-	if lv.Job.Attempt != 1 || lv.Job.Tier != auction.Silver {
+	if lv.Job.Attempt != 1 || lv.Job.Tier != terms.Silver {
 		t.Fatalf("requeued job: attempt %d tier %s", lv.Job.Attempt, lv.Job.Tier)
 	}
 	sv = waitJob(t, boot, sv.Job.ID, 30*time.Second, "short job settled", func(v api.JobView) bool { return v.Receipt != nil })
-	if sv.Run != auction.RunSucceeded || sv.Lease.Provider != pa.ID().String() || len(sv.History) != 0 {
+	if sv.Run != terms.RunSucceeded || sv.Lease.Provider != pa.ID().String() || len(sv.History) != 0 {
 		t.Fatalf("short job: run %s (%s) on %s, %d earlier attempts", sv.Run, sv.Detail, sv.Lease.Provider, len(sv.History))
 	}
 	// The supervisor's own wait: it looks again at each change of its
@@ -93,10 +94,10 @@ func TestDrainFinishesShortHandsBackLong(t *testing.T) {
 
 	// (c) A call only the drained provider could take is declined with
 	// the reason "draining".
-	h := shJob(auction.Silver, 2, "true")
+	h := shJob(terms.Silver, 2, "true")
 	h.GPUModels = []string{"H100"}
 	hv := post(t, boot, h)
-	if hv.State == auction.JobLeased {
+	if hv.State == terms.JobLeased {
 		t.Fatalf("a draining provider took a job: winner %s", hv.Winner)
 	}
 	bids, err := api.NewClient(boot.dir).Bids(context.Background(), hv.Job.ID)
@@ -113,7 +114,7 @@ func TestDrainFinishesShortHandsBackLong(t *testing.T) {
 	if st, _ := cl.ProviderStats(context.Background()); st.Draining || pa.Status().Draining {
 		t.Fatal("still draining after undrain")
 	}
-	h2 := shJob(auction.Silver, 2, "true")
+	h2 := shJob(terms.Silver, 2, "true")
 	h2.GPUModels = []string{"H100"}
 	if v := post(t, boot, h2); !leased(v) || v.Winner != pa.ID().String() {
 		t.Fatalf("undrained provider did not take the job: %s winner %s %v", v.State, v.Winner, v.Reasons)
@@ -140,29 +141,29 @@ func TestSigtermDrainsAndKeepsReservations(t *testing.T) {
 	proc, st := startProviderProcessWith(t, bin, dir, boot, cfg)
 	other := startNode(t, root+"/other", fastConfig(providerConfig("eu-west", 1.5, h100)), boot.Daemon)
 	t.Cleanup(func() { other.Close() })
-	eventuallyProviders(t, boot.Daemon, auction.Query{}, sortedIDs(st.PeerID, other.ID().String()), 30*time.Second)
+	eventuallyProviders(t, boot.Daemon, terms.Query{}, sortedIDs(st.PeerID, other.ID().String()), 30*time.Second)
 	waitSubscribed(t, boot.Daemon, other.ID(), other.Advertised())
 
 	// The long job counts (for 100 s) with its counter in its checkpoint
 	// dir; it saves no periodic checkpoint: only the one the hand-back
 	// takes as it stops.
-	long := shJob(auction.Silver, 2, counterScript(400))
+	long := shJob(terms.Silver, 2, counterScript(400))
 	lv := post(t, boot, long)
-	short := shJob(auction.Silver, 2, "sleep 8; echo short-done")
+	short := shJob(terms.Silver, 2, "sleep 8; echo short-done")
 	short.GPUModels, short.Duration = []string{"A100"}, 40*time.Second
 	sv := post(t, boot, short)
-	reserved := shJob(auction.Silver, 2, "echo reserved-ran")
+	reserved := shJob(terms.Silver, 2, "echo reserved-ran")
 	reserved.GPUModels, reserved.Duration = []string{"A100"}, 5*time.Second
 	rv := post(t, boot, reserved)
 	for _, v := range []api.JobView{lv, sv, rv} {
-		if v.State != auction.JobLeased || v.Lease.Provider != st.PeerID {
+		if v.State != terms.JobLeased || v.Lease.Provider != st.PeerID {
 			t.Fatalf("job %s not leased on the cheaper provider: %s %v", v.Job.ID, v.State, v.Reasons)
 		}
 	}
 	if !rv.Lease.Start.After(time.Now().Add(25 * time.Second)) {
 		t.Fatalf("the third lease should be a reservation after the short one: starts %s", rv.Lease.Start)
 	}
-	waitJob(t, boot, sv.Job.ID, 20*time.Second, "short running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	waitJob(t, boot, sv.Job.ID, 20*time.Second, "short running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 	jobsDir := filepath.Join(dir, "jobs")
 	waitLogIn(t, jobsDir, lv.Lease.ID, regexp.MustCompile(`(?m)^step 2$`), 20*time.Second)
 
@@ -177,16 +178,16 @@ func TestSigtermDrainsAndKeepsReservations(t *testing.T) {
 		t.Fatal("the provider did not stop within 40s of SIGTERM")
 	}
 	lv = waitJob(t, boot, lv.Job.ID, 30*time.Second, "long job requeued on the other provider", func(v api.JobView) bool {
-		return len(v.History) == 1 && v.Lease != nil && v.Lease.Provider == other.ID().String() && v.Run == auction.RunRunning
+		return len(v.History) == 1 && v.Lease != nil && v.Lease.Provider == other.ID().String() && v.Run == terms.RunRunning
 	})
 	h := lv.History[0]
-	if h.Run != auction.RunPreempted || h.Detail != auction.HandBackDetail || h.Lease.Provider != st.PeerID {
+	if h.Run != terms.RunPreempted || h.Detail != terms.HandBackDetail || h.Lease.Provider != st.PeerID {
 		t.Fatalf("long job's first lease: run %s detail %q provider %s", h.Run, h.Detail, h.Lease.Provider)
 	}
 	// It resumes there from the checkpoint the hand-back took as it
 	// stopped the job, which the stopping daemon delivered before exiting.
 	saved := waitLogIn(t, jobsDir, h.Lease.ID, regexp.MustCompile(`stopped, saved (\d+)\n`), time.Second)[1]
-	if h.Checkpoint == nil || h.Checkpoint.Reason != auction.CheckpointStopped || lv.Restored == nil || lv.Restored.Artifact != h.Checkpoint.Artifact {
+	if h.Checkpoint == nil || h.Checkpoint.Reason != terms.CheckpointStopped || lv.Restored == nil || lv.Restored.Artifact != h.Checkpoint.Artifact {
 		t.Fatalf("long job: first lease's checkpoint %+v, second restored %+v", h.Checkpoint, lv.Restored)
 	}
 	n, _ := strconv.Atoi(saved)
@@ -200,7 +201,7 @@ func TestSigtermDrainsAndKeepsReservations(t *testing.T) {
 	waitLog(t, other, lv.Lease.ID, regexp.MustCompile(`(?m)^step `+strconv.Itoa(n+1)+`$`), 10*time.Second)
 	t.Logf("long job handed back at count %d, resumed from it on the other provider", n)
 	sv = waitJob(t, boot, sv.Job.ID, 10*time.Second, "short job succeeded", func(v api.JobView) bool { return v.Run.Terminal() })
-	if sv.Run != auction.RunSucceeded || len(sv.History) != 0 {
+	if sv.Run != terms.RunSucceeded || len(sv.History) != 0 {
 		t.Fatalf("short job: run %s (%s), %d earlier attempts", sv.Run, sv.Detail, len(sv.History))
 	}
 	if v, _ := boot.market.tracker.View(rv.Job.ID); v.Run.Terminal() || v.Lease == nil || v.Lease.ID != rv.Lease.ID {
@@ -224,10 +225,10 @@ func TestSigtermDrainsAndKeepsReservations(t *testing.T) {
 	}
 	// The rebooked calendar offers a job that needs both A100s only the
 	// time after the reservation.
-	later := shJob(auction.Silver, 2, "echo later")
+	later := shJob(terms.Silver, 2, "echo later")
 	later.GPUModels, later.GPUCount, later.Duration = []string{"A100"}, 2, time.Minute
 	lj := post(t, boot, later)
-	if lj.State != auction.JobLeased || lj.Lease.Provider != st.PeerID {
+	if lj.State != terms.JobLeased || lj.Lease.Provider != st.PeerID {
 		t.Fatalf("later job not leased: %s %v", lj.State, lj.Reasons)
 	}
 	// It never overlaps the reservation. Both may move earlier (the GPUs
@@ -255,7 +256,7 @@ func TestSigtermDrainsAndKeepsReservations(t *testing.T) {
 	rv = waitJob(t, boot, rv.Job.ID, time.Until(rv.Lease.Start)+30*time.Second, "reservation ran", func(v api.JobView) bool {
 		return v.Receipt != nil
 	})
-	if rv.Run != auction.RunSucceeded || len(rv.History) != 0 || rv.Lease.Provider != st.PeerID {
+	if rv.Run != terms.RunSucceeded || len(rv.History) != 0 || rv.Lease.Provider != st.PeerID {
 		t.Fatalf("reservation: run %s (%s), %d earlier attempts, provider %s", rv.Run, rv.Detail, len(rv.History), rv.Lease.Provider)
 	}
 	if rv.Started.Before(rv.Lease.Start) {

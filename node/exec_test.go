@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -149,14 +149,14 @@ func TestExecAndPortForwardIntoAJob(t *testing.T) {
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
 	prov := ns[0]
 	waitAdvertised(t, boot, prov)
-	job := auction.Job{Tier: auction.Gold, MaxPrice: 2, Region: "eu", GPUCount: 1, Duration: 10 * time.Minute, BidWindow: time.Second,
-		Run: auction.RunSpec{Command: []string{bin}, Env: map[string]string{"PORT": "8000", "MODEL": "m1"}}}
+	job := terms.Job{Tier: terms.Gold, MaxPrice: 2, Region: "eu", GPUCount: 1, Duration: 10 * time.Minute, BidWindow: time.Second,
+		Run: terms.RunSpec{Command: []string{bin}, Env: map[string]string{"PORT": "8000", "MODEL": "m1"}}}
 	v := post(t, boot, job)
 	if !leased(v) {
 		t.Fatalf("job not leased: %+v", v)
 	}
 	id := v.Job.ID
-	v = waitJob(t, boot, id, 30*time.Second, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	v = waitJob(t, boot, id, 30*time.Second, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 	c := api.NewClient(boot.dir)
 	_, jobUID := processOf(t, bin)
 

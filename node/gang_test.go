@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -40,7 +40,7 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 	t.Cleanup(func() { b.Close() })
 	c := startNode(t, root+"/c", fastConfig(providerConfig("eu-west", 1.5, a100, a100)), boot.Daemon)
 	t.Cleanup(func() { c.Close() })
-	eventuallyProviders(t, boot.Daemon, auction.Query{}, sortedIDs(st.PeerID, b.ID().String(), c.ID().String()), 30*time.Second)
+	eventuallyProviders(t, boot.Daemon, terms.Query{}, sortedIDs(st.PeerID, b.ID().String(), c.ID().String()), 30*time.Second)
 	waitSubscribed(t, boot.Daemon, b.ID(), b.Advertised())
 	waitSubscribed(t, boot.Daemon, c.ID(), c.Advertised())
 	jobsDir := map[string]string{st.PeerID: filepath.Join(dir, "jobs"), b.ID().String(): b.paths.Jobs(), c.ID().String(): c.paths.Jobs()}
@@ -49,11 +49,11 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 	// its gang network gives it, from the lease's signed gang terms), does
 	// a ring all-reduce with the other over the gang network, then counts.
 	ring := gangRing(t)
-	job := shJob(auction.Silver, 2, `echo "rank $RANK of $WORLD_SIZE, master $MASTER_ADDR"; `+ring+` allreduce 1000 || exit 1; `+
+	job := shJob(terms.Silver, 2, `echo "rank $RANK of $WORLD_SIZE, master $MASTER_ADDR"; `+ring+` allreduce 1000 || exit 1; `+
 		sumCounterScript(n, "0.2"))
 	job.Nodes, job.GPUCount, job.Duration, job.CheckpointEvery = 2, 2, time.Minute, time.Second
 	v := post(t, boot, job)
-	if v.State != auction.JobLeased || len(v.Members) != 2 {
+	if v.State != terms.JobLeased || len(v.Members) != 2 {
 		t.Fatalf("gang not placed: %s %v", v.State, v.Reasons)
 	}
 	// The cheapest two: the provider process (rank 0) and b.
@@ -71,7 +71,7 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 			return false
 		}
 		for i, m := range v.Gang {
-			if m.Run != auction.RunRunning || m.Checkpoint == nil || m.Checkpoint.LeaseID != first[i].ID || m.Checkpoint.Seq < 2 {
+			if m.Run != terms.RunRunning || m.Checkpoint == nil || m.Checkpoint.LeaseID != first[i].ID || m.Checkpoint.Seq < 2 {
 				return false
 			}
 		}
@@ -88,7 +88,7 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 			return false
 		}
 		for _, m := range v.Gang {
-			if m.Run != auction.RunSucceeded || !m.Settled {
+			if m.Run != terms.RunSucceeded || !m.Settled {
 				return false
 			}
 		}
@@ -128,10 +128,10 @@ func TestGangResumesFromCheckpointsAfterProviderKill(t *testing.T) {
 	if err != nil || len(r1.History) != 1 {
 		t.Fatalf("rank 1's record: %v, %d earlier leases", err, len(r1.History))
 	}
-	if h := r1.History[0]; h.Lease.ID != first[1].ID || h.Run != auction.RunPreempted || h.Fault != auction.FaultNone || !h.Receipt || h.Checkpoint == nil {
+	if h := r1.History[0]; h.Lease.ID != first[1].ID || h.Run != terms.RunPreempted || h.Fault != terms.FaultNone || !h.Receipt || h.Checkpoint == nil {
 		t.Fatalf("rank 1's first lease: %+v", h)
 	}
-	if h := v.History[0]; h.Lease.ID != first[0].ID || h.Run != auction.RunFailed || h.Fault != auction.FaultProvider {
+	if h := v.History[0]; h.Lease.ID != first[0].ID || h.Run != terms.RunFailed || h.Fault != terms.FaultProvider {
 		t.Fatalf("rank 0's first lease: %+v", h)
 	}
 }

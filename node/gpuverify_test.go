@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/gpuproof"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -67,10 +67,10 @@ func TestVerifyReachesAnotherNodesBook(t *testing.T) {
 	verifier := startWith(t, filepath.Join(root, "verifier"), renterConfig(), nil,
 		Options{ChallengePolicy: &slow, VerdictRepublish: 100 * time.Millisecond})
 	prov := startWith(t, filepath.Join(root, "provider"),
-		providerConfig("eu-west", 1, auction.GPU{Model: "H100", VRAMGB: 80}), verifier.Daemon,
+		providerConfig("eu-west", 1, terms.GPU{Model: "H100", VRAMGB: 80}), verifier.Daemon,
 		Options{ChallengeBackend: fastDevice{}})
 	observer := startWith(t, filepath.Join(root, "observer"), renterConfig(), verifier.Daemon, Options{})
-	eventuallyProviders(t, verifier.Daemon, auction.Query{}, idsOf(prov), 30*time.Second)
+	eventuallyProviders(t, verifier.Daemon, terms.Query{}, idsOf(prov), 30*time.Second)
 	pid := prov.ID().String()
 	// The observer must hear the verdict topic's gossip from the verifier:
 	// each must have the other's subscription (the verifier's reaching the
@@ -110,8 +110,8 @@ func TestDeclaredGPUsAreUnverifiable(t *testing.T) {
 	root := t.TempDir()
 	verifier := startWith(t, filepath.Join(root, "verifier"), renterConfig(), nil, Options{})
 	prov := startWith(t, filepath.Join(root, "provider"),
-		providerConfig("eu-west", 1, auction.GPU{Model: "RTX 4090", VRAMGB: 24}), verifier.Daemon, Options{})
-	eventuallyProviders(t, verifier.Daemon, auction.Query{}, idsOf(prov), 30*time.Second)
+		providerConfig("eu-west", 1, terms.GPU{Model: "RTX 4090", VRAMGB: 24}), verifier.Daemon, Options{})
+	eventuallyProviders(t, verifier.Daemon, terms.Query{}, idsOf(prov), 30*time.Second)
 	pid := prov.ID().String()
 	before := verifier.market.book.Score(pid)
 	res := verify(t, verifier, api.VerifyRequest{Peer: pid})

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/config"
@@ -164,13 +164,13 @@ func TestHostileTenantAmongEight(t *testing.T) {
 
 	// Renter 0 is the hostile tenant's; renters 1..7 post one honest job each.
 	const hostileAt = 0
-	jobs := make([]auction.Job, len(renters))
+	jobs := make([]terms.Job, len(renters))
 	markers := make([]string, len(renters))
 	sizes := make([]int, len(renters))
 	for i := range renters {
 		if i == hostileAt {
-			j := shJob(auction.Silver, 2, hostileScript)
-			j.ID = auction.NewID("hostile")
+			j := shJob(terms.Silver, 2, hostileScript)
+			j.ID = terms.NewID("hostile")
 			j.CheckpointEvery = time.Second
 			j.Run.Outputs = "out"
 			j.Run.Env = map[string]string{"HOSTILE_TARGET": prov.dir}
@@ -180,10 +180,10 @@ func TestHostileTenantAmongEight(t *testing.T) {
 			jobs[i] = j
 			continue
 		}
-		markers[i] = fmt.Sprintf("honest-tenant-%d-%s", i, auction.NewID("secret"))
+		markers[i] = fmt.Sprintf("honest-tenant-%d-%s", i, terms.NewID("secret"))
 		sizes[i] = 50 + 10*i
-		j := shJob(auction.Silver, 2, honestScript(markers[i], sizes[i]))
-		j.ID = auction.NewID("honest")
+		j := shJob(terms.Silver, 2, honestScript(markers[i], sizes[i]))
+		j.ID = terms.NewID("honest")
 		j.Run.Outputs = "out"
 		jobs[i] = j
 	}
@@ -238,7 +238,7 @@ func TestHostileTenantAmongEight(t *testing.T) {
 		t.Errorf("the hostile tenant's renter kept no checkpoint: the attack on checkpoints did not engage (run %s, %s, fault %q; log:\n%s)",
 			hv.Run, hv.Detail, hv.Fault, withoutFlood(leaseLog(prov, hv.Lease.ID)))
 	}
-	if hv.Run != auction.RunSucceeded && hv.Fault != auction.FaultJob {
+	if hv.Run != terms.RunSucceeded && hv.Fault != terms.FaultJob {
 		t.Errorf("hostile job ended %s (%s) at fault %q: only the job's own fault may end it", hv.Run, hv.Detail, hv.Fault)
 	}
 	hlog := leaseLog(prov, hv.Lease.ID)
@@ -281,7 +281,7 @@ func TestHostileTenantAmongEight(t *testing.T) {
 			b, _ := os.ReadFile(filepath.Join(dest, "procs"))
 			t.Logf("hostile tenant saw %s processes in /proc at each look", strings.Join(strings.Fields(string(b)), ", "))
 		}
-	} else if hv.Run == auction.RunSucceeded {
+	} else if hv.Run == terms.RunSucceeded {
 		t.Error("hostile job succeeded with no outputs artifact")
 	}
 	// Everything its renter holds: no byte of the provider's key.
@@ -297,7 +297,7 @@ func TestHostileTenantAmongEight(t *testing.T) {
 		v := waitJob(t, r, jobs[i].ID, 30*time.Second, "honest job ended and settled", func(v api.JobView) bool {
 			return v.Run.Terminal() && v.Receipt != nil
 		})
-		if v.Run != auction.RunSucceeded || v.Lease.Provider != prov.ID().String() || !strings.HasPrefix(v.Evidence, "log verified") {
+		if v.Run != terms.RunSucceeded || v.Lease.Provider != prov.ID().String() || !strings.HasPrefix(v.Evidence, "log verified") {
 			t.Errorf("honest job %d: %s (%s, fault %q) on %s, evidence %q", i, v.Run, v.Detail, v.Fault, v.Lease.Provider, v.Evidence)
 			continue
 		}
@@ -338,13 +338,13 @@ func TestHostileTenantAmongEight(t *testing.T) {
 	} else if st.PeerID != prov.ID().String() {
 		t.Fatalf("provider status names %s", st.PeerID)
 	}
-	next := shJob(auction.Silver, 2, `ls -a /tmp /run/lock; if [ -e /tmp/planted ] || [ -e /run/lock/planted ]; then echo "plants seen"; exit 3; fi; echo "next tenant clean"`)
+	next := shJob(terms.Silver, 2, `ls -a /tmp /run/lock; if [ -e /tmp/planted ] || [ -e /run/lock/planted ]; then echo "plants seen"; exit 3; fi; echo "next tenant clean"`)
 	nv := post(t, renters[1], next)
 	if !leased(nv) {
 		t.Fatalf("next job not leased: %s %v", nv.State, nv.Reasons)
 	}
 	nv = waitJob(t, renters[1], nv.Job.ID, 30*time.Second, "next job settled", func(v api.JobView) bool { return v.Run.Terminal() && v.Receipt != nil })
-	if nv.Run != auction.RunSucceeded {
+	if nv.Run != terms.RunSucceeded {
 		t.Errorf("next tenant's job: %s (%s), log:\n%s", nv.Run, nv.Detail, leaseLog(prov, nv.Lease.ID))
 	}
 	if now, err := os.ReadFile(prov.paths.Key()); err != nil || !bytes.Equal(now, key) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -21,7 +21,7 @@ func TestJobWaitLongPoll(t *testing.T) {
 	root := t.TempDir()
 	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
 	prov := startWith(t, filepath.Join(root, "prov"),
-		fastConfig(providerConfig("eu-west", 0.5, auction.GPU{Model: "A100", VRAMGB: 80})), renter.Daemon, Options{})
+		fastConfig(providerConfig("eu-west", 0.5, terms.GPU{Model: "A100", VRAMGB: 80})), renter.Daemon, Options{})
 	waitAdvertised(t, renter, prov)
 	cl := api.NewClient(renter.dir)
 	get := func(id, wait string) (api.JobView, error) {
@@ -30,7 +30,7 @@ func TestJobWaitLongPoll(t *testing.T) {
 		return v, err
 	}
 
-	v := post(t, renter, shJob(auction.Silver, 2, "echo done"))
+	v := post(t, renter, shJob(terms.Silver, 2, "echo done"))
 	for _, bad := range []string{"soon", "-1s", "2h", "1e9"} {
 		_, err := get(v.Job.ID, bad)
 		if err == nil || !strings.Contains(err.Error(), "wait: want a duration") || strings.Contains(err.Error(), "\n") {

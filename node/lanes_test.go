@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -21,40 +22,40 @@ func TestGoldPreemptsBronze(t *testing.T) {
 	pa, pb := ns[0], ns[1]
 	waitAdvertised(t, boot, ns...)
 
-	bronze := shJob(auction.Bronze, 1.0, `trap 'echo checkpoint; exit 0' TERM; echo started; sleep 12 & wait; echo done`)
+	bronze := shJob(terms.Bronze, 1.0, `trap 'echo checkpoint; exit 0' TERM; echo started; sleep 12 & wait; echo done`)
 	bronze.Duration = time.Minute
 	// The renter wants it running within two minutes, so when it is requeued
 	// the H100 node (busy with gold for 10 minutes) cannot take it back.
 	bronze.Deadline = time.Now().Add(2 * time.Minute)
 	bv := post(t, boot, bronze)
-	if bv.State != auction.JobLeased || bv.Winner != pa.ID().String() {
+	if bv.State != terms.JobLeased || bv.Winner != pa.ID().String() {
 		t.Fatalf("bronze job should go to the cheaper H100 node: %s winner %s", bv.State, bv.Winner)
 	}
-	waitJob(t, boot, bv.Job.ID, 20*time.Second, "bronze running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	waitJob(t, boot, bv.Job.ID, 20*time.Second, "bronze running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 
-	gold := shJob(auction.Gold, 5, "sleep 6; echo gold-done")
+	gold := shJob(terms.Gold, 5, "sleep 6; echo gold-done")
 	gold.GPUModels = []string{"H100"}
 	gv := post(t, boot, gold)
 	goldLeased := time.Now()
-	if gv.State != auction.JobLeased || gv.Winner != pa.ID().String() {
+	if gv.State != terms.JobLeased || gv.Winner != pa.ID().String() {
 		t.Fatalf("gold job not leased on the H100 node: %s %v", gv.State, gv.Reasons)
 	}
 	gv = waitJob(t, boot, gv.Job.ID, 30*time.Second, "gold settled", func(v api.JobView) bool { return v.Receipt != nil })
-	if gv.Run != auction.RunSucceeded {
+	if gv.Run != terms.RunSucceeded {
 		t.Fatalf("gold run %s (%s)", gv.Run, gv.Detail)
 	}
 	bv = waitJob(t, boot, bv.Job.ID, 60*time.Second, "bronze finished on its second lease", func(v api.JobView) bool {
 		return len(v.History) == 1 && v.Lease != nil && v.Lease.ID != v.History[0].Lease.ID && v.Receipt != nil && v.Run.Terminal()
 	})
 	first := bv.History[0]
-	if first.Run != auction.RunPreempted || first.Lease.Provider != pa.ID().String() || !first.Receipt {
+	if first.Run != terms.RunPreempted || first.Lease.Provider != pa.ID().String() || !first.Receipt {
 		t.Fatalf("first bronze lease: %+v", first)
 	}
 	grace := a.Provider.PreemptGrace
 	if stopped := first.Ended.Sub(goldLeased); stopped > grace+time.Second {
 		t.Fatalf("bronze stopped %s after the gold lease, grace is %s", stopped, grace)
 	}
-	if bv.Lease.Provider != pb.ID().String() || bv.Job.Attempt != 1 || bv.Run != auction.RunSucceeded {
+	if bv.Lease.Provider != pb.ID().String() || bv.Job.Attempt != 1 || bv.Run != terms.RunSucceeded {
 		t.Fatalf("requeued bronze: provider %s attempt %d run %s (%s)", bv.Lease.Provider, bv.Job.Attempt, bv.Run, bv.Detail)
 	}
 	// Billing: the preempted lease is paid for the time it ran, not its span.
@@ -99,7 +100,7 @@ func TestDroppedHeartbeatsCostReputation(t *testing.T) {
 	waitAdvertised(t, boot, h, f)
 
 	run := func(model string) api.JobView {
-		j := shJob(auction.Silver, 2, "sleep 3")
+		j := shJob(terms.Silver, 2, "sleep 3")
 		j.GPUModels = []string{model}
 		v := post(t, boot, j)
 		return waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
@@ -113,7 +114,7 @@ func TestDroppedHeartbeatsCostReputation(t *testing.T) {
 		t.Fatalf("honest score %.4f not above flaky %.4f", sh, sf)
 	}
 	// Same price, both eligible: the honest provider wins.
-	j := shJob(auction.Silver, 2, "true")
+	j := shJob(terms.Silver, 2, "true")
 	j.GPUModels = []string{"A100", "L4"}
 	v := post(t, boot, j)
 	if v.Winner != h.ID().String() || len(v.Bids) != 2 || v.Bids[0].Bid.Price != v.Bids[1].Bid.Price {
@@ -135,7 +136,7 @@ func TestConcurrentJobsNoOverbooking(t *testing.T) {
 	views := make(chan api.JobView, jobs)
 	for i := 0; i < jobs; i++ {
 		go func() {
-			j := shJob(auction.Silver, 2, "sleep 30")
+			j := shJob(terms.Silver, 2, "sleep 30")
 			j.Duration = time.Hour
 			j.BidWindow = 3 * time.Second
 			views <- post(t, boot, j)
@@ -145,9 +146,9 @@ func TestConcurrentJobsNoOverbooking(t *testing.T) {
 	for i := 0; i < jobs; i++ {
 		v := <-views
 		switch v.State {
-		case auction.JobLeased:
+		case terms.JobLeased:
 			leased++
-		case auction.JobUnplaceable, auction.JobQueued:
+		case terms.JobUnplaceable, terms.JobQueued:
 			// Queued: it waits on the renter for capacity, saying why.
 			if len(v.Reasons) == 0 {
 				t.Errorf("job %s %s without a reason", v.Job.ID, v.State)

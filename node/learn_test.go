@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
 // waitExpected waits until the renter expects exactly want to answer job,
 // looking again at each record its discovery keeps or forgets.
-func waitExpected(t *testing.T, n *testNode, job *auction.Job, want []string, within time.Duration) {
+func waitExpected(t *testing.T, n *testNode, job *terms.Job, want []string, within time.Duration) {
 	t.Helper()
 	waitChange(t, within, "the renter expects "+strings.Join(want, ", ")+" to answer", func() bool {
 		got := n.disc.ExpectedBidders(job)
@@ -29,9 +29,9 @@ func waitExpected(t *testing.T, n *testNode, job *auction.Job, want []string, wi
 func TestRenterLearnsProvidersWithoutListing(t *testing.T) {
 	root := t.TempDir()
 	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{LearnEvery: 200 * time.Millisecond})
-	p1 := startWith(t, filepath.Join(root, "p1"), fastConfig(providerConfig("eu-west", 0.5, auction.GPU{Model: "A100", VRAMGB: 80})), renter.Daemon, Options{})
-	p2 := startWith(t, filepath.Join(root, "p2"), fastConfig(providerConfig("eu-west", 0.6, auction.GPU{Model: "A100", VRAMGB: 80})), renter.Daemon, Options{})
-	job := shJob(auction.Silver, 2, "true")
+	p1 := startWith(t, filepath.Join(root, "p1"), fastConfig(providerConfig("eu-west", 0.5, terms.GPU{Model: "A100", VRAMGB: 80})), renter.Daemon, Options{})
+	p2 := startWith(t, filepath.Join(root, "p2"), fastConfig(providerConfig("eu-west", 0.6, terms.GPU{Model: "A100", VRAMGB: 80})), renter.Daemon, Options{})
+	job := shJob(terms.Silver, 2, "true")
 	waitExpected(t, renter, &job, idsOf(p1, p2), 30*time.Second)
 
 	// A provider the renter lost track of (joined since its last

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/gpumesh/gpumesh/node/drainapi"
@@ -272,23 +273,37 @@ func (m *market) apiPostJob(r *http.Request) (any, error) {
 		return nil, api.BadRequest("job spec: %v", err)
 	}
 	job := req.Job
+	var task *taskfile.File
 	if req.Task != "" {
 		if !reflect.ValueOf(req.Job).IsZero() {
 			return nil, api.BadRequest("give a job or a task, not both")
 		}
 		var err error
-		if job, err = taskfile.ConvertRequest(req.Task, req.TaskName, m.d.now()); err != nil {
+		if task, err = taskfile.ReadRequest(req.Task, req.TaskName, m.d.now()); err != nil {
 			return nil, err
 		}
+		job = task.Job
 	}
 	job.OwnerAddrs = m.d.Addrs()
 	if err := m.d.jobArts.InputSizes(&job); err != nil {
 		return nil, err
 	}
+	// The tracker validates the job, once: a task's problems are then
+	// explained by its lines.
+	var v api.JobView
+	var err error
 	if req.Queue {
-		return m.tracker.Post(job)
+		v, err = m.tracker.Post(job)
+	} else {
+		v, err = m.tracker.PostChecked(job, m.d.noneCanFit)
 	}
-	return m.tracker.PostChecked(job, m.d.noneCanFit)
+	if err != nil && task != nil {
+		return nil, task.ExplainPost(err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 func (m *market) executorName() string {
@@ -316,11 +331,11 @@ type providerSelf struct{ m *market }
 
 // Capability is the node's advertised capability record, with what the
 // store holds now, not at the last advertisement.
-func (p providerSelf) Capability() auction.Capability {
+func (p providerSelf) Capability() terms.Capability {
 	d := p.m.d
 	if c := d.Advertised(); c != nil {
 		cc := *c
-		cc.Artifacts = d.artifacts.Store().Held(auction.MaxAdvertisedArtifacts)
+		cc.Artifacts = d.artifacts.Store().Held(terms.MaxAdvertisedArtifacts)
 		return cc
 	}
 	return d.capability(d.advertiseTTL())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
@@ -22,7 +23,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-func post(t *testing.T, n *testNode, job auction.Job) api.JobView {
+func post(t *testing.T, n *testNode, job terms.Job) api.JobView {
 	t.Helper()
 	var v api.JobView
 	if err := api.NewClient(n.dir).Do(context.Background(), http.MethodPost, "/jobs", nil, api.PostJobRequest{Job: job}, &v); err != nil {
@@ -33,7 +34,7 @@ func post(t *testing.T, n *testNode, job auction.Job) api.JobView {
 
 // postQueued posts job with queue set: it is posted even when no known
 // provider could run it.
-func postQueued(t *testing.T, n *testNode, job auction.Job) api.JobView {
+func postQueued(t *testing.T, n *testNode, job terms.Job) api.JobView {
 	t.Helper()
 	v, err := api.NewClient(n.dir).PostJobRequest(context.Background(), api.PostJobRequest{Job: job, Queue: true})
 	if err != nil {
@@ -42,10 +43,10 @@ func postQueued(t *testing.T, n *testNode, job auction.Job) api.JobView {
 	return v
 }
 
-func shJob(tier auction.Tier, maxPrice float64, script string) auction.Job {
-	return auction.Job{Tier: tier, MaxPrice: maxPrice, GPUCount: 1, Duration: 10 * time.Minute,
-		Preemptible: tier == auction.Bronze, BidWindow: 1500 * time.Millisecond,
-		Run: auction.RunSpec{Command: []string{"sh", "-c", script}}}
+func shJob(tier terms.Tier, maxPrice float64, script string) terms.Job {
+	return terms.Job{Tier: tier, MaxPrice: maxPrice, GPUCount: 1, Duration: 10 * time.Minute,
+		Preemptible: tier == terms.Bronze, BidWindow: 1500 * time.Millisecond,
+		Run: terms.RunSpec{Command: []string{"sh", "-c", script}}}
 }
 
 // waitJob waits until the renter's view of a job satisfies cond.
@@ -86,7 +87,7 @@ func waitRecords(t *testing.T, n *testNode, within time.Duration, what string, c
 // leased reports whether the auction leased the job: a fast job may have
 // finished by the time its post returns.
 func leased(v api.JobView) bool {
-	return (v.State == auction.JobLeased || v.State == auction.JobFinished) && v.Lease != nil
+	return (v.State == terms.JobLeased || v.State == terms.JobFinished) && v.Lease != nil
 }
 
 func fastConfig(cfg config.Config) config.Config {
@@ -95,7 +96,7 @@ func fastConfig(cfg config.Config) config.Config {
 	return cfg
 }
 
-func withPolicy(cfg config.Config, f func(*auction.Policy)) config.Config {
+func withPolicy(cfg config.Config, f func(*terms.Policy)) config.Config {
 	f(&cfg.Provider.Policy)
 	return cfg
 }
@@ -105,7 +106,7 @@ func withPolicy(cfg config.Config, f func(*auction.Policy)) config.Config {
 // hears calls on, so that a call published by from reaches it.
 func waitAdvertised(t *testing.T, from *testNode, ns ...*testNode) {
 	t.Helper()
-	eventuallyProviders(t, from.Daemon, auction.Query{}, idsOf(ns...), 30*time.Second)
+	eventuallyProviders(t, from.Daemon, terms.Query{}, idsOf(ns...), 30*time.Second)
 	for _, n := range ns {
 		waitSubscribed(t, from.Daemon, n.ID(), n.Advertised())
 	}
@@ -113,7 +114,7 @@ func waitAdvertised(t *testing.T, from *testNode, ns ...*testNode) {
 
 // waitSubscribed waits until from has seen provider id subscribe to each
 // call topic of its capability c.
-func waitSubscribed(t *testing.T, from *Daemon, id peer.ID, c *auction.Capability) {
+func waitSubscribed(t *testing.T, from *Daemon, id peer.ID, c *terms.Capability) {
 	t.Helper()
 	if c == nil {
 		t.Fatalf("provider %s has advertised no capability", id)
@@ -137,32 +138,32 @@ func waitSubscribed(t *testing.T, from *Daemon, id peer.ID, c *auction.Capabilit
 func TestAuctionOnTestnet(t *testing.T) {
 	t.Parallel()
 	now := time.Now().UTC()
-	later := auction.Window{From: now.Add(2 * time.Hour).Format("15:04"), To: now.Add(3 * time.Hour).Format("15:04")}
+	later := terms.Window{From: now.Add(2 * time.Hour).Format("15:04"), To: now.Add(3 * time.Hour).Format("15:04")}
 	// The renter asks every provider whose hardware fits (six): a sampled
 	// call (max_bidders) would ask four, and might leave out an eligible
 	// one, which is not what this test is about.
 	rc := renterConfig()
 	rc.MaxBidders = -1
 	boot, ns := startNetWith(t, rc,
-		providerConfig("eu-west", 2.0, h100),                                  // 0: over the price cap
-		providerConfig("eu-central", 1.1, a100),                               // 1: eligible
-		providerConfig("eu-west", 1.3, a100b),                                 // 2: eligible
-		providerConfig("us-east", 0.9, a100b),                                 // 3: cheapest, but not in the EU
-		providerConfig("eu-north", 0.4, r4090),                                // 4: too little VRAM
-		providerConfig("eu-west", 1.6, auction.GPU{Model: "L40", VRAMGB: 48}), // 5: over the cap
-		withPolicy(providerConfig("eu-central", 1.0, a100), func(p *auction.Policy) { p.Availability = []auction.Window{later} }), // 6: outside its window
+		providerConfig("eu-west", 2.0, h100),                                // 0: over the price cap
+		providerConfig("eu-central", 1.1, a100),                             // 1: eligible
+		providerConfig("eu-west", 1.3, a100b),                               // 2: eligible
+		providerConfig("us-east", 0.9, a100b),                               // 3: cheapest, but not in the EU
+		providerConfig("eu-north", 0.4, r4090),                              // 4: too little VRAM
+		providerConfig("eu-west", 1.6, terms.GPU{Model: "L40", VRAMGB: 48}), // 5: over the cap
+		withPolicy(providerConfig("eu-central", 1.0, a100), func(p *terms.Policy) { p.Availability = []terms.Window{later} }), // 6: outside its window
 		providerConfig("ap-south", 0.8, h100), // 7: not in the EU
-		withPolicy(providerConfig("eu-south", 1.05, a100), func(p *auction.Policy) { p.AcceptPreemptible = false }), // 8: eligible, cheapest in the EU
+		withPolicy(providerConfig("eu-south", 1.05, a100), func(p *terms.Policy) { p.AcceptPreemptible = false }), // 8: eligible, cheapest in the EU
 	)
 	waitAdvertised(t, boot, ns...)
-	job := shJob(auction.Silver, 1.5, "echo hi")
+	job := shJob(terms.Silver, 1.5, "echo hi")
 	job.Region, job.MinVRAMGB = "eu", 40
 	v := post(t, boot, job)
 	if !leased(v) {
 		t.Fatalf("job not leased: %s %v", v.State, v.Reasons)
 	}
 	var bidders []string
-	var cands []auction.Candidate
+	var cands []terms.Candidate
 	for _, r := range v.Bids {
 		bidders = append(bidders, r.Bid.Provider)
 		cands = append(cands, r.Candidate)
@@ -200,7 +201,7 @@ func TestFailoverToRunnerUp(t *testing.T) {
 	for _, id := range boot.disc.Known() {
 		boot.disc.Forget(id)
 	}
-	job := shJob(auction.Silver, 2, "echo hi")
+	job := shJob(terms.Silver, 2, "echo hi")
 	job.BidWindow = 4 * time.Second
 	done := make(chan api.JobView, 1)
 	go func() { done <- post(t, boot, job) }()
@@ -229,17 +230,17 @@ func TestJobRunsEndToEnd(t *testing.T) {
 	waitAdvertised(t, boot, prov)
 	before := observer.market.book.Score(prov.ID().String())
 
-	job := shJob(auction.Silver, 2, `echo 42; mkdir -p out; echo result > out/r.txt; sleep 1`)
+	job := shJob(terms.Silver, 2, `echo 42; mkdir -p out; echo result > out/r.txt; sleep 1`)
 	job.Run.Outputs = "out"
 	v := post(t, boot, job)
-	if v.State != auction.JobLeased {
+	if v.State != terms.JobLeased {
 		t.Fatalf("not leased: %v", v.Reasons)
 	}
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
-	if v.Run != auction.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
+	if v.Run != terms.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
 		t.Fatalf("run %s exit %v detail %q", v.Run, v.ExitCode, v.Detail)
 	}
-	if v.State != auction.JobFinished || v.Lease.State != auction.RunSucceeded {
+	if v.State != terms.JobFinished || v.Lease.State != terms.RunSucceeded {
 		t.Fatalf("a finished job's state is %s, its lease's %s", v.State, v.Lease.State)
 	}
 	// Logs.
@@ -257,7 +258,7 @@ func TestJobRunsEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var man []auction.OutputFile
+	var man []terms.OutputFile
 	if err := json.Unmarshal([]byte(resp.Header.Get("X-Gpumesh-Manifest")), &man); err != nil || len(man) != 1 || man[0].Path != "r.txt" {
 		t.Fatalf("manifest %v (%v)", man, err)
 	}
@@ -324,9 +325,9 @@ func bytesOf(b []byte) string { return string(b) }
 func TestFailedJobIsReportedFailed(t *testing.T) {
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
 	waitAdvertised(t, boot, ns...)
-	v := post(t, boot, shJob(auction.Silver, 2, "echo oops >&2; exit 3"))
+	v := post(t, boot, shJob(terms.Silver, 2, "echo oops >&2; exit 3"))
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
-	if v.Run != auction.RunFailed || v.ExitCode == nil || *v.ExitCode != 3 || v.Receipt.Outcome != "failed" {
+	if v.Run != terms.RunFailed || v.ExitCode == nil || *v.ExitCode != 3 || v.Receipt.Outcome != "failed" {
 		t.Fatalf("run %s exit %v outcome %s", v.Run, v.ExitCode, v.Receipt.Outcome)
 	}
 }
@@ -339,9 +340,9 @@ func TestJobUnderStrictUmask(t *testing.T) {
 	defer syscall.Umask(old)
 	boot, ns := startNet(t, fastConfig(providerConfig("eu-west", 1.0, a100)))
 	waitAdvertised(t, boot, ns[0])
-	v := post(t, boot, shJob(auction.Silver, 2, `echo reached`))
+	v := post(t, boot, shJob(terms.Silver, 2, `echo reached`))
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
-	if v.Run != auction.RunSucceeded {
+	if v.Run != terms.RunSucceeded {
 		t.Fatalf("job under umask 077: run %s detail %q", v.Run, v.Detail)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -92,12 +92,12 @@ func TestMetricsAfterAJob(t *testing.T) {
 	defer prov.Close()
 	waitAdvertised(t, renter, prov)
 
-	v := post(t, renter, shJob(auction.Silver, 2, `sleep 1; echo done`))
+	v := post(t, renter, shJob(terms.Silver, 2, `sleep 1; echo done`))
 	if !leased(v) {
 		t.Fatalf("not leased: %v", v.Reasons)
 	}
 	v = waitJob(t, renter, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
-	if v.Run != auction.RunSucceeded {
+	if v.Run != terms.RunSucceeded {
 		t.Fatalf("run %s: %s", v.Run, v.Detail)
 	}
 	// The provider settles its side once the renter countersigned.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -20,7 +20,7 @@ func TestPostJobNoProviderFits(t *testing.T) {
 	cl := api.NewClient(boot.dir)
 	ctx := context.Background()
 
-	mars := shJob(auction.Silver, 2, "true")
+	mars := shJob(terms.Silver, 2, "true")
 	mars.Region = "mars"
 	t0 := time.Now()
 	_, err := cl.PostJob(ctx, mars)
@@ -34,20 +34,20 @@ func TestPostJobNoProviderFits(t *testing.T) {
 		t.Fatalf("refused job recorded: %v, %v", vs, err)
 	}
 
-	a900 := shJob(auction.Silver, 2, "true")
+	a900 := shJob(terms.Silver, 2, "true")
 	a900.GPUModels = []string{"A900"}
 	if _, err := cl.PostJob(ctx, a900); err == nil || !strings.Contains(err.Error(), "no known provider has GPU model 'A900' (known: H100, RTX4090)") {
 		t.Fatalf("post for an A900: %v", err)
 	}
 
 	a900.Deadline = time.Now().Add(10 * time.Minute)
-	if v := postQueued(t, boot, a900); v.State != auction.JobQueued {
+	if v := postQueued(t, boot, a900); v.State != terms.JobQueued {
 		t.Fatalf("queued A900 job: %s %v", v.State, v.Reasons)
 	}
 
-	fits := shJob(auction.Silver, 2, "true")
+	fits := shJob(terms.Silver, 2, "true")
 	fits.GPUModels = []string{"H100"}
-	if v := post(t, boot, fits); v.State != auction.JobLeased && v.State != auction.JobFinished {
+	if v := post(t, boot, fits); v.State != terms.JobLeased && v.State != terms.JobFinished {
 		t.Fatalf("H100 job: %s %v", v.State, v.Reasons)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -90,13 +90,13 @@ func testNoPersistLeavesNothing(t *testing.T, private bool) {
 	root := t.TempDir()
 	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
 	cfg := fastConfig(providerConfig("eu-west", 0.5, h100))
-	cfg.Provider.Policy.NoPersist = auction.NoPersistOffer
+	cfg.Provider.Policy.NoPersist = terms.NoPersistOffer
 	prov := startWith(t, filepath.Join(root, "prov"), cfg, renter.Daemon, Options{})
 	waitAdvertised(t, renter, prov)
 
 	// The job's input: an artifact of the renter's, with a marker of its
 	// own.
-	inputMarker := []byte(auction.NewID("input"))
+	inputMarker := []byte(terms.NewID("input"))
 	src := filepath.Join(root, "input.txt")
 	if err := os.WriteFile(src, inputMarker, 0o600); err != nil {
 		t.Fatal(err)
@@ -109,7 +109,7 @@ func testNoPersistLeavesNothing(t *testing.T, private bool) {
 		t.Fatalf("added %+v: sealed %v, want %v", in, in.Sealed, private)
 	}
 	input := in.ID
-	j := shJob(auction.Silver, 2, `cat "$GPUMESH_INPUTS/data" >/dev/null && `+markerScript)
+	j := shJob(terms.Silver, 2, `cat "$GPUMESH_INPUTS/data" >/dev/null && `+markerScript)
 	j.NoPersist, j.Run.Outputs, j.CheckpointEvery = true, "out", time.Second
 	j.Run.Inputs = map[string]string{"data": input}
 	v := post(t, renter, j)
@@ -129,7 +129,7 @@ func testNoPersistLeavesNothing(t *testing.T, private bool) {
 		t.Fatal(err)
 	}
 	v = waitJob(t, renter, jobID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
-	if v.Run != auction.RunCancelled || !v.Receipt.NoPersist || v.Kept == "" {
+	if v.Run != terms.RunCancelled || !v.Receipt.NoPersist || v.Kept == "" {
 		t.Fatalf("run %s (%s), receipt no_persist %v, kept %q", v.Run, v.Detail, v.Receipt.NoPersist, v.Kept)
 	}
 	waitChange(t, 10*time.Second, "the provider purges the lease", func() bool {
@@ -172,7 +172,7 @@ func testNoPersistLeavesNothing(t *testing.T, private bool) {
 		t.Fatal(err)
 	}
 	defer body.Close()
-	if auction.ManifestHash(manifest) != v.Receipt.ResultHash {
+	if terms.ManifestHash(manifest) != v.Receipt.ResultHash {
 		t.Fatalf("outputs manifest %+v is not the receipt's", manifest)
 	}
 	dst := t.TempDir()

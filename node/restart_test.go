@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/cmd/gpumesh/gpumeshtest"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
@@ -153,13 +153,13 @@ func TestProviderKilledMidJob(t *testing.T) {
 	dir := filepath.Join(root, "prov")
 	proc, st := startProviderProcess(t, bin, dir, boot)
 
-	marker := "gpumesh-restart-marker-" + auction.NewID("m")
-	v := post(t, boot, shJob(auction.Silver, 2, "sleep 120 # "+marker))
-	if v.State != auction.JobLeased {
+	marker := "gpumesh-restart-marker-" + terms.NewID("m")
+	v := post(t, boot, shJob(terms.Silver, 2, "sleep 120 # "+marker))
+	if v.State != terms.JobLeased {
 		t.Fatalf("not leased: %v", v.Reasons)
 	}
 	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "running with telemetry", func(v api.JobView) bool {
-		return v.Run == auction.RunRunning && v.LastTelemetry != nil
+		return v.Run == terms.RunRunning && v.LastTelemetry != nil
 	})
 	leaseID := v.Lease.ID
 
@@ -181,7 +181,7 @@ func TestProviderKilledMidJob(t *testing.T) {
 	var a api.LeaseRecord
 	waitJob(t, boot, v.Job.ID, 40*time.Second, "reported failed", func(v api.JobView) bool {
 		a = attemptOf(v, leaseID)
-		return a.Run == auction.RunFailed
+		return a.Run == terms.RunFailed
 	})
 	if !strings.Contains(a.Detail, "restarted") {
 		t.Fatalf("failure detail %q does not say the provider restarted", a.Detail)
@@ -189,13 +189,13 @@ func TestProviderKilledMidJob(t *testing.T) {
 	waitMarkerGone(t, marker, 10*time.Second)
 	// The interrupted lease still settles: a receipt for the time used.
 	waitJob(t, boot, v.Job.ID, 20*time.Second, "settled", func(v api.JobView) bool {
-		if v.Lease != nil && v.Lease.ID == leaseID && v.Receipt != nil && v.Receipt.Outcome != auction.RunFailed {
+		if v.Lease != nil && v.Lease.ID == leaseID && v.Receipt != nil && v.Receipt.Outcome != terms.RunFailed {
 			t.Fatalf("receipt outcome %s", v.Receipt.Outcome)
 		}
 		a = attemptOf(v, leaseID)
 		return a.Receipt
 	})
-	if a.Run != auction.RunFailed {
+	if a.Run != terms.RunFailed {
 		t.Fatalf("settled attempt ran %s, want failed", a.Run)
 	}
 }
@@ -232,17 +232,17 @@ func TestAbandonedLeaseIsSlashed(t *testing.T) {
 	proc, st := startProviderProcess(t, bin, dir, boot)
 	before := boot.market.book.Score(st.PeerID)
 
-	job := shJob(auction.Silver, 2, "sleep 60")
+	job := shJob(terms.Silver, 2, "sleep 60")
 	job.Duration = 3 * time.Second
 	v := post(t, boot, job)
-	waitJob(t, boot, v.Job.ID, 20*time.Second, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	waitJob(t, boot, v.Job.ID, 20*time.Second, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 	_ = proc.Process.Signal(syscall.SIGKILL)
 	_, _ = proc.Process.Wait()
 
 	// The abandoned attempt is archived and the job goes back to auction
 	// without that provider (here there is no other: it stays queued).
 	v = waitJob(t, boot, v.Job.ID, 20*time.Second, "abandoned and requeued", func(v api.JobView) bool { return len(v.History) > 0 && v.Job.Attempt > 0 })
-	if h := v.History[0]; h.Run != auction.RunFailed || h.Fault != auction.FaultProvider || !strings.Contains(h.Detail, "abandoned") {
+	if h := v.History[0]; h.Run != terms.RunFailed || h.Fault != terms.FaultProvider || !strings.Contains(h.Detail, "abandoned") {
 		t.Fatalf("abandoned attempt recorded as %s (fault %q): %q", h.Run, h.Fault, h.Detail)
 	}
 	if !slices.Contains(v.Job.Exclude, st.PeerID) {
@@ -278,7 +278,7 @@ func startProviderProcessWith(t *testing.T, bin, dir string, boot *testNode, cfg
 	if err := api.NewClient(dir).Do(context.Background(), "GET", "/status", nil, nil, &st); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyProviders(t, boot.Daemon, auction.Query{}, []string{st.PeerID}, 30*time.Second)
+	eventuallyProviders(t, boot.Daemon, terms.Query{}, []string{st.PeerID}, 30*time.Second)
 	pid, err := peer.Decode(st.PeerID)
 	if err != nil {
 		t.Fatal(err)

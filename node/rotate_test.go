@@ -15,7 +15,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
@@ -88,7 +88,7 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 	waitAdvertised(t, boot, prov)
 	oldID := prov.ID()
 
-	v := post(t, boot, shJob(auction.Silver, 2, "echo hi"))
+	v := post(t, boot, shJob(terms.Silver, 2, "echo hi"))
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })
 	waitChange(t, 10*time.Second, "the provider records the receipt", func() bool {
 		es, _ := prov.db.List(record.Filter{Kind: record.KindReceipt, LeaseID: v.Receipt.LeaseID})
@@ -163,7 +163,7 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 		i++
 		end := time.Now()
 		r := attest.Receipt{LeaseID: fmt.Sprintf("stale-%d", i), JobID: "j", Renter: renter.ID().String(), Provider: oldID.String(),
-			Start: end.Add(-time.Minute), End: end, GPUCount: 1, GPUSeconds: 60, Price: 1, Outcome: auction.RunSucceeded, IssuedAt: end}
+			Start: end.Add(-time.Minute), End: end, GPUCount: 1, GPUSeconds: 60, Price: 1, Outcome: terms.RunSucceeded, IssuedAt: end}
 		sr, err := attest.NewReceipt(oldSigner, r)
 		if err != nil {
 			t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 	ma "github.com/multiformats/go-multiaddr"
@@ -166,13 +166,13 @@ func TestLatencyTermsOverLibp2p(t *testing.T) {
 		t.Fatalf("renter to far: %v", err)
 	}
 
-	bids := func(id string) map[string]auction.Ranked {
+	bids := func(id string) map[string]terms.Ranked {
 		t.Helper()
 		v, err := api.NewClient(renter.dir).Bids(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]auction.Ranked{}
+		out := map[string]terms.Ranked{}
 		for _, b := range v.Bids {
 			out[b.Bid.Provider] = b
 		}
@@ -183,7 +183,7 @@ func TestLatencyTermsOverLibp2p(t *testing.T) {
 	}
 
 	// MaxRTT: the far provider's measured RTT exceeds it.
-	job := shJob(auction.Silver, 2, "true")
+	job := shJob(terms.Silver, 2, "true")
 	job.MaxRTT = 50 * time.Millisecond
 	v := post(t, renter, job)
 	if !leased(v) || v.Lease.Provider != near.ID().String() {
@@ -204,7 +204,7 @@ func TestLatencyTermsOverLibp2p(t *testing.T) {
 
 	// Near a client location: ranked on the renter's RTT, the far one
 	// loses though cheaper.
-	job = shJob(auction.Silver, 2, "true")
+	job = shJob(terms.Silver, 2, "true")
 	job.Near = "/ip4/127.0.0.1"
 	v = post(t, renter, job)
 	if !leased(v) || v.Lease.Provider != near.ID().String() {
@@ -219,7 +219,7 @@ func TestLatencyTermsOverLibp2p(t *testing.T) {
 	}
 
 	// No latency terms: the cheapest wins, as before.
-	v = post(t, renter, shJob(auction.Silver, 2, "true"))
+	v = post(t, renter, shJob(terms.Silver, 2, "true"))
 	if !leased(v) || v.Lease.Provider != mute.ID().String() {
 		t.Fatalf("plain job: %s leased to %v, want the cheapest provider", v.State, v.Lease)
 	}

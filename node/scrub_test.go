@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/runtime"
 )
@@ -46,13 +47,13 @@ func TestLeaseGPUsScrubbedBeforeFreed(t *testing.T) {
 	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
 	rec := &recordingScrubber{}
 	prov := startWith(t, filepath.Join(root, "prov"),
-		fastConfig(providerConfig("eu-west", 0.5, auction.GPU{Model: "A100", VRAMGB: 80}, auction.GPU{Model: "A100", VRAMGB: 80})),
+		fastConfig(providerConfig("eu-west", 0.5, terms.GPU{Model: "A100", VRAMGB: 80}, terms.GPU{Model: "A100", VRAMGB: 80})),
 		renter.Daemon, Options{Scrubber: rec})
 	rec.cal = func() *auction.Calendar { return prov.market.cal }
 	waitAdvertised(t, renter, prov)
-	v := post(t, renter, shJob(auction.Silver, 2, "echo done"))
+	v := post(t, renter, shJob(terms.Silver, 2, "echo done"))
 	v = waitJob(t, renter, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
-	if v.Run != auction.RunSucceeded {
+	if v.Run != terms.RunSucceeded {
 		t.Fatalf("job %s: %s", v.Run, v.Detail)
 	}
 	waitChange(t, 10*time.Second, "the lease's GPUs scrubbed", func() bool {
@@ -97,7 +98,7 @@ func TestScrubRecordedInReceipt(t *testing.T) {
 		{Method: "cuda", Devices: []runtime.DeviceScrub{{Device: "0", Zeroed: 1 << 30, Total: 1 << 30}}},
 		{Method: "cuda", Err: "gpu-scrub: exit status 2"},
 	}}
-	a100 := startWith(t, filepath.Join(root, "a100"), fastConfig(providerConfig("eu-west", 0.5, auction.GPU{Model: "A100", VRAMGB: 80})),
+	a100 := startWith(t, filepath.Join(root, "a100"), fastConfig(providerConfig("eu-west", 0.5, terms.GPU{Model: "A100", VRAMGB: 80})),
 		renter.Daemon, Options{Scrubber: scrubs})
 	declared := startWith(t, filepath.Join(root, "h100"), fastConfig(providerConfig("eu-west", 0.5, h100)), renter.Daemon, Options{})
 	waitAdvertised(t, renter, a100, declared)
@@ -106,7 +107,7 @@ func TestScrubRecordedInReceipt(t *testing.T) {
 		{"A100", "failed: gpu-scrub: exit status 2"},
 		{"H100", attest.ScrubNoneDeclared},
 	} {
-		j := shJob(auction.Silver, 2, "echo done")
+		j := shJob(terms.Silver, 2, "echo done")
 		j.GPUModels = []string{c.model}
 		v := post(t, renter, j)
 		v = waitJob(t, renter, v.Job.ID, 30*time.Second, "settled", func(v api.JobView) bool { return v.Receipt != nil })

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -173,7 +173,7 @@ func testSealedNoPlaintext(t *testing.T, image string) {
 		t.Fatal(err)
 	}
 
-	j := shJob(auction.Silver, 2, sealedScript)
+	j := shJob(terms.Silver, 2, sealedScript)
 	if image != "" {
 		j.Run.Image, j.Run.Command = image, []string{"/jobhelper", "sealmark", "/inputs/data"}
 	}
@@ -302,32 +302,32 @@ func TestPostRefusesUnsealedPrivateInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post := func(mut func(*auction.Job)) (auction.Job, error) {
-		j := shJob(auction.Silver, 2, "true")
+	post := func(mut func(*terms.Job)) (terms.Job, error) {
+		j := shJob(terms.Silver, 2, "true")
 		mut(&j)
 		err := renter.jobArts.InputSizes(&j)
 		return j, err
 	}
 	for _, c := range []struct {
 		name string
-		mut  func(*auction.Job)
+		mut  func(*terms.Job)
 		want string
 	}{
-		{"plain private input", func(j *auction.Job) { j.Run.Inputs = map[string]string{"data": plain} }, "is private but not sealed"},
-		{"sealed image artifact", func(j *auction.Job) { j.Run.Image, j.Run.ImageArtifact = "x:1", sealed }, "an image artifact cannot be"},
+		{"plain private input", func(j *terms.Job) { j.Run.Inputs = map[string]string{"data": plain} }, "is private but not sealed"},
+		{"sealed image artifact", func(j *terms.Job) { j.Run.Image, j.Run.ImageArtifact = "x:1", sealed }, "an image artifact cannot be"},
 	} {
 		if _, err := post(c.mut); err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: %v, want one line saying %q", c.name, err, c.want)
 		}
 	}
-	if j, err := post(func(j *auction.Job) { j.Run.Inputs = map[string]string{"data": sealed} }); err != nil || !j.Sealed {
+	if j, err := post(func(j *terms.Job) { j.Run.Inputs = map[string]string{"data": sealed} }); err != nil || !j.Sealed {
 		t.Fatalf("sealed input: sealed %v, %v", j.Sealed, err)
 	}
-	if j, err := post(func(j *auction.Job) { j.Run.Inputs = map[string]string{"data": public} }); err != nil || j.Sealed {
+	if j, err := post(func(j *terms.Job) { j.Run.Inputs = map[string]string{"data": public} }); err != nil || j.Sealed {
 		t.Fatalf("public input: sealed %v, %v", j.Sealed, err)
 	}
 	// Through the API too: the refusal is the post's answer.
-	j := shJob(auction.Silver, 2, "true")
+	j := shJob(terms.Silver, 2, "true")
 	j.Run.Inputs = map[string]string{"data": plain}
 	if _, err := api.NewClient(renter.dir).PostJob(context.Background(), j); err == nil || !strings.Contains(err.Error(), "is private but not sealed") {
 		t.Fatalf("post through the API: %v", err)

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -60,8 +60,8 @@ func buildServer(t testing.TB) string {
 // fast probes.
 func serviceSpec(bin string, replicas, maxReplicas int) api.ServiceSpec {
 	return api.ServiceSpec{
-		Job: auction.Job{Tier: auction.Gold, MaxPrice: 2, Region: "eu", GPUCount: 1, Duration: 10 * time.Minute,
-			BidWindow: time.Second, Run: auction.RunSpec{Command: []string{bin}, ServicePort: 8000}},
+		Job: terms.Job{Tier: terms.Gold, MaxPrice: 2, Region: "eu", GPUCount: 1, Duration: 10 * time.Minute,
+			BidWindow: time.Second, Run: terms.RunSpec{Command: []string{bin}, ServicePort: 8000}},
 		Replicas: replicas, MaxReplicas: maxReplicas, Health: "/healthz",
 		ProbeInterval: 300 * time.Millisecond, StartTimeout: 20 * time.Second,
 	}
@@ -464,7 +464,7 @@ func TestServiceFailover(t *testing.T) {
 	// The service replaced the replica; the renter never requeued its job
 	// (one owner of the replacement, no wasted auction).
 	jv := waitJob(t, boot, victimJob, 30*time.Second, "the lost replica's job ended", func(v api.JobView) bool { return v.Run.Terminal() })
-	if jv.State != auction.JobFinished || len(jv.History) != 0 || jv.Job.Attempt != 0 || jv.Lease == nil || jv.Lease.Provider != victim {
+	if jv.State != terms.JobFinished || len(jv.History) != 0 || jv.Job.Attempt != 0 || jv.Lease == nil || jv.Lease.Provider != victim {
 		t.Fatalf("the lost replica's job: %s (run %s, %q), %d earlier attempts, attempt %d", jv.State, jv.Run, jv.Detail, len(jv.History), jv.Job.Attempt)
 	}
 }

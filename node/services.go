@@ -3,7 +3,7 @@ package node
 import (
 	"context"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -15,7 +15,7 @@ import (
 // control API posts jobs.
 type serviceLeaser struct{ m *market }
 
-func (l serviceLeaser) Post(job auction.Job) (api.JobView, error) {
+func (l serviceLeaser) Post(job terms.Job) (api.JobView, error) {
 	job.OwnerAddrs = l.m.d.Addrs()
 	return l.m.tracker.Post(job)
 }

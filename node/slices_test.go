@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -26,21 +27,21 @@ import (
 // GPU-seconds it ran; a fifth waits, queued, until one ends, then runs.
 func TestSliceQuartersShareOneGPU(t *testing.T) {
 	cfg := fastConfig(providerConfig("eu-west", 1, l4))
-	cfg.Provider.Policy.Slices = []auction.SliceRule{{Devices: []int{0}, Count: 4}}
+	cfg.Provider.Policy.Slices = []terms.SliceRule{{Devices: []int{0}, Count: 4}}
 	boot, ns := startNet(t, cfg)
 	prov := ns[0]
 	waitAdvertised(t, boot, prov)
-	if c := prov.Advertised(); c == nil || c.GPUs[0].Isolation != auction.IsolationNone || c.Policy.SliceCount(0) != 4 {
+	if c := prov.Advertised(); c == nil || c.GPUs[0].Isolation != terms.IsolationNone || c.Policy.SliceCount(0) != 4 {
 		t.Fatalf("the record should advertise device 0 in 4 slices, enforced by none (declared): %+v", c)
 	}
 
-	quarter := func() auction.Job {
-		j := shJob(auction.Silver, 2, "echo started; sleep 120")
+	quarter := func() terms.Job {
+		j := shJob(terms.Silver, 2, "echo started; sleep 120")
 		j.GPUFraction, j.MinVRAMGB = 0.25, 6 // a quarter of the L4's 24 GB
 		return j
 	}
 	running := func(v api.JobView) bool {
-		return v.Run == auction.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count > 0
+		return v.Run == terms.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count > 0
 	}
 	var ids []string
 	for i := 0; i < 4; i++ {
@@ -76,7 +77,7 @@ func TestSliceQuartersShareOneGPU(t *testing.T) {
 	fifth := quarter()
 	fifth.Deadline = time.Now().Add(3 * time.Minute)
 	fv := post(t, boot, fifth)
-	if fv.State != auction.JobQueued {
+	if fv.State != terms.JobQueued {
 		t.Fatalf("fifth quarter: %s %v, want queued", fv.State, fv.Reasons)
 	}
 
@@ -125,20 +126,20 @@ func TestSliceScrubbedOnlyWhenAlone(t *testing.T) {
 	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
 	rec := &recordingScrubber{}
 	cfg := fastConfig(providerConfig("eu-west", 1, l4))
-	cfg.Provider.Policy.Slices = []auction.SliceRule{{Devices: []int{0}, Count: 4}}
+	cfg.Provider.Policy.Slices = []terms.SliceRule{{Devices: []int{0}, Count: 4}}
 	prov := startWith(t, filepath.Join(root, "prov"), cfg, renter.Daemon, Options{Scrubber: rec})
 	rec.cal = func() *auction.Calendar { return prov.market.cal }
 	waitAdvertised(t, renter, prov)
 	var ids []string
 	for i := 0; i < 2; i++ {
-		j := shJob(auction.Silver, 2, "sleep 120")
+		j := shJob(terms.Silver, 2, "sleep 120")
 		j.GPUFraction = 0.25
 		v := post(t, renter, j)
 		if !leased(v) {
 			t.Fatalf("quarter %d: %s %v", i, v.State, v.Reasons)
 		}
 		ids = append(ids, v.Job.ID)
-		waitJob(t, renter, v.Job.ID, 30*time.Second, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+		waitJob(t, renter, v.Job.ID, 30*time.Second, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 	}
 	cl := api.NewClient(renter.dir)
 	ctx := context.Background()
@@ -185,7 +186,7 @@ func TestSliceConfig(t *testing.T) {
 		}
 	}
 	bad := providerConfig("eu-west", 1, l4)
-	bad.Provider.Policy.Slices = []auction.SliceRule{{Devices: []int{1}, Count: 4}}
+	bad.Provider.Policy.Slices = []terms.SliceRule{{Devices: []int{1}, Count: 4}}
 	_, err = Start(context.Background(), Options{DataDir: t.TempDir(), Config: bad, Log: testLogger(t)})
 	if err == nil || !strings.Contains(err.Error(), "provider.policy.slices") || !strings.Contains(err.Error(), "sliced device 1 is not one of the 1 gpus") {
 		t.Fatalf("a provider slicing a device it does not have: %v", err)
@@ -209,22 +210,22 @@ func TestSliceOnNVMLRunsUnderMPS(t *testing.T) {
 	}
 	cfg := fastConfig(providerConfig("eu-west", 1))
 	cfg.Provider.GPUSource = "nvml"
-	cfg.Provider.Policy.Slices = []auction.SliceRule{{Devices: []int{0}, Count: 4}}
+	cfg.Provider.Policy.Slices = []terms.SliceRule{{Devices: []int{0}, Count: 4}}
 	sim := runtime.NewSimulatedGPUs("550.54.15", runtime.SimulatedGPU{Name: "NVIDIA L4", UUID: "GPU-33333333-0000-4000-8000-000000000003",
 		MemTotalMB: 24576, TempC: 40, PowerW: 30})
 	rec := &recordingScrubber{} // no CUDA here to clear the simulated device with
 	prov := startWith(t, filepath.Join(root, "nvml"), cfg, renter.Daemon, Options{GPUDriver: sim, Scrubber: rec})
 	rec.cal = func() *auction.Calendar { return prov.market.cal }
 	declared := fastConfig(providerConfig("eu-west", 0.5, l4)) // cheaper, but its slices are not enforced
-	declared.Provider.Policy.Slices = []auction.SliceRule{{Devices: []int{0}, Count: 4}}
+	declared.Provider.Policy.Slices = []terms.SliceRule{{Devices: []int{0}, Count: 4}}
 	other := startWith(t, filepath.Join(root, "declared"), declared, renter.Daemon, Options{})
 	waitAdvertised(t, renter, prov, other)
 	c := prov.Advertised()
-	if c == nil || !c.GPUs[0].Detected || c.GPUs[0].Isolation != auction.IsolationMPS {
+	if c == nil || !c.GPUs[0].Detected || c.GPUs[0].Isolation != terms.IsolationMPS {
 		t.Fatalf("the NVML provider advertises %+v, want its device's slices enforced by mps", c)
 	}
-	j := shJob(auction.Silver, 2, `echo "mps=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT/$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"`)
-	j.GPUFraction, j.Isolation = 0.25, auction.IsolationMPS
+	j := shJob(terms.Silver, 2, `echo "mps=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT/$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"`)
+	j.GPUFraction, j.Isolation = 0.25, terms.IsolationMPS
 	v := post(t, renter, j)
 	if !leased(v) || v.Winner != prov.ID().String() {
 		t.Fatalf("an mps slice job: %s %v, winner %s; want the NVML provider %s", v.State, v.Reasons, v.Winner, prov.ID())
@@ -249,7 +250,7 @@ func TestSliceOnMIGRunsOnItsInstance(t *testing.T) {
 	)
 	cfg := fastConfig(providerConfig("eu-west", 1))
 	cfg.Provider.GPUSource = "nvml"
-	cfg.Provider.Policy.Slices = []auction.SliceRule{{Devices: []int{0}, Count: 4}} // the instances win
+	cfg.Provider.Policy.Slices = []terms.SliceRule{{Devices: []int{0}, Count: 4}} // the instances win
 	sim := runtime.NewSimulatedGPUs("550.54.15", runtime.SimulatedGPU{Name: "NVIDIA A100-SXM4-80GB", UUID: parent,
 		MemTotalMB: 81920, TempC: 40, PowerW: 60, MIG: []runtime.SimulatedMIG{
 			{UUID: migA, Slices: 3, MemTotalMB: 40192}, {UUID: migB, Slices: 3, MemTotalMB: 40192}}})
@@ -258,19 +259,19 @@ func TestSliceOnMIGRunsOnItsInstance(t *testing.T) {
 	rec.cal = func() *auction.Calendar { return prov.market.cal }
 	waitAdvertised(t, renter, prov)
 	c := prov.Advertised()
-	if c == nil || c.GPUs[0].Isolation != auction.IsolationMIG || c.Policy.SliceCount(0) != 2 || !c.GPUs[0].MIG.Partitioned() ||
-		len(c.GPUs[0].MIG.Instances) != 2 || c.GPUs[0].MIG.Instances[1] != (auction.MIGInstance{UUID: migB, Profile: "3g.40gb", MemoryMB: 40192}) {
+	if c == nil || c.GPUs[0].Isolation != terms.IsolationMIG || c.Policy.SliceCount(0) != 2 || !c.GPUs[0].MIG.Partitioned() ||
+		len(c.GPUs[0].MIG.Instances) != 2 || c.GPUs[0].MIG.Instances[1] != (terms.MIGInstance{UUID: migB, Profile: "3g.40gb", MemoryMB: 40192}) {
 		t.Fatalf("the MIG provider advertises %+v, want device 0 in 2 MIG-enforced slices, its instances listed", c)
 	}
 	if s := prov.market.cal.Slices(0); s != 2 {
 		t.Fatalf("the calendar cuts the device into %d slices, want its 2 instances", s)
 	}
-	_, err := api.NewClient(renter.dir).PostJobRequest(context.Background(), api.PostJobRequest{Job: shJob(auction.Silver, 2, "true")})
+	_, err := api.NewClient(renter.dir).PostJobRequest(context.Background(), api.PostJobRequest{Job: shJob(terms.Silver, 2, "true")})
 	if err == nil || !strings.Contains(err.Error(), "no gpu sold whole (a gpu in MIG mode is sold as its MIG instances)") {
 		t.Fatalf("a whole-GPU job posted to a device in MIG mode with two instances: %v", err)
 	}
-	j := shJob(auction.Silver, 2, `echo "cuda=$CUDA_VISIBLE_DEVICES"`)
-	j.GPUFraction, j.Isolation, j.MinVRAMGB = 0.5, auction.IsolationMIG, 39
+	j := shJob(terms.Silver, 2, `echo "cuda=$CUDA_VISIBLE_DEVICES"`)
+	j.GPUFraction, j.Isolation, j.MinVRAMGB = 0.5, terms.IsolationMIG, 39
 	v := post(t, renter, j)
 	if !leased(v) || v.Winner != prov.ID().String() {
 		t.Fatalf("a mig slice job: %s %v, winner %s; want the MIG provider %s", v.State, v.Reasons, v.Winner, prov.ID())

@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/leasestream"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -18,7 +18,7 @@ type evidence struct{ d *Daemon }
 // stream; a sealed job's from its sealed outputs artifact): a no-persist
 // lease's renter keeps them before it settles. The stream ends by ctx's
 // deadline.
-func (e evidence) FetchOutputs(ctx context.Context, prov peer.ID, leaseID, sealed string) ([]auction.OutputFile, io.ReadCloser, error) {
+func (e evidence) FetchOutputs(ctx context.Context, prov peer.ID, leaseID, sealed string) ([]terms.OutputFile, io.ReadCloser, error) {
 	if sealed != "" {
 		return e.d.jobArts.OpenSealedOutputs(ctx, prov, leaseID, sealed)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
 )
@@ -40,8 +40,14 @@ func TestPostTaskText(t *testing.T) {
 	if _, err := cl.PostTask(ctx, "t.yaml", "max_price: 2\nrun: echo\n"); err == nil || !strings.Contains(err.Error(), "t.yaml: missing duration") {
 		t.Fatalf("no duration: %v", err)
 	}
+	// The daemon validates a posted task's job once, where it enters (the
+	// tracker), and explains that validation's problems by the task's lines.
+	if _, err := cl.PostTask(ctx, "t.yaml", strings.Replace(task, "bid_window: 1500ms", "bid_window: 90s", 1)); err == nil ||
+		!strings.Contains(err.Error(), "t.yaml:9: bid_window: must be in [100ms, 1m0s], got 1m30s") {
+		t.Fatalf("bid window out of bounds: %v", err)
+	}
 	var v api.JobView
-	err = cl.Do(ctx, "POST", "/jobs", nil, api.PostJobRequest{Job: auction.Job{MaxPrice: 1}, Task: task}, &v)
+	err = cl.Do(ctx, "POST", "/jobs", nil, api.PostJobRequest{Job: terms.Job{MaxPrice: 1}, Task: task}, &v)
 	if err == nil || !strings.Contains(err.Error(), "not both") {
 		t.Fatalf("job and task: %v", err)
 	}
@@ -53,11 +59,11 @@ func TestPostTaskText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.State != auction.JobLeased || !strings.HasPrefix(v.Job.ID, "hello-") {
+	if v.State != terms.JobLeased || !strings.HasPrefix(v.Job.ID, "hello-") {
 		t.Fatalf("posted: %s %s %v", v.Job.ID, v.State, v.Reasons)
 	}
 	v = waitJob(t, boot, v.Job.ID, 30*time.Second, "run ended", func(v api.JobView) bool { return v.Run.Terminal() })
-	if v.Run != auction.RunSucceeded {
+	if v.Run != terms.RunSucceeded {
 		t.Fatalf("run %s: %s", v.Run, v.Detail)
 	}
 	if got := jobLog(t, boot, v.Job.ID); got != "set\nrun 7" {
@@ -106,7 +112,7 @@ func TestPostServiceTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v.ID != "web" || v.Spec.Health != "/healthz" || v.Spec.StartTimeout != 20*time.Second || v.Spec.Job.Run.ServicePort != 8000 ||
-		v.Spec.Job.Tier != auction.Gold || v.Spec.Job.Duration != 10*time.Minute {
+		v.Spec.Job.Tier != terms.Gold || v.Spec.Job.Duration != 10*time.Minute {
 		t.Fatalf("posted %+v", v.Spec)
 	}
 	st := waitService(t, cl, boot.Daemon, v.ID, 30*time.Second, "a ready replica", func(v api.ServiceView) bool { return v.Ready == 1 })

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -49,13 +49,13 @@ func TestProviderKeepsRentersApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(prov.artifacts.Store().Held(auction.MaxAdvertisedArtifacts), id) {
+	if slices.Contains(prov.artifacts.Store().Held(terms.MaxAdvertisedArtifacts), id) {
 		t.Error("the provider advertises renter X's private artifact")
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	job := auction.Job{ID: "job-of-y", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs()}
+	job := terms.Job{ID: "job-of-y", Owner: boot.ID().String(), OwnerAddrs: boot.Addrs()}
 	restoreDir := filepath.Join(t.TempDir(), "restore")
 	if release, err := prov.jobArts.Restore(ctx, job, id, restoreDir, nil); err == nil {
 		b, _ := os.ReadFile(filepath.Join(restoreDir, "state"))
@@ -80,7 +80,7 @@ func TestProviderKeepsRentersApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := boot.jobArts.FetchCheckpoint(ctx, own, prov.ID(), "", false, auction.MaxCheckpointBytes); err == nil {
+	if n, err := boot.jobArts.FetchCheckpoint(ctx, own, prov.ID(), "", false, terms.MaxCheckpointBytes); err == nil {
 		t.Fatalf("a provider's claim to the renter's own artifact was kept as a %d-byte checkpoint", n)
 	}
 	if _, err := boot.artifacts.Store().Info(own); err != nil {
@@ -99,13 +99,13 @@ func TestProviderKeepsRentersApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := boot.jobArts.FetchCheckpoint(ctx, cp, prov.ID(), "lease-sealed", true, auction.MaxCheckpointBytes); err == nil || !strings.Contains(err.Error(), "not sealed") {
+	if _, err := boot.jobArts.FetchCheckpoint(ctx, cp, prov.ID(), "lease-sealed", true, terms.MaxCheckpointBytes); err == nil || !strings.Contains(err.Error(), "not sealed") {
 		t.Fatalf("a plaintext checkpoint of a sealed job: %v, want it refused as not sealed", err)
 	}
 	if _, err := boot.artifacts.Store().Info(cp); err == nil {
 		t.Error("the renter kept the refused plaintext checkpoint")
 	}
-	if _, err := boot.jobArts.FetchCheckpoint(ctx, cp, prov.ID(), "lease-plain", false, auction.MaxCheckpointBytes); err != nil {
+	if _, err := boot.jobArts.FetchCheckpoint(ctx, cp, prov.ID(), "lease-plain", false, terms.MaxCheckpointBytes); err != nil {
 		t.Fatalf("the same checkpoint of a job that is not sealed: %v", err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/p2p/broadcast"
 )
@@ -81,7 +81,7 @@ func waitChange(t testing.TB, within time.Duration, what string, cond func() boo
 	}
 }
 
-func providerConfig(region string, floor float64, gpus ...auction.GPU) config.Config {
+func providerConfig(region string, floor float64, gpus ...terms.GPU) config.Config {
 	cfg := config.DefaultConfig()
 	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	cfg.Region = region
@@ -89,7 +89,7 @@ func providerConfig(region string, floor float64, gpus ...auction.GPU) config.Co
 	cfg.Provider.GPUs = gpus
 	cfg.Provider.GPUSource = "declared" // never the host's real GPUs
 	cfg.Provider.AdvertiseTTL = 30 * time.Second
-	cfg.Provider.Policy = auction.Policy{PriceFloor: floor, AcceptPreemptible: true}
+	cfg.Provider.Policy = terms.Policy{PriceFloor: floor, AcceptPreemptible: true}
 	cfg.Provider.Executor = "process"
 	return cfg
 }
@@ -133,7 +133,7 @@ func startNetWith(t testing.TB, rc config.Config, cfgs ...config.Config) (boot *
 	return boot, nodes
 }
 
-func peersOf(caps []auction.Capability) []string {
+func peersOf(caps []terms.Capability) []string {
 	var out []string
 	for _, c := range caps {
 		out = append(out, c.Peer)
@@ -152,7 +152,7 @@ func idsOf(ns ...*testNode) []string {
 }
 
 // eventually polls the query until it returns exactly want, or fails.
-func eventuallyProviders(t *testing.T, d *Daemon, q auction.Query, want []string, within time.Duration) {
+func eventuallyProviders(t *testing.T, d *Daemon, q terms.Query, want []string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	var got []string

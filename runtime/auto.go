@@ -7,7 +7,7 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // AutoExecutor dispatches each job to the Docker backend when the job has an
@@ -75,9 +75,9 @@ func (a *AutoExecutor) Backend(spec Spec) string {
 var ErrNoContainers = errors.New("runtime: no container engine on this host: image jobs are not run")
 
 // Containers is what this host can do with image jobs.
-func (a *AutoExecutor) Containers() auction.ContainerSupport {
+func (a *AutoExecutor) Containers() terms.ContainerSupport {
 	if a.docker == nil {
-		return auction.ContainersNone
+		return terms.ContainersNone
 	}
 	return a.docker.Containers()
 }

@@ -1,7 +1,7 @@
 package runtime
 
 import (
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/gpuproof"
@@ -21,7 +21,7 @@ func ChallengeBackend(inv Inventory) gpuproof.Backend {
 
 // ChallengeDevice is the name a challenge gives device i of the inventory:
 // its UUID, or its index when it has none (declared GPUs).
-func ChallengeDevice(inv Inventory, i int) string { return auction.DeviceName(inv.GPUs, i) }
+func ChallengeDevice(inv Inventory, i int) string { return terms.DeviceName(inv.GPUs, i) }
 
 // ChallengeDeviceIndex is the inventory index of a challenge's device name
 // (-1 when the inventory has no such device).

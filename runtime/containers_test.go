@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestGPUPassthroughFromEngineInfo reads GPU support from GET /info the
@@ -74,8 +74,8 @@ func TestGPUImageJobRefusedWithoutPassthrough(t *testing.T) {
 	if e.gpu != gpuNone {
 		t.Skip("this engine has GPU passthrough (" + string(e.gpu) + "); the refusal is covered by the info test")
 	}
-	if got := ContainersOf(e); got != auction.ContainersNoGPU {
-		t.Fatalf("ContainersOf = %q, want %q", got, auction.ContainersNoGPU)
+	if got := ContainersOf(e); got != terms.ContainersNoGPU {
+		t.Fatalf("ContainersOf = %q, want %q", got, terms.ContainersNoGPU)
 	}
 	_, err := e.Start(context.Background(), Spec{ID: "d-gpu", Image: testImage, Command: []string{"/jobhelper", "echo", "x"},
 		GPUs: []int{0}, Deadline: time.Now().Add(time.Minute)}, nil, nil)
@@ -88,7 +88,7 @@ func TestGPUImageJobRefusedWithoutPassthrough(t *testing.T) {
 // refuses an image job instead of running its command as a process.
 func TestAutoNeverRunsAnImageJobOnTheHost(t *testing.T) {
 	a := &AutoExecutor{proc: newTestExecutor(t, ProcessOptions{})}
-	if got := ContainersOf(a); got != auction.ContainersNone {
+	if got := ContainersOf(a); got != terms.ContainersNone {
 		t.Fatalf("ContainersOf = %q, want none", got)
 	}
 	marker := t.TempDir() + "/ran"
@@ -105,7 +105,7 @@ func TestAutoNeverRunsAnImageJobOnTheHost(t *testing.T) {
 	if res.ExitCode != 0 {
 		t.Fatalf("command job: %+v", res)
 	}
-	if got := ContainersOf(newTestExecutor(t, ProcessOptions{})); got != auction.ContainersNone {
+	if got := ContainersOf(newTestExecutor(t, ProcessOptions{})); got != terms.ContainersNone {
 		t.Fatalf("process backend: %q", got)
 	}
 }
@@ -120,8 +120,8 @@ func TestDeclaredGPUsRunInContainers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ContainersOf(e); got != auction.ContainersGPU {
-		t.Fatalf("ContainersOf = %q, want %q", got, auction.ContainersGPU)
+	if got := ContainersOf(e); got != terms.ContainersGPU {
+		t.Fatalf("ContainersOf = %q, want %q", got, terms.ContainersGPU)
 	}
 	res, out, _, _ := run(t, e, Spec{ID: "d-declared", Image: testImage, Command: []string{"/jobhelper", "env"},
 		GPUs: []int{1, 3}, Deadline: time.Now().Add(time.Minute)})

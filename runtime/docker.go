@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // DefaultDockerSocket is the Docker Engine's usual unix socket.
@@ -296,11 +296,11 @@ func (g gpuPassthrough) deviceRequest(gpus []int, uuids []string) map[string]any
 var ErrNoGPUContainers = errors.New("runtime: the container engine cannot give containers GPUs (no NVIDIA runtime or CDI devices)")
 
 // Containers is what this engine can do with image jobs.
-func (e *DockerExecutor) Containers() auction.ContainerSupport {
+func (e *DockerExecutor) Containers() terms.ContainerSupport {
 	if e.gpu == gpuNone {
-		return auction.ContainersNoGPU
+		return terms.ContainersNoGPU
 	}
-	return auction.ContainersGPU
+	return terms.ContainersGPU
 }
 
 // NewDockerExecutor returns an executor that runs each job's image as a

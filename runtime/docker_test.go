@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 const testImage = "gpumesh-test-job:latest"
@@ -145,7 +145,7 @@ func TestDockerEndToEnd(t *testing.T) {
 		t.Fatalf("daemon env leaked into the container:\n%s", out)
 	}
 	// A job on an MPS slice gets the slice's limits in its container too.
-	mps := SliceMPS(auction.GPU{Model: "L4", VRAMGB: 24, Detected: true, Isolation: auction.IsolationMPS}, 0.25)
+	mps := SliceMPS(terms.GPU{Model: "L4", VRAMGB: 24, Detected: true, Isolation: terms.IsolationMPS}, 0.25)
 	res, out, _, _ = run(t, e, Spec{ID: "d-mps", Image: testImage, Command: []string{"/jobhelper", "env"}, MPS: mps})
 	for _, want := range []string{EnvMPSMemLimit + "=0=6144M", EnvMPSThreads + "=25"} {
 		if res.ExitCode != 0 || !strings.Contains(out, want+"\n") {

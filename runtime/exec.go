@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Spec is one leased job, as the executor runs it.
@@ -69,7 +69,7 @@ type Spec struct {
 	// process jobs in a sandbox only.
 	Gang *GangNet
 	// Sealed says the job's plaintext must never reach the host's disk
-	// (a sealed job's: auction.Job.Sealed): its work dir, where it writes
+	// (a sealed job's: terms.Job.Sealed): its work dir, where it writes
 	// its outputs and checkpoints, is a tmpfs on every backend (of the
 	// backend's work dir size, DefaultWorkDirMB where it has none), and a
 	// backend that cannot mount one refuses to start the job.
@@ -86,7 +86,7 @@ type MPSLimits struct {
 }
 
 // SliceIsolation is how this runtime enforces a slice of device g
-// (auction.GPU.Isolation) when the provider sells it in slices: by MIG on
+// (terms.GPU.Isolation) when the provider sells it in slices: by MIG on
 // a device in MIG mode, whose slices are its MIG instances (SliceRules),
 // each job seeing only its own (LeaseUUIDs); else CUDA MPS on a device
 // read from the driver while an MPS control daemon serves this host
@@ -95,14 +95,14 @@ type MPSLimits struct {
 // device, which has no driver to enforce it, and without an MPS daemon,
 // whose absence makes CUDA ignore the limits (the runtime does not start
 // one: it is the owner's to run, `nvidia-cuda-mps-control -d`).
-func SliceIsolation(g auction.GPU) string {
+func SliceIsolation(g terms.GPU) string {
 	switch {
 	case g.MIG.Partitioned():
-		return auction.IsolationMIG
+		return terms.IsolationMIG
 	case g.Detected && MPSRunning():
-		return auction.IsolationMPS
+		return terms.IsolationMPS
 	}
-	return auction.IsolationNone
+	return terms.IsolationNone
 }
 
 // MPSRunning reports whether a CUDA MPS control daemon serves this host:
@@ -121,8 +121,8 @@ func MPSRunning() bool {
 // fraction of its memory and of its threads (rounded down: a slice never
 // gets more than it pays for). Nil unless g's slices are enforced by MPS
 // (g.Isolation) and fraction is a share of it.
-func SliceMPS(g auction.GPU, fraction float64) *MPSLimits {
-	if g.Isolation != auction.IsolationMPS || fraction <= 0 || fraction >= 1 {
+func SliceMPS(g terms.GPU, fraction float64) *MPSLimits {
+	if g.Isolation != terms.IsolationMPS || fraction <= 0 || fraction >= 1 {
 		return nil
 	}
 	return &MPSLimits{MemoryMB: int(float64(g.VRAMGB) * 1024 * fraction), ThreadPercent: max(1, int(fraction*100))}
@@ -158,13 +158,13 @@ type Executor interface {
 
 // ContainersOf is what an executor can do with image jobs: the process
 // backend (and any executor that does not say) runs none.
-func ContainersOf(e Executor) auction.ContainerSupport {
+func ContainersOf(e Executor) terms.ContainerSupport {
 	if c, ok := e.(interface {
-		Containers() auction.ContainerSupport
+		Containers() terms.ContainerSupport
 	}); ok {
 		return c.Containers()
 	}
-	return auction.ContainersNone
+	return terms.ContainersNone
 }
 
 // Handle is a started job.
@@ -212,18 +212,18 @@ type Result struct {
 const DefaultGrace = 10 * time.Second
 
 // Environment variables the executor sets for every job (a spec may not
-// set them: auction.CheckEnvVar).
+// set them: terms.CheckEnvVar).
 const (
-	EnvJobID   = auction.EnvJobID
-	EnvOutputs = auction.EnvOutputs
-	EnvInputs  = auction.EnvInputs
+	EnvJobID   = terms.EnvJobID
+	EnvOutputs = terms.EnvOutputs
+	EnvInputs  = terms.EnvInputs
 	// EnvCheckpoint names the job's checkpoint dir (CheckpointDir).
-	EnvCheckpoint = auction.EnvCheckpoint
-	EnvCUDA       = auction.EnvCUDA
+	EnvCheckpoint = terms.EnvCheckpoint
+	EnvCUDA       = terms.EnvCUDA
 	// EnvMPSMemLimit and EnvMPSThreads are set for a job on an MPS slice
 	// (Spec.MPS).
-	EnvMPSMemLimit = auction.EnvMPSMemLimit
-	EnvMPSThreads  = auction.EnvMPSThreads
+	EnvMPSMemLimit = terms.EnvMPSMemLimit
+	EnvMPSThreads  = terms.EnvMPSThreads
 )
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -280,7 +280,7 @@ func (s *Spec) validate(now time.Time) error {
 		}
 	}
 	for k, v := range s.Env {
-		if err := auction.CheckEnvVar(k, v); err != nil {
+		if err := terms.CheckEnvVar(k, v); err != nil {
 			return badJob("job %s: %v", s.ID, err)
 		}
 	}

@@ -7,10 +7,10 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/runtime/internal/nvml"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
 )
 
 // Inventory sources.
@@ -21,7 +21,7 @@ const (
 
 // Inventory is the set of GPUs a node offers.
 type Inventory struct {
-	GPUs []auction.GPU
+	GPUs []terms.GPU
 	// Driver and CUDA are the NVIDIA driver and CUDA driver API versions
 	// (empty for declared GPUs).
 	Driver, CUDA string
@@ -214,20 +214,20 @@ const (
 // Source "nvml"), ignoring declared entries (a mismatch is logged), and
 // otherwise validates and returns the declared list (Detected=false, Source
 // "declared"). An empty inventory is valid: the node can still rent.
-func DetectGPUs(source string, declared []auction.GPU, log *slog.Logger) (Inventory, error) {
+func DetectGPUs(source string, declared []terms.GPU, log *slog.Logger) (Inventory, error) {
 	return DetectGPUsFrom(NVML, source, declared, log)
 }
 
 // DetectGPUsFrom is DetectGPUs reading driver d (nil: NVML); the inventory
 // samples the same driver.
-func DetectGPUsFrom(d Driver, source string, declared []auction.GPU, log *slog.Logger) (Inventory, error) {
+func DetectGPUsFrom(d Driver, source string, declared []terms.GPU, log *slog.Logger) (Inventory, error) {
 	if d == nil {
 		d = NVML
 	}
 	return detectGPUs(d.nvml(), source, declared, log)
 }
 
-func detectGPUs(lib nvmlLib, source string, declared []auction.GPU, log *slog.Logger) (Inventory, error) {
+func detectGPUs(lib nvmlLib, source string, declared []terms.GPU, log *slog.Logger) (Inventory, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -258,8 +258,8 @@ func detectGPUs(lib nvmlLib, source string, declared []auction.GPU, log *slog.Lo
 }
 
 // declaredInventory validates a declared list of GPUs.
-func declaredInventory(declared []auction.GPU) (Inventory, error) {
-	gpus := make([]auction.GPU, 0, len(declared))
+func declaredInventory(declared []terms.GPU) (Inventory, error) {
+	gpus := make([]terms.GPU, 0, len(declared))
 	for i, g := range declared {
 		g.Model = strings.TrimSpace(g.Model)
 		if g.Model == "" {
@@ -303,7 +303,7 @@ func nvmlInventory(lib nvmlLib) (Inventory, error) {
 		if err != nil {
 			return Inventory{}, err
 		}
-		inv.GPUs = append(inv.GPUs, auction.GPU{
+		inv.GPUs = append(inv.GPUs, terms.GPU{
 			Model: d.Name,
 			// Round to the nearest GiB: boards report slightly less than
 			// their nominal size.
@@ -325,7 +325,7 @@ var migUUIDRE = regexp.MustCompile(`^MIG-[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9
 // cannot name an instance a job could be given (a failed read, a UUID
 // that is not a MIG device's, one UUID twice, no memory) is an error: the
 // device would otherwise be sold by instances that do not exist.
-func readMIG(lib nvmlLib, i int) (*auction.MIG, error) {
+func readMIG(lib nvmlLib, i int) (*terms.MIG, error) {
 	cur, pend, ret := lib.DeviceMIGMode(i)
 	switch ret {
 	case nvml.SUCCESS:
@@ -334,7 +334,7 @@ func readMIG(lib nvmlLib, i int) (*auction.MIG, error) {
 	default:
 		return nil, fmt.Errorf("runtime: nvml device %d: mig mode: %v", i, ret)
 	}
-	m := &auction.MIG{Enabled: cur == nvml.DEVICE_MIG_ENABLE, Pending: pend == nvml.DEVICE_MIG_ENABLE}
+	m := &terms.MIG{Enabled: cur == nvml.DEVICE_MIG_ENABLE, Pending: pend == nvml.DEVICE_MIG_ENABLE}
 	if !m.Enabled {
 		return m, nil
 	}
@@ -342,8 +342,8 @@ func readMIG(lib nvmlLib, i int) (*auction.MIG, error) {
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("runtime: nvml device %d: mig device count: %v", i, ret)
 	}
-	if slots < 0 || slots > auction.MaxMIGInstances {
-		return nil, fmt.Errorf("runtime: nvml device %d: %d mig device slots, want 0 to %d", i, slots, auction.MaxMIGInstances)
+	if slots < 0 || slots > terms.MaxMIGInstances {
+		return nil, fmt.Errorf("runtime: nvml device %d: %d mig device slots, want 0 to %d", i, slots, terms.MaxMIGInstances)
 	}
 	for k := 0; k < slots; k++ {
 		d, ret := lib.DeviceMIG(i, k)
@@ -364,7 +364,7 @@ func readMIG(lib nvmlLib, i int) (*auction.MIG, error) {
 		if d.MemTotal < 1<<20 {
 			return nil, fmt.Errorf("runtime: nvml device %d: mig device %d (%s) reports no memory", i, k, d.UUID)
 		}
-		m.Instances = append(m.Instances, auction.MIGInstance{UUID: d.UUID, Profile: migProfile(d.Slices, d.MemTotal), MemoryMB: int(d.MemTotal >> 20)})
+		m.Instances = append(m.Instances, terms.MIGInstance{UUID: d.UUID, Profile: migProfile(d.Slices, d.MemTotal), MemoryMB: int(d.MemTotal >> 20)})
 	}
 	return m, nil
 }

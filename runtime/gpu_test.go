@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/runtime/internal/nvml"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
 )
 
 // fakeNVML is an in-memory NVML.
@@ -98,12 +98,12 @@ func twoGPUs() *fakeNVML {
 
 func TestDetectGPUsFromNVML(t *testing.T) {
 	f := twoGPUs()
-	declared := []auction.GPU{{Model: "something else", VRAMGB: 8}}
+	declared := []terms.GPU{{Model: "something else", VRAMGB: 8}}
 	inv, err := detectGPUs(f, "", declared, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []auction.GPU{
+	want := []terms.GPU{
 		{Model: "NVIDIA GeForce RTX 4090", VRAMGB: 24, UUID: "GPU-aaaa", Detected: true},
 		{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, UUID: "GPU-bbbb", Detected: true},
 	}
@@ -130,12 +130,12 @@ func TestDetectGPUsFromNVML(t *testing.T) {
 func TestDetectGPUsFallsBackToDeclared(t *testing.T) {
 	for _, ret := range []nvml.Return{nvml.ERROR_LIBRARY_NOT_FOUND, nvml.ERROR_DRIVER_NOT_LOADED} {
 		f := &fakeNVML{initRet: ret, failDev: -1}
-		declared := []auction.GPU{{Model: " RTX 3090 ", VRAMGB: 24, Detected: true}}
+		declared := []terms.GPU{{Model: " RTX 3090 ", VRAMGB: 24, Detected: true}}
 		inv, err := detectGPUs(f, "", declared, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if inv.Source != SourceDeclared || len(inv.GPUs) != 1 || inv.GPUs[0] != (auction.GPU{Model: "RTX 3090", VRAMGB: 24}) {
+		if inv.Source != SourceDeclared || len(inv.GPUs) != 1 || inv.GPUs[0] != (terms.GPU{Model: "RTX 3090", VRAMGB: 24}) {
 			t.Fatalf("%v: inventory %+v", ret, inv)
 		}
 		if f.shutdowns != 0 {
@@ -146,7 +146,7 @@ func TestDetectGPUsFallsBackToDeclared(t *testing.T) {
 
 func TestDetectGPUsValidatesDeclared(t *testing.T) {
 	f := &fakeNVML{initRet: nvml.ERROR_LIBRARY_NOT_FOUND, failDev: -1}
-	cases := map[string][]auction.GPU{
+	cases := map[string][]terms.GPU{
 		"model is empty": {{Model: "ok", VRAMGB: 8}, {Model: "  ", VRAMGB: 8}},
 		"vram_gb":        {{Model: "A10", VRAMGB: 0}},
 	}
@@ -168,7 +168,7 @@ func TestDetectGPUsValidatesDeclared(t *testing.T) {
 // one works (so tests that declare an inventory never pick up real GPUs);
 // "nvml" refuses to fall back; an unknown source is an error.
 func TestGPUSourceIsExplicit(t *testing.T) {
-	declared := []auction.GPU{{Model: "RTX 3090", VRAMGB: 24}}
+	declared := []terms.GPU{{Model: "RTX 3090", VRAMGB: 24}}
 	f := twoGPUs()
 	inv, err := detectGPUs(f, GPUSourceDeclared, declared, nil)
 	if err != nil || inv.Source != SourceDeclared || len(inv.GPUs) != 1 || inv.GPUs[0].Model != "RTX 3090" {
@@ -196,7 +196,7 @@ func TestDetectGPUsRealBindingWithoutDriver(t *testing.T) {
 		(realNVML{}).Shutdown()
 		t.Skip("an NVIDIA driver is present; the fallback path is covered by the fake")
 	}
-	declared := []auction.GPU{{Model: "RTX 4090", VRAMGB: 24}, {Model: "RTX 4090", VRAMGB: 24}}
+	declared := []terms.GPU{{Model: "RTX 4090", VRAMGB: 24}, {Model: "RTX 4090", VRAMGB: 24}}
 	inv, err := DetectGPUs("", declared, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // ErrOutputsTooLarge is returned when a job's outputs exceed the cap.
@@ -46,7 +46,7 @@ const MaxOutputFiles = 1000
 // ErrOutputsTooLarge, and past MaxOutputFiles files with
 // ErrTooManyOutputs, returning what it had copied. A missing outputs dir
 // yields no files.
-func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auction.OutputFile, error) {
+func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]terms.OutputFile, error) {
 	s := Spec{Outputs: outputsRel}
 	rel, err := s.outputsRel()
 	if err != nil {
@@ -58,7 +58,7 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]auct
 	if err := os.MkdirAll(destDir, 0o755); err != nil {
 		return nil, fmt.Errorf("runtime: collect outputs: %w", err)
 	}
-	var out []auction.OutputFile
+	var out []terms.OutputFile
 	var skipped []string
 	skip := func(r, why string) { skipped = append(skipped, r+": "+why) }
 	var total int64
@@ -114,10 +114,10 @@ func within(dir, p string) bool {
 
 // copyCapped copies in, a file of the job's, to dst, counting it against
 // maxBytes in total.
-func copyCapped(in *os.File, dst string, maxBytes int64, total *int64) (auction.OutputFile, error) {
+func copyCapped(in *os.File, dst string, maxBytes int64, total *int64) (terms.OutputFile, error) {
 	o, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
-		return auction.OutputFile{}, err
+		return terms.OutputFile{}, err
 	}
 	h := sha256.New()
 	var r io.Reader = in
@@ -134,9 +134,9 @@ func copyCapped(in *os.File, dst string, maxBytes int64, total *int64) (auction.
 	}
 	if err != nil {
 		_ = os.Remove(dst)
-		return auction.OutputFile{}, err
+		return terms.OutputFile{}, err
 	}
-	return auction.OutputFile{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return terms.OutputFile{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // WipeOrphans removes the job work dirs under root for which keep returns

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,7 +53,7 @@ func TestCollectOutputs(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dest, "link-in")); !os.IsNotExist(err) {
 		t.Fatalf("symlink reached dest: %v", err)
 	}
-	got := map[string]auction.OutputFile{}
+	got := map[string]terms.OutputFile{}
 	var names []string
 	for _, f := range files {
 		got[f.Path] = f

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // SliceRules is the slicing a provider with devices gpus sells: the
@@ -16,15 +16,15 @@ import (
 // made with nvidia-smi, which the runtime neither creates nor changes. A
 // device in MIG mode with one instance is sold whole (as that instance);
 // with none, or with a count the calendar cannot cut a device into
-// (auction.SliceCounts: 2, 4 or 8), it is not sold, and log says why.
-func SliceRules(gpus []auction.GPU, configured []auction.SliceRule, log *slog.Logger) []auction.SliceRule {
-	if !slices.ContainsFunc(gpus, func(g auction.GPU) bool { return g.MIG.Partitioned() }) {
+// (terms.SliceCounts: 2, 4 or 8), it is not sold, and log says why.
+func SliceRules(gpus []terms.GPU, configured []terms.SliceRule, log *slog.Logger) []terms.SliceRule {
+	if !slices.ContainsFunc(gpus, func(g terms.GPU) bool { return g.MIG.Partitioned() }) {
 		return configured
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	counts := auction.Policy{Slices: configured}.SliceMap()
+	counts := terms.Policy{Slices: configured}.SliceMap()
 	for i, g := range gpus {
 		if !g.MIG.Partitioned() {
 			continue
@@ -32,7 +32,7 @@ func SliceRules(gpus []auction.GPU, configured []auction.SliceRule, log *slog.Lo
 		n, was := len(g.MIG.Instances), counts[i]
 		delete(counts, i)
 		switch {
-		case slices.Contains(auction.SliceCounts, n):
+		case slices.Contains(terms.SliceCounts, n):
 			counts[i] = n
 			if was != n {
 				log.Info("GPU in MIG mode: sold in slices of one MIG instance each", "gpu", i, "instances", n, "configured_slices", was)
@@ -48,18 +48,18 @@ func SliceRules(gpus []auction.GPU, configured []auction.SliceRule, log *slog.Lo
 	for d, n := range counts {
 		byCount[n] = append(byCount[n], d)
 	}
-	var out []auction.SliceRule
-	for _, n := range auction.SliceCounts {
+	var out []terms.SliceRule
+	for _, n := range terms.SliceCounts {
 		if ds := byCount[n]; len(ds) > 0 {
 			sort.Ints(ds)
-			out = append(out, auction.SliceRule{Devices: ds, Count: n})
+			out = append(out, terms.SliceRule{Devices: ds, Count: n})
 			delete(byCount, n)
 		}
 	}
 	// Counts the calendar refuses stay, for it to say so (SetSlices).
 	for n, ds := range byCount {
 		sort.Ints(ds)
-		out = append(out, auction.SliceRule{Devices: ds, Count: n})
+		out = append(out, terms.SliceRule{Devices: ds, Count: n})
 	}
 	return out
 }
@@ -71,7 +71,7 @@ func SliceRules(gpus []auction.GPU, configured []auction.SliceRule, log *slog.Lo
 // booked slice (slices, the calendar's: slice k is instance k), a whole
 // lease's device's only instance. It is an error when that instance
 // cannot be named, for the job must then not start.
-func LeaseUUIDs(gpus []auction.GPU, devices []int, fraction float64, slices []int) ([]string, error) {
+func LeaseUUIDs(gpus []terms.GPU, devices []int, fraction float64, slices []int) ([]string, error) {
 	out := make([]string, 0, len(devices))
 	for _, d := range devices {
 		if d < 0 || d >= len(gpus) {

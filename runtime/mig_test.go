@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/runtime/internal/nvml"
-
-	"github.com/gpumesh/gpumesh/auction"
 )
 
 const (
@@ -43,7 +42,7 @@ func TestDetectMIG(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &auction.MIG{Enabled: true, Pending: true, Instances: []auction.MIGInstance{
+	want := &terms.MIG{Enabled: true, Pending: true, Instances: []terms.MIGInstance{
 		{UUID: migA, Profile: "3g.40gb", MemoryMB: 40192},
 		{UUID: migB, Profile: "3g.40gb", MemoryMB: 40192},
 	}}
@@ -56,13 +55,13 @@ func TestDetectMIG(t *testing.T) {
 	if got := inv.GPUs[0].MIG; got == nil || got.Enabled || !got.Pending || len(got.Instances) != 0 {
 		t.Fatalf("MIG disabled, enabled at the next reset: %+v", got)
 	}
-	if got := SliceIsolation(inv.GPUs[1]); got != auction.IsolationMIG {
+	if got := SliceIsolation(inv.GPUs[1]); got != terms.IsolationMIG {
 		t.Fatalf("isolation of a device in MIG mode %q", got)
 	}
 	// MIG off: as any device read from the driver, MPS when an MPS
 	// daemon runs (none here).
 	t.Setenv("CUDA_MPS_PIPE_DIRECTORY", t.TempDir())
-	if got := SliceIsolation(inv.GPUs[0]); got != auction.IsolationNone {
+	if got := SliceIsolation(inv.GPUs[0]); got != terms.IsolationNone {
 		t.Fatalf("isolation of a device with MIG disabled and no MPS daemon %q", got)
 	}
 	inv, err = detectGPUs(twoGPUs(), GPUSourceNVML, nil, nil)
@@ -116,10 +115,10 @@ func TestDetectMIGHostileDriver(t *testing.T) {
 	}
 }
 
-func migGPU(uuids ...string) auction.GPU {
-	g := auction.GPU{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, UUID: "GPU-bbbb", Detected: true, MIG: &auction.MIG{Enabled: true}}
+func migGPU(uuids ...string) terms.GPU {
+	g := terms.GPU{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, UUID: "GPU-bbbb", Detected: true, MIG: &terms.MIG{Enabled: true}}
 	for _, u := range uuids {
-		g.MIG.Instances = append(g.MIG.Instances, auction.MIGInstance{UUID: u, Profile: "3g.40gb", MemoryMB: 40192})
+		g.MIG.Instances = append(g.MIG.Instances, terms.MIGInstance{UUID: u, Profile: "3g.40gb", MemoryMB: 40192})
 	}
 	return g
 }
@@ -130,13 +129,13 @@ func migGPU(uuids ...string) auction.GPU {
 // instances, none) is not sliced, with a warning; other devices keep the
 // owner's rules.
 func TestSliceRulesFollowMIG(t *testing.T) {
-	plain := auction.GPU{Model: "L4", VRAMGB: 24, Detected: true}
-	gpus := []auction.GPU{plain, migGPU(migA, migB), migGPU(migA, migB, migC), migGPU(migC), migGPU(), plain}
-	gpus[5].MIG = &auction.MIG{}
-	configured := []auction.SliceRule{{Devices: []int{0, 1, 2, 4}, Count: 8}, {Devices: []int{5}, Count: 4}}
+	plain := terms.GPU{Model: "L4", VRAMGB: 24, Detected: true}
+	gpus := []terms.GPU{plain, migGPU(migA, migB), migGPU(migA, migB, migC), migGPU(migC), migGPU(), plain}
+	gpus[5].MIG = &terms.MIG{}
+	configured := []terms.SliceRule{{Devices: []int{0, 1, 2, 4}, Count: 8}, {Devices: []int{5}, Count: 4}}
 	var logs bytes.Buffer
 	got := SliceRules(gpus, configured, slog.New(slog.NewTextHandler(&logs, nil)))
-	want := []auction.SliceRule{{Devices: []int{1}, Count: 2}, {Devices: []int{5}, Count: 4}, {Devices: []int{0}, Count: 8}}
+	want := []terms.SliceRule{{Devices: []int{1}, Count: 2}, {Devices: []int{5}, Count: 4}, {Devices: []int{0}, Count: 8}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("slice rules %+v, want %+v", got, want)
 	}
@@ -145,11 +144,11 @@ func TestSliceRulesFollowMIG(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", w, logs.String())
 		}
 	}
-	if err := (auction.Policy{Slices: got}).Validate(); err != nil {
+	if err := (terms.Policy{Slices: got}).Validate(); err != nil {
 		t.Fatalf("rules for a MIG host fail the policy's own check: %v", err)
 	}
 	// Without MIG the owner's rules stand as written.
-	if got := SliceRules([]auction.GPU{plain, plain}, configured, nil); !reflect.DeepEqual(got, configured) {
+	if got := SliceRules([]terms.GPU{plain, plain}, configured, nil); !reflect.DeepEqual(got, configured) {
 		t.Fatalf("no MIG: %+v, want the configured %+v", got, configured)
 	}
 }
@@ -159,8 +158,8 @@ func TestSliceRulesFollowMIG(t *testing.T) {
 // one instance by that instance, never the device; anything else is an
 // error; devices without MIG keep their own UUIDs (none when declared).
 func TestLeaseUUIDsNameTheInstance(t *testing.T) {
-	plain := auction.GPU{Model: "L4", VRAMGB: 24, UUID: "GPU-aaaa", Detected: true}
-	gpus := []auction.GPU{plain, migGPU(migA, migB), migGPU(migC), {Model: "L4", VRAMGB: 24}}
+	plain := terms.GPU{Model: "L4", VRAMGB: 24, UUID: "GPU-aaaa", Detected: true}
+	gpus := []terms.GPU{plain, migGPU(migA, migB), migGPU(migC), {Model: "L4", VRAMGB: 24}}
 	ok := func(devices []int, fraction float64, slices []int, want ...string) {
 		t.Helper()
 		got, err := LeaseUUIDs(gpus, devices, fraction, slices)
@@ -192,7 +191,7 @@ func TestLeaseUUIDsNameTheInstance(t *testing.T) {
 			t.Errorf("%+v: %v %v, want an error %q", c, got, err, want)
 		}
 	}
-	if _, err := LeaseUUIDs([]auction.GPU{migGPU()}, []int{0}, 0, nil); err == nil {
+	if _, err := LeaseUUIDs([]terms.GPU{migGPU()}, []int{0}, 0, nil); err == nil {
 		t.Error("a whole lease on a device in MIG mode without instances")
 	}
 }

@@ -4,11 +4,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 func TestCheckProviderInventory(t *testing.T) {
-	gpus := Inventory{GPUs: []auction.GPU{{Model: "T4", VRAMGB: 16}}, Source: SourceDeclared}
+	gpus := Inventory{GPUs: []terms.GPU{{Model: "T4", VRAMGB: 16}}, Source: SourceDeclared}
 	cases := []struct {
 		name     string
 		provider bool

@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestSliceIsolationAndMPSLimits: a slice of a device read from the
@@ -14,23 +14,23 @@ import (
 // threads; a declared device's slice is accounting only, and gets no
 // limits; a job may not set the limits itself.
 func TestSliceIsolationAndMPSLimits(t *testing.T) {
-	nvml := auction.GPU{Model: "L4", VRAMGB: 24, Detected: true}
-	declared := auction.GPU{Model: "L4", VRAMGB: 24}
+	nvml := terms.GPU{Model: "L4", VRAMGB: 24, Detected: true}
+	declared := terms.GPU{Model: "L4", VRAMGB: 24}
 	// No MPS daemon: CUDA would ignore the limits, so nothing enforces a
 	// slice, driver or not.
 	pipes := t.TempDir()
 	t.Setenv("CUDA_MPS_PIPE_DIRECTORY", pipes)
-	if got := SliceIsolation(nvml); got != auction.IsolationNone {
+	if got := SliceIsolation(nvml); got != terms.IsolationNone {
 		t.Fatalf("isolation of a driver's device with no MPS daemon %q", got)
 	}
 	// A control daemon's pipe (a FIFO, as nvidia-cuda-mps-control makes).
 	if err := syscall.Mkfifo(filepath.Join(pipes, "control"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got := SliceIsolation(nvml); got != auction.IsolationMPS {
+	if got := SliceIsolation(nvml); got != terms.IsolationMPS {
 		t.Fatalf("isolation of a driver's device %q", got)
 	}
-	if got := SliceIsolation(declared); got != auction.IsolationNone {
+	if got := SliceIsolation(declared); got != terms.IsolationNone {
 		t.Fatalf("isolation of a declared device %q", got)
 	}
 	nvml.Isolation, declared.Isolation = SliceIsolation(nvml), SliceIsolation(declared)
@@ -47,7 +47,7 @@ func TestSliceIsolationAndMPSLimits(t *testing.T) {
 		t.Fatalf("a whole device got MPS limits %+v", m)
 	}
 	for _, k := range []string{EnvMPSMemLimit, EnvMPSThreads} {
-		if err := auction.CheckEnvVar(k, "100"); err == nil {
+		if err := terms.CheckEnvVar(k, "100"); err == nil {
 			t.Errorf("a job may set %s", k)
 		}
 	}
@@ -57,7 +57,7 @@ func TestSliceIsolationAndMPSLimits(t *testing.T) {
 // slice's limits in its environment; one on a whole device without them.
 func TestProcessSliceJobEnv(t *testing.T) {
 	e := newTestExecutor(t, ProcessOptions{})
-	g := auction.GPU{Model: "L4", VRAMGB: 24, Detected: true, Isolation: auction.IsolationMPS}
+	g := terms.GPU{Model: "L4", VRAMGB: 24, Detected: true, Isolation: terms.IsolationMPS}
 	res, out, _, _ := run(t, e, Spec{ID: "mps", Command: []string{helperBin, "env"}, GPUs: []int{0}, MPS: SliceMPS(g, 0.5)})
 	if res.ExitCode != 0 {
 		t.Fatalf("env: %+v", res)
@@ -80,7 +80,7 @@ func TestProcessMIGSliceJobEnv(t *testing.T) {
 	e := newTestExecutor(t, ProcessOptions{})
 	g := migGPU(migA, migB)
 	g.Isolation = SliceIsolation(g)
-	uuids, err := LeaseUUIDs([]auction.GPU{g}, []int{0}, 0.5, []int{1})
+	uuids, err := LeaseUUIDs([]terms.GPU{g}, []int{0}, 0.5, []int{1})
 	if err != nil {
 		t.Fatal(err)
 	}

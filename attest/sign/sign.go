@@ -33,7 +33,7 @@ const (
 	DomainReceiptProvider = "receipt-provider/v1" // the provider's half of a receipt
 	DomainReceiptRenter   = "receipt-renter/v1"   // the renter's countersignature
 	DomainArtifactGrant   = "artifact-grant/v1"   // an artifact's owner lets a peer fetch it from any holder
-	DomainCheckpoint      = "checkpoint/v1"       // provider → renter, a job's saved checkpoint (auction.Checkpoint)
+	DomainCheckpoint      = "checkpoint/v1"       // provider → renter, a job's saved checkpoint (terms.Checkpoint)
 	DomainArtifactWarm    = "artifact-warm/v1"    // renter → provider, fetch an artifact ahead of a job
 	DomainGPUChallenge    = "gpu-challenge/v1"    // verifier → provider, a GPU challenge (attest/gpuproof)
 	DomainGPUCommit       = "gpu-commit/v1"       // provider → verifier, the hash of its challenge result

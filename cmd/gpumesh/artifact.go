@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/urfave/cli/v2"
 )
@@ -119,7 +119,7 @@ func artifactLsAction(c *cli.Context) error {
 	// with --checkpoints only.
 	var shown, periodic []api.ArtifactView
 	for _, a := range list {
-		if a.Checkpoint != nil && a.Checkpoint.Reason == auction.CheckpointPeriodic {
+		if a.Checkpoint != nil && a.Checkpoint.Reason == terms.CheckpointPeriodic {
 			periodic = append(periodic, a)
 		} else {
 			shown = append(shown, a)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/urfave/cli/v2"
 )
 
@@ -60,26 +61,26 @@ func bidsCommand() *cli.Command {
 
 // explanationText is auction.Explain's verdict in words, one line, peers
 // named by peer.
-func explanationText(e auction.Explanation, peer func(string) string) string {
+func explanationText(e terms.Explanation, peer func(string) string) string {
 	why := ""
 	switch e.Rule {
-	case auction.RuleNoBids:
+	case terms.RuleNoBids:
 		return "no bids"
-	case auction.RuleNoneEligible:
+	case terms.RuleNoneEligible:
 		return "no eligible bid: all rejected"
-	case auction.RuleNotAwarded:
+	case terms.RuleNotAwarded:
 		return "no bid holds the lease: " + passedText(e.Passed, peer)
-	case auction.RuleUnranked:
+	case terms.RuleUnranked:
 		return fmt.Sprintf("lease held by %s, from an earlier auction than these bids", peer(e.Winner))
-	case auction.RuleOnlyEligible:
+	case terms.RuleOnlyEligible:
 		why = "the only eligible bid"
-	case auction.RuleNearer:
+	case terms.RuleNearer:
 		why = fmt.Sprintf("in or nearer the job's --near region than runner-up %s", peer(e.RunnerUp))
-	case auction.RuleBestScore:
+	case terms.RuleBestScore:
 		why = fmt.Sprintf("best score, %.1f%% below runner-up %s (%.4f)", 100*(e.RunnerUpScore-e.Score)/e.RunnerUpScore, peer(e.RunnerUp), e.RunnerUpScore)
-	case auction.RuleTieBreak:
+	case terms.RuleTieBreak:
 		why = fmt.Sprintf("tied within %.0f%% with %s (%.4f), won on %s", 100*auction.TieTolerance, peer(e.RunnerUp), e.RunnerUpScore, e.TieBreak)
-	case auction.RulePassedOver:
+	case terms.RulePassedOver:
 		why = "the bids ranked ahead did not get it: " + passedText(e.Passed, peer)
 	default:
 		why = e.Rule
@@ -99,7 +100,7 @@ func rttText(d time.Duration) string {
 	return auction.FormatRTT(d)
 }
 
-func passedText(ps []auction.PassedBid, peer func(string) string) string {
+func passedText(ps []terms.PassedBid, peer func(string) string) string {
 	parts := make([]string, len(ps))
 	for i, p := range ps {
 		parts[i] = peer(p.Provider) + " " + p.Reason

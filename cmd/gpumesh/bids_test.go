@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -20,11 +20,11 @@ import (
 func TestBidsNamesTheLeasedBid(t *testing.T) {
 	now := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
 	busy, free := "12D3KooWbusyProviderAAAAAAAA", "12D3KooWfreeProviderBBBBBBBB"
-	view := api.BidsView{JobID: "j1", Bids: []auction.Ranked{
-		{Candidate: auction.Candidate{Bid: auction.Bid{Provider: busy, Price: 0.5, Start: now.Add(time.Hour)}, Reliability: 0.9}, Score: 0.5556},
-		{Candidate: auction.Candidate{Bid: auction.Bid{Provider: free, Price: 1, Start: now}, Reliability: 0.9}, Score: 1.111},
-	}, Explain: auction.Explanation{Winner: free, Rank: 2, Score: 1.111, Price: 1, Reliability: 0.9, Rule: auction.RulePassedOver,
-		Passed: []auction.PassedBid{{Provider: busy, Reason: "starts later (2026-03-14T11:00:00Z), while the winner's bid could start at once (2026-03-14T10:00:00Z)"}}}}
+	view := api.BidsView{JobID: "j1", Bids: []terms.Ranked{
+		{Candidate: terms.Candidate{Bid: terms.Bid{Provider: busy, Price: 0.5, Start: now.Add(time.Hour)}, Reliability: 0.9}, Score: 0.5556},
+		{Candidate: terms.Candidate{Bid: terms.Bid{Provider: free, Price: 1, Start: now}, Reliability: 0.9}, Score: 1.111},
+	}, Explain: terms.Explanation{Winner: free, Rank: 2, Score: 1.111, Price: 1, Reliability: 0.9, Rule: terms.RulePassedOver,
+		Passed: []terms.PassedBid{{Provider: busy, Reason: "starts later (2026-03-14T11:00:00Z), while the winner's bid could start at once (2026-03-14T10:00:00Z)"}}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs/{id}/bids", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, view) })
 	dir := fakeDaemon(t, mux)
@@ -67,13 +67,13 @@ func TestBidsNamesTheLeasedBid(t *testing.T) {
 func TestBidsShowRTT(t *testing.T) {
 	now := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
 	near, far, mute := "12D3KooWnearProviderAAAAAAAA", "12D3KooWfarProviderBBBBBBBBB", "12D3KooWmuteProviderCCCCCCCC"
-	bid := func(p string, price float64) auction.Bid { return auction.Bid{Provider: p, Price: price, Start: now} }
-	view := api.BidsView{JobID: "j1", Bids: []auction.Ranked{
-		{Candidate: auction.Candidate{Bid: bid(near, 1), Reliability: 0.5, RTT: 4200 * time.Microsecond}, Score: 2.17, Nearness: 2},
-		{Candidate: auction.Candidate{Bid: bid(far, 0.6), Reliability: 0.5, RTT: 81230 * time.Microsecond}, Rejected: "rtt 81.2ms > max 50ms"},
-		{Candidate: auction.Candidate{Bid: bid(mute, 0.5), Reliability: 0.5}, Rejected: "rtt unknown: no ping answered within the bid window (max 50ms)"},
-	}, Explain: auction.Explanation{Winner: near, Rank: 1, Score: 2.17, Price: 1, Reliability: 0.5, RTT: 4200 * time.Microsecond,
-		RunnerUp: far, Rule: auction.RuleNearer}}
+	bid := func(p string, price float64) terms.Bid { return terms.Bid{Provider: p, Price: price, Start: now} }
+	view := api.BidsView{JobID: "j1", Bids: []terms.Ranked{
+		{Candidate: terms.Candidate{Bid: bid(near, 1), Reliability: 0.5, RTT: 4200 * time.Microsecond}, Score: 2.17, Nearness: 2},
+		{Candidate: terms.Candidate{Bid: bid(far, 0.6), Reliability: 0.5, RTT: 81230 * time.Microsecond}, Rejected: "rtt 81.2ms > max 50ms"},
+		{Candidate: terms.Candidate{Bid: bid(mute, 0.5), Reliability: 0.5}, Rejected: "rtt unknown: no ping answered within the bid window (max 50ms)"},
+	}, Explain: terms.Explanation{Winner: near, Rank: 1, Score: 2.17, Price: 1, Reliability: 0.5, RTT: 4200 * time.Microsecond,
+		RunnerUp: far, Rule: terms.RuleNearer}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs/{id}/bids", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, view) })
 	dir := fakeDaemon(t, mux)

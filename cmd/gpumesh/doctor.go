@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
@@ -49,7 +49,7 @@ type doctorProbes struct {
 	FreeSpace func(dir string) (uint64, error)
 	// Status and Providers ask the running daemon; an error means none runs.
 	Status    func(ctx context.Context) (api.StatusInfo, error)
-	Providers func(ctx context.Context) ([]auction.Capability, error)
+	Providers func(ctx context.Context) ([]terms.Capability, error)
 	// Listen tries to bind network ("tcp", "udp") address.
 	Listen func(network, addr string) error
 	// Dial tries to reach a bootstrap peer's TCP address.
@@ -69,9 +69,9 @@ func hostProbes(c *api.Client) doctorProbes {
 		GangNet:   runtime.ProbeGangNetworks,
 		FreeSpace: ledger.FreeSpace,
 		Status:    c.Status,
-		Providers: func(ctx context.Context) ([]auction.Capability, error) {
-			vs, err := c.Providers(ctx, auction.Query{})
-			caps := make([]auction.Capability, len(vs))
+		Providers: func(ctx context.Context) ([]terms.Capability, error) {
+			vs, err := c.Providers(ctx, terms.Query{})
+			caps := make([]terms.Capability, len(vs))
 			for i, v := range vs {
 				caps[i] = v.Capability
 			}
@@ -255,7 +255,7 @@ func checkGPU(env doctorEnv, p doctorProbes) checkResult {
 
 // migSummary is how the detected devices stand with MIG: each one that
 // has it, with its instances' profiles in MIG mode, or "MIG: absent".
-func migSummary(gs []auction.GPU) string {
+func migSummary(gs []terms.GPU) string {
 	var parts []string
 	for i, g := range gs {
 		if g.MIG == nil || !g.Detected {
@@ -277,7 +277,7 @@ func migSummary(gs []auction.GPU) string {
 	return strings.Join(parts, "; ")
 }
 
-func gpuModels(gs []auction.GPU) string {
+func gpuModels(gs []terms.GPU) string {
 	count := map[string]int{}
 	var order []string
 	for _, g := range gs {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
@@ -24,7 +24,7 @@ func healthyProbes() doctorProbes {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	return doctorProbes{
 		NVML: func() (runtime.Inventory, error) {
-			return runtime.Inventory{GPUs: []auction.GPU{{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, Detected: true}}, Driver: "550.54", CUDA: "12.4", Source: "nvml"}, nil
+			return runtime.Inventory{GPUs: []terms.GPU{{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, Detected: true}}, Driver: "550.54", CUDA: "12.4", Source: "nvml"}, nil
 		},
 		Docker: func(context.Context) (runtime.DockerStatus, error) {
 			return runtime.DockerStatus{Runtimes: []string{"nvidia", "runc"}, GPU: "nvidia", CgroupVersion: "2"}, nil
@@ -36,7 +36,7 @@ func healthyProbes() doctorProbes {
 		GangNet:   func() error { return nil },
 		FreeSpace: func(string) (uint64, error) { return 100 << 30, nil },
 		Status:    func(context.Context) (api.StatusInfo, error) { return api.StatusInfo{}, errProbe },
-		Providers: func(context.Context) ([]auction.Capability, error) { return nil, errProbe },
+		Providers: func(context.Context) ([]terms.Capability, error) { return nil, errProbe },
 		Listen:    func(string, string) error { return nil },
 		Dial:      func(context.Context, string) error { return nil },
 		Now:       func() time.Time { return now },
@@ -52,7 +52,7 @@ func TestDoctorChecks(t *testing.T) {
 	daemon := &api.StatusInfo{PeerID: "self", Peers: 3, Addrs: []string{"/ip4/10.0.0.5/tcp/4001", "/ip4/127.0.0.1/tcp/4001"}}
 	publicDaemon := &api.StatusInfo{PeerID: "self", Peers: 3, Addrs: []string{"/ip4/1.2.3.4/tcp/4001"}}
 	declared := provider
-	declared.Provider.GPUs = []auction.GPU{{Model: "RTX 4090", VRAMGB: 24}}
+	declared.Provider.GPUs = []terms.GPU{{Model: "RTX 4090", VRAMGB: 24}}
 	nvmlOnly := provider
 	nvmlOnly.Provider.GPUSource = runtime.GPUSourceNVML
 	busyMetrics := provider
@@ -65,10 +65,10 @@ func TestDoctorChecks(t *testing.T) {
 	// Device 0 in MIG mode with two instances, device 1 with MIG off.
 	mig := func(p *doctorProbes) {
 		p.NVML = func() (runtime.Inventory, error) {
-			in := auction.MIGInstance{UUID: "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", Profile: "3g.40gb", MemoryMB: 40192}
-			return runtime.Inventory{GPUs: []auction.GPU{
-				{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, Detected: true, MIG: &auction.MIG{Enabled: true, Pending: true, Instances: []auction.MIGInstance{in, in}}},
-				{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, Detected: true, MIG: &auction.MIG{}},
+			in := terms.MIGInstance{UUID: "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", Profile: "3g.40gb", MemoryMB: 40192}
+			return runtime.Inventory{GPUs: []terms.GPU{
+				{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, Detected: true, MIG: &terms.MIG{Enabled: true, Pending: true, Instances: []terms.MIGInstance{in, in}}},
+				{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, Detected: true, MIG: &terms.MIG{}},
 			}, Source: "nvml"}, nil
 		}
 	}
@@ -131,13 +131,13 @@ func TestDoctorChecks(t *testing.T) {
 		}, diskCheck, checkFail, "ledger refuses writes"},
 		{"clock no daemon", "provider", provider, nil, nil, checkClock, checkSkip, "no daemon running"},
 		{"clock in sync", "provider", provider, daemon, func(p *doctorProbes) {
-			p.Providers = func(context.Context) ([]auction.Capability, error) {
-				return []auction.Capability{{Peer: "a", IssuedAt: p.Now().Add(-time.Minute)}, {Peer: "self", IssuedAt: p.Now().Add(time.Hour)}}, nil
+			p.Providers = func(context.Context) ([]terms.Capability, error) {
+				return []terms.Capability{{Peer: "a", IssuedAt: p.Now().Add(-time.Minute)}, {Peer: "self", IssuedAt: p.Now().Add(time.Hour)}}, nil
 			}
 		}, checkClock, checkOK, "1 peer(s)"},
 		{"clock skewed", "provider", provider, daemon, func(p *doctorProbes) {
-			p.Providers = func(context.Context) ([]auction.Capability, error) {
-				return []auction.Capability{{Peer: "fast", IssuedAt: p.Now().Add(5 * time.Minute)}}, nil
+			p.Providers = func(context.Context) ([]terms.Capability, error) {
+				return []terms.Capability{{Peer: "fast", IssuedAt: p.Now().Add(5 * time.Minute)}}, nil
 			}
 		}, checkClock, checkWarn, "5m0s ahead"},
 		{"ports free", "provider", busyMetrics, nil, nil, portsCheck, checkOK, "metrics 127.0.0.1:9464"},

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -19,11 +19,11 @@ func TestProviderDrainCLI(t *testing.T) {
 	defer func(d time.Duration) { waitInterval = d }(waitInterval)
 	waitInterval = 5 * time.Millisecond
 	start := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
-	plan := func(run auction.RunState, done bool) api.DrainView {
+	plan := func(run terms.RunState, done bool) api.DrainView {
 		return api.DrainView{Draining: true, Grace: 90 * time.Second, Done: done, Leases: []api.DrainLease{
-			{LeaseID: "lease-short", JobID: "job-s", Tier: auction.Silver, Start: start, End: start.Add(time.Minute), Action: api.DrainFinish, Run: run},
-			{LeaseID: "lease-long", JobID: "job-l", Tier: auction.Gold, Start: start, End: start.Add(time.Hour), Action: api.DrainHandBack,
-				Run: auction.RunPreempted, Detail: auction.HandBackDetail},
+			{LeaseID: "lease-short", JobID: "job-s", Tier: terms.Silver, Start: start, End: start.Add(time.Minute), Action: api.DrainFinish, Run: run},
+			{LeaseID: "lease-long", JobID: "job-l", Tier: terms.Gold, Start: start, End: start.Add(time.Hour), Action: api.DrainHandBack,
+				Run: terms.RunPreempted, Detail: terms.HandBackDetail},
 		}}
 	}
 	var grace atomic.Int64
@@ -36,14 +36,14 @@ func TestProviderDrainCLI(t *testing.T) {
 			return
 		}
 		grace.Store(int64(req.Grace))
-		replyJSON(w, http.StatusOK, plan(auction.RunRunning, false))
+		replyJSON(w, http.StatusOK, plan(terms.RunRunning, false))
 	})
 	mux.HandleFunc("GET /v1/provider/drain", func(w http.ResponseWriter, _ *http.Request) {
 		if polls.Add(1) < 2 {
-			replyJSON(w, http.StatusOK, plan(auction.RunRunning, false))
+			replyJSON(w, http.StatusOK, plan(terms.RunRunning, false))
 			return
 		}
-		replyJSON(w, http.StatusOK, plan(auction.RunSucceeded, true))
+		replyJSON(w, http.StatusOK, plan(terms.RunSucceeded, true))
 	})
 	mux.HandleFunc("POST /v1/provider/undrain", func(w http.ResponseWriter, _ *http.Request) {
 		undrains.Add(1)

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/urfave/cli/v2"
@@ -281,7 +281,7 @@ func jobRunning(ctx context.Context, cl *api.Client, id string) error {
 
 // running checks that v, job id's view, has a running lease.
 func running(id string, v api.JobView) error {
-	if v.Lease == nil || v.Run != auction.RunRunning {
+	if v.Lease == nil || v.Run != terms.RunRunning {
 		run := string(v.Run)
 		if run == "" {
 			run = string(v.State)

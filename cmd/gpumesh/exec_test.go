@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p/broadcast"
@@ -190,9 +190,9 @@ func TestJobPortForwardCLI(t *testing.T) {
 	var ports sync.Map
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		v := leasedView(r.PathValue("id"), auction.RunRunning)
+		v := leasedView(r.PathValue("id"), terms.RunRunning)
 		if ended.Load() || r.PathValue("id") == "job-done" {
-			v.State, v.Run = auction.JobFinished, auction.RunSucceeded
+			v.State, v.Run = terms.JobFinished, terms.RunSucceeded
 		}
 		replyJSON(w, 200, v)
 	})

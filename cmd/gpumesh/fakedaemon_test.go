@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -44,15 +44,15 @@ func replyJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func leasedView(id string, run auction.RunState) api.JobView {
+func leasedView(id string, run terms.RunState) api.JobView {
 	start := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
 	return api.JobView{
-		JobStatus: auction.JobStatus{
-			Job:    auction.Job{ID: id, Tier: auction.Silver, MaxPrice: 2, GPUCount: 2, Duration: time.Hour, Run: auction.RunSpec{Command: []string{"true"}}},
-			State:  auction.JobLeased,
+		JobStatus: terms.JobStatus{
+			Job:    terms.Job{ID: id, Tier: terms.Silver, MaxPrice: 2, GPUCount: 2, Duration: time.Hour, Run: terms.RunSpec{Command: []string{"true"}}},
+			State:  terms.JobLeased,
 			Winner: "12D3KooWprov",
-			Lease: &auction.Lease{ID: "lease-1", JobID: id, Provider: "12D3KooWprov", Price: 1.5, Start: start,
-				End: start.Add(time.Hour), GPUCount: 2, Tier: auction.Silver, State: auction.RunRunning},
+			Lease: &terms.Lease{ID: "lease-1", JobID: id, Provider: "12D3KooWprov", Price: 1.5, Start: start,
+				End: start.Add(time.Hour), GPUCount: 2, Tier: terms.Silver, State: terms.RunRunning},
 		},
 		Run: run,
 	}
@@ -62,7 +62,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 	defer func(d time.Duration) { waitInterval = d }(waitInterval)
 	waitInterval = 5 * time.Millisecond
 
-	var posted auction.Job
+	var posted terms.Job
 	var polls atomic.Int32
 	var logQuery, ledgerQueryStr, exportQuery, statusID, providersQuery string
 	exit3 := 3
@@ -83,42 +83,42 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		switch req.Job.Workload {
 		case "nowhere":
 			v := leasedView("j-none", "")
-			v.State, v.Lease, v.Winner = auction.JobUnplaceable, nil, ""
+			v.State, v.Lease, v.Winner = terms.JobUnplaceable, nil, ""
 			v.Reasons = []string{"no bids", "2 providers out of region"}
 			replyJSON(w, 200, v)
 		case "quick":
 			// A job so short it finished before its post returned.
-			v := leasedView("quick", auction.RunSucceeded)
-			v.State = auction.JobFinished
+			v := leasedView("quick", terms.RunSucceeded)
+			v.State = terms.JobFinished
 			replyJSON(w, 200, v)
 		default:
-			replyJSON(w, 200, leasedView(req.Job.Workload, auction.RunPending))
+			replyJSON(w, 200, leasedView(req.Job.Workload, terms.RunPending))
 		}
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		statusID = id
 		n := polls.Add(1)
-		v := leasedView(id, auction.RunRunning)
+		v := leasedView(id, terms.RunRunning)
 		if h, ok := receipts.Load(id); ok {
-			v.Receipt = &attest.Receipt{LeaseID: v.Lease.ID, Outcome: auction.RunSucceeded, ResultHash: h.(string)}
+			v.Receipt = &attest.Receipt{LeaseID: v.Lease.ID, Outcome: terms.RunSucceeded, ResultHash: h.(string)}
 		}
 		if n >= 3 {
-			v.State = auction.JobFinished
+			v.State = terms.JobFinished
 			switch id {
 			case "ok":
-				v.Run = auction.RunSucceeded
+				v.Run = terms.RunSucceeded
 				v.CostUSD = 3
 			case "bad":
-				v.Run, v.ExitCode, v.Detail = auction.RunFailed, &exit3, "oom"
+				v.Run, v.ExitCode, v.Detail = terms.RunFailed, &exit3, "oom"
 			}
 		}
 		replyJSON(w, 200, v)
 	})
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		un := leasedView("j2", "")
-		un.State, un.Lease, un.Winner = auction.JobUnplaceable, nil, ""
-		replyJSON(w, 200, []api.JobView{leasedView("j1", auction.RunRunning), un})
+		un.State, un.Lease, un.Winner = terms.JobUnplaceable, nil, ""
+		replyJSON(w, 200, []api.JobView{leasedView("j1", terms.RunRunning), un})
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", func(w http.ResponseWriter, r *http.Request) {
 		logQuery = r.URL.RawQuery
@@ -134,7 +134,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		// The provider's side of the bundle, from a directory holding the
 		// job's files (tampered: model.bin's bytes differ from the manifest).
 		src := t.TempDir()
-		var man []auction.OutputFile
+		var man []terms.OutputFile
 		for _, p := range []string{"out/metrics.json", "out/model.bin"} {
 			man = append(man, outFile(p, files[p]))
 			body := files[p]
@@ -157,10 +157,10 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		}
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}/bids", func(w http.ResponseWriter, r *http.Request) {
-		replyJSON(w, 200, api.BidsView{JobID: r.PathValue("id"), Explain: auction.Explanation{Winner: "12D3KooWcheap", Rank: 1,
-			Score: 1.111, Price: 1, Reliability: 0.9, Rule: auction.RuleOnlyEligible}, Bids: []auction.Ranked{
-			{Candidate: auction.Candidate{Bid: auction.Bid{Provider: "12D3KooWcheap", Price: 1, Datasets: []string{"c4"}}, Reliability: 0.9}, Score: 1.111},
-			{Candidate: auction.Candidate{Bid: auction.Bid{Provider: "12D3KooWdear", Price: 9}, Reliability: 0.5}, Rejected: "price above max"},
+		replyJSON(w, 200, api.BidsView{JobID: r.PathValue("id"), Explain: terms.Explanation{Winner: "12D3KooWcheap", Rank: 1,
+			Score: 1.111, Price: 1, Reliability: 0.9, Rule: terms.RuleOnlyEligible}, Bids: []terms.Ranked{
+			{Candidate: terms.Candidate{Bid: terms.Bid{Provider: "12D3KooWcheap", Price: 1, Datasets: []string{"c4"}}, Reliability: 0.9}, Score: 1.111},
+			{Candidate: terms.Candidate{Bid: terms.Bid{Provider: "12D3KooWdear", Price: 9}, Reliability: 0.5}, Rejected: "price above max"},
 		}})
 	})
 	mux.HandleFunc("GET /v1/ledger", func(w http.ResponseWriter, r *http.Request) {
@@ -181,9 +181,9 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		})
 	})
 	mux.HandleFunc("POST /v1/jobs/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
-		v := leasedView(r.PathValue("id"), auction.RunRunning)
+		v := leasedView(r.PathValue("id"), terms.RunRunning)
 		if r.PathValue("id") == "done" {
-			v.Run = auction.RunCancelled
+			v.Run = terms.RunCancelled
 		}
 		replyJSON(w, 200, v)
 	})
@@ -192,8 +192,8 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 	})
 	mux.HandleFunc("GET /v1/providers", func(w http.ResponseWriter, r *http.Request) {
 		providersQuery = r.URL.RawQuery
-		replyJSON(w, 200, []auction.Capability{{Peer: "12D3KooWprov", Region: "eu-west",
-			GPUs: []auction.GPU{{Model: "H100", VRAMGB: 80}, {Model: "H100", VRAMGB: 80}}, Policy: auction.Policy{PriceFloor: 1.25}}})
+		replyJSON(w, 200, []terms.Capability{{Peer: "12D3KooWprov", Region: "eu-west",
+			GPUs: []terms.GPU{{Model: "H100", VRAMGB: 80}, {Model: "H100", VRAMGB: 80}}, Policy: terms.Policy{PriceFloor: 1.25}}})
 	})
 	mux.HandleFunc("GET /v1/ledger/export", func(w http.ResponseWriter, r *http.Request) {
 		exportQuery = r.URL.RawQuery
@@ -298,7 +298,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		dest := filepath.Join(t.TempDir(), "res")
 		receipts.Delete("j1")
 		oneLineError(t, "job j1 has no receipt yet", "-d", dir, "job", "fetch", "j1", dest)
-		receipts.Store("j1", auction.ManifestHash([]auction.OutputFile{outFile("out/metrics.json", files["out/metrics.json"])}))
+		receipts.Store("j1", terms.ManifestHash([]terms.OutputFile{outFile("out/metrics.json", files["out/metrics.json"])}))
 		oneLineError(t, "is not the one its receipt names", "-d", dir, "job", "fetch", "j1", dest)
 		if _, err := os.Stat(dest); !os.IsNotExist(err) {
 			t.Fatalf("refused outputs created %s: %v", dest, err)
@@ -306,7 +306,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 	})
 	t.Run("fetch size cap", func(t *testing.T) {
 		dest := filepath.Join(t.TempDir(), "res")
-		receipts.Store("j1", auction.ManifestHash([]auction.OutputFile{outFile("out/metrics.json", files["out/metrics.json"]), outFile("out/model.bin", files["out/model.bin"])}))
+		receipts.Store("j1", terms.ManifestHash([]terms.OutputFile{outFile("out/metrics.json", files["out/metrics.json"]), outFile("out/model.bin", files["out/model.bin"])}))
 		oneLineError(t, "total more than --max-size (2048 bytes)", "-d", dir, "job", "fetch", "--max-size", "2KiB", "j1", dest)
 		oneLineError(t, `--max-size: invalid size "lots"`, "-d", dir, "job", "fetch", "--max-size", "lots", "j1", dest)
 		if _, err := os.Stat(dest); !os.IsNotExist(err) {
@@ -314,7 +314,7 @@ func TestMarketCLIAgainstFakeDaemon(t *testing.T) {
 		}
 	})
 	t.Run("fetch", func(t *testing.T) {
-		receipts.Store("j1", auction.ManifestHash([]auction.OutputFile{outFile("out/metrics.json", files["out/metrics.json"]), outFile("out/model.bin", files["out/model.bin"])}))
+		receipts.Store("j1", terms.ManifestHash([]terms.OutputFile{outFile("out/metrics.json", files["out/metrics.json"]), outFile("out/model.bin", files["out/model.bin"])}))
 		dest := filepath.Join(t.TempDir(), "res")
 		code, out, errOut := gm("job", "fetch", "j1", dest)
 		if code != 0 || !strings.Contains(out, "2 file(s) verified") {
@@ -384,9 +384,9 @@ const (
 	escShown = "a^[[31mred^[]0;pwned^G^M\tb^?\\u009b2J\\x9b\u00e9\n"
 )
 
-func outFile(name, body string) auction.OutputFile {
+func outFile(name, body string) terms.OutputFile {
 	s := sha256.Sum256([]byte(body))
-	return auction.OutputFile{Path: name, Size: int64(len(body)), SHA256: hex.EncodeToString(s[:])}
+	return terms.OutputFile{Path: name, Size: int64(len(body)), SHA256: hex.EncodeToString(s[:])}
 }
 
 // TestStatusShowsMIG: `gpumesh status` says of each detected GPU how it
@@ -396,11 +396,11 @@ func TestStatusShowsMIG(t *testing.T) {
 	const migA = "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
-		replyJSON(w, 200, api.StatusInfo{PeerID: "self", Provider: true, GPUs: []auction.GPU{
+		replyJSON(w, 200, api.StatusInfo{PeerID: "self", Provider: true, GPUs: []terms.GPU{
 			{Model: "NVIDIA A100-SXM4-80GB", VRAMGB: 80, UUID: "GPU-a", Detected: true,
-				MIG: &auction.MIG{Enabled: true, Pending: true, Instances: []auction.MIGInstance{{UUID: migA, Profile: "3g.40gb", MemoryMB: 40192}}}},
+				MIG: &terms.MIG{Enabled: true, Pending: true, Instances: []terms.MIGInstance{{UUID: migA, Profile: "3g.40gb", MemoryMB: 40192}}}},
 			{Model: "NVIDIA L4", VRAMGB: 24, UUID: "GPU-b", Detected: true},
-			{Model: "NVIDIA L4", VRAMGB: 24, UUID: "GPU-c", Detected: true, MIG: &auction.MIG{Pending: true}},
+			{Model: "NVIDIA L4", VRAMGB: 24, UUID: "GPU-c", Detected: true, MIG: &terms.MIG{Pending: true}},
 			{Model: "RTX 4090", VRAMGB: 24},
 		}})
 	})

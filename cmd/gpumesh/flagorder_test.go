@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/urfave/cli/v2"
 )
@@ -223,17 +223,17 @@ func TestFlagsAnywhereErrors(t *testing.T) {
 // too, and `job post ... -- python3 train.py --lr 3` posts the job's own
 // flags as its command.
 func TestFlagsAnywhereAgainstFakeDaemon(t *testing.T) {
-	var posted auction.Job
+	var posted terms.Job
 	var added api.ArtifactAddRequest
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		replyJSON(w, 200, leasedView(r.PathValue("id"), auction.RunRunning))
+		replyJSON(w, 200, leasedView(r.PathValue("id"), terms.RunRunning))
 	})
 	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		var req api.PostJobRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		posted = req.Job
-		replyJSON(w, 200, leasedView("j-posted", auction.RunPending))
+		replyJSON(w, 200, leasedView("j-posted", terms.RunPending))
 	})
 	mux.HandleFunc("POST /v1/artifacts", func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewDecoder(r.Body).Decode(&added)

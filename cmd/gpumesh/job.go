@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -37,8 +38,8 @@ func jobCommand() *cli.Command {
 				Name:  "list",
 				Usage: "list this node's jobs, newest first",
 				Flags: []cli.Flag{
-					&cli.StringSliceFlag{Name: "state", Usage: "only jobs in state S: an auction state (" + joinStates(auction.JobStates()) +
-						") or their run's (" + joinStates(auction.RunStates()) + "); repeatable, or a comma list"},
+					&cli.StringSliceFlag{Name: "state", Usage: "only jobs in state S: an auction state (" + joinStates(terms.JobStates()) +
+						") or their run's (" + joinStates(terms.RunStates()) + "); repeatable, or a comma list"},
 					&cli.IntFlag{Name: "limit", Value: 20, Usage: "show the newest N jobs (0: all)"},
 					noTruncFlag(), jsonFlag()},
 				Action: jobListAction,
@@ -100,7 +101,7 @@ func printJobView(w io.Writer, v *api.JobView, peer func(string) string) {
 	if j.Preemptible {
 		tier += " (preemptible)"
 	}
-	gpus := auction.GPUsText(j.GPUCount, j.GPUFraction)
+	gpus := terms.GPUsText(j.GPUCount, j.GPUFraction)
 	if j.Nodes > 1 {
 		gpus = fmt.Sprintf("gang of %d × %s", j.Nodes, gpus)
 	}
@@ -185,7 +186,7 @@ func printGang(w io.Writer, v *api.JobView, peer func(string) string) {
 		price += m.Price
 	}
 	fmt.Fprintf(w, "members:    %d, $%.4g/h together (the sum of their quotes, each for %s)\n", len(v.Gang), price*v.Job.BilledGPUs(),
-		auction.GPUsText(v.Job.GPUCount, v.Job.GPUFraction))
+		terms.GPUsText(v.Job.GPUCount, v.Job.GPUFraction))
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  RANK\tPROVIDER\tLEASE\tRUN\tCOST\tCHECKPOINT\tDETAIL")
 	for _, m := range v.Gang {
@@ -291,7 +292,7 @@ func attemptCheckpoints(r api.LeaseRecord) string {
 
 // checkpointText is one line about a checkpoint: which, how big, how much
 // work it saved.
-func checkpointText(c *auction.Checkpoint) string {
+func checkpointText(c *terms.Checkpoint) string {
 	return fmt.Sprintf("seq %d of attempt %d (%s), %d bytes, work saved %s, artifact %s", c.Seq, c.Attempt, c.Reason, c.Bytes,
 		c.Work.Round(time.Second), c.Artifact)
 }
@@ -383,17 +384,17 @@ func jobCreated(v api.JobView) time.Time {
 // (the flag splits comma lists), nil for none.
 func stateFilter(given []string) (map[string]bool, error) {
 	known := map[string]bool{}
-	for _, s := range auction.JobStates() {
+	for _, s := range terms.JobStates() {
 		known[string(s)] = true
 	}
-	for _, s := range auction.RunStates() {
+	for _, s := range terms.RunStates() {
 		known[string(s)] = true
 	}
 	var out map[string]bool
 	for _, s := range given {
 		s = strings.ToLower(strings.TrimSpace(s))
 		if !known[s] {
-			return nil, fmt.Errorf("unknown --state %q (job states: %s; run states: %s)", s, joinStates(auction.JobStates()), joinStates(auction.RunStates()))
+			return nil, fmt.Errorf("unknown --state %q (job states: %s; run states: %s)", s, joinStates(terms.JobStates()), joinStates(terms.RunStates()))
 		}
 		if out == nil {
 			out = map[string]bool{}
@@ -423,7 +424,7 @@ func jobCancelAction(c *cli.Context) error {
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, v)
 	}
-	if v.State == auction.JobCancelled || v.Run == auction.RunCancelled {
+	if v.State == terms.JobCancelled || v.Run == terms.RunCancelled {
 		fmt.Fprintf(c.App.Writer, "job %s cancelled\n", v.Job.ID)
 	} else {
 		fmt.Fprintf(c.App.Writer, "job %s: cancellation requested (state %s, run %s)\n", v.Job.ID, v.State, orDash(string(v.Run)))
@@ -513,9 +514,9 @@ func copyLog(c *cli.Context, cl *api.Client, id string, o api.LogsOptions) error
 // fetchedView is `job fetch --json`: the verified files, their paths
 // relative to Dir.
 type fetchedView struct {
-	Job   string               `json:"job"`
-	Dir   string               `json:"dir"`
-	Files []auction.OutputFile `json:"files"`
+	Job   string             `json:"job"`
+	Dir   string             `json:"dir"`
+	Files []terms.OutputFile `json:"files"`
 }
 
 func jobFetchAction(c *cli.Context) error {
@@ -547,7 +548,7 @@ func jobFetchAction(c *cli.Context) error {
 		return err
 	}
 	defer bundle.Close()
-	if got := auction.ManifestHash(manifest); got != v.Receipt.ResultHash {
+	if got := terms.ManifestHash(manifest); got != v.Receipt.ResultHash {
 		return fmt.Errorf("outputs of job %s: the provider's manifest (%d files, hash %q) is not the one its receipt names (%q); refusing them",
 			id, len(manifest), got, v.Receipt.ResultHash)
 	}

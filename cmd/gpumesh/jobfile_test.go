@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
 )
 
@@ -16,11 +16,11 @@ func TestExampleJobFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := auction.Job{
-		Tier: auction.Bronze, MaxPrice: 1.80, GPUCount: 2, GPUModels: []string{"A100", "H100"}, MinVRAMGB: 40,
+	want := terms.Job{
+		Tier: terms.Bronze, MaxPrice: 1.80, GPUCount: 2, GPUModels: []string{"A100", "H100"}, MinVRAMGB: 40,
 		Region: "eu", MinReliability: 0.7, Preemptible: true, Duration: 3 * time.Hour, Datasets: []string{"imagenet-1k"},
 		Workload: "training", BidWindow: 5 * time.Second, CreatedAt: testNow,
-		Run: auction.RunSpec{Image: "ghcr.io/example/trainer:1.4", Command: []string{"python", "train.py", "--epochs", "10"},
+		Run: terms.RunSpec{Image: "ghcr.io/example/trainer:1.4", Command: []string{"python", "train.py", "--epochs", "10"},
 			Env: map[string]string{"WANDB_MODE": "offline"}, Outputs: "checkpoints", MemoryMB: 65536},
 	}
 	if !reflect.DeepEqual(j, want) {
@@ -38,7 +38,7 @@ func TestJobPostTaskFile(t *testing.T) {
 			t.Fatalf("%v: %v", args, err)
 		}
 		setup, run, ok := taskfile.TaskScripts(j.Run.Command)
-		if j.GPUCount != 2 || j.GPUModels[0] != "A100" || j.Region != "eu" || j.Tier != auction.Bronze || !j.Preemptible ||
+		if j.GPUCount != 2 || j.GPUModels[0] != "A100" || j.Region != "eu" || j.Tier != terms.Bronze || !j.Preemptible ||
 			j.MaxPrice != 1.5 || j.Duration != 2*time.Hour || !ok || setup != "pip install x" || run != "python3 sweep.py\n" {
 			t.Fatalf("%v: %+v", args, j)
 		}
@@ -47,7 +47,7 @@ func TestJobPostTaskFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.GPUCount != 4 || j.MaxPrice != 3 || j.Tier != auction.Silver || j.Region != "eu" {
+	if j.GPUCount != 4 || j.MaxPrice != 3 || j.Tier != terms.Silver || j.Region != "eu" {
 		t.Fatalf("flags over the task: %+v", j)
 	}
 	for _, c := range []struct {

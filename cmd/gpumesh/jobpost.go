@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/urfave/cli/v2"
@@ -25,13 +25,13 @@ func (s *stringList) String() string     { return strings.Join(*s, " ") }
 
 func jobPostFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "file", Usage: "job file: a task file (name, resources, setup, run... see examples/) or a YAML job spec (fields as in auction.Job); flags given explicitly override it. Also given as the argument: job post task.yaml"},
-		&cli.StringFlag{Name: "tier", Value: string(auction.Silver), Usage: "gold, silver or bronze"},
+		&cli.StringFlag{Name: "file", Usage: "job file: a task file (name, resources, setup, run... see examples/) or a YAML job spec (fields as in terms.Job, package auction/terms); flags given explicitly override it. Also given as the argument: job post task.yaml"},
+		&cli.StringFlag{Name: "tier", Value: string(terms.Silver), Usage: "gold, silver or bronze"},
 		&cli.Float64Flag{Name: "max-price", DefaultText: "required unless in --file", Usage: "most you pay per GPU-hour, in USD"},
 		&cli.StringSliceFlag{Name: "gpu", Usage: "acceptable GPU model, e.g. H100 (repeatable)"},
 		&cli.StringFlag{Name: "count", Value: "1", Usage: "number of GPUs, or a fraction of one GPU (0.125, 0.25 or 0.5): a slice of a device other jobs share, priced and billed by its fraction"},
-		&cli.IntFlag{Name: "nodes", Value: 1, Usage: fmt.Sprintf("members of a gang job, up to %d: that many providers, --count GPUs each, placed all or nothing and stopped, saved and placed again together", auction.MaxNodes)},
-		&cli.StringFlag{Name: "isolation", DefaultText: auction.IsolationAny, Usage: "how a fractional job's slice must be enforced: mig, mps or any (any includes none: declared GPUs, accounting only)"},
+		&cli.IntFlag{Name: "nodes", Value: 1, Usage: fmt.Sprintf("members of a gang job, up to %d: that many providers, --count GPUs each, placed all or nothing and stopped, saved and placed again together", terms.MaxNodes)},
+		&cli.StringFlag{Name: "isolation", DefaultText: terms.IsolationAny, Usage: "how a fractional job's slice must be enforced: mig, mps or any (any includes none: declared GPUs, accounting only)"},
 		&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU (of the slice, with a fractional --count), in GB"},
 		&cli.StringFlag{Name: "region", Usage: "residency constraint: a region or region prefix, e.g. eu"},
 		nearFlag(), maxRTTFlag(),
@@ -48,18 +48,18 @@ func jobPostFlags() []cli.Flag {
 		&cli.StringFlag{Name: "image-artifact", Usage: "artifact id of a `docker save` of --image (gpumesh artifact add --image): providers without the image load it from there"},
 		&cli.StringFlag{Name: "outputs", Usage: "directory, relative to the job's work dir, whose files are returned"},
 		&cli.IntFlag{Name: "memory-mb", Usage: "memory cap in MB, where the runtime can enforce it"},
-		&cli.DurationFlag{Name: "bid-window", DefaultText: auction.DefaultBidWindow.String(), Usage: "how long to collect bids"},
+		&cli.DurationFlag{Name: "bid-window", DefaultText: terms.DefaultBidWindow.String(), Usage: "how long to collect bids"},
 		maxAttemptsFlag(),
 		&cli.DurationFlag{Name: "checkpoint-every", DefaultText: "only when stopped early", Usage: "how often the provider saves $GPUMESH_CHECKPOINT_DIR while the job runs, e.g. 10m (it is also saved when the job is preempted); a later attempt resumes from it"},
 		&cli.BoolFlag{Name: "no-persist", Usage: "keep nothing of the job on its provider: its log and outputs come to this node and are deleted from the provider once the lease is settled, no outputs or checkpoints stay there as artifacts, and its memory never swaps; only providers that offer it (policy no_persist) bid, and their receipts must say it held"},
-		&cli.DurationFlag{Name: "retain", DefaultText: "7 days", Usage: fmt.Sprintf("how long the provider keeps the job's log and outputs after the lease, %v to %v, e.g. 1h (providers keep them no longer than their own maximum)", auction.MinRetain, auction.MaxRetain)},
+		&cli.DurationFlag{Name: "retain", DefaultText: "7 days", Usage: fmt.Sprintf("how long the provider keeps the job's log and outputs after the lease, %v to %v, e.g. 1h (providers keep them no longer than their own maximum)", terms.MinRetain, terms.MaxRetain)},
 		&cli.BoolFlag{Name: "wait", Usage: "wait for the job to finish, streaming its log (not with --json), and print its final status; exit with the job's exit code"},
 		&cli.BoolFlag{Name: "queue", Usage: "post it even when no provider this node knows could ever run it (GPU model, region, price...), to wait for providers that may appear"},
 		jsonFlag(),
 	}
 }
 
-// nearFlag is --near, where a job's clients are (auction.Job.Near).
+// nearFlag is --near, where a job's clients are (terms.Job.Near).
 func nearFlag() cli.Flag {
 	return &cli.StringFlag{Name: "near", Usage: "where the job's clients are: a region (e.g. eu-west; providers in it rank first, others are allowed) " +
 		"or a client location's multiaddr (e.g. /ip4/203.0.113.7); bids are then ranked by the round trip this node measures to each provider " +
@@ -67,16 +67,16 @@ func nearFlag() cli.Flag {
 }
 
 // maxRTTFlag is --max-rtt, a job's bound on the round trip to its
-// provider (auction.Job.MaxRTT).
+// provider (terms.Job.MaxRTT).
 func maxRTTFlag() cli.Flag {
 	return &cli.DurationFlag{Name: "max-rtt", Usage: fmt.Sprintf("reject providers whose round trip from this node (libp2p ping) exceeds this, "+
-		"%v to %v, e.g. 50ms; one this node cannot measure within the bid window is rejected too; bids rank by it", auction.MinMaxRTT, auction.MaxMaxRTT)}
+		"%v to %v, e.g. 50ms; one this node cannot measure within the bid window is rejected too; bids rank by it", terms.MinMaxRTT, terms.MaxMaxRTT)}
 }
 
 // maxAttemptsFlag is --max-attempts, the job's attempt budget.
 func maxAttemptsFlag() cli.Flag {
-	return &cli.IntFlag{Name: "max-attempts", DefaultText: fmt.Sprint(auction.DefaultMaxAttempts),
-		Usage: fmt.Sprintf("most leases the job may use when its providers are lost or preempt it (1..%d); each retry runs elsewhere", auction.MaxAttempts)}
+	return &cli.IntFlag{Name: "max-attempts", DefaultText: fmt.Sprint(terms.DefaultMaxAttempts),
+		Usage: fmt.Sprintf("most leases the job may use when its providers are lost or preempt it (1..%d); each retry runs elsewhere", terms.MaxAttempts)}
 }
 
 func jobPostCommand() *cli.Command {
@@ -93,17 +93,17 @@ func jobPostCommand() *cli.Command {
 // optional --file spec and the command after `--`. Explicitly given flags
 // override the file. now is the job's creation time and the origin of a
 // relative --deadline.
-func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
-	var job auction.Job
+func buildJob(c *cli.Context, now time.Time) (terms.Job, error) {
+	var job terms.Job
 	inFile := map[string]bool{}
 	path, err := fileArg(c, "job", "job post --wait")
 	if err != nil {
-		return auction.Job{}, err
+		return terms.Job{}, err
 	}
 	var file *taskfile.File
 	if path != "" {
 		if file, err = loadJobFile(path, now); err != nil {
-			return auction.Job{}, err
+			return terms.Job{}, err
 		}
 		job, inFile = file.Job, file.Set
 	}
@@ -114,9 +114,9 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 	if set("tier") || tier == "" {
 		tier = c.String("tier")
 	}
-	t, terr := auction.ParseTier(tier)
+	t, terr := terms.ParseTier(tier)
 	if terr != nil {
-		return auction.Job{}, fmt.Errorf("unknown tier %q (gold, silver, bronze)", tier)
+		return terms.Job{}, fmt.Errorf("unknown tier %q (gold, silver, bronze)", tier)
 	}
 	job.Tier = t
 
@@ -124,14 +124,14 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 	case set("max-price"):
 		job.MaxPrice = c.Float64("max-price")
 	case !inFile["max_price"]:
-		return auction.Job{}, errors.New("--max-price is required (USD per GPU-hour)")
+		return terms.Job{}, errors.New("--max-price is required (USD per GPU-hour)")
 	}
 
 	switch {
 	case set("count") || (!inFile["gpu_count"] && !inFile["gpu_fraction"]):
-		n, f, err := auction.ParseGPUs(c.String("count"))
+		n, f, err := terms.ParseGPUs(c.String("count"))
 		if err != nil {
-			return auction.Job{}, fmt.Errorf("invalid --count: %v", err)
+			return terms.Job{}, fmt.Errorf("invalid --count: %v", err)
 		}
 		job.GPUCount, job.GPUFraction = n, f
 	case !inFile["gpu_count"]:
@@ -141,21 +141,21 @@ func buildJob(c *cli.Context, now time.Time) (auction.Job, error) {
 	case set("preemptible"):
 		job.Preemptible = c.Bool("preemptible")
 	case !inFile["preemptible"]:
-		job.Preemptible = job.Tier == auction.Bronze
+		job.Preemptible = job.Tier == terms.Bronze
 	}
 	switch {
 	case set("duration"):
 		job.Duration = c.Duration("duration")
 	case !inFile["duration"]:
-		return auction.Job{}, errors.New("--duration is required (e.g. 2h)")
+		return terms.Job{}, errors.New("--duration is required (e.g. 2h)")
 	}
 	if err := applyJobFlags(c, &job, now, path != "" && path != c.String("file")); err != nil {
-		return auction.Job{}, err
+		return terms.Job{}, err
 	}
 
 	job.CreatedAt = now
 	if err := job.Validate(); err != nil {
-		return auction.Job{}, invalidJob(c, err, file)
+		return terms.Job{}, invalidJob(c, err, file)
 	}
 	return job, nil
 }
@@ -188,7 +188,7 @@ func isJobFileName(s string) bool {
 // given explicitly) and the command after --. job post and serve post share
 // it; a flag a command does not define is never set. fileArg: the
 // argument is the job file, not a command.
-func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time, fileArg bool) error {
+func applyJobFlags(c *cli.Context, job *terms.Job, now time.Time, fileArg bool) error {
 	set := c.IsSet
 	if set("gpu") {
 		job.GPUModels = nil
@@ -201,7 +201,7 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time, fileArg bool
 	}
 	if set("nodes") {
 		if job.Nodes = c.Int("nodes"); job.Nodes < 1 {
-			return fmt.Errorf("invalid --nodes: must be in [1, %d], got %d", auction.MaxNodes, job.Nodes)
+			return fmt.Errorf("invalid --nodes: must be in [1, %d], got %d", terms.MaxNodes, job.Nodes)
 		}
 	}
 	if set("isolation") {
@@ -298,7 +298,7 @@ func applyJobFlags(c *cli.Context, job *auction.Job, now time.Time, fileArg bool
 	return nil
 }
 
-// jobFlags names the job post flag that sets each of auction.Job's fields.
+// jobFlags names the job post flag that sets each of terms.Job's fields.
 var jobFlags = map[string]string{
 	"tier": "tier", "max_price": "max-price", "gpu_models": "gpu", "gpu_count": "count", "gpu_fraction": "count", "nodes": "nodes", "isolation": "isolation", "min_vram_gb": "min-vram",
 	"region": "region", "near": "near", "max_rtt": "max-rtt", "min_reliability": "min-reliability", "verified": "verified", "preemptible": "preemptible", "duration": "duration",
@@ -307,7 +307,7 @@ var jobFlags = map[string]string{
 	"run.image": "image", "run.env": "env", "run.outputs": "outputs", "run.inputs": "input", "run.image_artifact": "image-artifact", "run.memory_mb": "memory-mb",
 }
 
-// invalidJob turns auction.Job.Validate's field errors into one line: a
+// invalidJob turns terms.Job.Validate's field errors into one line: a
 // problem with a value given by a flag names the flag ("invalid
 // --max-price: must be a positive number, got 0"), one with a value from
 // --file names the spec's field ("invalid job: gpu_count must be in
@@ -316,7 +316,7 @@ var jobFlags = map[string]string{
 // A task file's problems name its line ("task.yaml:7:
 // resources.accelerators: ...").
 func invalidJob(c *cli.Context, err error, file *taskfile.File) error {
-	fes := auction.FieldErrors(err)
+	fes := terms.FieldErrors(err)
 	if len(fes) == 0 {
 		return fmt.Errorf("invalid job: %v", err)
 	}
@@ -374,7 +374,7 @@ func readJobFile(p, kind string) ([]byte, error) {
 // parseDeadline accepts an RFC3339 time or a positive duration from now.
 func parseDeadline(s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
-	// A time before the job's creation is refused by auction.Job.Validate.
+	// A time before the job's creation is refused by terms.Job.Validate.
 	t, ok := taskfile.ParseDeadline(s, now)
 	if !ok {
 		return time.Time{}, fmt.Errorf("--deadline must be an RFC3339 time or a positive duration from now, got %q", s)
@@ -395,13 +395,13 @@ func jobPostAction(c *cli.Context) error {
 	}
 	w := c.App.Writer
 	pr := newProgress(w, c.Bool("json"))
-	pr.show(fmt.Sprintf("job posted; collecting bids for %s", orDefault(job.BidWindow, auction.DefaultBidWindow)))
+	pr.show(fmt.Sprintf("job posted; collecting bids for %s", orDefault(job.BidWindow, terms.DefaultBidWindow)))
 	v, err := client(c).PostJobRequest(c.Context, api.PostJobRequest{Job: job, Queue: c.Bool("queue")})
 	pr.clear()
 	if err != nil {
 		return err
 	}
-	if v.State == auction.JobQueued {
+	if v.State == terms.JobQueued {
 		// No provider could take it yet: it waits on the daemon, offered
 		// again as capacity frees, until its start deadline.
 		if !c.Bool("wait") {
@@ -418,7 +418,7 @@ func jobPostAction(c *cli.Context) error {
 			return err
 		}
 	}
-	if v.State != auction.JobLeased && v.State != auction.JobFinished {
+	if v.State != terms.JobLeased && v.State != terms.JobFinished {
 		if c.Bool("json") {
 			if err := printJSON(w, v); err != nil {
 				return err
@@ -455,11 +455,11 @@ func jobPostAction(c *cli.Context) error {
 // when it succeeded; the job's own exit code when its command failed with
 // one; else exit 1, each with the outcome on one line.
 func jobExit(v *api.JobView) error {
-	if v.Run == auction.RunSucceeded {
+	if v.Run == terms.RunSucceeded {
 		return nil
 	}
 	msg := fmt.Sprintf("job %s %s", v.Job.ID, runOutcome(v))
-	if v.Run == auction.RunFailed && v.ExitCode != nil && *v.ExitCode > 0 && *v.ExitCode < 256 {
+	if v.Run == terms.RunFailed && v.ExitCode != nil && *v.ExitCode > 0 && *v.ExitCode < 256 {
 		return cli.Exit(msg, *v.ExitCode)
 	}
 	return errors.New(msg)
@@ -472,7 +472,7 @@ func printPosted(w io.Writer, v *api.JobView) {
 		return
 	}
 	fmt.Fprintf(w, "job %s leased to %s at $%.4g/GPU-h (start %s)\n", v.Job.ID, l.Provider, l.Price, fmtTime(l.Start))
-	fmt.Fprintf(w, "  lease %s: %s tier, %s, until %s\n", l.ID, l.Tier, auction.GPUsText(l.GPUCount, l.GPUFraction), fmtTime(l.End))
+	fmt.Fprintf(w, "  lease %s: %s tier, %s, until %s\n", l.ID, l.Tier, terms.GPUsText(l.GPUCount, l.GPUFraction), fmtTime(l.End))
 	eligible := 0
 	for _, b := range v.Bids {
 		if b.Rejected == "" {
@@ -480,7 +480,7 @@ func printPosted(w io.Writer, v *api.JobView) {
 		}
 	}
 	fmt.Fprintf(w, "  %d bid(s), %d eligible; max $%.4g/GPU-h; est. cost $%.4f\n", len(v.Bids), eligible, v.Job.MaxPrice,
-		auction.LeaseCost(l.Price, l.GPUCount, l.GPUFraction, l.End.Sub(l.Start)))
+		terms.LeaseCost(l.Price, l.GPUCount, l.GPUFraction, l.End.Sub(l.Start)))
 }
 
 // lastReason is the newest of a job's reasons (a queued job's says why).
@@ -500,7 +500,7 @@ func waitLeased(c *cli.Context, id string) (api.JobView, error) {
 		if err != nil {
 			return v, fmt.Errorf("wait for job %s: %w", id, err)
 		}
-		if v.State != auction.JobQueued && v.State != auction.JobBidding && v.State != auction.JobAwarding {
+		if v.State != terms.JobQueued && v.State != terms.JobBidding && v.State != terms.JobAwarding {
 			return v, nil
 		}
 		v, err = nextJobView(c.Context, cl, id, v)
@@ -510,15 +510,15 @@ func waitLeased(c *cli.Context, id string) (api.JobView, error) {
 // runTerminal reports whether a job needs no more waiting.
 func runTerminal(v *api.JobView) bool {
 	switch v.State {
-	case auction.JobUnplaceable, auction.JobCancelled, auction.JobFailed, auction.JobFinished:
+	case terms.JobUnplaceable, terms.JobCancelled, terms.JobFailed, terms.JobFinished:
 		return true
-	case auction.JobBidding, auction.JobAwarding, auction.JobQueued:
+	case terms.JobBidding, terms.JobAwarding, terms.JobQueued:
 		return false // e.g. a preempted bronze job being requeued
 	}
 	switch v.Run {
-	case auction.RunSucceeded, auction.RunFailed, auction.RunExpired, auction.RunCancelled:
+	case terms.RunSucceeded, terms.RunFailed, terms.RunExpired, terms.RunCancelled:
 		return true
-	case auction.RunPreempted:
+	case terms.RunPreempted:
 		// A preemptible job may be requeued; a preempted lease of a
 		// non-preemptible job is final.
 		return !v.Job.Preemptible
@@ -547,7 +547,7 @@ func nextJobView(ctx context.Context, cl *api.Client, id string, prev api.JobVie
 
 // waitJob polls the job until runTerminal, printing run-state changes and
 // streaming the job's log when not in JSON mode.
-func waitJob(c *cli.Context, id string, last auction.RunState, pr *progress) (api.JobView, error) {
+func waitJob(c *cli.Context, id string, last terms.RunState, pr *progress) (api.JobView, error) {
 	defer pr.clear()
 	cl := client(c)
 	var logs *logFollower

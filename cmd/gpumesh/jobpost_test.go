@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/urfave/cli/v2"
 )
 
@@ -17,9 +17,9 @@ var testNow = time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
 
 // parseJob runs buildJob through a minimal app carrying the real job post
 // flags, so flag parsing is exactly the CLI's.
-func parseJob(t *testing.T, args ...string) (auction.Job, error) {
+func parseJob(t *testing.T, args ...string) (terms.Job, error) {
 	t.Helper()
-	var job auction.Job
+	var job terms.Job
 	var berr error
 	app := &cli.App{
 		Name:      "t",
@@ -78,11 +78,11 @@ func TestBuildJob(t *testing.T) {
 	cases := []struct {
 		name  string
 		args  []string
-		check func(t *testing.T, j auction.Job)
+		check func(t *testing.T, j terms.Job)
 	}{
-		{"defaults", with("--", "python", "train.py"), func(t *testing.T, j auction.Job) {
-			want := auction.Job{Tier: auction.Silver, MaxPrice: 2.5, GPUCount: 1, Duration: 2 * time.Hour,
-				Run: auction.RunSpec{Command: []string{"python", "train.py"}}, BidWindow: auction.DefaultBidWindow, CreatedAt: testNow}
+		{"defaults", with("--", "python", "train.py"), func(t *testing.T, j terms.Job) {
+			want := terms.Job{Tier: terms.Silver, MaxPrice: 2.5, GPUCount: 1, Duration: 2 * time.Hour,
+				Run: terms.RunSpec{Command: []string{"python", "train.py"}}, BidWindow: terms.DefaultBidWindow, CreatedAt: testNow}
 			if !reflect.DeepEqual(j, want) {
 				t.Fatalf("job = %+v\nwant  %+v", j, want)
 			}
@@ -91,29 +91,29 @@ func TestBuildJob(t *testing.T) {
 			"--region", "eu-west", "--min-reliability", "0.9", "--deadline", "30m", "--dataset", "imagenet", "--dataset", "c4",
 			"--workload", "training", "--image", "img:1", "--env", "A=1", "--env", "B=x,y=z", "--env", "C=",
 			"--outputs", "out", "--memory-mb", "2048", "--bid-window", "500ms", "--max-attempts", "5", "--", "run.sh", "--flag", "-v"),
-			func(t *testing.T, j auction.Job) {
-				want := auction.Job{Tier: auction.Bronze, MaxPrice: 2.5, GPUCount: 4, MinVRAMGB: 40, GPUModels: []string{"H100", "A100"},
+			func(t *testing.T, j terms.Job) {
+				want := terms.Job{Tier: terms.Bronze, MaxPrice: 2.5, GPUCount: 4, MinVRAMGB: 40, GPUModels: []string{"H100", "A100"},
 					Region: "eu-west", MinReliability: 0.9, Preemptible: true, Duration: 2 * time.Hour, Deadline: testNow.Add(30 * time.Minute),
 					Datasets: []string{"imagenet", "c4"}, Workload: "training",
-					Run: auction.RunSpec{Image: "img:1", Command: []string{"run.sh", "--flag", "-v"},
+					Run: terms.RunSpec{Image: "img:1", Command: []string{"run.sh", "--flag", "-v"},
 						Env: map[string]string{"A": "1", "B": "x,y=z", "C": ""}, Outputs: "out", MemoryMB: 2048},
 					BidWindow: 500 * time.Millisecond, MaxAttempts: 5, CreatedAt: testNow}
 				if !reflect.DeepEqual(j, want) {
 					t.Fatalf("job = %+v\nwant  %+v", j, want)
 				}
 			}},
-		{"inputs", with("--input", "data="+strings.Repeat("ab", 32), "--input", " model = "+strings.Repeat("cd", 32), "--", "x"), func(t *testing.T, j auction.Job) {
+		{"inputs", with("--input", "data="+strings.Repeat("ab", 32), "--input", " model = "+strings.Repeat("cd", 32), "--", "x"), func(t *testing.T, j terms.Job) {
 			want := map[string]string{"data": strings.Repeat("ab", 32), "model": strings.Repeat("cd", 32)}
 			if !reflect.DeepEqual(j.Run.Inputs, want) {
 				t.Fatalf("inputs = %v, want %v", j.Run.Inputs, want)
 			}
 		}},
-		{"image artifact", with("--image", "img:1", "--image-artifact", strings.Repeat("ef", 32), "--", "x"), func(t *testing.T, j auction.Job) {
+		{"image artifact", with("--image", "img:1", "--image-artifact", strings.Repeat("ef", 32), "--", "x"), func(t *testing.T, j terms.Job) {
 			if j.Run.Image != "img:1" || j.Run.ImageArtifact != strings.Repeat("ef", 32) {
 				t.Fatalf("run = %+v", j.Run)
 			}
 		}},
-		{"flags after -- belong to the command", with("--", "python", "-u", "train.py", "--max-price", "9", "--"), func(t *testing.T, j auction.Job) {
+		{"flags after -- belong to the command", with("--", "python", "-u", "train.py", "--max-price", "9", "--"), func(t *testing.T, j terms.Job) {
 			if want := []string{"python", "-u", "train.py", "--max-price", "9", "--"}; !reflect.DeepEqual(j.Run.Command, want) {
 				t.Fatalf("command = %q, want %q", j.Run.Command, want)
 			}
@@ -121,99 +121,99 @@ func TestBuildJob(t *testing.T) {
 				t.Fatalf("max price = %v: a flag after -- was parsed", j.MaxPrice)
 			}
 		}},
-		{"bronze can opt out of preemption", with("--tier", "bronze", "--preemptible=false", "--", "x"), func(t *testing.T, j auction.Job) {
+		{"bronze can opt out of preemption", with("--tier", "bronze", "--preemptible=false", "--", "x"), func(t *testing.T, j terms.Job) {
 			if j.Preemptible {
 				t.Fatal("--preemptible=false ignored")
 			}
 		}},
-		{"silver can opt in to preemption", with("--preemptible", "--", "x"), func(t *testing.T, j auction.Job) {
-			if !j.Preemptible || j.Tier != auction.Silver {
+		{"silver can opt in to preemption", with("--preemptible", "--", "x"), func(t *testing.T, j terms.Job) {
+			if !j.Preemptible || j.Tier != terms.Silver {
 				t.Fatalf("tier %s preemptible %v", j.Tier, j.Preemptible)
 			}
 		}},
-		{"gold is not preemptible by default", with("--tier", "gold", "--", "x"), func(t *testing.T, j auction.Job) {
-			if j.Preemptible || j.Tier != auction.Gold {
+		{"gold is not preemptible by default", with("--tier", "gold", "--", "x"), func(t *testing.T, j terms.Job) {
+			if j.Preemptible || j.Tier != terms.Gold {
 				t.Fatalf("tier %s preemptible %v", j.Tier, j.Preemptible)
 			}
 		}},
-		{"a quarter of a gpu", with("--count", "0.25", "--isolation", "MPS", "--min-vram", "6", "--", "x"), func(t *testing.T, j auction.Job) {
-			if j.GPUCount != 1 || j.GPUFraction != 0.25 || j.Isolation != auction.IsolationMPS || j.MinVRAMGB != 6 {
+		{"a quarter of a gpu", with("--count", "0.25", "--isolation", "MPS", "--min-vram", "6", "--", "x"), func(t *testing.T, j terms.Job) {
+			if j.GPUCount != 1 || j.GPUFraction != 0.25 || j.Isolation != terms.IsolationMPS || j.MinVRAMGB != 6 {
 				t.Fatalf("count %d fraction %v isolation %q vram %d", j.GPUCount, j.GPUFraction, j.Isolation, j.MinVRAMGB)
 			}
 		}},
-		{"a file's fraction stays", with("--file", writeFile(t, "h.yaml", "gpu_fraction: 0.5\nrun: {command: [x]}\n")), func(t *testing.T, j auction.Job) {
+		{"a file's fraction stays", with("--file", writeFile(t, "h.yaml", "gpu_fraction: 0.5\nrun: {command: [x]}\n")), func(t *testing.T, j terms.Job) {
 			if j.GPUCount != 1 || j.GPUFraction != 0.5 {
 				t.Fatalf("count %d fraction %v", j.GPUCount, j.GPUFraction)
 			}
 		}},
-		{"--count overrides a file's fraction", with("--file", writeFile(t, "q.yaml", "gpu_count: 1\ngpu_fraction: 0.5\nrun: {command: [x]}\n"), "--count", "2"), func(t *testing.T, j auction.Job) {
+		{"--count overrides a file's fraction", with("--file", writeFile(t, "q.yaml", "gpu_count: 1\ngpu_fraction: 0.5\nrun: {command: [x]}\n"), "--count", "2"), func(t *testing.T, j terms.Job) {
 			if j.GPUCount != 2 || j.GPUFraction != 0 {
 				t.Fatalf("count %d fraction %v", j.GPUCount, j.GPUFraction)
 			}
 		}},
-		{"a gang", with("--nodes", "2", "--count", "2", "--", "x"), func(t *testing.T, j auction.Job) {
+		{"a gang", with("--nodes", "2", "--count", "2", "--", "x"), func(t *testing.T, j terms.Job) {
 			if j.Nodes != 2 || j.GPUCount != 2 {
 				t.Fatalf("nodes %d count %d", j.Nodes, j.GPUCount)
 			}
 		}},
-		{"--nodes overrides a file's num_nodes", with("--file", writeFile(t, "g.yaml", "num_nodes: 4\nresources: {accelerators: H100:8}\nrun: x\n"), "--nodes", "2"), func(t *testing.T, j auction.Job) {
+		{"--nodes overrides a file's num_nodes", with("--file", writeFile(t, "g.yaml", "num_nodes: 4\nresources: {accelerators: H100:8}\nrun: x\n"), "--nodes", "2"), func(t *testing.T, j terms.Job) {
 			if j.Nodes != 2 || j.GPUCount != 8 {
 				t.Fatalf("nodes %d count %d", j.Nodes, j.GPUCount)
 			}
 		}},
-		{"checkpoint every", with("--checkpoint-every", "10m", "--", "x"), func(t *testing.T, j auction.Job) {
+		{"checkpoint every", with("--checkpoint-every", "10m", "--", "x"), func(t *testing.T, j terms.Job) {
 			if j.CheckpointEvery != 10*time.Minute {
 				t.Fatalf("checkpoint every = %v, want 10m", j.CheckpointEvery)
 			}
 		}},
-		{"no persistence", with("--no-persist", "--", "x"), func(t *testing.T, j auction.Job) {
+		{"no persistence", with("--no-persist", "--", "x"), func(t *testing.T, j terms.Job) {
 			if !j.NoPersist || j.Retain != 0 {
 				t.Fatalf("no persist %v, retain %v", j.NoPersist, j.Retain)
 			}
 		}},
-		{"latency terms", with("--near", " eu-west ", "--max-rtt", "50ms", "--", "x"), func(t *testing.T, j auction.Job) {
+		{"latency terms", with("--near", " eu-west ", "--max-rtt", "50ms", "--", "x"), func(t *testing.T, j terms.Job) {
 			if j.Near != "eu-west" || j.MaxRTT != 50*time.Millisecond {
 				t.Fatalf("near %q max rtt %v, want eu-west and 50ms", j.Near, j.MaxRTT)
 			}
 		}},
-		{"near a client location", with("--near", "/ip4/203.0.113.7/tcp/443", "--", "x"), func(t *testing.T, j auction.Job) {
+		{"near a client location", with("--near", "/ip4/203.0.113.7/tcp/443", "--", "x"), func(t *testing.T, j terms.Job) {
 			if j.Near != "/ip4/203.0.113.7/tcp/443" || j.MaxRTT != 0 {
 				t.Fatalf("near %q max rtt %v", j.Near, j.MaxRTT)
 			}
 		}},
 		{"latency terms from file, flag overrides", []string{"--file", writeFile(t, "rtt.yaml", "max_price: 1\nduration: 1h\nmax_rtt: 80ms\nnear: us\nrun:\n  command: [x]\n"),
-			"--max-rtt", "40ms"}, func(t *testing.T, j auction.Job) {
+			"--max-rtt", "40ms"}, func(t *testing.T, j terms.Job) {
 			if j.MaxRTT != 40*time.Millisecond || j.Near != "us" {
 				t.Fatalf("max rtt %v near %q, want the flag's 40ms and the file's us", j.MaxRTT, j.Near)
 			}
 		}},
-		{"retention", with("--retain", "1h", "--", "x"), func(t *testing.T, j auction.Job) {
+		{"retention", with("--retain", "1h", "--", "x"), func(t *testing.T, j terms.Job) {
 			if j.Retain != time.Hour || j.NoPersist {
 				t.Fatalf("retain %v, no persist %v", j.Retain, j.NoPersist)
 			}
 		}},
 		{"retention and no persistence from file", []string{"--file", writeFile(t, "np.yaml", "max_price: 1\nduration: 1h\nno_persist: true\nrun:\n  command: [x]\n")},
-			func(t *testing.T, j auction.Job) {
+			func(t *testing.T, j terms.Job) {
 				if !j.NoPersist {
 					t.Fatal("no_persist from the file ignored")
 				}
 			}},
 		{"checkpoint every from file", []string{"--file", writeFile(t, "ck.yaml", "max_price: 1\nduration: 1h\ncheckpoint_every: 15m\nrun:\n  command: [x]\n")},
-			func(t *testing.T, j auction.Job) {
+			func(t *testing.T, j terms.Job) {
 				if j.CheckpointEvery != 15*time.Minute {
 					t.Fatalf("checkpoint every = %v, want 15m", j.CheckpointEvery)
 				}
 			}},
-		{"absolute deadline", with("--deadline", "2026-03-15T00:00:00+01:00", "--", "x"), func(t *testing.T, j auction.Job) {
+		{"absolute deadline", with("--deadline", "2026-03-15T00:00:00+01:00", "--", "x"), func(t *testing.T, j terms.Job) {
 			if want := time.Date(2026, 3, 14, 23, 0, 0, 0, time.UTC); !j.Deadline.Equal(want) {
 				t.Fatalf("deadline = %v, want %v", j.Deadline, want)
 			}
 		}},
-		{"file", []string{"--file", full}, func(t *testing.T, j auction.Job) {
-			want := auction.Job{ID: "train-7", Tier: auction.Bronze, MaxPrice: 1.25, GPUCount: 2, MinVRAMGB: 24,
+		{"file", []string{"--file", full}, func(t *testing.T, j terms.Job) {
+			want := terms.Job{ID: "train-7", Tier: terms.Bronze, MaxPrice: 1.25, GPUCount: 2, MinVRAMGB: 24,
 				GPUModels: []string{"A100", "H100"}, Region: "eu", MinReliability: 0.8, Preemptible: true, Duration: 90 * time.Minute,
 				Deadline: time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC), Datasets: []string{"imagenet"}, Workload: "training",
-				Run: auction.RunSpec{Image: "trainer:1", Command: []string{"python", "train.py"}, Env: map[string]string{"A": "1", "B": "2"},
+				Run: terms.RunSpec{Image: "trainer:1", Command: []string{"python", "train.py"}, Env: map[string]string{"A": "1", "B": "2"},
 					Outputs: "out", MemoryMB: 4096},
 				BidWindow: 3 * time.Second, CreatedAt: testNow}
 			if !reflect.DeepEqual(j, want) {
@@ -222,8 +222,8 @@ func TestBuildJob(t *testing.T) {
 		}},
 		{"flags override the file", []string{"--file", full, "--tier", "silver", "--max-price", "3", "--gpu", "L4",
 			"--env", "B=3", "--env", "C=4", "--duration", "10m", "--count", "1", "--", "bash", "-c", "true"},
-			func(t *testing.T, j auction.Job) {
-				if j.Tier != auction.Silver || j.MaxPrice != 3 || j.Duration != 10*time.Minute || j.GPUCount != 1 {
+			func(t *testing.T, j terms.Job) {
+				if j.Tier != terms.Silver || j.MaxPrice != 3 || j.Duration != 10*time.Minute || j.GPUCount != 1 {
 					t.Fatalf("overrides not applied: %+v", j)
 				}
 				if j.Preemptible {
@@ -242,12 +242,12 @@ func TestBuildJob(t *testing.T) {
 					t.Fatalf("unrelated file fields lost: %+v", j)
 				}
 			}},
-		{"file preemptible false is kept for bronze", []string{"--file", noPreempt}, func(t *testing.T, j auction.Job) {
-			if j.Preemptible || j.Tier != auction.Bronze || j.GPUCount != 1 {
+		{"file preemptible false is kept for bronze", []string{"--file", noPreempt}, func(t *testing.T, j terms.Job) {
+			if j.Preemptible || j.Tier != terms.Bronze || j.GPUCount != 1 {
 				t.Fatalf("tier %s preemptible %v count %d", j.Tier, j.Preemptible, j.GPUCount)
 			}
 		}},
-		{"file bronze defaults to preemptible", []string{"--file", bronzeNoKey}, func(t *testing.T, j auction.Job) {
+		{"file bronze defaults to preemptible", []string{"--file", bronzeNoKey}, func(t *testing.T, j terms.Job) {
 			if !j.Preemptible {
 				t.Fatal("bronze job from file without a preemptible key should be preemptible")
 			}

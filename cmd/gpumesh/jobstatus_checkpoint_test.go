@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -16,9 +16,9 @@ import (
 // checkpoint (seq, size, work saved) and the one its lease restored.
 func TestJobStatusShowsCheckpoint(t *testing.T) {
 	id := strings.Repeat("ab", 32)
-	v := &api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-1", Attempt: 1}, State: auction.JobLeased},
-		Checkpoint: &auction.Checkpoint{Seq: 3, Attempt: 1, Reason: auction.CheckpointPeriodic, Bytes: 2048, Work: 95 * time.Second, Artifact: id},
-		Restored:   &auction.Checkpoint{Seq: 7, Reason: auction.CheckpointStopped, Bytes: 1024, Work: time.Minute, Artifact: id}}
+	v := &api.JobView{JobStatus: terms.JobStatus{Job: terms.Job{ID: "job-1", Attempt: 1}, State: terms.JobLeased},
+		Checkpoint: &terms.Checkpoint{Seq: 3, Attempt: 1, Reason: terms.CheckpointPeriodic, Bytes: 2048, Work: 95 * time.Second, Artifact: id},
+		Restored:   &terms.Checkpoint{Seq: 7, Reason: terms.CheckpointStopped, Bytes: 1024, Work: time.Minute, Artifact: id}}
 	var b bytes.Buffer
 	printJobView(&b, v, shortPeer)
 	out := b.String()
@@ -35,11 +35,11 @@ func TestJobStatusShowsCheckpoint(t *testing.T) {
 // TestJobStatusShowsGang: a gang job's status names its shape and lists
 // its members, rank by rank.
 func TestJobStatusShowsGang(t *testing.T) {
-	v := &api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-g", Nodes: 2, GPUCount: 2, Tier: auction.Silver}, State: auction.JobLeased},
+	v := &api.JobView{JobStatus: terms.JobStatus{Job: terms.Job{ID: "job-g", Nodes: 2, GPUCount: 2, Tier: terms.Silver}, State: terms.JobLeased},
 		Gang: []api.GangMember{
-			{Rank: 0, Provider: "12D3KooWAAAAAAAAAAAA", LeaseID: "lease-0", Price: 1.5, Run: auction.RunRunning,
-				Checkpoint: &auction.Checkpoint{Seq: 2, Work: 30 * time.Second}},
-			{Rank: 1, Provider: "12D3KooWBBBBBBBBBBBB", LeaseID: "lease-1", Price: 2, Run: auction.RunSucceeded, Settled: true, CostUSD: 0.25},
+			{Rank: 0, Provider: "12D3KooWAAAAAAAAAAAA", LeaseID: "lease-0", Price: 1.5, Run: terms.RunRunning,
+				Checkpoint: &terms.Checkpoint{Seq: 2, Work: 30 * time.Second}},
+			{Rank: 1, Provider: "12D3KooWBBBBBBBBBBBB", LeaseID: "lease-1", Price: 2, Run: terms.RunSucceeded, Settled: true, CostUSD: 0.25},
 		}}
 	var b bytes.Buffer
 	printJobView(&b, v, shortPeer)
@@ -66,20 +66,20 @@ func TestJobStatusShowsNoPersistAndScrub(t *testing.T) {
 		wants []string
 		not   []string
 	}{
-		{api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-1", NoPersist: true}}, Kept: "/data/kept/lease-1",
-			Receipt: &attest.Receipt{Outcome: auction.RunSucceeded, NoPersist: true, Scrub: attest.ScrubZeroed}},
+		{api.JobView{JobStatus: terms.JobStatus{Job: terms.Job{ID: "job-1", NoPersist: true}}, Kept: "/data/kept/lease-1",
+			Receipt: &attest.Receipt{Outcome: terms.RunSucceeded, NoPersist: true, Scrub: attest.ScrubZeroed}},
 			[]string{"files:      no-persist; the log and outputs are kept by this node in /data/kept/lease-1\n",
 				"no-persist: held, as the provider signed in its receipt (it deletes its copies at settlement)\n",
 				"scrub:      zeroed (the GPUs' memory was cleared after the lease)\n"}, nil},
-		{api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-2", NoPersist: true}}},
+		{api.JobView{JobStatus: terms.JobStatus{Job: terms.Job{ID: "job-2", NoPersist: true}}},
 			[]string{"files:      no-persist: the provider keeps nothing past the lease's settlement, and the job's memory never swaps\n"},
 			[]string{"scrub:", "no-persist: held"}},
-		{api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-3", Retain: time.Hour}},
-			Receipt: &attest.Receipt{Outcome: auction.RunFailed, Scrub: attest.ScrubNoneDeclared}},
+		{api.JobView{JobStatus: terms.JobStatus{Job: terms.Job{ID: "job-3", Retain: time.Hour}},
+			Receipt: &attest.Receipt{Outcome: terms.RunFailed, Scrub: attest.ScrubNoneDeclared}},
 			[]string{"files:      kept by the provider for 1h0m0s after the lease (at most its own maximum)\n",
 				"scrub:      none-declared (declared GPUs: no device memory to clear)\n"}, []string{"no-persist"}},
-		{api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-4"}},
-			Receipt: &attest.Receipt{Outcome: auction.RunSucceeded, Scrub: attest.ScrubFailure("gpu-scrub: exit status 2")}},
+		{api.JobView{JobStatus: terms.JobStatus{Job: terms.Job{ID: "job-4"}},
+			Receipt: &attest.Receipt{Outcome: terms.RunSucceeded, Scrub: attest.ScrubFailure("gpu-scrub: exit status 2")}},
 			[]string{"scrub:      failed: gpu-scrub: exit status 2 (the GPUs' memory may hold what the job left in it)\n"}, []string{"files:"}},
 	} {
 		var b bytes.Buffer
@@ -101,7 +101,7 @@ func TestJobStatusShowsNoPersistAndScrub(t *testing.T) {
 // TestJobStatusShowsDispute: job status says that the current lease's
 // settlement was given up, and why.
 func TestJobStatusShowsDispute(t *testing.T) {
-	v := &api.JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: "job-1"}, State: auction.JobFinished}, Run: auction.RunSucceeded,
+	v := &api.JobView{JobStatus: terms.JobStatus{Job: terms.Job{ID: "job-1"}, State: terms.JobFinished}, Run: terms.RunSucceeded,
 		Dispute: "receipt refused 5 times: attest: receipt disagrees with the lease: price 2, lease has 1"}
 	var b bytes.Buffer
 	printJobView(&b, v, shortPeer)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestJobPostWaitLongPolls: `job post --wait` asks for the job's next
@@ -20,21 +20,21 @@ func TestJobPostWaitLongPolls(t *testing.T) {
 	var badWait atomic.Value
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-		replyJSON(w, 200, leasedView("jw", auction.RunRunning))
+		replyJSON(w, 200, leasedView("jw", terms.RunRunning))
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		wait := r.URL.Query().Get("wait")
 		if wait == "" {
 			plain.Add(1)
-			replyJSON(w, 200, leasedView("jw", auction.RunRunning))
+			replyJSON(w, 200, leasedView("jw", terms.RunRunning))
 			return
 		}
 		long.Add(1)
 		if wait != waitInterval.String() {
 			badWait.Store(wait)
 		}
-		v := leasedView("jw", auction.RunSucceeded)
-		v.State = auction.JobFinished
+		v := leasedView("jw", terms.RunSucceeded)
+		v.State = terms.JobFinished
 		replyJSON(w, 200, v)
 	})
 	dir := fakeDaemon(t, mux)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestJobPostProgress: on a terminal, `job post --wait` redraws one status
@@ -23,14 +23,14 @@ func TestJobPostProgress(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		polls.Store(0)
-		replyJSON(w, 200, leasedView("p1", auction.RunPending))
+		replyJSON(w, 200, leasedView("p1", terms.RunPending))
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		v := leasedView("p1", auction.RunRunning)
+		v := leasedView("p1", terms.RunRunning)
 		v.Heartbeats = &attest.HeartbeatSummary{Count: int(polls.Load())}
 		v.LastTelemetry = &attest.Heartbeat{GPUUtil: 87, TempC: 71, PowerW: 300}
 		if polls.Add(1) > 4 {
-			v.State, v.Run = auction.JobFinished, auction.RunSucceeded
+			v.State, v.Run = terms.JobFinished, terms.RunSucceeded
 		}
 		replyJSON(w, 200, v)
 	})

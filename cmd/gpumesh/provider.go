@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/urfave/cli/v2"
 )
@@ -219,7 +219,7 @@ func printDrainLeases(w io.Writer, v api.DrainView) {
 
 // gpusColumn is a lease's GPUS column: its GPU count, or the fraction of
 // one GPU a slice lease holds.
-func gpusColumn(l auction.Lease) string {
+func gpusColumn(l terms.Lease) string {
 	if l.GPUFraction > 0 {
 		return strconv.FormatFloat(l.GPUFraction, 'g', -1, 64)
 	}

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/auction/gpumodel"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/urfave/cli/v2"
@@ -42,7 +42,7 @@ const floorPerGB = 0.008
 // SuggestFloor is the suggested price floor for a set of GPUs: that of the
 // cheapest one (a floor applies to every GPU of the machine), and which
 // family it came from.
-func suggestFloor(gpus []auction.GPU) (float64, string) {
+func suggestFloor(gpus []terms.GPU) (float64, string) {
 	best, why := math.Inf(1), ""
 	for _, g := range gpus {
 		m := gpumodel.Identify(g.Model)
@@ -90,13 +90,13 @@ func providerInitCommand() *cli.Command {
 
 // initAnswers is what the config is written from.
 type initAnswers struct {
-	GPUs        []auction.GPU
+	GPUs        []terms.GPU
 	GPUSource   string
 	Detected    string // one line on what was found
 	Region      string
 	Floor       float64
 	FloorSource string
-	Windows     []auction.Window
+	Windows     []terms.Window
 	Timezone    string
 	Listen      []string
 	Bootstrap   []string
@@ -236,23 +236,23 @@ func errText(err error) string {
 }
 
 // parseGPUFlag reads "MODEL:VRAM_GB".
-func parseGPUFlag(s string) (auction.GPU, error) {
+func parseGPUFlag(s string) (terms.GPU, error) {
 	i := strings.LastIndex(s, ":")
 	if i <= 0 {
-		return auction.GPU{}, fmt.Errorf("--gpu %q: want MODEL:VRAM_GB, e.g. \"RTX 4090:24\"", s)
+		return terms.GPU{}, fmt.Errorf("--gpu %q: want MODEL:VRAM_GB, e.g. \"RTX 4090:24\"", s)
 	}
 	model := strings.TrimSpace(s[:i])
 	vram, err := strconv.Atoi(strings.TrimSpace(s[i+1:]))
 	if err != nil || vram <= 0 || model == "" {
-		return auction.GPU{}, fmt.Errorf("--gpu %q: want MODEL:VRAM_GB with VRAM_GB a positive whole number", s)
+		return terms.GPU{}, fmt.Errorf("--gpu %q: want MODEL:VRAM_GB with VRAM_GB a positive whole number", s)
 	}
-	return auction.GPU{Model: model, VRAMGB: vram}, nil
+	return terms.GPU{Model: model, VRAMGB: vram}, nil
 }
 
 // parseWindowFlag reads "[DAYS ]HH:MM-HH:MM"; DAYS is a comma list or a
 // range such as mon-fri. The window's own rules (auction) check the values
 // when the written config is loaded.
-func parseWindowFlag(s string) (auction.Window, error) {
+func parseWindowFlag(s string) (terms.Window, error) {
 	fields := strings.Fields(s)
 	var days, span string
 	switch len(fields) {
@@ -261,21 +261,21 @@ func parseWindowFlag(s string) (auction.Window, error) {
 	case 2:
 		days, span = fields[0], fields[1]
 	default:
-		return auction.Window{}, fmt.Errorf("--window %q: want \"[DAYS ]HH:MM-HH:MM\", e.g. \"mon-fri 19:00-07:00\"", s)
+		return terms.Window{}, fmt.Errorf("--window %q: want \"[DAYS ]HH:MM-HH:MM\", e.g. \"mon-fri 19:00-07:00\"", s)
 	}
 	from, to, ok := strings.Cut(span, "-")
 	if !ok {
-		return auction.Window{}, fmt.Errorf("--window %q: want HH:MM-HH:MM", s)
+		return terms.Window{}, fmt.Errorf("--window %q: want HH:MM-HH:MM", s)
 	}
-	w := auction.Window{From: from, To: to}
+	w := terms.Window{From: from, To: to}
 	if days != "" {
 		var err error
 		if w.Days, err = expandDays(days); err != nil {
-			return auction.Window{}, fmt.Errorf("--window %q: %v", s, err)
+			return terms.Window{}, fmt.Errorf("--window %q: %v", s, err)
 		}
 	}
-	if err := (auction.Policy{PriceFloor: 1, Availability: []auction.Window{w}}).Validate(); err != nil {
-		return auction.Window{}, fmt.Errorf("--window %q: %v", s, err)
+	if err := (terms.Policy{PriceFloor: 1, Availability: []terms.Window{w}}).Validate(); err != nil {
+		return terms.Window{}, fmt.Errorf("--window %q: %v", s, err)
 	}
 	return w, nil
 }

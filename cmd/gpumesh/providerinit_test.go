@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/runtime"
 )
@@ -60,7 +60,7 @@ func TestProviderInit(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := cfg.Provider
-		wantGPUs := []auction.GPU{{Model: "RTX 4090", VRAMGB: 24}, {Model: "Tesla T4", VRAMGB: 16}}
+		wantGPUs := []terms.GPU{{Model: "RTX 4090", VRAMGB: 24}, {Model: "Tesla T4", VRAMGB: 16}}
 		if p.GPUSource != runtime.GPUSourceDeclared || len(p.GPUs) != 2 || p.GPUs[0] != wantGPUs[0] || p.GPUs[1] != wantGPUs[1] {
 			t.Fatalf("gpus: %s %+v", p.GPUSource, p.GPUs)
 		}
@@ -110,14 +110,14 @@ func TestProviderInit(t *testing.T) {
 func TestSuggestFloor(t *testing.T) {
 	cases := []struct {
 		name string
-		gpus []auction.GPU
+		gpus []terms.GPU
 		want float64
 		why  string
 	}{
-		{"nvml h100", []auction.GPU{{Model: "NVIDIA H100 80GB HBM3", VRAMGB: 80}}, 1.90, "h100"},
-		{"human 4090", []auction.GPU{{Model: "GeForce RTX 4090", VRAMGB: 24}}, 0.35, "rtx-4090"},
-		{"cheapest of a mix", []auction.GPU{{Model: "H200", VRAMGB: 141}, {Model: "L4", VRAMGB: 24}}, 0.25, "l4"},
-		{"unknown by vram", []auction.GPU{{Model: "Acme Turbo 9000", VRAMGB: 32}}, 0.26, "not in the table"},
+		{"nvml h100", []terms.GPU{{Model: "NVIDIA H100 80GB HBM3", VRAMGB: 80}}, 1.90, "h100"},
+		{"human 4090", []terms.GPU{{Model: "GeForce RTX 4090", VRAMGB: 24}}, 0.35, "rtx-4090"},
+		{"cheapest of a mix", []terms.GPU{{Model: "H200", VRAMGB: 141}, {Model: "L4", VRAMGB: 24}}, 0.25, "l4"},
+		{"unknown by vram", []terms.GPU{{Model: "Acme Turbo 9000", VRAMGB: 32}}, 0.26, "not in the table"},
 		{"none", nil, 0, ""},
 	}
 	for _, tc := range cases {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -20,7 +20,7 @@ func TestJobPostQueued(t *testing.T) {
 	waitInterval = 5 * time.Millisecond
 	queued := func(id string) api.JobView {
 		v := leasedView(id, "")
-		v.State, v.Lease, v.Winner = auction.JobQueued, nil, ""
+		v.State, v.Lease, v.Winner = terms.JobQueued, nil, ""
 		v.Reasons = []string{"queued: no bids (offered 1 times)"}
 		v.Declines = map[string]int{"vram": 1, "price": 3}
 		return v
@@ -35,10 +35,10 @@ func TestJobPostQueued(t *testing.T) {
 		case n < 3:
 			replyJSON(w, 200, queued("jq"))
 		case n < 5:
-			replyJSON(w, 200, leasedView("jq", auction.RunRunning))
+			replyJSON(w, 200, leasedView("jq", terms.RunRunning))
 		default:
-			v := leasedView("jq", auction.RunSucceeded)
-			v.State = auction.JobFinished
+			v := leasedView("jq", terms.RunSucceeded)
+			v.State = terms.JobFinished
 			replyJSON(w, 200, v)
 		}
 	})
@@ -67,7 +67,7 @@ func TestJobStatusShowsDeclines(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		v := leasedView("jq", "")
-		v.State, v.Lease, v.Winner = auction.JobQueued, nil, ""
+		v.State, v.Lease, v.Winner = terms.JobQueued, nil, ""
 		v.Reasons = []string{"queued: no bids (4 declined: price; 1: vram) (offered 2 times)"}
 		v.Declines = map[string]int{"vram": 1, "price": 4}
 		replyJSON(w, 200, v)
@@ -84,13 +84,13 @@ func TestJobStatusShowsDeclines(t *testing.T) {
 // the excluded provider; --json carries the same history.
 func TestJobStatusListsAttempts(t *testing.T) {
 	lostProv := "12D3KooWlostprovider0000abcdef"
-	v := leasedView("jr", auction.RunRunning)
+	v := leasedView("jr", terms.RunRunning)
 	v.Job.Attempt, v.Job.MaxAttempts, v.Job.Exclude = 1, 4, []string{lostProv}
 	first := *v.Lease
-	first.ID, first.Provider, first.State = "lease-0", lostProv, auction.RunFailed
-	v.History = []api.LeaseRecord{{Lease: first, Run: auction.RunFailed, Fault: auction.FaultProvider, CostUSD: 0.0125, Receipt: true,
+	first.ID, first.Provider, first.State = "lease-0", lostProv, terms.RunFailed
+	v.History = []api.LeaseRecord{{Lease: first, Run: terms.RunFailed, Fault: terms.FaultProvider, CostUSD: 0.0125, Receipt: true,
 		Detail:     "provider lost: no heartbeat for 32s",
-		Checkpoint: &auction.Checkpoint{Artifact: strings.Repeat("ab", 32), Work: 20 * time.Minute, Reason: auction.CheckpointPeriodic}}}
+		Checkpoint: &terms.Checkpoint{Artifact: strings.Repeat("ab", 32), Work: 20 * time.Minute, Reason: terms.CheckpointPeriodic}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, v) })
 	dir := fakeDaemon(t, mux)
@@ -128,7 +128,7 @@ func TestJobStatusListsAttempts(t *testing.T) {
 	}
 	code, out, errOut = runCLI(t, "-d", dir, "job", "status", "--json", "jr")
 	var got api.JobView
-	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got.History) != 1 || got.History[0].Fault != auction.FaultProvider ||
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got.History) != 1 || got.History[0].Fault != terms.FaultProvider ||
 		got.History[0].Detail != v.History[0].Detail || !got.Job.Excludes(lostProv) {
 		t.Fatalf("job status --json: code %d history %+v\nerr %s", code, got.History, errOut)
 	}
@@ -153,7 +153,7 @@ func TestJobPostNoProviderFits(t *testing.T) {
 			return
 		}
 		v := leasedView("jq", "")
-		v.State, v.Lease, v.Winner = auction.JobQueued, nil, ""
+		v.State, v.Lease, v.Winner = terms.JobQueued, nil, ""
 		v.Reasons = []string{"queued: no bids (offered 1 times)"}
 		replyJSON(w, 200, v)
 	})

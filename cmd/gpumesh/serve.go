@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
 	"github.com/urfave/cli/v2"
@@ -103,11 +103,11 @@ func servePostFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "scale-to-zero", Usage: "run no replica while idle (see --idle-after): the next request waits for a cold start"},
 		&cli.DurationFlag{Name: "idle-after", DefaultText: "5m", Usage: "with --scale-to-zero: how long without a request before the replicas go"},
 		&cli.DurationFlag{Name: "lease", DefaultText: "1h", Usage: "length of each replica's lease (renewed before it ends)"},
-		&cli.StringFlag{Name: "tier", Value: string(auction.Gold), Usage: "gold or silver"},
+		&cli.StringFlag{Name: "tier", Value: string(terms.Gold), Usage: "gold or silver"},
 		&cli.Float64Flag{Name: "max-price", DefaultText: "required unless in --file", Usage: "most you pay per GPU-hour, in USD"},
 		&cli.StringSliceFlag{Name: "gpu", Usage: "acceptable GPU model, e.g. H100 (repeatable)"},
 		&cli.IntFlag{Name: "count", Value: 1, Usage: "GPUs per replica (with --nodes: per member)"},
-		&cli.IntFlag{Name: "nodes", Value: 1, Usage: fmt.Sprintf("members of each replica, up to %d: a gang on that many providers, --count whole GPUs each, placed all or nothing; rank 0 serves --port (the gateway routes to it) and reaches the other ranks over the gang network (MASTER_ADDR, RANK, GPUMESH_PEERS...); a replica that loses a member is replaced whole", auction.MaxNodes)},
+		&cli.IntFlag{Name: "nodes", Value: 1, Usage: fmt.Sprintf("members of each replica, up to %d: a gang on that many providers, --count whole GPUs each, placed all or nothing; rank 0 serves --port (the gateway routes to it) and reaches the other ranks over the gang network (MASTER_ADDR, RANK, GPUMESH_PEERS...); a replica that loses a member is replaced whole", terms.MaxNodes)},
 		&cli.IntFlag{Name: "min-vram", Usage: "minimum VRAM per GPU, in GB"},
 		&cli.StringFlag{Name: "region", Usage: "residency constraint: a region or region prefix, e.g. eu"},
 		&cli.StringSliceFlag{Name: "regions", Usage: "spread the replicas over these regions (each a residency as --region), e.g. eu,us: the gateway routes each request to the nearest one with a ready replica (--near's, then the lowest round trip)"},
@@ -116,7 +116,7 @@ func servePostFlags() []cli.Flag {
 		&cli.StringFlag{Name: "image", Usage: "container image to run the command in"},
 		&cli.GenericFlag{Name: "env", Value: &stringList{}, Usage: "environment variable KEY=VALUE (repeatable)"},
 		&cli.IntFlag{Name: "memory-mb", Usage: "memory cap per replica in MB, where the runtime can enforce it"},
-		&cli.DurationFlag{Name: "bid-window", DefaultText: auction.DefaultBidWindow.String(), Usage: "how long each replica's auction collects bids"},
+		&cli.DurationFlag{Name: "bid-window", DefaultText: terms.DefaultBidWindow.String(), Usage: "how long each replica's auction collects bids"},
 		&cli.StringFlag{Name: "public", Usage: "also serve the gateway on this public address, over TLS, to holders of API tokens (serve token add), e.g. 0.0.0.0:8443"},
 		&cli.StringSliceFlag{Name: "public-host", Usage: "a name clients reach the public endpoint by (the Host it accepts besides IP addresses; repeatable)"},
 		&cli.StringFlag{Name: "tls-cert", Usage: "the public endpoint's certificate, a PEM file (default: a self-signed one, its fingerprint printed)"},
@@ -251,7 +251,7 @@ func buildService(c *cli.Context) (api.ServiceSpec, error) {
 		j.Duration = c.Duration("lease")
 	}
 	if set("tier") || j.Tier == "" {
-		t, err := auction.ParseTier(c.String("tier"))
+		t, err := terms.ParseTier(c.String("tier"))
 		if err != nil {
 			return spec, fmt.Errorf("unknown tier %q (gold, silver)", c.String("tier"))
 		}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
 )
@@ -24,8 +24,8 @@ func TestServeCLIAgainstFakeDaemon(t *testing.T) {
 			Totals: api.ReplicaStats{Requests: 10, P95MS: 3.25, GPUSeconds: 1800, CostUSD: 0.125, USDPer1kRequests: 12.5,
 				PromptTokens: 1000, CompletionTokens: 4000, TokensPerSec: 37.5, USDPer1MTokens: 2.75}}
 		if spec.Job.Nodes > 1 {
-			v.Replicas[0].Members = []api.GangMember{{Rank: 0, Provider: "12D3KooWprovider1", Run: auction.RunRunning},
-				{Rank: 1, Provider: "12D3KooWprovider2", Run: auction.RunPending}}
+			v.Replicas[0].Members = []api.GangMember{{Rank: 0, Provider: "12D3KooWprovider1", Run: terms.RunRunning},
+				{Rank: 1, Provider: "12D3KooWprovider2", Run: terms.RunPending}}
 		}
 		if spec.ScaleToZero {
 			v.ScaledToZero, v.ColdStarts, v.LastColdStartMS = true, 2, 3400
@@ -109,7 +109,7 @@ job:
 			0, []string{"service svc-1: gateway http://127.0.0.1:4242", "token:     tok-abc123 (send it as the X-Gpumesh-Token header"}, func(t *testing.T) {
 				j := posted.Job
 				if posted.Replicas != 2 || posted.MaxReplicas != 6 || posted.Health != "/healthz" || posted.TargetP95 != 300*time.Millisecond ||
-					j.Run.ServicePort != 8000 || j.Tier != auction.Gold || j.MaxPrice != 3 || j.Region != "eu" || strings.Join(j.Run.Command, " ") != "python serve.py" ||
+					j.Run.ServicePort != 8000 || j.Tier != terms.Gold || j.MaxPrice != 3 || j.Region != "eu" || strings.Join(j.Run.Command, " ") != "python serve.py" ||
 					j.Near != "eu-west" || j.MaxRTT != 40*time.Millisecond {
 					t.Fatalf("posted %+v", posted)
 				}
@@ -126,7 +126,7 @@ job:
 				j := posted.Job
 				_, run, ok := taskfile.TaskScripts(j.Run.Command)
 				if posted.ID != "llama-chat" || posted.Health != "/v1/models" || posted.StartTimeout != 20*time.Minute || posted.ProbeTimeout != 15*time.Second ||
-					posted.Replicas != 2 || posted.MaxReplicas != 4 || j.Run.ServicePort != 8000 || j.Tier != auction.Gold || j.Duration != time.Hour ||
+					posted.Replicas != 2 || posted.MaxReplicas != 4 || j.Run.ServicePort != 8000 || j.Tier != terms.Gold || j.Duration != time.Hour ||
 					j.MaxPrice != 1.2 || !ok || !strings.Contains(run, "vllm.entrypoints.openai.api_server") {
 					t.Fatalf("posted %+v", posted)
 				}

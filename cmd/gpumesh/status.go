@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/urfave/cli/v2"
 )
 
@@ -97,7 +97,7 @@ func peersCommand() *cli.Command {
 	}
 }
 
-// queryFlags names the providers flag that sets each of auction.Query's
+// queryFlags names the providers flag that sets each of terms.Query's
 // fields.
 var queryFlags = map[string]string{"gpu": "gpu", "region": "region", "min_vram": "min-vram", "gpu_count": "count"}
 
@@ -117,10 +117,10 @@ func providersCommand() *cli.Command {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			q := auction.Query{GPU: c.String("gpu"), Region: c.String("region"), MinVRAM: c.Int("min-vram"), GPUCount: c.Int("count")}
+			q := terms.Query{GPU: c.String("gpu"), Region: c.String("region"), MinVRAM: c.Int("min-vram"), GPUCount: c.Int("count")}
 			if err := q.Validate(); err != nil {
 				var parts []string
-				for _, fe := range auction.FieldErrors(err) {
+				for _, fe := range terms.FieldErrors(err) {
 					parts = append(parts, fmt.Sprintf("invalid --%s: %s", queryFlags[fe.Field], fe.Problem))
 				}
 				return errors.New(strings.Join(parts, "; "))
@@ -184,7 +184,7 @@ func countersCommand() *cli.Command {
 	}
 }
 
-func gpuSummary(gs []auction.GPU) string {
+func gpuSummary(gs []terms.GPU) string {
 	type key struct {
 		m string
 		v int
@@ -215,7 +215,7 @@ func shortHash(h string) string {
 // migMode is how a detected device stands with MIG ("MIG: enabled, 2
 // instances", "MIG: disabled", "MIG: absent"); empty for a declared one,
 // which the driver has not been asked about.
-func migMode(g auction.GPU) string {
+func migMode(g terms.GPU) string {
 	m := g.MIG
 	switch {
 	case !g.Detected:
@@ -238,7 +238,7 @@ func migMode(g auction.GPU) string {
 }
 
 // migInstances is a device's MIG instances while it is in MIG mode.
-func migInstances(g auction.GPU) []auction.MIGInstance {
+func migInstances(g terms.GPU) []terms.MIGInstance {
 	if !g.MIG.Partitioned() {
 		return nil
 	}

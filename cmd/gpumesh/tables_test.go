@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -29,10 +29,10 @@ func TestProvidersShowAvailabilityPriceReliability(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/providers", func(w http.ResponseWriter, r *http.Request) {
 		replyJSON(w, 200, []api.ProviderView{
-			{Capability: auction.Capability{Peer: fullPeer, Region: "eu-west", GPUs: []auction.GPU{{Model: "A100", VRAMGB: 80}, {Model: "A100", VRAMGB: 80}},
-				Policy: auction.Policy{PriceFloor: 1.25}, FreeGPUs: &one}, PriceNow: 1.875, Reliability: 0.73},
-			{Capability: auction.Capability{Peer: fullPeer2, Region: "us-east", GPUs: []auction.GPU{{Model: "H100", VRAMGB: 80}},
-				Policy: auction.Policy{PriceFloor: 2}}, PriceNow: 2, Reliability: 0.5},
+			{Capability: terms.Capability{Peer: fullPeer, Region: "eu-west", GPUs: []terms.GPU{{Model: "A100", VRAMGB: 80}, {Model: "A100", VRAMGB: 80}},
+				Policy: terms.Policy{PriceFloor: 1.25}, FreeGPUs: &one}, PriceNow: 1.875, Reliability: 0.73},
+			{Capability: terms.Capability{Peer: fullPeer2, Region: "us-east", GPUs: []terms.GPU{{Model: "H100", VRAMGB: 80}},
+				Policy: terms.Policy{PriceFloor: 2}}, PriceNow: 2, Reliability: 0.5},
 		})
 	})
 	dir := fakeDaemon(t, mux)
@@ -68,16 +68,16 @@ func TestProvidersShowAvailabilityPriceReliability(t *testing.T) {
 // the same way, to the 12 characters after 12D3KooW as Docker shortens
 // ids; --no-trunc and --json show them in full.
 func TestTablesShortenPeerIDs(t *testing.T) {
-	job := leasedView("j1", auction.RunRunning)
+	job := leasedView("j1", terms.RunRunning)
 	job.Winner, job.Lease.Provider = fullPeer, fullPeer
-	job.History = []api.LeaseRecord{{Lease: auction.Lease{ID: "lease-0", Provider: fullPeer2}, Run: auction.RunPreempted}}
+	job.History = []api.LeaseRecord{{Lease: terms.Lease{ID: "lease-0", Provider: fullPeer2}, Run: terms.RunPreempted}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/providers", func(w http.ResponseWriter, r *http.Request) {
-		replyJSON(w, 200, []api.ProviderView{{Capability: auction.Capability{Peer: fullPeer, GPUs: []auction.GPU{{Model: "H100", VRAMGB: 80}}}}})
+		replyJSON(w, 200, []api.ProviderView{{Capability: terms.Capability{Peer: fullPeer, GPUs: []terms.GPU{{Model: "H100", VRAMGB: 80}}}}})
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}/bids", func(w http.ResponseWriter, r *http.Request) {
-		replyJSON(w, 200, api.BidsView{JobID: "j1", Bids: []auction.Ranked{{Candidate: auction.Candidate{Bid: auction.Bid{Provider: fullPeer, Price: 1}}, Score: 2}},
-			Explain: auction.Explanation{Winner: fullPeer, Rank: 1, Rule: auction.RuleOnlyEligible}})
+		replyJSON(w, 200, api.BidsView{JobID: "j1", Bids: []terms.Ranked{{Candidate: terms.Candidate{Bid: terms.Bid{Provider: fullPeer, Price: 1}}, Score: 2}},
+			Explain: terms.Explanation{Winner: fullPeer, Rank: 1, Rule: terms.RuleOnlyEligible}})
 	})
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, []api.JobView{job}) })
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, job) })
@@ -114,10 +114,10 @@ var columns = regexp.MustCompile(`\s{2,}`)
 
 // jobAt is a job of this renter created at, in state st (run run), with
 // its run's times.
-func jobAt(id string, created time.Time, st auction.JobState, run auction.RunState) api.JobView {
+func jobAt(id string, created time.Time, st terms.JobState, run terms.RunState) api.JobView {
 	v := leasedView(id, run)
 	v.Job.CreatedAt, v.PostedAt, v.State = created, created, st
-	if run != auction.RunPending {
+	if run != terms.RunPending {
 		v.Started = created.Add(time.Minute)
 	}
 	if run.Terminal() {
@@ -135,12 +135,12 @@ func TestJobListNewestFirstFilteredLimited(t *testing.T) {
 	now := time.Now()
 	var jobs []api.JobView
 	for i := 30; i >= 1; i-- { // oldest first, as the daemon lists them
-		jobs = append(jobs, jobAt(fmt.Sprintf("old-%02d", i), now.Add(-time.Duration(i)*time.Hour-time.Hour), auction.JobFinished, auction.RunSucceeded))
+		jobs = append(jobs, jobAt(fmt.Sprintf("old-%02d", i), now.Add(-time.Duration(i)*time.Hour-time.Hour), terms.JobFinished, terms.RunSucceeded))
 	}
 	jobs = append(jobs,
-		jobAt("failed", now.Add(-50*time.Minute), auction.JobFinished, auction.RunFailed),
-		jobAt("running", now.Add(-10*time.Minute), auction.JobLeased, auction.RunRunning),
-		jobAt("queued", now.Add(-3*time.Minute), auction.JobQueued, ""))
+		jobAt("failed", now.Add(-50*time.Minute), terms.JobFinished, terms.RunFailed),
+		jobAt("running", now.Add(-10*time.Minute), terms.JobLeased, terms.RunRunning),
+		jobAt("queued", now.Add(-3*time.Minute), terms.JobQueued, ""))
 	jobs[len(jobs)-1].Lease, jobs[len(jobs)-1].Winner, jobs[len(jobs)-1].Started = nil, "", time.Time{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, jobs) })
@@ -210,14 +210,14 @@ func TestArtifactLsJobsAndCheckpoints(t *testing.T) {
 	at := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
 	ck := func(id, job string, seq int, reason string) api.ArtifactView {
 		return api.ArtifactView{ArtifactInfo: api.ArtifactInfo{ID: id, Name: "checkpoint", Size: 2048, Files: 1, Complete: true, Private: true},
-			Job: job, Use: api.ArtifactCheckpoint, Checkpoint: &auction.Checkpoint{JobID: job, Seq: seq, Attempt: 1, Reason: reason,
+			Job: job, Use: api.ArtifactCheckpoint, Checkpoint: &terms.Checkpoint{JobID: job, Seq: seq, Attempt: 1, Reason: reason,
 				Work: time.Duration(seq) * time.Minute, Artifact: id, TakenAt: at.Add(time.Duration(seq) * time.Minute)}}
 	}
 	list := []api.ArtifactView{
 		{ArtifactInfo: api.ArtifactInfo{ID: "data1", Name: "imagenet", Size: 4096, Files: 3, Complete: true}},
 		{ArtifactInfo: api.ArtifactInfo{ID: "out1", Name: "outputs", Size: 100, Files: 1, Complete: true, Private: true}, Job: "job-a", Use: api.ArtifactOutputs},
-		ck("ckA1", "job-a", 1, auction.CheckpointPeriodic), ck("ckA2", "job-a", 2, auction.CheckpointPeriodic),
-		ck("ckB1", "job-b", 1, auction.CheckpointPeriodic), ck("ckB2", "job-b", 2, auction.CheckpointStopped),
+		ck("ckA1", "job-a", 1, terms.CheckpointPeriodic), ck("ckA2", "job-a", 2, terms.CheckpointPeriodic),
+		ck("ckB1", "job-b", 1, terms.CheckpointPeriodic), ck("ckB2", "job-b", 2, terms.CheckpointStopped),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/artifacts", func(w http.ResponseWriter, r *http.Request) { replyJSON(w, 200, list) })
@@ -277,14 +277,14 @@ func TestArtifactLsJobsAndCheckpoints(t *testing.T) {
 // N's, --all-attempts each in turn under its header, going on past one
 // whose provider is gone and failing at the end.
 func TestJobLogsAttempts(t *testing.T) {
-	v := leasedView("j3", auction.RunRunning)
+	v := leasedView("j3", terms.RunRunning)
 	v.Lease.ID, v.Lease.Provider = "lease-c", fullPeer
-	v.History = []api.LeaseRecord{{Lease: auction.Lease{ID: "lease-a", Provider: fullPeer2}}, {Lease: auction.Lease{ID: "lease-b", Provider: fullPeer2}}}
+	v.History = []api.LeaseRecord{{Lease: terms.Lease{ID: "lease-a", Provider: fullPeer2}}, {Lease: terms.Lease{ID: "lease-b", Provider: fullPeer2}}}
 	var queries []string
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if r.PathValue("id") == "one" {
-			replyJSON(w, 200, leasedView("one", auction.RunRunning))
+			replyJSON(w, 200, leasedView("one", terms.RunRunning))
 			return
 		}
 		replyJSON(w, 200, v)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -33,21 +33,21 @@ func TestJobPostWaitStreamsLogs(t *testing.T) {
 	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		var req api.PostJobRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
-		replyJSON(w, 200, leasedView(req.Job.Workload, auction.RunPending))
+		replyJSON(w, 200, leasedView(req.Job.Workload, terms.RunPending))
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		v := leasedView(id, auction.RunRunning)
+		v := leasedView(id, terms.RunRunning)
 		switch id {
 		case "w7":
 			select {
 			case <-wrote:
-				v.State, v.Run, v.ExitCode, v.Detail = auction.JobFinished, auction.RunFailed, &exit7, "exit code 7"
+				v.State, v.Run, v.ExitCode, v.Detail = terms.JobFinished, terms.RunFailed, &exit7, "exit code 7"
 				closeGate.Do(func() { close(gate) })
 			default:
 			}
 		case "exp":
-			v.State, v.Run = auction.JobFinished, auction.RunExpired
+			v.State, v.Run = terms.JobFinished, terms.RunExpired
 		}
 		replyJSON(w, 200, v)
 	})
@@ -111,7 +111,7 @@ func TestJobPostWaitStreamsLogs(t *testing.T) {
 	close(wrote) // no log stream: let the job end
 	code, out, _ = post("w7", "--json")
 	var v api.JobView
-	if code != 7 || json.Unmarshal([]byte(out), &v) != nil || v.Run != auction.RunFailed {
+	if code != 7 || json.Unmarshal([]byte(out), &v) != nil || v.Run != terms.RunFailed {
 		t.Fatalf("--json: exit %d, out %q", code, out)
 	}
 

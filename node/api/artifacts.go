@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/artifact"
 )
 
@@ -23,8 +23,8 @@ type ArtifactView struct {
 	ArtifactInfo
 	Job string `json:"job,omitempty"`
 	// Use is ArtifactCheckpoint (Checkpoint says which) or ArtifactOutputs.
-	Use        string              `json:"use,omitempty"`
-	Checkpoint *auction.Checkpoint `json:"checkpoint,omitempty"`
+	Use        string            `json:"use,omitempty"`
+	Checkpoint *terms.Checkpoint `json:"checkpoint,omitempty"`
 }
 
 // What an artifact is to its job (ArtifactView.Use).

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
@@ -44,7 +44,7 @@ func (c *Client) Peers(ctx context.Context) ([]PeerInfo, error) {
 }
 
 // Providers is GET /v1/providers: DHT discovery of providers matching q.
-func (c *Client) Providers(ctx context.Context, q auction.Query) ([]ProviderView, error) {
+func (c *Client) Providers(ctx context.Context, q terms.Query) ([]ProviderView, error) {
 	v := url.Values{}
 	if q.GPU != "" {
 		v.Set("gpu", q.GPU)
@@ -65,7 +65,7 @@ func (c *Client) Providers(ctx context.Context, q auction.Query) ([]ProviderView
 
 // PostJob is POST /v1/jobs: it runs the job's auction and returns when it
 // has ended (leased or unplaceable).
-func (c *Client) PostJob(ctx context.Context, job auction.Job) (JobView, error) {
+func (c *Client) PostJob(ctx context.Context, job terms.Job) (JobView, error) {
 	return c.PostJobRequest(ctx, PostJobRequest{Job: job})
 }
 
@@ -86,8 +86,8 @@ func (c *Client) PostTask(ctx context.Context, name, text string) (JobView, erro
 
 // ConvertTask is POST /v1/tasks/convert: the job a job file's text stands
 // for, without posting it.
-func (c *Client) ConvertTask(ctx context.Context, name, text string) (auction.Job, error) {
-	var j auction.Job
+func (c *Client) ConvertTask(ctx context.Context, name, text string) (terms.Job, error) {
+	var j terms.Job
 	err := c.Do(ctx, http.MethodPost, "/tasks/convert", nil, ConvertTaskRequest{Task: text, TaskName: name}, &j)
 	return j, err
 }
@@ -159,7 +159,7 @@ func (c *Client) Logs(ctx context.Context, id string, o LogsOptions) (io.ReadClo
 // Outputs is GET /v1/jobs/{id}/outputs: the provider's manifest of the
 // job's output files and the outputs bundle (see wire.ExtractBundle),
 // which the caller verifies against the manifest and closes.
-func (c *Client) Outputs(ctx context.Context, id string) ([]auction.OutputFile, io.ReadCloser, error) {
+func (c *Client) Outputs(ctx context.Context, id string) ([]terms.OutputFile, io.ReadCloser, error) {
 	resp, err := c.Raw(ctx, http.MethodGet, jobPath(id, "/outputs"), nil, nil)
 	if err != nil {
 		return nil, nil, err
@@ -169,7 +169,7 @@ func (c *Client) Outputs(ctx context.Context, id string) ([]auction.OutputFile, 
 		resp.Body.Close()
 		return nil, nil, fmt.Errorf("outputs of job %s: the daemon sent no %s header", id, ManifestHeader)
 	}
-	var manifest []auction.OutputFile
+	var manifest []terms.OutputFile
 	if err := json.Unmarshal([]byte(h), &manifest); err != nil {
 		resp.Body.Close()
 		return nil, nil, fmt.Errorf("outputs of job %s: bad manifest: %w", id, err)

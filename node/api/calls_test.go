@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
@@ -51,11 +51,11 @@ func TestCalls(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/providers", func(w http.ResponseWriter, r *http.Request) {
 		note(r)
-		reply(w, 200, []auction.Capability{{Peer: "p1"}})
+		reply(w, 200, []terms.Capability{{Peer: "p1"}})
 	})
 	mux.HandleFunc("POST /v1/jobs/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
 		note(r)
-		reply(w, 200, JobView{JobStatus: auction.JobStatus{Job: auction.Job{ID: r.PathValue("id")}, State: auction.JobCancelled}})
+		reply(w, 200, JobView{JobStatus: terms.JobStatus{Job: terms.Job{ID: r.PathValue("id")}, State: terms.JobCancelled}})
 	})
 	mux.HandleFunc("GET /v1/ledger", func(w http.ResponseWriter, r *http.Request) {
 		note(r)
@@ -71,15 +71,15 @@ func TestCalls(t *testing.T) {
 	})
 	c := serve(t, mux)
 
-	caps, err := c.Providers(ctx, auction.Query{GPU: "H100", Region: "eu", MinVRAM: 40, GPUCount: 2})
+	caps, err := c.Providers(ctx, terms.Query{GPU: "H100", Region: "eu", MinVRAM: 40, GPUCount: 2})
 	if err != nil || len(caps) != 1 || caps[0].Peer != "p1" {
 		t.Fatalf("Providers = %+v, %v", caps, err)
 	}
-	if _, err := c.Providers(ctx, auction.Query{}); err != nil {
+	if _, err := c.Providers(ctx, terms.Query{}); err != nil {
 		t.Fatal(err)
 	}
 	v, err := c.CancelJob(ctx, "a/b c")
-	if err != nil || v.Job.ID != "a/b c" || v.State != auction.JobCancelled {
+	if err != nil || v.Job.ID != "a/b c" || v.State != terms.JobCancelled {
 		t.Fatalf("CancelJob = %+v, %v", v, err)
 	}
 	since := time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
@@ -114,7 +114,7 @@ func TestCalls(t *testing.T) {
 
 func TestOutputsManifest(t *testing.T) {
 	ctx := context.Background()
-	manifest := []auction.OutputFile{{Path: "out/a", Size: 3, SHA256: "ab"}}
+	manifest := []terms.OutputFile{{Path: "out/a", Size: 3, SHA256: "ab"}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs/{id}/outputs", func(w http.ResponseWriter, r *http.Request) {
 		switch r.PathValue("id") {

@@ -41,6 +41,7 @@ func TestClientLinksNoDaemon(t *testing.T) {
 		case strings.Contains(d, "badger"),
 			strings.Contains(d, "libp2p") && !identityCore[d],
 			d == "github.com/gpumesh/gpumesh/p2p", d == "github.com/gpumesh/gpumesh/ledger",
+			d == "github.com/gpumesh/gpumesh/auction", // the engines: the nouns are auction/terms
 			strings.HasPrefix(d, "github.com/gpumesh/gpumesh/node/lease"),
 			strings.HasPrefix(d, "github.com/gpumesh/gpumesh/runtime"),
 			d == "github.com/gpumesh/gpumesh/node/artifact/transfer":

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // What a drain does with one of the provider's leases.
@@ -29,14 +29,14 @@ type DrainRequest struct {
 
 // DrainLease is one lease of a drain.
 type DrainLease struct {
-	LeaseID string           `json:"lease_id"`
-	JobID   string           `json:"job_id"`
-	Tier    auction.Tier     `json:"tier"`
-	Start   time.Time        `json:"start"`
-	End     time.Time        `json:"end"`
-	Action  string           `json:"action"`
-	Run     auction.RunState `json:"run"`
-	Detail  string           `json:"detail,omitempty"`
+	LeaseID string         `json:"lease_id"`
+	JobID   string         `json:"job_id"`
+	Tier    terms.Tier     `json:"tier"`
+	Start   time.Time      `json:"start"`
+	End     time.Time      `json:"end"`
+	Action  string         `json:"action"`
+	Run     terms.RunState `json:"run"`
+	Detail  string         `json:"detail,omitempty"`
 	// Settled: the renter heard the end and countersigned its receipt.
 	Settled bool `json:"settled"`
 }

@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // ServiceSpec is what `gpumesh serve post` asks for: an always-on service
@@ -17,8 +17,8 @@ import (
 // placed all or nothing; rank 0 serves the port, and the replica is
 // replaced as a whole when any member ends.
 type ServiceSpec struct {
-	ID  string      `json:"id,omitempty" yaml:"id,omitempty"`
-	Job auction.Job `json:"job" yaml:"job"`
+	ID  string    `json:"id,omitempty" yaml:"id,omitempty"`
+	Job terms.Job `json:"job" yaml:"job"`
 	// Replicas is the minimum (and initial) number of replicas.
 	Replicas    int `json:"replicas" yaml:"replicas"`
 	MaxReplicas int `json:"max_replicas,omitempty" yaml:"max_replicas,omitempty"`

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/gpuproof"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 )
 
@@ -22,20 +22,20 @@ const APIVersion = "/v1"
 
 // StatusInfo is the answer of GET /v1/status.
 type StatusInfo struct {
-	Version    string              `json:"version"`
-	PeerID     string              `json:"peer_id"`
-	Addrs      []string            `json:"addrs"`
-	Peers      int                 `json:"peers"`
-	DataDir    string              `json:"data_dir"`
-	Uptime     string              `json:"uptime"`
-	Region     string              `json:"region"`
-	Provider   bool                `json:"provider"`
-	GPUSource  string              `json:"gpu_source,omitempty"`
-	GPUs       []auction.GPU       `json:"gpus"`
-	Driver     string              `json:"driver,omitempty"`
-	CUDA       string              `json:"cuda,omitempty"`
-	Executor   string              `json:"executor,omitempty"`
-	Advertised *auction.Capability `json:"advertised,omitempty"`
+	Version    string            `json:"version"`
+	PeerID     string            `json:"peer_id"`
+	Addrs      []string          `json:"addrs"`
+	Peers      int               `json:"peers"`
+	DataDir    string            `json:"data_dir"`
+	Uptime     string            `json:"uptime"`
+	Region     string            `json:"region"`
+	Provider   bool              `json:"provider"`
+	GPUSource  string            `json:"gpu_source,omitempty"`
+	GPUs       []terms.GPU       `json:"gpus"`
+	Driver     string            `json:"driver,omitempty"`
+	CUDA       string            `json:"cuda,omitempty"`
+	Executor   string            `json:"executor,omitempty"`
+	Advertised *terms.Capability `json:"advertised,omitempty"`
 	// Draining: the provider takes no new work (gpumesh provider drain,
 	// or a daemon stopping).
 	Draining bool `json:"draining,omitempty"`
@@ -54,10 +54,10 @@ type PeerInfo struct {
 // ProviderView is one provider GET /v1/providers found: its capability
 // record (with FreeGPUs, the GPUs it had free when it issued the record),
 // what one GPU-hour starting now costs there at that occupancy
-// (auction.Capability.PriceNow), and its reliability as this node's
+// (auction.PriceNow), and its reliability as this node's
 // reputation book scores it: what its bids are ranked with.
 type ProviderView struct {
-	auction.Capability
+	terms.Capability
 	PriceNow    float64 `json:"price_now"`
 	Reliability float64 `json:"reliability"`
 }
@@ -77,7 +77,7 @@ func SocketPath(dataDir string) string { return filepath.Join(dataDir, SocketNam
 // OwnerAddrs, ID (if empty) and CreatedAt. The call returns when the auction
 // has ended (leased or unplaceable).
 type PostJobRequest struct {
-	Job auction.Job `json:"job"`
+	Job terms.Job `json:"job"`
 	// Task, instead of Job, is the text of a job file: a task file or a
 	// YAML (or JSON) job spec, which the daemon converts with
 	// taskfile.Convert. TaskName names it in errors.
@@ -91,7 +91,7 @@ type PostJobRequest struct {
 }
 
 // ConvertTaskRequest is the body of POST /v1/tasks/convert: the daemon
-// answers the auction.Job a job file's text stands for (what POST /v1/jobs
+// answers the terms.Job a job file's text stands for (what POST /v1/jobs
 // would post), or a 400 naming the file's line at fault.
 type ConvertTaskRequest struct {
 	Task     string `json:"task"`
@@ -102,14 +102,14 @@ type ConvertTaskRequest struct {
 // ?wait=D, up to a minute, a long poll that answers at the view's next
 // change or after D).
 type JobView struct {
-	auction.JobStatus
+	terms.JobStatus
 	// Run is the execution state of the current lease (empty before one).
-	Run auction.RunState `json:"run,omitempty"`
+	Run terms.RunState `json:"run,omitempty"`
 	// ExitCode of the job's command once it ended.
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Detail   string `json:"detail,omitempty"`
 	// Fault says who caused an unsuccessful run: the job or the provider.
-	Fault auction.Fault `json:"fault,omitempty"`
+	Fault terms.Fault `json:"fault,omitempty"`
 	// Started/Ended are when the job ran on the provider, as it reported.
 	Started time.Time `json:"started,omitempty"`
 	Ended   time.Time `json:"ended,omitempty"`
@@ -138,11 +138,11 @@ type JobView struct {
 	History []LeaseRecord `json:"history,omitempty"`
 	// Outputs lists the result files the provider reported, with checksums:
 	// the first wire.MaxEventOutputs of OutputCount files, whose whole
-	// manifest hashes to OutputsHash (auction.ManifestHash; the receipt's
+	// manifest hashes to OutputsHash (terms.ManifestHash; the receipt's
 	// ResultHash must name it). The outputs stream serves the whole list.
-	Outputs     []auction.OutputFile `json:"outputs,omitempty"`
-	OutputCount int                  `json:"output_count,omitempty"`
-	OutputsHash string               `json:"outputs_hash,omitempty"`
+	Outputs     []terms.OutputFile `json:"outputs,omitempty"`
+	OutputCount int                `json:"output_count,omitempty"`
+	OutputsHash string             `json:"outputs_hash,omitempty"`
 	// OutputsArtifact is the artifact id of the outputs directory (fetch
 	// it with gpumesh artifact get).
 	OutputsArtifact string `json:"outputs_artifact,omitempty"`
@@ -159,12 +159,12 @@ type JobView struct {
 	Kept string `json:"kept,omitempty"`
 	// Checkpoint is the newest good checkpoint of the job (any attempt),
 	// held by this renter; Checkpoints are the ones kept, newest first
-	// (at most auction.MaxRestore): a requeued attempt restores them.
-	Checkpoint  *auction.Checkpoint  `json:"checkpoint,omitempty"`
-	Checkpoints []auction.Checkpoint `json:"checkpoints,omitempty"`
+	// (at most terms.MaxRestore): a requeued attempt restores them.
+	Checkpoint  *terms.Checkpoint  `json:"checkpoint,omitempty"`
+	Checkpoints []terms.Checkpoint `json:"checkpoints,omitempty"`
 	// Restored is the checkpoint the current lease started from, as its
 	// provider reported (nil: it started fresh).
-	Restored *auction.Checkpoint `json:"restored,omitempty"`
+	Restored *terms.Checkpoint `json:"restored,omitempty"`
 	// Gang lists a gang job's members (Job.Nodes > 1) by rank, each on
 	// its latest lease; the record's own lease fields are rank 0's, and
 	// CostUSD is every member's.
@@ -174,30 +174,30 @@ type JobView struct {
 // GangMember is one member of a gang job as its renter sees it: its rank,
 // its latest lease and how that lease runs or ended.
 type GangMember struct {
-	Rank     int              `json:"rank"`
-	Provider string           `json:"provider"`
-	LeaseID  string           `json:"lease_id"`
-	Attempt  int              `json:"attempt"`
-	Price    float64          `json:"price"`
-	Run      auction.RunState `json:"run,omitempty"`
+	Rank     int            `json:"rank"`
+	Provider string         `json:"provider"`
+	LeaseID  string         `json:"lease_id"`
+	Attempt  int            `json:"attempt"`
+	Price    float64        `json:"price"`
+	Run      terms.RunState `json:"run,omitempty"`
 	// Fault says who caused an unsuccessful run (as JobView.Fault).
-	Fault   auction.Fault `json:"fault,omitempty"`
-	Detail  string        `json:"detail,omitempty"`
-	Started time.Time     `json:"started,omitempty"`
-	Ended   time.Time     `json:"ended,omitempty"`
+	Fault   terms.Fault `json:"fault,omitempty"`
+	Detail  string      `json:"detail,omitempty"`
+	Started time.Time   `json:"started,omitempty"`
+	Ended   time.Time   `json:"ended,omitempty"`
 	// Settled says the lease's receipt is countersigned; CostUSD is its
 	// amount (each member lease settles with its own receipt).
 	Settled bool    `json:"settled,omitempty"`
 	CostUSD float64 `json:"cost_usd,omitempty"`
 	// Checkpoint is the newest checkpoint of this rank held.
-	Checkpoint *auction.Checkpoint `json:"checkpoint,omitempty"`
+	Checkpoint *terms.Checkpoint `json:"checkpoint,omitempty"`
 }
 
 // Leases are the job's leases in the order they were awarded: its
 // history, then the current lease. Attempt N of a job (gpumesh job logs
 // --attempt N, the attempts table of job status) is Leases()[N-1].
-func (v *JobView) Leases() []auction.Lease {
-	out := make([]auction.Lease, 0, len(v.History)+1)
+func (v *JobView) Leases() []terms.Lease {
+	out := make([]terms.Lease, 0, len(v.History)+1)
 	for _, r := range v.History {
 		out = append(out, r.Lease)
 	}
@@ -209,38 +209,38 @@ func (v *JobView) Leases() []auction.Lease {
 
 // LeaseRecord is one lease of a job and how it ended.
 type LeaseRecord struct {
-	Lease    auction.Lease    `json:"lease"`
-	Run      auction.RunState `json:"run"`
-	Detail   string           `json:"detail,omitempty"`
-	CostUSD  float64          `json:"cost_usd"`
-	Started  time.Time        `json:"started,omitempty"`
-	Ended    time.Time        `json:"ended,omitempty"`
-	Attempt  int              `json:"attempt"`
-	Receipt  bool             `json:"receipt"`
-	ExitCode *int             `json:"exit_code,omitempty"`
-	Fault    auction.Fault    `json:"fault,omitempty"`
+	Lease    terms.Lease    `json:"lease"`
+	Run      terms.RunState `json:"run"`
+	Detail   string         `json:"detail,omitempty"`
+	CostUSD  float64        `json:"cost_usd"`
+	Started  time.Time      `json:"started,omitempty"`
+	Ended    time.Time      `json:"ended,omitempty"`
+	Attempt  int            `json:"attempt"`
+	Receipt  bool           `json:"receipt"`
+	ExitCode *int           `json:"exit_code,omitempty"`
+	Fault    terms.Fault    `json:"fault,omitempty"`
 	// Checkpoint is the last good checkpoint the attempt left (nil: none);
 	// Restored is the one it started from.
-	Checkpoint *auction.Checkpoint `json:"checkpoint,omitempty"`
-	Restored   *auction.Checkpoint `json:"restored,omitempty"`
+	Checkpoint *terms.Checkpoint `json:"checkpoint,omitempty"`
+	Restored   *terms.Checkpoint `json:"restored,omitempty"`
 	// Dispute says why the attempt's settlement was given up (JobView).
 	Dispute string `json:"dispute,omitempty"`
 }
 
 // BidsView is GET /v1/jobs/{id}/bids: ranked bids and why the winner won.
 type BidsView struct {
-	JobID string           `json:"job_id"`
-	Bids  []auction.Ranked `json:"bids"`
+	JobID string         `json:"job_id"`
+	Bids  []terms.Ranked `json:"bids"`
 	// Explain names the bid that holds the lease and the rule that gave
 	// it the lease (auction.Explain).
-	Explain auction.Explanation `json:"explain"`
+	Explain terms.Explanation `json:"explain"`
 	// Declines counts why providers did not bid, by Ineligible.Kind.
 	Declines map[string]int `json:"declines,omitempty"`
 }
 
 // ProviderStatsView is GET /v1/provider/stats.
 type ProviderStatsView struct {
-	auction.ProviderStats
+	terms.ProviderStats
 	Enabled    bool               `json:"enabled"`
 	GPUs       int                `json:"gpus"`
 	Running    []ProviderLease    `json:"running"`
@@ -297,14 +297,14 @@ type LimitsView struct {
 
 // ProviderLease is a provider's view of one lease it serves.
 type ProviderLease struct {
-	Lease    auction.Lease    `json:"lease"`
-	Run      auction.RunState `json:"run"`
-	Backend  string           `json:"backend,omitempty"`
-	Started  time.Time        `json:"started,omitempty"`
-	Ended    time.Time        `json:"ended,omitempty"`
-	ExitCode *int             `json:"exit_code,omitempty"`
-	Detail   string           `json:"detail,omitempty"`
-	Fault    auction.Fault    `json:"fault,omitempty"`
+	Lease    terms.Lease    `json:"lease"`
+	Run      terms.RunState `json:"run"`
+	Backend  string         `json:"backend,omitempty"`
+	Started  time.Time      `json:"started,omitempty"`
+	Ended    time.Time      `json:"ended,omitempty"`
+	ExitCode *int           `json:"exit_code,omitempty"`
+	Detail   string         `json:"detail,omitempty"`
+	Fault    terms.Fault    `json:"fault,omitempty"`
 	// Dispute says why the provider gave up settling the lease: its
 	// renter refused its receipt time after time (the ledger holds a
 	// dispute entry saying so).
@@ -323,7 +323,7 @@ type ReputationView struct {
 	GPU []attest.GPUStanding `json:"gpu,omitempty"`
 }
 
-// ManifestHeader carries the JSON []auction.OutputFile of GET
+// ManifestHeader carries the JSON []terms.OutputFile of GET
 // /v1/jobs/{id}/outputs, whose body is the outputs bundle (see
 // wire.ExtractBundle).
 const ManifestHeader = "X-Gpumesh-Manifest"

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -133,8 +133,8 @@ func (s *Store) MayRead(id string, rd Reader) error {
 // HeldToken is what a provider's capability record lists for a private
 // artifact it holds for owner: not the id (which would tell every peer
 // what other renters keep), but a digest only a peer that knows the id
-// can match (auction.HeldToken).
-func HeldToken(owner, id string) string { return auction.HeldToken(owner, id) }
+// can match (terms.HeldToken).
+func HeldToken(owner, id string) string { return terms.HeldToken(owner, id) }
 
 // validGrant reports whether grant is owner's unexpired permission for
 // peer to to fetch artifact id.

@@ -17,7 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"golang.org/x/crypto/chacha20poly1305"
 )
@@ -221,8 +221,8 @@ func (o *openReader) Read(p []byte) (int, error) {
 
 // sealedHeader leads a sealed artifact's plaintext.
 type sealedHeader struct {
-	Dir   bool                 `json:"dir,omitempty"`
-	Files []auction.OutputFile `json:"files"`
+	Dir   bool               `json:"dir,omitempty"`
+	Files []terms.OutputFile `json:"files"`
 }
 
 // sealedName is every sealed artifact's manifest name: its own name is
@@ -300,7 +300,7 @@ func (s *Store) addSealed(src string, keyFor func(hdr []byte) (Key, []byte, erro
 		if err != nil {
 			return "", Key{}, err
 		}
-		hdr.Files = []auction.OutputFile{f}
+		hdr.Files = []terms.OutputFile{f}
 	} else {
 		err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || !d.Type().IsRegular() {
@@ -366,26 +366,26 @@ func (s *Store) addSealed(src string, keyFor func(hdr []byte) (Key, []byte, erro
 	return id, ck, nil
 }
 
-func fileEntry(p, rel string) (auction.OutputFile, error) {
+func fileEntry(p, rel string) (terms.OutputFile, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return auction.OutputFile{}, err
+		return terms.OutputFile{}, err
 	}
 	defer f.Close()
 	h := sha256.New()
 	n, err := io.Copy(h, f)
-	return auction.OutputFile{Path: rel, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, err
+	return terms.OutputFile{Path: rel, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, err
 }
 
 // OpenSealed opens sealed artifact id for rd (MayRead) with its content
 // key ck: its files and their bundle (wire.WriteBundle's format), which
 // the caller reads to the end (every segment is authenticated as it is
 // read: a tampered one fails the read with ErrSealed) and closes.
-func (s *Store) OpenSealed(id string, rd Reader, ck Key) (files []auction.OutputFile, dir bool, bundle io.ReadCloser, err error) {
+func (s *Store) OpenSealed(id string, rd Reader, ck Key) (files []terms.OutputFile, dir bool, bundle io.ReadCloser, err error) {
 	return s.openSealed(id, rd, ck, false)
 }
 
-func (s *Store) openSealed(id string, rd Reader, k Key, derive bool) ([]auction.OutputFile, bool, io.ReadCloser, error) {
+func (s *Store) openSealed(id string, rd Reader, k Key, derive bool) ([]terms.OutputFile, bool, io.ReadCloser, error) {
 	m, _, err := s.Manifest(id)
 	if err != nil {
 		return nil, false, nil, err

@@ -25,7 +25,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/p2p/broadcast"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -224,7 +224,7 @@ func DecodeManifest(b []byte, id string) (Manifest, error) {
 }
 
 // ValidID reports whether s is shaped like an artifact id.
-func ValidID(s string) bool { return auction.ValidArtifactID(s) }
+func ValidID(s string) bool { return terms.ValidArtifactID(s) }
 
 // Info is what the store knows of one artifact.
 type Info struct {
@@ -870,7 +870,7 @@ func (s *Store) infoLocked(id string, r *record) Info {
 }
 
 // Held returns up to max complete artifacts, most recently used first:
-// what a provider advertises it holds (auction.Capability.Artifacts). A
+// what a provider advertises it holds (terms.Capability.Artifacts). A
 // public one (one an anonymous reader may read) is listed by its id, a
 // private one held for a peer by its HeldToken for that peer; our own
 // private ones are not listed.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/metrics"
 	"github.com/gpumesh/gpumesh/p2p"
@@ -111,7 +112,7 @@ type ProviderConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// GPUs is the declared inventory used where no NVIDIA driver is present
 	// (or always, with gpu_source: declared).
-	GPUs []auction.GPU `yaml:"gpus"`
+	GPUs []terms.GPU `yaml:"gpus"`
 	// GPUSource is where the inventory comes from: auto (the driver when
 	// there is one, else gpus), nvml (the driver, or fail) or declared
 	// (gpus, never the driver). Default auto.
@@ -128,10 +129,10 @@ type ProviderConfig struct {
 	JobFilesMaxGB float64 `yaml:"job_files_max_gb"`
 	// JobFilesMaxRetain is the longest a lease's job log and outputs are
 	// kept after it ends: a job asking for longer (job post --retain) gets
-	// this. Default 7 days (auction.DefaultRetain).
+	// this. Default 7 days (terms.DefaultRetain).
 	JobFilesMaxRetain time.Duration `yaml:"job_files_max_retain"`
 	// Policy is what is sold and on what terms.
-	Policy auction.Policy `yaml:"policy"`
+	Policy terms.Policy `yaml:"policy"`
 	// AdvertiseTTL is the lifetime of the capability record; it is renewed
 	// every third of it. Default 10m.
 	AdvertiseTTL time.Duration `yaml:"advertise_ttl"`
@@ -265,8 +266,8 @@ func (c Config) Validate() error {
 	if c.Provider.JobFilesMaxGB < 0 || c.Provider.JobFilesMaxGB != c.Provider.JobFilesMaxGB || c.Provider.JobFilesMaxGB > 1<<20 {
 		return fmt.Errorf("provider.job_files_max_gb must be a positive number of GiB (default 10), got %v", c.Provider.JobFilesMaxGB)
 	}
-	if r := c.Provider.JobFilesMaxRetain; r != 0 && (r < auction.MinRetain || r > auction.MaxRetain) {
-		return fmt.Errorf("provider.job_files_max_retain must be in [%v, %v] (default %v), got %v", auction.MinRetain, auction.MaxRetain, auction.DefaultRetain, r)
+	if r := c.Provider.JobFilesMaxRetain; r != 0 && (r < terms.MinRetain || r > terms.MaxRetain) {
+		return fmt.Errorf("provider.job_files_max_retain must be in [%v, %v] (default %v), got %v", terms.MinRetain, terms.MaxRetain, terms.DefaultRetain, r)
 	}
 	if c.Provider.WarmMaxGB != c.Provider.WarmMaxGB {
 		return fmt.Errorf("provider.warm_max_gb must be a number, got %v", c.Provider.WarmMaxGB)
@@ -318,8 +319,8 @@ func (c Config) Validate() error {
 	if p.AdvertiseTTL < 0 || (p.AdvertiseTTL > 0 && p.AdvertiseTTL < time.Second) {
 		return fmt.Errorf("provider.advertise_ttl must be at least 1s, got %s", p.AdvertiseTTL)
 	}
-	if p.AdvertiseTTL > auction.MaxCapabilityTTL {
-		return fmt.Errorf("provider.advertise_ttl must be at most %s, got %s", auction.MaxCapabilityTTL, p.AdvertiseTTL)
+	if p.AdvertiseTTL > terms.MaxCapabilityTTL {
+		return fmt.Errorf("provider.advertise_ttl must be at most %s, got %s", terms.MaxCapabilityTTL, p.AdvertiseTTL)
 	}
 	if c.MetricsAddr != "" {
 		if err := metrics.CheckAddr(c.MetricsAddr); err != nil {

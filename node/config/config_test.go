@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestTightenDataDir: an existing data dir left open to other users (job
@@ -138,7 +139,7 @@ func TestJobFilesRetainAndNoPersistConfig(t *testing.T) {
 		return LoadConfig(p, true)
 	}
 	cfg, err := load("provider:\n  enabled: true\n  job_files_max_retain: 2h\n  policy: {price_floor: 1, no_persist: require}\n")
-	if err != nil || cfg.Provider.JobFilesMaxRetain != 2*time.Hour || cfg.Provider.Policy.NoPersist != auction.NoPersistRequire {
+	if err != nil || cfg.Provider.JobFilesMaxRetain != 2*time.Hour || cfg.Provider.Policy.NoPersist != terms.NoPersistRequire {
 		t.Fatalf("config: %+v, %v", cfg.Provider, err)
 	}
 	for text, want := range map[string]string{

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/p2p/broadcast"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
@@ -54,7 +55,7 @@ type Discovery struct {
 	wg  sync.WaitGroup
 
 	advMu  sync.Mutex
-	advert *auction.Capability
+	advert *terms.Capability
 	// advPut is notified at each record put.
 	advPut broadcast.Signal
 	// readvertise asks the advertise loop for a fresh record now.
@@ -70,7 +71,7 @@ type Discovery struct {
 	provRTSize int
 
 	// records holds the last verified capability record of each provider
-	// (peer.ID → auction.Capability).
+	// (peer.ID → terms.Capability).
 	records sync.Map
 	// recChanged is notified at each record kept or forgotten.
 	recChanged broadcast.Signal
@@ -106,7 +107,7 @@ func availabilityCheck(ttl time.Duration) time.Duration {
 }
 
 // Advertised returns the last capability record this node put in the DHT.
-func (d *Discovery) Advertised() *auction.Capability {
+func (d *Discovery) Advertised() *terms.Capability {
 	d.advMu.Lock()
 	defer d.advMu.Unlock()
 	return d.advert
@@ -131,7 +132,7 @@ func (d *Discovery) Readvertise() {
 // for a TTL of ttl, in the DHT until New's context ends: renewed every
 // third of ttl, and at once when the node's addresses change, Readvertise
 // is called or the free GPUs (free at a time) differ from the record's.
-func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) auction.Capability, free func(time.Time) int) {
+func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) terms.Capability, free func(time.Time) int) {
 	// Give the routing table a moment to fill after bootstrap, so the first
 	// record is not put into an empty table.
 	for i := 0; i < 50 && d.cfg.Net.DHT.RoutingTable().Size() == 0 && d.cfg.Bootstrap; i++ {
@@ -211,14 +212,14 @@ func (d *Discovery) waitToAdvertise(renew <-chan time.Time, addrCh <-chan any, c
 // (re-)announces this node under each of its discovery keys in the
 // background. Provider records are only an index and outlive the TTL;
 // liveness is the capability record's expiry.
-func (d *Discovery) advertise(c auction.Capability, ttl time.Duration) error {
-	b, err := auction.SealCapability(d.cfg.Signer, c)
+func (d *Discovery) advertise(c terms.Capability, ttl time.Duration) error {
+	b, err := terms.SealCapability(d.cfg.Signer, c)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(d.ctx, max(ttl/3, 3*time.Second))
 	defer cancel()
-	put := d.cfg.Net.DHT.PutValue(ctx, auction.CapabilityKey(d.cfg.Net.ID()), b)
+	put := d.cfg.Net.DHT.PutValue(ctx, terms.CapabilityKey(d.cfg.Net.ID()), b)
 	if put != nil && d.Advertised() == nil {
 		return fmt.Errorf("put capability: %w", put)
 	}
@@ -228,7 +229,7 @@ func (d *Discovery) advertise(c auction.Capability, ttl time.Duration) error {
 	d.advert = &c
 	d.advMu.Unlock()
 	d.advPut.Notify()
-	if keys := auction.DiscoveryKeys(c); d.provideDue(keys, ttl) && d.providing.CompareAndSwap(false, true) {
+	if keys := terms.DiscoveryKeys(c); d.provideDue(keys, ttl) && d.providing.CompareAndSwap(false, true) {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
@@ -297,13 +298,13 @@ func (d *Discovery) Provided() bool {
 	}
 	d.provMu.Lock()
 	defer d.provMu.Unlock()
-	return !d.provAt.IsZero() && d.provKeys == strings.Join(auction.DiscoveryKeys(*adv), "\n")
+	return !d.provAt.IsZero() && d.provKeys == strings.Join(terms.DiscoveryKeys(*adv), "\n")
 }
 
 // FindProviders discovers, through the DHT only, providers whose signed
 // capability records match q, sorted by peer. Expired or forged records
 // are dropped by the validator.
-func (d *Discovery) FindProviders(ctx context.Context, q auction.Query) ([]auction.Capability, error) {
+func (d *Discovery) FindProviders(ctx context.Context, q terms.Query) ([]terms.Capability, error) {
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
@@ -315,12 +316,12 @@ func (d *Discovery) FindProviders(ctx context.Context, q auction.Query) ([]aucti
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
-		out  []auction.Capability
+		out  []terms.Capability
 		seen = map[peer.ID]bool{}
 	)
 	sem := make(chan struct{}, 16)
 	n := d.cfg.Net
-	for ai := range n.DHT.FindProvidersAsync(findCtx, p2p.KeyCID(auction.QueryKey(q)), 1000) {
+	for ai := range n.DHT.FindProvidersAsync(findCtx, p2p.KeyCID(terms.QueryKey(q)), 1000) {
 		if seen[ai.ID] {
 			continue
 		}
@@ -352,27 +353,27 @@ func (d *Discovery) FindProviders(ctx context.Context, q auction.Query) ([]aucti
 
 // Lookup is provider id's verified, unexpired capability record (this
 // node's own advertised one for its own id), which it keeps.
-func (d *Discovery) Lookup(ctx context.Context, id peer.ID) (auction.Capability, error) {
+func (d *Discovery) Lookup(ctx context.Context, id peer.ID) (terms.Capability, error) {
 	now := d.cfg.Now()
 	if id == d.cfg.Net.ID() {
 		if c := d.Advertised(); c != nil && c.ExpiresAt.After(now) {
 			return *c, nil
 		}
-		return auction.Capability{}, errors.New("own record not advertised")
+		return terms.Capability{}, errors.New("own record not advertised")
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	// The first valid answer is enough: any valid (signed, unexpired)
 	// record is the provider's own word, and bids are evaluated live.
-	b, err := d.cfg.Net.DHT.GetValue(cctx, auction.CapabilityKey(id), dht.Quorum(1))
+	b, err := d.cfg.Net.DHT.GetValue(cctx, terms.CapabilityKey(id), dht.Quorum(1))
 	if err == nil {
-		var c auction.Capability
-		if c, err = auction.OpenCapability(b, d.cfg.Now()); err == nil {
-			if prev, ok := d.records.Swap(id, c); ok && prev.(auction.Capability).Fingerprint != c.Fingerprint {
+		var c terms.Capability
+		if c, err = terms.OpenCapability(b, d.cfg.Now()); err == nil {
+			if prev, ok := d.records.Swap(id, c); ok && prev.(terms.Capability).Fingerprint != c.Fingerprint {
 				// Renters see hardware changes: the record's fingerprint
 				// hash covers GPU UUIDs, models, VRAM, driver and CUDA.
 				d.cfg.Log.Warn("provider hardware fingerprint changed", "peer", id,
-					"was", prev.(auction.Capability).Fingerprint, "now", c.Fingerprint)
+					"was", prev.(terms.Capability).Fingerprint, "now", c.Fingerprint)
 				d.fpChanges.Add(1)
 			}
 			d.recordsChanged()
@@ -382,12 +383,12 @@ func (d *Discovery) Lookup(ctx context.Context, id peer.ID) (auction.Capability,
 	// A lookup stalled by an unresponsive peer falls back to the last
 	// verified record, while it has not expired.
 	if v, ok := d.records.Load(id); ok {
-		if c := v.(auction.Capability); c.ExpiresAt.After(d.cfg.Now()) {
+		if c := v.(terms.Capability); c.ExpiresAt.After(d.cfg.Now()) {
 			return c, nil
 		}
 		d.Forget(id)
 	}
-	return auction.Capability{}, err
+	return terms.Capability{}, err
 }
 
 // Holdings is the renter's holdings check (auction.Holdings):
@@ -425,11 +426,11 @@ func (d *Discovery) FingerprintChanges() int64 { return d.fpChanges.Load() }
 
 // Records are the verified, unexpired capability records this node keeps
 // of other providers (never its own).
-func (d *Discovery) Records() []auction.Capability {
+func (d *Discovery) Records() []terms.Capability {
 	now, self := d.cfg.Now(), d.cfg.Net.ID().String()
-	var out []auction.Capability
+	var out []terms.Capability
 	d.records.Range(func(_, v any) bool {
-		if c := v.(auction.Capability); c.Peer != self && c.ExpiresAt.After(now) {
+		if c := v.(terms.Capability); c.Peer != self && c.ExpiresAt.After(now) {
 			out = append(out, c)
 		}
 		return true
@@ -443,7 +444,7 @@ func (d *Discovery) Known() []peer.ID {
 	now, self := d.cfg.Now(), d.cfg.Net.ID()
 	var out []peer.ID
 	d.records.Range(func(k, v any) bool {
-		if id := k.(peer.ID); id != self && v.(auction.Capability).ExpiresAt.After(now) {
+		if id := k.(peer.ID); id != self && v.(terms.Capability).ExpiresAt.After(now) {
 			out = append(out, id)
 		}
 		return true
@@ -456,7 +457,7 @@ func (d *Discovery) Known() []peer.ID {
 // its own jobs) whose capability fits job and that the job does not
 // exclude: those that hear its call and answer it, with a bid or a
 // decline. A bid window closes once all have.
-func (d *Discovery) ExpectedBidders(job *auction.Job) []string {
+func (d *Discovery) ExpectedBidders(job *terms.Job) []string {
 	var out []string
 	for _, c := range d.Records() {
 		if !job.Excludes(c.Peer) && auction.StaticFit(&c, job) == nil {
@@ -474,7 +475,7 @@ func (d *Discovery) GPUs(provider string) int {
 		return 0
 	}
 	if v, ok := d.records.Load(id); ok {
-		if c := v.(auction.Capability); c.ExpiresAt.After(d.cfg.Now()) {
+		if c := v.(terms.Capability); c.ExpiresAt.After(d.cfg.Now()) {
 			return len(c.GPUs)
 		}
 	}
@@ -489,7 +490,7 @@ func (d *Discovery) Fingerprint(provider string) string {
 		return ""
 	}
 	if v, ok := d.records.Load(id); ok {
-		return v.(auction.Capability).Fingerprint
+		return v.(terms.Capability).Fingerprint
 	}
 	return ""
 }
@@ -509,7 +510,7 @@ func (d *Discovery) Learn(every time.Duration) {
 	defer t.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
-		if _, err := d.FindProviders(ctx, auction.Query{}); err != nil && d.ctx.Err() == nil {
+		if _, err := d.FindProviders(ctx, terms.Query{}); err != nil && d.ctx.Err() == nil {
 			d.cfg.Log.Debug("learn providers", "err", err)
 		}
 		cancel()
@@ -527,7 +528,7 @@ func (d *Discovery) Learn(every time.Duration) {
 // so that it is expected to answer this renter's next calls. One lookup
 // per provider at a time.
 func (d *Discovery) LearnBidder(id peer.ID) {
-	if v, ok := d.records.Load(id); ok && v.(auction.Capability).ExpiresAt.After(d.cfg.Now()) {
+	if v, ok := d.records.Load(id); ok && v.(terms.Capability).ExpiresAt.After(d.cfg.Now()) {
 		return
 	}
 	if _, busy := d.learning.LoadOrStore(id, true); busy {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/p2p"
 	record "github.com/libp2p/go-libp2p-record"
 )
@@ -32,7 +32,7 @@ func start(t *testing.T, boot ...string) *testNode {
 		t.Fatal(err)
 	}
 	n, err := p2p.New(context.Background(), p2p.Config{Key: key, ListenAddrs: []string{"/ip4/127.0.0.1/tcp/0"}, Bootstrap: boot,
-		Validators:      map[string]record.Validator{auction.CapabilityNamespace: auction.CapabilityValidator{}},
+		Validators:      map[string]record.Validator{terms.CapabilityNamespace: terms.CapabilityValidator{}},
 		ProvideValidity: ProvideValidity(time.Minute)})
 	if err != nil {
 		t.Fatal(err)
@@ -80,12 +80,12 @@ func TestAdvertiseFindForget(t *testing.T) {
 	prov := start(t, renter.net.Addrs()...)
 	var free atomic.Int64
 	free.Store(2)
-	build := func(ttl time.Duration) auction.Capability {
+	build := func(ttl time.Duration) terms.Capability {
 		now := time.Now()
 		f := int(free.Load())
-		return auction.Capability{Peer: prov.net.ID().String(), Addrs: prov.net.Addrs(), Region: "eu-west",
-			GPUs:   []auction.GPU{{Model: "H100", VRAMGB: 80}, {Model: "H100", VRAMGB: 80}},
-			Policy: auction.Policy{PriceFloor: 1}, Fingerprint: "fp1", FreeGPUs: &f,
+		return terms.Capability{Peer: prov.net.ID().String(), Addrs: prov.net.Addrs(), Region: "eu-west",
+			GPUs:   []terms.GPU{{Model: "H100", VRAMGB: 80}, {Model: "H100", VRAMGB: 80}},
+			Policy: terms.Policy{PriceFloor: 1}, Fingerprint: "fp1", FreeGPUs: &f,
 			Seq: uint64(now.UnixNano()), IssuedAt: now, ExpiresAt: now.Add(ttl)}
 	}
 	// Renewed every 10 s, its free GPUs checked every 3 s.
@@ -95,7 +95,7 @@ func TestAdvertiseFindForget(t *testing.T) {
 	waitFor(t, 20*time.Second, "the provider's first record and provider records", prov.disc.Provided, prov.disc.AdvertisedChanged)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	caps, err := renter.disc.FindProviders(ctx, auction.Query{GPU: "H100"})
+	caps, err := renter.disc.FindProviders(ctx, terms.Query{GPU: "H100"})
 	if err != nil || len(caps) != 1 {
 		t.Fatalf("the renter finding the provider: %+v, %v", caps, err)
 	}
@@ -106,11 +106,11 @@ func TestAdvertiseFindForget(t *testing.T) {
 	if g, fp := renter.disc.GPUs(id), renter.disc.Fingerprint(id); g != 2 || fp != "fp1" {
 		t.Fatalf("renter keeps %d GPUs, fingerprint %q; want 2, fp1", g, fp)
 	}
-	fits := &auction.Job{Tier: auction.Silver, MaxPrice: 3, GPUCount: 1, Duration: time.Hour}
+	fits := &terms.Job{Tier: terms.Silver, MaxPrice: 3, GPUCount: 1, Duration: time.Hour}
 	if got := renter.disc.ExpectedBidders(fits); len(got) != 1 || got[0] != id {
 		t.Fatalf("expected bidders %v, want the provider", got)
 	}
-	tooBig := &auction.Job{Tier: auction.Silver, MaxPrice: 3, GPUCount: 4, Duration: time.Hour}
+	tooBig := &terms.Job{Tier: terms.Silver, MaxPrice: 3, GPUCount: 4, Duration: time.Hour}
 	if got := renter.disc.ExpectedBidders(tooBig); len(got) != 0 {
 		t.Fatalf("expected bidders for a job no one fits: %v", got)
 	}
@@ -157,7 +157,7 @@ func TestHostileNames(t *testing.T) {
 	if _, err := n.disc.Lookup(context.Background(), n.net.ID()); err == nil {
 		t.Fatal("own record found before it was advertised")
 	}
-	if _, err := n.disc.FindProviders(context.Background(), auction.Query{MinVRAM: -1}); err == nil {
+	if _, err := n.disc.FindProviders(context.Background(), terms.Query{MinVRAM: -1}); err == nil {
 		t.Fatal("a negative min VRAM query accepted")
 	}
 }

@@ -7,7 +7,7 @@
 // provider, which connects it to its job at the member's own address,
 // from the dialing member's address. Only the provider of another member
 // of the same gang may open such a stream: the one its renter signed into
-// the gang's terms (auction.Gang, in each member's lease), proven by the
+// the gang's terms (terms.Gang, in each member's lease), proven by the
 // stream's authenticated peer and a digest of those terms that both
 // members' providers hold.
 //
@@ -33,7 +33,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -50,7 +50,7 @@ const startWait = 5 * time.Second
 const MasterPort = 29500
 
 // Addr is the gang address of member rank, the same in every member's
-// namespace: MASTER_ADDR is Addr(0). A gang has at most auction.MaxNodes
+// namespace: MASTER_ADDR is Addr(0). A gang has at most terms.MaxNodes
 // members, well within 127.77.0.0/24.
 func Addr(rank int) netip.Addr { return netip.AddrFrom4([4]byte{127, 77, 0, byte(rank + 1)}) }
 
@@ -64,7 +64,7 @@ func rankOf(a netip.Addr, k int) int {
 }
 
 // roster is what the network needs of a gang, derived from its terms as
-// the renter signed them into a member's lease (auction.Gang, the one
+// the renter signed them into a member's lease (terms.Gang, the one
 // definition of a gang): its id, the member this provider runs, each
 // member's provider by rank, and the digest both members' providers must
 // agree on.
@@ -79,11 +79,11 @@ type roster struct {
 // same terms (every member's rank, provider and lease) from the same
 // renter. The terms differ only in whose rank they are, which the digest
 // leaves out.
-func digest(renter string, g auction.Gang) string {
+func digest(renter string, g terms.Gang) string {
 	g.Rank = 0
 	b, _ := json.Marshal(struct {
-		Renter string       `json:"renter"`
-		Gang   auction.Gang `json:"gang"`
+		Renter string     `json:"renter"`
+		Gang   terms.Gang `json:"gang"`
 	}{renter, g}) // plain fields: cannot fail
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
@@ -92,7 +92,7 @@ func digest(renter string, g auction.Gang) string {
 // rosterOf is the roster of the gang lease l is a member of, from its
 // terms (l.Gang), checked to name l at its rank on this provider; nil for
 // a lease of no gang. A gang job's lease without gang terms fails.
-func (n *Net) rosterOf(l auction.Lease, job auction.Job) (*roster, error) {
+func (n *Net) rosterOf(l terms.Lease, job terms.Job) (*roster, error) {
 	g := l.Gang
 	if g == nil {
 		if job.Nodes > 1 {
@@ -182,7 +182,7 @@ type LocalMember struct {
 // returned member's Spec goes into the job's runtime.Spec.Gang. A lease
 // of no gang joins nothing (nil, nil); a gang job's lease (job.Nodes > 1)
 // without gang terms fails.
-func (n *Net) Join(l auction.Lease, job auction.Job) (*LocalMember, error) {
+func (n *Net) Join(l terms.Lease, job terms.Job) (*LocalMember, error) {
 	g, err := n.rosterOf(l, job)
 	if err != nil || g == nil {
 		return nil, err
@@ -201,7 +201,7 @@ func (n *Net) Join(l auction.Lease, job auction.Job) (*LocalMember, error) {
 
 // Hook is the lease supervisor's Network hook: a lease whose terms make
 // it a gang member joins that gang's network for its job's run.
-func (n *Net) Hook(l auction.Lease, job auction.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error) {
+func (n *Net) Hook(l terms.Lease, job terms.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error) {
 	m, err := n.Join(l, job)
 	if err != nil || m == nil {
 		return nil, nil, err

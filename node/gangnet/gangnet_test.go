@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
@@ -157,28 +157,30 @@ func connect(t *testing.T, ctx context.Context, ps ...*provider) {
 // lease.
 type gang struct {
 	renter string
-	terms  auction.Gang
+	terms  terms.Gang
 }
 
 // newGang is a gang of one member per provider, rank = index.
 func newGang(t *testing.T, id string, ps ...*provider) gang {
-	g := gang{renter: signtest.New(t).ID().String(), terms: auction.Gang{ID: id, Size: len(ps)}}
+	g := gang{renter: signtest.New(t).ID().String(), terms: terms.Gang{ID: id, Size: len(ps)}}
 	for r, p := range ps {
-		g.terms.Members = append(g.terms.Members, auction.GangMember{Rank: r, Provider: p.node.ID().String(), LeaseID: fmt.Sprintf("%s-lease-%d", id, r)})
+		g.terms.Members = append(g.terms.Members, terms.GangMember{Rank: r, Provider: p.node.ID().String(), LeaseID: fmt.Sprintf("%s-lease-%d", id, r)})
 	}
 	return g
 }
 
 // lease is member rank's lease, its terms naming it at its rank.
-func (g gang) lease(rank int) auction.Lease {
-	terms := g.terms
-	terms.Rank = rank
-	return auction.Lease{ID: terms.Members[rank].LeaseID, JobID: "job-" + terms.ID, Renter: g.renter,
-		Provider: terms.Members[rank].Provider, Gang: &terms}
+func (g gang) lease(rank int) terms.Lease {
+	gt := g.terms
+	gt.Rank = rank
+	return terms.Lease{ID: gt.Members[rank].LeaseID, JobID: "job-" + gt.ID, Renter: g.renter,
+		Provider: gt.Members[rank].Provider, Gang: &gt}
 }
 
 // job is the gang's job.
-func (g gang) job() auction.Job { return auction.Job{ID: "job-" + g.terms.ID, Nodes: g.terms.Size} }
+func (g gang) job() terms.Job {
+	return terms.Job{ID: "job-" + g.terms.ID, Nodes: g.terms.Size}
+}
 
 // digest is what each member's provider names the gang's terms by.
 func (g gang) digest() string { return digest(g.renter, g.terms) }
@@ -428,38 +430,38 @@ func TestGangJoinRefused(t *testing.T) {
 	defer cancel()
 	a, b := newProvider(t, ctx, false), newProvider(t, ctx, false)
 	g := newGang(t, "join", a, b)
-	with := func(f func(*auction.Lease)) auction.Lease {
+	with := func(f func(*terms.Lease)) terms.Lease {
 		l := g.lease(0)
-		terms := *l.Gang
-		terms.Members = slices.Clone(terms.Members)
-		l.Gang = &terms
+		gt := *l.Gang
+		gt.Members = slices.Clone(gt.Members)
+		l.Gang = &gt
 		f(&l)
 		return l
 	}
 	for _, c := range []struct {
 		name string
-		l    auction.Lease
-		job  auction.Job
+		l    terms.Lease
+		job  terms.Job
 		why  string
 	}{
 		{"another provider's member", g.lease(1), g.job(), "not this provider's"},
-		{"rank out of range", with(func(l *auction.Lease) { l.Gang.Rank = 2 }), g.job(), "gang rank 2 of 2"},
-		{"one member", with(func(l *auction.Lease) { l.Gang.Size, l.Gang.Members = 1, l.Gang.Members[:1] }), g.job(), "gang of 1 with 1 members"},
-		{"bad id", with(func(l *auction.Lease) { l.Gang.ID = "../x" }), g.job(), "gang id"},
-		{"ranks out of order", with(func(l *auction.Lease) {
+		{"rank out of range", with(func(l *terms.Lease) { l.Gang.Rank = 2 }), g.job(), "gang rank 2 of 2"},
+		{"one member", with(func(l *terms.Lease) { l.Gang.Size, l.Gang.Members = 1, l.Gang.Members[:1] }), g.job(), "gang of 1 with 1 members"},
+		{"bad id", with(func(l *terms.Lease) { l.Gang.ID = "../x" }), g.job(), "gang id"},
+		{"ranks out of order", with(func(l *terms.Lease) {
 			l.Gang.Members[0], l.Gang.Members[1] = l.Gang.Members[1], l.Gang.Members[0]
 		}), g.job(), "member 0 has rank 1"},
-		{"terms naming another lease at its rank", with(func(l *auction.Lease) { l.ID = "join-lease-9" }), g.job(), "not this award"},
-		{"no renter", with(func(l *auction.Lease) { l.Renter = "nobody" }), g.job(), "renter"},
-		{"a gang job's lease without terms", with(func(l *auction.Lease) { l.Gang = nil }), g.job(), "carries no gang terms"},
+		{"terms naming another lease at its rank", with(func(l *terms.Lease) { l.ID = "join-lease-9" }), g.job(), "not this award"},
+		{"no renter", with(func(l *terms.Lease) { l.Renter = "nobody" }), g.job(), "renter"},
+		{"a gang job's lease without terms", with(func(l *terms.Lease) { l.Gang = nil }), g.job(), "carries no gang terms"},
 	} {
 		m, err := a.net.Join(c.l, c.job)
 		if err == nil || m != nil || !strings.Contains(err.Error(), c.why) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: got %v, want a one-line error saying %q", c.name, err, c.why)
 		}
 	}
-	plain := auction.Lease{ID: "plain", Provider: a.node.ID().String()}
-	if m, err := a.net.Join(plain, auction.Job{ID: "job-plain"}); m != nil || err != nil {
+	plain := terms.Lease{ID: "plain", Provider: a.node.ID().String()}
+	if m, err := a.net.Join(plain, terms.Job{ID: "job-plain"}); m != nil || err != nil {
 		t.Errorf("a lease of no gang: %v, %v", m, err)
 	}
 	m, err := a.net.Join(g.lease(0), g.job())
@@ -497,7 +499,7 @@ func TestGangJoinRefused(t *testing.T) {
 	if _, _, err := a.net.Hook(g.lease(1), g.job(), &spec); err == nil || spec.Gang != nil {
 		t.Errorf("another member's lease: %v, gang %v", err, spec.Gang)
 	}
-	if started, end, err := a.net.Hook(plain, auction.Job{ID: "job-plain"}, &spec); err != nil || started != nil || end != nil || spec.Gang != nil {
+	if started, end, err := a.net.Hook(plain, terms.Job{ID: "job-plain"}, &spec); err != nil || started != nil || end != nil || spec.Gang != nil {
 		t.Errorf("a lease of no gang: %v, gang %v", err, spec.Gang)
 	}
 	_, end, err := a.net.Hook(g.lease(0), g.job(), &spec)

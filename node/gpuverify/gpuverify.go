@@ -18,7 +18,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/gpuproof"
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
@@ -38,7 +38,7 @@ const maxOwnVerdicts = 64
 // Directory holds the providers' verified capability records.
 type Directory interface {
 	// Lookup is a provider's verified capability record (its devices).
-	Lookup(ctx context.Context, id peer.ID) (auction.Capability, error)
+	Lookup(ctx context.Context, id peer.ID) (terms.Capability, error)
 }
 
 // Counter counts protocol events (lease.Counters).
@@ -183,7 +183,7 @@ func (s *Service) HandleVerify(r *http.Request) (any, error) {
 	s.cfg.Net.AddAddrs(id, c.Addrs)
 	var out []api.VerifyResult
 	for i, g := range c.GPUs {
-		dev := auction.DeviceName(c.GPUs, i)
+		dev := terms.DeviceName(c.GPUs, i)
 		if req.Device != "" && req.Device != dev && req.Device != strconv.Itoa(i) {
 			continue
 		}

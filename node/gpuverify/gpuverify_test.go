@@ -13,7 +13,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -70,7 +70,7 @@ func TestVerifyCallRefusals(t *testing.T) {
 	gpuless, withGPU := signtest.New(t).ID(), signtest.New(t).ID()
 	s := New(t.Context(), Config{Net: n, Now: time.Now, Log: slog.New(slog.DiscardHandler),
 		Directory: records{gpuless: {Peer: gpuless.String()},
-			withGPU: {Peer: withGPU.String(), GPUs: []auction.GPU{{Model: "H100", VRAMGB: 80}}}}})
+			withGPU: {Peer: withGPU.String(), GPUs: []terms.GPU{{Model: "H100", VRAMGB: 80}}}}})
 	stranger := signtest.New(t).ID()
 	for body, want := range map[string]int{
 		`{`: 400, `{"peer":"` + withGPU.String() + `","sudo":true}`: 400, `{"peer":"nobody"}`: 400,
@@ -87,11 +87,11 @@ func TestVerifyCallRefusals(t *testing.T) {
 }
 
 // records are the providers' capability records the test knows.
-type records map[peer.ID]auction.Capability
+type records map[peer.ID]terms.Capability
 
-func (r records) Lookup(_ context.Context, id peer.ID) (auction.Capability, error) {
+func (r records) Lookup(_ context.Context, id peer.ID) (terms.Capability, error) {
 	if c, ok := r[id]; ok {
 		return c, nil
 	}
-	return auction.Capability{}, errors.New("no record")
+	return terms.Capability{}, errors.New("no record")
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -24,7 +24,7 @@ func TestHeartbeatOnAwardedLeaseIsNotUnknown(t *testing.T) {
 	h := newHarness(t)
 	r := h.renter()
 	prov := signtest.New(t)
-	jb := job(auction.Silver, 2, time.Minute, "true")
+	jb := job(terms.Silver, 2, time.Minute, "true")
 	jb.ID, jb.Owner = "job-awarded", r.id()
 	r.tracker.mu.Lock()
 	s := &jobState{}
@@ -32,8 +32,8 @@ func TestHeartbeatOnAwardedLeaseIsNotUnknown(t *testing.T) {
 	r.tracker.jobs[jb.ID] = s
 	r.tracker.mu.Unlock()
 	now := time.Now()
-	l := auction.Lease{ID: "lease-awarded", JobID: jb.ID, Renter: r.id(), Provider: prov.ID().String(), Price: 1,
-		Start: now.Add(-time.Second), End: now.Add(time.Minute), GPUCount: 1, State: auction.RunPending}
+	l := terms.Lease{ID: "lease-awarded", JobID: jb.ID, Renter: r.id(), Provider: prov.ID().String(), Price: 1,
+		Start: now.Add(-time.Second), End: now.Add(time.Minute), GPUCount: 1, State: terms.RunPending}
 	r.tracker.onAward(l)
 	var seq uint64
 	beat := func(leaseID string) ([]byte, error) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestMarketFigures measures the market on the in-memory harness (10
@@ -36,15 +36,15 @@ func TestMarketFigures(t *testing.T) {
 		}()
 	}
 	renters := []*node{h.renter(), h.renter(), h.renter(), h.renter()}
-	mk := func() auction.Job {
-		j := job(auction.Silver, 5, 2*time.Second, "run", "10", "0")
+	mk := func() terms.Job {
+		j := job(terms.Silver, 5, 2*time.Second, "run", "10", "0")
 		j.BidWindow = 500 * time.Millisecond
 		j.Deadline = time.Now().Add(30 * time.Second)
 		return j
 	}
 	// run posts j on r and waits for it to finish; it returns how long
 	// that took, or fails the test.
-	run := func(r *node, j auction.Job) time.Duration {
+	run := func(r *node, j terms.Job) time.Duration {
 		start := time.Now()
 		v, err := r.tracker.Post(j)
 		if err != nil {
@@ -57,7 +57,7 @@ func TestMarketFigures(t *testing.T) {
 		for {
 			next := h.changed.Wait()
 			v, _ = r.tracker.View(v.Job.ID)
-			if v.State == auction.JobFinished || v.State == auction.JobUnplaceable || v.State == auction.JobFailed {
+			if v.State == terms.JobFinished || v.State == terms.JobUnplaceable || v.State == terms.JobFailed {
 				break
 			}
 			select {
@@ -66,7 +66,7 @@ func TestMarketFigures(t *testing.T) {
 				break wait
 			}
 		}
-		if v.Run != auction.RunSucceeded {
+		if v.Run != terms.RunSucceeded {
 			t.Errorf("job %s: state %s run %s %v", v.Job.ID, v.State, v.Run, v.Reasons)
 		}
 		return time.Since(start)
@@ -96,10 +96,10 @@ func TestMarketFigures(t *testing.T) {
 	rejected, succeeded := 0, 0
 	for _, r := range renters {
 		for _, v := range r.tracker.List() {
-			if v.State == auction.JobUnplaceable {
+			if v.State == terms.JobUnplaceable {
 				rejected++
 			}
-			if v.Run == auction.RunSucceeded {
+			if v.Run == terms.RunSucceeded {
 				succeeded++
 			}
 		}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -31,7 +31,7 @@ import (
 // ckptState is a running lease's checkpoint bookkeeping.
 type ckptState struct {
 	// restored is the checkpoint the lease started from (nil: fresh).
-	restored *auction.Checkpoint
+	restored *terms.Checkpoint
 	seq      int
 	// lastFP is the checkpoint dir's listing at the last snapshot (or
 	// refusal), so an unchanged dir is not saved again.
@@ -43,7 +43,7 @@ type ckptState struct {
 // restoreCheckpoint fetches the job's checkpoints to restore, newest
 // first, until one verifies, and returns the dir holding its files (""
 // when the job starts fresh). Each refusal is said in the job's log.
-func (r *leaseRun) restoreCheckpoint(job auction.Job, lw io.Writer) (dir string, release func(), err error) {
+func (r *leaseRun) restoreCheckpoint(job terms.Job, lw io.Writer) (dir string, release func(), err error) {
 	s := r.s
 	release = func() {}
 	// A gang member restores its own rank's dir.
@@ -109,7 +109,7 @@ func (r *leaseRun) checkpointLoop(h runtime.Handle, every time.Duration, started
 		case <-r.stop:
 			return
 		case <-t.C:
-			r.snapshot(h, auction.CheckpointPeriodic, started, r.s.now(), lw)
+			r.snapshot(h, terms.CheckpointPeriodic, started, r.s.now(), lw)
 		}
 	}
 }
@@ -137,9 +137,9 @@ func (r *leaseRun) snapshot(h runtime.Handle, reason string, started, at time.Ti
 	r.mu.Lock()
 	r.ck.lastFP = fp
 	r.mu.Unlock()
-	if size > auction.MaxCheckpointBytes {
+	if size > terms.MaxCheckpointBytes {
 		s.cfg.Counters.Add("provider.checkpoint_too_big")
-		fmt.Fprintf(lw, "gpumesh: checkpoint not saved: %d bytes is over the cap of %d bytes per checkpoint\n", size, int64(auction.MaxCheckpointBytes))
+		fmt.Fprintf(lw, "gpumesh: checkpoint not saved: %d bytes is over the cap of %d bytes per checkpoint\n", size, int64(terms.MaxCheckpointBytes))
 		return
 	}
 	// A copy under a fixed name: the job may go on writing while the
@@ -186,7 +186,7 @@ func (r *leaseRun) snapshot(h runtime.Handle, reason string, started, at time.Ti
 	if ran := at.Sub(started); ran > 0 {
 		work += ran
 	}
-	ck := auction.Checkpoint{JobID: l.JobID, LeaseID: l.ID, Attempt: job.Attempt, Seq: seq, Artifact: id, Bytes: bytes,
+	ck := terms.Checkpoint{JobID: l.JobID, LeaseID: l.ID, Attempt: job.Attempt, Seq: seq, Artifact: id, Bytes: bytes,
 		Work: work, Reason: reason, Provider: s.cfg.Signer.ID().String(), TakenAt: s.now()}
 	err = s.sendCheckpoint(l, ck)
 	drop() // the renter holds it now, or will never
@@ -217,7 +217,7 @@ func (r *leaseRun) restoredArtifact() string {
 // sendCheckpoint hands a signed checkpoint to the lease's renter, which
 // answers once it stored the artifact; a lost answer is retried (the
 // renter takes the same checkpoint twice).
-func (s *Supervisor) sendCheckpoint(l auction.Lease, ck auction.Checkpoint) error {
+func (s *Supervisor) sendCheckpoint(l terms.Lease, ck terms.Checkpoint) error {
 	b, err := sealed(s.cfg.Signer, sign.DomainCheckpoint, ck)
 	if err != nil {
 		return err
@@ -275,5 +275,5 @@ func listCheckpoint(workDir string) (fp string, size int64, files int, err error
 // renames away meanwhile are skipped (it writes atomically: the new name
 // holds the complete file).
 func copyCheckpoint(workDir, dst string) (skipped []string, err error) {
-	return runtime.CopyJobTree(workDir, runtime.CheckpointDir, dst, auction.MaxCheckpointBytes)
+	return runtime.CopyJobTree(workDir, runtime.CheckpointDir, dst, terms.MaxCheckpointBytes)
 }

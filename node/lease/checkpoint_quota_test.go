@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -21,8 +21,8 @@ func TestCheckpointQuota(t *testing.T) {
 	h := newHarness(t)
 	r := h.renter()
 	pa := h.provider(provSpec{model: "H100", price: 0.5})
-	v := r.post(job(auction.Bronze, 1, time.Minute, "gate", "flood", "0"))
-	v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	v := r.post(job(terms.Bronze, 1, time.Minute, "gate", "flood", "0"))
+	v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 	l := *v.Lease
 	r.tracker.cfg.CheckpointBytesPerHour = 8 << 30
 	const size = 3 << 30
@@ -35,8 +35,8 @@ func TestCheckpointQuota(t *testing.T) {
 		pin: func(string) func() { return func() {} }}
 	var errs []error
 	for seq := 1; seq <= 6; seq++ {
-		c := auction.Checkpoint{JobID: l.JobID, LeaseID: l.ID, Attempt: l.Attempt, Seq: seq, Artifact: strings.Repeat(string("abcdef"[seq-1]), 64),
-			Bytes: size, Work: time.Millisecond, Reason: auction.CheckpointPeriodic, Provider: pa.id(), TakenAt: time.Now()}
+		c := terms.Checkpoint{JobID: l.JobID, LeaseID: l.ID, Attempt: l.Attempt, Seq: seq, Artifact: strings.Repeat(string("abcdef"[seq-1]), 64),
+			Bytes: size, Work: time.Millisecond, Reason: terms.CheckpointPeriodic, Provider: pa.id(), TakenAt: time.Now()}
 		b, err := sealed(pa.signer, sign.DomainCheckpoint, c)
 		if err != nil {
 			t.Fatal(err)

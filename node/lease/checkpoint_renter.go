@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -17,14 +17,14 @@ import (
 // jobs' checkpoints. A provider's signed checkpoint (wire.ProtoCheckpoint)
 // for the current lease of one of our jobs is fetched from that provider
 // into our own artifact store and pinned before it is acknowledged; the
-// newest auction.MaxRestore good ones are kept per job (older ones are
+// newest terms.MaxRestore good ones are kept per job (older ones are
 // unpinned) and a requeued attempt restores them, newest first.
 
 // HandleCheckpoint takes a provider's signed checkpoint of a lease of ours
 // (wire.ProtoCheckpoint) and answers once its artifact is stored here.
 func (t *Tracker) HandleCheckpoint(ctx context.Context, from peer.ID, data []byte) ([]byte, error) {
 	count := t.cfg.Counters.Add
-	var c auction.Checkpoint
+	var c terms.Checkpoint
 	if err := sign.OpenFrom(data, sign.DomainCheckpoint, from, &c); err != nil {
 		count("renter.checkpoint_rejected")
 		return nil, err
@@ -50,7 +50,7 @@ func (t *Tracker) HandleCheckpoint(ctx context.Context, from peer.ID, data []byt
 		t.log.Warn("checkpoint refused", "job", jobID, "lease", c.LeaseID, "seq", c.Seq, "err", err)
 		return nil, err
 	}
-	size, err := t.cfg.Checkpoints.FetchCheckpoint(ctx, c.Artifact, from, c.LeaseID, v.Job.Sealed, auction.MaxCheckpointBytes)
+	size, err := t.cfg.Checkpoints.FetchCheckpoint(ctx, c.Artifact, from, c.LeaseID, v.Job.Sealed, terms.MaxCheckpointBytes)
 	if err == nil && size != c.Bytes {
 		err = fmt.Errorf("checkpoint artifact holds %d bytes, the checkpoint says %d", size, c.Bytes)
 	}
@@ -68,10 +68,10 @@ func (t *Tracker) HandleCheckpoint(ctx context.Context, from peer.ID, data []byt
 		count("renter.checkpoint_rejected")
 		return nil, err
 	}
-	kept := append([]auction.Checkpoint{c}, v.Checkpoints...)
-	var dropped []auction.Checkpoint
-	if len(kept) > auction.MaxRestore {
-		kept, dropped = kept[:auction.MaxRestore], kept[auction.MaxRestore:]
+	kept := append([]terms.Checkpoint{c}, v.Checkpoints...)
+	var dropped []terms.Checkpoint
+	if len(kept) > terms.MaxRestore {
+		kept, dropped = kept[:terms.MaxRestore], kept[terms.MaxRestore:]
 	}
 	v.Checkpoints = kept
 	newest := c
@@ -92,7 +92,7 @@ func (t *Tracker) HandleCheckpoint(ctx context.Context, from peer.ID, data []byt
 // that lease's provider, newer than the lease's last one, within the size
 // cap and claim no more work than the job could have done. dup reports a
 // checkpoint already held.
-func checkpointFits(v *jobState, c auction.Checkpoint, from peer.ID, now time.Time) (dup bool, err error) {
+func checkpointFits(v *jobState, c terms.Checkpoint, from peer.ID, now time.Time) (dup bool, err error) {
 	if v == nil || v.Lease == nil || v.Lease.ID != c.LeaseID || v.Lease.Provider != from.String() || c.Provider != from.String() {
 		return false, fmt.Errorf("no lease %q from %s", c.LeaseID, from)
 	}
@@ -100,10 +100,10 @@ func checkpointFits(v *jobState, c auction.Checkpoint, from peer.ID, now time.Ti
 	switch {
 	case c.JobID != l.JobID || c.Attempt != l.Attempt:
 		return false, fmt.Errorf("checkpoint names job %q attempt %d; lease %s is job %s attempt %d", c.JobID, c.Attempt, l.ID, l.JobID, l.Attempt)
-	case !auction.ValidArtifactID(c.Artifact):
+	case !terms.ValidArtifactID(c.Artifact):
 		return false, fmt.Errorf("checkpoint artifact %q is not an artifact id", c.Artifact)
-	case c.Bytes <= 0 || c.Bytes > auction.MaxCheckpointBytes:
-		return false, fmt.Errorf("checkpoint of %d bytes: the cap is %d", c.Bytes, int64(auction.MaxCheckpointBytes))
+	case c.Bytes <= 0 || c.Bytes > terms.MaxCheckpointBytes:
+		return false, fmt.Errorf("checkpoint of %d bytes: the cap is %d", c.Bytes, int64(terms.MaxCheckpointBytes))
 	case c.Seq < 1 || c.Work < 0:
 		return false, fmt.Errorf("checkpoint seq %d, work %v", c.Seq, c.Work)
 	}
@@ -196,18 +196,18 @@ func (t *Tracker) repinCheckpoints(v *jobState) {
 
 // restoreFor is the checkpoints a requeued attempt of a job restores,
 // newest first.
-func (t *Tracker) restoreFor(jobID string) []auction.Checkpoint {
+func (t *Tracker) restoreFor(jobID string) []terms.Checkpoint {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if v := t.jobs[jobID]; v != nil {
-		return append([]auction.Checkpoint(nil), v.Checkpoints...)
+		return append([]terms.Checkpoint(nil), v.Checkpoints...)
 	}
 	return nil
 }
 
 // restoredOf is the checkpoint of job's Restore with artifact id (nil for
 // none).
-func restoredOf(job auction.Job, id string) *auction.Checkpoint {
+func restoredOf(job terms.Job, id string) *terms.Checkpoint {
 	for _, c := range job.Restore {
 		if id != "" && c.Artifact == id {
 			cc := c
@@ -219,7 +219,7 @@ func restoredOf(job auction.Job, id string) *auction.Checkpoint {
 
 // leaseCheckpoint is the newest checkpoint a job keeps of lease leaseID
 // (nil for none).
-func leaseCheckpoint(held []auction.Checkpoint, leaseID string) *auction.Checkpoint {
+func leaseCheckpoint(held []terms.Checkpoint, leaseID string) *terms.Checkpoint {
 	for _, k := range held {
 		if k.LeaseID == leaseID {
 			kk := k
@@ -264,7 +264,7 @@ func (t *Tracker) chargeCheckpoint(jobID string, n int64) error {
 	if rate <= 0 {
 		rate = DefaultCheckpointBytesPerHour
 	}
-	capacity := float64(max(rate, auction.MaxCheckpointBytes))
+	capacity := float64(max(rate, terms.MaxCheckpointBytes))
 	cost := float64(max(n, MinCheckpointCharge))
 	now := t.now()
 	t.mu.Lock()

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -23,13 +23,13 @@ func TestHandleCheckpoint(t *testing.T) {
 	r := h.renter()
 	pa := h.provider(provSpec{model: "H100", price: 0.5})
 	pb := h.provider(provSpec{model: "A100", price: 0.8})
-	j := job(auction.Bronze, 1, time.Minute, "gate", "ck", "0")
+	j := job(terms.Bronze, 1, time.Minute, "gate", "ck", "0")
 	j.GPUModels = []string{"H100"}
 	v := r.post(j)
-	v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 	l := *v.Lease
 
-	send := func(by *node, from peer.ID, c auction.Checkpoint) error {
+	send := func(by *node, from peer.ID, c terms.Checkpoint) error {
 		b, err := sealed(by.signer, sign.DomainCheckpoint, c)
 		if err != nil {
 			t.Fatal(err)
@@ -38,24 +38,24 @@ func TestHandleCheckpoint(t *testing.T) {
 		return err
 	}
 	art := func(c byte) string { return strings.Repeat(string(c), 64) }
-	good := func(seq int, a string) auction.Checkpoint {
-		return auction.Checkpoint{JobID: l.JobID, LeaseID: l.ID, Attempt: l.Attempt, Seq: seq, Artifact: a, Bytes: 10,
-			Work: time.Millisecond, Reason: auction.CheckpointPeriodic, Provider: pa.id(), TakenAt: time.Now()}
+	good := func(seq int, a string) terms.Checkpoint {
+		return terms.Checkpoint{JobID: l.JobID, LeaseID: l.ID, Attempt: l.Attempt, Seq: seq, Artifact: a, Bytes: 10,
+			Work: time.Millisecond, Reason: terms.CheckpointPeriodic, Provider: pa.id(), TakenAt: time.Now()}
 	}
 	refusals := []struct {
 		name string
 		by   *node
 		from peer.ID
-		mod  func(*auction.Checkpoint)
+		mod  func(*terms.Checkpoint)
 		want string
 	}{
-		{"another provider", pb, pb.signer.ID(), func(c *auction.Checkpoint) { c.Provider = pb.id() }, "no lease"},
-		{"relayed", pa, pb.signer.ID(), func(*auction.Checkpoint) {}, ""},
-		{"other attempt", pa, pa.signer.ID(), func(c *auction.Checkpoint) { c.Attempt = 3 }, "attempt 3"},
-		{"over the cap", pa, pa.signer.ID(), func(c *auction.Checkpoint) { c.Bytes = auction.MaxCheckpointBytes + 1 }, "the cap is"},
-		{"too much work", pa, pa.signer.ID(), func(c *auction.Checkpoint) { c.Work = time.Hour }, "can have been done"},
-		{"not an artifact", pa, pa.signer.ID(), func(c *auction.Checkpoint) { c.Artifact = "x" }, "not an artifact id"},
-		{"no store", pa, pa.signer.ID(), func(*auction.Checkpoint) {}, "does not keep checkpoints"},
+		{"another provider", pb, pb.signer.ID(), func(c *terms.Checkpoint) { c.Provider = pb.id() }, "no lease"},
+		{"relayed", pa, pb.signer.ID(), func(*terms.Checkpoint) {}, ""},
+		{"other attempt", pa, pa.signer.ID(), func(c *terms.Checkpoint) { c.Attempt = 3 }, "attempt 3"},
+		{"over the cap", pa, pa.signer.ID(), func(c *terms.Checkpoint) { c.Bytes = terms.MaxCheckpointBytes + 1 }, "the cap is"},
+		{"too much work", pa, pa.signer.ID(), func(c *terms.Checkpoint) { c.Work = time.Hour }, "can have been done"},
+		{"not an artifact", pa, pa.signer.ID(), func(c *terms.Checkpoint) { c.Artifact = "x" }, "not an artifact id"},
+		{"no store", pa, pa.signer.ID(), func(*terms.Checkpoint) {}, "does not keep checkpoints"},
 	}
 	for _, c := range refusals {
 		ck := good(1, art('a'))
@@ -75,7 +75,7 @@ func TestHandleCheckpoint(t *testing.T) {
 	}
 	r.tracker.cfg.Checkpoints = checkpointHooks{
 		fetch: func(_ context.Context, id string, from peer.ID, _ string, _ bool, max int64) (int64, error) {
-			if from != pa.signer.ID() || max != auction.MaxCheckpointBytes {
+			if from != pa.signer.ID() || max != terms.MaxCheckpointBytes {
 				t.Errorf("fetch %s from %s (max %d)", id, from, max)
 			}
 			fetched[id]++
@@ -120,8 +120,8 @@ func TestHandleCheckpoint(t *testing.T) {
 	// The job ends for good: no attempt will restore its checkpoints, so
 	// the renter stops pinning them (the record still names them).
 	pa.exec.open("ck")
-	v = r.waitJob(v.Job.ID, "finished", func(v api.JobView) bool { return v.State == auction.JobFinished })
-	if v.Run != auction.RunSucceeded || len(v.Checkpoints) != 2 {
+	v = r.waitJob(v.Job.ID, "finished", func(v api.JobView) bool { return v.State == terms.JobFinished })
+	if v.Run != terms.RunSucceeded || len(v.Checkpoints) != 2 {
 		t.Fatalf("finished job: run %s, checkpoints %+v", v.Run, v.Checkpoints)
 	}
 	// The pins are released after the record's save, which the view

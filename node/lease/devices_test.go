@@ -11,16 +11,16 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/runtime"
 )
 
 // nvmlHost is a host's devices as NVML lists them: model names and UUIDs.
-func nvmlHost(models ...string) []auction.GPU {
-	out := make([]auction.GPU, len(models))
+func nvmlHost(models ...string) []terms.GPU {
+	out := make([]terms.GPU, len(models))
 	for i, m := range models {
-		out[i] = auction.GPU{Model: m, VRAMGB: 24, UUID: fmt.Sprintf("GPU-%08x-0000-4000-8000-%012d", i+1, i), Detected: true}
+		out[i] = terms.GPU{Model: m, VRAMGB: 24, UUID: fmt.Sprintf("GPU-%08x-0000-4000-8000-%012d", i+1, i), Detected: true}
 	}
 	return out
 }
@@ -85,8 +85,8 @@ func TestEightJobsEightDevices(t *testing.T) {
 	host := nvmlHost(models...)
 	p := h.provider(provSpec{model: "H100", price: 1, gpus: host, exec: realProcessExec(t)})
 	r := h.renter()
-	mk := func() auction.Job {
-		j := job(auction.Silver, 5, time.Minute, "/bin/sh", "-c", `echo "dev=$CUDA_VISIBLE_DEVICES"; sleep 60`)
+	mk := func() terms.Job {
+		j := job(terms.Silver, 5, time.Minute, "/bin/sh", "-c", `echo "dev=$CUDA_VISIBLE_DEVICES"; sleep 60`)
 		j.GPUModels = []string{"H100"}
 		return j
 	}
@@ -156,7 +156,7 @@ func TestMixedHostLeasesTheRightModel(t *testing.T) {
 	r := h.renter()
 	post := func(model string) []int {
 		t.Helper()
-		j := job(auction.Silver, 5, time.Minute, "gate", "mixed", "0")
+		j := job(terms.Silver, 5, time.Minute, "gate", "mixed", "0")
 		j.GPUModels = []string{model}
 		v := r.post(j)
 		var pl api.ProviderLease
@@ -204,7 +204,7 @@ func TestHeartbeatWithForeignDeviceIsFraud(t *testing.T) {
 			return tel
 		}})
 	r := h.renter()
-	v := r.post(job(auction.Silver, 5, time.Minute, "gate", "fraud", "0"))
+	v := r.post(job(terms.Silver, 5, time.Minute, "gate", "fraud", "0"))
 	// Honest heartbeats (the lease's own device) are accepted.
 	r.waitJob(v.Job.ID, "honest telemetry", func(v api.JobView) bool {
 		lt := v.LastTelemetry
@@ -248,12 +248,12 @@ func TestOverTemperatureStopsBiddingAndPreemptsBronze(t *testing.T) {
 			return temp, 400
 		}})
 	r := h.renter()
-	bronze := r.post(job(auction.Bronze, 5, time.Minute, "gate", "hot", "0"))
-	silver := r.post(job(auction.Silver, 5, time.Minute, "gate", "hot", "0"))
+	bronze := r.post(job(terms.Bronze, 5, time.Minute, "gate", "hot", "0"))
+	silver := r.post(job(terms.Silver, 5, time.Minute, "gate", "hot", "0"))
 	for _, v := range []string{bronze.Lease.ID, silver.Lease.ID} {
 		h.waitFor(3*time.Second, "lease "+v+" running", func() bool {
 			pl, ok := p.lease(v)
-			return ok && pl.Run == auction.RunRunning
+			return ok && pl.Run == terms.RunRunning
 		})
 	}
 	mu.Lock()
@@ -273,13 +273,13 @@ func TestOverTemperatureStopsBiddingAndPreemptsBronze(t *testing.T) {
 	}
 	h.waitFor(3*time.Second, "bronze lease preempted", func() bool {
 		pl, ok := p.lease(bronze.Lease.ID)
-		return ok && pl.Run == auction.RunPreempted && strings.Contains(pl.Detail, "temperature 95C above limit 85C")
+		return ok && pl.Run == terms.RunPreempted && strings.Contains(pl.Detail, "temperature 95C above limit 85C")
 	})
-	if pl, _ := p.lease(silver.Lease.ID); pl.Run != auction.RunRunning {
+	if pl, _ := p.lease(silver.Lease.ID); pl.Run != terms.RunRunning {
 		t.Fatalf("silver lease %s is %s, want still running", silver.Lease.ID, pl.Run)
 	}
 	// No bid while hot.
-	j := job(auction.Silver, 5, time.Minute, "gate", "hot", "0")
+	j := job(terms.Silver, 5, time.Minute, "gate", "hot", "0")
 	j.Deadline = time.Now().Add(5 * time.Second)
 	v, err := r.tracker.Post(j)
 	if err != nil {
@@ -308,7 +308,7 @@ func TestOverTemperatureStopsBiddingAndPreemptsBronze(t *testing.T) {
 func TestJobSeesItsJobID(t *testing.T) {
 	h := newHarness(t)
 	p := h.provider(provSpec{model: "A100", price: 1, exec: realProcessExec(t)})
-	v := h.renter().post(job(auction.Silver, 5, time.Minute, "/bin/sh", "-c", `echo "id=$GPUMESH_JOB_ID"`))
+	v := h.renter().post(job(terms.Silver, 5, time.Minute, "/bin/sh", "-c", `echo "id=$GPUMESH_JOB_ID"`))
 	got := p.jobPrints(v.Lease.ID, "id=", "the job prints its GPUMESH_JOB_ID")
 	if got != v.Job.ID {
 		t.Fatalf("GPUMESH_JOB_ID=%q, want the job id %q (lease %s)", got, v.Job.ID, v.Lease.ID)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 )
@@ -42,10 +42,10 @@ func TestDisagreeingReceiptIsDisputed(t *testing.T) {
 		return out
 	}
 	p.crash.rewriteReceipt.Store(&overbill)
-	v := r.post(job(auction.Silver, 5, time.Minute, "run", "10", "0"))
+	v := r.post(job(terms.Silver, 5, time.Minute, "run", "10", "0"))
 	l := *v.Lease
 	v = r.waitJob(v.Job.ID, "settlement disputed", func(v api.JobView) bool { return v.Dispute != "" })
-	if v.Receipt != nil || v.Run != auction.RunSucceeded || !strings.Contains(v.Dispute, "refused 5 times") ||
+	if v.Receipt != nil || v.Run != terms.RunSucceeded || !strings.Contains(v.Dispute, "refused 5 times") ||
 		!strings.Contains(v.Dispute, "disagrees with the lease: price") {
 		t.Fatalf("job: run %s, receipt %v, dispute %q", v.Run, v.Receipt, v.Dispute)
 	}

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
 )
@@ -30,7 +30,7 @@ type drainState struct {
 //     and the next start books and runs it (Recover);
 //   - a lease that ends within the grace runs on to its end (DrainFinish);
 //   - any other lease is handed back at once (DrainHandBack): stopped as
-//     preempted with auction.HandBackDetail, no one's fault, so that its
+//     preempted with terms.HandBackDetail, no one's fault, so that its
 //     renter requeues it whatever its tier.
 //
 // It returns at once; DrainView follows the drain and DrainWait waits for
@@ -49,7 +49,7 @@ func (s *Supervisor) Drain(grace time.Duration, stopping bool) api.DrainView {
 		}
 		l := rec.Lease
 		switch {
-		case rec.Run == auction.RunPending && l.Start.After(now) && (stopping || l.End.After(cut)):
+		case rec.Run == terms.RunPending && l.Start.After(now) && (stopping || l.End.After(cut)):
 			if stopping && !r.keepPending() {
 				// It started meanwhile, or was stopped: let it end with
 				// the others.
@@ -70,7 +70,7 @@ func (s *Supervisor) Drain(grace time.Duration, stopping bool) api.DrainView {
 	s.changed.Notify()
 	for _, r := range handBack {
 		s.cfg.Counters.Add("provider.drain_handed_back")
-		r.abort(auction.RunPreempted, auction.HandBackDetail)
+		r.abort(terms.RunPreempted, terms.HandBackDetail)
 	}
 	s.log.Info("draining", "grace", grace, "stopping", stopping, "leases", len(d.actions), "handed_back", len(handBack))
 	return s.DrainView()

@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
 )
@@ -23,8 +23,8 @@ func (putStore) List(func(string, []byte) error) error { return nil }
 func drainingSupervisor() (*Supervisor, *leaseRun) {
 	s := &Supervisor{cfg: SupervisorConfig{Now: time.Now, Store: putStore{}}, log: slog.New(slog.DiscardHandler), runs: map[string]*leaseRun{}}
 	r := &leaseRun{s: s}
-	r.pr.Rec.Lease = auction.Lease{ID: "l1", JobID: "j1", Start: time.Now(), End: time.Now().Add(time.Hour)}
-	r.pr.Rec.Run = auction.RunRunning
+	r.pr.Rec.Lease = terms.Lease{ID: "l1", JobID: "j1", Start: time.Now(), End: time.Now().Add(time.Hour)}
+	r.pr.Rec.Run = terms.RunRunning
 	s.runs["l1"] = r
 	s.drain = &drainState{at: time.Now(), actions: map[string]string{"l1": api.DrainFinish}}
 	return s, r
@@ -55,7 +55,7 @@ func TestDrainWaitWokenBySettlement(t *testing.T) {
 		default:
 		}
 		r.mu.Lock()
-		r.pr.Rec.Run, r.pr.Rec.Ended, r.pr.Rec.Phase = auction.RunSucceeded, time.Now(), lifecycle.Settled
+		r.pr.Rec.Run, r.pr.Rec.Ended, r.pr.Rec.Phase = terms.RunSucceeded, time.Now(), lifecycle.Settled
 		r.mu.Unlock()
 		s.saveRun(r)
 		synctest.Wait()
@@ -96,7 +96,7 @@ func TestDrainWaitSettleDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, r := drainingSupervisor()
 		ended := time.Now().Add(-50 * time.Millisecond)
-		r.pr.Rec.Run, r.pr.Rec.Ended = auction.RunSucceeded, ended
+		r.pr.Rec.Run, r.pr.Rec.Ended = terms.RunSucceeded, ended
 		v := <-drainWaitAsync(s)
 		if !v.Done || time.Since(ended) != DrainSettleWait {
 			t.Fatalf("drain %+v returned %v after the lease ended, want %v", v, time.Since(ended), DrainSettleWait)

@@ -9,7 +9,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -43,7 +43,7 @@ const evidenceVerified = "log verified"
 
 // checkEvidence starts (once per lease) the check of a succeeded run's
 // evidence and returns a channel closed when it is done.
-func (t *Tracker) checkEvidence(jobID string, l auction.Lease) <-chan struct{} {
+func (t *Tracker) checkEvidence(jobID string, l terms.Lease) <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if ch, ok := t.checking[l.ID]; ok {
@@ -102,7 +102,7 @@ func (t *Tracker) checkEvidence(jobID string, l auction.Lease) <-chan struct{} {
 
 // verifyLog fetches lease l's log from its provider into sink and checks
 // it against the digest and size the provider reported.
-func (t *Tracker) verifyLog(l auction.Lease, digest string, size int64, sink io.Writer) error {
+func (t *Tracker) verifyLog(l terms.Lease, digest string, size int64, sink io.Writer) error {
 	if digest == "" {
 		return errors.New("the provider's final report names no log digest")
 	}
@@ -139,11 +139,11 @@ func (t *Tracker) verifyLog(l auction.Lease, digest string, size int64, sink io.
 // provider's fault, for want of evidence: its succeeded receipt is refused,
 // and the job goes back to auction without that provider (its budget
 // permitting).
-func (t *Tracker) noEvidence(jobID string, l auction.Lease, why error) {
+func (t *Tracker) noEvidence(jobID string, l terms.Lease, why error) {
 	detail := "no evidence of work: " + why.Error()
 	t.mu.Lock()
 	v := t.jobs[jobID]
-	if v == nil || v.Lease == nil || v.Lease.ID != l.ID || v.Run != auction.RunSucceeded || v.Receipt != nil {
+	if v == nil || v.Lease == nil || v.Lease.ID != l.ID || v.Run != terms.RunSucceeded || v.Receipt != nil {
 		t.mu.Unlock()
 		return
 	}
@@ -159,7 +159,7 @@ func (t *Tracker) noEvidence(jobID string, l auction.Lease, why error) {
 // awaitEvidence waits (at most evidenceWait, or ctx) for the check of a
 // succeeded run's evidence, starting it if none ran (a renter restarted
 // since the final report), and returns nil once the log was verified.
-func (t *Tracker) awaitEvidence(ctx context.Context, jobID string, l auction.Lease) error {
+func (t *Tracker) awaitEvidence(ctx context.Context, jobID string, l terms.Lease) error {
 	ch := t.checkEvidence(jobID, l)
 	timer := time.NewTimer(evidenceWait)
 	defer timer.Stop()
@@ -178,7 +178,7 @@ func (t *Tracker) awaitEvidence(ctx context.Context, jobID string, l auction.Lea
 		return fmt.Errorf("lease %s is no longer its job's current attempt", l.ID)
 	case v.Evidence == "":
 		return fmt.Errorf("lease %s: the evidence of its run was not checked; retry", l.ID)
-	case v.Run != auction.RunSucceeded:
+	case v.Run != terms.RunSucceeded:
 		return fmt.Errorf("lease %s: %s", l.ID, v.Evidence)
 	}
 	return nil

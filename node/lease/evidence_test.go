@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -22,10 +22,10 @@ import (
 func TestSucceededRunIsPaidOnItsLog(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	v := r.post(job(auction.Silver, 2, time.Minute, "run", "20", "0"))
+	v := r.post(job(terms.Silver, 2, time.Minute, "run", "20", "0"))
 	v = r.waitJob(v.Job.ID, "settled", settled)
 	digest, size := logDigest(t, p, r, v.Lease.ID)
-	if size == 0 || v.Run != auction.RunSucceeded || v.Receipt.LogDigest != digest || v.LogDigest != digest || v.LogBytes != size {
+	if size == 0 || v.Run != terms.RunSucceeded || v.Receipt.LogDigest != digest || v.LogDigest != digest || v.LogBytes != size {
 		t.Fatalf("run %s: receipt's log digest %q, reported %q (%d bytes), fetched %q (%d bytes)",
 			v.Run, v.Receipt.LogDigest, v.LogDigest, v.LogBytes, digest, size)
 	}
@@ -42,10 +42,10 @@ func TestSilentJobIsPaidOnItsEmptyLog(t *testing.T) {
 	h := newHarness(t)
 	r := h.renter()
 	h.provider(provSpec{model: "A100", price: 1, exec: realProcessExec(t)})
-	v := r.post(job(auction.Silver, 2, time.Minute, "/bin/true"))
+	v := r.post(job(terms.Silver, 2, time.Minute, "/bin/true"))
 	v = r.waitJob(v.Job.ID, "settled", settled)
 	empty := sha256.Sum256(nil)
-	if v.Run != auction.RunSucceeded || v.LogBytes != 0 || v.Receipt.LogDigest != hex.EncodeToString(empty[:]) || v.OutputCount != 0 {
+	if v.Run != terms.RunSucceeded || v.LogBytes != 0 || v.Receipt.LogDigest != hex.EncodeToString(empty[:]) || v.OutputCount != 0 {
 		t.Fatalf("silent job: run %s (%s), %d log bytes, receipt's log digest %q, %d outputs", v.Run, v.Detail, v.LogBytes, v.Receipt.LogDigest, v.OutputCount)
 	}
 }
@@ -61,18 +61,18 @@ func TestForgedLogIsNotPaid(t *testing.T) {
 	honest := h.provider(provSpec{model: "A100", price: 1.5})
 	forged := func(string) (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("epoch 1 loss 0.1\n")), nil }
 	liar.crash.serveLog.Store(&forged)
-	v := r.post(job(auction.Silver, 2, time.Minute, "run", "20", "0"))
+	v := r.post(job(terms.Silver, 2, time.Minute, "run", "20", "0"))
 	if v.Winner != liar.id() {
 		t.Fatalf("the cheaper provider did not win")
 	}
 	first := v.Lease.ID
 	v = r.waitJob(v.Job.ID, "run again and settled", func(v api.JobView) bool { return len(v.History) == 1 && v.Receipt != nil })
 	hr := v.History[0]
-	if hr.Lease.ID != first || hr.Run != auction.RunFailed || hr.Fault != auction.FaultProvider || hr.Receipt ||
+	if hr.Lease.ID != first || hr.Run != terms.RunFailed || hr.Fault != terms.FaultProvider || hr.Receipt ||
 		!strings.Contains(hr.Detail, "no evidence of work") {
 		t.Fatalf("forged attempt in history: %+v", hr)
 	}
-	if v.Lease.Provider != honest.id() || v.Run != auction.RunSucceeded || !v.Job.Excludes(liar.id()) {
+	if v.Lease.Provider != honest.id() || v.Run != terms.RunSucceeded || !v.Job.Excludes(liar.id()) {
 		t.Fatalf("second attempt on %s (honest %s): run %s, excluded %v", v.Lease.Provider, honest.id(), v.Run, v.Job.Exclude)
 	}
 	h.waitFor(3*time.Second, "the liar's receipt refused", func() bool { return counter(liar, "provider.settle_retry") >= 1 })
@@ -94,11 +94,11 @@ func TestForgedLogIsNotPaid(t *testing.T) {
 func TestSuccessWithoutEvidenceIsNotCountersigned(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "never", "0"))
-	v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
+	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "never", "0"))
+	v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning && v.LastTelemetry != nil })
 	l := *v.Lease
 	ended := time.Now()
-	resp, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: auction.RunSucceeded,
+	resp, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: terms.RunSucceeded,
 		Started: l.Start, Ended: ended, Time: ended})
 	if err != nil {
 		t.Fatalf("final report refused: %v", err)
@@ -109,7 +109,7 @@ func TestSuccessWithoutEvidenceIsNotCountersigned(t *testing.T) {
 	}
 	rc := attest.Receipt{LeaseID: l.ID, JobID: l.JobID, Renter: l.Renter, Provider: l.Provider, Start: l.Start, End: ended,
 		GPUCount: 1, GPUSeconds: attest.BillableSeconds(l, l.Start, ended, ended, sum), Price: l.Price,
-		Outcome: auction.RunSucceeded, ResultHash: auction.ManifestHash(nil), Heartbeats: sum, IssuedAt: time.Now()}
+		Outcome: terms.RunSucceeded, ResultHash: terms.ManifestHash(nil), Heartbeats: sum, IssuedAt: time.Now()}
 	rc.Amount = attest.AmountFor(rc.GPUSeconds, rc.Price)
 	// Refused while the check runs or once it failed (the run is then
 	// failed at the provider's fault, which the receipt contradicts).
@@ -120,7 +120,7 @@ func TestSuccessWithoutEvidenceIsNotCountersigned(t *testing.T) {
 		t.Fatalf("renter owes %v for a run it has no evidence of", es)
 	}
 	got := r.waitJob(v.Job.ID, "attempt archived", func(v api.JobView) bool { return len(v.History) == 1 })
-	if hr := got.History[0]; hr.Run != auction.RunFailed || hr.Fault != auction.FaultProvider || !strings.Contains(hr.Detail, "no evidence of work: the provider's final report names no log digest") {
+	if hr := got.History[0]; hr.Run != terms.RunFailed || hr.Fault != terms.FaultProvider || !strings.Contains(hr.Detail, "no evidence of work: the provider's final report names no log digest") {
 		t.Fatalf("run without evidence: %+v", hr)
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -28,9 +28,9 @@ func oneLine(t *testing.T, err error) {
 }
 
 // fuzzLease is a pending two-GPU lease an hour from fuzzNow.
-func fuzzLease(renter, prov *sign.Signer) auction.Lease {
-	return auction.Lease{ID: "lease-1", JobID: "job-1", Attempt: 1, Renter: renter.ID().String(), Provider: prov.ID().String(),
-		Price: 2, Start: fuzzNow.Add(time.Hour), End: fuzzNow.Add(2 * time.Hour), GPUCount: 2, State: auction.RunPending,
+func fuzzLease(renter, prov *sign.Signer) terms.Lease {
+	return terms.Lease{ID: "lease-1", JobID: "job-1", Attempt: 1, Renter: renter.ID().String(), Provider: prov.ID().String(),
+		Price: 2, Start: fuzzNow.Add(time.Hour), End: fuzzNow.Add(2 * time.Hour), GPUCount: 2, State: terms.RunPending,
 		Devices: []int{2, 3}}
 }
 
@@ -45,19 +45,19 @@ func FuzzLeaseEvent(f *testing.F) {
 	l := fuzzLease(renter, prov)
 	code := 0
 	for _, ev := range []wire.LeaseEvent{
-		{LeaseID: l.ID, JobID: l.JobID, Provider: prov.ID().String(), Run: auction.RunPending, Time: fuzzNow,
+		{LeaseID: l.ID, JobID: l.JobID, Provider: prov.ID().String(), Run: terms.RunPending, Time: fuzzNow,
 			Moved: &wire.LeaseMove{Start: fuzzNow.Add(time.Minute), Devices: []int{0, 1}}},
-		{LeaseID: l.ID, JobID: l.JobID, Provider: prov.ID().String(), Run: auction.RunPending, Time: fuzzNow,
+		{LeaseID: l.ID, JobID: l.JobID, Provider: prov.ID().String(), Run: terms.RunPending, Time: fuzzNow,
 			Moved: &wire.LeaseMove{Start: fuzzNow.Add(time.Minute)}},
-		{LeaseID: l.ID, JobID: l.JobID, Provider: prov.ID().String(), Run: auction.RunPending, Time: fuzzNow,
+		{LeaseID: l.ID, JobID: l.JobID, Provider: prov.ID().String(), Run: terms.RunPending, Time: fuzzNow,
 			Moved: &wire.LeaseMove{Start: fuzzNow.Add(time.Minute), Devices: []int{1, 1}}},
-		{LeaseID: l.ID, JobID: l.JobID, Provider: prov.ID().String(), Run: auction.RunSucceeded, ExitCode: &code,
+		{LeaseID: l.ID, JobID: l.JobID, Provider: prov.ID().String(), Run: terms.RunSucceeded, ExitCode: &code,
 			Started: l.Start, Ended: l.Start.Add(time.Minute), Time: fuzzNow, OutputCount: 1,
-			Outputs: []auction.OutputFile{{Path: "r.txt", Size: 7, SHA256: strings.Repeat("ab", 32)}}},
-		{LeaseID: l.ID, JobID: l.JobID, Provider: prov.ID().String(), Run: auction.RunFailed, Fault: auction.FaultJob, Time: fuzzNow},
+			Outputs: []terms.OutputFile{{Path: "r.txt", Size: 7, SHA256: strings.Repeat("ab", 32)}}},
+		{LeaseID: l.ID, JobID: l.JobID, Provider: prov.ID().String(), Run: terms.RunFailed, Fault: terms.FaultJob, Time: fuzzNow},
 	} {
 		if ev.OutputCount > 0 {
-			ev.OutputsHash = auction.ManifestHash(ev.Outputs)
+			ev.OutputsHash = terms.ManifestHash(ev.Outputs)
 		}
 		b, _ := json.Marshal(ev)
 		f.Add(b)
@@ -75,7 +75,7 @@ func FuzzLeaseEvent(f *testing.F) {
 		now := fuzzNow.Add(time.Hour + 30*time.Minute) // within the lease
 		if ev.Moved != nil {
 			now = fuzzNow
-			m, err := leaseMove(l, auction.RunPending, time.Time{}, ev, now)
+			m, err := leaseMove(l, terms.RunPending, time.Time{}, ev, now)
 			if err != nil {
 				oneLine(t, err)
 				return
@@ -90,7 +90,7 @@ func FuzzLeaseEvent(f *testing.F) {
 			switch {
 			case m.End.Sub(m.Start) != l.End.Sub(l.Start):
 				t.Fatalf("move changed the lease's length to %v", m.End.Sub(m.Start))
-			case !m.Start.Before(l.Start) || m.Start.Before(now.Add(-auction.MoveSkew)):
+			case !m.Start.Before(l.Start) || m.Start.Before(now.Add(-terms.MoveSkew)):
 				t.Fatalf("moved to %s", m.Start)
 			case len(m.Devices) != 0 && len(m.Devices) != l.GPUCount:
 				t.Fatalf("moved %d gpus onto %d devices", l.GPUCount, len(m.Devices))
@@ -130,21 +130,21 @@ func FuzzLeaseEvent(f *testing.F) {
 // FuzzCheckpointNotice: a provider's signed checkpoint of a running lease
 // (wire.ProtoCheckpoint), as HandleCheckpoint opens and checks it against
 // the job's record. One the renter keeps is one a requeued attempt can
-// restore (auction.Job.Validate takes it in Restore), newer than the one
+// restore (terms.Job.Validate takes it in Restore), newer than the one
 // held, and reads back the same from the wire.
 func FuzzCheckpointNotice(f *testing.F) {
 	renter, prov := signtest.Seeded(f, "renter"), signtest.Seeded(f, "provider")
 	l := fuzzLease(renter, prov)
-	l.State = auction.RunRunning
-	held := auction.Checkpoint{JobID: l.JobID, LeaseID: l.ID, Attempt: 1, Seq: 1, Artifact: strings.Repeat("cd", 32), Bytes: 10,
-		Work: time.Minute, Reason: auction.CheckpointPeriodic, Provider: prov.ID().String(), TakenAt: fuzzNow}
-	job := auction.Job{ID: l.JobID, Owner: renter.ID().String(), Tier: auction.Silver, MaxPrice: 2, GPUCount: 2, Duration: time.Hour,
-		Run: auction.RunSpec{Command: []string{"train"}}}
+	l.State = terms.RunRunning
+	held := terms.Checkpoint{JobID: l.JobID, LeaseID: l.ID, Attempt: 1, Seq: 1, Artifact: strings.Repeat("cd", 32), Bytes: 10,
+		Work: time.Minute, Reason: terms.CheckpointPeriodic, Provider: prov.ID().String(), TakenAt: fuzzNow}
+	job := terms.Job{ID: l.JobID, Owner: renter.ID().String(), Tier: terms.Silver, MaxPrice: 2, GPUCount: 2, Duration: time.Hour,
+		Run: terms.RunSpec{Command: []string{"train"}}}
 	if err := job.Validate(); err != nil {
 		f.Fatal(err)
 	}
-	for _, c := range []auction.Checkpoint{held, {JobID: l.JobID, LeaseID: l.ID, Attempt: 1, Seq: 2, Artifact: strings.Repeat("ef", 32),
-		Bytes: 1 << 20, Work: 2 * time.Minute, Reason: auction.CheckpointStopped, Provider: prov.ID().String(), TakenAt: fuzzNow}} {
+	for _, c := range []terms.Checkpoint{held, {JobID: l.JobID, LeaseID: l.ID, Attempt: 1, Seq: 2, Artifact: strings.Repeat("ef", 32),
+		Bytes: 1 << 20, Work: 2 * time.Minute, Reason: terms.CheckpointStopped, Provider: prov.ID().String(), TakenAt: fuzzNow}} {
 		b, _ := json.Marshal(c)
 		f.Add(b)
 	}
@@ -153,13 +153,13 @@ func FuzzCheckpointNotice(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		var c auction.Checkpoint
+		var c terms.Checkpoint
 		if err := sign.OpenFrom(signtest.RawBytes(t, prov, sign.DomainCheckpoint, payload), sign.DomainCheckpoint, prov.ID(), &c); err != nil {
 			oneLine(t, err)
 			return
 		}
 		lease := l
-		v := &jobState{Record: jobmachine.Record{Job: job, Lease: &lease, Run: auction.RunRunning}, jobFacts: jobFacts{Checkpoints: []auction.Checkpoint{held}}}
+		v := &jobState{Record: jobmachine.Record{Job: job, Lease: &lease, Run: terms.RunRunning}, jobFacts: jobFacts{Checkpoints: []terms.Checkpoint{held}}}
 		dup, err := checkpointFits(v, c, prov.ID(), fuzzNow)
 		if err != nil {
 			oneLine(t, err)
@@ -175,7 +175,7 @@ func FuzzCheckpointNotice(f *testing.F) {
 			t.Fatalf("kept checkpoint %d after %d", c.Seq, held.Seq)
 		}
 		next := job
-		next.Attempt, next.Restore = 2, []auction.Checkpoint{c}
+		next.Attempt, next.Restore = 2, []terms.Checkpoint{c}
 		if err := next.Validate(); err != nil {
 			t.Fatalf("kept a checkpoint the next attempt cannot restore: %v", err)
 		}
@@ -184,7 +184,7 @@ func FuzzCheckpointNotice(f *testing.F) {
 			t.Fatalf("a kept checkpoint does not seal again: %v", err)
 		}
 		again, _ := env.Marshal()
-		var c2 auction.Checkpoint
+		var c2 terms.Checkpoint
 		if err := sign.OpenFrom(again, sign.DomainCheckpoint, prov.ID(), &c2); err != nil {
 			t.Fatalf("a re-sealed checkpoint is refused: %v", err)
 		}
@@ -212,7 +212,7 @@ func FuzzOpenCancel(f *testing.F) {
 			oneLine(t, err)
 			return
 		}
-		if err := auction.ValidID(req.LeaseID); err != nil {
+		if err := terms.ValidID(req.LeaseID); err != nil {
 			t.Fatalf("accepted lease id %q: %v", req.LeaseID, err)
 		}
 		if _, err := openCancel(data, prov.ID()); err == nil {

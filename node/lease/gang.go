@@ -10,13 +10,14 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// Gang jobs, renter side. A gang job (auction.Job.Nodes > 1) has one
+// Gang jobs, renter side. A gang job (terms.Job.Nodes > 1) has one
 // lease per member. The job's own record follows rank 0's lease; each
 // other rank has a record of its own (key gangKey), which follows that
 // member's lease exactly as a job's record follows its lease: heartbeats,
@@ -36,7 +37,7 @@ import (
 // gang ends.
 
 // gangSep separates a gang job's id from a member's rank in the member's
-// record key: auction.ValidID never allows it in a job id.
+// record key: terms.ValidID never allows it in a job id.
 const gangSep = "#"
 
 // gangKey is the record key of a gang job's member of rank: the job's own
@@ -49,7 +50,7 @@ func gangKey(jobID string, rank int) string {
 }
 
 // leaseKey is the record key of lease l's job.
-func leaseKey(l auction.Lease) string {
+func leaseKey(l terms.Lease) string {
 	if l.Gang == nil {
 		return l.JobID
 	}
@@ -105,7 +106,7 @@ func (t *Tracker) gangViewLocked(id string, size int) ([]api.GangMember, float64
 // already does, it stops every member still running (gang stops: each
 // checkpoints and ends preempted), waits for them to end and settle,
 // archives every member's lease and requeues the whole gang.
-func (t *Tracker) requeueGang(jobID, key string, size int, lease auction.Lease, opts auction.RequeueOptions) {
+func (t *Tracker) requeueGang(jobID, key string, size int, lease terms.Lease, opts auction.RequeueOptions) {
 	t.mu.Lock()
 	if t.gangBusy[jobID] {
 		t.mu.Unlock()
@@ -147,7 +148,7 @@ func (t *Tracker) requeueGang(jobID, key string, size int, lease auction.Lease, 
 		}
 		return true
 	})
-	var restore []auction.Checkpoint
+	var restore []terms.Checkpoint
 	complete := true
 	for rank := range size {
 		k := gangKey(jobID, rank)
@@ -176,8 +177,8 @@ func (t *Tracker) requeueGang(jobID, key string, size int, lease auction.Lease, 
 
 // liveMembersLocked is the leases of gang job id's members that have not
 // ended, but the one of record key but. t.mu is held.
-func (t *Tracker) liveMembersLocked(id string, size int, but string) []auction.Lease {
-	var out []auction.Lease
+func (t *Tracker) liveMembersLocked(id string, size int, but string) []terms.Lease {
+	var out []terms.Lease
 	for rank := range size {
 		k := gangKey(id, rank)
 		if v := t.jobs[k]; k != but && v != nil && v.Lease != nil && !v.Run.Terminal() {
@@ -193,7 +194,7 @@ func (t *Tracker) liveMembersLocked(id string, size int, but string) []auction.L
 func (t *Tracker) stopGang(key string) {
 	t.mu.Lock()
 	jobID, size, ok := t.gangOfLocked(key)
-	var stop []auction.Lease
+	var stop []terms.Lease
 	if ok && !t.gangBusy[jobID] {
 		stop = t.liveMembersLocked(jobID, size, key)
 	}
@@ -206,7 +207,7 @@ func (t *Tracker) stopGang(key string) {
 // stopMember asks a gang member's provider to stop it: with gang set, to
 // checkpoint it and end it preempted, as the gang resumes elsewhere;
 // otherwise to cancel it.
-func (t *Tracker) stopMember(l auction.Lease, gang bool) {
+func (t *Tracker) stopMember(l terms.Lease, gang bool) {
 	b, err := sealed(t.cfg.Signer, sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: l.ID, JobID: l.JobID, Gang: gang})
 	if err != nil {
 		t.log.Warn("stop gang member", "lease", l.ID, "err", err)

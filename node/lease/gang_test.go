@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -22,7 +22,7 @@ func gangRunning(v api.JobView, k int, not ...string) bool {
 	}
 	seen := map[string]bool{}
 	for _, m := range v.Gang {
-		if m.Run != auction.RunRunning || seen[m.Provider] || slices.Contains(not, m.Provider) {
+		if m.Run != terms.RunRunning || seen[m.Provider] || slices.Contains(not, m.Provider) {
 			return false
 		}
 		seen[m.Provider] = true
@@ -45,7 +45,7 @@ func TestGangLivesAndDiesTogether(t *testing.T) {
 		p := h.provider(provSpec{model: "H100", price: price})
 		provs[p.id()] = p
 	}
-	j := job(auction.Silver, 5, time.Minute, "gate", "work", "0")
+	j := job(terms.Silver, 5, time.Minute, "gate", "work", "0")
 	j.Nodes = 2
 	v := r.post(j)
 	if len(v.Members) != 2 || v.Members[0].Gang == nil || v.Members[0].Gang.Size != 2 {
@@ -70,7 +70,7 @@ func TestGangLivesAndDiesTogether(t *testing.T) {
 	}
 	// Rank 0 was stopped with its gang: preempted (no fault), and paid for
 	// what ran.
-	if h0 := v.History[0]; h0.Lease.ID != first[0].LeaseID || h0.Run != auction.RunPreempted || h0.Fault != auction.FaultNone {
+	if h0 := v.History[0]; h0.Lease.ID != first[0].LeaseID || h0.Run != terms.RunPreempted || h0.Fault != terms.FaultNone {
 		t.Fatalf("rank 0's first lease: %+v", h0)
 	}
 	if n := counter(r, "renter.gang_requeued"); n != 1 {
@@ -95,11 +95,11 @@ func TestGangLivesAndDiesTogether(t *testing.T) {
 		}
 	}
 	v = r.waitJobWithin(id, 10*time.Second, "every member settled", func(v api.JobView) bool {
-		if len(v.Gang) != 2 || v.State != auction.JobFinished {
+		if len(v.Gang) != 2 || v.State != terms.JobFinished {
 			return false
 		}
 		for _, m := range v.Gang {
-			if m.Run != auction.RunSucceeded || !m.Settled {
+			if m.Run != terms.RunSucceeded || !m.Settled {
 				return false
 			}
 		}
@@ -136,7 +136,7 @@ func TestGangCancelStopsEveryMember(t *testing.T) {
 	for _, price := range []float64{1, 1.2} {
 		h.provider(provSpec{model: "H100", price: price})
 	}
-	j := job(auction.Silver, 5, time.Minute, "gate", "work", "0")
+	j := job(terms.Silver, 5, time.Minute, "gate", "work", "0")
 	j.Nodes = 2
 	v := r.post(j)
 	r.waitJob(v.Job.ID, "both members running", func(v api.JobView) bool { return gangRunning(v, 2) })
@@ -144,7 +144,7 @@ func TestGangCancelStopsEveryMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.waitJobWithin(v.Job.ID, 5*time.Second, "every member cancelled", func(v api.JobView) bool {
-		return len(v.Gang) == 2 && v.Gang[0].Run == auction.RunCancelled && v.Gang[1].Run == auction.RunCancelled
+		return len(v.Gang) == 2 && v.Gang[0].Run == terms.RunCancelled && v.Gang[1].Run == terms.RunCancelled
 	})
 }
 
@@ -156,7 +156,7 @@ func TestGangRenterRestart(t *testing.T) {
 	h := newHarness(t)
 	r := h.renter()
 	provs := []*node{h.provider(provSpec{model: "H100", price: 1}), h.provider(provSpec{model: "H100", price: 1.2})}
-	j := job(auction.Silver, 5, time.Minute, "gate", "work", "0")
+	j := job(terms.Silver, 5, time.Minute, "gate", "work", "0")
 	j.Nodes = 2
 	v := r.post(j)
 	id := v.Job.ID
@@ -164,13 +164,13 @@ func TestGangRenterRestart(t *testing.T) {
 	h.waitFor(3*time.Second, "rank 1 running, persisted", func() bool {
 		var saved api.JobView
 		ok, err := r.db.State("renter-jobs").Get(gangKey(id, 1), &saved)
-		return err == nil && ok && saved.Run == auction.RunRunning
+		return err == nil && ok && saved.Run == terms.RunRunning
 	})
 	// A member's record between two placements of its gang (archived,
 	// bidding) is never offered on its own.
 	between := j
 	between.ID, between.Owner, between.CreatedAt = "job-between", r.id(), time.Now()
-	if err := r.db.State("renter-jobs").Put(gangKey(between.ID, 1), api.JobView{JobStatus: auction.JobStatus{Job: between, State: auction.JobBidding}}); err != nil {
+	if err := r.db.State("renter-jobs").Put(gangKey(between.ID, 1), api.JobView{JobStatus: terms.JobStatus{Job: between, State: terms.JobBidding}}); err != nil {
 		t.Fatal(err)
 	}
 	r.kill()
@@ -183,7 +183,7 @@ func TestGangRenterRestart(t *testing.T) {
 	}
 	v = r2.waitJobWithin(id, 5*time.Second, "every member settled after the restart", func(v api.JobView) bool {
 		return len(v.Gang) == 2 && v.Gang[0].Settled && v.Gang[1].Settled &&
-			v.Gang[0].Run == auction.RunSucceeded && v.Gang[1].Run == auction.RunSucceeded
+			v.Gang[0].Run == terms.RunSucceeded && v.Gang[1].Run == terms.RunSucceeded
 	})
 	for _, m := range v.Gang {
 		if es := r2.entries(record.KindReceipt, m.LeaseID); len(es) != 1 {
@@ -202,8 +202,8 @@ func TestGangRenterRestart(t *testing.T) {
 func TestGangStopOnlyForGangs(t *testing.T) {
 	h := newHarness(t)
 	r, p, other := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
-	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "never", "0"))
-	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "never", "0"))
+	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 	stop := wire.CancelRequest{LeaseID: v.Lease.ID, JobID: v.Job.ID, Gang: true}
 	forged, err := sealed(other.signer, sign.DomainLeaseCancel, stop)
 	if err != nil {
@@ -214,7 +214,7 @@ func TestGangStopOnlyForGangs(t *testing.T) {
 	}
 	r.tracker.stopMember(*v.Lease, true)
 	v = r.waitJob(v.Job.ID, "cancelled and settled", func(v api.JobView) bool { return v.Run.Terminal() && settled(v) })
-	if v.Run != auction.RunCancelled || v.State != auction.JobFinished || len(v.History) != 0 {
+	if v.Run != terms.RunCancelled || v.State != terms.JobFinished || len(v.History) != 0 {
 		t.Fatalf("a gang stop of a lone lease ended it %s (%s), state %s, %d earlier leases", v.Run, v.Detail, v.State, len(v.History))
 	}
 }
@@ -232,7 +232,7 @@ func TestGangNotPlacedAgainEndsItsMembers(t *testing.T) {
 		p := h.provider(provSpec{model: "H100", price: price})
 		provs[p.id()] = p
 	}
-	j := job(auction.Silver, 5, time.Minute, "gate", "work", "0")
+	j := job(terms.Silver, 5, time.Minute, "gate", "work", "0")
 	j.Nodes, j.Deadline = 2, time.Now().Add(2*time.Second)
 	v := r.post(j)
 	id := v.Job.ID

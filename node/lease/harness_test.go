@@ -21,6 +21,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -38,7 +39,7 @@ import (
 
 const (
 	hbEvery   = 40 * time.Millisecond
-	bidWindow = auction.MinBidWindow
+	bidWindow = terms.MinBidWindow
 )
 
 // fakeExec runs fake jobs. A job's command says what it does:
@@ -391,7 +392,7 @@ type provSpec struct {
 	preempt bool // AllowPreemption
 	// gpus, when set, are the host's devices (else one GPU of model), as
 	// NVML would list them: the calendar books each.
-	gpus []auction.GPU
+	gpus []terms.GPU
 	// exec, when set, runs the jobs instead of the fake executor.
 	exec runtime.Executor
 	// telemetry, when set, is the supervisor's sampler; a host whose gpus
@@ -403,7 +404,7 @@ type provSpec struct {
 	maxTempC int
 	// inputs, when set, fetches jobs' input artifacts
 	// (SupervisorConfig.Artifacts).
-	inputs func(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (func(), string, error)
+	inputs func(ctx context.Context, job terms.Job, dir string, keys *wire.LeaseKeys) (func(), string, error)
 	// noPersist is the policy's no_persist; maxRetain the supervisor's
 	// JobFilesMaxRetain; now its clock (default time.Now); scrub its
 	// Scrub.
@@ -412,7 +413,7 @@ type provSpec struct {
 	now       Clock
 	scrub     func(leaseID string) string
 	// network is the supervisor's Network hook.
-	network func(l auction.Lease, job auction.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error)
+	network func(l terms.Lease, job terms.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error)
 }
 
 // specHost is a provider's host as its provSpec describes it: the
@@ -445,7 +446,7 @@ func (h specHost) Telemetry(pgid int, devices []int) runtime.Telemetry {
 }
 func (h specHost) Sensors() (int, int) { return h.spec.sensors() }
 func (h specHost) Limits() (int, int)  { return h.spec.maxTempC, 0 }
-func (h specHost) Inputs(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (func(), string, error) {
+func (h specHost) Inputs(ctx context.Context, job terms.Job, dir string, keys *wire.LeaseKeys) (func(), string, error) {
 	return h.spec.inputs(ctx, job, dir, keys)
 }
 
@@ -455,19 +456,19 @@ func (h specHost) Outputs(string, string, *wire.LeaseKeys) (string, error) {
 }
 func (h specHost) Remove(string) error         { return nil }
 func (h specHost) Scrub(leaseID string) string { return h.spec.scrub(leaseID) }
-func (h specHost) Hook(l auction.Lease, job auction.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error) {
+func (h specHost) Hook(l terms.Lease, job terms.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error) {
 	return h.spec.network(l, job, spec)
 }
 
 // freshSelf is a provider's capability, issued afresh at each call.
-type freshSelf auction.Capability
+type freshSelf terms.Capability
 
-func (c freshSelf) Capability() auction.Capability {
-	cc := auction.Capability(c)
+func (c freshSelf) Capability() terms.Capability {
+	cc := terms.Capability(c)
 	cc.IssuedAt, cc.ExpiresAt = time.Now(), time.Now().Add(time.Hour)
 	return cc
 }
-func (freshSelf) Reliability() float64 { return auction.NeutralReliability }
+func (freshSelf) Reliability() float64 { return terms.NeutralReliability }
 
 // node is one in-memory daemon.
 type node struct {
@@ -512,7 +513,7 @@ type harness struct {
 	// (TrackerConfig.Pins); onCall every call for bids as a provider
 	// takes it in.
 	onSave func(api.JobView)
-	onCall func(auction.Call)
+	onCall func(terms.Call)
 	// changed is notified at each thing that can move a node's state: a
 	// message a node handled, a save (or other change) its tracker or
 	// supervisor announces, a ledger append, a line it logs (what its
@@ -573,7 +574,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		}
 		devs := spec.gpus
 		if len(devs) == 0 {
-			devs = []auction.GPU{{Model: spec.model, VRAMGB: 80}}
+			devs = []terms.GPU{{Model: spec.model, VRAMGB: 80}}
 		}
 		// A restarted node keeps its data dir (job logs and outputs).
 		if prev, ok := h.nodes.Load(s.ID()); ok && prev.(*node).jobsDir != "" {
@@ -598,9 +599,9 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			t.Fatal(err)
 		}
 		h.forward(n.ctx, &n.sup.changed)
-		capab := auction.Capability{Peer: s.ID().String(), Region: "eu-west",
+		capab := terms.Capability{Peer: s.ID().String(), Region: "eu-west",
 			GPUs: devs,
-			Policy: auction.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt, MaxTempC: spec.maxTempC,
+			Policy: terms.Policy{PriceFloor: spec.price, AcceptPreemptible: true, AllowPreemption: spec.preempt, MaxTempC: spec.maxTempC,
 				NoPersist: spec.noPersist}}
 		if n.provider, err = auction.NewProvider(auction.ProviderConfig{Signer: s, Transport: ct,
 			Calendar: auction.NewCalendar(len(devs)), Log: log, Runtime: n.sup, Sensors: n.sup, Self: freshSelf(capab)}); err != nil {
@@ -614,7 +615,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		if see := h.onCall; see != nil {
 			seeing := func(handle func(peer.ID, []byte) error) func(peer.ID, []byte) error {
 				return func(from peer.ID, data []byte) error {
-					if c, err := auction.DecodeCall(data); err == nil {
+					if c, err := terms.DecodeCall(data); err == nil {
 						see(c)
 					}
 					return handle(from, data)
@@ -739,9 +740,9 @@ func (f savePins) PinLive(v api.JobView) { f(v) }
 // counts; no advertised fingerprint, no expected bidders.
 type directory struct{ h *harness }
 
-func (d directory) GPUs(provider string) int            { return d.h.providerGPUs(provider) }
-func (directory) ExpectedBidders(*auction.Job) []string { return nil }
-func (directory) Fingerprint(string) string             { return "" }
+func (d directory) GPUs(provider string) int          { return d.h.providerGPUs(provider) }
+func (directory) ExpectedBidders(*terms.Job) []string { return nil }
+func (directory) Fingerprint(string) string           { return "" }
 
 // providerGPUs is a started provider's GPU count, as its capability
 // record says (the daemon's discovery.GPUs); 0 for anybody else.
@@ -791,7 +792,7 @@ func (st streams) FetchLog(_ context.Context, prov peer.ID, leaseID string) (io.
 // FetchOutputs is the renter's outputs stream, as the daemon's
 // serveOutputs answers it: the lease's whole manifest and its files'
 // bundle, once the job ended.
-func (st streams) FetchOutputs(_ context.Context, prov peer.ID, leaseID, _ string) ([]auction.OutputFile, io.ReadCloser, error) {
+func (st streams) FetchOutputs(_ context.Context, prov peer.ID, leaseID, _ string) ([]terms.OutputFile, io.ReadCloser, error) {
 	h, renter := st.h, st.renter
 	x, ok := h.nodes.Load(prov)
 	if !ok {
@@ -867,13 +868,13 @@ func (n *node) restart() *node {
 }
 
 // job is a one-GPU job running the fake command.
-func job(tier auction.Tier, maxPrice float64, dur time.Duration, cmd ...string) auction.Job {
-	return auction.Job{Tier: tier, MaxPrice: maxPrice, GPUCount: 1, Duration: dur, Region: "eu",
-		Preemptible: tier == auction.Bronze, BidWindow: bidWindow, Run: auction.RunSpec{Command: cmd}}
+func job(tier terms.Tier, maxPrice float64, dur time.Duration, cmd ...string) terms.Job {
+	return terms.Job{Tier: tier, MaxPrice: maxPrice, GPUCount: 1, Duration: dur, Region: "eu",
+		Preemptible: tier == terms.Bronze, BidWindow: bidWindow, Run: terms.RunSpec{Command: cmd}}
 }
 
 // post runs the job's auction on n and fails unless it was leased.
-func (n *node) post(j auction.Job) api.JobView {
+func (n *node) post(j terms.Job) api.JobView {
 	n.h.t.Helper()
 	v, err := n.tracker.Post(j)
 	if err != nil {

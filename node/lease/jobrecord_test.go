@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 )
@@ -24,28 +24,28 @@ func TestOldJobRecordsReadAsMachineState(t *testing.T) {
 	r := h.renter()
 	r.kill()
 	now := time.Now().UTC().Truncate(time.Second)
-	j := func(id string) auction.Job {
-		jb := job(auction.Silver, 2, time.Minute, "true")
+	j := func(id string) terms.Job {
+		jb := job(terms.Silver, 2, time.Minute, "true")
 		jb.ID, jb.Owner, jb.CreatedAt, jb.Deadline = id, r.id(), now.Add(-time.Hour), now.Add(-time.Minute)
 		return jb
 	}
-	l := func(id, jobID string, attempt int) *auction.Lease {
-		return &auction.Lease{ID: id, JobID: jobID, Attempt: attempt, Renter: r.id(), Provider: "prov", Price: 1,
-			Start: now.Add(-50 * time.Minute), End: now.Add(-40 * time.Minute), GPUCount: 1, State: auction.RunSucceeded}
+	l := func(id, jobID string, attempt int) *terms.Lease {
+		return &terms.Lease{ID: id, JobID: jobID, Attempt: attempt, Renter: r.id(), Provider: "prov", Price: 1,
+			Start: now.Add(-50 * time.Minute), End: now.Add(-40 * time.Minute), GPUCount: 1, State: terms.RunSucceeded}
 	}
 	exit := 0
 	old := map[string]api.JobView{
-		"old-finished": {JobStatus: auction.JobStatus{Job: j("old-finished"), State: auction.JobFinished, Lease: l("l2", "old-finished", 1),
+		"old-finished": {JobStatus: terms.JobStatus{Job: j("old-finished"), State: terms.JobFinished, Lease: l("l2", "old-finished", 1),
 			Winner: "prov", Reasons: []string{"leased"}, PostedAt: now.Add(-time.Hour), Offers: 2},
-			Run: auction.RunSucceeded, ExitCode: &exit, Started: now.Add(-50 * time.Minute), Ended: now.Add(-45 * time.Minute),
+			Run: terms.RunSucceeded, ExitCode: &exit, Started: now.Add(-50 * time.Minute), Ended: now.Add(-45 * time.Minute),
 			Receipt: &attest.Receipt{LeaseID: "l2", Amount: 2}, CostUSD: 2.5, Evidence: evidenceVerified + " (10 bytes)",
-			History: []api.LeaseRecord{{Lease: *l("l1", "old-finished", 0), Run: auction.RunPreempted, CostUSD: 0.5, Receipt: true}}},
+			History: []api.LeaseRecord{{Lease: *l("l1", "old-finished", 0), Run: terms.RunPreempted, CostUSD: 0.5, Receipt: true}}},
 		// Written before JobFinished existed: leased, its lease ended for good.
-		"old-ended": {JobStatus: auction.JobStatus{Job: j("old-ended"), State: auction.JobLeased, Lease: l("l3", "old-ended", 0),
-			PostedAt: now.Add(-time.Hour)}, Run: auction.RunFailed, Fault: auction.FaultJob, Detail: "exit code 1"},
-		"old-cancelled": {JobStatus: auction.JobStatus{Job: j("old-cancelled"), State: auction.JobCancelled,
+		"old-ended": {JobStatus: terms.JobStatus{Job: j("old-ended"), State: terms.JobLeased, Lease: l("l3", "old-ended", 0),
+			PostedAt: now.Add(-time.Hour)}, Run: terms.RunFailed, Fault: terms.FaultJob, Detail: "exit code 1"},
+		"old-cancelled": {JobStatus: terms.JobStatus{Job: j("old-cancelled"), State: terms.JobCancelled,
 			Reasons: []string{"cancelled"}, PostedAt: now.Add(-time.Hour)}},
-		"old-queued": {JobStatus: auction.JobStatus{Job: j("old-queued"), State: auction.JobQueued,
+		"old-queued": {JobStatus: terms.JobStatus{Job: j("old-queued"), State: terms.JobQueued,
 			Reasons: []string{"queued: no bids (offered 3 times)"}, PostedAt: now.Add(-time.Hour), Offers: 3}},
 	}
 	store := r.db.State("renter-jobs")
@@ -61,7 +61,7 @@ func TestOldJobRecordsReadAsMachineState(t *testing.T) {
 			t.Fatalf("%s: %v", id, err)
 		}
 		if id == "old-ended" {
-			want.State = auction.JobFinished
+			want.State = terms.JobFinished
 		}
 		if id == "old-queued" {
 			continue // below
@@ -90,7 +90,7 @@ func TestOldJobRecordsReadAsMachineState(t *testing.T) {
 		t.Fatalf("old-finished counts %d leases, want 2 (its history and its lease)", leases)
 	}
 	v := r.waitJob("old-queued", "given up at its past start deadline", func(v api.JobView) bool {
-		return v.State == auction.JobUnplaceable
+		return v.State == terms.JobUnplaceable
 	})
 	if last := v.Reasons[len(v.Reasons)-1]; last != jobmachine.DeadlineDetail || v.Offers != 3 {
 		t.Fatalf("queued job given up with reasons %q, %d offers", v.Reasons, v.Offers)
@@ -103,7 +103,7 @@ func TestOldJobRecordsReadAsMachineState(t *testing.T) {
 			}
 			return nil
 		})
-		return rec["phase"] == string(jobmachine.Unplaceable) && rec["state"] == string(auction.JobUnplaceable) &&
+		return rec["phase"] == string(jobmachine.Unplaceable) && rec["state"] == string(terms.JobUnplaceable) &&
 			strings.HasSuffix(rec["reasons"].([]any)[1].(string), "queued")
 	})
 }

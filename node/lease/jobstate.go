@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 )
@@ -25,12 +25,12 @@ type jobState struct {
 // before the machine existed, so they read as one.
 type jobFacts struct {
 	// The auction's call state, as its last auction left it (fold).
-	Winner   string                 `json:"winner,omitempty"`
-	Bids     []auction.Ranked       `json:"bids,omitempty"`
-	Attempts []auction.AwardAttempt `json:"attempts,omitempty"`
-	Offers   int                    `json:"offers,omitempty"`
-	Declines map[string]int         `json:"declines,omitempty"`
-	Members  []auction.Lease        `json:"members,omitempty"`
+	Winner   string               `json:"winner,omitempty"`
+	Bids     []terms.Ranked       `json:"bids,omitempty"`
+	Attempts []terms.AwardAttempt `json:"attempts,omitempty"`
+	Offers   int                  `json:"offers,omitempty"`
+	Declines map[string]int       `json:"declines,omitempty"`
+	Members  []terms.Lease        `json:"members,omitempty"`
 
 	ObservedStart   time.Time                `json:"observed_start,omitempty"`
 	ObservedEnd     time.Time                `json:"observed_end,omitempty"`
@@ -39,7 +39,7 @@ type jobFacts struct {
 	LastTelemetry   *attest.Heartbeat        `json:"last_telemetry,omitempty"`
 	CostUSD         float64                  `json:"cost_usd"`
 	History         []api.LeaseRecord        `json:"history,omitempty"`
-	Outputs         []auction.OutputFile     `json:"outputs,omitempty"`
+	Outputs         []terms.OutputFile       `json:"outputs,omitempty"`
 	OutputCount     int                      `json:"output_count,omitempty"`
 	OutputsHash     string                   `json:"outputs_hash,omitempty"`
 	OutputsArtifact string                   `json:"outputs_artifact,omitempty"`
@@ -47,9 +47,9 @@ type jobFacts struct {
 	LogBytes        int64                    `json:"log_bytes,omitempty"`
 	Evidence        string                   `json:"evidence,omitempty"`
 	Kept            string                   `json:"kept,omitempty"`
-	Checkpoint      *auction.Checkpoint      `json:"checkpoint,omitempty"`
-	Checkpoints     []auction.Checkpoint     `json:"checkpoints,omitempty"`
-	Restored        *auction.Checkpoint      `json:"restored,omitempty"`
+	Checkpoint      *terms.Checkpoint        `json:"checkpoint,omitempty"`
+	Checkpoints     []terms.Checkpoint       `json:"checkpoints,omitempty"`
+	Restored        *terms.Checkpoint        `json:"restored,omitempty"`
 
 	// reasonsFolded is how many of the auction's reasons for the job were
 	// folded into its record (the auction forgets the job at a restart).
@@ -61,17 +61,17 @@ type jobFacts struct {
 func (s *jobState) view() api.JobView {
 	r, f := &s.Record, &s.jobFacts
 	v := api.JobView{
-		JobStatus: auction.JobStatus{Job: r.Job, State: r.Phase.State(), Lease: cloneLease(r.Lease), Winner: f.Winner,
-			Bids: append([]auction.Ranked(nil), f.Bids...), Reasons: append([]string(nil), r.Reasons...),
-			Attempts: append([]auction.AwardAttempt(nil), f.Attempts...), PostedAt: r.PostedAt, Offers: f.Offers,
-			Members: append([]auction.Lease(nil), f.Members...)},
+		JobStatus: terms.JobStatus{Job: r.Job, State: r.Phase.State(), Lease: cloneLease(r.Lease), Winner: f.Winner,
+			Bids: append([]terms.Ranked(nil), f.Bids...), Reasons: append([]string(nil), r.Reasons...),
+			Attempts: append([]terms.AwardAttempt(nil), f.Attempts...), PostedAt: r.PostedAt, Offers: f.Offers,
+			Members: append([]terms.Lease(nil), f.Members...)},
 		Run: r.Run, ExitCode: r.ExitCode, Detail: r.Detail, Fault: r.Fault, Started: r.Started, Ended: r.Ended,
 		ObservedStart: f.ObservedStart, ObservedEnd: f.ObservedEnd, ProviderClock: f.ProviderClock,
 		Heartbeats: f.Heartbeats, LastTelemetry: f.LastTelemetry, Receipt: r.Receipt, Dispute: r.Dispute,
 		CostUSD: f.CostUSD, History: append([]api.LeaseRecord(nil), f.History...), Outputs: f.Outputs,
 		OutputCount: f.OutputCount, OutputsHash: f.OutputsHash, OutputsArtifact: f.OutputsArtifact,
 		LogDigest: f.LogDigest, LogBytes: f.LogBytes, Evidence: f.Evidence, Kept: f.Kept,
-		Checkpoint: f.Checkpoint, Checkpoints: append([]auction.Checkpoint(nil), f.Checkpoints...), Restored: f.Restored,
+		Checkpoint: f.Checkpoint, Checkpoints: append([]terms.Checkpoint(nil), f.Checkpoints...), Restored: f.Restored,
 	}
 	if f.Declines != nil {
 		v.Declines = make(map[string]int, len(f.Declines))
@@ -100,7 +100,7 @@ func (s *jobState) view() api.JobView {
 	return v
 }
 
-func cloneLease(l *auction.Lease) *auction.Lease {
+func cloneLease(l *terms.Lease) *terms.Lease {
 	if l == nil {
 		return nil
 	}
@@ -113,7 +113,7 @@ func cloneLease(l *auction.Lease) *auction.Lease {
 // auction offered it and the reasons it gave since it was last folded go
 // to the machine (Folded), whose step it returns. The auction's status is
 // not the job's state, which is the machine's.
-func (t *Tracker) foldLocked(key string, s *jobState, st auction.JobStatus) ready {
+func (t *Tracker) foldLocked(key string, s *jobState, st terms.JobStatus) ready {
 	s.Winner, s.Bids, s.Attempts, s.Offers, s.Declines, s.Members = st.Winner, st.Bids, st.Attempts, st.Offers, st.Declines, st.Members
 	if s.Lease != nil {
 		s.Winner = s.Lease.Provider

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -17,9 +17,9 @@ import (
 func TestExpiredLeaseSettles(t *testing.T) {
 	h := newHarness(t)
 	r, _ := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	v := r.post(job(auction.Silver, 5, 300*time.Millisecond, "gate", "never", "0"))
+	v := r.post(job(terms.Silver, 5, 300*time.Millisecond, "gate", "never", "0"))
 	v = r.waitJob(v.Job.ID, "expired and settled", settled)
-	if v.Run != auction.RunExpired || !v.Receipt.End.Equal(v.Lease.End) || v.Receipt.Start.Before(v.Lease.Start) {
+	if v.Run != terms.RunExpired || !v.Receipt.End.Equal(v.Lease.End) || v.Receipt.Start.Before(v.Lease.Start) {
 		t.Fatalf("run %s, receipt %s → %s, lease %s → %s", v.Run, v.Receipt.Start, v.Receipt.End, v.Lease.Start, v.Lease.End)
 	}
 	if n := counter(r, "renter.receipt_mismatch"); n != 0 {
@@ -36,10 +36,10 @@ func TestLeaseNotStartedAfterItsEnd(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	now := time.Now()
-	j := job(auction.Silver, 5, time.Second, "run", "10", "0")
+	j := job(terms.Silver, 5, time.Second, "run", "10", "0")
 	j.ID, j.Owner = "job-late", r.id()
-	l := auction.Lease{ID: "lease-late", JobID: j.ID, Renter: r.id(), Provider: p.id(), Price: 1, Start: now.Add(-2 * time.Second),
-		End: now.Add(-time.Second), GPUCount: 1, Tier: j.Tier, State: auction.RunPending}
+	l := terms.Lease{ID: "lease-late", JobID: j.ID, Renter: r.id(), Provider: p.id(), Price: 1, Start: now.Add(-2 * time.Second),
+		End: now.Add(-time.Second), GPUCount: 1, Tier: j.Tier, State: terms.RunPending}
 	p.sup.OnLease(l, j, nil)
 	var pl api.ProviderLease
 	h.waitFor(3*time.Second, "the late lease reported", func() bool {
@@ -49,7 +49,7 @@ func TestLeaseNotStartedAfterItsEnd(t *testing.T) {
 	if _, ran := p.exec.specs.Load(l.ID); ran {
 		t.Fatal("the job ran after its lease's end")
 	}
-	if pl.Run != auction.RunFailed || pl.Fault != auction.FaultProvider || !strings.Contains(pl.Detail, "before the provider started it") {
+	if pl.Run != terms.RunFailed || pl.Fault != terms.FaultProvider || !strings.Contains(pl.Detail, "before the provider started it") {
 		t.Fatalf("late lease ended %s (fault %q): %q", pl.Run, pl.Fault, pl.Detail)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -13,7 +13,7 @@ import (
 func lostAward(t *testing.T, r, p *node) (jobID, leaseID string) {
 	t.Helper()
 	r.crash.loseConfirms.Store(true)
-	v, err := r.tracker.Post(job(auction.Gold, 5, time.Minute, "gate", "never", "0"))
+	v, err := r.tracker.Post(job(terms.Gold, 5, time.Minute, "gate", "never", "0"))
 	r.crash.loseConfirms.Store(false)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +40,7 @@ func TestTimedOutAwardIsReleased(t *testing.T) {
 	jobID, lost := lostAward(t, r, p)
 	h.waitFor(5*time.Second, "the unconfirmed lease cancelled on the provider", func() bool {
 		pl, _ := p.lease(lost)
-		return pl.Run == auction.RunCancelled
+		return pl.Run == terms.RunCancelled
 	})
 	pl, _ := p.lease(lost)
 	if pl.Detail != "cancelled by the renter" {
@@ -52,7 +52,7 @@ func TestTimedOutAwardIsReleased(t *testing.T) {
 	p.crash.dropHeartbeats.Store(false)
 	p.exec.open("never")
 	v := r.waitJobWithin(jobID, 15*time.Second, "re-offered, leased on the freed GPU and finished", func(v api.JobView) bool {
-		return v.Lease != nil && v.Run == auction.RunSucceeded
+		return v.Lease != nil && v.Run == terms.RunSucceeded
 	})
 	if v.Lease.Provider != p.id() || v.Lease.ID == lost {
 		t.Fatalf("job leased %s on %s", v.Lease.ID, v.Lease.Provider)
@@ -73,7 +73,7 @@ func TestLeaseUnknownToRenterStops(t *testing.T) {
 		return pl.Run.Terminal()
 	})
 	pl, _ := p.lease(lost)
-	if pl.Run != auction.RunCancelled || pl.Detail != "the renter holds no such lease (an award it gave up on)" {
+	if pl.Run != terms.RunCancelled || pl.Detail != "the renter holds no such lease (an award it gave up on)" {
 		t.Fatalf("unknown lease ended %s: %q", pl.Run, pl.Detail)
 	}
 	if n := counter(p, "provider.lease_unknown_to_renter"); n != 1 {
@@ -112,10 +112,10 @@ func TestReportBeforeConfirmWaits(t *testing.T) {
 		}
 	}
 	r.crash.holdConfirm.Store(&hold)
-	v := r.post(job(auction.Silver, 5, time.Minute, "run", "0", "0"))
+	v := r.post(job(terms.Silver, 5, time.Minute, "run", "0", "0"))
 	r.crash.holdConfirm.Store(nil)
 	v = r.waitJob(v.Job.ID, "settled", settled)
-	if v.Run != auction.RunSucceeded || v.Lease.Provider != p.id() || len(v.History) != 0 {
+	if v.Run != terms.RunSucceeded || v.Lease.Provider != p.id() || len(v.History) != 0 {
 		t.Fatalf("job %s: run %s on %s, history %+v", v.Job.ID, v.Run, v.Lease.Provider, v.History)
 	}
 	if n := counter(r, "renter.event_before_lease"); n == 0 {

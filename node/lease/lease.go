@@ -95,9 +95,15 @@ func (c *Counters) Snapshot() map[string]int {
 type RequestError struct {
 	Missing bool
 	Msg     string
+	// Err is the cause, when the request was refused for one (an invalid
+	// job's validation error, whose field errors a caller may explain).
+	Err error
 }
 
 func (e *RequestError) Error() string { return e.Msg }
+
+// Unwrap is the cause (nil for none).
+func (e *RequestError) Unwrap() error { return e.Err }
 
 // HTTPStatus is the control API's answer to it (api.WriteError): 404 when
 // Missing, else 400.
@@ -111,6 +117,9 @@ func (e *RequestError) HTTPStatus() int {
 func badRequest(format string, a ...any) error {
 	return &RequestError{Msg: fmt.Sprintf(format, a...)}
 }
+
+// invalidRequest is a bad request refused for err, which it wraps.
+func invalidRequest(err error) error { return &RequestError{Msg: err.Error(), Err: err} }
 
 func notFound(format string, a ...any) error {
 	return &RequestError{Missing: true, Msg: fmt.Sprintf(format, a...)}

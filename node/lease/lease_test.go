@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -25,21 +25,21 @@ func settled(v api.JobView) bool { return v.Receipt != nil }
 func TestRunToSuccess(t *testing.T) {
 	h := newHarness(t)
 	r, p, observer := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
-	j := job(auction.Silver, 2, time.Minute, "run", "200", "0")
+	j := job(terms.Silver, 2, time.Minute, "run", "200", "0")
 	j.Run.Outputs = "out"
 	v := r.post(j)
-	if v.Winner != p.id() || v.State != auction.JobLeased && v.State != auction.JobFinished {
+	if v.Winner != p.id() || v.State != terms.JobLeased && v.State != terms.JobFinished {
 		t.Fatalf("leased to %s (%s), want %s", v.Winner, v.State, p.id())
 	}
 	v = r.waitJob(v.Job.ID, "settled", settled)
-	if v.Run != auction.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
+	if v.Run != terms.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
 		t.Fatalf("run %s exit %v (%s)", v.Run, v.ExitCode, v.Detail)
 	}
-	if v.State != auction.JobFinished || v.Lease.State != auction.RunSucceeded {
+	if v.State != terms.JobFinished || v.Lease.State != terms.RunSucceeded {
 		t.Fatalf("finished job: state %s, lease %s", v.State, v.Lease.State)
 	}
 	rc := v.Receipt
-	if rc.Outcome != auction.RunSucceeded || rc.Heartbeats.Count < 2 || rc.Heartbeats.Rejected != 0 || rc.Amount <= 0 || v.CostUSD != rc.Amount {
+	if rc.Outcome != terms.RunSucceeded || rc.Heartbeats.Count < 2 || rc.Heartbeats.Rejected != 0 || rc.Amount <= 0 || v.CostUSD != rc.Amount {
 		t.Fatalf("receipt %+v, cost %v", rc, v.CostUSD)
 	}
 	h.waitFor(3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
@@ -49,12 +49,12 @@ func TestRunToSuccess(t *testing.T) {
 		len(rr) != 1 || len(pr) != 1 || string(rr[0].Data) != string(pr[0].Data) {
 		t.Fatalf("ledgers: owed %v earned %v receipts %d/%d", owed, earned, len(rr), len(pr))
 	}
-	if pl, ok := p.lease(v.Lease.ID); !ok || pl.Run != auction.RunSucceeded {
+	if pl, ok := p.lease(v.Lease.ID); !ok || pl.Run != terms.RunSucceeded {
 		t.Fatalf("provider's record %+v", pl)
 	}
 	// Outputs: reported with their checksums, bound into the receipt, and
 	// readable by the renter alone.
-	if len(v.Outputs) != 1 || v.Outputs[0].Path != "r.txt" || rc.ResultHash != auction.ManifestHash(v.Outputs) {
+	if len(v.Outputs) != 1 || v.Outputs[0].Path != "r.txt" || rc.ResultHash != terms.ManifestHash(v.Outputs) {
 		t.Fatalf("outputs %+v, receipt result hash %q", v.Outputs, rc.ResultHash)
 	}
 	if _, ok := p.sup.Authorize(v.Lease.ID, observer.signer.ID()); ok {
@@ -86,9 +86,9 @@ func TestRunToSuccess(t *testing.T) {
 func TestFailedRunSettles(t *testing.T) {
 	h := newHarness(t)
 	r, _ := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	v := r.post(job(auction.Silver, 2, time.Minute, "run", "50", "3"))
+	v := r.post(job(terms.Silver, 2, time.Minute, "run", "50", "3"))
 	v = r.waitJob(v.Job.ID, "settled", settled)
-	if v.Run != auction.RunFailed || v.ExitCode == nil || *v.ExitCode != 3 || v.Receipt.Outcome != auction.RunFailed || v.State != auction.JobFinished {
+	if v.Run != terms.RunFailed || v.ExitCode == nil || *v.ExitCode != 3 || v.Receipt.Outcome != terms.RunFailed || v.State != terms.JobFinished {
 		t.Fatalf("run %s exit %v outcome %s state %s", v.Run, v.ExitCode, v.Receipt.Outcome, v.State)
 	}
 }
@@ -98,8 +98,8 @@ func TestFailedRunSettles(t *testing.T) {
 func TestCancel(t *testing.T) {
 	h := newHarness(t)
 	r, p, other := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
-	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "never", "0"))
-	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "never", "0"))
+	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 
 	forged, err := sealed(other.signer, sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: v.Lease.ID, JobID: v.Job.ID})
 	if err != nil {
@@ -111,15 +111,15 @@ func TestCancel(t *testing.T) {
 	if n := p.counters.Snapshot()["provider.cancel_rejected"]; n != 1 {
 		t.Fatalf("cancel_rejected = %d", n)
 	}
-	if pl, _ := p.lease(v.Lease.ID); pl.Run != auction.RunRunning {
+	if pl, _ := p.lease(v.Lease.ID); pl.Run != terms.RunRunning {
 		t.Fatalf("forged cancel stopped the job: %s", pl.Run)
 	}
 
 	if _, err := r.tracker.Cancel(v.Job.ID); err != nil {
 		t.Fatal(err)
 	}
-	v = r.waitJob(v.Job.ID, "cancelled and settled", func(v api.JobView) bool { return v.Run == auction.RunCancelled && settled(v) })
-	if v.State != auction.JobFinished || v.Detail != "cancelled by the renter" || v.Receipt.Outcome != auction.RunCancelled {
+	v = r.waitJob(v.Job.ID, "cancelled and settled", func(v api.JobView) bool { return v.Run == terms.RunCancelled && settled(v) })
+	if v.State != terms.JobFinished || v.Detail != "cancelled by the renter" || v.Receipt.Outcome != terms.RunCancelled {
 		t.Fatalf("state %s detail %q outcome %s", v.State, v.Detail, v.Receipt.Outcome)
 	}
 	var re *RequestError
@@ -141,7 +141,7 @@ func TestGoldPreemptsBronze(t *testing.T) {
 	pa := h.provider(provSpec{model: "H100", price: 0.5, preempt: true})
 	pb := h.provider(provSpec{model: "A100", price: 0.8})
 
-	bronze := job(auction.Bronze, 1, time.Minute, "gate", "bronze", "0")
+	bronze := job(terms.Bronze, 1, time.Minute, "gate", "bronze", "0")
 	// It must start within two minutes: the H100 node, booked by gold for
 	// ten, cannot take it back.
 	bronze.Deadline = time.Now().Add(2 * time.Minute)
@@ -152,10 +152,10 @@ func TestGoldPreemptsBronze(t *testing.T) {
 	// Running for a few heartbeats, so that its billable span is not all
 	// scheduling jitter (a gold auction closes at its first good bid).
 	r.waitJob(bv.Job.ID, "bronze running", func(v api.JobView) bool {
-		return v.Run == auction.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 3
+		return v.Run == terms.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 3
 	})
 
-	gold := job(auction.Gold, 5, 10*time.Minute, "gate", "gold", "0")
+	gold := job(terms.Gold, 5, 10*time.Minute, "gate", "gold", "0")
 	gold.GPUModels = []string{"H100"}
 	gv := r.post(gold)
 	if gv.Winner != pa.id() {
@@ -165,15 +165,15 @@ func TestGoldPreemptsBronze(t *testing.T) {
 	// heartbeat bills nothing (attest.BillableSeconds), and the test below
 	// wants the second lease billed.
 	bv = r.waitJob(bv.Job.ID, "bronze on its second lease", func(v api.JobView) bool {
-		return len(v.History) == 1 && v.Lease != nil && v.Run == auction.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 2
+		return len(v.History) == 1 && v.Lease != nil && v.Run == terms.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 2
 	})
 	first := bv.History[0]
-	if first.Run != auction.RunPreempted || first.Lease.Provider != pa.id() || !first.Receipt || first.Attempt != 0 {
+	if first.Run != terms.RunPreempted || first.Lease.Provider != pa.id() || !first.Receipt || first.Attempt != 0 {
 		t.Fatalf("first bronze lease: %+v", first)
 	}
 	// The job saved no checkpoint (these providers take none): it starts
 	// over and needs its whole minute again.
-	if bv.Lease.Provider != pb.id() || bv.Job.Attempt != 1 || bv.State != auction.JobLeased || bv.Job.Duration != time.Minute || len(bv.Job.Restore) != 0 {
+	if bv.Lease.Provider != pb.id() || bv.Job.Attempt != 1 || bv.State != terms.JobLeased || bv.Job.Duration != time.Minute || len(bv.Job.Restore) != 0 {
 		t.Fatalf("requeued bronze: provider %s attempt %d state %s duration %s", bv.Lease.Provider, bv.Job.Attempt, bv.State, bv.Job.Duration)
 	}
 	used := first.Ended.Sub(first.Started)
@@ -202,7 +202,7 @@ func TestGoldPreemptsBronze(t *testing.T) {
 	gv = r.waitJob(gv.Job.ID, "gold settled", settled)
 	bv = r.waitJob(bv.Job.ID, "bronze settled", settled)
 	for _, v := range []api.JobView{gv, bv} {
-		if v.Run != auction.RunSucceeded || v.State != auction.JobFinished {
+		if v.Run != terms.RunSucceeded || v.State != terms.JobFinished {
 			t.Fatalf("job %s: run %s state %s", v.Job.ID, v.Run, v.State)
 		}
 	}
@@ -217,12 +217,12 @@ func TestGoldPreemptsBronze(t *testing.T) {
 func TestReceiptMismatchRejected(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "done", "0"))
-	v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
+	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "done", "0"))
+	v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning && v.LastTelemetry != nil })
 	l := *v.Lease
 	honest := attest.Receipt{LeaseID: l.ID, JobID: l.JobID, Renter: l.Renter, Provider: l.Provider,
 		Start: l.Start, End: l.Start.Add(time.Second), GPUCount: 1, GPUSeconds: 1, Price: l.Price,
-		Amount: attest.AmountFor(1, l.Price), Outcome: auction.RunSucceeded, IssuedAt: time.Now()}
+		Amount: attest.AmountFor(1, l.Price), Outcome: terms.RunSucceeded, IssuedAt: time.Now()}
 	tests := []struct {
 		name    string
 		tamper  func(*attest.Receipt)
@@ -258,7 +258,7 @@ func TestReceiptMismatchRejected(t *testing.T) {
 	}
 	p.exec.open("done")
 	v = r.waitJob(v.Job.ID, "settled", settled)
-	if es := r.entries(record.KindReceipt, l.ID); len(es) != 1 || v.Receipt.Outcome != auction.RunSucceeded {
+	if es := r.entries(record.KindReceipt, l.ID); len(es) != 1 || v.Receipt.Outcome != terms.RunSucceeded {
 		t.Fatalf("honest receipt: %d entries, outcome %s", len(es), v.Receipt.Outcome)
 	}
 }
@@ -271,12 +271,12 @@ func TestAbandonedLeaseSlashed(t *testing.T) {
 	h := newHarness(t)
 	h.abandonGrace = 100 * time.Millisecond
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	v := r.post(job(auction.Silver, 2, time.Second, "gate", "never", "0"))
-	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	v := r.post(job(terms.Silver, 2, time.Second, "gate", "never", "0"))
+	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 	h.net.Drop(p.signer.ID()) // the provider goes silent
-	v = r.waitJob(v.Job.ID, "abandoned", func(v api.JobView) bool { return len(v.History) == 1 && v.State == auction.JobQueued })
+	v = r.waitJob(v.Job.ID, "abandoned", func(v api.JobView) bool { return len(v.History) == 1 && v.State == terms.JobQueued })
 	lost := v.History[0]
-	if lost.Run != auction.RunFailed || lost.Fault != auction.FaultProvider || !strings.Contains(lost.Detail, "abandoned") || lost.Receipt {
+	if lost.Run != terms.RunFailed || lost.Fault != terms.FaultProvider || !strings.Contains(lost.Detail, "abandoned") || lost.Receipt {
 		t.Fatalf("abandoned attempt %+v", lost)
 	}
 	if got := time.Now(); got.Before(lost.Lease.End.Add(h.abandonGrace)) {
@@ -300,18 +300,18 @@ func TestProviderRestartRecovery(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	other := h.provider(provSpec{model: "A100", price: 1.5})
-	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "work", "0"))
+	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "work", "0"))
 	if v.Winner == other.id() { // the auction closed at its first bid
 		p, other = other, p
 	}
-	r.waitJob(v.Job.ID, "running with telemetry", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
+	r.waitJob(v.Job.ID, "running with telemetry", func(v api.JobView) bool { return v.Run == terms.RunRunning && v.LastTelemetry != nil })
 	p.kill()
 	p2 := p.restart()
 	v = r.waitJob(v.Job.ID, "requeued elsewhere", func(v api.JobView) bool {
-		return len(v.History) == 1 && v.Lease != nil && v.Run == auction.RunRunning
+		return len(v.History) == 1 && v.Lease != nil && v.Run == terms.RunRunning
 	})
 	first := v.History[0]
-	if first.Run != auction.RunFailed || first.Fault != auction.FaultProvider || first.Lease.Provider != p.id() ||
+	if first.Run != terms.RunFailed || first.Fault != terms.FaultProvider || first.Lease.Provider != p.id() ||
 		first.Detail != "provider daemon restarted while the job was running; the job was stopped" || !first.Receipt {
 		t.Fatalf("first attempt %+v", first)
 	}
@@ -319,12 +319,12 @@ func TestProviderRestartRecovery(t *testing.T) {
 		t.Fatalf("second attempt on %s, exclude %v, duration %v", v.Lease.Provider, v.Job.Exclude, v.Job.Duration)
 	}
 	h.waitFor(3*time.Second, "provider settled", func() bool { return len(p2.entries(record.KindReceipt, first.Lease.ID)) == 1 })
-	if pl, ok := p2.lease(first.Lease.ID); !ok || pl.Run != auction.RunFailed {
+	if pl, ok := p2.lease(first.Lease.ID); !ok || pl.Run != terms.RunFailed {
 		t.Fatalf("restarted provider's record %+v", pl)
 	}
 	other.exec.open("work")
 	v = r.waitJob(v.Job.ID, "settled", settled)
-	if v.Run != auction.RunSucceeded || v.State != auction.JobFinished || v.Lease.Provider != other.id() {
+	if v.Run != terms.RunSucceeded || v.State != terms.JobFinished || v.Lease.Provider != other.id() {
 		t.Fatalf("run %s state %s on %s", v.Run, v.State, v.Lease.Provider)
 	}
 }
@@ -335,35 +335,35 @@ func TestProviderRestartRecovery(t *testing.T) {
 func TestRenterRestartReload(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "done", "0"))
-	r.waitJob(v.Job.ID, "running with telemetry", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
+	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "done", "0"))
+	r.waitJob(v.Job.ID, "running with telemetry", func(v api.JobView) bool { return v.Run == terms.RunRunning && v.LastTelemetry != nil })
 	// The crash comes once the running state is on disk.
 	h.waitFor(3*time.Second, "running state persisted", func() bool {
 		var saved api.JobView
 		ok, err := r.db.State("renter-jobs").Get(v.Job.ID, &saved)
-		return err == nil && ok && saved.Run == auction.RunRunning
+		return err == nil && ok && saved.Run == terms.RunRunning
 	})
-	inAuction := job(auction.Silver, 2, time.Minute, "run", "10", "0")
+	inAuction := job(terms.Silver, 2, time.Minute, "run", "10", "0")
 	inAuction.ID, inAuction.Owner, inAuction.CreatedAt = "job-bidding", r.id(), time.Now()
-	bidding := api.JobView{JobStatus: auction.JobStatus{Job: inAuction, State: auction.JobBidding}}
+	bidding := api.JobView{JobStatus: terms.JobStatus{Job: inAuction, State: terms.JobBidding}}
 	if err := r.db.State("renter-jobs").Put("job-bidding", bidding); err != nil {
 		t.Fatal(err)
 	}
 	r.kill()
 	r2 := r.restart()
 	got, err := r2.tracker.View(v.Job.ID)
-	if err != nil || got.Lease == nil || got.Lease.ID != v.Lease.ID || got.Run != auction.RunRunning {
+	if err != nil || got.Lease == nil || got.Lease.ID != v.Lease.ID || got.Run != terms.RunRunning {
 		t.Fatalf("reloaded job %+v (%v)", got, err)
 	}
-	if b, err := r2.tracker.View("job-bidding"); err != nil || b.State == auction.JobFailed ||
+	if b, err := r2.tracker.View("job-bidding"); err != nil || b.State == terms.JobFailed ||
 		!strings.Contains(strings.Join(b.Reasons, ";"), "renter daemon restarted during the auction") {
 		t.Fatalf("job in auction at the crash: %+v (%v)", b, err)
 	}
 	p.exec.open("done")
 	// The job in auction at the crash is offered again, and runs.
-	r2.waitJob("job-bidding", "requeued job succeeded", func(v api.JobView) bool { return v.Run == auction.RunSucceeded })
+	r2.waitJob("job-bidding", "requeued job succeeded", func(v api.JobView) bool { return v.Run == terms.RunSucceeded })
 	got = r2.waitJob(v.Job.ID, "settled after the restart", settled)
-	if got.Run != auction.RunSucceeded || got.State != auction.JobFinished {
+	if got.Run != terms.RunSucceeded || got.State != terms.JobFinished {
 		t.Fatalf("run %s state %s", got.Run, got.State)
 	}
 	if es := r2.entries(record.KindPaymentOwed, v.Lease.ID); len(es) != 1 || es[0].Amount != got.Receipt.Amount {
@@ -383,9 +383,9 @@ func TestJobOverBeforeStartReturned(t *testing.T) {
 	h := newHarness(t)
 	r := h.renter()
 	p := h.provider(provSpec{model: "H100", price: 1})
-	v := r.post(job(auction.Silver, 5, time.Minute, "ended", "-", "0"))
+	v := r.post(job(terms.Silver, 5, time.Minute, "ended", "-", "0"))
 	v = r.waitJob(v.Job.ID, "settled", settled)
-	if v.Run != auction.RunSucceeded || v.Lease.Provider != p.id() || len(v.History) != 0 || v.Receipt == nil {
+	if v.Run != terms.RunSucceeded || v.Lease.Provider != p.id() || len(v.History) != 0 || v.Receipt == nil {
 		t.Fatalf("job %s: run %s (%s), history %+v, receipt %v", v.Job.ID, v.Run, v.Detail, v.History, v.Receipt != nil)
 	}
 	if v.Ended.Before(v.Started) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -29,16 +29,16 @@ func TestManyJobsAtOnceAllRun(t *testing.T) {
 		settled = map[string]bool{}
 		allDone = make(chan struct{})
 	)
-	late := func(run auction.RunState, fault auction.Fault, detail string) bool {
-		return run == auction.RunFailed && fault == auction.FaultProvider && strings.Contains(detail, "lease was over")
+	late := func(run terms.RunState, fault terms.Fault, detail string) bool {
+		return run == terms.RunFailed && fault == terms.FaultProvider && strings.Contains(detail, "lease was over")
 	}
 	h.onSave = func(v api.JobView) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
-		case v.State == auction.JobUnplaceable || v.State == auction.JobFailed || v.State == auction.JobCancelled:
+		case v.State == terms.JobUnplaceable || v.State == terms.JobFailed || v.State == terms.JobCancelled:
 			bad = append(bad, fmt.Sprintf("job %s %s: %v", v.Job.ID, v.State, v.Reasons))
-		case v.Run.Terminal() && v.Run != auction.RunSucceeded && !(late(v.Run, v.Fault, v.Detail) && v.State.Live()):
+		case v.Run.Terminal() && v.Run != terms.RunSucceeded && !(late(v.Run, v.Fault, v.Detail) && v.State.Live()):
 			bad = append(bad, fmt.Sprintf("job %s run %s (%s): %s", v.Job.ID, v.Run, v.State, v.Detail))
 		}
 		for _, old := range v.History {
@@ -46,7 +46,7 @@ func TestManyJobsAtOnceAllRun(t *testing.T) {
 				bad = append(bad, fmt.Sprintf("job %s ran again after %s: %s", v.Job.ID, old.Run, old.Detail))
 			}
 		}
-		if v.State == auction.JobFinished && v.Receipt != nil && !settled[v.Job.ID] {
+		if v.State == terms.JobFinished && v.Receipt != nil && !settled[v.Job.ID] {
 			settled[v.Job.ID] = true
 			if len(settled) == jobs {
 				close(allDone)
@@ -61,9 +61,9 @@ func TestManyJobsAtOnceAllRun(t *testing.T) {
 	r.crash.awardDelay.Store(int64(400 * time.Millisecond))
 	var ps []*node
 	for i := 0; i < providers; i++ {
-		gpus := make([]auction.GPU, perProvider)
+		gpus := make([]terms.GPU, perProvider)
 		for g := range gpus {
-			gpus[g] = auction.GPU{Model: "A100", VRAMGB: 80}
+			gpus[g] = terms.GPU{Model: "A100", VRAMGB: 80}
 		}
 		ps = append(ps, h.provider(provSpec{model: "A100", price: 1, gpus: gpus}))
 	}
@@ -73,7 +73,7 @@ func TestManyJobsAtOnceAllRun(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := r.tracker.Post(job(auction.Silver, 5, time.Second, "run", "20", "0"))
+			_, err := r.tracker.Post(job(terms.Silver, 5, time.Second, "run", "20", "0"))
 			posted <- err
 		}()
 	}

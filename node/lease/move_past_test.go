@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -18,15 +18,15 @@ import (
 func TestLeaseMoveIntoThePastIsRefused(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	first := r.post(job(auction.Silver, 5, time.Minute, "gate", "first", "0"))
-	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
-	next := r.post(job(auction.Silver, 5, time.Minute, "gate", "next", "0"))
+	first := r.post(job(terms.Silver, 5, time.Minute, "gate", "first", "0"))
+	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
+	next := r.post(job(terms.Silver, 5, time.Minute, "gate", "next", "0"))
 	l := *next.Lease
-	if l.State != auction.RunPending || time.Until(l.Start) < 30*time.Second {
+	if l.State != terms.RunPending || time.Until(l.Start) < 30*time.Second {
 		t.Fatalf("second lease %s starts %s: want it pending behind the first", l.State, l.Start)
 	}
 	past := time.Now().Add(-3 * time.Hour)
-	_, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: auction.RunPending,
+	_, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: terms.RunPending,
 		Time: time.Now(), Moved: &wire.LeaseMove{Start: past}})
 	if err == nil || !strings.Contains(err.Error(), "in the past") {
 		t.Fatalf("move 3 h into the past: %v", err)
@@ -35,13 +35,13 @@ func TestLeaseMoveIntoThePastIsRefused(t *testing.T) {
 		t.Fatalf("renter.move_refused = %d", got)
 	}
 	v, err := r.tracker.View(next.Job.ID)
-	if err != nil || !v.Lease.Start.Equal(l.Start) || !v.Lease.End.Equal(l.End) || v.Run != auction.RunPending || v.State != auction.JobLeased {
+	if err != nil || !v.Lease.Start.Equal(l.Start) || !v.Lease.End.Equal(l.End) || v.Run != terms.RunPending || v.State != terms.JobLeased {
 		t.Fatalf("after a refused move: lease %s → %s (booked %s → %s), run %s state %s (%v)",
 			v.Lease.Start, v.Lease.End, l.Start, l.End, v.Run, v.State, err)
 	}
 	// The rule still takes a move to now.
 	now := time.Now()
-	if _, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: auction.RunPending,
+	if _, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: terms.RunPending,
 		Time: now, Moved: &wire.LeaseMove{Start: now}}); err != nil {
 		t.Fatalf("move to now refused: %v", err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/runtime"
 )
@@ -21,7 +21,7 @@ func TestNetworkHook(t *testing.T) {
 	var calls []string
 	note := func(s string) { mu.Lock(); calls = append(calls, s); mu.Unlock() }
 	ended := make(chan struct{})
-	hook := func(l auction.Lease, job auction.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error) {
+	hook := func(l terms.Lease, job terms.Job, spec *runtime.Spec) (func(runtime.Handle), func(), error) {
 		if job.Run.Env["REFUSE"] == "1" {
 			return nil, nil, errors.New("no gang here")
 		}
@@ -39,7 +39,7 @@ func TestNetworkHook(t *testing.T) {
 	}
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1, network: hook})
-	v := r.post(job(auction.Silver, 2, time.Minute, "run", "50", "0"))
+	v := r.post(job(terms.Silver, 2, time.Minute, "run", "50", "0"))
 	select {
 	case <-ended:
 	case <-time.After(20 * time.Second):
@@ -57,12 +57,12 @@ func TestNetworkHook(t *testing.T) {
 	}
 	r.waitJob(v.Job.ID, "settled", settled)
 
-	j := job(auction.Silver, 2, time.Minute, "run", "50", "0")
+	j := job(terms.Silver, 2, time.Minute, "run", "50", "0")
 	j.ID = "refused-net"
 	j.Run.Env = map[string]string{"REFUSE": "1"}
 	v = r.post(j)
 	v = r.waitJob(v.Job.ID, "its first lease failed", func(v api.JobView) bool { return len(v.History) > 0 })
-	if v.History[0].Run != auction.RunFailed {
+	if v.History[0].Run != terms.RunFailed {
 		t.Fatalf("the refused lease ended %s", v.History[0].Run)
 	}
 	if _, ok := p.exec.specs.Load(v.History[0].Lease.ID); ok {

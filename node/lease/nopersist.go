@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -33,7 +33,7 @@ const keptManifest = "outputs.json"
 // KeptDir is where this renter keeps lease leaseID's log and outputs, and
 // whether it does (it took them from a no-persist job's provider).
 func (t *Tracker) KeptDir(leaseID string) (string, bool) {
-	if t.cfg.KeptDir == "" || auction.ValidID(leaseID) != nil {
+	if t.cfg.KeptDir == "" || terms.ValidID(leaseID) != nil {
 		return "", false
 	}
 	dir := filepath.Join(t.cfg.KeptDir, leaseID)
@@ -45,8 +45,8 @@ func (t *Tracker) KeptDir(leaseID string) (string, bool) {
 func KeptLog(dir string) string { return filepath.Join(dir, "log") }
 
 // KeptOutputs is the outputs dir of a kept lease and their manifest.
-func KeptOutputs(dir string) (string, []auction.OutputFile, error) {
-	var outs []auction.OutputFile
+func KeptOutputs(dir string) (string, []terms.OutputFile, error) {
+	var outs []terms.OutputFile
 	b, err := os.ReadFile(filepath.Join(dir, keptManifest))
 	if err == nil {
 		err = json.Unmarshal(b, &outs)
@@ -57,7 +57,7 @@ func KeptOutputs(dir string) (string, []auction.OutputFile, error) {
 // keepWant is what a lease's final report said of its files: what the
 // kept copy must match.
 type keepWant struct {
-	lease       auction.Lease
+	lease       terms.Lease
 	logDigest   string
 	logBytes    int64
 	outputsHash string
@@ -197,7 +197,7 @@ func (t *Tracker) takeFiles(w keepWant) error {
 	if err != nil {
 		return err
 	}
-	var outs []auction.OutputFile
+	var outs []terms.OutputFile
 	if w.outputsHash != "" {
 		if outs, err = t.takeOutputs(w, filepath.Join(stage, "outputs")); err != nil {
 			return fmt.Errorf("the job's outputs: %w", err)
@@ -216,7 +216,7 @@ func (t *Tracker) takeFiles(w keepWant) error {
 // takeOutputs fetches a lease's outputs into dir: the manifest the
 // provider serves must be the one its final report named, within the
 // outputs cap, and the files must match it (wire.ExtractBundle).
-func (t *Tracker) takeOutputs(w keepWant, dir string) ([]auction.OutputFile, error) {
+func (t *Tracker) takeOutputs(w keepWant, dir string) ([]terms.OutputFile, error) {
 	prov, err := peer.Decode(w.lease.Provider)
 	if err != nil {
 		return nil, fmt.Errorf("provider %q: %w", w.lease.Provider, err)
@@ -231,7 +231,7 @@ func (t *Tracker) takeOutputs(w keepWant, dir string) ([]auction.OutputFile, err
 		return nil, fmt.Errorf("could not be fetched: %w", err)
 	}
 	defer body.Close()
-	if got := auction.ManifestHash(outs); got != w.outputsHash {
+	if got := terms.ManifestHash(outs); got != w.outputsHash {
 		return nil, fmt.Errorf("the provider's manifest (%d files, hash %.12s) is not the one its final report named (%.12s)", len(outs), got, w.outputsHash)
 	}
 	var total int64

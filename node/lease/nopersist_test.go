@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -16,8 +16,8 @@ import (
 
 // noPersistJob is a one-minute job that writes r.txt into its outputs and
 // runs 50 ms, under the no-persistence policy.
-func noPersistJob() auction.Job {
-	j := job(auction.Silver, 2, time.Minute, "run", "50", "0")
+func noPersistJob() terms.Job {
+	j := job(terms.Silver, 2, time.Minute, "run", "50", "0")
 	j.Run.Outputs = "out"
 	j.NoPersist = true
 	return j
@@ -34,12 +34,12 @@ func exists(p string) bool {
 // the log, nor the outputs, nor their manifest in its record.
 func TestNoPersistLeaseLeavesNothing(t *testing.T) {
 	h := newHarness(t)
-	p := h.provider(provSpec{model: "H100", price: 0.5, noPersist: auction.NoPersistOffer})
+	p := h.provider(provSpec{model: "H100", price: 0.5, noPersist: terms.NoPersistOffer})
 	r := h.renter()
 	v := r.post(noPersistJob())
 	l := *v.Lease
 	v = r.waitJob(v.Job.ID, "settled", func(v api.JobView) bool { return v.Receipt != nil })
-	if v.Run != auction.RunSucceeded || !v.Receipt.NoPersist {
+	if v.Run != terms.RunSucceeded || !v.Receipt.NoPersist {
 		t.Fatalf("run %s (%s), receipt no_persist %v", v.Run, v.Detail, v.Receipt.NoPersist)
 	}
 	if spec, ok := p.exec.specs.Load(l.ID); !ok || !spec.(runtime.Spec).NoSwap {
@@ -53,7 +53,7 @@ func TestNoPersistLeaseLeavesNothing(t *testing.T) {
 		t.Fatalf("kept log %q, %v", b, err)
 	}
 	outDir, outs, err := KeptOutputs(dir)
-	if err != nil || len(outs) != 1 || auction.ManifestHash(outs) != v.Receipt.ResultHash {
+	if err != nil || len(outs) != 1 || terms.ManifestHash(outs) != v.Receipt.ResultHash {
 		t.Fatalf("kept outputs manifest %+v (%v), receipt names %s", outs, err, v.Receipt.ResultHash)
 	}
 	if b, err := os.ReadFile(filepath.Join(outDir, "r.txt")); err != nil || string(b) != "result\n" {
@@ -80,7 +80,7 @@ func TestNoPersistLeaseLeavesNothing(t *testing.T) {
 // refuses to countersign it, and nothing is settled.
 func TestNoPersistReceiptMustStateIt(t *testing.T) {
 	h := newHarness(t)
-	p := h.provider(provSpec{model: "H100", price: 0.5, noPersist: auction.NoPersistOffer})
+	p := h.provider(provSpec{model: "H100", price: 0.5, noPersist: terms.NoPersistOffer})
 	r := h.renter()
 	var rewritten atomic.Int64
 	omit := func(b []byte) []byte {
@@ -125,7 +125,7 @@ func TestRetainRemovesJobFiles(t *testing.T) {
 	r := h.renter()
 	leases := map[time.Duration]string{}
 	for _, keep := range []time.Duration{time.Hour, 0, 3 * time.Hour} {
-		j := job(auction.Silver, 2, time.Minute, "run", "10", "0")
+		j := job(terms.Silver, 2, time.Minute, "run", "10", "0")
 		j.Run.Outputs, j.Retain = "out", keep
 		v := r.post(j)
 		r.waitJob(v.Job.ID, "settled", func(v api.JobView) bool { return v.Receipt != nil })

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -19,17 +20,17 @@ func TestCapacityNoticeOnlyFromBusyDecliner(t *testing.T) {
 	h.queueBackoff, h.queueBackoffMax = time.Minute, time.Minute
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	stranger := h.provider(provSpec{model: "H100", price: 1}) // hears no A100 call
-	fj := job(auction.Silver, 5, time.Minute, "gate", "first", "0")
+	fj := job(terms.Silver, 5, time.Minute, "gate", "first", "0")
 	fj.GPUModels = []string{"A100"}
 	first := r.post(fj)
-	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 	bj := busyJob(10)
 	bj.GPUModels = []string{"A100"}
 	v, err := r.tracker.Post(bj)
-	if err != nil || v.State != auction.JobQueued {
+	if err != nil || v.State != terms.JobQueued {
 		t.Fatalf("second job %s %v (%v): want queued", v.State, v.Reasons, err)
 	}
-	data, err := auction.EncodeCapacityNotice(stranger.signer, auction.CapacityNotice{Provider: stranger.id(), FreeGPUs: 8,
+	data, err := terms.EncodeCapacityNotice(stranger.signer, terms.CapacityNotice{Provider: stranger.id(), FreeGPUs: 8,
 		Jobs: []string{v.Job.ID}, IssuedAt: time.Now()})
 	if err != nil {
 		t.Fatal(err)
@@ -42,13 +43,13 @@ func TestCapacityNoticeOnlyFromBusyDecliner(t *testing.T) {
 	if c["renter.capacity_notice"] != 0 || c["renter.queued_woken"] != 0 {
 		t.Fatalf("after the stranger's notice: notices %d, woken %d", c["renter.capacity_notice"], c["renter.queued_woken"])
 	}
-	if got, _ := r.tracker.View(v.Job.ID); got.State != auction.JobQueued || got.Offers != v.Offers {
+	if got, _ := r.tracker.View(v.Job.ID); got.State != terms.JobQueued || got.Offers != v.Offers {
 		t.Fatalf("job after the stranger's notice: %s, offered %d times (was %d)", got.State, got.Offers, v.Offers)
 	}
 	// The provider that declined it as busy still wakes it.
 	p.exec.open("first")
 	r.waitJobWithin(v.Job.ID, 15*time.Second, "queued job woken by its busy decliner and run", func(v api.JobView) bool {
-		return v.Run == auction.RunSucceeded
+		return v.Run == terms.RunSucceeded
 	})
 	if c := r.counters.Snapshot(); c["renter.queued_woken"] != 1 {
 		t.Fatalf("woken %d", c["renter.queued_woken"])

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Auction outcomes an Observer is told of.
@@ -20,20 +20,20 @@ type Observer struct {
 	// AuctionEnded: an auction of one of our jobs ended, with a lease or
 	// without; bids is how many valid bids its window drew and wait the
 	// time from the post to the outcome.
-	AuctionEnded func(job auction.Job, outcome string, bids int, wait time.Duration)
+	AuctionEnded func(job terms.Job, outcome string, bids int, wait time.Duration)
 	// HeartbeatReceived: a renter verified a heartbeat of one of its leases
 	// at receivedAt.
 	HeartbeatReceived func(hb attest.Heartbeat, receivedAt time.Time)
 	// HeartbeatSent: a provider signed a heartbeat of one of its leases.
-	HeartbeatSent func(hb attest.Heartbeat, l auction.Lease)
+	HeartbeatSent func(hb attest.Heartbeat, l terms.Lease)
 	// JobEnded: a renter's lease reached a terminal run state after
 	// running for ran (0 when it never started).
-	JobEnded func(l auction.Lease, run auction.RunState, ran time.Duration)
+	JobEnded func(l terms.Lease, run terms.RunState, ran time.Duration)
 	// LeaseEnded: a provider's lease reached a terminal run state.
-	LeaseEnded func(l auction.Lease, run auction.RunState, ran time.Duration)
+	LeaseEnded func(l terms.Lease, run terms.RunState, ran time.Duration)
 }
 
-func (o *Observer) auctionEnded(job auction.Job, outcome string, bids int, wait time.Duration) {
+func (o *Observer) auctionEnded(job terms.Job, outcome string, bids int, wait time.Duration) {
 	if o != nil && o.AuctionEnded != nil {
 		o.AuctionEnded(job, outcome, bids, wait)
 	}
@@ -45,19 +45,19 @@ func (o *Observer) heartbeatReceived(hb attest.Heartbeat, at time.Time) {
 	}
 }
 
-func (o *Observer) heartbeatSent(hb attest.Heartbeat, l auction.Lease) {
+func (o *Observer) heartbeatSent(hb attest.Heartbeat, l terms.Lease) {
 	if o != nil && o.HeartbeatSent != nil {
 		o.HeartbeatSent(hb, l)
 	}
 }
 
-func (o *Observer) jobEnded(l auction.Lease, run auction.RunState, started, ended time.Time) {
+func (o *Observer) jobEnded(l terms.Lease, run terms.RunState, started, ended time.Time) {
 	if o != nil && o.JobEnded != nil {
 		o.JobEnded(l, run, ranFor(started, ended))
 	}
 }
 
-func (o *Observer) leaseEnded(l auction.Lease, run auction.RunState, started, ended time.Time) {
+func (o *Observer) leaseEnded(l terms.Lease, run terms.RunState, started, ended time.Time) {
 	if o != nil && o.LeaseEnded != nil {
 		o.LeaseEnded(l, run, ranFor(started, ended))
 	}
@@ -79,7 +79,7 @@ func (t *Tracker) observeAuction(id, outcome string) {
 	t.mu.Lock()
 	v := t.jobs[id]
 	var (
-		job    auction.Job
+		job    terms.Job
 		bids   int
 		posted time.Time
 	)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/runtime"
@@ -24,15 +24,15 @@ func TestManyOutputFilesSettle(t *testing.T) {
 	h.abandonGrace = 200 * time.Millisecond
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	p.crash.noReceipts.Store(true)
-	j := job(auction.Silver, 2, 10*time.Second, "gate", "done", "0")
+	j := job(terms.Silver, 2, 10*time.Second, "gate", "done", "0")
 	j.Run.Outputs = "out"
 	j.Run.Env = map[string]string{"FAKE_OUTPUT_FILES": "12000"}
 	v := r.post(j)
 	// Writing the files takes a while (the fake job writes them as it starts).
-	h.waitFor(10*time.Second, "running", func() bool { v, _ := r.tracker.View(v.Job.ID); return v.Run == auction.RunRunning })
+	h.waitFor(10*time.Second, "running", func() bool { v, _ := r.tracker.View(v.Job.ID); return v.Run == terms.RunRunning })
 	p.exec.open("done")
 	h.waitFor(10*time.Second, "final report", func() bool { v, _ = r.tracker.View(v.Job.ID); return v.Run.Terminal() })
-	if v.Run != auction.RunSucceeded || v.OutputCount != runtime.MaxOutputFiles || len(v.Outputs) != wire.MaxEventOutputs {
+	if v.Run != terms.RunSucceeded || v.OutputCount != runtime.MaxOutputFiles || len(v.Outputs) != wire.MaxEventOutputs {
 		t.Fatalf("run %s (%s), %d outputs listed of %d", v.Run, v.Detail, len(v.Outputs), v.OutputCount)
 	}
 	if n := p.crash.maxEvent.Load(); n > 16<<10 {
@@ -43,8 +43,8 @@ func TestManyOutputFilesSettle(t *testing.T) {
 		t.Fatal("renter may not read its lease")
 	}
 	all, _ := acc.Outputs()
-	if len(all) != runtime.MaxOutputFiles || auction.ManifestHash(all) != v.OutputsHash || all[0] != v.Outputs[0] {
-		t.Fatalf("provider's manifest: %d files, hash %s, event's %s", len(all), auction.ManifestHash(all), v.OutputsHash)
+	if len(all) != runtime.MaxOutputFiles || terms.ManifestHash(all) != v.OutputsHash || all[0] != v.Outputs[0] {
+		t.Fatalf("provider's manifest: %d files, hash %s, event's %s", len(all), terms.ManifestHash(all), v.OutputsHash)
 	}
 	if log, err := os.ReadFile(acc.LogPath()); err != nil || !strings.Contains(string(log), "exceed 1000 files") {
 		t.Fatalf("job log %q (%v)", log, err)
@@ -53,8 +53,8 @@ func TestManyOutputFilesSettle(t *testing.T) {
 	// A receipt that names another result (the short list's hash) is refused.
 	l := *v.Lease
 	other := attest.Receipt{LeaseID: l.ID, JobID: l.JobID, Renter: l.Renter, Provider: l.Provider,
-		Start: v.Started, End: v.Ended, GPUCount: 1, GPUSeconds: 0, Price: l.Price, Outcome: auction.RunSucceeded,
-		ResultHash: auction.ManifestHash(v.Outputs), Heartbeats: *v.Heartbeats, IssuedAt: time.Now()}
+		Start: v.Started, End: v.Ended, GPUCount: 1, GPUSeconds: 0, Price: l.Price, Outcome: terms.RunSucceeded,
+		ResultHash: terms.ManifestHash(v.Outputs), Heartbeats: *v.Heartbeats, IssuedAt: time.Now()}
 	sr, err := attest.NewReceipt(p.signer, other)
 	if err != nil {
 		t.Fatal(err)

@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
 // busyJob is a job that runs ms milliseconds on a lease of a minute and
 // must start within 20 s: a provider whose GPU is leased cannot bid for it.
-func busyJob(ms int) auction.Job {
-	j := job(auction.Silver, 5, time.Minute, "run", fmt.Sprint(ms), "0")
+func busyJob(ms int) terms.Job {
+	j := job(terms.Silver, 5, time.Minute, "run", fmt.Sprint(ms), "0")
 	j.Deadline = time.Now().Add(20 * time.Second)
 	return j
 }
@@ -28,9 +28,9 @@ func (n *node) waitAllSucceeded(ids []string, within time.Duration) {
 		var v api.JobView
 		n.h.waitFor(time.Until(deadline), "job "+id+" succeeded", func() bool {
 			v, _ = n.tracker.View(id)
-			return v.Run == auction.RunSucceeded || v.State == auction.JobUnplaceable || v.State == auction.JobFailed
+			return v.Run == terms.RunSucceeded || v.State == terms.JobUnplaceable || v.State == terms.JobFailed
 		})
-		if v.Run != auction.RunSucceeded || v.State != auction.JobFinished {
+		if v.Run != terms.RunSucceeded || v.State != terms.JobFinished {
 			n.h.t.Fatalf("job %s: state %s run %s: %v", id, v.State, v.Run, v.Reasons)
 		}
 	}
@@ -59,7 +59,7 @@ func TestJobsQueueForCapacity(t *testing.T) {
 				return
 			}
 			ids[i] = v.Job.ID
-			if v.State != auction.JobLeased && v.State != auction.JobQueued && v.State != auction.JobFinished {
+			if v.State != terms.JobLeased && v.State != terms.JobQueued && v.State != terms.JobFinished {
 				errs <- fmt.Errorf("job %s posted as %s: %v", v.Job.ID, v.State, v.Reasons)
 			}
 		}()
@@ -83,36 +83,36 @@ func TestJobsQueueForCapacity(t *testing.T) {
 func TestQueuedJobStatus(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	first := r.post(job(auction.Silver, 2, time.Minute, "gate", "hold", "0"))
-	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	first := r.post(job(terms.Silver, 2, time.Minute, "gate", "hold", "0"))
+	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 
 	v, err := r.tracker.Post(busyJob(10))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.State != auction.JobQueued || !strings.HasPrefix(v.Reasons[len(v.Reasons)-1], "queued: no bids") {
+	if v.State != terms.JobQueued || !strings.HasPrefix(v.Reasons[len(v.Reasons)-1], "queued: no bids") {
 		t.Fatalf("posted job: %s %v, want queued: no bids", v.State, v.Reasons)
 	}
-	r.waitJob(v.Job.ID, "offered again", func(v api.JobView) bool { return v.Offers >= 2 && v.State == auction.JobQueued })
+	r.waitJob(v.Job.ID, "offered again", func(v api.JobView) bool { return v.Offers >= 2 && v.State == terms.JobQueued })
 
 	short := busyJob(10)
 	short.Deadline = time.Now().Add(500 * time.Millisecond)
 	s, err := r.tracker.Post(short)
-	if err != nil || s.State != auction.JobQueued {
+	if err != nil || s.State != terms.JobQueued {
 		t.Fatalf("short job %s (%v)", s.State, err)
 	}
 	c, err := r.tracker.Cancel(v.Job.ID)
-	if err != nil || c.State != auction.JobCancelled {
+	if err != nil || c.State != terms.JobCancelled {
 		t.Fatalf("cancel queued job: %s (%v)", c.State, err)
 	}
-	s = r.waitJob(s.Job.ID, "given up", func(v api.JobView) bool { return v.State == auction.JobUnplaceable })
+	s = r.waitJob(s.Job.ID, "given up", func(v api.JobView) bool { return v.State == terms.JobUnplaceable })
 	if !strings.Contains(strings.Join(s.Reasons, ";"), "start deadline passed while queued") {
 		t.Fatalf("reasons %v", s.Reasons)
 	}
 	p.exec.open("hold")
 	// The cancelled job stays cancelled though the GPU frees up.
-	r.waitJob(first.Job.ID, "first finished", func(v api.JobView) bool { return v.Run == auction.RunSucceeded })
-	if c, _ := r.tracker.View(v.Job.ID); c.State != auction.JobCancelled || c.Lease != nil {
+	r.waitJob(first.Job.ID, "first finished", func(v api.JobView) bool { return v.Run == terms.RunSucceeded })
+	if c, _ := r.tracker.View(v.Job.ID); c.State != terms.JobCancelled || c.Lease != nil {
 		t.Fatalf("cancelled job became %s", c.State)
 	}
 }
@@ -125,7 +125,7 @@ func TestRenterRestartMidAuction(t *testing.T) {
 	r := h.renter()
 	j := busyJob(10)
 	j.BidWindow = 3 * time.Second
-	j.ID = auction.NewID("job")
+	j.ID = terms.NewID("job")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -134,19 +134,19 @@ func TestRenterRestartMidAuction(t *testing.T) {
 	h.waitFor(3*time.Second, "job persisted while bidding", func() bool {
 		var saved api.JobView
 		ok, err := r.db.State("renter-jobs").Get(j.ID, &saved)
-		return err == nil && ok && saved.State == auction.JobBidding
+		return err == nil && ok && saved.State == terms.JobBidding
 	})
 	r.kill()
 	<-done
 	h.provider(provSpec{model: "A100", price: 1})
 	r2 := r.restart()
-	v := r2.waitJob(j.ID, "requeued", func(v api.JobView) bool { return v.State != auction.JobBidding })
+	v := r2.waitJob(j.ID, "requeued", func(v api.JobView) bool { return v.State != terms.JobBidding })
 	if !strings.Contains(strings.Join(v.Reasons, ";"), "renter daemon restarted during the auction") {
 		t.Fatalf("reasons %v", v.Reasons)
 	}
 	h.waitFor(10*time.Second, "requeued job succeeded", func() bool {
 		v, _ = r2.tracker.View(j.ID)
-		return v.Run == auction.RunSucceeded
+		return v.Run == terms.RunSucceeded
 	})
 }
 
@@ -158,11 +158,11 @@ func TestRenterRestartMidAuction(t *testing.T) {
 func TestEarlyEndMovesNextLeaseEarlier(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	first := r.post(job(auction.Silver, 5, time.Minute, "gate", "first", "0"))
-	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	first := r.post(job(terms.Silver, 5, time.Minute, "gate", "first", "0"))
+	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 
-	next := r.post(job(auction.Silver, 5, time.Minute, "run", "10", "0"))
-	if next.State != auction.JobLeased || next.Lease == nil {
+	next := r.post(job(terms.Silver, 5, time.Minute, "run", "10", "0"))
+	if next.State != terms.JobLeased || next.Lease == nil {
 		t.Fatalf("second job %s %v: want a lease behind the first", next.State, next.Reasons)
 	}
 	booked := next.Lease.Start
@@ -171,7 +171,7 @@ func TestEarlyEndMovesNextLeaseEarlier(t *testing.T) {
 	}
 	p.exec.open("first")
 	v := r.waitJobWithin(next.Job.ID, 20*time.Second, "second job settled well before its booked start", func(v api.JobView) bool {
-		return v.Run == auction.RunSucceeded && v.Receipt != nil
+		return v.Run == terms.RunSucceeded && v.Receipt != nil
 	})
 	if !v.Lease.Start.Before(booked.Add(-30*time.Second)) || v.Lease.End.Sub(v.Lease.Start) != next.Lease.End.Sub(next.Lease.Start) {
 		t.Fatalf("renter's lease %s → %s, booked at %s", v.Lease.Start, v.Lease.End, booked)
@@ -199,16 +199,16 @@ func TestCapacityNoticeWakesQueuedJob(t *testing.T) {
 	h := newHarness(t)
 	h.queueBackoff, h.queueBackoffMax = time.Minute, time.Minute
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	first := r.post(job(auction.Silver, 5, time.Minute, "gate", "first", "0"))
-	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	first := r.post(job(terms.Silver, 5, time.Minute, "gate", "first", "0"))
+	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 
 	v, err := r.tracker.Post(busyJob(10))
-	if err != nil || v.State != auction.JobQueued {
+	if err != nil || v.State != terms.JobQueued {
 		t.Fatalf("second job %s %v (%v): want queued", v.State, v.Reasons, err)
 	}
 	p.exec.open("first")
 	v = r.waitJobWithin(v.Job.ID, 15*time.Second, "queued job woken, leased and run", func(v api.JobView) bool {
-		return v.Run == auction.RunSucceeded
+		return v.Run == terms.RunSucceeded
 	})
 	c := r.counters.Snapshot()
 	if c["renter.capacity_notice"] != 1 || c["renter.queued_woken"] != 1 {
@@ -227,10 +227,10 @@ func TestUntoldMoveIsNotRun(t *testing.T) {
 	h := newHarness(t)
 	r := h.renter()
 	p := h.provider(provSpec{model: "A100", price: 1})
-	first := r.post(job(auction.Silver, 5, time.Minute, "gate", "first", "0"))
-	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
-	next := r.post(job(auction.Silver, 5, time.Minute, "run", "10", "0"))
-	if next.State != auction.JobLeased || next.Lease == nil {
+	first := r.post(job(terms.Silver, 5, time.Minute, "gate", "first", "0"))
+	r.waitJob(first.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
+	next := r.post(job(terms.Silver, 5, time.Minute, "run", "10", "0"))
+	if next.State != terms.JobLeased || next.Lease == nil {
 		t.Fatalf("second job %s %v: want a lease behind the first", next.State, next.Reasons)
 	}
 	booked := *next.Lease
@@ -238,7 +238,7 @@ func TestUntoldMoveIsNotRun(t *testing.T) {
 	p.crash.dropMoves.Store(true)
 	p.exec.open("first")
 	v := r.waitJobWithin(next.Job.ID, 20*time.Second, "second job run on its next lease", func(v api.JobView) bool {
-		return v.Run == auction.RunSucceeded
+		return v.Run == terms.RunSucceeded
 	})
 	if v.Lease.ID == booked.ID || len(v.History) == 0 || v.History[0].Lease.ID != booked.ID || !v.History[0].Started.IsZero() {
 		t.Fatalf("want the moved lease %s ended unstarted in the history, then another: lease %s, history %+v", booked.ID, v.Lease.ID, v.History)
@@ -271,7 +271,7 @@ func TestStackedBookingsMoveUp(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			v, err := r.tracker.Post(job(auction.Silver, 5, time.Minute, "run", "300", "0"))
+			v, err := r.tracker.Post(job(terms.Silver, 5, time.Minute, "run", "300", "0"))
 			if err != nil {
 				t.Error(err)
 				return

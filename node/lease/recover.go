@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -18,7 +19,7 @@ import (
 // Recovery from provider loss, for every tier. The renter calls a lease
 // lost when its provider goes silent while the job runs (no verified
 // heartbeat for LossAfter), never reports by the lease's end (abandoned),
-// or reports it failed through its own fault (auction.FaultProvider: its
+// or reports it failed through its own fault (terms.FaultProvider: its
 // daemon restarted, its infrastructure failed, it could not fetch the
 // inputs). The attempt is archived with who was at fault and why, and the
 // job goes back to auction at once for its whole remaining work, the lost
@@ -63,7 +64,7 @@ type jobRecord struct {
 	// State is the job's state as the API shows it: stored for whoever
 	// reads a record as a job view, and read from a record stored before
 	// the machine's phase was (jobmachine.Restarted).
-	State     auction.JobState `json:"state"`
+	State     terms.JobState   `json:"state"`
 	Unsettled []unsettledLease `json:"unsettled,omitempty"`
 }
 
@@ -116,9 +117,9 @@ func (t *Tracker) reloadUnsettled(jobID string, us []unsettledLease) []jobmachin
 // fault, goes back to auction: a provider at fault is excluded (the work
 // no checkpoint saved is lost either way; the tracker adds the job's
 // checkpoints).
-func requeueOptions(l auction.Lease, run auction.RunState, fault auction.Fault, reason string) auction.RequeueOptions {
+func requeueOptions(l terms.Lease, run terms.RunState, fault terms.Fault, reason string) auction.RequeueOptions {
 	opts := auction.RequeueOptions{Reason: reason}
-	if run == auction.RunFailed && fault == auction.FaultProvider {
+	if run == terms.RunFailed && fault == terms.FaultProvider {
 		opts.Exclude = []string{l.Provider}
 	}
 	return opts
@@ -134,8 +135,8 @@ const MaxHandBacks = 2
 // handBack reports whether a lease that ended in run with detail was
 // handed back by its provider: a drain's hand-back, or any preemption of a
 // lease that was not preemptible (its provider may preempt it only then).
-func handBack(l auction.Lease, run auction.RunState, detail string) bool {
-	return run == auction.RunPreempted && (!l.Preemptible || strings.HasPrefix(detail, auction.HandBackDetail))
+func handBack(l terms.Lease, run terms.RunState, detail string) bool {
+	return run == terms.RunPreempted && (!l.Preemptible || strings.HasPrefix(detail, terms.HandBackDetail))
 }
 
 // handBacksLocked counts the earlier leases of v's job that provider
@@ -157,7 +158,7 @@ func handBacksLocked(v *jobState, provider string) int {
 // that dies before the job is seen to start is caught as soon as one that
 // dies while it runs. since is when the renter began watching (its
 // restart): its own outage is not the provider's silence.
-func (t *Tracker) guard(jobID string, l auction.Lease, since time.Time) {
+func (t *Tracker) guard(jobID string, l terms.Lease, since time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.guarded[l.ID] {
@@ -229,7 +230,7 @@ func roundSilence(d time.Duration) string {
 // verified; the provider is asked to stop it; the job goes back to auction
 // without that provider, unless its attempt budget is spent. An abandoned
 // lease's provider is slashed before that auction, which weighs it.
-func (t *Tracker) lose(jobID string, l auction.Lease, detail string, abandoned bool) bool {
+func (t *Tracker) lose(jobID string, l terms.Lease, detail string, abandoned bool) bool {
 	t.mu.Lock()
 	v, mon := t.jobs[jobID], t.mons[l.ID]
 	if v == nil || mon == nil || v.Lease == nil || v.Lease.ID != l.ID || v.Run.Terminal() {
@@ -256,7 +257,7 @@ func (t *Tracker) lose(jobID string, l auction.Lease, detail string, abandoned b
 	t.mu.Unlock()
 	t.cfg.Counters.Add("renter.lease_lost")
 	t.log.Warn("lease lost", "job", jobID, "lease", l.ID, "provider", l.Provider, "detail", detail, "requeue", again)
-	t.cfg.Observe.jobEnded(l, auction.RunFailed, started, last)
+	t.cfg.Observe.jobEnded(l, terms.RunFailed, started, last)
 	if abandoned {
 		t.slashAbandoned(l)
 	}
@@ -441,7 +442,7 @@ func (t *Tracker) refuseArchivedHeartbeat(leaseID string) error {
 }
 
 // slashAbandoned slashes a provider that never reported the end of lease l.
-func (t *Tracker) slashAbandoned(l auction.Lease) {
+func (t *Tracker) slashAbandoned(l terms.Lease) {
 	if err := t.cfg.Receipts.cfg.Book.Slash(l.Provider, attest.Evidence{Kind: attest.SlashAbandonedLease, LeaseID: l.ID,
 		Reporter: t.cfg.Signer.ID().String(), Detail: "no final report by the lease end"}); err != nil {
 		t.log.Warn("slash", "err", err)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -26,9 +26,9 @@ func TestGoldEvictsFutureBronzeBooking(t *testing.T) {
 	r := h.renter()
 	pa := h.provider(provSpec{model: "H100", price: 0.5, preempt: true})
 
-	silver := job(auction.Silver, 2, 45*time.Second, "gate", "silver", "0")
+	silver := job(terms.Silver, 2, 45*time.Second, "gate", "silver", "0")
 	sv := r.post(silver)
-	bronze := job(auction.Bronze, 1, time.Minute, "gate", "bronze", "0")
+	bronze := job(terms.Bronze, 1, time.Minute, "gate", "bronze", "0")
 	bronze.Deadline = time.Now().Add(2 * time.Minute)
 	bv := r.post(bronze)
 	if bv.Winner != pa.id() || !bv.Lease.Start.After(time.Now().Add(attest.HeartbeatSkew)) {
@@ -38,7 +38,7 @@ func TestGoldEvictsFutureBronzeBooking(t *testing.T) {
 	// Another node, cheaper, for the bronze job to go to once evicted.
 	pb := h.provider(provSpec{model: "A100", price: 0.3})
 
-	gold := job(auction.Gold, 5, time.Minute, "gate", "gold", "0")
+	gold := job(terms.Gold, 5, time.Minute, "gate", "gold", "0")
 	gold.GPUModels = []string{"H100"}
 	gold.Deadline = time.Now().Add(time.Minute)
 	gv := r.post(gold)
@@ -46,13 +46,13 @@ func TestGoldEvictsFutureBronzeBooking(t *testing.T) {
 		t.Fatalf("gold went to %s", gv.Winner)
 	}
 	bv = r.waitJob(bv.Job.ID, "bronze requeued elsewhere", func(v api.JobView) bool {
-		return len(v.History) == 1 && v.Lease != nil && v.Run == auction.RunRunning
+		return len(v.History) == 1 && v.Lease != nil && v.Run == terms.RunRunning
 	})
 	if time.Now().After(bronzeStart) {
 		t.Fatalf("the bronze job was requeued only after its evicted booking's start %s", bronzeStart)
 	}
 	first := bv.History[0]
-	if first.Run != auction.RunPreempted || first.Lease.Provider != pa.id() || first.Fault != auction.FaultNone ||
+	if first.Run != terms.RunPreempted || first.Lease.Provider != pa.id() || first.Fault != terms.FaultNone ||
 		!first.Started.IsZero() || first.Receipt || first.CostUSD != 0 || !strings.HasPrefix(first.Detail, "preempted by gold lease") {
 		t.Fatalf("evicted bronze booking: %+v", first)
 	}
@@ -66,7 +66,7 @@ func TestGoldEvictsFutureBronzeBooking(t *testing.T) {
 	// settled without a receipt, and neither ledger has one.
 	h.waitFor(3*time.Second, "evicted booking closed on the provider", func() bool {
 		pl, ok := pa.lease(first.Lease.ID)
-		return ok && pl.Run == auction.RunPreempted && pl.Started.IsZero()
+		return ok && pl.Run == terms.RunPreempted && pl.Started.IsZero()
 	})
 	if n := len(r.entries(record.KindReceipt, first.Lease.ID)) + len(pa.entries(record.KindReceipt, first.Lease.ID)); n != 0 {
 		t.Fatalf("%d receipts for a booking that never ran", n)
@@ -90,16 +90,16 @@ func TestLostServiceReplicaIsNotRequeued(t *testing.T) {
 		p := h.provider(provSpec{model: "H100", price: price})
 		provs[p.id()] = p
 	}
-	j := job(auction.Gold, 5, time.Minute, "gate", "serve", "0")
+	j := job(terms.Gold, 5, time.Minute, "gate", "serve", "0")
 	j.Run.ServicePort = 8000
 	j.MaxAttempts = 5
 	v := r.post(j)
-	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
+	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning && v.LastTelemetry != nil })
 	lost := provs[v.Winner]
 	delete(provs, lost.id())
 	h.net.Drop(lost.signer.ID())
-	v = r.waitJob(v.Job.ID, "ended", func(v api.JobView) bool { return v.State == auction.JobFinished })
-	if v.Run != auction.RunFailed || v.Fault != auction.FaultProvider || len(v.History) != 0 || v.Lease.Provider != lost.id() ||
+	v = r.waitJob(v.Job.ID, "ended", func(v api.JobView) bool { return v.State == terms.JobFinished })
+	if v.Run != terms.RunFailed || v.Fault != terms.FaultProvider || len(v.History) != 0 || v.Lease.Provider != lost.id() ||
 		!strings.Contains(v.Detail, "provider lost: no heartbeat") || !strings.Contains(v.Detail, "a service replica: its service replaces it") {
 		t.Fatalf("lost replica: %s %s (fault %q) %q, %d earlier attempts", v.State, v.Run, v.Fault, v.Detail, len(v.History))
 	}
@@ -120,7 +120,7 @@ func TestLostServiceReplicaIsNotRequeued(t *testing.T) {
 			t.Fatalf("the other provider got %d leases", len(s.Leases))
 		}
 	}
-	if v, _ := r.tracker.View(v.Job.ID); v.State != auction.JobFinished || v.Job.Attempt != 0 {
+	if v, _ := r.tracker.View(v.Job.ID); v.State != terms.JobFinished || v.Job.Attempt != 0 {
 		t.Fatalf("replica job after its loss: %s, attempt %d", v.State, v.Job.Attempt)
 	}
 }
@@ -138,8 +138,8 @@ func TestLossWhilePreparingInputs(t *testing.T) {
 	// others' do at once.
 	var fetching sync.Mutex
 	var stuck string
-	slowFor := func(id *string) func(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (func(), string, error) {
-		return func(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (func(), string, error) {
+	slowFor := func(id *string) func(ctx context.Context, job terms.Job, dir string, keys *wire.LeaseKeys) (func(), string, error) {
+		return func(ctx context.Context, job terms.Job, dir string, keys *wire.LeaseKeys) (func(), string, error) {
 			fetching.Lock()
 			first := stuck == ""
 			if first {
@@ -160,7 +160,7 @@ func TestLossWhilePreparingInputs(t *testing.T) {
 		id = p.id()
 		provs[id] = p
 	}
-	j := job(auction.Gold, 5, time.Minute, "gate", "work", "0")
+	j := job(terms.Gold, 5, time.Minute, "gate", "work", "0")
 	j.Run.Inputs = map[string]string{"data": strings.Repeat("ab", 32)}
 	v := r.post(j)
 	slow := provs[v.Winner]
@@ -168,7 +168,7 @@ func TestLossWhilePreparingInputs(t *testing.T) {
 	v = r.waitJob(v.Job.ID, "preparing heartbeats", func(v api.JobView) bool {
 		return v.Heartbeats != nil && v.Heartbeats.Count >= 3*int(h.lossAfter/hbEvery)
 	})
-	if v.Run != auction.RunPending || !v.ObservedStart.IsZero() || v.LastTelemetry == nil || !v.LastTelemetry.Preparing ||
+	if v.Run != terms.RunPending || !v.ObservedStart.IsZero() || v.LastTelemetry == nil || !v.LastTelemetry.Preparing ||
 		counter(r, "renter.lease_lost") != 0 || len(v.History) != 0 {
 		t.Fatalf("while its inputs are fetched: run %s, observed start %s, lost %d, %d earlier attempts",
 			v.Run, v.ObservedStart, counter(r, "renter.lease_lost"), len(v.History))
@@ -181,13 +181,13 @@ func TestLossWhilePreparingInputs(t *testing.T) {
 	silentAt := time.Now()
 	h.net.Drop(slow.signer.ID())
 	v = r.waitJob(v.Job.ID, "requeued elsewhere", func(v api.JobView) bool {
-		return len(v.History) == 1 && v.Lease != nil && v.Run == auction.RunRunning
+		return len(v.History) == 1 && v.Lease != nil && v.Run == terms.RunRunning
 	})
 	if took := time.Since(silentAt); took > 10*h.lossAfter {
 		t.Fatalf("loss before the start noticed after %s", took)
 	}
 	first := v.History[0]
-	if first.Lease.Provider != slow.id() || first.Run != auction.RunFailed || first.Fault != auction.FaultProvider ||
+	if first.Lease.Provider != slow.id() || first.Run != terms.RunFailed || first.Fault != terms.FaultProvider ||
 		!strings.HasPrefix(first.Detail, "provider lost: no heartbeat for ") || !strings.Contains(first.Detail, "the job had not started") ||
 		!first.Started.IsZero() {
 		t.Fatalf("lost attempt %+v", first)
@@ -197,7 +197,7 @@ func TestLossWhilePreparingInputs(t *testing.T) {
 	}
 	provs[v.Lease.Provider].exec.open("work")
 	v = r.waitJob(v.Job.ID, "settled", settled)
-	if v.Run != auction.RunSucceeded || v.State != auction.JobFinished {
+	if v.Run != terms.RunSucceeded || v.State != terms.JobFinished {
 		t.Fatalf("job ended %s (%s)", v.Run, v.State)
 	}
 }
@@ -213,17 +213,17 @@ func TestLostLeaseSettlesAfterRenterRestart(t *testing.T) {
 	r := h.renter()
 	pa := h.provider(provSpec{model: "H100", price: 1})
 	pb := h.provider(provSpec{model: "H100", price: 1.5})
-	v := r.post(job(auction.Gold, 5, time.Minute, "gate", "work", "0"))
+	v := r.post(job(terms.Gold, 5, time.Minute, "gate", "work", "0"))
 	lost, other := pa, pb
 	if v.Winner == pb.id() {
 		lost, other = pb, pa
 	}
 	r.waitJob(v.Job.ID, "running with heartbeats", func(v api.JobView) bool {
-		return v.Run == auction.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 3
+		return v.Run == terms.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 3
 	})
 	h.net.Drop(lost.signer.ID())
 	v = r.waitJob(v.Job.ID, "requeued elsewhere", func(v api.JobView) bool {
-		return len(v.History) == 1 && v.Lease != nil && v.Lease.Provider == other.id() && v.Run == auction.RunRunning
+		return len(v.History) == 1 && v.Lease != nil && v.Lease.Provider == other.id() && v.Run == terms.RunRunning
 	})
 	first := v.History[0]
 	r.kill()

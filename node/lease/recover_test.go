@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 )
@@ -24,22 +24,22 @@ func TestSilentProviderJobRecoversElsewhere(t *testing.T) {
 	r := h.renter()
 	pa := h.provider(provSpec{model: "H100", price: 1})
 	pb := h.provider(provSpec{model: "H100", price: 1.5})
-	v := r.post(job(auction.Gold, 5, time.Minute, "gate", "work", "0"))
+	v := r.post(job(terms.Gold, 5, time.Minute, "gate", "work", "0"))
 	// A gold auction closes at the first bid that can start at once.
 	lost, other := pa, pb
 	if v.Winner == pb.id() {
 		lost, other = pb, pa
 	}
 	r.waitJob(v.Job.ID, "running with heartbeats", func(v api.JobView) bool {
-		return v.Run == auction.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 3
+		return v.Run == terms.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 3
 	})
 	silentAt := time.Now()
 	h.net.Drop(lost.signer.ID())
 	v = r.waitJob(v.Job.ID, "requeued elsewhere", func(v api.JobView) bool {
-		return len(v.History) == 1 && v.Lease != nil && v.Run == auction.RunRunning
+		return len(v.History) == 1 && v.Lease != nil && v.Run == terms.RunRunning
 	})
 	first := v.History[0]
-	if first.Lease.Provider != lost.id() || first.Run != auction.RunFailed || first.Fault != auction.FaultProvider ||
+	if first.Lease.Provider != lost.id() || first.Run != terms.RunFailed || first.Fault != terms.FaultProvider ||
 		!strings.HasPrefix(first.Detail, "provider lost: no heartbeat for ") || first.Receipt {
 		t.Fatalf("lost attempt %+v", first)
 	}
@@ -49,7 +49,7 @@ func TestSilentProviderJobRecoversElsewhere(t *testing.T) {
 	if v.Lease.Provider != other.id() || v.Job.Duration != time.Minute || !v.Job.Excludes(lost.id()) || len(v.Job.Exclude) != 1 {
 		t.Fatalf("second attempt on %s: duration %v exclude %v", v.Lease.Provider, v.Job.Duration, v.Job.Exclude)
 	}
-	if v.Lease.Attempt <= first.Attempt || v.Lease.Tier != auction.Gold {
+	if v.Lease.Attempt <= first.Attempt || v.Lease.Tier != terms.Gold {
 		t.Fatalf("second lease attempt %d tier %s after attempt %d", v.Lease.Attempt, v.Lease.Tier, first.Attempt)
 	}
 	if n := counter(r, "renter.lease_lost"); n != 1 {
@@ -93,7 +93,7 @@ func TestSilentProviderJobRecoversElsewhere(t *testing.T) {
 
 	other.exec.open("work")
 	v = r.waitJob(v.Job.ID, "settled", settled)
-	if v.Run != auction.RunSucceeded || v.State != auction.JobFinished || v.Lease.Provider != other.id() {
+	if v.Run != terms.RunSucceeded || v.State != terms.JobFinished || v.Lease.Provider != other.id() {
 		t.Fatalf("job ended %s (%s) on %s", v.Run, v.State, v.Lease.Provider)
 	}
 	if want := got.History[0].CostUSD + v.Receipt.Amount; math.Abs(v.CostUSD-want) > 1e-12 {
@@ -113,12 +113,12 @@ func TestAttemptBudgetEndsJob(t *testing.T) {
 		p := h.provider(provSpec{model: "A100", price: price})
 		provs[p.id()] = p
 	}
-	j := job(auction.Silver, 5, time.Minute, "gate", "work", "0")
+	j := job(terms.Silver, 5, time.Minute, "gate", "work", "0")
 	j.MaxAttempts = 2
 	v := r.post(j)
 	for i := range 2 {
 		v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool {
-			return len(v.History) == i && v.Lease != nil && v.Run == auction.RunRunning && v.LastTelemetry != nil
+			return len(v.History) == i && v.Lease != nil && v.Run == terms.RunRunning && v.LastTelemetry != nil
 		})
 		p := provs[v.Lease.Provider]
 		delete(provs, p.id())
@@ -128,8 +128,8 @@ func TestAttemptBudgetEndsJob(t *testing.T) {
 	for _, p := range provs {
 		p3 = p
 	}
-	v = r.waitJob(v.Job.ID, "ended", func(v api.JobView) bool { return v.State == auction.JobFinished })
-	if len(v.History) != 1 || v.Lease.Provider == v.History[0].Lease.Provider || v.Run != auction.RunFailed || v.Fault != auction.FaultProvider ||
+	v = r.waitJob(v.Job.ID, "ended", func(v api.JobView) bool { return v.State == terms.JobFinished })
+	if len(v.History) != 1 || v.Lease.Provider == v.History[0].Lease.Provider || v.Run != terms.RunFailed || v.Fault != terms.FaultProvider ||
 		!strings.Contains(v.Detail, "provider lost: no heartbeat") || !strings.Contains(v.Detail, "attempt budget spent (2 of 2 attempts used)") {
 		t.Fatalf("job ended %s (%s, fault %q): %q after %d earlier attempts", v.State, v.Run, v.Fault, v.Detail, len(v.History))
 	}
@@ -151,11 +151,11 @@ func TestJobFaultIsNotRequeuedNorHeldAgainstTheProvider(t *testing.T) {
 		p := h.provider(provSpec{model: "A100", price: price})
 		provs[p.id()] = p
 	}
-	v := r.post(job(auction.Silver, 2, time.Minute, "run", "20", "1"))
+	v := r.post(job(terms.Silver, 2, time.Minute, "run", "20", "1"))
 	p := provs[v.Winner]
 	before := third.book.Stats(p.id()).Score
 	v = r.waitJob(v.Job.ID, "settled", settled)
-	if v.Run != auction.RunFailed || v.Fault != auction.FaultJob || v.State != auction.JobFinished || len(v.History) != 0 || v.Job.Attempt != 0 {
+	if v.Run != terms.RunFailed || v.Fault != terms.FaultJob || v.State != terms.JobFinished || len(v.History) != 0 || v.Job.Attempt != 0 {
 		t.Fatalf("job that exited 1: run %s fault %q state %s, %d earlier attempts", v.Run, v.Fault, v.State, len(v.History))
 	}
 	h.waitFor(3*time.Second, "third node heard the receipt", func() bool { return third.book.Stats(p.id()).JobFaults == 1 })
@@ -164,9 +164,9 @@ func TestJobFaultIsNotRequeuedNorHeldAgainstTheProvider(t *testing.T) {
 	}
 	// A provider fault, by contrast, costs it there: a restarted
 	// provider's failure, gossiped with its receipt.
-	v = r.post(job(auction.Silver, 2, time.Minute, "gate", "never", "0"))
+	v = r.post(job(terms.Silver, 2, time.Minute, "gate", "never", "0"))
 	p = provs[v.Winner]
-	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
+	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning && v.LastTelemetry != nil })
 	p.kill()
 	p.restart()
 	h.waitFor(5*time.Second, "third node heard the provider's failure", func() bool { return third.book.Stats(p.id()).Failed == 1 })

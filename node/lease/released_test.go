@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
@@ -32,7 +32,7 @@ func TestReleasedLeaseSettlesAtOnce(t *testing.T) {
 		return counter(p, "provider.settle_released") == 1
 	})
 	pl, _ := p.lease(lost)
-	if pl.Run != auction.RunCancelled || pl.Detail != "cancelled by the renter" {
+	if pl.Run != terms.RunCancelled || pl.Detail != "cancelled by the renter" {
 		t.Fatalf("released lease ended %s: %q", pl.Run, pl.Detail)
 	}
 	// The gated job had started when the release came: it ran, unbilled.
@@ -103,14 +103,14 @@ func TestRenterSayingReleasedForARunIsDisputed(t *testing.T) {
 		}
 		return r.tracker.HandleLeaseEvent(ctx, from, data)
 	}))
-	v := r.post(job(auction.Silver, 5, time.Minute, "run", "10", "0"))
+	v := r.post(job(terms.Silver, 5, time.Minute, "run", "10", "0"))
 	l := *v.Lease
 	var pl api.ProviderLease
 	h.waitFor(5*time.Second, "the provider's settlement disputed", func() bool {
 		pl, _ = p.lease(l.ID)
 		return pl.Dispute != ""
 	})
-	if pl.Run != auction.RunSucceeded || pl.Dispute != lifecycle.ReleasedDispute {
+	if pl.Run != terms.RunSucceeded || pl.Dispute != lifecycle.ReleasedDispute {
 		t.Fatalf("provider's lease: run %s, dispute %q", pl.Run, pl.Dispute)
 	}
 	h.waitFor(3*time.Second, "the provider's dispute in its ledger", func() bool { return len(p.entries(record.KindDispute, l.ID)) == 1 })
@@ -137,7 +137,7 @@ func TestForgedReleaseIsRetried(t *testing.T) {
 		}
 		return r.tracker.HandleLeaseEvent(ctx, from, data)
 	}))
-	v := r.post(job(auction.Silver, 5, time.Minute, "run", "10", "0"))
+	v := r.post(job(terms.Silver, 5, time.Minute, "run", "10", "0"))
 	h.waitFor(5*time.Second, "the forged release's report tried again", func() bool { return counter(p, "provider.settle_retry") >= 1 })
 	r.tr.OnRequest(wire.ProtoLeaseEvent, h.notifying(r.tracker.HandleLeaseEvent))
 	v = r.waitJob(v.Job.ID, "settled", settled)

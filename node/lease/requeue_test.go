@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -44,14 +44,14 @@ func TestRequeueFollowsTheReceipt(t *testing.T) {
 				receipts[old.Attempt] = now
 			}
 		}
-		if v.State == auction.JobFinished && v.Receipt != nil {
+		if v.State == terms.JobFinished && v.Receipt != nil {
 			select {
 			case finished <- v:
 			default:
 			}
 		}
 	}
-	h.onCall = func(c auction.Call) {
+	h.onCall = func(c terms.Call) {
 		now := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
@@ -65,7 +65,7 @@ func TestRequeueFollowsTheReceipt(t *testing.T) {
 	}
 	// Every provider's executor fails the job (its fault): the job is
 	// requeued elsewhere until its attempts are spent.
-	j := job(auction.Silver, 5, time.Minute, "panic", "-", "0")
+	j := job(terms.Silver, 5, time.Minute, "panic", "-", "0")
 	j.MaxAttempts = attempts
 	r.post(j)
 	var v api.JobView
@@ -74,7 +74,7 @@ func TestRequeueFollowsTheReceipt(t *testing.T) {
 	case <-time.After(h.settleWait):
 		t.Fatalf("the job did not finish its attempts within one SettleWait (%s): a requeue waited it out", h.settleWait)
 	}
-	if len(v.History) != attempts-1 || v.Run != auction.RunFailed {
+	if len(v.History) != attempts-1 || v.Run != terms.RunFailed {
 		t.Fatalf("job finished %s after %d earlier attempts, want %d", v.Run, len(v.History), attempts-1)
 	}
 	for _, old := range v.History {

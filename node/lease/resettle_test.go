@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 )
@@ -20,8 +20,8 @@ func TestSettlementAnswerLost(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	p.crash.loseReceiptAnswer.Store(true)
-	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "end", "0"))
-	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning })
+	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "end", "0"))
+	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
 	p.exec.open("end")
 	v = r.waitJob(v.Job.ID, "settled", settled)
 	h.waitFor(5*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })

@@ -8,13 +8,13 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// A sealed job (auction.Job.Sealed), provider side: before its inputs
+// A sealed job (terms.Job.Sealed), provider side: before its inputs
 // are fetched the provider mounts a scratch tmpfs for the lease and asks
 // the renter for the lease's keys (wire.ProtoLeaseKeys), which it keeps in
 // memory for the run alone. Its inputs are unsealed into the scratch
@@ -49,8 +49,8 @@ func (r *leaseRun) sealed() *sealing {
 // scratchMB sizes a sealed lease's scratch tmpfs: its inputs, two
 // checkpoints (the one restored and one staged) and its outputs. A tmpfs
 // takes memory only for what is written.
-func scratchMB(job auction.Job) int {
-	n := int64(2*auction.MaxCheckpointBytes) + MaxOutputBytes
+func scratchMB(job terms.Job) int {
+	n := int64(2*terms.MaxCheckpointBytes) + MaxOutputBytes
 	for _, b := range job.InputBytes {
 		n += b
 	}
@@ -59,7 +59,7 @@ func scratchMB(job auction.Job) int {
 
 // openSeal mounts the lease's scratch tmpfs and takes its keys from the
 // renter.
-func (r *leaseRun) openSeal(job auction.Job) error {
+func (r *leaseRun) openSeal(job terms.Job) error {
 	s := r.s
 	l := r.lease()
 	root := s.cfg.WorkRoot
@@ -100,7 +100,7 @@ func (r *leaseRun) closeSeal() {
 
 // fetchLeaseKeys asks lease l's renter for its keys; a lost answer is
 // tried again (the renter may not have recorded the lease yet).
-func (s *Supervisor) fetchLeaseKeys(ctx context.Context, l auction.Lease) (*wire.LeaseKeys, error) {
+func (s *Supervisor) fetchLeaseKeys(ctx context.Context, l terms.Lease) (*wire.LeaseKeys, error) {
 	if s.cfg.Transport == nil {
 		return nil, errors.New("this provider cannot reach renters")
 	}

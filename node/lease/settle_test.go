@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
@@ -26,9 +26,9 @@ func TestSettlementSurvivesRenterOutage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
 			r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-			v := r.post(job(auction.Silver, 2, time.Minute, "gate", "end", "0"))
+			v := r.post(job(terms.Silver, 2, time.Minute, "gate", "end", "0"))
 			r.waitJob(v.Job.ID, "running with telemetry", func(v api.JobView) bool {
-				return v.Run == auction.RunRunning && v.LastTelemetry != nil
+				return v.Run == terms.RunRunning && v.LastTelemetry != nil
 			})
 			r.kill()
 			p.exec.open("end")
@@ -38,7 +38,7 @@ func TestSettlementSurvivesRenterOutage(t *testing.T) {
 				return func() bool { return n.counters.Snapshot()["provider.settle_retry"] >= 8 }
 			}
 			h.waitFor(3*time.Second, "provider retries the settlement", retried(p))
-			if pl, ok := p.lease(v.Lease.ID); !ok || pl.Run != auction.RunSucceeded {
+			if pl, ok := p.lease(v.Lease.ID); !ok || pl.Run != terms.RunSucceeded {
 				t.Fatalf("provider's record %+v", pl)
 			}
 			if len(p.entries(record.KindReceipt, v.Lease.ID)) != 0 {
@@ -51,7 +51,7 @@ func TestSettlementSurvivesRenterOutage(t *testing.T) {
 			}
 			r = r.restart()
 			v = r.waitJob(v.Job.ID, "settled", settled)
-			if v.Run != auction.RunSucceeded || v.Receipt.Outcome != auction.RunSucceeded || v.State != auction.JobFinished {
+			if v.Run != terms.RunSucceeded || v.Receipt.Outcome != terms.RunSucceeded || v.State != terms.JobFinished {
 				t.Fatalf("run %s outcome %s state %s (%s)", v.Run, v.Receipt.Outcome, v.State, v.Detail)
 			}
 			h.waitFor(3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, v.Lease.ID)) == 1 })
@@ -74,10 +74,10 @@ func TestSettlementGivesUpAfterWindow(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	p.sup.cfg.SettleWindow = time.Millisecond
-	v := r.post(job(auction.Silver, 2, 200*time.Millisecond, "gate", "never", "0"))
+	v := r.post(job(terms.Silver, 2, 200*time.Millisecond, "gate", "never", "0"))
 	// The 200 ms lease may end before a late "running" report (which the
 	// renter then ignores as stale): started is what matters here.
-	r.waitJob(v.Job.ID, "started", func(v api.JobView) bool { return v.Run == auction.RunRunning || v.Run.Terminal() })
+	r.waitJob(v.Job.ID, "started", func(v api.JobView) bool { return v.Run == terms.RunRunning || v.Run.Terminal() })
 	r.kill()
 	h.waitFor(3*time.Second, "provider gives up", func() bool { return p.counters.Snapshot()["provider.settle_abandoned"] == 1 })
 	p.waitFinal(v.Lease.ID, lifecycle.Abandoned)

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -21,9 +21,9 @@ func TestSettlesAcrossClockSkew(t *testing.T) {
 	// The renter's clock runs behind (the provider's executor keeps the
 	// real clock, as a real one shares its daemon's).
 	r.tracker.cfg.Now = func() time.Time { return time.Now().Add(-skew) }
-	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "end", "0"))
+	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "end", "0"))
 	v = r.waitJob(v.Job.ID, "running with telemetry", func(v api.JobView) bool {
-		return v.Run == auction.RunRunning && v.LastTelemetry != nil
+		return v.Run == terms.RunRunning && v.LastTelemetry != nil
 	})
 	// Let it run for a few heartbeats: a bill of something, not of nothing.
 	first := v.LastTelemetry.Time

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
 	"github.com/gpumesh/gpumesh/runtime"
 )
@@ -20,7 +20,7 @@ func TestPostRefusesEnvTheRuntimeSets(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	for _, name := range []string{"HOME", "GPUMESH_OUTPUTS", "CUDA_VISIBLE_DEVICES"} {
-		j := job(auction.Silver, 2, time.Minute, "run", "20", "0")
+		j := job(terms.Silver, 2, time.Minute, "run", "20", "0")
 		j.ID = "env-" + strings.ToLower(strings.ReplaceAll(name, "_", "-"))
 		j.Run.Env = map[string]string{"FOO": "bar", name: "/tmp"}
 		_, err := r.tracker.Post(j)
@@ -41,7 +41,7 @@ func TestPostRefusesEnvTheRuntimeSets(t *testing.T) {
 	default:
 	}
 	// The same variable under a name the runtime leaves to the job posts.
-	j := job(auction.Silver, 2, time.Minute, "run", "20", "0")
+	j := job(terms.Silver, 2, time.Minute, "run", "20", "0")
 	j.Run.Env = map[string]string{"MY_HOME": "/tmp"}
 	r.post(j)
 }
@@ -60,14 +60,14 @@ func TestCommandMissingOnHostIsTheJobsFault(t *testing.T) {
 				p := h.provider(provSpec{model: "A100", price: price, exec: realProcessExec(t)})
 				provs[p.id()] = p
 			}
-			v := r.post(job(auction.Silver, 2, time.Minute, cmd...))
+			v := r.post(job(terms.Silver, 2, time.Minute, cmd...))
 			p := provs[v.Winner]
 			before := r.book.Stats(p.id()).Score
 			v = r.waitJob(v.Job.ID, "settled", settled)
-			if v.Run != auction.RunFailed || v.Fault != auction.FaultJob || v.Receipt.Fault != auction.FaultJob {
+			if v.Run != terms.RunFailed || v.Fault != terms.FaultJob || v.Receipt.Fault != terms.FaultJob {
 				t.Fatalf("missing command: run %s fault %q receipt fault %q (%s)", v.Run, v.Fault, v.Receipt.Fault, v.Detail)
 			}
-			if v.State != auction.JobFinished || len(v.History) != 0 || v.Job.Attempt != 0 || len(v.Job.Exclude) != 0 {
+			if v.State != terms.JobFinished || len(v.History) != 0 || v.Job.Attempt != 0 || len(v.Job.Exclude) != 0 {
 				t.Fatalf("missing command requeued: state %s, %d earlier attempts, attempt %d, excluded %v",
 					v.State, len(v.History), v.Job.Attempt, v.Job.Exclude)
 			}
@@ -88,13 +88,13 @@ func TestRuntimeSpecFaultsClassify(t *testing.T) {
 	cases := []struct {
 		name  string
 		edit  func(*runtime.Spec)
-		fault auction.Fault
+		fault terms.Fault
 	}{
-		{"reserved env", func(s *runtime.Spec) { s.Env = map[string]string{"HOME": "/tmp"} }, auction.FaultJob},
-		{"command not on PATH", func(s *runtime.Spec) { s.Command = []string{"gpumesh-no-such-command"} }, auction.FaultJob},
-		{"no such file", func(s *runtime.Spec) { s.Command = []string{"/nonexistent/gpumesh/bin"} }, auction.FaultJob},
-		{"not executable", func(s *runtime.Spec) { s.Command = []string{"/etc/passwd"} }, auction.FaultJob},
-		{"deadline passed", func(s *runtime.Spec) { s.Deadline = time.Now().Add(-time.Second) }, auction.FaultProvider},
+		{"reserved env", func(s *runtime.Spec) { s.Env = map[string]string{"HOME": "/tmp"} }, terms.FaultJob},
+		{"command not on PATH", func(s *runtime.Spec) { s.Command = []string{"gpumesh-no-such-command"} }, terms.FaultJob},
+		{"no such file", func(s *runtime.Spec) { s.Command = []string{"/nonexistent/gpumesh/bin"} }, terms.FaultJob},
+		{"not executable", func(s *runtime.Spec) { s.Command = []string{"/etc/passwd"} }, terms.FaultJob},
+		{"deadline passed", func(s *runtime.Spec) { s.Deadline = time.Now().Add(-time.Second) }, terms.FaultProvider},
 	}
 	for _, c := range cases {
 		s := base
@@ -106,7 +106,7 @@ func TestRuntimeSpecFaultsClassify(t *testing.T) {
 			t.Fatalf("%s: started", c.name)
 		}
 		run, detail, fault := lifecycle.Classify(exitOf(runtime.Result{ExitCode: -1, Err: err}), nil)
-		if run != auction.RunFailed || fault != c.fault {
+		if run != terms.RunFailed || fault != c.fault {
 			t.Fatalf("%s: %s fault %q (%s), want fault %q", c.name, run, fault, detail, c.fault)
 		}
 	}

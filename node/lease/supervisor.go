@@ -25,7 +25,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -58,10 +58,10 @@ type Thermal interface {
 // (auction.Provider satisfies it).
 type Bookings interface {
 	// LeaseEnded frees a lease's GPUs once it ended.
-	LeaseEnded(leaseID string, end time.Time, state auction.RunState) error
+	LeaseEnded(leaseID string, end time.Time, state terms.RunState) error
 	// Rebook books a confirmed lease again at recovery (the book lives in
 	// memory).
-	Rebook(l auction.Lease, job auction.Job) error
+	Rebook(l terms.Lease, job terms.Job) error
 	// Slices is the slices of its device a slice lease holds
 	// (auction.Booking.Slices): on a device in MIG mode they name its MIG
 	// instance (runtime.LeaseUUIDs).
@@ -85,7 +85,7 @@ type Artifacts interface {
 	// not "", is what the job runs instead of job.Run.Image: the ID of
 	// the image loaded from its image artifact, which no other tenant's
 	// image can shadow.
-	Inputs(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (release func(), image string, err error)
+	Inputs(ctx context.Context, job terms.Job, dir string, keys *wire.LeaseKeys) (release func(), image string, err error)
 	// Outputs stores a lease's collected outputs dir as an artifact owned
 	// by the renter and returns its id.
 	Outputs(dir, renter string, keys *wire.LeaseKeys) (string, error)
@@ -104,7 +104,7 @@ type Checkpoints interface {
 	// Restore fetches checkpoint artifact id of job from its owner (and
 	// any other holder), verifying every chunk, and writes its files into
 	// dir; release removes them.
-	Restore(ctx context.Context, job auction.Job, id, dir string, keys *wire.LeaseKeys) (release func(), err error)
+	Restore(ctx context.Context, job terms.Job, id, dir string, keys *wire.LeaseKeys) (release func(), err error)
 }
 
 // Network is what a lease adds to its job's runtime.Spec (a gang member's
@@ -112,7 +112,7 @@ type Checkpoints interface {
 // given the started job and end is called once the job has ended (either
 // may be nil).
 type Network interface {
-	Hook(l auction.Lease, job auction.Job, spec *runtime.Spec) (started func(runtime.Handle), end func(), err error)
+	Hook(l terms.Lease, job terms.Job, spec *runtime.Spec) (started func(runtime.Handle), end func(), err error)
 }
 
 // SupervisorConfig configures a Supervisor.
@@ -130,15 +130,15 @@ type SupervisorConfig struct {
 	// default DefaultJobFilesMaxBytes.
 	JobFilesMaxBytes int64
 	// JobFilesMaxRetain is the longest a lease's job log and outputs are
-	// kept after it ends, whatever its job asks (auction.Job.Retain);
-	// default auction.DefaultRetain.
+	// kept after it ends, whatever its job asks (terms.Job.Retain);
+	// default terms.DefaultRetain.
 	JobFilesMaxRetain time.Duration
 	// WorkRoot is the executor's scratch root (orphans there are wiped
 	// and killed at recovery).
 	WorkRoot string
 	// GPUs are the node's devices, indexed as the calendar books them: a
 	// lease's devices are run with their UUIDs where known.
-	GPUs []auction.GPU
+	GPUs []terms.GPU
 	// Telemetry samples a lease's devices (and the job's process group)
 	// for a heartbeat; nil sends empty process telemetry.
 	Telemetry Sampler
@@ -255,11 +255,11 @@ func (s *Supervisor) bookings() Bookings {
 type providerRecord struct {
 	// Rec is the lease's state, its machine's (view is what the API shows
 	// of it).
-	Rec      lifecycle.Lease      `json:"rec"`
-	Job      auction.Job          `json:"job"`
-	Pgid     int                  `json:"pgid,omitempty"`
-	LastBeat time.Time            `json:"last_beat,omitempty"`
-	Outputs  []auction.OutputFile `json:"outputs,omitempty"`
+	Rec      lifecycle.Lease    `json:"rec"`
+	Job      terms.Job          `json:"job"`
+	Pgid     int                `json:"pgid,omitempty"`
+	LastBeat time.Time          `json:"last_beat,omitempty"`
+	Outputs  []terms.OutputFile `json:"outputs,omitempty"`
 	// OldSettled is the settled flag of a record stored before the
 	// lease's phase was (read by upgrade only).
 	OldSettled bool `json:"settled,omitempty"`
@@ -267,8 +267,8 @@ type providerRecord struct {
 	OutputsArtifact string `json:"outputs_artifact,omitempty"`
 	// Checkpoint is the last checkpoint the renter took; Restored the one
 	// the job started from.
-	Checkpoint *auction.Checkpoint `json:"checkpoint,omitempty"`
-	Restored   *auction.Checkpoint `json:"restored,omitempty"`
+	Checkpoint *terms.Checkpoint `json:"checkpoint,omitempty"`
+	Restored   *terms.Checkpoint `json:"restored,omitempty"`
 	// LogDigest and LogBytes are the SHA-256 (hex) and length of the
 	// job's whole log, kept as it is written (wire.LeaseEvent).
 	LogDigest string `json:"log_digest,omitempty"`
@@ -359,7 +359,7 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 		return nil, fmt.Errorf("jobs dir: %w", err)
 	}
 	if cfg.JobFilesMaxRetain <= 0 {
-		cfg.JobFilesMaxRetain = auction.DefaultRetain
+		cfg.JobFilesMaxRetain = terms.DefaultRetain
 	}
 	s := &Supervisor{cfg: cfg, log: log, ctx: ctx, runs: map[string]*leaseRun{}, held: map[string]string{}, heldJobs: map[string]string{},
 		filesUntil: map[string]time.Time{}}
@@ -428,7 +428,7 @@ func (s *Supervisor) checkLimits() {
 	s.log.Warn("gpu limit exceeded: not bidding, preempting preemptible leases", "reason", detail, "leases", len(victims))
 	for _, r := range victims {
 		s.cfg.Counters.Add("provider.limit_preempted")
-		r.abort(auction.RunPreempted, detail)
+		r.abort(terms.RunPreempted, detail)
 	}
 }
 
@@ -534,7 +534,7 @@ var ErrLeaseIDInUse = errors.New("lease id in use")
 // by renters and gossiped in receipts: without this a renter could award
 // a lease id it saw after a restart and read the earlier renter's logs.
 func (s *Supervisor) Admit(leaseID, jobID, renter string) error {
-	if err := auction.ValidID(leaseID); err != nil {
+	if err := terms.ValidID(leaseID); err != nil {
 		return fmt.Errorf("%w: %v", ErrLeaseIDInUse, err)
 	}
 	s.mu.Lock()
@@ -562,7 +562,7 @@ func (s *Supervisor) Admit(leaseID, jobID, renter string) error {
 // OnLease is the auction provider's callback for a confirmed lease: it
 // stops the bronze leases this one evicts and schedules the job. It never
 // replaces a lease it holds already (Admit refuses such an award first).
-func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string) {
+func (s *Supervisor) OnLease(l terms.Lease, job terms.Job, preempts []string) {
 	s.mu.Lock()
 	if _, ok := s.runs[l.ID]; ok {
 		s.mu.Unlock()
@@ -573,7 +573,7 @@ func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string
 	s.mu.Unlock()
 	for _, id := range preempts {
 		if victim := s.run(id); victim != nil {
-			victim.abort(auction.RunPreempted, fmt.Sprintf("preempted by %s lease %s", job.Tier, l.ID))
+			victim.abort(terms.RunPreempted, fmt.Sprintf("preempted by %s lease %s", job.Tier, l.ID))
 		}
 	}
 	r := s.newRun(providerRecord{Job: job})
@@ -650,7 +650,7 @@ func (r *leaseRun) loopGuarded() (over bool) {
 // earlier: the run waits for the new start instead, and tells the renter
 // before it begins. It reports false when the run already began (or is
 // unknown): the provider then keeps the lease where it was.
-func (s *Supervisor) OnMove(moved auction.Lease, _ auction.Job) bool {
+func (s *Supervisor) OnMove(moved terms.Lease, _ terms.Job) bool {
 	r := s.run(moved.ID)
 	return r != nil && r.step(lifecycle.Moved{Lease: moved})
 }
@@ -677,23 +677,23 @@ func (s *Supervisor) Close() {
 
 // abort stops a pending or running job, recording why (the first stop
 // counts).
-func (r *leaseRun) abort(as auction.RunState, detail string) {
+func (r *leaseRun) abort(as terms.RunState, detail string) {
 	r.step(lifecycle.StopRequested{As: as, Detail: detail})
 }
 
 // shutdown stops the job because the daemon is stopping and waits for it.
 func (r *leaseRun) shutdown() {
-	r.abort(auction.RunFailed, lifecycle.ShutdownDetail)
+	r.abort(terms.RunFailed, lifecycle.ShutdownDetail)
 	<-r.done
 }
 
-func (r *leaseRun) lease() auction.Lease {
+func (r *leaseRun) lease() terms.Lease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pr.Rec.Lease
 }
 
-func (r *leaseRun) state() auction.RunState {
+func (r *leaseRun) state() terms.RunState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pr.Rec.Run
@@ -864,7 +864,7 @@ func (r *leaseRun) do(e lifecycle.Effect) bool {
 		r.mu.Lock()
 		h, started, ended := r.h, r.pr.Rec.Started, r.pr.Rec.Exit.Ended
 		r.mu.Unlock()
-		r.snapshot(h, auction.CheckpointStopped, started, maxTime(ended, started), r.logw)
+		r.snapshot(h, terms.CheckpointStopped, started, maxTime(ended, started), r.logw)
 	case lifecycle.CollectOutputs:
 		r.collect()
 		r.step(lifecycle.OutputsCollected{})
@@ -1124,12 +1124,12 @@ const pruneEvery = time.Hour
 const janitorEvery = time.Minute
 
 // retention is how long a lease of job keeps its job files after it ends:
-// the job's Retain (auction.DefaultRetain when it sets none), at most the
+// the job's Retain (terms.DefaultRetain when it sets none), at most the
 // provider's JobFilesMaxRetain.
-func (s *Supervisor) retention(job auction.Job) time.Duration {
+func (s *Supervisor) retention(job terms.Job) time.Duration {
 	keep := job.Retain
 	if keep <= 0 {
-		keep = auction.DefaultRetain
+		keep = terms.DefaultRetain
 	}
 	return min(keep, s.cfg.JobFilesMaxRetain)
 }
@@ -1304,7 +1304,7 @@ func treeSize(path string) int64 {
 // fetch stops when the lease is aborted) into a directory the job's uid
 // can read: under the work root, named so that a restart's orphan sweep
 // removes it.
-func (r *leaseRun) prepareInputs(job auction.Job) (release func(), dir, image string, err error) {
+func (r *leaseRun) prepareInputs(job terms.Job) (release func(), dir, image string, err error) {
 	s := r.s
 	if s.cfg.Artifacts == nil {
 		return nil, "", "", errors.New("this provider cannot fetch input artifacts")
@@ -1348,7 +1348,7 @@ func backendName(e runtime.Executor, spec runtime.Spec) string {
 
 // leaseDevices is the device indices a lease holds (0..GPUCount-1 for a
 // lease booked without devices) and their UUIDs, when all are known.
-func (s *Supervisor) leaseDevices(l auction.Lease) ([]int, []string) {
+func (s *Supervisor) leaseDevices(l terms.Lease) ([]int, []string) {
 	gpus := append([]int(nil), l.Devices...)
 	if len(gpus) == 0 {
 		gpus = make([]int, l.GPUCount)
@@ -1390,7 +1390,7 @@ func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 		}
 		seq++
 		r.mu.Lock()
-		pgid, preparing := r.pr.Pgid, r.pr.Rec.Run == auction.RunPending
+		pgid, preparing := r.pr.Pgid, r.pr.Rec.Run == terms.RunPending
 		r.mu.Unlock()
 		var tel runtime.Telemetry
 		if s.cfg.Telemetry != nil {
@@ -1435,7 +1435,7 @@ func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 		if unknown >= wire.UnknownLeaseBeats {
 			s.cfg.Counters.Add("provider.lease_unknown_to_renter")
 			s.log.Info("the renter holds no such lease; stopping it", "lease", l.ID, "renter", l.Renter)
-			r.abort(auction.RunCancelled, "the renter holds no such lease (an award it gave up on)")
+			r.abort(terms.RunCancelled, "the renter holds no such lease (an award it gave up on)")
 		}
 	}
 }
@@ -1499,10 +1499,10 @@ func (s *Supervisor) sendEvent(pr providerRecord, attempts int) (*attest.Heartbe
 // announceMove tells the renter its pending lease moved earlier to l (a
 // lease event carrying the new start and devices), before the lease's
 // first heartbeat, so that it watches and bills the new span.
-func (r *leaseRun) announceMove(l auction.Lease) {
+func (r *leaseRun) announceMove(l terms.Lease) {
 	s := r.s
 	s.log.Info("lease moved earlier", "lease", l.ID, "job", l.JobID, "to", l.Start)
-	ev := wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: s.cfg.Signer.ID().String(), Run: auction.RunPending,
+	ev := wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: s.cfg.Signer.ID().String(), Run: terms.RunPending,
 		Time: s.now(), Moved: &wire.LeaseMove{Start: l.Start, Devices: l.Devices}}
 	if _, err := s.deliverEvent(l.Renter, ev, 3); err != nil {
 		s.log.Warn("renter not told of the lease's move: the lease is not run", "lease", l.ID, "err", err)
@@ -1622,7 +1622,7 @@ func (r *leaseRun) exchangeReceipt(start, end time.Time) error {
 		Start: start, End: end, GPUCount: rec.Lease.GPUCount, GPUFraction: rec.Lease.GPUFraction, Devices: devices,
 		GPUSeconds: gpuSec, Price: rec.Lease.Price,
 		Amount: attest.AmountFor(gpuSec, rec.Lease.Price), Outcome: rec.Run, Fault: rec.Fault,
-		ResultHash: auction.ManifestHash(outs), Checkpoint: ckpt, LogDigest: logDigest, Heartbeats: *sum, IssuedAt: end,
+		ResultHash: terms.ManifestHash(outs), Checkpoint: ckpt, LogDigest: logDigest, Heartbeats: *sum, IssuedAt: end,
 		NoPersist: noPersist, Scrub: scrub,
 	}
 	// Issued as of the run's end, not now: every attempt sends the same
@@ -1744,7 +1744,7 @@ func (pr *providerRecord) upgrade() {
 func (r *leaseRun) rebook() {
 	s := r.s
 	l, job := r.lease(), r.pr.Job
-	l.State = auction.RunPending
+	l.State = terms.RunPending
 	err := errors.New("no calendar to book it on")
 	if b := s.bookings(); b != nil {
 		err = b.Rebook(l, job)
@@ -1787,21 +1787,21 @@ func (s *Supervisor) HandleCancel(_ context.Context, from peer.ID, data []byte) 
 	if req.Gang && r.lease().Gang != nil {
 		// Checkpointed on the way out, as a preemption is, and resumed
 		// with its gang elsewhere.
-		r.abort(auction.RunPreempted, "its gang lost a member: stopped with the gang, to resume together")
+		r.abort(terms.RunPreempted, "its gang lost a member: stopped with the gang, to resume together")
 		return nil, nil
 	}
-	r.abort(auction.RunCancelled, "cancelled by the renter")
+	r.abort(terms.RunCancelled, "cancelled by the renter")
 	return nil, nil
 }
 
 // openCancel decodes a cancel (or release) of a lease sent by from: signed
-// by from, for a lease id that satisfies auction.ValidID.
+// by from, for a lease id that satisfies terms.ValidID.
 func openCancel(data []byte, from peer.ID) (wire.CancelRequest, error) {
 	var req wire.CancelRequest
 	if err := sign.OpenFrom(data, sign.DomainLeaseCancel, from, &req); err != nil {
 		return wire.CancelRequest{}, err
 	}
-	if err := auction.ValidID(req.LeaseID); err != nil {
+	if err := terms.ValidID(req.LeaseID); err != nil {
 		return wire.CancelRequest{}, fmt.Errorf("cancel: lease id: %w", err)
 	}
 	return req, nil
@@ -1860,7 +1860,7 @@ type Access struct {
 // Authorize answers whether peer from may read lease leaseID's log and
 // outputs (only its renter may); a refusal is counted.
 func (s *Supervisor) Authorize(leaseID string, from peer.ID) (*Access, bool) {
-	if auction.ValidID(leaseID) != nil {
+	if terms.ValidID(leaseID) != nil {
 		// Never a lease of ours, and never a path component.
 		s.cfg.Counters.Add("provider.unauthorized_stream")
 		return nil, false
@@ -1900,10 +1900,10 @@ func (a *Access) Ended() bool { return a.r.state().Terminal() }
 
 // Outputs returns the lease's output manifest, and whether the job has
 // ended (before that there are none).
-func (a *Access) Outputs() ([]auction.OutputFile, bool) {
+func (a *Access) Outputs() ([]terms.OutputFile, bool) {
 	a.r.mu.Lock()
 	defer a.r.mu.Unlock()
-	return append([]auction.OutputFile(nil), a.r.pr.Outputs...), a.r.pr.Rec.Run.Terminal()
+	return append([]terms.OutputFile(nil), a.r.pr.Outputs...), a.r.pr.Rec.Run.Terminal()
 }
 
 // ServicePort is the lease's service port (0: not a service job).
@@ -1918,7 +1918,7 @@ func (a *Access) DialService(ctx context.Context) (net.Conn, error) {
 	switch {
 	case port == 0:
 		return nil, fmt.Errorf("lease %s is not a service", a.r.lease().ID)
-	case run != auction.RunRunning || h == nil:
+	case run != terms.RunRunning || h == nil:
 		return nil, fmt.Errorf("lease %s is not running (%s)", a.r.lease().ID, run)
 	}
 	d, ok := h.(runtime.Dialer)
@@ -1933,7 +1933,7 @@ func (a *Access) running() (runtime.Handle, error) {
 	a.r.mu.Lock()
 	h, run := a.r.h, a.r.pr.Rec.Run
 	a.r.mu.Unlock()
-	if run != auction.RunRunning || h == nil {
+	if run != terms.RunRunning || h == nil {
 		if run == "" {
 			run = "pending"
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 )
@@ -20,7 +20,7 @@ import (
 func TestLeaseIDNeverReusedAfterRestart(t *testing.T) {
 	h := newHarness(t)
 	alice, p, mallory := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
-	v := alice.post(job(auction.Silver, 2, time.Minute, "run", "20", "0"))
+	v := alice.post(job(terms.Silver, 2, time.Minute, "run", "20", "0"))
 	v = alice.waitJob(v.Job.ID, "settled", settled)
 	victim := *v.Lease
 	h.waitFor(3*time.Second, "provider settled", func() bool { return len(p.entries(record.KindReceipt, victim.ID)) == 1 })
@@ -29,13 +29,13 @@ func TestLeaseIDNeverReusedAfterRestart(t *testing.T) {
 
 	// Mallory's awards carry Alice's lease id, signed by Mallory.
 	rewrite := func(data []byte) []byte {
-		a, err := auction.DecodeAward(data)
+		a, err := terms.DecodeAward(data)
 		if err != nil {
 			t.Errorf("decode own award: %v", err)
 			return data
 		}
 		a.LeaseID = victim.ID
-		b, err := auction.EncodeAward(mallory.signer, a)
+		b, err := terms.EncodeAward(mallory.signer, a)
 		if err != nil {
 			t.Errorf("encode award: %v", err)
 			return data
@@ -43,7 +43,7 @@ func TestLeaseIDNeverReusedAfterRestart(t *testing.T) {
 		return b
 	}
 	mallory.crash.rewriteAward.Store(&rewrite)
-	mv, err := mallory.tracker.Post(job(auction.Silver, 2, time.Minute, "run", "20", "0"))
+	mv, err := mallory.tracker.Post(job(terms.Silver, 2, time.Minute, "run", "20", "0"))
 	if err != nil {
 		t.Fatalf("post: %v", err)
 	}
@@ -69,7 +69,7 @@ func TestLeaseIDNeverReusedAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	mallory.crash.rewriteAward.Store(nil)
-	j := job(auction.Silver, 2, time.Minute, "run", "20", "0")
+	j := job(terms.Silver, 2, time.Minute, "run", "20", "0")
 	j.ID = victim.JobID
 	mv, err = mallory.tracker.Post(j)
 	if err != nil {
@@ -82,8 +82,8 @@ func TestLeaseIDNeverReusedAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An honest award still runs on the restarted provider.
-	v2 := alice.post(job(auction.Silver, 2, time.Minute, "run", "20", "0"))
-	alice.waitJob(v2.Job.ID, "settled", func(v api.JobView) bool { return settled(v) && v.Run == auction.RunSucceeded })
+	v2 := alice.post(job(terms.Silver, 2, time.Minute, "run", "20", "0"))
+	alice.waitJob(v2.Job.ID, "settled", func(v api.JobView) bool { return settled(v) && v.Run == terms.RunSucceeded })
 }
 
 // TestRepeatedHandBackExcludesProvider: a provider that wins a job and
@@ -94,15 +94,15 @@ func TestLeaseIDNeverReusedAfterRestart(t *testing.T) {
 func TestRepeatedHandBackExcludesProvider(t *testing.T) {
 	h := newHarness(t)
 	r, churner := h.renter(), h.provider(provSpec{model: "A100", price: 0.05})
-	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "work", "0"))
+	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "work", "0"))
 	for i := 1; i <= MaxHandBacks; i++ {
 		r.waitJob(v.Job.ID, "running on the churner", func(v api.JobView) bool {
-			return v.Lease != nil && v.Lease.Provider == churner.id() && v.Run == auction.RunRunning && len(v.History) == i-1
+			return v.Lease != nil && v.Lease.Provider == churner.id() && v.Run == terms.RunRunning && len(v.History) == i-1
 		})
 		churner.provider.SetDraining(true)
 		churner.sup.Drain(0, false)
 		v = r.waitJob(v.Job.ID, "handed back", func(v api.JobView) bool { return len(v.History) == i })
-		if h := v.History[i-1]; h.Run != auction.RunPreempted || h.Detail != auction.HandBackDetail || h.Fault != auction.FaultNone {
+		if h := v.History[i-1]; h.Run != terms.RunPreempted || h.Detail != terms.HandBackDetail || h.Fault != terms.FaultNone {
 			t.Fatalf("hand-back %d: %+v", i, h)
 		}
 		churner.sup.Undrain()
@@ -115,13 +115,13 @@ func TestRepeatedHandBackExcludesProvider(t *testing.T) {
 	}
 	other := h.provider(provSpec{model: "A100", price: 1})
 	v = r.waitJobWithin(v.Job.ID, 10*time.Second, "last attempt elsewhere", func(v api.JobView) bool {
-		return v.Lease != nil && len(v.History) == MaxHandBacks && v.Run == auction.RunRunning
+		return v.Lease != nil && len(v.History) == MaxHandBacks && v.Run == terms.RunRunning
 	})
 	if v.Lease.Provider != other.id() {
 		t.Fatalf("last attempt on %s, want %s (churner %s)", v.Lease.Provider, other.id(), churner.id())
 	}
 	other.exec.open("work")
-	if v = r.waitJob(v.Job.ID, "settled", settled); v.Run != auction.RunSucceeded {
+	if v = r.waitJob(v.Job.ID, "settled", settled); v.Run != terms.RunSucceeded {
 		t.Fatalf("run %s (%s)", v.Run, v.Detail)
 	}
 }
@@ -132,21 +132,21 @@ func TestRepeatedHandBackExcludesProvider(t *testing.T) {
 func TestPanicInLeaseEndsOnlyThatLease(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	j := job(auction.Silver, 2, time.Minute, "panic", "-", "0")
+	j := job(terms.Silver, 2, time.Minute, "panic", "-", "0")
 	j.MaxAttempts = 1
 	v := r.post(j)
-	v = r.waitJob(v.Job.ID, "failed", func(v api.JobView) bool { return v.Run == auction.RunFailed })
-	if v.Fault != auction.FaultProvider || !strings.Contains(v.Detail, "provider internal error") {
+	v = r.waitJob(v.Job.ID, "failed", func(v api.JobView) bool { return v.Run == terms.RunFailed })
+	if v.Fault != terms.FaultProvider || !strings.Contains(v.Detail, "provider internal error") {
 		t.Fatalf("panicked lease: fault %q, detail %q", v.Fault, v.Detail)
 	}
 	if got := counter(p, "provider.lease_panic"); got != 1 {
 		t.Fatalf("provider.lease_panic = %d", got)
 	}
-	v2 := r.post(job(auction.Silver, 2, time.Minute, "run", "20", "0"))
+	v2 := r.post(job(terms.Silver, 2, time.Minute, "run", "20", "0"))
 	if v2.Lease.Provider != p.id() {
 		t.Fatalf("second job leased to %s", v2.Lease.Provider)
 	}
-	if v2 = r.waitJob(v2.Job.ID, "settled", settled); v2.Run != auction.RunSucceeded {
+	if v2 = r.waitJob(v2.Job.ID, "settled", settled); v2.Run != terms.RunSucceeded {
 		t.Fatalf("second lease: %s (%s)", v2.Run, v2.Detail)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gpumesh/gpumesh/auction/gpumodel"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"hash/fnv"
 	"io"
 	"log/slog"
@@ -69,7 +70,7 @@ type Evidence interface {
 	// (wire.WriteBundle), from the outputs stream, or, for a sealed job
 	// (sealed: the outputs artifact its final report named), from that
 	// artifact, fetched and opened here.
-	FetchOutputs(ctx context.Context, provider peer.ID, leaseID, sealed string) ([]auction.OutputFile, io.ReadCloser, error)
+	FetchOutputs(ctx context.Context, provider peer.ID, leaseID, sealed string) ([]terms.OutputFile, io.ReadCloser, error)
 }
 
 // TrackerConfig configures a Tracker.
@@ -126,7 +127,7 @@ type TrackerConfig struct {
 	Observe *Observer
 	// CheckpointBytesPerHour is each job's quota of checkpoint bytes
 	// fetched into this node's store (a token bucket holding an hour's
-	// worth, at least auction.MaxCheckpointBytes; each checkpoint costs at
+	// worth, at least terms.MaxCheckpointBytes; each checkpoint costs at
 	// least MinCheckpointCharge): a provider flooding checkpoints cannot
 	// evict the renter's own artifacts. Default
 	// DefaultCheckpointBytesPerHour.
@@ -290,13 +291,13 @@ func (r reputation) Verified(provider, model string) bool {
 // asks it to give back leases it does not use.
 type auctionListener struct{ t *Tracker }
 
-func (l auctionListener) OnLease(le auction.Lease, job auction.Job) { l.t.onLease(le, job) }
-func (l auctionListener) OnUnplaceable(job auction.Job, reason string) {
+func (l auctionListener) OnLease(le terms.Lease, job terms.Job) { l.t.onLease(le, job) }
+func (l auctionListener) OnUnplaceable(job terms.Job, reason string) {
 	l.t.onUnplaceable(job, reason)
 }
-func (l auctionListener) OnCapacity(n auction.CapacityNotice) { l.t.onCapacity(n) }
-func (l auctionListener) OnAward(le auction.Lease)            { l.t.onAward(le) }
-func (l auctionListener) Release(le auction.Lease)            { l.t.unused(le) }
+func (l auctionListener) OnCapacity(n terms.CapacityNotice) { l.t.onCapacity(n) }
+func (l auctionListener) OnAward(le terms.Lease)            { l.t.onAward(le) }
+func (l auctionListener) Release(le terms.Lease)            { l.t.unused(le) }
 
 // Auction is the renter's auction state machine (bid handling, counters).
 func (t *Tracker) Auction() *auction.Renter { return t.renter }
@@ -337,14 +338,14 @@ func (t *Tracker) spawnLocked(f func()) bool {
 
 func (t *Tracker) now() time.Time { return t.cfg.Now() }
 
-func (t *Tracker) monitor(l auction.Lease) *attest.HeartbeatMonitor {
+func (t *Tracker) monitor(l terms.Lease) *attest.HeartbeatMonitor {
 	return t.monitorFrom(l, l.Start)
 }
 
 // monitorFrom watches l's heartbeats from since: a renter that restarted
 // mid-lease watches from its restart, so its own outage is never counted
 // as the provider's silence.
-func (t *Tracker) monitorFrom(l auction.Lease, since time.Time) *attest.HeartbeatMonitor {
+func (t *Tracker) monitorFrom(l terms.Lease, since time.Time) *attest.HeartbeatMonitor {
 	prov, _ := peer.Decode(l.Provider)
 	if since.Before(l.Start) {
 		since = l.Start
@@ -354,28 +355,31 @@ func (t *Tracker) monitorFrom(l auction.Lease, since time.Time) *attest.Heartbea
 
 // Post runs an auction for job (its Owner is this node; OwnerAddrs are the
 // caller's to fill) and returns the job's view once the auction ended.
-func (t *Tracker) Post(job auction.Job) (api.JobView, error) {
+func (t *Tracker) Post(job terms.Job) (api.JobView, error) {
 	return t.PostChecked(job, nil)
 }
 
 // PostChecked is Post with a last check of the complete, valid job before
 // it is recorded or offered: an error from check (when not nil) is
 // returned as it is, and nothing is posted.
-func (t *Tracker) PostChecked(job auction.Job, check func(*auction.Job) error) (api.JobView, error) {
+func (t *Tracker) PostChecked(job terms.Job, check func(*terms.Job) error) (api.JobView, error) {
 	job.Owner = t.cfg.Signer.ID().String()
 	if job.CreatedAt.IsZero() {
 		job.CreatedAt = t.now()
 	}
 	if job.ID == "" {
-		job.ID = auction.NewID("job")
+		job.ID = terms.NewID("job")
 	}
 	if job.Deadline.IsZero() {
 		job.Deadline = job.CreatedAt.Add(defaultStartWindow(job.Tier))
 	}
 	// Providers that will not bid say why: job status and bids show it.
 	job.WantDeclines = true
+	// Where a job enters the daemon (the control API's post, a service's
+	// replica): validated here once, and trusted from here on (the renter's
+	// auction engine does not validate it again).
 	if err := job.Validate(); err != nil {
-		return api.JobView{}, badRequest("%v", err)
+		return api.JobView{}, invalidRequest(err)
 	}
 	if check != nil {
 		if err := check(&job); err != nil {
@@ -399,7 +403,7 @@ func (t *Tracker) PostChecked(job auction.Job, check func(*auction.Job) error) (
 // follows its Persist: a renter that restarts mid-auction queues the job
 // again) and feeds an end without a lease back to the machine (a lease
 // comes back through onLease).
-func (t *Tracker) offer(job auction.Job) {
+func (t *Tracker) offer(job terms.Job) {
 	ctx, cancel := context.WithTimeout(t.ctx, 2*job.BidWindow+2*time.Minute)
 	defer cancel()
 	if _, err := t.renter.Post(ctx, job); err != nil {
@@ -439,13 +443,13 @@ func (t *Tracker) noLease(id string, err error) {
 
 // finalPhase is the phase of a job whose auction ended in st without a
 // lease, not to be offered again.
-func finalPhase(st auction.JobState) jobmachine.Phase {
+func finalPhase(st terms.JobState) jobmachine.Phase {
 	switch st {
-	case auction.JobCancelled:
+	case terms.JobCancelled:
 		return jobmachine.Cancelled
-	case auction.JobFailed:
+	case terms.JobFailed:
 		return jobmachine.Failed
-	case auction.JobLeased, auction.JobFinished:
+	case terms.JobLeased, terms.JobFinished:
 		// The auction did not run again (nothing left to run): the
 		// lease before was the job's last.
 		return jobmachine.Finished
@@ -453,7 +457,7 @@ func finalPhase(st auction.JobState) jobmachine.Phase {
 	return jobmachine.Unplaceable
 }
 
-func (t *Tracker) beforeDeadline(job auction.Job) bool {
+func (t *Tracker) beforeDeadline(job terms.Job) bool {
 	return job.Deadline.IsZero() || t.now().Before(job.Deadline)
 }
 
@@ -531,7 +535,7 @@ func (t *Tracker) reofferTurn() bool {
 // onCapacity offers again at once the queued jobs a provider's capacity
 // notice names (it turned them away for busy GPUs and has room now), as
 // many as fit in the GPUs it has free, unless a job excludes it.
-func (t *Tracker) onCapacity(n auction.CapacityNotice) {
+func (t *Tracker) onCapacity(n terms.CapacityNotice) {
 	free, woken := n.Free(), 0
 	var rds []ready
 	t.mu.Lock()
@@ -555,11 +559,11 @@ func (t *Tracker) onCapacity(n auction.CapacityNotice) {
 // defaultStartWindow is how soon a job must start when its poster gave no
 // deadline: gold and silver are on-demand tiers (a provider that can only
 // start hours later does not bid), bronze waits for spare capacity.
-func defaultStartWindow(tier auction.Tier) time.Duration {
+func defaultStartWindow(tier terms.Tier) time.Duration {
 	switch tier {
-	case auction.Gold:
+	case terms.Gold:
 		return 10 * time.Minute
-	case auction.Silver:
+	case terms.Silver:
 		return 30 * time.Minute
 	}
 	return 24 * time.Hour
@@ -586,7 +590,7 @@ func (t *Tracker) fold(id string) {
 // soon as it confirms, is never told it is unknown (a heartbeat answered
 // Unknown three times cancels it) while the confirmation makes its way
 // back.
-func (t *Tracker) onAward(l auction.Lease) {
+func (t *Tracker) onAward(l terms.Lease) {
 	key := leaseKey(l)
 	t.mu.Lock()
 	rd := ready{key: key}
@@ -600,7 +604,7 @@ func (t *Tracker) onAward(l auction.Lease) {
 
 // onLease records a confirmed lease for one of our jobs (a gang's member
 // of rank above 0 in its own record: gang.go).
-func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
+func (t *Tracker) onLease(l terms.Lease, job terms.Job) {
 	key := leaseKey(l)
 	t.mu.Lock()
 	v := t.jobs[key]
@@ -641,7 +645,7 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 
 // onUnplaceable only logs: whoever posted the job folds the outcome once
 // it decided whether the job is queued.
-func (t *Tracker) onUnplaceable(job auction.Job, reason string) {
+func (t *Tracker) onUnplaceable(job terms.Job, reason string) {
 	t.log.Info("auction without a lease", "job", job.ID, "attempt", job.Attempt, "reason", reason)
 }
 
@@ -651,7 +655,7 @@ func (t *Tracker) onUnplaceable(job auction.Job, reason string) {
 // that was down (since is its restart) gives the provider the whole grace
 // from its return: its own outage is not the provider's silence, and the
 // provider keeps retrying its final report.
-func (t *Tracker) watch(jobID string, l auction.Lease, since time.Time) {
+func (t *Tracker) watch(jobID string, l terms.Lease, since time.Time) {
 	t.spawn(func() {
 		wait := maxTime(l.End, since).Add(t.cfg.AbandonGrace).Sub(t.now())
 		select {
@@ -874,7 +878,7 @@ func (t *Tracker) Bids(id string) (api.BidsView, error) {
 		return api.BidsView{}, badRequest("%v", err)
 	}
 	if ranked == nil {
-		ranked = []auction.Ranked{}
+		ranked = []terms.Ranked{}
 	}
 	st, _ := t.renter.Status(id)
 	return api.BidsView{JobID: id, Bids: ranked, Explain: auction.Explain(ranked, st.Winner, st.Attempts), Declines: st.Declines}, nil
@@ -906,7 +910,7 @@ func (t *Tracker) Cancel(id string) (api.JobView, error) {
 // release carries out the machine's Release: it asks the provider of lease
 // l, which job key's record remembers as released, to cancel it (a lease
 // confirmed that the job does not use, or one given up as lost).
-func (t *Tracker) release(key string, l auction.Lease) {
+func (t *Tracker) release(key string, l terms.Lease) {
 	t.cfg.Counters.Add("renter.lease_released")
 	b, err := sealed(t.cfg.Signer, sign.DomainLeaseCancel, wire.CancelRequest{LeaseID: l.ID, JobID: l.JobID})
 	if err != nil {
@@ -930,7 +934,7 @@ func (t *Tracker) release(key string, l auction.Lease) {
 
 // unused takes a lease the auction confirmed and does not use (a hedged
 // award that confirmed after another won): the job's machine releases it.
-func (t *Tracker) unused(l auction.Lease) {
+func (t *Tracker) unused(l terms.Lease) {
 	key := leaseKey(l)
 	t.mu.Lock()
 	if t.jobs[key] == nil {
@@ -970,7 +974,7 @@ func (t *Tracker) HandleHeartbeat(_ context.Context, from peer.ID, data []byte) 
 		count("renter.heartbeat_retired_key")
 		return nil, err
 	}
-	if err := auction.ValidID(hb.LeaseID); err != nil {
+	if err := terms.ValidID(hb.LeaseID); err != nil {
 		count("renter.heartbeat_malformed")
 		return nil, fmt.Errorf("heartbeat: lease id: %w", err)
 	}
@@ -1101,7 +1105,7 @@ func (t *Tracker) awaitLease(leaseID, jobID string) {
 // of lease leaseID and has not moved on from it.
 func (t *Tracker) awarding(leaseID, jobID string) bool {
 	st, ok := t.renter.Status(jobID)
-	if !ok || (st.State != auction.JobAwarding && st.State != auction.JobLeased) {
+	if !ok || (st.State != terms.JobAwarding && st.State != terms.JobLeased) {
 		return false
 	}
 	for _, a := range st.Attempts {
@@ -1179,7 +1183,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 		v.LogDigest, v.LogBytes = ev.LogDigest, ev.LogBytes
 	}
 	v.ProviderClock.Note(ev.Time, now)
-	if v.ObservedStart.IsZero() && ev.Run != auction.RunPending && !ev.NeverRan() {
+	if v.ObservedStart.IsZero() && ev.Run != terms.RunPending && !ev.NeverRan() {
 		v.ObservedStart = now
 	}
 	if ev.Run.Terminal() {
@@ -1232,7 +1236,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 
 // moveLocked takes a provider's word that it moved our pending lease
 // earlier (its GPUs freed before the lease's start): the lease is checked
-// by auction.Lease.Moved, and watched and billed over its new span. A lease
+// by terms.Lease.Moved, and watched and billed over its new span. A lease
 // that began, or whose provider was already heard from, does not move.
 // Called with t.mu held; it unlocks it.
 func (t *Tracker) moveLocked(jobID string, v *jobState, mon *attest.HeartbeatMonitor, ev wire.LeaseEvent) ([]byte, error) {
@@ -1262,10 +1266,10 @@ func (t *Tracker) moveLocked(jobID string, v *jobState, mon *attest.HeartbeatMon
 
 // leaseMove is lease l (whose run is run, whose provider was last heard
 // at heard) as a provider's event ev moves it: only a lease that has not
-// begun, and only by auction.Lease.Moved's rule.
-func leaseMove(l auction.Lease, run auction.RunState, heard time.Time, ev wire.LeaseEvent, now time.Time) (auction.Lease, error) {
-	if ev.Run != auction.RunPending || run != auction.RunPending || !heard.IsZero() {
-		return auction.Lease{}, fmt.Errorf("lease %q already began: it does not move", ev.LeaseID)
+// begun, and only by terms.Lease.Moved's rule.
+func leaseMove(l terms.Lease, run terms.RunState, heard time.Time, ev wire.LeaseEvent, now time.Time) (terms.Lease, error) {
+	if ev.Run != terms.RunPending || run != terms.RunPending || !heard.IsZero() {
+		return terms.Lease{}, fmt.Errorf("lease %q already began: it does not move", ev.LeaseID)
 	}
 	return l.Moved(ev.Moved.Start, ev.Moved.Devices, now)
 }
@@ -1275,7 +1279,7 @@ func leaseMove(l auction.Lease, run auction.RunState, heard time.Time, ev wire.L
 // future beyond the clock skew heartbeats are allowed. A final report
 // without a start is a lease that never ran (evicted or released ahead of
 // its start): its end may precede the lease's start.
-func EventTimesValid(ev wire.LeaseEvent, l auction.Lease, now time.Time) error {
+func EventTimesValid(ev wire.LeaseEvent, l terms.Lease, now time.Time) error {
 	latest := now.Add(attest.HeartbeatSkew)
 	for _, c := range []struct {
 		what string
@@ -1301,7 +1305,7 @@ func EventTimesValid(ev wire.LeaseEvent, l auction.Lease, now time.Time) error {
 // requeue puts a job whose lease ended early back into the auction (opts
 // say how), once that lease has been settled: at once for a lost lease,
 // whose provider may never settle.
-func (t *Tracker) requeue(jobID string, lease auction.Lease, opts auction.RequeueOptions) {
+func (t *Tracker) requeue(jobID string, lease terms.Lease, opts auction.RequeueOptions) {
 	t.mu.Lock()
 	gangID, size, gang := t.gangOfLocked(jobID)
 	t.mu.Unlock()
@@ -1320,7 +1324,7 @@ func (t *Tracker) requeue(jobID string, lease auction.Lease, opts auction.Requeu
 
 // repost runs a requeued job's auction again (restoring restore), queueing
 // it when no provider takes it now.
-func (t *Tracker) repost(jobID string, restore []auction.Checkpoint, opts auction.RequeueOptions) {
+func (t *Tracker) repost(jobID string, restore []terms.Checkpoint, opts auction.RequeueOptions) {
 	ctx, cancel := context.WithTimeout(t.ctx, 3*time.Minute)
 	defer cancel()
 	opts.Restore = restore
@@ -1335,7 +1339,7 @@ func (t *Tracker) repost(jobID string, restore []auction.Checkpoint, opts auctio
 // neverRan reports whether lease id, the job's current one (l, whose run
 // is run, started at started), ended without ever starting (its final
 // report has no start): no receipt follows.
-func neverRan(l *auction.Lease, run auction.RunState, started time.Time, id string) bool {
+func neverRan(l *terms.Lease, run terms.RunState, started time.Time, id string) bool {
 	return l != nil && l.ID == id && run.Terminal() && started.IsZero()
 }
 
@@ -1409,7 +1413,7 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 		v = &snap
 	}
 	mon := t.mons[r.LeaseID]
-	var lease auction.Lease
+	var lease terms.Lease
 	if v != nil && v.Lease != nil {
 		lease = *v.Lease
 	}
@@ -1487,13 +1491,13 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 	// Last, as they may fetch the log: a no-persist lease's files must be
 	// kept here before its provider deletes them, and a succeeded run is
 	// paid on evidence.
-	if v.Job.NoPersist && (r.Outcome != auction.RunSucceeded || a != nil) {
+	if v.Job.NoPersist && (r.Outcome != terms.RunSucceeded || a != nil) {
 		if err := t.kept(ctx, keepWantOf(*v)); err != nil {
 			count("renter.receipt_no_persist_not_kept")
 			return nil, err
 		}
 	}
-	if r.Outcome == auction.RunSucceeded && a == nil {
+	if r.Outcome == terms.RunSucceeded && a == nil {
 		if err := t.awaitEvidence(ctx, jobID, lease); err != nil {
 			count("renter.receipt_no_evidence")
 			return nil, err
@@ -1539,12 +1543,12 @@ func (t *Tracker) HandleReceipt(ctx context.Context, from peer.ID, data []byte) 
 
 // LeaseJob is the job of leaseID when it is the current, live lease of
 // a job of ours held by provider: whom a sealed job's keys go to.
-func (t *Tracker) LeaseJob(provider peer.ID, leaseID string) (auction.Job, bool) {
+func (t *Tracker) LeaseJob(provider peer.ID, leaseID string) (terms.Job, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	v := t.jobs[t.byLease[leaseID]]
 	if v == nil || v.Lease == nil || v.Lease.ID != leaseID || v.Lease.Provider != provider.String() || v.Run.Terminal() {
-		return auction.Job{}, false
+		return terms.Job{}, false
 	}
 	return v.Job, true
 }
@@ -1554,7 +1558,7 @@ func (t *Tracker) LeaseJob(provider peer.ID, leaseID string) (auction.Job, bool)
 // is given up as a dispute (RecordDispute), shown in the job's record;
 // its provider gives up by the same count. A receipt that settles it
 // later is still taken.
-func (t *Tracker) refused(jobID string, l auction.Lease, err error) {
+func (t *Tracker) refused(jobID string, l terms.Lease, err error) {
 	_ = t.apply(jobID, jobmachine.ReceiptRefused{Lease: l, Why: err.Error()})
 }
 

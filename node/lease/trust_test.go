@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -69,17 +69,17 @@ func logDigest(t *testing.T, p, r *node, leaseID string) (string, int64) {
 func TestProviderIsPaidOnlyForWhatTheRenterSaw(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	v := r.post(job(auction.Silver, 2, time.Minute, "gate", "done", "0"))
-	v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == auction.RunRunning && v.LastTelemetry != nil })
+	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "done", "0"))
+	v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning && v.LastTelemetry != nil })
 	l := *v.Lease
 	receipt := func(start, end time.Time, gpuSec float64, hs attest.HeartbeatSummary) attest.Receipt {
 		return attest.Receipt{LeaseID: l.ID, JobID: l.JobID, Renter: l.Renter, Provider: l.Provider,
 			Start: start, End: end, GPUCount: 1, GPUSeconds: gpuSec, Price: l.Price,
-			Amount: attest.AmountFor(gpuSec, l.Price), Outcome: auction.RunSucceeded, Heartbeats: hs, IssuedAt: time.Now()}
+			Amount: attest.AmountFor(gpuSec, l.Price), Outcome: terms.RunSucceeded, Heartbeats: hs, IssuedAt: time.Now()}
 	}
 
 	// 1. An end hours in the future (and past the lease) is refused.
-	if _, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: auction.RunSucceeded,
+	if _, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: terms.RunSucceeded,
 		Started: l.Start, Ended: time.Now().Add(3 * time.Hour), Time: time.Now()}); err == nil {
 		t.Fatal("an end hours in the future was taken")
 	}
@@ -93,7 +93,7 @@ func TestProviderIsPaidOnlyForWhatTheRenterSaw(t *testing.T) {
 	// 3. The provider now reports an end (its own word, by its own key)...
 	ended := time.Now()
 	digest, size := logDigest(t, p, r, l.ID) // the log so far: evidence the renter can check
-	resp, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: auction.RunSucceeded,
+	resp, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: terms.RunSucceeded,
 		Started: l.Start, Ended: ended, Time: ended, LogDigest: digest, LogBytes: size})
 	if err != nil {
 		t.Fatalf("final report refused: %v", err)
@@ -146,10 +146,10 @@ func TestLateEventsNeverMoveStateBack(t *testing.T) {
 	h := newHarness(t)
 	h.abandonGrace = 50 * time.Millisecond
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	v := r.post(job(auction.Silver, 2, time.Second, "run", "20", "0"))
+	v := r.post(job(terms.Silver, 2, time.Second, "run", "20", "0"))
 	v = r.waitJob(v.Job.ID, "settled", settled)
 	l := *v.Lease
-	if _, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: auction.RunRunning,
+	if _, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: terms.RunRunning,
 		Started: v.Started, Time: time.Now()}); err != nil {
 		t.Fatalf("late event answered with an error: %v", err)
 	}
@@ -160,7 +160,7 @@ func TestLateEventsNeverMoveStateBack(t *testing.T) {
 	// check ran.
 	h.waitFor(time.Until(l.End.Add(h.abandonGrace))+3*time.Second, "abandonment checked", func() bool { return counter(r, "renter.abandon_checked") != 0 })
 	got, err := r.tracker.View(v.Job.ID)
-	if err != nil || got.Run != auction.RunSucceeded || got.State != auction.JobFinished {
+	if err != nil || got.Run != terms.RunSucceeded || got.State != terms.JobFinished {
 		t.Fatalf("after a late event: run %s state %s (%v)", got.Run, got.State, err)
 	}
 	if st := r.book.Stats(p.id()); st.Slashes != 0 {
@@ -174,9 +174,9 @@ func TestLateEventsNeverMoveStateBack(t *testing.T) {
 func TestFailingJobIsTheJobsFault(t *testing.T) {
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	v := r.post(job(auction.Silver, 2, time.Minute, "run", "20", "3"))
+	v := r.post(job(terms.Silver, 2, time.Minute, "run", "20", "3"))
 	v = r.waitJob(v.Job.ID, "settled", settled)
-	if v.Run != auction.RunFailed || v.Fault != auction.FaultJob || v.Receipt.Fault != auction.FaultJob {
+	if v.Run != terms.RunFailed || v.Fault != terms.FaultJob || v.Receipt.Fault != terms.FaultJob {
 		t.Fatalf("run %s fault %q receipt fault %q", v.Run, v.Fault, v.Receipt.Fault)
 	}
 	if st := r.book.Stats(p.id()); st.Failed != 0 || st.JobFaults != 1 {

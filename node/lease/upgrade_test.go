@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
 )
 
@@ -38,7 +38,7 @@ func TestRecordUpgrade(t *testing.T) {
 		if pr.Rec.Terms != (lifecycle.Terms{Duration: 10 * time.Minute, Preemptible: true, NoPersist: true}) {
 			t.Fatalf("terms %+v", pr.Rec.Terms)
 		}
-		if pr.Rec.Lease.ID != "l1" || pr.Rec.Detail != "d" || pr.Rec.Fault != auction.FaultJob || pr.Rec.Started.IsZero() {
+		if pr.Rec.Lease.ID != "l1" || pr.Rec.Detail != "d" || pr.Rec.Fault != terms.FaultJob || pr.Rec.Started.IsZero() {
 			t.Fatalf("state %+v", pr.Rec)
 		}
 		now := time.Date(2026, 1, 1, 14, 0, 0, 0, time.UTC)
@@ -46,7 +46,7 @@ func TestRecordUpgrade(t *testing.T) {
 		if st.Phase != tc.want {
 			t.Fatalf("%s/%q/%s: phase %s, want %s", tc.run, tc.dispute, tc.settled, st.Phase, tc.want)
 		}
-		if tc.run == "running" && (st.Run != auction.RunFailed || st.Fault != auction.FaultProvider) {
+		if tc.run == "running" && (st.Run != terms.RunFailed || st.Fault != terms.FaultProvider) {
 			t.Fatalf("interrupted lease: %s %s", st.Run, st.Fault)
 		}
 	}

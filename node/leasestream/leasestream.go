@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -337,7 +337,7 @@ func (sv *Server) PortForward(s network.Stream) {
 	ctx, cancel := context.WithCancel(sv.ctx)
 	defer cancel()
 	err := service.ServePort(ctx, s, func(req wire.PortForwardRequest, from peer.ID) (service.Target, error) {
-		if auction.ValidID(req.LeaseID) != nil {
+		if terms.ValidID(req.LeaseID) != nil {
 			sv.cfg.Counters.Add("provider.malformed_stream")
 			return nil, errors.New("malformed lease id")
 		}
@@ -381,15 +381,15 @@ func (sv *Server) Service(s network.Stream) {
 
 // ReadOutputs reads an outputs stream's manifest frame and returns the
 // manifest and the rest of the stream, the outputs bundle.
-func ReadOutputs(s io.Reader) ([]auction.OutputFile, io.Reader, error) {
+func ReadOutputs(s io.Reader) ([]terms.OutputFile, io.Reader, error) {
 	br := bufio.NewReader(s)
 	man, err := frame.Read(br)
 	if err != nil {
 		return nil, nil, fmt.Errorf("provider sent no output manifest: %w", err)
 	}
 	var mf struct {
-		Outputs []auction.OutputFile `json:"outputs"`
-		Error   string               `json:"error"`
+		Outputs []terms.OutputFile `json:"outputs"`
+		Error   string             `json:"error"`
 	}
 	if err := json.Unmarshal(man, &mf); err != nil {
 		return nil, nil, fmt.Errorf("bad output manifest: %w", err)
@@ -416,7 +416,7 @@ func Fetch(ctx context.Context, h host.Host, prov peer.ID, proto protocol.ID, le
 // FetchOutputs opens a finished lease's outputs on its provider: their
 // manifest and the bundle (wire.WriteBundle), which ends by ctx's
 // deadline; the caller closes it.
-func FetchOutputs(ctx context.Context, h host.Host, prov peer.ID, leaseID string) ([]auction.OutputFile, io.ReadCloser, error) {
+func FetchOutputs(ctx context.Context, h host.Host, prov peer.ID, leaseID string) ([]terms.OutputFile, io.ReadCloser, error) {
 	s, err := Fetch(ctx, h, prov, wire.ProtoOutputs, leaseID)
 	if err != nil {
 		return nil, nil, err

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/service"
@@ -40,7 +40,7 @@ type Jobs interface {
 // SealedOutputs opens a sealed job's outputs: their manifest and their
 // bundle, which the caller closes.
 type SealedOutputs interface {
-	SealedOutputs(ctx context.Context, v api.JobView) ([]auction.OutputFile, io.ReadCloser, error)
+	SealedOutputs(ctx context.Context, v api.JobView) ([]terms.OutputFile, io.ReadCloser, error)
 }
 
 // RelayConfig is what a Relay works with.
@@ -154,7 +154,7 @@ func (rl *Relay) Logs(w http.ResponseWriter, r *http.Request) {
 
 // writeOutputsHead starts an outputs answer: the manifest in its header,
 // the tar body to follow.
-func writeOutputsHead(w http.ResponseWriter, outs []auction.OutputFile) {
+func writeOutputsHead(w http.ResponseWriter, outs []terms.OutputFile) {
 	hdr, _ := json.Marshal(outs)
 	w.Header().Set(api.ManifestHeader, string(hdr))
 	w.Header().Set("Content-Type", "application/x-tar")

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease"
 )
@@ -24,10 +24,10 @@ func TestRelayRefusals(t *testing.T) {
 	}
 	jobs := map[string]api.JobView{}
 	queued := api.JobView{}
-	queued.Job.ID, queued.State = "queued", auction.JobQueued
+	queued.Job.ID, queued.State = "queued", terms.JobQueued
 	jobs["queued"] = queued
 	done := api.JobView{}
-	done.Job.ID, done.Lease = "done", &auction.Lease{ID: "l-kept", Provider: "p"}
+	done.Job.ID, done.Lease = "done", &terms.Lease{ID: "l-kept", Provider: "p"}
 	jobs["done"] = done
 	rl := NewRelay(context.Background(), RelayConfig{Jobs: fakeJobs{jobs: jobs, kept: kept}})
 	mux := http.NewServeMux()

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/lease"
@@ -91,7 +91,7 @@ func New() *Metrics {
 // Observer is what the lease lifecycle tells the metrics.
 func (m *Metrics) Observer() *lease.Observer {
 	return &lease.Observer{
-		AuctionEnded: func(_ auction.Job, outcome string, bids int, wait time.Duration) {
+		AuctionEnded: func(_ terms.Job, outcome string, bids int, wait time.Duration) {
 			m.auctions.WithLabelValues(outcome).Inc()
 			m.auctionBids.Observe(float64(bids))
 			if outcome == lease.OutcomeLeased {
@@ -103,13 +103,13 @@ func (m *Metrics) Observer() *lease.Observer {
 			m.hbLag.Observe(max(0, at.Sub(hb.Time).Seconds()))
 			m.setLast("renter", hb)
 		},
-		HeartbeatSent: func(hb attest.Heartbeat, _ auction.Lease) { m.setLast("provider", hb) },
-		JobEnded: func(l auction.Lease, run auction.RunState, ran time.Duration) {
+		HeartbeatSent: func(hb attest.Heartbeat, _ terms.Lease) { m.setLast("provider", hb) },
+		JobEnded: func(l terms.Lease, run terms.RunState, ran time.Duration) {
 			m.renterEnded.WithLabelValues(string(run)).Inc()
 			m.renterRun.WithLabelValues(string(run)).Observe(ran.Seconds())
 			m.forget("renter", l.ID)
 		},
-		LeaseEnded: func(l auction.Lease, run auction.RunState, ran time.Duration) {
+		LeaseEnded: func(l terms.Lease, run terms.RunState, ran time.Duration) {
 			m.providerEnd.WithLabelValues(string(run)).Inc()
 			m.providerRun.WithLabelValues(string(run)).Observe(ran.Seconds())
 			m.forget("provider", l.ID)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/console"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -63,7 +63,7 @@ func TestMetricsHeartbeatGauges(t *testing.T) {
 	m := New()
 	o := m.Observer()
 	now := time.Now()
-	l := auction.Lease{ID: "l1"}
+	l := terms.Lease{ID: "l1"}
 	o.HeartbeatSent(hbAt("l1", now, 87.5), l)
 	o.HeartbeatReceived(hbAt("l1", now, 87.5), now.Add(250*time.Millisecond))
 	fams, err := m.reg.Gather()
@@ -88,8 +88,8 @@ func TestMetricsHeartbeatGauges(t *testing.T) {
 	if h := byName["gpumesh_renter_heartbeat_lag_seconds"].Metric[0].Histogram; h.GetSampleCount() != 1 || math.Abs(h.GetSampleSum()-0.25) > 1e-9 {
 		t.Errorf("lag histogram %v", h)
 	}
-	o.LeaseEnded(l, auction.RunSucceeded, time.Second)
-	o.JobEnded(l, auction.RunSucceeded, time.Second)
+	o.LeaseEnded(l, terms.RunSucceeded, time.Second)
+	o.JobEnded(l, terms.RunSucceeded, time.Second)
 	fams, _ = m.reg.Gather()
 	for _, f := range fams {
 		if strings.HasPrefix(f.GetName(), "gpumesh_lease_") && len(f.Metric) > 0 {

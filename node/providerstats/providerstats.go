@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/history"
@@ -66,7 +67,7 @@ func (s *Stats) Now() (api.ProviderStatsView, error) {
 	v := api.ProviderStatsView{ProviderStats: c.Provider.Stats(), Enabled: true, GPUs: len(c.Inventory.GPUs),
 		Reputation: c.Book.Stats(c.Self)}
 	if v.Leases == nil {
-		v.Leases = []auction.Lease{}
+		v.Leases = []terms.Lease{}
 	}
 	c.Supervisor.FillStats(&v)
 	if v.Draining {

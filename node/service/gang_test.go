@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -23,12 +23,12 @@ type gangLeaser struct {
 	mu        sync.Mutex
 	providers []string
 	start     time.Time
-	jobs      []auction.Job
+	jobs      []terms.Job
 	ended     map[string]api.GangMember // job id → its ended member
 	canceled  []string
 }
 
-func (f *gangLeaser) Post(job auction.Job) (api.JobView, error) {
+func (f *gangLeaser) Post(job terms.Job) (api.JobView, error) {
 	defer changes.Notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -38,16 +38,16 @@ func (f *gangLeaser) Post(job auction.Job) (api.JobView, error) {
 
 func (f *gangLeaser) viewLocked(n int) api.JobView {
 	job := f.jobs[n]
-	v := api.JobView{JobStatus: auction.JobStatus{Job: job, State: auction.JobLeased}, Run: auction.RunRunning}
+	v := api.JobView{JobStatus: terms.JobStatus{Job: job, State: terms.JobLeased}, Run: terms.RunRunning}
 	for r := range job.Nodes {
 		m := api.GangMember{Rank: r, Provider: f.providers[n*job.Nodes+r], LeaseID: fmt.Sprintf("lease-%s-%d", job.ID, r),
-			Price: float64(r + 1), Run: auction.RunRunning}
+			Price: float64(r + 1), Run: terms.RunRunning}
 		if e, ok := f.ended[job.ID]; ok && e.Rank == r {
 			m.Run, m.Fault, m.Detail = e.Run, e.Fault, e.Detail
 		}
 		v.Gang = append(v.Gang, m)
 	}
-	v.Lease = &auction.Lease{ID: v.Gang[0].LeaseID, JobID: job.ID, Provider: v.Gang[0].Provider, GPUCount: job.GPUCount,
+	v.Lease = &terms.Lease{ID: v.Gang[0].LeaseID, JobID: job.ID, Provider: v.Gang[0].Provider, GPUCount: job.GPUCount,
 		Price: v.Gang[0].Price, Start: f.start, End: f.start.Add(time.Hour)}
 	return v
 }
@@ -71,7 +71,7 @@ func (f *gangLeaser) Cancel(id string) (api.JobView, error) {
 	return api.JobView{}, nil
 }
 
-func (f *gangLeaser) posted() []auction.Job {
+func (f *gangLeaser) posted() []terms.Job {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.jobs)
@@ -125,7 +125,7 @@ func TestGangReplicaReplacedAsAWhole(t *testing.T) {
 	}
 
 	f.mu.Lock()
-	f.ended[first.ID] = api.GangMember{Rank: 1, Run: auction.RunFailed, Fault: auction.FaultProvider, Detail: "provider lost"}
+	f.ended[first.ID] = api.GangMember{Rank: 1, Run: terms.RunFailed, Fault: terms.FaultProvider, Detail: "provider lost"}
 	f.mu.Unlock()
 	waitFor(t, "a replacement gang", func() bool { return len(f.posted()) == 2 })
 	second := f.posted()[1]

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/p2p/broadcast"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -29,7 +29,7 @@ type fakeLeaser struct {
 	canceled []string
 }
 
-func (f *fakeLeaser) Post(job auction.Job) (api.JobView, error) {
+func (f *fakeLeaser) Post(job terms.Job) (api.JobView, error) {
 	f.mu.Lock()
 	f.posts = append(f.posts, job.ID)
 	f.regions = append(f.regions, job.Region)
@@ -39,10 +39,10 @@ func (f *fakeLeaser) Post(job auction.Job) (api.JobView, error) {
 	if gate != nil {
 		<-gate
 	}
-	v := api.JobView{JobStatus: auction.JobStatus{Job: job, State: auction.JobUnplaceable, Reasons: []string{"no bids"}}}
+	v := api.JobView{JobStatus: terms.JobStatus{Job: job, State: terms.JobUnplaceable, Reasons: []string{"no bids"}}}
 	if lease {
-		v.State = auction.JobLeased
-		v.Lease = &auction.Lease{ID: "lease-" + job.ID, JobID: job.ID, Provider: testProvider, End: time.Now().Add(time.Hour)}
+		v.State = terms.JobLeased
+		v.Lease = &terms.Lease{ID: "lease-" + job.ID, JobID: job.ID, Provider: testProvider, End: time.Now().Add(time.Hour)}
 	}
 	return v, nil
 }
@@ -70,7 +70,7 @@ func noStreams(context.Context, peer.ID) (network.Stream, error) {
 }
 
 func testSpec() api.ServiceSpec {
-	return api.ServiceSpec{Job: auction.Job{Tier: auction.Gold, MaxPrice: 1, Run: auction.RunSpec{Command: []string{"srv"}, ServicePort: 8000}},
+	return api.ServiceSpec{Job: terms.Job{Tier: terms.Gold, MaxPrice: 1, Run: terms.RunSpec{Command: []string{"srv"}, ServicePort: 8000}},
 		Replicas: 1, ProbeInterval: 100 * time.Millisecond}
 }
 

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/gpumesh/gpumesh/node/lease"
@@ -23,7 +23,7 @@ import (
 // Leaser is the renter's lease side (lease.Tracker): each replica is one
 // job posted, watched and cancelled through it.
 type Leaser interface {
-	Post(job auction.Job) (api.JobView, error)
+	Post(job terms.Job) (api.JobView, error)
 	View(id string) (api.JobView, error)
 	Cancel(id string) (api.JobView, error)
 }
@@ -109,8 +109,8 @@ func notFound(id string) error {
 func normalize(spec *api.ServiceSpec, now time.Time) error {
 	job := &spec.Job
 	if spec.ID == "" {
-		spec.ID = auction.NewID("svc")
-	} else if err := auction.ValidID(spec.ID); err != nil {
+		spec.ID = terms.NewID("svc")
+	} else if err := terms.ValidID(spec.ID); err != nil {
 		return badRequest("service id: %v", err)
 	}
 	if job.Run.ServicePort == 0 {

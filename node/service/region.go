@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -32,7 +33,7 @@ func normalizeRegions(spec *api.ServiceSpec) error {
 	seen := map[string]bool{}
 	for i, r := range spec.Regions {
 		r = strings.TrimSpace(r)
-		if p := auction.RegionProblem(r); p != "" {
+		if p := terms.RegionProblem(r); p != "" {
 			return badRequest("service: regions: %s", p)
 		}
 		if seen[strings.ToLower(r)] {

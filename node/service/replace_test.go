@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -19,13 +19,13 @@ import (
 // its provider's fault, the same lease, never requeued.
 type lossLeaser struct {
 	mu       sync.Mutex
-	jobs     []auction.Job
+	jobs     []terms.Job
 	lost     map[string]bool
 	canceled []string
 	provider string // testProvider when empty
 }
 
-func (f *lossLeaser) Post(job auction.Job) (api.JobView, error) {
+func (f *lossLeaser) Post(job terms.Job) (api.JobView, error) {
 	defer changes.Notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -33,15 +33,15 @@ func (f *lossLeaser) Post(job auction.Job) (api.JobView, error) {
 	return f.viewLocked(job), nil
 }
 
-func (f *lossLeaser) viewLocked(job auction.Job) api.JobView {
-	v := api.JobView{JobStatus: auction.JobStatus{Job: job, State: auction.JobLeased}, Run: auction.RunRunning}
+func (f *lossLeaser) viewLocked(job terms.Job) api.JobView {
+	v := api.JobView{JobStatus: terms.JobStatus{Job: job, State: terms.JobLeased}, Run: terms.RunRunning}
 	prov := f.provider
 	if prov == "" {
 		prov = testProvider
 	}
-	v.Lease = &auction.Lease{ID: "lease-" + job.ID, JobID: job.ID, Provider: prov, End: time.Now().Add(time.Hour)}
+	v.Lease = &terms.Lease{ID: "lease-" + job.ID, JobID: job.ID, Provider: prov, End: time.Now().Add(time.Hour)}
 	if f.lost[job.ID] {
-		v.State, v.Run, v.Fault, v.Detail = auction.JobFinished, auction.RunFailed, auction.FaultProvider, "provider lost: no heartbeat for 35s"
+		v.State, v.Run, v.Fault, v.Detail = terms.JobFinished, terms.RunFailed, terms.FaultProvider, "provider lost: no heartbeat for 35s"
 	}
 	return v
 }
@@ -65,7 +65,7 @@ func (f *lossLeaser) Cancel(id string) (api.JobView, error) {
 	return api.JobView{}, nil
 }
 
-func (f *lossLeaser) posted() []auction.Job {
+func (f *lossLeaser) posted() []terms.Job {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.jobs)

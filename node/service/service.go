@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/history"
 	"github.com/gpumesh/gpumesh/p2p/broadcast"
@@ -254,7 +254,7 @@ func (s *Service) setState(r *replica, state string) {
 func (s *Service) addReplica(region string) {
 	job := s.spec.Job
 	job.Run.Env = maps.Clone(job.Run.Env)
-	job.ID = auction.NewID("job")
+	job.ID = terms.NewID("job")
 	if region != "" {
 		job.Region = region
 	}
@@ -314,7 +314,7 @@ func (s *Service) leased(r *replica, v api.JobView, err error) {
 			}
 		}
 	}
-	if i := slices.IndexFunc(v.Bids, func(b auction.Ranked) bool { return b.Bid.Provider == v.Lease.Provider }); i >= 0 {
+	if i := slices.IndexFunc(v.Bids, func(b terms.Ranked) bool { return b.Bid.Provider == v.Lease.Provider }); i >= 0 {
 		r.providerRegion = v.Bids[i].Bid.Region
 	}
 	r.transport = s.newTransport(prov, r.leaseID)
@@ -355,15 +355,15 @@ func shortPeer(p peer.ID) string {
 }
 
 // avoidProvider keeps provider out of the service's next auctions (the
-// latest auction.MaxAttempts such providers); s.mu is held.
+// latest terms.MaxAttempts such providers); s.mu is held.
 func (s *Service) avoidProvider(p peer.ID) {
 	provider := p.String()
 	if p == "" || slices.Contains(s.avoid, provider) {
 		return
 	}
 	s.avoid = append(s.avoid, provider)
-	if len(s.avoid) > auction.MaxAttempts {
-		s.avoid = s.avoid[len(s.avoid)-auction.MaxAttempts:]
+	if len(s.avoid) > terms.MaxAttempts {
+		s.avoid = s.avoid[len(s.avoid)-terms.MaxAttempts:]
 	}
 	s.event("provider %s lost a replica through its own fault: left out of new replicas' auctions", shortPeer(p))
 }
@@ -388,7 +388,7 @@ func endedWhy(v api.JobView) string {
 // their own fault out of the service's next auctions; s.mu is held.
 func (s *Service) avoidGang(gang []api.GangMember) {
 	for _, m := range gang {
-		if m.Rank == 0 || m.Fault != auction.FaultProvider {
+		if m.Rank == 0 || m.Fault != terms.FaultProvider {
 			continue // rank 0's fault is its job's own
 		}
 		if p, err := peer.Decode(m.Provider); err == nil {
@@ -581,12 +581,12 @@ func (s *Service) tick() {
 		case v.Lease == nil || v.Lease.ID != r.leaseID:
 			s.retire(r, "lease "+r.leaseID+" replaced or gone")
 		case v.Run.Terminal() || slices.ContainsFunc(v.Gang, func(m api.GangMember) bool { return m.Run.Terminal() }):
-			// The renter never requeues a replica's job (auction.Job.Requeues):
+			// The renter never requeues a replica's job (terms.Job.Requeues):
 			// replacing it is the service's, below. A gang replica lives
 			// and dies with each member: once one ended (its provider
 			// lost, its run failed), the renter stops the others, and the
 			// service replaces the whole gang.
-			if v.Run.Terminal() && v.Fault == auction.FaultProvider {
+			if v.Run.Terminal() && v.Fault == terms.FaultProvider {
 				s.avoidProvider(r.provider)
 			}
 			s.avoidGang(v.Gang)

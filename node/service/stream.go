@@ -1,5 +1,5 @@
 // Package service runs always-on services on rented GPUs: each replica is
-// one lease of a service job (auction.RunSpec.ServicePort), and the
+// one lease of a service job (terms.RunSpec.ServicePort), and the
 // renter's daemon serves a loopback HTTP gateway that routes requests to
 // the replicas over libp2p streams (wire.ProtoService), which the provider
 // connects to the replica's port inside the job's sandbox. No replica ever

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // The outputs bundle is the body of a ProtoOutputs stream after its manifest
@@ -31,7 +31,7 @@ var ErrExists = errors.New("already exists in the destination")
 // archive. Each file contributes exactly its manifest size. The same
 // files make the same bytes (no times are written: ExtractBundle sets
 // none), so that a sealed artifact of the same data is the same.
-func WriteBundle(w io.Writer, dir string, outs []auction.OutputFile) error {
+func WriteBundle(w io.Writer, dir string, outs []terms.OutputFile) error {
 	tw := tar.NewWriter(w)
 	for _, o := range outs {
 		f, err := os.Open(filepath.Join(dir, filepath.FromSlash(o.Path)))
@@ -75,8 +75,8 @@ func bundleName(name string) (string, error) {
 // moved into place only once the whole archive has verified, so a failed
 // extraction leaves dir as it was. It returns the files written, in archive
 // order.
-func ExtractBundle(r io.Reader, manifest []auction.OutputFile, dir string, force bool) ([]auction.OutputFile, error) {
-	want := make(map[string]auction.OutputFile, len(manifest))
+func ExtractBundle(r io.Reader, manifest []terms.OutputFile, dir string, force bool) ([]terms.OutputFile, error) {
+	want := make(map[string]terms.OutputFile, len(manifest))
 	for _, m := range manifest {
 		p, err := bundleName(m.Path)
 		if err != nil {
@@ -110,7 +110,7 @@ func ExtractBundle(r io.Reader, manifest []auction.OutputFile, dir string, force
 	}
 	defer stage.Close()
 
-	var got []auction.OutputFile
+	var got []terms.OutputFile
 	seen := map[string]bool{}
 	tr := tar.NewReader(r)
 	for {
@@ -158,7 +158,7 @@ func ExtractBundle(r io.Reader, manifest []auction.OutputFile, dir string, force
 		if !strings.EqualFold(sum, m.SHA256) {
 			return nil, fmt.Errorf("checksum mismatch for %q: got sha256 %s, manifest says %s", name, sum, m.SHA256)
 		}
-		got = append(got, auction.OutputFile{Path: name, Size: n, SHA256: sum})
+		got = append(got, terms.OutputFile{Path: name, Size: n, SHA256: sum})
 	}
 	var missing []string
 	for p := range want {

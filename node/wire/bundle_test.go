@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 type tarEntry struct {
@@ -56,9 +56,9 @@ func makeTar(t *testing.T, entries ...tarEntry) []byte {
 
 func reg(name, body string) tarEntry { return tarEntry{name: name, typeflag: tar.TypeReg, body: body} }
 
-func outFile(name, body string) auction.OutputFile {
+func outFile(name, body string) terms.OutputFile {
 	s := sha256.Sum256([]byte(body))
-	return auction.OutputFile{Path: name, Size: int64(len(body)), SHA256: hex.EncodeToString(s[:])}
+	return terms.OutputFile{Path: name, Size: int64(len(body)), SHA256: hex.EncodeToString(s[:])}
 }
 
 // listTree returns every path under dir, relative and slash-separated.
@@ -91,7 +91,7 @@ func TestExtractBundle(t *testing.T) {
 		tarEntry{name: "run.sh", typeflag: tar.TypeReg, body: "#!/bin/sh\n", mode: 0o755},
 		reg("empty", ""),
 	)
-	manifest := []auction.OutputFile{
+	manifest := []terms.OutputFile{
 		outFile("sub/model.bin", strings.Repeat("w", 10000)),
 		outFile("metrics.json", `{"loss":0.1}`),
 		outFile("run.sh", "#!/bin/sh\n"),
@@ -101,7 +101,7 @@ func TestExtractBundle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []auction.OutputFile{manifest[1], manifest[0], manifest[2], manifest[3]} // archive order
+	want := []terms.OutputFile{manifest[1], manifest[0], manifest[2], manifest[3]} // archive order
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("extracted %+v\nwant %+v", got, want)
 	}
@@ -121,7 +121,7 @@ func TestExtractBundle(t *testing.T) {
 
 	// A second fetch refuses to overwrite, and leaves the files alone.
 	changed := makeTar(t, reg("metrics.json", `{"loss":0.2}`))
-	changedManifest := []auction.OutputFile{outFile("metrics.json", `{"loss":0.2}`)}
+	changedManifest := []terms.OutputFile{outFile("metrics.json", `{"loss":0.2}`)}
 	if _, err := ExtractBundle(bytes.NewReader(changed), changedManifest, dir, false); err == nil || !strings.Contains(err.Error(), "already exists") {
 		t.Fatalf("overwrite without force: %v", err)
 	}
@@ -142,24 +142,24 @@ func TestExtractBundleRefuses(t *testing.T) {
 	cases := []struct {
 		name     string
 		entries  []tarEntry
-		manifest []auction.OutputFile
+		manifest []terms.OutputFile
 		want     string
 	}{
-		{"parent escape", []tarEntry{ok, reg("../x", "evil")}, []auction.OutputFile{okM, outFile("../x", "evil")}, "escapes the destination"},
-		{"nested escape", []tarEntry{reg("a/../../x", "evil")}, []auction.OutputFile{outFile("x", "evil")}, "escapes the destination"},
-		{"absolute path", []tarEntry{reg("/tmp/x", "evil")}, []auction.OutputFile{outFile("x", "evil")}, "absolute"},
-		{"symlink", []tarEntry{ok, {name: "link", typeflag: tar.TypeSymlink, link: "/etc/passwd"}}, []auction.OutputFile{okM}, "links are not extracted"},
-		{"hard link", []tarEntry{ok, {name: "hard", typeflag: tar.TypeLink, link: "ok.txt"}}, []auction.OutputFile{okM}, "links are not extracted"},
+		{"parent escape", []tarEntry{ok, reg("../x", "evil")}, []terms.OutputFile{okM, outFile("../x", "evil")}, "escapes the destination"},
+		{"nested escape", []tarEntry{reg("a/../../x", "evil")}, []terms.OutputFile{outFile("x", "evil")}, "escapes the destination"},
+		{"absolute path", []tarEntry{reg("/tmp/x", "evil")}, []terms.OutputFile{outFile("x", "evil")}, "absolute"},
+		{"symlink", []tarEntry{ok, {name: "link", typeflag: tar.TypeSymlink, link: "/etc/passwd"}}, []terms.OutputFile{okM}, "links are not extracted"},
+		{"hard link", []tarEntry{ok, {name: "hard", typeflag: tar.TypeLink, link: "ok.txt"}}, []terms.OutputFile{okM}, "links are not extracted"},
 		{"fifo", []tarEntry{{name: "pipe", typeflag: tar.TypeFifo}}, nil, "not a regular file"},
 		{"device", []tarEntry{{name: "dev", typeflag: tar.TypeChar}}, nil, "not a regular file"},
 		{"checksum mismatch", []tarEntry{ok, reg("model.bin", "tampered")},
-			[]auction.OutputFile{okM, {Path: "model.bin", Size: 8, SHA256: outFile("x", "original").SHA256}}, `checksum mismatch for "model.bin"`},
-		{"size mismatch", []tarEntry{reg("a", "abc")}, []auction.OutputFile{outFile("a", "abcd")}, "archive says 3 bytes, manifest 4"},
-		{"not in manifest", []tarEntry{ok, reg("extra", "x")}, []auction.OutputFile{okM}, `"extra" is not in the manifest`},
-		{"missing from archive", []tarEntry{ok}, []auction.OutputFile{okM, outFile("b", "x"), outFile("a", "y")}, "missing from the archive: a, b"},
-		{"duplicate in archive", []tarEntry{ok, ok}, []auction.OutputFile{okM}, "appears twice"},
-		{"duplicate in manifest", []tarEntry{ok}, []auction.OutputFile{okM, okM}, "twice"},
-		{"bad manifest path", []tarEntry{ok}, []auction.OutputFile{okM, outFile("../../etc/x", "")}, "manifest"},
+			[]terms.OutputFile{okM, {Path: "model.bin", Size: 8, SHA256: outFile("x", "original").SHA256}}, `checksum mismatch for "model.bin"`},
+		{"size mismatch", []tarEntry{reg("a", "abc")}, []terms.OutputFile{outFile("a", "abcd")}, "archive says 3 bytes, manifest 4"},
+		{"not in manifest", []tarEntry{ok, reg("extra", "x")}, []terms.OutputFile{okM}, `"extra" is not in the manifest`},
+		{"missing from archive", []tarEntry{ok}, []terms.OutputFile{okM, outFile("b", "x"), outFile("a", "y")}, "missing from the archive: a, b"},
+		{"duplicate in archive", []tarEntry{ok, ok}, []terms.OutputFile{okM}, "appears twice"},
+		{"duplicate in manifest", []tarEntry{ok}, []terms.OutputFile{okM, okM}, "twice"},
+		{"bad manifest path", []tarEntry{ok}, []terms.OutputFile{okM, outFile("../../etc/x", "")}, "manifest"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -178,7 +178,7 @@ func TestExtractBundleRefuses(t *testing.T) {
 
 	t.Run("truncated archive", func(t *testing.T) {
 		a := makeTar(t, reg("big", strings.Repeat("z", 4096)))
-		_, err := ExtractBundle(bytes.NewReader(a[:1024]), []auction.OutputFile{outFile("big", strings.Repeat("z", 4096))}, t.TempDir(), false)
+		_, err := ExtractBundle(bytes.NewReader(a[:1024]), []terms.OutputFile{outFile("big", strings.Repeat("z", 4096))}, t.TempDir(), false)
 		if err == nil {
 			t.Fatal("truncated archive accepted")
 		}
@@ -196,7 +196,7 @@ func TestExtractBundleDoesNotFollowSymlinks(t *testing.T) {
 	}
 	for _, name := range []string{"sub/x", "file"} {
 		a := makeTar(t, reg(name, "evil"))
-		if _, err := ExtractBundle(bytes.NewReader(a), []auction.OutputFile{outFile(name, "evil")}, dir, true); err == nil {
+		if _, err := ExtractBundle(bytes.NewReader(a), []terms.OutputFile{outFile(name, "evil")}, dir, true); err == nil {
 			t.Fatalf("%s: wrote through a symlink in the destination", name)
 		}
 	}
@@ -213,7 +213,7 @@ func BenchmarkExtractBundle(b *testing.B) {
 	tw := tar.NewWriter(&buf)
 	body := bytes.Repeat([]byte("0123456789abcdef"), size/16)
 	sum := sha256.Sum256(body)
-	var manifest []auction.OutputFile
+	var manifest []terms.OutputFile
 	for i := 0; i < files; i++ {
 		name := "out/part-" + strconv.Itoa(i)
 		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: size}); err != nil {
@@ -222,7 +222,7 @@ func BenchmarkExtractBundle(b *testing.B) {
 		if _, err := tw.Write(body); err != nil {
 			b.Fatal(err)
 		}
-		manifest = append(manifest, auction.OutputFile{Path: name, Size: size, SHA256: hex.EncodeToString(sum[:])})
+		manifest = append(manifest, terms.OutputFile{Path: name, Size: size, SHA256: hex.EncodeToString(sum[:])})
 	}
 	if err := tw.Close(); err != nil {
 		b.Fatal(err)
@@ -249,7 +249,7 @@ func BenchmarkExtractBundle(b *testing.B) {
 func TestWriteBundleRoundTrip(t *testing.T) {
 	src := t.TempDir()
 	files := map[string]string{"metrics.json": `{"loss":0.1}`, "ckpt/model.bin": strings.Repeat("w", 70000), "empty": ""}
-	var outs []auction.OutputFile
+	var outs []terms.OutputFile
 	for _, p := range []string{"ckpt/model.bin", "empty", "metrics.json"} {
 		full := filepath.Join(src, filepath.FromSlash(p))
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
@@ -279,14 +279,14 @@ func TestWriteBundleRoundTrip(t *testing.T) {
 	}
 
 	t.Run("missing file", func(t *testing.T) {
-		err := WriteBundle(&bytes.Buffer{}, src, []auction.OutputFile{outFile("absent", "x")})
+		err := WriteBundle(&bytes.Buffer{}, src, []terms.OutputFile{outFile("absent", "x")})
 		if !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("WriteBundle of a missing file = %v, want not-exist", err)
 		}
 	})
 	t.Run("file shorter than the manifest", func(t *testing.T) {
 		short := outFile("metrics.json", files["metrics.json"]+"more")
-		if err := WriteBundle(&bytes.Buffer{}, src, []auction.OutputFile{short}); err == nil {
+		if err := WriteBundle(&bytes.Buffer{}, src, []terms.OutputFile{short}); err == nil {
 			t.Fatal("WriteBundle padded or truncated a file that is shorter than its manifest size")
 		}
 	})
@@ -305,13 +305,13 @@ func TestWriteBundleRoundTrip(t *testing.T) {
 // with the whole manifest's count and hash, and inconsistent output fields
 // are refused.
 func TestLeaseEventOutputs(t *testing.T) {
-	many := make([]auction.OutputFile, 1000)
+	many := make([]terms.OutputFile, 1000)
 	for i := range many {
-		many[i] = auction.OutputFile{Path: fmt.Sprintf("f%04d", i), SHA256: strings.Repeat("0", 64)}
+		many[i] = terms.OutputFile{Path: fmt.Sprintf("f%04d", i), SHA256: strings.Repeat("0", 64)}
 	}
 	var ev LeaseEvent
 	ev.SetOutputs(many)
-	if len(ev.Outputs) != MaxEventOutputs || ev.OutputCount != 1000 || ev.OutputsHash != auction.ManifestHash(many) {
+	if len(ev.Outputs) != MaxEventOutputs || ev.OutputCount != 1000 || ev.OutputsHash != terms.ManifestHash(many) {
 		t.Fatalf("event lists %d of %d, hash %s", len(ev.Outputs), ev.OutputCount, ev.OutputsHash)
 	}
 	if err := ev.CheckOutputs(); err != nil {
@@ -324,10 +324,10 @@ func TestLeaseEventOutputs(t *testing.T) {
 		ok   bool
 	}{
 		{"none", LeaseEvent{}, true},
-		{"complete", LeaseEvent{Outputs: few, OutputCount: 3, OutputsHash: auction.ManifestHash(few)}, true},
+		{"complete", LeaseEvent{Outputs: few, OutputCount: 3, OutputsHash: terms.ManifestHash(few)}, true},
 		{"too many listed", LeaseEvent{Outputs: many[:MaxEventOutputs+1], OutputCount: 1000, OutputsHash: "x"}, false},
-		{"count below list", LeaseEvent{Outputs: few, OutputCount: 2, OutputsHash: auction.ManifestHash(few)}, false},
-		{"complete, wrong hash", LeaseEvent{Outputs: few, OutputCount: 3, OutputsHash: auction.ManifestHash(few[:2])}, false},
+		{"count below list", LeaseEvent{Outputs: few, OutputCount: 2, OutputsHash: terms.ManifestHash(few)}, false},
+		{"complete, wrong hash", LeaseEvent{Outputs: few, OutputCount: 3, OutputsHash: terms.ManifestHash(few[:2])}, false},
 		{"count without hash", LeaseEvent{Outputs: few, OutputCount: 10}, false},
 		{"hash without outputs", LeaseEvent{OutputsHash: "abc"}, false},
 	}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // ExecRequest opens a ProtoExec stream: run Command in lease LeaseID's
@@ -23,13 +23,13 @@ type ExecRequest struct {
 }
 
 // DecodeExecRequest reads an exec stream's request frame; its lease id
-// must satisfy auction.ValidID.
+// must satisfy terms.ValidID.
 func DecodeExecRequest(b []byte) (ExecRequest, error) {
 	var r ExecRequest
 	if err := json.Unmarshal(b, &r); err != nil {
 		return ExecRequest{}, fmt.Errorf("wire: exec request: %v", err)
 	}
-	if err := auction.ValidID(r.LeaseID); err != nil {
+	if err := terms.ValidID(r.LeaseID); err != nil {
 		return ExecRequest{}, fmt.Errorf("wire: exec request: lease id: %w", err)
 	}
 	return r, nil

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 func oneLine(t *testing.T, err error) {
@@ -169,17 +169,17 @@ func FuzzExtractBundle(f *testing.F) {
 		_ = tw.Close()
 		return buf.Bytes()
 	}
-	man := func(files ...auction.OutputFile) []byte { b, _ := json.Marshal(files); return b }
-	ok := man(auction.OutputFile{Path: "r.txt", Size: 7, SHA256: sum("result\n")}, auction.OutputFile{Path: "d/x", Size: 1, SHA256: sum("x")})
+	man := func(files ...terms.OutputFile) []byte { b, _ := json.Marshal(files); return b }
+	ok := man(terms.OutputFile{Path: "r.txt", Size: 7, SHA256: sum("result\n")}, terms.OutputFile{Path: "d/x", Size: 1, SHA256: sum("x")})
 	f.Add(ok, tarOf(reg("r.txt", "result\n"), tarEntry{name: "d/", typeflag: tar.TypeDir}, reg("d/x", "x")))
 	f.Add(ok, tarOf(reg("r.txt", "result\n")))
-	f.Add(man(auction.OutputFile{Path: "../x", Size: 1, SHA256: sum("x")}), tarOf(reg("../x", "x")))
-	f.Add(man(auction.OutputFile{Path: "a", Size: 1, SHA256: sum("x")}, auction.OutputFile{Path: "a/b", Size: 1, SHA256: sum("x")}),
+	f.Add(man(terms.OutputFile{Path: "../x", Size: 1, SHA256: sum("x")}), tarOf(reg("../x", "x")))
+	f.Add(man(terms.OutputFile{Path: "a", Size: 1, SHA256: sum("x")}, terms.OutputFile{Path: "a/b", Size: 1, SHA256: sum("x")}),
 		tarOf(reg("a", "x"), reg("a/b", "x")))
-	f.Add(man(auction.OutputFile{Path: "l", Size: 0, SHA256: sum("")}), tarOf(tarEntry{name: "l", typeflag: tar.TypeSymlink, link: "/etc/passwd"}))
+	f.Add(man(terms.OutputFile{Path: "l", Size: 0, SHA256: sum("")}), tarOf(tarEntry{name: "l", typeflag: tar.TypeSymlink, link: "/etc/passwd"}))
 	f.Add([]byte("null"), []byte{})
 	f.Fuzz(func(t *testing.T, manifest, archive []byte) {
-		var files []auction.OutputFile
+		var files []terms.OutputFile
 		if json.Unmarshal(manifest, &files) != nil {
 			return // the renter refuses a manifest frame that does not decode
 		}
@@ -204,7 +204,7 @@ func FuzzExtractBundle(f *testing.F) {
 		if len(got) != len(files) || len(found) != len(files) {
 			t.Fatalf("extracted %d files, %d on disk, for a manifest of %d", len(got), len(found), len(files))
 		}
-		want := map[string]auction.OutputFile{}
+		want := map[string]terms.OutputFile{}
 		for _, m := range files {
 			want[path.Clean(m.Path)] = m
 		}

@@ -3,7 +3,6 @@ package wire
 import (
 	"context"
 
-	"github.com/gpumesh/gpumesh/auction"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
@@ -21,25 +20,30 @@ type Carrier interface {
 // are gossiped on their topics (a sampled call is sent on ProtoCall to each
 // provider it asks), bids (and declines, capacity notices) go
 // on ProtoBid, awards (and bid releases) on ProtoAward, whose answer is the
-// provider's confirm.
-func AuctionTransport(c Carrier) auction.Transport { return auctionTransport{c} }
+// provider's confirm. It returns the binding's own type, which satisfies
+// auction.Transport (checked in its test), so that this package, and the
+// control API's client that links it, need only the market's nouns
+// (auction/terms), not its engines.
+func AuctionTransport(c Carrier) Transport { return Transport{c} }
 
-type auctionTransport struct{ c Carrier }
+// Transport is AuctionTransport's binding: the auction's messages on a
+// Carrier.
+type Transport struct{ c Carrier }
 
-func (t auctionTransport) Publish(ctx context.Context, topic string, data []byte) error {
+func (t Transport) Publish(ctx context.Context, topic string, data []byte) error {
 	return t.c.Publish(ctx, topic, data)
 }
 
-func (t auctionTransport) SendCall(ctx context.Context, to peer.ID, data []byte) error {
+func (t Transport) SendCall(ctx context.Context, to peer.ID, data []byte) error {
 	_, err := t.c.Request(ctx, to, ProtoCall, data)
 	return err
 }
 
-func (t auctionTransport) SendBid(ctx context.Context, to peer.ID, data []byte) error {
+func (t Transport) SendBid(ctx context.Context, to peer.ID, data []byte) error {
 	_, err := t.c.Request(ctx, to, ProtoBid, data)
 	return err
 }
 
-func (t auctionTransport) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
+func (t Transport) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
 	return t.c.Request(ctx, to, ProtoAward, data)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
@@ -30,6 +31,9 @@ func (r *recorder) Request(_ context.Context, to peer.ID, proto protocol.ID, dat
 	r.to, r.proto, r.data = to, proto, string(data)
 	return r.answers[proto], r.err
 }
+
+// The binding is the engines' transport.
+var _ auction.Transport = Transport{}
 
 // TestAuctionTransport: calls go out as gossip on their topic, bids on
 // ProtoBid, awards on ProtoAward whose answer (the confirm) comes back;

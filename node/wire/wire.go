@@ -17,7 +17,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
@@ -26,16 +26,16 @@ import (
 // except the stream requests, which are authorised by the stream's
 // authenticated remote peer.
 const (
-	ProtoCall       protocol.ID = "/gpumesh/call/1.0.0"        // renter → provider: a sampled call for bids (auction.EncodeCall), sent to each provider it asks instead of gossiped
-	ProtoBid        protocol.ID = "/gpumesh/bid/1.0.0"         // provider → renter: auction.BidMessage (a bid, decline or capacity notice, by its envelope's domain)
-	ProtoAward      protocol.ID = "/gpumesh/award/1.0.0"       // renter → provider: auction.AwardMessage (an award, answered by an auction.Confirm, or a bid release)
+	ProtoCall       protocol.ID = "/gpumesh/call/1.0.0"        // renter → provider: a sampled call for bids (terms.EncodeCall), sent to each provider it asks instead of gossiped
+	ProtoBid        protocol.ID = "/gpumesh/bid/1.0.0"         // provider → renter: terms.BidMessage (a bid, decline or capacity notice, by its envelope's domain)
+	ProtoAward      protocol.ID = "/gpumesh/award/1.0.0"       // renter → provider: terms.AwardMessage (an award, answered by an terms.Confirm, or a bid release)
 	ProtoHeartbeat  protocol.ID = "/gpumesh/heartbeat/1.0.0"   // provider → renter: attest.Heartbeat
 	ProtoLeaseEvent protocol.ID = "/gpumesh/lease-event/1.0.0" // provider → renter: LeaseEvent, answered by a LeaseEventAnswer
 	ProtoReceipt    protocol.ID = "/gpumesh/receipt/1.0.0"     // provider → renter: attest.SignedReceipt, answered countersigned
 	ProtoLogs       protocol.ID = "/gpumesh/logs/1.0.0"        // renter → provider: StreamRequest, then the job's log
 	ProtoOutputs    protocol.ID = "/gpumesh/outputs/1.0.0"     // renter → provider: StreamRequest, then an outputs bundle
 	ProtoCancel     protocol.ID = "/gpumesh/cancel/1.0.0"      // renter → provider: CancelRequest
-	// ProtoCheckpoint: provider → renter, a signed auction.Checkpoint
+	// ProtoCheckpoint: provider → renter, a signed terms.Checkpoint
 	// (sign.DomainCheckpoint); the renter's daemon fetches its artifact
 	// before it answers.
 	ProtoCheckpoint protocol.ID = "/gpumesh/checkpoint/1.0.0"
@@ -128,23 +128,23 @@ const ReputationTopic = "gpumesh/reputation/2"
 // LeaseEvent is a provider's signed report of a lease's run state
 // (sign.DomainLeaseEvent).
 type LeaseEvent struct {
-	LeaseID  string           `json:"lease_id"`
-	JobID    string           `json:"job_id"`
-	Provider string           `json:"provider"`
-	Run      auction.RunState `json:"run"`
-	Detail   string           `json:"detail,omitempty"`
-	ExitCode *int             `json:"exit_code,omitempty"`
-	Fault    auction.Fault    `json:"fault,omitempty"`
-	Started  time.Time        `json:"started,omitempty"`
-	Ended    time.Time        `json:"ended,omitempty"`
+	LeaseID  string         `json:"lease_id"`
+	JobID    string         `json:"job_id"`
+	Provider string         `json:"provider"`
+	Run      terms.RunState `json:"run"`
+	Detail   string         `json:"detail,omitempty"`
+	ExitCode *int           `json:"exit_code,omitempty"`
+	Fault    terms.Fault    `json:"fault,omitempty"`
+	Started  time.Time      `json:"started,omitempty"`
+	Ended    time.Time      `json:"ended,omitempty"`
 	// Outputs are the first MaxEventOutputs files of the output manifest;
-	// OutputCount and OutputsHash (auction.ManifestHash) describe the
+	// OutputCount and OutputsHash (terms.ManifestHash) describe the
 	// whole manifest, which the outputs stream serves and the receipt's
 	// ResultHash names.
-	Outputs     []auction.OutputFile `json:"outputs,omitempty"`
-	OutputCount int                  `json:"output_count,omitempty"`
-	OutputsHash string               `json:"outputs_hash,omitempty"`
-	Time        time.Time            `json:"time"`
+	Outputs     []terms.OutputFile `json:"outputs,omitempty"`
+	OutputCount int                `json:"output_count,omitempty"`
+	OutputsHash string             `json:"outputs_hash,omitempty"`
+	Time        time.Time          `json:"time"`
 	// OutputsArtifact is the artifact holding the outputs, owned by the
 	// renter (who may fetch it from the provider and any holder).
 	OutputsArtifact string `json:"outputs_artifact,omitempty"`
@@ -152,7 +152,7 @@ type LeaseEvent struct {
 	// Restore) the lease started from; "" when it started fresh.
 	Restored string `json:"restored,omitempty"`
 	// Moved, on a pending lease's event, tells the renter its provider
-	// moved the lease earlier (auction.Lease.Moved): GPUs freed before
+	// moved the lease earlier (terms.Lease.Moved): GPUs freed before
 	// its start. It comes before the lease's first heartbeat.
 	Moved *LeaseMove `json:"moved,omitempty"`
 	// LogDigest and LogBytes, on a final report of a lease that ran, are
@@ -182,13 +182,13 @@ const MaxEventOutputs = 64
 
 // SetOutputs describes a lease's full output manifest in the event: its
 // first MaxEventOutputs files, its count and its hash.
-func (e *LeaseEvent) SetOutputs(outs []auction.OutputFile) {
+func (e *LeaseEvent) SetOutputs(outs []terms.OutputFile) {
 	e.Outputs = outs
 	if len(outs) > MaxEventOutputs {
 		e.Outputs = outs[:MaxEventOutputs]
 	}
 	e.OutputCount = len(outs)
-	e.OutputsHash = auction.ManifestHash(outs)
+	e.OutputsHash = terms.ManifestHash(outs)
 }
 
 // CheckOutputs checks that the event's output fields are consistent: at
@@ -204,7 +204,7 @@ func (e LeaseEvent) CheckOutputs() error {
 		return fmt.Errorf("lease event has an outputs hash but no outputs")
 	case e.OutputCount > 0 && e.OutputsHash == "":
 		return fmt.Errorf("lease event counts %d output files but has no outputs hash", e.OutputCount)
-	case e.OutputCount == len(e.Outputs) && auction.ManifestHash(e.Outputs) != e.OutputsHash:
+	case e.OutputCount == len(e.Outputs) && terms.ManifestHash(e.Outputs) != e.OutputsHash:
 		return fmt.Errorf("lease event's outputs hash does not match its %d output files", len(e.Outputs))
 	}
 	return nil
@@ -271,14 +271,14 @@ type StreamRequest struct {
 }
 
 // DecodeStreamRequest reads a logs or outputs stream's request frame. Its
-// lease id must satisfy auction.ValidID: it names files under the
+// lease id must satisfy terms.ValidID: it names files under the
 // provider's data dir.
 func DecodeStreamRequest(b []byte) (StreamRequest, error) {
 	var r StreamRequest
 	if err := json.Unmarshal(b, &r); err != nil {
 		return StreamRequest{}, fmt.Errorf("wire: stream request: %v", err)
 	}
-	if err := auction.ValidID(r.LeaseID); err != nil {
+	if err := terms.ValidID(r.LeaseID); err != nil {
 		return StreamRequest{}, fmt.Errorf("wire: stream request: lease id: %w", err)
 	}
 	return r, nil

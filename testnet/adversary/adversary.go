@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -74,7 +75,7 @@ func NewPeer(ctx context.Context, cfg PeerConfig) (*Peer, error) {
 		Reachability: p2p.ReachabilityPublic, Log: log,
 		// The daemons' record validator, so a hostile peer can put a
 		// well-formed capability record of its own (BidderConfig.Advertise).
-		Validators: map[string]record.Validator{auction.CapabilityNamespace: auction.CapabilityValidator{Now: time.Now}}})
+		Validators: map[string]record.Validator{terms.CapabilityNamespace: terms.CapabilityValidator{Now: time.Now}}})
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +119,7 @@ func (p *Peer) Connect(ctx context.Context, addr string) (peer.ID, error) {
 // an honest provider of it does: the calls sent to it directly on
 // wire.ProtoCall (a sampled call) go to direct, those heard on the topics
 // it subscribes to go to gossiped.
-func (p *Peer) SubscribeCalls(ctx context.Context, c *auction.Capability, direct, gossiped func(from peer.ID, data []byte)) error {
+func (p *Peer) SubscribeCalls(ctx context.Context, c *terms.Capability, direct, gossiped func(from peer.ID, data []byte)) error {
 	p.Node.Handle(wire.ProtoCall, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		direct(from, req)
 		return nil, nil

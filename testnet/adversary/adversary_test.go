@@ -13,9 +13,9 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/gpuproof"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 
-	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
@@ -28,7 +28,7 @@ import (
 // renter (the bootstrap node) and honest providers started with
 // node.Start, exactly as gpumesh runs them.
 
-var h100 = auction.GPU{Model: "H100", VRAMGB: 80}
+var h100 = terms.GPU{Model: "H100", VRAMGB: 80}
 
 func testLog() *slog.Logger {
 	if os.Getenv("GPUMESH_TEST_LOG") != "" {
@@ -57,10 +57,10 @@ func providerConfig(floor float64) config.Config {
 	cfg := renterConfig()
 	cfg.Region = "eu-west"
 	cfg.Provider.Enabled = true
-	cfg.Provider.GPUs = []auction.GPU{h100}
+	cfg.Provider.GPUs = []terms.GPU{h100}
 	cfg.Provider.GPUSource = "declared" // never the host's real GPUs
 	cfg.Provider.AdvertiseTTL = 30 * time.Second
-	cfg.Provider.Policy = auction.Policy{PriceFloor: floor, AcceptPreemptible: true}
+	cfg.Provider.Policy = terms.Policy{PriceFloor: floor, AcceptPreemptible: true}
 	cfg.Provider.Executor = "process"
 	cfg.Provider.HeartbeatInterval = time.Second
 	return cfg
@@ -114,12 +114,12 @@ func adversary(t *testing.T, via ...*daemon) *Peer {
 const bidWindow = 2 * time.Second
 
 // honestJob is a short job an honest provider runs to completion.
-func honestJob() auction.Job {
-	return auction.Job{Tier: auction.Silver, MaxPrice: 5, GPUCount: 1, Duration: time.Hour, Region: "eu",
-		BidWindow: bidWindow, Run: auction.RunSpec{Command: []string{"true"}}}
+func honestJob() terms.Job {
+	return terms.Job{Tier: terms.Silver, MaxPrice: 5, GPUCount: 1, Duration: time.Hour, Region: "eu",
+		BidWindow: bidWindow, Run: terms.RunSpec{Command: []string{"true"}}}
 }
 
-func post(t *testing.T, d *daemon, job auction.Job) (api.JobView, time.Duration) {
+func post(t *testing.T, d *daemon, job terms.Job) (api.JobView, time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -136,10 +136,10 @@ func post(t *testing.T, d *daemon, job auction.Job) (api.JobView, time.Duration)
 // the renter first showed a lease (zero if never) and how long the post
 // took (the auction returns once every outstanding award has been
 // answered or timed out, after the lease already holds).
-func postWatched(t *testing.T, d *daemon, job auction.Job) (v api.JobView, leased, returned time.Duration) {
+func postWatched(t *testing.T, d *daemon, job terms.Job) (v api.JobView, leased, returned time.Duration) {
 	t.Helper()
 	if job.ID == "" {
-		job.ID = auction.NewID("job")
+		job.ID = terms.NewID("job")
 	}
 	t0 := time.Now()
 	stop := make(chan struct{})
@@ -169,7 +169,7 @@ func postWatched(t *testing.T, d *daemon, job auction.Job) (v api.JobView, lease
 
 // postUntilLeased posts the job until it is leased (the gossip mesh forms
 // while the first calls are made), failing after within.
-func postUntilLeased(t *testing.T, d *daemon, job auction.Job, within time.Duration) api.JobView {
+func postUntilLeased(t *testing.T, d *daemon, job terms.Job, within time.Duration) api.JobView {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -339,7 +339,7 @@ func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
 	// heavily loaded test machine: a lease is due about a second after the
 	// window closes.
 	window := 4 * time.Second
-	job := func() auction.Job {
+	job := func() terms.Job {
 		j := honestJob()
 		j.BidWindow = window
 		return j
@@ -399,7 +399,7 @@ func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
 		waitFor(t, 20*time.Second, "the renter listing every non-confirming bidder", func() bool {
 			lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
 			defer lcancel()
-			caps, err := renter.api.Providers(lctx, auction.Query{})
+			caps, err := renter.api.Providers(lctx, terms.Query{})
 			if err != nil {
 				return false
 			}
@@ -529,7 +529,7 @@ func settled(t *testing.T, renter *daemon, v api.JobView) api.JobView {
 	var jv api.JobView
 	waitFor(t, 20*time.Second, "job "+v.Job.ID+" succeeding and settling", func() bool {
 		jv = view(t, renter, v.Job.ID)
-		return jv.Run == auction.RunSucceeded && jv.Receipt != nil
+		return jv.Run == terms.RunSucceeded && jv.Receipt != nil
 	})
 	return jv
 }
@@ -651,7 +651,7 @@ func TestSybilCapabilityRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "the renter listing every sybil record", func() bool {
-		caps, err := renter.api.Providers(ctx, auction.Query{})
+		caps, err := renter.api.Providers(ctx, terms.Query{})
 		if err != nil {
 			return false
 		}
@@ -666,7 +666,7 @@ func TestSybilCapabilityRecords(t *testing.T) {
 		}
 		return listed[hid]
 	})
-	stats := func() auction.ProviderStats {
+	stats := func() terms.ProviderStats {
 		s, err := honest.api.ProviderStats(ctx)
 		if err != nil {
 			t.Fatalf("provider stats: %v", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -127,9 +128,9 @@ func CallFlood(ctx context.Context, p *Peer, cfg FloodConfig) (FloodReport, erro
 		case <-tick.C:
 		}
 		owner := owners[i%len(owners)]
-		job := auction.Job{ID: auction.NewID("flood"), Owner: owner.ID().String(), OwnerAddrs: p.Node.Addrs(),
-			Tier: auction.Silver, MaxPrice: 100, GPUCount: 1, Duration: time.Hour, Region: cfg.Region,
-			BidWindow: auction.MaxBidWindow, Run: auction.RunSpec{Command: []string{"true"}}, CreatedAt: time.Now()}
+		job := terms.Job{ID: terms.NewID("flood"), Owner: owner.ID().String(), OwnerAddrs: p.Node.Addrs(),
+			Tier: terms.Silver, MaxPrice: 100, GPUCount: 1, Duration: time.Hour, Region: cfg.Region,
+			BidWindow: terms.MaxBidWindow, Run: terms.RunSpec{Command: []string{"true"}}, CreatedAt: time.Now()}
 		if cfg.GPUModel != "" {
 			job.GPUModels = []string{cfg.GPUModel}
 		}
@@ -137,7 +138,7 @@ func CallFlood(ctx context.Context, p *Peer, cfg FloodConfig) (FloodReport, erro
 			return rep, fmt.Errorf("adversary: flood job: %w", err)
 		}
 		for _, topic := range auction.JobTopics(&job) {
-			data, err := auction.EncodeCall(owner, job, topic)
+			data, err := terms.EncodeCall(owner, job, topic)
 			if err != nil {
 				return rep, err
 			}

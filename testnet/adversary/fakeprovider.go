@@ -13,6 +13,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/p2p/frame"
@@ -27,28 +28,28 @@ func (p *Peer) transport() auction.Transport { return wire.AuctionTransport(p2p.
 
 // BidderConfig is what a hostile bidder claims to sell.
 type BidderConfig struct {
-	Region string      // default "eu-west"
-	GPU    auction.GPU // default one 80 GB H100
-	Price  float64     // price floor per GPU-hour; default 0.01 (undercuts any honest provider)
+	Region string    // default "eu-west"
+	GPU    terms.GPU // default one 80 GB H100
+	Price  float64   // price floor per GPU-hour; default 0.01 (undercuts any honest provider)
 	// Advertise puts the bidder's signed capability record in the DHT and
 	// provides its discovery keys, as an honest provider does: renters that
 	// discover it then expect it to answer their calls, and wait for it.
 	Advertise bool
 }
 
-func (c BidderConfig) capability(id peer.ID) auction.Capability {
+func (c BidderConfig) capability(id peer.ID) terms.Capability {
 	if c.Region == "" {
 		c.Region = "eu-west"
 	}
 	if c.GPU.Model == "" {
-		c.GPU = auction.GPU{Model: "H100", VRAMGB: 80}
+		c.GPU = terms.GPU{Model: "H100", VRAMGB: 80}
 	}
 	if c.Price <= 0 {
 		c.Price = 0.01
 	}
 	now := time.Now()
-	return auction.Capability{Peer: id.String(), Region: c.Region, GPUs: []auction.GPU{c.GPU},
-		Policy: auction.Policy{PriceFloor: c.Price, AcceptPreemptible: true}, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}
+	return terms.Capability{Peer: id.String(), Region: c.Region, GPUs: []terms.GPU{c.GPU},
+		Policy: terms.Policy{PriceFloor: c.Price, AcceptPreemptible: true}, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}
 }
 
 // bidderSelf is a bidder's capability, issued afresh at each call.
@@ -57,26 +58,26 @@ type bidderSelf struct {
 	id  peer.ID
 }
 
-func (b bidderSelf) Capability() auction.Capability { return b.cfg.capability(b.id) }
-func (bidderSelf) Reliability() float64             { return auction.NeutralReliability }
+func (b bidderSelf) Capability() terms.Capability { return b.cfg.capability(b.id) }
+func (bidderSelf) Reliability() float64           { return terms.NeutralReliability }
 
 // bidderRuntime hands a bidder's confirmed leases to onLease (nil: to
 // nobody); it runs nothing, so it neither vets awards nor moves leases.
-type bidderRuntime struct{ onLease func(auction.Lease) }
+type bidderRuntime struct{ onLease func(terms.Lease) }
 
-func (r bidderRuntime) OnLease(l auction.Lease, _ auction.Job, _ []string) {
+func (r bidderRuntime) OnLease(l terms.Lease, _ terms.Job, _ []string) {
 	if r.onLease != nil {
 		r.onLease(l)
 	}
 }
-func (bidderRuntime) OnMove(auction.Lease, auction.Job) bool { return false }
-func (bidderRuntime) Admit(string, string, string) error     { return nil }
+func (bidderRuntime) OnMove(terms.Lease, terms.Job) bool { return false }
+func (bidderRuntime) Admit(string, string, string) error { return nil }
 
 // bidder runs the project's own auction.Provider on a hostile peer, so its
 // bids are well formed and signed: it hears calls and bids on them at its
 // (low) price. onLease receives each confirmed lease; nil means the peer
 // never confirms an award (see NonConfirmingBidders).
-func (p *Peer) bidder(ctx context.Context, cfg BidderConfig, onLease func(auction.Lease)) (*auction.Provider, error) {
+func (p *Peer) bidder(ctx context.Context, cfg BidderConfig, onLease func(terms.Lease)) (*auction.Provider, error) {
 	capab := cfg.capability(p.ID())
 	prov, err := auction.NewProvider(auction.ProviderConfig{Signer: p.Signer, Transport: p.transport(),
 		Calendar: auction.NewCalendar(len(capab.GPUs)), Log: p.Log,
@@ -104,18 +105,18 @@ func (p *Peer) bidder(ctx context.Context, cfg BidderConfig, onLease func(auctio
 	}
 	if cfg.Advertise {
 		capab.Addrs = p.Node.Addrs()
-		b, err := auction.SealCapability(p.Signer, capab)
+		b, err := terms.SealCapability(p.Signer, capab)
 		if err != nil {
 			return nil, err
 		}
 		actx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
-		if err := putRecord(actx, p, auction.CapabilityKey(p.ID()), b); err != nil {
+		if err := putRecord(actx, p, terms.CapabilityKey(p.ID()), b); err != nil {
 			return nil, fmt.Errorf("adversary: advertise: %w", err)
 		}
 		// Announced concurrently, as the daemon does (provideKeys): one
 		// slow lookup does not hold up the others' announcements.
-		keys := auction.DiscoveryKeys(capab)
+		keys := terms.DiscoveryKeys(capab)
 		errs := make(chan error, len(keys))
 		for _, k := range keys {
 			go func() {
@@ -175,9 +176,9 @@ func answer(what string, err error) Answer {
 // FakeProviderReport is what the fake provider did and what the renter
 // answered.
 type FakeProviderReport struct {
-	Lease              auction.Lease `json:"lease"`
-	HeartbeatsSent     int           `json:"heartbeats_sent"`
-	HeartbeatsAccepted int           `json:"heartbeats_accepted"`
+	Lease              terms.Lease `json:"lease"`
+	HeartbeatsSent     int         `json:"heartbeats_sent"`
+	HeartbeatsAccepted int         `json:"heartbeats_accepted"`
 	// Answers lists every lease event and receipt sent, in order.
 	Answers []Answer `json:"answers"`
 	// ClaimedGPUSeconds is what the whole-lease receipts claimed.
@@ -224,10 +225,10 @@ func FakeProvider(ctx context.Context, p *Peer, cfg FakeProviderConfig) (FakePro
 	if cfg.Idle <= 0 {
 		cfg.Idle = 2 * time.Second
 	}
-	leases := make(chan auction.Lease, 4)
+	leases := make(chan terms.Lease, 4)
 	bctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if _, err := p.bidder(bctx, cfg.BidderConfig, func(l auction.Lease) {
+	if _, err := p.bidder(bctx, cfg.BidderConfig, func(l terms.Lease) {
 		select {
 		case leases <- l:
 		default:
@@ -337,21 +338,21 @@ func FakeProvider(ctx context.Context, p *Peer, cfg FakeProviderConfig) (FakePro
 		rep.ClaimedGPUSeconds = secs
 		return attest.Receipt{LeaseID: l.ID, JobID: l.JobID, Renter: l.Renter, Provider: l.Provider,
 			Start: l.Start, End: l.End, GPUCount: l.GPUCount, GPUSeconds: secs, Price: l.Price,
-			Amount: attest.AmountFor(secs, l.Price), Outcome: auction.RunSucceeded, Heartbeats: sum, IssuedAt: time.Now(),
+			Amount: attest.AmountFor(secs, l.Price), Outcome: terms.RunSucceeded, Heartbeats: sum, IssuedAt: time.Now(),
 			LogDigest: logDigest}
 	}
 	fakeSum := attest.HeartbeatSummary{Count: cfg.Heartbeats, Expected: cfg.Heartbeats, Coverage: 1, MeanGPUUtil: 100}
 
 	// A run that "succeeded" hours from now, and receipts for all of it.
 	_, _ = event("succeeded event ending "+cfg.FutureEnd.String()+" in the future",
-		wire.LeaseEvent{Run: auction.RunSucceeded, Started: l.Start, Ended: time.Now().Add(cfg.FutureEnd)})
+		wire.LeaseEvent{Run: terms.RunSucceeded, Started: l.Start, Ended: time.Now().Add(cfg.FutureEnd)})
 	for i := 0; i < cfg.Receipts; i++ {
 		receipt("whole-lease receipt before any final report", whole(fakeSum))
 	}
 	// A plausible final report, then receipts for the whole lease carrying
 	// the renter's own heartbeat summary.
 	end := time.Now()
-	sum, err := event("succeeded event ending now", wire.LeaseEvent{Run: auction.RunSucceeded, Started: l.Start, Ended: end,
+	sum, err := event("succeeded event ending now", wire.LeaseEvent{Run: terms.RunSucceeded, Started: l.Start, Ended: end,
 		LogDigest: logDigest, LogBytes: int64(len(fakeLog))})
 	if sum == nil {
 		rep.Ran = time.Since(t0)

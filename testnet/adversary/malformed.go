@@ -14,6 +14,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p/frame"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -76,7 +77,7 @@ func traversal(p *Peer, target peer.ID, proto protocol.ID) ([]byte, error) {
 	now := time.Now()
 	switch proto {
 	case wire.ProtoBid:
-		env, err := sign.Seal(p.Signer, sign.DomainBid, auction.Bid{JobID: Traversal, Provider: me, Region: "eu-west",
+		env, err := sign.Seal(p.Signer, sign.DomainBid, terms.Bid{JobID: Traversal, Provider: me, Region: "eu-west",
 			Price: 1, Start: now, End: now.Add(time.Hour), GPUModel: "H100", VRAMGB: 80, Nonce: Traversal,
 			IssuedAt: now, ExpiresAt: now.Add(time.Minute)})
 		if err != nil {
@@ -84,9 +85,9 @@ func traversal(p *Peer, target peer.ID, proto protocol.ID) ([]byte, error) {
 		}
 		return env.Marshal()
 	case wire.ProtoAward:
-		job := auction.Job{ID: Traversal, Owner: me, Tier: auction.Silver, MaxPrice: 1, GPUCount: 1, Duration: time.Hour,
-			BidWindow: time.Second, Run: auction.RunSpec{Command: []string{"true"}}}
-		env, err := sign.Seal(p.Signer, sign.DomainAward, auction.Award{LeaseID: Traversal, JobID: Traversal, Renter: me,
+		job := terms.Job{ID: Traversal, Owner: me, Tier: terms.Silver, MaxPrice: 1, GPUCount: 1, Duration: time.Hour,
+			BidWindow: time.Second, Run: terms.RunSpec{Command: []string{"true"}}}
+		env, err := sign.Seal(p.Signer, sign.DomainAward, terms.Award{LeaseID: Traversal, JobID: Traversal, Renter: me,
 			Provider: target.String(), BidNonce: Traversal, Price: 1, Job: job})
 		if err != nil {
 			return nil, err
@@ -100,12 +101,12 @@ func traversal(p *Peer, target peer.ID, proto protocol.ID) ([]byte, error) {
 		return env.Marshal()
 	case wire.ProtoLeaseEvent:
 		return sealed(p, sign.DomainLeaseEvent, wire.LeaseEvent{LeaseID: Traversal, JobID: Traversal, Provider: me,
-			Run: auction.RunSucceeded, Time: now})
+			Run: terms.RunSucceeded, Time: now})
 	case wire.ProtoReceipt:
 		secs := 60.0
 		sr, err := attest.NewReceipt(p.Signer, attest.Receipt{LeaseID: Traversal, JobID: Traversal, Renter: target.String(),
 			Start: now.Add(-time.Minute), End: now, GPUCount: 1, GPUSeconds: secs, Price: 1, Amount: attest.AmountFor(secs, 1),
-			Outcome: auction.RunSucceeded, IssuedAt: now})
+			Outcome: terms.RunSucceeded, IssuedAt: now})
 		if err != nil {
 			return nil, err
 		}
@@ -220,24 +221,24 @@ func MalformedGossip(ctx context.Context, p *Peer, region string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	job := auction.Job{ID: Traversal, Owner: p.ID().String(), Tier: auction.Silver, MaxPrice: 100, GPUCount: 1,
-		Duration: time.Hour, Region: region, BidWindow: time.Second, Run: auction.RunSpec{Command: []string{"true"}},
+	job := terms.Job{ID: Traversal, Owner: p.ID().String(), Tier: terms.Silver, MaxPrice: 100, GPUCount: 1,
+		Duration: time.Hour, Region: region, BidWindow: time.Second, Run: terms.RunSpec{Command: []string{"true"}},
 		OwnerAddrs: p.Node.Addrs(), CreatedAt: time.Now()}
 	topic := auction.JobTopics(&job)[0]
-	travCall, err := auction.EncodeCall(p.Signer, job, topic)
+	travCall, err := terms.EncodeCall(p.Signer, job, topic)
 	if err != nil {
 		return 0, err
 	}
-	job.ID, job.Owner = auction.NewID("job"), other.ID().String()
+	job.ID, job.Owner = terms.NewID("job"), other.ID().String()
 	env, err := sign.Seal(p.Signer, sign.DomainJob, job) // signed by p, owned by other
 	if err != nil {
 		return 0, err
 	}
 	forged, _ := json.Marshal(map[string]any{"topic": topic, "job": env})
 	now := time.Now()
-	half, err := attest.NewReceipt(p.Signer, attest.Receipt{LeaseID: auction.NewID("lease"), Renter: other.ID().String(),
+	half, err := attest.NewReceipt(p.Signer, attest.Receipt{LeaseID: terms.NewID("lease"), Renter: other.ID().String(),
 		Start: now.Add(-time.Hour), End: now, GPUCount: 1, GPUSeconds: 3600, Price: 1, Amount: 1,
-		Outcome: auction.RunSucceeded, IssuedAt: now})
+		Outcome: terms.RunSucceeded, IssuedAt: now})
 	if err != nil {
 		return 0, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -20,7 +21,7 @@ import (
 // refuses this one (renter.unsolicited_notice). It returns the renter's
 // answer.
 func UnsolicitedNotice(ctx context.Context, p *Peer, renter peer.ID, jobs []string) Answer {
-	data, err := auction.EncodeCapacityNotice(p.Signer, auction.CapacityNotice{Provider: p.ID().String(), FreeGPUs: 8,
+	data, err := terms.EncodeCapacityNotice(p.Signer, terms.CapacityNotice{Provider: p.ID().String(), FreeGPUs: 8,
 		Jobs: jobs, IssuedAt: time.Now()})
 	if err != nil {
 		return answer("capacity notice", err)
@@ -33,9 +34,9 @@ func UnsolicitedNotice(ctx context.Context, p *Peer, renter peer.ID, jobs []stri
 
 // MoveReport is what a provider's lease moves got from its renter.
 type MoveReport struct {
-	Lease auction.Lease `json:"lease"`
+	Lease terms.Lease `json:"lease"`
 	// Past is the answer to the move into the past; Control to the move
-	// by one second earlier, within the rule (auction.Lease.Moved).
+	// by one second earlier, within the rule (terms.Lease.Moved).
 	Past    Answer `json:"past"`
 	Control Answer `json:"control"`
 }
@@ -52,10 +53,10 @@ func MoveIntoPast(ctx context.Context, p *Peer, cfg BidderConfig, back time.Dura
 	if back <= 0 {
 		back = time.Hour
 	}
-	leases := make(chan auction.Lease, 1)
+	leases := make(chan terms.Lease, 1)
 	bctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if _, err := p.bidder(bctx, cfg, func(l auction.Lease) {
+	if _, err := p.bidder(bctx, cfg, func(l terms.Lease) {
 		select {
 		case leases <- l:
 		default:
@@ -76,7 +77,7 @@ func MoveIntoPast(ctx context.Context, p *Peer, cfg BidderConfig, back time.Dura
 	}
 	move := func(start time.Time) Answer {
 		ev := wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: p.ID().String(), Time: time.Now(),
-			Run: auction.RunPending, Moved: &wire.LeaseMove{Start: start, Devices: l.Devices}}
+			Run: terms.RunPending, Moved: &wire.LeaseMove{Start: start, Devices: l.Devices}}
 		b, err := sealed(p, sign.DomainLeaseEvent, ev)
 		if err == nil {
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -92,7 +93,7 @@ func MoveIntoPast(ctx context.Context, p *Peer, cfg BidderConfig, back time.Dura
 
 // ReuseReport is what an award reusing another renter's lease id got.
 type ReuseReport struct {
-	Job auction.JobStatus `json:"job"`
+	Job terms.JobStatus `json:"job"`
 	// Awards counts the awards sent, each carrying the victim's lease id.
 	Awards int `json:"awards"`
 	// Err is how the auction ended ("": leased, which it must not be).
@@ -107,9 +108,9 @@ type ReuseReport struct {
 // an honest provider refuses any lease id it ever held
 // (provider.lease_id_reused). The auction's job must be one the target
 // provider bids on.
-func ReuseLeaseID(ctx context.Context, p *Peer, leaseID string, job auction.Job) (ReuseReport, error) {
+func ReuseLeaseID(ctx context.Context, p *Peer, leaseID string, job terms.Job) (ReuseReport, error) {
 	var awards atomic.Int64
-	tr := rewriteAwards{Transport: p.transport(), signer: p.Signer, rewrite: func(a *auction.Award) {
+	tr := rewriteAwards{Transport: p.transport(), signer: p.Signer, rewrite: func(a *terms.Award) {
 		if leaseID != "" {
 			a.LeaseID = leaseID
 		}
@@ -142,11 +143,11 @@ func ReuseLeaseID(ctx context.Context, p *Peer, leaseID string, job auction.Job)
 type rewriteAwards struct {
 	auction.Transport
 	signer  *sign.Signer
-	rewrite func(*auction.Award)
+	rewrite func(*terms.Award)
 }
 
 func (t rewriteAwards) SendAward(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
-	msg, err := auction.DecodeAwardMessage(data)
+	msg, err := terms.DecodeAwardMessage(data)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +155,7 @@ func (t rewriteAwards) SendAward(ctx context.Context, to peer.ID, data []byte) (
 		return t.Transport.SendAward(ctx, to, data)
 	}
 	t.rewrite(msg.Award)
-	b, err := auction.EncodeAward(t.signer, *msg.Award)
+	b, err := terms.EncodeAward(t.signer, *msg.Award)
 	if err != nil {
 		return nil, err
 	}
@@ -168,14 +169,14 @@ func (t rewriteAwards) SendAward(ctx context.Context, to peer.ID, data []byte) (
 // them could be aimed at any machine, by every caller, as a scanner or a
 // flood. An honest provider bids, but reaches a renter only through what
 // it learned itself: here nothing, so its bid goes undelivered
-// (auction.ProviderStats.Undelivered) and nothing connects to addrs. It
+// (terms.ProviderStats.Undelivered) and nothing connects to addrs. It
 // returns the call's job.
-func CallNamingAddrs(ctx context.Context, p *Peer, job auction.Job, addrs []string) (auction.Job, error) {
+func CallNamingAddrs(ctx context.Context, p *Peer, job terms.Job, addrs []string) (terms.Job, error) {
 	owner, err := NewSigner()
 	if err != nil {
 		return job, err
 	}
-	job.ID, job.Owner, job.CreatedAt, job.OwnerAddrs = auction.NewID("job"), owner.ID().String(), time.Now(), nil
+	job.ID, job.Owner, job.CreatedAt, job.OwnerAddrs = terms.NewID("job"), owner.ID().String(), time.Now(), nil
 	for _, a := range addrs {
 		job.OwnerAddrs = append(job.OwnerAddrs, a, a+"/p2p/"+job.Owner)
 	}
@@ -183,7 +184,7 @@ func CallNamingAddrs(ctx context.Context, p *Peer, job auction.Job, addrs []stri
 		return job, fmt.Errorf("adversary: call: %w", err)
 	}
 	for _, topic := range auction.JobTopics(&job) {
-		data, err := auction.EncodeCall(owner, job, topic)
+		data, err := terms.EncodeCall(owner, job, topic)
 		if err != nil {
 			return job, err
 		}

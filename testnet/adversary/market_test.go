@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
 )
@@ -27,7 +27,7 @@ func TestUnsolicitedCapacityNotice(t *testing.T) {
 	if err != nil {
 		t.Fatalf("post --queue: %v", err)
 	}
-	if v.State != auction.JobQueued {
+	if v.State != terms.JobQueued {
 		t.Fatalf("job %s %v: want queued", v.State, v.Reasons)
 	}
 	before := counters(t, renter)
@@ -40,7 +40,7 @@ func TestUnsolicitedCapacityNotice(t *testing.T) {
 	if d["renter.unsolicited_notice"] != 1 || d["renter.queued_woken"] != 0 || d["renter.capacity_notice"] != 0 {
 		t.Fatalf("counted %v: want renter.unsolicited_notice once, no notice taken, nothing woken", d)
 	}
-	if got := view(t, renter, v.Job.ID); got.State != auction.JobQueued || got.Offers != v.Offers {
+	if got := view(t, renter, v.Job.ID); got.State != terms.JobQueued || got.Offers != v.Offers {
 		t.Fatalf("job after the notice: %s, offered %d times (was %d)", got.State, got.Offers, v.Offers)
 	}
 }
@@ -182,7 +182,7 @@ func TestCallNamingAddrsNotDialled(t *testing.T) {
 	defer victim.Close()
 	addr := fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", victim.Addr().(*net.TCPAddr).Port)
 	p := adversary(t, prov)
-	stats := func() auction.ProviderStats {
+	stats := func() terms.ProviderStats {
 		s, err := prov.api.ProviderStats(context.Background())
 		if err != nil {
 			t.Fatalf("provider stats: %v", err)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -149,9 +149,9 @@ func SybilReceipts(ctx context.Context, p *Peer, cfg SybilConfig) (SybilReport, 
 func sybilReceipt(prov, renter *sign.Signer, end time.Time, amount float64) ([]byte, error) {
 	start := end.Add(-time.Hour)
 	secs := 3600.0
-	rc := attest.Receipt{LeaseID: auction.NewID("lease"), JobID: auction.NewID("job"), Renter: renter.ID().String(),
+	rc := attest.Receipt{LeaseID: terms.NewID("lease"), JobID: terms.NewID("job"), Renter: renter.ID().String(),
 		Provider: prov.ID().String(), Start: start, End: end, GPUCount: 1, GPUSeconds: secs, Price: amount,
-		Amount: attest.AmountFor(secs, amount), Outcome: auction.RunSucceeded, IssuedAt: end,
+		Amount: attest.AmountFor(secs, amount), Outcome: terms.RunSucceeded, IssuedAt: end,
 		Heartbeats: attest.HeartbeatSummary{Count: 720, Expected: 720, Coverage: 1, MeanGPUUtil: 99}}
 	sr, err := attest.NewReceipt(prov, rc)
 	if err != nil {

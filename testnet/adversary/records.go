@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -36,15 +36,15 @@ func SybilRecords(ctx context.Context, p *Peer, n int, cfg BidderConfig) (SybilR
 			return rep, err
 		}
 		c := cfg.capability(s.ID())
-		b, err := auction.SealCapability(s, c)
+		b, err := terms.SealCapability(s, c)
 		if err != nil {
 			return rep, err
 		}
-		if err := putRecord(ctx, p, auction.CapabilityKey(s.ID()), b); err != nil {
+		if err := putRecord(ctx, p, terms.CapabilityKey(s.ID()), b); err != nil {
 			return rep, fmt.Errorf("adversary: record of %s: %w", s.ID(), err)
 		}
 		self.ID = s.ID()
-		for _, k := range auction.DiscoveryKeys(c) {
+		for _, k := range terms.DiscoveryKeys(c) {
 			if err := p.Node.DHT.ProviderStore().AddProvider(ctx, p2p.KeyCID(k).Hash(), self); err != nil {
 				return rep, fmt.Errorf("adversary: provider record %s: %w", k, err)
 			}

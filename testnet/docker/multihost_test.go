@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -295,7 +295,7 @@ func (c *cluster) providers(renter *daemon, query ...string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var caps []auction.Capability
+	var caps []terms.Capability
 	if err := json.Unmarshal([]byte(out), &caps); err != nil {
 		return nil, fmt.Errorf("providers --json: %w: %q", err, out)
 	}
@@ -397,7 +397,7 @@ func (c *cluster) postJob(t *testing.T, renter *daemon, model, script string) ap
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("job post --json: %v: %q", err, out)
 	}
-	if v.Run != auction.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
+	if v.Run != terms.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
 		t.Fatalf("job %s: run %q exit %v detail %q, want succeeded with exit 0", v.Job.ID, v.Run, v.ExitCode, v.Detail)
 	}
 	return v
@@ -477,7 +477,7 @@ func TestMultiHost(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("job status --json: %v: %q", err, out)
 		}
-		if st.Job.ID != v.Job.ID || st.Run != auction.RunSucceeded {
+		if st.Job.ID != v.Job.ID || st.Run != terms.RunSucceeded {
 			t.Errorf("job status %s: id %s run %q, want succeeded", v.Job.ID, st.Job.ID, st.Run)
 		}
 	})
@@ -566,7 +566,7 @@ func TestMultiHost(t *testing.T) {
 		// Not asserted: go-libp2p caches interface addresses for a minute,
 		// so the record may still list the addresses a100 had before.
 		if out, err := c.gpumesh(renter, "providers", "--gpu", "A100", "--json"); err == nil {
-			var caps []auction.Capability
+			var caps []terms.Capability
 			if json.Unmarshal([]byte(out), &caps) == nil && len(caps) == 1 &&
 				!slices.ContainsFunc(caps[0].Addrs, func(a string) bool { return strings.HasPrefix(a, "/ip4/"+newIP+"/") }) {
 				t.Logf("note: %s's record, %s after reconnecting, lists %v, not yet its new address %s",

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Each test here breaks one rule on purpose, through the simulator's
@@ -85,14 +86,14 @@ func (looseBooks) NewBook(capacity int) Book {
 // bookedBilling bills the booked span, not the observed one.
 type bookedBilling struct{ Production }
 
-func (bookedBilling) CheckBilled(r attest.Receipt, l auction.Lease, _, _, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error {
+func (bookedBilling) CheckBilled(r attest.Receipt, l terms.Lease, _, _, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error {
 	return attest.CheckBilled(r, l, l.Start, l.End, now, off, hs)
 }
 
 // anyRunState takes any run state after any other.
 type anyRunState struct{ Production }
 
-func (anyRunState) Follows(next, _ auction.RunState) bool { return next != "" }
+func (anyRunState) Follows(next, _ terms.RunState) bool { return next != "" }
 
 // panicBooks gives providers a lease book that panics as it books.
 type panicBooks struct{ Production }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/ledger/record"
 )
@@ -110,13 +111,13 @@ func (c *checker) bookings() *Violation {
 }
 
 // stateRank orders job states: a job never moves to a lower rank.
-func stateRank(st auction.JobState) int {
+func stateRank(st terms.JobState) int {
 	switch st {
-	case auction.JobBidding:
+	case terms.JobBidding:
 		return 0
-	case auction.JobLeased:
+	case terms.JobLeased:
 		return 1
-	case auction.JobFinished, auction.JobUnplaceable:
+	case terms.JobFinished, terms.JobUnplaceable:
 		return 2
 	}
 	return -1

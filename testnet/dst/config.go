@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Config sizes a seed's world and sets its fault rates. Its hooks are
@@ -96,20 +97,20 @@ type Rules interface {
 	// NewBook makes a provider's lease book.
 	NewBook(capacity int) Book
 	// CheckBilled is the renter's bound on a receipt's bill.
-	CheckBilled(r attest.Receipt, l auction.Lease, observedStart, observedEnd, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error
+	CheckBilled(r attest.Receipt, l terms.Lease, observedStart, observedEnd, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error
 	// Follows is the renter's rule for taking a lease's run state.
-	Follows(next, prev auction.RunState) bool
+	Follows(next, prev terms.RunState) bool
 }
 
 // Production is the rules production follows: auction.NewCalendar,
-// attest.CheckBilled and auction.RunState.Follows.
+// attest.CheckBilled and terms.RunState.Follows.
 type Production struct{}
 
 func (Production) NewBook(capacity int) Book { return auction.NewCalendar(capacity) }
-func (Production) CheckBilled(r attest.Receipt, l auction.Lease, observedStart, observedEnd, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error {
+func (Production) CheckBilled(r attest.Receipt, l terms.Lease, observedStart, observedEnd, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error {
 	return attest.CheckBilled(r, l, observedStart, observedEnd, now, off, hs)
 }
-func (Production) Follows(next, prev auction.RunState) bool { return next.Follows(prev) }
+func (Production) Follows(next, prev terms.RunState) bool { return next.Follows(prev) }
 
 // Disk is the faults of a simulated node's disk.
 type Disk interface {

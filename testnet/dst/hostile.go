@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
 
@@ -30,17 +30,17 @@ const (
 	lies
 )
 
-func (h *hostile) onCall(job auction.Job, from *node) {
+func (h *hostile) onCall(job terms.Job, from *node) {
 	s, now := h.n.s, h.n.now()
 	if !s.chance(0.5) {
 		return
 	}
-	b := auction.Bid{JobID: job.ID, Attempt: job.Attempt, Provider: h.n.id, Price: 0.5, Start: now.Add(2 * time.Second),
+	b := terms.Bid{JobID: job.ID, Attempt: job.Attempt, Provider: h.n.id, Price: 0.5, Start: now.Add(2 * time.Second),
 		End: now.Add(2*time.Second + job.Duration), Nonce: "h/" + job.ID, IssuedAt: now, ExpiresAt: now.Add(bidTTL)}
 	s.net.send(h.n, from, "bid "+job.ID, func() { from.onBid(b) })
 }
 
-func (h *hostile) onAward(l auction.Lease, from *node) {
+func (h *hostile) onAward(l terms.Lease, from *node) {
 	s, n := h.n.s, h.n
 	l.Devices = nil
 	s.net.send(n, from, "confirm "+l.ID, func() { from.onConfirm(l, n) })
@@ -53,17 +53,17 @@ func (h *hostile) onAward(l auction.Lease, from *node) {
 	}
 	runFor := s.between(time.Second, l.End.Sub(l.Start)/2)
 	honest := func() {
-		event(l.Start, wire.LeaseEvent{Run: auction.RunRunning, Started: l.Start})
+		event(l.Start, wire.LeaseEvent{Run: terms.RunRunning, Started: l.Start})
 		n.atLocal(l.Start.Add(time.Second), "lie heartbeat "+l.ID, func() {
 			s.net.send(n, from, "heartbeat "+l.ID, func() { from.onHeartbeat(l.ID, n) })
 		})
-		event(l.Start.Add(runFor), wire.LeaseEvent{Run: auction.RunSucceeded, Started: l.Start, Ended: l.Start.Add(runFor)})
+		event(l.Start.Add(runFor), wire.LeaseEvent{Run: terms.RunSucceeded, Started: l.Start, Ended: l.Start.Add(runFor)})
 	}
 	receipt := func(at time.Time, start, end time.Time, billed float64, mod func(*attest.Receipt)) {
 		n.atLocal(at, "lie receipt "+l.ID, func() {
 			rc := attest.Receipt{LeaseID: l.ID, JobID: l.JobID, Renter: l.Renter, Provider: n.id, Start: start, End: end,
 				GPUCount: l.GPUCount, GPUSeconds: billed, Price: l.Price, Amount: attest.AmountFor(billed, l.Price),
-				Outcome: auction.RunSucceeded, IssuedAt: n.now()}
+				Outcome: terms.RunSucceeded, IssuedAt: n.now()}
 			if mod != nil {
 				mod(&rc)
 			}
@@ -79,8 +79,8 @@ func (h *hostile) onAward(l auction.Lease, from *node) {
 	switch lie := s.rng.IntN(lies); lie {
 	case lieSilent:
 	case lieBadTimes:
-		event(l.Start, wire.LeaseEvent{Run: auction.RunRunning, Started: l.Start.Add(-time.Hour)})
-		event(l.Start.Add(time.Second), wire.LeaseEvent{Run: auction.RunSucceeded, Started: l.Start, Ended: l.End.Add(time.Hour)})
+		event(l.Start, wire.LeaseEvent{Run: terms.RunRunning, Started: l.Start.Add(-time.Hour)})
+		event(l.Start.Add(time.Second), wire.LeaseEvent{Run: terms.RunSucceeded, Started: l.Start, Ended: l.End.Add(time.Hour)})
 	case lieOverbill:
 		honest()
 		receipt(l.End, l.Start, l.End, span.Seconds()*l.BilledGPUs(), nil)
@@ -110,14 +110,14 @@ func (h *hostile) onAward(l auction.Lease, from *node) {
 		})
 	case lieRunAfterEnd:
 		honest()
-		event(l.Start.Add(runFor+time.Second), wire.LeaseEvent{Run: auction.RunRunning, Started: l.Start})
+		event(l.Start.Add(runFor+time.Second), wire.LeaseEvent{Run: terms.RunRunning, Started: l.Start})
 		h.settle(l, runFor, receipt)
 	}
 }
 
 // settle sends an honest receipt for the run it reported, so that it
 // has countersigned receipts to replay and alter.
-func (h *hostile) settle(l auction.Lease, runFor time.Duration, receipt func(at, start, end time.Time, billed float64, mod func(*attest.Receipt))) {
+func (h *hostile) settle(l terms.Lease, runFor time.Duration, receipt func(at, start, end time.Time, billed float64, mod func(*attest.Receipt))) {
 	receipt(l.Start.Add(runFor+2*time.Second), l.Start, l.Start.Add(runFor), 0, nil)
 }
 

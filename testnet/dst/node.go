@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
 
@@ -9,7 +9,7 @@ import (
 // that does not take it ignores it, as a daemon ignores a protocol it
 // does not serve.
 
-func (n *node) onCall(job auction.Job, from *node) {
+func (n *node) onCall(job terms.Job, from *node) {
 	switch {
 	case n.prov != nil:
 		n.prov.onCall(job, from)
@@ -18,7 +18,7 @@ func (n *node) onCall(job auction.Job, from *node) {
 	}
 }
 
-func (n *node) onAward(l auction.Lease, job auction.Job, from *node) {
+func (n *node) onAward(l terms.Lease, job terms.Job, from *node) {
 	switch {
 	case n.prov != nil:
 		n.prov.onAward(l, job, from)
@@ -54,19 +54,19 @@ func (n *node) onReceiptAnswer(id string, b []byte, refusal error, from *node) {
 	}
 }
 
-func (n *node) onBid(b auction.Bid) {
+func (n *node) onBid(b terms.Bid) {
 	if n.rent != nil {
 		n.rent.onBid(b)
 	}
 }
 
-func (n *node) onConfirm(l auction.Lease, from *node) {
+func (n *node) onConfirm(l terms.Lease, from *node) {
 	if n.rent != nil {
 		n.rent.onConfirm(l, from)
 	}
 }
 
-func (n *node) onDecline(l auction.Lease, from *node) {
+func (n *node) onDecline(l terms.Lease, from *node) {
 	if n.rent != nil {
 		n.rent.onDecline(l, from)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/lease/lifecycle"
 	"github.com/gpumesh/gpumesh/node/wire"
@@ -95,7 +96,7 @@ func (p *provider) step(r *run, ev lifecycle.Event) {
 
 // onCall bids for a job: the earliest start at which the calendar has
 // room for it, at this provider's price.
-func (p *provider) onCall(job auction.Job, from *node) {
+func (p *provider) onCall(job terms.Job, from *node) {
 	now := p.n.now()
 	starts := []time.Time{now.Add(2 * time.Second)}
 	for _, b := range p.book.Bookings() {
@@ -107,7 +108,7 @@ func (p *provider) onCall(job auction.Job, from *node) {
 		if s.After(job.Deadline) || !p.book.HasRoom(s, s.Add(job.Duration), nil, job.GPUCount, 0) {
 			continue
 		}
-		b := auction.Bid{JobID: job.ID, Attempt: job.Attempt, Provider: p.n.id, Price: p.price, Start: s, End: s.Add(job.Duration),
+		b := terms.Bid{JobID: job.ID, Attempt: job.Attempt, Provider: p.n.id, Price: p.price, Start: s, End: s.Add(job.Duration),
 			Nonce: fmt.Sprintf("%s/%s", p.n.name, job.ID), IssuedAt: now, ExpiresAt: now.Add(bidTTL)}
 		p.n.s.net.send(p.n, from, "bid "+job.ID, func() { from.onBid(b) })
 		return
@@ -115,11 +116,11 @@ func (p *provider) onCall(job auction.Job, from *node) {
 }
 
 // onAward books an awarded lease and confirms it, or declines it.
-func (p *provider) onAward(l auction.Lease, job auction.Job, from *node) {
+func (p *provider) onAward(l terms.Lease, job terms.Job, from *node) {
 	s := p.n.s
 	if r := p.runs[l.ID]; r != nil {
 		// A duplicated award: answered as the first was.
-		if r.st.Run == auction.RunPending {
+		if r.st.Run == terms.RunPending {
 			confirmed := r.st.Lease
 			s.net.send(p.n, from, "confirm "+l.ID, func() { from.onConfirm(confirmed, p.n) })
 		}
@@ -154,7 +155,7 @@ func (p *provider) onAward(l auction.Lease, job auction.Job, from *node) {
 // onCancel stops a lease its renter no longer wants.
 func (p *provider) onCancel(id string, from *node) {
 	if r := p.runs[id]; r != nil && r.st.Lease.Renter == from.id {
-		p.step(r, lifecycle.StopRequested{As: auction.RunCancelled, Detail: "cancelled by its renter"})
+		p.step(r, lifecycle.StopRequested{As: terms.RunCancelled, Detail: "cancelled by its renter"})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/lease"
 	"github.com/gpumesh/gpumesh/node/wire"
 )
@@ -25,20 +26,20 @@ const (
 
 // jobRecord is a renter's persisted record of one job.
 type jobRecord struct {
-	Job           auction.Job      `json:"job"`
-	State         auction.JobState `json:"state"`
-	Awards        int              `json:"awards"`
-	Lease         *auction.Lease   `json:"lease,omitempty"`
-	Run           auction.RunState `json:"run,omitempty"`
-	Fault         auction.Fault    `json:"fault,omitempty"`
-	ObservedStart time.Time        `json:"observed_start,omitempty"`
-	ObservedEnd   time.Time        `json:"observed_end,omitempty"`
-	Lost          bool             `json:"lost,omitempty"`
-	Receipt       []byte           `json:"receipt,omitempty"` // the countersigned receipt, once settled
+	Job           terms.Job      `json:"job"`
+	State         terms.JobState `json:"state"`
+	Awards        int            `json:"awards"`
+	Lease         *terms.Lease   `json:"lease,omitempty"`
+	Run           terms.RunState `json:"run,omitempty"`
+	Fault         terms.Fault    `json:"fault,omitempty"`
+	ObservedStart time.Time      `json:"observed_start,omitempty"`
+	ObservedEnd   time.Time      `json:"observed_end,omitempty"`
+	Lost          bool           `json:"lost,omitempty"`
+	Receipt       []byte         `json:"receipt,omitempty"` // the countersigned receipt, once settled
 	// Released are the job's leases this renter released (a late or
 	// unwanted confirm), as node/lease's Tracker remembers them: their
 	// final reports are answered with the signed release.
-	Released []auction.Lease `json:"released,omitempty"`
+	Released []terms.Lease `json:"released,omitempty"`
 
 	// ProviderClock is the provider's clock as measured from its lease
 	// events' times (Tracker's JobView.ProviderClock).
@@ -48,8 +49,8 @@ type jobRecord struct {
 // pendingAward is an award sent and not answered yet, with the bids left
 // to try after it.
 type pendingAward struct {
-	lease auction.Lease
-	rest  []auction.Ranked
+	lease terms.Lease
+	rest  []terms.Ranked
 }
 
 // renter posts jobs, runs their auctions, follows their leases and
@@ -59,13 +60,13 @@ type renter struct {
 	n       *node
 	jobs    map[string]*jobRecord
 	byLease map[string]string // lease id -> job id
-	bids    map[string][]auction.Candidate
+	bids    map[string][]terms.Candidate
 	pending map[string]*pendingAward
 }
 
 func newRenter(n *node) *renter {
 	return &renter{n: n, jobs: map[string]*jobRecord{}, byLease: map[string]string{},
-		bids: map[string][]auction.Candidate{}, pending: map[string]*pendingAward{}}
+		bids: map[string][]terms.Candidate{}, pending: map[string]*pendingAward{}}
 }
 
 // restartRenter loads the renter's jobs from disk and picks up where they
@@ -84,9 +85,9 @@ func restartRenter(n *node) *renter {
 			r.byLease[rec.Lease.ID] = rec.Job.ID
 		}
 		switch rec.State {
-		case auction.JobBidding:
+		case terms.JobBidding:
 			r.auction(rec.Job.ID)
-		case auction.JobLeased:
+		case terms.JobLeased:
 			r.watch(&rec)
 		}
 	}
@@ -99,12 +100,12 @@ func (r *renter) save(rec *jobRecord) { r.n.disk.putJSON("job/"+rec.Job.ID, rec)
 // record is on disk: from then on it may not be lost.
 func (r *renter) post(id string) {
 	s, now := r.n.s, r.n.now()
-	job := auction.Job{
-		ID: id, Owner: r.n.id, Tier: auction.Silver, MaxPrice: 10, GPUCount: 1 + s.rng.IntN(2),
+	job := terms.Job{
+		ID: id, Owner: r.n.id, Tier: terms.Silver, MaxPrice: 10, GPUCount: 1 + s.rng.IntN(2),
 		Duration: s.between(time.Minute, 15*time.Minute).Round(time.Second), Deadline: now.Add(startWithin),
 		BidWindow: bidWindow, Attempt: 1,
 	}
-	rec := &jobRecord{Job: job, State: auction.JobBidding}
+	rec := &jobRecord{Job: job, State: terms.JobBidding}
 	r.jobs[id] = rec
 	r.save(rec)
 	s.chk.posted(r.n, id)
@@ -127,21 +128,21 @@ func (r *renter) auction(id string) {
 }
 
 // onBid keeps a bid for the job's open auction.
-func (r *renter) onBid(b auction.Bid) {
+func (r *renter) onBid(b terms.Bid) {
 	rec := r.jobs[b.JobID]
-	if rec == nil || rec.State != auction.JobBidding || r.pending[b.JobID] != nil {
+	if rec == nil || rec.State != terms.JobBidding || r.pending[b.JobID] != nil {
 		return
 	}
-	r.bids[b.JobID] = append(r.bids[b.JobID], auction.Candidate{Bid: b, Reliability: 1})
+	r.bids[b.JobID] = append(r.bids[b.JobID], terms.Candidate{Bid: b, Reliability: 1})
 }
 
 // decide ranks the bids (auction.RankAt) and awards the best.
 func (r *renter) decide(id string) {
 	rec := r.jobs[id]
-	if rec == nil || rec.State != auction.JobBidding {
+	if rec == nil || rec.State != terms.JobBidding {
 		return
 	}
-	var ok []auction.Ranked
+	var ok []terms.Ranked
 	for _, rk := range auction.RankAt(&rec.Job, r.bids[id], r.n.now()) {
 		if rk.Rejected == "" {
 			ok = append(ok, rk)
@@ -151,17 +152,17 @@ func (r *renter) decide(id string) {
 	r.award(rec, ok)
 }
 
-func (r *renter) award(rec *jobRecord, ranked []auction.Ranked) {
+func (r *renter) award(rec *jobRecord, ranked []terms.Ranked) {
 	id, now := rec.Job.ID, r.n.now()
 	if len(ranked) == 0 {
 		if now.After(rec.Job.Deadline) {
-			r.setState(rec, auction.JobUnplaceable)
+			r.setState(rec, terms.JobUnplaceable)
 			r.save(rec)
 			r.n.s.stats.Unplaceable++
 			return
 		}
 		r.n.after(retryAuction, "retry auction "+id, func() {
-			if rec := r.jobs[id]; rec != nil && rec.State == auction.JobBidding {
+			if rec := r.jobs[id]; rec != nil && rec.State == terms.JobBidding {
 				r.auction(id)
 			}
 		})
@@ -170,9 +171,9 @@ func (r *renter) award(rec *jobRecord, ranked []auction.Ranked) {
 	b := ranked[0].Bid
 	rec.Awards++
 	r.save(rec)
-	l := auction.Lease{
+	l := terms.Lease{
 		ID: fmt.Sprintf("%s/a%d", id, rec.Awards), JobID: id, Attempt: rec.Job.Attempt, Renter: r.n.id, Provider: b.Provider,
-		Price: b.Price, Start: b.Start, End: b.End, GPUCount: rec.Job.GPUCount, Tier: rec.Job.Tier, State: auction.RunPending,
+		Price: b.Price, Start: b.Start, End: b.End, GPUCount: rec.Job.GPUCount, Tier: rec.Job.Tier, State: terms.RunPending,
 	}
 	r.pending[id] = &pendingAward{lease: l, rest: ranked[1:]}
 	to := r.n.s.byID(b.Provider)
@@ -188,7 +189,7 @@ func (r *renter) award(rec *jobRecord, ranked []auction.Ranked) {
 
 // cancel tells a provider that a lease it may have confirmed is not
 // wanted (its confirmation came too late, or after a restart).
-func (r *renter) cancel(l auction.Lease) {
+func (r *renter) cancel(l terms.Lease) {
 	to := r.n.s.byID(l.Provider)
 	if to == nil {
 		return
@@ -200,10 +201,10 @@ func (r *renter) cancel(l auction.Lease) {
 	r.n.s.net.send(r.n, to, "cancel "+l.ID, func() { to.onCancel(l.ID, r.n) })
 }
 
-func (r *renter) onConfirm(l auction.Lease, from *node) {
+func (r *renter) onConfirm(l terms.Lease, from *node) {
 	rec := r.jobs[l.JobID]
 	p := r.pending[l.JobID]
-	if rec == nil || p == nil || p.lease.ID != l.ID || from.id != p.lease.Provider || rec.State != auction.JobBidding {
+	if rec == nil || p == nil || p.lease.ID != l.ID || from.id != p.lease.Provider || rec.State != terms.JobBidding {
 		if rec == nil || rec.Lease == nil || rec.Lease.ID != l.ID {
 			r.cancel(l)
 		}
@@ -213,15 +214,15 @@ func (r *renter) onConfirm(l auction.Lease, from *node) {
 	lc := p.lease // the terms this renter awarded, on the devices the provider booked
 	lc.Devices = append([]int(nil), l.Devices...)
 	rec.Lease = &lc
-	rec.Run = auction.RunPending
+	rec.Run = terms.RunPending
 	rec.ProviderClock = attest.ClockOffset{}
-	r.setState(rec, auction.JobLeased)
+	r.setState(rec, terms.JobLeased)
 	r.byLease[lc.ID] = rec.Job.ID
 	r.save(rec)
 	r.watch(rec)
 }
 
-func (r *renter) onDecline(l auction.Lease, from *node) {
+func (r *renter) onDecline(l terms.Lease, from *node) {
 	p := r.pending[l.JobID]
 	rec := r.jobs[l.JobID]
 	if p == nil || rec == nil || p.lease.ID != l.ID || from.id != p.lease.Provider {
@@ -243,15 +244,15 @@ func (r *renter) watch(rec *jobRecord) {
 		if rec == nil || rec.Lease == nil || rec.Lease.ID != l.ID || rec.Run.Terminal() {
 			return
 		}
-		rec.Run, rec.Fault, rec.Lost = auction.RunFailed, auction.FaultProvider, true
+		rec.Run, rec.Fault, rec.Lost = terms.RunFailed, terms.FaultProvider, true
 		rec.ObservedEnd = r.n.now()
-		r.setState(rec, auction.JobFinished)
+		r.setState(rec, terms.JobFinished)
 		r.save(rec)
 		r.n.s.stats.Failed++
 	})
 }
 
-func (r *renter) setState(rec *jobRecord, st auction.JobState) {
+func (r *renter) setState(rec *jobRecord, st terms.JobState) {
 	if rec.State == st {
 		return
 	}
@@ -261,7 +262,7 @@ func (r *renter) setState(rec *jobRecord, st auction.JobState) {
 
 // releasedOf is the lease id, held by from, that this renter released
 // (nil if none).
-func (r *renter) releasedOf(id string, from *node) *auction.Lease {
+func (r *renter) releasedOf(id string, from *node) *terms.Lease {
 	for _, rec := range r.jobs {
 		for i, l := range rec.Released {
 			if l.ID == id && l.Provider == from.id {
@@ -298,7 +299,7 @@ func (r *renter) onHeartbeat(leaseID string, from *node) {
 }
 
 // onEvent takes a provider's lease event by the production rules
-// (lease.EventTimesValid, auction.RunState.Follows) and answers a final
+// (lease.EventTimesValid, terms.RunState.Follows) and answers a final
 // report with the renter's heartbeat summary.
 func (r *renter) onEvent(ev wire.LeaseEvent, from *node) {
 	s := r.n.s
@@ -323,19 +324,19 @@ func (r *renter) onEvent(ev wire.LeaseEvent, from *node) {
 	rec.ProviderClock.Note(ev.Time, r.n.now())
 	if s.cfg.Rules.Follows(ev.Run, rec.Run) {
 		rec.Run, rec.Fault = ev.Run, ev.Fault
-		if ev.Run == auction.RunRunning && rec.ObservedStart.IsZero() {
+		if ev.Run == terms.RunRunning && rec.ObservedStart.IsZero() {
 			rec.ObservedStart = r.n.now()
 		}
 		if ev.Run.Terminal() {
 			rec.ObservedEnd = r.n.now()
-			r.setState(rec, auction.JobFinished)
-			if ev.Run == auction.RunSucceeded {
+			r.setState(rec, terms.JobFinished)
+			if ev.Run == terms.RunSucceeded {
 				s.stats.Finished++
 			} else {
 				s.stats.Failed++
 			}
 		} else {
-			r.setState(rec, auction.JobLeased)
+			r.setState(rec, terms.JobLeased)
 		}
 		r.save(rec)
 	}

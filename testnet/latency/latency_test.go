@@ -27,7 +27,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/cmd/gpumesh/gpumeshtest"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/testnet/internal/nstest"
@@ -221,7 +221,7 @@ region: eu-west
 func (n *testNet) awaitProviders(renter *daemon, name map[string]string) {
 	n.T.Helper()
 	nstest.Await(n.T, "renter discovers the providers", 60*time.Second, func() (int, error) {
-		var caps []auction.Capability
+		var caps []terms.Capability
 		if err := n.CLIJSON(renter, &caps, "providers", "--json", "--gpu", "RTX4090"); err != nil {
 			return 0, err
 		}
@@ -264,13 +264,13 @@ func TestMaxRTTOverDelayedLinks(t *testing.T) {
 		}
 		return v
 	}
-	bidsOf := func(id string) map[string]auction.Ranked {
+	bidsOf := func(id string) map[string]terms.Ranked {
 		t.Helper()
 		var bv api.BidsView
 		if err := n.CLIJSON(renter, &bv, "bids", id, "--json"); err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]auction.Ranked{}
+		out := map[string]terms.Ranked{}
 		for _, b := range bv.Bids {
 			out[name[b.Bid.Provider]] = b
 		}

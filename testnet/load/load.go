@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
@@ -230,9 +230,9 @@ func startNetwork(ctx context.Context, cfg Config, dir string) ([]*node.Daemon, 
 				exec = noopExecutor{dir: noopWork}
 			}
 			for g := 0; g < cfg.GPUs; g++ {
-				c.Provider.GPUs = append(c.Provider.GPUs, auction.GPU{Model: "A100", VRAMGB: 80})
+				c.Provider.GPUs = append(c.Provider.GPUs, terms.GPU{Model: "A100", VRAMGB: 80})
 			}
-			c.Provider.Policy = auction.Policy{PriceFloor: 1, AcceptPreemptible: true}
+			c.Provider.Policy = terms.Policy{PriceFloor: 1, AcceptPreemptible: true}
 		}
 		d, err := node.Start(ctx, node.Options{DataDir: filepath.Join(dir, strconv.Itoa(i)), Config: c, Executor: exec})
 		if err != nil {
@@ -246,10 +246,10 @@ func startNetwork(ctx context.Context, cfg Config, dir string) ([]*node.Daemon, 
 	return ds, nil
 }
 
-func (c Config) job() auction.Job {
+func (c Config) job() terms.Job {
 	secs := strconv.FormatFloat(c.JobDuration.Seconds(), 'f', 3, 64)
-	return auction.Job{Tier: auction.Silver, MaxPrice: 10, GPUCount: 1, Duration: 10*time.Minute + c.JobDuration,
-		BidWindow: c.BidWindow, Run: auction.RunSpec{Command: []string{"sleep", secs}}}
+	return terms.Job{Tier: terms.Silver, MaxPrice: 10, GPUCount: 1, Duration: 10*time.Minute + c.JobDuration,
+		BidWindow: c.BidWindow, Run: terms.RunSpec{Command: []string{"sleep", secs}}}
 }
 
 // warmUp waits until each renter finds every provider in the DHT and gets
@@ -262,7 +262,7 @@ func warmUp(ctx context.Context, cfg Config, renters []*api.Client) error {
 			return fmt.Errorf("load: renter %d: %w", i, err)
 		}
 		for {
-			caps, err := r.Providers(ctx, auction.Query{})
+			caps, err := r.Providers(ctx, terms.Query{})
 			if err == nil && len(caps) >= cfg.Nodes-cfg.Renters {
 				break
 			}
@@ -307,13 +307,13 @@ func runJob(ctx context.Context, cfg Config, r *api.Client) result {
 			res.gotLease, res.leased = true, time.Since(start)
 		}
 		switch {
-		case v.Run == auction.RunSucceeded:
+		case v.Run == terms.RunSucceeded:
 			res.finished = time.Since(start)
 			return res
 		case v.Run.Terminal():
 			res.err = "run " + string(v.Run)
 			return res
-		case v.State == auction.JobUnplaceable || v.State == auction.JobFailed || v.State == auction.JobCancelled:
+		case v.State == terms.JobUnplaceable || v.State == terms.JobFailed || v.State == terms.JobCancelled:
 			res.err = "job " + string(v.State)
 			return res
 		}

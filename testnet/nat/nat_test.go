@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/cmd/gpumesh/gpumeshtest"
 	"github.com/gpumesh/gpumesh/ledger/record"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -234,8 +234,8 @@ provider:
 	})
 
 	// The renter discovers the provider through the DHT, circuit included.
-	nstest.Await(t, "renter discovers the provider", 60*time.Second, func() ([]auction.Capability, error) {
-		var caps []auction.Capability
+	nstest.Await(t, "renter discovers the provider", 60*time.Second, func() ([]terms.Capability, error) {
+		var caps []terms.Capability
 		if err := n.CLIJSON(renter, &caps, "providers", "--json", "--gpu", "RTX4090"); err != nil {
 			return nil, err
 		}
@@ -300,7 +300,7 @@ func (n *net) lease(renter, provider *daemon, word string) string {
 	if v.Lease == nil || v.Lease.Provider != provider.ID {
 		t.Fatalf("%s's job %s leased to %v, want the provider behind NAT %s", renter.Name, v.Job.ID, v.Lease, provider.ID)
 	}
-	if v.Run != auction.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
+	if v.Run != terms.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
 		t.Fatalf("%s's job %s: run %q exit %v detail %q, want succeeded", renter.Name, v.Job.ID, v.Run, v.ExitCode, v.Detail)
 	}
 	logs := nstest.Await(t, renter.Name+"'s job logs", 30*time.Second, func() (string, error) {

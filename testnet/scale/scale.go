@@ -33,6 +33,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/gpumesh/gpumesh/p2p"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -128,14 +129,14 @@ var (
 		{"A100", "eu-central"}, {"H100", "us-east"}, {"RTX4090", "us-west"}, {"L4", "ap-south"},
 		{"A100", "us-east"}, {"H100", "ap-south"}, {"L4", "eu-west"}, {"RTX4090", "eu-central"},
 	}
-	policy = auction.Policy{PriceFloor: 1, AcceptPreemptible: true}
+	policy = terms.Policy{PriceFloor: 1, AcceptPreemptible: true}
 )
 
 type profile struct{ model, region string }
 
-func job(window time.Duration) auction.Job {
-	return auction.Job{Tier: auction.Silver, MaxPrice: 5, GPUCount: 1, MinVRAMGB: 80, GPUModels: []string{"H100"},
-		Region: "eu", Duration: time.Hour, BidWindow: window, Run: auction.RunSpec{Command: []string{"train"}}}
+func job(window time.Duration) terms.Job {
+	return terms.Job{Tier: terms.Silver, MaxPrice: 5, GPUCount: 1, MinVRAMGB: 80, GPUModels: []string{"H100"},
+		Region: "eu", Duration: time.Hour, BidWindow: window, Run: terms.RunSpec{Command: []string{"train"}}}
 }
 
 // Run builds the network, posts cfg.Jobs jobs (after a warm-up job that is
@@ -404,8 +405,14 @@ func ptr[T any](v T) *T { return &v }
 
 // post posts one job and waits for its auction to end.
 func (n *network) post(ctx context.Context, window time.Duration) (JobCost, error) {
+	// The harness is where its jobs enter, as the control API's post is a
+	// daemon's: the renter engine trusts what it is given.
+	spec := job(window)
+	if err := spec.Validate(); err != nil {
+		return JobCost{}, fmt.Errorf("scale: job: %w", err)
+	}
 	start := time.Now()
-	j, err := n.renter.Post(ctx, job(window))
+	j, err := n.renter.Post(ctx, spec)
 	c := JobCost{Latency: time.Since(start), Leased: err == nil}
 	if err != nil && !errors.Is(err, auction.ErrUnplaceable) {
 		return c, fmt.Errorf("scale: post: %w", err)
@@ -417,24 +424,24 @@ func (n *network) post(ctx context.Context, window time.Duration) (JobCost, erro
 	// The lease ends at once, so that capacity never runs out.
 	if ok && st.Lease != nil {
 		if id, err := peer.Decode(st.Winner); err == nil && n.byID[id] != nil && n.byID[id].prov != nil {
-			_ = n.byID[id].prov.LeaseEnded(st.Lease.ID, time.Now(), auction.RunSucceeded)
+			_ = n.byID[id].prov.LeaseEnded(st.Lease.ID, time.Now(), terms.RunSucceeded)
 		}
 	}
 	return c, nil
 }
 
 // fixedSelf is a provider's capability record, the same at every call.
-type fixedSelf auction.Capability
+type fixedSelf terms.Capability
 
-func (c fixedSelf) Capability() auction.Capability { return auction.Capability(c) }
-func (fixedSelf) Reliability() float64             { return auction.NeutralReliability }
+func (c fixedSelf) Capability() terms.Capability { return terms.Capability(c) }
+func (fixedSelf) Reliability() float64           { return terms.NeutralReliability }
 
 func (m *mnode) startProvider(pr profile) error {
-	gpus := make([]auction.GPU, 8)
+	gpus := make([]terms.GPU, 8)
 	for i := range gpus {
-		gpus[i] = auction.GPU{Model: pr.model, VRAMGB: 80}
+		gpus[i] = terms.GPU{Model: pr.model, VRAMGB: 80}
 	}
-	capab := auction.Capability{Peer: m.h.ID().String(), Region: pr.region, GPUs: gpus, Policy: policy}
+	capab := terms.Capability{Peer: m.h.ID().String(), Region: pr.region, GPUs: gpus, Policy: policy}
 	var err error
 	if m.prov, err = auction.NewProvider(auction.ProviderConfig{Signer: m.signer, Transport: wire.AuctionTransport(m),
 		Self: fixedSelf(capab), Calendar: auction.NewCalendar(len(gpus))}); err != nil {

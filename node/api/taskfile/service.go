@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"gopkg.in/yaml.v3"
 )
@@ -87,7 +87,7 @@ func ParseService(name string, b []byte, now time.Time) (*File, error) {
 		if err := dec.Decode(&spec); err != nil && !errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("%s: %s", name, YAMLMessage(err))
 		}
-		f.Job, spec.Job = spec.Job, auction.Job{}
+		f.Job, spec.Job = spec.Job, terms.Job{}
 		f.Service = &spec
 		return f, nil
 	}
@@ -133,7 +133,7 @@ func ConvertService(name string, b []byte, now time.Time) (api.ServiceSpec, erro
 	if err := CheckReplica(f.Job); err != nil {
 		if !f.Task {
 			var msgs []string
-			for _, fe := range auction.FieldErrors(err) {
+			for _, fe := range terms.FieldErrors(err) {
 				msgs = append(msgs, "job."+fe.Error())
 			}
 			slices.Sort(msgs)
@@ -144,18 +144,18 @@ func ConvertService(name string, b []byte, now time.Time) (api.ServiceSpec, erro
 	return f.ServiceSpec(), nil
 }
 
-// CheckReplica is auction.Job.Validate of a service's replica job, as the
+// CheckReplica is terms.Job.Validate of a service's replica job, as the
 // daemon checks each replica's: the id, creation time and start deadline
 // are the service's to set, and a lease length left out is the daemon's
-// default. Its problems are *auction.FieldError (File.Explain).
-func CheckReplica(j auction.Job) error {
+// default. Its problems are *terms.FieldError (File.Explain).
+func CheckReplica(j terms.Job) error {
 	j.ID, j.CreatedAt, j.Deadline = "", time.Time{}, time.Time{}
 	err := j.Validate()
 	if err == nil || j.Duration != 0 {
 		return err
 	}
 	var keep []error
-	for _, fe := range auction.FieldErrors(err) {
+	for _, fe := range terms.FieldErrors(err) {
 		if fe.Field != "duration" {
 			keep = append(keep, fe)
 		}
@@ -211,7 +211,7 @@ func (p *tp) service(n *yaml.Node) {
 			}
 		case "regions":
 			for _, r := range p.strings(v, k) {
-				if why := auction.RegionProblem(r); why != "" {
+				if why := terms.RegionProblem(r); why != "" {
 					p.bad(v, k, "%s", why)
 					continue
 				}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -49,12 +49,12 @@ tier: silver
 		Public: &api.PublicSpec{Addr: "0.0.0.0:8443", Hosts: []string{"api.example.com"}, TLSCert: "/etc/gpumesh/cert.pem",
 			TLSKey: "/etc/gpumesh/key.pem", MaxBody: 1 << 20, Rate: 5, Burst: 10}}
 	job := s.Job
-	s.Job = auction.Job{}
+	s.Job = terms.Job{}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("service\n got %+v\nwant %+v", s, want)
 	}
 	_, run, ok := TaskScripts(job.Run.Command)
-	if job.Tier != auction.Silver || job.MaxPrice != 2 || job.GPUCount != 1 || job.GPUModels[0] != "A100" || job.Duration != 30*time.Minute ||
+	if job.Tier != terms.Silver || job.MaxPrice != 2 || job.GPUCount != 1 || job.GPUModels[0] != "A100" || job.Duration != 30*time.Minute ||
 		job.Run.ServicePort != 8000 || job.Run.Env["HF_HOME"] != ".hf" || !ok || run != "python3 -m http.server $PORT" || job.ID != "" {
 		t.Fatalf("replica job %+v", job)
 	}
@@ -65,7 +65,7 @@ tier: silver
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Health != "/health" || s.Replicas != 1 || s.MaxReplicas != 0 || s.Job.Tier != auction.Gold || s.Job.Duration != 0 || s.Job.Preemptible {
+	if s.Health != "/health" || s.Replicas != 1 || s.MaxReplicas != 0 || s.Job.Tier != terms.Gold || s.Job.Duration != 0 || s.Job.Preemptible {
 		t.Fatalf("defaults: %+v", s)
 	}
 	s, err = ConvertService("s.yaml", []byte(strings.Replace(svcBase, "ports: 8000", "ports: [\"9000\"]", 1)+"service: {replicas: 3}\n"), now)
@@ -98,7 +98,7 @@ func TestServiceSpecShapedFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Replicas != 2 || s.Health != "/healthz" || s.Job.MaxPrice != 2.5 || s.Job.Run.ServicePort != 8000 || s.Job.Tier != auction.Gold || s.Job.GPUCount != 1 {
+	if s.Replicas != 2 || s.Health != "/healthz" || s.Job.MaxPrice != 2.5 || s.Job.Run.ServicePort != 8000 || s.Job.Tier != terms.Gold || s.Job.GPUCount != 1 {
 		t.Fatalf("spec-shaped: %+v", s)
 	}
 	for _, c := range []struct{ text, want string }{

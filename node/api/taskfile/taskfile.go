@@ -1,9 +1,9 @@
-// Package taskfile reads job files: the auction.Job-shaped YAML that
+// Package taskfile reads job files: the terms.Job-shaped YAML that
 // `gpumesh job post --file` always took, and task files in the shape AI
 // teams already write for SkyPilot-like launchers (name, resources with
 // accelerators "H100:8", setup, run, envs, inputs, outputs, checkpoint and
 // the market's SLA fields). It is the one place that turns either into an
-// auction.Job: the CLI calls it directly, and the daemon calls it for the
+// terms.Job: the CLI calls it directly, and the daemon calls it for the
 // task text a client sends (POST /v1/jobs with "task", or
 // /v1/tasks/convert), so the Python client and the CLI share the rule.
 //
@@ -29,7 +29,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"gopkg.in/yaml.v3"
 )
@@ -41,19 +41,19 @@ const MaxSize = 256 << 10
 type File struct {
 	// Name is the file's name in messages.
 	Name string
-	// Task: the file is a task file (else it is auction.Job-shaped).
+	// Task: the file is a task file (else it is terms.Job-shaped).
 	Task bool
 	// Job is what the file says, before defaults (a service's replica
 	// job).
-	Job auction.Job
+	Job terms.Job
 	// Service is a service file's service, but its replica job (which is
 	// Job; see ServiceSpec); nil for a job file.
 	Service *api.ServiceSpec
-	// Set holds the auction.Job yaml keys the file gave a value
+	// Set holds the terms.Job yaml keys the file gave a value
 	// ("max_price", "gpu_count", "run.command", ...), so that defaults and
 	// command-line flags apply only to what it left out.
 	Set map[string]bool
-	// pos is where each auction.Job field came from.
+	// pos is where each terms.Job field came from.
 	pos map[string]position
 }
 
@@ -105,7 +105,7 @@ func parseRoot(name string, b []byte, notMapping string) (*yaml.Node, error) {
 }
 
 // IsTask reports whether b looks like a task file rather than an
-// auction.Job-shaped one: its run is a string (a shell script), or it has
+// terms.Job-shaped one: its run is a string (a shell script), or it has
 // a field only task files have (resources, setup, envs, name, inputs,
 // outputs, checkpoint, service).
 func IsTask(b []byte) bool {
@@ -128,7 +128,7 @@ func isTask(root *yaml.Node) bool {
 	return false
 }
 
-// parseJob decodes an auction.Job-shaped file, rejecting unknown fields.
+// parseJob decodes an terms.Job-shaped file, rejecting unknown fields.
 func (f *File) parseJob(b []byte, root *yaml.Node) error {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -156,7 +156,7 @@ func (f *File) parseJob(b []byte, root *yaml.Node) error {
 func (f *File) Defaults() {
 	if f.Service != nil {
 		if !f.Set["tier"] {
-			f.Job.Tier = auction.Gold
+			f.Job.Tier = terms.Gold
 		}
 		if !f.Set["gpu_count"] {
 			f.Job.GPUCount = 1
@@ -167,20 +167,20 @@ func (f *File) Defaults() {
 		return
 	}
 	if !f.Set["tier"] {
-		f.Job.Tier = auction.Silver
+		f.Job.Tier = terms.Silver
 	}
 	if !f.Set["gpu_count"] {
 		f.Job.GPUCount = 1
 	}
 	if !f.Set["preemptible"] {
-		f.Job.Preemptible = f.Job.Tier == auction.Bronze
+		f.Job.Preemptible = f.Job.Tier == terms.Bronze
 	}
 }
 
-// Explain is a field error of auction.Job.Validate about the file's job,
+// Explain is a field error of terms.Job.Validate about the file's job,
 // on one line naming the file, the line and the file's own key for the
 // field ("train.yaml:4: max_price: must be a positive number, got 0").
-func (f *File) Explain(fe *auction.FieldError) string {
+func (f *File) Explain(fe *terms.FieldError) string {
 	if p, ok := f.pos[fe.Field]; ok {
 		return fmt.Sprintf("%s:%d: %s: %s", f.Name, p.line, p.key, fe.Problem)
 	}
@@ -194,6 +194,14 @@ func (f *File) Explain(fe *auction.FieldError) string {
 // Check validates the file's job (after Defaults and whatever the caller
 // changed), explaining each problem by the file's lines, all on one line.
 func (f *File) Check() error {
+	if err := f.checkMissing(); err != nil {
+		return err
+	}
+	return f.explainAll(f.Job.Validate())
+}
+
+// checkMissing says which of the fields a job file must set it left out.
+func (f *File) checkMissing() error {
 	var missing []string
 	if !f.Set["max_price"] && f.Job.MaxPrice == 0 {
 		missing = append(missing, "max_price (the most you pay per GPU-hour, USD)")
@@ -204,7 +212,7 @@ func (f *File) Check() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%s: missing %s", f.Name, strings.Join(missing, " and "))
 	}
-	return f.explainAll(f.Job.Validate())
+	return nil
 }
 
 // explainAll is err, a job's validation error, on one line, each field
@@ -213,7 +221,7 @@ func (f *File) explainAll(err error) error {
 	if err == nil {
 		return nil
 	}
-	fes := auction.FieldErrors(err)
+	fes := terms.FieldErrors(err)
 	if len(fes) == 0 {
 		return fmt.Errorf("%s: %v", f.Name, err)
 	}
@@ -227,17 +235,44 @@ func (f *File) explainAll(err error) error {
 
 // Convert reads a job file of either shape and returns its job, with
 // `gpumesh job post`'s defaults, created at now and valid.
-func Convert(name string, b []byte, now time.Time) (auction.Job, error) {
+func Convert(name string, b []byte, now time.Time) (terms.Job, error) {
+	f, err := Read(name, b, now)
+	if err != nil {
+		return terms.Job{}, err
+	}
+	if err := f.explainAll(f.Job.Validate()); err != nil {
+		return terms.Job{}, err
+	}
+	return f.Job, nil
+}
+
+// Read reads a job file of either shape, with `gpumesh job post`'s
+// defaults and created at now, and checks that it sets the fields a job
+// file must (max_price, duration), but does not validate its job: for a
+// caller that posts it to what validates a job where it enters the daemon
+// (the control API's post, node/lease.Tracker), whose errors ExplainPost
+// explains by the file's lines.
+func Read(name string, b []byte, now time.Time) (*File, error) {
 	f, err := Parse(name, b, now)
 	if err != nil {
-		return auction.Job{}, err
+		return nil, err
 	}
 	f.Defaults()
 	f.Job.CreatedAt = now
-	if err := f.Check(); err != nil {
-		return auction.Job{}, err
+	if err := f.checkMissing(); err != nil {
+		return nil, err
 	}
-	return f.Job, nil
+	return f, nil
+}
+
+// ExplainPost is err, the error of posting the file's job, with a
+// validation error's field problems explained by the file's lines, on one
+// line, as a bad request; any other error is returned as it is.
+func (f *File) ExplainPost(err error) error {
+	if len(terms.FieldErrors(err)) == 0 {
+		return err
+	}
+	return api.BadRequest("%v", f.explainAll(err))
 }
 
 // ---- task files ----
@@ -323,17 +358,17 @@ func (f *File) parseTask(root *yaml.Node, now time.Time, service bool) error {
 			if s, ok := p.str(v, k); ok && s != "" && p.svc != nil {
 				// A service's name is its id: one service of a name at a
 				// time, and serve status NAME finds it.
-				if err := auction.ValidID(s); err != nil {
-					p.bad(v, k, "%q must be 1-%d letters, digits, '.', '_' or '-', starting with a letter or digit", s, auction.MaxIDLen)
+				if err := terms.ValidID(s); err != nil {
+					p.bad(v, k, "%q must be 1-%d letters, digits, '.', '_' or '-', starting with a letter or digit", s, terms.MaxIDLen)
 				} else {
 					p.svc.ID = s
 				}
 			} else if ok && s != "" {
-				if err := auction.ValidID(s); err != nil || len(s) > auction.MaxIDLen-25 {
-					p.bad(v, k, "%q must be 1-%d letters, digits, '.', '_' or '-', starting with a letter or digit", s, auction.MaxIDLen-25)
+				if err := terms.ValidID(s); err != nil || len(s) > terms.MaxIDLen-25 {
+					p.bad(v, k, "%q must be 1-%d letters, digits, '.', '_' or '-', starting with a letter or digit", s, terms.MaxIDLen-25)
 				} else {
 					// Unique per post: the name, then 96 random bits.
-					f.Job.ID = auction.NewID(s)
+					f.Job.ID = terms.NewID(s)
 					p.at("id", k, v)
 				}
 			}
@@ -355,7 +390,7 @@ func (f *File) parseTask(root *yaml.Node, now time.Time, service bool) error {
 			p.at("run.env", k, v)
 		case "inputs":
 			f.Job.Run.Inputs = p.stringMap(v, k, func(n *yaml.Node, name string) bool {
-				if !auction.ValidArtifactID(n.Value) {
+				if !terms.ValidArtifactID(n.Value) {
 					p.bad(n, k+"."+name, "%q is not an artifact id (64 hex digits, as `gpumesh artifact add` prints)", n.Value)
 					return false
 				}
@@ -371,7 +406,7 @@ func (f *File) parseTask(root *yaml.Node, now time.Time, service bool) error {
 			p.checkpoint(v)
 		case "tier":
 			if s, ok := p.str(v, k); ok {
-				t, err := auction.ParseTier(s)
+				t, err := terms.ParseTier(s)
 				if err != nil {
 					p.bad(v, k, "must be gold, silver or bronze, got %q", s)
 				}
@@ -444,8 +479,8 @@ func (f *File) parseTask(root *yaml.Node, now time.Time, service bool) error {
 			// More than one node is a gang: that many providers, each
 			// with the accelerators asked for, placed all or nothing.
 			if n, ok := p.int(v, k); ok {
-				if n < 1 || n > auction.MaxNodes {
-					p.bad(kn, k, "must be in [1, %d], got %d", auction.MaxNodes, n)
+				if n < 1 || n > terms.MaxNodes {
+					p.bad(kn, k, "must be in [1, %d], got %d", terms.MaxNodes, n)
 				}
 				f.Job.Nodes = n
 				p.at("nodes", k, v)
@@ -581,7 +616,7 @@ func (p *tp) resources(n *yaml.Node) {
 }
 
 // accelerators reads "H100:8", "H100" (one), "L4:0.25" (a quarter of
-// one: auction.ParseGPUs), a list of such (any of the models, all with the
+// one: terms.ParseGPUs), a list of such (any of the models, all with the
 // same count) or a mapping {H100: 8, A100: 8}.
 func (p *tp) accelerators(n *yaml.Node, key string) {
 	type acc struct {
@@ -601,7 +636,7 @@ func (p *tp) accelerators(n *yaml.Node, key string) {
 		c, f := 1, 0.0
 		if hasCount {
 			var err error
-			if c, f, err = auction.ParseGPUs(cnt); err != nil {
+			if c, f, err = terms.ParseGPUs(cnt); err != nil {
 				p.bad(v, key, "%s, got %q", countRule, v.Value)
 				return
 			}
@@ -625,7 +660,7 @@ func (p *tp) accelerators(n *yaml.Node, key string) {
 			c, f := 1, 0.0
 			if v.Tag != "!!null" {
 				var err error
-				if c, f, err = auction.ParseGPUs(v.Value); v.Kind != yaml.ScalarNode || err != nil {
+				if c, f, err = terms.ParseGPUs(v.Value); v.Kind != yaml.ScalarNode || err != nil {
 					p.bad(v, key+"."+k.Value, "%s, got %q", countRule, v.Value)
 					continue
 				}
@@ -662,7 +697,7 @@ func (p *tp) accelerators(n *yaml.Node, key string) {
 	p.at("gpu_models", key, n)
 }
 
-// countRule is what an accelerator count may be (auction.ParseGPUs).
+// countRule is what an accelerator count may be (terms.ParseGPUs).
 const countRule = "count must be a whole number ≥ 1 or a fraction of one GPU (0.125, 0.25 or 0.5)"
 
 // countText is an accelerator count as a task file writes it: "8", "0.25".
@@ -848,7 +883,7 @@ func kindName(n *yaml.Node) string {
 }
 
 // YAMLMessage is a YAML decoding error on one line, each problem with its
-// line ("line 3: field foo not found in type auction.Job").
+// line ("line 3: field foo not found in type terms.Job").
 func YAMLMessage(err error) string {
 	var te *yaml.TypeError
 	if errors.As(err, &te) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -24,11 +24,11 @@ func TestExamplesConvert(t *testing.T) {
 	if len(paths) < 4 {
 		t.Fatalf("want at least 4 examples, found %v", paths)
 	}
-	want := map[string]func(t *testing.T, j auction.Job){
-		"finetune.yaml": func(t *testing.T, j auction.Job) {
+	want := map[string]func(t *testing.T, j terms.Job){
+		"finetune.yaml": func(t *testing.T, j terms.Job) {
 			check(t, "gpu", j.GPUCount == 8 && reflect.DeepEqual(j.GPUModels, []string{"H100", "H200"}), j.GPUModels, j.GPUCount)
 			check(t, "region", j.Region == "eu" && j.MinVRAMGB == 80, j.Region, j.MinVRAMGB)
-			check(t, "sla", j.Tier == auction.Silver && j.MaxPrice == 2.40 && j.Duration == 6*time.Hour &&
+			check(t, "sla", j.Tier == terms.Silver && j.MaxPrice == 2.40 && j.Duration == 6*time.Hour &&
 				j.Deadline.Equal(now.Add(2*time.Hour)) && j.MaxAttempts == 5 && j.Verified && !j.Preemptible, j.Tier, j.MaxPrice, j.Duration, j.Deadline)
 			check(t, "checkpoint", j.CheckpointEvery == 10*time.Minute, j.CheckpointEvery)
 			check(t, "env", j.Run.Env["EPOCHS"] == "3" && j.Run.Env["MODEL"] == "meta-llama/Llama-3.1-8B", j.Run.Env)
@@ -37,13 +37,13 @@ func TestExamplesConvert(t *testing.T) {
 			check(t, "scripts", ok && strings.Contains(setup, "pip install") && strings.Contains(run, "torchrun"), j.Run.Command)
 			check(t, "id", strings.HasPrefix(j.ID, "llama-finetune-"), j.ID)
 		},
-		"batch-inference.yaml": func(t *testing.T, j auction.Job) {
+		"batch-inference.yaml": func(t *testing.T, j terms.Job) {
 			check(t, "gpu", j.GPUCount == 1 && reflect.DeepEqual(j.GPUModels, []string{"L4", "RTX4090", "A10G"}), j.GPUModels, j.GPUCount)
-			check(t, "bronze", j.Tier == auction.Bronze && j.Preemptible && j.MaxAttempts == 10, j.Tier, j.Preemptible)
+			check(t, "bronze", j.Tier == terms.Bronze && j.Preemptible && j.MaxAttempts == 10, j.Tier, j.Preemptible)
 			check(t, "workload", j.Workload == "batch" && j.CheckpointEvery == 5*time.Minute, j.Workload)
 			check(t, "env", j.Run.Env["TEMPERATURES"] == "0.0 0.3 0.7", j.Run.Env)
 		},
-		"eval.yaml": func(t *testing.T, j auction.Job) {
+		"eval.yaml": func(t *testing.T, j terms.Job) {
 			check(t, "gpu", j.GPUCount == 1 && reflect.DeepEqual(j.GPUModels, []string{"A100", "H100"}), j.GPUModels)
 			check(t, "image", j.Run.Image == "ghcr.io/example/lm-eval:0.4" && j.Run.MemoryMB == 65536, j.Run.Image)
 			check(t, "duration", j.Duration == 90*time.Minute && j.Deadline.Equal(now.Add(30*time.Minute)), j.Duration)
@@ -58,7 +58,7 @@ func TestExamplesConvert(t *testing.T) {
 				s.Health, s.StartTimeout, s.ProbeTimeout)
 			check(t, "replicas", s.Replicas == 2 && s.MaxReplicas == 0, s.Replicas, s.MaxReplicas)
 			check(t, "port", j.Run.ServicePort == 8000, j.Run.ServicePort)
-			check(t, "lease", j.Duration == time.Hour && j.Tier == auction.Gold && !j.Preemptible && j.MaxPrice == 1.20, j.Duration, j.Tier)
+			check(t, "lease", j.Duration == time.Hour && j.Tier == terms.Gold && !j.Preemptible && j.MaxPrice == 1.20, j.Duration, j.Tier)
 			check(t, "gpu", j.GPUCount == 1 && reflect.DeepEqual(j.GPUModels, []string{"L4", "A10G", "RTX4090"}) && j.MinVRAMGB == 24, j.GPUModels)
 			_, run, ok := TaskScripts(j.Run.Command)
 			check(t, "run", ok && strings.Contains(run, "vllm.entrypoints.openai.api_server") && strings.Contains(run, "--port 8000"), j.Run.Command)
@@ -108,7 +108,7 @@ func check(t *testing.T, what string, ok bool, got ...any) {
 	}
 }
 
-// The auction.Job-shaped file of `job post --file` keeps working through
+// The terms.Job-shaped file of `job post --file` keeps working through
 // the same entry point, with the CLI's defaults.
 func TestJobShapedFile(t *testing.T) {
 	b, err := os.ReadFile("../../../cmd/gpumesh/testdata/job.yaml")
@@ -122,7 +122,7 @@ func TestJobShapedFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Tier != auction.Bronze || !j.Preemptible || j.GPUCount != 2 || j.Duration != 3*time.Hour ||
+	if j.Tier != terms.Bronze || !j.Preemptible || j.GPUCount != 2 || j.Duration != 3*time.Hour ||
 		!reflect.DeepEqual(j.Run.Command, []string{"python", "train.py", "--epochs", "10"}) {
 		t.Fatalf("job.yaml = %+v", j)
 	}
@@ -130,7 +130,7 @@ func TestJobShapedFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Tier != auction.Silver || j.GPUCount != 1 || j.Preemptible {
+	if j.Tier != terms.Silver || j.GPUCount != 1 || j.Preemptible {
 		t.Fatalf("defaults: %+v", j)
 	}
 	// JSON is YAML: the Python client sends dicts that way.
@@ -154,7 +154,7 @@ func TestJobShapedFile(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", acc, err)
 		}
-		if j.GPUCount != 1 || j.GPUFraction != 0.25 || j.GPUModels[0] != "L4" || j.Isolation != auction.IsolationMPS {
+		if j.GPUCount != 1 || j.GPUFraction != 0.25 || j.GPUModels[0] != "L4" || j.Isolation != terms.IsolationMPS {
 			t.Fatalf("%s: %+v", acc, j)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/artifact/transfer"
@@ -27,7 +28,7 @@ import (
 // Providers is what the node knows of the providers it learned of.
 type Providers interface {
 	// FindProviders lists the providers whose records match q.
-	FindProviders(ctx context.Context, q auction.Query) ([]auction.Capability, error)
+	FindProviders(ctx context.Context, q terms.Query) ([]terms.Capability, error)
 	// Holdings are the artifacts a provider's record advertises now.
 	Holdings(ctx context.Context, provider string) ([]string, bool)
 }
@@ -188,7 +189,7 @@ func (c *Calls) warm(ctx context.Context, id string, req api.ArtifactWarmRequest
 		targets = append(targets, t)
 	}
 	if len(targets) == 0 {
-		caps, err := c.cfg.Providers.FindProviders(ctx, auction.Query{})
+		caps, err := c.cfg.Providers.FindProviders(ctx, terms.Query{})
 		if err != nil {
 			return api.ArtifactWarmResponse{}, err
 		}
@@ -201,7 +202,7 @@ func (c *Calls) warm(ctx context.Context, id string, req api.ArtifactWarmRequest
 			if err != nil || pid == self {
 				continue
 			}
-			targets = append(targets, warmTarget{id: pid, addrs: cp.Addrs, held: auction.Holds(cp.Artifacts, self.String(), id)})
+			targets = append(targets, warmTarget{id: pid, addrs: cp.Addrs, held: terms.Holds(cp.Artifacts, self.String(), id)})
 		}
 		if len(targets) == 0 {
 			return api.ArtifactWarmResponse{}, api.NotFound("no provider found to warm")
@@ -237,11 +238,11 @@ func (c *Calls) warm(ctx context.Context, id string, req api.ArtifactWarmRequest
 }
 
 // waitAdvertises polls provider's capability record until it lists
-// artifact id of ours (by its id or, private, its auction.HeldToken) or
+// artifact id of ours (by its id or, private, its terms.HeldToken) or
 // ctx ends.
 func (c *Calls) waitAdvertises(ctx context.Context, provider, id string) bool {
 	for {
-		if held, ok := c.cfg.Providers.Holdings(ctx, provider); ok && auction.Holds(held, c.cfg.Self.String(), id) {
+		if held, ok := c.cfg.Providers.Holdings(ctx, provider); ok && terms.Holds(held, c.cfg.Self.String(), id) {
 			return true
 		}
 		select {

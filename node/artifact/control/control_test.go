@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/artifact/transfer"
@@ -63,11 +63,11 @@ type fakeNode struct {
 	announced *[]string
 }
 
-func (*fakeNode) FindProviders(context.Context, auction.Query) ([]auction.Capability, error) {
+func (*fakeNode) FindProviders(context.Context, terms.Query) ([]terms.Capability, error) {
 	return nil, nil
 }
 func (*fakeNode) Holdings(context.Context, string) ([]string, bool) { return nil, false }
-func (*fakeNode) Reliability(string) float64                        { return auction.NeutralReliability }
+func (*fakeNode) Reliability(string) float64                        { return terms.NeutralReliability }
 func (f *fakeNode) Jobs() []api.JobView                             { return *f.jobs }
 func (f *fakeNode) Readvertise()                                    { *f.changed++ }
 func (f *fakeNode) Announce(id string)                              { *f.announced = append(*f.announced, id) }

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/artifact/transfer"
@@ -106,7 +106,7 @@ func (a *Artifacts) PinLive(v api.JobView) {
 // The owner is reached without the addresses its job names
 // (Job.OwnerAddrs, anyone's to fill): through the connection its award
 // came on, its own identify addresses, or the DHT.
-func (a *Artifacts) Inputs(ctx context.Context, job auction.Job, dir string, keys *wire.LeaseKeys) (release func(), image string, err error) {
+func (a *Artifacts) Inputs(ctx context.Context, job terms.Job, dir string, keys *wire.LeaseKeys) (release func(), image string, err error) {
 	owner, err := peer.Decode(job.Owner)
 	if err != nil {
 		return nil, "", fmt.Errorf("job %s: owner %q is not a peer id", job.ID, job.Owner)
@@ -148,7 +148,7 @@ func (a *Artifacts) Inputs(ctx context.Context, job auction.Job, dir string, key
 // checkpoint it restored) stays here as an artifact. Artifacts held
 // before stay, as does one another job still uses (pinned). For other
 // jobs it does nothing: their artifacts are cached for the next.
-func (a *Artifacts) fetchedFor(job auction.Job, ids ...string) func() {
+func (a *Artifacts) fetchedFor(job terms.Job, ids ...string) func() {
 	if !job.NoPersist {
 		return func() {}
 	}
@@ -262,7 +262,7 @@ func (a *Artifacts) FetchCheckpoint(ctx context.Context, id string, from peer.ID
 // restores comes from its owner (the renter's daemon) or any other
 // holder, every chunk checked against its hash, and is written to dir.
 // Our store's copy serves only if the job's owner may read it.
-func (a *Artifacts) Restore(ctx context.Context, job auction.Job, id, dir string, keys *wire.LeaseKeys) (func(), error) {
+func (a *Artifacts) Restore(ctx context.Context, job terms.Job, id, dir string, keys *wire.LeaseKeys) (func(), error) {
 	owner, err := peer.Decode(job.Owner)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: owner %q is not a peer id", job.ID, job.Owner)
@@ -365,7 +365,7 @@ func (a *Artifacts) adoptSealed(id, leaseID string, must bool) error {
 // OpenSealedOutputs fetches outputs artifact id of lease leaseID from its
 // provider prov, records its content key once it opens with the lease's
 // key, and opens it: the outputs' manifest and their bundle.
-func (a *Artifacts) OpenSealedOutputs(ctx context.Context, prov peer.ID, leaseID, id string) ([]auction.OutputFile, io.ReadCloser, error) {
+func (a *Artifacts) OpenSealedOutputs(ctx context.Context, prov peer.ID, leaseID, id string) ([]terms.OutputFile, io.ReadCloser, error) {
 	if _, err := a.cfg.Transfer.Fetch(ctx, id, transfer.FetchOptions{Origin: &peer.AddrInfo{ID: prov}, NoDiscovery: true, For: artifact.For(prov)}); err != nil {
 		return nil, nil, fmt.Errorf("sealed outputs %s: %w", id, err)
 	}
@@ -384,7 +384,7 @@ func (a *Artifacts) OpenSealedOutputs(ctx context.Context, prov peer.ID, leaseID
 // leaseKeys are the keys of lease leaseID of the renter's sealed job:
 // the lease's, and the content keys of the artifacts the job reads and
 // the checkpoints it restores that the store holds.
-func (a *Artifacts) leaseKeys(leaseID string, job auction.Job) (wire.LeaseKeys, error) {
+func (a *Artifacts) leaseKeys(leaseID string, job terms.Job) (wire.LeaseKeys, error) {
 	st := a.cfg.Transfer.Store()
 	lk, err := st.LeaseKey(leaseID)
 	if err != nil {
@@ -407,7 +407,7 @@ func (a *Artifacts) leaseKeys(leaseID string, job auction.Job) (wire.LeaseKeys, 
 // is the origin of the job's inputs, so it must hold each of them. A job
 // reading a sealed artifact is sealed; an input the renter does not hold,
 // or cannot hand out safely, refuses the job (a bad request).
-func (a *Artifacts) InputSizes(job *auction.Job) error {
+func (a *Artifacts) InputSizes(job *terms.Job) error {
 	if len(job.Run.Artifacts()) == 0 {
 		return nil
 	}
@@ -440,7 +440,7 @@ func (a *Artifacts) InputSizes(job *auction.Job) error {
 	return nil
 }
 
-// Sealed jobs (auction.Job.Sealed), the renter's side: it hands a lease's
+// Sealed jobs (terms.Job.Sealed), the renter's side: it hands a lease's
 // keys to that lease's provider alone, records the content key of each
 // checkpoint the provider sealed, and opens the lease's sealed outputs
 // itself (node/artifact, seal.go; node/lease, seal.go).
@@ -449,7 +449,7 @@ func (a *Artifacts) InputSizes(job *auction.Job) error {
 // keys of a current lease of a sealed job of this renter's that the
 // sender holds (leaseJob: lease.Tracker.LeaseJob), and nothing to anyone
 // else.
-func (a *Artifacts) LeaseKeysHandler(leaseJob func(provider peer.ID, leaseID string) (auction.Job, bool)) func(context.Context, peer.ID, []byte) ([]byte, error) {
+func (a *Artifacts) LeaseKeysHandler(leaseJob func(provider peer.ID, leaseID string) (terms.Job, bool)) func(context.Context, peer.ID, []byte) ([]byte, error) {
 	return func(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
 		var req wire.LeaseKeysRequest
 		if err := json.Unmarshal(data, &req); err != nil {
@@ -473,7 +473,7 @@ func (a *Artifacts) LeaseKeysHandler(leaseJob func(provider peer.ID, leaseID str
 // SealedOutputs fetches a sealed job's outputs artifact from the lease's
 // provider and opens it: the outputs' manifest (held to the one the
 // lease's final report named) and their bundle, read by the caller.
-func (a *Artifacts) SealedOutputs(ctx context.Context, v api.JobView) ([]auction.OutputFile, io.ReadCloser, error) {
+func (a *Artifacts) SealedOutputs(ctx context.Context, v api.JobView) ([]terms.OutputFile, io.ReadCloser, error) {
 	if v.Lease == nil || v.OutputsArtifact == "" {
 		return nil, nil, api.NotFound("job %s has no sealed outputs (yet)", v.Job.ID)
 	}
@@ -485,7 +485,7 @@ func (a *Artifacts) SealedOutputs(ctx context.Context, v api.JobView) ([]auction
 	if err != nil {
 		return nil, nil, err
 	}
-	if got := auction.ManifestHash(outs); v.OutputsHash != "" && got != v.OutputsHash {
+	if got := terms.ManifestHash(outs); v.OutputsHash != "" && got != v.OutputsHash {
 		body.Close()
 		return nil, nil, fmt.Errorf("sealed outputs %s list files (hash %.12s) other than the final report's (%.12s)", v.OutputsArtifact, got, v.OutputsHash)
 	}

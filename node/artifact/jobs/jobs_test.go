@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
 	"github.com/gpumesh/gpumesh/node/artifact/transfer"
@@ -75,7 +75,7 @@ func TestPinLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := api.JobView{}
-	v.Job.ID, v.Job.Run.Inputs, v.State = "j1", map[string]string{"data": id}, auction.JobQueued
+	v.Job.ID, v.Job.Run.Inputs, v.State = "j1", map[string]string{"data": id}, terms.JobQueued
 	pins := func() int {
 		in, err := st.Info(id)
 		if err != nil {
@@ -88,7 +88,7 @@ func TestPinLive(t *testing.T) {
 	if n := pins(); n != 1 {
 		t.Fatalf("live job: %d pins, want 1", n)
 	}
-	v.State = auction.JobCancelled
+	v.State = terms.JobCancelled
 	a.PinLive(v)
 	if n := pins(); n != 0 {
 		t.Fatalf("ended job: %d pins, want 0", n)
@@ -132,7 +132,7 @@ func TestOutputsAndCheckpoints(t *testing.T) {
 func TestHostileLeaseInput(t *testing.T) {
 	a, _, _, _ := newArtifacts(t)
 	ctx := context.Background()
-	job := auction.Job{ID: "j1", Owner: "not a peer"}
+	job := terms.Job{ID: "j1", Owner: "not a peer"}
 	if _, _, err := a.Inputs(ctx, job, t.TempDir(), nil); err == nil || !strings.Contains(err.Error(), "is not a peer id") {
 		t.Fatalf("owner that is no peer id: %v", err)
 	}
@@ -159,8 +159,8 @@ func TestHostileLeaseInput(t *testing.T) {
 func TestLeaseKeysToStrangers(t *testing.T) {
 	a, _, _, _ := newArtifacts(t)
 	prov := peer.ID("provider")
-	h := a.LeaseKeysHandler(func(from peer.ID, leaseID string) (auction.Job, bool) {
-		return auction.Job{ID: "j1", Sealed: leaseID == "sealed"}, from == prov && (leaseID == "sealed" || leaseID == "plain")
+	h := a.LeaseKeysHandler(func(from peer.ID, leaseID string) (terms.Job, bool) {
+		return terms.Job{ID: "j1", Sealed: leaseID == "sealed"}, from == prov && (leaseID == "sealed" || leaseID == "plain")
 	})
 	for _, c := range []struct {
 		from peer.ID

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Event is something that happened to a job: a caller's request, a
@@ -16,14 +16,14 @@ type Event interface{ event() }
 type (
 	// Posted: the job was posted. It starts the machine (on a zero
 	// Record); a job without an id is ignored.
-	Posted struct{ Job auction.Job }
+	Posted struct{ Job terms.Job }
 	// Awarded: the job's auction sent the award of lease LeaseID.
 	Awarded struct{ LeaseID string }
 	// Confirmed: the provider confirmed Lease of Job (a gang member's
 	// record starts with it).
 	Confirmed struct {
-		Lease auction.Lease
-		Job   auction.Job
+		Lease terms.Lease
+		Job   terms.Job
 	}
 	// NoLease: the job's auction ended without a lease, saying Reason.
 	// Retry: no acceptable bid now, the job may be offered again (Raced:
@@ -43,7 +43,7 @@ type (
 	// offered it last (its attempt, restored checkpoints, exclusions),
 	// and the reasons it gave since it was last folded.
 	Folded struct {
-		Job     auction.Job
+		Job     terms.Job
 		Reasons []string
 	}
 	// TimerDue: the timer armed last (ArmTimer) fired.
@@ -57,16 +57,16 @@ type (
 	// (and, once it ended, how).
 	Reported struct {
 		LeaseID  string
-		Run      auction.RunState
-		Fault    auction.Fault
+		Run      terms.RunState
+		Fault    terms.Fault
 		Detail   string
 		ExitCode *int
 		Started  time.Time
 		Ended    time.Time
 	}
 	// Moved: the provider moved the current, pending lease earlier (the
-	// driver checked the move: auction.Lease.Moved).
-	Moved struct{ Lease auction.Lease }
+	// driver checked the move: terms.Lease.Moved).
+	Moved struct{ Lease terms.Lease }
 	// Lost: the current lease's provider went silent (or never reported
 	// by the lease's end): the lease failed, the provider's fault, ended
 	// At (the last heartbeat heard; zero: unknown).
@@ -91,7 +91,7 @@ type (
 	// saying Why. At the Rules.MaxRefusals-th refusal the lease's
 	// settlement is given up as a dispute (RecordDispute).
 	ReceiptRefused struct {
-		Lease auction.Lease
+		Lease terms.Lease
 		Why   string
 	}
 	// Disputed: the dispute of lease LeaseID's settlement (RecordDispute)
@@ -103,14 +103,14 @@ type (
 	}
 	// Reauctioned: a requeued job's lease is archived and its auction
 	// begins again.
-	Reauctioned struct{ Job auction.Job }
+	Reauctioned struct{ Job terms.Job }
 	// GangRequeued: the gang job this record is part of (a gang's member,
 	// or its rank 0) goes back to auction as a whole, every member's
 	// lease archived: the record goes with it, whatever its own lease's
 	// end (a member that succeeded while another was lost runs again). It
 	// is the one event a final phase takes; a record whose lease still
 	// runs ignores it (its lease is stopped first).
-	GangRequeued struct{ Job auction.Job }
+	GangRequeued struct{ Job terms.Job }
 	// Closed: the job ends As (a final phase) with the job it is part of
 	// (a gang member's record with its gang).
 	Closed struct{ As Phase }
@@ -119,7 +119,7 @@ type (
 	LateReport struct{ LeaseID string }
 	// Unused: the job's auction gives back Lease, confirmed and not used
 	// (a hedged award another beat): it is released.
-	Unused struct{ Lease auction.Lease }
+	Unused struct{ Lease terms.Lease }
 	// Restarted: the daemon started again with this stored record. State
 	// is the record's stored API state (read when the record has no phase:
 	// one stored before phases were); Leases the leases the record shows
@@ -128,7 +128,7 @@ type (
 	// unsettled leases a record stored before the machine kept them
 	// (read when it has none).
 	Restarted struct {
-		State      auction.JobState
+		State      terms.JobState
 		Leases     int
 		Unverified bool
 		Archived   []Archived
@@ -167,7 +167,7 @@ type (
 	// StartAuction: run an auction for Job; feed back Awarded,
 	// Confirmed and NoLease. Reoffer: a queued job offered again.
 	StartAuction struct {
-		Job     auction.Job
+		Job     terms.Job
 		Reoffer bool
 	}
 	// CancelAuction: stop the job's auction (or its queue's wait).
@@ -181,33 +181,33 @@ type (
 	// start; a renter that restarted watches from its restart, so that
 	// its own outage is not the provider's silence); feed back Lost.
 	Watch struct {
-		Lease auction.Lease
+		Lease terms.Lease
 		Since time.Time
 	}
 	// StopLease: ask the provider of Lease to stop it (it reports how it
 	// ended).
-	StopLease struct{ Lease auction.Lease }
+	StopLease struct{ Lease terms.Lease }
 	// Release: tell the provider of Lease that the job does not use it
 	// (the record remembers the release: Record.Released).
-	Release struct{ Lease auction.Lease }
+	Release struct{ Lease terms.Lease }
 	// Requeue: Lease ended in Run (through Fault, its provider saying
 	// Detail) and the job goes back to auction: once the lease settled
 	// (or the driver's wait for it passed), archive it and feed back
 	// Reauctioned.
 	Requeue struct {
-		Lease  auction.Lease
-		Run    auction.RunState
-		Fault  auction.Fault
+		Lease  terms.Lease
+		Run    terms.RunState
+		Fault  terms.Fault
 		Detail string
 	}
 	// CheckEvidence: check the succeeded run of Lease (its log); feed
 	// back Evidence.
-	CheckEvidence struct{ Lease auction.Lease }
+	CheckEvidence struct{ Lease terms.Lease }
 	// RecordDispute: the settlement of Lease is given up, saying Reason:
 	// record the dispute (the ledger; an archived lease's history); feed
 	// back Disputed.
 	RecordDispute struct {
-		Lease  auction.Lease
+		Lease  terms.Lease
 		Reason string
 	}
 	// StopGang: the record is a gang job's (Job.Nodes > 1) and its lease

@@ -51,10 +51,10 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
-// Phase is where a job is on its renter: finer than its auction.JobState,
+// Phase is where a job is on its renter: finer than its terms.JobState,
 // which the API shows (Phase.State).
 type Phase string
 
@@ -83,41 +83,41 @@ func (p Phase) Final() bool {
 }
 
 // State is the job's state as the API shows it.
-func (p Phase) State() auction.JobState {
+func (p Phase) State() terms.JobState {
 	switch p {
 	case Auctioning:
-		return auction.JobBidding
+		return terms.JobBidding
 	case Awarding:
-		return auction.JobAwarding
+		return terms.JobAwarding
 	case Queued:
-		return auction.JobQueued
+		return terms.JobQueued
 	case Leased, Requeued:
-		return auction.JobLeased
+		return terms.JobLeased
 	case Verifying, Finished:
 		// A succeeded run is shown finished while its evidence is checked
 		// (a run not accepted goes back to auction, its budget permitting).
-		return auction.JobFinished
+		return terms.JobFinished
 	case Unplaceable:
-		return auction.JobUnplaceable
+		return terms.JobUnplaceable
 	case Cancelled:
-		return auction.JobCancelled
+		return terms.JobCancelled
 	case Failed:
-		return auction.JobFailed
+		return terms.JobFailed
 	}
 	return ""
 }
 
 // PhaseOf is the phase of a record stored before phases were (its API
 // state, and its current lease's run state).
-func PhaseOf(state auction.JobState, run auction.RunState, requeues bool) Phase {
+func PhaseOf(state terms.JobState, run terms.RunState, requeues bool) Phase {
 	switch state {
-	case auction.JobBidding:
+	case terms.JobBidding:
 		return Auctioning
-	case auction.JobAwarding:
+	case terms.JobAwarding:
 		return Awarding
-	case auction.JobQueued:
+	case terms.JobQueued:
 		return Queued
-	case auction.JobLeased:
+	case terms.JobLeased:
 		if run.Terminal() {
 			if requeues {
 				return Requeued
@@ -125,13 +125,13 @@ func PhaseOf(state auction.JobState, run auction.RunState, requeues bool) Phase 
 			return Finished
 		}
 		return Leased
-	case auction.JobFinished:
+	case terms.JobFinished:
 		return Finished
-	case auction.JobUnplaceable:
+	case terms.JobUnplaceable:
 		return Unplaceable
-	case auction.JobCancelled:
+	case terms.JobCancelled:
 		return Cancelled
-	case auction.JobFailed:
+	case terms.JobFailed:
 		return Failed
 	}
 	return ""
@@ -142,9 +142,9 @@ func PhaseOf(state auction.JobState, run auction.RunState, requeues bool) Phase 
 // view (api.JobView), which records stored before this package existed,
 // so they read as one.
 type Record struct {
-	Job      auction.Job `json:"job"`
-	Phase    Phase       `json:"phase,omitempty"`
-	PostedAt time.Time   `json:"posted_at"`
+	Job      terms.Job `json:"job"`
+	Phase    Phase     `json:"phase,omitempty"`
+	PostedAt time.Time `json:"posted_at"`
 	// Reasons say why the job is where it is (the auction's, the
 	// queue's, the machine's own).
 	Reasons []string `json:"reasons,omitempty"`
@@ -152,13 +152,13 @@ type Record struct {
 	// requeued job is in auction again); Run its run state, Fault who
 	// caused an unsuccessful run, Detail why, Started and Ended the run's
 	// span as the provider reported it, ExitCode its command's.
-	Lease    *auction.Lease   `json:"lease,omitempty"`
-	Run      auction.RunState `json:"run,omitempty"`
-	ExitCode *int             `json:"exit_code,omitempty"`
-	Detail   string           `json:"detail,omitempty"`
-	Fault    auction.Fault    `json:"fault,omitempty"`
-	Started  time.Time        `json:"started,omitempty"`
-	Ended    time.Time        `json:"ended,omitempty"`
+	Lease    *terms.Lease   `json:"lease,omitempty"`
+	Run      terms.RunState `json:"run,omitempty"`
+	ExitCode *int           `json:"exit_code,omitempty"`
+	Detail   string         `json:"detail,omitempty"`
+	Fault    terms.Fault    `json:"fault,omitempty"`
+	Started  time.Time      `json:"started,omitempty"`
+	Ended    time.Time      `json:"ended,omitempty"`
 	// Receipt is the current lease's countersigned receipt, once settled;
 	// Dispute why its settlement was given up instead (its receipt
 	// refused Rules.MaxRefusals times).
@@ -252,9 +252,9 @@ type Rules struct {
 }
 
 // Requeues reports whether job r goes back to auction now that its
-// current lease ended in run through fault (auction.Job.Requeues, within
+// current lease ended in run through fault (terms.Job.Requeues, within
 // its attempt budget); when a run that would requeue does not, why not.
-func (r *Record) Requeues(run auction.RunState, fault auction.Fault) (bool, string) {
+func (r *Record) Requeues(run terms.RunState, fault terms.Fault) (bool, string) {
 	switch {
 	case !run.Requeues(fault):
 		return false, ""

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Step applies ev, which happened at now, to st: it returns the next state
@@ -139,19 +139,19 @@ func (s *stepper) step(ev Event) {
 	case Reported:
 		s.reported(ev)
 	case Moved:
-		if st.Phase == Leased && st.Lease != nil && st.Lease.ID == ev.Lease.ID && st.Run == auction.RunPending {
+		if st.Phase == Leased && st.Lease != nil && st.Lease.ID == ev.Lease.ID && st.Run == terms.RunPending {
 			l := ev.Lease
 			st.Lease = &l
 			s.do(Persist{}, Watch{Lease: l})
 		}
 	case Lost:
 		if st.Phase == Leased && st.Lease != nil && st.Lease.ID == ev.LeaseID && !st.Run.Terminal() {
-			st.Fault, st.Detail = auction.FaultProvider, ev.Detail
+			st.Fault, st.Detail = terms.FaultProvider, ev.Detail
 			if st.Ended.IsZero() {
 				st.Ended = ev.At
 			}
 			s.archive(true) // its provider may still report and settle it
-			s.setRun(auction.RunFailed)
+			s.setRun(terms.RunFailed)
 			s.release(*st.Lease) // if it still runs there, it stops
 			s.ended(ev.Detail)
 		}
@@ -163,8 +163,8 @@ func (s *stepper) step(ev Event) {
 				return
 			}
 			detail := "no evidence of work: " + ev.Why
-			st.Fault, st.Detail = auction.FaultProvider, detail
-			s.setRun(auction.RunFailed)
+			st.Fault, st.Detail = terms.FaultProvider, detail
+			s.setRun(terms.RunFailed)
 			s.ended(detail)
 		}
 	case ReceiptRecorded:
@@ -190,7 +190,7 @@ func (s *stepper) step(ev Event) {
 }
 
 // reauction sends the job, its lease archived, back to auction.
-func (s *stepper) reauction(job auction.Job) {
+func (s *stepper) reauction(job terms.Job) {
 	st := &s.st
 	detail := ""
 	if st.Lease != nil {
@@ -198,7 +198,7 @@ func (s *stepper) reauction(job auction.Job) {
 		s.archive(false)
 	}
 	st.Phase, st.Job, st.Awarded = Auctioning, job, nil
-	st.Lease, st.Run, st.ExitCode, st.Detail, st.Fault, st.Receipt = nil, "", nil, detail, auction.FaultNone, nil
+	st.Lease, st.Run, st.ExitCode, st.Detail, st.Fault, st.Receipt = nil, "", nil, detail, terms.FaultNone, nil
 	st.Started, st.Ended, st.Due, st.Dispute = time.Time{}, time.Time{}, time.Time{}, ""
 	s.do(Persist{})
 }
@@ -211,7 +211,7 @@ func (s *stepper) inAuction() bool {
 
 // confirm makes l, a lease of job as its auction leased it (its attempt,
 // the checkpoints it restores), the job's current lease.
-func (s *stepper) confirm(l auction.Lease, job auction.Job) {
+func (s *stepper) confirm(l terms.Lease, job terms.Job) {
 	st := &s.st
 	if l.ID == "" {
 		return
@@ -219,9 +219,9 @@ func (s *stepper) confirm(l auction.Lease, job auction.Job) {
 	if job.ID == st.Job.ID {
 		st.Job = job
 	}
-	l.State = auction.RunPending
-	st.Phase, st.Lease, st.Run = Leased, &l, auction.RunPending
-	st.ExitCode, st.Detail, st.Fault, st.Receipt, st.Dispute = nil, "", auction.FaultNone, nil, ""
+	l.State = terms.RunPending
+	st.Phase, st.Lease, st.Run = Leased, &l, terms.RunPending
+	st.ExitCode, st.Detail, st.Fault, st.Receipt, st.Dispute = nil, "", terms.FaultNone, nil, ""
 	st.Started, st.Ended, st.Due, st.Awarded = time.Time{}, time.Time{}, time.Time{}, nil
 	st.Leases++
 	s.do(Persist{}, Watch{Lease: l})
@@ -313,10 +313,10 @@ func (s *stepper) offerDue() {
 
 // setRun records the current lease's run state (the lease's own state
 // follows it once the job runs).
-func (s *stepper) setRun(run auction.RunState) {
+func (s *stepper) setRun(run terms.RunState) {
 	st := &s.st
 	st.Run = run
-	if st.Lease != nil && (run == auction.RunRunning || run.Terminal()) {
+	if st.Lease != nil && (run == terms.RunRunning || run.Terminal()) {
 		l := *st.Lease
 		l.State = run
 		st.Lease = &l
@@ -340,7 +340,7 @@ func (s *stepper) reported(ev Reported) {
 		s.do(Persist{})
 		return
 	}
-	if ev.Run == auction.RunSucceeded {
+	if ev.Run == terms.RunSucceeded {
 		// Paid on evidence: checked before the receipt comes.
 		st.Phase = Verifying
 		s.do(Persist{}, CheckEvidence{Lease: *st.Lease})
@@ -450,7 +450,7 @@ func (s *stepper) lateReport(ev LateReport) {
 
 // release releases lease l (Release) and remembers it, within its
 // settlement window and MaxReleased.
-func (s *stepper) release(l auction.Lease) {
+func (s *stepper) release(l terms.Lease) {
 	st := &s.st
 	if l.ID == "" {
 		return
@@ -487,7 +487,7 @@ func (s *stepper) restarted(ev Restarted) {
 		if st.Phase == "" {
 			st.Phase = Failed // an unknown state: never offered again
 		}
-		if st.Phase == Finished && st.Run == auction.RunSucceeded && st.Receipt == nil && ev.Unverified {
+		if st.Phase == Finished && st.Run == terms.RunSucceeded && st.Receipt == nil && ev.Unverified {
 			st.Phase = Verifying // its evidence is checked when its receipt comes
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 var (
@@ -16,13 +16,13 @@ var (
 	rules = Rules{QueueBackoff: time.Second, QueueBackoffMax: 8 * time.Second, MaxRefusals: 2}
 )
 
-func job() auction.Job {
-	return auction.Job{ID: "job-1", Owner: "renter", Tier: auction.Silver, Duration: time.Hour, MaxAttempts: 3,
+func job() terms.Job {
+	return terms.Job{ID: "job-1", Owner: "renter", Tier: terms.Silver, Duration: time.Hour, MaxAttempts: 3,
 		Deadline: t0.Add(time.Hour)}
 }
 
-func lease(id string) auction.Lease {
-	return auction.Lease{ID: id, JobID: "job-1", Provider: "prov-" + id, Start: t0, End: t0.Add(time.Hour), State: auction.RunPending}
+func lease(id string) terms.Lease {
+	return terms.Lease{ID: id, JobID: "job-1", Provider: "prov-" + id, Start: t0, End: t0.Add(time.Hour), State: terms.RunPending}
 }
 
 // at is a record in phase p, as the machine leaves it there.
@@ -35,13 +35,13 @@ func at(p Phase) Record {
 	case Queued:
 		r.Backoff, r.Due = time.Second, t0.Add(time.Second)
 	case Leased:
-		r.Lease, r.Run, r.Leases = &l, auction.RunRunning, 1
+		r.Lease, r.Run, r.Leases = &l, terms.RunRunning, 1
 	case Requeued, Finished:
-		l.State = auction.RunPreempted
-		r.Lease, r.Run, r.Leases = &l, auction.RunPreempted, 1
+		l.State = terms.RunPreempted
+		r.Lease, r.Run, r.Leases = &l, terms.RunPreempted, 1
 	case Verifying:
-		l.State = auction.RunSucceeded
-		r.Lease, r.Run, r.Leases = &l, auction.RunSucceeded, 1
+		l.State = terms.RunSucceeded
+		r.Lease, r.Run, r.Leases = &l, terms.RunSucceeded, 1
 	}
 	return r
 }
@@ -57,11 +57,11 @@ func events() map[string]Event {
 		"timer":          TimerDue{},
 		"wake":           Wake{},
 		"cancel":         Cancel{},
-		"running":        Reported{LeaseID: "l1", Run: auction.RunRunning, Started: t0},
-		"succeeded":      Reported{LeaseID: "l1", Run: auction.RunSucceeded, Started: t0, Ended: t0.Add(time.Minute)},
-		"preempted":      Reported{LeaseID: "l1", Run: auction.RunPreempted, Started: t0, Ended: t0.Add(time.Minute)},
-		"failed-job":     Reported{LeaseID: "l1", Run: auction.RunFailed, Fault: auction.FaultJob, Detail: "exit code 1"},
-		"other-lease":    Reported{LeaseID: "lx", Run: auction.RunFailed, Fault: auction.FaultProvider},
+		"running":        Reported{LeaseID: "l1", Run: terms.RunRunning, Started: t0},
+		"succeeded":      Reported{LeaseID: "l1", Run: terms.RunSucceeded, Started: t0, Ended: t0.Add(time.Minute)},
+		"preempted":      Reported{LeaseID: "l1", Run: terms.RunPreempted, Started: t0, Ended: t0.Add(time.Minute)},
+		"failed-job":     Reported{LeaseID: "l1", Run: terms.RunFailed, Fault: terms.FaultJob, Detail: "exit code 1"},
+		"other-lease":    Reported{LeaseID: "lx", Run: terms.RunFailed, Fault: terms.FaultProvider},
 		"moved":          Moved{Lease: lease("l1")},
 		"lost":           Lost{LeaseID: "l1", Detail: "silent", At: t0.Add(time.Minute)},
 		"evidence-ok":    Evidence{LeaseID: "l1", OK: true},
@@ -73,7 +73,7 @@ func events() map[string]Event {
 		"disputed":       Disputed{LeaseID: "l1", Reason: "receipt refused 2 times: x"},
 		"reauctioned":    Reauctioned{Job: job()},
 		"closed":         Closed{As: Finished},
-		"restarted":      Restarted{State: auction.JobLeased, Leases: 1},
+		"restarted":      Restarted{State: terms.JobLeased, Leases: 1},
 	}
 }
 
@@ -232,14 +232,14 @@ func TestRequeueWithinTheBudget(t *testing.T) {
 		}
 		leased := st.Job
 		leased.Attempt = n - 1
-		leased.Restore = []auction.Checkpoint{{LeaseID: fmt.Sprintf("l%d", n-1), Seq: n}}
+		leased.Restore = []terms.Checkpoint{{LeaseID: fmt.Sprintf("l%d", n-1), Seq: n}}
 		st, _ = rules.Step(st, Confirmed{Lease: lease(id), Job: leased}, t0)
 		if st.Leases != n || st.Phase != Leased || len(st.Awarded) != 0 || !reflect.DeepEqual(st.Job, leased) {
 			t.Fatalf("confirm %d: %+v", n, st)
 		}
-		st, effs = rules.Step(st, Reported{LeaseID: id, Run: auction.RunFailed, Fault: auction.FaultProvider, Detail: "gpu fell off"}, t0)
+		st, effs = rules.Step(st, Reported{LeaseID: id, Run: terms.RunFailed, Fault: terms.FaultProvider, Detail: "gpu fell off"}, t0)
 		if n < 3 {
-			want := Requeue{Lease: *st.Lease, Run: auction.RunFailed, Fault: auction.FaultProvider, Detail: "gpu fell off"}
+			want := Requeue{Lease: *st.Lease, Run: terms.RunFailed, Fault: terms.FaultProvider, Detail: "gpu fell off"}
 			if st.Phase != Requeued || !reflect.DeepEqual(effs, []Effect{Persist{}, want}) {
 				t.Fatalf("attempt %d: %s %#v", n, st.Phase, effs)
 			}
@@ -260,7 +260,7 @@ func TestServiceReplicaIsNotRequeued(t *testing.T) {
 	st := at(Leased)
 	st.Job.Run.ServicePort = 8080
 	st, _ = rules.Step(st, Lost{LeaseID: "l1", Detail: "silent"}, t0)
-	if st.Phase != Finished || st.Run != auction.RunFailed || st.Fault != auction.FaultProvider {
+	if st.Phase != Finished || st.Run != terms.RunFailed || st.Fault != terms.FaultProvider {
 		t.Fatalf("%+v", st)
 	}
 }
@@ -272,7 +272,7 @@ func TestCancelALeasedJobAsksItsProvider(t *testing.T) {
 	if st.Phase != Leased || !reflect.DeepEqual(effs, []Effect{StopLease{Lease: *at(Leased).Lease}}) {
 		t.Fatalf("%s %#v", st.Phase, effs)
 	}
-	st, _ = rules.Step(st, Reported{LeaseID: "l1", Run: auction.RunCancelled}, t0)
+	st, _ = rules.Step(st, Reported{LeaseID: "l1", Run: terms.RunCancelled}, t0)
 	if st.Phase != Finished {
 		t.Fatalf("cancelled lease: %s", st.Phase)
 	}
@@ -297,20 +297,20 @@ func TestStepDoesNotAliasItsInput(t *testing.T) {
 func TestOldRecordsReadAsMachineState(t *testing.T) {
 	l := lease("l1")
 	for _, c := range []struct {
-		state auction.JobState
-		run   auction.RunState
+		state terms.JobState
+		run   terms.RunState
 		want  Phase
 	}{
-		{auction.JobBidding, "", Queued},
-		{auction.JobAwarding, "", Queued},
-		{auction.JobQueued, "", Queued},
-		{auction.JobLeased, auction.RunRunning, Leased},
-		{auction.JobLeased, auction.RunSucceeded, Finished},
-		{auction.JobLeased, auction.RunPreempted, Requeued},
-		{auction.JobFinished, auction.RunSucceeded, Finished},
-		{auction.JobUnplaceable, "", Unplaceable},
-		{auction.JobCancelled, "", Cancelled},
-		{auction.JobFailed, "", Failed},
+		{terms.JobBidding, "", Queued},
+		{terms.JobAwarding, "", Queued},
+		{terms.JobQueued, "", Queued},
+		{terms.JobLeased, terms.RunRunning, Leased},
+		{terms.JobLeased, terms.RunSucceeded, Finished},
+		{terms.JobLeased, terms.RunPreempted, Requeued},
+		{terms.JobFinished, terms.RunSucceeded, Finished},
+		{terms.JobUnplaceable, "", Unplaceable},
+		{terms.JobCancelled, "", Cancelled},
+		{terms.JobFailed, "", Failed},
 	} {
 		old := map[string]any{"job": job(), "state": c.state, "posted_at": t0, "reasons": []string{"x"}, "cost_usd": 1.5}
 		if c.run != "" {
@@ -382,7 +382,7 @@ func TestRefusedReceiptsBecomeADispute(t *testing.T) {
 	// A new lease's settlement starts without the last one's dispute.
 	st = at(Leased)
 	st.Dispute = "receipt refused 2 times: x"
-	st, _ = rules.Step(st, Reported{LeaseID: "l1", Run: auction.RunPreempted}, t0)
+	st, _ = rules.Step(st, Reported{LeaseID: "l1", Run: terms.RunPreempted}, t0)
 	if st, _ = rules.Step(st, Reauctioned{Job: st.Job}, t0); st.Dispute != "" {
 		t.Fatalf("dispute kept past the lease: %q", st.Dispute)
 	}
@@ -395,8 +395,8 @@ func TestRefusedReceiptsBecomeADispute(t *testing.T) {
 // forgets those whose window passed.
 func TestReleasedBounded(t *testing.T) {
 	r := Rules{SettleWindow: time.Hour, MaxReleased: 3}
-	l := func(i int, end time.Time) auction.Lease {
-		return auction.Lease{ID: fmt.Sprintf("u%d", i), JobID: "job-1", Provider: "p", End: end}
+	l := func(i int, end time.Time) terms.Lease {
+		return terms.Lease{ID: fmt.Sprintf("u%d", i), JobID: "job-1", Provider: "p", End: end}
 	}
 	st := at(Auctioning)
 	st, effs := r.Step(st, Unused{Lease: l(0, t0.Add(-time.Hour-time.Second))}, t0) // over already
@@ -454,7 +454,7 @@ func TestArchivedLeasesUntilTheySettle(t *testing.T) {
 		t.Fatalf("reauctioned: %+v", st)
 	}
 	// A preempted lease archived on its way back to auction has reported.
-	pre, _ := r.Step(at(Leased), Reported{LeaseID: "l1", Run: auction.RunPreempted}, t0)
+	pre, _ := r.Step(at(Leased), Reported{LeaseID: "l1", Run: terms.RunPreempted}, t0)
 	pre, _ = r.Step(pre, Reauctioned{Job: pre.Job}, t0)
 	if a, ok := pre.ArchivedLease("l1"); !ok || a.Lost || !a.Reported {
 		t.Fatalf("preempted and archived: %+v", pre.Archived)
@@ -477,7 +477,7 @@ func TestArchivedLeasesUntilTheySettle(t *testing.T) {
 	// A record stored before the machine kept them takes its archived
 	// leases from the restart.
 	old := []Archived{{Lease: "l0", End: t0.Add(time.Hour), Lost: true}}
-	if st, _ = r.Step(at(Auctioning), Restarted{State: auction.JobBidding, Archived: old}, t0); !reflect.DeepEqual(st.Archived, old) {
+	if st, _ = r.Step(at(Auctioning), Restarted{State: terms.JobBidding, Archived: old}, t0); !reflect.DeepEqual(st.Archived, old) {
 		t.Fatalf("old archived leases not taken: %+v", st.Archived)
 	}
 }

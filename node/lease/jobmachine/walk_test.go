@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // TestRandomWalksKeepTheRules steps random sequences of events (for the
@@ -23,9 +23,9 @@ import (
 // a lease released is remembered; a lease lost is archived, lost, until
 // it settles, and a report taken stays taken.
 func TestRandomWalksKeepTheRules(t *testing.T) {
-	runs := []auction.RunState{auction.RunPending, auction.RunRunning, auction.RunSucceeded, auction.RunFailed,
-		auction.RunPreempted, auction.RunExpired, auction.RunCancelled}
-	faults := []auction.Fault{auction.FaultNone, auction.FaultJob, auction.FaultProvider}
+	runs := []terms.RunState{terms.RunPending, terms.RunRunning, terms.RunSucceeded, terms.RunFailed,
+		terms.RunPreempted, terms.RunExpired, terms.RunCancelled}
+	faults := []terms.Fault{terms.FaultNone, terms.FaultJob, terms.FaultProvider}
 	for seed := uint64(0); seed < 500; seed++ {
 		rnd := rand.New(rand.NewPCG(seed, 1))
 		now := t0
@@ -73,7 +73,7 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 			case 14:
 				ev = Folded{Job: st.Job, Reasons: []string{"r"}}
 			case 15:
-				ev = Restarted{State: auction.JobLeased, Leases: 1}
+				ev = Restarted{State: terms.JobLeased, Leases: 1}
 			case 17:
 				ev = ReceiptRefused{Lease: lease(leaseID()), Why: "refused"}
 			case 18:
@@ -104,7 +104,7 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 			}
 			if before.Lease != nil && st.Lease != nil && before.Lease.ID == st.Lease.ID && st.Run != before.Run &&
 				!st.Run.Follows(before.Run) {
-				if _, evidence := ev.(Evidence); !(evidence && before.Run == auction.RunSucceeded && st.Run == auction.RunFailed) {
+				if _, evidence := ev.(Evidence); !(evidence && before.Run == terms.RunSucceeded && st.Run == terms.RunFailed) {
 					fail("run moved back: %s -> %s", before.Run, st.Run)
 				}
 			}
@@ -129,7 +129,7 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 					fail("archived lease %s un-reported", a.Lease)
 				}
 			}
-			if _, lost := ev.(Lost); lost && before.Lease != nil && before.Receipt == nil && st.Run == auction.RunFailed && before.Run != st.Run {
+			if _, lost := ev.(Lost); lost && before.Lease != nil && before.Receipt == nil && st.Run == terms.RunFailed && before.Run != st.Run {
 				if a, ok := st.ArchivedLease(before.Lease.ID); !ok || !a.Lost {
 					fail("lost lease %s not archived as lost: %+v", before.Lease.ID, st.Archived)
 				}

@@ -3,7 +3,7 @@ package lifecycle
 import (
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Event is something that happened to a lease: a caller's request, a
@@ -16,15 +16,15 @@ type (
 	// machine (on a zero Lease); a lease without an id or with an end
 	// not after its start is ignored.
 	Confirmed struct {
-		Lease auction.Lease
-		Job   auction.Job
+		Lease terms.Lease
+		Job   terms.Job
 	}
-	// Moved: the provider moved the lease earlier (auction.Lease.Moved);
+	// Moved: the provider moved the lease earlier (terms.Lease.Moved);
 	// taken only while it Moves.
-	Moved struct{ Lease auction.Lease }
+	Moved struct{ Lease terms.Lease }
 	// MoveTold: the renter was told of the move to Lease; MoveUntold: it
 	// could not be.
-	MoveTold   struct{ Lease auction.Lease }
+	MoveTold   struct{ Lease terms.Lease }
 	MoveUntold struct{ Err string }
 	// TimerDue: the timer armed last (ArmTimer) fired.
 	TimerDue struct{}
@@ -100,7 +100,7 @@ type (
 	ArmTimer struct{ At time.Time }
 	// AnnounceMove: tell the renter the lease moved to Lease; feed back
 	// MoveTold or MoveUntold.
-	AnnounceMove struct{ Lease auction.Lease }
+	AnnounceMove struct{ Lease terms.Lease }
 	// StartHeartbeats: send heartbeats from now until Release.
 	StartHeartbeats struct{}
 	// Prepare: lay out the job's inputs, restore its checkpoint, set up

@@ -5,12 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // event decodes one byte pair of fuzz input into an event (and how far the
 // clock moves before it).
-func event(b, c byte, l auction.Lease) (Event, time.Duration) {
+func event(b, c byte, l terms.Lease) (Event, time.Duration) {
 	d := time.Duration(c) * 7 * time.Second
 	if c > 250 {
 		d = time.Duration(c) * time.Hour // past the settlement window
@@ -24,7 +24,7 @@ func event(b, c byte, l auction.Lease) (Event, time.Duration) {
 	moved.Start = l.Start.Add(-time.Duration(c) * time.Second)
 	evs := []Event{
 		Moved{Lease: moved}, MoveTold{Lease: moved}, MoveUntold{Err: "x"}, TimerDue{}, TimerDue{}, TimerDue{},
-		StopRequested{As: auction.RunStates()[c%7], Detail: "d"}, Keep{}, Prepared{}, ExecStarted{Backend: "b"},
+		StopRequested{As: terms.RunStates()[c%7], Detail: "d"}, Keep{}, Prepared{}, ExecStarted{Backend: "b"},
 		Failed{Exit: exit}, Exited{Exit: exit}, OutputsCollected{}, ReportDelivered{}, ReportFailed{Err: "x"}, ReportReleased{},
 		ReceiptCountersigned{}, ReceiptRefused{Err: "x"}, ReceiptFailed{Err: "x"}, Restarted{LastBeat: exit.Ended},
 		Rebooked{}, RebookFailed{Err: "x"}, Confirmed{Lease: l},
@@ -60,7 +60,7 @@ func TestRandomSequences(t *testing.T) {
 func checkSequence(t *testing.T, in []byte) {
 	l := testLease()
 	now := t0
-	st, _ := rules.Step(Lease{}, Confirmed{Lease: l, Job: auction.Job{Duration: 5 * time.Minute, Preemptible: len(in)%2 == 0}}, now)
+	st, _ := rules.Step(Lease{}, Confirmed{Lease: l, Job: terms.Job{Duration: 5 * time.Minute, Preemptible: len(in)%2 == 0}}, now)
 	ends, finals := 0, 0
 	for i := 0; i+1 < len(in); i += 2 {
 		ev, d := event(in[i], in[i+1], st.Lease)

@@ -39,7 +39,7 @@
 // one's settlement again.
 //
 // Invariants, checked by the package's property test: the run state never
-// moves back (auction.RunState.Follows); a lease ends (reaches a terminal
+// moves back (terms.RunState.Follows); a lease ends (reaches a terminal
 // run state) once and is settled, disputed or abandoned at most once, and
 // nothing happens to it after that; no receipt is sent after the
 // settlement window closed; a receipt's span lies inside the lease and,
@@ -50,11 +50,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Phase is where a lease is in its life on the provider: finer than its
-// auction.RunState, which the renter and the API see.
+// terms.RunState, which the renter and the API see.
 type Phase string
 
 // Phases (see the package doc's diagram).
@@ -82,14 +82,14 @@ func (p Phase) Final() bool { return p == Settled || p == Disputed || p == Aband
 // provider lease view (api.ProviderLease), which records before this
 // package stored, so they read as one.
 type Lease struct {
-	Lease    auction.Lease    `json:"lease"`
-	Run      auction.RunState `json:"run"`
-	Backend  string           `json:"backend,omitempty"`
-	Started  time.Time        `json:"started,omitempty"`
-	Ended    time.Time        `json:"ended,omitempty"`
-	ExitCode *int             `json:"exit_code,omitempty"`
-	Detail   string           `json:"detail,omitempty"`
-	Fault    auction.Fault    `json:"fault,omitempty"`
+	Lease    terms.Lease    `json:"lease"`
+	Run      terms.RunState `json:"run"`
+	Backend  string         `json:"backend,omitempty"`
+	Started  time.Time      `json:"started,omitempty"`
+	Ended    time.Time      `json:"ended,omitempty"`
+	ExitCode *int           `json:"exit_code,omitempty"`
+	Detail   string         `json:"detail,omitempty"`
+	Fault    terms.Fault    `json:"fault,omitempty"`
 	// Dispute says why the settlement was given up as a dispute.
 	Dispute string `json:"dispute,omitempty"`
 
@@ -100,7 +100,7 @@ type Lease struct {
 	Stop *Stop `json:"stop,omitempty"`
 	// Told is the lease as its renter knows it while a move is not yet
 	// told (nil: the renter knows Lease).
-	Told *auction.Lease `json:"told,omitempty"`
+	Told *terms.Lease `json:"told,omitempty"`
 	// Exit is the job's end while its outputs are collected.
 	Exit *Exit `json:"exit,omitempty"`
 	// Due is when the armed timer is due (the start, or a settlement
@@ -126,14 +126,14 @@ type Terms struct {
 }
 
 // TermsOf is job's terms.
-func TermsOf(job auction.Job) Terms {
+func TermsOf(job terms.Job) Terms {
 	return Terms{Duration: job.Duration, Preemptible: job.Preemptible, NoPersist: job.NoPersist}
 }
 
 // Stop is a stop asked for: the terminal state the lease ends in and why.
 type Stop struct {
-	As     auction.RunState `json:"as"`
-	Detail string           `json:"detail,omitempty"`
+	As     terms.RunState `json:"as"`
+	Detail string         `json:"detail,omitempty"`
 }
 
 // Exit is how a job ended, in the executor's words: the driver's
@@ -203,7 +203,7 @@ func (l *Lease) Moves() bool { return l.Phase == Waiting && l.Stop == nil }
 // the lease, attest.CheckReceipt), and a positive interval: a lease that
 // never ran (or died before its first heartbeat) is settled as a 1 ms span
 // inside the lease (the whole lease, were it shorter).
-func ReceiptSpan(l auction.Lease, started, ended time.Time) (time.Time, time.Time) {
+func ReceiptSpan(l terms.Lease, started, ended time.Time) (time.Time, time.Time) {
 	if started.Before(l.Start) {
 		started = l.Start
 	}
@@ -227,31 +227,31 @@ func ReceiptSpan(l auction.Lease, started, ended time.Time) (time.Time, time.Tim
 
 // Classify maps how a job ended, and the stop asked for (nil: none), to
 // its terminal run state, a detail and whose fault it was.
-func Classify(e Exit, stop *Stop) (auction.RunState, string, auction.Fault) {
+func Classify(e Exit, stop *Stop) (terms.RunState, string, terms.Fault) {
 	switch {
-	case stop != nil && stop.As == auction.RunFailed:
-		return stop.As, stop.Detail, auction.FaultProvider // the provider stopped it (shut down)
+	case stop != nil && stop.As == terms.RunFailed:
+		return stop.As, stop.Detail, terms.FaultProvider // the provider stopped it (shut down)
 	case stop != nil:
-		return stop.As, stop.Detail, auction.FaultNone // preempted or cancelled as agreed
+		return stop.As, stop.Detail, terms.FaultNone // preempted or cancelled as agreed
 	case e.Err != "" && e.Reason == "" && e.SpecFault:
 		// The runtime refused the job's own spec (its environment, a
 		// command missing from its image or the host): every provider
 		// would, so it is not requeued nor held against this one.
-		return auction.RunFailed, e.Err, auction.FaultJob
+		return terms.RunFailed, e.Err, terms.FaultJob
 	case e.Err != "" && e.Reason == "":
-		return auction.RunFailed, e.Err, auction.FaultProvider
+		return terms.RunFailed, e.Err, terms.FaultProvider
 	case e.How == HowDeadline:
-		return auction.RunExpired, "lease ended before the job did (stopped at the lease end)", auction.FaultJob
+		return terms.RunExpired, "lease ended before the job did (stopped at the lease end)", terms.FaultJob
 	case e.How == HowOOM:
-		return auction.RunFailed, "killed: memory limit exceeded", auction.FaultJob
+		return terms.RunFailed, "killed: memory limit exceeded", terms.FaultJob
 	case e.How == HowExited && e.Code == 0:
-		return auction.RunSucceeded, "", auction.FaultNone
+		return terms.RunSucceeded, "", terms.FaultNone
 	case e.How == HowExited:
-		return auction.RunFailed, fmt.Sprintf("exit code %d", e.Code), auction.FaultJob
+		return terms.RunFailed, fmt.Sprintf("exit code %d", e.Code), terms.FaultJob
 	case e.Err != "":
-		return auction.RunFailed, e.Err, auction.FaultProvider
+		return terms.RunFailed, e.Err, terms.FaultProvider
 	}
-	return auction.RunFailed, "job ended: " + e.Reason, auction.FaultProvider
+	return terms.RunFailed, "job ended: " + e.Reason, terms.FaultProvider
 }
 
 // outcome is the terminal state of a lease whose job ended with e: Classify,
@@ -261,21 +261,21 @@ func Classify(e Exit, stop *Stop) (auction.RunState, string, auction.Fault) {
 // renter requeues the job. The end of a backfill gap shorter than the job
 // (a bronze job reaching its lease's end) is a preemption, whose renter
 // requeues the rest.
-func (l *Lease) outcome(e Exit) (auction.RunState, string, auction.Fault) {
+func (l *Lease) outcome(e Exit) (terms.RunState, string, terms.Fault) {
 	state, detail, fault := Classify(e, l.Stop)
-	if state == auction.RunExpired && !l.Started.IsZero() && !l.Started.Before(l.Lease.End) {
-		return auction.RunFailed, fmt.Sprintf("lease was over (its end %s passed by %s) before the provider started the job",
-			l.Lease.End.Format(time.RFC3339Nano), l.Started.Sub(l.Lease.End).Round(time.Millisecond)), auction.FaultProvider
+	if state == terms.RunExpired && !l.Started.IsZero() && !l.Started.Before(l.Lease.End) {
+		return terms.RunFailed, fmt.Sprintf("lease was over (its end %s passed by %s) before the provider started the job",
+			l.Lease.End.Format(time.RFC3339Nano), l.Started.Sub(l.Lease.End).Round(time.Millisecond)), terms.FaultProvider
 	}
-	if state == auction.RunExpired && l.Terms.Preemptible && l.Lease.End.Before(l.Lease.Start.Add(l.Terms.Duration)) {
-		return auction.RunPreempted, "backfill gap ended before the job did", auction.FaultNone
+	if state == terms.RunExpired && l.Terms.Preemptible && l.Lease.End.Before(l.Lease.Start.Add(l.Terms.Duration)) {
+		return terms.RunPreempted, "backfill gap ended before the job did", terms.FaultNone
 	}
-	if late := l.Started.Sub(l.Lease.Start); state == auction.RunExpired && !l.Started.IsZero() && late > LateStartSlack {
+	if late := l.Started.Sub(l.Lease.Start); state == terms.RunExpired && !l.Started.IsZero() && late > LateStartSlack {
 		// The job had its lease only from a late start (a slow host):
 		// stopped at the end it was promised, it lost what the provider
 		// took, and its renter requeues it.
-		return auction.RunFailed, fmt.Sprintf("started %s into its lease (a slow start on the provider), stopped at the lease end",
-			late.Round(time.Millisecond)), auction.FaultProvider
+		return terms.RunFailed, fmt.Sprintf("started %s into its lease (a slow start on the provider), stopped at the lease end",
+			late.Round(time.Millisecond)), terms.FaultProvider
 	}
 	return state, detail, fault
 }
@@ -290,5 +290,5 @@ const LateStartSlack = 500 * time.Millisecond
 // gap over): its checkpoint is taken once more after it exited.
 func (l *Lease) StoppedEarly(e Exit) bool {
 	state, _, _ := l.outcome(e)
-	return state == auction.RunPreempted
+	return state == terms.RunPreempted
 }

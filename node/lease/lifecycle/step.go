@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Step applies ev, which happened at now, to st: it returns the next state
@@ -50,7 +50,7 @@ func (s *stepper) step(ev Event) {
 				st.Told = &told
 			}
 			st.Lease = ev.Lease
-			st.Lease.State = auction.RunPending
+			st.Lease.State = terms.RunPending
 			s.do(Count{"provider.lease_moved"}, Persist{}, AnnounceMove{Lease: st.Lease})
 		}
 	case MoveTold:
@@ -72,7 +72,7 @@ func (s *stepper) step(ev Event) {
 			// goes back to auction.
 			st.Lease, st.Told = *st.Told, nil
 			s.do(Count{"provider.move_untold"})
-			s.stop(Stop{As: auction.RunFailed, Detail: "renter not told of the lease's move earlier: " + ev.Err})
+			s.stop(Stop{As: terms.RunFailed, Detail: "renter not told of the lease's move earlier: " + ev.Err})
 		}
 	case TimerDue:
 		s.timer()
@@ -97,7 +97,7 @@ func (s *stepper) step(ev Event) {
 		if st.Phase == Starting {
 			// The run (and its bill) starts once the executor started
 			// it: what preparing took was not billed.
-			st.Run, st.Started, st.Backend, st.Phase = auction.RunRunning, s.now, ev.Backend, Running
+			st.Run, st.Started, st.Backend, st.Phase = terms.RunRunning, s.now, ev.Backend, Running
 			s.do(Persist{}, Notify{})
 			if st.Stop != nil {
 				st.Phase = Stopping
@@ -208,8 +208,8 @@ func (s *stepper) confirm(c Confirmed) {
 	if l.ID == "" || !l.End.After(l.Start) {
 		return
 	}
-	l.State = auction.RunPending
-	s.st = Lease{Lease: l, Run: auction.RunPending, Phase: Waiting, Terms: TermsOf(c.Job)}
+	l.State = terms.RunPending
+	s.st = Lease{Lease: l, Run: terms.RunPending, Phase: Waiting, Terms: TermsOf(c.Job)}
 	s.do(Persist{})
 	s.arm(l.Start)
 }
@@ -235,7 +235,7 @@ func (s *stepper) timer() {
 		st.Due = time.Time{}
 		if s.over() {
 			// Taken up after its end (a slow host or store; the auction
-			// confirms no lease that late, auction.Lease.Late).
+			// confirms no lease that late, terms.Lease.Late).
 			return
 		}
 		// Heartbeats go from the lease's start (preparing until the job
@@ -372,7 +372,7 @@ func (s *stepper) restarted(ev Restarted) {
 	st := &s.st
 	st.Stop, st.Told, st.Exit, st.Due, st.Failures, st.Wait = nil, nil, nil, time.Time{}, 0, 0
 	switch {
-	case st.Run == auction.RunPending && st.Lease.Start.After(s.now):
+	case st.Run == terms.RunPending && st.Lease.Start.After(s.now):
 		// Still ahead: booked again (the calendar lives in memory), then
 		// waited for.
 		st.Phase = Waiting
@@ -393,7 +393,7 @@ func (s *stepper) restarted(ev Restarted) {
 func (s *stepper) interrupted(lastBeat time.Time) {
 	st := &s.st
 	was := st.Run
-	st.Run, st.Fault = auction.RunFailed, auction.FaultProvider
+	st.Run, st.Fault = terms.RunFailed, terms.FaultProvider
 	st.Detail = fmt.Sprintf("provider daemon restarted while the job was %s; the job was stopped", was)
 	st.Ended = lastBeat
 	// (its last heartbeat may precede the start: one sent while the

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 var (
@@ -15,8 +15,8 @@ var (
 		SettleWindow: time.Hour, MaxRefusals: 3, RecoverDelay: 2 * time.Second}
 )
 
-func testLease() auction.Lease {
-	return auction.Lease{ID: "l1", JobID: "j1", Renter: "r", Provider: "p", Start: t0.Add(time.Minute), End: t0.Add(11 * time.Minute), GPUCount: 1}
+func testLease() terms.Lease {
+	return terms.Lease{ID: "l1", JobID: "j1", Renter: "r", Provider: "p", Start: t0.Add(time.Minute), End: t0.Add(11 * time.Minute), GPUCount: 1}
 }
 
 // run feeds events at their times to a fresh machine and returns the state
@@ -60,7 +60,7 @@ func counted(effs []Effect, name string) int {
 }
 
 func confirmed() timed {
-	return at(0, Confirmed{Lease: testLease(), Job: auction.Job{ID: "j1", Duration: 10 * time.Minute}})
+	return at(0, Confirmed{Lease: testLease(), Job: terms.Job{ID: "j1", Duration: 10 * time.Minute}})
 }
 
 // ran is a lease that started at +1m and is running.
@@ -74,7 +74,7 @@ func TestStepHappyPath(t *testing.T) {
 		at(5*time.Minute, OutputsCollected{}),
 		at(5*time.Minute, ReportDelivered{}))
 	st, effs := run(t, rules, steps...)
-	if st.Phase != Receipting || st.Run != auction.RunSucceeded || st.Fault != auction.FaultNone || st.ExitCode == nil || *st.ExitCode != 0 {
+	if st.Phase != Receipting || st.Run != terms.RunSucceeded || st.Fault != terms.FaultNone || st.ExitCode == nil || *st.ExitCode != 0 {
 		t.Fatalf("state %+v", st)
 	}
 	if !st.Started.Equal(t0.Add(61*time.Second)) || !st.Ended.Equal(t0.Add(5*time.Minute)) {
@@ -91,7 +91,7 @@ func TestStepHappyPath(t *testing.T) {
 		t.Fatalf("settle: %v %#v", st.Phase, effs)
 	}
 	// Nothing after settled.
-	for _, ev := range []Event{ReceiptCountersigned{}, ReportFailed{Err: "x"}, StopRequested{As: auction.RunCancelled}, TimerDue{}, Restarted{}} {
+	for _, ev := range []Event{ReceiptCountersigned{}, ReportFailed{Err: "x"}, StopRequested{As: terms.RunCancelled}, TimerDue{}, Restarted{}} {
 		if st2, effs := rules.Step(st, ev, t0.Add(6*time.Minute)); !reflect.DeepEqual(st2, st) || len(effs) != 0 {
 			t.Fatalf("%T after settled: %v %#v", ev, st2.Phase, effs)
 		}
@@ -103,14 +103,14 @@ func TestStepStart(t *testing.T) {
 		name    string
 		at      time.Duration
 		phase   Phase
-		run     auction.RunState
+		run     terms.RunState
 		counted string
 	}{
-		{"early timer is armed again", 30 * time.Second, Waiting, auction.RunPending, ""},
-		{"at its start it prepares", time.Minute, Preparing, auction.RunPending, ""},
-		{"within the lease it prepares", 10 * time.Minute, Preparing, auction.RunPending, ""},
-		{"at its end it is not run", 11 * time.Minute, Reporting, auction.RunFailed, "provider.lease_begun_late"},
-		{"after its end it is not run", time.Hour, Reporting, auction.RunFailed, "provider.lease_begun_late"},
+		{"early timer is armed again", 30 * time.Second, Waiting, terms.RunPending, ""},
+		{"at its start it prepares", time.Minute, Preparing, terms.RunPending, ""},
+		{"within the lease it prepares", 10 * time.Minute, Preparing, terms.RunPending, ""},
+		{"at its end it is not run", 11 * time.Minute, Reporting, terms.RunFailed, "provider.lease_begun_late"},
+		{"after its end it is not run", time.Hour, Reporting, terms.RunFailed, "provider.lease_begun_late"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, effs := run(t, rules, confirmed(), at(tc.at, TimerDue{}))
@@ -121,7 +121,7 @@ func TestStepStart(t *testing.T) {
 				t.Fatalf("%s not counted: %#v", tc.counted, effs)
 			}
 			if tc.phase == Reporting {
-				if st.Fault != auction.FaultProvider || !strings.Contains(st.Detail, "before the provider started it") {
+				if st.Fault != terms.FaultProvider || !strings.Contains(st.Detail, "before the provider started it") {
 					t.Fatalf("late lease: %s %q", st.Fault, st.Detail)
 				}
 				if !st.Started.Equal(st.Ended) || has(effs, Prepare{}) {
@@ -149,25 +149,25 @@ func TestStepStartsLate(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		steps []timed
-		run   auction.RunState
-		fault auction.Fault
+		run   terms.RunState
+		fault terms.Fault
 		late  bool // counted as provider.lease_begun_late, the executor never asked to start
 	}{
-		{"prepared at its end", []timed{took, at(11*time.Minute, Prepared{})}, auction.RunFailed, auction.FaultProvider, true},
-		{"prepared after its end", []timed{took, at(time.Hour, Prepared{})}, auction.RunFailed, auction.FaultProvider, true},
+		{"prepared at its end", []timed{took, at(11*time.Minute, Prepared{})}, terms.RunFailed, terms.FaultProvider, true},
+		{"prepared after its end", []timed{took, at(time.Hour, Prepared{})}, terms.RunFailed, terms.FaultProvider, true},
 		{"executor started at its end", []timed{took, at(time.Minute, Prepared{}), at(11*time.Minute, ExecStarted{}),
-			deadline(11 * time.Minute), at(11*time.Minute, OutputsCollected{})}, auction.RunFailed, auction.FaultProvider, false},
+			deadline(11 * time.Minute), at(11*time.Minute, OutputsCollected{})}, terms.RunFailed, terms.FaultProvider, false},
 		{"executor started late, before its end", []timed{took, at(time.Minute, Prepared{}), at(11*time.Minute-time.Millisecond, ExecStarted{}),
-			deadline(11 * time.Minute), at(11*time.Minute, OutputsCollected{})}, auction.RunFailed, auction.FaultProvider, false},
+			deadline(11 * time.Minute), at(11*time.Minute, OutputsCollected{})}, terms.RunFailed, terms.FaultProvider, false},
 		{"executor started within the slack", []timed{took, at(time.Minute, Prepared{}), at(time.Minute+LateStartSlack, ExecStarted{}),
-			deadline(11 * time.Minute), at(11*time.Minute, OutputsCollected{})}, auction.RunExpired, auction.FaultJob, false},
+			deadline(11 * time.Minute), at(11*time.Minute, OutputsCollected{})}, terms.RunExpired, terms.FaultJob, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, effs := run(t, rules, append([]timed{confirmed()}, tc.steps...)...)
 			if st.Phase != Reporting || st.Run != tc.run || st.Fault != tc.fault {
 				t.Fatalf("phase %s run %s fault %q: %q", st.Phase, st.Run, st.Fault, st.Detail)
 			}
-			if tc.fault == auction.FaultProvider && !strings.Contains(st.Detail, "lease was over") && !strings.Contains(st.Detail, "slow start") {
+			if tc.fault == terms.FaultProvider && !strings.Contains(st.Detail, "lease was over") && !strings.Contains(st.Detail, "slow start") {
 				t.Fatalf("detail %q", st.Detail)
 			}
 			if late := counted(effs, "provider.lease_begun_late") == 1; late != tc.late || late == has(effs, StartExecutor{}) {
@@ -181,12 +181,12 @@ func TestStepStartsLate(t *testing.T) {
 }
 
 func TestStepStops(t *testing.T) {
-	cancel := StopRequested{As: auction.RunCancelled, Detail: "cancelled by the renter"}
-	preempt := StopRequested{As: auction.RunPreempted, Detail: "preempted"}
-	shutdown := StopRequested{As: auction.RunFailed, Detail: ShutdownDetail}
+	cancel := StopRequested{As: terms.RunCancelled, Detail: "cancelled by the renter"}
+	preempt := StopRequested{As: terms.RunPreempted, Detail: "preempted"}
+	shutdown := StopRequested{As: terms.RunFailed, Detail: ShutdownDetail}
 	t.Run("waiting: ended ahead, settled with no receipt", func(t *testing.T) {
 		st, effs := run(t, rules, confirmed(), at(10*time.Second, cancel), at(10*time.Second, ReportDelivered{}))
-		if st.Phase != Settled || st.Run != auction.RunCancelled || !st.Started.IsZero() || has(effs, SendReceipt{}) {
+		if st.Phase != Settled || st.Run != terms.RunCancelled || !st.Started.IsZero() || has(effs, SendReceipt{}) {
 			t.Fatalf("%+v %#v", st, effs)
 		}
 		if !st.Ended.Equal(t0.Add(10 * time.Second)) {
@@ -199,7 +199,7 @@ func TestStepStops(t *testing.T) {
 			t.Fatalf("%s %#v", st.Phase, effs)
 		}
 		st, _ = rules.Step(st, Failed{Exit{Code: -1, Started: t0.Add(71 * time.Second), Ended: t0.Add(71 * time.Second), Err: "inputs: context canceled"}}, t0.Add(71*time.Second))
-		if st.Run != auction.RunCancelled || st.Fault != auction.FaultNone || st.Detail != "cancelled by the renter" {
+		if st.Run != terms.RunCancelled || st.Fault != terms.FaultNone || st.Detail != "cancelled by the renter" {
 			t.Fatalf("%s %s %q", st.Run, st.Fault, st.Detail)
 		}
 	})
@@ -212,7 +212,7 @@ func TestStepStops(t *testing.T) {
 	})
 	t.Run("running: preempted, snapshotted, first stop wins", func(t *testing.T) {
 		st, effs := run(t, rules, append(ran(), at(2*time.Minute, preempt), at(2*time.Minute, cancel))...)
-		if st.Phase != Stopping || st.Stop.As != auction.RunPreempted {
+		if st.Phase != Stopping || st.Stop.As != terms.RunPreempted {
 			t.Fatalf("%s %+v", st.Phase, st.Stop)
 		}
 		n := 0
@@ -225,11 +225,11 @@ func TestStepStops(t *testing.T) {
 			t.Fatalf("stopped %d times", n)
 		}
 		st, effs = rules.Step(st, Exited{Exit{Started: t0.Add(61 * time.Second), Ended: t0.Add(2 * time.Minute), Code: 143, How: HowOther, Reason: "stopped"}}, t0.Add(2*time.Minute))
-		if !has(effs, Snapshot{}) || !has(effs, CollectOutputs{}) || st.Run != auction.RunRunning {
+		if !has(effs, Snapshot{}) || !has(effs, CollectOutputs{}) || st.Run != terms.RunRunning {
 			t.Fatalf("%s %#v", st.Run, effs)
 		}
 		st, _ = rules.Step(st, OutputsCollected{}, t0.Add(2*time.Minute))
-		if st.Run != auction.RunPreempted || st.Fault != auction.FaultNone {
+		if st.Run != terms.RunPreempted || st.Fault != terms.FaultNone {
 			t.Fatalf("%s %s", st.Run, st.Fault)
 		}
 	})
@@ -237,19 +237,19 @@ func TestStepStops(t *testing.T) {
 		st, _ := run(t, rules, append(ran(), at(2*time.Minute, shutdown),
 			at(2*time.Minute, Exited{Exit{Started: t0.Add(61 * time.Second), Ended: t0.Add(2 * time.Minute), Code: -1, How: HowOther, Reason: "stopped"}}),
 			at(2*time.Minute, OutputsCollected{}))...)
-		if st.Run != auction.RunFailed || st.Fault != auction.FaultProvider || st.Detail != ShutdownDetail {
+		if st.Run != terms.RunFailed || st.Fault != terms.FaultProvider || st.Detail != ShutdownDetail {
 			t.Fatalf("%s %s %q", st.Run, st.Fault, st.Detail)
 		}
 	})
 	t.Run("a stop that is not a terminal state is ignored", func(t *testing.T) {
-		st, effs := run(t, rules, append(ran(), at(2*time.Minute, StopRequested{As: auction.RunRunning}), at(2*time.Minute, StopRequested{As: "bogus"}))...)
+		st, effs := run(t, rules, append(ran(), at(2*time.Minute, StopRequested{As: terms.RunRunning}), at(2*time.Minute, StopRequested{As: "bogus"}))...)
 		if st.Stop != nil || has(effs, StopExecutor{Grace: rules.Grace}) {
 			t.Fatalf("%+v", st.Stop)
 		}
 	})
 	t.Run("parked on keep, then deaf", func(t *testing.T) {
 		st, effs := run(t, rules, confirmed(), at(10*time.Second, Keep{}), at(10*time.Second, shutdown), at(time.Minute, TimerDue{}))
-		if st.Phase != Parked || !has(effs, Park{}) || st.Stop != nil || st.Run != auction.RunPending {
+		if st.Phase != Parked || !has(effs, Park{}) || st.Stop != nil || st.Run != terms.RunPending {
 			t.Fatalf("%s %+v", st.Phase, st.Stop)
 		}
 	})
@@ -287,7 +287,7 @@ func TestStepMove(t *testing.T) {
 	t.Run("untold", func(t *testing.T) {
 		st, effs := run(t, rules, confirmed(), at(10*time.Second, Moved{Lease: moved}), at(11*time.Second, MoveUntold{Err: "unreachable"}),
 			at(11*time.Second, ReportDelivered{}))
-		if st.Phase != Settled || st.Run != auction.RunFailed || !st.Lease.Start.Equal(t0.Add(time.Minute)) || counted(effs, "provider.move_untold") != 1 {
+		if st.Phase != Settled || st.Run != terms.RunFailed || !st.Lease.Start.Equal(t0.Add(time.Minute)) || counted(effs, "provider.move_untold") != 1 {
 			t.Fatalf("%s %s %v", st.Phase, st.Run, st.Lease.Start)
 		}
 		if !strings.Contains(st.Detail, "renter not told") || !st.EndedAhead() {
@@ -368,8 +368,8 @@ func TestStepSettlement(t *testing.T) {
 	})
 	t.Run("no-persist purged once settled", func(t *testing.T) {
 		c := confirmed()
-		c.ev = Confirmed{Lease: testLease(), Job: auction.Job{NoPersist: true}}
-		st, effs := run(t, rules, c, at(time.Second, StopRequested{As: auction.RunCancelled}), at(time.Second, ReportDelivered{}))
+		c.ev = Confirmed{Lease: testLease(), Job: terms.Job{NoPersist: true}}
+		st, effs := run(t, rules, c, at(time.Second, StopRequested{As: terms.RunCancelled}), at(time.Second, ReportDelivered{}))
 		if st.Phase != Settled || !has(effs, Purge{}) {
 			t.Fatalf("%s %#v", st.Phase, effs)
 		}
@@ -388,14 +388,14 @@ func TestStepRestarted(t *testing.T) {
 			t.Fatalf("%#v", effs)
 		}
 		st3, effs := rules.Step(st, RebookFailed{Err: "taken"}, t0.Add(10*time.Second))
-		if st3.Run != auction.RunFailed || !has(effs, KillOrphan{}) {
+		if st3.Run != terms.RunFailed || !has(effs, KillOrphan{}) {
 			t.Fatalf("%s", st3.Run)
 		}
 	})
 	t.Run("running is reported failed at its last beat", func(t *testing.T) {
 		st, _ := run(t, rules, ran()...)
 		st, effs := rules.Step(st, Restarted{LastBeat: t0.Add(3 * time.Minute)}, t0.Add(time.Hour))
-		if st.Run != auction.RunFailed || st.Fault != auction.FaultProvider || !st.Ended.Equal(t0.Add(3*time.Minute)) ||
+		if st.Run != terms.RunFailed || st.Fault != terms.FaultProvider || !st.Ended.Equal(t0.Add(3*time.Minute)) ||
 			!strings.Contains(st.Detail, "while the job was running") || st.Phase != Retrying {
 			t.Fatalf("%+v", st)
 		}
@@ -404,12 +404,12 @@ func TestStepRestarted(t *testing.T) {
 		}
 	})
 	t.Run("legacy record without a phase", func(t *testing.T) {
-		st := Lease{Lease: testLease(), Run: auction.RunSucceeded, Started: t0.Add(time.Minute), Ended: t0.Add(2 * time.Minute)}
+		st := Lease{Lease: testLease(), Run: terms.RunSucceeded, Started: t0.Add(time.Minute), Ended: t0.Add(2 * time.Minute)}
 		st, effs := rules.Step(st, Restarted{}, t0.Add(time.Hour))
 		if st.Phase != Retrying || !has(effs, ArmTimer{At: t0.Add(time.Hour + rules.RecoverDelay)}) {
 			t.Fatalf("%s %#v", st.Phase, effs)
 		}
-		disputed := Lease{Lease: testLease(), Run: auction.RunFailed, Dispute: "refused"}
+		disputed := Lease{Lease: testLease(), Run: terms.RunFailed, Dispute: "refused"}
 		if st, effs := rules.Step(disputed, Restarted{}, t0.Add(time.Hour)); st.Phase != Disputed || len(effs) != 0 {
 			t.Fatalf("%s %#v", st.Phase, effs)
 		}
@@ -417,7 +417,7 @@ func TestStepRestarted(t *testing.T) {
 }
 
 func TestConfirmedHostile(t *testing.T) {
-	for _, l := range []auction.Lease{{}, {ID: "x", Start: t0, End: t0}, {ID: "x", Start: t0, End: t0.Add(-time.Hour)}} {
+	for _, l := range []terms.Lease{{}, {ID: "x", Start: t0, End: t0}, {ID: "x", Start: t0, End: t0.Add(-time.Hour)}} {
 		if st, effs := rules.Step(Lease{}, Confirmed{Lease: l}, t0); st.Phase != "" || len(effs) != 0 {
 			t.Fatalf("%+v confirmed: %s", l, st.Phase)
 		}
@@ -432,18 +432,18 @@ func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		e     Exit
 		stop  *Stop
-		run   auction.RunState
-		fault auction.Fault
+		run   terms.RunState
+		fault terms.Fault
 	}{
-		{Exit{How: HowExited, Reason: "exited"}, nil, auction.RunSucceeded, auction.FaultNone},
-		{Exit{How: HowExited, Reason: "exited", Code: 3}, nil, auction.RunFailed, auction.FaultJob},
-		{Exit{How: HowDeadline, Reason: "deadline"}, nil, auction.RunExpired, auction.FaultJob},
-		{Exit{How: HowOOM, Reason: "oom"}, nil, auction.RunFailed, auction.FaultJob},
-		{Exit{Err: "no such image", SpecFault: true}, nil, auction.RunFailed, auction.FaultJob},
-		{Exit{Err: "docker down"}, nil, auction.RunFailed, auction.FaultProvider},
-		{Exit{How: HowOther, Reason: "signaled"}, nil, auction.RunFailed, auction.FaultProvider},
-		{Exit{How: HowExited, Reason: "exited"}, &Stop{As: auction.RunCancelled}, auction.RunCancelled, auction.FaultNone},
-		{Exit{How: HowExited, Reason: "exited"}, &Stop{As: auction.RunFailed}, auction.RunFailed, auction.FaultProvider},
+		{Exit{How: HowExited, Reason: "exited"}, nil, terms.RunSucceeded, terms.FaultNone},
+		{Exit{How: HowExited, Reason: "exited", Code: 3}, nil, terms.RunFailed, terms.FaultJob},
+		{Exit{How: HowDeadline, Reason: "deadline"}, nil, terms.RunExpired, terms.FaultJob},
+		{Exit{How: HowOOM, Reason: "oom"}, nil, terms.RunFailed, terms.FaultJob},
+		{Exit{Err: "no such image", SpecFault: true}, nil, terms.RunFailed, terms.FaultJob},
+		{Exit{Err: "docker down"}, nil, terms.RunFailed, terms.FaultProvider},
+		{Exit{How: HowOther, Reason: "signaled"}, nil, terms.RunFailed, terms.FaultProvider},
+		{Exit{How: HowExited, Reason: "exited"}, &Stop{As: terms.RunCancelled}, terms.RunCancelled, terms.FaultNone},
+		{Exit{How: HowExited, Reason: "exited"}, &Stop{As: terms.RunFailed}, terms.RunFailed, terms.FaultProvider},
 	} {
 		if run, _, fault := Classify(tc.e, tc.stop); run != tc.run || fault != tc.fault {
 			t.Errorf("%+v %+v: %s %s, want %s %s", tc.e, tc.stop, run, fault, tc.run, tc.fault)
@@ -452,11 +452,11 @@ func TestClassify(t *testing.T) {
 }
 
 func TestBackfillGapEndIsPreemption(t *testing.T) {
-	c := Confirmed{Lease: testLease(), Job: auction.Job{Duration: time.Hour, Preemptible: true}}
+	c := Confirmed{Lease: testLease(), Job: terms.Job{Duration: time.Hour, Preemptible: true}}
 	st, effs := run(t, rules, at(0, c), at(time.Minute, TimerDue{}), at(time.Minute, Prepared{}), at(time.Minute, ExecStarted{}),
 		at(11*time.Minute, Exited{Exit{Started: t0.Add(time.Minute), Ended: t0.Add(11 * time.Minute), How: HowDeadline, Reason: "deadline"}}),
 		at(11*time.Minute, OutputsCollected{}))
-	if st.Run != auction.RunPreempted || !has(effs, Snapshot{}) {
+	if st.Run != terms.RunPreempted || !has(effs, Snapshot{}) {
 		t.Fatalf("%s %#v", st.Run, effs)
 	}
 }
@@ -473,7 +473,7 @@ func TestReceiptSpan(t *testing.T) {
 			t.Errorf("%v..%v: %v..%v, want %v..%v", tc.started, tc.ended, s, e, tc.wantS, tc.wantE)
 		}
 	}
-	tiny := auction.Lease{Start: t0, End: t0.Add(time.Microsecond)}
+	tiny := terms.Lease{Start: t0, End: t0.Add(time.Microsecond)}
 	if s, e := ReceiptSpan(tiny, t0, t0); !s.Equal(t0) || !e.Equal(tiny.End) {
 		t.Errorf("tiny lease: %v..%v", s, e)
 	}
@@ -485,7 +485,7 @@ func TestReceiptSpan(t *testing.T) {
 func TestStepReportReleased(t *testing.T) {
 	t.Run("ahead of its start", func(t *testing.T) {
 		st, effs := run(t, rules, confirmed(),
-			at(10*time.Second, StopRequested{As: auction.RunCancelled, Detail: "cancelled by the renter"}),
+			at(10*time.Second, StopRequested{As: terms.RunCancelled, Detail: "cancelled by the renter"}),
 			at(11*time.Second, ReportReleased{}))
 		if st.Phase != Settled || st.Dispute != "" || st.Due != (time.Time{}) {
 			t.Fatalf("state %+v", st)
@@ -502,7 +502,7 @@ func TestStepReportReleased(t *testing.T) {
 	})
 	t.Run("stopped while preparing", func(t *testing.T) {
 		st, effs := run(t, rules, confirmed(), at(time.Minute, TimerDue{}),
-			at(time.Minute+time.Second, StopRequested{As: auction.RunCancelled, Detail: "cancelled by the renter"}),
+			at(time.Minute+time.Second, StopRequested{As: terms.RunCancelled, Detail: "cancelled by the renter"}),
 			at(time.Minute+2*time.Second, Failed{Exit{Code: -1, Err: "preparation cancelled"}}),
 			at(time.Minute+3*time.Second, ReportReleased{}))
 		if st.Phase != Settled || st.Dispute != "" || has(effs, RecordDispute{Reason: ReleasedDispute}) {
@@ -511,7 +511,7 @@ func TestStepReportReleased(t *testing.T) {
 	})
 	t.Run("after a failed try", func(t *testing.T) {
 		st, effs := run(t, rules, confirmed(),
-			at(10*time.Second, StopRequested{As: auction.RunCancelled}),
+			at(10*time.Second, StopRequested{As: terms.RunCancelled}),
 			at(11*time.Second, ReportFailed{Err: "unreachable"}),
 			at(16*time.Second, TimerDue{}),
 			at(16*time.Second, ReportReleased{}))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Policy names accepted in Config.Policies.
@@ -21,10 +22,10 @@ const (
 
 // SLA start-wait targets per tier: a job that starts later than this after
 // its submission, or does not finish within the replay, violates its SLA.
-var slaWait = map[auction.Tier]time.Duration{
-	auction.Gold:   15 * time.Minute,
-	auction.Silver: 2 * time.Hour,
-	auction.Bronze: 24 * time.Hour,
+var slaWait = map[terms.Tier]time.Duration{
+	terms.Gold:   15 * time.Minute,
+	terms.Silver: 2 * time.Hour,
+	terms.Bronze: 24 * time.Hour,
 }
 
 // retryEvery is the virtual period at which waiting jobs are offered to the
@@ -74,7 +75,7 @@ func (p *provState) changedSince(t, now int64) bool {
 }
 
 // observed is the renter's reliability estimate: (ok+1)/(ok+failed+2), so
-// every provider starts at auction.NeutralReliability (0.5).
+// every provider starts at terms.NeutralReliability (0.5).
 func (p *provState) observed() float64 {
 	return float64(p.ok+1) / float64(p.ok+p.failed+2)
 }
@@ -103,7 +104,7 @@ func (p *provState) couldOffer(now, latest, minSlice int64) bool {
 }
 
 type jobState struct {
-	spec       auction.Job
+	spec       terms.Job
 	shape      shape
 	live       []int // the job's live leases: one, or a gang's members
 	submit     int64
@@ -175,7 +176,7 @@ func (h *eventHeap) Pop() any {
 // world is the shared, read-only input of every policy's replay.
 type world struct {
 	seed      uint64
-	jobs      []auction.Job
+	jobs      []terms.Job
 	provs     []Provider
 	spans     [][]span
 	changes   [][]int64
@@ -210,11 +211,11 @@ type sim struct {
 	lastPct      int
 }
 
-func laneOf(t auction.Tier) int {
+func laneOf(t terms.Tier) int {
 	switch t {
-	case auction.Gold:
+	case terms.Gold:
 		return 0
-	case auction.Silver:
+	case terms.Silver:
 		return 1
 	}
 	return 2
@@ -259,7 +260,7 @@ func newSim(w *world, policy string, progress io.Writer) (*sim, error) {
 		if err := cal.SetSlices(p.Capability.Policy.SliceMap()); err != nil {
 			return nil, fmt.Errorf("replay: provider %s: slices: %w", p.Capability.Peer, err)
 		}
-		ps.ps = auction.ProviderState{Cap: &p.Capability, Cal: cal, Reliability: auction.NeutralReliability}
+		ps.ps = auction.ProviderState{Cap: &p.Capability, Cal: cal, Reliability: terms.NeutralReliability}
 		ps.lat = time.Duration(5+int(draw(w.seed, "latency", p.Capability.Peer)*145)) * time.Millisecond
 	}
 	s.jobs = make([]jobState, len(w.jobs))
@@ -420,14 +421,14 @@ func (s *sim) retryQueue(q []int, budget *int) ([]int, error) {
 
 // request is the job spec as posted for the current attempt: the remaining
 // work, the attempt number.
-func (s *sim) request(j int) auction.Job {
+func (s *sim) request(j int) terms.Job {
 	js := &s.jobs[j]
 	spec := js.spec
 	spec.Duration = time.Duration(js.remaining * sec)
 	spec.Attempt = js.attempt
 	// Gold and silver renters post a start deadline of their SLA's wait
 	// target, counted from now when a retry is already late.
-	if t, ok := slaWait[spec.Tier]; ok && spec.Tier != auction.Bronze {
+	if t, ok := slaWait[spec.Tier]; ok && spec.Tier != terms.Bronze {
 		dl := max(js.submit, s.now) + int64(t/time.Second)
 		spec.Deadline = vt(dl)
 	}
@@ -442,6 +443,12 @@ func (s *sim) place(j int) (bool, error) {
 		return true, nil
 	}
 	req := s.request(j)
+	// Each attempt's call enters the market here, as a requeued attempt
+	// enters a renter's (auction.Renter.Requeue): validated once, and
+	// trusted by the providers' Evaluate.
+	if err := req.Validate(); err != nil {
+		return false, fmt.Errorf("replay: job %s attempt %d: %w", req.ID, req.Attempt, err)
+	}
 	if js.cands == nil {
 		js.cands = s.staticCandidates(&req)
 	}
@@ -466,7 +473,7 @@ func (s *sim) anyChanged(cands []int32, t int64) bool {
 }
 
 // call is one call for bids under the sim's policy.
-func (s *sim) call(j int, req *auction.Job) (bool, error) {
+func (s *sim) call(j int, req *terms.Job) (bool, error) {
 	if n := s.jobs[j].shape.nodes; n > 1 {
 		// A gang starts all its members at once or waits: it asks for an
 		// immediate start of the whole remaining work on n providers.
@@ -504,7 +511,7 @@ type winner struct {
 // (auction.StaticFit: residency, workload, preemptibility, hardware, price
 // floor). It is a superset of the providers auction.Evaluate may accept,
 // used as an index.
-func (s *sim) staticCandidates(j *auction.Job) []int32 {
+func (s *sim) staticCandidates(j *terms.Job) []int32 {
 	out := []int32{}
 	for i := range s.provs {
 		if auction.StaticFit(&s.w.provs[i].Capability, j) == nil {
@@ -518,7 +525,7 @@ func (s *sim) staticCandidates(j *auction.Job) []int32 {
 // fixed provider order, whose auction.Evaluate offers start now, cover the
 // whole remaining duration and evict nobody (want is a gang's members:
 // all of them or none).
-func (s *sim) firstFit(j int, req *auction.Job, want int) (bool, error) {
+func (s *sim) firstFit(j int, req *terms.Job, want int) (bool, error) {
 	js := &s.jobs[j]
 	now := vt(s.now)
 	end := s.now + js.remaining
@@ -562,7 +569,7 @@ type lbCand struct {
 // can reach the tie band of the want-th best bid, which yields exactly the
 // winners that asking everyone would. A gang's members must all start now
 // and run the whole remaining work: a bid that does not is no bid for it.
-func (s *sim) auction(j int, req *auction.Job, want int) (bool, error) {
+func (s *sim) auction(j int, req *terms.Job, want int) (bool, error) {
 	js := &s.jobs[j]
 	now := vt(s.now)
 	latest := int64(auction.Horizon(req, now).Sub(Epoch) / time.Second)
@@ -581,7 +588,7 @@ func (s *sim) auction(j int, req *auction.Job, want int) (bool, error) {
 		}
 		return order[a].prov < order[b].prov
 	})
-	var cands []auction.Candidate
+	var cands []terms.Candidate
 	offers := map[string]auction.Offer{}
 	// scores are the bids' scores since the last ranking, ascending: asking
 	// stops beyond the tie band of the want-th.
@@ -627,8 +634,8 @@ func (s *sim) auction(j int, req *auction.Job, want int) (bool, error) {
 		}
 		peer := p.p.Capability.Peer
 		offers[peer] = off
-		cands = append(cands, auction.Candidate{
-			Bid: auction.Bid{
+		cands = append(cands, terms.Candidate{
+			Bid: terms.Bid{
 				JobID: req.ID, Attempt: req.Attempt, Provider: peer, Region: p.p.Capability.Region,
 				Price: off.Price, Start: off.Start, End: off.End, GPUModel: off.GPUModel, VRAMGB: off.VRAMGB,
 				Datasets: off.Datasets, Evicts: len(off.Preempts), IssuedAt: now,
@@ -721,7 +728,7 @@ func (s *sim) book(j, pi int, off auction.Offer, id string) error {
 	start := int64(off.Start.Sub(Epoch) / time.Second)
 	end := int64(off.End.Sub(Epoch) / time.Second)
 	l := leaseState{id: id, job: j, prov: pi, start: start, end: end, runEnd: end, count: b.GPUs, fraction: b.Fraction,
-		gpus: auction.BilledGPUs(b.GPUs, b.Fraction), asked: js.shape.asked, price: off.Price, alive: true}
+		gpus: terms.BilledGPUs(b.GPUs, b.Fraction), asked: js.shape.asked, price: off.Price, alive: true}
 	if js.shape.nodes == 1 {
 		l.asked = min(js.shape.asked, l.gpus)
 	}
@@ -795,7 +802,7 @@ func (s *sim) account(l *leaseState, t int64, failed bool) {
 		series = s.lost
 	} else {
 		s.wasted += (l.gpus - l.asked) * float64(to-from)
-		pay := auction.LeaseCost(l.price, l.count, l.fraction, time.Duration(to-from)*time.Second)
+		pay := terms.LeaseCost(l.price, l.count, l.fraction, time.Duration(to-from)*time.Second)
 		s.jobs[l.job].paid += pay
 		s.jobs[l.job].paidGPUSec += l.asked * float64(to-from)
 		s.provs[l.prov].earned += pay

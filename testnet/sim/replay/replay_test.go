@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/urfave/cli/v2"
 )
 
@@ -76,21 +76,21 @@ func TestParseMix(t *testing.T) {
 }
 
 // alwaysOn is a provider selling gpus GPUs at all times at a $1 floor.
-func alwaysOn(id string, gpus int, avail ...auction.Window) Provider {
+func alwaysOn(id string, gpus int, avail ...terms.Window) Provider {
 	p := Provider{Kind: KindAlways}
 	p.Capability.Peer = id
 	p.Capability.Region = "eu-west"
-	p.Capability.Policy = auction.Policy{PriceFloor: 1, AcceptPreemptible: true, AllowPreemption: true, Availability: avail}
+	p.Capability.Policy = terms.Policy{PriceFloor: 1, AcceptPreemptible: true, AllowPreemption: true, Availability: avail}
 	for i := 0; i < gpus; i++ {
-		p.Capability.GPUs = append(p.Capability.GPUs, auction.GPU{Model: "A100", VRAMGB: 80})
+		p.Capability.GPUs = append(p.Capability.GPUs, terms.GPU{Model: "A100", VRAMGB: 80})
 	}
 	return p
 }
 
-func job(id string, at time.Duration, gpus int, d time.Duration, tier auction.Tier) auction.Job {
-	return auction.Job{
+func job(id string, at time.Duration, gpus int, d time.Duration, tier terms.Tier) terms.Job {
+	return terms.Job{
 		ID: id, Owner: "r", Tier: tier, MaxPrice: 5, GPUCount: gpus, Duration: d,
-		Preemptible: tier == auction.Bronze, Run: auction.RunSpec{Command: []string{"x"}},
+		Preemptible: tier == terms.Bronze, Run: terms.RunSpec{Command: []string{"x"}},
 		CreatedAt: Epoch.Add(at),
 	}
 }
@@ -118,10 +118,10 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
 func TestHandBuiltFIFOAndAuction(t *testing.T) {
 	h := time.Hour
 	cfg := Config{
-		Jobs: []auction.Job{
-			job("j1", 0, 1, 2*h, auction.Silver),
-			job("j2", 0, 2, 1*h, auction.Silver),
-			job("j3", 3*h/2, 1, 1*h, auction.Silver),
+		Jobs: []terms.Job{
+			job("j1", 0, 1, 2*h, terms.Silver),
+			job("j2", 0, 2, 1*h, terms.Silver),
+			job("j3", 3*h/2, 1, 1*h, terms.Silver),
 		},
 		Providers: []Provider{alwaysOn("p0", 2)},
 		Drain:     10 * h,
@@ -159,10 +159,10 @@ func TestBoundByHand(t *testing.T) {
 	// which only 1 h can run before the end; j3 wants 2 GPUs and fits
 	// nobody. Fluid: 1 + 1 = 2. Simple: min(offered 6, placeable 1+3) = 4.
 	r, err := Run(Config{
-		Jobs: []auction.Job{
-			job("j1", 0, 1, h, auction.Silver),
-			job("j2", 5*h, 1, 3*h, auction.Silver),
-			job("j3", 0, 2, h, auction.Silver),
+		Jobs: []terms.Job{
+			job("j1", 0, 1, h, terms.Silver),
+			job("j2", 5*h, 1, 3*h, terms.Silver),
+			job("j3", 0, 2, h, terms.Silver),
 		},
 		Providers: []Provider{alwaysOn("p0", 1)},
 		Drain:     h,
@@ -186,8 +186,8 @@ func TestBoundByHand(t *testing.T) {
 	// is Monday 00:00). A 1 h job submitted at 0 can only run 01:00-02:00:
 	// fluid bound 1, offered 1, FIFO and auction both start it after 1 h.
 	r, err = Run(Config{
-		Jobs:      []auction.Job{job("j", 0, 1, h, auction.Gold)},
-		Providers: []Provider{alwaysOn("p0", 1, auction.Window{Days: []string{"mon"}, From: "01:00", To: "02:00"})},
+		Jobs:      []terms.Job{job("j", 0, 1, h, terms.Gold)},
+		Providers: []Provider{alwaysOn("p0", 1, terms.Window{Days: []string{"mon"}, From: "01:00", To: "02:00"})},
 		Drain:     5 * h,
 	})
 	if err != nil {
@@ -208,9 +208,9 @@ func TestBoundByHand(t *testing.T) {
 func TestGoldPreemptsBronze(t *testing.T) {
 	h := time.Hour
 	r, err := Run(Config{
-		Jobs: []auction.Job{
-			job("b", 0, 1, 4*h, auction.Bronze),
-			job("g", h, 1, h, auction.Gold),
+		Jobs: []terms.Job{
+			job("b", 0, 1, 4*h, terms.Bronze),
+			job("g", h, 1, h, terms.Gold),
 		},
 		Providers: []Provider{alwaysOn("p0", 1)},
 		Drain:     10 * h,
@@ -308,7 +308,7 @@ func TestCommand(t *testing.T) {
 		t.Fatalf("report providers %d seed %d jobs %d policies %d", rep.Providers, rep.Seed, rep.Jobs, len(rep.Policies))
 	}
 	for _, tr := range rep.Policies[0].Tiers {
-		if tr.Tier == auction.Silver {
+		if tr.Tier == terms.Silver {
 			t.Errorf("--tier-mix without silver still produced %d silver jobs", tr.Jobs)
 		}
 	}
@@ -350,9 +350,9 @@ func TestReliabilityLearnedFromOutcomes(t *testing.T) {
 	h := time.Hour
 	flaky, good := alwaysOn("p0", 1), alwaysOn("p1", 1)
 	flaky.FailRate = 1
-	var jobs []auction.Job
+	var jobs []terms.Job
 	for i := 0; i < 20; i++ {
-		jobs = append(jobs, job("j"+itoa(i), time.Duration(i)*2*h, 1, h, auction.Silver))
+		jobs = append(jobs, job("j"+itoa(i), time.Duration(i)*2*h, 1, h, terms.Silver))
 	}
 	r, err := Run(Config{Jobs: jobs, Providers: []Provider{flaky, good}, Drain: 4 * h})
 	if err != nil {
@@ -375,11 +375,11 @@ func TestReliabilityLearnedFromOutcomes(t *testing.T) {
 // restricted to a GPU model the only provider lacks is unplaceable.
 func TestEligibilityIsAuctions(t *testing.T) {
 	h := time.Hour
-	eu := job("eu", 0, 1, h, auction.Silver)
+	eu := job("eu", 0, 1, h, terms.Silver)
 	eu.Region = "EU"
-	h100 := job("h100", 0, 1, h, auction.Silver)
+	h100 := job("h100", 0, 1, h, terms.Silver)
 	h100.GPUModels = []string{"H100"}
-	r, err := Run(Config{Jobs: []auction.Job{eu, h100}, Providers: []Provider{alwaysOn("p0", 2)}, Drain: 4 * h})
+	r, err := Run(Config{Jobs: []terms.Job{eu, h100}, Providers: []Provider{alwaysOn("p0", 2)}, Drain: 4 * h})
 	if err != nil {
 		t.Fatal(err)
 	}

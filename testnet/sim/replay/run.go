@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Config is one replay.
@@ -18,7 +19,7 @@ type Config struct {
 	// (CreatedAt is the submission time, Epoch is trace time zero).
 	TracePath string
 	Trace     []TraceJob
-	Jobs      []auction.Job
+	Jobs      []terms.Job
 	// Seed drives every random draw: job specs, providers, failures.
 	Seed uint64
 	// Demand and Supply are the seeded distributions; zero values mean
@@ -123,18 +124,18 @@ type PolicyReport struct {
 // start, in hours; jobs that never start count with their wait censored at
 // the end of the replay.
 type TierReport struct {
-	Tier           auction.Tier `json:"tier"`
-	Jobs           int          `json:"jobs"`
-	Completed      int          `json:"completed"`
-	CostPerGPUHour float64      `json:"cost_per_gpu_hour"`
-	WaitP50        float64      `json:"wait_p50_h"`
-	WaitP95        float64      `json:"wait_p95_h"`
-	WaitP99        float64      `json:"wait_p99_h"`
-	SLAViolations  int          `json:"sla_violations"`
+	Tier           terms.Tier `json:"tier"`
+	Jobs           int        `json:"jobs"`
+	Completed      int        `json:"completed"`
+	CostPerGPUHour float64    `json:"cost_per_gpu_hour"`
+	WaitP50        float64    `json:"wait_p50_h"`
+	WaitP95        float64    `json:"wait_p95_h"`
+	WaitP99        float64    `json:"wait_p99_h"`
+	SLAViolations  int        `json:"sla_violations"`
 }
 
 // tierAll labels the TierReport over all tiers together.
-const tierAll auction.Tier = "all"
+const tierAll terms.Tier = "all"
 
 // Earnings summarises what providers earned over the replay, in USD.
 type Earnings struct {
@@ -218,7 +219,7 @@ func Run(cfg Config) (*Report, error) {
 		}
 		jobs, shapes = buildJobs(trace, cfg.Demand, cfg.Seed, cfg.Flat)
 	} else {
-		jobs = append([]auction.Job(nil), jobs...)
+		jobs = append([]terms.Job(nil), jobs...)
 		sort.SliceStable(jobs, func(a, b int) bool { return jobs[a].CreatedAt.Before(jobs[b].CreatedAt) })
 		for i := range jobs {
 			shapes = append(shapes, shape{nodes: 1, asked: jobs[i].BilledGPUs()})
@@ -377,7 +378,7 @@ func (s *sim) summarise() PolicyReport {
 		paid, paidSec float64
 		viol          int
 	}
-	acc := map[auction.Tier]*tierAcc{}
+	acc := map[terms.Tier]*tierAcc{}
 	for i := range s.jobs {
 		js := &s.jobs[i]
 		if !w.placeable[i] {
@@ -413,7 +414,7 @@ func (s *sim) summarise() PolicyReport {
 	pr.CostPerGPUHour = ratio(paid, paidSec/3600)
 	pr.FillRate = ratio(pr.FilledGPUHours, 0) // set by caller below
 	all := &tierAcc{}
-	for _, t := range []auction.Tier{auction.Gold, auction.Silver, auction.Bronze} {
+	for _, t := range []terms.Tier{terms.Gold, terms.Silver, terms.Bronze} {
 		a := acc[t]
 		if a == nil {
 			continue
@@ -426,7 +427,7 @@ func (s *sim) summarise() PolicyReport {
 		all.viol += a.viol
 	}
 	acc[tierAll] = all
-	for _, t := range []auction.Tier{auction.Gold, auction.Silver, auction.Bronze, tierAll} {
+	for _, t := range []terms.Tier{terms.Gold, terms.Silver, terms.Bronze, tierAll} {
 		a := acc[t]
 		if a == nil || a.jobs == 0 {
 			continue
@@ -523,14 +524,14 @@ func round(r *Report) {
 // changePoints lists, sorted, the times at which a provider's answer to a
 // call for bids can change without a lease ending: each free span's start,
 // that start minus the 24 h look-ahead, and each peak window's end.
-func changePoints(sp []span, p auction.Policy, end time.Time) []int64 {
+func changePoints(sp []span, p terms.Policy, end time.Time) []int64 {
 	look := int64(auction.DefaultPatience / time.Second)
 	var out []int64
 	for _, x := range sp {
 		out = append(out, x.start-look, x.start)
 	}
 	if len(p.PeakWindows) > 0 {
-		peak := auction.Policy{Availability: p.PeakWindows, Timezone: p.Timezone}
+		peak := terms.Policy{Availability: p.PeakWindows, Timezone: p.Timezone}
 		for _, iv := range peak.FreeSpans(Epoch, end) {
 			out = append(out, int64(iv.End.Sub(Epoch)/time.Second))
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // The bundled format's num_nodes column and fractions, and Alibaba's
@@ -90,12 +90,12 @@ var onlySilver = Demand{Tiers: Mix{"silver": 1}, Regions: Mix{"any": 1}, PriceSc
 // sliced is alwaysOn with each device cut into n slices.
 func sliced(id string, gpus, n int) Provider {
 	p := alwaysOn(id, gpus)
-	rule := auction.SliceRule{Count: n}
+	rule := terms.SliceRule{Count: n}
 	for d := range p.Capability.GPUs {
 		rule.Devices = append(rule.Devices, d)
-		p.Capability.GPUs[d].Isolation = auction.IsolationMPS
+		p.Capability.GPUs[d].Isolation = terms.IsolationMPS
 	}
-	p.Capability.Policy.Slices = []auction.SliceRule{rule}
+	p.Capability.Policy.Slices = []terms.SliceRule{rule}
 	return p
 }
 
@@ -216,7 +216,7 @@ func TestGangDiesTogether(t *testing.T) {
 // 0 to 1 h, both from 1 to 1.5 h), and no policy can run it at all. A
 // quarter GPU for 2 h on a sliced provider counts 0.5 GPU-h.
 func TestBoundShapes(t *testing.T) {
-	half := alwaysOn("p1", 1, auction.Window{Days: []string{"mon"}, From: "01:00", To: "01:30"})
+	half := alwaysOn("p1", 1, terms.Window{Days: []string{"mon"}, From: "01:00", To: "01:30"})
 	cases := []struct {
 		name   string
 		trace  []TraceJob
@@ -261,7 +261,7 @@ func TestGangEvictedTogether(t *testing.T) {
 	var seed uint64
 	for s := uint64(1); s < 100 && seed == 0; s++ {
 		jobs, _ := buildJobs(trace, demand, s, false)
-		if jobs[0].Tier == auction.Bronze && jobs[1].Tier == auction.Gold {
+		if jobs[0].Tier == terms.Bronze && jobs[1].Tier == terms.Gold {
 			seed = s
 		}
 	}
@@ -273,7 +273,7 @@ func TestGangEvictedTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	auc, fifo := policy(t, r, PolicyAuction), policy(t, r, PolicyFIFO)
-	wait := func(p PolicyReport, tier auction.Tier) float64 {
+	wait := func(p PolicyReport, tier terms.Tier) float64 {
 		for _, x := range p.Tiers {
 			if x.Tier == tier {
 				return x.WaitP50
@@ -282,12 +282,12 @@ func TestGangEvictedTogether(t *testing.T) {
 		t.Fatalf("%s: no %s tier", p.Policy, tier)
 		return 0
 	}
-	if auc.PreemptGold != 1 || auc.Completed != 2 || auc.FilledGPUHours != 9 || auc.LostGPUHours != 0 || wait(auc, auction.Gold) != 0 {
+	if auc.PreemptGold != 1 || auc.Completed != 2 || auc.FilledGPUHours != 9 || auc.LostGPUHours != 0 || wait(auc, terms.Gold) != 0 {
 		t.Errorf("auction: preemptions %d done %d filled %v lost %v gold wait %v; want 1, 2, 9, 0, 0",
-			auc.PreemptGold, auc.Completed, auc.FilledGPUHours, auc.LostGPUHours, wait(auc, auction.Gold))
+			auc.PreemptGold, auc.Completed, auc.FilledGPUHours, auc.LostGPUHours, wait(auc, terms.Gold))
 	}
-	if fifo.PreemptGold != 0 || fifo.Completed != 2 || fifo.FilledGPUHours != 9 || wait(fifo, auction.Gold) != 3 {
+	if fifo.PreemptGold != 0 || fifo.Completed != 2 || fifo.FilledGPUHours != 9 || wait(fifo, terms.Gold) != 3 {
 		t.Errorf("fifo: preemptions %d done %d filled %v gold wait %v; want 0, 2, 9, 3 h",
-			fifo.PreemptGold, fifo.Completed, fifo.FilledGPUHours, wait(fifo, auction.Gold))
+			fifo.PreemptGold, fifo.Completed, fifo.FilledGPUHours, wait(fifo, terms.Gold))
 	}
 }

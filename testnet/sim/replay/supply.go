@@ -5,16 +5,16 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Provider is one simulated seller: its advertised capability and policy,
 // and the rate at which it silently fails leases (never shown to renters,
 // who only learn it from outcomes).
 type Provider struct {
-	Capability auction.Capability `json:"capability"`
-	Kind       string             `json:"kind"`
-	FailRate   float64            `json:"fail_rate"`
+	Capability terms.Capability `json:"capability"`
+	Kind       string           `json:"kind"`
+	FailRate   float64          `json:"fail_rate"`
 }
 
 // Provider kinds accepted in Supply.Kinds.
@@ -90,17 +90,17 @@ func buildSupply(s Supply, seed uint64, end time.Time) ([]Provider, error) {
 		c.IssuedAt = Epoch
 		c.ExpiresAt = end
 		var n int
-		var g auction.GPU
+		var g terms.GPU
 		switch kind {
 		case KindNights:
 			n = weighted[int]{{1, 0.7}, {2, 0.3}}.draw(r)
-			g = weighted[auction.GPU]{
-				{auction.GPU{Model: "RTX 4090", VRAMGB: 24}, 0.5},
-				{auction.GPU{Model: "RTX 3090", VRAMGB: 24}, 0.3},
-				{auction.GPU{Model: "RTX A4000", VRAMGB: 16}, 0.2},
+			g = weighted[terms.GPU]{
+				{terms.GPU{Model: "RTX 4090", VRAMGB: 24}, 0.5},
+				{terms.GPU{Model: "RTX 3090", VRAMGB: 24}, 0.3},
+				{terms.GPU{Model: "RTX A4000", VRAMGB: 16}, 0.2},
 			}.draw(r)
 			c.Policy.PriceFloor = round2(uniform(r, 0.25, 0.55))
-			c.Policy.Availability = []auction.Window{
+			c.Policy.Availability = []terms.Window{
 				{Days: weekdays, From: "19:00", To: "08:00"},
 				{Days: weekend, From: "00:00", To: "24:00"},
 			}
@@ -109,10 +109,10 @@ func buildSupply(s Supply, seed uint64, end time.Time) ([]Provider, error) {
 		case KindRacks:
 			n = weighted[int]{{8, 0.6}, {16, 0.3}, {32, 0.1}}.draw(r)
 			if r.Float64() < 0.6 {
-				g = auction.GPU{Model: "A100", VRAMGB: 80}
+				g = terms.GPU{Model: "A100", VRAMGB: 80}
 				c.Policy.PriceFloor = round2(uniform(r, 1.0, 1.4))
 			} else {
-				g = auction.GPU{Model: "H100", VRAMGB: 80}
+				g = terms.GPU{Model: "H100", VRAMGB: 80}
 				c.Policy.PriceFloor = round2(uniform(r, 1.6, 2.2))
 			}
 			c.Policy.Reserved = reservations(r, end)
@@ -120,18 +120,18 @@ func buildSupply(s Supply, seed uint64, end time.Time) ([]Provider, error) {
 			p.FailRate = 0.005
 		default: // KindAlways
 			n = weighted[int]{{4, 0.5}, {8, 0.5}}.draw(r)
-			g = weighted[auction.GPU]{
-				{auction.GPU{Model: "A100", VRAMGB: 40}, 0.4},
-				{auction.GPU{Model: "L40S", VRAMGB: 48}, 0.4},
-				{auction.GPU{Model: "A10", VRAMGB: 24}, 0.2},
+			g = weighted[terms.GPU]{
+				{terms.GPU{Model: "A100", VRAMGB: 40}, 0.4},
+				{terms.GPU{Model: "L40S", VRAMGB: 48}, 0.4},
+				{terms.GPU{Model: "A10", VRAMGB: 24}, 0.2},
 			}.draw(r)
 			c.Policy.PriceFloor = round2(uniform(r, 0.7, 1.3))
-			c.Policy.PeakWindows = []auction.Window{{Days: weekdays, From: "09:00", To: "18:00"}}
+			c.Policy.PeakWindows = []terms.Window{{Days: weekdays, From: "09:00", To: "18:00"}}
 			c.Policy.PeakMultiplier = 1.3
 			c.Policy.AcceptPreemptible = r.Float64() < 0.6
 			p.FailRate = weighted[float64]{{0.01, 0.8}, {0.03, 0.2}}.draw(r)
 		}
-		c.GPUs = make([]auction.GPU, n)
+		c.GPUs = make([]terms.GPU, n)
 		for k := range c.GPUs {
 			c.GPUs[k] = g
 			c.GPUs[k].UUID = fmt.Sprintf("GPU-%s-%d", c.Peer, k)
@@ -171,25 +171,25 @@ func sellSlices(p *Provider, r *rand.Rand) {
 		counts = weighted[int]{{2, 0.3}, {4, 0.4}, {8, 0.3}}
 	}
 	c := &p.Capability
-	rule := auction.SliceRule{Count: counts.draw(r)}
+	rule := terms.SliceRule{Count: counts.draw(r)}
 	for d := range c.GPUs {
 		rule.Devices = append(rule.Devices, d)
-		c.GPUs[d].Isolation = auction.IsolationMPS
+		c.GPUs[d].Isolation = terms.IsolationMPS
 		if m := c.GPUs[d].Model; m == "A100" || m == "H100" {
-			c.GPUs[d].Isolation = auction.IsolationMIG
+			c.GPUs[d].Isolation = terms.IsolationMIG
 		}
 	}
-	c.Policy.Slices = []auction.SliceRule{rule}
+	c.Policy.Slices = []terms.SliceRule{rule}
 }
 
 // reservations draws the owner's own bookings of a part-time rack: blocks of
 // 1-6 days separated by gaps of 6 hours to 3 days, from a random phase.
-func reservations(r *rand.Rand, end time.Time) []auction.Interval {
-	var out []auction.Interval
+func reservations(r *rand.Rand, end time.Time) []terms.Interval {
+	var out []terms.Interval
 	t := Epoch.Add(-time.Duration(r.Float64()*4*24) * time.Hour)
 	for t.Before(end) {
 		block := time.Duration(uniform(r, 24, 6*24) * float64(time.Hour)).Truncate(time.Hour)
-		out = append(out, auction.Interval{Start: t, End: t.Add(block)})
+		out = append(out, terms.Interval{Start: t, End: t.Add(block)})
 		gap := time.Duration(uniform(r, 6, 3*24) * float64(time.Hour)).Truncate(time.Hour)
 		t = t.Add(block + gap)
 	}

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
 // Epoch is trace time zero: Monday 2021-03-01 00:00 UTC, so that the
@@ -33,7 +33,7 @@ type Demand struct {
 
 // Tier and region names accepted in Demand mixes.
 var (
-	tierNames       = []string{string(auction.Gold), string(auction.Silver), string(auction.Bronze)}
+	tierNames       = []string{string(terms.Gold), string(terms.Silver), string(terms.Bronze)}
 	demandRegionSet = []string{"any", "eu", "us", "ap"}
 )
 
@@ -46,10 +46,10 @@ func DefaultDemand() Demand {
 	}
 }
 
-var priceCap = map[auction.Tier][2]float64{
-	auction.Gold:   {2.2, 3.6},
-	auction.Silver: {1.4, 2.6},
-	auction.Bronze: {0.5, 1.3},
+var priceCap = map[terms.Tier][2]float64{
+	terms.Gold:   {2.2, 3.6},
+	terms.Silver: {1.4, 2.6},
+	terms.Bronze: {0.5, 1.3},
 }
 
 var (
@@ -57,7 +57,7 @@ var (
 	vramWide   = weighted[int]{{24, 0.2}, {40, 0.4}, {80, 0.4}}
 )
 
-// shape is how a job spreads over GPUs beyond its auction.Job: the
+// shape is how a job spreads over GPUs beyond its terms.Job: the
 // machines it spans at once (each a member asking for GPUCount of the
 // job's spec), and the GPUs each member asked for in the trace (a
 // fraction below the market's slice it was rounded up to, or the member's
@@ -68,10 +68,10 @@ type shape struct {
 }
 
 // marketFraction is the slice the market sells for a trace's fraction f
-// of a GPU: the smallest of auction.GPUFractions that holds it, or 0 (a
+// of a GPU: the smallest of terms.GPUFractions that holds it, or 0 (a
 // whole GPU) above the largest.
 func marketFraction(f float64) float64 {
-	for _, m := range auction.GPUFractions {
+	for _, m := range terms.GPUFractions {
 		if f <= m {
 			return m
 		}
@@ -90,7 +90,7 @@ func marketFraction(f float64) float64 {
 // each asking for the row's GPUs per machine. Flat (the market without
 // these shapes), a fraction is rounded up to a whole GPU and a gang's
 // GPUs are asked of one provider.
-func buildJobs(trace []TraceJob, d Demand, seed uint64, flat bool) ([]auction.Job, []shape) {
+func buildJobs(trace []TraceJob, d Demand, seed uint64, flat bool) ([]terms.Job, []shape) {
 	rows := append([]TraceJob(nil), trace...)
 	sort.SliceStable(rows, func(a, b int) bool {
 		if rows[a].Submit != rows[b].Submit {
@@ -99,10 +99,10 @@ func buildJobs(trace []TraceJob, d Demand, seed uint64, flat bool) ([]auction.Jo
 		return rows[a].ID < rows[b].ID
 	})
 	r := rand.New(rand.NewPCG(seed, 0x6a6f6273)) // "jobs"
-	jobs := make([]auction.Job, len(rows))
+	jobs := make([]terms.Job, len(rows))
 	shapes := make([]shape, len(rows))
 	for i, t := range rows {
-		tier := auction.Tier(d.Tiers.draw(r))
+		tier := terms.Tier(d.Tiers.draw(r))
 		pc := priceCap[tier]
 		vram := vramNarrow
 		if t.nodes()*t.GPUs > 2 {
@@ -113,7 +113,7 @@ func buildJobs(trace []TraceJob, d Demand, seed uint64, flat bool) ([]auction.Jo
 			region = ""
 		}
 		created := Epoch.Add(time.Duration(t.Submit) * time.Second)
-		jobs[i] = auction.Job{
+		jobs[i] = terms.Job{
 			ID:          t.ID,
 			Owner:       "renter",
 			Tier:        tier,
@@ -121,9 +121,9 @@ func buildJobs(trace []TraceJob, d Demand, seed uint64, flat bool) ([]auction.Jo
 			GPUCount:    t.nodes() * t.GPUs,
 			MinVRAMGB:   vram.draw(r),
 			Region:      region,
-			Preemptible: tier == auction.Bronze,
+			Preemptible: tier == terms.Bronze,
 			Duration:    time.Duration(t.Duration) * time.Second,
-			Run:         auction.RunSpec{Command: []string{"replay"}},
+			Run:         terms.RunSpec{Command: []string{"replay"}},
 			CreatedAt:   created,
 		}
 		shapes[i] = shape{nodes: 1, asked: t.askedGPUs()}

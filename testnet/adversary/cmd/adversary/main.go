@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/testnet/adversary"
 )
 
@@ -176,8 +176,8 @@ func callAddrs(ctx context.Context, p *adversary.Peer, region string) (map[strin
 		}
 	}()
 	addr := fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", l.Addr().(*net.TCPAddr).Port)
-	job := auction.Job{Tier: auction.Silver, MaxPrice: 100, GPUCount: 1, Duration: time.Hour, Region: region,
-		Run: auction.RunSpec{Command: []string{"true"}}}
+	job := terms.Job{Tier: terms.Silver, MaxPrice: 100, GPUCount: 1, Duration: time.Hour, Region: region,
+		Run: terms.RunSpec{Command: []string{"true"}}}
 	calls := 0
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()

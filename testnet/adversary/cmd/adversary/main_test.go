@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/gpumesh/gpumesh/testnet/adversary"
@@ -19,7 +19,7 @@ func TestRunMalformed(t *testing.T) {
 	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	cfg.Region = "eu-west"
 	cfg.Provider.Enabled = true
-	cfg.Provider.GPUs = []auction.GPU{{Model: "H100", VRAMGB: 80}}
+	cfg.Provider.GPUs = []terms.GPU{{Model: "H100", VRAMGB: 80}}
 	cfg.Provider.GPUSource = "declared"
 	cfg.Provider.Executor = "process"
 	d, err := node.Start(context.Background(), node.Options{DataDir: t.TempDir(), Config: cfg})

@@ -1,4 +1,4 @@
-package auction
+package terms
 
 import (
 	"crypto/rand"
@@ -38,6 +38,10 @@ const MaxIDLen = 128
 
 // ErrBadID is wrapped by ValidID's errors.
 var ErrBadID = errors.New("auction: invalid id")
+
+// ErrInvalidJob is wrapped by Job.Validate's errors (and so by DecodeCall's
+// for a call whose job is invalid).
+var ErrInvalidJob = errors.New("auction: invalid job")
 
 // ValidID is the one rule for every identifier that crosses the network (job
 // ids, lease ids, bid nonces): 1 to MaxIDLen characters from [A-Za-z0-9._-],
@@ -157,9 +161,9 @@ const MaxBidInvited = 32
 // characters.
 const maxPeerIDLen = 128
 
-// validPeerID is the rule for a peer id a job names: a libp2p peer id of
+// ValidPeerID is the rule for a peer id a job names: a libp2p peer id of
 // at most maxPeerIDLen characters.
-func validPeerID(s string) error {
+func ValidPeerID(s string) error {
 	if s == "" || len(s) > maxPeerIDLen {
 		return fmt.Errorf("peer id of %d characters, want 1 to %d", len(s), maxPeerIDLen)
 	}
@@ -199,7 +203,7 @@ func SampledBidder(j *Job, provider string) bool {
 // when it posts the job). Each problem is a *FieldError (see FieldErrors).
 func (j *Job) Validate() error {
 	if j == nil {
-		return errors.New("auction: nil job")
+		return fmt.Errorf("%w: nil job", ErrInvalidJob)
 	}
 	var errs []error
 	bad := func(field, format string, args ...any) {
@@ -352,7 +356,7 @@ func (j *Job) Validate() error {
 		bad("bid_invited", "at most %d providers, got %d", MaxBidInvited, len(j.BidInvited))
 	} else {
 		for i, p := range j.BidInvited {
-			if err := validPeerID(p); err != nil {
+			if err := ValidPeerID(p); err != nil {
 				bad(fmt.Sprintf("bid_invited[%d]", i), "%v", err)
 			} else if slices.Index(j.BidInvited, p) < i {
 				bad(fmt.Sprintf("bid_invited[%d]", i), "%s is invited twice", p)
@@ -371,7 +375,7 @@ func (j *Job) Validate() error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("auction: invalid job %q: %w", j.ID, errors.Join(errs...))
+	return fmt.Errorf("%w %q: %w", ErrInvalidJob, j.ID, errors.Join(errs...))
 }
 
 // Bounds of Job.MaxRTT (when set) and of Job.Near.
@@ -431,18 +435,6 @@ func RegionProblem(region string) string {
 }
 
 var regionNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-
-// regionSatisfies reports whether a provider in region have satisfies the
-// residency constraint want: want is empty (anywhere), equal to have, or a
-// dash-delimited prefix of it ("eu" matches "eu-west" but not "europe-x").
-func regionSatisfies(want, have string) bool {
-	want = strings.ToLower(strings.TrimSpace(want))
-	if want == "" {
-		return true
-	}
-	have = strings.ToLower(strings.TrimSpace(have))
-	return have == want || strings.HasPrefix(have, want+"-")
-}
 
 // MaxInputs bounds a job's input artifacts.
 const MaxInputs = 32

@@ -1,4 +1,4 @@
-package auction
+package terms
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package auction
+package terms
 
 import (
 	"errors"
@@ -27,7 +27,7 @@ func TestStreamMessageKinds(t *testing.T) {
 		return b
 	}
 	bid := must(EncodeBid(s, Bid{JobID: "job-1", Provider: me, Price: 1, Start: now, End: now.Add(time.Hour), Nonce: "n"}))
-	decline := must(EncodeDecline(s, Decline{JobID: "job-1", Provider: me, Kind: KindBusy, IssuedAt: now}))
+	decline := must(EncodeDecline(s, Decline{JobID: "job-1", Provider: me, Kind: "busy", IssuedAt: now}))
 	notice := must(EncodeCapacityNotice(s, CapacityNotice{Provider: me, FreeGPUs: 1, Jobs: []string{"job-1"}, IssuedAt: now}))
 	award := must(EncodeAward(s, Award{LeaseID: "l", JobID: "job-1", Renter: me, Provider: "p", Job: fuzzJob(s)}))
 	release := must(EncodeBidRelease(s, BidRelease{JobID: "job-1", Attempt: 1, Renter: me, Provider: "p", BidNonce: "n", IssuedAt: now}))
@@ -75,5 +75,35 @@ func TestStreamMessageKinds(t *testing.T) {
 	long := signtest.RawBytes(t, s, strings.Repeat("k", 5000), []byte("{}"))
 	if _, err := DecodeBidMessage(long); err == nil || !strings.Contains(err.Error(), "unknown message kind") || len(err.Error()) > 300 {
 		t.Errorf("a 5000-byte kind is not refused by a short error: %v", err)
+	}
+}
+
+// TestDecodeCallValidatesTheJob: a call is where a job enters a provider,
+// so DecodeCall validates it: a signed call of an invalid job is refused
+// (ErrInvalidJob, its FieldErrors naming the problem), and what it returns
+// is valid with its defaults filled (a bid window), needing no check again.
+func TestDecodeCallValidatesTheJob(t *testing.T) {
+	s := signtest.New(t)
+	j := validJob()
+	j.ID, j.Owner = "job-1", s.ID().String()
+	data, err := EncodeCall(s, j, "topic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := DecodeCall(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Job.BidWindow != DefaultBidWindow {
+		t.Fatalf("decoded job's bid window %v, want the default %v filled", c.Job.BidWindow, DefaultBidWindow)
+	}
+	j.MaxPrice = -1
+	data, err = EncodeCall(s, j, "topic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = DecodeCall(data)
+	if fes := FieldErrors(err); !errors.Is(err, ErrInvalidJob) || len(fes) != 1 || fes[0].Field != "max_price" {
+		t.Fatalf("call of a job with a negative price: %v, want an invalid job on max_price", err)
 	}
 }

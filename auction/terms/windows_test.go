@@ -1,4 +1,4 @@
-package auction
+package terms
 
 import (
 	"errors"
@@ -125,33 +125,6 @@ func TestPolicyValidate(t *testing.T) {
 	}
 }
 
-func TestQuote(t *testing.T) {
-	p := Policy{PriceFloor: 2, PeakWindows: []Window{{From: "09:00", To: "17:00"}}, PeakMultiplier: 2, OccupancySurcharge: 0.5}
-	cases := []struct {
-		name  string
-		p     Policy
-		start time.Time
-		d     time.Duration
-		occ   float64
-		want  float64
-	}{
-		{"off peak idle", p, at(0, "18:00"), 2 * time.Hour, 0, 2},
-		{"all peak", p, at(0, "10:00"), 2 * time.Hour, 0, 4},
-		{"half peak", p, at(0, "16:00"), 2 * time.Hour, 0, 3},
-		{"quarter peak", p, at(0, "08:00"), 4 * time.Hour, 0, 2 * (1 + 0.75)},
-		{"full occupancy", p, at(0, "18:00"), time.Hour, 1, 3},
-		{"half occupancy, all peak", p, at(0, "10:00"), time.Hour, 0.5, 4 * 1.25},
-		{"occupancy clamped", p, at(0, "18:00"), time.Hour, 7, 3},
-		{"default multiplier", Policy{PriceFloor: 2, PeakWindows: p.PeakWindows}, at(0, "10:00"), time.Hour, 0, 3},
-		{"instant quote at peak", p, at(0, "10:00"), 0, 0, 4},
-	}
-	for _, c := range cases {
-		if got := Quote(c.p, c.start, c.d, c.occ, false); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("%s: Quote = %v, want %v", c.name, got, c.want)
-		}
-	}
-}
-
 func TestParseTier(t *testing.T) {
 	for in, want := range map[string]Tier{"gold": Gold, " Silver ": Silver, "BRONZE": Bronze} {
 		if got, err := ParseTier(in); err != nil || got != want {
@@ -161,10 +134,6 @@ func TestParseTier(t *testing.T) {
 	if _, err := ParseTier("platinum"); err == nil {
 		t.Error("ParseTier(platinum) succeeded")
 	}
-}
-
-func validJob() Job {
-	return Job{Tier: Silver, MaxPrice: 2, GPUCount: 1, Duration: time.Hour, Run: RunSpec{Command: []string{"python", "train.py"}}}
 }
 
 func TestJobValidate(t *testing.T) {
@@ -274,17 +243,6 @@ func TestNewID(t *testing.T) {
 	}
 }
 
-func TestRegionSatisfies(t *testing.T) {
-	cases := []struct {
-		want, have string
-		ok         bool
-	}{
-		{"", "us-east", true}, {"eu", "eu", true}, {"eu", "eu-west", true}, {"EU", "eu-central", true},
-		{"eu", "europe-x", false}, {"eu-west", "eu-central", false}, {"eu-west", "eu", false}, {"us", "", false},
-	}
-	for _, c := range cases {
-		if got := regionSatisfies(c.want, c.have); got != c.ok {
-			t.Errorf("regionSatisfies(%q, %q) = %v", c.want, c.have, got)
-		}
-	}
+func validJob() Job {
+	return Job{Tier: Silver, MaxPrice: 2, GPUCount: 1, Duration: time.Hour, Run: RunSpec{Command: []string{"python", "train.py"}}}
 }

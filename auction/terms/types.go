@@ -1,12 +1,15 @@
-// Package auction is the market: job specs with SLAs, provider capability
-// records and policies, the eligibility and pricing rules a provider applies
-// to a call for bids, the reliability-weighted scoring a renter applies to
-// bids, and the lease calendar that keeps a provider from double booking.
+// Package terms is the market's vocabulary: the nouns that cross the wire
+// or the control API (jobs with their SLAs, GPUs, policies, capability
+// records, bids, awards, leases, run states, faults, checkpoints, a gang's
+// terms, the renter's and provider's status views), each with its own
+// validity (Job.Validate, ValidID, Lease.Moved's rule, ...) and, for the
+// signed messages, their encoding under attest/sign (EncodeBid,
+// DecodeBidMessage, SealCapability, ...).
 //
-// The rules here are pure functions of their inputs and an explicit clock, so
-// the daemon (over libp2p) and the market replay (over a virtual clock) run
-// exactly the same code.
-package auction
+// It holds no rules of the market (eligibility, pricing, ranking, the
+// calendar: package auction) and no engines: no goroutines and no clock
+// but the explicit now its callers pass.
+package terms
 
 import (
 	"crypto/sha256"
@@ -82,23 +85,6 @@ const MaxMIGInstances = 8
 // Partitioned reports whether m is a device in MIG mode: then CUDA sees
 // only its instances (nil: no MIG).
 func (m *MIG) Partitioned() bool { return m != nil && m.Enabled }
-
-// sliceVRAMGB is the memory, in GB, a job holding fraction of device g
-// (0: all of it) gets: its share of the device's, or on a device in MIG
-// mode its smallest instance's, the most any one of them is sure to get.
-func (g GPU) sliceVRAMGB(fraction float64) float64 {
-	if !g.MIG.Partitioned() {
-		return float64(g.VRAMGB) * BilledGPUs(1, fraction)
-	}
-	if len(g.MIG.Instances) == 0 {
-		return 0
-	}
-	least := g.MIG.Instances[0].MemoryMB
-	for _, in := range g.MIG.Instances[1:] {
-		least = min(least, in.MemoryMB)
-	}
-	return float64(least) / 1024
-}
 
 // Slice isolation: how a provider keeps the jobs sharing one device apart
 // (GPU.Isolation), and which of them a job takes (Job.Isolation).
@@ -246,7 +232,7 @@ func (p Policy) SliceCount(d int) int {
 
 // SliceMap is the policy's slicing as device index → slice count (nil when
 // it sells every device whole): what the provider's calendar books slices
-// by (Calendar.SetSlices).
+// by (auction.Calendar.SetSlices).
 func (p Policy) SliceMap() map[int]int {
 	var m map[int]int
 	for _, r := range p.Slices {
@@ -351,7 +337,7 @@ type Job struct {
 	ID    string `json:"id" yaml:"id,omitempty"`
 	Owner string `json:"owner" yaml:"-"`
 	// OwnerAddrs are the renter's addresses as it announces them. Anyone
-	// can fill them, so providers never dial them (see Transport.SendBid);
+	// can fill them, so providers never dial them (see auction.Transport.SendBid);
 	// they are kept for older peers.
 	OwnerAddrs []string `json:"owner_addrs,omitempty" yaml:"-"`
 	Tier       Tier     `json:"tier" yaml:"tier"`
@@ -381,7 +367,7 @@ type Job struct {
 	// MaxRTT and Near make the job latency-sensitive (LatencySensitive):
 	// its renter measures the round-trip time to each bidder itself
 	// (libp2p ping from the renter's host; a provider's word is never
-	// taken) and ranks bids by it (RTTFactor). MaxRTT is a hard bound: a
+	// taken) and ranks bids by it (auction.RTTFactor). MaxRTT is a hard bound: a
 	// bid whose provider's measured RTT exceeds it, or that the renter
 	// could not measure within the bid window, is rejected. 0 means none;
 	// else in [MinMaxRTT, MaxMaxRTT].
@@ -420,14 +406,14 @@ type Job struct {
 	// BidSample, when in (0, 1), asks only that share of the providers
 	// that hear the call to answer it: those SampledBidder picks with
 	// BidSeed. The renter sets both when more providers fit the job than
-	// it needs bids from (RenterConfig.MaxBidders), so that a job's cost
+	// it needs bids from (auction.RenterConfig.MaxBidders), so that a job's cost
 	// does not grow with every fitting provider of a large market.
 	BidSample float64 `json:"bid_sample,omitempty" yaml:"-"`
 	BidSeed   string  `json:"bid_seed,omitempty" yaml:"-"`
 	// BidInvited names providers a sampled call asks to answer whatever
 	// the draw: the renter invites those its own book holds established,
 	// so that fresh capability records, however many, cannot crowd them
-	// out of the sample (see Renter.Post). At most MaxBidInvited.
+	// out of the sample (see auction.Renter.Post). At most MaxBidInvited.
 	BidInvited []string `json:"bid_invited,omitempty" yaml:"-"`
 	// CheckpointEvery is how often the provider saves the job's checkpoint
 	// dir (GPUMESH_CHECKPOINT_DIR) as an artifact while it runs; 0 saves it
@@ -588,7 +574,7 @@ func (j *Job) Attempts() int {
 
 // Excludes reports whether provider lost an earlier attempt of the job, so
 // that it may not bid for this one: providers decline such a job
-// (Evaluate, kind "excluded") and renters refuse their bids.
+// (auction.Evaluate, kind "excluded") and renters refuse their bids.
 func (j *Job) Excludes(provider string) bool {
 	return provider != "" && slices.Contains(j.Exclude, provider)
 }
@@ -654,7 +640,7 @@ type Bid struct {
 	// lacks and would fetch before the job starts.
 	MissingBytes int64 `json:"missing_bytes,omitempty"`
 	// Held says the provider holds the bid's span tentatively on its
-	// calendar (ProviderConfig.HoldGrace): the renter releases such a bid
+	// calendar (auction.ProviderConfig.HoldGrace): the renter releases such a bid
 	// when it does not award it. A bid without a hold expires by itself.
 	Held bool `json:"held,omitempty"`
 	// Free is how many whole GPUs no booking held over [Start, End) when
@@ -700,7 +686,7 @@ type BidRelease struct {
 }
 
 // Decline is a provider's signed word that it will not bid for a job's
-// call, and why: Kind is the Ineligible.Kind (price, vram, region,
+// call, and why: Kind is the auction.Ineligible.Kind (price, vram, region,
 // availability, ...). Sent only when the call asked (Job.WantDeclines).
 type Decline struct {
 	JobID    string    `json:"job_id"`
@@ -906,4 +892,32 @@ func distinctDevices(devices []int) bool {
 		seen[d] = true
 	}
 	return true
+}
+
+// HandBackDetail is the run detail of a lease its provider handed back
+// while draining (RunPreempted, FaultNone): its renter requeues it,
+// whatever its tier.
+const HandBackDetail = "provider draining: handed back"
+
+// Requeues reports whether a lease that ended in run, through fault, goes
+// back to auction for the rest of its job. A preempted lease does, of any
+// tier: a bronze lease evicted for gold, stopped over the provider's
+// thermal or power limits or at the end of its backfill gap, and a lease of
+// any tier its provider handed back while draining (HandBackDetail: a
+// provider preempts non-preemptible work only then). So does a lease that
+// failed through its provider's fault (a lost, restarted or broken
+// provider), of any tier. A job's own failure never does. The renter's
+// lease lifecycle asks this and nothing else.
+func (s RunState) Requeues(fault Fault) bool {
+	return s == RunPreempted || (s == RunFailed && fault == FaultProvider)
+}
+
+// Requeues reports whether j goes back to auction after a lease of it ended
+// in run, through fault: RunState.Requeues, except for a service replica
+// (Run.ServicePort > 0). A service owns its replicas' replacement: it sees
+// the lease end, retires the replica and leases a new one with its own
+// readiness and failover, so the renter never requeues a replica's job (two
+// owners would race, one auction wasted, its attempt budget meaningless).
+func (j *Job) Requeues(run RunState, fault Fault) bool {
+	return j.Run.ServicePort == 0 && run.Requeues(fault)
 }

@@ -1,8 +1,11 @@
-package auction
+package terms
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -84,19 +87,6 @@ func OpenCapability(b []byte, now time.Time) (Capability, error) {
 		}
 	}
 	return c, nil
-}
-
-// PriceNow is what the provider of record c would quote for one GPU-hour
-// starting at now (Quote of its policy, for a job it may not interrupt) at
-// the occupancy the record reports (none, when it does not say): a
-// renter's estimate before any call for bids, whose bids carry the
-// provider's quote of the moment.
-func (c Capability) PriceNow(now time.Time) float64 {
-	occ := 0.0
-	if c.FreeGPUs != nil && len(c.GPUs) > 0 {
-		occ = 1 - float64(*c.FreeGPUs)/float64(len(c.GPUs))
-	}
-	return Quote(c.Policy, now, time.Hour, occ, false)
 }
 
 // checkCapabilityTTL refuses a record without an issue time or valid for
@@ -313,4 +303,19 @@ func RegionMatches(constraint, region string) bool {
 		}
 	}
 	return false
+}
+
+// HeldToken is how a capability record lists a private artifact held for
+// owner (Capability.Artifacts): a digest of the owner and the id, which
+// only a peer that knows the id can match, so a record never tells one
+// renter what another keeps.
+func HeldToken(owner, id string) string {
+	s := sha256.Sum256([]byte("gpumesh/held/v1\x00" + owner + "\x00" + id))
+	return hex.EncodeToString(s[:])
+}
+
+// Holds reports whether held (a capability record's Artifacts) lists
+// artifact id of owner: public, by its id, or private, by its HeldToken.
+func Holds(held []string, owner, id string) bool {
+	return slices.Contains(held, id) || slices.Contains(held, HeldToken(owner, id))
 }

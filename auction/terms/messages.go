@@ -1,4 +1,4 @@
-package auction
+package terms
 
 import (
 	"encoding/json"
@@ -52,13 +52,13 @@ func EncodeCall(s *sign.Signer, job Job, topic string) ([]byte, error) {
 	return b, nil
 }
 
-// callAsks reports whether a gossiped call asks provider to answer
+// CallAsks reports whether a gossiped call asks provider to answer
 // (SampledBidder) as its unverified bytes say, so that a provider outside a
 // sampled call's share drops it without checking its signature: a call
 // whose sample was forged to leave a provider out only spares that
 // provider the work, and one that names it is verified by DecodeCall as
 // any other. Bytes that do not parse ask everyone: DecodeCall judges them.
-func callAsks(data []byte, provider string) bool {
+func CallAsks(data []byte, provider string) bool {
 	if len(data) > MaxMessageSize {
 		return true
 	}
@@ -79,8 +79,10 @@ func callAsks(data []byte, provider string) bool {
 }
 
 // DecodeCall verifies a gossiped call: the job envelope's signature under
-// sign.DomainJob, that its signer is the job's Owner and that the job id
-// satisfies ValidID. It does not validate the rest of the job spec.
+// sign.DomainJob, that its signer is the job's Owner, that the job id
+// satisfies ValidID and that the job is valid (Job.Validate, which fills
+// its defaults; its errors wrap ErrInvalidJob). A call is where a job
+// enters a provider: what DecodeCall returns is not validated again.
 func DecodeCall(data []byte) (Call, error) {
 	if len(data) > MaxMessageSize {
 		return Call{}, ErrOversized
@@ -102,6 +104,9 @@ func DecodeCall(data []byte) (Call, error) {
 	}
 	if err := ValidID(c.Job.ID); err != nil {
 		return Call{}, fmt.Errorf("auction: call: job id: %w", err)
+	}
+	if err := c.Job.Validate(); err != nil {
+		return Call{}, err
 	}
 	c.Topic = w.Topic
 	return c, nil

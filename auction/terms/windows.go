@@ -1,4 +1,4 @@
-package auction
+package terms
 
 import (
 	"errors"
@@ -88,7 +88,7 @@ func (w parsedWindow) spans(dst []Interval, loc *time.Location, from, to time.Ti
 				e = time.Date(y, mo, d+1, 0, w.to, 0, 0, loc)
 			}
 			if e.After(from) && s.Before(to) {
-				dst = append(dst, clip(Interval{s, e}, from, to))
+				dst = append(dst, clip(Interval{Start: s, End: e}, from, to))
 			}
 		}
 		y, mo, d := day.Date()
@@ -287,7 +287,7 @@ func (p Policy) FreeSpans(from, to time.Time) []Interval {
 	}
 	var free []Interval
 	if len(p.Availability) == 0 {
-		free = []Interval{{from, to}}
+		free = []Interval{{Start: from, End: to}}
 	} else {
 		free = windowSpans(p.Availability, p.location(), from, to)
 	}
@@ -302,13 +302,19 @@ func (p Policy) FreeSpans(from, to time.Time) []Interval {
 				continue
 			}
 			if r.Start.After(f.Start) {
-				next = append(next, Interval{f.Start, r.Start})
+				next = append(next, Interval{Start: f.Start, End: r.Start})
 			}
 			if r.End.Before(f.End) {
-				next = append(next, Interval{r.End, f.End})
+				next = append(next, Interval{Start: r.End, End: f.End})
 			}
 		}
 		free = next
 	}
 	return mergeIntervals(free)
+}
+
+// PeakSpans are the spans of [from, to) inside the policy's peak windows
+// (PeakWindows, in its time zone), in order.
+func (p Policy) PeakSpans(from, to time.Time) []Interval {
+	return windowSpans(p.PeakWindows, p.location(), from, to)
 }
