@@ -274,11 +274,16 @@ func TestProverRefusesBadChallenges(t *testing.T) {
 func TestRateLimitPerVerifierAndDevice(t *testing.T) {
 	p := newPair(t, liar{}, Policy{Floor: func(string) (float64, bool) { return 1e6, true }})
 	p.prover.Devices = func(string) bool { return true }
+	// Each challenge's Serve has returned before the next starts: the
+	// prover runs one challenge at a time and refuses another as busy
+	// (TestBusyDeviceGivesNoVerdict), which is not what this test asks.
 	run := func(dev string) error {
 		vc, pc := net.Pipe()
-		defer vc.Close()
-		go func() { defer pc.Close(); _ = p.prover.Serve(p.verifier.Signer.ID(), pc) }()
+		served := make(chan struct{})
+		go func() { defer close(served); defer pc.Close(); _ = p.prover.Serve(p.verifier.Signer.ID(), pc) }()
 		_, err := p.verifier.Run(context.Background(), vc, p.psign.ID(), dev, "H200", 141, 128, 1)
+		vc.Close()
+		<-served
 		return err
 	}
 	if err := run("GPU-0"); err != nil {
