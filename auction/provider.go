@@ -12,7 +12,6 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction/terms"
-	"github.com/gpumesh/gpumesh/p2p/broadcast"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -186,8 +185,6 @@ type Provider struct {
 	away     map[string]turnedAway // owner/job id -> a call turned away for busy GPUs
 	order    []string
 	stats    terms.ProviderStats
-	// bidQueued is notified at each bid queued (Stats.Bids).
-	bidQueued broadcast.Signal
 	lastPrune time.Time
 	buckets   map[string]*bucket   // owner -> calls
 	inflight  map[peer.ID]int      // owner -> bids queued or being sent
@@ -509,7 +506,6 @@ func (p *Provider) bidFor(job terms.Job, owner peer.ID, now time.Time, park bool
 	p.bids[bid.Nonce] = &sentBid{bid: bid, job: job, offer: offer}
 	p.stats.Bids++
 	p.mu.Unlock()
-	p.bidQueued.Notify()
 	timeout := min(p.cfg.SendTimeout, job.BidWindow)
 	if !p.enqueue(bidSend{owner: owner, jobID: job.ID, msg: msg, timeout: timeout}) {
 		p.mu.Lock()
@@ -955,11 +951,6 @@ func (p *Provider) waitingLocked(now time.Time) []*terms.Lease {
 	})
 	return waiting
 }
-
-// BidQueued returns a channel closed at the next bid the provider queues
-// for sending (counted in Stats.Bids): take it before reading Stats, so
-// that no bid is missed.
-func (p *Provider) BidQueued() <-chan struct{} { return p.bidQueued.Wait() }
 
 // Stats returns a snapshot of the provider's market activity.
 func (p *Provider) Stats() terms.ProviderStats {
