@@ -176,15 +176,15 @@ type Provider struct {
 	cfg ProviderConfig
 	log *slog.Logger
 
-	mu       sync.Mutex
-	seen     map[callKey]time.Time // owner, job id, attempt -> when
-	bids     map[string]*sentBid   // nonce -> bid
-	confirms map[string]confirmRec // lease id -> signed confirm
-	leases   map[string]*terms.Lease
-	jobs     map[string]terms.Job  // lease id -> its job, while the lease has not ended (to move it)
-	away     map[string]turnedAway // owner/job id -> a call turned away for busy GPUs
-	order    []string
-	stats    terms.ProviderStats
+	mu        sync.Mutex
+	seen      map[callKey]time.Time // owner, job id, attempt -> when
+	bids      map[string]*sentBid   // nonce -> bid
+	confirms  map[string]confirmRec // lease id -> signed confirm
+	leases    map[string]*terms.Lease
+	jobs      map[string]terms.Job  // lease id -> its job, while the lease has not ended (to move it)
+	away      map[string]turnedAway // owner/job id -> a call turned away for busy GPUs
+	order     []string
+	stats     terms.ProviderStats
 	lastPrune time.Time
 	buckets   map[string]*bucket   // owner -> calls
 	inflight  map[peer.ID]int      // owner -> bids queued or being sent
