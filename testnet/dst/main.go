@@ -1,9 +1,9 @@
 // Command dst is gpumesh's deterministic simulation test: providers,
-// renters and a hostile peer running the production lease, booking,
-// receipt and ledger rules in one goroutine, over a simulated network and
-// clock, with every fault drawn from one seed. After every step it checks
-// the invariants (check.go); a violation prints its seed, and the seed
-// replays byte for byte.
+// renters and a hostile peer running the production lease and job
+// machines and booking, receipt and ledger rules in one goroutine, over a
+// simulated network and clock, with every fault drawn from one seed.
+// After every step it checks the invariants (check.go); a violation prints
+// its seed, and the seed replays byte for byte.
 //
 //	go run ./testnet/dst -seeds 500            # seeds 1..500
 //	go run ./testnet/dst -seeds 100000 -from 1000000
