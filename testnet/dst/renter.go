@@ -153,8 +153,15 @@ func (r *renter) step(rec *jobRecord, ev jobmachine.Event) {
 			s.stats.Failed++
 		}
 	}
-	if next.Phase == jobmachine.Unplaceable && before.Phase != jobmachine.Unplaceable {
-		s.stats.Unplaceable++
+	if next.Phase != before.Phase {
+		switch {
+		case next.Phase == jobmachine.Unplaceable:
+			s.stats.Unplaceable++
+		case next.Phase == jobmachine.Cancelled, next.Phase.Final() && next.Run == auction.RunCancelled:
+			s.stats.Cancelled++
+		case before.Phase == jobmachine.Requeued && next.Phase == jobmachine.Auctioning:
+			s.stats.Requeued++
+		}
 	}
 	for _, e := range effs {
 		r.do(rec, e)
