@@ -623,7 +623,14 @@ func (r *renter) onReceipt(raw []byte, from *node) {
 	r.step(rec, jobmachine.ReceiptRecorded{Receipt: sr.Receipt})
 	answer(full, nil)
 	if rec.M.Phase == jobmachine.Requeued {
-		r.reauction(rec, rc.LeaseID) // settled: no need to wait longer
+		// Settled: no need to wait longer (in a step of its own, the
+		// receipt judged while its lease is the job's).
+		jr, id := r.runs[rec.M.Job.ID], rec.M.Job.ID
+		r.n.after(0, "requeue settled "+rc.LeaseID, func() {
+			if r.runs[id] == jr {
+				r.reauction(rec, rc.LeaseID)
+			}
+		})
 	}
 }
 
