@@ -10,6 +10,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/auction/terms"
+	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 )
 
 // Each test here breaks one rule on purpose, through the simulator's
@@ -90,10 +91,29 @@ func (bookedBilling) CheckBilled(r attest.Receipt, l terms.Lease, _, _, now time
 	return attest.CheckBilled(r, l, l.Start, l.End, now, off, hs)
 }
 
-// anyRunState takes any run state after any other.
+// anyRunState takes any run state after any other: the renter's check
+// before its machine, and the machine's own (a report of the current
+// lease is taken as if its run had not begun).
 type anyRunState struct{ Production }
 
 func (anyRunState) Follows(next, _ terms.RunState) bool { return next != "" }
+func (anyRunState) StepJob(r jobmachine.Rules, st jobmachine.Record, ev jobmachine.Event, now time.Time) (jobmachine.Record, []jobmachine.Effect) {
+	if rep, ok := ev.(jobmachine.Reported); ok && st.Lease != nil && st.Lease.ID == rep.LeaseID && !st.Phase.Final() {
+		st.Phase, st.Run = jobmachine.Leased, ""
+	}
+	return r.Step(st, ev, now)
+}
+
+// forgetfulRestart is a job machine that takes up nothing after its
+// renter restarts: a job queued or in auction is never offered again.
+type forgetfulRestart struct{ Production }
+
+func (forgetfulRestart) StepJob(r jobmachine.Rules, st jobmachine.Record, ev jobmachine.Event, now time.Time) (jobmachine.Record, []jobmachine.Effect) {
+	if _, ok := ev.(jobmachine.Restarted); ok {
+		return st, nil
+	}
+	return r.Step(st, ev, now)
+}
 
 // panicBooks gives providers a lease book that panics as it books.
 type panicBooks struct{ Production }
@@ -186,5 +206,14 @@ func TestBreakReissuedReceipt(t *testing.T) {
 func TestBreakLostWatch(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.NoLostWatch = true
+	findViolation(t, cfg, invJobState)
+}
+
+// A renter's job machine that does not take up its records after a
+// restart leaves the jobs it had in auction or queued there past their
+// deadline.
+func TestBreakRestartTakeUp(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Rules = forgetfulRestart{}
 	findViolation(t, cfg, invJobState)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/ledger/record"
+	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 )
 
 // The invariants, checked after every step.
@@ -20,7 +21,7 @@ const (
 	invBookedTwice  = "gpu-booked-twice"   // no GPU booked twice for overlapping time
 	invOverbilled   = "billed-beyond-seen" // no lease billed beyond what its renter observed
 	invSettledTwice = "settled-twice"      // no lease settled twice
-	invJobState     = "job-state"          // every job in one state, never moving back, terminal by its deadline
+	invJobState     = "job-state"          // every job in one machine phase, never moving back, not live past its deadline
 	invJobLost      = "job-lost"           // no posted job lost
 	invLedger       = "ledger-verifies"    // every ledger verifies
 	invPanic        = "no-panic"           // no panic
@@ -46,7 +47,7 @@ type checker struct {
 	fresh    []*hold // holds made this step, checked against the others
 	freshOf  map[*hold]*node
 	posts    map[*node][]string
-	rank     map[string]int // renter/job -> the highest state rank seen
+	marks    map[string]jobMark // renter/job -> where it was at the last step
 	led      map[*node]*ledgerView
 	settled  map[string]string // node/class/lease -> where it was first settled
 	disputed map[string]string // renter/receipt/lease -> the provider that disputed it
@@ -54,7 +55,7 @@ type checker struct {
 
 func newChecker(s *sim) *checker {
 	return &checker{s: s, holds: map[*node][]*hold{}, freshOf: map[*hold]*node{}, posts: map[*node][]string{},
-		rank: map[string]int{}, led: map[*node]*ledgerView{}, settled: map[string]string{}, disputed: map[string]string{}}
+		marks: map[string]jobMark{}, led: map[*node]*ledgerView{}, settled: map[string]string{}, disputed: map[string]string{}}
 }
 
 // booked records a provider's confirmation of a lease on b's devices:
@@ -110,19 +111,53 @@ func (c *checker) bookings() *Violation {
 	return nil
 }
 
-// stateRank orders job states: a job never moves to a lower rank.
-func stateRank(st terms.JobState) int {
-	switch st {
-	case terms.JobBidding:
+// phaseRank orders a job's phases within one attempt (Job.Attempt): a
+// job moves back in rank only as a new attempt (a queued job offered
+// again, a requeued one auctioned again).
+func phaseRank(p jobmachine.Phase) int {
+	switch p {
+	case jobmachine.Auctioning:
 		return 0
-	case terms.JobLeased:
+	case jobmachine.Awarding:
 		return 1
-	case terms.JobFinished, terms.JobUnplaceable:
+	case jobmachine.Queued:
 		return 2
+	case jobmachine.Leased:
+		return 3
+	case jobmachine.Requeued, jobmachine.Verifying:
+		return 4
+	case jobmachine.Finished, jobmachine.Unplaceable, jobmachine.Cancelled, jobmachine.Failed:
+		return 5
 	}
 	return -1
 }
 
+// runRank orders a lease's run states: they never move back.
+func runRank(r terms.RunState) int {
+	switch {
+	case r == "":
+		return 0
+	case r == terms.RunPending:
+		return 1
+	case r.Terminal():
+		return 3
+	}
+	return 2
+}
+
+// jobMark is where a job was at the last step.
+type jobMark struct {
+	attempt, rank int
+	phase         jobmachine.Phase
+	lease         string
+	run           int
+}
+
+// jobs checks every posted job's record, as its renter's machine keeps
+// it: in one known phase, with a current lease exactly when the phase
+// has one; never moving back within an attempt, nor out of a final phase,
+// nor its lease's run state back; and no longer live once its deadline,
+// its last lease's run and the renter's waits for it are past.
 func (c *checker) jobs() *Violation {
 	s := c.s
 	for _, r := range s.nodes {
@@ -134,20 +169,45 @@ func (c *checker) jobs() *Violation {
 			if rec == nil {
 				return s.violation(invJobLost, fmt.Sprintf("%s posted job %s and no longer has it", r.name, id))
 			}
+			m := &rec.M
 			key := r.name + "/" + id
-			rk := stateRank(rec.State)
-			if rk < 0 {
-				return s.violation(invJobState, fmt.Sprintf("%s job %s in unknown state %q", r.name, id, rec.State))
+			rk := phaseRank(m.Phase)
+			if rk < 0 || m.Job.ID != id {
+				return s.violation(invJobState, fmt.Sprintf("%s job %s in unknown phase %q (record of %q)", r.name, id, m.Phase, m.Job.ID))
 			}
-			if was, ok := c.rank[key]; ok && rk < was {
-				return s.violation(invJobState, fmt.Sprintf("%s job %s moved back to %s", r.name, id, rec.State))
+			switch m.Phase {
+			case jobmachine.Auctioning, jobmachine.Awarding, jobmachine.Queued:
+				if m.Lease != nil {
+					return s.violation(invJobState, fmt.Sprintf("%s job %s %s with lease %s", r.name, id, m.Phase, m.Lease.ID))
+				}
+			case jobmachine.Leased, jobmachine.Requeued, jobmachine.Verifying:
+				if m.Lease == nil {
+					return s.violation(invJobState, fmt.Sprintf("%s job %s %s without a lease", r.name, id, m.Phase))
+				}
 			}
-			c.rank[key] = rk
-			// Its latest start, then its run, then the renter's wait
-			// for a lost lease's report: by then it is over.
-			due := rec.Job.Deadline.Add(rec.Job.Duration + lostGrace + time.Minute).Add(-r.skew)
-			if rk < 2 && s.now.After(due) {
-				return s.violation(invJobState, fmt.Sprintf("%s job %s still %s at %s, past its deadline", r.name, id, rec.State, s.now.Sub(epoch)))
+			now := jobMark{attempt: m.Job.Attempt, rank: rk, phase: m.Phase, run: runRank(m.Run)}
+			if m.Lease != nil {
+				now.lease = m.Lease.ID
+			}
+			if was, ok := c.marks[key]; ok {
+				switch {
+				case was.phase.Final() && now.phase != was.phase:
+					return s.violation(invJobState, fmt.Sprintf("%s job %s left %s for %s", r.name, id, was.phase, now.phase))
+				case now.attempt < was.attempt || (now.attempt == was.attempt && now.rank < was.rank):
+					return s.violation(invJobState, fmt.Sprintf("%s job %s moved back from %s (attempt %d) to %s (attempt %d)",
+						r.name, id, was.phase, was.attempt, now.phase, now.attempt))
+				case now.lease != "" && now.lease == was.lease && now.run < was.run:
+					return s.violation(invJobState, fmt.Sprintf("%s job %s lease %s moved back to run %q", r.name, id, now.lease, m.Run))
+				}
+			}
+			c.marks[key] = now
+			// Its latest start, then its run, then the renter's wait for
+			// a lost lease's report, its wait for a requeued lease's
+			// receipt and one more auction, and a renter's crash: by then
+			// it is over.
+			due := m.Deadline().Add(m.Job.Duration + lostGrace + settleWait + bidWindow + 10*awardTimeout + 4*time.Minute).Add(-r.skew)
+			if m.Live() && s.now.After(due) {
+				return s.violation(invJobState, fmt.Sprintf("%s job %s still %s at %s, past its deadline", r.name, id, m.Phase, s.now.Sub(epoch)))
 			}
 		}
 	}
@@ -269,10 +329,10 @@ func (c *checker) billed(r *node, e record.Entry) *Violation {
 	}
 	rc := sr.Receipt
 	rec := r.rent.jobs[rc.JobID]
-	if rec == nil || rec.Lease == nil || rec.Lease.ID != rc.LeaseID {
+	if rec == nil || rec.M.Lease == nil || rec.M.Lease.ID != rc.LeaseID {
 		return nil // the job's record is checked by job-lost
 	}
-	l := rec.Lease
+	l := rec.M.Lease
 	// The lease's times are its provider's clock: moved onto the renter's
 	// by the clocks' true offset. A provider that lies about its clock may
 	// move the renter's estimate off the truth, and gain that much (at most

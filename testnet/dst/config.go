@@ -6,6 +6,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/auction"
 	"github.com/gpumesh/gpumesh/auction/terms"
+	"github.com/gpumesh/gpumesh/node/lease/jobmachine"
 )
 
 // Config sizes a seed's world and sets its fault rates. Its hooks are
@@ -27,8 +28,11 @@ type Config struct {
 	PartitionFor time.Duration
 	// Crashes: how many daemon crashes a seed has (each at a random
 	// instant, of a random node, restarted after a random pause).
-	Crashes  int
-	MaxSkew  time.Duration // each node's clock is off by up to this
+	Crashes int
+	MaxSkew time.Duration // each node's clock is off by up to this
+	// Cancels: the odds that a posted job is cancelled by its poster, at
+	// a random instant.
+	Cancels  float64
 	Executor ExecutorOdds
 
 	// Injection points (nil: production).
@@ -77,6 +81,7 @@ func DefaultConfig() Config {
 		MinDelay: time.Millisecond, MaxDelay: 800 * time.Millisecond,
 		Partitions: 2, PartitionFor: 2 * time.Minute,
 		Crashes: 2, MaxSkew: 3 * time.Second, // home machines' clocks differ by seconds
+		Cancels:  0.1,
 		Executor: ExecutorOdds{Succeed: 6, Fail: 2, Hang: 1, Crash: 1},
 	}
 }
@@ -100,10 +105,12 @@ type Rules interface {
 	CheckBilled(r attest.Receipt, l terms.Lease, observedStart, observedEnd, now time.Time, off attest.ClockOffset, hs attest.HeartbeatSummary) error
 	// Follows is the renter's rule for taking a lease's run state.
 	Follows(next, prev terms.RunState) bool
+	// StepJob is the renter's job machine: r.Step.
+	StepJob(r jobmachine.Rules, st jobmachine.Record, ev jobmachine.Event, now time.Time) (jobmachine.Record, []jobmachine.Effect)
 }
 
 // Production is the rules production follows: auction.NewCalendar,
-// attest.CheckBilled and terms.RunState.Follows.
+// attest.CheckBilled, terms.RunState.Follows and jobmachine.Rules.Step.
 type Production struct{}
 
 func (Production) NewBook(capacity int) Book { return auction.NewCalendar(capacity) }
@@ -111,6 +118,9 @@ func (Production) CheckBilled(r attest.Receipt, l terms.Lease, observedStart, ob
 	return attest.CheckBilled(r, l, observedStart, observedEnd, now, off, hs)
 }
 func (Production) Follows(next, prev terms.RunState) bool { return next.Follows(prev) }
+func (Production) StepJob(r jobmachine.Rules, st jobmachine.Record, ev jobmachine.Event, now time.Time) (jobmachine.Record, []jobmachine.Effect) {
+	return r.Step(st, ev, now)
+}
 
 // Disk is the faults of a simulated node's disk.
 type Disk interface {

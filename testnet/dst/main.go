@@ -1,9 +1,9 @@
 // Command dst is gpumesh's deterministic simulation test: providers,
-// renters and a hostile peer running the production lease, booking,
-// receipt and ledger rules in one goroutine, over a simulated network and
-// clock, with every fault drawn from one seed. After every step it checks
-// the invariants (check.go); a violation prints its seed, and the seed
-// replays byte for byte.
+// renters and a hostile peer running the production lease and job
+// machines and booking, receipt and ledger rules in one goroutine, over a
+// simulated network and clock, with every fault drawn from one seed.
+// After every step it checks the invariants (check.go); a violation prints
+// its seed, and the seed replays byte for byte.
 //
 //	go run ./testnet/dst -seeds 500            # seeds 1..500
 //	go run ./testnet/dst -seeds 100000 -from 1000000
@@ -79,8 +79,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	st := sum.Stats
 	fmt.Fprintf(stdout, "%d seeds, %d violations, trace hash %s\n", *seeds, len(sum.Violations), sum.TraceHash)
-	fmt.Fprintf(stdout, "  %d steps; %d jobs: %d finished, %d failed, %d unplaceable; %d settled, %d disputed, %d abandoned; %d refused; %d crashes, %d partitions, %d dropped, %d duplicated\n",
-		sum.Steps, st.Jobs, st.Finished, st.Failed, st.Unplaceable, st.Settled, st.Disputed, st.Abandoned, st.Refused, st.Crashes, st.Partitions, st.Dropped, st.Duplicated)
+	fmt.Fprintf(stdout, "  %d steps; %d jobs: %d unplaceable, %d cancelled, %d requeues; runs: %d succeeded, %d failed; %d settled, %d disputed, %d abandoned; %d refused; %d crashes, %d partitions, %d dropped, %d duplicated\n",
+		sum.Steps, st.Jobs, st.Unplaceable, st.Cancelled, st.Requeued, st.Finished, st.Failed, st.Settled, st.Disputed, st.Abandoned, st.Refused, st.Crashes, st.Partitions, st.Dropped, st.Duplicated)
 	if len(sum.Violations) > 0 {
 		return 1
 	}
@@ -143,6 +143,8 @@ func (s *Stats) add(o Stats) {
 	s.Finished += o.Finished
 	s.Failed += o.Failed
 	s.Unplaceable += o.Unplaceable
+	s.Cancelled += o.Cancelled
+	s.Requeued += o.Requeued
 	s.Settled += o.Settled
 	s.Disputed += o.Disputed
 	s.Abandoned += o.Abandoned

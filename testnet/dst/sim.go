@@ -69,10 +69,14 @@ type Result struct {
 
 // Stats count what a seed's run did, for the campaign's summary.
 type Stats struct {
-	Jobs, Finished, Failed, Unplaceable int
-	Settled, Disputed, Abandoned        int
-	Crashes, Partitions                 int
-	Dropped, Duplicated, Refused        int
+	// Jobs posted, and how many went unplaceable, were cancelled by their
+	// posters, went back to auction (Requeued, per requeue); Finished and
+	// Failed count lease runs that succeeded or did not.
+	Jobs, Unplaceable, Cancelled, Requeued int
+	Finished, Failed                       int
+	Settled, Disputed, Abandoned           int
+	Crashes, Partitions                    int
+	Dropped, Duplicated, Refused           int
 }
 
 // sim is one seed's world: its clock, its event queue, its network and

@@ -107,6 +107,13 @@ func (s *sim) setup() {
 			id := fmt.Sprintf("%s-j%d", n.name, j)
 			at := s.between(0, 20*time.Minute)
 			s.at(epoch.Add(at), n, n.name+" post "+id, func() { n.rent.post(id) })
+			if s.chance(c.Cancels) {
+				s.at(epoch.Add(at+s.between(0, 40*time.Minute)), nil, n.name+" cancel "+id, func() {
+					if n.up {
+						n.rent.cancel(id)
+					}
+				})
+			}
 		}
 	}
 	for _, n := range s.nodes {

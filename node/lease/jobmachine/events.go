@@ -126,7 +126,9 @@ type (
 	// (read when it has no count); Unverified says its lease succeeded
 	// but the renter had not checked its evidence yet. Archived are the
 	// unsettled leases a record stored before the machine kept them
-	// (read when it has none).
+	// (read when it has none). A job queued or in auction is queued
+	// again, a running lease watched again, and a requeued job's wait for
+	// its lease to settle begun again (Requeue).
 	Restarted struct {
 		State      terms.JobState
 		Leases     int

@@ -514,6 +514,13 @@ func (s *stepper) restarted(ev Restarted) {
 		if st.Lease != nil && !st.Run.Terminal() {
 			s.do(Watch{Lease: *st.Lease, Since: s.now})
 		}
+	case Requeued:
+		// Its driver's wait for the lease to settle, before the job goes
+		// back to auction, stopped with the daemon: it begins again (else
+		// the job stays requeued, never auctioned again).
+		if st.Lease != nil {
+			s.do(Requeue{Lease: *st.Lease, Run: st.Run, Fault: st.Fault, Detail: st.Detail})
+		}
 	}
 }
 

@@ -341,6 +341,37 @@ func TestOldRecordsReadAsMachineState(t *testing.T) {
 	}
 }
 
+// TestRestartedRequeuedWaitsAgain: a job requeued when its daemon stopped
+// (its driver waiting for the lease to settle before the job goes back to
+// auction) asks for that wait again as it restarts; without it, it stayed
+// requeued for ever (the deterministic simulator's seed 135: its renter
+// crashed during the wait).
+func TestRestartedRequeuedWaitsAgain(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		rec   Record
+		state terms.JobState
+	}{
+		{"preempted", at(Requeued), terms.JobLeased},
+		{"no evidence", func() Record {
+			r := at(Requeued)
+			r.Run, r.Fault, r.Detail = terms.RunFailed, terms.FaultProvider, "no evidence of work: log differs"
+			return r
+		}(), terms.JobLeased},
+		{"stored before phases", func() Record { r := at(Requeued); r.Phase = ""; return r }(), terms.JobLeased},
+	} {
+		st, effs := rules.Step(c.rec, Restarted{State: c.state, Leases: 1}, t0)
+		l := *c.rec.Lease
+		want := []Effect{Requeue{Lease: l, Run: c.rec.Run, Fault: c.rec.Fault, Detail: c.rec.Detail}}
+		if st.Phase != Requeued || !reflect.DeepEqual(effs, want) {
+			t.Fatalf("%s: restarted as %s with %#v, want requeued with %#v", c.name, st.Phase, effs, want)
+		}
+		if st, _ = rules.Step(st, Reauctioned{Job: job()}, t0); st.Phase != Auctioning {
+			t.Fatalf("%s: reauctioned as %s", c.name, st.Phase)
+		}
+	}
+}
+
 // TestRefusedReceiptsBecomeADispute: a lease's receipt refused
 // MaxRefusals times gives its settlement up as a dispute, shown in the
 // record if the lease is the current one and recorded either way; a
