@@ -54,8 +54,10 @@ type fakeExec struct {
 	dir   string
 	mu    sync.Mutex
 	gates map[string]chan struct{}
-	// started receives each job's id as it starts.
-	started chan string
+	// starts lists each job's id as it starts (a list, not a channel: a
+	// provider may start more jobs than any buffer while no test reads
+	// them, and a start must never wait on a reader).
+	starts []string
 	// specs holds each started job's spec, by id.
 	specs sync.Map
 	// running holds the job running on each device, by index; overlaps
@@ -66,7 +68,7 @@ type fakeExec struct {
 }
 
 func newFakeExec(t *testing.T) *fakeExec {
-	return &fakeExec{dir: t.TempDir(), gates: map[string]chan struct{}{}, started: make(chan string, 64), running: map[int]string{}}
+	return &fakeExec{dir: t.TempDir(), gates: map[string]chan struct{}{}, running: map[int]string{}}
 }
 
 func (e *fakeExec) gate(name string) chan struct{} {
@@ -155,11 +157,20 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 	h.free = func() { e.vacate(spec.ID, spec.GPUs) }
 	fmt.Fprintf(stdout, "fake job %s started\n", spec.ID)
 	go h.run(done, exit, spec.Deadline)
-	e.started <- spec.ID
+	e.mu.Lock()
+	e.starts = append(e.starts, spec.ID)
+	e.mu.Unlock()
 	if spec.Command[0] == "ended" {
 		<-h.done
 	}
 	return h, nil
+}
+
+// startedJobs lists the ids of the jobs started so far, in order.
+func (e *fakeExec) startedJobs() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.starts...)
 }
 
 // occupy marks devices running job id, noting each that another job still
