@@ -218,6 +218,9 @@ type Supervisor struct {
 	// drain (what DrainWait waits on).
 	changed broadcast
 	wg      sync.WaitGroup
+	// closing is set (under mu) once Close began: no lease starts a run
+	// from then on, so no goroutine joins wg while Close waits for it.
+	closing bool
 	// pruned is when job files were last pruned (unix nanoseconds).
 	pruned atomic.Int64
 	// jobBytes is what the job files held at the last size prune plus
@@ -584,10 +587,19 @@ func (s *Supervisor) OnLease(l auction.Lease, job auction.Job, preempts []string
 		return
 	}
 	s.mu.Lock()
+	if s.closing {
+		// Confirmed while the daemon stops (an award still in flight):
+		// not run, as if it crashed just after the confirm; its renter
+		// hears no heartbeat and recovers the job elsewhere.
+		s.mu.Unlock()
+		s.log.Warn("lease confirmed while stopping: not run", "lease", l.ID, "job", l.JobID)
+		return
+	}
 	s.runs[l.ID] = r
 	s.bindLocked(l.ID, l.JobID, l.Renter)
-	s.mu.Unlock()
+	// Counted under mu, which Close takes to set closing before it waits.
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		r.runGuarded()
@@ -658,6 +670,7 @@ func (s *Supervisor) OnMove(moved auction.Lease, _ auction.Job) bool {
 // the supervisor's goroutines. Cancel ctx first.
 func (s *Supervisor) Close() {
 	s.mu.Lock()
+	s.closing = true
 	runs := make([]*leaseRun, 0, len(s.runs))
 	for _, r := range s.runs {
 		runs = append(runs, r)
