@@ -667,7 +667,8 @@ func (s *Supervisor) OnMove(moved auction.Lease, _ auction.Job) bool {
 // Close stops every job (the daemon is stopping: they are reported failed),
 // except confirmed leases that have not started yet, which stay pending in
 // the store for the next start (Recover books them again), and waits for
-// the supervisor's goroutines. Cancel ctx first.
+// the supervisor's goroutines. A lease confirmed once Close began is not
+// run (OnLease). Cancel ctx first.
 func (s *Supervisor) Close() {
 	s.mu.Lock()
 	s.closing = true
