@@ -804,7 +804,7 @@ func (t *Tracker) saveOne(id string) bool {
 		return false
 	}
 	v := s.view()
-	rec := jobRecord{jobState: *s, State: v.State, Unsettled: t.unsettledLocked(id), Released: t.releasedOfLocked(id)}
+	rec := jobRecord{jobState: s.snapshot(), State: v.State, Unsettled: t.unsettledLocked(id), Released: t.releasedOfLocked(id)}
 	t.mu.Unlock()
 	if err := t.cfg.Store.Put(id, rec); err != nil {
 		t.log.Error("persist job", "job", id, "err", err)
