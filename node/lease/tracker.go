@@ -685,7 +685,10 @@ func (t *Tracker) onLease(l auction.Lease, job auction.Job) {
 	t.save(key)
 	if w, ok := has[jobmachine.Watch](effs); ok {
 		t.watch(key, w.Lease, time.Time{})
-		t.guard(key, w.Lease, time.Time{})
+		// Silence counts from now, not from the lease's start: until its
+		// confirm was recorded here (late on a busy renter) the lease's
+		// heartbeats were refused, and that is not its provider's silence.
+		t.guard(key, w.Lease, t.now())
 	}
 }
 
