@@ -414,7 +414,9 @@ func (s *Supervisor) checkLimits() {
 	if over != "" {
 		s.limits.Breaches++
 		for _, r := range s.runs {
-			if l := r.lease(); l.Preemptible && !r.state().Terminal() {
+			// A lease told to stop already (by the last reading: its job
+			// may take a while to stop) is not preempted, nor counted, again.
+			if l := r.lease(); l.Preemptible && !r.state().Terminal() && !r.stopAsked() {
 				victims = append(victims, r)
 			}
 		}
@@ -708,6 +710,14 @@ func (r *leaseRun) state() auction.RunState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pr.Rec.Run
+}
+
+// stopAsked reports whether the lease was told to stop already (the first
+// stop counts).
+func (r *leaseRun) stopAsked() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pr.Rec.Stop != nil
 }
 
 func (r *leaseRun) phase() lifecycle.Phase {
