@@ -299,15 +299,20 @@ type crashable struct {
 
 var errCrashed = errors.New("node crashed")
 
+// crashStore is a node's store, notifying b once each record is written
+// (a save wakes its waiters before it writes: a waiter reading the store
+// must hear of the write itself).
 type crashStore struct {
 	c *crashable
 	s *ledger.State
+	b *broadcast
 }
 
 func (s crashStore) Put(key string, v any) error {
 	if s.c.dead.Load() {
 		return errCrashed
 	}
+	defer s.b.notify()
 	return s.s.Put(key, v)
 }
 func (s crashStore) List(fn func(string, []byte) error) error { return s.s.List(fn) }
@@ -566,7 +571,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		t.Fatal(err)
 	}
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
-		Store: crashStore{n.crash, db.State("renter-jobs")}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
+		Store: crashStore{n.crash, db.State("renter-jobs"), &h.changed}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
 		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: h.settleWait, Counters: n.counters,
 		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, Evidence: streams{h, s.ID()},
 		KeptDir: n.kept, Pins: h.pins(), Directory: directory{h}, Log: log}); err != nil {
@@ -598,7 +603,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			}
 		}
 		cfg := SupervisorConfig{Signer: s, Transport: ct,
-			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: exec,
+			Store: crashStore{n.crash, db.State("provider-leases"), &h.changed}, Receipts: n.receipts, Exec: exec,
 			JobsDir: n.jobsDir, GPUs: devs, Fingerprint: fpEnv, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
 			JobFilesMaxRetain: spec.maxRetain, Now: spec.now,
 			RecoverDelay: time.Millisecond, SettleRetry: 20 * time.Millisecond, SettleRetryMax: 100 * time.Millisecond,
