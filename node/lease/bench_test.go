@@ -25,15 +25,6 @@ func TestMarketFigures(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		p := h.provider(provSpec{model: "A100", price: 1})
 		providers = append(providers, p)
-		go func() { // nobody waits on the fake executor's start signals here
-			for {
-				select {
-				case <-p.exec.started:
-				case <-p.ctx.Done():
-					return
-				}
-			}
-		}()
 	}
 	renters := []*node{h.renter(), h.renter(), h.renter(), h.renter()}
 	mk := func() terms.Job {

@@ -56,8 +56,10 @@ type fakeExec struct {
 	dir   string
 	mu    sync.Mutex
 	gates map[string]chan struct{}
-	// started receives each job's id as it starts.
-	started chan string
+	// starts lists each job's id as it starts (a list, not a channel: a
+	// provider may start more jobs than any buffer while no test reads
+	// them, and a start must never wait on a reader).
+	starts []string
 	// specs holds each started job's spec, by id.
 	specs sync.Map
 	// running holds the job running on each device, by index; overlaps
@@ -68,7 +70,7 @@ type fakeExec struct {
 }
 
 func newFakeExec(t *testing.T) *fakeExec {
-	return &fakeExec{dir: t.TempDir(), gates: map[string]chan struct{}{}, started: make(chan string, 64), running: map[int]string{}}
+	return &fakeExec{dir: t.TempDir(), gates: map[string]chan struct{}{}, running: map[int]string{}}
 }
 
 func (e *fakeExec) gate(name string) chan struct{} {
@@ -157,11 +159,20 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 	h.free = func() { e.vacate(spec.ID, spec.GPUs) }
 	fmt.Fprintf(stdout, "fake job %s started\n", spec.ID)
 	go h.run(done, exit, spec.Deadline)
-	e.started <- spec.ID
+	e.mu.Lock()
+	e.starts = append(e.starts, spec.ID)
+	e.mu.Unlock()
 	if spec.Command[0] == "ended" {
 		<-h.done
 	}
 	return h, nil
+}
+
+// startedJobs lists the ids of the jobs started so far, in order.
+func (e *fakeExec) startedJobs() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.starts...)
 }
 
 // occupy marks devices running job id, noting each that another job still
@@ -290,15 +301,20 @@ type crashable struct {
 
 var errCrashed = errors.New("node crashed")
 
+// crashStore is a node's store, notifying b once each record is written
+// (a save wakes its waiters before it writes: a waiter reading the store
+// must hear of the write itself).
 type crashStore struct {
 	c *crashable
 	s *ledger.State
+	b *broadcast.Signal
 }
 
 func (s crashStore) Put(key string, v any) error {
 	if s.c.dead.Load() {
 		return errCrashed
 	}
+	defer s.b.Notify()
 	return s.s.Put(key, v)
 }
 func (s crashStore) List(fn func(string, []byte) error) error { return s.s.List(fn) }
@@ -557,7 +573,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		t.Fatal(err)
 	}
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
-		Store: crashStore{n.crash, db.State("renter-jobs")}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
+		Store: crashStore{n.crash, db.State("renter-jobs"), &h.changed}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
 		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: h.settleWait, Counters: n.counters,
 		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, Evidence: streams{h, s.ID()},
 		KeptDir: n.kept, Pins: h.pins(), Directory: directory{h}, Log: log}); err != nil {
@@ -589,7 +605,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			}
 		}
 		cfg := SupervisorConfig{Signer: s, Transport: ct,
-			Store: crashStore{n.crash, db.State("provider-leases")}, Receipts: n.receipts, Exec: exec,
+			Store: crashStore{n.crash, db.State("provider-leases"), &h.changed}, Receipts: n.receipts, Exec: exec,
 			JobsDir: n.jobsDir, GPUs: devs, Fingerprint: fpEnv, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
 			JobFilesMaxRetain: spec.maxRetain, Now: spec.now,
 			RecoverDelay: time.Millisecond, SettleRetry: 20 * time.Millisecond, SettleRetryMax: 100 * time.Millisecond,

@@ -107,3 +107,22 @@ func TestOldJobRecordsReadAsMachineState(t *testing.T) {
 			strings.HasSuffix(rec["reasons"].([]any)[1].(string), "queued")
 	})
 }
+
+// TestJobSnapshotOwnsItsHistory: a save marshals a snapshot of the job
+// once the tracker's lock is released, while a late receipt, report or
+// dispute changes an archived lease's record in place under that lock
+// (go test -race saw settledArchived write a record a save was
+// marshalling): the snapshot's archived leases are its own.
+func TestJobSnapshotOwnsItsHistory(t *testing.T) {
+	s := &jobState{}
+	s.History = []api.LeaseRecord{{Lease: terms.Lease{ID: "l1"}, Detail: "lost"}}
+	snap := s.snapshot()
+	rec := historyRecordLocked(s, "l1")
+	rec.CostUSD, rec.Receipt, rec.Detail = 1.5, true, "lost; its provider reported later"
+	if got := snap.History[0]; got.Receipt || got.CostUSD != 0 || got.Detail != "lost" {
+		t.Fatalf("snapshot's archived lease changed with the job's: %+v", got)
+	}
+	if !s.History[0].Receipt {
+		t.Fatal("the job's own archived lease was not changed")
+	}
+}

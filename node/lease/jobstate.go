@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"slices"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
@@ -54,6 +55,16 @@ type jobFacts struct {
 	// reasonsFolded is how many of the auction's reasons for the job were
 	// folded into its record (the auction forgets the job at a restart).
 	reasonsFolded int
+}
+
+// snapshot is a copy of s to read once t.mu is released (a save marshals
+// it then): its archived leases (History), whose records change in place
+// (a late receipt, a late report, a dispute), are a copy of its own. The
+// other slices are only ever replaced or appended to.
+func (s *jobState) snapshot() jobState {
+	c := *s
+	c.History = slices.Clone(s.History)
+	return c
 }
 
 // view is the API's job view of s: a projection (a gang job's members are

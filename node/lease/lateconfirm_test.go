@@ -125,3 +125,38 @@ func TestReportBeforeConfirmWaits(t *testing.T) {
 		t.Fatalf("%d reports refused as an unknown lease", n)
 	}
 }
+
+// TestLateConfirmIsNotProviderSilence: a confirm that reaches a busy
+// renter late (here half a second, within its award's timeout) leaves the
+// lease unrecorded that long, and the heartbeats its provider sends
+// meanwhile are refused (not yet the job's). That wait is the renter's,
+// not the provider's silence: the lease is not given up as lost once
+// recorded (the renter's guard counted silence from the lease's start,
+// gave the lease up at once, and requeued a job that ran fine).
+func TestLateConfirmIsNotProviderSilence(t *testing.T) {
+	h := newHarness(t)
+	h.lossAfter = 300 * time.Millisecond
+	r := h.renter()
+	p := h.provider(provSpec{model: "H100", price: 1})
+	// The network's latency on the way back, as awardDelay's on the way
+	// there: longer than lossAfter, shorter than the award's timeout.
+	slow := func() {
+		in := time.NewTimer(500 * time.Millisecond)
+		defer in.Stop()
+		<-in.C
+	}
+	r.crash.holdConfirm.Store(&slow)
+	v := r.post(job(terms.Silver, 5, time.Minute, "gate", "done", "0"))
+	r.crash.holdConfirm.Store(nil)
+	v = r.waitJob(v.Job.ID, "running with heartbeats", func(v api.JobView) bool {
+		return v.Run == terms.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 3
+	})
+	p.exec.open("done")
+	v = r.waitJob(v.Job.ID, "settled", settled)
+	if v.Run != terms.RunSucceeded || v.Lease.Provider != p.id() || len(v.History) != 0 {
+		t.Fatalf("job %s: run %s (%s) on %s, history %+v", v.Job.ID, v.Run, v.Detail, v.Lease.Provider, v.History)
+	}
+	if n := counter(r, "renter.lease_lost"); n != 0 {
+		t.Fatalf("renter.lease_lost = %d: a late confirm was taken for the provider's silence", n)
+	}
+}

@@ -179,8 +179,10 @@ func TestGoldPreemptsBronze(t *testing.T) {
 	used := first.Ended.Sub(first.Started)
 	// The receipt bills the run's span, clamped to the lease, less the
 	// heartbeat gaps in the summary both sides agreed on (exactly what
-	// attest.BillableSeconds allows); the gaps are scheduling jitter here,
-	// never most of the run.
+	// attest.BillableSeconds allows). How much of the run the gaps take is
+	// the host's scheduling (go test -race on a loaded host saw 125 ms of a
+	// 199 ms run): the summary carries at least the heartbeats the renter
+	// saw before the preemption, and the bill is more than nothing.
 	es := r.entries(record.KindReceipt, first.Lease.ID)
 	if len(es) != 1 {
 		t.Fatalf("%d receipts for the preempted lease", len(es))
@@ -190,7 +192,10 @@ func TestGoldPreemptsBronze(t *testing.T) {
 		t.Fatal(err)
 	}
 	billable := attest.BillableSeconds(first.Lease, first.Started, first.Ended, first.Ended, sr.Receipt.Heartbeats)
-	if want := attest.AmountFor(billable, first.Lease.Price); used <= 0 || billable < used.Seconds()/2 || math.Abs(first.CostUSD-want) > 1e-9 {
+	if n := sr.Receipt.Heartbeats.Count; n < 3 {
+		t.Fatalf("preempted lease's receipt counts %d heartbeats, the renter saw 3 before the preemption", n)
+	}
+	if want := attest.AmountFor(billable, first.Lease.Price); used <= 0 || billable <= 0 || math.Abs(first.CostUSD-want) > 1e-9 {
 		t.Fatalf("preempted lease billed %v for %s (billable %.4fs), want %v", first.CostUSD, used, billable, want)
 	}
 	if !strings.Contains(strings.Join(bv.Reasons, ";"), "requeued after attempt 0") {

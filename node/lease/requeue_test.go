@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 	"testing"
@@ -67,12 +68,19 @@ func TestRequeueFollowsTheReceipt(t *testing.T) {
 	// requeued elsewhere until its attempts are spent.
 	j := job(terms.Silver, 5, time.Minute, "panic", "-", "0")
 	j.MaxAttempts = attempts
-	r.post(j)
+	posted := r.post(j)
 	var v api.JobView
 	select {
 	case v = <-finished:
 	case <-time.After(h.settleWait):
-		t.Fatalf("the job did not finish its attempts within one SettleWait (%s): a requeue waited it out", h.settleWait)
+		// Where it stood: the attempt that waited, and what its lease had.
+		now, _ := r.tracker.View(posted.Job.ID)
+		cur := "none"
+		if now.Lease != nil {
+			cur = fmt.Sprintf("%s (attempt %d) run %q receipt %v", now.Lease.ID, now.Lease.Attempt, now.Run, now.Receipt != nil)
+		}
+		t.Fatalf("the job did not finish its attempts within one SettleWait (%s): a requeue waited it out; job %s, %d archived, lease %s; renter counters %v",
+			h.settleWait, now.State, len(now.History), cur, r.counters.Snapshot())
 	}
 	if len(v.History) != attempts-1 || v.Run != terms.RunFailed {
 		t.Fatalf("job finished %s after %d earlier attempts, want %d", v.Run, len(v.History), attempts-1)

@@ -219,6 +219,9 @@ type Supervisor struct {
 	// drain (what DrainWait waits on).
 	changed broadcast.Signal
 	wg      sync.WaitGroup
+	// closing is set (under mu) once Close began: no lease starts a run
+	// from then on, so no goroutine joins wg while Close waits for it.
+	closing bool
 	// pruned is when job files were last pruned (unix nanoseconds).
 	pruned atomic.Int64
 	// jobBytes is what the job files held at the last size prune plus
@@ -414,7 +417,9 @@ func (s *Supervisor) checkLimits() {
 	if over != "" {
 		s.limits.Breaches++
 		for _, r := range s.runs {
-			if l := r.lease(); l.Preemptible && !r.state().Terminal() {
+			// A lease told to stop already (by the last reading: its job
+			// may take a while to stop) is not preempted, nor counted, again.
+			if l := r.lease(); l.Preemptible && !r.state().Terminal() && !r.stopAsked() {
 				victims = append(victims, r)
 			}
 		}
@@ -587,10 +592,19 @@ func (s *Supervisor) OnLease(l terms.Lease, job terms.Job, preempts []string) {
 		return
 	}
 	s.mu.Lock()
+	if s.closing {
+		// Confirmed while the daemon stops (an award still in flight):
+		// not run, as if it crashed just after the confirm; its renter
+		// hears no heartbeat and recovers the job elsewhere.
+		s.mu.Unlock()
+		s.log.Warn("lease confirmed while stopping: not run", "lease", l.ID, "job", l.JobID)
+		return
+	}
 	s.runs[l.ID] = r
 	s.bindLocked(l.ID, l.JobID, l.Renter)
-	s.mu.Unlock()
+	// Counted under mu, which Close takes to set closing before it waits.
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		r.runGuarded()
@@ -658,9 +672,11 @@ func (s *Supervisor) OnMove(moved terms.Lease, _ terms.Job) bool {
 // Close stops every job (the daemon is stopping: they are reported failed),
 // except confirmed leases that have not started yet, which stay pending in
 // the store for the next start (Recover books them again), and waits for
-// the supervisor's goroutines. Cancel ctx first.
+// the supervisor's goroutines. A lease confirmed once Close began is not
+// run (OnLease). Cancel ctx first.
 func (s *Supervisor) Close() {
 	s.mu.Lock()
+	s.closing = true
 	runs := make([]*leaseRun, 0, len(s.runs))
 	for _, r := range s.runs {
 		runs = append(runs, r)
@@ -697,6 +713,14 @@ func (r *leaseRun) state() terms.RunState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pr.Rec.Run
+}
+
+// stopAsked reports whether the lease was told to stop already (the first
+// stop counts).
+func (r *leaseRun) stopAsked() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pr.Rec.Stop != nil
 }
 
 func (r *leaseRun) phase() lifecycle.Phase {

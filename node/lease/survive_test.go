@@ -150,3 +150,28 @@ func TestPanicInLeaseEndsOnlyThatLease(t *testing.T) {
 		t.Fatalf("second lease: %s (%s)", v2.Run, v2.Detail)
 	}
 }
+
+// TestLeaseConfirmedWhileStoppingIsNotRun: an award still in flight as the
+// daemon stops may be confirmed by the auction after the supervisor's
+// Close began. Its lease is not run (as if the provider crashed just after
+// the confirm: its renter recovers the job elsewhere), so no run outlives
+// Close, and none joins the goroutines Close waits for (go test -race saw
+// that Add race with Close's Wait).
+func TestLeaseConfirmedWhileStoppingIsNotRun(t *testing.T) {
+	h := newHarness(t)
+	p := h.provider(provSpec{model: "A100", price: 1})
+	p.cancel()
+	p.sup.Close()
+	now := time.Now()
+	j := job(terms.Silver, 2, time.Minute, "run", "20", "0")
+	j.ID, j.Owner = "job-late-award", "renter-of-a-late-award"
+	l := terms.Lease{ID: "lease-late-award", JobID: j.ID, Renter: j.Owner, Provider: p.id(), Price: 2,
+		Start: now, End: now.Add(time.Minute), GPUCount: 1, State: terms.RunPending}
+	p.sup.OnLease(l, j, nil)
+	if r := p.sup.run(l.ID); r != nil {
+		t.Fatalf("lease confirmed after Close is run (phase %s)", r.phase())
+	}
+	if ids := p.exec.startedJobs(); len(ids) > 0 {
+		t.Fatalf("provider started %v after Close", ids)
+	}
+}

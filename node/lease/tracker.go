@@ -758,7 +758,7 @@ func (t *Tracker) saveOne(id string) bool {
 		return false
 	}
 	v := s.view()
-	rec := jobRecord{jobState: *s, State: v.State, Unsettled: t.unsettledLocked(id)}
+	rec := jobRecord{jobState: s.snapshot(), State: v.State, Unsettled: t.unsettledLocked(id)}
 	t.mu.Unlock()
 	if err := t.cfg.Store.Put(id, rec); err != nil {
 		t.log.Error("persist job", "job", id, "err", err)

@@ -224,7 +224,10 @@ func (s *stepper) confirm(l terms.Lease, job terms.Job) {
 	st.ExitCode, st.Detail, st.Fault, st.Receipt, st.Dispute = nil, "", terms.FaultNone, nil, ""
 	st.Started, st.Ended, st.Due, st.Awarded = time.Time{}, time.Time{}, time.Time{}, nil
 	st.Leases++
-	s.do(Persist{}, Watch{Lease: l})
+	// Silence counts from now, not from the lease's start: until its
+	// confirm was recorded here (late on a busy renter) the lease's
+	// heartbeats were refused, and that is not its provider's silence.
+	s.do(Persist{}, Watch{Lease: l, Since: s.now})
 }
 
 // noLease takes an auction that ended without a lease: the job is queued
