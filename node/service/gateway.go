@@ -286,11 +286,13 @@ func (b balancer) RoundTrip(req *http.Request) (*http.Response, error) {
 		if cerr := clientFailed(req); err != nil && cerr != nil {
 			// The client's body failed (cut off, over the limit): not the
 			// replica's doing, and not to be sent again.
+			s.requested() // idle counts from a request's end
 			r.outstanding.Add(-1)
 			return nil, cerr
 		}
 		if err != nil {
 			s.record(r, time.Since(start), err, usage{})
+			s.requested() // idle counts from a request's end
 			r.outstanding.Add(-1)
 			if req.Context().Err() == nil && !errors.Is(err, errReplicaStatus) {
 				// A transport failure: keep requests off the replica until a
@@ -396,6 +398,7 @@ func (s *Service) track(r *replica, req *http.Request, resp *http.Response, ttfb
 			err = fmt.Errorf("%w: %s", errReplicaStatus, resp.Status)
 		}
 		s.record(r, ttfb, err, u)
+		s.requested() // idle counts from a request's end, before it leaves outstanding
 		r.outstanding.Add(-1)
 	}
 	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {

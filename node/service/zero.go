@@ -30,7 +30,10 @@ func normalizeZero(spec *api.ServiceSpec) error {
 	return nil
 }
 
-// requested notes a request's arrival, for sleepIfIdle.
+// requested notes a request's arrival and its end, for sleepIfIdle: a
+// service is idle for its IdleAfter from the end of its last request (a
+// long answer is not idle time), noted before the request leaves its
+// replica's outstanding count.
 func (s *Service) requested() { s.lastRequest.Store(s.now().UnixNano()) }
 
 // sleepIfIdle scales a ScaleToZero service to zero once no request has

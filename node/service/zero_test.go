@@ -1,7 +1,9 @@
 package service
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +105,50 @@ func TestUnadmittedRequestDoesNotWake(t *testing.T) {
 	defer s.mu.Unlock()
 	if !s.asleep || s.desired != 0 || s.waiting.Load() != 0 {
 		t.Fatalf("after refused requests: asleep %v, desired %d; want still scaled to zero", s.asleep, s.desired)
+	}
+}
+
+// TestIdleCountsFromTheLastRequestsEnd: a service scales to zero once no
+// request has been in flight for its IdleAfter, counted from the end of
+// the last one: an answer that took longer than IdleAfter does not put
+// the service to sleep the moment it is delivered.
+func TestIdleCountsFromTheLastRequestsEnd(t *testing.T) {
+	spec := testSpec()
+	spec.ScaleToZero, spec.IdleAfter = true, 2*time.Second
+	r := deadReplica("r")
+	s := regionService(t, spec, r)
+	now := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	s.m.cfg.Now = func() time.Time { return now }
+
+	// A request arrives, and its answer takes 5 s: three past IdleAfter.
+	s.requested()
+	r.outstanding.Add(1)
+	req := httptest.NewRequest(http.MethodGet, "/slow", nil)
+	resp := &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("done")), Header: http.Header{}}
+	body := s.track(r, req, resp, time.Millisecond)
+	now = now.Add(5 * time.Second)
+	s.mu.Lock()
+	s.sleepIfIdle(now)
+	asleep := s.asleep
+	s.mu.Unlock()
+	if asleep {
+		t.Fatal("scaled to zero with a request in flight")
+	}
+	_, _ = io.Copy(io.Discard, body)
+	body.Close() // delivered: its end is now
+
+	s.mu.Lock()
+	s.sleepIfIdle(now.Add(spec.IdleAfter - time.Millisecond))
+	asleep = s.asleep
+	s.mu.Unlock()
+	if asleep {
+		t.Fatalf("scaled to zero %s after the last answer's end, before its %s idle_after", spec.IdleAfter-time.Millisecond, spec.IdleAfter)
+	}
+	s.mu.Lock()
+	s.sleepIfIdle(now.Add(spec.IdleAfter))
+	asleep = s.asleep
+	s.mu.Unlock()
+	if !asleep {
+		t.Fatalf("still awake %s after the last answer's end", spec.IdleAfter)
 	}
 }
