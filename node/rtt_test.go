@@ -139,11 +139,11 @@ func tcpAddr(t *testing.T, n *testNode) string {
 }
 
 // TestLatencyTermsOverLibp2p: a renter and three providers on loopback:
-// near; far, cheaper, behind a link of 80 ms round trip (a TCP proxy
-// delaying every byte 40 ms each way; its only connection to the renter);
+// near; far, cheaper, behind a link of 150 ms round trip (a TCP proxy
+// delaying every byte 75 ms each way; its only connection to the renter);
 // and mute, the cheapest, a hostile peer that does not answer pings (to
 // hide how far it is). The renter really measures them with libp2p ping:
-// far is rejected from a MaxRTT 50ms job for its RTT and mute for having
+// far is rejected from a MaxRTT 100ms job for its RTT and mute for having
 // none (`bids` says so); both lose a Near job to the dearer near one on
 // the latency term; a job without latency terms goes to the cheapest. A
 // daemon also keeps the round trips to the providers it knows fresh in
@@ -152,7 +152,9 @@ func TestLatencyTermsOverLibp2p(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{RTTRefreshEvery: time.Hour})
-	const oneWay = 40 * time.Millisecond
+	// Far's round trip is at least 150 ms, over the job's 100 ms; near's,
+	// on loopback, is under it with room for a loaded host.
+	const oneWay = 75 * time.Millisecond
 	proxy := startDelayProxy(t, tcpAddr(t, renter), oneWay)
 	near := startWith(t, filepath.Join(root, "near"), fastConfig(providerConfig("eu-west", 1.0, a100, a100)), renter.Daemon,
 		Options{LearnEvery: 200 * time.Millisecond, RTTRefreshEvery: 200 * time.Millisecond})
@@ -184,14 +186,14 @@ func TestLatencyTermsOverLibp2p(t *testing.T) {
 
 	// MaxRTT: the far provider's measured RTT exceeds it.
 	job := shJob(terms.Silver, 2, "true")
-	job.MaxRTT = 50 * time.Millisecond
+	job.MaxRTT = 100 * time.Millisecond
 	v := post(t, renter, job)
 	if !leased(v) || v.Lease.Provider != near.ID().String() {
 		t.Fatalf("MaxRTT job: %s leased to %v, want the near provider; reasons %v", v.State, v.Lease, v.Reasons)
 	}
 	bs := bids(v.Job.ID)
 	f, n := bs[far.ID().String()], bs[near.ID().String()]
-	if f.RTT < 2*oneWay || !strings.HasPrefix(f.Rejected, "rtt ") || !strings.HasSuffix(f.Rejected, "> max 50ms") {
+	if f.RTT < 2*oneWay || !strings.HasPrefix(f.Rejected, "rtt ") || !strings.HasSuffix(f.Rejected, "> max 100ms") {
 		t.Fatalf("far bid: rtt %v rejected %q, want at least %v and rejected for it", f.RTT, f.Rejected, 2*oneWay)
 	}
 	if n.RTT <= 0 || n.RTT >= job.MaxRTT || n.Rejected != "" {
