@@ -512,3 +512,24 @@ func TestArchivedLeasesUntilTheySettle(t *testing.T) {
 		t.Fatalf("old archived leases not taken: %+v", st.Archived)
 	}
 }
+
+// TestConfirmWatchesFromItsRecord: a confirmed lease is watched for its
+// provider's silence from when the renter recorded the confirm, not from
+// the lease's start: a confirm taken late (a busy renter) followed
+// heartbeats the renter refused until then, which are not the provider's
+// silence.
+func TestConfirmWatchesFromItsRecord(t *testing.T) {
+	l := lease("l2")
+	l.Start = t0.Add(-time.Minute)
+	recorded := t0.Add(3 * time.Second)
+	_, effs := rules.Step(at(Awarding), Confirmed{Lease: l, Job: job()}, recorded)
+	var w *Watch
+	for _, e := range effs {
+		if e, ok := e.(Watch); ok {
+			w = &e
+		}
+	}
+	if w == nil || w.Lease.ID != "l2" || !w.Since.Equal(recorded) {
+		t.Fatalf("effects %+v: want a Watch of l2 from %v", effs, recorded)
+	}
+}
