@@ -183,14 +183,9 @@ func (t *Tracker) arm(key string) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if w := t.wake[key]; w != nil {
-		select {
-		case w <- struct{}{}:
-		default:
-		}
-		return
+	if !t.wakeLocked(key) {
+		t.queueLocked(key)
 	}
-	t.queueLocked(key)
 }
 
 // wakeQueue wakes job key's wait in the queue, if it has one, to look at
@@ -198,12 +193,21 @@ func (t *Tracker) arm(key string) {
 func (t *Tracker) wakeQueue(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if w := t.wake[key]; w != nil {
-		select {
-		case w <- struct{}{}:
-		default:
-		}
+	t.wakeLocked(key)
+}
+
+// wakeLocked wakes job key's wait in the queue and reports whether it
+// has one. t.mu is held.
+func (t *Tracker) wakeLocked(key string) bool {
+	w := t.wake[key]
+	if w == nil {
+		return false
 	}
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+	return true
 }
 
 // stopLease carries out StopLease: the provider of the job's running

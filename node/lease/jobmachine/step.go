@@ -84,16 +84,7 @@ func (s *stepper) step(ev Event) {
 			// lease it cannot use.
 			s.release(ev.Lease)
 		}
-		switch ev := ev.(type) {
-		case ReceiptRecorded:
-			s.receipt(ev) // its last lease settles after the job ended
-		case ReceiptRefused:
-			s.refused(ev)
-		case Disputed:
-			s.disputed(ev)
-		case LateReport:
-			s.lateReport(ev)
-		}
+		s.settlement(ev) // its last lease settles after the job ended
 		return
 	}
 	switch ev := ev.(type) {
@@ -167,14 +158,8 @@ func (s *stepper) step(ev Event) {
 			s.setRun(terms.RunFailed)
 			s.ended(detail)
 		}
-	case ReceiptRecorded:
-		s.receipt(ev)
-	case ReceiptRefused:
-		s.refused(ev)
-	case Disputed:
-		s.disputed(ev)
-	case LateReport:
-		s.lateReport(ev)
+	case ReceiptRecorded, ReceiptRefused, Disputed, LateReport:
+		s.settlement(ev)
 	case Reauctioned:
 		if st.Phase == Requeued {
 			s.reauction(ev.Job)
@@ -536,4 +521,19 @@ func joinDetail(detail, more string) string {
 		return more
 	}
 	return detail + "; " + more
+}
+
+// settlement takes the events of a lease's settlement, which come in any
+// phase, final ones included.
+func (s *stepper) settlement(ev Event) {
+	switch ev := ev.(type) {
+	case ReceiptRecorded:
+		s.receipt(ev)
+	case ReceiptRefused:
+		s.refused(ev)
+	case Disputed:
+		s.disputed(ev)
+	case LateReport:
+		s.lateReport(ev)
+	}
 }
