@@ -50,6 +50,9 @@ func TestWarmFetchesPrivateArtifactOnGrant(t *testing.T) {
 	if got := exported(t, prov.store, id); !bytes.Equal(got, data) {
 		t.Fatal("warmed copy differs")
 	}
+	// The store holds the copy before the warm fetch has ended (and
+	// counted itself): wait for its end.
+	warmEnded(t, prov.svc, "artifact.warmed")
 	if held.Load() != 1 || prov.svc.Counters()["artifact.warmed"] != 1 {
 		t.Fatalf("OnHeld called %d times, counters %v", held.Load(), prov.svc.Counters())
 	}
@@ -156,6 +159,25 @@ func waitComplete(t *testing.T, st *artifact.Store, id string) artifact.Info {
 		case <-next:
 		case <-deadline.C:
 			t.Fatal("the warm fetch never completed")
+		}
+	}
+}
+
+// warmEnded waits, on the service's change signal, until counter (the
+// warm fetch's end: artifact.warmed or artifact.warm_failed) is counted.
+func warmEnded(t *testing.T, svc *Service, counter string) {
+	t.Helper()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	for {
+		next := svc.Changed()
+		if svc.Counters()[counter] > 0 {
+			return
+		}
+		select {
+		case <-next:
+		case <-deadline.C:
+			t.Fatalf("%s never counted: %v", counter, svc.Counters())
 		}
 	}
 }
