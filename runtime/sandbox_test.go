@@ -84,7 +84,11 @@ func TestProcessWithoutNamespaces(t *testing.T) {
 }
 
 func TestProcessTenantsDoNotShareTmp(t *testing.T) {
-	e := newTestExecutor(t, ProcessOptions{})
+	// A pool of its own, two uids no other test's jobs take (the pool's
+	// locks are the machine's, shared with every test process running
+	// jobs at once): tenant a takes the first, each concurrent tenant the
+	// second, and the next tenant a's again, the reuse this test is for.
+	e := newTestExecutor(t, ProcessOptions{UIDBase: 262144, UIDCount: 2})
 	needSandbox(t, e)
 	name := uniqueMarker(t)
 	files := []string{"/tmp/" + name, "/var/tmp/" + name, "/dev/shm/" + name}
