@@ -43,14 +43,14 @@ cross:
 # - GPUMESH_BIN: the tests that run the daemon as a process use the
 #   bin/gpumesh `build` just linked from this tree (cmd/gpumesh/gpumeshtest)
 #   instead of each linking it again.
-# - TEST_P test binaries or compiles at once, not one per core: the longest
-#   packages (node, testnet/docker, the deploy tests) mostly wait on
-#   timers, daemons and containers, and with -p at the core count (2 on
-#   CI) two of them held both slots while every other package queued.
+# - TEST_P test binaries or compiles at once: the core count (2 on CI).
+#   At 4 the timer- and DHT-bound tests (the Docker multi-host partition,
+#   the console's charts) failed under the load; the longest packages
+#   mostly wait, but what they wait for is time-sensitive.
 # - cross compiles only for other targets (no compile the tests could
 #   share) at the lowest CPU priority, so it takes the CPU the waiting
 #   tests leave idle; its failure fails the target as before.
-TEST_P ?= 4
+TEST_P ?= 2
 test: build vet fmt sizes
 	@$(MAKE) --no-print-directory -j2 test-packages cross-idle
 
