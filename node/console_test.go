@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -345,7 +346,19 @@ func TestConsole(t *testing.T) {
 			t.Skip(noChromium)
 		}
 		// Provider: provider stats --json, and its history ends with them.
+		// The history's samples are whole minutes of the clock plus one
+		// of now: a minute that turns while the page renders adds one,
+		// so the page's count lies between the API's before and after.
+		history := func() int {
+			var h api.ProviderHistoryView
+			if err := pc.Do(ctx, "GET", "/provider/history", nil, nil, &h); err != nil {
+				t.Fatal(err)
+			}
+			return len(h.Samples)
+		}
+		samplesBefore := history()
 		doc, _ := renderConsole(t, br, page(pAddr, "/provider.html"))
+		samplesAfter := history()
 		st, err := pc.ProviderStats(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -359,9 +372,13 @@ func TestConsole(t *testing.T) {
 		earn := one(t, doc, "earnings chart", hasAttr("id", "earnings"))
 		sameFields(t, "earnings chart", fields(earn), map[string]string{
 			"history.ledger_earned_usd": usd(st.LedgerEarnedUSD), "history.earnings_usd": usd(st.EarningsUSD)})
-		// A sample taken when the provider started, and one of now.
-		if svg := one(t, earn, "svg", isTag("svg")); attr(svg, "data-samples") != "2" || len(all(svg, isTag("polyline"))) != 2 {
-			t.Errorf("earnings chart: %s samples, %d lines", attr(svg, "data-samples"), len(all(svg, isTag("polyline"))))
+		// A sample taken when the provider started (and one at each turn of
+		// a minute since), and one of now: what the API held as the page
+		// rendered, two lines (settled, booked).
+		if svg := one(t, earn, "svg", isTag("svg")); len(all(svg, isTag("polyline"))) != 2 {
+			t.Errorf("earnings chart: %d lines, want 2", len(all(svg, isTag("polyline"))))
+		} else if n, err := strconv.Atoi(attr(svg, "data-samples")); err != nil || n < max(2, samplesBefore) || n > samplesAfter {
+			t.Errorf("earnings chart: %s samples, want between the API's %d before the page and %d after (at least 2)", attr(svg, "data-samples"), samplesBefore, samplesAfter)
 		}
 		sameFields(t, "occupancy chart", fields(one(t, doc, "occupancy chart", hasAttr("id", "occupancy"))),
 			map[string]string{"history.occupancy": fmt.Sprintf("%.1f", 100*st.Occupancy)})
