@@ -82,7 +82,7 @@ func TestGossipedForgeriesDoNotMoveReputation(t *testing.T) {
 		return b
 	}()
 	before := n.market.book.Stats(prov.ID().String())
-	for _, msg := range [][]byte{half, tampered, []byte("garbage")} {
+	for _, msg := range [][]byte{gossipMsg(half), gossipMsg(tampered), []byte("garbage")} {
 		n.market.receipts.HandleGossip(prov.ID(), msg)
 	}
 	if after := n.market.book.Stats(prov.ID().String()); after != before {
@@ -98,7 +98,7 @@ func TestGossipedForgeriesDoNotMoveReputation(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := good.Marshal()
-	n.market.receipts.HandleGossip(prov.ID(), b)
+	n.market.receipts.HandleGossip(prov.ID(), gossipMsg(b))
 	if got := n.market.book.Stats(prov.ID().String()).Receipts; got != 1 {
 		t.Fatalf("genuine receipt not counted: %d", got)
 	}

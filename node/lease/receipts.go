@@ -30,6 +30,10 @@ type ReceiptsConfig struct {
 	// of what a job cost the providers it did not run on. At most
 	// maxDeferred wait (the oldest are dropped, counted).
 	Deferred bool
+	// GossipEvery is how long a receipt this node settled waits to be
+	// gossiped in one message with the ones settled after it (at most
+	// wire.MaxBatchReceipts); default DefaultGossipEvery.
+	GossipEvery time.Duration
 }
 
 // maxDeferred bounds the gossiped receipts a deferred Receipts keeps.
@@ -54,7 +58,17 @@ type Receipts struct {
 	// changed is notified once a receipt was recorded or a gossiped one
 	// was taken in (or refused), so that a waiter for one needs no polling.
 	changed broadcast.Signal
+	// bmu guards the receipts waiting to be gossiped (batch, their size
+	// batchBytes) and the timer that gossips them (flush).
+	bmu        sync.Mutex
+	batch      [][]byte
+	batchBytes int
+	flush      *time.Timer
 }
+
+// DefaultGossipEvery is how long a settled receipt waits for others to
+// be gossiped with (ReceiptsConfig.GossipEvery).
+const DefaultGossipEvery = time.Second
 
 // Changed returns a channel closed at the next receipt recorded in the
 // ledger and book, or gossiped receipt handled: take it before checking
@@ -70,6 +84,9 @@ func NewReceipts(ctx context.Context, cfg ReceiptsConfig) (*Receipts, error) {
 	}
 	if cfg.Counters == nil {
 		cfg.Counters = NewCounters()
+	}
+	if cfg.GossipEvery <= 0 {
+		cfg.GossipEvery = DefaultGossipEvery
 	}
 	log := cfg.Log
 	if log == nil {
@@ -162,10 +179,52 @@ func (r *Receipts) dispute(leaseID, jobID, counterparty, reason string) error {
 	return err
 }
 
-// gossip publishes a two-party receipt for everyone's reputation.
+// gossip publishes a two-party receipt for everyone's reputation: with
+// the others this node settles within GossipEvery, in one message
+// (wire.ReceiptBatch), at once when the batch is full.
 func (r *Receipts) gossip(sr *attest.SignedReceipt) {
 	b, err := sr.Marshal()
 	if err != nil {
+		return
+	}
+	r.enqueue(b)
+}
+
+// enqueue adds a receipt's wire bytes to the batch gossip sends next.
+func (r *Receipts) enqueue(b []byte) {
+	r.bmu.Lock()
+	defer r.bmu.Unlock()
+	if len(r.batch) > 0 && r.batchBytes+len(b) > wire.MaxBatchBytes {
+		r.publishLocked()
+	}
+	r.batch = append(r.batch, b)
+	r.batchBytes += len(b)
+	switch {
+	case len(r.batch) >= wire.MaxBatchReceipts:
+		r.publishLocked()
+	case len(r.batch) == 1:
+		r.flush = time.AfterFunc(r.cfg.GossipEvery, func() {
+			r.bmu.Lock()
+			defer r.bmu.Unlock()
+			r.publishLocked()
+		})
+	}
+}
+
+// publishLocked gossips the batch waiting (bmu held), in the background.
+func (r *Receipts) publishLocked() {
+	if r.flush != nil {
+		r.flush.Stop()
+		r.flush = nil
+	}
+	batch := r.batch
+	r.batch, r.batchBytes = nil, 0
+	if len(batch) == 0 {
+		return
+	}
+	msg, err := wire.EncodeReceiptBatch(batch)
+	if err != nil {
+		r.log.Warn("gossip receipts", "err", err)
 		return
 	}
 	r.mu.Lock()
@@ -179,20 +238,28 @@ func (r *Receipts) gossip(sr *attest.SignedReceipt) {
 		defer r.wg.Done()
 		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
 		defer cancel()
-		if err := r.cfg.Transport.Publish(ctx, wire.ReputationTopic, b); err != nil && r.ctx.Err() == nil {
-			r.log.Debug("gossip receipt", "err", err)
+		if err := r.cfg.Transport.Publish(ctx, wire.ReputationTopic, msg); err != nil && r.ctx.Err() == nil {
+			r.log.Debug("gossip receipts", "receipts", len(batch), "err", err)
 		}
 	}()
 }
 
-// HandleGossip feeds a gossiped receipt (wire.ReputationTopic) to the
-// reputation book, which verifies both signatures and rejects (and counts)
-// forgeries.
+// HandleGossip feeds gossiped receipts (a wire.ReputationTopic message)
+// to the reputation book, which verifies both signatures of each and
+// rejects (and counts) forgeries. A message that is no batch counts as
+// one malformed receipt.
 func (r *Receipts) HandleGossip(_ peer.ID, data []byte) {
-	if r.deferred(data) {
+	receipts, err := wire.DecodeReceiptBatch(data)
+	if err != nil {
+		r.cfg.Counters.Add("reputation.gossip_malformed")
+		r.changed.Notify()
 		return
 	}
-	r.take(data)
+	for _, b := range receipts {
+		if !r.deferred(b) {
+			r.take(b)
+		}
+	}
 }
 
 // deferred keeps a gossiped receipt for Activate when gossip waits

@@ -121,9 +121,58 @@ type ServiceAck struct {
 	Error string `json:"error,omitempty"`
 }
 
-// ReputationTopic carries two-party signed receipts to every node.
-// Version 2: gossip unsigned at the GossipSub layer (p2p.GossipOptions).
-const ReputationTopic = "gpumesh/reputation/2"
+// ReputationTopic carries two-party signed receipts to every node, each
+// message one ReceiptBatch. Version 2: gossip unsigned at the GossipSub
+// layer (p2p.GossipOptions); version 3: a message is a batch (it was one
+// receipt).
+const ReputationTopic = "gpumesh/reputation/3"
+
+// A node gossips the receipts it settles in batches: at most
+// MaxBatchReceipts receipts and MaxBatchBytes of them in one message.
+// Every gossiped message costs each node of the market a delivery and a
+// forward to its mesh, whatever its size; one per settled lease (two:
+// both parties gossip) was most of what a job cost the nodes that did not
+// run it.
+const (
+	MaxBatchReceipts = 64
+	MaxBatchBytes    = 256 << 10
+)
+
+// ReceiptBatch is one message of ReputationTopic: signed two-party
+// receipts (attest.SignedReceipt's wire bytes), each checked on its own.
+type ReceiptBatch struct {
+	Receipts []json.RawMessage `json:"receipts"`
+}
+
+// EncodeReceiptBatch is the ReputationTopic message carrying receipts
+// (1 to MaxBatchReceipts of them, each a JSON value).
+func EncodeReceiptBatch(receipts [][]byte) ([]byte, error) {
+	if len(receipts) == 0 || len(receipts) > MaxBatchReceipts {
+		return nil, fmt.Errorf("wire: a receipt batch carries 1 to %d receipts, not %d", MaxBatchReceipts, len(receipts))
+	}
+	b := ReceiptBatch{Receipts: make([]json.RawMessage, len(receipts))}
+	for i, r := range receipts {
+		b.Receipts[i] = r
+	}
+	return json.Marshal(b)
+}
+
+// DecodeReceiptBatch reads a ReputationTopic message: the receipts it
+// carries, unchecked (1 to MaxBatchReceipts). Anything else is an error.
+func DecodeReceiptBatch(data []byte) ([][]byte, error) {
+	var b ReceiptBatch
+	if err := json.Unmarshal(data, &b); err != nil {
+		return nil, fmt.Errorf("wire: receipt batch: %w", err)
+	}
+	if len(b.Receipts) == 0 || len(b.Receipts) > MaxBatchReceipts {
+		return nil, fmt.Errorf("wire: a receipt batch carries 1 to %d receipts, not %d", MaxBatchReceipts, len(b.Receipts))
+	}
+	out := make([][]byte, len(b.Receipts))
+	for i, r := range b.Receipts {
+		out[i] = r
+	}
+	return out, nil
+}
 
 // LeaseEvent is a provider's signed report of a lease's run state
 // (sign.DomainLeaseEvent).

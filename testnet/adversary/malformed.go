@@ -243,6 +243,10 @@ func MalformedGossip(ctx context.Context, p *Peer, region string) (int, error) {
 		return 0, err
 	}
 	halfB, _ := half.Marshal()
+	halfB, err = wire.EncodeReceiptBatch([][]byte{halfB})
+	if err != nil {
+		return 0, err
+	}
 	msgs := []struct {
 		topic string
 		data  []byte

@@ -14,18 +14,25 @@ import (
 )
 
 // CaptureReceipt waits for the first two-party receipt gossiped on
-// wire.ReputationTopic and returns its wire bytes.
+// wire.ReputationTopic (in a batch) and returns its wire bytes.
 func CaptureReceipt(ctx context.Context, p *Peer) ([]byte, error) {
 	got := make(chan []byte, 1)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := p.Node.Subscribe(sctx, wire.ReputationTopic, func(_ peer.ID, data []byte) {
-		if _, err := attest.OpenReceipt(data); err != nil {
+		receipts, err := wire.DecodeReceiptBatch(data)
+		if err != nil {
 			return
 		}
-		select {
-		case got <- append([]byte(nil), data...):
-		default:
+		for _, b := range receipts {
+			if _, err := attest.OpenReceipt(b); err != nil {
+				continue
+			}
+			select {
+			case got <- append([]byte(nil), b...):
+			default:
+			}
+			return
 		}
 	}); err != nil {
 		return nil, err
@@ -45,7 +52,8 @@ type ReplayReport struct {
 	DirectErr []string       `json:"direct_errors"` // the target's answers to the receipt sent as ours on wire.ProtoReceipt
 }
 
-// ReplayReceipts re-gossips a captured two-party receipt times times, and
+// ReplayReceipts re-gossips a captured two-party receipt times times (a
+// batch of one each time), and
 // also offers it to target as if it were this peer's own
 // (wire.ProtoReceipt) times times. GossipSub drops a byte-identical copy
 // of a message it has seen (p2p.MessageID), so each replay pads the
@@ -58,7 +66,10 @@ func ReplayReceipts(ctx context.Context, p *Peer, target peer.ID, data []byte, t
 	rep := ReplayReport{Receipt: sr.Receipt}
 	for i := 0; i < times; i++ {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := p.Node.Publish(pctx, wire.ReputationTopic, padded(data, i+1))
+		msg, err := wire.EncodeReceiptBatch([][]byte{data})
+		if err == nil {
+			err = p.Node.Publish(pctx, wire.ReputationTopic, padded(msg, i+1))
+		}
 		cancel()
 		if err != nil {
 			return rep, err
@@ -132,7 +143,10 @@ func SybilReceipts(ctx context.Context, p *Peer, cfg SybilConfig) (SybilReport, 
 				return rep, err
 			}
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err = p.Node.Publish(pctx, wire.ReputationTopic, b)
+			msg, err := wire.EncodeReceiptBatch([][]byte{b})
+			if err == nil {
+				err = p.Node.Publish(pctx, wire.ReputationTopic, msg)
+			}
 			cancel()
 			if err != nil {
 				return rep, err

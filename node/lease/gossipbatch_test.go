@@ -1,0 +1,137 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/attest"
+	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/ledger"
+	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+)
+
+// publishes is a Transport that hands every gossiped message to a channel.
+type publishes chan []byte
+
+func (p publishes) Publish(_ context.Context, topic string, data []byte) error {
+	if topic != wire.ReputationTopic {
+		return fmt.Errorf("published on %s", topic)
+	}
+	p <- data
+	return nil
+}
+
+func (publishes) Request(context.Context, peer.ID, protocol.ID, []byte) ([]byte, error) {
+	return nil, fmt.Errorf("no requests here")
+}
+
+// gossipReceipts returns Receipts that gossip into a channel, batching for
+// every, and n signed two-party receipts.
+func gossipReceipts(t *testing.T, every time.Duration, n int) (*Receipts, publishes, []*attest.SignedReceipt) {
+	t.Helper()
+	db, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(publishes, 100)
+	r, err := NewReceipts(ctx, ReceiptsConfig{Ledger: db, Book: attest.NewBook(attest.BookOptions{}), Transport: out, GossipEvery: every})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); r.Wait() })
+	prov, renter := signtest.Pair(t)
+	now := time.Now()
+	var srs []*attest.SignedReceipt
+	for i := range n {
+		sr, err := attest.NewReceipt(prov, attest.Receipt{LeaseID: fmt.Sprintf("l%d", i), JobID: "j", Renter: renter.ID().String(),
+			Provider: prov.ID().String(), Start: now.Add(-time.Hour), End: now, GPUCount: 1, GPUSeconds: 3600, Price: 1, Amount: 1,
+			Outcome: "succeeded", IssuedAt: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sr.Countersign(renter); err != nil {
+			t.Fatal(err)
+		}
+		srs = append(srs, sr)
+	}
+	return r, out, srs
+}
+
+// leases decodes a gossiped message into its receipts' lease IDs.
+func leases(t *testing.T, msg []byte) []string {
+	t.Helper()
+	bs, err := wire.DecodeReceiptBatch(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, b := range bs {
+		sr, err := attest.OpenReceipt(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sr.Receipt.LeaseID)
+	}
+	return ids
+}
+
+// TestGossipBatchesReceipts: receipts settled one after another go out as
+// one message once a batch is full (wire.MaxBatchReceipts), in order, not
+// one message each; the next batch starts empty.
+func TestGossipBatchesReceipts(t *testing.T) {
+	r, out, srs := gossipReceipts(t, time.Hour, wire.MaxBatchReceipts+1)
+	for _, sr := range srs {
+		r.gossip(sr)
+	}
+	got := leases(t, <-out)
+	if len(got) != wire.MaxBatchReceipts || got[0] != "l0" || got[len(got)-1] != fmt.Sprintf("l%d", wire.MaxBatchReceipts-1) {
+		t.Fatalf("first message carries %d receipts (%v), want l0..l%d", len(got), got, wire.MaxBatchReceipts-1)
+	}
+	select {
+	case msg := <-out:
+		t.Fatalf("a second message before its batch was due: %v", leases(t, msg))
+	default:
+	}
+	r.bmu.Lock()
+	waiting := len(r.batch)
+	r.bmu.Unlock()
+	if waiting != 1 {
+		t.Fatalf("%d receipts wait for the next message, want 1", waiting)
+	}
+}
+
+// TestGossipSendsAReceiptThatWaitedGossipEvery: a receipt no other joins
+// is gossiped on its own once GossipEvery has passed.
+func TestGossipSendsAReceiptThatWaitedGossipEvery(t *testing.T) {
+	r, out, srs := gossipReceipts(t, 20*time.Millisecond, 1)
+	r.gossip(srs[0])
+	if got := leases(t, <-out); len(got) != 1 || got[0] != "l0" {
+		t.Fatalf("gossiped %v, want [l0]", got)
+	}
+}
+
+// TestGossipBatchStaysUnderItsSize: receipts that would take a batch past
+// wire.MaxBatchBytes start the next one.
+func TestGossipBatchStaysUnderItsSize(t *testing.T) {
+	r, out, _ := gossipReceipts(t, time.Hour, 0)
+	big := func(c string) []byte { return []byte(strconv.Quote(strings.Repeat(c, 100<<10))) } // two fit, three do not
+	for _, c := range []string{"a", "b", "c"} {
+		r.enqueue(big(c))
+	}
+	msg := <-out
+	got, err := wire.DecodeReceiptBatch(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0][1] != 'a' || got[1][1] != 'b' || len(msg) > wire.MaxBatchBytes+1<<10 {
+		t.Fatalf("first message: %d receipts in %d bytes, want a and b within %d", len(got), len(msg), wire.MaxBatchBytes)
+	}
+}
