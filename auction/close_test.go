@@ -176,7 +176,7 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 				continue
 			}
 			p := tp.p
-			tp.t.Handle(auctiontest.MemHandlers{OnAward: p.HandleAward, OnCall: func(from peer.ID, data []byte) error {
+			tp.t.Handle(auctiontest.MemHandlers{OnAward: p.HandleAward, OnCall: func(from peer.ID, data []byte) ([]byte, error) {
 				<-gate
 				return p.HandleCall(from, data)
 			}, OnGossipedCall: func(from peer.ID, data []byte) error {

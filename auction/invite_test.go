@@ -49,8 +49,8 @@ func (c *callTap) last() []byte {
 	return c.calls[len(c.calls)-1]
 }
 
-func (c *callTap) SendCall(_ context.Context, _ peer.ID, data []byte) error {
-	return c.Publish(context.Background(), "", data)
+func (c *callTap) SendCall(_ context.Context, _ peer.ID, data []byte) ([]byte, error) {
+	return nil, c.Publish(context.Background(), "", data)
 }
 
 func (c *callTap) SendBid(context.Context, peer.ID, []byte) error {

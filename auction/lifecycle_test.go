@@ -147,14 +147,25 @@ func TestProviderAwardRules(t *testing.T) {
 		return err
 	}})
 	call, _ := terms.EncodeCall(owner, j, "t")
-	if err := prov.p.HandleCall(owner.ID(), call); err != nil {
+	answer, err := prov.p.HandleCall(owner.ID(), call)
+	if err != nil {
 		t.Fatal(err)
 	}
 	// The same call again (another topic) is not answered twice.
-	if err := prov.p.HandleCall(owner.ID(), call); err != nil {
+	if again, err := prov.p.HandleCall(owner.ID(), call); err != nil || again != nil {
+		t.Fatalf("the call again: %q, %v", again, err)
+	}
+	// The owner asked on the call's stream: the bid is its answer, not
+	// a message of its own.
+	b, err := terms.DecodeBid(answer)
+	if err != nil {
 		t.Fatal(err)
 	}
-	b := <-bids
+	select {
+	case sent := <-bids:
+		t.Fatalf("the bid was also sent: %+v", sent)
+	default:
+	}
 	if s := prov.p.Stats(); s.Bids != 1 || s.Duplicates != 1 {
 		t.Fatalf("stats %+v", s)
 	}
@@ -222,8 +233,56 @@ func TestProviderAwardRules(t *testing.T) {
 	mine := j
 	mine.ID, mine.Owner = "job-mine", prov.s.ID().String()
 	call, _ = terms.EncodeCall(prov.s, mine, "t")
-	if err := prov.p.HandleCall(prov.s.ID(), call); err != nil || prov.p.Stats().Calls != 1 {
-		t.Fatalf("own job: %v %+v", err, prov.p.Stats())
+	if answer, err := prov.p.HandleCall(prov.s.ID(), call); err != nil || answer != nil || prov.p.Stats().Calls != 1 {
+		t.Fatalf("own job: %q %v %+v", answer, err, prov.p.Stats())
+	}
+}
+
+// TestProviderAnswersOnlyTheOwnerOnTheCallsStream: a call its owner sends
+// is answered on its own stream; the same signed call relayed by another
+// peer is not answered to that peer: the bid goes to the owner by itself
+// (Transport.SendBid), so a peer replaying someone's call learns nothing
+// and the owner is not cut off from the bid.
+func TestProviderAnswersOnlyTheOwnerOnTheCallsStream(t *testing.T) {
+	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 2, pol(1), 0.9}})
+	prov := m.provs[0]
+	owner, relay := signtest.New(t), signtest.New(t)
+	bids := make(chan terms.Bid, 4)
+	m.net.Join(owner.ID()).Handle(auctiontest.MemHandlers{OnBid: func(_ peer.ID, data []byte) error {
+		b, err := terms.DecodeBid(data)
+		if err == nil {
+			bids <- b
+		}
+		return err
+	}})
+	for i, from := range []peer.ID{relay.ID(), owner.ID()} {
+		j := euJob(m.now())
+		j.ID, j.Owner, j.CreatedAt = fmt.Sprintf("job-%d", i), owner.ID().String(), m.now()
+		call, err := terms.EncodeCall(owner, j, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer, err := prov.p.HandleCall(from, call)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if from == relay.ID() {
+			if answer != nil {
+				t.Fatalf("a relayed call was answered to the relay: %q", answer)
+			}
+			if b := <-bids; b.JobID != j.ID {
+				t.Fatalf("the owner got a bid for %s, want %s", b.JobID, j.ID)
+			}
+			continue
+		}
+		if b, err := terms.DecodeBid(answer); err != nil || b.JobID != j.ID {
+			t.Fatalf("the owner's own call answered %+v, %v", b, err)
+		}
+	}
+	select {
+	case b := <-bids:
+		t.Fatalf("the owner's own call was also answered apart: %+v", b)
+	default:
 	}
 }
 
@@ -283,7 +342,7 @@ func TestHandleCallRefusesInvalidJob(t *testing.T) {
 	}
 	p := m.provs[0].p
 	var rej *Rejection
-	if err := p.HandleCall(renter.ID(), call); !errors.As(err, &rej) || rej.Reason != "invalid_job" || !errors.Is(err, terms.ErrInvalidJob) {
+	if _, err := p.HandleCall(renter.ID(), call); !errors.As(err, &rej) || rej.Reason != "invalid_job" || !errors.Is(err, terms.ErrInvalidJob) {
 		t.Fatalf("call of an invalid job: %v, want refused as invalid_job", err)
 	}
 	st := p.Stats()

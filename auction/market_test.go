@@ -142,7 +142,7 @@ func newMarketAt(t *testing.T, specs []provSpec, now func() time.Time) *market {
 		}
 		tp.p = p
 		tp.t.Handle(auctiontest.MemHandlers{
-			OnCall: func(from peer.ID, data []byte) error {
+			OnCall: func(from peer.ID, data []byte) ([]byte, error) {
 				defer m.handled.Notify()
 				return p.HandleCall(from, data)
 			},
@@ -565,13 +565,13 @@ func TestHostileInput(t *testing.T) {
 		if _, err := prov.p.HandleAward(attacker.ID(), junk); err == nil {
 			t.Fatal("junk award accepted")
 		}
-		if err := prov.p.HandleCall(attacker.ID(), junk); err == nil {
+		if _, err := prov.p.HandleCall(attacker.ID(), junk); err == nil {
 			t.Fatal("junk call accepted")
 		}
 	}
 	// A call whose job claims another owner than its signer.
 	callEnv, _ := sign.Seal(attacker, sign.DomainJob, terms.Job{ID: "x", Owner: victim.ID().String()})
-	if err := prov.p.HandleCall(attacker.ID(), []byte(`{"topic":"t","job":`+string(mustMarshal(callEnv))+`}`)); err == nil {
+	if _, err := prov.p.HandleCall(attacker.ID(), []byte(`{"topic":"t","job":`+string(mustMarshal(callEnv))+`}`)); err == nil {
 		t.Fatal("call with a foreign owner accepted")
 	}
 	ps := prov.p.Stats()

@@ -308,7 +308,8 @@ func (p *Provider) HandleGossipedCall(from peer.ID, data []byte) error {
 		p.notSampled()
 		return nil
 	}
-	return p.HandleCall(from, data)
+	_, err := p.handleCall(from, data, false)
+	return err
 }
 
 // HandleCall takes a call for bids sent to this provider (ProtoCall), or
@@ -325,22 +326,35 @@ func (p *Provider) HandleGossipedCall(from peer.ID, data []byte) error {
 // call returns a *Rejection (counted by reason); an ineligible one returns
 // the *Ineligible error (counted by kind). from is the peer that sent or
 // relayed the call and is not trusted.
-func (p *Provider) HandleCall(from peer.ID, data []byte) error {
+//
+// A call sent directly by its job's owner (ProtoCall from the owner) is
+// answered on its own stream: answer is the signed bid, or the decline,
+// that would otherwise be queued for the owner (a terms.BidMessage; nil
+// when there is none, e.g. a call parked on holds), which saves the
+// owner's daemon and this one a stream per bid. The error says what it
+// says without an answer.
+func (p *Provider) HandleCall(from peer.ID, data []byte) (answer []byte, err error) {
+	return p.handleCall(from, data, true)
+}
+
+// handleCall is HandleCall; direct says the call came on its own stream
+// (ProtoCall), which can carry the answer back when from is its owner.
+func (p *Provider) handleCall(from peer.ID, data []byte, direct bool) ([]byte, error) {
 	c, err := terms.DecodeCall(data)
 	if err != nil {
-		return p.reject(decodeReason(err), err)
+		return nil, p.reject(decodeReason(err), err)
 	}
 	job := c.Job // valid: DecodeCall validated it
 	if job.Owner == p.cfg.Signer.ID().String() {
-		return nil
+		return nil, nil
 	}
 	owner, err := peer.Decode(job.Owner)
 	if err != nil {
-		return p.reject("malformed", fmt.Errorf("job owner: %w", err))
+		return nil, p.reject("malformed", fmt.Errorf("job owner: %w", err))
 	}
 	if !terms.SampledBidder(&job, p.cfg.Signer.ID().String()) {
 		p.notSampled()
-		return nil
+		return nil, nil
 	}
 	now := p.cfg.Now()
 	key := callKey{owner: job.Owner, jobID: job.ID, attempt: job.Attempt}
@@ -349,17 +363,23 @@ func (p *Provider) HandleCall(from peer.ID, data []byte) error {
 	if _, dup := p.seen[key]; dup {
 		p.stats.Duplicates++
 		p.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	if !p.takeToken(job.Owner, now) {
 		err := p.rejectLocked("rate_limited", fmt.Errorf("owner %s is over %.3g calls/s", job.Owner, p.cfg.CallRate))
 		p.mu.Unlock()
-		return err
+		return nil, err
 	}
 	p.seen[key] = now
 	p.stats.Calls++
 	p.mu.Unlock()
-	return p.bidFor(job, owner, now, true)
+	var answer []byte
+	reply := &answer
+	if !direct || from != owner {
+		reply = nil // the owner did not ask on this stream: SendBid
+	}
+	err = p.bidFor(job, owner, now, true, reply)
+	return answer, err
 }
 
 // notSampled counts a call that asked another share of the providers.
@@ -390,7 +410,7 @@ func (p *Provider) retryParked() {
 	p.mu.Unlock()
 	for _, pc := range parked {
 		if now.Before(pc.until) {
-			_ = p.bidFor(pc.job, pc.owner, now, false)
+			_ = p.bidFor(pc.job, pc.owner, now, false, nil)
 		}
 	}
 	// A hold kept a lease from moving earlier, maybe.
@@ -409,15 +429,17 @@ func (p *Provider) state() ProviderState {
 }
 
 // bidFor evaluates a job and, when eligible, queues a bid for it (see
-// HandleCall). A call refused only because of other bids' holds is parked
-// (when park) and evaluated again when a hold is released.
-func (p *Provider) bidFor(job terms.Job, owner peer.ID, now time.Time, park bool) error {
+// HandleCall), or puts it in *reply when reply is not nil (the owner's
+// call waits for it on its stream), as it does a decline. A call refused
+// only because of other bids' holds is parked (when park) and evaluated
+// again when a hold is released.
+func (p *Provider) bidFor(job terms.Job, owner peer.ID, now time.Time, park bool, reply *[]byte) error {
 	if p.draining.Load() {
 		p.mu.Lock()
 		p.stats.Ineligible[KindDraining]++
 		p.mu.Unlock()
 		if park && job.WantDeclines {
-			p.decline(job, owner, KindDraining, now)
+			p.decline(job, owner, KindDraining, now, reply)
 		}
 		return &Ineligible{Kind: KindDraining, Reason: "the provider is draining: it takes no new work"}
 	}
@@ -475,7 +497,7 @@ func (p *Provider) bidFor(job terms.Job, owner peer.ID, now time.Time, park bool
 			p.mu.Unlock()
 			p.log.Debug("not bidding", "job", job.ID, "reason", in.Reason)
 			if park && job.WantDeclines {
-				p.decline(job, owner, in.Kind, now)
+				p.decline(job, owner, in.Kind, now, reply)
 			}
 			return err
 		}
@@ -496,6 +518,13 @@ func (p *Provider) bidFor(job terms.Job, owner peer.ID, now time.Time, park bool
 		return p.reject("encode", err)
 	}
 	p.mu.Lock()
+	if reply != nil {
+		p.bids[bid.Nonce] = &sentBid{bid: bid, job: job, offer: offer}
+		p.stats.Bids++
+		p.mu.Unlock()
+		*reply = msg
+		return nil
+	}
 	if p.inflight[owner] >= p.cfg.MaxOwnerInflight {
 		err := p.rejectLocked("owner_inflight", fmt.Errorf("%d bids to %s still in flight", p.inflight[owner], owner))
 		p.mu.Unlock()
@@ -521,11 +550,16 @@ func (p *Provider) bidFor(job terms.Job, owner peer.ID, now time.Time, park bool
 
 // decline sends the job's owner a signed Decline saying why we do not bid,
 // through the bid send workers and under the same per-owner limit (at most
-// one per call: calls are deduplicated before they are evaluated).
-func (p *Provider) decline(job terms.Job, owner peer.ID, kind string, now time.Time) {
+// one per call: calls are deduplicated before they are evaluated), or puts
+// it in *reply when reply is not nil (see bidFor).
+func (p *Provider) decline(job terms.Job, owner peer.ID, kind string, now time.Time, reply *[]byte) {
 	msg, err := terms.EncodeDecline(p.cfg.Signer, terms.Decline{JobID: job.ID, Attempt: job.Attempt, Provider: p.cfg.Signer.ID().String(),
 		Kind: kind, IssuedAt: now})
 	if err != nil {
+		return
+	}
+	if reply != nil {
+		*reply = msg
 		return
 	}
 	p.sendToOwner(owner, job.ID, msg, min(p.cfg.SendTimeout, job.BidWindow))

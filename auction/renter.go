@@ -692,10 +692,14 @@ func (r *Renter) sendCalls(ctx context.Context, rj *renterJob, job *terms.Job, a
 		sends.Add(1)
 		go func() {
 			defer sends.Done()
-			err := r.cfg.Transport.SendCall(sendCtx, to, data)
+			answer, err := r.cfg.Transport.SendCall(sendCtx, to, data)
 			if err != nil {
 				r.log.Debug("call not delivered", "job", job.ID, "provider", p, "err", err)
 				r.answered(rj, p)
+			}
+			if len(answer) > 0 {
+				// Its bid or decline, on the call's own stream.
+				_ = r.HandleBid(to, answer)
 			}
 			done(err == nil)
 		}()

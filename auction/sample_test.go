@@ -90,7 +90,7 @@ func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
 	}
 	var rej *Rejection
 	// The same bytes sent directly: verified, and refused.
-	if err := p.p.HandleCall(renter.ID(), broken); !errors.As(err, &rej) || !errors.Is(err, sign.ErrBadSignature) {
+	if _, err := p.p.HandleCall(renter.ID(), broken); !errors.As(err, &rej) || !errors.Is(err, sign.ErrBadSignature) {
 		t.Fatalf("a broken call sent directly: %v, want a bad-signature rejection", err)
 	}
 	if p.p.Stats().Ineligible["not_sampled"] != after.Ineligible["not_sampled"] {
@@ -112,7 +112,7 @@ func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
 		if err := p.p.HandleGossipedCall(renter.ID(), junk); err == nil {
 			t.Fatalf("HandleGossipedCall(%q) took junk", junk)
 		}
-		if err := p.p.HandleCall(renter.ID(), junk); err == nil {
+		if _, err := p.p.HandleCall(renter.ID(), junk); err == nil {
 			t.Fatalf("HandleCall(%q) took junk", junk)
 		}
 	}

@@ -21,8 +21,9 @@ type Transport interface {
 	Publish(ctx context.Context, topic string, data []byte) error
 	// SendCall delivers a sampled call directly to one provider it asks
 	// (every asked provider is one the renter knows); the provider takes
-	// it as it takes a gossiped one.
-	SendCall(ctx context.Context, to peer.ID, data []byte) error
+	// it as it takes a gossiped one, and answers with its bid or decline
+	// (a terms.BidMessage, as SendBid would carry it) or nothing.
+	SendCall(ctx context.Context, to peer.ID, data []byte) ([]byte, error)
 	// SendBid delivers a bid (or a decline, a capacity notice) directly
 	// to a renter. It names no addresses: a call's Job.OwnerAddrs are
 	// anyone's to fill, so the transport reaches the renter only through

@@ -119,7 +119,7 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := prov.p.HandleCall(owner.ID(), call); !isRejection(err, "bad_id") {
+		if _, err := prov.p.HandleCall(owner.ID(), call); !isRejection(err, "bad_id") {
 			t.Fatalf("HandleCall: %v, want bad_id", err)
 		}
 		if s := prov.p.Stats(); s.Bids != 0 || s.Rejected["bad_id"] != 1 {
@@ -129,10 +129,11 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 
 	j := ownedJob(t, m, owner.ID(), "job-good")
 	call, _ := terms.EncodeCall(owner, j, "t")
-	if err := prov.p.HandleCall(owner.ID(), call); err != nil {
+	answer, err := prov.p.HandleCall(owner.ID(), call)
+	if err != nil {
 		t.Fatal(err)
 	}
-	b := nextBid(t, bids)
+	b := answeredBid(t, answer, bids)
 	award := terms.Award{LeaseID: "lease-ok", JobID: j.ID, Renter: j.Owner, Provider: b.Provider, BidNonce: b.Nonce,
 		Price: b.Price, Start: b.Start, End: b.End, GPUCount: j.GPUCount, Job: j, IssuedAt: m.now()}
 	for _, c := range []struct {
@@ -207,25 +208,27 @@ func TestCallSquatting(t *testing.T) {
 			sq := ownedJob(t, m, squatter.ID(), "job-victim")
 			sq.Attempt = attempt
 			call, _ := terms.EncodeCall(squatter, sq, "t")
-			if err := prov.p.HandleCall(squatter.ID(), call); err != nil {
+			answer, err := prov.p.HandleCall(squatter.ID(), call)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if b := nextBid(t, squatBids); b.JobID != sq.ID || b.Attempt != attempt {
+			if b := answeredBid(t, answer, squatBids); b.JobID != sq.ID || b.Attempt != attempt {
 				t.Fatalf("squatter's bid %+v", b)
 			}
 			j := ownedJob(t, m, owner.ID(), "job-victim")
 			j.Attempt = attempt
 			call, _ = terms.EncodeCall(owner, j, "t")
-			if err := prov.p.HandleCall(owner.ID(), call); err != nil {
+			answer, err = prov.p.HandleCall(owner.ID(), call)
+			if err != nil {
 				t.Fatal(err)
 			}
 			// The real owner's call is answered, not taken for a duplicate.
-			if b := nextBid(t, ownerBids); b.JobID != j.ID || b.Attempt != attempt {
+			if b := answeredBid(t, answer, ownerBids); b.JobID != j.ID || b.Attempt != attempt {
 				t.Fatalf("owner's bid %+v", b)
 			}
 			// A repeat of the owner's call still is a duplicate.
-			if err := prov.p.HandleCall(owner.ID(), call); err != nil {
-				t.Fatal(err)
+			if again, err := prov.p.HandleCall(owner.ID(), call); err != nil || again != nil {
+				t.Fatalf("the call again: %q, %v", again, err)
 			}
 		})
 	}
@@ -310,14 +313,16 @@ func TestDetectedFlagGivesNoAdvantage(t *testing.T) {
 }
 
 // TestGossipNeverBlocksOnBids: an owner that never answers bids floods calls
-// (handled one after another, like a gossip subscription loop). HandleCall
+// heard on gossip or relayed by others (handled one after another, like a
+// gossip subscription loop; a call its owner sends itself is answered on
+// its own stream instead). HandleCall
 // returns without waiting for the network, the owner holds at most
 // MaxOwnerInflight sends and gets rate limited, and an honest renter's job
 // meanwhile gets its bid and a lease within its window.
 func TestGossipNeverBlocksOnBids(t *testing.T) {
 	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 8, pol(1), 0.9}})
 	prov := m.provs[0]
-	attacker := signtest.New(t)
+	attacker, relay := signtest.New(t), signtest.New(t)
 	atr := m.net.Join(attacker.ID())
 	release := make(chan struct{})
 	defer close(release)
@@ -338,7 +343,7 @@ func TestGossipNeverBlocksOnBids(t *testing.T) {
 			j := ownedJob(t, m, attacker.ID(), fmt.Sprintf("job-flood-%d", i))
 			j.BidWindow = terms.MaxBidWindow
 			call, _ := terms.EncodeCall(attacker, j, "t")
-			_ = prov.p.HandleCall(attacker.ID(), call)
+			_, _ = prov.p.HandleCall(relay.ID(), call)
 		}
 	}()
 	select {
@@ -548,6 +553,7 @@ func TestBidSendQueueBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	relay := signtest.New(t)
 	release := make(chan struct{})
 	defer close(release)
 	done := make(chan struct{})
@@ -559,7 +565,8 @@ func TestBidSendQueueBounded(t *testing.T) {
 			j := ownedJob(t, m, owner.ID(), fmt.Sprintf("job-q-%d", i))
 			j.BidWindow = terms.MaxBidWindow
 			call, _ := terms.EncodeCall(owner, j, "t")
-			_ = p.HandleCall(owner.ID(), call)
+			// Relayed, so that the bid goes through the send queue.
+			_, _ = p.HandleCall(relay.ID(), call)
 		}
 	}()
 	select {
@@ -579,3 +586,19 @@ type fixedSelf terms.Capability
 
 func (c fixedSelf) Capability() terms.Capability { return terms.Capability(c) }
 func (fixedSelf) Reliability() float64           { return terms.NeutralReliability }
+
+// answeredBid is the bid a provider answered a call with on its stream,
+// checking that it was not also sent apart (on bids).
+func answeredBid(t *testing.T, answer []byte, bids <-chan terms.Bid) terms.Bid {
+	t.Helper()
+	b, err := terms.DecodeBid(answer)
+	if err != nil {
+		t.Fatalf("the call's answer: %v", err)
+	}
+	select {
+	case sent := <-bids:
+		t.Fatalf("a bid was also sent apart: %+v", sent)
+	default:
+	}
+	return b
+}

@@ -40,7 +40,7 @@ func TestProviderDialsNoAddressACallNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	sentBefore := prov.market.provider.Stats().Undelivered
-	if err := prov.market.provider.HandleCall(randomPeer(t), call); err != nil {
+	if _, err := prov.market.provider.HandleCall(randomPeer(t), call); err != nil {
 		t.Fatalf("the provider did not bid: %v", err)
 	}
 	// The provider logs the bid it gives up, once it counted it.

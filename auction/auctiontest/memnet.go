@@ -18,7 +18,7 @@ var ErrUnreachable = errors.New("auctiontest: peer unreachable")
 // (SendCall, a provider's ProtoCall) and to OnGossipedCall when heard on a
 // topic it subscribes to (Publish), as a daemon tells them apart.
 type MemHandlers struct {
-	OnCall         func(from peer.ID, data []byte) error
+	OnCall         func(from peer.ID, data []byte) ([]byte, error)
 	OnGossipedCall func(from peer.ID, data []byte) error
 	OnBid          func(from peer.ID, data []byte) error
 	OnAward        func(from peer.ID, data []byte) ([]byte, error)
@@ -228,22 +228,28 @@ func (t *MemTransport) Publish(ctx context.Context, topic string, data []byte) e
 }
 
 // SendCall calls the provider's call handler (OnCall) and returns its
-// error, or the context's error if it does not answer in time.
-func (t *MemTransport) SendCall(ctx context.Context, to peer.ID, data []byte) error {
+// answer (its bid or decline) or, without one, its error, as the daemon's
+// ProtoCall does; or the context's error if it does not answer in time.
+func (t *MemTransport) SendCall(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	dst, err := t.net.reachable(t.id, to)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	h := dst.handlers().OnCall
 	if h == nil {
-		return fmt.Errorf("%w: %s takes no calls", ErrUnreachable, to)
+		return nil, fmt.Errorf("%w: %s takes no calls", ErrUnreachable, to)
 	}
 	msg := append([]byte(nil), data...)
-	_, err = call(ctx, func() ([]byte, error) { return nil, h(t.id, msg) })
-	return err
+	return call(ctx, func() ([]byte, error) {
+		answer, err := h(t.id, msg)
+		if len(answer) > 0 {
+			return answer, nil
+		}
+		return nil, err
+	})
 }
 
 // SendBid calls the renter's bid handler and returns its error, or the

@@ -359,9 +359,9 @@ func (t crashTransport) Publish(ctx context.Context, topic string, data []byte) 
 	}
 	return t.t.Publish(ctx, topic, data)
 }
-func (t crashTransport) SendCall(ctx context.Context, to peer.ID, data []byte) error {
+func (t crashTransport) SendCall(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
 	if t.c.dead.Load() {
-		return errCrashed
+		return nil, errCrashed
 	}
 	return t.t.SendCall(ctx, to, data)
 }
@@ -629,15 +629,19 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		}
 		handlers.OnCall, handlers.OnGossipedCall = n.provider.HandleCall, n.provider.HandleGossipedCall
 		if see := h.onCall; see != nil {
-			seeing := func(handle func(peer.ID, []byte) error) func(peer.ID, []byte) error {
-				return func(from peer.ID, data []byte) error {
-					if c, err := terms.DecodeCall(data); err == nil {
-						see(c)
-					}
-					return handle(from, data)
+			seen := func(data []byte) {
+				if c, err := terms.DecodeCall(data); err == nil {
+					see(c)
 				}
 			}
-			handlers.OnCall, handlers.OnGossipedCall = seeing(n.provider.HandleCall), seeing(n.provider.HandleGossipedCall)
+			handlers.OnCall = func(from peer.ID, data []byte) ([]byte, error) {
+				seen(data)
+				return n.provider.HandleCall(from, data)
+			}
+			handlers.OnGossipedCall = func(from peer.ID, data []byte) error {
+				seen(data)
+				return n.provider.HandleGossipedCall(from, data)
+			}
 		}
 		handlers.OnAward = n.provider.HandleAward
 		n.tr.OnRequest(wire.ProtoCancel, h.notifying(n.sup.HandleCancel))
@@ -685,7 +689,7 @@ func (h *harness) notifying(handle auctiontest.MemRequestHandler) auctiontest.Me
 func (h *harness) notifyingHandlers(hs auctiontest.MemHandlers) auctiontest.MemHandlers {
 	out := hs
 	if f := hs.OnCall; f != nil {
-		out.OnCall = func(from peer.ID, data []byte) error { defer h.changed.Notify(); return f(from, data) }
+		out.OnCall = func(from peer.ID, data []byte) ([]byte, error) { defer h.changed.Notify(); return f(from, data) }
 	}
 	if f := hs.OnGossipedCall; f != nil {
 		out.OnGossipedCall = func(from peer.ID, data []byte) error { defer h.changed.Notify(); return f(from, data) }

@@ -34,9 +34,8 @@ func (t Transport) Publish(ctx context.Context, topic string, data []byte) error
 	return t.c.Publish(ctx, topic, data)
 }
 
-func (t Transport) SendCall(ctx context.Context, to peer.ID, data []byte) error {
-	_, err := t.c.Request(ctx, to, ProtoCall, data)
-	return err
+func (t Transport) SendCall(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
+	return t.c.Request(ctx, to, ProtoCall, data)
 }
 
 func (t Transport) SendBid(ctx context.Context, to peer.ID, data []byte) error {

@@ -26,7 +26,7 @@ import (
 // except the stream requests, which are authorised by the stream's
 // authenticated remote peer.
 const (
-	ProtoCall       protocol.ID = "/gpumesh/call/1.0.0"        // renter → provider: a sampled call for bids (terms.EncodeCall), sent to each provider it asks instead of gossiped
+	ProtoCall       protocol.ID = "/gpumesh/call/1.0.0"        // renter → provider: a sampled call for bids (terms.EncodeCall), sent to each provider it asks instead of gossiped; answered by the bid or decline (terms.BidMessage) when the caller is the job's owner
 	ProtoBid        protocol.ID = "/gpumesh/bid/1.0.0"         // provider → renter: terms.BidMessage (a bid, decline or capacity notice, by its envelope's domain)
 	ProtoAward      protocol.ID = "/gpumesh/award/1.0.0"       // renter → provider: terms.AwardMessage (an award, answered by an terms.Confirm, or a bid release)
 	ProtoHeartbeat  protocol.ID = "/gpumesh/heartbeat/1.0.0"   // provider → renter: attest.Heartbeat

@@ -117,12 +117,12 @@ func (p *Peer) Connect(ctx context.Context, addr string) (peer.ID, error) {
 
 // SubscribeCalls makes the peer hear calls for bids for a capability, as
 // an honest provider of it does: the calls sent to it directly on
-// wire.ProtoCall (a sampled call) go to direct, those heard on the topics
-// it subscribes to go to gossiped.
-func (p *Peer) SubscribeCalls(ctx context.Context, c *terms.Capability, direct, gossiped func(from peer.ID, data []byte)) error {
+// wire.ProtoCall (a sampled call) go to direct, whose answer (a bid or
+// decline, or nil) goes back on the call's stream, those heard on the
+// topics it subscribes to go to gossiped.
+func (p *Peer) SubscribeCalls(ctx context.Context, c *terms.Capability, direct func(from peer.ID, data []byte) []byte, gossiped func(from peer.ID, data []byte)) error {
 	p.Node.Handle(wire.ProtoCall, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
-		direct(from, req)
-		return nil, nil
+		return direct(from, req), nil
 	})
 	for _, t := range auction.ProviderTopics(c) {
 		if err := p.Node.Subscribe(ctx, t, gossiped); err != nil {

@@ -99,7 +99,7 @@ func (p *Peer) bidder(ctx context.Context, cfg BidderConfig, onLease func(terms.
 			return nil, errors.New("no")
 		})
 	}
-	if err := p.SubscribeCalls(ctx, &capab, func(from peer.ID, data []byte) { _ = prov.HandleCall(from, data) },
+	if err := p.SubscribeCalls(ctx, &capab, func(from peer.ID, data []byte) []byte { answer, _ := prov.HandleCall(from, data); return answer },
 		func(from peer.ID, data []byte) { _ = prov.HandleGossipedCall(from, data) }); err != nil {
 		return nil, err
 	}
