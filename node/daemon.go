@@ -250,7 +250,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			d.net.KeepConnected(d.ctx, 5*time.Second)
+			d.net.KeepConnected(d.ctx, 5*time.Second) // re-dials at once, and every 5 s while none answers
 		}()
 		d.wg.Add(1)
 		go func() {
