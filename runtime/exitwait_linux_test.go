@@ -147,3 +147,52 @@ func TestWaitUnpopulated(t *testing.T) {
 		t.Fatalf("remove the emptied cgroup: %v", err)
 	}
 }
+
+// A job cgroup that still holds a running process is removed by destroy
+// (its process killed, its exit waited for), with nothing left behind, on
+// whichever cgroup version the host has.
+func TestCgroupDestroyKillsAndRemoves(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("job cgroups need root")
+	}
+	cg, why := detectCgroups("gpumesh-test-destroy-" + strconv.Itoa(os.Getpid()))
+	if cg == nil {
+		t.Skip("no cgroups: ", why)
+	}
+	t.Cleanup(func() {
+		_ = os.Remove(cg.parent)
+		for _, d := range cg.v1Extra {
+			_ = os.Remove(d)
+		}
+	})
+	j, err := cg.create("j"+strconv.Itoa(os.Getpid()), jobLimits{memoryMB: 64, pids: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	dirs := []string{j.dir}
+	for _, d := range j.v1Extra {
+		dirs = append(dirs, d)
+	}
+	for _, d := range dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.destroy(); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Fatalf("cgroup %s left: %v", d, err)
+		}
+	}
+	_ = cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the cgroup's process ended %v, want killed", cmd.ProcessState)
+	}
+}
