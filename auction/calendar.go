@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction/terms"
+	"github.com/gpumesh/gpumesh/p2p/broadcast"
 )
 
 // Calendar errors.
@@ -61,7 +62,8 @@ type Calendar struct {
 	capacity int
 	slices   []int // device -> slice count; 0 (or nil): sold whole
 	books    map[string]Booking
-	holds    map[string]hold // key (a bid's nonce) -> tentative booking
+	holds    map[string]hold  // key (a bid's nonce) -> tentative booking
+	changed  broadcast.Signal // at each change of the bookings
 }
 
 // hold is a tentative booking: a bid's span, held until its award comes or
@@ -312,6 +314,7 @@ func (c *Calendar) reserveLocked(b Booking, evict []string) ([]Booking, error) {
 		delete(c.books, e.LeaseID)
 	}
 	c.books[b.LeaseID] = b
+	c.changed.Notify()
 	return evicted, nil
 }
 
@@ -321,6 +324,9 @@ func (c *Calendar) Release(leaseID string) bool {
 	defer c.mu.Unlock()
 	_, ok := c.books[leaseID]
 	delete(c.books, leaseID)
+	if ok {
+		c.changed.Notify()
+	}
 	return ok
 }
 
@@ -337,10 +343,11 @@ func (c *Calendar) Truncate(leaseID string, end time.Time) bool {
 	}
 	if !end.After(b.Start) {
 		delete(c.books, leaseID)
-		return true
+	} else {
+		b.End = end
+		c.books[leaseID] = b
 	}
-	b.End = end
-	c.books[leaseID] = b
+	c.changed.Notify()
 	return true
 }
 
@@ -373,6 +380,7 @@ func (c *Calendar) Move(leaseID string, start, end time.Time, pool []int) (Booki
 	moved.Start, moved.End = start, end
 	moved.Devices, moved.Slices = devs, sl
 	c.books[leaseID] = moved
+	c.changed.Notify()
 	moved.Devices = append([]int(nil), moved.Devices...)
 	moved.Slices = append([]int(nil), moved.Slices...)
 	return moved, nil
@@ -423,6 +431,30 @@ func (c *Calendar) FreeGPUs(from, to time.Time) int {
 		return 0
 	}
 	return free
+}
+
+// Changed returns a channel closed at the next change of the bookings (a
+// booking made, released, cut short, moved or pruned): take it before
+// reading them, so that no change is missed. Between changes, what is
+// free changes only as time passes a booking's start or end (NextEdge).
+func (c *Calendar) Changed() <-chan struct{} { return c.changed.Wait() }
+
+// NextEdge is the first instant after at when a booking starts or ends:
+// until then, and until the bookings change (Changed), FreeGPUs(t, t)
+// answers for every t in [at, NextEdge) what it answers at at. It is the
+// zero time when no booking starts or ends after at.
+func (c *Calendar) NextEdge(at time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var next time.Time
+	for _, b := range c.books {
+		for _, t := range [2]time.Time{b.Start, b.End} {
+			if t.After(at) && (next.IsZero() || t.Before(next)) {
+				next = t
+			}
+		}
+	}
+	return next
 }
 
 // Occupancy is the fraction of the capacity booked at the instant at (1 for
@@ -479,6 +511,7 @@ func (c *Calendar) Prune(before time.Time) {
 	for id, b := range c.books {
 		if !b.End.After(before) {
 			delete(c.books, id)
+			c.changed.Notify()
 		}
 	}
 }

@@ -220,3 +220,67 @@ func TestCalendarConcurrent(t *testing.T) {
 		t.Fatalf("%d concurrent reservations succeeded on 3 gpus", ok)
 	}
 }
+
+// Changed is closed by every change of the bookings (and only by one), and
+// NextEdge names the next instant a booking starts or ends: between the
+// two, FreeGPUs at an instant does not change.
+func TestCalendarChangedAndNextEdge(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := NewCalendar(4)
+	changes := func(what string, want bool, op func()) {
+		t.Helper()
+		ch := c.Changed()
+		op()
+		select {
+		case <-ch:
+			if !want {
+				t.Fatalf("%s closed Changed", what)
+			}
+		default:
+			if want {
+				t.Fatalf("%s did not close Changed", what)
+			}
+		}
+	}
+	if e := c.NextEdge(t0); !e.IsZero() {
+		t.Fatalf("an empty calendar's next edge: %v", e)
+	}
+	b := Booking{LeaseID: "a", Start: t0.Add(time.Hour), End: t0.Add(3 * time.Hour), GPUs: 2, Preemptible: true}
+	changes("Reserve", true, func() { _ = c.Reserve(b) })
+	changes("a failed Reserve", false, func() { _ = c.Reserve(b) })
+	changes("a read", false, func() { _ = c.FreeGPUs(t0, t0); _ = c.NextEdge(t0) })
+	changes("a hold", false, func() { c.Hold("n", "o", Booking{Start: t0, End: t0.Add(time.Hour), GPUs: 1}, t0.Add(time.Minute)) })
+	for _, e := range []struct{ at, want time.Time }{
+		{t0, t0.Add(time.Hour)},
+		{t0.Add(time.Hour), t0.Add(3 * time.Hour)},
+		{t0.Add(2 * time.Hour), t0.Add(3 * time.Hour)},
+		{t0.Add(3 * time.Hour), time.Time{}},
+	} {
+		if got := c.NextEdge(e.at); !got.Equal(e.want) {
+			t.Fatalf("NextEdge(%v) = %v, want %v", e.at, got, e.want)
+		}
+	}
+	if c.FreeGPUs(t0, t0) != 4 || c.FreeGPUs(t0.Add(time.Hour), t0.Add(time.Hour)) != 2 {
+		t.Fatal("free GPUs before and at the booking's start")
+	}
+	changes("Move", true, func() {
+		if _, err := c.Move("a", t0.Add(30*time.Minute), t0.Add(2*time.Hour), nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if got := c.NextEdge(t0); !got.Equal(t0.Add(30 * time.Minute)) {
+		t.Fatalf("NextEdge after the move: %v", got)
+	}
+	changes("Truncate", true, func() { c.Truncate("a", t0.Add(time.Hour)) })
+	changes("a Truncate that extends", false, func() { c.Truncate("a", t0.Add(5*time.Hour)) })
+	changes("ReserveEvicting", true, func() {
+		if _, err := c.ReserveEvicting(Booking{LeaseID: "b", Start: t0, End: t0.Add(time.Hour), GPUs: 4}, []string{"a"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	changes("Prune of nothing ended", false, func() { c.Prune(t0) })
+	changes("Prune", true, func() { c.Prune(t0.Add(time.Hour)) })
+	changes("Release of an unknown lease", false, func() { c.Release("b") })
+	_ = c.Reserve(Booking{LeaseID: "c", Start: t0, End: t0.Add(time.Hour), GPUs: 1})
+	changes("Release", true, func() { c.Release("c") })
+}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"time"
@@ -19,14 +20,26 @@ import (
 )
 
 func (d *Daemon) serveAPI() error {
-	_ = os.Remove(d.paths.Socket())
-	ln, err := net.Listen("unix", d.paths.Socket())
+	// Bound and made private under a temporary name, then moved into
+	// place: the socket appears listening (api.SocketTempName).
+	tmp := filepath.Join(d.paths.Dir, api.SocketTempName)
+	_ = os.Remove(tmp)
+	ln, err := net.Listen("unix", tmp)
 	if err != nil {
-		return fmt.Errorf("control socket %s: %w", d.paths.Socket(), err)
+		return fmt.Errorf("control socket %s: %w", tmp, err)
 	}
-	if err := os.Chmod(d.paths.Socket(), 0o600); err != nil {
+	// Close must not unlink the name it was bound to: the socket has
+	// moved (the daemon's Close removes it).
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
 		_ = ln.Close()
+		_ = os.Remove(tmp)
 		return fmt.Errorf("control socket: %w", err)
+	}
+	if err := os.Rename(tmp, d.paths.Socket()); err != nil {
+		_ = ln.Close()
+		_ = os.Remove(tmp)
+		return fmt.Errorf("control socket %s: %w", d.paths.Socket(), err)
 	}
 	mux := http.NewServeMux()
 	api.Handle(mux, "GET /v1/version", func(*http.Request) (any, error) {

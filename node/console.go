@@ -3,7 +3,6 @@ package node
 import (
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/console"
@@ -102,21 +101,16 @@ func (d *Daemon) serveMetrics() error {
 	return nil
 }
 
-// maxJobWait bounds the long poll of GET /v1/jobs/{id}?wait=D, so a
-// caller cannot hold a connection open for ever.
-const maxJobWait = time.Minute
-
 // jobView is GET /v1/jobs/{id}: the job's view now or, with wait=D (a Go
-// duration up to maxJobWait), a long poll (lease.Tracker.WaitView).
+// duration up to api.MaxLongPoll), a long poll (lease.Tracker.WaitView).
 func jobView(r *http.Request, t *lease.Tracker) (api.JobView, error) {
 	id := r.PathValue("id")
-	q := r.URL.Query().Get("wait")
-	if q == "" {
-		return t.View(id)
+	d, ok, err := api.LongPollWait(r)
+	if err != nil {
+		return api.JobView{}, err
 	}
-	d, err := time.ParseDuration(q)
-	if err != nil || d < 0 || d > maxJobWait {
-		return api.JobView{}, api.BadRequest("wait: want a duration from 0s to %s, got %q", maxJobWait, q)
+	if !ok {
+		return t.View(id)
 	}
 	return t.WaitView(r.Context(), id, d)
 }

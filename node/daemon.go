@@ -250,7 +250,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			d.net.KeepConnected(d.ctx, 5*time.Second)
+			d.net.KeepConnected(d.ctx, 5*time.Second) // re-dials at once, and every 5 s while none answers
 		}()
 		d.wg.Add(1)
 		go func() {
@@ -268,7 +268,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			d.disc.RefreshRTTs(d.opts.RTTRefreshEvery)
 		}()
 		if d.cfg.Provider.Enabled {
-			d.disc.Advertise(ttl, d.capability, d.freeGPUs)
+			d.disc.Advertise(ttl, d.capability, discovery.Availability{Free: d.freeGPUs, Changed: d.freeChanged})
 		}
 	}()
 	return d, nil
@@ -359,6 +359,16 @@ func (d *Daemon) freeGPUs(now time.Time) int {
 		return 0
 	}
 	return d.market.cal.FreeGPUs(now, now)
+}
+
+// freeChanged says when freeGPUs may change: at the calendar's next change
+// or its next booking edge after now. A drain's start or end asks for a
+// fresh record by itself (drainReadvertiser).
+func (d *Daemon) freeChanged(now time.Time) (<-chan struct{}, time.Time) {
+	if m := d.market; m != nil && m.cal != nil {
+		return m.cal.Changed(), m.cal.NextEdge(now)
+	}
+	return nil, time.Time{}
 }
 
 // Advertised returns the last capability record this node put in the DHT.

@@ -323,6 +323,22 @@ func TestProvidersShowFreeGPUsAndPriceNow(t *testing.T) {
 		}
 	}
 	provider(2, 1)
+	// A drain advertises no free GPUs, and its end the GPUs free again,
+	// sooner than the record's renewal (the drain asks for a new record).
+	pcl := api.NewClient(prov.dir)
+	for _, c := range []struct {
+		do   func(context.Context) (api.DrainView, error)
+		free int
+	}{{func(ctx context.Context) (api.DrainView, error) { return pcl.Drain(ctx, time.Second) }, 0}, {pcl.Undrain, 2}} {
+		if _, err := c.do(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitChange(t, 8*time.Second, fmt.Sprintf("the provider's record with %d free after a drain's start or end", c.free), func() bool {
+			c2 := prov.disc.Advertised()
+			return c2 != nil && c2.FreeGPUs != nil && *c2.FreeGPUs == c.free
+		}, prov.disc.AdvertisedChanged)
+	}
+	provider(2, 1)
 	v := post(t, boot, shJob(terms.Silver, 5, "sleep 60"))
 	if !leased(v) {
 		t.Fatalf("job not leased: %s %v", v.State, v.Reasons)

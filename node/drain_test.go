@@ -84,6 +84,15 @@ func TestDrainFinishesShortHandsBackLong(t *testing.T) {
 	if dv, err = cl.DrainStatus(context.Background()); err != nil || !dv.Done {
 		t.Fatalf("drain status after the drain: %+v %v", dv, err)
 	}
+	// The drain's long poll answers a done drain at once, and refuses a
+	// wait past its bound in one line.
+	start := time.Now()
+	if dv, err = cl.DrainChange(context.Background(), time.Minute); err != nil || !dv.Done || !dv.Draining || time.Since(start) > 30*time.Second {
+		t.Fatalf("drain long poll after the drain: %+v %v after %v", dv, err, time.Since(start))
+	}
+	if _, err := cl.DrainChange(context.Background(), 2*time.Minute); err == nil || !strings.Contains(err.Error(), "wait: want a duration") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("a drain long poll of 2m: %v", err)
+	}
 	st, err := cl.ProviderStats(context.Background())
 	if err != nil || !st.Draining || st.Drain == nil || !st.Drain.Done {
 		t.Fatalf("provider stats while drained: draining %v drain %+v err %v", st.Draining, st.Drain, err)

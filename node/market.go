@@ -201,7 +201,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	if err != nil {
 		return err
 	}
-	m.drainer = drainapi.New(m.provider, m.sup)
+	m.drainer = drainapi.New(drainReadvertiser{m.provider, d}, m.sup)
 	m.sup.SetBookings(m.provider)
 	if err := m.sup.Recover(); err != nil {
 		return err
@@ -479,4 +479,20 @@ func (m *market) Scrub(id string) string {
 		m.d.log.Info("GPU memory scrubbed", "lease", id, "devices", names, "zeroed_mib", zeroed>>20, "took", rep.Took)
 	}
 	return rep.Statement()
+}
+
+// drainReadvertiser is the provider's bidder for its drain: a drain that
+// starts or ends renews the capability record at once (a draining provider
+// advertises no free GPUs).
+type drainReadvertiser struct {
+	drainapi.Bidder
+	d *Daemon
+}
+
+func (r drainReadvertiser) SetDraining(on bool) bool {
+	changed := r.Bidder.SetDraining(on)
+	if changed {
+		r.d.disc.Readvertise()
+	}
+	return changed
 }

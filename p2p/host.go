@@ -29,6 +29,7 @@ import (
 	record "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/discovery"
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -487,26 +488,58 @@ func (n *Node) Bootstrap(ctx context.Context) error {
 }
 
 // KeepConnected re-dials the bootstrap peers whenever the node has lost
-// every connection (after a partition, or when it started before them),
-// checking every interval until ctx ends.
-func (n *Node) KeepConnected(ctx context.Context, every time.Duration) {
+// every connection (after a partition, or when it started before them):
+// at once when its last connection closes (the host's connectedness
+// events say so), and while none of them answers, again every retry,
+// until ctx ends.
+func (n *Node) KeepConnected(ctx context.Context, retry time.Duration) {
 	if len(n.bootstrap) == 0 {
 		return
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
+	sub, err := n.Host.EventBus().Subscribe(new(event.EvtPeerConnectednessChanged))
+	if err != nil {
+		n.log.Warn("connectedness events", "err", err)
+		return
+	}
+	defer sub.Close()
+	// The events are drained at once (the bus waits on slow subscribers),
+	// into one pending wake-up.
+	wake := make(chan struct{}, 1)
+	go func() {
+		for range sub.Out() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	// again is pending while a re-dial waits for its turn: at most one
+	// every retry (a network retry), so that a peer that drops each new
+	// connection does not make the node dial it in a loop.
+	var again <-chan time.Time
+	var last time.Time
 	for {
+		// Subscribed before this look: a loss after it wakes the loop.
+		if again == nil && len(n.Host.Network().Peers()) == 0 {
+			if wait := retry - time.Since(last); !last.IsZero() && wait > 0 {
+				again = time.After(wait)
+			} else {
+				n.log.Info("no peers left; re-dialling bootstrap peers")
+				last = time.Now()
+				if err := n.Bootstrap(ctx); err != nil && ctx.Err() == nil {
+					n.log.Debug("re-bootstrap", "err", err)
+				}
+				if len(n.Host.Network().Peers()) == 0 {
+					again = time.After(retry)
+				}
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-		}
-		if len(n.Host.Network().Peers()) > 0 {
-			continue
-		}
-		n.log.Info("no peers left; re-dialling bootstrap peers")
-		if err := n.Bootstrap(ctx); err != nil && ctx.Err() == nil {
-			n.log.Debug("re-bootstrap", "err", err)
+		case <-wake:
+		case <-again:
+			again = nil
 		}
 	}
 }

@@ -16,6 +16,8 @@ import (
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -372,3 +374,39 @@ func TestSecondNodeOnAPortIsRefused(t *testing.T) {
 }
 
 func peerInfo(n *Node) peer.AddrInfo { return peer.AddrInfo{ID: n.Host.ID(), Addrs: n.Host.Addrs()} }
+
+// KeepConnected re-dials the bootstrap peer as soon as the last connection
+// closes, not at its retry interval (an hour here).
+func TestKeepConnectedRedialsAtOnce(t *testing.T) {
+	a, b := pair(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() { defer close(done); b.KeepConnected(ctx, time.Hour) }()
+	sub, err := b.Host.EventBus().Subscribe(new(event.EvtPeerConnectednessChanged))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := b.Host.Network().ClosePeer(a.ID()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second)
+	lost := false
+	for {
+		select {
+		case e := <-sub.Out():
+			ev := e.(event.EvtPeerConnectednessChanged)
+			if ev.Peer != a.ID() {
+				continue
+			}
+			if ev.Connectedness != network.Connected {
+				lost = true
+			} else if lost {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("not connected again to the bootstrap peer (lost: %v)", lost)
+		}
+	}
+}

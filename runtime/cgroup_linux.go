@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -347,28 +348,43 @@ func (j *jobCgroup) oomKilled() bool {
 	return false
 }
 
-// destroy kills what is left and removes the cgroup.
+// destroy kills what is left and removes the cgroup once it is empty: on
+// cgroup v2 when cgroup.events says so (waitUnpopulated), on v1 once every
+// process it lists has exited (killAndWait). It fails when the cgroup is
+// still busy after a second.
 func (j *jobCgroup) destroy() error {
-	var err error
-	for i := 0; i < 100; i++ {
+	deadline := time.Now().Add(time.Second)
+	var busy error
+	if j.cg.version == 2 {
 		j.kill()
-		err = nil
-		for c, d := range j.v1Extra {
-			if e := os.Remove(d); e != nil && !errors.Is(e, os.ErrNotExist) {
-				err = e
-			} else {
-				delete(j.v1Extra, c)
+		busy = waitUnpopulated(j.dir, deadline)
+	} else {
+		// Each round waits for the exits of what it lists; the next lists
+		// what those forked meanwhile. A list that did not change over an
+		// exit (processes that exited but are still listed) ends it.
+		var last []int
+		for ps := j.pids(); len(ps) > 0 && !slices.Equal(ps, last); last, ps = ps, j.pids() {
+			if !killAndWait(ps, deadline) {
+				busy = fmt.Errorf("processes %v survived SIGKILL", ps)
+				break
 			}
 		}
-		if e := os.Remove(j.dir); e != nil && !errors.Is(e, os.ErrNotExist) {
-			err = e
-		}
-		if err == nil {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	return fmt.Errorf("runtime: remove cgroup %s: %w", j.dir, err)
+	var err error
+	for c, d := range j.v1Extra {
+		if e := os.Remove(d); e != nil && !errors.Is(e, os.ErrNotExist) {
+			err = errors.Join(err, e)
+		} else {
+			delete(j.v1Extra, c)
+		}
+	}
+	if e := os.Remove(j.dir); e != nil && !errors.Is(e, os.ErrNotExist) {
+		err = errors.Join(err, e)
+	}
+	if err != nil {
+		return fmt.Errorf("runtime: remove cgroup %s: %w", j.dir, errors.Join(busy, err))
+	}
+	return nil
 }
 
 func (c *cgroups) describe() string   { return c.desc }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"syscall"
 	"time"
@@ -141,7 +142,10 @@ func (h *dockerHandle) Exec(ctx context.Context, req ExecRequest) (int, error) {
 		case <-ctx.Done():
 		case <-h.done:
 		case <-finished:
-			return
+			// An Exec that returned for ctx's end still kills.
+			if ctx.Err() == nil {
+				return
+			}
 		}
 		_ = conn.Close()
 		kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -163,24 +167,88 @@ func (h *dockerHandle) Exec(ctx context.Context, req ExecRequest) (int, error) {
 	} else {
 		_ = demux(br, stdout, stderr)
 	}
-	// The stream ends as the command does; its status follows shortly.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var info struct {
-			Running  bool
-			ExitCode int
+	return h.execExit(ctx, created.Id)
+}
+
+// execExit is exec execID's exit code once its output stream has ended.
+// The Engine records the exit a moment after the output ends (and a
+// command may close its output and run on): it is read once, and while
+// the Engine says the command still runs, its exec_die event says when
+// it ends, the job's end or ctx's end at the latest.
+func (h *dockerHandle) execExit(ctx context.Context, execID string) (int, error) {
+	id := h.spec.ID
+	var info struct {
+		Running  bool
+		ExitCode int
+	}
+	// Events from a second before the look on are asked for: one that
+	// came between the look and the subscription is not missed.
+	since := time.Now().Add(-time.Second)
+	ictx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := h.e.c.do(ictx, http.MethodGet, "/exec/"+execID+"/json", nil, &info)
+	cancel()
+	switch {
+	case err != nil:
+		return -1, fmt.Errorf("runtime: job %s: exec status: %w", id, err)
+	case !info.Running:
+		return info.ExitCode, nil
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-h.done:
+			stop()
+		case <-wctx.Done():
 		}
+	}()
+	code, err := h.e.c.execDied(wctx, h.id, execID, since)
+	if err == nil {
+		return code, nil
+	}
+	select {
+	case <-h.done:
+		// The command died with the job's container: its status is final.
 		ictx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := h.e.c.do(ictx, http.MethodGet, execPath+"/json", nil, &info)
+		err := h.e.c.do(ictx, http.MethodGet, "/exec/"+execID+"/json", nil, &info)
 		cancel()
-		switch {
-		case err != nil:
-			return -1, fmt.Errorf("runtime: job %s: exec status: %w", id, err)
-		case !info.Running:
+		if err == nil && !info.Running {
 			return info.ExitCode, nil
-		case time.Now().After(deadline) || ctx.Err() != nil:
-			return -1, fmt.Errorf("runtime: job %s: exec: the command's output ended but it still runs", id)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return -1, fmt.Errorf("runtime: job %s: exec: the job ended while its command ran", id)
+	default:
+	}
+	if ctx.Err() != nil {
+		return -1, fmt.Errorf("runtime: job %s: exec: %w", id, ctx.Err())
+	}
+	return -1, fmt.Errorf("runtime: job %s: exec status: %w", id, err)
+}
+
+// execDied waits for container's exec_die event of exec execID (from since
+// on) and returns the exit code it carries.
+func (c *dockerClient) execDied(ctx context.Context, container, execID string, since time.Time) (int, error) {
+	filters, _ := json.Marshal(map[string][]string{"type": {"container"}, "container": {container}, "event": {"exec_die"}})
+	q := url.Values{"filters": {string(filters)}, "since": {strconv.FormatInt(since.Unix(), 10) + "." + fmt.Sprintf("%09d", since.Nanosecond())}}
+	resp, err := c.request(ctx, http.MethodGet, "/events?"+q.Encode(), nil)
+	if err != nil {
+		return -1, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev struct {
+			Action string
+			Actor  struct{ Attributes map[string]string }
+		}
+		if err := dec.Decode(&ev); err != nil {
+			return -1, fmt.Errorf("docker: events: %w", err)
+		}
+		if a := ev.Actor.Attributes; ev.Action == "exec_die" && a["execID"] == execID {
+			code, err := strconv.Atoi(a["exitCode"])
+			if err != nil {
+				return -1, fmt.Errorf("docker: exec_die of %s: exit code %q", execID, a["exitCode"])
+			}
+			return code, nil
+		}
 	}
 }

@@ -608,7 +608,9 @@ func (h *processHandle) signalAll(sig syscall.Signal) {
 	}
 }
 
-// killAll SIGKILLs the job's processes until none is left (bounded).
+// killAll SIGKILLs the job's processes until none is left (bounded): each
+// round kills what it lists and waits for those processes' exits
+// (killAndWait), so a new round lists only what they forked meanwhile.
 func (h *processHandle) killAll() {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -617,16 +619,14 @@ func (h *processHandle) killAll() {
 			h.cg.kill()
 		}
 		left := h.members()
-		for _, p := range left {
-			_ = syscall.Kill(p, syscall.SIGKILL)
-		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			if len(left) > 0 {
-				h.e.log.Error("job processes survived SIGKILL", "job", h.spec.ID, "pids", left)
-			}
+		if len(left) == 0 {
 			return
 		}
-		time.Sleep(5 * time.Millisecond)
+		if !time.Now().Before(deadline) {
+			h.e.log.Error("job processes survived SIGKILL", "job", h.spec.ID, "pids", left)
+			return
+		}
+		killAndWait(left, deadline)
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 )
 
 // TestProviderDrainCLI: `provider drain` sends its grace, prints the plan
-// and follows the drain until it is done; `drain --cancel` undrains; a
+// and follows the drain until it is done, through the drain's long poll
+// (?wait=D), not by asking again and again; `drain --cancel` undrains; a
 // negative grace is a one-line error.
 func TestProviderDrainCLI(t *testing.T) {
 	defer func(d time.Duration) { waitInterval = d }(waitInterval)
@@ -27,7 +28,7 @@ func TestProviderDrainCLI(t *testing.T) {
 		}}
 	}
 	var grace atomic.Int64
-	var polls, undrains atomic.Int32
+	var polls, longPolls, undrains atomic.Int32
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/provider/drain", func(w http.ResponseWriter, r *http.Request) {
 		var req api.DrainRequest
@@ -38,7 +39,10 @@ func TestProviderDrainCLI(t *testing.T) {
 		grace.Store(int64(req.Grace))
 		replyJSON(w, http.StatusOK, plan(terms.RunRunning, false))
 	})
-	mux.HandleFunc("GET /v1/provider/drain", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /v1/provider/drain", func(w http.ResponseWriter, r *http.Request) {
+		if d, err := time.ParseDuration(r.URL.Query().Get("wait")); err == nil && d == waitInterval {
+			longPolls.Add(1)
+		}
 		if polls.Add(1) < 2 {
 			replyJSON(w, http.StatusOK, plan(terms.RunRunning, false))
 			return
@@ -67,6 +71,9 @@ func TestProviderDrainCLI(t *testing.T) {
 	}
 	if polls.Load() < 2 {
 		t.Fatalf("drain returned after %d polls, before the drain was done", polls.Load())
+	}
+	if longPolls.Load() != polls.Load() {
+		t.Fatalf("%d of %d asks for the drain's progress were long polls", longPolls.Load(), polls.Load())
 	}
 
 	if code, out, errOut := runCLI(t, "-d", dir, "provider", "drain", "--cancel"); code != 0 || !strings.Contains(out, "bidding again") || undrains.Load() != 1 {

@@ -527,13 +527,18 @@ func runTerminal(v *api.JobView) bool {
 }
 
 // nextJobView is job id's view at its next change after prev, or after
-// waitInterval when it has not changed: a long poll
-// (GET /v1/jobs/{id}?wait=D). A daemon from before the long poll answers
-// at once: the rest of the turn is waited out rather than asking again at
-// once.
+// waitInterval when it has not changed (GET /v1/jobs/{id}?wait=D).
 func nextJobView(ctx context.Context, cl *api.Client, id string, prev api.JobView) (api.JobView, error) {
+	return nextView(ctx, prev, func(ctx context.Context, wait time.Duration) (api.JobView, error) { return cl.JobChange(ctx, id, wait) })
+}
+
+// nextView is what ask answers at its next change after prev, or after
+// waitInterval when it has not changed: a long poll (ask's ?wait=D). A
+// daemon from before the long poll answers at once: the rest of the turn
+// is waited out rather than asking again at once.
+func nextView[V any](ctx context.Context, prev V, ask func(ctx context.Context, wait time.Duration) (V, error)) (V, error) {
 	asked := time.Now()
-	v, err := cl.JobChange(ctx, id, waitInterval)
+	v, err := ask(ctx, waitInterval)
 	if err != nil || !reflect.DeepEqual(v, prev) {
 		return v, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -142,12 +143,7 @@ func providerDrainAction(c *cli.Context) error {
 		fmt.Fprintln(w, last)
 	}
 	for !v.Done && !c.Bool("no-wait") {
-		select {
-		case <-c.Context.Done():
-			return c.Context.Err()
-		case <-time.After(waitInterval):
-		}
-		if v, err = cl.DrainStatus(c.Context); err != nil {
+		if v, err = nextDrainView(c.Context, cl, v); err != nil {
 			return err
 		}
 		if now := drainSummary(v); now != last && !asJSON {
@@ -224,4 +220,11 @@ func gpusColumn(l terms.Lease) string {
 		return strconv.FormatFloat(l.GPUFraction, 'g', -1, 64)
 	}
 	return strconv.Itoa(l.GPUCount)
+}
+
+// nextDrainView is the drain's view at its next change after prev, or
+// after waitInterval when it has not changed (GET
+// /v1/provider/drain?wait=D).
+func nextDrainView(ctx context.Context, cl *api.Client, prev api.DrainView) (api.DrainView, error) {
+	return nextView(ctx, prev, cl.DrainChange)
 }

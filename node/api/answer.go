@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // The daemon's side of the answers: a call's value as JSON, a refusal as
@@ -30,6 +31,24 @@ func BadRequest(format string, a ...any) error {
 // NotFound refuses a call about something the daemon does not have (404).
 func NotFound(format string, a ...any) error {
 	return &StatusError{http.StatusNotFound, fmt.Sprintf(format, a...)}
+}
+
+// MaxLongPoll bounds a long poll's wait (?wait=D: GET /v1/jobs/{id}, GET
+// /v1/provider/drain), so a caller cannot hold a connection open for ever.
+const MaxLongPoll = time.Minute
+
+// LongPollWait is a call's ?wait=D: a Go duration from 0 to MaxLongPoll; ok
+// is false when the call has none (it answers at once).
+func LongPollWait(r *http.Request) (d time.Duration, ok bool, err error) {
+	q := r.URL.Query().Get("wait")
+	if q == "" {
+		return 0, false, nil
+	}
+	d, err = time.ParseDuration(q)
+	if err != nil || d < 0 || d > MaxLongPoll {
+		return 0, false, BadRequest("wait: want a duration from 0s to %s, got %q", MaxLongPoll, q)
+	}
+	return d, true, nil
 }
 
 // Handle registers h for pattern on mux: its value is answered as JSON,

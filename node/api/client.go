@@ -94,21 +94,31 @@ func (c *Client) Raw(ctx context.Context, method, path string, q url.Values, bod
 	return resp, nil
 }
 
-// WaitReady polls until the daemon answers or the timeout passes.
+// WaitReady waits until the daemon answers, or the timeout passes: it
+// asks at once, and again each time the socket's directory changes (the
+// daemon moves its socket into place once it listens, SocketTempName),
+// never on a timer. An answer other than "not running" ends the wait.
 func (c *Client) WaitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	w, werr := newPathWatch(c.socket)
+	if werr != nil {
+		return fmt.Errorf("watch for the daemon's socket %s: %w", c.socket, werr)
+	}
+	defer w.close()
 	for {
-		_, err := c.Version(ctx)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
+		_, err := c.Version(wctx)
+		if err == nil || !errors.Is(err, ErrNotRunning) {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		if werr := w.wait(wctx); werr != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if werr := w.arm(); werr != nil {
+			return fmt.Errorf("watch for the daemon's socket %s: %w", c.socket, werr)
 		}
 	}
 }

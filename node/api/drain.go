@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction/terms"
@@ -68,6 +69,15 @@ func (c *Client) Drain(ctx context.Context, grace time.Duration) (DrainView, err
 func (c *Client) DrainStatus(ctx context.Context) (DrainView, error) {
 	var v DrainView
 	err := c.Do(ctx, http.MethodGet, "/provider/drain", nil, nil, &v)
+	return v, err
+}
+
+// DrainChange is GET /v1/provider/drain?wait=D: the drain's progress at
+// its next change, or after wait (a long poll; a daemon from before it
+// answers at once).
+func (c *Client) DrainChange(ctx context.Context, wait time.Duration) (DrainView, error) {
+	var v DrainView
+	err := c.Do(ctx, http.MethodGet, "/provider/drain", url.Values{"wait": {wait.String()}}, nil, &v)
 	return v, err
 }
 

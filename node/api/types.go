@@ -70,6 +70,12 @@ type ErrorBody struct {
 // SocketName is the control socket's file name inside a data dir.
 const SocketName = "gpumesh.sock"
 
+// SocketTempName is where, inside a data dir, the daemon binds its control
+// socket before it moves it to SocketName, listening and private: a socket
+// at SocketName always has a daemon listening behind it (or had, until it
+// died), and its appearance is what a client waits for (WaitReady).
+const SocketTempName = "gpumesh.new"
+
 // SocketPath is the control socket of the daemon whose data dir is dataDir.
 func SocketPath(dataDir string) string { return filepath.Join(dataDir, SocketName) }
 

@@ -97,13 +97,18 @@ func ProvideValidity(ttl time.Duration) time.Duration { return max(3*ttl, 30*tim
 
 func reprovideEvery(ttl time.Duration) time.Duration { return ProvideValidity(ttl) / 3 }
 
-// availabilityCheck is how often a provider compares its free GPUs with
-// what its capability record says and, when they differ, renews the
-// record: at most every 30 s (a tenth of the record's TTL when shorter),
-// so a change reaches renters listing providers that late, with a DHT put
-// only when something changed.
-func availabilityCheck(ttl time.Duration) time.Duration {
-	return min(30*time.Second, max(ttl/10, 100*time.Millisecond))
+// Availability is a provider's free GPUs, from the state that holds them
+// (its calendar), which says when they change: the advertise loop renews
+// the capability record at each change rather than looking on a timer.
+type Availability struct {
+	// Free is the number of GPUs free at an instant.
+	Free func(at time.Time) int
+	// Changed returns a channel closed at the next change of what Free
+	// answers other than by time passing, and the first instant after at
+	// when time passing may change it (a booking's start or end; the zero
+	// time when none). Take it before asking Free, so that no change is
+	// missed.
+	Changed func(at time.Time) (<-chan struct{}, time.Time)
 }
 
 // Advertised returns the last capability record this node put in the DHT.
@@ -120,7 +125,7 @@ func (d *Discovery) Advertised() *terms.Capability {
 func (d *Discovery) AdvertisedChanged() <-chan struct{} { return d.advPut.Wait() }
 
 // Readvertise asks Advertise for a fresh record now (the artifacts the
-// node holds changed).
+// node holds changed, or its drain started or ended).
 func (d *Discovery) Readvertise() {
 	select {
 	case d.readvertise <- struct{}{}:
@@ -131,8 +136,8 @@ func (d *Discovery) Readvertise() {
 // Advertise keeps this provider's capability record, as record builds it
 // for a TTL of ttl, in the DHT until New's context ends: renewed every
 // third of ttl, and at once when the node's addresses change, Readvertise
-// is called or the free GPUs (free at a time) differ from the record's.
-func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) terms.Capability, free func(time.Time) int) {
+// is called or the free GPUs (avail) differ from the record's.
+func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) terms.Capability, avail Availability) {
 	// Give the routing table a moment to fill after bootstrap, so the first
 	// record is not put into an empty table.
 	for i := 0; i < 50 && d.cfg.Net.DHT.RoutingTable().Size() == 0 && d.cfg.Bootstrap; i++ {
@@ -154,12 +159,6 @@ func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) 
 	if addrs != nil {
 		addrCh = addrs.Out()
 	}
-	changed := func() bool {
-		adv := d.Advertised()
-		return adv != nil && adv.FreeGPUs != nil && *adv.FreeGPUs != free(d.cfg.Now())
-	}
-	check := time.NewTicker(availabilityCheck(ttl))
-	defer check.Stop()
 	for {
 		// Renewal is scheduled from when the record was issued, not from
 		// when a (possibly slow) put finished, so records never lapse
@@ -173,7 +172,7 @@ func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) 
 			next = min(next, 2*time.Second)
 		}
 		renew := time.NewTimer(time.Until(issued.Add(next)))
-		if !d.waitToAdvertise(renew.C, addrCh, check.C, changed) {
+		if !d.waitToAdvertise(renew.C, addrCh, avail) {
 			renew.Stop()
 			return
 		}
@@ -183,10 +182,31 @@ func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) 
 
 // waitToAdvertise waits until the record is due again (renew), the node's
 // addresses changed, the artifacts it holds changed (readvertise) or its
-// free GPUs did (changed, asked at each tick of check); false once New's
-// context ends.
-func (d *Discovery) waitToAdvertise(renew <-chan time.Time, addrCh <-chan any, check <-chan time.Time, changed func() bool) bool {
+// free GPUs did (avail, looked at when it says they may have changed);
+// false once New's context ends.
+func (d *Discovery) waitToAdvertise(renew <-chan time.Time, addrCh <-chan any, avail Availability) bool {
+	var edge *time.Timer
+	defer func() {
+		if edge != nil {
+			edge.Stop()
+		}
+	}()
 	for {
+		now := d.cfg.Now()
+		changed, next := avail.Changed(now)
+		if adv := d.Advertised(); adv != nil && adv.FreeGPUs != nil && *adv.FreeGPUs != avail.Free(now) {
+			d.cfg.Log.Debug("free GPUs changed; re-advertising")
+			return true
+		}
+		var edgeC <-chan time.Time
+		if edge != nil {
+			edge.Stop()
+			edge = nil
+		}
+		if !next.IsZero() {
+			edge = time.NewTimer(next.Sub(now))
+			edgeC = edge.C
+		}
 		select {
 		case <-d.ctx.Done():
 			return false
@@ -196,13 +216,10 @@ func (d *Discovery) waitToAdvertise(renew <-chan time.Time, addrCh <-chan any, c
 			d.cfg.Log.Debug("local addresses changed; re-advertising")
 			return true
 		case <-d.readvertise:
-			d.cfg.Log.Debug("artifacts held changed; re-advertising")
+			d.cfg.Log.Debug("asked to re-advertise")
 			return true
-		case <-check:
-			if changed() {
-				d.cfg.Log.Debug("free GPUs changed; re-advertising")
-				return true
-			}
+		case <-changed:
+		case <-edgeC:
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/broadcast"
 	record "github.com/libp2p/go-libp2p-record"
 )
 
@@ -74,22 +75,40 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool, 
 // TestAdvertiseFindForget: a provider's record reaches a renter through
 // the DHT; the renter keeps it (what it expects to bid, the provider's
 // GPUs and fingerprint), re-advertised at once when the provider's free
-// GPUs change, until it forgets it.
+// GPUs change (at the change its Availability signals, or at the instant
+// it names), until it forgets it.
 func TestAdvertiseFindForget(t *testing.T) {
 	renter := start(t)
 	prov := start(t, renter.net.Addrs()...)
-	var free atomic.Int64
+	// The free GPUs: free until flipAt (when set), 0 from then on; a
+	// change of free is signalled (changed), flipAt is named as an edge.
+	var free, flipAt atomic.Int64
+	var changed broadcast.Signal
 	free.Store(2)
+	freeAt := func(at time.Time) int {
+		if f := flipAt.Load(); f != 0 && !at.Before(time.Unix(0, f)) {
+			return 0
+		}
+		return int(free.Load())
+	}
+	avail := Availability{Free: freeAt, Changed: func(at time.Time) (<-chan struct{}, time.Time) {
+		ch := changed.Wait()
+		if f := time.Unix(0, flipAt.Load()); flipAt.Load() != 0 && f.After(at) {
+			return ch, f
+		}
+		return ch, time.Time{}
+	}}
 	build := func(ttl time.Duration) terms.Capability {
 		now := time.Now()
-		f := int(free.Load())
+		f := freeAt(now)
 		return terms.Capability{Peer: prov.net.ID().String(), Addrs: prov.net.Addrs(), Region: "eu-west",
 			GPUs:   []terms.GPU{{Model: "H100", VRAMGB: 80}, {Model: "H100", VRAMGB: 80}},
 			Policy: terms.Policy{PriceFloor: 1}, Fingerprint: "fp1", FreeGPUs: &f,
 			Seq: uint64(now.UnixNano()), IssuedAt: now, ExpiresAt: now.Add(ttl)}
 	}
-	// Renewed every 10 s, its free GPUs checked every 3 s.
-	go prov.disc.Advertise(30*time.Second, build, func(time.Time) int { return int(free.Load()) })
+	// Renewed every 200 s: every record below within seconds is one its
+	// free GPUs' change made.
+	go prov.disc.Advertise(10*time.Minute, build, avail)
 	// Its record put and its provider records announced, to the renter
 	// (the DHT's only other node): a lookup finds it.
 	waitFor(t, 20*time.Second, "the provider's first record and provider records", prov.disc.Provided, prov.disc.AdvertisedChanged)
@@ -123,9 +142,18 @@ func TestAdvertiseFindForget(t *testing.T) {
 	}
 
 	free.Store(1)
+	changed.Notify()
 	waitFor(t, 6*time.Second, "a record with 1 free GPU, before its renewal", func() bool {
 		c := prov.disc.Advertised()
 		return c.FreeGPUs != nil && *c.FreeGPUs == 1
+	}, prov.disc.AdvertisedChanged)
+	// A change at an instant named in advance (a booking's start) is
+	// advertised when it comes, with no signal.
+	flipAt.Store(time.Now().Add(300 * time.Millisecond).UnixNano())
+	changed.Notify() // the new edge, as a new booking would bring it
+	waitFor(t, 6*time.Second, "a record with no free GPU once the edge passed", func() bool {
+		c := prov.disc.Advertised()
+		return c.FreeGPUs != nil && *c.FreeGPUs == 0
 	}, prov.disc.AdvertisedChanged)
 
 	renter.disc.Forget(prov.net.ID())
@@ -171,11 +199,5 @@ func TestProvideValidity(t *testing.T) {
 		if got := ProvideValidity(c.ttl); got != c.want || reprovideEvery(c.ttl) != c.want/3 {
 			t.Fatalf("ProvideValidity(%v) = %v, want %v", c.ttl, got, c.want)
 		}
-	}
-	if got := availabilityCheck(10 * time.Minute); got != 30*time.Second {
-		t.Fatalf("availabilityCheck(10m) = %v", got)
-	}
-	if got := availabilityCheck(time.Second); got != 100*time.Millisecond {
-		t.Fatalf("availabilityCheck(1s) = %v", got)
 	}
 }

@@ -65,6 +65,17 @@ func (d *Drainer) View() (api.DrainView, error) {
 	return v, nil
 }
 
+// Change is the provider's drain state at the drain's next change, or
+// after wait (lease.Supervisor.DrainChange): a long poll.
+func (d *Drainer) Change(ctx context.Context, wait time.Duration) (api.DrainView, error) {
+	if d == nil {
+		return api.DrainView{}, providerstats.ErrNotProvider
+	}
+	v := d.sup.DrainChange(ctx, wait)
+	v.Draining = d.bidder.Draining()
+	return v, nil
+}
+
 // Undrain makes the provider bid again.
 func (d *Drainer) Undrain() (api.DrainView, error) {
 	if d == nil {
@@ -87,6 +98,15 @@ func Routes(mux *http.ServeMux, d *Drainer) {
 		}
 		return d.Drain(req.Grace, false)
 	})
-	api.Handle(mux, "GET /v1/provider/drain", func(*http.Request) (any, error) { return d.View() })
+	api.Handle(mux, "GET /v1/provider/drain", func(r *http.Request) (any, error) {
+		wait, ok, err := api.LongPollWait(r)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return d.Change(r.Context(), wait)
+		}
+		return d.View()
+	})
 	api.Handle(mux, "POST /v1/provider/undrain", func(*http.Request) (any, error) { return d.Undrain() })
 }

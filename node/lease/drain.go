@@ -133,6 +133,34 @@ func (s *Supervisor) drainView() (api.DrainView, time.Time) {
 	return v, next
 }
 
+// DrainChange is the drain's view at its next change (a save of a lease's
+// record, a change of the drain, or a settle wait running out), at once
+// when the drain is done, or once wait has passed or ctx ended: GET
+// /v1/provider/drain?wait=D, what `gpumesh provider drain` follows.
+func (s *Supervisor) DrainChange(ctx context.Context, wait time.Duration) api.DrainView {
+	changed := s.changed.Wait()
+	v, next := s.drainView()
+	if v.Done {
+		return v
+	}
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
+	var due <-chan time.Time
+	if !next.IsZero() {
+		settle := time.NewTimer(next.Sub(s.now()))
+		defer settle.Stop()
+		due = settle.C
+	}
+	select {
+	case <-ctx.Done():
+	case <-timeout.C:
+	case <-changed:
+	case <-due:
+	}
+	v, _ = s.drainView()
+	return v
+}
+
 // DrainWait waits until the drain is done (DrainView.Done) or ctx ends. It
 // looks again at each save of a lease's record or change of the drain,
 // and once when the first settle wait runs out.

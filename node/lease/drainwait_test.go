@@ -103,3 +103,44 @@ func TestDrainWaitSettleDeadline(t *testing.T) {
 		}
 	})
 }
+
+// TestDrainChange: the drain's long poll answers at the drain's next change
+// (a lease's end saved), at once when the drain is done, and otherwise
+// after its wait, never at some tick of its own (in a synctest bubble).
+func TestDrainChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, r := drainingSupervisor()
+		start := time.Now()
+		if v := s.DrainChange(context.Background(), 10*time.Second); v.Done || time.Since(start) != 10*time.Second {
+			t.Fatalf("no change: %+v after %v, want not done after the 10s wait", v, time.Since(start))
+		}
+		got := make(chan api.DrainView, 1)
+		go func() { got <- s.DrainChange(context.Background(), time.Minute) }()
+		synctest.Wait()
+		select {
+		case v := <-got:
+			t.Fatalf("answered %+v with nothing changed", v)
+		default:
+		}
+		start = time.Now()
+		r.mu.Lock()
+		r.pr.Rec.Run, r.pr.Rec.Ended = terms.RunSucceeded, time.Now()
+		r.mu.Unlock()
+		s.saveRun(r)
+		synctest.Wait()
+		select {
+		case v := <-got:
+			if v.Done || len(v.Leases) != 1 || v.Leases[0].Run != terms.RunSucceeded || time.Since(start) != 0 {
+				t.Fatalf("at the lease's end: %+v after %v, want its end at once, not done (unsettled)", v, time.Since(start))
+			}
+		default:
+			t.Fatal("DrainChange still waiting after the lease ended")
+		}
+		r.mu.Lock()
+		r.pr.Rec.Phase = lifecycle.Settled
+		r.mu.Unlock()
+		if v := s.DrainChange(context.Background(), time.Minute); !v.Done || time.Since(start) != 0 {
+			t.Fatalf("a done drain: %+v after %v, want done at once", v, time.Since(start))
+		}
+	})
+}
