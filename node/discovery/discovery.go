@@ -172,7 +172,7 @@ func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) 
 			next = min(next, 2*time.Second)
 		}
 		renew := time.NewTimer(time.Until(issued.Add(next)))
-		if !d.waitToAdvertise(renew.C, addrCh, avail) {
+		if !d.waitToAdvertise(renew.C, addrCh, avail, issued.Add(availabilityGap)) {
 			renew.Stop()
 			return
 		}
@@ -180,23 +180,38 @@ func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) 
 	}
 }
 
+// availabilityGap is the least time between a record and the next one put
+// only because the free GPUs changed: a busy provider's GPUs free and fill
+// several times a second, and each put costs every peer it reaches a
+// signature check, so changes within it go out together.
+const availabilityGap = 2 * time.Second
+
 // waitToAdvertise waits until the record is due again (renew), the node's
 // addresses changed, the artifacts it holds changed (readvertise) or its
-// free GPUs did (avail, looked at when it says they may have changed);
-// false once New's context ends.
-func (d *Discovery) waitToAdvertise(renew <-chan time.Time, addrCh <-chan any, avail Availability) bool {
-	var edge *time.Timer
+// free GPUs did (avail, looked at when it says they may have changed; not
+// before notBefore, see availabilityGap); false once New's context ends.
+func (d *Discovery) waitToAdvertise(renew <-chan time.Time, addrCh <-chan any, avail Availability, notBefore time.Time) bool {
+	var edge, gap *time.Timer
 	defer func() {
-		if edge != nil {
-			edge.Stop()
+		for _, t := range []*time.Timer{edge, gap} {
+			if t != nil {
+				t.Stop()
+			}
 		}
 	}()
+	var gapC <-chan time.Time
 	for {
 		now := d.cfg.Now()
 		changed, next := avail.Changed(now)
 		if adv := d.Advertised(); adv != nil && adv.FreeGPUs != nil && *adv.FreeGPUs != avail.Free(now) {
-			d.cfg.Log.Debug("free GPUs changed; re-advertising")
-			return true
+			if !now.Before(notBefore) {
+				d.cfg.Log.Debug("free GPUs changed; re-advertising")
+				return true
+			}
+			if gap == nil {
+				gap = time.NewTimer(notBefore.Sub(now))
+				gapC = gap.C
+			}
 		}
 		var edgeC <-chan time.Time
 		if edge != nil {
@@ -220,6 +235,8 @@ func (d *Discovery) waitToAdvertise(renew <-chan time.Time, addrCh <-chan any, a
 			return true
 		case <-changed:
 		case <-edgeC:
+		case <-gapC:
+			gap, gapC = nil, nil
 		}
 	}
 }

@@ -147,6 +147,28 @@ func TestAdvertiseFindForget(t *testing.T) {
 		c := prov.disc.Advertised()
 		return c.FreeGPUs != nil && *c.FreeGPUs == 1
 	}, prov.disc.AdvertisedChanged)
+	// Changes within availabilityGap of the last record go out together,
+	// in one record no sooner than the gap (a busy provider's GPUs free
+	// and fill many times a second).
+	last := prov.disc.Advertised().IssuedAt
+	for _, f := range []int64{2, 1, 2} {
+		free.Store(f)
+		changed.Notify()
+	}
+	waitFor(t, 6*time.Second, "one record for the burst of changes", func() bool {
+		c := prov.disc.Advertised()
+		if c.IssuedAt.Equal(last) {
+			return false
+		}
+		if c.FreeGPUs == nil {
+			t.Fatal("a record without its free GPUs")
+		}
+		if c.IssuedAt.Sub(last) < availabilityGap || *c.FreeGPUs != 2 {
+			t.Fatalf("after a record issued at %s, the next at %s with %d free GPUs; want the last change (2) no sooner than %s",
+				last.Format(time.StampMilli), c.IssuedAt.Format(time.StampMilli), *c.FreeGPUs, availabilityGap)
+		}
+		return true
+	}, prov.disc.AdvertisedChanged)
 	// A change at an instant named in advance (a booking's start) is
 	// advertised when it comes, with no signal.
 	flipAt.Store(time.Now().Add(300 * time.Millisecond).UnixNano())
