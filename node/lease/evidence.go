@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -56,7 +57,7 @@ func (t *Tracker) checkEvidence(jobID string, l terms.Lease) <-chan struct{} {
 		close(ch)
 		return ch
 	}
-	digest, size := v.LogDigest, v.LogBytes
+	digest, size, inline := v.LogDigest, v.LogBytes, v.inlineLog
 	want, noPersist := keepWantOf(v.view()), v.Job.NoPersist
 	started := t.spawnLocked(func() {
 		defer close(ch)
@@ -73,6 +74,9 @@ func (t *Tracker) checkEvidence(jobID string, l terms.Lease) <-chan struct{} {
 					err = errors.New("the job's log and outputs could not be kept")
 				}
 			}
+		} else if inline != nil {
+			// The final report carried the log: checked as a fetch is.
+			err = checkLog(bytes.NewReader(inline), digest, size, io.Discard)
 		} else {
 			err = t.verifyLog(l, digest, size, io.Discard)
 		}
@@ -123,8 +127,17 @@ func (t *Tracker) verifyLog(l terms.Lease, digest string, size int64, sink io.Wr
 		return fmt.Errorf("the job's log could not be fetched: %w", err)
 	}
 	defer rc.Close()
+	return checkLog(rc, digest, size, sink)
+}
+
+// checkLog reads a job's log from r into sink and checks it against the
+// digest and size its provider reported.
+func checkLog(r io.Reader, digest string, size int64, sink io.Writer) error {
+	if digest == "" {
+		return errors.New("the provider's final report names no log digest")
+	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(h, sink), io.LimitReader(rc, size+1))
+	n, err := io.Copy(io.MultiWriter(h, sink), io.LimitReader(r, size+1))
 	if err != nil {
 		return fmt.Errorf("the job's log could not be read: %w", err)
 	}

@@ -1,10 +1,12 @@
 package lease
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +55,8 @@ func TestSilentJobIsPaidOnItsEmptyLog(t *testing.T) {
 // TestForgedLogIsNotPaid: a provider that reports success but serves its
 // renter a log other than the one its report names is not paid: the renter
 // holds the run failed through the provider's fault, refuses the succeeded
-// receipt, and runs the job again elsewhere without that provider.
+// receipt, and runs the job again elsewhere without that provider. (The
+// log is longer than a report carries, so the renter fetches it.)
 func TestForgedLogIsNotPaid(t *testing.T) {
 	h := newHarness(t)
 	r := h.renter()
@@ -61,7 +64,9 @@ func TestForgedLogIsNotPaid(t *testing.T) {
 	honest := h.provider(provSpec{model: "A100", price: 1.5})
 	forged := func(string) (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("epoch 1 loss 0.1\n")), nil }
 	liar.crash.serveLog.Store(&forged)
-	v := r.post(job(terms.Silver, 2, time.Minute, "run", "20", "0"))
+	j := job(terms.Silver, 2, time.Minute, "run", "20", "0")
+	j.Run.Env = map[string]string{"FAKE_LOG_BYTES": strconv.Itoa(2 * wire.MaxInlineLog)}
+	v := r.post(j)
 	if v.Winner != liar.id() {
 		t.Fatalf("the cheaper provider did not win")
 	}
@@ -122,5 +127,34 @@ func TestSuccessWithoutEvidenceIsNotCountersigned(t *testing.T) {
 	got := r.waitJob(v.Job.ID, "attempt archived", func(v api.JobView) bool { return len(v.History) == 1 })
 	if hr := got.History[0]; hr.Run != terms.RunFailed || hr.Fault != terms.FaultProvider || !strings.Contains(hr.Detail, "no evidence of work: the provider's final report names no log digest") {
 		t.Fatalf("run without evidence: %+v", hr)
+	}
+}
+
+// TestForgedInlineLogIsNotPaid: a final report that carries a log (short
+// logs ride in it, unfetched) other than the one its digest names is no
+// evidence: the succeeded run is held failed through the provider's
+// fault, as a forged fetch is.
+func TestForgedInlineLogIsNotPaid(t *testing.T) {
+	h := newHarness(t)
+	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
+	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "never", "0"))
+	v = r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning && v.LastTelemetry != nil })
+	l := *v.Lease
+	// The report names the log the provider serves (a fetch would match
+	// it) but carries another of the same length.
+	digest, size := logDigest(t, p, r, l.ID)
+	ended := time.Now()
+	_, err := lie(t, p, r, wire.LeaseEvent{LeaseID: l.ID, JobID: l.JobID, Provider: l.Provider, Run: terms.RunSucceeded,
+		Started: l.Start, Ended: ended, Time: ended, LogDigest: digest, LogBytes: size,
+		Log: bytes.Repeat([]byte("y"), int(size)), LogInline: true})
+	if err != nil {
+		t.Fatalf("final report refused: %v", err)
+	}
+	got := r.waitJob(v.Job.ID, "attempt archived", func(v api.JobView) bool { return len(v.History) == 1 })
+	if hr := got.History[0]; hr.Run != terms.RunFailed || hr.Fault != terms.FaultProvider || !strings.Contains(hr.Detail, "is not the one reported") {
+		t.Fatalf("run on a forged inline log: %+v", hr)
+	}
+	if got := counter(r, "renter.no_evidence"); got != 1 {
+		t.Fatalf("renter.no_evidence = %d", got)
 	}
 }

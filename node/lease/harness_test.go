@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,7 +50,8 @@ const (
 //	["panic", "-", "0"]           panics in Start (a bug in the lease's path)
 //
 // A job with an outputs dir writes r.txt ("result\n") there, and
-// FAKE_OUTPUT_FILES (in its env) more empty files. Every job
+// FAKE_OUTPUT_FILES (in its env) more empty files; FAKE_LOG_BYTES more
+// bytes of log than its start line. Every job
 // stops at its spec's deadline (runtime.ReasonDeadline) and on
 // Handle.Stop (runtime.ReasonStopped, exit 0: it checkpoints).
 type fakeExec struct {
@@ -158,6 +160,9 @@ func (e *fakeExec) Start(_ context.Context, spec runtime.Spec, stdout, _ io.Writ
 	e.occupy(spec.ID, spec.GPUs)
 	h.free = func() { e.vacate(spec.ID, spec.GPUs) }
 	fmt.Fprintf(stdout, "fake job %s started\n", spec.ID)
+	if n, _ := strconv.Atoi(spec.Env["FAKE_LOG_BYTES"]); n > 0 {
+		_, _ = stdout.Write(bytes.Repeat([]byte("x"), n))
+	}
 	go h.run(done, exit, spec.Deadline)
 	e.mu.Lock()
 	e.starts = append(e.starts, spec.ID)

@@ -55,6 +55,10 @@ type jobFacts struct {
 	// reasonsFolded is how many of the auction's reasons for the job were
 	// folded into its record (the auction forgets the job at a restart).
 	reasonsFolded int
+	// inlineLog is the current lease's whole log as its final report
+	// carried it (wire.LeaseEvent.Log; nil: none, or not since the last
+	// restart), for the evidence check.
+	inlineLog []byte
 }
 
 // snapshot is a copy of s to read once t.mu is released (a save marshals

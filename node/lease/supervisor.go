@@ -454,6 +454,21 @@ func (s *Supervisor) rules() lifecycle.Rules {
 		SettleWindow: s.cfg.SettleWindow, MaxRefusals: maxReceiptRefusals, RecoverDelay: s.cfg.RecoverDelay}
 }
 
+// inlineLog is lease leaseID's log for its final report, when it is still
+// the size bytes reported (ok false otherwise: the renter fetches it).
+func (s *Supervisor) inlineLog(leaseID string, size int64) (log []byte, ok bool) {
+	f, err := os.Open(s.logPath(leaseID))
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, wire.MaxInlineLog+1))
+	if err != nil || int64(len(b)) != size {
+		return nil, false
+	}
+	return b, true
+}
+
 func (s *Supervisor) logPath(leaseID string) string {
 	return filepath.Join(s.cfg.JobsDir, "logs", leaseID+".log")
 }
@@ -1488,6 +1503,9 @@ func (s *Supervisor) sendEvent(pr providerRecord, attempts int) (*attest.Heartbe
 		ev.SetOutputs(pr.Outputs)
 		ev.OutputsArtifact = pr.OutputsArtifact
 		ev.LogDigest, ev.LogBytes = pr.LogDigest, pr.LogBytes
+		if pr.LogDigest != "" && pr.LogBytes <= wire.MaxInlineLog {
+			ev.Log, ev.LogInline = s.inlineLog(rec.Lease.ID, pr.LogBytes)
+		}
 	}
 	if pr.Restored != nil {
 		ev.Restored = pr.Restored.Artifact

@@ -629,7 +629,7 @@ func (t *Tracker) onLease(l terms.Lease, job terms.Job) {
 	v.Winner = l.Provider
 	v.Heartbeats, v.LastTelemetry, v.Outputs = nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
-	v.LogDigest, v.LogBytes, v.Evidence, v.Kept = "", 0, "", ""
+	v.LogDigest, v.LogBytes, v.Evidence, v.Kept, v.inlineLog = "", 0, "", "", nil
 	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	v.ProviderClock = attest.ClockOffset{}
 	v.Restored = nil
@@ -1181,6 +1181,13 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	v.Outputs, v.OutputCount, v.OutputsHash = ev.Outputs, ev.OutputCount, ev.OutputsHash
 	if ev.Run.Terminal() {
 		v.LogDigest, v.LogBytes = ev.LogDigest, ev.LogBytes
+		v.inlineLog = nil
+		if ev.LogInline && len(ev.Log) <= wire.MaxInlineLog {
+			v.inlineLog = bytes.Clone(ev.Log)
+			if v.inlineLog == nil {
+				v.inlineLog = []byte{}
+			}
+		}
 	}
 	v.ProviderClock.Note(ev.Time, now)
 	if v.ObservedStart.IsZero() && ev.Run != terms.RunPending && !ev.NeverRan() {
@@ -1380,7 +1387,7 @@ func (t *Tracker) archive(jobID, leaseID string) {
 	// The current-lease facts describe the next lease from now on.
 	v.LastTelemetry, v.Heartbeats, v.Outputs = nil, nil, nil
 	v.OutputCount, v.OutputsHash = 0, ""
-	v.LogDigest, v.LogBytes, v.Evidence, v.Kept = "", 0, "", ""
+	v.LogDigest, v.LogBytes, v.Evidence, v.Kept, v.inlineLog = "", 0, "", "", nil
 	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	v.ProviderClock = attest.ClockOffset{}
 	t.mu.Unlock()

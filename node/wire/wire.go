@@ -210,7 +210,16 @@ type LeaseEvent struct {
 	// succeeded run only once its own fetch of the log hashes to them.
 	LogDigest string `json:"log_digest,omitempty"`
 	LogBytes  int64  `json:"log_bytes,omitempty"`
+	// Log, on such a report when LogInline, is the whole log (it is no
+	// longer than MaxInlineLog; maybe empty): the renter checks it against
+	// LogDigest and LogBytes as it would a fetch, with no stream of its own.
+	Log       []byte `json:"log,omitempty"`
+	LogInline bool   `json:"log_inline,omitempty"`
 }
+
+// MaxInlineLog is the longest log a final report carries (LeaseEvent.Log):
+// most batch jobs write little, and a fetch costs both daemons a stream.
+const MaxInlineLog = 4 << 10
 
 // LeaseMove is where a lease moved: its new start and devices (its length
 // is kept).
