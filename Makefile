@@ -50,12 +50,20 @@ cross:
 # - cross compiles only for other targets (no compile the tests could
 #   share) at the lowest CPU priority, so it takes the CPU the waiting
 #   tests leave idle; its failure fails the target as before.
+# - TEST_FIRST, the longest packages, longest first: go test starts the
+#   packages' test binaries one after another in the order they are named
+#   (./... is alphabetical), each once the one before it has started, so a
+#   long package named late (node, after cmd/gpumesh and its deploy tests)
+#   started only when a long one before it ended, and the run lasted their
+#   sum. Started first, each holds a slot while the short packages pass
+#   through the other. ./... names them again; go test runs each once.
 TEST_P ?= 2
+TEST_FIRST ?= ./node ./cmd/gpumesh/deploy ./cmd/gpumesh ./testnet/docker ./node/lease
 test: build vet fmt sizes
 	@$(MAKE) --no-print-directory -j2 test-packages cross-idle
 
 test-packages:
-	GPUMESH_BIN=$(CURDIR)/bin/gpumesh $(GO) test -p $(TEST_P) -count=1 -timeout 15m ./...
+	GPUMESH_BIN=$(CURDIR)/bin/gpumesh $(GO) test -p $(TEST_P) -count=1 -timeout 15m $(TEST_FIRST) ./...
 
 cross-idle:
 	@nice -n 19 $(MAKE) --no-print-directory cross
