@@ -55,10 +55,15 @@ cross:
 #   (./... is alphabetical), each once the one before it has started, so a
 #   long package named late (node, after cmd/gpumesh and its deploy tests)
 #   started only when a long one before it ended, and the run lasted their
-#   sum. Started first, each holds a slot while the short packages pass
-#   through the other. ./... names them again; go test runs each once.
+#   sum (testnet/docker, last in ./..., started last). Started first,
+#   each holds a slot while the short packages pass through the other.
+#   ./... names them again; go test runs each once. Times measured alone
+#   (go test -p 1, 2 cores at load ~20, so compiles weigh more than on CI):
+#   deploy 546 s (its no-cgo build of the tree), node 300, docker 230,
+#   cmd/gpumesh 130, lease 106, adversary 55, latency 37, nat 33; node,
+#   CI's longest (190 s there), comes first.
 TEST_P ?= 2
-TEST_FIRST ?= ./node ./cmd/gpumesh/deploy ./cmd/gpumesh ./testnet/docker ./node/lease
+TEST_FIRST ?= ./node ./cmd/gpumesh/deploy ./testnet/docker ./cmd/gpumesh ./node/lease ./testnet/adversary ./testnet/latency ./testnet/nat
 test: build vet fmt sizes
 	@$(MAKE) --no-print-directory -j2 test-packages cross-idle
 
