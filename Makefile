@@ -60,10 +60,11 @@ cross:
 #   ./... names them again; go test runs each once. Times measured alone
 #   (go test -p 1, 2 cores at load ~20, so compiles weigh more than on CI):
 #   deploy 546 s (its no-cgo build of the tree), node 300, docker 230,
-#   cmd/gpumesh 130, lease 106, adversary 55, latency 37, nat 33; node,
+#   cmd/gpumesh 130, lease 106, runtime 79, adversary 55, latency 37,
+#   nat 33 (auction, 57, is early in ./... already); node,
 #   CI's longest (190 s there), comes first.
 TEST_P ?= 2
-TEST_FIRST ?= ./node ./cmd/gpumesh/deploy ./testnet/docker ./cmd/gpumesh ./node/lease ./testnet/adversary ./testnet/latency ./testnet/nat
+TEST_FIRST ?= ./node ./cmd/gpumesh/deploy ./testnet/docker ./cmd/gpumesh ./node/lease ./runtime ./testnet/adversary ./testnet/latency ./testnet/nat
 test: build vet fmt sizes
 	@$(MAKE) --no-print-directory -j2 test-packages cross-idle
 
