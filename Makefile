@@ -58,11 +58,12 @@ cross:
 #   sum (testnet/docker, last in ./..., started last). Started first,
 #   each holds a slot while the short packages pass through the other.
 #   ./... names them again; go test runs each once. Times measured alone
-#   (go test -p 1, 2 cores at load ~20, so compiles weigh more than on CI):
-#   deploy 546 s (its no-cgo build of the tree), node 300, docker 230,
-#   cmd/gpumesh 130, lease 106, runtime 79, adversary 55, latency 37,
-#   nat 33 (auction, 57, is early in ./... already); node,
-#   CI's longest (190 s there), comes first.
+#   (go test -p 1) on 2 cores shared at load ~20, relative only (at load
+#   ~5, cmd/gpumesh took 8 s, not 130): deploy 546 s (its no-cgo build of
+#   the tree), node 300, docker 230, cmd/gpumesh 130, lease 106, runtime
+#   79, adversary 55, latency 37, nat 33 (auction, 57, is early in ./...
+#   already); node, CI's longest (190 s there), comes first. Reorder by
+#   the `ok <package> <time>` lines of a CI run.
 TEST_P ?= 2
 TEST_FIRST ?= ./node ./cmd/gpumesh/deploy ./testnet/docker ./cmd/gpumesh ./node/lease ./runtime ./testnet/adversary ./testnet/latency ./testnet/nat
 test: build vet fmt sizes
