@@ -50,12 +50,27 @@ cross:
 # - cross compiles only for other targets (no compile the tests could
 #   share) at the lowest CPU priority, so it takes the CPU the waiting
 #   tests leave idle; its failure fails the target as before.
+# - TEST_FIRST, the longest packages, longest first: go test starts the
+#   packages' test binaries one after another in the order they are named
+#   (./... is alphabetical), each once the one before it has started, so a
+#   long package named late (node, after cmd/gpumesh and its deploy tests)
+#   started only when a long one before it ended, and the run lasted their
+#   sum (testnet/docker, last in ./..., started last). Started first,
+#   each holds a slot while the short packages pass through the other.
+#   ./... names them again; go test runs each once. Times measured alone
+#   (go test -p 1) on 2 cores shared at load ~20, relative only (at load
+#   ~5, cmd/gpumesh took 8 s, not 130): deploy 546 s (its no-cgo build of
+#   the tree), node 300, docker 230, cmd/gpumesh 130, lease 106, runtime
+#   79, adversary 55, latency 37, nat 33 (auction, 57, is early in ./...
+#   already); node, CI's longest (190 s there), comes first. Reorder by
+#   the `ok <package> <time>` lines of a CI run.
 TEST_P ?= 2
+TEST_FIRST ?= ./node ./cmd/gpumesh/deploy ./testnet/docker ./cmd/gpumesh ./node/lease ./runtime ./testnet/adversary ./testnet/latency ./testnet/nat
 test: build vet fmt sizes
 	@$(MAKE) --no-print-directory -j2 test-packages cross-idle
 
 test-packages:
-	GPUMESH_BIN=$(CURDIR)/bin/gpumesh $(GO) test -p $(TEST_P) -count=1 -timeout 15m ./...
+	GPUMESH_BIN=$(CURDIR)/bin/gpumesh $(GO) test -p $(TEST_P) -count=1 -timeout 15m $(TEST_FIRST) ./...
 
 cross-idle:
 	@nice -n 19 $(MAKE) --no-print-directory cross

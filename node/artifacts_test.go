@@ -230,14 +230,7 @@ func helperImage(t *testing.T) string {
 	if !runtime.DockerAvailable(runtime.DefaultDockerSocket) {
 		t.Skip("Docker Engine not reachable")
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "jobhelper")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "../runtime/testdata/jobhelper")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build jobhelper: %v\n%s", err, out)
-	}
-	b, err := os.ReadFile(bin)
+	b, err := os.ReadFile(goProgram(t, "../runtime/testdata/jobhelper", "-ldflags=-s -w"))
 	if err != nil {
 		t.Fatal(err)
 	}

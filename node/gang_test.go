@@ -150,16 +150,7 @@ func gangRing(t *testing.T) string {
 	if err := os.Chmod(base, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(base, "gangring")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./gangnet/testdata/gangring")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build gangring: %v\n%s", err, out)
-	}
-	if err := os.Chmod(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return bin
+	return copyProgram(t, goProgram(t, "./gangnet/testdata/gangring"), base)
 }
 
 // needGangNetworks skips a test where jobs get no network of their own,

@@ -8,56 +8,17 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction/terms"
-	"github.com/gpumesh/gpumesh/cmd/gpumesh/gpumeshtest"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/config"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/sys/unix"
 	"gopkg.in/yaml.v3"
 )
-
-// daemonBin is the gpumesh binary the subprocess tests run: $GPUMESH_BIN
-// (make test's), or built once per test binary (a link of the whole
-// daemon costs seconds of CPU each time) into a directory TestMain
-// removes.
-var daemonBin struct {
-	sync.Mutex
-	dir, path string
-	err       error
-}
-
-// buildDaemon returns the gpumesh binary for subprocess tests (built
-// once: later callers get the same binary, or the same build failure).
-func buildDaemon(t *testing.T) string {
-	t.Helper()
-	daemonBin.Lock()
-	defer daemonBin.Unlock()
-	if daemonBin.path == "" && daemonBin.err == nil {
-		daemonBin.dir, daemonBin.err = os.MkdirTemp("", "gpumesh-node-test-bin-")
-		if daemonBin.err == nil {
-			daemonBin.path, daemonBin.err = gpumeshtest.Binary(daemonBin.dir)
-		}
-	}
-	if daemonBin.err != nil {
-		t.Fatalf("gpumesh binary: %v", daemonBin.err)
-	}
-	return daemonBin.path
-}
-
-// TestMain removes the daemon binary buildDaemon built, if any.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if daemonBin.dir != "" {
-		_ = os.RemoveAll(daemonBin.dir)
-	}
-	os.Exit(code)
-}
 
 func startDaemonProcess(t *testing.T, bin, dir string) *exec.Cmd {
 	t.Helper()

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -30,11 +29,13 @@ import (
 	"golang.org/x/net/websocket"
 )
 
-// buildServer builds testdata/svcserver, the replicas' HTTP server, into
-// a directory job uids can read. As root, jobs get a private /tmp, so the
-// binary goes under /run instead of t.TempDir.
+// buildServer returns a copy of testdata/svcserver, the replicas' HTTP
+// server (built once per test binary), of this test's own, in a
+// directory job uids can read. As root, jobs get a private /tmp, so the
+// copy goes under /run instead of t.TempDir.
 func buildServer(t testing.TB) string {
 	t.Helper()
+	src := goProgram(t, "./testdata/svcserver")
 	dir := t.TempDir()
 	if os.Geteuid() == 0 {
 		d, err := os.MkdirTemp("/run", "gpumesh-svc-test-")
@@ -47,13 +48,7 @@ func buildServer(t testing.TB) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "svcserver")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./testdata/svcserver")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build svcserver: %v\n%s", err, out)
-	}
-	return bin
+	return copyProgram(t, src, dir)
 }
 
 // serviceSpec is a gold service of the test server on port 8000, with

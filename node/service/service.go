@@ -207,11 +207,18 @@ func (s *Service) loop() {
 // event records (and logs) one thing that happened to the service; s.mu
 // is held.
 func (s *Service) event(format string, a ...any) {
+	s.eventAt(s.now(), format, a...)
+}
+
+// eventAt is event at a given time: a decision's event carries the time
+// the decision was taken at (the autoscaler's hysteresis counts from it),
+// not the moment, later on a loaded host, it was recorded.
+func (s *Service) eventAt(at time.Time, format string, a ...any) {
 	what := fmt.Sprintf(format, a...)
 	s.dirty = true
 	s.m.log.Info("service: "+what, "service", s.spec.ID)
 	defer s.m.changed.Notify()
-	s.events = append(s.events, api.ServiceEvent{Time: s.now(), What: what})
+	s.events = append(s.events, api.ServiceEvent{Time: at, What: what})
 	if len(s.events) > maxEvents {
 		s.events = s.events[len(s.events)-maxEvents:]
 	}
@@ -679,7 +686,7 @@ func (s *Service) autoscale(now time.Time) {
 	d, low := decide(in)
 	s.lowSince = low
 	if d != s.desired {
-		s.event("autoscale: %d → %d replicas (p95 %s over %d requests, %d outstanding on %d ready)",
+		s.eventAt(now, "autoscale: %d → %d replicas (p95 %s over %d requests, %d outstanding on %d ready)",
 			s.desired, d, in.p95.Round(time.Millisecond), in.samples, in.outstanding, in.ready)
 		s.desired = d
 	}

@@ -54,6 +54,28 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestAutoscaleEventAtDecision: a scale step's event carries the time of
+// the decision, from which the next step's hysteresis counts, however
+// late the step is recorded (the service's clock moves on between the two
+// on a loaded host: here at each reading).
+func TestAutoscaleEventAtDecision(t *testing.T) {
+	s := testService(t)
+	clock := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	s.m.cfg.Now = func() time.Time { clock = clock.Add(150 * time.Millisecond); return clock }
+	s.spec.Replicas, s.spec.MaxReplicas, s.spec.TargetConcurrency = 1, 3, 4
+	s.spec.ScaleDownAfter = 2 * time.Second
+	s.desired = 3
+	decided := s.now()
+	s.lowSince = decided.Add(-s.spec.ScaleDownAfter)
+	s.autoscale(decided)
+	if s.desired != 2 || len(s.events) != 1 || !strings.HasPrefix(s.events[0].What, "autoscale: 3 → 2") {
+		t.Fatalf("desired %d, events %+v: want one step down to 2", s.desired, s.events)
+	}
+	if at := s.events[0].Time; !at.Equal(decided) || !s.lowSince.Equal(decided) {
+		t.Fatalf("step decided at %s recorded at %s, hysteresis from %s", decided.Format(time.StampMilli), at.Format(time.StampMilli), s.lowSince.Format(time.StampMilli))
+	}
+}
+
 func TestWindowStats(t *testing.T) {
 	now := time.Now()
 	var w window

@@ -93,10 +93,13 @@ class Net:
             return ""
 
     def stop(self) -> None:
+        # One at a time, the last started first: a provider drains on
+        # SIGTERM, and its final report of a lease it hands back goes to
+        # the renter, which must still be up to take it (stopped together,
+        # the provider retried until killed 15 s later).
         for _, p in reversed(self.procs):
             if p.poll() is None:
                 p.terminate()
-        for name, p in self.procs:
             try:
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:
