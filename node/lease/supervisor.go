@@ -1460,6 +1460,12 @@ func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 			s.cfg.Counters.Add("provider.lease_unknown_to_renter")
 			s.log.Info("the renter holds no such lease; stopping it", "lease", l.ID, "renter", l.Renter)
 			r.abort(terms.RunCancelled, "the renter holds no such lease (an award it gave up on)")
+			// Nothing more to tell a renter that holds no such lease. The
+			// job's stop takes its time (a busy host runs it after more
+			// than one interval): beating on meanwhile would hear
+			// "unknown" again and stop the lease, and count it, once per
+			// beat.
+			return
 		}
 	}
 }
