@@ -1038,6 +1038,7 @@ func (r *leaseRun) startExec() {
 	l, job, lw := r.lease(), r.pr.Job, r.logw
 	started := s.now()
 	h, err := s.cfg.Exec.Start(s.ctx, r.spec, lw, lw)
+	running := s.now() // the job runs from here at the latest
 	if err != nil {
 		fmt.Fprintf(lw, "gpumesh: job failed to start: %v\n", err)
 		r.step(lifecycle.Failed{Exit: lifecycle.Exit{Code: -1, Started: started, Ended: s.now(), Err: err.Error(), SpecFault: runtime.JobFault(err)}})
@@ -1062,7 +1063,7 @@ func (r *leaseRun) startExec() {
 		}
 	}()
 	backend := backendName(s.cfg.Exec, r.spec)
-	r.step(lifecycle.ExecStarted{Backend: backend})
+	r.step(lifecycle.ExecStarted{Backend: backend, At: running})
 	s.log.Info("job started", "lease", l.ID, "job", l.JobID, "backend", backend,
 		"start_latency", started.Sub(maxTime(l.Start, r.confirmed)).Round(time.Microsecond))
 }
