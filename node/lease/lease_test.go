@@ -25,12 +25,23 @@ func settled(v api.JobView) bool { return v.Receipt != nil }
 func TestRunToSuccess(t *testing.T) {
 	h := newHarness(t)
 	r, p, observer := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
-	j := job(terms.Silver, 2, time.Minute, "run", "200", "0")
+	j := job(terms.Silver, 2, time.Minute, "gate", "done", "0")
 	j.Run.Outputs = "out"
 	v := r.post(j)
 	if v.Winner != p.id() || v.State != terms.JobLeased && v.State != terms.JobFinished {
 		t.Fatalf("leased to %s (%s), want %s", v.Winner, v.State, p.id())
 	}
+	// The job runs until the renter holds heartbeats that bill some of
+	// it, up to the latest (a job of a fixed 200 ms could end, on a loaded
+	// host, with its 40 ms heartbeats all sent late: nothing billable).
+	r.waitJob(v.Job.ID, "running with billable heartbeats", func(v api.JobView) bool {
+		if v.Run != terms.RunRunning || v.Heartbeats == nil || v.LastTelemetry == nil || v.Heartbeats.Count < 2 {
+			return false
+		}
+		last := v.LastTelemetry.Time
+		return attest.BillableSeconds(*v.Lease, v.Started, last, last, *v.Heartbeats) > 0
+	})
+	p.exec.open("done")
 	v = r.waitJob(v.Job.ID, "settled", settled)
 	if v.Run != terms.RunSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
 		t.Fatalf("run %s exit %v (%s)", v.Run, v.ExitCode, v.Detail)

@@ -103,8 +103,13 @@ func TestRenterSayingReleasedForARunIsDisputed(t *testing.T) {
 		}
 		return r.tracker.HandleLeaseEvent(ctx, from, data)
 	}))
-	v := r.post(job(terms.Silver, 5, time.Minute, "run", "10", "0"))
+	// The renter watches the job run, then it ends (a job of a fixed
+	// few milliseconds may end before its start is recorded on a busy
+	// host: a run that is empty, not one the renter watched).
+	v := r.post(job(terms.Silver, 5, time.Minute, "gate", "done", "0"))
 	l := *v.Lease
+	r.waitJob(v.Job.ID, "seen running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
+	p.exec.open("done")
 	var pl api.ProviderLease
 	h.waitFor(5*time.Second, "the provider's settlement disputed", func() bool {
 		pl, _ = p.lease(l.ID)

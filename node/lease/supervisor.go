@@ -1053,6 +1053,7 @@ func (r *leaseRun) startExec() {
 	l, job, lw := r.lease(), r.pr.Job, r.logw
 	started := s.now()
 	h, err := s.cfg.Exec.Start(s.ctx, r.spec, lw, lw)
+	running := s.now() // the job runs from here at the latest
 	if err != nil {
 		fmt.Fprintf(lw, "gpumesh: job failed to start: %v\n", err)
 		r.step(lifecycle.Failed{Exit: lifecycle.Exit{Code: -1, Started: started, Ended: s.now(), Err: err.Error(), SpecFault: runtime.JobFault(err)}})
@@ -1077,7 +1078,7 @@ func (r *leaseRun) startExec() {
 		}
 	}()
 	backend := backendName(s.cfg.Exec, r.spec)
-	r.step(lifecycle.ExecStarted{Backend: backend})
+	r.step(lifecycle.ExecStarted{Backend: backend, At: running})
 	s.log.Info("job started", "lease", l.ID, "job", l.JobID, "backend", backend,
 		"start_latency", started.Sub(maxTime(l.Start, r.confirmed)).Round(time.Microsecond))
 }
@@ -1475,6 +1476,12 @@ func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 			s.cfg.Counters.Add("provider.lease_unknown_to_renter")
 			s.log.Info("the renter holds no such lease; stopping it", "lease", l.ID, "renter", l.Renter)
 			r.abort(terms.RunCancelled, "the renter holds no such lease (an award it gave up on)")
+			// Nothing more to tell a renter that holds no such lease. The
+			// job's stop takes its time (a busy host runs it after more
+			// than one interval): beating on meanwhile would hear
+			// "unknown" again and stop the lease, and count it, once per
+			// beat.
+			return
 		}
 	}
 }

@@ -35,8 +35,13 @@ type (
 	Keep struct{}
 	// Prepared: the job's inputs, checkpoint and network are ready.
 	Prepared struct{}
-	// ExecStarted: the executor started the job on Backend.
-	ExecStarted struct{ Backend string }
+	// ExecStarted: the executor started the job on Backend; its Start
+	// had returned At (zero: when the event is stepped). The event may be
+	// stepped a while later on a busy host: the run is billed from At.
+	ExecStarted struct {
+		Backend string
+		At      time.Time
+	}
 	// Failed: preparing or starting the job failed, or the driver did
 	// (an internal error): the lease ends with Exit.
 	Failed struct{ Exit Exit }

@@ -96,8 +96,15 @@ func (s *stepper) step(ev Event) {
 	case ExecStarted:
 		if st.Phase == Starting {
 			// The run (and its bill) starts once the executor started
-			// it: what preparing took was not billed.
-			st.Run, st.Started, st.Backend, st.Phase = terms.RunRunning, s.now, ev.Backend, Running
+			// it: what preparing took was not billed. Started is when
+			// its start returned, not when this step came (later on a
+			// busy host: a short job could have ended meanwhile, and
+			// been billed nothing).
+			started := s.now
+			if !ev.At.IsZero() && ev.At.Before(started) {
+				started = ev.At
+			}
+			st.Run, st.Started, st.Backend, st.Phase = terms.RunRunning, started, ev.Backend, Running
 			s.do(Persist{}, Notify{})
 			if st.Stop != nil {
 				st.Phase = Stopping

@@ -135,6 +135,27 @@ func TestStepStart(t *testing.T) {
 	}
 }
 
+// TestStepExecStartedLate: the run is billed from when the executor's
+// start returned (ExecStarted.At), not from when its event was stepped:
+// on a busy host the step comes later, and a short job may have exited
+// by then (a 200 ms job billed 0.6 ms, nothing). An At after the step's
+// time (a clock that moved back) is not taken.
+func TestStepExecStartedLate(t *testing.T) {
+	began := t0.Add(61 * time.Second)
+	st, effs := run(t, rules, confirmed(), at(time.Minute, TimerDue{}), at(time.Minute, Prepared{}),
+		at(61*time.Second+600*time.Millisecond, ExecStarted{Backend: "process", At: began}),
+		at(62*time.Second, Exited{Exit{Started: began, Ended: began.Add(200 * time.Millisecond), How: HowExited, Reason: "exited"}}),
+		at(62*time.Second, OutputsCollected{}), at(62*time.Second, ReportDelivered{}))
+	if !st.Started.Equal(began) || !has(effs, SendReceipt{Start: began, End: began.Add(200 * time.Millisecond)}) {
+		t.Fatalf("started %v: %#v", st.Started, effs)
+	}
+	st, _ = run(t, rules, confirmed(), at(time.Minute, TimerDue{}), at(time.Minute, Prepared{}),
+		at(61*time.Second, ExecStarted{Backend: "process", At: t0.Add(70 * time.Second)}))
+	if !st.Started.Equal(began) {
+		t.Fatalf("started %v, stepped at %v", st.Started, began)
+	}
+}
+
 // TestStepStartsLate: a job whose preparing, or whose executor's start,
 // ran past its lease's end (a slow host) had none of its lease: it is the
 // provider's lateness (the renter requeues the job), never the job's
