@@ -283,6 +283,7 @@ type HeartbeatMonitor struct {
 }
 
 type beat struct {
+	seq  uint64
 	t    time.Time
 	util float64
 	temp int
@@ -384,8 +385,14 @@ func (m *HeartbeatMonitor) accept(env *sign.Envelope, now time.Time) error {
 	if hb.LeaseID != m.leaseID {
 		return fmt.Errorf("%w: %q, want %q", ErrWrongLease, hb.LeaseID, m.leaseID)
 	}
-	if m.haveSeq && hb.Seq <= m.lastSeq {
-		return fmt.Errorf("%w: seq %d after %d", ErrReplay, hb.Seq, m.lastSeq)
+	// A beat overtaken on the way by the next one (its sender gave up
+	// waiting for an answer and sent the next) is taken once, where it
+	// belongs: its time between those of its neighbours by sequence.
+	late := m.haveSeq && hb.Seq <= m.lastSeq
+	if late {
+		if err := m.fitsLate(hb); err != nil {
+			return err
+		}
 	}
 	switch {
 	case hb.Time.After(now.Add(HeartbeatSkew)):
@@ -394,7 +401,7 @@ func (m *HeartbeatMonitor) accept(env *sign.Envelope, now time.Time) error {
 		return fmt.Errorf("%w: %s is before the lease start %s", ErrClock, hb.Time.Format(time.RFC3339Nano), m.start.Format(time.RFC3339Nano))
 	case hb.Time.Before(now.Add(-(heartbeatLagIntervals*m.interval + HeartbeatSkew))):
 		return fmt.Errorf("%w: %s is stale at %s", ErrClock, hb.Time.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
-	case m.haveSeq && hb.Time.Before(m.lastTime):
+	case !late && m.haveSeq && hb.Time.Before(m.lastTime):
 		return fmt.Errorf("%w: %s goes back from %s", ErrClock, hb.Time.Format(time.RFC3339Nano), m.lastTime.Format(time.RFC3339Nano))
 	}
 	if m.fp != nil {
@@ -410,8 +417,33 @@ func (m *HeartbeatMonitor) accept(env *sign.Envelope, now time.Time) error {
 	if !m.take(now) {
 		return fmt.Errorf("%w: more than %d per %s", ErrRateLimited, HeartbeatRateFactor, m.interval)
 	}
-	m.haveSeq, m.lastSeq, m.lastTime, m.lastAt = true, hb.Seq, hb.Time, now
-	m.beats = append(m.beats, beat{t: hb.Time, util: hb.GPUUtil, temp: hb.TempC})
+	if !late {
+		m.haveSeq, m.lastSeq, m.lastTime = true, hb.Seq, hb.Time
+	}
+	m.lastAt = now
+	m.beats = append(m.beats, beat{seq: hb.Seq, t: hb.Time, util: hb.GPUUtil, temp: hb.TempC})
+	return nil
+}
+
+// fitsLate checks a beat whose sequence number is below the last one's:
+// never taken before, and timed no earlier than the accepted beat before
+// it and no later than the one after it (by sequence).
+func (m *HeartbeatMonitor) fitsLate(hb Heartbeat) error {
+	var prev, next *beat
+	for i := range m.beats {
+		b := &m.beats[i]
+		switch {
+		case b.seq == hb.Seq:
+			return fmt.Errorf("%w: seq %d again", ErrReplay, hb.Seq)
+		case b.seq < hb.Seq && (prev == nil || b.seq > prev.seq):
+			prev = b
+		case b.seq > hb.Seq && (next == nil || b.seq < next.seq):
+			next = b
+		}
+	}
+	if prev != nil && hb.Time.Before(prev.t) || next != nil && hb.Time.After(next.t) {
+		return fmt.Errorf("%w: seq %d at %s out of order after %d", ErrReplay, hb.Seq, hb.Time.Format(time.RFC3339Nano), m.lastSeq)
+	}
 	return nil
 }
 

@@ -113,6 +113,42 @@ func TestHeartbeatMonitorRejects(t *testing.T) {
 	}
 }
 
+// TestHeartbeatOvertakenOnTheWay: a provider that gives up waiting for a
+// beat's answer sends the next one, which may arrive first; the earlier
+// beat, when it comes, is taken once, in its place, and counts towards
+// coverage. A late beat whose time does not fit between its neighbours,
+// or one taken already, is refused as a replay.
+func TestHeartbeatOvertakenOnTheWay(t *testing.T) {
+	prov := signtest.New(t)
+	m := attest.NewHeartbeatMonitor("L1", prov.ID(), t0, iv)
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * iv) }
+	for _, seq := range []uint64{1, 3, 2, 5} {
+		if err := m.Accept(hbEnv(t, prov, "L1", seq, at(int(seq))), at(5)); err != nil {
+			t.Fatalf("beat %d: %v", seq, err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		seq  uint64
+		time time.Time
+	}{
+		{"taken already", 2, at(2)},
+		{"after its successor", 4, at(5).Add(time.Second)},
+		{"before its predecessor", 4, at(3).Add(-time.Second)},
+	} {
+		if err := m.Accept(hbEnv(t, prov, "L1", c.seq, c.time), at(5)); !errors.Is(err, attest.ErrReplay) {
+			t.Errorf("%s: %v, want a replay", c.name, err)
+		}
+	}
+	if err := m.Accept(hbEnv(t, prov, "L1", 4, at(4)), at(5)); err != nil {
+		t.Fatalf("beat 4 in its place: %v", err)
+	}
+	s := m.Summary(at(6))
+	if s.Count != 5 || s.Rejected != 3 || len(s.Gaps) != 0 {
+		t.Fatalf("summary %+v: want 5 beats, 3 refused, no gap", s)
+	}
+}
+
 func TestHeartbeatSummary(t *testing.T) {
 	prov := signtest.New(t)
 	end := t0.Add(100 * iv)
