@@ -172,7 +172,11 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 			t.Fatal(err)
 		}
 		b, _ := sr.Marshal()
-		_ = hostile.Node.Publish(context.Background(), wire.ReputationTopic, b)
+		msg, err := wire.EncodeReceiptBatch([][]byte{b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = hostile.Node.Publish(context.Background(), wire.ReputationTopic, msg)
 		return boot.market.allCounters()["reputation.retired_key"] >= 1
 	})
 	if st := book.Stats(rec.New); st.Receipts != 1 {

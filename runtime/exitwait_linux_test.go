@@ -43,10 +43,17 @@ func v1Freezer(t *testing.T, cmd *exec.Cmd) (thaw func()) {
 		_ = os.Remove(dir)
 	})
 	write("cgroup.procs", strconv.Itoa(cmd.Process.Pid))
-	write("freezer.state", "FROZEN")
-	if b, _ := os.ReadFile(filepath.Join(dir, "freezer.state")); strings.TrimSpace(string(b)) != "FROZEN" {
-		t.Fatalf("freezer state %q, want FROZEN", b)
+	// The kernel answers FREEZING while a task has not stopped yet (a busy
+	// host); each write of FROZEN tries again, in the write itself
+	// (cgroup-v1/freezer-subsystem), so the loop waits on no clock.
+	var state []byte
+	for range 1000 {
+		write("freezer.state", "FROZEN")
+		if state, _ = os.ReadFile(filepath.Join(dir, "freezer.state")); strings.TrimSpace(string(state)) == "FROZEN" {
+			return thaw
+		}
 	}
+	t.Fatalf("freezer state %q after 1000 tries, want FROZEN", state)
 	return thaw
 }
 

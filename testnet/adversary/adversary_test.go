@@ -608,7 +608,11 @@ func TestReceiptReplayAndSybils(t *testing.T) {
 		if time.Now().After(regossip) {
 			round++
 			for _, b := range sr.Data {
-				_ = p.Node.Publish(ctx, wire.ReputationTopic, padded(b, round))
+				msg, err := wire.EncodeReceiptBatch([][]byte{b})
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = p.Node.Publish(ctx, wire.ReputationTopic, padded(msg, round))
 			}
 			regossip = time.Now().Add(2 * time.Second)
 		}
