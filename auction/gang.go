@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/auction/callmachine"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -189,7 +190,7 @@ func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *terms.Job, r
 				return -1, "", ErrCancelled
 			case <-ctx.Done():
 				t.Stop()
-				return -1, "", r.finish(rj, terms.JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+				return -1, "", r.end(rj, callmachine.ContextDone{Err: ctx.Err().Error()}, ctx.Err())
 			}
 		}
 		leases, failed, why := r.gangRound(actx, rj, job, pick)
@@ -200,7 +201,7 @@ func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *terms.Job, r
 			rj.status.Members = members
 			r.counters["gang_placed"]++
 			r.mu.Unlock()
-			r.finish(rj, terms.JobLeased, "", &members[0], members[0].Provider, nil)
+			r.end(rj, callmachine.Leased{Lease: members[0]}, nil)
 			if r.cfg.Listener != nil {
 				for _, l := range members {
 					r.cfg.Listener.OnLease(l, *job)
@@ -217,7 +218,7 @@ func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *terms.Job, r
 		case <-rj.cancel:
 			return -1, "", ErrCancelled
 		case <-ctx.Done():
-			return -1, "", r.finish(rj, terms.JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+			return -1, "", r.end(rj, callmachine.ContextDone{Err: ctx.Err().Error()}, ctx.Err())
 		default:
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction/callmachine"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
@@ -240,30 +242,24 @@ type RenterConfig struct {
 	Listener Listener
 }
 
+// renterJob is a job's current call (and what its earlier calls left):
+// its auction status as the API shows it, and the call's machine
+// (callmachine: bids, declines, who answered, the window), which every
+// bid, decline, timer and end steps (stepLocked) under r.mu.
 type renterJob struct {
-	status    terms.JobStatus
-	open      bool
-	bids      []terms.Candidate
-	nonces    map[string]bool
-	bidders   map[string]bool
-	decliners map[string]bool
-	// busy are the providers that declined the job as busy (KindBusy), in
-	// any of its offers: the only ones whose capacity notice may name it.
-	busy   map[string]bool
+	status terms.JobStatus
+	call   callmachine.State
 	cancel chan struct{}
-	// bidIn is signalled (never blocking) on each accepted bid, and when
-	// a bidder's RTT measurement ends.
-	bidIn chan struct{}
+	// loop are the effects of steps that the call's own goroutine
+	// carries out (its timers, CheckBest, Close), queued by whichever
+	// goroutine stepped; kick is signalled (never blocking) when some
+	// are.
+	loop []callmachine.Effect
+	kick chan struct{}
 	// held is each bidder's holdings lookup (RenterConfig.Holdings).
 	held map[string]*holdingsLookup
 	// rtts is each bidder's RTT measurement (RenterConfig.Latency).
 	rtts map[string]*rttLookup
-	// awaited are the expected providers that have not answered yet
-	// (Directory.ExpectedBidders) out of expected; allIn is closed when the
-	// last one does.
-	awaited  map[string]bool
-	expected int
-	allIn    chan struct{}
 }
 
 // holdingsLookup is one bidder's advertised artifacts, once done is closed.
@@ -294,8 +290,9 @@ type rttLookup struct {
 // counts on; the provider's runtime expires a reserved lease that no job
 // claims. It is safe for concurrent use.
 type Renter struct {
-	cfg RenterConfig
-	log *slog.Logger
+	cfg   RenterConfig
+	log   *slog.Logger
+	rules callmachine.Rules // its calls' (from cfg)
 
 	mu          sync.Mutex
 	jobs        map[string]*renterJob
@@ -369,8 +366,8 @@ func NewRenter(cfg RenterConfig) (*Renter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Renter{cfg: cfg, log: log.With("role", "renter"), jobs: map[string]*renterJob{}, counters: map[string]int{},
-		unconfirmed: map[string]time.Time{}}
+	r := &Renter{cfg: cfg, log: log.With("role", "renter"), rules: callmachine.Rules{QuietClose: cfg.QuietClose},
+		jobs: map[string]*renterJob{}, counters: map[string]int{}, unconfirmed: map[string]time.Time{}}
 	if cfg.MaxAuctions > 0 {
 		r.slots = make(chan struct{}, cfg.MaxAuctions)
 	}
@@ -445,22 +442,11 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 		}
 	}
 	rj := &renterJob{
-		status:    terms.JobStatus{Job: job, State: terms.JobBidding, PostedAt: r.cfg.Now()},
-		open:      true,
-		nonces:    map[string]bool{},
-		bidders:   map[string]bool{},
-		decliners: map[string]bool{},
-		busy:      map[string]bool{},
-		cancel:    make(chan struct{}),
-		bidIn:     make(chan struct{}, 1),
-		held:      map[string]*holdingsLookup{},
-		rtts:      map[string]*rttLookup{},
-	}
-	if len(expected) > 0 {
-		rj.awaited, rj.expected, rj.allIn = make(map[string]bool, len(expected)), len(expected), make(chan struct{})
-		for _, p := range expected {
-			rj.awaited[p] = true
-		}
+		status: terms.JobStatus{Job: job, State: terms.JobBidding, PostedAt: r.cfg.Now()},
+		cancel: make(chan struct{}),
+		kick:   make(chan struct{}, 1),
+		held:   map[string]*holdingsLookup{},
+		rtts:   map[string]*rttLookup{},
 	}
 	r.mu.Lock()
 	if old, ok := r.jobs[job.ID]; ok && (old.status.State == terms.JobBidding || old.status.State == terms.JobAwarding) {
@@ -469,14 +455,18 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 	}
 	var history []terms.AwardAttempt
 	var reasons []string
+	var busy map[string]bool
 	offers := 0
 	if old, ok := r.jobs[job.ID]; ok {
-		history, reasons, offers = old.status.Attempts, old.status.Reasons, old.status.Offers
-		rj.busy = old.busy
+		history, reasons, offers, busy = old.status.Attempts, old.status.Reasons, old.status.Offers, old.call.Busy
 	}
 	rj.status.Attempts, rj.status.Reasons, rj.status.Offers = history, reasons, offers+1
 	r.jobs[job.ID] = rj
+	err := r.stepLocked(rj, callmachine.Opened{Job: job, Expected: expected, Busy: busy})
 	r.mu.Unlock()
+	if err != nil {
+		return job, err
+	}
 	// However the auction ends, the bids it did not award are released so
 	// that their providers free the GPUs they hold for them.
 	defer r.releaseBids(rj, &job, len(history))
@@ -486,7 +476,7 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 		if errors.Is(err, ErrCancelled) {
 			return job, err
 		}
-		return job, r.finish(rj, terms.JobFailed, "auction not started: "+err.Error(), nil, "", err)
+		return job, r.end(rj, callmachine.Failed{Reason: "auction not started: " + err.Error()}, err)
 	}
 	defer free()
 
@@ -498,7 +488,7 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 		for _, topic := range JobTopics(&job) {
 			data, err := terms.EncodeCall(r.cfg.Signer, job, topic)
 			if err != nil {
-				return job, r.finish(rj, terms.JobFailed, "encode call: "+err.Error(), nil, "", err)
+				return job, r.end(rj, callmachine.Failed{Reason: "encode call: " + err.Error()}, err)
 			}
 			if err := r.cfg.Transport.Publish(ctx, topic, data); err != nil {
 				pubErr = errors.Join(pubErr, fmt.Errorf("publish %s: %w", topic, err))
@@ -507,7 +497,7 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 			published++
 		}
 		if published == 0 {
-			return job, r.finish(rj, terms.JobFailed, "publish failed", nil, "", fmt.Errorf("auction: post %s: %w", job.ID, pubErr))
+			return job, r.end(rj, callmachine.Failed{Reason: "publish failed"}, fmt.Errorf("auction: post %s: %w", job.ID, pubErr))
 		}
 		r.log.Debug("call published", "job", job.ID, "attempt", job.Attempt, "window", job.BidWindow)
 	}
@@ -517,13 +507,11 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 	}
 
 	r.mu.Lock()
-	if rj.status.State != terms.JobBidding {
+	if rj.call.Phase != callmachine.Awarding {
 		r.mu.Unlock()
 		return job, ErrCancelled
 	}
-	rj.open = false
-	rj.status.State = terms.JobAwarding
-	cands := append([]terms.Candidate(nil), rj.bids...)
+	cands := append([]terms.Candidate(nil), rj.call.Bids...)
 	r.mu.Unlock()
 	for i := range cands {
 		r.standing(&cands[i])
@@ -551,8 +539,8 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 	case len(ranked) == 0:
 		reason = "no bids"
 		r.mu.Lock()
-		if len(rj.status.Declines) > 0 {
-			reason += " (" + DeclinesText(rj.status.Declines) + ")"
+		if len(rj.call.Declines) > 0 {
+			reason += " (" + DeclinesText(rj.call.Declines) + ")"
 		}
 		r.mu.Unlock()
 	case eligible == 0:
@@ -565,82 +553,160 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 	if raced {
 		err = fmt.Errorf("%w (%w)", err, ErrRaced)
 	}
-	err = r.finish(rj, terms.JobUnplaceable, reason, nil, "", err)
+	err = r.end(rj, callmachine.NoLease{Reason: reason}, err)
 	if r.cfg.Listener != nil {
 		r.cfg.Listener.OnUnplaceable(job, reason)
 	}
 	return job, err
 }
 
-// collect waits for a job's bids until its window closes (see
-// RenterConfig.QuietClose): the window ends BidWindow after the call, once
-// extended by BidWindow when no bid came, or earlier once every expected
-// provider has answered, after a quiet spell following the last bid (once
-// most expected providers have answered), or at a gold job's first
-// acceptable bid, in the last two cases only when the best bid can start
-// at once. It returns ErrCancelled or the context's error when the auction
-// ended otherwise.
+// collect runs the call's window: it carries out the effects of the
+// call's machine that are its own (the window's and the quiet spell's
+// timers, CheckBest, Close: see callmachine), turns its timers' fires
+// into events, and returns once the window closed (Close: every expected
+// provider answered, the window ran out, or a quiet spell or a gold job's
+// acceptable bid closed it when the best bid starts at once). It returns
+// ErrCancelled or the context's error when the auction ended otherwise.
 func (r *Renter) collect(ctx context.Context, rj *renterJob, job *terms.Job) error {
-	window := time.NewTimer(job.BidWindow)
-	defer window.Stop()
-	var quiet <-chan time.Time
-	var quietT *time.Timer
+	var window, quiet *time.Timer
+	var windowC, quietC <-chan time.Time
+	var windowSeq, quietSeq int
 	defer func() {
-		if quietT != nil {
-			quietT.Stop()
+		if window != nil {
+			window.Stop()
+		}
+		if quiet != nil {
+			quiet.Stop()
 		}
 	}()
-	extended := false
-	allIn := rj.allIn // nil (never ready) without expected providers
+	arm := func(t **time.Timer, c *<-chan time.Time, d time.Duration) {
+		if *t == nil {
+			*t = time.NewTimer(d)
+			*c = (*t).C
+			return
+		}
+		(*t).Reset(d) // (since Go 1.23 no stale fire survives a Reset)
+		*c = (*t).C
+	}
 	for {
-		select {
-		case <-allIn:
-			// Every provider expected to answer has: close now.
-			return nil
-		case <-window.C:
-			r.mu.Lock()
-			none := len(rj.bids) == 0
-			r.mu.Unlock()
-			if none && !extended {
-				extended = true
-				window.Reset(job.BidWindow)
-				r.log.Debug("no bids yet, window extended", "job", job.ID)
-				continue
-			}
-			return nil
-		case <-rj.bidIn:
-			if r.cfg.QuietClose < 0 {
-				continue
-			}
-			if job.Tier == terms.Gold && r.bestStartsNow(rj, job) {
-				return nil
-			}
-			if quietT == nil {
-				quietT = time.NewTimer(r.cfg.QuietClose)
-				quiet = quietT.C
-			} else {
-				if !quietT.Stop() {
-					select {
-					case <-quietT.C:
-					default:
-					}
+		r.mu.Lock()
+		effs := rj.loop
+		rj.loop = nil
+		r.mu.Unlock()
+		for _, e := range effs {
+			switch e := e.(type) {
+			case callmachine.ArmTimer:
+				if e.Timer == callmachine.WindowTimer {
+					windowSeq = e.Seq
+					arm(&window, &windowC, e.After)
+				} else {
+					quietSeq = e.Seq
+					arm(&quiet, &quietC, e.After)
 				}
-				quietT.Reset(r.cfg.QuietClose)
-			}
-		case <-quiet:
-			quiet, quietT = nil, nil
-			if r.mostAnswered(rj) && r.bestStartsNow(rj, job) {
+			case callmachine.CheckBest:
+				ok := r.bestStartsNow(rj, job)
+				if err := r.step(rj, callmachine.BestChecked{StartsNow: ok}); err != nil {
+					return err
+				}
+			case callmachine.Close:
 				return nil
 			}
-			// Most expected providers have not answered yet, or the best
-			// bid so far starts later (a provider that can start at once
-			// may still answer): the window runs on, and the next bid
-			// starts another quiet spell.
+		}
+		if len(effs) > 0 {
+			continue // a step above may have queued more
+		}
+		var ev callmachine.Event
+		select {
+		case <-rj.kick:
+			continue
+		case <-windowC:
+			ev = callmachine.TimerFired{Timer: callmachine.WindowTimer, Seq: windowSeq}
+		case <-quietC:
+			quietC = nil
+			ev = callmachine.TimerFired{Timer: callmachine.QuietTimer, Seq: quietSeq}
 		case <-ctx.Done():
-			return r.finish(rj, terms.JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+			return r.end(rj, callmachine.ContextDone{Err: ctx.Err().Error()}, ctx.Err())
 		case <-rj.cancel:
 			return ErrCancelled
 		}
+		if err := r.step(rj, ev); err != nil {
+			return err
+		}
+	}
+}
+
+// stepLocked steps the machine of job rj's call with ev and carries out
+// its effects (r.mu held): those of the call's own goroutine are queued
+// for it (collect). It returns the error of a refused message, or of an
+// effect it does not know.
+func (r *Renter) stepLocked(rj *renterJob, ev callmachine.Event) error {
+	var effs []callmachine.Effect
+	rj.call, effs = r.rules.Step(rj.call, ev, r.cfg.Now())
+	var first error
+	for _, e := range effs {
+		if err := r.doLocked(rj, e); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// step is stepLocked, taking r.mu.
+func (r *Renter) step(rj *renterJob, ev callmachine.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stepLocked(rj, ev)
+}
+
+// end steps job rj's call with ev, the event that ends it, and returns
+// err.
+func (r *Renter) end(rj *renterJob, ev callmachine.Event, err error) error {
+	if serr := r.step(rj, ev); serr != nil && err == nil {
+		err = serr
+	}
+	return err
+}
+
+// doLocked carries out one effect of a call's machine (r.mu held): the
+// only place where the renter acts on a step.
+func (r *Renter) doLocked(rj *renterJob, e callmachine.Effect) error {
+	switch e := e.(type) {
+	case callmachine.Reject:
+		return r.rejectLocked(e.Reason, errors.New(e.Detail))
+	case callmachine.Lookup:
+		r.lookupHoldingsLocked(rj, e.Provider)
+		r.measureRTTLocked(rj, e.Provider)
+	case callmachine.ArmTimer, callmachine.CheckBest:
+		r.queueLocked(rj, e)
+	case callmachine.Close:
+		rj.status.State = terms.JobAwarding
+		r.queueLocked(rj, e)
+	case callmachine.Finish:
+		rj.status.State = e.As
+		if e.Reason != "" {
+			rj.status.Reasons = append(rj.status.Reasons, e.Reason)
+		}
+		rj.status.Lease, rj.status.Winner = e.Lease, ""
+		if e.Lease != nil {
+			rj.status.Winner = e.Lease.Provider
+		}
+	default:
+		// A new effect kind the driver does not know yet: a programming
+		// error, reported (and counted) rather than taken down with the
+		// daemon, whose other auctions go on.
+		r.counters["call_effect_unknown"]++
+		return fmt.Errorf("auction: call machine effect %T not carried out", e)
+	}
+	return nil
+}
+
+// queueLocked hands an effect to the call's own goroutine (collect) and
+// wakes it (r.mu held).
+func (r *Renter) queueLocked(rj *renterJob, e callmachine.Effect) {
+	rj.loop = append(rj.loop, e)
+	select {
+	case rj.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -685,7 +751,7 @@ func (r *Renter) sendCalls(ctx context.Context, rj *renterJob, job *terms.Job, a
 	for _, p := range asked {
 		to, err := peer.Decode(p)
 		if err != nil {
-			r.answered(rj, p)
+			r.step(rj, callmachine.Unreached{Provider: p})
 			done(false)
 			continue
 		}
@@ -695,29 +761,12 @@ func (r *Renter) sendCalls(ctx context.Context, rj *renterJob, job *terms.Job, a
 			err := r.cfg.Transport.SendCall(sendCtx, to, data)
 			if err != nil {
 				r.log.Debug("call not delivered", "job", job.ID, "provider", p, "err", err)
-				r.answered(rj, p)
+				r.step(rj, callmachine.Unreached{Provider: p})
 			}
 			done(err == nil)
 		}()
 	}
 	return <-first
-}
-
-// answered notes that provider will not answer the job's call (it was
-// not reached), as if it had.
-func (r *Renter) answered(rj *renterJob, provider string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rj.answeredLocked(provider)
-}
-
-// mostAnswered reports whether a quiet spell may close the job's window:
-// at least half the providers expected to answer have (always, when the
-// renter expected nobody in particular).
-func (r *Renter) mostAnswered(rj *renterJob) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return 2*(rj.expected-len(rj.awaited)) >= rj.expected
 }
 
 // earlyCloseSlack is how soon the best bid must start for a window to
@@ -731,7 +780,7 @@ const earlyCloseSlack = time.Second
 // other members have not bid in yet).
 func (r *Renter) bestStartsNow(rj *renterJob, job *terms.Job) bool {
 	r.mu.Lock()
-	cands := append([]terms.Candidate(nil), rj.bids...)
+	cands := append([]terms.Candidate(nil), rj.call.Bids...)
 	r.mu.Unlock()
 	for i := range cands {
 		r.standing(&cands[i])
@@ -829,8 +878,8 @@ func (w *lookupWait) done(ctx context.Context, done <-chan struct{}) bool {
 // measureRTTLocked starts measuring the round trip to a bidder of a
 // latency-sensitive job or a gang's (r.mu held), once per bidder, within the job's
 // BidWindow; a bid the ranking will reject anyway (an excluded provider,
-// one outside the call's sample) is not measured. Its end signals bidIn,
-// so that a window waiting for an acceptable bid looks again.
+// one outside the call's sample) is not measured. Its end steps the call
+// (Measured), so that a window waiting for an acceptable bid looks again.
 func (r *Renter) measureRTTLocked(rj *renterJob, provider string) {
 	j := &rj.status.Job
 	// A gang measures too: its members are chosen closest first (pickGang).
@@ -846,10 +895,7 @@ func (r *Renter) measureRTTLocked(rj *renterJob, provider string) {
 		l.rtt, l.ok = r.cfg.Latency.MeasureRTT(ctx, provider)
 		cancel()
 		close(l.done)
-		select {
-		case rj.bidIn <- struct{}{}:
-		default:
-		}
+		r.step(rj, callmachine.Measured{})
 	}()
 }
 
@@ -972,20 +1018,6 @@ func (r *Renter) reputation(provider string) float64 {
 		return terms.NeutralReliability
 	}
 	return r.cfg.Reputation.Reliability(provider)
-}
-
-// finish records an auction's end and returns err.
-func (r *Renter) finish(rj *renterJob, st terms.JobState, reason string, lease *terms.Lease, winner string, err error) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rj.open = false
-	rj.status.State = st
-	if reason != "" {
-		rj.status.Reasons = append(rj.status.Reasons, reason)
-	}
-	rj.status.Lease = lease
-	rj.status.Winner = winner
-	return err
 }
 
 type awardResult struct {
@@ -1205,7 +1237,7 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *terms.Job, r
 		rj.status.Attempts[res.slot].Result = result
 		r.mu.Unlock()
 		if won == &res {
-			r.finish(rj, terms.JobLeased, "", &won.lease, won.bid.Provider, nil)
+			r.end(rj, callmachine.Leased{Lease: won.lease}, nil)
 			if r.cfg.Listener != nil {
 				r.cfg.Listener.OnLease(won.lease, *job)
 			}
@@ -1247,7 +1279,7 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *terms.Job, r
 	case errors.Is(stop, ErrCancelled):
 		return -1, ErrCancelled
 	case stop != nil:
-		return -1, r.finish(rj, terms.JobCancelled, "context: "+stop.Error(), nil, "", stop)
+		return -1, r.end(rj, callmachine.ContextDone{Err: stop.Error()}, stop)
 	}
 	select {
 	case <-rj.cancel:
@@ -1255,7 +1287,7 @@ func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *terms.Job, r
 	default:
 	}
 	if err := ctx.Err(); err != nil {
-		return -1, r.finish(rj, terms.JobCancelled, "context: "+err.Error(), nil, "", err)
+		return -1, r.end(rj, callmachine.ContextDone{Err: err.Error()}, err)
 	}
 	return len(order), nil
 }
@@ -1318,7 +1350,7 @@ func (r *Renter) releaseBids(rj *renterJob, job *terms.Job, from int) {
 		awarded[a.Provider] = true
 	}
 	var rels []terms.BidRelease
-	for _, c := range rj.bids {
+	for _, c := range rj.call.Bids {
 		if c.Bid.Held && !awarded[c.Bid.Provider] {
 			rels = append(rels, terms.BidRelease{JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: c.Bid.Provider,
 				BidNonce: c.Bid.Nonce, IssuedAt: r.cfg.Now()})
@@ -1456,36 +1488,13 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 	if err := r.cfg.Successions.Check(b.Provider, b.IssuedAt); err != nil {
 		return r.reject("retired_key", err)
 	}
-	now := r.cfg.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rj, ok := r.jobs[b.JobID]
-	switch {
-	case !ok:
+	if !ok {
 		return r.rejectLocked("unknown_job", fmt.Errorf("job %q", b.JobID))
-	case b.Attempt != rj.status.Job.Attempt:
-		return r.rejectLocked("wrong_attempt", fmt.Errorf("attempt %d, current %d", b.Attempt, rj.status.Job.Attempt))
-	case !rj.open:
-		return r.rejectLocked("window_closed", fmt.Errorf("job %s", b.JobID))
-	case b.Nonce == "" || rj.nonces[b.Nonce]:
-		return r.rejectLocked("replayed_nonce", fmt.Errorf("nonce %q", b.Nonce))
-	case !b.ExpiresAt.IsZero() && !now.Before(b.ExpiresAt):
-		return r.rejectLocked("expired", fmt.Errorf("expired at %s", b.ExpiresAt.Format(time.RFC3339)))
-	case rj.bidders[b.Provider]:
-		rj.nonces[b.Nonce] = true
-		return r.rejectLocked("duplicate_provider", fmt.Errorf("provider %s", b.Provider))
 	}
-	rj.nonces[b.Nonce] = true
-	rj.bidders[b.Provider] = true
-	rj.bids = append(rj.bids, terms.Candidate{Bid: b})
-	rj.answeredLocked(b.Provider)
-	r.lookupHoldingsLocked(rj, b.Provider)
-	r.measureRTTLocked(rj, b.Provider)
-	select {
-	case rj.bidIn <- struct{}{}:
-	default:
-	}
-	return nil
+	return r.stepLocked(rj, callmachine.BidArrived{Bid: b})
 }
 
 // handleNotice takes a provider's capacity notice (it comes on the bid
@@ -1503,7 +1512,7 @@ func (r *Renter) handleNotice(from peer.ID, n terms.CapacityNotice) error {
 	r.mu.Lock()
 	jobs := make([]string, 0, len(n.Jobs))
 	for _, id := range n.Jobs {
-		if rj, ok := r.jobs[id]; ok && rj.busy[n.Provider] {
+		if rj, ok := r.jobs[id]; ok && rj.call.BusyDecliner(n.Provider) {
 			jobs = append(jobs, id)
 		}
 	}
@@ -1531,13 +1540,11 @@ func (r *Renter) handleDecline(from peer.ID, d terms.Decline) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rj, ok := r.jobs[d.JobID]
-	switch {
-	case !ok:
+	if !ok {
 		return r.rejectLocked("unknown_job", fmt.Errorf("job %q", d.JobID))
-	case d.Attempt != rj.status.Job.Attempt || !rj.open:
-		return r.rejectLocked("window_closed", fmt.Errorf("job %s", d.JobID))
-	case rj.decliners[d.Provider] || rj.bidders[d.Provider]:
-		return r.rejectLocked("duplicate_provider", fmt.Errorf("provider %s", d.Provider))
+	}
+	if reason, detail := callmachine.DeclineRefusal(&rj.call, d); reason != "" {
+		return r.rejectLocked(reason, errors.New(detail))
 	}
 	if r.declineAt.IsZero() {
 		r.declineTok = declineBurst
@@ -1549,28 +1556,7 @@ func (r *Renter) handleDecline(from peer.ID, d terms.Decline) error {
 		return r.rejectLocked("decline_rate_limited", fmt.Errorf("over %v declines/s", declineRate))
 	}
 	r.declineTok--
-	rj.decliners[d.Provider] = true
-	if d.Kind == KindBusy {
-		rj.busy[d.Provider] = true
-	}
-	rj.answeredLocked(d.Provider)
-	if rj.status.Declines == nil {
-		rj.status.Declines = map[string]int{}
-	}
-	rj.status.Declines[d.Kind]++
-	return nil
-}
-
-// answeredLocked notes that provider answered the job's call; the last
-// expected answer closes allIn (r.mu held).
-func (rj *renterJob) answeredLocked(provider string) {
-	if !rj.awaited[provider] {
-		return
-	}
-	delete(rj.awaited, provider)
-	if len(rj.awaited) == 0 {
-		close(rj.allIn)
-	}
+	return r.stepLocked(rj, callmachine.DeclineArrived{Decline: d, Busy: d.Kind == KindBusy})
 }
 
 // byCount is counts' keys, most frequent first, then in order.
@@ -1631,12 +1617,7 @@ func (rj *renterJob) snapshot() terms.JobStatus {
 	s.Reasons = append([]string(nil), s.Reasons...)
 	s.Attempts = append([]terms.AwardAttempt(nil), s.Attempts...)
 	s.Members = slices.Clone(s.Members)
-	if s.Declines != nil {
-		s.Declines = make(map[string]int, len(rj.status.Declines))
-		for k, v := range rj.status.Declines {
-			s.Declines[k] = v
-		}
-	}
+	s.Declines = maps.Clone(rj.call.Declines)
 	if s.Lease != nil {
 		l := *s.Lease
 		s.Lease = &l
@@ -1675,11 +1656,9 @@ func (r *Renter) Cancel(id string) error {
 	if rj.status.State != terms.JobBidding && rj.status.State != terms.JobAwarding {
 		return fmt.Errorf("auction: job %s is %s, not in auction", id, rj.status.State)
 	}
-	rj.open = false
-	rj.status.State = terms.JobCancelled
-	rj.status.Reasons = append(rj.status.Reasons, "cancelled")
+	err := r.stepLocked(rj, callmachine.Cancelled{})
 	close(rj.cancel)
-	return nil
+	return err
 }
 
 // Bids returns a job's ranked bids (available once its window closed).
