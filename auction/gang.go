@@ -162,10 +162,12 @@ const gangBackoff = 200 * time.Millisecond
 // never waits on another gang's member, and holds expire by themselves
 // (DefaultGangHold): two gangs competing for the same providers cannot
 // deadlock. It returns -1 and the error to return (nil once leased) or the
-// count of eligible bids with the reason no gang was placed.
-func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *terms.Job, ranked []terms.Ranked) (int, string, error) {
-	allowed := map[string]bool{}
-	for _, b := range r.awardOrder(ranked, r.cfg.Now()) {
+// count of eligible bids with the reason no gang was placed. order is
+// the eligible bids in the order the call's machine awards them
+// (callmachine.AwardGang).
+func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *terms.Job, ranked []terms.Ranked, order []terms.Bid) (int, string, error) {
+	allowed := make(map[string]bool, len(order))
+	for _, b := range order {
 		allowed[b.Nonce] = true
 	}
 	pool := slices.DeleteFunc(slices.Clone(ranked), func(c terms.Ranked) bool { return !allowed[c.Bid.Nonce] })
@@ -252,7 +254,7 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *terms.Job, p
 		m := &ms[i]
 		c, ok := r.claim(m.bid, job.BilledGPUs())
 		if !ok {
-			m.result = "skipped: its GPUs are awarded to another of this renter's jobs"
+			m.result = callmachine.SkippedClaimed
 			continue
 		}
 		m.claim = c
@@ -263,7 +265,7 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *terms.Job, p
 		}()
 	}
 	wg.Wait()
-	all := !slices.ContainsFunc(ms, func(m member) bool { return m.result != "confirmed" })
+	all := !slices.ContainsFunc(ms, func(m member) bool { return m.result != callmachine.Confirmed })
 	select {
 	case <-rj.cancel:
 		all = false // cancelled meanwhile: every held member is aborted
@@ -299,7 +301,7 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *terms.Job, p
 				r.cfg.Release.Release(m.lease)
 			}
 			m.result = "confirmed, released (gang incomplete)"
-		case m.result == "confirmed":
+		case m.result == callmachine.Confirmed:
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -312,7 +314,7 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *terms.Job, p
 			if m.claim != nil {
 				r.noConfirm(m.bid.Provider)
 			}
-			if awardMayHaveBooked(m.result) || strings.HasPrefix(m.result, "commit failed: ") {
+			if callmachine.MayHaveBooked(m.result) || strings.HasPrefix(m.result, "commit failed: ") {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()

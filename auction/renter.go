@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -366,7 +365,8 @@ func NewRenter(cfg RenterConfig) (*Renter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Renter{cfg: cfg, log: log.With("role", "renter"), rules: callmachine.Rules{QuietClose: cfg.QuietClose},
+	rules := callmachine.Rules{QuietClose: cfg.QuietClose, MaxParallelAwards: cfg.MaxParallelAwards, Release: cfg.Release != nil}
+	r := &Renter{cfg: cfg, log: log.With("role", "renter"), rules: rules,
 		jobs: map[string]*renterJob{}, counters: map[string]int{}, unconfirmed: map[string]time.Time{}}
 	if cfg.MaxAuctions > 0 {
 		r.slots = make(chan struct{}, cfg.MaxAuctions)
@@ -502,212 +502,7 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 		r.log.Debug("call published", "job", job.ID, "attempt", job.Attempt, "window", job.BidWindow)
 	}
 
-	if err := r.collect(ctx, rj, &job); err != nil {
-		return job, err
-	}
-
-	r.mu.Lock()
-	if rj.call.Phase != callmachine.Awarding {
-		r.mu.Unlock()
-		return job, ErrCancelled
-	}
-	cands := append([]terms.Candidate(nil), rj.call.Bids...)
-	r.mu.Unlock()
-	for i := range cands {
-		r.standing(&cands[i])
-	}
-	r.checkHoldings(ctx, rj, &job, cands, time.Now().Add(r.cfg.HoldingsWait))
-	r.fillRTTs(ctx, rj, cands, time.Now().Add(job.BidWindow))
-	ranked := RankAt(&job, cands, r.cfg.Now())
-	r.mu.Lock()
-	rj.status.Bids = ranked
-	r.mu.Unlock()
-
-	var eligible int
-	var reason string
-	if job.Nodes > 1 {
-		eligible, reason, err = r.awardGang(ctx, rj, &job, ranked)
-	} else {
-		eligible, err = r.awardBest(ctx, rj, &job, ranked)
-	}
-	if err != nil || eligible < 0 {
-		return job, err
-	}
-	raced := false
-	switch {
-	case reason != "" && eligible > 0:
-	case len(ranked) == 0:
-		reason = "no bids"
-		r.mu.Lock()
-		if len(rj.call.Declines) > 0 {
-			reason += " (" + DeclinesText(rj.call.Declines) + ")"
-		}
-		r.mu.Unlock()
-	case eligible == 0:
-		reason = fmt.Sprintf("no eligible bids (%d rejected: %s)", len(ranked), ranked[0].Rejected)
-	default:
-		reason = fmt.Sprintf("all %d awards failed (%s)", eligible, r.awardResults(rj, len(history)))
-		raced = r.onlyClaimed(rj, len(history))
-	}
-	err = fmt.Errorf("%w: %s: %s", ErrUnplaceable, job.ID, reason)
-	if raced {
-		err = fmt.Errorf("%w (%w)", err, ErrRaced)
-	}
-	err = r.end(rj, callmachine.NoLease{Reason: reason}, err)
-	if r.cfg.Listener != nil {
-		r.cfg.Listener.OnUnplaceable(job, reason)
-	}
-	return job, err
-}
-
-// collect runs the call's window: it carries out the effects of the
-// call's machine that are its own (the window's and the quiet spell's
-// timers, CheckBest, Close: see callmachine), turns its timers' fires
-// into events, and returns once the window closed (Close: every expected
-// provider answered, the window ran out, or a quiet spell or a gold job's
-// acceptable bid closed it when the best bid starts at once). It returns
-// ErrCancelled or the context's error when the auction ended otherwise.
-func (r *Renter) collect(ctx context.Context, rj *renterJob, job *terms.Job) error {
-	var window, quiet *time.Timer
-	var windowC, quietC <-chan time.Time
-	var windowSeq, quietSeq int
-	defer func() {
-		if window != nil {
-			window.Stop()
-		}
-		if quiet != nil {
-			quiet.Stop()
-		}
-	}()
-	arm := func(t **time.Timer, c *<-chan time.Time, d time.Duration) {
-		if *t == nil {
-			*t = time.NewTimer(d)
-			*c = (*t).C
-			return
-		}
-		(*t).Reset(d) // (since Go 1.23 no stale fire survives a Reset)
-		*c = (*t).C
-	}
-	for {
-		r.mu.Lock()
-		effs := rj.loop
-		rj.loop = nil
-		r.mu.Unlock()
-		for _, e := range effs {
-			switch e := e.(type) {
-			case callmachine.ArmTimer:
-				if e.Timer == callmachine.WindowTimer {
-					windowSeq = e.Seq
-					arm(&window, &windowC, e.After)
-				} else {
-					quietSeq = e.Seq
-					arm(&quiet, &quietC, e.After)
-				}
-			case callmachine.CheckBest:
-				ok := r.bestStartsNow(rj, job)
-				if err := r.step(rj, callmachine.BestChecked{StartsNow: ok}); err != nil {
-					return err
-				}
-			case callmachine.Close:
-				return nil
-			}
-		}
-		if len(effs) > 0 {
-			continue // a step above may have queued more
-		}
-		var ev callmachine.Event
-		select {
-		case <-rj.kick:
-			continue
-		case <-windowC:
-			ev = callmachine.TimerFired{Timer: callmachine.WindowTimer, Seq: windowSeq}
-		case <-quietC:
-			quietC = nil
-			ev = callmachine.TimerFired{Timer: callmachine.QuietTimer, Seq: quietSeq}
-		case <-ctx.Done():
-			return r.end(rj, callmachine.ContextDone{Err: ctx.Err().Error()}, ctx.Err())
-		case <-rj.cancel:
-			return ErrCancelled
-		}
-		if err := r.step(rj, ev); err != nil {
-			return err
-		}
-	}
-}
-
-// stepLocked steps the machine of job rj's call with ev and carries out
-// its effects (r.mu held): those of the call's own goroutine are queued
-// for it (collect). It returns the error of a refused message, or of an
-// effect it does not know.
-func (r *Renter) stepLocked(rj *renterJob, ev callmachine.Event) error {
-	var effs []callmachine.Effect
-	rj.call, effs = r.rules.Step(rj.call, ev, r.cfg.Now())
-	var first error
-	for _, e := range effs {
-		if err := r.doLocked(rj, e); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-// step is stepLocked, taking r.mu.
-func (r *Renter) step(rj *renterJob, ev callmachine.Event) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stepLocked(rj, ev)
-}
-
-// end steps job rj's call with ev, the event that ends it, and returns
-// err.
-func (r *Renter) end(rj *renterJob, ev callmachine.Event, err error) error {
-	if serr := r.step(rj, ev); serr != nil && err == nil {
-		err = serr
-	}
-	return err
-}
-
-// doLocked carries out one effect of a call's machine (r.mu held): the
-// only place where the renter acts on a step.
-func (r *Renter) doLocked(rj *renterJob, e callmachine.Effect) error {
-	switch e := e.(type) {
-	case callmachine.Reject:
-		return r.rejectLocked(e.Reason, errors.New(e.Detail))
-	case callmachine.Lookup:
-		r.lookupHoldingsLocked(rj, e.Provider)
-		r.measureRTTLocked(rj, e.Provider)
-	case callmachine.ArmTimer, callmachine.CheckBest:
-		r.queueLocked(rj, e)
-	case callmachine.Close:
-		rj.status.State = terms.JobAwarding
-		r.queueLocked(rj, e)
-	case callmachine.Finish:
-		rj.status.State = e.As
-		if e.Reason != "" {
-			rj.status.Reasons = append(rj.status.Reasons, e.Reason)
-		}
-		rj.status.Lease, rj.status.Winner = e.Lease, ""
-		if e.Lease != nil {
-			rj.status.Winner = e.Lease.Provider
-		}
-	default:
-		// A new effect kind the driver does not know yet: a programming
-		// error, reported (and counted) rather than taken down with the
-		// daemon, whose other auctions go on.
-		r.counters["call_effect_unknown"]++
-		return fmt.Errorf("auction: call machine effect %T not carried out", e)
-	}
-	return nil
-}
-
-// queueLocked hands an effect to the call's own goroutine (collect) and
-// wakes it (r.mu held).
-func (r *Renter) queueLocked(rj *renterJob, e callmachine.Effect) {
-	rj.loop = append(rj.loop, e)
-	select {
-	case rj.kick <- struct{}{}:
-	default:
-	}
+	return job, r.drive(ctx, rj, &job)
 }
 
 // sendCalls sends a sampled call to each provider it asks (asked: the
@@ -769,10 +564,6 @@ func (r *Renter) sendCalls(ctx context.Context, rj *renterJob, job *terms.Job, a
 	return <-first
 }
 
-// earlyCloseSlack is how soon the best bid must start for a window to
-// close early.
-const earlyCloseSlack = time.Second
-
 // bestStartsNow reports whether the bid that would be awarded now (a
 // gang's: the Job.Nodes best) is acceptable and starts at once: only then
 // may a window close early (a busy provider's later start must not win
@@ -790,7 +581,7 @@ func (r *Renter) bestStartsNow(rj *renterJob, job *terms.Job) bool {
 	now := r.cfg.Now()
 	ranked := RankAt(job, cands, now)
 	k := max(job.Nodes, 1)
-	return len(ranked) >= k && !slices.ContainsFunc(ranked[:k], func(c terms.Ranked) bool { return c.Rejected != "" || !startsNow(c.Bid, now) })
+	return len(ranked) >= k && !slices.ContainsFunc(ranked[:k], func(c terms.Ranked) bool { return c.Rejected != "" || !callmachine.StartsNow(c.Bid, now) })
 }
 
 // lookupHoldingsLocked starts looking up a bidder's advertised artifacts for a
@@ -1020,14 +811,6 @@ func (r *Renter) reputation(provider string) float64 {
 	return r.cfg.Reputation.Reliability(provider)
 }
 
-type awardResult struct {
-	slot   int // index in the job's Attempts
-	bid    terms.Bid
-	lease  terms.Lease
-	result string
-	claim  *claim
-}
-
 // claim is GPUs of one provider this renter has awarded (in flight) or
 // leased: its concurrent auctions must not award them again.
 type claim struct {
@@ -1038,10 +821,6 @@ type claim struct {
 	// holds the lease, so the claim does not count against them.
 	confirmed time.Time
 }
-
-// skippedClaimed is the result of an award not sent because its GPUs are
-// claimed by another of this renter's auctions (claim).
-const skippedClaimed = "skipped: its GPUs are awarded to another of this renter's jobs"
 
 // ErrRaced marks an auction that ended without a lease only because every
 // bid's GPUs were claimed by others of this renter's auctions at that
@@ -1107,236 +886,6 @@ func (r *Renter) settleClaim(provider string, c *claim, lease *terms.Lease) {
 	}
 	r.claims[provider] = slices.DeleteFunc(r.claims[provider], func(o *claim) bool { return o == c })
 }
-
-// awardOrder lists the eligible bids best first, providers that recently
-// did not confirm an award after all others.
-func (r *Renter) awardOrder(ranked []terms.Ranked, now time.Time) []terms.Bid {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var good, late []terms.Bid
-	for _, c := range ranked {
-		if c.Rejected != "" {
-			continue
-		}
-		if until, ok := r.unconfirmed[c.Bid.Provider]; ok && now.Before(until) {
-			late = append(late, c.Bid)
-		} else {
-			delete(r.unconfirmed, c.Bid.Provider)
-			good = append(good, c.Bid)
-		}
-	}
-	order := append(good, late...)
-	// While some bid can start at once, a later start is no fallback: its
-	// provider was busy when it bid, and the bids that could start now
-	// lost their GPUs to concurrent auctions a moment ago. The job is
-	// better queued and offered again than booked behind a busy GPU.
-	if slices.ContainsFunc(order, func(b terms.Bid) bool { return startsNow(b, now) }) {
-		order = slices.DeleteFunc(order, func(b terms.Bid) bool { return !startsNow(b, now) })
-	}
-	return order
-}
-
-// startsNow reports whether a bid starts at once (within earlyCloseSlack
-// of now).
-func startsNow(b terms.Bid, now time.Time) bool { return !b.Start.After(now.Add(earlyCloseSlack)) }
-
-// awardBest awards the ranked bids (see Renter) until one is confirmed. It
-// returns how many bids were eligible, or -1 and the error to return when
-// the auction ended otherwise (leased: nil error; cancelled). It returns once
-// the lease is won, or once no award is outstanding; awards still
-// outstanding at the win are waited for in the background (Wait), and
-// every confirm but the winner's is released.
-func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *terms.Job, ranked []terms.Ranked) (int, error) {
-	order := r.awardOrder(ranked, r.cfg.Now())
-	if len(order) == 0 {
-		return 0, nil
-	}
-	// Awards outlive ctx's cancellation so that their confirms are seen and
-	// released; each is bounded by ConfirmTimeout.
-	actx := context.WithoutCancel(ctx)
-	results := make(chan awardResult, len(order))
-	next, inflight := 0, 0
-	var won *awardResult
-	var stop error // set once the auction ended without a lease
-	start := func() {
-		for next < len(order) {
-			b := order[next]
-			next++
-			leaseID := terms.NewID("lease")
-			r.mu.Lock()
-			slot := len(rj.status.Attempts)
-			rj.status.Attempts = append(rj.status.Attempts, terms.AwardAttempt{Provider: b.Provider, LeaseID: leaseID, Result: "pending"})
-			if !b.ExpiresAt.IsZero() && !r.cfg.Now().Before(b.ExpiresAt) {
-				rj.status.Attempts[slot].Result = "skipped: bid expired"
-				r.mu.Unlock()
-				continue
-			}
-			r.mu.Unlock()
-			c, ok := r.claim(b, job.BilledGPUs())
-			if !ok {
-				r.mu.Lock()
-				rj.status.Attempts[slot].Result = skippedClaimed
-				r.counters["award_skipped_claimed"]++
-				r.mu.Unlock()
-				continue
-			}
-			inflight++
-			go func() {
-				lease, result := r.award(actx, job, b, leaseID, nil)
-				results <- awardResult{slot: slot, bid: b, lease: lease, result: result, claim: c}
-			}()
-			return
-		}
-	}
-	start()
-	hedge := time.NewTicker(r.cfg.HedgeAfter)
-	defer hedge.Stop()
-	cancelled := rj.cancel
-	done := ctx.Done()
-	// take handles one award's result: the first confirm is the lease,
-	// later ones are released.
-	take := func(res awardResult) {
-		inflight--
-		result := res.result
-		if stop == nil {
-			select {
-			case <-rj.cancel: // cancelled before this result was seen
-				cancelled, stop = nil, ErrCancelled
-			default:
-			}
-		}
-		// Only the lease keeps its claim: a failed award's GPUs, and a
-		// confirm released as not needed, are free for the renter's other
-		// auctions again.
-		var kept *terms.Lease
-		if result == "confirmed" && won == nil && stop == nil {
-			kept = &res.lease
-		}
-		r.settleClaim(res.bid.Provider, res.claim, kept)
-		switch {
-		case result != "confirmed":
-			r.noConfirm(res.bid.Provider)
-			r.log.Info("award failed", "job", job.ID, "provider", res.bid.Provider, "result", result)
-			if r.cfg.Release != nil && awardMayHaveBooked(result) {
-				// The provider may have booked the lease and confirmed
-				// too late: release it, or its GPUs stay held for a lease
-				// nobody will use.
-				r.cfg.Release.Release(res.lease)
-			}
-		case won == nil && stop == nil:
-			won = &res
-		case r.cfg.Release != nil:
-			result = "confirmed, released (not needed)"
-			r.cfg.Release.Release(res.lease)
-		default:
-			// Only after a cancellation: nothing to release it with, the
-			// provider expires the unclaimed reservation.
-			result = "confirmed after the auction was cancelled"
-		}
-		r.mu.Lock()
-		rj.status.Attempts[res.slot].Result = result
-		r.mu.Unlock()
-		if won == &res {
-			r.end(rj, callmachine.Leased{Lease: won.lease}, nil)
-			if r.cfg.Listener != nil {
-				r.cfg.Listener.OnLease(won.lease, *job)
-			}
-		}
-		if won == nil && stop == nil {
-			start() // fail over at once
-		}
-	}
-	for inflight > 0 && won == nil {
-		select {
-		case res := <-results:
-			take(res)
-		case <-hedge.C:
-			// Every award is late: double the awards outstanding.
-			for n := min(inflight, r.cfg.MaxParallelAwards-inflight); n > 0 && won == nil && stop == nil; n-- {
-				start()
-			}
-		case <-cancelled:
-			cancelled, stop = nil, ErrCancelled
-		case <-done:
-			done, stop = nil, ctx.Err()
-		}
-	}
-	switch {
-	case won != nil:
-		// The lease holds from now on: the auction ends, and the awards
-		// still outstanding (hedged) are waited for in the background,
-		// only to release their confirms.
-		if inflight > 0 {
-			r.wg.Add(1)
-			go func() {
-				defer r.wg.Done()
-				for inflight > 0 {
-					take(<-results)
-				}
-			}()
-		}
-		return -1, nil
-	case errors.Is(stop, ErrCancelled):
-		return -1, ErrCancelled
-	case stop != nil:
-		return -1, r.end(rj, callmachine.ContextDone{Err: stop.Error()}, stop)
-	}
-	select {
-	case <-rj.cancel:
-		return -1, ErrCancelled
-	default:
-	}
-	if err := ctx.Err(); err != nil {
-		return -1, r.end(rj, callmachine.ContextDone{Err: err.Error()}, err)
-	}
-	return len(order), nil
-}
-
-// awardResults summarises the results of an auction's awards (those from
-// index from of its attempts), most frequent first ("2 × timeout;
-// declined: capacity: ...").
-// onlyClaimed reports whether every award attempt of the auction (those
-// from index from on) was skipped because its GPUs were claimed by
-// another of this renter's auctions (ErrRaced).
-func (r *Renter) onlyClaimed(rj *renterJob, from int) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	attempts := rj.status.Attempts[min(from, len(rj.status.Attempts)):]
-	for _, a := range attempts {
-		if a.Result != skippedClaimed {
-			return false
-		}
-	}
-	return len(attempts) > 0
-}
-
-func (r *Renter) awardResults(rj *renterJob, from int) string {
-	r.mu.Lock()
-	counts := map[string]int{}
-	for _, a := range rj.status.Attempts[min(from, len(rj.status.Attempts)):] {
-		counts[a.Result]++
-	}
-	r.mu.Unlock()
-	keys := byCount(counts)
-	for i, k := range keys {
-		if counts[k] > 1 {
-			keys[i] = fmt.Sprintf("%d × %s", counts[k], k)
-		}
-	}
-	return strings.Join(keys, "; ")
-}
-
-// awardMayHaveBooked reports whether an award that ended with result (one
-// of award's results other than "confirmed") may still have been booked by
-// its provider: it timed out or failed in transport after being sent.
-func awardMayHaveBooked(result string) bool {
-	return result == "timeout" || strings.HasPrefix(result, "error: ") || strings.HasPrefix(result, confirmRefused)
-}
-
-// confirmRefused begins the result of an award its provider confirmed on
-// terms the renter refuses (a re-time that breaks Lease.Retimed's rule):
-// the provider has booked it, so it is released.
-const confirmRefused = "confirm refused: "
 
 // releaseBids tells every provider whose bid for this auction holds GPUs
 // (Bid.Held) and was not awarded (no attempt since index from) that it
@@ -1428,9 +977,9 @@ func (r *Renter) award(ctx context.Context, job *terms.Job, b terms.Bid, leaseID
 	reply, err := r.cfg.Transport.SendAward(actx, to, data)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return lease, "timeout"
+			return lease, callmachine.Timeout
 		}
-		return lease, "error: " + err.Error()
+		return lease, callmachine.ErrorPrefix + err.Error()
 	}
 	c, signer, err := terms.DecodeConfirm(reply)
 	switch {
@@ -1451,7 +1000,7 @@ func (r *Renter) award(ctx context.Context, job *terms.Job, b terms.Bid, leaseID
 			err = fmt.Errorf("%w: lease %s: end %s is not its start plus its length", terms.ErrBadRetime, lease.ID, c.End.Format(time.RFC3339Nano))
 		}
 		if err != nil {
-			return lease, confirmRefused + err.Error()
+			return lease, callmachine.ConfirmRefused + err.Error()
 		}
 		lease = rt
 		r.mu.Lock()
@@ -1461,7 +1010,7 @@ func (r *Renter) award(ctx context.Context, job *terms.Job, b terms.Bid, leaseID
 	if len(c.Devices) == lease.GPUCount {
 		lease.Devices = c.Devices
 	}
-	return lease, "confirmed"
+	return lease, callmachine.Confirmed
 }
 
 // HandleBid takes a message from a provider's direct stream, decoded once
@@ -1557,36 +1106,6 @@ func (r *Renter) handleDecline(from peer.ID, d terms.Decline) error {
 	}
 	r.declineTok--
 	return r.stepLocked(rj, callmachine.DeclineArrived{Decline: d, Busy: d.Kind == KindBusy})
-}
-
-// byCount is counts' keys, most frequent first, then in order.
-func byCount(counts map[string]int) []string {
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if counts[keys[i]] != counts[keys[j]] {
-			return counts[keys[i]] > counts[keys[j]]
-		}
-		return keys[i] < keys[j]
-	})
-	return keys
-}
-
-// DeclinesText is a job's declines in one line, most frequent first:
-// "12 declined: price; 3: vram".
-func DeclinesText(declines map[string]int) string {
-	kinds := byCount(declines)
-	parts := make([]string, len(kinds))
-	for i, k := range kinds {
-		if i == 0 {
-			parts[i] = fmt.Sprintf("%d declined: %s", declines[k], k)
-		} else {
-			parts[i] = fmt.Sprintf("%d: %s", declines[k], k)
-		}
-	}
-	return strings.Join(parts, "; ")
 }
 
 func (r *Renter) reject(reason string, err error) error {

@@ -11,7 +11,7 @@
 //
 // The phases of a call (State.Phase), and the events that move it on:
 //
-//	(new) ──Opened──► Collecting ──window closes──► Awarding ──Leased, NoLease──► Done
+//	(new) ──Opened──► Collecting ──window closes──► Awarding ──a confirm, every award failed──► Done
 //	                      │                             │
 //	                      └──Cancelled, ContextDone, Failed (any phase but Done)──► Done
 //
@@ -20,9 +20,22 @@
 // quiet spell following the last bid once most expected providers have
 // answered, or at a gold job's first acceptable bid: in the last two
 // cases only when the driver found that the best bid starts at once
-// (CheckBest, fed back as BestChecked). What happens while Awarding
-// (ranking, awards, confirms, hedging, claims) is the driver's; its end
-// comes back as Leased or NoLease.
+// (CheckBest, fed back as BestChecked).
+//
+// The driver then ranks the bids (Ranked: the ranking reads the renter's
+// book, its bidders' holdings and round trips). Awarding, the machine
+// awards the eligible bids best first (those of providers that recently
+// did not confirm last; while some bid starts at once, only those), one
+// at a time (Award, fed back as AwardDone, or Claimed when the driver
+// finds the bid's GPUs awarded to another of the renter's auctions), and
+// at each HedgeTick as many more as are outstanding, up to
+// Rules.MaxParallelAwards. The first confirm is the lease (Finish); a
+// later one is released, a failed award's provider ranks last for a
+// while (NoConfirm) and its lease is released if it may have been booked.
+// When every award failed, the call ends without a lease, saying why. A
+// gang's awards (all or nothing) are the driver's (AwardGang, fed back
+// as Leased or GangEnded). Awards outstanding when the call ends are
+// still taken, to release their confirms.
 //
 // Step updates the state's slices and maps in place (a bid is appended,
 // never copied): the caller hands the state over and keeps the one Step
@@ -58,6 +71,11 @@ type Rules struct {
 	// the last bid (see auction.RenterConfig.QuietClose); negative: never
 	// early by quiet, nor at a gold job's first bid.
 	QuietClose time.Duration
+	// MaxParallelAwards bounds the awards outstanding at once (hedging).
+	MaxParallelAwards int
+	// Release: the renter can release a lease it does not use (a confirm
+	// after the lease was won, an award that may have been booked).
+	Release bool
 }
 
 // Timer names a timer of the call.
@@ -101,6 +119,19 @@ type State struct {
 	// WindowSeq and QuietSeq number the last arming of each timer: a
 	// timer's fire for an earlier one is stale.
 	WindowSeq, QuietSeq int
+	// The ranked bids (Ranked): how many there were, the first one's
+	// rejection (the best bid's, when none is eligible), and the
+	// eligible ones in the order they are awarded.
+	Ranked        bool
+	RankedN       int
+	FirstRejected string
+	Order         []terms.Bid
+	Eligible      int
+	// Next is the next bid of Order to award; Tries the call's awards;
+	// Inflight those sent and not answered.
+	Next     int
+	Tries    []Try
+	Inflight int
 	// End is how the call ended (Done): the job's auction state and why.
 	End    terms.JobState
 	Reason string
@@ -126,6 +157,8 @@ func (s State) Clone() State {
 	s.Busy = maps.Clone(s.Busy)
 	s.Declines = maps.Clone(s.Declines)
 	s.Awaited = maps.Clone(s.Awaited)
+	s.Order = slices.Clone(s.Order)
+	s.Tries = slices.Clone(s.Tries)
 	return s
 }
 
@@ -170,11 +203,35 @@ type (
 	// says whether the best (a gang's Nodes best) is acceptable and
 	// starts at once.
 	BestChecked struct{ StartsNow bool }
-	// Leased: the call's award of Lease was confirmed (a gang's: every
-	// member committed, Lease its rank 0's).
+	// Ranked: the driver ranked the window's bids (Close): Ranked
+	// best first, Late the providers among them that recently did not
+	// confirm an award.
+	Ranked struct {
+		Ranked []terms.Ranked
+		Late   []string
+	}
+	// AwardDone: award Try was answered: Result is Confirmed (Lease as
+	// its provider confirmed it) or why not (Lease as awarded).
+	AwardDone struct {
+		Try    int
+		Result string
+		Lease  terms.Lease
+	}
+	// Claimed: award Try was not sent, its bid's GPUs awarded to another
+	// of this renter's auctions.
+	Claimed struct{ Try int }
+	// HedgeTick: the renter's hedging interval passed with awards
+	// outstanding and none confirmed.
+	HedgeTick struct{}
+	// Leased: a gang's awards placed it (every member committed), Lease
+	// its rank 0's.
 	Leased struct{ Lease terms.Lease }
-	// NoLease: the call ended without a lease, saying Reason.
-	NoLease struct{ Reason string }
+	// GangEnded: a gang's awards placed no gang, out of Eligible bids,
+	// saying Reason.
+	GangEnded struct {
+		Eligible int
+		Reason   string
+	}
 	// Failed: the call could not go out (not admitted, not published),
 	// saying Reason.
 	Failed struct{ Reason string }
@@ -191,8 +248,12 @@ func (Unreached) event()      {}
 func (Measured) event()       {}
 func (TimerFired) event()     {}
 func (BestChecked) event()    {}
+func (Ranked) event()         {}
+func (AwardDone) event()      {}
+func (Claimed) event()        {}
+func (HedgeTick) event()      {}
+func (GangEnded) event()      {}
 func (Leased) event()         {}
-func (NoLease) event()        {}
 func (Failed) event()         {}
 func (Cancelled) event()      {}
 func (ContextDone) event()    {}
@@ -218,16 +279,46 @@ type (
 	Lookup struct{ Provider string }
 	// CheckBest: rank the bids taken so far; feed back BestChecked.
 	CheckBest struct{}
-	// Close: the window closed: rank the bids and award them; feed back
-	// Leased or NoLease.
+	// Close: the window closed: rank the bids; feed back Ranked.
 	Close struct{}
+	// Award: award Bid (try Try of the call): feed back AwardDone, or
+	// Claimed when its GPUs are claimed by another of the renter's
+	// auctions. Skip: record the try with that result, not sent.
+	Award struct {
+		Try  int
+		Bid  terms.Bid
+		Skip string
+	}
+	// AwardGang: award a gang job's members among Order (the eligible
+	// bids); feed back Leased or GangEnded.
+	AwardGang struct{ Order []terms.Bid }
+	// Settle: award Try's claim on its provider's GPUs is kept over
+	// Lease, the call's lease, or dropped (Lease nil).
+	Settle struct {
+		Try      int
+		Provider string
+		Lease    *terms.Lease
+	}
+	// NoConfirm: Provider did not confirm an award (Result says why): it
+	// ranks last for a while.
+	NoConfirm struct{ Provider, Result string }
+	// Release: tell the provider of Lease that the renter does not use
+	// it.
+	Release struct{ Lease terms.Lease }
+	// Result: award Try ended with Result.
+	Result struct {
+		Try    int
+		Result string
+	}
 	// Finish: the call ended As (terms.JobLeased, JobUnplaceable,
 	// JobCancelled, JobFailed), saying Reason (none for a lease), with
-	// Lease when leased.
+	// Lease when leased. Raced: unplaceable only because every award's
+	// GPUs were claimed by another of the renter's auctions.
 	Finish struct {
 		As     terms.JobState
 		Reason string
 		Lease  *terms.Lease
+		Raced  bool
 	}
 )
 
@@ -236,4 +327,10 @@ func (Reject) effect()    {}
 func (Lookup) effect()    {}
 func (CheckBest) effect() {}
 func (Close) effect()     {}
+func (Award) effect()     {}
+func (AwardGang) effect() {}
+func (Settle) effect()    {}
+func (NoConfirm) effect() {}
+func (Release) effect()   {}
+func (Result) effect()    {}
 func (Finish) effect()    {}

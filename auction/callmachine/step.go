@@ -25,7 +25,12 @@ type stepper struct {
 	effs []Effect
 }
 
-func (s *stepper) do(e ...Effect) { s.effs = append(s.effs, e...) }
+func (s *stepper) do(e ...Effect) {
+	if s.effs == nil {
+		s.effs = make([]Effect, 0, 4) // (a bid's step asks for two or three)
+	}
+	s.effs = append(s.effs, e...)
+}
 
 func (s *stepper) step(ev Event) {
 	st := &s.st
@@ -65,15 +70,25 @@ func (s *stepper) step(ev Event) {
 		if st.Phase == Collecting && ev.StartsNow {
 			s.close()
 		}
-	case Leased:
-		if st.Phase == Awarding {
-			l := ev.Lease
-			s.st.Phase, s.st.End, s.st.Reason = Done, terms.JobLeased, ""
-			s.do(Finish{As: terms.JobLeased, Lease: &l})
+	case Ranked:
+		if st.Phase == Awarding && !st.Ranked {
+			s.ranked(ev)
 		}
-	case NoLease:
-		if st.Phase == Awarding {
-			s.finish(terms.JobUnplaceable, ev.Reason)
+	case AwardDone:
+		s.done(ev)
+	case Claimed:
+		s.claimed(ev)
+	case HedgeTick:
+		if st.Phase == Awarding && st.Ranked {
+			s.hedge()
+		}
+	case Leased:
+		if st.Phase == Awarding && st.Ranked && st.Nodes > 1 {
+			s.leased(ev.Lease)
+		}
+	case GangEnded:
+		if st.Phase == Awarding && st.Ranked && st.Nodes > 1 {
+			s.gangEnded(ev)
 		}
 	case Failed:
 		if st.Phase == Collecting || st.Phase == Awarding {
@@ -218,6 +233,11 @@ func (s *stepper) arm(t Timer, after time.Duration) {
 func (s *stepper) close() {
 	s.st.Phase = Awarding
 	s.do(Close{})
+}
+
+func (s *stepper) leased(l terms.Lease) {
+	s.st.Phase, s.st.End, s.st.Reason = Done, terms.JobLeased, ""
+	s.do(Finish{As: terms.JobLeased, Lease: &l})
 }
 
 func (s *stepper) finish(as terms.JobState, reason string) {

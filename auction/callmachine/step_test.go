@@ -46,13 +46,22 @@ func in(p Phase) State {
 		Collecting: {Opened{Job: job, Expected: []string{"p1", "p2", "p3"}}, BidArrived{Bid: bid("p1", "n1")}},
 		Awarding:   {Opened{Job: job, Expected: []string{"p1", "p2", "p3"}}, BidArrived{Bid: bid("p1", "n1")}, TimerFired{Timer: WindowTimer, Seq: 1}},
 		Done: {Opened{Job: job, Expected: []string{"p1", "p2", "p3"}}, BidArrived{Bid: bid("p1", "n1")}, TimerFired{Timer: WindowTimer, Seq: 1},
-			NoLease{Reason: "no eligible bids"}},
+			Ranked{}},
 	}[p]
 	st, _ := run(rules, evs...)
 	if st.Phase != p {
 		panic(fmt.Sprintf("in(%q): got %q", p, st.Phase))
 	}
 	return st
+}
+
+// ranks is bids ranked in that order, all eligible.
+func ranks(bids ...terms.Bid) []terms.Ranked {
+	out := make([]terms.Ranked, len(bids))
+	for i, b := range bids {
+		out[i] = terms.Ranked{Candidate: terms.Candidate{Bid: b}, Score: float64(len(bids) - i)}
+	}
+	return out
 }
 
 func kinds(effs []Effect) string {
@@ -78,8 +87,12 @@ func TestStepPhaseByEvent(t *testing.T) {
 		{"window", TimerFired{Timer: WindowTimer, Seq: 1}},
 		{"quiet", TimerFired{Timer: QuietTimer, Seq: 1}},
 		{"best", BestChecked{StartsNow: true}},
+		{"ranked", Ranked{Ranked: ranks(bid("p1", "n1"))}},
+		{"awarddone", AwardDone{Try: 0, Result: Confirmed, Lease: terms.Lease{ID: "lease-1", Provider: "p1"}}},
+		{"claimed", Claimed{Try: 0}},
+		{"hedge", HedgeTick{}},
 		{"leased", Leased{Lease: terms.Lease{ID: "lease-1", Provider: "p1"}}},
-		{"nolease", NoLease{Reason: "no bids"}},
+		{"gangended", GangEnded{Eligible: 1, Reason: "a gang of 2 needs 2 providers"}},
 		{"failed", Failed{Reason: "publish failed"}},
 		{"cancelled", Cancelled{}},
 		{"context", ContextDone{Err: "context canceled"}},
@@ -111,10 +124,10 @@ func TestStepPhaseByEvent(t *testing.T) {
 			"context":   {Done, "Finish"},
 		},
 		Awarding: {
-			"bid":       {Awarding, "Reject"},
-			"decline":   {Awarding, "Reject"},
-			"leased":    {Done, "Finish"},
-			"nolease":   {Done, "Finish"},
+			"bid":     {Awarding, "Reject"},
+			"decline": {Awarding, "Reject"},
+			"ranked":  {Awarding, "Award"},
+			// (leased, gangended: a gang's, and the job is no gang)
 			"failed":    {Done, "Finish"},
 			"cancelled": {Done, "Finish"},
 			"context":   {Done, "Finish"},
@@ -272,9 +285,19 @@ func TestStepAdmission(t *testing.T) {
 // TestStepEnds: a call ends once, with its finish as the event says.
 func TestStepEnds(t *testing.T) {
 	l := terms.Lease{ID: "lease-1", Provider: "p1"}
-	st, effs := rules.Step(in(Awarding), Leased{Lease: l}, t0)
-	if f, ok := effs[0].(Finish); !ok || f.As != terms.JobLeased || f.Lease == nil || f.Lease.ID != l.ID || st.End != terms.JobLeased {
-		t.Fatalf("leased: %#v", effs)
+	st, effs := rules.Step(in(Awarding), Ranked{Ranked: ranks(bid("p1", "n1"))}, t0)
+	if !reflect.DeepEqual(effs, []Effect{Award{Try: 0, Bid: bid("p1", "n1")}}) {
+		t.Fatalf("ranked: %#v", effs)
+	}
+	st, effs = rules.Step(st, AwardDone{Try: 0, Result: Confirmed, Lease: l}, t0)
+	if kinds(effs) != "Settle,Result,Finish" || st.End != terms.JobLeased {
+		t.Fatalf("confirmed: [%s] %q", kinds(effs), st.End)
+	}
+	if f := effs[2].(Finish); f.As != terms.JobLeased || f.Lease == nil || f.Lease.ID != l.ID {
+		t.Fatalf("leased: %#v", f)
+	}
+	if s := effs[0].(Settle); s.Lease == nil || s.Lease.ID != l.ID {
+		t.Fatalf("the lease's claim not kept: %#v", s)
 	}
 	if _, effs = rules.Step(st, Cancelled{}, t0); len(effs) != 0 {
 		t.Fatalf("cancelled after the lease: %#v", effs)
@@ -303,7 +326,9 @@ func TestStepDeterministic(t *testing.T) {
 			evs = append(evs, Unreached{Provider: p}, Measured{})
 		}
 	}
-	evs = append(evs, Leased{Lease: terms.Lease{ID: "lease-1", Provider: "p1"}}, Cancelled{})
+	evs = append(evs, Ranked{Ranked: ranks(bid("p1", "np1"), bid("p4", "np4"), bid("p7", "np7")), Late: []string{"p1"}},
+		AwardDone{Try: 0, Result: Timeout, Lease: terms.Lease{ID: "lease-a", Provider: "p4"}}, HedgeTick{}, Claimed{Try: 2},
+		AwardDone{Try: 1, Result: Confirmed, Lease: terms.Lease{ID: "lease-b", Provider: "p7"}}, Cancelled{})
 	enc := func() ([]byte, State) {
 		st, all := run(rules, evs...)
 		var b []byte
@@ -328,5 +353,132 @@ func TestStepDeterministic(t *testing.T) {
 	}
 	if !strings.Contains(string(a), "callmachine.Close") || !strings.Contains(string(a), `"As":"leased"`) {
 		t.Fatalf("the replay did not close and lease:\n%s", a)
+	}
+}
+
+// award steps a call ranked with bids through evs (rules r) and returns
+// the state and every step's effects (the Ranked step's first).
+func award(r Rules, bids []terms.Bid, late []string, evs ...Event) (State, [][]Effect) {
+	st := in(Awarding)
+	var all [][]Effect
+	for _, ev := range append([]Event{Ranked{Ranked: ranks(bids...), Late: late}}, evs...) {
+		var effs []Effect
+		st, effs = r.Step(st, ev, t0)
+		all = append(all, effs)
+	}
+	return st, all
+}
+
+// TestStepAwardOrder: the eligible bids are awarded best first, late
+// providers' after all others, expired ones skipped, and while one starts
+// at once, no later start.
+func TestStepAwardOrder(t *testing.T) {
+	rejected := terms.Ranked{Candidate: terms.Candidate{Bid: bid("p0", "n0")}, Rejected: "over budget"}
+	later := bid("p9", "n9")
+	later.Start = t0.Add(time.Hour)
+	expired := bid("p8", "n8")
+	expired.ExpiresAt = t0
+	st := in(Awarding)
+	st, effs := rules.Step(st, Ranked{Ranked: append([]terms.Ranked{rejected}, ranks(bid("p1", "n1"), later, expired, bid("p2", "n2"))...),
+		Late: []string{"p1"}}, t0)
+	want := []Effect{Award{Try: 0, Bid: expired, Skip: SkippedExpired}, Award{Try: 1, Bid: bid("p2", "n2")}}
+	if !reflect.DeepEqual(effs, want) {
+		t.Fatalf("first award: %#v, want %#v", effs, want)
+	}
+	if len(st.Order) != 3 || st.Order[2].Provider != "p1" || st.Eligible != 3 || st.FirstRejected != "over budget" {
+		t.Fatalf("order %v eligible %d", st.Order, st.Eligible)
+	}
+	// Nothing starts at once: the later start is awarded.
+	st, _ = award(rules, []terms.Bid{later}, nil)
+	if st.Inflight != 1 || st.Tries[0].Provider != "p9" {
+		t.Fatalf("only a later start: %+v", st.Tries)
+	}
+}
+
+// TestStepAwardFailover: a failed award's provider ranks last for a while
+// (its lease released when it may have been booked), and the next bid is
+// awarded at once; when every award failed, the call ends unplaceable,
+// saying why (raced when each was only claimed by another auction).
+func TestStepAwardFailover(t *testing.T) {
+	lr := Rules{QuietClose: rules.QuietClose, MaxParallelAwards: 8, Release: true}
+	la := terms.Lease{ID: "lease-a", Provider: "p1"}
+	st, all := award(lr, []terms.Bid{bid("p1", "n1"), bid("p2", "n2")}, nil,
+		AwardDone{Try: 0, Result: Timeout, Lease: la},
+		AwardDone{Try: 1, Result: "declined: capacity"})
+	want := []Effect{Settle{Try: 0, Provider: "p1"}, NoConfirm{Provider: "p1", Result: Timeout}, Release{Lease: la},
+		Result{Try: 0, Result: Timeout}, Award{Try: 1, Bid: bid("p2", "n2")}}
+	if !reflect.DeepEqual(all[1], want) {
+		t.Fatalf("timeout: %#v\nwant %#v", all[1], want)
+	}
+	if kinds(all[2]) != "Settle,NoConfirm,Result,Finish" || st.Phase != Done || st.End != terms.JobUnplaceable ||
+		st.Reason != "all 2 awards failed (declined: capacity; timeout)" || all[2][3].(Finish).Raced {
+		t.Fatalf("all failed: [%s] %q %q", kinds(all[2]), st.End, st.Reason)
+	}
+	st, all = award(rules, []terms.Bid{bid("p1", "n1"), bid("p2", "n2")}, nil, Claimed{Try: 0}, Claimed{Try: 1})
+	if f, ok := all[2][0].(Finish); !ok || !f.Raced || f.Reason != "all 2 awards failed (2 × "+SkippedClaimed+")" || st.Inflight != 0 {
+		t.Fatalf("all claimed: %#v", all[2])
+	}
+	st, all = award(rules, nil, nil)
+	if st.End != terms.JobUnplaceable || st.Reason != "no bids" || kinds(all[0]) != "Finish" {
+		t.Fatalf("no bids: %q %q", st.End, st.Reason)
+	}
+}
+
+// TestStepAwardHedge: a hedging tick doubles the awards outstanding up to
+// MaxParallelAwards; the first confirm is the lease, a later one is
+// released (not released without a Releaser), and answers after the call
+// was cancelled are still taken.
+func TestStepAwardHedge(t *testing.T) {
+	hr := Rules{QuietClose: rules.QuietClose, MaxParallelAwards: 3, Release: true}
+	bids := []terms.Bid{bid("p1", "n1"), bid("p2", "n2"), bid("p3", "n3"), bid("p4", "n4"), bid("p5", "n5")}
+	st, all := award(hr, bids, nil, HedgeTick{}, HedgeTick{}, HedgeTick{})
+	if kinds(all[1]) != "Award" || kinds(all[2]) != "Award" || len(all[3]) != 0 || st.Inflight != 3 {
+		t.Fatalf("hedged: [%s] [%s] [%s] inflight %d", kinds(all[1]), kinds(all[2]), kinds(all[3]), st.Inflight)
+	}
+	l2, l1 := terms.Lease{ID: "lease-2", Provider: "p2"}, terms.Lease{ID: "lease-1", Provider: "p1"}
+	st, effs := hr.Step(st, AwardDone{Try: 1, Result: Confirmed, Lease: l2}, t0)
+	if st.End != terms.JobLeased || kinds(effs) != "Settle,Result,Finish" {
+		t.Fatalf("first confirm: [%s] %q", kinds(effs), st.End)
+	}
+	st, effs = hr.Step(st, AwardDone{Try: 0, Result: Confirmed, Lease: l1}, t0)
+	want := []Effect{Settle{Try: 0, Provider: "p1"}, Release{Lease: l1}, Result{Try: 0, Result: "confirmed, released (not needed)"}}
+	if !reflect.DeepEqual(effs, want) || st.Inflight != 1 {
+		t.Fatalf("second confirm: %#v", effs)
+	}
+	if _, effs = hr.Step(st, AwardDone{Try: 0, Result: Confirmed, Lease: l1}, t0); len(effs) != 0 {
+		t.Fatalf("an answer taken twice: %#v", effs)
+	}
+
+	norel := Rules{QuietClose: rules.QuietClose, MaxParallelAwards: 3}
+	st, _ = award(norel, bids[:2], nil, HedgeTick{}, Cancelled{})
+	if st.Phase != Done || st.End != terms.JobCancelled || st.Inflight != 2 {
+		t.Fatalf("cancelled while awarding: %q %q inflight %d", st.Phase, st.End, st.Inflight)
+	}
+	st, effs = norel.Step(st, AwardDone{Try: 0, Result: Confirmed, Lease: l1}, t0)
+	if !reflect.DeepEqual(effs, []Effect{Settle{Try: 0, Provider: "p1"}, Result{Try: 0, Result: "confirmed after the auction was cancelled"}}) || st.Inflight != 1 {
+		t.Fatalf("confirm after the cancel: %#v", effs)
+	}
+}
+
+// TestStepGang: a gang's awards are the driver's; its lease, or its
+// failure's reason, ends the call.
+func TestStepGang(t *testing.T) {
+	gang := job
+	gang.Nodes = 2
+	st, _ := run(rules, Opened{Job: gang}, BidArrived{Bid: bid("p1", "n1")}, TimerFired{Timer: WindowTimer, Seq: 1})
+	st, effs := rules.Step(st, Ranked{Ranked: ranks(bid("p1", "n1"))}, t0)
+	if !reflect.DeepEqual(effs, []Effect{AwardGang{Order: []terms.Bid{bid("p1", "n1")}}}) {
+		t.Fatalf("gang ranked: %#v", effs)
+	}
+	if _, effs = rules.Step(st.Clone(), HedgeTick{}, t0); len(effs) != 0 {
+		t.Fatalf("a gang hedged: %#v", effs)
+	}
+	done, effs := rules.Step(st.Clone(), GangEnded{Eligible: 1, Reason: "a gang of 2 needs 2 providers, 1 eligible bids"}, t0)
+	if done.End != terms.JobUnplaceable || done.Reason != "a gang of 2 needs 2 providers, 1 eligible bids" || kinds(effs) != "Finish" {
+		t.Fatalf("gang ended: %q %q", done.End, done.Reason)
+	}
+	done, _ = rules.Step(st, Leased{Lease: terms.Lease{ID: "lease-g", Provider: "p1"}}, t0)
+	if done.End != terms.JobLeased {
+		t.Fatalf("gang leased: %q", done.End)
 	}
 }
