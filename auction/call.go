@@ -79,7 +79,7 @@ func (r *Renter) doLocked(rj *renterJob, e callmachine.Effect) error {
 			r.queueLocked(rj, e) // the listener is told
 		}
 	case callmachine.ArmTimer, callmachine.CheckBest, callmachine.Award, callmachine.AwardGang, callmachine.Settle,
-		callmachine.NoConfirm, callmachine.Release, callmachine.Result:
+		callmachine.NoConfirm, callmachine.Release, callmachine.Result, callmachine.ReleaseBids:
 		r.queueLocked(rj, e)
 	default:
 		// A new effect kind the driver does not know yet: a programming
@@ -299,6 +299,8 @@ func (c *caller) carry(e callmachine.Effect) error {
 			rj.status.Attempts[c.slots[e.Try]].Result = e.Result
 			r.mu.Unlock()
 		}
+	case callmachine.ReleaseBids:
+		r.releaseBids(job, e.Bids)
 	case callmachine.Finish:
 		switch {
 		case e.As == terms.JobLeased && e.Lease != nil && r.cfg.Listener != nil && job.Nodes <= 1:

@@ -248,6 +248,11 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *terms.Job, p
 		ms[i] = member{slot: len(rj.status.Attempts), bid: c.Bid}
 		rj.status.Attempts = append(rj.status.Attempts, terms.AwardAttempt{Provider: c.Bid.Provider, LeaseID: g.Members[i].LeaseID, Result: "pending"})
 	}
+	providers := make([]string, len(pick))
+	for i, c := range pick {
+		providers[i] = c.Bid.Provider
+	}
+	r.stepLocked(rj, callmachine.GangAwarded{Providers: providers})
 	r.mu.Unlock()
 	var wg sync.WaitGroup
 	for i := range ms {

@@ -467,9 +467,6 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 	if err != nil {
 		return job, err
 	}
-	// However the auction ends, the bids it did not award are released so
-	// that their providers free the GPUs they hold for them.
-	defer r.releaseBids(rj, &job, len(history))
 
 	free, err := r.admit(ctx, rj)
 	if err != nil {
@@ -887,26 +884,13 @@ func (r *Renter) settleClaim(provider string, c *claim, lease *terms.Lease) {
 	r.claims[provider] = slices.DeleteFunc(r.claims[provider], func(o *claim) bool { return o == c })
 }
 
-// releaseBids tells every provider whose bid for this auction holds GPUs
-// (Bid.Held) and was not awarded (no attempt since index from) that it
-// will not be, in the background and best effort. A bid without a hold
-// needs no release: it expires by itself, and sparing one signed message
-// per losing bidder halves what a job costs a large market.
-func (r *Renter) releaseBids(rj *renterJob, job *terms.Job, from int) {
-	r.mu.Lock()
-	awarded := map[string]bool{}
-	for _, a := range rj.status.Attempts[min(from, len(rj.status.Attempts)):] {
-		awarded[a.Provider] = true
-	}
-	var rels []terms.BidRelease
-	for _, c := range rj.call.Bids {
-		if c.Bid.Held && !awarded[c.Bid.Provider] {
-			rels = append(rels, terms.BidRelease{JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: c.Bid.Provider,
-				BidNonce: c.Bid.Nonce, IssuedAt: r.cfg.Now()})
-		}
-	}
-	r.mu.Unlock()
-	for _, rel := range rels {
+// releaseBids carries out ReleaseBids: it tells the provider of each of
+// bids (each holds GPUs and was not awarded) that it will not be, in the
+// background and best effort.
+func (r *Renter) releaseBids(job *terms.Job, bids []terms.Bid) {
+	for _, b := range bids {
+		rel := terms.BidRelease{JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: b.Provider,
+			BidNonce: b.Nonce, IssuedAt: r.cfg.Now()}
 		to, err := peer.Decode(rel.Provider)
 		if err != nil {
 			continue

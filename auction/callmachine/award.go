@@ -56,6 +56,9 @@ type Try struct {
 	Result   string // Pending while sent and not answered
 }
 
+// Gang is the Result of a gang member's Try: the driver's (GangAwarded).
+const Gang = "gang"
+
 // awardOrder lists the eligible ranked bids best first, those of
 // providers late (recently did not confirm an award) after all others;
 // while some bid can start at once, only those.
@@ -198,6 +201,29 @@ func (s *stepper) done(ev AwardDone) {
 	}
 }
 
+// gangAwarded notes a gang round's awards: their bids are not released.
+func (s *stepper) gangAwarded(ev GangAwarded) {
+	for _, p := range ev.Providers {
+		s.st.Tries = append(s.st.Tries, Try{Provider: p, Result: Gang})
+	}
+}
+
+// releaseBids releases, once the call ended, the bids that hold GPUs and
+// were not awarded, in the order they came. A bid without a hold needs
+// no release: it expires by itself, and sparing one signed message per
+// losing bidder halves what a job costs a large market.
+func (s *stepper) releaseBids() {
+	var rels []terms.Bid
+	for _, c := range s.st.Bids {
+		if c.Bid.Held && !slices.ContainsFunc(s.st.Tries, func(t Try) bool { return t.Provider == c.Bid.Provider }) {
+			rels = append(rels, c.Bid)
+		}
+	}
+	if len(rels) > 0 {
+		s.do(ReleaseBids{Bids: rels})
+	}
+}
+
 // gangEnded takes the end of a gang's awards without a gang placed.
 func (s *stepper) gangEnded(ev GangEnded) {
 	s.st.Eligible = ev.Eligible
@@ -227,6 +253,7 @@ func (s *stepper) noLease(gang string) {
 	}
 	st.Phase, st.End, st.Reason = Done, terms.JobUnplaceable, reason
 	s.do(Finish{As: terms.JobUnplaceable, Reason: reason, Raced: raced})
+	s.releaseBids()
 }
 
 // results summarises the call's awards' results, most frequent first

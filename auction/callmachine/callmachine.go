@@ -34,8 +34,10 @@
 // while (NoConfirm) and its lease is released if it may have been booked.
 // When every award failed, the call ends without a lease, saying why. A
 // gang's awards (all or nothing) are the driver's (AwardGang, fed back
-// as Leased or GangEnded). Awards outstanding when the call ends are
-// still taken, to release their confirms.
+// as GangAwarded, then Leased or GangEnded). Awards outstanding when the
+// call ends are still taken, to release their confirms. However a call
+// ends, the bids that hold GPUs and were not awarded are released
+// (ReleaseBids).
 //
 // Step updates the state's slices and maps in place (a bid is appended,
 // never copied): the caller hands the state over and keeps the one Step
@@ -226,6 +228,9 @@ type (
 	// Leased: a gang's awards placed it (every member committed), Lease
 	// its rank 0's.
 	Leased struct{ Lease terms.Lease }
+	// GangAwarded: a gang's round awarded its members to Providers (its
+	// awards are the driver's: AwardGang).
+	GangAwarded struct{ Providers []string }
 	// GangEnded: a gang's awards placed no gang, out of Eligible bids,
 	// saying Reason.
 	GangEnded struct {
@@ -252,6 +257,7 @@ func (Ranked) event()         {}
 func (AwardDone) event()      {}
 func (Claimed) event()        {}
 func (HedgeTick) event()      {}
+func (GangAwarded) event()    {}
 func (GangEnded) event()      {}
 func (Leased) event()         {}
 func (Failed) event()         {}
@@ -305,6 +311,9 @@ type (
 	// Release: tell the provider of Lease that the renter does not use
 	// it.
 	Release struct{ Lease terms.Lease }
+	// ReleaseBids: the call ended: tell the providers of Bids (bids that
+	// hold GPUs, Bid.Held, not awarded) that they will not be.
+	ReleaseBids struct{ Bids []terms.Bid }
 	// Result: award Try ended with Result.
 	Result struct {
 		Try    int
@@ -322,15 +331,16 @@ type (
 	}
 )
 
-func (ArmTimer) effect()  {}
-func (Reject) effect()    {}
-func (Lookup) effect()    {}
-func (CheckBest) effect() {}
-func (Close) effect()     {}
-func (Award) effect()     {}
-func (AwardGang) effect() {}
-func (Settle) effect()    {}
-func (NoConfirm) effect() {}
-func (Release) effect()   {}
-func (Result) effect()    {}
-func (Finish) effect()    {}
+func (ArmTimer) effect()    {}
+func (Reject) effect()      {}
+func (Lookup) effect()      {}
+func (CheckBest) effect()   {}
+func (Close) effect()       {}
+func (Award) effect()       {}
+func (AwardGang) effect()   {}
+func (Settle) effect()      {}
+func (NoConfirm) effect()   {}
+func (Release) effect()     {}
+func (Result) effect()      {}
+func (ReleaseBids) effect() {}
+func (Finish) effect()      {}

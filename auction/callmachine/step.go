@@ -86,6 +86,10 @@ func (s *stepper) step(ev Event) {
 		if st.Phase == Awarding && st.Ranked && st.Nodes > 1 {
 			s.leased(ev.Lease)
 		}
+	case GangAwarded:
+		if st.Nodes > 1 {
+			s.gangAwarded(ev)
+		}
 	case GangEnded:
 		if st.Phase == Awarding && st.Ranked && st.Nodes > 1 {
 			s.gangEnded(ev)
@@ -238,9 +242,11 @@ func (s *stepper) close() {
 func (s *stepper) leased(l terms.Lease) {
 	s.st.Phase, s.st.End, s.st.Reason = Done, terms.JobLeased, ""
 	s.do(Finish{As: terms.JobLeased, Lease: &l})
+	s.releaseBids()
 }
 
 func (s *stepper) finish(as terms.JobState, reason string) {
 	s.st.Phase, s.st.End, s.st.Reason = Done, as, reason
 	s.do(Finish{As: as, Reason: reason})
+	s.releaseBids()
 }

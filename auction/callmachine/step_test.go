@@ -92,6 +92,7 @@ func TestStepPhaseByEvent(t *testing.T) {
 		{"claimed", Claimed{Try: 0}},
 		{"hedge", HedgeTick{}},
 		{"leased", Leased{Lease: terms.Lease{ID: "lease-1", Provider: "p1"}}},
+		{"gangawarded", GangAwarded{Providers: []string{"p2"}}},
 		{"gangended", GangEnded{Eligible: 1, Reason: "a gang of 2 needs 2 providers"}},
 		{"failed", Failed{Reason: "publish failed"}},
 		{"cancelled", Cancelled{}},
@@ -480,5 +481,35 @@ func TestStepGang(t *testing.T) {
 	done, _ = rules.Step(st, Leased{Lease: terms.Lease{ID: "lease-g", Provider: "p1"}}, t0)
 	if done.End != terms.JobLeased {
 		t.Fatalf("gang leased: %q", done.End)
+	}
+}
+
+// TestStepReleaseBids: however a call ends, the bids that hold GPUs and
+// were not awarded (a gang's members included) are released, in the
+// order they came; a bid without a hold is not.
+func TestStepReleaseBids(t *testing.T) {
+	held := func(p string) terms.Bid {
+		b := bid(p, "n"+p)
+		b.Held = true
+		return b
+	}
+	opened := []Event{Opened{Job: job}, BidArrived{Bid: held("p1")}, BidArrived{Bid: bid("p2", "np2")}, BidArrived{Bid: held("p3")}}
+	_, all := run(rules, append(opened, TimerFired{Timer: WindowTimer, Seq: 1}, Ranked{Ranked: ranks(held("p1"), held("p3"))},
+		AwardDone{Try: 0, Result: Confirmed, Lease: terms.Lease{ID: "lease-1", Provider: "p1"}})...)
+	last := all[len(all)-1]
+	if !reflect.DeepEqual(last[len(last)-1], ReleaseBids{Bids: []terms.Bid{held("p3")}}) {
+		t.Fatalf("leased: %#v", last)
+	}
+	_, all = run(rules, append(opened, Cancelled{})...)
+	if !reflect.DeepEqual(all[len(all)-1], []Effect{Finish{As: terms.JobCancelled, Reason: "cancelled"}, ReleaseBids{Bids: []terms.Bid{held("p1"), held("p3")}}}) {
+		t.Fatalf("cancelled: %#v", all[len(all)-1])
+	}
+	gang := job
+	gang.Nodes = 2
+	opened[0] = Opened{Job: gang}
+	_, all = run(rules, append(opened, TimerFired{Timer: WindowTimer, Seq: 1}, Ranked{Ranked: ranks(held("p1"), held("p3"))},
+		GangAwarded{Providers: []string{"p3"}}, GangEnded{Eligible: 2, Reason: "gang incomplete"})...)
+	if !reflect.DeepEqual(all[len(all)-1], []Effect{Finish{As: terms.JobUnplaceable, Reason: "gang incomplete"}, ReleaseBids{Bids: []terms.Bid{held("p1")}}}) {
+		t.Fatalf("gang ended: %#v", all[len(all)-1])
 	}
 }
