@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
+	"github.com/gpumesh/gpumesh/auction/callmachine"
 	"github.com/gpumesh/gpumesh/auction/terms"
 )
 
@@ -29,8 +30,8 @@ func TestCapacityNoticeChecks(t *testing.T) {
 	// prov turned job-a away as busy; job-b it never did (another
 	// provider did, for another reason).
 	r.mu.Lock()
-	r.jobs["job-a"] = &renterJob{busy: map[string]bool{prov.ID().String(): true}}
-	r.jobs["job-b"] = &renterJob{busy: map[string]bool{other.ID().String(): true}}
+	r.jobs["job-a"] = &renterJob{call: callmachine.State{Busy: map[string]bool{prov.ID().String(): true}}}
+	r.jobs["job-b"] = &renterJob{call: callmachine.State{Busy: map[string]bool{other.ID().String(): true}}}
 	r.mu.Unlock()
 	fresh := terms.CapacityNotice{Provider: prov.ID().String(), FreeGPUs: 2, Jobs: []string{"job-a", "job-b", "job-z"}, IssuedAt: m.now()}
 	if err := r.HandleBid(prov.ID(), notice(fresh)); err != nil || len(got) != 1 || len(got[0].Jobs) != 1 || got[0].Jobs[0] != "job-a" {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/auction/callmachine"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -161,10 +162,12 @@ const gangBackoff = 200 * time.Millisecond
 // never waits on another gang's member, and holds expire by themselves
 // (DefaultGangHold): two gangs competing for the same providers cannot
 // deadlock. It returns -1 and the error to return (nil once leased) or the
-// count of eligible bids with the reason no gang was placed.
-func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *terms.Job, ranked []terms.Ranked) (int, string, error) {
-	allowed := map[string]bool{}
-	for _, b := range r.awardOrder(ranked, r.cfg.Now()) {
+// count of eligible bids with the reason no gang was placed. order is
+// the eligible bids in the order the call's machine awards them
+// (callmachine.AwardGang).
+func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *terms.Job, ranked []terms.Ranked, order []terms.Bid) (int, string, error) {
+	allowed := make(map[string]bool, len(order))
+	for _, b := range order {
 		allowed[b.Nonce] = true
 	}
 	pool := slices.DeleteFunc(slices.Clone(ranked), func(c terms.Ranked) bool { return !allowed[c.Bid.Nonce] })
@@ -189,7 +192,7 @@ func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *terms.Job, r
 				return -1, "", ErrCancelled
 			case <-ctx.Done():
 				t.Stop()
-				return -1, "", r.finish(rj, terms.JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+				return -1, "", r.end(rj, callmachine.ContextDone{Err: ctx.Err().Error()}, ctx.Err())
 			}
 		}
 		leases, failed, why := r.gangRound(actx, rj, job, pick)
@@ -200,7 +203,7 @@ func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *terms.Job, r
 			rj.status.Members = members
 			r.counters["gang_placed"]++
 			r.mu.Unlock()
-			r.finish(rj, terms.JobLeased, "", &members[0], members[0].Provider, nil)
+			r.end(rj, callmachine.Leased{Lease: members[0]}, nil)
 			if r.cfg.Listener != nil {
 				for _, l := range members {
 					r.cfg.Listener.OnLease(l, *job)
@@ -217,7 +220,7 @@ func (r *Renter) awardGang(ctx context.Context, rj *renterJob, job *terms.Job, r
 		case <-rj.cancel:
 			return -1, "", ErrCancelled
 		case <-ctx.Done():
-			return -1, "", r.finish(rj, terms.JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
+			return -1, "", r.end(rj, callmachine.ContextDone{Err: ctx.Err().Error()}, ctx.Err())
 		default:
 		}
 	}
@@ -245,13 +248,18 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *terms.Job, p
 		ms[i] = member{slot: len(rj.status.Attempts), bid: c.Bid}
 		rj.status.Attempts = append(rj.status.Attempts, terms.AwardAttempt{Provider: c.Bid.Provider, LeaseID: g.Members[i].LeaseID, Result: "pending"})
 	}
+	providers := make([]string, len(pick))
+	for i, c := range pick {
+		providers[i] = c.Bid.Provider
+	}
+	r.stepLocked(rj, callmachine.GangAwarded{Providers: providers})
 	r.mu.Unlock()
 	var wg sync.WaitGroup
 	for i := range ms {
 		m := &ms[i]
 		c, ok := r.claim(m.bid, job.BilledGPUs())
 		if !ok {
-			m.result = "skipped: its GPUs are awarded to another of this renter's jobs"
+			m.result = callmachine.SkippedClaimed
 			continue
 		}
 		m.claim = c
@@ -262,7 +270,7 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *terms.Job, p
 		}()
 	}
 	wg.Wait()
-	all := !slices.ContainsFunc(ms, func(m member) bool { return m.result != "confirmed" })
+	all := !slices.ContainsFunc(ms, func(m member) bool { return m.result != callmachine.Confirmed })
 	select {
 	case <-rj.cancel:
 		all = false // cancelled meanwhile: every held member is aborted
@@ -298,7 +306,7 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *terms.Job, p
 				r.cfg.Release.Release(m.lease)
 			}
 			m.result = "confirmed, released (gang incomplete)"
-		case m.result == "confirmed":
+		case m.result == callmachine.Confirmed:
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -311,7 +319,7 @@ func (r *Renter) gangRound(ctx context.Context, rj *renterJob, job *terms.Job, p
 			if m.claim != nil {
 				r.noConfirm(m.bid.Provider)
 			}
-			if awardMayHaveBooked(m.result) || strings.HasPrefix(m.result, "commit failed: ") {
+			if callmachine.MayHaveBooked(m.result) || strings.HasPrefix(m.result, "commit failed: ") {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()

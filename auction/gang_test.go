@@ -299,7 +299,7 @@ func TestGangHostile(t *testing.T) {
 	go func() { _, _ = r.Post(context.Background(), job) }()
 	<-gate
 	r.mu.Lock()
-	bids := append([]terms.Candidate(nil), r.jobs[job.ID].bids...)
+	bids := append([]terms.Candidate(nil), r.jobs[job.ID].call.Bids...)
 	r.mu.Unlock()
 	r.Cancel(job.ID)
 	if len(bids) != 2 {

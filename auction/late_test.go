@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/gpumesh/gpumesh/auction/callmachine"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -145,7 +146,7 @@ func TestHostileRetimeIsRefused(t *testing.T) {
 				t.Fatalf("hostile re-time: %v, want unplaceable", err)
 			}
 			st, _ := r.Status(job.ID)
-			if len(st.Attempts) != 1 || !strings.HasPrefix(st.Attempts[0].Result, confirmRefused) || !strings.Contains(st.Attempts[0].Result, tc.why) {
+			if len(st.Attempts) != 1 || !strings.HasPrefix(st.Attempts[0].Result, callmachine.ConfirmRefused) || !strings.Contains(st.Attempts[0].Result, tc.why) {
 				t.Fatalf("awards %+v: want the confirm refused (%s)", st.Attempts, tc.why)
 			}
 			mu.Lock()

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
+	"github.com/gpumesh/gpumesh/auction/callmachine"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
@@ -240,30 +241,24 @@ type RenterConfig struct {
 	Listener Listener
 }
 
+// renterJob is a job's current call (and what its earlier calls left):
+// its auction status as the API shows it, and the call's machine
+// (callmachine: bids, declines, who answered, the window), which every
+// bid, decline, timer and end steps (stepLocked) under r.mu.
 type renterJob struct {
-	status    terms.JobStatus
-	open      bool
-	bids      []terms.Candidate
-	nonces    map[string]bool
-	bidders   map[string]bool
-	decliners map[string]bool
-	// busy are the providers that declined the job as busy (KindBusy), in
-	// any of its offers: the only ones whose capacity notice may name it.
-	busy   map[string]bool
+	status terms.JobStatus
+	call   callmachine.State
 	cancel chan struct{}
-	// bidIn is signalled (never blocking) on each accepted bid, and when
-	// a bidder's RTT measurement ends.
-	bidIn chan struct{}
+	// loop are the effects of steps that the call's own goroutine
+	// carries out (its timers, CheckBest, Close), queued by whichever
+	// goroutine stepped; kick is signalled (never blocking) when some
+	// are.
+	loop []callmachine.Effect
+	kick chan struct{}
 	// held is each bidder's holdings lookup (RenterConfig.Holdings).
 	held map[string]*holdingsLookup
 	// rtts is each bidder's RTT measurement (RenterConfig.Latency).
 	rtts map[string]*rttLookup
-	// awaited are the expected providers that have not answered yet
-	// (Directory.ExpectedBidders) out of expected; allIn is closed when the
-	// last one does.
-	awaited  map[string]bool
-	expected int
-	allIn    chan struct{}
 }
 
 // holdingsLookup is one bidder's advertised artifacts, once done is closed.
@@ -294,8 +289,9 @@ type rttLookup struct {
 // counts on; the provider's runtime expires a reserved lease that no job
 // claims. It is safe for concurrent use.
 type Renter struct {
-	cfg RenterConfig
-	log *slog.Logger
+	cfg   RenterConfig
+	log   *slog.Logger
+	rules callmachine.Rules // its calls' (from cfg)
 
 	mu          sync.Mutex
 	jobs        map[string]*renterJob
@@ -369,8 +365,9 @@ func NewRenter(cfg RenterConfig) (*Renter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Renter{cfg: cfg, log: log.With("role", "renter"), jobs: map[string]*renterJob{}, counters: map[string]int{},
-		unconfirmed: map[string]time.Time{}}
+	rules := callmachine.Rules{QuietClose: cfg.QuietClose, MaxParallelAwards: cfg.MaxParallelAwards, Release: cfg.Release != nil}
+	r := &Renter{cfg: cfg, log: log.With("role", "renter"), rules: rules,
+		jobs: map[string]*renterJob{}, counters: map[string]int{}, unconfirmed: map[string]time.Time{}}
 	if cfg.MaxAuctions > 0 {
 		r.slots = make(chan struct{}, cfg.MaxAuctions)
 	}
@@ -445,22 +442,11 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 		}
 	}
 	rj := &renterJob{
-		status:    terms.JobStatus{Job: job, State: terms.JobBidding, PostedAt: r.cfg.Now()},
-		open:      true,
-		nonces:    map[string]bool{},
-		bidders:   map[string]bool{},
-		decliners: map[string]bool{},
-		busy:      map[string]bool{},
-		cancel:    make(chan struct{}),
-		bidIn:     make(chan struct{}, 1),
-		held:      map[string]*holdingsLookup{},
-		rtts:      map[string]*rttLookup{},
-	}
-	if len(expected) > 0 {
-		rj.awaited, rj.expected, rj.allIn = make(map[string]bool, len(expected)), len(expected), make(chan struct{})
-		for _, p := range expected {
-			rj.awaited[p] = true
-		}
+		status: terms.JobStatus{Job: job, State: terms.JobBidding, PostedAt: r.cfg.Now()},
+		cancel: make(chan struct{}),
+		kick:   make(chan struct{}, 1),
+		held:   map[string]*holdingsLookup{},
+		rtts:   map[string]*rttLookup{},
 	}
 	r.mu.Lock()
 	if old, ok := r.jobs[job.ID]; ok && (old.status.State == terms.JobBidding || old.status.State == terms.JobAwarding) {
@@ -469,24 +455,25 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 	}
 	var history []terms.AwardAttempt
 	var reasons []string
+	var busy map[string]bool
 	offers := 0
 	if old, ok := r.jobs[job.ID]; ok {
-		history, reasons, offers = old.status.Attempts, old.status.Reasons, old.status.Offers
-		rj.busy = old.busy
+		history, reasons, offers, busy = old.status.Attempts, old.status.Reasons, old.status.Offers, old.call.Busy
 	}
 	rj.status.Attempts, rj.status.Reasons, rj.status.Offers = history, reasons, offers+1
 	r.jobs[job.ID] = rj
+	err := r.stepLocked(rj, callmachine.Opened{Job: job, Expected: expected, Busy: busy})
 	r.mu.Unlock()
-	// However the auction ends, the bids it did not award are released so
-	// that their providers free the GPUs they hold for them.
-	defer r.releaseBids(rj, &job, len(history))
+	if err != nil {
+		return job, err
+	}
 
 	free, err := r.admit(ctx, rj)
 	if err != nil {
 		if errors.Is(err, ErrCancelled) {
 			return job, err
 		}
-		return job, r.finish(rj, terms.JobFailed, "auction not started: "+err.Error(), nil, "", err)
+		return job, r.end(rj, callmachine.Failed{Reason: "auction not started: " + err.Error()}, err)
 	}
 	defer free()
 
@@ -498,7 +485,7 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 		for _, topic := range JobTopics(&job) {
 			data, err := terms.EncodeCall(r.cfg.Signer, job, topic)
 			if err != nil {
-				return job, r.finish(rj, terms.JobFailed, "encode call: "+err.Error(), nil, "", err)
+				return job, r.end(rj, callmachine.Failed{Reason: "encode call: " + err.Error()}, err)
 			}
 			if err := r.cfg.Transport.Publish(ctx, topic, data); err != nil {
 				pubErr = errors.Join(pubErr, fmt.Errorf("publish %s: %w", topic, err))
@@ -507,141 +494,12 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 			published++
 		}
 		if published == 0 {
-			return job, r.finish(rj, terms.JobFailed, "publish failed", nil, "", fmt.Errorf("auction: post %s: %w", job.ID, pubErr))
+			return job, r.end(rj, callmachine.Failed{Reason: "publish failed"}, fmt.Errorf("auction: post %s: %w", job.ID, pubErr))
 		}
 		r.log.Debug("call published", "job", job.ID, "attempt", job.Attempt, "window", job.BidWindow)
 	}
 
-	if err := r.collect(ctx, rj, &job); err != nil {
-		return job, err
-	}
-
-	r.mu.Lock()
-	if rj.status.State != terms.JobBidding {
-		r.mu.Unlock()
-		return job, ErrCancelled
-	}
-	rj.open = false
-	rj.status.State = terms.JobAwarding
-	cands := append([]terms.Candidate(nil), rj.bids...)
-	r.mu.Unlock()
-	for i := range cands {
-		r.standing(&cands[i])
-	}
-	r.checkHoldings(ctx, rj, &job, cands, time.Now().Add(r.cfg.HoldingsWait))
-	r.fillRTTs(ctx, rj, cands, time.Now().Add(job.BidWindow))
-	ranked := RankAt(&job, cands, r.cfg.Now())
-	r.mu.Lock()
-	rj.status.Bids = ranked
-	r.mu.Unlock()
-
-	var eligible int
-	var reason string
-	if job.Nodes > 1 {
-		eligible, reason, err = r.awardGang(ctx, rj, &job, ranked)
-	} else {
-		eligible, err = r.awardBest(ctx, rj, &job, ranked)
-	}
-	if err != nil || eligible < 0 {
-		return job, err
-	}
-	raced := false
-	switch {
-	case reason != "" && eligible > 0:
-	case len(ranked) == 0:
-		reason = "no bids"
-		r.mu.Lock()
-		if len(rj.status.Declines) > 0 {
-			reason += " (" + DeclinesText(rj.status.Declines) + ")"
-		}
-		r.mu.Unlock()
-	case eligible == 0:
-		reason = fmt.Sprintf("no eligible bids (%d rejected: %s)", len(ranked), ranked[0].Rejected)
-	default:
-		reason = fmt.Sprintf("all %d awards failed (%s)", eligible, r.awardResults(rj, len(history)))
-		raced = r.onlyClaimed(rj, len(history))
-	}
-	err = fmt.Errorf("%w: %s: %s", ErrUnplaceable, job.ID, reason)
-	if raced {
-		err = fmt.Errorf("%w (%w)", err, ErrRaced)
-	}
-	err = r.finish(rj, terms.JobUnplaceable, reason, nil, "", err)
-	if r.cfg.Listener != nil {
-		r.cfg.Listener.OnUnplaceable(job, reason)
-	}
-	return job, err
-}
-
-// collect waits for a job's bids until its window closes (see
-// RenterConfig.QuietClose): the window ends BidWindow after the call, once
-// extended by BidWindow when no bid came, or earlier once every expected
-// provider has answered, after a quiet spell following the last bid (once
-// most expected providers have answered), or at a gold job's first
-// acceptable bid, in the last two cases only when the best bid can start
-// at once. It returns ErrCancelled or the context's error when the auction
-// ended otherwise.
-func (r *Renter) collect(ctx context.Context, rj *renterJob, job *terms.Job) error {
-	window := time.NewTimer(job.BidWindow)
-	defer window.Stop()
-	var quiet <-chan time.Time
-	var quietT *time.Timer
-	defer func() {
-		if quietT != nil {
-			quietT.Stop()
-		}
-	}()
-	extended := false
-	allIn := rj.allIn // nil (never ready) without expected providers
-	for {
-		select {
-		case <-allIn:
-			// Every provider expected to answer has: close now.
-			return nil
-		case <-window.C:
-			r.mu.Lock()
-			none := len(rj.bids) == 0
-			r.mu.Unlock()
-			if none && !extended {
-				extended = true
-				window.Reset(job.BidWindow)
-				r.log.Debug("no bids yet, window extended", "job", job.ID)
-				continue
-			}
-			return nil
-		case <-rj.bidIn:
-			if r.cfg.QuietClose < 0 {
-				continue
-			}
-			if job.Tier == terms.Gold && r.bestStartsNow(rj, job) {
-				return nil
-			}
-			if quietT == nil {
-				quietT = time.NewTimer(r.cfg.QuietClose)
-				quiet = quietT.C
-			} else {
-				if !quietT.Stop() {
-					select {
-					case <-quietT.C:
-					default:
-					}
-				}
-				quietT.Reset(r.cfg.QuietClose)
-			}
-		case <-quiet:
-			quiet, quietT = nil, nil
-			if r.mostAnswered(rj) && r.bestStartsNow(rj, job) {
-				return nil
-			}
-			// Most expected providers have not answered yet, or the best
-			// bid so far starts later (a provider that can start at once
-			// may still answer): the window runs on, and the next bid
-			// starts another quiet spell.
-		case <-ctx.Done():
-			return r.finish(rj, terms.JobCancelled, "context: "+ctx.Err().Error(), nil, "", ctx.Err())
-		case <-rj.cancel:
-			return ErrCancelled
-		}
-	}
+	return job, r.drive(ctx, rj, &job)
 }
 
 // sendCalls sends a sampled call to each provider it asks (asked: the
@@ -685,7 +543,7 @@ func (r *Renter) sendCalls(ctx context.Context, rj *renterJob, job *terms.Job, a
 	for _, p := range asked {
 		to, err := peer.Decode(p)
 		if err != nil {
-			r.answered(rj, p)
+			r.step(rj, callmachine.Unreached{Provider: p})
 			done(false)
 			continue
 		}
@@ -695,7 +553,7 @@ func (r *Renter) sendCalls(ctx context.Context, rj *renterJob, job *terms.Job, a
 			answer, err := r.cfg.Transport.SendCall(sendCtx, to, data)
 			if err != nil {
 				r.log.Debug("call not delivered", "job", job.ID, "provider", p, "err", err)
-				r.answered(rj, p)
+				r.step(rj, callmachine.Unreached{Provider: p})
 			}
 			if len(answer) > 0 {
 				// Its bid or decline, on the call's own stream.
@@ -707,27 +565,6 @@ func (r *Renter) sendCalls(ctx context.Context, rj *renterJob, job *terms.Job, a
 	return <-first
 }
 
-// answered notes that provider will not answer the job's call (it was
-// not reached), as if it had.
-func (r *Renter) answered(rj *renterJob, provider string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rj.answeredLocked(provider)
-}
-
-// mostAnswered reports whether a quiet spell may close the job's window:
-// at least half the providers expected to answer have (always, when the
-// renter expected nobody in particular).
-func (r *Renter) mostAnswered(rj *renterJob) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return 2*(rj.expected-len(rj.awaited)) >= rj.expected
-}
-
-// earlyCloseSlack is how soon the best bid must start for a window to
-// close early.
-const earlyCloseSlack = time.Second
-
 // bestStartsNow reports whether the bid that would be awarded now (a
 // gang's: the Job.Nodes best) is acceptable and starts at once: only then
 // may a window close early (a busy provider's later start must not win
@@ -735,7 +572,7 @@ const earlyCloseSlack = time.Second
 // other members have not bid in yet).
 func (r *Renter) bestStartsNow(rj *renterJob, job *terms.Job) bool {
 	r.mu.Lock()
-	cands := append([]terms.Candidate(nil), rj.bids...)
+	cands := append([]terms.Candidate(nil), rj.call.Bids...)
 	r.mu.Unlock()
 	for i := range cands {
 		r.standing(&cands[i])
@@ -745,7 +582,7 @@ func (r *Renter) bestStartsNow(rj *renterJob, job *terms.Job) bool {
 	now := r.cfg.Now()
 	ranked := RankAt(job, cands, now)
 	k := max(job.Nodes, 1)
-	return len(ranked) >= k && !slices.ContainsFunc(ranked[:k], func(c terms.Ranked) bool { return c.Rejected != "" || !startsNow(c.Bid, now) })
+	return len(ranked) >= k && !slices.ContainsFunc(ranked[:k], func(c terms.Ranked) bool { return c.Rejected != "" || !callmachine.StartsNow(c.Bid, now) })
 }
 
 // lookupHoldingsLocked starts looking up a bidder's advertised artifacts for a
@@ -833,8 +670,8 @@ func (w *lookupWait) done(ctx context.Context, done <-chan struct{}) bool {
 // measureRTTLocked starts measuring the round trip to a bidder of a
 // latency-sensitive job or a gang's (r.mu held), once per bidder, within the job's
 // BidWindow; a bid the ranking will reject anyway (an excluded provider,
-// one outside the call's sample) is not measured. Its end signals bidIn,
-// so that a window waiting for an acceptable bid looks again.
+// one outside the call's sample) is not measured. Its end steps the call
+// (Measured), so that a window waiting for an acceptable bid looks again.
 func (r *Renter) measureRTTLocked(rj *renterJob, provider string) {
 	j := &rj.status.Job
 	// A gang measures too: its members are chosen closest first (pickGang).
@@ -850,10 +687,7 @@ func (r *Renter) measureRTTLocked(rj *renterJob, provider string) {
 		l.rtt, l.ok = r.cfg.Latency.MeasureRTT(ctx, provider)
 		cancel()
 		close(l.done)
-		select {
-		case rj.bidIn <- struct{}{}:
-		default:
-		}
+		r.step(rj, callmachine.Measured{})
 	}()
 }
 
@@ -978,28 +812,6 @@ func (r *Renter) reputation(provider string) float64 {
 	return r.cfg.Reputation.Reliability(provider)
 }
 
-// finish records an auction's end and returns err.
-func (r *Renter) finish(rj *renterJob, st terms.JobState, reason string, lease *terms.Lease, winner string, err error) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rj.open = false
-	rj.status.State = st
-	if reason != "" {
-		rj.status.Reasons = append(rj.status.Reasons, reason)
-	}
-	rj.status.Lease = lease
-	rj.status.Winner = winner
-	return err
-}
-
-type awardResult struct {
-	slot   int // index in the job's Attempts
-	bid    terms.Bid
-	lease  terms.Lease
-	result string
-	claim  *claim
-}
-
 // claim is GPUs of one provider this renter has awarded (in flight) or
 // leased: its concurrent auctions must not award them again.
 type claim struct {
@@ -1010,10 +822,6 @@ type claim struct {
 	// holds the lease, so the claim does not count against them.
 	confirmed time.Time
 }
-
-// skippedClaimed is the result of an award not sent because its GPUs are
-// claimed by another of this renter's auctions (claim).
-const skippedClaimed = "skipped: its GPUs are awarded to another of this renter's jobs"
 
 // ErrRaced marks an auction that ended without a lease only because every
 // bid's GPUs were claimed by others of this renter's auctions at that
@@ -1080,256 +888,13 @@ func (r *Renter) settleClaim(provider string, c *claim, lease *terms.Lease) {
 	r.claims[provider] = slices.DeleteFunc(r.claims[provider], func(o *claim) bool { return o == c })
 }
 
-// awardOrder lists the eligible bids best first, providers that recently
-// did not confirm an award after all others.
-func (r *Renter) awardOrder(ranked []terms.Ranked, now time.Time) []terms.Bid {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var good, late []terms.Bid
-	for _, c := range ranked {
-		if c.Rejected != "" {
-			continue
-		}
-		if until, ok := r.unconfirmed[c.Bid.Provider]; ok && now.Before(until) {
-			late = append(late, c.Bid)
-		} else {
-			delete(r.unconfirmed, c.Bid.Provider)
-			good = append(good, c.Bid)
-		}
-	}
-	order := append(good, late...)
-	// While some bid can start at once, a later start is no fallback: its
-	// provider was busy when it bid, and the bids that could start now
-	// lost their GPUs to concurrent auctions a moment ago. The job is
-	// better queued and offered again than booked behind a busy GPU.
-	if slices.ContainsFunc(order, func(b terms.Bid) bool { return startsNow(b, now) }) {
-		order = slices.DeleteFunc(order, func(b terms.Bid) bool { return !startsNow(b, now) })
-	}
-	return order
-}
-
-// startsNow reports whether a bid starts at once (within earlyCloseSlack
-// of now).
-func startsNow(b terms.Bid, now time.Time) bool { return !b.Start.After(now.Add(earlyCloseSlack)) }
-
-// awardBest awards the ranked bids (see Renter) until one is confirmed. It
-// returns how many bids were eligible, or -1 and the error to return when
-// the auction ended otherwise (leased: nil error; cancelled). It returns once
-// the lease is won, or once no award is outstanding; awards still
-// outstanding at the win are waited for in the background (Wait), and
-// every confirm but the winner's is released.
-func (r *Renter) awardBest(ctx context.Context, rj *renterJob, job *terms.Job, ranked []terms.Ranked) (int, error) {
-	order := r.awardOrder(ranked, r.cfg.Now())
-	if len(order) == 0 {
-		return 0, nil
-	}
-	// Awards outlive ctx's cancellation so that their confirms are seen and
-	// released; each is bounded by ConfirmTimeout.
-	actx := context.WithoutCancel(ctx)
-	results := make(chan awardResult, len(order))
-	next, inflight := 0, 0
-	var won *awardResult
-	var stop error // set once the auction ended without a lease
-	start := func() {
-		for next < len(order) {
-			b := order[next]
-			next++
-			leaseID := terms.NewID("lease")
-			r.mu.Lock()
-			slot := len(rj.status.Attempts)
-			rj.status.Attempts = append(rj.status.Attempts, terms.AwardAttempt{Provider: b.Provider, LeaseID: leaseID, Result: "pending"})
-			if !b.ExpiresAt.IsZero() && !r.cfg.Now().Before(b.ExpiresAt) {
-				rj.status.Attempts[slot].Result = "skipped: bid expired"
-				r.mu.Unlock()
-				continue
-			}
-			r.mu.Unlock()
-			c, ok := r.claim(b, job.BilledGPUs())
-			if !ok {
-				r.mu.Lock()
-				rj.status.Attempts[slot].Result = skippedClaimed
-				r.counters["award_skipped_claimed"]++
-				r.mu.Unlock()
-				continue
-			}
-			inflight++
-			go func() {
-				lease, result := r.award(actx, job, b, leaseID, nil)
-				results <- awardResult{slot: slot, bid: b, lease: lease, result: result, claim: c}
-			}()
-			return
-		}
-	}
-	start()
-	hedge := time.NewTicker(r.cfg.HedgeAfter)
-	defer hedge.Stop()
-	cancelled := rj.cancel
-	done := ctx.Done()
-	// take handles one award's result: the first confirm is the lease,
-	// later ones are released.
-	take := func(res awardResult) {
-		inflight--
-		result := res.result
-		if stop == nil {
-			select {
-			case <-rj.cancel: // cancelled before this result was seen
-				cancelled, stop = nil, ErrCancelled
-			default:
-			}
-		}
-		// Only the lease keeps its claim: a failed award's GPUs, and a
-		// confirm released as not needed, are free for the renter's other
-		// auctions again.
-		var kept *terms.Lease
-		if result == "confirmed" && won == nil && stop == nil {
-			kept = &res.lease
-		}
-		r.settleClaim(res.bid.Provider, res.claim, kept)
-		switch {
-		case result != "confirmed":
-			r.noConfirm(res.bid.Provider)
-			r.log.Info("award failed", "job", job.ID, "provider", res.bid.Provider, "result", result)
-			if r.cfg.Release != nil && awardMayHaveBooked(result) {
-				// The provider may have booked the lease and confirmed
-				// too late: release it, or its GPUs stay held for a lease
-				// nobody will use.
-				r.cfg.Release.Release(res.lease)
-			}
-		case won == nil && stop == nil:
-			won = &res
-		case r.cfg.Release != nil:
-			result = "confirmed, released (not needed)"
-			r.cfg.Release.Release(res.lease)
-		default:
-			// Only after a cancellation: nothing to release it with, the
-			// provider expires the unclaimed reservation.
-			result = "confirmed after the auction was cancelled"
-		}
-		r.mu.Lock()
-		rj.status.Attempts[res.slot].Result = result
-		r.mu.Unlock()
-		if won == &res {
-			r.finish(rj, terms.JobLeased, "", &won.lease, won.bid.Provider, nil)
-			if r.cfg.Listener != nil {
-				r.cfg.Listener.OnLease(won.lease, *job)
-			}
-		}
-		if won == nil && stop == nil {
-			start() // fail over at once
-		}
-	}
-	for inflight > 0 && won == nil {
-		select {
-		case res := <-results:
-			take(res)
-		case <-hedge.C:
-			// Every award is late: double the awards outstanding.
-			for n := min(inflight, r.cfg.MaxParallelAwards-inflight); n > 0 && won == nil && stop == nil; n-- {
-				start()
-			}
-		case <-cancelled:
-			cancelled, stop = nil, ErrCancelled
-		case <-done:
-			done, stop = nil, ctx.Err()
-		}
-	}
-	switch {
-	case won != nil:
-		// The lease holds from now on: the auction ends, and the awards
-		// still outstanding (hedged) are waited for in the background,
-		// only to release their confirms.
-		if inflight > 0 {
-			r.wg.Add(1)
-			go func() {
-				defer r.wg.Done()
-				for inflight > 0 {
-					take(<-results)
-				}
-			}()
-		}
-		return -1, nil
-	case errors.Is(stop, ErrCancelled):
-		return -1, ErrCancelled
-	case stop != nil:
-		return -1, r.finish(rj, terms.JobCancelled, "context: "+stop.Error(), nil, "", stop)
-	}
-	select {
-	case <-rj.cancel:
-		return -1, ErrCancelled
-	default:
-	}
-	if err := ctx.Err(); err != nil {
-		return -1, r.finish(rj, terms.JobCancelled, "context: "+err.Error(), nil, "", err)
-	}
-	return len(order), nil
-}
-
-// awardResults summarises the results of an auction's awards (those from
-// index from of its attempts), most frequent first ("2 × timeout;
-// declined: capacity: ...").
-// onlyClaimed reports whether every award attempt of the auction (those
-// from index from on) was skipped because its GPUs were claimed by
-// another of this renter's auctions (ErrRaced).
-func (r *Renter) onlyClaimed(rj *renterJob, from int) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	attempts := rj.status.Attempts[min(from, len(rj.status.Attempts)):]
-	for _, a := range attempts {
-		if a.Result != skippedClaimed {
-			return false
-		}
-	}
-	return len(attempts) > 0
-}
-
-func (r *Renter) awardResults(rj *renterJob, from int) string {
-	r.mu.Lock()
-	counts := map[string]int{}
-	for _, a := range rj.status.Attempts[min(from, len(rj.status.Attempts)):] {
-		counts[a.Result]++
-	}
-	r.mu.Unlock()
-	keys := byCount(counts)
-	for i, k := range keys {
-		if counts[k] > 1 {
-			keys[i] = fmt.Sprintf("%d × %s", counts[k], k)
-		}
-	}
-	return strings.Join(keys, "; ")
-}
-
-// awardMayHaveBooked reports whether an award that ended with result (one
-// of award's results other than "confirmed") may still have been booked by
-// its provider: it timed out or failed in transport after being sent.
-func awardMayHaveBooked(result string) bool {
-	return result == "timeout" || strings.HasPrefix(result, "error: ") || strings.HasPrefix(result, confirmRefused)
-}
-
-// confirmRefused begins the result of an award its provider confirmed on
-// terms the renter refuses (a re-time that breaks Lease.Retimed's rule):
-// the provider has booked it, so it is released.
-const confirmRefused = "confirm refused: "
-
-// releaseBids tells every provider whose bid for this auction holds GPUs
-// (Bid.Held) and was not awarded (no attempt since index from) that it
-// will not be, in the background and best effort. A bid without a hold
-// needs no release: it expires by itself, and sparing one signed message
-// per losing bidder halves what a job costs a large market.
-func (r *Renter) releaseBids(rj *renterJob, job *terms.Job, from int) {
-	r.mu.Lock()
-	awarded := map[string]bool{}
-	for _, a := range rj.status.Attempts[min(from, len(rj.status.Attempts)):] {
-		awarded[a.Provider] = true
-	}
-	var rels []terms.BidRelease
-	for _, c := range rj.bids {
-		if c.Bid.Held && !awarded[c.Bid.Provider] {
-			rels = append(rels, terms.BidRelease{JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: c.Bid.Provider,
-				BidNonce: c.Bid.Nonce, IssuedAt: r.cfg.Now()})
-		}
-	}
-	r.mu.Unlock()
-	for _, rel := range rels {
+// releaseBids carries out ReleaseBids: it tells the provider of each of
+// bids (each holds GPUs and was not awarded) that it will not be, in the
+// background and best effort.
+func (r *Renter) releaseBids(job *terms.Job, bids []terms.Bid) {
+	for _, b := range bids {
+		rel := terms.BidRelease{JobID: job.ID, Attempt: job.Attempt, Renter: job.Owner, Provider: b.Provider,
+			BidNonce: b.Nonce, IssuedAt: r.cfg.Now()}
 		to, err := peer.Decode(rel.Provider)
 		if err != nil {
 			continue
@@ -1400,9 +965,9 @@ func (r *Renter) award(ctx context.Context, job *terms.Job, b terms.Bid, leaseID
 	reply, err := r.cfg.Transport.SendAward(actx, to, data)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return lease, "timeout"
+			return lease, callmachine.Timeout
 		}
-		return lease, "error: " + err.Error()
+		return lease, callmachine.ErrorPrefix + err.Error()
 	}
 	c, signer, err := terms.DecodeConfirm(reply)
 	switch {
@@ -1423,7 +988,7 @@ func (r *Renter) award(ctx context.Context, job *terms.Job, b terms.Bid, leaseID
 			err = fmt.Errorf("%w: lease %s: end %s is not its start plus its length", terms.ErrBadRetime, lease.ID, c.End.Format(time.RFC3339Nano))
 		}
 		if err != nil {
-			return lease, confirmRefused + err.Error()
+			return lease, callmachine.ConfirmRefused + err.Error()
 		}
 		lease = rt
 		r.mu.Lock()
@@ -1433,7 +998,7 @@ func (r *Renter) award(ctx context.Context, job *terms.Job, b terms.Bid, leaseID
 	if len(c.Devices) == lease.GPUCount {
 		lease.Devices = c.Devices
 	}
-	return lease, "confirmed"
+	return lease, callmachine.Confirmed
 }
 
 // HandleBid takes a message from a provider's direct stream, decoded once
@@ -1460,36 +1025,13 @@ func (r *Renter) HandleBid(from peer.ID, data []byte) error {
 	if err := r.cfg.Successions.Check(b.Provider, b.IssuedAt); err != nil {
 		return r.reject("retired_key", err)
 	}
-	now := r.cfg.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rj, ok := r.jobs[b.JobID]
-	switch {
-	case !ok:
+	if !ok {
 		return r.rejectLocked("unknown_job", fmt.Errorf("job %q", b.JobID))
-	case b.Attempt != rj.status.Job.Attempt:
-		return r.rejectLocked("wrong_attempt", fmt.Errorf("attempt %d, current %d", b.Attempt, rj.status.Job.Attempt))
-	case !rj.open:
-		return r.rejectLocked("window_closed", fmt.Errorf("job %s", b.JobID))
-	case b.Nonce == "" || rj.nonces[b.Nonce]:
-		return r.rejectLocked("replayed_nonce", fmt.Errorf("nonce %q", b.Nonce))
-	case !b.ExpiresAt.IsZero() && !now.Before(b.ExpiresAt):
-		return r.rejectLocked("expired", fmt.Errorf("expired at %s", b.ExpiresAt.Format(time.RFC3339)))
-	case rj.bidders[b.Provider]:
-		rj.nonces[b.Nonce] = true
-		return r.rejectLocked("duplicate_provider", fmt.Errorf("provider %s", b.Provider))
 	}
-	rj.nonces[b.Nonce] = true
-	rj.bidders[b.Provider] = true
-	rj.bids = append(rj.bids, terms.Candidate{Bid: b})
-	rj.answeredLocked(b.Provider)
-	r.lookupHoldingsLocked(rj, b.Provider)
-	r.measureRTTLocked(rj, b.Provider)
-	select {
-	case rj.bidIn <- struct{}{}:
-	default:
-	}
-	return nil
+	return r.stepLocked(rj, callmachine.BidArrived{Bid: b})
 }
 
 // handleNotice takes a provider's capacity notice (it comes on the bid
@@ -1507,7 +1049,7 @@ func (r *Renter) handleNotice(from peer.ID, n terms.CapacityNotice) error {
 	r.mu.Lock()
 	jobs := make([]string, 0, len(n.Jobs))
 	for _, id := range n.Jobs {
-		if rj, ok := r.jobs[id]; ok && rj.busy[n.Provider] {
+		if rj, ok := r.jobs[id]; ok && rj.call.BusyDecliner(n.Provider) {
 			jobs = append(jobs, id)
 		}
 	}
@@ -1535,13 +1077,11 @@ func (r *Renter) handleDecline(from peer.ID, d terms.Decline) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rj, ok := r.jobs[d.JobID]
-	switch {
-	case !ok:
+	if !ok {
 		return r.rejectLocked("unknown_job", fmt.Errorf("job %q", d.JobID))
-	case d.Attempt != rj.status.Job.Attempt || !rj.open:
-		return r.rejectLocked("window_closed", fmt.Errorf("job %s", d.JobID))
-	case rj.decliners[d.Provider] || rj.bidders[d.Provider]:
-		return r.rejectLocked("duplicate_provider", fmt.Errorf("provider %s", d.Provider))
+	}
+	if reason, detail := callmachine.DeclineRefusal(&rj.call, d); reason != "" {
+		return r.rejectLocked(reason, errors.New(detail))
 	}
 	if r.declineAt.IsZero() {
 		r.declineTok = declineBurst
@@ -1553,58 +1093,7 @@ func (r *Renter) handleDecline(from peer.ID, d terms.Decline) error {
 		return r.rejectLocked("decline_rate_limited", fmt.Errorf("over %v declines/s", declineRate))
 	}
 	r.declineTok--
-	rj.decliners[d.Provider] = true
-	if d.Kind == KindBusy {
-		rj.busy[d.Provider] = true
-	}
-	rj.answeredLocked(d.Provider)
-	if rj.status.Declines == nil {
-		rj.status.Declines = map[string]int{}
-	}
-	rj.status.Declines[d.Kind]++
-	return nil
-}
-
-// answeredLocked notes that provider answered the job's call; the last
-// expected answer closes allIn (r.mu held).
-func (rj *renterJob) answeredLocked(provider string) {
-	if !rj.awaited[provider] {
-		return
-	}
-	delete(rj.awaited, provider)
-	if len(rj.awaited) == 0 {
-		close(rj.allIn)
-	}
-}
-
-// byCount is counts' keys, most frequent first, then in order.
-func byCount(counts map[string]int) []string {
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if counts[keys[i]] != counts[keys[j]] {
-			return counts[keys[i]] > counts[keys[j]]
-		}
-		return keys[i] < keys[j]
-	})
-	return keys
-}
-
-// DeclinesText is a job's declines in one line, most frequent first:
-// "12 declined: price; 3: vram".
-func DeclinesText(declines map[string]int) string {
-	kinds := byCount(declines)
-	parts := make([]string, len(kinds))
-	for i, k := range kinds {
-		if i == 0 {
-			parts[i] = fmt.Sprintf("%d declined: %s", declines[k], k)
-		} else {
-			parts[i] = fmt.Sprintf("%d: %s", declines[k], k)
-		}
-	}
-	return strings.Join(parts, "; ")
+	return r.stepLocked(rj, callmachine.DeclineArrived{Decline: d, Busy: d.Kind == KindBusy})
 }
 
 func (r *Renter) reject(reason string, err error) error {
@@ -1635,12 +1124,7 @@ func (rj *renterJob) snapshot() terms.JobStatus {
 	s.Reasons = append([]string(nil), s.Reasons...)
 	s.Attempts = append([]terms.AwardAttempt(nil), s.Attempts...)
 	s.Members = slices.Clone(s.Members)
-	if s.Declines != nil {
-		s.Declines = make(map[string]int, len(rj.status.Declines))
-		for k, v := range rj.status.Declines {
-			s.Declines[k] = v
-		}
-	}
+	s.Declines = maps.Clone(rj.call.Declines)
 	if s.Lease != nil {
 		l := *s.Lease
 		s.Lease = &l
@@ -1679,11 +1163,9 @@ func (r *Renter) Cancel(id string) error {
 	if rj.status.State != terms.JobBidding && rj.status.State != terms.JobAwarding {
 		return fmt.Errorf("auction: job %s is %s, not in auction", id, rj.status.State)
 	}
-	rj.open = false
-	rj.status.State = terms.JobCancelled
-	rj.status.Reasons = append(rj.status.Reasons, "cancelled")
+	err := r.stepLocked(rj, callmachine.Cancelled{})
 	close(rj.cancel)
-	return nil
+	return err
 }
 
 // Bids returns a job's ranked bids (available once its window closed).

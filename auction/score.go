@@ -427,7 +427,7 @@ func Explain(r []terms.Ranked, winner string, attempts []terms.AwardAttempt) ter
 
 // passedBids says why each of bids has not got the lease: its award's
 // result when it was awarded, else why the renter did not award it (see
-// Renter.awardOrder): it starts after the winner's bid, which could start
+// callmachine's award order): it starts after the winner's bid, which could start
 // at once, or its provider recently did not confirm an award.
 func passedBids(bids []terms.Ranked, winner *terms.Ranked, attempts []terms.AwardAttempt) []terms.PassedBid {
 	out := make([]terms.PassedBid, 0, len(bids))

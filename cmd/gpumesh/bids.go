@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/callmachine"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/urfave/cli/v2"
 )
@@ -51,7 +52,7 @@ func bidsCommand() *cli.Command {
 			}
 			fmt.Fprintf(w, "%d bid(s) for job %s\n", len(v.Bids), orDash(v.JobID))
 			if len(v.Declines) > 0 {
-				fmt.Fprintln(w, auction.DeclinesText(v.Declines))
+				fmt.Fprintln(w, callmachine.DeclinesText(v.Declines))
 			}
 			fmt.Fprintln(w, explanationText(v.Explain, peer))
 			return nil

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
-	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/auction/callmachine"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/taskfile"
@@ -114,7 +114,7 @@ func printJobView(w io.Writer, v *api.JobView, peer func(string) string) {
 		fmt.Fprintf(w, "reasons:    %s\n", reasonsText(v.Reasons))
 	}
 	if len(v.Declines) > 0 {
-		fmt.Fprintf(w, "declines:   %s\n", auction.DeclinesText(v.Declines))
+		fmt.Fprintf(w, "declines:   %s\n", callmachine.DeclinesText(v.Declines))
 	}
 	if v.Winner != "" {
 		fmt.Fprintf(w, "winner:     %s\n", peer(v.Winner))
