@@ -31,6 +31,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/discovery"
 	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/p2p/discovery/backoff"
@@ -502,11 +503,32 @@ func (n *Node) KeepConnected(ctx context.Context, retry time.Duration) {
 		return
 	}
 	defer sub.Close()
-	// The events are drained at once (the bus waits on slow subscribers),
-	// into one pending wake-up.
+	// The peers connected, as the events tell it: the network's own peer
+	// list may still hold a peer whose last connection is closing when
+	// the event comes, and no event would follow to look again. The events
+	// are drained at once (the bus waits on slow subscribers), into one
+	// pending wake-up.
+	var mu sync.Mutex
+	connected := map[peer.ID]bool{}
+	for _, p := range n.Host.Network().Peers() {
+		connected[p] = true
+	}
+	alone := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(connected) == 0
+	}
 	wake := make(chan struct{}, 1)
 	go func() {
-		for range sub.Out() {
+		for e := range sub.Out() {
+			ev := e.(event.EvtPeerConnectednessChanged)
+			mu.Lock()
+			if ev.Connectedness == network.Connected {
+				connected[ev.Peer] = true
+			} else {
+				delete(connected, ev.Peer)
+			}
+			mu.Unlock()
 			select {
 			case wake <- struct{}{}:
 			default:
@@ -520,7 +542,7 @@ func (n *Node) KeepConnected(ctx context.Context, retry time.Duration) {
 	var last time.Time
 	for {
 		// Subscribed before this look: a loss after it wakes the loop.
-		if again == nil && len(n.Host.Network().Peers()) == 0 {
+		if again == nil && alone() {
 			if wait := retry - time.Since(last); !last.IsZero() && wait > 0 {
 				again = time.After(wait)
 			} else {
