@@ -63,9 +63,12 @@ cross:
 #   the tree), node 300, docker 230, cmd/gpumesh 130, lease 106, runtime
 #   79, adversary 55, latency 37, nat 33 (auction, 57, is early in ./...
 #   already); node, CI's longest (190 s there), comes first. Reorder by
-#   the `ok <package> <time>` lines of a CI run.
+#   the `ok <package> <time>` lines of a CI run. testnet/docker stays
+#   last: its partition test's DHT lookups time out beside node's load
+#   (TestMultiHost/partition failed so in a make test run; it passes
+#   alone and last).
 TEST_P ?= 2
-TEST_FIRST ?= ./node ./cmd/gpumesh/deploy ./testnet/docker ./cmd/gpumesh ./node/lease ./runtime ./testnet/adversary ./testnet/latency ./testnet/nat
+TEST_FIRST ?= ./node ./cmd/gpumesh/deploy ./cmd/gpumesh ./node/lease ./runtime ./testnet/adversary ./testnet/latency ./testnet/nat
 test: build vet fmt sizes
 	@$(MAKE) --no-print-directory -j2 test-packages cross-idle
 
