@@ -46,6 +46,12 @@ type Config struct {
 	// Bootstrap says the node has bootstrap peers: its first record waits
 	// (a little) for the routing table to fill.
 	Bootstrap bool
+	// AvailabilityGap is the least time between a record and the next one
+	// put only because the free GPUs changed (default
+	// DefaultAvailabilityGap): a busy provider's GPUs free and fill several
+	// times a second, and each put costs every peer it reaches a signature
+	// check, so the changes within it go out together.
+	AvailabilityGap time.Duration
 }
 
 // Discovery advertises this node and holds what it learned of providers.
@@ -83,6 +89,9 @@ type Discovery struct {
 
 // New returns a Discovery whose work ends with ctx (Wait waits for it).
 func New(ctx context.Context, cfg Config) *Discovery {
+	if cfg.AvailabilityGap <= 0 {
+		cfg.AvailabilityGap = DefaultAvailabilityGap
+	}
 	return &Discovery{cfg: cfg, ctx: ctx, readvertise: make(chan struct{}, 1)}
 }
 
@@ -172,7 +181,7 @@ func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) 
 			next = min(next, 2*time.Second)
 		}
 		renew := time.NewTimer(time.Until(issued.Add(next)))
-		if !d.waitToAdvertise(renew.C, addrCh, avail, issued.Add(availabilityGap)) {
+		if !d.waitToAdvertise(renew.C, addrCh, avail, issued.Add(d.cfg.AvailabilityGap)) {
 			renew.Stop()
 			return
 		}
@@ -180,16 +189,16 @@ func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) 
 	}
 }
 
-// availabilityGap is the least time between a record and the next one put
-// only because the free GPUs changed: a busy provider's GPUs free and fill
-// several times a second, and each put costs every peer it reaches a
-// signature check, so changes within it go out together.
-const availabilityGap = 2 * time.Second
+// DefaultAvailabilityGap is Config.AvailabilityGap's default: what a
+// provider's records cost a 50-node market at 2 s (a put per provider
+// every 2 s, each to every peer) was more than its jobs did.
+const DefaultAvailabilityGap = 5 * time.Second
 
 // waitToAdvertise waits until the record is due again (renew), the node's
 // addresses changed, the artifacts it holds changed (readvertise) or its
 // free GPUs did (avail, looked at when it says they may have changed; not
-// before notBefore, see availabilityGap); false once New's context ends.
+// before notBefore, see Config.AvailabilityGap); false once New's context
+// ends.
 func (d *Discovery) waitToAdvertise(renew <-chan time.Time, addrCh <-chan any, avail Availability, notBefore time.Time) bool {
 	var edge, gap *time.Timer
 	defer func() {

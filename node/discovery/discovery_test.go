@@ -15,6 +15,9 @@ import (
 	record "github.com/libp2p/go-libp2p-record"
 )
 
+// testGap is the tests' Config.AvailabilityGap.
+const testGap = time.Second
+
 // testNode is a libp2p node that validates capability records, and its
 // Discovery.
 type testNode struct {
@@ -39,7 +42,8 @@ func start(t *testing.T, boot ...string) *testNode {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := New(ctx, Config{Net: n, Signer: signer, Now: time.Now, Log: slog.New(slog.DiscardHandler), Bootstrap: len(boot) > 0})
+	d := New(ctx, Config{Net: n, Signer: signer, Now: time.Now, Log: slog.New(slog.DiscardHandler), Bootstrap: len(boot) > 0,
+		AvailabilityGap: testGap})
 	t.Cleanup(func() {
 		cancel()
 		d.Wait()
@@ -147,7 +151,7 @@ func TestAdvertiseFindForget(t *testing.T) {
 		c := prov.disc.Advertised()
 		return c.FreeGPUs != nil && *c.FreeGPUs == 1
 	}, prov.disc.AdvertisedChanged)
-	// Changes within availabilityGap of the last record go out together,
+	// Changes within the availability gap of the last record go out together,
 	// in one record no sooner than the gap (a busy provider's GPUs free
 	// and fill many times a second).
 	last := prov.disc.Advertised().IssuedAt
@@ -163,9 +167,9 @@ func TestAdvertiseFindForget(t *testing.T) {
 		if c.FreeGPUs == nil {
 			t.Fatal("a record without its free GPUs")
 		}
-		if c.IssuedAt.Sub(last) < availabilityGap || *c.FreeGPUs != 2 {
+		if c.IssuedAt.Sub(last) < testGap || *c.FreeGPUs != 2 {
 			t.Fatalf("after a record issued at %s, the next at %s with %d free GPUs; want the last change (2) no sooner than %s",
-				last.Format(time.StampMilli), c.IssuedAt.Format(time.StampMilli), *c.FreeGPUs, availabilityGap)
+				last.Format(time.StampMilli), c.IssuedAt.Format(time.StampMilli), *c.FreeGPUs, testGap)
 		}
 		return true
 	}, prov.disc.AdvertisedChanged)
