@@ -74,11 +74,8 @@ func (t *Tracker) checkEvidence(jobID string, l terms.Lease) <-chan struct{} {
 					err = errors.New("the job's log and outputs could not be kept")
 				}
 			}
-		} else if inline != nil {
-			// The final report carried the log: checked as a fetch is.
-			err = checkLog(bytes.NewReader(inline), digest, size, io.Discard)
 		} else {
-			err = t.verifyLog(l, digest, size, io.Discard)
+			err = t.verifyLog(l, digest, size, inline, io.Discard)
 		}
 		if err == nil {
 			t.mu.Lock()
@@ -104,14 +101,19 @@ func (t *Tracker) checkEvidence(jobID string, l terms.Lease) <-chan struct{} {
 	return ch
 }
 
-// verifyLog fetches lease l's log from its provider into sink and checks
-// it against the digest and size the provider reported.
-func (t *Tracker) verifyLog(l terms.Lease, digest string, size int64, sink io.Writer) error {
+// verifyLog reads lease l's log into sink, from inline when its final
+// report carried it (wire.LeaseEvent.Log; nil: none) or else fetched from
+// its provider, and checks it against the digest and size the provider
+// reported.
+func (t *Tracker) verifyLog(l terms.Lease, digest string, size int64, inline []byte, sink io.Writer) error {
 	if digest == "" {
 		return errors.New("the provider's final report names no log digest")
 	}
 	if size < 0 || size > MaxEvidenceLog {
 		return fmt.Errorf("the provider reports a log of %d bytes, over the %d this renter checks", size, MaxEvidenceLog)
+	}
+	if inline != nil {
+		return checkLog(bytes.NewReader(inline), digest, size, sink)
 	}
 	if t.cfg.Evidence == nil {
 		return errors.New("this renter cannot fetch job logs")
@@ -131,11 +133,8 @@ func (t *Tracker) verifyLog(l terms.Lease, digest string, size int64, sink io.Wr
 }
 
 // checkLog reads a job's log from r into sink and checks it against the
-// digest and size its provider reported.
+// digest and size its provider reported (verifyLog).
 func checkLog(r io.Reader, digest string, size int64, sink io.Writer) error {
-	if digest == "" {
-		return errors.New("the provider's final report names no log digest")
-	}
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(h, sink), io.LimitReader(r, size+1))
 	if err != nil {

@@ -190,7 +190,7 @@ func (t *Tracker) takeFiles(w keepWant) error {
 	if err != nil {
 		return err
 	}
-	err = t.verifyLog(w.lease, w.logDigest, w.logBytes, f)
+	err = t.verifyLog(w.lease, w.logDigest, w.logBytes, nil, f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
