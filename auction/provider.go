@@ -331,8 +331,8 @@ func (p *Provider) HandleGossipedCall(from peer.ID, data []byte) error {
 // answered on its own stream: answer is the signed bid, or the decline,
 // that would otherwise be queued for the owner (a terms.BidMessage; nil
 // when there is none, e.g. a call parked on holds), which saves the
-// owner's daemon and this one a stream per bid. The error says what it
-// says without an answer.
+// owner's daemon and this one a stream per bid. A call answered has no
+// error: a decline says why not itself.
 func (p *Provider) HandleCall(from peer.ID, data []byte) (answer []byte, err error) {
 	return p.handleCall(from, data, true)
 }
@@ -379,7 +379,10 @@ func (p *Provider) handleCall(from peer.ID, data []byte, direct bool) ([]byte, e
 		reply = nil // the owner did not ask on this stream: SendBid
 	}
 	err = p.bidFor(job, owner, now, true, reply)
-	return answer, err
+	if len(answer) > 0 {
+		return answer, nil // a decline says why not itself
+	}
+	return nil, err
 }
 
 // notSampled counts a call that asked another share of the providers.

@@ -209,11 +209,7 @@ func (m *market) startProvider(tr auction.Transport, lt lease.Transport) error {
 	d.net.HandleCounted(wire.ProtoCall, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		// The bid or decline goes back on the call's stream; without
 		// one, the renter hears why not.
-		answer, err := m.provider.HandleCall(from, req)
-		if len(answer) > 0 {
-			return answer, nil
-		}
-		return nil, err
+		return m.provider.HandleCall(from, req)
 	}, m.badFrame("provider"))
 	d.net.HandleCounted(wire.ProtoAward, func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		return m.provider.HandleAward(from, req)

@@ -228,7 +228,7 @@ func (t *MemTransport) Publish(ctx context.Context, topic string, data []byte) e
 }
 
 // SendCall calls the provider's call handler (OnCall) and returns its
-// answer (its bid or decline) or, without one, its error, as the daemon's
+// answer (its bid or decline, or nothing) and error, as the daemon's
 // ProtoCall does; or the context's error if it does not answer in time.
 func (t *MemTransport) SendCall(ctx context.Context, to peer.ID, data []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
@@ -243,13 +243,7 @@ func (t *MemTransport) SendCall(ctx context.Context, to peer.ID, data []byte) ([
 		return nil, fmt.Errorf("%w: %s takes no calls", ErrUnreachable, to)
 	}
 	msg := append([]byte(nil), data...)
-	return call(ctx, func() ([]byte, error) {
-		answer, err := h(t.id, msg)
-		if len(answer) > 0 {
-			return answer, nil
-		}
-		return nil, err
-	})
+	return call(ctx, func() ([]byte, error) { return h(t.id, msg) })
 }
 
 // SendBid calls the renter's bid handler and returns its error, or the
