@@ -536,3 +536,36 @@ func TestRankChargesWait(t *testing.T) {
 		t.Fatalf("a bid that started already: factor %v, want 1", f)
 	}
 }
+
+// TestRankCountsWaitFromTheSoonestStart: when no bid starts now (every
+// provider is booked), the wait a bid adds over the soonest one is what
+// it is charged for: a 3 s job takes the bid 14 s out from a provider
+// with the prior's reliability over one 17 s out from a provider with a
+// slightly better record (counted from now, 17 s against 14 s was a
+// difference of 18% and the better record won, so a burst queued ever
+// deeper on the first providers to have run a few jobs).
+func TestRankCountsWaitFromTheSoonestStart(t *testing.T) {
+	t.Parallel()
+	now := at(0, "10:00")
+	d := 3 * time.Second
+	bid := func(p string, rel float64, wait time.Duration) terms.Candidate {
+		return terms.Candidate{Reliability: rel, Bid: terms.Bid{JobID: "w", Provider: p, Region: "eu-west", Price: 1.32, Start: now.Add(wait),
+			End: now.Add(wait + d), ExpiresAt: now.Add(time.Minute)}}
+	}
+	j := &terms.Job{ID: "w", Tier: terms.Silver, MaxPrice: 5, GPUCount: 1, Duration: d, Run: terms.RunSpec{Command: []string{"x"}}}
+	r := RankAt(j, []terms.Candidate{bid("deep", 0.65, 17*time.Second), bid("shallow", 0.5, 14*time.Second)}, now)
+	if r[0].Bid.Provider != "shallow" {
+		t.Fatalf("ranked %s first (scores %v, %v), want the bid 3 s sooner", r[0].Bid.Provider, r[0].Score, r[1].Score)
+	}
+	// The soonest start is the shallow bid's: it pays no wait at all.
+	if want := Score(1.32, 0.5); r[0].Score != want {
+		t.Fatalf("soonest bid scored %v, want %v (no wait charged)", r[0].Score, want)
+	}
+	// A rejected bid's start is not the soonest on offer.
+	expired := bid("expired", 0.5, 0)
+	expired.Bid.ExpiresAt = now
+	r = RankAt(j, []terms.Candidate{bid("deep", 0.65, 17*time.Second), expired}, now)
+	if r[0].Bid.Provider != "deep" || r[0].Score != Score(1.32, 0.65) {
+		t.Fatalf("ranked %s first at %v: want deep, charged no wait (the expired bid offers nothing)", r[0].Bid.Provider, r[0].Score)
+	}
+}

@@ -118,24 +118,47 @@ func RTTFactor(j *terms.Job, rtt time.Duration) float64 {
 	return 1 + RTTWeight*charge
 }
 
-// WaitFactor charges a bid that starts after now for the wait, measured
-// in the job's own length:
+// WaitFactor charges a bid that starts after soonest (the soonest start
+// any eligible bid offers, or now if that is sooner: soonestStart) for
+// the wait it adds, measured in the job's own length:
 //
-//	1 + max(0, start − now) / Duration
+//	1 + max(0, start − soonest) / Duration
 //
 // so that a bid queued behind a provider's bookings loses to one that
 // starts sooner unless it is cheaper (or more reliable) by more than the
 // wait is long against the job: a two-second job does not wait thirty
 // seconds for a provider scored a little better while another is free
-// in three, and an hours-long job barely notices a minute. (Bids that
+// in three, and an hours-long job barely notices a minute. The wait is
+// counted from the soonest start on offer, not from now: the wait every
+// bid shares is no reason to choose one, and counted from now it diluted
+// the difference (a 3 s job that every provider could start only 14 s
+// out took a bid starting 17 s out from a provider with a slightly
+// better record, so a burst queued deeper and deeper on the providers
+// that had run a few jobs first while freed ones waited). (Bids that
 // start within the same instant are still ordered by earlier start among
 // ties.)
-func WaitFactor(j *terms.Job, start, now time.Time) float64 {
-	wait := start.Sub(now)
+func WaitFactor(j *terms.Job, start, soonest time.Time) float64 {
+	wait := start.Sub(soonest)
 	if wait <= 0 || j.Duration <= 0 {
 		return 1
 	}
 	return 1 + float64(wait)/float64(j.Duration)
+}
+
+// soonestStart is the soonest start the eligible bids offer, or now when
+// one starts by then (or there is none): what WaitFactor counts waits
+// from.
+func soonestStart(items []rankItem, now time.Time) time.Time {
+	soonest := time.Time{}
+	for i := range items {
+		if s := items[i].Bid.Start; soonest.IsZero() || s.Before(soonest) {
+			soonest = s
+		}
+	}
+	if soonest.IsZero() || soonest.Before(now) {
+		return now
+	}
+	return soonest
 }
 
 // Nearness is how near a provider in region have is to the region the
@@ -187,7 +210,7 @@ func Rank(j *terms.Job, cands []terms.Candidate) []terms.Ranked {
 // EvictionPenalty) for each bronze lease the bid would preempt, times the
 // TransferFactor of the input bytes the provider lacks (ChargedMissing),
 // times the RTTFactor of a latency-sensitive job, times the WaitFactor of
-// a bid that starts later. Scores within
+// a bid that starts later than the soonest eligible one. Scores within
 // TieTolerance (1%) of the best score of their group are tied, and ties
 // are broken by more of the job's datasets cached (data-aware placement),
 // then earlier start, then lower RTT (a measured one before none), then
@@ -209,7 +232,6 @@ func RankAt(j *terms.Job, cands []terms.Candidate, now time.Time) []terms.Ranked
 		r.Score *= TransferFactor(j, missing)
 		r.Transfer, r.Missing = TransferEstimate(missing), missing
 		r.Score *= RTTFactor(j, c.RTT)
-		r.Score *= WaitFactor(j, c.Bid.Start, now)
 		r.Nearness = Nearness(j, c.Bid.Region)
 		r.Rejected = rejectReason(j, c, now, seen)
 		seen[c.Bid.Provider] = true
@@ -218,6 +240,10 @@ func RankAt(j *terms.Job, cands []terms.Candidate, now time.Time) []terms.Ranked
 			continue
 		}
 		items = append(items, rankItem{Ranked: r, cached: countIn(jobDS, c.Bid.Datasets), idx: len(items)})
+	}
+	soonest := soonestStart(items, now)
+	for i := range items {
+		items[i].Score *= WaitFactor(j, items[i].Bid.Start, soonest)
 	}
 	// Sort pointers: the items are large.
 	ok := make([]*rankItem, len(items))
