@@ -55,8 +55,15 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]term
 	if _, err := os.Stat(workDir); err != nil {
 		return nil, fmt.Errorf("runtime: collect outputs: work dir: %w", err)
 	}
-	if err := os.MkdirAll(destDir, 0o755); err != nil {
-		return nil, fmt.Errorf("runtime: collect outputs: %w", err)
+	// destDir is made for the first entry: a job that leaves no outputs
+	// (most) costs no directory to make and remove.
+	made := false
+	mkdest := func() error {
+		if made {
+			return nil
+		}
+		made = true
+		return os.MkdirAll(destDir, 0o755)
 	}
 	var out []terms.OutputFile
 	var skipped []string
@@ -69,6 +76,11 @@ func CollectOutputs(workDir, outputsRel, destDir string, maxBytes int64) ([]term
 			return nil
 		}
 		dst := filepath.Join(destDir, r)
+		if e.Mode.IsDir() || e.Mode.IsRegular() {
+			if err := mkdest(); err != nil {
+				return err
+			}
+		}
 		switch {
 		case e.Mode.IsDir():
 			return os.MkdirAll(dst, 0o755)

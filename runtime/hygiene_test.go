@@ -94,6 +94,17 @@ func TestCollectOutputs(t *testing.T) {
 	if _, err := CollectOutputs(wd, "../x", t.TempDir(), 0); err == nil {
 		t.Fatal("escaping outputs path accepted")
 	}
+	// An empty outputs dir is no outputs, and makes no destination dir.
+	if err := os.Mkdir(filepath.Join(wd, "empty"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	emptyDest := filepath.Join(t.TempDir(), "collected")
+	if files, err := CollectOutputs(wd, "empty", emptyDest, 0); err != nil || len(files) != 0 {
+		t.Fatalf("empty dir: %v %v", files, err)
+	}
+	if _, err := os.Stat(emptyDest); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("empty outputs made %s: %v", emptyDest, err)
+	}
 }
 
 func TestCollectOutputsRefusesEscapingSymlinks(t *testing.T) {
