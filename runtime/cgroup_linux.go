@@ -264,36 +264,19 @@ func (c *cgroups) create(id string, lim jobLimits) (*jobCgroup, error) {
 }
 
 // enterThread moves the calling locked thread into the job's cgroup v1
-// hierarchies, and returns the function that moves it back. On an error the
-// thread may be left anywhere: the caller must discard it.
-func (j *jobCgroup) enterThread() (func() error, error) {
-	dirs := map[string]string{"memory": j.dir}
-	for c, d := range j.v1Extra {
-		dirs[c] = d
+// hierarchies. There is no way back: the thread (spawnIn's spare one)
+// must be discarded after, and on an error it may be left anywhere.
+func (j *jobCgroup) enterThread() error {
+	dirs := []string{j.dir}
+	for _, d := range j.v1Extra {
+		dirs = append(dirs, d)
 	}
-	var back []string
-	for c, d := range dirs {
-		orig, err := selfCgroup("/proc/thread-self/cgroup", c)
-		if err != nil {
-			return nil, fmt.Errorf("runtime: read thread cgroup: %w", err)
-		}
-		origTasks := filepath.Join(cgroupRoot, c, orig, "tasks")
-		if _, err := os.Stat(origTasks); err != nil {
-			return nil, fmt.Errorf("runtime: thread cgroup: %w", err)
-		}
-		back = append(back, origTasks)
+	for _, d := range dirs {
 		if err := os.WriteFile(filepath.Join(d, "tasks"), []byte("0"), 0); err != nil {
-			return nil, fmt.Errorf("runtime: enter job cgroup: %w", err)
+			return fmt.Errorf("runtime: enter job cgroup: %w", err)
 		}
 	}
-	return func() error {
-		for _, t := range back {
-			if err := os.WriteFile(t, []byte("0"), 0); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, nil
+	return nil
 }
 
 func (j *jobCgroup) pids() []int {

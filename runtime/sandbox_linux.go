@@ -338,7 +338,7 @@ func spawnIn(cmd *exec.Cmd, cg *jobCgroup, enter func() error) error {
 	errc := make(chan error, 1)
 	onSpareThread(func() {
 		if v1 {
-			if _, err := cg.enterThread(); err != nil {
+			if err := cg.enterThread(); err != nil {
 				errc <- err
 				return
 			}
