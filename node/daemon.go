@@ -80,6 +80,10 @@ type Options struct {
 	// round trips to the providers it knows (default
 	// discovery.RTTRefreshEvery).
 	RTTRefreshEvery time.Duration
+	// AvailabilityGap overrides the least time between a provider's
+	// records put only because its free GPUs changed (default
+	// discovery.DefaultAvailabilityGap).
+	AvailabilityGap time.Duration
 	// VerdictRepublish overrides how often a node gossips its own recent
 	// GPU verdicts again (default gpuverify.DefaultRepublish).
 	VerdictRepublish time.Duration
@@ -224,7 +228,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.disc = discovery.New(d.ctx, discovery.Config{Net: d.net, Signer: d.signer, Now: d.now, Log: d.log,
-		Bootstrap: len(d.cfg.Bootstrap) > 0})
+		Bootstrap: len(d.cfg.Bootstrap) > 0, AvailabilityGap: d.opts.AvailabilityGap})
 	if err := d.startArtifacts(); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -275,14 +276,15 @@ func TestNVMLModelNamesOverDHT(t *testing.T) {
 // TestProvidersShowFreeGPUsAndPriceNow: GET /v1/providers gives each
 // provider's free GPUs, its price for an hour starting now at that
 // occupancy and its reliability as the renter's book scores it; a lease
-// taking one of two GPUs shows within seconds, sooner than the record's
-// renewal (the provider renews it when its free GPUs change), and so does
-// the lease's end.
+// taking one of two GPUs shows sooner than the record's renewal (the
+// provider renews it when its free GPUs change, at most once per
+// AvailabilityGap: a second here), and so does the lease's end.
 func TestProvidersShowFreeGPUsAndPriceNow(t *testing.T) {
 	t.Parallel()
 	cfg := fastConfig(withPolicy(providerConfig("eu-west", 1, h100, h100), func(p *terms.Policy) { p.OccupancySurcharge = 1 }))
-	boot, ns := startNet(t, cfg)
-	prov := ns[0]
+	root := t.TempDir()
+	boot := startWith(t, filepath.Join(root, "boot"), renterConfig(), nil, Options{})
+	prov := startWith(t, filepath.Join(root, "prov"), cfg, boot.Daemon, Options{AvailabilityGap: time.Second})
 	waitAdvertised(t, boot, prov)
 	cl := api.NewClient(boot.dir)
 	ctx := context.Background()
