@@ -79,9 +79,17 @@ func NewSigner(priv crypto.PrivKey) (*Signer, error) {
 func (s *Signer) ID() peer.ID { return s.id }
 
 // Sign signs payload under a domain-separation tag, so that a signature made
-// for one message kind can never be replayed as another.
+// for one message kind can never be replayed as another. The signature is
+// remembered as verified (see verifiedCache): this process checks its own
+// signatures again as they come back (a countersigned receipt, its own
+// gossip), and one it made is good by construction.
 func (s *Signer) Sign(domain string, payload []byte) ([]byte, error) {
-	return s.priv.Sign(signingBytes(domain, payload))
+	sig, err := s.priv.Sign(signingBytes(domain, payload))
+	if err != nil {
+		return nil, err
+	}
+	verified.add(verifiedKey(s.id, domain, payload, sig))
+	return sig, nil
 }
 
 // Verify checks that sig is id's signature of payload under domain.

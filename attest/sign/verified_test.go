@@ -2,6 +2,7 @@ package sign
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"testing"
 
@@ -32,6 +33,9 @@ func TestVerifyRemembersOnlySuccesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := verifiedKey(s.ID(), DomainCapability, payload, sig)
+	// Signed in this process, so remembered already: forget it, to see
+	// Verify remember it.
+	verified.forget(k)
 	if verified.has(k) {
 		t.Fatal("remembered before it was verified")
 	}
@@ -63,8 +67,34 @@ func TestVerifyRemembersOnlySuccesses(t *testing.T) {
 	}
 }
 
-// TestVerifiedCacheIsBounded: past maxVerified entries the cache starts
-// afresh, and what it forgot still verifies the slow way.
+// TestSignRemembersItsOwnSignatures: a signature this process made
+// verifies from the cache, and only that exact one: the same payload
+// under another domain, or the signature altered, is still checked and
+// refused.
+func TestSignRemembersItsOwnSignatures(t *testing.T) {
+	s := testSigner(t)
+	payload := []byte(`{"lease":"own"}`)
+	sig, err := s.Sign(DomainReceiptRenter, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !verified.has(verifiedKey(s.ID(), DomainReceiptRenter, payload, sig)) {
+		t.Fatal("a signature made here is not remembered")
+	}
+	forged := append([]byte(nil), sig...)
+	forged[1] ^= 1
+	for name, err := range map[string]error{
+		"other domain":      Verify(s.ID(), DomainReceiptProvider, payload, sig),
+		"altered signature": Verify(s.ID(), DomainReceiptRenter, payload, forged),
+	} {
+		if !errors.Is(err, ErrBadSignature) {
+			t.Fatalf("%s: %v, want ErrBadSignature", name, err)
+		}
+	}
+}
+
+// TestVerifiedCacheIsBounded: past maxVerified entries the cache forgets
+// its older half, and what it forgot still verifies the slow way.
 func TestVerifiedCacheIsBounded(t *testing.T) {
 	s := testSigner(t)
 	var first []byte
@@ -99,4 +129,12 @@ func BenchmarkVerifyRepeated(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// forget drops k from the cache (tests only).
+func (c *verifiedCache) forget(k [sha256.Size]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.cur, k)
+	delete(c.prev, k)
 }
