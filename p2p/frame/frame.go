@@ -19,19 +19,33 @@ const Max = 1 << 20
 // ErrTooLarge is returned for frames above Max.
 var ErrTooLarge = errors.New("p2p: frame too large")
 
-// Write writes a uvarint length-prefixed frame.
+// Write writes a uvarint length-prefixed frame: a frame of up to
+// oneWrite bytes in one Write, header and body together, so that it
+// crosses a stream as one muxer frame, one encrypted record and one
+// syscall (two Writes made two of each, and a read woken twice, for
+// every request and answer between daemons); a longer one in two.
 func Write(w io.Writer, b []byte) error {
 	if len(b) > Max {
 		return ErrTooLarge
 	}
 	var hdr [binary.MaxVarintLen64]byte
 	n := binary.PutUvarint(hdr[:], uint64(len(b)))
+	if len(b) <= oneWrite {
+		buf := make([]byte, n+len(b))
+		copy(buf, hdr[:n])
+		copy(buf[n:], b)
+		_, err := w.Write(buf)
+		return err
+	}
 	if _, err := w.Write(hdr[:n]); err != nil {
 		return err
 	}
 	_, err := w.Write(b)
 	return err
 }
+
+// oneWrite is the longest frame Write sends in one Write (a copy).
+const oneWrite = 64 << 10
 
 // Read reads one frame written by Write. Its buffer grows with the bytes
 // that arrive, never ahead of them: a length header is a claim, and a peer

@@ -36,6 +36,37 @@ func TestFrames(t *testing.T) {
 	}
 }
 
+// writeCounter counts the Writes made to it.
+type writeCounter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *writeCounter) Write(b []byte) (int, error) {
+	w.writes++
+	return w.Buffer.Write(b)
+}
+
+// TestSmallFrameIsOneWrite: a frame up to oneWrite goes in one Write
+// (one muxer frame, one record, one syscall on a stream), its bytes the
+// header then the body; a longer one in two, the same bytes.
+func TestSmallFrameIsOneWrite(t *testing.T) {
+	for _, tc := range []struct {
+		n, writes int
+	}{{0, 1}, {300, 1}, {oneWrite, 1}, {oneWrite + 1, 2}} {
+		var w writeCounter
+		body := bytes.Repeat([]byte("b"), tc.n)
+		if err := Write(&w, body); err != nil {
+			t.Fatal(err)
+		}
+		var hdr [binary.MaxVarintLen64]byte
+		want := append(hdr[:binary.PutUvarint(hdr[:], uint64(tc.n))], body...)
+		if w.writes != tc.writes || !bytes.Equal(w.Bytes(), want) {
+			t.Fatalf("frame of %d: %d writes (want %d), bytes equal %v", tc.n, w.writes, tc.writes, bytes.Equal(w.Bytes(), want))
+		}
+	}
+}
+
 // TestReadGrowsWithWhatArrives: a header claiming Max followed by
 // a few bytes allocates about what arrived, not the claim.
 func TestReadGrowsWithWhatArrives(t *testing.T) {
