@@ -33,7 +33,6 @@ func exists(p string) bool {
 // states the policy held, and once settled its provider keeps neither
 // the log, nor the outputs, nor their manifest in its record.
 func TestNoPersistLeaseLeavesNothing(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t)
 	p := h.provider(provSpec{model: "H100", price: 0.5, noPersist: terms.NoPersistOffer})
 	r := h.renter()
@@ -80,7 +79,6 @@ func TestNoPersistLeaseLeavesNothing(t *testing.T) {
 // job but signs a receipt that does not state the policy held: its renter
 // refuses to countersign it, and nothing is settled.
 func TestNoPersistReceiptMustStateIt(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t)
 	p := h.provider(provSpec{model: "H100", price: 0.5, noPersist: terms.NoPersistOffer})
 	r := h.renter()
@@ -120,7 +118,6 @@ func TestNoPersistReceiptMustStateIt(t *testing.T) {
 // bounds the default week), then removed by the janitor, by the
 // supervisor's clock.
 func TestRetainRemovesJobFiles(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t)
 	var ahead atomic.Int64
 	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
