@@ -67,8 +67,14 @@ type Receipts struct {
 }
 
 // DefaultGossipEvery is how long a settled receipt waits for others to
-// be gossiped with (ReceiptsConfig.GossipEvery).
-const DefaultGossipEvery = time.Second
+// be gossiped with (ReceiptsConfig.GossipEvery). Every node's batch costs
+// every node of the market a delivery, a decode and its forwards, so the
+// network carries about nodes/GossipEvery reputation messages a second
+// whatever the job rate: at 1 s, 50 daemons on two cores finished 13.7
+// jobs/s at 134 ms of CPU a job; at 5 s, 24.6 jobs/s at 73 ms (10 s: no
+// better). A receipt's reputation reaching the market 5 s later changes
+// no ranking that matters.
+const DefaultGossipEvery = 5 * time.Second
 
 // Changed returns a channel closed at the next receipt recorded in the
 // ledger and book, or gossiped receipt handled: take it before checking
