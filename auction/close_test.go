@@ -17,7 +17,8 @@ import (
 )
 
 func TestBidWindowClosesEarly(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	const window = 5 * time.Second
 	t.Run("quiet spell after the last bid keeps the best price", func(t *testing.T) {
 		m := newMarket(t, eightProviders())
@@ -106,7 +107,8 @@ func TestBidWindowClosesEarly(t *testing.T) {
 // (Every expected provider is asked: MaxBidders -1; sampling has its own
 // tests.)
 func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	const window = 5 * time.Second
 	fitting := func(m *market, j *terms.Job) []string {
 		var out []string
@@ -158,7 +160,8 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 // answered (they are slower, not absent: the cheapest is among them); once
 // half have, it does.
 func TestQuietSpellWaitsForMostExpected(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	const window, quietFor = 10 * time.Second, 50 * time.Millisecond
 	type box struct {
 		name  string
@@ -346,7 +349,8 @@ func TestOnlyHeldBidsAreReleased(t *testing.T) {
 // directly: exactly those bid, the others never hear of it, and the window
 // closes once the share has answered.
 func TestCallAsksASampleOfALargeMarket(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	var specs []provSpec
 	for i := 0; i < 20; i++ {
 		// Four GPUs each: a provider that won the first round can bid again.

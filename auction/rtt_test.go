@@ -199,7 +199,8 @@ func TestJobValidatesLatencyTerms(t *testing.T) {
 // measurement. A job without MaxRTT or Near measures nobody and ranks
 // with the samples the renter has.
 func TestRenterMeasuresLatencySensitiveBidders(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	m := newMarket(t, []provSpec{
 		{"near", "eu-west", "A100", 80, 2, pol(1.0), 0.9},
 		{"far", "eu-west", "A100", 80, 2, pol(0.6), 0.9},

@@ -325,7 +325,8 @@ func TestDetectedFlagGivesNoAdvantage(t *testing.T) {
 // MaxOwnerInflight sends and gets rate limited, and an honest renter's job
 // meanwhile gets its bid and a lease within its window.
 func TestGossipNeverBlocksOnBids(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 8, pol(1), 0.9}})
 	prov := m.provs[0]
 	attacker, relay := signtest.New(t), signtest.New(t)
@@ -386,7 +387,8 @@ func TestGossipNeverBlocksOnBids(t *testing.T) {
 // honest provider within two bid windows, releases every extra confirm, and
 // ranks the fakes last on its next job.
 func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	var specs []provSpec
 	for i := 0; i < 8; i++ {
 		specs = append(specs, provSpec{fmt.Sprintf("fake-%d", i), "eu-west", "A100", 80, 8, pol(0.3 + float64(i)/100), 0.9})

@@ -241,7 +241,8 @@ func TestHeartbeatWithForeignDeviceIsFraud(t *testing.T) {
 // within a heartbeat interval and preempts its bronze (preemptible) work;
 // its silver lease keeps running. Stats show the breach.
 func TestOverTemperatureStopsBiddingAndPreemptsBronze(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	h := newHarness(t)
 	var mu sync.Mutex
 	temp := 60

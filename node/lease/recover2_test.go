@@ -133,7 +133,8 @@ func TestLostServiceReplicaIsNotRequeued(t *testing.T) {
 // starts, the renter calls the lease lost after LossAfter, not at the
 // lease's end, and the job runs elsewhere.
 func TestLossWhilePreparingInputs(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	h := newHarness(t)
 	h.lossAfter = 300 * time.Millisecond
 	r := h.renter()
