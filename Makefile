@@ -62,13 +62,14 @@ cross:
 #   ./... names them again; go test runs each once. Times measured alone
 #   (go test -p 1) on 2 cores shared at load ~20, relative only (at load
 #   ~5, cmd/gpumesh took 8 s, not 130): deploy 546 s (its no-cgo build of
-#   the tree), node 300, docker 230, cmd/gpumesh 130, lease 106, runtime
-#   79, adversary 55, latency 37, nat 33 (auction, 57, is early in ./...
-#   already); node, CI's longest (190 s there), comes first. Reorder by
-#   the `ok <package> <time>` lines of a CI run. testnet/docker stays
-#   last: its partition test's DHT lookups time out beside node's load
-#   (TestMultiHost/partition failed so in a make test run; it passes
-#   alone and last).
+#   the tree), node 300, docker 230, cmd/gpumesh 130, lease 106 (47 at
+#   load ~40 since its tests run in parallel), runtime 79, adversary 55,
+#   latency 37, nat 33 (auction, 57, 32 since its tests run in parallel,
+#   is early in ./... already); node, CI's longest (190 s there), comes
+#   first. Reorder by the `ok <package> <time>` lines of a CI run.
+#   testnet/docker stays last: its partition test's DHT lookups time out
+#   beside node's load (TestMultiHost/partition failed so in a make test
+#   run; it passes alone and last).
 TEST_P ?= 2
 TEST_FIRST ?= ./node ./cmd/gpumesh/deploy ./cmd/gpumesh ./node/lease ./runtime ./testnet/adversary ./testnet/latency ./testnet/nat
 test: build vet fmt sizes
