@@ -68,7 +68,7 @@ func main() {
 	for _, t := range targets {
 		goos, goarch, _ := strings.Cut(t, "/")
 		fmt.Printf("type-check %s (CGO_ENABLED=0)\n", t)
-		if err := check(goos, goarch, patterns, os.Stderr); err != nil {
+		if err := check("", goos, goarch, patterns, os.Stderr); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", t, err)
 			failed = true
 		}
@@ -97,10 +97,11 @@ func splitArgs(args []string) (targets, patterns []string, ok bool) {
 	return targets, patterns, true
 }
 
-// check type-checks patterns and their imports for goos/goarch, writing
-// each package's errors to w; it fails if any package has one.
-func check(goos, goarch string, patterns []string, w io.Writer) error {
-	pkgs, err := list(goos, goarch, patterns)
+// check type-checks patterns (as go list in dir names them; "": the
+// current directory) and their imports for goos/goarch, writing each
+// package's errors to w; it fails if any package has one.
+func check(dir, goos, goarch string, patterns []string, w io.Writer) error {
+	pkgs, err := list(dir, goos, goarch, patterns)
 	if err != nil {
 		return err
 	}
@@ -150,9 +151,10 @@ func check(goos, goarch string, patterns []string, w io.Writer) error {
 
 // list returns patterns and their dependencies as go list describes them
 // for goos/goarch without cgo, each after its imports.
-func list(goos, goarch string, patterns []string) ([]*pkg, error) {
+func list(dir, goos, goarch string, patterns []string) ([]*pkg, error) {
 	cmd := exec.Command("go", append([]string{"list", "-deps", "-e",
 		"-json=ImportPath,Dir,GoFiles,SFiles,CgoFiles,Imports,ImportMap,Standard,Module,Error"}, patterns...)...)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
