@@ -21,19 +21,21 @@ sizes:
 	@big=$$(git ls-files -z | xargs -0 -r stat -c '%s %n' 2>/dev/null | awk '$$1 > 1048576 {print $$2 " (" $$1 " bytes)"}'); \
 	if [ -n "$$big" ]; then echo "tracked files over 1 MiB:"; echo "$$big"; exit 1; fi
 
-# cross compiles the binary for the release's other targets without cgo
-# (darwin has no cgroups and no NVML; linux/arm64 may lack a cross
-# compiler), so a file only those builds compile cannot break `make release`.
-# One target per other OS and per other architecture: darwin/amd64 compiles
-# no file that darwin/arm64 and linux/arm64 leave out (no amd64-only
-# darwin code), and each target is a whole compile of the tree on an empty
-# build cache (about 4 minutes on 2 cores).
+# cross type-checks the binary, with every package it imports, for the
+# release's other targets without cgo (darwin has no cgroups and no NVML;
+# linux/arm64 may lack a cross compiler), so a file only those builds
+# compile cannot break `make release`. One target per other OS and per
+# other architecture: darwin/amd64 compiles no file that darwin/arm64 and
+# linux/arm64 leave out (no amd64-only darwin code). cmd/crosscheck checks
+# the files go list gives for each target from source, with go/types and
+# the compiler's missing-body check for this module's packages: a few
+# seconds a target, where compiling the tree for each (on CI's empty build
+# cache, about 110 s of CPU a target) took the CPU the tests' own compiles
+# needed. What only a compile and link would find (a dependency's
+# assembly missing for a target) is left to `make release`.
 CROSS_TARGETS ?= darwin/arm64 linux/arm64
 cross:
-	@for t in $(CROSS_TARGETS); do \
-		echo "cross build $$t (CGO_ENABLED=0)"; \
-		CGO_ENABLED=0 GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build -o /dev/null ./cmd/gpumesh || exit 1; \
-	done
+	@$(GO) run ./cmd/crosscheck $(CROSS_TARGETS) -- ./cmd/gpumesh
 	@echo "job init without cgo (the Go init those builds carry)"
 	@CGO_ENABLED=0 $(GO) test -count=1 ./runtime/internal/jobinit
 
@@ -47,7 +49,7 @@ cross:
 #   At 4 the timer- and DHT-bound tests (the Docker multi-host partition,
 #   the console's charts) failed under the load; the longest packages
 #   mostly wait, but what they wait for is time-sensitive.
-# - cross compiles only for other targets (no compile the tests could
+# - cross type-checks for other targets (no compile the tests could
 #   share) at the lowest CPU priority, so it takes the CPU the waiting
 #   tests leave idle; its failure fails the target as before.
 # - TEST_FIRST, the longest packages, longest first: go test starts the
@@ -60,13 +62,14 @@ cross:
 #   ./... names them again; go test runs each once. Times measured alone
 #   (go test -p 1) on 2 cores shared at load ~20, relative only (at load
 #   ~5, cmd/gpumesh took 8 s, not 130): deploy 546 s (its no-cgo build of
-#   the tree), node 300, docker 230, cmd/gpumesh 130, lease 106, runtime
-#   79, adversary 55, latency 37, nat 33 (auction, 57, is early in ./...
-#   already); node, CI's longest (190 s there), comes first. Reorder by
-#   the `ok <package> <time>` lines of a CI run. testnet/docker stays
-#   last: its partition test's DHT lookups time out beside node's load
-#   (TestMultiHost/partition failed so in a make test run; it passes
-#   alone and last).
+#   the tree), node 300, docker 230, cmd/gpumesh 130, lease 106 (47 at
+#   load ~40 since its tests run in parallel), runtime 79, adversary 55,
+#   latency 37, nat 33 (auction, 57, 32 since its tests run in parallel,
+#   is early in ./... already); node, CI's longest (190 s there), comes
+#   first. Reorder by the `ok <package> <time>` lines of a CI run.
+#   testnet/docker stays last: its partition test's DHT lookups time out
+#   beside node's load (TestMultiHost/partition failed so in a make test
+#   run; it passes alone and last).
 TEST_P ?= 2
 TEST_FIRST ?= ./node ./cmd/gpumesh/deploy ./cmd/gpumesh ./node/lease ./runtime ./testnet/adversary ./testnet/latency ./testnet/nat
 test: build vet fmt sizes

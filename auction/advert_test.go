@@ -18,6 +18,7 @@ func testCap(s *sign.Signer, now time.Time, ttl time.Duration) terms.Capability 
 }
 
 func TestCapabilityValidator(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	v := terms.CapabilityValidator{Now: func() time.Time { return now }}
 	prov, other := signtest.Pair(t)
@@ -96,6 +97,7 @@ func TestCapabilityValidator(t *testing.T) {
 }
 
 func TestDiscoveryKeysAndMatches(t *testing.T) {
+	t.Parallel()
 	c := terms.Capability{Region: "eu-west-1", GPUs: []terms.GPU{{Model: "NVIDIA H100", VRAMGB: 80}, {Model: "RTX 4090", VRAMGB: 24}}}
 	keys := strings.Join(terms.DiscoveryKeys(c), " ")
 	for _, k := range []string{"all", "region/eu", "region/eu-west", "region/eu-west-1", "gpu/h100", "gpu/rtx-4090", "vram/80", "vram/24", "vram/8"} {
@@ -126,6 +128,7 @@ func TestDiscoveryKeysAndMatches(t *testing.T) {
 // and every reader refuses one claiming more MIG instances than a GPU can
 // hold or an instance without memory.
 func TestCapabilityMIG(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
 	v := terms.CapabilityValidator{Now: func() time.Time { return now }}
 	prov := signtest.New(t)
@@ -168,6 +171,7 @@ func TestCapabilityMIG(t *testing.T) {
 // that signs a record claiming more free GPUs than it has, or fewer than
 // none, has it refused by the DHT's validator and by every reader.
 func TestCapabilityFreeGPUs(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC) // a Monday, no peak windows
 	v := terms.CapabilityValidator{Now: func() time.Time { return now }}
 	prov := signtest.New(t)

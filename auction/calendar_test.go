@@ -29,6 +29,7 @@ func maxBooked(bs []Booking, from, to time.Time) int {
 }
 
 func TestCalendarOverbookingProperty(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewSource(42))
 	for round := 0; round < 30; round++ {
 		capacity := 1 + rng.Intn(8)
@@ -99,6 +100,7 @@ func TestCalendarOverbookingProperty(t *testing.T) {
 }
 
 func TestCalendarOperations(t *testing.T) {
+	t.Parallel()
 	c := NewCalendar(4)
 	t0 := monday
 	must := func(err error) {
@@ -149,6 +151,7 @@ func TestCalendarOperations(t *testing.T) {
 }
 
 func TestReserveEvicting(t *testing.T) {
+	t.Parallel()
 	c := NewCalendar(2)
 	t0 := monday
 	_ = c.Reserve(Booking{LeaseID: "bronze", Start: t0, End: t0.Add(4 * time.Hour), GPUs: 2, Tier: terms.Bronze, Preemptible: true})
@@ -173,6 +176,7 @@ func TestReserveEvicting(t *testing.T) {
 
 // ReserveThenEvict evicts only when the booking does not fit without it.
 func TestReserveThenEvict(t *testing.T) {
+	t.Parallel()
 	t0 := monday
 	c := NewCalendar(2)
 	_ = c.Reserve(Booking{LeaseID: "bronze", Start: t0, End: t0.Add(4 * time.Hour), GPUs: 1, Tier: terms.Bronze, Preemptible: true})
@@ -200,6 +204,7 @@ func TestReserveThenEvict(t *testing.T) {
 }
 
 func TestCalendarConcurrent(t *testing.T) {
+	t.Parallel()
 	c := NewCalendar(3)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -225,6 +230,7 @@ func TestCalendarConcurrent(t *testing.T) {
 // NextEdge names the next instant a booking starts or ends: between the
 // two, FreeGPUs at an instant does not change.
 func TestCalendarChangedAndNextEdge(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	c := NewCalendar(4)
 	changes := func(what string, want bool, op func()) {

@@ -15,6 +15,7 @@ import (
 // provider, and refuses one relayed by another peer, a stale one, and one
 // naming too many jobs or no free GPU.
 func TestCapacityNoticeChecks(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, nil)
 	var got []terms.CapacityNotice
 	r, _ := m.renter(t, RenterConfig{Listener: hooks{capacity: func(n terms.CapacityNotice) { got = append(got, n) }}})

@@ -17,6 +17,8 @@ import (
 )
 
 func TestBidWindowClosesEarly(t *testing.T) {
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	const window = 5 * time.Second
 	t.Run("quiet spell after the last bid keeps the best price", func(t *testing.T) {
 		m := newMarket(t, eightProviders())
@@ -105,6 +107,8 @@ func TestBidWindowClosesEarly(t *testing.T) {
 // (Every expected provider is asked: MaxBidders -1; sampling has its own
 // tests.)
 func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	const window = 5 * time.Second
 	fitting := func(m *market, j *terms.Job) []string {
 		var out []string
@@ -156,6 +160,8 @@ func TestWindowClosesWhenExpectedAnswered(t *testing.T) {
 // answered (they are slower, not absent: the cheapest is among them); once
 // half have, it does.
 func TestQuietSpellWaitsForMostExpected(t *testing.T) {
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	const window, quietFor = 10 * time.Second, 50 * time.Millisecond
 	type box struct {
 		name  string
@@ -231,6 +237,7 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 // auction ends without a lease and the job can be offered again. With no
 // bid that starts at once, the later start is awarded as before.
 func TestNoLaterStartFallback(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"free", "eu-west", "A100", 80, 2, pol(1), 0.9}, {"busy", "eu-west", "A100", 80, 2, pol(0.5), 0.9}})
 	free, busy := m.provs[0], m.provs[1]
 	if err := busy.cal.Reserve(Booking{LeaseID: "busy", Start: m.now().Add(-time.Minute), End: m.now().Add(time.Hour), GPUs: 2}); err != nil {
@@ -270,6 +277,7 @@ func TestNoLaterStartFallback(t *testing.T) {
 // provider as the winner, ranked second, with the busy one passed over for
 // its later start (it named the top of the ranking, which got nothing).
 func TestExplainNamesTheLeasedBid(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"free", "eu-west", "A100", 80, 2, pol(1), 0.9}, {"busy", "eu-west", "A100", 80, 2, pol(0.2), 0.9}})
 	free, busy := m.provs[0], m.provs[1]
 	if err := busy.cal.Reserve(Booking{LeaseID: "busy", Start: m.now().Add(-time.Minute), End: m.now().Add(time.Hour), GPUs: 2}); err != nil {
@@ -302,6 +310,7 @@ func TestExplainNamesTheLeasedBid(t *testing.T) {
 // bid without a hold expires by itself, and a release per losing bidder
 // would double what a job costs a large market.
 func TestOnlyHeldBidsAreReleased(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"winner", "eu-west", "A100", 80, 2, pol(0.5), 0.9},
 		{"holder", "eu-west", "A100", 80, 2, pol(1), 0.9}, {"plain", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	holder, plain := m.provs[1], m.provs[2]
@@ -340,6 +349,8 @@ func TestOnlyHeldBidsAreReleased(t *testing.T) {
 // directly: exactly those bid, the others never hear of it, and the window
 // closes once the share has answered.
 func TestCallAsksASampleOfALargeMarket(t *testing.T) {
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	var specs []provSpec
 	for i := 0; i < 20; i++ {
 		// Four GPUs each: a provider that won the first round can bid again.

@@ -11,6 +11,7 @@ import (
 // a provider without a container engine, nor from one whose engine cannot
 // give containers their GPUs; the reason says which.
 func TestImageJobsNeedAContainerEngineWithGPUs(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	cases := []struct {
 		name       string

@@ -15,6 +15,7 @@ import (
 // by kind, the reasons of the providers that heard its call; without
 // WantDeclines nobody says anything.
 func TestDeclinesExplained(t *testing.T) {
+	t.Parallel()
 	for _, want := range []bool{true, false} {
 		name := "asked"
 		if !want {
@@ -60,6 +61,7 @@ func TestDeclinesExplained(t *testing.T) {
 // TestDeclineChecks: a decline relayed by another peer, a second decline
 // from the same provider and a decline for an unknown job are refused.
 func TestDeclineChecks(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, nil)
 	r, _ := m.renter(t, RenterConfig{})
 	prov, other := signtest.New(t), signtest.New(t)

@@ -14,6 +14,7 @@ import (
 // lease asks for devices of a pool, and eviction frees exactly the evicted
 // lease's devices.
 func TestCalendarBooksDevices(t *testing.T) {
+	t.Parallel()
 	t0 := monday
 	c := NewCalendar(8)
 	seen := map[int]string{}
@@ -79,6 +80,7 @@ func TestCalendarBooksDevices(t *testing.T) {
 // A mixed host sells each device as what it is: an RTX 3060 job gets the
 // 3060, RTX 4090 jobs get the 4090s, and a third 4090 job finds none free.
 func TestEvaluateMixedHostDevices(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	ps := baseState()
 	ps.Cap.GPUs = append(gpus("NVIDIA GeForce RTX 4090", 24, 2), gpus("NVIDIA GeForce RTX 3060", 12, 1)...)

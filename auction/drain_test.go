@@ -16,6 +16,7 @@ import (
 // says why ("draining") when the call asks; the job goes to the next best
 // provider; once undrained it wins again.
 func TestDrainingProviderDeclines(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, eightProviders())
 	r, _ := m.renter(t, RenterConfig{})
 	good := m.provs[0] // eu-good: the rank winner of euJob
@@ -56,6 +57,7 @@ func TestDrainingProviderDeclines(t *testing.T) {
 // TestDrainingProviderDeclinesAwards: an award for a bid made before the
 // provider began draining is declined, and nothing is booked.
 func TestDrainingProviderDeclinesAwards(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"only", "eu-west", "A100", 80, 4, pol(1.0), 0.9}})
 	prov := m.provs[0]
 	var drained bool
@@ -81,6 +83,7 @@ func TestDrainingProviderDeclinesAwards(t *testing.T) {
 // so a new call is offered only what is left; a lease of another provider,
 // an ended one or one that does not fit is refused.
 func TestRebook(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"only", "eu-west", "A100", 80, 2, pol(1.0), 0.9}})
 	prov := m.provs[0]
 	now := m.now()

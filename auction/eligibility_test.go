@@ -36,6 +36,7 @@ func evalJob() *terms.Job {
 }
 
 func TestEvaluateIneligible(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	cases := []struct {
 		want string
@@ -95,6 +96,7 @@ func TestEvaluateIneligible(t *testing.T) {
 // StaticFit fails exactly on the time-independent rules, with Evaluate's
 // reason, and passes providers that only the moment rules out.
 func TestStaticFit(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	cases := []struct {
 		name, want string // want "" means StaticFit passes
@@ -165,6 +167,7 @@ func TestStaticFit(t *testing.T) {
 // StaticMisfits names every static rule a provider fails, StaticFit's
 // first, and nothing for one that fits.
 func TestStaticMisfits(t *testing.T) {
+	t.Parallel()
 	ps, j := baseState(), evalJob()
 	if m := StaticMisfits(ps.Cap, j); m != nil {
 		t.Fatalf("fitting provider: misfits %v", m)
@@ -190,6 +193,7 @@ func TestStaticMisfits(t *testing.T) {
 }
 
 func TestEvaluateOffer(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	ps, j := baseState(), evalJob()
 	ps.Cap.GPUs = append(gpus("rtx4090", 24, 4), gpus("a100", 40, 2)...)
@@ -224,6 +228,7 @@ func TestEvaluateOffer(t *testing.T) {
 }
 
 func TestEvaluateWaitsForOffPeak(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	ps, j := baseState(), evalJob()
 	ps.Cap.Policy.PeakWindows = []terms.Window{{From: "08:00", To: "18:00"}}
@@ -238,6 +243,7 @@ func TestEvaluateWaitsForOffPeak(t *testing.T) {
 }
 
 func TestEvaluateBackfill(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	reserved := []terms.Interval{{Start: now.Add(40 * time.Minute), End: now.Add(2 * time.Hour)}}
 
@@ -296,6 +302,7 @@ func TestEvaluateBackfill(t *testing.T) {
 }
 
 func TestEvaluateGoldPreempts(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	ps, j := baseState(), evalJob()
 	ps.Cap.Policy.AllowPreemption = true
@@ -325,6 +332,7 @@ func TestEvaluateGoldPreempts(t *testing.T) {
 }
 
 func TestRank(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	j := &terms.Job{ID: "j", Attempt: 1, Tier: terms.Silver, MaxPrice: 3, GPUCount: 1, Duration: time.Hour, Region: "eu",
 		MinReliability: 0.3, Datasets: []string{"d1", "d2"}, Run: terms.RunSpec{Command: []string{"x"}}, Exclude: []string{"lost"}}
@@ -452,6 +460,7 @@ func BenchmarkEvaluate(b *testing.B) {
 // dearer over a cheaper one that would have to preempt bronze work, but not
 // one far dearer.
 func TestRankChargesEvictions(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	j := &terms.Job{ID: "g", Tier: terms.Gold, MaxPrice: 5, GPUCount: 1, Duration: time.Hour, Run: terms.RunSpec{Command: []string{"x"}}}
 	bid := func(p string, price float64, evicts int) terms.Candidate {
@@ -472,6 +481,7 @@ func TestRankChargesEvictions(t *testing.T) {
 }
 
 func TestMinSliceAndHorizon(t *testing.T) {
+	t.Parallel()
 	h := time.Hour
 	cases := []struct {
 		name        string
@@ -506,6 +516,7 @@ func TestMinSliceAndHorizon(t *testing.T) {
 // takes the slightly dearer bid that starts now over a cheaper one thirty
 // seconds out, and an hours-long job keeps the cheaper one.
 func TestRankChargesWait(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	bid := func(p string, price float64, wait, d time.Duration) terms.Candidate {
 		return terms.Candidate{Reliability: 0.5, Bid: terms.Bid{JobID: "w", Provider: p, Region: "eu-west", Price: price, Start: now.Add(wait),

@@ -12,6 +12,7 @@ import (
 )
 
 func TestTopics(t *testing.T) {
+	t.Parallel()
 	j := &terms.Job{Region: "eu-west", GPUModels: []string{"A100", "h100", "a100"}}
 	if got := JobTopics(j); len(got) != 2 || got[0] != TopicPrefix+"eu/a100" || got[1] != TopicPrefix+"eu/h100" {
 		t.Fatalf("JobTopics = %v", got)

@@ -66,6 +66,7 @@ func checkGang(t *testing.T, m *market, st terms.JobStatus, k int) {
 }
 
 func TestGangPlacedAllOrNothing(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, fourOneGPU())
 	var leased []terms.Lease
 	var mu sync.Mutex
@@ -119,6 +120,7 @@ func TestGangPlacedAllOrNothing(t *testing.T) {
 // (their bookings freed, nothing runs), and the gang is placed on the
 // others.
 func TestGangMemberDeclinesAbortsTheRest(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, fourOneGPU())
 	var started []terms.Lease
 	var mu sync.Mutex
@@ -182,6 +184,7 @@ func TestGangMemberDeclinesAbortsTheRest(t *testing.T) {
 // (HoldGrace: then each provider bids for one gang only, and no hold of a
 // bid not awarded stays either).
 func TestGangRace(t *testing.T) {
+	t.Parallel()
 	for _, grace := range []time.Duration{0, DefaultHoldGrace} {
 		t.Run(fmt.Sprintf("bid holds %v", grace), func(t *testing.T) {
 			t.Parallel() // each races on a market of its own
@@ -285,6 +288,7 @@ func raceGangs(t *testing.T, grace time.Duration) {
 // name it (or are malformed), refuses another renter's decision on its
 // held member, and frees a held member nobody commits.
 func TestGangHostile(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, fourOneGPU()[:2])
 	for _, tp := range m.provs {
 		tp.p.cfg.GangHold = 300 * time.Millisecond
@@ -375,6 +379,7 @@ func TestGangHostile(t *testing.T) {
 // being awarded is never committed: every held member is aborted, nothing
 // stays booked and nothing starts.
 func TestGangCancelledWhileHeld(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, fourOneGPU())
 	r, _ := m.renter(t, RenterConfig{Directory: hooks{expected: m.expectAll}})
 	j := gangJob(m.now(), 2, 1)
@@ -415,6 +420,7 @@ func TestGangCancelledWhileHeld(t *testing.T) {
 // measured RTT; the next: the first's region, then the lowest RTT,
 // unmeasured last), and a bid clearly cheaper is taken over a closer one.
 func TestPickGang(t *testing.T) {
+	t.Parallel()
 	bid := func(name, region string, score float64, rtt time.Duration) terms.Ranked {
 		return terms.Ranked{Candidate: terms.Candidate{Bid: terms.Bid{Provider: name, Region: region}, RTT: rtt}, Score: score}
 	}
@@ -450,6 +456,7 @@ func TestPickGang(t *testing.T) {
 // bidders as it does for a latency-sensitive job, and picks the members
 // closest among bids alike in price and reliability.
 func TestGangMeasuresRTT(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, fourOneGPU()[:3])
 	rtt := map[string]time.Duration{}
 	for _, p := range m.provs {

@@ -13,6 +13,7 @@ import (
 // "RTX4090") meet on one topic, and a job for the H100 family is eligible
 // on an H100 whose NVML name is "NVIDIA H100 80GB HBM3".
 func TestSpellingsShareTopicsAndMatch(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ want, provider string }{
 		{"RTX 4090", "NVIDIA GeForce RTX 4090"},
 		{"RTX 4090", "RTX4090"},
@@ -51,6 +52,7 @@ func TestSpellingsShareTopicsAndMatch(t *testing.T) {
 // cannot size an A100), while a 40 GB one is not taken for them; a
 // request for the family still finds both.
 func TestDeclaredVRAMSizesTheModel(t *testing.T) {
+	t.Parallel()
 	big := &terms.Capability{Region: "eu", GPUs: gpus("A100", 80, 2)}
 	small := &terms.Capability{Region: "eu", GPUs: gpus("A100", 40, 2)}
 	for _, c := range []struct {

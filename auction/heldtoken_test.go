@@ -11,6 +11,7 @@ import (
 // its owner's HeldToken, which counts as held for that owner's jobs only,
 // and never shows the id itself.
 func TestMissingBytesMatchesHeldTokens(t *testing.T) {
+	t.Parallel()
 	id := strings.Repeat("ab", 32)
 	job := terms.Job{Owner: "renter-x", InputBytes: map[string]int64{id: 100}, Run: terms.RunSpec{Inputs: map[string]string{"data": id}}}
 	tok := terms.HeldToken("renter-x", id)

@@ -17,6 +17,7 @@ import (
 )
 
 func TestCalendarHolds(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	c := NewCalendar(1)
 	c.Hold("bid-1", "owner", Booking{Start: now, End: now.Add(time.Hour), GPUs: 1}, now.Add(time.Second))
@@ -47,6 +48,7 @@ func TestCalendarHolds(t *testing.T) {
 // left over are offered again until every GPU is leased. Without holds
 // (the control) the race shows in the first round.
 func TestConcurrentAuctionsDoNotOverbook(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		grace time.Duration
@@ -130,6 +132,7 @@ func TestConcurrentAuctionsDoNotOverbook(t *testing.T) {
 // TestBidRelease: a bid holds its GPU until its renter releases it; a
 // release signed by anyone else, or sent by anyone else, is refused.
 func TestBidRelease(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	box := m.provs[0]
 	box.p.cfg.HoldGrace = DefaultHoldGrace // holds are opt-in
@@ -180,6 +183,7 @@ func TestBidRelease(t *testing.T) {
 // holds the GPU gets its bid once that bid is released, while its window
 // is open.
 func TestHeldCallBidsAfterRelease(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	box := m.provs[0]
 	box.p.cfg.HoldGrace = DefaultHoldGrace // holds are opt-in
@@ -231,6 +235,7 @@ func TestHeldCallBidsAfterRelease(t *testing.T) {
 // say, the renter knows its GPU count. Knowing neither (the control), the
 // race shows.
 func TestOwnAuctionsDoNotRaceForOneGPU(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name           string
 		capacity, free bool
@@ -270,6 +275,7 @@ func TestOwnAuctionsDoNotRaceForOneGPU(t *testing.T) {
 // the provider's two GPUs, the renter awarded both, and one was declined as
 // overbooked; with the bids' Free it awards one and skips the other.
 func TestOwnAuctionsSeeWhatTheirBidsLeaveFree(t *testing.T) {
+	t.Parallel()
 	for _, free := range []bool{true, false} {
 		t.Run(fmt.Sprintf("free %v", free), func(t *testing.T) {
 			m := newMarket(t, []provSpec{{"a", "eu-west", "A100", 80, 2, pol(1), 0.9}})
@@ -380,6 +386,7 @@ func bidGateFree(t *testing.T, m *market, r *Renter, tr *auctiontest.MemTranspor
 // during the burst however slowly a loaded machine sends it: the calls
 // over the burst are dropped.
 func TestRenterStaysInsideProviderBounds(t *testing.T) {
+	t.Parallel()
 	const jobs = 300
 	for _, bounded := range []bool{true, false} {
 		t.Run(fmt.Sprintf("bounded %v", bounded), func(t *testing.T) {

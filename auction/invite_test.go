@@ -68,6 +68,7 @@ func (c *callTap) SendAward(context.Context, peer.ID, []byte) ([]byte, error) {
 // asks about MaxBidders providers in all: the sybils dilute only the draw
 // for the remaining places.
 func TestEstablishedProvidersAskedAmongSybilRecords(t *testing.T) {
+	t.Parallel()
 	established := map[string]float64{}
 	var all []string
 	for i := range 1005 {
@@ -138,6 +139,7 @@ func TestEstablishedProvidersAskedAmongSybilRecords(t *testing.T) {
 // TestInvitedBidderIsAsked: a provider a sampled call invites by name is
 // asked, and its bid taken, whatever the draw says of it.
 func TestInvitedBidderIsAsked(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour, BidSample: 0.5, BidSeed: "seed"}
 	var out string
@@ -160,6 +162,7 @@ func TestInvitedBidderIsAsked(t *testing.T) {
 // TestBidInvitedValidated: a call inviting too many providers, a name that
 // is not a peer id, or one provider twice is invalid, each with its field.
 func TestBidInvitedValidated(t *testing.T) {
+	t.Parallel()
 	valid := func() terms.Job {
 		return terms.Job{Tier: terms.Silver, MaxPrice: 2, GPUCount: 1, Duration: time.Hour, Run: terms.RunSpec{Command: []string{"true"}},
 			BidSample: 0.5, BidSeed: "seed"}

@@ -61,6 +61,7 @@ func lateJob(now time.Time) terms.Job {
 // the job's whole length, and the confirm says so: the renter's lease is
 // the provider's.
 func TestLateAwardIsRetimed(t *testing.T) {
+	t.Parallel()
 	lm := newLateMarket(t)
 	r := lm.renter(t, 9500*time.Millisecond, RenterConfig{})
 	posted := lm.now()
@@ -90,6 +91,7 @@ func TestLateAwardIsRetimed(t *testing.T) {
 // provider's calendar cannot hold (a lease booked after the bid's span) is
 // declined, not confirmed over a span nearly over.
 func TestLateAwardWithoutRoomIsDeclined(t *testing.T) {
+	t.Parallel()
 	lm := newLateMarket(t)
 	next := lm.now().Add(10500 * time.Millisecond)
 	if err := lm.prov.cal.Reserve(Booking{LeaseID: "lease-next", Start: next, End: next.Add(time.Hour), GPUs: 1, Tier: terms.Silver}); err != nil {
@@ -113,6 +115,7 @@ func TestLateAwardWithoutRoomIsDeclined(t *testing.T) {
 // rule (one that was not late, or stretched past the job's length) gets
 // its confirm refused, and the lease it booked is released.
 func TestHostileRetimeIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		late  time.Duration

@@ -17,6 +17,7 @@ import (
 )
 
 func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
+	t.Parallel()
 	p := pol(1)
 	p.AllowPreemption = true
 	m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, p, 0.9}})
@@ -99,6 +100,7 @@ func TestGoldPreemptsBronzeEndToEnd(t *testing.T) {
 }
 
 func TestBronzeBackfillAndRequeue(t *testing.T) {
+	t.Parallel()
 	now := newClock()()
 	p := pol(1)
 	p.Reserved = []terms.Interval{{Start: now.Add(20 * time.Minute), End: now.Add(24 * time.Hour)}}
@@ -128,6 +130,7 @@ func TestBronzeBackfillAndRequeue(t *testing.T) {
 }
 
 func TestProviderAwardRules(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	prov := m.provs[0]
 	owner := signtest.New(t)
@@ -244,6 +247,7 @@ func TestProviderAwardRules(t *testing.T) {
 // (Transport.SendBid), so a peer replaying someone's call learns nothing
 // and the owner is not cut off from the bid.
 func TestProviderAnswersOnlyTheOwnerOnTheCallsStream(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	prov := m.provs[0]
 	owner, relay := signtest.New(t), signtest.New(t)
@@ -287,6 +291,7 @@ func TestProviderAnswersOnlyTheOwnerOnTheCallsStream(t *testing.T) {
 }
 
 func TestRenterCancelAndNoBids(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, nil)
 	var unplaceable []string
 	r, _ := m.renter(t, RenterConfig{Listener: hooks{unplaceable: func(_ terms.Job, reason string) { unplaceable = append(unplaceable, reason) }}})
@@ -332,6 +337,7 @@ func TestRenterCancelAndNoBids(t *testing.T) {
 // provider; a call whose job, however well signed, is invalid is refused
 // there (counted invalid_job) and never evaluated.
 func TestHandleCallRefusesInvalidJob(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"cheap", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	renter := signtest.New(t)
 	j := euJob(m.now())
@@ -352,6 +358,7 @@ func TestHandleCallRefusesInvalidJob(t *testing.T) {
 }
 
 func TestGoldEvictsOnlyWhenStillNeeded(t *testing.T) {
+	t.Parallel()
 	p := pol(1)
 	p.AllowPreemption = true
 	m := newMarket(t, []provSpec{{"box", "eu-west", "A100", 80, 2, p, 0.9}})
@@ -391,6 +398,7 @@ func TestGoldEvictsOnlyWhenStillNeeded(t *testing.T) {
 // declines (kind "excluded") and the other provider wins; the start
 // window opens again from now.
 func TestLostLeaseRequeuedElsewhere(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"cheap", "eu-west", "A100", 80, 2, pol(1), 0.9}, {"dear", "eu-west", "A100", 80, 2, pol(2), 0.9}})
 	r, _ := m.renter(t, RenterConfig{})
 	j := euJob(m.now())
@@ -431,6 +439,7 @@ func TestLostLeaseRequeuedElsewhere(t *testing.T) {
 // breaks a bound (more excluded providers than any job may name) is
 // refused, and no call for it goes out.
 func TestRequeueValidatesTheNewAttempt(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"cheap", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	r, _ := m.renter(t, RenterConfig{})
 	job, err := r.Post(context.Background(), euJob(m.now()))

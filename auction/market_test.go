@@ -215,6 +215,7 @@ func eightProviders() []provSpec {
 }
 
 func TestAuctionGoesToRankWinner(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, eightProviders())
 	var leased []terms.Lease
 	r, _ := m.renter(t, RenterConfig{Listener: hooks{lease: func(l terms.Lease, _ terms.Job) { leased = append(leased, l) }}})
@@ -283,6 +284,7 @@ func bidGate(r *Renter, tr *auctiontest.MemTransport, n int) <-chan struct{} {
 }
 
 func TestAuctionFailover(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		spoil  func(m *market, w *testProv, release <-chan struct{})
@@ -379,6 +381,7 @@ func checkCalendar(t *testing.T, name string, c *Calendar) {
 }
 
 func TestAuctionConcurrentJobs(t *testing.T) {
+	t.Parallel()
 	specs := []provSpec{
 		{"a", "eu-west", "A100", 80, 2, pol(1), 0.9}, {"b", "eu-west", "A100", 80, 3, pol(1.1), 0.8},
 		{"c", "eu-central", "A100", 80, 4, pol(0.9), 0.7}, {"d", "us-east", "A100", 80, 2, pol(1), 0.9},
@@ -465,6 +468,7 @@ func TestAuctionConcurrentJobs(t *testing.T) {
 }
 
 func TestHostileInput(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, eightProviders()[:1])
 	prov := m.provs[0]
 	r, tr := m.renter(t, RenterConfig{})

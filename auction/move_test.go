@@ -50,6 +50,7 @@ func twoBookedLeases(t *testing.T, accept bool) (*testProv, terms.Lease, terms.L
 // booked end frees its GPUs at once, and the lease booked behind it moves
 // to start now, keeping its length and price; the runtime is told.
 func TestEarlyEndMovesLeaseEarlier(t *testing.T) {
+	t.Parallel()
 	prov, first, behind, moves, now := twoBookedLeases(t, true)
 	if err := prov.p.LeaseEnded(first.ID, now, terms.RunSucceeded); err != nil {
 		t.Fatal(err)
@@ -86,6 +87,7 @@ func TestEarlyEndMovesLeaseEarlier(t *testing.T) {
 // (it comes once the hold is dropped), and a move the runtime refuses
 // (the lease already began there) is undone.
 func TestMoveRespectsHoldsAndRuntime(t *testing.T) {
+	t.Parallel()
 	prov, first, behind, moves, now := twoBookedLeases(t, true)
 	// Bids hold both GPUs over the next two hours.
 	prov.cal.Hold("bid-a", "someone", Booking{Start: now, End: now.Add(2 * time.Hour), GPUs: 2, Devices: []int{0, 1}}, now.Add(time.Hour))
@@ -137,6 +139,7 @@ func TestMoveRespectsHoldsAndRuntime(t *testing.T) {
 
 // TestLeaseMovedRule: the one rule both sides check a move by.
 func TestLeaseMovedRule(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	l := terms.Lease{ID: "l", Start: now.Add(time.Hour), End: now.Add(2 * time.Hour), GPUCount: 2, State: terms.RunPending}
 	m, err := l.Moved(now, []int{1, 0}, now)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestNoneFits(t *testing.T) {
+	t.Parallel()
 	gs := func(model string, vram, n int) []terms.GPU {
 		out := make([]terms.GPU, n)
 		for i := range out {

@@ -33,6 +33,7 @@ func validJob() terms.Job {
 }
 
 func TestQuote(t *testing.T) {
+	t.Parallel()
 	p := terms.Policy{PriceFloor: 2, PeakWindows: []terms.Window{{From: "09:00", To: "17:00"}}, PeakMultiplier: 2, OccupancySurcharge: 0.5}
 	cases := []struct {
 		name  string
@@ -60,6 +61,7 @@ func TestQuote(t *testing.T) {
 }
 
 func TestRegionSatisfies(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		want, have string
 		ok         bool

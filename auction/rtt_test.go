@@ -44,6 +44,7 @@ func rankedBy(t *testing.T, rs []terms.Ranked, name string) terms.Ranked {
 // reason, and so is one the renter could not measure. The same bids for a
 // job without MaxRTT rank by price as before.
 func TestMaxRTTRanksAndRejectsByMeasuredRTT(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour, MaxRTT: 50 * time.Millisecond}
 	bids := []rttBid{
@@ -83,6 +84,7 @@ func TestMaxRTTRanksAndRejectsByMeasuredRTT(t *testing.T) {
 // ahead of cheaper ones elsewhere (those on its continent next), and the
 // others are still allowed; Explain says when a bid won on nearness.
 func TestNearRegionRanksFirst(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour, Near: "eu-west"}
 	got := RankAt(j, rttCands(j, now,
@@ -115,6 +117,7 @@ func TestNearRegionRanksFirst(t *testing.T) {
 // away beats one 30% cheaper 150 ms away, and one half its price that
 // could not be measured, which is charged the cap.
 func TestNearAddrRanksByRTT(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour, Near: "/ip4/203.0.113.7/tcp/443"}
 	got := RankAt(j, rttCands(j, now,
@@ -136,6 +139,7 @@ func TestNearAddrRanksByRTT(t *testing.T) {
 // TestRTTBreaksTies: for any job, tied bids go to the lower measured RTT,
 // a measured one before an unmeasured one.
 func TestRTTBreaksTies(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour}
 	got := RankAt(j, rttCands(j, now,
@@ -154,6 +158,7 @@ func TestRTTBreaksTies(t *testing.T) {
 // TestJobValidatesLatencyTerms: MaxRTT is 0 or 1ms..10s; Near is a region
 // name or a multiaddr; each problem names its field.
 func TestJobValidatesLatencyTerms(t *testing.T) {
+	t.Parallel()
 	base := terms.Job{Tier: terms.Silver, MaxPrice: 1, GPUCount: 1, Duration: time.Hour, Run: terms.RunSpec{Command: []string{"x"}}}
 	for _, c := range []struct {
 		maxRTT time.Duration
@@ -194,6 +199,8 @@ func TestJobValidatesLatencyTerms(t *testing.T) {
 // measurement. A job without MaxRTT or Near measures nobody and ranks
 // with the samples the renter has.
 func TestRenterMeasuresLatencySensitiveBidders(t *testing.T) {
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	m := newMarket(t, []provSpec{
 		{"near", "eu-west", "A100", 80, 2, pol(1.0), 0.9},
 		{"far", "eu-west", "A100", 80, 2, pol(0.6), 0.9},

@@ -53,6 +53,7 @@ func forgeInvite(t *testing.T, call []byte, invite string) []byte {
 // directly is not pre-parsed: it is verified, and refused when forged.
 // Bytes that do not parse are refused either way.
 func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, eightProviders())
 	p := m.provs[0]
 	me := p.s.ID().String()
@@ -122,6 +123,7 @@ func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
 // after a sample found no free GPU) asks twice as many providers as the
 // one before; later ones no more.
 func TestRetriedCallAsksMore(t *testing.T) {
+	t.Parallel()
 	var all []string
 	for range 40 {
 		all = append(all, signtest.New(t).ID().String())

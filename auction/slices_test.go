@@ -22,6 +22,7 @@ func quarter(id string, start time.Time, d time.Duration) Booking {
 // ends; a half takes two slices; a device is never cut finer than its
 // slices (an eighth does not fit a device cut into four).
 func TestCalendarPacksSlices(t *testing.T) {
+	t.Parallel()
 	c := NewCalendar(1)
 	if err := c.SetSlices(map[int]int{0: 4}); err != nil {
 		t.Fatal(err)
@@ -102,6 +103,7 @@ func TestCalendarPacksSlices(t *testing.T) {
 // lands on a device a whole booking holds; FreeGPUs counts a device with
 // a slice booked as taken, once however many slices.
 func TestCalendarSlicesExcludeWholeDevices(t *testing.T) {
+	t.Parallel()
 	c := NewCalendar(2)
 	if err := c.SetSlices(map[int]int{0: 4}); err != nil {
 		t.Fatal(err)
@@ -176,6 +178,7 @@ func quarterJob() *terms.Job {
 // offered and booked one after the other share the device, and a fifth
 // is offered the first slice to free up.
 func TestEvaluateSlices(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	ineligible := func(ps ProviderState, j *terms.Job, kind, reason string) {
 		t.Helper()
@@ -251,6 +254,7 @@ func TestEvaluateSlices(t *testing.T) {
 // off anyone else's; a preemptible job is eligible below the floor a
 // job that may not be interrupted pays.
 func TestQuoteInterruptibleDiscount(t *testing.T) {
+	t.Parallel()
 	p := terms.Policy{PriceFloor: 2, OccupancySurcharge: 0.5, InterruptibleDiscount: 0.3, AcceptPreemptible: true}
 	now := at(0, "10:00")
 	if got := Quote(p, now, time.Hour, 1, false); got != 3 {
@@ -284,6 +288,7 @@ func TestQuoteInterruptibleDiscount(t *testing.T) {
 // TestSliceCostIsItsFraction: a slice lease costs its fraction of the
 // device's price per GPU-hour, in the provider's earnings as in LeaseCost.
 func TestSliceCostIsItsFraction(t *testing.T) {
+	t.Parallel()
 	if got := terms.LeaseCost(2, 1, 0.25, time.Hour); got != 0.5 {
 		t.Fatalf("a quarter gpu-hour at $2 = %v", got)
 	}
@@ -300,6 +305,7 @@ func TestSliceCostIsItsFraction(t *testing.T) {
 // of it, each earning the provider a quarter of the GPU-hour price; a
 // fifth waits for a slice, and moves in when one ends early.
 func TestSliceAuctionPacksFourQuarters(t *testing.T) {
+	t.Parallel()
 	p := pol(2)
 	p.Slices = []terms.SliceRule{{Devices: []int{0}, Count: 4}}
 	m := newMarket(t, []provSpec{{"box", "eu-west", "L4", 24, 1, p, 0.9}})
@@ -364,6 +370,7 @@ func TestSliceAuctionPacksFourQuarters(t *testing.T) {
 // slice is booked is named in the capacity notice when a slice lease ends
 // early, which says the room is a slice (FreeFraction), not a whole GPU.
 func TestCapacityNoticeNamesSliceJob(t *testing.T) {
+	t.Parallel()
 	p := pol(2)
 	p.Slices = []terms.SliceRule{{Devices: []int{0}, Count: 4}}
 	m := newMarket(t, []provSpec{{"box", "eu-west", "L4", 24, 1, p, 0.9}})
@@ -412,6 +419,7 @@ func TestCapacityNoticeNamesSliceJob(t *testing.T) {
 // a policy cuts devices into 2, 4 or 8 slices, each device in one rule,
 // and its interruptible discount is in [0, 1).
 func TestSliceJobAndPolicyRules(t *testing.T) {
+	t.Parallel()
 	for name, c := range map[string]struct {
 		mut   func(*terms.Job)
 		field string
@@ -458,6 +466,7 @@ func TestSliceJobAndPolicyRules(t *testing.T) {
 // TestParseGPUs: --count and a task file's accelerator count take whole
 // GPUs or a fraction of one, and refuse anything else in one line.
 func TestParseGPUs(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]struct {
 		n int
 		f float64
@@ -507,6 +516,7 @@ func migState(memoryMB ...int) ProviderState {
 // and not an MPS or unenforced slice; a whole-GPU job takes a device in
 // MIG mode only when it has one instance, and none without instances.
 func TestEvaluateMIGSlices(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	ineligible := func(ps ProviderState, j *terms.Job, kind, reason string) {
 		t.Helper()

@@ -28,6 +28,7 @@ func retire(t *testing.T, reg *sign.Successions, old *sign.Signer, at time.Time)
 // validator and never selected, even as the newest; one issued before
 // stays valid until it expires.
 func TestCapabilityOfRetiredIdentityRefused(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	reg := sign.NewSuccessions()
 	v := terms.CapabilityValidator{Now: func() time.Time { return now }, Successions: reg}
@@ -57,6 +58,7 @@ func TestCapabilityOfRetiredIdentityRefused(t *testing.T) {
 // TestBidFromRetiredIdentityRefused: a renter refuses (retired_key) a bid
 // its provider's old key signed after the identity's succession.
 func TestBidFromRetiredIdentityRefused(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, eightProviders()[:1])
 	reg := sign.NewSuccessions()
 	r, _ := m.renter(t, RenterConfig{Successions: reg})

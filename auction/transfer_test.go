@@ -16,6 +16,7 @@ func artifactID(c byte) string { return strings.Repeat(string(c), 64) }
 // TestEvaluateReportsMissingInputBytes: an offer reports the bytes of the
 // job's inputs the provider's store does not hold, each input once.
 func TestEvaluateReportsMissingInputBytes(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	a, b := artifactID('a'), artifactID('b')
 	cases := []struct {
@@ -49,6 +50,7 @@ func TestEvaluateReportsMissingInputBytes(t *testing.T) {
 // job's inputs (warm) wins; a provider that must fetch them (cold) wins
 // only when it is cheaper by more than the fetch costs.
 func TestRankChargesInputTransfer(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	// 6 GB at TransferRate is a minute: 10% of a 10-minute job.
 	const size = 6e9
@@ -94,6 +96,7 @@ func TestRankChargesInputTransfer(t *testing.T) {
 // larger of the claim and what the provider's advertised holdings imply
 // is charged.
 func TestRankChecksMissingClaims(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	a := artifactID('a')
 	j := &terms.Job{ID: "j", Tier: terms.Silver, MaxPrice: 5, GPUCount: 1, Duration: 10 * time.Minute, Run: terms.RunSpec{Command: []string{"x"},
@@ -134,6 +137,7 @@ func TestRankChecksMissingClaims(t *testing.T) {
 // lookup finds the input advertised by the other only, so the liar is
 // charged for the fetch (10% of the job) and the honest one wins.
 func TestRenterDistrustsUnadvertisedHoldings(t *testing.T) {
+	t.Parallel()
 	a := artifactID('a')
 	specs := []provSpec{
 		{name: "liar", region: "eu-west", model: "A100", vram: 80, n: 2, policy: pol(0.95), rel: 0.9},
@@ -192,6 +196,7 @@ func TestRenterDistrustsUnadvertisedHoldings(t *testing.T) {
 // TestWarmTargetsRankByScore: warm targets come cheapest (per verified
 // reliability) first, ties by peer id.
 func TestWarmTargetsRankByScore(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	caps := []terms.Capability{
 		{Peer: "dear", Policy: terms.Policy{PriceFloor: 3}},

@@ -60,6 +60,7 @@ func isRejection(err error, reason string) bool {
 }
 
 func TestValidID(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		id   string
@@ -104,6 +105,7 @@ func TestValidID(t *testing.T) {
 // and counted as bad_id, when the id breaks ValidID; in particular a lease id
 // that is a path never becomes a booking or a lease.
 func TestNetworkIDsAreValidated(t *testing.T) {
+	t.Parallel()
 	const evil = "../../../../tmp/x/evil"
 	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 2, pol(1), 0.9}})
 	prov := m.provs[0]
@@ -198,6 +200,7 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 // id, or with the next attempt of a requeued job, does not stop the real
 // owner's call from being answered.
 func TestCallSquatting(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 8, pol(1), 0.9}})
 	prov := m.provs[0]
 	owner, squatter := signtest.New(t), signtest.New(t)
@@ -240,6 +243,7 @@ func TestCallSquatting(t *testing.T) {
 // TestCapabilityTTLBounded: a record valid for more than MaxCapabilityTTL is
 // refused by the DHT validator (and cannot be sealed).
 func TestCapabilityTTLBounded(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	v := terms.CapabilityValidator{Now: func() time.Time { return now }}
 	prov := signtest.New(t)
@@ -280,6 +284,7 @@ func TestCapabilityTTLBounded(t *testing.T) {
 // Detected true or false gets the same offer, the same discovery keys and
 // query matches, and (bids carry no such flag) the same rank.
 func TestDetectedFlagGivesNoAdvantage(t *testing.T) {
+	t.Parallel()
 	now := at(0, "10:00")
 	mk := func(detected bool) terms.Capability {
 		gs := gpus("A100", 80, 4)
@@ -320,6 +325,8 @@ func TestDetectedFlagGivesNoAdvantage(t *testing.T) {
 // MaxOwnerInflight sends and gets rate limited, and an honest renter's job
 // meanwhile gets its bid and a lease within its window.
 func TestGossipNeverBlocksOnBids(t *testing.T) {
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 8, pol(1), 0.9}})
 	prov := m.provs[0]
 	attacker, relay := signtest.New(t), signtest.New(t)
@@ -380,6 +387,8 @@ func TestGossipNeverBlocksOnBids(t *testing.T) {
 // honest provider within two bid windows, releases every extra confirm, and
 // ranks the fakes last on its next job.
 func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	var specs []provSpec
 	for i := 0; i < 8; i++ {
 		specs = append(specs, provSpec{fmt.Sprintf("fake-%d", i), "eu-west", "A100", 80, 8, pol(0.3 + float64(i)/100), 0.9})
@@ -487,6 +496,7 @@ func TestFakeBiddersCannotBlockPlacement(t *testing.T) {
 // award to the runner-up did; the runner-up keeps the lease and the late
 // confirm is released, so the best bidder holds no live lease.
 func TestLateConfirmIsReleased(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, []provSpec{{"slow", "eu-west", "A100", 80, 4, pol(0.5), 0.9}, {"quick", "eu-west", "A100", 80, 4, pol(1), 0.9}})
 	slow, quick := m.provs[0], m.provs[1]
 	const jobID = "job-late"
@@ -545,6 +555,7 @@ func TestLateConfirmIsReleased(t *testing.T) {
 // owners that never answer are dropped and counted once the queue is full,
 // and HandleCall still returns at once.
 func TestBidSendQueueBounded(t *testing.T) {
+	t.Parallel()
 	m := newMarket(t, nil)
 	s := signtest.New(t)
 	capab := terms.Capability{Peer: s.ID().String(), Region: "eu-west", GPUs: gpus("A100", 80, 8), Policy: pol(1)}

@@ -21,6 +21,7 @@ func verifiedCands(j *terms.Job, now time.Time) []terms.Candidate {
 // GPU challenge) ranks ahead of cheaper unverified ones; among each group
 // the usual score decides.
 func TestVerifiedBidsRankFirst(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour}
 	got := RankAt(j, verifiedCands(j, now), now)
@@ -35,6 +36,7 @@ func TestVerifiedBidsRankFirst(t *testing.T) {
 // TestVerifiedJobTakesOnlyVerified: a job posted --verified rejects the
 // bids of providers its renter's book does not hold verified.
 func TestVerifiedJobTakesOnlyVerified(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour, Verified: true}
 	got := RankAt(j, verifiedCands(j, now), now)
@@ -61,6 +63,7 @@ func providersOf(rs []terms.Ranked) []string {
 // rejected, however cheap: honest providers outside it do not bid, so such
 // a bid is a peer pushing in where the renter did not ask.
 func TestUnsampledBidRejected(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	j := &terms.Job{ID: "j", MaxPrice: 2, Duration: time.Hour, BidSample: 0.5, BidSeed: "seed"}
 	var in, out string

@@ -21,6 +21,7 @@ import (
 // provider cancel the lease). Once the auction ended without that lease,
 // they are.
 func TestHeartbeatOnAwardedLeaseIsNotUnknown(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	prov := signtest.New(t)

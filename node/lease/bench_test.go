@@ -17,6 +17,7 @@ import (
 // flight from 4 renters. It is a measurement, run only with
 // GPUMESH_MARKET_FIGURES=1; every job must still succeed.
 func TestMarketFigures(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("GPUMESH_MARKET_FIGURES") == "" {
 		t.Skip("set GPUMESH_MARKET_FIGURES=1 to measure")
 	}

@@ -18,6 +18,7 @@ import (
 // refused before anything is fetched, so they cannot evict the renter's
 // own artifacts.
 func TestCheckpointQuota(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	pa := h.provider(provSpec{model: "H100", price: 0.5})

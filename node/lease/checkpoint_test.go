@@ -19,6 +19,7 @@ import (
 // keeps the newest two (unpinning the older) and names them for the
 // requeue.
 func TestHandleCheckpoint(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	pa := h.provider(provSpec{model: "H100", price: 0.5})

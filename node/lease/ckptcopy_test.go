@@ -17,6 +17,7 @@ import (
 // entry swapped for a symlink between listing and open) is covered by
 // runtime's TestCopyJobTreeNeverFollowsSymlinks.
 func TestCheckpointNeverCopiesProviderFiles(t *testing.T) {
+	t.Parallel()
 	data := t.TempDir() // the daemon's data dir
 	key := filepath.Join(data, "identity.key")
 	if err := os.WriteFile(key, []byte("PROVIDER-PRIVATE-KEY"), 0o600); err != nil {

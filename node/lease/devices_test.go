@@ -77,6 +77,7 @@ func (n *node) jobPrints(leaseID, prefix, what string) string {
 // executor each see a different device (by UUID, as NVML names it), and a
 // ninth job gets no bid while all eight are leased.
 func TestEightJobsEightDevices(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	models := make([]string, 8)
 	for i := range models {
@@ -150,6 +151,7 @@ func TestEightJobsEightDevices(t *testing.T) {
 // A mixed host (2x RTX 4090 + 1x RTX 3060) leases each job the model it
 // asked for; "RTX 4090" and "RTX4090" name the same devices.
 func TestMixedHostLeasesTheRightModel(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	host := nvmlHost("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 3060")
 	p := h.provider(provSpec{model: "RTX 4090", price: 1, gpus: host})
@@ -185,6 +187,7 @@ func TestMixedHostLeasesTheRightModel(t *testing.T) {
 // rejected, counted as fraud, and slashes the provider (its reputation
 // drops), with the heartbeat and the fingerprint as evidence.
 func TestHeartbeatWithForeignDeviceIsFraud(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	host := nvmlHost("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3")
 	foreign := false
@@ -238,6 +241,8 @@ func TestHeartbeatWithForeignDeviceIsFraud(t *testing.T) {
 // within a heartbeat interval and preempts its bronze (preemptible) work;
 // its silver lease keeps running. Stats show the breach.
 func TestOverTemperatureStopsBiddingAndPreemptsBronze(t *testing.T) {
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	h := newHarness(t)
 	var mu sync.Mutex
 	temp := 60
@@ -306,6 +311,7 @@ func TestOverTemperatureStopsBiddingAndPreemptsBronze(t *testing.T) {
 // the job can look up (gpumesh job status), not the id of the lease it
 // runs under (it held the lease id, a new one at each attempt).
 func TestJobSeesItsJobID(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	p := h.provider(provSpec{model: "A100", price: 1, exec: realProcessExec(t)})
 	v := h.renter().post(job(terms.Silver, 5, time.Minute, "/bin/sh", "-c", `echo "id=$GPUMESH_JOB_ID"`))

@@ -21,6 +21,7 @@ import (
 // (issue 23: receipts that disagreed were retried every few seconds
 // forever).
 func TestDisagreeingReceiptIsDisputed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	var sent atomic.Int64

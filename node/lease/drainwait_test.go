@@ -44,6 +44,7 @@ func drainWaitAsync(s *Supervisor) <-chan api.DrainView {
 // does not move while DrainWait should have woken: a polling DrainWait is
 // still asleep).
 func TestDrainWaitWokenBySettlement(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s, r := drainingSupervisor()
 		start := time.Now()
@@ -73,6 +74,7 @@ func TestDrainWaitWokenBySettlement(t *testing.T) {
 // TestDrainWaitUndrain: undraining wakes DrainWait at once (no drain is
 // done).
 func TestDrainWaitUndrain(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s, _ := drainingSupervisor()
 		got := drainWaitAsync(s)
@@ -93,6 +95,7 @@ func TestDrainWaitUndrain(t *testing.T) {
 // TestDrainWaitSettleDeadline: a lease that ended but whose renter never
 // settles it counts as done exactly when its DrainSettleWait runs out.
 func TestDrainWaitSettleDeadline(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s, r := drainingSupervisor()
 		ended := time.Now().Add(-50 * time.Millisecond)
@@ -108,6 +111,7 @@ func TestDrainWaitSettleDeadline(t *testing.T) {
 // (a lease's end saved), at once when the drain is done, and otherwise
 // after its wait, never at some tick of its own (in a synctest bubble).
 func TestDrainChange(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s, r := drainingSupervisor()
 		start := time.Now()

@@ -22,6 +22,7 @@ import (
 // log; the renter fetches the log, finds the same digest, and countersigns
 // a receipt that carries it.
 func TestSucceededRunIsPaidOnItsLog(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	v := r.post(job(terms.Silver, 2, time.Minute, "run", "20", "0"))
@@ -41,6 +42,7 @@ func TestSucceededRunIsPaidOnItsLog(t *testing.T) {
 // outputs is evidenced by the empty log's digest, which the renter's own
 // fetch (empty too) matches.
 func TestSilentJobIsPaidOnItsEmptyLog(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	h.provider(provSpec{model: "A100", price: 1, exec: realProcessExec(t)})
@@ -58,6 +60,7 @@ func TestSilentJobIsPaidOnItsEmptyLog(t *testing.T) {
 // receipt, and runs the job again elsewhere without that provider. (The
 // log is longer than a report carries, so the renter fetches it.)
 func TestForgedLogIsNotPaid(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	liar := h.provider(provSpec{model: "A100", price: 1})
@@ -97,6 +100,7 @@ func TestForgedLogIsNotPaid(t *testing.T) {
 // and no log digest, and asks for a receipt whose result hash is the empty
 // manifest's: the renter does not countersign it.
 func TestSuccessWithoutEvidenceIsNotCountersigned(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "never", "0"))
@@ -135,6 +139,7 @@ func TestSuccessWithoutEvidenceIsNotCountersigned(t *testing.T) {
 // evidence: the succeeded run is held failed through the provider's
 // fault, as a forged fetch is.
 func TestForgedInlineLogIsNotPaid(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "never", "0"))

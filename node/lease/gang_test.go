@@ -37,6 +37,7 @@ func gangRunning(v api.JobView, k int, not ...string) bool {
 // without the lost provider. Every member lease settles with its own
 // receipt, billed for what the renter observed; the job's cost is theirs.
 func TestGangLivesAndDiesTogether(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.lossAfter = 300 * time.Millisecond
 	r := h.renter()
@@ -134,6 +135,7 @@ func TestGangLivesAndDiesTogether(t *testing.T) {
 // TestGangCancelStopsEveryMember: cancelling a gang job stops every
 // member, not only the one its record follows.
 func TestGangCancelStopsEveryMember(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	for _, price := range []float64{1, 1.2} {
@@ -156,6 +158,7 @@ func TestGangCancelStopsEveryMember(t *testing.T) {
 // receipts), lists the gang as one job, and never offers a member's
 // record as a job of its own; each member settles after the restart.
 func TestGangRenterRestart(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	provs := []*node{h.provider(provSpec{model: "H100", price: 1}), h.provider(provSpec{model: "H100", price: 1.2})}
@@ -203,6 +206,7 @@ func TestGangRenterRestart(t *testing.T) {
 // end preempted, and so requeued, by asking for a gang stop. A stranger's
 // gang stop is refused like any cancel.
 func TestGangStopOnlyForGangs(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p, other := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
 	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "never", "0"))
@@ -227,6 +231,7 @@ func TestGangStopOnlyForGangs(t *testing.T) {
 // waits out its start window queued and ends; its member's record ends
 // with it (it no longer pins checkpoints nor counts as live).
 func TestGangNotPlacedAgainEndsItsMembers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.lossAfter = 300 * time.Millisecond
 	r := h.renter()

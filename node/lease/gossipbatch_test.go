@@ -87,6 +87,7 @@ func leases(t *testing.T, msg []byte) []string {
 // one message once a batch is full (wire.MaxBatchReceipts), in order, not
 // one message each; the next batch starts empty.
 func TestGossipBatchesReceipts(t *testing.T) {
+	t.Parallel()
 	r, out, srs := gossipReceipts(t, time.Hour, wire.MaxBatchReceipts+1)
 	for _, sr := range srs {
 		r.gossip(sr)
@@ -111,6 +112,7 @@ func TestGossipBatchesReceipts(t *testing.T) {
 // TestGossipSendsAReceiptThatWaitedGossipEvery: a receipt no other joins
 // is gossiped on its own once GossipEvery has passed.
 func TestGossipSendsAReceiptThatWaitedGossipEvery(t *testing.T) {
+	t.Parallel()
 	r, out, srs := gossipReceipts(t, 20*time.Millisecond, 1)
 	r.gossip(srs[0])
 	if got := leases(t, <-out); len(got) != 1 || got[0] != "l0" {
@@ -121,6 +123,7 @@ func TestGossipSendsAReceiptThatWaitedGossipEvery(t *testing.T) {
 // TestGossipBatchStaysUnderItsSize: receipts that would take a batch past
 // wire.MaxBatchBytes start the next one.
 func TestGossipBatchStaysUnderItsSize(t *testing.T) {
+	t.Parallel()
 	r, out, _ := gossipReceipts(t, time.Hour, 0)
 	big := func(c string) []byte { return []byte(strconv.Quote(strings.Repeat(c, 100<<10))) } // two fit, three do not
 	for _, c := range []string{"a", "b", "c"} {

@@ -11,6 +11,7 @@ import (
 // capped in total (DefaultJobFilesMaxBytes), not only by age: past the
 // cap the oldest lease's files go first, the newer ones stay.
 func TestJobFilesTotalCap(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	p := h.provider(provSpec{model: "H100", price: 0.5})
 	now := time.Now()

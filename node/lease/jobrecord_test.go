@@ -20,6 +20,7 @@ import (
 // by the machine again (given up, its start deadline past). Saved again,
 // a record keeps its API state beside the phase.
 func TestOldJobRecordsReadAsMachineState(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	r.kill()
@@ -114,6 +115,7 @@ func TestOldJobRecordsReadAsMachineState(t *testing.T) {
 // (go test -race saw settledArchived write a record a save was
 // marshalling): the snapshot's archived leases are its own.
 func TestJobSnapshotOwnsItsHistory(t *testing.T) {
+	t.Parallel()
 	s := &jobState{}
 	s.History = []api.LeaseRecord{{Lease: terms.Lease{ID: "l1"}, Detail: "lost"}}
 	snap := s.snapshot()

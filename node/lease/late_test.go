@@ -15,6 +15,7 @@ import (
 // (issue 23: such receipts disagreed with the lease's end and were retried
 // forever).
 func TestExpiredLeaseSettles(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, _ := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	v := r.post(job(terms.Silver, 5, 300*time.Millisecond, "gate", "never", "0"))
@@ -33,6 +34,7 @@ func TestExpiredLeaseSettles(t *testing.T) {
 // next lease. It is reported failed, the provider's fault (its renter
 // requeues such a job).
 func TestLeaseNotStartedAfterItsEnd(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	now := time.Now()

@@ -31,6 +31,7 @@ func lostAward(t *testing.T, r, p *node) (jobID, leaseID string) {
 // released by the renter, so the provider does not keep its GPU for a
 // lease nobody uses; the job, queued, then leases that GPU and runs.
 func TestTimedOutAwardIsReleased(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	p := h.provider(provSpec{model: "H100", price: 1})
@@ -63,6 +64,7 @@ func TestTimedOutAwardIsReleased(t *testing.T) {
 // renter answers the lease's heartbeats "unknown" and the provider stops
 // it after wire.UnknownLeaseBeats of them, freeing the GPU.
 func TestLeaseUnknownToRenterStops(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	p := h.provider(provSpec{model: "H100", price: 1})
@@ -90,6 +92,7 @@ func TestLeaseUnknownToRenterStops(t *testing.T) {
 // instead of refusing an unknown lease (the provider would try again only
 // seconds later, and the renter, hearing nothing, could call it lost).
 func TestReportBeforeConfirmWaits(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	p := h.provider(provSpec{model: "H100", price: 1})
@@ -134,6 +137,7 @@ func TestReportBeforeConfirmWaits(t *testing.T) {
 // recorded (the renter's guard counted silence from the lease's start,
 // gave the lease up at once, and requeued a job that ran fine).
 func TestLateConfirmIsNotProviderSilence(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.lossAfter = 300 * time.Millisecond
 	r := h.renter()

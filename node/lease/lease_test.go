@@ -23,6 +23,7 @@ func settled(v api.JobView) bool { return v.Receipt != nil }
 // succeeded, and both ledgers hold the same two-party receipt with matching
 // payments; an observer that only heard the gossip counts the receipt.
 func TestRunToSuccess(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p, observer := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
 	j := job(terms.Silver, 2, time.Minute, "gate", "done", "0")
@@ -95,6 +96,7 @@ func TestRunToSuccess(t *testing.T) {
 // TestFailedRunSettles: a non-zero exit is a failed, finished run that
 // still settles for the time used.
 func TestFailedRunSettles(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, _ := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	v := r.post(job(terms.Silver, 2, time.Minute, "run", "50", "3"))
@@ -107,6 +109,7 @@ func TestFailedRunSettles(t *testing.T) {
 // TestCancel: the renter cancels a running job; its provider stops it and
 // the lease settles as cancelled. A cancel signed by anyone else is refused.
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p, other := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
 	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "never", "0"))
@@ -147,6 +150,7 @@ func TestCancel(t *testing.T) {
 // it ran, and requeued (without a checkpoint: from the start), which runs
 // on the other node.
 func TestGoldPreemptsBronze(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	pa := h.provider(provSpec{model: "H100", price: 0.5, preempt: true})
@@ -231,6 +235,7 @@ func TestGoldPreemptsBronze(t *testing.T) {
 // that disagrees with the lease or with the heartbeats it verified, and
 // records nothing; the honest receipt then settles.
 func TestReceiptMismatchRejected(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "done", "0"))
@@ -284,6 +289,7 @@ func TestReceiptMismatchRejected(t *testing.T) {
 // end passed, and the renter's book slashes it; the job goes back to
 // auction without it (here no other provider can take it: it waits).
 func TestAbandonedLeaseSlashed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.abandonGrace = 100 * time.Millisecond
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
@@ -313,6 +319,7 @@ func TestAbandonedLeaseSlashed(t *testing.T) {
 // settles it; the job is requeued at once, without that provider, and
 // completes on another.
 func TestProviderRestartRecovery(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	other := h.provider(provSpec{model: "A100", price: 1.5})
@@ -349,6 +356,7 @@ func TestProviderRestartRecovery(t *testing.T) {
 // the job's record and still takes its end and receipt; a job that was in
 // auction when the renter died is queued again, with the reason, and runs.
 func TestRenterRestartReload(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "done", "0"))
@@ -396,6 +404,7 @@ func TestRenterRestartReload(t *testing.T) {
 // the renter refuses: it then heard nothing and called a provider that
 // had finished lost.
 func TestJobOverBeforeStartReturned(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	p := h.provider(provSpec{model: "H100", price: 1})

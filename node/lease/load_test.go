@@ -22,6 +22,7 @@ import (
 // the test's leases last a second): that is the provider's lateness,
 // never the job's expiry, and the job is requeued and runs elsewhere.
 func TestManyJobsAtOnceAllRun(t *testing.T) {
+	t.Parallel()
 	const providers, perProvider, jobs = 10, 2, 200
 	h := newHarness(t)
 	var (

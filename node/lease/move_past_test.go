@@ -16,6 +16,7 @@ import (
 // the lease keeps its booked span and is not abandoned. A move to now is
 // taken.
 func TestLeaseMoveIntoThePastIsRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	first := r.post(job(terms.Silver, 5, time.Minute, "gate", "first", "0"))

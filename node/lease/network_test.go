@@ -17,6 +17,7 @@ import (
 // once the job has ended; a hook's error fails the lease before its job
 // starts.
 func TestNetworkHook(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var calls []string
 	note := func(s string) { mu.Lock(); calls = append(calls, s); mu.Unlock() }

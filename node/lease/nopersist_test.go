@@ -33,6 +33,7 @@ func exists(p string) bool {
 // states the policy held, and once settled its provider keeps neither
 // the log, nor the outputs, nor their manifest in its record.
 func TestNoPersistLeaseLeavesNothing(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	p := h.provider(provSpec{model: "H100", price: 0.5, noPersist: terms.NoPersistOffer})
 	r := h.renter()
@@ -79,6 +80,7 @@ func TestNoPersistLeaseLeavesNothing(t *testing.T) {
 // job but signs a receipt that does not state the policy held: its renter
 // refuses to countersign it, and nothing is settled.
 func TestNoPersistReceiptMustStateIt(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	p := h.provider(provSpec{model: "H100", price: 0.5, noPersist: terms.NoPersistOffer})
 	r := h.renter()
@@ -118,6 +120,7 @@ func TestNoPersistReceiptMustStateIt(t *testing.T) {
 // bounds the default week), then removed by the janitor, by the
 // supervisor's clock.
 func TestRetainRemovesJobFiles(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var ahead atomic.Int64
 	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }

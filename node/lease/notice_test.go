@@ -16,6 +16,7 @@ import (
 // call) naming it in a signed notice is refused, and the job keeps its
 // queue backoff.
 func TestCapacityNoticeOnlyFromBusyDecliner(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.queueBackoff, h.queueBackoffMax = time.Minute, time.Minute
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})

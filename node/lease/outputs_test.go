@@ -22,6 +22,7 @@ import (
 // hash; the receipt names that hash, and a receipt naming another result
 // is refused. The provider is not slashed.
 func TestManyOutputFilesSettle(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.abandonGrace = 200 * time.Millisecond
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})

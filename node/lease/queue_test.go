@@ -40,6 +40,7 @@ func (n *node) waitAllSucceeded(ids []string, within time.Duration) {
 // providers: those that find every GPU busy are queued (not rejected) and
 // offered again as GPUs free up, until all of them ran.
 func TestJobsQueueForCapacity(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	for i := 0; i < 4; i++ {
@@ -81,6 +82,7 @@ func TestJobsQueueForCapacity(t *testing.T) {
 // reason, offered again, cancellable while queued, and given up at its
 // start deadline.
 func TestQueuedJobStatus(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	first := r.post(job(terms.Silver, 2, time.Minute, "gate", "hold", "0"))
@@ -121,6 +123,7 @@ func TestQueuedJobStatus(t *testing.T) {
 // queues the job again at its restart (it was persisted before bidding),
 // and the job runs.
 func TestRenterRestartMidAuction(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	j := busyJob(10)
@@ -156,6 +159,7 @@ func TestRenterRestartMidAuction(t *testing.T) {
 // the booking earlier and tells the renter, who watches, bills and settles
 // the moved lease.
 func TestEarlyEndMovesNextLeaseEarlier(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	first := r.post(job(terms.Silver, 5, time.Minute, "gate", "first", "0"))
@@ -196,6 +200,7 @@ func TestEarlyEndMovesNextLeaseEarlier(t *testing.T) {
 // that job, and the renter offers it again at once, long before its queue
 // backoff (a minute here) would have.
 func TestCapacityNoticeWakesQueuedJob(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.queueBackoff, h.queueBackoffMax = time.Minute, time.Minute
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
@@ -224,6 +229,7 @@ func TestCapacityNoticeWakesQueuedJob(t *testing.T) {
 // heartbeats); the lease ends unstarted, its report sends the job back to
 // auction, and the job runs on its next lease.
 func TestUntoldMoveIsNotRun(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	p := h.provider(provSpec{model: "A100", price: 1})
@@ -258,6 +264,7 @@ func TestUntoldMoveIsNotRun(t *testing.T) {
 // to. (The acceptance run of the same, 200 × 20 s on 20 GPUs over real
 // daemons, is testnet/load's: see the README.)
 func TestStackedBookingsMoveUp(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	provs := make([]*node, 4)

@@ -22,6 +22,7 @@ import (
 // that report and requeues the bronze job elsewhere at once, and nothing
 // is billed for the booking that never ran.
 func TestGoldEvictsFutureBronzeBooking(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	pa := h.provider(provSpec{model: "H100", price: 0.5, preempt: true})
@@ -82,6 +83,7 @@ func TestGoldEvictsFutureBronzeBooking(t *testing.T) {
 // the replica itself; the renter runs no auction for it, whatever its
 // attempt budget.
 func TestLostServiceReplicaIsNotRequeued(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.lossAfter = 300 * time.Millisecond
 	r := h.renter()
@@ -131,6 +133,8 @@ func TestLostServiceReplicaIsNotRequeued(t *testing.T) {
 // starts, the renter calls the lease lost after LossAfter, not at the
 // lease's end, and the job runs elsewhere.
 func TestLossWhilePreparingInputs(t *testing.T) {
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	h := newHarness(t)
 	h.lossAfter = 300 * time.Millisecond
 	r := h.renter()
@@ -208,6 +212,7 @@ func TestLossWhilePreparingInputs(t *testing.T) {
 // late report and countersigns its receipt, bounded by the heartbeats it
 // saw before the loss.
 func TestLostLeaseSettlesAfterRenterRestart(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.lossAfter = 300 * time.Millisecond
 	r := h.renter()

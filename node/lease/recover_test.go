@@ -19,6 +19,7 @@ import (
 // provider. When the lost provider comes back and reports, it is paid up
 // to the last heartbeat the renter saw, not for the time it ran on after.
 func TestSilentProviderJobRecoversElsewhere(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.lossAfter = 300 * time.Millisecond
 	r := h.renter()
@@ -105,6 +106,7 @@ func TestSilentProviderJobRecoversElsewhere(t *testing.T) {
 // silent ends failed after the second, saying its budget is spent; the
 // third provider never gets it.
 func TestAttemptBudgetEndsJob(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.lossAfter = 300 * time.Millisecond
 	r := h.renter()
@@ -143,6 +145,7 @@ func TestAttemptBudgetEndsJob(t *testing.T) {
 // take it), and the provider's reputation as a third node sees it, from
 // the gossiped receipt, is what it was.
 func TestJobFaultIsNotRequeuedNorHeldAgainstTheProvider(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	third := h.renter()

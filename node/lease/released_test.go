@@ -23,6 +23,7 @@ import (
 // day). Its job had started when the release came: the provider's ledger
 // says so as a dispute, not a silent zero.
 func TestReleasedLeaseSettlesAtOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	p := h.provider(provSpec{model: "H100", price: 1})
@@ -57,6 +58,7 @@ func TestReleasedLeaseSettlesAtOnce(t *testing.T) {
 // TestReleasedAnswerSurvivesRestart: a renter restarted after it released
 // a lease still answers the lease's final report with its release.
 func TestReleasedAnswerSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	p := h.provider(provSpec{model: "H100", price: 1})
@@ -93,6 +95,7 @@ func TestReleasedAnswerSurvivesRestart(t *testing.T) {
 // to avoid paying gets a dispute in the provider's ledger, not a settled
 // zero, and the settlement is not retried.
 func TestRenterSayingReleasedForARunIsDisputed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	p := h.provider(provSpec{model: "H100", price: 1})
@@ -131,6 +134,7 @@ func TestRenterSayingReleasedForARunIsDisputed(t *testing.T) {
 // another lease) ends nothing: the provider tries its report again, and
 // settles once the renter answers it.
 func TestForgedReleaseIsRetried(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	p := h.provider(provSpec{model: "H100", price: 1})

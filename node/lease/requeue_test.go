@@ -21,6 +21,7 @@ import (
 // fallback, not the host's speed: a busy host slows every step a little,
 // only a missed wake-up costs a whole SettleWait.
 func TestRequeueFollowsTheReceipt(t *testing.T) {
+	t.Parallel()
 	const attempts = 10
 	h := newHarness(t)
 	h.settleWait = time.Minute

@@ -17,6 +17,7 @@ import (
 // a second settlement, and the provider gave the lease up as disputed
 // (found by the deterministic simulation, testnet/dst seed 1).
 func TestSettlementAnswerLost(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	p.crash.loseReceiptAnswer.Store(true)

@@ -16,6 +16,7 @@ import (
 // the lease settles in both ledgers once the renter is back; the returning
 // renter does not take its own outage for an abandoned lease.
 func TestSettlementSurvivesRenterOutage(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name            string
 		restartProvider bool
@@ -71,6 +72,7 @@ func TestSettlementSurvivesRenterOutage(t *testing.T) {
 // TestSettlementGivesUpAfterWindow: a lease whose end lies further back
 // than the settlement window is not retried for ever.
 func TestSettlementGivesUpAfterWindow(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	p.sup.cfg.SettleWindow = time.Millisecond

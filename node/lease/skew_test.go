@@ -15,6 +15,7 @@ import (
 // is set back; attest's TestCheckBilledAcrossSkew covers the bills a
 // skew-blind renter refused.)
 func TestSettlesAcrossClockSkew(t *testing.T) {
+	t.Parallel()
 	const skew = 3 * time.Second
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})

@@ -17,6 +17,7 @@ import (
 // one-line error naming the variable; it is never offered, so no provider
 // runs it and none is blamed for it.
 func TestPostRefusesEnvTheRuntimeSets(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	for _, name := range []string{"HOME", "GPUMESH_OUTPUTS", "CUDA_VISIBLE_DEVICES"} {
@@ -49,6 +50,7 @@ func TestPostRefusesEnvTheRuntimeSets(t *testing.T) {
 // own fault: it is not requeued, its provider is not excluded, and the
 // provider's reputation does not move.
 func TestCommandMissingOnHostIsTheJobsFault(t *testing.T) {
+	t.Parallel()
 	for _, cmd := range [][]string{{"gpumesh-no-such-command", "x"}, {"/nonexistent/gpumesh/bin", "x"}} {
 		t.Run(cmd[0], func(t *testing.T) {
 			h := newHarness(t)
@@ -81,6 +83,7 @@ func TestCommandMissingOnHostIsTheJobsFault(t *testing.T) {
 // variable, a missing command), and the provider's fault what it refuses
 // because of what the provider filled in (a deadline already passed).
 func TestRuntimeSpecFaultsClassify(t *testing.T) {
+	t.Parallel()
 	e := realProcessExec(t)
 	base := runtime.Spec{ID: "spec-fault", Command: []string{"/bin/true"}, Deadline: time.Now().Add(time.Minute)}
 	cases := []struct {

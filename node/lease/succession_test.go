@@ -16,6 +16,7 @@ import (
 // refused and counted, whatever lease it names; one signed before is not
 // refused for its key.
 func TestHeartbeatOfRetiredKeyRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.renter()
 	old, next := signtest.Pair(t)

@@ -18,6 +18,7 @@ import (
 // record, log and outputs the second renter can never read. A job id of
 // another renter's lease is refused the same way.
 func TestLeaseIDNeverReusedAfterRestart(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	alice, p, mallory := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
 	v := alice.post(job(terms.Silver, 2, time.Minute, "run", "20", "0"))
@@ -92,6 +93,7 @@ func TestLeaseIDNeverReusedAfterRestart(t *testing.T) {
 // job's last attempt runs elsewhere instead of being handed back a third
 // time.
 func TestRepeatedHandBackExcludesProvider(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, churner := h.renter(), h.provider(provSpec{model: "A100", price: 0.05})
 	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "work", "0"))
@@ -130,6 +132,7 @@ func TestRepeatedHandBackExcludesProvider(t *testing.T) {
 // executor) ends that lease, failed through the provider's fault and
 // reported to its renter; the provider goes on running other leases.
 func TestPanicInLeaseEndsOnlyThatLease(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	j := job(terms.Silver, 2, time.Minute, "panic", "-", "0")
@@ -158,6 +161,7 @@ func TestPanicInLeaseEndsOnlyThatLease(t *testing.T) {
 // Close, and none joins the goroutines Close waits for (go test -race saw
 // that Add race with Close's Wait).
 func TestLeaseConfirmedWhileStoppingIsNotRun(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	p := h.provider(provSpec{model: "A100", price: 1})
 	p.cancel()

@@ -67,6 +67,7 @@ func logDigest(t *testing.T, p, r *node, leaseID string) (string, int64) {
 // retry of that same receipt gets the same answer, and its ledger owes one
 // payment.
 func TestProviderIsPaidOnlyForWhatTheRenterSaw(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	v := r.post(job(terms.Silver, 2, time.Minute, "gate", "done", "0"))
@@ -143,6 +144,7 @@ func TestProviderIsPaidOnlyForWhatTheRenterSaw(t *testing.T) {
 // lease ended (late or replayed) is ignored and counted; the job stays
 // finished, and no abandonment is declared after the lease's end.
 func TestLateEventsNeverMoveStateBack(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.abandonGrace = 50 * time.Millisecond
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
@@ -172,6 +174,7 @@ func TestLateEventsNeverMoveStateBack(t *testing.T) {
 // through its own fault: the final report and the two-party receipt say so,
 // and the renter's book does not count it against the provider.
 func TestFailingJobIsTheJobsFault(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	v := r.post(job(terms.Silver, 2, time.Minute, "run", "20", "3"))

@@ -16,6 +16,7 @@ import (
 // one is settled again after a restart, and the job's terms come from its
 // job.
 func TestRecordUpgrade(t *testing.T) {
+	t.Parallel()
 	const old = `{"rec":{"lease":{"id":"l1","job_id":"j1","renter":"r","provider":"p","start":"2026-01-01T12:00:00Z",
 		"end":"2026-01-01T13:00:00Z","gpu_count":1,"state":"pending"},"run":"%s","started":"2026-01-01T12:00:01Z",
 		"ended":"2026-01-01T12:10:00Z","detail":"d","fault":"job","dispute":"%s"},

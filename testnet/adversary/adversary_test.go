@@ -228,6 +228,7 @@ func view(t *testing.T, d *daemon, jobID string) api.JobView {
 // after settling) gets countersigned at most what the renter observed, and
 // the renter's ledger holds at most one settlement of the lease.
 func TestFakeProvider(t *testing.T) {
+	t.Parallel()
 	renter, _ := network(t)
 	fake := adversary(t, renter)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
@@ -327,6 +328,8 @@ func attestAmount(gpuSeconds, price float64) float64 { return gpuSeconds / 3600 
 // identities bid lowest on every call and never confirm, honest jobs are
 // still leased, by honest providers, within two bid windows of being posted.
 func TestHonestJobsUnderFloodAndNonConfirmers(t *testing.T) {
+	// Not parallel: it bounds how long this takes in wall time, which
+	// the package's parallel tests would stretch.
 	// The renter asks every provider: with calls sampled (max_bidders),
 	// its established honest providers are asked by name and answer first,
 	// and the attack would seldom engage.
@@ -475,6 +478,7 @@ func diff(a, b map[string]int) map[string]int {
 // topics, are each refused and counted; nothing panics (the daemons run in
 // this test binary) and the target still leases an honest job afterwards.
 func TestMalformedFrames(t *testing.T) {
+	t.Parallel()
 	renter, provs := network(t, 1.0)
 	target := provs[0]
 	settled(t, renter, postUntilLeased(t, renter, honestJob(), 20*time.Second)) // no background counting from here on
@@ -541,6 +545,7 @@ func settled(t *testing.T, renter *daemon, v api.JobView) api.JobView {
 // more than attest.DefaultNewcomerCap together and never lift it above the
 // prior.
 func TestReceiptReplayAndSybils(t *testing.T) {
+	t.Parallel()
 	renter, provs := network(t, 1.0)
 	prov := provs[0]
 	p := adversary(t, renter, prov)
@@ -638,6 +643,7 @@ func TestReceiptReplayAndSybils(t *testing.T) {
 // (invited by name) and places the job there; drawn at random it would be
 // asked in about one call of eight.
 func TestSybilCapabilityRecords(t *testing.T) {
+	t.Parallel()
 	renter, provs := network(t, 1.0)
 	honest := provs[0]
 	hid := honest.ID().String()
@@ -701,6 +707,8 @@ func TestSybilCapabilityRecords(t *testing.T) {
 // grows by what its protocols' limits allow, not by a megabyte per stream,
 // and it still wins and runs an honest job meanwhile.
 func TestHalfSentFramesDoNotExhaustTheDaemon(t *testing.T) {
+	// Not parallel: it measures this process's heap, which the package's
+	// parallel tests would grow.
 	renter, provs := network(t, 1.0)
 	target := provs[0]
 	settled(t, renter, postUntilLeased(t, renter, honestJob(), 20*time.Second))
@@ -739,6 +747,7 @@ func TestHalfSentFramesDoNotExhaustTheDaemon(t *testing.T) {
 // answered once; the same signed bytes sent again on a new stream are
 // refused as a replay, and the provider counts the refusal.
 func TestReplayedGPUChallengeRefused(t *testing.T) {
+	t.Parallel()
 	renter, provs := network(t, 1.0)
 	prov := provs[0]
 	p := adversary(t, renter, prov)

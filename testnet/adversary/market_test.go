@@ -19,6 +19,7 @@ import (
 // it (renter.unsolicited_notice) and the job stays queued, not offered
 // again.
 func TestUnsolicitedCapacityNotice(t *testing.T) {
+	t.Parallel()
 	renter, _ := network(t, 1.0)
 	p := adversary(t, renter)
 	job := honestJob()
@@ -51,6 +52,7 @@ func TestUnsolicitedCapacityNotice(t *testing.T) {
 // provider's move by one second earlier, which the rule allows, is taken
 // (so the refusal was the move's).
 func TestLeaseMoveIntoThePast(t *testing.T) {
+	t.Parallel()
 	renter, _ := network(t)
 	fake := adversary(t, renter)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
@@ -106,6 +108,7 @@ func TestLeaseMoveIntoThePast(t *testing.T) {
 // award under its own fresh lease id is confirmed (so the refusal was the
 // id's).
 func TestAwardReusingAnotherRentersLeaseID(t *testing.T) {
+	t.Parallel()
 	renter, provs := network(t, 1.0)
 	prov := provs[0]
 	victim := settled(t, renter, postUntilLeased(t, renter, honestJob(), 20*time.Second))
@@ -173,6 +176,7 @@ func TestAwardReusingAnotherRentersLeaseID(t *testing.T) {
 // anything it learned itself, gives the bid up (undelivered) without ever
 // connecting to the listener.
 func TestCallNamingAddrsNotDialled(t *testing.T) {
+	t.Parallel()
 	_, provs := network(t, 1.0)
 	prov := provs[0]
 	victim, err := net.Listen("tcp", "127.0.0.1:0")

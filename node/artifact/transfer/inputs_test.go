@@ -19,6 +19,7 @@ import (
 // inputs dir behind and pins nothing; it must never panic (the daemon
 // would die with it).
 func TestPrepareInputsFailureFailsTheLease(t *testing.T) {
+	t.Parallel()
 	renter, prov := newTestPeer(t, 0), newTestPeer(t, 0)
 	prov.net.AddAddrs(renter.net.ID(), renter.addrs())
 	missing := strings.Repeat("ab", 32) // an id the renter does not hold
@@ -45,6 +46,7 @@ func TestPrepareInputsFailureFailsTheLease(t *testing.T) {
 // provider counts the files' size against its store's budget before it
 // fetches or lays out anything, and refuses clearly.
 func TestDedupBombRefusedBeforeMaterialising(t *testing.T) {
+	t.Parallel()
 	renter, prov := newTestPeer(t, 0), newTestPeer(t, 16*artifact.ChunkSize)
 	chunk := make([]byte, artifact.ChunkSize)
 	sum := sha256.Sum256(chunk)

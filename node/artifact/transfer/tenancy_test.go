@@ -33,6 +33,7 @@ func holdFor(t *testing.T, prov, owner *testPeer, id string) {
 // the provider's capability record list it. A renter that holds the same
 // bytes itself gets them, by serving every byte.
 func TestRenterCannotReadAnotherRentersArtifact(t *testing.T) {
+	t.Parallel()
 	x, y, prov := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
 	src, data := writeRandom(t, 3*artifact.ChunkSize+9)
 	id, err := x.store.Add(src, artifact.Meta{Private: true})
@@ -88,6 +89,7 @@ func TestRenterCannotReadAnotherRentersArtifact(t *testing.T) {
 // chunk (a warm request's answer counts it as missing) nor lets the
 // hostile artifact be made of it.
 func TestPublicManifestCannotClaimPrivateChunk(t *testing.T) {
+	t.Parallel()
 	x, y, prov := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
 	prov.svc.cfg.WarmMax = 1 << 30
 	src, _ := writeRandom(t, 2*artifact.ChunkSize)
@@ -126,6 +128,7 @@ func TestPublicManifestCannotClaimPrivateChunk(t *testing.T) {
 // public; when the real owner's job completes it, the artifact is held on
 // the owner's terms (private), not the hostile renter's.
 func TestIncompleteRecordTakesCompletersTerms(t *testing.T) {
+	t.Parallel()
 	x, y, prov := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
 	src, _ := writeRandom(t, 2*artifact.ChunkSize+1)
 	id, err := x.store.Add(src, artifact.Meta{Private: true})

@@ -163,6 +163,7 @@ func exported(t testing.TB, s *artifact.Store, id string) []byte {
 }
 
 func TestFetchPrivateFromOriginThenFromTwoHolders(t *testing.T) {
+	t.Parallel()
 	src, data := writeRandom(t, 24*artifact.ChunkSize+77)
 	origin, first, second, stranger := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
 	id, err := origin.store.Add(src, artifact.Meta{Private: true})
@@ -222,6 +223,7 @@ func TestFetchPrivateFromOriginThenFromTwoHolders(t *testing.T) {
 }
 
 func TestFetchDiscoversHoldersInTheDHT(t *testing.T) {
+	t.Parallel()
 	src, data := writeRandom(t, 3*artifact.ChunkSize)
 	holder, fetcher := newTestPeer(t, 0), newTestPeer(t, 0)
 	id, err := holder.store.Add(src, artifact.Meta{})
@@ -266,6 +268,7 @@ func TestFetchDiscoversHoldersInTheDHT(t *testing.T) {
 }
 
 func TestFetchDropsCorruptPeer(t *testing.T) {
+	t.Parallel()
 	src, data := writeRandom(t, 16*artifact.ChunkSize)
 	good, bad, fetcher := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
 	id, err := good.store.Add(src, artifact.Meta{})
@@ -304,6 +307,7 @@ func TestFetchDropsCorruptPeer(t *testing.T) {
 }
 
 func TestFetchSurvivesPeerKilledMidTransfer(t *testing.T) {
+	t.Parallel()
 	src, data := writeRandom(t, 32*artifact.ChunkSize)
 	stay, dies, fetcher := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
 	id, err := stay.store.Add(src, artifact.Meta{})
@@ -335,6 +339,7 @@ func TestFetchSurvivesPeerKilledMidTransfer(t *testing.T) {
 }
 
 func TestFetchResumesAfterInterruption(t *testing.T) {
+	t.Parallel()
 	src, data := writeRandom(t, 32*artifact.ChunkSize)
 	holder, fetcher := newTestPeer(t, 0), newTestPeer(t, 0)
 	id, err := holder.store.Add(src, artifact.Meta{})
@@ -374,6 +379,7 @@ func TestFetchResumesAfterInterruption(t *testing.T) {
 }
 
 func TestFetchOverBudgetFailsClearly(t *testing.T) {
+	t.Parallel()
 	src, _ := writeRandom(t, 8*artifact.ChunkSize)
 	holder, fetcher := newTestPeer(t, 0), newTestPeer(t, 4*artifact.ChunkSize)
 	id, err := holder.store.Add(src, artifact.Meta{})
@@ -395,6 +401,7 @@ func TestFetchOverBudgetFailsClearly(t *testing.T) {
 // TestServeLimitsStreamsPerPeer: a peer may hold MaxServeStreams artifact
 // streams open at once; one more is refused and counted.
 func TestServeLimitsStreamsPerPeer(t *testing.T) {
+	t.Parallel()
 	src, _ := writeRandom(t, 10)
 	holder, greedy := newTestPeer(t, 0), newTestPeer(t, 0)
 	id, err := holder.store.Add(src, artifact.Meta{})
@@ -433,6 +440,7 @@ func TestServeLimitsStreamsPerPeer(t *testing.T) {
 // TestFetchSkipsHolderLackingChunks: a peer that holds only part of an
 // artifact refuses the chunks it lacks, and they come from another source.
 func TestFetchSkipsHolderLackingChunks(t *testing.T) {
+	t.Parallel()
 	src, data := writeRandom(t, 8*artifact.ChunkSize)
 	full, partial, fetcher := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
 	id, err := full.store.Add(src, artifact.Meta{})

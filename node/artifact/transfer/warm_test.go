@@ -27,6 +27,7 @@ func (tp *testPeer) addrs() []string {
 // request (it holds no lease and no share), reports it held, and keeps
 // the owner's access rules; a second request for it is answered at once.
 func TestWarmFetchesPrivateArtifactOnGrant(t *testing.T) {
+	t.Parallel()
 	owner, prov := newTestPeer(t, 0), newTestPeer(t, 0)
 	prov.svc.cfg.WarmMax = 10 << 20
 	var held atomic.Int32
@@ -68,6 +69,7 @@ func TestWarmFetchesPrivateArtifactOnGrant(t *testing.T) {
 // than their signer; nobody but the owner can warm a private artifact it
 // holds for someone else.
 func TestWarmRefusals(t *testing.T) {
+	t.Parallel()
 	owner, prov, small, other := newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0), newTestPeer(t, 0)
 	prov.svc.cfg.WarmMax = 10 << 20
 	small.svc.cfg.WarmMax = 1 << 20

@@ -78,6 +78,7 @@ func fakeID(b byte) string { return strings.Repeat(string("0123456789abcdef"[b%1
 // of the provider's warm slots (MaxWarmingPerPeer), so they cannot take
 // all of them; other peers still get theirs.
 func TestWarmSlotsPerPeer(t *testing.T) {
+	t.Parallel()
 	prov := newTestPeer(t, 0)
 	prov.svc.cfg.WarmMax = 10 << 20
 	slow := newStallingOrigin(t)
@@ -107,6 +108,7 @@ func TestWarmSlotsPerPeer(t *testing.T) {
 // TestWarmDeadline: a warm fetch that makes no progress is given up at
 // its deadline, freeing its slot.
 func TestWarmDeadline(t *testing.T) {
+	t.Parallel()
 	prov := newTestPeer(t, 0)
 	prov.svc.cfg.WarmMax = 10 << 20
 	prov.svc.cfg.WarmBaseTimeout = 300 * time.Millisecond
