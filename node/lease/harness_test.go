@@ -574,7 +574,10 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	ct := crashTransport{c: n.crash, t: n.tr}
 	log := slog.New(notifyLog{b: &h.changed})
 	var err error
-	if n.receipts, err = NewReceipts(n.ctx, ReceiptsConfig{Ledger: notifyingLedger{db, &h.changed}, Book: n.book, Transport: ct, Counters: n.counters, Log: log}); err != nil {
+	// Receipts are gossiped after a second here, not DefaultGossipEvery:
+	// the tests wait for a third node to hear them.
+	if n.receipts, err = NewReceipts(n.ctx, ReceiptsConfig{Ledger: notifyingLedger{db, &h.changed}, Book: n.book, Transport: ct, Counters: n.counters, Log: log,
+		GossipEvery: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
