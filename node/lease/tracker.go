@@ -174,6 +174,11 @@ type Tracker struct {
 	byLease map[string]string        // lease id → job id
 	changed broadcast.Signal         // at each change of a job's record (save)
 	wake    map[string]chan struct{} // queued job id → offer it now
+	// posted holds, by job id, what a post's auction ended in when it
+	// took no lease (nil until then): the post's answer. A lost race is
+	// offered again at once, and read after the retry had begun, the
+	// answer said "bidding" for a job the post had seen queued.
+	posted map[string]*api.JobView
 	reoffer time.Time                // when the next re-offer may go out
 	wg      sync.WaitGroup
 	// saveMu orders the saves of one job (striped by job id: saves of
@@ -242,7 +247,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*jobState{},
+	t := &Tracker{cfg: cfg, log: log, ctx: ctx, jobs: map[string]*jobState{}, posted: map[string]*api.JobView{},
 		rules: jobmachine.Rules{QueueBackoff: cfg.QueueBackoff, QueueBackoffMax: cfg.QueueBackoffMax, MaxRefusals: maxReceiptRefusals,
 			SettleWindow: DefaultSettleWindow, MaxReleased: maxReleased},
 		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
@@ -393,9 +398,17 @@ func (t *Tracker) PostChecked(job terms.Job, check func(*terms.Job) error) (api.
 	}
 	s := &jobState{}
 	t.jobs[job.ID] = s
+	t.posted[job.ID] = nil
 	rd := t.stepLocked(job.ID, s, jobmachine.Posted{Job: job})
 	t.mu.Unlock()
 	_ = t.advance(rd) // its auction runs here; a job no bid took now is queued
+	t.mu.Lock()
+	ended := t.posted[job.ID]
+	delete(t.posted, job.ID)
+	t.mu.Unlock()
+	if ended != nil {
+		return *ended, nil
+	}
 	return t.View(job.ID)
 }
 
@@ -436,6 +449,11 @@ func (t *Tracker) noLease(id string, err error) {
 	rd := ready{key: id}
 	if s := t.jobs[id]; s != nil {
 		rd = t.stepLocked(id, s, ev)
+		if v, waiting := t.posted[id]; waiting && v == nil {
+			if ended, err := t.viewLocked(id, true); err == nil {
+				t.posted[id] = &ended
+			}
+		}
 	}
 	t.mu.Unlock()
 	_ = t.advanceWithFacts(rd) // the auction's facts were folded in
@@ -825,6 +843,11 @@ func (t *Tracker) View(id string) (api.JobView, error) { return t.view(id, true)
 func (t *Tracker) view(id string, gang bool) (api.JobView, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.viewLocked(id, gang)
+}
+
+// viewLocked is view with t.mu held.
+func (t *Tracker) viewLocked(id string, gang bool) (api.JobView, error) {
 	v, ok := t.jobs[id]
 	if !ok {
 		return api.JobView{}, notFound("no job %s on this node", id)
