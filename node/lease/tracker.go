@@ -178,8 +178,8 @@ type Tracker struct {
 	// took no lease (nil until then): the post's answer. A lost race is
 	// offered again at once, and read after the retry had begun, the
 	// answer said "bidding" for a job the post had seen queued.
-	posted map[string]*api.JobView
-	reoffer time.Time                // when the next re-offer may go out
+	posted  map[string]*api.JobView
+	reoffer time.Time // when the next re-offer may go out
 	wg      sync.WaitGroup
 	// saveMu orders the saves of one job (striped by job id: saves of
 	// different jobs, each a store write, go in parallel).
