@@ -116,6 +116,9 @@ type State struct {
 	// not reached) that have not yet, out of Expected.
 	Awaited  map[string]bool
 	Expected int
+	// Unsampled: the call asks every provider that hears it (no bid
+	// sample), so providers the renter did not expect may answer too.
+	Unsampled bool
 	// Extended: the window ran out once without a bid and was extended.
 	Extended bool
 	// WindowSeq and QuietSeq number the last arming of each timer: a

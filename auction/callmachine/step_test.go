@@ -240,6 +240,35 @@ func TestStepAllIn(t *testing.T) {
 	}
 }
 
+// TestStepAllInUnsampledWaitsForASoonerStart: when every expected
+// provider of an unsampled call (one every provider hears) has answered
+// and no bid starts now, the window stays open for a provider the renter
+// did not expect to answer sooner; it closes at its timer. A sampled call
+// (no other provider may bid) and an unsampled one with a bid that
+// starts now close at the last expected answer.
+func TestStepAllInUnsampledWaitsForASoonerStart(t *testing.T) {
+	later := bid("p1", "n1")
+	later.Start = t0.Add(10 * time.Second)
+	st, all := run(rules, Opened{Job: job, Expected: []string{"p1"}}, BidArrived{Bid: later})
+	if st.Phase != Collecting || strings.Contains(kinds(all[1]), "Close") {
+		t.Fatalf("unsampled, the expected bid starts in 10 s: %q [%s], want the window open", st.Phase, kinds(all[1]))
+	}
+	st, effs := rules.Step(st, TimerFired{Timer: WindowTimer, Seq: 1}, t0.Add(time.Second))
+	if st.Phase != Awarding || kinds(effs) != "Close" {
+		t.Fatalf("at the window's end: %q [%s]", st.Phase, kinds(effs))
+	}
+	sampled := job
+	sampled.BidSample = 0.5
+	if st, all := run(rules, Opened{Job: sampled, Expected: []string{"p1"}}, BidArrived{Bid: later}); st.Phase != Awarding || !strings.Contains(kinds(all[1]), "Close") {
+		t.Fatalf("sampled: %q [%s], want closed at the last expected answer", st.Phase, kinds(all[1]))
+	}
+	now := bid("p1", "n1")
+	now.Start = t0
+	if st, all := run(rules, Opened{Job: job, Expected: []string{"p1"}}, BidArrived{Bid: now}); st.Phase != Awarding || !strings.Contains(kinds(all[1]), "Close") {
+		t.Fatalf("unsampled, the bid starts now: %q [%s], want closed", st.Phase, kinds(all[1]))
+	}
+}
+
 // TestStepAdmission: a bid is taken once per provider and nonce, for the
 // call's attempt, unexpired; a decline once per provider that has not
 // bid.
