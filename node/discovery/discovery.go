@@ -355,26 +355,6 @@ func (d *Discovery) Provided() bool {
 // capability records match q, sorted by peer. Expired or forged records
 // are dropped by the validator.
 func (d *Discovery) FindProviders(ctx context.Context, q terms.Query) ([]terms.Capability, error) {
-	return d.find(ctx, q, d.Lookup)
-}
-
-// held is the unexpired record this node keeps of provider id, else it
-// looks the record up (Lookup): Learn's lookup, which has no use for a
-// fresher copy of a record it holds (who will answer is what it learns;
-// bids are evaluated live). Looking every provider up again cost each
-// Learn of each node one DHT query per provider: in a 50-daemon market,
-// 2,250 queries a round.
-func (d *Discovery) held(ctx context.Context, id peer.ID) (terms.Capability, error) {
-	if v, ok := d.records.Load(id); ok {
-		if c := v.(terms.Capability); c.ExpiresAt.After(d.cfg.Now()) {
-			return c, nil
-		}
-	}
-	return d.Lookup(ctx, id)
-}
-
-// find is FindProviders with lookup to get each provider's record.
-func (d *Discovery) find(ctx context.Context, q terms.Query, lookup func(context.Context, peer.ID) (terms.Capability, error)) ([]terms.Capability, error) {
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
@@ -404,7 +384,7 @@ func (d *Discovery) find(ctx context.Context, q terms.Query, lookup func(context
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			c, err := lookup(ctx, id)
+			c, err := d.Lookup(ctx, id)
 			if err != nil {
 				d.cfg.Log.Debug("capability lookup", "peer", id, "err", err)
 				return
@@ -588,7 +568,7 @@ func (d *Discovery) Learn(every time.Duration) {
 	defer t.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
-		if _, err := d.find(ctx, terms.Query{}, d.held); err != nil && d.ctx.Err() == nil {
+		if _, err := d.FindProviders(ctx, terms.Query{}); err != nil && d.ctx.Err() == nil {
 			d.cfg.Log.Debug("learn providers", "err", err)
 		}
 		cancel()
