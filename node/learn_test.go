@@ -44,20 +44,3 @@ func TestRenterLearnsProvidersWithoutListing(t *testing.T) {
 	waitJob(t, slow, v.Job.ID, 30*time.Second, "ended", func(v api.JobView) bool { return v.Run.Terminal() })
 	waitExpected(t, slow, &job, idsOf(p1, p2), 15*time.Second)
 }
-
-// TestRenterLearnsProvidersThatJoinAfterItStarted: providers that put
-// their records after the renter's first discovery (a market started
-// together) are learned by its next ones, seconds later, not at its
-// interval (an hour here), and with no job posted, so no bid taught it.
-func TestRenterLearnsProvidersThatJoinAfterItStarted(t *testing.T) {
-	root := t.TempDir()
-	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{LearnEvery: time.Hour})
-	p1 := startWith(t, filepath.Join(root, "p1"), fastConfig(providerConfig("eu-west", 0.5, terms.GPU{Model: "A100", VRAMGB: 80})), renter.Daemon, Options{})
-	p2 := startWith(t, filepath.Join(root, "p2"), fastConfig(providerConfig("eu-west", 0.6, terms.GPU{Model: "A100", VRAMGB: 80})), renter.Daemon, Options{})
-	// Another node sees both records in the DHT; the renter never looks
-	// itself (no `gpumesh providers`, no job).
-	observer := startWith(t, filepath.Join(root, "observer"), renterConfig(), renter.Daemon, Options{LearnEvery: time.Hour})
-	waitAdvertised(t, observer, p1, p2)
-	job := shJob(terms.Silver, 2, "true")
-	waitExpected(t, renter, &job, idsOf(p1, p2), 30*time.Second)
-}

@@ -549,22 +549,14 @@ func (d *Discovery) Fingerprint(provider string) string {
 // providers`: they are who a renter expects to answer its calls
 // (ExpectedBidders), so a bid window can close once all have answered,
 // and bid sampling works, from a renter's first job. It discovers every
-// provider now, again LearnFirstGap later and at doubling gaps after that
-// until the gap reaches every (DefaultLearnEvery when not positive), then
-// every interval until New's context ends; LearnBidder adds a provider
-// that bids in between. Only verified records are kept (Lookup).
-//
-// The doubling start is for a market that starts together (a testnet, a
-// rack restarted): the first discovery runs before most providers have
-// put their records, and a renter that knew 3 of 10 at its first burst
-// booked every job of the burst's first half-second on those 3, whose
-// queues then set the burst's end.
+// provider now and every interval (DefaultLearnEvery when not positive)
+// until New's context ends; LearnBidder adds a provider that bids in
+// between. Only verified records are kept (Lookup).
 func (d *Discovery) Learn(every time.Duration) {
 	if every <= 0 {
 		every = DefaultLearnEvery
 	}
-	gap := min(LearnFirstGap, every)
-	t := time.NewTimer(gap)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
@@ -577,14 +569,8 @@ func (d *Discovery) Learn(every time.Duration) {
 			return
 		case <-t.C:
 		}
-		gap = min(2*gap, every)
-		t.Reset(gap)
 	}
 }
-
-// LearnFirstGap is the gap between Learn's first discovery and its second;
-// each next gap doubles, up to Learn's interval.
-const LearnFirstGap = time.Second
 
 // LearnBidder looks up, in the background, the record of a provider whose
 // signed bid arrived while this node keeps no unexpired record of it (a
