@@ -131,7 +131,7 @@ func waitTopicPeer(t *testing.T, from *testNode, topic string, n *testNode) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if err := p2p.WaitTopicPeer(ctx, tp, func(p peer.ID) bool { return p == n.ID() }); err != nil {
+	if err := p2p.WaitTopicPeer(ctx, tp, from.net.Links, func(p peer.ID) bool { return p == n.ID() }); err != nil {
 		t.Fatalf("%s never saw %s on %s: %v", from.ID(), n.ID(), topic, err)
 	}
 }

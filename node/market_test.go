@@ -127,7 +127,7 @@ func waitSubscribed(t *testing.T, from *Daemon, id peer.ID, c *terms.Capability)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p2p.WaitTopicPeer(ctx, topic, func(p peer.ID) bool { return p == id }); err != nil {
+		if err := p2p.WaitTopicPeer(ctx, topic, from.net.Links, func(p peer.ID) bool { return p == id }); err != nil {
 			t.Fatalf("%s never saw provider %s subscribe to %s: %v", from.ID(), id, name, err)
 		}
 	}

@@ -102,6 +102,7 @@ type Node struct {
 	Host   host.Host
 	DHT    *dht.IpfsDHT
 	PubSub *pubsub.PubSub
+	Links  *Links // the peers PubSub's streams reach
 
 	raw       host.Host // the libp2p host itself
 	log       *slog.Logger
@@ -251,7 +252,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.natMu.Unlock()
 	disc, err := topicDiscovery(drouting.NewRoutingDiscovery(kad))
 	if err == nil {
-		n.PubSub, err = pubsub.NewGossipSub(pctx, h, GossipOptions(disc)...)
+		n.Links = NewLinks()
+		n.PubSub, err = pubsub.NewGossipSub(pctx, h, GossipOptions(disc, n.Links)...)
 	}
 	if err != nil {
 		cancel()
@@ -349,8 +351,9 @@ func muxer() *yamux.Transport {
 // its topic and data (MessageID): no two payloads are alike (a re-offered
 // job is a new attempt), and a byte-identical replay is dropped as seen.
 // Peers on the old policy reject these messages, and these peers theirs:
-// the topics' protocol versions changed with it.
-func GossipOptions(disc discovery.Discovery) []pubsub.Option {
+// the topics' protocol versions changed with it. links, where not nil,
+// follows the router's streams for WaitTopicPeer and PublishTo.
+func GossipOptions(disc discovery.Discovery, links *Links) []pubsub.Option {
 	opts := []pubsub.Option{
 		pubsub.WithMaxMessageSize(MaxGossipMessage),
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictNoSign),
@@ -361,6 +364,9 @@ func GossipOptions(disc discovery.Discovery) []pubsub.Option {
 	}
 	if disc != nil {
 		opts = append(opts, pubsub.WithDiscovery(disc))
+	}
+	if links != nil {
+		opts = append(opts, pubsub.WithRawTracer(links))
 	}
 	return opts
 }
@@ -603,22 +609,24 @@ func (n *Node) Topic(name string) (*pubsub.Topic, error) {
 	return t, nil
 }
 
-// Publish gossips data on a topic. When no subscriber of the topic is known
-// yet (right after start-up), it waits for one, bounded by 3s and ctx, so a
-// call is not published into the void; then it publishes regardless.
+// Publish gossips data on a topic. When no subscriber of the topic is
+// reachable yet (right after start-up), it waits for one, bounded by 3s and
+// ctx, so a call is not published into the void; then it publishes
+// regardless.
 func (n *Node) Publish(ctx context.Context, topic string, data []byte) error {
 	t, err := n.Topic(topic)
 	if err != nil {
 		return err
 	}
-	return PublishTo(ctx, t, data)
+	return PublishTo(ctx, t, n.Links, data)
 }
 
-// PublishTo is Publish on a joined topic of any GossipSub router.
-func PublishTo(ctx context.Context, t *pubsub.Topic, data []byte) error {
-	if len(t.ListPeers()) == 0 {
+// PublishTo is Publish on a joined topic of any GossipSub router, whose
+// streams links follows (nil: any subscriber known will do).
+func PublishTo(ctx context.Context, t *pubsub.Topic, links *Links, data []byte) error {
+	if !reachable(t, links) {
 		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		_ = WaitTopicPeer(wctx, t, nil)
+		_ = WaitTopicPeer(wctx, t, links, nil)
 		cancel()
 		if err := ctx.Err(); err != nil {
 			return err
@@ -627,24 +635,14 @@ func PublishTo(ctx context.Context, t *pubsub.Topic, data []byte) error {
 	return t.Publish(ctx, data)
 }
 
-// WaitTopicPeer waits until t knows a subscriber that want accepts (any,
-// when want is nil) or ctx ends. It wakes on the router's join events, not
-// on a timer: the peers known already come first, as joins.
-func WaitTopicPeer(ctx context.Context, t *pubsub.Topic, want func(peer.ID) bool) error {
-	h, err := t.EventHandler()
-	if err != nil {
-		return err
-	}
-	defer h.Cancel()
-	for {
-		ev, err := h.NextPeerEvent(ctx)
-		if err != nil {
-			return err
-		}
-		if ev.Type == pubsub.PeerJoin && (want == nil || want(ev.Peer)) {
-			return nil
+// reachable: some subscriber of t is known and, with links, has a stream.
+func reachable(t *pubsub.Topic, links *Links) bool {
+	for _, p := range t.ListPeers() {
+		if links == nil || links.Open(p) {
+			return true
 		}
 	}
+	return false
 }
 
 // Subscribe delivers every message on topic (except our own) to fn until ctx

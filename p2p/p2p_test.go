@@ -86,7 +86,7 @@ func waitSubscriber(t *testing.T, n *Node, topic string, p peer.ID) *pubsub.Topi
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := WaitTopicPeer(ctx, tp, func(q peer.ID) bool { return q == p }); err != nil {
+	if err := WaitTopicPeer(ctx, tp, n.Links, func(q peer.ID) bool { return q == p }); err != nil {
 		t.Fatalf("no subscribe to %s seen (peers %v): %v", topic, tp.ListPeers(), err)
 	}
 	return tp
@@ -102,7 +102,7 @@ func TestWaitTopicPeer(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if err := WaitTopicPeer(short, tp, nil); !errors.Is(err, context.DeadlineExceeded) {
+	if err := WaitTopicPeer(short, tp, a.Links, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("no subscriber: %v, want the deadline", err)
 	}
 	if err := b.Subscribe(t.Context(), "w", func(peer.ID, []byte) {}); err != nil {
@@ -111,8 +111,38 @@ func TestWaitTopicPeer(t *testing.T) {
 	waitSubscriber(t, a, "w", b.ID())
 	other, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel2()
-	if err := WaitTopicPeer(other, tp, func(p peer.ID) bool { return p == a.ID() }); !errors.Is(err, context.DeadlineExceeded) {
+	if err := WaitTopicPeer(other, tp, a.Links, func(p peer.ID) bool { return p == a.ID() }); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("waiting for a peer that is not subscribed: %v", err)
+	}
+}
+
+// TestWaitTopicPeerWaitsForTheStream: a subscriber known on a topic is not
+// yet one a publish reaches: its subscription comes over its stream to us,
+// while ours to it opens after identify, and the router drops what is
+// published before (b's gossip lost 1 run in 100 under load). The wait
+// ends only once the stream to that subscriber is open as well.
+func TestWaitTopicPeerWaitsForTheStream(t *testing.T) {
+	a, b := pair(t)
+	if err := a.Subscribe(t.Context(), "s", func(peer.ID, []byte) {}); err != nil {
+		t.Fatal(err)
+	}
+	tp := waitSubscriber(t, b, "s", a.ID())
+	// links that have seen no stream open: a is known but unreachable.
+	links := NewLinks()
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := WaitTopicPeer(short, tp, links, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("subscriber with no stream: %v, want the deadline", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- WaitTopicPeer(t.Context(), tp, links, nil) }()
+	links.OnNewOutboundStream(b.ID(), "") // another peer's stream: still waiting
+	links.OnNewOutboundStream(a.ID(), "")
+	if err := <-done; err != nil {
+		t.Fatalf("stream to the subscriber opened: %v", err)
+	}
+	if !b.Links.Open(a.ID()) {
+		t.Fatal("the router's own links do not show its stream to a")
 	}
 }
 

@@ -219,6 +219,7 @@ type mnode struct {
 	idx    int
 	h      host.Host
 	ps     *pubsub.PubSub
+	links  *p2p.Links
 	signer *sign.Signer
 	prov   *auction.Provider
 
@@ -306,7 +307,8 @@ func (n *network) addNode(i int) (*mnode, error) {
 		return nil, err
 	}
 	m := &mnode{net: n, idx: i, h: h, signer: s, topics: map[string]*pubsub.Topic{}}
-	opts := append(p2p.GossipOptions(&nodeDiscovery{n: n, self: h.ID()}), pubsub.WithRawTracer(n.tr.node(i, i == 0)))
+	m.links = p2p.NewLinks()
+	opts := append(p2p.GossipOptions(&nodeDiscovery{n: n, self: h.ID()}, m.links), pubsub.WithRawTracer(n.tr.node(i, i == 0)))
 	if m.ps, err = pubsub.NewGossipSub(n.ctx, h, opts...); err != nil {
 		return nil, fmt.Errorf("scale: gossipsub: %w", err)
 	}
@@ -496,7 +498,7 @@ func (m *mnode) Publish(ctx context.Context, topic string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	return p2p.PublishTo(ctx, t, data)
+	return p2p.PublishTo(ctx, t, m.links, data)
 }
 
 func (m *mnode) Request(ctx context.Context, to peer.ID, proto protocol.ID, data []byte) ([]byte, error) {
