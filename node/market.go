@@ -254,6 +254,7 @@ func (m *market) reputation() *attest.Book {
 func ptr[T any](v T) *T { return &v }
 
 func (m *market) close() {
+	m.receipts.Flush()
 	m.cancel()
 	if m.svc != nil {
 		m.svc.Close()

@@ -195,7 +195,8 @@ func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) 
 // so the gap, not the jobs, sets how often each provider puts. In a
 // 50-daemon market (45 providers, 5 renters, 500 jobs at 50 in flight, two
 // cores) the puts at 2 s cost more than the jobs did (506 ms of CPU a
-// job), at 5 s 96-111 ms a job, at 30 s 80-86 ms. The free GPUs a record
+// job, on an earlier and slower VM); on one VM side by side, 5 s cost
+// 96-111 ms a job and 30 s 80-86 ms. The free GPUs a record
 // shows are what `gpumesh providers` lists (auctions ask the providers
 // themselves), so they may be up to 30 s old; a drain's start and end are
 // put at once (Readvertise).

@@ -16,10 +16,14 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
-// publishes is a Transport that hands every gossiped message to a channel.
+// publishes is a Transport that hands every gossiped message to a channel
+// (none, as a network would, once the publish's context ended).
 type publishes chan []byte
 
-func (p publishes) Publish(_ context.Context, topic string, data []byte) error {
+func (p publishes) Publish(ctx context.Context, topic string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if topic != wire.ReputationTopic {
 		return fmt.Errorf("published on %s", topic)
 	}
@@ -117,6 +121,46 @@ func TestGossipSendsAReceiptThatWaitedGossipEvery(t *testing.T) {
 	r.gossip(srs[0])
 	if got := leases(t, <-out); len(got) != 1 || got[0] != "l0" {
 		t.Fatalf("gossiped %v, want [l0]", got)
+	}
+}
+
+// TestFlushGossipsTheBatchWaiting: a node that stops gossips the receipts
+// still waiting for their batch (it dropped them with its timer), even
+// once its context was cancelled, and the timer sends nothing after.
+func TestFlushGossipsTheBatchWaiting(t *testing.T) {
+	t.Parallel()
+	r, out, srs := gossipReceipts(t, time.Hour, 2)
+	r.gossip(srs[0])
+	r.gossip(srs[1])
+	select {
+	case msg := <-out:
+		t.Fatalf("gossiped %v before its batch was due", leases(t, msg))
+	default:
+	}
+	// The daemon cancels the market's context before it closes the market.
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	r.ctx = stopped
+	r.Flush()
+	select {
+	case msg := <-out:
+		if got := leases(t, msg); len(got) != 2 || got[0] != "l0" || got[1] != "l1" {
+			t.Fatalf("flushed %v, want [l0 l1]", got)
+		}
+	default:
+		t.Fatal("Flush sent nothing")
+	}
+	r.bmu.Lock()
+	waiting, timer := len(r.batch), r.flush
+	r.bmu.Unlock()
+	if waiting != 0 || timer != nil {
+		t.Fatalf("after Flush: %d receipts wait, timer %v", waiting, timer)
+	}
+	r.Flush() // nothing waits: nothing sent
+	select {
+	case msg := <-out:
+		t.Fatalf("an empty Flush gossiped %v", leases(t, msg))
+	default:
 	}
 }
 

@@ -250,6 +250,38 @@ func (r *Receipts) publishLocked() {
 	}()
 }
 
+// Flush gossips the receipts waiting for their batch now, and waits for
+// the publish (at most flushTimeout, even once ctx was cancelled): a node
+// that stops sends what it settled in its last GossipEvery instead of
+// dropping it with its timer. The daemon calls it as it shuts down.
+func (r *Receipts) Flush() {
+	r.bmu.Lock()
+	if r.flush != nil {
+		r.flush.Stop()
+		r.flush = nil
+	}
+	batch := r.batch
+	r.batch, r.batchBytes = nil, 0
+	r.bmu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	msg, err := wire.EncodeReceiptBatch(batch)
+	if err != nil {
+		r.log.Warn("gossip receipts", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), flushTimeout)
+	defer cancel()
+	if err := r.cfg.Transport.Publish(ctx, wire.ReputationTopic, msg); err != nil {
+		r.log.Debug("gossip receipts at shutdown", "receipts", len(batch), "err", err)
+	}
+}
+
+// flushTimeout bounds Flush's publish (a node with no peer left waits for
+// one that long).
+const flushTimeout = 2 * time.Second
+
 // HandleGossip feeds gossiped receipts (a wire.ReputationTopic message)
 // to the reputation book, which verifies both signatures of each and
 // rejects (and counts) forgeries. A message that is no batch counts as
