@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 			ringBin = filepath.Join(bin, "gangring")
-			cmd := exec.Command("go", "build", "-trimpath", "-o", ringBin, "./testdata/gangring")
+			cmd := exec.Command("go", "build", "-o", ringBin, "./testdata/gangring")
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				fmt.Fprintf(os.Stderr, "build gangring: %v\n%s", err, out)
