@@ -77,12 +77,18 @@ func buildDaemon(t testing.TB) string {
 
 // goProgram returns the Go program in directory pkg (relative to this
 // package's), built once per test binary without cgo (a static binary
-// any job, container or uid runs) with go build's extra args.
+// any job, container or uid runs) with go build's extra args. It is
+// built without -trimpath, as the other tests' programs and
+// cmd/gpumesh/deploy's no-cgo daemon are: -trimpath changes every
+// package's build ID, so on CI's empty build cache it compiled the
+// standard library's part of svcserver (net/http, crypto/tls) once
+// more, about 38 s of CPU, where the same packages built without it
+// are shared with those builds.
 func goProgram(t testing.TB, pkg string, args ...string) string {
 	t.Helper()
 	return builtOnce(t, "build "+pkg, func(dir string) (string, error) {
 		bin := filepath.Join(dir, filepath.Base(pkg))
-		cmd := exec.Command("go", append(append([]string{"build", "-trimpath"}, args...), "-o", bin, pkg)...)
+		cmd := exec.Command("go", append(append([]string{"build"}, args...), "-o", bin, pkg)...)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("%w\n%s", err, out)

@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		helperBin = filepath.Join(dir, "jobhelper")
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", helperBin, "./testdata/jobhelper")
+		cmd := exec.Command("go", "build", "-ldflags=-s -w", "-o", helperBin, "./testdata/jobhelper")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "build jobhelper: %v\n%s", err, out)

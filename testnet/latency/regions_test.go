@@ -41,7 +41,7 @@ func buildServer(t *testing.T) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./node/testdata/svcserver")
+	build := exec.Command("go", "build", "-o", bin, "./node/testdata/svcserver")
 	build.Dir = filepath.Join("..", "..")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
 	if out, err := build.CombinedOutput(); err != nil {
