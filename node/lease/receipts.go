@@ -219,18 +219,8 @@ func (r *Receipts) enqueue(b []byte) {
 
 // publishLocked gossips the batch waiting (bmu held), in the background.
 func (r *Receipts) publishLocked() {
-	if r.flush != nil {
-		r.flush.Stop()
-		r.flush = nil
-	}
-	batch := r.batch
-	r.batch, r.batchBytes = nil, 0
-	if len(batch) == 0 {
-		return
-	}
-	msg, err := wire.EncodeReceiptBatch(batch)
-	if err != nil {
-		r.log.Warn("gossip receipts", "err", err)
+	msg, n := r.takeBatchLocked()
+	if msg == nil {
 		return
 	}
 	r.mu.Lock()
@@ -245,9 +235,29 @@ func (r *Receipts) publishLocked() {
 		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
 		defer cancel()
 		if err := r.cfg.Transport.Publish(ctx, wire.ReputationTopic, msg); err != nil && r.ctx.Err() == nil {
-			r.log.Debug("gossip receipts", "receipts", len(batch), "err", err)
+			r.log.Debug("gossip receipts", "receipts", n, "err", err)
 		}
 	}()
+}
+
+// takeBatchLocked takes the batch waiting (bmu held), its timer stopped,
+// as one message of n receipts (nil when none waits).
+func (r *Receipts) takeBatchLocked() (msg []byte, n int) {
+	if r.flush != nil {
+		r.flush.Stop()
+		r.flush = nil
+	}
+	batch := r.batch
+	r.batch, r.batchBytes = nil, 0
+	if len(batch) == 0 {
+		return nil, 0
+	}
+	msg, err := wire.EncodeReceiptBatch(batch)
+	if err != nil {
+		r.log.Warn("gossip receipts", "err", err)
+		return nil, 0
+	}
+	return msg, len(batch)
 }
 
 // Flush gossips the receipts waiting for their batch now, and waits for
@@ -256,25 +266,15 @@ func (r *Receipts) publishLocked() {
 // dropping it with its timer. The daemon calls it as it shuts down.
 func (r *Receipts) Flush() {
 	r.bmu.Lock()
-	if r.flush != nil {
-		r.flush.Stop()
-		r.flush = nil
-	}
-	batch := r.batch
-	r.batch, r.batchBytes = nil, 0
+	msg, n := r.takeBatchLocked()
 	r.bmu.Unlock()
-	if len(batch) == 0 {
-		return
-	}
-	msg, err := wire.EncodeReceiptBatch(batch)
-	if err != nil {
-		r.log.Warn("gossip receipts", "err", err)
+	if msg == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), flushTimeout)
 	defer cancel()
 	if err := r.cfg.Transport.Publish(ctx, wire.ReputationTopic, msg); err != nil {
-		r.log.Debug("gossip receipts at shutdown", "receipts", len(batch), "err", err)
+		r.log.Debug("gossip receipts at shutdown", "receipts", n, "err", err)
 	}
 }
 
