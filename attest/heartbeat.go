@@ -10,7 +10,6 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction/terms"
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // Heartbeat timing bounds used by HeartbeatMonitor.
@@ -264,7 +263,7 @@ type HeartbeatSummary struct {
 // them at no more than HeartbeatRateFactor per interval (see Accept).
 type HeartbeatMonitor struct {
 	leaseID  string
-	provider peer.ID
+	provider sign.ID
 	start    time.Time
 	interval time.Duration
 
@@ -292,7 +291,7 @@ type beat struct {
 // NewHeartbeatMonitor returns a monitor for one lease. interval is the
 // heartbeat period the provider promised; a non-positive interval means
 // DefaultHeartbeatInterval.
-func NewHeartbeatMonitor(leaseID string, provider peer.ID, start time.Time, interval time.Duration) *HeartbeatMonitor {
+func NewHeartbeatMonitor(leaseID string, provider sign.ID, start time.Time, interval time.Duration) *HeartbeatMonitor {
 	if interval <= 0 {
 		interval = DefaultHeartbeatInterval
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction/terms"
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // MaxReceiptSize bounds a receipt's wire encoding.
@@ -153,10 +152,10 @@ func (r Receipt) validate() error {
 	if r.LeaseID == "" {
 		return bad("empty lease id")
 	}
-	if _, err := peer.Decode(r.Renter); err != nil {
+	if _, err := sign.Decode(r.Renter); err != nil {
 		return bad("renter: %v", err)
 	}
-	if _, err := peer.Decode(r.Provider); err != nil {
+	if _, err := sign.Decode(r.Provider); err != nil {
 		return bad("provider: %v", err)
 	}
 	if r.Renter == r.Provider {
@@ -347,7 +346,7 @@ func (sr *SignedReceipt) decode() (Receipt, error) {
 }
 
 func verifyRole(who, domain string, payload, sig []byte, role string) error {
-	id, err := peer.Decode(who)
+	id, err := sign.Decode(who)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrInvalidReceipt, role, err)
 	}

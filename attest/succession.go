@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // SuccessionNamespace is the DHT namespace of identity successions
@@ -17,7 +16,7 @@ import (
 const SuccessionNamespace = "gpumesh-succ"
 
 // SuccessionKey is the DHT key of old's succession.
-func SuccessionKey(old peer.ID) string { return "/" + SuccessionNamespace + "/" + old.String() }
+func SuccessionKey(old sign.ID) string { return "/" + SuccessionNamespace + "/" + old.String() }
 
 // SuccessionValidator is the DHT record validator of successions. It
 // accepts only a succession signed by both its keys whose old identity is
@@ -85,12 +84,12 @@ func (v SuccessionValidator) Select(key string, vals [][]byte) (int, error) {
 	return best, nil
 }
 
-func successionKeyPeer(key string) (peer.ID, error) {
+func successionKeyPeer(key string) (sign.ID, error) {
 	prefix := "/" + SuccessionNamespace + "/"
 	if !strings.HasPrefix(key, prefix) {
 		return "", fmt.Errorf("attest: key %q is not in namespace %s", key, SuccessionNamespace)
 	}
-	id, err := peer.Decode(strings.TrimPrefix(key, prefix))
+	id, err := sign.Decode(strings.TrimPrefix(key, prefix))
 	if err != nil {
 		return "", fmt.Errorf("attest: key %q: %w", key, err)
 	}

@@ -75,7 +75,7 @@ func TestSucceededIdentityKeepsItsReputation(t *testing.T) {
 	if err := b.Succeed(seal(t, old, next, t0)); err != nil {
 		t.Fatalf("the same succession again: %v", err)
 	}
-	for _, id := range []peer.ID{next.ID(), old.ID()} {
+	for _, id := range []peer.ID{peer.ID(next.ID()), peer.ID(old.ID())} {
 		if got := b.Stats(id.String()); !reflect.DeepEqual(got, want) {
 			t.Fatalf("Stats(%s) after the succession:\n%+v\nwant the old identity's\n%+v", id, got, want)
 		}

@@ -3,6 +3,7 @@ package auction
 import (
 	"errors"
 	"fmt"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"testing"
 	"time"
 
@@ -35,22 +36,22 @@ func TestCapacityNoticeChecks(t *testing.T) {
 	r.jobs["job-b"] = &renterJob{call: callmachine.State{Busy: map[string]bool{other.ID().String(): true}}}
 	r.mu.Unlock()
 	fresh := terms.CapacityNotice{Provider: prov.ID().String(), FreeGPUs: 2, Jobs: []string{"job-a", "job-b", "job-z"}, IssuedAt: m.now()}
-	if err := r.HandleBid(prov.ID(), notice(fresh)); err != nil || len(got) != 1 || len(got[0].Jobs) != 1 || got[0].Jobs[0] != "job-a" {
+	if err := r.HandleBid(peer.ID(prov.ID()), notice(fresh)); err != nil || len(got) != 1 || len(got[0].Jobs) != 1 || got[0].Jobs[0] != "job-a" {
 		t.Fatalf("fresh notice: %v, passed on %v (want job-a only)", err, got)
 	}
 	var rej0 *Rejection
 	unsolicited := fresh
 	unsolicited.Jobs = []string{"job-b", "job-z"}
-	if err := r.HandleBid(prov.ID(), notice(unsolicited)); !errors.As(err, &rej0) || rej0.Reason != "unsolicited_notice" {
+	if err := r.HandleBid(peer.ID(prov.ID()), notice(unsolicited)); !errors.As(err, &rej0) || rej0.Reason != "unsolicited_notice" {
 		t.Fatalf("notice naming only jobs the provider never declined as busy: %v", err)
 	}
 	var rej *Rejection
-	if err := r.HandleBid(other.ID(), notice(fresh)); !errors.As(err, &rej) || rej.Reason != "sender_mismatch" {
+	if err := r.HandleBid(peer.ID(other.ID()), notice(fresh)); !errors.As(err, &rej) || rej.Reason != "sender_mismatch" {
 		t.Fatalf("relayed notice: %v", err)
 	}
 	stale := fresh
 	stale.IssuedAt = m.now().Add(-time.Minute)
-	if err := r.HandleBid(prov.ID(), notice(stale)); !errors.As(err, &rej) || rej.Reason != "stale_notice" {
+	if err := r.HandleBid(peer.ID(prov.ID()), notice(stale)); !errors.As(err, &rej) || rej.Reason != "stale_notice" {
 		t.Fatalf("stale notice: %v", err)
 	}
 	many := fresh
@@ -67,7 +68,7 @@ func TestCapacityNoticeChecks(t *testing.T) {
 	negSlice.FreeGPUs, negSlice.FreeFraction = 2, -1.5
 	for name, n := range map[string]terms.CapacityNotice{"too many jobs": many, "no free gpu": none,
 		"negative gpus, room in slices": negative, "negative slice room": negSlice} {
-		if err := r.HandleBid(prov.ID(), notice(n)); err == nil {
+		if err := r.HandleBid(peer.ID(prov.ID()), notice(n)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

@@ -258,7 +258,7 @@ func TestNoLaterStartFallback(t *testing.T) {
 		t.Fatalf("%d bids, awards %+v: want only the free provider awarded", len(st.Bids), st.Attempts)
 	}
 	// The free provider leaves: the later start is the only bid, and wins.
-	m.net.Drop(free.s.ID())
+	m.net.Drop(peer.ID(free.s.ID()))
 	j2 := euJob(m.now())
 	j2.BidWindow, j2.Deadline = 300*time.Millisecond, m.now().Add(2*time.Hour)
 	job2, err := r.Post(context.Background(), j2)

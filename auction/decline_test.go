@@ -3,6 +3,7 @@ package auction
 import (
 	"context"
 	"errors"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"strings"
 	"testing"
 	"time"
@@ -74,17 +75,17 @@ func TestDeclineChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.HandleBid(other.ID(), d); !isRejection(err, "sender_mismatch") {
+	if err := r.HandleBid(peer.ID(other.ID()), d); !isRejection(err, "sender_mismatch") {
 		t.Fatalf("relayed decline: %v", err)
 	}
-	if err := r.HandleBid(prov.ID(), d); err != nil {
+	if err := r.HandleBid(peer.ID(prov.ID()), d); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.HandleBid(prov.ID(), d); !isRejection(err, "duplicate_provider") {
+	if err := r.HandleBid(peer.ID(prov.ID()), d); !isRejection(err, "duplicate_provider") {
 		t.Fatalf("second decline: %v", err)
 	}
 	u, _ := terms.EncodeDecline(prov, terms.Decline{JobID: "job-unknown", Provider: prov.ID().String(), Kind: "price", IssuedAt: m.now()})
-	if err := r.HandleBid(prov.ID(), u); !isRejection(err, "unknown_job") {
+	if err := r.HandleBid(peer.ID(prov.ID()), u); !isRejection(err, "unknown_job") {
 		t.Fatalf("decline for an unknown job: %v", err)
 	}
 	if st, _ := r.Status("job-d"); st.Declines["price"] != 1 {

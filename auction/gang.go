@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -369,7 +370,7 @@ func (r *Renter) decideGang(ctx context.Context, gangID string, job *terms.Job, 
 	switch {
 	case err != nil:
 		return err
-	case signer != to || c.LeaseID != l.ID:
+	case signer != sign.ID(to) || c.LeaseID != l.ID:
 		return errors.New("commit answered for another lease or by another peer")
 	case !c.Accepted:
 		return errors.New(c.Reason)

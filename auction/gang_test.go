@@ -349,7 +349,7 @@ func TestGangHostile(t *testing.T) {
 	}
 	// Another renter cannot commit it.
 	other := signtest.New(t)
-	otr := m.net.Join(other.ID())
+	otr := m.net.Join(peer.ID(other.ID()))
 	d := terms.GangDecision{GangID: "gang-x", JobID: job.ID, Renter: other.ID().String(), Provider: bids[0].Bid.Provider, LeaseID: "lease-a", Commit: true}
 	data, err := terms.EncodeGangDecision(other, d)
 	if err != nil {

@@ -137,9 +137,9 @@ func TestBidRelease(t *testing.T) {
 	box := m.provs[0]
 	box.p.cfg.HoldGrace = DefaultHoldGrace // holds are opt-in
 	owner, other := signtest.New(t), signtest.New(t)
-	tr, bids := bidCollector(m, owner.ID())
-	m.net.Join(other.ID())
-	j := ownedJob(t, m, owner.ID(), "job-held")
+	tr, bids := bidCollector(m, peer.ID(owner.ID()))
+	m.net.Join(peer.ID(other.ID()))
+	j := ownedJob(t, m, peer.ID(owner.ID()), "job-held")
 	call, err := terms.EncodeCall(owner, j, JobTopics(&j)[0])
 	if err != nil {
 		t.Fatal(err)
@@ -158,20 +158,20 @@ func TestBidRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := box.p.HandleAward(other.ID(), fdata); err == nil {
+	if _, err := box.p.HandleAward(peer.ID(other.ID()), fdata); err == nil {
 		t.Fatal("a release by another renter was taken")
 	}
 	data, err := terms.EncodeBidRelease(owner, rel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := box.p.HandleAward(other.ID(), data); err == nil {
+	if _, err := box.p.HandleAward(peer.ID(other.ID()), data); err == nil {
 		t.Fatal("a release relayed by another peer was taken")
 	}
 	if n := box.cal.Holds(m.now()); n != 1 {
 		t.Fatalf("%d holds after refused releases, want 1", n)
 	}
-	if _, err := box.p.HandleAward(owner.ID(), data); err != nil {
+	if _, err := box.p.HandleAward(peer.ID(owner.ID()), data); err != nil {
 		t.Fatal(err)
 	}
 	if n, lost := box.cal.Holds(m.now()), box.p.Stats().Lost; n != 0 || lost != 1 {
@@ -188,10 +188,10 @@ func TestHeldCallBidsAfterRelease(t *testing.T) {
 	box := m.provs[0]
 	box.p.cfg.HoldGrace = DefaultHoldGrace // holds are opt-in
 	first, second := signtest.New(t), signtest.New(t)
-	tr1, bids1 := bidCollector(m, first.ID())
-	tr2, bids2 := bidCollector(m, second.ID())
+	tr1, bids1 := bidCollector(m, peer.ID(first.ID()))
+	tr2, bids2 := bidCollector(m, peer.ID(second.ID()))
 	post := func(tr *auctiontest.MemTransport, signer *sign.Signer, id string) terms.Job {
-		j := ownedJob(t, m, signer.ID(), id)
+		j := ownedJob(t, m, peer.ID(signer.ID()), id)
 		// Must start within ten minutes: the held hour cannot be waited out.
 		j.BidWindow, j.Deadline = 5*time.Second, m.now().Add(10*time.Minute)
 		call, err := terms.EncodeCall(signer, j, JobTopics(&j)[0])
@@ -217,7 +217,7 @@ func TestHeldCallBidsAfterRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := box.p.HandleAward(first.ID(), data); err != nil {
+	if _, err := box.p.HandleAward(peer.ID(first.ID()), data); err != nil {
 		t.Fatal(err)
 	}
 	if b2 := nextBid(t, bids2); b2.JobID != "job-second" {

@@ -140,7 +140,7 @@ func TestProviderAwardRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The owner's transport collects the bid.
-	ot := m.net.Join(owner.ID())
+	ot := m.net.Join(peer.ID(owner.ID()))
 	bids := make(chan terms.Bid, 4)
 	ot.Handle(auctiontest.MemHandlers{OnBid: func(_ peer.ID, data []byte) error {
 		b, err := terms.DecodeBid(data)
@@ -150,12 +150,12 @@ func TestProviderAwardRules(t *testing.T) {
 		return err
 	}})
 	call, _ := terms.EncodeCall(owner, j, "t")
-	answer, err := prov.p.HandleCall(owner.ID(), call)
+	answer, err := prov.p.HandleCall(peer.ID(owner.ID()), call)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The same call again (another topic) is not answered twice.
-	if again, err := prov.p.HandleCall(owner.ID(), call); err != nil || again != nil {
+	if again, err := prov.p.HandleCall(peer.ID(owner.ID()), call); err != nil || again != nil {
 		t.Fatalf("the call again: %q, %v", again, err)
 	}
 	// The owner asked on the call's stream: the bid is its answer, not
@@ -182,7 +182,7 @@ func TestProviderAwardRules(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		reply, err := prov.p.HandleAward(owner.ID(), data)
+		reply, err := prov.p.HandleAward(peer.ID(owner.ID()), data)
 		if err != nil {
 			return terms.Confirm{}, err
 		}
@@ -236,7 +236,7 @@ func TestProviderAwardRules(t *testing.T) {
 	mine := j
 	mine.ID, mine.Owner = "job-mine", prov.s.ID().String()
 	call, _ = terms.EncodeCall(prov.s, mine, "t")
-	if answer, err := prov.p.HandleCall(prov.s.ID(), call); err != nil || answer != nil || prov.p.Stats().Calls != 1 {
+	if answer, err := prov.p.HandleCall(peer.ID(prov.s.ID()), call); err != nil || answer != nil || prov.p.Stats().Calls != 1 {
 		t.Fatalf("own job: %q %v %+v", answer, err, prov.p.Stats())
 	}
 }
@@ -252,14 +252,14 @@ func TestProviderAnswersOnlyTheOwnerOnTheCallsStream(t *testing.T) {
 	prov := m.provs[0]
 	owner, relay := signtest.New(t), signtest.New(t)
 	bids := make(chan terms.Bid, 4)
-	m.net.Join(owner.ID()).Handle(auctiontest.MemHandlers{OnBid: func(_ peer.ID, data []byte) error {
+	m.net.Join(peer.ID(owner.ID())).Handle(auctiontest.MemHandlers{OnBid: func(_ peer.ID, data []byte) error {
 		b, err := terms.DecodeBid(data)
 		if err == nil {
 			bids <- b
 		}
 		return err
 	}})
-	for i, from := range []peer.ID{relay.ID(), owner.ID()} {
+	for i, from := range []peer.ID{peer.ID(relay.ID()), peer.ID(owner.ID())} {
 		j := euJob(m.now())
 		j.ID, j.Owner, j.CreatedAt = fmt.Sprintf("job-%d", i), owner.ID().String(), m.now()
 		call, err := terms.EncodeCall(owner, j, "t")
@@ -270,7 +270,7 @@ func TestProviderAnswersOnlyTheOwnerOnTheCallsStream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if from == relay.ID() {
+		if from == peer.ID(relay.ID()) {
 			if answer != nil {
 				t.Fatalf("a relayed call was answered to the relay: %q", answer)
 			}
@@ -348,7 +348,7 @@ func TestHandleCallRefusesInvalidJob(t *testing.T) {
 	}
 	p := m.provs[0].p
 	var rej *Rejection
-	if _, err := p.HandleCall(renter.ID(), call); !errors.As(err, &rej) || rej.Reason != "invalid_job" || !errors.Is(err, terms.ErrInvalidJob) {
+	if _, err := p.HandleCall(peer.ID(renter.ID()), call); !errors.As(err, &rej) || rej.Reason != "invalid_job" || !errors.Is(err, terms.ErrInvalidJob) {
 		t.Fatalf("call of an invalid job: %v, want refused as invalid_job", err)
 	}
 	st := p.Stats()

@@ -59,7 +59,7 @@ func (m *market) hearCall(t testing.TB, j terms.Job) <-chan struct{} {
 	t.Helper()
 	heard := make(chan struct{})
 	var once sync.Once
-	tr := m.net.Join(signtest.New(t).ID())
+	tr := m.net.Join(peer.ID(signtest.New(t).ID()))
 	for _, topic := range JobTopics(&j) {
 		tr.OnTopic(topic, func(_ peer.ID, data []byte) {
 			if c, err := terms.DecodeCall(data); err == nil && c.Job.ID == j.ID {
@@ -133,7 +133,7 @@ func newMarketAt(t *testing.T, specs []provSpec, now func() time.Time) *market {
 		if err := tp.cal.SetSlices(sp.policy.SliceMap()); err != nil {
 			t.Fatal(err)
 		}
-		tp.t = m.net.Join(tp.s.ID())
+		tp.t = m.net.Join(peer.ID(tp.s.ID()))
 		tp.capab = terms.Capability{Peer: tp.s.ID().String(), Region: sp.region, GPUs: gpus(sp.model, sp.vram, sp.n), Policy: sp.policy}
 		p, err := NewProvider(ProviderConfig{Signer: tp.s, Transport: tp.t, Self: tp,
 			Calendar: tp.cal, Now: m.now, Log: slog.New(notifyHandler{&m.handled})})
@@ -170,7 +170,7 @@ func (m *market) reputation(id string) float64 {
 
 func (m *market) renter(t *testing.T, cfg RenterConfig) (*Renter, *auctiontest.MemTransport) {
 	s := signtest.New(t)
-	tr := m.net.Join(s.ID())
+	tr := m.net.Join(peer.ID(s.ID()))
 	cfg.Signer, cfg.Transport, cfg.Now = s, tr, m.now
 	if cfg.Reputation == nil {
 		cfg.Reputation = hooks{reliability: m.reputation}
@@ -290,7 +290,7 @@ func TestAuctionFailover(t *testing.T) {
 		spoil  func(m *market, w *testProv, release <-chan struct{})
 		result string
 	}{
-		{"winner drops off the network", func(m *market, w *testProv, _ <-chan struct{}) { m.net.Drop(w.s.ID()) }, "error:"},
+		{"winner drops off the network", func(m *market, w *testProv, _ <-chan struct{}) { m.net.Drop(peer.ID(w.s.ID())) }, "error:"},
 		{"winner declines (capacity gone)", func(m *market, w *testProv, _ <-chan struct{}) {
 			now := m.now()
 			_ = w.cal.Reserve(Booking{LeaseID: "local", Start: now.Add(-time.Hour), End: now.Add(5 * time.Hour), GPUs: 4})
@@ -508,18 +508,18 @@ func TestHostileInput(t *testing.T) {
 		data   []byte
 		reason string
 	}{
-		{"malformed json", attacker.ID(), []byte("{not json"), "malformed"},
-		{"empty", attacker.ID(), nil, "malformed"},
-		{"oversized", attacker.ID(), make([]byte, terms.MaxMessageSize+1), "oversized"},
-		{"unsigned", attacker.ID(), unsigned, "malformed"},
-		{"claims another provider", victim.ID(), forged, "signer_mismatch"},
-		{"tampered signer", victim.ID(), tamperedB, "bad_signature"},
-		{"wrong domain", attacker.ID(), mustMarshal(awardEnv), "wrong_domain"},
-		{"sent by someone else", victim.ID(), good, "sender_mismatch"},
-		{"unknown job", attacker.ID(), unknown, "unknown_job"},
-		{"expired", attacker.ID(), expired, "expired"},
-		{"first is fine", attacker.ID(), good, ""},
-		{"replayed nonce", attacker.ID(), good, "replayed_nonce"},
+		{"malformed json", peer.ID(attacker.ID()), []byte("{not json"), "malformed"},
+		{"empty", peer.ID(attacker.ID()), nil, "malformed"},
+		{"oversized", peer.ID(attacker.ID()), make([]byte, terms.MaxMessageSize+1), "oversized"},
+		{"unsigned", peer.ID(attacker.ID()), unsigned, "malformed"},
+		{"claims another provider", peer.ID(victim.ID()), forged, "signer_mismatch"},
+		{"tampered signer", peer.ID(victim.ID()), tamperedB, "bad_signature"},
+		{"wrong domain", peer.ID(attacker.ID()), mustMarshal(awardEnv), "wrong_domain"},
+		{"sent by someone else", peer.ID(victim.ID()), good, "sender_mismatch"},
+		{"unknown job", peer.ID(attacker.ID()), unknown, "unknown_job"},
+		{"expired", peer.ID(attacker.ID()), expired, "expired"},
+		{"first is fine", peer.ID(attacker.ID()), good, ""},
+		{"replayed nonce", peer.ID(attacker.ID()), good, "replayed_nonce"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -559,23 +559,23 @@ func TestHostileInput(t *testing.T) {
 	aw := terms.Award{LeaseID: "lease-x", JobID: fake.ID, Renter: fake.Owner, Provider: prov.s.ID().String(), BidNonce: sb.bid.Nonce,
 		Price: sb.bid.Price, Start: sb.bid.Start, End: sb.bid.End, GPUCount: fake.GPUCount, Job: fake}
 	data, _ := terms.EncodeAward(attacker, aw)
-	if c, err := prov.p.HandleAward(attacker.ID(), data); err == nil || c != nil {
+	if c, err := prov.p.HandleAward(peer.ID(attacker.ID()), data); err == nil || c != nil {
 		t.Fatalf("award from non-owner accepted: %v", err)
 	}
 	if c, err := prov.p.HandleAward(renterID, data); err == nil || c != nil {
 		t.Fatalf("award relayed by the owner but signed by another accepted: %v", err)
 	}
 	for _, junk := range [][]byte{nil, []byte("]]"), make([]byte, terms.MaxMessageSize+1), good} {
-		if _, err := prov.p.HandleAward(attacker.ID(), junk); err == nil {
+		if _, err := prov.p.HandleAward(peer.ID(attacker.ID()), junk); err == nil {
 			t.Fatal("junk award accepted")
 		}
-		if _, err := prov.p.HandleCall(attacker.ID(), junk); err == nil {
+		if _, err := prov.p.HandleCall(peer.ID(attacker.ID()), junk); err == nil {
 			t.Fatal("junk call accepted")
 		}
 	}
 	// A call whose job claims another owner than its signer.
 	callEnv, _ := sign.Seal(attacker, sign.DomainJob, terms.Job{ID: "x", Owner: victim.ID().String()})
-	if _, err := prov.p.HandleCall(attacker.ID(), []byte(`{"topic":"t","job":`+string(mustMarshal(callEnv))+`}`)); err == nil {
+	if _, err := prov.p.HandleCall(peer.ID(attacker.ID()), []byte(`{"topic":"t","job":`+string(mustMarshal(callEnv))+`}`)); err == nil {
 		t.Fatal("call with a foreign owner accepted")
 	}
 	ps := prov.p.Stats()

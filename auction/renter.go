@@ -973,7 +973,7 @@ func (r *Renter) award(ctx context.Context, job *terms.Job, b terms.Bid, leaseID
 	switch {
 	case err != nil:
 		return lease, "bad confirm: " + err.Error()
-	case signer != to:
+	case signer != sign.ID(to):
 		return lease, "confirm not signed by the provider"
 	case c.LeaseID != a.LeaseID:
 		return lease, "confirm for another lease"

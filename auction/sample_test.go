@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"testing"
 	"time"
 
@@ -81,7 +82,7 @@ func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
 	w.Job.Sig[0] ^= 0xff
 	broken, _ := json.Marshal(w)
 	before := p.p.Stats()
-	if err := p.p.HandleGossipedCall(renter.ID(), broken); err != nil {
+	if err := p.p.HandleGossipedCall(peer.ID(renter.ID()), broken); err != nil {
 		t.Fatalf("a gossiped call outside the sample: %v, want it dropped", err)
 	}
 	after := p.p.Stats()
@@ -91,7 +92,7 @@ func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
 	}
 	var rej *Rejection
 	// The same bytes sent directly: verified, and refused.
-	if _, err := p.p.HandleCall(renter.ID(), broken); !errors.As(err, &rej) || !errors.Is(err, sign.ErrBadSignature) {
+	if _, err := p.p.HandleCall(peer.ID(renter.ID()), broken); !errors.As(err, &rej) || !errors.Is(err, sign.ErrBadSignature) {
 		t.Fatalf("a broken call sent directly: %v, want a bad-signature rejection", err)
 	}
 	if p.p.Stats().Ineligible["not_sampled"] != after.Ineligible["not_sampled"] {
@@ -102,7 +103,7 @@ func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
 	if !terms.CallAsks(forged, me) {
 		t.Fatal("CallAsks: the forged call names the provider")
 	}
-	err = p.p.HandleGossipedCall(renter.ID(), forged)
+	err = p.p.HandleGossipedCall(peer.ID(renter.ID()), forged)
 	if !errors.As(err, &rej) || !errors.Is(err, sign.ErrBadSignature) {
 		t.Fatalf("forged call naming the provider: %v, want a bad-signature rejection", err)
 	}
@@ -110,10 +111,10 @@ func TestCallOutsideTheSampleIsDroppedUnverified(t *testing.T) {
 		if !terms.CallAsks(junk, me) {
 			t.Fatalf("terms.CallAsks(%q) = false: bytes that do not parse must reach DecodeCall", junk)
 		}
-		if err := p.p.HandleGossipedCall(renter.ID(), junk); err == nil {
+		if err := p.p.HandleGossipedCall(peer.ID(renter.ID()), junk); err == nil {
 			t.Fatalf("HandleGossipedCall(%q) took junk", junk)
 		}
-		if _, err := p.p.HandleCall(renter.ID(), junk); err == nil {
+		if _, err := p.p.HandleCall(peer.ID(renter.ID()), junk); err == nil {
 			t.Fatalf("HandleCall(%q) took junk", junk)
 		}
 	}

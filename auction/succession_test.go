@@ -3,6 +3,7 @@ package auction
 import (
 	"context"
 	"errors"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"testing"
 	"time"
 
@@ -78,7 +79,7 @@ func TestBidFromRetiredIdentityRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.HandleBid(old.ID(), bid); !isRejection(err, "retired_key") || !errors.Is(err, sign.ErrRetired) {
+	if err := r.HandleBid(peer.ID(old.ID()), bid); !isRejection(err, "retired_key") || !errors.Is(err, sign.ErrRetired) {
 		t.Fatalf("a retired key's bid: %v, want a retired_key rejection", err)
 	}
 	if r.Counters()["retired_key"] != 1 {

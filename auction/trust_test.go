@@ -112,7 +112,7 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 	var leases []terms.Lease
 	prov.p.cfg.Runtime = runtimeHooks{lease: func(l terms.Lease, _ terms.Job, _ []string) { leases = append(leases, l) }}
 	owner := signtest.New(t)
-	_, bids := bidCollector(m, owner.ID())
+	_, bids := bidCollector(m, peer.ID(owner.ID()))
 
 	t.Run("call with a traversal job id", func(t *testing.T) {
 		j := euJob(m.now())
@@ -121,7 +121,7 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := prov.p.HandleCall(owner.ID(), call); !isRejection(err, "bad_id") {
+		if _, err := prov.p.HandleCall(peer.ID(owner.ID()), call); !isRejection(err, "bad_id") {
 			t.Fatalf("HandleCall: %v, want bad_id", err)
 		}
 		if s := prov.p.Stats(); s.Bids != 0 || s.Rejected["bad_id"] != 1 {
@@ -129,9 +129,9 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 		}
 	})
 
-	j := ownedJob(t, m, owner.ID(), "job-good")
+	j := ownedJob(t, m, peer.ID(owner.ID()), "job-good")
 	call, _ := terms.EncodeCall(owner, j, "t")
-	answer, err := prov.p.HandleCall(owner.ID(), call)
+	answer, err := prov.p.HandleCall(peer.ID(owner.ID()), call)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := prov.p.Stats().Rejected["bad_id"]
-			if reply, err := prov.p.HandleAward(owner.ID(), data); reply != nil || !isRejection(err, "bad_id") {
+			if reply, err := prov.p.HandleAward(peer.ID(owner.ID()), data); reply != nil || !isRejection(err, "bad_id") {
 				t.Fatalf("HandleAward: %v, want bad_id", err)
 			}
 			if got := prov.p.Stats().Rejected["bad_id"]; got != before+1 {
@@ -175,7 +175,7 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := r.HandleBid(owner.ID(), data); !isRejection(err, "bad_id") || r.Counters()["bad_id"] != 1 {
+		if err := r.HandleBid(peer.ID(owner.ID()), data); !isRejection(err, "bad_id") || r.Counters()["bad_id"] != 1 {
 			t.Fatalf("HandleBid: %v, counters %v", err, r.Counters())
 		}
 	})
@@ -190,7 +190,7 @@ func TestNetworkIDsAreValidated(t *testing.T) {
 	})
 	// The valid award still works.
 	data, _ := terms.EncodeAward(owner, award)
-	reply, err := prov.p.HandleAward(owner.ID(), data)
+	reply, err := prov.p.HandleAward(peer.ID(owner.ID()), data)
 	if c, _, derr := terms.DecodeConfirm(reply); err != nil || derr != nil || !c.Accepted || len(leases) != 1 {
 		t.Fatalf("valid award: %+v %v %v", c, err, derr)
 	}
@@ -204,24 +204,24 @@ func TestCallSquatting(t *testing.T) {
 	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 8, pol(1), 0.9}})
 	prov := m.provs[0]
 	owner, squatter := signtest.New(t), signtest.New(t)
-	_, ownerBids := bidCollector(m, owner.ID())
-	_, squatBids := bidCollector(m, squatter.ID())
+	_, ownerBids := bidCollector(m, peer.ID(owner.ID()))
+	_, squatBids := bidCollector(m, peer.ID(squatter.ID()))
 	for _, attempt := range []int{0, 1} {
 		t.Run(fmt.Sprintf("attempt %d", attempt), func(t *testing.T) {
-			sq := ownedJob(t, m, squatter.ID(), "job-victim")
+			sq := ownedJob(t, m, peer.ID(squatter.ID()), "job-victim")
 			sq.Attempt = attempt
 			call, _ := terms.EncodeCall(squatter, sq, "t")
-			answer, err := prov.p.HandleCall(squatter.ID(), call)
+			answer, err := prov.p.HandleCall(peer.ID(squatter.ID()), call)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if b := answeredBid(t, answer, squatBids); b.JobID != sq.ID || b.Attempt != attempt {
 				t.Fatalf("squatter's bid %+v", b)
 			}
-			j := ownedJob(t, m, owner.ID(), "job-victim")
+			j := ownedJob(t, m, peer.ID(owner.ID()), "job-victim")
 			j.Attempt = attempt
 			call, _ = terms.EncodeCall(owner, j, "t")
-			answer, err = prov.p.HandleCall(owner.ID(), call)
+			answer, err = prov.p.HandleCall(peer.ID(owner.ID()), call)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -230,7 +230,7 @@ func TestCallSquatting(t *testing.T) {
 				t.Fatalf("owner's bid %+v", b)
 			}
 			// A repeat of the owner's call still is a duplicate.
-			if again, err := prov.p.HandleCall(owner.ID(), call); err != nil || again != nil {
+			if again, err := prov.p.HandleCall(peer.ID(owner.ID()), call); err != nil || again != nil {
 				t.Fatalf("the call again: %q, %v", again, err)
 			}
 		})
@@ -330,7 +330,7 @@ func TestGossipNeverBlocksOnBids(t *testing.T) {
 	m := newMarket(t, []provSpec{{"p", "eu-west", "A100", 80, 8, pol(1), 0.9}})
 	prov := m.provs[0]
 	attacker, relay := signtest.New(t), signtest.New(t)
-	atr := m.net.Join(attacker.ID())
+	atr := m.net.Join(peer.ID(attacker.ID()))
 	release := make(chan struct{})
 	defer close(release)
 	var mu sync.Mutex
@@ -347,10 +347,10 @@ func TestGossipNeverBlocksOnBids(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := 0; i < flood; i++ {
-			j := ownedJob(t, m, attacker.ID(), fmt.Sprintf("job-flood-%d", i))
+			j := ownedJob(t, m, peer.ID(attacker.ID()), fmt.Sprintf("job-flood-%d", i))
 			j.BidWindow = terms.MaxBidWindow
 			call, _ := terms.EncodeCall(attacker, j, "t")
-			_, _ = prov.p.HandleCall(relay.ID(), call)
+			_, _ = prov.p.HandleCall(peer.ID(relay.ID()), call)
 		}
 	}()
 	select {
@@ -559,7 +559,7 @@ func TestBidSendQueueBounded(t *testing.T) {
 	m := newMarket(t, nil)
 	s := signtest.New(t)
 	capab := terms.Capability{Peer: s.ID().String(), Region: "eu-west", GPUs: gpus("A100", 80, 8), Policy: pol(1)}
-	p, err := NewProvider(ProviderConfig{Signer: s, Transport: m.net.Join(s.ID()), Self: fixedSelf(capab),
+	p, err := NewProvider(ProviderConfig{Signer: s, Transport: m.net.Join(peer.ID(s.ID())), Self: fixedSelf(capab),
 		Calendar: NewCalendar(8), Now: m.now, SendWorkers: 1, SendQueue: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -572,12 +572,12 @@ func TestBidSendQueueBounded(t *testing.T) {
 		defer close(done)
 		for i := 0; i < 3; i++ {
 			owner := signtest.New(t)
-			m.net.Join(owner.ID()).Handle(auctiontest.MemHandlers{OnBid: func(peer.ID, []byte) error { <-release; return nil }})
-			j := ownedJob(t, m, owner.ID(), fmt.Sprintf("job-q-%d", i))
+			m.net.Join(peer.ID(owner.ID())).Handle(auctiontest.MemHandlers{OnBid: func(peer.ID, []byte) error { <-release; return nil }})
+			j := ownedJob(t, m, peer.ID(owner.ID()), fmt.Sprintf("job-q-%d", i))
 			j.BidWindow = terms.MaxBidWindow
 			call, _ := terms.EncodeCall(owner, j, "t")
 			// Relayed, so that the bid goes through the send queue.
-			_, _ = p.HandleCall(relay.ID(), call)
+			_, _ = p.HandleCall(peer.ID(relay.ID()), call)
 		}
 	}()
 	select {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"io"
 	"time"
 
@@ -70,7 +71,7 @@ func (d *Daemon) loadImageArtifact(ctx context.Context, id, image string, owner 
 	if err != nil {
 		return nil, "", fmt.Errorf("image artifact: %w", err)
 	}
-	imageID, err = im.LoadArtifact(ctx, func() (io.ReadCloser, error) { return d.artifacts.Store().Open(id, artifact.For(owner)) }, image)
+	imageID, err = im.LoadArtifact(ctx, func() (io.ReadCloser, error) { return d.artifacts.Store().Open(id, artifact.For(sign.ID(owner))) }, image)
 	if err != nil {
 		unpin()
 		return nil, "", fmt.Errorf("image artifact %s: %w", id, err)

@@ -178,7 +178,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.signer, err = sign.NewSigner(key); err != nil {
+	if d.signer, err = p2p.Signer(key); err != nil {
 		return nil, err
 	}
 	d.db, err = ledger.Open(d.paths.DB(), ledger.WithLogger(d.log))
@@ -384,10 +384,10 @@ func (d *Daemon) Advertised() *terms.Capability { return d.disc.Advertised() }
 func protocolLimits() map[protocol.ID]p2p.ProtocolLimit {
 	m := map[protocol.ID]p2p.ProtocolLimit{}
 	for _, p := range wire.RequestProtocols {
-		m[p] = p2p.RequestLimit
+		m[protocol.ID(p)] = p2p.RequestLimit
 	}
 	for _, p := range wire.StreamProtocols {
-		m[p] = p2p.BulkLimit
+		m[protocol.ID(p)] = p2p.BulkLimit
 	}
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"strconv"
 	"testing"
 	"time"
@@ -40,15 +41,15 @@ func TestProviderDefersGossipedReceipts(t *testing.T) {
 	// batches of one and of several).
 	const junk = 1030
 	for i := 0; i < junk; i += 2 {
-		n.market.receipts.HandleGossip(prov.ID(), gossipMsg([]byte(strconv.Quote(fmt.Sprintf("junk %d", i))),
+		n.market.receipts.HandleGossip(peer.ID(prov.ID()), gossipMsg([]byte(strconv.Quote(fmt.Sprintf("junk %d", i))),
 			[]byte(strconv.Quote(fmt.Sprintf("junk %d", i+1)))))
 	}
 	forged := receipt(0)
 	forged[len(forged)/2] ^= 0x01
-	n.market.receipts.HandleGossip(prov.ID(), gossipMsg(forged))
-	n.market.receipts.HandleGossip(prov.ID(), gossipMsg(receipt(1), receipt(2)))
+	n.market.receipts.HandleGossip(peer.ID(prov.ID()), gossipMsg(forged))
+	n.market.receipts.HandleGossip(peer.ID(prov.ID()), gossipMsg(receipt(1), receipt(2)))
 	// A message that is no batch at all is refused as it comes, unqueued.
-	n.market.receipts.HandleGossip(prov.ID(), []byte("junk"))
+	n.market.receipts.HandleGossip(peer.ID(prov.ID()), []byte("junk"))
 	p := prov.ID().String()
 	if got := n.market.book.Stats(p).Receipts; got != 0 {
 		t.Fatalf("a provider that never rented took %d gossiped receipts in at once", got)
@@ -76,7 +77,7 @@ func TestProviderDefersGossipedReceipts(t *testing.T) {
 		t.Fatalf("the forged receipt was not refused: %v", c)
 	}
 	// From now on gossip is taken in at once.
-	n.market.receipts.HandleGossip(prov.ID(), gossipMsg(receipt(3)))
+	n.market.receipts.HandleGossip(peer.ID(prov.ID()), gossipMsg(receipt(3)))
 	if got := n.market.book.Stats(p).Receipts; got != 3 {
 		t.Fatalf("after activation: %d receipts, want 3", got)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gpumesh/gpumesh/node/wire/wirenet"
 	"net/http"
 	"reflect"
 	"time"
@@ -81,7 +82,7 @@ func newMarket(d *Daemon) (*market, error) {
 		Counters: m.counters, Log: d.log, Deferred: d.cfg.Provider.Enabled}); err != nil {
 		return nil, err
 	}
-	tr := wire.AuctionTransport(lt)
+	tr := wirenet.AuctionTransport(lt)
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"github.com/libp2p/go-libp2p/core/peer"
 	"io"
 	"net"
 	"net/http"
@@ -83,7 +84,7 @@ func TestGossipedForgeriesDoNotMoveReputation(t *testing.T) {
 	}()
 	before := n.market.book.Stats(prov.ID().String())
 	for _, msg := range [][]byte{gossipMsg(half), gossipMsg(tampered), []byte("garbage")} {
-		n.market.receipts.HandleGossip(prov.ID(), msg)
+		n.market.receipts.HandleGossip(peer.ID(prov.ID()), msg)
 	}
 	if after := n.market.book.Stats(prov.ID().String()); after != before {
 		t.Fatalf("forged receipts changed reputation: %+v -> %+v", before, after)
@@ -98,7 +99,7 @@ func TestGossipedForgeriesDoNotMoveReputation(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := good.Marshal()
-	n.market.receipts.HandleGossip(prov.ID(), gossipMsg(b))
+	n.market.receipts.HandleGossip(peer.ID(prov.ID()), gossipMsg(b))
 	if got := n.market.book.Stats(prov.ID().String()).Receipts; got != 1 {
 		t.Fatalf("genuine receipt not counted: %d", got)
 	}

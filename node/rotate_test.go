@@ -51,7 +51,7 @@ func storedSuccession(t *testing.T, pm *dhtpb.ProtocolMessenger, n *testNode, ol
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rec, _, err := pm.GetValue(ctx, n.ID(), attest.SuccessionKey(old))
+	rec, _, err := pm.GetValue(ctx, n.ID(), attest.SuccessionKey(sign.ID(old)))
 	if err != nil {
 		t.Fatalf("GET_VALUE from %s: %v", n.ID(), err)
 	}
@@ -63,7 +63,7 @@ func storedSuccession(t *testing.T, pm *dhtpb.ProtocolMessenger, n *testNode, ol
 func putSuccession(pm *dhtpb.ProtocolMessenger, n *testNode, old peer.ID, value []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return pm.PutValue(ctx, n.ID(), p2precord.MakePutRecord(attest.SuccessionKey(old), value))
+	return pm.PutValue(ctx, n.ID(), p2precord.MakePutRecord(attest.SuccessionKey(sign.ID(old)), value))
 }
 
 // TestRotatedProviderKeepsReputation is the rotation end to end: a
@@ -120,8 +120,8 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oldSigner, err := sign.NewSigner(oldKey)
-	if err != nil || oldSigner.ID() != oldID {
+	oldSigner, err := p2p.Signer(oldKey)
+	if err != nil || peer.ID(oldSigner.ID()) != oldID {
 		t.Fatalf("the retired key is %v (%v), want the old identity %s", oldSigner, err, oldID)
 	}
 	if got := book.Stats(rec.New); got.Receipts != 0 || got.Score != attest.Prior {
@@ -202,10 +202,10 @@ func TestRotatedProviderKeepsReputation(t *testing.T) {
 	mine, mine2 := signtest.Pair(t)
 	genuine, _ := sign.SealSuccession(mine, mine2, time.Now())
 	gb, _ := genuine.Marshal()
-	if err := putSuccession(pm, boot, mine.ID(), gb); err != nil {
+	if err := putSuccession(pm, boot, peer.ID(mine.ID()), gb); err != nil {
 		t.Fatalf("the renter's DHT refused a genuine succession: %v", err)
 	}
-	if !bytes.Equal(storedSuccession(t, pm, boot, mine.ID()), gb) {
+	if !bytes.Equal(storedSuccession(t, pm, boot, peer.ID(mine.ID())), gb) {
 		t.Fatal("a genuine succession put by the same peer is not in the renter's DHT")
 	}
 	j := 0

@@ -7,6 +7,7 @@ package p2p
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -28,6 +29,7 @@ import (
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	record "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	cryptopb "github.com/libp2p/go-libp2p/core/crypto/pb"
 	"github.com/libp2p/go-libp2p/core/discovery"
 	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
@@ -45,6 +47,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	mh "github.com/multiformats/go-multihash"
 
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/p2p/broadcast"
 )
 
@@ -717,6 +720,24 @@ func LoadOrCreateKey(path string) (crypto.PrivKey, error) {
 		return nil, err
 	}
 	return priv, nil
+}
+
+// Signer is the signing core's signer for an identity key: the same
+// Ed25519 key, so the signer's ID is the host's peer ID. A key of any other
+// type is refused (gpumesh identities are Ed25519 only: their peer IDs
+// inline the public key every signature is checked against).
+func Signer(priv crypto.PrivKey) (*sign.Signer, error) {
+	if priv == nil {
+		return nil, errors.New("p2p: nil identity key")
+	}
+	if priv.Type() != cryptopb.KeyType_Ed25519 {
+		return nil, fmt.Errorf("p2p: identity key is %s, not Ed25519", priv.Type())
+	}
+	raw, err := priv.Raw()
+	if err != nil {
+		return nil, fmt.Errorf("p2p: identity key: %w", err)
+	}
+	return sign.NewSigner(ed25519.PrivateKey(raw))
 }
 
 // NewKey makes a fresh Ed25519 identity key.

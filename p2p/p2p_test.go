@@ -51,6 +51,34 @@ func TestIdentityKey(t *testing.T) {
 	}
 }
 
+// TestSignerIsTheHostsIdentity: the signer made from an identity key signs
+// as the host's peer ID (what a peer sees on the connection is who signed),
+// and a key of another type than Ed25519 makes none.
+func TestSignerIsTheHostsIdentity(t *testing.T) {
+	key, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Signer(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPrivateKey(key)
+	if err != nil || peer.ID(s.ID()) != id {
+		t.Fatalf("signer %s, host %s (%v)", s.ID(), id, err)
+	}
+	secp, _, err := crypto.GenerateSecp256k1Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Signer(secp); err == nil || !strings.Contains(err.Error(), "not Ed25519") {
+		t.Fatalf("secp256k1 key made a signer: %v", err)
+	}
+	if _, err := Signer(nil); err == nil {
+		t.Fatal("nil key made a signer")
+	}
+}
+
 func newNode(t *testing.T, boot ...string) *Node {
 	t.Helper()
 	key, err := LoadOrCreateKey(filepath.Join(t.TempDir(), "k"))

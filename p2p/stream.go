@@ -174,7 +174,7 @@ func (n *Node) Request(ctx context.Context, to peer.ID, addrs []string, proto pr
 // Direct is a node as the market's messages travel on it: requests to
 // peers it reaches by itself (a connection, the peerstore, the DHT; no
 // addresses named, see auction.Transport) and gossip. It is the
-// lease.Transport and wire.Carrier of the daemon and the harnesses.
+// lease.Transport and wirenet.Carrier of the daemon and the harnesses.
 type Direct struct{ N *Node }
 
 // Request is N.Request without addresses.

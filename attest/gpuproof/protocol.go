@@ -15,7 +15,6 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/p2p/frame"
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // The exchange on one stream (wire.ProtoGPUChallenge), frames as p2p's:
@@ -180,7 +179,7 @@ func readJSON(r *bufio.Reader, v any) error {
 
 // Serve answers one challenge from peer from on rw (a stream whose remote
 // peer the transport authenticated).
-func (p *Prover) Serve(from peer.ID, rw io.ReadWriter) error {
+func (p *Prover) Serve(from sign.ID, rw io.ReadWriter) error {
 	br := bufio.NewReader(rw)
 	raw, err := frame.Read(br)
 	if err != nil {
@@ -296,7 +295,7 @@ var ErrNoVerdict = errors.New("gpuproof: no verdict")
 // returns the signed verdict. A timed-out or misbehaving provider gets a
 // Failed verdict; ErrNoVerdict comes back when there is nothing to judge.
 // n and k of 0 mean Size(vramGB).
-func (v *Verifier) Run(ctx context.Context, rw io.ReadWriter, provider peer.ID, device, model string, vramGB, n, k int) (*SignedVerdict, error) {
+func (v *Verifier) Run(ctx context.Context, rw io.ReadWriter, provider sign.ID, device, model string, vramGB, n, k int) (*SignedVerdict, error) {
 	if n == 0 || k == 0 {
 		n, k = Size(vramGB)
 	}

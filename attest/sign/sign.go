@@ -1,17 +1,16 @@
 // Package sign is the signing core every signed message in gpumesh goes
-// through: a node's Signer (its libp2p Ed25519 identity), the self-describing
+// through: a peer's identity (ID), a node's Signer (its Ed25519 identity key,
+// the same key as its libp2p host's), the self-describing
 // Envelope, Seal/Open, and the one list of signature domains. It sits at the
 // bottom of the import graph so that every package, whatever its place, signs
 // and verifies the same way.
 package sign
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/libp2p/go-libp2p/core/crypto"
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // Signature domains: a signature made under one can never be replayed as
@@ -52,31 +51,24 @@ var (
 	ErrMalformed    = errors.New("sign: malformed envelope")
 )
 
-// Signer signs payloads with a node's libp2p identity key.
+// Signer signs payloads with a node's identity key: the Ed25519 key of
+// its libp2p identity (p2p.Signer makes one from the host's key), whose
+// public half its ID inlines.
 type Signer struct {
-	priv crypto.PrivKey
-	id   peer.ID
+	priv ed25519.PrivateKey
+	id   ID
 }
 
-// NewSigner wraps a private key. The key must be one whose public half is
-// inlined in the peer ID (Ed25519), so that anyone can verify a signature
-// from the signer's peer ID alone.
-func NewSigner(priv crypto.PrivKey) (*Signer, error) {
-	if priv == nil {
-		return nil, errors.New("sign: nil key")
+// NewSigner wraps an Ed25519 private key.
+func NewSigner(priv ed25519.PrivateKey) (*Signer, error) {
+	if len(priv) != ed25519.PrivateKeySize {
+		return nil, fmt.Errorf("sign: an Ed25519 private key is %d bytes, not %d", ed25519.PrivateKeySize, len(priv))
 	}
-	id, err := peer.IDFromPrivateKey(priv)
-	if err != nil {
-		return nil, fmt.Errorf("sign: peer id from key: %w", err)
-	}
-	if _, err := id.ExtractPublicKey(); err != nil {
-		return nil, fmt.Errorf("sign: key type must inline its public key in the peer id: %w", err)
-	}
-	return &Signer{priv: priv, id: id}, nil
+	return &Signer{priv: priv, id: IDOf(priv.Public().(ed25519.PublicKey))}, nil
 }
 
 // ID is the signer's peer ID.
-func (s *Signer) ID() peer.ID { return s.id }
+func (s *Signer) ID() ID { return s.id }
 
 // Sign signs payload under a domain-separation tag, so that a signature made
 // for one message kind can never be replayed as another. The signature is
@@ -84,27 +76,23 @@ func (s *Signer) ID() peer.ID { return s.id }
 // signatures again as they come back (a countersigned receipt, its own
 // gossip), and one it made is good by construction.
 func (s *Signer) Sign(domain string, payload []byte) ([]byte, error) {
-	sig, err := s.priv.Sign(signingBytes(domain, payload))
-	if err != nil {
-		return nil, err
-	}
+	sig := ed25519.Sign(s.priv, signingBytes(domain, payload))
 	verified.add(verifiedKey(s.id, domain, payload, sig))
 	return sig, nil
 }
 
 // Verify checks that sig is id's signature of payload under domain.
 // Signatures that verified recently are remembered (see verifiedCache).
-func Verify(id peer.ID, domain string, payload, sig []byte) error {
+func Verify(id ID, domain string, payload, sig []byte) error {
 	k := verifiedKey(id, domain, payload, sig)
 	if verified.has(k) {
 		return nil
 	}
-	pub, err := id.ExtractPublicKey()
+	pub, err := id.PublicKey()
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadSignature, err)
 	}
-	ok, err := pub.Verify(signingBytes(domain, payload), sig)
-	if err != nil || !ok {
+	if len(sig) != ed25519.SignatureSize || !ed25519.Verify(pub, signingBytes(domain, payload), sig) {
 		return ErrBadSignature
 	}
 	verified.add(k)
@@ -147,7 +135,7 @@ func Seal(s *Signer, domain string, v any) (*Envelope, error) {
 // OpenFrom decodes wire bytes into an envelope, verifies it for domain and
 // decodes its payload into v, and checks that the signer is the peer the
 // bytes came from (a message may not be relayed by a third party).
-func OpenFrom(data []byte, domain string, from peer.ID, v any) error {
+func OpenFrom(data []byte, domain string, from ID, v any) error {
 	env, err := UnmarshalEnvelope(data)
 	if err != nil {
 		return err
@@ -164,7 +152,7 @@ func OpenFrom(data []byte, domain string, from peer.ID, v any) error {
 
 // Open verifies the envelope's signature for the expected domain and decodes
 // its payload into v. It returns the verified signer.
-func Open(env *Envelope, domain string, v any) (peer.ID, error) {
+func Open(env *Envelope, domain string, v any) (ID, error) {
 	if env == nil {
 		return "", ErrMalformed
 	}
@@ -174,7 +162,7 @@ func Open(env *Envelope, domain string, v any) (peer.ID, error) {
 	if len(env.Payload) > MaxPayload {
 		return "", ErrOversized
 	}
-	id, err := peer.Decode(env.Signer)
+	id, err := Decode(env.Signer)
 	if err != nil {
 		return "", fmt.Errorf("%w: signer: %v", ErrMalformed, err)
 	}

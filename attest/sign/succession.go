@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // MaxSuccessionSize bounds a signed succession's wire encoding.
@@ -78,13 +76,13 @@ func SealSuccession(old, next *Signer, issued time.Time) (*SignedSuccession, err
 }
 
 // ids checks the succession's fields and returns its two identities.
-func (s Succession) ids() (old, next peer.ID, err error) {
-	decode := func(role, v string) (peer.ID, error) {
-		id, err := peer.Decode(v)
+func (s Succession) ids() (old, next ID, err error) {
+	decode := func(role, v string) (ID, error) {
+		id, err := Decode(v)
 		if err != nil {
 			return "", fmt.Errorf("%w: succession: %s identity: %v", ErrMalformed, role, err)
 		}
-		if _, err := id.ExtractPublicKey(); err != nil {
+		if _, err := id.PublicKey(); err != nil {
 			return "", fmt.Errorf("%w: succession: %s identity has no inline public key: %v", ErrMalformed, role, err)
 		}
 		return id, nil
@@ -123,7 +121,7 @@ func (ss *SignedSuccession) Open() (Succession, error) {
 	}
 	for _, k := range []struct {
 		role string
-		id   peer.ID
+		id   ID
 		sig  []byte
 	}{{"old", old, ss.OldSig}, {"new", next, ss.NewSig}} {
 		if len(k.sig) == 0 {

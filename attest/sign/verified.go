@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"sync"
-
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // verifiedCache remembers the signatures that verified lately, and the
@@ -37,7 +35,7 @@ var verified = verifiedCache{cur: make(map[[sha256.Size]byte]struct{})}
 
 // verifiedKey digests everything a verification depends on, each part
 // length-prefixed so that no two inputs share a digest by concatenation.
-func verifiedKey(id peer.ID, domain string, payload, sig []byte) [sha256.Size]byte {
+func verifiedKey(id ID, domain string, payload, sig []byte) [sha256.Size]byte {
 	h := sha256.New()
 	var n [8]byte
 	for _, part := range [][]byte{[]byte(id), []byte(domain), payload, sig} {

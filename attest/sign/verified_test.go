@@ -6,12 +6,12 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/libp2p/go-libp2p/core/crypto"
+	"crypto/ed25519"
 )
 
 func testSigner(t *testing.T) *Signer {
 	t.Helper()
-	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestVerifiedCacheIsBounded(t *testing.T) {
 }
 
 func BenchmarkVerifyRepeated(b *testing.B) {
-	priv, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	s, _ := NewSigner(priv)
 	payload := make([]byte, 1500)
 	sig, _ := s.Sign(DomainCapability, payload)

@@ -17,7 +17,7 @@ import (
 // hear only their topic, and never their own publications.
 func TestMemNetworkProtocols(t *testing.T) {
 	n := NewMemNetwork()
-	a, b := n.Join(signtest.New(t).ID()), n.Join(signtest.New(t).ID())
+	a, b := n.Join(peer.ID(signtest.New(t).ID())), n.Join(peer.ID(signtest.New(t).ID()))
 	bID := b.id
 	b.OnRequest("/echo", func(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
 		if from != a.id {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction/gpumodel"
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // CapabilityNamespace is the DHT namespace of capability records; a
@@ -28,7 +27,7 @@ const MaxClockSkew = 2 * time.Minute
 const MaxCapabilityTTL = 24 * time.Hour
 
 // CapabilityKey is the DHT key of a provider's capability record.
-func CapabilityKey(p peer.ID) string { return "/" + CapabilityNamespace + "/" + p.String() }
+func CapabilityKey(p sign.ID) string { return "/" + CapabilityNamespace + "/" + p.String() }
 
 // SealCapability signs a capability record for the DHT.
 func SealCapability(s *sign.Signer, c Capability) ([]byte, error) {
@@ -168,12 +167,12 @@ func (v CapabilityValidator) Select(key string, vals [][]byte) (int, error) {
 	return best, nil
 }
 
-func keyPeer(key string) (peer.ID, error) {
+func keyPeer(key string) (sign.ID, error) {
 	prefix := "/" + CapabilityNamespace + "/"
 	if !strings.HasPrefix(key, prefix) {
 		return "", fmt.Errorf("auction: key %q is not in namespace %s", key, CapabilityNamespace)
 	}
-	id, err := peer.Decode(strings.TrimPrefix(key, prefix))
+	id, err := sign.Decode(strings.TrimPrefix(key, prefix))
 	if err != nil {
 		return "", fmt.Errorf("auction: key %q: %w", key, err)
 	}

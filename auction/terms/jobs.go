@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"math"
 	"regexp"
 	"slices"
@@ -15,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 )
 
@@ -167,7 +167,7 @@ func ValidPeerID(s string) error {
 	if s == "" || len(s) > maxPeerIDLen {
 		return fmt.Errorf("peer id of %d characters, want 1 to %d", len(s), maxPeerIDLen)
 	}
-	if _, err := peer.Decode(s); err != nil {
+	if _, err := sign.Decode(s); err != nil {
 		return fmt.Errorf("%q is not a peer id", s)
 	}
 	return nil

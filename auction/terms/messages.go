@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // MaxMessageSize bounds any wire message a handler accepts.
@@ -127,7 +126,7 @@ func seal(s *sign.Signer, domain string, v any) ([]byte, error) {
 	return b, nil
 }
 
-func open(data []byte, domain string, v any) (peer.ID, error) {
+func open(data []byte, domain string, v any) (sign.ID, error) {
 	env, err := parse(data, domain)
 	if err != nil {
 		return "", err
@@ -151,7 +150,7 @@ func parse(data []byte, what string) (*sign.Envelope, error) {
 
 // openEnv verifies a parsed envelope under domain and decodes its payload
 // into v.
-func openEnv(env *sign.Envelope, domain string, v any) (peer.ID, error) {
+func openEnv(env *sign.Envelope, domain string, v any) (sign.ID, error) {
 	id, err := sign.Open(env, domain, v)
 	if err != nil {
 		return "", fmt.Errorf("auction: %s: %w", domain, err)
@@ -292,7 +291,7 @@ func EncodeConfirm(s *sign.Signer, c Confirm) ([]byte, error) {
 
 // DecodeConfirm verifies a confirm envelope and that its lease id satisfies
 // ValidID, and returns it with its signer.
-func DecodeConfirm(data []byte) (Confirm, peer.ID, error) {
+func DecodeConfirm(data []byte) (Confirm, sign.ID, error) {
 	var c Confirm
 	id, err := open(data, sign.DomainConfirm, &c)
 	if err != nil {

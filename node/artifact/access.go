@@ -8,7 +8,6 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/wire"
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // Tenancy: who may read an artifact. Store.MayRead is the one rule, and
@@ -33,7 +32,7 @@ import (
 // public artifacts only.
 type Reader struct {
 	// Peer is the reading peer.
-	Peer peer.ID
+	Peer sign.ID
 	// Grant is a signed wire.ArtifactGrant the peer shows.
 	Grant []byte
 	local bool
@@ -44,7 +43,7 @@ type Reader struct {
 var Local = Reader{local: true}
 
 // For is peer p reading, with no grant.
-func For(p peer.ID) Reader { return Reader{Peer: p} }
+func For(p sign.ID) Reader { return Reader{Peer: p} }
 
 // key names the reader in the store's record of who brought which chunk.
 func (rd Reader) key() string {
@@ -69,7 +68,7 @@ func guardOf(id string, r *record) guard {
 }
 
 // admits is the rule (see above).
-func (g guard) admits(rd Reader, self peer.ID, lease func(string, peer.ID) bool) bool {
+func (g guard) admits(rd Reader, self sign.ID, lease func(string, sign.ID) bool) bool {
 	if rd.local || !g.private {
 		return true
 	}
@@ -91,7 +90,7 @@ func (g guard) admits(rd Reader, self peer.ID, lease func(string, peer.ID) bool)
 		return false
 	}
 	for _, o := range append([]string{owner}, g.owners...) {
-		if op, err := peer.Decode(o); err == nil && validGrant(rd.Grant, op, g.id, rd.Peer) {
+		if op, err := sign.Decode(o); err == nil && validGrant(rd.Grant, op, g.id, rd.Peer) {
 			return true
 		}
 	}
@@ -100,7 +99,7 @@ func (g guard) admits(rd Reader, self peer.ID, lease func(string, peer.ID) bool)
 
 // SetAccess tells the store who it is and who holds a lease naming one of
 // its own private artifacts (ServiceConfig.Authorize).
-func (s *Store) SetAccess(self peer.ID, lease func(id string, from peer.ID) bool) {
+func (s *Store) SetAccess(self sign.ID, lease func(id string, from sign.ID) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.self, s.lease = self, lease
@@ -138,7 +137,7 @@ func HeldToken(owner, id string) string { return terms.HeldToken(owner, id) }
 
 // validGrant reports whether grant is owner's unexpired permission for
 // peer to to fetch artifact id.
-func validGrant(grant []byte, owner peer.ID, id string, to peer.ID) bool {
+func validGrant(grant []byte, owner sign.ID, id string, to sign.ID) bool {
 	if len(grant) == 0 {
 		return false
 	}

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"io"
 	"io/fs"
 	"os"
@@ -27,7 +28,6 @@ import (
 
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/p2p/broadcast"
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // ChunkSize is the size of every chunk but a file's last.
@@ -295,8 +295,8 @@ type Store struct {
 	// artifact is complete (a resumed fetch skips them).
 	brought map[string]map[string]bool
 	// self and lease feed the access rule (access.go).
-	self  peer.ID
-	lease func(id string, from peer.ID) bool
+	self  sign.ID
+	lease func(id string, from sign.ID) bool
 }
 
 // Open opens (creating) a store in dir holding at most budget bytes of

@@ -270,7 +270,7 @@ func (d *Discovery) advertise(c terms.Capability, ttl time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(d.ctx, max(ttl/3, 3*time.Second))
 	defer cancel()
-	put := d.cfg.Net.DHT.PutValue(ctx, terms.CapabilityKey(d.cfg.Net.ID()), b)
+	put := d.cfg.Net.DHT.PutValue(ctx, terms.CapabilityKey(sign.ID(d.cfg.Net.ID())), b)
 	if put != nil && d.Advertised() == nil {
 		return fmt.Errorf("put capability: %w", put)
 	}
@@ -416,7 +416,7 @@ func (d *Discovery) Lookup(ctx context.Context, id peer.ID) (terms.Capability, e
 	defer cancel()
 	// The first valid answer is enough: any valid (signed, unexpired)
 	// record is the provider's own word, and bids are evaluated live.
-	b, err := d.cfg.Net.DHT.GetValue(cctx, terms.CapabilityKey(id), dht.Quorum(1))
+	b, err := d.cfg.Net.DHT.GetValue(cctx, terms.CapabilityKey(sign.ID(id)), dht.Quorum(1))
 	if err == nil {
 		var c terms.Capability
 		if c, err = terms.OpenCapability(b, d.cfg.Now()); err == nil {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/p2p/broadcast"
@@ -31,7 +30,7 @@ func start(t *testing.T, boot ...string) *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := sign.NewSigner(key)
+	signer, err := p2p.Signer(key)
 	if err != nil {
 		t.Fatal(err)
 	}

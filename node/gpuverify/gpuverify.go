@@ -87,7 +87,7 @@ func (s *Service) Serve(prover *gpuproof.Prover) {
 	n.Host.SetStreamHandler(wire.ProtoGPUChallenge, n.Guard(wire.ProtoGPUChallenge, func(st network.Stream) {
 		defer st.Close()
 		_ = st.SetDeadline(time.Now().Add(gpuproof.MaxLifetime))
-		if err := prover.Serve(st.Conn().RemotePeer(), st); err != nil {
+		if err := prover.Serve(sign.ID(st.Conn().RemotePeer()), st); err != nil {
 			s.cfg.Counters.Add("provider.gpu_challenge_refused")
 			s.cfg.Log.Debug("gpu challenge", "from", st.Conn().RemotePeer(), "err", err)
 			return
@@ -131,7 +131,7 @@ func (s *Service) Verify(ctx context.Context, id peer.ID, dev, model string, vra
 	defer st.Close()
 	stop := context.AfterFunc(cctx, func() { _ = st.Reset() })
 	defer stop()
-	sv, err := v.Run(cctx, st, id, dev, model, vram, n, k)
+	sv, err := v.Run(cctx, st, sign.ID(id), dev, model, vram, n, k)
 	if err != nil {
 		res.Error = err.Error()
 		res.NoVerdict = errors.Is(err, gpuproof.ErrNoVerdict)

@@ -69,8 +69,8 @@ func TestVerifyCallRefusals(t *testing.T) {
 	defer n.Close()
 	gpuless, withGPU := signtest.New(t).ID(), signtest.New(t).ID()
 	s := New(t.Context(), Config{Net: n, Now: time.Now, Log: slog.New(slog.DiscardHandler),
-		Directory: records{gpuless: {Peer: gpuless.String()},
-			withGPU: {Peer: withGPU.String(), GPUs: []terms.GPU{{Model: "H100", VRAMGB: 80}}}}})
+		Directory: records{peer.ID(gpuless): {Peer: gpuless.String()},
+			peer.ID(withGPU): {Peer: withGPU.String(), GPUs: []terms.GPU{{Model: "H100", VRAMGB: 80}}}}})
 	stranger := signtest.New(t).ID()
 	for body, want := range map[string]int{
 		`{`: 400, `{"peer":"` + withGPU.String() + `","sudo":true}`: 400, `{"peer":"nobody"}`: 400,

@@ -86,7 +86,7 @@ func Rotate(dataDir string, now time.Time) (sign.Succession, error) {
 	if err != nil {
 		return sign.Succession{}, err
 	}
-	next, err := sign.NewSigner(nextKey)
+	next, err := p2p.Signer(nextKey)
 	if err != nil {
 		return sign.Succession{}, err
 	}
@@ -118,7 +118,7 @@ func loadSigner(path string) (*sign.Signer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sign.NewSigner(key)
+	return p2p.Signer(key)
 }
 
 // installKey finishes a rotation the ledger recorded: the old key (if

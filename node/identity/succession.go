@@ -128,7 +128,7 @@ func (s *Successions) publish(ss *sign.SignedSuccession) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
-	if err := s.cfg.Net.DHT.PutValue(ctx, attest.SuccessionKey(old), value); err != nil && s.ctx.Err() == nil {
+	if err := s.cfg.Net.DHT.PutValue(ctx, attest.SuccessionKey(sign.ID(old)), value); err != nil && s.ctx.Err() == nil {
 		s.cfg.Log.Debug("put identity succession", "err", err)
 	}
 	b, err := json.Marshal(wire.SuccessionGossip{Succession: ss, Sent: s.cfg.Now().UTC()})

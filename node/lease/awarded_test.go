@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ func TestHeartbeatOnAwardedLeaseIsNotUnknown(t *testing.T) {
 			t.Fatal(err)
 		}
 		b, _ := env.Marshal()
-		return r.tracker.HandleHeartbeat(context.Background(), prov.ID(), b)
+		return r.tracker.HandleHeartbeat(context.Background(), peer.ID(prov.ID()), b)
 	}
 	unknown := func(reply []byte) bool {
 		var ans wire.HeartbeatReply

@@ -42,7 +42,7 @@ func TestCheckpointQuota(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = r.tracker.HandleCheckpoint(context.Background(), pa.signer.ID(), b)
+		_, err = r.tracker.HandleCheckpoint(context.Background(), peer.ID(pa.signer.ID()), b)
 		errs = append(errs, err)
 	}
 	if errs[0] != nil || errs[1] != nil {

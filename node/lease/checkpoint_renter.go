@@ -25,7 +25,7 @@ import (
 func (t *Tracker) HandleCheckpoint(ctx context.Context, from peer.ID, data []byte) ([]byte, error) {
 	count := t.cfg.Counters.Add
 	var c terms.Checkpoint
-	if err := sign.OpenFrom(data, sign.DomainCheckpoint, from, &c); err != nil {
+	if err := sign.OpenFrom(data, sign.DomainCheckpoint, sign.ID(from), &c); err != nil {
 		count("renter.checkpoint_rejected")
 		return nil, err
 	}

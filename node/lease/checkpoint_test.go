@@ -50,13 +50,13 @@ func TestHandleCheckpoint(t *testing.T) {
 		mod  func(*terms.Checkpoint)
 		want string
 	}{
-		{"another provider", pb, pb.signer.ID(), func(c *terms.Checkpoint) { c.Provider = pb.id() }, "no lease"},
-		{"relayed", pa, pb.signer.ID(), func(*terms.Checkpoint) {}, ""},
-		{"other attempt", pa, pa.signer.ID(), func(c *terms.Checkpoint) { c.Attempt = 3 }, "attempt 3"},
-		{"over the cap", pa, pa.signer.ID(), func(c *terms.Checkpoint) { c.Bytes = terms.MaxCheckpointBytes + 1 }, "the cap is"},
-		{"too much work", pa, pa.signer.ID(), func(c *terms.Checkpoint) { c.Work = time.Hour }, "can have been done"},
-		{"not an artifact", pa, pa.signer.ID(), func(c *terms.Checkpoint) { c.Artifact = "x" }, "not an artifact id"},
-		{"no store", pa, pa.signer.ID(), func(*terms.Checkpoint) {}, "does not keep checkpoints"},
+		{"another provider", pb, peer.ID(pb.signer.ID()), func(c *terms.Checkpoint) { c.Provider = pb.id() }, "no lease"},
+		{"relayed", pa, peer.ID(pb.signer.ID()), func(*terms.Checkpoint) {}, ""},
+		{"other attempt", pa, peer.ID(pa.signer.ID()), func(c *terms.Checkpoint) { c.Attempt = 3 }, "attempt 3"},
+		{"over the cap", pa, peer.ID(pa.signer.ID()), func(c *terms.Checkpoint) { c.Bytes = terms.MaxCheckpointBytes + 1 }, "the cap is"},
+		{"too much work", pa, peer.ID(pa.signer.ID()), func(c *terms.Checkpoint) { c.Work = time.Hour }, "can have been done"},
+		{"not an artifact", pa, peer.ID(pa.signer.ID()), func(c *terms.Checkpoint) { c.Artifact = "x" }, "not an artifact id"},
+		{"no store", pa, peer.ID(pa.signer.ID()), func(*terms.Checkpoint) {}, "does not keep checkpoints"},
 	}
 	for _, c := range refusals {
 		ck := good(1, art('a'))
@@ -76,7 +76,7 @@ func TestHandleCheckpoint(t *testing.T) {
 	}
 	r.tracker.cfg.Checkpoints = checkpointHooks{
 		fetch: func(_ context.Context, id string, from peer.ID, _ string, _ bool, max int64) (int64, error) {
-			if from != pa.signer.ID() || max != terms.MaxCheckpointBytes {
+			if from != peer.ID(pa.signer.ID()) || max != terms.MaxCheckpointBytes {
 				t.Errorf("fetch %s from %s (max %d)", id, from, max)
 			}
 			fetched[id]++
@@ -95,16 +95,16 @@ func TestHandleCheckpoint(t *testing.T) {
 		}}
 	bad := good(1, art('a'))
 	bad.Bytes = 11
-	if err := send(pa, pa.signer.ID(), bad); err == nil || !strings.Contains(err.Error(), "holds 10 bytes") {
+	if err := send(pa, peer.ID(pa.signer.ID()), bad); err == nil || !strings.Contains(err.Error(), "holds 10 bytes") {
 		t.Fatalf("size mismatch: %v", err)
 	}
 	for i, a := range []string{art('a'), art('a'), art('b'), art('c')} {
 		seq := []int{1, 1, 2, 3}[i]
-		if err := send(pa, pa.signer.ID(), good(seq, a)); err != nil {
+		if err := send(pa, peer.ID(pa.signer.ID()), good(seq, a)); err != nil {
 			t.Fatalf("checkpoint %d: %v", seq, err)
 		}
 	}
-	if err := send(pa, pa.signer.ID(), good(2, art('d'))); err == nil || !strings.Contains(err.Error(), "older") {
+	if err := send(pa, peer.ID(pa.signer.ID()), good(2, art('d'))); err == nil || !strings.Contains(err.Error(), "older") {
 		t.Fatalf("stale checkpoint: %v", err)
 	}
 	v, _ = r.tracker.View(v.Job.ID)

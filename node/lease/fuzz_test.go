@@ -3,6 +3,7 @@ package lease
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"strings"
 	"testing"
 	"time"
@@ -160,7 +161,7 @@ func FuzzCheckpointNotice(f *testing.F) {
 		}
 		lease := l
 		v := &jobState{Record: jobmachine.Record{Job: job, Lease: &lease, Run: terms.RunRunning}, jobFacts: jobFacts{Checkpoints: []terms.Checkpoint{held}}}
-		dup, err := checkpointFits(v, c, prov.ID(), fuzzNow)
+		dup, err := checkpointFits(v, c, peer.ID(prov.ID()), fuzzNow)
 		if err != nil {
 			oneLine(t, err)
 			return
@@ -207,7 +208,7 @@ func FuzzOpenCancel(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		data := signtest.RawBytes(t, renter, sign.DomainLeaseCancel, payload)
-		req, err := openCancel(data, renter.ID())
+		req, err := openCancel(data, peer.ID(renter.ID()))
 		if err != nil {
 			oneLine(t, err)
 			return
@@ -215,7 +216,7 @@ func FuzzOpenCancel(f *testing.F) {
 		if err := terms.ValidID(req.LeaseID); err != nil {
 			t.Fatalf("accepted lease id %q: %v", req.LeaseID, err)
 		}
-		if _, err := openCancel(data, prov.ID()); err == nil {
+		if _, err := openCancel(data, peer.ID(prov.ID())); err == nil {
 			t.Fatal("a cancel relayed by another peer was accepted")
 		}
 		env, err := sign.Seal(renter, sign.DomainLeaseCancel, req)
@@ -223,7 +224,7 @@ func FuzzOpenCancel(f *testing.F) {
 			t.Fatal(err)
 		}
 		again, _ := env.Marshal()
-		req2, err := openCancel(again, renter.ID())
+		req2, err := openCancel(again, peer.ID(renter.ID()))
 		if err != nil || req2 != req {
 			t.Fatalf("re-sealed cancel: %+v, %v", req2, err)
 		}

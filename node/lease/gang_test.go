@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"github.com/libp2p/go-libp2p/core/peer"
 	"math"
 	"slices"
 	"testing"
@@ -62,7 +63,7 @@ func TestGangLivesAndDiesTogether(t *testing.T) {
 	}
 
 	lost := provs[first[1].Provider]
-	h.net.Drop(lost.signer.ID())
+	h.net.Drop(peer.ID(lost.signer.ID()))
 	v = r.waitJobWithin(id, 10*time.Second, "gang placed again without the lost provider", func(v api.JobView) bool {
 		return gangRunning(v, 2, lost.id()) && v.Gang[0].LeaseID != first[0].LeaseID && v.Gang[1].LeaseID != first[1].LeaseID
 	})
@@ -216,7 +217,7 @@ func TestGangStopOnlyForGangs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.tr.Request(t.Context(), p.signer.ID(), wire.ProtoCancel, forged); err == nil {
+	if _, err := other.tr.Request(t.Context(), peer.ID(p.signer.ID()), wire.ProtoCancel, forged); err == nil {
 		t.Fatal("a stranger's gang stop was accepted")
 	}
 	r.tracker.stopMember(*v.Lease, true)
@@ -245,7 +246,7 @@ func TestGangNotPlacedAgainEndsItsMembers(t *testing.T) {
 	v := r.post(j)
 	id := v.Job.ID
 	v = r.waitJob(id, "both members running", func(v api.JobView) bool { return gangRunning(v, 2) })
-	h.net.Drop(provs[v.Gang[1].Provider].signer.ID())
+	h.net.Drop(peer.ID(provs[v.Gang[1].Provider].signer.ID()))
 	v = r.waitJobWithin(id, 15*time.Second, "the gang given up", func(v api.JobView) bool { return !v.State.Live() })
 	if len(v.History) != 1 || v.Lease != nil {
 		t.Fatalf("gang over with %d earlier leases, lease %v: %s %v", len(v.History), v.Lease, v.State, v.Reasons)

@@ -569,8 +569,8 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	n := &node{h: h, signer: s, db: db, spec: spec, crash: &crashable{}, counters: NewCounters(),
 		book: attest.NewBook(attest.BookOptions{})}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.kept = h.keptDir(s.ID())
-	n.tr = h.net.Join(s.ID())
+	n.kept = h.keptDir(peer.ID(s.ID()))
+	n.tr = h.net.Join(peer.ID(s.ID()))
 	ct := crashTransport{c: n.crash, t: n.tr}
 	log := slog.New(notifyLog{b: &h.changed})
 	var err error
@@ -583,7 +583,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
 		Store: crashStore{n.crash, db.State("renter-jobs"), &h.changed}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
 		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: h.settleWait, Counters: n.counters,
-		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, Evidence: streams{h, s.ID()},
+		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, Evidence: streams{h, peer.ID(s.ID())},
 		KeptDir: n.kept, Pins: h.pins(), Directory: directory{h}, Log: log}); err != nil {
 		t.Fatal(err)
 	}
@@ -601,7 +601,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 			devs = []terms.GPU{{Model: spec.model, VRAMGB: 80}}
 		}
 		// A restarted node keeps its data dir (job logs and outputs).
-		if prev, ok := h.nodes.Load(s.ID()); ok && prev.(*node).jobsDir != "" {
+		if prev, ok := h.nodes.Load(peer.ID(s.ID())); ok && prev.(*node).jobsDir != "" {
 			n.jobsDir = prev.(*node).jobsDir
 		} else {
 			n.jobsDir = t.TempDir()
@@ -664,7 +664,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		n.receipts.HandleGossip(from, data)
 	})
 	t.Cleanup(n.close)
-	h.nodes.Store(s.ID(), n)
+	h.nodes.Store(peer.ID(s.ID()), n)
 	return n
 }
 
@@ -885,13 +885,13 @@ func (n *node) close() {
 // on the same key and ledger.
 func (n *node) kill() {
 	n.crash.dead.Store(true)
-	n.h.net.Drop(n.signer.ID())
+	n.h.net.Drop(peer.ID(n.signer.ID()))
 	n.close()
 }
 
 func (n *node) restart() *node {
 	n.h.t.Helper()
-	n.h.net.Restore(n.signer.ID())
+	n.h.net.Restore(peer.ID(n.signer.ID()))
 	return n.h.start(n.signer, n.db, n.spec)
 }
 

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"math"
 	"os"
 	"path/filepath"
@@ -69,13 +70,13 @@ func TestRunToSuccess(t *testing.T) {
 	if len(v.Outputs) != 1 || v.Outputs[0].Path != "r.txt" || rc.ResultHash != terms.ManifestHash(v.Outputs) {
 		t.Fatalf("outputs %+v, receipt result hash %q", v.Outputs, rc.ResultHash)
 	}
-	if _, ok := p.sup.Authorize(v.Lease.ID, observer.signer.ID()); ok {
+	if _, ok := p.sup.Authorize(v.Lease.ID, peer.ID(observer.signer.ID())); ok {
 		t.Fatal("a peer that is not the renter may read the lease")
 	}
 	if n := p.counters.Snapshot()["provider.unauthorized_stream"]; n != 1 {
 		t.Fatalf("unauthorized_stream = %d", n)
 	}
-	acc, ok := p.sup.Authorize(v.Lease.ID, r.signer.ID())
+	acc, ok := p.sup.Authorize(v.Lease.ID, peer.ID(r.signer.ID()))
 	if !ok || !acc.Ended() {
 		t.Fatalf("renter's access %v, ended %v", ok, ok && acc.Ended())
 	}
@@ -119,7 +120,7 @@ func TestCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.tr.Request(t.Context(), p.signer.ID(), wire.ProtoCancel, forged); err == nil {
+	if _, err := other.tr.Request(t.Context(), peer.ID(p.signer.ID()), wire.ProtoCancel, forged); err == nil {
 		t.Fatal("a cancel from a peer that is not the renter was accepted")
 	}
 	if n := p.counters.Snapshot()["provider.cancel_rejected"]; n != 1 {
@@ -266,7 +267,7 @@ func TestReceiptMismatchRejected(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := r.counters.Snapshot()[tc.counter]
-			if _, err := p.tr.Request(t.Context(), r.signer.ID(), wire.ProtoReceipt, b); err == nil {
+			if _, err := p.tr.Request(t.Context(), peer.ID(r.signer.ID()), wire.ProtoReceipt, b); err == nil {
 				t.Fatal("tampered receipt countersigned")
 			}
 			if got := r.counters.Snapshot()[tc.counter]; got != before+1 {
@@ -295,7 +296,7 @@ func TestAbandonedLeaseSlashed(t *testing.T) {
 	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
 	v := r.post(job(terms.Silver, 2, time.Second, "gate", "never", "0"))
 	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
-	h.net.Drop(p.signer.ID()) // the provider goes silent
+	h.net.Drop(peer.ID(p.signer.ID())) // the provider goes silent
 	v = r.waitJob(v.Job.ID, "abandoned", func(v api.JobView) bool { return len(v.History) == 1 && v.State == terms.JobQueued })
 	lost := v.History[0]
 	if lost.Run != terms.RunFailed || lost.Fault != terms.FaultProvider || !strings.Contains(lost.Detail, "abandoned") || lost.Receipt {
@@ -311,7 +312,7 @@ func TestAbandonedLeaseSlashed(t *testing.T) {
 	if rep := r.book.Stats(p.id()); rep.Score >= attest.Prior {
 		t.Fatalf("abandoning provider's score %.3f, not below the prior %.3f", rep.Score, attest.Prior)
 	}
-	h.net.Restore(p.signer.ID())
+	h.net.Restore(peer.ID(p.signer.ID()))
 }
 
 // TestProviderRestartRecovery: a provider that dies while a job runs

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func TestCapacityNoticeOnlyFromBusyDecliner(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rej *auction.Rejection
-	if err := r.tracker.Auction().HandleBid(stranger.signer.ID(), data); !errors.As(err, &rej) || rej.Reason != "unsolicited_notice" {
+	if err := r.tracker.Auction().HandleBid(peer.ID(stranger.signer.ID()), data); !errors.As(err, &rej) || rej.Reason != "unsolicited_notice" {
 		t.Fatalf("stranger's notice: %v, want unsolicited_notice", err)
 	}
 	c := r.counters.Snapshot()

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"github.com/libp2p/go-libp2p/core/peer"
 	"os"
 	"strconv"
 	"strings"
@@ -46,7 +47,7 @@ func TestManyOutputFilesSettle(t *testing.T) {
 	if n := p.crash.maxEvent.Load(); n > 16<<10 {
 		t.Fatalf("largest lease event %d bytes: the output listing is not capped", n)
 	}
-	acc, ok := p.sup.Authorize(v.Lease.ID, r.signer.ID())
+	acc, ok := p.sup.Authorize(v.Lease.ID, peer.ID(r.signer.ID()))
 	if !ok {
 		t.Fatal("renter may not read its lease")
 	}
@@ -68,7 +69,7 @@ func TestManyOutputFilesSettle(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := sr.Marshal()
-	if _, err := p.tr.Request(t.Context(), r.signer.ID(), wire.ProtoReceipt, b); err == nil || !strings.Contains(err.Error(), "result hash") {
+	if _, err := p.tr.Request(t.Context(), peer.ID(r.signer.ID()), wire.ProtoReceipt, b); err == nil || !strings.Contains(err.Error(), "result hash") {
 		t.Fatalf("receipt with another result hash: %v", err)
 	}
 	if n := r.counters.Snapshot()["renter.receipt_result_mismatch"]; n != 1 {

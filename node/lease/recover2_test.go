@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"os"
 	"strings"
 	"sync"
@@ -99,7 +100,7 @@ func TestLostServiceReplicaIsNotRequeued(t *testing.T) {
 	r.waitJob(v.Job.ID, "running", func(v api.JobView) bool { return v.Run == terms.RunRunning && v.LastTelemetry != nil })
 	lost := provs[v.Winner]
 	delete(provs, lost.id())
-	h.net.Drop(lost.signer.ID())
+	h.net.Drop(peer.ID(lost.signer.ID()))
 	v = r.waitJob(v.Job.ID, "ended", func(v api.JobView) bool { return v.State == terms.JobFinished })
 	if v.Run != terms.RunFailed || v.Fault != terms.FaultProvider || len(v.History) != 0 || v.Lease.Provider != lost.id() ||
 		!strings.Contains(v.Detail, "provider lost: no heartbeat") || !strings.Contains(v.Detail, "a service replica: its service replaces it") {
@@ -183,7 +184,7 @@ func TestLossWhilePreparingInputs(t *testing.T) {
 	}
 	fetching.Unlock()
 	silentAt := time.Now()
-	h.net.Drop(slow.signer.ID())
+	h.net.Drop(peer.ID(slow.signer.ID()))
 	v = r.waitJob(v.Job.ID, "requeued elsewhere", func(v api.JobView) bool {
 		return len(v.History) == 1 && v.Lease != nil && v.Run == terms.RunRunning
 	})
@@ -226,14 +227,14 @@ func TestLostLeaseSettlesAfterRenterRestart(t *testing.T) {
 	r.waitJob(v.Job.ID, "running with heartbeats", func(v api.JobView) bool {
 		return v.Run == terms.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 3
 	})
-	h.net.Drop(lost.signer.ID())
+	h.net.Drop(peer.ID(lost.signer.ID()))
 	v = r.waitJob(v.Job.ID, "requeued elsewhere", func(v api.JobView) bool {
 		return len(v.History) == 1 && v.Lease != nil && v.Lease.Provider == other.id() && v.Run == terms.RunRunning
 	})
 	first := v.History[0]
 	r.kill()
 	r = r.restart()
-	h.net.Restore(lost.signer.ID())
+	h.net.Restore(peer.ID(lost.signer.ID()))
 	lost.exec.open("work")
 	h.waitFor(5*time.Second, "the lost lease settled with the restarted renter", func() bool {
 		got, err := r.tracker.View(v.Job.ID)

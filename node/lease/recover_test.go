@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"github.com/libp2p/go-libp2p/core/peer"
 	"math"
 	"strings"
 	"testing"
@@ -35,7 +36,7 @@ func TestSilentProviderJobRecoversElsewhere(t *testing.T) {
 		return v.Run == terms.RunRunning && v.Heartbeats != nil && v.Heartbeats.Count >= 3
 	})
 	silentAt := time.Now()
-	h.net.Drop(lost.signer.ID())
+	h.net.Drop(peer.ID(lost.signer.ID()))
 	v = r.waitJob(v.Job.ID, "requeued elsewhere", func(v api.JobView) bool {
 		return len(v.History) == 1 && v.Lease != nil && v.Run == terms.RunRunning
 	})
@@ -60,7 +61,7 @@ func TestSilentProviderJobRecoversElsewhere(t *testing.T) {
 	// The lost provider comes back (its job ran on meanwhile): its
 	// heartbeats are refused, and its late report settles for what the
 	// renter saw.
-	h.net.Restore(lost.signer.ID())
+	h.net.Restore(peer.ID(lost.signer.ID()))
 	h.waitFor(3*time.Second, "the lost provider's heartbeats refused", func() bool {
 		return counter(r, "renter.heartbeat_after_loss") > 0
 	})
@@ -124,7 +125,7 @@ func TestAttemptBudgetEndsJob(t *testing.T) {
 		})
 		p := provs[v.Lease.Provider]
 		delete(provs, p.id())
-		h.net.Drop(p.signer.ID())
+		h.net.Drop(peer.ID(p.signer.ID()))
 	}
 	var p3 *node
 	for _, p := range provs {

@@ -101,7 +101,7 @@ func TestRenterSayingReleasedForARunIsDisputed(t *testing.T) {
 	p := h.provider(provSpec{model: "H100", price: 1})
 	r.tr.OnRequest(wire.ProtoLeaseEvent, h.notifying(func(ctx context.Context, from peer.ID, data []byte) ([]byte, error) {
 		var ev wire.LeaseEvent
-		if err := sign.OpenFrom(data, sign.DomainLeaseEvent, from, &ev); err == nil && ev.Run.Terminal() {
+		if err := sign.OpenFrom(data, sign.DomainLeaseEvent, sign.ID(from), &ev); err == nil && ev.Run.Terminal() {
 			return ReleasedAnswer(r.signer, ev.LeaseID, ev.JobID)
 		}
 		return r.tracker.HandleLeaseEvent(ctx, from, data)
@@ -141,7 +141,7 @@ func TestForgedReleaseIsRetried(t *testing.T) {
 	forger := signtest.New(t)
 	r.tr.OnRequest(wire.ProtoLeaseEvent, h.notifying(func(ctx context.Context, from peer.ID, data []byte) ([]byte, error) {
 		var ev wire.LeaseEvent
-		if err := sign.OpenFrom(data, sign.DomainLeaseEvent, from, &ev); err == nil && ev.Run.Terminal() {
+		if err := sign.OpenFrom(data, sign.DomainLeaseEvent, sign.ID(from), &ev); err == nil && ev.Run.Terminal() {
 			return ReleasedAnswer(forger, ev.LeaseID, ev.JobID)
 		}
 		return r.tracker.HandleLeaseEvent(ctx, from, data)

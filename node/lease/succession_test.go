@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"testing"
 	"time"
 
@@ -36,13 +37,13 @@ func TestHeartbeatOfRetiredKeyRefused(t *testing.T) {
 		b, _ := env.Marshal()
 		return b
 	}
-	if _, err := r.tracker.HandleHeartbeat(context.Background(), old.ID(), beat(time.Now())); !errors.Is(err, sign.ErrRetired) {
+	if _, err := r.tracker.HandleHeartbeat(context.Background(), peer.ID(old.ID()), beat(time.Now())); !errors.Is(err, sign.ErrRetired) {
 		t.Fatalf("the old key's heartbeat after its succession: %v, want sign.ErrRetired", err)
 	}
 	if n := r.counters.Snapshot()["renter.heartbeat_retired_key"]; n != 1 {
 		t.Fatalf("renter.heartbeat_retired_key = %d, want 1", n)
 	}
-	if _, err := r.tracker.HandleHeartbeat(context.Background(), old.ID(), beat(at.Add(-time.Second))); errors.Is(err, sign.ErrRetired) {
+	if _, err := r.tracker.HandleHeartbeat(context.Background(), peer.ID(old.ID()), beat(at.Add(-time.Second))); errors.Is(err, sign.ErrRetired) {
 		t.Fatalf("a heartbeat signed before the succession refused for its key: %v", err)
 	}
 }

@@ -1533,7 +1533,7 @@ func (s *Supervisor) sendEvent(pr providerRecord, attempts int) (*attest.Heartbe
 		if err != nil {
 			return nil, err
 		}
-		if err := ans.CheckReleased(renter, rec.Lease.ID, rec.Lease.JobID); err != nil {
+		if err := ans.CheckReleased(sign.ID(renter), rec.Lease.ID, rec.Lease.JobID); err != nil {
 			return nil, fmt.Errorf("renter's answer: %w", err)
 		}
 		return nil, errReleased
@@ -1847,7 +1847,7 @@ func (s *Supervisor) HandleCancel(_ context.Context, from peer.ID, data []byte) 
 // by from, for a lease id that satisfies terms.ValidID.
 func openCancel(data []byte, from peer.ID) (wire.CancelRequest, error) {
 	var req wire.CancelRequest
-	if err := sign.OpenFrom(data, sign.DomainLeaseCancel, from, &req); err != nil {
+	if err := sign.OpenFrom(data, sign.DomainLeaseCancel, sign.ID(from), &req); err != nil {
 		return wire.CancelRequest{}, err
 	}
 	if err := terms.ValidID(req.LeaseID); err != nil {

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"github.com/libp2p/go-libp2p/core/peer"
 	"os"
 	"strings"
 	"testing"
@@ -51,7 +52,7 @@ func TestLeaseIDNeverReusedAfterRestart(t *testing.T) {
 	if mv.Lease != nil {
 		t.Fatalf("mallory's job leased: %+v", mv.Lease)
 	}
-	if _, ok := p.sup.Authorize(victim.ID, mallory.signer.ID()); ok {
+	if _, ok := p.sup.Authorize(victim.ID, peer.ID(mallory.signer.ID())); ok {
 		log, _ := os.ReadFile(p.sup.logPath(victim.ID))
 		t.Fatalf("mallory may read alice's lease %s after the provider's restart; its log: %q", victim.ID, log)
 	}

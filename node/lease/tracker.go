@@ -355,7 +355,7 @@ func (t *Tracker) monitorFrom(l terms.Lease, since time.Time) *attest.HeartbeatM
 	if since.Before(l.Start) {
 		since = l.Start
 	}
-	return attest.NewHeartbeatMonitor(l.ID, prov, since, t.cfg.HeartbeatInterval)
+	return attest.NewHeartbeatMonitor(l.ID, sign.ID(prov), since, t.cfg.HeartbeatInterval)
 }
 
 // Post runs an auction for job (its Owner is this node; OwnerAddrs are the
@@ -1145,7 +1145,7 @@ func (t *Tracker) awarding(leaseID, jobID string) bool {
 // for good is finished; a preempted one (requeues) is requeued.
 func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte) ([]byte, error) {
 	var ev wire.LeaseEvent
-	if err := sign.OpenFrom(data, sign.DomainLeaseEvent, from, &ev); err != nil {
+	if err := sign.OpenFrom(data, sign.DomainLeaseEvent, sign.ID(from), &ev); err != nil {
 		t.cfg.Counters.Add("renter.event_rejected")
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"io"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ func lie(t *testing.T, p, r *node, ev wire.LeaseEvent) ([]byte, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p.tr.Request(t.Context(), r.signer.ID(), wire.ProtoLeaseEvent, b)
+	return p.tr.Request(t.Context(), peer.ID(r.signer.ID()), wire.ProtoLeaseEvent, b)
 }
 
 // claim sends a receipt signed by the provider for the renter to countersign.
@@ -38,7 +39,7 @@ func claim(t *testing.T, p, r *node, rc attest.Receipt) ([]byte, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p.tr.Request(t.Context(), r.signer.ID(), wire.ProtoReceipt, b)
+	return p.tr.Request(t.Context(), peer.ID(r.signer.ID()), wire.ProtoReceipt, b)
 }
 
 func counter(n *node, key string) int { return n.counters.Snapshot()[key] }
@@ -47,7 +48,7 @@ func counter(n *node, key string) int { return n.counters.Snapshot()[key] }
 // renter r for a lease, as r's own fetch reads it.
 func logDigest(t *testing.T, p, r *node, leaseID string) (string, int64) {
 	t.Helper()
-	rc, err := streams{p.h, r.signer.ID()}.FetchLog(t.Context(), p.signer.ID(), leaseID)
+	rc, err := streams{p.h, peer.ID(r.signer.ID())}.FetchLog(t.Context(), peer.ID(p.signer.ID()), leaseID)
 	if err != nil {
 		t.Fatal(err)
 	}

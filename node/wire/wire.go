@@ -18,58 +18,56 @@ import (
 	"github.com/gpumesh/gpumesh/attest"
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction/terms"
-	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
 // Protocols between daemons. Every request payload is a signed envelope
 // except the stream requests, which are authorised by the stream's
 // authenticated remote peer.
 const (
-	ProtoCall       protocol.ID = "/gpumesh/call/1.0.0"        // renter → provider: a sampled call for bids (terms.EncodeCall), sent to each provider it asks instead of gossiped; answered by the bid or decline (terms.BidMessage) when the caller is the job's owner
-	ProtoBid        protocol.ID = "/gpumesh/bid/1.0.0"         // provider → renter: terms.BidMessage (a bid, decline or capacity notice, by its envelope's domain)
-	ProtoAward      protocol.ID = "/gpumesh/award/1.0.0"       // renter → provider: terms.AwardMessage (an award, answered by an terms.Confirm, or a bid release)
-	ProtoHeartbeat  protocol.ID = "/gpumesh/heartbeat/1.0.0"   // provider → renter: attest.Heartbeat
-	ProtoLeaseEvent protocol.ID = "/gpumesh/lease-event/1.0.0" // provider → renter: LeaseEvent, answered by a LeaseEventAnswer
-	ProtoReceipt    protocol.ID = "/gpumesh/receipt/1.0.0"     // provider → renter: attest.SignedReceipt, answered countersigned
-	ProtoLogs       protocol.ID = "/gpumesh/logs/1.0.0"        // renter → provider: StreamRequest, then the job's log
-	ProtoOutputs    protocol.ID = "/gpumesh/outputs/1.0.0"     // renter → provider: StreamRequest, then an outputs bundle
-	ProtoCancel     protocol.ID = "/gpumesh/cancel/1.0.0"      // renter → provider: CancelRequest
+	ProtoCall       = "/gpumesh/call/1.0.0"        // renter → provider: a sampled call for bids (terms.EncodeCall), sent to each provider it asks instead of gossiped; answered by the bid or decline (terms.BidMessage) when the caller is the job's owner
+	ProtoBid        = "/gpumesh/bid/1.0.0"         // provider → renter: terms.BidMessage (a bid, decline or capacity notice, by its envelope's domain)
+	ProtoAward      = "/gpumesh/award/1.0.0"       // renter → provider: terms.AwardMessage (an award, answered by an terms.Confirm, or a bid release)
+	ProtoHeartbeat  = "/gpumesh/heartbeat/1.0.0"   // provider → renter: attest.Heartbeat
+	ProtoLeaseEvent = "/gpumesh/lease-event/1.0.0" // provider → renter: LeaseEvent, answered by a LeaseEventAnswer
+	ProtoReceipt    = "/gpumesh/receipt/1.0.0"     // provider → renter: attest.SignedReceipt, answered countersigned
+	ProtoLogs       = "/gpumesh/logs/1.0.0"        // renter → provider: StreamRequest, then the job's log
+	ProtoOutputs    = "/gpumesh/outputs/1.0.0"     // renter → provider: StreamRequest, then an outputs bundle
+	ProtoCancel     = "/gpumesh/cancel/1.0.0"      // renter → provider: CancelRequest
 	// ProtoCheckpoint: provider → renter, a signed terms.Checkpoint
 	// (sign.DomainCheckpoint); the renter's daemon fetches its artifact
 	// before it answers.
-	ProtoCheckpoint protocol.ID = "/gpumesh/checkpoint/1.0.0"
+	ProtoCheckpoint = "/gpumesh/checkpoint/1.0.0"
 	// ProtoLeaseKeys: provider → renter, a LeaseKeysRequest for a sealed
 	// job's lease; the renter answers LeaseKeys to that lease's provider
 	// alone. The stream's libp2p security (authenticated to the
 	// provider's identity, encrypted) is the keys' seal.
-	ProtoLeaseKeys protocol.ID = "/gpumesh/lease-keys/1.0.0"
-	ProtoArtifact  protocol.ID = "/gpumesh/artifact/1.0.0"      // any → holder: ArtifactRequest frames, each answered by a manifest or a chunk
-	ProtoWarm      protocol.ID = "/gpumesh/artifact-warm/1.0.0" // renter → provider: a sealed ArtifactWarm, answered by an ArtifactWarmAck
+	ProtoLeaseKeys = "/gpumesh/lease-keys/1.0.0"
+	ProtoArtifact  = "/gpumesh/artifact/1.0.0"      // any → holder: ArtifactRequest frames, each answered by a manifest or a chunk
+	ProtoWarm      = "/gpumesh/artifact-warm/1.0.0" // renter → provider: a sealed ArtifactWarm, answered by an ArtifactWarmAck
 	// ProtoService carries a service replica's traffic: renter → provider,
 	// a ServiceRequest frame, the provider's one-frame answer (ServiceAck),
 	// then raw bytes both ways to and from the replica's port.
-	ProtoService protocol.ID = "/gpumesh/service/1.0.0"
+	ProtoService = "/gpumesh/service/1.0.0"
 	// ProtoExec runs a command inside a running job: renter → provider,
 	// an ExecRequest frame, the provider's one-frame ExecAck, then exec
 	// frames both ways (WriteExecFrame); the provider's last is the
 	// ExecExit. Only the lease's renter, only while the job runs.
-	ProtoExec protocol.ID = "/gpumesh/exec/1.0.0"
+	ProtoExec = "/gpumesh/exec/1.0.0"
 	// ProtoPortForward carries one connection to a port of a running
 	// job's own network namespace: renter → provider, a
 	// PortForwardRequest, the provider's answer (a ServiceAck, framed as
 	// on ProtoService), then raw bytes both ways. Only the lease's
 	// renter, only while the job runs.
-	ProtoPortForward protocol.ID = "/gpumesh/port-forward/1.0.0"
+	ProtoPortForward = "/gpumesh/port-forward/1.0.0"
 	// ProtoGPUChallenge: verifier → provider, a GPU challenge
 	// (attest/gpuproof: challenge, ready, ping, seed, commitment, result).
-	ProtoGPUChallenge protocol.ID = "/gpumesh/gpu-challenge/1.0.0"
+	ProtoGPUChallenge = "/gpumesh/gpu-challenge/1.0.0"
 	// ProtoGang carries one connection between two members of a gang
 	// (node/gangnet): provider → provider, a GangRequest, the answer (a
 	// ServiceAck, framed as on ProtoService), then raw bytes both ways.
 	// Only the provider of another member of the same gang, while both
 	// members run.
-	ProtoGang protocol.ID = "/gpumesh/gang/1.0.0"
+	ProtoGang = "/gpumesh/gang/1.0.0"
 )
 
 // GPUVerdictTopic carries signed GPU challenge verdicts to every node's
@@ -103,9 +101,9 @@ type SuccessionGossip struct {
 // frame. Together: every protocol a daemon serves (each gets its stream
 // and frame memory limits, p2p.ProtocolLimit).
 var (
-	RequestProtocols = []protocol.ID{ProtoCall, ProtoBid, ProtoAward, ProtoHeartbeat, ProtoLeaseEvent, ProtoReceipt, ProtoCancel,
+	RequestProtocols = []string{ProtoCall, ProtoBid, ProtoAward, ProtoHeartbeat, ProtoLeaseEvent, ProtoReceipt, ProtoCancel,
 		ProtoCheckpoint, ProtoWarm, ProtoLeaseKeys}
-	StreamProtocols = []protocol.ID{ProtoLogs, ProtoOutputs, ProtoArtifact, ProtoService, ProtoGPUChallenge,
+	StreamProtocols = []string{ProtoLogs, ProtoOutputs, ProtoArtifact, ProtoService, ProtoGPUChallenge,
 		ProtoExec, ProtoPortForward, ProtoGang}
 )
 
@@ -294,7 +292,7 @@ type LeaseEventAnswer struct {
 
 // CheckReleased checks a's Released for the lease leaseID of job jobID:
 // signed by the lease's renter, for that very lease, and not a gang stop.
-func (a LeaseEventAnswer) CheckReleased(renter peer.ID, leaseID, jobID string) error {
+func (a LeaseEventAnswer) CheckReleased(renter sign.ID, leaseID, jobID string) error {
 	var req CancelRequest
 	signer, err := sign.Open(a.Released, sign.DomainLeaseCancel, &req)
 	switch {

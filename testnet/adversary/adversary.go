@@ -50,7 +50,7 @@ func NewSigner() (*sign.Signer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sign.NewSigner(priv)
+	return p2p.Signer(priv)
 }
 
 // NewPeer starts a peer with a fresh identity and connects it to its
@@ -60,7 +60,7 @@ func NewPeer(ctx context.Context, cfg PeerConfig) (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := sign.NewSigner(priv)
+	s, err := p2p.Signer(priv)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +93,7 @@ func NewPeer(ctx context.Context, cfg PeerConfig) (*Peer, error) {
 }
 
 // ID is the peer's identity.
-func (p *Peer) ID() peer.ID { return p.Signer.ID() }
+func (p *Peer) ID() peer.ID { return peer.ID(p.Signer.ID()) }
 
 // Close leaves the network.
 func (p *Peer) Close() error { return p.Node.Close() }

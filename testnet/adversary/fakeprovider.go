@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpumesh/gpumesh/node/wire/wirenet"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
@@ -24,7 +25,7 @@ import (
 
 // transport carries an adversary's auction messages over its libp2p node,
 // bound as the daemon's are.
-func (p *Peer) transport() auction.Transport { return wire.AuctionTransport(p2p.Direct{N: p.Node}) }
+func (p *Peer) transport() auction.Transport { return wirenet.AuctionTransport(p2p.Direct{N: p.Node}) }
 
 // BidderConfig is what a hostile bidder claims to sell.
 type BidderConfig struct {
@@ -111,7 +112,7 @@ func (p *Peer) bidder(ctx context.Context, cfg BidderConfig, onLease func(terms.
 		}
 		actx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
-		if err := putRecord(actx, p, terms.CapabilityKey(p.ID()), b); err != nil {
+		if err := putRecord(actx, p, terms.CapabilityKey(sign.ID(p.ID())), b); err != nil {
 			return nil, fmt.Errorf("adversary: advertise: %w", err)
 		}
 		// Announced concurrently, as the daemon does (provideKeys): one

@@ -35,7 +35,7 @@ func SybilRecords(ctx context.Context, p *Peer, n int, cfg BidderConfig) (SybilR
 		if err != nil {
 			return rep, err
 		}
-		c := cfg.capability(s.ID())
+		c := cfg.capability(peer.ID(s.ID()))
 		b, err := terms.SealCapability(s, c)
 		if err != nil {
 			return rep, err
@@ -43,7 +43,7 @@ func SybilRecords(ctx context.Context, p *Peer, n int, cfg BidderConfig) (SybilR
 		if err := putRecord(ctx, p, terms.CapabilityKey(s.ID()), b); err != nil {
 			return rep, fmt.Errorf("adversary: record of %s: %w", s.ID(), err)
 		}
-		self.ID = s.ID()
+		self.ID = peer.ID(s.ID())
 		for _, k := range terms.DiscoveryKeys(c) {
 			if err := p.Node.DHT.ProviderStore().AddProvider(ctx, p2p.KeyCID(k).Hash(), self); err != nil {
 				return rep, fmt.Errorf("adversary: provider record %s: %w", k, err)

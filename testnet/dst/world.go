@@ -14,7 +14,6 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/ledger"
 	"github.com/gpumesh/gpumesh/ledger/record"
-	"github.com/libp2p/go-libp2p/core/crypto"
 )
 
 // node is one daemon: its identity, its clock (the simulated clock plus
@@ -64,11 +63,7 @@ func signerFor(name string) *sign.Signer {
 	}
 	seed := make([]byte, ed25519.SeedSize)
 	copy(seed, "gpumesh-dst/"+name)
-	priv, err := crypto.UnmarshalEd25519PrivateKey(ed25519.NewKeyFromSeed(seed))
-	if err != nil {
-		panic(err)
-	}
-	s, err := sign.NewSigner(priv)
+	s, err := sign.NewSigner(ed25519.NewKeyFromSeed(seed))
 	if err != nil {
 		panic(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/gpumesh/gpumesh/node/wire/wirenet"
 	mrand "math/rand/v2"
 	"sort"
 	"sync"
@@ -269,7 +270,7 @@ func build(ctx context.Context, cfg Config) (*network, error) {
 	}
 	var err error
 	renter := n.nodes[0]
-	if n.renter, err = auction.NewRenter(auction.RenterConfig{Signer: renter.signer, Transport: wire.AuctionTransport(renter)}); err != nil {
+	if n.renter, err = auction.NewRenter(auction.RenterConfig{Signer: renter.signer, Transport: wirenet.AuctionTransport(renter)}); err != nil {
 		return nil, err
 	}
 	p2p.Serve(renter.h, readyProto, func(context.Context, peer.ID, []byte) ([]byte, error) { return nil, nil })
@@ -302,7 +303,7 @@ func (n *network) addNode(i int) (*mnode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scale: add peer: %w", err)
 	}
-	s, err := sign.NewSigner(key)
+	s, err := p2p.Signer(key)
 	if err != nil {
 		return nil, err
 	}
@@ -445,7 +446,7 @@ func (m *mnode) startProvider(pr profile) error {
 	}
 	capab := terms.Capability{Peer: m.h.ID().String(), Region: pr.region, GPUs: gpus, Policy: policy}
 	var err error
-	if m.prov, err = auction.NewProvider(auction.ProviderConfig{Signer: m.signer, Transport: wire.AuctionTransport(m),
+	if m.prov, err = auction.NewProvider(auction.ProviderConfig{Signer: m.signer, Transport: wirenet.AuctionTransport(m),
 		Self: fixedSelf(capab), Calendar: auction.NewCalendar(len(gpus))}); err != nil {
 		return err
 	}
@@ -491,8 +492,8 @@ func (m *mnode) topic(name string) (*pubsub.Topic, error) {
 	return t, nil
 }
 
-// Publish and Request make a node a wire.Carrier, which
-// wire.AuctionTransport binds as the daemon's node is bound.
+// Publish and Request make a node a wirenet.Carrier, which
+// wirenet.AuctionTransport binds as the daemon's node is bound.
 func (m *mnode) Publish(ctx context.Context, topic string, data []byte) error {
 	t, err := m.topic(topic)
 	if err != nil {

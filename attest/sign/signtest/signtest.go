@@ -3,20 +3,19 @@
 package signtest
 
 import (
-	"bytes"
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
 	"testing"
 
 	"github.com/gpumesh/gpumesh/attest/sign"
-	"github.com/libp2p/go-libp2p/core/crypto"
 )
 
 // New returns a signer with a fresh random Ed25519 key; it fails tb if the
 // key cannot be made.
 func New(tb testing.TB) *sign.Signer {
 	tb.Helper()
-	priv, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		tb.Fatalf("signtest: generate key: %v", err)
 	}
@@ -33,11 +32,9 @@ func New(tb testing.TB) *sign.Signer {
 func Seeded(tb testing.TB, name string) *sign.Signer {
 	tb.Helper()
 	seed := sha256.Sum256([]byte("signtest:" + name))
-	priv, _, err := crypto.GenerateEd25519Key(bytes.NewReader(seed[:]))
-	if err != nil {
-		tb.Fatalf("signtest: derive key: %v", err)
-	}
-	s, err := sign.NewSigner(priv)
+	// (the key libp2p's GenerateEd25519Key made from the same seed, so
+	// corpora naming these identities keep them)
+	s, err := sign.NewSigner(ed25519.NewKeyFromSeed(seed[:]))
 	if err != nil {
 		tb.Fatalf("signtest: signer: %v", err)
 	}

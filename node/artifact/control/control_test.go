@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
@@ -34,7 +33,7 @@ func newMux(t *testing.T, jobs *[]api.JobView) (mux *http.ServeMux, changed *int
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	signer, err := sign.NewSigner(key)
+	signer, err := p2p.Signer(key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"io"
 	"log/slog"
 	"os"
@@ -230,7 +231,7 @@ func (a *Artifacts) FetchCheckpoint(ctx context.Context, id string, from peer.ID
 	_, infoErr := a.cfg.Transfer.Store().Info(id)
 	fresh := infoErr != nil
 	var tooBig atomic.Bool
-	res, err := a.cfg.Transfer.Fetch(ctx, id, transfer.FetchOptions{Origin: &peer.AddrInfo{ID: from}, NoDiscovery: true, For: artifact.For(from),
+	res, err := a.cfg.Transfer.Fetch(ctx, id, transfer.FetchOptions{Origin: &peer.AddrInfo{ID: from}, NoDiscovery: true, For: artifact.For(sign.ID(from)),
 		Progress: func(_, total int64) {
 			if total > max {
 				tooBig.Store(true)
@@ -290,7 +291,7 @@ func (a *Artifacts) Restore(ctx context.Context, job terms.Job, id, dir string, 
 		release()
 		return nil, err
 	}
-	if err := a.cfg.Transfer.Store().ExportFor(id, dir, artifact.For(owner), arts); err != nil {
+	if err := a.cfg.Transfer.Store().ExportFor(id, dir, artifact.For(sign.ID(owner)), arts); err != nil {
 		release()
 		return nil, err
 	}
@@ -366,7 +367,7 @@ func (a *Artifacts) adoptSealed(id, leaseID string, must bool) error {
 // provider prov, records its content key once it opens with the lease's
 // key, and opens it: the outputs' manifest and their bundle.
 func (a *Artifacts) OpenSealedOutputs(ctx context.Context, prov peer.ID, leaseID, id string) ([]terms.OutputFile, io.ReadCloser, error) {
-	if _, err := a.cfg.Transfer.Fetch(ctx, id, transfer.FetchOptions{Origin: &peer.AddrInfo{ID: prov}, NoDiscovery: true, For: artifact.For(prov)}); err != nil {
+	if _, err := a.cfg.Transfer.Fetch(ctx, id, transfer.FetchOptions{Origin: &peer.AddrInfo{ID: prov}, NoDiscovery: true, For: artifact.For(sign.ID(prov))}); err != nil {
 		return nil, nil, fmt.Errorf("sealed outputs %s: %w", id, err)
 	}
 	if err := a.adoptSealed(id, leaseID, true); err != nil {

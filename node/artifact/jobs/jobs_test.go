@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/artifact"
@@ -31,7 +30,7 @@ func newArtifacts(t *testing.T) (a *Artifacts, st *artifact.Store, changed *int,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	signer, err := sign.NewSigner(key)
+	signer, err := p2p.Signer(key)
 	if err != nil {
 		t.Fatal(err)
 	}

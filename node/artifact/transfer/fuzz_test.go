@@ -51,7 +51,7 @@ func FuzzAnswer(f *testing.F) {
 	svc := &Service{cfg: ServiceConfig{Store: store, Signer: self}, log: slog.New(slog.DiscardHandler), counters: map[string]int{},
 		badPeers: map[peer.ID]int{}, serving: map[peer.ID]int{}, warming: map[string]peer.ID{}}
 	store.SetAccess(self.ID(), nil)
-	grant, err := svc.Grant(priv, stranger.ID())
+	grant, err := svc.Grant(priv, peer.ID(stranger.ID()))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func FuzzAnswer(f *testing.F) {
 			if store.MayRead(r.ID, artifact.Reader{Peer: stranger.ID(), Grant: r.Grant}) == nil {
 				admitted[r.ID] = true
 			}
-			resp, err := svc.answer(stranger.ID(), frame, authorised)
+			resp, err := svc.answer(peer.ID(stranger.ID()), frame, authorised)
 			if err != nil {
 				oneLine(t, err)
 				continue
@@ -134,7 +134,7 @@ func FuzzOpenWarm(f *testing.F) {
 		if signed {
 			data = signtest.RawBytes(t, renter, sign.DomainArtifactWarm, data)
 		}
-		w, err := openWarm(data, renter.ID(), self.ID(), now)
+		w, err := openWarm(data, peer.ID(renter.ID()), peer.ID(self.ID()), now)
 		if err != nil {
 			oneLine(t, err)
 			return
@@ -147,7 +147,7 @@ func FuzzOpenWarm(f *testing.F) {
 			t.Fatalf("an accepted warm request does not seal again: %v", err)
 		}
 		again, _ := env.Marshal()
-		w2, err := openWarm(again, renter.ID(), self.ID(), now)
+		w2, err := openWarm(again, peer.ID(renter.ID()), peer.ID(self.ID()), now)
 		if err != nil {
 			t.Fatalf("a re-sealed warm request is refused: %v", err)
 		}
@@ -156,7 +156,7 @@ func FuzzOpenWarm(f *testing.F) {
 		if !bytes.Equal(a, b) {
 			t.Fatalf("warm request changed in a round trip:\n%s\n%s", a, b)
 		}
-		if _, err := openWarm(again, self.ID(), self.ID(), now); err == nil {
+		if _, err := openWarm(again, peer.ID(self.ID()), peer.ID(self.ID()), now); err == nil {
 			t.Fatal("a warm request relayed by another peer was accepted")
 		}
 	})

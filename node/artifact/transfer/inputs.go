@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -54,7 +55,7 @@ func (s *Service) PrepareInputs(ctx context.Context, inputs map[string]string, o
 		}
 		unpins = append(unpins, unpin)
 		target := filepath.Join(dir, name)
-		if err := s.cfg.Store.ExportFor(id, target, artifact.For(origin), keys); err != nil {
+		if err := s.cfg.Store.ExportFor(id, target, artifact.For(sign.ID(origin)), keys); err != nil {
 			return nil, fmt.Errorf("input %s: %w", name, err)
 		}
 		if err := readOnly(target); err != nil {
@@ -82,7 +83,7 @@ func (s *Service) FetchForJob(ctx context.Context, id string, origin peer.ID, ad
 	oi := peer.AddrInfo{ID: origin}
 	unpin = s.cfg.Store.Pin(id)
 	for attempt := 1; attempt <= 4; attempt++ {
-		if _, err = s.Fetch(ctx, id, FetchOptions{Origin: &oi, For: artifact.For(origin)}); err == nil || ctx.Err() != nil || errors.Is(err, artifact.ErrFull) {
+		if _, err = s.Fetch(ctx, id, FetchOptions{Origin: &oi, For: artifact.For(sign.ID(origin))}); err == nil || ctx.Err() != nil || errors.Is(err, artifact.ErrFull) {
 			break
 		}
 		select {

@@ -3,6 +3,7 @@ package transfer
 import (
 	"bytes"
 	"context"
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"os"
 	"path/filepath"
 	"slices"
@@ -142,7 +143,7 @@ func TestIncompleteRecordTakesCompletersTerms(t *testing.T) {
 	y.claimComplete(t, id)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := prov.svc.Fetch(ctx, id, FetchOptions{Origin: &peer.AddrInfo{ID: y.net.ID(), Addrs: y.net.Host.Addrs()}, NoDiscovery: true, For: artifact.For(y.net.ID())}); err == nil {
+	if _, err := prov.svc.Fetch(ctx, id, FetchOptions{Origin: &peer.AddrInfo{ID: y.net.ID(), Addrs: y.net.Host.Addrs()}, NoDiscovery: true, For: artifact.For(sign.ID(y.net.ID()))}); err == nil {
 		t.Fatal("Y served bytes it does not have")
 	}
 	if in, err := prov.store.Info(id); err != nil || in.Complete || in.Private {
@@ -152,7 +153,7 @@ func TestIncompleteRecordTakesCompletersTerms(t *testing.T) {
 	if err := prov.store.MayRead(id, artifact.Reader{}); err == nil {
 		t.Fatal("X's private artifact is public on the provider")
 	}
-	if err := prov.store.MayRead(id, artifact.For(y.net.ID())); err == nil {
+	if err := prov.store.MayRead(id, artifact.For(sign.ID(y.net.ID()))); err == nil {
 		t.Fatal("Y may read X's artifact")
 	}
 	if slices.Contains(prov.store.Held(64), id) {

@@ -96,8 +96,8 @@ type Service struct {
 }
 
 // mayFetch is the lease part of the store's access rule (Leases).
-func (s *Service) mayFetch(id string, from peer.ID) bool {
-	return s.cfg.Leases != nil && s.cfg.Leases.MayFetch(id, from)
+func (s *Service) mayFetch(id string, from sign.ID) bool {
+	return s.cfg.Leases != nil && s.cfg.Leases.MayFetch(id, peer.ID(from))
 }
 
 // NewService registers the artifact protocol handler on cfg.Net.
@@ -183,7 +183,7 @@ func (s *Service) Grant(id string, to peer.ID) ([]byte, error) {
 // allowed decides whether from may fetch artifact id, given the grant it
 // presented (Store.MayRead), and counts a refusal.
 func (s *Service) allowed(id string, from peer.ID, grant []byte) error {
-	err := s.cfg.Store.MayRead(id, artifact.Reader{Peer: from, Grant: grant})
+	err := s.cfg.Store.MayRead(id, artifact.Reader{Peer: sign.ID(from), Grant: grant})
 	if err != nil && !errors.Is(err, artifact.ErrNotFound) {
 		s.count("artifact.denied", 1)
 	}

@@ -50,7 +50,7 @@ func newTestPeer(t testing.TB, budget int64) *testPeer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = n.Close() })
-	signer, err := sign.NewSigner(key)
+	signer, err := p2p.Signer(key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func (tp *testPeer) claimComplete(t testing.TB, id string) {
 	if in, err := st.Info(id); err != nil || !in.Complete {
 		t.Fatalf("the rewritten record does not claim completion: %+v %v", in, err)
 	}
-	st.SetAccess(tp.net.ID(), tp.svc.mayFetch)
+	st.SetAccess(sign.ID(tp.net.ID()), tp.svc.mayFetch)
 	tp.store, tp.svc.cfg.Store = st, st
 }
 

@@ -104,7 +104,7 @@ func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]
 		s.count("artifact.warm_refused", 1)
 		return nil, errors.New("this node does not accept warm requests")
 	}
-	if m, complete, err := s.cfg.Store.Manifest(req.ID); err == nil && complete && s.cfg.Store.MayRead(req.ID, artifact.For(from)) == nil {
+	if m, complete, err := s.cfg.Store.Manifest(req.ID); err == nil && complete && s.cfg.Store.MayRead(req.ID, artifact.For(sign.ID(from))) == nil {
 		s.cfg.Store.Pin(req.ID)() // wanted again: recently used, last out
 		return json.Marshal(wire.ArtifactWarmAck{ID: req.ID, Size: m.Size})
 	}
@@ -148,7 +148,7 @@ func (s *Service) HandleWarm(ctx context.Context, from peer.ID, data []byte) ([]
 		deadline := time.AfterFunc(s.warmDeadline(0), cancel)
 		defer deadline.Stop()
 		origin := peer.AddrInfo{ID: from}
-		_, err := s.Fetch(fctx, req.ID, FetchOptions{Origin: &origin, Grant: req.Grant, For: artifact.For(from), Accept: func(m *artifact.Manifest, missing int64) error {
+		_, err := s.Fetch(fctx, req.ID, FetchOptions{Origin: &origin, Grant: req.Grant, For: artifact.For(sign.ID(from)), Accept: func(m *artifact.Manifest, missing int64) error {
 			if err := s.warmFits(m.Size, missing); err != nil {
 				return err
 			}
@@ -188,7 +188,7 @@ func openWarm(data []byte, from, self peer.ID, now time.Time) (wire.ArtifactWarm
 	switch {
 	case err != nil:
 		return wire.ArtifactWarm{}, fmt.Errorf("bad warm request: %v", err)
-	case signer != from:
+	case signer != sign.ID(from):
 		return wire.ArtifactWarm{}, fmt.Errorf("warm request signed by %s, sent by %s", signer, from)
 	case req.Provider != self.String():
 		return wire.ArtifactWarm{}, fmt.Errorf("warm request is for %q, not this node", req.Provider)

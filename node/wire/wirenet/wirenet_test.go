@@ -1,4 +1,4 @@
-package wire
+package wirenet
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction"
+	"github.com/gpumesh/gpumesh/node/wire"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
@@ -36,21 +37,21 @@ func (r *recorder) Request(_ context.Context, to peer.ID, proto protocol.ID, dat
 var _ auction.Transport = Transport{}
 
 // TestAuctionTransport: calls go out as gossip on their topic, bids on
-// ProtoBid, awards on ProtoAward whose answer (the confirm) comes back;
+// wire.ProtoBid, awards on wire.ProtoAward whose answer (the confirm) comes back;
 // a carrier's failure reaches the auction.
 func TestAuctionTransport(t *testing.T) {
 	ctx := context.Background()
-	to := signtest.New(t).ID()
-	r := &recorder{answers: map[protocol.ID][]byte{ProtoAward: []byte("confirm"), ProtoBid: []byte("ignored")}}
+	to := peer.ID(signtest.New(t).ID())
+	r := &recorder{answers: map[protocol.ID][]byte{wire.ProtoAward: []byte("confirm"), wire.ProtoBid: []byte("ignored")}}
 	tr := AuctionTransport(r)
 	if err := tr.Publish(ctx, "gpumesh/jobs/2/eu", []byte("call")); err != nil || r.topic != "gpumesh/jobs/2/eu" || r.data != "call" {
 		t.Fatalf("publish: %v, carried %q on %q", err, r.data, r.topic)
 	}
-	if err := tr.SendBid(ctx, to, []byte("bid")); err != nil || r.proto != ProtoBid || r.to != to || r.data != "bid" {
+	if err := tr.SendBid(ctx, to, []byte("bid")); err != nil || r.proto != wire.ProtoBid || r.to != to || r.data != "bid" {
 		t.Fatalf("bid: %v, carried %q on %s to %s", err, r.data, r.proto, r.to)
 	}
 	c, err := tr.SendAward(ctx, to, []byte("award"))
-	if err != nil || r.proto != ProtoAward || r.to != to || r.data != "award" || string(c) != "confirm" {
+	if err != nil || r.proto != wire.ProtoAward || r.to != to || r.data != "award" || string(c) != "confirm" {
 		t.Fatalf("award: %v, carried %q on %s to %s, answered %q", err, r.data, r.proto, r.to, c)
 	}
 	r.err = errors.New("unreachable")
