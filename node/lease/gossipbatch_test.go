@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"github.com/gpumesh/gpumesh/auction/terms"
 	"strconv"
 	"strings"
 	"testing"
@@ -180,5 +181,89 @@ func TestGossipBatchStaysUnderItsSize(t *testing.T) {
 	}
 	if len(got) != 2 || got[0][1] != 'a' || got[1][1] != 'b' || len(msg) > wire.MaxBatchBytes+1<<10 {
 		t.Fatalf("first message: %d receipts in %d bytes, want a and b within %d", len(got), len(msg), wire.MaxBatchBytes)
+	}
+}
+
+// TestProviderGossipsOnlyWhatItDoesNotHear: a receipt its provider waits
+// to hear is not gossiped by it once its renter's gossip brings it; one
+// not heard within HeardWait is (counted); and one still waiting when the
+// node stops goes out with its Flush.
+func TestProviderGossipsOnlyWhatItDoesNotHear(t *testing.T) {
+	t.Parallel()
+	r, out, srs := gossipReceipts(t, 10*time.Millisecond, 3)
+	r.cfg.HeardWait = 50 * time.Millisecond
+	r.gossipUnlessHeard(srs[0])
+	r.gossipUnlessHeard(srs[1])
+	r.gossipUnlessHeard(srs[1]) // twice: still one wait
+	b0, err := srs[0].Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	heard, err := wire.EncodeReceiptBatch([][]byte{b0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.HandleGossip("", heard) // the renter's gossip of l0
+	if got := leases(t, <-out); len(got) != 1 || got[0] != "l1" {
+		t.Fatalf("gossiped %v, want [l1] (l0 was heard)", got)
+	}
+	if n := r.cfg.Counters.Snapshot()["reputation.receipt_unheard"]; n != 1 {
+		t.Fatalf("receipt_unheard = %d, want 1", n)
+	}
+	r.umu.Lock()
+	waiting := len(r.unheard)
+	r.umu.Unlock()
+	if waiting != 0 {
+		t.Fatalf("%d receipts still wait to be heard", waiting)
+	}
+	r.cfg.HeardWait = time.Hour
+	r.gossipUnlessHeard(srs[2])
+	r.Flush()
+	if got := leases(t, <-out); len(got) != 1 || got[0] != "l2" {
+		t.Fatalf("flushed %v, want [l2]", got)
+	}
+}
+
+// TestReceiptGossipedOnceByItsRenter: a settled lease's receipt reaches a
+// third node through its renter's gossip, and the provider, which heard
+// it, gossips nothing; a renter that withholds the receipt keeps it from
+// no one: the provider, not hearing it, gossips it.
+func TestReceiptGossipedOnceByItsRenter(t *testing.T) {
+	t.Parallel()
+	for _, withhold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("withhold=%v", withhold), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			r, p, observer := h.renter(), h.provider(provSpec{model: "A100", price: 1}), h.renter()
+			r.crash.withholdGossip.Store(withhold)
+			// The renter's gossip waits until its provider waits to hear it.
+			hold := func() {
+				h.waitFor(10*time.Second, "provider waits to hear the receipt", func() bool {
+					p.receipts.umu.Lock()
+					defer p.receipts.umu.Unlock()
+					return len(p.receipts.unheard) == 1
+				})
+			}
+			r.crash.holdGossip.Store(&hold)
+			v := r.post(job(terms.Silver, 1, time.Minute, "gate", "done", "0"))
+			if v.Winner != p.id() {
+				t.Fatalf("leased to %s, want %s", v.Winner, p.id())
+			}
+			p.exec.open("done")
+			r.waitJob(v.Job.ID, "settled", settled)
+			h.waitFor(10*time.Second, "observer heard the receipt", func() bool { return observer.book.Stats(p.id()).Receipts == 1 })
+			p.receipts.umu.Lock()
+			waiting := len(p.receipts.unheard)
+			p.receipts.umu.Unlock()
+			unheard := p.counters.Snapshot()["reputation.receipt_unheard"]
+			switch {
+			case waiting != 0:
+				t.Fatalf("provider still waits to hear %d receipts", waiting)
+			case withhold && unheard != 1:
+				t.Fatalf("withheld by the renter: the provider gossiped %d receipts, want 1", unheard)
+			case !withhold && unheard != 0:
+				t.Fatalf("gossiped by the renter: the provider gossiped %d receipts too, want 0", unheard)
+			}
+		})
 	}
 }

@@ -282,6 +282,11 @@ type crashable struct {
 	dropHeartbeats atomic.Bool
 	// dropMoves loses the node's lease events that tell of a move.
 	dropMoves atomic.Bool
+	// withholdGossip drops the receipts the node gossips (a renter that
+	// keeps its providers' credit to itself).
+	withholdGossip atomic.Bool
+	// holdGossip, when set, runs before the node gossips receipts.
+	holdGossip atomic.Pointer[func()]
 	// awardDelay is how long each award (or bid release) the node sends
 	// takes to reach its provider, in nanoseconds: a far or loaded
 	// network.
@@ -361,6 +366,14 @@ func (t crashTransport) Request(ctx context.Context, to peer.ID, proto protocol.
 func (t crashTransport) Publish(ctx context.Context, topic string, data []byte) error {
 	if t.c.dead.Load() {
 		return errCrashed
+	}
+	if topic == wire.ReputationTopic {
+		if hold := t.c.holdGossip.Load(); hold != nil {
+			(*hold)()
+		}
+		if t.c.withholdGossip.Load() {
+			return nil
+		}
 	}
 	return t.t.Publish(ctx, topic, data)
 }

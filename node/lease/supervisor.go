@@ -1708,7 +1708,7 @@ func (r *leaseRun) exchangeReceipt(start, end time.Time) error {
 		}
 		return fmt.Errorf("ledger: %w", err)
 	}
-	s.cfg.Receipts.gossip(full)
+	s.cfg.Receipts.gossipUnlessHeard(full)
 	s.log.Info("lease settled", "lease", rec.Lease.ID, "amount_usd", fmt.Sprintf("%.6f", rc.Amount), "gpu_seconds", fmt.Sprintf("%.1f", gpuSec))
 	return nil
 }
