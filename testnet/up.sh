@@ -13,6 +13,8 @@
 # a uniform net for benchmarks (10 providers x 2 = 20 slots).
 # GPUMESH_TESTNET_RENTERS=R makes nodes 0..R-1 renters (no GPUs), the rest
 # providers: several users posting at once.
+# GPUMESH_TESTNET_PROCS=P runs each daemon with GOMAXPROCS=P (default 1:
+# the daemons share this machine as separate machines of one core would).
 set -euo pipefail
 umask 077 # data dirs, configs and daemon logs readable by this user only
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -22,6 +24,8 @@ n="${1:-5}"
 if [[ -n "${GPUMESH_TESTNET_GPUS:-}" && ! "$GPUMESH_TESTNET_GPUS" =~ ^[1-9][0-9]?$ ]]; then
   echo "GPUMESH_TESTNET_GPUS: want 1..99 GPUs per provider" >&2; exit 2
 fi
+procs="${GPUMESH_TESTNET_PROCS:-1}"
+[[ "$procs" =~ ^[1-9][0-9]*$ ]] || { echo "GPUMESH_TESTNET_PROCS: want the scheduler threads of each daemon, 1 or more" >&2; exit 2; }
 renters="${GPUMESH_TESTNET_RENTERS:-1}"
 [[ "$renters" =~ ^[0-9]+$ ]] && (( renters >= 1 && renters < n )) || { echo "GPUMESH_TESTNET_RENTERS: want 1..$((n - 1)) renters" >&2; exit 2; }
 run="${GPUMESH_TESTNET_DIR:-$here/run}"
@@ -95,7 +99,12 @@ start() { # idx [bootstrap]
   local dir="$run/node$i"
   local args=(-d "$dir" daemon)
   [[ -n "${2:-}" ]] && args+=(--bootstrap "$2")
-  nohup "$bin" "${args[@]}" >"$dir/daemon.log" 2>&1 &
+  # Every daemon here shares this machine with the others, as if each had
+  # a machine of its own with one core: one Go scheduler thread each
+  # (GOMAXPROCS), not one per core of the shared machine, where N daemons'
+  # schedulers spun and handed goroutines between threads competing for
+  # the same cores (11 daemons on 2 cores: 16 % more CPU a job).
+  GOMAXPROCS="$procs" nohup "$bin" "${args[@]}" >"$dir/daemon.log" 2>&1 &
   echo "$! node$i" >>"$run/pids"
 }
 
