@@ -98,14 +98,17 @@ func shutdown(d *node.Daemon, sigs <-chan os.Signal, sig os.Signal, log *slog.Lo
 	return d.Close()
 }
 
-// daemonGC makes the garbage collector collect at 50% heap growth instead
-// of Go's 100%, unless the operator set GOGC: an idle daemon allocates
-// little, so this costs next to no CPU, and it keeps the resident set
-// (~24 MiB of anonymous memory instead of ~30 in a 50-node testnet) small
-// enough for many daemons on one machine.
+// daemonGC makes the garbage collector collect at 200% heap growth instead
+// of Go's 100%, unless the operator set GOGC. A daemon's live heap is
+// small and a busy one allocates fast (a job's messages, signatures and
+// records), so it collected often, each time for little: at 50% (this
+// default before) 11 daemons on 2 cores spent 13.0-13.5 ms of CPU a job,
+// at 200% 12.6-12.8 (126.6-128.0 jobs/s against 119.9-124.3), at 400% no
+// better. The price is memory: after 600 jobs a renter held 126 MiB
+// resident at 100% and 210 at 400%, a provider 60 and 80.
 func daemonGC() {
 	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(50)
+		debug.SetGCPercent(200)
 	}
 }
 
