@@ -588,9 +588,10 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	log := slog.New(notifyLog{b: &h.changed})
 	var err error
 	// Receipts are gossiped after a second here, not DefaultGossipEvery:
-	// the tests wait for a third node to hear them.
+	// the tests wait for a third node to hear them. A provider waits 5 s
+	// to hear its renter's gossip (a renter's batch goes out within 1 s).
 	if n.receipts, err = NewReceipts(n.ctx, ReceiptsConfig{Ledger: notifyingLedger{db, &h.changed}, Book: n.book, Transport: ct, Counters: n.counters, Log: log,
-		GossipEvery: time.Second}); err != nil {
+		GossipEvery: time.Second, HeardWait: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
