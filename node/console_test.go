@@ -290,9 +290,11 @@ func TestConsole(t *testing.T) {
 	if v.Run != terms.RunSucceeded {
 		t.Fatalf("run %s: %s", v.Run, v.Detail)
 	}
-	waitChange(t, 15*time.Second, "the provider settled", func() bool {
+	// Settled, and the renter's gossip of the receipt heard: the
+	// provider's view of itself changes no more.
+	waitChange(t, 15*time.Second, "the provider settled and heard the receipt", func() bool {
 		st, err := pc.ProviderStats(ctx)
-		return err == nil && st.LedgerEarnedUSD > 0
+		return err == nil && st.LedgerEarnedUSD > 0 && st.Reputation.Receipts == 1
 	}, prov.market.receipts.Changed)
 
 	t.Run("views are the control API's", func(t *testing.T) {

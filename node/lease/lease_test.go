@@ -421,31 +421,3 @@ func TestJobOverBeforeStartReturned(t *testing.T) {
 		t.Fatalf("%d reports refused for their times", n)
 	}
 }
-
-// TestShortRunReportedOnce: a run that ends within RunningReportAfter of
-// its start is reported once, by its final report (no running report to
-// arrive after it, stale); one that runs on is reported running first.
-func TestShortRunReportedOnce(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	r, p := h.renter(), h.provider(provSpec{model: "A100", price: 1})
-	v := r.post(job(terms.Silver, 1, time.Minute, "ended", "x", "0"))
-	v = r.waitJob(v.Job.ID, "settled", settled)
-	if v.Run != terms.RunSucceeded || v.Started.IsZero() {
-		t.Fatalf("run %s, started %v", v.Run, v.Started)
-	}
-	h.waitFor(5*time.Second, "the running report skipped", func() bool {
-		return p.counters.Snapshot()["provider.running_report_skipped"] == 1
-	})
-	if n := r.counters.Snapshot()["renter.event_stale"]; n != 0 {
-		t.Fatalf("renter dropped %d stale reports", n)
-	}
-
-	v = r.post(job(terms.Silver, 1, time.Minute, "gate", "long", "0"))
-	r.waitJob(v.Job.ID, "reported running", func(v api.JobView) bool { return v.Run == terms.RunRunning })
-	p.exec.open("long")
-	r.waitJob(v.Job.ID, "settled", settled)
-	if n := p.counters.Snapshot()["provider.running_report_skipped"]; n != 1 {
-		t.Fatalf("running reports skipped: %d, want 1 (the short run's)", n)
-	}
-}

@@ -164,11 +164,6 @@ type SupervisorConfig struct {
 	Scrub Scrubber
 	// HeartbeatInterval defaults to DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
-	// RunningReportAfter is how long a run that started waits before its
-	// provider tells the renter it runs (default DefaultRunningReportAfter;
-	// negative: at once). A run that has ended by then is not reported
-	// running: its final report says when it started and how it ended.
-	RunningReportAfter time.Duration
 	// PreemptGrace is how long a stopped job has to checkpoint.
 	PreemptGrace time.Duration
 	// DropHeartbeat is a fault-injection hook for tests: heartbeats for
@@ -346,9 +341,6 @@ func NewSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, erro
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	if cfg.RunningReportAfter == 0 {
-		cfg.RunningReportAfter = DefaultRunningReportAfter
 	}
 	if cfg.RecoverDelay <= 0 {
 		cfg.RecoverDelay = 2 * time.Second
@@ -901,10 +893,6 @@ func (r *leaseRun) do(e lifecycle.Effect) bool {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			if !r.runningStill(pr) {
-				s.cfg.Counters.Add("provider.running_report_skipped")
-				return
-			}
 			_, _ = s.sendEvent(pr, 5)
 		}()
 	case lifecycle.StopExecutor:
@@ -1503,35 +1491,6 @@ func (r *leaseRun) record() providerRecord {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pr
-}
-
-// DefaultRunningReportAfter is SupervisorConfig.RunningReportAfter's
-// default. A job that ends within it is reported once, by its final
-// report, not twice (a stream, a signature and its check, and a renter's
-// step and save fewer: short jobs' running reports, most of them late,
-// arrived after the final one and were dropped as stale); a longer one
-// shows running that much later, as Nomad's clients batch their
-// allocations' updates every 200 ms.
-const DefaultRunningReportAfter = 50 * time.Millisecond
-
-// runningStill waits RunningReportAfter and reports whether the run whose
-// record was pr should still be reported running: false when it has ended
-// by then (its final report follows) or the daemon is stopping.
-func (r *leaseRun) runningStill(pr providerRecord) bool {
-	s := r.s
-	if d := s.cfg.RunningReportAfter; d > 0 && !pr.Rec.Run.Terminal() {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-s.ctx.Done():
-			return false
-		}
-		if r.record().Rec.Run.Terminal() {
-			return false
-		}
-	}
-	return true
 }
 
 // errReleased is sendEvent's error when the renter answered a final
