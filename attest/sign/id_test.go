@@ -100,7 +100,7 @@ func TestHostileIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ed := newTestSigner(t)
+	ed := testSigner(t)
 	payload := []byte("x")
 	for name, priv := range map[string]crypto.PrivKey{"rsa": rsa, "secp256k1": secp} {
 		pid, err := peer.IDFromPrivateKey(priv)
@@ -127,17 +127,4 @@ func TestHostileIDs(t *testing.T) {
 	if _, err := NewSigner(ed25519.PrivateKey(make([]byte, 12))); err == nil {
 		t.Error("a 12-byte private key made a signer")
 	}
-}
-
-func newTestSigner(t *testing.T) *Signer {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewSigner(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
