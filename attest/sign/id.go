@@ -3,12 +3,13 @@ package sign
 import (
 	"bytes"
 	"crypto/ed25519"
-	"encoding/base32"
 	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/ipfs/go-cid"
 	"github.com/mr-tron/base58/base58"
+	mh "github.com/multiformats/go-multihash"
 )
 
 // ID is a peer's identity: the bytes of its libp2p peer ID, a multihash of
@@ -47,14 +48,6 @@ func (id ID) PublicKey() (ed25519.PublicKey, error) {
 	return ed25519.PublicKey(b[len(edPrefix):]), nil
 }
 
-// Validate reports an empty ID.
-func (id ID) Validate() error {
-	if id == "" {
-		return fmt.Errorf("%w: empty", ErrBadID)
-	}
-	return nil
-}
-
 // MarshalText writes the ID's base58 text (libp2p's JSON and text form).
 func (id ID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
 
@@ -68,67 +61,23 @@ func (id *ID) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// Decode reads a peer ID's text as libp2p writes it: base58 of the
-// multihash ("12D3KooW…", "Qm…"), or a CIDv1 of codec libp2p-key in
-// base32 ("bafz…") or base58 ("z…").
+// Decode reads a peer ID's text as libp2p's peer.Decode does: base58 of
+// the multihash ("12D3KooW…", "Qm…"), or a CID of codec libp2p-key in any
+// multibase ("bafz…").
 func Decode(s string) (ID, error) {
 	if strings.HasPrefix(s, "Qm") || strings.HasPrefix(s, "1") {
-		b, err := base58.Decode(s)
+		m, err := mh.FromB58String(s)
 		if err != nil {
 			return "", fmt.Errorf("%w: %v", ErrBadID, err)
 		}
-		return multihashID(b)
+		return ID(m), nil
 	}
-	var raw []byte
-	var err error
-	switch {
-	case strings.HasPrefix(s, "b"):
-		raw, err = base32.StdEncoding.WithPadding(base32.NoPadding).DecodeString(strings.ToUpper(s[1:]))
-	case strings.HasPrefix(s, "z"):
-		raw, err = base58.Decode(s[1:])
-	default:
-		return "", fmt.Errorf("%w: %q", ErrBadID, s)
-	}
+	c, err := cid.Decode(s)
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrBadID, err)
 	}
-	version, n := uvarint(raw)
-	if n <= 0 || version != 1 {
-		return "", fmt.Errorf("%w: not a CIDv1", ErrBadID)
+	if c.Type() != cid.Libp2pKey {
+		return "", fmt.Errorf("%w: a CID of codec %#x, not a libp2p key", ErrBadID, c.Type())
 	}
-	raw = raw[n:]
-	codec, n := uvarint(raw)
-	if n <= 0 || codec != 0x72 { // libp2p-key
-		return "", fmt.Errorf("%w: a CID of codec %#x, not a libp2p key", ErrBadID, codec)
-	}
-	return multihashID(raw[n:])
-}
-
-// multihashID checks that b is one whole multihash (code, digest length,
-// digest) and returns it as an ID.
-func multihashID(b []byte) (ID, error) {
-	_, n := uvarint(b)
-	if n <= 0 {
-		return "", fmt.Errorf("%w: multihash code", ErrBadID)
-	}
-	size, m := uvarint(b[n:])
-	if m <= 0 || size != uint64(len(b)-n-m) {
-		return "", fmt.Errorf("%w: multihash length", ErrBadID)
-	}
-	return ID(b), nil
-}
-
-// uvarint reads an unsigned varint of at most 9 bytes (multiformats'
-// limit), minimally encoded; n <= 0 when b holds none.
-func uvarint(b []byte) (v uint64, n int) {
-	for i := 0; i < len(b) && i < 9; i++ {
-		v |= uint64(b[i]&0x7f) << (7 * i)
-		if b[i] < 0x80 {
-			if i > 0 && b[i] == 0 {
-				return 0, -1 // not minimal
-			}
-			return v, i + 1
-		}
-	}
-	return 0, -1
+	return ID(c.Hash()), nil
 }
