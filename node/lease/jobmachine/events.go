@@ -120,6 +120,15 @@ type (
 	// Unused: the job's auction gives back Lease, confirmed and not used
 	// (a hedged award another beat): it is released.
 	Unused struct{ Lease terms.Lease }
+	// Rebooked: a later auction of the leased job (late binding: see
+	// node/lease's rebook) confirmed Lease, for Job's next attempt. A job
+	// whose current lease is still pending and starts later than Lease
+	// takes it, releasing the lease it replaces (never run, so no attempt
+	// of the job's budget is spent); any other job releases Lease.
+	Rebooked struct {
+		Lease terms.Lease
+		Job   terms.Job
+	}
 	// Restarted: the daemon started again with this stored record. State
 	// is the record's stored API state (read when the record has no phase:
 	// one stored before phases were); Leases the leases the record shows
@@ -156,6 +165,7 @@ func (Reauctioned) event()     {}
 func (Closed) event()          {}
 func (GangRequeued) event()    {}
 func (Unused) event()          {}
+func (Rebooked) event()        {}
 func (LateReport) event()      {}
 func (Restarted) event()       {}
 

@@ -20,6 +20,10 @@
 //	                   └──────────────────Reauctioned─────────────────────────────────────────────── Requeued
 //	                                                                       otherwise: Finished
 //
+//	Rebooked: a Leased job whose lease is still pending takes a lease a
+//	later auction found starting sooner (late binding), and releases the
+//	one it replaces; it stays Leased.
+//
 //	Cancel: Auctioning, Awarding, Queued ─► Cancelled; a Leased job's
 //	running lease is asked to stop (StopLease) and ends as its provider
 //	reports. An auction that ends for good without a lease: Unplaceable,

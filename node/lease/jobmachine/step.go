@@ -50,6 +50,10 @@ func (s *stepper) step(ev Event) {
 		}
 		return
 	}
+	if ev, ok := ev.(Rebooked); ok {
+		s.rebooked(ev)
+		return
+	}
 	if st.Phase == "" {
 		switch ev := ev.(type) {
 		case Posted:
@@ -212,6 +216,34 @@ func (s *stepper) confirm(l terms.Lease, job terms.Job) {
 	// Silence counts from now, not from the lease's start: until its
 	// confirm was recorded here (late on a busy renter) the lease's
 	// heartbeats were refused, and that is not its provider's silence.
+	s.do(Persist{}, Watch{Lease: l, Since: s.now})
+}
+
+// rebooked takes a lease a later auction of the leased job confirmed
+// (Rebooked): it replaces the current lease if that one is still pending
+// and starts later, and is released otherwise.
+func (s *stepper) rebooked(ev Rebooked) {
+	st := &s.st
+	l := ev.Lease
+	if l.ID == "" || st.Knows(l.ID) {
+		return // a duplicate
+	}
+	if st.Phase != Leased || st.Lease == nil || st.Run != terms.RunPending || ev.Job.ID != st.Job.ID ||
+		l.JobID != st.Job.ID || !l.Start.Before(st.Lease.Start) {
+		s.release(l)
+		return
+	}
+	old := *st.Lease
+	job := ev.Job
+	// The rebook's call bounded its start and left the old provider out:
+	// the job's own deadline and exclusions stay as they were.
+	job.Deadline, job.Exclude = st.Job.Deadline, st.Job.Exclude
+	st.Job = job
+	l.State = terms.RunPending
+	st.Lease = &l
+	st.Reasons = append(st.Reasons, fmt.Sprintf("rebooked: lease %s starts %s sooner than lease %s did",
+		l.ID, old.Start.Sub(l.Start).Round(time.Millisecond), old.ID))
+	s.release(old)
 	s.do(Persist{}, Watch{Lease: l, Since: s.now})
 }
 

@@ -69,6 +69,7 @@ func events() map[string]Event {
 		"receipt":        ReceiptRecorded{Receipt: attest.Receipt{LeaseID: "l1", Amount: 1}},
 		"refused":        ReceiptRefused{Lease: lease("l1"), Why: "overbilled"},
 		"unused":         Unused{Lease: lease("l3")},
+		"rebooked":       Rebooked{Lease: lease("l4"), Job: job()},
 		"late-report":    LateReport{LeaseID: "l0"},
 		"disputed":       Disputed{LeaseID: "l1", Reason: "receipt refused 2 times: x"},
 		"reauctioned":    Reauctioned{Job: job()},
@@ -145,10 +146,13 @@ func TestEveryEventInEveryPhase(t *testing.T) {
 						}
 						return
 					}
-					if name == "unused" || name == "confirmed" {
+					if name == "unused" || name == "confirmed" || name == "rebooked" {
 						l := lease("l2")
-						if name == "unused" {
+						switch name {
+						case "unused":
 							l = lease("l3")
+						case "rebooked":
+							l = lease("l4")
 						}
 						if !reflect.DeepEqual(effs, []Effect{Release{Lease: l}}) || len(got.Released) != 1 || got.Released[0].Lease != l.ID {
 							t.Fatalf("%s: a lease the ended job cannot use is not released: %#v %+v", name, effs, got.Released)
@@ -531,5 +535,56 @@ func TestConfirmWatchesFromItsRecord(t *testing.T) {
 	}
 	if w == nil || w.Lease.ID != "l2" || !w.Since.Equal(recorded) {
 		t.Fatalf("effects %+v: want a Watch of l2 from %v", effs, recorded)
+	}
+}
+
+// TestRebookedReplacesAPendingLease: a lease a later auction of the leased
+// job found (late binding) replaces the current lease only while that is
+// pending and starts later; the replaced one is released, no attempt of
+// the budget is spent, and the job keeps its own deadline and exclusions.
+// Any other rebooked lease is released.
+func TestRebookedReplacesAPendingLease(t *testing.T) {
+	now := t0.Add(time.Second)
+	pending := func() Record {
+		r := at(Leased)
+		l := lease("l1")
+		l.Start, l.End = t0.Add(10*time.Minute), t0.Add(70*time.Minute)
+		r.Lease, r.Run = &l, terms.RunPending
+		return r
+	}
+	sooner := lease("l4")
+	sooner.Start, sooner.End = t0.Add(2*time.Second), t0.Add(time.Hour+2*time.Second)
+	next := job()
+	next.Attempt, next.Deadline, next.Exclude = 1, sooner.Start, []string{"prov-l1"}
+
+	before := pending()
+	got, effs := rules.Step(before, Rebooked{Lease: sooner, Job: next}, now)
+	if got.Lease == nil || got.Lease.ID != "l4" || got.Run != terms.RunPending || got.Phase != Leased || got.Leases != before.Leases {
+		t.Fatalf("rebooked: lease %+v run %s phase %s leases %d", got.Lease, got.Run, got.Phase, got.Leases)
+	}
+	if got.Job.Attempt != 1 || !got.Job.Deadline.Equal(before.Job.Deadline) || len(got.Job.Exclude) != 0 {
+		t.Fatalf("job after the rebook: attempt %d deadline %s exclude %v", got.Job.Attempt, got.Job.Deadline, got.Job.Exclude)
+	}
+	want := []Effect{Release{Lease: *before.Lease}, Persist{}, Watch{Lease: *got.Lease, Since: now}}
+	if !reflect.DeepEqual(effs, want) || len(got.Released) != 1 || got.Released[0].Lease != "l1" {
+		t.Fatalf("effects %#v released %+v", effs, got.Released)
+	}
+	if again, effs := rules.Step(got, Rebooked{Lease: sooner, Job: next}, now); !reflect.DeepEqual(again, got) || len(effs) != 0 {
+		t.Fatalf("a duplicate rebook changed the record: %#v", effs)
+	}
+
+	// Running already, or not sooner: the rebooked lease is released.
+	running := pending()
+	running.Run = terms.RunRunning
+	later := sooner
+	later.Start = running.Lease.Start.Add(time.Second)
+	for name, c := range map[string]struct {
+		st Record
+		l  terms.Lease
+	}{"running": {running, sooner}, "not sooner": {pending(), later}} {
+		got, effs := rules.Step(c.st, Rebooked{Lease: c.l, Job: next}, now)
+		if got.Lease.ID != "l1" || got.Job.Attempt != 0 || !reflect.DeepEqual(effs, []Effect{Release{Lease: c.l}}) {
+			t.Fatalf("%s: lease %s attempt %d effects %#v", name, got.Lease.ID, got.Job.Attempt, effs)
+		}
 	}
 }

@@ -45,7 +45,7 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 		for i := 0; i < 60; i++ {
 			now = now.Add(time.Duration(rnd.IntN(4000)) * time.Millisecond)
 			var ev Event
-			switch rnd.IntN(21) {
+			switch rnd.IntN(22) {
 			case 0:
 				ev = Posted{Job: job()}
 			case 1:
@@ -82,6 +82,12 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 				ev = Disputed{LeaseID: leaseID(), Reason: "receipt refused"}
 			case 20:
 				ev = LateReport{LeaseID: leaseID()}
+			case 21:
+				l := lease(leaseID())
+				l.Start = t0.Add(time.Duration(rnd.IntN(4000)-3000) * time.Millisecond) // mostly sooner than lease()
+				j := st.Job
+				j.Attempt++
+				ev = Rebooked{Lease: l, Job: j}
 			case 16:
 				if rnd.IntN(4) == 0 {
 					ev = GangRequeued{Job: st.Job}
@@ -113,6 +119,13 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 			if st.Phase != before.Phase && before.Phase != "" && !award && !restart {
 				if _, ok := has[Persist](effs); !ok {
 					fail("phase %s -> %s not persisted: %#v", before.Phase, st.Phase, effs)
+				}
+			}
+			if _, rb := ev.(Rebooked); rb && st.Lease != nil && before.Lease != nil && st.Lease.ID != before.Lease.ID {
+				if before.Run != terms.RunPending || !st.Lease.Start.Before(before.Lease.Start) || st.Leases != before.Leases ||
+					!slices.ContainsFunc(st.Released, func(r Released) bool { return r.Lease == before.Lease.ID }) {
+					fail("rebooked %s (%s, start %s) onto %s (start %s), leases %d -> %d, released %+v", before.Lease.ID, before.Run,
+						before.Lease.Start, st.Lease.ID, st.Lease.Start, before.Leases, st.Leases, st.Released)
 				}
 			}
 			if st.Phase == Queued && st.Due.IsZero() {
