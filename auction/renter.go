@@ -1188,6 +1188,55 @@ func (r *Renter) Counters() map[string]int {
 	return out
 }
 
+// Rebook offers a leased job whose lease has not begun to the market
+// again (late binding: a burst books jobs deep into a few providers'
+// calendars at post time, before their real run times are known), for a
+// lease that starts by before on a provider other than the current
+// lease's: one auction for the job's next attempt, its start deadline
+// before and that provider excluded. Its lease reaches the Listener as any
+// other (OnLease); the caller takes it in place of the current one and
+// releases that. Without a lease, the job's auction state is as it was
+// (leased), and the error says why. A gang's member is not rebooked.
+func (r *Renter) Rebook(ctx context.Context, jobID string, before time.Time) (terms.Lease, error) {
+	r.mu.Lock()
+	old, ok := r.jobs[jobID]
+	if !ok {
+		r.mu.Unlock()
+		return terms.Lease{}, fmt.Errorf("%w: %s", ErrUnknownJob, jobID)
+	}
+	if old.status.State != terms.JobLeased || old.status.Lease == nil || old.status.Lease.Gang != nil || old.status.Job.Nodes > 1 {
+		st := old.status.State
+		r.mu.Unlock()
+		return terms.Lease{}, fmt.Errorf("auction: rebook %s: job is %s, not leased alone", jobID, st)
+	}
+	job, cur := old.status.Job, *old.status.Lease
+	r.mu.Unlock()
+	if !before.After(r.cfg.Now()) || !before.Before(cur.Start) {
+		return terms.Lease{}, fmt.Errorf("auction: rebook %s: nothing to gain (lease starts %s)", jobID, cur.Start.Format(time.RFC3339Nano))
+	}
+	deadline, exclude := job.Deadline, job.Exclude
+	job.Attempt++
+	job.Deadline = before
+	job.Exclude = append(slices.Clone(job.Exclude), cur.Provider)
+	_, err := r.Post(ctx, job)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rj := r.jobs[jobID]
+	if err != nil || rj == nil || rj.status.State != terms.JobLeased || rj.status.Lease == nil {
+		if rj != old && (rj == nil || (rj.status.State != terms.JobBidding && rj.status.State != terms.JobAwarding)) {
+			r.jobs[jobID] = old // still leased where it was
+		}
+		if err == nil {
+			err = fmt.Errorf("auction: rebook %s: no lease", jobID)
+		}
+		return terms.Lease{}, err
+	}
+	// The call's bounds were the rebook's, not the job's.
+	rj.status.Job.Deadline, rj.status.Job.Exclude = deadline, exclude
+	r.counters["rebooked"]++
+	return *rj.status.Lease, nil
+}
+
 // RequeueOptions say why and how a leased job goes back to auction.
 type RequeueOptions struct {
 	// Reason is why its lease ended early (kept in the job's reasons).
