@@ -13,6 +13,8 @@
 # a uniform net for benchmarks (10 providers x 2 = 20 slots).
 # GPUMESH_TESTNET_RENTERS=R makes nodes 0..R-1 renters (no GPUs), the rest
 # providers: several users posting at once.
+# GPUMESH_TESTNET_RENTER_YAML adds its lines to each renter's config.yaml
+# (for example "max_bidders: -1"), for experiments.
 # GPUMESH_TESTNET_PROCS=P runs each daemon with GOMAXPROCS=P (default 1:
 # the daemons share this machine as separate machines of one core would).
 set -euo pipefail
@@ -128,6 +130,7 @@ log_level: info
 $(metrics_line "$i")
 provider:
   heartbeat_interval: 2s   # what this renter expects from its providers
+${GPUMESH_TESTNET_RENTER_YAML:-}
 CFG
 }
 

@@ -145,6 +145,16 @@ func (t *Tracker) indexLocked(key string, before jobmachine.Record, s *jobState)
 		t.mons[l.ID] = t.monitor(*l)
 	}
 	t.indexReleasedLocked(key, before.Released, s.Released)
+	if b := before.Lease; b != nil && (s.Lease == nil || s.Lease.ID != b.ID) && t.released[b.ID] == key {
+		if _, kept := s.ArchivedLease(b.ID); !kept {
+			// Replaced before it began (rebooked) and released: its
+			// provider's reports are answered as released (released.go).
+			delete(t.mons, b.ID)
+			if t.byLease[b.ID] == key {
+				delete(t.byLease, b.ID)
+			}
+		}
+	}
 	for _, a := range before.Archived {
 		if _, still := s.ArchivedLease(a.Lease); !still && t.archived[a.Lease] != nil && t.archived[a.Lease].jobID == key {
 			delete(t.archived, a.Lease) // settled, or past its window: what the tracker saw of it goes too

@@ -541,6 +541,9 @@ type harness struct {
 	// queueBackoff is the renters' first and longest wait before a queued
 	// job is offered again (default 20 ms doubling to 200 ms).
 	queueBackoff, queueBackoffMax time.Duration
+	// rebookAhead is the renters' TrackerConfig.RebookAhead (0: the
+	// default; -1: no rebooks, for tests of a provider's own queue).
+	rebookAhead time.Duration
 	// nodes are the started nodes by peer id (the latest start of each).
 	nodes sync.Map
 	// onSave, when set, sees every job record the renters persist
@@ -597,7 +600,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
 		Store: crashStore{n.crash, db.State("renter-jobs"), &h.changed}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
 		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: h.settleWait, Counters: n.counters,
-		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, Evidence: streams{h, peer.ID(s.ID())},
+		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, RebookAhead: h.rebookAhead, Evidence: streams{h, peer.ID(s.ID())},
 		KeptDir: n.kept, Pins: h.pins(), Directory: directory{h}, Log: log}); err != nil {
 		t.Fatal(err)
 	}

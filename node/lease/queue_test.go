@@ -231,6 +231,7 @@ func TestCapacityNoticeWakesQueuedJob(t *testing.T) {
 func TestUntoldMoveIsNotRun(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
+	h.rebookAhead = -1 // the provider's own move is the subject: the renter does not rebook the lease onto the new provider
 	r := h.renter()
 	p := h.provider(provSpec{model: "A100", price: 1})
 	first := r.post(job(terms.Silver, 5, time.Minute, "gate", "first", "0"))

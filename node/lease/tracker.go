@@ -120,6 +120,11 @@ type TrackerConfig struct {
 	// all jobs together (providers drop an owner's calls beyond
 	// auction.DefaultCallRate); default half of auction.DefaultCallRate.
 	ReofferRate float64
+	// RebookAhead: when one of the renter's leases ends, its pending
+	// lease that starts latest, more than RebookAhead from now, is
+	// offered again for a start RebookAhead/2 sooner elsewhere (late
+	// binding: rebook.go). 0: DefaultRebookAhead; negative: never.
+	RebookAhead time.Duration
 	Now         Clock
 	Log         *slog.Logger
 	Counters    *Counters
@@ -208,6 +213,9 @@ type Tracker struct {
 	// guarded holds the leases whose provider's silence is watched
 	// (guard).
 	guarded map[string]bool
+	// rebooking holds the jobs whose rebook auction runs: job id → the
+	// lease it would replace (rebook.go).
+	rebooking map[string]string
 }
 
 // NewTracker returns a Tracker with its auction.Renter and reloads the jobs
@@ -237,6 +245,9 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 	if cfg.QueueBackoff <= 0 {
 		cfg.QueueBackoff = time.Second
 	}
+	if cfg.RebookAhead == 0 {
+		cfg.RebookAhead = DefaultRebookAhead
+	}
 	if cfg.ReofferRate <= 0 {
 		cfg.ReofferRate = auction.DefaultCallRate / 2
 	}
@@ -252,7 +263,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 			SettleWindow: DefaultSettleWindow, MaxReleased: maxReleased},
 		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
 		archived: map[string]*archived{}, released: map[string]string{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
-		gangBusy: map[string]bool{}, guarded: map[string]bool{}}
+		gangBusy: map[string]bool{}, guarded: map[string]bool{}, rebooking: map[string]string{}}
 	var err error
 	rc := auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: reputation{cfg.Receipts},
@@ -631,7 +642,12 @@ func (t *Tracker) onLease(l terms.Lease, job terms.Job) {
 		t.jobs[key] = v
 	}
 	had := v.Lease != nil && v.Lease.ID == l.ID
-	rd := t.stepLocked(key, v, jobmachine.Confirmed{Lease: l, Job: job})
+	var ev jobmachine.Event = jobmachine.Confirmed{Lease: l, Job: job}
+	rebooked := t.rebookingLocked(key) && v.Phase == jobmachine.Leased
+	if rebooked {
+		ev = jobmachine.Rebooked{Lease: l, Job: job} // late binding (rebook.go)
+	}
+	rd := t.stepLocked(key, v, ev)
 	if had || v.Lease == nil || v.Lease.ID != l.ID {
 		// Not taken (the job ended, or holds another lease: the machine
 		// releases it), or taken already.
@@ -653,7 +669,7 @@ func (t *Tracker) onLease(l terms.Lease, job terms.Job) {
 	v.Restored = nil
 	t.changed.Notify()
 	t.mu.Unlock()
-	if key == job.ID {
+	if key == job.ID && !rebooked {
 		t.fold(job.ID)
 		t.observeAuction(job.ID, OutcomeLeased)
 	}
@@ -664,6 +680,12 @@ func (t *Tracker) onLease(l terms.Lease, job terms.Job) {
 // onUnplaceable only logs: whoever posted the job folds the outcome once
 // it decided whether the job is queued.
 func (t *Tracker) onUnplaceable(job terms.Job, reason string) {
+	t.mu.Lock()
+	rebook := t.rebookingLocked(job.ID)
+	t.mu.Unlock()
+	if rebook {
+		return // its lease stands (rebook.go)
+	}
 	t.log.Info("auction without a lease", "job", job.ID, "attempt", job.Attempt, "reason", reason)
 }
 
@@ -1248,6 +1270,7 @@ func (t *Tracker) HandleLeaseEvent(_ context.Context, from peer.ID, data []byte)
 	t.log.Info("lease event", "job", jobID, "lease", ev.LeaseID, "run", ev.Run, "detail", ev.Detail)
 	if ev.Run.Terminal() && !prevRun.Terminal() {
 		t.cfg.Observe.jobEnded(lease, ev.Run, started, ended)
+		t.rebookLater() // a GPU freed: a lease booked far ahead may start sooner elsewhere
 	}
 	if keep != nil {
 		// Taken before the receipt comes: the provider deletes them once
