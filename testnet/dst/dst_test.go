@@ -18,11 +18,11 @@ func TestSeeds(t *testing.T) {
 		t.Errorf("%v\n  %s", v, strings.Join(v.Tail, "\n  "))
 	}
 	st := sum.Stats
-	t.Logf("%d seeds, %d steps, trace hash %s; %d jobs: %d unplaceable, %d cancelled, %d requeues; runs: %d succeeded, %d failed; %d settled, %d refused, %d crashes",
-		n, sum.Steps, sum.TraceHash, st.Jobs, st.Unplaceable, st.Cancelled, st.Requeued, st.Finished, st.Failed, st.Settled, st.Refused, st.Crashes)
+	t.Logf("%d seeds, %d steps, trace hash %s; %d jobs: %d unplaceable, %d cancelled, %d requeues, %d rebooked; runs: %d succeeded, %d failed; %d settled, %d refused, %d crashes",
+		n, sum.Steps, sum.TraceHash, st.Jobs, st.Unplaceable, st.Cancelled, st.Requeued, st.Rebooked, st.Finished, st.Failed, st.Settled, st.Refused, st.Crashes)
 	// The world must do what the invariants are about, or they hold
 	// vacuously.
-	if st.Finished == 0 || st.Failed == 0 || st.Unplaceable == 0 || st.Cancelled == 0 || st.Requeued == 0 || st.Settled == 0 || st.Refused == 0 || st.Crashes == 0 || st.Partitions == 0 || st.Duplicated == 0 {
+	if st.Finished == 0 || st.Failed == 0 || st.Unplaceable == 0 || st.Cancelled == 0 || st.Requeued == 0 || st.Rebooked == 0 || st.Settled == 0 || st.Refused == 0 || st.Crashes == 0 || st.Partitions == 0 || st.Duplicated == 0 {
 		t.Errorf("a campaign without every kind of outcome and fault: %+v", st)
 	}
 }

@@ -79,8 +79,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	st := sum.Stats
 	fmt.Fprintf(stdout, "%d seeds, %d violations, trace hash %s\n", *seeds, len(sum.Violations), sum.TraceHash)
-	fmt.Fprintf(stdout, "  %d steps; %d jobs: %d unplaceable, %d cancelled, %d requeues; runs: %d succeeded, %d failed; %d settled, %d disputed, %d abandoned; %d refused; %d crashes, %d partitions, %d dropped, %d duplicated\n",
-		sum.Steps, st.Jobs, st.Unplaceable, st.Cancelled, st.Requeued, st.Finished, st.Failed, st.Settled, st.Disputed, st.Abandoned, st.Refused, st.Crashes, st.Partitions, st.Dropped, st.Duplicated)
+	fmt.Fprintf(stdout, "  %d steps; %d jobs: %d unplaceable, %d cancelled, %d requeues, %d rebooked of %d rebooks; runs: %d succeeded, %d failed; %d settled, %d disputed, %d abandoned; %d refused; %d crashes, %d partitions, %d dropped, %d duplicated\n",
+		sum.Steps, st.Jobs, st.Unplaceable, st.Cancelled, st.Requeued, st.Rebooked, st.Rebooks, st.Finished, st.Failed, st.Settled, st.Disputed, st.Abandoned, st.Refused, st.Crashes, st.Partitions, st.Dropped, st.Duplicated)
 	if len(sum.Violations) > 0 {
 		return 1
 	}
@@ -145,6 +145,8 @@ func (s *Stats) add(o Stats) {
 	s.Unplaceable += o.Unplaceable
 	s.Cancelled += o.Cancelled
 	s.Requeued += o.Requeued
+	s.Rebooks += o.Rebooks
+	s.Rebooked += o.Rebooked
 	s.Settled += o.Settled
 	s.Disputed += o.Disputed
 	s.Abandoned += o.Abandoned

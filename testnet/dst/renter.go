@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/gpumesh/gpumesh/attest"
@@ -27,6 +29,11 @@ const (
 	// settleWait is how long a requeued job waits for its lease's receipt
 	// before it goes back to auction without it (node/lease's SettleWait).
 	settleWait = time.Minute
+	// rebookAhead is node/lease's RebookAhead, scaled to a simulated
+	// run: a pending lease that starts more than this after one of the
+	// renter's leases ended is offered again for a start rebookAhead/2
+	// sooner elsewhere (late binding).
+	rebookAhead = 2 * time.Minute
 	// evidenceFails is the odds that a succeeded run's evidence (its log)
 	// does not check out.
 	evidenceFails = 0.05
@@ -94,6 +101,18 @@ type renter struct {
 	jobs    map[string]*jobRecord
 	runs    map[string]*jobRun
 	byLease map[string]string // lease id -> job id
+	// rebooking is the rebook auction running (one at a time; lost in a
+	// crash, as the daemon's is).
+	rebooking *rebookRun
+}
+
+// rebookRun is a rebook auction (node/lease's rebook.go): the job's next
+// attempt, bounded to start by its deadline, its current provider left
+// out; the award sent, not answered yet.
+type rebookRun struct {
+	job     terms.Job
+	bids    []terms.Candidate
+	pending *terms.Lease
 }
 
 func newRenter(n *node) *renter {
@@ -153,6 +172,9 @@ func (r *renter) step(rec *jobRecord, ev jobmachine.Event) {
 		} else {
 			s.stats.Failed++
 		}
+	}
+	if _, rb := ev.(jobmachine.Rebooked); rb && next.Lease != nil && before.Lease != nil && next.Lease.ID != before.Lease.ID {
+		s.stats.Rebooked++
 	}
 	if next.Phase != before.Phase {
 		switch {
@@ -269,6 +291,12 @@ func (r *renter) inAuction(id string) bool {
 
 // onBid keeps a bid for the job's open auction.
 func (r *renter) onBid(b terms.Bid) {
+	if rb := r.rebooking; rb != nil && rb.job.ID == b.JobID && rb.job.Attempt == b.Attempt {
+		if rb.pending == nil {
+			rb.bids = append(rb.bids, terms.Candidate{Bid: b, Reliability: 1})
+		}
+		return
+	}
 	jr := r.runs[b.JobID]
 	if jr == nil || !r.inAuction(b.JobID) || jr.pending != nil {
 		return
@@ -339,6 +367,13 @@ func (r *renter) onConfirm(l terms.Lease, from *node) {
 		r.sendCancel(l)
 		return
 	}
+	if rb := r.rebooking; rb != nil && rb.pending != nil && rb.pending.ID == l.ID && from.id == rb.pending.Provider {
+		r.rebooking = nil
+		lc := *rb.pending
+		lc.Devices = append([]int(nil), l.Devices...)
+		r.step(rec, jobmachine.Rebooked{Lease: lc, Job: rb.job})
+		return
+	}
 	if p := jr.pending; p != nil && p.lease.ID == l.ID && from.id == p.lease.Provider {
 		jr.pending = nil
 		lc := p.lease // the terms this renter awarded, on the devices the provider booked
@@ -354,6 +389,10 @@ func (r *renter) onConfirm(l terms.Lease, from *node) {
 }
 
 func (r *renter) onDecline(l terms.Lease, from *node) {
+	if rb := r.rebooking; rb != nil && rb.pending != nil && rb.pending.ID == l.ID && from.id == rb.pending.Provider {
+		r.rebooking = nil
+		return
+	}
 	jr := r.runs[l.JobID]
 	if jr == nil || jr.pending == nil || jr.pending.lease.ID != l.ID || from.id != jr.pending.lease.Provider {
 		return
@@ -529,6 +568,9 @@ func (r *renter) onEvent(ev wire.LeaseEvent, from *node) {
 		r.save(rec) // the facts, should the machine not persist
 		r.step(rec, jobmachine.Reported{LeaseID: ev.LeaseID, Run: ev.Run, Fault: ev.Fault, Detail: ev.Detail,
 			ExitCode: ev.ExitCode, Started: ev.Started, Ended: ev.Ended})
+		if ev.Run.Terminal() {
+			r.rebookLater() // a GPU freed
+		}
 	}
 	if ev.Run.Terminal() {
 		s.net.send(r.n, from, "final ack "+ev.LeaseID, func() { from.onFinalAck(ev.LeaseID, r.n) })
@@ -651,4 +693,84 @@ func (r *renter) leaseOfJob(rec *jobRecord, id string, from *node) (terms.Lease,
 // as node/lease records them.
 func recordReceipt(n *node, rc attest.Receipt, full []byte, asRenter bool) {
 	n.led.append(lease.ReceiptEntries(rc, full, asRenter)...)
+}
+
+// rebookLater is node/lease's late binding: once one of the renter's
+// leases ended, and none of its jobs is in auction, its pending lease that
+// starts latest (more than rebookAhead from now) is offered again, to the
+// other providers, for a start rebookAhead/2 sooner; a lease found
+// replaces it (jobmachine.Rebooked).
+func (r *renter) rebookLater() {
+	if r.rebooking != nil {
+		return
+	}
+	now := r.n.now()
+	var pick *jobRecord
+	for _, id := range slices.Sorted(maps.Keys(r.jobs)) {
+		rec := r.jobs[id]
+		if r.inAuction(id) {
+			return
+		}
+		l := rec.M.Lease
+		if rec.M.Phase != jobmachine.Leased || rec.M.Run != terms.RunPending || l == nil || !l.Start.After(now.Add(rebookAhead)) {
+			continue
+		}
+		if pick == nil || l.Start.After(pick.M.Lease.Start) {
+			pick = rec
+		}
+	}
+	if pick == nil {
+		return
+	}
+	job, cur := pick.M.Job, *pick.M.Lease
+	job.Attempt++
+	job.Deadline = cur.Start.Add(-rebookAhead / 2)
+	job.Exclude = append(slices.Clone(job.Exclude), cur.Provider)
+	rb := &rebookRun{job: job}
+	r.rebooking = rb
+	r.n.s.stats.Rebooks++
+	from := r.n
+	for _, to := range r.n.s.nodes {
+		if (to.prov == nil && to.hostile == nil) || to.id == cur.Provider {
+			continue
+		}
+		r.n.s.net.send(r.n, to, "rebook call "+job.ID, func() { to.onCall(job, from) })
+	}
+	r.n.after(bidWindow, "close rebook "+job.ID, func() {
+		if r.rebooking == rb {
+			r.awardRebook(rb)
+		}
+	})
+}
+
+// awardRebook awards the best bid of a rebook auction, if any.
+func (r *renter) awardRebook(rb *rebookRun) {
+	id := rb.job.ID
+	rec := r.jobs[id]
+	var best *terms.Bid
+	for _, rk := range auction.RankAt(&rb.job, rb.bids, r.n.now()) {
+		if rk.Rejected == "" {
+			best = &rk.Bid
+			break
+		}
+	}
+	if rec == nil || best == nil {
+		r.rebooking = nil
+		return
+	}
+	rec.Awards++
+	r.save(rec) // a fact of the driver's: no lease id awarded twice
+	l := terms.Lease{
+		ID: fmt.Sprintf("%s/a%d", id, rec.Awards), JobID: id, Attempt: rb.job.Attempt, Renter: r.n.id, Provider: best.Provider,
+		Price: best.Price, Start: best.Start, End: best.End, GPUCount: rb.job.GPUCount, Tier: rb.job.Tier, State: terms.RunPending,
+	}
+	rb.pending = &l
+	to, job, from := r.n.s.byID(best.Provider), rb.job, r.n
+	r.n.s.net.send(r.n, to, "rebook award "+l.ID, func() { to.onAward(l, job, from) })
+	r.n.after(awardTimeout, "rebook award timeout "+l.ID, func() {
+		if r.rebooking == rb {
+			r.rebooking = nil
+			r.step(rec, jobmachine.Unused{Lease: l}) // should it confirm yet, it is released
+		}
+	})
 }

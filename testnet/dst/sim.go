@@ -73,10 +73,13 @@ type Stats struct {
 	// posters, went back to auction (Requeued, per requeue); Finished and
 	// Failed count lease runs that succeeded or did not.
 	Jobs, Unplaceable, Cancelled, Requeued int
-	Finished, Failed                       int
-	Settled, Disputed, Abandoned           int
-	Crashes, Partitions                    int
-	Dropped, Duplicated, Refused           int
+	// Rebooks counts rebook auctions (late binding), Rebooked the
+	// pending leases they replaced.
+	Rebooks, Rebooked            int
+	Finished, Failed             int
+	Settled, Disputed, Abandoned int
+	Crashes, Partitions          int
+	Dropped, Duplicated, Refused int
 }
 
 // sim is one seed's world: its clock, its event queue, its network and
