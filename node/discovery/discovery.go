@@ -27,6 +27,7 @@ import (
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/routing"
 )
 
 // DefaultLearnEvery is how often a daemon discovers every provider's
@@ -415,8 +416,13 @@ func (d *Discovery) Lookup(ctx context.Context, id peer.ID) (terms.Capability, e
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	// The first valid answer is enough: any valid (signed, unexpired)
-	// record is the provider's own word, and bids are evaluated live.
-	b, err := d.cfg.Net.DHT.GetValue(cctx, terms.CapabilityKey(sign.ID(id)), dht.Quorum(1))
+	// record is the provider's own word, and bids are evaluated live. So
+	// the answers are read as they come (SearchValue), not once the whole
+	// lookup ended (GetValue: with Quorum(1) it wants a second answer,
+	// and one peer that holds the connection open and never answers, a
+	// peer cut off by a partition, held every lookup to its timeout, when
+	// the provider itself had answered at once).
+	b, err := d.firstValid(cctx, terms.CapabilityKey(sign.ID(id)))
 	if err == nil {
 		var c terms.Capability
 		if c, err = terms.OpenCapability(b, d.cfg.Now()); err == nil {
@@ -440,6 +446,29 @@ func (d *Discovery) Lookup(ctx context.Context, id peer.ID) (terms.Capability, e
 		d.Forget(id)
 	}
 	return terms.Capability{}, err
+}
+
+// firstValid is the first record for key a DHT search finds that opens as
+// a valid capability record (any other answer is read past).
+func (d *Discovery) firstValid(ctx context.Context, key string) ([]byte, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the search stops with it
+	ch, err := d.cfg.Net.DHT.SearchValue(ctx, key, dht.Quorum(1))
+	if err != nil {
+		return nil, err
+	}
+	var last error = routing.ErrNotFound
+	for b := range ch {
+		if _, err := terms.OpenCapability(b, d.cfg.Now()); err != nil {
+			last = err
+			continue
+		}
+		return b, nil
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, last
 }
 
 // Holdings is the renter's holdings check (auction.Holdings):

@@ -512,14 +512,16 @@ func TestMultiHost(t *testing.T) {
 		}
 		t.Logf("partitioned %s dropped out of discovery after %s (ttl %s, %d answers, slowest query %s)",
 			a100, p.took.Round(time.Millisecond), ttl, p.answers, p.slowest.Round(time.Millisecond))
-		// Known daemon weakness, logged rather than failed: while a peer is
-		// silently unreachable (connection open, no answers), DHT queries
-		// through it stall until kad-dht's 10s RPC timeout and the muxer's
-		// keepalive (~40s) give up on it. Discovery bounds the provider
-		// search (8s) and each record lookup (5s) and falls back to the last
-		// verified record, so this is now rarely seen during the partition;
-		// the bound above (partitionGone) still requires healthy providers
-		// back within that window.
+		// Logged rather than failed: while a peer is silently unreachable
+		// (connection open, no answers), DHT queries through it stall until
+		// kad-dht's 10s RPC timeout and the muxer's keepalive (~40s) give
+		// up on it. Discovery bounds the provider search (8s), reads each
+		// record lookup's answers as they come (the provider's own answer
+		// is enough; a lookup that waited for the silent peer's, GetValue's
+		// way, hid every healthy provider for ~45s here and kept the
+		// partitioned one listed 49s), and falls back to the last verified
+		// record; the bound above (partitionGone) still requires healthy
+		// providers back within that window.
 		for _, m := range p.missing {
 			t.Logf("during the partition of %s, healthy provider hidden: %s", a100, m)
 		}
