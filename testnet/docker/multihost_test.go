@@ -384,6 +384,31 @@ func (c *cluster) awaitProviders(t *testing.T, renter *daemon, query []string, w
 	}
 }
 
+// awaitAlone polls d's own view (status) until it has no connected peer.
+func (c *cluster) awaitAlone(t *testing.T, d *daemon, within time.Duration) error {
+	t.Helper()
+	start := time.Now()
+	for {
+		var s api.StatusInfo
+		out, err := c.gpumesh(d, "status", "--json")
+		if err == nil {
+			err = json.Unmarshal([]byte(out), &s)
+		}
+		if err == nil && s.Peers == 0 {
+			t.Logf("%s alone (no connected peer) %s after it dropped out of discovery", d, time.Since(start).Round(time.Second))
+			return nil
+		}
+		if time.Since(start) > within {
+			return fmt.Errorf("%s still sees %d peer(s) %s after its network was cut (err %v)", d, s.Peers, within, err)
+		}
+		select {
+		case <-t.Context().Done():
+			return t.Context().Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // postJob posts a one-GPU job for model running `sh -c script` from
 // renter, waits for it and requires it to have succeeded.
 func (c *cluster) postJob(t *testing.T, renter *daemon, model, script string) api.JobView {
@@ -526,6 +551,12 @@ func TestMultiHost(t *testing.T) {
 			t.Logf("during the partition of %s, healthy provider hidden: %s", a100, m)
 		}
 
+		// The case under test is a node that lost its peers: it comes back
+		// once it knows it is alone (its connections' keepalives gave up,
+		// ~40 s after the cut; discovery dropped it well before that).
+		if err := c.awaitAlone(t, a100, 90*time.Second); err != nil {
+			t.Fatal(err)
+		}
 		// A new address: the others only know the old one, so only a100's
 		// own re-dial of its bootstrap peer can bring it back.
 		newIP := c.subnet + "200"
