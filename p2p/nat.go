@@ -205,7 +205,6 @@ func (n *Node) keepReservation(ctx context.Context, ai peer.AddrInfo, first chan
 		cancel()
 		if err != nil {
 			n.setCircuits(ai.ID, nil)
-			once()
 			if ctx.Err() != nil {
 				return
 			}
@@ -215,6 +214,10 @@ func (n *Node) keepReservation(ctx context.Context, ai peer.AddrInfo, first chan
 			} else {
 				n.log.Warn("relay reservation failed", "relay", ai.ID, "err", err)
 			}
+			// The first attempt is over once its outcome is logged: a
+			// caller of Bootstrap (waitReservations) reads the log after
+			// it (the refusal was seen missing when this came first).
+			once()
 			select {
 			case <-ctx.Done():
 				return
