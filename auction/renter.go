@@ -1233,7 +1233,6 @@ func (r *Renter) Rebook(ctx context.Context, jobID string, before time.Time) (te
 	}
 	// The call's bounds were the rebook's, not the job's.
 	rj.status.Job.Deadline, rj.status.Job.Exclude = deadline, exclude
-	r.counters["rebooked"]++
 	return *rj.status.Lease, nil
 }
 

@@ -243,6 +243,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		dht.BootstrapPeers(boot...),
 		dht.ProviderManagerOpts(records.ProvideValidity(validity)),
 		dht.MaxRecordAge(validity),
+		// A sender that checks answers before kad-dht reads them: a peer's
+		// empty answer to a put crashed kad-dht (dhtsender.go).
+		dht.WithCustomMessageSender(newDHTSender),
 	)
 	if err != nil {
 		n.closeRelay()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/p2p/broadcast"
@@ -20,8 +21,9 @@ const testGap = time.Second
 // testNode is a libp2p node that validates capability records, and its
 // Discovery.
 type testNode struct {
-	net  *p2p.Node
-	disc *Discovery
+	net    *p2p.Node
+	disc   *Discovery
+	signer *sign.Signer
 }
 
 func start(t *testing.T, boot ...string) *testNode {
@@ -53,7 +55,7 @@ func start(t *testing.T, boot ...string) *testNode {
 			t.Fatal(err)
 		}
 	}
-	return &testNode{net: n, disc: d}
+	return &testNode{net: n, disc: d, signer: signer}
 }
 
 // waitFor checks cond at each change next announces (AdvertisedChanged,

@@ -1,0 +1,71 @@
+package p2p
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	pb "github.com/libp2p/go-libp2p-kad-dht/pb"
+	record "github.com/libp2p/go-libp2p-record"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-msgio"
+	"github.com/libp2p/go-msgio/pbio"
+	"google.golang.org/protobuf/proto"
+)
+
+// anyValue is a validator that takes every value of its namespace.
+type anyValue struct{}
+
+func (anyValue) Validate(string, []byte) error        { return nil }
+func (anyValue) Select(string, [][]byte) (int, error) { return 0, nil }
+
+// TestHostileDHTAnswerToAPutDoesNotCrash: a DHT peer that answers a
+// PUT_VALUE with an empty message (no record) makes the put fail; it
+// does not crash the node (kad-dht v0.42.2 dereferenced the missing
+// record in a goroutine of its own, taking the whole process down).
+func TestHostileDHTAnswerToAPutDoesNotCrash(t *testing.T) {
+	hostile, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hostile.Close() })
+	hostile.SetStreamHandler(ProtocolPrefix+"/kad/1.0.0", func(s network.Stream) {
+		r := msgio.NewVarintReaderSize(s, network.MessageSizeMax)
+		w := pbio.NewDelimitedWriter(s)
+		for {
+			b, err := r.ReadMsg()
+			if err != nil {
+				return
+			}
+			var m pb.Message
+			err = proto.Unmarshal(b, &m)
+			r.ReleaseMsg(b)
+			if err != nil || w.WriteMsg(&pb.Message{Type: m.Type, Key: m.Key}) != nil {
+				return // a lookup's answer: no peers, no record; a put's: no record
+			}
+		}
+	})
+	n, _ := newNodeCfg(t, Config{Validators: map[string]record.Validator{"test": anyValue{}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.Host.Connect(ctx, peer.AddrInfo{ID: hostile.ID(), Addrs: hostile.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	// Not synchronisation: kad-dht takes a peer into its table once the
+	// peer answered its check, and announces nothing a test can wait on.
+	for tick := time.NewTicker(20 * time.Millisecond); n.DHT.RoutingTable().Find(hostile.ID()) == ""; {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatal("the hostile peer never entered the routing table")
+		}
+	}
+	// kad-dht's put reports no error for one peer's failed copy: what
+	// matters is that the process outlives the answer, and still serves.
+	_ = n.DHT.PutValue(ctx, "/test/key", []byte("value"))
+	if v, err := n.DHT.GetValue(ctx, "/test/key"); err != nil || string(v) != "value" {
+		t.Fatalf("after the hostile answer, the node's own copy: %q, %v", v, err)
+	}
+}
