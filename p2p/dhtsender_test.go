@@ -5,14 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/p2p/dhttest"
 	"github.com/libp2p/go-libp2p"
-	pb "github.com/libp2p/go-libp2p-kad-dht/pb"
 	record "github.com/libp2p/go-libp2p-record"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-msgio"
-	"github.com/libp2p/go-msgio/pbio"
-	"google.golang.org/protobuf/proto"
 )
 
 // anyValue is a validator that takes every value of its namespace.
@@ -31,22 +27,7 @@ func TestHostileDHTAnswerToAPutDoesNotCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hostile.Close() })
-	hostile.SetStreamHandler(ProtocolPrefix+"/kad/1.0.0", func(s network.Stream) {
-		r := msgio.NewVarintReaderSize(s, network.MessageSizeMax)
-		w := pbio.NewDelimitedWriter(s)
-		for {
-			b, err := r.ReadMsg()
-			if err != nil {
-				return
-			}
-			var m pb.Message
-			err = proto.Unmarshal(b, &m)
-			r.ReleaseMsg(b)
-			if err != nil || w.WriteMsg(&pb.Message{Type: m.Type, Key: m.Key}) != nil {
-				return // a lookup's answer: no peers, no record; a put's: no record
-			}
-		}
-	})
+	dhttest.Serve(hostile, ProtocolPrefix+"/kad/1.0.0", dhttest.Empty) // a lookup's answer: no peers, no record; a put's: no record
 	n, _ := newNodeCfg(t, Config{Validators: map[string]record.Validator{"test": anyValue{}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

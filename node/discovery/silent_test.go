@@ -9,13 +9,10 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/gpumesh/gpumesh/p2p"
+	"github.com/gpumesh/gpumesh/p2p/dhttest"
 	"github.com/libp2p/go-libp2p"
 	pb "github.com/libp2p/go-libp2p-kad-dht/pb"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-msgio"
-	"github.com/libp2p/go-msgio/pbio"
-	"google.golang.org/protobuf/proto"
 )
 
 // TestLookupDoesNotWaitForASilentPeer: a hostile (or partitioned) DHT
@@ -33,27 +30,11 @@ func TestLookupDoesNotWaitForASilentPeer(t *testing.T) {
 	// It answers as a DHT server with no peers and no records until it
 	// falls silent: kad-dht takes into its table only peers that answer.
 	var silenced atomic.Bool
-	silent.SetStreamHandler(p2p.ProtocolPrefix+"/kad/1.0.0", func(s network.Stream) {
-		r := msgio.NewVarintReaderSize(s, network.MessageSizeMax)
-		w := pbio.NewDelimitedWriter(s)
-		for {
-			b, err := r.ReadMsg()
-			if err != nil {
-				return
-			}
-			var m pb.Message
-			err = proto.Unmarshal(b, &m)
-			r.ReleaseMsg(b)
-			if err != nil {
-				return
-			}
-			if silenced.Load() {
-				continue // reads every query, answers none
-			}
-			if err := w.WriteMsg(&pb.Message{Type: m.Type, Key: m.Key}); err != nil {
-				return
-			}
+	dhttest.Serve(silent, p2p.ProtocolPrefix+"/kad/1.0.0", func(m *pb.Message) *pb.Message {
+		if silenced.Load() {
+			return nil // reads every query, answers none
 		}
+		return dhttest.Empty(m)
 	})
 	silentInfo := peer.AddrInfo{ID: silent.ID(), Addrs: silent.Addrs()}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

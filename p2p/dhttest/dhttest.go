@@ -1,0 +1,45 @@
+// Package dhttest makes a libp2p host a scripted peer of gpumesh's DHT,
+// for tests of what a hostile or silent DHT peer can do.
+package dhttest
+
+import (
+	pb "github.com/libp2p/go-libp2p-kad-dht/pb"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-msgio"
+	"github.com/libp2p/go-msgio/pbio"
+	"google.golang.org/protobuf/proto"
+)
+
+// Serve answers every message h receives on the DHT protocol kad (gpumesh's:
+// p2p.ProtocolPrefix + "/kad/1.0.0") with answer's reply to it; a nil
+// reply answers nothing (the stream is read on, as a peer that holds its
+// connection open and never answers does).
+func Serve(h host.Host, kad protocol.ID, answer func(*pb.Message) *pb.Message) {
+	h.SetStreamHandler(kad, func(s network.Stream) {
+		r := msgio.NewVarintReaderSize(s, network.MessageSizeMax)
+		w := pbio.NewDelimitedWriter(s)
+		for {
+			b, err := r.ReadMsg()
+			if err != nil {
+				return
+			}
+			var m pb.Message
+			err = proto.Unmarshal(b, &m)
+			r.ReleaseMsg(b)
+			if err != nil {
+				return
+			}
+			if reply := answer(&m); reply != nil {
+				if err := w.WriteMsg(reply); err != nil {
+					return
+				}
+			}
+		}
+	})
+}
+
+// Empty is an answer naming no peer and no record (a put's answer
+// should carry the record it stored).
+func Empty(m *pb.Message) *pb.Message { return &pb.Message{Type: m.Type, Key: m.Key} }
