@@ -269,18 +269,48 @@ func (r *renter) auction(id string, job terms.Job) {
 	jr.job, jr.bids = job, nil
 	jr.offers++
 	gen := jr.gen
-	for _, to := range r.n.s.nodes {
-		if to.prov == nil && to.hostile == nil {
-			continue
-		}
-		from := r.n
-		r.n.s.net.send(r.n, to, "call "+id, func() { to.onCall(job, from) })
-	}
+	r.call(job, "call ", "")
 	r.n.after(bidWindow, "close auction "+id, func() {
 		if jr.gen == gen && r.runs[id] == jr {
 			r.decide(id)
 		}
 	})
+}
+
+// call sends job's call to every provider (and the hostile peer) but
+// except, labelled what+job.ID.
+func (r *renter) call(job terms.Job, what, except string) {
+	from := r.n
+	for _, to := range r.n.s.nodes {
+		if (to.prov == nil && to.hostile == nil) || to.id == except {
+			continue
+		}
+		r.n.s.net.send(r.n, to, what+job.ID, func() { to.onCall(job, from) })
+	}
+}
+
+// eligible is job's bids as auction.RankAt orders them, the rejected
+// ones left out.
+func (r *renter) eligible(job *terms.Job, bids []terms.Candidate) []terms.Ranked {
+	var ok []terms.Ranked
+	for _, rk := range auction.RankAt(job, bids, r.n.now()) {
+		if rk.Rejected == "" {
+			ok = append(ok, rk)
+		}
+	}
+	return ok
+}
+
+// nextLease is the lease an award of bid b for job (rec's) offers, under
+// the job's next lease id, counted on disk first so that no id is awarded
+// twice.
+func (r *renter) nextLease(rec *jobRecord, job terms.Job, b terms.Bid) terms.Lease {
+	rec.Awards++
+	r.save(rec) // a fact of the driver's: no lease id awarded twice
+	return terms.Lease{
+		ID: fmt.Sprintf("%s/a%d", job.ID, rec.Awards), JobID: job.ID, Attempt: job.Attempt, Renter: r.n.id, Provider: b.Provider,
+		Price: b.Price, Start: b.Start, End: b.End, GPUCount: job.GPUCount, Tier: job.Tier, State: terms.RunPending,
+	}
 }
 
 // inAuction reports whether job id's auction runs.
@@ -310,12 +340,7 @@ func (r *renter) decide(id string) {
 	if !r.inAuction(id) {
 		return
 	}
-	var ok []terms.Ranked
-	for _, rk := range auction.RankAt(&jr.job, jr.bids, r.n.now()) {
-		if rk.Rejected == "" {
-			ok = append(ok, rk)
-		}
-	}
+	ok := r.eligible(&jr.job, jr.bids)
 	jr.bids = nil
 	r.award(id, jr.gen, ok)
 }
@@ -332,12 +357,7 @@ func (r *renter) award(id string, gen int, ranked []terms.Ranked) {
 		return
 	}
 	b := ranked[0].Bid
-	rec.Awards++
-	r.save(rec) // a fact of the driver's: no lease id awarded twice
-	l := terms.Lease{
-		ID: fmt.Sprintf("%s/a%d", id, rec.Awards), JobID: id, Attempt: jr.job.Attempt, Renter: r.n.id, Provider: b.Provider,
-		Price: b.Price, Start: b.Start, End: b.End, GPUCount: jr.job.GPUCount, Tier: jr.job.Tier, State: terms.RunPending,
-	}
+	l := r.nextLease(rec, jr.job, b)
 	jr.pending = &pendingAward{lease: l, rest: ranked[1:]}
 	r.step(rec, jobmachine.Awarded{LeaseID: l.ID})
 	to, job := r.n.s.byID(b.Provider), jr.job
@@ -729,13 +749,7 @@ func (r *renter) rebookLater() {
 	rb := &rebookRun{job: job}
 	r.rebooking = rb
 	r.n.s.stats.Rebooks++
-	from := r.n
-	for _, to := range r.n.s.nodes {
-		if (to.prov == nil && to.hostile == nil) || to.id == cur.Provider {
-			continue
-		}
-		r.n.s.net.send(r.n, to, "rebook call "+job.ID, func() { to.onCall(job, from) })
-	}
+	r.call(job, "rebook call ", cur.Provider)
 	r.n.after(bidWindow, "close rebook "+job.ID, func() {
 		if r.rebooking == rb {
 			r.awardRebook(rb)
@@ -745,27 +759,15 @@ func (r *renter) rebookLater() {
 
 // awardRebook awards the best bid of a rebook auction, if any.
 func (r *renter) awardRebook(rb *rebookRun) {
-	id := rb.job.ID
-	rec := r.jobs[id]
-	var best *terms.Bid
-	for _, rk := range auction.RankAt(&rb.job, rb.bids, r.n.now()) {
-		if rk.Rejected == "" {
-			best = &rk.Bid
-			break
-		}
-	}
-	if rec == nil || best == nil {
+	rec := r.jobs[rb.job.ID]
+	ok := r.eligible(&rb.job, rb.bids)
+	if rec == nil || len(ok) == 0 {
 		r.rebooking = nil
 		return
 	}
-	rec.Awards++
-	r.save(rec) // a fact of the driver's: no lease id awarded twice
-	l := terms.Lease{
-		ID: fmt.Sprintf("%s/a%d", id, rec.Awards), JobID: id, Attempt: rb.job.Attempt, Renter: r.n.id, Provider: best.Provider,
-		Price: best.Price, Start: best.Start, End: best.End, GPUCount: rb.job.GPUCount, Tier: rb.job.Tier, State: terms.RunPending,
-	}
+	l := r.nextLease(rec, rb.job, ok[0].Bid)
 	rb.pending = &l
-	to, job, from := r.n.s.byID(best.Provider), rb.job, r.n
+	to, job, from := r.n.s.byID(l.Provider), rb.job, r.n
 	r.n.s.net.send(r.n, to, "rebook award "+l.ID, func() { to.onAward(l, job, from) })
 	r.n.after(awardTimeout, "rebook award timeout "+l.ID, func() {
 		if r.rebooking == rb {
