@@ -422,20 +422,17 @@ func (d *Discovery) Lookup(ctx context.Context, id peer.ID) (terms.Capability, e
 	// and one peer that holds the connection open and never answers, a
 	// peer cut off by a partition, held every lookup to its timeout, when
 	// the provider itself had answered at once).
-	b, err := d.firstValid(cctx, terms.CapabilityKey(sign.ID(id)))
+	c, err := d.firstValid(cctx, terms.CapabilityKey(sign.ID(id)))
 	if err == nil {
-		var c terms.Capability
-		if c, err = terms.OpenCapability(b, d.cfg.Now()); err == nil {
-			if prev, ok := d.records.Swap(id, c); ok && prev.(terms.Capability).Fingerprint != c.Fingerprint {
-				// Renters see hardware changes: the record's fingerprint
-				// hash covers GPU UUIDs, models, VRAM, driver and CUDA.
-				d.cfg.Log.Warn("provider hardware fingerprint changed", "peer", id,
-					"was", prev.(terms.Capability).Fingerprint, "now", c.Fingerprint)
-				d.fpChanges.Add(1)
-			}
-			d.recordsChanged()
-			return c, nil
+		if prev, ok := d.records.Swap(id, c); ok && prev.(terms.Capability).Fingerprint != c.Fingerprint {
+			// Renters see hardware changes: the record's fingerprint
+			// hash covers GPU UUIDs, models, VRAM, driver and CUDA.
+			d.cfg.Log.Warn("provider hardware fingerprint changed", "peer", id,
+				"was", prev.(terms.Capability).Fingerprint, "now", c.Fingerprint)
+			d.fpChanges.Add(1)
 		}
+		d.recordsChanged()
+		return c, nil
 	}
 	// A lookup stalled by an unresponsive peer falls back to the last
 	// verified record, while it has not expired.
@@ -449,26 +446,26 @@ func (d *Discovery) Lookup(ctx context.Context, id peer.ID) (terms.Capability, e
 }
 
 // firstValid is the first record for key a DHT search finds that opens as
-// a valid capability record (any other answer is read past).
-func (d *Discovery) firstValid(ctx context.Context, key string) ([]byte, error) {
+// a valid capability record, opened (any other answer is read past).
+func (d *Discovery) firstValid(ctx context.Context, key string) (terms.Capability, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // the search stops with it
 	ch, err := d.cfg.Net.DHT.SearchValue(ctx, key, dht.Quorum(1))
 	if err != nil {
-		return nil, err
+		return terms.Capability{}, err
 	}
 	var last error = routing.ErrNotFound
 	for b := range ch {
-		if _, err := terms.OpenCapability(b, d.cfg.Now()); err != nil {
-			last = err
-			continue
+		c, err := terms.OpenCapability(b, d.cfg.Now())
+		if err == nil {
+			return c, nil
 		}
-		return b, nil
+		last = err
 	}
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return terms.Capability{}, ctx.Err()
 	}
-	return nil, last
+	return terms.Capability{}, last
 }
 
 // Holdings is the renter's holdings check (auction.Holdings):
