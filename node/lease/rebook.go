@@ -58,7 +58,7 @@ func (t *Tracker) rebookLater() {
 			return
 		}
 		if key != v.Job.ID || v.Phase != jobmachine.Leased || v.Run != terms.RunPending || v.Lease == nil ||
-			v.Lease.Gang != nil || v.Job.Nodes > 1 || t.rebooking[key] != "" || !v.Lease.Start.After(now.Add(ahead)) {
+			v.Lease.Gang != nil || v.Job.Nodes > 1 || t.rebooking[key] || !v.Lease.Start.After(now.Add(ahead)) {
 			continue
 		}
 		if pick == "" || v.Lease.Start.After(start) {
@@ -69,8 +69,7 @@ func (t *Tracker) rebookLater() {
 		t.mu.Unlock()
 		return
 	}
-	leaseID := t.jobs[pick].Lease.ID
-	t.rebooking[pick] = leaseID
+	t.rebooking[pick] = true
 	if !t.spawnLocked(func() { t.rebook(pick, start.Add(-ahead/2)) }) {
 		delete(t.rebooking, pick)
 	}
@@ -96,6 +95,3 @@ func (t *Tracker) rebook(id string, before time.Time) {
 	t.cfg.Counters.Add("renter.rebooked")
 	t.log.Info("job rebooked", "job", id, "lease", l.ID, "provider", l.Provider, "start", l.Start)
 }
-
-// rebookingLocked reports whether job key's rebook auction runs (t.mu held).
-func (t *Tracker) rebookingLocked(key string) bool { return t.rebooking[key] != "" }

@@ -213,9 +213,8 @@ type Tracker struct {
 	// guarded holds the leases whose provider's silence is watched
 	// (guard).
 	guarded map[string]bool
-	// rebooking holds the jobs whose rebook auction runs: job id → the
-	// lease it would replace (rebook.go).
-	rebooking map[string]string
+	// rebooking holds the jobs whose rebook auction runs (rebook.go).
+	rebooking map[string]bool
 }
 
 // NewTracker returns a Tracker with its auction.Renter and reloads the jobs
@@ -263,7 +262,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 			SettleWindow: DefaultSettleWindow, MaxReleased: maxReleased},
 		mons: map[string]*attest.HeartbeatMonitor{}, byLease: map[string]string{}, wake: map[string]chan struct{}{},
 		archived: map[string]*archived{}, released: map[string]string{}, checking: map[string]chan struct{}{}, keeping: map[string]chan struct{}{}, keepErr: map[string]error{},
-		gangBusy: map[string]bool{}, guarded: map[string]bool{}, rebooking: map[string]string{}}
+		gangBusy: map[string]bool{}, guarded: map[string]bool{}, rebooking: map[string]bool{}}
 	var err error
 	rc := auction.RenterConfig{
 		Signer: cfg.Signer, Transport: cfg.Auction, Reputation: reputation{cfg.Receipts},
@@ -643,7 +642,7 @@ func (t *Tracker) onLease(l terms.Lease, job terms.Job) {
 	}
 	had := v.Lease != nil && v.Lease.ID == l.ID
 	var ev jobmachine.Event = jobmachine.Confirmed{Lease: l, Job: job}
-	rebooked := t.rebookingLocked(key) && v.Phase == jobmachine.Leased
+	rebooked := t.rebooking[key] && v.Phase == jobmachine.Leased
 	if rebooked {
 		ev = jobmachine.Rebooked{Lease: l, Job: job} // late binding (rebook.go)
 	}
@@ -681,7 +680,7 @@ func (t *Tracker) onLease(l terms.Lease, job terms.Job) {
 // it decided whether the job is queued.
 func (t *Tracker) onUnplaceable(job terms.Job, reason string) {
 	t.mu.Lock()
-	rebook := t.rebookingLocked(job.ID)
+	rebook := t.rebooking[job.ID]
 	t.mu.Unlock()
 	if rebook {
 		return // its lease stands (rebook.go)
