@@ -45,15 +45,23 @@ cross:
 # - GPUMESH_BIN: the tests that run the daemon as a process use the
 #   bin/gpumesh `build` just linked from this tree (cmd/gpumesh/gpumeshtest)
 #   instead of each linking it again.
-# - TEST_P test binaries or compiles at once: 3 on CI's 2 cores. The
-#   long packages mostly wait on timers, containers and the network (the
-#   whole run averaged 0.55 cores at 2), so a third slot shortens the
-#   run by the longest waits: measured on 2 cores, 330 s of tests at 2,
-#   225 s at 3. At 4 the timer- and DHT-bound tests failed under the
-#   load (the console's charts). The Docker multi-host test now runs
-#   beside node: it was kept last because its partition's DHT lookups
-#   timed out beside node's load, until a record lookup stopped waiting
-#   for a silent peer's answer (node/discovery, firstValid).
+# - TEST_P test binaries or compiles at once: 4 on CI's 2 cores. The
+#   long packages mostly wait on timers, containers and the network (a
+#   run at 3 averaged 1.3 cores of 2), so more slots shorten the run by
+#   the longest waits: measured on 2 cores, 330 s of tests at 2, 225 s at
+#   3, and 193 s at 4 once node, node/lease and auction also ran more of
+#   their own parallel tests at once (testnet/testmain.Parallel in their
+#   TestMain: 4, 8 and 8; node alone 204 s -> 124 s, lease 41 -> 15,
+#   auction 41 -> 27). node is the run's tail either way (154 s at 3, 175
+#   s at 4: its 50 s of tests that must run alone, the console's chromium
+#   and 50 concurrent posts, then its parallel ones). An earlier try at 4
+#   failed timer- and DHT-bound tests under the load (the console's
+#   charts, a warm provider's transfer charge: both run alone since, and
+#   a record lookup no longer waits for a silent peer). The Docker
+#   multi-host test runs beside node: it was kept last because its
+#   partition's DHT lookups timed out beside node's load, until a record
+#   lookup stopped waiting for a silent peer's answer (node/discovery,
+#   firstValid).
 # - cross type-checks for other targets (no compile the tests could
 #   share) at the lowest CPU priority, so it takes the CPU the waiting
 #   tests leave idle; its failure fails the target as before.
@@ -64,19 +72,18 @@ cross:
 #   lasts until it ends (testnet/docker, last in ./..., once started at
 #   230 s of a 325 s run). Named first, the long ones take the slots at
 #   once and the short ones fill the gaps after them; ./... names them
-#   again, and go test runs each once. node (190 s at 3 slots on 2 cores,
-#   its tests mostly in parallel) is the longest and comes first; the
-#   others, by the `ok <package> <time>` lines of such a run: docker 86,
-#   lease 44, auction 41, deploy 32 (its no-cgo build of the tree),
-#   runtime 29, latency 21, nat 19, adversary 18, scale 16, transfer 11,
-#   dst 10. Reorder by the `ok` lines of a CI run.
+#   again, and go test runs each once. node (175 s at 4 slots on 2 cores)
+#   is the longest and comes first; the others, by the spans of such a
+#   run: docker 94, runtime 45, deploy 42 (its no-cgo build of the tree),
+#   auction 29, adversary 27, lease 25, scale 23, latency 22, dst 21,
+#   transfer 19, nat 16. Reorder by the `ok` lines of a CI run.
 # - -vet=off: go test's own vet pass (a subset of go vet's analyzers,
 #   run again on every package under a cache key of its own) repeats what
 #   `vet` has just checked with go vet's full set. With every compile
 #   cached, `go test -count=1 -run '^$' ./...` took 131 s wall (246 s
 #   CPU) running go test's analyzers afresh, as on CI's empty cache, and
 #   66 s (126 s CPU: the links) without them (2 cores, load ~3).
-TEST_P ?= 3
+TEST_P ?= 4
 TEST_FIRST ?= ./node ./testnet/docker ./node/lease ./auction ./cmd/gpumesh/deploy ./runtime ./testnet/latency ./testnet/nat ./testnet/adversary ./testnet/scale ./node/artifact/transfer ./testnet/dst
 test: build vet fmt sizes
 	@$(MAKE) --no-print-directory -j2 test-packages cross-idle
