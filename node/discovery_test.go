@@ -163,13 +163,8 @@ func TestRedialsBootstrapWhenAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, _ := peer.IDFromPrivateKey(key)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	bootAddr := fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", port)
+	_, port, _ := net.SplitHostPort(freeLoopback(t))
+	bootAddr := "/ip4/127.0.0.1/tcp/" + port
 
 	pc := providerConfig("eu-west", 1, a100)
 	pc.Bootstrap = []string{bootAddr + "/p2p/" + id.String()}

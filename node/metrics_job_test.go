@@ -3,9 +3,12 @@ package node
 import (
 	"bytes"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +22,28 @@ import (
 
 func freeLoopback(t *testing.T) string {
 	t.Helper()
+	// Below the kernel's ephemeral range: the other parallel tests'
+	// daemons listen on port 0 and dial out from ports in that range, so
+	// a port taken from it and freed is anyone's until this test's daemon
+	// binds it (a bootstrap peer started after its provider once lost its
+	// port so: "address already in use").
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	const first = 10000
+	for i := 0; i < 100 && low > first+1000; i++ {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(first+rand.IntN(low-first))))
+		if err != nil {
+			continue
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

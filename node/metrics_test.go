@@ -3,7 +3,6 @@ package node
 import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,12 +13,7 @@ import (
 )
 
 func TestMetricsEndpoint(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeLoopback(t)
 	cfg := providerConfig("eu-west", 1, a100)
 	cfg.MetricsAddr = addr
 	n := startNode(t, t.TempDir(), cfg, nil)

@@ -800,12 +800,7 @@ func TestServiceScalesToZero(t *testing.T) {
 // returns the renter, its data dir and the metrics address.
 func metricsRenter(t *testing.T, boot *testNode, ns []*testNode) (*testNode, string, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := ln.Addr().String()
-	ln.Close()
+	metricsAddr := freeLoopback(t)
 	cfg := renterConfig()
 	cfg.MetricsAddr = metricsAddr
 	rdir := filepath.Join(t.TempDir(), "renter")
