@@ -77,7 +77,8 @@ func (t *Tracker) rebookLater() {
 }
 
 // rebook runs job id's rebook auction for a start by before; its lease, if
-// any, reaches the job's machine through onLease (Rebooked).
+// any, reaches the job's machine through onLease (Rebooked), which counts
+// renter.rebooked if the job takes it.
 func (t *Tracker) rebook(id string, before time.Time) {
 	defer func() {
 		t.mu.Lock()
@@ -92,6 +93,5 @@ func (t *Tracker) rebook(id string, before time.Time) {
 		t.log.Debug("not rebooked", "job", id, "err", err)
 		return
 	}
-	t.cfg.Counters.Add("renter.rebooked")
 	t.log.Info("job rebooked", "job", id, "lease", l.ID, "provider", l.Provider, "start", l.Start)
 }

@@ -666,6 +666,11 @@ func (t *Tracker) onLease(l terms.Lease, job terms.Job) {
 	v.ObservedStart, v.ObservedEnd = time.Time{}, time.Time{}
 	v.ProviderClock = attest.ClockOffset{}
 	v.Restored = nil
+	if rebooked {
+		// Counted as the job takes the lease, before anyone can read the
+		// job on it.
+		t.cfg.Counters.Add("renter.rebooked")
+	}
 	t.changed.Notify()
 	t.mu.Unlock()
 	if key == job.ID && !rebooked {
