@@ -20,9 +20,10 @@ import (
 // links the init like the daemon does: the C one with cgo, the Go one
 // without) and talk to it over the wire, as the runtime package does.
 
-// startInit starts the test binary as the init with marker token and
-// writes wire to its socket; it returns the daemon's end of the socket.
-func startInit(t *testing.T, token string, wire []byte) (*exec.Cmd, *os.File, *bytes.Buffer) {
+// startInit starts the test binary as the init with marker token (and
+// the process attributes sys, if any) and writes wire to its socket; it
+// returns the daemon's end of the socket.
+func startInit(t *testing.T, token string, wire []byte, sys ...*syscall.SysProcAttr) (*exec.Cmd, *os.File, *bytes.Buffer) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -37,6 +38,9 @@ func startInit(t *testing.T, token string, wire []byte) (*exec.Cmd, *os.File, *b
 	var stderr bytes.Buffer
 	cmd := &exec.Cmd{Path: exe, Args: []string{Arg0}, Env: []string{Env + "=3:" + token},
 		ExtraFiles: []*os.File{remote}, Stdout: &stderr, Stderr: &stderr}
+	if len(sys) > 0 {
+		cmd.SysProcAttr = sys[0]
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +111,26 @@ func TestInitReportsExecFailure(t *testing.T) {
 	m, err := ReadMsg(conn)
 	if err != nil || m.Errno != int(syscall.ENOENT) || !strings.Contains(m.Err, missing) {
 		t.Fatalf("answer %+v, %v; want ENOENT naming %s (stderr %q)", m, err, missing, out)
+	}
+	var ee *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 127 {
+		t.Fatalf("init exit: %v, want 127", err)
+	}
+}
+
+// As a PID namespace's first process, the init starts the command as its
+// child (vfork, then exec in the child): one that cannot be executed is
+// reported with its errno all the same, and no pid is.
+func TestInitAsPID1ReportsExecFailure(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the init is the first process of a new PID namespace (and mounts its /proc in a mount namespace of its own)")
+	}
+	missing := filepath.Join(t.TempDir(), "missing")
+	cmd, conn, out := startInit(t, "secret", encode(t, Config{Token: "secret", PID1: true, UID: -1, GID: -1, Path: missing, Args: []string{"x"}}),
+		&syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Unshareflags: syscall.CLONE_NEWNS})
+	m, err := ReadMsg(conn)
+	if err != nil || m.PID != 0 || m.Errno != int(syscall.ENOENT) || !strings.Contains(m.Err, missing) {
+		t.Fatalf("answer %+v, %v; want ENOENT naming %s and no pid (stderr %q)", m, err, missing, out)
 	}
 	var ee *exec.ExitError
 	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 127 {
