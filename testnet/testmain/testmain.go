@@ -4,7 +4,9 @@ package testmain
 
 import (
 	"flag"
+	"os"
 	"strconv"
+	"testing"
 )
 
 // Parallel makes n of the package's parallel tests run at once, unless
@@ -26,4 +28,11 @@ func Parallel(n int) {
 			panic(err)
 		}
 	}
+}
+
+// Run is a TestMain that only sets Parallel(n): it runs the tests and
+// exits with their status.
+func Run(m *testing.M, n int) {
+	Parallel(n)
+	os.Exit(m.Run())
 }
