@@ -34,15 +34,7 @@ func TestHostileDHTAnswerToAPutDoesNotCrash(t *testing.T) {
 	if err := n.Host.Connect(ctx, peer.AddrInfo{ID: hostile.ID(), Addrs: hostile.Addrs()}); err != nil {
 		t.Fatal(err)
 	}
-	// Not synchronisation: kad-dht takes a peer into its table once the
-	// peer answered its check, and announces nothing a test can wait on.
-	for tick := time.NewTicker(20 * time.Millisecond); n.DHT.RoutingTable().Find(hostile.ID()) == ""; {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatal("the hostile peer never entered the routing table")
-		}
-	}
+	dhttest.AwaitInTable(ctx, t, n.DHT, hostile.ID())
 	// kad-dht's put reports no error for one peer's failed copy: what
 	// matters is that the process outlives the answer, and still serves.
 	_ = n.DHT.PutValue(ctx, "/test/key", []byte("value"))

@@ -65,19 +65,7 @@ func TestLookupDoesNotWaitForASilentPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	inTable := func() bool {
-		rt := renter.net.DHT.RoutingTable()
-		return rt.Find(silent.ID()) != "" && rt.Find(prov.net.ID()) != ""
-	}
-	// Not synchronisation: the DHT adds peers to its table from its own
-	// identify handler, which announces nothing this test can wait on.
-	for tick := time.NewTicker(20 * time.Millisecond); !inTable(); {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatal("the renter's routing table never held both peers")
-		}
-	}
+	dhttest.AwaitInTable(ctx, t, renter.net.DHT, silent.ID(), prov.net.ID())
 
 	silenced.Store(true)
 	c, err := renter.disc.Lookup(ctx, prov.net.ID())

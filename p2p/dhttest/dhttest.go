@@ -3,9 +3,15 @@
 package dhttest
 
 import (
+	"context"
+	"testing"
+	"time"
+
+	dht "github.com/libp2p/go-libp2p-kad-dht"
 	pb "github.com/libp2p/go-libp2p-kad-dht/pb"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-msgio"
 	"github.com/libp2p/go-msgio/pbio"
@@ -43,3 +49,28 @@ func Serve(h host.Host, kad protocol.ID, answer func(*pb.Message) *pb.Message) {
 // Empty is an answer naming no peer and no record (a put's answer
 // should carry the record it stored).
 func Empty(m *pb.Message) *pb.Message { return &pb.Message{Type: m.Type, Key: m.Key} }
+
+// AwaitInTable waits until d's routing table holds every one of ids, and
+// fails t if ctx ends first. It polls: kad-dht takes a peer into its table
+// from its own identify handler, once the peer answered its check, and
+// announces nothing a test can wait on.
+func AwaitInTable(ctx context.Context, t testing.TB, d *dht.IpfsDHT, ids ...peer.ID) {
+	t.Helper()
+	in := func() bool {
+		for _, id := range ids {
+			if d.RoutingTable().Find(id) == "" {
+				return false
+			}
+		}
+		return true
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !in() {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("the routing table never held %v", ids)
+		}
+	}
+}
