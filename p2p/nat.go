@@ -233,9 +233,9 @@ func (n *Node) keepReservation(ctx context.Context, ai peer.AddrInfo, first chan
 			addrs = append(addrs, a.Encapsulate(circuit))
 		}
 		n.setCircuits(ai.ID, addrs)
-		once()
 		n.log.Info("relay reservation", "relay", ai.ID, "expires", rsvp.Expiration.Format(time.RFC3339),
 			"limit_duration", rsvp.LimitDuration, "limit_data", rsvp.LimitData, "addrs", fmt.Sprint(addrs))
+		once() // as for a failed attempt: over once its outcome is logged
 		renew := time.Until(rsvp.Expiration) / 2
 		if renew < time.Second {
 			renew = time.Second
