@@ -12,7 +12,9 @@
 // it, a cgroup with memory, pids and CPU limits (from ProcessOptions; a
 // job's memory request may lower the memory limit, never raise it). When
 // the daemon runs as root each job also gets a dedicated unprivileged uid
-// and its own network (loopback only), mount and IPC namespaces, with fresh
+// and its own network (loopback only; a namespace that holds no socket once
+// its job has ended serves the next job, see netPool), mount and IPC
+// namespaces, with fresh
 // size-limited tmpfs mounts on /tmp, /var/tmp, /dev/shm and /run/lock, a
 // /proc that shows only its own processes (hidepid, Linux 5.8+) and a
 // size-limited tmpfs as its work dir, and, where the kernel allows, its own

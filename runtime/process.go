@@ -225,6 +225,11 @@ func NewProcessExecutor(root string, opts ProcessOptions) (*ProcessExecutor, err
 		}
 		e.sb, e.sbWhy = detectSandbox(sandbox{network: opts.AllowNetwork, tmpMB: tmp, root: e.root})
 	}
+	if e.sb != nil && e.uids != nil && !opts.AllowNetwork {
+		// Jobs run without capabilities: their network namespaces can be
+		// reused.
+		e.sb.reuseNets()
+	}
 	if e.sb != nil {
 		e.quotaMB = opts.WorkDirMB
 		if e.quotaMB == 0 {
@@ -369,7 +374,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	}
 
 	var gang *gangNS
-	var netns *os.File
+	net := &jobNet{}
 	if spec.Gang != nil {
 		if err := e.gangNetworks(); err != nil {
 			return fail(fmt.Errorf("runtime: job %s: %s", spec.ID, strings.TrimPrefix(err.Error(), "runtime: ")))
@@ -378,7 +383,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 			return fail(err)
 		}
 		undo = append(undo, gang.close)
-		netns = gang.nsFile()
+		net.join = gang.nsFile()
 	}
 
 	devNull, err := os.Open(os.DevNull)
@@ -409,10 +414,13 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	if e.uids != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
 	}
-	ji, err := spawn(cmd, cg, e.sb, wd, spec.Inputs, netns)
+	ji, err := spawn(cmd, cg, e.sb, wd, spec.Inputs, net)
 	outW.Close()
 	errW.Close()
 	if err != nil {
+		if net.own != nil {
+			net.own.Close()
+		}
 		outR.Close()
 		errR.Close()
 		err = fmt.Errorf("runtime: job %s: start %s: %w", spec.ID, spec.Command[0], err)
@@ -429,6 +437,7 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 		cg:          cg,
 		init:        ji,
 		gang:        gang,
+		net:         net.own,
 		proc:        cmd.Process,
 		pgid:        cmd.Process.Pid,
 		started:     time.Now(),
@@ -505,7 +514,10 @@ type processHandle struct {
 	init *jobInit
 	// gang is a gang member's network (nil for other jobs), closed once
 	// the job's main process has ended.
-	gang    *gangNS
+	gang *gangNS
+	// net is the job's own network namespace, when the executor reuses
+	// them: it goes back to the pool once no process of the job is left.
+	net     *os.File
 	proc    *os.Process
 	pgid    int
 	started time.Time
@@ -610,8 +622,9 @@ func (h *processHandle) signalAll(sig syscall.Signal) {
 
 // killAll SIGKILLs the job's processes until none is left (bounded): each
 // round kills what it lists and waits for those processes' exits
-// (killAndWait), so a new round lists only what they forked meanwhile.
-func (h *processHandle) killAll() {
+// (killAndWait), so a new round lists only what they forked meanwhile. It
+// reports whether none is left.
+func (h *processHandle) killAll() bool {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		_ = syscall.Kill(-h.pgid, syscall.SIGKILL)
@@ -620,11 +633,11 @@ func (h *processHandle) killAll() {
 		}
 		left := h.members()
 		if len(left) == 0 {
-			return
+			return true
 		}
 		if !time.Now().Before(deadline) {
 			h.e.log.Error("job processes survived SIGKILL", "job", h.spec.ID, "pids", left)
-			return
+			return false
 		}
 		killAndWait(left, deadline)
 	}
@@ -653,7 +666,11 @@ func (h *processHandle) wait() {
 	}
 	h.killAll()
 	h.execs.Wait()
-	h.killAll()
+	if h.killAll() {
+		h.e.sb.keepNet(h.net)
+	} else if h.net != nil {
+		h.net.Close()
+	}
 	drained := make(chan struct{})
 	go func() { h.copying.Wait(); close(drained) }()
 	select {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -40,6 +41,113 @@ type sandbox struct {
 	// why not.
 	seccomp    bool
 	seccompWhy string
+	// nets keeps the network namespaces of ended jobs for the next ones
+	// (nil: every job gets a fresh one).
+	nets *netPool
+}
+
+// jobNet is a job's network namespace as spawn sets it up: join, when not
+// nil, is one prepared for the job (a gang member's, see gangNS), which it
+// enters; otherwise, unless the job shares the host's network, own is set
+// to the job's own namespace, which goes back to the sandbox's netPool
+// once nothing of the job is left (see netPool).
+type jobNet struct {
+	join *os.File
+	own  *os.File
+}
+
+// netPool holds the network namespaces of ended jobs, for the next jobs
+// to reuse: the kernel takes about half a millisecond to build a network
+// namespace and as long again, in its workers, to tear one down, a third
+// of what a short job's sandbox costs. A job has no capability in its
+// namespace, so it cannot change what a fresh one has (lo up, no other
+// interface, route, address, firewall rule or sysctl of its own); what it
+// can leave are sockets, which outlive it only while something holds them
+// (the daemon's own connection into the job) or as TCP's TIME_WAIT. A
+// namespace goes back only once the job has no process left (put), and is
+// taken only when it holds no socket and no TIME_WAIT entry (netEmpty):
+// otherwise it is closed, and the kernel frees it.
+type netPool struct {
+	mu   sync.Mutex
+	idle []*os.File
+}
+
+// maxIdleNets bounds the namespaces a pool keeps.
+const maxIdleNets = 64
+
+// take returns an idle namespace, or nil.
+func (p *netPool) take() *os.File {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.idle)
+	if n == 0 {
+		return nil
+	}
+	f := p.idle[n-1]
+	p.idle = p.idle[:n-1]
+	return f
+}
+
+// put keeps f, the namespace of a job none of whose processes is left,
+// for a later job (or closes it when the pool is full).
+func (p *netPool) put(f *os.File) {
+	if f == nil {
+		return
+	}
+	if p != nil {
+		p.mu.Lock()
+		if len(p.idle) < maxIdleNets {
+			p.idle = append(p.idle, f)
+			f = nil
+		}
+		p.mu.Unlock()
+	}
+	if f != nil {
+		f.Close()
+	}
+}
+
+// reuseNets makes the sandbox keep the network namespaces of ended jobs
+// for the next ones (see netPool): only for jobs without capabilities.
+func (s *sandbox) reuseNets() { s.nets = &netPool{} }
+
+// keepNet hands f, the network namespace of a job none of whose processes
+// is left, to the pool (or closes it where there is none).
+func (s *sandbox) keepNet(f *os.File) {
+	if s == nil {
+		if f != nil {
+			f.Close()
+		}
+		return
+	}
+	s.nets.put(f)
+}
+
+// netEmpty reports whether the calling thread's network namespace holds
+// no socket and no TIME_WAIT entry, by its own counters in sockstat (a
+// kernel whose counters are not per namespace reports the host's, and its
+// namespaces are never reused).
+func netEmpty() bool {
+	b, err := os.ReadFile("/proc/thread-self/net/sockstat")
+	if err != nil {
+		return false
+	}
+	var used, inuse, orphan, tw int = -1, -1, -1, -1
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(line, "sockets:"):
+			_, err = fmt.Sscanf(line, "sockets: used %d", &used)
+		case strings.HasPrefix(line, "TCP:"):
+			_, err = fmt.Sscanf(line, "TCP: inuse %d orphan %d tw %d", &inuse, &orphan, &tw)
+		}
+		if err != nil {
+			return false
+		}
+	}
+	return used == 0 && inuse == 0 && tw == 0
 }
 
 // privateDirs get a fresh tmpfs in each job's mount namespace. Not all of
@@ -145,18 +253,39 @@ func (s *sandbox) flags() int {
 // those: not their neighbours), the inputs read-only. With a PID namespace,
 // the thread's next child is its first process, the job's init, which
 // mounts the namespace's /proc. A job whose network namespace was prepared
-// for it (netns: a gang job's, see gangNS) joins that one instead of a
-// fresh one.
-func (s *sandbox) enter(wd, inputs string, netns *os.File) error {
+// for it (net.join: a gang job's, see gangNS) joins that one; any other
+// that does not share the host's network gets an idle one from the
+// sandbox's netPool, or a fresh one, and net.own is set to it.
+func (s *sandbox) enter(wd, inputs string, net *jobNet) error {
 	flags := s.flags()
-	if netns != nil {
-		if err := unix.Setns(int(netns.Fd()), unix.CLONE_NEWNET); err != nil {
+	fresh := !s.network
+	switch {
+	case net != nil && net.join != nil:
+		if err := unix.Setns(int(net.join.Fd()), unix.CLONE_NEWNET); err != nil {
 			return fmt.Errorf("runtime: enter the job's network namespace: %w", err)
 		}
 		flags &^= unix.CLONE_NEWNET
+		fresh = false
+	case net != nil && !s.network:
+		if f := s.nets.take(); f != nil {
+			// A namespace found holding a socket is left for the kernel
+			// to free; the unshare below replaces it with a fresh one.
+			if unix.Setns(int(f.Fd()), unix.CLONE_NEWNET) == nil && netEmpty() {
+				flags &^= unix.CLONE_NEWNET
+				net.own, fresh = f, false
+			} else {
+				f.Close()
+			}
+		}
 	}
 	if err := unix.Unshare(flags); err != nil {
 		return fmt.Errorf("runtime: unshare job namespaces: %w", err)
+	}
+	if net != nil && net.own == nil && fresh && s.nets != nil {
+		// Kept by the handle, for the pool once the job has ended.
+		if f, err := os.Open("/proc/thread-self/ns/net"); err == nil {
+			net.own = f
+		}
 	}
 	// Nothing mounted here may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -223,7 +352,7 @@ func (s *sandbox) enter(wd, inputs string, netns *os.File) error {
 			return fmt.Errorf("runtime: job mounts: /proc with hidepid: %w", err)
 		}
 	}
-	if !s.network && netns == nil {
+	if fresh {
 		if err := loopbackUp(); err != nil {
 			return err
 		}
@@ -276,6 +405,9 @@ func (s *sandbox) describe() string {
 		tmp += fmt.Sprintf(" (%d MiB each)", s.tmpMB)
 	}
 	net := "network: none (own namespace, loopback only)"
+	if s.nets != nil {
+		net = "network: none (own namespace, loopback only; an ended job's goes to the next once it holds no socket)"
+	}
 	if s.network {
 		net = "network: host"
 	}
@@ -305,13 +437,13 @@ func (s *sandbox) describe() string {
 // letting daemon code run inside the job's cgroup, namespaces or
 // no_new_privs. With a PID namespace or the seccomp filter, cmd starts
 // through the job's init (startViaInit): cmd.Process is the init's, and the
-// returned jobInit reads the command's exit status. netns, when not nil,
-// is the job's prepared network namespace (sandbox.enter).
-func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd, inputs string, netns *os.File) (*jobInit, error) {
+// returned jobInit reads the command's exit status. net, when not nil,
+// is the job's network namespace, as sandbox.enter sets it up.
+func spawn(cmd *exec.Cmd, cg *jobCgroup, sb *sandbox, wd, inputs string, net *jobNet) (*jobInit, error) {
 	start := func() error {
 		return spawnIn(cmd, cg, func() error {
 			if sb != nil {
-				return sb.enter(wd, inputs, netns)
+				return sb.enter(wd, inputs, net)
 			}
 			return nil
 		})

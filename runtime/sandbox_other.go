@@ -24,7 +24,18 @@ type jobInit struct{}
 
 func (*jobInit) exitStatus(ws syscall.WaitStatus) syscall.WaitStatus { return ws }
 
-func spawn(cmd *exec.Cmd, _ *jobCgroup, _ *sandbox, _, _ string, _ *os.File) (*jobInit, error) {
+// jobNet exists only on linux: spawn never sets it up here.
+type jobNet struct{ join, own *os.File }
+
+func (*sandbox) reuseNets() {}
+
+func (*sandbox) keepNet(f *os.File) {
+	if f != nil {
+		f.Close()
+	}
+}
+
+func spawn(cmd *exec.Cmd, _ *jobCgroup, _ *sandbox, _, _ string, _ *jobNet) (*jobInit, error) {
 	return nil, cmd.Start()
 }
 

@@ -365,3 +365,34 @@ func TestProcessSetuidDoesNotElevate(t *testing.T) {
 		t.Fatalf("no no_new_privs: %q", got)
 	}
 }
+
+// TestNetNamespaceReusedOnlyWhenEmpty: a job's network namespace serves
+// the next job once nothing of it is left, and a job that leaves a socket
+// behind (a TIME_WAIT entry, which outlives its process) passes nothing
+// on: the next job gets a fresh namespace with no trace of it.
+func TestNetNamespaceReusedOnlyWhenEmpty(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	needSandbox(t, e)
+	netns := func(id string, args ...string) (ns string, tw string) {
+		t.Helper()
+		res, out, _, _ := run(t, e, Spec{ID: id, Command: append([]string{helperBin, "netns"}, args...)})
+		f := strings.Fields(out)
+		if res.ExitCode != 0 || len(f) != 3 || f[1] != "tw" {
+			t.Fatalf("%s: %+v %q", id, res, out)
+		}
+		return f[0], f[2]
+	}
+	first, _ := netns("net-first")
+	second, tw := netns("net-second")
+	if second != first || tw != "0" {
+		t.Fatalf("the second job's network namespace is %s (tw %s), want the first's, %s, reused", second, tw, first)
+	}
+	dirty, tw := netns("net-dirty", "timewait")
+	if dirty != first || tw != "1" {
+		t.Fatalf("the TIME_WAIT job ran in %s with tw %s, want %s with tw 1", dirty, tw, first)
+	}
+	after, tw := netns("net-after")
+	if after == dirty || tw != "0" {
+		t.Fatalf("the job after one that left a TIME_WAIT entry runs in %s with tw %s: want a fresh namespace, with none", after, tw)
+	}
+}

@@ -19,6 +19,9 @@
 //	jobhelper dial ADDR         connect to tcp ADDR ("self": a listener of
 //	                            its own on 127.0.0.1), print "connected"
 //	                            or exit 3
+//	jobhelper netns [timewait]  print its network namespace and its
+//	                            sockstat "tw" count; with timewait, first
+//	                            leave a connection in TIME_WAIT
 //	jobhelper id                print "uid U gid G"
 //	jobhelper copy              copy stdin to stdout, then print "eof"
 //	jobhelper isatty            print "tty" if stdin is a terminal, else
@@ -36,6 +39,7 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -184,6 +188,19 @@ func main() {
 		}
 		c.Close()
 		fmt.Println("connected")
+	case "netns":
+		if len(args) > 0 && args[0] == "timewait" {
+			if err := timeWait(); err != nil {
+				fmt.Println("error:", err)
+				os.Exit(3)
+			}
+		}
+		ns, err := os.Readlink("/proc/self/ns/net")
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(3)
+		}
+		fmt.Printf("%s tw %d\n", ns, sockstatTW())
 	case "id":
 		fmt.Printf("uid %d gid %d\n", os.Getuid(), os.Getgid())
 	case "copy":
@@ -250,4 +267,51 @@ func sealmark(file string) {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// timeWait leaves a connection on the job's loopback in TIME_WAIT: the
+// accepting side closes first, and the entry is there once sockstat counts
+// it.
+func timeWait() error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		return err
+	}
+	a, err := l.Accept()
+	if err != nil {
+		return err
+	}
+	a.Close()
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		return fmt.Errorf("read after the peer closed: %v", err)
+	}
+	c.Close()
+	for deadline := time.Now().Add(5 * time.Second); sockstatTW() < 1; {
+		if time.Now().After(deadline) {
+			return errors.New("no TIME_WAIT entry after 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// sockstatTW is the TIME_WAIT count in the job's network namespace's
+// sockstat (-1: unreadable).
+func sockstatTW() int {
+	b, err := os.ReadFile("/proc/self/net/sockstat")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var inuse, orphan, tw int
+		if _, err := fmt.Sscanf(line, "TCP: inuse %d orphan %d tw %d", &inuse, &orphan, &tw); err == nil {
+			return tw
+		}
+	}
+	return -1
 }
