@@ -22,7 +22,9 @@ func (anyValue) Select(string, [][]byte) (int, error) { return 0, nil }
 // does not crash the node (kad-dht v0.42.2 dereferenced the missing
 // record in a goroutine of its own, taking the whole process down).
 func TestHostileDHTAnswerToAPutDoesNotCrash(t *testing.T) {
-	hostile, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
+	// (Without metrics, as New's hosts: TestHostFeedsNoUnservedMetrics
+	// reads the default registry.)
+	hostile, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -193,6 +193,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		libp2p.EnableAutoRelayWithPeerSource(n.relayPeerSource),
 		libp2p.AddrsFactory(n.addrsFactory),
 		libp2p.ResourceManager(rm),
+		// libp2p's Prometheus collectors register with the default
+		// registry, which the daemon does not serve (its /metrics is its
+		// own registry, node/metrics): kept, they cost every stream and
+		// connection their bookkeeping for nothing.
+		libp2p.DisableMetrics(),
 	}
 	switch cfg.Reachability {
 	case ReachabilityPublic:

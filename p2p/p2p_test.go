@@ -15,6 +15,7 @@ import (
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -468,5 +469,30 @@ func TestKeepConnectedRedialsAtOnce(t *testing.T) {
 	case <-again:
 	case <-time.After(10 * time.Second):
 		t.Fatal("not connected again to the bootstrap peer")
+	}
+}
+
+// TestHostFeedsNoUnservedMetrics: a node's host, its streams and its
+// resource manager register nothing with Prometheus' default registry,
+// which the daemon does not serve (its /metrics has its own): libp2p's
+// collectors there cost every stream their bookkeeping for nothing.
+func TestHostFeedsNoUnservedMetrics(t *testing.T) {
+	a, b := pair(t)
+	a.Handle("/test/echo/1", func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) { return req, nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if resp, err := b.Request(ctx, a.ID(), nil, "/test/echo/1", []byte("hi")); err != nil || string(resp) != "hi" {
+		t.Fatalf("request: %q %v", resp, err)
+	}
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		// (libp2p v0.51 gives its event bus collectors whatever the
+		// options: a counter per event emitted, none per stream.)
+		if strings.HasPrefix(f.GetName(), "libp2p_") && !strings.HasPrefix(f.GetName(), "libp2p_eventbus_") {
+			t.Errorf("libp2p metric %s in the default registry", f.GetName())
+		}
 	}
 }
