@@ -78,6 +78,28 @@ func BenchmarkProcessJobOverhead(b *testing.B) {
 			}
 		}
 	})
+	// The executor without what it reuses from an ended job: its network
+	// namespace (netPool) and its work dir's mount point (mountPoints).
+	b.Run("executor-fresh", func(b *testing.B) {
+		e := newTestExecutor(b, ProcessOptions{})
+		if e.sb != nil {
+			e.sb.nets = nil
+		}
+		e.points = nil
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			h, err := e.Start(context.Background(), Spec{ID: "bf-" + strconv.Itoa(i), Command: []string{"/bin/true"}}, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if res := h.Wait(); res.ExitCode != 0 {
+				b.Fatalf("%+v", res)
+			}
+			if err := h.Cleanup(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("direct", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			if err := exec.Command("/bin/true").Run(); err != nil {

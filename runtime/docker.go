@@ -450,7 +450,7 @@ func (e *DockerExecutor) Start(ctx context.Context, spec Spec, stdout, stderr io
 	if err != nil {
 		return nil, err
 	}
-	wd, _, err := makeWorkDir(e.root, &spec, uid, 0)
+	wd, _, err := makeWorkDir(e.root, &spec, uid, 0, nil)
 	if err != nil {
 		e.uids.put(uid)
 		return nil, err

@@ -496,14 +496,17 @@ func prepareRoot(root string, otherUID bool) (string, error) {
 // sub-dirs (the checkpoint dir filled from s.Restore), all owned by uid,
 // and returns the work dir and the outputs dir. With quotaMB >
 // 0 the work dir is a tmpfs of that size, so a job fills neither the host's
-// disk nor more than its quota.
-func makeWorkDir(root string, s *Spec, uid int, quotaMB int) (string, string, error) {
+// disk nor more than its quota; its mount point is one of points' spares
+// where there is one (points may be nil).
+func makeWorkDir(root string, s *Spec, uid int, quotaMB int, points *mountPoints) (string, string, error) {
 	wd := filepath.Join(root, s.ID)
-	if err := os.Mkdir(wd, 0o700); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return "", "", fmt.Errorf("runtime: job %s: work dir %s already exists", s.ID, wd)
+	if quotaMB <= 0 || !points.take(wd) {
+		if err := os.Mkdir(wd, 0o700); err != nil {
+			if errors.Is(err, os.ErrExist) {
+				return "", "", fmt.Errorf("runtime: job %s: work dir %s already exists", s.ID, wd)
+			}
+			return "", "", fmt.Errorf("runtime: job %s: create work dir: %w", s.ID, err)
 		}
-		return "", "", fmt.Errorf("runtime: job %s: create work dir: %w", s.ID, err)
 	}
 	rel, _ := s.outputsRel()
 	out := filepath.Join(wd, rel)

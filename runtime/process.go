@@ -148,8 +148,10 @@ type ProcessExecutor struct {
 	lim   jobLimits // defaults for every job
 	sb    *sandbox  // nil: jobs share the daemon's namespaces
 	sbWhy string
-	// quotaMB is the size of each job's tmpfs work dir (<= 0: none).
+	// quotaMB is the size of each job's tmpfs work dir (<= 0: none);
+	// points keeps their emptied mount points for the next jobs.
 	quotaMB int
+	points  *mountPoints
 	maxLog  int64
 	log     *slog.Logger
 	mu      sync.Mutex
@@ -234,6 +236,9 @@ func NewProcessExecutor(root string, opts ProcessOptions) (*ProcessExecutor, err
 		e.quotaMB = opts.WorkDirMB
 		if e.quotaMB == 0 {
 			e.quotaMB = DefaultWorkDirMB
+		}
+		if e.quotaMB > 0 {
+			e.points = newMountPoints(e.root)
 		}
 	} else {
 		e.log.Warn("process jobs run without their own namespaces or a work dir quota: they share the host's network, /tmp and /dev/shm", "why", e.sbWhy)
@@ -341,11 +346,11 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 		return fail(err)
 	}
 	undo = append(undo, func() { e.uids.put(uid) })
-	wd, outDir, err := makeWorkDir(e.root, &spec, uid, e.quotaMB)
+	wd, outDir, err := makeWorkDir(e.root, &spec, uid, e.quotaMB, e.points)
 	if err != nil {
 		return fail(err)
 	}
-	undo = append(undo, func() { _ = removeWorkDir(wd) })
+	undo = append(undo, func() { _ = e.removeWorkDir(wd) })
 	argv0, err := lookPath(spec.Command[0], e.path)
 	if err != nil {
 		return fail(fmt.Errorf("runtime: job %s: %w", spec.ID, err))
@@ -458,6 +463,18 @@ func (e *ProcessExecutor) Start(ctx context.Context, spec Spec, stdout, stderr i
 	e.log.Info("job started", "job", spec.ID, "pid", h.pgid, "uid", uid, "workdir", wd)
 	go h.wait()
 	return h, nil
+}
+
+// removeWorkDir removes a job's work dir, or keeps its emptied mount
+// point for the next job (see mountPoints).
+func (e *ProcessExecutor) removeWorkDir(wd string) error {
+	if e.points != nil {
+		unmountQuota(wd)
+		if e.points.keep(wd) {
+			return nil
+		}
+	}
+	return removeWorkDir(wd)
 }
 
 func cloneEnv(m map[string]string) map[string]string {
@@ -733,7 +750,7 @@ func (h *processHandle) Cleanup() error {
 		return fmt.Errorf("%w: %s", errStillRunning, h.spec.ID)
 	}
 	h.cleanOnce.Do(func() {
-		h.cleanErr = removeWorkDir(h.wd)
+		h.cleanErr = h.e.removeWorkDir(h.wd)
 		if h.cleanErr != nil {
 			// Keep the uid reserved: its files are still on disk.
 			return

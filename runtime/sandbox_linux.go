@@ -551,6 +551,15 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
+// renameNoReplace renames from to to, failing with os.ErrExist where to
+// exists.
+func renameNoReplace(from, to string) error {
+	if err := unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE); err != nil {
+		return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
+	}
+	return nil
+}
+
 // mountQuota mounts a tmpfs of sizeMB, owned by uid, on dir.
 func mountQuota(dir string, uid, sizeMB int) error {
 	opts := fmt.Sprintf("mode=0700,uid=%d,gid=%d,size=%dm", uid, uid, sizeMB)

@@ -39,6 +39,10 @@ func spawn(cmd *exec.Cmd, _ *jobCgroup, _ *sandbox, _, _ string, _ *jobNet) (*jo
 	return nil, cmd.Start()
 }
 
+// renameNoReplace needs linux's renameat2: elsewhere no spare mount point
+// is taken (there are no quota mounts either).
+func renameNoReplace(string, string) error { return errors.ErrUnsupported }
+
 func mountQuota(string, int, int) error { return errors.New("work dir quotas exist only on linux") }
 
 func unmountQuota(string) {}

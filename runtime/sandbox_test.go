@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -394,5 +395,119 @@ func TestNetNamespaceReusedOnlyWhenEmpty(t *testing.T) {
 	after, tw := netns("net-after")
 	if after == dirty || tw != "0" {
 		t.Fatalf("the job after one that left a TIME_WAIT entry runs in %s with tw %s: want a fresh namespace, with none", after, tw)
+	}
+}
+
+// spares lists the spare mount points in a work root.
+func spares(t *testing.T, root string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), spareMountPrefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// TestWorkDirMountPointReused: an ended job's work dir, once its tmpfs is
+// unmounted, is kept as the mount point of the next job's: the next job
+// finds nothing of the first's, and the spare is the daemon's, empty and
+// 0700 while it waits.
+func TestWorkDirMountPointReused(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	needSandbox(t, e)
+	if e.points == nil {
+		t.Fatalf("no spare mount points with a work dir quota: %s", e.Limits())
+	}
+	res, out, errOut, h := run(t, e, Spec{ID: "mp-a", Command: []string{"sh", "-c", "echo secret > secret && echo wrote"}})
+	if res.ExitCode != 0 || out != "wrote\n" {
+		t.Fatalf("first job: %+v %q %q", res, out, errOut)
+	}
+	if err := h.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(h.WorkDir()); !os.IsNotExist(err) {
+		t.Fatalf("work dir survived cleanup: %v", err)
+	}
+	kept := spares(t, e.Root())
+	if len(kept) != 1 {
+		t.Fatalf("spare mount points after one job: %v", kept)
+	}
+	spare := filepath.Join(e.Root(), kept[0])
+	fi, err := os.Stat(spare)
+	if err != nil || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != 0 || !emptyDir(spare) {
+		t.Fatalf("spare %s: %v %v (want an empty dir of root's, 0700)", spare, fi.Mode(), err)
+	}
+	res, out, errOut, h = run(t, e, Spec{ID: "mp-b", Command: []string{"sh", "-c", "ls -A; cat secret 2>/dev/null || echo none"}})
+	if res.ExitCode != 0 || out != "checkpoint\noutputs\ntmp\nnone\n" {
+		t.Fatalf("second job's work dir: %+v %q %q", res, out, errOut)
+	}
+	if left := spares(t, e.Root()); len(left) != 0 {
+		t.Fatalf("the second job took no spare: %v", left)
+	}
+	if err := h.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if left := spares(t, e.Root()); len(left) != 1 {
+		t.Fatalf("spares after the second job: %v", left)
+	}
+}
+
+// TestSpareMountPointOnlyAsMade: a directory is kept as a spare mount
+// point only when it is empty, the daemon's and 0700; spares an earlier
+// daemon left are removed.
+func TestSpareMountPointOnlyAsMade(t *testing.T) {
+	root := t.TempDir()
+	left := filepath.Join(root, spareMountPrefix+"7")
+	if err := os.Mkdir(left, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p := newMountPoints(root)
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Fatalf("an earlier daemon's spare survived: %v", err)
+	}
+	full := filepath.Join(root, "full")
+	if err := os.Mkdir(full, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(full, "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	open := filepath.Join(root, "open")
+	if err := os.Mkdir(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{full, open, filepath.Join(t.TempDir(), "elsewhere")} {
+		if p.keep(d) {
+			t.Errorf("%s kept as a spare", d)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(full, "f")); err != nil {
+		t.Fatalf("a refused dir was changed: %v", err)
+	}
+	made := filepath.Join(root, "made")
+	if err := os.Mkdir(made, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if !p.keep(made) {
+		t.Fatal("an empty 0700 dir of the daemon's was not kept")
+	}
+	// A spare never replaces an existing dir.
+	if err := os.Mkdir(full+"2", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if p.take(full + "2") {
+		t.Fatal("a spare was renamed over an existing dir")
+	}
+	if !p.take(filepath.Join(root, "job")) {
+		t.Fatal("the spare was lost when a take was refused")
 	}
 }
