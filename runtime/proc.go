@@ -66,7 +66,9 @@ func SampleProcess(pid int) (cpuSeconds float64, rssMB int, err error) {
 }
 
 // SampleGroup sums SampleProcess over every live process of a process group.
-// It fails only if the group has no live process.
+// It fails only if the group has no live process. A group whose leader is
+// a job's init is read from the init's descendants (nsProcesses), any other
+// from a scan of /proc.
 func SampleGroup(pgid int) (cpuSeconds float64, rssMB int, err error) {
 	if pgid <= 0 {
 		return 0, 0, fmt.Errorf("runtime: invalid process group %d", pgid)
@@ -74,9 +76,12 @@ func SampleGroup(pgid int) (cpuSeconds float64, rssMB int, err error) {
 	if groupGone(pgid) {
 		return 0, 0, fmt.Errorf("runtime: process group %d has no live process", pgid)
 	}
-	pids, err := listPids()
-	if err != nil {
-		return 0, 0, err
+	pids, ok := nsProcesses(pgid)
+	if !ok {
+		var err error
+		if pids, err = listPids(); err != nil {
+			return 0, 0, err
+		}
 	}
 	var rss int64
 	found := false
@@ -93,6 +98,62 @@ func SampleGroup(pgid int) (cpuSeconds float64, rssMB int, err error) {
 		return 0, 0, fmt.Errorf("runtime: process group %d has no live process", pgid)
 	}
 	return cpuSeconds, int(rss * int64(os.Getpagesize()) >> 20), nil
+}
+
+// maxNSWalk bounds the processes nsProcesses lists (a job's pids limit
+// is 1024 by default); past it, the caller scans /proc.
+const maxNSWalk = 4096
+
+// nsProcesses lists pid and its descendants when pid is the first process
+// of a PID namespace of its own (a process job's init: NSpid in its status
+// ends in 1), and so every process of that namespace is among them: read
+// from each one's children (/proc/PID/task/TID/children), a job's own
+// processes instead of every process on the host. ok is false where pid is
+// no such init, or the kernel lists no children (CONFIG_PROC_CHILDREN).
+func nsProcesses(pid int) (pids []int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return nil, false
+	}
+	first := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "NSpid:" {
+			first = f[len(f)-1] == "1"
+			break
+		}
+	}
+	if !first {
+		return nil, false
+	}
+	pids = []int{pid}
+	for i := 0; i < len(pids); i++ {
+		dir := "/proc/" + strconv.Itoa(pids[i]) + "/task"
+		tasks, err := os.ReadDir(dir)
+		if err != nil {
+			if i == 0 {
+				return nil, false
+			}
+			continue // ended meanwhile
+		}
+		for _, t := range tasks {
+			b, err := os.ReadFile(dir + "/" + t.Name() + "/children")
+			if err != nil {
+				if i == 0 && errors.Is(err, os.ErrNotExist) {
+					return nil, false // no children files on this kernel
+				}
+				continue
+			}
+			for _, c := range strings.Fields(string(b)) {
+				if n, err := strconv.Atoi(c); err == nil {
+					pids = append(pids, n)
+				}
+			}
+		}
+		if len(pids) > maxNSWalk {
+			return nil, false
+		}
+	}
+	return pids, true
 }
 
 // groupGone reports whether no process (not even a zombie) is left in

@@ -511,3 +511,55 @@ func TestSpareMountPointOnlyAsMade(t *testing.T) {
 		t.Fatal("the spare was lost when a take was refused")
 	}
 }
+
+// TestSampleGroupReadsTheJobsNamespace: a job's telemetry reads the
+// processes of its PID namespace from its init's descendants, a reparented
+// grandchild included, and finds exactly the processes a scan of every
+// process on the host finds in its group.
+func TestSampleGroupReadsTheJobsNamespace(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	needSandbox(t, e)
+	if !e.sb.pidns {
+		t.Skip("this host gives jobs no PID namespace: " + e.sb.pidWhy)
+	}
+	var out syncBuffer
+	h, err := e.Start(context.Background(), Spec{ID: "ns-sample", Command: []string{"sh", "-c", helperBin + " daemonize ns-sample-mark & wait"}}, &out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Stop(0); h.Wait(); _ = h.Cleanup() }()
+	out.waitFor(t, "ready", 10*time.Second)
+	pgid := h.(*processHandle).Pid()
+	live := func(pids []int) map[int]bool {
+		m := map[int]bool{}
+		for _, p := range pids {
+			if st, err := readProcStat(p); err == nil && st.pgrp == pgid && st.state != 'Z' {
+				m[p] = true
+			}
+		}
+		return m
+	}
+	walked, ok := nsProcesses(pgid)
+	if !ok {
+		t.Fatal("the job's init was not read as the first process of its namespace")
+	}
+	all, err := listPids()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := live(walked), live(all)
+	if len(want) < 4 || len(got) != len(want) {
+		t.Fatalf("processes of the job's group: walked %v, scanned %v (want the init, sh, the helper under it and the helper's reparented sleeper)", got, want)
+	}
+	for p := range want {
+		if !got[p] {
+			t.Fatalf("process %d of the group not walked: %v against %v", p, got, want)
+		}
+	}
+	if _, ok := nsProcesses(os.Getpid()); ok {
+		t.Fatal("the test process read as a namespace's init")
+	}
+	if _, _, err := SampleGroup(pgid); err != nil {
+		t.Fatal(err)
+	}
+}
