@@ -29,7 +29,7 @@ func (d *Daemon) viewRoutes(mux *http.ServeMux, onConsole, tokened bool) {
 	}
 	t := m.tracker
 	api.Handle(mux, "GET /v1/jobs", func(*http.Request) (any, error) { return t.List(), nil })
-	api.Handle(mux, "GET /v1/jobs/{id}", func(r *http.Request) (any, error) { return jobView(r, t) })
+	api.HandleTagged(mux, "GET /v1/jobs/{id}", func(r *http.Request, seen string) (any, error) { return jobView(r, t, seen) })
 	api.Handle(mux, "GET /v1/jobs/{id}/bids", func(r *http.Request) (any, error) { return t.Bids(r.PathValue("id")) })
 	logs := m.relay().Logs
 	if onConsole && !tokened {
@@ -102,8 +102,11 @@ func (d *Daemon) serveMetrics() error {
 }
 
 // jobView is GET /v1/jobs/{id}: the job's view now or, with wait=D (a Go
-// duration up to api.MaxLongPoll), a long poll (lease.Tracker.WaitView).
-func jobView(r *http.Request, t *lease.Tracker) (api.JobView, error) {
+// duration up to api.MaxLongPoll), a long poll (lease.Tracker.WaitView):
+// the view as soon as it is not the one the caller has (seen, the ETag of
+// its last answer: at once when it changed since), or after D. A caller
+// that names none waits for a change from the view at its call.
+func jobView(r *http.Request, t *lease.Tracker, seen string) (api.JobView, error) {
 	id := r.PathValue("id")
 	d, ok, err := api.LongPollWait(r)
 	if err != nil {
@@ -112,5 +115,12 @@ func jobView(r *http.Request, t *lease.Tracker) (api.JobView, error) {
 	if !ok {
 		return t.View(id)
 	}
-	return t.WaitView(r.Context(), id, d)
+	var same func(api.JobView) bool
+	if seen != "" {
+		same = func(v api.JobView) bool {
+			_, tag, err := api.TaggedBody(v)
+			return err == nil && tag == seen
+		}
+	}
+	return t.WaitView(r.Context(), id, d, same)
 }

@@ -42,17 +42,20 @@ func TestJobWaitLongPoll(t *testing.T) {
 	}
 
 	// Each answer before the receipt is a change: none waits the full
-	// minute, and none repeats the view before it.
-	prev, err := renter.market.tracker.View(v.Job.ID)
-	if err != nil {
-		t.Fatal(err)
+	// minute, and none repeats the view before it. Each ask names the
+	// view it has (its ETag), so a change that came between two asks is
+	// answered at once.
+	prev, tag, err := cl.JobNext(context.Background(), v.Job.ID, 0, "")
+	if err != nil || tag == "" {
+		t.Fatalf("the view's ETag %q: %v", tag, err)
 	}
 	for changes := 0; prev.Receipt == nil; changes++ {
 		if changes > 100 {
 			t.Fatalf("no receipt after %d changes: %+v", changes, prev)
 		}
 		asked := time.Now()
-		got, err := get(v.Job.ID, "1m")
+		var got api.JobView
+		got, tag, err = cl.JobNext(context.Background(), v.Job.ID, time.Minute, tag)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,5 +81,56 @@ func TestJobWaitLongPoll(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got.Receipt, prev.Receipt) || got.Run != prev.Run {
 		t.Fatalf("a settled job's view changed: %+v, was %+v", got, prev)
+	}
+}
+
+// TestJobWaitAnswersAChangeMadeBeforeTheAsk: a long poll that names the
+// view its caller has (If-None-Match: the ETag of its last answer) answers
+// at once when the job changed since, here the whole run to its receipt
+// between two asks; without that, it would wait for a change after it
+// (none: the job is settled) and hold the caller for the whole wait.
+func TestJobWaitAnswersAChangeMadeBeforeTheAsk(t *testing.T) {
+	root := t.TempDir()
+	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
+	prov := startWith(t, filepath.Join(root, "prov"),
+		fastConfig(providerConfig("eu-west", 0.5, terms.GPU{Model: "A100", VRAMGB: 80})), renter.Daemon, Options{})
+	waitAdvertised(t, renter, prov)
+	cl := api.NewClient(renter.dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	v := post(t, renter, shJob(terms.Silver, 2, "echo done"))
+	seen, tag, err := cl.JobNext(ctx, v.Job.ID, 0, "")
+	if err != nil || tag == "" {
+		t.Fatalf("the view's ETag %q: %v", tag, err)
+	}
+	if seen.Receipt != nil {
+		t.Fatal("settled at its post: nothing to change between asks")
+	}
+	tr := renter.market.tracker
+	for {
+		changed := tr.Changed()
+		if now, err := tr.View(v.Job.ID); err != nil || now.Receipt != nil {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatal("no receipt")
+		}
+	}
+	asked := time.Now()
+	got, gotTag, err := cl.JobNext(ctx, v.Job.ID, time.Minute, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(asked); el >= 30*time.Second || got.Receipt == nil || gotTag == tag {
+		t.Fatalf("asked with the view from before the run, answered after %s: receipt %v, tag %s (was %s)", el.Round(time.Millisecond), got.Receipt != nil, gotTag, tag)
+	}
+	// Asked again with the settled view's tag, it waits: nothing changes.
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if _, _, err := cl.JobNext(short, v.Job.ID, time.Minute, gotTag); err == nil {
+		t.Fatal("a long poll naming the settled view answered before a change")
 	}
 }

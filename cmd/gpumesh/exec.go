@@ -222,12 +222,13 @@ func jobPortForwardAction(c *cli.Context) error {
 	go func() {
 		// Stop once the job does (heard at its view's change: a long
 		// poll).
-		v, err := cl.Job(ctx, id)
+		f := followJob(cl, id)
+		v, err := f.next(ctx)
 		for err == nil {
 			if err = running(id, v); err != nil {
 				break
 			}
-			v, err = nextJobView(ctx, cl, id, v)
+			v, err = f.next(ctx)
 		}
 		if ctx.Err() == nil {
 			ended <- err

@@ -494,8 +494,8 @@ func lastReason(rs []string) string {
 // waitLeased follows a queued job (long polls) until it is no longer
 // queued.
 func waitLeased(c *cli.Context, id string) (api.JobView, error) {
-	cl := client(c)
-	v, err := cl.Job(c.Context, id)
+	f := followJob(client(c), id)
+	v, err := f.next(c.Context)
 	for {
 		if err != nil {
 			return v, fmt.Errorf("wait for job %s: %w", id, err)
@@ -503,7 +503,7 @@ func waitLeased(c *cli.Context, id string) (api.JobView, error) {
 		if v.State != terms.JobQueued && v.State != terms.JobBidding && v.State != terms.JobAwarding {
 			return v, nil
 		}
-		v, err = nextJobView(c.Context, cl, id, v)
+		v, err = f.next(c.Context)
 	}
 }
 
@@ -526,10 +526,43 @@ func runTerminal(v *api.JobView) bool {
 	return false
 }
 
-// nextJobView is job id's view at its next change after prev, or after
-// waitInterval when it has not changed (GET /v1/jobs/{id}?wait=D).
-func nextJobView(ctx context.Context, cl *api.Client, id string, prev api.JobView) (api.JobView, error) {
-	return nextView(ctx, prev, func(ctx context.Context, wait time.Duration) (api.JobView, error) { return cl.JobChange(ctx, id, wait) })
+// jobFollower follows a job's view with long polls (api.Client.JobNext):
+// next answers the view at once the first time, then at its first change
+// after the view it last answered (even one that came between two asks),
+// or after waitInterval when it has not changed.
+type jobFollower struct {
+	cl    *api.Client
+	id    string
+	prev  api.JobView
+	tag   string // the ETag of prev
+	asked bool
+}
+
+func followJob(cl *api.Client, id string) *jobFollower { return &jobFollower{cl: cl, id: id} }
+
+// next is the job's view, as jobFollower says. A daemon from before the
+// long poll, which answers at once, is asked once a waitInterval while
+// the view does not change.
+func (f *jobFollower) next(ctx context.Context) (api.JobView, error) {
+	wait := waitInterval
+	if !f.asked {
+		wait = 0
+	}
+	asked := time.Now()
+	v, tag, err := f.cl.JobNext(ctx, f.id, wait, f.tag)
+	if err != nil {
+		return v, err
+	}
+	again := f.asked && tag == "" && reflect.DeepEqual(v, f.prev)
+	f.prev, f.tag, f.asked = v, tag, true
+	if again {
+		select {
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-time.After(waitInterval - time.Since(asked)):
+		}
+	}
+	return v, nil
 }
 
 // nextView is what ask answers at its next change after prev, or after
@@ -562,7 +595,8 @@ func waitJob(c *cli.Context, id string, last terms.RunState, pr *progress) (api.
 	}
 	// Each ask after the first is a long poll: it answers at the job's
 	// next change, or after waitInterval to refresh the heartbeat count.
-	v, err := cl.Job(c.Context, id)
+	f := followJob(cl, id)
+	v, err := f.next(c.Context)
 	for {
 		if err != nil {
 			return v, fmt.Errorf("wait for job %s: %w", id, err)
@@ -581,7 +615,7 @@ func waitJob(c *cli.Context, id string, last terms.RunState, pr *progress) (api.
 			}
 			return v, nil
 		}
-		v, err = nextJobView(c.Context, cl, id, v)
+		v, err = f.next(c.Context)
 	}
 }
 

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +51,47 @@ func LongPollWait(r *http.Request) (d time.Duration, ok bool, err error) {
 		return 0, false, BadRequest("wait: want a duration from 0s to %s, got %q", MaxLongPoll, q)
 	}
 	return d, true, nil
+}
+
+// ViewTag is the entity tag of a view answered as body (its JSON, as
+// HandleTagged writes it): a digest of the bytes, quoted as HTTP's ETag
+// header carries it.
+func ViewTag(body []byte) string {
+	sum := sha256.Sum256(body)
+	return `"` + hex.EncodeToString(sum[:12]) + `"`
+}
+
+// TaggedBody is v's JSON as Handle and HandleTagged answer it, and its
+// ViewTag.
+func TaggedBody(v any) ([]byte, string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, "", err
+	}
+	b = append(b, '\n')
+	return b, ViewTag(b), nil
+}
+
+// HandleTagged registers h for pattern on mux as Handle does, answering
+// with the view's ETag (ViewTag). h is handed the tag the caller already
+// has (If-None-Match; "" for none), so that a long poll can answer at
+// once when the view is no longer that one, whenever it changed.
+func HandleTagged(mux *http.ServeMux, pattern string, h func(r *http.Request, seen string) (any, error)) {
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		v, err := h(r, r.Header.Get("If-None-Match"))
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		b, tag, err := TaggedBody(v)
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("ETag", tag)
+		_, _ = w.Write(b)
+	})
 }
 
 // Handle registers h for pattern on mux: its value is answered as JSON,

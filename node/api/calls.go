@@ -99,13 +99,32 @@ func (c *Client) Job(ctx context.Context, id string) (JobView, error) {
 	return v, err
 }
 
-// JobChange is GET /v1/jobs/{id}?wait=D: the job's view at its next
-// change, or after D (at most a minute). A daemon from before the long
-// poll answers at once.
-func (c *Client) JobChange(ctx context.Context, id string, wait time.Duration) (JobView, error) {
+// JobNext is GET /v1/jobs/{id}?wait=D with If-None-Match: seen, the ETag
+// of the view last answered: the job's view as soon as it is not that
+// one, however soon after that answer it changed, or after D (at most a
+// minute); and its ETag. With no seen ("": a daemon that sent none) the
+// daemon waits for a change from the view at the call; with no wait
+// (<= 0) it answers at once. A daemon from before the long poll answers
+// at once, with no ETag.
+func (c *Client) JobNext(ctx context.Context, id string, wait time.Duration, seen string) (JobView, string, error) {
+	var q url.Values
+	var hdr http.Header
+	if wait > 0 {
+		q = url.Values{"wait": {wait.String()}}
+		if seen != "" {
+			hdr = http.Header{"If-None-Match": {seen}}
+		}
+	}
+	resp, err := c.raw(ctx, http.MethodGet, jobPath(id, ""), q, nil, hdr)
+	if err != nil {
+		return JobView{}, "", err
+	}
+	defer resp.Body.Close()
 	var v JobView
-	err := c.Do(ctx, http.MethodGet, jobPath(id, ""), url.Values{"wait": {wait.String()}}, nil, &v)
-	return v, err
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return JobView{}, "", fmt.Errorf("decode daemon answer: %w", err)
+	}
+	return v, resp.Header.Get("ETag"), nil
 }
 
 // Jobs is GET /v1/jobs: this node's jobs, newest first.

@@ -56,6 +56,11 @@ func (c *Client) Do(ctx context.Context, method, path string, q url.Values, body
 // Raw calls the API and returns the response for streaming; a non-2xx
 // answer is turned into an error carrying the daemon's message.
 func (c *Client) Raw(ctx context.Context, method, path string, q url.Values, body any) (*http.Response, error) {
+	return c.raw(ctx, method, path, q, body, nil)
+}
+
+// raw is Raw with request headers.
+func (c *Client) raw(ctx context.Context, method, path string, q url.Values, body any, hdr http.Header) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -71,6 +76,9 @@ func (c *Client) Raw(ctx context.Context, method, path string, q url.Values, bod
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -746,16 +746,22 @@ func (t *Tracker) waitChange(timeout time.Duration, done func() bool) bool {
 	}
 }
 
-// WaitView is job id's view as soon as it differs from its view now, or
-// after d, or at ctx's end: a long poll, so that a waiter hears of a
-// change at once without polling.
-func (t *Tracker) WaitView(ctx context.Context, id string, d time.Duration) (api.JobView, error) {
+// WaitView is job id's view as soon as it is not the one the waiter has
+// (same reports whether it is; nil: the view now), or after d, or at
+// ctx's end: a long poll, so that a waiter hears of a change at once
+// without polling, one that came before it asked included.
+func (t *Tracker) WaitView(ctx context.Context, id string, d time.Duration, same func(api.JobView) bool) (api.JobView, error) {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	next := t.changed.Wait()
 	first, err := t.View(id)
 	if err != nil {
 		return first, err
+	}
+	if same == nil {
+		same = func(v api.JobView) bool { return reflect.DeepEqual(v, first) }
+	} else if !same(first) {
+		return first, nil
 	}
 	for {
 		select {
@@ -766,7 +772,7 @@ func (t *Tracker) WaitView(ctx context.Context, id string, d time.Duration) (api
 			return api.JobView{}, ctx.Err()
 		}
 		next = t.changed.Wait()
-		if v, err := t.View(id); err != nil || !reflect.DeepEqual(v, first) {
+		if v, err := t.View(id); err != nil || !same(v) {
 			return v, err
 		}
 	}

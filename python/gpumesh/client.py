@@ -102,20 +102,22 @@ class Client:
     # ---- transport ----
 
     def _open(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None,
-              body: Any = None, stream: bool = False) -> http.client.HTTPResponse:
+              body: Any = None, stream: bool = False,
+              headers: Optional[Mapping[str, str]] = None,
+              timeout: Optional[float] = None) -> http.client.HTTPResponse:
         url = "/v1" + path
         if query:
             q = {k: v for k, v in query.items() if v is not None and v != ""}
             if q:
                 url += "?" + urllib.parse.urlencode(q)
-        headers = {"Host": "gpumesh"}
+        hdrs = {"Host": "gpumesh", **(headers or {})}
         data = None
         if body is not None:
             data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        conn = _UnixHTTPConnection(self.socket_path, self.timeout)
+            hdrs["Content-Type"] = "application/json"
+        conn = _UnixHTTPConnection(self.socket_path, self.timeout if timeout is None else timeout)
         try:
-            conn.request(method, url, body=data, headers=headers)
+            conn.request(method, url, body=data, headers=hdrs)
             if stream and conn.sock is not None:
                 conn.sock.settimeout(None)
             resp = conn.getresponse()
@@ -228,21 +230,52 @@ class Client:
 
     def wait(self, job_id: str, timeout: Optional[float] = None, poll: float = 0.5,
              check: bool = False) -> JobView:
-        """Poll the job until it needs no more waiting (:attr:`JobView.done`).
+        """Follow the job until it needs no more waiting (:attr:`JobView.done`).
+
+        Each ask after the first is a long poll naming the view last seen
+        (its ETag): the daemon answers at the job's next change, one made
+        between two asks included, so ``wait`` returns as soon as the job
+        ends. ``poll`` only paces a daemon that answers at once.
 
         :param timeout: seconds; ``None`` waits for as long as it takes.
         :param check: raise :class:`JobFailed` unless the run succeeded.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        tag = ""
+        raw: Any = None
         while True:
-            v = self.job(job_id)
+            query: Dict[str, Any] = {}
+            headers: Dict[str, str] = {}
+            long_poll = 0.0
+            if raw is not None:
+                long_poll = _LONG_POLL if deadline is None else max(0.0, min(_LONG_POLL, deadline - time.monotonic()))
+                query["wait"] = f"{long_poll:.3f}s"
+                if tag:
+                    headers["If-None-Match"] = tag
+            asked = time.monotonic()
+            resp = self._open("GET", _job_path(job_id), query, headers=headers,
+                              timeout=None if self.timeout is None else self.timeout + long_poll)
+            try:
+                body = resp.read()
+                new_tag = resp.getheader("ETag") or ""
+            finally:
+                _close(resp)
+            try:
+                new_raw = json.loads(body)
+            except ValueError as e:
+                raise GpumeshError(f"decode daemon answer to GET {_job_path(job_id)}: {e}") from e
+            unchanged = raw is not None and new_raw == raw
+            raw, tag = new_raw, new_tag
+            v = JobView.from_json(raw)
             if v.done:
                 if check and not v.succeeded:
                     raise JobFailed(f"job {job_id} {v.outcome()}", v)
                 return v
             if deadline is not None and time.monotonic() >= deadline:
                 raise GpumeshError(f"job {job_id} still {v.run or v.state} after {timeout:g}s")
-            time.sleep(poll)
+            if unchanged and time.monotonic() - asked < poll:
+                # A daemon that answers at once (no long poll).
+                time.sleep(poll)
 
     def logs(self, job_id: str, follow: bool = False) -> Iterator[str]:
         """The job's stdout and stderr, line by line (each with its newline,
@@ -366,6 +399,10 @@ def _close(resp: http.client.HTTPResponse) -> None:
     conn = getattr(resp, "_gpumesh_conn", None)
     if conn is not None:
         conn.close()
+
+
+#: How long one of :meth:`Client.wait`'s asks may wait for a change.
+_LONG_POLL = 30.0
 
 
 def _job_path(job_id: str, suffix: str = "") -> str:

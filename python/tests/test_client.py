@@ -121,6 +121,17 @@ def test_post_job_shaped_dict(renter):
     assert "job-shaped ok\n" in list(renter.logs(v.id))
 
 
+def test_wait_returns_when_the_job_ends_not_on_a_clock(renter):
+    # With a poll of a minute, a client asking on a clock would see the
+    # end a minute late; wait's long polls hear it as it happens.
+    v = renter.post({"resources": {"accelerators": "A100"}, "run": "sleep 1; echo slept",
+                     "max_price": 1.5, "duration": "2m"})
+    asked = time.monotonic()
+    final = renter.wait(v.id, timeout=90, poll=60, check=True)
+    assert time.monotonic() - asked < 30, final.outcome()
+    assert "slept\n" in list(renter.logs(v.id))
+
+
 def test_bad_task_is_refused_naming_the_line(renter, tmp_path):
     before = len(renter.jobs())
     p = tmp_path / "bad.yaml"
