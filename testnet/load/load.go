@@ -4,7 +4,10 @@
 // sandboxed process executor, or none: ExecNoop), keeps InFlight jobs in
 // flight through the renters' control APIs, each a command that runs for
 // JobDuration, and reports finished jobs per second, the success rate,
-// the post → finished latency and the CPU time the run took per job.
+// the post → finished latency and the CPU time the run took per job. Or,
+// as users run the market (Config.Testnet), it drives the separate daemon
+// processes of a running testnet (testnet/up.sh) over their sockets, and
+// reads their CPU from /proc.
 package load
 
 import (
@@ -15,6 +18,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -52,9 +56,28 @@ type Config struct {
 	// Executor runs the providers' jobs: ExecProcess (the default) or
 	// ExecNoop.
 	Executor string
+	// Testnet, when set, is the dir of a running testnet (testnet/up.sh's
+	// GPUMESH_TESTNET_DIR, with its pids file): the run starts no daemon
+	// but drives that testnet's, separate processes as users run them,
+	// over their control sockets. Its first Renters nodes (default 1) post
+	// the jobs, having listed no provider first; Nodes is read from the
+	// pids file, and GPUs and Executor are the testnet's own. CPU is then
+	// every daemon's (read from /proc, with the job processes they
+	// reaped) and this load generator's.
+	Testnet string
 }
 
 func (c *Config) defaults() error {
+	if c.Testnet != "" {
+		nodes, _, err := testnetPids(c.Testnet)
+		if err != nil {
+			return err
+		}
+		c.Nodes = nodes
+		if c.Renters == 0 {
+			c.Renters = 1
+		}
+	}
 	if c.Nodes < 2 {
 		return fmt.Errorf("load: nodes must be at least 2, got %d", c.Nodes)
 	}
@@ -121,9 +144,12 @@ type Report struct {
 	// CPU is the CPU time (user and system) this process and the job
 	// processes it reaped took from the first post to the last job's end:
 	// every daemon, the jobs and the load generator's own polling; JobCPU
-	// is the job processes' share (none with ExecNoop).
-	CPU    time.Duration `json:"cpu"`
-	JobCPU time.Duration `json:"job_cpu"`
+	// is the job processes' share (none with ExecNoop). Against a running
+	// testnet (Config.Testnet), CPU is its daemons' and the job processes
+	// they reaped, plus DriverCPU, this load generator's own.
+	CPU       time.Duration `json:"cpu"`
+	JobCPU    time.Duration `json:"job_cpu"`
+	DriverCPU time.Duration `json:"driver_cpu,omitempty"`
 }
 
 // CPUPerJob is CPU / posted jobs (0 before any post).
@@ -153,6 +179,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	if cfg.Testnet != "" {
+		return runTestnet(ctx, cfg)
+	}
 	dir := cfg.Dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "gpumesh-load-")
@@ -173,7 +202,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	renters := make([]*api.Client, cfg.Renters)
 	for i := range renters {
-		renters[i] = api.NewClient(filepath.Join(dir, strconv.Itoa(i)))
+		renters[i] = api.NewClient(nodeDir(dir, i))
 	}
 	if err := warmUp(ctx, cfg, renters); err != nil {
 		return nil, err
@@ -234,7 +263,7 @@ func startNetwork(ctx context.Context, cfg Config, dir string) ([]*node.Daemon, 
 			}
 			c.Provider.Policy = terms.Policy{PriceFloor: 1, AcceptPreemptible: true}
 		}
-		d, err := node.Start(ctx, node.Options{DataDir: filepath.Join(dir, strconv.Itoa(i)), Config: c, Executor: exec})
+		d, err := node.Start(ctx, node.Options{DataDir: nodeDir(dir, i), Config: c, Executor: exec})
 		if err != nil {
 			return ds, fmt.Errorf("load: start node %d: %w", i, err)
 		}
@@ -245,6 +274,112 @@ func startNetwork(ctx context.Context, cfg Config, dir string) ([]*node.Daemon, 
 	}
 	return ds, nil
 }
+
+// nodeDir is node i's data dir, named as testnet/up.sh names them.
+func nodeDir(dir string, i int) string { return filepath.Join(dir, "node"+strconv.Itoa(i)) }
+
+// runTestnet is Run against a running testnet (Config.Testnet).
+func runTestnet(ctx context.Context, cfg Config) (*Report, error) {
+	_, pids, err := testnetPids(cfg.Testnet)
+	if err != nil {
+		return nil, err
+	}
+	renters := make([]*api.Client, cfg.Renters)
+	for i := range renters {
+		renters[i] = api.NewClient(nodeDir(cfg.Testnet, i))
+	}
+	// One job through each renter, as anyone would try one first: no
+	// listing of providers, nothing a user would not do.
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for i, r := range renters {
+		if err := r.WaitReady(wctx, 30*time.Second); err != nil {
+			return nil, fmt.Errorf("load: renter node%d: %w", i, err)
+		}
+		for res := runJob(wctx, cfg, r); res.err != ""; res = runJob(wctx, cfg, r) {
+			if wctx.Err() != nil {
+				return nil, fmt.Errorf("load: renter node%d: warm-up job: %s", i, res.err)
+			}
+		}
+	}
+	d0, j0, err := daemonsCPU(pids)
+	if err != nil {
+		return nil, err
+	}
+	self0, _, err := cpuTime()
+	if err != nil {
+		return nil, err
+	}
+	rep := drive(ctx, cfg, renters)
+	d1, j1, err := daemonsCPU(pids)
+	if err != nil {
+		return nil, err
+	}
+	self1, _, err := cpuTime()
+	if err != nil {
+		return nil, err
+	}
+	rep.JobCPU = j1 - j0
+	rep.DriverCPU = self1 - self0
+	rep.CPU = d1 - d0 + rep.DriverCPU
+	return rep, nil
+}
+
+// testnetPids reads a testnet's pids file (testnet/up.sh: "PID nodeN" a
+// line): how many nodes it lists, and their process ids, each once.
+func testnetPids(dir string) (nodes int, pids []int, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, "pids"))
+	if err != nil {
+		return 0, nil, fmt.Errorf("load: testnet %s: %w (is it running? testnet/up.sh)", dir, err)
+	}
+	seen := map[int]bool{}
+	for n, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		pid := 0
+		if len(f) == 2 {
+			pid, _ = strconv.Atoi(f[0])
+		}
+		if pid <= 0 {
+			return 0, nil, fmt.Errorf("load: testnet %s: pids line %d: %q is not \"PID nodeN\"", dir, n+1, line)
+		}
+		nodes++
+		if !seen[pid] {
+			seen[pid] = true
+			pids = append(pids, pid)
+		}
+	}
+	return nodes, pids, nil
+}
+
+// daemonsCPU is the CPU time (user and system) of the given processes, and
+// of the children they reaped (the job processes), from /proc.
+func daemonsCPU(pids []int) (total, children time.Duration, err error) {
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return 0, 0, fmt.Errorf("load: daemon %d: %w", pid, err)
+		}
+		// Fields after the parenthesized command: state is field 3,
+		// utime, stime, cutime and cstime fields 14 to 17.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 15 {
+			return 0, 0, fmt.Errorf("load: daemon %d: short stat", pid)
+		}
+		var t [4]int64
+		for i := range t {
+			if t[i], err = strconv.ParseInt(f[11+i], 10, 64); err != nil {
+				return 0, 0, fmt.Errorf("load: daemon %d: stat: %w", pid, err)
+			}
+		}
+		total += ticks(t[0] + t[1] + t[2] + t[3])
+		children += ticks(t[2] + t[3])
+	}
+	return total, children, nil
+}
+
+// ticks converts /proc clock ticks (USER_HZ, 100 on Linux) to a duration.
+func ticks(n int64) time.Duration { return time.Duration(n) * 10 * time.Millisecond }
 
 func (c Config) job() terms.Job {
 	secs := strconv.FormatFloat(c.JobDuration.Seconds(), 'f', 3, 64)
@@ -299,6 +434,7 @@ func runJob(ctx context.Context, cfg Config, r *api.Client) result {
 	if err != nil {
 		return result{err: "post: " + err.Error()}
 	}
+	tag, asked := "", false
 	var res result
 	for {
 		if v.Lease != nil && !res.gotLease {
@@ -317,8 +453,7 @@ func runJob(ctx context.Context, cfg Config, r *api.Client) result {
 			res.err = "job " + string(v.State)
 			return res
 		}
-		select {
-		case <-ctx.Done():
+		if ctx.Err() != nil {
 			if v.Lease != nil && v.Lease.Start.After(start.Add(time.Second)) {
 				res.err = fmt.Sprintf("timeout (job %s on a lease starting %v after the post)", v.State,
 					v.Lease.Start.Sub(start).Round(time.Second))
@@ -326,11 +461,22 @@ func runJob(ctx context.Context, cfg Config, r *api.Client) result {
 			}
 			res.err = fmt.Sprintf("timeout (job %s, run %q)", v.State, v.Run)
 			return res
-		case <-time.After(25 * time.Millisecond):
 		}
-		if v, err = r.Job(ctx, v.Job.ID); err != nil && ctx.Err() == nil {
-			return result{err: "view: " + err.Error()}
+		// Followed as the CLI follows a job (job post --wait): the
+		// view at its next change after the one last seen, a long
+		// poll, not asked again and again.
+		wait := 10 * time.Second
+		if !asked {
+			wait, asked = 0, true // the view now, and its tag
 		}
+		next, nextTag, err := r.JobNext(ctx, v.Job.ID, wait, tag)
+		if err != nil {
+			if ctx.Err() == nil {
+				return result{err: "view: " + err.Error()}
+			}
+			continue
+		}
+		v, tag = next, nextTag
 	}
 }
 

@@ -2,6 +2,10 @@ package load
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +89,60 @@ func TestNoopExecutor(t *testing.T) {
 	}
 	if err := (&Config{Nodes: 3, Executor: "docker"}).defaults(); err == nil {
 		t.Fatal("executor docker accepted")
+	}
+}
+
+// TestLoadDrivesARunningTestnet: against a running testnet's dir (its
+// pids file and its nodes' sockets) the run starts no daemon, drives the
+// testnet's renter and reads its daemons' CPU. Here the "testnet" is
+// three daemons in this process, laid out as testnet/up.sh lays them out.
+func TestLoadDrivesARunningTestnet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts daemons")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	net := Config{Nodes: 3, Renters: 1, GPUs: 2, Executor: ExecNoop}
+	ds, err := startNetwork(ctx, net, dir)
+	defer func() {
+		for i := len(ds) - 1; i >= 0; i-- {
+			_ = ds[i].Close()
+		}
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids strings.Builder
+	for i := range ds {
+		fmt.Fprintf(&pids, "%d node%d\n", os.Getpid(), i)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pids"), []byte(pids.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(ctx, Config{Testnet: dir, InFlight: 2, Jobs: 4, JobDuration: 200 * time.Millisecond, BidWindow: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Config.Nodes != 3 || r.Config.Renters != 1 {
+		t.Fatalf("testnet read as %d nodes, %d renters; want 3 and 1", r.Config.Nodes, r.Config.Renters)
+	}
+	if r.Posted != 4 || r.Succeeded != 4 {
+		t.Fatalf("posted %d, succeeded %d (reasons %v), want 4 of 4", r.Posted, r.Succeeded, r.Reasons)
+	}
+	// The daemons are this process: their CPU is at least the driver's.
+	if r.CPU <= 0 || r.DriverCPU <= 0 || r.CPU < 2*r.DriverCPU {
+		t.Fatalf("CPU %v, the driver's %v", r.CPU, r.DriverCPU)
+	}
+	for _, bad := range []string{"", "x node0\n", "12\n"} {
+		if err := os.WriteFile(filepath.Join(dir, "pids"), []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Run(ctx, Config{Testnet: dir}); err == nil || !strings.Contains(err.Error(), "pids") {
+			t.Errorf("pids file %q: %v, want a pids error", bad, err)
+		}
+	}
+	if _, err := Run(ctx, Config{Testnet: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "testnet/up.sh") {
+		t.Errorf("a dir with no testnet: %v", err)
 	}
 }
