@@ -14,16 +14,22 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
-// TestJobWaitLongPoll: GET /v1/jobs/{id}?wait=D answers at each change of
-// the job's view, refuses a bad wait in one line, and without a change
-// answers the same view once D has passed.
-func TestJobWaitLongPoll(t *testing.T) {
+// longPollNet is a renter and a provider with one A100, and a client of
+// the renter's API.
+func longPollNet(t *testing.T) (*testNode, *api.Client) {
 	root := t.TempDir()
 	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
 	prov := startWith(t, filepath.Join(root, "prov"),
 		fastConfig(providerConfig("eu-west", 0.5, terms.GPU{Model: "A100", VRAMGB: 80})), renter.Daemon, Options{})
 	waitAdvertised(t, renter, prov)
-	cl := api.NewClient(renter.dir)
+	return renter, api.NewClient(renter.dir)
+}
+
+// TestJobWaitLongPoll: GET /v1/jobs/{id}?wait=D answers at each change of
+// the job's view, refuses a bad wait in one line, and without a change
+// answers the same view once D has passed.
+func TestJobWaitLongPoll(t *testing.T) {
+	renter, cl := longPollNet(t)
 	get := func(id, wait string) (api.JobView, error) {
 		var v api.JobView
 		err := cl.Do(context.Background(), http.MethodGet, "/jobs/"+id, url.Values{"wait": {wait}}, nil, &v)
@@ -90,12 +96,7 @@ func TestJobWaitLongPoll(t *testing.T) {
 // between two asks; without that, it would wait for a change after it
 // (none: the job is settled) and hold the caller for the whole wait.
 func TestJobWaitAnswersAChangeMadeBeforeTheAsk(t *testing.T) {
-	root := t.TempDir()
-	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{})
-	prov := startWith(t, filepath.Join(root, "prov"),
-		fastConfig(providerConfig("eu-west", 0.5, terms.GPU{Model: "A100", VRAMGB: 80})), renter.Daemon, Options{})
-	waitAdvertised(t, renter, prov)
-	cl := api.NewClient(renter.dir)
+	renter, cl := longPollNet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

@@ -46,11 +46,11 @@ func BenchmarkProcessStart(b *testing.B) {
 // executor (work dir, uid, cgroup, kill sweep, cleanup) with exec'ing it
 // directly.
 func BenchmarkProcessJobOverhead(b *testing.B) {
-	b.Run("executor", func(b *testing.B) {
-		e := newTestExecutor(b, ProcessOptions{})
+	// trueJobs runs b.N jobs of /bin/true through e, one at a time.
+	trueJobs := func(b *testing.B, e *ProcessExecutor, prefix string) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			h, err := e.Start(context.Background(), Spec{ID: "bo-" + strconv.Itoa(i), Command: []string{"/bin/true"}}, nil, nil)
+			h, err := e.Start(context.Background(), Spec{ID: prefix + strconv.Itoa(i), Command: []string{"/bin/true"}}, nil, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -61,23 +61,9 @@ func BenchmarkProcessJobOverhead(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-	})
-	b.Run("executor-nocgroup", func(b *testing.B) {
-		e := newTestExecutor(b, ProcessOptions{NoCgroups: true})
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			h, err := e.Start(context.Background(), Spec{ID: "bn-" + strconv.Itoa(i), Command: []string{"/bin/true"}}, nil, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if res := h.Wait(); res.ExitCode != 0 {
-				b.Fatalf("%+v", res)
-			}
-			if err := h.Cleanup(); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	}
+	b.Run("executor", func(b *testing.B) { trueJobs(b, newTestExecutor(b, ProcessOptions{}), "bo-") })
+	b.Run("executor-nocgroup", func(b *testing.B) { trueJobs(b, newTestExecutor(b, ProcessOptions{NoCgroups: true}), "bn-") })
 	// The executor without what it reuses from an ended job: its network
 	// namespace (netPool) and its work dir's mount point (mountPoints).
 	b.Run("executor-fresh", func(b *testing.B) {
@@ -86,19 +72,7 @@ func BenchmarkProcessJobOverhead(b *testing.B) {
 			e.sb.nets = nil
 		}
 		e.points = nil
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			h, err := e.Start(context.Background(), Spec{ID: "bf-" + strconv.Itoa(i), Command: []string{"/bin/true"}}, nil, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if res := h.Wait(); res.ExitCode != 0 {
-				b.Fatalf("%+v", res)
-			}
-			if err := h.Cleanup(); err != nil {
-				b.Fatal(err)
-			}
-		}
+		trueJobs(b, e, "bf-")
 	})
 	b.Run("direct", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {

@@ -302,20 +302,19 @@ func runTestnet(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}
 	}
-	d0, j0, err := daemonsCPU(pids)
-	if err != nil {
-		return nil, err
+	// The daemons' CPU (with the jobs they reaped) and this process's.
+	cpu := func() (daemons, jobs, self time.Duration, err error) {
+		if daemons, jobs, err = daemonsCPU(pids); err == nil {
+			self, _, err = cpuTime()
+		}
+		return daemons, jobs, self, err
 	}
-	self0, _, err := cpuTime()
+	d0, j0, self0, err := cpu()
 	if err != nil {
 		return nil, err
 	}
 	rep := drive(ctx, cfg, renters)
-	d1, j1, err := daemonsCPU(pids)
-	if err != nil {
-		return nil, err
-	}
-	self1, _, err := cpuTime()
+	d1, j1, self1, err := cpu()
 	if err != nil {
 		return nil, err
 	}
