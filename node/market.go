@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/gpumesh/gpumesh/node/wire/wirenet"
+	"io"
 	"net/http"
 	"reflect"
 	"time"
@@ -25,6 +25,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/providerstats"
 	"github.com/gpumesh/gpumesh/node/service"
 	"github.com/gpumesh/gpumesh/node/wire"
+	"github.com/gpumesh/gpumesh/node/wire/wirenet"
 	"github.com/gpumesh/gpumesh/p2p"
 	"github.com/gpumesh/gpumesh/runtime"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -262,6 +263,9 @@ func (m *market) close() {
 	}
 	if m.sup != nil {
 		m.sup.Close()
+	}
+	if c, ok := m.exec.(io.Closer); ok {
+		_ = c.Close() // what the executor keeps for its next jobs
 	}
 	m.tracker.Wait()
 	m.receipts.Wait()

@@ -59,6 +59,9 @@ func (a *AutoExecutor) Name() string { return "auto" }
 // Process is the process backend.
 func (a *AutoExecutor) Process() *ProcessExecutor { return a.proc }
 
+// Close closes its process executor (ProcessExecutor.Close).
+func (a *AutoExecutor) Close() error { return a.proc.Close() }
+
 // Docker is the Docker backend, or nil when Docker is not reachable.
 func (a *AutoExecutor) Docker() *DockerExecutor { return a.docker }
 

@@ -21,10 +21,11 @@ import (
 // together on the CI VM's ext4, a tenth of a short job's sandbox), a
 // rename within the root is not.
 type mountPoints struct {
-	root string
-	mu   sync.Mutex
-	free []string
-	seq  uint64
+	root   string
+	mu     sync.Mutex
+	free   []string
+	seq    uint64
+	closed bool // close was called: nothing is kept any more
 }
 
 // spareMountPrefix names the kept mount points in the work root: never a
@@ -94,7 +95,7 @@ func (p *mountPoints) keep(wd string) bool {
 		return false
 	}
 	p.mu.Lock()
-	if len(p.free) >= maxSpareMounts {
+	if p.closed || len(p.free) >= maxSpareMounts {
 		p.mu.Unlock()
 		return false
 	}
@@ -111,7 +112,25 @@ func (p *mountPoints) keep(wd string) bool {
 func (p *mountPoints) put(spare string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		_ = os.Remove(spare)
+		return
+	}
 	p.free = append(p.free, spare)
+}
+
+// close removes the spares and keeps none from now on.
+func (p *mountPoints) close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, spare := range p.free {
+		_ = os.Remove(spare)
+	}
+	p.free = nil
 }
 
 // emptyDir reports whether dir has no entry.

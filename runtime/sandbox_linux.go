@@ -68,8 +68,9 @@ type jobNet struct {
 // taken only when it holds no socket and no TIME_WAIT entry (netEmpty):
 // otherwise it is closed, and the kernel frees it.
 type netPool struct {
-	mu   sync.Mutex
-	idle []*os.File
+	mu     sync.Mutex
+	idle   []*os.File
+	closed bool // close was called: nothing is kept any more
 }
 
 // maxIdleNets bounds the namespaces a pool keeps.
@@ -99,7 +100,7 @@ func (p *netPool) put(f *os.File) {
 	}
 	if p != nil {
 		p.mu.Lock()
-		if len(p.idle) < maxIdleNets {
+		if !p.closed && len(p.idle) < maxIdleNets {
 			p.idle = append(p.idle, f)
 			f = nil
 		}
@@ -107,6 +108,28 @@ func (p *netPool) put(f *os.File) {
 	}
 	if f != nil {
 		f.Close()
+	}
+}
+
+// close lets the kernel free the idle namespaces, and keeps none from
+// now on.
+func (p *netPool) close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, f := range p.idle {
+		f.Close()
+	}
+	p.idle = nil
+}
+
+// closeNets lets the kernel free the idle network namespaces.
+func (s *sandbox) closeNets() {
+	if s != nil {
+		s.nets.close()
 	}
 }
 

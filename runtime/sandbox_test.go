@@ -458,6 +458,53 @@ func TestWorkDirMountPointReused(t *testing.T) {
 	}
 }
 
+// TestExecutorCloseGivesBackItsSpares: Close removes the executor's spare
+// mount points and frees its idle network namespaces; a job ending after
+// it leaves no spare behind.
+func TestExecutorCloseGivesBackItsSpares(t *testing.T) {
+	e := newTestExecutor(t, ProcessOptions{})
+	needSandbox(t, e)
+	idle := func() int {
+		if e.sb.nets == nil {
+			return 0
+		}
+		e.sb.nets.mu.Lock()
+		defer e.sb.nets.mu.Unlock()
+		return len(e.sb.nets.idle)
+	}
+	var out syncBuffer
+	running, err := e.Start(context.Background(), Spec{ID: "close-b", Command: []string{"sh", "-c", "echo up; exec sleep 3600"}}, &out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.waitFor(t, "up", 10*time.Second)
+	_, _, _, h := run(t, e, Spec{ID: "close-a", Command: []string{"true"}})
+	if err := h.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(spares(t, e.Root())); n != 1 || idle() != 1 {
+		t.Fatalf("after a job: %d spares, %d idle network namespaces; want 1 and 1", n, idle())
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := spares(t, e.Root()); len(left) != 0 || idle() != 0 {
+		t.Fatalf("after Close: spares %v, %d idle network namespaces", left, idle())
+	}
+	// The job running at Close runs on, and leaves nothing behind.
+	_ = running.Stop(0)
+	running.Wait()
+	if err := running.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if left := spares(t, e.Root()); len(left) != 0 || idle() != 0 {
+		t.Fatalf("a job ending after Close left spares %v, %d idle network namespaces", left, idle())
+	}
+	if _, err := os.Stat(running.WorkDir()); !os.IsNotExist(err) {
+		t.Fatalf("its work dir: %v", err)
+	}
+}
+
 // TestSpareMountPointOnlyAsMade: a directory is kept as a spare mount
 // point only when it is empty, the daemon's and 0700; spares an earlier
 // daemon left are removed.
