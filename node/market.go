@@ -267,6 +267,9 @@ func (m *market) close() {
 	if c, ok := m.exec.(io.Closer); ok {
 		_ = c.Close() // what the executor keeps for its next jobs
 	}
+	if m.exec != nil {
+		m.d.paths.DropWorkRoot(m.d.cfg.Provider.WorkDir)
+	}
 	m.tracker.Wait()
 	m.receipts.Wait()
 }

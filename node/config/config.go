@@ -451,12 +451,10 @@ func (paths Paths) WorkRoot(configured string, log *slog.Logger) (string, error)
 		}
 		log.Warn("recorded work root is unusable; choosing another", "root", root)
 	}
-	abs, err := filepath.Abs(paths.Dir)
+	root, err := paths.defaultWorkRoot()
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(abs))
-	root := filepath.Join(os.TempDir(), "gpumesh-"+hex.EncodeToString(sum[:6]))
 	err = ownWorkRoot(root, true)
 	if err == nil {
 		return filepath.Join(root, "work"), nil
@@ -474,6 +472,44 @@ func (paths Paths) WorkRoot(configured string, log *slog.Logger) (string, error)
 	}
 	log.Warn("default work root refused; using a fresh one", "refused", root, "reason", err, "work_root", fresh)
 	return filepath.Join(fresh, "work"), nil
+}
+
+// defaultWorkRoot is where WorkRoot puts the work root of this data dir
+// when none is configured: a dir of the temp dir named by a digest of the
+// data dir's path.
+func (paths Paths) defaultWorkRoot() (string, error) {
+	abs, err := filepath.Abs(paths.Dir)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(os.TempDir(), "gpumesh-"+hex.EncodeToString(sum[:6])), nil
+}
+
+// DropWorkRoot removes the default work root WorkRoot made in the temp dir
+// (not a configured root, nor a fallback the data dir records) when
+// nothing is left in it, as a stopping daemon does: a data dir that is
+// never opened again (a test's, a testnet's) leaves nothing in the temp
+// dir, and the next start makes the root again.
+func (paths Paths) DropWorkRoot(configured string) {
+	if configured != "" {
+		return
+	}
+	if _, err := os.Lstat(paths.WorkRootRecord()); err == nil {
+		return
+	}
+	root, err := paths.defaultWorkRoot()
+	if err != nil {
+		return
+	}
+	if fi, err := os.Lstat(root); err != nil || !fi.IsDir() {
+		return
+	} else if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return // planted by another user: not ours to remove
+	}
+	if err := os.Remove(filepath.Join(root, "work")); err == nil || errors.Is(err, os.ErrNotExist) {
+		_ = os.Remove(root) // only if empty
+	}
 }
 
 // ownWorkRoot makes sure root is a directory owned by this user, mode 0711

@@ -248,3 +248,51 @@ func TestJobUIDBase(t *testing.T) {
 		}
 	}
 }
+
+// TestDropWorkRoot: the default work root goes when nothing is left in
+// it, and the next start makes it again; one with a job's files in it, a
+// configured one and a recorded fallback stay.
+func TestDropWorkRoot(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	paths := Paths{Dir: t.TempDir()}
+	work, err := paths.WorkRoot("", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Dir(work)
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if err := os.MkdirAll(work, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	job := filepath.Join(work, "job-1")
+	if err := os.Mkdir(job, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	paths.DropWorkRoot("")
+	if _, err := os.Stat(job); err != nil {
+		t.Fatalf("a root with a job's dir in it was dropped: %v", err)
+	}
+	if err := os.Remove(job); err != nil {
+		t.Fatal(err)
+	}
+	configured := t.TempDir()
+	paths.DropWorkRoot(configured)
+	if _, err := os.Stat(work); err != nil {
+		t.Fatalf("a configured root's call dropped the default one: %v", err)
+	}
+	paths.DropWorkRoot("")
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Fatalf("the empty default root survived: %v", err)
+	}
+	if again, err := paths.WorkRoot("", log); err != nil || again != work {
+		t.Fatalf("the next start: %s (%v), want %s", again, err, work)
+	}
+	// A recorded fallback is the data dir's for good: never dropped.
+	if err := os.WriteFile(paths.WorkRootRecord(), []byte(root+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	paths.DropWorkRoot("")
+	if _, err := os.Stat(root); err != nil {
+		t.Fatalf("a recorded root was dropped: %v", err)
+	}
+}
