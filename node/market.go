@@ -87,7 +87,7 @@ func newMarket(d *Daemon) (*market, error) {
 	if m.tracker, err = lease.NewTracker(m.ctx, lease.TrackerConfig{
 		Signer: d.signer, Transport: lt, Auction: tr, Store: d.db.State("renter-jobs"), Receipts: m.receipts,
 		HeartbeatInterval: d.cfg.Provider.HeartbeatInterval, AbandonGrace: d.opts.AbandonGrace,
-		Directory: d.disc, Holdings: d.disc, Latency: d.disc, Pins: d.jobArts, MaxBidders: d.cfg.MaxBidders,
+		Directory: d.disc, Holdings: d.disc, Latency: d.disc, Pins: d.jobArts, MaxBidders: d.cfg.MaxBidders, QuietClose: d.cfg.BidQuietClose,
 		Now: d.now, Log: d.log, Counters: m.counters, Observe: m.metrics.Observer(),
 		Checkpoints: d.jobArts, Evidence: evidence{d}, KeptDir: d.paths.Kept(),
 		CheckpointBytesPerHour: int64(d.cfg.CheckpointQuotaGBPerHour * (1 << 30)),

@@ -145,6 +145,10 @@ func TestAuctionOnTestnet(t *testing.T) {
 	// one, which is not what this test is about.
 	rc := renterConfig()
 	rc.MaxBidders = -1
+	// Nor may a quiet spell after the first bids close the window before
+	// the last eligible one's bid, which a loaded machine delays: the
+	// window waits for every provider asked (or its end).
+	rc.BidQuietClose = -1
 	boot, ns := startNetWith(t, rc,
 		providerConfig("eu-west", 2.0, h100),                                // 0: over the price cap
 		providerConfig("eu-central", 1.1, a100),                             // 1: eligible

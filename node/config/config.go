@@ -80,6 +80,12 @@ type Config struct {
 	// the rest drawn at random; twice as many at each new attempt): 0
 	// means auction.DefaultMaxBidders, -1 asks every provider.
 	MaxBidders int `yaml:"max_bidders"`
+	// BidQuietClose is how long after a call's last bid this renter closes
+	// its bid window early, once half the providers it asked answered and
+	// the best bid starts now: 0 means auction.DefaultQuietClose, a
+	// negative duration never (a window then waits for every provider it
+	// asked, or runs to its end: every bid counts, the job waits longer).
+	BidQuietClose time.Duration `yaml:"bid_quiet_close"`
 	// Provider configures selling GPU time; absent means renter only.
 	Provider ProviderConfig `yaml:"provider"`
 }
@@ -256,6 +262,9 @@ func (c Config) Validate() error {
 	}
 	if c.CheckpointQuotaGBPerHour < 0 || c.CheckpointQuotaGBPerHour != c.CheckpointQuotaGBPerHour || c.CheckpointQuotaGBPerHour > 1<<20 {
 		return fmt.Errorf("checkpoint_quota_gb_per_hour must be a positive number of GiB (default 16), got %v", c.CheckpointQuotaGBPerHour)
+	}
+	if c.BidQuietClose > terms.MaxBidWindow {
+		return fmt.Errorf("bid_quiet_close must be at most a bid window's longest, %s, got %s", terms.MaxBidWindow, c.BidQuietClose)
 	}
 	if c.MaxBidders < -1 || c.MaxBidders > 1024 {
 		return fmt.Errorf("max_bidders must be 1..1024, 0 (default %d) or -1 (every provider), got %d", auction.DefaultMaxBidders, c.MaxBidders)

@@ -296,3 +296,24 @@ func TestDropWorkRoot(t *testing.T) {
 		t.Fatalf("a recorded root was dropped: %v", err)
 	}
 }
+
+// TestBidQuietCloseConfig: bid_quiet_close is read as a duration (negative:
+// never close early on quiet) and one longer than any bid window is
+// refused naming the key.
+func TestBidQuietCloseConfig(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	for text, want := range map[string]time.Duration{"bid_quiet_close: 400ms\n": 400 * time.Millisecond, "bid_quiet_close: -1s\n": -time.Second, "region: eu-west\n": 0} {
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if cfg, err := LoadConfig(p, true); err != nil || cfg.BidQuietClose != want {
+			t.Errorf("%q: %v (%v), want %v", text, cfg.BidQuietClose, err, want)
+		}
+	}
+	if err := os.WriteFile(p, []byte("bid_quiet_close: 2m\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(p, true); err == nil || !strings.Contains(err.Error(), "bid_quiet_close must be at most") {
+		t.Errorf("2m: %v", err)
+	}
+}

@@ -77,6 +77,8 @@ type Evidence interface {
 type TrackerConfig struct {
 	// MaxBidders is auction.RenterConfig.MaxBidders (0: the default).
 	MaxBidders int
+	// QuietClose is auction.RenterConfig.QuietClose (0: the default).
+	QuietClose time.Duration
 	Signer     *sign.Signer
 	// Transport carries the post-award protocol (cancel requests).
 	Transport Transport
@@ -269,7 +271,7 @@ func NewTracker(ctx context.Context, cfg TrackerConfig) (*Tracker, error) {
 		Successions: cfg.Receipts.cfg.Book.Successions(),
 		Now:         cfg.Now, Log: log,
 		Listener: auctionListener{t}, Release: auctionListener{t}, Directory: cfg.Directory, Holdings: cfg.Holdings,
-		Latency: cfg.Latency, MaxBidders: cfg.MaxBidders,
+		Latency: cfg.Latency, MaxBidders: cfg.MaxBidders, QuietClose: cfg.QuietClose,
 	}
 	t.renter, err = auction.NewRenter(rc)
 	if err != nil {
