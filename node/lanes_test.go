@@ -18,7 +18,12 @@ func TestGoldPreemptsBronze(t *testing.T) {
 	a := fastConfig(providerConfig("eu-west", 0.5, h100))
 	a.Provider.Policy.AllowPreemption = true
 	b := fastConfig(providerConfig("eu-west", 0.8, a100))
-	boot, ns := startNet(t, a, b)
+	// Both bids count: a quiet spell after the A100's must not close the
+	// bronze job's window before the cheaper H100's, which a loaded
+	// machine delays.
+	rc := renterConfig()
+	rc.BidQuietClose = -1
+	boot, ns := startNetWith(t, rc, a, b)
 	pa, pb := ns[0], ns[1]
 	waitAdvertised(t, boot, ns...)
 
