@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -21,11 +21,9 @@ import (
 // together on the CI VM's ext4, a tenth of a short job's sandbox), a
 // rename within the root is not.
 type mountPoints struct {
-	root   string
-	mu     sync.Mutex
-	free   []string
-	seq    uint64
-	closed bool // close was called: nothing is kept any more
+	root  string
+	spare *idlePool[string]
+	seq   atomic.Uint64
 }
 
 // spareMountPrefix names the kept mount points in the work root: never a
@@ -46,7 +44,7 @@ func newMountPoints(root string) *mountPoints {
 			}
 		}
 	}
-	return &mountPoints{root: root}
+	return &mountPoints{root: root, spare: newIdlePool(maxSpareMounts, func(dir string) { _ = os.Remove(dir) })}
 }
 
 // take renames a spare mount point to wd, which must not exist. It
@@ -56,18 +54,13 @@ func (p *mountPoints) take(wd string) bool {
 	if p == nil {
 		return false
 	}
-	p.mu.Lock()
-	n := len(p.free)
-	if n == 0 {
-		p.mu.Unlock()
+	spare, ok := p.spare.take()
+	if !ok {
 		return false
 	}
-	spare := p.free[n-1]
-	p.free = p.free[:n-1]
-	p.mu.Unlock()
 	if err := renameNoReplace(spare, wd); err != nil {
 		if errors.Is(err, os.ErrExist) {
-			p.put(spare) // wd's owner is another; the spare is still one
+			p.spare.put(spare) // wd's owner is another; the spare is still one
 		} else {
 			_ = os.Remove(spare)
 		}
@@ -91,46 +84,22 @@ func (p *mountPoints) keep(wd string) bool {
 	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
 		return false
 	}
-	if !emptyDir(wd) {
+	if !emptyDir(wd) || !p.spare.room() {
 		return false
 	}
-	p.mu.Lock()
-	if p.closed || len(p.free) >= maxSpareMounts {
-		p.mu.Unlock()
-		return false
-	}
-	p.seq++
-	spare := filepath.Join(p.root, spareMountPrefix+strconv.FormatUint(p.seq, 10))
-	p.mu.Unlock()
+	spare := filepath.Join(p.root, spareMountPrefix+strconv.FormatUint(p.seq.Add(1), 10))
 	if err := renameNoReplace(wd, spare); err != nil {
 		return false
 	}
-	p.put(spare)
+	p.spare.put(spare) // (removed, should the pool have filled meanwhile)
 	return true
-}
-
-func (p *mountPoints) put(spare string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		_ = os.Remove(spare)
-		return
-	}
-	p.free = append(p.free, spare)
 }
 
 // close removes the spares and keeps none from now on.
 func (p *mountPoints) close() {
-	if p == nil {
-		return
+	if p != nil {
+		p.spare.close()
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	for _, spare := range p.free {
-		_ = os.Remove(spare)
-	}
-	p.free = nil
 }
 
 // emptyDir reports whether dir has no entry.

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -67,64 +66,12 @@ type jobNet struct {
 // namespace goes back only once the job has no process left (put), and is
 // taken only when it holds no socket and no TIME_WAIT entry (netEmpty):
 // otherwise it is closed, and the kernel frees it.
-type netPool struct {
-	mu     sync.Mutex
-	idle   []*os.File
-	closed bool // close was called: nothing is kept any more
-}
+type netPool = idlePool[*os.File]
 
 // maxIdleNets bounds the namespaces a pool keeps.
 const maxIdleNets = 64
 
-// take returns an idle namespace, or nil.
-func (p *netPool) take() *os.File {
-	if p == nil {
-		return nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := len(p.idle)
-	if n == 0 {
-		return nil
-	}
-	f := p.idle[n-1]
-	p.idle = p.idle[:n-1]
-	return f
-}
-
-// put keeps f, the namespace of a job none of whose processes is left,
-// for a later job (or closes it when the pool is full).
-func (p *netPool) put(f *os.File) {
-	if f == nil {
-		return
-	}
-	if p != nil {
-		p.mu.Lock()
-		if !p.closed && len(p.idle) < maxIdleNets {
-			p.idle = append(p.idle, f)
-			f = nil
-		}
-		p.mu.Unlock()
-	}
-	if f != nil {
-		f.Close()
-	}
-}
-
-// close lets the kernel free the idle namespaces, and keeps none from
-// now on.
-func (p *netPool) close() {
-	if p == nil {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	for _, f := range p.idle {
-		f.Close()
-	}
-	p.idle = nil
-}
+func newNetPool() *netPool { return newIdlePool(maxIdleNets, func(f *os.File) { f.Close() }) }
 
 // closeNets lets the kernel free the idle network namespaces.
 func (s *sandbox) closeNets() {
@@ -135,18 +82,18 @@ func (s *sandbox) closeNets() {
 
 // reuseNets makes the sandbox keep the network namespaces of ended jobs
 // for the next ones (see netPool): only for jobs without capabilities.
-func (s *sandbox) reuseNets() { s.nets = &netPool{} }
+func (s *sandbox) reuseNets() { s.nets = newNetPool() }
 
 // keepNet hands f, the network namespace of a job none of whose processes
 // is left, to the pool (or closes it where there is none).
 func (s *sandbox) keepNet(f *os.File) {
-	if s == nil {
-		if f != nil {
-			f.Close()
-		}
-		return
+	switch {
+	case f == nil:
+	case s == nil || s.nets == nil:
+		f.Close()
+	default:
+		s.nets.put(f)
 	}
-	s.nets.put(f)
 }
 
 // netEmpty reports whether the calling thread's network namespace holds
@@ -290,7 +237,7 @@ func (s *sandbox) enter(wd, inputs string, net *jobNet) error {
 		flags &^= unix.CLONE_NEWNET
 		fresh = false
 	case net != nil && !s.network:
-		if f := s.nets.take(); f != nil {
+		if f, ok := s.nets.take(); ok {
 			// A namespace found holding a socket is left for the kernel
 			// to free; the unshare below replaces it with a fresh one.
 			if unix.Setns(int(f.Fd()), unix.CLONE_NEWNET) == nil && netEmpty() {
