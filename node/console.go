@@ -115,12 +115,12 @@ func jobView(r *http.Request, t *lease.Tracker, seen string) (api.JobView, error
 	if !ok {
 		return t.View(id)
 	}
-	var same func(api.JobView) bool
+	var has func(api.JobView) bool
 	if seen != "" {
-		same = func(v api.JobView) bool {
+		has = func(v api.JobView) bool {
 			_, tag, err := api.TaggedBody(v)
 			return err == nil && tag == seen
 		}
 	}
-	return t.WaitView(r.Context(), id, d, same)
+	return t.WaitView(r.Context(), id, d, has)
 }

@@ -748,11 +748,13 @@ func (t *Tracker) waitChange(timeout time.Duration, done func() bool) bool {
 	}
 }
 
-// WaitView is job id's view as soon as it is not the one the waiter has
-// (same reports whether it is; nil: the view now), or after d, or at
-// ctx's end: a long poll, so that a waiter hears of a change at once
-// without polling, one that came before it asked included.
-func (t *Tracker) WaitView(ctx context.Context, id string, d time.Duration, same func(api.JobView) bool) (api.JobView, error) {
+// WaitView is job id's view as soon as it is not the one the waiter has,
+// or after d, or at ctx's end: a long poll, so that a waiter hears of a
+// change at once without polling, one that came before it asked
+// included. has reports whether the view now is the waiter's (nil: it
+// is); it is asked once, and each change after is told from that view
+// (every change wakes every waiter: a comparison is cheaper than has).
+func (t *Tracker) WaitView(ctx context.Context, id string, d time.Duration, has func(api.JobView) bool) (api.JobView, error) {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	next := t.changed.Wait()
@@ -760,11 +762,10 @@ func (t *Tracker) WaitView(ctx context.Context, id string, d time.Duration, same
 	if err != nil {
 		return first, err
 	}
-	if same == nil {
-		same = func(v api.JobView) bool { return reflect.DeepEqual(v, first) }
-	} else if !same(first) {
+	if has != nil && !has(first) {
 		return first, nil
 	}
+	same := func(v api.JobView) bool { return reflect.DeepEqual(v, first) }
 	for {
 		select {
 		case <-next:
