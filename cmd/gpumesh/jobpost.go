@@ -528,8 +528,9 @@ func runTerminal(v *api.JobView) bool {
 
 // jobFollower follows a job's view with long polls (api.Client.JobNext):
 // next answers the view at once the first time, then at its first change
-// after the view it last answered (even one that came between two asks),
-// or after waitInterval when it has not changed.
+// after the view it last answered (even one that came between two asks,
+// which the ETag it names tells the daemon), or after waitInterval when it
+// has not changed (nextView).
 type jobFollower struct {
 	cl    *api.Client
 	id    string
@@ -540,29 +541,26 @@ type jobFollower struct {
 
 func followJob(cl *api.Client, id string) *jobFollower { return &jobFollower{cl: cl, id: id} }
 
-// next is the job's view, as jobFollower says. A daemon from before the
-// long poll, which answers at once, is asked once a waitInterval while
-// the view does not change.
+// next is the job's view, as jobFollower says.
 func (f *jobFollower) next(ctx context.Context) (api.JobView, error) {
-	wait := waitInterval
-	if !f.asked {
-		wait = 0
-	}
-	asked := time.Now()
-	v, tag, err := f.cl.JobNext(ctx, f.id, wait, f.tag)
-	if err != nil {
+	ask := func(ctx context.Context, wait time.Duration) (api.JobView, error) {
+		v, tag, err := f.cl.JobNext(ctx, f.id, wait, f.tag)
+		if err == nil {
+			f.tag = tag
+		}
 		return v, err
 	}
-	again := f.asked && tag == "" && reflect.DeepEqual(v, f.prev)
-	f.prev, f.tag, f.asked = v, tag, true
-	if again {
-		select {
-		case <-ctx.Done():
-			return v, ctx.Err()
-		case <-time.After(waitInterval - time.Since(asked)):
-		}
+	var v api.JobView
+	var err error
+	if f.asked {
+		v, err = nextView(ctx, f.prev, ask)
+	} else {
+		v, err = ask(ctx, 0)
 	}
-	return v, nil
+	if err == nil {
+		f.prev, f.asked = v, true
+	}
+	return v, err
 }
 
 // nextView is what ask answers at its next change after prev, or after

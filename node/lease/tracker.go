@@ -765,7 +765,6 @@ func (t *Tracker) WaitView(ctx context.Context, id string, d time.Duration, has 
 	if has != nil && !has(first) {
 		return first, nil
 	}
-	same := func(v api.JobView) bool { return reflect.DeepEqual(v, first) }
 	for {
 		select {
 		case <-next:
@@ -775,7 +774,7 @@ func (t *Tracker) WaitView(ctx context.Context, id string, d time.Duration, has 
 			return api.JobView{}, ctx.Err()
 		}
 		next = t.changed.Wait()
-		if v, err := t.View(id); err != nil || !same(v) {
+		if v, err := t.View(id); err != nil || !reflect.DeepEqual(v, first) {
 			return v, err
 		}
 	}
