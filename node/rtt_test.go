@@ -151,7 +151,12 @@ func tcpAddr(t *testing.T, n *testNode) string {
 func TestLatencyTermsOverLibp2p(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{RTTRefreshEvery: time.Hour})
+	// The test reads every provider's bid, far's included: its bid comes
+	// a proxied round trip after near's, so no quiet spell may close the
+	// window before it.
+	rc := renterConfig()
+	rc.BidQuietClose = -1
+	renter := startWith(t, filepath.Join(root, "renter"), rc, nil, Options{RTTRefreshEvery: time.Hour})
 	// Far's round trip is at least 150 ms, over the job's 100 ms; near's,
 	// on loopback, is under it with room for a loaded host.
 	const oneWay = 75 * time.Millisecond
