@@ -65,8 +65,13 @@ type RTTs struct {
 func (t *RTTs) Changed() <-chan struct{} { return t.changed.Wait() }
 
 type rttEntry struct {
-	avg time.Duration
-	at  time.Time
+	avg time.Duration // 0: the peer never answered
+	at  time.Time     // the last sample's
+	// tried is when the peer was last measured, whether it answered or
+	// not: a refresh waits as long to try one that does not answer (a
+	// host that serves no ping) as to measure one that does, so such
+	// peers cannot crowd out the rest.
+	tried time.Time
 }
 
 // rttRun is one measurement under way; rtt and err are set once done is
@@ -126,7 +131,7 @@ func (t *RTTs) Fresh(p peer.ID) (time.Duration, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e, ok := t.peers[p]
-	if !ok || t.now().Sub(e.at) >= RTTMaxAge {
+	if !ok || e.avg <= 0 || t.now().Sub(e.at) >= RTTMaxAge {
 		return 0, false
 	}
 	return e.avg, true
@@ -146,8 +151,9 @@ func (t *RTTs) Measure(ctx context.Context, p peer.ID) (time.Duration, bool) {
 }
 
 // Refresh measures again, in parallel, up to limit of peers whose sample
-// is missing or older than half RTTMaxAge, those never measured first,
-// then the stalest, and returns how many it measured. A daemon calls it
+// is missing or older than half RTTMaxAge and that were not tried within
+// it (a peer that did not answer waits as long), those never tried
+// first, then the stalest, and returns how many it measured. A daemon calls it
 // in the background for the providers it knows, so that their samples
 // stay fresh at a bounded rate of pings.
 func (t *RTTs) Refresh(ctx context.Context, peers []peer.ID, limit int) int {
@@ -160,11 +166,11 @@ func (t *RTTs) Refresh(ctx context.Context, peers []peer.ID, limit int) int {
 	t.mu.Lock()
 	for _, p := range peers {
 		e, ok := t.peers[p]
-		if ok && now.Sub(e.at) < RTTMaxAge/2 {
+		if ok && now.Sub(e.tried) < RTTMaxAge/2 {
 			continue
 		}
 		if !slices.ContainsFunc(todo, func(d due) bool { return d.p == p }) {
-			todo = append(todo, due{p, e.at}) // never measured: the zero time, first
+			todo = append(todo, due{p, e.tried}) // never tried: the zero time, first
 		}
 	}
 	t.mu.Unlock()
@@ -225,6 +231,8 @@ func (t *RTTs) run(p peer.ID, run *rttRun) {
 	delete(t.running, p)
 	if run.err == nil {
 		t.addLocked(p, run.rtt)
+	} else {
+		t.triedLocked(p)
 	}
 	t.mu.Unlock()
 	t.changed.Notify()
@@ -241,13 +249,27 @@ func (t *RTTs) addLocked(p peer.ID, rtt time.Duration) {
 	} else {
 		e.avg = rtt
 	}
-	e.at = now
-	if !ok && len(t.peers) >= maxRTTPeers {
+	e.at, e.tried = now, now
+	t.putLocked(p, e, ok)
+}
+
+// triedLocked notes a measurement of p that got no sample (t.mu held);
+// p's last sample, if any, stays until it ages.
+func (t *RTTs) triedLocked(p peer.ID) {
+	e, ok := t.peers[p]
+	e.tried = t.now()
+	t.putLocked(p, e, ok)
+}
+
+// putLocked stores p's entry (t.mu held); a new peer past maxRTTPeers
+// pushes out the one tried longest ago.
+func (t *RTTs) putLocked(p peer.ID, e rttEntry, known bool) {
+	if !known && len(t.peers) >= maxRTTPeers {
 		var stalest peer.ID
 		var at time.Time
 		for q, o := range t.peers {
-			if stalest == "" || o.at.Before(at) {
-				stalest, at = q, o.at
+			if stalest == "" || o.tried.Before(at) {
+				stalest, at = q, o.tried
 			}
 		}
 		delete(t.peers, stalest)

@@ -151,6 +151,38 @@ func TestRTTsRefreshIsBounded(t *testing.T) {
 	}
 }
 
+// TestRTTsRefreshPassesOverPeersThatDoNotAnswer: a peer that did not
+// answer its measurement (a host serving no ping) is tried again only
+// after as long as an answering one is measured again, so that peers that
+// never answer cannot take every refresh's slots from the rest.
+func TestRTTsRefreshPassesOverPeersThatDoNotAnswer(t *testing.T) {
+	now := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	f := &fakePings{rtt: map[peer.ID]time.Duration{}, calls: map[peer.ID]int{}}
+	mute := []peer.ID{testPeer(t), testPeer(t), testPeer(t)}
+	answers := testPeer(t)
+	f.rtt[answers] = 7 * time.Millisecond
+	tbl := NewRTTs(f.ping, func() time.Time { return now })
+	ctx := context.Background()
+	all := append(slices.Clone(mute), answers)
+	if n := tbl.Refresh(ctx, all, len(mute)); n != len(mute) || f.count(answers) != 0 {
+		t.Fatalf("first refresh measured %d (the answering peer %d times), want the %d mute ones", n, f.count(answers), len(mute))
+	}
+	now = now.Add(10 * time.Second)
+	if n := tbl.Refresh(ctx, all, len(mute)); n != 1 || f.count(answers) != 1 || f.count(mute[0]) != 1 {
+		t.Fatalf("second refresh measured %d (the answering peer %d times, a mute one %d), want only the answering one", n, f.count(answers), f.count(mute[0]))
+	}
+	if d, ok := tbl.Fresh(answers); !ok || d != 7*time.Millisecond {
+		t.Fatalf("answering peer: %v %v", d, ok)
+	}
+	if _, ok := tbl.Fresh(mute[0]); ok {
+		t.Fatal("a peer that never answered has a fresh round trip")
+	}
+	now = now.Add(RTTMaxAge / 2)
+	if n := tbl.Refresh(ctx, all, 10); n != len(all) || f.count(mute[0]) != 2 {
+		t.Fatalf("after half RTTMaxAge: refreshed %d, want all %d again", n, len(all))
+	}
+}
+
 // TestRTTsShareOneMeasurement: callers asking for a peer's RTT while it
 // is measured share that measurement: one ping, however many ask.
 func TestRTTsShareOneMeasurement(t *testing.T) {

@@ -623,12 +623,16 @@ func (d *Discovery) LearnBidder(id peer.ID) {
 	}()
 }
 
-// Background RTT refresh: every RTTRefreshEvery a node measures
-// again up to RTTRefreshLimit of the providers it knows whose sample is
-// due (p2p.RTTs.Refresh), so that a latency-sensitive job's bidders are
-// mostly measured before they bid, at a bounded rate of pings.
+// Background RTT refresh: every RTTRefreshEvery a node measures up to
+// RTTRefreshLimit of the providers it knows whose sample is due
+// (p2p.RTTs.Refresh: never measured, or measured half p2p.RTTMaxAge ago),
+// so that a provider learned is measured within seconds and each one
+// again every few minutes, at a bounded rate of pings. A renter's bidders
+// are then mostly measured before they bid: a latency-sensitive job ranks
+// them by it, and every call's quiet spell waits for far ones' answers
+// (auction.RenterConfig.QuietClose).
 const (
-	RTTRefreshEvery = time.Minute
+	RTTRefreshEvery = 10 * time.Second
 	RTTRefreshLimit = 30
 )
 
