@@ -169,7 +169,8 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 	}
 	// setup builds a market of eu-west A100 boxes whose gated ones answer
 	// calls only once gate closes, and a renter that expects all of them.
-	setup := func(t *testing.T, boxes []box, gated ...string) (m *market, gate chan struct{}, r *Renter, tr *auctiontest.MemTransport) {
+	// rtt, when set, is the round trips the renter knows (Latency).
+	setup := func(t *testing.T, boxes []box, rtt map[string]time.Duration, gated ...string) (m *market, gate chan struct{}, r *Renter, tr *auctiontest.MemTransport) {
 		var specs []provSpec
 		for _, b := range boxes {
 			specs = append(specs, provSpec{b.name, "eu-west", "A100", 80, 4, pol(b.floor), 0.9})
@@ -190,11 +191,18 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 				return p.HandleGossipedCall(from, data)
 			}})
 		}
-		r, tr = m.renter(t, RenterConfig{QuietClose: quietFor, Directory: hooks{expected: func(*terms.Job) []string { return all }}})
+		cfg := RenterConfig{QuietClose: quietFor, Directory: hooks{expected: func(*terms.Job) []string { return all }}}
+		if rtt != nil {
+			cfg.Latency = hooks{rtt: func(p string) (time.Duration, bool) {
+				d, ok := rtt[m.name(p)]
+				return d, ok
+			}}
+		}
+		r, tr = m.renter(t, cfg)
 		return m, gate, r, tr
 	}
 	t.Run("one of four in", func(t *testing.T) {
-		m, gate, r, tr := setup(t, []box{{"fast", 2.0}, {"slow-cheap", 1.0}, {"slow-a", 2.5}, {"slow-b", 2.5}},
+		m, gate, r, tr := setup(t, []box{{"fast", 2.0}, {"slow-cheap", 1.0}, {"slow-a", 2.5}, {"slow-b", 2.5}}, nil,
 			"slow-cheap", "slow-a", "slow-b")
 		// The slow three answer four quiet spells after the fast bid: the
 		// latency of a farther network, not a synchronisation.
@@ -218,7 +226,7 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 		}
 	})
 	t.Run("two of four in", func(t *testing.T) {
-		m, gate, r, _ := setup(t, []box{{"fast", 2.0}, {"fast-cheap", 1.5}, {"silent-a", 1.0}, {"silent-b", 1.0}},
+		m, gate, r, _ := setup(t, []box{{"fast", 2.0}, {"fast-cheap", 1.5}, {"silent-a", 1.0}, {"silent-b", 1.0}}, nil,
 			"silent-a", "silent-b")
 		t.Cleanup(func() { close(gate) })
 		j := euJob(m.now())
@@ -227,6 +235,28 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 		st, _ := r.Status(job.ID)
 		if took >= window/2 || len(st.Bids) != 2 || m.name(st.Winner) != "fast-cheap" {
 			t.Fatalf("auction took %v of a %v window with %d bids, winner %s: want a close on the quiet spell once half had answered", took, window, len(st.Bids), m.name(st.Winner))
+		}
+	})
+	t.Run("a far provider's round trip", func(t *testing.T) {
+		// Half the expected providers are in at once, but the renter
+		// measured the cheap one 10 quiet spells away: its answer is due
+		// then (and a spell later), and the window waits for it.
+		const far = 10 * quietFor
+		m, gate, r, _ := setup(t, []box{{"near", 2.0}, {"far-cheap", 1.0}}, map[string]time.Duration{"near": time.Millisecond, "far-cheap": far},
+			"far-cheap")
+		// The far provider's network: its answer comes half its round
+		// trip after the call, long after the near bid's quiet spell, long
+		// before the far one's.
+		time.AfterFunc(far/2, func() { close(gate) })
+		j := euJob(m.now())
+		j.BidWindow = window
+		job, took := postTimed(t, r, j)
+		st, _ := r.Status(job.ID)
+		if len(st.Bids) != 2 || m.name(st.Winner) != "far-cheap" {
+			t.Fatalf("%d bids, winner %s: want both bids and far-cheap (the window closed on the near bid's quiet spell)", len(st.Bids), m.name(st.Winner))
+		}
+		if took >= window/2 {
+			t.Fatalf("auction took %v of a %v window once every expected provider had answered", took, window)
 		}
 	})
 }

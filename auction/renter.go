@@ -207,8 +207,12 @@ type RenterConfig struct {
 	// is in. With a Directory set, a quiet spell counts only once at least
 	// half the expected providers have answered: while most have not, the
 	// rest are slower (a loaded host, a farther network), not absent, and
-	// one of them may beat the best bid so far. A gold job's window closes
-	// at its first acceptable bid. A window in which no bid came is
+	// one of them may beat the best bid so far; nor, with Latency set,
+	// before an expected provider whose round trip the renter knows has
+	// had that round trip (from the window's opening) and a quiet spell
+	// more to answer: a far provider is slower, not absent, and may be
+	// the cheapest. A gold job's window closes at its first acceptable
+	// bid. A window in which no bid came is
 	// extended once by BidWindow. 0 means DefaultQuietClose; negative
 	// disables early closing (every window runs its full BidWindow, still
 	// extended once when empty).
@@ -462,7 +466,7 @@ func (r *Renter) Post(ctx context.Context, job terms.Job) (terms.Job, error) {
 	}
 	rj.status.Attempts, rj.status.Reasons, rj.status.Offers = history, reasons, offers+1
 	r.jobs[job.ID] = rj
-	err := r.stepLocked(rj, callmachine.Opened{Job: job, Expected: expected, Busy: busy})
+	err := r.stepLocked(rj, callmachine.Opened{Job: job, Expected: expected, Busy: busy, Reach: r.reach(expected)})
 	r.mu.Unlock()
 	if err != nil {
 		return job, err
@@ -715,6 +719,25 @@ func (r *Renter) fillRTTs(ctx context.Context, rj *renterJob, cands []terms.Cand
 			c.RTT = l.rtt
 		}
 	}
+}
+
+// reach is the round trips the renter's host last measured to the
+// expected providers that it has a fresh sample of (Latency.RTT): a
+// quiet spell waits for their answers (callmachine.Opened.Reach).
+func (r *Renter) reach(expected []string) map[string]time.Duration {
+	if r.cfg.Latency == nil || r.cfg.QuietClose < 0 {
+		return nil
+	}
+	var out map[string]time.Duration
+	for _, p := range expected {
+		if d, ok := r.cfg.Latency.RTT(p); ok && d > 0 {
+			if out == nil {
+				out = make(map[string]time.Duration, len(expected))
+			}
+			out[p] = d
+		}
+	}
+	return out
 }
 
 // sample makes job's call ask MaxBidders of the providers expected to

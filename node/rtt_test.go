@@ -139,27 +139,23 @@ func tcpAddr(t *testing.T, n *testNode) string {
 }
 
 // TestLatencyTermsOverLibp2p: a renter and three providers on loopback:
-// near; far, cheaper, behind a link of 150 ms round trip (a TCP proxy
-// delaying every byte 75 ms each way; its only connection to the renter);
+// near; far, cheaper, behind a link of 400 ms round trip (a TCP proxy
+// delaying every byte 200 ms each way; its only connection to the renter);
 // and mute, the cheapest, a hostile peer that does not answer pings (to
 // hide how far it is). The renter really measures them with libp2p ping:
 // far is rejected from a MaxRTT 100ms job for its RTT and mute for having
 // none (`bids` says so); both lose a Near job to the dearer near one on
 // the latency term; a job without latency terms goes to the cheapest. A
-// daemon also keeps the round trips to the providers it knows fresh in
-// the background.
+// daemon keeps the round trips to the providers it knows fresh in the
+// background, and a renter's quiet spells wait for the far provider's
+// bid, a round trip late: every call gets all three bids.
 func TestLatencyTermsOverLibp2p(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	// The test reads every provider's bid, far's included: its bid comes
-	// a proxied round trip after near's, so no quiet spell may close the
-	// window before it.
-	rc := renterConfig()
-	rc.BidQuietClose = -1
-	renter := startWith(t, filepath.Join(root, "renter"), rc, nil, Options{RTTRefreshEvery: time.Hour})
-	// Far's round trip is at least 150 ms, over the job's 100 ms; near's,
+	renter := startWith(t, filepath.Join(root, "renter"), renterConfig(), nil, Options{RTTRefreshEvery: 200 * time.Millisecond})
+	// Far's round trip is at least 400 ms, over the job's 100 ms; near's,
 	// on loopback, is under it with room for a loaded host.
-	const oneWay = 75 * time.Millisecond
+	const oneWay = 200 * time.Millisecond
 	proxy := startDelayProxy(t, tcpAddr(t, renter), oneWay)
 	near := startWith(t, filepath.Join(root, "near"), fastConfig(providerConfig("eu-west", 1.0, a100, a100)), renter.Daemon,
 		Options{LearnEvery: 200 * time.Millisecond, RTTRefreshEvery: 200 * time.Millisecond})
@@ -171,6 +167,14 @@ func TestLatencyTermsOverLibp2p(t *testing.T) {
 	waitAdvertised(t, renter, near, far, mute)
 	if err := proxy.proxied(renter, far); err != nil {
 		t.Fatalf("renter to far: %v", err)
+	}
+	// The renter measures the providers it learned in the background.
+	// Far's bid comes at least the proxy's 200 ms after near's and
+	// mute's, later than the default quiet spell after theirs: knowing
+	// far's round trip, the renter's windows wait for its answer, and
+	// every job below gets all three bids (without that wait, none did).
+	if d := waitRTT(t, renter, far); d < 2*oneWay {
+		t.Fatalf("renter measured far at %v, under the proxy's %v", d, 2*oneWay)
 	}
 
 	bids := func(id string) map[string]terms.Ranked {
@@ -235,17 +239,24 @@ func TestLatencyTermsOverLibp2p(t *testing.T) {
 	}
 
 	// The near provider's daemon measures the providers it knows in the
-	// background, without any job of its own.
+	// background too, without any job of its own.
+	waitRTT(t, near, far)
+}
+
+// waitRTT waits until n's daemon has a fresh round trip to of, measured
+// in the background, and returns it.
+func waitRTT(t *testing.T, n, of *testNode) time.Duration {
+	t.Helper()
 	deadline := time.NewTimer(30 * time.Second)
 	defer deadline.Stop()
 	for {
-		changed := near.net.RTTs().Changed()
-		if d, ok := near.net.RTTs().Fresh(far.ID()); ok && d > 0 {
-			break
+		changed := n.net.RTTs().Changed()
+		if d, ok := n.net.RTTs().Fresh(of.ID()); ok && d > 0 {
+			return d
 		}
 		select {
 		case <-deadline.C:
-			t.Fatal("the near provider's daemon never measured the far provider in the background")
+			t.Fatalf("%s's daemon never measured %s in the background", n.ID(), of.ID())
 		case <-changed:
 		}
 	}

@@ -18,7 +18,9 @@
 // The window closes (Close) at its timer (once extended by its length
 // when no bid came), once every provider expected to answer has, after a
 // quiet spell following the last bid once most expected providers have
-// answered, or at a gold job's first acceptable bid: in the last two
+// answered (and following each awaited provider's answer's due time, a
+// round trip after the window opened, when the renter knows its round
+// trip: Opened.Reach), or at a gold job's first acceptable bid: in the last two
 // cases only when the driver found that the best bid starts at once
 // (CheckBest, fed back as BestChecked).
 //
@@ -116,6 +118,12 @@ type State struct {
 	// not reached) that have not yet, out of Expected.
 	Awaited  map[string]bool
 	Expected int
+	// OpenedAt is when the window opened; Reach the round trips the
+	// renter knew to expected providers (Opened.Reach): an awaited one's
+	// answer is due that long after OpenedAt, and no quiet spell counts
+	// before it is. Reach is read, never written, after Opened.
+	OpenedAt time.Time
+	Reach    map[string]time.Duration
 	// Unsampled: the call asks every provider that hears it (no bid
 	// sample), so providers the renter did not expect may answer too.
 	Unsampled bool
@@ -162,6 +170,7 @@ func (s State) Clone() State {
 	s.Busy = maps.Clone(s.Busy)
 	s.Declines = maps.Clone(s.Declines)
 	s.Awaited = maps.Clone(s.Awaited)
+	s.Reach = maps.Clone(s.Reach)
 	s.Order = slices.Clone(s.Order)
 	s.Tries = slices.Clone(s.Tries)
 	return s
@@ -182,6 +191,11 @@ type (
 		Job      terms.Job
 		Expected []string
 		Busy     map[string]bool
+		// Reach is the round trip the renter last measured to some of
+		// the Expected providers: a quiet spell waits for their answers
+		// (a provider 200 ms away answers a call 200 ms after a near
+		// one, and may be the cheapest).
+		Reach map[string]time.Duration
 	}
 	// BidArrived: a bid for the call, its envelope and sender checked.
 	BidArrived struct{ Bid terms.Bid }

@@ -126,6 +126,7 @@ func (s *stepper) open(ev Opened) {
 		}
 		s.st.Expected = len(ev.Expected)
 	}
+	s.st.OpenedAt, s.st.Reach = s.now, ev.Reach
 	s.arm(WindowTimer, j.BidWindow)
 }
 
@@ -240,10 +241,34 @@ func (s *stepper) timer(ev TimerFired) {
 		}
 		s.close()
 	case ev.Timer == QuietTimer && ev.Seq == st.QuietSeq:
-		if st.MostAnswered() {
-			s.do(CheckBest{})
+		if !st.MostAnswered() {
+			return
+		}
+		if wait := s.untilDue(); wait > 0 {
+			s.arm(QuietTimer, wait)
+			return
+		}
+		s.do(CheckBest{})
+	}
+}
+
+// untilDue is how long a quiet spell still waits for the awaited
+// providers whose round trip the renter knows: one's spell counts from
+// its answer's due time, a round trip after the window opened. (A renter
+// whose near providers answered at once closed each window 150 ms later,
+// before a cheaper provider 160 ms away could answer: it never won.)
+func (s *stepper) untilDue() time.Duration {
+	st := &s.st
+	if len(st.Reach) == 0 {
+		return 0
+	}
+	var wait time.Duration
+	for p := range st.Awaited {
+		if rtt, ok := st.Reach[p]; ok {
+			wait = max(wait, st.OpenedAt.Add(rtt+s.r.QuietClose).Sub(s.now))
 		}
 	}
+	return wait
 }
 
 func (s *stepper) arm(t Timer, after time.Duration) {

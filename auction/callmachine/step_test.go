@@ -221,6 +221,43 @@ func TestStepQuiet(t *testing.T) {
 	}
 }
 
+// TestStepQuietWaitsForFarProviders: a quiet spell counts, for each
+// awaited provider whose round trip the renter knows (Opened.Reach), only
+// from its answer's due time, a round trip after the window opened: the
+// spell's end is put off until then, and once that provider answered (or
+// where its round trip is short, or unknown) it is not.
+func TestStepQuietWaitsForFarProviders(t *testing.T) {
+	reach := map[string]time.Duration{"near": 2 * time.Millisecond, "far": 400 * time.Millisecond}
+	st, _ := rules.Step(State{}, Opened{Job: job, Expected: []string{"near", "far"}, Reach: reach}, t0)
+	at := t0.Add(5 * time.Millisecond)
+	st, _ = rules.Step(st, BidArrived{Bid: bid("near", "n1")}, at)
+	at = at.Add(rules.QuietClose)
+	st, effs := rules.Step(st, TimerFired{Timer: QuietTimer, Seq: 1}, at)
+	// far's answer is due at t0+400ms; the spell ends a QuietClose later.
+	wait := t0.Add(400*time.Millisecond + rules.QuietClose).Sub(at)
+	if !reflect.DeepEqual(effs, []Effect{ArmTimer{Timer: QuietTimer, Seq: 2, After: wait}}) {
+		t.Fatalf("quiet before the far provider's answer is due: %#v, want the spell put off %v", effs, wait)
+	}
+	if st2, effs := rules.Step(st.Clone(), TimerFired{Timer: QuietTimer, Seq: 2}, at.Add(wait)); !reflect.DeepEqual(effs, []Effect{CheckBest{}}) || st2.Phase != Collecting {
+		t.Fatalf("quiet once the far provider's answer was due: %#v, want CheckBest", effs)
+	}
+	// far answers before that: its bid starts a spell of its own, which
+	// nothing puts off.
+	at = at.Add(300 * time.Millisecond)
+	st, _ = rules.Step(st, BidArrived{Bid: bid("far", "n2")}, at)
+	if st.Phase != Awarding {
+		t.Fatalf("every expected provider answered: %q, want the window closed", st.Phase)
+	}
+
+	// Three expected, the far one unmeasured: the spell is not put off.
+	st, _ = rules.Step(State{}, Opened{Job: job, Expected: []string{"near", "near2", "far"}, Reach: map[string]time.Duration{"near": time.Millisecond}}, t0)
+	st, _ = rules.Step(st, BidArrived{Bid: bid("near", "n1")}, t0)
+	st, _ = rules.Step(st, BidArrived{Bid: bid("near2", "n2")}, t0)
+	if _, effs := rules.Step(st, TimerFired{Timer: QuietTimer, Seq: 2}, t0.Add(rules.QuietClose)); !reflect.DeepEqual(effs, []Effect{CheckBest{}}) {
+		t.Fatalf("quiet with no far provider known: %#v, want CheckBest", effs)
+	}
+}
+
 // TestStepAllIn: the last expected answer (a bid, a decline, a provider
 // not reached) closes the window at once.
 func TestStepAllIn(t *testing.T) {

@@ -249,7 +249,11 @@ func TestMaxRTTOverDelayedLinks(t *testing.T) {
 	tp := buildTopology(t)
 	n := &testNet{&nstest.Net{T: t, Bin: bin, Tmp: tmp}}
 
-	renter, boot := n.startRenter(tp)
+	// The test reads the far provider's bid for every job: no quiet
+	// spell may close a window before it comes, a round trip after the
+	// near one's (the renter's own background measurement of far, which
+	// makes its windows wait, may not have run yet).
+	renter, boot := n.startRenter(tp, "bid_quiet_close: -1s\n")
 	near := n.Start("near", tp.near, providerConfig(nearIP, boot, "eu-west", 1.0))
 	far := n.Start("far", tp.far, providerConfig(farIP, boot, "eu-west", 0.6))
 	name := map[string]string{near.ID: "near", far.ID: "far"}
