@@ -597,6 +597,11 @@ func copyFile(src, dst string) error {
 // made parts of it read-only.
 func removeWorkDir(wd string) error {
 	unmountQuota(wd)
+	return wipeWorkDir(wd)
+}
+
+// wipeWorkDir removes the work dir wd, its quota mount already gone.
+func wipeWorkDir(wd string) error {
 	if err := removeTree(wd); err != nil {
 		return fmt.Errorf("runtime: wipe work dir: %w", err)
 	}

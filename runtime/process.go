@@ -478,13 +478,14 @@ func (e *ProcessExecutor) Close() error {
 // removeWorkDir removes a job's work dir, or keeps its emptied mount
 // point for the next job (see mountPoints).
 func (e *ProcessExecutor) removeWorkDir(wd string) error {
-	if e.points != nil {
-		unmountQuota(wd)
-		if e.points.keep(wd) {
-			return nil
-		}
+	if e.points == nil {
+		return removeWorkDir(wd)
 	}
-	return removeWorkDir(wd)
+	unmountQuota(wd)
+	if e.points.keep(wd) {
+		return nil
+	}
+	return wipeWorkDir(wd)
 }
 
 func cloneEnv(m map[string]string) map[string]string {
