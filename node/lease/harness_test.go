@@ -535,6 +535,8 @@ type harness struct {
 	// lossAfter is how long a running lease's provider may stay silent
 	// before its renter calls it lost.
 	lossAfter time.Duration
+	// hbEvery is every node's heartbeat interval (default hbEvery).
+	hbEvery time.Duration
 	// settleWait bounds a renter's wait for a failed lease's receipt
 	// before it requeues the job (TrackerConfig.SettleWait).
 	settleWait time.Duration
@@ -560,7 +562,7 @@ type harness struct {
 }
 
 func newHarness(t *testing.T) *harness {
-	return &harness{t: t, net: auctiontest.NewMemNetwork(), abandonGrace: time.Minute, lossAfter: time.Second,
+	return &harness{t: t, net: auctiontest.NewMemNetwork(), abandonGrace: time.Minute, lossAfter: time.Second, hbEvery: hbEvery,
 		settleWait: 2 * time.Second, queueBackoff: 20 * time.Millisecond, queueBackoffMax: 200 * time.Millisecond}
 }
 
@@ -598,7 +600,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		t.Fatal(err)
 	}
 	if n.tracker, err = NewTracker(n.ctx, TrackerConfig{Signer: s, Transport: ct, Auction: ct,
-		Store: crashStore{n.crash, db.State("renter-jobs"), &h.changed}, Receipts: n.receipts, HeartbeatInterval: hbEvery,
+		Store: crashStore{n.crash, db.State("renter-jobs"), &h.changed}, Receipts: n.receipts, HeartbeatInterval: h.hbEvery,
 		AbandonGrace: h.abandonGrace, LossAfter: h.lossAfter, SettleWait: h.settleWait, Counters: n.counters,
 		QueueBackoff: h.queueBackoff, QueueBackoffMax: h.queueBackoffMax, RebookAhead: h.rebookAhead, Evidence: streams{h, peer.ID(s.ID())},
 		KeptDir: n.kept, Pins: h.pins(), Directory: directory{h}, Log: log}); err != nil {
@@ -631,7 +633,7 @@ func (h *harness) start(s *sign.Signer, db *ledger.DB, spec *provSpec) *node {
 		}
 		cfg := SupervisorConfig{Signer: s, Transport: ct,
 			Store: crashStore{n.crash, db.State("provider-leases"), &h.changed}, Receipts: n.receipts, Exec: exec,
-			JobsDir: n.jobsDir, GPUs: devs, Fingerprint: fpEnv, HeartbeatInterval: hbEvery, PreemptGrace: time.Second,
+			JobsDir: n.jobsDir, GPUs: devs, Fingerprint: fpEnv, HeartbeatInterval: h.hbEvery, PreemptGrace: time.Second,
 			JobFilesMaxRetain: spec.maxRetain, Now: spec.now,
 			RecoverDelay: time.Millisecond, SettleRetry: 20 * time.Millisecond, SettleRetryMax: 100 * time.Millisecond,
 			Counters: n.counters, Log: log}

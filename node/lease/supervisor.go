@@ -1406,27 +1406,38 @@ func (s *Supervisor) leaseDevices(l terms.Lease) ([]int, []string) {
 	return gpus, uuids
 }
 
+// firstHeartbeatAfter is how long after a lease's start its provider sends
+// the first heartbeat, at heartbeat interval every: two fifths of it (see
+// leaseRun.heartbeats).
+func firstHeartbeatAfter(every time.Duration) time.Duration { return every * 2 / 5 }
+
 // heartbeats sends signed telemetry to the renter every interval until
 // stop is closed (the job ended and its final report is ready); until the
 // job starts they are marked Preparing.
+//
+// The first one goes out two fifths of an interval after the lease's
+// start, then one per interval: a heartbeat vouches for the half interval
+// either side of it (attest.HeartbeatMonitor.Summary), so the lease is
+// covered from its start (with a tenth of an interval to spare for the
+// beat's delay), as it was by a first heartbeat at the start, with no
+// half interval spent before it; and a job that ends sooner, of which no
+// heartbeat is expected (HeartbeatSummary.Expected 0), costs none: one
+// signed message and stream each way fewer for every short job.
 func (r *leaseRun) heartbeats(stop <-chan struct{}) {
 	s := r.s
 	l := r.lease()
 	every := s.cfg.HeartbeatInterval
-	t := time.NewTicker(every)
+	t := time.NewTimer(min(every, max(0, l.Start.Add(firstHeartbeatAfter(every)).Sub(s.now()))))
 	defer t.Stop()
 	var seq uint64
 	unknown := 0 // answers in a row from a renter that holds no such lease
 	devices, uuids := s.leaseDevices(l)
-	for first := true; ; first = false {
-		// The first heartbeat goes out at the lease's start, then one per
-		// interval, so coverage reflects the whole lease.
-		if !first {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			t.Reset(every)
 		}
 		seq++
 		r.mu.Lock()
