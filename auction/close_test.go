@@ -201,6 +201,22 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 		r, tr = m.renter(t, cfg)
 		return m, gate, r, tr
 	}
+	// allIn posts a job and checks that its window waited for all n
+	// expected bids (the slow ones' too: winner, the cheapest, among
+	// them), and closed once they were in, long before its end.
+	allIn := func(t *testing.T, m *market, r *Renter, n int, winner string) {
+		t.Helper()
+		j := euJob(m.now())
+		j.BidWindow = window
+		job, took := postTimed(t, r, j)
+		st, _ := r.Status(job.ID)
+		if len(st.Bids) != n || m.name(st.Winner) != winner {
+			t.Fatalf("%d bids, winner %s: want all %d bids and %s (the window closed on a quiet spell before the slow ones answered)", len(st.Bids), m.name(st.Winner), n, winner)
+		}
+		if took >= window/2 {
+			t.Fatalf("auction took %v of a %v window once every expected provider had answered", took, window)
+		}
+	}
 	t.Run("one of four in", func(t *testing.T) {
 		m, gate, r, tr := setup(t, []box{{"fast", 2.0}, {"slow-cheap", 1.0}, {"slow-a", 2.5}, {"slow-b", 2.5}}, nil,
 			"slow-cheap", "slow-a", "slow-b")
@@ -214,16 +230,7 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 			}
 			return err
 		}})
-		j := euJob(m.now())
-		j.BidWindow = window
-		job, took := postTimed(t, r, j)
-		st, _ := r.Status(job.ID)
-		if len(st.Bids) != 4 || m.name(st.Winner) != "slow-cheap" {
-			t.Fatalf("%d bids, winner %s: want all 4 bids and slow-cheap (the window closed on the first bid's quiet spell)", len(st.Bids), m.name(st.Winner))
-		}
-		if took >= window/2 {
-			t.Fatalf("auction took %v of a %v window once every expected provider had answered", took, window)
-		}
+		allIn(t, m, r, 4, "slow-cheap")
 	})
 	t.Run("two of four in", func(t *testing.T) {
 		m, gate, r, _ := setup(t, []box{{"fast", 2.0}, {"fast-cheap", 1.5}, {"silent-a", 1.0}, {"silent-b", 1.0}}, nil,
@@ -248,16 +255,7 @@ func TestQuietSpellWaitsForMostExpected(t *testing.T) {
 		// trip after the call, long after the near bid's quiet spell, long
 		// before the far one's.
 		time.AfterFunc(far/2, func() { close(gate) })
-		j := euJob(m.now())
-		j.BidWindow = window
-		job, took := postTimed(t, r, j)
-		st, _ := r.Status(job.ID)
-		if len(st.Bids) != 2 || m.name(st.Winner) != "far-cheap" {
-			t.Fatalf("%d bids, winner %s: want both bids and far-cheap (the window closed on the near bid's quiet spell)", len(st.Bids), m.name(st.Winner))
-		}
-		if took >= window/2 {
-			t.Fatalf("auction took %v of a %v window once every expected provider had answered", took, window)
-		}
+		allIn(t, m, r, 2, "far-cheap")
 	})
 }
 
