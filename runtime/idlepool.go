@@ -46,16 +46,16 @@ func (p *idlePool[T]) room() bool {
 
 // put keeps v for a later job, or discards it when there is no room.
 func (p *idlePool[T]) put(v T) {
-	if p != nil {
-		p.mu.Lock()
-		if !p.closed && len(p.idle) < p.max {
-			p.idle = append(p.idle, v)
-			p.mu.Unlock()
-			return
-		}
-		p.mu.Unlock()
+	if p == nil {
+		return
 	}
-	if p != nil && p.discard != nil {
+	p.mu.Lock()
+	kept := !p.closed && len(p.idle) < p.max
+	if kept {
+		p.idle = append(p.idle, v)
+	}
+	p.mu.Unlock()
+	if !kept && p.discard != nil {
 		p.discard(v)
 	}
 }
