@@ -82,7 +82,9 @@ type Config struct {
 	MaxBidders int `yaml:"max_bidders"`
 	// BidQuietClose is how long after a call's last bid this renter closes
 	// its bid window early, once half the providers it asked answered and
-	// the best bid starts now: 0 means auction.DefaultQuietClose, a
+	// the best bid starts now (and, for a provider it awaits whose round
+	// trip it measured, after that provider's answer was due: see
+	// auction.RenterConfig.QuietClose): 0 means auction.DefaultQuietClose, a
 	// negative duration never (a window then waits for every provider it
 	// asked, or runs to its end: every bid counts, the job waits longer).
 	BidQuietClose time.Duration `yaml:"bid_quiet_close"`
