@@ -308,8 +308,11 @@ func (c *caller) carry(e callmachine.Effect) error {
 			r.cfg.Listener.OnLease(*e.Lease, *job)
 		case e.As == terms.JobUnplaceable:
 			c.unplaceable = fmt.Errorf("%w: %s: %s", ErrUnplaceable, job.ID, e.Reason)
-			if e.Raced {
+			switch {
+			case e.Raced:
 				c.unplaceable = fmt.Errorf("%w (%w)", c.unplaceable, ErrRaced)
+			case e.Lost:
+				c.unplaceable = fmt.Errorf("%w (%w)", c.unplaceable, ErrLostRace)
 			}
 			if r.cfg.Listener != nil {
 				r.cfg.Listener.OnUnplaceable(*job, e.Reason)

@@ -12,6 +12,7 @@ import (
 	"github.com/gpumesh/gpumesh/attest/sign"
 	"github.com/gpumesh/gpumesh/attest/sign/signtest"
 	"github.com/gpumesh/gpumesh/auction/auctiontest"
+	"github.com/gpumesh/gpumesh/auction/callmachine"
 	"github.com/gpumesh/gpumesh/auction/terms"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -299,6 +300,60 @@ func TestOwnAuctionsSeeWhatTheirBidsLeaveFree(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRaceLostToAnotherRenter: two renters' auctions hold bids for the
+// one GPU of a provider; the first award takes it, and the provider
+// declines the other's as taken (terms.DeclinedTaken). That auction ends
+// with ErrLostRace, so its job is offered again at once (the job machine's
+// rule), not after a queue's backoff: the bids that start now are a new
+// call away.
+func TestRaceLostToAnotherRenter(t *testing.T) {
+	t.Parallel()
+	m := newMarket(t, []provSpec{{"a", "eu-west", "A100", 80, 1, pol(1), 0.9}})
+	type out struct {
+		err error
+		st  terms.JobStatus
+	}
+	res := make(chan out, 2)
+	var gates []<-chan struct{}
+	var renters []*Renter
+	for i := 0; i < 2; i++ {
+		r, tr := m.renter(t, RenterConfig{QuietClose: -1, Directory: hooks{gpus: m.capacity}})
+		gates = append(gates, bidGateFree(t, m, r, tr, 1, true))
+		renters = append(renters, r)
+	}
+	for _, r := range renters {
+		j := euJob(m.now())
+		j.ID, j.GPUCount, j.Deadline, j.BidWindow = terms.NewID("job"), 1, m.now().Add(10*time.Minute), time.Second
+		go func() {
+			job, err := r.Post(context.Background(), j)
+			st, _ := r.Status(job.ID)
+			res <- out{err, st}
+		}()
+	}
+	for _, g := range gates {
+		<-g
+	}
+	var leased, lost int
+	for range renters {
+		o := <-res
+		switch {
+		case o.err == nil:
+			leased++
+		case errors.Is(o.err, ErrLostRace) && !errors.Is(o.err, ErrRaced):
+			lost++
+			if len(o.st.Attempts) != 1 || !strings.HasPrefix(o.st.Attempts[0].Result, callmachine.DeclinedPrefix+terms.DeclinedTaken) {
+				t.Errorf("lost auction's awards: %+v", o.st.Attempts)
+			}
+		default:
+			t.Errorf("auction ended: %v", o.err)
+		}
+	}
+	if leased != 1 || lost != 1 {
+		t.Fatalf("%d leased, %d lost a race: want one of each", leased, lost)
+	}
+	checkCalendar(t, "a", m.provs[0].cal)
 }
 
 // postAtOnce posts n one-GPU jobs at once, waits for gate (every auction

@@ -764,7 +764,7 @@ func (p *Provider) HandleAward(from peer.ID, data []byte) ([]byte, error) {
 		return decline("too late: re-timed from now on, capacity: " + err.Error())
 	}
 	if err != nil {
-		return decline("capacity: " + err.Error())
+		return decline(terms.DeclinedTaken + err.Error())
 	}
 	delete(p.bids, a.BidNonce)
 	booked, _ := p.cfg.Calendar.Booking(a.LeaseID)

@@ -853,6 +853,12 @@ type claim struct {
 // those auctions left) rather than after a queue's backoff.
 var ErrRaced = errors.New("auction: every bid's GPUs went to another of this renter's auctions")
 
+// ErrLostRace marks an auction that ended without a lease only because
+// every award lost a race for its GPUs, one at least to another renter's
+// award (its provider declined it as taken, terms.DeclinedTaken): the
+// market has moved, and a new call finds the bids that start now.
+var ErrLostRace = errors.New("auction: every bid's GPUs were taken by other awards first")
+
 // claim reserves job's GPUs of bid b's provider for an award, unless this
 // renter's awards in flight to that provider, and its leases there
 // confirmed after b was issued, already take as many of its GPUs over b's
@@ -1001,7 +1007,7 @@ func (r *Renter) award(ctx context.Context, job *terms.Job, b terms.Bid, leaseID
 	case c.LeaseID != a.LeaseID:
 		return lease, "confirm for another lease"
 	case !c.Accepted:
-		return lease, "declined: " + c.Reason
+		return lease, callmachine.DeclinedPrefix + c.Reason
 	}
 	if !c.Start.IsZero() || !c.End.IsZero() {
 		// Re-timed: the award came too late for its span. The provider has

@@ -29,6 +29,9 @@ const (
 	// SkippedExpired is the result of an award not sent because its bid
 	// expired by then.
 	SkippedExpired = "skipped: bid expired"
+	// DeclinedPrefix begins the result of an award its provider declined,
+	// followed by the provider's reason (terms.Confirm.Reason).
+	DeclinedPrefix = "declined: "
 	// Pending is the result of an award sent and not answered yet.
 	Pending = "pending"
 )
@@ -39,6 +42,16 @@ const (
 // refused.
 func MayHaveBooked(result string) bool {
 	return result == Timeout || strings.HasPrefix(result, ErrorPrefix) || strings.HasPrefix(result, ConfirmRefused)
+}
+
+// LostRace reports whether an award that ended with result lost a race
+// for its GPUs: skipped as claimed by another of this renter's auctions,
+// or declined by its provider as taken by another award since its bid
+// (terms.DeclinedTaken; the provider's word, so a renter acts on it only
+// within bounds: the job machine offers a job again at once for one such
+// loss in a row).
+func LostRace(result string) bool {
+	return result == SkippedClaimed || strings.HasPrefix(result, DeclinedPrefix+terms.DeclinedTaken)
 }
 
 // earlyCloseSlack is how soon a bid must start to count as starting at
@@ -232,11 +245,12 @@ func (s *stepper) gangEnded(ev GangEnded) {
 
 // noLease ends the call without a lease, saying why: no bid, none
 // eligible, every award failed (Raced: each only skipped as claimed by
-// another of this renter's auctions), or the gang's reason.
+// another of this renter's auctions; Lost: each lost a race, one at least
+// to another renter's award, LostRace), or the gang's reason.
 func (s *stepper) noLease(gang string) {
 	st := &s.st
 	var reason string
-	raced := false
+	raced, lost := false, false
 	switch {
 	case gang != "" && st.Eligible > 0:
 		reason = gang
@@ -250,9 +264,10 @@ func (s *stepper) noLease(gang string) {
 	default:
 		reason = fmt.Sprintf("all %d awards failed (%s)", st.Eligible, s.results())
 		raced = len(st.Tries) > 0 && !slices.ContainsFunc(st.Tries, func(t Try) bool { return t.Result != SkippedClaimed })
+		lost = !raced && len(st.Tries) > 0 && !slices.ContainsFunc(st.Tries, func(t Try) bool { return !LostRace(t.Result) })
 	}
 	st.Phase, st.End, st.Reason = Done, terms.JobUnplaceable, reason
-	s.do(Finish{As: terms.JobUnplaceable, Reason: reason, Raced: raced})
+	s.do(Finish{As: terms.JobUnplaceable, Reason: reason, Raced: raced, Lost: lost})
 	s.releaseBids()
 }
 

@@ -339,12 +339,15 @@ type (
 	// Finish: the call ended As (terms.JobLeased, JobUnplaceable,
 	// JobCancelled, JobFailed), saying Reason (none for a lease), with
 	// Lease when leased. Raced: unplaceable only because every award's
-	// GPUs were claimed by another of the renter's auctions.
+	// GPUs were claimed by another of the renter's auctions. Lost:
+	// unplaceable only because every award lost a race (LostRace), one at
+	// least to another renter's.
 	Finish struct {
 		As     terms.JobState
 		Reason string
 		Lease  *terms.Lease
 		Raced  bool
+		Lost   bool
 	}
 )
 

@@ -485,6 +485,18 @@ func TestStepAwardFailover(t *testing.T) {
 	if f, ok := all[2][0].(Finish); !ok || !f.Raced || f.Reason != "all 2 awards failed (2 × "+SkippedClaimed+")" || st.Inflight != 0 {
 		t.Fatalf("all claimed: %#v", all[2])
 	}
+	// Lost: claimed by this renter's auctions or declined as taken by
+	// another's award; any other failure among them is not a lost race.
+	taken := DeclinedPrefix + terms.DeclinedTaken + "calendar overbooked"
+	st, all = award(rules, []terms.Bid{bid("p1", "n1"), bid("p2", "n2")}, nil, Claimed{Try: 0}, AwardDone{Try: 1, Result: taken})
+	if f, ok := all[2][len(all[2])-1].(Finish); !ok || f.Raced || !f.Lost || st.Inflight != 0 {
+		t.Fatalf("claimed, then taken: %#v", all[2])
+	}
+	st, all = award(rules, []terms.Bid{bid("p1", "n1"), bid("p2", "n2")}, nil, AwardDone{Try: 0, Result: taken},
+		AwardDone{Try: 1, Result: DeclinedPrefix + "bid expired"})
+	if f, ok := all[2][len(all[2])-1].(Finish); !ok || f.Raced || f.Lost {
+		t.Fatalf("taken, then expired: %#v", all[2])
+	}
 	st, all = award(rules, nil, nil)
 	if st.End != terms.JobUnplaceable || st.Reason != "no bids" || kinds(all[0]) != "Finish" {
 		t.Fatalf("no bids: %q %q", st.End, st.Reason)

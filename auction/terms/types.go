@@ -700,7 +700,9 @@ type Decline struct {
 type Confirm struct {
 	LeaseID  string `json:"lease_id"`
 	Accepted bool   `json:"accepted"`
-	Reason   string `json:"reason,omitempty"`
+	// Reason says why an award was declined; one whose GPUs another award
+	// took since the bid begins with DeclinedTaken.
+	Reason string `json:"reason,omitempty"`
 	// Devices are the provider's device indices booked for an accepted
 	// lease (Lease.Devices).
 	Devices []int `json:"devices,omitempty"`
@@ -711,6 +713,11 @@ type Confirm struct {
 	Start time.Time `json:"start,omitzero"`
 	End   time.Time `json:"end,omitzero"`
 }
+
+// DeclinedTaken begins a declined Confirm's Reason when the bid's GPUs
+// were taken since it was made (another award booked them first): the
+// renter lost a race, and may offer its job again at once.
+const DeclinedTaken = "capacity: "
 
 // RunState is where a lease is in its life: the one state vocabulary used by
 // the provider's calendar, lease events, receipts (a receipt's outcome is the

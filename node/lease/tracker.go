@@ -441,7 +441,7 @@ func (t *Tracker) offer(job terms.Job) {
 // machine: a job no acceptable bid took now is queued (its reasons say so)
 // and offered again, unless the machine gives it up.
 func (t *Tracker) noLease(id string, err error) {
-	ev := jobmachine.NoLease{Reason: err.Error(), Raced: errors.Is(err, auction.ErrRaced)}
+	ev := jobmachine.NoLease{Reason: err.Error(), Raced: errors.Is(err, auction.ErrRaced), Lost: errors.Is(err, auction.ErrLostRace)}
 	st, known := t.renter.Status(id)
 	switch {
 	case !known:

@@ -189,7 +189,9 @@ type Record struct {
 	Archived []Archived `json:"archived,omitempty"`
 	// Due is when a queued job is offered again, or a requeued one goes
 	// back to auction without its lease's receipt; Backoff the wait
-	// before the last offer.
+	// before the last offer (half QueueBackoff after an offer made at
+	// once for a race lost to other renters: the next wait is
+	// QueueBackoff).
 	Due     time.Time     `json:"due,omitzero"`
 	Backoff time.Duration `json:"backoff,omitempty"`
 }

@@ -212,6 +212,7 @@ func (s *stepper) confirm(l terms.Lease, job terms.Job) {
 	st.Phase, st.Lease, st.Run = Leased, &l, terms.RunPending
 	st.ExitCode, st.Detail, st.Fault, st.Receipt, st.Dispute = nil, "", terms.FaultNone, nil, ""
 	st.Started, st.Ended, st.Due, st.Awarded = time.Time{}, time.Time{}, time.Time{}, nil
+	st.Backoff = 0 // a requeue's offers start their waits over
 	st.Leases++
 	// Silence counts from now, not from the lease's start: until its
 	// confirm was recorded here (late on a busy renter) the lease's
@@ -281,6 +282,13 @@ func (s *stepper) noLease(ev NoLease) {
 	switch {
 	case ev.Raced:
 		st.Due = s.now // lost only to another of this renter's auctions
+	case ev.Lost && st.Backoff <= 0:
+		// Lost to other renters' awards: the bids that start now are a
+		// new call away. Once: the providers say why they declined, and
+		// a job that keeps losing (or a provider that keeps declining)
+		// waits as any queued job, from QueueBackoff on.
+		st.Due = s.now
+		st.Backoff = s.r.QueueBackoff / 2
 	case st.Backoff <= 0:
 		st.Backoff = s.r.QueueBackoff
 		st.Due = s.now.Add(st.Backoff)

@@ -53,6 +53,7 @@ func events() map[string]Event {
 		"confirmed":      Confirmed{Lease: lease("l2"), Job: job()},
 		"no-lease":       NoLease{Reason: "no bids", Retry: true},
 		"no-lease-raced": NoLease{Reason: "raced", Retry: true, Raced: true},
+		"no-lease-lost":  NoLease{Reason: "lost", Retry: true, Lost: true},
 		"unplaceable":    NoLease{Reason: "no provider fits"},
 		"timer":          TimerDue{},
 		"wake":           Wake{},
@@ -87,9 +88,9 @@ func TestEveryEventInEveryPhase(t *testing.T) {
 	// the phase as it is.
 	want := map[Phase]map[string]Phase{
 		Auctioning: {"awarded": Awarding, "confirmed": Leased, "no-lease": Queued, "no-lease-raced": Queued,
+			"no-lease-lost": Queued, "unplaceable": Unplaceable, "cancel": Cancelled, "closed": Finished, "restarted": Queued},
+		Awarding: {"confirmed": Leased, "no-lease": Queued, "no-lease-raced": Queued, "no-lease-lost": Queued,
 			"unplaceable": Unplaceable, "cancel": Cancelled, "closed": Finished, "restarted": Queued},
-		Awarding: {"confirmed": Leased, "no-lease": Queued, "no-lease-raced": Queued, "unplaceable": Unplaceable,
-			"cancel": Cancelled, "closed": Finished, "restarted": Queued},
 		Queued: {"confirmed": Leased, "timer": Auctioning, "cancel": Cancelled, "closed": Finished},
 		Leased: {"succeeded": Verifying, "preempted": Requeued, "failed-job": Finished, "lost": Requeued,
 			"closed": Finished},
@@ -220,6 +221,50 @@ func TestQueueBacksOffUntilTheDeadline(t *testing.T) {
 	}
 	if st.Phase != Unplaceable {
 		t.Fatalf("phase %s after the deadline, want unplaceable", st.Phase)
+	}
+}
+
+// TestLostRaceOfferedAgainOnce: a job whose awards all lost races to
+// other renters' awards is offered again at once, but only for one such
+// loss in a row (the losses are its providers' word: a provider that keeps
+// declining cannot keep the job in auction); the next waits QueueBackoff,
+// doubling, and a lease starts the waits over.
+func TestLostRaceOfferedAgainOnce(t *testing.T) {
+	st, _ := rules.Step(Record{}, Posted{Job: job()}, t0)
+	now := t0
+	lose := func(lost bool) time.Duration {
+		t.Helper()
+		var effs []Effect
+		st, effs = rules.Step(st, NoLease{Reason: "all 2 awards failed", Retry: true, Lost: lost, Offers: 1}, now)
+		if st.Phase != Queued {
+			t.Fatalf("phase %s, want queued", st.Phase)
+		}
+		wait := st.Due.Sub(now)
+		if arm, ok := effs[len(effs)-1].(ArmTimer); !ok || !arm.At.Equal(st.Due) {
+			t.Fatalf("effects %#v: no timer for %s", effs, st.Due)
+		}
+		now = st.Due
+		if st, effs = rules.Step(st, TimerDue{}, now); st.Phase != Auctioning {
+			t.Fatalf("timer: phase %s %#v", st.Phase, effs)
+		}
+		return wait
+	}
+	var waits []time.Duration
+	for _, lost := range []bool{true, true, true, false} {
+		waits = append(waits, lose(lost))
+	}
+	if want := []time.Duration{0, time.Second, 2 * time.Second, 4 * time.Second}; !reflect.DeepEqual(waits, want) {
+		t.Fatalf("waits %v, want %v", waits, want)
+	}
+	// A lease, then a requeue that loses a race: at once again.
+	st, _ = rules.Step(st, Awarded{LeaseID: "l7"}, now)
+	st, _ = rules.Step(st, Confirmed{Lease: lease("l7"), Job: st.Job}, now)
+	if st.Phase != Leased || st.Backoff != 0 {
+		t.Fatalf("leased: phase %s backoff %s", st.Phase, st.Backoff)
+	}
+	st.Phase, st.Lease = Auctioning, nil // its next attempt's auction
+	if w := lose(true); w != 0 {
+		t.Fatalf("a lost race after a lease waited %s", w)
 	}
 }
 

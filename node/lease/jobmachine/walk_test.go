@@ -53,7 +53,7 @@ func TestRandomWalksKeepTheRules(t *testing.T) {
 			case 2:
 				ev = Confirmed{Lease: lease(leaseID()), Job: st.Job}
 			case 3:
-				ev = NoLease{Reason: "no bids", Retry: rnd.IntN(3) > 0, Raced: rnd.IntN(4) == 0, Offers: i}
+				ev = NoLease{Reason: "no bids", Retry: rnd.IntN(3) > 0, Raced: rnd.IntN(4) == 0, Lost: rnd.IntN(4) == 0, Offers: i}
 			case 4, 5:
 				ev = TimerDue{}
 			case 6:
