@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times; it is 100 on
@@ -18,7 +19,10 @@ type procStat struct {
 	state      byte
 	pgrp       int
 	cpuSeconds float64
-	rssPages   int64
+	// reapedSeconds is the CPU time (user+system) of the children the
+	// process waited for.
+	reapedSeconds float64
+	rssPages      int64
 }
 
 func readProcStat(pid int) (procStat, error) {
@@ -38,18 +42,35 @@ func readProcStat(pid int) (procStat, error) {
 	}
 	var st procStat
 	st.state = f[0][0]
-	var e1, e2, e3, e4 error
+	var e1, e2, e3, e4, e5, e6 error
 	st.pgrp, e1 = strconv.Atoi(f[2])
 	ut, e2 := strconv.ParseUint(f[11], 10, 64)
 	stime, e3 := strconv.ParseUint(f[12], 10, 64)
-	st.rssPages, e4 = strconv.ParseInt(f[21], 10, 64)
-	for _, e := range []error{e1, e2, e3, e4} {
+	cut, e4 := strconv.ParseUint(f[13], 10, 64)
+	cst, e5 := strconv.ParseUint(f[14], 10, 64)
+	st.rssPages, e6 = strconv.ParseInt(f[21], 10, 64)
+	for _, e := range []error{e1, e2, e3, e4, e5, e6} {
 		if e != nil {
 			return procStat{}, fmt.Errorf("runtime: parse /proc/%d/stat: %w", pid, e)
 		}
 	}
 	st.cpuSeconds = float64(ut+stime) / clockTicks
+	st.reapedSeconds = float64(cut+cst) / clockTicks
 	return st, nil
+}
+
+// ProcessCPU returns the CPU time (user+system) of one process, and that
+// of the children it reaped (a daemon's job processes), read from /proc.
+func ProcessCPU(pid int) (own, reaped time.Duration, err error) {
+	if pid <= 0 {
+		return 0, 0, fmt.Errorf("runtime: invalid pid %d", pid)
+	}
+	st, err := readProcStat(pid)
+	if err != nil {
+		return 0, 0, fmt.Errorf("runtime: process %d CPU: %w", pid, err)
+	}
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	return sec(st.cpuSeconds), sec(st.reapedSeconds), nil
 }
 
 // SampleProcess returns the CPU time (user+system, in seconds) and resident

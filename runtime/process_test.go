@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -454,6 +455,36 @@ func TestSampleGroup(t *testing.T) {
 	}
 	if _, _, err := SampleProcess(-1); err == nil {
 		t.Fatal("SampleProcess(-1) succeeded")
+	}
+}
+
+// TestProcessCPUCountsReapedChildren: a process's CPU and that of the
+// children it waited for, as /proc says, so that a daemon's figure counts
+// the job processes it ran.
+func TestProcessCPUCountsReapedChildren(t *testing.T) {
+	own0, reaped0, err := ProcessCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	child := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	own1, reaped1, err := ProcessCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// /proc counts in clock ticks (10 ms): the child's own figure, to a
+	// tick either side.
+	if got := reaped1 - reaped0; got < child-20*time.Millisecond || got > child+20*time.Millisecond || got <= 0 {
+		t.Fatalf("reaped CPU grew %s, the child used %s", got, child)
+	}
+	if own1 < own0 {
+		t.Fatalf("own CPU went back: %s then %s", own0, own1)
+	}
+	if _, _, err := ProcessCPU(0); err == nil {
+		t.Fatal("ProcessCPU(0) succeeded")
 	}
 }
 

@@ -354,31 +354,15 @@ func testnetPids(dir string) (nodes int, pids []int, err error) {
 // of the children they reaped (the job processes), from /proc.
 func daemonsCPU(pids []int) (total, children time.Duration, err error) {
 	for _, pid := range pids {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		own, reaped, err := runtime.ProcessCPU(pid)
 		if err != nil {
 			return 0, 0, fmt.Errorf("load: daemon %d: %w", pid, err)
 		}
-		// Fields after the parenthesized command: state is field 3,
-		// utime, stime, cutime and cstime fields 14 to 17.
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 15 {
-			return 0, 0, fmt.Errorf("load: daemon %d: short stat", pid)
-		}
-		var t [4]int64
-		for i := range t {
-			if t[i], err = strconv.ParseInt(f[11+i], 10, 64); err != nil {
-				return 0, 0, fmt.Errorf("load: daemon %d: stat: %w", pid, err)
-			}
-		}
-		total += ticks(t[0] + t[1] + t[2] + t[3])
-		children += ticks(t[2] + t[3])
+		total += own + reaped
+		children += reaped
 	}
 	return total, children, nil
 }
-
-// ticks converts /proc clock ticks (USER_HZ, 100 on Linux) to a duration.
-func ticks(n int64) time.Duration { return time.Duration(n) * 10 * time.Millisecond }
 
 func (c Config) job() terms.Job {
 	secs := strconv.FormatFloat(c.JobDuration.Seconds(), 'f', 3, 64)
