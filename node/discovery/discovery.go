@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -144,8 +145,8 @@ func (d *Discovery) Readvertise() {
 }
 
 // Advertise keeps this provider's capability record, as record builds it
-// for a TTL of ttl, in the DHT until New's context ends: renewed every
-// third of ttl, and at once when the node's addresses change, Readvertise
+// for a TTL of ttl, in the DHT until New's context ends: renewed about
+// every third of ttl (renewJitter), and at once when the node's addresses change, Readvertise
 // is called or the free GPUs (avail) differ from the record's.
 func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) terms.Capability, avail Availability) {
 	// Give the routing table a moment to fill after bootstrap, so the first
@@ -177,7 +178,7 @@ func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) 
 		if err := d.advertise(record(ttl), ttl); err != nil && d.ctx.Err() == nil {
 			d.cfg.Log.Warn("advertise", "err", err)
 		}
-		next := ttl / 3
+		next := jittered(ttl/3, renewJitter)
 		if d.Advertised() == nil {
 			next = min(next, 2*time.Second)
 		}
@@ -576,27 +577,42 @@ func (d *Discovery) Fingerprint(provider string) string {
 // providers`: they are who a renter expects to answer its calls
 // (ExpectedBidders), so a bid window can close once all have answered,
 // and bid sampling works, from a renter's first job. It discovers every
-// provider now and every interval (DefaultLearnEvery when not positive)
-// until New's context ends; LearnBidder adds a provider that bids in
+// provider now and about every interval (DefaultLearnEvery when not
+// positive; learnJitter) until New's context ends; LearnBidder adds a provider that bids in
 // between. Only verified records are kept (Lookup).
 func (d *Discovery) Learn(every time.Duration) {
 	if every <= 0 {
 		every = DefaultLearnEvery
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
 		if _, err := d.FindProviders(ctx, terms.Query{}); err != nil && d.ctx.Err() == nil {
 			d.cfg.Log.Debug("learn providers", "err", err)
 		}
 		cancel()
+		t := time.NewTimer(jittered(every, learnJitter))
 		select {
 		case <-d.ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// Jitter of the background rounds. A round is a DHT lookup per provider
+// (Learn) or a put to the 20 closest peers (Advertise): daemons started
+// together, as a testnet's are, ran them all at once, and 50 daemons'
+// rounds of Learn took both cores of the machine for 4 s. Each interval
+// is drawn afresh, so such daemons drift apart within a few rounds.
+const (
+	learnJitter = 0.25
+	renewJitter = 0.1
+)
+
+// jittered is d lengthened or shortened by up to frac of it, at random.
+func jittered(d time.Duration, frac float64) time.Duration {
+	return d + time.Duration((2*rand.Float64()-1)*frac*float64(d))
 }
 
 // LearnBidder looks up, in the background, the record of a provider whose
