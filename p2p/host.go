@@ -263,6 +263,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.natMu.Unlock()
 	disc, err := topicDiscovery(drouting.NewRoutingDiscovery(kad))
 	if err == nil {
+		disc = topicAdvertiser{Discovery: disc, rt: kad.RoutingTable().Size, validity: validity, poll: time.Second}
 		n.Links = NewLinks()
 		n.PubSub, err = pubsub.NewGossipSub(pctx, h, GossipOptions(disc, n.Links)...)
 	}

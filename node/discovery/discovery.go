@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -146,8 +145,9 @@ func (d *Discovery) Readvertise() {
 
 // Advertise keeps this provider's capability record, as record builds it
 // for a TTL of ttl, in the DHT until New's context ends: renewed about
-// every third of ttl (renewJitter), and at once when the node's addresses change, Readvertise
-// is called or the free GPUs (avail) differ from the record's.
+// every third of ttl (renewJitter), and at once when the node's addresses
+// change, Readvertise is called or the free GPUs (avail) differ from the
+// record's.
 func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) terms.Capability, avail Availability) {
 	// Give the routing table a moment to fill after bootstrap, so the first
 	// record is not put into an empty table.
@@ -178,7 +178,7 @@ func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) 
 		if err := d.advertise(record(ttl), ttl); err != nil && d.ctx.Err() == nil {
 			d.cfg.Log.Warn("advertise", "err", err)
 		}
-		next := jittered(ttl/3, renewJitter)
+		next := p2p.Jittered(ttl/3, renewJitter)
 		if d.Advertised() == nil {
 			next = min(next, 2*time.Second)
 		}
@@ -578,8 +578,8 @@ func (d *Discovery) Fingerprint(provider string) string {
 // (ExpectedBidders), so a bid window can close once all have answered,
 // and bid sampling works, from a renter's first job. It discovers every
 // provider now and about every interval (DefaultLearnEvery when not
-// positive; learnJitter) until New's context ends; LearnBidder adds a provider that bids in
-// between. Only verified records are kept (Lookup).
+// positive; learnJitter) until New's context ends; LearnBidder adds a
+// provider that bids in between. Only verified records are kept (Lookup).
 func (d *Discovery) Learn(every time.Duration) {
 	if every <= 0 {
 		every = DefaultLearnEvery
@@ -590,7 +590,7 @@ func (d *Discovery) Learn(every time.Duration) {
 			d.cfg.Log.Debug("learn providers", "err", err)
 		}
 		cancel()
-		t := time.NewTimer(jittered(every, learnJitter))
+		t := time.NewTimer(p2p.Jittered(every, learnJitter))
 		select {
 		case <-d.ctx.Done():
 			t.Stop()
@@ -600,20 +600,14 @@ func (d *Discovery) Learn(every time.Duration) {
 	}
 }
 
-// Jitter of the background rounds. A round is a DHT lookup per provider
-// (Learn) or a put to the 20 closest peers (Advertise): daemons started
-// together, as a testnet's are, ran them all at once, and 50 daemons'
-// rounds of Learn took both cores of the machine for 4 s. Each interval
-// is drawn afresh, so such daemons drift apart within a few rounds.
+// Jitter of the background rounds (p2p.Jittered). A round is a DHT lookup
+// per provider (Learn) or a put to the 20 closest peers (Advertise):
+// daemons started together, as a testnet's are, ran them all at once, and
+// 50 daemons' rounds of Learn took both cores of the machine for 4 s.
 const (
 	learnJitter = 0.25
 	renewJitter = 0.1
 )
-
-// jittered is d lengthened or shortened by up to frac of it, at random.
-func jittered(d time.Duration, frac float64) time.Duration {
-	return d + time.Duration((2*rand.Float64()-1)*frac*float64(d))
-}
 
 // LearnBidder looks up, in the background, the record of a provider whose
 // signed bid arrived while this node keeps no unexpired record of it (a
