@@ -854,9 +854,10 @@ type claim struct {
 var ErrRaced = errors.New("auction: every bid's GPUs went to another of this renter's auctions")
 
 // ErrLostRace marks an auction that ended without a lease only because
-// every award lost a race for its GPUs, one at least to another renter's
-// award (its provider declined it as taken, terms.DeclinedTaken): the
-// market has moved, and a new call finds the bids that start now.
+// every award lost a race for its GPUs, one at least declined by its
+// provider as taken by another award since its bid (terms.DeclinedTaken;
+// another renter's, mostly): the market has moved, and a new call finds
+// the bids that start now.
 var ErrLostRace = errors.New("auction: every bid's GPUs were taken by other awards first")
 
 // claim reserves job's GPUs of bid b's provider for an award, unless this

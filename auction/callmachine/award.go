@@ -245,8 +245,8 @@ func (s *stepper) gangEnded(ev GangEnded) {
 
 // noLease ends the call without a lease, saying why: no bid, none
 // eligible, every award failed (Raced: each only skipped as claimed by
-// another of this renter's auctions; Lost: each lost a race, one at least
-// to another renter's award, LostRace), or the gang's reason.
+// another of this renter's auctions; Lost: each lost a race, LostRace,
+// one at least declined as taken), or the gang's reason.
 func (s *stepper) noLease(gang string) {
 	st := &s.st
 	var reason string

@@ -341,7 +341,7 @@ type (
 	// Lease when leased. Raced: unplaceable only because every award's
 	// GPUs were claimed by another of the renter's auctions. Lost:
 	// unplaceable only because every award lost a race (LostRace), one at
-	// least to another renter's.
+	// least declined as taken.
 	Finish struct {
 		As     terms.JobState
 		Reason string

@@ -28,9 +28,10 @@ type (
 	// NoLease: the job's auction ended without a lease, saying Reason.
 	// Retry: no acceptable bid now, the job may be offered again (Raced:
 	// it only lost a race among this renter's own auctions, and is
-	// offered again at once; Lost: it lost races, one at least to another
-	// renter's award, and is offered again at once if it did not lose the
-	// offer before too); otherwise it ends As (Unplaceable when unset).
+	// offered again at once; Lost: it lost races, one at least declined
+	// by its provider as taken by another award, and is offered again at
+	// once if it did not lose the offer before too); otherwise it ends As
+	// (Unplaceable when unset).
 	// Offers is how many auctions the job had (its queued reason says
 	// so).
 	NoLease struct {

@@ -190,7 +190,7 @@ type Record struct {
 	// Due is when a queued job is offered again, or a requeued one goes
 	// back to auction without its lease's receipt; Backoff the wait
 	// before the last offer (half QueueBackoff after an offer made at
-	// once for a race lost to other renters: the next wait is
+	// once for a race lost to other awards: the next wait is
 	// QueueBackoff).
 	Due     time.Time     `json:"due,omitzero"`
 	Backoff time.Duration `json:"backoff,omitempty"`

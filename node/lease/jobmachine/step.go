@@ -283,7 +283,8 @@ func (s *stepper) noLease(ev NoLease) {
 	case ev.Raced:
 		st.Due = s.now // lost only to another of this renter's auctions
 	case ev.Lost && st.Backoff <= 0:
-		// Lost to other renters' awards: the bids that start now are a
+		// Lost to other awards (other renters', mostly), one at least
+		// declined by its provider as taken: the bids that start now are a
 		// new call away. Once: the providers say why they declined, and
 		// a job that keeps losing (or a provider that keeps declining)
 		// waits as any queued job, from QueueBackoff on.
