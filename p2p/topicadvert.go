@@ -43,17 +43,32 @@ type topicAdvertiser struct {
 const advertiseRetry = 2 * time.Minute
 
 func (a topicAdvertiser) Advertise(ctx context.Context, ns string, opts ...discovery.Option) (time.Duration, error) {
-	for a.rt() == 0 {
-		t := time.NewTimer(a.poll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
-		case <-t.C:
-		}
+	if err := waitRoutingTable(ctx, a.rt, a.poll); err != nil {
+		return 0, err
 	}
 	if _, err := a.Discovery.Advertise(ctx, ns, opts...); err != nil {
 		return Jittered(advertiseRetry, 0.25), err
 	}
 	return Jittered(a.validity/2, 0.1), nil
+}
+
+// waitRoutingTable waits until size, a routing table's, is not 0, looking
+// every poll; ctx's error at its end.
+func waitRoutingTable(ctx context.Context, size func() int, poll time.Duration) error {
+	for size() == 0 {
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// WaitRoutingTable waits until the node's DHT routing table has a peer,
+// looking every 100 ms; ctx's error at its end.
+func (n *Node) WaitRoutingTable(ctx context.Context) error {
+	return waitRoutingTable(ctx, n.DHT.RoutingTable().Size, 100*time.Millisecond)
 }

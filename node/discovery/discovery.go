@@ -149,13 +149,14 @@ func (d *Discovery) Readvertise() {
 // change, Readvertise is called or the free GPUs (avail) differ from the
 // record's.
 func (d *Discovery) Advertise(ttl time.Duration, record func(ttl time.Duration) terms.Capability, avail Availability) {
-	// Give the routing table a moment to fill after bootstrap, so the first
-	// record is not put into an empty table.
-	for i := 0; i < 50 && d.cfg.Net.DHT.RoutingTable().Size() == 0 && d.cfg.Bootstrap; i++ {
-		select {
-		case <-d.ctx.Done():
+	// Give the routing table a moment (5 s at most) to fill after
+	// bootstrap, so the first record is not put into an empty table.
+	if d.cfg.Bootstrap {
+		ctx, cancel := context.WithTimeout(d.ctx, 5*time.Second)
+		_ = d.cfg.Net.WaitRoutingTable(ctx) // an empty table after 5 s: put anyway
+		cancel()
+		if d.ctx.Err() != nil {
 			return
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	// A change of our addresses (new interface, new IP after a partition)
